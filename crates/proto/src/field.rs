@@ -1,0 +1,498 @@
+//! Field lists: (field id, typed value) pairs.
+//!
+//! Encoding of a field list: `u16 count`, then per field `i16 fid`, `u8 type tag` and the
+//! value. Values never use binary floats: a real is an integer mantissa and a decimal
+//! exponent. See docs/PROTOCOL.md for the exact layout of every type.
+
+use crate::wire::{put_u16, put_varint, unzigzag, zigzag, Reader};
+use crate::DecodeError;
+use std::fmt;
+
+/// Type tags on the wire. The dictionary uses the same names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FieldType {
+    Blank = 0,
+    Int = 1,
+    UInt = 2,
+    Real = 3,
+    Date = 4,
+    Time = 5,
+    Ascii = 6,
+    Utf8 = 7,
+    Enum = 8,
+}
+
+impl FieldType {
+    pub fn from_tag(tag: u8) -> Option<FieldType> {
+        Some(match tag {
+            0 => FieldType::Blank,
+            1 => FieldType::Int,
+            2 => FieldType::UInt,
+            3 => FieldType::Real,
+            4 => FieldType::Date,
+            5 => FieldType::Time,
+            6 => FieldType::Ascii,
+            7 => FieldType::Utf8,
+            8 => FieldType::Enum,
+            _ => return None,
+        })
+    }
+
+    /// The name used in dictionary files.
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldType::Blank => "BLANK",
+            FieldType::Int => "INT",
+            FieldType::UInt => "UINT",
+            FieldType::Real => "REAL",
+            FieldType::Date => "DATE",
+            FieldType::Time => "TIME",
+            FieldType::Ascii => "ASCII",
+            FieldType::Utf8 => "UTF8",
+            FieldType::Enum => "ENUM",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<FieldType> {
+        Some(match name.to_ascii_uppercase().as_str() {
+            "INT" => FieldType::Int,
+            "UINT" => FieldType::UInt,
+            "REAL" => FieldType::Real,
+            "DATE" => FieldType::Date,
+            "TIME" => FieldType::Time,
+            "ASCII" => FieldType::Ascii,
+            "UTF8" => FieldType::Utf8,
+            "ENUM" => FieldType::Enum,
+            _ => return None,
+        })
+    }
+}
+
+/// A decimal number: `mantissa * 10^exponent`. 101.25 is `Real { mantissa: 10125, exponent: -2 }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Real {
+    pub mantissa: i64,
+    pub exponent: i8,
+}
+
+impl Real {
+    pub fn new(mantissa: i64, exponent: i8) -> Self {
+        Real { mantissa, exponent }
+    }
+
+    /// Lossy conversion for display and JSON; the wire keeps the exact decimal.
+    pub fn to_f64(self) -> f64 {
+        self.mantissa as f64 * 10f64.powi(self.exponent as i32)
+    }
+}
+
+impl fmt::Display for Real {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.exponent >= 0 {
+            write!(f, "{}", self.mantissa)?;
+            for _ in 0..self.exponent {
+                f.write_str("0")?;
+            }
+            return Ok(());
+        }
+        let digits = self.mantissa.unsigned_abs().to_string();
+        let places = (-(self.exponent as i32)) as usize;
+        let sign = if self.mantissa < 0 { "-" } else { "" };
+        if digits.len() > places {
+            let (int, frac) = digits.split_at(digits.len() - places);
+            write!(f, "{sign}{int}.{frac}")
+        } else {
+            write!(f, "{sign}0.{}{digits}", "0".repeat(places - digits.len()))
+        }
+    }
+}
+
+/// A calendar date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Date {
+    pub year: u16,
+    pub month: u8,
+    pub day: u8,
+}
+
+impl Date {
+    pub fn is_valid(&self) -> bool {
+        let days = match self.month {
+            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+            4 | 6 | 9 | 11 => 30,
+            2 => {
+                let y = self.year as u32;
+                if (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400) {
+                    29
+                } else {
+                    28
+                }
+            }
+            _ => return false,
+        };
+        self.day >= 1 && self.day <= days
+    }
+}
+
+impl fmt::Display for Date {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04}-{:02}-{:02}", self.year, self.month, self.day)
+    }
+}
+
+/// A time of day to the nanosecond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Time {
+    pub nanos_since_midnight: u64,
+}
+
+pub const NANOS_PER_DAY: u64 = 86_400 * 1_000_000_000;
+
+impl Time {
+    pub fn from_hms_nanos(h: u8, m: u8, s: u8, nanos: u32) -> Self {
+        Time {
+            nanos_since_midnight: ((h as u64 * 60 + m as u64) * 60 + s as u64) * 1_000_000_000
+                + nanos as u64,
+        }
+    }
+}
+
+impl fmt::Display for Time {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.nanos_since_midnight;
+        let secs = n / 1_000_000_000;
+        write!(
+            f,
+            "{:02}:{:02}:{:02}.{:09}",
+            secs / 3600,
+            (secs / 60) % 60,
+            secs % 60,
+            n % 1_000_000_000
+        )
+    }
+}
+
+/// One typed value. Strings borrow from the buffer they were decoded from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value<'a> {
+    Blank,
+    Int(i64),
+    UInt(u64),
+    Real(Real),
+    Date(Date),
+    Time(Time),
+    Ascii(&'a str),
+    Utf8(&'a str),
+    Enum(u16),
+}
+
+impl Value<'_> {
+    pub fn field_type(&self) -> FieldType {
+        match self {
+            Value::Blank => FieldType::Blank,
+            Value::Int(_) => FieldType::Int,
+            Value::UInt(_) => FieldType::UInt,
+            Value::Real(_) => FieldType::Real,
+            Value::Date(_) => FieldType::Date,
+            Value::Time(_) => FieldType::Time,
+            Value::Ascii(_) => FieldType::Ascii,
+            Value::Utf8(_) => FieldType::Utf8,
+            Value::Enum(_) => FieldType::Enum,
+        }
+    }
+
+    /// Appends tag and value (not the field id).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.field_type() as u8);
+        match *self {
+            Value::Blank => {}
+            Value::Int(v) => put_varint(out, zigzag(v)),
+            Value::UInt(v) => put_varint(out, v),
+            Value::Real(r) => {
+                out.push(r.exponent as u8);
+                put_varint(out, zigzag(r.mantissa));
+            }
+            Value::Date(d) => {
+                put_u16(out, d.year);
+                out.push(d.month);
+                out.push(d.day);
+            }
+            Value::Time(t) => put_varint(out, t.nanos_since_midnight),
+            Value::Ascii(s) | Value::Utf8(s) => {
+                put_varint(out, s.len() as u64);
+                out.extend_from_slice(s.as_bytes());
+            }
+            Value::Enum(v) => put_u16(out, v),
+        }
+    }
+}
+
+impl fmt::Display for Value<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Blank => f.write_str("(blank)"),
+            Value::Int(v) => write!(f, "{v}"),
+            Value::UInt(v) => write!(f, "{v}"),
+            Value::Real(v) => write!(f, "{v}"),
+            Value::Date(v) => write!(f, "{v}"),
+            Value::Time(v) => write!(f, "{v}"),
+            Value::Ascii(s) | Value::Utf8(s) => f.write_str(s),
+            Value::Enum(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// Longest string value accepted in a field (bytes).
+pub const MAX_STRING_LEN: u64 = 65_535;
+
+fn decode_value<'a>(fid: i16, r: &mut Reader<'a>) -> Result<Value<'a>, DecodeError> {
+    let tag = r.u8()?;
+    let ty = FieldType::from_tag(tag).ok_or(DecodeError::UnknownFieldType { fid, tag })?;
+    Ok(match ty {
+        FieldType::Blank => Value::Blank,
+        FieldType::Int => Value::Int(unzigzag(r.varint()?)),
+        FieldType::UInt => Value::UInt(r.varint()?),
+        FieldType::Real => {
+            let exponent = r.u8()? as i8;
+            Value::Real(Real {
+                mantissa: unzigzag(r.varint()?),
+                exponent,
+            })
+        }
+        FieldType::Date => {
+            let d = Date {
+                year: r.u16()?,
+                month: r.u8()?,
+                day: r.u8()?,
+            };
+            if !d.is_valid() {
+                return Err(DecodeError::InvalidDate {
+                    fid,
+                    year: d.year,
+                    month: d.month,
+                    day: d.day,
+                });
+            }
+            Value::Date(d)
+        }
+        FieldType::Time => {
+            let nanos = r.varint()?;
+            if nanos >= NANOS_PER_DAY {
+                return Err(DecodeError::InvalidTime { fid, nanos });
+            }
+            Value::Time(Time {
+                nanos_since_midnight: nanos,
+            })
+        }
+        FieldType::Ascii | FieldType::Utf8 => {
+            let len = r.varint()?;
+            if len > MAX_STRING_LEN {
+                return Err(DecodeError::InvalidValue {
+                    what: "string length",
+                    value: len,
+                });
+            }
+            let bytes = r.bytes(len as usize)?;
+            let s =
+                std::str::from_utf8(bytes).map_err(|_| DecodeError::InvalidUtf8("string field"))?;
+            if ty == FieldType::Ascii {
+                if !s.is_ascii() {
+                    return Err(DecodeError::NonAscii(fid));
+                }
+                Value::Ascii(s)
+            } else {
+                Value::Utf8(s)
+            }
+        }
+        FieldType::Enum => Value::Enum(r.u16()?),
+    })
+}
+
+/// An encoded field list whose structure has been validated: iterating it cannot fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldList<'a> {
+    bytes: &'a [u8],
+    count: u16,
+}
+
+impl<'a> FieldList<'a> {
+    /// Validates and wraps an encoded field list that must fill `bytes` exactly.
+    pub fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(bytes, "field list");
+        let count = r.u16()?;
+        for _ in 0..count {
+            let fid = r.i16()?;
+            decode_value(fid, &mut r)?;
+        }
+        r.finish()?;
+        Ok(FieldList { bytes, count })
+    }
+
+    /// Validates a field list at the start of `r`, consuming it.
+    pub(crate) fn decode_prefix(r: &mut Reader<'a>) -> Result<Self, DecodeError> {
+        let start = r.rest();
+        let count = r.u16()?;
+        for _ in 0..count {
+            let fid = r.i16()?;
+            decode_value(fid, r)?;
+        }
+        let used = start.len() - r.remaining();
+        Ok(FieldList {
+            bytes: &start[..used],
+            count,
+        })
+    }
+
+    pub const EMPTY: FieldList<'static> = FieldList {
+        bytes: &[0, 0],
+        count: 0,
+    };
+
+    /// The encoded bytes, count included.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn iter(&self) -> FieldIter<'a> {
+        FieldIter {
+            r: Reader::new(&self.bytes[2..], "field list"),
+            left: self.count,
+        }
+    }
+
+    /// Iterates (fid, encoded tag+value bytes) without decoding values.
+    pub fn raw_iter(&self) -> RawFieldIter<'a> {
+        RawFieldIter {
+            r: Reader::new(&self.bytes[2..], "field list"),
+            left: self.count,
+        }
+    }
+
+    pub fn get(&self, fid: i16) -> Option<Value<'a>> {
+        self.iter().find(|(f, _)| *f == fid).map(|(_, v)| v)
+    }
+}
+
+impl<'a> IntoIterator for FieldList<'a> {
+    type Item = (i16, Value<'a>);
+    type IntoIter = FieldIter<'a>;
+    fn into_iter(self) -> FieldIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over a validated field list.
+pub struct FieldIter<'a> {
+    r: Reader<'a>,
+    left: u16,
+}
+
+impl<'a> Iterator for FieldIter<'a> {
+    type Item = (i16, Value<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // The list was validated when it was built, so these cannot fail.
+        let fid = self.r.i16().ok()?;
+        let value = decode_value(fid, &mut self.r).ok()?;
+        Some((fid, value))
+    }
+}
+
+/// Iterator yielding each field's id and its encoded tag+value bytes.
+pub struct RawFieldIter<'a> {
+    r: Reader<'a>,
+    left: u16,
+}
+
+impl<'a> Iterator for RawFieldIter<'a> {
+    type Item = (i16, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let fid = self.r.i16().ok()?;
+        let before = self.r.rest();
+        decode_value(fid, &mut self.r).ok()?;
+        let used = before.len() - self.r.remaining();
+        Some((fid, &before[..used]))
+    }
+}
+
+/// Builds an encoded field list in a caller-owned buffer (no allocation once the buffer
+/// has grown to size).
+pub struct FieldListWriter<'b> {
+    out: &'b mut Vec<u8>,
+    count_at: usize,
+    count: u16,
+}
+
+impl<'b> FieldListWriter<'b> {
+    pub fn new(out: &'b mut Vec<u8>) -> Self {
+        let count_at = out.len();
+        out.extend_from_slice(&[0, 0]);
+        FieldListWriter {
+            out,
+            count_at,
+            count: 0,
+        }
+    }
+
+    /// Appends a field. A field list holds at most 65,535 fields; past that, fields are
+    /// refused and `false` is returned.
+    pub fn push(&mut self, fid: i16, value: Value<'_>) -> bool {
+        if self.count == u16::MAX {
+            return false;
+        }
+        self.out.extend_from_slice(&fid.to_be_bytes());
+        value.encode(self.out);
+        self.count += 1;
+        true
+    }
+
+    /// Appends a field from its already-encoded tag+value bytes.
+    pub fn push_raw(&mut self, fid: i16, encoded_value: &[u8]) -> bool {
+        if self.count == u16::MAX {
+            return false;
+        }
+        self.out.extend_from_slice(&fid.to_be_bytes());
+        self.out.extend_from_slice(encoded_value);
+        self.count += 1;
+        true
+    }
+
+    pub fn count(&self) -> u16 {
+        self.count
+    }
+
+    /// Writes the count; returns the number of fields.
+    pub fn finish(self) -> u16 {
+        self.out[self.count_at..self.count_at + 2].copy_from_slice(&self.count.to_be_bytes());
+        self.count
+    }
+}
+
+/// Encodes a field list from pairs into a new vector (convenience for tests and tools).
+pub fn encode_field_list<'v>(fields: impl IntoIterator<Item = (i16, Value<'v>)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = FieldListWriter::new(&mut out);
+    for (fid, v) in fields {
+        w.push(fid, v);
+    }
+    w.finish();
+    out
+}

@@ -1,0 +1,704 @@
+//! Messages and their encoding.
+//!
+//! Each message is `u8 type`, `u16 body length`, then the body. Messages that belong to a
+//! stream (request, refresh, update, status, close) start their body with the `u32`
+//! stream id, so a node can re-address an encoded message to another stream by rewriting
+//! four bytes and copying the rest (see [`write_readdressed`]).
+
+use crate::field::FieldList;
+use crate::wire::{put_str16, put_u16, put_u32, put_u64, Reader};
+use crate::{DecodeError, EncodeError};
+
+/// Protocol versions this implementation speaks.
+pub const PROTOCOL_VERSION_MIN: u16 = 1;
+pub const PROTOCOL_VERSION_MAX: u16 = 1;
+
+/// Bytes before a message body: type and body length.
+pub const MESSAGE_HEADER_LEN: usize = 3;
+/// Largest message body.
+pub const MAX_MESSAGE_BODY: usize = u16::MAX as usize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MessageType {
+    Login = 1,
+    Welcome = 2,
+    Directory = 3,
+    Request = 4,
+    Refresh = 5,
+    Update = 6,
+    Status = 7,
+    Close = 8,
+    Ping = 9,
+    Pong = 10,
+}
+
+impl MessageType {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => MessageType::Login,
+            2 => MessageType::Welcome,
+            3 => MessageType::Directory,
+            4 => MessageType::Request,
+            5 => MessageType::Refresh,
+            6 => MessageType::Update,
+            7 => MessageType::Status,
+            8 => MessageType::Close,
+            9 => MessageType::Ping,
+            10 => MessageType::Pong,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Role {
+    Subscriber = 1,
+    Publisher = 2,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StreamState {
+    Open = 1,
+    Closed = 2,
+    ClosedRecover = 3,
+}
+
+impl StreamState {
+    pub fn name(self) -> &'static str {
+        match self {
+            StreamState::Open => "open",
+            StreamState::Closed => "closed",
+            StreamState::ClosedRecover => "closed-recover",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DataState {
+    Ok = 1,
+    Suspect = 2,
+}
+
+impl DataState {
+    pub fn name(self) -> &'static str {
+        match self {
+            DataState::Ok => "ok",
+            DataState::Suspect => "suspect",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum UpdateType {
+    Other = 0,
+    Quote = 1,
+    Trade = 2,
+}
+
+impl UpdateType {
+    pub fn name(self) -> &'static str {
+        match self {
+            UpdateType::Other => "other",
+            UpdateType::Quote => "quote",
+            UpdateType::Trade => "trade",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ServiceState {
+    Down = 0,
+    Up = 1,
+}
+
+/// Status codes carried in [`State::code`]. The text says the rest.
+pub mod code {
+    pub const NONE: u16 = 0;
+    pub const NOT_FOUND: u16 = 1;
+    pub const SERVICE_DOWN: u16 = 2;
+    pub const TOO_MANY_STREAMS: u16 = 3;
+    pub const MALFORMED: u16 = 4;
+    pub const LOGIN_REJECTED: u16 = 5;
+    pub const TIMEOUT: u16 = 6;
+    pub const SHUTDOWN: u16 = 7;
+    pub const SLOW_CONSUMER: u16 = 8;
+    pub const TOO_MANY_CONNECTIONS: u16 = 9;
+    pub const PROTOCOL: u16 = 10;
+    pub const STREAM_IN_USE: u16 = 11;
+    pub const PUBLISHER_GONE: u16 = 12;
+}
+
+/// Stream state, data state, a code and a human-readable reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State<'a> {
+    pub stream: StreamState,
+    pub data: DataState,
+    pub code: u16,
+    pub text: &'a str,
+}
+
+impl State<'static> {
+    pub const OPEN_OK: State<'static> = State {
+        stream: StreamState::Open,
+        data: DataState::Ok,
+        code: code::NONE,
+        text: "",
+    };
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Login<'a> {
+    pub version_min: u16,
+    pub version_max: u16,
+    pub role: Role,
+    pub application: &'a str,
+    pub user: &'a str,
+    pub token: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcome<'a> {
+    pub version: u16,
+    /// Each side sends something (a ping when idle) at least this often.
+    pub heartbeat_ms: u32,
+    pub max_frame: u32,
+    pub max_streams: u32,
+    pub max_output_bytes: u32,
+    pub node_name: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceEntry<'a> {
+    pub name: &'a str,
+    pub state: ServiceState,
+    /// The publisher answers requests for items it has not published yet.
+    pub interactive: bool,
+    pub item_count: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Directory<'a> {
+    pub services: Vec<ServiceEntry<'a>>,
+}
+
+/// A list of field ids (a view), kept encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FidList<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> FidList<'a> {
+    pub fn iter(&self) -> impl Iterator<Item = i16> + 'a {
+        self.bytes
+            .chunks_exact(2)
+            .map(|c| i16::from_be_bytes([c[0], c[1]]))
+    }
+    pub fn len(&self) -> usize {
+        self.bytes.len() / 2
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum View<'a> {
+    Encoded(FidList<'a>),
+    Fids(&'a [i16]),
+}
+
+impl View<'_> {
+    pub fn fids(&self) -> Vec<i16> {
+        match self {
+            View::Encoded(l) => l.iter().collect(),
+            View::Fids(f) => f.to_vec(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub stream_id: u32,
+    /// false: snapshot (one refresh, then the stream closes).
+    pub streaming: bool,
+    pub service: &'a str,
+    pub name: &'a str,
+    pub view: Option<View<'a>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refresh<'a> {
+    pub stream_id: u32,
+    pub seq: u32,
+    /// Last part of a (possibly multi-part) image.
+    pub complete: bool,
+    /// An answer to a request, as opposed to an unsolicited re-image.
+    pub solicited: bool,
+    /// Replace the cached image instead of merging into it (set on the first part).
+    pub clear_cache: bool,
+    pub state: State<'a>,
+    pub service: &'a str,
+    pub name: &'a str,
+    pub fields: FieldList<'a>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update<'a> {
+    pub stream_id: u32,
+    pub seq: u32,
+    pub update_type: UpdateType,
+    /// Never merge this update with another (trades, typically).
+    pub do_not_conflate: bool,
+    /// How many publisher updates this one stands for (1 unless conflated).
+    pub conflation_count: u16,
+    pub fields: FieldList<'a>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status<'a> {
+    /// 0 for connection-level status (login rejected, disconnect reason).
+    pub stream_id: u32,
+    pub state: State<'a>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message<'a> {
+    Login(Login<'a>),
+    Welcome(Welcome<'a>),
+    Directory(Directory<'a>),
+    Request(Request<'a>),
+    Refresh(Refresh<'a>),
+    Update(Update<'a>),
+    Status(Status<'a>),
+    Close { stream_id: u32 },
+    Ping(u64),
+    Pong(u64),
+}
+
+const REQ_STREAMING: u8 = 1;
+const REQ_VIEW: u8 = 2;
+const REF_COMPLETE: u8 = 1;
+const REF_SOLICITED: u8 = 2;
+const REF_CLEAR: u8 = 4;
+const UPD_DO_NOT_CONFLATE: u8 = 1;
+
+/// Largest number of field ids in a view.
+pub const MAX_VIEW_FIDS: usize = 1024;
+
+fn stream_state(v: u8) -> Result<StreamState, DecodeError> {
+    Ok(match v {
+        1 => StreamState::Open,
+        2 => StreamState::Closed,
+        3 => StreamState::ClosedRecover,
+        _ => {
+            return Err(DecodeError::InvalidValue {
+                what: "stream state",
+                value: v as u64,
+            })
+        }
+    })
+}
+
+fn data_state(v: u8) -> Result<DataState, DecodeError> {
+    Ok(match v {
+        1 => DataState::Ok,
+        2 => DataState::Suspect,
+        _ => {
+            return Err(DecodeError::InvalidValue {
+                what: "data state",
+                value: v as u64,
+            })
+        }
+    })
+}
+
+fn read_state<'a>(r: &mut Reader<'a>) -> Result<State<'a>, DecodeError> {
+    Ok(State {
+        stream: stream_state(r.u8()?)?,
+        data: data_state(r.u8()?)?,
+        code: r.u16()?,
+        text: r.str16("status text")?,
+    })
+}
+
+fn write_state(out: &mut Vec<u8>, s: &State<'_>) -> Result<(), EncodeError> {
+    out.push(s.stream as u8);
+    out.push(s.data as u8);
+    put_u16(out, s.code);
+    put_str16(out, s.text, "status text")
+}
+
+fn check_flags(flags: u8, known: u8, what: &'static str) -> Result<(), DecodeError> {
+    if flags & !known != 0 {
+        return Err(DecodeError::InvalidValue {
+            what,
+            value: flags as u64,
+        });
+    }
+    Ok(())
+}
+
+impl<'a> Message<'a> {
+    pub fn message_type(&self) -> MessageType {
+        match self {
+            Message::Login(_) => MessageType::Login,
+            Message::Welcome(_) => MessageType::Welcome,
+            Message::Directory(_) => MessageType::Directory,
+            Message::Request(_) => MessageType::Request,
+            Message::Refresh(_) => MessageType::Refresh,
+            Message::Update(_) => MessageType::Update,
+            Message::Status(_) => MessageType::Status,
+            Message::Close { .. } => MessageType::Close,
+            Message::Ping(_) => MessageType::Ping,
+            Message::Pong(_) => MessageType::Pong,
+        }
+    }
+
+    /// Decodes one message body of the given type; the body must be consumed exactly.
+    pub fn decode_body(ty: u8, body: &'a [u8]) -> Result<Message<'a>, DecodeError> {
+        let ty = MessageType::from_u8(ty).ok_or(DecodeError::UnknownMessageType(ty))?;
+        let mut r = Reader::new(body, "message body");
+        let msg = match ty {
+            MessageType::Login => {
+                let version_min = r.u16()?;
+                let version_max = r.u16()?;
+                let role = match r.u8()? {
+                    1 => Role::Subscriber,
+                    2 => Role::Publisher,
+                    v => {
+                        return Err(DecodeError::InvalidValue {
+                            what: "role",
+                            value: v as u64,
+                        })
+                    }
+                };
+                Message::Login(Login {
+                    version_min,
+                    version_max,
+                    role,
+                    application: r.str16("application name")?,
+                    user: r.str16("user")?,
+                    token: r.str16("token")?,
+                })
+            }
+            MessageType::Welcome => Message::Welcome(Welcome {
+                version: r.u16()?,
+                heartbeat_ms: r.u32()?,
+                max_frame: r.u32()?,
+                max_streams: r.u32()?,
+                max_output_bytes: r.u32()?,
+                node_name: r.str16("node name")?,
+            }),
+            MessageType::Directory => {
+                let n = r.u16()?;
+                let mut services = Vec::with_capacity((n as usize).min(r.remaining() / 8));
+                for _ in 0..n {
+                    let name = r.str16("service name")?;
+                    let state = match r.u8()? {
+                        0 => ServiceState::Down,
+                        1 => ServiceState::Up,
+                        v => {
+                            return Err(DecodeError::InvalidValue {
+                                what: "service state",
+                                value: v as u64,
+                            })
+                        }
+                    };
+                    let flags = r.u8()?;
+                    check_flags(flags, 1, "service flags")?;
+                    services.push(ServiceEntry {
+                        name,
+                        state,
+                        interactive: flags & 1 != 0,
+                        item_count: r.u32()?,
+                    });
+                }
+                Message::Directory(Directory { services })
+            }
+            MessageType::Request => {
+                let stream_id = r.u32()?;
+                let flags = r.u8()?;
+                check_flags(flags, REQ_STREAMING | REQ_VIEW, "request flags")?;
+                let service = r.str16("service name")?;
+                let name = r.str16("item name")?;
+                let view = if flags & REQ_VIEW != 0 {
+                    let n = r.u16()? as usize;
+                    if n > MAX_VIEW_FIDS {
+                        return Err(DecodeError::InvalidValue {
+                            what: "view length",
+                            value: n as u64,
+                        });
+                    }
+                    Some(View::Encoded(FidList {
+                        bytes: r.bytes(n * 2)?,
+                    }))
+                } else {
+                    None
+                };
+                Message::Request(Request {
+                    stream_id,
+                    streaming: flags & REQ_STREAMING != 0,
+                    service,
+                    name,
+                    view,
+                })
+            }
+            MessageType::Refresh => {
+                let stream_id = r.u32()?;
+                let seq = r.u32()?;
+                let flags = r.u8()?;
+                check_flags(
+                    flags,
+                    REF_COMPLETE | REF_SOLICITED | REF_CLEAR,
+                    "refresh flags",
+                )?;
+                let state = read_state(&mut r)?;
+                let service = r.str16("service name")?;
+                let name = r.str16("item name")?;
+                let fields = FieldList::decode_prefix(&mut r)?;
+                Message::Refresh(Refresh {
+                    stream_id,
+                    seq,
+                    complete: flags & REF_COMPLETE != 0,
+                    solicited: flags & REF_SOLICITED != 0,
+                    clear_cache: flags & REF_CLEAR != 0,
+                    state,
+                    service,
+                    name,
+                    fields,
+                })
+            }
+            MessageType::Update => {
+                let stream_id = r.u32()?;
+                let seq = r.u32()?;
+                let update_type = match r.u8()? {
+                    0 => UpdateType::Other,
+                    1 => UpdateType::Quote,
+                    2 => UpdateType::Trade,
+                    v => {
+                        return Err(DecodeError::InvalidValue {
+                            what: "update type",
+                            value: v as u64,
+                        })
+                    }
+                };
+                let flags = r.u8()?;
+                check_flags(flags, UPD_DO_NOT_CONFLATE, "update flags")?;
+                let conflation_count = r.u16()?;
+                let fields = FieldList::decode_prefix(&mut r)?;
+                Message::Update(Update {
+                    stream_id,
+                    seq,
+                    update_type,
+                    do_not_conflate: flags & UPD_DO_NOT_CONFLATE != 0,
+                    conflation_count,
+                    fields,
+                })
+            }
+            MessageType::Status => Message::Status(Status {
+                stream_id: r.u32()?,
+                state: read_state(&mut r)?,
+            }),
+            MessageType::Close => Message::Close {
+                stream_id: r.u32()?,
+            },
+            MessageType::Ping => Message::Ping(r.u64()?),
+            MessageType::Pong => Message::Pong(r.u64()?),
+        };
+        r.finish()?;
+        Ok(msg)
+    }
+
+    /// Appends the encoded message (header included) to `out`. On error `out` is left as
+    /// it was.
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let start = out.len();
+        out.push(self.message_type() as u8);
+        out.extend_from_slice(&[0, 0]);
+        let res = self.encode_body(out);
+        let body_len = out.len() - start - MESSAGE_HEADER_LEN;
+        let res = match res {
+            Ok(()) if body_len > MAX_MESSAGE_BODY => Err(EncodeError::TooLong {
+                what: "message body",
+                len: body_len,
+                max: MAX_MESSAGE_BODY,
+            }),
+            other => other,
+        };
+        match res {
+            Ok(()) => {
+                out[start + 1..start + 3].copy_from_slice(&(body_len as u16).to_be_bytes());
+                Ok(())
+            }
+            Err(e) => {
+                out.truncate(start);
+                Err(e)
+            }
+        }
+    }
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        match self {
+            Message::Login(m) => {
+                put_u16(out, m.version_min);
+                put_u16(out, m.version_max);
+                out.push(m.role as u8);
+                put_str16(out, m.application, "application name")?;
+                put_str16(out, m.user, "user")?;
+                put_str16(out, m.token, "token")?;
+            }
+            Message::Welcome(m) => {
+                put_u16(out, m.version);
+                put_u32(out, m.heartbeat_ms);
+                put_u32(out, m.max_frame);
+                put_u32(out, m.max_streams);
+                put_u32(out, m.max_output_bytes);
+                put_str16(out, m.node_name, "node name")?;
+            }
+            Message::Directory(d) => {
+                if d.services.len() > u16::MAX as usize {
+                    return Err(EncodeError::TooLong {
+                        what: "service list",
+                        len: d.services.len(),
+                        max: u16::MAX as usize,
+                    });
+                }
+                put_u16(out, d.services.len() as u16);
+                for s in &d.services {
+                    put_str16(out, s.name, "service name")?;
+                    out.push(s.state as u8);
+                    out.push(s.interactive as u8);
+                    put_u32(out, s.item_count);
+                }
+            }
+            Message::Request(m) => {
+                put_u32(out, m.stream_id);
+                let mut flags = 0;
+                if m.streaming {
+                    flags |= REQ_STREAMING;
+                }
+                if m.view.is_some() {
+                    flags |= REQ_VIEW;
+                }
+                out.push(flags);
+                put_str16(out, m.service, "service name")?;
+                put_str16(out, m.name, "item name")?;
+                if let Some(view) = &m.view {
+                    let fids = view.fids();
+                    if fids.len() > MAX_VIEW_FIDS {
+                        return Err(EncodeError::TooLong {
+                            what: "view",
+                            len: fids.len(),
+                            max: MAX_VIEW_FIDS,
+                        });
+                    }
+                    put_u16(out, fids.len() as u16);
+                    for f in fids {
+                        out.extend_from_slice(&f.to_be_bytes());
+                    }
+                }
+            }
+            Message::Refresh(m) => {
+                put_u32(out, m.stream_id);
+                put_u32(out, m.seq);
+                let mut flags = 0;
+                if m.complete {
+                    flags |= REF_COMPLETE;
+                }
+                if m.solicited {
+                    flags |= REF_SOLICITED;
+                }
+                if m.clear_cache {
+                    flags |= REF_CLEAR;
+                }
+                out.push(flags);
+                write_state(out, &m.state)?;
+                put_str16(out, m.service, "service name")?;
+                put_str16(out, m.name, "item name")?;
+                out.extend_from_slice(m.fields.as_bytes());
+            }
+            Message::Update(m) => {
+                put_u32(out, m.stream_id);
+                put_u32(out, m.seq);
+                out.push(m.update_type as u8);
+                out.push(if m.do_not_conflate {
+                    UPD_DO_NOT_CONFLATE
+                } else {
+                    0
+                });
+                put_u16(out, m.conflation_count);
+                out.extend_from_slice(m.fields.as_bytes());
+            }
+            Message::Status(m) => {
+                put_u32(out, m.stream_id);
+                write_state(out, &m.state)?;
+            }
+            Message::Close { stream_id } => put_u32(out, *stream_id),
+            Message::Ping(v) | Message::Pong(v) => put_u64(out, *v),
+        }
+        Ok(())
+    }
+}
+
+/// Iterates the messages packed in one frame payload.
+pub struct MessageIter<'a> {
+    r: Reader<'a>,
+    failed: bool,
+}
+
+impl<'a> MessageIter<'a> {
+    pub fn new(payload: &'a [u8]) -> Self {
+        MessageIter {
+            r: Reader::new(payload, "frame payload"),
+            failed: false,
+        }
+    }
+}
+
+/// One message as it appeared on the wire: its decoded form and its encoded bytes
+/// (header included), so it can be forwarded without re-encoding.
+pub struct RawMessage<'a> {
+    pub message: Message<'a>,
+    pub encoded: &'a [u8],
+}
+
+impl<'a> Iterator for MessageIter<'a> {
+    type Item = Result<RawMessage<'a>, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.r.is_empty() {
+            return None;
+        }
+        let start = self.r.rest();
+        let res = (|| {
+            let ty = self.r.u8()?;
+            let len = self.r.u16()? as usize;
+            let body = self.r.bytes(len)?;
+            let message = Message::decode_body(ty, body)?;
+            Ok(RawMessage {
+                message,
+                encoded: &start[..MESSAGE_HEADER_LEN + len],
+            })
+        })();
+        if res.is_err() {
+            self.failed = true;
+        }
+        Some(res)
+    }
+}
+
+/// Appends `encoded` (a whole stream-scoped message as found by [`MessageIter`]) to
+/// `out`, with its stream id replaced by `stream_id`. This is how one encoded update is
+/// shared by every subscriber: only the four id bytes differ.
+pub fn write_readdressed(out: &mut Vec<u8>, encoded: &[u8], stream_id: u32) {
+    debug_assert!(encoded.len() >= MESSAGE_HEADER_LEN + 4);
+    out.extend_from_slice(&encoded[..MESSAGE_HEADER_LEN]);
+    out.extend_from_slice(&stream_id.to_be_bytes());
+    out.extend_from_slice(&encoded[MESSAGE_HEADER_LEN + 4..]);
+}

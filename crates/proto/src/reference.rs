@@ -1,0 +1,71 @@
+//! The reference Level 1 update used by the performance lab and the demo feed: a quote
+//! and last trade with sizes, volume, time of the event and the latency timestamp
+//! TIM_TRK_1. docs/PROTOCOL.md gives its size on the wire.
+
+use crate::dictionary::fid;
+use crate::field::{FieldListWriter, Real, Time, Value};
+
+/// One Level 1 quote-and-trade record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Level1 {
+    /// Prices in 1/10,000 (exponent -4).
+    pub bid: i64,
+    pub ask: i64,
+    pub last: i64,
+    pub net_change: i64,
+    pub bid_size: u64,
+    pub ask_size: u64,
+    pub trade_volume: u64,
+    pub total_volume: u64,
+    pub time_of_day: Time,
+    /// Nanoseconds since the Unix epoch: when the publisher meant to send this update.
+    pub send_time_ns: u64,
+}
+
+/// Writes the reference update field list (10 fields).
+pub fn write_level1(out: &mut Vec<u8>, q: &Level1) {
+    let mut w = FieldListWriter::new(out);
+    w.push(fid::BID, Value::Real(Real::new(q.bid, -4)));
+    w.push(fid::ASK, Value::Real(Real::new(q.ask, -4)));
+    w.push(fid::BIDSIZE, Value::UInt(q.bid_size));
+    w.push(fid::ASKSIZE, Value::UInt(q.ask_size));
+    w.push(fid::TRDPRC_1, Value::Real(Real::new(q.last, -4)));
+    w.push(fid::NETCHNG_1, Value::Real(Real::new(q.net_change, -4)));
+    w.push(fid::TRDVOL_1, Value::UInt(q.trade_volume));
+    w.push(fid::ACVOL_1, Value::UInt(q.total_volume));
+    w.push(fid::TIMACT, Value::Time(q.time_of_day));
+    w.push(fid::TIM_TRK_1, Value::UInt(q.send_time_ns));
+    w.finish();
+}
+
+/// A typical record (a 100-dollar stock at midday) used to state the reference size.
+pub fn typical() -> Level1 {
+    Level1 {
+        bid: 1_000_125,
+        ask: 1_000_250,
+        last: 1_000_200,
+        net_change: -1_275,
+        bid_size: 1_200,
+        ask_size: 800,
+        trade_volume: 25_000,
+        total_volume: 4_512_300,
+        time_of_day: Time::from_hms_nanos(12, 30, 15, 123_456_789),
+        send_time_ns: 1_795_000_000_000_000_000,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::field::FieldList;
+
+    #[test]
+    fn reference_update_size() {
+        let mut out = Vec::new();
+        write_level1(&mut out, &typical());
+        let list = FieldList::decode(&out).unwrap();
+        assert_eq!(list.len(), 10);
+        // docs/PROTOCOL.md states this number; keep them in step.
+        assert_eq!(out.len(), 74, "reference field list is {} bytes", out.len());
+    }
+}

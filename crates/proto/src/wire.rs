@@ -1,0 +1,200 @@
+//! Byte-level helpers: a bounds-checked reader and varint / zigzag coding.
+//! Everything on the wire is big-endian.
+
+use crate::DecodeError;
+
+/// A cursor over a byte slice whose every read is bounds-checked.
+#[derive(Debug, Clone, Copy)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8], what: &'static str) -> Self {
+        Reader { buf, what }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn rest(&self) -> &'a [u8] {
+        self.buf
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.buf.len() < n {
+            return Err(DecodeError::Truncated {
+                what: self.what,
+                need: n,
+                have: self.buf.len(),
+            });
+        }
+        let (head, tail) = self.buf.split_at(n);
+        self.buf = tail;
+        Ok(head)
+    }
+
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.bytes(1)?[0])
+    }
+
+    pub fn u16(&mut self) -> Result<u16, DecodeError> {
+        let b = self.bytes(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    pub fn i16(&mut self) -> Result<i16, DecodeError> {
+        Ok(self.u16()? as i16)
+    }
+
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
+        let b = self.bytes(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub fn u64(&mut self) -> Result<u64, DecodeError> {
+        let b = self.bytes(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_be_bytes(a))
+    }
+
+    /// LEB128 unsigned varint, at most 10 bytes.
+    pub fn varint(&mut self) -> Result<u64, DecodeError> {
+        let mut value: u64 = 0;
+        for i in 0..10 {
+            let byte = self.u8()?;
+            let low = (byte & 0x7f) as u64;
+            if i == 9 && low > 1 {
+                return Err(DecodeError::VarintOverflow);
+            }
+            value |= low << (7 * i);
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(DecodeError::VarintOverflow)
+    }
+
+    /// A UTF-8 string prefixed by a u16 length.
+    pub fn str16(&mut self, what: &'static str) -> Result<&'a str, DecodeError> {
+        let len = self.u16()? as usize;
+        let bytes = self.bytes(len)?;
+        std::str::from_utf8(bytes).map_err(|_| DecodeError::InvalidUtf8(what))
+    }
+
+    /// Fails if any byte is left: every message body must be consumed exactly.
+    pub fn finish(self) -> Result<(), DecodeError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::TrailingBytes {
+                what: self.what,
+                trailing: self.buf.len(),
+            })
+        }
+    }
+}
+
+pub fn put_u16(out: &mut Vec<u8>, v: u16) {
+    out.extend_from_slice(&v.to_be_bytes());
+}
+
+pub fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_be_bytes());
+}
+
+pub fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_be_bytes());
+}
+
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    let mut tmp = [0u8; 10];
+    let mut n = 0;
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            tmp[n] = byte;
+            n += 1;
+            break;
+        }
+        tmp[n] = byte | 0x80;
+        n += 1;
+    }
+    out.extend_from_slice(&tmp[..n]);
+}
+
+/// Number of bytes `put_varint` writes for `v`.
+pub fn varint_len(v: u64) -> usize {
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}
+
+pub fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+pub fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// Writes a u16-length-prefixed string, refusing strings longer than 65,535 bytes.
+pub fn put_str16(out: &mut Vec<u8>, s: &str, what: &'static str) -> Result<(), crate::EncodeError> {
+    let len = s.len();
+    if len > u16::MAX as usize {
+        return Err(crate::EncodeError::TooLong {
+            what,
+            len,
+            max: u16::MAX as usize,
+        });
+    }
+    put_u16(out, len as u16);
+    out.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn varint_round_trips(v in any::<u64>()) {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            prop_assert_eq!(out.len(), varint_len(v));
+            let mut r = Reader::new(&out, "test");
+            prop_assert_eq!(r.varint().unwrap(), v);
+            prop_assert!(r.is_empty());
+        }
+
+        #[test]
+        fn zigzag_round_trips(v in any::<i64>()) {
+            prop_assert_eq!(unzigzag(zigzag(v)), v);
+        }
+    }
+
+    #[test]
+    fn overlong_varint_is_rejected() {
+        let bytes = [0xffu8; 11];
+        assert_eq!(
+            Reader::new(&bytes, "t").varint(),
+            Err(DecodeError::VarintOverflow)
+        );
+        // Ten bytes whose last carries more than the one bit left of a u64.
+        let mut bytes = [0xffu8; 10];
+        bytes[9] = 0x02;
+        assert_eq!(
+            Reader::new(&bytes, "t").varint(),
+            Err(DecodeError::VarintOverflow)
+        );
+    }
+}
