@@ -1,1 +1,1345 @@
+//! Tickwire node logic as a sans-IO state machine.
+//!
+//! [`Node`] owns the item table, the last-value cache, subscriptions, fan-out, service
+//! state, heartbeats and limits. It never touches a socket, a thread or the clock: the
+//! caller feeds it connection events and received frames with the current time, and
+//! drains, per connection, the bytes to send ([`Node::output`]) and the list of
+//! connections to close ([`Node::take_closing`]). The `tickwire-node` crate drives it
+//! with real sockets; the tests here drive it in memory on a fake clock.
+//!
+//! Hot path (a publisher's update): one hash lookup of the publisher's stream id to an
+//! item handle, an in-place merge into the cached image, then for each subscriber a
+//! copy of the already-encoded update with its stream id rewritten, appended to that
+//! subscriber's frame buffer. No allocation, no lock, no syscall per message.
 
+mod items;
+
+use items::{Item, ItemHandle, ItemTable, SubEntry};
+use log::{info, warn};
+use rustc_hash::FxHashMap;
+use std::time::{Duration, Instant};
+use tickwire_proto::frame::FrameWriter;
+use tickwire_proto::message::write_readdressed;
+use tickwire_proto::{
+    code, DataState, DecodeError, Directory, FieldList, FieldListWriter, Login, Message,
+    MessageIter, Refresh, Request, Role, ServiceEntry, ServiceState, State, Status, StreamState,
+    Update, View, Welcome, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+};
+
+/// Index of a connection inside the node; reused after [`Node::on_disconnect`].
+pub type ConnId = usize;
+
+/// Limits enforced per connection.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest frame payload accepted and sent.
+    pub max_frame: usize,
+    /// Open item streams per subscriber connection.
+    pub max_streams_per_connection: usize,
+    /// Bytes queued for one connection before it is treated as a slow consumer.
+    pub max_output_bytes: usize,
+    /// Each side sends at least this often; a peer silent for 3 intervals is dropped.
+    pub heartbeat: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame: tickwire_proto::DEFAULT_MAX_FRAME,
+            max_streams_per_connection: 200_000,
+            max_output_bytes: 8 * 1024 * 1024,
+            heartbeat: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    pub node_name: String,
+    /// Last-value cache on (true) or pass-through (false).
+    pub cache: bool,
+    pub limits: Limits,
+    /// When set, every login must carry this token.
+    pub login_token: Option<String>,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        CoreConfig {
+            node_name: "tickwire".into(),
+            cache: true,
+            limits: Limits::default(),
+            login_token: None,
+        }
+    }
+}
+
+/// Counters kept by the node (single-threaded, so plain integers).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub connections_accepted: u64,
+    pub logins: u64,
+    pub updates_in: u64,
+    pub updates_out: u64,
+    pub refreshes_in: u64,
+    pub refreshes_out: u64,
+    pub requests: u64,
+    pub malformed_disconnects: u64,
+    pub protocol_disconnects: u64,
+    pub slow_consumer_disconnects: u64,
+    pub heartbeat_timeouts: u64,
+    pub updates_on_unknown_streams: u64,
+}
+
+/// What a connection is, once it has logged in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnRole {
+    AwaitingLogin,
+    Subscriber,
+    Publisher,
+    /// Detached from every item; only its pending output is still flushed.
+    Closing,
+}
+
+struct Conn {
+    role: ConnRole,
+    peer: String,
+    user: String,
+    application: String,
+    out: FrameWriter,
+    last_rx: Instant,
+    last_tx: Instant,
+    dirty: bool,
+    /// Subscriber: stream id -> item.
+    sub_streams: FxHashMap<u32, ItemHandle>,
+    /// Publisher: stream id -> item.
+    pub_streams: FxHashMap<u32, ItemHandle>,
+    /// Publisher: the services it announced.
+    services: Vec<usize>,
+}
+
+struct Service {
+    name: String,
+    publisher: Option<ConnId>,
+    interactive: bool,
+    items: FxHashMap<Box<str>, ItemHandle>,
+}
+
+/// First stream id the node assigns on a publisher connection. Publishers choose ids
+/// below it for the items they push; ids from here up are the node's requests.
+pub const NODE_STREAM_BASE: u32 = 0x8000_0000;
+
+pub struct Node {
+    cfg: CoreConfig,
+    conns: Vec<Option<Conn>>,
+    free_conns: Vec<ConnId>,
+    items: ItemTable,
+    services: Vec<Service>,
+    service_by_name: FxHashMap<String, usize>,
+    dirty: Vec<ConnId>,
+    closing: Vec<ConnId>,
+    /// Subscribers whose output passed the limit while a frame was processed.
+    overflowed: Vec<ConnId>,
+    next_node_stream: u32,
+    scratch: Vec<u8>,
+    now: Instant,
+    stats: Stats,
+    shutting_down: bool,
+}
+
+/// How a stream-level failure is reported to a subscriber.
+fn closed(code: u16, text: &str) -> State<'_> {
+    State {
+        stream: StreamState::Closed,
+        data: DataState::Suspect,
+        code,
+        text,
+    }
+}
+
+impl Node {
+    pub fn new(cfg: CoreConfig, now: Instant) -> Self {
+        Node {
+            cfg,
+            conns: Vec::new(),
+            free_conns: Vec::new(),
+            items: ItemTable::default(),
+            services: Vec::new(),
+            service_by_name: FxHashMap::default(),
+            dirty: Vec::new(),
+            closing: Vec::new(),
+            overflowed: Vec::new(),
+            next_node_stream: NODE_STREAM_BASE,
+            scratch: Vec::with_capacity(64 * 1024),
+            now,
+            stats: Stats::default(),
+            shutting_down: false,
+        }
+    }
+
+    pub fn config(&self) -> &CoreConfig {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Connections currently held (any role, closing ones included).
+    pub fn connection_count(&self) -> usize {
+        self.conns.len() - self.free_conns.len()
+    }
+
+    pub fn item_count(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The cached image of an item as an encoded field list, if the node has one.
+    pub fn cached_image(&self, service: &str, name: &str) -> Option<Vec<u8>> {
+        let s = self.service_by_name.get(service)?;
+        let h = *self.services[*s].items.get(name)?;
+        let item = self.items.get(h)?;
+        item.complete.then(|| item.image.to_field_list_bytes())
+    }
+
+    /// A new connection from `peer` (a description for logs, e.g. its address).
+    pub fn connect(&mut self, peer: &str, now: Instant) -> ConnId {
+        self.now = now;
+        self.stats.connections_accepted += 1;
+        let conn = Conn {
+            role: ConnRole::AwaitingLogin,
+            peer: peer.to_string(),
+            user: String::new(),
+            application: String::new(),
+            out: FrameWriter::new(self.cfg.limits.max_frame),
+            last_rx: now,
+            last_tx: now,
+            dirty: false,
+            sub_streams: FxHashMap::default(),
+            pub_streams: FxHashMap::default(),
+            services: Vec::new(),
+        };
+        if let Some(id) = self.free_conns.pop() {
+            self.conns[id] = Some(conn);
+            id
+        } else {
+            self.conns.push(Some(conn));
+            self.conns.len() - 1
+        }
+    }
+
+    /// Bytes waiting to be sent on `conn` (seal before writing: use `sealed_bytes`).
+    pub fn output(&mut self, conn: ConnId) -> Option<&mut FrameWriter> {
+        self.conns.get_mut(conn)?.as_mut().map(|c| &mut c.out)
+    }
+
+    /// Moves the ids of connections with new output into `into` (cleared first).
+    pub fn take_dirty(&mut self, into: &mut Vec<ConnId>) {
+        into.clear();
+        std::mem::swap(into, &mut self.dirty);
+        for &c in into.iter() {
+            if let Some(conn) = self.conns.get_mut(c).and_then(|c| c.as_mut()) {
+                conn.dirty = false;
+            }
+        }
+    }
+
+    /// Moves the ids of connections the node has finished with into `into`: flush what
+    /// they have pending, close the socket, then call [`Node::on_disconnect`].
+    pub fn take_closing(&mut self, into: &mut Vec<ConnId>) {
+        into.clear();
+        std::mem::swap(into, &mut self.closing);
+    }
+
+    /// The peer's socket is gone (or the caller closed it): forget the connection.
+    pub fn on_disconnect(&mut self, conn: ConnId, now: Instant) {
+        self.now = now;
+        if self.conns.get(conn).is_none_or(|c| c.is_none()) {
+            return;
+        }
+        self.detach(conn, "connection lost");
+        self.conns[conn] = None;
+        self.free_conns.push(conn);
+    }
+
+    /// The connection's bytes could not be framed (bad length prefix): tell it and close.
+    pub fn on_frame_error(&mut self, conn: ConnId, err: &DecodeError, now: Instant) {
+        self.now = now;
+        self.stats.malformed_disconnects += 1;
+        let text = format!("malformed frame: {err}");
+        self.reject(conn, code::MALFORMED, &text);
+    }
+
+    /// Processes one received frame payload.
+    pub fn on_frame(&mut self, conn: ConnId, payload: &[u8], now: Instant) {
+        self.now = now;
+        match self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
+            Some(c) if c.role != ConnRole::Closing => c.last_rx = now,
+            _ => return,
+        }
+        for raw in MessageIter::new(payload) {
+            let raw = match raw {
+                Ok(raw) => raw,
+                Err(err) => {
+                    self.stats.malformed_disconnects += 1;
+                    let text = format!("malformed message: {err}");
+                    self.reject(conn, code::MALFORMED, &text);
+                    break;
+                }
+            };
+            self.on_message(conn, &raw.message, raw.encoded);
+            if self.role(conn) == Some(ConnRole::Closing) {
+                break;
+            }
+        }
+        self.handle_overflows();
+    }
+
+    /// Heartbeats and timeouts. Call at least every quarter heartbeat interval.
+    pub fn on_tick(&mut self, now: Instant) {
+        self.now = now;
+        let hb = self.cfg.limits.heartbeat;
+        let mut timed_out = Vec::new();
+        for (id, slot) in self.conns.iter_mut().enumerate() {
+            let Some(c) = slot else { continue };
+            if c.role == ConnRole::Closing {
+                continue;
+            }
+            if now.saturating_duration_since(c.last_rx) >= hb * 3 {
+                timed_out.push(id);
+                continue;
+            }
+            if c.role != ConnRole::AwaitingLogin && now.saturating_duration_since(c.last_tx) >= hb {
+                let token = now.saturating_duration_since(c.last_rx).as_nanos() as u64;
+                let _ = c.out.push(&Message::Ping(token));
+                c.last_tx = now;
+                if !c.dirty {
+                    c.dirty = true;
+                    self.dirty.push(id);
+                }
+            }
+        }
+        for id in timed_out {
+            self.stats.heartbeat_timeouts += 1;
+            let text = format!(
+                "nothing received for {} ms (3 heartbeat intervals)",
+                (hb * 3).as_millis()
+            );
+            self.reject(id, code::TIMEOUT, &text);
+        }
+    }
+
+    /// Node shutdown: every subscriber stream gets closed-recover, every connection is
+    /// queued for closing. Flush outputs, then exit.
+    pub fn shutdown(&mut self, now: Instant) {
+        self.now = now;
+        self.shutting_down = true;
+        let ids: Vec<ConnId> = (0..self.conns.len())
+            .filter(|&i| self.conns[i].is_some())
+            .collect();
+        for id in ids {
+            let streams: Vec<u32> = self.conns[id]
+                .as_ref()
+                .map(|c| c.sub_streams.keys().copied().collect())
+                .unwrap_or_default();
+            let state = State {
+                stream: StreamState::ClosedRecover,
+                data: DataState::Suspect,
+                code: code::SHUTDOWN,
+                text: "node shutting down",
+            };
+            for sid in streams {
+                self.send(
+                    id,
+                    &Message::Status(Status {
+                        stream_id: sid,
+                        state,
+                    }),
+                );
+            }
+            self.reject(id, code::SHUTDOWN, "node shutting down");
+        }
+    }
+
+    fn role(&self, conn: ConnId) -> Option<ConnRole> {
+        self.conns.get(conn)?.as_ref().map(|c| c.role)
+    }
+
+    fn conn_mut(&mut self, conn: ConnId) -> Option<&mut Conn> {
+        self.conns.get_mut(conn)?.as_mut()
+    }
+
+    /// Queues a message on a connection.
+    fn send(&mut self, conn: ConnId, msg: &Message<'_>) {
+        let now = self.now;
+        let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        if let Err(e) = c.out.push(msg) {
+            warn!("could not encode a message for {}: {e}", c.peer);
+            return;
+        }
+        c.last_tx = now;
+        if !c.dirty {
+            c.dirty = true;
+            self.dirty.push(conn);
+        }
+        if c.role == ConnRole::Subscriber && c.out.pending_len() > self.cfg.limits.max_output_bytes
+        {
+            self.overflowed.push(conn);
+        }
+    }
+
+    /// Sends a connection-level closed status, detaches the connection and queues it
+    /// for closing.
+    fn reject(&mut self, conn: ConnId, code: u16, text: &str) {
+        let Some(role) = self.role(conn) else { return };
+        if role == ConnRole::Closing {
+            return;
+        }
+        if code != code::SHUTDOWN {
+            let peer = self.conns[conn].as_ref().map(|c| c.peer.clone());
+            warn!(
+                "disconnecting {} ({:?}): {text}",
+                peer.unwrap_or_default(),
+                role
+            );
+        }
+        let stream = if code == code::SHUTDOWN {
+            StreamState::ClosedRecover
+        } else {
+            StreamState::Closed
+        };
+        self.send(
+            conn,
+            &Message::Status(Status {
+                stream_id: 0,
+                state: State {
+                    stream,
+                    data: DataState::Suspect,
+                    code,
+                    text,
+                },
+            }),
+        );
+        self.detach(conn, text);
+        if let Some(c) = self.conn_mut(conn) {
+            c.role = ConnRole::Closing;
+        }
+        self.closing.push(conn);
+    }
+
+    /// Removes a connection from every item and service it touches.
+    fn detach(&mut self, conn: ConnId, reason: &str) {
+        let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let role = c.role;
+        c.role = ConnRole::Closing;
+        match role {
+            ConnRole::Subscriber => {
+                let streams: Vec<(u32, ItemHandle)> = c.sub_streams.drain().collect();
+                for (sid, h) in streams {
+                    self.unsubscribe(conn, sid, h);
+                }
+            }
+            ConnRole::Publisher => self.publisher_gone(conn, reason),
+            ConnRole::AwaitingLogin | ConnRole::Closing => {}
+        }
+    }
+
+    fn on_message(&mut self, conn: ConnId, msg: &Message<'_>, encoded: &[u8]) {
+        let Some(role) = self.role(conn) else { return };
+        match (role, msg) {
+            (_, Message::Ping(token)) => self.send(conn, &Message::Pong(*token)),
+            (_, Message::Pong(_)) => {}
+            (ConnRole::AwaitingLogin, Message::Login(login)) => self.on_login(conn, login),
+            (ConnRole::AwaitingLogin, _) => {
+                self.stats.protocol_disconnects += 1;
+                self.reject(
+                    conn,
+                    code::PROTOCOL,
+                    "login required before any other message",
+                );
+            }
+            (ConnRole::Subscriber, Message::Request(req)) => self.on_subscriber_request(conn, req),
+            (ConnRole::Subscriber, Message::Close { stream_id }) => {
+                let h = self
+                    .conn_mut(conn)
+                    .and_then(|c| c.sub_streams.remove(stream_id));
+                if let Some(h) = h {
+                    self.unsubscribe(conn, *stream_id, h);
+                }
+            }
+            (ConnRole::Publisher, Message::Directory(dir)) => {
+                self.on_publisher_directory(conn, dir)
+            }
+            (ConnRole::Publisher, Message::Update(upd)) => {
+                self.on_publisher_update(conn, upd, encoded)
+            }
+            (ConnRole::Publisher, Message::Refresh(r)) => self.on_publisher_refresh(conn, r),
+            (ConnRole::Publisher, Message::Status(s)) => self.on_publisher_status(conn, s),
+            (ConnRole::Closing, _) => {}
+            (_, other) => {
+                self.stats.protocol_disconnects += 1;
+                let text = format!(
+                    "a {} may not send a {:?} message",
+                    if role == ConnRole::Publisher {
+                        "publisher"
+                    } else {
+                        "subscriber"
+                    },
+                    other.message_type()
+                );
+                self.reject(conn, code::PROTOCOL, &text);
+            }
+        }
+    }
+
+    fn on_login(&mut self, conn: ConnId, login: &Login<'_>) {
+        let lo = login.version_min.max(PROTOCOL_VERSION_MIN);
+        let hi = login.version_max.min(PROTOCOL_VERSION_MAX);
+        if lo > hi {
+            let text = format!(
+                "no common protocol version: client speaks {}..={}, node speaks {}..={}",
+                login.version_min, login.version_max, PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX
+            );
+            self.stats.protocol_disconnects += 1;
+            self.reject(conn, code::LOGIN_REJECTED, &text);
+            return;
+        }
+        if let Some(token) = &self.cfg.login_token {
+            if login.token != token {
+                let text = format!("login rejected for user {:?}: bad token", login.user);
+                self.reject(conn, code::LOGIN_REJECTED, &text);
+                return;
+            }
+        }
+        if self.shutting_down {
+            self.reject(conn, code::SHUTDOWN, "node shutting down");
+            return;
+        }
+        self.stats.logins += 1;
+        let limits = self.cfg.limits.clone();
+        let Some(c) = self.conn_mut(conn) else { return };
+        c.role = match login.role {
+            Role::Subscriber => ConnRole::Subscriber,
+            Role::Publisher => ConnRole::Publisher,
+        };
+        c.user = login.user.to_string();
+        c.application = login.application.to_string();
+        info!(
+            "{} logged in as {:?} (user {:?}, application {:?})",
+            c.peer, login.role, c.user, c.application
+        );
+        let welcome = Message::Welcome(Welcome {
+            version: hi,
+            heartbeat_ms: limits.heartbeat.as_millis() as u32,
+            max_frame: limits.max_frame as u32,
+            max_streams: limits.max_streams_per_connection as u32,
+            max_output_bytes: limits.max_output_bytes as u32,
+            node_name: &self.cfg.node_name.clone(),
+        });
+        self.send(conn, &welcome);
+        if login.role == Role::Subscriber {
+            self.send_directory(conn);
+        }
+    }
+
+    fn directory_entries(&self) -> Vec<ServiceEntry<'_>> {
+        self.services
+            .iter()
+            .map(|s| ServiceEntry {
+                name: &s.name,
+                state: if s.publisher.is_some() {
+                    ServiceState::Up
+                } else {
+                    ServiceState::Down
+                },
+                interactive: s.interactive,
+                item_count: s.items.len() as u32,
+            })
+            .collect()
+    }
+
+    fn send_directory(&mut self, conn: ConnId) {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        let _ = Message::Directory(Directory {
+            services: self.directory_entries(),
+        })
+        .encode(&mut buf);
+        if let Some(c) = self.conn_mut(conn) {
+            c.out.push_encoded(&buf);
+        }
+        self.mark_dirty(conn);
+        self.scratch = buf;
+    }
+
+    /// Sends the directory to every subscriber (a service changed state).
+    fn broadcast_directory(&mut self) {
+        let subs: Vec<ConnId> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.as_ref().is_some_and(|c| c.role == ConnRole::Subscriber))
+            .map(|(i, _)| i)
+            .collect();
+        for s in subs {
+            self.send_directory(s);
+        }
+    }
+
+    fn mark_dirty(&mut self, conn: ConnId) {
+        let now = self.now;
+        if let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
+            c.last_tx = now;
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty.push(conn);
+            }
+        }
+    }
+
+    fn on_subscriber_request(&mut self, conn: ConnId, req: &Request<'_>) {
+        self.stats.requests += 1;
+        let sid = req.stream_id;
+        if sid == 0 {
+            self.stats.protocol_disconnects += 1;
+            self.reject(
+                conn,
+                code::PROTOCOL,
+                "stream id 0 is reserved for the connection",
+            );
+            return;
+        }
+        let view: Option<Box<[i16]>> = req.view.as_ref().map(|v| match v {
+            View::Encoded(l) => l.iter().collect(),
+            View::Fids(f) => f.to_vec().into_boxed_slice(),
+        });
+        // A request on an open stream re-issues it (a new view, a fresh image).
+        let existing = self.conn_mut(conn).and_then(|c| c.sub_streams.remove(&sid));
+        if let Some(h) = existing {
+            self.unsubscribe(conn, sid, h);
+        }
+        let max = self.cfg.limits.max_streams_per_connection;
+        let open = self.conn_mut(conn).map_or(0, |c| c.sub_streams.len());
+        if open >= max {
+            let text = format!("stream limit reached: {max} open streams per connection");
+            self.send(
+                conn,
+                &Message::Status(Status {
+                    stream_id: sid,
+                    state: closed(code::TOO_MANY_STREAMS, &text),
+                }),
+            );
+            return;
+        }
+        let Some(&svc) = self.service_by_name.get(req.service) else {
+            let text = format!("unknown service {:?}", req.service);
+            self.send(
+                conn,
+                &Message::Status(Status {
+                    stream_id: sid,
+                    state: closed(code::NOT_FOUND, &text),
+                }),
+            );
+            return;
+        };
+        let entry = SubEntry {
+            conn,
+            stream_id: sid,
+            view,
+            awaiting_refresh: true,
+            streaming: req.streaming,
+        };
+        let handle = match self.services[svc].items.get(req.name) {
+            Some(&h) => h,
+            None => {
+                let service = &self.services[svc];
+                let publisher_up = service.publisher.is_some();
+                if publisher_up && !service.interactive {
+                    let text =
+                        format!("item {:?} not found in service {:?}", req.name, req.service);
+                    self.send(
+                        conn,
+                        &Message::Status(Status {
+                            stream_id: sid,
+                            state: closed(code::NOT_FOUND, &text),
+                        }),
+                    );
+                    return;
+                }
+                let h = self.items.insert(Item::new(svc, req.name));
+                self.services[svc].items.insert(req.name.into(), h);
+                h
+            }
+        };
+        if let Some(c) = self.conn_mut(conn) {
+            c.sub_streams.insert(sid, handle);
+        }
+        let cache = self.cfg.cache;
+        let service_up = self.services[svc].publisher.is_some();
+        let item = self.items.get_mut(handle).expect("live handle");
+        if cache && item.complete {
+            // Served from the cache at once.
+            let mut entry = entry;
+            entry.awaiting_refresh = false;
+            let streaming = entry.streaming;
+            self.write_image_refresh(handle, &entry, true);
+            if streaming {
+                self.items.get_mut(handle).expect("live").subs.push(entry);
+            } else if let Some(c) = self.conn_mut(conn) {
+                c.sub_streams.remove(&sid);
+            }
+            return;
+        }
+        item.subs.push(entry);
+        if !service_up {
+            let text = format!(
+                "service {:?} is down; waiting for its publisher",
+                req.service
+            );
+            self.send(
+                conn,
+                &Message::Status(Status {
+                    stream_id: sid,
+                    state: State {
+                        stream: StreamState::Open,
+                        data: DataState::Suspect,
+                        code: code::SERVICE_DOWN,
+                        text: &text,
+                    },
+                }),
+            );
+            return;
+        }
+        self.request_from_publisher(handle);
+    }
+
+    /// Asks the item's publisher for a (solicited) refresh, once.
+    fn request_from_publisher(&mut self, h: ItemHandle) {
+        let Some(item) = self.items.get_mut(h) else {
+            return;
+        };
+        if item.refresh_requested {
+            return;
+        }
+        let service = &self.services[item.service];
+        let Some(pconn) = service.publisher else {
+            return;
+        };
+        let pub_sid = match item.publisher {
+            Some((c, sid)) if c == pconn => sid,
+            _ => {
+                if !service.interactive {
+                    // A non-interactive publisher will push its image itself.
+                    return;
+                }
+                let sid = self.next_node_stream;
+                self.next_node_stream = self.next_node_stream.wrapping_add(1).max(NODE_STREAM_BASE);
+                item.publisher = Some((pconn, sid));
+                if let Some(c) = self.conns[pconn].as_mut() {
+                    c.pub_streams.insert(sid, h);
+                }
+                sid
+            }
+        };
+        item.refresh_requested = true;
+        let (svc_name, name) = (service.name.clone(), item.name.clone());
+        self.send(
+            pconn,
+            &Message::Request(Request {
+                stream_id: pub_sid,
+                streaming: true,
+                service: &svc_name,
+                name: &name,
+                view: None,
+            }),
+        );
+    }
+
+    /// Removes one subscriber stream from its item, releasing the item if it was the last.
+    fn unsubscribe(&mut self, conn: ConnId, sid: u32, h: ItemHandle) {
+        let Some(item) = self.items.get_mut(h) else {
+            return;
+        };
+        if let Some(pos) = item
+            .subs
+            .iter()
+            .position(|s| s.conn == conn && s.stream_id == sid)
+        {
+            item.subs.swap_remove(pos);
+        }
+        if item.subs.is_empty() {
+            self.release_if_unused(h);
+        }
+    }
+
+    /// An item nobody watches: closed on an interactive publisher (it stops sending);
+    /// kept in the cache for a non-interactive one.
+    fn release_if_unused(&mut self, h: ItemHandle) {
+        let Some(item) = self.items.get(h) else {
+            return;
+        };
+        if !item.subs.is_empty() {
+            return;
+        }
+        let service = &self.services[item.service];
+        let keep = item.publisher.is_some() && !service.interactive;
+        if keep {
+            return;
+        }
+        let item = self.items.remove(h).expect("live");
+        self.services[item.service].items.remove(&*item.name);
+        if let Some((pconn, sid)) = item.publisher {
+            if let Some(c) = self.conns.get_mut(pconn).and_then(|c| c.as_mut()) {
+                c.pub_streams.remove(&sid);
+            }
+            if self.role(pconn) == Some(ConnRole::Publisher) {
+                self.send(pconn, &Message::Close { stream_id: sid });
+            }
+        }
+    }
+
+    fn on_publisher_directory(&mut self, conn: ConnId, dir: &Directory<'_>) {
+        for entry in &dir.services {
+            let svc = match self.service_by_name.get(entry.name) {
+                Some(&s) => s,
+                None => {
+                    self.services.push(Service {
+                        name: entry.name.to_string(),
+                        publisher: None,
+                        interactive: entry.interactive,
+                        items: FxHashMap::default(),
+                    });
+                    let s = self.services.len() - 1;
+                    self.service_by_name.insert(entry.name.to_string(), s);
+                    s
+                }
+            };
+            match self.services[svc].publisher {
+                Some(other) if other != conn => {
+                    let text = format!(
+                        "service {:?} is already published by {}",
+                        entry.name,
+                        self.conns[other].as_ref().map_or("", |c| c.peer.as_str())
+                    );
+                    self.stats.protocol_disconnects += 1;
+                    self.reject(conn, code::PROTOCOL, &text);
+                    return;
+                }
+                Some(_) => continue,
+                None => {}
+            }
+            let service = &mut self.services[svc];
+            service.publisher = Some(conn);
+            service.interactive = entry.interactive;
+            info!(
+                "service {:?} is up ({} publisher)",
+                service.name,
+                if entry.interactive {
+                    "interactive"
+                } else {
+                    "non-interactive"
+                }
+            );
+            if let Some(c) = self.conn_mut(conn) {
+                c.services.push(svc);
+            }
+            // Items someone is waiting for: ask an interactive publisher for them now.
+            let waiting: Vec<ItemHandle> = self.services[svc]
+                .items
+                .values()
+                .copied()
+                .filter(|&h| self.items.get(h).is_some_and(|i| !i.subs.is_empty()))
+                .collect();
+            if entry.interactive {
+                for h in waiting {
+                    self.request_from_publisher(h);
+                }
+            }
+        }
+        self.broadcast_directory();
+    }
+
+    /// The publisher of some services left: their streams turn suspect, caches stay.
+    fn publisher_gone(&mut self, conn: ConnId, reason: &str) {
+        let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let services = std::mem::take(&mut c.services);
+        c.pub_streams.clear();
+        let mut to_release = Vec::new();
+        for svc in services {
+            let name = self.services[svc].name.clone();
+            warn!("service {name:?} is down: its publisher left ({reason})");
+            self.services[svc].publisher = None;
+            let text = format!("service {name:?} is down: its publisher left");
+            let handles: Vec<ItemHandle> = self.services[svc].items.values().copied().collect();
+            for h in handles {
+                let Some(item) = self.items.get_mut(h) else {
+                    continue;
+                };
+                item.publisher = None;
+                item.refresh_requested = false;
+                item.data_state = DataState::Suspect;
+                let subs: Vec<(ConnId, u32)> =
+                    item.subs.iter().map(|s| (s.conn, s.stream_id)).collect();
+                if subs.is_empty() {
+                    to_release.push(h);
+                }
+                for (sc, sid) in subs {
+                    self.send(
+                        sc,
+                        &Message::Status(Status {
+                            stream_id: sid,
+                            state: State {
+                                stream: StreamState::Open,
+                                data: DataState::Suspect,
+                                code: code::PUBLISHER_GONE,
+                                text: &text,
+                            },
+                        }),
+                    );
+                }
+            }
+        }
+        for h in to_release {
+            // With the cache off, an image-less item nobody watches is not worth keeping.
+            if !self.cfg.cache {
+                if let Some(item) = self.items.remove(h) {
+                    self.services[item.service].items.remove(&*item.name);
+                }
+            }
+        }
+        self.broadcast_directory();
+    }
+
+    fn on_publisher_refresh(&mut self, conn: ConnId, r: &Refresh<'_>) {
+        self.stats.refreshes_in += 1;
+        let known = self
+            .conn_mut(conn)
+            .and_then(|c| c.pub_streams.get(&r.stream_id).copied());
+        let h = match known {
+            Some(h) => h,
+            None => {
+                // A non-interactive publisher pushing an item on a stream of its own.
+                if r.stream_id >= NODE_STREAM_BASE || r.stream_id == 0 {
+                    self.stats.protocol_disconnects += 1;
+                    let text = format!(
+                        "refresh on stream {} which the node never opened",
+                        r.stream_id
+                    );
+                    self.reject(conn, code::PROTOCOL, &text);
+                    return;
+                }
+                let svc = self.service_by_name.get(r.service).copied();
+                let owned = svc.filter(|&s| self.services[s].publisher == Some(conn));
+                let Some(svc) = owned else {
+                    self.stats.protocol_disconnects += 1;
+                    let text = format!(
+                        "refresh for {}/{} but this connection did not announce service {:?}",
+                        r.service, r.name, r.service
+                    );
+                    self.reject(conn, code::PROTOCOL, &text);
+                    return;
+                };
+                let h = match self.services[svc].items.get(r.name) {
+                    Some(&h) => h,
+                    None => {
+                        let h = self.items.insert(Item::new(svc, r.name));
+                        self.services[svc].items.insert(r.name.into(), h);
+                        h
+                    }
+                };
+                let item = self.items.get_mut(h).expect("live");
+                if let Some((old_conn, old_sid)) = item.publisher {
+                    if old_conn == conn {
+                        if let Some(c) = self.conns[conn].as_mut() {
+                            c.pub_streams.remove(&old_sid);
+                        }
+                    }
+                }
+                let item = self.items.get_mut(h).expect("live");
+                item.publisher = Some((conn, r.stream_id));
+                if let Some(c) = self.conn_mut(conn) {
+                    c.pub_streams.insert(r.stream_id, h);
+                }
+                h
+            }
+        };
+        let cache = self.cfg.cache;
+        let item = self.items.get_mut(h).expect("live");
+        if r.clear_cache {
+            item.image.clear();
+            item.complete = false;
+        }
+        if cache {
+            item.image.apply(r.fields);
+        }
+        item.seq = r.seq;
+        item.data_state = r.state.data;
+        if r.complete {
+            item.complete = cache;
+            item.refresh_requested = false;
+        }
+        // Who gets this refresh: a solicited one goes to the streams waiting for an
+        // image; an unsolicited one (a re-image) to every stream.
+        let solicited = r.solicited;
+        let targets: Vec<usize> = item
+            .subs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.awaiting_refresh || !solicited)
+            .map(|(i, _)| i)
+            .collect();
+        if targets.is_empty() {
+            return;
+        }
+        if cache {
+            if !r.complete {
+                return; // sent once whole, from the cache
+            }
+            for &i in &targets {
+                let entry = self.items.get(h).expect("live").subs[i].clone_meta();
+                self.write_image_refresh(h, &entry, solicited || entry.awaiting_refresh);
+            }
+        } else {
+            for &i in &targets {
+                let entry = self.items.get(h).expect("live").subs[i].clone_meta();
+                self.write_passthrough_refresh(h, &entry, r);
+            }
+        }
+        self.after_refresh(h, &targets, r.complete);
+    }
+
+    /// Marks refreshed streams live and drops the snapshot ones.
+    fn after_refresh(&mut self, h: ItemHandle, targets: &[usize], complete: bool) {
+        if !complete {
+            return;
+        }
+        let Some(item) = self.items.get_mut(h) else {
+            return;
+        };
+        let mut snapshots = Vec::new();
+        for &i in targets {
+            let s = &mut item.subs[i];
+            s.awaiting_refresh = false;
+            if !s.streaming {
+                snapshots.push((s.conn, s.stream_id));
+            }
+        }
+        for (c, sid) in snapshots {
+            if let Some(conn) = self.conns.get_mut(c).and_then(|c| c.as_mut()) {
+                conn.sub_streams.remove(&sid);
+            }
+            self.unsubscribe(c, sid, h);
+        }
+    }
+
+    /// Writes the cached image of an item to one subscriber stream, split into parts if it
+    /// does not fit one message.
+    fn write_image_refresh(&mut self, h: ItemHandle, sub: &SubEntry, solicited: bool) {
+        let Some(item) = self.items.get(h) else {
+            return;
+        };
+        let service = &self.services[item.service];
+        let state = State {
+            stream: if sub.streaming {
+                StreamState::Open
+            } else {
+                StreamState::NonStreaming
+            },
+            data: item.data_state,
+            code: code::NONE,
+            text: "",
+        };
+        let Some(c) = self.conns.get_mut(sub.conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let mut fields = std::mem::take(&mut self.scratch);
+        fields.clear();
+        item.image.write(&mut fields, sub.view.as_deref());
+        // An image too large for one message goes out in parts.
+        const PART: usize = 60_000;
+        let split;
+        let parts: Vec<&[u8]> = if fields.len() <= PART {
+            vec![&fields[..]]
+        } else {
+            split = split_field_list(&fields, PART);
+            split.iter().map(|p| &p[..]).collect()
+        };
+        let n = parts.len();
+        for (i, part) in parts.iter().enumerate() {
+            let msg = Message::Refresh(Refresh {
+                stream_id: sub.stream_id,
+                seq: item.seq,
+                complete: i + 1 == n,
+                solicited,
+                clear_cache: i == 0,
+                state,
+                service: &service.name,
+                name: &item.name,
+                fields: FieldList::from_trusted(part),
+            });
+            if let Err(e) = c.out.push(&msg) {
+                warn!("refresh for {} not encoded: {e}", item.name);
+            }
+        }
+        self.scratch = fields;
+        self.stats.refreshes_out += 1;
+        self.mark_dirty(sub.conn);
+        self.check_overflow(sub.conn);
+    }
+
+    /// Cache off: forwards a publisher's refresh part to one stream (filtered by its view).
+    fn write_passthrough_refresh(&mut self, h: ItemHandle, sub: &SubEntry, r: &Refresh<'_>) {
+        let Some(item) = self.items.get(h) else {
+            return;
+        };
+        let Some(c) = self.conns.get_mut(sub.conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let mut fields = std::mem::take(&mut self.scratch);
+        fields.clear();
+        filter_fields(&mut fields, r.fields, sub.view.as_deref());
+        let msg = Message::Refresh(Refresh {
+            stream_id: sub.stream_id,
+            seq: r.seq,
+            complete: r.complete,
+            solicited: r.solicited || sub.awaiting_refresh,
+            clear_cache: r.clear_cache,
+            state: State {
+                stream: if sub.streaming {
+                    StreamState::Open
+                } else {
+                    StreamState::NonStreaming
+                },
+                data: item.data_state,
+                code: r.state.code,
+                text: r.state.text,
+            },
+            service: r.service,
+            name: r.name,
+            fields: FieldList::from_trusted(&fields),
+        });
+        if let Err(e) = c.out.push(&msg) {
+            warn!("refresh for {} not forwarded: {e}", item.name);
+        }
+        self.scratch = fields;
+        self.stats.refreshes_out += 1;
+        self.mark_dirty(sub.conn);
+        self.check_overflow(sub.conn);
+    }
+
+    fn check_overflow(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) {
+            if c.role == ConnRole::Subscriber
+                && c.out.pending_len() > self.cfg.limits.max_output_bytes
+            {
+                self.overflowed.push(conn);
+            }
+        }
+    }
+
+    /// The hot path: one update fanned out to every live stream of its item.
+    fn on_publisher_update(&mut self, conn: ConnId, u: &Update<'_>, encoded: &[u8]) {
+        self.stats.updates_in += 1;
+        let Some(&h) = self
+            .conns
+            .get(conn)
+            .and_then(|c| c.as_ref())
+            .and_then(|c| c.pub_streams.get(&u.stream_id))
+        else {
+            self.stats.updates_on_unknown_streams += 1;
+            return;
+        };
+        let Node {
+            items,
+            conns,
+            dirty,
+            overflowed,
+            cfg,
+            stats,
+            now,
+            ..
+        } = self;
+        let Some(item) = items.get_mut(h) else { return };
+        if cfg.cache {
+            item.image.apply(u.fields);
+        }
+        item.seq = u.seq;
+        let limit = cfg.limits.max_output_bytes;
+        for s in &item.subs {
+            if s.awaiting_refresh {
+                continue; // its refresh, still to come, will include this update
+            }
+            let Some(c) = conns.get_mut(s.conn).and_then(|c| c.as_mut()) else {
+                continue;
+            };
+            match &s.view {
+                None => write_readdressed(c.out.message_buf(encoded.len()), encoded, s.stream_id),
+                Some(view) => {
+                    if !write_update_view(&mut c.out, u, s.stream_id, view) {
+                        continue;
+                    }
+                }
+            }
+            stats.updates_out += 1;
+            c.last_tx = *now;
+            if !c.dirty {
+                c.dirty = true;
+                dirty.push(s.conn);
+            }
+            if c.out.pending_len() > limit {
+                overflowed.push(s.conn);
+            }
+        }
+    }
+
+    fn on_publisher_status(&mut self, conn: ConnId, s: &Status<'_>) {
+        let Some(h) = self
+            .conn_mut(conn)
+            .and_then(|c| c.pub_streams.get(&s.stream_id).copied())
+        else {
+            return;
+        };
+        let Some(item) = self.items.get_mut(h) else {
+            return;
+        };
+        item.data_state = s.state.data;
+        let subs: Vec<(ConnId, u32)> = item.subs.iter().map(|e| (e.conn, e.stream_id)).collect();
+        let closing = s.state.stream != StreamState::Open;
+        if closing {
+            item.refresh_requested = false;
+        }
+        for (c, sid) in &subs {
+            self.send(
+                *c,
+                &Message::Status(Status {
+                    stream_id: *sid,
+                    state: s.state,
+                }),
+            );
+        }
+        if closing {
+            for (c, sid) in subs {
+                if let Some(conn) = self.conns.get_mut(c).and_then(|c| c.as_mut()) {
+                    conn.sub_streams.remove(&sid);
+                }
+            }
+            if let Some(c) = self.conn_mut(conn) {
+                c.pub_streams.remove(&s.stream_id);
+            }
+            if let Some(item) = self.items.remove(h) {
+                self.services[item.service].items.remove(&*item.name);
+            }
+        }
+    }
+
+    /// Subscribers past their output limit: disconnected as slow consumers.
+    fn handle_overflows(&mut self) {
+        if self.overflowed.is_empty() {
+            return;
+        }
+        let mut list = std::mem::take(&mut self.overflowed);
+        list.sort_unstable();
+        list.dedup();
+        for conn in list.drain(..) {
+            let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
+                continue;
+            };
+            if c.role != ConnRole::Subscriber {
+                continue;
+            }
+            let text = format!(
+                "slow consumer: {} bytes queued, limit {}",
+                c.out.pending_len(),
+                self.cfg.limits.max_output_bytes
+            );
+            self.stats.slow_consumer_disconnects += 1;
+            self.reject(conn, code::SLOW_CONSUMER, &text);
+        }
+        self.overflowed = list;
+    }
+
+    /// Call after writing a connection's output: a subscriber that drained below its
+    /// limit is no longer at risk. (Kept for symmetry with future slow-consumer policies.)
+    pub fn pending_output(&self, conn: ConnId) -> usize {
+        self.conns
+            .get(conn)
+            .and_then(|c| c.as_ref())
+            .map_or(0, |c| c.out.pending_len())
+    }
+}
+
+/// Writes an update restricted to `view`; false (nothing written) if no field is in it.
+fn write_update_view(out: &mut FrameWriter, u: &Update<'_>, stream_id: u32, view: &[i16]) -> bool {
+    let buf = out.message_buf(u.fields.as_bytes().len() + 32);
+    let start = buf.len();
+    let res = Message::Update(Update {
+        stream_id,
+        fields: FieldList::EMPTY,
+        ..u.clone()
+    })
+    .encode(buf);
+    if res.is_err() {
+        buf.truncate(start);
+        return false;
+    }
+    // Replace the empty field list just written with the filtered one.
+    buf.truncate(buf.len() - 2);
+    let fl_start = buf.len();
+    filter_fields(buf, u.fields, Some(view));
+    let count = u16::from_be_bytes([buf[fl_start], buf[fl_start + 1]]);
+    if count == 0 {
+        buf.truncate(start);
+        return false;
+    }
+    let body_len = (buf.len() - start - 3) as u16;
+    buf[start + 1..start + 3].copy_from_slice(&body_len.to_be_bytes());
+    true
+}
+
+/// Appends `fields` restricted to `view` (all of them if `None`) as a field list.
+fn filter_fields(out: &mut Vec<u8>, fields: FieldList<'_>, view: Option<&[i16]>) {
+    let mut w = FieldListWriter::new(out);
+    for (fid, raw) in fields.raw_iter() {
+        if view.is_none_or(|v| v.contains(&fid)) {
+            w.push_raw(fid, raw);
+        }
+    }
+    w.finish();
+}
+
+/// Splits an encoded field list into field lists of at most about `max` bytes each
+/// (images too large for one message go out as a multi-part refresh).
+fn split_field_list(encoded: &[u8], max: usize) -> Vec<Vec<u8>> {
+    let mut parts = Vec::new();
+    let mut group: Vec<(i16, &[u8])> = Vec::new();
+    let mut size = 2;
+    let encode = |group: &[(i16, &[u8])]| {
+        let mut out = Vec::with_capacity(max);
+        let mut w = FieldListWriter::new(&mut out);
+        for (fid, raw) in group {
+            w.push_raw(*fid, raw);
+        }
+        w.finish();
+        out
+    };
+    for (fid, raw) in FieldList::from_trusted(encoded).raw_iter() {
+        if size + raw.len() + 2 > max && !group.is_empty() {
+            parts.push(encode(&group));
+            group.clear();
+            size = 2;
+        }
+        group.push((fid, raw));
+        size += raw.len() + 2;
+    }
+    parts.push(encode(&group));
+    parts
+}
+
+#[cfg(test)]
+mod tests;

@@ -344,6 +344,20 @@ impl<'a> FieldList<'a> {
         })
     }
 
+    /// Wraps bytes this process encoded itself with [`FieldListWriter`] (or took from a
+    /// validated list), skipping validation. Garbage in gives an iterator that stops early,
+    /// never a panic.
+    pub fn from_trusted(bytes: &'a [u8]) -> Self {
+        let count = match bytes {
+            [a, b, ..] => u16::from_be_bytes([*a, *b]),
+            _ => 0,
+        };
+        if bytes.len() < 2 {
+            return FieldList::EMPTY;
+        }
+        FieldList { bytes, count }
+    }
+
     pub const EMPTY: FieldList<'static> = FieldList {
         bytes: &[0, 0],
         count: 0,

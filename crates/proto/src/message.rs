@@ -64,6 +64,8 @@ pub enum StreamState {
     Open = 1,
     Closed = 2,
     ClosedRecover = 3,
+    /// The refresh of a snapshot request: nothing follows on this stream.
+    NonStreaming = 4,
 }
 
 impl StreamState {
@@ -72,6 +74,7 @@ impl StreamState {
             StreamState::Open => "open",
             StreamState::Closed => "closed",
             StreamState::ClosedRecover => "closed-recover",
+            StreamState::NonStreaming => "non-streaming",
         }
     }
 }
@@ -296,6 +299,7 @@ fn stream_state(v: u8) -> Result<StreamState, DecodeError> {
         1 => StreamState::Open,
         2 => StreamState::Closed,
         3 => StreamState::ClosedRecover,
+        4 => StreamState::NonStreaming,
         _ => {
             return Err(DecodeError::InvalidValue {
                 what: "stream state",

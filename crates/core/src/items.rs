@@ -1,0 +1,100 @@
+//! The item table: items addressed by a dense integer handle, slots reused.
+
+use tickwire_proto::{DataState, FieldImage};
+
+pub type ItemHandle = u32;
+
+/// One subscriber stream of an item.
+pub struct SubEntry {
+    pub conn: usize,
+    pub stream_id: u32,
+    /// Field ids the subscriber wants; `None` for all.
+    pub view: Option<Box<[i16]>>,
+    /// Opened but not yet sent its image: updates are held back until the refresh.
+    pub awaiting_refresh: bool,
+    /// false for a snapshot request: closed after its refresh.
+    pub streaming: bool,
+}
+
+impl SubEntry {
+    pub fn clone_meta(&self) -> SubEntry {
+        SubEntry {
+            conn: self.conn,
+            stream_id: self.stream_id,
+            view: self.view.clone(),
+            awaiting_refresh: self.awaiting_refresh,
+            streaming: self.streaming,
+        }
+    }
+}
+
+pub struct Item {
+    pub service: usize,
+    pub name: Box<str>,
+    /// Last value of every field (empty with the cache off).
+    pub image: FieldImage,
+    /// A complete image is cached.
+    pub complete: bool,
+    /// Sequence number of the last refresh or update applied.
+    pub seq: u32,
+    pub data_state: DataState,
+    pub subs: Vec<SubEntry>,
+    /// The publisher connection and its stream id for this item.
+    pub publisher: Option<(usize, u32)>,
+    /// A request for a refresh is outstanding at the publisher.
+    pub refresh_requested: bool,
+}
+
+impl Item {
+    pub fn new(service: usize, name: &str) -> Self {
+        Item {
+            service,
+            name: name.into(),
+            image: FieldImage::new(),
+            complete: false,
+            seq: 0,
+            data_state: DataState::Ok,
+            subs: Vec::new(),
+            publisher: None,
+            refresh_requested: false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct ItemTable {
+    slots: Vec<Option<Item>>,
+    free: Vec<ItemHandle>,
+}
+
+impl ItemTable {
+    pub fn insert(&mut self, item: Item) -> ItemHandle {
+        if let Some(h) = self.free.pop() {
+            self.slots[h as usize] = Some(item);
+            h
+        } else {
+            self.slots.push(Some(item));
+            (self.slots.len() - 1) as ItemHandle
+        }
+    }
+
+    pub fn get(&self, h: ItemHandle) -> Option<&Item> {
+        self.slots.get(h as usize)?.as_ref()
+    }
+
+    pub fn get_mut(&mut self, h: ItemHandle) -> Option<&mut Item> {
+        self.slots.get_mut(h as usize)?.as_mut()
+    }
+
+    pub fn remove(&mut self, h: ItemHandle) -> Option<Item> {
+        let item = self.slots.get_mut(h as usize)?.take();
+        if item.is_some() {
+            self.free.push(h);
+        }
+        item
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
