@@ -1067,7 +1067,7 @@ impl Node {
         let parts: Vec<&[u8]> = if fields.len() <= PART {
             vec![&fields[..]]
         } else {
-            split = split_field_list(&fields, PART);
+            split = tickwire_proto::field::split_field_list(&fields, PART);
             split.iter().map(|p| &p[..]).collect()
         };
         let n = parts.len();
@@ -1311,34 +1311,6 @@ fn filter_fields(out: &mut Vec<u8>, fields: FieldList<'_>, view: Option<&[i16]>)
         }
     }
     w.finish();
-}
-
-/// Splits an encoded field list into field lists of at most about `max` bytes each
-/// (images too large for one message go out as a multi-part refresh).
-fn split_field_list(encoded: &[u8], max: usize) -> Vec<Vec<u8>> {
-    let mut parts = Vec::new();
-    let mut group: Vec<(i16, &[u8])> = Vec::new();
-    let mut size = 2;
-    let encode = |group: &[(i16, &[u8])]| {
-        let mut out = Vec::with_capacity(max);
-        let mut w = FieldListWriter::new(&mut out);
-        for (fid, raw) in group {
-            w.push_raw(*fid, raw);
-        }
-        w.finish();
-        out
-    };
-    for (fid, raw) in FieldList::from_trusted(encoded).raw_iter() {
-        if size + raw.len() + 2 > max && !group.is_empty() {
-            parts.push(encode(&group));
-            group.clear();
-            size = 2;
-        }
-        group.push((fid, raw));
-        size += raw.len() + 2;
-    }
-    parts.push(encode(&group));
-    parts
 }
 
 #[cfg(test)]

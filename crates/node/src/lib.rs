@@ -1,1 +1,32 @@
+//! The Tickwire node: the event loop, sockets, buffers, configuration and counters
+//! around the sans-IO state machine in `tickwire-core`.
+//!
+//! This crate owns everything that touches the operating system for a node (sockets,
+//! epoll, threads, CPU pinning, config files). It holds no market-data logic: every
+//! decision about items, streams and fan-out is the core's.
 
+pub mod config;
+mod server;
+
+pub use config::{CacheMode, ConfigError, NodeConfig};
+pub use server::{NodeServer, RunningNode, ShutdownHandle};
+pub use tickwire_core::Stats;
+
+/// Pins the calling thread to the given CPUs.
+pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it for ids < CPU_SETSIZE,
+    // which config validation guarantees (ids below the machine's CPU count).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            if c >= libc::CPU_SETSIZE as usize {
+                return Err(std::io::Error::other(format!("CPU {c} out of range")));
+            }
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,460 @@
+//! The subscriber: a watchlist of item streams on one node connection.
+
+use crate::conn::{is_fatal, Conn, ConnectOptions, Io, Session};
+use crate::events::{Event, EventRef, ItemRef};
+use crate::{Backoff, ClientError};
+use log::{info, warn};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use tickwire_proto::frame::FrameWriter;
+use tickwire_proto::{
+    code, DataState, Message, MessageIter, Request, Role, ServiceState, State, Status,
+    StreamState, View,
+};
+
+/// Identifies one item stream of a subscriber.
+pub type StreamId = u32;
+
+#[derive(Debug, Clone, Default)]
+pub struct RequestOptions {
+    /// One refresh, then the stream closes.
+    pub snapshot: bool,
+    /// Only these field ids (refresh and updates).
+    pub view: Option<Vec<i16>>,
+}
+
+struct Watch {
+    service: String,
+    name: String,
+    streaming: bool,
+    view: Option<Vec<i16>>,
+}
+
+/// Subscribes to items on a node and delivers their refreshes, updates and statuses.
+///
+/// Drive it with [`dispatch`](Self::dispatch) (zero-copy callback) or
+/// [`next_event`](Self::next_event) (owned events). When the connection is lost, every
+/// open stream gets an open/suspect status, the subscriber reconnects with backoff and
+/// requests its whole watchlist again.
+pub struct Subscriber {
+    opts: ConnectOptions,
+    conn: Option<Conn>,
+    /// Indexed by stream id (ids are dense, from 1).
+    watch: Vec<Option<Watch>>,
+    open_streams: usize,
+    next_sid: u32,
+    backoff: Backoff,
+    retry_at: Instant,
+    /// Statuses made up locally (connection lost) not yet delivered.
+    synthetic: VecDeque<(u32, State<'static>, String)>,
+    ready: VecDeque<Event>,
+    directory: Vec<(String, ServiceState)>,
+    reconnects: u64,
+}
+
+impl Subscriber {
+    /// Connects and logs in; fails if the node cannot be reached now.
+    pub fn connect(opts: ConnectOptions) -> Result<Self, ClientError> {
+        let conn = Conn::open(&opts, Role::Subscriber)?;
+        info!(
+            "subscriber connected to {} ({})",
+            opts.addr, conn.session.node_name
+        );
+        Ok(Subscriber {
+            backoff: Backoff::new(opts.backoff_min, opts.backoff_max),
+            opts,
+            conn: Some(conn),
+            watch: vec![None],
+            open_streams: 0,
+            next_sid: 1,
+            retry_at: Instant::now(),
+            synthetic: VecDeque::new(),
+            ready: VecDeque::new(),
+            directory: Vec::new(),
+            reconnects: 0,
+        })
+    }
+
+    /// The current session, if connected.
+    pub fn session(&self) -> Option<&Session> {
+        self.conn.as_ref().map(|c| &c.session)
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// Times the connection was re-established.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects
+    }
+
+    /// Services and their state, from the node's last directory.
+    pub fn directory(&self) -> &[(String, ServiceState)] {
+        &self.directory
+    }
+
+    /// Open streams in the watchlist.
+    pub fn open_streams(&self) -> usize {
+        self.open_streams
+    }
+
+    /// Opens a stream for an item; its refresh (or a status) arrives through dispatch.
+    pub fn subscribe(
+        &mut self,
+        service: &str,
+        name: &str,
+        options: RequestOptions,
+    ) -> Result<StreamId, ClientError> {
+        let sid = self.next_sid;
+        self.next_sid += 1;
+        let w = Watch {
+            service: service.to_string(),
+            name: name.to_string(),
+            streaming: !options.snapshot,
+            view: options.view,
+        };
+        if let Some(conn) = &mut self.conn {
+            push_request(&mut conn.writer, sid, &w)?;
+            if let Err(e) = conn.flush_some() {
+                self.lost(e)?;
+            }
+        }
+        if self.watch.len() <= sid as usize {
+            self.watch.resize_with(sid as usize + 1, || None);
+        }
+        self.watch[sid as usize] = Some(w);
+        self.open_streams += 1;
+        Ok(sid)
+    }
+
+    /// Closes a stream.
+    pub fn unsubscribe(&mut self, sid: StreamId) -> Result<(), ClientError> {
+        if self.remove(sid) {
+            if let Some(conn) = &mut self.conn {
+                conn.writer.push(&Message::Close { stream_id: sid })?;
+                if let Err(e) = conn.flush_some() {
+                    self.lost(e)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, sid: u32) -> bool {
+        match self.watch.get_mut(sid as usize).and_then(|w| w.take()) {
+            Some(_) => {
+                self.open_streams -= 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Writes any queued requests, waiting up to `timeout`.
+    pub fn flush(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        if let Some(conn) = &mut self.conn {
+            if let Err(e) = conn.flush_until(Instant::now() + timeout) {
+                self.lost(e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns the next event, waiting up to `timeout`; `None` if nothing came.
+    pub fn next_event(&mut self, timeout: Duration) -> Result<Option<Event>, ClientError> {
+        if let Some(e) = self.ready.pop_front() {
+            return Ok(Some(e));
+        }
+        let mut got = VecDeque::new();
+        self.dispatch(timeout, |e| got.push_back(Event::from(&e)))?;
+        self.ready = got;
+        Ok(self.ready.pop_front())
+    }
+
+    /// Delivers the events available now to `f`, waiting up to `timeout` for the first.
+    /// Returns how many were delivered. Events borrow the receive buffer: no copy, no
+    /// allocation per message.
+    pub fn dispatch(
+        &mut self,
+        timeout: Duration,
+        mut f: impl FnMut(EventRef<'_>),
+    ) -> Result<usize, ClientError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut delivered = self.deliver_synthetic(&mut f);
+            if self.conn.is_none() {
+                if delivered > 0 {
+                    return Ok(delivered);
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(0);
+                }
+                if now < self.retry_at {
+                    std::thread::sleep(self.retry_at.min(deadline) - now);
+                    continue;
+                }
+                self.try_reconnect()?;
+                continue;
+            }
+            match self.process_frames(&mut f) {
+                Ok(n) => delivered += n,
+                Err(e) => {
+                    self.lost(e)?;
+                    continue;
+                }
+            }
+            if delivered > 0 {
+                return Ok(delivered);
+            }
+            let conn = self.conn.as_mut().expect("connected");
+            let left = deadline.saturating_duration_since(Instant::now());
+            let res = if left.is_zero() {
+                conn.read_available()
+            } else {
+                conn.wait(left.min(conn.session.heartbeat / 2))
+            };
+            let res = res.and_then(|io| conn.heartbeat().map(|_| io));
+            match res {
+                Ok(Io::Read) => continue,
+                Ok(Io::Idle) if left.is_zero() => return Ok(0),
+                Ok(Io::Idle) => continue,
+                Err(e) => self.lost(e)?,
+            }
+        }
+    }
+
+    fn deliver_synthetic(&mut self, f: &mut impl FnMut(EventRef<'_>)) -> usize {
+        let mut n = 0;
+        while let Some((sid, state, text)) = self.synthetic.pop_front() {
+            let Some(w) = self.watch.get(sid as usize).and_then(|w| w.as_ref()) else {
+                continue;
+            };
+            f(EventRef::Status(
+                ItemRef {
+                    stream: sid,
+                    service: &w.service,
+                    name: &w.name,
+                },
+                Status {
+                    stream_id: sid,
+                    state: State {
+                        text: &text,
+                        ..state
+                    },
+                },
+            ));
+            n += 1;
+        }
+        n
+    }
+
+    /// Processes every complete frame received so far.
+    fn process_frames(&mut self, f: &mut impl FnMut(EventRef<'_>)) -> Result<usize, ClientError> {
+        let Subscriber {
+            conn,
+            watch,
+            open_streams,
+            directory,
+            ..
+        } = self;
+        let conn = conn.as_mut().expect("connected");
+        let mut n = 0;
+        if !conn.after_welcome.is_empty() {
+            let first = std::mem::take(&mut conn.after_welcome);
+            n += handle_payload(&first, watch, open_streams, directory, &mut conn.writer, f)?;
+        }
+        while let Some(frame) = conn.reader.next_frame()? {
+            n += handle_payload(frame, watch, open_streams, directory, &mut conn.writer, f)?;
+        }
+        if !conn.writer.is_empty() {
+            conn.flush_some()?;
+        }
+        Ok(n)
+    }
+
+    /// The connection failed: tell every open stream, then reconnect later (or give up).
+    fn lost(&mut self, err: ClientError) -> Result<(), ClientError> {
+        self.conn = None;
+        if let ClientError::Rejected { .. } = err {
+            return Err(err);
+        }
+        if !self.opts.reconnect {
+            return Err(err);
+        }
+        warn!("{err}; reconnecting to {}", self.opts.addr);
+        let text = format!("connection to the node lost ({err}); reconnecting");
+        for (sid, w) in self.watch.iter().enumerate() {
+            if w.is_some() {
+                self.synthetic.push_back((
+                    sid as u32,
+                    State {
+                        stream: StreamState::Open,
+                        data: DataState::Suspect,
+                        code: code::PUBLISHER_GONE,
+                        text: "",
+                    },
+                    text.clone(),
+                ));
+            }
+        }
+        self.retry_at = Instant::now() + self.backoff.step();
+        Ok(())
+    }
+
+    fn try_reconnect(&mut self) -> Result<(), ClientError> {
+        match Conn::open(&self.opts, Role::Subscriber) {
+            Ok(mut conn) => {
+                self.backoff.reset();
+                self.reconnects += 1;
+                info!(
+                    "reconnected to {}; requesting {} streams again",
+                    self.opts.addr, self.open_streams
+                );
+                for (sid, w) in self.watch.iter().enumerate() {
+                    if let Some(w) = w {
+                        push_request(&mut conn.writer, sid as u32, w)?;
+                    }
+                }
+                self.conn = Some(conn);
+                if let Err(e) = self.conn.as_mut().expect("just set").flush_some() {
+                    self.lost(e)?;
+                }
+                Ok(())
+            }
+            Err(e @ ClientError::Rejected { .. }) => Err(e),
+            Err(e) => {
+                let delay = self.backoff.step();
+                warn!(
+                    "reconnect to {} failed: {e}; next try in {} ms",
+                    self.opts.addr,
+                    delay.as_millis()
+                );
+                self.retry_at = Instant::now() + delay;
+                Ok(())
+            }
+        }
+    }
+}
+
+fn push_request(w: &mut FrameWriter, sid: u32, watch: &Watch) -> Result<(), ClientError> {
+    w.push(&Message::Request(Request {
+        stream_id: sid,
+        streaming: watch.streaming,
+        service: &watch.service,
+        name: &watch.name,
+        view: watch.view.as_deref().map(View::Fids),
+    }))?;
+    Ok(())
+}
+
+/// Delivers the messages of one frame payload.
+fn handle_payload(
+    payload: &[u8],
+    watch: &mut [Option<Watch>],
+    open_streams: &mut usize,
+    directory: &mut Vec<(String, ServiceState)>,
+    writer: &mut FrameWriter,
+    f: &mut impl FnMut(EventRef<'_>),
+) -> Result<usize, ClientError> {
+    let mut n = 0;
+    for raw in MessageIter::new(payload) {
+        let msg = raw?.message;
+        match msg {
+            Message::Refresh(r) => {
+                let sid = r.stream_id;
+                let Some(w) = watch.get(sid as usize).and_then(|w| w.as_ref()) else {
+                    continue; // a late message for a stream already closed
+                };
+                let done = r.complete && r.state.stream != StreamState::Open;
+                f(EventRef::Refresh(
+                    ItemRef {
+                        stream: sid,
+                        service: &w.service,
+                        name: &w.name,
+                    },
+                    r,
+                ));
+                n += 1;
+                if done && watch[sid as usize].take().is_some() {
+                    *open_streams -= 1;
+                }
+            }
+            Message::Update(u) => {
+                let Some(w) = watch.get(u.stream_id as usize).and_then(|w| w.as_ref()) else {
+                    continue;
+                };
+                f(EventRef::Update(
+                    ItemRef {
+                        stream: u.stream_id,
+                        service: &w.service,
+                        name: &w.name,
+                    },
+                    u,
+                ));
+                n += 1;
+            }
+            Message::Status(s) if s.stream_id == 0 => {
+                f(EventRef::Status(
+                    ItemRef {
+                        stream: 0,
+                        service: "",
+                        name: "",
+                    },
+                    s.clone(),
+                ));
+                n += 1;
+                if s.state.stream != StreamState::Open {
+                    if is_fatal(s.state.stream, s.state.code) {
+                        return Err(ClientError::Rejected {
+                            code: s.state.code,
+                            reason: s.state.text.to_string(),
+                        });
+                    }
+                    return Err(ClientError::Disconnected(format!(
+                        "node closed the connection: {}",
+                        s.state.text
+                    )));
+                }
+            }
+            Message::Status(s) => {
+                let sid = s.stream_id;
+                let Some(w) = watch.get(sid as usize).and_then(|w| w.as_ref()) else {
+                    continue;
+                };
+                let done = s.state.stream != StreamState::Open;
+                f(EventRef::Status(
+                    ItemRef {
+                        stream: sid,
+                        service: &w.service,
+                        name: &w.name,
+                    },
+                    s,
+                ));
+                n += 1;
+                if done && watch[sid as usize].take().is_some() {
+                    *open_streams -= 1;
+                }
+            }
+            Message::Directory(d) => {
+                *directory = d
+                    .services
+                    .iter()
+                    .map(|s| (s.name.to_string(), s.state))
+                    .collect();
+                f(EventRef::Directory(&d));
+                n += 1;
+            }
+            Message::Ping(t) => writer.push(&Message::Pong(t))?,
+            Message::Pong(_) => {}
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "unexpected {:?} message from the node",
+                    other.message_type()
+                )))
+            }
+        }
+    }
+    Ok(n)
+}

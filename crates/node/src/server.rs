@@ -1,0 +1,454 @@
+//! The event loop: one thread, mio (epoll), non-blocking sockets.
+//!
+//! Each loop turn reads everything readable (up to a fair share per connection), lets
+//! the core process it, then writes each connection's pending bytes once. The first
+//! message is never held back waiting for more: batching comes only from what arrived
+//! in the same turn. A socket that cannot take all its bytes keeps them in its bounded
+//! output buffer and is written again when epoll says it is writable; the node never
+//! blocks on a peer.
+
+use crate::config::NodeConfig;
+use log::{error, info, warn};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tickwire_core::{ConnId, Node, Stats};
+use tickwire_proto::frame::{FrameReader, FrameWriter};
+use tickwire_proto::{code, DataState, Message, State, Status, StreamState};
+
+const LISTENER: Token = Token(usize::MAX - 1);
+const WAKER: Token = Token(usize::MAX - 2);
+/// Bytes read from one connection per loop turn before the others get their turn.
+const READ_SHARE: usize = 256 * 1024;
+/// Idle buffers above this size are released, so memory follows the load back down.
+const KEEP_BUFFER: usize = 64 * 1024;
+/// How long a connection the node closes may take to receive its last bytes.
+const LINGER: Duration = Duration::from_secs(2);
+
+struct Socket {
+    stream: TcpStream,
+    reader: FrameReader,
+    /// Peer closed its side or failed; close once the core has been told.
+    dead: bool,
+}
+
+/// Stops a running node from another thread (signal handler, test, demo).
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    flag: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+}
+
+impl ShutdownHandle {
+    pub fn shutdown(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
+    }
+}
+
+/// A bound node, ready to run.
+pub struct NodeServer {
+    cfg: NodeConfig,
+    poll: Poll,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    shutdown: ShutdownHandle,
+}
+
+/// A node running on its own thread.
+pub struct RunningNode {
+    pub addr: SocketAddr,
+    handle: ShutdownHandle,
+    thread: Option<JoinHandle<io::Result<Stats>>>,
+}
+
+impl RunningNode {
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.handle.clone()
+    }
+
+    /// Asks the node to stop and waits for it; returns its final counters.
+    pub fn stop(mut self) -> io::Result<Stats> {
+        self.handle.shutdown();
+        self.join_thread()
+    }
+
+    fn join_thread(&mut self) -> io::Result<Stats> {
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("node thread panicked"))),
+            None => Ok(Stats::default()),
+        }
+    }
+}
+
+impl Drop for RunningNode {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.handle.shutdown();
+            let _ = self.join_thread();
+        }
+    }
+}
+
+impl NodeServer {
+    /// Binds the listening socket (so the address, port 0 resolved, is known at once).
+    pub fn bind(cfg: NodeConfig) -> io::Result<NodeServer> {
+        let poll = Poll::new()?;
+        let mut listener = TcpListener::bind(cfg.node.listen).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot listen on {}: {e}", cfg.node.listen),
+            )
+        })?;
+        let local_addr = listener.local_addr()?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        Ok(NodeServer {
+            cfg,
+            poll,
+            listener,
+            local_addr,
+            shutdown: ShutdownHandle {
+                flag: Arc::new(AtomicBool::new(false)),
+                waker,
+            },
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Binds and runs on a new thread.
+    pub fn spawn(cfg: NodeConfig) -> io::Result<RunningNode> {
+        let server = NodeServer::bind(cfg)?;
+        let addr = server.local_addr();
+        let handle = server.shutdown_handle();
+        let thread = std::thread::Builder::new()
+            .name("tickwire-node".into())
+            .spawn(move || server.run())?;
+        Ok(RunningNode {
+            addr,
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    /// Runs the event loop until shut down; returns the node's counters.
+    pub fn run(mut self) -> io::Result<Stats> {
+        if !self.cfg.node.cpus.is_empty() {
+            match crate::pin_current_thread(&self.cfg.node.cpus) {
+                Ok(()) => info!("event loop pinned to CPUs {:?}", self.cfg.node.cpus),
+                Err(e) => warn!("could not pin to CPUs {:?}: {e}", self.cfg.node.cpus),
+            }
+        }
+        let start = Instant::now();
+        let mut core = Node::new(self.cfg.core_config(), start);
+        let mut sockets: Vec<Option<Socket>> = Vec::new();
+        let mut events = Events::with_capacity(1024);
+        let hb = core.config().limits.heartbeat;
+        let tick_every = (hb / 4).min(Duration::from_millis(250));
+        let mut next_tick = start + tick_every;
+        let stats_every = Duration::from_secs(self.cfg.node.stats_interval_s);
+        let mut next_stats = start + stats_every;
+        let mut last_stats = core.stats().clone();
+        let mut dirty = Vec::new();
+        let mut closing = Vec::new();
+        let mut dead: Vec<ConnId> = Vec::new();
+        let mut lingering: Vec<(ConnId, Instant)> = Vec::new();
+        let mut still_readable: Vec<ConnId> = Vec::new();
+        let mut next_readable: Vec<ConnId> = Vec::new();
+        let max_conns = self.cfg.limits.max_connections;
+        let max_frame = self.cfg.limits.max_frame_bytes;
+        let mut shutdown_deadline: Option<Instant> = None;
+
+        loop {
+            let now = Instant::now();
+            let mut timeout = next_tick.saturating_duration_since(now);
+            if !still_readable.is_empty() {
+                timeout = Duration::ZERO;
+            } else if !lingering.is_empty() {
+                timeout = timeout.min(Duration::from_millis(10));
+            }
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            let now = Instant::now();
+            std::mem::swap(&mut still_readable, &mut next_readable);
+            still_readable.clear();
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => {
+                        if shutdown_deadline.is_none() {
+                            self.accept_all(&mut core, &mut sockets, max_conns, max_frame, now);
+                        }
+                    }
+                    WAKER => {}
+                    Token(id) => {
+                        if event.is_readable() || event.is_read_closed() || event.is_error() {
+                            next_readable.push(id);
+                        }
+                        if event.is_writable() {
+                            flush(&mut core, &mut sockets, id, &mut dead);
+                        }
+                    }
+                }
+            }
+            next_readable.sort_unstable();
+            next_readable.dedup();
+            for &id in &next_readable {
+                if read_some(&mut core, &mut sockets, id, now, &mut dead) {
+                    still_readable.push(id);
+                }
+            }
+            next_readable.clear();
+            std::mem::swap(&mut still_readable, &mut next_readable);
+
+            if now >= next_tick {
+                core.on_tick(now);
+                next_tick = now + tick_every;
+                for s in sockets.iter_mut().flatten() {
+                    s.reader.shrink_if_idle(KEEP_BUFFER);
+                }
+            }
+            if shutdown_deadline.is_none() && self.shutdown.flag.load(Ordering::SeqCst) {
+                info!("shutting down: closing every stream (closed-recover)");
+                core.shutdown(now);
+                shutdown_deadline = Some(now + Duration::from_secs(2));
+            }
+
+            core.take_dirty(&mut dirty);
+            for &id in &dirty {
+                flush(&mut core, &mut sockets, id, &mut dead);
+            }
+            core.take_closing(&mut closing);
+            for &id in &closing {
+                flush(&mut core, &mut sockets, id, &mut dead);
+                lingering.push((id, now + LINGER));
+            }
+            // Closing connections keep their socket until their last bytes (the status
+            // saying why) are written, or LINGER has passed.
+            lingering.retain(|&(id, deadline)| {
+                let alive = sockets.get(id).is_some_and(|s| s.as_ref().is_some_and(|s| !s.dead));
+                if alive && core.pending_output(id) > 0 && now < deadline {
+                    return true;
+                }
+                if let Some(mut s) = sockets.get_mut(id).and_then(|s| s.take()) {
+                    let _ = self.poll.registry().deregister(&mut s.stream);
+                    let _ = s.stream.shutdown(std::net::Shutdown::Both);
+                }
+                core.on_disconnect(id, now);
+                false
+            });
+            // Connections whose peer went away.
+            for id in dead.drain(..) {
+                if let Some(mut s) = sockets.get_mut(id).and_then(|s| s.take()) {
+                    let _ = self.poll.registry().deregister(&mut s.stream);
+                    core.on_disconnect(id, now);
+                }
+            }
+
+            if stats_every > Duration::ZERO && now >= next_stats {
+                let s = core.stats().clone();
+                let secs = (now - next_stats + stats_every).as_secs_f64();
+                if s != last_stats {
+                    info!(
+                        "stats: {} connections, {} items, updates in {:.0}/s out {:.0}/s, refreshes out {}, slow-consumer disconnects {}",
+                        core.connection_count(),
+                        core.item_count(),
+                        (s.updates_in - last_stats.updates_in) as f64 / secs,
+                        (s.updates_out - last_stats.updates_out) as f64 / secs,
+                        s.refreshes_out,
+                        s.slow_consumer_disconnects,
+                    );
+                }
+                last_stats = s;
+                next_stats = now + stats_every;
+            }
+
+            if let Some(deadline) = shutdown_deadline {
+                let pending: usize = (0..sockets.len())
+                    .filter(|&i| sockets[i].is_some())
+                    .map(|i| core.pending_output(i))
+                    .sum();
+                if sockets.iter().all(|s| s.is_none()) || now >= deadline {
+                    if pending > 0 {
+                        warn!("exiting with {pending} bytes unsent to slow peers");
+                    }
+                    let stats = core.stats().clone();
+                    info!("node stopped: {stats:?}");
+                    return Ok(stats);
+                }
+            }
+        }
+    }
+
+    fn accept_all(
+        &mut self,
+        core: &mut Node,
+        sockets: &mut Vec<Option<Socket>>,
+        max_conns: usize,
+        max_frame: usize,
+        now: Instant,
+    ) {
+        loop {
+            let (mut stream, peer) = match self.listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of file descriptors and the like: log, try again next turn.
+                    error!("accept failed: {e}");
+                    return;
+                }
+            };
+            if core.connection_count() >= max_conns {
+                refuse(&mut stream, max_conns);
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            let id = core.connect(&peer.to_string(), now);
+            if let Err(e) = self.poll.registry().register(
+                &mut stream,
+                Token(id),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                warn!("cannot register connection from {peer}: {e}");
+                core.on_disconnect(id, now);
+                continue;
+            }
+            if sockets.len() <= id {
+                sockets.resize_with(id + 1, || None);
+            }
+            sockets[id] = Some(Socket {
+                stream,
+                reader: FrameReader::new(max_frame),
+                dead: false,
+            });
+        }
+    }
+}
+
+/// Tells a connection over the limit why it is refused (best effort) and drops it.
+fn refuse(stream: &mut TcpStream, max_conns: usize) {
+    let text = format!("connection limit reached: {max_conns} connections");
+    let mut w = FrameWriter::new(tickwire_proto::frame::MIN_MAX_FRAME);
+    let _ = w.push(&Message::Status(Status {
+        stream_id: 0,
+        state: State {
+            stream: StreamState::Closed,
+            data: DataState::Suspect,
+            code: code::TOO_MANY_CONNECTIONS,
+            text: &text,
+        },
+    }));
+    let _ = stream.write(w.sealed_bytes());
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+/// Reads up to a fair share from one connection and hands whole frames to the core.
+/// Returns true if the socket may still hold data (share used up).
+fn read_some(
+    core: &mut Node,
+    sockets: &mut [Option<Socket>],
+    id: ConnId,
+    now: Instant,
+    dead: &mut Vec<ConnId>,
+) -> bool {
+    let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
+        return false;
+    };
+    if sock.dead {
+        return false;
+    }
+    let mut total = 0;
+    loop {
+        let buf = sock.reader.spare(64 * 1024);
+        match sock.stream.read(buf) {
+            Ok(0) => {
+                sock.dead = true;
+                dead.push(id);
+                break;
+            }
+            Ok(n) => {
+                sock.reader.filled(n);
+                total += n;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => {
+                sock.dead = true;
+                dead.push(id);
+                break;
+            }
+        }
+        // Hand over the frames as they complete, so the buffer stays small.
+        if !deliver_frames(core, sock, id, now) {
+            return false;
+        }
+        if total >= READ_SHARE {
+            return true;
+        }
+    }
+    deliver_frames(core, sock, id, now);
+    false
+}
+
+/// Passes every complete frame to the core; false if the stream was found malformed.
+fn deliver_frames(core: &mut Node, sock: &mut Socket, id: ConnId, now: Instant) -> bool {
+    loop {
+        match sock.reader.next_frame() {
+            Ok(Some(frame)) => core.on_frame(id, frame, now),
+            Ok(None) => return true,
+            Err(e) => {
+                core.on_frame_error(id, &e, now);
+                // The core queued the peer for closing; nothing more is read from it.
+                return false;
+            }
+        }
+    }
+}
+
+/// Writes as much of a connection's pending output as the socket takes.
+fn flush(core: &mut Node, sockets: &mut [Option<Socket>], id: ConnId, dead: &mut Vec<ConnId>) {
+    let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
+        return;
+    };
+    let Some(out) = core.output(id) else { return };
+    loop {
+        let bytes = out.sealed_bytes();
+        if bytes.is_empty() {
+            out.shrink_if_idle(KEEP_BUFFER);
+            return;
+        }
+        match sock.stream.write(bytes) {
+            Ok(0) => {
+                sock.dead = true;
+                dead.push(id);
+                return;
+            }
+            Ok(n) => out.consume(n),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => {
+                sock.dead = true;
+                dead.push(id);
+                return;
+            }
+        }
+    }
+}
