@@ -1,1 +1,147 @@
-fn main() {}
+//! `tickwire`: the single binary. Thin subcommands over the library crates.
+
+mod demo;
+mod feed;
+mod json;
+mod logger;
+mod publish;
+mod subscribe;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use tickwire_node::{CacheMode, NodeConfig, NodeServer};
+
+#[derive(Parser)]
+#[command(
+    name = "tickwire",
+    version,
+    about = "Tickwire: real-time market data distribution",
+    long_about = "Tickwire distributes real-time market data: publishers push images and \
+updates of items, a node keeps the last value of every item and fans updates out to every \
+subscriber.\n\nStart with `tickwire demo`. Logging: TICKWIRE_LOG=error|warn|info|debug."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node: accept publishers and subscribers, cache and fan out their data.
+    Node(NodeArgs),
+    /// Publish a synthetic random-walk quote feed to a node.
+    Publish(publish::PublishArgs),
+    /// Subscribe to items and print every refresh, update and status.
+    Subscribe(subscribe::SubscribeArgs),
+    /// An embedded node, a synthetic feed and a live quote board in one command.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct NodeArgs {
+    /// Address to listen on for publishers and subscribers (port 0 picks a free port).
+    /// Default 127.0.0.1:14002, or node.listen from the config file.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// Last-value cache: `on` serves new subscribers from the cache; `off` passes updates
+    /// through and forwards every request to the publisher for its image.
+    #[arg(long, value_name = "on|off")]
+    cache: Option<CacheMode>,
+    /// TOML configuration file (every key is documented in docs/OPERATIONS.md). Flags
+    /// override the file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Name announced to peers.
+    #[arg(long)]
+    name: Option<String>,
+    /// Maximum simultaneous connections.
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Heartbeat interval in milliseconds (a peer silent for 3 intervals is dropped).
+    #[arg(long, value_name = "MS")]
+    heartbeat_ms: Option<u64>,
+    /// Pin the event loop to these CPUs, e.g. `0` or `0,1`.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    cpus: Option<Vec<usize>>,
+    /// Print the effective configuration (file + flags) as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
+    let mut cfg = match &args.config {
+        Some(path) => NodeConfig::load(path)?,
+        None => NodeConfig::default(),
+    };
+    if let Some(l) = args.listen {
+        cfg.node.listen = l;
+    }
+    if let Some(c) = args.cache {
+        cfg.node.cache = c;
+    }
+    if let Some(n) = &args.name {
+        cfg.node.name = n.clone();
+    }
+    if let Some(n) = args.max_connections {
+        cfg.limits.max_connections = n;
+    }
+    if let Some(ms) = args.heartbeat_ms {
+        cfg.limits.heartbeat_ms = ms;
+    }
+    if let Some(cpus) = &args.cpus {
+        cfg.node.cpus = cpus.clone();
+    }
+    cfg.validate().context("invalid node settings")?;
+    Ok(cfg)
+}
+
+fn run_node(args: NodeArgs) -> Result<()> {
+    let cfg = node_config(&args)?;
+    if args.print_config {
+        print!("{}", cfg.to_toml());
+        return Ok(());
+    }
+    let cache = cfg.node.cache;
+    let server = NodeServer::bind(cfg)?;
+    let handle = server.shutdown_handle();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .context("cannot install signal handlers")?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            log::info!("signal {sig} received");
+            handle.shutdown();
+        }
+    });
+    log::info!(
+        "tickwire node listening on {} (cache {})",
+        server.local_addr(),
+        if cache == CacheMode::On { "on" } else { "off" }
+    );
+    server.run()?;
+    Ok(())
+}
+
+fn main() {
+    logger::init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Node(a) => run_node(a),
+        Command::Publish(a) => publish::run(a),
+        Command::Subscribe(a) => subscribe::run(a),
+        Command::Demo(a) => demo::run(a),
+    };
+    match result {
+        Ok(()) => {}
+        Err(e) => {
+            if let Some(exit) = e.downcast_ref::<subscribe::Exit>() {
+                std::process::exit(exit.0);
+            }
+            eprintln!("tickwire: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

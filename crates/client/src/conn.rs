@@ -156,7 +156,8 @@ impl Conn {
                         // are the caller's to process first.
                         let after = frame[raw.encoded.len()..].to_vec();
                         let max = session.max_frame.max(tickwire_proto::frame::MIN_MAX_FRAME);
-                        conn.reader.set_max_frame(max.max(tickwire_proto::DEFAULT_MAX_FRAME));
+                        conn.reader
+                            .set_max_frame(max.max(tickwire_proto::DEFAULT_MAX_FRAME));
                         conn.writer.set_max_frame(max);
                         conn.session = session;
                         conn.after_welcome = after;
@@ -218,7 +219,11 @@ impl Conn {
         loop {
             let buf = self.reader.spare(64 * 1024);
             match self.stream.read(buf) {
-                Ok(0) => return Err(ClientError::Disconnected("node closed the connection".into())),
+                Ok(0) => {
+                    return Err(ClientError::Disconnected(
+                        "node closed the connection".into(),
+                    ))
+                }
                 Ok(n) => {
                     self.reader.filled(n);
                     got = true;

@@ -64,7 +64,11 @@ pub(crate) struct Backoff {
 
 impl Backoff {
     pub fn new(min: std::time::Duration, max: std::time::Duration) -> Self {
-        Backoff { min, max, next: min }
+        Backoff {
+            min,
+            max,
+            next: min,
+        }
     }
     pub fn reset(&mut self) {
         self.next = self.min;

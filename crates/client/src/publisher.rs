@@ -197,7 +197,10 @@ impl Publisher {
         fields: FieldList<'_>,
         do_not_conflate: bool,
     ) -> Result<(), PublishError> {
-        let item = self.items.get_mut(id).ok_or(PublishError::UnknownItem(id))?;
+        let item = self
+            .items
+            .get_mut(id)
+            .ok_or(PublishError::UnknownItem(id))?;
         item.image.apply(fields);
         item.seq = item.seq.wrapping_add(1);
         let (Some(sid), Some(conn)) = (item.stream, self.conn.as_mut()) else {
@@ -343,7 +346,9 @@ impl Publisher {
             if !first.is_empty() {
                 frames.push(first);
             }
-            let mut handle = |payload: &[u8], writer: &mut tickwire_proto::FrameWriter| -> Result<(), ClientError> {
+            let mut handle = |payload: &[u8],
+                              writer: &mut tickwire_proto::FrameWriter|
+             -> Result<(), ClientError> {
                 for raw in MessageIter::new(payload) {
                     match raw?.message {
                         Message::Request(r) => requests.push((r.stream_id, r.name.to_string())),

@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use tickwire_proto::frame::FrameWriter;
 use tickwire_proto::{
-    code, DataState, Message, MessageIter, Request, Role, ServiceState, State, Status,
-    StreamState, View,
+    code, DataState, Message, MessageIter, Request, Role, ServiceState, State, Status, StreamState,
+    View,
 };
 
 /// Identifies one item stream of a subscriber.

@@ -20,7 +20,9 @@ impl std::str::FromStr for CacheMode {
         match s {
             "on" => Ok(CacheMode::On),
             "off" => Ok(CacheMode::Off),
-            other => Err(format!("invalid cache mode {other:?}: allowed values are on, off")),
+            other => Err(format!(
+                "invalid cache mode {other:?}: allowed values are on, off"
+            )),
         }
     }
 }
@@ -188,7 +190,10 @@ impl NodeConfig {
                 c < ncpu,
                 "node.cpus",
                 format!("{:?}", self.node.cpus),
-                format!("CPU {c} does not exist: this machine has CPUs 0 to {}", ncpu - 1),
+                format!(
+                    "CPU {c} does not exist: this machine has CPUs 0 to {}",
+                    ncpu - 1
+                ),
             )?;
         }
         Ok(())
@@ -234,7 +239,10 @@ mod tests {
     fn errors_name_the_file_the_key_and_the_allowed_values() {
         let e = NodeConfig::parse("[node]\ncache = \"maybe\"\n", "node.toml").unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("node.toml") && msg.contains("cache") && msg.contains("`on`"), "{msg}");
+        assert!(
+            msg.contains("node.toml") && msg.contains("cache") && msg.contains("`on`"),
+            "{msg}"
+        );
         let e = NodeConfig::parse("[node]\nlisen = \"x\"\n", "node.toml").unwrap_err();
         assert!(e.to_string().contains("lisen"), "{e}");
         let e = NodeConfig::parse("[limits]\nheartbeat_ms = 5\n", "n.toml").unwrap_err();

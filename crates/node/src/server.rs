@@ -243,7 +243,9 @@ impl NodeServer {
             // Closing connections keep their socket until their last bytes (the status
             // saying why) are written, or LINGER has passed.
             lingering.retain(|&(id, deadline)| {
-                let alive = sockets.get(id).is_some_and(|s| s.as_ref().is_some_and(|s| !s.dead));
+                let alive = sockets
+                    .get(id)
+                    .is_some_and(|s| s.as_ref().is_some_and(|s| !s.dead));
                 if alive && core.pending_output(id) > 0 && now < deadline {
                     return true;
                 }

@@ -1,0 +1,278 @@
+//! `tickwire demo`: an embedded node, a synthetic feed and a live quote board.
+
+use crate::publish::{run_feed, PublishArgs};
+use anyhow::{Context, Result};
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickwire_client::{ConnectOptions, EventRef, RequestOptions, Subscriber};
+use tickwire_node::{NodeConfig, NodeServer};
+use tickwire_proto::{fid, DataState, FieldList, Value};
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Address of the embedded node; if it is taken, a free port is used instead.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
+    listen: std::net::SocketAddr,
+    /// Items in the synthetic feed.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    items: usize,
+    /// Updates per second across the feed.
+    #[arg(long, value_name = "UPDATES_PER_S", default_value_t = 2000)]
+    rate: u64,
+    /// Items shown on the board.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    board: usize,
+}
+
+#[derive(Default, Clone)]
+struct Row {
+    name: String,
+    bid: Option<String>,
+    ask: Option<String>,
+    last: Option<String>,
+    volume: Option<String>,
+    /// +1 up, -1 down, 0 unchanged: the last move of the bid.
+    tick: i8,
+    bid_value: f64,
+    updates: u64,
+    suspect: bool,
+}
+
+fn text(v: Option<Value<'_>>) -> Option<String> {
+    v.map(|v| v.to_string())
+}
+
+impl Row {
+    fn apply(&mut self, fields: FieldList<'_>) {
+        if let Some(Value::Real(b)) = fields.get(fid::BID) {
+            let f = b.to_f64();
+            self.tick = if f > self.bid_value {
+                1
+            } else if f < self.bid_value {
+                -1
+            } else {
+                0
+            };
+            self.bid_value = f;
+            self.bid = Some(b.to_string());
+        }
+        self.ask = text(fields.get(fid::ASK)).or(self.ask.take());
+        self.last = text(fields.get(fid::TRDPRC_1)).or(self.last.take());
+        self.volume = text(fields.get(fid::ACVOL_1)).or(self.volume.take());
+    }
+}
+
+pub fn run(args: DemoArgs) -> Result<()> {
+    if std::env::var_os("TICKWIRE_LOG").is_none() {
+        log::set_max_level(log::LevelFilter::Warn); // keep the board clean
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = args.listen;
+    cfg.node.stats_interval_s = 0;
+    let node = match NodeServer::spawn(cfg.clone()) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            cfg.node.listen.set_port(0);
+            NodeServer::spawn(cfg).context("cannot start the embedded node")?
+        }
+        Err(e) => return Err(e).context("cannot start the embedded node"),
+    };
+    let addr = node.addr.to_string();
+    let feed_args = PublishArgs {
+        node: addr.clone(),
+        service: "FEED".into(),
+        items: Some(args.items.max(1)),
+        item_file: None,
+        rate: args.rate,
+        interactive: false,
+        duration: None,
+        seed: 1,
+    };
+    let feed_stop = Arc::new(AtomicBool::new(false));
+    let feed_ready = Arc::new(AtomicBool::new(false));
+    let feed = {
+        let (a, s, r) = (feed_args.clone(), feed_stop.clone(), feed_ready.clone());
+        std::thread::Builder::new()
+            .name("demo-feed".into())
+            .spawn(move || run_feed(&a, s, r))?
+    };
+
+    let mut opts = ConnectOptions::new(addr.clone());
+    opts.application = "tickwire-demo".into();
+    let mut sub = Subscriber::connect(opts)?;
+    let shown = args.board.clamp(1, args.items.max(1));
+    let mut rows: Vec<Row> = (0..shown)
+        .map(|i| Row {
+            name: format!("SYM{i}"),
+            ..Row::default()
+        })
+        .collect();
+    // Subscribe once the feed has published its images (a request for an item a
+    // non-interactive service does not have is closed at once).
+    let wait_until = Instant::now() + Duration::from_secs(10);
+    while !feed_ready.load(Ordering::SeqCst) {
+        if Instant::now() >= wait_until || feed.is_finished() {
+            anyhow::bail!("the demo feed did not come up within 10 s");
+        }
+        sub.dispatch(Duration::from_millis(20), |_| {})?;
+    }
+    for r in &rows {
+        sub.subscribe("FEED", &r.name, RequestOptions::default())?;
+    }
+
+    let tty = std::io::stdout().is_terminal();
+    let start = Instant::now();
+    let end = args
+        .duration
+        .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let mut out = std::io::stdout().lock();
+    if tty {
+        write!(out, "\x1b[?25l\x1b[2J")?;
+    } else {
+        writeln!(
+            out,
+            "tickwire demo: node on {addr}, {} items at {} updates/s; try `tickwire subscribe --node {addr} SYM0`",
+            args.items, args.rate
+        )?;
+    }
+    let mut received: u64 = 0;
+    let mut next_draw = start;
+    let mut last_count = 0u64;
+    let mut last_draw = start;
+    let result: Result<()> = (|| {
+        while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
+            if feed.is_finished() {
+                anyhow::bail!("the demo feed stopped unexpectedly");
+            }
+            sub.dispatch(Duration::from_millis(50), |e| match e {
+                EventRef::Refresh(i, r) => {
+                    if let Some(row) = rows.get_mut(i.stream as usize - 1) {
+                        row.apply(r.fields);
+                        row.suspect = r.state.data == DataState::Suspect;
+                    }
+                }
+                EventRef::Update(i, u) => {
+                    received += 1;
+                    if let Some(row) = rows.get_mut(i.stream as usize - 1) {
+                        row.apply(u.fields);
+                        row.updates += 1;
+                    }
+                }
+                EventRef::Status(i, s) => {
+                    if let Some(row) = rows.get_mut((i.stream as usize).wrapping_sub(1)) {
+                        row.suspect = s.state.data == DataState::Suspect;
+                    }
+                }
+                EventRef::Directory(_) => {}
+            })?;
+            let now = Instant::now();
+            if now >= next_draw {
+                let secs = now.duration_since(last_draw).as_secs_f64().max(1e-3);
+                let rate = (received - last_count) as f64 / secs;
+                if tty {
+                    draw_board(&mut out, &addr, &rows, now - start, rate, &args)?;
+                    next_draw = now + Duration::from_millis(250);
+                } else {
+                    let r = &rows[0];
+                    writeln!(
+                        out,
+                        "t={:>4.1}s board updates {:>7.0}/s total {:>8}  {} bid {} ask {} last {}",
+                        (now - start).as_secs_f64(),
+                        rate,
+                        received,
+                        r.name,
+                        r.bid.as_deref().unwrap_or("-"),
+                        r.ask.as_deref().unwrap_or("-"),
+                        r.last.as_deref().unwrap_or("-"),
+                    )?;
+                    next_draw = now + Duration::from_secs(1);
+                }
+                out.flush()?;
+                last_count = received;
+                last_draw = now;
+            }
+        }
+        Ok(())
+    })();
+    if tty {
+        write!(out, "\x1b[?25h")?;
+    }
+    if std::env::var_os("TICKWIRE_LOG").is_none() {
+        log::set_max_level(log::LevelFilter::Error); // the feed leaving is expected now
+    }
+    feed_stop.store(true, Ordering::Relaxed);
+    let sent = feed
+        .join()
+        .map_err(|_| anyhow::anyhow!("feed thread panicked"))?;
+    let stats = node.stop()?;
+    result?;
+    let sent = sent?;
+    writeln!(
+        out,
+        "tickwire demo finished after {:.1} s: feed sent {sent} updates, node fanned out {}, board received {received}",
+        start.elapsed().as_secs_f64(),
+        stats.updates_out
+    )?;
+    Ok(())
+}
+
+fn draw_board(
+    out: &mut impl Write,
+    addr: &str,
+    rows: &[Row],
+    elapsed: Duration,
+    rate: f64,
+    args: &DemoArgs,
+) -> std::io::Result<()> {
+    write!(out, "\x1b[H")?;
+    writeln!(
+        out,
+        "\x1b[1mTickwire demo\x1b[0m  node {addr}  feed {} items at {} updates/s  up {:.0} s\x1b[K",
+        args.items,
+        args.rate,
+        elapsed.as_secs_f64()
+    )?;
+    writeln!(
+        out,
+        "board: {rate:.0} updates/s   Ctrl-C to stop   other terminal: tickwire subscribe --node {addr} SYM0\x1b[K"
+    )?;
+    writeln!(out, "\x1b[K")?;
+    writeln!(
+        out,
+        "\x1b[4m{:<10} {:>12} {:>12} {:>12} {:>14} {:>9}\x1b[0m\x1b[K",
+        "ITEM", "BID", "ASK", "LAST", "VOLUME", "UPDATES"
+    )?;
+    for r in rows {
+        let color = match r.tick {
+            1 => "\x1b[32m",
+            -1 => "\x1b[31m",
+            _ => "",
+        };
+        let arrow = match r.tick {
+            1 => "▲",
+            -1 => "▼",
+            _ => " ",
+        };
+        writeln!(
+            out,
+            "{:<10} {color}{:>11}{arrow}\x1b[0m {:>12} {:>12} {:>14} {:>9}{}\x1b[K",
+            r.name,
+            r.bid.as_deref().unwrap_or("-"),
+            r.ask.as_deref().unwrap_or("-"),
+            r.last.as_deref().unwrap_or("-"),
+            r.volume.as_deref().unwrap_or("-"),
+            r.updates,
+            if r.suspect { "  SUSPECT" } else { "" }
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,155 @@
+//! A synthetic random-walk Level 1 quote feed, for `tickwire publish` and the demo.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+use tickwire_proto::reference::{write_level1, Level1};
+use tickwire_proto::{fid, FieldListWriter, Real, Time, Value};
+
+/// xorshift64*: fast, deterministic for a seed, good enough for a test feed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.max(1))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+pub fn time_of_day(ns_since_epoch: u64) -> Time {
+    Time {
+        nanos_since_midnight: ns_since_epoch % tickwire_proto::field::NANOS_PER_DAY,
+    }
+}
+
+/// One synthetic instrument.
+pub struct Instrument {
+    pub name: String,
+    q: Level1,
+    open: i64,
+}
+
+impl Instrument {
+    pub fn new(name: &str, rng: &mut Rng) -> Self {
+        // Prices in 1/10,000: between 10 and 500.
+        let mid = 100_000 + rng.below(4_900_000) as i64;
+        let mid = mid - mid % 100;
+        Instrument {
+            name: name.to_string(),
+            q: Level1 {
+                bid: mid - 100,
+                ask: mid + 100,
+                last: mid,
+                net_change: 0,
+                bid_size: 100 * (1 + rng.below(50)),
+                ask_size: 100 * (1 + rng.below(50)),
+                trade_volume: 100,
+                total_volume: 0,
+                time_of_day: time_of_day(now_ns()),
+                send_time_ns: now_ns(),
+            },
+            open: mid,
+        }
+    }
+
+    /// Moves the quote one tick and returns it.
+    pub fn step(&mut self, rng: &mut Rng, send_time_ns: u64) -> &Level1 {
+        let tick = 100;
+        let r = rng.below(3) as i64 - 1;
+        let mid = ((self.q.bid + self.q.ask) / 2 + r * tick).max(2 * tick);
+        let spread = tick * (1 + rng.below(3) as i64);
+        self.q.bid = mid - spread / 2 - spread % 2 * tick / 2;
+        self.q.ask = self.q.bid + spread;
+        if rng.below(4) == 0 {
+            self.q.last = if rng.below(2) == 0 {
+                self.q.bid
+            } else {
+                self.q.ask
+            };
+            self.q.trade_volume = 100 * (1 + rng.below(20));
+            self.q.total_volume += self.q.trade_volume;
+        }
+        self.q.net_change = self.q.last - self.open;
+        self.q.bid_size = 100 * (1 + rng.below(50));
+        self.q.ask_size = 100 * (1 + rng.below(50));
+        self.q.time_of_day = time_of_day(send_time_ns);
+        self.q.send_time_ns = send_time_ns;
+        &self.q
+    }
+
+    /// The reference Level 1 update for the current quote.
+    pub fn write_update(&self, out: &mut Vec<u8>) {
+        write_level1(out, &self.q);
+    }
+
+    /// A full image: the update fields plus static ones.
+    pub fn write_image(&self, out: &mut Vec<u8>) {
+        let mut w = FieldListWriter::new(out);
+        w.push(fid::DSPLY_NAME, Value::Ascii(&self.name));
+        w.push(fid::OPEN_PRC, Value::Real(Real::new(self.open, -4)));
+        w.push(fid::HST_CLOSE, Value::Real(Real::new(self.open, -4)));
+        w.push(fid::CURRENCY, Value::Enum(840));
+        w.finish();
+        let mut rest = Vec::with_capacity(96);
+        write_level1(&mut rest, &self.q);
+        // Append the Level 1 fields to the image: patch the count, copy the fields.
+        let extra = u16::from_be_bytes([rest[0], rest[1]]);
+        let count = u16::from_be_bytes([out[0], out[1]]) + extra;
+        out[0..2].copy_from_slice(&count.to_be_bytes());
+        out.extend_from_slice(&rest[2..]);
+    }
+}
+
+/// Reads item names from a file: one per line, `#` comments and blank lines skipped.
+pub fn read_item_file(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read item file {}", path.display()))?;
+    let items: Vec<String> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    if items.is_empty() {
+        anyhow::bail!("item file {} lists no items", path.display());
+    }
+    Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tickwire_proto::FieldList;
+
+    #[test]
+    fn image_and_update_are_valid_field_lists() {
+        let mut rng = Rng::new(7);
+        let mut inst = Instrument::new("SYM0", &mut rng);
+        let mut img = Vec::new();
+        inst.write_image(&mut img);
+        let list = FieldList::decode(&img).unwrap();
+        assert_eq!(list.len(), 14);
+        for _ in 0..1000 {
+            let q = *inst.step(&mut rng, now_ns());
+            assert!(q.bid < q.ask && q.bid > 0, "{q:?}");
+        }
+        let mut upd = Vec::new();
+        inst.write_update(&mut upd);
+        assert_eq!(FieldList::decode(&upd).unwrap().len(), 10);
+    }
+}

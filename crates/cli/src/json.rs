@@ -1,0 +1,156 @@
+//! Events as JSON objects (one per line) and as plain text lines.
+
+use serde_json::{json, Map, Value as Json};
+use tickwire_client::EventRef;
+use tickwire_proto::{Dictionary, FieldList, Value};
+
+/// A field value as JSON: reals as numbers, dates "YYYY-MM-DD", times
+/// "HH:MM:SS.nnnnnnnnn", enums as numbers, blank as null.
+pub fn value_json(v: &Value<'_>) -> Json {
+    match v {
+        Value::Blank => Json::Null,
+        Value::Int(i) => json!(i),
+        Value::UInt(u) => json!(u),
+        Value::Real(r) => {
+            // Through the decimal text, so 100.01 prints as 100.01.
+            let text = r.to_string();
+            text.parse::<f64>().map(|f| json!(f)).unwrap_or(Json::Null)
+        }
+        Value::Date(d) => json!(d.to_string()),
+        Value::Time(t) => json!(t.to_string()),
+        Value::Ascii(s) | Value::Utf8(s) => json!(s),
+        Value::Enum(e) => json!(e),
+    }
+}
+
+pub fn fields_json(dict: &Dictionary, fields: FieldList<'_>) -> Json {
+    let mut m = Map::new();
+    for (fid, v) in fields.iter() {
+        let key = dict
+            .name(fid)
+            .map_or_else(|| fid.to_string(), str::to_string);
+        m.insert(key, value_json(&v));
+    }
+    Json::Object(m)
+}
+
+fn state_json(s: &tickwire_proto::State<'_>) -> Json {
+    json!({
+        "stream": s.stream.name(),
+        "data": s.data.name(),
+        "code": s.code,
+        "text": s.text,
+    })
+}
+
+pub fn event_json(dict: &Dictionary, e: &EventRef<'_>) -> Json {
+    match e {
+        EventRef::Refresh(i, r) => json!({
+            "type": "refresh",
+            "service": i.service,
+            "item": i.name,
+            "stream": i.stream,
+            "seq": r.seq,
+            "complete": r.complete,
+            "solicited": r.solicited,
+            "state": state_json(&r.state),
+            "fields": fields_json(dict, r.fields),
+        }),
+        EventRef::Update(i, u) => {
+            let mut o = json!({
+                "type": "update",
+                "service": i.service,
+                "item": i.name,
+                "stream": i.stream,
+                "seq": u.seq,
+                "update_type": u.update_type.name(),
+                "conflation_count": u.conflation_count,
+                "fields": fields_json(dict, u.fields),
+            });
+            if u.do_not_conflate {
+                o["do_not_conflate"] = json!(true);
+            }
+            o
+        }
+        EventRef::Status(i, s) => json!({
+            "type": "status",
+            "service": i.service,
+            "item": i.name,
+            "stream": i.stream,
+            "state": state_json(&s.state),
+        }),
+        EventRef::Directory(d) => json!({
+            "type": "directory",
+            "services": d.services.iter().map(|s| json!({
+                "name": s.name,
+                "state": if s.state == tickwire_proto::ServiceState::Up { "up" } else { "down" },
+                "interactive": s.interactive,
+                "items": s.item_count,
+            })).collect::<Vec<_>>(),
+        }),
+    }
+}
+
+fn fields_text(dict: &Dictionary, fields: FieldList<'_>) -> String {
+    let mut out = String::new();
+    for (fid, v) in fields.iter() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        match dict.name(fid) {
+            Some(n) => out.push_str(n),
+            None => out.push_str(&fid.to_string()),
+        }
+        out.push('=');
+        out.push_str(&v.to_string());
+    }
+    out
+}
+
+/// One human-readable line per event.
+pub fn event_line(dict: &Dictionary, e: &EventRef<'_>) -> String {
+    match e {
+        EventRef::Refresh(i, r) => format!(
+            "REFRESH {}/{} seq={} state={}/{} {}",
+            i.service,
+            i.name,
+            r.seq,
+            r.state.stream.name(),
+            r.state.data.name(),
+            fields_text(dict, r.fields)
+        ),
+        EventRef::Update(i, u) => format!(
+            "UPDATE  {}/{} seq={} {} {}",
+            i.service,
+            i.name,
+            u.seq,
+            u.update_type.name(),
+            fields_text(dict, u.fields)
+        ),
+        EventRef::Status(i, s) => format!(
+            "STATUS  {}/{} state={}/{} code={} {:?}",
+            i.service,
+            i.name,
+            s.state.stream.name(),
+            s.state.data.name(),
+            s.state.code,
+            s.state.text
+        ),
+        EventRef::Directory(d) => format!(
+            "DIRECTORY {}",
+            d.services
+                .iter()
+                .map(|s| format!(
+                    "{}({})",
+                    s.name,
+                    if s.state == tickwire_proto::ServiceState::Up {
+                        "up"
+                    } else {
+                        "down"
+                    }
+                ))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    }
+}

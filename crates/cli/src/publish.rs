@@ -1,0 +1,182 @@
+//! `tickwire publish`: a synthetic random-walk quote feed for one service.
+
+use crate::feed::{now_ns, read_item_file, Instrument, Rng};
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickwire_client::{ConnectOptions, Publisher, PublisherEvent, PublisherOptions};
+use tickwire_proto::{FieldList, UpdateType};
+
+#[derive(clap::Args, Clone)]
+pub struct PublishArgs {
+    /// Node address (host:port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
+    pub node: String,
+    /// Service name to publish.
+    #[arg(long, value_name = "NAME", default_value = "FEED")]
+    pub service: String,
+    /// Number of synthetic items, named SYM0 .. SYM{N-1}.
+    #[arg(long, value_name = "N", conflicts_with = "item_file")]
+    pub items: Option<usize>,
+    /// File of item names, one per line (# starts a comment).
+    #[arg(long, value_name = "FILE")]
+    pub item_file: Option<PathBuf>,
+    /// Total updates per second across all items (0: images only).
+    #[arg(long, value_name = "UPDATES_PER_S", default_value_t = 1000)]
+    pub rate: u64,
+    /// Interactive ("sink-driven"): publish an item only when the node asks for it, and
+    /// stop updating it when nobody watches it any more.
+    #[arg(long)]
+    pub interactive: bool,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Seed of the random walk (same seed, same prices).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl PublishArgs {
+    pub fn item_names(&self) -> Result<Vec<String>> {
+        match (&self.item_file, self.items) {
+            (Some(path), _) => read_item_file(path),
+            (None, Some(n)) if n > 0 => Ok((0..n).map(|i| format!("SYM{i}")).collect()),
+            (None, Some(_)) => bail!("--items must be at least 1"),
+            (None, None) => bail!("say which items to publish: --items N or --item-file FILE"),
+        }
+    }
+}
+
+/// Runs a feed until `stop` is set or the duration passes. Returns updates sent.
+/// `ready` is set once every image has been published (non-interactive) or the service
+/// announced (interactive).
+pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> Result<u64> {
+    let names = args.item_names()?;
+    let mut connect = ConnectOptions::new(args.node.clone());
+    connect.application = "tickwire-publish".into();
+    let mut publisher = Publisher::connect(PublisherOptions {
+        connect,
+        service: args.service.clone(),
+        interactive: args.interactive,
+    })
+    .with_context(|| format!("cannot publish to {}", args.node))?;
+    let mut rng = Rng::new(args.seed);
+    let mut instruments: Vec<Instrument> =
+        names.iter().map(|n| Instrument::new(n, &mut rng)).collect();
+    let by_name: HashMap<String, usize> = names
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, n)| (n, i))
+        .collect();
+    // Publisher item id -> instrument index, for the items currently live.
+    let mut live: Vec<(usize, usize)> = Vec::new();
+    let mut buf = Vec::with_capacity(256);
+    if !args.interactive {
+        for (i, inst) in instruments.iter().enumerate() {
+            buf.clear();
+            inst.write_image(&mut buf);
+            let id = publisher.publish_refresh(&inst.name, FieldList::from_trusted(&buf))?;
+            live.push((id, i));
+            if i % 1000 == 999 {
+                publisher.flush(Duration::from_secs(10))?;
+            }
+        }
+        publisher.flush(Duration::from_secs(10))?;
+        log::info!(
+            "published {} images to service {:?}",
+            live.len(),
+            args.service
+        );
+    } else {
+        log::info!(
+            "interactive publisher for service {:?}: {} items available on request",
+            args.service,
+            names.len()
+        );
+    }
+    ready.store(true, Ordering::SeqCst);
+    let start = Instant::now();
+    let end = args
+        .duration
+        .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let mut sent: u64 = 0;
+    // Ticks of 1 ms at high rates, coarser when few updates are due.
+    let tick = if args.rate >= 1000 {
+        Duration::from_millis(1)
+    } else {
+        Duration::from_millis(10)
+    };
+    let mut next_tick = start;
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if end.is_some_and(|e| now >= e) {
+            break;
+        }
+        for ev in publisher.dispatch(next_tick.saturating_duration_since(now))? {
+            match ev {
+                PublisherEvent::Request { name } => match by_name.get(&name) {
+                    Some(&i) => {
+                        buf.clear();
+                        instruments[i].write_image(&mut buf);
+                        let id = publisher.publish_refresh(&name, FieldList::from_trusted(&buf))?;
+                        if !live.iter().any(|&(l, _)| l == id) {
+                            live.push((id, i));
+                        }
+                    }
+                    None => publisher.reject_request(&name, "no such item in this feed")?,
+                },
+                PublisherEvent::Closed { item } => live.retain(|&(id, _)| id != item),
+                PublisherEvent::Disconnected { reason } => log::warn!("publisher: {reason}"),
+                PublisherEvent::Reconnected => log::info!("publisher reconnected"),
+            }
+        }
+        let now = Instant::now();
+        if now < next_tick {
+            continue;
+        }
+        next_tick += tick;
+        if next_tick < now {
+            next_tick = now + tick; // we fell behind (paused); do not burst to catch up
+        }
+        if args.rate == 0 || live.is_empty() {
+            continue;
+        }
+        let due = (args.rate as f64 * now.duration_since(start).as_secs_f64()) as u64;
+        let mut n = due.saturating_sub(sent);
+        // After a pause, send at most one second's worth at once.
+        n = n.min(args.rate.max(1));
+        let stamp = now_ns();
+        for _ in 0..n {
+            let (id, i) = live[rng.below(live.len() as u64) as usize];
+            instruments[i].step(&mut rng, stamp);
+            buf.clear();
+            instruments[i].write_update(&mut buf);
+            publisher.publish_update(
+                id,
+                UpdateType::Quote,
+                FieldList::from_trusted(&buf),
+                false,
+            )?;
+        }
+        sent += n;
+        if due > sent + args.rate {
+            sent = due - args.rate; // a long pause: forget the backlog beyond one second
+        }
+        publisher.flush(Duration::from_secs(10))?;
+    }
+    publisher.flush(Duration::from_secs(5))?;
+    Ok(publisher.updates_sent())
+}
+
+pub fn run(args: PublishArgs) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let sent = run_feed(&args, stop, Arc::new(AtomicBool::new(false)))?;
+    log::info!("publisher stopped after {sent} updates");
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! `tickwire subscribe`: print every refresh, update and status of some items.
+
+use crate::json::{event_json, event_line};
+use anyhow::{bail, Context, Result};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tickwire_client::{ConnectOptions, EventRef, RequestOptions, Subscriber};
+use tickwire_proto::{Dictionary, StreamState};
+
+#[derive(clap::Args)]
+pub struct SubscribeArgs {
+    /// Node address (host:port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
+    node: String,
+    /// Service of the items.
+    #[arg(long, value_name = "NAME", default_value = "FEED")]
+    service: String,
+    /// Item names, e.g. SYM0 SYM1.
+    #[arg(required = true, value_name = "ITEM")]
+    items: Vec<String>,
+    /// One JSON object per line: type, service, item, stream, seq, fields (keyed by
+    /// field name), state (for refresh and status).
+    #[arg(long)]
+    json: bool,
+    /// Exit (status 0) after this many messages.
+    #[arg(long, value_name = "N")]
+    count: Option<u64>,
+    /// Ask for one refresh per item; exit once every item has answered.
+    #[arg(long)]
+    snapshot: bool,
+    /// Only these fields, by name or id, e.g. BID,ASK.
+    #[arg(long, value_name = "FIELDS", value_delimiter = ',')]
+    view: Option<Vec<String>>,
+    /// Field dictionary file (default: the built-in MarketPrice dictionary).
+    #[arg(long, value_name = "FILE")]
+    dictionary: Option<PathBuf>,
+    /// Give up (exit status 3) if --count messages have not arrived within this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+}
+
+/// Exit with a given status, without an error message.
+#[derive(Debug)]
+pub struct Exit(pub i32);
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}", self.0)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+pub fn run(args: SubscribeArgs) -> Result<()> {
+    let dict = match &args.dictionary {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read dictionary {}", path.display()))?;
+            Dictionary::parse(&text).with_context(|| format!("dictionary {}", path.display()))?
+        }
+        None => Dictionary::market_price(),
+    };
+    let view = match &args.view {
+        None => None,
+        Some(names) => {
+            let mut fids = Vec::new();
+            for n in names {
+                match dict.fid(n) {
+                    Some(f) => fids.push(f),
+                    None => bail!(
+                        "--view: unknown field {n:?} (not in the dictionary and not a number)"
+                    ),
+                }
+            }
+            Some(fids)
+        }
+    };
+    let mut opts = ConnectOptions::new(args.node.clone());
+    opts.application = "tickwire-subscribe".into();
+    let mut sub =
+        Subscriber::connect(opts).with_context(|| format!("cannot subscribe at {}", args.node))?;
+    for item in &args.items {
+        sub.subscribe(
+            &args.service,
+            item,
+            RequestOptions {
+                snapshot: args.snapshot,
+                view: view.clone(),
+            },
+        )?;
+    }
+    sub.flush(Duration::from_secs(5))?;
+    let deadline = args
+        .timeout
+        .map(|t| Instant::now() + Duration::from_secs_f64(t));
+    let mut seen: u64 = 0;
+    let mut failed = false;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    loop {
+        if let Some(d) = deadline {
+            if Instant::now() >= d {
+                out.flush()?;
+                eprintln!("tickwire subscribe: timed out after {seen} messages");
+                return Err(Exit(3).into());
+            }
+        }
+        let mut write_err = None;
+        let mut done = false;
+        sub.dispatch(Duration::from_millis(200), |e: EventRef<'_>| {
+            if done || matches!(e, EventRef::Directory(_)) {
+                return;
+            }
+            if let EventRef::Status(_, s) = &e {
+                if matches!(s.state.stream, StreamState::Closed) {
+                    failed = true;
+                }
+            }
+            let line = if args.json {
+                event_json(&dict, &e).to_string()
+            } else {
+                event_line(&dict, &e)
+            };
+            if let Err(err) = writeln!(out, "{line}") {
+                write_err = Some(err);
+            }
+            seen += 1;
+            if args.count.is_some_and(|c| seen >= c) {
+                done = true;
+            }
+        })?;
+        if let Some(e) = write_err {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(());
+            }
+            return Err(e.into());
+        }
+        out.flush()?;
+        if done {
+            return Ok(());
+        }
+        if sub.open_streams() == 0 {
+            // Every stream ended: snapshots answered, or items closed by the node.
+            if args.count.is_some_and(|c| seen < c) || failed {
+                return Err(Exit(1).into());
+            }
+            return Ok(());
+        }
+    }
+}
