@@ -61,6 +61,9 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
         connect,
         service: args.service.clone(),
         interactive: args.interactive,
+        // Non-interactive: the service goes up once every image is out, so no request
+        // is answered "not found" for an item still on its way.
+        start_down: !args.interactive,
     })
     .with_context(|| format!("cannot publish to {}", args.node))?;
     let mut rng = Rng::new(args.seed);

@@ -26,6 +26,21 @@ pub struct PublisherOptions {
     /// Announce the service as interactive: the node asks for items on demand and says
     /// when nobody watches them any more.
     pub interactive: bool,
+    /// Announce the service down at first and bring it up with
+    /// [`Publisher::set_service_up`] once the initial images are published, so no
+    /// subscriber is told "not found" for an item that is on its way.
+    pub start_down: bool,
+}
+
+impl PublisherOptions {
+    pub fn new(connect: ConnectOptions, service: impl Into<String>) -> Self {
+        PublisherOptions {
+            connect,
+            service: service.into(),
+            interactive: false,
+            start_down: false,
+        }
+    }
 }
 
 /// What the node asked of the publisher that the library could not answer alone.
@@ -79,13 +94,16 @@ pub struct Publisher {
     scratch: Vec<u8>,
     updates_sent: u64,
     reconnects: u64,
+    /// The state the application wants the service announced with.
+    service_up: bool,
 }
 
 impl Publisher {
     /// Connects, logs in and announces the service.
     pub fn connect(opts: PublisherOptions) -> Result<Self, ClientError> {
         let mut conn = Conn::open(&opts.connect, Role::Publisher)?;
-        announce(&mut conn, &opts)?;
+        let service_up = !opts.start_down;
+        announce(&mut conn, &opts, service_up)?;
         info!(
             "publisher for service {:?} connected to {} ({})",
             opts.service, opts.connect.addr, conn.session.node_name
@@ -103,6 +121,7 @@ impl Publisher {
             scratch: Vec::with_capacity(64 * 1024),
             updates_sent: 0,
             reconnects: 0,
+            service_up,
         })
     }
 
@@ -146,6 +165,18 @@ impl Publisher {
 
     pub fn reconnects(&self) -> u64 {
         self.reconnects
+    }
+
+    /// Announces the service up (or down again). Subscriber requests wait at the node
+    /// while the service is down.
+    pub fn set_service_up(&mut self, up: bool) -> Result<(), PublishError> {
+        self.service_up = up;
+        if let Some(conn) = self.conn.as_mut() {
+            if let Err(e) = announce(conn, &self.opts, up) {
+                self.lost(e)?;
+            }
+        }
+        Ok(())
     }
 
     /// Sets an item's whole image and sends it as a refresh: on the item's own stream
@@ -449,8 +480,10 @@ impl Publisher {
         if self.conn.is_some() || Instant::now() < self.retry_at {
             return Ok(());
         }
+        // Down first, every image, then up (if the application had it up): subscribers
+        // re-requesting meanwhile wait at the node instead of hearing "not found".
         let conn = Conn::open(&self.opts.connect, Role::Publisher).and_then(|mut c| {
-            announce(&mut c, &self.opts)?;
+            announce(&mut c, &self.opts, false)?;
             Ok(c)
         });
         match conn {
@@ -467,6 +500,10 @@ impl Publisher {
                 let own: Vec<ItemId> = self.by_stream.values().copied().collect();
                 for id in own {
                     self.send_refresh(id, false)?;
+                }
+                if self.service_up {
+                    let conn = self.conn.as_mut().expect("just connected");
+                    announce(conn, &self.opts, true)?;
                 }
                 self.events.push(PublisherEvent::Reconnected);
                 Ok(())
@@ -490,11 +527,15 @@ fn own_stream(id: ItemId) -> u32 {
     (id as u32 + 1) % NODE_STREAM_BASE
 }
 
-fn announce(conn: &mut Conn, opts: &PublisherOptions) -> Result<(), ClientError> {
+fn announce(conn: &mut Conn, opts: &PublisherOptions, up: bool) -> Result<(), ClientError> {
     conn.writer.push(&Message::Directory(Directory {
         services: vec![ServiceEntry {
             name: &opts.service,
-            state: ServiceState::Up,
+            state: if up {
+                ServiceState::Up
+            } else {
+                ServiceState::Down
+            },
             interactive: opts.interactive,
             item_count: 0,
         }],

@@ -49,6 +49,10 @@ pub struct Subscriber {
     synthetic: VecDeque<(u32, State<'static>, String)>,
     ready: VecDeque<Event>,
     directory: Vec<(String, ServiceState)>,
+    /// Streams the node closed with closed-recover, to request again at the given time.
+    recover: Vec<(u32, Instant)>,
+    /// After a reconnect: streams waiting for their service to appear in the directory.
+    held: Vec<u32>,
     reconnects: u64,
 }
 
@@ -71,6 +75,8 @@ impl Subscriber {
             synthetic: VecDeque::new(),
             ready: VecDeque::new(),
             directory: Vec::new(),
+            recover: Vec::new(),
+            held: Vec::new(),
             reconnects: 0,
         })
     }
@@ -205,6 +211,10 @@ impl Subscriber {
                     continue;
                 }
             }
+            if let Err(e) = self.release_held().and_then(|_| self.rerequest_recovered()) {
+                self.lost(e)?;
+                continue;
+            }
             if delivered > 0 {
                 return Ok(delivered);
             }
@@ -223,6 +233,63 @@ impl Subscriber {
                 Err(e) => self.lost(e)?,
             }
         }
+    }
+
+    /// Sends the held requests whose service the directory now lists.
+    fn release_held(&mut self) -> Result<(), ClientError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let (watch, directory) = (&self.watch, &self.directory);
+        let mut sent = false;
+        let mut err = None;
+        self.held.retain(|&sid| {
+            let Some(Some(w)) = watch.get(sid as usize) else {
+                return false;
+            };
+            if !directory.iter().any(|(name, _)| *name == w.service) {
+                return true;
+            }
+            if let Err(e) = push_request(&mut conn.writer, sid, w) {
+                err = Some(e);
+            }
+            sent = true;
+            false
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if sent {
+            conn.flush_some()?;
+        }
+        Ok(())
+    }
+
+    /// Requests again the streams closed with closed-recover whose delay has passed.
+    fn rerequest_recovered(&mut self) -> Result<(), ClientError> {
+        if self.recover.is_empty() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let mut i = 0;
+        while i < self.recover.len() {
+            let (sid, at) = self.recover[i];
+            if at > now {
+                i += 1;
+                continue;
+            }
+            self.recover.swap_remove(i);
+            if let Some(Some(w)) = self.watch.get(sid as usize) {
+                push_request(&mut conn.writer, sid, w)?;
+            }
+        }
+        conn.flush_some()
     }
 
     fn deliver_synthetic(&mut self, f: &mut impl FnMut(EventRef<'_>)) -> usize {
@@ -257,16 +324,25 @@ impl Subscriber {
             watch,
             open_streams,
             directory,
+            recover,
+            opts,
             ..
         } = self;
+        let mut ctx = Ctx {
+            watch,
+            open_streams,
+            directory,
+            recover,
+            recover_delay: opts.backoff_min.max(Duration::from_millis(500)),
+        };
         let conn = conn.as_mut().expect("connected");
         let mut n = 0;
         if !conn.after_welcome.is_empty() {
             let first = std::mem::take(&mut conn.after_welcome);
-            n += handle_payload(&first, watch, open_streams, directory, &mut conn.writer, f)?;
+            n += handle_payload(&first, &mut ctx, &mut conn.writer, f)?;
         }
         while let Some(frame) = conn.reader.next_frame()? {
-            n += handle_payload(frame, watch, open_streams, directory, &mut conn.writer, f)?;
+            n += handle_payload(frame, &mut ctx, &mut conn.writer, f)?;
         }
         if !conn.writer.is_empty() {
             conn.flush_some()?;
@@ -305,22 +381,21 @@ impl Subscriber {
 
     fn try_reconnect(&mut self) -> Result<(), ClientError> {
         match Conn::open(&self.opts, Role::Subscriber) {
-            Ok(mut conn) => {
+            Ok(conn) => {
                 self.backoff.reset();
                 self.reconnects += 1;
+                self.recover.clear(); // everything is requested again below
+                self.directory.clear(); // the new node's directory follows its welcome
                 info!(
-                    "reconnected to {}; requesting {} streams again",
+                    "reconnected to {}; requesting {} streams again as their services appear",
                     self.opts.addr, self.open_streams
                 );
-                for (sid, w) in self.watch.iter().enumerate() {
-                    if let Some(w) = w {
-                        push_request(&mut conn.writer, sid as u32, w)?;
-                    }
-                }
+                // A restarted node may not know a service until its publisher is back:
+                // hold each request until the directory lists the service.
+                self.held = (0..self.watch.len() as u32)
+                    .filter(|&sid| self.watch[sid as usize].is_some())
+                    .collect();
                 self.conn = Some(conn);
-                if let Err(e) = self.conn.as_mut().expect("just set").flush_some() {
-                    self.lost(e)?;
-                }
                 Ok(())
             }
             Err(e @ ClientError::Rejected { .. }) => Err(e),
@@ -349,15 +424,29 @@ fn push_request(w: &mut FrameWriter, sid: u32, watch: &Watch) -> Result<(), Clie
     Ok(())
 }
 
+/// The parts of a subscriber that message handling updates.
+struct Ctx<'s> {
+    watch: &'s mut Vec<Option<Watch>>,
+    open_streams: &'s mut usize,
+    directory: &'s mut Vec<(String, ServiceState)>,
+    recover: &'s mut Vec<(u32, Instant)>,
+    recover_delay: Duration,
+}
+
 /// Delivers the messages of one frame payload.
 fn handle_payload(
     payload: &[u8],
-    watch: &mut [Option<Watch>],
-    open_streams: &mut usize,
-    directory: &mut Vec<(String, ServiceState)>,
+    ctx: &mut Ctx<'_>,
     writer: &mut FrameWriter,
     f: &mut impl FnMut(EventRef<'_>),
 ) -> Result<usize, ClientError> {
+    let Ctx {
+        watch,
+        open_streams,
+        directory,
+        recover,
+        recover_delay,
+    } = ctx;
     let mut n = 0;
     for raw in MessageIter::new(payload) {
         let msg = raw?.message;
@@ -378,7 +467,7 @@ fn handle_payload(
                 ));
                 n += 1;
                 if done && watch[sid as usize].take().is_some() {
-                    *open_streams -= 1;
+                    **open_streams -= 1;
                 }
             }
             Message::Update(u) => {
@@ -423,22 +512,36 @@ fn handle_payload(
                 let Some(w) = watch.get(sid as usize).and_then(|w| w.as_ref()) else {
                     continue;
                 };
+                let item = ItemRef {
+                    stream: sid,
+                    service: &w.service,
+                    name: &w.name,
+                };
+                if s.state.stream == StreamState::ClosedRecover && w.streaming {
+                    // Recoverable: the stream stays in the watchlist, shown as suspect,
+                    // and is requested again shortly (or on reconnect).
+                    let shown = Status {
+                        stream_id: sid,
+                        state: State {
+                            stream: StreamState::Open,
+                            data: DataState::Suspect,
+                            ..s.state
+                        },
+                    };
+                    f(EventRef::Status(item, shown));
+                    n += 1;
+                    recover.push((sid, Instant::now() + *recover_delay));
+                    continue;
+                }
                 let done = s.state.stream != StreamState::Open;
-                f(EventRef::Status(
-                    ItemRef {
-                        stream: sid,
-                        service: &w.service,
-                        name: &w.name,
-                    },
-                    s,
-                ));
+                f(EventRef::Status(item, s));
                 n += 1;
                 if done && watch[sid as usize].take().is_some() {
-                    *open_streams -= 1;
+                    **open_streams -= 1;
                 }
             }
             Message::Directory(d) => {
-                *directory = d
+                **directory = d
                     .services
                     .iter()
                     .map(|s| (s.name.to_string(), s.state))

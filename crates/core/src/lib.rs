@@ -121,6 +121,8 @@ struct Conn {
 struct Service {
     name: String,
     publisher: Option<ConnId>,
+    /// The publisher says the service is up (it may connect down, image, then go up).
+    up: bool,
     interactive: bool,
     items: FxHashMap<Box<str>, ItemHandle>,
 }
@@ -551,7 +553,7 @@ impl Node {
             .iter()
             .map(|s| ServiceEntry {
                 name: &s.name,
-                state: if s.publisher.is_some() {
+                state: if s.publisher.is_some() && s.up {
                     ServiceState::Up
                 } else {
                     ServiceState::Down
@@ -657,8 +659,8 @@ impl Node {
             Some(&h) => h,
             None => {
                 let service = &self.services[svc];
-                let publisher_up = service.publisher.is_some();
-                if publisher_up && !service.interactive {
+                let service_up = service.publisher.is_some() && service.up;
+                if service_up && !service.interactive {
                     let text =
                         format!("item {:?} not found in service {:?}", req.name, req.service);
                     self.send(
@@ -679,7 +681,7 @@ impl Node {
             c.sub_streams.insert(sid, handle);
         }
         let cache = self.cfg.cache;
-        let service_up = self.services[svc].publisher.is_some();
+        let service_up = self.services[svc].publisher.is_some() && self.services[svc].up;
         let item = self.items.get_mut(handle).expect("live handle");
         if cache && item.complete {
             // Served from the cache at once.
@@ -810,6 +812,7 @@ impl Node {
                     self.services.push(Service {
                         name: entry.name.to_string(),
                         publisher: None,
+                        up: false,
                         interactive: entry.interactive,
                         items: FxHashMap::default(),
                     });
@@ -829,38 +832,91 @@ impl Node {
                     self.reject(conn, code::PROTOCOL, &text);
                     return;
                 }
-                Some(_) => continue,
-                None => {}
+                Some(_) => {}
+                None => {
+                    self.services[svc].publisher = Some(conn);
+                    if let Some(c) = self.conn_mut(conn) {
+                        c.services.push(svc);
+                    }
+                }
             }
             let service = &mut self.services[svc];
-            service.publisher = Some(conn);
             service.interactive = entry.interactive;
+            let was_up = service.up;
+            service.up = entry.state == ServiceState::Up;
             info!(
-                "service {:?} is up ({} publisher)",
+                "service {:?} is {} ({} publisher)",
                 service.name,
+                if service.up { "up" } else { "down" },
                 if entry.interactive {
                     "interactive"
                 } else {
                     "non-interactive"
                 }
             );
-            if let Some(c) = self.conn_mut(conn) {
-                c.services.push(svc);
-            }
-            // Items someone is waiting for: ask an interactive publisher for them now.
-            let waiting: Vec<ItemHandle> = self.services[svc]
-                .items
-                .values()
-                .copied()
-                .filter(|&h| self.items.get(h).is_some_and(|i| !i.subs.is_empty()))
-                .collect();
-            if entry.interactive {
-                for h in waiting {
-                    self.request_from_publisher(h);
-                }
+            if service.up && !was_up {
+                self.service_came_up(svc);
             }
         }
         self.broadcast_directory();
+    }
+
+    /// Streams held while the service was down: an interactive publisher is asked for
+    /// them; a non-interactive one has pushed what it has, and the rest do not exist.
+    fn service_came_up(&mut self, svc: usize) {
+        let waiting: Vec<ItemHandle> = self.services[svc]
+            .items
+            .values()
+            .copied()
+            .filter(|&h| {
+                self.items
+                    .get(h)
+                    .is_some_and(|i| i.subs.iter().any(|s| s.awaiting_refresh))
+            })
+            .collect();
+        let interactive = self.services[svc].interactive;
+        for h in waiting {
+            let published = self.items.get(h).is_some_and(|i| i.publisher.is_some());
+            if interactive || published {
+                self.request_from_publisher(h);
+            } else {
+                let name = self
+                    .items
+                    .get(h)
+                    .map(|i| i.name.clone())
+                    .unwrap_or_default();
+                let text = format!(
+                    "item {name:?} not found in service {:?}",
+                    self.services[svc].name
+                );
+                self.close_item(h, closed(code::NOT_FOUND, &text));
+            }
+        }
+    }
+
+    /// Sends `state` to every stream of an item and forgets the item.
+    fn close_item(&mut self, h: ItemHandle, state: State<'_>) {
+        let Some(item) = self.items.remove(h) else {
+            return;
+        };
+        self.services[item.service].items.remove(&*item.name);
+        if let Some((pconn, sid)) = item.publisher {
+            if let Some(c) = self.conns.get_mut(pconn).and_then(|c| c.as_mut()) {
+                c.pub_streams.remove(&sid);
+            }
+        }
+        for s in &item.subs {
+            if let Some(c) = self.conns.get_mut(s.conn).and_then(|c| c.as_mut()) {
+                c.sub_streams.remove(&s.stream_id);
+            }
+            self.send(
+                s.conn,
+                &Message::Status(Status {
+                    stream_id: s.stream_id,
+                    state,
+                }),
+            );
+        }
     }
 
     /// The publisher of some services left: their streams turn suspect, caches stay.
@@ -875,6 +931,7 @@ impl Node {
             let name = self.services[svc].name.clone();
             warn!("service {name:?} is down: its publisher left ({reason})");
             self.services[svc].publisher = None;
+            self.services[svc].up = false;
             let text = format!("service {name:?} is down: its publisher left");
             let handles: Vec<ItemHandle> = self.services[svc].items.values().copied().collect();
             for h in handles {
@@ -1205,36 +1262,24 @@ impl Node {
         else {
             return;
         };
+        if s.state.stream != StreamState::Open {
+            // The publisher closed the item (e.g. not found): every stream ends with it.
+            self.close_item(h, s.state);
+            return;
+        }
         let Some(item) = self.items.get_mut(h) else {
             return;
         };
         item.data_state = s.state.data;
         let subs: Vec<(ConnId, u32)> = item.subs.iter().map(|e| (e.conn, e.stream_id)).collect();
-        let closing = s.state.stream != StreamState::Open;
-        if closing {
-            item.refresh_requested = false;
-        }
-        for (c, sid) in &subs {
+        for (c, sid) in subs {
             self.send(
-                *c,
+                c,
                 &Message::Status(Status {
-                    stream_id: *sid,
+                    stream_id: sid,
                     state: s.state,
                 }),
             );
-        }
-        if closing {
-            for (c, sid) in subs {
-                if let Some(conn) = self.conns.get_mut(c).and_then(|c| c.as_mut()) {
-                    conn.sub_streams.remove(&sid);
-                }
-            }
-            if let Some(c) = self.conn_mut(conn) {
-                c.pub_streams.remove(&s.stream_id);
-            }
-            if let Some(item) = self.items.remove(h) {
-                self.services[item.service].items.remove(&*item.name);
-            }
         }
     }
 

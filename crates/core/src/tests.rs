@@ -688,14 +688,13 @@ fn large_images_go_out_as_multi_part_refreshes() {
     let p = h.publisher("FEED", false);
     // 3 refresh parts of 30 KB each of string fields make a ~90 KB image.
     let long = "x".repeat(10_000);
-    let mut seq = 1;
     for part in 0..3i16 {
         let fl = encode_field_list((0..3i16).map(|i| (part * 3 + i + 100, Value::Ascii(&long))));
         h.send(
             p,
             &[Message::Refresh(Refresh {
                 stream_id: 1,
-                seq,
+                seq: part as u32 + 1,
                 complete: part == 2,
                 solicited: false,
                 clear_cache: part == 0,
@@ -705,7 +704,6 @@ fn large_images_go_out_as_multi_part_refreshes() {
                 fields: FieldList::decode(&fl).unwrap(),
             })],
         );
-        seq += 1;
     }
     let sub = h.login(Role::Subscriber);
     h.recv(sub);
@@ -720,4 +718,73 @@ fn large_images_go_out_as_multi_part_refreshes() {
         .sum();
     assert!(got.len() >= 2, "{} parts", got.len());
     assert_eq!(total, 9);
+}
+
+#[test]
+fn requests_wait_while_a_service_is_down_and_missing_items_are_closed_when_it_comes_up() {
+    let mut h = Harness::new(true);
+    let p = h.login(Role::Publisher);
+    let announce = |state| {
+        Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "FEED",
+                state,
+                interactive: false,
+                item_count: 0,
+            }],
+        })
+    };
+    h.send(p, &[announce(ServiceState::Down)]);
+    let sub = h.login(Role::Subscriber);
+    h.request(sub, 1, "FEED", "SYM0", true, None);
+    h.request(sub, 2, "FEED", "NEVER", true, None);
+    let got = h.recv(sub);
+    assert!(
+        got.iter().all(|m| matches!(
+            m,
+            Got::Status {
+                stream: StreamState::Open,
+                data: DataState::Suspect,
+                code: code::SERVICE_DOWN,
+                ..
+            }
+        )),
+        "held, not refused: {got:?}"
+    );
+    let img = bid_ask(100, 101);
+    h.send(
+        p,
+        &[
+            refresh(1, 1, "SYM0", &img, false),
+            announce(ServiceState::Up),
+        ],
+    );
+    let got = h.recv(sub);
+    assert!(
+        got.iter().any(|m| matches!(
+            m,
+            Got::Refresh {
+                sid: 1,
+                data: DataState::Ok,
+                ..
+            }
+        )),
+        "{got:?}"
+    );
+    assert!(
+        got.iter().any(|m| matches!(
+            m,
+            Got::Status {
+                sid: 2,
+                stream: StreamState::Closed,
+                code: code::NOT_FOUND,
+                ..
+            }
+        )),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&Got::Directory(vec![(s("FEED"), true)])),
+        "{got:?}"
+    );
 }

@@ -28,7 +28,7 @@ impl std::str::FromStr for CacheMode {
 }
 
 /// The whole node configuration, as in the TOML file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NodeConfig {
     pub node: NodeSection,
@@ -91,16 +91,6 @@ impl Default for LimitsSection {
             max_streams_per_connection: l.max_streams_per_connection,
             max_output_bytes: l.max_output_bytes,
             heartbeat_ms: l.heartbeat.as_millis() as u64,
-        }
-    }
-}
-
-impl Default for NodeConfig {
-    fn default() -> Self {
-        NodeConfig {
-            node: NodeSection::default(),
-            limits: LimitsSection::default(),
-            security: SecuritySection::default(),
         }
     }
 }

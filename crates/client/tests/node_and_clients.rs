@@ -1,0 +1,377 @@
+//! The client library against a real node over TCP on 127.0.0.1: cache on and off,
+//! interactive and non-interactive publishers, snapshot, view, close, publisher loss and
+//! return, subscriber reconnect. Every wait is bounded.
+
+use std::time::{Duration, Instant};
+use tickwire_client::{
+    ConnectOptions, Event, OwnedState, Publisher, PublisherEvent, PublisherOptions, RequestOptions,
+    Subscriber,
+};
+use tickwire_node::{CacheMode, NodeConfig, NodeServer, RunningNode};
+use tickwire_proto::{
+    code, encode_field_list, DataState, FieldList, Real, StreamState, UpdateType, Value,
+};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn start_node(cache: CacheMode) -> RunningNode {
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.node.cache = cache;
+    cfg.node.stats_interval_s = 0;
+    NodeServer::spawn(cfg).expect("node starts")
+}
+
+fn opts(node: &RunningNode) -> ConnectOptions {
+    let mut o = ConnectOptions::new(node.addr.to_string());
+    o.backoff_min = Duration::from_millis(20);
+    o.backoff_max = Duration::from_millis(200);
+    o
+}
+
+fn publisher(node: &RunningNode, interactive: bool) -> Publisher {
+    Publisher::connect(PublisherOptions {
+        interactive,
+        ..PublisherOptions::new(opts(node), "FEED")
+    })
+    .expect("publisher connects")
+}
+
+fn quote(bid: i64) -> Vec<u8> {
+    encode_field_list([
+        (22, Value::Real(Real::new(bid, -2))),
+        (25, Value::Real(Real::new(bid + 1, -2))),
+    ])
+}
+
+/// Waits for the first event matching `pred`, driving `publisher` meanwhile.
+fn wait_for(
+    sub: &mut Subscriber,
+    mut publisher: Option<&mut Publisher>,
+    mut pred: impl FnMut(&Event) -> bool,
+) -> Event {
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        if let Some(p) = publisher.as_deref_mut() {
+            p.dispatch(Duration::ZERO).unwrap();
+            p.flush(Duration::from_secs(1)).unwrap();
+        }
+        if let Some(e) = sub.next_event(Duration::from_millis(20)).unwrap() {
+            if pred(&e) {
+                return e;
+            }
+        }
+    }
+    panic!("no matching event within {WAIT:?}");
+}
+
+fn bid_of(e: &Event) -> Option<String> {
+    match e {
+        Event::Refresh { fields, .. } | Event::Update { fields, .. } => {
+            fields.get(22).map(|v| v.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// Publishes one item and waits until the node has it (a snapshot answers).
+fn publish_and_wait(node: &RunningNode, p: &mut Publisher, name: &str, bid: i64) {
+    let img = quote(bid);
+    p.publish_refresh(name, FieldList::decode(&img).unwrap())
+        .unwrap();
+    p.flush(WAIT).unwrap();
+    let mut probe = Subscriber::connect(opts(node)).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "node never got {name}");
+        probe
+            .subscribe(
+                "FEED",
+                name,
+                RequestOptions {
+                    snapshot: true,
+                    view: None,
+                },
+            )
+            .unwrap();
+        let e = wait_for(&mut probe, Some(p), |e| {
+            matches!(e, Event::Refresh { .. } | Event::Status { .. })
+        });
+        if matches!(e, Event::Refresh { .. }) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn updates_flow(cache: CacheMode) {
+    let node = start_node(cache);
+    let mut p = publisher(&node, false);
+    publish_and_wait(&node, &mut p, "SYM0", 10000);
+    let id = p.item("SYM0").unwrap();
+    let mut sub = Subscriber::connect(opts(&node)).unwrap();
+    let sid = sub
+        .subscribe("FEED", "SYM0", RequestOptions::default())
+        .unwrap();
+    let refresh = wait_for(&mut sub, Some(&mut p), |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    let Event::Refresh {
+        stream,
+        seq: base,
+        state,
+        ..
+    } = &refresh
+    else {
+        unreachable!()
+    };
+    assert_eq!(*stream, sid);
+    assert_eq!(state.stream, StreamState::Open);
+    assert_eq!(bid_of(&refresh).as_deref(), Some("100.00"));
+    for i in 1..=50 {
+        let u = quote(10000 + i);
+        p.publish_update(id, UpdateType::Quote, FieldList::decode(&u).unwrap(), false)
+            .unwrap();
+    }
+    p.flush(WAIT).unwrap();
+    // Every update arrives, in order, with consecutive sequence numbers.
+    for i in 1..=50 {
+        let e = wait_for(&mut sub, Some(&mut p), |e| {
+            matches!(e, Event::Update { .. })
+        });
+        let Event::Update { seq, .. } = &e else {
+            unreachable!()
+        };
+        assert_eq!(*seq, base + i as u32, "update {i}");
+        assert_eq!(bid_of(&e), Some(Real::new(10000 + i, -2).to_string()));
+    }
+    drop(sub);
+    node.stop().unwrap();
+}
+
+#[test]
+fn cache_on_refresh_then_every_update_in_sequence() {
+    updates_flow(CacheMode::On);
+}
+
+#[test]
+fn cache_off_refresh_comes_from_the_publisher_then_every_update() {
+    updates_flow(CacheMode::Off);
+}
+
+#[test]
+fn interactive_publisher_answers_requests_and_hears_closes() {
+    let node = start_node(CacheMode::On);
+    let mut p = publisher(&node, true);
+    let mut sub = Subscriber::connect(opts(&node)).unwrap();
+    // Wait for the service to be announced before asking for items.
+    let deadline = Instant::now() + WAIT;
+    while !sub.directory().iter().any(|(n, _)| n == "FEED") {
+        assert!(Instant::now() < deadline);
+        p.dispatch(Duration::ZERO).unwrap();
+        sub.dispatch(Duration::from_millis(20), |_| {}).unwrap();
+    }
+    let sid = sub
+        .subscribe("FEED", "ON.DEMAND", RequestOptions::default())
+        .unwrap();
+    sub.flush(WAIT).unwrap();
+    let deadline = Instant::now() + WAIT;
+    let name = loop {
+        assert!(Instant::now() < deadline, "publisher never asked");
+        let evs = p.dispatch(Duration::from_millis(20)).unwrap();
+        if let Some(PublisherEvent::Request { name }) = evs.into_iter().next() {
+            break name;
+        }
+    };
+    assert_eq!(name, "ON.DEMAND");
+    let img = quote(777);
+    let id = p
+        .publish_refresh(&name, FieldList::decode(&img).unwrap())
+        .unwrap();
+    p.flush(WAIT).unwrap();
+    let e = wait_for(&mut sub, Some(&mut p), |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    assert_eq!(bid_of(&e).as_deref(), Some("7.77"));
+    assert!(p.is_open(id));
+    sub.unsubscribe(sid).unwrap();
+    sub.flush(WAIT).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "publisher never told of the close"
+        );
+        let evs = p.dispatch(Duration::from_millis(20)).unwrap();
+        if evs.contains(&PublisherEvent::Closed { item: id }) {
+            break;
+        }
+    }
+    assert!(!p.is_open(id));
+    // An item the publisher does not know is refused with a reason.
+    sub.subscribe("FEED", "NOPE", RequestOptions::default())
+        .unwrap();
+    sub.flush(WAIT).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline);
+        for ev in p.dispatch(Duration::from_millis(20)).unwrap() {
+            if let PublisherEvent::Request { name } = ev {
+                p.reject_request(&name, "no such instrument").unwrap();
+                p.flush(WAIT).unwrap();
+            }
+        }
+        if let Some(Event::Status { state, name, .. }) =
+            sub.next_event(Duration::from_millis(20)).unwrap()
+        {
+            assert_eq!(name, "NOPE");
+            assert_eq!(state.stream, StreamState::Closed);
+            assert_eq!(state.text, "no such instrument");
+            break;
+        }
+    }
+    node.stop().unwrap();
+}
+
+#[test]
+fn snapshot_and_view() {
+    let node = start_node(CacheMode::On);
+    let mut p = publisher(&node, false);
+    publish_and_wait(&node, &mut p, "SYM1", 5000);
+    let mut sub = Subscriber::connect(opts(&node)).unwrap();
+    sub.subscribe(
+        "FEED",
+        "SYM1",
+        RequestOptions {
+            snapshot: true,
+            view: None,
+        },
+    )
+    .unwrap();
+    let e = wait_for(&mut sub, Some(&mut p), |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    let Event::Refresh { state, .. } = e else {
+        unreachable!()
+    };
+    assert_eq!(state.stream, StreamState::NonStreaming);
+    assert_eq!(
+        sub.open_streams(),
+        0,
+        "a snapshot stream ends with its refresh"
+    );
+
+    sub.subscribe(
+        "FEED",
+        "SYM1",
+        RequestOptions {
+            snapshot: false,
+            view: Some(vec![25]),
+        },
+    )
+    .unwrap();
+    let e = wait_for(&mut sub, Some(&mut p), |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    let Event::Refresh { fields, .. } = e else {
+        unreachable!()
+    };
+    assert_eq!(fields.iter().map(|(f, _)| f).collect::<Vec<_>>(), vec![25]);
+    let id = p.item("SYM1").unwrap();
+    let u = quote(5001);
+    p.publish_update(id, UpdateType::Quote, FieldList::decode(&u).unwrap(), false)
+        .unwrap();
+    p.flush(WAIT).unwrap();
+    let e = wait_for(&mut sub, Some(&mut p), |e| {
+        matches!(e, Event::Update { .. })
+    });
+    let Event::Update { fields, .. } = e else {
+        unreachable!()
+    };
+    assert_eq!(
+        fields
+            .iter()
+            .map(|(f, v)| (f, v.to_string()))
+            .collect::<Vec<_>>(),
+        vec![(25, "50.02".to_string())]
+    );
+    node.stop().unwrap();
+}
+
+#[test]
+fn publisher_lost_turns_suspect_and_its_return_makes_streams_ok() {
+    let node = start_node(CacheMode::On);
+    let mut p = publisher(&node, false);
+    publish_and_wait(&node, &mut p, "SYM2", 100);
+    let mut sub = Subscriber::connect(opts(&node)).unwrap();
+    sub.subscribe("FEED", "SYM2", RequestOptions::default())
+        .unwrap();
+    wait_for(&mut sub, Some(&mut p), |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    drop(p);
+    let e = wait_for(&mut sub, None, |e| matches!(e, Event::Status { .. }));
+    let Event::Status { state, .. } = e else {
+        unreachable!()
+    };
+    assert_eq!(
+        (state.stream, state.data, state.code),
+        (StreamState::Open, DataState::Suspect, code::PUBLISHER_GONE)
+    );
+    let mut p2 = publisher(&node, false);
+    let img = quote(200);
+    p2.publish_refresh("SYM2", FieldList::decode(&img).unwrap())
+        .unwrap();
+    p2.flush(WAIT).unwrap();
+    let e = wait_for(&mut sub, Some(&mut p2), |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    let Event::Refresh {
+        state, solicited, ..
+    } = &e
+    else {
+        unreachable!()
+    };
+    assert_eq!(state.data, DataState::Ok);
+    assert!(!solicited);
+    assert_eq!(bid_of(&e).as_deref(), Some("2.00"));
+    node.stop().unwrap();
+}
+
+#[test]
+fn subscriber_reconnects_and_requests_its_watchlist_again() {
+    let node = start_node(CacheMode::On);
+    let addr = node.addr;
+    let mut p = publisher(&node, false);
+    publish_and_wait(&node, &mut p, "SYM3", 300);
+    let mut sub = Subscriber::connect(opts(&node)).unwrap();
+    sub.subscribe("FEED", "SYM3", RequestOptions::default())
+        .unwrap();
+    wait_for(&mut sub, Some(&mut p), |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    // The node goes away: the stream is told (closed-recover from the shutdown, or
+    // suspect from the client when the socket drops).
+    node.stop().unwrap();
+    let e = wait_for(&mut sub, None, |e| matches!(e, Event::Status { .. }));
+    let Event::Status {
+        state: OwnedState { data, .. },
+        ..
+    } = e
+    else {
+        unreachable!()
+    };
+    assert_eq!(data, DataState::Suspect);
+    // A node comes back on the same address; both clients reconnect by themselves.
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = addr;
+    cfg.node.stats_interval_s = 0;
+    let node2 = NodeServer::spawn(cfg).expect("rebind the same port");
+    let e = wait_for(&mut sub, Some(&mut p), |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    assert_eq!(bid_of(&e).as_deref(), Some("3.00"));
+    assert!(sub.reconnects() >= 1);
+    assert!(p.reconnects() >= 1);
+    node2.stop().unwrap();
+}
