@@ -97,11 +97,8 @@ impl Default for LimitsSection {
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot read config file {path}: {reason}")]
+    Read { path: String, reason: String },
     #[error("config file {path}: {message}")]
     Parse { path: String, message: String },
     #[error("config {key} = {value}: {reason}")]
@@ -114,9 +111,9 @@ pub enum ConfigError {
 
 impl NodeConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.display().to_string(),
-            source,
+            reason: e.to_string(),
         })?;
         Self::parse(&text, &path.display().to_string())
     }
@@ -127,7 +124,10 @@ impl NodeConfig {
             path: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
         })?;
-        cfg.validate()?;
+        cfg.validate().map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
         Ok(cfg)
     }
 
@@ -236,7 +236,10 @@ mod tests {
         let e = NodeConfig::parse("[node]\nlisen = \"x\"\n", "node.toml").unwrap_err();
         assert!(e.to_string().contains("lisen"), "{e}");
         let e = NodeConfig::parse("[limits]\nheartbeat_ms = 5\n", "n.toml").unwrap_err();
-        assert!(e.to_string().contains("limits.heartbeat_ms = 5"), "{e}");
+        assert!(
+            e.to_string().contains("n.toml") && e.to_string().contains("limits.heartbeat_ms = 5"),
+            "{e}"
+        );
         let e = NodeConfig::parse("[node]\ncpus = [4096]\n", "n.toml").unwrap_err();
         assert!(e.to_string().contains("CPU 4096 does not exist"), "{e}");
     }
