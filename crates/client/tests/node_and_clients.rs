@@ -375,3 +375,44 @@ fn subscriber_reconnects_and_requests_its_watchlist_again() {
     assert!(p.reconnects() >= 1);
     node2.stop().unwrap();
 }
+
+/// 100,000 images (about 5 MB) pushed in one burst while the service is down, then the
+/// service goes up: every image is taken in and the last one is served. (A node that
+/// stopped reading a connection after one loop turn's share once made this slow, not
+/// wrong; the performance lab, not this test, is the guard against slowness.)
+#[test]
+fn a_burst_of_100k_images_is_fully_served() {
+    let node = start_node(CacheMode::On);
+    let mut p = Publisher::connect(PublisherOptions {
+        start_down: true,
+        ..PublisherOptions::new(opts(&node), "FEED")
+    })
+    .unwrap();
+    let mut buf = Vec::new();
+    for i in 0..100_000i64 {
+        buf.clear();
+        buf.extend_from_slice(&quote(i));
+        p.publish_refresh(&format!("SYM{i}"), FieldList::decode(&buf).unwrap())
+            .unwrap();
+    }
+    p.set_service_up(true).unwrap();
+    p.flush(WAIT).expect("the node reads everything");
+    let mut sub = Subscriber::connect(opts(&node)).unwrap();
+    for name in ["SYM0", "SYM50000", "SYM99999"] {
+        sub.subscribe("FEED", name, RequestOptions::default())
+            .unwrap();
+    }
+    let mut bids = Vec::new();
+    while bids.len() < 3 {
+        // Held requests show open/suspect ("service down") first; closed would be wrong.
+        let e = wait_for(&mut sub, Some(&mut p), |e| match e {
+            Event::Refresh { .. } => true,
+            Event::Status { state, .. } => state.stream != StreamState::Open,
+            _ => false,
+        });
+        assert!(matches!(e, Event::Refresh { .. }), "{e:?}");
+        bids.push(bid_of(&e).unwrap());
+    }
+    assert_eq!(bids, vec!["0.00", "500.00", "999.99"]);
+    node.stop().unwrap();
+}

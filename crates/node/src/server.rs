@@ -168,8 +168,10 @@ impl NodeServer {
         let mut closing = Vec::new();
         let mut dead: Vec<ConnId> = Vec::new();
         let mut lingering: Vec<(ConnId, Instant)> = Vec::new();
-        let mut still_readable: Vec<ConnId> = Vec::new();
-        let mut next_readable: Vec<ConnId> = Vec::new();
+        // Connections that used up their read share and may hold more data: edge-triggered
+        // epoll will not report them again, so they are read next turn without waiting.
+        let mut carry: Vec<ConnId> = Vec::new();
+        let mut ready: Vec<ConnId> = Vec::new();
         let max_conns = self.cfg.limits.max_connections;
         let max_frame = self.cfg.limits.max_frame_bytes;
         let mut shutdown_deadline: Option<Instant> = None;
@@ -177,7 +179,7 @@ impl NodeServer {
         loop {
             let now = Instant::now();
             let mut timeout = next_tick.saturating_duration_since(now);
-            if !still_readable.is_empty() {
+            if !carry.is_empty() {
                 timeout = Duration::ZERO;
             } else if !lingering.is_empty() {
                 timeout = timeout.min(Duration::from_millis(10));
@@ -188,8 +190,8 @@ impl NodeServer {
                 }
             }
             let now = Instant::now();
-            std::mem::swap(&mut still_readable, &mut next_readable);
-            still_readable.clear();
+            ready.clear();
+            ready.append(&mut carry);
             for event in events.iter() {
                 match event.token() {
                     LISTENER => {
@@ -200,7 +202,7 @@ impl NodeServer {
                     WAKER => {}
                     Token(id) => {
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
-                            next_readable.push(id);
+                            ready.push(id);
                         }
                         if event.is_writable() {
                             flush(&mut core, &mut sockets, id, &mut dead);
@@ -208,15 +210,13 @@ impl NodeServer {
                     }
                 }
             }
-            next_readable.sort_unstable();
-            next_readable.dedup();
-            for &id in &next_readable {
+            ready.sort_unstable();
+            ready.dedup();
+            for &id in &ready {
                 if read_some(&mut core, &mut sockets, id, now, &mut dead) {
-                    still_readable.push(id);
+                    carry.push(id);
                 }
             }
-            next_readable.clear();
-            std::mem::swap(&mut still_readable, &mut next_readable);
 
             if now >= next_tick {
                 core.on_tick(now);
