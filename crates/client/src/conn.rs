@@ -163,10 +163,17 @@ impl Conn {
                         conn.after_welcome = after;
                         return Ok(conn);
                     }
-                    Message::Status(s) => {
+                    Message::Status(s) if is_fatal(s.state.stream, s.state.code) => {
                         return Err(ClientError::Rejected {
                             code: s.state.code,
                             reason: s.state.text.to_string(),
+                        })
+                    }
+                    // Connection limit, node shutting down: worth trying again later.
+                    Message::Status(s) => {
+                        return Err(ClientError::Connect {
+                            addr: opts.addr.clone(),
+                            reason: format!("refused by the node: {}", s.state.text),
                         })
                     }
                     other => {

@@ -368,7 +368,7 @@ impl Subscriber {
                     State {
                         stream: StreamState::Open,
                         data: DataState::Suspect,
-                        code: code::PUBLISHER_GONE,
+                        code: code::CONNECTION_LOST,
                         text: "",
                     },
                     text.clone(),

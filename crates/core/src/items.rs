@@ -43,6 +43,9 @@ pub struct Item {
     pub publisher: Option<(usize, u32)>,
     /// A request for a refresh is outstanding at the publisher.
     pub refresh_requested: bool,
+    /// The outstanding request re-images live streams (an interactive publisher came
+    /// back): its refresh goes to every stream, not only those waiting for an image.
+    pub recovering: bool,
 }
 
 impl Item {
@@ -57,6 +60,7 @@ impl Item {
             subs: Vec::new(),
             publisher: None,
             refresh_requested: false,
+            recovering: false,
         }
     }
 }

@@ -262,6 +262,14 @@ impl Node {
         self.detach(conn, "connection lost");
         self.conns[conn] = None;
         self.free_conns.push(conn);
+        self.handle_overflows();
+    }
+
+    /// Bytes arrived on `conn` (perhaps not yet a whole frame): the peer is alive.
+    pub fn on_bytes_received(&mut self, conn: ConnId, now: Instant) {
+        if let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
+            c.last_rx = now;
+        }
     }
 
     /// The connection's bytes could not be framed (bad length prefix): tell it and close.
@@ -329,6 +337,7 @@ impl Node {
             );
             self.reject(id, code::TIMEOUT, &text);
         }
+        self.handle_overflows();
     }
 
     /// Node shutdown: every subscriber stream gets closed-recover, every connection is
@@ -738,12 +747,17 @@ impl Node {
                     // A non-interactive publisher will push its image itself.
                     return;
                 }
-                let sid = self.next_node_stream;
-                self.next_node_stream = self.next_node_stream.wrapping_add(1).max(NODE_STREAM_BASE);
-                item.publisher = Some((pconn, sid));
-                if let Some(c) = self.conns[pconn].as_mut() {
-                    c.pub_streams.insert(sid, h);
+                let Some(c) = self.conns[pconn].as_mut() else {
+                    return;
+                };
+                // Node ids wrap within their half of the id space, skipping ids in use.
+                let mut sid = self.next_node_stream;
+                while c.pub_streams.contains_key(&sid) {
+                    sid = sid.wrapping_add(1).max(NODE_STREAM_BASE);
                 }
+                self.next_node_stream = sid.wrapping_add(1).max(NODE_STREAM_BASE);
+                item.publisher = Some((pconn, sid));
+                c.pub_streams.insert(sid, h);
                 sid
             }
         };
@@ -856,6 +870,8 @@ impl Node {
             );
             if service.up && !was_up {
                 self.service_came_up(svc);
+            } else if was_up && !service.up {
+                self.service_went_down(svc);
             }
         }
         self.broadcast_directory();
@@ -864,32 +880,62 @@ impl Node {
     /// Streams held while the service was down: an interactive publisher is asked for
     /// them; a non-interactive one has pushed what it has, and the rest do not exist.
     fn service_came_up(&mut self, svc: usize) {
-        let waiting: Vec<ItemHandle> = self.services[svc]
+        let interactive = self.services[svc].interactive;
+        let watched: Vec<ItemHandle> = self.services[svc]
             .items
             .values()
             .copied()
-            .filter(|&h| {
-                self.items
-                    .get(h)
-                    .is_some_and(|i| i.subs.iter().any(|s| s.awaiting_refresh))
-            })
+            .filter(|&h| self.items.get(h).is_some_and(|i| !i.subs.is_empty()))
             .collect();
-        let interactive = self.services[svc].interactive;
-        for h in waiting {
-            let published = self.items.get(h).is_some_and(|i| i.publisher.is_some());
-            if interactive || published {
+        for h in watched {
+            let Some(item) = self.items.get_mut(h) else {
+                continue;
+            };
+            let waiting = item.subs.iter().any(|s| s.awaiting_refresh);
+            if interactive {
+                // Everything watched is asked for again; live streams (suspect since the
+                // old publisher left) get the new image too.
+                item.recovering = item.subs.iter().any(|s| !s.awaiting_refresh);
                 self.request_from_publisher(h);
-            } else {
-                let name = self
-                    .items
-                    .get(h)
-                    .map(|i| i.name.clone())
-                    .unwrap_or_default();
-                let text = format!(
-                    "item {name:?} not found in service {:?}",
-                    self.services[svc].name
+            } else if waiting {
+                if item.publisher.is_some() {
+                    self.request_from_publisher(h);
+                } else {
+                    let name = item.name.clone();
+                    let text = format!(
+                        "item {name:?} not found in service {:?}",
+                        self.services[svc].name
+                    );
+                    self.close_item(h, closed(code::NOT_FOUND, &text));
+                }
+            }
+        }
+    }
+
+    /// A live publisher announced its service down: its streams turn suspect.
+    fn service_went_down(&mut self, svc: usize) {
+        let text = format!("service {:?} is down", self.services[svc].name);
+        let handles: Vec<ItemHandle> = self.services[svc].items.values().copied().collect();
+        for h in handles {
+            let Some(item) = self.items.get_mut(h) else {
+                continue;
+            };
+            item.data_state = DataState::Suspect;
+            let subs: Vec<(ConnId, u32)> =
+                item.subs.iter().map(|s| (s.conn, s.stream_id)).collect();
+            for (c, sid) in subs {
+                self.send(
+                    c,
+                    &Message::Status(Status {
+                        stream_id: sid,
+                        state: State {
+                            stream: StreamState::Open,
+                            data: DataState::Suspect,
+                            code: code::SERVICE_DOWN,
+                            text: &text,
+                        },
+                    }),
                 );
-                self.close_item(h, closed(code::NOT_FOUND, &text));
             }
         }
     }
@@ -1037,13 +1083,14 @@ impl Node {
         }
         item.seq = r.seq;
         item.data_state = r.state.data;
+        // Who gets this refresh: a solicited one goes to the streams waiting for an
+        // image; an unsolicited one (a re-image) or a recovery to every stream.
+        let solicited = r.solicited && !item.recovering;
         if r.complete {
             item.complete = cache;
             item.refresh_requested = false;
+            item.recovering = false;
         }
-        // Who gets this refresh: a solicited one goes to the streams waiting for an
-        // image; an unsolicited one (a re-image) to every stream.
-        let solicited = r.solicited;
         let targets: Vec<usize> = item
             .subs
             .iter()
@@ -1177,8 +1224,8 @@ impl Node {
                 code: r.state.code,
                 text: r.state.text,
             },
-            service: r.service,
-            name: r.name,
+            service: &self.services[item.service].name,
+            name: &item.name,
             fields: FieldList::from_trusted(&fields),
         });
         if let Err(e) = c.out.push(&msg) {

@@ -788,3 +788,95 @@ fn requests_wait_while_a_service_is_down_and_missing_items_are_closed_when_it_co
         "{got:?}"
     );
 }
+
+#[test]
+fn an_interactive_publishers_return_re_images_live_streams() {
+    let mut h = Harness::new(true);
+    let p = h.publisher("FEED", true);
+    let sub = h.login(Role::Subscriber);
+    h.request(sub, 1, "FEED", "X", true, None);
+    let Some(Got::Request { sid, .. }) = h
+        .recv(p)
+        .into_iter()
+        .find(|m| matches!(m, Got::Request { .. }))
+    else {
+        panic!("no request")
+    };
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(sid, 1, "X", &img, true)]);
+    h.recv(sub);
+    h.node.on_disconnect(p, h.now);
+    assert!(h.recv(sub).iter().any(|m| matches!(
+        m,
+        Got::Status {
+            data: DataState::Suspect,
+            ..
+        }
+    )));
+    let p2 = h.publisher("FEED", true);
+    let reqs: Vec<Got> = h
+        .recv(p2)
+        .into_iter()
+        .filter(|m| matches!(m, Got::Request { .. }))
+        .collect();
+    let [Got::Request {
+        sid: sid2, name, ..
+    }] = &reqs[..]
+    else {
+        panic!("the live item is asked for again: {reqs:?}")
+    };
+    assert_eq!(name, "X");
+    let img2 = bid_ask(200, 201);
+    h.send(p2, &[refresh(*sid2, 1, "X", &img2, true)]);
+    let got = h.recv(sub);
+    assert!(
+        got.iter().any(|m| matches!(m, Got::Refresh { sid: 1, data: DataState::Ok, fields, .. } if fields[0] == (22, s("2.00")))),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_service_announced_down_turns_its_streams_suspect() {
+    let mut h = Harness::new(true);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(1, 1, "A", &img, false)]);
+    let sub = h.login(Role::Subscriber);
+    h.request(sub, 1, "FEED", "A", true, None);
+    h.recv(sub);
+    h.send(
+        p,
+        &[Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "FEED",
+                state: ServiceState::Down,
+                interactive: false,
+                item_count: 0,
+            }],
+        })],
+    );
+    let got = h.recv(sub);
+    assert!(
+        got.iter().any(|m| matches!(
+            m,
+            Got::Status {
+                sid: 1,
+                stream: StreamState::Open,
+                data: DataState::Suspect,
+                code: code::SERVICE_DOWN,
+                ..
+            }
+        )),
+        "{got:?}"
+    );
+    // Its re-image brings the stream back to ok.
+    h.send(p, &[refresh(1, 2, "A", &img, false)]);
+    assert!(h.recv(sub).iter().any(|m| matches!(
+        m,
+        Got::Refresh {
+            sid: 1,
+            data: DataState::Ok,
+            ..
+        }
+    )));
+}

@@ -389,6 +389,7 @@ fn read_some(
             Ok(n) => {
                 sock.reader.filled(n);
                 total += n;
+                core.on_bytes_received(id, now);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,

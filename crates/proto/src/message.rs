@@ -133,8 +133,10 @@ pub mod code {
     pub const SLOW_CONSUMER: u16 = 8;
     pub const TOO_MANY_CONNECTIONS: u16 = 9;
     pub const PROTOCOL: u16 = 10;
-    pub const STREAM_IN_USE: u16 = 11;
     pub const PUBLISHER_GONE: u16 = 12;
+    /// Never sent by a node: made up by the client library for its streams when its
+    /// connection to the node is lost.
+    pub const CONNECTION_LOST: u16 = 13;
 }
 
 /// Stream state, data state, a code and a human-readable reason.
