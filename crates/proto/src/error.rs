@@ -41,9 +41,11 @@ pub enum DecodeError {
     InvalidValue { what: &'static str, value: u64 },
 }
 
-/// Why a message could not be encoded (a value too large for its length prefix).
+/// Why a message or field could not be encoded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum EncodeError {
+    #[error("field {fid}: {reason}")]
+    InvalidField { fid: i16, reason: String },
     #[error("{what} of {len} bytes exceeds the limit of {max}")]
     TooLong {
         what: &'static str,

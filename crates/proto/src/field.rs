@@ -466,16 +466,43 @@ impl<'b> FieldListWriter<'b> {
         }
     }
 
-    /// Appends a field. A field list holds at most 65,535 fields; past that, fields are
-    /// refused and `false` is returned.
+    /// Appends a field; `false` (nothing written) if [`try_push`](Self::try_push) would
+    /// refuse it.
     pub fn push(&mut self, fid: i16, value: Value<'_>) -> bool {
+        self.try_push(fid, value).is_ok()
+    }
+
+    /// Appends a field, refusing what a decoder would reject (so a publisher cannot send
+    /// a list the node disconnects it for): non-ASCII text in an ASCII field, a string
+    /// over 65,535 bytes, an impossible date, a time past midnight, a 65,536th field.
+    pub fn try_push(&mut self, fid: i16, value: Value<'_>) -> Result<(), crate::EncodeError> {
+        let invalid = |reason: String| Err(crate::EncodeError::InvalidField { fid, reason });
+        match value {
+            Value::Ascii(s) if !s.is_ascii() => {
+                return invalid(format!("{s:?} is not ASCII (use a UTF8 field)"))
+            }
+            Value::Ascii(s) | Value::Utf8(s) if s.len() as u64 > MAX_STRING_LEN => {
+                return invalid(format!(
+                    "string of {} bytes, limit {MAX_STRING_LEN}",
+                    s.len()
+                ))
+            }
+            Value::Date(d) if !d.is_valid() => return invalid(format!("invalid date {d}")),
+            Value::Time(t) if t.nanos_since_midnight >= NANOS_PER_DAY => {
+                return invalid(format!(
+                    "{} ns is past the end of the day",
+                    t.nanos_since_midnight
+                ))
+            }
+            _ => {}
+        }
         if self.count == u16::MAX {
-            return false;
+            return invalid("a field list holds at most 65,535 fields".into());
         }
         self.out.extend_from_slice(&fid.to_be_bytes());
         value.encode(self.out);
         self.count += 1;
-        true
+        Ok(())
     }
 
     /// Appends a field from its already-encoded tag+value bytes.
@@ -537,4 +564,34 @@ pub fn split_field_list(encoded: &[u8], max: usize) -> Vec<Vec<u8>> {
     }
     parts.push(encode(&group));
     parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_writer_refuses_what_a_decoder_would_reject() {
+        let mut out = Vec::new();
+        let mut w = FieldListWriter::new(&mut out);
+        assert!(w.try_push(3, Value::Ascii("café")).is_err());
+        assert!(w
+            .try_push(
+                16,
+                Value::Date(Date {
+                    year: 2026,
+                    month: 2,
+                    day: 30
+                })
+            )
+            .is_err());
+        let late = Time {
+            nanos_since_midnight: NANOS_PER_DAY,
+        };
+        assert!(w.try_push(5, Value::Time(late)).is_err());
+        assert!(!w.push(3, Value::Ascii("é")));
+        assert!(w.push(3, Value::Utf8("café")));
+        assert_eq!(w.finish(), 1);
+        assert_eq!(FieldList::decode(&out).unwrap().len(), 1);
+    }
 }
