@@ -88,6 +88,8 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
                 publisher.flush(Duration::from_secs(10))?;
             }
         }
+        // Up only now: no request is answered "not found" for an image on its way.
+        publisher.set_service_up(true)?;
         publisher.flush(Duration::from_secs(10))?;
         log::info!(
             "published {} images to service {:?}",

@@ -55,6 +55,9 @@ pub struct NodeSection {
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsSection {
     pub max_connections: usize,
+    /// Connections the kernel queues before the node accepts them (capped by the
+    /// kernel's net.core.somaxconn).
+    pub listen_backlog: u32,
     pub max_frame_bytes: usize,
     pub max_streams_per_connection: usize,
     pub max_output_bytes: usize,
@@ -87,6 +90,7 @@ impl Default for LimitsSection {
         let l = Limits::default();
         LimitsSection {
             max_connections: 10_000,
+            listen_backlog: 1024,
             max_frame_bytes: l.max_frame,
             max_streams_per_connection: l.max_streams_per_connection,
             max_output_bytes: l.max_output_bytes,
@@ -152,6 +156,12 @@ impl NodeConfig {
             "limits.heartbeat_ms",
             l.heartbeat_ms.to_string(),
             "allowed: 100 to 600000".into(),
+        )?;
+        check(
+            l.listen_backlog >= 1 && l.listen_backlog <= 65_535,
+            "limits.listen_backlog",
+            l.listen_backlog.to_string(),
+            "allowed: 1 to 65535".into(),
         )?;
         check(
             l.max_connections >= 1,

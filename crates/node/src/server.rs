@@ -13,6 +13,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -107,6 +108,16 @@ impl NodeServer {
                 format!("cannot listen on {}: {e}", cfg.node.listen),
             )
         })?;
+        // mio listens with a backlog of 128; a second listen() raises it, so a burst of
+        // (re)connecting subscribers is queued rather than left to retry SYNs.
+        let backlog = cfg.limits.listen_backlog.min(i32::MAX as u32) as i32;
+        // SAFETY: a valid listening socket descriptor owned by `listener`.
+        if unsafe { libc::listen(listener.as_raw_fd(), backlog) } != 0 {
+            warn!(
+                "cannot set the listen backlog to {backlog}: {}",
+                io::Error::last_os_error()
+            );
+        }
         let local_addr = listener.local_addr()?;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;

@@ -1,0 +1,519 @@
+//! The `tickwire` binary end to end: every subcommand run as a separate process against
+//! a real node on 127.0.0.1 (port 0), each bounded in time.
+
+mod common;
+
+use common::{expect_event, run, start_publisher, subscriber, Node, RawConn};
+use serde_json::Value as Json;
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+use tickwire_client::{Event, RequestOptions};
+use tickwire_proto::{code, DataState, MessageType, Role, StreamState};
+
+const T: Duration = Duration::from_secs(20);
+
+/// The flags the README's command table names, per subcommand.
+fn readme_flags() -> HashMap<String, BTreeSet<String>> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+    let text = std::fs::read_to_string(path).expect("read README.md");
+    let mut flags: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("| `tickwire ") else {
+            continue;
+        };
+        let command = rest.split_whitespace().next().unwrap_or("");
+        let command = command.trim_end_matches('`').to_string();
+        // Only the first column: the command line.
+        let usage = rest.split("` |").next().unwrap_or(rest);
+        let set = flags.entry(command).or_default();
+        for word in usage.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+            if word.starts_with("--") && word.len() > 2 {
+                set.insert(word.to_string());
+            }
+        }
+    }
+    flags
+}
+
+#[test]
+fn help_of_every_subcommand_names_the_readme_flags() {
+    let flags = readme_flags();
+    // Guard the README parsing itself.
+    for (cmd, must) in [
+        ("node", &["--listen", "--cache", "--config"][..]),
+        (
+            "publish",
+            &["--node", "--service", "--items", "--rate", "--interactive"][..],
+        ),
+        (
+            "subscribe",
+            &[
+                "--node",
+                "--service",
+                "--json",
+                "--count",
+                "--snapshot",
+                "--view",
+            ][..],
+        ),
+        ("demo", &["--duration"][..]),
+    ] {
+        let got = flags
+            .get(cmd)
+            .unwrap_or_else(|| panic!("README table has no `tickwire {cmd}` row: {flags:?}"));
+        for f in must {
+            assert!(got.contains(*f), "README row for {cmd} lost {f}: {got:?}");
+        }
+    }
+
+    let top = run(&["--help"], T);
+    assert_eq!(top.code(), Some(0), "tickwire --help: {top:?}");
+    for cmd in ["node", "publish", "subscribe", "demo"] {
+        assert!(
+            top.stdout.contains(cmd),
+            "tickwire --help does not mention {cmd}:\n{}",
+            top.stdout
+        );
+    }
+
+    for (cmd, wanted) in &flags {
+        let out = run(&[cmd, "--help"], T);
+        assert_eq!(out.code(), Some(0), "tickwire {cmd} --help: {out:?}");
+        for f in wanted {
+            assert!(
+                out.stdout.contains(f.as_str()),
+                "`tickwire {cmd} --help` does not mention {f}:\n{}",
+                out.stdout
+            );
+        }
+    }
+}
+
+#[test]
+fn node_logs_the_address_it_actually_listens_on() {
+    let mut node = Node::start(&["--cache", "off"]);
+    assert_eq!(node.addr.ip().to_string(), "127.0.0.1");
+    assert_ne!(node.addr.port(), 0, "port 0 not resolved: {}", node.line);
+    assert!(
+        node.line.contains(&format!("listening on {}", node.addr)) && node.line.contains("INFO"),
+        "{}",
+        node.line
+    );
+    assert!(node.line.contains("(cache off)"), "{}", node.line);
+    // Something really listens there: a login is welcomed.
+    let mut raw = RawConn::connect(node.addr);
+    raw.send(&common::encode(&[common::login(Role::Subscriber)]))
+        .unwrap();
+    raw.read_until(Duration::from_secs(5), "a welcome", |g| {
+        g.ty == MessageType::Welcome
+    });
+    assert!(node.is_running());
+}
+
+#[test]
+fn print_config_prints_toml_and_reflects_flags() {
+    let out = run(&["node", "--print-config"], T);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    for key in ["listen", "cache", "max_frame_bytes"] {
+        assert!(
+            out.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{key} ="))),
+            "--print-config lacks {key}:\n{}",
+            out.stdout
+        );
+    }
+    assert!(out.stdout.contains("[node]") && out.stdout.contains("[limits]"));
+
+    let out = run(
+        &[
+            "node",
+            "--print-config",
+            "--cache",
+            "off",
+            "--listen",
+            "127.0.0.1:9",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.stdout.contains("listen = \"127.0.0.1:9\""),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("cache = \"off\""), "{}", out.stdout);
+}
+
+#[test]
+fn bad_config_files_are_named_with_the_offending_key() {
+    let dir = std::env::temp_dir().join(format!("tickwire-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(dir.clone());
+
+    let check = |name: &str, text: Option<&str>, must: &[&str]| {
+        let path = dir.join(name);
+        if let Some(text) = text {
+            std::fs::write(&path, text).unwrap();
+        }
+        let p = path.to_str().unwrap();
+        let out = run(&["node", "--config", p, "--listen", "127.0.0.1:0"], T);
+        assert!(
+            out.code().is_some_and(|c| c != 0),
+            "config {name}: expected a non-zero exit, got {out:?}"
+        );
+        assert!(
+            out.stderr.contains(p),
+            "config {name}: stderr does not name {p}:\n{}",
+            out.stderr
+        );
+        for m in must {
+            assert!(
+                out.stderr.contains(m),
+                "config {name}: stderr does not mention {m:?}:\n{}",
+                out.stderr
+            );
+        }
+    };
+    check(
+        "bad-cache.toml",
+        Some("[node]\ncache = \"maybe\"\n"),
+        &["cache"],
+    );
+    check(
+        "unknown-key.toml",
+        Some("[node]\nlisen = \"x\"\n"),
+        &["lisen"],
+    );
+    check("missing.toml", None, &[]);
+}
+
+/// Parses `--json` output: one object per line.
+fn json_lines(stdout: &str) -> Vec<Json> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn subscribe_json_prints_refreshes_then_updates() {
+    let node = Node::start(&[]);
+    let addr = node.addr_str();
+    let _feed = start_publisher(&node, "FEED", 10, 200, false);
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &addr,
+            "--service",
+            "FEED",
+            "--json",
+            "--count",
+            "5",
+            "--timeout",
+            "15",
+            "SYM0",
+            "SYM1",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.len(), 5, "expected exactly 5 lines:\n{}", out.stdout);
+    let mut seen = BTreeSet::new();
+    for m in &lines {
+        let ty = m["type"].as_str().unwrap_or("");
+        assert!(ty == "refresh" || ty == "update", "type {ty:?} in {m}");
+        assert_eq!(m["service"], "FEED", "{m}");
+        let item = m["item"].as_str().unwrap_or("");
+        assert!(item == "SYM0" || item == "SYM1", "item {item:?} in {m}");
+        let fields = m["fields"].as_object().unwrap_or_else(|| panic!("{m}"));
+        if seen.insert(item.to_string()) {
+            assert_eq!(
+                ty, "refresh",
+                "first message for {item} is not a refresh: {m}"
+            );
+            assert!(
+                fields.contains_key("BID") && fields.contains_key("ASK"),
+                "refresh without BID/ASK: {m}"
+            );
+        }
+    }
+}
+
+#[test]
+fn subscribe_snapshot_view_and_unknown_service() {
+    let node = Node::start(&[]);
+    let addr = node.addr_str();
+    let _feed = start_publisher(&node, "FEED", 10, 200, false);
+
+    // A snapshot: one non-streaming refresh, then exit 0.
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &addr,
+            "--json",
+            "--snapshot",
+            "--timeout",
+            "15",
+            "SYM3",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.len(), 1, "{}", out.stdout);
+    assert_eq!(lines[0]["type"], "refresh", "{}", lines[0]);
+    assert_eq!(lines[0]["item"], "SYM3", "{}", lines[0]);
+    assert_eq!(lines[0]["state"]["stream"], "non-streaming", "{}", lines[0]);
+
+    // A view: only the fields asked for, in the refresh and in every update.
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &addr,
+            "--view",
+            "BID,ASK",
+            "--json",
+            "--count",
+            "3",
+            "--timeout",
+            "15",
+            "SYM2",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.len(), 3, "{}", out.stdout);
+    assert_eq!(lines[0]["type"], "refresh", "{}", lines[0]);
+    for m in &lines {
+        let fields = m["fields"].as_object().unwrap_or_else(|| panic!("{m}"));
+        assert!(!fields.is_empty(), "empty fields: {m}");
+        for k in fields.keys() {
+            assert!(k == "BID" || k == "ASK", "field {k} outside the view: {m}");
+        }
+    }
+
+    // An unknown service: a closed status and exit status 1.
+    assert_closed_with_exit_1(&addr, "NO_SUCH_SERVICE", "SYM0");
+}
+
+/// `subscribe --json SERVICE ITEM` prints one closed status and exits with status 1.
+fn assert_closed_with_exit_1(addr: &str, service: &str, item: &str) {
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            addr,
+            "--service",
+            service,
+            "--json",
+            "--timeout",
+            "5",
+            item,
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(1), "{service}/{item}: {out:?}");
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.len(), 1, "{}", out.stdout);
+    assert_eq!(lines[0]["type"], "status", "{}", lines[0]);
+    assert_eq!(lines[0]["service"], service, "{}", lines[0]);
+    assert_eq!(lines[0]["item"], item, "{}", lines[0]);
+    assert_eq!(lines[0]["state"]["stream"], "closed", "{}", lines[0]);
+    assert!(
+        !lines[0]["state"]["text"].as_str().unwrap_or("").is_empty(),
+        "{}",
+        lines[0]
+    );
+}
+
+#[test]
+fn subscribe_unknown_item_is_closed_with_exit_1() {
+    let node = Node::start(&[]);
+    let _feed = start_publisher(&node, "FEED", 10, 200, false);
+    assert_closed_with_exit_1(&node.addr_str(), "FEED", "NO_SUCH_ITEM");
+}
+
+/// `subscribe --json --count N ITEM`: a refresh then updates, exit 0.
+fn assert_cli_gets_refresh_and_updates(addr: &str, item: &str) {
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            addr,
+            "--json",
+            "--count",
+            "4",
+            "--timeout",
+            "15",
+            item,
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.len(), 4, "{}", out.stdout);
+    assert_eq!(lines[0]["type"], "refresh", "{}", lines[0]);
+    assert_eq!(lines[0]["state"]["data"], "ok", "{}", lines[0]);
+    for m in &lines {
+        assert_eq!(m["item"], item, "{m}");
+    }
+    for m in &lines[1..] {
+        assert_eq!(m["type"], "update", "{m}");
+    }
+}
+
+#[test]
+fn cache_off_node_serves_refreshes_and_updates() {
+    let node = Node::start(&["--cache", "off"]);
+    assert!(node.line.contains("cache off"), "{}", node.line);
+    let _feed = start_publisher(&node, "FEED", 10, 200, false);
+    assert_cli_gets_refresh_and_updates(&node.addr_str(), "SYM4");
+}
+
+#[test]
+fn cache_off_node_serves_an_interactive_publisher() {
+    // Cache off, every request goes to the publisher for its image.
+    let node = Node::start(&["--cache", "off"]);
+    let _feed = start_publisher(&node, "FEED", 10, 200, true);
+    assert_cli_gets_refresh_and_updates(&node.addr_str(), "SYM5");
+}
+
+#[test]
+fn interactive_publisher_serves_items_on_request() {
+    let node = Node::start(&[]);
+    let _feed = start_publisher(&node, "FEED", 10, 200, true);
+    assert_cli_gets_refresh_and_updates(&node.addr_str(), "SYM7");
+    // An item the feed does not have: the publisher refuses it, the stream closes.
+    assert_closed_with_exit_1(&node.addr_str(), "FEED", "NO_SUCH_ITEM");
+}
+
+#[test]
+fn publisher_lost_turns_streams_suspect_and_a_new_one_recovers_them() {
+    let node = Node::start(&[]);
+    let mut feed = start_publisher(&node, "FEED", 10, 200, false);
+    let mut sub = subscriber(node.addr);
+    sub.subscribe("FEED", "SYM1", RequestOptions::default())
+        .unwrap();
+    let long = Duration::from_secs(10);
+    expect_event(
+        &mut sub,
+        long,
+        "the first refresh",
+        |e| matches!(e, Event::Refresh { name, state, .. } if name == "SYM1" && state.data == DataState::Ok),
+    );
+    expect_event(&mut sub, long, "an update", |e| {
+        matches!(e, Event::Update { .. })
+    });
+
+    feed.kill();
+    let e = expect_event(
+        &mut sub,
+        long,
+        "a suspect status",
+        |e| matches!(e, Event::Status { name, .. } if name == "SYM1"),
+    );
+    let Event::Status { state, .. } = &e else {
+        unreachable!()
+    };
+    assert_eq!(state.data, DataState::Suspect, "{e:?}");
+    assert_eq!(state.stream, StreamState::Open, "{e:?}");
+    assert_eq!(state.code, code::PUBLISHER_GONE, "{e:?}");
+
+    let _feed2 = start_publisher(&node, "FEED", 10, 200, false);
+    expect_event(
+        &mut sub,
+        long,
+        "a recovering refresh",
+        |e| matches!(e, Event::Refresh { name, state, .. } if name == "SYM1" && state.data == DataState::Ok),
+    );
+    expect_event(
+        &mut sub,
+        long,
+        "an update after recovery",
+        |e| matches!(e, Event::Update { name, .. } if name == "SYM1"),
+    );
+}
+
+#[test]
+fn sigint_closes_streams_recoverably_and_the_node_exits_0() {
+    let mut node = Node::start(&[]);
+    let _feed = start_publisher(&node, "FEED", 10, 200, false);
+    let mut raw = RawConn::connect(node.addr);
+    raw.send(&common::encode(&[
+        common::login(Role::Subscriber),
+        common::request(1, "FEED", "SYM0"),
+    ]))
+    .unwrap();
+    raw.read_until(Duration::from_secs(5), "the refresh of SYM0", |g| {
+        g.ty == MessageType::Refresh && g.stream_id == 1
+    });
+
+    node.proc.signal(libc::SIGINT);
+    let end = raw.read_until_end(Duration::from_secs(5));
+    let status = node.proc.wait_exit(Duration::from_secs(5));
+    let log = node.proc.log();
+    assert_eq!(end, common::End::Eof, "{:?}\n{log}", raw.received);
+    // The item stream ends closed-recover (SHUTDOWN), never plainly closed. (If the
+    // publisher's connection is closed first, an open/suspect "publisher left" status
+    // may come before it.)
+    let statuses: Vec<_> = raw
+        .received
+        .iter()
+        .filter(|g| g.ty == MessageType::Status && g.stream_id == 1)
+        .collect();
+    let last = statuses
+        .last()
+        .unwrap_or_else(|| panic!("no status on stream 1: {:?}", raw.received));
+    let st = last.state.as_ref().unwrap();
+    assert_eq!(st.stream, StreamState::ClosedRecover, "{statuses:?}");
+    assert_eq!(st.code, code::SHUTDOWN, "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|g| g.state.as_ref().unwrap().stream != StreamState::Closed),
+        "{statuses:?}"
+    );
+    let conn_status = raw
+        .received
+        .iter()
+        .find(|g| g.is_conn_status())
+        .unwrap_or_else(|| panic!("no connection status: {:?}", raw.received));
+    let st = conn_status.state.as_ref().unwrap();
+    assert_eq!(st.stream, StreamState::ClosedRecover, "{conn_status:?}");
+    assert_eq!(st.code, code::SHUTDOWN, "{conn_status:?}");
+    let status = status.unwrap_or_else(|| panic!("node still running 5 s after SIGINT\n{log}"));
+    assert!(status.success(), "node exited with {status:?}\n{log}");
+}
+
+#[test]
+fn demo_without_a_tty_prints_lines_and_finishes() {
+    let out = run(
+        &["demo", "--duration", "2", "--listen", "127.0.0.1:0"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        !out.stdout.contains('\x1b'),
+        "escape sequences without a tty:\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.lines().any(|l| l.contains("bid")),
+        "no line with a bid:\n{}",
+        out.stdout
+    );
+    let last = out.stdout.lines().last().unwrap_or("");
+    assert!(last.contains("demo finished"), "last line {last:?}");
+}

@@ -1,0 +1,683 @@
+//! Helpers shared by the process-level tests: run the real `tickwire` binary as child
+//! processes on 127.0.0.1 (port 0), bounded in time, and speak the wire protocol raw.
+//!
+//! Every child is killed (SIGKILL) when its handle is dropped, so a failing test never
+//! leaves a node or a publisher behind.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tickwire_client::{ConnectOptions, Event, OwnedState, RequestOptions, Subscriber};
+use tickwire_proto::frame::{FrameReader, FrameWriter};
+use tickwire_proto::{
+    DecodeError, Login, Message, MessageIter, MessageType, Request, Role, StreamState,
+    DEFAULT_MAX_FRAME, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
+
+/// How long a node may take to log its address.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A `tickwire` command with a quiet-enough environment.
+pub fn tickwire() -> Command {
+    let mut c = Command::new(BIN);
+    c.env_remove("TICKWIRE_LOG").stdin(Stdio::null());
+    c
+}
+
+// ---------------------------------------------------------------------------------------
+// One-shot commands
+// ---------------------------------------------------------------------------------------
+
+/// What a finished command left behind.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+fn collect<R: Read + Send + 'static>(r: R) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut r = r;
+        let mut bytes = Vec::new();
+        let _ = r.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// Runs `tickwire ARGS` to completion; kills it and panics if it takes longer than
+/// `timeout`.
+pub fn run(args: &[&str], timeout: Duration) -> Output {
+    let mut child = tickwire()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tickwire");
+    let out = collect(child.stdout.take().expect("stdout"));
+    let err = collect(child.stderr.take().expect("stderr"));
+    let status = wait_timeout(&mut child, timeout);
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        let stdout = out.join().unwrap_or_default();
+        let stderr = err.join().unwrap_or_default();
+        panic!(
+            "`tickwire {}` did not finish within {timeout:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            args.join(" ")
+        );
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// Polls a child until it exits or `timeout` passes.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) => {}
+            Err(e) => panic!("waiting for a child: {e}"),
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Long-running processes
+// ---------------------------------------------------------------------------------------
+
+/// A long-running `tickwire` process whose stderr is drained into a buffer by a thread
+/// (so it can never block on a full pipe). Killed with SIGKILL on drop unless it has
+/// already been waited on.
+pub struct Proc {
+    child: Child,
+    exited: Option<ExitStatus>,
+    log: Arc<Mutex<String>>,
+    lines: Option<mpsc::Receiver<String>>,
+    what: String,
+}
+
+impl Proc {
+    /// Spawns `tickwire ARGS` with stdout discarded and stderr captured.
+    pub fn spawn(args: &[&str]) -> Proc {
+        let mut child = tickwire()
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tickwire");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stderr);
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    match r.read_line(&mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            log.lock().unwrap().push_str(&line);
+                            // Nobody listens any more once the caller found its line.
+                            let _ = tx.send(line.trim_end().to_string());
+                        }
+                    }
+                }
+            });
+        }
+        Proc {
+            child,
+            exited: None,
+            log,
+            lines: Some(rx),
+            what: format!("tickwire {}", args.join(" ")),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits for a stderr line containing `needle`; panics (with the log) after `timeout`
+    /// or if the process exits first.
+    pub fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        let rx = self.lines.as_ref().expect("line receiver");
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait().ok();
+                    panic!(
+                        "`{}` closed stderr (exit {status:?}) before logging {needle:?}\n--- stderr\n{}",
+                        self.what,
+                        self.log()
+                    );
+                }
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "`{}` did not log {needle:?} within {timeout:?}\n--- stderr\n{}",
+                    self.what,
+                    self.log()
+                );
+            }
+        }
+    }
+
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        if self.exited.is_some() {
+            return false;
+        }
+        match self.child.try_wait() {
+            Ok(Some(s)) => {
+                self.exited = Some(s);
+                false
+            }
+            Ok(None) => true,
+            Err(e) => panic!("try_wait: {e}"),
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        if self.exited.is_some() {
+            return;
+        }
+        // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "kill({}, {sig}) failed", self.child.id());
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(&mut self) -> ExitStatus {
+        if let Some(s) = self.exited {
+            return s;
+        }
+        let _ = self.child.kill();
+        let s = self.child.wait().expect("wait after kill");
+        self.exited = Some(s);
+        s
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        if let Some(s) = self.exited {
+            return Some(s);
+        }
+        let s = wait_timeout(&mut self.child, timeout);
+        self.exited = s;
+        s
+    }
+
+    /// SIGINT, then waits up to `timeout`; `None` (and SIGKILL) if it did not exit.
+    pub fn interrupt_and_wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.signal(libc::SIGINT);
+        let s = self.wait_exit(timeout);
+        if s.is_none() {
+            self.kill();
+        }
+        s
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.exited.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A running `tickwire node` and the address it logged.
+pub struct Node {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+    /// The `listening on` log line.
+    pub line: String,
+}
+
+impl Node {
+    /// `tickwire node --listen 127.0.0.1:0 EXTRA...`, once it has logged its address.
+    pub fn start(extra: &[&str]) -> Node {
+        let mut args = vec!["node", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let mut proc = Proc::spawn(&args);
+        let line = proc.wait_for_line("listening on ", START_TIMEOUT);
+        let addr = line
+            .split("listening on ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        Node { proc, addr, line }
+    }
+
+    pub fn addr_str(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.proc.is_running()
+    }
+
+    /// Resident memory of the node process, in KiB (Linux /proc).
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.proc.pid())
+    }
+
+    /// Graceful stop: SIGINT, then wait up to `timeout`.
+    pub fn stop(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.proc.interrupt_and_wait(timeout)
+    }
+}
+
+/// VmRSS of a process, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+/// Starts `tickwire publish --node ADDR --service SERVICE --items N --rate R
+/// [--interactive]` and waits until its items can be had from the node (a snapshot of
+/// the first and the last item answers with a refresh).
+pub fn start_publisher(
+    node_proc: &Node,
+    service: &str,
+    items: usize,
+    rate: u64,
+    interactive: bool,
+) -> Proc {
+    let node = node_proc.addr;
+    let addr = node.to_string();
+    let items_s = items.to_string();
+    let rate_s = rate.to_string();
+    let mut args = vec![
+        "publish",
+        "--node",
+        &addr,
+        "--service",
+        service,
+        "--items",
+        &items_s,
+        "--rate",
+        &rate_s,
+    ];
+    if interactive {
+        args.push("--interactive");
+    }
+    let mut p = Proc::spawn(&args);
+    let last = format!("SYM{}", items.max(1) - 1);
+    for item in ["SYM0", last.as_str()] {
+        if let Err(why) = wait_for_image(node, service, item, Duration::from_secs(10)) {
+            let running = p.is_running();
+            panic!(
+                "publisher never made {service}/{item} available: {why} (publisher running: {running})\n--- publisher stderr\n{}\n--- node stderr\n{}",
+                p.log(),
+                node_proc.proc.log()
+            );
+        }
+    }
+    p
+}
+
+/// Asks the node for a snapshot of `service/item` until a refresh arrives (the item is
+/// published) or `timeout` passes.
+pub fn wait_for_image(
+    node: SocketAddr,
+    service: &str,
+    item: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let mut last = String::from("nothing tried");
+    while Instant::now() < deadline {
+        let mut opts = ConnectOptions::new(node.to_string());
+        opts.application = "tickwire-cli-tests".into();
+        opts.reconnect = false;
+        opts.connect_timeout = Duration::from_secs(2);
+        let mut sub = match Subscriber::connect(opts) {
+            Ok(s) => s,
+            Err(e) => {
+                last = format!("connect: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        // Retry on this connection until the stream answers with a refresh.
+        while Instant::now() < deadline {
+            let snapshot = RequestOptions {
+                snapshot: true,
+                view: None,
+            };
+            if let Err(e) = sub.subscribe(service, item, snapshot) {
+                last = format!("subscribe: {e}");
+                break;
+            }
+            let answer_by = (Instant::now() + Duration::from_secs(3)).min(deadline);
+            let mut answered = false;
+            while !answered && Instant::now() < answer_by {
+                match sub.next_event(Duration::from_millis(100)) {
+                    Ok(Some(Event::Refresh { name, .. })) if name == item => return Ok(()),
+                    Ok(Some(Event::Status { name, state, .. })) if name == item => {
+                        last = format!("status {state:?}");
+                        answered = state.stream != StreamState::Open;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        last = format!("dispatch: {e}");
+                        break;
+                    }
+                }
+            }
+            if !answered {
+                break; // reconnect and try again
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Err(last)
+}
+
+/// A client-library subscriber to `node`, panicking if it cannot connect.
+pub fn subscriber(node: SocketAddr) -> Subscriber {
+    let mut opts = ConnectOptions::new(node.to_string());
+    opts.application = "tickwire-cli-tests".into();
+    opts.connect_timeout = Duration::from_secs(5);
+    Subscriber::connect(opts).expect("subscriber connects")
+}
+
+/// Next event matching `pred`, within `timeout`; panics with what was seen otherwise.
+pub fn expect_event(
+    sub: &mut Subscriber,
+    timeout: Duration,
+    what: &str,
+    mut pred: impl FnMut(&Event) -> bool,
+) -> Event {
+    let deadline = Instant::now() + timeout;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match sub.next_event(left.min(Duration::from_millis(100))) {
+            Ok(Some(e)) => {
+                if pred(&e) {
+                    return e;
+                }
+                if seen.len() < 20 {
+                    seen.push(format!("{e:?}"));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => panic!("waiting for {what}: subscriber failed: {e}; seen {seen:#?}"),
+        }
+    }
+    panic!("no {what} within {timeout:?}; seen (first 20): {seen:#?}");
+}
+
+/// A clean subscriber gets a refresh of `service/item` and then `updates` updates.
+pub fn assert_serves(node: SocketAddr, service: &str, item: &str, updates: usize) {
+    let mut sub = subscriber(node);
+    sub.subscribe(service, item, RequestOptions::default())
+        .expect("subscribe");
+    expect_event(
+        &mut sub,
+        Duration::from_secs(5),
+        "a refresh",
+        |e| matches!(e, Event::Refresh { name, .. } if name == item),
+    );
+    for i in 0..updates {
+        expect_event(
+            &mut sub,
+            Duration::from_secs(5),
+            &format!("update {}", i + 1),
+            |e| matches!(e, Event::Update { name, .. } if name == item),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The raw wire protocol
+// ---------------------------------------------------------------------------------------
+
+/// Bytes of one frame around `payload` (length prefix taken from the payload).
+pub fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = (payload.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Messages encoded into frames, as a peer would send them.
+pub fn encode(msgs: &[Message<'_>]) -> Vec<u8> {
+    let mut w = FrameWriter::new(DEFAULT_MAX_FRAME);
+    for m in msgs {
+        w.push(m).expect("encode");
+    }
+    let mut out = Vec::new();
+    w.take_all(&mut out);
+    out
+}
+
+pub fn login(role: Role) -> Message<'static> {
+    Message::Login(Login {
+        version_min: PROTOCOL_VERSION_MIN,
+        version_max: PROTOCOL_VERSION_MAX,
+        role,
+        application: "tickwire-cli-tests",
+        user: "tests",
+        token: "",
+    })
+}
+
+pub fn request<'a>(stream_id: u32, service: &'a str, name: &'a str) -> Message<'a> {
+    Message::Request(Request {
+        stream_id,
+        streaming: true,
+        service,
+        name,
+        view: None,
+    })
+}
+
+/// One message received, owned: its type, stream id (0 if none) and state (if any).
+#[derive(Debug, Clone)]
+pub struct Got {
+    pub ty: MessageType,
+    pub stream_id: u32,
+    pub state: Option<OwnedState>,
+}
+
+impl Got {
+    fn of(m: &Message<'_>) -> Got {
+        let (stream_id, state) = match m {
+            Message::Refresh(r) => (r.stream_id, Some((&r.state).into())),
+            Message::Update(u) => (u.stream_id, None),
+            Message::Status(s) => (s.stream_id, Some((&s.state).into())),
+            Message::Request(r) => (r.stream_id, None),
+            Message::Close { stream_id } => (*stream_id, None),
+            _ => (0, None),
+        };
+        Got {
+            ty: m.message_type(),
+            stream_id,
+            state,
+        }
+    }
+
+    /// A connection-level status (stream 0).
+    pub fn is_conn_status(&self) -> bool {
+        self.ty == MessageType::Status && self.stream_id == 0
+    }
+}
+
+/// How a raw read ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The node closed the connection (read returned 0).
+    Eof,
+    /// The connection was reset.
+    Reset,
+}
+
+/// A raw TCP connection to a node that decodes what the node sends.
+pub struct RawConn {
+    pub stream: TcpStream,
+    reader: FrameReader,
+    pub received: Vec<Got>,
+}
+
+impl RawConn {
+    pub fn connect(addr: SocketAddr) -> RawConn {
+        let stream =
+            TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect to node");
+        stream.set_nodelay(true).expect("nodelay");
+        stream
+            .set_write_timeout(Some(Duration::from_secs(5)))
+            .expect("write timeout");
+        RawConn {
+            stream,
+            reader: FrameReader::new(tickwire_proto::frame::MIN_MAX_FRAME.max(DEFAULT_MAX_FRAME)),
+            received: Vec::new(),
+        }
+    }
+
+    /// Writes bytes; an error (the node may already have closed) is returned, not fatal.
+    pub fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)?;
+        self.stream.flush()
+    }
+
+    fn decode_available(&mut self) -> Result<(), DecodeError> {
+        while let Some(payload) = self.reader.next_frame()? {
+            for raw in MessageIter::new(payload) {
+                self.received.push(Got::of(&raw?.message));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one chunk (up to `timeout`); `Ok(None)` on timeout, `Ok(Some(end))` at the end.
+    fn read_chunk(&mut self, timeout: Duration) -> Option<Option<End>> {
+        self.stream
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .expect("read timeout");
+        let buf = self.reader.spare(64 * 1024);
+        match self.stream.read(buf) {
+            Ok(0) => Some(Some(End::Eof)),
+            Ok(n) => {
+                self.reader.filled(n);
+                if let Err(e) = self.decode_available() {
+                    panic!(
+                        "the node sent undecodable bytes: {e}; decoded so far: {:?}",
+                        self.received
+                    );
+                }
+                Some(None)
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => None,
+            Err(e) if e.kind() == ErrorKind::Interrupted => Some(None),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => Some(Some(End::Reset)),
+            Err(e) => panic!("reading from the node: {e}"),
+        }
+    }
+
+    /// Reads and decodes until the node closes the connection; panics after `timeout`.
+    pub fn read_until_end(&mut self, timeout: Duration) -> End {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                panic!(
+                    "the node did not close the connection within {timeout:?}; received {:?}",
+                    self.received
+                );
+            }
+            if let Some(Some(end)) = self.read_chunk(left) {
+                return end;
+            }
+        }
+    }
+
+    /// Reads until a message matching `pred` has arrived; panics after `timeout` or at EOF.
+    pub fn read_until(&mut self, timeout: Duration, what: &str, pred: impl Fn(&Got) -> bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.received.iter().any(&pred) {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                panic!("no {what} within {timeout:?}; received {:?}", self.received);
+            }
+            if let Some(Some(end)) = self.read_chunk(left) {
+                panic!(
+                    "connection ended ({end:?}) before {what}; received {:?}",
+                    self.received
+                );
+            }
+        }
+    }
+}
+
+/// A tiny deterministic generator (xorshift64*) for test bytes.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n + 8);
+        while v.len() < n {
+            v.extend_from_slice(&self.next_u64().to_le_bytes());
+        }
+        v.truncate(n);
+        v
+    }
+}
