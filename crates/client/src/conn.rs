@@ -201,7 +201,8 @@ impl Conn {
             events,
             revents: 0,
         };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // Round up: truncating a sub-millisecond wait to poll(0) would spin.
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
         // SAFETY: one valid pollfd for the duration of the call.
         let n = unsafe { libc::poll(&mut pfd, 1, ms) };
         if n < 0 {
