@@ -1,0 +1,9 @@
+//! Tickwire's performance lab.
+//!
+//! Load tools built on the client library (`perf_pub`, `perf_sub`), process and system
+//! sampling from /proc (`sysinfo`), latency statistics (`stats`), SVG plots (`plot`) and
+//! the scenarios of `tickwire bench` with their reports. It measures the node from
+//! outside, as separate processes, like a user would; it holds no node logic.
+
+pub mod plot;
+pub mod sysinfo;

@@ -1,0 +1,1 @@
+//! Process and system sampling from /proc (being written).
