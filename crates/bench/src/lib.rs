@@ -5,5 +5,8 @@
 //! the scenarios of `tickwire bench` with their reports. It measures the node from
 //! outside, as separate processes, like a user would; it holds no node logic.
 
+pub mod perf_pub;
+pub mod perf_sub;
 pub mod plot;
+pub mod stats;
 pub mod sysinfo;

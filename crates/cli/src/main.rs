@@ -36,6 +36,12 @@ enum Command {
     Subscribe(subscribe::SubscribeArgs),
     /// An embedded node, a synthetic feed and a live quote board in one command.
     Demo(demo::DemoArgs),
+    /// Performance lab: the publisher under load (reference 74-byte updates on an exact
+    /// schedule, latency timestamps in TIM_TRK_1).
+    PerfPub(tickwire_bench::perf_pub::PerfPubArgs),
+    /// Performance lab: the subscriber under load (many connections, every field
+    /// decoded, sequence gaps counted, latency histograms).
+    PerfSub(tickwire_bench::perf_sub::PerfSubArgs),
 }
 
 #[derive(clap::Args)]
@@ -61,6 +67,10 @@ struct NodeArgs {
     /// Heartbeat interval in milliseconds (a peer silent for 3 intervals is dropped).
     #[arg(long, value_name = "MS")]
     heartbeat_ms: Option<u64>,
+    /// How the event loop waits for work: block (default; no CPU when idle), yield,
+    /// spin (lowest latency, one CPU always busy), spin-then-block.
+    #[arg(long, value_name = "STRATEGY")]
+    wait: Option<tickwire_node::WaitStrategy>,
     /// Pin the event loop to these CPUs, e.g. `0` or `0,1`.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     cpus: Option<Vec<usize>>,
@@ -88,6 +98,9 @@ fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(ms) = args.heartbeat_ms {
         cfg.limits.heartbeat_ms = ms;
+    }
+    if let Some(w) = args.wait {
+        cfg.node.wait = w;
     }
     if let Some(cpus) = &args.cpus {
         cfg.node.cpus = cpus.clone();
@@ -133,6 +146,13 @@ fn main() {
         Command::Publish(a) => publish::run(a),
         Command::Subscribe(a) => subscribe::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::PerfPub(a) => tickwire_bench::perf_pub::run(a).map(|_| ()),
+        Command::PerfSub(a) => {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
+            let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
+            tickwire_bench::perf_sub::run(a, stop).map(|_| ())
+        }
     };
     match result {
         Ok(()) => {}

@@ -189,6 +189,10 @@ impl Conn {
         }
     }
 
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
+    }
+
     /// Waits up to `timeout` for the socket to be readable (and writes pending output
     /// when it is writable), then reads what is there.
     pub fn wait(&mut self, timeout: Duration) -> Result<Io, ClientError> {

@@ -86,6 +86,12 @@ impl Subscriber {
         self.conn.as_ref().map(|c| &c.session)
     }
 
+    /// The socket, for callers that poll many subscribers from one thread and call
+    /// `dispatch(Duration::ZERO, ..)` on the ready ones. `None` while reconnecting.
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.conn.as_ref().map(|c| c.raw_fd())
+    }
+
     pub fn is_connected(&self) -> bool {
         self.conn.is_some()
     }

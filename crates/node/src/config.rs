@@ -27,6 +27,35 @@ impl std::str::FromStr for CacheMode {
     }
 }
 
+/// How the event loop waits for work: a measured choice (docs/BENCHMARKS.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WaitStrategy {
+    /// Sleep in epoll until a socket is ready: no CPU when idle, a wake-up per event.
+    Block,
+    /// Poll without sleeping, yielding the CPU between empty polls.
+    Yield,
+    /// Poll without sleeping: lowest latency, one CPU always busy.
+    Spin,
+    /// Spin for `spin_us` after the last event, then block.
+    SpinThenBlock,
+}
+
+impl std::str::FromStr for WaitStrategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "block" => Ok(WaitStrategy::Block),
+            "yield" => Ok(WaitStrategy::Yield),
+            "spin" => Ok(WaitStrategy::Spin),
+            "spin-then-block" => Ok(WaitStrategy::SpinThenBlock),
+            other => Err(format!(
+                "invalid wait strategy {other:?}: allowed values are block, yield, spin, spin-then-block"
+            )),
+        }
+    }
+}
+
 /// The whole node configuration, as in the TOML file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -49,6 +78,10 @@ pub struct NodeSection {
     pub stats_interval_s: u64,
     /// CPUs to pin the event-loop thread to; empty: no pinning.
     pub cpus: Vec<usize>,
+    /// How the event loop waits for work.
+    pub wait: WaitStrategy,
+    /// With `spin-then-block`: microseconds to keep spinning after the last event.
+    pub spin_us: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +114,8 @@ impl Default for NodeSection {
             cache: CacheMode::On,
             stats_interval_s: 10,
             cpus: Vec::new(),
+            wait: WaitStrategy::Block,
+            spin_us: 50,
         }
     }
 }

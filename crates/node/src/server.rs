@@ -7,7 +7,7 @@
 //! output buffer and is written again when epoll says it is writable; the node never
 //! blocks on a peer.
 
-use crate::config::NodeConfig;
+use crate::config::{NodeConfig, WaitStrategy};
 use log::{error, info, warn};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -186,10 +186,21 @@ impl NodeServer {
         let max_conns = self.cfg.limits.max_connections;
         let max_frame = self.cfg.limits.max_frame_bytes;
         let mut shutdown_deadline: Option<Instant> = None;
+        let wait = self.cfg.node.wait;
+        let spin_for = Duration::from_micros(self.cfg.node.spin_us);
+        let mut last_event = start;
 
         loop {
             let now = Instant::now();
             let mut timeout = next_tick.saturating_duration_since(now);
+            let spinning = match wait {
+                WaitStrategy::Block => false,
+                WaitStrategy::Yield | WaitStrategy::Spin => true,
+                WaitStrategy::SpinThenBlock => now.saturating_duration_since(last_event) < spin_for,
+            };
+            if spinning {
+                timeout = Duration::ZERO;
+            }
             if !carry.is_empty() {
                 timeout = Duration::ZERO;
             } else if !lingering.is_empty() {
@@ -203,6 +214,11 @@ impl NodeServer {
             let now = Instant::now();
             ready.clear();
             ready.append(&mut carry);
+            if !events.is_empty() {
+                last_event = now;
+            } else if wait == WaitStrategy::Yield {
+                std::thread::yield_now();
+            }
             for event in events.iter() {
                 match event.token() {
                     LISTENER => {

@@ -1,0 +1,327 @@
+//! `tickwire perf-pub`: the publisher under load.
+//!
+//! Publishes an image of every item, then sends reference Level 1 updates (74 bytes of
+//! field list) on an exact schedule: `--tick-rate` bursts per second, each carrying its
+//! share of `--update-rate`. Updates selected for latency carry in TIM_TRK_1 the time the
+//! schedule meant them to be sent (not the time they were sent), so a publisher or node
+//! that falls behind shows up as latency instead of hiding it (no coordinated omission).
+
+use crate::stats::{pin, realtime_ns, self_usage, NO_TIMESTAMP};
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use std::io::BufRead;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickwire_client::{ConnectOptions, Publisher, PublisherOptions};
+use tickwire_proto::reference::{write_level1, Level1};
+use tickwire_proto::{fid, FieldList, FieldListWriter, Time, UpdateType, Value};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct PerfPubArgs {
+    /// Node address (host:port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
+    pub node: String,
+    /// Service to publish.
+    #[arg(long, value_name = "NAME", default_value = "FEED")]
+    pub service: String,
+    /// Items SYM0 .. SYM{N-1}; each gets an image, then updates at random.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub items: usize,
+    /// Updates per second across all items.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub update_rate: u64,
+    /// Bursts per second; each burst carries update-rate / tick-rate updates.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub tick_rate: u64,
+    /// Updates per second that carry a latency timestamp (TIM_TRK_1), or `all`.
+    #[arg(long, value_name = "N|all", default_value = "1000")]
+    pub latency_rate: String,
+    /// Seconds to send updates for (after the images).
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub duration: f64,
+    /// Pin to these CPUs, e.g. `0` or `0,1`.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+    /// Print JSON lines (one per second, then a summary) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Read commands from standard input while running: `rate N` changes the update
+    /// rate, `quit` stops (used by `tickwire bench`).
+    #[arg(long)]
+    pub control: bool,
+    /// Seed of the random choice of items and price walk.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+fn level1(i: usize) -> Level1 {
+    let mid = 1_000_000 + (i as i64 % 4_000) * 1_000;
+    Level1 {
+        bid: mid - 100,
+        ask: mid + 100,
+        last: mid,
+        net_change: 0,
+        bid_size: 1_000,
+        ask_size: 1_000,
+        trade_volume: 25_000,
+        total_volume: 1_000_000,
+        time_of_day: Time {
+            nanos_since_midnight: 0,
+        },
+        send_time_ns: NO_TIMESTAMP,
+    }
+}
+
+/// The summary printed at the end (JSON with `--json`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PubSummary {
+    pub items: usize,
+    pub image_seconds: f64,
+    pub sent: u64,
+    pub timestamped: u64,
+    pub seconds: f64,
+    pub rate: f64,
+    /// Largest delay of a burst behind its schedule.
+    pub max_lag_ms: f64,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    pub cpu_percent: f64,
+    pub peak_rss_bytes: u64,
+    pub voluntary_ctx_switches: u64,
+    pub involuntary_ctx_switches: u64,
+}
+
+pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
+    pin(&args.cpus)?;
+    crate::stats::precise_timers();
+    if args.items == 0 {
+        bail!("--items must be at least 1");
+    }
+    if args.tick_rate == 0 || args.tick_rate > 100_000 {
+        bail!("--tick-rate must be 1 to 100000, not {}", args.tick_rate);
+    }
+    let latency_all = args.latency_rate == "all";
+    let latency_rate: u64 = if latency_all {
+        u64::MAX
+    } else {
+        args.latency_rate.parse().with_context(|| {
+            format!(
+                "--latency-rate {:?}: expected a number or `all`",
+                args.latency_rate
+            )
+        })?
+    };
+    let rate = Arc::new(AtomicU64::new(args.update_rate));
+    let quit = Arc::new(AtomicBool::new(false));
+    if args.control {
+        let (rate, quit) = (rate.clone(), quit.clone());
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                let mut words = line.split_whitespace();
+                match (words.next(), words.next().map(str::parse::<u64>)) {
+                    (Some("rate"), Some(Ok(r))) => rate.store(r, Ordering::SeqCst),
+                    (Some("quit"), _) => break,
+                    _ => eprintln!("perf-pub: unknown command {line:?} (rate N | quit)"),
+                }
+            }
+            quit.store(true, Ordering::SeqCst);
+        });
+    }
+
+    let mut connect = ConnectOptions::new(args.node.clone());
+    connect.application = "tickwire-perf-pub".into();
+    let mut publisher = Publisher::connect(PublisherOptions {
+        start_down: true,
+        ..PublisherOptions::new(connect, args.service.clone())
+    })
+    .with_context(|| format!("perf-pub: cannot connect to {}", args.node))?;
+
+    // Images: the Level 1 fields plus a display name.
+    let image_start = Instant::now();
+    let mut quotes: Vec<Level1> = (0..args.items).map(level1).collect();
+    let mut ids = Vec::with_capacity(args.items);
+    let mut buf = Vec::with_capacity(256);
+    for (i, q) in quotes.iter().enumerate() {
+        buf.clear();
+        write_level1(&mut buf, q);
+        let name = format!("SYM{i}");
+        let mut img = Vec::with_capacity(buf.len() + 16);
+        let mut w = FieldListWriter::new(&mut img);
+        w.push(fid::DSPLY_NAME, Value::Ascii(&name));
+        for (f, raw) in FieldList::from_trusted(&buf).raw_iter() {
+            w.push_raw(f, raw);
+        }
+        w.finish();
+        ids.push(publisher.publish_refresh(&name, FieldList::from_trusted(&img))?);
+        if i % 4096 == 4095 {
+            publisher.flush(Duration::from_secs(30))?;
+        }
+    }
+    publisher.set_service_up(true)?;
+    publisher.flush(Duration::from_secs(30))?;
+    let image_seconds = image_start.elapsed().as_secs_f64();
+    if !args.json {
+        println!(
+            "perf-pub: {} images in {:.2} s; sending {} updates/s in {} bursts/s",
+            args.items, image_seconds, args.update_rate, args.tick_rate
+        );
+    }
+
+    let usage0 = self_usage();
+    let mut rng = Rng(args.seed.max(1));
+    let start = Instant::now();
+    let start_realtime = realtime_ns();
+    let tick_ns = 1_000_000_000 / args.tick_rate;
+    let end = start + Duration::from_secs_f64(args.duration.max(0.0));
+    let mut tick: u64 = 0;
+    let mut sent: u64 = 0;
+    let mut timestamped: u64 = 0;
+    // Fractional updates and timestamps carried from burst to burst.
+    let mut update_credit = 0f64;
+    let mut stamp_credit = 0f64;
+    let mut max_lag = Duration::ZERO;
+    let mut second_lag = Duration::ZERO;
+    let mut next_report = start + Duration::from_secs(1);
+    let mut sent_at_report = 0u64;
+    let mut second = 0u64;
+    loop {
+        let due = start + Duration::from_nanos(tick * tick_ns);
+        let now = Instant::now();
+        if now >= end || quit.load(Ordering::Relaxed) {
+            break;
+        }
+        if now < due {
+            // poll(2) has millisecond resolution: use it (answering the node) only for
+            // the part of the wait beyond 2 ms, then sleep precisely to the burst time.
+            let wait = due - now;
+            if wait > Duration::from_millis(2) {
+                publisher.dispatch(wait - Duration::from_millis(2))?;
+            } else {
+                std::thread::sleep(wait);
+            }
+            continue;
+        }
+        let lag = now - due;
+        max_lag = max_lag.max(lag);
+        second_lag = second_lag.max(lag);
+        let rate_now = rate.load(Ordering::Relaxed);
+        update_credit += rate_now as f64 / args.tick_rate as f64;
+        let n = update_credit as u64;
+        update_credit -= n as f64;
+        stamp_credit += if latency_all {
+            n as f64
+        } else {
+            latency_rate as f64 / args.tick_rate as f64
+        };
+        // The time this burst was meant to leave.
+        let intended = start_realtime + tick * tick_ns;
+        let tod = Time {
+            nanos_since_midnight: intended % tickwire_proto::field::NANOS_PER_DAY,
+        };
+        for _ in 0..n {
+            let i = (rng.next() % args.items as u64) as usize;
+            let q = &mut quotes[i];
+            let step = (rng.next() % 3) as i64 - 1;
+            q.bid = (q.bid + step * 100).max(100);
+            q.ask = q.bid + 200;
+            q.bid_size = 100 * (1 + rng.next() % 50);
+            q.ask_size = 100 * (1 + rng.next() % 50);
+            q.time_of_day = tod;
+            q.send_time_ns = if stamp_credit >= 1.0 {
+                stamp_credit -= 1.0;
+                timestamped += 1;
+                intended
+            } else {
+                NO_TIMESTAMP
+            };
+            buf.clear();
+            write_level1(&mut buf, q);
+            publisher.publish_update(
+                ids[i],
+                UpdateType::Quote,
+                FieldList::from_trusted(&buf),
+                false,
+            )?;
+        }
+        stamp_credit = stamp_credit.min(n as f64 + 1.0);
+        sent += n;
+        tick += 1;
+        publisher.flush(Duration::from_secs(30))?;
+        // Answer the node (image requests with the cache off, pings) every burst.
+        publisher.dispatch(Duration::ZERO)?;
+        if now >= next_report {
+            second += 1;
+            let in_second = sent - sent_at_report;
+            sent_at_report = sent;
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"type": "second", "role": "perf-pub", "t": second, "sent": in_second,
+                           "total": sent, "target_rate": rate_now,
+                           "max_lag_ms": second_lag.as_secs_f64() * 1e3})
+                );
+            } else {
+                println!(
+                    "perf-pub t={second:>3}s sent {in_second:>9}/s (target {rate_now}) total {sent:>11} lag max {:.2} ms",
+                    second_lag.as_secs_f64() * 1e3
+                );
+            }
+            second_lag = Duration::ZERO;
+            next_report += Duration::from_secs(1);
+        }
+    }
+    publisher.flush(Duration::from_secs(30))?;
+    let seconds = start.elapsed().as_secs_f64();
+    let u = self_usage();
+    let cpu = (u.cpu_user_s - usage0.cpu_user_s) + (u.cpu_sys_s - usage0.cpu_sys_s);
+    let summary = PubSummary {
+        items: args.items,
+        image_seconds,
+        sent,
+        timestamped,
+        seconds,
+        rate: sent as f64 / seconds.max(1e-9),
+        max_lag_ms: max_lag.as_secs_f64() * 1e3,
+        cpu_user_s: u.cpu_user_s - usage0.cpu_user_s,
+        cpu_sys_s: u.cpu_sys_s - usage0.cpu_sys_s,
+        cpu_percent: 100.0 * cpu / seconds.max(1e-9),
+        peak_rss_bytes: u.peak_rss_bytes,
+        voluntary_ctx_switches: u.voluntary_ctx_switches,
+        involuntary_ctx_switches: u.involuntary_ctx_switches,
+    };
+    if args.json {
+        println!(
+            "{}",
+            json!({"type": "summary", "role": "perf-pub", "summary": summary})
+        );
+    } else {
+        println!(
+            "perf-pub: sent {} updates in {:.2} s = {:.0}/s ({} timestamped); max lag {:.2} ms; CPU {:.0}% ({:.2} s user, {:.2} s sys); peak RSS {:.1} MiB",
+            summary.sent,
+            summary.seconds,
+            summary.rate,
+            summary.timestamped,
+            summary.max_lag_ms,
+            summary.cpu_percent,
+            summary.cpu_user_s,
+            summary.cpu_sys_s,
+            summary.peak_rss_bytes as f64 / 1048576.0
+        );
+    }
+    Ok(summary)
+}

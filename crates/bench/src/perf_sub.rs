@@ -1,0 +1,462 @@
+//! `tickwire perf-sub`: the subscriber under load.
+//!
+//! Opens `--connections` subscriber connections (mounts) from one thread, requests items
+//! per the commonality rule, and for every message decodes every field (as a real
+//! consumer would), checks each stream's sequence numbers (a gap is counted when an
+//! update's number is not the previous one plus its conflation count), measures image
+//! retrieval time, update rate and latency (now minus TIM_TRK_1, the publisher's
+//! intended send time) into HdrHistograms.
+
+use crate::stats::{pin, realtime_ns, self_usage, Latency, LatencySummary, TIMESTAMP_FLOOR};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickwire_client::{ConnectOptions, EventRef, RequestOptions, Subscriber};
+use tickwire_proto::{fid, Value};
+
+/// How items are shared across connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+pub enum Commonality {
+    /// Every connection requests every item (fan-out = connections).
+    All,
+    /// Items are split evenly across connections (fan-out 1).
+    Partition,
+    /// "Producer 50/50": connection c (0-based) of C requests item j when
+    /// j mod C >= c, so item j is watched by (j mod C) + 1 connections and the average
+    /// fan-out is (C + 1) / 2 (50.5 for 100 connections). Connection 0 watches every
+    /// item, connection C-1 one item in C.
+    #[value(name = "producer-50-50")]
+    Producer5050,
+}
+
+impl Commonality {
+    /// Whether connection `c` of `conns` requests item `j`.
+    pub fn watches(self, c: usize, conns: usize, j: usize) -> bool {
+        match self {
+            Commonality::All => true,
+            Commonality::Partition => j % conns == c,
+            Commonality::Producer5050 => j % conns >= c,
+        }
+    }
+
+    /// Average number of connections watching an item.
+    pub fn fanout(self, conns: usize) -> f64 {
+        match self {
+            Commonality::All => conns as f64,
+            Commonality::Partition => 1.0,
+            Commonality::Producer5050 => (conns as f64 + 1.0) / 2.0,
+        }
+    }
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct PerfSubArgs {
+    /// Node address (host:port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
+    pub node: String,
+    /// Service of the items.
+    #[arg(long, value_name = "NAME", default_value = "FEED")]
+    pub service: String,
+    /// Items SYM0 .. SYM{N-1} (the watchlist, shared per --commonality).
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub items: usize,
+    /// Subscriber connections (mounts), all driven from one thread.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub connections: usize,
+    /// How items are shared across connections.
+    #[arg(long, value_enum, default_value = "all")]
+    pub commonality: Commonality,
+    /// Requests per second (0: all at once).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub request_rate: u64,
+    /// Seconds to run after connecting.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub duration: f64,
+    /// Pin to these CPUs, e.g. `1`.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+    /// Print JSON lines (one per second, then a summary) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// How to wait for data: `block` in poll(2), or `spin` (poll without sleeping: lower
+    /// latency, one CPU busy).
+    #[arg(long, value_name = "block|spin", default_value = "block")]
+    pub wait: String,
+}
+
+/// Figures for one phase of the run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Phase {
+    pub seconds: f64,
+    pub updates: u64,
+    pub update_rate: f64,
+    pub images: u64,
+    pub gaps: u64,
+    pub latency: LatencySummary,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SubSummary {
+    pub connections: usize,
+    pub streams: u64,
+    pub fanout: f64,
+    /// Seconds from the first request to the last image.
+    pub image_retrieval_s: Option<f64>,
+    pub images: u64,
+    pub updates: u64,
+    pub gaps: u64,
+    pub statuses: u64,
+    /// Until every image arrived.
+    pub startup: Phase,
+    /// After every image arrived.
+    pub steady: Phase,
+    pub overall: Phase,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    pub cpu_percent: f64,
+    pub peak_rss_bytes: u64,
+    pub voluntary_ctx_switches: u64,
+    pub involuntary_ctx_switches: u64,
+}
+
+/// Per-stream state: the last sequence number and whether an image came.
+#[derive(Clone, Copy, Default)]
+struct StreamState {
+    seq: u32,
+    image: bool,
+}
+
+struct Counters {
+    updates: u64,
+    images: u64,
+    gaps: u64,
+    statuses: u64,
+    /// Sum of decoded values, so decoding cannot be optimised away.
+    checksum: i64,
+}
+
+pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
+    pin(&args.cpus)?;
+    crate::stats::precise_timers();
+    if args.connections == 0 || args.items == 0 {
+        bail!("--connections and --items must be at least 1");
+    }
+    let mut subs = Vec::with_capacity(args.connections);
+    for _ in 0..args.connections {
+        let mut o = ConnectOptions::new(args.node.clone());
+        o.application = "tickwire-perf-sub".into();
+        subs.push(
+            Subscriber::connect(o)
+                .with_context(|| format!("perf-sub: cannot connect to {}", args.node))?,
+        );
+    }
+    // Requests in item order, round-robin over connections, paced by --request-rate.
+    let mut plan: Vec<(usize, usize)> = Vec::new();
+    for j in 0..args.items {
+        for c in 0..args.connections {
+            if args.commonality.watches(c, args.connections, j) {
+                plan.push((c, j));
+            }
+        }
+    }
+    let streams = plan.len() as u64;
+    let mut state: Vec<Vec<StreamState>> = vec![vec![StreamState::default(); 1]; args.connections];
+    let usage0 = self_usage();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(args.duration.max(0.0));
+    let mut requested = 0usize;
+    let mut c = Counters {
+        updates: 0,
+        images: 0,
+        gaps: 0,
+        statuses: 0,
+        checksum: 0,
+    };
+    let (mut overall, mut startup, mut steady, mut second) = (
+        Latency::default(),
+        Latency::default(),
+        Latency::default(),
+        Latency::default(),
+    );
+    let mut images_done_at: Option<Instant> = None;
+    let mut at_images_done = (0u64, 0u64); // updates, gaps when the last image came
+    let mut next_report = start + Duration::from_secs(1);
+    let mut last = (0u64, 0u64, 0u64); // updates, images, gaps at the last report
+    let mut t = 0u64;
+    let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(args.connections);
+    let poll_ms = match args.wait.as_str() {
+        "block" => 10,
+        "spin" => 0,
+        other => bail!("--wait {other:?}: allowed values are block, spin"),
+    };
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        // Requests due by now.
+        let due = if args.request_rate == 0 {
+            plan.len()
+        } else {
+            ((start.elapsed().as_secs_f64() * args.request_rate as f64) as usize).min(plan.len())
+        };
+        while requested < due {
+            let (conn, j) = plan[requested];
+            let sid = subs[conn].subscribe(
+                &args.service,
+                &format!("SYM{j}"),
+                RequestOptions::default(),
+            )?;
+            let v = &mut state[conn];
+            if v.len() <= sid as usize {
+                v.resize(sid as usize + 1, StreamState::default());
+            }
+            requested += 1;
+        }
+        // Wait for any connection to have data (or 10 ms), then drain the ready ones.
+        pfds.clear();
+        for s in &subs {
+            pfds.push(libc::pollfd {
+                fd: s.raw_fd().unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // SAFETY: valid pollfd array for the duration of the call.
+        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, poll_ms) };
+        for (i, sub) in subs.iter_mut().enumerate() {
+            if pfds[i].revents == 0 && pfds[i].fd >= 0 {
+                continue;
+            }
+            let streams = &mut state[i];
+            let in_startup = images_done_at.is_none();
+            sub.dispatch(Duration::ZERO, |e| match e {
+                EventRef::Refresh(item, r) => {
+                    let s = &mut streams[item.stream as usize];
+                    if !s.image && r.complete {
+                        s.image = true;
+                        c.images += 1;
+                    }
+                    s.seq = r.seq;
+                    for (_, v) in r.fields.iter() {
+                        c.checksum = c.checksum.wrapping_add(value_sum(&v));
+                    }
+                }
+                EventRef::Update(item, u) => {
+                    c.updates += 1;
+                    let s = &mut streams[item.stream as usize];
+                    let expected = s.seq.wrapping_add(u.conflation_count.max(1) as u32);
+                    if u.seq != expected {
+                        c.gaps += 1;
+                    }
+                    s.seq = u.seq;
+                    let mut stamp = 0;
+                    for (f, v) in u.fields.iter() {
+                        c.checksum = c.checksum.wrapping_add(value_sum(&v));
+                        if f == fid::TIM_TRK_1 {
+                            if let Value::UInt(ts) = v {
+                                stamp = ts;
+                            }
+                        }
+                    }
+                    if stamp >= TIMESTAMP_FLOOR {
+                        let lat = realtime_ns().saturating_sub(stamp);
+                        overall.record(lat);
+                        second.record(lat);
+                        if in_startup {
+                            startup.record(lat);
+                        } else {
+                            steady.record(lat);
+                        }
+                    }
+                }
+                EventRef::Status(_, _) => c.statuses += 1,
+                EventRef::Directory(_) => {}
+            })?;
+        }
+        if images_done_at.is_none() && requested == plan.len() && c.images >= streams {
+            images_done_at = Some(Instant::now());
+            at_images_done = (c.updates, c.gaps);
+        }
+        let now = Instant::now();
+        if now >= next_report {
+            t += 1;
+            let s = second.summary();
+            let (du, di, dg) = (c.updates - last.0, c.images - last.1, c.gaps - last.2);
+            last = (c.updates, c.images, c.gaps);
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"type": "second", "role": "perf-sub", "t": t, "updates": du,
+                           "total": c.updates, "images": di, "gaps": dg, "total_gaps": c.gaps,
+                           "lat_count": s.count, "lat_mean_ns": s.mean_ns, "lat_p99_ns": s.p99_ns})
+                );
+            } else {
+                println!(
+                    "perf-sub t={t:>3}s updates {du:>9}/s images {di:>7} gaps {dg} latency mean {:>8.1} µs p99 {:>8.1} µs ({} samples)",
+                    s.mean_ns / 1e3,
+                    s.p99_ns as f64 / 1e3,
+                    s.count
+                );
+            }
+            second.reset();
+            next_report += Duration::from_secs(1);
+        }
+    }
+    let total_s = start.elapsed().as_secs_f64();
+    let u = self_usage();
+    let (su, sg) = at_images_done;
+    let startup_s = images_done_at.map_or(total_s, |t| (t - start).as_secs_f64());
+    let phase = |seconds: f64, updates: u64, images: u64, gaps: u64, lat: &Latency| Phase {
+        seconds,
+        updates,
+        update_rate: updates as f64 / seconds.max(1e-9),
+        images,
+        gaps,
+        latency: lat.summary(),
+    };
+    let cpu = (u.cpu_user_s - usage0.cpu_user_s) + (u.cpu_sys_s - usage0.cpu_sys_s);
+    let summary = SubSummary {
+        connections: args.connections,
+        streams,
+        fanout: args.commonality.fanout(args.connections),
+        image_retrieval_s: images_done_at.map(|t| (t - start).as_secs_f64()),
+        images: c.images,
+        updates: c.updates,
+        gaps: c.gaps,
+        statuses: c.statuses,
+        startup: phase(
+            startup_s,
+            if images_done_at.is_some() {
+                su
+            } else {
+                c.updates
+            },
+            c.images,
+            if images_done_at.is_some() { sg } else { c.gaps },
+            &startup,
+        ),
+        steady: phase(
+            (total_s - startup_s).max(0.0),
+            c.updates - su,
+            0,
+            c.gaps - sg,
+            &steady,
+        ),
+        overall: phase(total_s, c.updates, c.images, c.gaps, &overall),
+        cpu_user_s: u.cpu_user_s - usage0.cpu_user_s,
+        cpu_sys_s: u.cpu_sys_s - usage0.cpu_sys_s,
+        cpu_percent: 100.0 * cpu / total_s.max(1e-9),
+        peak_rss_bytes: u.peak_rss_bytes,
+        voluntary_ctx_switches: u.voluntary_ctx_switches,
+        involuntary_ctx_switches: u.involuntary_ctx_switches,
+    };
+    if args.json {
+        println!(
+            "{}",
+            json!({"type": "summary", "role": "perf-sub", "summary": summary, "checksum": c.checksum})
+        );
+    } else {
+        print_summary(&summary);
+    }
+    Ok(summary)
+}
+
+fn value_sum(v: &Value<'_>) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        Value::UInt(u) => *u as i64,
+        Value::Real(r) => r.mantissa,
+        Value::Time(t) => t.nanos_since_midnight as i64,
+        Value::Enum(e) => *e as i64,
+        Value::Ascii(s) | Value::Utf8(s) => s.len() as i64,
+        Value::Date(d) => d.day as i64,
+        Value::Blank => 0,
+    }
+}
+
+fn print_summary(s: &SubSummary) {
+    println!(
+        "perf-sub: {} connections, {} streams (fan-out {:.1}), images {} in {}, updates {}, gaps {}, statuses {}",
+        s.connections,
+        s.streams,
+        s.fanout,
+        s.images,
+        s.image_retrieval_s
+            .map_or("(not all)".to_string(), |t| format!("{t:.2} s")),
+        s.updates,
+        s.gaps,
+        s.statuses
+    );
+    println!(
+        "{:<8} {:>8} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "phase",
+        "seconds",
+        "updates/s",
+        "count",
+        "mean µs",
+        "stddev",
+        "min",
+        "max",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9"
+    );
+    for (name, p) in [
+        ("startup", &s.startup),
+        ("steady", &s.steady),
+        ("overall", &s.overall),
+    ] {
+        let l = &p.latency;
+        let us = |ns: u64| ns as f64 / 1e3;
+        println!(
+            "{name:<8} {:>8.2} {:>11.0} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+            p.seconds,
+            p.update_rate,
+            l.count,
+            l.mean_ns / 1e3,
+            l.stddev_ns / 1e3,
+            us(l.min_ns),
+            us(l.max_ns),
+            us(l.p50_ns),
+            us(l.p90_ns),
+            us(l.p99_ns),
+            us(l.p999_ns)
+        );
+    }
+    println!(
+        "CPU {:.0}% ({:.2} s user, {:.2} s sys), peak RSS {:.1} MiB",
+        s.cpu_percent,
+        s.cpu_user_s,
+        s.cpu_sys_s,
+        s.peak_rss_bytes as f64 / 1048576.0
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn producer_50_50_with_100_connections_has_fanout_50_5() {
+        let conns = 100;
+        let items = 10_000;
+        let streams: usize = (0..items)
+            .map(|j| {
+                (0..conns)
+                    .filter(|&c| Commonality::Producer5050.watches(c, conns, j))
+                    .count()
+            })
+            .sum();
+        assert_eq!(streams as f64 / items as f64, 50.5);
+        assert_eq!(Commonality::Producer5050.fanout(conns), 50.5);
+        // Partition: every item exactly once.
+        let once = (0..items).all(|j| {
+            (0..conns)
+                .filter(|&c| Commonality::Partition.watches(c, conns, j))
+                .count()
+                == 1
+        });
+        assert!(once);
+    }
+}
