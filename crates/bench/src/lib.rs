@@ -5,6 +5,8 @@
 //! the scenarios of `tickwire bench` with their reports. It measures the node from
 //! outside, as separate processes, like a user would; it holds no node logic.
 
+pub mod bench;
+pub mod lab;
 pub mod perf_pub;
 pub mod perf_sub;
 pub mod plot;

@@ -47,7 +47,8 @@ pub struct PerfPubArgs {
     #[arg(long)]
     pub json: bool,
     /// Read commands from standard input while running: `rate N` changes the update
-    /// rate, `quit` stops (used by `tickwire bench`).
+    /// rate, `mark` prints (JSON) the updates sent so far and the largest lag since the
+    /// previous mark, `quit` stops (used by `tickwire bench`).
     #[arg(long)]
     pub control: bool,
     /// Seed of the random choice of items and price walk.
@@ -127,16 +128,18 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     };
     let rate = Arc::new(AtomicU64::new(args.update_rate));
     let quit = Arc::new(AtomicBool::new(false));
+    let mark = Arc::new(AtomicBool::new(false));
     if args.control {
-        let (rate, quit) = (rate.clone(), quit.clone());
+        let (rate, quit, mark) = (rate.clone(), quit.clone(), mark.clone());
         std::thread::spawn(move || {
             for line in std::io::stdin().lock().lines() {
                 let Ok(line) = line else { break };
                 let mut words = line.split_whitespace();
                 match (words.next(), words.next().map(str::parse::<u64>)) {
                     (Some("rate"), Some(Ok(r))) => rate.store(r, Ordering::SeqCst),
+                    (Some("mark"), _) => mark.store(true, Ordering::SeqCst),
                     (Some("quit"), _) => break,
-                    _ => eprintln!("perf-pub: unknown command {line:?} (rate N | quit)"),
+                    _ => eprintln!("perf-pub: unknown command {line:?} (rate N | mark | quit)"),
                 }
             }
             quit.store(true, Ordering::SeqCst);
@@ -199,7 +202,17 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     let mut next_report = start + Duration::from_secs(1);
     let mut sent_at_report = 0u64;
     let mut second = 0u64;
+    let mut mark_lag = Duration::ZERO;
     loop {
+        if mark.swap(false, Ordering::SeqCst) {
+            println!(
+                "{}",
+                json!({"type": "mark", "role": "perf-pub", "total": sent,
+                       "target_rate": rate.load(Ordering::Relaxed),
+                       "max_lag_ms": mark_lag.as_secs_f64() * 1e3})
+            );
+            mark_lag = Duration::ZERO;
+        }
         let due = start + Duration::from_nanos(tick * tick_ns);
         let now = Instant::now();
         if now >= end || quit.load(Ordering::Relaxed) {
@@ -219,6 +232,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
         let lag = now - due;
         max_lag = max_lag.max(lag);
         second_lag = second_lag.max(lag);
+        mark_lag = mark_lag.max(lag);
         let rate_now = rate.load(Ordering::Relaxed);
         update_credit += rate_now as f64 / args.tick_rate as f64;
         let n = update_credit as u64;

@@ -85,6 +85,22 @@ pub struct PerfSubArgs {
     /// latency, one CPU busy).
     #[arg(long, value_name = "block|spin", default_value = "block")]
     pub wait: String,
+    /// Read commands from standard input: `mark NAME` prints (JSON) the latency summary,
+    /// updates and gaps since the previous mark; `quit` stops. Used by `tickwire bench`.
+    #[arg(long)]
+    pub control: bool,
+}
+
+/// What `mark NAME` prints: figures since the previous mark.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Mark {
+    pub name: String,
+    pub seconds: f64,
+    pub updates: u64,
+    pub gaps: u64,
+    pub images: u64,
+    pub statuses: u64,
+    pub latency: LatencySummary,
 }
 
 /// Figures for one phase of the run.
@@ -187,6 +203,9 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     let mut last = (0u64, 0u64, 0u64); // updates, images, gaps at the last report
     let mut t = 0u64;
     let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(args.connections);
+    let marks = control_channel(args.control, stop.clone());
+    let mut since_mark = Latency::default();
+    let mut mark_at = (Instant::now(), 0u64, 0u64, 0u64, 0u64);
     let poll_ms = match args.wait.as_str() {
         "block" => 10,
         "spin" => 0,
@@ -261,6 +280,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
                     if stamp >= TIMESTAMP_FLOOR {
                         let lat = realtime_ns().saturating_sub(stamp);
                         overall.record(lat);
+                        since_mark.record(lat);
                         second.record(lat);
                         if in_startup {
                             startup.record(lat);
@@ -276,6 +296,23 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         if images_done_at.is_none() && requested == plan.len() && c.images >= streams {
             images_done_at = Some(Instant::now());
             at_images_done = (c.updates, c.gaps);
+        }
+        if let Some(rx) = &marks {
+            while let Ok(name) = rx.try_recv() {
+                let now = Instant::now();
+                let m = Mark {
+                    name,
+                    seconds: (now - mark_at.0).as_secs_f64(),
+                    updates: c.updates - mark_at.1,
+                    gaps: c.gaps - mark_at.2,
+                    images: c.images - mark_at.3,
+                    statuses: c.statuses - mark_at.4,
+                    latency: since_mark.summary(),
+                };
+                println!("{}", json!({"type": "mark", "role": "perf-sub", "mark": m}));
+                since_mark.reset();
+                mark_at = (now, c.updates, c.gaps, c.images, c.statuses);
+            }
         }
         let now = Instant::now();
         if now >= next_report {
@@ -359,6 +396,33 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         print_summary(&summary);
     }
     Ok(summary)
+}
+
+/// With `--control`: a thread reading `mark NAME` / `quit` lines from standard input.
+fn control_channel(
+    enabled: bool,
+    stop: Arc<AtomicBool>,
+) -> Option<std::sync::mpsc::Receiver<String>> {
+    use std::io::BufRead;
+    if !enabled {
+        return None;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            let mut words = line.split_whitespace();
+            match words.next() {
+                Some("mark") => {
+                    let _ = tx.send(words.next().unwrap_or("").to_string());
+                }
+                Some("quit") => break,
+                _ => eprintln!("perf-sub: unknown command {line:?} (mark NAME | quit)"),
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    Some(rx)
 }
 
 fn value_sum(v: &Value<'_>) -> i64 {

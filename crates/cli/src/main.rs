@@ -42,6 +42,11 @@ enum Command {
     /// Performance lab: the subscriber under load (many connections, every field
     /// decoded, sequence gaps counted, latency histograms).
     PerfSub(tickwire_bench::perf_sub::PerfSubArgs),
+    /// Performance lab: run a scenario (throughput, fanout, latency, instances, quick)
+    /// with nodes and load tools as separate processes; write results.json, report.md
+    /// and SVG plots. `bench compare DIR...` compares runs (the first is base 100).
+    #[command(subcommand)]
+    Bench(tickwire_bench::bench::BenchCommand),
 }
 
 #[derive(clap::Args)]
@@ -146,6 +151,7 @@ fn main() {
         Command::Publish(a) => publish::run(a),
         Command::Subscribe(a) => subscribe::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Bench(c) => tickwire_bench::bench::run(c),
         Command::PerfPub(a) => tickwire_bench::perf_pub::run(a).map(|_| ()),
         Command::PerfSub(a) => {
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

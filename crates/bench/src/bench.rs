@@ -1,0 +1,978 @@
+//! `tickwire bench SCENARIO --out DIR`: the classic market-data test procedures.
+//!
+//! Starts nodes and load tools as separate processes, finds the highest sustainable
+//! rates (ramp, then bisection), climbs a latency ladder, and writes `DIR/results.json`,
+//! `DIR/report.md` and SVG plots. docs/BENCHMARKS.md documents the procedure and schema.
+
+use crate::lab::{self, find_max, hold, recover, start_rig, Rig, RigSpec, Step};
+use crate::plot::{BarChart, LineChart};
+use crate::sysinfo::{machine, Machine, MonitorOptions, ProcessMonitor, ProcessUsage};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum BenchCommand {
+    /// Highest update rate with zero loss, cache off and on, no fan-out.
+    Throughput(BenchArgs),
+    /// 100 subscriber connections, producer 50/50 (fan-out 50.5): highest input rate.
+    Fanout(BenchArgs),
+    /// End-to-end latency at a ladder of rates, up to saturation (cache off).
+    Latency(BenchArgs),
+    /// N independent node+publisher+subscriber sets, pinned to disjoint CPUs vs not.
+    Instances(BenchArgs),
+    /// Every scenario with short steps (under 5 minutes on 2 cores).
+    Quick(BenchArgs),
+    /// Compare result directories: the first is base 100.
+    Compare {
+        /// Directories holding results.json; the first is the base.
+        #[arg(required = true, num_args = 2.., value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        /// Write the comparison (compare.md, compare.svg) here (default: the first DIR).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Directory for results.json, report.md, plots and process logs.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Watchlist size for the throughput and latency scenarios.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub items: usize,
+    /// Seconds each rate is held (the reference procedure holds 300).
+    #[arg(long, value_name = "S")]
+    pub step_seconds: Option<f64>,
+    /// Latency ladder (updates/s), e.g. 1000,10000,100000; then doubling to saturation.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub rates: Option<Vec<u64>>,
+    /// Items in the fan-out scenario.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub fanout_items: usize,
+    /// Subscriber connections in the fan-out scenario.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub connections: usize,
+    /// First rate of the throughput, fan-out and instances ramps (default: 250,000,
+    /// 10,000 and 100,000 updates/s).
+    #[arg(long, value_name = "N")]
+    pub start_rate: Option<u64>,
+    /// Highest rate tried (updates/s per instance).
+    #[arg(long, value_name = "N", default_value_t = 16_000_000)]
+    pub max_rate: u64,
+    /// Count system calls with `perf` where the kernel allows it.
+    #[arg(long)]
+    pub syscalls: bool,
+}
+
+/// The whole results file (schema in docs/BENCHMARKS.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Results {
+    pub tickwire_version: String,
+    pub git_commit: String,
+    pub scenario: String,
+    pub started_unix_s: u64,
+    pub duration_s: f64,
+    pub machine: Option<Machine>,
+    pub settings: serde_json::Value,
+    pub commands: Vec<String>,
+    pub throughput: Vec<Throughput>,
+    pub fanout: Option<Fanout>,
+    pub latency: Vec<LatencyStep>,
+    pub instances: Vec<Instances>,
+    pub processes: Vec<StepProcess>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Throughput {
+    pub cache: String,
+    pub items: usize,
+    pub max_sustainable_updates_per_s: u64,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Fanout {
+    pub connections: usize,
+    pub items: usize,
+    pub commonality: String,
+    pub fanout: f64,
+    pub cache: String,
+    pub input_updates_per_s: u64,
+    pub output_updates_per_s: u64,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LatencyStep {
+    pub rate: u64,
+    pub mean_ns: f64,
+    pub stddev_ns: f64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub p9999_ns: u64,
+    pub count: u64,
+    pub gaps: u64,
+    pub delivered_ratio: f64,
+    pub sustained: bool,
+    pub step: Step,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Instances {
+    pub instances: usize,
+    pub pinned: bool,
+    pub per_instance_updates_per_s: u64,
+    pub aggregate_updates_per_s: u64,
+    pub steps: Vec<Vec<Step>>,
+}
+
+/// One process's figures for one step, flattened for dashboards.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepProcess {
+    pub scenario: String,
+    pub step: String,
+    pub rate: u64,
+    #[serde(flatten)]
+    pub usage: ProcessUsage,
+}
+
+struct Progress {
+    start: Instant,
+    tty: bool,
+    planned: f64,
+    done: f64,
+}
+
+impl Progress {
+    fn line(&mut self, text: &str, weight: f64) {
+        self.done += weight;
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let frac = (self.done / self.planned).clamp(0.01, 1.0);
+        let eta = (elapsed / frac - elapsed).max(0.0);
+        if self.tty {
+            let width = 24;
+            let filled = (frac * width as f64) as usize;
+            eprintln!(
+                "[{}{}] {:>3.0}% {:>4.0}s ETA {:>4.0}s  {text}",
+                "#".repeat(filled),
+                "-".repeat(width - filled),
+                frac * 100.0,
+                elapsed,
+                eta
+            );
+        } else {
+            eprintln!("bench {elapsed:>6.1}s (ETA {eta:.0}s): {text}");
+        }
+    }
+}
+
+fn step_text(s: &Step) -> String {
+    format!(
+        "{}: {} updates/s asked, {:.0}/s delivered ({:.2}%), gaps {}, latency p99 {:.0} µs: {}",
+        s.label,
+        s.target_rate,
+        s.delivered_per_s,
+        s.delivered_ratio * 100.0,
+        s.gaps,
+        s.latency.p99_ns as f64 / 1e3,
+        if s.pass {
+            "pass".to_string()
+        } else {
+            format!("FAIL ({})", s.reason)
+        }
+    )
+}
+
+struct Lab {
+    bin: PathBuf,
+    logs: PathBuf,
+    args: BenchArgs,
+    quick: bool,
+    results: Results,
+    progress: Progress,
+    count_syscalls: bool,
+}
+
+impl Lab {
+    fn seconds(&self) -> f64 {
+        self.args
+            .step_seconds
+            .unwrap_or(if self.quick { 2.0 } else { 10.0 })
+    }
+
+    fn monitor(&self, rigs: &[Rig]) -> ProcessMonitor {
+        let pids: Vec<(String, u32)> = rigs.iter().flat_map(|r| r.pids()).collect();
+        ProcessMonitor::start_with(
+            &pids,
+            MonitorOptions {
+                interval: Duration::from_millis(200),
+                count_syscalls: self.count_syscalls,
+            },
+        )
+    }
+
+    fn record_processes(&mut self, scenario: &str, steps: &[Step]) {
+        for s in steps {
+            for u in &s.processes {
+                self.results.processes.push(StepProcess {
+                    scenario: scenario.into(),
+                    step: s.label.clone(),
+                    rate: s.target_rate,
+                    usage: u.clone(),
+                });
+            }
+        }
+    }
+
+    fn throughput(&mut self) -> Result<()> {
+        for cache in ["off", "on"] {
+            let spec = RigSpec {
+                label: format!("throughput cache={cache}"),
+                cache,
+                items: self.args.items,
+                connections: 1,
+                commonality: "all",
+                fanout: 1.0,
+                start_rate: 1000,
+                tick_rate: 1000,
+                latency_rate: "1000".into(),
+                cpus: None,
+            };
+            let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
+            self.results.commands.extend(rigs[0].commands());
+            let monitor = self.monitor(&rigs);
+            let secs = self.seconds();
+            let bisect = if self.quick { 1 } else { 3 };
+            let start = self.args.start_rate.unwrap_or(250_000);
+            let progress = &mut self.progress;
+            let (max, steps) = find_max(
+                &mut rigs,
+                start,
+                self.args.max_rate,
+                bisect,
+                secs,
+                &monitor,
+                &mut |s| progress.line(&step_text(&s[0]), 1.0),
+            )?;
+            let steps: Vec<Step> = steps.into_iter().flatten().collect();
+            self.record_processes("throughput", &steps);
+            self.results.throughput.push(Throughput {
+                cache: cache.into(),
+                items: self.args.items,
+                max_sustainable_updates_per_s: max,
+                steps,
+            });
+            stop_rigs(rigs)?;
+        }
+        Ok(())
+    }
+
+    fn fanout(&mut self) -> Result<()> {
+        let conns = self.args.connections.max(1);
+        let items = if self.quick {
+            self.args.fanout_items.min(2_000)
+        } else {
+            self.args.fanout_items
+        };
+        let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns);
+        let spec = RigSpec {
+            label: format!("fanout {conns} connections"),
+            cache: "off",
+            items,
+            connections: conns,
+            commonality: "producer-50-50",
+            fanout,
+            start_rate: 1000,
+            tick_rate: 1000,
+            latency_rate: "1000".into(),
+            cpus: None,
+        };
+        let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
+        self.results.commands.extend(rigs[0].commands());
+        let monitor = self.monitor(&rigs);
+        let secs = self.seconds();
+        let bisect = if self.quick { 1 } else { 3 };
+        let start = self.args.start_rate.unwrap_or(10_000);
+        let progress = &mut self.progress;
+        let (max, steps) = find_max(
+            &mut rigs,
+            start,
+            self.args.max_rate,
+            bisect,
+            secs,
+            &monitor,
+            &mut |s| progress.line(&step_text(&s[0]), 1.0),
+        )?;
+        let steps: Vec<Step> = steps.into_iter().flatten().collect();
+        self.record_processes("fanout", &steps);
+        let best = steps
+            .iter()
+            .filter(|s| s.pass && s.target_rate == max)
+            .map(|s| s.delivered_per_s)
+            .fold(0.0, f64::max);
+        self.results.fanout = Some(Fanout {
+            connections: conns,
+            items,
+            commonality: "producer-50-50".into(),
+            fanout,
+            cache: "off".into(),
+            input_updates_per_s: max,
+            output_updates_per_s: best.round() as u64,
+            steps,
+        });
+        stop_rigs(rigs)
+    }
+
+    fn latency(&mut self) -> Result<()> {
+        let default: Vec<u64> = if self.quick {
+            vec![1_000, 10_000, 100_000]
+        } else {
+            vec![
+                1_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000,
+            ]
+        };
+        let mut ladder = self.args.rates.clone().unwrap_or(default);
+        ladder.sort_unstable();
+        let spec = RigSpec {
+            label: "latency cache=off".into(),
+            cache: "off",
+            items: self.args.items,
+            connections: 1,
+            commonality: "all",
+            fanout: 1.0,
+            start_rate: 1000,
+            tick_rate: 1000,
+            latency_rate: "1000".into(),
+            cpus: None,
+        };
+        let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
+        self.results.commands.extend(rigs[0].commands());
+        let monitor = self.monitor(&rigs);
+        let secs = self.seconds();
+        let mut rate_iter = ladder.clone().into_iter();
+        let mut last = 0;
+        loop {
+            // The ladder, then doubling until a step is not sustained.
+            let rate = match rate_iter.next() {
+                Some(r) => r,
+                None if last > 0 && last * 2 <= self.args.max_rate => last * 2,
+                None => break,
+            };
+            let steps = hold(&mut rigs, rate, secs, 1.0, &monitor)?;
+            let s = steps.into_iter().next().expect("one rig");
+            self.progress.line(&step_text(&s), 1.0);
+            self.record_processes("latency", std::slice::from_ref(&s));
+            let l = s.latency;
+            let sustained = s.pass;
+            self.results.latency.push(LatencyStep {
+                rate,
+                mean_ns: l.mean_ns,
+                stddev_ns: l.stddev_ns,
+                min_ns: l.min_ns,
+                max_ns: l.max_ns,
+                p50_ns: l.p50_ns,
+                p90_ns: l.p90_ns,
+                p99_ns: l.p99_ns,
+                p999_ns: l.p999_ns,
+                p9999_ns: l.p9999_ns,
+                count: l.count,
+                gaps: s.gaps,
+                delivered_ratio: s.delivered_ratio,
+                sustained,
+                step: s,
+            });
+            last = rate;
+            if !sustained {
+                break; // saturated
+            }
+        }
+        let _ = recover(&mut rigs, 1.0);
+        stop_rigs(rigs)
+    }
+
+    fn instances(&mut self) -> Result<()> {
+        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let n = ncpu.max(2);
+        let items = if self.quick {
+            self.args.items.min(10_000)
+        } else {
+            self.args.items
+        };
+        for pinned in [false, true] {
+            let mut rigs = Vec::new();
+            for i in 0..n {
+                let cpu = (i % ncpu).to_string();
+                let spec = RigSpec {
+                    label: format!(
+                        "instance {i} {}",
+                        if pinned { "pinned" } else { "unpinned" }
+                    ),
+                    cache: "off",
+                    items,
+                    connections: 1,
+                    commonality: "all",
+                    fanout: 1.0,
+                    start_rate: 1000,
+                    tick_rate: 1000,
+                    latency_rate: "1000".into(),
+                    cpus: pinned.then(|| (cpu.clone(), cpu.clone(), cpu.clone())),
+                };
+                rigs.push(start_rig(&self.bin, &spec, &self.logs)?);
+                self.results.commands.extend(rigs[i].commands());
+            }
+            let monitor = self.monitor(&rigs);
+            let secs = self.seconds();
+            let bisect = if self.quick { 1 } else { 3 };
+            let start = self.args.start_rate.unwrap_or(100_000);
+            let progress = &mut self.progress;
+            let (max, steps) = find_max(
+                &mut rigs,
+                start,
+                self.args.max_rate,
+                bisect,
+                secs,
+                &monitor,
+                &mut |s| {
+                    let agg: f64 = s.iter().map(|x| x.delivered_per_s).sum();
+                    let ok = s.iter().all(|x| x.pass);
+                    progress.line(
+                        &format!(
+                            "{} instances {}: {} updates/s each, {:.0}/s aggregate: {}",
+                            s.len(),
+                            if pinned { "pinned" } else { "unpinned" },
+                            s[0].target_rate,
+                            agg,
+                            if ok { "pass" } else { "FAIL" }
+                        ),
+                        1.0,
+                    )
+                },
+            )?;
+            for s in &steps {
+                self.record_processes("instances", s);
+            }
+            self.results.instances.push(Instances {
+                instances: n,
+                pinned,
+                per_instance_updates_per_s: max,
+                aggregate_updates_per_s: max * n as u64,
+                steps,
+            });
+            stop_rigs(rigs)?;
+        }
+        Ok(())
+    }
+}
+
+fn stop_rigs(rigs: Vec<Rig>) -> Result<()> {
+    for r in rigs {
+        r.subscriber.stop()?;
+        r.publisher.stop()?;
+        r.node.stop()?;
+    }
+    Ok(())
+}
+
+/// Runs a bench subcommand.
+pub fn run(cmd: BenchCommand) -> Result<()> {
+    let (name, args) = match cmd {
+        BenchCommand::Compare { dirs, out } => return compare(&dirs, out.as_deref()),
+        BenchCommand::Throughput(a) => ("throughput", a),
+        BenchCommand::Fanout(a) => ("fanout", a),
+        BenchCommand::Latency(a) => ("latency", a),
+        BenchCommand::Instances(a) => ("instances", a),
+        BenchCommand::Quick(a) => ("quick", a),
+    };
+    let logs = lab::ensure_dir(&args.out)?;
+    let bin = std::env::current_exe().context("cannot find the tickwire binary")?;
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "bench: warning: this is a debug build; figures are not representative (use --release)"
+        );
+    }
+    let quick = name == "quick";
+    let planned = match name {
+        "throughput" => 14.0,
+        "fanout" => 8.0,
+        "latency" => 10.0,
+        "instances" => 12.0,
+        _ => 30.0,
+    };
+    let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut lab = Lab {
+        bin,
+        logs,
+        quick,
+        count_syscalls,
+        results: Results {
+            tickwire_version: env!("CARGO_PKG_VERSION").into(),
+            git_commit: lab::git_commit(),
+            scenario: name.into(),
+            started_unix_s: started,
+            machine: Some(machine()),
+            settings: serde_json::json!({
+                "items": args.items,
+                "step_seconds": args.step_seconds.unwrap_or(if quick { 2.0 } else { 10.0 }),
+                "fanout_items": args.fanout_items,
+                "connections": args.connections,
+                "max_rate": args.max_rate,
+                "syscalls_counted": count_syscalls,
+                "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, zero sequence gaps, publisher within 1% of its schedule",
+            }),
+            commands: vec![std::env::args().collect::<Vec<_>>().join(" ")],
+            ..Results::default()
+        },
+        progress: Progress {
+            start: Instant::now(),
+            tty: std::io::stderr().is_terminal(),
+            planned,
+            done: 0.0,
+        },
+        args,
+    };
+    let t0 = Instant::now();
+    let outcome = match name {
+        "throughput" => lab.throughput(),
+        "fanout" => lab.fanout(),
+        "latency" => lab.latency(),
+        "instances" => lab.instances(),
+        _ => lab
+            .throughput()
+            .and_then(|_| lab.fanout())
+            .and_then(|_| lab.latency())
+            .and_then(|_| lab.instances()),
+    };
+    lab.results.duration_s = t0.elapsed().as_secs_f64();
+    // Whatever was measured is written, even if a later scenario failed.
+    write_outputs(&lab.args.out, &lab.results)?;
+    outcome?;
+    eprintln!(
+        "bench: wrote {}/results.json and report.md in {:.0} s",
+        lab.args.out.display(),
+        lab.results.duration_s
+    );
+    Ok(())
+}
+
+fn us(ns: f64) -> String {
+    format!("{:.1}", ns / 1e3)
+}
+
+fn fmt_rate(r: f64) -> String {
+    let s = format!("{:.0}", r);
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
+    std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(r)?)?;
+    let mut md = String::new();
+    match &r.machine {
+        Some(m) => writeln!(
+            md,
+            "Machine: {} ({} CPUs, {:.1} GiB), kernel {}, {}. Tickwire {} (commit {}). Run took {:.0} s.\n",
+            m.cpu_model,
+            m.cpus,
+            m.memory_bytes as f64 / (1u64 << 30) as f64,
+            m.kernel,
+            m.os.as_deref().unwrap_or("unknown OS"),
+            r.tickwire_version,
+            r.git_commit,
+            r.duration_s
+        )?,
+        None => writeln!(md, "Tickwire {} (commit {}).\n", r.tickwire_version, r.git_commit)?,
+    }
+    writeln!(md, "Node, publisher and subscriber run on this one machine as separate processes. A rate is sustained when the subscribers received at least 99.5% of what was offered (times the fan-out) over the step, with zero sequence gaps, and the publisher kept its schedule.\n")?;
+    if !r.throughput.is_empty() {
+        writeln!(
+            md,
+            "## Throughput (no fan-out, {} items)\n",
+            r.throughput[0].items
+        )?;
+        writeln!(md, "| configuration | max sustainable updates/s | node CPU at that rate | publisher CPU | subscriber CPU |")?;
+        writeln!(md, "|---|---|---|---|---|")?;
+        for t in &r.throughput {
+            let best = t
+                .steps
+                .iter()
+                .find(|s| s.pass && s.target_rate == t.max_sustainable_updates_per_s);
+            let cpu = |prefix: &str| {
+                best.and_then(|s| s.processes.iter().find(|p| p.name.starts_with(prefix)))
+                    .map_or("-".to_string(), |p| format!("{:.0}%", p.cpu_percent))
+            };
+            writeln!(
+                md,
+                "| node, cache {} | {} | {} | {} | {} |",
+                t.cache,
+                fmt_rate(t.max_sustainable_updates_per_s as f64),
+                cpu("node"),
+                cpu("perf-pub"),
+                cpu("perf-sub")
+            )?;
+        }
+        writeln!(md, "\nReference (RMDS 6 src_dist, 2009, one core, tools on other hosts): cache disabled 1,480,000; cache enabled 650,000.\n")?;
+        for t in &r.throughput {
+            steps_table(&mut md, &format!("Steps, cache {}", t.cache), &t.steps)?;
+        }
+    }
+    if let Some(f) = &r.fanout {
+        writeln!(
+            md,
+            "## Fan-out ({} connections, producer 50/50, fan-out {:.1}, {} items, cache {})\n",
+            f.connections, f.fanout, f.items, f.cache
+        )?;
+        writeln!(md, "| input updates/s | output updates/s |\n|---|---|")?;
+        writeln!(
+            md,
+            "| {} | {} |\n",
+            fmt_rate(f.input_updates_per_s as f64),
+            fmt_rate(f.output_updates_per_s as f64)
+        )?;
+        writeln!(
+            md,
+            "Reference (RMDS 6 p2ps, 100 mounts 50/50, one instance): 70,000 in / 3,535,000 out.\n"
+        )?;
+        steps_table(&mut md, "Steps", &f.steps)?;
+    }
+    if !r.latency.is_empty() {
+        writeln!(md, "## End-to-end latency (cache off; µs)\n")?;
+        writeln!(md, "| rate/s | mean | std dev | max | min | p50 | p90 | p99 | p99.9 | p99.99 | count | sustained |")?;
+        writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+        for l in &r.latency {
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                fmt_rate(l.rate as f64),
+                us(l.mean_ns),
+                us(l.stddev_ns),
+                us(l.max_ns as f64),
+                us(l.min_ns as f64),
+                us(l.p50_ns as f64),
+                us(l.p90_ns as f64),
+                us(l.p99_ns as f64),
+                us(l.p999_ns as f64),
+                us(l.p9999_ns as f64),
+                l.count,
+                if l.sustained { "yes" } else { "no" }
+            )?;
+        }
+        writeln!(md, "\nReference (RMDS 6, ms): 1,000/s mean 0.139; 100,000/s mean 0.396 max 1.104; 1,000,000/s mean 1.140.\n")?;
+        writeln!(md, "![latency](latency.svg)\n")?;
+    }
+    if !r.instances.is_empty() {
+        writeln!(md, "## Instances\n")?;
+        writeln!(md, "| instances | pinned | per instance updates/s | aggregate updates/s |\n|---|---|---|---|")?;
+        for i in &r.instances {
+            writeln!(
+                md,
+                "| {} | {} | {} | {} |",
+                i.instances,
+                if i.pinned { "yes" } else { "no" },
+                fmt_rate(i.per_instance_updates_per_s as f64),
+                fmt_rate(i.aggregate_updates_per_s as f64)
+            )?;
+        }
+        writeln!(md)?;
+    }
+    if !r.processes.is_empty() {
+        writeln!(md, "## Processes per step\n")?;
+        writeln!(md, "| scenario | step | rate | process | CPU % | user s | sys s | peak RSS MiB | vol. cs | invol. cs | migrations | syscalls |")?;
+        writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+        for p in &r.processes {
+            let u = &p.usage;
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} |",
+                p.scenario,
+                p.step,
+                fmt_rate(p.rate as f64),
+                u.name,
+                u.cpu_percent,
+                u.cpu_user_s,
+                u.cpu_sys_s,
+                u.peak_rss_bytes as f64 / 1048576.0,
+                u.voluntary_ctx_switches,
+                u.involuntary_ctx_switches,
+                u.migrations.map_or("n/a".into(), |m| m.to_string()),
+                u.syscalls.map_or("n/a".into(), |m| m.to_string()),
+            )?;
+        }
+        writeln!(md)?;
+    }
+    writeln!(md, "## Commands\n\n```")?;
+    for c in &r.commands {
+        writeln!(md, "{c}")?;
+    }
+    writeln!(md, "```")?;
+    std::fs::write(dir.join("report.md"), md)?;
+    plots(dir, r)?;
+    Ok(())
+}
+
+fn steps_table(md: &mut String, title: &str, steps: &[Step]) -> Result<()> {
+    writeln!(md, "{title}:\n")?;
+    writeln!(md, "| asked/s | offered/s | delivered/s | delivered % | gaps | pub lag max ms | latency mean µs | p99 µs | CPU busy % (per CPU) | result |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
+    for s in steps {
+        let cpus = s.system.as_ref().map_or("-".to_string(), |sys| {
+            sys.cpus
+                .iter()
+                .map(|c| format!("{:.0}", c.busy_percent))
+                .collect::<Vec<_>>()
+                .join("/")
+        });
+        writeln!(
+            md,
+            "| {} | {} | {} | {:.2} | {} | {:.1} | {} | {} | {} | {} |",
+            fmt_rate(s.target_rate as f64),
+            fmt_rate(s.offered_per_s),
+            fmt_rate(s.delivered_per_s),
+            s.delivered_ratio * 100.0,
+            s.gaps,
+            s.publisher_max_lag_ms,
+            us(s.latency.mean_ns),
+            us(s.latency.p99_ns as f64),
+            cpus,
+            if s.pass {
+                "pass".to_string()
+            } else {
+                s.reason.clone()
+            }
+        )?;
+    }
+    writeln!(md)?;
+    Ok(())
+}
+
+fn plots(dir: &Path, r: &Results) -> Result<()> {
+    if !r.latency.is_empty() {
+        let pts = |f: &dyn Fn(&LatencyStep) -> f64| -> Vec<(f64, f64)> {
+            r.latency
+                .iter()
+                .map(|l| (l.rate as f64, f(l) / 1e3))
+                .collect()
+        };
+        LineChart::new(
+            "End-to-end latency by update rate (cache off)",
+            "updates/s",
+            "latency (µs)",
+        )
+        .with_log(true, true)
+        .with_series("mean", pts(&|l| l.mean_ns))
+        .with_series("p50", pts(&|l| l.p50_ns as f64))
+        .with_series("p90", pts(&|l| l.p90_ns as f64))
+        .with_series("p99", pts(&|l| l.p99_ns as f64))
+        .with_series("p99.9", pts(&|l| l.p999_ns as f64))
+        .save(dir.join("latency.svg"))?;
+    }
+    if !r.throughput.is_empty() {
+        let mut chart = LineChart::new(
+            "Throughput steps: delivered vs asked",
+            "asked updates/s",
+            "delivered updates/s",
+        )
+        .with_log(true, true);
+        for t in &r.throughput {
+            let mut pts: Vec<(f64, f64)> = t
+                .steps
+                .iter()
+                .map(|s| (s.target_rate as f64, s.delivered_per_s))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            chart = chart.with_series(format!("cache {}", t.cache), pts);
+        }
+        chart.save(dir.join("throughput.svg"))?;
+    }
+    if let Some(f) = &r.fanout {
+        let mut pts: Vec<(f64, f64)> = f
+            .steps
+            .iter()
+            .map(|s| (s.target_rate as f64, s.delivered_per_s))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        LineChart::new(
+            "Fan-out: output vs input",
+            "input updates/s",
+            "output updates/s",
+        )
+        .with_log(true, true)
+        .with_series(
+            format!("{} connections, fan-out {:.1}", f.connections, f.fanout),
+            pts,
+        )
+        .save(dir.join("fanout.svg"))?;
+    }
+    if !r.instances.is_empty() {
+        BarChart::new("Aggregate sustainable updates/s", "updates/s")
+            .with_categories(
+                r.instances
+                    .iter()
+                    .map(|i| {
+                        format!(
+                            "{} {}",
+                            i.instances,
+                            if i.pinned { "pinned" } else { "unpinned" }
+                        )
+                    })
+                    .collect(),
+            )
+            .with_series(
+                "aggregate",
+                r.instances
+                    .iter()
+                    .map(|i| i.aggregate_updates_per_s as f64)
+                    .collect(),
+            )
+            .save(dir.join("instances.svg"))?;
+    }
+    Ok(())
+}
+
+/// Headline figures compared across runs.
+fn headline(r: &Results) -> Vec<(String, Option<f64>, bool)> {
+    // (metric, value, higher is better)
+    let mut v = Vec::new();
+    for cache in ["off", "on"] {
+        v.push((
+            format!("throughput cache {cache} (updates/s)"),
+            r.throughput
+                .iter()
+                .find(|t| t.cache == cache)
+                .map(|t| t.max_sustainable_updates_per_s as f64),
+            true,
+        ));
+    }
+    v.push((
+        "fan-out output (updates/s)".into(),
+        r.fanout.as_ref().map(|f| f.output_updates_per_s as f64),
+        true,
+    ));
+    let at = |rate: u64| r.latency.iter().find(|l| l.rate == rate);
+    v.push((
+        "latency mean at 100k/s (µs)".into(),
+        at(100_000).map(|l| l.mean_ns / 1e3),
+        false,
+    ));
+    v.push((
+        "latency p99 at 100k/s (µs)".into(),
+        at(100_000).map(|l| l.p99_ns as f64 / 1e3),
+        false,
+    ));
+    let node_cpu = r
+        .latency
+        .iter()
+        .find(|l| l.rate == 100_000)
+        .and_then(|l| l.step.processes.iter().find(|p| p.name.starts_with("node")))
+        .map(|p| p.cpu_percent);
+    v.push(("node CPU at 100k/s (%)".into(), node_cpu, false));
+    let syscalls = r
+        .latency
+        .iter()
+        .find(|l| l.rate == 100_000)
+        .and_then(|l| l.step.processes.iter().find(|p| p.name.starts_with("node")))
+        .and_then(|p| p.syscalls.map(|s| s as f64 / p.wall_s.max(1e-9)));
+    v.push(("node system calls/s at 100k/s".into(), syscalls, false));
+    v
+}
+
+pub fn compare(dirs: &[PathBuf], out: Option<&Path>) -> Result<()> {
+    if dirs.len() < 2 {
+        bail!("compare needs at least two result directories");
+    }
+    let mut runs = Vec::new();
+    for d in dirs {
+        let path = d.join("results.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let r: Results = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a tickwire results file", path.display()))?;
+        runs.push(r);
+    }
+    let names: Vec<String> = dirs
+        .iter()
+        .map(|d| {
+            d.file_name()
+                .map_or(d.display().to_string(), |n| n.to_string_lossy().into())
+        })
+        .collect();
+    let rows: Vec<Vec<(String, Option<f64>, bool)>> = runs.iter().map(headline).collect();
+    let mut md = String::new();
+    writeln!(md, "# Tickwire bench comparison (base 100: {})\n", names[0])?;
+    write!(md, "| metric |")?;
+    for n in &names {
+        write!(md, " {n} | index |")?;
+    }
+    writeln!(md)?;
+    write!(md, "|---|")?;
+    for _ in &names {
+        write!(md, "---|---|")?;
+    }
+    writeln!(md)?;
+    let mut chart_series: Vec<(String, Vec<f64>)> =
+        names.iter().map(|n| (n.clone(), vec![])).collect();
+    let mut categories = Vec::new();
+    for (i, (metric, base, higher)) in rows[0].iter().enumerate() {
+        write!(md, "| {metric} |")?;
+        let mut any = false;
+        for (k, row) in rows.iter().enumerate() {
+            let v = row[i].1;
+            let index = match (v, base) {
+                (Some(v), Some(b)) if *b > 0.0 => Some(100.0 * v / b),
+                _ => None,
+            };
+            write!(
+                md,
+                " {} | {} |",
+                v.map_or("-".into(), |v| format!("{v:.1}")),
+                index.map_or("-".into(), |x| format!("{x:.0}"))
+            )?;
+            if let Some(x) = index {
+                any = true;
+                chart_series[k].1.push(x);
+            } else {
+                chart_series[k].1.push(0.0);
+            }
+        }
+        writeln!(md)?;
+        if any {
+            categories.push(format!(
+                "{metric}{}",
+                if *higher { "" } else { " (lower is better)" }
+            ));
+        } else {
+            for s in &mut chart_series {
+                s.1.pop();
+            }
+        }
+    }
+    let out = out.unwrap_or(&dirs[0]);
+    std::fs::create_dir_all(out)?;
+    let mut chart = BarChart::new("Comparison, base 100", "index").with_reference(100.0);
+    chart = chart.with_categories(categories);
+    for (name, vals) in chart_series {
+        chart = chart.with_series(name, vals);
+    }
+    chart.save(out.join("compare.svg"))?;
+    writeln!(md, "\n![comparison](compare.svg)")?;
+    std::fs::write(out.join("compare.md"), &md)?;
+    print!("{md}");
+    Ok(())
+}

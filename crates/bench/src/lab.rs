@@ -1,0 +1,550 @@
+//! The processes of a lab run and the measurement of one step.
+//!
+//! Every component is a separate `tickwire` process (node, perf-pub, perf-sub), as a
+//! user would run them. Load tools run with `--control --json`: the lab changes the
+//! publisher's rate and asks both tools for exact counters at step boundaries (`mark`),
+//! so a step's offered and delivered counts do not depend on one-second report lines.
+
+use crate::perf_sub::Mark as SubMark;
+use crate::stats::LatencySummary;
+use crate::sysinfo::{ProcessMonitor, ProcessUsage, SystemUsage};
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+/// One `tickwire` process of the lab, killed when dropped.
+pub struct Proc {
+    pub name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Value>,
+    pub command: String,
+}
+
+impl Proc {
+    /// Starts `bin args...`; JSON lines on stdout are collected, everything else (and
+    /// stderr) goes to `log_dir/NAME.log`.
+    pub fn spawn(bin: &Path, name: &str, args: &[String], log_dir: &Path) -> Result<Proc> {
+        let log = std::fs::File::create(log_dir.join(format!("{name}.log")))
+            .with_context(|| format!("cannot create the log of {name} in {}", log_dir.display()))?;
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log.try_clone()?)
+            .env("TICKWIRE_LOG", "warn")
+            .spawn()
+            .with_context(|| format!("cannot start {} {}", bin.display(), args.join(" ")))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = channel();
+        let mut log = log;
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(v) if v.is_object() => {
+                        if tx.send(v).is_err() {
+                            break;
+                        }
+                    }
+                    _ => {
+                        let _ = writeln!(log, "{line}");
+                    }
+                }
+            }
+        });
+        Ok(Proc {
+            name: name.to_string(),
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+            command: format!("tickwire {}", args.join(" ")),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn send(&mut self, command: &str) -> Result<()> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| anyhow!("{}: no control input", self.name))?;
+        writeln!(stdin, "{command}").with_context(|| format!("{} stopped", self.name))?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    /// Waits for a JSON line of `type`, skipping others (up to `timeout`).
+    pub fn expect(&mut self, ty: &str, timeout: Duration) -> Result<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) if v["type"] == ty => return Ok(v),
+                Ok(_) => continue,
+                Err(_) => {
+                    if let Ok(Some(status)) = self.child.try_wait() {
+                        bail!(
+                            "{} exited ({status}) before printing {ty:?}; see its log",
+                            self.name
+                        );
+                    }
+                    bail!("{} printed no {ty:?} within {timeout:?}", self.name);
+                }
+            }
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Asks the process to stop (`quit` on its control input, else SIGINT) and waits.
+    pub fn stop(mut self) -> Result<()> {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = writeln!(stdin, "quit");
+        }
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Ok(())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Starts a node on a free loopback port and waits for its address.
+pub fn start_node(
+    bin: &Path,
+    name: &str,
+    extra: &[String],
+    log_dir: &Path,
+) -> Result<(Proc, String)> {
+    let mut args = vec!["node".to_string(), "--listen".into(), "127.0.0.1:0".into()];
+    args.extend_from_slice(extra);
+    let log_path = log_dir.join(format!("{name}.log"));
+    let log = std::fs::File::create(&log_path)?;
+    let mut child = Command::new(bin)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .env("TICKWIRE_LOG", "info")
+        .spawn()
+        .with_context(|| format!("cannot start {} node", bin.display()))?;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let mut log = log;
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = writeln!(log, "{line}");
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                let _ = tx.send(addr);
+            }
+        }
+    });
+    let (_tx, dead) = channel::<Value>();
+    let mut proc = Proc {
+        name: name.to_string(),
+        child,
+        stdin: None,
+        lines: dead,
+        command: format!("tickwire {}", args.join(" ")),
+    };
+    let addr = rx
+        .recv_timeout(Duration::from_secs(20))
+        .map_err(|_| anyhow!("node did not start; see {}", log_path.display()))?;
+    if !proc.is_running() {
+        bail!("node exited at start; see {}", log_path.display());
+    }
+    Ok((proc, addr))
+}
+
+/// Why a step passed or failed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Step {
+    pub label: String,
+    /// Updates per second the publisher was asked for.
+    pub target_rate: u64,
+    pub seconds: f64,
+    /// Updates the publisher sent in the window.
+    pub offered: u64,
+    /// Updates the subscriber(s) received in the window.
+    pub delivered: u64,
+    /// delivered / (offered x fan-out).
+    pub delivered_ratio: f64,
+    pub offered_per_s: f64,
+    pub delivered_per_s: f64,
+    pub gaps: u64,
+    pub statuses: u64,
+    /// Largest lag of a publisher burst behind its schedule in the window.
+    pub publisher_max_lag_ms: f64,
+    pub pass: bool,
+    pub reason: String,
+    pub latency: LatencySummary,
+    pub processes: Vec<ProcessUsage>,
+    pub system: Option<SystemUsage>,
+}
+
+/// A node with one publisher and one perf-sub process, driven step by step.
+pub struct Rig {
+    pub node: Proc,
+    pub publisher: Proc,
+    pub subscriber: Proc,
+    pub fanout: f64,
+    pub label: String,
+}
+
+impl Rig {
+    pub fn commands(&self) -> Vec<String> {
+        vec![
+            self.node.command.clone(),
+            self.publisher.command.clone(),
+            self.subscriber.command.clone(),
+        ]
+    }
+
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        vec![
+            (self.node.name.clone(), self.node.pid()),
+            (self.publisher.name.clone(), self.publisher.pid()),
+            (self.subscriber.name.clone(), self.subscriber.pid()),
+        ]
+    }
+}
+
+/// How a rig is built.
+#[derive(Debug, Clone)]
+pub struct RigSpec {
+    pub label: String,
+    pub cache: &'static str,
+    pub items: usize,
+    pub connections: usize,
+    pub commonality: &'static str,
+    pub fanout: f64,
+    pub start_rate: u64,
+    pub tick_rate: u64,
+    pub latency_rate: String,
+    /// CPUs for node, publisher, subscriber (empty: no pinning).
+    pub cpus: Option<(String, String, String)>,
+}
+
+pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
+    let pin = |which: usize| -> Vec<String> {
+        match &spec.cpus {
+            Some(c) => {
+                let list = [&c.0, &c.1, &c.2][which];
+                vec!["--cpus".into(), list.clone()]
+            }
+            None => vec![],
+        }
+    };
+    let tag = spec.label.replace(' ', "_").replace('=', "-");
+    let mut node_args = vec!["--cache".to_string(), spec.cache.into()];
+    // Headroom for bursts at high rates; a subscriber that is really slow still fails
+    // the step (gaps or missing updates).
+    node_args.extend(["--heartbeat-ms".to_string(), "5000".into()]);
+    node_args.extend(pin(0));
+    let (node, addr) = start_node(bin, &format!("node-{tag}"), &node_args, log_dir)?;
+    let items = spec.items.to_string();
+    let mut pub_args: Vec<String> = [
+        "perf-pub",
+        "--node",
+        &addr,
+        "--items",
+        &items,
+        "--control",
+        "--json",
+        "--duration",
+        "86400",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    pub_args.extend([
+        "--update-rate".into(),
+        spec.start_rate.to_string(),
+        "--tick-rate".into(),
+        spec.tick_rate.to_string(),
+        "--latency-rate".into(),
+        spec.latency_rate.clone(),
+    ]);
+    pub_args.extend(pin(1));
+    let mut publisher = Proc::spawn(bin, &format!("perf-pub-{tag}"), &pub_args, log_dir)?;
+    // The publisher prints its first second once its images are out.
+    publisher.expect("second", Duration::from_secs(120))?;
+    let conns = spec.connections.to_string();
+    let mut sub_args: Vec<String> = [
+        "perf-sub",
+        "--node",
+        &addr,
+        "--items",
+        &items,
+        "--connections",
+        &conns,
+        "--commonality",
+        spec.commonality,
+        "--control",
+        "--json",
+        "--duration",
+        "86400",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    sub_args.extend(pin(2));
+    let mut subscriber = Proc::spawn(bin, &format!("perf-sub-{tag}"), &sub_args, log_dir)?;
+    // Wait until every image has arrived.
+    let streams = (spec.items as f64 * spec.fanout).round() as u64;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut images = 0u64;
+    while images < streams {
+        if Instant::now() > deadline {
+            bail!(
+                "{}: only {images} of {streams} images arrived in 300 s",
+                spec.label
+            );
+        }
+        let v = subscriber.expect("second", Duration::from_secs(30))?;
+        images += v["images"].as_u64().unwrap_or(0);
+    }
+    Ok(Rig {
+        node,
+        publisher,
+        subscriber,
+        fanout: spec.fanout,
+        label: spec.label.clone(),
+    })
+}
+
+/// Exact counters from both load tools at one instant.
+struct Marks {
+    pub_total: u64,
+    pub_lag_ms: f64,
+    sub: SubMark,
+}
+
+fn take_marks(rig: &mut Rig, name: &str) -> Result<Marks> {
+    rig.publisher.send("mark")?;
+    rig.subscriber.send(&format!("mark {name}"))?;
+    let p = rig.publisher.expect("mark", Duration::from_secs(30))?;
+    let s = rig.subscriber.expect("mark", Duration::from_secs(30))?;
+    let sub: SubMark = serde_json::from_value(s["mark"].clone()).context("perf-sub mark")?;
+    Ok(Marks {
+        pub_total: p["total"].as_u64().unwrap_or(0),
+        pub_lag_ms: p["max_lag_ms"].as_f64().unwrap_or(0.0),
+        sub,
+    })
+}
+
+/// Sets the rate on every rig, lets it settle, then measures `seconds`.
+pub fn hold(
+    rigs: &mut [Rig],
+    rate: u64,
+    seconds: f64,
+    settle: f64,
+    monitor: &ProcessMonitor,
+) -> Result<Vec<Step>> {
+    for rig in rigs.iter_mut() {
+        rig.publisher.send(&format!("rate {rate}"))?;
+    }
+    std::thread::sleep(Duration::from_secs_f64(settle));
+    let mut before = Vec::new();
+    for rig in rigs.iter_mut() {
+        before.push(take_marks(rig, "settle")?);
+    }
+    let m0 = monitor.mark();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let mut after = Vec::new();
+    for rig in rigs.iter_mut() {
+        after.push(take_marks(rig, &format!("rate-{rate}"))?);
+    }
+    let window = t0.elapsed().as_secs_f64();
+    let m1 = monitor.mark();
+    let all_usage = monitor.usage_between(m0, m1);
+    let system = monitor.system_between(m0, m1);
+    let mut steps = Vec::new();
+    for (i, rig) in rigs.iter_mut().enumerate() {
+        let (b, a) = (&before[i], &after[i]);
+        let offered = a.pub_total.saturating_sub(b.pub_total);
+        let delivered = a.sub.updates;
+        let expected = offered as f64 * rig.fanout;
+        let ratio = if expected > 0.0 {
+            delivered as f64 / expected
+        } else {
+            1.0
+        };
+        let pub_kept_up =
+            offered as f64 >= 0.99 * rate as f64 * a.sub.seconds.min(window).max(1e-9) || rate == 0;
+        let mut reasons = Vec::new();
+        if ratio < 0.995 {
+            reasons.push(format!("delivered {:.2}% of offered", ratio * 100.0));
+        }
+        if a.sub.gaps > 0 {
+            reasons.push(format!("{} sequence gaps", a.sub.gaps));
+        }
+        if !pub_kept_up {
+            reasons.push(format!(
+                "publisher sent {:.0}/s of {rate}/s asked (publisher-limited)",
+                offered as f64 / window
+            ));
+        }
+        if !rig.node.is_running() {
+            reasons.push("node exited".into());
+        }
+        let names: Vec<String> = rig.pids().into_iter().map(|(n, _)| n).collect();
+        let processes = all_usage
+            .iter()
+            .filter(|u| names.contains(&u.name))
+            .cloned()
+            .collect();
+        steps.push(Step {
+            label: rig.label.clone(),
+            target_rate: rate,
+            seconds: window,
+            offered,
+            delivered,
+            delivered_ratio: ratio,
+            offered_per_s: offered as f64 / window,
+            delivered_per_s: delivered as f64 / window,
+            gaps: a.sub.gaps,
+            statuses: a.sub.statuses,
+            publisher_max_lag_ms: a.pub_lag_ms,
+            pass: reasons.is_empty(),
+            reason: if reasons.is_empty() {
+                "ok".into()
+            } else {
+                reasons.join("; ")
+            },
+            latency: a.sub.latency,
+            processes,
+            system: system.clone(),
+        });
+    }
+    Ok(steps)
+}
+
+/// After a failed step: a low rate until the subscribers have caught up (bounded).
+pub fn recover(rigs: &mut [Rig], seconds: f64) -> Result<()> {
+    for rig in rigs.iter_mut() {
+        rig.publisher.send("rate 1000")?;
+    }
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    for rig in rigs.iter_mut() {
+        take_marks(rig, "recover")?;
+    }
+    Ok(())
+}
+
+/// Ramp (doubling from `start`) then bisection: the highest rate at which every rig's
+/// step passes. Returns (max sustainable, steps).
+pub fn find_max(
+    rigs: &mut [Rig],
+    start: u64,
+    limit: u64,
+    bisections: u32,
+    seconds: f64,
+    monitor: &ProcessMonitor,
+    progress: &mut dyn FnMut(&[Step]),
+) -> Result<(u64, Vec<Vec<Step>>)> {
+    let mut all = Vec::new();
+    let mut lo = 0u64;
+    let mut hi = 0u64;
+    let mut rate = start;
+    while rate <= limit {
+        let steps = hold(rigs, rate, seconds, 1.0, monitor)?;
+        progress(&steps);
+        let pass = steps.iter().all(|s| s.pass);
+        all.push(steps);
+        if pass {
+            lo = rate;
+            rate *= 2;
+        } else {
+            hi = rate;
+            recover(rigs, 3.0)?;
+            break;
+        }
+    }
+    if hi > 0 {
+        for _ in 0..bisections {
+            let mid = round_rate((lo + hi) / 2);
+            if mid <= lo || mid >= hi {
+                break;
+            }
+            let steps = hold(rigs, mid, seconds, 1.0, monitor)?;
+            progress(&steps);
+            let pass = steps.iter().all(|s| s.pass);
+            all.push(steps);
+            if pass {
+                lo = mid;
+            } else {
+                hi = mid;
+                recover(rigs, 3.0)?;
+            }
+        }
+    }
+    Ok((lo, all))
+}
+
+/// Rounds a rate to 2 significant digits (bisection points read better).
+pub fn round_rate(r: u64) -> u64 {
+    if r < 100 {
+        return r;
+    }
+    let mag = 10u64.pow((r as f64).log10().floor() as u32 - 1);
+    (r / mag) * mag
+}
+
+pub fn git_commit() -> String {
+    Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub fn ensure_dir(dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir.join("logs"))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir.join("logs"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_round_to_two_digits() {
+        assert_eq!(round_rate(1_234_567), 1_200_000);
+        assert_eq!(round_rate(750_000), 750_000);
+        assert_eq!(round_rate(99), 99);
+        assert_eq!(round_rate(1_000), 1_000);
+    }
+}

@@ -1,0 +1,388 @@
+//! The performance lab's tools and scenarios run and their outputs are complete and
+//! consistent. Nothing here asserts on speed: rates are tiny and only counts, shapes and
+//! invariants (delivered <= offered, counts add up, a dropped update is a gap) are checked.
+
+mod common;
+
+use common::Node;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tickwire_proto::{
+    encode_field_list, Directory, FieldList, Login, Message, Real, Refresh, Role, ServiceEntry,
+    ServiceState, State, Update, UpdateType, Value as FieldValue,
+};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tickwire")
+}
+
+/// Runs a command to completion (bounded) and returns its stdout JSON lines.
+fn json_lines(args: &[&str], timeout: Duration) -> Vec<Value> {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut out = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            assert!(status.success(), "{args:?} failed: {status}\n{err}");
+            return out
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{args:?} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn perf_pub_and_perf_sub_counts_are_consistent() {
+    let node = Node::start(&[]);
+    let addr = node.addr.to_string();
+    let publisher = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            json_lines(
+                &[
+                    "perf-pub",
+                    "--node",
+                    &addr,
+                    "--items",
+                    "200",
+                    "--update-rate",
+                    "2000",
+                    "--duration",
+                    "4",
+                    "--json",
+                ],
+                Duration::from_secs(60),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(800));
+    let sub = json_lines(
+        &[
+            "perf-sub",
+            "--node",
+            &addr,
+            "--items",
+            "200",
+            "--connections",
+            "3",
+            "--commonality",
+            "producer-50-50",
+            "--duration",
+            "2",
+            "--json",
+        ],
+        Duration::from_secs(60),
+    );
+    let publ = publisher.join().unwrap();
+    let ps = publ
+        .iter()
+        .find(|v| v["type"] == "summary")
+        .expect("pub summary");
+    let ss = sub
+        .iter()
+        .find(|v| v["type"] == "summary")
+        .expect("sub summary");
+    let (s, p) = (&ss["summary"], &ps["summary"]);
+    // 3 connections producer 50/50 over 200 items: 100 + 67 + 33... streams = sum over
+    // items of (j mod 3) + 1.
+    let streams: u64 = (0..200u64).map(|j| j % 3 + 1).sum();
+    assert_eq!(s["streams"], streams);
+    assert_eq!(s["images"], streams, "every stream got its image: {s}");
+    assert_eq!(s["gaps"], 0);
+    let updates = s["updates"].as_u64().unwrap();
+    let sent = p["sent"].as_u64().unwrap();
+    assert!(updates > 0, "{s}");
+    // A subscriber cannot receive more than was sent times the fan-out.
+    assert!(
+        updates as f64 <= sent as f64 * 2.0 + 1.0,
+        "{updates} > {sent} x 2"
+    );
+    // Phases add up, and latency samples never outnumber the timestamped updates.
+    let phase = |n: &str, k: &str| s[n][k].as_u64().unwrap();
+    assert_eq!(
+        phase("startup", "updates") + phase("steady", "updates"),
+        updates
+    );
+    assert_eq!(phase("overall", "updates"), updates);
+    let lat = s["overall"]["latency"]["count"].as_u64().unwrap();
+    assert!(
+        lat > 0 && lat <= updates,
+        "{lat} samples of {updates} updates"
+    );
+    assert!(lat as f64 <= p["timestamped"].as_u64().unwrap() as f64 * 2.0);
+    let ordered = |l: &Value| {
+        let g = |k: &str| l[k].as_u64().unwrap();
+        g("min_ns") <= g("p50_ns")
+            && g("p50_ns") <= g("p90_ns")
+            && g("p90_ns") <= g("p99_ns")
+            && g("p99_ns") <= g("p999_ns")
+            && g("p999_ns") <= g("max_ns")
+    };
+    assert!(
+        ordered(&s["overall"]["latency"]),
+        "{}",
+        s["overall"]["latency"]
+    );
+    // The per-second lines add up to the total.
+    let per_second: u64 = sub
+        .iter()
+        .filter(|v| v["type"] == "second")
+        .map(|v| v["updates"].as_u64().unwrap())
+        .sum();
+    assert!(per_second <= updates);
+    let pub_seconds: u64 = publ
+        .iter()
+        .filter(|v| v["type"] == "second")
+        .map(|v| v["sent"].as_u64().unwrap())
+        .sum();
+    assert!(pub_seconds <= sent);
+}
+
+/// A raw publisher that skips sequence number 3: perf-sub must count one gap.
+#[test]
+fn a_dropped_update_is_counted_as_a_gap() {
+    let node = Node::start(&[]);
+    let addr = node.addr.to_string();
+    let mut sock = TcpStream::connect(node.addr).unwrap();
+    let mut send = |msgs: &[Message<'_>]| {
+        let mut payload = Vec::new();
+        for m in msgs {
+            m.encode(&mut payload).unwrap();
+        }
+        let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&payload);
+        sock.write_all(&frame).unwrap();
+    };
+    let img = encode_field_list([(22, FieldValue::Real(Real::new(100, 0)))]);
+    send(&[
+        Message::Login(Login {
+            version_min: 1,
+            version_max: 1,
+            role: Role::Publisher,
+            application: "gap-test",
+            user: "t",
+            token: "",
+        }),
+        Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "FEED",
+                state: ServiceState::Up,
+                interactive: false,
+                item_count: 1,
+            }],
+        }),
+        Message::Refresh(Refresh {
+            stream_id: 1,
+            seq: 0,
+            complete: true,
+            solicited: false,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: "FEED",
+            name: "SYM0",
+            fields: FieldList::decode(&img).unwrap(),
+        }),
+    ]);
+    let sub = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            json_lines(
+                &[
+                    "perf-sub",
+                    "--node",
+                    &addr,
+                    "--items",
+                    "1",
+                    "--duration",
+                    "3",
+                    "--json",
+                ],
+                Duration::from_secs(30),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let upd = encode_field_list([(22, FieldValue::Real(Real::new(101, 0)))]);
+    let update = |seq| {
+        Message::Update(Update {
+            stream_id: 1,
+            seq,
+            update_type: UpdateType::Quote,
+            do_not_conflate: false,
+            conflation_count: 1,
+            fields: FieldList::decode(&upd).unwrap(),
+        })
+    };
+    // 1, 2, (3 dropped), 4, 5
+    send(&[update(1), update(2), update(4), update(5)]);
+    let lines = sub.join().unwrap();
+    let s = &lines
+        .iter()
+        .find(|v| v["type"] == "summary")
+        .expect("summary")["summary"];
+    assert_eq!(s["updates"], 4, "{s}");
+    assert_eq!(s["gaps"], 1, "{s}");
+}
+
+fn read_results(dir: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+fn run_bench(args: &[&str]) {
+    let status = Command::new(bin())
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{args:?}: {status}");
+}
+
+#[test]
+fn bench_scenarios_write_complete_results_reports_and_plots() {
+    let dir = std::env::temp_dir().join(format!("tickwire-lab-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let lat = dir.join("latency");
+    let lat_s = lat.to_str().unwrap();
+    run_bench(&[
+        "bench",
+        "latency",
+        "--out",
+        lat_s,
+        "--items",
+        "500",
+        "--rates",
+        "500,1000",
+        "--step-seconds",
+        "1",
+        "--max-rate",
+        "1000",
+    ]);
+    let r = read_results(&lat);
+    let steps = r["latency"].as_array().expect("latency list");
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    for (s, rate) in steps.iter().zip([500, 1000]) {
+        assert_eq!(s["rate"], rate);
+        for key in [
+            "mean_ns",
+            "stddev_ns",
+            "min_ns",
+            "max_ns",
+            "p50_ns",
+            "p90_ns",
+            "p99_ns",
+            "p999_ns",
+            "p9999_ns",
+            "count",
+            "gaps",
+        ] {
+            assert!(s.get(key).is_some(), "latency step lacks {key}: {s}");
+        }
+        assert!(s["count"].as_u64().unwrap() > 0);
+        let st = &s["step"];
+        assert!(st["delivered"].as_u64().unwrap() <= st["offered"].as_u64().unwrap() + 1);
+    }
+    assert!(r["machine"]["cpus"].as_u64().unwrap() >= 1);
+    assert!(r["git_commit"].is_string());
+    assert!(!r["commands"].as_array().unwrap().is_empty());
+    // Every process of every step has its figures.
+    let procs = r["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 2 * 3, "3 processes x 2 steps: {procs:?}");
+    for p in procs {
+        for key in [
+            "cpu_user_s",
+            "cpu_sys_s",
+            "cpu_percent",
+            "peak_rss_bytes",
+            "voluntary_ctx_switches",
+            "involuntary_ctx_switches",
+        ] {
+            assert!(p.get(key).is_some(), "process lacks {key}: {p}");
+        }
+    }
+    let report = std::fs::read_to_string(lat.join("report.md")).unwrap();
+    assert!(report.contains("| rate/s | mean |"), "{report}");
+    let svg = std::fs::read_to_string(lat.join("latency.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") || svg.starts_with("<?xml"),
+        "{}",
+        &svg[..80.min(svg.len())]
+    );
+
+    let thr = dir.join("throughput");
+    run_bench(&[
+        "bench",
+        "throughput",
+        "--out",
+        thr.to_str().unwrap(),
+        "--items",
+        "500",
+        "--start-rate",
+        "500",
+        "--max-rate",
+        "1000",
+        "--step-seconds",
+        "1",
+    ]);
+    let r = read_results(&thr);
+    let t = r["throughput"].as_array().unwrap();
+    assert_eq!(t.len(), 2);
+    for (entry, cache) in t.iter().zip(["off", "on"]) {
+        assert_eq!(entry["cache"], cache);
+        let max = entry["max_sustainable_updates_per_s"].as_u64().unwrap();
+        let steps = entry["steps"].as_array().unwrap();
+        assert!(!steps.is_empty());
+        // The reported maximum is a rate that passed (or 0 if none did).
+        assert!(
+            max == 0
+                || steps
+                    .iter()
+                    .any(|s| s["pass"] == true && s["target_rate"] == max)
+        );
+    }
+    assert!(thr.join("throughput.svg").exists());
+
+    // Compare a run with itself: every index is 100.
+    let cmp = dir.join("cmp");
+    run_bench(&[
+        "bench",
+        "compare",
+        thr.to_str().unwrap(),
+        thr.to_str().unwrap(),
+        "--out",
+        cmp.to_str().unwrap(),
+    ]);
+    let md = std::fs::read_to_string(cmp.join("compare.md")).unwrap();
+    assert!(md.contains("| throughput cache off (updates/s) |"), "{md}");
+    assert!(md.contains("| 100 |"), "{md}");
+    assert!(cmp.join("compare.svg").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
