@@ -92,11 +92,16 @@ pub struct Throughput {
     pub cache: String,
     pub items: usize,
     pub max_sustainable_updates_per_s: u64,
+    /// Why the lowest failing rate failed (e.g. "publisher-limited": the load tool, not
+    /// the node, was the limit).
+    pub limited_by: Option<String>,
     pub steps: Vec<Step>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Fanout {
+    /// Why the lowest failing rate failed.
+    pub limited_by: Option<String>,
     pub connections: usize,
     pub items: usize,
     pub commonality: String,
@@ -269,6 +274,7 @@ impl Lab {
                 cache: cache.into(),
                 items: self.args.items,
                 max_sustainable_updates_per_s: max,
+                limited_by: limit_reason(&steps, max),
                 steps,
             });
             stop_rigs(rigs)?;
@@ -320,6 +326,7 @@ impl Lab {
             .map(|s| s.delivered_per_s)
             .fold(0.0, f64::max);
         self.results.fanout = Some(Fanout {
+            limited_by: limit_reason(&steps, max),
             connections: conns,
             items,
             commonality: "producer-50-50".into(),
@@ -473,6 +480,15 @@ impl Lab {
     }
 }
 
+/// The reason of the lowest failing step above the maximum.
+fn limit_reason(steps: &[Step], max: u64) -> Option<String> {
+    steps
+        .iter()
+        .filter(|s| !s.pass && s.target_rate > max)
+        .min_by_key(|s| s.target_rate)
+        .map(|s| format!("at {} updates/s: {}", s.target_rate, s.reason))
+}
+
 fn stop_rigs(rigs: Vec<Rig>) -> Result<()> {
     for r in rigs {
         r.subscriber.stop()?;
@@ -529,7 +545,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "connections": args.connections,
                 "max_rate": args.max_rate,
                 "syscalls_counted": count_syscalls,
-                "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, zero sequence gaps, publisher within 1% of its schedule",
+                "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, publisher within 1% of its schedule",
             }),
             commands: vec![std::env::args().collect::<Vec<_>>().join(" ")],
             ..Results::default()
@@ -607,8 +623,8 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
             "## Throughput (no fan-out, {} items)\n",
             r.throughput[0].items
         )?;
-        writeln!(md, "| configuration | max sustainable updates/s | node CPU at that rate | publisher CPU | subscriber CPU |")?;
-        writeln!(md, "|---|---|---|---|---|")?;
+        writeln!(md, "| configuration | max sustainable updates/s | node CPU at that rate | publisher CPU | subscriber CPU | next step failed |")?;
+        writeln!(md, "|---|---|---|---|---|---|")?;
         for t in &r.throughput {
             let best = t
                 .steps
@@ -620,12 +636,13 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
             };
             writeln!(
                 md,
-                "| node, cache {} | {} | {} | {} | {} |",
+                "| node, cache {} | {} | {} | {} | {} | {} |",
                 t.cache,
                 fmt_rate(t.max_sustainable_updates_per_s as f64),
                 cpu("node"),
                 cpu("perf-pub"),
-                cpu("perf-sub")
+                cpu("perf-sub"),
+                t.limited_by.as_deref().unwrap_or("-")
             )?;
         }
         writeln!(md, "\nReference (RMDS 6 src_dist, 2009, one core, tools on other hosts): cache disabled 1,480,000; cache enabled 650,000.\n")?;
@@ -639,12 +656,16 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
             "## Fan-out ({} connections, producer 50/50, fan-out {:.1}, {} items, cache {})\n",
             f.connections, f.fanout, f.items, f.cache
         )?;
-        writeln!(md, "| input updates/s | output updates/s |\n|---|---|")?;
         writeln!(
             md,
-            "| {} | {} |\n",
+            "| input updates/s | output updates/s | next step failed |\n|---|---|---|"
+        )?;
+        writeln!(
+            md,
+            "| {} | {} | {} |\n",
             fmt_rate(f.input_updates_per_s as f64),
-            fmt_rate(f.output_updates_per_s as f64)
+            fmt_rate(f.output_updates_per_s as f64),
+            f.limited_by.as_deref().unwrap_or("-")
         )?;
         writeln!(
             md,

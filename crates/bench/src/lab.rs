@@ -201,6 +201,10 @@ pub struct Step {
     pub delivered_per_s: f64,
     pub gaps: u64,
     pub statuses: u64,
+    /// Updates sent (times the fan-out) but not yet received, at the step's start and
+    /// end: a backlog that grows means the node (or subscriber) is not keeping up.
+    pub backlog_start: i64,
+    pub backlog_end: i64,
     /// Largest lag of a publisher burst behind its schedule in the window.
     pub publisher_max_lag_ms: f64,
     pub pass: bool,
@@ -217,6 +221,8 @@ pub struct Rig {
     pub subscriber: Proc,
     pub fanout: f64,
     pub label: String,
+    /// Updates perf-sub has reported across all marks (its running total).
+    pub sub_total: u64,
 }
 
 impl Rig {
@@ -338,12 +344,15 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
         subscriber,
         fanout: spec.fanout,
         label: spec.label.clone(),
+        sub_total: 0,
     })
 }
 
 /// Exact counters from both load tools at one instant.
 struct Marks {
     pub_total: u64,
+    /// perf-sub's running total after this mark.
+    sub_total: u64,
     pub_lag_ms: f64,
     sub: SubMark,
 }
@@ -354,7 +363,9 @@ fn take_marks(rig: &mut Rig, name: &str) -> Result<Marks> {
     let p = rig.publisher.expect("mark", Duration::from_secs(30))?;
     let s = rig.subscriber.expect("mark", Duration::from_secs(30))?;
     let sub: SubMark = serde_json::from_value(s["mark"].clone()).context("perf-sub mark")?;
+    rig.sub_total += sub.updates;
     Ok(Marks {
+        sub_total: rig.sub_total,
         pub_total: p["total"].as_u64().unwrap_or(0),
         pub_lag_ms: p["max_lag_ms"].as_f64().unwrap_or(0.0),
         sub,
@@ -405,6 +416,14 @@ pub fn hold(
         if ratio < 0.995 {
             reasons.push(format!("delivered {:.2}% of offered", ratio * 100.0));
         }
+        // Updates sent before perf-sub connected are not expected: the backlog is taken
+        // relative to the start of the step.
+        let backlog = |m: &Marks| (m.pub_total as f64 * rig.fanout) as i64 - m.sub_total as i64;
+        let (backlog_start, backlog_end) = (backlog(b), backlog(a));
+        let growth = backlog_end - backlog_start;
+        if growth as f64 > (0.005 * expected).max(1000.0) {
+            reasons.push(format!("backlog grew by {growth} updates"));
+        }
         if a.sub.gaps > 0 {
             reasons.push(format!("{} sequence gaps", a.sub.gaps));
         }
@@ -434,6 +453,8 @@ pub fn hold(
             delivered_per_s: delivered as f64 / window,
             gaps: a.sub.gaps,
             statuses: a.sub.statuses,
+            backlog_start,
+            backlog_end,
             publisher_max_lag_ms: a.pub_lag_ms,
             pass: reasons.is_empty(),
             reason: if reasons.is_empty() {
