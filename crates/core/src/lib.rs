@@ -7,17 +7,23 @@
 //! connections to close ([`Node::take_closing`]). The `tickwire-node` crate drives it
 //! with real sockets; the tests here drive it in memory on a fake clock.
 //!
-//! Hot path (a publisher's update): one hash lookup of the publisher's stream id to an
-//! item handle, an in-place merge into the cached image, then for each subscriber a
-//! copy of the already-encoded update with its stream id rewritten, appended to that
-//! subscriber's frame buffer. No allocation, no lock, no syscall per message.
+//! Hot path (a publisher's update): the field list is validated once as the message is
+//! decoded; the publisher's stream id is mapped to an item handle (an indexed load for
+//! the dense ids publishers use, a hash lookup otherwise); the update is merged in place
+//! into the cached image (one heap block, walked without decoding values); then for each
+//! subscriber the already-encoded update is copied with its stream id rewritten,
+//! appended to that subscriber's frame buffer. While a frame's updates are processed,
+//! the memory of the next few is prefetched. No allocation, no lock, no syscall per
+//! message.
 
 mod items;
+mod streams;
 
 use items::{Item, ItemHandle, ItemTable, SubEntry};
 use log::{info, warn};
 use rustc_hash::FxHashMap;
 use std::time::{Duration, Instant};
+use streams::StreamMap;
 use tickwire_proto::frame::FrameWriter;
 use tickwire_proto::message::write_readdressed;
 use tickwire_proto::{
@@ -113,7 +119,7 @@ struct Conn {
     /// Subscriber: stream id -> item.
     sub_streams: FxHashMap<u32, ItemHandle>,
     /// Publisher: stream id -> item.
-    pub_streams: FxHashMap<u32, ItemHandle>,
+    pub_streams: StreamMap,
     /// Publisher: the services it announced.
     services: Vec<usize>,
 }
@@ -218,7 +224,7 @@ impl Node {
             last_tx: now,
             dirty: false,
             sub_streams: FxHashMap::default(),
-            pub_streams: FxHashMap::default(),
+            pub_streams: StreamMap::default(),
             services: Vec::new(),
         };
         if let Some(id) = self.free_conns.pop() {
@@ -287,6 +293,7 @@ impl Node {
             Some(c) if c.role != ConnRole::Closing => c.last_rx = now,
             _ => return,
         }
+        let mut ahead = UpdateLookahead::new(payload);
         for raw in MessageIter::new(payload) {
             let raw = match raw {
                 Ok(raw) => raw,
@@ -297,6 +304,7 @@ impl Node {
                     break;
                 }
             };
+            self.prefetch_ahead(conn, &mut ahead);
             self.on_message(conn, &raw.message, raw.encoded);
             if self.role(conn) == Some(ConnRole::Closing) {
                 break;
@@ -752,7 +760,7 @@ impl Node {
                 };
                 // Node ids wrap within their half of the id space, skipping ids in use.
                 let mut sid = self.next_node_stream;
-                while c.pub_streams.contains_key(&sid) {
+                while c.pub_streams.contains_key(sid) {
                     sid = sid.wrapping_add(1).max(NODE_STREAM_BASE);
                 }
                 self.next_node_stream = sid.wrapping_add(1).max(NODE_STREAM_BASE);
@@ -810,7 +818,7 @@ impl Node {
         self.services[item.service].items.remove(&*item.name);
         if let Some((pconn, sid)) = item.publisher {
             if let Some(c) = self.conns.get_mut(pconn).and_then(|c| c.as_mut()) {
-                c.pub_streams.remove(&sid);
+                c.pub_streams.remove(sid);
             }
             if self.role(pconn) == Some(ConnRole::Publisher) {
                 self.send(pconn, &Message::Close { stream_id: sid });
@@ -948,7 +956,7 @@ impl Node {
         self.services[item.service].items.remove(&*item.name);
         if let Some((pconn, sid)) = item.publisher {
             if let Some(c) = self.conns.get_mut(pconn).and_then(|c| c.as_mut()) {
-                c.pub_streams.remove(&sid);
+                c.pub_streams.remove(sid);
             }
         }
         for s in &item.subs {
@@ -1023,7 +1031,7 @@ impl Node {
         self.stats.refreshes_in += 1;
         let known = self
             .conn_mut(conn)
-            .and_then(|c| c.pub_streams.get(&r.stream_id).copied());
+            .and_then(|c| c.pub_streams.get(r.stream_id));
         let h = match known {
             Some(h) => h,
             None => {
@@ -1060,7 +1068,7 @@ impl Node {
                 if let Some((old_conn, old_sid)) = item.publisher {
                     if old_conn == conn {
                         if let Some(c) = self.conns[conn].as_mut() {
-                            c.pub_streams.remove(&old_sid);
+                            c.pub_streams.remove(old_sid);
                         }
                     }
                 }
@@ -1247,14 +1255,47 @@ impl Node {
         }
     }
 
+    /// Publisher updates: while one is processed, the memory of later ones is loaded (a
+    /// pipeline of hints; it changes no result). With 100,000 items updated at random,
+    /// each update would otherwise wait for memory three times in a row: its stream's
+    /// slot in `pub_streams`, then its item, then the item's image. Only stream ids in
+    /// the dense part of `pub_streams` are followed (no hash probe for a hint).
+    #[inline]
+    fn prefetch_ahead(&self, conn: ConnId, ahead: &mut UpdateLookahead<'_>) {
+        let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
+            return;
+        };
+        if c.role != ConnRole::Publisher {
+            return;
+        }
+        let (image_of, item_of, slot_of) = ahead.advance();
+        // The image of an update a little ahead (its item was loaded earlier).
+        if self.cfg.cache {
+            let item = image_of
+                .and_then(|sid| c.pub_streams.get_dense(sid))
+                .and_then(|h| self.items.get(h));
+            if let Some(item) = item {
+                item.image.prefetch();
+            }
+        }
+        // The item of one further on (its stream slot was loaded earlier).
+        if let Some(h) = item_of.and_then(|sid| c.pub_streams.get_dense(sid)) {
+            self.items.prefetch(h);
+        }
+        // The stream slot of one further still.
+        if let Some(sid) = slot_of {
+            c.pub_streams.prefetch(sid);
+        }
+    }
+
     /// The hot path: one update fanned out to every live stream of its item.
     fn on_publisher_update(&mut self, conn: ConnId, u: &Update<'_>, encoded: &[u8]) {
         self.stats.updates_in += 1;
-        let Some(&h) = self
+        let Some(h) = self
             .conns
             .get(conn)
             .and_then(|c| c.as_ref())
-            .and_then(|c| c.pub_streams.get(&u.stream_id))
+            .and_then(|c| c.pub_streams.get(u.stream_id))
         else {
             self.stats.updates_on_unknown_streams += 1;
             return;
@@ -1305,7 +1346,7 @@ impl Node {
     fn on_publisher_status(&mut self, conn: ConnId, s: &Status<'_>) {
         let Some(h) = self
             .conn_mut(conn)
-            .and_then(|c| c.pub_streams.get(&s.stream_id).copied())
+            .and_then(|c| c.pub_streams.get(s.stream_id))
         else {
             return;
         };
@@ -1366,6 +1407,74 @@ impl Node {
     }
 }
 
+/// How many messages ahead of the one being processed [`Node::prefetch_ahead`] loads
+/// an update's image, its item, and its stream slot. Each stage must have had time to
+/// arrive (about a memory latency, a few hundred ns) before the next one reads it.
+const PREFETCH_IMAGE: usize = 2;
+const PREFETCH_ITEM: usize = 4;
+const PREFETCH_SLOT: usize = 6;
+const LOOKAHEAD_RING: usize = 16;
+
+/// Walks the message headers of a frame ahead of [`MessageIter`] (no decoding) and keeps
+/// the stream ids of the updates among the next messages, for [`Node::prefetch_ahead`].
+struct UpdateLookahead<'a> {
+    rest: &'a [u8],
+    /// The stream id of message `i` (if an update) at `i % LOOKAHEAD_RING`.
+    ring: [Option<u32>; LOOKAHEAD_RING],
+    /// The message being processed.
+    step: usize,
+}
+
+impl<'a> UpdateLookahead<'a> {
+    fn new(payload: &'a [u8]) -> Self {
+        let mut ahead = UpdateLookahead {
+            rest: payload,
+            ring: [None; LOOKAHEAD_RING],
+            step: 0,
+        };
+        for i in 0..PREFETCH_SLOT {
+            ahead.ring[i] = ahead.next_update_sid();
+        }
+        ahead
+    }
+
+    /// Moves on to the next message; gives the stream ids (if updates) of the messages
+    /// `PREFETCH_IMAGE`, `PREFETCH_ITEM` and `PREFETCH_SLOT` after the one to process.
+    #[inline]
+    fn advance(&mut self) -> (Option<u32>, Option<u32>, Option<u32>) {
+        let i = self.step;
+        self.step += 1;
+        let slot = self.next_update_sid();
+        self.ring[(i + PREFETCH_SLOT) % LOOKAHEAD_RING] = slot;
+        (
+            self.ring[(i + PREFETCH_IMAGE) % LOOKAHEAD_RING],
+            self.ring[(i + PREFETCH_ITEM) % LOOKAHEAD_RING],
+            slot,
+        )
+    }
+
+    /// Moves over one message: its stream id if it is an update.
+    #[inline]
+    fn next_update_sid(&mut self) -> Option<u32> {
+        let [ty, a, b, rest @ ..] = self.rest else {
+            self.rest = &[];
+            return None;
+        };
+        let len = u16::from_be_bytes([*a, *b]) as usize;
+        let Some((body, rest)) = rest.split_at_checked(len) else {
+            self.rest = &[];
+            return None;
+        };
+        self.rest = rest;
+        match body {
+            [s0, s1, s2, s3, ..] if *ty == tickwire_proto::MessageType::Update as u8 => {
+                Some(u32::from_be_bytes([*s0, *s1, *s2, *s3]))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Writes an update restricted to `view`; false (nothing written) if no field is in it.
 fn write_update_view(out: &mut FrameWriter, u: &Update<'_>, stream_id: u32, view: &[i16]) -> bool {
     let buf = out.message_buf(u.fields.as_bytes().len() + 32);
@@ -1407,3 +1516,60 @@ fn filter_fields(out: &mut Vec<u8>, fields: FieldList<'_>, view: Option<&[i16]>)
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod lookahead_tests {
+    use super::*;
+    use tickwire_proto::{encode_field_list, UpdateType, Value};
+
+    #[test]
+    fn the_lookahead_names_the_updates_ahead_and_survives_garbage() {
+        let fields = encode_field_list([(22, Value::UInt(1))]);
+        let mut payload = Vec::new();
+        let mut expected = Vec::new();
+        for i in 0..40u32 {
+            if i % 3 == 0 {
+                Message::Ping(i as u64).encode(&mut payload).unwrap();
+                expected.push(None);
+            } else {
+                Message::Update(Update {
+                    stream_id: 1000 + i,
+                    seq: i,
+                    update_type: UpdateType::Quote,
+                    do_not_conflate: false,
+                    conflation_count: 1,
+                    fields: FieldList::decode(&fields).unwrap(),
+                })
+                .encode(&mut payload)
+                .unwrap();
+                expected.push(Some(1000 + i));
+            }
+        }
+        let at = |i: usize| expected.get(i).copied().flatten();
+        let mut ahead = UpdateLookahead::new(&payload);
+        for i in 0..expected.len() {
+            let got = ahead.advance();
+            let want = (
+                at(i + PREFETCH_IMAGE),
+                at(i + PREFETCH_ITEM),
+                at(i + PREFETCH_SLOT),
+            );
+            assert_eq!(got, want, "message {i}");
+        }
+        // Cut or random bytes: it stops, without panicking.
+        let mut x: u64 = 7;
+        for n in 0..payload.len() {
+            let mut bytes = payload[..n].to_vec();
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if let Some(b) = bytes.get_mut((x >> 33) as usize % n.max(1)) {
+                *b = (x >> 17) as u8;
+            }
+            let mut ahead = UpdateLookahead::new(&bytes);
+            for _ in 0..50 {
+                ahead.advance();
+            }
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! value. Values never use binary floats: a real is an integer mantissa and a decimal
 //! exponent. See docs/PROTOCOL.md for the exact layout of every type.
 
-use crate::wire::{put_u16, put_varint, unzigzag, zigzag, Reader};
+use crate::wire::{put_u16, put_varint, unzigzag, varint_len_at, zigzag, Reader};
 use crate::DecodeError;
 use std::fmt;
 
@@ -309,6 +309,67 @@ fn decode_value<'a>(fid: i16, r: &mut Reader<'a>) -> Result<Value<'a>, DecodeErr
     })
 }
 
+/// Checks one tag+value exactly as [`decode_value`] does (the same error for the same
+/// bytes) without building the value: what validating a received list costs.
+#[inline]
+fn check_value(fid: i16, r: &mut Reader<'_>) -> Result<(), DecodeError> {
+    let tag = r.u8()?;
+    match tag {
+        0 => {}
+        1 | 2 => {
+            r.varint()?;
+        }
+        3 => {
+            r.u8()?;
+            r.varint()?;
+        }
+        4 => {
+            let d = Date {
+                year: r.u16()?,
+                month: r.u8()?,
+                day: r.u8()?,
+            };
+            if !d.is_valid() {
+                return Err(DecodeError::InvalidDate {
+                    fid,
+                    year: d.year,
+                    month: d.month,
+                    day: d.day,
+                });
+            }
+        }
+        5 => {
+            let nanos = r.varint()?;
+            if nanos >= NANOS_PER_DAY {
+                return Err(DecodeError::InvalidTime { fid, nanos });
+            }
+        }
+        6 | 7 => {
+            let len = r.varint()?;
+            if len > MAX_STRING_LEN {
+                return Err(DecodeError::InvalidValue {
+                    what: "string length",
+                    value: len,
+                });
+            }
+            let bytes = r.bytes(len as usize)?;
+            // ASCII is valid UTF-8 of either type; anything else gets the full checks.
+            if !bytes.is_ascii() {
+                let s = std::str::from_utf8(bytes)
+                    .map_err(|_| DecodeError::InvalidUtf8("string field"))?;
+                if tag == FieldType::Ascii as u8 && !s.is_ascii() {
+                    return Err(DecodeError::NonAscii(fid));
+                }
+            }
+        }
+        8 => {
+            r.u16()?;
+        }
+        _ => return Err(DecodeError::UnknownFieldType { fid, tag }),
+    }
+    Ok(())
+}
+
 /// An encoded field list whose structure has been validated: iterating it cannot fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FieldList<'a> {
@@ -323,7 +384,7 @@ impl<'a> FieldList<'a> {
         let count = r.u16()?;
         for _ in 0..count {
             let fid = r.i16()?;
-            decode_value(fid, &mut r)?;
+            check_value(fid, &mut r)?;
         }
         r.finish()?;
         Ok(FieldList { bytes, count })
@@ -335,7 +396,7 @@ impl<'a> FieldList<'a> {
         let count = r.u16()?;
         for _ in 0..count {
             let fid = r.i16()?;
-            decode_value(fid, r)?;
+            check_value(fid, r)?;
         }
         let used = start.len() - r.remaining();
         Ok(FieldList {
@@ -434,17 +495,45 @@ pub struct RawFieldIter<'a> {
 impl<'a> Iterator for RawFieldIter<'a> {
     type Item = (i16, &'a [u8]);
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
             return None;
         }
         self.left -= 1;
         let fid = self.r.i16().ok()?;
-        let before = self.r.rest();
-        decode_value(fid, &mut self.r).ok()?;
-        let used = before.len() - self.r.remaining();
-        Some((fid, &before[..used]))
+        // The list was validated when it was built: only the value's length is needed.
+        let used = encoded_len(self.r.rest())?;
+        let value = self.r.bytes(used).ok()?;
+        Some((fid, value))
     }
+}
+
+/// Length of the encoded tag+value at the start of `b`, found without decoding the
+/// value: a varint ends at its first byte below 0x80, the fixed-size types have fixed
+/// sizes, a string is its varint length plus that many bytes. Exact for a validated
+/// list; on bytes that are not one (a [`FieldList::from_trusted`] given garbage) it may
+/// accept a value a decoder would refuse, and it gives `None` (so the iterator stops)
+/// for an unknown tag or a value running past the end. Never panics.
+#[inline]
+fn encoded_len(b: &[u8]) -> Option<usize> {
+    let len = match *b.first()? {
+        0 => 1,
+        1 | 2 | 5 => 1 + varint_len_at(b.get(1..)?)?,
+        3 => 2 + varint_len_at(b.get(2..)?)?,
+        4 => 5,
+        6 | 7 => {
+            let mut r = Reader::new(b.get(1..)?, "field list");
+            let n = r.varint().ok()?;
+            if n > MAX_STRING_LEN {
+                return None;
+            }
+            1 + (b.len() - 1 - r.remaining()) + n as usize
+        }
+        8 => 3,
+        _ => return None,
+    };
+    (len <= b.len()).then_some(len)
 }
 
 /// Builds an encoded field list in a caller-owned buffer (no allocation once the buffer
@@ -593,5 +682,141 @@ mod tests {
         assert!(w.push(3, Value::Utf8("café")));
         assert_eq!(w.finish(), 1);
         assert_eq!(FieldList::decode(&out).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn raw_iter_on_untrusted_garbage_stops_without_panicking() {
+        // from_trusted skips validation; raw_iter then only skips values. Whatever the
+        // bytes, it yields slices inside the buffer that add up to at most all of it.
+        let mut x: u64 = 0x1234_5678_9abc_def1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..20_000 {
+            let len = (next() % 64) as usize;
+            let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if round % 2 == 0 && len > 4 {
+                bytes[2] = 0; // a plausible fid
+                bytes[4] = (next() % 9) as u8; // a known tag
+            }
+            let list = FieldList::from_trusted(&bytes);
+            let mut used = 2;
+            for (_, raw) in list.raw_iter() {
+                assert!(!raw.is_empty() && FieldType::from_tag(raw[0]).is_some());
+                used += 2 + raw.len();
+            }
+            assert!(used <= bytes.len().max(2));
+            let _ = list.iter().count();
+        }
+    }
+
+    #[test]
+    fn encoded_len_matches_the_decoder() {
+        let mut out = Vec::new();
+        let mut w = FieldListWriter::new(&mut out);
+        let long = "z".repeat(70_000);
+        let values = [
+            Value::Blank,
+            Value::Int(i64::MIN),
+            Value::Int(-1),
+            Value::UInt(u64::MAX),
+            Value::UInt(0),
+            Value::Real(Real::new(i64::MAX, -128)),
+            Value::Date(Date {
+                year: 2024,
+                month: 2,
+                day: 29,
+            }),
+            Value::Time(Time {
+                nanos_since_midnight: NANOS_PER_DAY - 1,
+            }),
+            Value::Ascii(""),
+            Value::Ascii(&long[..65_535]),
+            Value::Utf8("é"),
+            Value::Enum(65_535),
+        ];
+        for (i, v) in values.iter().enumerate() {
+            assert!(w.push(i as i16, *v));
+        }
+        w.finish();
+        let list = FieldList::decode(&out).unwrap();
+        let raw: Vec<_> = list.raw_iter().collect();
+        assert_eq!(raw.len(), values.len());
+        for ((fid, enc), v) in raw.iter().zip(&values) {
+            let mut expected = Vec::new();
+            v.encode(&mut expected);
+            assert_eq!((*fid, *enc), (*fid, &expected[..]));
+        }
+        // A cut list stops early instead of reading past its end.
+        let cut = FieldList::from_trusted(&out[..out.len() - 1]);
+        assert_eq!(cut.raw_iter().count(), values.len() - 1);
+    }
+
+    #[test]
+    fn validation_gives_the_decoders_verdict_on_any_bytes() {
+        // FieldList::decode checks values without building them; it must accept and
+        // refuse (with the same error) exactly what decoding every value would.
+        fn by_decoding(bytes: &[u8]) -> Result<(), DecodeError> {
+            let mut r = Reader::new(bytes, "field list");
+            let count = r.u16()?;
+            for _ in 0..count {
+                let fid = r.i16()?;
+                decode_value(fid, &mut r)?;
+            }
+            r.finish()
+        }
+        let mut valid = Vec::new();
+        let mut w = FieldListWriter::new(&mut valid);
+        w.push(1, Value::Int(-300));
+        w.push(2, Value::UInt(1 << 62));
+        w.push(3, Value::Real(Real::new(-1_000_125, -4)));
+        w.push(
+            4,
+            Value::Date(Date {
+                year: 2024,
+                month: 2,
+                day: 29,
+            }),
+        );
+        w.push(
+            5,
+            Value::Time(Time {
+                nanos_since_midnight: NANOS_PER_DAY - 1,
+            }),
+        );
+        w.push(6, Value::Ascii("IBM"));
+        w.push(7, Value::Utf8("café"));
+        w.push(8, Value::Enum(840));
+        w.push(9, Value::Blank);
+        w.finish();
+        let mut x: u64 = 0x0123_4567_89ab_cdef;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut refused = 0;
+        for _ in 0..100_000 {
+            let mut b = valid.clone();
+            for _ in 0..1 + next() % 3 {
+                let at = (next() % b.len() as u64) as usize;
+                b[at] = match next() % 4 {
+                    0 => next() as u8,
+                    1 => b[at] ^ 0x80,
+                    2 => 0xff,
+                    _ => 0xc3,
+                };
+            }
+            let cut = b.len() - (next() % 3) as usize;
+            let b = &b[..cut];
+            let expected = by_decoding(b);
+            refused += expected.is_err() as u32;
+            assert_eq!(FieldList::decode(b).map(|_| ()), expected, "{b:02x?}");
+        }
+        assert!(refused > 10_000 && refused < 100_000);
     }
 }

@@ -1,0 +1,312 @@
+//! The last-value cache hot path, measured in process (no sockets): a publisher's frame
+//! of reference Level 1 updates handed to `Node::on_frame`, the image merge on its own,
+//! and field-list validation. docs/BENCHMARKS.md ("Last-value cache hot path") has the
+//! figures and the command: `cargo bench -p tickwire-core --bench lvc`.
+//!
+//! The node holds 100,000 cached items (14-field images, as `tickwire publish` sends).
+//! Each iteration hands it one frame of 1,000 updates to items drawn at random (fixed
+//! seed); 128 such frames are cycled, so the updates touch the whole item table the way
+//! a live feed does, rather than a thousand items that stay in the CPU cache.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+use tickwire_core::{CoreConfig, Node};
+use tickwire_proto::reference::{typical, write_level1, Level1};
+use tickwire_proto::{
+    fid, Directory, FieldImage, FieldList, FieldListWriter, Login, Message, Real, Refresh, Request,
+    Role, ServiceEntry, ServiceState, State, Update, UpdateType, Value,
+};
+
+const ITEMS: u32 = 100_000;
+const UPDATES_PER_FRAME: usize = 1_000;
+const FRAMES: usize = 128;
+const WATCHED: u32 = 1_000;
+
+/// xorshift64*: a fixed-seed generator, so every run measures the same updates.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// The 14-field image `tickwire publish` sends: four static fields, then the Level 1 ones.
+fn write_image(out: &mut Vec<u8>, name: &str, q: &Level1) {
+    let mut w = FieldListWriter::new(out);
+    w.push(fid::DSPLY_NAME, Value::Ascii(name));
+    w.push(fid::OPEN_PRC, Value::Real(Real::new(q.last, -4)));
+    w.push(fid::HST_CLOSE, Value::Real(Real::new(q.last, -4)));
+    w.push(fid::CURRENCY, Value::Enum(840));
+    w.finish();
+    let mut rest = Vec::new();
+    write_level1(&mut rest, q);
+    let count = u16::from_be_bytes([out[0], out[1]]) + u16::from_be_bytes([rest[0], rest[1]]);
+    out[0..2].copy_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(&rest[2..]);
+}
+
+/// A quote moved at random, as the demo feed does: some encoded lengths change.
+fn step(q: &mut Level1, rng: &mut Rng) {
+    let mid = (q.bid + q.ask) / 2 + (rng.below(3) as i64 - 1) * 100;
+    let spread = 100 * (1 + rng.below(3) as i64);
+    q.bid = mid - spread / 2;
+    q.ask = q.bid + spread;
+    if rng.below(4) == 0 {
+        q.last = q.bid;
+        q.trade_volume = 100 * (1 + rng.below(20));
+        q.total_volume += q.trade_volume;
+    }
+    q.net_change = q.last - 1_000_000;
+    q.bid_size = 100 * (1 + rng.below(50));
+    q.ask_size = 100 * (1 + rng.below(50));
+    q.time_of_day.nanos_since_midnight += 1_000 + rng.below(1_000_000);
+    q.send_time_ns += 1_000 + rng.below(1_000_000);
+}
+
+fn encode(msgs: &[Message<'_>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for m in msgs {
+        m.encode(&mut out).expect("encodes");
+    }
+    out
+}
+
+fn login(node: &mut Node, role: Role, now: Instant) -> usize {
+    let c = node.connect("bench", now);
+    let f = encode(&[Message::Login(Login {
+        version_min: 1,
+        version_max: 1,
+        role,
+        application: "lvc-bench",
+        user: "bench",
+        token: "",
+    })]);
+    node.on_frame(c, &f, now);
+    c
+}
+
+fn drain(node: &mut Node, dirty: &mut Vec<usize>) {
+    node.take_dirty(dirty);
+    for &c in dirty.iter() {
+        if let Some(out) = node.output(c) {
+            let n = out.sealed_bytes().len();
+            out.consume(n);
+        }
+    }
+}
+
+/// A node with one publisher that has pushed 100,000 images, optionally one subscriber
+/// watching `WATCHED` of them (spread over the table), and the update frames to replay.
+struct Setup {
+    node: Node,
+    publisher: usize,
+    frames: Vec<Vec<u8>>,
+    now: Instant,
+}
+
+fn setup(cache: bool, subscriber: bool) -> Setup {
+    let now = Instant::now();
+    let mut node = Node::new(
+        CoreConfig {
+            cache,
+            ..CoreConfig::default()
+        },
+        now,
+    );
+    let mut dirty = Vec::new();
+    let p = login(&mut node, Role::Publisher, now);
+    let announce = encode(&[Message::Directory(Directory {
+        services: vec![ServiceEntry {
+            name: "FEED",
+            state: ServiceState::Up,
+            interactive: false,
+            item_count: ITEMS,
+        }],
+    })]);
+    node.on_frame(p, &announce, now);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut quotes = vec![typical(); ITEMS as usize];
+    let refresh = |node: &mut Node, sid: u32, q: &Level1, solicited: bool| {
+        let name = format!("SYM{}", sid - 1);
+        let mut img = Vec::new();
+        write_image(&mut img, &name, q);
+        let f = encode(&[Message::Refresh(Refresh {
+            stream_id: sid,
+            seq: 0,
+            complete: true,
+            solicited,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: "FEED",
+            name: &name,
+            fields: FieldList::decode(&img).expect("image"),
+        })]);
+        node.on_frame(p, &f, now);
+    };
+    for (i, q) in quotes.iter().enumerate() {
+        refresh(&mut node, i as u32 + 1, q, false);
+    }
+    assert_eq!(node.item_count(), ITEMS as usize);
+    if subscriber {
+        let s = login(&mut node, Role::Subscriber, now);
+        let step_by = ITEMS / WATCHED;
+        for k in 0..WATCHED {
+            let name = format!("SYM{}", k * step_by);
+            let f = encode(&[Message::Request(Request {
+                stream_id: k + 1,
+                streaming: true,
+                service: "FEED",
+                name: &name,
+                view: None,
+            })]);
+            node.on_frame(s, &f, now);
+        }
+        if !cache {
+            // The node forwarded the requests; the publisher answers from its images.
+            for k in 0..WATCHED {
+                let sid = k * step_by + 1;
+                refresh(&mut node, sid, &quotes[sid as usize - 1], true);
+            }
+        }
+        drain(&mut node, &mut dirty);
+    }
+    let mut frames = Vec::with_capacity(FRAMES);
+    let mut fields = Vec::with_capacity(128);
+    let mut seq = 0u32;
+    for _ in 0..FRAMES {
+        let mut frame = Vec::with_capacity(UPDATES_PER_FRAME * 90);
+        for _ in 0..UPDATES_PER_FRAME {
+            let i = rng.below(ITEMS as u64) as usize;
+            step(&mut quotes[i], &mut rng);
+            fields.clear();
+            write_level1(&mut fields, &quotes[i]);
+            seq = seq.wrapping_add(1);
+            Message::Update(Update {
+                stream_id: i as u32 + 1,
+                seq,
+                update_type: UpdateType::Quote,
+                do_not_conflate: false,
+                conflation_count: 1,
+                fields: FieldList::decode(&fields).expect("update"),
+            })
+            .encode(&mut frame)
+            .expect("encodes");
+        }
+        frames.push(frame);
+    }
+    Setup {
+        node,
+        publisher: p,
+        frames,
+        now,
+    }
+}
+
+fn on_frame(c: &mut Criterion) {
+    for subscriber in [false, true] {
+        let mut group = c.benchmark_group(if subscriber {
+            "on_frame_1_subscriber"
+        } else {
+            "on_frame"
+        });
+        group.throughput(Throughput::Elements(UPDATES_PER_FRAME as u64));
+        for cache in [true, false] {
+            // Set up only if this benchmark is selected (a filter may skip it).
+            let mut state: Option<(Setup, u64)> = None;
+            let mut dirty = Vec::with_capacity(4);
+            let mut next = 0usize;
+            let name = if cache { "cache_on" } else { "cache_off" };
+            group.bench_function(BenchmarkId::from_parameter(name), |b| {
+                let (s, _) = state.get_or_insert_with(|| {
+                    let s = setup(cache, subscriber);
+                    let before = s.node.stats().updates_in;
+                    (s, before)
+                });
+                b.iter(|| {
+                    let frame = &s.frames[next % FRAMES];
+                    next += 1;
+                    s.node.on_frame(s.publisher, black_box(frame), s.now);
+                    if subscriber {
+                        drain(&mut s.node, &mut dirty);
+                    }
+                })
+            });
+            if let Some((s, before)) = state {
+                let stats = s.node.stats();
+                assert_eq!(
+                    stats.updates_in - before,
+                    next as u64 * UPDATES_PER_FRAME as u64
+                );
+                assert_eq!(stats.updates_on_unknown_streams, 0);
+                if subscriber {
+                    assert!(stats.updates_out > 0, "the subscriber got updates");
+                }
+            }
+        }
+        group.finish();
+    }
+}
+
+fn image_and_field_list(c: &mut Criterion) {
+    let q = typical();
+    let mut img_bytes = Vec::new();
+    write_image(&mut img_bytes, "SYM0", &q);
+    let mut update = Vec::new();
+    write_level1(&mut update, &q);
+    assert_eq!(update.len(), 74);
+
+    let mut group = c.benchmark_group("field_image_apply");
+    group.throughput(Throughput::Elements(1));
+    let mut image = FieldImage::new();
+    image.apply(FieldList::decode(&img_bytes).expect("image"));
+    assert_eq!(image.len(), 14);
+    let list = FieldList::decode(&update).expect("update");
+    group.bench_function("reference_update", |b| {
+        b.iter(|| image.apply(black_box(list)))
+    });
+    // 1,024 successive quotes of one item: some fields change length (a splice).
+    let mut rng = Rng(42);
+    let mut moving = q;
+    let updates: Vec<Vec<u8>> = (0..1024)
+        .map(|_| {
+            step(&mut moving, &mut rng);
+            let mut u = Vec::new();
+            write_level1(&mut u, &moving);
+            u
+        })
+        .collect();
+    let lists: Vec<FieldList<'_>> = updates
+        .iter()
+        .map(|u| FieldList::decode(u).expect("update"))
+        .collect();
+    let mut next = 0usize;
+    group.bench_function("random_walk_updates", |b| {
+        b.iter(|| {
+            image.apply(black_box(lists[next % lists.len()]));
+            next += 1;
+        })
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("field_list_decode");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("reference_update", |b| {
+        b.iter(|| FieldList::decode(black_box(&update)).expect("valid"))
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(40);
+    targets = on_frame, image_and_field_list
+}
+criterion_main!(benches);
