@@ -203,7 +203,9 @@ pub struct Step {
     pub statuses: u64,
     /// Updates sent (times the fan-out) but not yet received, at the step's start and
     /// end: a backlog that grows means the node (or subscriber) is not keeping up.
+    #[serde(default)]
     pub backlog_start: i64,
+    #[serde(default)]
     pub backlog_end: i64,
     /// Largest lag of a publisher burst behind its schedule in the window.
     pub publisher_max_lag_ms: f64,
