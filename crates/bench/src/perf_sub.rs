@@ -452,7 +452,7 @@ fn print_summary(s: &SubSummary) {
         s.statuses
     );
     println!(
-        "{:<8} {:>8} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:<8} {:>8} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "phase",
         "seconds",
         "updates/s",
@@ -464,7 +464,8 @@ fn print_summary(s: &SubSummary) {
         "p50",
         "p90",
         "p99",
-        "p99.9"
+        "p99.9",
+        "p99.99"
     );
     for (name, p) in [
         ("startup", &s.startup),
@@ -474,7 +475,7 @@ fn print_summary(s: &SubSummary) {
         let l = &p.latency;
         let us = |ns: u64| ns as f64 / 1e3;
         println!(
-            "{name:<8} {:>8.2} {:>11.0} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+            "{name:<8} {:>8.2} {:>11.0} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
             p.seconds,
             p.update_rate,
             l.count,
@@ -485,7 +486,8 @@ fn print_summary(s: &SubSummary) {
             us(l.p50_ns),
             us(l.p90_ns),
             us(l.p99_ns),
-            us(l.p999_ns)
+            us(l.p999_ns),
+            us(l.p9999_ns)
         );
     }
     println!(
