@@ -240,18 +240,7 @@ impl Lab {
 
     fn throughput(&mut self) -> Result<()> {
         for cache in ["off", "on"] {
-            let spec = RigSpec {
-                label: format!("throughput cache={cache}"),
-                cache,
-                items: self.args.items,
-                connections: 1,
-                commonality: "all",
-                fanout: 1.0,
-                start_rate: 1000,
-                tick_rate: 1000,
-                latency_rate: "1000".into(),
-                cpus: None,
-            };
+            let spec = RigSpec::new(format!("throughput cache={cache}"), cache, self.args.items);
             let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
             self.results.commands.extend(rigs[0].commands());
             let monitor = self.monitor(&rigs);
@@ -291,16 +280,10 @@ impl Lab {
         };
         let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns);
         let spec = RigSpec {
-            label: format!("fanout {conns} connections"),
-            cache: "off",
-            items,
             connections: conns,
             commonality: "producer-50-50",
             fanout,
-            start_rate: 1000,
-            tick_rate: 1000,
-            latency_rate: "1000".into(),
-            cpus: None,
+            ..RigSpec::new(format!("fanout {conns} connections"), "off", items)
         };
         let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
         self.results.commands.extend(rigs[0].commands());
@@ -349,18 +332,7 @@ impl Lab {
         };
         let mut ladder = self.args.rates.clone().unwrap_or(default);
         ladder.sort_unstable();
-        let spec = RigSpec {
-            label: "latency cache=off".into(),
-            cache: "off",
-            items: self.args.items,
-            connections: 1,
-            commonality: "all",
-            fanout: 1.0,
-            start_rate: 1000,
-            tick_rate: 1000,
-            latency_rate: "1000".into(),
-            cpus: None,
-        };
+        let spec = RigSpec::new("latency cache=off", "off", self.args.items);
         let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
         self.results.commands.extend(rigs[0].commands());
         let monitor = self.monitor(&rigs);
@@ -418,20 +390,13 @@ impl Lab {
             let mut rigs = Vec::new();
             for i in 0..n {
                 let cpu = (i % ncpu).to_string();
+                let label = format!(
+                    "instance {i} {}",
+                    if pinned { "pinned" } else { "unpinned" }
+                );
                 let spec = RigSpec {
-                    label: format!(
-                        "instance {i} {}",
-                        if pinned { "pinned" } else { "unpinned" }
-                    ),
-                    cache: "off",
-                    items,
-                    connections: 1,
-                    commonality: "all",
-                    fanout: 1.0,
-                    start_rate: 1000,
-                    tick_rate: 1000,
-                    latency_rate: "1000".into(),
                     cpus: pinned.then(|| (cpu.clone(), cpu.clone(), cpu.clone())),
+                    ..RigSpec::new(label, "off", items)
                 };
                 rigs.push(start_rig(&self.bin, &spec, &self.logs)?);
                 self.results.commands.extend(rigs[i].commands());

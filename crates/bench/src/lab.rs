@@ -261,6 +261,25 @@ pub struct RigSpec {
     pub cpus: Option<(String, String, String)>,
 }
 
+impl RigSpec {
+    /// One subscriber connection watching every item, cache as given, 1,000 bursts/s
+    /// and 1,000 latency samples/s, no pinning: what most scenarios use.
+    pub fn new(label: impl Into<String>, cache: &'static str, items: usize) -> Self {
+        RigSpec {
+            label: label.into(),
+            cache,
+            items,
+            connections: 1,
+            commonality: "all",
+            fanout: 1.0,
+            start_rate: 1000,
+            tick_rate: 1000,
+            latency_rate: "1000".into(),
+            cpus: None,
+        }
+    }
+}
+
 pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     let pin = |which: usize| -> Vec<String> {
         match &spec.cpus {
