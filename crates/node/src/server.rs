@@ -319,7 +319,20 @@ impl NodeServer {
                         warn!("exiting with {pending} bytes unsent to slow peers");
                     }
                     let stats = core.stats().clone();
-                    info!("node stopped: {stats:?}");
+                    info!(
+                        "node stopped: {} connections accepted ({} logged in); updates {} in, {} out; refreshes {} in, {} out; {} requests; disconnected: {} malformed, {} protocol, {} slow consumers, {} heartbeat timeouts",
+                        stats.connections_accepted,
+                        stats.logins,
+                        stats.updates_in,
+                        stats.updates_out,
+                        stats.refreshes_in,
+                        stats.refreshes_out,
+                        stats.requests,
+                        stats.malformed_disconnects,
+                        stats.protocol_disconnects,
+                        stats.slow_consumer_disconnects,
+                        stats.heartbeat_timeouts
+                    );
                     return Ok(stats);
                 }
             }
