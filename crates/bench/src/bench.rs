@@ -241,24 +241,7 @@ impl Lab {
     fn throughput(&mut self) -> Result<()> {
         for cache in ["off", "on"] {
             let spec = RigSpec::new(format!("throughput cache={cache}"), cache, self.args.items);
-            let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
-            self.results.commands.extend(rigs[0].commands());
-            let monitor = self.monitor(&rigs);
-            let secs = self.seconds();
-            let bisect = if self.quick { 1 } else { 3 };
-            let start = self.args.start_rate.unwrap_or(250_000);
-            let progress = &mut self.progress;
-            let (max, steps) = find_max(
-                &mut rigs,
-                start,
-                self.args.max_rate,
-                bisect,
-                secs,
-                &monitor,
-                &mut |s| progress.line(&step_text(&s[0]), 1.0),
-            )?;
-            let steps: Vec<Step> = steps.into_iter().flatten().collect();
-            self.record_processes("throughput", &steps);
+            let (max, steps) = self.search_one_rig("throughput", &spec, 250_000)?;
             self.results.throughput.push(Throughput {
                 cache: cache.into(),
                 items: self.args.items,
@@ -266,9 +249,37 @@ impl Lab {
                 limited_by: limit_reason(&steps, max),
                 steps,
             });
-            stop_rigs(rigs)?;
         }
         Ok(())
+    }
+
+    /// One rig: ramp then bisect to its highest sustained rate; the rig is stopped after.
+    fn search_one_rig(
+        &mut self,
+        scenario: &str,
+        spec: &RigSpec,
+        default_start: u64,
+    ) -> Result<(u64, Vec<Step>)> {
+        let mut rigs = vec![start_rig(&self.bin, spec, &self.logs)?];
+        self.results.commands.extend(rigs[0].commands());
+        let monitor = self.monitor(&rigs);
+        let secs = self.seconds();
+        let bisect = if self.quick { 1 } else { 3 };
+        let start = self.args.start_rate.unwrap_or(default_start);
+        let progress = &mut self.progress;
+        let (max, steps) = find_max(
+            &mut rigs,
+            start,
+            self.args.max_rate,
+            bisect,
+            secs,
+            &monitor,
+            &mut |s| progress.line(&step_text(&s[0]), 1.0),
+        )?;
+        let steps: Vec<Step> = steps.into_iter().flatten().collect();
+        self.record_processes(scenario, &steps);
+        stop_rigs(rigs)?;
+        Ok((max, steps))
     }
 
     fn fanout(&mut self) -> Result<()> {
@@ -285,24 +296,7 @@ impl Lab {
             fanout,
             ..RigSpec::new(format!("fanout {conns} connections"), "off", items)
         };
-        let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
-        self.results.commands.extend(rigs[0].commands());
-        let monitor = self.monitor(&rigs);
-        let secs = self.seconds();
-        let bisect = if self.quick { 1 } else { 3 };
-        let start = self.args.start_rate.unwrap_or(10_000);
-        let progress = &mut self.progress;
-        let (max, steps) = find_max(
-            &mut rigs,
-            start,
-            self.args.max_rate,
-            bisect,
-            secs,
-            &monitor,
-            &mut |s| progress.line(&step_text(&s[0]), 1.0),
-        )?;
-        let steps: Vec<Step> = steps.into_iter().flatten().collect();
-        self.record_processes("fanout", &steps);
+        let (max, steps) = self.search_one_rig("fanout", &spec, 10_000)?;
         let best = steps
             .iter()
             .filter(|s| s.pass && s.target_rate == max)
@@ -319,7 +313,7 @@ impl Lab {
             output_updates_per_s: best.round() as u64,
             steps,
         });
-        stop_rigs(rigs)
+        Ok(())
     }
 
     fn latency(&mut self) -> Result<()> {
