@@ -189,6 +189,7 @@ fn a_dropped_update_is_counted_as_a_gap() {
             application: "gap-test",
             user: "t",
             token: "",
+            slow_consumer: None,
         }),
         Message::Directory(Directory {
             services: vec![ServiceEntry {

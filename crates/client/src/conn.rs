@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use tickwire_proto::frame::{FrameReader, FrameWriter};
 use tickwire_proto::{
-    code, Login, Message, MessageIter, Role, StreamState, PROTOCOL_VERSION_MAX,
+    code, Login, Message, MessageIter, Role, SlowConsumerPolicy, StreamState, PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
 };
 
@@ -25,6 +25,8 @@ pub struct ConnectOptions {
     pub reconnect: bool,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// The slow-consumer policy to ask the node for (`None`: the node's configured one).
+    pub slow_consumer: Option<SlowConsumerPolicy>,
 }
 
 impl ConnectOptions {
@@ -38,6 +40,7 @@ impl ConnectOptions {
             reconnect: true,
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
+            slow_consumer: None,
         }
     }
 }
@@ -121,6 +124,7 @@ impl Conn {
             application: &opts.application,
             user: &opts.user,
             token: &opts.token,
+            slow_consumer: opts.slow_consumer,
         }))?;
         let deadline = now + opts.connect_timeout;
         conn.flush_until(deadline)?;

@@ -85,6 +85,7 @@ fn login(node: &mut Node, role: Role, now: Instant) -> usize {
         application: "lvc-bench",
         user: "bench",
         token: "",
+        slow_consumer: None,
     })]);
     node.on_frame(c, &f, now);
     c

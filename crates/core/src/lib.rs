@@ -17,19 +17,22 @@
 //! message.
 
 mod items;
+mod slow;
 mod streams;
 
 use items::{Item, ItemHandle, ItemTable, SubEntry};
 use log::{info, warn};
 use rustc_hash::FxHashMap;
+use slow::Conflation;
+pub use slow::{ConnectionReport, SlowConsumerConfig};
 use std::time::{Duration, Instant};
 use streams::StreamMap;
 use tickwire_proto::frame::FrameWriter;
 use tickwire_proto::message::write_readdressed;
 use tickwire_proto::{
     code, DataState, DecodeError, Directory, FieldList, FieldListWriter, Login, Message,
-    MessageIter, Refresh, Request, Role, ServiceEntry, ServiceState, State, Status, StreamState,
-    Update, View, Welcome, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    MessageIter, Refresh, Request, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, State,
+    Status, StreamState, Update, View, Welcome, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 
 /// Index of a connection inside the node; reused after [`Node::on_disconnect`].
@@ -42,8 +45,11 @@ pub struct Limits {
     pub max_frame: usize,
     /// Open item streams per subscriber connection.
     pub max_streams_per_connection: usize,
-    /// Bytes queued for one connection before it is treated as a slow consumer.
+    /// Hard bound on the bytes queued for one subscriber: past it the subscriber is
+    /// disconnected as a slow consumer, whatever its policy.
     pub max_output_bytes: usize,
+    /// Hard bound on the messages queued for one subscriber (as for the bytes).
+    pub max_output_messages: u64,
     /// Each side sends at least this often; a peer silent for 3 intervals is dropped.
     pub heartbeat: Duration,
 }
@@ -54,6 +60,7 @@ impl Default for Limits {
             max_frame: tickwire_proto::DEFAULT_MAX_FRAME,
             max_streams_per_connection: 200_000,
             max_output_bytes: 8 * 1024 * 1024,
+            max_output_messages: 200_000,
             heartbeat: Duration::from_secs(5),
         }
     }
@@ -67,6 +74,8 @@ pub struct CoreConfig {
     pub limits: Limits,
     /// When set, every login must carry this token.
     pub login_token: Option<String>,
+    /// What happens to subscribers that fall behind.
+    pub slow_consumer: SlowConsumerConfig,
 }
 
 impl Default for CoreConfig {
@@ -76,6 +85,7 @@ impl Default for CoreConfig {
             cache: true,
             limits: Limits::default(),
             login_token: None,
+            slow_consumer: SlowConsumerConfig::default(),
         }
     }
 }
@@ -93,6 +103,13 @@ pub struct Stats {
     pub malformed_disconnects: u64,
     pub protocol_disconnects: u64,
     pub slow_consumer_disconnects: u64,
+    /// Times a subscriber fell behind and its updates started being conflated.
+    pub slow_consumer_episodes: u64,
+    /// Publisher updates merged into others for slow subscribers (a conflated update
+    /// standing for k updates counts k - 1).
+    pub conflated_updates: u64,
+    /// Do-not-conflate updates a slow subscriber had no room for (it was told).
+    pub do_not_conflate_dropped: u64,
     pub heartbeat_timeouts: u64,
     pub updates_on_unknown_streams: u64,
 }
@@ -122,6 +139,17 @@ struct Conn {
     pub_streams: StreamMap,
     /// Publisher: the services it announced.
     services: Vec<usize>,
+    /// Subscriber: what happens when it falls behind.
+    policy: SlowConsumerPolicy,
+    /// Queued output past which it is behind: the conflation threshold under
+    /// `conflate`, the hard bound under `disconnect`.
+    behind_bytes: usize,
+    behind_messages: u64,
+    /// Present while the subscriber is behind and its updates are being conflated.
+    conflation: Option<Box<Conflation>>,
+    slow_episodes: u64,
+    conflated_updates: u64,
+    do_not_conflate_dropped: u64,
 }
 
 struct Service {
@@ -226,6 +254,13 @@ impl Node {
             sub_streams: FxHashMap::default(),
             pub_streams: StreamMap::default(),
             services: Vec::new(),
+            policy: SlowConsumerPolicy::Conflate,
+            behind_bytes: self.cfg.limits.max_output_bytes,
+            behind_messages: self.cfg.limits.max_output_messages,
+            conflation: None,
+            slow_episodes: 0,
+            conflated_updates: 0,
+            do_not_conflate_dropped: 0,
         };
         if let Some(id) = self.free_conns.pop() {
             self.conns[id] = Some(conn);
@@ -391,6 +426,18 @@ impl Node {
     /// Queues a message on a connection.
     fn send(&mut self, conn: ConnId, msg: &Message<'_>) {
         let now = self.now;
+        if let Message::Status(s) = msg {
+            let pending = self
+                .conns
+                .get(conn)
+                .and_then(|c| c.as_ref())
+                .and_then(|c| c.conflation.as_deref())
+                .is_some_and(|cf| cf.has_pending(s.stream_id));
+            if pending {
+                // The stream's conflated update goes first: order is kept per stream.
+                self.write_pending_now(conn, s.stream_id);
+            }
+        }
         let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
             return;
         };
@@ -403,8 +450,7 @@ impl Node {
             c.dirty = true;
             self.dirty.push(conn);
         }
-        if c.role == ConnRole::Subscriber && c.out.pending_len() > self.cfg.limits.max_output_bytes
-        {
+        if c.role == ConnRole::Subscriber && is_behind(c) {
             self.overflowed.push(conn);
         }
     }
@@ -424,7 +470,7 @@ impl Node {
                 role
             );
         }
-        let stream = if code == code::SHUTDOWN {
+        let stream = if code == code::SHUTDOWN || code == code::SLOW_CONSUMER {
             StreamState::ClosedRecover
         } else {
             StreamState::Closed
@@ -540,6 +586,10 @@ impl Node {
         }
         self.stats.logins += 1;
         let limits = self.cfg.limits.clone();
+        if login.role == Role::Subscriber {
+            let policy = self.policy_for(login.user, login.slow_consumer);
+            self.apply_policy(conn, policy);
+        }
         let Some(c) = self.conn_mut(conn) else { return };
         c.role = match login.role {
             Role::Subscriber => ConnRole::Subscriber,
@@ -785,6 +835,14 @@ impl Node {
 
     /// Removes one subscriber stream from its item, releasing the item if it was the last.
     fn unsubscribe(&mut self, conn: ConnId, sid: u32, h: ItemHandle) {
+        if let Some(cf) = self
+            .conns
+            .get_mut(conn)
+            .and_then(|c| c.as_mut())
+            .and_then(|c| c.conflation.as_deref_mut())
+        {
+            cf.pending.remove(&sid);
+        }
         let Some(item) = self.items.get_mut(h) else {
             return;
         };
@@ -1153,6 +1211,7 @@ impl Node {
     /// Writes the cached image of an item to one subscriber stream, split into parts if it
     /// does not fit one message.
     fn write_image_refresh(&mut self, h: ItemHandle, sub: &SubEntry, solicited: bool) {
+        self.discard_pending(sub.conn, sub.stream_id);
         let Some(item) = self.items.get(h) else {
             return;
         };
@@ -1207,6 +1266,11 @@ impl Node {
 
     /// Cache off: forwards a publisher's refresh part to one stream (filtered by its view).
     fn write_passthrough_refresh(&mut self, h: ItemHandle, sub: &SubEntry, r: &Refresh<'_>) {
+        if r.clear_cache {
+            self.discard_pending(sub.conn, sub.stream_id);
+        } else {
+            self.write_pending_now(sub.conn, sub.stream_id);
+        }
         let Some(item) = self.items.get(h) else {
             return;
         };
@@ -1247,9 +1311,7 @@ impl Node {
 
     fn check_overflow(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) {
-            if c.role == ConnRole::Subscriber
-                && c.out.pending_len() > self.cfg.limits.max_output_bytes
-            {
+            if c.role == ConnRole::Subscriber && is_behind(c) {
                 self.overflowed.push(conn);
             }
         }
@@ -1308,6 +1370,7 @@ impl Node {
             cfg,
             stats,
             now,
+            scratch,
             ..
         } = self;
         let Some(item) = items.get_mut(h) else { return };
@@ -1315,7 +1378,7 @@ impl Node {
             item.image.apply(u.fields);
         }
         item.seq = u.seq;
-        let limit = cfg.limits.max_output_bytes;
+        let data_state = item.data_state;
         for s in &item.subs {
             if s.awaiting_refresh {
                 continue; // its refresh, still to come, will include this update
@@ -1323,6 +1386,31 @@ impl Node {
             let Some(c) = conns.get_mut(s.conn).and_then(|c| c.as_mut()) else {
                 continue;
             };
+            if let Some(cf) = c.conflation.as_deref_mut() {
+                // Behind: merged into the stream's pending update, unless it is a
+                // do-not-conflate update and the queue has room for it (and for the
+                // pending update, which must go first).
+                let pending = cf.pending.get(&s.stream_id);
+                let need = encoded.len() + pending.map_or(0, |p| p.fields.heap_bytes() + 512);
+                let room = u.do_not_conflate
+                    && c.out.pending_len() + need <= cfg.limits.max_output_bytes
+                    && c.out.pending_messages() + 4 <= cfg.limits.max_output_messages;
+                if !room {
+                    slow::merge(cf, h, s.stream_id, u);
+                    if u.do_not_conflate {
+                        stats.do_not_conflate_dropped += 1;
+                        c.do_not_conflate_dropped += 1;
+                    }
+                    continue;
+                }
+                if let Some(p) = cf.pending.remove(&s.stream_id) {
+                    let view = s.view.as_deref();
+                    slow::write_pending(&mut c.out, scratch, s.stream_id, &p, view, data_state);
+                    stats.conflated_updates += u64::from(p.count - 1);
+                    c.conflated_updates += u64::from(p.count - 1);
+                    cf.written += 1;
+                }
+            }
             match &s.view {
                 None => write_readdressed(c.out.message_buf(encoded.len()), encoded, s.stream_id),
                 Some(view) => {
@@ -1337,7 +1425,7 @@ impl Node {
                 c.dirty = true;
                 dirty.push(s.conn);
             }
-            if c.out.pending_len() > limit {
+            if is_behind(c) {
                 overflowed.push(s.conn);
             }
         }
@@ -1371,34 +1459,7 @@ impl Node {
         }
     }
 
-    /// Subscribers past their output limit: disconnected as slow consumers.
-    fn handle_overflows(&mut self) {
-        if self.overflowed.is_empty() {
-            return;
-        }
-        let mut list = std::mem::take(&mut self.overflowed);
-        list.sort_unstable();
-        list.dedup();
-        for conn in list.drain(..) {
-            let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
-                continue;
-            };
-            if c.role != ConnRole::Subscriber {
-                continue;
-            }
-            let text = format!(
-                "slow consumer: {} bytes queued, limit {}",
-                c.out.pending_len(),
-                self.cfg.limits.max_output_bytes
-            );
-            self.stats.slow_consumer_disconnects += 1;
-            self.reject(conn, code::SLOW_CONSUMER, &text);
-        }
-        self.overflowed = list;
-    }
-
-    /// Call after writing a connection's output: a subscriber that drained below its
-    /// limit is no longer at risk. (Kept for symmetry with future slow-consumer policies.)
+    /// Bytes queued for `conn` and not yet taken by its socket.
     pub fn pending_output(&self, conn: ConnId) -> usize {
         self.conns
             .get(conn)
@@ -1475,6 +1536,12 @@ impl<'a> UpdateLookahead<'a> {
     }
 }
 
+/// A subscriber whose queue passed the size at which it counts as behind.
+#[inline]
+fn is_behind(c: &Conn) -> bool {
+    c.out.pending_len() > c.behind_bytes || c.out.pending_messages() > c.behind_messages
+}
+
 /// Writes an update restricted to `view`; false (nothing written) if no field is in it.
 fn write_update_view(out: &mut FrameWriter, u: &Update<'_>, stream_id: u32, view: &[i16]) -> bool {
     let buf = out.message_buf(u.fields.as_bytes().len() + 32);
@@ -1487,6 +1554,7 @@ fn write_update_view(out: &mut FrameWriter, u: &Update<'_>, stream_id: u32, view
     .encode(buf);
     if res.is_err() {
         buf.truncate(start);
+        out.forget_message();
         return false;
     }
     // Replace the empty field list just written with the filtered one.
@@ -1496,6 +1564,7 @@ fn write_update_view(out: &mut FrameWriter, u: &Update<'_>, stream_id: u32, view
     let count = u16::from_be_bytes([buf[fl_start], buf[fl_start + 1]]);
     if count == 0 {
         buf.truncate(start);
+        out.forget_message();
         return false;
     }
     let body_len = (buf.len() - start - 3) as u16;

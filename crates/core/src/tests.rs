@@ -29,6 +29,14 @@ enum Got {
         seq: u32,
         fields: Vec<(i16, String)>,
     },
+    /// An update standing for several (conflated), or a do-not-conflate one.
+    Merged {
+        sid: u32,
+        seq: u32,
+        count: u16,
+        do_not_conflate: bool,
+        fields: Vec<(i16, String)>,
+    },
     Status {
         sid: u32,
         stream: StreamState,
@@ -72,6 +80,13 @@ fn own(m: &Message<'_>) -> Got {
             solicited: r.solicited,
             fields: fields_of(r.fields),
         },
+        Message::Update(u) if u.conflation_count != 1 || u.do_not_conflate => Got::Merged {
+            sid: u.stream_id,
+            seq: u.seq,
+            count: u.conflation_count,
+            do_not_conflate: u.do_not_conflate,
+            fields: fields_of(u.fields),
+        },
         Message::Update(u) => Got::Update {
             sid: u.stream_id,
             seq: u.seq,
@@ -94,25 +109,73 @@ fn own(m: &Message<'_>) -> Got {
 struct Harness {
     node: Node,
     now: Instant,
+    /// Bytes each connection has read so far, not yet a whole frame.
+    partial: FxHashMap<ConnId, Vec<u8>>,
 }
 
 impl Harness {
     fn new(cache: bool) -> Self {
-        let now = Instant::now();
         let cfg = CoreConfig {
             cache,
             limits: Limits {
                 heartbeat: Duration::from_secs(1),
                 max_streams_per_connection: 3,
-                max_output_bytes: 64 * 1024,
                 ..Limits::default()
             },
             ..CoreConfig::default()
         };
+        Harness::with_config(cfg)
+    }
+
+    fn with_config(cfg: CoreConfig) -> Self {
+        let now = Instant::now();
         Harness {
             node: Node::new(cfg, now),
             now,
+            partial: FxHashMap::default(),
         }
+    }
+
+    /// A slow reader: takes at most `max` bytes of what the node queued for `c`, as a
+    /// socket would, then tells the node (which may queue conflated updates).
+    fn read_some(&mut self, c: ConnId, max: usize) -> Vec<Got> {
+        let Some(out) = self.node.output(c) else {
+            return vec![];
+        };
+        let bytes = out.sealed_bytes();
+        let n = bytes.len().min(max);
+        let taken = bytes[..n].to_vec();
+        out.consume(n);
+        self.node.on_output_written(c);
+        let buf = self.partial.entry(c).or_default();
+        buf.extend_from_slice(&taken);
+        let mut got = Vec::new();
+        let mut at = 0;
+        while buf.len() - at >= 4 {
+            let len = u32::from_be_bytes(buf[at..at + 4].try_into().unwrap()) as usize;
+            if buf.len() - at - 4 < len {
+                break;
+            }
+            for m in MessageIter::new(&buf[at + 4..at + 4 + len]) {
+                got.push(own(&m.unwrap().message));
+            }
+            at += 4 + len;
+        }
+        buf.drain(..at);
+        got
+    }
+
+    /// Reads everything, including conflated updates queued as the output drains.
+    fn read_all(&mut self, c: ConnId) -> Vec<Got> {
+        let mut got = Vec::new();
+        for _ in 0..100_000 {
+            let more = self.read_some(c, 16 * 1024);
+            if more.is_empty() && self.node.pending_output(c) == 0 {
+                break;
+            }
+            got.extend(more);
+        }
+        got
     }
 
     fn send(&mut self, c: ConnId, msgs: &[Message<'_>]) {
@@ -152,6 +215,7 @@ impl Harness {
                 application: "test",
                 user: "u",
                 token: "",
+                slow_consumer: None,
             })],
         );
         let got = self.recv(c);
@@ -561,6 +625,7 @@ fn incompatible_version_is_refused_with_both_ranges() {
             application: "a",
             user: "u",
             token: "",
+            slow_consumer: None,
         })],
     );
     let got = h.recv(c);
@@ -628,7 +693,17 @@ fn stream_limit_refuses_the_extra_stream_only() {
 
 #[test]
 fn a_subscriber_that_never_reads_is_disconnected_at_its_output_limit() {
-    let mut h = Harness::new(true);
+    let mut h = Harness::with_config(CoreConfig {
+        limits: Limits {
+            max_output_bytes: 64 * 1024,
+            ..Limits::default()
+        },
+        slow_consumer: SlowConsumerConfig {
+            policy: SlowConsumerPolicy::Disconnect,
+            ..SlowConsumerConfig::default()
+        },
+        ..CoreConfig::default()
+    });
     let p = h.publisher("FEED", false);
     let img = bid_ask(10000, 10010);
     h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
@@ -642,10 +717,15 @@ fn a_subscriber_that_never_reads_is_disconnected_at_its_output_limit() {
     }
     assert_eq!(h.node.stats().slow_consumer_disconnects, 1);
     let got = h.recv(slow);
+    // What it had not been sent was dropped: it gets the tail of at most one frame it
+    // had started to receive (none here), then the reason.
+    assert!(got.len() < 100, "{} messages still queued", got.len());
     assert!(
         matches!(
             got.last(),
             Some(Got::Status {
+                sid: 0,
+                stream: StreamState::ClosedRecover,
                 code: code::SLOW_CONSUMER,
                 ..
             })
@@ -879,4 +959,391 @@ fn a_service_announced_down_turns_its_streams_suspect() {
             ..
         }
     )));
+}
+
+// ---- slow consumers ----
+
+/// A node with a small conflation threshold (8 KiB / 200 messages) under a 256 KiB /
+/// 5,000-message hard bound.
+fn slow_harness(cache: bool, policy: SlowConsumerPolicy) -> Harness {
+    Harness::with_config(CoreConfig {
+        cache,
+        limits: Limits {
+            max_output_bytes: 256 * 1024,
+            max_output_messages: 5_000,
+            ..Limits::default()
+        },
+        slow_consumer: SlowConsumerConfig {
+            policy,
+            conflate_above_bytes: 8 * 1024,
+            conflate_above_messages: 200,
+            ..SlowConsumerConfig::default()
+        },
+        ..CoreConfig::default()
+    })
+}
+
+fn trade(sid: u32, seq: u32, price: i64) -> Vec<u8> {
+    let _ = (sid, seq);
+    encode_field_list([(6, Value::Real(Real::new(price, -2)))])
+}
+
+fn dnc_update(sid: u32, seq: u32, fields: &[u8]) -> Message<'_> {
+    Message::Update(Update {
+        stream_id: sid,
+        seq,
+        update_type: UpdateType::Trade,
+        do_not_conflate: true,
+        conflation_count: 1,
+        fields: FieldList::decode(fields).unwrap(),
+    })
+}
+
+/// What a subscriber's images look like after applying what it received, per stream,
+/// with the number of publisher updates each received message stands for.
+#[derive(Default)]
+struct Replica {
+    images: std::collections::BTreeMap<u32, std::collections::BTreeMap<i16, String>>,
+    updates_seen: std::collections::BTreeMap<u32, u64>,
+    merged_messages: usize,
+}
+
+impl Replica {
+    fn apply(&mut self, got: &[Got]) {
+        for g in got {
+            match g {
+                Got::Refresh { sid, fields, .. } => {
+                    let img = self.images.entry(*sid).or_default();
+                    img.clear();
+                    img.extend(fields.iter().cloned());
+                }
+                Got::Update { sid, fields, .. } => {
+                    self.images
+                        .entry(*sid)
+                        .or_default()
+                        .extend(fields.iter().cloned());
+                    *self.updates_seen.entry(*sid).or_default() += 1;
+                }
+                Got::Merged {
+                    sid, fields, count, ..
+                } => {
+                    self.images
+                        .entry(*sid)
+                        .or_default()
+                        .extend(fields.iter().cloned());
+                    *self.updates_seen.entry(*sid).or_default() += u64::from(*count);
+                    if *count > 1 {
+                        self.merged_messages += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn cached(h: &Harness, name: &str) -> std::collections::BTreeMap<i16, String> {
+    let bytes = h.node.cached_image("FEED", name).expect("cached");
+    fields_of(FieldList::decode(&bytes).unwrap())
+        .into_iter()
+        .collect()
+}
+
+#[test]
+fn a_slow_subscriber_gets_conflated_updates_that_rebuild_the_current_image() {
+    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    let p = h.publisher("FEED", false);
+    let names: Vec<String> = (0..20).map(|i| format!("SYM{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        let img = bid_ask(10000 + i as i64, 10010 + i as i64);
+        h.send(p, &[refresh(i as u32 + 1, 1, n, &img, false)]);
+    }
+    let slow = h.login(Role::Subscriber);
+    let fast = h.login(Role::Subscriber);
+    let mut slow_replica = Replica::default();
+    let mut fast_replica = Replica::default();
+    for (i, n) in names.iter().enumerate() {
+        h.request(slow, i as u32 + 1, "FEED", n, true, None);
+        h.request(fast, i as u32 + 1, "FEED", n, true, None);
+    }
+    slow_replica.apply(&h.read_all(slow));
+    fast_replica.apply(&h.read_all(fast));
+    let mut sent = std::collections::BTreeMap::<u32, u64>::new();
+    let mut max_queued = 0;
+    // 20,000 updates while the slow subscriber reads nothing; bids, asks and trades
+    // change, so a merged update must carry the latest of each.
+    for k in 0..20_000u32 {
+        let item = k % 20;
+        let sid = item + 1;
+        let fields = if k % 3 == 0 {
+            trade(sid, k, 5000 + k as i64)
+        } else {
+            bid_ask(10000 + k as i64, 10100 + k as i64)
+        };
+        h.send(p, &[update(sid, k + 2, &fields)]);
+        *sent.entry(sid).or_default() += 1;
+        fast_replica.apply(&h.recv(fast));
+        max_queued = max_queued.max(h.node.pending_output(slow));
+    }
+    assert_eq!(h.node.stats().slow_consumer_episodes, 1);
+    assert_eq!(h.node.stats().slow_consumer_disconnects, 0);
+    // Its queue stopped growing at the threshold (plus the frame that crossed it).
+    assert!(max_queued < 16 * 1024, "queued {max_queued} bytes");
+    let report = h.node.connection_reports();
+    let r = report.iter().find(|r| r.id == slow).unwrap();
+    assert!(r.behind && r.pending_streams == 20, "{r:?}");
+
+    slow_replica.apply(&h.read_all(slow));
+    assert!(slow_replica.merged_messages >= 20);
+    for (i, n) in names.iter().enumerate() {
+        let sid = i as u32 + 1;
+        let node_image = cached(&h, n);
+        assert_eq!(slow_replica.images[&sid], node_image, "{n} (slow)");
+        assert_eq!(fast_replica.images[&sid], node_image, "{n} (fast)");
+        // Every publisher update is accounted for: received or merged.
+        assert_eq!(slow_replica.updates_seen[&sid], sent[&sid], "{n}");
+        assert_eq!(fast_replica.updates_seen[&sid], sent[&sid], "{n}");
+    }
+    let merged: u64 = 20_000 - h.node.stats().conflated_updates;
+    assert!(merged < 20_000);
+    // Live again: the next update arrives on its own.
+    let r = h.node.connection_reports();
+    assert!(!r.iter().find(|r| r.id == slow).unwrap().behind);
+    let img = bid_ask(1, 2);
+    h.send(p, &[update(1, 30_000, &img)]);
+    assert!(matches!(
+        h.read_all(slow).as_slice(),
+        [Got::Update {
+            sid: 1,
+            seq: 30_000,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn conflation_works_with_the_cache_off_and_respects_views() {
+    let mut h = slow_harness(false, SlowConsumerPolicy::Conflate);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let slow = h.login(Role::Subscriber);
+    h.request(slow, 7, "FEED", "SYM0", true, Some(&[22]));
+    // Cache off: the node asks the publisher for the image.
+    assert!(matches!(
+        h.recv(p).as_slice(),
+        [Got::Request { sid: 1, .. }]
+    ));
+    h.send(p, &[refresh(1, 1, "SYM0", &img, true)]);
+    let mut replica = Replica::default();
+    replica.apply(&h.read_all(slow));
+    assert!(replica.images.contains_key(&7));
+    for k in 0..5_000u32 {
+        h.send(
+            p,
+            &[update(1, k + 2, &bid_ask(200 + k as i64, 300 + k as i64))],
+        );
+    }
+    replica.apply(&h.read_all(slow));
+    // The last bid was 200 + 4,999 hundredths.
+    assert_eq!(replica.images[&7].get(&22), Some(&s("51.99")));
+    assert_eq!(replica.images[&7].get(&25), None, "outside the view");
+    assert_eq!(replica.updates_seen[&7], 5_000);
+}
+
+#[test]
+fn do_not_conflate_updates_are_never_merged_while_there_is_room() {
+    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let slow = h.login(Role::Subscriber);
+    h.request(slow, 1, "FEED", "SYM0", true, None);
+    h.read_all(slow);
+    // Quotes and trades interleaved; the trades must each arrive, in order.
+    let mut trades = Vec::new();
+    for k in 0..3_000u32 {
+        if k % 10 == 0 {
+            let f = trade(1, k, 7000 + k as i64);
+            h.send(p, &[dnc_update(1, k + 2, &f)]);
+            trades.push(k + 2);
+        } else {
+            h.send(p, &[update(1, k + 2, &bid_ask(k as i64, k as i64 + 1))]);
+        }
+    }
+    assert_eq!(h.node.stats().slow_consumer_episodes, 1);
+    assert_eq!(h.node.stats().do_not_conflate_dropped, 0);
+    let got = h.read_all(slow);
+    let mut seqs = Vec::new();
+    let mut last_seq = 1;
+    let mut replica = Replica::default();
+    replica.apply(&got);
+    for g in &got {
+        match g {
+            Got::Merged {
+                seq,
+                do_not_conflate: true,
+                count,
+                ..
+            } => {
+                assert_eq!(*count, 1);
+                seqs.push(*seq);
+                assert!(*seq > last_seq);
+                last_seq = *seq;
+            }
+            Got::Merged { seq, .. } | Got::Update { seq, .. } => {
+                assert!(*seq > last_seq, "out of order at {seq}");
+                last_seq = *seq;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seqs, trades);
+    assert_eq!(replica.updates_seen[&1], 3_000);
+    assert_eq!(replica.images[&1], cached(&h, "SYM0"));
+}
+
+#[test]
+fn do_not_conflate_updates_without_room_are_reported_not_silently_lost() {
+    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let slow = h.login(Role::Subscriber);
+    h.request(slow, 1, "FEED", "SYM0", true, None);
+    let mut replica = Replica::default();
+    replica.apply(&h.read_all(slow));
+    // Far more trades than the 5,000-message bound holds.
+    for k in 0..12_000u32 {
+        let f = trade(1, k, 1000 + k as i64);
+        h.send(p, &[dnc_update(1, k + 2, &f)]);
+    }
+    let dropped = h.node.stats().do_not_conflate_dropped;
+    assert!(dropped > 0);
+    assert_eq!(h.node.stats().slow_consumer_disconnects, 0);
+    assert!(h.node.pending_output(slow) <= 256 * 1024);
+    let got = h.read_all(slow);
+    replica.apply(&got);
+    let text = format!("{dropped} do-not-conflate updates dropped");
+    let notice = got.iter().position(|g| {
+        matches!(g, Got::Status { code: code::UPDATES_DROPPED, data: DataState::Suspect, text: t, .. } if t.starts_with(&text))
+    });
+    let notice = notice.expect("the subscriber is told");
+    assert!(
+        matches!(&got[notice + 1], Got::Merged { count, .. } if u64::from(*count) == dropped),
+        "{:?}",
+        &got[notice + 1]
+    );
+    assert!(matches!(
+        &got[notice + 2],
+        Got::Status {
+            data: DataState::Ok,
+            stream: StreamState::Open,
+            ..
+        }
+    ));
+    assert_eq!(replica.updates_seen[&1], 12_000);
+    assert_eq!(replica.images[&1], cached(&h, "SYM0"));
+}
+
+#[test]
+fn policy_comes_from_the_login_then_the_user_then_the_node() {
+    let mut cfg = slow_harness(true, SlowConsumerPolicy::Conflate)
+        .node
+        .cfg
+        .clone();
+    cfg.slow_consumer
+        .per_user
+        .insert("strict".into(), SlowConsumerPolicy::Disconnect);
+    let mut h = Harness::with_config(cfg);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let login = |h: &mut Harness, user: &str, asked: Option<SlowConsumerPolicy>| {
+        let c = h.node.connect("test", h.now);
+        h.send(
+            c,
+            &[Message::Login(Login {
+                version_min: 1,
+                version_max: 1,
+                role: Role::Subscriber,
+                application: "test",
+                user,
+                token: "",
+                slow_consumer: asked,
+            })],
+        );
+        h.request(c, 1, "FEED", "SYM0", true, None);
+        h.recv(c);
+        c
+    };
+    let default = login(&mut h, "anyone", None);
+    let strict = login(&mut h, "strict", None);
+    let strict_but_asks = login(&mut h, "strict", Some(SlowConsumerPolicy::Conflate));
+    let asks_disconnect = login(&mut h, "anyone", Some(SlowConsumerPolicy::Disconnect));
+    for k in 0..10_000u32 {
+        h.send(p, &[update(1, k + 2, &bid_ask(k as i64, 1))]);
+    }
+    let reports = h.node.connection_reports();
+    let policy = |c| {
+        reports
+            .iter()
+            .find(|r| r.id == c)
+            .map(|r| (r.policy, r.role))
+    };
+    assert_eq!(
+        policy(default),
+        Some((SlowConsumerPolicy::Conflate, "subscriber"))
+    );
+    assert_eq!(
+        policy(strict_but_asks),
+        Some((SlowConsumerPolicy::Conflate, "subscriber"))
+    );
+    assert_eq!(
+        policy(strict),
+        Some((SlowConsumerPolicy::Disconnect, "closing"))
+    );
+    assert_eq!(
+        policy(asks_disconnect),
+        Some((SlowConsumerPolicy::Disconnect, "closing"))
+    );
+    assert_eq!(h.node.stats().slow_consumer_disconnects, 2);
+    assert_eq!(h.node.stats().slow_consumer_episodes, 2);
+}
+
+#[test]
+fn a_status_on_a_stream_with_a_pending_update_comes_after_it() {
+    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let slow = h.login(Role::Subscriber);
+    h.request(slow, 1, "FEED", "SYM0", true, None);
+    h.read_all(slow);
+    for k in 0..2_000u32 {
+        h.send(p, &[update(1, k + 2, &bid_ask(k as i64, 1))]);
+    }
+    // The publisher leaves: the stream turns suspect, after its latest values.
+    h.node.on_disconnect(p, h.now);
+    let got = h.read_all(slow);
+    let status = got
+        .iter()
+        .position(|g| {
+            matches!(
+                g,
+                Got::Status {
+                    code: code::PUBLISHER_GONE,
+                    ..
+                }
+            )
+        })
+        .expect("status");
+    let last_update = got
+        .iter()
+        .rposition(|g| matches!(g, Got::Update { .. } | Got::Merged { .. }))
+        .expect("updates");
+    assert!(last_update < status, "{:?}", &got[last_update..]);
+    let mut replica = Replica::default();
+    replica.apply(&got);
+    assert_eq!(replica.updates_seen[&1], 2_000);
 }

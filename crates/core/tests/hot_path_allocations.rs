@@ -55,6 +55,7 @@ fn login(node: &mut Node, role: Role, now: Instant) -> usize {
         application: "a",
         user: "u",
         token: "",
+        slow_consumer: None,
     })]);
     node.on_frame(c, &f, now);
     c

@@ -1,11 +1,45 @@
 //! Node configuration: a TOML file, every key documented in docs/OPERATIONS.md.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use thiserror::Error;
-use tickwire_core::{CoreConfig, Limits};
+use tickwire_core::{CoreConfig, Limits, SlowConsumerConfig};
+use tickwire_proto::SlowConsumerPolicy;
+
+/// What the node does with a subscriber that falls behind (docs/OPERATIONS.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlowPolicy {
+    /// Merge pending updates of an item into one while the subscriber is behind.
+    Conflate,
+    /// Disconnect it (closed-recover) when its queue passes the hard bound.
+    Disconnect,
+}
+
+impl SlowPolicy {
+    pub fn to_proto(self) -> SlowConsumerPolicy {
+        match self {
+            SlowPolicy::Conflate => SlowConsumerPolicy::Conflate,
+            SlowPolicy::Disconnect => SlowConsumerPolicy::Disconnect,
+        }
+    }
+}
+
+impl std::str::FromStr for SlowPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "conflate" => Ok(SlowPolicy::Conflate),
+            "disconnect" => Ok(SlowPolicy::Disconnect),
+            other => Err(format!(
+                "invalid slow-consumer policy {other:?}: allowed values are conflate, disconnect"
+            )),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -62,7 +96,35 @@ impl std::str::FromStr for WaitStrategy {
 pub struct NodeConfig {
     pub node: NodeSection,
     pub limits: LimitsSection,
+    pub slow_consumer: SlowConsumerSection,
     pub security: SecuritySection,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlowConsumerSection {
+    /// Policy for subscribers that neither ask for one at login nor have one below.
+    pub policy: SlowPolicy,
+    /// Under `conflate`: queued output (bytes) past which a subscriber is behind and
+    /// its updates are conflated.
+    pub conflate_above_bytes: usize,
+    /// Under `conflate`: queued messages past which a subscriber is behind.
+    pub conflate_above_messages: u64,
+    /// Per-user policies (login user name = policy); a connection's own request at
+    /// login wins over these.
+    pub users: BTreeMap<String, SlowPolicy>,
+}
+
+impl Default for SlowConsumerSection {
+    fn default() -> Self {
+        let d = SlowConsumerConfig::default();
+        SlowConsumerSection {
+            policy: SlowPolicy::Conflate,
+            conflate_above_bytes: d.conflate_above_bytes,
+            conflate_above_messages: d.conflate_above_messages,
+            users: BTreeMap::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,8 +155,14 @@ pub struct LimitsSection {
     pub listen_backlog: u32,
     pub max_frame_bytes: usize,
     pub max_streams_per_connection: usize,
+    /// Hard bound on bytes queued for one subscriber (any policy disconnects past it).
     pub max_output_bytes: usize,
+    /// Hard bound on messages queued for one subscriber.
+    pub max_output_messages: u64,
     pub heartbeat_ms: u64,
+    /// How long a connection the node closes may take to receive its last bytes (the
+    /// status saying why) before its socket is closed anyway.
+    pub close_linger_ms: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -129,7 +197,9 @@ impl Default for LimitsSection {
             max_frame_bytes: l.max_frame,
             max_streams_per_connection: l.max_streams_per_connection,
             max_output_bytes: l.max_output_bytes,
+            max_output_messages: l.max_output_messages,
             heartbeat_ms: l.heartbeat.as_millis() as u64,
+            close_linger_ms: 5_000,
         }
     }
 }
@@ -219,6 +289,37 @@ impl NodeConfig {
                 l.max_frame_bytes
             ),
         )?;
+        check(
+            l.max_output_messages >= 100,
+            "limits.max_output_messages",
+            l.max_output_messages.to_string(),
+            "allowed: 100 or more".into(),
+        )?;
+        check(
+            l.close_linger_ms <= 600_000,
+            "limits.close_linger_ms",
+            l.close_linger_ms.to_string(),
+            "allowed: 0 to 600000".into(),
+        )?;
+        let sc = &self.slow_consumer;
+        check(
+            sc.conflate_above_bytes >= 4096 && sc.conflate_above_bytes <= l.max_output_bytes,
+            "slow_consumer.conflate_above_bytes",
+            sc.conflate_above_bytes.to_string(),
+            format!(
+                "allowed: 4096 to limits.max_output_bytes ({})",
+                l.max_output_bytes
+            ),
+        )?;
+        check(
+            sc.conflate_above_messages >= 16 && sc.conflate_above_messages <= l.max_output_messages,
+            "slow_consumer.conflate_above_messages",
+            sc.conflate_above_messages.to_string(),
+            format!(
+                "allowed: 16 to limits.max_output_messages ({})",
+                l.max_output_messages
+            ),
+        )?;
         let ncpu = available_cpus();
         for &c in &self.node.cpus {
             check(
@@ -247,10 +348,22 @@ impl NodeConfig {
                 max_frame: self.limits.max_frame_bytes,
                 max_streams_per_connection: self.limits.max_streams_per_connection,
                 max_output_bytes: self.limits.max_output_bytes,
+                max_output_messages: self.limits.max_output_messages,
                 heartbeat: Duration::from_millis(self.limits.heartbeat_ms),
             },
             login_token: (!self.security.login_token.is_empty())
                 .then(|| self.security.login_token.clone()),
+            slow_consumer: SlowConsumerConfig {
+                policy: self.slow_consumer.policy.to_proto(),
+                per_user: self
+                    .slow_consumer
+                    .users
+                    .iter()
+                    .map(|(u, p)| (u.clone(), p.to_proto()))
+                    .collect(),
+                conflate_above_bytes: self.slow_consumer.conflate_above_bytes,
+                conflate_above_messages: self.slow_consumer.conflate_above_messages,
+            },
         }
     }
 }
@@ -262,6 +375,39 @@ pub fn available_cpus() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slow_consumer_section_parses_and_is_checked() {
+        let cfg = NodeConfig::parse(
+            "[slow_consumer]\npolicy = \"disconnect\"\nconflate_above_bytes = 65536\n\
+             [slow_consumer.users]\nalice = \"conflate\"\n",
+            "n.toml",
+        )
+        .unwrap();
+        let core = cfg.core_config();
+        assert_eq!(core.slow_consumer.policy, SlowConsumerPolicy::Disconnect);
+        assert_eq!(core.slow_consumer.conflate_above_bytes, 65536);
+        assert_eq!(
+            core.slow_consumer.per_user.get("alice"),
+            Some(&SlowConsumerPolicy::Conflate)
+        );
+        let e = NodeConfig::parse("[slow_consumer]\npolicy = \"drop\"\n", "n.toml").unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("n.toml") && msg.contains("policy") && msg.contains("`conflate`"),
+            "{msg}"
+        );
+        let e = NodeConfig::parse(
+            "[limits]\nmax_output_bytes = 1048576\n[slow_consumer]\nconflate_above_bytes = 2097152\n",
+            "n.toml",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("slow_consumer.conflate_above_bytes = 2097152"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn defaults_round_trip_through_toml() {

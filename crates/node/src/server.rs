@@ -28,8 +28,6 @@ const WAKER: Token = Token(usize::MAX - 2);
 const READ_SHARE: usize = 256 * 1024;
 /// Idle buffers above this size are released, so memory follows the load back down.
 const KEEP_BUFFER: usize = 64 * 1024;
-/// How long a connection the node closes may take to receive its last bytes.
-const LINGER: Duration = Duration::from_secs(2);
 
 struct Socket {
     stream: TcpStream,
@@ -186,6 +184,7 @@ impl NodeServer {
         let max_conns = self.cfg.limits.max_connections;
         let max_frame = self.cfg.limits.max_frame_bytes;
         let mut shutdown_deadline: Option<Instant> = None;
+        let linger = Duration::from_millis(self.cfg.limits.close_linger_ms);
         let wait = self.cfg.node.wait;
         let spin_for = Duration::from_micros(self.cfg.node.spin_us);
         let mut last_event = start;
@@ -265,10 +264,10 @@ impl NodeServer {
             core.take_closing(&mut closing);
             for &id in &closing {
                 flush(&mut core, &mut sockets, id, &mut dead);
-                lingering.push((id, now + LINGER));
+                lingering.push((id, now + linger));
             }
             // Closing connections keep their socket until their last bytes (the status
-            // saying why) are written, or LINGER has passed.
+            // saying why) are written, or the linger time has passed.
             lingering.retain(|&(id, deadline)| {
                 let alive = sockets
                     .get(id)
@@ -295,14 +294,24 @@ impl NodeServer {
                 let s = core.stats().clone();
                 let secs = (now - next_stats + stats_every).as_secs_f64();
                 if s != last_stats {
+                    let behind: Vec<String> = core
+                        .connection_reports()
+                        .into_iter()
+                        .filter(|r| r.behind)
+                        .map(|r| {
+                            format!("{} ({}, {} bytes queued)", r.peer, r.user, r.queued_bytes)
+                        })
+                        .collect();
                     info!(
-                        "stats: {} connections, {} items, updates in {:.0}/s out {:.0}/s, refreshes out {}, slow-consumer disconnects {}",
+                        "stats: {} connections, {} items, updates in {:.0}/s out {:.0}/s, refreshes out {}, conflated {}, slow-consumer disconnects {}, behind now: {}",
                         core.connection_count(),
                         core.item_count(),
                         (s.updates_in - last_stats.updates_in) as f64 / secs,
                         (s.updates_out - last_stats.updates_out) as f64 / secs,
                         s.refreshes_out,
+                        s.conflated_updates,
                         s.slow_consumer_disconnects,
+                        if behind.is_empty() { "none".to_string() } else { behind.join(", ") },
                     );
                 }
                 last_stats = s;
@@ -320,7 +329,7 @@ impl NodeServer {
                     }
                     let stats = core.stats().clone();
                     info!(
-                        "node stopped: {} connections accepted ({} logged in); updates {} in, {} out; refreshes {} in, {} out; {} requests; disconnected: {} malformed, {} protocol, {} slow consumers, {} heartbeat timeouts",
+                        "node stopped: {} connections accepted ({} logged in); updates {} in, {} out; refreshes {} in, {} out; {} requests; slow consumers: {} episodes, {} updates conflated, {} do-not-conflate updates dropped; disconnected: {} malformed, {} protocol, {} slow consumers, {} heartbeat timeouts",
                         stats.connections_accepted,
                         stats.logins,
                         stats.updates_in,
@@ -328,6 +337,9 @@ impl NodeServer {
                         stats.refreshes_in,
                         stats.refreshes_out,
                         stats.requests,
+                        stats.slow_consumer_episodes,
+                        stats.conflated_updates,
+                        stats.do_not_conflate_dropped,
                         stats.malformed_disconnects,
                         stats.protocol_disconnects,
                         stats.slow_consumer_disconnects,
@@ -466,16 +478,22 @@ fn deliver_frames(core: &mut Node, sock: &mut Socket, id: ConnId, now: Instant) 
     }
 }
 
-/// Writes as much of a connection's pending output as the socket takes.
+/// Writes as much of a connection's pending output as the socket takes. A subscriber
+/// that is behind is topped up with its conflated updates as its queue drains.
 fn flush(core: &mut Node, sockets: &mut [Option<Socket>], id: ConnId, dead: &mut Vec<ConnId>) {
     let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
         return;
     };
-    let Some(out) = core.output(id) else { return };
     loop {
+        let Some(out) = core.output(id) else { return };
         let bytes = out.sealed_bytes();
         if bytes.is_empty() {
-            out.shrink_if_idle(KEEP_BUFFER);
+            if core.on_output_written(id) {
+                continue;
+            }
+            if let Some(out) = core.output(id) {
+                out.shrink_if_idle(KEEP_BUFFER);
+            }
             return;
         }
         match sock.stream.write(bytes) {
@@ -485,7 +503,11 @@ fn flush(core: &mut Node, sockets: &mut [Option<Socket>], id: ConnId, dead: &mut
                 return;
             }
             Ok(n) => out.consume(n),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                // Queue more for when the socket is writable again, if it drained enough.
+                core.on_output_written(id);
+                return;
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => {
                 sock.dead = true;

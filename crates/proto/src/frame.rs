@@ -7,6 +7,7 @@
 
 use crate::message::Message;
 use crate::{DecodeError, EncodeError};
+use std::collections::VecDeque;
 
 pub const FRAME_HEADER_LEN: usize = 4;
 /// Default largest frame payload, negotiated in the welcome.
@@ -19,6 +20,10 @@ pub const MIN_MAX_FRAME: usize =
 ///
 /// Written bytes are consumed from the front; the buffer keeps its capacity, so a
 /// connection in steady state does not allocate.
+///
+/// It also counts messages, so a node can bound a connection's queue in messages as
+/// well as bytes: every message appended is counted, and a sealed frame's messages
+/// count as sent once its last byte is consumed.
 #[derive(Debug)]
 pub struct FrameWriter {
     buf: Vec<u8>,
@@ -27,6 +32,17 @@ pub struct FrameWriter {
     /// Start of the open frame's header, if a frame is open.
     open_frame: Option<usize>,
     max_frame: usize,
+    /// Position of `buf[0]` in the byte stream since the writer was made.
+    base: u64,
+    /// Messages appended since the writer was made.
+    messages_in: u64,
+    /// Messages whose frame has been written completely.
+    messages_out: u64,
+    /// Stream position where the last completely written frame ended.
+    written_end: u64,
+    /// Sealed frames not yet completely written: (stream position of the end,
+    /// `messages_in` when it was sealed).
+    sealed: VecDeque<(u64, u64)>,
 }
 
 impl FrameWriter {
@@ -36,6 +52,43 @@ impl FrameWriter {
             consumed: 0,
             open_frame: None,
             max_frame: max_frame.max(MIN_MAX_FRAME),
+            base: 0,
+            messages_in: 0,
+            messages_out: 0,
+            written_end: 0,
+            sealed: VecDeque::new(),
+        }
+    }
+
+    /// Messages not yet completely written to the socket.
+    pub fn pending_messages(&self) -> u64 {
+        self.messages_in - self.messages_out
+    }
+
+    /// Takes back the count of the last [`FrameWriter::message_buf`] when the caller
+    /// wrote nothing after all.
+    pub fn forget_message(&mut self) {
+        self.messages_in = self.messages_in.saturating_sub(1).max(self.messages_out);
+    }
+
+    /// Drops every byte not yet handed to the socket, except the rest of a frame the
+    /// socket already took part of (the stream stays well framed). For a connection
+    /// about to be closed: its last message can then go out at once.
+    pub fn discard_unsent(&mut self) {
+        self.seal();
+        let at = self.base + self.consumed as u64;
+        match self.sealed.front().copied() {
+            Some((end, messages)) if at > self.written_end => {
+                self.buf.truncate((end - self.base) as usize);
+                self.sealed.clear();
+                self.sealed.push_back((end, messages));
+                self.messages_in = messages;
+            }
+            _ => {
+                self.buf.truncate(self.consumed);
+                self.sealed.clear();
+                self.messages_in = self.messages_out;
+            }
         }
     }
 
@@ -71,6 +124,7 @@ impl FrameWriter {
             self.open_frame = Some(self.buf.len());
             self.buf.extend_from_slice(&[0; FRAME_HEADER_LEN]);
         }
+        self.messages_in += 1;
         &mut self.buf
     }
 
@@ -79,7 +133,10 @@ impl FrameWriter {
         self.message_buf(0);
         let start = self.open_frame.unwrap_or(0);
         let before = self.buf.len();
-        msg.encode(&mut self.buf)?;
+        if let Err(e) = msg.encode(&mut self.buf) {
+            self.forget_message();
+            return Err(e);
+        }
         let payload = self.buf.len() - start - FRAME_HEADER_LEN;
         if payload > self.max_frame && before > start + FRAME_HEADER_LEN {
             // The message overflowed a frame that already held others: close that frame
@@ -89,6 +146,8 @@ impl FrameWriter {
             self.buf[start..start + FRAME_HEADER_LEN].copy_from_slice(&previous.to_be_bytes());
             self.buf.splice(before..before, [0u8; FRAME_HEADER_LEN]);
             self.open_frame = Some(before);
+            self.sealed
+                .push_back((self.base + before as u64, self.messages_in - 1));
         }
         Ok(())
     }
@@ -107,6 +166,8 @@ impl FrameWriter {
             } else {
                 self.buf[start..start + FRAME_HEADER_LEN]
                     .copy_from_slice(&(payload as u32).to_be_bytes());
+                self.sealed
+                    .push_back((self.base + self.buf.len() as u64, self.messages_in));
             }
         }
     }
@@ -122,10 +183,21 @@ impl FrameWriter {
         debug_assert!(self.open_frame.is_none());
         self.consumed += n;
         debug_assert!(self.consumed <= self.buf.len());
+        let at = self.base + self.consumed as u64;
+        while let Some(&(end, messages)) = self.sealed.front() {
+            if end > at {
+                break;
+            }
+            self.messages_out = messages;
+            self.written_end = end;
+            self.sealed.pop_front();
+        }
         if self.consumed == self.buf.len() {
+            self.base += self.buf.len() as u64;
             self.buf.clear();
             self.consumed = 0;
         } else if self.consumed > 64 * 1024 && self.consumed * 2 > self.buf.len() {
+            self.base += self.consumed as u64;
             self.buf.drain(..self.consumed);
             self.consumed = 0;
         }
@@ -142,8 +214,12 @@ impl FrameWriter {
     pub fn take_all(&mut self, into: &mut Vec<u8>) {
         self.seal();
         into.extend_from_slice(&self.buf[self.consumed..]);
+        self.base += self.buf.len() as u64;
+        self.written_end = self.base;
         self.buf.clear();
         self.consumed = 0;
+        self.sealed.clear();
+        self.messages_out = self.messages_in;
     }
 }
 
@@ -240,5 +316,84 @@ impl FrameReader {
             self.start = 0;
             self.end = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::MessageIter;
+
+    fn frames(bytes: &[u8]) -> Vec<Vec<Message<'_>>> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            let payload = &bytes[at + 4..at + 4 + len];
+            out.push(
+                MessageIter::new(payload)
+                    .map(|m| m.unwrap().message)
+                    .collect(),
+            );
+            at += 4 + len;
+        }
+        out
+    }
+
+    #[test]
+    fn messages_count_as_sent_when_their_frame_is_written() {
+        let mut w = FrameWriter::new(MIN_MAX_FRAME);
+        for i in 0..3 {
+            w.push(&Message::Ping(i)).unwrap();
+        }
+        assert_eq!(w.pending_messages(), 3);
+        let first_frame = w.sealed_bytes().len();
+        w.push(&Message::Ping(3)).unwrap();
+        assert_eq!(w.pending_messages(), 4);
+        w.seal();
+        // Part of the first frame: nothing counts as sent yet.
+        w.consume(first_frame - 1);
+        assert_eq!(w.pending_messages(), 4);
+        w.consume(1);
+        assert_eq!(w.pending_messages(), 1);
+        let rest = w.sealed_bytes().len();
+        w.consume(rest);
+        assert_eq!(w.pending_messages(), 0);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn discarding_keeps_only_the_rest_of_a_partly_written_frame() {
+        let mut w = FrameWriter::new(MIN_MAX_FRAME);
+        w.push(&Message::Ping(1)).unwrap();
+        w.push(&Message::Ping(2)).unwrap();
+        let first = w.sealed_bytes().to_vec();
+        w.push(&Message::Ping(3)).unwrap();
+        w.seal();
+        w.consume(5); // the socket took the header and one byte
+        w.discard_unsent();
+        assert_eq!(w.pending_messages(), 2);
+        assert_eq!(w.sealed_bytes(), &first[5..]);
+        // What follows is framed after it.
+        w.push(&Message::Pong(9)).unwrap();
+        let mut all = first[..5].to_vec();
+        all.extend_from_slice(w.sealed_bytes());
+        let got = frames(&all);
+        assert_eq!(
+            got,
+            vec![
+                vec![Message::Ping(1), Message::Ping(2)],
+                vec![Message::Pong(9)]
+            ]
+        );
+        let n = w.sealed_bytes().len();
+        w.consume(n);
+        assert_eq!(w.pending_messages(), 0);
+
+        // Nothing partly written: everything unsent goes.
+        w.push(&Message::Ping(4)).unwrap();
+        w.discard_unsent();
+        assert!(w.is_empty());
+        assert_eq!(w.pending_messages(), 0);
     }
 }

@@ -133,6 +133,9 @@ pub mod code {
     pub const SLOW_CONSUMER: u16 = 8;
     pub const TOO_MANY_CONNECTIONS: u16 = 9;
     pub const PROTOCOL: u16 = 10;
+    /// Do-not-conflate updates could not be kept for a slow subscriber and were dropped
+    /// (their values still arrive, merged, once it catches up).
+    pub const UPDATES_DROPPED: u16 = 11;
     pub const PUBLISHER_GONE: u16 = 12;
     /// Never sent by a node: made up by the client library for its streams when its
     /// connection to the node is lost.
@@ -157,6 +160,41 @@ impl State<'static> {
     };
 }
 
+/// What the node does with a subscriber that reads slower than its items update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SlowConsumerPolicy {
+    /// Merge pending updates of an item into one while the subscriber is behind.
+    Conflate = 1,
+    /// Close the connection (closed-recover, "slow consumer") past the output bound.
+    Disconnect = 2,
+}
+
+impl SlowConsumerPolicy {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(SlowConsumerPolicy::Conflate),
+            2 => Some(SlowConsumerPolicy::Disconnect),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SlowConsumerPolicy::Conflate => "conflate",
+            SlowConsumerPolicy::Disconnect => "disconnect",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "conflate" => Some(SlowConsumerPolicy::Conflate),
+            "disconnect" => Some(SlowConsumerPolicy::Disconnect),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Login<'a> {
     pub version_min: u16,
@@ -165,6 +203,9 @@ pub struct Login<'a> {
     pub application: &'a str,
     pub user: &'a str,
     pub token: &'a str,
+    /// The slow-consumer policy this connection asks for; `None` (0 on the wire): the
+    /// node's choice.
+    pub slow_consumer: Option<SlowConsumerPolicy>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -391,6 +432,15 @@ impl<'a> Message<'a> {
                     application: r.str16("application name")?,
                     user: r.str16("user")?,
                     token: r.str16("token")?,
+                    slow_consumer: match r.u8()? {
+                        0 => None,
+                        v => Some(SlowConsumerPolicy::from_u8(v).ok_or(
+                            DecodeError::InvalidValue {
+                                what: "slow-consumer policy",
+                                value: v as u64,
+                            },
+                        )?),
+                    },
                 })
             }
             MessageType::Welcome => Message::Welcome(Welcome {
@@ -558,6 +608,7 @@ impl<'a> Message<'a> {
                 put_str16(out, m.application, "application name")?;
                 put_str16(out, m.user, "user")?;
                 put_str16(out, m.token, "token")?;
+                out.push(m.slow_consumer.map_or(0, |p| p as u8));
             }
             Message::Welcome(m) => {
                 put_u16(out, m.version);

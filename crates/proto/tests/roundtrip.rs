@@ -11,8 +11,9 @@ use tickwire_proto::message::{write_readdressed, MAX_VIEW_FIDS, MESSAGE_HEADER_L
 use tickwire_proto::{
     DataState, Date, DecodeError, Dictionary, Directory, EncodeError, FieldImage, FieldList,
     FieldListWriter, FieldType, FrameReader, FrameWriter, Login, Message, MessageIter, MessageType,
-    Real, Refresh, Request, Role, ServiceEntry, ServiceState, State, Status, StreamState, Time,
-    Update, UpdateType, Value, View, Welcome, DEFAULT_MAX_FRAME, FRAME_HEADER_LEN,
+    Real, Refresh, Request, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, State, Status,
+    StreamState, Time, Update, UpdateType, Value, View, Welcome, DEFAULT_MAX_FRAME,
+    FRAME_HEADER_LEN,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -102,6 +103,7 @@ enum OMsg {
         application: String,
         user: String,
         token: String,
+        slow_consumer: Option<SlowConsumerPolicy>,
     },
     Welcome {
         version: u16,
@@ -159,6 +161,7 @@ impl OMsg {
                 application,
                 user,
                 token,
+                slow_consumer,
             } => Message::Login(Login {
                 version_min: *version_min,
                 version_max: *version_max,
@@ -166,6 +169,7 @@ impl OMsg {
                 application,
                 user,
                 token,
+                slow_consumer: *slow_consumer,
             }),
             OMsg::Welcome {
                 version,
@@ -537,20 +541,28 @@ fn message() -> impl Strategy<Value = OMsg> {
             any::<bool>(),
             text(),
             text(),
-            text()
+            text(),
+            prop_oneof![
+                Just(None),
+                Just(Some(SlowConsumerPolicy::Conflate)),
+                Just(Some(SlowConsumerPolicy::Disconnect))
+            ]
         )
             .prop_map(
-                |(version_min, version_max, publisher, application, user, token)| OMsg::Login {
-                    version_min,
-                    version_max,
-                    role: if publisher {
-                        Role::Publisher
-                    } else {
-                        Role::Subscriber
-                    },
-                    application,
-                    user,
-                    token,
+                |(version_min, version_max, publisher, application, user, token, slow_consumer)| {
+                    OMsg::Login {
+                        version_min,
+                        version_max,
+                        role: if publisher {
+                            Role::Publisher
+                        } else {
+                            Role::Subscriber
+                        },
+                        application,
+                        user,
+                        token,
+                        slow_consumer,
+                    }
                 }
             ),
         (
@@ -1125,6 +1137,7 @@ fn writer_never_goes_below_the_minimum_frame() {
         application: "a",
         user: "u",
         token: &token,
+        slow_consumer: None,
     });
     w.push(&login).unwrap();
     w.push(&login).unwrap();
@@ -1146,6 +1159,7 @@ fn too_long_values_are_encode_errors_and_leave_the_buffer() {
         application: "app",
         user: "user",
         token: &long,
+        slow_consumer: None,
     });
     assert!(matches!(
         login.encode(&mut out),
@@ -1162,12 +1176,13 @@ fn too_long_values_are_encode_errors_and_leave_the_buffer() {
         application: &part,
         user: &part,
         token: &part,
+        slow_consumer: None,
     });
     assert_eq!(
         login.encode(&mut out),
         Err(EncodeError::TooLong {
             what: "message body",
-            len: 5 + 3 * (2 + 30_000),
+            len: 6 + 3 * (2 + 30_000),
             max: u16::MAX as usize
         })
     );

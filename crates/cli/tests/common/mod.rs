@@ -504,6 +504,7 @@ pub fn login(role: Role) -> Message<'static> {
         application: "tickwire-cli-tests",
         user: "tests",
         token: "",
+        slow_consumer: None,
     })
 }
 

@@ -1,0 +1,484 @@
+//! Slow consumers: what the node does with a subscriber that reads slower than its items
+//! update.
+//!
+//! A subscriber is *behind* when the output the node holds for it (bytes the socket has
+//! not taken yet) passes a threshold, in bytes or messages. Then, by policy:
+//!
+//! - `conflate` (default): its updates are no longer queued one by one. Each stream keeps
+//!   one pending update instead, into which every later update of the item is merged
+//!   (latest value of every changed field, the count of updates merged). Memory per slow
+//!   subscriber is bounded by its streams times their fields, not by the update rate.
+//!   When its queue has drained to half the threshold, the pending updates are written,
+//!   oldest stream first, as the socket takes them; when none is left it is live again.
+//!   Applied to what it already had, they give exactly the node's current image.
+//!   Do-not-conflate updates are never merged: they are queued as long as the hard
+//!   bound (`max_output_bytes` / `max_output_messages`) allows; past it they are merged
+//!   for their values only and the stream is told (status `UPDATES_DROPPED`) before its
+//!   pending update.
+//! - `disconnect`: past the hard bound, unsent output is dropped and the connection gets
+//!   a closed-recover status "slow consumer" and is closed.
+//!
+//! Other messages (refreshes, statuses) are always queued; one that would pass the hard
+//! bound disconnects the subscriber whatever its policy. Nothing here runs unless a
+//! subscriber is behind: the hot path only compares its queue with the threshold.
+
+use crate::items::{ItemHandle, SubEntry};
+use crate::{ConnId, ConnRole, Node};
+use log::{info, warn};
+use rustc_hash::FxHashMap;
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::time::Instant;
+use tickwire_proto::frame::FrameWriter;
+use tickwire_proto::{
+    code, DataState, FieldImage, FieldList, Message, SlowConsumerPolicy, State, Status,
+    StreamState, Update, UpdateType,
+};
+
+/// The node's slow-consumer settings.
+#[derive(Debug, Clone)]
+pub struct SlowConsumerConfig {
+    /// Policy of connections that do not ask for one and whose user has none below.
+    pub policy: SlowConsumerPolicy,
+    /// Per-user policy (the login's user name); a connection's own request wins.
+    pub per_user: HashMap<String, SlowConsumerPolicy>,
+    /// Under `conflate`: queued output (bytes) past which a subscriber is behind.
+    pub conflate_above_bytes: usize,
+    /// Under `conflate`: queued messages past which a subscriber is behind.
+    pub conflate_above_messages: u64,
+}
+
+impl Default for SlowConsumerConfig {
+    fn default() -> Self {
+        SlowConsumerConfig {
+            policy: SlowConsumerPolicy::Conflate,
+            per_user: HashMap::new(),
+            conflate_above_bytes: 1024 * 1024,
+            conflate_above_messages: 20_000,
+        }
+    }
+}
+
+/// One connection as seen by the node, for logs and monitoring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionReport {
+    pub id: ConnId,
+    pub peer: String,
+    pub user: String,
+    pub application: String,
+    /// "subscriber", "publisher", "login" (not logged in yet) or "closing".
+    pub role: &'static str,
+    pub policy: SlowConsumerPolicy,
+    /// Behind, its updates being conflated.
+    pub behind: bool,
+    pub queued_bytes: usize,
+    pub queued_messages: u64,
+    pub streams: usize,
+    /// Streams with a pending conflated update.
+    pub pending_streams: usize,
+    pub slow_episodes: u64,
+    pub conflated_updates: u64,
+    pub do_not_conflate_dropped: u64,
+}
+
+/// The state of a subscriber while it is behind.
+pub(crate) struct Conflation {
+    since: Instant,
+    pub(crate) pending: FxHashMap<u32, PendingUpdate>,
+    /// Stream ids in the order they got a pending update (written in that order).
+    order: VecDeque<u32>,
+    /// Updates merged during this episode, and conflated updates written for them.
+    merged: u64,
+    pub(crate) written: u64,
+}
+
+impl Conflation {
+    pub(crate) fn new(since: Instant) -> Self {
+        Conflation {
+            since,
+            pending: FxHashMap::default(),
+            order: VecDeque::new(),
+            merged: 0,
+            written: 0,
+        }
+    }
+
+    pub(crate) fn has_pending(&self, stream_id: u32) -> bool {
+        self.pending.contains_key(&stream_id)
+    }
+}
+
+/// The updates of one stream merged while its subscriber is behind.
+pub(crate) struct PendingUpdate {
+    item: ItemHandle,
+    pub(crate) fields: FieldImage,
+    /// Updates merged (the conflation count of the update written for them).
+    pub(crate) count: u32,
+    seq: u32,
+    update_type: UpdateType,
+    /// Do-not-conflate updates among them that had no room in the queue.
+    dropped: u32,
+}
+
+/// Merges one update into the pending update of its stream.
+pub(crate) fn merge(cf: &mut Conflation, item: ItemHandle, stream_id: u32, u: &Update<'_>) {
+    let p = cf.pending.entry(stream_id).or_insert_with(|| {
+        cf.order.push_back(stream_id);
+        PendingUpdate {
+            item,
+            fields: FieldImage::new(),
+            count: 0,
+            seq: u.seq,
+            update_type: u.update_type,
+            dropped: 0,
+        }
+    });
+    p.fields.apply(u.fields);
+    if p.count > 0 && p.update_type != u.update_type {
+        p.update_type = UpdateType::Other;
+    }
+    p.count += 1;
+    p.seq = u.seq;
+    if u.do_not_conflate {
+        p.dropped += 1;
+    }
+    cf.merged += 1;
+}
+
+/// Writes a stream's pending update: first, if do-not-conflate updates were dropped, a
+/// status saying so; then one update with the latest value of every field merged (its
+/// conflation count saturates at 65,535, read "that many or more"); then, after a
+/// drop, a status restoring the item's data state.
+pub(crate) fn write_pending(
+    out: &mut FrameWriter,
+    scratch: &mut Vec<u8>,
+    stream_id: u32,
+    p: &PendingUpdate,
+    view: Option<&[i16]>,
+    data: DataState,
+) {
+    if p.dropped > 0 {
+        let text = format!(
+            "{} do-not-conflate updates dropped: the subscriber fell too far behind; \
+             their latest values follow in a conflated update",
+            p.dropped
+        );
+        let _ = out.push(&Message::Status(Status {
+            stream_id,
+            state: State {
+                stream: StreamState::Open,
+                data: DataState::Suspect,
+                code: code::UPDATES_DROPPED,
+                text: &text,
+            },
+        }));
+    }
+    scratch.clear();
+    let n = p.fields.write(scratch, view);
+    if n > 0 {
+        let _ = out.push(&Message::Update(Update {
+            stream_id,
+            seq: p.seq,
+            update_type: p.update_type,
+            do_not_conflate: false,
+            conflation_count: p.count.min(u16::MAX as u32) as u16,
+            fields: FieldList::from_trusted(scratch),
+        }));
+    }
+    if p.dropped > 0 {
+        let _ = out.push(&Message::Status(Status {
+            stream_id,
+            state: State {
+                stream: StreamState::Open,
+                data,
+                code: code::NONE,
+                text: "caught up: the latest values were delivered",
+            },
+        }));
+    }
+}
+
+/// The view of a subscriber stream, looked up in its item.
+fn view_of(subs: &[SubEntry], conn: ConnId, stream_id: u32) -> Option<Option<&[i16]>> {
+    subs.iter()
+        .find(|s| s.conn == conn && s.stream_id == stream_id)
+        .map(|s| s.view.as_deref())
+}
+
+impl Node {
+    /// The policy of a connection that just logged in.
+    pub(crate) fn policy_for(
+        &self,
+        user: &str,
+        asked: Option<SlowConsumerPolicy>,
+    ) -> SlowConsumerPolicy {
+        let sc = &self.cfg.slow_consumer;
+        asked
+            .or_else(|| sc.per_user.get(user).copied())
+            .unwrap_or(sc.policy)
+    }
+
+    /// Sets a subscriber's policy and the queue size at which it counts as behind.
+    pub(crate) fn apply_policy(&mut self, conn: ConnId, policy: SlowConsumerPolicy) {
+        let (limits, sc) = (&self.cfg.limits, &self.cfg.slow_consumer);
+        let (bytes, messages) = match policy {
+            SlowConsumerPolicy::Conflate => (
+                sc.conflate_above_bytes.min(limits.max_output_bytes),
+                sc.conflate_above_messages.min(limits.max_output_messages),
+            ),
+            SlowConsumerPolicy::Disconnect => (limits.max_output_bytes, limits.max_output_messages),
+        };
+        if let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
+            c.policy = policy;
+            c.behind_bytes = bytes;
+            c.behind_messages = messages;
+        }
+    }
+
+    /// Subscribers whose queue passed their threshold while a frame was processed:
+    /// start conflating, or disconnect those past the hard bound.
+    pub(crate) fn handle_overflows(&mut self) {
+        if self.overflowed.is_empty() {
+            return;
+        }
+        let mut list = std::mem::take(&mut self.overflowed);
+        list.sort_unstable();
+        list.dedup();
+        let (max_bytes, max_messages) = (
+            self.cfg.limits.max_output_bytes,
+            self.cfg.limits.max_output_messages,
+        );
+        for conn in list.drain(..) {
+            let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+                continue;
+            };
+            if c.role != ConnRole::Subscriber {
+                continue;
+            }
+            let (bytes, messages) = (c.out.pending_len(), c.out.pending_messages());
+            if bytes > max_bytes || messages > max_messages {
+                let text = format!(
+                    "slow consumer: {bytes} bytes / {messages} messages queued, limit \
+                     {max_bytes} bytes / {max_messages} messages (policy {})",
+                    c.policy.name()
+                );
+                self.disconnect_slow(conn, &text);
+                continue;
+            }
+            if c.policy == SlowConsumerPolicy::Conflate && c.conflation.is_none() {
+                c.conflation = Some(Box::new(Conflation::new(self.now)));
+                c.slow_episodes += 1;
+                self.stats.slow_consumer_episodes += 1;
+                let items = self.item_names(conn, 5);
+                let c = self.conns[conn].as_ref().expect("live");
+                warn!(
+                    "slow consumer {} (user {:?}, application {:?}): {bytes} bytes / {messages} \
+                     messages queued; conflating its {} streams ({items})",
+                    c.peer,
+                    c.user,
+                    c.application,
+                    c.sub_streams.len()
+                );
+            }
+        }
+        self.overflowed = list;
+    }
+
+    /// Drops a subscriber's unsent output, tells it why (closed-recover: it may come
+    /// back) and closes it.
+    fn disconnect_slow(&mut self, conn: ConnId, text: &str) {
+        let items = self.item_names(conn, 5);
+        if let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
+            c.out.discard_unsent();
+            c.conflation = None;
+            warn!(
+                "disconnecting slow consumer {} (user {:?}, application {:?}, items {items}): {text}",
+                c.peer, c.user, c.application
+            );
+        }
+        self.stats.slow_consumer_disconnects += 1;
+        self.reject(conn, code::SLOW_CONSUMER, text);
+    }
+
+    /// "A, B, C and 7 more": the first items a subscriber watches, for logs.
+    fn item_names(&self, conn: ConnId, first: usize) -> String {
+        let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
+            return String::new();
+        };
+        let mut out = String::new();
+        for (i, h) in c.sub_streams.values().take(first).enumerate() {
+            if let Some(item) = self.items.get(*h) {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                let svc = &self.services[item.service].name;
+                let _ = write!(out, "{svc}/{}", item.name);
+            }
+        }
+        if c.sub_streams.len() > first {
+            let _ = write!(out, " and {} more", c.sub_streams.len() - first);
+        }
+        if out.is_empty() {
+            out.push_str("no items");
+        }
+        out
+    }
+
+    /// The socket took (some of) a connection's output. A subscriber that is behind and
+    /// has drained to half its threshold gets pending conflated updates, up to that
+    /// half; with none left it is live again. Returns true if output was added.
+    pub fn on_output_written(&mut self, conn: ConnId) -> bool {
+        let Node {
+            conns,
+            items,
+            scratch,
+            stats,
+            dirty,
+            now,
+            ..
+        } = self;
+        let Some(c) = conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return false;
+        };
+        if c.role != ConnRole::Subscriber {
+            return false;
+        }
+        let Some(cf) = c.conflation.as_deref_mut() else {
+            return false;
+        };
+        let (low_bytes, low_messages) = (c.behind_bytes / 2, c.behind_messages / 2);
+        let mut wrote = false;
+        while c.out.pending_len() < low_bytes && c.out.pending_messages() < low_messages {
+            let Some(sid) = cf.order.pop_front() else {
+                break;
+            };
+            let Some(p) = cf.pending.remove(&sid) else {
+                continue; // written early (before a status) or closed
+            };
+            if c.sub_streams.get(&sid) != Some(&p.item) {
+                continue;
+            }
+            let Some(item) = items.get(p.item) else {
+                continue;
+            };
+            let Some(view) = view_of(&item.subs, conn, sid) else {
+                continue;
+            };
+            write_pending(&mut c.out, scratch, sid, &p, view, item.data_state);
+            stats.conflated_updates += u64::from(p.count - 1);
+            c.conflated_updates += u64::from(p.count - 1);
+            cf.written += 1;
+            wrote = true;
+        }
+        if cf.order.is_empty() && c.out.pending_len() < c.behind_bytes {
+            info!(
+                "{} (user {:?}) caught up after {} ms: {} updates merged into {} conflated updates",
+                c.peer,
+                c.user,
+                now.saturating_duration_since(cf.since).as_millis(),
+                cf.merged,
+                cf.written
+            );
+            c.conflation = None;
+        }
+        if wrote {
+            c.last_tx = *now;
+            if !c.dirty {
+                c.dirty = true;
+                dirty.push(conn);
+            }
+        }
+        wrote
+    }
+
+    /// Before a message that must follow a stream's pending update (a status): writes
+    /// that update now, whatever the queue holds, so the order is kept.
+    pub(crate) fn write_pending_now(&mut self, conn: ConnId, stream_id: u32) {
+        let Node {
+            conns,
+            items,
+            scratch,
+            stats,
+            ..
+        } = self;
+        let Some(c) = conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let Some(cf) = c.conflation.as_deref_mut() else {
+            return;
+        };
+        let Some(p) = cf.pending.remove(&stream_id) else {
+            return;
+        };
+        let Some(item) = items.get(p.item) else {
+            return;
+        };
+        if let Some(view) = view_of(&item.subs, conn, stream_id) {
+            write_pending(&mut c.out, scratch, stream_id, &p, view, item.data_state);
+            stats.conflated_updates += u64::from(p.count - 1);
+            c.conflated_updates += u64::from(p.count - 1);
+            cf.written += 1;
+        }
+    }
+
+    /// A refresh is about to replace a stream's image: its pending update is moot, but
+    /// a drop of do-not-conflate updates is still reported.
+    pub(crate) fn discard_pending(&mut self, conn: ConnId, stream_id: u32) {
+        let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let Some(cf) = c.conflation.as_deref_mut() else {
+            return;
+        };
+        let Some(p) = cf.pending.remove(&stream_id) else {
+            return;
+        };
+        if p.dropped > 0 {
+            let text = format!(
+                "{} do-not-conflate updates dropped: the subscriber fell too far behind",
+                p.dropped
+            );
+            let _ = c.out.push(&Message::Status(Status {
+                stream_id,
+                state: State {
+                    stream: StreamState::Open,
+                    data: DataState::Suspect,
+                    code: code::UPDATES_DROPPED,
+                    text: &text,
+                },
+            }));
+        }
+    }
+
+    /// Every connection, for monitoring (a slow path: it allocates).
+    pub fn connection_reports(&self) -> Vec<ConnectionReport> {
+        self.conns
+            .iter()
+            .enumerate()
+            .filter_map(|(id, c)| {
+                let c = c.as_ref()?;
+                Some(ConnectionReport {
+                    id,
+                    peer: c.peer.clone(),
+                    user: c.user.clone(),
+                    application: c.application.clone(),
+                    role: match c.role {
+                        ConnRole::AwaitingLogin => "login",
+                        ConnRole::Subscriber => "subscriber",
+                        ConnRole::Publisher => "publisher",
+                        ConnRole::Closing => "closing",
+                    },
+                    policy: c.policy,
+                    behind: c.conflation.is_some(),
+                    queued_bytes: c.out.pending_len(),
+                    queued_messages: c.out.pending_messages(),
+                    streams: c.sub_streams.len(),
+                    pending_streams: c.conflation.as_ref().map_or(0, |cf| cf.pending.len()),
+                    slow_episodes: c.slow_episodes,
+                    conflated_updates: c.conflated_updates,
+                    do_not_conflate_dropped: c.do_not_conflate_dropped,
+                })
+            })
+            .collect()
+    }
+}
