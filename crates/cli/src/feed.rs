@@ -66,12 +66,13 @@ impl Instrument {
         }
     }
 
-    /// Moves the quote one tick and returns it.
-    pub fn step(&mut self, rng: &mut Rng, send_time_ns: u64) -> &Level1 {
+    /// Moves the quote one tick; returns true if it traded.
+    pub fn step(&mut self, rng: &mut Rng, send_time_ns: u64) -> bool {
         let tick = 100;
         let r = rng.below(3) as i64 - 1;
         let mid = ((self.q.bid + self.q.ask) / 2 + r * tick).max(2 * tick);
         let spread = tick * (1 + rng.below(3) as i64);
+        let mut traded = false;
         self.q.bid = mid - spread / 2 - spread % 2 * tick / 2;
         self.q.ask = self.q.bid + spread;
         if rng.below(4) == 0 {
@@ -82,13 +83,26 @@ impl Instrument {
             };
             self.q.trade_volume = 100 * (1 + rng.below(20));
             self.q.total_volume += self.q.trade_volume;
+            traded = true;
         }
         self.q.net_change = self.q.last - self.open;
         self.q.bid_size = 100 * (1 + rng.below(50));
         self.q.ask_size = 100 * (1 + rng.below(50));
         self.q.time_of_day = time_of_day(send_time_ns);
         self.q.send_time_ns = send_time_ns;
-        &self.q
+        traded
+    }
+
+    /// The last trade alone (price, size, accumulated volume, time): a do-not-conflate
+    /// update, so every trade reaches every subscriber; ACVOL_1 - TRDVOL_1 of a trade is
+    /// the ACVOL_1 of the one before.
+    pub fn write_trade(&self, out: &mut Vec<u8>) {
+        let mut w = FieldListWriter::new(out);
+        w.push(fid::TRDPRC_1, Value::Real(Real::new(self.q.last, -4)));
+        w.push(fid::TRDVOL_1, Value::UInt(self.q.trade_volume));
+        w.push(fid::ACVOL_1, Value::UInt(self.q.total_volume));
+        w.push(fid::TIMACT, Value::Time(self.q.time_of_day));
+        w.finish();
     }
 
     /// The reference Level 1 update for the current quote.
@@ -144,10 +158,26 @@ mod tests {
         inst.write_image(&mut img);
         let list = FieldList::decode(&img).unwrap();
         assert_eq!(list.len(), 14);
+        let mut trades = 0;
+        let mut volume = 0;
         for _ in 0..1000 {
-            let q = *inst.step(&mut rng, now_ns());
+            if inst.step(&mut rng, now_ns()) {
+                trades += 1;
+                let mut t = Vec::new();
+                inst.write_trade(&mut t);
+                let acvol = FieldList::decode(&t)
+                    .unwrap()
+                    .iter()
+                    .find(|(id, _)| *id == fid::ACVOL_1)
+                    .map(|(_, v)| v.to_string())
+                    .unwrap();
+                assert!(acvol.parse::<u64>().unwrap() > volume);
+                volume = acvol.parse().unwrap();
+            }
+            let q = inst.q;
             assert!(q.bid < q.ask && q.bid > 0, "{q:?}");
         }
+        assert!(trades > 100, "{trades} trades");
         let mut upd = Vec::new();
         inst.write_update(&mut upd);
         assert_eq!(FieldList::decode(&upd).unwrap().len(), 10);

@@ -79,6 +79,11 @@ struct NodeArgs {
     /// Pin the event loop to these CPUs, e.g. `0` or `0,1`.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     cpus: Option<Vec<usize>>,
+    /// What to do with subscribers that fall behind: `conflate` (default: merge their
+    /// pending updates per item) or `disconnect` (closed-recover past the output bound).
+    /// Overrides slow_consumer.policy; a subscriber may ask for its own at login.
+    #[arg(long, value_name = "POLICY")]
+    slow_consumer: Option<tickwire_node::SlowPolicy>,
     /// Print the effective configuration (file + flags) as TOML and exit.
     #[arg(long)]
     print_config: bool,
@@ -109,6 +114,9 @@ fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(cpus) = &args.cpus {
         cfg.node.cpus = cpus.clone();
+    }
+    if let Some(p) = args.slow_consumer {
+        cfg.slow_consumer.policy = p;
     }
     cfg.validate().context("invalid node settings")?;
     Ok(cfg)

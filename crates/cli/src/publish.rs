@@ -157,7 +157,16 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
         let stamp = now_ns();
         for _ in 0..n {
             let (id, i) = live[rng.below(live.len() as u64) as usize];
-            instruments[i].step(&mut rng, stamp);
+            if instruments[i].step(&mut rng, stamp) {
+                buf.clear();
+                instruments[i].write_trade(&mut buf);
+                publisher.publish_update(
+                    id,
+                    UpdateType::Trade,
+                    FieldList::from_trusted(&buf),
+                    true,
+                )?;
+            }
             buf.clear();
             instruments[i].write_update(&mut buf);
             publisher.publish_update(

@@ -35,6 +35,15 @@ pub struct SubscribeArgs {
     /// Field dictionary file (default: the built-in MarketPrice dictionary).
     #[arg(long, value_name = "FILE")]
     dictionary: Option<PathBuf>,
+    /// What the node should do if this subscriber reads slower than its items update:
+    /// `conflate` (merge pending updates of an item into one) or `disconnect`. Default:
+    /// the node's configured policy.
+    #[arg(long, value_name = "POLICY")]
+    slow_consumer: Option<tickwire_node::SlowPolicy>,
+    /// Kernel receive buffer in bytes (default: the kernel's autotuning, which may let
+    /// tens of MB wait in this host's kernel before the node sees a slow reader).
+    #[arg(long, value_name = "BYTES")]
+    receive_buffer: Option<usize>,
     /// Give up (exit status 3) if --count messages have not arrived within this many seconds.
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
@@ -78,6 +87,8 @@ pub fn run(args: SubscribeArgs) -> Result<()> {
     };
     let mut opts = ConnectOptions::new(args.node.clone());
     opts.application = "tickwire-subscribe".into();
+    opts.slow_consumer = args.slow_consumer.map(|p| p.to_proto());
+    opts.receive_buffer_bytes = args.receive_buffer;
     let mut sub =
         Subscriber::connect(opts).with_context(|| format!("cannot subscribe at {}", args.node))?;
     for item in &args.items {

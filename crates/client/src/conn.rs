@@ -27,6 +27,10 @@ pub struct ConnectOptions {
     pub backoff_max: Duration,
     /// The slow-consumer policy to ask the node for (`None`: the node's configured one).
     pub slow_consumer: Option<SlowConsumerPolicy>,
+    /// Kernel receive buffer (SO_RCVBUF); `None` keeps the kernel's autotuning, which
+    /// may grow it to tens of MB: that much backlog can then wait in this host's kernel
+    /// before the node sees the application as slow.
+    pub receive_buffer_bytes: Option<usize>,
 }
 
 impl ConnectOptions {
@@ -41,6 +45,7 @@ impl ConnectOptions {
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             slow_consumer: None,
+            receive_buffer_bytes: None,
         }
     }
 }
@@ -65,6 +70,9 @@ pub(crate) struct Conn {
     pub last_tx: Instant,
     /// Messages that arrived in the welcome's frame, after it.
     pub after_welcome: Vec<u8>,
+    /// The node closed the connection after bytes still to be processed (its last
+    /// words, e.g. why it closed): reported on the next read, once they are.
+    peer_closed: bool,
 }
 
 /// Outcome of waiting on the socket.
@@ -100,6 +108,9 @@ impl Conn {
         })?;
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
+        if let Some(bytes) = opts.receive_buffer_bytes {
+            set_receive_buffer(&stream, bytes)?;
+        }
         let now = Instant::now();
         let mut conn = Conn {
             stream,
@@ -116,6 +127,7 @@ impl Conn {
             last_rx: now,
             last_tx: now,
             after_welcome: Vec::new(),
+            peer_closed: false,
         };
         conn.writer.push(&Message::Login(Login {
             version_min: PROTOCOL_VERSION_MIN,
@@ -231,10 +243,20 @@ impl Conn {
 
     /// Reads whatever the socket holds now (non-blocking).
     pub fn read_available(&mut self) -> Result<Io, ClientError> {
+        if self.peer_closed {
+            return Err(ClientError::Disconnected(
+                "node closed the connection".into(),
+            ));
+        }
         let mut got = false;
         loop {
             let buf = self.reader.spare(64 * 1024);
             match self.stream.read(buf) {
+                Ok(0) if got => {
+                    // Deliver what came before the end first.
+                    self.peer_closed = true;
+                    break;
+                }
                 Ok(0) => {
                     return Err(ClientError::Disconnected(
                         "node closed the connection".into(),
@@ -333,6 +355,25 @@ impl Conn {
 }
 
 /// Whether a connection-level status from the node ends the session for good.
+/// SO_RCVBUF (the kernel doubles it for bookkeeping and caps it at net.core.rmem_max).
+fn set_receive_buffer(stream: &TcpStream, bytes: usize) -> std::io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: a valid socket descriptor and a pointer to a c_int of the given size.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub(crate) fn is_fatal(stream: StreamState, status_code: u16) -> bool {
     stream == StreamState::Closed && status_code == code::LOGIN_REJECTED
 }

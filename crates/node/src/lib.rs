@@ -8,7 +8,7 @@
 pub mod config;
 mod server;
 
-pub use config::{CacheMode, ConfigError, NodeConfig, WaitStrategy};
+pub use config::{CacheMode, ConfigError, NodeConfig, SlowPolicy, WaitStrategy};
 pub use server::{NodeServer, RunningNode, ShutdownHandle};
 pub use tickwire_core::Stats;
 

@@ -34,6 +34,9 @@ struct Socket {
     reader: FrameReader,
     /// Peer closed its side or failed; close once the core has been told.
     dead: bool,
+    /// The node closed its sending side (FIN after the last bytes) and waits for the
+    /// peer to close; meanwhile what the peer sends is read and dropped.
+    fin_sent: bool,
 }
 
 /// Stops a running node from another thread (signal handler, test, demo).
@@ -267,13 +270,23 @@ impl NodeServer {
                 lingering.push((id, now + linger));
             }
             // Closing connections keep their socket until their last bytes (the status
-            // saying why) are written, or the linger time has passed.
+            // saying why) are written and the peer has closed too, or the linger time
+            // has passed. Closing at once could reset the connection (unread bytes from
+            // the peer make the kernel send RST), and a reset loses what the peer had
+            // not read yet: the status among it.
             lingering.retain(|&(id, deadline)| {
-                let alive = sockets
-                    .get(id)
-                    .is_some_and(|s| s.as_ref().is_some_and(|s| !s.dead));
-                if alive && core.pending_output(id) > 0 && now < deadline {
-                    return true;
+                let sock = sockets.get_mut(id).and_then(|s| s.as_mut());
+                if let Some(s) = sock.filter(|s| !s.dead) {
+                    if now < deadline {
+                        if core.pending_output(id) > 0 {
+                            return true;
+                        }
+                        if !s.fin_sent {
+                            let _ = s.stream.shutdown(std::net::Shutdown::Write);
+                            s.fin_sent = true;
+                        }
+                        return true;
+                    }
                 }
                 if let Some(mut s) = sockets.get_mut(id).and_then(|s| s.take()) {
                     let _ = self.poll.registry().deregister(&mut s.stream);
@@ -284,6 +297,7 @@ impl NodeServer {
             });
             // Connections whose peer went away.
             for id in dead.drain(..) {
+                lingering.retain(|&(l, _)| l != id);
                 if let Some(mut s) = sockets.get_mut(id).and_then(|s| s.take()) {
                     let _ = self.poll.registry().deregister(&mut s.stream);
                     core.on_disconnect(id, now);
@@ -375,6 +389,9 @@ impl NodeServer {
                 continue;
             }
             let _ = stream.set_nodelay(true);
+            if self.cfg.limits.socket_send_buffer_bytes > 0 {
+                set_send_buffer(&stream, self.cfg.limits.socket_send_buffer_bytes);
+            }
             let id = core.connect(&peer.to_string(), now);
             if let Err(e) = self.poll.registry().register(
                 &mut stream,
@@ -392,8 +409,31 @@ impl NodeServer {
                 stream,
                 reader: FrameReader::new(max_frame),
                 dead: false,
+                fin_sent: false,
             });
         }
+    }
+}
+
+/// Sets SO_SNDBUF (the kernel doubles it for its bookkeeping and caps it at
+/// net.core.wmem_max); a failure is logged, the connection kept.
+fn set_send_buffer(stream: &TcpStream, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: a valid socket descriptor and a pointer to a c_int of the given size.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        warn!(
+            "cannot set the send buffer to {bytes} bytes: {}",
+            io::Error::last_os_error()
+        );
     }
 }
 
