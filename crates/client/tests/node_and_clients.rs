@@ -416,3 +416,90 @@ fn a_burst_of_100k_images_is_fully_served() {
     assert_eq!(bids, vec!["0.00", "500.00", "999.99"]);
     node.stop().unwrap();
 }
+
+/// An application that processes each event slowly, and asked for conflation: the
+/// library reads only as fast as the application, so the backlog waits at the node,
+/// which merges it; the application sees conflated updates, loses no update (each
+/// one's sequence number follows the previous by its conflation count) and ends on
+/// the publisher's last values.
+#[test]
+fn a_slow_application_sees_conflated_updates_and_ends_on_the_latest_values() {
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.node.stats_interval_s = 0;
+    cfg.limits.socket_send_buffer_bytes = 65536;
+    cfg.slow_consumer.conflate_above_bytes = 16 * 1024;
+    let node = NodeServer::spawn(cfg).expect("node starts");
+    const ITEMS: i64 = 10;
+    const UPDATES: i64 = 20_000;
+    let mut p = publisher(&node, false);
+    for i in 0..ITEMS {
+        publish_and_wait(&node, &mut p, &format!("SYM{i}"), 100);
+    }
+    let mut o = opts(&node);
+    o.slow_consumer = Some(tickwire_proto::SlowConsumerPolicy::Conflate);
+    o.receive_buffer_bytes = Some(32 * 1024);
+    let mut sub = Subscriber::connect(o).unwrap();
+    for i in 0..ITEMS {
+        sub.subscribe("FEED", &format!("SYM{i}"), RequestOptions::default())
+            .unwrap();
+    }
+    let mut refreshes = 0;
+    while refreshes < ITEMS {
+        if let Event::Refresh { .. } = wait_for(&mut sub, Some(&mut p), |_| true) {
+            refreshes += 1;
+        }
+    }
+    let feed = std::thread::spawn(move || {
+        for k in 0..UPDATES {
+            let name = format!("SYM{}", k % ITEMS);
+            let id = p.item(&name).expect("published");
+            let q = quote(1_000 + k);
+            p.publish_update(id, UpdateType::Quote, FieldList::decode(&q).unwrap(), false)
+                .unwrap();
+            if k % 100 == 0 {
+                p.flush(WAIT).unwrap();
+            }
+        }
+        p.flush(WAIT).unwrap();
+        p
+    });
+    let last_bid = |i: i64| Real::new(1_000 + UPDATES - ITEMS + i, -2).to_string();
+    let mut seq = std::collections::HashMap::new();
+    let mut done = std::collections::HashSet::new();
+    let (mut events, mut conflated, mut represented) = (0u64, 0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done.len() < ITEMS as usize {
+        assert!(Instant::now() < deadline, "the slow application never caught up");
+        let Some(e) = sub.next_event(Duration::from_millis(100)).unwrap() else {
+            continue;
+        };
+        if let Event::Update {
+            name,
+            seq: s,
+            conflation_count,
+            fields,
+            ..
+        } = &e
+        {
+            events += 1;
+            represented += u64::from(*conflation_count);
+            if *conflation_count > 1 {
+                conflated += 1;
+            }
+            if let Some(prev) = seq.insert(name.clone(), *s) {
+                assert_eq!(*s, prev + u32::from(*conflation_count), "{name}: a gap");
+            }
+            let i: i64 = name[3..].parse().unwrap();
+            if fields.get(22).map(|v| v.to_string()) == Some(last_bid(i)) {
+                done.insert(i);
+            }
+            // The application's own work: slow.
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+    let _p = feed.join().unwrap();
+    assert!(conflated > 0, "no conflated update in {events} events");
+    assert_eq!(represented, UPDATES as u64, "every update accounted for");
+    assert!(events < UPDATES as u64, "{events} events for {UPDATES} updates");
+}
