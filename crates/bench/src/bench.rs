@@ -916,8 +916,8 @@ fn stall_report(md: &mut String, st: &Stall) -> Result<()> {
     )?;
     writeln!(
         md,
-        "| healthy subscribers: gaps / lost / reconnects | {} / {} / {} |",
-        st.healthy_gaps, st.healthy_lost, st.healthy_reconnects
+        "| healthy subscribers: gaps / lost / reconnects / conflated | {} / {} / {} / {} |",
+        st.healthy_gaps, st.healthy_lost, st.healthy_reconnects, st.healthy_conflated
     )?;
     writeln!(
         md,
@@ -1119,14 +1119,9 @@ fn stall_plot(st: &Stall) -> LineChart {
         "latency p99 (µs)",
     )
     .with_log(false, true)
-    .with_series(
-        format!(
-            "healthy subscribers (highest of {})",
-            st.healthy_subscribers
-        ),
-        healthy,
-    )
+    // The healthy subscribers last, drawn over the stopped one: they are the point.
     .with_series("stopped subscriber", stopped)
+    .with_series("healthy (highest)", healthy)
     .with_series(
         "subscriber stopped",
         bracket(event("subscriber SIGSTOP"), event("subscriber SIGCONT")),

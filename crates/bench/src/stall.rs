@@ -93,9 +93,13 @@ pub struct Stall {
     pub recovery_rule: String,
     /// Sequence gaps over all healthy subscribers, whole scenario.
     pub healthy_gaps: u64,
-    /// Updates the publisher sent minus updates each healthy subscriber received, summed,
-    /// from a quiet start to a quiet end (0 when nothing was lost).
+    /// Updates the publisher sent minus updates each healthy subscriber received or saw
+    /// merged by conflation, summed, from a quiet start to a quiet end (0 when nothing
+    /// was lost).
     pub healthy_lost: i64,
+    /// Updates merged away by conflation for the healthy subscribers (not lost: the
+    /// merged update carries their latest values, but reported apart).
+    pub healthy_conflated: u64,
     /// Times a healthy subscriber's connection was re-established.
     pub healthy_reconnects: u64,
     /// The node's peak resident set (VmHWM) at the end of the run.
@@ -580,13 +584,16 @@ pub fn run(
     let sent_total = end_pub.total.saturating_sub(start_pub.total);
     let healthy = plan.subscribers - 1;
     let mut healthy_lost = 0i64;
+    let mut healthy_conflated = 0u64;
     let mut healthy_gaps = 0u64;
     for h in 0..healthy {
         // Healthy subscriber h is subs[h + 1]; the phase marks hold the healthy ones only.
         let phase_sum =
             |f: fn(&SubMark) -> u64| phase_marks.iter().map(|(_, _, m)| f(&m[h])).sum::<u64>();
         let received = settle[h + 1].updates + phase_sum(|m| m.updates) + drain[h].updates;
-        healthy_lost += sent_total as i64 - received as i64;
+        let merged = settle[h + 1].conflated + phase_sum(|m| m.conflated) + drain[h].conflated;
+        healthy_conflated += merged;
+        healthy_lost += sent_total as i64 - received as i64 - merged as i64;
         healthy_gaps += settle[h + 1].gaps + phase_sum(|m| m.gaps) + drain[h].gaps;
     }
     let healthy_reconnects = drain.iter().map(|m| m.reconnects).sum();
@@ -739,6 +746,7 @@ pub fn run(
         recovery_rule: recovery_rule(interval_ms),
         healthy_gaps,
         healthy_lost,
+        healthy_conflated,
         healthy_reconnects,
         node_peak_rss_bytes,
         conflated_updates,

@@ -466,6 +466,7 @@ fn bench_stall_reports_every_phase_and_loses_nothing() {
     assert!(n("node_peak_rss_bytes") > 0, "{s}");
     assert_eq!(n("healthy_gaps"), 0, "{s}");
     assert_eq!(s["healthy_lost"], 0, "{s}");
+    assert!(s["healthy_conflated"].is_u64(), "{s}");
     assert_eq!(n("healthy_reconnects"), 0, "{s}");
     // 2,000 updates/s of 89 bytes for 1 s stay far below the node's output limit.
     assert_eq!(s["stopped_subscriber_disconnected"], false, "{s}");
