@@ -4,8 +4,9 @@
 //! rates (ramp, then bisection), climbs a latency ladder, and writes `DIR/results.json`,
 //! `DIR/report.md` and SVG plots. docs/BENCHMARKS.md documents the procedure and schema.
 
-use crate::lab::{self, find_max, hold, recover, start_rig, Rig, RigSpec, Step};
+use crate::lab::{self, find_max, hold, recover, round_rate, start_rig, Rig, RigSpec, Step};
 use crate::plot::{BarChart, LineChart};
+use crate::stall::{Stall, StallPlan};
 use crate::sysinfo::{machine, Machine, MonitorOptions, ProcessMonitor, ProcessUsage};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -26,6 +27,9 @@ pub enum BenchCommand {
     Instances(BenchArgs),
     /// Every scenario with short steps (under 5 minutes on 2 cores).
     Quick(BenchArgs),
+    /// At 50% of the max sustainable rate, stop one of several subscribers (SIGSTOP) for
+    /// 3 s, then the node for 500 ms: the others' latency, recovery, loss, node memory.
+    Stall(BenchArgs),
     /// Compare result directories: the first is base 100.
     Compare {
         /// Directories holding results.json; the first is the base.
@@ -67,6 +71,31 @@ pub struct BenchArgs {
     /// Count system calls with `perf` where the kernel allows it.
     #[arg(long)]
     pub syscalls: bool,
+    /// Stall scenario: the publisher's rate (default: 50% of the max sustainable rate
+    /// with the cache on, from the throughput scenario in `quick`, else from a short
+    /// search first).
+    #[arg(long, value_name = "N")]
+    pub stall_rate: Option<u64>,
+    /// Stall scenario: items in the watchlist of every subscriber.
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub stall_items: usize,
+    /// Stall scenario: perf-sub processes (one connection each, every item); the first
+    /// is stopped, the others are the healthy ones.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub stall_subscribers: usize,
+    /// Stall scenario: seconds the subscriber is stopped.
+    #[arg(long, value_name = "S", default_value_t = 3.0)]
+    pub stall_seconds: f64,
+    /// Stall scenario: milliseconds the node is stopped.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub node_pause_ms: u64,
+    /// Stall scenario: seconds of the baseline and of each recovery phase (default 3;
+    /// 2 in `quick`).
+    #[arg(long, value_name = "S")]
+    pub stall_phase_seconds: Option<f64>,
+    /// Stall scenario: length of the latency time series' intervals.
+    #[arg(long, value_name = "MS", default_value_t = 50)]
+    pub stall_interval_ms: u64,
 }
 
 /// The whole results file (schema in docs/BENCHMARKS.md).
@@ -85,6 +114,9 @@ pub struct Results {
     pub latency: Vec<LatencyStep>,
     pub instances: Vec<Instances>,
     pub processes: Vec<StepProcess>,
+    /// The stall scenario (absent in results written before it existed).
+    #[serde(default)]
+    pub stall: Option<Stall>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -214,6 +246,14 @@ impl Lab {
             .unwrap_or(if self.quick { 2.0 } else { 10.0 })
     }
 
+    fn bisections(&self) -> u32 {
+        if self.quick {
+            1
+        } else {
+            3
+        }
+    }
+
     fn monitor(&self, rigs: &[Rig]) -> ProcessMonitor {
         let pids: Vec<(String, u32)> = rigs.iter().flat_map(|r| r.pids()).collect();
         ProcessMonitor::start_with(
@@ -241,7 +281,8 @@ impl Lab {
     fn throughput(&mut self) -> Result<()> {
         for cache in ["off", "on"] {
             let spec = RigSpec::new(format!("throughput cache={cache}"), cache, self.args.items);
-            let (max, steps) = self.search_one_rig("throughput", &spec, 250_000)?;
+            let (secs, bisect) = (self.seconds(), self.bisections());
+            let (max, steps) = self.search_one_rig("throughput", &spec, 250_000, secs, bisect)?;
             self.results.throughput.push(Throughput {
                 cache: cache.into(),
                 items: self.args.items,
@@ -253,18 +294,19 @@ impl Lab {
         Ok(())
     }
 
-    /// One rig: ramp then bisect to its highest sustained rate; the rig is stopped after.
+    /// One rig: ramp then bisect to its highest sustained rate, each rate held `secs`;
+    /// the rig is stopped after.
     fn search_one_rig(
         &mut self,
         scenario: &str,
         spec: &RigSpec,
         default_start: u64,
+        secs: f64,
+        bisect: u32,
     ) -> Result<(u64, Vec<Step>)> {
         let mut rigs = vec![start_rig(&self.bin, spec, &self.logs)?];
         self.results.commands.extend(rigs[0].commands());
         let monitor = self.monitor(&rigs);
-        let secs = self.seconds();
-        let bisect = if self.quick { 1 } else { 3 };
         let start = self.args.start_rate.unwrap_or(default_start);
         let progress = &mut self.progress;
         let (max, steps) = find_max(
@@ -296,7 +338,8 @@ impl Lab {
             fanout,
             ..RigSpec::new(format!("fanout {conns} connections"), "off", items)
         };
-        let (max, steps) = self.search_one_rig("fanout", &spec, 10_000)?;
+        let (secs, bisect) = (self.seconds(), self.bisections());
+        let (max, steps) = self.search_one_rig("fanout", &spec, 10_000, secs, bisect)?;
         let best = steps
             .iter()
             .filter(|s| s.pass && s.target_rate == max)
@@ -396,8 +439,7 @@ impl Lab {
                 self.results.commands.extend(rigs[i].commands());
             }
             let monitor = self.monitor(&rigs);
-            let secs = self.seconds();
-            let bisect = if self.quick { 1 } else { 3 };
+            let (secs, bisect) = (self.seconds(), self.bisections());
             let start = self.args.start_rate.unwrap_or(100_000);
             let progress = &mut self.progress;
             let (max, steps) = find_max(
@@ -439,6 +481,99 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// The stall scenario at 50% of the max sustainable rate (cache on): the throughput
+    /// scenario's figure when it ran before (in `quick`), else a short search with the
+    /// same rig (2 s steps, one bisection), unless `--stall-rate` says.
+    fn stall(&mut self) -> Result<()> {
+        let mut search_steps = Vec::new();
+        let (rate, max, source) = match self.args.stall_rate {
+            Some(r) => (r, None, "--stall-rate".to_string()),
+            None => {
+                let known = self
+                    .results
+                    .throughput
+                    .iter()
+                    .find(|t| t.cache == "on" && t.max_sustainable_updates_per_s > 0)
+                    .map(|t| t.max_sustainable_updates_per_s);
+                let (max, source) = match known {
+                    Some(m) => (m, "50% of the throughput scenario's max (cache on)"),
+                    None => {
+                        let spec = RigSpec::new("stall max search cache=on", "on", self.args.items);
+                        let secs = self.args.step_seconds.unwrap_or(2.0);
+                        let (m, steps) =
+                            self.search_one_rig("stall-search", &spec, 250_000, secs, 1)?;
+                        search_steps = steps;
+                        (m, "50% of a short max search (throughput rig, cache on)")
+                    }
+                };
+                if max == 0 {
+                    bail!("stall: no rate was sustained in the max search; give --stall-rate N");
+                }
+                (round_rate(max / 2).max(1), Some(max), source.to_string())
+            }
+        };
+        let rate = rate.min(self.args.max_rate);
+        let phase = self
+            .args
+            .stall_phase_seconds
+            .unwrap_or(if self.quick { 2.0 } else { 3.0 });
+        let plan = StallPlan {
+            rate,
+            items: self.args.stall_items,
+            subscribers: self.args.stall_subscribers,
+            settle_s: 1.0,
+            baseline_s: phase,
+            stall_s: self.args.stall_seconds,
+            after_s: phase,
+            node_pause_ms: self.args.node_pause_ms,
+            pause_tail_s: 1.0,
+            interval_ms: self.args.stall_interval_ms,
+            latency_rate: 10_000,
+        };
+        let options = MonitorOptions {
+            interval: Duration::from_millis(200),
+            count_syscalls: self.count_syscalls,
+        };
+        let progress = &mut self.progress;
+        let run = crate::stall::run(&self.bin, &self.logs, &plan, options, &mut |t| {
+            progress.line(t, 1.0)
+        })?;
+        self.results.commands.extend(run.commands);
+        for phase in run.processes {
+            for usage in phase.usage {
+                self.results.processes.push(StepProcess {
+                    scenario: "stall".into(),
+                    step: phase.phase.clone(),
+                    rate,
+                    usage,
+                });
+            }
+        }
+        let mut stall = run.stall;
+        stall.rate_source = source;
+        stall.max_sustainable_updates_per_s = max;
+        stall.search_steps = search_steps;
+        let ms = |v: Option<f64>| v.map_or("not recovered".to_string(), |v| format!("{v:.0} ms"));
+        self.progress.line(
+            &format!(
+                "stall at {rate}/s: healthy p99 {:.0} µs baseline, {:.0} µs subscriber stopped, {:.0} µs node paused; recovery {} (stopped subscriber {}); gaps {}; node peak RSS {:.1} MiB; {}",
+                stall.baseline_p99_ns as f64 / 1e3,
+                stall.stall_p99_ns as f64 / 1e3,
+                stall.node_pause_p99_ns as f64 / 1e3,
+                ms(stall.recovery_ms),
+                ms(stall.subscriber_recovery_ms),
+                stall.healthy_gaps,
+                stall.node_peak_rss_bytes as f64 / 1048576.0,
+                if stall.pass { "targets met" } else { "targets NOT met" }
+            ),
+            1.0,
+        );
+        self.results.stall = Some(stall);
+        Ok(())
+    }
+}
+
 /// The reason of the lowest failing step above the maximum.
 fn limit_reason(steps: &[Step], max: u64) -> Option<String> {
     steps
@@ -466,6 +601,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Latency(a) => ("latency", a),
         BenchCommand::Instances(a) => ("instances", a),
         BenchCommand::Quick(a) => ("quick", a),
+        BenchCommand::Stall(a) => ("stall", a),
     };
     let logs = lab::ensure_dir(&args.out)?;
     let bin = std::env::current_exe().context("cannot find the tickwire binary")?;
@@ -480,7 +616,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "fanout" => 8.0,
         "latency" => 10.0,
         "instances" => 12.0,
-        _ => 30.0,
+        "stall" => 12.0,
+        _ => 35.0,
     };
     let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
     let started = std::time::SystemTime::now()
@@ -504,6 +641,13 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "connections": args.connections,
                 "max_rate": args.max_rate,
                 "syscalls_counted": count_syscalls,
+                "stall_rate": args.stall_rate,
+                "stall_items": args.stall_items,
+                "stall_subscribers": args.stall_subscribers,
+                "stall_seconds": args.stall_seconds,
+                "node_pause_ms": args.node_pause_ms,
+                "stall_phase_seconds": args.stall_phase_seconds.unwrap_or(if quick { 2.0 } else { 3.0 }),
+                "stall_interval_ms": args.stall_interval_ms,
                 "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, publisher within 1% of its schedule",
             }),
             commands: vec![std::env::args().collect::<Vec<_>>().join(" ")],
@@ -523,11 +667,13 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "fanout" => lab.fanout(),
         "latency" => lab.latency(),
         "instances" => lab.instances(),
+        "stall" => lab.stall(),
         _ => lab
             .throughput()
             .and_then(|_| lab.fanout())
             .and_then(|_| lab.latency())
-            .and_then(|_| lab.instances()),
+            .and_then(|_| lab.instances())
+            .and_then(|_| lab.stall()),
     };
     lab.results.duration_s = t0.elapsed().as_secs_f64();
     // Whatever was measured is written, even if a later scenario failed.
@@ -672,6 +818,9 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
         }
         writeln!(md)?;
     }
+    if let Some(st) = &r.stall {
+        stall_report(&mut md, st)?;
+    }
     if !r.processes.is_empty() {
         writeln!(md, "## Processes per step\n")?;
         writeln!(md, "| scenario | step | rate | process | CPU % | user s | sys s | peak RSS MiB | vol. cs | invol. cs | migrations | syscalls |")?;
@@ -704,6 +853,113 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     writeln!(md, "```")?;
     std::fs::write(dir.join("report.md"), md)?;
     plots(dir, r)?;
+    Ok(())
+}
+
+fn stall_report(md: &mut String, st: &Stall) -> Result<()> {
+    writeln!(
+        md,
+        "## Stall: one subscriber stopped, then the node ({} subscribers, {} items each, cache {})\n",
+        st.subscribers, st.items, st.cache
+    )?;
+    writeln!(
+        md,
+        "Publisher at {} updates/s ({}{}). Subscriber 0 stopped (SIGSTOP) for {:.0} ms, later the node for {:.0} ms. \"Healthy\" figures are the highest among the {} other subscribers.\n",
+        fmt_rate(st.rate as f64),
+        st.rate_source,
+        st.max_sustainable_updates_per_s
+            .map_or(String::new(), |m| format!(": max {}/s", fmt_rate(m as f64))),
+        st.subscriber_stopped_ms,
+        st.node_stopped_ms,
+        st.healthy_subscribers
+    )?;
+    writeln!(md, "| phase | seconds | publisher sent/s | publisher lag max ms | healthy updates | gaps | conflated | healthy p99 µs | healthy max µs | node max RSS MiB | node CPU % |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    for p in &st.phases {
+        writeln!(
+            md,
+            "| {} | {:.2} | {} | {:.1} | {} | {} | {} | {} | {} | {:.1} | {:.0} |",
+            p.name,
+            p.seconds,
+            fmt_rate(p.publisher_per_s),
+            p.publisher_max_lag_ms,
+            p.healthy_updates,
+            p.healthy_gaps,
+            p.healthy_conflated,
+            us(p.healthy_p99_ns as f64),
+            us(p.healthy_max_ns as f64),
+            p.node_max_rss_bytes as f64 / 1048576.0,
+            p.node_cpu_percent
+        )?;
+    }
+    let ms = |v: Option<f64>| v.map_or("not recovered".to_string(), |v| format!("{v:.0}"));
+    let s = &st.stopped_subscriber;
+    writeln!(md, "\n| figure | value |\n|---|---|")?;
+    writeln!(
+        md,
+        "| healthy p99 µs: baseline / subscriber stopped / after / node paused / after | {} / {} / {} / {} / {} |",
+        us(st.baseline_p99_ns as f64),
+        us(st.stall_p99_ns as f64),
+        us(st.after_subscriber_p99_ns as f64),
+        us(st.node_pause_p99_ns as f64),
+        us(st.after_node_p99_ns as f64)
+    )?;
+    writeln!(
+        md,
+        "| recovery after the node's SIGCONT (healthy), ms | {} |",
+        ms(st.recovery_ms)
+    )?;
+    writeln!(
+        md,
+        "| recovery of the stopped subscriber after its SIGCONT, ms | {} |",
+        ms(st.subscriber_recovery_ms)
+    )?;
+    writeln!(
+        md,
+        "| healthy subscribers: gaps / lost / reconnects / conflated | {} / {} / {} / {} |",
+        st.healthy_gaps, st.healthy_lost, st.healthy_reconnects, st.healthy_conflated
+    )?;
+    writeln!(
+        md,
+        "| stopped subscriber: updates / gaps / conflated / reconnects (dropped by the node) | {} / {} / {} / {} ({}) |",
+        s.updates,
+        s.gaps,
+        s.conflated,
+        s.reconnects,
+        if st.stopped_subscriber_disconnected { "yes" } else { "no" }
+    )?;
+    writeln!(
+        md,
+        "| conflated updates, all subscribers | {} |",
+        st.conflated_updates
+    )?;
+    writeln!(
+        md,
+        "| node peak RSS, MiB | {:.1} |",
+        st.node_peak_rss_bytes as f64 / 1048576.0
+    )?;
+    writeln!(
+        md,
+        "| publisher sent/s: baseline / subscriber stopped | {} / {} |",
+        fmt_rate(st.publisher_baseline_per_s),
+        fmt_rate(st.publisher_stall_per_s)
+    )?;
+    writeln!(
+        md,
+        "\n| target | required | measured | result |\n|---|---|---|---|"
+    )?;
+    for t in &st.targets {
+        writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            t.name,
+            t.target,
+            t.value,
+            if t.pass { "met" } else { "NOT met" }
+        )?;
+    }
+    writeln!(md, "\nRecovery: {}.\n", st.recovery_rule)?;
+    writeln!(md, "![stall](stall.svg)\n")?;
     Ok(())
 }
 
@@ -800,6 +1056,9 @@ fn plots(dir: &Path, r: &Results) -> Result<()> {
         )
         .save(dir.join("fanout.svg"))?;
     }
+    if let Some(st) = &r.stall {
+        stall_plot(st).save(dir.join("stall.svg"))?;
+    }
     if !r.instances.is_empty() {
         BarChart::new("Aggregate sustainable updates/s", "updates/s")
             .with_categories(
@@ -824,6 +1083,53 @@ fn plots(dir: &Path, r: &Results) -> Result<()> {
             .save(dir.join("instances.svg"))?;
     }
     Ok(())
+}
+
+/// The healthy (and the stopped) subscribers' p99 per interval, with brackets over the
+/// windows in which the subscriber and the node were stopped.
+fn stall_plot(st: &Stall) -> LineChart {
+    let pts = |f: &dyn Fn(&crate::stall::StallPoint) -> Option<u64>| -> Vec<(f64, f64)> {
+        st.series
+            .iter()
+            .filter_map(|p| f(p).map(|v| (p.t_ms / 1e3, v as f64 / 1e3)))
+            .collect()
+    };
+    let healthy = pts(&|p| (p.healthy_count > 0).then_some(p.healthy_p99_ns));
+    let stopped = pts(&|p| (p.stopped_count > 0).then_some(p.stopped_p99_ns));
+    let ys = healthy.iter().chain(&stopped).map(|p| p.1);
+    let lo = ys.clone().fold(f64::INFINITY, f64::min);
+    let hi = ys.fold(0.0, f64::max);
+    let event = |name: &str| {
+        st.events
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.t_ms / 1e3)
+    };
+    let bracket = |from: Option<f64>, to: Option<f64>| match (from, to) {
+        (Some(a), Some(b)) if lo.is_finite() => vec![(a, lo), (a, hi), (b, hi), (b, lo)],
+        _ => Vec::new(),
+    };
+    LineChart::new(
+        format!(
+            "Stall: p99 per {} ms interval ({} updates/s)",
+            st.interval_ms,
+            fmt_rate(st.rate as f64)
+        ),
+        "seconds from the baseline's start",
+        "latency p99 (µs)",
+    )
+    .with_log(false, true)
+    // The healthy subscribers last, drawn over the stopped one: they are the point.
+    .with_series("stopped subscriber", stopped)
+    .with_series("healthy (highest)", healthy)
+    .with_series(
+        "subscriber stopped",
+        bracket(event("subscriber SIGSTOP"), event("subscriber SIGCONT")),
+    )
+    .with_series(
+        "node stopped",
+        bracket(event("node SIGSTOP"), event("node SIGCONT")),
+    )
 }
 
 /// Headline figures compared across runs.
@@ -870,6 +1176,22 @@ fn headline(r: &Results) -> Vec<(String, Option<f64>, bool)> {
         .and_then(|l| l.step.processes.iter().find(|p| p.name.starts_with("node")))
         .and_then(|p| p.syscalls.map(|s| s as f64 / p.wall_s.max(1e-9)));
     v.push(("node system calls/s at 100k/s".into(), syscalls, false));
+    let stall = r.stall.as_ref();
+    v.push((
+        "stall: healthy p99, subscriber stopped (µs)".into(),
+        stall.map(|s| s.stall_p99_ns as f64 / 1e3),
+        false,
+    ));
+    v.push((
+        "stall: recovery after node pause (ms)".into(),
+        stall.and_then(|s| s.recovery_ms),
+        false,
+    ));
+    v.push((
+        "stall: node peak RSS (MiB)".into(),
+        stall.map(|s| s.node_peak_rss_bytes as f64 / 1048576.0),
+        false,
+    ));
     v
 }
 

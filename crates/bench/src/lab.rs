@@ -345,20 +345,8 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     .collect();
     sub_args.extend(pin(2));
     let mut subscriber = Proc::spawn(bin, &format!("perf-sub-{tag}"), &sub_args, log_dir)?;
-    // Wait until every image has arrived.
     let streams = (spec.items as f64 * spec.fanout).round() as u64;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let mut images = 0u64;
-    while images < streams {
-        if Instant::now() > deadline {
-            bail!(
-                "{}: only {images} of {streams} images arrived in 300 s",
-                spec.label
-            );
-        }
-        let v = subscriber.expect("second", Duration::from_secs(30))?;
-        images += v["images"].as_u64().unwrap_or(0);
-    }
+    wait_for_images(&mut subscriber, streams, &spec.label)?;
     Ok(Rig {
         node,
         publisher,
@@ -367,6 +355,20 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
         label: spec.label.clone(),
         sub_total: 0,
     })
+}
+
+/// Waits (up to 300 s) until perf-sub's one-second lines have counted `streams` images.
+pub fn wait_for_images(subscriber: &mut Proc, streams: u64, label: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut images = 0u64;
+    while images < streams {
+        if Instant::now() > deadline {
+            bail!("{label}: only {images} of {streams} images arrived in 300 s");
+        }
+        let v = subscriber.expect("second", Duration::from_secs(30))?;
+        images += v["images"].as_u64().unwrap_or(0);
+    }
+    Ok(())
 }
 
 /// Exact counters from both load tools at one instant.

@@ -2,7 +2,8 @@
 //!
 //! Load tools built on the client library (`perf_pub`, `perf_sub`), process and system
 //! sampling from /proc (`sysinfo`), latency statistics (`stats`), SVG plots (`plot`) and
-//! the scenarios of `tickwire bench` with their reports. It measures the node from
+//! the scenarios of `tickwire bench` with their reports (`bench`, `lab`; the stalled
+//! subscriber and paused node scenario in `stall`). It measures the node from
 //! outside, as separate processes, like a user would; it holds no node logic.
 
 pub mod bench;
@@ -10,5 +11,6 @@ pub mod lab;
 pub mod perf_pub;
 pub mod perf_sub;
 pub mod plot;
+pub mod stall;
 pub mod stats;
 pub mod sysinfo;

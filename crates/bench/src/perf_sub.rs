@@ -5,7 +5,8 @@
 //! consumer would), checks each stream's sequence numbers (a gap is counted when an
 //! update's number is not the previous one plus its conflation count), measures image
 //! retrieval time, update rate and latency (now minus TIM_TRK_1, the publisher's
-//! intended send time) into HdrHistograms.
+//! intended send time) into HdrHistograms. With `--interval-ms` it also keeps a latency
+//! time series (count, p50, p99 and max per interval) for the stall scenario.
 
 use crate::stats::{pin, realtime_ns, self_usage, Latency, LatencySummary, TIMESTAMP_FLOOR};
 use anyhow::{bail, Context, Result};
@@ -89,6 +90,29 @@ pub struct PerfSubArgs {
     /// updates and gaps since the previous mark; `quit` stops. Used by `tickwire bench`.
     #[arg(long)]
     pub control: bool,
+    /// Also record latency per interval of this many milliseconds (count, p50, p99, max,
+    /// updates), in the summary's `intervals` (at most 100,000 intervals are kept).
+    #[arg(long, value_name = "MS")]
+    pub interval_ms: Option<u64>,
+}
+
+/// Intervals kept at most with `--interval-ms` (50 ms: 83 minutes), so a long run's
+/// memory stays bounded; later intervals are counted in `intervals_dropped`.
+pub const MAX_INTERVALS: usize = 100_000;
+
+/// One interval of the latency time series (`--interval-ms`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Start of the interval, nanoseconds since the Unix epoch (CLOCK_REALTIME, the
+    /// clock of TIM_TRK_1, so the lab can place its own events on the same axis).
+    pub start_unix_ns: u64,
+    /// Updates received in the interval.
+    pub updates: u64,
+    /// Latency samples in the interval (0: the figures below are 0 and mean nothing).
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
 }
 
 /// What `mark NAME` prints: figures since the previous mark.
@@ -100,6 +124,13 @@ pub struct Mark {
     pub gaps: u64,
     pub images: u64,
     pub statuses: u64,
+    /// Updates merged away by conflation since the previous mark: the sum of
+    /// (conflation count - 1) over updates whose count is above 1.
+    #[serde(default)]
+    pub conflated: u64,
+    /// Times any connection was re-established (running total, not since the mark).
+    #[serde(default)]
+    pub reconnects: u64,
     pub latency: LatencySummary,
 }
 
@@ -125,6 +156,22 @@ pub struct SubSummary {
     pub updates: u64,
     pub gaps: u64,
     pub statuses: u64,
+    /// Updates merged away by conflation (sum of conflation count - 1).
+    #[serde(default)]
+    pub conflated: u64,
+    /// Times a connection was re-established (e.g. after the node dropped it as a slow
+    /// consumer).
+    #[serde(default)]
+    pub reconnects: u64,
+    /// `--interval-ms`, if given.
+    #[serde(default)]
+    pub interval_ms: Option<u64>,
+    /// The latency time series (empty without `--interval-ms`).
+    #[serde(default)]
+    pub intervals: Vec<Interval>,
+    /// Intervals not kept beyond [`MAX_INTERVALS`].
+    #[serde(default)]
+    pub intervals_dropped: u64,
     /// Until every image arrived.
     pub startup: Phase,
     /// After every image arrived.
@@ -150,6 +197,7 @@ struct Counters {
     images: u64,
     gaps: u64,
     statuses: u64,
+    conflated: u64,
     /// Sum of decoded values, so decoding cannot be optimised away.
     checksum: i64,
 }
@@ -189,6 +237,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         images: 0,
         gaps: 0,
         statuses: 0,
+        conflated: 0,
         checksum: 0,
     };
     let (mut overall, mut startup, mut steady, mut second) = (
@@ -205,7 +254,13 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(args.connections);
     let marks = control_channel(args.control, stop.clone());
     let mut since_mark = Latency::default();
-    let mut mark_at = (Instant::now(), 0u64, 0u64, 0u64, 0u64);
+    // When the previous mark was taken, and the counters then.
+    let mut mark_at = (Instant::now(), 0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut series = match args.interval_ms {
+        Some(0) => bail!("--interval-ms must be at least 1"),
+        Some(ms) => Some(Series::new(ms, start)),
+        None => None,
+    };
     let poll_ms = match args.wait.as_str() {
         "block" => 10,
         "spin" => 0,
@@ -242,13 +297,27 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         }
         // SAFETY: valid pollfd array for the duration of the call.
         unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, poll_ms) };
+        // Close the interval before reading: what is read now belongs to the interval in
+        // which it was read.
+        if let Some(s) = series.as_mut() {
+            s.roll(Instant::now(), c.updates);
+        }
         for (i, sub) in subs.iter_mut().enumerate() {
             if pfds[i].revents == 0 && pfds[i].fd >= 0 {
                 continue;
             }
             let streams = &mut state[i];
             let in_startup = images_done_at.is_none();
-            sub.dispatch(Duration::ZERO, |e| match e {
+            // A lost connection (no fd) is re-established inside dispatch, but only when
+            // its deadline has not passed yet: with a zero timeout it never would be.
+            // 1 ms lets it reconnect once its backoff is over, at a cost of at most 1 ms
+            // per loop turn while disconnected.
+            let wait = if pfds[i].fd < 0 {
+                Duration::from_millis(1)
+            } else {
+                Duration::ZERO
+            };
+            sub.dispatch(wait, |e| match e {
                 EventRef::Refresh(item, r) => {
                     let s = &mut streams[item.stream as usize];
                     if !s.image && r.complete {
@@ -262,9 +331,15 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
                 }
                 EventRef::Update(item, u) => {
                     c.updates += 1;
+                    let k = u.conflation_count;
+                    if k > 1 {
+                        c.conflated += u64::from(k - 1);
+                    }
                     let s = &mut streams[item.stream as usize];
-                    let expected = s.seq.wrapping_add(u.conflation_count.max(1) as u32);
-                    if u.seq != expected {
+                    let expected = s.seq.wrapping_add(u32::from(k.max(1)));
+                    // A count of u16::MAX means "65535 or more updates merged": the exact
+                    // jump is unknown, so it cannot be checked (and is not a gap).
+                    if u.seq != expected && k != u16::MAX {
                         c.gaps += 1;
                     }
                     s.seq = u.seq;
@@ -282,6 +357,9 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
                         overall.record(lat);
                         since_mark.record(lat);
                         second.record(lat);
+                        if let Some(s) = series.as_mut() {
+                            s.lat.record(lat);
+                        }
                         if in_startup {
                             startup.record(lat);
                         } else {
@@ -307,11 +385,13 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
                     gaps: c.gaps - mark_at.2,
                     images: c.images - mark_at.3,
                     statuses: c.statuses - mark_at.4,
+                    conflated: c.conflated - mark_at.5,
+                    reconnects: subs.iter().map(|s| s.reconnects()).sum(),
                     latency: since_mark.summary(),
                 };
                 println!("{}", json!({"type": "mark", "role": "perf-sub", "mark": m}));
                 since_mark.reset();
-                mark_at = (now, c.updates, c.gaps, c.images, c.statuses);
+                mark_at = (now, c.updates, c.gaps, c.images, c.statuses, c.conflated);
             }
         }
         let now = Instant::now();
@@ -325,6 +405,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
                     "{}",
                     json!({"type": "second", "role": "perf-sub", "t": t, "updates": du,
                            "total": c.updates, "images": di, "gaps": dg, "total_gaps": c.gaps,
+                           "total_conflated": c.conflated,
                            "lat_count": s.count, "lat_mean_ns": s.mean_ns, "lat_p99_ns": s.p99_ns})
                 );
             } else {
@@ -352,6 +433,10 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         latency: lat.summary(),
     };
     let cpu = (u.cpu_user_s - usage0.cpu_user_s) + (u.cpu_sys_s - usage0.cpu_sys_s);
+    let (intervals, intervals_dropped) = match series {
+        Some(s) => s.finish(Instant::now(), c.updates),
+        None => (Vec::new(), 0),
+    };
     let summary = SubSummary {
         connections: args.connections,
         streams,
@@ -361,6 +446,11 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         updates: c.updates,
         gaps: c.gaps,
         statuses: c.statuses,
+        conflated: c.conflated,
+        reconnects: subs.iter().map(|s| s.reconnects()).sum(),
+        interval_ms: args.interval_ms,
+        intervals,
+        intervals_dropped,
         startup: phase(
             startup_s,
             if images_done_at.is_some() {
@@ -396,6 +486,86 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         print_summary(&summary);
     }
     Ok(summary)
+}
+
+/// The latency time series of `--interval-ms`: a fixed grid of intervals from the start,
+/// so a process that was stopped (SIGSTOP) shows the intervals it missed as empty ones.
+struct Series {
+    every: Duration,
+    origin: Instant,
+    origin_unix_ns: u64,
+    /// Index of the current interval on the grid.
+    slot: u64,
+    lat: Latency,
+    /// Updates received before the current interval.
+    updates_before: u64,
+    out: Vec<Interval>,
+    dropped: u64,
+}
+
+impl Series {
+    fn new(ms: u64, origin: Instant) -> Series {
+        // The realtime clock read next to `origin` places the grid on TIM_TRK_1's clock.
+        let origin_unix_ns = realtime_ns().saturating_sub(origin.elapsed().as_nanos() as u64);
+        Series {
+            every: Duration::from_millis(ms),
+            origin,
+            origin_unix_ns,
+            slot: 0,
+            lat: Latency::default(),
+            updates_before: 0,
+            out: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    fn slot_of(&self, now: Instant) -> u64 {
+        ((now - self.origin).as_nanos() / self.every.as_nanos()) as u64
+    }
+
+    fn push(&mut self, slot: u64, updates: u64, lat: LatencySummary) {
+        if self.out.len() >= MAX_INTERVALS {
+            self.dropped += 1;
+            return;
+        }
+        self.out.push(Interval {
+            start_unix_ns: self.origin_unix_ns + slot * self.every.as_nanos() as u64,
+            updates,
+            count: lat.count,
+            p50_ns: lat.p50_ns,
+            p99_ns: lat.p99_ns,
+            max_ns: lat.max_ns,
+        });
+    }
+
+    /// Closes the current interval if `now` is past its end; intervals skipped entirely
+    /// (nothing ran in them) are recorded empty.
+    fn roll(&mut self, now: Instant, updates: u64) {
+        let slot = self.slot_of(now);
+        if slot <= self.slot {
+            return;
+        }
+        let summary = self.lat.summary();
+        self.push(self.slot, updates - self.updates_before, summary);
+        let skipped = slot - self.slot - 1;
+        // Bounded: past the cap, the skipped intervals are only counted.
+        let room = (MAX_INTERVALS - self.out.len().min(MAX_INTERVALS)) as u64;
+        for k in 0..skipped.min(room) {
+            self.push(self.slot + 1 + k, 0, LatencySummary::default());
+        }
+        self.dropped += skipped - skipped.min(room);
+        self.lat.reset();
+        self.slot = slot;
+        self.updates_before = updates;
+    }
+
+    /// The series, the last (partial) interval included.
+    fn finish(mut self, now: Instant, updates: u64) -> (Vec<Interval>, u64) {
+        self.roll(now, updates);
+        let summary = self.lat.summary();
+        self.push(self.slot, updates - self.updates_before, summary);
+        (self.out, self.dropped)
+    }
 }
 
 /// With `--control`: a thread reading `mark NAME` / `quit` lines from standard input.
@@ -440,7 +610,7 @@ fn value_sum(v: &Value<'_>) -> i64 {
 
 fn print_summary(s: &SubSummary) {
     println!(
-        "perf-sub: {} connections, {} streams (fan-out {:.1}), images {} in {}, updates {}, gaps {}, statuses {}",
+        "perf-sub: {} connections, {} streams (fan-out {:.1}), images {} in {}, updates {}, gaps {}, statuses {}, conflated {}, reconnects {}",
         s.connections,
         s.streams,
         s.fanout,
@@ -449,7 +619,9 @@ fn print_summary(s: &SubSummary) {
             .map_or("(not all)".to_string(), |t| format!("{t:.2} s")),
         s.updates,
         s.gaps,
-        s.statuses
+        s.statuses,
+        s.conflated,
+        s.reconnects
     );
     println!(
         "{:<8} {:>8} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -524,5 +696,30 @@ mod tests {
                 == 1
         });
         assert!(once);
+    }
+
+    #[test]
+    fn series_is_a_fixed_grid_with_skipped_intervals_empty() {
+        let origin = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = Series::new(50, origin);
+        s.lat.record(1_000);
+        s.roll(origin + ms(10), 3);
+        assert!(s.out.is_empty(), "still in the first interval");
+        s.roll(origin + ms(60), 5);
+        assert_eq!(s.out.len(), 1);
+        assert_eq!((s.out[0].updates, s.out[0].count), (5, 1));
+        // Stopped from 60 ms to 260 ms: intervals 2, 3 and 4 saw nothing.
+        s.roll(origin + ms(260), 5);
+        s.lat.record(2_000);
+        let (out, dropped) = s.finish(origin + ms(270), 7);
+        assert_eq!(dropped, 0);
+        assert_eq!(out.len(), 6);
+        for w in out.windows(2) {
+            assert_eq!(w[1].start_unix_ns - w[0].start_unix_ns, 50_000_000);
+        }
+        assert!(out[1..5].iter().all(|i| i.count == 0 && i.updates == 0));
+        assert_eq!((out[5].updates, out[5].count), (2, 1));
+        assert!(out[5].p99_ns.abs_diff(2_000) <= 2, "{:?}", out[5]);
     }
 }

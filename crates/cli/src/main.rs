@@ -42,9 +42,10 @@ enum Command {
     /// Performance lab: the subscriber under load (many connections, every field
     /// decoded, sequence gaps counted, latency histograms).
     PerfSub(tickwire_bench::perf_sub::PerfSubArgs),
-    /// Performance lab: run a scenario (throughput, fanout, latency, instances, quick)
-    /// with nodes and load tools as separate processes; write results.json, report.md
-    /// and SVG plots. `bench compare DIR...` compares runs (the first is base 100).
+    /// Performance lab: run a scenario (throughput, fanout, latency, instances, stall,
+    /// quick) with nodes and load tools as separate processes; write results.json,
+    /// report.md and SVG plots. `bench compare DIR...` compares runs (the first is base
+    /// 100).
     #[command(subcommand)]
     Bench(tickwire_bench::bench::BenchCommand),
 }

@@ -165,91 +165,126 @@ fn perf_pub_and_perf_sub_counts_are_consistent() {
     assert!(pub_seconds <= sent);
 }
 
+/// Sends messages in one frame on a raw socket.
+fn send_frame(sock: &mut TcpStream, msgs: &[Message<'_>]) {
+    let mut payload = Vec::new();
+    for m in msgs {
+        m.encode(&mut payload).unwrap();
+    }
+    let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&payload);
+    sock.write_all(&frame).unwrap();
+}
+
+/// A raw publisher of service FEED with one item, SYM0, on stream 1.
+fn raw_publisher(node: &Node) -> TcpStream {
+    let mut sock = TcpStream::connect(node.addr).unwrap();
+    let img = encode_field_list([(22, FieldValue::Real(Real::new(100, 0)))]);
+    send_frame(
+        &mut sock,
+        &[
+            Message::Login(Login {
+                version_min: 1,
+                version_max: 1,
+                role: Role::Publisher,
+                application: "gap-test",
+                user: "t",
+                token: "",
+                slow_consumer: None,
+            }),
+            Message::Directory(Directory {
+                services: vec![ServiceEntry {
+                    name: "FEED",
+                    state: ServiceState::Up,
+                    interactive: false,
+                    item_count: 1,
+                }],
+            }),
+            Message::Refresh(Refresh {
+                stream_id: 1,
+                seq: 0,
+                complete: true,
+                solicited: false,
+                clear_cache: true,
+                state: State::OPEN_OK,
+                service: "FEED",
+                name: "SYM0",
+                fields: FieldList::decode(&img).unwrap(),
+            }),
+        ],
+    );
+    sock
+}
+
+/// perf-sub on one item for 3 s, fed `updates` (seq, conflation count) by a raw
+/// publisher once it has subscribed; returns its summary.
+fn perf_sub_fed(updates: &[(u32, u16)]) -> Value {
+    let node = Node::start(&[]);
+    let addr = node.addr.to_string();
+    let mut sock = raw_publisher(&node);
+    let sub = std::thread::spawn(move || {
+        json_lines(
+            &[
+                "perf-sub",
+                "--node",
+                &addr,
+                "--items",
+                "1",
+                "--duration",
+                "3",
+                "--json",
+            ],
+            Duration::from_secs(30),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let upd = encode_field_list([(22, FieldValue::Real(Real::new(101, 0)))]);
+    let msgs: Vec<Message<'_>> = updates
+        .iter()
+        .map(|&(seq, conflation_count)| {
+            Message::Update(Update {
+                stream_id: 1,
+                seq,
+                update_type: UpdateType::Quote,
+                do_not_conflate: false,
+                conflation_count,
+                fields: FieldList::decode(&upd).unwrap(),
+            })
+        })
+        .collect();
+    send_frame(&mut sock, &msgs);
+    let lines = sub.join().unwrap();
+    lines
+        .iter()
+        .find(|v| v["type"] == "summary")
+        .expect("summary")["summary"]
+        .clone()
+}
+
 /// A raw publisher that skips sequence number 3: perf-sub must count one gap.
 #[test]
 fn a_dropped_update_is_counted_as_a_gap() {
-    let node = Node::start(&[]);
-    let addr = node.addr.to_string();
-    let mut sock = TcpStream::connect(node.addr).unwrap();
-    let mut send = |msgs: &[Message<'_>]| {
-        let mut payload = Vec::new();
-        for m in msgs {
-            m.encode(&mut payload).unwrap();
-        }
-        let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&payload);
-        sock.write_all(&frame).unwrap();
-    };
-    let img = encode_field_list([(22, FieldValue::Real(Real::new(100, 0)))]);
-    send(&[
-        Message::Login(Login {
-            version_min: 1,
-            version_max: 1,
-            role: Role::Publisher,
-            application: "gap-test",
-            user: "t",
-            token: "",
-            slow_consumer: None,
-        }),
-        Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "FEED",
-                state: ServiceState::Up,
-                interactive: false,
-                item_count: 1,
-            }],
-        }),
-        Message::Refresh(Refresh {
-            stream_id: 1,
-            seq: 0,
-            complete: true,
-            solicited: false,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "FEED",
-            name: "SYM0",
-            fields: FieldList::decode(&img).unwrap(),
-        }),
-    ]);
-    let sub = {
-        let addr = addr.clone();
-        std::thread::spawn(move || {
-            json_lines(
-                &[
-                    "perf-sub",
-                    "--node",
-                    &addr,
-                    "--items",
-                    "1",
-                    "--duration",
-                    "3",
-                    "--json",
-                ],
-                Duration::from_secs(30),
-            )
-        })
-    };
-    std::thread::sleep(Duration::from_millis(1500));
-    let upd = encode_field_list([(22, FieldValue::Real(Real::new(101, 0)))]);
-    let update = |seq| {
-        Message::Update(Update {
-            stream_id: 1,
-            seq,
-            update_type: UpdateType::Quote,
-            do_not_conflate: false,
-            conflation_count: 1,
-            fields: FieldList::decode(&upd).unwrap(),
-        })
-    };
     // 1, 2, (3 dropped), 4, 5
-    send(&[update(1), update(2), update(4), update(5)]);
-    let lines = sub.join().unwrap();
-    let s = &lines
-        .iter()
-        .find(|v| v["type"] == "summary")
-        .expect("summary")["summary"];
+    let s = perf_sub_fed(&[(1, 1), (2, 1), (4, 1), (5, 1)]);
     assert_eq!(s["updates"], 4, "{s}");
     assert_eq!(s["gaps"], 1, "{s}");
+    assert_eq!(s["conflated"], 0, "{s}");
+}
+
+/// Conflated updates: a count of k covers k sequence numbers (k - 1 merged away); a
+/// count of 65535 means "65535 or more", so any jump is accepted.
+#[test]
+fn conflation_counts_are_summed_and_a_saturated_count_is_not_a_gap() {
+    let s = perf_sub_fed(&[
+        (1, 1),
+        (4, 3),              // 2 and 3 merged into 4: no gap, 2 conflated
+        (200_000, u16::MAX), // 65535 or more: no gap, 65534 conflated
+        (200_001, 1),
+        (200_003, 1), // 200_002 missing: a gap
+    ]);
+    assert_eq!(s["updates"], 5, "{s}");
+    assert_eq!(s["gaps"], 1, "{s}");
+    assert_eq!(s["conflated"], 2 + 65_534, "{s}");
 }
 
 fn read_results(dir: &std::path::Path) -> Value {
@@ -385,5 +420,145 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     assert!(md.contains("| throughput cache off (updates/s) |"), "{md}");
     assert!(md.contains("| 100 |"), "{md}");
     assert!(cmp.join("compare.svg").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `bench stall` with short phases, a low rate and few items: the `stall` object is
+/// complete and its figures agree with each other (no figure is judged for speed).
+#[test]
+fn bench_stall_reports_every_phase_and_loses_nothing() {
+    let dir = std::env::temp_dir().join(format!("tickwire-stall-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dir.to_str().unwrap();
+    let started = std::time::Instant::now();
+    run_bench(&[
+        "bench",
+        "stall",
+        "--out",
+        out,
+        "--stall-rate",
+        "2000",
+        "--stall-items",
+        "100",
+        "--stall-subscribers",
+        "3",
+        "--stall-seconds",
+        "1",
+        "--node-pause-ms",
+        "200",
+        "--stall-phase-seconds",
+        "1",
+    ]);
+    let r = read_results(&dir);
+    let s = &r["stall"];
+    assert!(s.is_object(), "no stall object: {r}");
+    let n = |k: &str| {
+        s[k].as_u64()
+            .unwrap_or_else(|| panic!("stall.{k} is not a count: {s}"))
+    };
+    assert_eq!(n("rate"), 2000);
+    assert_eq!(s["rate_source"], "--stall-rate");
+    assert_eq!((n("subscribers"), n("healthy_subscribers")), (3, 2));
+    assert!(n("baseline_p99_ns") > 0, "{s}");
+    assert!(n("stall_p99_ns") > 0, "{s}");
+    // The node was stopped 200 ms: updates sent meanwhile waited at least that long
+    // (less the 1 ms burst period the publisher's timestamps round to).
+    assert!(n("node_pause_p99_ns") >= 150_000_000, "{s}");
+    assert!(n("node_peak_rss_bytes") > 0, "{s}");
+    assert_eq!(n("healthy_gaps"), 0, "{s}");
+    assert_eq!(s["healthy_lost"], 0, "{s}");
+    assert!(s["healthy_conflated"].is_u64(), "{s}");
+    assert_eq!(n("healthy_reconnects"), 0, "{s}");
+    // 2,000 updates/s of 89 bytes for 1 s stay far below the node's output limit.
+    assert_eq!(s["stopped_subscriber_disconnected"], false, "{s}");
+    assert_eq!(s["stopped_subscriber"]["gaps"], 0, "{s}");
+    assert!(
+        s["stopped_subscriber"]["updates"].as_u64().unwrap() > 0,
+        "{s}"
+    );
+    assert!(s["conflated_updates"].is_u64(), "{s}");
+    let stopped_ms = s["subscriber_stopped_ms"].as_f64().unwrap();
+    assert!((1000.0..5000.0).contains(&stopped_ms), "{stopped_ms}");
+    let paused_ms = s["node_stopped_ms"].as_f64().unwrap();
+    assert!((200.0..2000.0).contains(&paused_ms), "{paused_ms}");
+    // Recovery, where found, lies within the phase after the resume.
+    for k in ["recovery_ms", "subscriber_recovery_ms"] {
+        if let Some(v) = s[k].as_f64() {
+            assert!((0.0..=2000.0).contains(&v), "{k} {v}");
+        }
+    }
+    let phases = s["phases"].as_array().unwrap();
+    let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "baseline",
+            "subscriber_stall",
+            "after_subscriber",
+            "node_pause",
+            "after_node"
+        ]
+    );
+    for p in phases {
+        let updates = p["healthy_updates"].as_u64().unwrap();
+        let sent = p["publisher_sent"].as_u64().unwrap();
+        assert!(updates > 0 && sent > 0, "{p}");
+        // Each healthy subscriber gets every update: about 2 x sent, up to what was in
+        // flight at the phase's ends.
+        assert!(updates <= 2 * sent + 2 * 200, "{p}");
+        assert_eq!(p["healthy"].as_array().unwrap().len(), 2, "{p}");
+        assert!(p["healthy_p99_ns"].as_u64().unwrap() > 0, "{p}");
+    }
+    assert_eq!(
+        s["baseline_p99_ns"], phases[0]["healthy_p99_ns"],
+        "the headline is the phase's figure"
+    );
+    let targets = s["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 5, "{targets:?}");
+    assert_eq!(
+        s["pass"].as_bool().unwrap(),
+        targets.iter().all(|t| t["pass"] == true)
+    );
+    let events: Vec<&str> = s["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    for e in [
+        "subscriber SIGSTOP",
+        "subscriber SIGCONT",
+        "node SIGSTOP",
+        "node SIGCONT",
+    ] {
+        assert!(events.contains(&e), "{events:?}");
+    }
+    // The time series covers the run: about 6 s of 50 ms intervals.
+    let series = s["series"].as_array().unwrap();
+    assert!(series.len() >= 60, "{} intervals", series.len());
+    assert!(series
+        .iter()
+        .any(|p| p["healthy_count"].as_u64().unwrap() > 0));
+    // Per-phase process figures for node, publisher and the 3 subscribers.
+    let procs = r["processes"].as_array().unwrap();
+    assert_eq!(
+        procs.iter().filter(|p| p["scenario"] == "stall").count(),
+        5 * 5
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Stall"), "{report}");
+    assert!(report.contains("| target | required | measured | result |"));
+    let svg = std::fs::read_to_string(dir.join("stall.svg")).unwrap();
+    assert!(svg.contains("<svg"), "{}", &svg[..80.min(svg.len())]);
+    // Fewer than 2 subscribers leaves none healthy: refused with a clear message.
+    let bad = Command::new(bin())
+        .args(["bench", "stall", "--out", out, "--stall-rate", "100"])
+        .args(["--stall-subscribers", "1"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("--stall-subscribers 1"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(60));
     let _ = std::fs::remove_dir_all(&dir);
 }
