@@ -200,14 +200,16 @@ impl Subscriber {
                     return Ok(delivered);
                 }
                 let now = Instant::now();
+                // A reconnect that is due is tried even by a zero-timeout call (an
+                // application polling with Duration::ZERO would otherwise never get one).
+                if now >= self.retry_at {
+                    self.try_reconnect()?;
+                    continue;
+                }
                 if now >= deadline {
                     return Ok(0);
                 }
-                if now < self.retry_at {
-                    std::thread::sleep(self.retry_at.min(deadline) - now);
-                    continue;
-                }
-                self.try_reconnect()?;
+                std::thread::sleep(self.retry_at.min(deadline) - now);
                 continue;
             }
             match self.process_frames(&mut f) {
