@@ -30,6 +30,9 @@ pub enum BenchCommand {
     /// At 50% of the max sustainable rate, stop one of several subscribers (SIGSTOP) for
     /// 3 s, then the node for 500 ms: the others' latency, recovery, loss, node memory.
     Stall(BenchArgs),
+    /// Node memory per subscriber connection and per stream: 1,000 connections x 100
+    /// items against 10 x 100 and 1,000 x 10 (fresh nodes, updates flowing).
+    Memory(BenchArgs),
     /// Compare result directories: the first is base 100.
     Compare {
         /// Directories holding results.json; the first is the base.
@@ -96,6 +99,12 @@ pub struct BenchArgs {
     /// Stall scenario: length of the latency time series' intervals.
     #[arg(long, value_name = "MS", default_value_t = 50)]
     pub stall_interval_ms: u64,
+    /// Memory scenario: subscriber connections of the full rig.
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub memory_connections: usize,
+    /// Memory scenario: items each connection watches in the full rig.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub memory_items: usize,
 }
 
 /// The whole results file (schema in docs/BENCHMARKS.md).
@@ -117,6 +126,9 @@ pub struct Results {
     /// The stall scenario (absent in results written before it existed).
     #[serde(default)]
     pub stall: Option<Stall>,
+    /// The memory scenario (absent in results written before it existed).
+    #[serde(default)]
+    pub memory: Option<crate::memory::Memory>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -485,6 +497,31 @@ impl Lab {
     /// The stall scenario at 50% of the max sustainable rate (cache on): the throughput
     /// scenario's figure when it ran before (in `quick`), else a short search with the
     /// same rig (2 s steps, one bisection), unless `--stall-rate` says.
+    fn memory(&mut self) -> Result<()> {
+        let (bin, logs) = (self.bin.clone(), self.logs.clone());
+        let progress = &mut self.progress;
+        let m = crate::memory::run(
+            &bin,
+            &logs,
+            self.args.memory_connections,
+            self.args.memory_items,
+            &mut |text| progress.line(text, 1.0),
+        )?;
+        self.progress.line(
+            &format!(
+                "memory: {:.0} bytes per connection, {:.0} bytes per stream ({} connections x {} items: node RSS {:.1} MiB)",
+                m.per_connection_bytes,
+                m.per_stream_bytes,
+                m.connections,
+                m.items,
+                m.full.node_rss_bytes as f64 / 1048576.0
+            ),
+            0.0,
+        );
+        self.results.memory = Some(m);
+        Ok(())
+    }
+
     fn stall(&mut self) -> Result<()> {
         let mut search_steps = Vec::new();
         let (rate, max, source) = match self.args.stall_rate {
@@ -602,6 +639,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Instances(a) => ("instances", a),
         BenchCommand::Quick(a) => ("quick", a),
         BenchCommand::Stall(a) => ("stall", a),
+        BenchCommand::Memory(a) => ("memory", a),
     };
     let logs = lab::ensure_dir(&args.out)?;
     let bin = std::env::current_exe().context("cannot find the tickwire binary")?;
@@ -617,6 +655,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "latency" => 10.0,
         "instances" => 12.0,
         "stall" => 12.0,
+        "memory" => 3.0,
         _ => 35.0,
     };
     let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
@@ -648,6 +687,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "node_pause_ms": args.node_pause_ms,
                 "stall_phase_seconds": args.stall_phase_seconds.unwrap_or(if quick { 2.0 } else { 3.0 }),
                 "stall_interval_ms": args.stall_interval_ms,
+                "memory_connections": args.memory_connections,
+                "memory_items": args.memory_items,
                 "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, publisher within 1% of its schedule",
             }),
             commands: vec![std::env::args().collect::<Vec<_>>().join(" ")],
@@ -668,6 +709,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "latency" => lab.latency(),
         "instances" => lab.instances(),
         "stall" => lab.stall(),
+        "memory" => lab.memory(),
         _ => lab
             .throughput()
             .and_then(|_| lab.fanout())
@@ -820,6 +862,39 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if let Some(st) = &r.stall {
         stall_report(&mut md, st)?;
+    }
+    if let Some(m) = &r.memory {
+        writeln!(md, "## Memory per connection and per stream\n")?;
+        writeln!(
+            md,
+            "Node VmRSS after every image arrived and {:.0} s of updates at {}/s per item set (cache on).\n",
+            m.settle_s, m.update_rate
+        )?;
+        writeln!(
+            md,
+            "| rig | connections | items each | streams | node RSS MiB | peak RSS MiB |"
+        )?;
+        writeln!(md, "|---|---|---|---|---|---|")?;
+        for (name, g) in [
+            ("small", &m.small),
+            ("full", &m.full),
+            ("narrow", &m.narrow),
+        ] {
+            writeln!(
+                md,
+                "| {name} | {} | {} | {} | {:.1} | {:.1} |",
+                g.connections,
+                g.items,
+                g.streams,
+                g.node_rss_bytes as f64 / 1048576.0,
+                g.node_peak_rss_bytes as f64 / 1048576.0
+            )?;
+        }
+        writeln!(
+            md,
+            "\nPer connection with its {} streams: {:.0} bytes; per stream: {:.0} bytes; per connection alone: {:.0} bytes.\n",
+            m.items, m.per_connection_with_streams_bytes, m.per_stream_bytes, m.per_connection_bytes
+        )?;
     }
     if !r.processes.is_empty() {
         writeln!(md, "## Processes per step\n")?;

@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod lab;
+pub mod memory;
 pub mod perf_pub;
 pub mod perf_sub;
 pub mod plot;

@@ -37,7 +37,14 @@ struct Socket {
     /// The node closed its sending side (FIN after the last bytes) and waits for the
     /// peer to close; meanwhile what the peer sends is read and dropped.
     fin_sent: bool,
+    /// Bytes asked of the socket per read: starts small (most subscribers send a few
+    /// requests and pings) and doubles, up to [`MAX_READ`], while reads fill it.
+    read_size: usize,
 }
+
+/// First and largest read sizes (see `Socket::read_size`).
+const FIRST_READ: usize = 4 * 1024;
+const MAX_READ: usize = 64 * 1024;
 
 /// Stops a running node from another thread (signal handler, test, demo).
 #[derive(Clone)]
@@ -250,8 +257,11 @@ impl NodeServer {
             if now >= next_tick {
                 core.on_tick(now);
                 next_tick = now + tick_every;
+                // An empty input buffer is released: most subscribers send little
+                // (requests, pings), and 64 KiB each adds up over thousands of them.
+                // A busy connection pays one allocation per tick at most.
                 for s in sockets.iter_mut().flatten() {
-                    s.reader.shrink_if_idle(KEEP_BUFFER);
+                    s.reader.shrink_if_idle(0);
                 }
             }
             if shutdown_deadline.is_none() && self.shutdown.flag.load(Ordering::SeqCst) {
@@ -410,6 +420,7 @@ impl NodeServer {
                 reader: FrameReader::new(max_frame),
                 dead: false,
                 fin_sent: false,
+                read_size: FIRST_READ,
             });
         }
     }
@@ -471,7 +482,9 @@ fn read_some(
     }
     let mut total = 0;
     loop {
-        let buf = sock.reader.spare(64 * 1024);
+        let want = sock.read_size;
+        let buf = sock.reader.spare(want);
+        let full = buf.len();
         match sock.stream.read(buf) {
             Ok(0) => {
                 sock.dead = true;
@@ -479,6 +492,9 @@ fn read_some(
                 break;
             }
             Ok(n) => {
+                if n == full && want < MAX_READ {
+                    sock.read_size = (want * 2).min(MAX_READ);
+                }
                 sock.reader.filled(n);
                 total += n;
                 core.on_bytes_received(id, now);
