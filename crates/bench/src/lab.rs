@@ -201,6 +201,10 @@ pub struct Step {
     pub delivered_per_s: f64,
     pub gaps: u64,
     pub statuses: u64,
+    /// Updates the node merged for a subscriber that fell behind (slow-consumer
+    /// conflation): a step with any fails, as every update must arrive on its own.
+    #[serde(default)]
+    pub conflated: u64,
     /// Updates sent (times the fan-out) but not yet received, at the step's start and
     /// end: a backlog that grows means the node (or subscriber) is not keeping up.
     #[serde(default)]
@@ -450,6 +454,12 @@ pub fn hold(
         if a.sub.gaps > 0 {
             reasons.push(format!("{} sequence gaps", a.sub.gaps));
         }
+        if a.sub.conflated > 0 {
+            reasons.push(format!(
+                "{} updates conflated (the subscriber fell behind)",
+                a.sub.conflated
+            ));
+        }
         if !pub_kept_up {
             reasons.push(format!(
                 "publisher sent {:.0}/s of {rate}/s asked (publisher-limited)",
@@ -476,6 +486,7 @@ pub fn hold(
             delivered_per_s: delivered as f64 / window,
             gaps: a.sub.gaps,
             statuses: a.sub.statuses,
+            conflated: a.sub.conflated,
             backlog_start,
             backlog_end,
             publisher_max_lag_ms: a.pub_lag_ms,

@@ -414,6 +414,17 @@ mod tests {
         );
     }
 
+    /// docs/OPERATIONS.md lists every key with its default: that block must parse and
+    /// equal the defaults, so the documentation cannot drift from the code.
+    #[test]
+    fn the_documented_defaults_are_the_defaults() {
+        let doc = include_str!("../../../docs/OPERATIONS.md");
+        let start = doc.find("```toml\n").expect("a toml block") + "```toml\n".len();
+        let len = doc[start..].find("```").expect("its end");
+        let cfg = NodeConfig::parse(&doc[start..start + len], "docs/OPERATIONS.md").unwrap();
+        assert_eq!(cfg, NodeConfig::default());
+    }
+
     #[test]
     fn defaults_round_trip_through_toml() {
         let cfg = NodeConfig::default();
