@@ -337,7 +337,7 @@ fn a_stopped_subscriber_is_conflated_and_catches_up_exactly_while_others_keep_up
         "[node]\nstats_interval_s = 1\n[limits]\nsocket_send_buffer_bytes = 65536\n\
          [slow_consumer]\npolicy = \"conflate\"\nconflate_above_bytes = 65536\n",
     );
-    let node = Node::start(&["--config", cfg.path()]);
+    let mut node = Node::start(&["--config", cfg.path()]);
     let addr = node.addr_str();
     let publisher = start_publisher(&node, "FEED", ITEMS, RATE, false);
     let healthy = [Healthy::start(node.addr), Healthy::start(node.addr)];
@@ -402,6 +402,13 @@ fn a_stopped_subscriber_is_conflated_and_catches_up_exactly_while_others_keep_up
     );
     let trades = check_trade_chain(&seen);
     assert!(trades > 100, "only {trades} trades seen");
+    let line = node
+        .proc
+        .wait_for_line("caught up after", Duration::from_secs(5));
+    assert!(
+        line.contains("tickwire-subscribe") && line.contains("FEED/SYM"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -370,15 +370,13 @@ impl Node {
             cf.written += 1;
             wrote = true;
         }
+        let mut caught_up = None;
         if cf.order.is_empty() && c.out.pending_len() < c.behind_bytes {
-            info!(
-                "{} (user {:?}) caught up after {} ms: {} updates merged into {} conflated updates",
-                c.peer,
-                c.user,
+            caught_up = Some((
                 now.saturating_duration_since(cf.since).as_millis(),
                 cf.merged,
-                cf.written
-            );
+                cf.written,
+            ));
             c.conflation = None;
         }
         if wrote {
@@ -387,6 +385,15 @@ impl Node {
                 c.dirty = true;
                 dirty.push(conn);
             }
+        }
+        if let Some((ms, merged, written)) = caught_up {
+            let items = self.item_names(conn, 5);
+            let c = self.conns[conn].as_ref().expect("live");
+            info!(
+                "slow consumer {} (user {:?}, application {:?}) caught up after {ms} ms: \
+                 {merged} updates merged into {written} conflated updates ({items})",
+                c.peer, c.user, c.application
+            );
         }
         wrote
     }
