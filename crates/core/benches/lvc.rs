@@ -110,7 +110,7 @@ struct Setup {
     now: Instant,
 }
 
-fn setup(cache: bool, subscriber: bool) -> Setup {
+fn setup(cache: bool, subscriber: bool, watched: u32) -> Setup {
     let now = Instant::now();
     let mut node = Node::new(
         CoreConfig {
@@ -155,8 +155,8 @@ fn setup(cache: bool, subscriber: bool) -> Setup {
     assert_eq!(node.item_count(), ITEMS as usize);
     if subscriber {
         let s = login(&mut node, Role::Subscriber, now);
-        let step_by = ITEMS / WATCHED;
-        for k in 0..WATCHED {
+        let step_by = ITEMS / watched;
+        for k in 0..watched {
             let name = format!("SYM{}", k * step_by);
             let f = encode(&[Message::Request(Request {
                 stream_id: k + 1,
@@ -166,12 +166,15 @@ fn setup(cache: bool, subscriber: bool) -> Setup {
                 view: None,
             })]);
             node.on_frame(s, &f, now);
+            // Read as it goes: 100,000 images at once would pass the output bound.
+            drain(&mut node, &mut dirty);
         }
         if !cache {
             // The node forwarded the requests; the publisher answers from its images.
-            for k in 0..WATCHED {
+            for k in 0..watched {
                 let sid = k * step_by + 1;
                 refresh(&mut node, sid, &quotes[sid as usize - 1], true);
+                drain(&mut node, &mut dirty);
             }
         }
         drain(&mut node, &mut dirty);
@@ -224,7 +227,7 @@ fn on_frame(c: &mut Criterion) {
             let name = if cache { "cache_on" } else { "cache_off" };
             group.bench_function(BenchmarkId::from_parameter(name), |b| {
                 let (s, _) = state.get_or_insert_with(|| {
-                    let s = setup(cache, subscriber);
+                    let s = setup(cache, subscriber, WATCHED);
                     let before = s.node.stats().updates_in;
                     (s, before)
                 });
@@ -251,6 +254,40 @@ fn on_frame(c: &mut Criterion) {
         }
         group.finish();
     }
+}
+
+/// A subscriber watching every item, so each update goes to it: one that reads
+/// everything (its output drained each frame) against one that never reads, so the node
+/// treats it as slow and merges each update into its pending update for the stream
+/// (the slow-consumer `conflate` policy), after the warm-up has passed its threshold.
+fn slow_subscriber(c: &mut Criterion) {
+    let mut group = c.benchmark_group("on_frame_subscriber_all_items");
+    group.throughput(Throughput::Elements(UPDATES_PER_FRAME as u64));
+    for reading in [true, false] {
+        let mut state: Option<Setup> = None;
+        let mut dirty = Vec::with_capacity(4);
+        let mut next = 0usize;
+        let name = if reading { "reading" } else { "conflating" };
+        group.bench_function(BenchmarkId::from_parameter(name), |b| {
+            let s = state.get_or_insert_with(|| setup(true, true, ITEMS));
+            b.iter(|| {
+                let frame = &s.frames[next % FRAMES];
+                next += 1;
+                s.node.on_frame(s.publisher, black_box(frame), s.now);
+                if reading {
+                    drain(&mut s.node, &mut dirty);
+                }
+            })
+        });
+        if let Some(s) = state {
+            let behind = s.node.connection_reports().iter().any(|r| r.behind);
+            assert_eq!(behind, !reading, "the non-reading subscriber is conflated");
+            if !reading {
+                assert!(s.node.stats().slow_consumer_disconnects == 0);
+            }
+        }
+    }
+    group.finish();
 }
 
 fn image_and_field_list(c: &mut Criterion) {
@@ -308,6 +345,6 @@ criterion_group! {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(40);
-    targets = on_frame, image_and_field_list
+    targets = on_frame, slow_subscriber, image_and_field_list
 }
 criterion_main!(benches);
