@@ -338,8 +338,10 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
                     let s = &mut streams[item.stream as usize];
                     let expected = s.seq.wrapping_add(u32::from(k.max(1)));
                     // A count of u16::MAX means "65535 or more updates merged": the exact
-                    // jump is unknown, so it cannot be checked (and is not a gap).
-                    if u.seq != expected && k != u16::MAX {
+                    // jump is unknown, so it cannot be checked (and is not a gap). A count
+                    // of 0 continues a conflated update too large for one message (same
+                    // sequence number).
+                    if u.seq != expected && k != u16::MAX && k != 0 {
                         c.gaps += 1;
                     }
                     s.seq = u.seq;

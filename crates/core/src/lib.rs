@@ -302,6 +302,11 @@ impl Node {
         }
         self.detach(conn, "connection lost");
         self.conns[conn] = None;
+        // The id is reused by the next connection: nothing queued for this one may
+        // reach it.
+        self.closing.retain(|&c| c != conn);
+        self.overflowed.retain(|&c| c != conn);
+        self.dirty.retain(|&c| c != conn);
         self.free_conns.push(conn);
         self.handle_overflows();
     }
@@ -427,15 +432,21 @@ impl Node {
     fn send(&mut self, conn: ConnId, msg: &Message<'_>) {
         let now = self.now;
         if let Message::Status(s) = msg {
-            let pending = self
+            let behind = self
                 .conns
                 .get(conn)
                 .and_then(|c| c.as_ref())
-                .and_then(|c| c.conflation.as_deref())
-                .is_some_and(|cf| cf.has_pending(s.stream_id));
-            if pending {
-                // The stream's conflated update goes first: order is kept per stream.
-                self.write_pending_now(conn, s.stream_id);
+                .and_then(|c| c.conflation.as_deref());
+            if let Some(cf) = behind {
+                let pending = cf.has_pending(s.stream_id);
+                // Behind: an open-state status waits with the stream's pending update;
+                // a closing one goes now, after that update (order is kept per stream).
+                if self.defer_status(conn, s) {
+                    return;
+                }
+                if pending {
+                    self.write_pending_now(conn, s.stream_id);
+                }
             }
         }
         let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
@@ -1008,6 +1019,15 @@ impl Node {
 
     /// Sends `state` to every stream of an item and forgets the item.
     fn close_item(&mut self, h: ItemHandle, state: State<'_>) {
+        // Slow subscribers get their pending values before the item goes.
+        let subs: Vec<(ConnId, u32)> = self
+            .items
+            .get(h)
+            .map(|i| i.subs.iter().map(|s| (s.conn, s.stream_id)).collect())
+            .unwrap_or_default();
+        for (c, sid) in subs {
+            self.write_pending_now(c, sid);
+        }
         let Some(item) = self.items.remove(h) else {
             return;
         };
@@ -1406,9 +1426,14 @@ impl Node {
                 if let Some(p) = cf.pending.remove(&s.stream_id) {
                     let view = s.view.as_deref();
                     slow::write_pending(&mut c.out, scratch, s.stream_id, &p, view, data_state);
-                    stats.conflated_updates += u64::from(p.count - 1);
-                    c.conflated_updates += u64::from(p.count - 1);
+                    let merged_away = u64::from(p.count.saturating_sub(1));
+                    stats.conflated_updates += merged_away;
+                    c.conflated_updates += merged_away;
                     cf.written += 1;
+                }
+                if !cf.pending.is_empty() {
+                    cf.direct_since_check += 1;
+                    overflowed.push(s.conn);
                 }
             }
             match &s.view {

@@ -90,6 +90,10 @@ pub(crate) struct Conflation {
     /// Updates merged during this episode, and conflated updates written for them.
     merged: u64,
     pub(crate) written: u64,
+    /// Do-not-conflate updates queued directly since the last check: as many pending
+    /// updates are then written too, so a steady trade flow that keeps the queue high
+    /// cannot hold the other streams' pending updates back for ever.
+    pub(crate) direct_since_check: u32,
 }
 
 impl Conflation {
@@ -100,6 +104,7 @@ impl Conflation {
             order: VecDeque::new(),
             merged: 0,
             written: 0,
+            direct_since_check: 0,
         }
     }
 
@@ -118,23 +123,56 @@ pub(crate) struct PendingUpdate {
     update_type: UpdateType,
     /// Do-not-conflate updates among them that had no room in the queue.
     dropped: u32,
+    /// The latest open-state status for the stream while it was pending (data state
+    /// changes are states, not events: the last one stands for all), written after
+    /// the update.
+    status: Option<(DataState, u16, String)>,
 }
 
-/// Merges one update into the pending update of its stream.
-pub(crate) fn merge(cf: &mut Conflation, item: ItemHandle, stream_id: u32, u: &Update<'_>) {
-    let p = cf.pending.entry(stream_id).or_insert_with(|| {
-        cf.order.push_back(stream_id);
+impl PendingUpdate {
+    fn new(item: ItemHandle, seq: u32, update_type: UpdateType) -> Self {
         PendingUpdate {
             item,
             fields: FieldImage::new(),
             count: 0,
-            seq: u.seq,
-            update_type: u.update_type,
+            seq,
+            update_type,
             dropped: 0,
+            status: None,
         }
-    });
+    }
+}
+
+/// Largest field list sent in one conflated update; a larger merge goes out in parts
+/// (as refreshes do).
+const PART: usize = 60_000;
+
+/// Keeps the order queue in step with the pending updates: entries for streams whose
+/// pending update was written or dropped elsewhere are removed once they outnumber
+/// the live ones, so the queue stays bounded by the streams.
+fn compact_order(cf: &mut Conflation) {
+    if cf.order.len() > 2 * cf.pending.len() + 64 {
+        let mut seen = rustc_hash::FxHashSet::default();
+        let pending = &cf.pending;
+        cf.order
+            .retain(|sid| pending.contains_key(sid) && seen.insert(*sid));
+    }
+}
+
+/// Merges one update into the pending update of its stream.
+pub(crate) fn merge(cf: &mut Conflation, item: ItemHandle, stream_id: u32, u: &Update<'_>) {
+    if !cf.pending.contains_key(&stream_id) {
+        compact_order(cf);
+        cf.order.push_back(stream_id);
+    }
+    let p = cf
+        .pending
+        .entry(stream_id)
+        .or_insert_with(|| PendingUpdate::new(item, u.seq, u.update_type));
     p.fields.apply(u.fields);
-    if p.count > 0 && p.update_type != u.update_type {
+    if p.count == 0 {
+        p.update_type = u.update_type;
+    } else if p.update_type != u.update_type {
         p.update_type = UpdateType::Other;
     }
     p.count += 1;
@@ -147,8 +185,10 @@ pub(crate) fn merge(cf: &mut Conflation, item: ItemHandle, stream_id: u32, u: &U
 
 /// Writes a stream's pending update: first, if do-not-conflate updates were dropped, a
 /// status saying so; then one update with the latest value of every field merged (its
-/// conflation count saturates at 65,535, read "that many or more"); then, after a
-/// drop, a status restoring the item's data state.
+/// conflation count saturates at 65,535, read "that many or more"; a merge too large
+/// for one message goes in parts, the later ones with conflation count 0 and the same
+/// sequence number); then the stream's latest status, or after a drop a status
+/// restoring the item's data state.
 pub(crate) fn write_pending(
     out: &mut FrameWriter,
     scratch: &mut Vec<u8>,
@@ -157,11 +197,17 @@ pub(crate) fn write_pending(
     view: Option<&[i16]>,
     data: DataState,
 ) {
+    scratch.clear();
+    let n = p.fields.write(scratch, view);
     if p.dropped > 0 {
         let text = format!(
-            "{} do-not-conflate updates dropped: the subscriber fell too far behind; \
-             their latest values follow in a conflated update",
-            p.dropped
+            "{} do-not-conflate updates dropped: the subscriber fell too far behind{}",
+            p.dropped,
+            if n > 0 {
+                "; their latest values follow in a conflated update"
+            } else {
+                ""
+            }
         );
         let _ = out.push(&Message::Status(Status {
             stream_id,
@@ -173,26 +219,44 @@ pub(crate) fn write_pending(
             },
         }));
     }
-    scratch.clear();
-    let n = p.fields.write(scratch, view);
     if n > 0 {
-        let _ = out.push(&Message::Update(Update {
-            stream_id,
-            seq: p.seq,
-            update_type: p.update_type,
-            do_not_conflate: false,
-            conflation_count: p.count.min(u16::MAX as u32) as u16,
-            fields: FieldList::from_trusted(scratch),
-        }));
+        let count = p.count.clamp(1, u16::MAX as u32) as u16;
+        fn update<'a>(sid: u32, p: &PendingUpdate, fields: &'a [u8], count: u16) -> Message<'a> {
+            Message::Update(Update {
+                stream_id: sid,
+                seq: p.seq,
+                update_type: p.update_type,
+                do_not_conflate: false,
+                conflation_count: count,
+                fields: FieldList::from_trusted(fields),
+            })
+        }
+        if scratch.len() <= PART {
+            let _ = out.push(&update(stream_id, p, scratch, count));
+        } else {
+            let parts = tickwire_proto::field::split_field_list(scratch, PART);
+            for (i, part) in parts.iter().enumerate() {
+                let _ = out.push(&update(stream_id, p, part, if i == 0 { count } else { 0 }));
+            }
+        }
     }
-    if p.dropped > 0 {
+    let status = match &p.status {
+        Some((data, code, text)) => Some((*data, *code, text.as_str())),
+        None if p.dropped > 0 => Some((
+            data,
+            code::NONE,
+            "caught up: the latest values were delivered",
+        )),
+        None => None,
+    };
+    if let Some((data, code, text)) = status {
         let _ = out.push(&Message::Status(Status {
             stream_id,
             state: State {
                 stream: StreamState::Open,
                 data,
-                code: code::NONE,
-                text: "caught up: the latest values were delivered",
+                code,
+                text,
             },
         }));
     }
@@ -222,9 +286,12 @@ impl Node {
     pub(crate) fn apply_policy(&mut self, conn: ConnId, policy: SlowConsumerPolicy) {
         let (limits, sc) = (&self.cfg.limits, &self.cfg.slow_consumer);
         let (bytes, messages) = match policy {
+            // At most half the hard bound: room is left above the threshold for what
+            // is never merged (refreshes, statuses, trades).
             SlowConsumerPolicy::Conflate => (
-                sc.conflate_above_bytes.min(limits.max_output_bytes),
-                sc.conflate_above_messages.min(limits.max_output_messages),
+                sc.conflate_above_bytes.min(limits.max_output_bytes / 2),
+                sc.conflate_above_messages
+                    .min(limits.max_output_messages / 2),
             ),
             SlowConsumerPolicy::Disconnect => (limits.max_output_bytes, limits.max_output_messages),
         };
@@ -265,7 +332,15 @@ impl Node {
                 self.disconnect_slow(conn, &text);
                 continue;
             }
-            if c.policy == SlowConsumerPolicy::Conflate && c.conflation.is_none() {
+            if let Some(cf) = c.conflation.as_deref_mut() {
+                // Trades went straight to the queue: as many pending updates follow.
+                let n = std::mem::take(&mut cf.direct_since_check) as usize;
+                if n > 0 {
+                    self.write_oldest_pending(conn, n, max_bytes, max_messages);
+                }
+                continue;
+            }
+            if c.policy == SlowConsumerPolicy::Conflate {
                 c.conflation = Some(Box::new(Conflation::new(self.now)));
                 c.slow_episodes += 1;
                 self.stats.slow_consumer_episodes += 1;
@@ -326,8 +401,55 @@ impl Node {
 
     /// The socket took (some of) a connection's output. A subscriber that is behind and
     /// has drained to half its threshold gets pending conflated updates, up to that
-    /// half; with none left it is live again. Returns true if output was added.
+    /// half; once none is left and its queue is below that half, it is live again.
+    /// Returns true if output was added.
     pub fn on_output_written(&mut self, conn: ConnId) -> bool {
+        let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
+            return false;
+        };
+        if c.role != ConnRole::Subscriber || c.conflation.is_none() {
+            return false;
+        }
+        let (low_bytes, low_messages) = (c.behind_bytes / 2, c.behind_messages / 2);
+        let wrote = self.write_oldest_pending(conn, usize::MAX, low_bytes, low_messages) > 0;
+        let now = self.now;
+        let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return wrote;
+        };
+        let Some(cf) = c.conflation.as_deref() else {
+            return wrote;
+        };
+        if !(cf.pending.is_empty()
+            && c.out.pending_len() < low_bytes
+            && c.out.pending_messages() < low_messages)
+        {
+            return wrote;
+        }
+        let (ms, merged, written) = (
+            now.saturating_duration_since(cf.since).as_millis(),
+            cf.merged,
+            cf.written,
+        );
+        c.conflation = None;
+        let items = self.item_names(conn, 5);
+        let c = self.conns[conn].as_ref().expect("live");
+        info!(
+            "slow consumer {} (user {:?}, application {:?}) caught up after {ms} ms: \
+             {merged} updates merged into {written} conflated updates ({items})",
+            c.peer, c.user, c.application
+        );
+        wrote
+    }
+
+    /// Writes up to `n` pending updates, oldest stream first, while the queue stays
+    /// below `max_bytes` and `max_messages`. Returns how many were written.
+    fn write_oldest_pending(
+        &mut self,
+        conn: ConnId,
+        n: usize,
+        max_bytes: usize,
+        max_messages: u64,
+    ) -> usize {
         let Node {
             conns,
             items,
@@ -338,23 +460,30 @@ impl Node {
             ..
         } = self;
         let Some(c) = conns.get_mut(conn).and_then(|c| c.as_mut()) else {
-            return false;
+            return 0;
         };
-        if c.role != ConnRole::Subscriber {
-            return false;
-        }
         let Some(cf) = c.conflation.as_deref_mut() else {
-            return false;
+            return 0;
         };
-        let (low_bytes, low_messages) = (c.behind_bytes / 2, c.behind_messages / 2);
-        let mut wrote = false;
-        while c.out.pending_len() < low_bytes && c.out.pending_messages() < low_messages {
-            let Some(sid) = cf.order.pop_front() else {
+        let mut wrote = 0;
+        while wrote < n {
+            let Some(&sid) = cf.order.front() else {
                 break;
             };
-            let Some(p) = cf.pending.remove(&sid) else {
-                continue; // written early (before a status) or closed
+            let Some(p) = cf.pending.get(&sid) else {
+                cf.order.pop_front(); // written or dropped elsewhere
+                continue;
             };
+            // Room for it (an estimate); an empty queue takes any one, however large.
+            let need = p.fields.heap_bytes() + 512;
+            let queued = c.out.pending_len();
+            if queued > 0
+                && (queued + need > max_bytes || c.out.pending_messages() + 4 > max_messages)
+            {
+                break;
+            }
+            cf.order.pop_front();
+            let p = cf.pending.remove(&sid).expect("checked");
             if c.sub_streams.get(&sid) != Some(&p.item) {
                 continue;
             }
@@ -365,37 +494,49 @@ impl Node {
                 continue;
             };
             write_pending(&mut c.out, scratch, sid, &p, view, item.data_state);
-            stats.conflated_updates += u64::from(p.count - 1);
-            c.conflated_updates += u64::from(p.count - 1);
+            let merged_away = u64::from(p.count.saturating_sub(1));
+            stats.conflated_updates += merged_away;
+            c.conflated_updates += merged_away;
             cf.written += 1;
-            wrote = true;
+            wrote += 1;
         }
-        let mut caught_up = None;
-        if cf.order.is_empty() && c.out.pending_len() < c.behind_bytes {
-            caught_up = Some((
-                now.saturating_duration_since(cf.since).as_millis(),
-                cf.merged,
-                cf.written,
-            ));
-            c.conflation = None;
-        }
-        if wrote {
+        if wrote > 0 {
             c.last_tx = *now;
             if !c.dirty {
                 c.dirty = true;
                 dirty.push(conn);
             }
         }
-        if let Some((ms, merged, written)) = caught_up {
-            let items = self.item_names(conn, 5);
-            let c = self.conns[conn].as_ref().expect("live");
-            info!(
-                "slow consumer {} (user {:?}, application {:?}) caught up after {ms} ms: \
-                 {merged} updates merged into {written} conflated updates ({items})",
-                c.peer, c.user, c.application
-            );
-        }
         wrote
+    }
+
+    /// An open-state status for a stream of a subscriber that is behind: kept with the
+    /// stream's pending update (after it, the latest status standing for earlier
+    /// ones) instead of being queued. Returns false if it must be queued now.
+    pub(crate) fn defer_status(&mut self, conn: ConnId, st: &Status<'_>) -> bool {
+        if st.stream_id == 0 || st.state.stream != StreamState::Open {
+            return false;
+        }
+        let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return false;
+        };
+        let Some(&item) = c.sub_streams.get(&st.stream_id) else {
+            return false;
+        };
+        let Some(cf) = c.conflation.as_deref_mut() else {
+            return false;
+        };
+        if !cf.pending.contains_key(&st.stream_id) {
+            compact_order(cf);
+            cf.order.push_back(st.stream_id);
+        }
+        let seq = self.items.get(item).map_or(0, |i| i.seq);
+        let p = cf
+            .pending
+            .entry(st.stream_id)
+            .or_insert_with(|| PendingUpdate::new(item, seq, UpdateType::Other));
+        p.status = Some((st.state.data, st.state.code, st.state.text.to_string()));
+        true
     }
 
     /// Before a message that must follow a stream's pending update (a status): writes
@@ -422,8 +563,9 @@ impl Node {
         };
         if let Some(view) = view_of(&item.subs, conn, stream_id) {
             write_pending(&mut c.out, scratch, stream_id, &p, view, item.data_state);
-            stats.conflated_updates += u64::from(p.count - 1);
-            c.conflated_updates += u64::from(p.count - 1);
+            let merged_away = u64::from(p.count.saturating_sub(1));
+            stats.conflated_updates += merged_away;
+            c.conflated_updates += merged_away;
             cf.written += 1;
         }
     }

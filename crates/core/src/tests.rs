@@ -1347,3 +1347,138 @@ fn a_status_on_a_stream_with_a_pending_update_comes_after_it() {
     replica.apply(&got);
     assert_eq!(replica.updates_seen[&1], 2_000);
 }
+
+#[test]
+fn a_subscriber_behind_by_messages_stays_conflated_until_it_drains() {
+    // Small updates: the 200-message threshold is passed long before the 8 KiB one.
+    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let slow = h.login(Role::Subscriber);
+    h.request(slow, 1, "FEED", "SYM0", true, None);
+    let mut replica = Replica::default();
+    replica.apply(&h.read_all(slow));
+    let mut max_messages = 0;
+    for k in 0..3_000u32 {
+        let f = encode_field_list([(22, Value::Real(Real::new(k as i64, -2)))]);
+        h.send(p, &[update(1, k + 2, &f)]);
+        // The socket takes nothing, but the loop asks after every write attempt.
+        replica.apply(&h.read_some(slow, 0));
+        let r = h.node.connection_reports();
+        let r = r.iter().find(|r| r.id == slow).unwrap();
+        max_messages = max_messages.max(r.queued_messages);
+    }
+    assert_eq!(h.node.stats().slow_consumer_episodes, 1);
+    assert!(max_messages <= 201, "{max_messages} messages queued");
+    replica.apply(&h.read_all(slow));
+    assert_eq!(replica.images[&1], cached(&h, "SYM0"));
+    assert_eq!(replica.updates_seen[&1], 3_000);
+}
+
+#[test]
+fn pending_updates_keep_flowing_while_trades_keep_the_queue_high() {
+    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(1, 1, "QUOTES", &img, false)]);
+    h.send(p, &[refresh(2, 1, "TRADES", &img, false)]);
+    let slow = h.login(Role::Subscriber);
+    h.request(slow, 1, "FEED", "QUOTES", true, None);
+    h.request(slow, 2, "FEED", "TRADES", true, None);
+    let mut replica = Replica::default();
+    replica.apply(&h.read_all(slow));
+    // It reads less than the trades take: the queue stays high (about 140 quote
+    // updates get through before it falls behind; with no pending update written
+    // alongside the trades, none after).
+    let mut quote_updates_seen_while_busy = 0;
+    for k in 0..4_000u32 {
+        h.send(p, &[update(1, k + 2, &bid_ask(k as i64, k as i64 + 1))]);
+        let t = trade(2, k, 100 + k as i64);
+        h.send(p, &[dnc_update(2, k + 2, &t)]);
+        let got = h.read_some(slow, 15);
+        quote_updates_seen_while_busy += got
+            .iter()
+            .filter(|g| matches!(g, Got::Merged { sid: 1, .. } | Got::Update { sid: 1, .. }))
+            .count();
+        replica.apply(&got);
+    }
+    assert!(h.node.stats().slow_consumer_episodes >= 1);
+    assert!(
+        quote_updates_seen_while_busy > 500,
+        "the quotes pending update waited behind the trades ({quote_updates_seen_while_busy})"
+    );
+    replica.apply(&h.read_all(slow));
+    assert_eq!(replica.images[&1], cached(&h, "QUOTES"));
+    assert_eq!(replica.images[&2], cached(&h, "TRADES"));
+    assert_eq!(replica.updates_seen[&1], 4_000);
+    assert_eq!(replica.updates_seen[&2], 4_000);
+}
+
+#[test]
+fn an_item_closed_by_its_publisher_delivers_the_pending_values_first() {
+    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let slow = h.login(Role::Subscriber);
+    h.request(slow, 1, "FEED", "SYM0", true, None);
+    let mut replica = Replica::default();
+    replica.apply(&h.read_all(slow));
+    for k in 0..2_000u32 {
+        h.send(p, &[update(1, k + 2, &bid_ask(k as i64, k as i64 + 7))]);
+    }
+    let last = cached(&h, "SYM0");
+    h.send(
+        p,
+        &[Message::Status(Status {
+            stream_id: 1,
+            state: closed(code::NOT_FOUND, "delisted"),
+        })],
+    );
+    let got = h.read_all(slow);
+    replica.apply(&got);
+    assert!(matches!(
+        got.last(),
+        Some(Got::Status {
+            stream: StreamState::Closed,
+            ..
+        })
+    ));
+    assert_eq!(replica.images[&1], last);
+    assert_eq!(replica.updates_seen[&1], 2_000);
+}
+
+#[test]
+fn a_merge_larger_than_a_message_goes_out_in_parts() {
+    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(1, 1, "WIDE", &img, false)]);
+    let slow = h.login(Role::Subscriber);
+    h.request(slow, 1, "FEED", "WIDE", true, None);
+    let mut replica = Replica::default();
+    replica.apply(&h.read_all(slow));
+    // 40 updates of 2 different 3,000-byte text fields each: 80 fields, 240 KB merged.
+    let text = "t".repeat(3_000);
+    let mut k = 0;
+    for round in 0..3 {
+        for i in 0..40i16 {
+            let f = encode_field_list([
+                (1000 + 2 * i, Value::Ascii(&text)),
+                (1001 + 2 * i, Value::Ascii(&text)),
+                (22, Value::Real(Real::new(round * 100 + i as i64, 0))),
+            ]);
+            k += 1;
+            h.send(p, &[update(1, k + 1, &f)]);
+        }
+    }
+    let got = h.read_all(slow);
+    let continuations = got
+        .iter()
+        .filter(|g| matches!(g, Got::Merged { count: 0, .. }))
+        .count();
+    assert!(continuations >= 1, "no part after the first");
+    replica.apply(&got);
+    assert_eq!(replica.images[&1], cached(&h, "WIDE"));
+}

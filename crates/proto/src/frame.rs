@@ -85,7 +85,10 @@ impl FrameWriter {
                 self.messages_in = messages;
             }
             _ => {
-                self.buf.truncate(self.consumed);
+                self.base += self.consumed as u64;
+                self.written_end = self.base;
+                self.buf.clear();
+                self.consumed = 0;
                 self.sealed.clear();
                 self.messages_in = self.messages_out;
             }
@@ -207,6 +210,9 @@ impl FrameWriter {
     pub fn shrink_if_idle(&mut self, keep: usize) {
         if self.is_empty() && self.buf.capacity() > keep {
             self.buf = Vec::with_capacity(keep);
+        }
+        if self.is_empty() && self.sealed.capacity() > 64 {
+            self.sealed = VecDeque::new();
         }
     }
 
