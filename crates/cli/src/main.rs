@@ -85,6 +85,10 @@ struct NodeArgs {
     /// Overrides slow_consumer.policy; a subscriber may ask for its own at login.
     #[arg(long, value_name = "POLICY")]
     slow_consumer: Option<tickwire_node::SlowPolicy>,
+    /// Serve the WebSocket JSON API (tr_json2) at ws://ADDR/WebSocket, e.g.
+    /// 127.0.0.1:15000 (port 0 picks a free port). Overrides websocket.listen.
+    #[arg(long, value_name = "ADDR")]
+    ws: Option<String>,
     /// Print the effective configuration (file + flags) as TOML and exit.
     #[arg(long)]
     print_config: bool,
@@ -119,6 +123,9 @@ fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     if let Some(p) = args.slow_consumer {
         cfg.slow_consumer.policy = p;
     }
+    if let Some(ws) = &args.ws {
+        cfg.websocket.listen = ws.clone();
+    }
     cfg.validate().context("invalid node settings")?;
     Ok(cfg)
 }
@@ -148,6 +155,9 @@ fn run_node(args: NodeArgs) -> Result<()> {
         server.local_addr(),
         if cache == CacheMode::On { "on" } else { "off" }
     );
+    if let Some(ws) = server.ws_addr() {
+        log::info!("WebSocket API on ws://{ws}/WebSocket (tr_json2)");
+    }
     server.run()?;
     Ok(())
 }

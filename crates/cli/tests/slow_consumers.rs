@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 use tickwire_client::{EventRef, RequestOptions};
 
 const ITEMS: usize = 100;
+
+/// The two scenarios run one at a time: each loads both CPUs of a small machine, and the
+/// catch-up is checked against a one-second deadline.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const RATE: u64 = 10_000;
 
 fn item_names() -> Vec<String> {
@@ -330,6 +334,7 @@ fn is_refresh(v: &Value) -> bool {
 
 #[test]
 fn a_stopped_subscriber_is_conflated_and_catches_up_exactly_while_others_keep_up() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // A small kernel send buffer makes the stalled backlog reach the node's queue at
     // this test's rate (the default autotuned one would absorb several MB first).
     let cfg = TempConfig::new(
@@ -413,6 +418,7 @@ fn a_stopped_subscriber_is_conflated_and_catches_up_exactly_while_others_keep_up
 
 #[test]
 fn with_policy_disconnect_a_stopped_subscriber_is_told_and_dropped_then_recovers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = TempConfig::new(
         "disconnect",
         "[limits]\nsocket_send_buffer_bytes = 65536\nmax_output_bytes = 262144\n",

@@ -132,6 +132,8 @@ struct Conn {
     out: FrameWriter,
     last_rx: Instant,
     last_tx: Instant,
+    /// When the node last pinged it.
+    last_ping: Instant,
     dirty: bool,
     /// Subscriber: stream id -> item.
     sub_streams: FxHashMap<u32, ItemHandle>,
@@ -250,6 +252,7 @@ impl Node {
             out: FrameWriter::new(self.cfg.limits.max_frame),
             last_rx: now,
             last_tx: now,
+            last_ping: now,
             dirty: false,
             sub_streams: FxHashMap::default(),
             pub_streams: StreamMap::default(),
@@ -367,10 +370,17 @@ impl Node {
                 timed_out.push(id);
                 continue;
             }
-            if c.role != ConnRole::AwaitingLogin && now.saturating_duration_since(c.last_tx) >= hb {
+            // A ping when the node has sent nothing for an interval, or has received
+            // nothing for one (a client that only answers pings, as WebSocket JSON
+            // clients do, then answers before the timeout), at most once an interval.
+            let tx_idle = now.saturating_duration_since(c.last_tx) >= hb;
+            let rx_idle = now.saturating_duration_since(c.last_rx) >= hb
+                && now.saturating_duration_since(c.last_ping) >= hb;
+            if c.role != ConnRole::AwaitingLogin && (tx_idle || rx_idle) {
                 let token = now.saturating_duration_since(c.last_rx).as_nanos() as u64;
                 let _ = c.out.push(&Message::Ping(token));
                 c.last_tx = now;
+                c.last_ping = now;
                 if !c.dirty {
                     c.dirty = true;
                     self.dirty.push(id);

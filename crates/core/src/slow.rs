@@ -90,9 +90,9 @@ pub(crate) struct Conflation {
     /// Updates merged during this episode, and conflated updates written for them.
     merged: u64,
     pub(crate) written: u64,
-    /// Do-not-conflate updates queued directly since the last check: as many pending
-    /// updates are then written too, so a steady trade flow that keeps the queue high
-    /// cannot hold the other streams' pending updates back for ever.
+    /// Do-not-conflate updates queued directly and not yet matched by a pending update
+    /// written (one per `DIRECT_PER_PENDING`), so a steady trade flow that keeps the
+    /// queue high cannot hold the other streams' pending updates back for ever.
     pub(crate) direct_since_check: u32,
 }
 
@@ -142,6 +142,9 @@ impl PendingUpdate {
         }
     }
 }
+
+/// Do-not-conflate updates queued directly per pending update written alongside.
+const DIRECT_PER_PENDING: u32 = 16;
 
 /// Largest field list sent in one conflated update; a larger merge goes out in parts
 /// (as refreshes do).
@@ -333,8 +336,11 @@ impl Node {
                 continue;
             }
             if let Some(cf) = c.conflation.as_deref_mut() {
-                // Trades went straight to the queue: as many pending updates follow.
-                let n = std::mem::take(&mut cf.direct_since_check) as usize;
+                // Trades went straight to the queue: one pending update follows every
+                // DIRECT_PER_PENDING of them, so the other streams are not starved and
+                // conflation still saves most of the traffic.
+                let n = (cf.direct_since_check / DIRECT_PER_PENDING) as usize;
+                cf.direct_since_check %= DIRECT_PER_PENDING;
                 if n > 0 {
                     self.write_oldest_pending(conn, n, max_bytes, max_messages);
                 }

@@ -97,7 +97,47 @@ pub struct NodeConfig {
     pub node: NodeSection,
     pub limits: LimitsSection,
     pub slow_consumer: SlowConsumerSection,
+    pub websocket: WebSocketSection,
     pub security: SecuritySection,
+}
+
+/// The WebSocket JSON API (`tr_json2`), docs/OPERATIONS.md.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebSocketSection {
+    /// Address for WebSocket clients (`ws://ADDR/WebSocket`); empty: no WebSocket API.
+    pub listen: String,
+    /// Service for requests that name none; empty: the first service in the directory.
+    pub default_service: String,
+    /// Largest message a client may send, in bytes (announced as MaxMsgSize).
+    pub max_msg_size: usize,
+}
+
+impl Default for WebSocketSection {
+    fn default() -> Self {
+        WebSocketSection {
+            listen: String::new(),
+            default_service: String::new(),
+            max_msg_size: 61_440,
+        }
+    }
+}
+
+impl WebSocketSection {
+    /// The address to listen on, if the API is on.
+    pub fn address(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        if self.listen.is_empty() {
+            return Ok(None);
+        }
+        self.listen
+            .parse()
+            .map(Some)
+            .map_err(|e| ConfigError::Invalid {
+                key: "websocket.listen",
+                value: self.listen.clone(),
+                reason: format!("{e}: expected IP:PORT, e.g. 127.0.0.1:15000, or empty for none"),
+            })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -327,6 +367,13 @@ impl NodeConfig {
             "slow_consumer.conflate_above_messages",
             sc.conflate_above_messages.to_string(),
             "allowed: 16 or more".into(),
+        )?;
+        self.websocket.address()?;
+        check(
+            (1024..=16 * 1024 * 1024).contains(&self.websocket.max_msg_size),
+            "websocket.max_msg_size",
+            self.websocket.max_msg_size.to_string(),
+            "allowed: 1024 to 16777216".into(),
         )?;
         let ncpu = available_cpus();
         for &c in &self.node.cpus {

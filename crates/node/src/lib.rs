@@ -7,8 +7,9 @@
 
 pub mod config;
 mod server;
+mod ws;
 
-pub use config::{CacheMode, ConfigError, NodeConfig, SlowPolicy, WaitStrategy};
+pub use config::{CacheMode, ConfigError, NodeConfig, SlowPolicy, WaitStrategy, WebSocketSection};
 pub use server::{NodeServer, RunningNode, ShutdownHandle};
 pub use tickwire_core::Stats;
 

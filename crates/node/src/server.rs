@@ -8,6 +8,7 @@
 //! blocks on a peer.
 
 use crate::config::{NodeConfig, WaitStrategy};
+use crate::ws::WsConn;
 use log::{error, info, warn};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -19,10 +20,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tickwire_core::{ConnId, Node, Stats};
+use tickwire_gateway::{SessionConfig, UpdateCache};
 use tickwire_proto::frame::{FrameReader, FrameWriter};
 use tickwire_proto::{code, DataState, Message, State, Status, StreamState};
 
 const LISTENER: Token = Token(usize::MAX - 1);
+const WS_LISTENER: Token = Token(usize::MAX - 3);
 const WAKER: Token = Token(usize::MAX - 2);
 /// Bytes read from one connection per loop turn before the others get their turn.
 const READ_SHARE: usize = 256 * 1024;
@@ -40,6 +43,8 @@ struct Socket {
     /// Bytes asked of the socket per read: starts small (most subscribers send a few
     /// requests and pings) and doubles, up to [`MAX_READ`], while reads fill it.
     read_size: usize,
+    /// A WebSocket (JSON API) connection rather than the node's own protocol.
+    ws: Option<Box<WsConn>>,
 }
 
 /// First and largest read sizes (see `Socket::read_size`).
@@ -66,12 +71,16 @@ pub struct NodeServer {
     poll: Poll,
     listener: TcpListener,
     local_addr: SocketAddr,
+    ws_listener: Option<TcpListener>,
+    ws_addr: Option<SocketAddr>,
     shutdown: ShutdownHandle,
 }
 
 /// A node running on its own thread.
 pub struct RunningNode {
     pub addr: SocketAddr,
+    /// The WebSocket API's address, if it is on.
+    pub ws_addr: Option<SocketAddr>,
     handle: ShutdownHandle,
     thread: Option<JoinHandle<io::Result<Stats>>>,
 }
@@ -129,12 +138,33 @@ impl NodeServer {
         let local_addr = listener.local_addr()?;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let ws_at = cfg
+            .websocket
+            .address()
+            .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
+        let (ws_listener, ws_addr) = match ws_at {
+            Some(at) => {
+                let mut l = TcpListener::bind(at).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot listen for WebSocket clients on {at}: {e}"),
+                    )
+                })?;
+                poll.registry()
+                    .register(&mut l, WS_LISTENER, Interest::READABLE)?;
+                let a = l.local_addr()?;
+                (Some(l), Some(a))
+            }
+            None => (None, None),
+        };
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         Ok(NodeServer {
             cfg,
             poll,
             listener,
             local_addr,
+            ws_listener,
+            ws_addr,
             shutdown: ShutdownHandle {
                 flag: Arc::new(AtomicBool::new(false)),
                 waker,
@@ -146,6 +176,11 @@ impl NodeServer {
         self.local_addr
     }
 
+    /// Where the WebSocket API listens, if it is on.
+    pub fn ws_addr(&self) -> Option<SocketAddr> {
+        self.ws_addr
+    }
+
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.shutdown.clone()
     }
@@ -154,12 +189,14 @@ impl NodeServer {
     pub fn spawn(cfg: NodeConfig) -> io::Result<RunningNode> {
         let server = NodeServer::bind(cfg)?;
         let addr = server.local_addr();
+        let ws_addr = server.ws_addr();
         let handle = server.shutdown_handle();
         let thread = std::thread::Builder::new()
             .name("tickwire-node".into())
             .spawn(move || server.run())?;
         Ok(RunningNode {
             addr,
+            ws_addr,
             handle,
             thread: Some(thread),
         })
@@ -198,6 +235,14 @@ impl NodeServer {
         let wait = self.cfg.node.wait;
         let spin_for = Duration::from_micros(self.cfg.node.spin_us);
         let mut last_event = start;
+        let ws_cfg = Arc::new(SessionConfig {
+            ping_timeout_s: ((hb.as_millis() * 3).div_ceil(1000) as u32).max(1),
+            max_msg_size: self.cfg.websocket.max_msg_size,
+            default_service: (!self.cfg.websocket.default_service.is_empty())
+                .then(|| self.cfg.websocket.default_service.clone()),
+            dictionary: Arc::new(tickwire_proto::Dictionary::market_price()),
+        });
+        let mut ws_cache = UpdateCache::default();
 
         loop {
             let now = Instant::now();
@@ -232,7 +277,26 @@ impl NodeServer {
                 match event.token() {
                     LISTENER => {
                         if shutdown_deadline.is_none() {
-                            self.accept_all(&mut core, &mut sockets, max_conns, max_frame, now);
+                            self.accept_all(
+                                &mut core,
+                                &mut sockets,
+                                max_conns,
+                                max_frame,
+                                now,
+                                false,
+                            );
+                        }
+                    }
+                    WS_LISTENER => {
+                        if shutdown_deadline.is_none() {
+                            self.accept_all(
+                                &mut core,
+                                &mut sockets,
+                                max_conns,
+                                max_frame,
+                                now,
+                                true,
+                            );
                         }
                     }
                     WAKER => {}
@@ -241,7 +305,7 @@ impl NodeServer {
                             ready.push(id);
                         }
                         if event.is_writable() {
-                            flush(&mut core, &mut sockets, id, &mut dead);
+                            flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache);
                         }
                     }
                 }
@@ -249,7 +313,7 @@ impl NodeServer {
             ready.sort_unstable();
             ready.dedup();
             for &id in &ready {
-                if read_some(&mut core, &mut sockets, id, now, &mut dead) {
+                if read_some(&mut core, &mut sockets, id, now, &mut dead, &ws_cfg) {
                     carry.push(id);
                 }
             }
@@ -272,11 +336,13 @@ impl NodeServer {
 
             core.take_dirty(&mut dirty);
             for &id in &dirty {
-                flush(&mut core, &mut sockets, id, &mut dead);
+                flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache);
             }
+            // An update's JSON is shared by the WebSocket sessions within one turn.
+            ws_cache.clear();
             core.take_closing(&mut closing);
             for &id in &closing {
-                flush(&mut core, &mut sockets, id, &mut dead);
+                flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache);
                 lingering.push((id, now + linger));
             }
             // Closing connections keep their socket until their last bytes (the status
@@ -288,7 +354,8 @@ impl NodeServer {
                 let sock = sockets.get_mut(id).and_then(|s| s.as_mut());
                 if let Some(s) = sock.filter(|s| !s.dead) {
                     if now < deadline {
-                        if core.pending_output(id) > 0 {
+                        let ws_pending = s.ws.as_ref().is_some_and(|w| !w.out.is_empty());
+                        if core.pending_output(id) > 0 || ws_pending {
                             return true;
                         }
                         if !s.fin_sent {
@@ -382,9 +449,18 @@ impl NodeServer {
         max_conns: usize,
         max_frame: usize,
         now: Instant,
+        websocket: bool,
     ) {
         loop {
-            let (mut stream, peer) = match self.listener.accept() {
+            let accepted = if websocket {
+                match &self.ws_listener {
+                    Some(l) => l.accept(),
+                    None => return,
+                }
+            } else {
+                self.listener.accept()
+            };
+            let (mut stream, peer) = match accepted {
                 Ok(x) => x,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -421,6 +497,7 @@ impl NodeServer {
                 dead: false,
                 fin_sent: false,
                 read_size: FIRST_READ,
+                ws: websocket.then(|| Box::new(WsConn::new())),
             });
         }
     }
@@ -473,12 +550,37 @@ fn read_some(
     id: ConnId,
     now: Instant,
     dead: &mut Vec<ConnId>,
+    ws_cfg: &Arc<SessionConfig>,
 ) -> bool {
     let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
         return false;
     };
     if sock.dead {
         return false;
+    }
+    if let Some(w) = sock.ws.as_mut() {
+        let mut bytes = Vec::new();
+        // A read error ends the connection like a close.
+        let closed = crate::ws::read_into(&mut sock.stream, &mut bytes, READ_SHARE).unwrap_or(true);
+        if !bytes.is_empty() {
+            core.on_bytes_received(id, now);
+            let peer = sock
+                .stream
+                .peer_addr()
+                .map_or_else(|_| "?".to_string(), |a| a.to_string());
+            w.on_bytes(&bytes, ws_cfg, core, id, now, &peer);
+            if w.write(&mut sock.stream).is_err() {
+                sock.dead = true;
+                dead.push(id);
+                return false;
+            }
+        }
+        if closed {
+            sock.dead = true;
+            dead.push(id);
+            return false;
+        }
+        return bytes.len() >= READ_SHARE;
     }
     let mut total = 0;
     loop {
@@ -535,11 +637,37 @@ fn deliver_frames(core: &mut Node, sock: &mut Socket, id: ConnId, now: Instant) 
 }
 
 /// Writes as much of a connection's pending output as the socket takes. A subscriber
-/// that is behind is topped up with its conflated updates as its queue drains.
-fn flush(core: &mut Node, sockets: &mut [Option<Socket>], id: ConnId, dead: &mut Vec<ConnId>) {
+/// that is behind is topped up with its conflated updates as its queue drains. A
+/// WebSocket connection's output is first turned into JSON.
+fn flush(
+    core: &mut Node,
+    sockets: &mut [Option<Socket>],
+    id: ConnId,
+    dead: &mut Vec<ConnId>,
+    ws_cache: &mut UpdateCache,
+) {
     let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
         return;
     };
+    if let Some(w) = sock.ws.as_mut() {
+        for _ in 0..16 {
+            w.pull_from_core(core, id, ws_cache);
+            if w.write(&mut sock.stream).is_err() {
+                sock.dead = true;
+                dead.push(id);
+                return;
+            }
+            if !w.out.is_empty() || core.pending_output(id) == 0 {
+                break;
+            }
+        }
+        if w.close_after_flush && w.out.is_empty() && !sock.fin_sent {
+            // The peer closes in turn (read 0), which ends the connection.
+            let _ = sock.stream.shutdown(std::net::Shutdown::Write);
+            sock.fin_sent = true;
+        }
+        return;
+    }
     loop {
         let Some(out) = core.output(id) else { return };
         let bytes = out.sealed_bytes();

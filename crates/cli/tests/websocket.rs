@@ -1,0 +1,325 @@
+//! The WebSocket JSON API (tr_json2) of a real `tickwire node --ws`, driven by a real
+//! WebSocket client (tungstenite) over 127.0.0.1, with `tickwire publish` as the feed.
+//! Every read has a timeout; children are killed on drop.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::http::HeaderValue;
+use tungstenite::{Message, WebSocket};
+
+/// A client and the messages it has received but not looked at yet.
+struct Ws {
+    ws: WebSocket<TcpStream>,
+    queue: std::collections::VecDeque<Value>,
+}
+
+/// `tickwire node --ws 127.0.0.1:0` and the WebSocket address it logged.
+fn start_node_ws(extra: &[&str]) -> (Node, String) {
+    let mut args = vec!["--ws", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let mut node = Node::start(&args);
+    let line = node
+        .proc
+        .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
+    let url = line
+        .split("WebSocket API on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("url in the log line")
+        .to_string();
+    (node, url)
+}
+
+fn connect(url: &str, protocol: &str) -> Ws {
+    let mut req = url.into_client_request().expect("request");
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        HeaderValue::from_str(protocol).unwrap(),
+    );
+    let host = url.trim_start_matches("ws://").split('/').next().unwrap();
+    let stream = TcpStream::connect(host).expect("tcp connect");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let (ws, resp) = tungstenite::client(req, stream).expect("WebSocket handshake");
+    let ws = Ws {
+        ws,
+        queue: Default::default(),
+    };
+    assert_eq!(
+        resp.headers()
+            .get("Sec-WebSocket-Protocol")
+            .and_then(|v| v.to_str().ok()),
+        Some(protocol),
+        "the server echoes the subprotocol"
+    );
+    ws
+}
+
+fn send(ws: &mut Ws, v: Value) {
+    ws.ws.send(Message::text(v.to_string())).expect("send");
+}
+
+/// The next JSON array the server sends (every frame must be one), within `timeout`.
+fn next_frame(ws: &mut Ws, timeout: Duration) -> Option<Vec<Value>> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        match ws.ws.read() {
+            Ok(Message::Text(t)) => {
+                let v: Value = serde_json::from_str(&t).expect("valid JSON");
+                let Value::Array(msgs) = v else {
+                    panic!("every frame is a JSON array, got {t}");
+                };
+                return Some(msgs);
+            }
+            Ok(Message::Close(_)) => return None,
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("WebSocket read failed: {e}"),
+        }
+    }
+    None
+}
+
+/// Messages until one matches `pred` (returned; those before it are dropped),
+/// panicking after 10 s.
+fn expect(ws: &mut Ws, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        if ws.queue.is_empty() {
+            if let Some(msgs) = next_frame(ws, Duration::from_millis(500)) {
+                ws.queue.extend(msgs);
+            }
+        }
+        while let Some(m) = ws.queue.pop_front() {
+            if pred(&m) {
+                return m;
+            }
+            if seen.len() < 10 {
+                seen.push(m.to_string());
+            }
+        }
+    }
+    panic!("no {what} within 10 s; seen: {seen:#?}");
+}
+
+/// Collects every message for `d`.
+fn collect(ws: &mut Ws, d: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + d;
+    let mut out: Vec<Value> = ws.queue.drain(..).collect();
+    while Instant::now() < deadline {
+        if let Some(msgs) = next_frame(ws, Duration::from_millis(100)) {
+            out.extend(msgs);
+        }
+    }
+    out
+}
+
+fn login(ws: &mut Ws) -> Value {
+    send(
+        ws,
+        json!({"ID": 1, "Domain": "Login", "Key": {"Name": "alice",
+            "Elements": {"ApplicationId": "256", "Position": "127.0.0.1/net"}}}),
+    );
+    // The login Refresh comes alone in its frame.
+    let frame = next_frame(ws, Duration::from_secs(10)).expect("a login answer");
+    assert_eq!(frame.len(), 1, "{frame:?}");
+    frame[0].clone()
+}
+
+#[test]
+fn login_items_batch_view_snapshot_and_close_work_like_the_published_api() {
+    let (node, url) = start_node_ws(&[]);
+    let _feed = start_publisher(&node, "FEED", 20, 2_000, false);
+    let mut ws = connect(&url, "tr_json2");
+
+    // A ping before the login is answered.
+    send(&mut ws, json!({"Type": "Ping"}));
+    expect(&mut ws, "a pong", |m| m["Type"] == "Pong");
+    // A request before the login gets a status saying why.
+    send(&mut ws, json!({"ID": 2, "Key": {"Name": "SYM0"}}));
+    let st = expect(&mut ws, "a status", |m| m["ID"] == 2);
+    assert_eq!(st["Type"], "Status");
+    assert_eq!(st["State"]["Stream"], "Closed");
+    assert!(st["State"]["Text"].as_str().unwrap().contains("login"));
+
+    let refresh = login(&mut ws);
+    assert_eq!(refresh["Type"], "Refresh");
+    assert_eq!(refresh["Domain"], "Login");
+    assert_eq!(refresh["ID"], 1);
+    assert_eq!(refresh["Key"]["Name"], "alice");
+    assert_eq!(refresh["Key"]["Elements"]["Position"], "127.0.0.1/net");
+    assert_eq!(refresh["Key"]["Elements"]["SupportViewRequests"], 1);
+    assert!(
+        refresh["Key"]["Elements"]["SupportBatchRequests"]
+            .as_u64()
+            .unwrap()
+            & 1
+            == 1
+    );
+    assert_eq!(refresh["State"]["Stream"], "Open");
+    assert_eq!(refresh["State"]["Data"], "Ok");
+    assert!(refresh["Elements"]["PingTimeout"].as_u64().unwrap() > 0);
+    assert!(refresh["Elements"]["MaxMsgSize"].as_u64().unwrap() >= 1024);
+
+    // One item, the service left to the node's default.
+    send(&mut ws, json!({"ID": 2, "Key": {"Name": "SYM0"}}));
+    let r = expect(&mut ws, "the SYM0 refresh", |m| {
+        m["ID"] == 2 && m["Type"] == "Refresh"
+    });
+    assert_eq!(r["Key"], json!({"Service": "FEED", "Name": "SYM0"}));
+    assert_eq!(r["State"]["Stream"], "Open");
+    assert_eq!(r["Qos"]["Timeliness"], "Realtime");
+    assert!(r["SeqNumber"].is_u64());
+    assert!(r["Fields"]["BID"].is_number() && r["Fields"]["ASK"].is_number());
+    assert!(r["Fields"]["DSPLY_NAME"].is_string());
+    let timact = r["Fields"]["TIMACT"].as_str().expect("a time string");
+    assert_eq!(timact.len(), "HH:MM:SS.nnnnnnnnn".len(), "{timact}");
+    let u = expect(&mut ws, "an SYM0 update", |m| {
+        m["ID"] == 2 && m["Type"] == "Update"
+    });
+    assert!(["Quote", "Trade"].contains(&u["UpdateType"].as_str().unwrap()));
+    assert!(u["SeqNumber"].is_u64());
+    assert_eq!(u["Key"]["Name"], "SYM0");
+    assert!(u["Fields"].is_object());
+
+    // A batch with a view: a closed/ok status on the batch ID, items on ID+1, ID+2.
+    send(
+        &mut ws,
+        json!({"ID": 10, "Key": {"Name": ["SYM1", "SYM2"], "Service": "FEED"},
+               "View": ["BID", "ASK"]}),
+    );
+    let st = expect(&mut ws, "the batch status", |m| m["ID"] == 10);
+    assert_eq!(st["Type"], "Status");
+    assert_eq!(st["State"]["Stream"], "Closed");
+    assert_eq!(st["State"]["Data"], "Ok");
+    for (id, name) in [(11, "SYM1"), (12, "SYM2")] {
+        let r = expect(&mut ws, "a batch refresh", |m| {
+            m["ID"] == id && m["Type"] == "Refresh"
+        });
+        assert_eq!(r["Key"]["Name"], name);
+        let fields: Vec<&String> = r["Fields"].as_object().unwrap().keys().collect();
+        assert_eq!(fields.len(), 2, "view BID, ASK: {fields:?}");
+    }
+    let u = expect(&mut ws, "a viewed update", |m| {
+        (m["ID"] == 11 || m["ID"] == 12) && m["Type"] == "Update"
+    });
+    for k in u["Fields"].as_object().unwrap().keys() {
+        assert!(k == "BID" || k == "ASK", "{k} is outside the view");
+    }
+
+    // A snapshot: one NonStreaming refresh, then nothing on that ID.
+    send(
+        &mut ws,
+        json!({"ID": 20, "Key": {"Name": "SYM3"}, "Streaming": false}),
+    );
+    let r = expect(&mut ws, "the snapshot", |m| m["ID"] == 20);
+    assert_eq!(r["Type"], "Refresh");
+    assert_eq!(r["State"]["Stream"], "NonStreaming");
+
+    // Close ID 2 and the batch items together: no more updates on them.
+    send(&mut ws, json!({"ID": [2, 11, 12], "Type": "Close"}));
+    let st = expect(&mut ws, "the batch close status", |m| {
+        m["ID"] == 2 && m["Type"] == "Status"
+    });
+    assert_eq!(st["State"]["Stream"], "Closed");
+    std::thread::sleep(Duration::from_millis(300));
+    let after = collect(&mut ws, Duration::from_secs(1));
+    assert!(
+        !after
+            .iter()
+            .any(|m| [2, 11, 12, 20].contains(&m["ID"].as_i64().unwrap_or(-1))),
+        "closed streams still sent: {after:?}"
+    );
+}
+
+#[test]
+fn bad_input_gets_an_error_or_a_status_and_the_session_goes_on() {
+    let (node, url) = start_node_ws(&["--heartbeat-ms", "1000"]);
+    let _feed = start_publisher(&node, "FEED", 5, 500, false);
+    let mut ws = connect(&url, "rssl.json.v2");
+    login(&mut ws);
+    let mut other = connect(&url, "tr_json2");
+    login(&mut other);
+    send(&mut other, json!({"ID": 5, "Key": {"Name": "SYM1"}}));
+    expect(&mut other, "the other client's refresh", |m| m["ID"] == 5);
+
+    ws.ws.send(Message::text("{not json")).unwrap();
+    let e = expect(&mut ws, "an error", |m| m["Type"] == "Error");
+    assert_eq!(e["ID"], 0);
+    assert!(e["Text"].as_str().unwrap().contains("JSON"), "{e}");
+    assert_eq!(e["Debug"]["Message"], "{not json");
+
+    send(&mut ws, json!({"ID": 3, "Type": "Frobnicate"}));
+    let e = expect(&mut ws, "an error", |m| m["Type"] == "Error");
+    assert_eq!(e["ID"], 3);
+    assert!(e["Text"].as_str().unwrap().contains("Frobnicate"), "{e}");
+
+    send(&mut ws, json!({"Key": {"Name": "SYM0"}}));
+    let e = expect(&mut ws, "an error", |m| m["Type"] == "Error");
+    assert!(e["Text"].as_str().unwrap().contains("'ID'"), "{e}");
+
+    send(&mut ws, json!({"ID": 4, "Key": {"Name": "NOSUCH"}}));
+    let st = expect(&mut ws, "a not-found status", |m| m["ID"] == 4);
+    assert_eq!(st["Type"], "Status");
+    assert_eq!(st["State"]["Stream"], "Closed");
+    assert_eq!(st["State"]["Data"], "Suspect");
+    assert_eq!(st["State"]["Code"], "NotFound");
+
+    send(
+        &mut ws,
+        json!({"ID": 6, "Key": {"Name": "SYM0"}, "View": ["BID", "NO_SUCH_FIELD"]}),
+    );
+    let e = expect(&mut ws, "an error", |m| m["Type"] == "Error");
+    assert_eq!(e["ID"], 6);
+    assert!(e["Text"].as_str().unwrap().contains("NO_SUCH_FIELD"), "{e}");
+
+    send(
+        &mut ws,
+        json!({"ID": 7, "Key": {"Name": "SYM0"}, "Domain": "MarketByOrder"}),
+    );
+    let st = expect(&mut ws, "a status", |m| m["ID"] == 7);
+    assert_eq!(st["State"]["Stream"], "Closed");
+
+    // Larger than MaxMsgSize: refused, the connection continues.
+    let big = format!(
+        "{{\"ID\":8,\"Key\":{{\"Name\":\"{}\"}}}}",
+        "x".repeat(70_000)
+    );
+    ws.ws.send(Message::text(big)).unwrap();
+    let e = expect(&mut ws, "an error", |m| m["Type"] == "Error");
+    assert!(e["Text"].as_str().unwrap().contains("MaxMsgSize"), "{e}");
+
+    // An array of requests is accepted; the session still works, and so does the other.
+    send(
+        &mut ws,
+        json!([{"ID": 9, "Key": {"Name": "SYM2"}}, {"Type": "Ping"}]),
+    );
+    expect(&mut ws, "the SYM2 refresh", |m| {
+        m["ID"] == 9 && m["Type"] == "Refresh"
+    });
+    expect(&mut other, "an update for the other client", |m| {
+        m["ID"] == 5 && m["Type"] == "Update"
+    });
+    // The node pings an idle client within its PingTimeout; answering keeps it open.
+    expect(&mut ws, "a ping from the node", |m| m["Type"] == "Ping");
+    send(&mut ws, json!({"Type": "Pong"}));
+
+    // A WebSocket request on another path, or without the subprotocol, is refused.
+    let host = url.trim_start_matches("ws://").split('/').next().unwrap();
+    let wrong = format!("ws://{host}/other");
+    let stream = TcpStream::connect(host).unwrap();
+    assert!(tungstenite::client(wrong.as_str(), stream).is_err());
+    let stream = TcpStream::connect(host).unwrap();
+    assert!(tungstenite::client(url.as_str(), stream).is_err());
+}

@@ -1,0 +1,972 @@
+//! One WebSocket connection's JSON session: client JSON in, the node's messages out, and
+//! back.
+//!
+//! The client speaks `tr_json2`: a Login (domain `Login`), item requests (MarketPrice:
+//! single, batch with `Key.Name` an array, view, snapshot), Close (one ID or an array),
+//! Ping/Pong. The session keeps the client's IDs (any integer) apart from the node's
+//! stream ids (1, 2, 3 ... chosen here), turns each request into the node's Request, and
+//! each of the node's messages for this connection into JSON: the Welcome becomes the
+//! login Refresh, refreshes, updates and statuses keep their meaning, a heartbeat Ping
+//! becomes `{"Type":"Ping"}`. Every frame sent is a JSON array of messages.
+//!
+//! Updates are the bulk: [`UpdateCache`] lets every session with the same item and view
+//! share one encoding of an update (all but its `ID`).
+
+use rustc_hash::FxHashMap;
+use serde_json::Value as Json;
+use std::collections::hash_map::DefaultHasher;
+use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use tickwire_proto::{
+    code, DataState, Dictionary, FieldList, Login, Message, Request, Role, SlowConsumerPolicy,
+    State, StreamState, UpdateType, Value, View, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+};
+
+/// Settings shared by every session of a node.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Seconds without traffic after which the node drops a client (3 heartbeats);
+    /// announced in the login Refresh.
+    pub ping_timeout_s: u32,
+    /// Largest client message accepted, in bytes; announced in the login Refresh.
+    pub max_msg_size: usize,
+    /// Service used when a request names none; `None`: the first in the directory.
+    pub default_service: Option<String>,
+    pub dictionary: Arc<Dictionary>,
+}
+
+/// Encoded update tails, shared by the sessions during one turn of the event loop.
+#[derive(Default)]
+pub struct UpdateCache {
+    tails: FxHashMap<u64, Vec<u8>>,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl UpdateCache {
+    /// Forget the turn's encodings (call once per event-loop turn).
+    pub fn clear(&mut self) {
+        self.tails.clear();
+    }
+}
+
+/// JSON messages waiting to be framed: each frame is one JSON array.
+#[derive(Default)]
+pub struct JsonOut {
+    /// The array being built (starts with `[` once a message is in).
+    current: Vec<u8>,
+    /// Whole WebSocket text frames ready to send.
+    pub frames: Vec<u8>,
+}
+
+/// An array is closed and framed once it passes this size.
+const FRAME_TARGET: usize = 60_000;
+
+impl JsonOut {
+    fn begin(&mut self) -> &mut Vec<u8> {
+        if self.current.len() > FRAME_TARGET {
+            self.end_frame();
+        }
+        if self.current.is_empty() {
+            self.current.push(b'[');
+        } else {
+            self.current.push(b',');
+        }
+        &mut self.current
+    }
+
+    /// Closes the current array into a frame.
+    pub fn end_frame(&mut self) {
+        if self.current.is_empty() {
+            return;
+        }
+        self.current.push(b']');
+        crate::ws::encode_text(&mut self.frames, &self.current);
+        self.current.clear();
+    }
+
+    /// Moves every framed byte (closing the current array) into `out`.
+    pub fn take(&mut self, out: &mut Vec<u8>) {
+        self.end_frame();
+        out.append(&mut self.frames);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.current.is_empty() && self.frames.is_empty()
+    }
+}
+
+/// One item stream of the session.
+struct ItemStream {
+    json_id: i64,
+    service: String,
+    name: String,
+    view: Option<Vec<i16>>,
+    streaming: bool,
+    key_in_updates: bool,
+}
+
+enum LoginState {
+    None,
+    /// Sent to the node; waiting for its Welcome.
+    Pending {
+        id: i64,
+        echo: Json,
+    },
+    Open {
+        id: i64,
+    },
+}
+
+/// One connection's JSON session.
+pub struct Session {
+    cfg: Arc<SessionConfig>,
+    login: LoginState,
+    user: String,
+    by_json: FxHashMap<i64, u32>,
+    streams: FxHashMap<u32, ItemStream>,
+    next_sid: u32,
+    /// Services in the node's directory, in its order (numeric service ids are
+    /// positions in it, from 1).
+    services: Vec<String>,
+    /// The client logged out or the node ended the session: close after sending.
+    pub finished: bool,
+}
+
+fn escape(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for c in s.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(Bytes(out), "\\u{:04x}", c as u32);
+            }
+            c => {
+                let mut b = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+/// `fmt::Write` into a byte vector.
+struct Bytes<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Bytes<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+fn stream_name(s: StreamState) -> &'static str {
+    match s {
+        StreamState::Open => "Open",
+        StreamState::NonStreaming => "NonStreaming",
+        StreamState::ClosedRecover => "ClosedRecover",
+        StreamState::Closed => "Closed",
+    }
+}
+
+fn data_name(d: DataState) -> &'static str {
+    match d {
+        DataState::Ok => "Ok",
+        DataState::Suspect => "Suspect",
+    }
+}
+
+/// The API's state code for a node status code.
+fn code_name(c: u16) -> &'static str {
+    match c {
+        code::NONE => "None",
+        code::NOT_FOUND => "NotFound",
+        code::SERVICE_DOWN => "NoResources",
+        code::TOO_MANY_STREAMS => "TooManyItems",
+        code::MALFORMED => "InvalidArgument",
+        code::LOGIN_REJECTED => "NotEntitled",
+        code::TIMEOUT => "Timeout",
+        code::SHUTDOWN => "None",
+        code::SLOW_CONSUMER => "NoResources",
+        code::TOO_MANY_CONNECTIONS => "NoResources",
+        code::PROTOCOL => "UsageError",
+        code::UPDATES_DROPPED => "GapDetected",
+        code::PUBLISHER_GONE => "NoResources",
+        _ => "Error",
+    }
+}
+
+fn update_type_name(t: UpdateType) -> &'static str {
+    match t {
+        UpdateType::Other => "Unspecified",
+        UpdateType::Quote => "Quote",
+        UpdateType::Trade => "Trade",
+    }
+}
+
+fn write_state(out: &mut Vec<u8>, stream: StreamState, data: DataState, c: u16, text: &str) {
+    out.extend_from_slice(b"{\"Stream\":\"");
+    out.extend_from_slice(stream_name(stream).as_bytes());
+    out.extend_from_slice(b"\",\"Data\":\"");
+    out.extend_from_slice(data_name(data).as_bytes());
+    out.push(b'"');
+    if c != code::NONE {
+        out.extend_from_slice(b",\"Code\":\"");
+        out.extend_from_slice(code_name(c).as_bytes());
+        out.push(b'"');
+    }
+    out.extend_from_slice(b",\"Text\":");
+    escape(out, text);
+    out.push(b'}');
+}
+
+/// A field list as a JSON object keyed by dictionary name (a field the dictionary does
+/// not know is keyed by its number).
+fn write_fields(out: &mut Vec<u8>, dict: &Dictionary, fields: FieldList<'_>) {
+    out.push(b'{');
+    let mut first = true;
+    for (fid, v) in fields.iter() {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        match dict.name(fid) {
+            Some(name) => escape(out, name),
+            None => escape(out, &fid.to_string()),
+        }
+        out.push(b':');
+        match v {
+            Value::Blank => out.extend_from_slice(b"null"),
+            Value::Int(i) => {
+                let _ = write!(Bytes(out), "{i}");
+            }
+            Value::UInt(u) => {
+                let _ = write!(Bytes(out), "{u}");
+            }
+            Value::Real(r) => {
+                let _ = write!(Bytes(out), "{r}");
+            }
+            Value::Enum(e) => {
+                let _ = write!(Bytes(out), "{e}");
+            }
+            Value::Date(d) => escape(out, &d.to_string()),
+            Value::Time(t) => escape(out, &t.to_string()),
+            Value::Ascii(s) | Value::Utf8(s) => escape(out, s),
+        }
+    }
+    out.push(b'}');
+}
+
+fn write_key(out: &mut Vec<u8>, service: &str, name: &str) {
+    out.extend_from_slice(b"\"Key\":{\"Service\":");
+    escape(out, service);
+    out.extend_from_slice(b",\"Name\":");
+    escape(out, name);
+    out.push(b'}');
+}
+
+/// An `Error` message: the offending ID (0 if unknown), a text, and the message.
+fn write_error(out: &mut JsonOut, id: i64, text: &str, offending: &str) {
+    let o = out.begin();
+    let _ = write!(Bytes(o), "{{\"ID\":{id},\"Type\":\"Error\",\"Text\":");
+    escape(o, text);
+    o.extend_from_slice(b",\"Debug\":{\"Message\":");
+    let mut end = offending.len().min(1024);
+    while !offending.is_char_boundary(end) {
+        end -= 1;
+    }
+    escape(o, &offending[..end]);
+    o.extend_from_slice(b"}}");
+}
+
+/// A `Status` on a client ID.
+#[allow(clippy::too_many_arguments)]
+fn write_status(
+    out: &mut JsonOut,
+    id: i64,
+    login: bool,
+    key: Option<(&str, &str)>,
+    stream: StreamState,
+    data: DataState,
+    c: u16,
+    text: &str,
+) {
+    let o = out.begin();
+    let _ = write!(Bytes(o), "{{\"ID\":{id},\"Type\":\"Status\",");
+    if login {
+        o.extend_from_slice(b"\"Domain\":\"Login\",");
+    }
+    if let Some((service, name)) = key {
+        write_key(o, service, name);
+        o.push(b',');
+    }
+    o.extend_from_slice(b"\"State\":");
+    write_state(o, stream, data, c, text);
+    o.push(b'}');
+}
+
+impl Session {
+    pub fn new(cfg: Arc<SessionConfig>) -> Self {
+        Session {
+            cfg,
+            login: LoginState::None,
+            user: String::new(),
+            by_json: FxHashMap::default(),
+            streams: FxHashMap::default(),
+            next_sid: 1,
+            services: Vec::new(),
+            finished: false,
+        }
+    }
+
+    /// Open item streams.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// A text message from the client. Messages for the node are appended (encoded) to
+    /// `to_node`; answers the session gives itself go to `out`.
+    pub fn on_client_text(&mut self, text: &str, to_node: &mut Vec<u8>, out: &mut JsonOut) {
+        let json: Json = match serde_json::from_str(text) {
+            Ok(j) => j,
+            Err(e) => {
+                write_error(out, 0, &format!("JSON parser error: {e}"), text);
+                return;
+            }
+        };
+        match json {
+            Json::Array(msgs) => {
+                for m in &msgs {
+                    self.on_client_message(m, to_node, out);
+                }
+            }
+            m => self.on_client_message(&m, to_node, out),
+        }
+    }
+
+    /// A client message too large to take.
+    pub fn on_too_large(&mut self, len: u64, out: &mut JsonOut) {
+        let text = format!(
+            "message of {len} bytes exceeds MaxMsgSize ({} bytes); it was ignored",
+            self.cfg.max_msg_size
+        );
+        write_error(out, 0, &text, "");
+    }
+
+    fn on_client_message(&mut self, m: &Json, to_node: &mut Vec<u8>, out: &mut JsonOut) {
+        let text = || m.to_string();
+        let Some(obj) = m.as_object() else {
+            write_error(
+                out,
+                0,
+                "JSON Converter Token Type error: expected an object",
+                &text(),
+            );
+            return;
+        };
+        let ty = obj.get("Type").and_then(Json::as_str).unwrap_or("Request");
+        match ty {
+            "Ping" => {
+                out.begin().extend_from_slice(b"{\"Type\":\"Pong\"}");
+                return;
+            }
+            "Pong" => return, // any bytes count as liveness at the node
+            _ => {}
+        }
+        if ty == "Close" {
+            self.on_close(obj.get("ID"), to_node, out);
+            return;
+        }
+        let id = match obj.get("ID") {
+            Some(Json::Number(n)) if n.as_i64().is_some() => n.as_i64().unwrap_or(0),
+            Some(_) => {
+                write_error(
+                    out,
+                    0,
+                    "JSON Converter Token Type error: expected an integer for key 'ID'",
+                    &text(),
+                );
+                return;
+            }
+            None => {
+                write_error(out, 0, "JSON Missing required key 'ID'", &text());
+                return;
+            }
+        };
+        if ty != "Request" {
+            write_error(
+                out,
+                id,
+                &format!("JSON Unexpected Value. Received '{ty}' for key 'Type'"),
+                &text(),
+            );
+            return;
+        }
+        let domain = obj
+            .get("Domain")
+            .and_then(Json::as_str)
+            .unwrap_or("MarketPrice");
+        match domain {
+            "Login" => self.on_login(id, obj, to_node, out),
+            "MarketPrice" => self.on_item_request(id, obj, to_node, out, &text),
+            other => write_status(
+                out,
+                id,
+                false,
+                None,
+                StreamState::Closed,
+                DataState::Suspect,
+                code::PROTOCOL,
+                &format!("domain {other:?} is not supported (MarketPrice only)"),
+            ),
+        }
+    }
+
+    fn on_login(
+        &mut self,
+        id: i64,
+        obj: &serde_json::Map<String, Json>,
+        to_node: &mut Vec<u8>,
+        out: &mut JsonOut,
+    ) {
+        let key = obj.get("Key");
+        let user = key
+            .and_then(|k| k.get("Name"))
+            .and_then(Json::as_str)
+            .unwrap_or("user")
+            .to_string();
+        let elements = key.and_then(|k| k.get("Elements"));
+        let app = elements
+            .and_then(|e| e.get("ApplicationId"))
+            .map(|v| match v {
+                Json::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .unwrap_or_else(|| "256".into());
+        let token = elements
+            .and_then(|e| e.get("AuthenticationToken"))
+            .and_then(Json::as_str)
+            .unwrap_or("");
+        match &self.login {
+            LoginState::Open { id: open } if *open == id => {
+                // A reissue: answer it again.
+                self.write_login_refresh(id, &user, &login_echo(&user, elements), out);
+                return;
+            }
+            LoginState::None => {}
+            _ => {
+                write_status(
+                    out,
+                    id,
+                    true,
+                    None,
+                    StreamState::Closed,
+                    DataState::Suspect,
+                    code::PROTOCOL,
+                    "a login is already open on this connection",
+                );
+                return;
+            }
+        }
+        let msg = Message::Login(Login {
+            version_min: PROTOCOL_VERSION_MIN,
+            version_max: PROTOCOL_VERSION_MAX,
+            role: Role::Subscriber,
+            application: &format!("ws:{app}"),
+            user: &user,
+            token,
+            slow_consumer: None::<SlowConsumerPolicy>,
+        });
+        if msg.encode(to_node).is_err() {
+            write_status(
+                out,
+                id,
+                true,
+                None,
+                StreamState::Closed,
+                DataState::Suspect,
+                code::LOGIN_REJECTED,
+                "login fields too long",
+            );
+            return;
+        }
+        self.user = user.clone();
+        self.login = LoginState::Pending {
+            id,
+            echo: login_echo(&user, elements),
+        };
+    }
+
+    fn write_login_refresh(&self, id: i64, user: &str, echo: &Json, out: &mut JsonOut) {
+        out.end_frame(); // the login Refresh goes alone in its frame
+        let o = out.begin();
+        let _ = write!(
+            Bytes(o),
+            "{{\"ID\":{id},\"Type\":\"Refresh\",\"Domain\":\"Login\",\"Key\":{{\"Name\":"
+        );
+        escape(o, user);
+        o.extend_from_slice(b",\"Elements\":");
+        o.extend_from_slice(echo.to_string().as_bytes());
+        o.extend_from_slice(b"},\"State\":");
+        write_state(
+            o,
+            StreamState::Open,
+            DataState::Ok,
+            code::NONE,
+            "Login accepted by Tickwire",
+        );
+        let _ = write!(
+            Bytes(o),
+            ",\"Elements\":{{\"PingTimeout\":{},\"MaxMsgSize\":{}}}}}",
+            self.cfg.ping_timeout_s,
+            self.cfg.max_msg_size
+        );
+        out.end_frame();
+    }
+
+    fn logged_in(&self) -> Option<i64> {
+        match self.login {
+            LoginState::Open { id } => Some(id),
+            _ => None,
+        }
+    }
+
+    fn resolve_service(&self, s: Option<&Json>) -> Result<String, String> {
+        match s {
+            None | Some(Json::Null) => self
+                .cfg
+                .default_service
+                .clone()
+                .or_else(|| self.services.first().cloned())
+                .ok_or_else(|| "no service given and the node has none".to_string()),
+            Some(Json::String(name)) => Ok(name.clone()),
+            Some(Json::Number(n)) => n
+                .as_u64()
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| self.services.get(i as usize).cloned())
+                .ok_or_else(|| format!("unknown service id {n}")),
+            Some(other) => Err(format!("invalid Service {other}")),
+        }
+    }
+
+    fn on_item_request(
+        &mut self,
+        id: i64,
+        obj: &serde_json::Map<String, Json>,
+        to_node: &mut Vec<u8>,
+        out: &mut JsonOut,
+        text: &dyn Fn() -> String,
+    ) {
+        if self.logged_in().is_none() {
+            write_status(
+                out,
+                id,
+                false,
+                None,
+                StreamState::Closed,
+                DataState::Suspect,
+                code::PROTOCOL,
+                "login required before any other message",
+            );
+            return;
+        }
+        let key = obj.get("Key");
+        let service = match self.resolve_service(key.and_then(|k| k.get("Service"))) {
+            Ok(s) => s,
+            Err(why) => {
+                write_status(
+                    out,
+                    id,
+                    false,
+                    None,
+                    StreamState::Closed,
+                    DataState::Suspect,
+                    code::NOT_FOUND,
+                    &why,
+                );
+                return;
+            }
+        };
+        let streaming = obj.get("Streaming").and_then(Json::as_bool).unwrap_or(true);
+        let key_in_updates = obj
+            .get("KeyInUpdates")
+            .and_then(Json::as_bool)
+            .unwrap_or(true);
+        let view = match obj.get("View") {
+            None | Some(Json::Null) => None,
+            Some(Json::Array(fields)) => {
+                let mut fids = Vec::with_capacity(fields.len());
+                for f in fields {
+                    let fid = match f {
+                        Json::String(name) => self.cfg.dictionary.fid(name),
+                        Json::Number(n) => n
+                            .as_i64()
+                            .and_then(|n| i16::try_from(n).ok())
+                            .filter(|&fid| self.cfg.dictionary.name(fid).is_some()),
+                        _ => None,
+                    };
+                    match fid {
+                        Some(fid) => fids.push(fid),
+                        None => {
+                            write_error(
+                                out,
+                                id,
+                                &format!("JSON Unexpected FID. Received {f} for key 'View'"),
+                                &text(),
+                            );
+                            return;
+                        }
+                    }
+                }
+                Some(fids)
+            }
+            Some(_) => {
+                write_error(
+                    out,
+                    id,
+                    "JSON Converter Token Type error: expected an array for key 'View'",
+                    &text(),
+                );
+                return;
+            }
+        };
+        match key.and_then(|k| k.get("Name")) {
+            Some(Json::String(name)) => {
+                let name = name.clone();
+                self.open_item(
+                    id,
+                    &service,
+                    &name,
+                    view,
+                    streaming,
+                    key_in_updates,
+                    to_node,
+                    out,
+                );
+            }
+            Some(Json::Array(names)) => {
+                let names: Vec<&str> = names.iter().filter_map(Json::as_str).collect();
+                write_status(
+                    out,
+                    id,
+                    false,
+                    None,
+                    StreamState::Closed,
+                    DataState::Ok,
+                    code::NONE,
+                    &format!(
+                        "Processed {} total items from Batch Request. {} Ok.",
+                        names.len(),
+                        names.len()
+                    ),
+                );
+                for (i, name) in names.iter().enumerate() {
+                    self.open_item(
+                        id + 1 + i as i64,
+                        &service,
+                        name,
+                        view.clone(),
+                        streaming,
+                        key_in_updates,
+                        to_node,
+                        out,
+                    );
+                }
+            }
+            _ => write_error(
+                out,
+                id,
+                "JSON Missing required key 'Name' in 'Key'",
+                &text(),
+            ),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn open_item(
+        &mut self,
+        json_id: i64,
+        service: &str,
+        name: &str,
+        view: Option<Vec<i16>>,
+        streaming: bool,
+        key_in_updates: bool,
+        to_node: &mut Vec<u8>,
+        out: &mut JsonOut,
+    ) {
+        // A request on an open ID re-issues it (new view, fresh image) on the same stream.
+        let sid = match self.by_json.get(&json_id) {
+            Some(&sid) => sid,
+            None => {
+                let sid = self.next_sid;
+                self.next_sid = self.next_sid.wrapping_add(1).max(1);
+                sid
+            }
+        };
+        let msg = Message::Request(Request {
+            stream_id: sid,
+            streaming,
+            service,
+            name,
+            view: view.as_deref().map(View::Fids),
+        });
+        if let Err(e) = msg.encode(to_node) {
+            write_status(
+                out,
+                json_id,
+                false,
+                Some((service, name)),
+                StreamState::Closed,
+                DataState::Suspect,
+                code::MALFORMED,
+                &format!("request cannot be sent: {e}"),
+            );
+            return;
+        }
+        self.by_json.insert(json_id, sid);
+        self.streams.insert(
+            sid,
+            ItemStream {
+                json_id,
+                service: service.to_string(),
+                name: name.to_string(),
+                view,
+                streaming,
+                key_in_updates,
+            },
+        );
+    }
+
+    fn on_close(&mut self, id: Option<&Json>, to_node: &mut Vec<u8>, out: &mut JsonOut) {
+        let ids: Vec<i64> = match id {
+            Some(Json::Number(n)) => n.as_i64().into_iter().collect(),
+            Some(Json::Array(a)) => a.iter().filter_map(Json::as_i64).collect(),
+            _ => {
+                write_error(out, 0, "JSON Missing required key 'ID'", "Close");
+                return;
+            }
+        };
+        for &id in &ids {
+            if self.logged_in() == Some(id) {
+                // Logout: every stream closes with it.
+                let sids: Vec<u32> = self.streams.keys().copied().collect();
+                for sid in sids {
+                    let _ = Message::Close { stream_id: sid }.encode(to_node);
+                }
+                self.streams.clear();
+                self.by_json.clear();
+                self.login = LoginState::None;
+                self.finished = true;
+                continue;
+            }
+            if let Some(sid) = self.by_json.remove(&id) {
+                self.streams.remove(&sid);
+                let _ = Message::Close { stream_id: sid }.encode(to_node);
+            }
+        }
+        if ids.len() > 1 {
+            write_status(
+                out,
+                ids[0],
+                false,
+                None,
+                StreamState::Closed,
+                DataState::Ok,
+                code::NONE,
+                &format!(
+                    "Processed {} total stream ids from Batch Close Request. {} Ok.",
+                    ids.len(),
+                    ids.len()
+                ),
+            );
+        }
+    }
+
+    fn forget(&mut self, sid: u32) {
+        if let Some(s) = self.streams.remove(&sid) {
+            self.by_json.remove(&s.json_id);
+        }
+    }
+
+    /// A message the node queued for this connection, turned into JSON.
+    pub fn on_node_message(
+        &mut self,
+        msg: &Message<'_>,
+        cache: &mut UpdateCache,
+        out: &mut JsonOut,
+    ) {
+        match msg {
+            Message::Welcome(_) => {
+                if let LoginState::Pending { id, echo } =
+                    std::mem::replace(&mut self.login, LoginState::None)
+                {
+                    self.write_login_refresh(id, &self.user.clone(), &echo, out);
+                    self.login = LoginState::Open { id };
+                }
+            }
+            Message::Directory(d) => {
+                for s in &d.services {
+                    if !self.services.iter().any(|n| n == s.name) {
+                        self.services.push(s.name.to_string());
+                    }
+                }
+            }
+            Message::Ping(_) => out.begin().extend_from_slice(b"{\"Type\":\"Ping\"}"),
+            Message::Refresh(r) => {
+                let Some(s) = self.streams.get(&r.stream_id) else {
+                    return;
+                };
+                let o = out.begin();
+                let _ = write!(Bytes(o), "{{\"ID\":{},\"Type\":\"Refresh\",", s.json_id);
+                write_key(o, &s.service, &s.name);
+                o.extend_from_slice(b",\"State\":");
+                write_state(o, r.state.stream, r.state.data, r.state.code, r.state.text);
+                let _ = write!(
+                    Bytes(o),
+                    ",\"Qos\":{{\"Timeliness\":\"Realtime\",\"Rate\":\"TickByTick\"}},\"SeqNumber\":{}",
+                    r.seq
+                );
+                if !r.complete {
+                    o.extend_from_slice(b",\"Complete\":false");
+                }
+                if !r.solicited {
+                    o.extend_from_slice(b",\"Solicited\":false");
+                }
+                if !r.clear_cache {
+                    o.extend_from_slice(b",\"ClearCache\":false");
+                }
+                o.extend_from_slice(b",\"Fields\":");
+                write_fields(o, &self.cfg.dictionary, r.fields);
+                o.push(b'}');
+                if r.complete && (r.state.stream != StreamState::Open || !s.streaming) {
+                    self.forget(r.stream_id);
+                }
+            }
+            Message::Update(u) => {
+                let Some(s) = self.streams.get(&u.stream_id) else {
+                    return;
+                };
+                // Everything after the ID is the same for every session watching this
+                // item with this view: encoded once per turn.
+                let mut h = DefaultHasher::new();
+                (&s.service, &s.name, &s.view, s.key_in_updates).hash(&mut h);
+                (
+                    u.seq,
+                    u.conflation_count,
+                    u.do_not_conflate,
+                    u.fields.as_bytes(),
+                )
+                    .hash(&mut h);
+                let key = h.finish();
+                let dict = &self.cfg.dictionary;
+                let tail = match cache.tails.get(&key) {
+                    Some(t) => {
+                        cache.hits += 1;
+                        t
+                    }
+                    None => {
+                        cache.misses += 1;
+                        let mut t = Vec::with_capacity(u.fields.as_bytes().len() * 3 + 96);
+                        let _ = write!(
+                            Bytes(&mut t),
+                            ",\"Type\":\"Update\",\"UpdateType\":\"{}\",\"SeqNumber\":{}",
+                            update_type_name(u.update_type),
+                            u.seq
+                        );
+                        if u.do_not_conflate {
+                            t.extend_from_slice(b",\"DoNotConflate\":true");
+                        }
+                        if u.conflation_count > 1 {
+                            let _ = write!(
+                                Bytes(&mut t),
+                                ",\"ConflationInfo\":{{\"Count\":{}}}",
+                                u.conflation_count
+                            );
+                        }
+                        if s.key_in_updates {
+                            t.push(b',');
+                            write_key(&mut t, &s.service, &s.name);
+                        }
+                        t.extend_from_slice(b",\"Fields\":");
+                        write_fields(&mut t, dict, u.fields);
+                        t.push(b'}');
+                        cache.tails.entry(key).or_insert(t)
+                    }
+                };
+                let o = out.begin();
+                let _ = write!(Bytes(o), "{{\"ID\":{}", s.json_id);
+                o.extend_from_slice(tail);
+            }
+            Message::Status(st) if st.stream_id == 0 => {
+                let id = match self.login {
+                    LoginState::Open { id } | LoginState::Pending { id, .. } => id,
+                    LoginState::None => 0,
+                };
+                let State {
+                    stream,
+                    data,
+                    code: c,
+                    text,
+                } = st.state;
+                write_status(out, id, true, None, stream, data, c, text);
+                if stream != StreamState::Open {
+                    self.finished = true;
+                }
+            }
+            Message::Status(st) => {
+                let Some(s) = self.streams.get(&st.stream_id) else {
+                    return;
+                };
+                let State {
+                    stream,
+                    data,
+                    code: c,
+                    text,
+                } = st.state;
+                write_status(
+                    out,
+                    s.json_id,
+                    false,
+                    Some((&s.service, &s.name)),
+                    stream,
+                    data,
+                    c,
+                    text,
+                );
+                // The client library recovers closed-recover streams by itself; a JSON
+                // client is told and decides.
+                if stream != StreamState::Open {
+                    self.forget(st.stream_id);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The login's `Key.Elements` answer: the client's ApplicationId and Position echoed,
+/// and what this server supports.
+fn login_echo(_user: &str, elements: Option<&Json>) -> Json {
+    let get = |k: &str| elements.and_then(|e| e.get(k)).cloned();
+    serde_json::json!({
+        "AllowSuspectData": 1,
+        "ApplicationId": get("ApplicationId").unwrap_or(Json::String("256".into())),
+        "ApplicationName": "Tickwire",
+        "Position": get("Position").unwrap_or(Json::String("".into())),
+        "ProvidePermissionExpressions": 0,
+        "ProvidePermissionProfile": 0,
+        "SingleOpen": 0,
+        "SupportBatchRequests": 5,
+        "SupportEnhancedSymbolList": 0,
+        "SupportOMMPost": 0,
+        "SupportOptimizedPauseResume": 0,
+        "SupportPauseResume": 0,
+        "SupportStandby": 0,
+        "SupportViewRequests": 1
+    })
+}

@@ -1,0 +1,553 @@
+//! HTTP/1.1 upgrade and WebSocket frames (RFC 6455), server side, without I/O.
+//!
+//! [`parse_request`] reads an HTTP request head from received bytes; [`accept_key`]
+//! makes the `Sec-WebSocket-Accept` answer. [`FrameDecoder`] turns received bytes into
+//! whole messages (text, binary, ping, pong, close), joining fragments, unmasking, and
+//! enforcing a size limit; the `encode_*` functions write unmasked server frames.
+
+use thiserror::Error;
+
+/// The GUID RFC 6455 appends to the client's key.
+const WS_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+/// Largest HTTP request head accepted.
+pub const MAX_HEAD: usize = 16 * 1024;
+
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum WsError {
+    #[error("HTTP request head larger than {MAX_HEAD} bytes")]
+    HeadTooLarge,
+    #[error("malformed HTTP request: {0}")]
+    BadRequest(String),
+    #[error("WebSocket frame with reserved bits set (no extension was agreed)")]
+    ReservedBits,
+    #[error("WebSocket frame from the client is not masked")]
+    Unmasked,
+    #[error("unknown WebSocket opcode {0}")]
+    BadOpcode(u8),
+    #[error("WebSocket control frame longer than 125 bytes or fragmented")]
+    BadControl,
+    #[error("WebSocket message of {len} bytes exceeds the maximum of {max}")]
+    TooLarge { len: u64, max: usize },
+    #[error("WebSocket continuation frame without a message to continue")]
+    UnexpectedContinuation,
+    #[error("WebSocket data frame while a fragmented message is unfinished")]
+    UnfinishedMessage,
+    #[error("WebSocket text message is not valid UTF-8")]
+    InvalidUtf8,
+}
+
+/// The parts of an HTTP request head a node needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    /// Header (lower-cased name, value) pairs.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Comma-separated tokens of a header, trimmed, lower-cased.
+    pub fn tokens(&self, name: &str) -> Vec<String> {
+        self.header(name)
+            .map(|v| {
+                v.split(',')
+                    .map(|t| t.trim().to_ascii_lowercase())
+                    .filter(|t| !t.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A WebSocket upgrade request (GET, Upgrade: websocket, a key, version 13).
+    pub fn is_websocket(&self) -> bool {
+        self.method == "GET"
+            && self.tokens("upgrade").iter().any(|t| t == "websocket")
+            && self.header("sec-websocket-key").is_some()
+    }
+}
+
+/// Parses a request head from the start of `buf`: `Ok(None)` until it is complete,
+/// then the request and the bytes it took.
+pub fn parse_request(buf: &[u8]) -> Result<Option<(Request, usize)>, WsError> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => {
+            let headers = req
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_ascii_lowercase(),
+                        String::from_utf8_lossy(h.value).trim().to_string(),
+                    )
+                })
+                .collect();
+            Ok(Some((
+                Request {
+                    method: req.method.unwrap_or("").to_string(),
+                    path: req.path.unwrap_or("").to_string(),
+                    headers,
+                },
+                n,
+            )))
+        }
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => Err(WsError::HeadTooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(e) => Err(WsError::BadRequest(e.to_string())),
+    }
+}
+
+/// `Sec-WebSocket-Accept` for a client's `Sec-WebSocket-Key`.
+pub fn accept_key(key: &str) -> String {
+    use base64::Engine;
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key.trim().as_bytes());
+    sha.update(WS_GUID.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
+}
+
+/// The 101 answer to an upgrade, with the subprotocol chosen.
+pub fn upgrade_response(key: &str, protocol: &str) -> String {
+    format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Accept: {}\r\nSec-WebSocket-Protocol: {protocol}\r\n\r\n",
+        accept_key(key)
+    )
+}
+
+/// A plain HTTP response (the connection is closed after it).
+pub fn http_response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Cache-Control: no-cache\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// A whole WebSocket message from the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    Text(String),
+    Binary(Vec<u8>),
+    Ping(Vec<u8>),
+    Pong(Vec<u8>),
+    /// Close, with the status code if one was given.
+    Close(Option<u16>),
+    /// A data message longer than the maximum: its bytes are skipped as they arrive
+    /// and the stream goes on with the next message.
+    TooLarge(u64),
+}
+
+/// A frame as parsed: fin, opcode, unmasked payload, bytes it took.
+type RawFrame = (bool, u8, Vec<u8>, usize);
+
+const OP_CONTINUATION: u8 = 0;
+const OP_TEXT: u8 = 1;
+const OP_BINARY: u8 = 2;
+const OP_CLOSE: u8 = 8;
+const OP_PING: u8 = 9;
+const OP_PONG: u8 = 10;
+
+/// Accumulates received bytes and yields whole messages.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    buf: Vec<u8>,
+    max_message: usize,
+    /// A fragmented data message being joined: its opcode and payload so far.
+    partial: Option<(u8, Vec<u8>)>,
+    /// Payload bytes of an oversized frame still to drop.
+    skip: u64,
+    /// Dropping the continuation frames of an oversized fragmented message.
+    skipping_fragments: bool,
+}
+
+impl FrameDecoder {
+    pub fn new(max_message: usize) -> Self {
+        FrameDecoder {
+            buf: Vec::new(),
+            max_message,
+            partial: None,
+            skip: 0,
+            skipping_fragments: false,
+        }
+    }
+
+    pub fn extend(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes received and not yet part of a whole frame.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next whole message, `Ok(None)` if more bytes are needed. After an error the
+    /// connection must be closed: the stream cannot be resynchronised.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, WsError> {
+        loop {
+            if self.skip > 0 {
+                let n = (self.skip as usize).min(self.buf.len());
+                self.buf.drain(..n);
+                self.skip -= n as u64;
+                if self.skip > 0 {
+                    return Ok(None);
+                }
+            }
+            let (fin, opcode, payload, used) = match self.parse_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(None),
+                Err(WsError::TooLarge { len, .. }) => {
+                    // Skip this frame (and, if fragmented, the rest of its message).
+                    let (header, payload_len, fin) = self.header_of_oversized();
+                    self.buf.drain(..header);
+                    self.skip = payload_len;
+                    let was_skipping = self.skipping_fragments;
+                    self.partial = None;
+                    self.skipping_fragments = !fin;
+                    if was_skipping {
+                        continue; // already reported
+                    }
+                    return Ok(Some(Frame::TooLarge(len)));
+                }
+                Err(e) => return Err(e),
+            };
+            self.buf.drain(..used);
+            if self.skipping_fragments && opcode == OP_CONTINUATION {
+                self.skipping_fragments = !fin;
+                continue;
+            }
+            match opcode {
+                OP_PING | OP_PONG | OP_CLOSE => {
+                    return Ok(Some(match opcode {
+                        OP_PING => Frame::Ping(payload),
+                        OP_PONG => Frame::Pong(payload),
+                        _ => Frame::Close(
+                            (payload.len() >= 2)
+                                .then(|| u16::from_be_bytes([payload[0], payload[1]])),
+                        ),
+                    }))
+                }
+                OP_TEXT | OP_BINARY => {
+                    if self.partial.is_some() {
+                        return Err(WsError::UnfinishedMessage);
+                    }
+                    if fin {
+                        return finish(opcode, payload).map(Some);
+                    }
+                    self.partial = Some((opcode, payload));
+                }
+                OP_CONTINUATION => {
+                    let Some((op, mut so_far)) = self.partial.take() else {
+                        return Err(WsError::UnexpectedContinuation);
+                    };
+                    let len = so_far.len() + payload.len();
+                    if len > self.max_message {
+                        return Err(WsError::TooLarge {
+                            len: len as u64,
+                            max: self.max_message,
+                        });
+                    }
+                    so_far.extend_from_slice(&payload);
+                    if fin {
+                        return finish(op, so_far).map(Some);
+                    }
+                    self.partial = Some((op, so_far));
+                }
+                other => return Err(WsError::BadOpcode(other)),
+            }
+        }
+    }
+
+    /// Header length, payload length and fin of the frame at the front (whose
+    /// header `parse_frame` has already checked).
+    fn header_of_oversized(&self) -> (usize, u64, bool) {
+        let b = &self.buf;
+        let (len, at) = match b[1] & 0x7f {
+            126 => (u16::from_be_bytes([b[2], b[3]]) as u64, 4),
+            127 => {
+                let mut n = [0u8; 8];
+                n.copy_from_slice(&b[2..10]);
+                (u64::from_be_bytes(n), 10)
+            }
+            n => (n as u64, 2),
+        };
+        (at + 4, len, b[0] & 0x80 != 0)
+    }
+
+    /// One frame from the buffer: (fin, opcode, unmasked payload, bytes used).
+    fn parse_frame(&self) -> Result<Option<RawFrame>, WsError> {
+        let b = &self.buf;
+        if b.len() < 2 {
+            return Ok(None);
+        }
+        let fin = b[0] & 0x80 != 0;
+        if b[0] & 0x70 != 0 {
+            return Err(WsError::ReservedBits);
+        }
+        let opcode = b[0] & 0x0f;
+        if !matches!(opcode, 0 | 1 | 2 | 8 | 9 | 10) {
+            return Err(WsError::BadOpcode(opcode));
+        }
+        if b[1] & 0x80 == 0 {
+            return Err(WsError::Unmasked);
+        }
+        let (len, mut at) = match b[1] & 0x7f {
+            126 => {
+                if b.len() < 4 {
+                    return Ok(None);
+                }
+                (u16::from_be_bytes([b[2], b[3]]) as u64, 4)
+            }
+            127 => {
+                if b.len() < 10 {
+                    return Ok(None);
+                }
+                let mut n = [0u8; 8];
+                n.copy_from_slice(&b[2..10]);
+                (u64::from_be_bytes(n), 10)
+            }
+            n => (n as u64, 2),
+        };
+        if opcode >= 8 && (len > 125 || !fin) {
+            return Err(WsError::BadControl);
+        }
+        if b.len() < at + 4 {
+            return Ok(None);
+        }
+        let so_far = self.partial.as_ref().map_or(0, |(_, p)| p.len()) as u64;
+        if opcode < 8 && len + so_far > self.max_message as u64 {
+            return Err(WsError::TooLarge {
+                len: len + so_far,
+                max: self.max_message,
+            });
+        }
+        let mask = [b[at], b[at + 1], b[at + 2], b[at + 3]];
+        at += 4;
+        let len = len as usize;
+        if b.len() < at + len {
+            return Ok(None);
+        }
+        let payload = b[at..at + len]
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| x ^ mask[i % 4])
+            .collect();
+        Ok(Some((fin, opcode, payload, at + len)))
+    }
+}
+
+fn finish(opcode: u8, payload: Vec<u8>) -> Result<Frame, WsError> {
+    if opcode == OP_TEXT {
+        String::from_utf8(payload)
+            .map(Frame::Text)
+            .map_err(|_| WsError::InvalidUtf8)
+    } else {
+        Ok(Frame::Binary(payload))
+    }
+}
+
+fn encode(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
+    out.push(0x80 | opcode);
+    match payload.len() {
+        n if n < 126 => out.push(n as u8),
+        n if n <= u16::MAX as usize => {
+            out.push(126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(payload);
+}
+
+/// Appends a text frame (a whole message).
+pub fn encode_text(out: &mut Vec<u8>, text: &[u8]) {
+    encode(out, OP_TEXT, text);
+}
+
+/// Appends a pong answering a ping's payload.
+pub fn encode_pong(out: &mut Vec<u8>, payload: &[u8]) {
+    encode(out, OP_PONG, &payload[..payload.len().min(125)]);
+}
+
+/// Appends a close frame with a status code and reason (cut to fit a control frame).
+pub fn encode_close(out: &mut Vec<u8>, code: u16, reason: &str) {
+    let mut p = code.to_be_bytes().to_vec();
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    p.extend_from_slice(&reason.as_bytes()[..end]);
+    encode(out, OP_CLOSE, &p);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client frame: masked with a fixed key.
+    fn client_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = vec![(if fin { 0x80 } else { 0 }) | opcode];
+        let mask = [1u8, 2, 3, 4];
+        match payload.len() {
+            n if n < 126 => out.push(0x80 | n as u8),
+            n if n <= 65535 => {
+                out.push(0x80 | 126);
+                out.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                out.push(0x80 | 127);
+                out.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        out.extend_from_slice(&mask);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        out
+    }
+
+    #[test]
+    fn the_accept_key_is_the_rfc_example() {
+        assert_eq!(
+            accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[test]
+    fn requests_parse_in_pieces() {
+        let text = b"GET /WebSocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: abc\r\nSec-WebSocket-Protocol: tr_json2\r\n\r\nrest";
+        assert_eq!(parse_request(&text[..20]).unwrap(), None);
+        let (req, n) = parse_request(text).unwrap().unwrap();
+        assert_eq!(&text[n..], b"rest");
+        assert_eq!(req.path, "/WebSocket");
+        assert!(req.is_websocket());
+        assert_eq!(req.tokens("sec-websocket-protocol"), vec!["tr_json2"]);
+        assert!(matches!(
+            parse_request(b"GARBAGE\x00\r\n\r\n"),
+            Err(WsError::BadRequest(_))
+        ));
+        assert_eq!(
+            parse_request(&vec![b'a'; MAX_HEAD + 1]),
+            Err(WsError::HeadTooLarge)
+        );
+    }
+
+    #[test]
+    fn frames_decode_whole_fragmented_and_in_pieces() {
+        let mut bytes = client_frame(true, OP_TEXT, b"hello");
+        bytes.extend(client_frame(false, OP_TEXT, b"wor"));
+        bytes.extend(client_frame(true, OP_PING, b"p"));
+        bytes.extend(client_frame(true, OP_CONTINUATION, b"ld"));
+        let big = vec![b'x'; 70_000];
+        bytes.extend(client_frame(true, OP_BINARY, &big));
+        bytes.extend(client_frame(true, OP_CLOSE, &1000u16.to_be_bytes()));
+        let mut d = FrameDecoder::new(100_000);
+        let mut got = Vec::new();
+        for chunk in bytes.chunks(7) {
+            d.extend(chunk);
+            while let Some(f) = d.next_frame().unwrap() {
+                got.push(f);
+            }
+        }
+        assert_eq!(
+            got,
+            vec![
+                Frame::Text("hello".into()),
+                Frame::Ping(b"p".to_vec()),
+                Frame::Text("world".into()),
+                Frame::Binary(big),
+                Frame::Close(Some(1000)),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_frames_are_errors() {
+        let cases: Vec<(Vec<u8>, WsError)> = vec![
+            (
+                vec![0x81, 0x05, b'h', b'e', b'l', b'l', b'o'],
+                WsError::Unmasked,
+            ),
+            (vec![0xC1, 0x80, 0, 0, 0, 0], WsError::ReservedBits),
+            (vec![0x83, 0x80, 0, 0, 0, 0], WsError::BadOpcode(3)),
+            (client_frame(false, OP_PING, b""), WsError::BadControl),
+            (
+                client_frame(true, OP_CONTINUATION, b"x"),
+                WsError::UnexpectedContinuation,
+            ),
+            (
+                client_frame(true, OP_TEXT, &[0xff, 0xfe]),
+                WsError::InvalidUtf8,
+            ),
+        ];
+        for (bytes, want) in cases {
+            let mut d = FrameDecoder::new(100);
+            d.extend(&bytes);
+            assert_eq!(d.next_frame(), Err(want.clone()), "{bytes:?}");
+        }
+        let mut d = FrameDecoder::new(100);
+        let mut two = client_frame(false, OP_TEXT, b"a");
+        two.extend(client_frame(true, OP_TEXT, b"b"));
+        d.extend(&two);
+        assert_eq!(d.next_frame(), Err(WsError::UnfinishedMessage));
+    }
+
+    #[test]
+    fn an_oversized_message_is_skipped_and_the_stream_goes_on() {
+        let mut bytes = client_frame(true, OP_TEXT, &[b'a'; 200]);
+        bytes.extend(client_frame(true, OP_TEXT, b"next"));
+        bytes.extend(client_frame(false, OP_TEXT, &[b'b'; 90]));
+        bytes.extend(client_frame(false, OP_CONTINUATION, &[b'c'; 90]));
+        bytes.extend(client_frame(true, OP_CONTINUATION, &[b'd'; 90]));
+        bytes.extend(client_frame(true, OP_TEXT, b"after"));
+        let mut d = FrameDecoder::new(100);
+        let mut got = Vec::new();
+        for chunk in bytes.chunks(5) {
+            d.extend(chunk);
+            while let Some(f) = d.next_frame().unwrap() {
+                got.push(f);
+            }
+        }
+        assert_eq!(
+            got,
+            vec![
+                Frame::TooLarge(200),
+                Frame::Text("next".into()),
+                Frame::TooLarge(180),
+                Frame::Text("after".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn server_frames_have_the_right_lengths() {
+        for n in [0usize, 125, 126, 65_535, 65_536] {
+            let mut out = Vec::new();
+            encode_text(&mut out, &vec![b'a'; n]);
+            let header = match n {
+                n if n < 126 => 2,
+                n if n <= 65_535 => 4,
+                _ => 10,
+            };
+            assert_eq!(out.len(), header + n);
+            assert_eq!(out[0], 0x81);
+        }
+        let mut out = Vec::new();
+        encode_close(&mut out, 1009, &"é".repeat(100));
+        assert!(out.len() <= 127);
+        assert!(std::str::from_utf8(&out[4..]).is_ok());
+    }
+}
