@@ -323,3 +323,77 @@ fn bad_input_gets_an_error_or_a_status_and_the_session_goes_on() {
     let stream = TcpStream::connect(host).unwrap();
     assert!(tungstenite::client(url.as_str(), stream).is_err());
 }
+
+/// A WebSocket client that stops reading is a slow consumer like any other: the node
+/// conflates its updates (`ConflationInfo`) while another client keeps every update.
+#[test]
+fn a_websocket_client_that_stops_reading_gets_conflated_updates() {
+    let dir = std::env::temp_dir().join(format!("tickwire-ws-slow-{}.toml", std::process::id()));
+    std::fs::write(
+        &dir,
+        "[limits]\nsocket_send_buffer_bytes = 65536\n[slow_consumer]\nconflate_above_bytes = 65536\n",
+    )
+    .unwrap();
+    let (mut node, url) = start_node_ws(&["--config", dir.to_str().unwrap()]);
+    let _feed = start_publisher(&node, "FEED", 100, 10_000, false);
+    let names: Vec<String> = (0..100).map(|i| format!("SYM{i}")).collect();
+    let open_all = |ws: &mut Ws| {
+        login(ws);
+        send(
+            ws,
+            json!({"ID": 100, "Key": {"Name": names, "Service": "FEED"}}),
+        );
+        for id in 101..=200 {
+            expect(ws, "a refresh", |m| m["ID"] == id && m["Type"] == "Refresh");
+        }
+    };
+    let mut slow = connect(&url, "tr_json2");
+    // A small receive buffer, so the backlog reaches the node rather than this kernel.
+    {
+        use std::os::fd::AsRawFd;
+        let v: libc::c_int = 32 * 1024;
+        // SAFETY: a valid socket and a c_int of the given size.
+        unsafe {
+            libc::setsockopt(
+                slow.ws.get_ref().as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                &v as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    open_all(&mut slow);
+    let mut healthy = connect(&url, "tr_json2");
+    open_all(&mut healthy);
+
+    // The slow one reads nothing for 2 s (it answers no ping either: 2 s is well within
+    // the 15 s PingTimeout); the healthy one reads all the while.
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut last_seq = std::collections::HashMap::new();
+    let mut healthy_updates = 0;
+    while Instant::now() < until {
+        for m in collect(&mut healthy, Duration::from_millis(200)) {
+            if m["Type"] != "Update" {
+                continue;
+            }
+            healthy_updates += 1;
+            let id = m["ID"].as_i64().unwrap();
+            let seq = m["SeqNumber"].as_u64().unwrap();
+            let count = m["ConflationInfo"]["Count"].as_u64().unwrap_or(1);
+            if let Some(prev) = last_seq.insert(id, seq) {
+                assert_eq!(seq, prev + count, "a gap on ID {id} of the healthy client");
+            }
+        }
+    }
+    assert!(healthy_updates > 5_000, "{healthy_updates} updates in 2 s");
+    let conflated = expect(&mut slow, "a conflated update", |m| {
+        m["ConflationInfo"]["Count"].as_u64().is_some_and(|n| n > 1)
+    });
+    assert_eq!(conflated["Type"], "Update");
+    let line = node
+        .proc
+        .wait_for_line("conflating", Duration::from_secs(5));
+    assert!(line.contains("ws:256"), "the log names the client: {line}");
+    let _ = std::fs::remove_file(&dir);
+}

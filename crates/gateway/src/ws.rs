@@ -34,6 +34,8 @@ pub enum WsError {
     UnfinishedMessage,
     #[error("WebSocket text message is not valid UTF-8")]
     InvalidUtf8,
+    #[error("WebSocket frame length with the most significant bit set")]
+    BadLength,
 }
 
 /// The parts of an HTTP request head a node needs.
@@ -319,6 +321,9 @@ impl FrameDecoder {
             }
             n => (n as u64, 2),
         };
+        if len >> 63 != 0 {
+            return Err(WsError::BadLength);
+        }
         if opcode >= 8 && (len > 125 || !fin) {
             return Err(WsError::BadControl);
         }
@@ -326,9 +331,9 @@ impl FrameDecoder {
             return Ok(None);
         }
         let so_far = self.partial.as_ref().map_or(0, |(_, p)| p.len()) as u64;
-        if opcode < 8 && len + so_far > self.max_message as u64 {
+        if opcode < 8 && len.saturating_add(so_far) > self.max_message as u64 {
             return Err(WsError::TooLarge {
-                len: len + so_far,
+                len: len.saturating_add(so_far),
                 max: self.max_message,
             });
         }

@@ -186,6 +186,11 @@ impl WsConn {
             self.to_node.clear();
         }
         self.json.take(&mut self.out);
+        if session.finished && !self.close_after_flush {
+            // Logged out: the connection ends once this is written.
+            ws::encode_close(&mut self.out, 1000, "logged out");
+            self.close_after_flush = true;
+        }
     }
 
     /// Turns what the core queued for this connection into JSON, while the socket keeps

@@ -1,0 +1,164 @@
+//! What each gateway fuzz target does with its input, as plain functions: the corpus
+//! replay test (`tests/fuzz_corpus.rs`, stable Rust) and the cargo-fuzz targets in
+//! `fuzz/` both use this file. A broken invariant panics; otherwise `Ok` if the input
+//! was accepted, `Err` naming why not.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use tickwire_gateway::session::JsonOut;
+use tickwire_gateway::ws::{parse_request, Frame, FrameDecoder};
+use tickwire_gateway::{Session, SessionConfig, UpdateCache};
+use tickwire_proto::{
+    Dictionary, FieldList, Message, MessageIter, Refresh, State, Update, UpdateType, Welcome,
+};
+
+pub const TARGETS: [&str; 2] = ["ws_frames", "json_session"];
+
+pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
+    match target {
+        "ws_frames" => ws_frames(data),
+        "json_session" => json_session(data),
+        other => panic!("no fuzz target named {other:?}"),
+    }
+}
+
+/// Client bytes into the HTTP parser and the frame decoder, in pieces whose size the
+/// first byte chooses: no panic, messages within the limit, text always UTF-8.
+pub fn ws_frames(data: &[u8]) -> Result<(), String> {
+    let _ = parse_request(data);
+    let Some((&step, rest)) = data.split_first() else {
+        return Err("empty".into());
+    };
+    let step = (step as usize % 64) + 1;
+    let max = 1024;
+    let mut d = FrameDecoder::new(max);
+    for chunk in rest.chunks(step) {
+        d.extend(chunk);
+        loop {
+            match d.next_frame() {
+                Ok(None) => break,
+                Ok(Some(Frame::Text(t))) => assert!(t.len() <= max),
+                Ok(Some(Frame::Binary(b))) => assert!(b.len() <= max),
+                Ok(Some(Frame::Ping(p) | Frame::Pong(p))) => assert!(p.len() <= 125),
+                Ok(Some(Frame::TooLarge(n))) => assert!(n > max as u64),
+                Ok(Some(Frame::Close(_))) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Server frames are unmasked text frames holding JSON arrays: checks each.
+fn check_frames(bytes: &[u8]) {
+    let mut at = 0;
+    while at < bytes.len() {
+        let op = bytes[at] & 0x0f;
+        let (len, hdr) = match bytes[at + 1] & 0x7f {
+            126 => (
+                u16::from_be_bytes([bytes[at + 2], bytes[at + 3]]) as usize,
+                4,
+            ),
+            127 => {
+                let mut n = [0u8; 8];
+                n.copy_from_slice(&bytes[at + 2..at + 10]);
+                (u64::from_be_bytes(n) as usize, 10)
+            }
+            n => (n as usize, 2),
+        };
+        let payload = &bytes[at + hdr..at + hdr + len];
+        if op == 1 {
+            let v: serde_json::Value = serde_json::from_slice(payload)
+                .unwrap_or_else(|e| panic!("server sent invalid JSON ({e}): {payload:?}"));
+            assert!(v.is_array(), "every frame is an array");
+        }
+        at += hdr + len;
+    }
+}
+
+/// A logged-in session given the input as a client text message; what it sends the
+/// node must decode, and the JSON it sends back (for its own answers and for the node's
+/// refreshes and updates of every stream it opened) must be valid.
+pub fn json_session(data: &[u8]) -> Result<(), String> {
+    let cfg = Arc::new(SessionConfig {
+        ping_timeout_s: 15,
+        max_msg_size: 61_440,
+        default_service: Some("FEED".into()),
+        dictionary: Arc::new(Dictionary::market_price()),
+    });
+    let mut s = Session::new(cfg);
+    let mut out = JsonOut::default();
+    let mut cache = UpdateCache::default();
+    let mut to_node = Vec::new();
+    s.on_client_text(
+        r#"{"ID":1,"Domain":"Login","Key":{"Name":"fuzz"}}"#,
+        &mut to_node,
+        &mut out,
+    );
+    s.on_node_message(
+        &Message::Welcome(Welcome {
+            version: 1,
+            heartbeat_ms: 5000,
+            max_frame: 262_144,
+            max_streams: 1000,
+            max_output_bytes: 1 << 20,
+            node_name: "fuzz",
+        }),
+        &mut cache,
+        &mut out,
+    );
+    to_node.clear();
+    let text = String::from_utf8_lossy(data);
+    s.on_client_text(&text, &mut to_node, &mut out);
+    let fields = tickwire_proto::encode_field_list([
+        (
+            22,
+            tickwire_proto::Value::Real(tickwire_proto::Real::new(12345, -2)),
+        ),
+        (3, tickwire_proto::Value::Ascii("A\"B\\\u{1}")),
+    ]);
+    let mut streams = Vec::new();
+    for m in MessageIter::new(&to_node) {
+        let m = m.map_err(|e| panic!("the session sent the node a bad message: {e}"));
+        if let Ok(raw) = m {
+            if let Message::Request(r) = raw.message {
+                streams.push((r.stream_id, r.service.to_string(), r.name.to_string()));
+            }
+        }
+    }
+    for (sid, service, name) in &streams {
+        let fl = FieldList::decode(&fields).expect("valid");
+        s.on_node_message(
+            &Message::Refresh(Refresh {
+                stream_id: *sid,
+                seq: 1,
+                complete: true,
+                solicited: true,
+                clear_cache: true,
+                state: State::OPEN_OK,
+                service,
+                name,
+                fields: fl,
+            }),
+            &mut cache,
+            &mut out,
+        );
+        s.on_node_message(
+            &Message::Update(Update {
+                stream_id: *sid,
+                seq: 2,
+                update_type: UpdateType::Trade,
+                do_not_conflate: true,
+                conflation_count: 3,
+                fields: fl,
+            }),
+            &mut cache,
+            &mut out,
+        );
+    }
+    let mut frames = Vec::new();
+    out.take(&mut frames);
+    check_frames(&frames);
+    Ok(())
+}
