@@ -18,6 +18,10 @@ pub struct DemoArgs {
     /// Address of the embedded node; if it is taken, a free port is used instead.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     listen: std::net::SocketAddr,
+    /// Address of the dashboard and WebSocket API (http://ADDR/); if it is taken, a free
+    /// port is used instead.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:15000")]
+    ws: std::net::SocketAddr,
     /// Items in the synthetic feed.
     #[arg(long, value_name = "N", default_value_t = 300)]
     items: usize,
@@ -78,15 +82,31 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let mut cfg = NodeConfig::default();
     cfg.node.listen = args.listen;
     cfg.node.stats_interval_s = 0;
-    let node = match NodeServer::spawn(cfg.clone()) {
-        Ok(n) => n,
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            cfg.node.listen.set_port(0);
-            NodeServer::spawn(cfg).context("cannot start the embedded node")?
+    cfg.websocket.listen = args.ws.to_string();
+    // A taken port (another node running) falls back to a free one, each in turn.
+    let node = loop {
+        match NodeServer::spawn(cfg.clone()) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if cfg.node.listen.port() != 0
+                    && std::net::TcpListener::bind(cfg.node.listen).is_err()
+                {
+                    cfg.node.listen.set_port(0);
+                } else if cfg.websocket.listen != "127.0.0.1:0" {
+                    let mut ws = args.ws;
+                    ws.set_port(0);
+                    cfg.websocket.listen = ws.to_string();
+                } else {
+                    return Err(e).context("cannot start the embedded node");
+                }
+            }
+            Err(e) => return Err(e).context("cannot start the embedded node"),
         }
-        Err(e) => return Err(e).context("cannot start the embedded node"),
     };
     let addr = node.addr.to_string();
+    let dashboard = node.ws_addr.map_or_else(String::new, |a| {
+        format!("http://{a}/?items=SYM0,SYM1,SYM2,SYM3")
+    });
     let feed_args = PublishArgs {
         node: addr.clone(),
         service: "FEED".into(),
@@ -140,7 +160,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     } else {
         writeln!(
             out,
-            "tickwire demo: node on {addr}, {} items at {} updates/s; try `tickwire subscribe --node {addr} SYM0`",
+            "tickwire demo: node on {addr}, {} items at {} updates/s; try `tickwire subscribe --node {addr} SYM0`; dashboard {dashboard}",
             args.items, args.rate
         )?;
     }
@@ -179,7 +199,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
                 let secs = now.duration_since(last_draw).as_secs_f64().max(1e-3);
                 let rate = (received - last_count) as f64 / secs;
                 if tty {
-                    draw_board(&mut out, &addr, &rows, now - start, rate, &args)?;
+                    draw_board(&mut out, &addr, &dashboard, &rows, now - start, rate, &args)?;
                     next_draw = now + Duration::from_millis(250);
                 } else {
                     let r = &rows[0];
@@ -228,6 +248,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
 fn draw_board(
     out: &mut impl Write,
     addr: &str,
+    dashboard: &str,
     rows: &[Row],
     elapsed: Duration,
     rate: f64,
@@ -245,6 +266,7 @@ fn draw_board(
         out,
         "board: {rate:.0} updates/s   Ctrl-C to stop   other terminal: tickwire subscribe --node {addr} SYM0\x1b[K"
     )?;
+    writeln!(out, "dashboard (browser): {dashboard}\x1b[K")?;
     writeln!(out, "\x1b[K")?;
     writeln!(
         out,

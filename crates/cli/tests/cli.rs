@@ -506,10 +506,26 @@ fn sigint_closes_streams_recoverably_and_the_node_exits_0() {
 #[test]
 fn demo_without_a_tty_prints_lines_and_finishes() {
     let out = run(
-        &["demo", "--duration", "2", "--listen", "127.0.0.1:0"],
+        &[
+            "demo",
+            "--duration",
+            "2",
+            "--listen",
+            "127.0.0.1:0",
+            "--ws",
+            "127.0.0.1:0",
+        ],
         Duration::from_secs(30),
     );
     assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("dashboard http://127.0.0.1:")),
+        "the dashboard's URL is printed:\n{}",
+        out.stdout
+    );
     assert!(
         !out.stdout.contains('\x1b'),
         "escape sequences without a tty:\n{}",

@@ -18,6 +18,10 @@ use tickwire_gateway::ws::{self, Frame, FrameDecoder};
 use tickwire_gateway::{Session, SessionConfig, UpdateCache, SUBPROTOCOLS, WS_PATH};
 use tickwire_proto::MessageIter;
 
+/// The dashboard (quote board, session figures, latency histogram), built into the
+/// binary: it works offline and talks to the node only through the WebSocket API.
+const DASHBOARD: &str = include_str!("../assets/index.html");
+
 /// JSON waiting for the socket above which no more is translated from the core.
 const WS_OUT_HIGH: usize = 256 * 1024;
 
@@ -127,6 +131,13 @@ impl WsConn {
                 decoder: FrameDecoder::new(cfg.max_msg_size),
                 session: Session::new(cfg.clone()),
             }));
+            return;
+        }
+        if req.method == "GET" && (path == "/" || path == "/index.html") {
+            self.out =
+                ws::http_response("200 OK", "text/html; charset=utf-8", DASHBOARD.as_bytes());
+            self.phase = Phase::Done;
+            self.close_after_flush = true;
             return;
         }
         let (status, body) = if req.method != "GET" {

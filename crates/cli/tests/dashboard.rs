@@ -1,0 +1,185 @@
+//! The dashboard served by `tickwire node --ws`, in a real headless browser: Debian's
+//! chromium driven through chromedriver (WebDriver over HTTP on 127.0.0.1; .ci/test
+//! installs both). The page connects to the node's WebSocket API, shows an item's
+//! refresh, then its updates.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// chromedriver on a free port, killed on drop.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "chromedriver is needed for this test (.ci/test installs Debian's chromium-driver)",
+            );
+        let d = Driver { child, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        d
+    }
+
+    /// One WebDriver call (HTTP/1.1, Connection: close); the response's `value`.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect chromedriver");
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.port,
+            body.len()
+        );
+        s.write_all(req.as_bytes()).expect("send");
+        // Read the head, then exactly Content-Length bytes (the driver may keep the
+        // connection open).
+        let mut resp = Vec::new();
+        let mut buf = [0u8; 8192];
+        let (head_end, length) = loop {
+            let n = s.read(&mut buf).expect("read from chromedriver");
+            assert!(n > 0, "chromedriver closed the connection");
+            resp.extend_from_slice(&buf[..n]);
+            if let Some(end) = resp.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&resp[..end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .expect("a Content-Length");
+                break (end + 4, length);
+            }
+        };
+        while resp.len() < head_end + length {
+            let n = s.read(&mut buf).expect("read from chromedriver");
+            assert!(n > 0, "chromedriver closed the connection");
+            resp.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&resp);
+        let json = &text[head_end..];
+        let v: Value = serde_json::from_str(json)
+            .unwrap_or_else(|e| panic!("chromedriver answered {text:?} ({e})"));
+        assert!(
+            v["value"]["error"].is_null(),
+            "WebDriver {method} {path} failed: {v}"
+        );
+        v["value"].clone()
+    }
+}
+
+/// Debian's chromium binary.
+fn chromium_binary() -> String {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("chromium is needed for this test (.ci/test installs Debian's chromium)")
+        .to_string()
+}
+
+#[test]
+fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
+    let mut node = Node::start(&["--ws", "127.0.0.1:0"]);
+    let line = node
+        .proc
+        .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
+    let host = line
+        .split("ws://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .expect("address")
+        .to_string();
+    let _feed = start_publisher(&node, "FEED", 2, 400, false);
+    let driver = Driver::start();
+    let session = driver.call(
+        "POST",
+        "/session",
+        Some(
+            json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
+                "binary": chromium_binary(),
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+            }}}}),
+        ),
+    );
+    let id = session["sessionId"]
+        .as_str()
+        .expect("a session")
+        .to_string();
+    driver.call(
+        "POST",
+        &format!("/session/{id}/url"),
+        Some(json!({"url": format!("http://{host}/?items=SYM0,SYM1")})),
+    );
+    // The page's rows, as the browser shows them.
+    let read_rows = || {
+        driver.call(
+            "POST",
+            &format!("/session/{id}/execute/sync"),
+            Some(json!({"script": "return [...document.querySelectorAll('#board tr')].map(tr => ({item: tr.dataset.item, refreshed: tr.dataset.refreshed || null, firstBid: tr.dataset.firstBid || null, bid: tr.dataset.bid || null, updates: Number(tr.dataset.updates), bidCell: tr.querySelector('[data-field=bid]').textContent}))", "args": []})),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let rows = loop {
+        let rows = read_rows();
+        let done = rows.as_array().is_some_and(|r| {
+            r.len() == 2
+                && r.iter().all(|row| {
+                    row["refreshed"] == "1"
+                        && row["updates"].as_u64().unwrap_or(0) > 20
+                        && row["bid"].is_string()
+                        && row["bid"] != row["firstBid"]
+                })
+        });
+        if done || Instant::now() > deadline {
+            break rows;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let title = driver.call("GET", &format!("/session/{id}/title"), None);
+    driver.call("DELETE", &format!("/session/{id}"), None);
+    assert_eq!(title, "Tickwire");
+    let rows = rows.as_array().expect("rows").clone();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row["refreshed"], "1", "no refresh shown: {row}");
+        let first: f64 = row["firstBid"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .expect("a bid in the refresh");
+        assert!(first > 0.0);
+        assert!(
+            row["updates"].as_u64().unwrap() > 20,
+            "updates not shown: {row}"
+        );
+        // The random walk moved the bid, and the cell shows the latest value.
+        assert_ne!(row["bid"], row["firstBid"], "the bid never changed: {row}");
+        assert_eq!(row["bidCell"].as_str(), row["bid"].as_str(), "{row}");
+    }
+}
