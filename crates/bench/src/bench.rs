@@ -30,6 +30,9 @@ pub enum BenchCommand {
     /// At 50% of the max sustainable rate, stop one of several subscribers (SIGSTOP) for
     /// 3 s, then the node for 500 ms: the others' latency, recovery, loss, node memory.
     Stall(BenchArgs),
+    /// One WebSocket JSON subscriber (tr_json2): highest update rate with zero loss,
+    /// then latency at 1,000 and 10,000 updates/s.
+    Ws(BenchArgs),
     /// Node memory per subscriber connection and per stream: 1,000 connections x 100
     /// items against 10 x 100 and 1,000 x 10 (fresh nodes, updates flowing).
     Memory(BenchArgs),
@@ -99,6 +102,9 @@ pub struct BenchArgs {
     /// Stall scenario: length of the latency time series' intervals.
     #[arg(long, value_name = "MS", default_value_t = 50)]
     pub stall_interval_ms: u64,
+    /// WebSocket scenario: items the WebSocket subscriber watches (one batch request).
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub ws_items: usize,
     /// Memory scenario: subscriber connections of the full rig.
     #[arg(long, value_name = "N", default_value_t = 1_000)]
     pub memory_connections: usize,
@@ -129,6 +135,20 @@ pub struct Results {
     /// The memory scenario (absent in results written before it existed).
     #[serde(default)]
     pub memory: Option<crate::memory::Memory>,
+    /// The WebSocket scenario (absent in results written before it existed).
+    #[serde(default)]
+    pub websocket: Option<WebSocketResult>,
+}
+
+/// `bench ws`: one WebSocket JSON subscriber.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WebSocketResult {
+    pub items: usize,
+    /// Highest rate delivered with zero loss to the WebSocket subscriber.
+    pub max_sustainable_updates_per_s: u64,
+    pub steps: Vec<Step>,
+    /// Steps held at fixed rates (1,000 and 10,000 updates/s) for latency.
+    pub latency: Vec<Step>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -497,6 +517,37 @@ impl Lab {
     /// The stall scenario at 50% of the max sustainable rate (cache on): the throughput
     /// scenario's figure when it ran before (in `quick`), else a short search with the
     /// same rig (2 s steps, one bisection), unless `--stall-rate` says.
+    fn ws(&mut self) -> Result<()> {
+        let items = self.args.ws_items;
+        let mut spec = RigSpec::new("websocket 1 connection", "on", items);
+        spec.websocket = true;
+        let secs = self.seconds();
+        let bisect = if self.quick { 1 } else { 2 };
+        let (max, steps) = self.search_one_rig("websocket", &spec, 10_000, secs, bisect)?;
+        let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
+        let monitor = self.monitor(&rigs);
+        let mut latency = Vec::new();
+        for rate in [1_000u64, 10_000] {
+            if rate > max.max(1_000) {
+                continue;
+            }
+            let step = hold(&mut rigs, rate, secs, 1.0, &monitor)?;
+            if let Some(s) = step.into_iter().next() {
+                self.progress
+                    .line(&format!("websocket latency: {}", step_text(&s)), 1.0);
+                latency.push(s);
+            }
+        }
+        stop_rigs(rigs)?;
+        self.results.websocket = Some(WebSocketResult {
+            items,
+            max_sustainable_updates_per_s: max,
+            steps,
+            latency,
+        });
+        Ok(())
+    }
+
     fn memory(&mut self) -> Result<()> {
         let (bin, logs) = (self.bin.clone(), self.logs.clone());
         let progress = &mut self.progress;
@@ -640,6 +691,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Quick(a) => ("quick", a),
         BenchCommand::Stall(a) => ("stall", a),
         BenchCommand::Memory(a) => ("memory", a),
+        BenchCommand::Ws(a) => ("ws", a),
     };
     let logs = lab::ensure_dir(&args.out)?;
     let bin = std::env::current_exe().context("cannot find the tickwire binary")?;
@@ -656,6 +708,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "instances" => 12.0,
         "stall" => 12.0,
         "memory" => 3.0,
+        "ws" => 8.0,
         _ => 35.0,
     };
     let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
@@ -710,12 +763,14 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "instances" => lab.instances(),
         "stall" => lab.stall(),
         "memory" => lab.memory(),
+        "ws" => lab.ws(),
         _ => lab
             .throughput()
             .and_then(|_| lab.fanout())
             .and_then(|_| lab.latency())
             .and_then(|_| lab.instances())
-            .and_then(|_| lab.stall()),
+            .and_then(|_| lab.stall())
+            .and_then(|_| lab.ws()),
     };
     lab.results.duration_s = t0.elapsed().as_secs_f64();
     // Whatever was measured is written, even if a later scenario failed.
@@ -862,6 +917,16 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if let Some(st) = &r.stall {
         stall_report(&mut md, st)?;
+    }
+    if let Some(w) = &r.websocket {
+        writeln!(
+            md,
+            "## WebSocket subscriber\n\nOne tr_json2 connection watching {} items (one batch request), cache on: highest sustained rate **{} updates/s**.\n",
+            w.items,
+            fmt_rate(w.max_sustainable_updates_per_s as f64)
+        )?;
+        steps_table(&mut md, "WebSocket search", &w.steps)?;
+        steps_table(&mut md, "WebSocket latency at fixed rates", &w.latency)?;
     }
     if let Some(m) = &r.memory {
         writeln!(md, "## Memory per connection and per stream\n")?;

@@ -24,6 +24,8 @@ pub struct Proc {
     stdin: Option<ChildStdin>,
     lines: Receiver<Value>,
     pub command: String,
+    /// A node's WebSocket address, when it serves one.
+    pub ws_addr: Option<String>,
 }
 
 impl Proc {
@@ -64,6 +66,7 @@ impl Proc {
             child,
             lines: rx,
             command: format!("tickwire {}", args.join(" ")),
+            ws_addr: None,
         })
     }
 
@@ -165,6 +168,10 @@ pub fn start_node(
                 let addr = rest.split_whitespace().next().unwrap_or("").to_string();
                 let _ = tx.send(addr);
             }
+            if let Some(rest) = line.split("WebSocket API on ws://").nth(1) {
+                let addr = rest.split('/').next().unwrap_or("").to_string();
+                let _ = tx.send(format!("ws {addr}"));
+            }
         }
     });
     let (_tx, dead) = channel::<Value>();
@@ -174,12 +181,23 @@ pub fn start_node(
         stdin: None,
         lines: dead,
         command: format!("tickwire {}", args.join(" ")),
+        ws_addr: None,
     };
     let addr = rx
         .recv_timeout(Duration::from_secs(20))
         .map_err(|_| anyhow!("node did not start; see {}", log_path.display()))?;
     if !proc.is_running() {
         bail!("node exited at start; see {}", log_path.display());
+    }
+    // With --ws the WebSocket address follows; callers read it from `proc.ws_addr`.
+    if args.iter().any(|a| a == "--ws") {
+        let ws = rx.recv_timeout(Duration::from_secs(20)).map_err(|_| {
+            anyhow!(
+                "node did not log its WebSocket address; see {}",
+                log_path.display()
+            )
+        })?;
+        proc.ws_addr = ws.strip_prefix("ws ").map(str::to_string);
     }
     Ok((proc, addr))
 }
@@ -263,6 +281,9 @@ pub struct RigSpec {
     pub latency_rate: String,
     /// CPUs for node, publisher, subscriber (empty: no pinning).
     pub cpus: Option<(String, String, String)>,
+    /// Subscribers over the WebSocket JSON API (perf-ws-sub) instead of the node's
+    /// own protocol (perf-sub).
+    pub websocket: bool,
 }
 
 impl RigSpec {
@@ -280,6 +301,7 @@ impl RigSpec {
             tick_rate: 1000,
             latency_rate: "1000".into(),
             cpus: None,
+            websocket: false,
         }
     }
 }
@@ -300,6 +322,9 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     // the step (gaps or missing updates).
     node_args.extend(["--heartbeat-ms".to_string(), "5000".into()]);
     node_args.extend(pin(0));
+    if spec.websocket {
+        node_args.extend(["--ws".to_string(), "127.0.0.1:0".into()]);
+    }
     let (node, addr) = start_node(bin, &format!("node-{tag}"), &node_args, log_dir)?;
     let items = spec.items.to_string();
     let mut pub_args: Vec<String> = [
@@ -329,24 +354,47 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     // The publisher prints its first second once its images are out.
     publisher.expect("second", Duration::from_secs(120))?;
     let conns = spec.connections.to_string();
-    let mut sub_args: Vec<String> = [
-        "perf-sub",
-        "--node",
-        &addr,
-        "--items",
-        &items,
-        "--connections",
-        &conns,
-        "--commonality",
-        spec.commonality,
-        "--control",
-        "--json",
-        "--duration",
-        "86400",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut sub_args: Vec<String> = if spec.websocket {
+        let ws = node
+            .ws_addr
+            .clone()
+            .ok_or_else(|| anyhow!("the node serves no WebSocket API"))?;
+        [
+            "perf-ws-sub",
+            "--ws",
+            &ws,
+            "--items",
+            &items,
+            "--connections",
+            &conns,
+            "--control",
+            "--json",
+            "--duration",
+            "86400",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    } else {
+        [
+            "perf-sub",
+            "--node",
+            &addr,
+            "--items",
+            &items,
+            "--connections",
+            &conns,
+            "--commonality",
+            spec.commonality,
+            "--control",
+            "--json",
+            "--duration",
+            "86400",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
     sub_args.extend(pin(2));
     let mut subscriber = Proc::spawn(bin, &format!("perf-sub-{tag}"), &sub_args, log_dir)?;
     let streams = (spec.items as f64 * spec.fanout).round() as u64;

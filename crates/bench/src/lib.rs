@@ -11,6 +11,7 @@ pub mod lab;
 pub mod memory;
 pub mod perf_pub;
 pub mod perf_sub;
+pub mod perf_ws_sub;
 pub mod plot;
 pub mod stall;
 pub mod stats;

@@ -571,7 +571,7 @@ impl Series {
 }
 
 /// With `--control`: a thread reading `mark NAME` / `quit` lines from standard input.
-fn control_channel(
+pub(crate) fn control_channel(
     enabled: bool,
     stop: Arc<AtomicBool>,
 ) -> Option<std::sync::mpsc::Receiver<String>> {

@@ -42,6 +42,9 @@ enum Command {
     /// Performance lab: the subscriber under load (many connections, every field
     /// decoded, sequence gaps counted, latency histograms).
     PerfSub(tickwire_bench::perf_sub::PerfSubArgs),
+    /// Performance lab: a WebSocket load subscriber (tr_json2 JSON, latency from
+    /// TIM_TRK_1), driven by `tickwire bench ws`.
+    PerfWsSub(tickwire_bench::perf_ws_sub::PerfWsSubArgs),
     /// Performance lab: run a scenario (throughput, fanout, latency, instances, stall,
     /// quick) with nodes and load tools as separate processes; write results.json,
     /// report.md and SVG plots. `bench compare DIR...` compares runs (the first is base
@@ -172,6 +175,12 @@ fn main() {
         Command::Demo(a) => demo::run(a),
         Command::Bench(c) => tickwire_bench::bench::run(c),
         Command::PerfPub(a) => tickwire_bench::perf_pub::run(a).map(|_| ()),
+        Command::PerfWsSub(a) => {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
+            let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
+            tickwire_bench::perf_ws_sub::run(a, stop)
+        }
         Command::PerfSub(a) => {
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());

@@ -406,6 +406,35 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     }
     assert!(thr.join("throughput.svg").exists());
 
+    // A WebSocket subscriber (perf-ws-sub over the tr_json2 API).
+    let ws = dir.join("ws");
+    run_bench(&[
+        "bench",
+        "ws",
+        "--out",
+        ws.to_str().unwrap(),
+        "--ws-items",
+        "50",
+        "--start-rate",
+        "500",
+        "--max-rate",
+        "1000",
+        "--step-seconds",
+        "1",
+    ]);
+    let r = read_results(&ws);
+    let w = &r["websocket"];
+    assert_eq!(w["items"], 50);
+    let steps = w["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["pass"] == true), "{steps:?}");
+    let lat = w["latency"].as_array().unwrap();
+    assert!(!lat.is_empty());
+    assert!(lat[0]["latency"]["count"].as_u64().unwrap() > 0, "{lat:?}");
+    assert_eq!(lat[0]["gaps"], 0);
+    assert!(std::fs::read_to_string(ws.join("report.md"))
+        .unwrap()
+        .contains("WebSocket subscriber"));
+
     // Compare a run with itself: every index is 100.
     let cmp = dir.join("cmp");
     run_bench(&[

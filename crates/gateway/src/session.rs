@@ -529,10 +529,13 @@ impl Session {
         out.end_frame();
     }
 
+    /// The login's ID once it was sent to the node: requests that follow it are
+    /// passed on in order (a client may send them before the login Refresh arrives; the
+    /// node rejects them if the login fails).
     fn logged_in(&self) -> Option<i64> {
         match self.login {
-            LoginState::Open { id } => Some(id),
-            _ => None,
+            LoginState::Open { id } | LoginState::Pending { id, .. } => Some(id),
+            LoginState::None => None,
         }
     }
 
@@ -969,4 +972,62 @@ fn login_echo(_user: &str, elements: Option<&Json>) -> Json {
         "SupportStandby": 0,
         "SupportViewRequests": 1
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Session {
+        Session::new(Arc::new(SessionConfig {
+            ping_timeout_s: 15,
+            max_msg_size: 61_440,
+            default_service: Some("FEED".into()),
+            dictionary: Arc::new(Dictionary::market_price()),
+        }))
+    }
+
+    fn messages(bytes: &[u8]) -> Vec<String> {
+        MessageIterNames(bytes).collect()
+    }
+
+    /// The types of the encoded messages, for assertions.
+    struct MessageIterNames<'a>(&'a [u8]);
+
+    impl Iterator for MessageIterNames<'_> {
+        type Item = String;
+        fn next(&mut self) -> Option<String> {
+            let mut it = tickwire_proto::MessageIter::new(self.0);
+            let raw = it.next()?.ok()?;
+            let name = format!("{:?}", raw.message.message_type());
+            self.0 = &self.0[raw.encoded.len()..];
+            Some(name)
+        }
+    }
+
+    #[test]
+    fn requests_sent_right_after_the_login_are_passed_on_in_order() {
+        let mut s = session();
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        s.on_client_text(
+            r#"{"ID":1,"Domain":"Login","Key":{"Name":"u"}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        s.on_client_text(r#"{"ID":2,"Key":{"Name":"SYM0"}}"#, &mut to_node, &mut out);
+        assert_eq!(messages(&to_node), ["Login", "Request"]);
+        assert!(out.is_empty(), "no status: the request is not refused");
+    }
+
+    #[test]
+    fn a_request_before_any_login_is_refused_with_a_status() {
+        let mut s = session();
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        s.on_client_text(r#"{"ID":2,"Key":{"Name":"SYM0"}}"#, &mut to_node, &mut out);
+        assert!(to_node.is_empty());
+        let mut frames = Vec::new();
+        out.take(&mut frames);
+        let text = String::from_utf8_lossy(&frames);
+        assert!(text.contains("login required"), "{text}");
+    }
 }

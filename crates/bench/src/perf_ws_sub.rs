@@ -1,0 +1,243 @@
+//! `tickwire perf-ws-sub`: the performance lab's WebSocket load subscriber. Many
+//! WebSocket connections (tr_json2) from one thread, each logging in and opening every
+//! item in one batch request; every message is parsed as JSON; updates are counted,
+//! sequence gaps checked against `ConflationInfo`, and the latency measured from
+//! TIM_TRK_1 (the publisher's intended send time) to now. It speaks the same `--control`
+//! and `--json` lines as perf-sub, so `tickwire bench` drives either.
+
+use crate::perf_sub::{control_channel, Mark};
+use crate::stats::{realtime_ns, Latency, TIMESTAMP_FLOOR};
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::http::HeaderValue;
+use tungstenite::{Message, WebSocket};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct PerfWsSubArgs {
+    /// The node's WebSocket address (host:port of `tickwire node --ws`).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:15000")]
+    pub ws: String,
+    #[arg(long, value_name = "NAME", default_value = "FEED")]
+    pub service: String,
+    /// Items SYM0..SYM{N-1}, all opened on every connection.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub items: usize,
+    /// WebSocket connections.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub connections: usize,
+    /// Seconds to run.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub duration: f64,
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    /// Read `mark NAME` / `quit` from standard input (as perf-sub).
+    #[arg(long)]
+    pub control: bool,
+}
+
+struct Conn {
+    ws: WebSocket<TcpStream>,
+    /// Last sequence number per client ID (ID - 1 indexes it; items are on 2..=N+1).
+    seq: Vec<Option<u64>>,
+    images: Vec<bool>,
+}
+
+fn connect(args: &PerfWsSubArgs) -> Result<Conn> {
+    let url = format!("ws://{}/WebSocket", args.ws);
+    let mut req = url.as_str().into_client_request()?;
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        HeaderValue::from_static("tr_json2"),
+    );
+    let stream = TcpStream::connect(&args.ws)
+        .with_context(|| format!("perf-ws-sub: cannot connect to {}", args.ws))?;
+    stream.set_nodelay(true)?;
+    let (mut ws, _) = tungstenite::client(req, stream).context("WebSocket handshake")?;
+    let login = json!({"ID": 1, "Domain": "Login", "Key": {"Name": "perf-ws-sub"}});
+    ws.send(Message::text(login.to_string()))?;
+    let names: Vec<String> = (0..args.items).map(|i| format!("SYM{i}")).collect();
+    let req = json!({"ID": 1_000_000, "Key": {"Name": names, "Service": args.service}});
+    ws.send(Message::text(req.to_string()))?;
+    ws.get_mut().set_nonblocking(true)?;
+    Ok(Conn {
+        ws,
+        seq: vec![None; args.items],
+        images: vec![false; args.items],
+    })
+}
+
+#[derive(Default)]
+struct Counters {
+    updates: u64,
+    images: u64,
+    gaps: u64,
+    statuses: u64,
+    conflated: u64,
+}
+
+pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
+    if args.connections == 0 || args.items == 0 {
+        bail!("--connections and --items must be at least 1");
+    }
+    let mut conns = (0..args.connections)
+        .map(|_| connect(&args))
+        .collect::<Result<Vec<_>>>()?;
+    let marks = control_channel(args.control, stop.clone());
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(args.duration.max(0.0));
+    let mut c = Counters::default();
+    let (mut overall, mut since_mark, mut second) =
+        (Latency::default(), Latency::default(), Latency::default());
+    let mut mark_at = (Instant::now(), 0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut last = (0u64, 0u64, 0u64);
+    let mut next_report = start + Duration::from_secs(1);
+    let mut t = 0u64;
+    let first_item_id = 1_000_001i64;
+    let mut pfds: Vec<libc::pollfd> = Vec::new();
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        pfds.clear();
+        pfds.extend(conns.iter().map(|k| libc::pollfd {
+            fd: k.ws.get_ref().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        // SAFETY: a valid pollfd array for the duration of the call.
+        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 10) };
+        for (i, k) in conns.iter_mut().enumerate() {
+            if pfds[i].revents == 0 {
+                continue;
+            }
+            loop {
+                let text = match k.ws.read() {
+                    Ok(Message::Text(t)) => t,
+                    Ok(Message::Close(_)) => bail!("the node closed WebSocket connection {i}"),
+                    Ok(_) => continue,
+                    Err(tungstenite::Error::Io(e))
+                        if e.kind() == std::io::ErrorKind::WouldBlock =>
+                    {
+                        break
+                    }
+                    Err(e) => bail!("WebSocket connection {i}: {e}"),
+                };
+                let msgs: Value =
+                    serde_json::from_str(&text).context("the node sent invalid JSON")?;
+                for m in msgs.as_array().into_iter().flatten() {
+                    match m["Type"].as_str() {
+                        Some("Ping") => {
+                            let _ = k.ws.send(Message::text("{\"Type\":\"Pong\"}"));
+                        }
+                        Some("Refresh") if m["Domain"].is_null() => {
+                            let Some(idx) = item_index(m, first_item_id, args.items) else {
+                                continue;
+                            };
+                            if !k.images[idx] {
+                                k.images[idx] = true;
+                                c.images += 1;
+                            }
+                            k.seq[idx] = m["SeqNumber"].as_u64();
+                        }
+                        Some("Update") => {
+                            let Some(idx) = item_index(m, first_item_id, args.items) else {
+                                continue;
+                            };
+                            c.updates += 1;
+                            let n = m["ConflationInfo"]["Count"].as_u64().unwrap_or(1);
+                            if n > 1 {
+                                c.conflated += n - 1;
+                            }
+                            let seq = m["SeqNumber"].as_u64().unwrap_or(0);
+                            if let Some(prev) = k.seq[idx] {
+                                if seq != prev + n.max(1) && n != 65_535 && n != 0 {
+                                    c.gaps += 1;
+                                }
+                            }
+                            k.seq[idx] = Some(seq);
+                            if let Some(stamp) = m["Fields"]["TIM_TRK_1"].as_u64() {
+                                if stamp >= TIMESTAMP_FLOOR {
+                                    let lat = realtime_ns().saturating_sub(stamp);
+                                    overall.record(lat);
+                                    since_mark.record(lat);
+                                    second.record(lat);
+                                }
+                            }
+                        }
+                        Some("Status") => c.statuses += 1,
+                        _ => {}
+                    }
+                }
+            }
+            // Pongs and the like queued while reading.
+            let _ = k.ws.flush();
+        }
+        if let Some(rx) = &marks {
+            while let Ok(name) = rx.try_recv() {
+                let now = Instant::now();
+                let m = Mark {
+                    name,
+                    seconds: (now - mark_at.0).as_secs_f64(),
+                    updates: c.updates - mark_at.1,
+                    gaps: c.gaps - mark_at.2,
+                    images: c.images - mark_at.3,
+                    statuses: c.statuses - mark_at.4,
+                    conflated: c.conflated - mark_at.5,
+                    reconnects: 0,
+                    latency: since_mark.summary(),
+                };
+                println!("{}", json!({"type": "mark", "role": "perf-sub", "mark": m}));
+                since_mark.reset();
+                mark_at = (now, c.updates, c.gaps, c.images, c.statuses, c.conflated);
+            }
+        }
+        let now = Instant::now();
+        if now >= next_report {
+            t += 1;
+            let s = second.summary();
+            let (du, di, dg) = (c.updates - last.0, c.images - last.1, c.gaps - last.2);
+            last = (c.updates, c.images, c.gaps);
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"type": "second", "role": "perf-sub", "t": t, "updates": du,
+                           "total": c.updates, "images": di, "gaps": dg, "total_gaps": c.gaps,
+                           "total_conflated": c.conflated,
+                           "lat_count": s.count, "lat_mean_ns": s.mean_ns, "lat_p99_ns": s.p99_ns})
+                );
+            } else {
+                println!(
+                    "perf-ws-sub t={t:>3}s updates {du:>9}/s images {di:>7} gaps {dg} latency mean {:>8.1} µs p99 {:>8.1} µs",
+                    s.mean_ns / 1e3,
+                    s.p99_ns as f64 / 1e3
+                );
+            }
+            second.reset();
+            next_report = now + Duration::from_secs(1);
+        }
+    }
+    let s = overall.summary();
+    let summary = json!({"connections": args.connections, "items": args.items,
+        "updates": c.updates, "images": c.images, "gaps": c.gaps, "conflated": c.conflated,
+        "seconds": start.elapsed().as_secs_f64(), "latency": s});
+    if args.json {
+        println!(
+            "{}",
+            json!({"type": "summary", "role": "perf-sub", "summary": summary})
+        );
+    } else {
+        println!("perf-ws-sub: {summary}");
+    }
+    Ok(())
+}
+
+/// The item index of a message on one of the batch's IDs.
+fn item_index(m: &Value, first: i64, items: usize) -> Option<usize> {
+    let id = m["ID"].as_i64()?;
+    let idx = usize::try_from(id - first).ok()?;
+    (idx < items).then_some(idx)
+}
