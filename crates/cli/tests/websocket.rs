@@ -397,3 +397,79 @@ fn a_websocket_client_that_stops_reading_gets_conflated_updates() {
     assert!(line.contains("ws:256"), "the log names the client: {line}");
     let _ = std::fs::remove_file(&dir);
 }
+
+/// The Python interpreter with websocket-client that .ci/test sets up (target/pyenv).
+fn python_with_websocket_client() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let py = root.join("target/pyenv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: .ci/test creates it (python3 -m venv target/pyenv; target/pyenv/bin/pip install websocket-client)",
+        py.display()
+    );
+    py
+}
+
+/// A client written the way the published example applications are, on another
+/// WebSocket implementation (Python's websocket-client): single requests, then a batch
+/// with a view.
+#[test]
+fn a_python_websocket_client_written_like_the_published_examples_works_unchanged() {
+    let (node, url) = start_node_ws(&["--heartbeat-ms", "1000"]);
+    let _feed = start_publisher(&node, "FEED", 10, 2_000, false);
+    let py = python_with_websocket_client();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/market_price.py");
+    let run_client = |extra: &[&str]| -> Value {
+        let out = std::process::Command::new(&py)
+            .arg(&script)
+            .args(["--url", &url])
+            .args(extra)
+            .output()
+            .expect("run the Python client");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout.lines().last().unwrap_or("");
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| {
+            panic!(
+                "no summary from the Python client ({e}):\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert!(out.status.success(), "the client did not finish: {v}");
+        v
+    };
+    let v = run_client(&["--items", "SYM0,SYM1", "--updates", "20"]);
+    assert_eq!(v["login_state"]["Stream"], "Open");
+    assert!(v["ping_timeout"].as_u64().unwrap() >= 3);
+    assert_eq!(v["seq_ok"], true, "{v}");
+    assert!(v["errors"].as_array().unwrap().is_empty(), "{v}");
+    for item in ["SYM0", "SYM1"] {
+        let fields = v["refreshes"][item].as_array().expect("a refresh");
+        assert!(fields.iter().any(|f| f == "BID"), "{v}");
+        assert!(v["updates"][item].as_u64().unwrap() >= 20);
+    }
+    let v = run_client(&[
+        "--items",
+        "SYM2,SYM3,SYM4",
+        "--batch",
+        "--service",
+        "FEED",
+        "--view",
+        "BID,ASK",
+        "--updates",
+        "10",
+    ]);
+    // Updates without BID or ASK (trades) are not sent to this view (PROTOCOL 6.10).
+    assert_eq!(v["seq_increasing"], true, "{v}");
+    assert_eq!(v["update_fields"], json!(["ASK", "BID"]), "{v}");
+    let statuses = v["statuses"].as_array().unwrap();
+    assert!(
+        statuses
+            .iter()
+            .any(|s| s["Stream"] == "Closed" && s["Data"] == "Ok"),
+        "the batch's own status: {v}"
+    );
+    for item in ["SYM2", "SYM3", "SYM4"] {
+        assert_eq!(v["refreshes"][item], json!(["ASK", "BID"]), "{v}");
+    }
+}
