@@ -145,9 +145,22 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
             Some(json!({"script": "return [...document.querySelectorAll('#board tr')].map(tr => ({item: tr.dataset.item, refreshed: tr.dataset.refreshed || null, firstBid: tr.dataset.firstBid || null, bid: tr.dataset.bid || null, updates: Number(tr.dataset.updates), bidCell: tr.querySelector('[data-field=bid]').textContent}))", "args": []})),
         )
     };
+    // The node panel: the node's own item (updated once a second), over the same API.
+    let read_node_panel = || {
+        driver.call(
+            "POST",
+            &format!("/session/{id}/execute/sync"),
+            Some(json!({"script": "return {services: document.getElementById('n_services').dataset.value || '', subs: Number(document.getElementById('n_conns').dataset.subs || 0)}", "args": []})),
+        )
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
-    let rows = loop {
+    let (rows, node_panel) = loop {
         let rows = read_rows();
+        let node_panel = read_node_panel();
+        let node_done = node_panel["services"]
+            .as_str()
+            .is_some_and(|s| s.contains("FEED up"))
+            && node_panel["subs"].as_u64().unwrap_or(0) >= 1;
         let done = rows.as_array().is_some_and(|r| {
             r.len() == 2
                 && r.iter().all(|row| {
@@ -157,14 +170,25 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
                         && row["bid"] != row["firstBid"]
                 })
         });
-        if done || Instant::now() > deadline {
-            break rows;
+        if (done && node_done) || Instant::now() > deadline {
+            break (rows, node_panel);
         }
         std::thread::sleep(Duration::from_millis(250));
     };
     let title = driver.call("GET", &format!("/session/{id}/title"), None);
     driver.call("DELETE", &format!("/session/{id}"), None);
     assert_eq!(title, "Tickwire");
+    assert!(
+        node_panel["services"]
+            .as_str()
+            .unwrap_or("")
+            .contains("FEED up"),
+        "the node panel lists the services: {node_panel}"
+    );
+    assert!(
+        node_panel["subs"].as_u64().unwrap_or(0) >= 1,
+        "{node_panel}"
+    );
     let rows = rows.as_array().expect("rows").clone();
     assert_eq!(rows.len(), 2, "{rows:?}");
     for row in &rows {

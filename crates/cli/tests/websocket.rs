@@ -218,6 +218,31 @@ fn login_items_batch_view_snapshot_and_close_work_like_the_published_api() {
         assert!(k == "BID" || k == "ASK", "{k} is outside the view");
     }
 
+    // The node's own figures, as an item.
+    send(
+        &mut ws,
+        json!({"ID": 30, "Key": {"Name": "NODE", "Service": "TICKWIRE"}}),
+    );
+    let r = expect(&mut ws, "the node item", |m| {
+        m["ID"] == 30 && m["Type"] == "Refresh"
+    });
+    for f in ["TW_CONNS", "TW_SUBS", "TW_PUBS", "TW_UPD_IN", "TW_SERVICES"] {
+        assert!(!r["Fields"][f].is_null(), "{f} missing: {r}");
+    }
+    // The image is at most a second old; the next update counts this client.
+    let u = expect(&mut ws, "a node item update", |m| {
+        m["ID"] == 30 && m["Type"] == "Update" && m["Fields"]["TW_SUBS"].as_u64().unwrap_or(0) >= 1
+    });
+    assert!(u["Fields"]["TW_PUBS"].as_u64().unwrap() >= 1, "{u}");
+    assert!(
+        u["Fields"]["TW_SERVICES"]
+            .as_str()
+            .unwrap()
+            .contains("FEED up"),
+        "{u}"
+    );
+    send(&mut ws, json!({"ID": 30, "Type": "Close"}));
+
     // A snapshot: one NonStreaming refresh, then nothing on that ID.
     send(
         &mut ws,

@@ -228,6 +228,14 @@ impl Node {
         self.conns.len() - self.free_conns.len()
     }
 
+    /// Every service the node knows, with whether it is up (a publisher announced it up).
+    pub fn services(&self) -> Vec<(String, bool)> {
+        self.services
+            .iter()
+            .map(|s| (s.name.clone(), s.publisher.is_some() && s.up))
+            .collect()
+    }
+
     pub fn item_count(&self) -> usize {
         self.items.len()
     }

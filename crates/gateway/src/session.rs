@@ -31,8 +31,11 @@ pub struct SessionConfig {
     pub ping_timeout_s: u32,
     /// Largest client message accepted, in bytes; announced in the login Refresh.
     pub max_msg_size: usize,
-    /// Service used when a request names none; `None`: the first in the directory.
+    /// Service used when a request names none; `None`: the first in the directory
+    /// other than `node_service`.
     pub default_service: Option<String>,
+    /// The service of the node's own figures, never a default.
+    pub node_service: Option<String>,
     pub dictionary: Arc<Dictionary>,
 }
 
@@ -545,7 +548,12 @@ impl Session {
                 .cfg
                 .default_service
                 .clone()
-                .or_else(|| self.services.first().cloned())
+                .or_else(|| {
+                    self.services
+                        .iter()
+                        .find(|s| Some(*s) != self.cfg.node_service.as_ref())
+                        .cloned()
+                })
                 .ok_or_else(|| "no service given and the node has none".to_string()),
             Some(Json::String(name)) => Ok(name.clone()),
             Some(Json::Number(n)) => n
@@ -983,6 +991,7 @@ mod tests {
             ping_timeout_s: 15,
             max_msg_size: 61_440,
             default_service: Some("FEED".into()),
+            node_service: None,
             dictionary: Arc::new(Dictionary::market_price()),
         }))
     }

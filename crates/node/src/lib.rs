@@ -6,10 +6,12 @@
 //! decision about items, streams and fan-out is the core's.
 
 pub mod config;
+mod node_item;
 mod server;
 mod ws;
 
 pub use config::{CacheMode, ConfigError, NodeConfig, SlowPolicy, WaitStrategy, WebSocketSection};
+pub use node_item::{NODE_ITEM, NODE_SERVICE};
 pub use server::{NodeServer, RunningNode, ShutdownHandle};
 pub use tickwire_core::Stats;
 

@@ -240,9 +240,13 @@ impl NodeServer {
             max_msg_size: self.cfg.websocket.max_msg_size,
             default_service: (!self.cfg.websocket.default_service.is_empty())
                 .then(|| self.cfg.websocket.default_service.clone()),
+            node_service: Some(crate::node_item::NODE_SERVICE.to_string()),
             dictionary: Arc::new(tickwire_proto::Dictionary::market_price()),
         });
         let mut ws_cache = UpdateCache::default();
+        let mut node_item =
+            crate::node_item::NodeItem::start(&mut core, start, &self.cfg.security.login_token);
+        let mut next_node_item = start + Duration::from_secs(1);
 
         loop {
             let now = Instant::now();
@@ -318,6 +322,10 @@ impl NodeServer {
                 }
             }
 
+            if now >= next_node_item && shutdown_deadline.is_none() {
+                node_item.tick(&mut core, now);
+                next_node_item = now + Duration::from_secs(1);
+            }
             if now >= next_tick {
                 core.on_tick(now);
                 next_tick = now + tick_every;

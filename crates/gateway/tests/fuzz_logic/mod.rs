@@ -85,6 +85,7 @@ pub fn json_session(data: &[u8]) -> Result<(), String> {
         ping_timeout_s: 15,
         max_msg_size: 61_440,
         default_service: Some("FEED".into()),
+        node_service: None,
         dictionary: Arc::new(Dictionary::market_price()),
     });
     let mut s = Session::new(cfg);

@@ -1,0 +1,192 @@
+//! The node's own figures as an item: service `TICKWIRE`, item `NODE`, published by the
+//! node through its own core like any non-interactive publisher, so every client (the
+//! dashboard over the WebSocket API, `tickwire subscribe --service TICKWIRE NODE`) reads
+//! them the way it reads market data, with no other interface. Updated once a second.
+
+use std::time::Instant;
+use tickwire_core::{ConnId, Node};
+use tickwire_proto::{
+    FieldList, FieldListWriter, Login, Message, MessageIter, Refresh, Role, ServiceEntry,
+    ServiceState, SlowConsumerPolicy, State, Update, UpdateType, Value, PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
+};
+
+/// The service of the node's own item.
+pub const NODE_SERVICE: &str = "TICKWIRE";
+/// The item.
+pub const NODE_ITEM: &str = "NODE";
+const STREAM: u32 = 1;
+
+// Field ids of the built-in dictionary (TW_*).
+const TW_CONNS: i16 = -1001;
+const TW_SUBS: i16 = -1002;
+const TW_PUBS: i16 = -1003;
+const TW_ITEMS: i16 = -1004;
+const TW_UPD_IN: i16 = -1005;
+const TW_UPD_OUT: i16 = -1006;
+const TW_BEHIND: i16 = -1007;
+const TW_CONFLATED: i16 = -1008;
+const TW_SLOW_DISC: i16 = -1009;
+const TW_SERVICES: i16 = -1010;
+const TW_UPTIME: i16 = -1011;
+
+pub struct NodeItem {
+    conn: ConnId,
+    seq: u32,
+    started: Instant,
+    last: (Instant, u64, u64),
+    fields: Vec<u8>,
+    frame: Vec<u8>,
+}
+
+impl NodeItem {
+    /// Logs in as the publisher of `TICKWIRE` (with the node's own login token, if one
+    /// is required) and publishes the first image.
+    pub fn start(core: &mut Node, now: Instant, token: &str) -> NodeItem {
+        let conn = core.connect("node (its own figures)", now);
+        let mut me = NodeItem {
+            conn,
+            seq: 0,
+            started: now,
+            last: (now, core.stats().updates_in, core.stats().updates_out),
+            fields: Vec::new(),
+            frame: Vec::new(),
+        };
+        let mut frame = Vec::new();
+        let msgs = [
+            Message::Login(Login {
+                version_min: PROTOCOL_VERSION_MIN,
+                version_max: PROTOCOL_VERSION_MAX,
+                role: Role::Publisher,
+                application: "tickwire-node",
+                user: "node",
+                token,
+                slow_consumer: None::<SlowConsumerPolicy>,
+            }),
+            Message::Directory(tickwire_proto::Directory {
+                services: vec![ServiceEntry {
+                    name: NODE_SERVICE,
+                    state: ServiceState::Up,
+                    interactive: false,
+                    item_count: 1,
+                }],
+            }),
+        ];
+        for m in &msgs {
+            let _ = m.encode(&mut frame);
+        }
+        core.on_frame(conn, &frame, now);
+        me.refresh(core, now, STREAM, false);
+        me
+    }
+
+    fn write_fields(&mut self, core: &Node, now: Instant) {
+        let reports = core.connection_reports();
+        let count = |role: &str| reports.iter().filter(|r| r.role == role).count() as u64;
+        let behind = reports.iter().filter(|r| r.behind).count() as u64;
+        let s = core.stats();
+        let secs = now
+            .saturating_duration_since(self.last.0)
+            .as_secs_f64()
+            .max(1e-3);
+        let rate_in = ((s.updates_in - self.last.1) as f64 / secs) as u64;
+        let rate_out = ((s.updates_out - self.last.2) as f64 / secs) as u64;
+        self.last = (now, s.updates_in, s.updates_out);
+        let services: Vec<String> = core
+            .services()
+            .into_iter()
+            .filter(|(n, _)| n != NODE_SERVICE)
+            .map(|(n, up)| format!("{n} {}", if up { "up" } else { "down" }))
+            .collect();
+        let services = services.join(", ");
+        self.fields.clear();
+        let mut w = FieldListWriter::new(&mut self.fields);
+        // The node's own publisher connection is not counted.
+        w.push(
+            TW_CONNS,
+            Value::UInt(reports.len().saturating_sub(1) as u64),
+        );
+        w.push(TW_SUBS, Value::UInt(count("subscriber")));
+        w.push(TW_PUBS, Value::UInt(count("publisher").saturating_sub(1)));
+        w.push(
+            TW_ITEMS,
+            Value::UInt(core.item_count().saturating_sub(1) as u64),
+        );
+        w.push(TW_UPD_IN, Value::UInt(rate_in));
+        w.push(TW_UPD_OUT, Value::UInt(rate_out));
+        w.push(TW_BEHIND, Value::UInt(behind));
+        w.push(TW_CONFLATED, Value::UInt(s.conflated_updates));
+        w.push(TW_SLOW_DISC, Value::UInt(s.slow_consumer_disconnects));
+        w.push(TW_SERVICES, Value::Utf8(&services));
+        w.push(
+            TW_UPTIME,
+            Value::UInt(now.saturating_duration_since(self.started).as_secs()),
+        );
+        w.finish();
+    }
+
+    fn refresh(&mut self, core: &mut Node, now: Instant, stream_id: u32, solicited: bool) {
+        self.write_fields(core, now);
+        self.frame.clear();
+        let _ = Message::Refresh(Refresh {
+            stream_id,
+            seq: self.seq,
+            complete: true,
+            solicited,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: NODE_SERVICE,
+            name: NODE_ITEM,
+            fields: FieldList::from_trusted(&self.fields),
+        })
+        .encode(&mut self.frame);
+        let frame = std::mem::take(&mut self.frame);
+        core.on_frame(self.conn, &frame, now);
+        self.frame = frame;
+    }
+
+    /// Once a second: new figures as an update; answers what the core asked of this
+    /// publisher (a cache-off node asks for the image), and drops the rest of its output.
+    pub fn tick(&mut self, core: &mut Node, now: Instant) {
+        core.on_bytes_received(self.conn, now);
+        let mut requests = Vec::new();
+        if let Some(out) = core.output(self.conn) {
+            let bytes = out.sealed_bytes();
+            let mut at = 0;
+            while bytes.len() - at >= 4 {
+                let len =
+                    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+                        as usize;
+                let Some(payload) = bytes.get(at + 4..at + 4 + len) else {
+                    break;
+                };
+                for m in MessageIter::new(payload).flatten() {
+                    if let Message::Request(r) = m.message {
+                        requests.push(r.stream_id);
+                    }
+                }
+                at += 4 + len;
+            }
+            let n = bytes.len();
+            out.consume(n);
+        }
+        for sid in requests {
+            self.refresh(core, now, sid, true);
+        }
+        self.seq = self.seq.wrapping_add(1);
+        self.write_fields(core, now);
+        self.frame.clear();
+        let _ = Message::Update(Update {
+            stream_id: STREAM,
+            seq: self.seq,
+            update_type: UpdateType::Other,
+            do_not_conflate: false,
+            conflation_count: 1,
+            fields: FieldList::from_trusted(&self.fields),
+        })
+        .encode(&mut self.frame);
+        let frame = std::mem::take(&mut self.frame);
+        core.on_frame(self.conn, &frame, now);
+        self.frame = frame;
+    }
+}
