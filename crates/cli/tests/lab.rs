@@ -344,7 +344,17 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
         }
         assert!(s["count"].as_u64().unwrap() > 0);
         let st = &s["step"];
-        assert!(st["delivered"].as_u64().unwrap() <= st["offered"].as_u64().unwrap() + 1);
+        // The publisher's and the subscriber's marks are a few milliseconds apart, so a
+        // window may count a few updates more than the publisher's did; never more than
+        // 1% (+2) of them.
+        let (delivered, offered) = (
+            st["delivered"].as_u64().unwrap(),
+            st["offered"].as_u64().unwrap(),
+        );
+        assert!(
+            delivered <= offered + offered / 100 + 2,
+            "{delivered} delivered of {offered} offered"
+        );
     }
     assert!(r["machine"]["cpus"].as_u64().unwrap() >= 1);
     assert!(r["git_commit"].is_string());
