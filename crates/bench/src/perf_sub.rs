@@ -202,6 +202,109 @@ struct Counters {
     checksum: i64,
 }
 
+impl Counters {
+    fn counts(&self) -> Counts {
+        Counts {
+            updates: self.updates,
+            images: self.images,
+            gaps: self.gaps,
+            statuses: self.statuses,
+            conflated: self.conflated,
+        }
+    }
+}
+
+/// Running totals of a load subscriber (perf-sub or perf-ws-sub).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counts {
+    pub updates: u64,
+    pub images: u64,
+    pub gaps: u64,
+    pub statuses: u64,
+    pub conflated: u64,
+}
+
+/// The `mark` and per-second lines both load subscribers print, so the lab reads them
+/// the same way.
+pub(crate) struct Reports {
+    tool: &'static str,
+    json: bool,
+    /// When the previous mark was taken, and the totals then.
+    mark_at: (Instant, Counts),
+    /// Totals at the previous per-second line.
+    last: Counts,
+    t: u64,
+    next: Instant,
+}
+
+impl Reports {
+    pub(crate) fn new(tool: &'static str, json: bool, start: Instant) -> Self {
+        Reports {
+            tool,
+            json,
+            mark_at: (Instant::now(), Counts::default()),
+            last: Counts::default(),
+            t: 0,
+            next: start + Duration::from_secs(1),
+        }
+    }
+
+    /// Prints the figures since the previous mark (`mark NAME` on --control).
+    pub(crate) fn mark(&mut self, name: String, c: Counts, reconnects: u64, latency: &mut Latency) {
+        let now = Instant::now();
+        let at = self.mark_at.1;
+        let m = Mark {
+            name,
+            seconds: (now - self.mark_at.0).as_secs_f64(),
+            updates: c.updates - at.updates,
+            gaps: c.gaps - at.gaps,
+            images: c.images - at.images,
+            statuses: c.statuses - at.statuses,
+            conflated: c.conflated - at.conflated,
+            reconnects,
+            latency: latency.summary(),
+        };
+        println!("{}", json!({"type": "mark", "role": "perf-sub", "mark": m}));
+        latency.reset();
+        self.mark_at = (now, c);
+    }
+
+    /// Once a second: the second's updates, images, gaps and latency.
+    pub(crate) fn second_if_due(&mut self, now: Instant, c: Counts, second: &mut Latency) {
+        if now < self.next {
+            return;
+        }
+        self.t += 1;
+        let t = self.t;
+        let s = second.summary();
+        let (du, di, dg) = (
+            c.updates - self.last.updates,
+            c.images - self.last.images,
+            c.gaps - self.last.gaps,
+        );
+        self.last = c;
+        if self.json {
+            println!(
+                "{}",
+                json!({"type": "second", "role": "perf-sub", "t": t, "updates": du,
+                       "total": c.updates, "images": di, "gaps": dg, "total_gaps": c.gaps,
+                       "total_conflated": c.conflated,
+                       "lat_count": s.count, "lat_mean_ns": s.mean_ns, "lat_p99_ns": s.p99_ns})
+            );
+        } else {
+            println!(
+                "{} t={t:>3}s updates {du:>9}/s images {di:>7} gaps {dg} latency mean {:>8.1} µs p99 {:>8.1} µs ({} samples)",
+                self.tool,
+                s.mean_ns / 1e3,
+                s.p99_ns as f64 / 1e3,
+                s.count
+            );
+        }
+        second.reset();
+        self.next += Duration::from_secs(1);
+    }
+}
+
 pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     pin(&args.cpus)?;
     crate::stats::precise_timers();
@@ -248,14 +351,10 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     );
     let mut images_done_at: Option<Instant> = None;
     let mut at_images_done = (0u64, 0u64); // updates, gaps when the last image came
-    let mut next_report = start + Duration::from_secs(1);
-    let mut last = (0u64, 0u64, 0u64); // updates, images, gaps at the last report
-    let mut t = 0u64;
+    let mut reports = Reports::new("perf-sub", args.json, start);
     let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(args.connections);
     let marks = control_channel(args.control, stop.clone());
     let mut since_mark = Latency::default();
-    // When the previous mark was taken, and the counters then.
-    let mut mark_at = (Instant::now(), 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut series = match args.interval_ms {
         Some(0) => bail!("--interval-ms must be at least 1"),
         Some(ms) => Some(Series::new(ms, start)),
@@ -379,48 +478,11 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         }
         if let Some(rx) = &marks {
             while let Ok(name) = rx.try_recv() {
-                let now = Instant::now();
-                let m = Mark {
-                    name,
-                    seconds: (now - mark_at.0).as_secs_f64(),
-                    updates: c.updates - mark_at.1,
-                    gaps: c.gaps - mark_at.2,
-                    images: c.images - mark_at.3,
-                    statuses: c.statuses - mark_at.4,
-                    conflated: c.conflated - mark_at.5,
-                    reconnects: subs.iter().map(|s| s.reconnects()).sum(),
-                    latency: since_mark.summary(),
-                };
-                println!("{}", json!({"type": "mark", "role": "perf-sub", "mark": m}));
-                since_mark.reset();
-                mark_at = (now, c.updates, c.gaps, c.images, c.statuses, c.conflated);
+                let reconnects = subs.iter().map(|s| s.reconnects()).sum();
+                reports.mark(name, c.counts(), reconnects, &mut since_mark);
             }
         }
-        let now = Instant::now();
-        if now >= next_report {
-            t += 1;
-            let s = second.summary();
-            let (du, di, dg) = (c.updates - last.0, c.images - last.1, c.gaps - last.2);
-            last = (c.updates, c.images, c.gaps);
-            if args.json {
-                println!(
-                    "{}",
-                    json!({"type": "second", "role": "perf-sub", "t": t, "updates": du,
-                           "total": c.updates, "images": di, "gaps": dg, "total_gaps": c.gaps,
-                           "total_conflated": c.conflated,
-                           "lat_count": s.count, "lat_mean_ns": s.mean_ns, "lat_p99_ns": s.p99_ns})
-                );
-            } else {
-                println!(
-                    "perf-sub t={t:>3}s updates {du:>9}/s images {di:>7} gaps {dg} latency mean {:>8.1} µs p99 {:>8.1} µs ({} samples)",
-                    s.mean_ns / 1e3,
-                    s.p99_ns as f64 / 1e3,
-                    s.count
-                );
-            }
-            second.reset();
-            next_report += Duration::from_secs(1);
-        }
+        reports.second_if_due(Instant::now(), c.counts(), &mut second);
     }
     let total_s = start.elapsed().as_secs_f64();
     let u = self_usage();

@@ -5,7 +5,7 @@
 //! TIM_TRK_1 (the publisher's intended send time) to now. It speaks the same `--control`
 //! and `--json` lines as perf-sub, so `tickwire bench` drives either.
 
-use crate::perf_sub::{control_channel, Mark};
+use crate::perf_sub::{control_channel, Counts, Reports};
 use crate::stats::{realtime_ns, Latency, TIMESTAMP_FLOOR};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -73,15 +73,6 @@ fn connect(args: &PerfWsSubArgs) -> Result<Conn> {
     })
 }
 
-#[derive(Default)]
-struct Counters {
-    updates: u64,
-    images: u64,
-    gaps: u64,
-    statuses: u64,
-    conflated: u64,
-}
-
 pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
     if args.connections == 0 || args.items == 0 {
         bail!("--connections and --items must be at least 1");
@@ -92,13 +83,10 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
     let marks = control_channel(args.control, stop.clone());
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(args.duration.max(0.0));
-    let mut c = Counters::default();
+    let mut c = Counts::default();
     let (mut overall, mut since_mark, mut second) =
         (Latency::default(), Latency::default(), Latency::default());
-    let mut mark_at = (Instant::now(), 0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut last = (0u64, 0u64, 0u64);
-    let mut next_report = start + Duration::from_secs(1);
-    let mut t = 0u64;
+    let mut reports = Reports::new("perf-ws-sub", args.json, start);
     let first_item_id = 1_000_001i64;
     let mut pfds: Vec<libc::pollfd> = Vec::new();
     while Instant::now() < end && !stop.load(Ordering::Relaxed) {
@@ -178,47 +166,10 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
         }
         if let Some(rx) = &marks {
             while let Ok(name) = rx.try_recv() {
-                let now = Instant::now();
-                let m = Mark {
-                    name,
-                    seconds: (now - mark_at.0).as_secs_f64(),
-                    updates: c.updates - mark_at.1,
-                    gaps: c.gaps - mark_at.2,
-                    images: c.images - mark_at.3,
-                    statuses: c.statuses - mark_at.4,
-                    conflated: c.conflated - mark_at.5,
-                    reconnects: 0,
-                    latency: since_mark.summary(),
-                };
-                println!("{}", json!({"type": "mark", "role": "perf-sub", "mark": m}));
-                since_mark.reset();
-                mark_at = (now, c.updates, c.gaps, c.images, c.statuses, c.conflated);
+                reports.mark(name, c, 0, &mut since_mark);
             }
         }
-        let now = Instant::now();
-        if now >= next_report {
-            t += 1;
-            let s = second.summary();
-            let (du, di, dg) = (c.updates - last.0, c.images - last.1, c.gaps - last.2);
-            last = (c.updates, c.images, c.gaps);
-            if args.json {
-                println!(
-                    "{}",
-                    json!({"type": "second", "role": "perf-sub", "t": t, "updates": du,
-                           "total": c.updates, "images": di, "gaps": dg, "total_gaps": c.gaps,
-                           "total_conflated": c.conflated,
-                           "lat_count": s.count, "lat_mean_ns": s.mean_ns, "lat_p99_ns": s.p99_ns})
-                );
-            } else {
-                println!(
-                    "perf-ws-sub t={t:>3}s updates {du:>9}/s images {di:>7} gaps {dg} latency mean {:>8.1} µs p99 {:>8.1} µs",
-                    s.mean_ns / 1e3,
-                    s.p99_ns as f64 / 1e3
-                );
-            }
-            second.reset();
-            next_report = now + Duration::from_secs(1);
-        }
+        reports.second_if_due(Instant::now(), c, &mut second);
     }
     let s = overall.summary();
     let summary = json!({"connections": args.connections, "items": args.items,
