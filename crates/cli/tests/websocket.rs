@@ -423,13 +423,14 @@ fn a_websocket_client_that_stops_reading_gets_conflated_updates() {
     let _ = std::fs::remove_file(&dir);
 }
 
-/// The Python interpreter with websocket-client that .ci/test sets up (target/pyenv).
+/// The Python interpreter that .ci/test sets up (target/pyenv) with the client libraries
+/// of tests/clients/requirements.txt.
 fn python_with_websocket_client() -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let py = root.join("target/pyenv/bin/python");
     assert!(
         py.exists(),
-        "{} is missing: .ci/test creates it (python3 -m venv target/pyenv; target/pyenv/bin/pip install websocket-client)",
+        "{} is missing: .ci/test creates it (python3 -m venv target/pyenv; target/pyenv/bin/pip install -r crates/cli/tests/clients/requirements.txt)",
         py.display()
     );
     py
@@ -497,4 +498,182 @@ fn a_python_websocket_client_written_like_the_published_examples_works_unchanged
     for item in ["SYM2", "SYM3", "SYM4"] {
         assert_eq!(v["refreshes"][item], json!(["ASK", "BID"]), "{v}");
     }
+}
+
+/// A Python child whose stdout lines arrive on a channel; killed on drop.
+struct PyApp {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl PyApp {
+    fn spawn(script: &str, args: &[&str]) -> PyApp {
+        use std::io::{BufRead, Read};
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/clients")
+            .join(script);
+        let mut child = std::process::Command::new(python_with_websocket_client())
+            .arg(&script)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run the Python application");
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        let mut err = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        PyApp {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    /// The next stdout line that is a JSON object satisfying `pred`, within `timeout`.
+    fn expect_line(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                        if pred(&v) {
+                            return v;
+                        }
+                    }
+                    seen.push(line);
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let stderr = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new))
+            .join()
+            .unwrap_or_default();
+        panic!("no {what} from the application within {timeout:?}; stdout: {seen:#?}\nstderr:\n{stderr}");
+    }
+}
+
+impl Drop for PyApp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// LSEG's own Python library (lseg-data, Apache-2.0, from PyPI), unmodified, pointed at the
+/// node as at a deployed distribution server: it logs in, streams a field list of several
+/// items, makes a snapshot request, is told when the feed goes away, and is refused a
+/// contribution. Its last values must equal the node's cache.
+#[test]
+fn lsegs_own_python_library_streams_from_the_node_unchanged() {
+    let (node, url) = start_node_ws(&["--heartbeat-ms", "1000"]);
+    let feed = start_publisher(&node, "FEED", 10, 2_000, false);
+    let host = url.trim_start_matches("ws://").split('/').next().unwrap();
+    let items = ["SYM0", "SYM1", "SYM2"];
+    let fields = ["BID", "ASK", "TRDPRC_1", "ACVOL_1"];
+    let mut app = PyApp::spawn(
+        "lseg_data_app.py",
+        &[
+            "--host",
+            host,
+            "--items",
+            &items.join(","),
+            "--fields",
+            &fields.join(","),
+            "--updates",
+            "20",
+            "--timeout",
+            "60",
+        ],
+    );
+    let streaming = app.expect_line(Duration::from_secs(90), "streaming event", |v| {
+        v["event"] == "streaming"
+    });
+    assert_eq!(streaming["ok"], true, "every item had 20 updates");
+    // The feed goes away: the node must tell the library's streams their data is stale.
+    drop(feed);
+    let v = app.expect_line(Duration::from_secs(90), "summary", |v| {
+        v.get("session").is_some()
+    });
+    assert!(app.child.wait().unwrap().success(), "{v}");
+
+    assert_eq!(v["session"], "OpenState.Opened", "{v}");
+    assert_eq!(v["stale"], true, "{v}");
+    let mut wanted: Vec<&str> = fields.to_vec();
+    wanted.sort();
+    for item in items {
+        assert_eq!(v["refreshes"][item], json!(wanted), "{v}");
+        assert!(v["updates"][item].as_u64().unwrap() >= 20, "{v}");
+        let stale = &v["statuses"][item][0];
+        assert_eq!(stale["Stream"], "Open", "{v}");
+        assert_eq!(stale["Data"], "Suspect", "{v}");
+    }
+    // Only the requested fields, in updates as in refreshes.
+    for f in v["update_fields"].as_array().unwrap() {
+        assert!(fields.contains(&f.as_str().unwrap()), "{v}");
+    }
+    let missing = &v["statuses"]["NOPE"][0];
+    assert_eq!(missing["Stream"], "Closed", "{v}");
+    assert_eq!(missing["Code"], "NotFound", "{v}");
+
+    // The snapshot request: one non-streaming refresh with the two fields asked for.
+    let snap = v["snapshot"].as_array().unwrap();
+    assert_eq!(snap.len(), 1, "{v}");
+    assert_eq!(snap[0]["State"]["Stream"], "NonStreaming", "{v}");
+    let mut snap_fields: Vec<_> = snap[0]["Fields"].as_object().unwrap().keys().collect();
+    snap_fields.sort();
+    assert_eq!(snap_fields, ["ASK", "BID"], "{v}");
+
+    // Posting is refused with a negative acknowledgement the library understands.
+    assert_eq!(v["contribute"]["success"], false, "{v}");
+    assert_eq!(v["contribute"]["nak_code"], "DeniedBySrc", "{v}");
+
+    // The library's last values are the node's: compare with a binary snapshot.
+    let addr = node.addr_str();
+    let mut args = vec!["subscribe", "--node", &addr, "--snapshot", "--json"];
+    args.extend_from_slice(&items);
+    let out = run(&args, Duration::from_secs(20));
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let mut compared = 0;
+    for line in out.stdout.lines() {
+        let r: Value = serde_json::from_str(line).expect("one JSON object per line");
+        let item = r["item"].as_str().unwrap();
+        for f in fields {
+            let ours = r["fields"][f].as_f64().expect("a number");
+            let theirs = v["last"][item][f].as_f64().unwrap_or(f64::NAN);
+            assert_eq!(ours, theirs, "{item} {f}: node {ours}, library {theirs}");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, items.len() * fields.len());
+    assert!(
+        v["last"]["NOPE"]
+            .as_object()
+            .unwrap()
+            .values()
+            .all(Value::is_null),
+        "{v}"
+    );
 }

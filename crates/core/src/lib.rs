@@ -888,7 +888,8 @@ impl Node {
     }
 
     /// An item nobody watches: closed on an interactive publisher (it stops sending);
-    /// kept in the cache for a non-interactive one.
+    /// kept in the cache for a non-interactive one, also after its publisher left (the
+    /// stale image is served, suspect, as to the streams that watched it then).
     fn release_if_unused(&mut self, h: ItemHandle) {
         let Some(item) = self.items.get(h) else {
             return;
@@ -897,7 +898,8 @@ impl Node {
             return;
         }
         let service = &self.services[item.service];
-        let keep = item.publisher.is_some() && !service.interactive;
+        let has_image = self.cfg.cache && item.complete;
+        let keep = !service.interactive && (item.publisher.is_some() || has_image);
         if keep {
             return;
         }

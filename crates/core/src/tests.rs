@@ -466,6 +466,25 @@ fn publisher_loss_turns_streams_suspect_and_its_return_makes_them_ok() {
             ..
         }
     )));
+    // Once nobody watches it, the stale image still stays in the cache.
+    h.send(late, &[Message::Close { stream_id: 1 }]);
+    h.send(sub, &[Message::Close { stream_id: 3 }]);
+    let third = h.login(Role::Subscriber);
+    h.request(third, 1, "FEED", "SYM0", false, None);
+    let got = h.recv(third);
+    assert!(
+        got.iter().any(|m| matches!(
+            m,
+            Got::Refresh {
+                stream: StreamState::NonStreaming,
+                data: DataState::Suspect,
+                ..
+            }
+        )),
+        "{got:?}"
+    );
+    h.request(sub, 3, "FEED", "SYM0", true, None);
+    h.recv(sub);
     // The publisher returns and re-images (unsolicited): every stream gets it, ok again.
     let p2 = h.publisher("FEED", false);
     h.send(p2, &[refresh(1, 1, "SYM0", &img, false)]);

@@ -287,6 +287,32 @@ fn write_error(out: &mut JsonOut, id: i64, text: &str, offending: &str) {
     o.extend_from_slice(b"}}");
 }
 
+/// The answer to a `Post` (contribution): Tickwire nodes take data from publishers only, so
+/// a post that asks for an acknowledgement gets a negative one (`NakCode` `DeniedBySrc`,
+/// `AckID` = its `PostID`), which client libraries report as a rejected contribution;
+/// any other post gets an Error naming it.
+fn write_post_refusal(
+    out: &mut JsonOut,
+    id: i64,
+    post: &serde_json::Map<String, Json>,
+    offending: &str,
+) {
+    const WHY: &str = "posting is not supported: this node takes data from publishers only";
+    let wants_ack = post.get("Ack").and_then(Json::as_bool).unwrap_or(false);
+    match post.get("PostID").and_then(Json::as_i64) {
+        Some(post_id) if wants_ack => {
+            let o = out.begin();
+            let _ = write!(
+                Bytes(o),
+                "{{\"ID\":{id},\"Type\":\"Ack\",\"AckID\":{post_id},\"NakCode\":\"DeniedBySrc\",\"Text\":"
+            );
+            escape(o, WHY);
+            o.push(b'}');
+        }
+        _ => write_error(out, id, WHY, offending),
+    }
+}
+
 /// A `Status` on a client ID.
 #[allow(clippy::too_many_arguments)]
 fn write_status(
@@ -401,6 +427,10 @@ impl Session {
                 return;
             }
         };
+        if ty == "Post" {
+            write_post_refusal(out, id, obj, &text());
+            return;
+        }
         if ty != "Request" {
             write_error(
                 out,
@@ -1038,5 +1068,41 @@ mod tests {
         out.take(&mut frames);
         let text = String::from_utf8_lossy(&frames);
         assert!(text.contains("login required"), "{text}");
+    }
+
+    #[test]
+    fn a_post_is_refused_with_a_negative_ack_or_an_error() {
+        let mut s = session();
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        s.on_client_text(
+            r#"{"ID":1,"Type":"Post","Ack":true,"PostID":7,"Message":{"ID":0,"Type":"Update","Fields":{"BID":1}}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        s.on_client_text(
+            r#"{"ID":1,"Type":"Post","Message":{}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        assert!(to_node.is_empty(), "nothing reaches the node");
+        let mut frames = Vec::new();
+        out.take(&mut frames);
+        // One unmasked text frame; its payload (126..65535 bytes) has a 16-bit length.
+        assert_eq!(frames[0], 0x81, "one final text frame");
+        assert_eq!(frames[1], 126, "{frames:?}");
+        let len = u16::from_be_bytes([frames[2], frames[3]]) as usize;
+        assert_eq!(len, frames.len() - 4);
+        let text = String::from_utf8_lossy(&frames[4..]);
+        let msgs: Vec<Json> = serde_json::from_str(&text).expect("one JSON array");
+        assert_eq!(msgs.len(), 2, "{text}");
+        assert_eq!(msgs[0]["Type"], "Ack");
+        assert_eq!(msgs[0]["ID"], 1);
+        assert_eq!(msgs[0]["AckID"], 7);
+        assert_eq!(msgs[0]["NakCode"], "DeniedBySrc");
+        assert_eq!(msgs[1]["Type"], "Error");
+        assert!(msgs[1]["Text"]
+            .as_str()
+            .unwrap()
+            .contains("posting is not supported"));
     }
 }
