@@ -105,6 +105,16 @@ pub struct BenchArgs {
     /// WebSocket scenario: items the WebSocket subscriber watches (one batch request).
     #[arg(long, value_name = "N", default_value_t = 1_000)]
     pub ws_items: usize,
+    /// WebSocket fan-out: connections, each watching every one of --ws-fanout-items.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub ws_connections: usize,
+    /// WebSocket fan-out: items each connection watches.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub ws_fanout_items: usize,
+    /// WebSocket fan-out: the publisher's rate (updates/s in; out is this times the
+    /// connections).
+    #[arg(long, value_name = "N", default_value_t = 2_000)]
+    pub ws_fanout_rate: u64,
     /// Memory scenario: subscriber connections of the full rig.
     #[arg(long, value_name = "N", default_value_t = 1_000)]
     pub memory_connections: usize,
@@ -149,6 +159,95 @@ pub struct WebSocketResult {
     pub steps: Vec<Step>,
     /// Steps held at fixed rates (1,000 and 10,000 updates/s) for latency.
     pub latency: Vec<Step>,
+    /// Many connections watching the same items, with the node's shared JSON encoding
+    /// on and off (absent in results written before it existed).
+    #[serde(default)]
+    pub fanout: Option<WsFanout>,
+}
+
+/// `bench ws`, fan-out part: what encoding an update's JSON once for every WebSocket
+/// client watching it saves, in node CPU per update delivered, at one fixed rate.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WsFanout {
+    pub connections: usize,
+    pub items: usize,
+    /// The publisher's rate; the node delivers this times `connections`.
+    pub input_updates_per_s: u64,
+    /// Node CPU (user + system) per update delivered, median of the runs, in µs.
+    pub shared_node_cpu_us_per_update: f64,
+    pub unshared_node_cpu_us_per_update: f64,
+    /// unshared / shared: how many times more CPU the node spends without sharing.
+    pub unshared_over_shared: f64,
+    /// The user-mode part of the above (the encoding itself; the system part, writing
+    /// to the sockets, is the same either way), median of the runs, in µs.
+    #[serde(default)]
+    pub shared_node_user_us_per_update: f64,
+    #[serde(default)]
+    pub unshared_node_user_us_per_update: f64,
+    /// Update encodings the nodes made, and the times one was reused for another
+    /// client, over the whole life of the shared and of the per-client nodes, from
+    /// their logs (they show that sharing happened, and only where it was on).
+    #[serde(default)]
+    pub shared_encoded: u64,
+    #[serde(default)]
+    pub shared_reused: u64,
+    #[serde(default)]
+    pub unshared_encoded: u64,
+    #[serde(default)]
+    pub unshared_reused: u64,
+    /// One step per run, alternating shared and unshared rigs (each run a fresh rig).
+    pub shared: Vec<Step>,
+    pub unshared: Vec<Step>,
+}
+
+/// (encoded, reused) from a stopped node's log line "WebSocket updates: N encoded, M
+/// reused ...".
+fn ws_encodings(log: &std::path::Path) -> Result<(u64, u64)> {
+    let text =
+        std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once("WebSocket updates: ").map(|(_, rest)| rest))
+        .ok_or_else(|| anyhow::anyhow!("{}: no \"WebSocket updates\" line", log.display()))?;
+    let mut numbers = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse::<u64>());
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(encoded)), Some(Ok(reused))) => Ok((encoded, reused)),
+        _ => bail!("{}: cannot read \"{line}\"", log.display()),
+    }
+}
+
+/// The user-mode part of [`node_cpu_us_per_update`].
+fn node_user_us_per_update(step: &Step) -> Option<f64> {
+    let node = step
+        .processes
+        .iter()
+        .find(|p| p.name.starts_with("node-"))?;
+    (step.delivered > 0).then(|| node.cpu_user_s * 1e6 / step.delivered as f64)
+}
+
+/// The node's CPU microseconds per update delivered in a step.
+fn node_cpu_us_per_update(step: &Step) -> Option<f64> {
+    let node = step
+        .processes
+        .iter()
+        .find(|p| p.name.starts_with("node-"))?;
+    (step.delivered > 0).then(|| (node.cpu_user_s + node.cpu_sys_s) * 1e6 / step.delivered as f64)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -514,9 +613,8 @@ impl Lab {
 }
 
 impl Lab {
-    /// The stall scenario at 50% of the max sustainable rate (cache on): the throughput
-    /// scenario's figure when it ran before (in `quick`), else a short search with the
-    /// same rig (2 s steps, one bisection), unless `--stall-rate` says.
+    /// One WebSocket subscriber watching --ws-items: its highest sustained rate and its
+    /// latency at 1,000 and 10,000 updates/s; then the fan-out comparison.
     fn ws(&mut self) -> Result<()> {
         let items = self.args.ws_items;
         let mut spec = RigSpec::new("websocket 1 connection", "on", items);
@@ -539,13 +637,96 @@ impl Lab {
             }
         }
         stop_rigs(rigs)?;
+        let fanout = self.ws_fanout()?;
         self.results.websocket = Some(WebSocketResult {
             items,
             max_sustainable_updates_per_s: max,
             steps,
             latency,
+            fanout: Some(fanout),
         });
         Ok(())
+    }
+
+    /// Many WebSocket connections watching the same items at one fixed rate, on fresh
+    /// rigs with `websocket.share_encoding` on and off in turn (on, off, off, on, ...
+    /// so that drift in the machine's speed does not favour either).
+    fn ws_fanout(&mut self) -> Result<WsFanout> {
+        let conns = self.args.ws_connections.max(1);
+        let items = self.args.ws_fanout_items.max(1);
+        let rate = self.args.ws_fanout_rate;
+        let runs = if self.quick { 2 } else { 4 };
+        let secs = self.seconds();
+        let (mut shared, mut unshared) = (Vec::new(), Vec::new());
+        let (mut shared_counts, mut unshared_counts) = ((0, 0), (0, 0));
+        for run in 0..runs {
+            let share = matches!(run % 4, 0 | 3);
+            let label = format!(
+                "websocket fanout {conns} connections {} encoding run {}",
+                if share { "shared" } else { "per-client" },
+                run + 1
+            );
+            let spec = RigSpec {
+                connections: conns,
+                fanout: conns as f64,
+                websocket: true,
+                node_config: Some(format!("[websocket]\nshare_encoding = {share}\n")),
+                ..RigSpec::new(label, "on", items)
+            };
+            let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
+            if run == 0 || run == 1 {
+                self.results.commands.extend(rigs[0].commands());
+            }
+            let monitor = self.monitor(&rigs);
+            let step = hold(&mut rigs, rate, secs, 1.0, &monitor)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("no step measured"))?;
+            stop_rigs(rigs)?;
+            let (encoded, reused) = ws_encodings(&lab::node_log(&self.logs, &spec.label))?;
+            if share {
+                shared_counts.0 += encoded;
+                shared_counts.1 += reused;
+            } else {
+                unshared_counts.0 += encoded;
+                unshared_counts.1 += reused;
+            }
+            let cpu = node_cpu_us_per_update(&step).unwrap_or(f64::NAN);
+            self.progress.line(
+                &format!("{} — node {cpu:.2} µs CPU per update", step_text(&step)),
+                1.0,
+            );
+            if share {
+                shared.push(step);
+            } else {
+                unshared.push(step);
+            }
+        }
+        let cpu =
+            |steps: &[Step]| median(steps.iter().filter_map(node_cpu_us_per_update).collect());
+        let (on, off) = (cpu(&shared), cpu(&unshared));
+        let user =
+            |steps: &[Step]| median(steps.iter().filter_map(node_user_us_per_update).collect());
+        self.record_processes(
+            "websocket fanout",
+            &[shared.clone(), unshared.clone()].concat(),
+        );
+        Ok(WsFanout {
+            connections: conns,
+            items,
+            input_updates_per_s: rate,
+            shared_node_cpu_us_per_update: on,
+            unshared_node_cpu_us_per_update: off,
+            unshared_over_shared: if on > 0.0 { off / on } else { 0.0 },
+            shared_encoded: shared_counts.0,
+            shared_reused: shared_counts.1,
+            unshared_encoded: unshared_counts.0,
+            unshared_reused: unshared_counts.1,
+            shared_node_user_us_per_update: user(&shared),
+            unshared_node_user_us_per_update: user(&unshared),
+            shared,
+            unshared,
+        })
     }
 
     fn memory(&mut self) -> Result<()> {
@@ -573,6 +754,9 @@ impl Lab {
         Ok(())
     }
 
+    /// The stall scenario at 50% of the max sustainable rate (cache on): the throughput
+    /// scenario's figure when it ran before (in `quick`), else a short search with the
+    /// same rig (2 s steps, one bisection), unless `--stall-rate` says.
     fn stall(&mut self) -> Result<()> {
         let mut search_steps = Vec::new();
         let (rate, max, source) = match self.args.stall_rate {
@@ -708,7 +892,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "instances" => 12.0,
         "stall" => 12.0,
         "memory" => 3.0,
-        "ws" => 8.0,
+        "ws" => 12.0,
         _ => 35.0,
     };
     let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
@@ -742,6 +926,10 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "stall_interval_ms": args.stall_interval_ms,
                 "memory_connections": args.memory_connections,
                 "memory_items": args.memory_items,
+                "ws_items": args.ws_items,
+                "ws_connections": args.ws_connections,
+                "ws_fanout_items": args.ws_fanout_items,
+                "ws_fanout_rate": args.ws_fanout_rate,
                 "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, no update conflated, publisher within 1% of its schedule",
             }),
             commands: vec![std::env::args().collect::<Vec<_>>().join(" ")],
@@ -927,6 +1115,50 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
         )?;
         steps_table(&mut md, "WebSocket search", &w.steps)?;
         steps_table(&mut md, "WebSocket latency at fixed rates", &w.latency)?;
+        if let Some(f) = &w.fanout {
+            writeln!(
+                md,
+                "### WebSocket fan-out: shared encoding\n\n{} connections each watching the same {} items, {} updates/s in ({} out), cache on. Node CPU per update delivered (median of {} runs each): **{:.2} µs shared, {:.2} µs per client**, {:.2}x; of which user mode (the encoding; the rest is writing to the sockets) {:.2} and {:.2} µs.\n",
+                f.connections,
+                f.items,
+                fmt_rate(f.input_updates_per_s as f64),
+                fmt_rate((f.input_updates_per_s * f.connections as u64) as f64),
+                f.shared.len(),
+                f.shared_node_cpu_us_per_update,
+                f.unshared_node_cpu_us_per_update,
+                f.unshared_over_shared,
+                f.shared_node_user_us_per_update,
+                f.unshared_node_user_us_per_update
+            )?;
+            writeln!(
+                md,
+                "Update encodings (nodes' whole lives, from their logs): shared {} made, {} reused; per client {} made, {} reused.\n",
+                f.shared_encoded, f.shared_reused, f.unshared_encoded, f.unshared_reused
+            )?;
+            writeln!(md, "| encoding | delivered/s | node CPU % | node µs/update | of which user | p50 µs | p99 µs | result |")?;
+            writeln!(md, "|---|---|---|---|---|---|---|---|")?;
+            for (name, steps) in [("shared", &f.shared), ("per client", &f.unshared)] {
+                for st in steps.iter() {
+                    let node_cpu = st
+                        .processes
+                        .iter()
+                        .find(|p| p.name.starts_with("node-"))
+                        .map_or(f64::NAN, |p| p.cpu_percent);
+                    writeln!(
+                        md,
+                        "| {name} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {} |",
+                        fmt_rate(st.delivered_per_s),
+                        node_cpu,
+                        node_cpu_us_per_update(st).unwrap_or(f64::NAN),
+                        node_user_us_per_update(st).unwrap_or(f64::NAN),
+                        us(st.latency.p50_ns as f64),
+                        us(st.latency.p99_ns as f64),
+                        st.reason
+                    )?;
+                }
+            }
+            writeln!(md)?;
+        }
     }
     if let Some(m) = &r.memory {
         writeln!(md, "## Memory per connection and per stream\n")?;

@@ -284,6 +284,9 @@ pub struct RigSpec {
     /// Subscribers over the WebSocket JSON API (perf-ws-sub) instead of the node's
     /// own protocol (perf-sub).
     pub websocket: bool,
+    /// A configuration file for the node (TOML text), written to the log directory;
+    /// flags still override it.
+    pub node_config: Option<String>,
 }
 
 impl RigSpec {
@@ -302,8 +305,19 @@ impl RigSpec {
             latency_rate: "1000".into(),
             cpus: None,
             websocket: false,
+            node_config: None,
         }
     }
+}
+
+/// The part of a rig's process and log names that comes from its label.
+pub fn rig_tag(label: &str) -> String {
+    label.replace(' ', "_").replace('=', "-").replace(',', "")
+}
+
+/// The log of a rig's node (`log_dir/node-TAG.log`).
+pub fn node_log(log_dir: &Path, label: &str) -> PathBuf {
+    log_dir.join(format!("node-{}.log", rig_tag(label)))
 }
 
 pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
@@ -316,7 +330,7 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
             None => vec![],
         }
     };
-    let tag = spec.label.replace(' ', "_").replace('=', "-");
+    let tag = rig_tag(&spec.label);
     let mut node_args = vec!["--cache".to_string(), spec.cache.into()];
     // Headroom for bursts at high rates; a subscriber that is really slow still fails
     // the step (gaps or missing updates).
@@ -324,6 +338,11 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     node_args.extend(pin(0));
     if spec.websocket {
         node_args.extend(["--ws".to_string(), "127.0.0.1:0".into()]);
+    }
+    if let Some(toml) = &spec.node_config {
+        let path = log_dir.join(format!("node-{tag}.toml"));
+        std::fs::write(&path, toml).with_context(|| format!("writing {}", path.display()))?;
+        node_args.extend(["--config".to_string(), path.display().to_string()]);
     }
     let (node, addr) = start_node(bin, &format!("node-{tag}"), &node_args, log_dir)?;
     let items = spec.items.to_string();

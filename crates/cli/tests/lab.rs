@@ -431,9 +431,42 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
         "1000",
         "--step-seconds",
         "1",
+        "--ws-connections",
+        "4",
+        "--ws-fanout-items",
+        "20",
+        "--ws-fanout-rate",
+        "400",
     ]);
     let r = read_results(&ws);
     let w = &r["websocket"];
+    // Fan-out: every run delivers the rate times the connections; the nodes that share
+    // encodings reused them, the others encoded every update themselves.
+    let f = &w["fanout"];
+    for kind in ["shared", "unshared"] {
+        let runs = f[kind].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "{f}");
+        for st in runs {
+            assert_eq!(st["pass"], true, "{st}");
+            let per_s = st["delivered_per_s"].as_f64().unwrap();
+            assert!((per_s - 1_600.0).abs() < 80.0, "{per_s} of 4 x 400/s");
+        }
+        assert!(
+            f[format!("{kind}_node_cpu_us_per_update")]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
+    }
+    // Four connections watch every item: each update is encoded once, reused three times
+    // (images and the first turn aside).
+    let (enc, reused) = (
+        f["shared_encoded"].as_u64().unwrap(),
+        f["shared_reused"].as_u64().unwrap(),
+    );
+    assert!(reused >= 2 * enc, "shared: {enc} encoded, {reused} reused");
+    assert_eq!(f["unshared_reused"], 0, "{f}");
+    assert!(f["unshared_encoded"].as_u64().unwrap() > 0, "{f}");
     assert_eq!(w["items"], 50);
     let steps = w["steps"].as_array().unwrap();
     assert!(steps.iter().any(|s| s["pass"] == true), "{steps:?}");

@@ -12,15 +12,15 @@
 //! Updates are the bulk: [`UpdateCache`] lets every session with the same item and view
 //! share one encoding of an update (all but its `ID`).
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHasher};
 use serde_json::Value as Json;
-use std::collections::hash_map::DefaultHasher;
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use tickwire_proto::{
     code, DataState, Dictionary, FieldList, Login, Message, Request, Role, SlowConsumerPolicy,
-    State, StreamState, UpdateType, Value, View, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    State, StreamState, Update, UpdateType, Value, View, PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
 };
 
 /// Settings shared by every session of a node.
@@ -40,18 +40,74 @@ pub struct SessionConfig {
 }
 
 /// Encoded update tails, shared by the sessions during one turn of the event loop.
-#[derive(Default)]
 pub struct UpdateCache {
-    tails: FxHashMap<u64, Vec<u8>>,
+    /// Off, every session encodes its own updates: only to measure what sharing saves
+    /// (`websocket.share_encoding`).
+    share: bool,
+    tails: FxHashMap<u64, SharedTail>,
+    /// Scratch for the key being looked up.
+    key: Vec<u8>,
+    /// Updates taken from another session's encoding.
     pub hits: u64,
+    /// Updates encoded.
     pub misses: u64,
 }
 
+/// One update's JSON after its `ID`, and everything that made it (to tell it apart from
+/// another with the same hash).
+struct SharedTail {
+    key: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+impl Default for UpdateCache {
+    fn default() -> Self {
+        UpdateCache::new(true)
+    }
+}
+
 impl UpdateCache {
+    pub fn new(share: bool) -> Self {
+        UpdateCache {
+            share,
+            tails: FxHashMap::default(),
+            key: Vec::new(),
+            hits: 0,
+            misses: 0,
+        }
+    }
+
     /// Forget the turn's encodings (call once per event-loop turn).
     pub fn clear(&mut self) {
         self.tails.clear();
     }
+}
+
+/// An update's JSON after its `ID`: `,"Type":"Update",...,"Fields":{...}}`.
+fn encode_update_tail(t: &mut Vec<u8>, s: &ItemStream, u: &Update<'_>, dict: &Dictionary) {
+    let _ = write!(
+        Bytes(t),
+        ",\"Type\":\"Update\",\"UpdateType\":\"{}\",\"SeqNumber\":{}",
+        update_type_name(u.update_type),
+        u.seq
+    );
+    if u.do_not_conflate {
+        t.extend_from_slice(b",\"DoNotConflate\":true");
+    }
+    if u.conflation_count > 1 {
+        let _ = write!(
+            Bytes(t),
+            ",\"ConflationInfo\":{{\"Count\":{}}}",
+            u.conflation_count
+        );
+    }
+    if s.key_in_updates {
+        t.push(b',');
+        write_key(t, &s.service, &s.name);
+    }
+    t.extend_from_slice(b",\"Fields\":");
+    write_fields(t, dict, u.fields);
+    t.push(b'}');
 }
 
 /// JSON messages waiting to be framed: each frame is one JSON array.
@@ -892,56 +948,60 @@ impl Session {
                 let Some(s) = self.streams.get(&u.stream_id) else {
                     return;
                 };
-                // Everything after the ID is the same for every session watching this
-                // item with this view: encoded once per turn.
-                let mut h = DefaultHasher::new();
-                (&s.service, &s.name, &s.view, s.key_in_updates).hash(&mut h);
-                (
-                    u.seq,
-                    u.conflation_count,
-                    u.do_not_conflate,
-                    u.fields.as_bytes(),
-                )
-                    .hash(&mut h);
-                let key = h.finish();
                 let dict = &self.cfg.dictionary;
-                let tail = match cache.tails.get(&key) {
-                    Some(t) => {
+                let o = out.begin();
+                let _ = write!(Bytes(o), "{{\"ID\":{}", s.json_id);
+                if !cache.share {
+                    cache.misses += 1;
+                    encode_update_tail(o, s, u, dict);
+                    return;
+                }
+                // Everything after the ID is the same for every session watching this
+                // item with this view: encoded once per turn, found again by its full
+                // key (a hash alone could hand one item's update to another's client).
+                let key = &mut cache.key;
+                key.clear();
+                for part in [s.service.as_bytes(), s.name.as_bytes()] {
+                    key.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                    key.extend_from_slice(part);
+                }
+                match &s.view {
+                    None => key.push(0),
+                    Some(v) => {
+                        key.push(1);
+                        key.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                        v.iter()
+                            .for_each(|f| key.extend_from_slice(&f.to_le_bytes()));
+                    }
+                }
+                key.push(s.key_in_updates as u8);
+                key.push(u.update_type as u8);
+                key.push(u.do_not_conflate as u8);
+                key.extend_from_slice(&u.conflation_count.to_le_bytes());
+                key.extend_from_slice(&u.seq.to_le_bytes());
+                key.extend_from_slice(u.fields.as_bytes());
+                let mut h = FxHasher::default();
+                key.hash(&mut h);
+                let hash = h.finish();
+                match cache.tails.get(&hash) {
+                    Some(e) if e.key == *key => {
                         cache.hits += 1;
-                        t
+                        o.extend_from_slice(&e.tail);
+                    }
+                    Some(_) => {
+                        // A collision: this session encodes its own.
+                        cache.misses += 1;
+                        encode_update_tail(o, s, u, dict);
                     }
                     None => {
                         cache.misses += 1;
-                        let mut t = Vec::with_capacity(u.fields.as_bytes().len() * 3 + 96);
-                        let _ = write!(
-                            Bytes(&mut t),
-                            ",\"Type\":\"Update\",\"UpdateType\":\"{}\",\"SeqNumber\":{}",
-                            update_type_name(u.update_type),
-                            u.seq
-                        );
-                        if u.do_not_conflate {
-                            t.extend_from_slice(b",\"DoNotConflate\":true");
-                        }
-                        if u.conflation_count > 1 {
-                            let _ = write!(
-                                Bytes(&mut t),
-                                ",\"ConflationInfo\":{{\"Count\":{}}}",
-                                u.conflation_count
-                            );
-                        }
-                        if s.key_in_updates {
-                            t.push(b',');
-                            write_key(&mut t, &s.service, &s.name);
-                        }
-                        t.extend_from_slice(b",\"Fields\":");
-                        write_fields(&mut t, dict, u.fields);
-                        t.push(b'}');
-                        cache.tails.entry(key).or_insert(t)
+                        let mut tail = Vec::with_capacity(u.fields.as_bytes().len() * 3 + 96);
+                        encode_update_tail(&mut tail, s, u, dict);
+                        o.extend_from_slice(&tail);
+                        let key = key.clone();
+                        cache.tails.insert(hash, SharedTail { key, tail });
                     }
-                };
-                let o = out.begin();
-                let _ = write!(Bytes(o), "{{\"ID\":{}", s.json_id);
-                o.extend_from_slice(tail);
+                }
             }
             Message::Status(st) if st.stream_id == 0 => {
                 let id = match self.login {
@@ -1068,6 +1128,62 @@ mod tests {
         out.take(&mut frames);
         let text = String::from_utf8_lossy(&frames);
         assert!(text.contains("login required"), "{text}");
+    }
+
+    /// Two sessions watching SYM0 and SYM1 (client IDs 2 and 3, node streams 1 and 2).
+    fn watching_two_items() -> Session {
+        let mut s = session();
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        for text in [
+            r#"{"ID":1,"Domain":"Login","Key":{"Name":"u"}}"#,
+            r#"{"ID":2,"Key":{"Name":"SYM0"}}"#,
+            r#"{"ID":3,"Key":{"Name":"SYM1"}}"#,
+        ] {
+            s.on_client_text(text, &mut to_node, &mut out);
+        }
+        s
+    }
+
+    fn update_json(s: &mut Session, cache: &mut UpdateCache, sid: u32, bytes: &[u8]) -> Json {
+        let mut out = JsonOut::default();
+        let u = Update {
+            stream_id: sid,
+            seq: 7,
+            update_type: UpdateType::Quote,
+            do_not_conflate: false,
+            conflation_count: 1,
+            fields: FieldList::decode(bytes).unwrap(),
+        };
+        s.on_node_message(&Message::Update(u), cache, &mut out);
+        let mut frames = Vec::new();
+        out.take(&mut frames);
+        let len = frames[1] as usize;
+        assert_eq!(len, frames.len() - 2, "one short frame");
+        serde_json::from_slice::<Vec<Json>>(&frames[2..]).unwrap()[0].clone()
+    }
+
+    #[test]
+    fn shared_update_encodings_are_reused_only_for_the_same_item_and_update() {
+        let fields = tickwire_proto::encode_field_list([(
+            22,
+            Value::Real(tickwire_proto::Real::new(10050, -2)),
+        )]);
+        let (mut a, mut b) = (watching_two_items(), watching_two_items());
+        let mut shared = UpdateCache::new(true);
+        let first = update_json(&mut a, &mut shared, 1, &fields);
+        let again = update_json(&mut b, &mut shared, 1, &fields);
+        assert_eq!((shared.hits, shared.misses), (1, 1));
+        assert_eq!(first, again);
+        assert_eq!(first["ID"], 2);
+        assert_eq!(first["Fields"]["BID"], 100.5);
+        // Same update bytes on another item: not the same message.
+        let other = update_json(&mut b, &mut shared, 2, &fields);
+        assert_eq!((shared.hits, shared.misses), (1, 2));
+        assert_eq!(other["ID"], 3);
+        // Sharing off: the same JSON, encoded by each session.
+        let mut own = UpdateCache::new(false);
+        assert_eq!(update_json(&mut a, &mut own, 1, &fields), first);
+        assert_eq!((own.hits, own.misses), (0, 1));
     }
 
     #[test]

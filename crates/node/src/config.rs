@@ -111,6 +111,9 @@ pub struct WebSocketSection {
     pub default_service: String,
     /// Largest message a client may send, in bytes (announced as MaxMsgSize).
     pub max_msg_size: usize,
+    /// Encode each update's JSON once for every client watching it with the same view
+    /// (off only to measure what that saves).
+    pub share_encoding: bool,
 }
 
 impl Default for WebSocketSection {
@@ -119,6 +122,7 @@ impl Default for WebSocketSection {
             listen: String::new(),
             default_service: String::new(),
             max_msg_size: 61_440,
+            share_encoding: true,
         }
     }
 }

@@ -243,7 +243,7 @@ impl NodeServer {
             node_service: Some(crate::node_item::NODE_SERVICE.to_string()),
             dictionary: Arc::new(tickwire_proto::Dictionary::market_price()),
         });
-        let mut ws_cache = UpdateCache::default();
+        let mut ws_cache = UpdateCache::new(self.cfg.websocket.share_encoding);
         let mut node_item =
             crate::node_item::NodeItem::start(&mut core, start, &self.cfg.security.login_token);
         let mut next_node_item = start + Duration::from_secs(1);
@@ -444,6 +444,14 @@ impl NodeServer {
                         stats.slow_consumer_disconnects,
                         stats.heartbeat_timeouts
                     );
+                    if ws_cache.hits + ws_cache.misses > 0 {
+                        info!(
+                            "WebSocket updates: {} encoded, {} reused from another client's encoding (websocket.share_encoding = {})",
+                            ws_cache.misses,
+                            ws_cache.hits,
+                            self.cfg.websocket.share_encoding
+                        );
+                    }
                     return Ok(stats);
                 }
             }
