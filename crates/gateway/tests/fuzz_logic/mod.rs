@@ -79,8 +79,16 @@ fn check_frames(bytes: &[u8]) {
 
 /// A logged-in session given the input as a client text message; what it sends the
 /// node must decode, and the JSON it sends back (for its own answers and for the node's
-/// refreshes and updates of every stream it opened) must be valid.
+/// refreshes and updates of every stream it opened) must be valid, and the same byte for
+/// byte whether updates' encodings are shared between streams or not.
 pub fn json_session(data: &[u8]) -> Result<(), String> {
+    let shared = json_session_output(data, UpdateCache::new(true));
+    let own = json_session_output(data, UpdateCache::new(false));
+    assert!(shared == own, "sharing encodings changed the output");
+    Ok(())
+}
+
+fn json_session_output(data: &[u8], mut cache: UpdateCache) -> Vec<u8> {
     let cfg = Arc::new(SessionConfig {
         ping_timeout_s: 15,
         max_msg_size: 61_440,
@@ -90,7 +98,6 @@ pub fn json_session(data: &[u8]) -> Result<(), String> {
     });
     let mut s = Session::new(cfg);
     let mut out = JsonOut::default();
-    let mut cache = UpdateCache::default();
     let mut to_node = Vec::new();
     s.on_client_text(
         r#"{"ID":1,"Domain":"Login","Key":{"Name":"fuzz"}}"#,
@@ -161,5 +168,5 @@ pub fn json_session(data: &[u8]) -> Result<(), String> {
     let mut frames = Vec::new();
     out.take(&mut frames);
     check_frames(&frames);
-    Ok(())
+    frames
 }
