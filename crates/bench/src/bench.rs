@@ -683,7 +683,13 @@ impl Lab {
                 .next()
                 .ok_or_else(|| anyhow::anyhow!("no step measured"))?;
             stop_rigs(rigs)?;
-            let (encoded, reused) = ws_encodings(&lab::node_log(&self.logs, &spec.label))?;
+            // Counts, not the measure: a node that could not log them (killed after the
+            // stop timeout) costs only the counts.
+            let (encoded, reused) = ws_encodings(&lab::node_log(&self.logs, &spec.label))
+                .unwrap_or_else(|e| {
+                    eprintln!("bench: warning: {e:#}");
+                    (0, 0)
+                });
             if share {
                 shared_counts.0 += encoded;
                 shared_counts.1 += reused;

@@ -8,9 +8,9 @@
 use crate::perf_sub::{control_channel, Counts, Reports};
 use crate::stats::{realtime_ns, Latency, TIMESTAMP_FLOOR};
 use anyhow::{bail, Context, Result};
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::json;
-use std::borrow::Cow;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,14 +116,14 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
                     }
                     Err(e) => bail!("WebSocket connection {i}: {e}"),
                 };
-                let msgs: Vec<WsMsg<'_>> =
+                let msgs: Vec<WsMsg> =
                     serde_json::from_str(&text).context("the node sent invalid JSON")?;
                 for m in &msgs {
-                    match m.ty.as_deref() {
-                        Some("Ping") => {
+                    match m.ty {
+                        Some(MsgType::Ping) => {
                             let _ = k.ws.send(Message::text("{\"Type\":\"Pong\"}"));
                         }
-                        Some("Refresh") if m.domain.is_none() => {
+                        Some(MsgType::Refresh) if m.domain.is_none() => {
                             let Some(idx) = item_index(m.id, first_item_id, args.items) else {
                                 continue;
                             };
@@ -133,7 +133,7 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
                             }
                             k.seq[idx] = m.seq;
                         }
-                        Some("Update") => {
+                        Some(MsgType::Update) => {
                             let Some(idx) = item_index(m.id, first_item_id, args.items) else {
                                 continue;
                             };
@@ -158,7 +158,7 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
                                 }
                             }
                         }
-                        Some("Status") => c.statuses += 1,
+                        Some(MsgType::Status) => c.statuses += 1,
                         _ => {}
                     }
                 }
@@ -192,19 +192,30 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
 /// the state) is skipped by the parser without being built, so the load tool spends
 /// its time on the node's output rather than on allocating JSON trees.
 #[derive(Deserialize)]
-struct WsMsg<'a> {
-    #[serde(rename = "Type", borrow)]
-    ty: Option<Cow<'a, str>>,
+struct WsMsg {
+    #[serde(rename = "Type")]
+    ty: Option<MsgType>,
     #[serde(rename = "ID")]
     id: Option<i64>,
-    #[serde(rename = "Domain", borrow)]
-    domain: Option<Cow<'a, str>>,
+    /// Present only on the login stream's messages.
+    #[serde(rename = "Domain")]
+    domain: Option<IgnoredAny>,
     #[serde(rename = "SeqNumber")]
     seq: Option<u64>,
     #[serde(rename = "ConflationInfo")]
     conflation: Option<ConflationInfo>,
     #[serde(rename = "Fields")]
     fields: Option<Stamp>,
+}
+
+#[derive(Deserialize)]
+enum MsgType {
+    Ping,
+    Refresh,
+    Update,
+    Status,
+    #[serde(other)]
+    Other,
 }
 
 #[derive(Deserialize)]

@@ -605,7 +605,7 @@ fn lsegs_own_python_library_streams_from_the_node_unchanged() {
             "--updates",
             "20",
             "--timeout",
-            "60",
+            "30",
         ],
     );
     let streaming = app.expect_line(Duration::from_secs(90), "streaming event", |v| {
@@ -617,7 +617,11 @@ fn lsegs_own_python_library_streams_from_the_node_unchanged() {
     let v = app.expect_line(Duration::from_secs(90), "summary", |v| {
         v.get("session").is_some()
     });
-    assert!(app.child.wait().unwrap().success(), "{v}");
+    let status = wait_timeout(&mut app.child, Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the application did not exit cleanly within 30 s ({status:?}): {v}"
+    );
 
     assert_eq!(v["session"], "OpenState.Opened", "{v}");
     assert_eq!(v["stale"], true, "{v}");

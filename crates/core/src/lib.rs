@@ -888,8 +888,10 @@ impl Node {
     }
 
     /// An item nobody watches: closed on an interactive publisher (it stops sending);
-    /// kept in the cache for a non-interactive one, also after its publisher left (the
-    /// stale image is served, suspect, as to the streams that watched it then).
+    /// kept in the cache for a non-interactive one, also while its service is down after
+    /// its publisher left (the stale image is served, suspect, as to the streams that
+    /// watched it then). Once the service is up again, only what its publisher publishes
+    /// is kept.
     fn release_if_unused(&mut self, h: ItemHandle) {
         let Some(item) = self.items.get(h) else {
             return;
@@ -898,8 +900,9 @@ impl Node {
             return;
         }
         let service = &self.services[item.service];
-        let has_image = self.cfg.cache && item.complete;
-        let keep = !service.interactive && (item.publisher.is_some() || has_image);
+        let service_up = service.publisher.is_some() && service.up;
+        let stale_image = self.cfg.cache && item.complete && !service_up;
+        let keep = !service.interactive && (item.publisher.is_some() || stale_image);
         if keep {
             return;
         }
@@ -977,6 +980,21 @@ impl Node {
     /// Streams held while the service was down: an interactive publisher is asked for
     /// them; a non-interactive one has pushed what it has, and the rest do not exist.
     fn service_came_up(&mut self, svc: usize) {
+        // Stale images nobody watches go: the returning publisher re-images what it
+        // still publishes (non-interactive) or is asked when someone wants it.
+        let unwatched_stale: Vec<ItemHandle> = self.services[svc]
+            .items
+            .values()
+            .copied()
+            .filter(|&h| {
+                self.items
+                    .get(h)
+                    .is_some_and(|i| i.subs.is_empty() && i.publisher.is_none())
+            })
+            .collect();
+        for h in unwatched_stale {
+            self.release_if_unused(h);
+        }
         let interactive = self.services[svc].interactive;
         let watched: Vec<ItemHandle> = self.services[svc]
             .items

@@ -503,6 +503,53 @@ fn publisher_loss_turns_streams_suspect_and_its_return_makes_them_ok() {
     );
 }
 
+/// A stale image kept while its service is down goes when the publisher comes back:
+/// a non-interactive one that no longer publishes the item makes it unknown, and an
+/// interactive one is asked for it.
+#[test]
+fn stale_images_nobody_watches_go_when_the_service_comes_back() {
+    for interactive_on_return in [false, true] {
+        let mut h = Harness::new(true);
+        let p = h.publisher("FEED", false);
+        let img = bid_ask(10000, 10010);
+        h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+        let sub = h.login(Role::Subscriber);
+        h.request(sub, 3, "FEED", "SYM0", true, None);
+        h.recv(sub);
+        h.node.on_disconnect(p, h.now);
+        h.send(sub, &[Message::Close { stream_id: 3 }]);
+        h.recv(sub);
+        assert_eq!(h.node.item_count(), 1, "kept while the service is down");
+        let p2 = h.publisher("FEED", interactive_on_return);
+        h.recv(p2);
+        assert_eq!(h.node.item_count(), 0, "dropped when it comes back");
+        h.request(sub, 4, "FEED", "SYM0", true, None);
+        let got = h.recv(sub);
+        if interactive_on_return {
+            assert!(
+                h.recv(p2).iter().any(|m| matches!(m, Got::Request { .. })),
+                "the interactive publisher is asked"
+            );
+            assert!(
+                !got.iter().any(|m| matches!(m, Got::Refresh { .. })),
+                "{got:?}"
+            );
+        } else {
+            assert!(
+                got.iter().any(|m| matches!(
+                    m,
+                    Got::Status {
+                        sid: 4,
+                        stream: StreamState::Closed,
+                        ..
+                    }
+                )),
+                "not published any more: {got:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn snapshot_gets_one_non_streaming_refresh_and_no_updates() {
     let mut h = Harness::new(true);

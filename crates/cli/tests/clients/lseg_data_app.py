@@ -37,11 +37,10 @@ def main():
     ap.add_argument("--service", default="FEED")
     ap.add_argument("--fields", default="BID,ASK,TRDPRC_1,ACVOL_1")
     ap.add_argument("--updates", type=int, default=20)
-    ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--timeout", type=float, default=20.0, help="seconds for each phase")
     args = ap.parse_args()
     items = args.items.split(",")
     fields = args.fields.split(",")
-    deadline = time.monotonic() + args.timeout
 
     def out(obj):
         print(json.dumps(obj), flush=True)
@@ -73,6 +72,7 @@ def main():
             statuses.setdefault(name, []).append(status.get("State", {}))
 
     def wait_until(pred):
+        deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
             with lock:
                 if pred():
@@ -100,7 +100,7 @@ def main():
     omm.on_refresh(lambda msg, s: snapshot_messages.append(msg))
     omm.on_complete(lambda msg, s: done.set())
     omm.open(with_updates=False)
-    done.wait(max(0.0, deadline - time.monotonic()))
+    done.wait(args.timeout)
     omm.close()
 
     out({"event": "streaming", "ok": summary["streaming"]})
@@ -125,14 +125,17 @@ def main():
     stream.close()
 
     # Posting is not supported: the library must get a refusal, not a silence.
-    acks = []
-    response = omm_stream.contribute(
-        name=items[0],
-        fields={"BID": 1.0},
-        service=args.service,
-        on_ack=lambda msg, s: acks.append(msg),
-        on_error=lambda msg, s: acks.append(msg),
+    # The library waits for the answer without a time limit: a thread bounds it.
+    responses = []
+    contributing = threading.Thread(
+        target=lambda: responses.append(
+            omm_stream.contribute(name=items[0], fields={"BID": 1.0}, service=args.service)
+        ),
+        daemon=True,
     )
+    contributing.start()
+    contributing.join(args.timeout)
+    response = responses[0] if responses else None
     session.close()
 
     summary.update(
@@ -143,12 +146,16 @@ def main():
             "statuses": statuses,
             "last": last,
             "snapshot": snapshot_messages,
-            "contribute": {
-                "success": response.is_success,
-                "type": response.type,
-                "nak_code": response.nak_code,
-                "text": str(response),
-            },
+            "contribute": (
+                {
+                    "success": response.is_success,
+                    "type": response.type,
+                    "nak_code": response.nak_code,
+                    "text": str(response),
+                }
+                if response is not None
+                else {"timeout": True}
+            ),
         }
     )
     out(summary)
