@@ -219,22 +219,25 @@ fn ws_encodings(log: &std::path::Path) -> Result<(u64, u64)> {
     }
 }
 
-/// The user-mode part of [`node_cpu_us_per_update`].
-fn node_user_us_per_update(step: &Step) -> Option<f64> {
-    let node = step
-        .processes
-        .iter()
-        .find(|p| p.name.starts_with("node-"))?;
-    (step.delivered > 0).then(|| node.cpu_user_s * 1e6 / step.delivered as f64)
+/// The node's usage in a step (its process is named `node-...`).
+fn node_usage(step: &Step) -> Option<&ProcessUsage> {
+    step.processes.iter().find(|p| p.name.starts_with("node-"))
 }
 
-/// The node's CPU microseconds per update delivered in a step.
+/// The node's CPU seconds in a step (picked by `cpu`) per update delivered, in µs.
+fn node_us_per_update(step: &Step, cpu: impl Fn(&ProcessUsage) -> f64) -> Option<f64> {
+    let node = node_usage(step)?;
+    (step.delivered > 0).then(|| cpu(node) * 1e6 / step.delivered as f64)
+}
+
+/// The node's CPU (user + system) microseconds per update delivered in a step.
 fn node_cpu_us_per_update(step: &Step) -> Option<f64> {
-    let node = step
-        .processes
-        .iter()
-        .find(|p| p.name.starts_with("node-"))?;
-    (step.delivered > 0).then(|| (node.cpu_user_s + node.cpu_sys_s) * 1e6 / step.delivered as f64)
+    node_us_per_update(step, |p| p.cpu_user_s + p.cpu_sys_s)
+}
+
+/// The user-mode part of [`node_cpu_us_per_update`].
+fn node_user_us_per_update(step: &Step) -> Option<f64> {
+    node_us_per_update(step, |p| p.cpu_user_s)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -1145,11 +1148,7 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
             writeln!(md, "|---|---|---|---|---|---|---|---|")?;
             for (name, steps) in [("shared", &f.shared), ("per client", &f.unshared)] {
                 for st in steps.iter() {
-                    let node_cpu = st
-                        .processes
-                        .iter()
-                        .find(|p| p.name.starts_with("node-"))
-                        .map_or(f64::NAN, |p| p.cpu_percent);
+                    let node_cpu = node_usage(st).map_or(f64::NAN, |p| p.cpu_percent);
                     writeln!(
                         md,
                         "| {name} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {} |",

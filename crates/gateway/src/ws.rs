@@ -423,6 +423,19 @@ mod tests {
         out
     }
 
+    /// Every frame of `bytes`, fed to a decoder `chunk` bytes at a time.
+    fn decode_in_chunks(bytes: &[u8], max_message: usize, chunk: usize) -> Vec<Frame> {
+        let mut d = FrameDecoder::new(max_message);
+        let mut got = Vec::new();
+        for piece in bytes.chunks(chunk) {
+            d.extend(piece);
+            while let Some(f) = d.next_frame().unwrap() {
+                got.push(f);
+            }
+        }
+        got
+    }
+
     #[test]
     fn the_accept_key_is_the_rfc_example() {
         assert_eq!(
@@ -459,14 +472,7 @@ mod tests {
         let big = vec![b'x'; 70_000];
         bytes.extend(client_frame(true, OP_BINARY, &big));
         bytes.extend(client_frame(true, OP_CLOSE, &1000u16.to_be_bytes()));
-        let mut d = FrameDecoder::new(100_000);
-        let mut got = Vec::new();
-        for chunk in bytes.chunks(7) {
-            d.extend(chunk);
-            while let Some(f) = d.next_frame().unwrap() {
-                got.push(f);
-            }
-        }
+        let got = decode_in_chunks(&bytes, 100_000, 7);
         assert_eq!(
             got,
             vec![
@@ -518,14 +524,7 @@ mod tests {
         bytes.extend(client_frame(false, OP_CONTINUATION, &[b'c'; 90]));
         bytes.extend(client_frame(true, OP_CONTINUATION, &[b'd'; 90]));
         bytes.extend(client_frame(true, OP_TEXT, b"after"));
-        let mut d = FrameDecoder::new(100);
-        let mut got = Vec::new();
-        for chunk in bytes.chunks(5) {
-            d.extend(chunk);
-            while let Some(f) = d.next_frame().unwrap() {
-                got.push(f);
-            }
-        }
+        let got = decode_in_chunks(&bytes, 100, 5);
         assert_eq!(
             got,
             vec![
