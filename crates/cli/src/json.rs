@@ -83,7 +83,7 @@ pub fn event_json(dict: &Dictionary, e: &EventRef<'_>) -> Json {
             "type": "directory",
             "services": d.services.iter().map(|s| json!({
                 "name": s.name,
-                "state": if s.state == tickwire_proto::ServiceState::Up { "up" } else { "down" },
+                "state": s.state.as_str(),
                 "interactive": s.interactive,
                 "items": s.item_count,
             })).collect::<Vec<_>>(),
@@ -140,15 +140,7 @@ pub fn event_line(dict: &Dictionary, e: &EventRef<'_>) -> String {
             "DIRECTORY {}",
             d.services
                 .iter()
-                .map(|s| format!(
-                    "{}({})",
-                    s.name,
-                    if s.state == tickwire_proto::ServiceState::Up {
-                        "up"
-                    } else {
-                        "down"
-                    }
-                ))
+                .map(|s| format!("{}({})", s.name, s.state.as_str()))
                 .collect::<Vec<_>>()
                 .join(" ")
         ),

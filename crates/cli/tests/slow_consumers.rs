@@ -2,9 +2,9 @@
 //! a `tickwire publish` feed updates 100 items fast, next to healthy subscribers.
 //!
 //! - `conflate` (the default): the others keep receiving every update at the same rate,
-//!   the node's memory stays bounded, and within one second of SIGCONT the stopped
-//!   subscriber's images equal the node's cache exactly; its trades (do-not-conflate
-//!   updates) all arrive, none merged.
+//!   the node's memory stays bounded, and after SIGCONT the stopped subscriber's images
+//!   come to equal the node's cache exactly (waited for, bounded: how fast depends on
+//!   the machine); its trades (do-not-conflate updates) all arrive, none merged.
 //! - `disconnect` (asked for at login): it gets closed-recover "slow consumer", is
 //!   dropped, reconnects and is served again.
 //!
@@ -25,8 +25,7 @@ use tickwire_client::{EventRef, RequestOptions};
 
 const ITEMS: usize = 100;
 
-/// The two scenarios run one at a time: each loads both CPUs of a small machine, and the
-/// catch-up is checked against a one-second deadline.
+/// The two scenarios run one at a time: each loads both CPUs of a small machine.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const RATE: u64 = 10_000;
 
@@ -328,6 +327,35 @@ fn observe(healthy: &[Healthy], node: &Node, d: Duration) -> (Vec<f64>, u64) {
     (rates, max_rss)
 }
 
+/// Waits (at most `timeout`) until the resumed subscriber's images equal the node's
+/// cache, and the cache has stopped changing (the stopped publisher's last bytes may
+/// still be arriving when it is first read). Returns that cache and every line the
+/// subscriber printed; on timeout returns the last cache read, for the caller to show
+/// the difference.
+fn wait_until_caught_up(
+    victim: &JsonSubscriber,
+    node: &str,
+    timeout: Duration,
+) -> (BTreeMap<String, BTreeMap<String, Value>>, Vec<Value>) {
+    let deadline = Instant::now() + timeout;
+    let mut cache = node_cache(node);
+    loop {
+        let seen = victim.lines_until(Instant::now());
+        if images_of(&seen) == cache {
+            let again = node_cache(node);
+            if again == cache {
+                return (cache, seen);
+            }
+            cache = again;
+            continue;
+        }
+        if Instant::now() >= deadline {
+            return (cache, seen);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn is_refresh(v: &Value) -> bool {
     v["type"] == "refresh"
 }
@@ -354,14 +382,12 @@ fn a_stopped_subscriber_is_conflated_and_catches_up_exactly_while_others_keep_up
     let (base_rates, base_rss) = observe(&healthy, &node, Duration::from_millis(1500));
     victim.signal(libc::SIGSTOP);
     let (stall_rates, stall_rss) = observe(&healthy, &node, Duration::from_secs(3));
-    // Freeze the feed and wake the subscriber at the same moment: from here the node's
-    // cache no longer changes, and the subscriber has one second to reach it.
+    // Freeze the feed and wake the subscriber: from here the node's cache stops
+    // changing, and the subscriber must reach it exactly. How long that takes depends
+    // on the machine, so the test waits for the condition (bounded), not for a time.
     publisher.signal(libc::SIGSTOP);
     victim.signal(libc::SIGCONT);
-    let resumed = Instant::now();
-    std::thread::sleep(Duration::from_millis(1100));
-    let cache = node_cache(&addr);
-    let seen = victim.lines_until(resumed + Duration::from_secs(1));
+    let (cache, seen) = wait_until_caught_up(&victim, &addr, Duration::from_secs(30));
     publisher.signal(libc::SIGCONT);
 
     let node_log = node.proc.log();
@@ -394,7 +420,7 @@ fn a_stopped_subscriber_is_conflated_and_catches_up_exactly_while_others_keep_up
         assert_eq!(
             images.get(item),
             Some(img),
-            "{item}: the stopped subscriber's image one second after SIGCONT differs from the node's cache"
+            "{item}: the stopped subscriber's image after SIGCONT differs from the node's cache"
         );
     }
     let conflated = seen

@@ -54,29 +54,70 @@ impl ClientError {
     }
 }
 
-/// Exponential backoff between reconnection attempts.
+/// Exponential backoff between reconnection attempts. It starts again from the
+/// minimum only after a connection that stayed up for [`Backoff::HEALTHY`]: a node that
+/// accepts and then refuses at once (a service another publisher holds, a full node)
+/// sees the delays keep doubling rather than a try every `min`.
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
     min: std::time::Duration,
     max: std::time::Duration,
     next: std::time::Duration,
+    connected_at: Option<std::time::Instant>,
 }
 
 impl Backoff {
+    pub const HEALTHY: std::time::Duration = std::time::Duration::from_secs(10);
+
     pub fn new(min: std::time::Duration, max: std::time::Duration) -> Self {
         Backoff {
             min,
             max,
             next: min,
+            connected_at: None,
         }
     }
-    pub fn reset(&mut self) {
-        self.next = self.min;
+
+    /// A connection (re)opened.
+    pub fn connected(&mut self, now: std::time::Instant) {
+        self.connected_at = Some(now);
     }
-    /// The delay before the next attempt, doubling up to the maximum.
-    pub fn step(&mut self) -> std::time::Duration {
+
+    /// The delay before the next attempt after a failure or a lost connection, doubling
+    /// up to the maximum unless the last connection lasted long enough to count as
+    /// healthy.
+    pub fn step(&mut self, now: std::time::Instant) -> std::time::Duration {
+        if let Some(at) = self.connected_at.take() {
+            if now.saturating_duration_since(at) >= Self::HEALTHY {
+                self.next = self.min;
+            }
+        }
         let d = self.next;
         self.next = (self.next * 2).min(self.max);
         d
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::Backoff;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn refused_right_after_connecting_keeps_doubling_and_a_healthy_connection_resets() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(100), ms(1600));
+        let mut now = Instant::now();
+        let mut delays = Vec::new();
+        for _ in 0..6 {
+            b.connected(now);
+            now += ms(5); // refused at once
+            delays.push(b.step(now).as_millis());
+        }
+        assert_eq!(delays, [100, 200, 400, 800, 1600, 1600]);
+        b.connected(now);
+        now += Backoff::HEALTHY;
+        assert_eq!(b.step(now), ms(100));
+        assert_eq!(b.step(now), ms(200), "a failed try is no connection");
     }
 }

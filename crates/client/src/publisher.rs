@@ -63,6 +63,15 @@ pub enum PublishError {
     Client(#[from] ClientError),
     #[error("unknown item id {0}")]
     UnknownItem(ItemId),
+    #[error(
+        "image of {name:?} not published: {bytes} bytes, the node accepts at most {max} \
+         (half its max_output_bytes)"
+    )]
+    ImageTooLarge {
+        name: String,
+        bytes: usize,
+        max: usize,
+    },
 }
 
 struct PubItem {
@@ -129,6 +138,18 @@ impl Publisher {
         self.conn.as_ref().map(|c| &c.session)
     }
 
+    /// The largest image the node accepts (from its Welcome; the default node's
+    /// before the first connection).
+    pub fn max_image_bytes(&self) -> usize {
+        let max_output = self
+            .conn
+            .as_ref()
+            .map(|c| c.session.max_output_bytes as usize)
+            .filter(|&m| m > 0)
+            .unwrap_or(8 * 1024 * 1024);
+        tickwire_proto::max_image_bytes(max_output)
+    }
+
     pub fn is_connected(&self) -> bool {
         self.conn.is_some()
     }
@@ -186,6 +207,17 @@ impl Publisher {
         name: &str,
         fields: FieldList<'_>,
     ) -> Result<ItemId, PublishError> {
+        // The node would refuse it (and no subscriber could ever receive it whole):
+        // say so here, with the sizes, instead of sending it.
+        let bytes = fields.as_bytes().len();
+        let max = self.max_image_bytes();
+        if bytes > max {
+            return Err(PublishError::ImageTooLarge {
+                name: name.to_string(),
+                bytes,
+                max,
+            });
+        }
         let id = match self.by_name.get(name) {
             Some(&id) => id,
             None => {
@@ -472,7 +504,8 @@ impl Publisher {
         }
         self.by_stream.retain(|&s, _| s < NODE_STREAM_BASE);
         self.pending_requests.clear();
-        self.retry_at = Instant::now() + self.backoff.step();
+        let now = Instant::now();
+        self.retry_at = now + self.backoff.step(now);
         Ok(())
     }
 
@@ -489,7 +522,7 @@ impl Publisher {
         match conn {
             Ok(conn) => {
                 self.conn = Some(conn);
-                self.backoff.reset();
+                self.backoff.connected(Instant::now());
                 self.reconnects += 1;
                 info!(
                     "publisher reconnected to {}; re-sending {} images",
@@ -510,7 +543,7 @@ impl Publisher {
             }
             Err(e @ ClientError::Rejected { .. }) => Err(e),
             Err(e) => {
-                let delay = self.backoff.step();
+                let delay = self.backoff.step(Instant::now());
                 warn!(
                     "reconnect to {} failed: {e}; next try in {} ms",
                     self.opts.connect.addr,

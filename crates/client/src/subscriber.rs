@@ -383,14 +383,15 @@ impl Subscriber {
                 ));
             }
         }
-        self.retry_at = Instant::now() + self.backoff.step();
+        let now = Instant::now();
+        self.retry_at = now + self.backoff.step(now);
         Ok(())
     }
 
     fn try_reconnect(&mut self) -> Result<(), ClientError> {
         match Conn::open(&self.opts, Role::Subscriber) {
             Ok(conn) => {
-                self.backoff.reset();
+                self.backoff.connected(Instant::now());
                 self.reconnects += 1;
                 self.recover.clear(); // everything is requested again below
                 self.directory.clear(); // the new node's directory follows its welcome
@@ -408,7 +409,7 @@ impl Subscriber {
             }
             Err(e @ ClientError::Rejected { .. }) => Err(e),
             Err(e) => {
-                let delay = self.backoff.step();
+                let delay = self.backoff.step(Instant::now());
                 warn!(
                     "reconnect to {} failed: {e}; next try in {} ms",
                     self.opts.addr,

@@ -20,7 +20,7 @@ mod items;
 mod slow;
 mod streams;
 
-use items::{Item, ItemHandle, ItemTable, SubEntry};
+use items::{Item, ItemHandle, ItemTable, StreamRef, SubEntry};
 use log::{info, warn};
 use rustc_hash::FxHashMap;
 use slow::Conflation;
@@ -52,6 +52,13 @@ pub struct Limits {
     pub max_output_messages: u64,
     /// Each side sends at least this often; a peer silent for 3 intervals is dropped.
     pub heartbeat: Duration,
+    /// A connection that has not logged in within this time is dropped.
+    pub login_timeout: Duration,
+    /// Services the node holds at most; a publisher announcing one more is refused.
+    pub max_services: usize,
+    /// A service without a publisher and without open streams for this long is
+    /// removed (with its cached images); zero keeps such services for ever.
+    pub service_retention: Duration,
 }
 
 impl Default for Limits {
@@ -62,6 +69,9 @@ impl Default for Limits {
             max_output_bytes: 8 * 1024 * 1024,
             max_output_messages: 200_000,
             heartbeat: Duration::from_secs(5),
+            login_timeout: Duration::from_secs(10),
+            max_services: 10_000,
+            service_retention: Duration::from_secs(3600),
         }
     }
 }
@@ -135,8 +145,8 @@ struct Conn {
     /// When the node last pinged it.
     last_ping: Instant,
     dirty: bool,
-    /// Subscriber: stream id -> item.
-    sub_streams: FxHashMap<u32, ItemHandle>,
+    /// Subscriber: stream id -> its item and its slot among the item's streams.
+    sub_streams: FxHashMap<u32, StreamRef>,
     /// Publisher: stream id -> item.
     pub_streams: StreamMap,
     /// Publisher: the services it announced.
@@ -149,6 +159,11 @@ struct Conn {
     behind_messages: u64,
     /// Present while the subscriber is behind and its updates are being conflated.
     conflation: Option<Box<Conflation>>,
+    /// Subscriber: directory changes were skipped while it was behind; it gets the
+    /// whole directory when it catches up.
+    directory_stale: bool,
+    /// When it connected (for the login deadline).
+    connected_at: Instant,
     slow_episodes: u64,
     conflated_updates: u64,
     do_not_conflate_dropped: u64,
@@ -161,7 +176,13 @@ struct Service {
     up: bool,
     interactive: bool,
     items: FxHashMap<Box<str>, ItemHandle>,
+    /// Since when it has had no publisher (for `Limits::service_retention`).
+    orphaned_since: Option<Instant>,
 }
+
+/// The longest service name a publisher may announce, in bytes: directory entries stay
+/// small, so a directory message always holds many of them.
+pub const MAX_SERVICE_NAME: usize = 256;
 
 /// First stream id the node assigns on a publisher connection. Publishers choose ids
 /// below it for the items they push; ids from here up are the node's requests.
@@ -183,6 +204,8 @@ pub struct Node {
     now: Instant,
     stats: Stats,
     shutting_down: bool,
+    /// Connections that have not logged in yet.
+    awaiting_login: usize,
 }
 
 /// How a stream-level failure is reported to a subscriber.
@@ -212,6 +235,7 @@ impl Node {
             now,
             stats: Stats::default(),
             shutting_down: false,
+            awaiting_login: 0,
         }
     }
 
@@ -226,6 +250,11 @@ impl Node {
     /// Connections currently held (any role, closing ones included).
     pub fn connection_count(&self) -> usize {
         self.conns.len() - self.free_conns.len()
+    }
+
+    /// Connections that have not logged in yet (they have `Limits::login_timeout`).
+    pub fn awaiting_login_count(&self) -> usize {
+        self.awaiting_login
     }
 
     /// Every service the node knows, with whether it is up (a publisher announced it up).
@@ -252,6 +281,7 @@ impl Node {
     pub fn connect(&mut self, peer: &str, now: Instant) -> ConnId {
         self.now = now;
         self.stats.connections_accepted += 1;
+        self.awaiting_login += 1;
         let conn = Conn {
             role: ConnRole::AwaitingLogin,
             peer: peer.to_string(),
@@ -269,6 +299,8 @@ impl Node {
             behind_bytes: self.cfg.limits.max_output_bytes,
             behind_messages: self.cfg.limits.max_output_messages,
             conflation: None,
+            directory_stale: false,
+            connected_at: now,
             slow_episodes: 0,
             conflated_updates: 0,
             do_not_conflate_dropped: 0,
@@ -375,7 +407,13 @@ impl Node {
                 continue;
             }
             if now.saturating_duration_since(c.last_rx) >= hb * 3 {
-                timed_out.push(id);
+                timed_out.push((id, false));
+                continue;
+            }
+            if c.role == ConnRole::AwaitingLogin
+                && now.saturating_duration_since(c.connected_at) >= self.cfg.limits.login_timeout
+            {
+                timed_out.push((id, true));
                 continue;
             }
             // A ping when the node has sent nothing for an interval, or has received
@@ -395,12 +433,20 @@ impl Node {
                 }
             }
         }
-        for id in timed_out {
-            self.stats.heartbeat_timeouts += 1;
-            let text = format!(
-                "nothing received for {} ms (3 heartbeat intervals)",
-                (hb * 3).as_millis()
-            );
+        self.expire_services(now);
+        for (id, login) in timed_out {
+            let text = if login {
+                format!(
+                    "no login within {} ms (limits.login_timeout_ms)",
+                    self.cfg.limits.login_timeout.as_millis()
+                )
+            } else {
+                self.stats.heartbeat_timeouts += 1;
+                format!(
+                    "nothing received for {} ms (3 heartbeat intervals)",
+                    (hb * 3).as_millis()
+                )
+            };
             self.reject(id, code::TIMEOUT, &text);
         }
         self.handle_overflows();
@@ -479,7 +525,7 @@ impl Node {
             c.dirty = true;
             self.dirty.push(conn);
         }
-        if c.role == ConnRole::Subscriber && is_behind(c) {
+        if needs_overflow_check(c) {
             self.overflowed.push(conn);
         }
     }
@@ -530,11 +576,14 @@ impl Node {
         };
         let role = c.role;
         c.role = ConnRole::Closing;
+        if role == ConnRole::AwaitingLogin {
+            self.awaiting_login -= 1;
+        }
         match role {
             ConnRole::Subscriber => {
-                let streams: Vec<(u32, ItemHandle)> = c.sub_streams.drain().collect();
-                for (sid, h) in streams {
-                    self.unsubscribe(conn, sid, h);
+                let streams: Vec<u32> = c.sub_streams.keys().copied().collect();
+                for sid in streams {
+                    self.unsubscribe(conn, sid);
                 }
             }
             ConnRole::Publisher => self.publisher_gone(conn, reason),
@@ -545,9 +594,11 @@ impl Node {
     fn on_message(&mut self, conn: ConnId, msg: &Message<'_>, encoded: &[u8]) {
         let Some(role) = self.role(conn) else { return };
         match (role, msg) {
-            (_, Message::Ping(token)) => self.send(conn, &Message::Pong(*token)),
-            (_, Message::Pong(_)) => {}
             (ConnRole::AwaitingLogin, Message::Login(login)) => self.on_login(conn, login),
+            (ConnRole::Subscriber | ConnRole::Publisher, Message::Ping(token)) => {
+                self.send(conn, &Message::Pong(*token))
+            }
+            (ConnRole::Subscriber | ConnRole::Publisher, Message::Pong(_)) => {}
             (ConnRole::AwaitingLogin, _) => {
                 self.stats.protocol_disconnects += 1;
                 self.reject(
@@ -558,12 +609,7 @@ impl Node {
             }
             (ConnRole::Subscriber, Message::Request(req)) => self.on_subscriber_request(conn, req),
             (ConnRole::Subscriber, Message::Close { stream_id }) => {
-                let h = self
-                    .conn_mut(conn)
-                    .and_then(|c| c.sub_streams.remove(stream_id));
-                if let Some(h) = h {
-                    self.unsubscribe(conn, *stream_id, h);
-                }
+                self.unsubscribe(conn, *stream_id);
             }
             (ConnRole::Publisher, Message::Directory(dir)) => {
                 self.on_publisher_directory(conn, dir)
@@ -620,6 +666,10 @@ impl Node {
             self.apply_policy(conn, policy);
         }
         let Some(c) = self.conn_mut(conn) else { return };
+        if c.role == ConnRole::AwaitingLogin {
+            self.awaiting_login -= 1;
+        }
+        let Some(c) = self.conn_mut(conn) else { return };
         c.role = match login.role {
             Role::Subscriber => ConnRole::Subscriber,
             Role::Publisher => ConnRole::Publisher,
@@ -644,48 +694,79 @@ impl Node {
         }
     }
 
-    fn directory_entries(&self) -> Vec<ServiceEntry<'_>> {
-        self.services
-            .iter()
-            .map(|s| ServiceEntry {
-                name: &s.name,
-                state: if s.publisher.is_some() && s.up {
-                    ServiceState::Up
-                } else {
-                    ServiceState::Down
-                },
-                interactive: s.interactive,
-                item_count: s.items.len() as u32,
-            })
-            .collect()
+    /// What subscribers see of one service.
+    fn service_entry(&self, svc: usize) -> ServiceEntry<'_> {
+        let s = &self.services[svc];
+        ServiceEntry {
+            name: &s.name,
+            state: if s.publisher.is_some() && s.up {
+                ServiceState::Up
+            } else {
+                ServiceState::Down
+            },
+            interactive: s.interactive,
+            item_count: s.items.len() as u32,
+        }
     }
 
+    /// The whole directory, to a subscriber that just logged in or caught up.
     fn send_directory(&mut self, conn: ConnId) {
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
-        let _ = Message::Directory(Directory {
-            services: self.directory_entries(),
-        })
-        .encode(&mut buf);
-        if let Some(c) = self.conn_mut(conn) {
-            c.out.push_encoded(&buf);
+        let entries: Vec<ServiceEntry<'_>> = (0..self.services.len())
+            .map(|s| self.service_entry(s))
+            .collect();
+        let mut buf = Vec::new();
+        let mut ends = Vec::new();
+        encode_directory(&entries, &mut buf, &mut ends);
+        self.queue_encoded(conn, &buf, &ends);
+    }
+
+    /// Tells every subscriber what changed: `changed` services (their current entry)
+    /// and `removed` ones. Encoded once for all; a subscriber that is behind gets
+    /// nothing now and the whole directory when it catches up, so a publisher
+    /// announcing services over and over cannot fill anyone's queue.
+    fn broadcast_directory_change(&mut self, changed: &[usize], removed: &[String]) {
+        if changed.is_empty() && removed.is_empty() {
+            return;
+        }
+        let mut entries: Vec<ServiceEntry<'_>> =
+            changed.iter().map(|&s| self.service_entry(s)).collect();
+        entries.extend(removed.iter().map(|name| ServiceEntry {
+            name,
+            state: ServiceState::Removed,
+            interactive: false,
+            item_count: 0,
+        }));
+        let mut buf = Vec::new();
+        let mut ends = Vec::new();
+        encode_directory(&entries, &mut buf, &mut ends);
+        for id in 0..self.conns.len() {
+            let Some(c) = self.conns[id].as_mut() else {
+                continue;
+            };
+            if c.role != ConnRole::Subscriber {
+                continue;
+            }
+            if c.conflation.is_some() {
+                c.directory_stale = true;
+                continue;
+            }
+            self.queue_encoded(id, &buf, &ends);
+        }
+    }
+
+    /// Queues already-encoded messages (`ends`: where each ends in `buf`) through the
+    /// connection's bounded queue.
+    fn queue_encoded(&mut self, conn: ConnId, buf: &[u8], ends: &[usize]) {
+        let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let mut start = 0;
+        for &end in ends {
+            c.out.push_encoded(&buf[start..end]);
+            start = end;
         }
         self.mark_dirty(conn);
-        self.scratch = buf;
-    }
-
-    /// Sends the directory to every subscriber (a service changed state).
-    fn broadcast_directory(&mut self) {
-        let subs: Vec<ConnId> = self
-            .conns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.as_ref().is_some_and(|c| c.role == ConnRole::Subscriber))
-            .map(|(i, _)| i)
-            .collect();
-        for s in subs {
-            self.send_directory(s);
-        }
+        self.check_overflow(conn);
     }
 
     fn mark_dirty(&mut self, conn: ConnId) {
@@ -711,15 +792,19 @@ impl Node {
             );
             return;
         }
-        let view: Option<Box<[i16]>> = req.view.as_ref().map(|v| match v {
-            View::Encoded(l) => l.iter().collect(),
-            View::Fids(f) => f.to_vec().into_boxed_slice(),
+        // Views are kept sorted and without repeats: every field of every update is
+        // looked up in them by binary search.
+        let view: Option<Box<[i16]>> = req.view.as_ref().map(|v| {
+            let mut fids: Vec<i16> = match v {
+                View::Encoded(l) => l.iter().collect(),
+                View::Fids(f) => f.to_vec(),
+            };
+            fids.sort_unstable();
+            fids.dedup();
+            fids.into_boxed_slice()
         });
         // A request on an open stream re-issues it (a new view, a fresh image).
-        let existing = self.conn_mut(conn).and_then(|c| c.sub_streams.remove(&sid));
-        if let Some(h) = existing {
-            self.unsubscribe(conn, sid, h);
-        }
+        self.unsubscribe(conn, sid);
         let max = self.cfg.limits.max_streams_per_connection;
         let open = self.conn_mut(conn).map_or(0, |c| c.sub_streams.len());
         if open >= max {
@@ -773,9 +858,6 @@ impl Node {
                 h
             }
         };
-        if let Some(c) = self.conn_mut(conn) {
-            c.sub_streams.insert(sid, handle);
-        }
         let cache = self.cfg.cache;
         let service_up = self.services[svc].publisher.is_some() && self.services[svc].up;
         let item = self.items.get_mut(handle).expect("live handle");
@@ -786,13 +868,11 @@ impl Node {
             let streaming = entry.streaming;
             self.write_image_refresh(handle, &entry, true);
             if streaming {
-                self.items.get_mut(handle).expect("live").subs.push(entry);
-            } else if let Some(c) = self.conn_mut(conn) {
-                c.sub_streams.remove(&sid);
+                self.attach(handle, entry);
             }
             return;
         }
-        item.subs.push(entry);
+        self.attach(handle, entry);
         if !service_up {
             let text = format!(
                 "service {:?} is down; waiting for its publisher",
@@ -862,28 +942,56 @@ impl Node {
         );
     }
 
-    /// Removes one subscriber stream from its item, releasing the item if it was the last.
-    fn unsubscribe(&mut self, conn: ConnId, sid: u32, h: ItemHandle) {
-        if let Some(cf) = self
-            .conns
-            .get_mut(conn)
-            .and_then(|c| c.as_mut())
-            .and_then(|c| c.conflation.as_deref_mut())
-        {
-            cf.pending.remove(&sid);
-        }
+    /// Adds a subscriber stream to its item and records where it is.
+    fn attach(&mut self, h: ItemHandle, entry: SubEntry) {
         let Some(item) = self.items.get_mut(h) else {
             return;
         };
-        if let Some(pos) = item
+        let (conn, sid) = (entry.conn, entry.stream_id);
+        let slot = item.subs.len() as u32;
+        item.subs.push(entry);
+        if let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
+            c.sub_streams.insert(sid, StreamRef { item: h, slot });
+        }
+    }
+
+    /// Removes one subscriber stream (if open) from its item in O(1), releasing the
+    /// item if it was the last.
+    fn unsubscribe(&mut self, conn: ConnId, sid: u32) {
+        let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let Some(at) = c.sub_streams.remove(&sid) else {
+            return;
+        };
+        if let Some(cf) = c.conflation.as_deref_mut() {
+            cf.pending.remove(&sid);
+        }
+        let Some(item) = self.items.get_mut(at.item) else {
+            return;
+        };
+        let slot = at.slot as usize;
+        debug_assert!(item
             .subs
-            .iter()
-            .position(|s| s.conn == conn && s.stream_id == sid)
-        {
-            item.subs.swap_remove(pos);
+            .get(slot)
+            .is_some_and(|s| s.conn == conn && s.stream_id == sid));
+        if slot >= item.subs.len() {
+            return;
+        }
+        item.subs.swap_remove(slot);
+        // The stream that took its place records its new slot.
+        if let Some(moved) = item.subs.get(slot) {
+            let moved_at = self
+                .conns
+                .get_mut(moved.conn)
+                .and_then(|c| c.as_mut())
+                .and_then(|c| c.sub_streams.get_mut(&moved.stream_id));
+            if let Some(r) = moved_at {
+                r.slot = at.slot;
+            }
         }
         if item.subs.is_empty() {
-            self.release_if_unused(h);
+            self.release_if_unused(at.item);
         }
     }
 
@@ -919,7 +1027,13 @@ impl Node {
     }
 
     fn on_publisher_directory(&mut self, conn: ConnId, dir: &Directory<'_>) {
+        let mut changed = Vec::new();
         for entry in &dir.services {
+            if let Err((code, text)) = self.check_announced(conn, entry) {
+                self.stats.protocol_disconnects += 1;
+                self.reject(conn, code, &text);
+                break;
+            }
             let svc = match self.service_by_name.get(entry.name) {
                 Some(&s) => s,
                 None => {
@@ -929,52 +1043,151 @@ impl Node {
                         up: false,
                         interactive: entry.interactive,
                         items: FxHashMap::default(),
+                        orphaned_since: None,
                     });
                     let s = self.services.len() - 1;
                     self.service_by_name.insert(entry.name.to_string(), s);
+                    changed.push(s);
                     s
                 }
             };
-            match self.services[svc].publisher {
-                Some(other) if other != conn => {
-                    let text = format!(
-                        "service {:?} is already published by {}",
-                        entry.name,
-                        self.conns[other].as_ref().map_or("", |c| c.peer.as_str())
-                    );
-                    self.stats.protocol_disconnects += 1;
-                    self.reject(conn, code::PROTOCOL, &text);
-                    return;
+            if self.services[svc].publisher.is_none() {
+                self.services[svc].publisher = Some(conn);
+                self.services[svc].orphaned_since = None;
+                if let Some(c) = self.conn_mut(conn) {
+                    c.services.push(svc);
                 }
-                Some(_) => {}
-                None => {
-                    self.services[svc].publisher = Some(conn);
-                    if let Some(c) = self.conn_mut(conn) {
-                        c.services.push(svc);
-                    }
-                }
+                changed.push(svc);
             }
             let service = &mut self.services[svc];
-            service.interactive = entry.interactive;
             let was_up = service.up;
-            service.up = entry.state == ServiceState::Up;
+            let up = entry.state == ServiceState::Up;
+            if service.interactive == entry.interactive && was_up == up {
+                continue; // nothing changed: nothing to log or tell
+            }
+            service.interactive = entry.interactive;
+            service.up = up;
+            changed.push(svc);
             info!(
                 "service {:?} is {} ({} publisher)",
                 service.name,
-                if service.up { "up" } else { "down" },
+                if up { "up" } else { "down" },
                 if entry.interactive {
                     "interactive"
                 } else {
                     "non-interactive"
                 }
             );
-            if service.up && !was_up {
+            if up && !was_up {
                 self.service_came_up(svc);
-            } else if was_up && !service.up {
+            } else if was_up && !up {
                 self.service_went_down(svc);
             }
         }
-        self.broadcast_directory();
+        changed.sort_unstable();
+        changed.dedup();
+        self.broadcast_directory_change(&changed, &[]);
+    }
+
+    /// Whether a publisher may announce this directory entry; the code and reason if
+    /// not.
+    fn check_announced(&self, conn: ConnId, entry: &ServiceEntry<'_>) -> Result<(), (u16, String)> {
+        if entry.state == ServiceState::Removed {
+            let text = format!(
+                "service {:?}: state removed is sent by nodes only",
+                entry.name
+            );
+            return Err((code::PROTOCOL, text));
+        }
+        if entry.name.is_empty() || entry.name.len() > MAX_SERVICE_NAME {
+            let text = format!(
+                "service name of {} bytes: allowed 1 to {MAX_SERVICE_NAME}",
+                entry.name.len()
+            );
+            return Err((code::PROTOCOL, text));
+        }
+        match self.service_by_name.get(entry.name) {
+            Some(&svc) => match self.services[svc].publisher {
+                Some(other) if other != conn => Err((
+                    code::PROTOCOL,
+                    format!(
+                        "service {:?} is already published by {}",
+                        entry.name,
+                        self.conns[other].as_ref().map_or("", |c| c.peer.as_str())
+                    ),
+                )),
+                _ => Ok(()),
+            },
+            None if self.services.len() >= self.cfg.limits.max_services => Err((
+                code::TOO_MANY_SERVICES,
+                format!(
+                    "service limit reached: {} services on this node (limits.max_services)",
+                    self.cfg.limits.max_services
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes the services that have had no publisher for `service_retention` and
+    /// that nobody watches, with their cached images, and tells subscribers.
+    fn expire_services(&mut self, now: Instant) {
+        let keep = self.cfg.limits.service_retention;
+        if keep.is_zero() {
+            return;
+        }
+        let mut removed = Vec::new();
+        let mut svc = 0;
+        while svc < self.services.len() {
+            let s = &self.services[svc];
+            let expired = s.publisher.is_none()
+                && s.orphaned_since
+                    .is_some_and(|t| now.saturating_duration_since(t) >= keep)
+                && s.items
+                    .values()
+                    .all(|&h| self.items.get(h).is_none_or(|i| i.subs.is_empty()));
+            if expired {
+                removed.push(self.remove_service(svc));
+            } else {
+                svc += 1;
+            }
+        }
+        self.broadcast_directory_change(&[], &removed);
+    }
+
+    /// Forgets a service nobody publishes or watches, and its items; the last service
+    /// takes its index. Returns its name.
+    fn remove_service(&mut self, svc: usize) -> String {
+        let service = self.services.swap_remove(svc);
+        self.service_by_name.remove(&service.name);
+        for &h in service.items.values() {
+            self.items.remove(h);
+        }
+        if let Some(moved) = self.services.get(svc) {
+            let from = self.services.len();
+            if let Some(i) = self.service_by_name.get_mut(&moved.name) {
+                *i = svc;
+            }
+            for &h in moved.items.values() {
+                if let Some(item) = self.items.get_mut(h) {
+                    item.service = svc;
+                }
+            }
+            if let Some(p) = moved.publisher {
+                if let Some(c) = self.conns.get_mut(p).and_then(|c| c.as_mut()) {
+                    for s in c.services.iter_mut().filter(|s| **s == from) {
+                        *s = svc;
+                    }
+                }
+            }
+        }
+        info!(
+            "service {:?} removed: no publisher for {} s and nobody watching ({} cached items dropped)",
+            service.name,
+            self.cfg.limits.service_retention.as_secs(),
+            service.items.len()
+        );
+        service.name
     }
 
     /// Streams held while the service was down: an interactive publisher is asked for
@@ -1097,7 +1310,9 @@ impl Node {
         let services = std::mem::take(&mut c.services);
         c.pub_streams.clear();
         let mut to_release = Vec::new();
-        for svc in services {
+        let now = self.now;
+        for &svc in &services {
+            self.services[svc].orphaned_since = Some(now);
             let name = self.services[svc].name.clone();
             warn!("service {name:?} is down: its publisher left ({reason})");
             self.services[svc].publisher = None;
@@ -1140,7 +1355,7 @@ impl Node {
                 }
             }
         }
-        self.broadcast_directory();
+        self.broadcast_directory_change(&services, &[]);
     }
 
     fn on_publisher_refresh(&mut self, conn: ConnId, r: &Refresh<'_>) {
@@ -1259,10 +1474,7 @@ impl Node {
             }
         }
         for (c, sid) in snapshots {
-            if let Some(conn) = self.conns.get_mut(c).and_then(|c| c.as_mut()) {
-                conn.sub_streams.remove(&sid);
-            }
-            self.unsubscribe(c, sid, h);
+            self.unsubscribe(c, sid);
         }
     }
 
@@ -1369,7 +1581,7 @@ impl Node {
 
     fn check_overflow(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) {
-            if c.role == ConnRole::Subscriber && is_behind(c) {
+            if needs_overflow_check(c) {
                 self.overflowed.push(conn);
             }
         }
@@ -1599,6 +1811,47 @@ impl<'a> UpdateLookahead<'a> {
     }
 }
 
+/// Encodes directory entries as as many Directory messages as their size needs (a
+/// message body holds at most 65,535 bytes); `ends` gets where each message ends.
+fn encode_directory(entries: &[ServiceEntry<'_>], buf: &mut Vec<u8>, ends: &mut Vec<usize>) {
+    let mut rest = entries;
+    while !rest.is_empty() {
+        let mut size = 2;
+        let mut n = 0;
+        for e in rest {
+            let entry = 8 + e.name.len();
+            if n > 0 && size + entry > tickwire_proto::message::MAX_MESSAGE_BODY {
+                break;
+            }
+            size += entry;
+            n += 1;
+        }
+        let (chunk, later) = rest.split_at(n);
+        let msg = Message::Directory(Directory {
+            services: chunk.to_vec(),
+        });
+        if let Err(e) = msg.encode(buf) {
+            // Only a name longer than a message could fail; publishers' are bounded.
+            warn!("directory entries not encoded: {e}");
+        }
+        ends.push(buf.len());
+        rest = later;
+    }
+}
+
+/// A subscriber behind, or any other peer whose queue passed the hard bound (a
+/// publisher or a connection not logged in that sends pings and reads nothing).
+#[inline]
+fn needs_overflow_check(c: &Conn) -> bool {
+    match c.role {
+        ConnRole::Subscriber => is_behind(c),
+        ConnRole::Publisher | ConnRole::AwaitingLogin => {
+            c.out.pending_len() > c.behind_bytes || c.out.pending_messages() > c.behind_messages
+        }
+        ConnRole::Closing => false,
+    }
+}
+
 /// A subscriber whose queue passed the size at which it counts as behind.
 #[inline]
 fn is_behind(c: &Conn) -> bool {
@@ -1635,11 +1888,11 @@ fn write_update_view(out: &mut FrameWriter, u: &Update<'_>, stream_id: u32, view
     true
 }
 
-/// Appends `fields` restricted to `view` (all of them if `None`) as a field list.
+/// Appends `fields` restricted to `view` (all of them if `None`; sorted) as a field list.
 fn filter_fields(out: &mut Vec<u8>, fields: FieldList<'_>, view: Option<&[i16]>) {
     let mut w = FieldListWriter::new(out);
     for (fid, raw) in fields.raw_iter() {
-        if view.is_none_or(|v| v.contains(&fid)) {
+        if view.is_none_or(|v| v.binary_search(&fid).is_ok()) {
             w.push_raw(fid, raw);
         }
     }

@@ -22,7 +22,7 @@
 //! bound disconnects the subscriber whatever its policy. Nothing here runs unless a
 //! subscriber is behind: the hot path only compares its queue with the threshold.
 
-use crate::items::{ItemHandle, SubEntry};
+use crate::items::ItemHandle;
 use crate::{ConnId, ConnRole, Node};
 use log::{info, warn};
 use rustc_hash::FxHashMap;
@@ -265,13 +265,6 @@ pub(crate) fn write_pending(
     }
 }
 
-/// The view of a subscriber stream, looked up in its item.
-fn view_of(subs: &[SubEntry], conn: ConnId, stream_id: u32) -> Option<Option<&[i16]>> {
-    subs.iter()
-        .find(|s| s.conn == conn && s.stream_id == stream_id)
-        .map(|s| s.view.as_deref())
-}
-
 impl Node {
     /// The policy of a connection that just logged in.
     pub(crate) fn policy_for(
@@ -322,10 +315,24 @@ impl Node {
             let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
                 continue;
             };
+            let (bytes, messages) = (c.out.pending_len(), c.out.pending_messages());
+            if matches!(c.role, ConnRole::Publisher | ConnRole::AwaitingLogin) {
+                // Not a subscriber, yet not reading what the node sends it (pongs,
+                // requests): past the hard bound it is dropped, never buffered more.
+                if bytes > max_bytes || messages > max_messages {
+                    let text = format!(
+                        "not reading: {bytes} bytes / {messages} messages queued, limit \
+                         {max_bytes} bytes / {max_messages} messages"
+                    );
+                    c.out.discard_unsent();
+                    self.stats.protocol_disconnects += 1;
+                    self.reject(conn, code::SLOW_CONSUMER, &text);
+                }
+                continue;
+            }
             if c.role != ConnRole::Subscriber {
                 continue;
             }
-            let (bytes, messages) = (c.out.pending_len(), c.out.pending_messages());
             if bytes > max_bytes || messages > max_messages {
                 let text = format!(
                     "slow consumer: {bytes} bytes / {messages} messages queued, limit \
@@ -387,8 +394,8 @@ impl Node {
             return String::new();
         };
         let mut out = String::new();
-        for (i, h) in c.sub_streams.values().take(first).enumerate() {
-            if let Some(item) = self.items.get(*h) {
+        for (i, at) in c.sub_streams.values().take(first).enumerate() {
+            if let Some(item) = self.items.get(at.item) {
                 if i > 0 {
                     out.push_str(", ");
                 }
@@ -437,6 +444,7 @@ impl Node {
             cf.written,
         );
         c.conflation = None;
+        let stale_directory = std::mem::take(&mut c.directory_stale);
         let items = self.item_names(conn, 5);
         let c = self.conns[conn].as_ref().expect("live");
         info!(
@@ -444,6 +452,10 @@ impl Node {
              {merged} updates merged into {written} conflated updates ({items})",
             c.peer, c.user, c.application
         );
+        if stale_directory {
+            self.send_directory(conn);
+            return true;
+        }
         wrote
     }
 
@@ -490,13 +502,10 @@ impl Node {
             }
             cf.order.pop_front();
             let p = cf.pending.remove(&sid).expect("checked");
-            if c.sub_streams.get(&sid) != Some(&p.item) {
-                continue;
-            }
-            let Some(item) = items.get(p.item) else {
+            let Some(&at) = c.sub_streams.get(&sid).filter(|at| at.item == p.item) else {
                 continue;
             };
-            let Some(view) = view_of(&item.subs, conn, sid) else {
+            let (Some(item), Some(view)) = (items.get(p.item), items.view_of(at)) else {
                 continue;
             };
             write_pending(&mut c.out, scratch, sid, &p, view, item.data_state);
@@ -526,7 +535,7 @@ impl Node {
         let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
             return false;
         };
-        let Some(&item) = c.sub_streams.get(&st.stream_id) else {
+        let Some(item) = c.sub_streams.get(&st.stream_id).map(|at| at.item) else {
             return false;
         };
         let Some(cf) = c.conflation.as_deref_mut() else {
@@ -567,7 +576,8 @@ impl Node {
         let Some(item) = items.get(p.item) else {
             return;
         };
-        if let Some(view) = view_of(&item.subs, conn, stream_id) {
+        let at = c.sub_streams.get(&stream_id).filter(|at| at.item == p.item);
+        if let Some(view) = at.and_then(|&at| items.view_of(at)) {
             write_pending(&mut c.out, scratch, stream_id, &p, view, item.data_state);
             let merged_away = u64::from(p.count.saturating_sub(1));
             stats.conflated_updates += merged_away;

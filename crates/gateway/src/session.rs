@@ -154,6 +154,11 @@ impl JsonOut {
     pub fn is_empty(&self) -> bool {
         self.current.is_empty() && self.frames.is_empty()
     }
+
+    /// Bytes waiting (framed, and the array being built).
+    pub fn len(&self) -> usize {
+        self.current.len() + self.frames.len()
+    }
 }
 
 /// One item stream of the session.
@@ -178,6 +183,38 @@ enum LoginState {
     },
 }
 
+/// The services a session has seen in the node's directory, in the order they first
+/// appeared: a numeric `Service` in a request is a position in it, from 1, so a name
+/// keeps its position. The index makes each directory entry one hash lookup (a linear
+/// search per entry made a directory of n services cost n^2 comparisons).
+#[derive(Default)]
+struct ServiceList {
+    names: Vec<String>,
+    /// Name -> index in `names`.
+    index: FxHashMap<String, usize>,
+}
+
+impl ServiceList {
+    /// Adds `name` if it is new; true if it was.
+    fn add(&mut self, name: &str) -> bool {
+        if self.index.contains_key(name) {
+            return false;
+        }
+        self.index.insert(name.to_string(), self.names.len());
+        self.names.push(name.to_string());
+        true
+    }
+
+    /// The service at `position` (from 0).
+    fn get(&self, position: usize) -> Option<&str> {
+        self.names.get(position).map(String::as_str)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        self.names.iter().map(String::as_str)
+    }
+}
+
 /// One connection's JSON session.
 pub struct Session {
     cfg: Arc<SessionConfig>,
@@ -186,9 +223,8 @@ pub struct Session {
     by_json: FxHashMap<i64, u32>,
     streams: FxHashMap<u32, ItemStream>,
     next_sid: u32,
-    /// Services in the node's directory, in its order (numeric service ids are
-    /// positions in it, from 1).
-    services: Vec<String>,
+    /// Services in the node's directory (numeric service ids are positions in it).
+    services: ServiceList,
     /// The client logged out or the node ended the session: close after sending.
     pub finished: bool,
 }
@@ -404,7 +440,7 @@ impl Session {
             by_json: FxHashMap::default(),
             streams: FxHashMap::default(),
             next_sid: 1,
-            services: Vec::new(),
+            services: ServiceList::default(),
             finished: false,
         }
     }
@@ -637,15 +673,15 @@ impl Session {
                 .or_else(|| {
                     self.services
                         .iter()
-                        .find(|s| Some(*s) != self.cfg.node_service.as_ref())
-                        .cloned()
+                        .find(|s| Some(*s) != self.cfg.node_service.as_deref())
+                        .map(str::to_string)
                 })
                 .ok_or_else(|| "no service given and the node has none".to_string()),
             Some(Json::String(name)) => Ok(name.clone()),
             Some(Json::Number(n)) => n
                 .as_u64()
                 .and_then(|i| i.checked_sub(1))
-                .and_then(|i| self.services.get(i as usize).cloned())
+                .and_then(|i| self.services.get(i as usize).map(str::to_string))
                 .ok_or_else(|| format!("unknown service id {n}")),
             Some(other) => Err(format!("invalid Service {other}")),
         }
@@ -907,10 +943,11 @@ impl Session {
                 }
             }
             Message::Directory(d) => {
+                // Only the names matter here (to resolve requests); the services'
+                // states reach the client through its items' statuses. A state that
+                // needs handling per entry goes here, one lookup each.
                 for s in &d.services {
-                    if !self.services.iter().any(|n| n == s.name) {
-                        self.services.push(s.name.to_string());
-                    }
+                    self.services.add(s.name);
                 }
             }
             Message::Ping(_) => out.begin().extend_from_slice(b"{\"Type\":\"Ping\"}"),
@@ -1102,6 +1139,44 @@ mod tests {
             self.0 = &self.0[raw.encoded.len()..];
             Some(name)
         }
+    }
+
+    /// A directory of many services: each entry is looked up once (a set), not
+    /// compared with every service known so far, which made 100,000 services take
+    /// 10^10 string comparisons. Names keep their first position, so a numeric
+    /// `Service` still means the same service after a repeated or grown directory.
+    #[test]
+    fn a_large_directory_is_taken_in_one_pass_and_keeps_its_positions() {
+        use tickwire_proto::{Directory, ServiceEntry, ServiceState};
+        let names: Vec<String> = (0..100_000).map(|i| format!("SVC{i}")).collect();
+        fn dir(names: &[String]) -> Message<'_> {
+            Message::Directory(Directory {
+                services: names
+                    .iter()
+                    .map(|n| ServiceEntry {
+                        name: n,
+                        state: ServiceState::Up,
+                        interactive: false,
+                        item_count: 0,
+                    })
+                    .collect(),
+            })
+        }
+        let mut s = session();
+        let mut cache = UpdateCache::new(true);
+        let mut out = JsonOut::default();
+        s.on_node_message(&dir(&names), &mut cache, &mut out);
+        // Again, and again with the order changed and one new name at the end.
+        s.on_node_message(&dir(&names), &mut cache, &mut out);
+        let mut shuffled: Vec<String> = names.iter().rev().cloned().collect();
+        shuffled.push("NEW".into());
+        s.on_node_message(&dir(&shuffled), &mut cache, &mut out);
+        let id = |n: u64| s.resolve_service(Some(&Json::from(n)));
+        assert_eq!(id(1), Ok("SVC0".to_string()));
+        assert_eq!(id(100_000), Ok("SVC99999".to_string()));
+        assert_eq!(id(100_001), Ok("NEW".to_string()));
+        assert!(id(100_002).is_err());
+        assert!(out.is_empty(), "a directory is not shown to the client");
     }
 
     #[test]

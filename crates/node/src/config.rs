@@ -193,7 +193,17 @@ pub struct NodeSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsSection {
+    /// Logged-in connections; new connections are refused past it.
     pub max_connections: usize,
+    /// Connections that have not logged in yet, counted apart (and refused past it).
+    pub max_pending_logins: usize,
+    /// A connection must log in within this time.
+    pub login_timeout_ms: u64,
+    /// Services the node holds at most.
+    pub max_services: usize,
+    /// A service without a publisher and without open streams for this long is
+    /// removed; 0: never.
+    pub service_retention_s: u64,
     /// Connections the kernel queues before the node accepts them (capped by the
     /// kernel's net.core.somaxconn).
     pub listen_backlog: u32,
@@ -241,6 +251,10 @@ impl Default for LimitsSection {
         let l = Limits::default();
         LimitsSection {
             max_connections: 10_000,
+            max_pending_logins: 64,
+            login_timeout_ms: l.login_timeout.as_millis() as u64,
+            max_services: l.max_services,
+            service_retention_s: l.service_retention.as_secs(),
             listen_backlog: 1024,
             max_frame_bytes: l.max_frame,
             max_streams_per_connection: l.max_streams_per_connection,
@@ -321,6 +335,24 @@ impl NodeConfig {
             l.max_connections >= 1,
             "limits.max_connections",
             l.max_connections.to_string(),
+            "allowed: 1 or more".into(),
+        )?;
+        check(
+            l.max_pending_logins >= 1,
+            "limits.max_pending_logins",
+            l.max_pending_logins.to_string(),
+            "allowed: 1 or more".into(),
+        )?;
+        check(
+            (100..=600_000).contains(&l.login_timeout_ms),
+            "limits.login_timeout_ms",
+            l.login_timeout_ms.to_string(),
+            "allowed: 100 to 600000".into(),
+        )?;
+        check(
+            l.max_services >= 1,
+            "limits.max_services",
+            l.max_services.to_string(),
             "allowed: 1 or more".into(),
         )?;
         check(
@@ -409,6 +441,9 @@ impl NodeConfig {
                 max_output_bytes: self.limits.max_output_bytes,
                 max_output_messages: self.limits.max_output_messages,
                 heartbeat: Duration::from_millis(self.limits.heartbeat_ms),
+                login_timeout: Duration::from_millis(self.limits.login_timeout_ms),
+                max_services: self.limits.max_services,
+                service_retention: Duration::from_secs(self.limits.service_retention_s),
             },
             login_token: (!self.security.login_token.is_empty())
                 .then(|| self.security.login_token.clone()),

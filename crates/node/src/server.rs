@@ -74,6 +74,58 @@ pub struct NodeServer {
     ws_listener: Option<TcpListener>,
     ws_addr: Option<SocketAddr>,
     shutdown: ShutdownHandle,
+    accept_trouble: AcceptTrouble,
+}
+
+/// Accepting failed for want of resources (file descriptors, memory). Epoll is
+/// edge-triggered: the connections already queued would not be reported again until
+/// another arrives, so the node retries by itself after a short pause, and logs the
+/// condition once per interval rather than once per failed accept.
+#[derive(Default)]
+struct AcceptTrouble {
+    /// When to try again, per listener (node protocol, WebSocket).
+    retry_at: [Option<Instant>; 2],
+    failures: u64,
+    last_log: Option<Instant>,
+}
+
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl AcceptTrouble {
+    fn failed(&mut self, websocket: bool, e: &io::Error, now: Instant) {
+        self.retry_at[websocket as usize] = Some(now + ACCEPT_RETRY);
+        self.failures += 1;
+        if self
+            .last_log
+            .is_none_or(|t| now.saturating_duration_since(t) >= ACCEPT_LOG_EVERY)
+        {
+            error!(
+                "cannot accept connections: {e} ({} failed accepts since the last report); \
+                 retrying every {} ms",
+                self.failures,
+                ACCEPT_RETRY.as_millis()
+            );
+            self.failures = 0;
+            self.last_log = Some(now);
+        }
+    }
+
+    /// The listeners due for another try.
+    fn due(&mut self, now: Instant) -> [bool; 2] {
+        let mut due = [false; 2];
+        for (i, at) in self.retry_at.iter_mut().enumerate() {
+            if at.is_some_and(|t| now >= t) {
+                *at = None;
+                due[i] = true;
+            }
+        }
+        due
+    }
+
+    fn next_retry(&self) -> Option<Instant> {
+        self.retry_at.iter().flatten().min().copied()
+    }
 }
 
 /// A node running on its own thread.
@@ -169,6 +221,7 @@ impl NodeServer {
                 flag: Arc::new(AtomicBool::new(false)),
                 waker,
             },
+            accept_trouble: AcceptTrouble::default(),
         })
     }
 
@@ -264,6 +317,9 @@ impl NodeServer {
             } else if !lingering.is_empty() {
                 timeout = timeout.min(Duration::from_millis(10));
             }
+            if let Some(at) = self.accept_trouble.next_retry() {
+                timeout = timeout.min(at.saturating_duration_since(now));
+            }
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != ErrorKind::Interrupted {
                     return Err(e);
@@ -311,6 +367,21 @@ impl NodeServer {
                         if event.is_writable() {
                             flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache);
                         }
+                    }
+                }
+            }
+            if shutdown_deadline.is_none() {
+                let [tcp, ws] = self.accept_trouble.due(now);
+                for (due, websocket) in [(tcp, false), (ws, true)] {
+                    if due {
+                        self.accept_all(
+                            &mut core,
+                            &mut sockets,
+                            max_conns,
+                            max_frame,
+                            now,
+                            websocket,
+                        );
                     }
                 }
             }
@@ -481,13 +552,22 @@ impl NodeServer {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // Out of file descriptors and the like: log, try again next turn.
-                    error!("accept failed: {e}");
+                    // Out of file descriptors and the like.
+                    self.accept_trouble.failed(websocket, &e, now);
                     return;
                 }
             };
-            if core.connection_count() >= max_conns {
-                refuse(&mut stream, max_conns);
+            let pending = core.awaiting_login_count();
+            let max_pending = self.cfg.limits.max_pending_logins;
+            if pending >= max_pending {
+                let text =
+                    format!("too many connections waiting to log in: {max_pending} (limits.max_pending_logins)");
+                refuse(&mut stream, &text);
+                continue;
+            }
+            if core.connection_count() - pending >= max_conns {
+                let text = format!("connection limit reached: {max_conns} connections");
+                refuse(&mut stream, &text);
                 continue;
             }
             let _ = stream.set_nodelay(true);
@@ -541,9 +621,8 @@ fn set_send_buffer(stream: &TcpStream, bytes: usize) {
     }
 }
 
-/// Tells a connection over the limit why it is refused (best effort) and drops it.
-fn refuse(stream: &mut TcpStream, max_conns: usize) {
-    let text = format!("connection limit reached: {max_conns} connections");
+/// Tells a connection over a limit why it is refused (best effort) and drops it.
+fn refuse(stream: &mut TcpStream, text: &str) {
     let mut w = FrameWriter::new(tickwire_proto::frame::MIN_MAX_FRAME);
     let _ = w.push(&Message::Status(Status {
         stream_id: 0,
@@ -551,7 +630,7 @@ fn refuse(stream: &mut TcpStream, max_conns: usize) {
             stream: StreamState::Closed,
             data: DataState::Suspect,
             code: code::TOO_MANY_CONNECTIONS,
-            text: &text,
+            text,
         },
     }));
     let _ = stream.write(w.sealed_bytes());

@@ -6,8 +6,12 @@
 //! queues for it is turned into JSON. That translation happens only while the socket
 //! keeps up (less than [`WS_OUT_HIGH`] bytes waiting), so a slow WebSocket client's
 //! backlog stays in the core's queue, where the slow-consumer policy applies.
+//!
+//! What the connection generates itself (pongs, answers to the client's JSON) is
+//! bounded too: a client that keeps sending while it leaves more than [`out_limit`]
+//! bytes unread is sent a close frame (1008) saying so, logged, and not answered again.
 
-use log::{debug, info};
+use log::{debug, info, warn};
 use mio::net::TcpStream;
 use std::io::{ErrorKind, Read, Write};
 use std::sync::Arc;
@@ -24,6 +28,17 @@ const DASHBOARD: &str = include_str!("../assets/index.html");
 
 /// JSON waiting for the socket above which no more is translated from the core.
 const WS_OUT_HIGH: usize = 256 * 1024;
+
+/// The most a WebSocket connection may hold for its socket before a client that sends
+/// more is closed: the core's JSON (up to [`WS_OUT_HIGH`], plus one of its frames, taken
+/// as up to 4 times larger as JSON) plus the subscriber's output bound
+/// (`limits.max_output_bytes`) of the connection's own answers. Without it a client
+/// sending pings and never reading grew the node by the size of its pings (110 MB of
+/// pings, 106 MiB).
+fn out_limit(core: &Node) -> usize {
+    let l = &core.config().limits;
+    WS_OUT_HIGH + 4 * l.max_frame + l.max_output_bytes
+}
 
 enum Phase {
     /// Reading the HTTP request head.
@@ -44,8 +59,11 @@ pub struct WsConn {
     phase: Phase,
     /// Bytes for the socket (HTTP answer, WebSocket frames).
     pub out: Vec<u8>,
-    /// Close the connection once `out` is written.
+    /// Close the connection once `out` is written. Set, nothing more is read from the
+    /// client or added to `out` (bar the close frame already there).
     pub close_after_flush: bool,
+    /// Our write side is shut down (`out` was written after `close_after_flush`).
+    fin_sent: bool,
     json: JsonOut,
     to_node: Vec<u8>,
 }
@@ -56,6 +74,7 @@ impl WsConn {
             phase: Phase::Handshake(Vec::new()),
             out: Vec::new(),
             close_after_flush: false,
+            fin_sent: false,
             json: JsonOut::default(),
             to_node: Vec::new(),
         }
@@ -71,6 +90,10 @@ impl WsConn {
         now: Instant,
         peer: &str,
     ) {
+        if self.close_after_flush {
+            // Closing: what the client sends now is dropped, not answered.
+            return;
+        }
         if let Phase::Handshake(head) = &mut self.phase {
             head.extend_from_slice(bytes);
             match ws::parse_request(head) {
@@ -79,12 +102,14 @@ impl WsConn {
                     let rest = head[used..].to_vec();
                     self.on_request(&req, cfg, peer);
                     if matches!(self.phase, Phase::Open(_)) && !rest.is_empty() {
-                        self.on_frames(&rest, core, id, now);
+                        self.on_frames(&rest, core, id, now, peer);
                     }
                 }
                 Err(e) => {
+                    // 431 for a head over the limit, else 400.
+                    debug!("{peer}: HTTP request refused: {e}");
                     self.out = ws::http_response(
-                        "400 Bad Request",
+                        e.http_status(),
                         "text/plain; charset=utf-8",
                         e.to_string().as_bytes(),
                     );
@@ -94,7 +119,7 @@ impl WsConn {
             }
             return;
         }
-        self.on_frames(bytes, core, id, now);
+        self.on_frames(bytes, core, id, now, peer);
     }
 
     fn on_request(&mut self, req: &ws::Request, cfg: &Arc<SessionConfig>, peer: &str) {
@@ -153,13 +178,32 @@ impl WsConn {
         self.close_after_flush = true;
     }
 
-    fn on_frames(&mut self, bytes: &[u8], core: &mut Node, id: ConnId, now: Instant) {
+    fn on_frames(&mut self, bytes: &[u8], core: &mut Node, id: ConnId, now: Instant, peer: &str) {
+        let limit = out_limit(core);
         let Phase::Open(open) = &mut self.phase else {
             return;
         };
         let OpenWs { decoder, session } = &mut **open;
         decoder.extend(bytes);
         loop {
+            let waiting = self.out.len() + self.json.len();
+            if waiting > limit {
+                // The client sends but does not read what it is sent: answering it
+                // (pongs above all) would grow this buffer without bound. Drop the
+                // answers not queued yet and close, saying why.
+                warn!(
+                    "{peer}: WebSocket client sends but does not read ({waiting} bytes waiting, limit {limit}): closing it (1008)"
+                );
+                self.json = JsonOut::default();
+                self.to_node.clear();
+                ws::encode_close(
+                    &mut self.out,
+                    1008,
+                    &format!("output not read: {waiting} bytes waiting, limit {limit}"),
+                );
+                self.close_after_flush = true;
+                return;
+            }
             match decoder.next_frame() {
                 Ok(None) => break,
                 Ok(Some(Frame::Text(text))) => {
@@ -176,12 +220,15 @@ impl WsConn {
                 Ok(Some(Frame::Ping(p))) => ws::encode_pong(&mut self.json.frames, &p),
                 Ok(Some(Frame::Pong(_))) => {}
                 Ok(Some(Frame::Close(_))) => {
+                    // Answers so far go before the close frame: nothing may follow it.
+                    self.json.end_frame();
                     ws::encode_close(&mut self.json.frames, 1000, "bye");
                     self.close_after_flush = true;
                     break;
                 }
                 Err(e) => {
                     debug!("WebSocket connection {id}: {e}");
+                    self.json.end_frame();
                     ws::encode_close(&mut self.json.frames, 1002, &e.to_string());
                     self.close_after_flush = true;
                     break;
@@ -209,12 +256,14 @@ impl WsConn {
     pub fn pull_from_core(&mut self, core: &mut Node, id: ConnId, cache: &mut UpdateCache) -> bool {
         let Phase::Open(open) = &mut self.phase else {
             // Before the upgrade (or after an HTTP answer) the core's bytes are dropped.
-            if let Some(o) = core.output(id) {
-                let n = o.sealed_bytes().len();
-                o.consume(n);
-            }
+            drop_core_output(core, id);
             return false;
         };
+        if self.close_after_flush {
+            // A close frame is queued: nothing may follow it.
+            drop_core_output(core, id);
+            return false;
+        }
         let session = &mut open.session;
         let before = self.out.len();
         for _ in 0..64 {
@@ -230,7 +279,10 @@ impl WsConn {
                 break;
             }
             let mut at = 0;
-            while bytes.len() - at >= 4 {
+            // Whole frames of the core's queue, until the JSON reaches WS_OUT_HIGH: the
+            // rest stays in the core (where the slow-consumer policy sees it) rather
+            // than all of it turning into JSON here at once.
+            while bytes.len() - at >= 4 && self.out.len() + self.json.len() < WS_OUT_HIGH {
                 let len =
                     u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
                         as usize;
@@ -253,7 +305,10 @@ impl WsConn {
         self.out.len() > before
     }
 
-    /// Writes `out` to the socket. Returns Err if the socket failed.
+    /// Writes `out` to the socket. Returns Err if the socket failed. Once all is
+    /// written after `close_after_flush`, shuts down the write side: the peer reads
+    /// EOF at once. (Waiting for a later writable event left an HTTP answer's
+    /// connection open until the heartbeat timeout, as an idle socket gets none.)
     pub fn write(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
         while !self.out.is_empty() {
             match stream.write(&self.out) {
@@ -266,7 +321,21 @@ impl WsConn {
                 Err(e) => return Err(e),
             }
         }
+        if self.close_after_flush && !self.fin_sent {
+            // The peer closes in turn (read 0), which ends the connection.
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            self.fin_sent = true;
+        }
         Ok(())
+    }
+}
+
+/// Drops what the core queued for a connection that cannot take it (not upgraded, or
+/// closing).
+fn drop_core_output(core: &mut Node, id: ConnId) {
+    if let Some(o) = core.output(id) {
+        let n = o.sealed_bytes().len();
+        o.consume(n);
     }
 }
 
@@ -289,4 +358,188 @@ pub fn read_into(stream: &mut TcpStream, buf: &mut Vec<u8>, limit: usize) -> std
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tickwire_core::CoreConfig;
+
+    fn cfg() -> Arc<SessionConfig> {
+        Arc::new(SessionConfig {
+            ping_timeout_s: 15,
+            max_msg_size: 61_440,
+            default_service: None,
+            node_service: None,
+            dictionary: Arc::new(tickwire_proto::Dictionary::market_price()),
+        })
+    }
+
+    /// A core with a small per-subscriber output bound, and one connection in it.
+    fn core(max_output_bytes: usize) -> (Node, ConnId, Instant) {
+        let now = Instant::now();
+        let mut c = CoreConfig::default();
+        c.limits.max_output_bytes = max_output_bytes;
+        let mut core = Node::new(c, now);
+        let id = core.connect("test", now);
+        (core, id, now)
+    }
+
+    const UPGRADE: &[u8] = b"GET /WebSocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+        Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+        Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: tr_json2\r\n\r\n";
+
+    /// A masked client frame (payload under 126 bytes).
+    fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mask = [1u8, 2, 3, 4];
+        let mut f = vec![0x80 | opcode, 0x80 | payload.len() as u8];
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        f
+    }
+
+    /// A client ping with a 125-byte payload (the largest a control frame holds).
+    fn ping() -> Vec<u8> {
+        client_frame(0x9, &(0..125u8).collect::<Vec<_>>())
+    }
+
+    /// The opcodes of the server frames in `out` (after the 101 answer).
+    fn opcodes(out: &[u8]) -> Vec<u8> {
+        let mut at = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let mut ops = Vec::new();
+        while at < out.len() {
+            ops.push(out[at] & 0x0f);
+            let (len, hdr) = match out[at + 1] {
+                126 => (u16::from_be_bytes([out[at + 2], out[at + 3]]) as usize, 4),
+                127 => panic!("no frame this large here"),
+                n => (n as usize, 2),
+            };
+            at += hdr + len;
+        }
+        ops
+    }
+
+    /// The client's close (or a protocol error) is answered with a close frame that is
+    /// the last frame: answers to what came before it are sent first.
+    #[test]
+    fn the_close_frame_is_the_last_frame() {
+        for last in [
+            client_frame(0x8, &1000u16.to_be_bytes()),
+            vec![0x83, 0x80, 0, 0, 0, 0],
+        ] {
+            let (mut core, id, now) = core(1 << 20);
+            let mut w = WsConn::new();
+            w.on_bytes(UPGRADE, &cfg(), &mut core, id, now, "peer");
+            let mut bytes = client_frame(0x1, b"not json");
+            bytes.extend(client_frame(0x9, b"p"));
+            bytes.extend(last);
+            bytes.extend(client_frame(0x9, b"after the close"));
+            w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
+            assert_eq!(opcodes(&w.out), [0xA, 0x1, 0x8], "pong, the error, close");
+        }
+    }
+
+    /// A peer that sends pings and never reads: the pongs it is owed are bounded.
+    /// Past the bound it gets a close frame (1008, policy violation) saying why, and
+    /// what it sends afterwards is not answered.
+    #[test]
+    fn a_peer_that_floods_pings_without_reading_is_closed_with_a_reason() {
+        let max_out = 256 * 1024;
+        let (mut core, id, now) = core(max_out);
+        let mut w = WsConn::new();
+        w.on_bytes(UPGRADE, &cfg(), &mut core, id, now, "peer");
+        assert!(w.out.starts_with(b"HTTP/1.1 101"));
+        let batch: Vec<u8> = ping().repeat(2_000); // 262 KB, a read share
+        for _ in 0..40 {
+            w.on_bytes(&batch, &cfg(), &mut core, id, now, "peer");
+        }
+        let limit = WS_OUT_HIGH + max_out + 4 * core.config().limits.max_frame;
+        assert!(
+            w.out.len() <= limit + batch.len(),
+            "{} bytes waiting for a peer that does not read (bound {limit})",
+            w.out.len()
+        );
+        assert!(w.close_after_flush);
+        // The last frame is the close: code 1008 and a reason.
+        let close = w.out.len() - w.out.iter().rev().position(|&b| b == 0x88).unwrap() - 1;
+        let frame = &w.out[close..];
+        assert_eq!(frame[1] as usize, frame.len() - 2, "{frame:?}");
+        assert_eq!(u16::from_be_bytes([frame[2], frame[3]]), 1008);
+        let reason = String::from_utf8_lossy(&frame[4..]);
+        assert!(reason.contains("not read"), "{reason}");
+        // Nothing is answered after the close frame.
+        let n = w.out.len();
+        w.on_bytes(&batch, &cfg(), &mut core, id, now, "peer");
+        assert_eq!(w.out.len(), n);
+    }
+
+    /// A loopback pair: the node's side (non-blocking, mio) and the client's.
+    fn pair() -> (TcpStream, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        (TcpStream::from_std(server), client)
+    }
+
+    /// What the client reads until EOF; panics if EOF does not come within the read
+    /// timeout (5 s).
+    fn read_to_eof(client: &mut std::net::TcpStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        client
+            .read_to_end(&mut got)
+            .unwrap_or_else(|e| panic!("no EOF after {} bytes: {e}", got.len()));
+        got
+    }
+
+    /// A plain HTTP answer says `Connection: close`: once it is written the node ends
+    /// its side at once (the peer reads EOF without closing first), not at the
+    /// heartbeat timeout.
+    #[test]
+    fn a_plain_http_answer_is_followed_by_eof() {
+        for (request, status) in [
+            (&b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..], "200 OK"),
+            (b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n", "404 Not Found"),
+            (b"POST / HTTP/1.1\r\nHost: x\r\n\r\n", "405"),
+            (b"GARBAGE\x00\r\n\r\n", "400 Bad Request"),
+        ] {
+            let (mut core, id, now) = core(1 << 20);
+            let (mut server, mut client) = pair();
+            let mut w = WsConn::new();
+            w.on_bytes(request, &cfg(), &mut core, id, now, "peer");
+            w.write(&mut server).unwrap();
+            let got = read_to_eof(&mut client);
+            let text = String::from_utf8_lossy(&got);
+            assert!(
+                text.starts_with(&format!("HTTP/1.1 {status}")),
+                "{text:.80}"
+            );
+            assert!(text.contains("Connection: close"));
+        }
+    }
+
+    /// A request head over the limit is refused with 431 even when it arrives whole
+    /// in one read, and the connection ends.
+    #[test]
+    fn a_head_too_large_gets_431_and_eof() {
+        let (mut core, id, now) = core(1 << 20);
+        let (mut server, mut client) = pair();
+        let mut w = WsConn::new();
+        let head = format!(
+            "GET / HTTP/1.1\r\nHost: x\r\nX-Filler: {}\r\n\r\n",
+            "a".repeat(100_000)
+        );
+        w.on_bytes(head.as_bytes(), &cfg(), &mut core, id, now, "peer");
+        w.write(&mut server).unwrap();
+        let got = read_to_eof(&mut client);
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            text.starts_with("HTTP/1.1 431 Request Header Fields Too Large"),
+            "{text:.80}"
+        );
+    }
 }

@@ -118,6 +118,18 @@ impl UpdateType {
 pub enum ServiceState {
     Down = 0,
     Up = 1,
+    /// Node to subscriber only: the service is gone for good; forget it.
+    Removed = 2,
+}
+
+impl ServiceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceState::Down => "down",
+            ServiceState::Up => "up",
+            ServiceState::Removed => "removed",
+        }
+    }
 }
 
 /// Status codes carried in [`State::code`]. The text says the rest.
@@ -140,6 +152,11 @@ pub mod code {
     /// Never sent by a node: made up by the client library for its streams when its
     /// connection to the node is lost.
     pub const CONNECTION_LOST: u16 = 13;
+    /// The node's service limit is reached: a publisher may not add one more.
+    pub const TOO_MANY_SERVICES: u16 = 14;
+    /// A single message or image is larger than the node accepts (the text names the
+    /// limit).
+    pub const TOO_LARGE: u16 = 15;
 }
 
 /// Stream state, data state, a code and a human-readable reason.
@@ -217,6 +234,15 @@ pub struct Welcome<'a> {
     pub max_streams: u32,
     pub max_output_bytes: u32,
     pub node_name: &'a str,
+}
+
+/// The largest item image (encoded field list, bytes) a node with this
+/// `max_output_bytes` (its Welcome says it) accepts: half the hard bound on a
+/// subscriber's queue, so a whole image always fits in the queue with room for what
+/// surrounds it. A larger one could never be delivered: every subscriber would be
+/// dropped as a slow consumer.
+pub fn max_image_bytes(max_output_bytes: usize) -> usize {
+    max_output_bytes / 2
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -459,6 +485,7 @@ impl<'a> Message<'a> {
                     let state = match r.u8()? {
                         0 => ServiceState::Down,
                         1 => ServiceState::Up,
+                        2 => ServiceState::Removed,
                         v => {
                             return Err(DecodeError::InvalidValue {
                                 what: "service state",

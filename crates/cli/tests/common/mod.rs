@@ -123,7 +123,14 @@ pub struct Proc {
 impl Proc {
     /// Spawns `tickwire ARGS` with stdout discarded and stderr captured.
     pub fn spawn(args: &[&str]) -> Proc {
-        let mut child = tickwire()
+        Proc::spawn_with(args, |_| {})
+    }
+
+    /// As [`Proc::spawn`], with the command adjusted first (limits, environment).
+    pub fn spawn_with(args: &[&str], prepare: impl FnOnce(&mut Command)) -> Proc {
+        let mut cmd = tickwire();
+        prepare(&mut cmd);
+        let mut child = cmd
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -274,9 +281,14 @@ pub struct Node {
 impl Node {
     /// `tickwire node --listen 127.0.0.1:0 EXTRA...`, once it has logged its address.
     pub fn start(extra: &[&str]) -> Node {
+        Node::start_with(extra, |_| {})
+    }
+
+    /// As [`Node::start`], with the command adjusted first (see [`Proc::spawn_with`]).
+    pub fn start_with(extra: &[&str], prepare: impl FnOnce(&mut Command)) -> Node {
         let mut args = vec!["node", "--listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);
-        let mut proc = Proc::spawn(&args);
+        let mut proc = Proc::spawn_with(&args, prepare);
         let line = proc.wait_for_line("listening on ", START_TIMEOUT);
         let addr = line
             .split("listening on ")

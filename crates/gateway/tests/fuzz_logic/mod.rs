@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 use tickwire_gateway::session::JsonOut;
-use tickwire_gateway::ws::{parse_request, Frame, FrameDecoder};
+use tickwire_gateway::ws::{parse_request, Frame, FrameDecoder, MAX_HEAD};
 use tickwire_gateway::{Session, SessionConfig, UpdateCache};
 use tickwire_proto::{
     Dictionary, FieldList, Message, MessageIter, Refresh, State, Update, UpdateType, Welcome,
@@ -25,15 +25,37 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
 
 /// Client bytes into the HTTP parser and the frame decoder, in pieces whose size the
 /// first byte chooses: no panic, messages within the limit, text always UTF-8.
+///
+/// Attacks on the node's WebSocket port: the input is also parsed as the value of a
+/// header padding the head past `MAX_HEAD` (it must be refused, complete or not, unless
+/// the input itself ends the head in time); and when the first byte's top bit is set,
+/// the rest is repeated to 64 KiB, so a few tiny frames become a flood, fed in read-sized
+/// batches. Either way the decoder moves no more bytes compacting its buffer than it
+/// was given (shifting the buffer once per frame made tiny frames cost O(n^2)).
 pub fn ws_frames(data: &[u8]) -> Result<(), String> {
-    let _ = parse_request(data);
-    let Some((&step, rest)) = data.split_first() else {
+    check_head(data);
+    let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
+    big.extend(data.iter().cycle().take(MAX_HEAD));
+    big.extend_from_slice(b"\r\n\r\n");
+    match parse_request(&big) {
+        Ok(Some((_, n))) => assert!(n <= MAX_HEAD, "a head of {n} bytes was accepted"),
+        Ok(None) => panic!("{} bytes without a whole head were not refused", big.len()),
+        Err(_) => {}
+    }
+    let Some((&first, rest)) = data.split_first() else {
         return Err("empty".into());
     };
-    let step = (step as usize % 64) + 1;
+    let step = (first as usize % 64) + 1;
+    let flooded;
+    let (input, batch) = if first & 0x80 != 0 && !rest.is_empty() {
+        flooded = rest.repeat((64 * 1024) / rest.len() + 1);
+        (&flooded[..], step * 1024)
+    } else {
+        (rest, step)
+    };
     let max = 1024;
     let mut d = FrameDecoder::new(max);
-    for chunk in rest.chunks(step) {
+    for chunk in input.chunks(batch) {
         d.extend(chunk);
         loop {
             match d.next_frame() {
@@ -46,8 +68,24 @@ pub fn ws_frames(data: &[u8]) -> Result<(), String> {
                 Err(e) => return Err(e.to_string()),
             }
         }
+        assert!(
+            d.bytes_moved() <= input.len() as u64,
+            "{} bytes moved decoding {} bytes",
+            d.bytes_moved(),
+            input.len()
+        );
     }
     Ok(())
+}
+
+/// `parse_request` on raw bytes: a head it accepts fits in `MAX_HEAD`, and it waits
+/// for more only while the bytes fit too.
+fn check_head(data: &[u8]) {
+    match parse_request(data) {
+        Ok(Some((_, n))) => assert!(n <= MAX_HEAD && n <= data.len()),
+        Ok(None) => assert!(data.len() <= MAX_HEAD),
+        Err(_) => {}
+    }
 }
 
 /// Server frames are unmasked text frames holding JSON arrays: checks each.

@@ -11,6 +11,8 @@ enum Got {
         heartbeat_ms: u32,
     },
     Directory(Vec<(String, bool)>),
+    /// A Directory whose entries all say "removed".
+    Removed(Vec<String>),
     Request {
         sid: u32,
         service: String,
@@ -61,6 +63,9 @@ fn own(m: &Message<'_>) -> Got {
         Message::Welcome(w) => Got::Welcome {
             heartbeat_ms: w.heartbeat_ms,
         },
+        Message::Directory(d) if d.services.iter().all(|s| s.state == ServiceState::Removed) => {
+            Got::Removed(d.services.iter().map(|s| s.name.to_string()).collect())
+        }
         Message::Directory(d) => Got::Directory(
             d.services
                 .iter()
@@ -1548,3 +1553,5 @@ fn a_merge_larger_than_a_message_goes_out_in_parts() {
     replica.apply(&got);
     assert_eq!(replica.images[&1], cached(&h, "WIDE"));
 }
+
+mod hostile;
