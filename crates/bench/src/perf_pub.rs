@@ -22,6 +22,8 @@ pub struct PerfPubArgs {
     /// Node address (host:port).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     pub node: String,
+    #[command(flatten)]
+    pub credentials: tickwire_client::Credentials,
     /// Service to publish.
     #[arg(long, value_name = "NAME", default_value = "FEED")]
     pub service: String,
@@ -148,6 +150,9 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
 
     let mut connect = ConnectOptions::new(args.node.clone());
     connect.application = "tickwire-perf-pub".into();
+    args.credentials
+        .apply(&mut connect)
+        .map_err(anyhow::Error::msg)?;
     let mut publisher = Publisher::connect(PublisherOptions {
         start_down: true,
         ..PublisherOptions::new(connect, args.service.clone())

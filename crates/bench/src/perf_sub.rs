@@ -58,6 +58,8 @@ pub struct PerfSubArgs {
     /// Node address (host:port).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     pub node: String,
+    #[command(flatten)]
+    pub credentials: tickwire_client::Credentials,
     /// Service of the items.
     #[arg(long, value_name = "NAME", default_value = "FEED")]
     pub service: String,
@@ -315,6 +317,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     for _ in 0..args.connections {
         let mut o = ConnectOptions::new(args.node.clone());
         o.application = "tickwire-perf-sub".into();
+        args.credentials.apply(&mut o).map_err(anyhow::Error::msg)?;
         subs.push(
             Subscriber::connect(o)
                 .with_context(|| format!("perf-sub: cannot connect to {}", args.node))?,

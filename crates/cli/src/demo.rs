@@ -109,6 +109,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     });
     let feed_args = PublishArgs {
         node: addr.clone(),
+        credentials: Default::default(),
         service: "FEED".into(),
         items: Some(args.items.max(1)),
         item_file: None,

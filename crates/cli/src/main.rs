@@ -6,6 +6,7 @@ mod json;
 mod logger;
 mod publish;
 mod subscribe;
+mod users;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -51,6 +52,10 @@ enum Command {
     /// 100).
     #[command(subcommand)]
     Bench(tickwire_bench::bench::BenchCommand),
+    /// Users file helpers: `users hash` prints the hash line for a password or token
+    /// read from standard input.
+    #[command(subcommand)]
+    Users(users::UsersCommand),
 }
 
 #[derive(clap::Args)]
@@ -145,12 +150,19 @@ fn run_node(args: NodeArgs) -> Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
     ])
     .context("cannot install signal handlers")?;
     std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
+        for sig in signals.forever() {
+            if sig == signal_hook::consts::SIGHUP {
+                log::info!("SIGHUP received: reloading the users file");
+                handle.reload();
+                continue;
+            }
             log::info!("signal {sig} received");
             handle.shutdown();
+            break;
         }
     });
     log::info!(
@@ -174,6 +186,7 @@ fn main() {
         Command::Subscribe(a) => subscribe::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(c) => tickwire_bench::bench::run(c),
+        Command::Users(c) => users::run(c),
         Command::PerfPub(a) => tickwire_bench::perf_pub::run(a).map(|_| ()),
         Command::PerfWsSub(a) => {
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

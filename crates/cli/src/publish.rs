@@ -15,6 +15,8 @@ pub struct PublishArgs {
     /// Node address (host:port).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     pub node: String,
+    #[command(flatten)]
+    pub credentials: tickwire_client::Credentials,
     /// Service name to publish.
     #[arg(long, value_name = "NAME", default_value = "FEED")]
     pub service: String,
@@ -57,6 +59,9 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
     let names = args.item_names()?;
     let mut connect = ConnectOptions::new(args.node.clone());
     connect.application = "tickwire-publish".into();
+    args.credentials
+        .apply(&mut connect)
+        .map_err(anyhow::Error::msg)?;
     let mut publisher = Publisher::connect(PublisherOptions {
         connect,
         service: args.service.clone(),

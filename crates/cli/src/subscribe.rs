@@ -13,6 +13,8 @@ pub struct SubscribeArgs {
     /// Node address (host:port).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     node: String,
+    #[command(flatten)]
+    credentials: tickwire_client::Credentials,
     /// Service of the items.
     #[arg(long, value_name = "NAME", default_value = "FEED")]
     service: String,
@@ -89,6 +91,9 @@ pub fn run(args: SubscribeArgs) -> Result<()> {
     opts.application = "tickwire-subscribe".into();
     opts.slow_consumer = args.slow_consumer.map(|p| p.to_proto());
     opts.receive_buffer_bytes = args.receive_buffer;
+    args.credentials
+        .apply(&mut opts)
+        .map_err(anyhow::Error::msg)?;
     let mut sub =
         Subscriber::connect(opts).with_context(|| format!("cannot subscribe at {}", args.node))?;
     for item in &args.items {

@@ -224,7 +224,11 @@ fn connection_storm_leaves_memory_bounded_and_the_node_serving() {
     // the node's listen backlog of 128 (std/mio default), so no SYN is dropped and no
     // connect waits a second for its retransmission.
     const BATCH: usize = 100;
-    let mut node = Node::start(&[]);
+    // Each batch is connections that never log in: room for all of them (the default
+    // limit of 64 pending logins would refuse some, which another test checks).
+    let cfg = std::env::temp_dir().join(format!("tickwire-storm-{}.toml", std::process::id()));
+    std::fs::write(&cfg, "[limits]\nmax_pending_logins = 256\n").expect("write config");
+    let mut node = Node::start(&["--config", cfg.to_str().expect("utf-8 path")]);
     let _feed = start_publisher(&node, "FEED", 10, 200, false);
     // Warm up, so the baseline includes a served subscriber.
     assert_serves(node.addr, "FEED", "SYM0", 2);
@@ -286,4 +290,5 @@ fn connection_storm_leaves_memory_bounded_and_the_node_serving() {
         "node RSS grew by {grown} KiB ({before} -> {after}) over {TOTAL} connections"
     );
     assert!(node.is_running(), "node died\n{}", node.proc.log());
+    let _ = std::fs::remove_file(&cfg);
 }

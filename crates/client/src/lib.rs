@@ -8,11 +8,15 @@
 //! This crate owns the client side of the protocol and nothing of the node.
 
 mod conn;
+#[cfg(feature = "clap")]
+mod credentials;
 mod events;
 mod publisher;
 mod subscriber;
 
 pub use conn::{ConnectOptions, Session};
+#[cfg(feature = "clap")]
+pub use credentials::Credentials;
 pub use events::{Event, EventRef, Fields, ItemRef, OwnedState};
 pub use publisher::{ItemId, PublishError, Publisher, PublisherEvent, PublisherOptions};
 pub use subscriber::{RequestOptions, StreamId, Subscriber};

@@ -4,6 +4,7 @@ use crate::conn::{is_fatal, Conn, ConnectOptions, Io, Session};
 use crate::events::{Event, EventRef, ItemRef};
 use crate::{Backoff, ClientError};
 use log::{info, warn};
+use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use tickwire_proto::frame::FrameWriter;
@@ -48,7 +49,7 @@ pub struct Subscriber {
     /// Statuses made up locally (connection lost) not yet delivered.
     synthetic: VecDeque<(u32, State<'static>, String)>,
     ready: VecDeque<Event>,
-    directory: Vec<(String, ServiceState)>,
+    directory: BTreeMap<String, ServiceState>,
     /// Streams the node closed with closed-recover, to request again at the given time.
     recover: Vec<(u32, Instant)>,
     /// After a reconnect: streams waiting for their service to appear in the directory.
@@ -74,7 +75,7 @@ impl Subscriber {
             retry_at: Instant::now(),
             synthetic: VecDeque::new(),
             ready: VecDeque::new(),
-            directory: Vec::new(),
+            directory: BTreeMap::new(),
             recover: Vec::new(),
             held: Vec::new(),
             reconnects: 0,
@@ -101,8 +102,9 @@ impl Subscriber {
         self.reconnects
     }
 
-    /// Services and their state, from the node's last directory.
-    pub fn directory(&self) -> &[(String, ServiceState)] {
+    /// Services and their state, as the node's directory messages left them (each
+    /// lists the services that changed; removed ones are gone from here).
+    pub fn directory(&self) -> &BTreeMap<String, ServiceState> {
         &self.directory
     }
 
@@ -258,7 +260,7 @@ impl Subscriber {
             let Some(Some(w)) = watch.get(sid as usize) else {
                 return false;
             };
-            if !directory.iter().any(|(name, _)| *name == w.service) {
+            if !directory.contains_key(&w.service) {
                 return true;
             }
             if let Err(e) = push_request(&mut conn.writer, sid, w) {
@@ -437,7 +439,7 @@ fn push_request(w: &mut FrameWriter, sid: u32, watch: &Watch) -> Result<(), Clie
 struct Ctx<'s> {
     watch: &'s mut Vec<Option<Watch>>,
     open_streams: &'s mut usize,
-    directory: &'s mut Vec<(String, ServiceState)>,
+    directory: &'s mut BTreeMap<String, ServiceState>,
     recover: &'s mut Vec<(u32, Instant)>,
     recover_delay: Duration,
 }
@@ -550,11 +552,13 @@ fn handle_payload(
                 }
             }
             Message::Directory(d) => {
-                **directory = d
-                    .services
-                    .iter()
-                    .map(|s| (s.name.to_string(), s.state))
-                    .collect();
+                for e in &d.services {
+                    if e.state == ServiceState::Removed {
+                        directory.remove(e.name);
+                    } else {
+                        directory.insert(e.name.to_string(), e.state);
+                    }
+                }
                 f(EventRef::Directory(&d));
                 n += 1;
             }

@@ -17,16 +17,22 @@
 //! message.
 
 mod items;
+mod security;
 mod slow;
 mod streams;
 
 use items::{Item, ItemHandle, ItemTable, StreamRef, SubEntry};
 use log::{info, warn};
 use rustc_hash::FxHashMap;
+pub use security::{AuthRequest, MAX_HELD_BEFORE_LOGIN};
+use security::{Identity, PendingLogin};
 use slow::Conflation;
 pub use slow::{ConnectionReport, SlowConsumerConfig};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use streams::StreamMap;
+use tickwire_auth::Action;
+pub use tickwire_auth::{Anonymous, Users};
 use tickwire_proto::frame::FrameWriter;
 use tickwire_proto::message::write_readdressed;
 use tickwire_proto::{
@@ -82,8 +88,12 @@ pub struct CoreConfig {
     /// Last-value cache on (true) or pass-through (false).
     pub cache: bool,
     pub limits: Limits,
-    /// When set, every login must carry this token.
+    /// When set (and no users file), every login must carry this token.
     pub login_token: Option<String>,
+    /// Users and their entitlements; `None`: the node is open to everyone.
+    pub users: Option<Arc<Users>>,
+    /// With users: who may log in without a secret.
+    pub anonymous: Anonymous,
     /// What happens to subscribers that fall behind.
     pub slow_consumer: SlowConsumerConfig,
 }
@@ -95,6 +105,8 @@ impl Default for CoreConfig {
             cache: true,
             limits: Limits::default(),
             login_token: None,
+            users: None,
+            anonymous: Anonymous::None,
             slow_consumer: SlowConsumerConfig::default(),
         }
     }
@@ -164,6 +176,12 @@ struct Conn {
     directory_stale: bool,
     /// When it connected (for the login deadline).
     connected_at: Instant,
+    /// Who it is (once logged in).
+    identity: Identity,
+    /// One of the node's own in-process peers: no login check, every right.
+    internal: bool,
+    /// Its login, while the secret is being checked.
+    pending_login: Option<Box<PendingLogin>>,
     slow_episodes: u64,
     conflated_updates: u64,
     do_not_conflate_dropped: u64,
@@ -206,6 +224,9 @@ pub struct Node {
     shutting_down: bool,
     /// Connections that have not logged in yet.
     awaiting_login: usize,
+    /// Secrets to check off the event loop.
+    auth_requests: Vec<AuthRequest>,
+    next_ticket: u64,
 }
 
 /// How a stream-level failure is reported to a subscriber.
@@ -236,6 +257,8 @@ impl Node {
             stats: Stats::default(),
             shutting_down: false,
             awaiting_login: 0,
+            auth_requests: Vec::new(),
+            next_ticket: 0,
         }
     }
 
@@ -301,6 +324,9 @@ impl Node {
             conflation: None,
             directory_stale: false,
             connected_at: now,
+            identity: Identity::Open,
+            internal: false,
+            pending_login: None,
             slow_episodes: 0,
             conflated_updates: 0,
             do_not_conflate_dropped: 0,
@@ -312,6 +338,16 @@ impl Node {
             self.conns.push(Some(conn));
             self.conns.len() - 1
         }
+    }
+
+    /// A connection for one of the node's own in-process peers (its figures item):
+    /// logs in without a check and may do everything.
+    pub fn connect_internal(&mut self, peer: &str, now: Instant) -> ConnId {
+        let id = self.connect(peer, now);
+        if let Some(c) = self.conn_mut(id) {
+            c.internal = true;
+        }
+        id
     }
 
     /// Bytes waiting to be sent on `conn` (seal before writing: use `sealed_bytes`).
@@ -376,6 +412,10 @@ impl Node {
             Some(c) if c.role != ConnRole::Closing => c.last_rx = now,
             _ => return,
         }
+        if self.hold_if_authenticating(conn, payload) {
+            self.handle_overflows();
+            return;
+        }
         let mut ahead = UpdateLookahead::new(payload);
         for raw in MessageIter::new(payload) {
             let raw = match raw {
@@ -390,6 +430,18 @@ impl Node {
             self.prefetch_ahead(conn, &mut ahead);
             self.on_message(conn, &raw.message, raw.encoded);
             if self.role(conn) == Some(ConnRole::Closing) {
+                break;
+            }
+            if self
+                .conn_mut(conn)
+                .is_some_and(|c| c.pending_login.is_some())
+            {
+                // The login is being verified: the rest of the frame waits for it.
+                let offset = raw.encoded.as_ptr() as usize - payload.as_ptr() as usize;
+                let rest = &payload[offset + raw.encoded.len()..];
+                if !rest.is_empty() {
+                    self.hold_if_authenticating(conn, rest);
+                }
                 break;
             }
         }
@@ -648,40 +700,81 @@ impl Node {
             self.reject(conn, code::LOGIN_REJECTED, &text);
             return;
         }
-        if let Some(token) = &self.cfg.login_token {
-            if login.token != token {
-                let text = format!("login rejected for user {:?}: bad token", login.user);
-                self.reject(conn, code::LOGIN_REJECTED, &text);
-                return;
-            }
-        }
         if self.shutting_down {
             self.reject(conn, code::SHUTDOWN, "node shutting down");
             return;
         }
+        if self
+            .conn_mut(conn)
+            .is_some_and(|c| c.pending_login.is_some())
+        {
+            self.stats.protocol_disconnects += 1;
+            self.reject(
+                conn,
+                code::PROTOCOL,
+                "a second login while the first is verified",
+            );
+            return;
+        }
+        let Some(identity) = self.authenticate(conn, hi, login) else {
+            return; // refused, or its secret is being checked
+        };
+        if identity == Identity::Anonymous {
+            let peer = self.conns[conn].as_ref().map_or("", |c| c.peer.as_str());
+            info!(
+                target: "audit",
+                "login accepted: anonymous (user {:?}) role={:?} peer={peer}",
+                login.user, login.role
+            );
+        }
+        self.finish_login(
+            conn,
+            hi,
+            login.role,
+            login.user,
+            login.application,
+            login.slow_consumer,
+            identity,
+        );
+    }
+
+    /// A login accepted: the connection takes its role and gets the Welcome (and a
+    /// subscriber the directory).
+    #[allow(clippy::too_many_arguments)]
+    fn finish_login(
+        &mut self,
+        conn: ConnId,
+        version: u16,
+        role: Role,
+        user: &str,
+        application: &str,
+        slow_consumer: Option<SlowConsumerPolicy>,
+        identity: Identity,
+    ) {
+        if self.role(conn) != Some(ConnRole::AwaitingLogin) {
+            return;
+        }
         self.stats.logins += 1;
+        self.awaiting_login -= 1;
         let limits = self.cfg.limits.clone();
-        if login.role == Role::Subscriber {
-            let policy = self.policy_for(login.user, login.slow_consumer);
+        if role == Role::Subscriber {
+            let policy = self.policy_for(user, slow_consumer);
             self.apply_policy(conn, policy);
         }
         let Some(c) = self.conn_mut(conn) else { return };
-        if c.role == ConnRole::AwaitingLogin {
-            self.awaiting_login -= 1;
-        }
-        let Some(c) = self.conn_mut(conn) else { return };
-        c.role = match login.role {
+        c.role = match role {
             Role::Subscriber => ConnRole::Subscriber,
             Role::Publisher => ConnRole::Publisher,
         };
-        c.user = login.user.to_string();
-        c.application = login.application.to_string();
+        c.identity = identity;
+        c.user = user.to_string();
+        c.application = application.to_string();
         info!(
             "{} logged in as {:?} (user {:?}, application {:?})",
-            c.peer, login.role, c.user, c.application
+            c.peer, role, c.user, c.application
         );
         let welcome = Message::Welcome(Welcome {
-            version: hi,
+            version,
             heartbeat_ms: limits.heartbeat.as_millis() as u32,
             max_frame: limits.max_frame as u32,
             max_streams: limits.max_streams_per_connection as u32,
@@ -689,7 +782,7 @@ impl Node {
             node_name: &self.cfg.node_name.clone(),
         });
         self.send(conn, &welcome);
-        if login.role == Role::Subscriber {
+        if role == Role::Subscriber {
             self.send_directory(conn);
         }
     }
@@ -814,6 +907,18 @@ impl Node {
                 &Message::Status(Status {
                     stream_id: sid,
                     state: closed(code::TOO_MANY_STREAMS, &text),
+                }),
+            );
+            return;
+        }
+        if !self.may(conn, Action::Subscribe, req.service) {
+            let text = self.not_entitled(conn, Action::Subscribe, req.service);
+            info!(target: "audit", "request refused: {text}");
+            self.send(
+                conn,
+                &Message::Status(Status {
+                    stream_id: sid,
+                    state: closed(code::NOT_ENTITLED, &text),
                 }),
             );
             return;
@@ -1098,6 +1203,11 @@ impl Node {
                 entry.name
             );
             return Err((code::PROTOCOL, text));
+        }
+        if !self.may(conn, Action::Publish, entry.name) {
+            let text = self.not_entitled(conn, Action::Publish, entry.name);
+            warn!(target: "audit", "publisher refused: {text}");
+            return Err((code::NOT_ENTITLED, text));
         }
         if entry.name.is_empty() || entry.name.len() > MAX_SERVICE_NAME {
             let text = format!(

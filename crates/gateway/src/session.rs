@@ -292,6 +292,8 @@ fn code_name(c: u16) -> &'static str {
         code::PROTOCOL => "UsageError",
         code::UPDATES_DROPPED => "GapDetected",
         code::PUBLISHER_GONE => "NoResources",
+        code::TOO_MANY_SERVICES => "NoResources",
+        code::TOO_LARGE => "NoResources",
         _ => "Error",
     }
 }
@@ -573,8 +575,9 @@ impl Session {
                 other => other.to_string(),
             })
             .unwrap_or_else(|| "256".into());
+        // The secret: a token as the published API sends it, or a password.
         let token = elements
-            .and_then(|e| e.get("AuthenticationToken"))
+            .and_then(|e| e.get("AuthenticationToken").or_else(|| e.get("Password")))
             .and_then(Json::as_str)
             .unwrap_or("");
         match &self.login {
@@ -944,8 +947,9 @@ impl Session {
             }
             Message::Directory(d) => {
                 // Only the names matter here (to resolve requests); the services'
-                // states reach the client through its items' statuses. A state that
-                // needs handling per entry goes here, one lookup each.
+                // states reach the client through its items' statuses. A removed
+                // service keeps its position (numeric `Service` keys stay stable for
+                // the session); requests for it are refused by the node.
                 for s in &d.services {
                     self.services.add(s.name);
                 }

@@ -1,7 +1,8 @@
 //! HTTP/1.1 upgrade and WebSocket frames (RFC 6455), server side, without I/O.
 //!
 //! [`parse_request`] reads an HTTP request head from received bytes; [`accept_key`]
-//! makes the `Sec-WebSocket-Accept` answer. [`FrameDecoder`] turns received bytes into
+//! makes the `Sec-WebSocket-Accept` answer; [`check_origin`] tells whether a browser's
+//! upgrade (by its `Origin`) may go on. [`FrameDecoder`] turns received bytes into
 //! whole messages (text, binary, ping, pong, close), joining fragments, unmasking, and
 //! enforcing a size limit; the `encode_*` functions write unmasked server frames.
 
@@ -153,6 +154,128 @@ pub fn http_response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
     .into_bytes();
     out.extend_from_slice(body);
     out
+}
+
+/// What the `Origin` header of a WebSocket upgrade says about it (browser safety: a
+/// page from another site must not use a browser on the node's network as its client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OriginCheck {
+    /// No `Origin` header: not a browser (browsers send one on every upgrade).
+    Absent,
+    /// The origin is the request's own host and port (its `Host` header), as for the
+    /// node's dashboard page.
+    SameOrigin,
+    /// Listed in the allowed origins (or `*` is).
+    Listed,
+    /// Anything else: the upgrade is refused (403).
+    Refused,
+}
+
+impl OriginCheck {
+    pub fn allowed(self) -> bool {
+        self != OriginCheck::Refused
+    }
+}
+
+/// Checks a WebSocket upgrade's `Origin` header against its `Host` header and the
+/// allowed origins (`*`, or origins as [`valid_allowed_origin`] takes them).
+///
+/// Origins compare by scheme (`http` or `https`), host (without regard to case) and
+/// port, a port left out being the scheme's default (80, 443); a `Host` without a port
+/// takes the default of the origin's scheme. An origin that is not of that form
+/// (`null`, say) is allowed only by `*`.
+pub fn check_origin(req: &Request, allowed: &[String]) -> OriginCheck {
+    let Some(origin) = req.header("origin") else {
+        return OriginCheck::Absent;
+    };
+    if allowed.iter().any(|a| a == "*") {
+        return OriginCheck::Listed;
+    }
+    let Some(parsed) = parse_origin(origin) else {
+        return OriginCheck::Refused;
+    };
+    let same = req
+        .header("host")
+        .and_then(|h| parse_host_port(h, if parsed.https { 443 } else { 80 }))
+        .is_some_and(|(host, port)| host == parsed.host && port == parsed.port);
+    if same {
+        return OriginCheck::SameOrigin;
+    }
+    if allowed
+        .iter()
+        .any(|a| parse_origin(a).as_ref() == Some(&parsed))
+    {
+        return OriginCheck::Listed;
+    }
+    OriginCheck::Refused
+}
+
+/// Whether `entry` may be listed in the allowed origins: `*`, or `http://` or
+/// `https://`, a host and an optional port, nothing else (no path, no wildcard).
+pub fn valid_allowed_origin(entry: &str) -> Result<(), String> {
+    if entry == "*" || parse_origin(entry).is_some() {
+        Ok(())
+    } else {
+        Err(
+            "expected \"*\" or http:// or https://, a host and an optional port, nothing \
+             after (e.g. \"https://dash.example.com:8443\")"
+                .into(),
+        )
+    }
+}
+
+/// An origin as compared: scheme and host lower-cased, the port always given.
+#[derive(Debug, PartialEq, Eq)]
+struct Origin {
+    https: bool,
+    host: String,
+    port: u16,
+}
+
+/// `http://host[:port]` or `https://host[:port]` (RFC 6454 serialisation).
+fn parse_origin(s: &str) -> Option<Origin> {
+    let (scheme, rest) = s.split_once("://")?;
+    let https = if scheme.eq_ignore_ascii_case("https") {
+        true
+    } else if scheme.eq_ignore_ascii_case("http") {
+        false
+    } else {
+        return None;
+    };
+    let (host, port) = parse_host_port(rest, if https { 443 } else { 80 })?;
+    Some(Origin { https, host, port })
+}
+
+/// `host[:port]` (a `Host` header, or an origin after its scheme): the host
+/// lower-cased and the port, `default_port` if none is given.
+fn parse_host_port(s: &str, default_port: u16) -> Option<(String, u16)> {
+    let (host, port) = if s.starts_with('[') {
+        // An IPv6 literal: [addr] or [addr]:port.
+        let end = s.find(']')?;
+        match &s[end + 1..] {
+            "" => (&s[..=end], None),
+            p => (&s[..=end], Some(p.strip_prefix(':')?)),
+        }
+    } else {
+        match s.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        }
+    };
+    let host_ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b))
+        && (host.starts_with('[') || !host.contains([':', '[', ']']));
+    if !host_ok {
+        return None;
+    }
+    let port = match port {
+        None => default_port,
+        Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().ok()?,
+        Some(_) => return None,
+    };
+    Some((host.to_ascii_lowercase(), port))
 }
 
 /// A whole WebSocket message from the client.
@@ -548,6 +671,174 @@ mod tests {
             WsError::HeadTooLarge.http_status(),
             "431 Request Header Fields Too Large"
         );
+    }
+
+    /// An upgrade request with these `Host` and `Origin` headers (either absent).
+    fn upgrade(host: Option<&str>, origin: Option<&str>) -> Request {
+        let mut text = String::from("GET /WebSocket HTTP/1.1\r\n");
+        if let Some(h) = host {
+            text += &format!("Host: {h}\r\n");
+        }
+        if let Some(o) = origin {
+            text += &format!("Origin: {o}\r\n");
+        }
+        text += "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: abc\r\n\r\n";
+        parse_request(text.as_bytes()).unwrap().unwrap().0
+    }
+
+    fn check(host: &str, origin: Option<&str>, allowed: &[&str]) -> OriginCheck {
+        let allowed: Vec<String> = allowed.iter().map(|s| s.to_string()).collect();
+        check_origin(&upgrade(Some(host), origin), &allowed)
+    }
+
+    /// Browsers send `Origin` on every WebSocket upgrade; other programs need not.
+    #[test]
+    fn an_upgrade_without_origin_is_allowed() {
+        assert_eq!(check("127.0.0.1:15000", None, &[]), OriginCheck::Absent);
+        assert_eq!(check_origin(&upgrade(None, None), &[]), OriginCheck::Absent);
+        assert!(OriginCheck::Absent.allowed());
+    }
+
+    /// The dashboard's own upgrade: the page came from the node, so its origin is the
+    /// node's host and port (what the browser put in `Host`).
+    #[test]
+    fn the_same_origin_is_allowed() {
+        let same = [
+            ("127.0.0.1:15000", "http://127.0.0.1:15000"),
+            ("127.0.0.1:15000", "https://127.0.0.1:15000"),
+            ("localhost:15000", "http://localhost:15000"),
+            ("[::1]:15000", "http://[::1]:15000"),
+            // Host names compare without regard to case.
+            ("Node.Example.COM:15000", "http://node.example.com:15000"),
+            ("node.example.com:15000", "HTTP://NODE.Example.com:15000"),
+            // A port left out is the scheme's default: 80 for http, 443 for https.
+            ("node.example.com", "http://node.example.com"),
+            ("node.example.com:80", "http://node.example.com"),
+            ("node.example.com", "http://node.example.com:80"),
+            ("node.example.com", "https://node.example.com"),
+            ("node.example.com:443", "https://node.example.com"),
+            ("node.example.com", "https://node.example.com:443"),
+        ];
+        for (host, origin) in same {
+            assert_eq!(
+                check(host, Some(origin), &[]),
+                OriginCheck::SameOrigin,
+                "Host {host}, Origin {origin}"
+            );
+        }
+    }
+
+    /// Any other origin is refused unless listed: another host, another port, another
+    /// default port, a scheme that is not http(s), junk, `null`, no Host to compare.
+    #[test]
+    fn another_origin_is_refused() {
+        let other = [
+            ("127.0.0.1:15000", "http://evil.example"),
+            ("127.0.0.1:15000", "http://evil.example:15000"),
+            ("127.0.0.1:15000", "http://127.0.0.1:15001"),
+            ("127.0.0.1:15000", "http://127.0.0.1"),
+            ("127.0.0.1:15000", "http://127.0.0.1.evil.example:15000"),
+            ("node.example.com", "https://node.example.com:80"),
+            ("node.example.com:80", "https://node.example.com"),
+            ("node.example.com:443", "http://node.example.com"),
+            ("127.0.0.1:15000", "ws://127.0.0.1:15000"),
+            ("127.0.0.1:15000", "file://127.0.0.1:15000"),
+            ("127.0.0.1:15000", "http://127.0.0.1:15000/"),
+            ("127.0.0.1:15000", "http://127.0.0.1:15000/path"),
+            ("127.0.0.1:15000", "http://user@127.0.0.1:15000"),
+            ("127.0.0.1:15000", "http://127.0.0.1:+15000"),
+            ("127.0.0.1:15000", "http://127.0.0.1:"),
+            ("127.0.0.1:15000", "127.0.0.1:15000"),
+            ("127.0.0.1:15000", "null"),
+            ("127.0.0.1:15000", ""),
+            ("[::1]:15000", "http://[::2]:15000"),
+        ];
+        for (host, origin) in other {
+            assert_eq!(
+                check(host, Some(origin), &[]),
+                OriginCheck::Refused,
+                "Host {host}, Origin {origin}"
+            );
+        }
+        assert_eq!(
+            check_origin(&upgrade(None, Some("http://127.0.0.1:15000")), &[]),
+            OriginCheck::Refused
+        );
+        assert!(!OriginCheck::Refused.allowed());
+    }
+
+    /// An origin listed in the allowed origins is allowed (same scheme, host and port;
+    /// case and a default port written out do not matter), and `*` allows any.
+    #[test]
+    fn listed_origins_and_the_wildcard_are_allowed() {
+        let list = ["https://dash.example.com:8443", "http://evil.example"];
+        for origin in [
+            "https://dash.example.com:8443",
+            "https://DASH.example.com:8443",
+            "http://evil.example",
+            "http://evil.example:80",
+        ] {
+            assert_eq!(
+                check("127.0.0.1:15000", Some(origin), &list),
+                OriginCheck::Listed,
+                "{origin}"
+            );
+        }
+        for origin in [
+            "http://dash.example.com:8443",
+            "https://dash.example.com",
+            "https://sub.dash.example.com:8443",
+            "https://evil.example",
+            "http://evil.example:8080",
+            "null",
+        ] {
+            assert_eq!(
+                check("127.0.0.1:15000", Some(origin), &list),
+                OriginCheck::Refused,
+                "{origin}"
+            );
+        }
+        for origin in ["http://evil.example", "https://x.y:1", "null", "junk"] {
+            assert_eq!(
+                check("127.0.0.1:15000", Some(origin), &["*"]),
+                OriginCheck::Listed,
+                "{origin}"
+            );
+        }
+        // Same-origin needs no listing.
+        assert_eq!(
+            check("127.0.0.1:15000", Some("http://127.0.0.1:15000"), &list),
+            OriginCheck::SameOrigin
+        );
+    }
+
+    /// Config entries must be `*` or an origin a browser could send.
+    #[test]
+    fn allowed_origin_entries_are_checked() {
+        for ok in [
+            "*",
+            "https://dash.example.com:8443",
+            "http://evil.example",
+            "http://[::1]:15000",
+            "HTTPS://Dash.Example.com",
+        ] {
+            assert_eq!(valid_allowed_origin(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "dash.example.com",
+            "https://dash.example.com/",
+            "https://dash.example.com/path",
+            "https://*.example.com",
+            "ws://dash.example.com",
+            "https://dash.example.com:99999",
+            "https://dash.example.com:",
+            "null",
+            " https://dash.example.com",
+        ] {
+            let e = valid_allowed_origin(bad).expect_err(bad);
+            assert!(e.contains("https://"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -114,6 +114,10 @@ pub struct WebSocketSection {
     /// Encode each update's JSON once for every client watching it with the same view
     /// (off only to measure what that saves).
     pub share_encoding: bool,
+    /// Browser origins (`https://host:port`), besides the node's own, whose pages may
+    /// open WebSocket sessions; `*`: any. Upgrades without `Origin` (programs) are
+    /// always allowed.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for WebSocketSection {
@@ -123,6 +127,7 @@ impl Default for WebSocketSection {
             default_service: String::new(),
             max_msg_size: 61_440,
             share_encoding: true,
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -226,8 +231,33 @@ pub struct LimitsSection {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecuritySection {
-    /// When non-empty, every login must carry this token.
+    /// When non-empty (and no users file), every login must carry this token.
     pub login_token: String,
+    /// TOML file of users and their entitlements; empty: the node is open to anyone
+    /// who can reach it. Reloaded on SIGHUP.
+    pub users_file: String,
+    /// With a users file: who may log in without a secret.
+    pub anonymous: AnonymousMode,
+}
+
+/// `[security] anonymous`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AnonymousMode {
+    /// Every login needs a user and a secret.
+    #[default]
+    None,
+    /// A login without a secret may subscribe to every service (never publish).
+    Subscribe,
+}
+
+impl AnonymousMode {
+    pub fn to_core(self) -> tickwire_core::Anonymous {
+        match self {
+            AnonymousMode::None => tickwire_core::Anonymous::None,
+            AnonymousMode::Subscribe => tickwire_core::Anonymous::Subscribe,
+        }
+    }
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:14002";
@@ -411,6 +441,15 @@ impl NodeConfig {
             self.websocket.max_msg_size.to_string(),
             "allowed: 1024 to 16777216".into(),
         )?;
+        for o in &self.websocket.allowed_origins {
+            if let Err(reason) = tickwire_gateway::ws::valid_allowed_origin(o) {
+                return Err(ConfigError::Invalid {
+                    key: "websocket.allowed_origins",
+                    value: format!("{o:?}"),
+                    reason,
+                });
+            }
+        }
         let ncpu = available_cpus();
         for &c in &self.node.cpus {
             check(
@@ -426,9 +465,28 @@ impl NodeConfig {
         Ok(())
     }
 
-    /// The effective configuration as TOML (for `--print-config`).
+    /// The effective configuration as TOML (for `--print-config`), secrets hidden.
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("config serialises")
+        let mut shown = self.clone();
+        if !shown.security.login_token.is_empty() {
+            shown.security.login_token = "(set, not shown)".into();
+        }
+        toml::to_string_pretty(&shown).expect("config serialises")
+    }
+
+    /// Loads the users file, if one is configured.
+    pub fn load_users(&self) -> Result<Option<std::sync::Arc<tickwire_core::Users>>, ConfigError> {
+        let path = &self.security.users_file;
+        if path.is_empty() {
+            return Ok(None);
+        }
+        tickwire_core::Users::load(Path::new(path))
+            .map(|u| Some(std::sync::Arc::new(u)))
+            .map_err(|e| ConfigError::Invalid {
+                key: "security.users_file",
+                value: path.clone(),
+                reason: e.to_string(),
+            })
     }
 
     pub fn core_config(&self) -> CoreConfig {
@@ -447,6 +505,8 @@ impl NodeConfig {
             },
             login_token: (!self.security.login_token.is_empty())
                 .then(|| self.security.login_token.clone()),
+            users: None, // loaded by the server (NodeConfig::load_users)
+            anonymous: self.security.anonymous.to_core(),
             slow_consumer: SlowConsumerConfig {
                 policy: self.slow_consumer.policy.to_proto(),
                 per_user: self

@@ -5,6 +5,7 @@
 //! epoll, threads, CPU pinning, config files). It holds no market-data logic: every
 //! decision about items, streams and fan-out is the core's.
 
+mod auth;
 pub mod config;
 mod node_item;
 mod server;

@@ -40,10 +40,10 @@ pub struct NodeItem {
 }
 
 impl NodeItem {
-    /// Logs in as the publisher of `TICKWIRE` (with the node's own login token, if one
-    /// is required) and publishes the first image.
-    pub fn start(core: &mut Node, now: Instant, token: &str) -> NodeItem {
-        let conn = core.connect("node (its own figures)", now);
+    /// Logs in (as an internal peer: no secret needed) as the publisher of `TICKWIRE`
+    /// and publishes the first image.
+    pub fn start(core: &mut Node, now: Instant) -> NodeItem {
+        let conn = core.connect_internal("node (its own figures)", now);
         let mut me = NodeItem {
             conn,
             seq: 0,
@@ -60,7 +60,7 @@ impl NodeItem {
                 role: Role::Publisher,
                 application: "tickwire-node",
                 user: "node",
-                token,
+                token: "",
                 slow_consumer: None::<SlowConsumerPolicy>,
             }),
             Message::Directory(tickwire_proto::Directory {

@@ -45,22 +45,51 @@ struct Socket {
     read_size: usize,
     /// A WebSocket (JSON API) connection rather than the node's own protocol.
     ws: Option<Box<WsConn>>,
+    /// Already in the lingering list (closing): it must be there once only, or a
+    /// second expiry would disconnect whoever reuses the id.
+    lingering: bool,
+}
+
+/// Puts a connection the node is closing in the lingering list, once.
+fn start_linger(
+    sockets: &mut [Option<Socket>],
+    lingering: &mut Vec<(ConnId, Instant)>,
+    id: ConnId,
+    deadline: Instant,
+) {
+    match sockets.get_mut(id).and_then(|s| s.as_mut()) {
+        Some(s) if s.lingering => {}
+        Some(s) => {
+            s.lingering = true;
+            lingering.push((id, deadline));
+        }
+        None => lingering.push((id, deadline)),
+    }
 }
 
 /// First and largest read sizes (see `Socket::read_size`).
 const FIRST_READ: usize = 4 * 1024;
 const MAX_READ: usize = 64 * 1024;
 
-/// Stops a running node from another thread (signal handler, test, demo).
+/// Stops a running node, or has it reload its users file, from another thread
+/// (signal handler, test, demo).
 #[derive(Clone)]
 pub struct ShutdownHandle {
     flag: Arc<AtomicBool>,
+    reload: Arc<AtomicBool>,
     waker: Arc<Waker>,
 }
 
 impl ShutdownHandle {
     pub fn shutdown(&self) {
         self.flag.store(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
+    }
+
+    /// Reload the users file (SIGHUP): connections stay; what a user may no longer
+    /// have is closed.
+    pub fn reload(&self) {
+        self.reload.store(true, Ordering::SeqCst);
         let _ = self.waker.wake();
     }
 }
@@ -75,6 +104,7 @@ pub struct NodeServer {
     ws_addr: Option<SocketAddr>,
     shutdown: ShutdownHandle,
     accept_trouble: AcceptTrouble,
+    users: Option<Arc<tickwire_core::Users>>,
 }
 
 /// Accepting failed for want of resources (file descriptors, memory). Epoll is
@@ -210,6 +240,22 @@ impl NodeServer {
             None => (None, None),
         };
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let users = cfg
+            .load_users()
+            .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
+        match &users {
+            Some(u) => info!(
+                "{} users loaded from {}; anonymous logins: {:?}",
+                u.len(),
+                cfg.security.users_file,
+                cfg.security.anonymous
+            ),
+            None => warn!(
+                "no users file ([security] users_file): the node is open, anyone who can reach {} may publish and subscribe{}",
+                local_addr,
+                if local_addr.ip().is_loopback() { " (loopback only)" } else { "" }
+            ),
+        }
         Ok(NodeServer {
             cfg,
             poll,
@@ -219,9 +265,11 @@ impl NodeServer {
             ws_addr,
             shutdown: ShutdownHandle {
                 flag: Arc::new(AtomicBool::new(false)),
-                waker,
+                reload: Arc::new(AtomicBool::new(false)),
+                waker: waker.clone(),
             },
             accept_trouble: AcceptTrouble::default(),
+            users,
         })
     }
 
@@ -264,7 +312,14 @@ impl NodeServer {
             }
         }
         let start = Instant::now();
-        let mut core = Node::new(self.cfg.core_config(), start);
+        let mut core_cfg = self.cfg.core_config();
+        core_cfg.users = self.users.clone();
+        let mut core = Node::new(core_cfg, start);
+        let auth = crate::auth::Verifier::start(
+            self.shutdown.waker.clone(),
+            self.cfg.limits.max_pending_logins,
+        )?;
+        let mut auth_requests = Vec::new();
         let mut sockets: Vec<Option<Socket>> = Vec::new();
         let mut events = Events::with_capacity(1024);
         let hb = core.config().limits.heartbeat;
@@ -297,8 +352,7 @@ impl NodeServer {
             dictionary: Arc::new(tickwire_proto::Dictionary::market_price()),
         });
         let mut ws_cache = UpdateCache::new(self.cfg.websocket.share_encoding);
-        let mut node_item =
-            crate::node_item::NodeItem::start(&mut core, start, &self.cfg.security.login_token);
+        let mut node_item = crate::node_item::NodeItem::start(&mut core, start);
         let mut next_node_item = start + Duration::from_secs(1);
 
         loop {
@@ -391,6 +445,26 @@ impl NodeServer {
                 if read_some(&mut core, &mut sockets, id, now, &mut dead, &ws_cfg) {
                     carry.push(id);
                 }
+                // A WebSocket connection its own side decided to close (an HTTP
+                // answer, a close frame) gets the same linger as any other: a peer
+                // that never closes and keeps sending is dropped in the end.
+                let ws_closing = sockets
+                    .get(id)
+                    .and_then(|s| s.as_ref())
+                    .is_some_and(|s| !s.dead && s.ws.as_ref().is_some_and(|w| w.close_after_flush));
+                if ws_closing {
+                    start_linger(&mut sockets, &mut lingering, id, now + linger);
+                }
+            }
+
+            // Secrets checked off the loop come back; new ones go to be checked.
+            auth.deliver(&mut core, now);
+            core.take_auth_requests(&mut auth_requests);
+            for req in auth_requests.drain(..) {
+                auth.submit(&mut core, req, self.users.clone(), now);
+            }
+            if self.shutdown.reload.swap(false, Ordering::SeqCst) {
+                self.reload_users(&mut core, now);
             }
 
             if now >= next_node_item && shutdown_deadline.is_none() {
@@ -422,7 +496,7 @@ impl NodeServer {
             core.take_closing(&mut closing);
             for &id in &closing {
                 flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache);
-                lingering.push((id, now + linger));
+                start_linger(&mut sockets, &mut lingering, id, now + linger);
             }
             // Closing connections keep their socket until their last bytes (the status
             // saying why) are written and the peer has closed too, or the linger time
@@ -529,6 +603,28 @@ impl NodeServer {
         }
     }
 
+    /// SIGHUP: the users file again. A file that does not load leaves the old users in
+    /// place (and says why).
+    fn reload_users(&mut self, core: &mut Node, now: Instant) {
+        if self.cfg.security.users_file.is_empty() {
+            warn!("reload asked, but no users file is configured ([security] users_file)");
+            return;
+        }
+        match self.cfg.load_users() {
+            Ok(users) => {
+                info!(
+                    target: "audit",
+                    "users file {} reloaded: {} users",
+                    self.cfg.security.users_file,
+                    users.as_ref().map_or(0, |u| u.len())
+                );
+                self.users = users.clone();
+                core.set_users(users, now);
+            }
+            Err(e) => error!("users file not reloaded, the previous one stays in force: {e}"),
+        }
+    }
+
     fn accept_all(
         &mut self,
         core: &mut Node,
@@ -593,7 +689,12 @@ impl NodeServer {
                 dead: false,
                 fin_sent: false,
                 read_size: FIRST_READ,
-                ws: websocket.then(|| Box::new(WsConn::new())),
+                ws: websocket.then(|| {
+                    Box::new(WsConn::with_allowed_origins(
+                        &self.cfg.websocket.allowed_origins,
+                    ))
+                }),
+                lingering: false,
             });
         }
     }
@@ -658,7 +759,11 @@ fn read_some(
         // A read error ends the connection like a close.
         let closed = crate::ws::read_into(&mut sock.stream, &mut bytes, READ_SHARE).unwrap_or(true);
         if !bytes.is_empty() {
-            core.on_bytes_received(id, now);
+            // What a peer sends after its connection started closing does not keep
+            // it alive.
+            if !w.close_after_flush {
+                core.on_bytes_received(id, now);
+            }
             let peer = sock
                 .stream
                 .peer_addr()

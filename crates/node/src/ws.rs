@@ -66,10 +66,21 @@ pub struct WsConn {
     fin_sent: bool,
     json: JsonOut,
     to_node: Vec<u8>,
+    /// `websocket.allowed_origins`: browser origins, besides the node's own, whose
+    /// pages may upgrade (`*`: any).
+    allowed_origins: Vec<String>,
 }
 
 impl WsConn {
+    /// A connection that accepts upgrades from browsers on the node's own origin only
+    /// (and from programs that send no `Origin`).
     pub fn new() -> Self {
+        Self::with_allowed_origins(&[])
+    }
+
+    /// A connection that also accepts upgrades from pages of these origins
+    /// (`websocket.allowed_origins`).
+    pub fn with_allowed_origins(allowed_origins: &[String]) -> Self {
         WsConn {
             phase: Phase::Handshake(Vec::new()),
             out: Vec::new(),
@@ -77,6 +88,7 @@ impl WsConn {
             fin_sent: false,
             json: JsonOut::default(),
             to_node: Vec::new(),
+            allowed_origins: allowed_origins.to_vec(),
         }
     }
 
@@ -125,6 +137,27 @@ impl WsConn {
     fn on_request(&mut self, req: &ws::Request, cfg: &Arc<SessionConfig>, peer: &str) {
         let path = req.path.split('?').next().unwrap_or("");
         if path == WS_PATH && req.is_websocket() {
+            if !ws::check_origin(req, &self.allowed_origins).allowed() {
+                // A page from another site, in a browser that can reach the node: it
+                // must not get a session (browsers let any page open WebSockets
+                // anywhere and send its origin; programs send none, or their own).
+                let origin = req.header("origin").unwrap_or("");
+                warn!(
+                    "{peer}: WebSocket upgrade refused (403): origin {origin:?} is not the node's own and not in websocket.allowed_origins"
+                );
+                let text = format!(
+                    "WebSocket origin not allowed: {origin} (not this node's own origin; \
+                     to allow it, list it in websocket.allowed_origins in the node's config)"
+                );
+                self.out = ws::http_response(
+                    "403 Forbidden",
+                    "text/plain; charset=utf-8",
+                    text.as_bytes(),
+                );
+                self.phase = Phase::Done;
+                self.close_after_flush = true;
+                return;
+            }
             let offered = req.tokens("sec-websocket-protocol");
             let Some(protocol) = SUBPROTOCOLS
                 .iter()
@@ -519,6 +552,113 @@ mod tests {
                 "{text:.80}"
             );
             assert!(text.contains("Connection: close"));
+        }
+    }
+
+    /// An upgrade from 127.0.0.1:15000 with this `Origin` header (none if `None`).
+    fn upgrade_from(origin: Option<&str>) -> Vec<u8> {
+        let origin = origin.map_or(String::new(), |o| format!("Origin: {o}\r\n"));
+        format!(
+            "GET /WebSocket HTTP/1.1\r\nHost: 127.0.0.1:15000\r\n{origin}Upgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: tr_json2\r\n\r\n"
+        )
+        .into_bytes()
+    }
+
+    /// A browser page from another origin cannot open a WebSocket session: its upgrade
+    /// gets 403, naming the config key, and the node ends the connection (EOF). Frames
+    /// sent right behind the refused head are not read.
+    #[test]
+    fn an_upgrade_from_another_origin_gets_403_and_eof() {
+        let (mut core, id, now) = core(1 << 20);
+        let (mut server, mut client) = pair();
+        let mut w = WsConn::with_allowed_origins(&["https://dash.example.com:8443".into()]);
+        let mut bytes = upgrade_from(Some("http://evil.example"));
+        bytes.extend(client_frame(0x9, b"p"));
+        w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
+        assert!(w.close_after_flush);
+        assert!(matches!(w.phase, Phase::Done));
+        w.write(&mut server).unwrap();
+        let got = read_to_eof(&mut client);
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{text}");
+        assert!(text.contains("Connection: close"), "{text}");
+        let body = &text[text.find("\r\n\r\n").unwrap() + 4..];
+        assert!(
+            body.contains("http://evil.example")
+                && body.contains("not allowed")
+                && body.contains("websocket.allowed_origins"),
+            "{body}"
+        );
+    }
+
+    /// The node's own origin (the dashboard page), a listed origin, `*`, and no
+    /// `Origin` at all (a program, not a browser) are upgraded.
+    #[test]
+    fn same_origin_listed_wildcard_and_no_origin_are_upgraded() {
+        let listed = ["https://dash.example.com:8443".to_string()];
+        for (allowed, origin) in [
+            (&[][..], Some("http://127.0.0.1:15000")),
+            (&[][..], None),
+            (&listed[..], Some("https://dash.example.com:8443")),
+            (&["*".to_string()][..], Some("http://evil.example")),
+        ] {
+            let (mut core, id, now) = core(1 << 20);
+            let mut w = WsConn::with_allowed_origins(allowed);
+            let bytes = upgrade_from(origin);
+            w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
+            assert!(
+                w.out.starts_with(b"HTTP/1.1 101 Switching Protocols\r\n"),
+                "{origin:?} with {allowed:?}: {}",
+                String::from_utf8_lossy(&w.out)
+            );
+            assert!(matches!(w.phase, Phase::Open(_)));
+        }
+        // WsConn::new() allows the node's own origin only.
+        let (mut core, id, now) = core(1 << 20);
+        let mut w = WsConn::new();
+        let bytes = upgrade_from(Some("https://dash.example.com:8443"));
+        w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
+        assert!(w.out.starts_with(b"HTTP/1.1 403"));
+    }
+
+    /// Only the upgrade is checked: the dashboard page itself is served whatever the
+    /// `Origin` (it is a plain page; its own upgrade is then same-origin).
+    #[test]
+    fn the_dashboard_page_is_served_to_any_origin() {
+        let (mut core, id, now) = core(1 << 20);
+        let mut w = WsConn::new();
+        let req = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:15000\r\nOrigin: http://evil.example\r\n\r\n";
+        w.on_bytes(req, &cfg(), &mut core, id, now, "peer");
+        assert!(w.out.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    }
+
+    /// `[websocket] allowed_origins`: empty by default (the node's own origin only);
+    /// entries must be `*` or an origin, and a bad one names the key and the form.
+    #[test]
+    fn allowed_origins_is_a_checked_config_key() {
+        use crate::config::NodeConfig;
+        assert!(NodeConfig::default().websocket.allowed_origins.is_empty());
+        let cfg = NodeConfig::parse(
+            "[websocket]\nallowed_origins = [\"https://dash.example.com:8443\", \"*\"]\n",
+            "n.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.websocket.allowed_origins,
+            ["https://dash.example.com:8443", "*"]
+        );
+        for bad in ["https://dash.example.com/", "dash.example.com", "null"] {
+            let text = format!("[websocket]\nallowed_origins = [\"*\", \"{bad}\"]\n");
+            let e = NodeConfig::parse(&text, "n.toml").unwrap_err().to_string();
+            assert!(
+                e.contains("n.toml")
+                    && e.contains("websocket.allowed_origins")
+                    && e.contains(bad)
+                    && e.contains("https://dash.example.com:8443"),
+                "{e}"
+            );
         }
     }
 

@@ -157,6 +157,8 @@ pub mod code {
     /// A single message or image is larger than the node accepts (the text names the
     /// limit).
     pub const TOO_LARGE: u16 = 15;
+    /// The user is not entitled to this (service, action), or no longer is.
+    pub const NOT_ENTITLED: u16 = 16;
 }
 
 /// Stream state, data state, a code and a human-readable reason.

@@ -1555,3 +1555,4 @@ fn a_merge_larger_than_a_message_goes_out_in_parts() {
 }
 
 mod hostile;
+mod security;

@@ -1,0 +1,204 @@
+//! Identities and entitlements for a Tickwire node.
+//!
+//! Owns the users file (who exists, their secret as a salted hash, their groups) and
+//! the entitlements (which services a user may subscribe to, publish and post to), and
+//! answers two questions: is this secret right for this user ([`Users::verify`]), and
+//! may this user do this to that service ([`Users::may`]). It does no I/O beyond
+//! reading the file it is asked to load, and it keeps no connection state: the node's
+//! core enforces the answers, the node's event loop never waits for a password check
+//! (verification is deliberately slow and runs on a worker thread).
+
+mod file;
+mod secret;
+
+pub use file::UsersError;
+pub use secret::{hash_password, hash_token, SecretError};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use secret::Secret;
+
+/// What a user may do to a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Subscribe,
+    Publish,
+    Post,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Subscribe => "subscribe to",
+            Action::Publish => "publish",
+            Action::Post => "post to",
+        }
+    }
+}
+
+/// A set of service names, or every service (`"*"` in the file).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Services {
+    #[default]
+    None,
+    All,
+    Some(FxHashSet<String>),
+}
+
+impl Services {
+    pub fn contains(&self, service: &str) -> bool {
+        match self {
+            Services::None => false,
+            Services::All => true,
+            Services::Some(set) => set.contains(service),
+        }
+    }
+
+    fn add(&mut self, names: &[String]) {
+        for n in names {
+            match self {
+                Services::All => return,
+                _ if n == "*" => *self = Services::All,
+                Services::None => *self = Services::Some(std::iter::once(n.clone()).collect()),
+                Services::Some(set) => {
+                    set.insert(n.clone());
+                }
+            }
+        }
+    }
+}
+
+/// A user's effective rights: their own lists and their groups', joined.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Entitlements {
+    pub subscribe: Services,
+    pub publish: Services,
+    pub post: Services,
+}
+
+impl Entitlements {
+    pub fn allows(&self, action: Action, service: &str) -> bool {
+        match action {
+            Action::Subscribe => self.subscribe.contains(service),
+            Action::Publish => self.publish.contains(service),
+            Action::Post => self.post.contains(service),
+        }
+    }
+}
+
+/// Who may log in without a secret.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Anonymous {
+    /// Nobody: every login needs a user and a secret.
+    #[default]
+    None,
+    /// A login without a secret may subscribe to every service (never publish or post).
+    Subscribe,
+}
+
+impl Anonymous {
+    /// The rights of an anonymous login, if it is allowed at all.
+    pub fn entitlements(self) -> Option<Entitlements> {
+        match self {
+            Anonymous::None => None,
+            Anonymous::Subscribe => Some(Entitlements {
+                subscribe: Services::All,
+                ..Entitlements::default()
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct User {
+    secret: Secret,
+    groups: Vec<String>,
+    rights: Entitlements,
+}
+
+/// The users of a node, as loaded from its users file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Users {
+    users: FxHashMap<String, User>,
+}
+
+/// Why a login was refused (the text the peer and the audit log see).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// The same text for an unknown user and a wrong secret: a peer must not learn
+    /// which user names exist.
+    #[error("login rejected for user {0:?}: unknown user or wrong secret")]
+    BadCredentials(String),
+}
+
+impl Users {
+    /// Whether `user` exists.
+    pub fn contains(&self, user: &str) -> bool {
+        self.users.contains_key(user)
+    }
+
+    pub fn len(&self) -> usize {
+        self.users.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty()
+    }
+
+    /// Checks a login's secret (a password or a token). Slow on purpose for passwords
+    /// (argon2): call it off the event loop.
+    pub fn verify(&self, user: &str, secret: &str) -> Result<(), AuthError> {
+        match self.users.get(user) {
+            Some(u) if u.secret.matches(secret) => Ok(()),
+            Some(_) => Err(AuthError::BadCredentials(user.to_string())),
+            None => {
+                // As long as for a known user, so timing tells nothing either.
+                Secret::burn_time(secret);
+                Err(AuthError::BadCredentials(user.to_string()))
+            }
+        }
+    }
+
+    /// The user's effective rights, if the user exists.
+    pub fn entitlements(&self, user: &str) -> Option<&Entitlements> {
+        self.users.get(user).map(|u| &u.rights)
+    }
+
+    /// May `user` do `action` to `service`? An unknown user may do nothing.
+    pub fn may(&self, user: &str, action: Action, service: &str) -> bool {
+        self.entitlements(user)
+            .is_some_and(|e| e.allows(action, service))
+    }
+
+    /// The groups of a user, for logs.
+    pub fn groups(&self, user: &str) -> &[String] {
+        self.users.get(user).map_or(&[], |u| &u.groups)
+    }
+
+    /// What changed from `self` to `new`, for the audit log: users added, removed, and
+    /// whose rights or secret changed.
+    pub fn changes(&self, new: &Users) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut names: Vec<&String> = self.users.keys().chain(new.users.keys()).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            match (self.users.get(name), new.users.get(name)) {
+                (None, Some(_)) => out.push(format!("user {name:?} added")),
+                (Some(_), None) => out.push(format!("user {name:?} removed")),
+                (Some(a), Some(b)) => {
+                    if a.rights != b.rights || a.groups != b.groups {
+                        out.push(format!("user {name:?} entitlements changed"));
+                    }
+                    if a.secret != b.secret {
+                        out.push(format!("user {name:?} secret changed"));
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,338 @@
+//! Identities and entitlements end to end: a node with a users file, `tickwire publish`
+//! and `subscribe` logging in with `--user` and a secret from `TICKWIRE_PASSWORD` or
+//! `--password-file`, an impostor refused, permissions shrunk by a reload (SIGHUP).
+//! Everything on 127.0.0.1, every wait bounded.
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(20);
+
+/// Files in a directory of their own, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("tickwire-sec-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+    fn write(&self, name: &str, text: &str) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).expect("write file");
+        p.to_str().expect("utf-8 path").to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The users file line for a password, made by `tickwire users hash` itself.
+fn hash_line(secret: &str, token: bool) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut cmd = tickwire();
+    cmd.args(["users", "hash"]);
+    if token {
+        cmd.arg("--token");
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn users hash");
+    writeln!(child.stdin.take().unwrap(), "{secret}").unwrap();
+    let out = child.wait_with_output().expect("users hash");
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn users_file(alice_services: &str, alice: &str, feed: &str) -> String {
+    format!(
+        "[users.alice]\n{alice}\nsubscribe = [{alice_services}]\n\n\
+         [users.feed]\n{feed}\npublish = [\"FEED\"]\n"
+    )
+}
+
+struct Secured {
+    dir: TempDir,
+    node: Node,
+    users: String,
+    alice_pw: String,
+    feed_token: String,
+}
+
+fn secured(name: &str) -> Secured {
+    let dir = TempDir::new(name);
+    let alice_pw = hash_line("alice pass", false);
+    assert!(
+        alice_pw.starts_with("password_hash = \"$argon2id$"),
+        "{alice_pw}"
+    );
+    let feed_token = hash_line("feed-token-0123456789", true);
+    assert!(
+        feed_token.starts_with("token_hash = \"sha256:"),
+        "{feed_token}"
+    );
+    let users = dir.write(
+        "users.toml",
+        &users_file("\"FEED\"", &alice_pw, &feed_token),
+    );
+    let cfg = dir.write(
+        "node.toml",
+        &format!("[security]\nusers_file = \"{users}\"\nlogin_token = \"old-shared\"\n"),
+    );
+    let node = Node::start(&["--config", &cfg]);
+    Secured {
+        dir,
+        node,
+        users,
+        alice_pw,
+        feed_token,
+    }
+}
+
+/// `tickwire publish` as user feed, its token from TICKWIRE_PASSWORD; waits until its
+/// items can be had.
+fn start_feed(s: &Secured) -> Proc {
+    let addr = s.node.addr_str();
+    let p = Proc::spawn_with(
+        &[
+            "publish",
+            "--node",
+            &addr,
+            "--service",
+            "FEED",
+            "--items",
+            "5",
+            "--rate",
+            "50",
+            "--user",
+            "feed",
+        ],
+        |cmd| {
+            cmd.env("TICKWIRE_PASSWORD", "feed-token-0123456789");
+        },
+    );
+    let pw = s.dir.write("alice.pw", "alice pass\n");
+    let deadline = Instant::now() + T;
+    loop {
+        let out = snapshot_as(s, "alice", &pw, "SYM4");
+        if out.code() == Some(0) && out.stdout.contains("\"refresh\"") {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the feed never became available: {}\n{}",
+            out.stderr,
+            s.node.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn snapshot_as(s: &Secured, user: &str, password_file: &str, item: &str) -> Output {
+    run(
+        &[
+            "subscribe",
+            "--node",
+            &s.node.addr_str(),
+            "--json",
+            "--snapshot",
+            "--user",
+            user,
+            "--password-file",
+            password_file,
+            item,
+        ],
+        T,
+    )
+}
+
+#[test]
+fn users_log_in_with_their_secret_and_get_only_what_they_are_entitled_to() {
+    let s = secured("entitled");
+    let _feed = start_feed(&s);
+    let good = s.dir.write("good.pw", "alice pass\n");
+    let bad = s.dir.write("bad.pw", "alice guess\n");
+
+    let out = snapshot_as(&s, "alice", &good, "SYM0");
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("\"refresh\""), "{}", out.stdout);
+
+    let out = snapshot_as(&s, "alice", &bad, "SYM0");
+    assert_ne!(out.code(), Some(0));
+    assert!(
+        out.stderr.contains("unknown user or wrong secret"),
+        "{}",
+        out.stderr
+    );
+    // The shared token of old no longer opens the node once users exist.
+    let shared = s.dir.write("shared.pw", "old-shared\n");
+    let out = snapshot_as(&s, "mallory", &shared, "SYM0");
+    assert_ne!(out.code(), Some(0));
+    assert!(out.stderr.contains("login rejected"), "{}", out.stderr);
+
+    // alice may not read the node's own service.
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &s.node.addr_str(),
+            "--json",
+            "--snapshot",
+            "--service",
+            "TICKWIRE",
+            "--user",
+            "alice",
+            "--password-file",
+            &good,
+            "NODE",
+        ],
+        T,
+    );
+    assert!(
+        out.stdout
+            .contains("may not subscribe to service \\\"TICKWIRE\\\""),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let log = s.node.proc.log();
+    assert!(log.contains("login accepted: user=\"alice\""), "{log}");
+    assert!(log.contains("login refused: user=\"alice\""), "{log}");
+    assert!(!log.contains("alice pass"), "a secret reached the log");
+}
+
+#[test]
+fn nobody_but_the_entitled_publisher_can_take_a_service_over() {
+    let s = secured("impostor");
+    let mut feed = start_feed(&s);
+    // The real publisher goes away: its service is free.
+    feed.kill();
+    let addr = s.node.addr_str();
+    // alice, a real user, tries to publish FEED with her own password.
+    let alice_pw = s.dir.write("alice.pw", "alice pass\n");
+    let mut impostor = Proc::spawn(&[
+        "publish",
+        "--node",
+        &addr,
+        "--service",
+        "FEED",
+        "--items",
+        "5",
+        "--user",
+        "alice",
+        "--password-file",
+        &alice_pw,
+    ]);
+    s.node.proc.log(); // (drained by its thread)
+    let deadline = Instant::now() + T;
+    while !s
+        .node
+        .proc
+        .log()
+        .contains("may not publish service \"FEED\"")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the impostor was not refused\n{}\n--- impostor\n{}",
+            s.node.proc.log(),
+            impostor.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // An anonymous one is refused at login.
+    let mut anon = Proc::spawn(&[
+        "publish",
+        "--node",
+        &addr,
+        "--service",
+        "FEED",
+        "--items",
+        "5",
+        "--user",
+        "x",
+    ]);
+    let ended = anon.wait_exit(T);
+    assert!(ended.is_some_and(|s| !s.success()), "{}", anon.log());
+    assert!(
+        anon.log().contains("a secret is required"),
+        "{}",
+        anon.log()
+    );
+    // The real one comes back and is served.
+    let _back = start_feed(&s);
+    let _ = impostor.kill();
+}
+
+#[test]
+fn a_reload_shrinks_permissions_and_closes_what_was_lost() {
+    let s = secured("reload");
+    let _feed = start_feed(&s);
+    // alice watches SYM0 (the client library, with her password).
+    let mut opts = tickwire_client::ConnectOptions::new(s.node.addr_str());
+    opts.user = "alice".into();
+    opts.token = "alice pass".into();
+    let mut watcher = tickwire_client::Subscriber::connect(opts).expect("alice logs in");
+    watcher
+        .subscribe("FEED", "SYM0", tickwire_client::RequestOptions::default())
+        .expect("subscribe");
+    expect_event(&mut watcher, T, "SYM0's image", |e| {
+        matches!(e, tickwire_client::Event::Refresh { .. })
+    });
+    // FEED taken away from alice, then SIGHUP.
+    std::fs::write(
+        &s.users,
+        users_file("\"OTHER\"", &s.alice_pw, &s.feed_token),
+    )
+    .unwrap();
+    s.node.proc.signal(libc::SIGHUP);
+    let mut node = s.node;
+    let line = node.proc.wait_for_line("permission withdrawn", T);
+    assert!(
+        line.contains("user \"alice\" may not subscribe to service \"FEED\""),
+        "{line}"
+    );
+    let log = node.proc.log();
+    assert!(
+        log.contains("users file reloaded: user \"alice\" entitlements changed"),
+        "{log}"
+    );
+    // alice is told, and her session stays (a stream was closed, not the connection).
+    let status = expect_event(&mut watcher, T, "the stream's closing status", |e| {
+        matches!(e, tickwire_client::Event::Status { state, .. }
+            if state.code == tickwire_proto::code::NOT_ENTITLED)
+    });
+    assert!(
+        format!("{status:?}").contains("may not subscribe"),
+        "{status:?}"
+    );
+    assert!(watcher.is_connected());
+    assert!(node.is_running());
+    // A users file that does not load leaves the previous one in force.
+    std::fs::write(&s.users, "[users.alice]\nnonsense = 1\n").unwrap();
+    node.proc.signal(libc::SIGHUP);
+    let line = node.proc.wait_for_line("users file not reloaded", T);
+    assert!(line.contains("nonsense"), "{line}");
+}
+
+#[test]
+fn print_config_never_shows_a_secret() {
+    let dir = TempDir::new("print");
+    let cfg = dir.write("node.toml", "[security]\nlogin_token = \"hunter2\"\n");
+    let out = run(&["node", "--config", &cfg, "--print-config"], T);
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    assert!(!out.stdout.contains("hunter2"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("login_token = \"(set, not shown)\""),
+        "{}",
+        out.stdout
+    );
+}
