@@ -165,13 +165,19 @@ fn run_node(args: NodeArgs) -> Result<()> {
             break;
         }
     });
+    let tls = server.tls();
     log::info!(
-        "tickwire node listening on {} (cache {})",
+        "tickwire node listening on {} (cache {}{})",
         server.local_addr(),
-        if cache == CacheMode::On { "on" } else { "off" }
+        if cache == CacheMode::On { "on" } else { "off" },
+        if tls { ", TLS only" } else { "" }
     );
     if let Some(ws) = server.ws_addr() {
-        log::info!("WebSocket API on ws://{ws}/WebSocket (tr_json2)");
+        if tls {
+            log::info!("WebSocket API on wss://{ws}/WebSocket (tr_json2), dashboard https://{ws}/");
+        } else {
+            log::info!("WebSocket API on ws://{ws}/WebSocket (tr_json2)");
+        }
     }
     server.run()?;
     Ok(())

@@ -207,3 +207,137 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
         assert_eq!(row["bidCell"].as_str(), row["bid"].as_str(), "{row}");
     }
 }
+
+/// A node with a users file and no anonymous logins: the page asks for credentials, the
+/// user types them, and the board fills.
+#[test]
+fn the_dashboard_logs_in_with_the_credentials_the_user_types() {
+    let dir = std::env::temp_dir().join(format!("tickwire-dash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let hash = tickwire_auth::hash_password("trader pw").expect("hash");
+    let users = dir.join("users.toml");
+    std::fs::write(
+        &users,
+        format!(
+            "[users.trader]\npassword_hash = \"{hash}\"\nsubscribe = [\"FEED\", \"TICKWIRE\"]\n\
+             [users.feed]\ntoken_hash = \"{}\"\npublish = [\"FEED\"]\n",
+            tickwire_auth::hash_token("feed-token")
+        ),
+    )
+    .expect("users file");
+    let cfg = dir.join("node.toml");
+    std::fs::write(
+        &cfg,
+        format!("[security]\nusers_file = \"{}\"\n", users.display()),
+    )
+    .expect("config");
+    let mut node = Node::start(&["--ws", "127.0.0.1:0", "--config", cfg.to_str().unwrap()]);
+    let line = node
+        .proc
+        .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
+    let host = line
+        .split("ws://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .expect("address")
+        .to_string();
+    let addr = node.addr_str();
+    let _feed = Proc::spawn_with(
+        &[
+            "publish",
+            "--node",
+            &addr,
+            "--service",
+            "FEED",
+            "--items",
+            "2",
+            "--rate",
+            "200",
+            "--user",
+            "feed",
+        ],
+        |cmd| {
+            cmd.env("TICKWIRE_PASSWORD", "feed-token");
+        },
+    );
+    let driver = Driver::start();
+    let session = driver.call(
+        "POST",
+        "/session",
+        Some(
+            json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
+                "binary": chromium_binary(),
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+            }}}}),
+        ),
+    );
+    let id = session["sessionId"]
+        .as_str()
+        .expect("a session")
+        .to_string();
+    driver.call(
+        "POST",
+        &format!("/session/{id}/url"),
+        Some(json!({"url": format!("http://{host}/?items=SYM0,SYM1")})),
+    );
+    let script = |s: &str| {
+        driver.call(
+            "POST",
+            &format!("/session/{id}/execute/sync"),
+            Some(json!({"script": s, "args": []})),
+        )
+    };
+    // Refused without a secret, the page shows its login form.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while script("return document.getElementById('loginform').style.display") != "flex" {
+        assert!(
+            Instant::now() < deadline,
+            "no login form shown\n{}",
+            node.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Typed, key by key, as a user would.
+    for (css, text) in [("#user", "trader"), ("#password", "trader pw\u{E007}")] {
+        let el = driver.call(
+            "POST",
+            &format!("/session/{id}/element"),
+            Some(json!({"using": "css selector", "value": css})),
+        );
+        let eid = el
+            .as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .expect("an element id")
+            .to_string();
+        driver.call(
+            "POST",
+            &format!("/session/{id}/element/{eid}/value"),
+            Some(json!({"text": text})),
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let rows = loop {
+        let rows = script(
+            "return [...document.querySelectorAll('#board tr')].map(tr => Number(tr.dataset.updates))",
+        );
+        let done = rows
+            .as_array()
+            .is_some_and(|r| r.len() == 2 && r.iter().all(|n| n.as_u64().unwrap_or(0) > 5));
+        if done || Instant::now() > deadline {
+            break rows;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let password_left = script("return document.getElementById('password').value");
+    driver.call("DELETE", &format!("/session/{id}"), None);
+    let log = node.proc.log();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        rows.as_array()
+            .is_some_and(|r| r.len() == 2 && r.iter().all(|n| n.as_u64().unwrap_or(0) > 5)),
+        "the board did not fill after the login: {rows}\n{log}"
+    );
+    assert!(log.contains("login accepted: user=\"trader\""), "{log}");
+    assert_eq!(password_left, "", "the password stays in the form");
+}

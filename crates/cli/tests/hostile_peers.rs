@@ -321,3 +321,29 @@ fn a_publisher_refused_for_a_taken_service_backs_off() {
     );
     assert!(second.is_running(), "a refused publisher keeps trying");
 }
+
+#[test]
+fn the_publisher_library_refuses_an_image_no_subscriber_could_receive() {
+    let node = Node::start(&[]);
+    let mut opts = tickwire_client::ConnectOptions::new(node.addr_str());
+    opts.application = "tickwire-cli-tests".into();
+    let mut publisher =
+        tickwire_client::Publisher::connect(tickwire_client::PublisherOptions::new(opts, "FEED"))
+            .expect("publisher connects");
+    // 70 fields of 60,000 bytes: 4.2 MB, past half of the node's 8 MiB output bound.
+    let text = "x".repeat(60_000);
+    let fields: Vec<(i16, tickwire_proto::Value<'_>)> = (0..70)
+        .map(|i| (1000 + i, tickwire_proto::Value::Ascii(&text)))
+        .collect();
+    let bytes = tickwire_proto::encode_field_list(fields);
+    let list = tickwire_proto::FieldList::decode(&bytes).expect("a field list");
+    let err = publisher
+        .publish_refresh("HUGE", list)
+        .expect_err("refused before sending");
+    let text = err.to_string();
+    assert!(
+        text.contains("\"HUGE\"") && text.contains("4194304"),
+        "{text}"
+    );
+    assert_eq!(publisher.item_count(), 0, "nothing kept for it");
+}

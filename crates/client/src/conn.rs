@@ -1,10 +1,12 @@
 //! One connection to a node: a non-blocking socket driven with poll(2), frame buffers
 //! both ways, the login handshake and heartbeats. Shared by Publisher and Subscriber.
 
+use crate::tls::{Stream, TlsStream};
 use crate::ClientError;
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_proto::frame::{FrameReader, FrameWriter};
 use tickwire_proto::{
@@ -31,6 +33,11 @@ pub struct ConnectOptions {
     /// may grow it to tens of MB: that much backlog can then wait in this host's kernel
     /// before the node sees the application as slow.
     pub receive_buffer_bytes: Option<usize>,
+    /// TLS (the node's `[tls]`): the configuration with the certificates to trust
+    /// ([`crate::tls::client_config_from_ca_file`]). The certificate is checked against
+    /// the host of `addr` (a name, or an IP address listed in the certificate). `None`:
+    /// plain TCP.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl ConnectOptions {
@@ -46,6 +53,7 @@ impl ConnectOptions {
             backoff_max: Duration::from_secs(5),
             slow_consumer: None,
             receive_buffer_bytes: None,
+            tls: None,
         }
     }
 }
@@ -62,7 +70,12 @@ pub struct Session {
 }
 
 pub(crate) struct Conn {
-    stream: TcpStream,
+    stream: Stream,
+    /// `host:port` as given (for errors).
+    addr: String,
+    /// Bytes have arrived on this connection (the first ones are checked for a TLS
+    /// answer to a plain client).
+    received_any: bool,
     pub reader: FrameReader,
     pub writer: FrameWriter,
     pub session: Session,
@@ -111,9 +124,17 @@ impl Conn {
         if let Some(bytes) = opts.receive_buffer_bytes {
             set_receive_buffer(&stream, bytes)?;
         }
+        let start = Instant::now();
+        let deadline = start + opts.connect_timeout;
+        let stream = match &opts.tls {
+            None => Stream::Plain(stream),
+            Some(cfg) => Stream::Tls(Box::new(handshake(stream, cfg, &opts.addr, deadline)?)),
+        };
         let now = Instant::now();
         let mut conn = Conn {
             stream,
+            addr: opts.addr.clone(),
+            received_any: false,
             reader: FrameReader::new(tickwire_proto::DEFAULT_MAX_FRAME),
             writer: FrameWriter::new(tickwire_proto::DEFAULT_MAX_FRAME),
             session: Session {
@@ -138,7 +159,6 @@ impl Conn {
             token: &opts.token,
             slow_consumer: opts.slow_consumer,
         }))?;
-        let deadline = now + opts.connect_timeout;
         conn.flush_until(deadline)?;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -206,18 +226,18 @@ impl Conn {
     }
 
     pub fn raw_fd(&self) -> std::os::fd::RawFd {
-        self.stream.as_raw_fd()
+        self.stream.tcp().as_raw_fd()
     }
 
     /// Waits up to `timeout` for the socket to be readable (and writes pending output
     /// when it is writable), then reads what is there.
     pub fn wait(&mut self, timeout: Duration) -> Result<Io, ClientError> {
         let mut events = libc::POLLIN;
-        if !self.writer.is_empty() {
+        if !self.writer.is_empty() || self.stream.has_pending() {
             events |= libc::POLLOUT;
         }
         let mut pfd = libc::pollfd {
-            fd: self.stream.as_raw_fd(),
+            fd: self.raw_fd(),
             events,
             revents: 0,
         };
@@ -251,7 +271,16 @@ impl Conn {
         let mut got = false;
         loop {
             let buf = self.reader.spare(64 * 1024);
-            match self.stream.read(buf) {
+            let read = self.stream.read(buf);
+            if let (Ok(n), false) = (&read, self.received_any) {
+                if *n > 0 {
+                    self.received_any = true;
+                    if let Some(e) = tls_answer(&self.stream, &buf[..*n], &self.addr) {
+                        return Err(e);
+                    }
+                }
+            }
+            match read {
                 Ok(0) if got => {
                     // Deliver what came before the end first.
                     self.peer_closed = true;
@@ -266,7 +295,10 @@ impl Conn {
                     self.reader.filled(n);
                     got = true;
                     self.last_rx = Instant::now();
-                    if n < 16 * 1024 {
+                    // A short read drained the socket. (Not so over TLS: a read
+                    // returns what one read of the socket decrypted, 16 KiB at most,
+                    // so it goes on until the socket is empty.)
+                    if n < 16 * 1024 && matches!(self.stream, Stream::Plain(_)) {
                         break;
                     }
                     if self.reader.buffered() > 4 * 1024 * 1024 {
@@ -283,6 +315,10 @@ impl Conn {
 
     /// Writes as much pending output as the socket takes now.
     pub fn flush_some(&mut self) -> Result<(), ClientError> {
+        // TLS records the socket did not take before go first.
+        self.stream
+            .flush_pending()
+            .map_err(|e| ClientError::Disconnected(e.to_string()))?;
         loop {
             let bytes = self.writer.sealed_bytes();
             if bytes.is_empty() {
@@ -305,13 +341,13 @@ impl Conn {
     /// Input that arrives meanwhile is read into the frame buffer (never dropped).
     pub fn flush_until(&mut self, deadline: Instant) -> Result<(), ClientError> {
         self.flush_some()?;
-        while !self.writer.is_empty() {
+        while !self.writer.is_empty() || self.stream.has_pending() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(ClientError::Timeout("writing to the node".into()));
             }
             let mut pfd = libc::pollfd {
-                fd: self.stream.as_raw_fd(),
+                fd: self.raw_fd(),
                 events: libc::POLLOUT | libc::POLLIN,
                 revents: 0,
             };
@@ -352,6 +388,87 @@ impl Conn {
         }
         Ok(())
     }
+}
+
+/// A plain client's first bytes from the node are a TLS record (an alert answering
+/// the login it took for a handshake): the node requires TLS on this port. No frame
+/// starts so (its length would be over 350 MB).
+fn tls_answer(stream: &Stream, first: &[u8], addr: &str) -> Option<ClientError> {
+    let tls_record = first.len() >= 2 && matches!(first[0], 0x15 | 0x16) && first[1] == 0x03;
+    (matches!(stream, Stream::Plain(_)) && tls_record).then(|| ClientError::Connect {
+        addr: addr.to_string(),
+        reason: "the node answered with TLS: it accepts TLS clients only on this port \
+                 (connect with --tls and --ca FILE)"
+            .into(),
+    })
+}
+
+/// The TLS handshake over a connected non-blocking socket, within `deadline`.
+fn handshake(
+    tcp: TcpStream,
+    cfg: &Arc<rustls::ClientConfig>,
+    addr: &str,
+    deadline: Instant,
+) -> Result<TlsStream, ClientError> {
+    let fail = |reason: String| ClientError::Connect {
+        addr: addr.to_string(),
+        reason,
+    };
+    let name = crate::tls::server_name(addr).map_err(&fail)?;
+    let mut tls =
+        rustls::ClientConnection::new(cfg.clone(), name).map_err(|e| fail(format!("TLS: {e}")))?;
+    tls.set_buffer_limit(Some(crate::tls::TLS_BUFFER));
+    let mut s = TlsStream { tcp, tls };
+    while s.tls.is_handshaking() {
+        s.flush_pending()
+            .map_err(|e| fail(format!("TLS handshake: {e}")))?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(fail("no TLS handshake from the node in time".into()));
+        }
+        let mut events = libc::POLLIN;
+        if s.tls.wants_write() {
+            events |= libc::POLLOUT;
+        }
+        let mut pfd = libc::pollfd {
+            fd: s.tcp.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e.into());
+        }
+        if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
+            continue;
+        }
+        match s.tls.read_tls(&mut s.tcp) {
+            Ok(0) => {
+                return Err(fail(
+                    "the node closed the connection during the TLS handshake \
+                     (does it speak TLS on this port?)"
+                        .into(),
+                ))
+            }
+            Ok(_) => {
+                if let Err(e) = s.process() {
+                    return Err(fail(format!("TLS handshake failed: {e}")));
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+            Err(e) => return Err(fail(format!("TLS handshake: {e}"))),
+        }
+    }
+    // The client's last handshake records (its Finished) go out with the login.
+    s.flush_pending()
+        .map_err(|e| fail(format!("TLS handshake: {e}")))?;
+    Ok(s)
 }
 
 /// Whether a connection-level status from the node ends the session for good.

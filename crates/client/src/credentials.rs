@@ -1,6 +1,6 @@
-//! The credential flags every connecting command shares: `--user NAME`, and the secret
-//! from `TICKWIRE_PASSWORD` or `--password-file FILE`, never from a flag of its own (a
-//! flag would show in `ps` and in shell history).
+//! The flags every connecting command shares: `--user NAME`, the secret from
+//! `TICKWIRE_PASSWORD` or `--password-file FILE` (never from a flag of its own: a flag
+//! would show in `ps` and in shell history), and TLS: `--tls --ca FILE`.
 
 use crate::ConnectOptions;
 use std::path::PathBuf;
@@ -18,17 +18,42 @@ pub struct Credentials {
     /// TICKWIRE_PASSWORD.
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
+    /// Connect with TLS (a node with a [tls] section accepts nothing else). Needs --ca:
+    /// the system's certificate store is not used.
+    #[arg(long, requires = "ca")]
+    pub tls: bool,
+    /// With --tls: PEM file of the certificate(s) to trust, the CA that signed the
+    /// node's certificate or the node's self-signed certificate itself. The node's
+    /// address must match the certificate: its host name, or its IP address as an IP
+    /// subject alternative name.
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub ca: Option<PathBuf>,
 }
 
 impl Credentials {
-    /// Puts the user and the secret into `opts`; an unreadable or empty password file
-    /// is an error that names it.
+    /// Puts the user, the secret and the TLS configuration into `opts`; an unreadable or
+    /// empty password file, or an unusable CA file, is an error that names it.
     pub fn apply(&self, opts: &mut ConnectOptions) -> Result<(), String> {
         if let Some(u) = &self.user {
             opts.user = u.clone();
         }
         opts.token = self.secret()?;
+        opts.tls = self.tls_config()?;
         Ok(())
+    }
+
+    /// The TLS client configuration (`--tls --ca FILE`), if TLS is asked for.
+    pub fn tls_config(&self) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, String> {
+        match (self.tls, &self.ca) {
+            (false, None) => Ok(None),
+            (true, Some(ca)) => crate::tls::client_config_from_ca_file(ca).map(Some),
+            (true, None) => Err(
+                "--tls needs --ca FILE: the certificate(s) to trust (the node's \
+                 CA or its self-signed certificate); the system's store is not used"
+                    .into(),
+            ),
+            (false, Some(_)) => Err("--ca is for TLS connections: add --tls".into()),
+        }
     }
 
     /// The secret: the password file's first line, else `TICKWIRE_PASSWORD`, else none.

@@ -13,12 +13,14 @@ mod credentials;
 mod events;
 mod publisher;
 mod subscriber;
+pub mod tls;
 
 pub use conn::{ConnectOptions, Session};
 #[cfg(feature = "clap")]
 pub use credentials::Credentials;
 pub use events::{Event, EventRef, Fields, ItemRef, OwnedState};
 pub use publisher::{ItemId, PublishError, Publisher, PublisherEvent, PublisherOptions};
+pub use rustls;
 pub use subscriber::{RequestOptions, StreamId, Subscriber};
 pub use tickwire_proto as proto;
 

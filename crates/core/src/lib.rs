@@ -222,6 +222,8 @@ pub struct Node {
     now: Instant,
     stats: Stats,
     shutting_down: bool,
+    /// Largest image cached (`tickwire_proto::max_image_bytes` of the output bound).
+    max_image: usize,
     /// Connections that have not logged in yet.
     awaiting_login: usize,
     /// Secrets to check off the event loop.
@@ -241,6 +243,7 @@ fn closed(code: u16, text: &str) -> State<'_> {
 
 impl Node {
     pub fn new(cfg: CoreConfig, now: Instant) -> Self {
+        let max_image = tickwire_proto::max_image_bytes(cfg.limits.max_output_bytes);
         Node {
             cfg,
             conns: Vec::new(),
@@ -256,6 +259,7 @@ impl Node {
             now,
             stats: Stats::default(),
             shutting_down: false,
+            max_image,
             awaiting_login: 0,
             auth_requests: Vec::new(),
             next_ticket: 0,
@@ -1529,6 +1533,10 @@ impl Node {
         }
         if cache {
             item.image.apply(r.fields);
+            if item.image.encoded_len() > self.max_image {
+                self.refuse_large_image(conn, h);
+                return;
+            }
         }
         item.seq = r.seq;
         item.data_state = r.state.data;
@@ -1644,6 +1652,30 @@ impl Node {
         self.check_overflow(sub.conn);
     }
 
+    /// An image grew past what a subscriber's queue can ever hold: no subscriber could
+    /// receive it (each would be dropped as a slow consumer, again and again). The item
+    /// is closed to its streams with the reason and the publisher told to stop (Close
+    /// on its stream); the publisher library refuses such an image before sending it.
+    #[cold]
+    fn refuse_large_image(&mut self, conn: ConnId, h: ItemHandle) {
+        let Some(item) = self.items.get(h) else {
+            return;
+        };
+        let text = format!(
+            "image of {}/{} is {} bytes: the node caches at most {} (half of limits.max_output_bytes)",
+            self.services[item.service].name,
+            item.name,
+            item.image.encoded_len(),
+            self.max_image
+        );
+        let sid = item.publisher.filter(|(c, _)| *c == conn).map(|(_, s)| s);
+        warn!("{text}: item closed");
+        self.close_item(h, closed(code::TOO_LARGE, &text));
+        if let Some(sid) = sid {
+            self.send(conn, &Message::Close { stream_id: sid });
+        }
+    }
+
     /// Cache off: forwards a publisher's refresh part to one stream (filtered by its view).
     fn write_passthrough_refresh(&mut self, h: ItemHandle, sub: &SubEntry, r: &Refresh<'_>) {
         if r.clear_cache {
@@ -1751,11 +1783,16 @@ impl Node {
             stats,
             now,
             scratch,
+            max_image,
             ..
         } = self;
         let Some(item) = items.get_mut(h) else { return };
         if cfg.cache {
             item.image.apply(u.fields);
+            if item.image.encoded_len() > *max_image {
+                self.refuse_large_image(conn, h);
+                return;
+            }
         }
         item.seq = u.seq;
         let data_state = item.data_state;

@@ -99,6 +99,24 @@ pub struct NodeConfig {
     pub slow_consumer: SlowConsumerSection,
     pub websocket: WebSocketSection,
     pub security: SecuritySection,
+    pub tls: TlsSection,
+}
+
+/// `[tls]`: when both are set, the node's TCP port and its WebSocket/HTTP port speak
+/// TLS only (docs/OPERATIONS.md, "Security").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSection {
+    /// PEM file of the certificate chain (the node's certificate first).
+    pub cert: String,
+    /// PEM file of the certificate's private key.
+    pub key: String,
+}
+
+impl TlsSection {
+    pub fn enabled(&self) -> bool {
+        !self.cert.is_empty() || !self.key.is_empty()
+    }
 }
 
 /// The WebSocket JSON API (`tr_json2`), docs/OPERATIONS.md.
@@ -450,6 +468,29 @@ impl NodeConfig {
                 });
             }
         }
+        match (self.tls.cert.is_empty(), self.tls.key.is_empty()) {
+            (false, true) => {
+                return Err(ConfigError::Invalid {
+                    key: "tls.key",
+                    value: "\"\"".into(),
+                    reason: format!(
+                    "tls.cert is set ({:?}): TLS needs both the certificate and its private key",
+                    self.tls.cert
+                ),
+                })
+            }
+            (true, false) => {
+                return Err(ConfigError::Invalid {
+                    key: "tls.cert",
+                    value: "\"\"".into(),
+                    reason: format!(
+                        "tls.key is set ({:?}): TLS needs both the certificate and its private key",
+                        self.tls.key
+                    ),
+                })
+            }
+            _ => {}
+        }
         let ncpu = available_cpus();
         for &c in &self.node.cpus {
             check(
@@ -486,6 +527,21 @@ impl NodeConfig {
                 key: "security.users_file",
                 value: path.clone(),
                 reason: e.to_string(),
+            })
+    }
+
+    /// The TLS server configuration, if `[tls]` is set: the files are read and checked
+    /// (errors name the key, the file and the reason).
+    pub fn load_tls(&self) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, ConfigError> {
+        if !self.tls.enabled() {
+            return Ok(None);
+        }
+        crate::tls::server_config(&self.tls.cert, &self.tls.key)
+            .map(Some)
+            .map_err(|e| ConfigError::Invalid {
+                key: e.key,
+                value: format!("{:?}", e.file),
+                reason: e.reason,
             })
     }
 

@@ -9,9 +9,12 @@ mod auth;
 pub mod config;
 mod node_item;
 mod server;
+pub mod tls;
 mod ws;
 
-pub use config::{CacheMode, ConfigError, NodeConfig, SlowPolicy, WaitStrategy, WebSocketSection};
+pub use config::{
+    CacheMode, ConfigError, NodeConfig, SlowPolicy, TlsSection, WaitStrategy, WebSocketSection,
+};
 pub use node_item::{NODE_ITEM, NODE_SERVICE};
 pub use server::{NodeServer, RunningNode, ShutdownHandle};
 pub use tickwire_core::Stats;

@@ -8,11 +8,12 @@
 //! blocks on a peer.
 
 use crate::config::{NodeConfig, WaitStrategy};
+use crate::tls::Transport;
 use crate::ws::WsConn;
-use log::{error, info, warn};
+use log::{debug, error, info, warn};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, Write};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +34,8 @@ const READ_SHARE: usize = 256 * 1024;
 const KEEP_BUFFER: usize = 64 * 1024;
 
 struct Socket {
-    stream: TcpStream,
+    /// The socket, plain or TLS (`[tls]`): every read and write goes through it.
+    transport: Transport,
     reader: FrameReader,
     /// Peer closed its side or failed; close once the core has been told.
     dead: bool,
@@ -105,6 +107,8 @@ pub struct NodeServer {
     shutdown: ShutdownHandle,
     accept_trouble: AcceptTrouble,
     users: Option<Arc<tickwire_core::Users>>,
+    /// `[tls]`: both ports speak TLS only.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Accepting failed for want of resources (file descriptors, memory). Epoll is
@@ -240,6 +244,20 @@ impl NodeServer {
             None => (None, None),
         };
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let tls = cfg
+            .load_tls()
+            .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
+        if tls.is_some() {
+            info!(
+                "TLS on (certificate {}): {} TLS clients only",
+                cfg.tls.cert,
+                if ws_addr.is_some() {
+                    "the node's port and the WebSocket port accept"
+                } else {
+                    "the node's port accepts"
+                }
+            );
+        }
         let users = cfg
             .load_users()
             .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
@@ -270,6 +288,7 @@ impl NodeServer {
             },
             accept_trouble: AcceptTrouble::default(),
             users,
+            tls,
         })
     }
 
@@ -280,6 +299,11 @@ impl NodeServer {
     /// Where the WebSocket API listens, if it is on.
     pub fn ws_addr(&self) -> Option<SocketAddr> {
         self.ws_addr
+    }
+
+    /// Whether both ports speak TLS (`[tls]`).
+    pub fn tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     pub fn shutdown_handle(&self) -> ShutdownHandle {
@@ -508,19 +532,19 @@ impl NodeServer {
                 if let Some(s) = sock.filter(|s| !s.dead) {
                     if now < deadline {
                         let ws_pending = s.ws.as_ref().is_some_and(|w| !w.out.is_empty());
-                        if core.pending_output(id) > 0 || ws_pending {
+                        if core.pending_output(id) > 0 || ws_pending || s.transport.has_pending() {
                             return true;
                         }
                         if !s.fin_sent {
-                            let _ = s.stream.shutdown(std::net::Shutdown::Write);
+                            s.transport.shutdown_write();
                             s.fin_sent = true;
                         }
                         return true;
                     }
                 }
                 if let Some(mut s) = sockets.get_mut(id).and_then(|s| s.take()) {
-                    let _ = self.poll.registry().deregister(&mut s.stream);
-                    let _ = s.stream.shutdown(std::net::Shutdown::Both);
+                    let _ = self.poll.registry().deregister(s.transport.tcp_mut());
+                    let _ = s.transport.tcp().shutdown(std::net::Shutdown::Both);
                 }
                 core.on_disconnect(id, now);
                 false
@@ -529,7 +553,7 @@ impl NodeServer {
             for id in dead.drain(..) {
                 lingering.retain(|&(l, _)| l != id);
                 if let Some(mut s) = sockets.get_mut(id).and_then(|s| s.take()) {
-                    let _ = self.poll.registry().deregister(&mut s.stream);
+                    let _ = self.poll.registry().deregister(s.transport.tcp_mut());
                     core.on_disconnect(id, now);
                 }
             }
@@ -658,12 +682,12 @@ impl NodeServer {
             if pending >= max_pending {
                 let text =
                     format!("too many connections waiting to log in: {max_pending} (limits.max_pending_logins)");
-                refuse(&mut stream, &text);
+                refuse(&mut stream, &text, self.tls.is_some());
                 continue;
             }
             if core.connection_count() - pending >= max_conns {
                 let text = format!("connection limit reached: {max_conns} connections");
-                refuse(&mut stream, &text);
+                refuse(&mut stream, &text, self.tls.is_some());
                 continue;
             }
             let _ = stream.set_nodelay(true);
@@ -680,11 +704,19 @@ impl NodeServer {
                 core.on_disconnect(id, now);
                 continue;
             }
+            let transport = match Transport::new(stream, peer, self.tls.as_ref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    warn!("cannot start TLS with {peer}: {e}");
+                    core.on_disconnect(id, now);
+                    continue;
+                }
+            };
             if sockets.len() <= id {
                 sockets.resize_with(id + 1, || None);
             }
             sockets[id] = Some(Socket {
-                stream,
+                transport,
                 reader: FrameReader::new(max_frame),
                 dead: false,
                 fin_sent: false,
@@ -723,7 +755,14 @@ fn set_send_buffer(stream: &TcpStream, bytes: usize) {
 }
 
 /// Tells a connection over a limit why it is refused (best effort) and drops it.
-fn refuse(stream: &mut TcpStream, text: &str) {
+/// With TLS the status cannot be sent before a handshake the node will not spend on a
+/// connection it refuses: the client sees the connection closed; the node logs why.
+fn refuse(stream: &mut TcpStream, text: &str, tls: bool) {
+    if tls {
+        debug!("connection refused before the TLS handshake: {text}");
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        return;
+    }
     let mut w = FrameWriter::new(tickwire_proto::frame::MIN_MAX_FRAME);
     let _ = w.push(&Message::Status(Status {
         stream_id: 0,
@@ -757,7 +796,8 @@ fn read_some(
     if let Some(w) = sock.ws.as_mut() {
         let mut bytes = Vec::new();
         // A read error ends the connection like a close.
-        let closed = crate::ws::read_into(&mut sock.stream, &mut bytes, READ_SHARE).unwrap_or(true);
+        let closed =
+            crate::ws::read_into(&mut sock.transport, &mut bytes, READ_SHARE).unwrap_or(true);
         if !bytes.is_empty() {
             // What a peer sends after its connection started closing does not keep
             // it alive.
@@ -765,11 +805,12 @@ fn read_some(
                 core.on_bytes_received(id, now);
             }
             let peer = sock
-                .stream
+                .transport
+                .tcp()
                 .peer_addr()
                 .map_or_else(|_| "?".to_string(), |a| a.to_string());
             w.on_bytes(&bytes, ws_cfg, core, id, now, &peer);
-            if w.write(&mut sock.stream).is_err() {
+            if w.write(&mut sock.transport).is_err() {
                 sock.dead = true;
                 dead.push(id);
                 return false;
@@ -787,7 +828,7 @@ fn read_some(
         let want = sock.read_size;
         let buf = sock.reader.spare(want);
         let full = buf.len();
-        match sock.stream.read(buf) {
+        match sock.transport.read(buf) {
             Ok(0) => {
                 sock.dead = true;
                 dead.push(id);
@@ -849,10 +890,20 @@ fn flush(
     let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
         return;
     };
+    // TLS records the socket did not take earlier (handshake, data rustls accepted, a
+    // close_notify) go first, even when the core has nothing for this connection:
+    // epoll is edge-triggered, this writable event is the only one.
+    if sock.transport.flush_pending().is_err() {
+        if !sock.dead {
+            sock.dead = true;
+            dead.push(id);
+        }
+        return;
+    }
     if let Some(w) = sock.ws.as_mut() {
         for _ in 0..16 {
             w.pull_from_core(core, id, ws_cache);
-            if w.write(&mut sock.stream).is_err() {
+            if w.write(&mut sock.transport).is_err() {
                 sock.dead = true;
                 dead.push(id);
                 return;
@@ -863,7 +914,7 @@ fn flush(
         }
         if w.close_after_flush && w.out.is_empty() && !sock.fin_sent {
             // The peer closes in turn (read 0), which ends the connection.
-            let _ = sock.stream.shutdown(std::net::Shutdown::Write);
+            sock.transport.shutdown_write();
             sock.fin_sent = true;
         }
         return;
@@ -880,7 +931,7 @@ fn flush(
             }
             return;
         }
-        match sock.stream.write(bytes) {
+        match sock.transport.write(bytes) {
             Ok(0) => {
                 sock.dead = true;
                 dead.push(id);

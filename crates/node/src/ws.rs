@@ -11,9 +11,9 @@
 //! bounded too: a client that keeps sending while it leaves more than [`out_limit`]
 //! bytes unread is sent a close frame (1008) saying so, logged, and not answered again.
 
+use crate::tls::Transport;
 use log::{debug, info, warn};
-use mio::net::TcpStream;
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::Instant;
 use tickwire_core::{ConnId, Node};
@@ -342,7 +342,7 @@ impl WsConn {
     /// written after `close_after_flush`, shuts down the write side: the peer reads
     /// EOF at once. (Waiting for a later writable event left an HTTP answer's
     /// connection open until the heartbeat timeout, as an idle socket gets none.)
-    pub fn write(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
+    pub fn write(&mut self, stream: &mut Transport) -> std::io::Result<()> {
         while !self.out.is_empty() {
             match stream.write(&self.out) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
@@ -355,8 +355,9 @@ impl WsConn {
             }
         }
         if self.close_after_flush && !self.fin_sent {
-            // The peer closes in turn (read 0), which ends the connection.
-            let _ = stream.shutdown(std::net::Shutdown::Write);
+            // The peer closes in turn (read 0), which ends the connection. (TLS: after
+            // a close_notify, once the socket has taken it.)
+            stream.shutdown_write();
             self.fin_sent = true;
         }
         Ok(())
@@ -379,7 +380,7 @@ impl Default for WsConn {
 }
 
 /// Reads what the socket holds (up to `limit` bytes). Ok(true) if the peer closed.
-pub fn read_into(stream: &mut TcpStream, buf: &mut Vec<u8>, limit: usize) -> std::io::Result<bool> {
+pub fn read_into(stream: &mut Transport, buf: &mut Vec<u8>, limit: usize) -> std::io::Result<bool> {
     let mut chunk = [0u8; 16 * 1024];
     while buf.len() < limit {
         match stream.read(&mut chunk) {
@@ -396,6 +397,8 @@ pub fn read_into(stream: &mut TcpStream, buf: &mut Vec<u8>, limit: usize) -> std
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mio::net::TcpStream;
+    use std::io::Read;
     use std::time::Duration;
     use tickwire_core::CoreConfig;
 
@@ -508,7 +511,7 @@ mod tests {
     }
 
     /// A loopback pair: the node's side (non-blocking, mio) and the client's.
-    fn pair() -> (TcpStream, std::net::TcpStream) {
+    fn pair() -> (Transport, std::net::TcpStream) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (server, _) = l.accept().unwrap();
@@ -516,7 +519,7 @@ mod tests {
         client
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
-        (TcpStream::from_std(server), client)
+        (Transport::Plain(TcpStream::from_std(server)), client)
     }
 
     /// What the client reads until EOF; panics if EOF does not come within the read

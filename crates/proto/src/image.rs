@@ -3,40 +3,117 @@
 //! Used by the node's last-value cache and by the client library's publisher. Applying an
 //! update overwrites fields in place when the encoded length is unchanged (the common case
 //! for prices and sizes) and never decodes values, so the cache does no allocation per
-//! update once an item's image has reached its size. An image is one heap block.
+//! update once an item's image has reached its size. An image is one heap block, plus an
+//! index once it is large.
 
 use crate::field::{FieldList, FieldListWriter, Value};
+use std::collections::BTreeMap;
 
 /// In an entry header, a length byte with this value is followed by the length as 4
 /// bytes (little-endian); any smaller value is the length itself.
-const LONG_LEN: u8 = u8::MAX;
+const LONG_LEN: u8 = 254;
 
-/// One heap block holding every field of an item, in first-seen order.
+/// A length byte with this value marks a dead entry (the old place of a field that
+/// moved); its first byte then holds the entry's original length byte, so it can still
+/// be stepped over.
+const DEAD: u8 = u8::MAX;
+
+/// An image with more fields than this, or more bytes than [`INDEX_MIN_BYTES`], keeps an
+/// index. Up to it the walk from a cursor keeps first-seen order and needs no second
+/// block; crates/proto/benches/image.rs (10-field updates into n-field images, ns per
+/// field, walk vs index): in image order 7 vs 13 at 32 fields, 13 vs 11 at 48, 14 vs 13
+/// at 64, 23 vs 16 at 128; shuffled, the walk loses from 32 fields (28 vs 11) and is 4x
+/// slower at 64. Above 64 the walk's O(fields) per field no longer pays.
+const INDEX_MIN_FIELDS: u32 = 64;
+
+/// An image larger than this keeps an index too: without one, a length change moves
+/// the tail of the image, and a few fields of long strings make that O(bytes) per field.
+const INDEX_MIN_BYTES: usize = 16 * 1024;
+
+/// Heap bytes per field of an [`Index`] (an estimate for [`FieldImage::heap_bytes`]:
+/// B-tree leaves of 11 (i16, usize) pairs, about 2/3 full, and their parents).
+const INDEX_BYTES_PER_FIELD: usize = 20;
+
+/// One heap block holding every field of an item.
 ///
 /// Each field is an entry: `fid` (2 bytes, native order), the length `n` of its encoded
-/// value (1 byte if below 255, else the byte 255 then 4 bytes), then its `n` bytes of
-/// encoded tag+value. Fields are found by walking the entries; [`FieldImage::apply`]
-/// starts each search where the previous field was found, so an update whose fields come
-/// in image order (the usual case) is merged in one pass over about 150 contiguous bytes.
+/// value (1 byte if below 254, else the byte 254 then 4 bytes), then its `n` bytes of
+/// encoded tag+value.
+///
+/// A small image (up to [`INDEX_MIN_FIELDS`] fields and [`INDEX_MIN_BYTES`] bytes, the
+/// common case) has no index and keeps fields in first-seen order: fields are found by
+/// walking the entries, and [`FieldImage::apply`] starts each search where the previous
+/// field was found, so an update whose fields come in image order (the usual case) is
+/// merged in one pass over about 150 contiguous bytes; a length change moves the entries
+/// after the field.
+///
+/// A larger image keeps an index (fid -> offset) and never moves the tail: a field whose
+/// length changes is appended and its old entry marked dead (so it goes last in the
+/// image's order), and the entries are compacted in place when dead bytes exceed live
+/// ones. Every field of an update then costs O(log n) plus amortised O(its bytes),
+/// whatever the order, lengths or repetitions a publisher sends.
 #[derive(Debug, Clone, Default)]
 pub struct FieldImage {
     data: Vec<u8>,
-    /// Number of fields (entries in `data`).
+    /// Number of fields (live entries in `data`).
     count: u32,
+    /// `None` while the image is small. Boxed: most images are small, and the node keeps
+    /// one per item.
+    index: Option<Box<Index>>,
 }
 
-/// The entry at `pos`: its field id and where its encoded value starts and ends.
+/// Where each field of a large image is.
+#[derive(Debug, Clone, Default)]
+struct Index {
+    /// fid -> offset of its live entry. A B-tree rather than a hash map: field ids are
+    /// chosen by the publisher, and a fixed hash over 65,536 possible keys can be made to
+    /// collide (then every lookup of a repeated field walks the collisions); the tree is
+    /// O(log n) for any ids.
+    at: BTreeMap<i16, usize>,
+    /// Bytes of dead entries in `data`.
+    dead: usize,
+}
+
+/// The entry at `pos`, whose length byte is `n`: where its encoded value starts and ends.
+#[inline(always)]
+fn span(data: &[u8], pos: usize, n: u8) -> (usize, usize) {
+    if n < LONG_LEN {
+        (pos + 3, pos + 3 + n as usize)
+    } else {
+        let b = &data[pos + 3..pos + 7];
+        let n = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        (pos + 7, pos + 7 + n)
+    }
+}
+
+/// The live entry at `pos`: its field id and where its encoded value starts and ends.
 #[inline(always)]
 fn entry(data: &[u8], pos: usize) -> (i16, usize, usize) {
     let fid = i16::from_ne_bytes([data[pos], data[pos + 1]]);
     let n = data[pos + 2];
-    if n != LONG_LEN {
-        (fid, pos + 3, pos + 3 + n as usize)
+    debug_assert_ne!(n, DEAD, "entry at {pos} is dead");
+    let (start, end) = span(data, pos, n);
+    (fid, start, end)
+}
+
+/// The entry at `pos`, live or dead: its field id (`None` if dead) and where its value
+/// starts and ends.
+#[inline(always)]
+fn any_entry(data: &[u8], pos: usize) -> (Option<i16>, usize, usize) {
+    if data[pos + 2] != DEAD {
+        let (fid, start, end) = entry(data, pos);
+        (Some(fid), start, end)
     } else {
-        let b = &data[pos + 3..pos + 7];
-        let n = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
-        (fid, pos + 7, pos + 7 + n)
+        let (start, end) = span(data, pos, data[pos]);
+        (None, start, end)
     }
+}
+
+/// Marks the live entry at `pos` dead (keeping its length readable).
+#[inline]
+fn kill(data: &mut [u8], pos: usize) {
+    data[pos] = data[pos + 2];
+    data[pos + 2] = DEAD;
 }
 
 /// `dst.copy_from_slice(src)` without a call to `memcpy` for the few bytes of a typical
@@ -73,6 +150,82 @@ fn header(fid: i16, len: usize, hdr: &mut [u8; 7]) -> usize {
     }
 }
 
+/// Appends an entry.
+#[inline]
+fn push_entry(data: &mut Vec<u8>, fid: i16, encoded: &[u8]) {
+    let mut hdr = [0u8; 7];
+    let h = header(fid, encoded.len(), &mut hdr);
+    data.extend_from_slice(&hdr[..h]);
+    data.extend_from_slice(encoded);
+}
+
+// Work done by the image (entries visited, index lookups, bytes moved), counted in
+// tests only so they can check the cost of an update structurally rather than with a
+// clock.
+#[cfg(test)]
+thread_local! {
+    static WORK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+#[inline(always)]
+fn tally(_n: usize) {
+    #[cfg(test)]
+    WORK.with(|w| w.set(w.get() + _n as u64));
+}
+
+/// Sets a field of an indexed image.
+fn set_indexed(data: &mut Vec<u8>, count: &mut u32, index: &mut Index, fid: i16, encoded: &[u8]) {
+    tally(1);
+    let Some(at) = index.at.get_mut(&fid) else {
+        index.at.insert(fid, data.len());
+        push_entry(data, fid, encoded);
+        *count += 1;
+        return;
+    };
+    let pos = *at;
+    let (_, start, end) = entry(data, pos);
+    if end - start == encoded.len() {
+        copy_short(&mut data[start..end], encoded);
+        return;
+    }
+    if end == data.len() {
+        // The last entry: rewrite it where it is.
+        data.truncate(pos);
+    } else {
+        // Moving the tail would cost O(image) per field: leave the old entry dead and
+        // append the new one.
+        kill(data, pos);
+        index.dead += end - pos;
+        *at = data.len();
+    }
+    push_entry(data, fid, encoded);
+    if index.dead > data.len() - index.dead {
+        compact(data, index);
+    }
+}
+
+/// Drops the dead entries, moving the live ones down in order (in place: no
+/// allocation). Runs when dead bytes exceed live ones, so its O(image) cost is paid for
+/// by the bytes the updates that killed those entries wrote.
+fn compact(data: &mut Vec<u8>, index: &mut Index) {
+    tally(data.len());
+    let (mut read, mut write) = (0, 0);
+    while read < data.len() {
+        let (fid, _, end) = any_entry(data, read);
+        if let Some(fid) = fid {
+            if write != read {
+                data.copy_within(read..end, write);
+                tally(1);
+                *index.at.get_mut(&fid).expect("a live entry is indexed") = write;
+            }
+            write += end - read;
+        }
+        read = end;
+    }
+    data.truncate(write);
+    index.dead = 0;
+}
+
 impl FieldImage {
     pub fn new() -> Self {
         Self::default()
@@ -81,6 +234,7 @@ impl FieldImage {
     pub fn clear(&mut self) {
         self.data.clear();
         self.count = 0;
+        self.index = None;
     }
 
     pub fn len(&self) -> usize {
@@ -91,9 +245,20 @@ impl FieldImage {
         self.count == 0
     }
 
-    /// Bytes of memory held (for the memory accounting in docs/BENCHMARKS.md).
+    /// Bytes of the image's live entries: about the size of its encoded field list
+    /// (what a refresh of it carries), whatever dead entries a large image holds.
+    #[inline]
+    pub fn encoded_len(&self) -> usize {
+        self.data.len() - self.index.as_ref().map_or(0, |i| i.dead)
+    }
+
+    /// Bytes of memory held (for the memory accounting in docs/BENCHMARKS.md); the index
+    /// of a large image is estimated.
     pub fn heap_bytes(&self) -> usize {
         self.data.capacity()
+            + self.index.as_ref().map_or(0, |_| {
+                std::mem::size_of::<Index>() + self.len() * INDEX_BYTES_PER_FIELD
+            })
     }
 
     /// Starts loading the image's memory into the CPU cache (a hint; see
@@ -115,25 +280,54 @@ impl FieldImage {
 
     /// Merges a field list: each field replaces the field of the same id or is appended.
     pub fn apply(&mut self, fields: FieldList<'_>) {
+        // Whether the image stays small whatever the list holds (the hot path): then the
+        // walk runs with no threshold check per field. An entry is at most 5 bytes longer
+        // than its field in the list.
+        let n = fields.len();
+        let most = self.data.len() + fields.as_bytes().len() + 5 * n;
+        let small = self.index.is_none()
+            && self.count as usize + n <= INDEX_MIN_FIELDS as usize
+            && most <= INDEX_MIN_BYTES;
+        // One loop over the list, so the field iterator is inlined into it (with a loop
+        // per case it is not, which costs ~30% on small images).
         let mut cursor = 0;
         for (fid, encoded) in fields.raw_iter() {
-            cursor = self.set_from(cursor, fid, encoded);
+            cursor = if small {
+                self.set_from::<false>(cursor, fid, encoded)
+            } else {
+                self.set_growing(cursor, fid, encoded)
+            };
+        }
+    }
+
+    /// Sets a field of an image that is or may become large: by the walk from `cursor`
+    /// (building the index if the image outgrows it), or by the index. Returns the next
+    /// cursor.
+    #[inline(never)]
+    fn set_growing(&mut self, cursor: usize, fid: i16, encoded: &[u8]) -> usize {
+        match self.index.as_deref_mut() {
+            Some(index) => {
+                set_indexed(&mut self.data, &mut self.count, index, fid, encoded);
+                0
+            }
+            None => self.set_from::<true>(cursor, fid, encoded),
         }
     }
 
     /// Sets one field from its encoded tag+value bytes.
     pub fn set_raw(&mut self, fid: i16, encoded: &[u8]) {
-        self.set_from(0, fid, encoded);
+        self.set_growing(0, fid, encoded);
     }
 
-    /// The entry of `fid`, searched from the entry at `from` to the end, then from the
-    /// start up to `from`.
+    /// The entry of `fid` in a small image, searched from the entry at `from` to the end,
+    /// then from the start up to `from`.
     #[inline(always)]
     fn find_from(&self, fid: i16, from: usize) -> Option<usize> {
         let data = &self.data[..];
         let mut pos = from;
         while pos < data.len() {
             let (f, _, end) = entry(data, pos);
+            tally(1);
             if f == fid {
                 return Some(pos);
             }
@@ -142,6 +336,7 @@ impl FieldImage {
         pos = 0;
         while pos < from {
             let (f, _, end) = entry(data, pos);
+            tally(1);
             if f == fid {
                 return Some(pos);
             }
@@ -150,16 +345,17 @@ impl FieldImage {
         None
     }
 
-    /// Sets a field, searching from the entry at `from`; returns where the entry after
-    /// it starts.
+    /// Sets a field of a small image, searching from the entry at `from`; returns where
+    /// the entry after it starts. With `GROW`, builds the index when the image outgrows
+    /// the walk; without, the caller knows it cannot.
     #[inline(always)]
-    fn set_from(&mut self, from: usize, fid: i16, encoded: &[u8]) -> usize {
+    fn set_from<const GROW: bool>(&mut self, from: usize, fid: i16, encoded: &[u8]) -> usize {
         let Some(pos) = self.find_from(fid, from) else {
-            let mut hdr = [0u8; 7];
-            let h = header(fid, encoded.len(), &mut hdr);
-            self.data.extend_from_slice(&hdr[..h]);
-            self.data.extend_from_slice(encoded);
+            push_entry(&mut self.data, fid, encoded);
             self.count += 1;
+            if GROW && (self.count > INDEX_MIN_FIELDS || self.data.len() > INDEX_MIN_BYTES) {
+                self.build_index();
+            }
             return self.data.len();
         };
         let (_, start, end) = entry(&self.data, pos);
@@ -168,11 +364,13 @@ impl FieldImage {
             copy_short(&mut self.data[start..end], encoded);
             return end;
         }
-        // A new length: move the entries after it, then write header and value.
+        // A new length: move the entries after it (at most INDEX_MIN_BYTES), then write
+        // header and value.
         let mut hdr = [0u8; 7];
         let h = header(fid, encoded.len(), &mut hdr);
         let new_end = pos + h + encoded.len();
         let len = self.data.len();
+        tally(len - end);
         if new_end > end {
             self.data.resize(len + (new_end - end), 0);
             self.data.copy_within(end..len, new_end);
@@ -182,7 +380,24 @@ impl FieldImage {
         }
         self.data[pos..pos + h].copy_from_slice(&hdr[..h]);
         self.data[pos + h..new_end].copy_from_slice(encoded);
+        if GROW && self.data.len() > INDEX_MIN_BYTES {
+            self.build_index();
+        }
         new_end
+    }
+
+    /// Indexes a small image (which has no dead entries).
+    #[cold]
+    fn build_index(&mut self) {
+        let mut index = Index::default();
+        let mut pos = 0;
+        while pos < self.data.len() {
+            let (fid, _, end) = entry(&self.data, pos);
+            tally(1);
+            index.at.insert(fid, pos);
+            pos = end;
+        }
+        self.index = Some(Box::new(index));
     }
 
     /// Sets one field from a value.
@@ -194,31 +409,59 @@ impl FieldImage {
 
     /// The encoded tag+value of a field.
     pub fn get_raw(&self, fid: i16) -> Option<&[u8]> {
-        let pos = self.find_from(fid, 0)?;
+        let pos = match &self.index {
+            Some(index) => *index.at.get(&fid)?,
+            None => self.find_from(fid, 0)?,
+        };
         let (_, start, end) = entry(&self.data, pos);
         Some(&self.data[start..end])
     }
 
-    /// Every field in image order: (fid, encoded tag+value).
+    /// Every field in image order: (fid, encoded tag+value). That is first-seen order
+    /// for a small image; in a large one a field whose length changed comes after the
+    /// others.
     fn fields(&self) -> impl Iterator<Item = (i16, &[u8])> + '_ {
         let data = &self.data[..];
         let mut pos = 0;
-        std::iter::from_fn(move || {
+        std::iter::from_fn(move || loop {
             if pos >= data.len() {
                 return None;
             }
-            let (fid, start, end) = entry(data, pos);
+            let (fid, start, end) = any_entry(data, pos);
             pos = end;
-            Some((fid, &data[start..end]))
+            if let Some(fid) = fid {
+                return Some((fid, &data[start..end]));
+            }
         })
     }
 
     /// Writes every field (or only those in `view`, in image order) as a field list.
+    ///
+    /// `view` must be sorted in ascending order (duplicates are harmless), as the node
+    /// keeps its streams' views: each field is then looked up by binary search, so a
+    /// large view costs O(log m) per field. An unsorted view fails a debug assertion; in
+    /// a release build it is still honoured, with a linear search per field.
     pub fn write(&self, out: &mut Vec<u8>, view: Option<&[i16]>) -> u16 {
         let mut w = FieldListWriter::new(out);
-        for (fid, encoded) in self.fields() {
-            if view.is_none_or(|v| v.contains(&fid)) {
-                w.push_raw(fid, encoded);
+        match view {
+            None => {
+                for (fid, encoded) in self.fields() {
+                    w.push_raw(fid, encoded);
+                }
+            }
+            Some(view) => {
+                let sorted = view.windows(2).all(|p| p[0] <= p[1]);
+                debug_assert!(sorted, "FieldImage::write: view {view:?} is not sorted");
+                for (fid, encoded) in self.fields() {
+                    let wanted = if sorted {
+                        view.binary_search(&fid).is_ok()
+                    } else {
+                        view.contains(&fid)
+                    };
+                    if wanted {
+                        w.push_raw(fid, encoded);
+                    }
+                }
             }
         }
         w.finish()
@@ -227,7 +470,8 @@ impl FieldImage {
     /// The image as an encoded field list in a new vector.
     pub fn to_field_list_bytes(&self) -> Vec<u8> {
         // Entry headers are at least as long as the field ids they become.
-        let mut out = Vec::with_capacity(self.data.len() + 2);
+        let dead = self.index.as_ref().map_or(0, |i| i.dead);
+        let mut out = Vec::with_capacity(self.data.len() - dead + 2);
         self.write(&mut out, None);
         out
     }
@@ -237,6 +481,8 @@ impl FieldImage {
 mod tests {
     use super::*;
     use crate::field::{encode_field_list, Real};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn apply_replaces_and_appends() {
@@ -267,7 +513,7 @@ mod tests {
             ]
         );
         let mut viewed = Vec::new();
-        img.write(&mut viewed, Some(&[30, 22]));
+        img.write(&mut viewed, Some(&[22, 30]));
         let got: Vec<_> = FieldList::decode(&viewed)
             .unwrap()
             .iter()
@@ -308,8 +554,24 @@ mod tests {
             }
             assert_eq!(img.len(), model.len());
             let out = img.to_field_list_bytes();
-            let expected = encode_field_list(model.iter().map(|(f, v)| (*f, Value::Utf8(v))));
-            assert_eq!(out, expected, "round {round}");
+            if img.index.is_none() {
+                let expected = encode_field_list(model.iter().map(|(f, v)| (*f, Value::Utf8(v))));
+                assert_eq!(out, expected, "round {round}");
+            } else {
+                // Past INDEX_MIN_BYTES a field whose length changed goes last.
+                let mut got: Vec<(i16, String)> = FieldList::decode(&out)
+                    .unwrap()
+                    .iter()
+                    .map(|(f, v)| match v {
+                        Value::Utf8(s) => (f, s.to_string()),
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                got.sort();
+                let mut expected = model.clone();
+                expected.sort();
+                assert_eq!(got, expected, "round {round}");
+            }
             for (f, v) in &model {
                 let mut enc = Vec::new();
                 Value::Utf8(v).encode(&mut enc);
@@ -320,6 +582,264 @@ mod tests {
         img.clear();
         assert!(img.is_empty());
         assert_eq!(img.to_field_list_bytes(), vec![0, 0]);
+    }
+
+    fn work() -> u64 {
+        WORK.with(|w| w.get())
+    }
+
+    fn fid_at(i: usize) -> i16 {
+        (i as i32 - 30_000) as i16
+    }
+
+    /// An image of `n` fields (ids from -30,000) of `width`-byte values.
+    fn wide_image(n: usize, width: usize) -> FieldImage {
+        let v = "v".repeat(width);
+        let bytes = encode_field_list((0..n).map(|i| (fid_at(i), Value::Ascii(&v))));
+        let mut img = FieldImage::new();
+        img.apply(FieldList::decode(&bytes).unwrap());
+        assert_eq!(img.len(), n);
+        img
+    }
+
+    /// The attack: a 60,000-field image, then 15,000-field updates in reverse field
+    /// order (8 of them: every field updated twice). Returns the image, the work spent
+    /// on the updates and the bytes of entries they wrote. The old linear search visited
+    /// about 60,000 entries per field (9e8 per update); a splice per length change moved
+    /// half the image (about 270 KB) per field.
+    fn reverse_updates(width_of: impl Fn(usize) -> usize) -> (FieldImage, u64, u64) {
+        let mut img = wide_image(60_000, 4);
+        let start = work();
+        let mut written = 0;
+        for round in 0..8 {
+            let values: Vec<String> = (0..15_000)
+                .map(|i| "u".repeat(width_of(round + i)))
+                .collect();
+            let bytes = encode_field_list(
+                (0..15_000)
+                    .rev()
+                    .map(|i| (fid_at(i * 4 + round % 4), Value::Ascii(&values[i]))),
+            );
+            // Entry header (3 bytes), tag, length and text.
+            written += values.iter().map(|v| 5 + v.len() as u64).sum::<u64>();
+            img.apply(FieldList::decode(&bytes).unwrap());
+        }
+        (img, work() - start, written)
+    }
+
+    #[test]
+    fn reverse_order_updates_of_a_large_image_cost_linear_work() {
+        let (img, spent, _) = reverse_updates(|_| 4);
+        assert_eq!(img.len(), 60_000);
+        // 120,000 field updates: one index lookup each (the old code: 7.2e9 visits).
+        assert!(
+            spent <= 2 * 120_000,
+            "work {spent} for 120,000 field updates"
+        );
+    }
+
+    #[test]
+    fn length_changes_in_a_large_image_cost_linear_work() {
+        // Every value changes length (4 -> 1..=9 bytes, never 4 twice in a row).
+        let width = |k: usize| [1, 2, 3, 5, 6, 7, 8, 9][k % 8];
+        let (img, spent, written) = reverse_updates(width);
+        assert_eq!(img.len(), 60_000);
+        for i in [0, 1, 7, 14_999] {
+            let round = 5; // the last to write fids i * 4 + 1
+            let mut enc = Vec::new();
+            Value::Ascii(&"u".repeat(width(round + i))).encode(&mut enc);
+            assert_eq!(img.get_raw(fid_at(i * 4 + 1)), Some(&enc[..]));
+        }
+        assert!(img.index.as_ref().unwrap().dead <= img.data.len() / 2);
+        // A lookup per field, plus compactions paid for by the bytes the updates wrote
+        // (each compaction scans the image once; it runs when the dead bytes, all
+        // written by updates, exceed the live ones). The old code: 1.9e10.
+        let image = 60_000 * 9;
+        assert!(
+            spent <= 2 * (120_000 + written + image),
+            "work {spent}, {written} bytes written"
+        );
+    }
+
+    /// A field's value in the model tests: `len` copies of one letter.
+    fn text(len: usize, letter: u8) -> String {
+        String::from_utf8(vec![b'a' + letter % 26; len]).unwrap()
+    }
+
+    fn encoded(v: Value<'_>) -> Vec<u8> {
+        let mut out = Vec::new();
+        v.encode(&mut out);
+        out
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// (fid, value length, letter) per field, applied as one field list.
+        Apply(Vec<(i16, usize, u8)>),
+        Set(i16, usize, u8),
+        Clear,
+    }
+
+    /// Lengths around the one-byte header limit, short ones and a few long strings (so
+    /// some images pass INDEX_MIN_BYTES with few fields).
+    fn length() -> impl Strategy<Value = usize> {
+        prop_oneof![
+            12 => 0usize..12,
+            2 => 248usize..262,
+            1 => 1_500usize..5_000,
+        ]
+    }
+
+    fn ops() -> impl Strategy<Value = Vec<Op>> {
+        // Up to 8..200 distinct ids per case: images on both sides of INDEX_MIN_FIELDS.
+        (8i16..200).prop_flat_map(|ids| {
+            let field = move || (-8i16..ids - 8, length(), any::<u8>());
+            let op = prop_oneof![
+                8 => proptest::collection::vec(field(), 0..160).prop_map(Op::Apply),
+                2 => field().prop_map(|(f, n, l)| Op::Set(f, n, l)),
+                1 => Just(Op::Clear),
+            ];
+            proptest::collection::vec(op, 1..24)
+        })
+    }
+
+    /// Checks an image against the model: fid -> encoded value, and first-seen order.
+    fn check(img: &FieldImage, model: &BTreeMap<i16, Vec<u8>>, order: &[i16]) {
+        assert_eq!(img.len(), model.len());
+        assert_eq!(img.is_empty(), model.is_empty());
+        for (fid, v) in model {
+            assert_eq!(img.get_raw(*fid), Some(&v[..]), "fid {fid}");
+        }
+        assert_eq!(img.get_raw(i16::MIN), None);
+        assert_eq!(img.get_raw(i16::MAX), None);
+        let bytes = img.to_field_list_bytes();
+        let list = FieldList::decode(&bytes).expect("an image is a valid field list");
+        let written: Vec<(i16, &[u8])> = list.raw_iter().collect();
+        let as_map: BTreeMap<i16, Vec<u8>> =
+            written.iter().map(|(f, v)| (*f, v.to_vec())).collect();
+        assert_eq!(written.len(), model.len(), "each field once");
+        assert_eq!(&as_map, model);
+        let fids: Vec<i16> = written.iter().map(|(f, _)| *f).collect();
+        if img.index.is_none() {
+            assert_eq!(fids, order, "a small image keeps first-seen order");
+            assert!(model.len() <= INDEX_MIN_FIELDS as usize);
+        }
+        // A sorted view: every third field of the model and ids it does not hold.
+        let mut view: Vec<i16> = model.keys().copied().step_by(3).collect();
+        view.extend([i16::MIN, -100, 500]);
+        view.sort_unstable();
+        let mut out = Vec::new();
+        let n = img.write(&mut out, Some(&view));
+        let viewed: Vec<(i16, &[u8])> = FieldList::decode(&out).unwrap().raw_iter().collect();
+        let expected: Vec<(i16, &[u8])> = written
+            .iter()
+            .copied()
+            .filter(|(f, _)| view.contains(f))
+            .collect();
+        assert_eq!(viewed, expected);
+        assert_eq!(n as usize, expected.len());
+        assert!(img.heap_bytes() >= img.data.len());
+        // The index's bookkeeping: every live entry indexed at its place, dead bytes
+        // counted, and compaction keeping them at most the live ones.
+        if let Some(index) = &img.index {
+            let (mut pos, mut live, mut dead, mut entries) = (0, 0, 0, 0);
+            while pos < img.data.len() {
+                let (fid, _, end) = any_entry(&img.data, pos);
+                match fid {
+                    Some(fid) => {
+                        assert_eq!(index.at.get(&fid), Some(&pos));
+                        live += end - pos;
+                        entries += 1;
+                    }
+                    None => dead += end - pos,
+                }
+                pos = end;
+            }
+            assert_eq!(pos, img.data.len());
+            assert_eq!(entries, model.len());
+            assert_eq!(index.at.len(), model.len());
+            assert_eq!(dead, index.dead);
+            assert!(dead <= live, "dead {dead} > live {live}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn image_matches_a_map_model(ops in ops()) {
+            let mut img = FieldImage::new();
+            let mut model: BTreeMap<i16, Vec<u8>> = BTreeMap::new();
+            let mut order: Vec<i16> = Vec::new();
+            let set = |model: &mut BTreeMap<i16, Vec<u8>>, order: &mut Vec<i16>, fid, v| {
+                if model.insert(fid, v).is_none() {
+                    order.push(fid);
+                }
+            };
+            for op in &ops {
+                match op {
+                    Op::Apply(fields) => {
+                        let texts: Vec<String> =
+                            fields.iter().map(|(_, n, l)| text(*n, *l)).collect();
+                        let bytes = encode_field_list(
+                            fields.iter().zip(&texts).map(|((f, _, _), t)| (*f, Value::Ascii(t))),
+                        );
+                        img.apply(FieldList::decode(&bytes).unwrap());
+                        for ((f, _, _), t) in fields.iter().zip(&texts) {
+                            set(&mut model, &mut order, *f, encoded(Value::Ascii(t)));
+                        }
+                    }
+                    Op::Set(f, n, l) => {
+                        let t = text(*n, *l);
+                        img.set(*f, Value::Ascii(&t));
+                        set(&mut model, &mut order, *f, encoded(Value::Ascii(&t)));
+                    }
+                    Op::Clear => {
+                        img.clear();
+                        model.clear();
+                        order.clear();
+                    }
+                }
+                check(&img, &model, &order);
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_image_compacts_and_stays_bounded() {
+        // One field in the middle of a 1,000-field image changes length 10,000 times:
+        // its old entries die and are compacted away, so the block stays within twice
+        // the live bytes (plus the field), and the other fields keep their order.
+        let mut img = wide_image(1_000, 4);
+        let live = img.data.len();
+        for i in 0..10_000 {
+            img.set(fid_at(500), Value::Ascii(&text(i % 20, 1)));
+            assert!(
+                img.data.len() <= 2 * (live + 32),
+                "{} bytes",
+                img.data.len()
+            );
+        }
+        assert_eq!(img.len(), 1_000);
+        let fids: Vec<i16> = FieldList::decode(&img.to_field_list_bytes())
+            .unwrap()
+            .iter()
+            .map(|(f, _)| f)
+            .collect();
+        let mut expected: Vec<i16> = (0..1_000).filter(|&i| i != 500).map(fid_at).collect();
+        expected.push(fid_at(500));
+        assert_eq!(fids, expected, "the moved field goes last");
+        assert_eq!(
+            img.get_raw(fid_at(500)),
+            Some(&encoded(Value::Ascii(&text(9_999 % 20, 1)))[..])
+        );
+    }
+
+    #[test]
+    fn a_view_is_searched_by_binary_search() {
+        // 30,000 fields written through a 30,000-id view: O(n log m), not O(n m).
+        let img = wide_image(30_000, 4);
+        let view: Vec<i16> = (0..30_000).step_by(2).map(fid_at).collect();
+        let mut out = Vec::new();
+        assert_eq!(img.write(&mut out, Some(&view)), 15_000);
     }
 
     #[test]

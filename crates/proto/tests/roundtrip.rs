@@ -887,7 +887,8 @@ proptest! {
     #[test]
     fn image_view_keeps_image_order(
         list in vec((-4i16..12, value()), 0..30),
-        view in vec(-6i16..14, 0..10),
+        // FieldImage::write wants a sorted view (as the node keeps them).
+        view in vec(-6i16..14, 0..10).prop_map(|mut v| { v.sort_unstable(); v.dedup(); v }),
     ) {
         let mut img = FieldImage::new();
         let bytes = encode_fields(&list);

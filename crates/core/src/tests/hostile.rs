@@ -330,3 +330,43 @@ fn thousands_of_streams_on_one_item_open_and_close_in_any_order() {
     h.node.on_disconnect(b, h.now);
     assert_eq!(h.node.item_count(), 1, "the image stays cached");
 }
+
+#[test]
+fn an_image_larger_than_a_queue_can_hold_is_refused_not_served() {
+    // Hard bound 128 KiB: images up to 64 KiB are cached.
+    let mut h = Harness::with_config(CoreConfig {
+        limits: Limits {
+            max_output_bytes: 128 * 1024,
+            ..Limits::default()
+        },
+        ..CoreConfig::default()
+    });
+    let p = h.publisher("FEED", false);
+    let text = "x".repeat(40_000);
+    let half = encode_field_list([(1000, Value::Ascii(&text))]);
+    h.send(p, &[refresh(1, 1, "BIG", &half, false)]);
+    let sub = h.login(Role::Subscriber);
+    h.request(sub, 1, "FEED", "BIG", true, None);
+    assert!(h
+        .recv(sub)
+        .iter()
+        .any(|g| matches!(g, Got::Refresh { sid: 1, .. })));
+    // An update doubles it past the limit: the item goes, with the reason.
+    let more = encode_field_list([(1001, Value::Ascii(&text))]);
+    h.send(p, &[update(1, 2, &more)]);
+    let got = h.recv(sub);
+    assert!(
+        matches!(&got[..], [Got::Status { sid: 1, stream: StreamState::Closed, code: code::TOO_LARGE, text, .. }]
+            if text.contains("FEED/BIG") && text.contains("at most 65536")),
+        "{got:?}"
+    );
+    assert!(h.recv(p).contains(&Got::Close { sid: 1 }));
+    // A too large image pushed again is refused the same way, and nobody is ever
+    // dropped as a slow consumer.
+    h.send(p, &[refresh(1, 3, "BIG", &half, false)]);
+    assert_eq!(h.node.item_count(), 1);
+    h.send(p, &[update(1, 4, &more)]);
+    assert!(h.recv(p).contains(&Got::Close { sid: 1 }));
+    assert_eq!(h.node.item_count(), 0);
+    assert_eq!(h.node.stats().slow_consumer_disconnects, 0);
+}

@@ -1522,7 +1522,22 @@ fn an_item_closed_by_its_publisher_delivers_the_pending_values_first() {
 
 #[test]
 fn a_merge_larger_than_a_message_goes_out_in_parts() {
-    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    // As slow_harness, with room for a 240 KB image (a node caches images up to half
+    // its hard bound).
+    let mut h = Harness::with_config(CoreConfig {
+        limits: Limits {
+            max_output_bytes: 1024 * 1024,
+            max_output_messages: 5_000,
+            ..Limits::default()
+        },
+        slow_consumer: SlowConsumerConfig {
+            policy: SlowConsumerPolicy::Conflate,
+            conflate_above_bytes: 8 * 1024,
+            conflate_above_messages: 200,
+            ..SlowConsumerConfig::default()
+        },
+        ..CoreConfig::default()
+    });
     let p = h.publisher("FEED", false);
     let img = bid_ask(100, 101);
     h.send(p, &[refresh(1, 1, "WIDE", &img, false)]);

@@ -304,7 +304,8 @@ pub fn field_list(data: &[u8]) -> Result<(), String> {
     assert_eq!(raw_out, data);
 
     // Into an image: one field per id, holding the last value given for it, in
-    // first-seen order.
+    // first-seen order for a small image (a large one may move a field whose length
+    // changed to the end: compared as sets).
     let mut img = FieldImage::new();
     img.apply(list);
     let mut model: Vec<(i16, Value<'_>)> = Vec::new();
@@ -316,7 +317,17 @@ pub fn field_list(data: &[u8]) -> Result<(), String> {
     }
     let bytes = img.to_field_list_bytes();
     let image = FieldList::decode(&bytes).expect("an image is a valid field list");
-    assert_eq!(image.iter().collect::<Vec<_>>(), model);
+    let mut got = image.iter().collect::<Vec<_>>();
+    if got != model {
+        // Only a large image may reorder.
+        assert!(
+            model.len() > 64 || data.len() > 16 * 1024,
+            "a small image keeps first-seen order"
+        );
+        got.sort_by_key(|(fid, _)| *fid);
+        model.sort_by_key(|(fid, _)| *fid);
+    }
+    assert_eq!(got, model);
     Ok(())
 }
 

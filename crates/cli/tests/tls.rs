@@ -1,0 +1,523 @@
+//! TLS on both of a real node's ports (`[tls] cert`, `key`), with a certificate made by
+//! rcgen at test time (SAN 127.0.0.1 and localhost): `tickwire publish` and
+//! `tickwire subscribe` with `--tls --ca`, clients that cannot or may not speak TLS to
+//! it, and the WebSocket API and dashboard page over wss / https (rustls +
+//! tungstenite). Loopback only; every wait is bounded; children are killed on drop.
+
+mod common;
+
+use common::*;
+use rustls::pki_types::ServerName;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::http::HeaderValue;
+use tungstenite::Message;
+
+/// A temp dir with `cert.pem` / `key.pem` (self-signed, for 127.0.0.1 and localhost),
+/// removed on drop.
+struct Certs {
+    dir: PathBuf,
+}
+
+impl Certs {
+    fn new(tag: &str) -> Certs {
+        let dir =
+            std::env::temp_dir().join(format!("tickwire-tls-test-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+            .expect("a certificate");
+        std::fs::write(dir.join("cert.pem"), ck.cert.pem()).unwrap();
+        std::fs::write(dir.join("key.pem"), ck.key_pair.serialize_pem()).unwrap();
+        Certs { dir }
+    }
+
+    fn cert(&self) -> PathBuf {
+        self.dir.join("cert.pem")
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.join("key.pem")
+    }
+
+    fn cert_str(&self) -> String {
+        self.cert().display().to_string()
+    }
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A node with `[tls]` and the WebSocket API on, and the WebSocket address it logged
+/// (with its scheme).
+fn start_tls_node(certs: &Certs) -> (Node, String) {
+    let config = certs.dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[tls]\ncert = {:?}\nkey = {:?}\n",
+            certs.cert().display().to_string(),
+            certs.key().display().to_string()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let mut node = Node::start(&["--config", &config, "--ws", "127.0.0.1:0"]);
+    assert!(node.line.contains("TLS only"), "{}", node.line);
+    let line = node.proc.wait_for_line("WebSocket API on ", START_TIMEOUT);
+    let url = line
+        .split("WebSocket API on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("url in the log line")
+        .to_string();
+    assert!(url.starts_with("wss://"), "{line}");
+    (node, url)
+}
+
+/// `tickwire subscribe --tls --ca CERT --snapshot SYM0` until it answers (the
+/// publisher's images may still be on their way), at most 20 s.
+fn tls_snapshot(node: &Node, ca: &str) -> Output {
+    let addr = node.addr_str();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = run(
+            &[
+                "subscribe",
+                "--node",
+                &addr,
+                "--tls",
+                "--ca",
+                ca,
+                "--snapshot",
+                "--json",
+                "--timeout",
+                "5",
+                "SYM0",
+            ],
+            Duration::from_secs(15),
+        );
+        if out.code() == Some(0) || Instant::now() >= deadline {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn start_tls_publisher(node: &Node, ca: &str) -> Proc {
+    let addr = node.addr_str();
+    Proc::spawn(&[
+        "publish",
+        "--node",
+        &addr,
+        "--tls",
+        "--ca",
+        ca,
+        "--service",
+        "FEED",
+        "--items",
+        "5",
+        "--rate",
+        "200",
+    ])
+}
+
+#[test]
+fn publish_and_subscribe_over_tls_and_clients_that_cannot_are_refused_clearly() {
+    let certs = Certs::new("e2e");
+    let other = Certs::new("other");
+    let (mut node, _) = start_tls_node(&certs);
+    let ca = certs.cert_str();
+    let mut feed = start_tls_publisher(&node, &ca);
+
+    // End to end: publisher and subscriber over TLS.
+    let out = tls_snapshot(&node, &ca);
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "--- stdout\n{}\n--- stderr\n{}\n--- publisher\n{}\n--- node\n{}",
+        out.stdout,
+        out.stderr,
+        feed.log(),
+        node.proc.log()
+    );
+    let refresh: Value = serde_json::from_str(out.stdout.lines().next().expect("a line")).unwrap();
+    assert_eq!(refresh["type"], "refresh");
+    assert_eq!(refresh["item"], "SYM0");
+    assert!(refresh["fields"]["BID"].is_number(), "{refresh}");
+
+    // Streaming: refreshes, then updates as they come.
+    let addr = node.addr_str();
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &addr,
+            "--tls",
+            "--ca",
+            &ca,
+            "--json",
+            "--count",
+            "60",
+            "--timeout",
+            "10",
+            "SYM0",
+            "SYM1",
+            "SYM2",
+            "SYM3",
+            "SYM4",
+        ],
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let updates = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("\"type\":\"update\""))
+        .count();
+    assert!(updates >= 50, "{updates} updates\n{}", out.stdout);
+
+    // A plain client on the TLS port: a clear error, at once.
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &addr,
+            "--snapshot",
+            "--timeout",
+            "5",
+            "SYM0",
+        ],
+        Duration::from_secs(15),
+    );
+    assert_ne!(out.code(), Some(0));
+    assert!(
+        out.stderr.contains("TLS") && out.stderr.contains("--tls"),
+        "{}",
+        out.stderr
+    );
+    // The node logged it once, naming the peer.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !node.proc.log().contains("TLS handshake with 127.0.0.1:") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = node.proc.log();
+    assert_eq!(
+        log.matches("TLS handshake with 127.0.0.1:").count(),
+        1,
+        "{log}"
+    );
+
+    // A client that trusts another certificate: refused with a certificate error.
+    let other_ca = other.cert_str();
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &addr,
+            "--tls",
+            "--ca",
+            &other_ca,
+            "--snapshot",
+            "--timeout",
+            "5",
+            "SYM0",
+        ],
+        Duration::from_secs(15),
+    );
+    assert_ne!(out.code(), Some(0));
+    assert!(
+        out.stderr.contains("invalid peer certificate") && out.stderr.contains("--ca"),
+        "{}",
+        out.stderr
+    );
+
+    // --tls without --ca says what is missing.
+    let out = run(
+        &["subscribe", "--node", &addr, "--tls", "SYM0"],
+        Duration::from_secs(15),
+    );
+    assert_ne!(out.code(), Some(0));
+    assert!(out.stderr.contains("--ca"), "{}", out.stderr);
+
+    // A TLS client on a node without TLS: says so.
+    let plain = Node::start(&[]);
+    let plain_addr = plain.addr_str();
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &plain_addr,
+            "--tls",
+            "--ca",
+            &ca,
+            "--snapshot",
+            "--timeout",
+            "5",
+            "SYM0",
+        ],
+        Duration::from_secs(15),
+    );
+    assert_ne!(out.code(), Some(0));
+    assert!(
+        out.stderr.contains("TLS handshake failed")
+            && out.stderr.contains("does not speak TLS on this port"),
+        "{}",
+        out.stderr
+    );
+    drop(plain);
+
+    // The node served on through all of that: the publisher is still connected and a
+    // new subscriber gets its data.
+    let out = tls_snapshot(&node, &ca);
+    assert_eq!(out.code(), Some(0), "{}\n{}", out.stderr, node.proc.log());
+    assert!(feed.is_running(), "{}", feed.log());
+    assert!(!feed.log().contains("reconnect"), "{}", feed.log());
+    assert!(node.is_running());
+    assert!(node.stop(Duration::from_secs(10)).is_some());
+}
+
+#[test]
+fn a_node_with_an_unusable_tls_key_says_which_file_and_why() {
+    let certs = Certs::new("badcfg");
+    let config = certs.dir.join("node.toml");
+    let missing = certs.dir.join("missing-key.pem");
+    std::fs::write(
+        &config,
+        format!(
+            "[tls]\ncert = {:?}\nkey = {:?}\n",
+            certs.cert_str(),
+            missing.display().to_string()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let out = run(
+        &["node", "--listen", "127.0.0.1:0", "--config", &config],
+        Duration::from_secs(15),
+    );
+    assert_ne!(out.code(), Some(0));
+    assert!(
+        out.stderr.contains("tls.key")
+            && out.stderr.contains("missing-key.pem")
+            && out.stderr.contains("cannot read"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// A rustls client configuration trusting `ca`.
+fn client_config(ca: &Path) -> Arc<rustls::ClientConfig> {
+    tickwire_client::tls::client_config_from_ca_file(ca).expect("client config")
+}
+
+type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// TLS to `host:port` (verified against the certificate's IP SAN).
+fn tls_connect(hostport: &str, ca: &Path) -> TlsStream {
+    let tcp = TcpStream::connect(hostport).expect("tcp connect");
+    tcp.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let host = hostport.rsplit_once(':').unwrap().0.to_string();
+    let name = ServerName::try_from(host).unwrap();
+    let conn = rustls::ClientConnection::new(client_config(ca), name).unwrap();
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+#[test]
+fn websocket_over_wss_logs_in_and_gets_a_refresh_and_the_dashboard_is_served_over_https() {
+    let certs = Certs::new("wss");
+    let (node, url) = start_tls_node(&certs);
+    let ca = certs.cert_str();
+    let mut feed = start_tls_publisher(&node, &ca);
+    let out = tls_snapshot(&node, &ca);
+    assert_eq!(out.code(), Some(0), "{}\n{}", out.stderr, feed.log());
+    let hostport = url
+        .trim_start_matches("wss://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+
+    // https GET of the dashboard page.
+    let mut s = tls_connect(&hostport, &certs.cert());
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: {hostport}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut page = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut buf = [0u8; 16 * 1024];
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => page.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => panic!("reading the page: {e}"),
+        }
+        assert!(Instant::now() < deadline, "no end of the page");
+    }
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page:.200}");
+    assert!(
+        page.contains("<html") || page.contains("<!DOCTYPE"),
+        "{page:.300}"
+    );
+    assert!(
+        page.contains("wss:"),
+        "the page picks wss:// when loaded over https"
+    );
+
+    // wss: the WebSocket API over TLS.
+    let mut req = url.as_str().into_client_request().expect("request");
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        HeaderValue::from_static("tr_json2"),
+    );
+    let stream = tls_connect(&hostport, &certs.cert());
+    let (mut ws, _) = tungstenite::client(req, stream).expect("WebSocket handshake over TLS");
+    let send = |ws: &mut tungstenite::WebSocket<TlsStream>, v: Value| {
+        ws.send(Message::text(v.to_string())).expect("send")
+    };
+    send(
+        &mut ws,
+        json!({"ID": 1, "Domain": "Login", "Key": {"Name": "alice"}}),
+    );
+    send(
+        &mut ws,
+        json!({"ID": 2, "Key": {"Name": "SYM0", "Service": "FEED"}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut login, mut refresh) = (None, None);
+    while refresh.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no refresh over wss (login: {login:?})"
+        );
+        match ws.read() {
+            Ok(Message::Text(t)) => {
+                let v: Value = serde_json::from_str(&t).expect("JSON");
+                for m in v.as_array().expect("an array") {
+                    if m["ID"] == 1 && m["Type"] == "Refresh" {
+                        login = Some(m.clone());
+                    }
+                    if m["ID"] == 2 && m["Type"] == "Refresh" {
+                        refresh = Some(m.clone());
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("wss read: {e}"),
+        }
+    }
+    let login = login.expect("the login refresh first");
+    assert_eq!(login["State"]["Stream"], "Open");
+    let refresh = refresh.unwrap();
+    assert_eq!(refresh["Key"]["Name"], "SYM0");
+    assert!(refresh["Fields"]["BID"].is_number(), "{refresh}");
+    assert!(feed.is_running());
+}
+
+/// A TLS subscriber that stops reading is seen as slow by the node and conflated, as a
+/// plain one is: rustls holds at most 64 KiB of its records, the rest of its backlog
+/// waits in the node's bounded queue. When it reads again it gets merged updates and
+/// the node logs that it caught up; the publisher never noticed.
+#[test]
+fn a_tls_subscriber_that_stops_reading_is_conflated_and_catches_up() {
+    use tickwire_client::{ConnectOptions, Event, RequestOptions, Subscriber};
+    let certs = Certs::new("slow");
+    let config = certs.dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[tls]\ncert = {:?}\nkey = {:?}\n[limits]\nsocket_send_buffer_bytes = 65536\n\
+             [slow_consumer]\npolicy = \"conflate\"\nconflate_above_bytes = 65536\n",
+            certs.cert_str(),
+            certs.key().display().to_string()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let node = Node::start(&["--config", &config]);
+    let ca = certs.cert_str();
+    let addr = node.addr_str();
+    let feed = Proc::spawn(&[
+        "publish",
+        "--node",
+        &addr,
+        "--tls",
+        "--ca",
+        &ca,
+        "--service",
+        "FEED",
+        "--items",
+        "20",
+        "--rate",
+        "5000",
+    ]);
+    assert_eq!(tls_snapshot(&node, &ca).code(), Some(0), "{}", feed.log());
+
+    let mut opts = ConnectOptions::new(addr.clone());
+    opts.tls = Some(client_config(&certs.cert()));
+    opts.receive_buffer_bytes = Some(65_536);
+    opts.reconnect = false;
+    let mut sub = Subscriber::connect(opts).expect("TLS subscriber");
+    for i in 0..20 {
+        sub.subscribe("FEED", &format!("SYM{i}"), RequestOptions::default())
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut refreshes = 0;
+    while refreshes < 20 {
+        assert!(Instant::now() < deadline, "{refreshes} refreshes");
+        if let Some(Event::Refresh { .. }) = sub.next_event(Duration::from_millis(100)).unwrap() {
+            refreshes += 1;
+        }
+    }
+    // Stop reading until the node says it conflates for this subscriber.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !node.proc.log().contains("conflating") {
+        assert!(
+            Instant::now() < deadline,
+            "the node never saw the stalled TLS subscriber as slow\n{}",
+            node.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Read again: merged updates arrive, and the node sees it catch up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut merged = 0;
+    while merged == 0 || !node.proc.log().contains("caught up") {
+        assert!(
+            Instant::now() < deadline,
+            "{merged} merged updates\n{}",
+            node.proc.log()
+        );
+        if let Some(Event::Update {
+            conflation_count, ..
+        }) = sub.next_event(Duration::from_millis(100)).unwrap()
+        {
+            if conflation_count > 1 {
+                merged += 1;
+            }
+        }
+    }
+    let mut feed = feed;
+    assert!(feed.is_running(), "{}", feed.log());
+    assert!(!feed.log().contains("reconnect"), "{}", feed.log());
+}

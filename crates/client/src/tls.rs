@@ -1,0 +1,253 @@
+//! TLS to a node (`[tls]` on the node; `--tls --ca FILE` on the commands): the client
+//! configuration, and the byte stream a connection reads and writes, plain or TLS over
+//! the same non-blocking socket.
+//!
+//! Only the certificates given are trusted (the node's CA, or its self-signed
+//! certificate): the system's certificate store is not read. The name checked is the
+//! host of the node's address, a DNS name or an IP address (which the certificate must
+//! then list as an IP subject alternative name).
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore};
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The most plaintext rustls holds for the socket while its records are not written.
+pub const TLS_BUFFER: usize = 64 * 1024;
+
+/// A client configuration trusting the certificates of a PEM file (a CA, or the node's
+/// self-signed certificate). Errors name the file and say why.
+pub fn client_config_from_ca_file(path: &Path) -> Result<Arc<ClientConfig>, String> {
+    let pem =
+        std::fs::read(path).map_err(|e| format!("cannot read CA file {}: {e}", path.display()))?;
+    client_config_from_ca_pem(&pem).map_err(|e| format!("CA file {}: {e}", path.display()))
+}
+
+/// A client configuration trusting the certificates in PEM text.
+pub fn client_config_from_ca_pem(pem: &[u8]) -> Result<Arc<ClientConfig>, String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not a PEM file: {e}"))?;
+    if certs.is_empty() {
+        return Err(
+            "no certificate in it (expected PEM \"-----BEGIN CERTIFICATE-----\" sections)".into(),
+        );
+    }
+    let mut roots = RootCertStore::empty();
+    for c in certs {
+        roots
+            .add(c)
+            .map_err(|e| format!("unusable certificate: {e}"))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(cfg))
+}
+
+/// The name to verify the node's certificate against: the host of `host:port`
+/// (`[v6]:port` too), a DNS name or an IP address.
+pub(crate) fn server_name(addr: &str) -> Result<ServerName<'static>, String> {
+    let host = match addr.rsplit_once(':') {
+        Some((h, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => addr,
+    };
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    ServerName::try_from(host.to_string())
+        .map_err(|e| format!("{host:?} is not a host name or IP address for TLS: {e}"))
+}
+
+/// A connection's byte stream.
+pub(crate) enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream>),
+}
+
+pub(crate) struct TlsStream {
+    pub tcp: TcpStream,
+    pub tls: ClientConnection,
+}
+
+impl Stream {
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(t) => &t.tcp,
+        }
+    }
+
+    /// Plaintext from the node; `WouldBlock` only when the socket has nothing more.
+    #[inline]
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(t) => t.read(buf),
+        }
+    }
+
+    /// Plaintext to the node: what the socket (or rustls, up to [`TLS_BUFFER`]) takes;
+    /// `WouldBlock` when nothing could be taken because the socket is full.
+    #[inline]
+    pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(t) => t.write(buf),
+        }
+    }
+
+    /// Writes the TLS records waiting for the socket, as far as it takes them.
+    #[inline]
+    pub fn flush_pending(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(_) => Ok(()),
+            Stream::Tls(t) => t.flush_pending(),
+        }
+    }
+
+    /// TLS records wait for the socket.
+    #[inline]
+    pub fn has_pending(&self) -> bool {
+        match self {
+            Stream::Plain(_) => false,
+            Stream::Tls(t) => t.tls.wants_write(),
+        }
+    }
+}
+
+impl TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.tls.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                // The node closed without close_notify: an end like any other (frames
+                // are self-delimiting, a cut one is never delivered).
+                Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+            match self.tls.read_tls(&mut self.tcp) {
+                Ok(0) => {
+                    self.process()?;
+                    return match self.tls.reader().read(buf) {
+                        Ok(n) => Ok(n),
+                        Err(_) => Ok(0),
+                    };
+                }
+                Ok(_) => {
+                    self.process()?;
+                    if self.tls.wants_write() {
+                        self.flush_pending()?;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Processes received records; on an error, sends the alert rustls queued (best
+    /// effort) and fails.
+    pub fn process(&mut self) -> io::Result<()> {
+        match self.tls.process_new_packets() {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                while self.tls.wants_write() {
+                    match self.tls.write_tls(&mut self.tcp) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+                let _ = self.tcp.shutdown(Shutdown::Write);
+                Err(io::Error::new(ErrorKind::InvalidData, TlsError(e)))
+            }
+        }
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.flush_pending()?;
+        let n = self.tls.writer().write(buf)?;
+        if n == 0 {
+            return Err(ErrorKind::WouldBlock.into());
+        }
+        self.flush_pending()?;
+        Ok(n)
+    }
+
+    pub fn flush_pending(&mut self) -> io::Result<()> {
+        while self.tls.wants_write() {
+            match self.tls.write_tls(&mut self.tcp) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A TLS failure, kept as rustls reported it (so a certificate error can be explained).
+#[derive(Debug)]
+pub(crate) struct TlsError(pub rustls::Error);
+
+impl std::fmt::Display for TlsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TLS: {}", self.0)?;
+        match &self.0 {
+            rustls::Error::InvalidCertificate(c)
+                if format!("{c:?}").contains("CaUsedAsEndEntity") =>
+            {
+                write!(
+                    f,
+                    " (the node's certificate is a CA certificate, basicConstraints CA:TRUE, \
+                     as `openssl req -x509` makes by default: give the node a certificate \
+                     with CA:FALSE, or one signed by that CA)"
+                )
+            }
+            rustls::Error::InvalidCertificate(_) => write!(
+                f,
+                " (the node's certificate is not one --ca trusts, or not for this host)"
+            ),
+            rustls::Error::InvalidMessage(_) => write!(
+                f,
+                " (the node does not speak TLS on this port? connect without --tls)"
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for TlsError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_name_is_the_host_of_the_address() {
+        let ip = |s: &str| match server_name(s).unwrap() {
+            ServerName::IpAddress(a) => std::net::IpAddr::from(a).to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(ip("127.0.0.1:14002"), "127.0.0.1");
+        assert_eq!(ip("[::1]:14002"), "::1");
+        assert!(matches!(
+            server_name("node.example.com:14002").unwrap(),
+            ServerName::DnsName(_)
+        ));
+        assert!(server_name("bad host:1").is_err());
+    }
+}

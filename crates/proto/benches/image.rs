@@ -1,0 +1,227 @@
+//! `FieldImage::apply`, per field of an update: the small images of the hot path (must
+//! not get slower) and the large images an adversarial publisher can send. A plain
+//! `std::time` harness (no dev-dependency): each case is timed in several samples and the
+//! median is printed, in nanoseconds per field applied.
+//!
+//! `cargo bench -p tickwire-proto --bench image` (add a case name to run only the cases
+//! whose name contains it).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+use tickwire_proto::dictionary::fid;
+use tickwire_proto::reference::{typical, write_level1, Level1};
+use tickwire_proto::{encode_field_list, FieldImage, FieldList, FieldListWriter, Real, Value};
+
+const SAMPLES: usize = 9;
+
+/// xorshift64*: a fixed-seed generator, so every run measures the same updates.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// Times `run` (which applies `fields` fields per call) in samples of about `target`
+/// each; prints and returns the median in ns per field.
+fn measure(name: &str, fields: usize, target: Duration, mut run: impl FnMut()) -> f64 {
+    // Calibrate: calls per sample (at least one).
+    let t = Instant::now();
+    let mut calls = 0u64;
+    while calls == 0 || t.elapsed() < target / 10 {
+        run();
+        calls += 1;
+    }
+    let calls = (target.as_nanos() as u64 * calls / t.elapsed().as_nanos().max(1) as u64).max(1);
+    let mut per_field: Vec<f64> = (0..SAMPLES)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..calls {
+                run();
+            }
+            t.elapsed().as_nanos() as f64 / (calls as f64 * fields as f64)
+        })
+        .collect();
+    per_field.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let median = per_field[SAMPLES / 2];
+    println!(
+        "{name:<44} {median:>9.2} ns/field  (min {:.2}, max {:.2}; {fields} fields x {calls} calls x {SAMPLES} samples)",
+        per_field[0],
+        per_field[SAMPLES - 1]
+    );
+    median
+}
+
+/// The 14-field image `tickwire publish` sends (as crates/core/benches/lvc.rs).
+fn reference_image(q: &Level1) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = FieldListWriter::new(&mut out);
+    w.push(fid::DSPLY_NAME, Value::Ascii("SYM0"));
+    w.push(fid::OPEN_PRC, Value::Real(Real::new(q.last, -4)));
+    w.push(fid::HST_CLOSE, Value::Real(Real::new(q.last, -4)));
+    w.push(fid::CURRENCY, Value::Enum(840));
+    w.finish();
+    let mut rest = Vec::new();
+    write_level1(&mut rest, q);
+    let count = u16::from_be_bytes([out[0], out[1]]) + u16::from_be_bytes([rest[0], rest[1]]);
+    out[0..2].copy_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(&rest[2..]);
+    out
+}
+
+/// A quote moved at random, as the demo feed does: some encoded lengths change.
+fn step(q: &mut Level1, rng: &mut Rng) {
+    let mid = (q.bid + q.ask) / 2 + (rng.below(3) as i64 - 1) * 100;
+    let spread = 100 * (1 + rng.below(3) as i64);
+    q.bid = mid - spread / 2;
+    q.ask = q.bid + spread;
+    if rng.below(4) == 0 {
+        q.last = q.bid;
+        q.trade_volume = 100 * (1 + rng.below(20));
+        q.total_volume += q.trade_volume;
+    }
+    q.net_change = q.last - 1_000_000;
+    q.bid_size = 100 * (1 + rng.below(50));
+    q.ask_size = 100 * (1 + rng.below(50));
+    q.time_of_day.nanos_since_midnight += 1_000 + rng.below(1_000_000);
+    q.send_time_ns += 1_000 + rng.below(1_000_000);
+}
+
+/// The id of the `i`th field of an `n`-field image: spread out (every third id) as a
+/// dictionary's are, unless that would leave the i16 range.
+fn fid_of(n: usize, i: usize) -> i16 {
+    (i * (65_000 / n).clamp(1, 3)) as i16 - 30_000
+}
+
+/// An image of `n` fields of 9-byte reals, ids spread as a dictionary's are.
+fn image_of(n: usize) -> FieldImage {
+    let bytes =
+        encode_field_list((0..n).map(|i| (fid_of(n, i), Value::Real(Real::new(1_000_000, -4)))));
+    let mut img = FieldImage::new();
+    img.apply(FieldList::decode(&bytes).expect("image"));
+    assert_eq!(img.len(), n);
+    img
+}
+
+/// Updates of `k` of the `n` fields of `image_of(n)`: in image order or shuffled; the
+/// mantissas alternate so the values change (same encoded length unless `widths`).
+fn updates_of(n: usize, k: usize, shuffled: bool, widths: bool, rng: &mut Rng) -> Vec<Vec<u8>> {
+    (0..64)
+        .map(|u| {
+            let mut picked: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                picked.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            picked.truncate(k);
+            if !shuffled {
+                picked.sort_unstable();
+            }
+            let mantissa = |i: usize| -> i64 {
+                if widths {
+                    // 1 to 7 bytes of varint: the encoded length changes.
+                    1i64 << (7 * ((u + i) % 7))
+                } else {
+                    1_000_000 + (u as i64 % 2) * 100
+                }
+            };
+            encode_field_list(
+                picked
+                    .iter()
+                    .map(|&i| (fid_of(n, i), Value::Real(Real::new(mantissa(i), -4)))),
+            )
+        })
+        .collect()
+}
+
+fn bench_updates(name: &str, img: &mut FieldImage, updates: &[Vec<u8>], target: Duration) {
+    let lists: Vec<FieldList<'_>> = updates
+        .iter()
+        .map(|u| FieldList::decode(u).expect("update"))
+        .collect();
+    let fields = lists[0].len();
+    let mut next = 0usize;
+    measure(name, fields, target, || {
+        img.apply(black_box(lists[next % lists.len()]));
+        next += 1;
+    });
+    black_box(&*img);
+}
+
+fn main() {
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let wanted = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
+    let short = Duration::from_millis(300);
+    let mut rng = Rng(42);
+
+    // The hot path: the reference Level 1 update (10 fields, image order, same lengths)
+    // into the 14-field reference image, and 1,024 successive quotes (some lengths change).
+    let q = typical();
+    if wanted("small/reference_update") {
+        let mut img = FieldImage::new();
+        img.apply(FieldList::decode(&reference_image(&q)).expect("image"));
+        let mut u = Vec::new();
+        write_level1(&mut u, &q);
+        bench_updates("small/reference_update (14 fields)", &mut img, &[u], short);
+    }
+    if wanted("small/random_walk") {
+        let mut img = FieldImage::new();
+        img.apply(FieldList::decode(&reference_image(&q)).expect("image"));
+        let mut moving = q;
+        let updates: Vec<Vec<u8>> = (0..1024)
+            .map(|_| {
+                step(&mut moving, &mut rng);
+                let mut u = Vec::new();
+                write_level1(&mut u, &moving);
+                u
+            })
+            .collect();
+        bench_updates("small/random_walk (14 fields)", &mut img, &updates, short);
+    }
+
+    // Around the index threshold: 10-field updates into n-field images, in image order
+    // and shuffled.
+    for n in [16usize, 32, 48, 64, 65, 96, 128, 256, 1024] {
+        for shuffled in [false, true] {
+            let name = format!(
+                "sized/{n}_fields/10_{}",
+                if shuffled { "shuffled" } else { "in_order" }
+            );
+            if wanted(&name) {
+                let mut img = image_of(n);
+                let updates = updates_of(n, 10, shuffled, false, &mut rng);
+                bench_updates(&name, &mut img, &updates, short);
+            }
+        }
+    }
+
+    // The attack: a 60,000-field image, 15,000-field updates in reverse field order; the
+    // same with every value changing length. Each sample is at least one update.
+    let long = Duration::from_secs(2);
+    for widths in [false, true] {
+        let name = format!(
+            "large/60000_fields/15000_reverse{}",
+            if widths { "_length_changes" } else { "" }
+        );
+        if wanted(&name) {
+            let mut img = image_of(60_000);
+            let updates: Vec<Vec<u8>> = (0..4)
+                .map(|r| {
+                    let picked = (0..15_000).rev().map(|i| i * 4 + r);
+                    encode_field_list(picked.map(|i| {
+                        let m = if widths {
+                            1i64 << (7 * (i % 7))
+                        } else {
+                            1_000_100
+                        };
+                        (fid_of(60_000, i), Value::Real(Real::new(m, -4)))
+                    }))
+                })
+                .collect();
+            bench_updates(&name, &mut img, &updates, long);
+        }
+    }
+}
