@@ -336,3 +336,106 @@ fn print_config_never_shows_a_secret() {
         out.stdout
     );
 }
+
+/// One WebSocket JSON session: sends `msgs`, then collects what arrives until `done`
+/// says so or the node closes (bounded).
+fn ws_session(
+    ws_addr: &str,
+    msgs: &[serde_json::Value],
+    done: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    use tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://{ws_addr}/WebSocket")
+        .into_client_request()
+        .expect("request");
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        tungstenite::http::HeaderValue::from_static("tr_json2"),
+    );
+    let stream = std::net::TcpStream::connect(ws_addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let (mut ws, _) = tungstenite::client(req, stream).expect("WebSocket handshake");
+    for m in msgs {
+        ws.send(tungstenite::Message::text(m.to_string()))
+            .expect("send");
+    }
+    let deadline = Instant::now() + T;
+    let mut got = Vec::new();
+    while Instant::now() < deadline && !done(&got) {
+        match ws.read() {
+            Ok(tungstenite::Message::Text(t)) => {
+                let v: serde_json::Value = serde_json::from_str(&t).expect("JSON");
+                got.extend(v.as_array().cloned().unwrap_or_default());
+            }
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break, // closed by the node
+        }
+    }
+    got
+}
+
+#[test]
+fn websocket_clients_log_in_with_an_authentication_token_as_the_published_api_does() {
+    let s = secured("ws-token");
+    let cfg = s.dir.write(
+        "node-ws.toml",
+        &format!("[security]\nusers_file = \"{}\"\n", s.users),
+    );
+    let mut node = Node::start(&["--config", &cfg, "--ws", "127.0.0.1:0"]);
+    let line = node
+        .proc
+        .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
+    let ws_addr = line
+        .split("ws://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .expect("address")
+        .to_string();
+    let login = |name: &str, token: &str| {
+        serde_json::json!({"ID": 1, "Domain": "Login", "Key": {"Name": name,
+            "Elements": {"ApplicationId": "256", "Position": "127.0.0.1",
+                         "AuthenticationToken": token}}})
+    };
+    let login_answer =
+        |got: &[serde_json::Value]| got.iter().any(|m| m["ID"] == 1 && m["Domain"] == "Login");
+    // The feed user's token (a token, as the published examples send one).
+    let got = ws_session(
+        &ws_addr,
+        &[login("feed", "feed-token-0123456789")],
+        login_answer,
+    );
+    let answer = got.iter().find(|m| m["ID"] == 1).expect("a login answer");
+    assert_eq!(answer["Type"], "Refresh", "{got:?}");
+    assert_eq!(answer["State"]["Stream"], "Open", "{got:?}");
+    // A wrong token: refused with the reason, the connection closed.
+    let got = ws_session(&ws_addr, &[login("feed", "stolen")], login_answer);
+    let answer = got.iter().find(|m| m["ID"] == 1).expect("a login answer");
+    assert_eq!(answer["Type"], "Status", "{got:?}");
+    assert_eq!(answer["State"]["Stream"], "Closed", "{got:?}");
+    assert!(
+        answer["State"]["Text"]
+            .as_str()
+            .is_some_and(|t| t.contains("unknown user or wrong secret")),
+        "{got:?}"
+    );
+    // alice's password in the login's Password element.
+    let got = ws_session(
+        &ws_addr,
+        &[
+            serde_json::json!({"ID": 1, "Domain": "Login", "Key": {"Name": "alice",
+            "Elements": {"Password": "alice pass"}}}),
+        ],
+        login_answer,
+    );
+    assert!(
+        got.iter().any(|m| m["ID"] == 1 && m["Type"] == "Refresh"),
+        "{got:?}"
+    );
+}
