@@ -16,6 +16,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tickwire_client::rustls;
 use tungstenite::client::IntoClientRequest;
 use tungstenite::http::HeaderValue;
 use tungstenite::{Message, WebSocket};
@@ -42,17 +43,61 @@ pub struct PerfWsSubArgs {
     /// Read `mark NAME` / `quit` from standard input (as perf-sub).
     #[arg(long)]
     pub control: bool,
+    /// User, secret and TLS (wss) as for every connecting command.
+    #[command(flatten)]
+    pub credentials: tickwire_client::Credentials,
+}
+
+/// The connection under the WebSocket: plain TCP or TLS (wss).
+enum WsStream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl WsStream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            WsStream::Plain(s) => s,
+            WsStream::Tls(t) => &t.sock,
+        }
+    }
+}
+
+impl std::io::Read for WsStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            WsStream::Plain(s) => s.read(buf),
+            WsStream::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl std::io::Write for WsStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            WsStream::Plain(s) => s.write(buf),
+            WsStream::Tls(t) => t.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            WsStream::Plain(s) => s.flush(),
+            WsStream::Tls(t) => t.flush(),
+        }
+    }
 }
 
 struct Conn {
-    ws: WebSocket<TcpStream>,
+    ws: WebSocket<WsStream>,
     /// Last sequence number per client ID (ID - 1 indexes it; items are on 2..=N+1).
     seq: Vec<Option<u64>>,
     images: Vec<bool>,
 }
 
 fn connect(args: &PerfWsSubArgs) -> Result<Conn> {
-    let url = format!("ws://{}/WebSocket", args.ws);
+    let tls = args.credentials.tls_config().map_err(anyhow::Error::msg)?;
+    let scheme = if tls.is_some() { "wss" } else { "ws" };
+    let url = format!("{scheme}://{}/WebSocket", args.ws);
     let mut req = url.as_str().into_client_request()?;
     req.headers_mut().insert(
         "Sec-WebSocket-Protocol",
@@ -61,13 +106,27 @@ fn connect(args: &PerfWsSubArgs) -> Result<Conn> {
     let stream = TcpStream::connect(&args.ws)
         .with_context(|| format!("perf-ws-sub: cannot connect to {}", args.ws))?;
     stream.set_nodelay(true)?;
+    let stream = match tls {
+        None => WsStream::Plain(stream),
+        Some(cfg) => {
+            let name = tickwire_client::tls::server_name(&args.ws).map_err(anyhow::Error::msg)?;
+            let conn = rustls::ClientConnection::new(cfg, name).context("TLS")?;
+            WsStream::Tls(Box::new(rustls::StreamOwned::new(conn, stream)))
+        }
+    };
     let (mut ws, _) = tungstenite::client(req, stream).context("WebSocket handshake")?;
-    let login = json!({"ID": 1, "Domain": "Login", "Key": {"Name": "perf-ws-sub"}});
+    let user = args.credentials.user.as_deref().unwrap_or("perf-ws-sub");
+    let secret = args.credentials.secret().map_err(anyhow::Error::msg)?;
+    let mut elements = json!({"ApplicationId": "256"});
+    if !secret.is_empty() {
+        elements["Password"] = json!(secret);
+    }
+    let login = json!({"ID": 1, "Domain": "Login", "Key": {"Name": user, "Elements": elements}});
     ws.send(Message::text(login.to_string()))?;
     let names: Vec<String> = (0..args.items).map(|i| format!("SYM{i}")).collect();
     let req = json!({"ID": 1_000_000, "Key": {"Name": names, "Service": args.service}});
     ws.send(Message::text(req.to_string()))?;
-    ws.get_mut().set_nonblocking(true)?;
+    ws.get_mut().tcp().set_nonblocking(true)?;
     Ok(Conn {
         ws,
         seq: vec![None; args.items],
@@ -94,7 +153,7 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
     while Instant::now() < end && !stop.load(Ordering::Relaxed) {
         pfds.clear();
         pfds.extend(conns.iter().map(|k| libc::pollfd {
-            fd: k.ws.get_ref().as_raw_fd(),
+            fd: k.ws.get_ref().tcp().as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         }));

@@ -521,3 +521,49 @@ fn a_tls_subscriber_that_stops_reading_is_conflated_and_catches_up() {
     assert!(feed.is_running(), "{}", feed.log());
     assert!(!feed.log().contains("reconnect"), "{}", feed.log());
 }
+
+#[test]
+fn the_lab_websocket_subscriber_measures_over_wss() {
+    let certs = Certs::new("perf-wss");
+    let (node, url) = start_tls_node(&certs);
+    let ca = certs.cert_str();
+    let feed = start_tls_publisher(&node, &ca);
+    let out = tls_snapshot(&node, &ca);
+    assert_eq!(out.code(), Some(0), "{}\n{}", out.stderr, feed.log());
+    let hostport = url
+        .trim_start_matches("wss://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let out = run(
+        &[
+            "perf-ws-sub",
+            "--ws",
+            &hostport,
+            "--items",
+            "2",
+            "--duration",
+            "3",
+            "--json",
+            "--tls",
+            "--ca",
+            &ca,
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    let summary = out
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .last()
+        .expect("a JSON summary");
+    let summary = &summary["summary"];
+    assert!(
+        summary["images"].as_u64() == Some(2) && summary["updates"].as_u64().unwrap_or(0) > 0,
+        "{summary}\n{}\n--- node\n{}",
+        out.stderr,
+        node.proc.log()
+    );
+}

@@ -53,7 +53,7 @@ pub fn client_config_from_ca_pem(pem: &[u8]) -> Result<Arc<ClientConfig>, String
 
 /// The name to verify the node's certificate against: the host of `host:port`
 /// (`[v6]:port` too), a DNS name or an IP address.
-pub(crate) fn server_name(addr: &str) -> Result<ServerName<'static>, String> {
+pub fn server_name(addr: &str) -> Result<ServerName<'static>, String> {
     let host = match addr.rsplit_once(':') {
         Some((h, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => h,
         _ => addr,
