@@ -556,8 +556,8 @@ fn the_lab_websocket_subscriber_measures_over_wss() {
     let summary = out
         .stdout
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .last()
+        .rev()
+        .find_map(|l| serde_json::from_str::<Value>(l).ok())
         .expect("a JSON summary");
     let summary = &summary["summary"];
     assert!(
