@@ -106,16 +106,7 @@ fn chromium_binary() -> String {
 
 #[test]
 fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
-    let mut node = Node::start(&["--ws", "127.0.0.1:0"]);
-    let line = node
-        .proc
-        .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
-    let host = line
-        .split("ws://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .expect("address")
-        .to_string();
+    let (node, host) = Node::start_ws(&[]);
     let _feed = start_publisher(&node, "FEED", 2, 400, false);
     let driver = Driver::start();
     let session = driver.call(
@@ -231,16 +222,7 @@ fn the_dashboard_logs_in_with_the_credentials_the_user_types() {
         format!("[security]\nusers_file = \"{}\"\n", users.display()),
     )
     .expect("config");
-    let mut node = Node::start(&["--ws", "127.0.0.1:0", "--config", cfg.to_str().unwrap()]);
-    let line = node
-        .proc
-        .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
-    let host = line
-        .split("ws://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .expect("address")
-        .to_string();
+    let (node, host) = Node::start_ws(&["--config", cfg.to_str().unwrap()]);
     let addr = node.addr_str();
     let _feed = Proc::spawn_with(
         &[

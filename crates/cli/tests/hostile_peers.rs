@@ -142,8 +142,8 @@ fn a_peer_dropping_200000_streams_on_one_item_does_not_freeze_the_node() {
 
 #[test]
 fn connections_that_never_log_in_are_dropped_and_counted_apart() {
-    let cfg = temp_config(
-        "pending",
+    let cfg = TempConfig::new(
+        "hostile-pending",
         "[limits]\nlogin_timeout_ms = 1000\nmax_pending_logins = 5\nmax_connections = 10\n",
     );
     let node = Node::start(&["--config", cfg.path()]);
@@ -218,30 +218,6 @@ fn wait_for_refusal(addr: std::net::SocketAddr, timeout: Duration) -> String {
         drop(c);
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// A config file in the temp directory, removed on drop.
-struct TempConfig(std::path::PathBuf);
-
-impl TempConfig {
-    fn path(&self) -> &str {
-        self.0.to_str().expect("utf-8 path")
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn temp_config(name: &str, text: &str) -> TempConfig {
-    let path = std::env::temp_dir().join(format!(
-        "tickwire-hostile-{}-{name}.toml",
-        std::process::id()
-    ));
-    std::fs::write(&path, text).expect("write config");
-    TempConfig(path)
 }
 
 #[test]

@@ -388,16 +388,7 @@ fn websocket_clients_log_in_with_an_authentication_token_as_the_published_api_do
         "node-ws.toml",
         &format!("[security]\nusers_file = \"{}\"\n", s.users),
     );
-    let mut node = Node::start(&["--config", &cfg, "--ws", "127.0.0.1:0"]);
-    let line = node
-        .proc
-        .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
-    let ws_addr = line
-        .split("ws://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .expect("address")
-        .to_string();
+    let (_node, ws_addr) = Node::start_ws(&["--config", &cfg]);
     let login = |name: &str, token: &str| {
         serde_json::json!({"ID": 1, "Domain": "Login", "Key": {"Name": name,
             "Elements": {"ApplicationId": "256", "Position": "127.0.0.1",

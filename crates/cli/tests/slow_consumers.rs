@@ -33,27 +33,6 @@ fn item_names() -> Vec<String> {
     (0..ITEMS).map(|i| format!("SYM{i}")).collect()
 }
 
-/// A config file in the temp directory, removed on drop.
-struct TempConfig(std::path::PathBuf);
-
-impl TempConfig {
-    fn new(name: &str, text: &str) -> TempConfig {
-        let path =
-            std::env::temp_dir().join(format!("tickwire-slow-{}-{name}.toml", std::process::id()));
-        std::fs::write(&path, text).expect("write config");
-        TempConfig(path)
-    }
-    fn path(&self) -> &str {
-        self.0.to_str().expect("utf-8 path")
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// `tickwire subscribe --json` as a child process; every line it prints is kept with
 /// the time it arrived.
 struct JsonSubscriber {
@@ -366,7 +345,7 @@ fn a_stopped_subscriber_is_conflated_and_catches_up_exactly_while_others_keep_up
     // A small kernel send buffer makes the stalled backlog reach the node's queue at
     // this test's rate (the default autotuned one would absorb several MB first).
     let cfg = TempConfig::new(
-        "conflate",
+        "slow-conflate",
         "[node]\nstats_interval_s = 1\n[limits]\nsocket_send_buffer_bytes = 65536\n\
          [slow_consumer]\npolicy = \"conflate\"\nconflate_above_bytes = 65536\n",
     );
@@ -459,7 +438,7 @@ fn a_stopped_subscriber_is_conflated_and_catches_up_exactly_while_others_keep_up
 fn with_policy_disconnect_a_stopped_subscriber_is_told_and_dropped_then_recovers() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = TempConfig::new(
-        "disconnect",
+        "slow-disconnect",
         "[limits]\nsocket_send_buffer_bytes = 65536\nmax_output_bytes = 262144\n",
     );
     let node = Node::start(&["--config", cfg.path()]);

@@ -11,47 +11,6 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// `tickwire node --ws 127.0.0.1:0 EXTRA...` and the WebSocket address (host:port).
-fn start_node_ws(extra: &[&str]) -> (Node, String) {
-    let mut args = vec!["--ws", "127.0.0.1:0"];
-    args.extend_from_slice(extra);
-    let mut node = Node::start(&args);
-    let line = node
-        .proc
-        .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
-    let addr = line
-        .split("ws://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .expect("address in the log line")
-        .to_string();
-    (node, addr)
-}
-
-/// A config file in the temp directory, removed on drop.
-struct TempConfig(std::path::PathBuf);
-
-impl TempConfig {
-    fn new(name: &str, text: &str) -> TempConfig {
-        let p = std::env::temp_dir().join(format!(
-            "tickwire-ws-hardening-{}-{name}.toml",
-            std::process::id()
-        ));
-        std::fs::write(&p, text).expect("write config");
-        TempConfig(p)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("UTF-8 path")
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 fn connect(addr: &str, read_timeout: Duration) -> TcpStream {
     let s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(read_timeout)).unwrap();
@@ -157,7 +116,7 @@ fn set_receive_buffer(s: &TcpStream, bytes: i32) {
 /// to stay open until the heartbeat timeout (15 s with the default 5 s heartbeat).
 #[test]
 fn plain_http_answers_are_followed_by_eof_at_once() {
-    let (mut node, addr) = start_node_ws(&[]);
+    let (mut node, addr) = Node::start_ws(&[]);
     let cases = [
         ("GET / HTTP/1.1\r\nHost: x\r\n\r\n", "200 OK"),
         ("GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n", "404 Not Found"),
@@ -192,7 +151,7 @@ fn plain_http_answers_are_followed_by_eof_at_once() {
 /// the limit holding only for heads still incomplete. The node serves the next client.
 #[test]
 fn a_100_kb_head_in_one_write_gets_431_and_eof() {
-    let (mut node, addr) = start_node_ws(&[]);
+    let (mut node, addr) = Node::start_ws(&[]);
     for path in ["/", "/WebSocket"] {
         let head = format!(
             "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -223,10 +182,10 @@ fn a_100_kb_head_in_one_write_gets_431_and_eof() {
 #[test]
 fn a_client_flooding_pings_without_reading_is_closed_with_a_reason() {
     let cfg = TempConfig::new(
-        "pings",
+        "ws-hardening-pings",
         "[limits]\nmax_output_bytes = 1048576\nsocket_send_buffer_bytes = 65536\n",
     );
-    let (mut node, addr) = start_node_ws(&["--config", cfg.path()]);
+    let (mut node, addr) = Node::start_ws(&["--config", cfg.path()]);
     let mut s = connect(&addr, Duration::from_secs(5));
     // Small kernel buffers on both sides: what the client does not read waits in the
     // node, where it must be bounded.

@@ -14,47 +14,6 @@ use std::time::{Duration, Instant};
 /// How long any answer may take.
 const WAIT: Duration = Duration::from_secs(10);
 
-/// `tickwire node --ws 127.0.0.1:0 EXTRA...` and the WebSocket address (host:port).
-fn start_node_ws(extra: &[&str]) -> (Node, String) {
-    let mut args = vec!["--ws", "127.0.0.1:0"];
-    args.extend_from_slice(extra);
-    let mut node = Node::start(&args);
-    let line = node
-        .proc
-        .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
-    let addr = line
-        .split("ws://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .expect("address in the log line")
-        .to_string();
-    (node, addr)
-}
-
-/// A config file in the temp directory, removed on drop.
-struct TempConfig(std::path::PathBuf);
-
-impl TempConfig {
-    fn new(name: &str, text: &str) -> TempConfig {
-        let p = std::env::temp_dir().join(format!(
-            "tickwire-ws-origin-{}-{name}.toml",
-            std::process::id()
-        ));
-        std::fs::write(&p, text).expect("write config");
-        TempConfig(p)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("UTF-8 path")
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// Connects and sends a WebSocket upgrade for `Host: addr`, with this `Origin` header
 /// (none if `None`), as a browser would.
 fn send_upgrade(addr: &str, origin: Option<&str>) -> TcpStream {
@@ -148,7 +107,7 @@ fn assert_upgraded(s: &mut TcpStream) {
 /// node; the node's own origin (its dashboard) and a program sending no `Origin` can.
 #[test]
 fn an_upgrade_from_another_origin_gets_403_and_eof_the_nodes_own_origin_101() {
-    let (mut node, addr) = start_node_ws(&[]);
+    let (mut node, addr) = Node::start_ws(&[]);
 
     let mut s = send_upgrade(&addr, Some("http://evil.example"));
     let client = s.local_addr().unwrap().to_string();
@@ -175,10 +134,10 @@ fn an_upgrade_from_another_origin_gets_403_and_eof_the_nodes_own_origin_101() {
 #[test]
 fn an_origin_listed_in_allowed_origins_is_upgraded() {
     let cfg = TempConfig::new(
-        "allowed",
+        "ws-origin-allowed",
         "[websocket]\nallowed_origins = [\"http://evil.example\"]\n",
     );
-    let (_node, addr) = start_node_ws(&["--config", cfg.path()]);
+    let (_node, addr) = Node::start_ws(&["--config", cfg.path()]);
 
     let mut s = send_upgrade(&addr, Some("http://evil.example"));
     assert_upgraded(&mut s);

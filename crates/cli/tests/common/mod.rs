@@ -303,6 +303,24 @@ impl Node {
         self.addr.to_string()
     }
 
+    /// `tickwire node --listen 127.0.0.1:0 --ws 127.0.0.1:0 EXTRA...`, and its WebSocket
+    /// address (host:port), once it has logged it.
+    pub fn start_ws(extra: &[&str]) -> (Node, String) {
+        let mut args = vec!["--ws", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let mut node = Node::start(&args);
+        let line = node
+            .proc
+            .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
+        let addr = line
+            .split("ws://")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .expect("address in the log line")
+            .to_string();
+        (node, addr)
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.proc.is_running()
     }
@@ -692,5 +710,27 @@ impl Rng {
         }
         v.truncate(n);
         v
+    }
+}
+
+/// A config file in the temp directory (named after the test process and `name`),
+/// removed on drop.
+pub struct TempConfig(std::path::PathBuf);
+
+impl TempConfig {
+    pub fn new(name: &str, text: &str) -> TempConfig {
+        let p = std::env::temp_dir().join(format!("tickwire-{}-{name}.toml", std::process::id()));
+        std::fs::write(&p, text).expect("write config");
+        TempConfig(p)
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().expect("UTF-8 path")
+    }
+}
+
+impl Drop for TempConfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
