@@ -48,6 +48,24 @@ impl Driver {
         d
     }
 
+    /// A headless chromium session; its id.
+    fn new_session(&self) -> String {
+        let session = self.call(
+            "POST",
+            "/session",
+            Some(
+                json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
+                    "binary": chromium_binary(),
+                    "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+                }}}}),
+            ),
+        );
+        session["sessionId"]
+            .as_str()
+            .expect("a session")
+            .to_string()
+    }
+
     /// One WebDriver call (HTTP/1.1, Connection: close); the response's `value`.
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect chromedriver");
@@ -109,20 +127,7 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
     let (node, host) = Node::start_ws(&[]);
     let _feed = start_publisher(&node, "FEED", 2, 400, false);
     let driver = Driver::start();
-    let session = driver.call(
-        "POST",
-        "/session",
-        Some(
-            json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
-                "binary": chromium_binary(),
-                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
-            }}}}),
-        ),
-    );
-    let id = session["sessionId"]
-        .as_str()
-        .expect("a session")
-        .to_string();
+    let id = driver.new_session();
     driver.call(
         "POST",
         &format!("/session/{id}/url"),
@@ -243,20 +248,7 @@ fn the_dashboard_logs_in_with_the_credentials_the_user_types() {
         },
     );
     let driver = Driver::start();
-    let session = driver.call(
-        "POST",
-        "/session",
-        Some(
-            json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
-                "binary": chromium_binary(),
-                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
-            }}}}),
-        ),
-    );
-    let id = session["sessionId"]
-        .as_str()
-        .expect("a session")
-        .to_string();
+    let id = driver.new_session();
     driver.call(
         "POST",
         &format!("/session/{id}/url"),

@@ -157,7 +157,7 @@ fn snapshot_as(s: &Secured, user: &str, password_file: &str, item: &str) -> Outp
 
 #[test]
 fn users_log_in_with_their_secret_and_get_only_what_they_are_entitled_to() {
-    let s = secured("entitled");
+    let mut s = secured("entitled");
     let _feed = start_feed(&s);
     let good = s.dir.write("good.pw", "alice pass\n");
     let bad = s.dir.write("bad.pw", "alice guess\n");
@@ -204,10 +204,17 @@ fn users_log_in_with_their_secret_and_get_only_what_they_are_entitled_to() {
         out.stdout,
         out.stderr
     );
-    let log = s.node.proc.log();
-    assert!(log.contains("login accepted: user=\"alice\""), "{log}");
-    assert!(log.contains("login refused: user=\"alice\""), "{log}");
-    assert!(!log.contains("alice pass"), "a secret reached the log");
+    // The node's stderr is read by a thread: wait for the lines (in their order).
+    s.node
+        .proc
+        .wait_for_line("login accepted: user=\"alice\"", T);
+    s.node
+        .proc
+        .wait_for_line("login refused: user=\"alice\"", T);
+    assert!(
+        !s.node.proc.log().contains("alice pass"),
+        "a secret reached the log"
+    );
 }
 
 #[test]
@@ -260,13 +267,10 @@ fn nobody_but_the_entitled_publisher_can_take_a_service_over() {
         "--user",
         "x",
     ]);
+    // Its stderr is read by a thread: wait for the line, not only for the exit.
+    anon.wait_for_line("a secret is required", T);
     let ended = anon.wait_exit(T);
     assert!(ended.is_some_and(|s| !s.success()), "{}", anon.log());
-    assert!(
-        anon.log().contains("a secret is required"),
-        "{}",
-        anon.log()
-    );
     // The real one comes back and is served.
     let _back = start_feed(&s);
     let _ = impostor.kill();

@@ -436,9 +436,12 @@ impl Node {
             if self.role(conn) == Some(ConnRole::Closing) {
                 break;
             }
-            if self
-                .conn_mut(conn)
-                .is_some_and(|c| c.pending_login.is_some())
+            // Only a Login can start a verification (checked for it alone: this loop is
+            // the hot path of every update).
+            if matches!(raw.message, Message::Login(_))
+                && self
+                    .conn_mut(conn)
+                    .is_some_and(|c| c.pending_login.is_some())
             {
                 // The login is being verified: the rest of the frame waits for it.
                 let offset = raw.encoded.as_ptr() as usize - payload.as_ptr() as usize;
@@ -706,18 +709,6 @@ impl Node {
         }
         if self.shutting_down {
             self.reject(conn, code::SHUTDOWN, "node shutting down");
-            return;
-        }
-        if self
-            .conn_mut(conn)
-            .is_some_and(|c| c.pending_login.is_some())
-        {
-            self.stats.protocol_disconnects += 1;
-            self.reject(
-                conn,
-                code::PROTOCOL,
-                "a second login while the first is verified",
-            );
             return;
         }
         let Some(identity) = self.authenticate(conn, hi, login) else {
