@@ -169,11 +169,6 @@ impl Users {
             .is_some_and(|e| e.allows(action, service))
     }
 
-    /// The groups of a user, for logs.
-    pub fn groups(&self, user: &str) -> &[String] {
-        self.users.get(user).map_or(&[], |u| &u.groups)
-    }
-
     /// What changed from `self` to `new`, for the audit log: users added, removed, and
     /// whose rights or secret changed.
     pub fn changes(&self, new: &Users) -> Vec<String> {

@@ -64,14 +64,6 @@ impl Node {
         std::mem::swap(into, &mut self.auth_requests);
     }
 
-    /// Logins are being verified (for `poll_timeout`-style callers: answers will come).
-    pub fn awaiting_auth(&self) -> bool {
-        self.conns
-            .iter()
-            .flatten()
-            .any(|c| c.pending_login.is_some())
-    }
-
     /// The answer to an [`AuthRequest`]: the login is accepted (and what the peer sent
     /// meanwhile is processed) or rejected with the reason.
     pub fn on_auth_result(
