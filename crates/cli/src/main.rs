@@ -97,6 +97,15 @@ struct NodeArgs {
     /// 127.0.0.1:15000 (port 0 picks a free port). Overrides websocket.listen.
     #[arg(long, value_name = "ADDR")]
     ws: Option<String>,
+    /// Join a backbone on this Aeron channel, e.g.
+    /// `aeron:udp?endpoint=239.20.30.40:40456|interface=127.0.0.1` (multicast on
+    /// loopback). Overrides backbone.channel; needs --role (or backbone.role).
+    #[arg(long, value_name = "CHANNEL")]
+    backbone: Option<String>,
+    /// The node's part in the backbone: `source` (its publishers' services go on the
+    /// backbone), `edge` (its subscribers are served from the backbone) or `both`.
+    #[arg(long, value_name = "source|edge|both")]
+    role: Option<String>,
     /// Print the effective configuration (file + flags) as TOML and exit.
     #[arg(long)]
     print_config: bool,
@@ -133,6 +142,17 @@ fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(ws) = &args.ws {
         cfg.websocket.listen = ws.clone();
+    }
+    if let Some(ch) = &args.backbone {
+        cfg.backbone.channel = ch.clone();
+    }
+    if let Some(r) = &args.role {
+        cfg.backbone.role = r.clone();
+    }
+    if !cfg.backbone.channel.is_empty() && cfg.backbone.role.is_empty() {
+        anyhow::bail!(
+            "--backbone needs --role source|edge|both (or backbone.role in the config file)"
+        );
     }
     cfg.validate().context("invalid node settings")?;
     Ok(cfg)

@@ -100,6 +100,7 @@ pub struct NodeConfig {
     pub websocket: WebSocketSection,
     pub security: SecuritySection,
     pub tls: TlsSection,
+    pub backbone: crate::backbone::BackboneSection,
 }
 
 /// `[tls]`: when both are set, the node's TCP port and its WebSocket/HTTP port speak
@@ -453,6 +454,7 @@ impl NodeConfig {
             "allowed: 16 or more".into(),
         )?;
         self.websocket.address()?;
+        self.backbone.validate()?;
         check(
             (1024..=16 * 1024 * 1024).contains(&self.websocket.max_msg_size),
             "websocket.max_msg_size",

@@ -6,12 +6,14 @@
 //! decision about items, streams and fan-out is the core's.
 
 mod auth;
+pub mod backbone;
 pub mod config;
 mod node_item;
 mod server;
 pub mod tls;
 mod ws;
 
+pub use backbone::BackboneSection;
 pub use config::{
     CacheMode, ConfigError, NodeConfig, SlowPolicy, TlsSection, WaitStrategy, WebSocketSection,
 };

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tickwire_backbone::Backbone;
 use tickwire_core::{ConnId, Node, Stats};
 use tickwire_gateway::{SessionConfig, UpdateCache};
 use tickwire_proto::frame::{FrameReader, FrameWriter};
@@ -378,6 +379,7 @@ impl NodeServer {
         let mut ws_cache = UpdateCache::new(self.cfg.websocket.share_encoding);
         let mut node_item = crate::node_item::NodeItem::start(&mut core, start);
         let mut next_node_item = start + Duration::from_secs(1);
+        let mut backbone = self.start_backbone(&mut core, start)?;
 
         loop {
             let now = Instant::now();
@@ -396,6 +398,9 @@ impl NodeServer {
                 timeout = timeout.min(Duration::from_millis(10));
             }
             if let Some(at) = self.accept_trouble.next_retry() {
+                timeout = timeout.min(at.saturating_duration_since(now));
+            }
+            if let Some(at) = backbone.as_ref().and_then(|b| b.poll_timeout()) {
                 timeout = timeout.min(at.saturating_duration_since(now));
             }
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
@@ -491,6 +496,14 @@ impl NodeServer {
                 self.reload_users(&mut core, now);
             }
 
+            // The backbone: what its receiver thread has (it woke us), its timers.
+            if let Some(b) = backbone.as_mut() {
+                b.receive(&mut core, now);
+                if b.poll_timeout().is_some_and(|at| now >= at) {
+                    b.on_tick(&mut core, now);
+                }
+            }
+
             if now >= next_node_item && shutdown_deadline.is_none() {
                 node_item.tick(&mut core, now);
                 next_node_item = now + Duration::from_secs(1);
@@ -511,6 +524,10 @@ impl NodeServer {
                 shutdown_deadline = Some(now + Duration::from_secs(2));
             }
 
+            // What the core wrote to the backbone's connections this turn goes out.
+            if let Some(b) = backbone.as_mut() {
+                b.pump(&mut core, now);
+            }
             core.take_dirty(&mut dirty);
             for &id in &dirty {
                 flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache);
@@ -625,6 +642,36 @@ impl NodeServer {
                 }
             }
         }
+    }
+
+    /// Joins the backbone when `[backbone] role` is set.
+    fn start_backbone(&self, core: &mut Node, now: Instant) -> io::Result<Option<Backbone>> {
+        let cfg = &self.cfg.backbone;
+        let Some(role) = cfg.role() else {
+            return Ok(None);
+        };
+        let waker = self.shutdown.waker.clone();
+        let name = &self.cfg.node.name;
+        let b = Backbone::start(
+            core,
+            role,
+            cfg.link_config(),
+            cfg.source_config(name),
+            cfg.edge_config(name),
+            Box::new(move || {
+                let _ = waker.wake();
+            }),
+            now,
+        )
+        .map_err(|e| io::Error::other(format!("cannot join the backbone: {e}")))?;
+        info!(
+            "backbone: {} on {} (data stream {}, requests stream {})",
+            role.name(),
+            cfg.channel,
+            cfg.data_stream,
+            cfg.request_stream
+        );
+        Ok(Some(b))
     }
 
     /// SIGHUP: the users file again. A file that does not load leaves the old users in

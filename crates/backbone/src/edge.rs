@@ -1,0 +1,669 @@
+//! The edge role: the backbone's data to a node's own subscribers.
+//!
+//! The edge is one internal, interactive publisher of its node's core, announcing
+//! every service the live sources announce. The core asks it for an item once,
+//! however many local subscribers want it; the edge subscribes to the item at a
+//! source that has the service up, and feeds what the source sends (already encoded
+//! Tickwire messages) into the core with the stream id rewritten: the core caches,
+//! conflates and fans out as for any publisher.
+//!
+//! Never a silent gap: an item is forwarded only from the image the source sent for it
+//! on, in order (Aeron delivers each source's messages reliably and in order, or not
+//! at all). A source that goes silent for the liveness time is lost: its items turn
+//! open/suspect and are asked for again at another source with the service, or at the
+//! same source when it is back; its services go down when no live source has them.
+
+use crate::plumbing::{self, for_each_message, stream_id};
+use crate::wire::{BackboneMessage, DataMessages};
+use crate::Outbox;
+use log::{info, warn};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+use tickwire_core::{ConnId, Node};
+use tickwire_proto::message::{write_readdressed, MESSAGE_HEADER_LEN};
+use tickwire_proto::{
+    code, DataState, Directory, Message, MessageType, Role, ServiceEntry, ServiceState, State,
+    Status, StreamState,
+};
+
+/// Settings of the edge role.
+#[derive(Debug, Clone)]
+pub struct EdgeConfig {
+    pub name: String,
+    /// How often the edge tells the sources it is alive.
+    pub heartbeat: Duration,
+    /// A source silent this long is lost.
+    pub liveness: Duration,
+    /// An item asked for and not answered in this time is asked for again.
+    pub request_retry: Duration,
+    /// Most sources remembered at once.
+    pub max_sources: usize,
+    /// Most requests queued while the backbone is back-pressured.
+    pub max_control: usize,
+}
+
+impl Default for EdgeConfig {
+    fn default() -> Self {
+        EdgeConfig {
+            name: "edge".into(),
+            heartbeat: Duration::from_millis(100),
+            liveness: Duration::from_secs(1),
+            request_retry: Duration::from_secs(1),
+            max_sources: 256,
+            max_control: 65_536,
+        }
+    }
+}
+
+/// Figures of the edge role.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EdgeStats {
+    pub sources_live: u64,
+    pub items: u64,
+    pub data_messages: u64,
+    pub data_bytes: u64,
+    pub subscribes_sent: u64,
+    pub sources_lost: u64,
+    pub reimages: u64,
+    pub bad_messages: u64,
+    pub control_dropped: u64,
+}
+
+/// A directory part: (service, state) pairs.
+type DirectoryPart = Vec<(String, ServiceState)>;
+
+struct SourceView {
+    name: String,
+    last_heard: Instant,
+    live: bool,
+    /// The directory version the edge has whole (0: none yet).
+    directory_version: u32,
+    announced_version: u32,
+    next_directory_request: Instant,
+    /// Parts of a directory being received: version, parts seen.
+    assembling: Option<(u32, Vec<Option<DirectoryPart>>)>,
+    services: BTreeMap<String, ServiceState>,
+    /// The source's stream ids -> the core's stream ids (with this edge).
+    streams: FxHashMap<u32, u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No live source has the service.
+    NoSource,
+    /// Asked at `source`; forwarding starts with its image.
+    Waiting { since: Instant },
+    /// In step with the source.
+    Live,
+}
+
+struct EdgeItem {
+    service: String,
+    name: String,
+    source: Option<u64>,
+    source_stream: Option<u32>,
+    phase: Phase,
+}
+
+pub struct Edge {
+    conn: ConnId,
+    id: u64,
+    cfg: EdgeConfig,
+    sources: FxHashMap<u64, SourceView>,
+    /// The core's stream id -> the item.
+    items: FxHashMap<u32, EdgeItem>,
+    by_name: HashMap<(String, String), u32>,
+    /// What the core has been told: service -> up.
+    announced: BTreeMap<String, bool>,
+    control: VecDeque<Vec<u8>>,
+    next_heartbeat: Instant,
+    to_core: Vec<u8>,
+    stats: EdgeStats,
+}
+
+impl Edge {
+    /// Connects to the core as the publisher of the backbone's services.
+    pub fn start(core: &mut Node, cfg: EdgeConfig, id: u64, now: Instant) -> Edge {
+        let conn = plumbing::connect(core, "backbone (edge)", Role::Publisher, now);
+        Edge {
+            conn,
+            id,
+            cfg,
+            sources: FxHashMap::default(),
+            items: FxHashMap::default(),
+            by_name: HashMap::new(),
+            announced: BTreeMap::new(),
+            control: VecDeque::new(),
+            next_heartbeat: now,
+            to_core: Vec::new(),
+            stats: EdgeStats::default(),
+        }
+    }
+
+    pub fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn stats(&self) -> EdgeStats {
+        let mut s = self.stats.clone();
+        s.sources_live = self.sources.values().filter(|s| s.live).count() as u64;
+        s.items = self.items.len() as u64;
+        s
+    }
+
+    /// Names of the live sources and the services each announces.
+    pub fn sources(&self) -> Vec<(String, Vec<String>)> {
+        self.sources
+            .values()
+            .filter(|s| s.live)
+            .map(|s| (s.name.clone(), s.services.keys().cloned().collect()))
+            .collect()
+    }
+
+    /// Services received from the backbone (a node that is also a source does not
+    /// put them back on it).
+    pub fn services(&self) -> std::collections::BTreeSet<String> {
+        self.announced.keys().cloned().collect()
+    }
+
+    /// When [`Edge::on_tick`] is next needed.
+    pub fn poll_timeout(&self) -> Instant {
+        self.next_heartbeat
+    }
+
+    fn queue_control(&mut self, m: &BackboneMessage<'_>) {
+        if self.control.len() >= self.cfg.max_control {
+            self.stats.control_dropped += 1;
+            return;
+        }
+        let mut buf = Vec::new();
+        if m.encode(&mut buf).is_ok() {
+            self.control.push_back(buf);
+        }
+    }
+
+    /// One message from a source (the data stream). Junk is counted and ignored.
+    pub fn on_data(&mut self, core: &mut Node, bytes: &[u8], now: Instant) {
+        let msg = match BackboneMessage::decode(bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                self.bad(&e.to_string());
+                return;
+            }
+        };
+        match msg {
+            BackboneMessage::Heartbeat {
+                source,
+                name,
+                directory_version,
+            } => self.on_heartbeat(core, source, name, directory_version, now),
+            BackboneMessage::Directory {
+                source,
+                version,
+                part,
+                parts,
+                services,
+            } => {
+                let Some(s) = self.sources.get_mut(&source) else {
+                    return;
+                };
+                s.last_heard = now;
+                if version == s.directory_version {
+                    return;
+                }
+                let entries: DirectoryPart = services
+                    .iter()
+                    .map(|e| (e.name.to_string(), e.state))
+                    .collect();
+                let slot = match &mut s.assembling {
+                    Some((v, parts_seen))
+                        if *v == version && parts_seen.len() == parts as usize =>
+                    {
+                        parts_seen
+                    }
+                    _ => {
+                        s.assembling = Some((version, vec![None; parts as usize]));
+                        &mut s.assembling.as_mut().expect("just set").1
+                    }
+                };
+                slot[part as usize] = Some(entries);
+                if slot.iter().all(|p| p.is_some()) {
+                    let (_, all) = s.assembling.take().expect("assembling");
+                    s.services = all.into_iter().flatten().flatten().collect();
+                    s.directory_version = version;
+                    self.directory_updated(core, now);
+                }
+            }
+            BackboneMessage::Opened {
+                source,
+                stream,
+                service,
+                item,
+            } => {
+                let Some(&sid) = self.by_name.get(&(service.to_string(), item.to_string())) else {
+                    return;
+                };
+                let Some(it) = self.items.get_mut(&sid) else {
+                    return;
+                };
+                if it.source != Some(source) || !matches!(it.phase, Phase::Waiting { .. }) {
+                    return;
+                }
+                if let Some(old) = it.source_stream.replace(stream) {
+                    if let Some(s) = self.sources.get_mut(&source) {
+                        s.streams.remove(&old);
+                    }
+                }
+                if let Some(s) = self.sources.get_mut(&source) {
+                    s.streams.insert(stream, sid);
+                }
+            }
+            BackboneMessage::Data { source, messages } => {
+                self.on_source_data(core, source, messages, now)
+            }
+            _ => {}
+        }
+    }
+
+    fn bad(&mut self, why: &str) {
+        self.stats.bad_messages += 1;
+        if self.stats.bad_messages.is_power_of_two() {
+            warn!(
+                "backbone: ignored a malformed message ({why}); {} so far",
+                self.stats.bad_messages
+            );
+        }
+    }
+
+    fn on_heartbeat(
+        &mut self,
+        core: &mut Node,
+        source: u64,
+        name: &str,
+        version: u32,
+        now: Instant,
+    ) {
+        if !self.sources.contains_key(&source) {
+            if self.sources.len() >= self.cfg.max_sources {
+                return;
+            }
+            self.sources.insert(
+                source,
+                SourceView {
+                    name: name.to_string(),
+                    last_heard: now,
+                    live: false,
+                    directory_version: 0,
+                    announced_version: version,
+                    next_directory_request: now,
+                    assembling: None,
+                    services: BTreeMap::new(),
+                    streams: FxHashMap::default(),
+                },
+            );
+        }
+        let s = self.sources.get_mut(&source).expect("present");
+        s.last_heard = now;
+        s.announced_version = version;
+        if !s.live {
+            s.live = true;
+            info!("backbone: source {name:?} ({source:016x}) is live");
+        }
+        if s.directory_version != version && now >= s.next_directory_request {
+            s.next_directory_request = now + Duration::from_millis(200);
+            self.queue_control(&BackboneMessage::DirectoryRequest {
+                edge: self.id,
+                source,
+            });
+        }
+        let _ = core;
+    }
+
+    fn on_source_data(&mut self, core: &mut Node, source: u64, messages: &[u8], now: Instant) {
+        let Some(s) = self.sources.get_mut(&source) else {
+            return;
+        };
+        s.last_heard = now;
+        self.stats.data_messages += 1;
+        self.stats.data_bytes += messages.len() as u64;
+        self.to_core.clear();
+        let mut closed: Vec<u32> = Vec::new();
+        let mut bad = None;
+        for m in DataMessages::new(messages) {
+            let m = match m {
+                Ok(m) => m,
+                Err(e) => {
+                    bad = Some(e.to_string());
+                    break;
+                }
+            };
+            let Some(&sid) = s.streams.get(&m.stream_id) else {
+                continue;
+            };
+            let Some(it) = self.items.get_mut(&sid) else {
+                continue;
+            };
+            let forward = match MessageType::from_u8(m.message_type) {
+                Some(MessageType::Update) => it.phase == Phase::Live,
+                Some(MessageType::Refresh) => {
+                    let Ok(Message::Refresh(r)) =
+                        Message::decode_body(m.message_type, &m.encoded[MESSAGE_HEADER_LEN..])
+                    else {
+                        bad = Some("a refresh that does not decode".into());
+                        break;
+                    };
+                    match it.phase {
+                        Phase::Waiting { .. } => {
+                            if r.complete {
+                                it.phase = Phase::Live;
+                            }
+                            true
+                        }
+                        // Another edge's image (solicited) changes nothing here; a
+                        // publisher's own re-image does.
+                        Phase::Live => !r.solicited,
+                        Phase::NoSource => false,
+                    }
+                }
+                Some(MessageType::Status) => {
+                    let Ok(Message::Status(st)) =
+                        Message::decode_body(m.message_type, &m.encoded[MESSAGE_HEADER_LEN..])
+                    else {
+                        bad = Some("a status that does not decode".into());
+                        break;
+                    };
+                    if st.state.stream != StreamState::Open {
+                        closed.push(sid);
+                    }
+                    true
+                }
+                _ => false,
+            };
+            if forward {
+                write_readdressed(&mut self.to_core, m.encoded, sid);
+            }
+        }
+        if let Some(why) = bad {
+            self.bad(&why);
+        }
+        if !self.to_core.is_empty() {
+            core.on_frame(self.conn, &self.to_core, now);
+        }
+        for sid in closed {
+            self.forget(sid);
+        }
+    }
+
+    /// The item is gone (closed by its source or by the core).
+    fn forget(&mut self, sid: u32) {
+        if let Some(it) = self.items.remove(&sid) {
+            self.by_name.remove(&(it.service, it.name));
+            if let (Some(src), Some(stream)) = (it.source, it.source_stream) {
+                if let Some(s) = self.sources.get_mut(&src) {
+                    s.streams.remove(&stream);
+                }
+            }
+        }
+    }
+
+    /// A live source that has `service` up, keeping `prefer` if it still does.
+    fn pick_source(&self, service: &str, prefer: Option<u64>) -> Option<u64> {
+        let has = |id: &u64| {
+            self.sources
+                .get(id)
+                .is_some_and(|s| s.live && s.services.get(service) == Some(&ServiceState::Up))
+        };
+        if let Some(p) = prefer.filter(|p| has(p)) {
+            return Some(p);
+        }
+        // The lowest id: every edge picks the same source for a service.
+        self.sources.keys().copied().filter(|id| has(id)).min()
+    }
+
+    /// Asks a source for the item (again), or tells the core there is none.
+    fn route(&mut self, core: &mut Node, sid: u32, now: Instant) {
+        let Some(it) = self.items.get(&sid) else {
+            return;
+        };
+        let prefer = it.source;
+        let service = it.service.clone();
+        let name = it.name.clone();
+        match self.pick_source(&service, prefer) {
+            Some(src) => {
+                let it = self.items.get_mut(&sid).expect("present");
+                if let (Some(old), Some(stream)) = (it.source, it.source_stream.take()) {
+                    if let Some(s) = self.sources.get_mut(&old) {
+                        s.streams.remove(&stream);
+                    }
+                }
+                it.source = Some(src);
+                it.phase = Phase::Waiting { since: now };
+                self.stats.subscribes_sent += 1;
+                self.queue_control(&BackboneMessage::Subscribe {
+                    edge: self.id,
+                    source: src,
+                    service: &service,
+                    item: &name,
+                });
+            }
+            None => {
+                let it = self.items.get_mut(&sid).expect("present");
+                if it.phase == Phase::NoSource {
+                    return;
+                }
+                it.phase = Phase::NoSource;
+                it.source_stream = None;
+                let text = format!("no source on the backbone has service {service:?} up");
+                self.status_to_core(core, sid, code::SERVICE_DOWN, &text, now);
+            }
+        }
+    }
+
+    fn status_to_core(&mut self, core: &mut Node, sid: u32, code: u16, text: &str, now: Instant) {
+        self.to_core.clear();
+        let _ = Message::Status(Status {
+            stream_id: sid,
+            state: State {
+                stream: StreamState::Open,
+                data: DataState::Suspect,
+                code,
+                text,
+            },
+        })
+        .encode(&mut self.to_core);
+        core.on_frame(self.conn, &self.to_core, now);
+    }
+
+    /// The union of the live sources' directories, told to the core as changes.
+    fn directory_updated(&mut self, core: &mut Node, now: Instant) {
+        let mut union: BTreeMap<String, bool> = BTreeMap::new();
+        for s in self.sources.values().filter(|s| s.live) {
+            for (name, state) in &s.services {
+                let up = *state == ServiceState::Up;
+                let e = union.entry(name.clone()).or_insert(false);
+                *e |= up;
+            }
+        }
+        // Services no live source announces stay known, down.
+        for name in self.announced.keys() {
+            union.entry(name.clone()).or_insert(false);
+        }
+        let changed: Vec<(String, bool)> = union
+            .iter()
+            .filter(|(n, up)| self.announced.get(*n) != Some(up))
+            .map(|(n, &up)| (n.clone(), up))
+            .collect();
+        if !changed.is_empty() {
+            self.to_core.clear();
+            let _ = Message::Directory(Directory {
+                services: changed
+                    .iter()
+                    .map(|(n, up)| ServiceEntry {
+                        name: n,
+                        state: if *up {
+                            ServiceState::Up
+                        } else {
+                            ServiceState::Down
+                        },
+                        interactive: true,
+                        item_count: 0,
+                    })
+                    .collect(),
+            })
+            .encode(&mut self.to_core);
+            core.on_frame(self.conn, &self.to_core, now);
+            self.announced = union;
+        }
+        // Items without a source may have one now.
+        let orphans: Vec<u32> = self
+            .items
+            .iter()
+            .filter(|(_, it)| it.phase == Phase::NoSource)
+            .map(|(&sid, _)| sid)
+            .collect();
+        for sid in orphans {
+            self.route(core, sid, now);
+        }
+    }
+
+    /// Takes the core's requests and closes for the backbone's services, then moves
+    /// the queued requests onto the backbone.
+    pub fn pump(&mut self, core: &mut Node, out: &mut dyn Outbox, now: Instant) {
+        let mut requests: Vec<(u32, String, String)> = Vec::new();
+        let mut closes: Vec<u32> = Vec::new();
+        if let Some(w) = core.output(self.conn) {
+            if !w.is_empty() {
+                let bytes = w.sealed_bytes();
+                let walked = for_each_message(bytes, |ty, encoded| {
+                    if ty == MessageType::Request as u8 {
+                        if let Ok(Message::Request(r)) =
+                            Message::decode_body(ty, &encoded[MESSAGE_HEADER_LEN..])
+                        {
+                            requests.push((r.stream_id, r.service.into(), r.name.into()));
+                        }
+                    } else if ty == MessageType::Close as u8 {
+                        if let Some(sid) = stream_id(encoded) {
+                            closes.push(sid);
+                        }
+                    }
+                });
+                w.consume(walked);
+            }
+        }
+        for sid in closes {
+            if let Some(it) = self.items.get(&sid) {
+                if let (Some(src), Some(stream)) = (it.source, it.source_stream) {
+                    self.queue_control(&BackboneMessage::Unsubscribe {
+                        edge: self.id,
+                        source: src,
+                        stream,
+                    });
+                }
+            }
+            self.forget(sid);
+        }
+        for (sid, service, name) in requests {
+            // A request on a stream the core already has open asks again (e.g. the
+            // service came back up).
+            let prefer = self.items.get(&sid).and_then(|it| it.source);
+            self.forget(sid);
+            self.by_name.insert((service.clone(), name.clone()), sid);
+            self.items.insert(
+                sid,
+                EdgeItem {
+                    service,
+                    name,
+                    source: prefer,
+                    source_stream: None,
+                    phase: Phase::Waiting { since: now },
+                },
+            );
+            self.route(core, sid, now);
+        }
+        while let Some(m) = self.control.front() {
+            if !out.offer(m) {
+                return;
+            }
+            self.control.pop_front();
+        }
+    }
+
+    /// Heartbeats, lost sources, requests to repeat.
+    pub fn on_tick(&mut self, core: &mut Node, now: Instant) {
+        core.on_bytes_received(self.conn, now);
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = now + self.cfg.heartbeat;
+            let name = self.cfg.name.clone();
+            self.queue_control(&BackboneMessage::EdgeHeartbeat {
+                edge: self.id,
+                name: &name,
+            });
+        }
+        let liveness = self.cfg.liveness;
+        let lost: Vec<u64> = self
+            .sources
+            .iter()
+            .filter(|(_, s)| s.live && now.saturating_duration_since(s.last_heard) > liveness)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in lost {
+            self.source_lost(core, id, now);
+        }
+        // Sources gone for a long time are forgotten (a restarted source has a new id).
+        let forget_after = liveness * 60;
+        self.sources
+            .retain(|_, s| s.live || now.saturating_duration_since(s.last_heard) < forget_after);
+        let retry = self.cfg.request_retry;
+        let stale: Vec<u32> = self
+            .items
+            .iter()
+            .filter(|(_, it)| {
+                matches!(it.phase, Phase::Waiting { since } if now.saturating_duration_since(since) > retry)
+            })
+            .map(|(&sid, _)| sid)
+            .collect();
+        for sid in stale {
+            self.route(core, sid, now);
+        }
+    }
+
+    fn source_lost(&mut self, core: &mut Node, id: u64, now: Instant) {
+        let Some(s) = self.sources.get_mut(&id) else {
+            return;
+        };
+        s.live = false;
+        s.streams.clear();
+        s.directory_version = 0;
+        s.assembling = None;
+        let name = s.name.clone();
+        self.stats.sources_lost += 1;
+        warn!(
+            "backbone: source {name:?} ({id:016x}) silent for {:?}: its items are suspect",
+            self.cfg.liveness
+        );
+        let affected: Vec<u32> = self
+            .items
+            .iter()
+            .filter(|(_, it)| it.source == Some(id))
+            .map(|(&sid, _)| sid)
+            .collect();
+        let text = format!("source {name:?} lost; recovering");
+        for &sid in &affected {
+            if let Some(it) = self.items.get_mut(&sid) {
+                it.source_stream = None;
+                it.phase = Phase::Waiting { since: now };
+            }
+            self.status_to_core(core, sid, code::PUBLISHER_GONE, &text, now);
+        }
+        self.directory_updated(core, now);
+        for sid in affected {
+            self.stats.reimages += 1;
+            self.route(core, sid, now);
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Tickwire's backbone: source nodes put their publishers' data on a reliable
+//! multicast (or unicast) channel; edge nodes take from it what their own subscribers
+//! want. The transport is Aeron (its C media driver embedded in the node's process);
+//! the backbone's own messages ([`wire`]) say which source is alive, what services it
+//! has, which of its streams carries which item, and which items the edges want.
+//!
+//! The roles are sans-IO like the node's core: [`Source`] and [`Edge`] are driven with
+//! `now`, the core they serve, and an [`Outbox`] to offer messages to; the Aeron calls
+//! stay in [`link`]. The node's event loop owns a [`Backbone`], which puts them
+//! together.
+
+pub mod edge;
+pub mod link;
+mod plumbing;
+pub mod source;
+pub mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use edge::{Edge, EdgeConfig, EdgeStats};
+pub use link::{IdleStrategy, Link, LinkConfig, Received};
+pub use source::{Source, SourceConfig, SourceStats};
+
+use std::time::Instant;
+use thiserror::Error;
+use tickwire_core::{ConnId, Node};
+
+/// Where the roles put the messages they send.
+pub trait Outbox {
+    /// Offers one whole message; false if it cannot be taken now (back pressure, no
+    /// receiver yet): the caller keeps it and tries again later.
+    fn offer(&mut self, msg: &[u8]) -> bool;
+}
+
+/// A node's part in the backbone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Source,
+    Edge,
+    Both,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "source" => Role::Source,
+            "edge" => Role::Edge,
+            "both" => Role::Both,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Source => "source",
+            Role::Edge => "edge",
+            Role::Both => "both",
+        }
+    }
+
+    pub fn is_source(self) -> bool {
+        matches!(self, Role::Source | Role::Both)
+    }
+
+    pub fn is_edge(self) -> bool {
+        matches!(self, Role::Edge | Role::Both)
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum BackboneError {
+    #[error("Aeron {what}: {detail}")]
+    Aeron { what: &'static str, detail: String },
+    #[error("Aeron {what} on channel {channel:?}: {detail}")]
+    Channel {
+        what: &'static str,
+        channel: String,
+        detail: String,
+    },
+    #[error("the Aeron media driver stopped while starting")]
+    DriverDied,
+    #[error("cannot start a backbone thread: {0}")]
+    Thread(std::io::Error),
+}
+
+impl BackboneError {
+    fn aeron(what: &'static str, e: impl std::fmt::Debug) -> Self {
+        BackboneError::Aeron {
+            what,
+            detail: format!("{e:?}"),
+        }
+    }
+
+    fn channel(what: &'static str, channel: &str, e: impl std::fmt::Debug) -> Self {
+        BackboneError::Channel {
+            what,
+            channel: channel.to_string(),
+            detail: format!("{e:?}"),
+        }
+    }
+}
+
+/// A random id for this run of a role (tells a restarted source from the old one).
+pub fn random_id() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most the 8 bytes it is given.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 8 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        return t ^ ((std::process::id() as u64) << 32);
+    }
+    u64::from_ne_bytes(b)
+}
+
+/// The backbone of one node: its roles and its Aeron link, driven by the event loop.
+pub struct Backbone {
+    pub source: Option<Source>,
+    pub edge: Option<Edge>,
+    link: Link,
+}
+
+impl Backbone {
+    /// Starts Aeron and the roles. `wake` wakes the event loop (called from the
+    /// receiver thread).
+    pub fn start(
+        core: &mut Node,
+        role: Role,
+        mut link_cfg: LinkConfig,
+        source_cfg: SourceConfig,
+        edge_cfg: EdgeConfig,
+        wake: Box<dyn Fn() + Send>,
+        now: Instant,
+    ) -> Result<Backbone, BackboneError> {
+        link_cfg.source = role.is_source();
+        link_cfg.edge = role.is_edge();
+        let link = Link::start(&link_cfg, wake)?;
+        let edge = role
+            .is_edge()
+            .then(|| Edge::start(core, edge_cfg, random_id(), now));
+        let source = role
+            .is_source()
+            .then(|| Source::start(core, source_cfg, random_id(), now));
+        Ok(Backbone { source, edge, link })
+    }
+
+    /// Whether `conn` is one of the backbone's own connections to the core.
+    pub fn owns(&self, conn: ConnId) -> bool {
+        self.source.as_ref().is_some_and(|s| s.conn() == conn)
+            || self.edge.as_ref().is_some_and(|e| e.conn() == conn)
+    }
+
+    /// What the receiver thread has, into the roles.
+    pub fn receive(&mut self, core: &mut Node, now: Instant) {
+        let (source, edge) = (&mut self.source, &mut self.edge);
+        self.link.drain(|kind, msg| match kind {
+            Received::Data => {
+                if let Some(e) = edge.as_mut() {
+                    e.on_data(core, msg, now);
+                }
+            }
+            Received::Request => {
+                if let Some(s) = source.as_mut() {
+                    s.on_request(core, msg, now);
+                }
+            }
+        });
+    }
+
+    /// What the roles have to send, onto Aeron (after the core has run).
+    pub fn pump(&mut self, core: &mut Node, now: Instant) {
+        if let (Some(s), Some(e)) = (self.source.as_mut(), self.edge.as_ref()) {
+            s.set_excluded(e.services());
+        }
+        if let (Some(e), Some(out)) = (self.edge.as_mut(), self.link.request_out()) {
+            e.pump(core, out, now);
+        }
+        if let (Some(s), Some(out)) = (self.source.as_mut(), self.link.data_out()) {
+            s.pump(core, out, now);
+        }
+    }
+
+    pub fn on_tick(&mut self, core: &mut Node, now: Instant) {
+        if let Some(e) = self.edge.as_mut() {
+            e.on_tick(core, now);
+        }
+        if let Some(s) = self.source.as_mut() {
+            s.on_tick(core, now);
+        }
+    }
+
+    /// When [`Backbone::on_tick`] is next needed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let a = self.source.as_ref().map(|s| s.poll_timeout());
+        let b = self.edge.as_ref().map(|e| e.poll_timeout());
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn link(&self) -> &Link {
+        &self.link
+    }
+}

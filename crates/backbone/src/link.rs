@@ -1,0 +1,645 @@
+//! The Aeron side: the media driver embedded in the node's process, the client, the
+//! publications the event loop offers to, and a receiver thread that polls the
+//! subscriptions and hands whole messages to the event loop.
+//!
+//! Threads: the driver runs in one thread (Aeron's `shared` threading mode, enough on
+//! a small machine), the client's conductor in another, and the receiver thread polls
+//! with the configured idle strategy and wakes the event loop when it has something.
+//! Offers are made by the event loop itself: they write into shared memory, no syscall.
+//! Everything between the receiver thread and the event loop is bounded: when the
+//! event loop is behind, the receiver stops polling and Aeron's own flow control
+//! holds the rest.
+
+use crate::{BackboneError, Outbox};
+use log::{info, warn};
+use rusteron_client::{
+    Aeron, AeronContext, AeronExclusivePublication, AeronFragmentClosureAssembler, AeronHeader,
+    AeronSubscription, Handlers, IntoCString,
+};
+use rusteron_media_driver::bindings::aeron_threading_mode_enum;
+use rusteron_media_driver::{AeronDriver, AeronDriverContext};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How a thread waits when it has nothing to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleStrategy {
+    /// Yield the CPU to the OS between polls: the lowest latency that does not starve
+    /// a 2-CPU machine (measured: docs/BENCHMARKS.md).
+    Yield,
+    /// Spin, then yield, then sleep up to 1 ms: little CPU when idle, more latency.
+    Backoff,
+    /// Sleep 1 ms between empty polls: least CPU, a millisecond of latency.
+    Sleep,
+    /// Never stop polling: a core of its own per thread.
+    Spin,
+}
+
+impl IdleStrategy {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "yield" => IdleStrategy::Yield,
+            "backoff" => IdleStrategy::Backoff,
+            "sleep" => IdleStrategy::Sleep,
+            "spin" => IdleStrategy::Spin,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            IdleStrategy::Yield => "yield",
+            IdleStrategy::Backoff => "backoff",
+            IdleStrategy::Sleep => "sleep",
+            IdleStrategy::Spin => "spin",
+        }
+    }
+
+    fn driver_name(self) -> &'static std::ffi::CStr {
+        match self {
+            IdleStrategy::Yield => c"yield",
+            IdleStrategy::Backoff => c"backoff",
+            IdleStrategy::Sleep => c"sleeping",
+            IdleStrategy::Spin => c"spin",
+        }
+    }
+}
+
+/// A waiter implementing [`IdleStrategy`] for the receiver thread.
+struct Idler {
+    kind: IdleStrategy,
+    empty: u32,
+}
+
+impl Idler {
+    fn idle(&mut self, work: usize) {
+        if work > 0 {
+            self.empty = 0;
+            return;
+        }
+        self.empty = self.empty.saturating_add(1);
+        match self.kind {
+            IdleStrategy::Spin => std::hint::spin_loop(),
+            IdleStrategy::Yield => std::thread::yield_now(),
+            IdleStrategy::Sleep => std::thread::sleep(Duration::from_millis(1)),
+            IdleStrategy::Backoff => {
+                if self.empty < 10 {
+                    std::hint::spin_loop();
+                } else if self.empty < 30 {
+                    std::thread::yield_now();
+                } else {
+                    let exp = (self.empty - 30).min(10);
+                    std::thread::sleep(Duration::from_micros((1u64 << exp).min(1000)));
+                }
+            }
+        }
+    }
+}
+
+/// Where the node's Aeron traffic goes and how the embedded driver behaves.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    /// Aeron channel of the backbone, e.g.
+    /// `aeron:udp?endpoint=239.20.30.40:40456|interface=127.0.0.1`.
+    pub channel: String,
+    /// Aeron channel the edges' requests travel on (the same channel by default).
+    pub request_channel: String,
+    pub data_stream: i32,
+    pub request_stream: i32,
+    /// Publish data (source role).
+    pub source: bool,
+    /// Receive data (edge role).
+    pub edge: bool,
+    pub idle: IdleStrategy,
+    /// Aeron term buffer length (a power of two, 64 KiB to 1 GiB); a publication's log
+    /// is three terms.
+    pub term_length: usize,
+    /// Aeron's multicast NAK back-off ceiling.
+    pub nak_max_backoff: Duration,
+    /// How long a retransmission's data lingers before it may be sent again.
+    pub retransmit_linger: Duration,
+    /// How long an image without data (a source gone) lives in the driver.
+    pub image_liveness: Duration,
+    /// Directory under which the driver makes its own (`/dev/shm` when present).
+    pub driver_base: PathBuf,
+}
+
+impl LinkConfig {
+    pub fn new(channel: &str) -> Self {
+        LinkConfig {
+            channel: channel.to_string(),
+            request_channel: channel.to_string(),
+            data_stream: 1001,
+            request_stream: 1002,
+            source: false,
+            edge: false,
+            idle: IdleStrategy::Yield,
+            term_length: 1 << 20,
+            nak_max_backoff: Duration::from_micros(100),
+            retransmit_linger: Duration::from_millis(1),
+            image_liveness: Duration::from_secs(2),
+            driver_base: default_driver_base(),
+        }
+    }
+}
+
+/// Aeron sends a multicast channel's data to an odd group address and its control
+/// messages to the next one, and refuses an even data address. A channel naming an
+/// even group (`239.20.30.40`) is taken to name that pair's control group: its data
+/// goes to the odd group just below (`239.20.30.39`). Returns the channel Aeron gets
+/// and, when it differs, a sentence saying so.
+pub fn aeron_channel(channel: &str) -> (String, Option<String>) {
+    let Some(start) = channel.find("endpoint=") else {
+        return (channel.to_string(), None);
+    };
+    let at = start + "endpoint=".len();
+    let end = channel[at..]
+        .find(['|', ':'])
+        .map_or(channel.len(), |i| at + i);
+    let Ok(ip) = channel[at..end].parse::<std::net::Ipv4Addr>() else {
+        return (channel.to_string(), None);
+    };
+    let o = ip.octets();
+    if !ip.is_multicast() || o[3] % 2 == 1 || o[3] == 0 {
+        return (channel.to_string(), None);
+    }
+    let data = std::net::Ipv4Addr::new(o[0], o[1], o[2], o[3] - 1);
+    let out = format!("{}{}{}", &channel[..at], data, &channel[end..]);
+    let note = format!(
+        "multicast group {ip} is even: Aeron sends data to an odd group and control to the next one, so data goes to {data} and control to {ip}"
+    );
+    (out, Some(note))
+}
+
+fn default_driver_base() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Which subscription a received message came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// A source's message (the data stream).
+    Data,
+    /// An edge's message (the request stream).
+    Request,
+}
+
+/// Figures the receiver thread keeps.
+#[derive(Debug, Default)]
+pub struct LinkCounters {
+    pub messages_in: AtomicU64,
+    pub bytes_in: AtomicU64,
+    /// Times the event loop was behind and the receiver waited.
+    pub receiver_waits: AtomicU64,
+}
+
+const DRIVER_PREFIX: &str = "tickwire-aeron-";
+/// Bytes per batch handed from the receiver thread to the event loop.
+const BATCH_BYTES: usize = 256 * 1024;
+/// Batches in flight between them.
+const BATCHES: usize = 16;
+
+struct Driver {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    dir: PathBuf,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // The driver deletes it on a clean close; a failed close leaves nothing behind.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The running Aeron side of a node.
+pub struct Link {
+    data_out: Option<Publication>,
+    request_out: Option<Publication>,
+    batches: Receiver<Vec<u8>>,
+    empties: SyncSender<Vec<u8>>,
+    receiver_stop: Arc<AtomicBool>,
+    receiver: Option<JoinHandle<()>>,
+    counters: Arc<LinkCounters>,
+    // Dropped last: the client before the driver.
+    _aeron: Aeron,
+    _driver: Driver,
+}
+
+/// One exclusive publication, offered to by the event loop only.
+pub struct Publication {
+    publication: AeronExclusivePublication,
+    pub offers: u64,
+    pub refused: u64,
+}
+
+impl Outbox for Publication {
+    fn offer(&mut self, msg: &[u8]) -> bool {
+        match self.publication.offer(msg) {
+            Ok(_) => {
+                self.offers += 1;
+                true
+            }
+            Err(_) => {
+                self.refused += 1;
+                false
+            }
+        }
+    }
+}
+
+impl Link {
+    /// Starts the driver, the client, the publications and the receiver thread.
+    /// `wake` is called (from the receiver thread) when received messages wait.
+    pub fn start(cfg: &LinkConfig, wake: Box<dyn Fn() + Send>) -> Result<Link, BackboneError> {
+        remove_stale_drivers(&cfg.driver_base);
+        let driver = launch_driver(cfg)?;
+        let dir_c = driver.dir.to_string_lossy().to_string().into_c_string();
+        let ctx = AeronContext::new().map_err(|e| BackboneError::aeron("client context", e))?;
+        ctx.set_dir(&dir_c)
+            .map_err(|e| BackboneError::aeron("client directory", e))?;
+        ctx.set_error_handler(Some(|code: i32, msg: &str| {
+            warn!("aeron client error {code}: {msg}");
+        }))
+        .map_err(|e| BackboneError::aeron("client error handler", e))?;
+        let aeron = Aeron::new(&ctx).map_err(|e| BackboneError::aeron("client", e))?;
+        aeron
+            .start()
+            .map_err(|e| BackboneError::aeron("client start", e))?;
+        let timeout = Duration::from_secs(10);
+        let (channel, note) = aeron_channel(&cfg.channel);
+        if let Some(note) = note {
+            info!("backbone: {note}");
+        }
+        let (request_channel, note) = aeron_channel(&cfg.request_channel);
+        if let (Some(note), true) = (note, cfg.request_channel != cfg.channel) {
+            info!("backbone: request channel: {note}");
+        }
+        let channel = channel.into_c_string();
+        let request_channel = request_channel.into_c_string();
+        let add_pub = |ch: &std::ffi::CStr, stream: i32, what: &'static str| {
+            aeron
+                .async_add_exclusive_publication(ch, stream)
+                .and_then(|a| a.poll_blocking(timeout))
+                .map(|publication| Publication {
+                    publication,
+                    offers: 0,
+                    refused: 0,
+                })
+                .map_err(|e| BackboneError::channel(what, &cfg.channel, e))
+        };
+        let add_sub = |ch: &std::ffi::CStr, stream: i32, what: &'static str| {
+            aeron
+                .async_add_subscription(ch, stream, Handlers::NONE, Handlers::NONE)
+                .and_then(|a| a.poll_blocking(timeout))
+                .map_err(|e| BackboneError::channel(what, &cfg.channel, e))
+        };
+        let data_out = if cfg.source {
+            Some(add_pub(&channel, cfg.data_stream, "data publication")?)
+        } else {
+            None
+        };
+        let request_out = if cfg.edge {
+            Some(add_pub(
+                &request_channel,
+                cfg.request_stream,
+                "request publication",
+            )?)
+        } else {
+            None
+        };
+        let data_in = if cfg.edge {
+            Some(add_sub(&channel, cfg.data_stream, "data subscription")?)
+        } else {
+            None
+        };
+        let request_in = if cfg.source {
+            Some(add_sub(
+                &request_channel,
+                cfg.request_stream,
+                "request subscription",
+            )?)
+        } else {
+            None
+        };
+        let (batch_tx, batches) = sync_channel::<Vec<u8>>(BATCHES);
+        let (empties, empty_rx) = sync_channel::<Vec<u8>>(BATCHES + 1);
+        let receiver_stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(LinkCounters::default());
+        let receiver = {
+            let stop = receiver_stop.clone();
+            let counters = counters.clone();
+            let idle = cfg.idle;
+            std::thread::Builder::new()
+                .name("backbone-rx".into())
+                .spawn(move || {
+                    receive(
+                        data_in, request_in, batch_tx, empty_rx, wake, stop, counters, idle,
+                    )
+                })
+                .map_err(BackboneError::Thread)?
+        };
+        info!(
+            "backbone: Aeron driver in {} ({} idle, term length {} bytes), channel {}",
+            driver.dir.display(),
+            cfg.idle.name(),
+            cfg.term_length,
+            cfg.channel
+        );
+        Ok(Link {
+            data_out,
+            request_out,
+            batches,
+            empties,
+            receiver_stop,
+            receiver: Some(receiver),
+            counters,
+            _aeron: aeron,
+            _driver: driver,
+        })
+    }
+
+    pub fn data_out(&mut self) -> Option<&mut Publication> {
+        self.data_out.as_mut()
+    }
+
+    pub fn request_out(&mut self) -> Option<&mut Publication> {
+        self.request_out.as_mut()
+    }
+
+    pub fn counters(&self) -> &LinkCounters {
+        &self.counters
+    }
+
+    /// Hands every received message waiting now to `f`.
+    pub fn drain(&mut self, mut f: impl FnMut(Received, &[u8])) {
+        loop {
+            let batch = match self.batches.try_recv() {
+                Ok(b) => b,
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return,
+            };
+            let mut at = 0;
+            while batch.len() - at >= 5 {
+                let kind = if batch[at] == 0 {
+                    Received::Data
+                } else {
+                    Received::Request
+                };
+                let len = u32::from_be_bytes([
+                    batch[at + 1],
+                    batch[at + 2],
+                    batch[at + 3],
+                    batch[at + 4],
+                ]) as usize;
+                let Some(msg) = batch.get(at + 5..at + 5 + len) else {
+                    break;
+                };
+                f(kind, msg);
+                at += 5 + len;
+            }
+            let mut batch = batch;
+            batch.clear();
+            let _ = self.empties.try_send(batch);
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.receiver_stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.receiver.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Sink {
+    batch: Vec<u8>,
+    kind: u8,
+}
+
+fn on_message(sink: &mut Sink, msg: &[u8], _header: AeronHeader) {
+    sink.batch.push(sink.kind);
+    sink.batch
+        .extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    sink.batch.extend_from_slice(msg);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn receive(
+    data_in: Option<AeronSubscription>,
+    request_in: Option<AeronSubscription>,
+    batches: SyncSender<Vec<u8>>,
+    empties: Receiver<Vec<u8>>,
+    wake: Box<dyn Fn() + Send>,
+    stop: Arc<AtomicBool>,
+    counters: Arc<LinkCounters>,
+    idle: IdleStrategy,
+) {
+    let mut idler = Idler {
+        kind: idle,
+        empty: 0,
+    };
+    let (mut data_asm, mut request_asm) = match (
+        AeronFragmentClosureAssembler::new(),
+        AeronFragmentClosureAssembler::new(),
+    ) {
+        (Ok(a), Ok(b)) => (a, b),
+        _ => {
+            warn!("backbone: could not make the fragment assemblers; receiving nothing");
+            return;
+        }
+    };
+    let mut sink = Sink {
+        batch: Vec::with_capacity(BATCH_BYTES),
+        kind: 0,
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let mut work = 0usize;
+        if let Some(sub) = &data_in {
+            sink.kind = 0;
+            work += data_asm
+                .poll(sub, &mut sink, on_message, 64)
+                .unwrap_or(0)
+                .max(0) as usize;
+        }
+        if let Some(sub) = &request_in {
+            sink.kind = 1;
+            work += request_asm
+                .poll(sub, &mut sink, on_message, 64)
+                .unwrap_or(0)
+                .max(0) as usize;
+        }
+        if !sink.batch.is_empty() && (work == 0 || sink.batch.len() >= BATCH_BYTES / 2) {
+            let next = empties
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(BATCH_BYTES));
+            let mut full = std::mem::replace(&mut sink.batch, next);
+            counters.messages_in.fetch_add(1, Ordering::Relaxed);
+            counters
+                .bytes_in
+                .fetch_add(full.len() as u64, Ordering::Relaxed);
+            // The event loop is behind: wait for it (Aeron holds what arrives meanwhile).
+            loop {
+                match batches.try_send(full) {
+                    Ok(()) => break,
+                    Err(TrySendError::Full(b)) => {
+                        full = b;
+                        counters.receiver_waits.fetch_add(1, Ordering::Relaxed);
+                        wake();
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                    Err(TrySendError::Disconnected(_)) => return,
+                }
+            }
+            wake();
+        }
+        idler.idle(work);
+    }
+}
+
+fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
+    let dir = cfg.driver_base.join(format!(
+        "{DRIVER_PREFIX}{}-{}",
+        std::process::id(),
+        next_driver_number()
+    ));
+    let ctx = AeronDriverContext::new().map_err(|e| BackboneError::aeron("driver context", e))?;
+    let dir_c = dir.to_string_lossy().to_string().into_c_string();
+    let set = |what: &'static str, r: Result<i32, rusteron_media_driver::AeronCError>| {
+        r.map(|_| ()).map_err(|e| BackboneError::aeron(what, e))
+    };
+    set("driver directory", ctx.set_dir(&dir_c))?;
+    set("driver directory", ctx.set_dir_delete_on_start(true))?;
+    set("driver directory", ctx.set_dir_delete_on_shutdown(true))?;
+    set(
+        "threading mode",
+        ctx.set_threading_mode(aeron_threading_mode_enum::AERON_THREADING_MODE_SHARED),
+    )?;
+    set(
+        "idle strategy",
+        ctx.set_shared_idle_strategy(cfg.idle.driver_name()),
+    )?;
+    set("term length", ctx.set_term_buffer_length(cfg.term_length))?;
+    set(
+        "NAK back-off",
+        ctx.set_nak_multicast_max_backoff_ns(cfg.nak_max_backoff.as_nanos() as u64),
+    )?;
+    set(
+        "retransmit linger",
+        ctx.set_retransmit_unicast_linger_ns(cfg.retransmit_linger.as_nanos() as u64),
+    )?;
+    set(
+        "image liveness",
+        ctx.set_image_liveness_timeout_ns(cfg.image_liveness.as_nanos() as u64),
+    )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (started_tx, started_rx) = sync_channel::<Result<(), BackboneError>>(1);
+    let thread = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("aeron-driver".into())
+            .spawn(move || {
+                let driver = match AeronDriver::new(&ctx).and_then(|d| d.start(true).map(|_| d)) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let _ = started_tx.send(Err(BackboneError::aeron("media driver", e)));
+                        return;
+                    }
+                };
+                let _ = started_tx.send(Ok(()));
+                while !stop.load(Ordering::Acquire) {
+                    let work = driver.main_do_work().unwrap_or(0);
+                    driver.main_idle_strategy(work);
+                }
+            })
+            .map_err(BackboneError::Thread)?
+    };
+    match started_rx.recv() {
+        Ok(Ok(())) => Ok(Driver {
+            stop,
+            thread: Some(thread),
+            dir,
+        }),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => {
+            let _ = thread.join();
+            Err(BackboneError::DriverDied)
+        }
+    }
+}
+
+fn next_driver_number() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Removes the driver directories of node processes that no longer run (a node
+/// killed with SIGKILL cannot remove its own).
+pub fn remove_stale_drivers(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(rest) = name.strip_prefix(DRIVER_PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive {
+            info!(
+                "backbone: removing {} (its node is gone)",
+                e.path().display()
+            );
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod channel_tests {
+    use super::aeron_channel;
+
+    #[test]
+    fn an_even_multicast_group_is_the_control_group_of_the_odd_one_below() {
+        let (ch, note) = aeron_channel("aeron:udp?endpoint=239.20.30.40:40456|interface=127.0.0.1");
+        assert_eq!(
+            ch,
+            "aeron:udp?endpoint=239.20.30.39:40456|interface=127.0.0.1"
+        );
+        assert!(note.unwrap().contains("239.20.30.39"));
+        for same in [
+            "aeron:udp?endpoint=239.20.30.41:40456|interface=127.0.0.1",
+            "aeron:udp?endpoint=127.0.0.2:40456",
+            "aeron:udp?endpoint=localhost:40456",
+            "aeron:ipc",
+            "aeron:udp?control=127.0.0.1:4000|control-mode=dynamic",
+        ] {
+            assert_eq!(aeron_channel(same), (same.to_string(), None));
+        }
+    }
+}

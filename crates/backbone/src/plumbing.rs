@@ -1,0 +1,62 @@
+//! How the backbone's roles talk to their node's core: each is one in-process
+//! connection (`Node::connect_internal`), logged in like any peer, reading what the
+//! core writes to it and writing Tickwire messages into it.
+
+use std::time::Instant;
+use tickwire_core::{ConnId, Node};
+use tickwire_proto::message::MESSAGE_HEADER_LEN;
+use tickwire_proto::{
+    Login, Message, Role, SlowConsumerPolicy, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+};
+
+/// Opens an internal connection to `core` and logs it in with `role`.
+pub fn connect(core: &mut Node, peer: &str, role: Role, now: Instant) -> ConnId {
+    let conn = core.connect_internal(peer, now);
+    let mut frame = Vec::new();
+    let login = Message::Login(Login {
+        version_min: PROTOCOL_VERSION_MIN,
+        version_max: PROTOCOL_VERSION_MAX,
+        role,
+        application: "tickwire-backbone",
+        user: "backbone",
+        token: "",
+        // The source's link is a subscriber like any other: when the backbone cannot
+        // take its data fast enough, the core conflates for it, never blocks.
+        slow_consumer: (role == Role::Subscriber).then_some(SlowConsumerPolicy::Conflate),
+    });
+    let _ = login.encode(&mut frame);
+    core.on_frame(conn, &frame, now);
+    conn
+}
+
+/// Stream id of a stream-scoped message (refresh, update, status, close, request).
+pub fn stream_id(encoded: &[u8]) -> Option<u32> {
+    let b = encoded.get(MESSAGE_HEADER_LEN..MESSAGE_HEADER_LEN + 4)?;
+    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Walks the messages of the frames in `bytes` (whole frames as the core writes them,
+/// length-prefixed), reading only each message's type and length. Stops at the first
+/// inconsistency (which the core never writes). Returns the bytes walked.
+pub fn for_each_message(bytes: &[u8], mut f: impl FnMut(u8, &[u8])) -> usize {
+    let mut at = 0;
+    while bytes.len() - at >= 4 {
+        let len =
+            u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
+        let Some(payload) = bytes.get(at + 4..at + 4 + len) else {
+            break;
+        };
+        let mut p = 0;
+        while payload.len() - p >= MESSAGE_HEADER_LEN {
+            let body = u16::from_be_bytes([payload[p + 1], payload[p + 2]]) as usize;
+            let end = p + MESSAGE_HEADER_LEN + body;
+            if end > payload.len() {
+                break;
+            }
+            f(payload[p], &payload[p..end]);
+            p = end;
+        }
+        at += 4 + len;
+    }
+    at
+}

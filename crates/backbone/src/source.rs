@@ -1,0 +1,554 @@
+//! The source role: a node's publishers' data onto the backbone.
+//!
+//! The source is one internal subscriber of its node's core. An edge's subscribe
+//! becomes a request on that connection (once per item, however many edges want it);
+//! whatever the core writes back (refreshes, updates, statuses: already encoded, once)
+//! is packed into data messages for the backbone without being decoded. Which edges
+//! want which stream is kept here, so the last edge's unsubscribe (or its silence)
+//! closes the stream in the core. When the backbone cannot take more (Aeron's back
+//! pressure), what is not sent stays in the core's queue for this connection, where
+//! the core's slow-consumer policy (conflation) applies: a slow backbone never blocks a
+//! publisher.
+
+use crate::plumbing::{self, for_each_message, stream_id};
+use crate::wire::{data_header, BackboneMessage, ServiceInfo, DATA_HEADER_LEN};
+use crate::Outbox;
+use log::{info, warn};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+use tickwire_core::{ConnId, Node};
+use tickwire_proto::{
+    code, DataState, Message, MessageType, Request, Role, ServiceState, State, Status, StreamState,
+};
+
+/// Settings of the source role.
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    /// The node's name, shown by the edges.
+    pub name: String,
+    /// How often a heartbeat goes out.
+    pub heartbeat: Duration,
+    /// An edge silent this long has its interest dropped.
+    pub edge_timeout: Duration,
+    /// Services put on the backbone (empty: all but the node's own).
+    pub services: Vec<String>,
+    /// Services never put on the backbone (the node's own figures).
+    pub never: Vec<String>,
+    /// Largest data message built from several Tickwire messages (one larger message
+    /// goes alone): one Aeron frame's payload by default, so a batch is never split.
+    pub batch_bytes: usize,
+    /// Most edges remembered at once.
+    pub max_edges: usize,
+    /// Most control messages (mappings, directories) queued while the backbone is
+    /// back-pressured; past it they are dropped (edges ask again).
+    pub max_control: usize,
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        SourceConfig {
+            name: "source".into(),
+            heartbeat: Duration::from_millis(100),
+            edge_timeout: Duration::from_secs(3),
+            services: Vec::new(),
+            never: Vec::new(),
+            batch_bytes: 1376,
+            max_edges: 1024,
+            max_control: 65_536,
+        }
+    }
+}
+
+/// Figures of the source role.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceStats {
+    pub data_messages: u64,
+    pub data_bytes: u64,
+    pub streams_open: u64,
+    pub subscribes: u64,
+    pub reimages: u64,
+    pub edges: u64,
+    pub back_pressured: u64,
+    pub control_dropped: u64,
+    pub bad_messages: u64,
+}
+
+struct SourceStream {
+    service: String,
+    item: String,
+    edges: Vec<u64>,
+    /// The core has answered with its first image.
+    refreshed: bool,
+}
+
+pub struct Source {
+    conn: ConnId,
+    id: u64,
+    cfg: SourceConfig,
+    streams: FxHashMap<u32, SourceStream>,
+    by_item: HashMap<(String, String), u32>,
+    next_stream: u32,
+    edges: FxHashMap<u64, Instant>,
+    /// Services on the backbone: name -> (state, interactive).
+    directory: BTreeMap<String, (ServiceState, bool)>,
+    /// Services the core knows but this source does not announce (e.g. those the same
+    /// node receives from the backbone as an edge).
+    excluded: BTreeSet<String>,
+    directory_version: u32,
+    directory_due: bool,
+    next_directory: Instant,
+    next_heartbeat: Instant,
+    control: VecDeque<Vec<u8>>,
+    pending: VecDeque<Vec<u8>>,
+    batch: Vec<u8>,
+    to_core: Vec<u8>,
+    stats: SourceStats,
+}
+
+impl Source {
+    /// Connects to the core as its backbone subscriber. `id` tells this run of the
+    /// source apart from any other (a random number).
+    pub fn start(core: &mut Node, cfg: SourceConfig, id: u64, now: Instant) -> Source {
+        let conn = plumbing::connect(core, "backbone (source)", Role::Subscriber, now);
+        Source {
+            conn,
+            id,
+            cfg,
+            streams: FxHashMap::default(),
+            by_item: HashMap::new(),
+            next_stream: 1,
+            edges: FxHashMap::default(),
+            directory: BTreeMap::new(),
+            excluded: BTreeSet::new(),
+            directory_version: 1,
+            directory_due: true,
+            next_directory: now,
+            next_heartbeat: now,
+            control: VecDeque::new(),
+            pending: VecDeque::new(),
+            batch: Vec::new(),
+            to_core: Vec::new(),
+            stats: SourceStats::default(),
+        }
+    }
+
+    pub fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn stats(&self) -> SourceStats {
+        let mut s = self.stats.clone();
+        s.streams_open = self.streams.len() as u64;
+        s.edges = self.edges.len() as u64;
+        s
+    }
+
+    /// When [`Source::on_tick`] is next needed.
+    pub fn poll_timeout(&self) -> Instant {
+        self.next_heartbeat
+    }
+
+    /// Services this source must not announce (set by a node that is also an edge).
+    pub fn set_excluded(&mut self, excluded: BTreeSet<String>) {
+        if excluded != self.excluded {
+            self.excluded = excluded;
+            self.directory
+                .retain(|name, _| !self.excluded.contains(name));
+            self.directory_changed();
+        }
+    }
+
+    fn exported(&self, service: &str) -> bool {
+        !self.excluded.contains(service)
+            && !self.cfg.never.iter().any(|s| s == service)
+            && (self.cfg.services.is_empty() || self.cfg.services.iter().any(|s| s == service))
+    }
+
+    fn queue_control(&mut self, m: &BackboneMessage<'_>) {
+        if self.control.len() >= self.cfg.max_control {
+            self.stats.control_dropped += 1;
+            return;
+        }
+        let mut buf = Vec::new();
+        if m.encode(&mut buf).is_ok() {
+            self.control.push_back(buf);
+        }
+    }
+
+    fn directory_changed(&mut self) {
+        self.directory_version = self.directory_version.wrapping_add(1);
+        self.directory_due = true;
+    }
+
+    /// One message from an edge (the request stream). Junk is counted and ignored.
+    pub fn on_request(&mut self, core: &mut Node, bytes: &[u8], now: Instant) {
+        let msg = match BackboneMessage::decode(bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                self.stats.bad_messages += 1;
+                if self.stats.bad_messages.is_power_of_two() {
+                    warn!(
+                        "backbone: ignored a malformed request ({e}); {} so far",
+                        self.stats.bad_messages
+                    );
+                }
+                return;
+            }
+        };
+        match msg {
+            BackboneMessage::EdgeHeartbeat { edge, name } if self.heard(edge, now) => {
+                info!("backbone: edge {name:?} ({edge:016x}) joined");
+            }
+            BackboneMessage::Subscribe {
+                edge,
+                source,
+                service,
+                item,
+            } if source == self.id => {
+                self.heard(edge, now);
+                if self.edges.contains_key(&edge) {
+                    self.subscribe(core, edge, service, item, now);
+                }
+            }
+            BackboneMessage::Unsubscribe {
+                edge,
+                source,
+                stream,
+            } if source == self.id => {
+                self.heard(edge, now);
+                self.unsubscribe(core, edge, stream, now);
+            }
+            BackboneMessage::DirectoryRequest { edge, source } if source == self.id => {
+                self.heard(edge, now);
+                self.directory_due = true;
+            }
+            _ => {}
+        }
+    }
+
+    /// Notes that `edge` is alive; true if it is new. Past `max_edges` new edges are
+    /// not remembered (nor served).
+    fn heard(&mut self, edge: u64, now: Instant) -> bool {
+        if let Some(t) = self.edges.get_mut(&edge) {
+            *t = now;
+            return false;
+        }
+        if self.edges.len() >= self.cfg.max_edges {
+            return false;
+        }
+        self.edges.insert(edge, now);
+        true
+    }
+
+    fn subscribe(&mut self, core: &mut Node, edge: u64, service: &str, item: &str, now: Instant) {
+        self.stats.subscribes += 1;
+        let key = (service.to_string(), item.to_string());
+        if let Some(&sid) = self.by_item.get(&key) {
+            let s = self.streams.get_mut(&sid).expect("mapped stream");
+            if !s.edges.contains(&edge) {
+                s.edges.push(edge);
+            }
+            let refreshed = s.refreshed;
+            self.queue_control(&BackboneMessage::Opened {
+                source: self.id,
+                stream: sid,
+                service,
+                item,
+            });
+            if refreshed {
+                // A fresh image for the edge that asks (the core answers a request on
+                // an open stream with one); edges already in step ignore it.
+                self.stats.reimages += 1;
+                self.request(core, sid, service, item, now);
+            }
+            return;
+        }
+        let sid = self.next_stream;
+        self.next_stream = self.next_stream.wrapping_add(1).max(1);
+        self.queue_control(&BackboneMessage::Opened {
+            source: self.id,
+            stream: sid,
+            service,
+            item,
+        });
+        if !self.exported(service) {
+            let text = format!("service {service:?} is not on the backbone");
+            self.queue_status(sid, &text);
+            return;
+        }
+        self.streams.insert(
+            sid,
+            SourceStream {
+                service: service.to_string(),
+                item: item.to_string(),
+                edges: vec![edge],
+                refreshed: false,
+            },
+        );
+        self.by_item.insert(key, sid);
+        self.request(core, sid, service, item, now);
+    }
+
+    /// A closed status for a stream the core never saw, as a data message.
+    fn queue_status(&mut self, sid: u32, text: &str) {
+        let mut buf = Vec::new();
+        data_header(&mut buf, self.id);
+        let _ = Message::Status(Status {
+            stream_id: sid,
+            state: State {
+                stream: StreamState::Closed,
+                data: DataState::Suspect,
+                code: code::NOT_FOUND,
+                text,
+            },
+        })
+        .encode(&mut buf);
+        self.control.push_back(buf);
+    }
+
+    fn request(&mut self, core: &mut Node, sid: u32, service: &str, item: &str, now: Instant) {
+        self.to_core.clear();
+        let _ = Message::Request(Request {
+            stream_id: sid,
+            streaming: true,
+            service,
+            name: item,
+            view: None,
+        })
+        .encode(&mut self.to_core);
+        core.on_frame(self.conn, &self.to_core, now);
+    }
+
+    fn unsubscribe(&mut self, core: &mut Node, edge: u64, sid: u32, now: Instant) {
+        let Some(s) = self.streams.get_mut(&sid) else {
+            return;
+        };
+        s.edges.retain(|&e| e != edge);
+        if s.edges.is_empty() {
+            self.close_stream(core, sid, now);
+        }
+    }
+
+    fn close_stream(&mut self, core: &mut Node, sid: u32, now: Instant) {
+        if let Some(s) = self.streams.remove(&sid) {
+            self.by_item.remove(&(s.service, s.item));
+            self.to_core.clear();
+            let _ = Message::Close { stream_id: sid }.encode(&mut self.to_core);
+            core.on_frame(self.conn, &self.to_core, now);
+        }
+    }
+
+    /// Heartbeats, the directory when due, and edges that went silent.
+    pub fn on_tick(&mut self, core: &mut Node, now: Instant) {
+        // The core's heartbeat check: this in-process peer is alive.
+        core.on_bytes_received(self.conn, now);
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = now + self.cfg.heartbeat;
+            let name = self.cfg.name.clone();
+            self.queue_control(&BackboneMessage::Heartbeat {
+                source: self.id,
+                name: &name,
+                directory_version: self.directory_version,
+            });
+        }
+        if self.directory_due && now >= self.next_directory {
+            self.directory_due = false;
+            // At most five whole directories a second, however many edges ask.
+            self.next_directory = now + Duration::from_millis(200);
+            self.queue_directory();
+        }
+        let timeout = self.cfg.edge_timeout;
+        let gone: Vec<u64> = self
+            .edges
+            .iter()
+            .filter(|(_, &t)| now.saturating_duration_since(t) > timeout)
+            .map(|(&e, _)| e)
+            .collect();
+        for edge in gone {
+            info!("backbone: edge {edge:016x} silent for {timeout:?}: its streams are released");
+            self.edges.remove(&edge);
+            let sids: Vec<u32> = self
+                .streams
+                .iter()
+                .filter(|(_, s)| s.edges.contains(&edge))
+                .map(|(&sid, _)| sid)
+                .collect();
+            for sid in sids {
+                self.unsubscribe(core, edge, sid, now);
+            }
+        }
+    }
+
+    fn queue_directory(&mut self) {
+        // Parts of at most about 32 KiB.
+        let entries: Vec<ServiceInfo<'_>> = self
+            .directory
+            .iter()
+            .map(|(name, &(state, interactive))| ServiceInfo {
+                name,
+                state,
+                interactive,
+            })
+            .collect();
+        let mut parts: Vec<Vec<ServiceInfo<'_>>> = vec![Vec::new()];
+        let mut size = 0;
+        for e in entries {
+            let len = e.name.len() + 4;
+            if size + len > 32 * 1024 {
+                parts.push(Vec::new());
+                size = 0;
+            }
+            size += len;
+            parts.last_mut().expect("a part").push(e);
+        }
+        let n = parts.len() as u16;
+        let mut bufs = Vec::new();
+        for (i, services) in parts.into_iter().enumerate() {
+            let mut buf = Vec::new();
+            let m = BackboneMessage::Directory {
+                source: self.id,
+                version: self.directory_version,
+                part: i as u16,
+                parts: n,
+                services,
+            };
+            if m.encode(&mut buf).is_ok() {
+                bufs.push(buf);
+            }
+        }
+        for b in bufs {
+            if self.control.len() < self.cfg.max_control {
+                self.control.push_back(b);
+            } else {
+                self.stats.control_dropped += 1;
+            }
+        }
+    }
+
+    /// Moves what is ready onto the backbone: control messages first (a stream's
+    /// mapping always goes before its data), then the core's output for this link.
+    pub fn pump(&mut self, core: &mut Node, out: &mut dyn Outbox, now: Instant) {
+        while let Some(m) = self.control.front() {
+            if !out.offer(m) {
+                self.stats.back_pressured += 1;
+                return;
+            }
+            self.control.pop_front();
+        }
+        while let Some(m) = self.pending.front() {
+            if !out.offer(m) {
+                self.stats.back_pressured += 1;
+                return;
+            }
+            self.stats.data_messages += 1;
+            self.stats.data_bytes += m.len() as u64;
+            self.pending.pop_front();
+        }
+        let Some(w) = core.output(self.conn) else {
+            return;
+        };
+        if w.is_empty() {
+            return;
+        }
+        let bytes = w.sealed_bytes();
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut closed: Vec<u32> = Vec::new();
+        let mut refreshed: Vec<u32> = Vec::new();
+        let mut directory = Vec::new();
+        let max = self.cfg.batch_bytes.max(DATA_HEADER_LEN + 16);
+        let id = self.id;
+        let mut ready: Vec<Vec<u8>> = Vec::new();
+        let walked = for_each_message(bytes, |ty, encoded| {
+            match MessageType::from_u8(ty) {
+                Some(MessageType::Refresh | MessageType::Update | MessageType::Status) => {}
+                Some(MessageType::Directory) => {
+                    directory.push(encoded.to_vec());
+                    return;
+                }
+                _ => return,
+            }
+            if ty == MessageType::Refresh as u8 {
+                if let Some(sid) = stream_id(encoded) {
+                    refreshed.push(sid);
+                }
+            } else if ty == MessageType::Status as u8 {
+                if let Ok(Message::Status(s)) = Message::decode_body(
+                    ty,
+                    &encoded[tickwire_proto::message::MESSAGE_HEADER_LEN..],
+                ) {
+                    if s.state.stream != StreamState::Open {
+                        closed.push(s.stream_id);
+                    }
+                }
+            }
+            if !batch.is_empty() && batch.len() + encoded.len() > max {
+                ready.push(std::mem::take(&mut batch));
+            }
+            if batch.is_empty() {
+                data_header(&mut batch, id);
+            }
+            batch.extend_from_slice(encoded);
+        });
+        w.consume(walked);
+        if !batch.is_empty() {
+            ready.push(batch);
+        }
+        self.batch = Vec::new();
+        for m in ready {
+            if self.pending.is_empty() && out.offer(&m) {
+                self.stats.data_messages += 1;
+                self.stats.data_bytes += m.len() as u64;
+            } else {
+                if self.pending.is_empty() {
+                    self.stats.back_pressured += 1;
+                }
+                self.pending.push_back(m);
+            }
+        }
+        for sid in refreshed {
+            if let Some(s) = self.streams.get_mut(&sid) {
+                s.refreshed = true;
+            }
+        }
+        for sid in closed {
+            // The core closed the item (not found, publisher closed it): the edges
+            // got the status; the stream is forgotten here.
+            if let Some(s) = self.streams.remove(&sid) {
+                self.by_item.remove(&(s.service, s.item));
+            }
+        }
+        for d in directory {
+            self.on_core_directory(&d);
+        }
+        let _ = now;
+    }
+
+    /// The core's directory (whole at login, then changes) becomes the backbone's.
+    fn on_core_directory(&mut self, encoded: &[u8]) {
+        let body = &encoded[tickwire_proto::message::MESSAGE_HEADER_LEN..];
+        let Ok(Message::Directory(d)) = Message::decode_body(MessageType::Directory as u8, body)
+        else {
+            return;
+        };
+        let mut changed = false;
+        for s in &d.services {
+            if !self.exported(s.name) {
+                continue;
+            }
+            if s.state == ServiceState::Removed {
+                changed |= self.directory.remove(s.name).is_some();
+            } else {
+                let v = (s.state, s.interactive);
+                changed |= self.directory.insert(s.name.to_string(), v) != Some(v);
+            }
+        }
+        if changed {
+            self.directory_changed();
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! Sources and edges driven in memory on a fake clock: two cores (the source's and the
+//! edge's), the backbone replaced by queues of messages the test moves by hand.
+
+use super::*;
+use proptest::prelude::*;
+use std::collections::VecDeque;
+use std::time::Duration;
+use tickwire_core::CoreConfig;
+use tickwire_proto::{
+    encode_field_list, DataState, Directory, FieldList, Login, Message, MessageIter, Real, Refresh,
+    Request, Role as ProtoRole, ServiceEntry, ServiceState, State, StreamState, Update, UpdateType,
+    Value, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+};
+
+struct Queue<'a> {
+    q: &'a mut VecDeque<Vec<u8>>,
+    open: bool,
+}
+
+impl Outbox for Queue<'_> {
+    fn offer(&mut self, msg: &[u8]) -> bool {
+        if self.open {
+            self.q.push_back(msg.to_vec());
+        }
+        self.open
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Got {
+    Refresh {
+        sid: u32,
+        seq: u32,
+        data: DataState,
+        bid: Option<String>,
+    },
+    Update {
+        sid: u32,
+        seq: u32,
+        bid: Option<String>,
+    },
+    Status {
+        sid: u32,
+        stream: StreamState,
+        data: DataState,
+    },
+}
+
+fn bid(f: &FieldList<'_>) -> Option<String> {
+    f.get(22).map(|v| v.to_string())
+}
+
+struct Edgy {
+    core: Node,
+    edge: Edge,
+    /// Deliver data to this edge.
+    connected: bool,
+}
+
+struct World {
+    now: Instant,
+    src_core: Node,
+    source: Source,
+    edges: Vec<Edgy>,
+    data: VecDeque<Vec<u8>>,
+    requests: VecDeque<Vec<u8>>,
+    /// The backbone takes the source's data.
+    open: bool,
+    /// The source is running (a stopped source neither sends nor receives).
+    source_up: bool,
+}
+
+fn frame(msgs: &[Message<'_>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for m in msgs {
+        m.encode(&mut out).unwrap();
+    }
+    out
+}
+
+fn login(role: ProtoRole) -> Message<'static> {
+    Message::Login(Login {
+        version_min: PROTOCOL_VERSION_MIN,
+        version_max: PROTOCOL_VERSION_MAX,
+        role,
+        application: "test",
+        user: "test",
+        token: "",
+        slow_consumer: None,
+    })
+}
+
+fn image(bid: i64) -> Vec<u8> {
+    encode_field_list([
+        (22, Value::Real(Real::new(bid, -2))),
+        (25, Value::Real(Real::new(bid + 10, -2))),
+    ])
+}
+
+fn core_config(cache: bool) -> CoreConfig {
+    CoreConfig {
+        cache,
+        ..CoreConfig::default()
+    }
+}
+
+impl World {
+    fn new(edges: usize) -> World {
+        let now = Instant::now();
+        let mut src_core = Node::new(core_config(true), now);
+        let source = Source::start(&mut src_core, SourceConfig::default(), 0x5005, now);
+        let mut w = World {
+            now,
+            src_core,
+            source,
+            edges: Vec::new(),
+            data: VecDeque::new(),
+            requests: VecDeque::new(),
+            open: true,
+            source_up: true,
+        };
+        for _ in 0..edges {
+            w.add_edge();
+        }
+        w.settle();
+        w
+    }
+
+    fn add_edge(&mut self) -> usize {
+        let mut core = Node::new(core_config(true), self.now);
+        let id = 0xED00 + self.edges.len() as u64;
+        let edge = Edge::start(&mut core, EdgeConfig::default(), id, self.now);
+        self.edges.push(Edgy {
+            core,
+            edge,
+            connected: true,
+        });
+        self.edges.len() - 1
+    }
+
+    /// A non-interactive publisher of FEED on the source's core, with `items` images.
+    fn publisher(&mut self, items: usize) -> ConnId {
+        let p = self.src_core.connect("publisher", self.now);
+        let mut msgs = vec![
+            login(ProtoRole::Publisher),
+            Message::Directory(Directory {
+                services: vec![ServiceEntry {
+                    name: "FEED",
+                    state: ServiceState::Up,
+                    interactive: false,
+                    item_count: items as u32,
+                }],
+            }),
+        ];
+        let names: Vec<String> = (0..items).map(|i| format!("SYM{i}")).collect();
+        let img = image(10000);
+        for (i, n) in names.iter().enumerate() {
+            msgs.push(Message::Refresh(Refresh {
+                stream_id: i as u32 + 1,
+                seq: 1,
+                complete: true,
+                solicited: false,
+                clear_cache: true,
+                state: State::OPEN_OK,
+                service: "FEED",
+                name: n,
+                fields: FieldList::decode(&img).unwrap(),
+            }));
+        }
+        let f = frame(&msgs);
+        self.src_core.on_frame(p, &f, self.now);
+        self.settle();
+        p
+    }
+
+    fn publish(&mut self, p: ConnId, item: u32, seq: u32, bid: i64) {
+        let img = image(bid);
+        let f = frame(&[Message::Update(Update {
+            stream_id: item + 1,
+            seq,
+            update_type: UpdateType::Quote,
+            do_not_conflate: false,
+            conflation_count: 1,
+            fields: FieldList::decode(&img).unwrap(),
+        })]);
+        self.src_core.on_frame(p, &f, self.now);
+        self.settle();
+    }
+
+    fn subscriber(&mut self, edge: usize) -> ConnId {
+        let e = &mut self.edges[edge];
+        let c = e.core.connect("subscriber", self.now);
+        e.core
+            .on_frame(c, &frame(&[login(ProtoRole::Subscriber)]), self.now);
+        c
+    }
+
+    fn request(&mut self, edge: usize, conn: ConnId, sid: u32, item: &str) {
+        let f = frame(&[Message::Request(Request {
+            stream_id: sid,
+            streaming: true,
+            service: "FEED",
+            name: item,
+            view: None,
+        })]);
+        self.edges[edge].core.on_frame(conn, &f, self.now);
+        self.settle();
+    }
+
+    fn close(&mut self, edge: usize, conn: ConnId, sid: u32) {
+        let f = frame(&[Message::Close { stream_id: sid }]);
+        self.edges[edge].core.on_frame(conn, &f, self.now);
+        self.settle();
+    }
+
+    /// Moves messages until nothing moves.
+    fn settle(&mut self) {
+        for _ in 0..100 {
+            if self.source_up {
+                let mut q = Queue {
+                    q: &mut self.data,
+                    open: self.open,
+                };
+                self.source.pump(&mut self.src_core, &mut q, self.now);
+            }
+            for e in &mut self.edges {
+                let mut q = Queue {
+                    q: &mut self.requests,
+                    open: true,
+                };
+                e.edge.pump(&mut e.core, &mut q, self.now);
+            }
+            if self.data.is_empty() && self.requests.is_empty() {
+                return;
+            }
+            // Multicast: every edge sees every message of the source.
+            for m in self.data.drain(..) {
+                for e in self.edges.iter_mut().filter(|e| e.connected) {
+                    e.edge.on_data(&mut e.core, &m, self.now);
+                }
+            }
+            for m in self.requests.drain(..) {
+                if self.source_up {
+                    self.source.on_request(&mut self.src_core, &m, self.now);
+                }
+            }
+        }
+        panic!("the backbone never settled");
+    }
+
+    /// Time passes in steps of 50 ms; every peer stays alive.
+    fn advance(&mut self, by: Duration) {
+        let end = self.now + by;
+        while self.now < end {
+            self.now += Duration::from_millis(50);
+            if self.source_up {
+                self.source.on_tick(&mut self.src_core, self.now);
+            }
+            self.src_core.on_tick(self.now);
+            for e in &mut self.edges {
+                e.edge.on_tick(&mut e.core, self.now);
+                e.core.on_tick(self.now);
+            }
+            self.settle();
+        }
+    }
+
+    /// What the edge's core sent to `conn` (market data only).
+    fn recv(&mut self, edge: usize, conn: ConnId) -> Vec<Got> {
+        let mut bytes = Vec::new();
+        if let Some(w) = self.edges[edge].core.output(conn) {
+            w.take_all(&mut bytes);
+        }
+        let mut got = Vec::new();
+        let mut at = 0;
+        while at + 4 <= bytes.len() {
+            let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            for m in MessageIter::new(&bytes[at + 4..at + 4 + len]) {
+                match m.unwrap().message {
+                    Message::Refresh(r) => got.push(Got::Refresh {
+                        sid: r.stream_id,
+                        seq: r.seq,
+                        data: r.state.data,
+                        bid: bid(&r.fields),
+                    }),
+                    Message::Update(u) => got.push(Got::Update {
+                        sid: u.stream_id,
+                        seq: u.seq,
+                        bid: bid(&u.fields),
+                    }),
+                    Message::Status(s) => got.push(Got::Status {
+                        sid: s.stream_id,
+                        stream: s.state.stream,
+                        data: s.state.data,
+                    }),
+                    _ => {}
+                }
+            }
+            at += 4 + len;
+        }
+        got
+    }
+}
+
+/// Brings the sources and edges to know each other (heartbeats and directories).
+fn ready(edges: usize, items: usize) -> (World, ConnId) {
+    let mut w = World::new(edges);
+    let p = w.publisher(items);
+    w.advance(Duration::from_millis(500));
+    for e in &w.edges {
+        assert_eq!(e.edge.stats().sources_live, 1);
+        assert_eq!(
+            e.edge.services().into_iter().collect::<Vec<_>>(),
+            vec!["FEED"]
+        );
+    }
+    (w, p)
+}
+
+#[test]
+fn a_subscriber_at_an_edge_gets_the_sources_image_then_every_update_in_order() {
+    let (mut w, p) = ready(1, 3);
+    let sub = w.subscriber(0);
+    w.recv(0, sub);
+    w.request(0, sub, 7, "SYM1");
+    assert_eq!(
+        w.recv(0, sub),
+        vec![Got::Refresh {
+            sid: 7,
+            seq: 1,
+            data: DataState::Ok,
+            bid: Some("100.00".into())
+        }]
+    );
+    for seq in 2..=5 {
+        w.publish(p, 1, seq, 10000 + seq as i64);
+    }
+    let got = w.recv(0, sub);
+    let seqs: Vec<u32> = got
+        .iter()
+        .map(|g| match g {
+            Got::Update { sid: 7, seq, .. } => *seq,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(seqs, vec![2, 3, 4, 5]);
+    // Items nobody at an edge asked for stay off the backbone.
+    assert_eq!(w.source.stats().streams_open, 1);
+}
+
+#[test]
+fn many_subscribers_at_an_edge_make_one_subscribe_and_the_last_close_releases_the_source() {
+    let (mut w, _p) = ready(1, 2);
+    let a = w.subscriber(0);
+    let b = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    w.request(0, b, 2, "SYM0");
+    assert_eq!(w.source.stats().subscribes, 1);
+    assert!(matches!(w.recv(0, a)[..], [Got::Refresh { sid: 1, .. }]));
+    assert!(matches!(w.recv(0, b)[..], [Got::Refresh { sid: 2, .. }]));
+    w.close(0, a, 1);
+    assert_eq!(w.source.stats().streams_open, 1);
+    w.close(0, b, 2);
+    assert_eq!(w.source.stats().streams_open, 0);
+}
+
+#[test]
+fn an_edge_joining_late_is_imaged_and_the_edges_in_step_see_no_second_image() {
+    let (mut w, p) = ready(1, 1);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    w.publish(p, 0, 2, 10002);
+    assert_eq!(w.recv(0, a).len(), 2);
+    let late = w.add_edge();
+    w.advance(Duration::from_millis(500));
+    let b = w.subscriber(late);
+    w.request(late, b, 5, "SYM0");
+    assert_eq!(
+        w.recv(late, b),
+        vec![Got::Refresh {
+            sid: 5,
+            seq: 2,
+            data: DataState::Ok,
+            bid: Some("100.02".into())
+        }]
+    );
+    assert_eq!(
+        w.recv(0, a),
+        vec![],
+        "the first edge's subscriber saw the late image"
+    );
+    w.publish(p, 0, 3, 10003);
+    assert!(matches!(
+        w.recv(0, a)[..],
+        [Got::Update { sid: 1, seq: 3, .. }]
+    ));
+    assert!(matches!(
+        w.recv(late, b)[..],
+        [Got::Update { sid: 5, seq: 3, .. }]
+    ));
+}
+
+#[test]
+fn a_lost_source_turns_items_suspect_and_its_return_brings_them_back_without_a_gap() {
+    let (mut w, p) = ready(1, 1);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    w.recv(0, a);
+    // The source stops; an update made meanwhile never reaches the edge.
+    w.source_up = false;
+    w.advance(Duration::from_millis(1200));
+    let got = w.recv(0, a);
+    assert!(
+        got.iter().any(|g| matches!(
+            g,
+            Got::Status {
+                sid: 1,
+                stream: StreamState::Open,
+                data: DataState::Suspect
+            }
+        )),
+        "{got:?}"
+    );
+    assert!(!got.iter().any(|g| matches!(g, Got::Update { .. })));
+    w.src_core.on_bytes_received(p, w.now);
+    let img = image(10777);
+    let f = frame(&[Message::Update(Update {
+        stream_id: 1,
+        seq: 2,
+        update_type: UpdateType::Quote,
+        do_not_conflate: false,
+        conflation_count: 1,
+        fields: FieldList::decode(&img).unwrap(),
+    })]);
+    w.src_core.on_frame(p, &f, w.now);
+    // Back: the edge asks again and gets an image with what it missed.
+    w.source_up = true;
+    w.advance(Duration::from_millis(1500));
+    let got = w.recv(0, a);
+    let last_refresh = got.iter().rev().find(|g| matches!(g, Got::Refresh { .. }));
+    assert_eq!(
+        last_refresh,
+        Some(&Got::Refresh {
+            sid: 1,
+            seq: 2,
+            data: DataState::Ok,
+            bid: Some("107.77".into())
+        }),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_backbone_that_takes_nothing_makes_the_source_conflate_never_queue_without_bound() {
+    let (mut w, p) = ready(1, 1);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    w.recv(0, a);
+    w.open = false;
+    for seq in 2..2000 {
+        w.publish(p, 0, seq, 10000 + seq as i64);
+    }
+    let queued = w.src_core.pending_output(w.source.conn());
+    assert!(queued < 1 << 20, "{queued} bytes queued for the backbone");
+    w.open = true;
+    w.settle();
+    w.advance(Duration::from_millis(300));
+    let got = w.recv(0, a);
+    let last = got.last().cloned();
+    assert!(
+        matches!(&last, Some(Got::Update { sid: 1, bid: Some(b), .. }) if b == "119.99"),
+        "the latest value arrives: {last:?} (of {} messages)",
+        got.len()
+    );
+}
+
+#[test]
+fn an_unknown_item_is_closed_at_the_edge_with_the_sources_reason() {
+    let (mut w, _p) = ready(1, 1);
+    let a = w.subscriber(0);
+    w.request(0, a, 3, "NOPE");
+    let got = w.recv(0, a);
+    assert_eq!(
+        got,
+        vec![Got::Status {
+            sid: 3,
+            stream: StreamState::Closed,
+            data: DataState::Suspect
+        }]
+    );
+    assert_eq!(w.source.stats().streams_open, 0);
+}
+
+proptest! {
+    #[test]
+    fn junk_on_the_backbone_is_counted_and_ignored(junk in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let (mut w, _p) = ready(1, 1);
+        let now = w.now;
+        let e = &mut w.edges[0];
+        e.edge.on_data(&mut e.core, &junk, now);
+        w.source.on_request(&mut w.src_core, &junk, now);
+        // A junk data message for a known source with a valid header.
+        let mut m = Vec::new();
+        wire::data_header(&mut m, 0x5005);
+        m.extend_from_slice(&junk);
+        let e = &mut w.edges[0];
+        e.edge.on_data(&mut e.core, &m, now);
+        w.settle();
+    }
+
+    #[test]
+    fn backbone_messages_round_trip(source in any::<u64>(), stream in any::<u32>(), name in "[A-Z]{1,20}") {
+        let msgs = [
+            wire::BackboneMessage::Heartbeat { source, name: &name, directory_version: stream },
+            wire::BackboneMessage::Opened { source, stream, service: &name, item: &name },
+            wire::BackboneMessage::Subscribe { edge: source, source, service: &name, item: &name },
+            wire::BackboneMessage::Unsubscribe { edge: source, source, stream },
+            wire::BackboneMessage::DirectoryRequest { edge: source, source },
+            wire::BackboneMessage::EdgeHeartbeat { edge: source, name: &name },
+            wire::BackboneMessage::Directory { source, version: stream, part: 0, parts: 1, services: vec![
+                wire::ServiceInfo { name: &name, state: ServiceState::Up, interactive: true }
+            ] },
+        ];
+        for m in msgs {
+            let mut b = Vec::new();
+            m.encode(&mut b).unwrap();
+            prop_assert_eq!(wire::BackboneMessage::decode(&b).unwrap(), m);
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! `[backbone]`: the node's part in the multi-node system (docs/OPERATIONS.md) and how
+//! its settings become the backbone crate's.
+
+use crate::config::ConfigError;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use tickwire_backbone::{EdgeConfig, IdleStrategy, LinkConfig, Role, SourceConfig};
+
+/// `[backbone]`: empty `role` means a single node, on no backbone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackboneSection {
+    /// `source` (puts its publishers' services on the backbone), `edge` (serves its
+    /// subscribers from the backbone), `both`, or empty (no backbone).
+    pub role: String,
+    /// Aeron channel, e.g. `aeron:udp?endpoint=239.20.30.40:40456|interface=127.0.0.1`
+    /// (multicast) or a unicast one.
+    pub channel: String,
+    /// Channel of the edges' requests to the sources; empty: `channel`.
+    pub request_channel: String,
+    /// Aeron stream id of the sources' data.
+    pub data_stream: i32,
+    /// Aeron stream id of the edges' requests.
+    pub request_stream: i32,
+    /// Aeron term buffer length in bytes (a power of two from 65536 to 1073741824). A
+    /// publication holds three terms; each source and each receiving edge maps one log
+    /// per source.
+    pub term_length: usize,
+    /// An edge declares a source lost (its items suspect) after this much silence.
+    pub liveness_ms: u64,
+    /// How often sources and edges say they are alive.
+    pub heartbeat_ms: u64,
+    /// How Aeron's driver thread and the backbone's receiver thread wait when idle:
+    /// `yield` (default: lowest latency without starving a 2-CPU machine), `backoff`,
+    /// `sleep` (least CPU) or `spin`.
+    pub idle: String,
+    /// Aeron's multicast NAK back-off ceiling, in microseconds.
+    pub nak_max_backoff_us: u64,
+    /// How long a retransmission lingers before the same data may be sent again, in
+    /// microseconds.
+    pub retransmit_linger_us: u64,
+    /// Largest data message built from several updates (one Aeron frame's payload).
+    pub batch_bytes: usize,
+    /// Services a source puts on the backbone; empty: all (but the node's own figures).
+    pub services: Vec<String>,
+}
+
+impl Default for BackboneSection {
+    fn default() -> Self {
+        BackboneSection {
+            role: String::new(),
+            channel: String::new(),
+            request_channel: String::new(),
+            data_stream: 1001,
+            request_stream: 1002,
+            term_length: 1 << 20,
+            liveness_ms: 1000,
+            heartbeat_ms: 100,
+            idle: "yield".into(),
+            nak_max_backoff_us: 100,
+            retransmit_linger_us: 1000,
+            batch_bytes: 1376,
+            services: Vec::new(),
+        }
+    }
+}
+
+fn invalid(key: &'static str, value: impl std::fmt::Display, reason: &str) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+impl BackboneSection {
+    /// The role, if the node is on a backbone.
+    pub fn role(&self) -> Option<Role> {
+        Role::parse(&self.role)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.role.is_empty() {
+            if !self.channel.is_empty() {
+                return Err(invalid(
+                    "backbone.role",
+                    "\"\"",
+                    "a channel is set: say which role the node has (source, edge or both)",
+                ));
+            }
+            return Ok(());
+        }
+        if self.role().is_none() {
+            return Err(invalid(
+                "backbone.role",
+                format!("{:?}", self.role),
+                "allowed values are source, edge, both (or empty: no backbone)",
+            ));
+        }
+        for (key, ch) in [
+            ("backbone.channel", &self.channel),
+            ("backbone.request_channel", &self.request_channel),
+        ] {
+            if key == "backbone.request_channel" && ch.is_empty() {
+                continue;
+            }
+            if !ch.starts_with("aeron:udp?") && !ch.starts_with("aeron:ipc") {
+                return Err(invalid(
+                    key,
+                    format!("{ch:?}"),
+                    "an Aeron channel is needed, e.g. aeron:udp?endpoint=239.20.30.40:40456|interface=127.0.0.1",
+                ));
+            }
+        }
+        if self.data_stream == self.request_stream {
+            return Err(invalid(
+                "backbone.request_stream",
+                self.request_stream,
+                "must differ from backbone.data_stream",
+            ));
+        }
+        if !self.term_length.is_power_of_two() || !(65_536..=1 << 30).contains(&self.term_length) {
+            return Err(invalid(
+                "backbone.term_length",
+                self.term_length,
+                "allowed: a power of two from 65536 to 1073741824",
+            ));
+        }
+        if !(100..=60_000).contains(&self.liveness_ms) {
+            return Err(invalid(
+                "backbone.liveness_ms",
+                self.liveness_ms,
+                "allowed: 100 to 60000",
+            ));
+        }
+        if self.heartbeat_ms < 10 || self.heartbeat_ms * 3 > self.liveness_ms {
+            return Err(invalid(
+                "backbone.heartbeat_ms",
+                self.heartbeat_ms,
+                "allowed: 10 up to a third of backbone.liveness_ms",
+            ));
+        }
+        if IdleStrategy::parse(&self.idle).is_none() {
+            return Err(invalid(
+                "backbone.idle",
+                format!("{:?}", self.idle),
+                "allowed values are yield, backoff, sleep, spin",
+            ));
+        }
+        if !(256..=65_536).contains(&self.batch_bytes) {
+            return Err(invalid(
+                "backbone.batch_bytes",
+                self.batch_bytes,
+                "allowed: 256 to 65536",
+            ));
+        }
+        if self.nak_max_backoff_us > 10_000_000 || self.retransmit_linger_us > 10_000_000 {
+            return Err(invalid(
+                "backbone.nak_max_backoff_us",
+                self.nak_max_backoff_us.max(self.retransmit_linger_us),
+                "allowed: up to 10000000 (10 s)",
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn link_config(&self) -> LinkConfig {
+        let mut l = LinkConfig::new(&self.channel);
+        if !self.request_channel.is_empty() {
+            l.request_channel = self.request_channel.clone();
+        }
+        l.data_stream = self.data_stream;
+        l.request_stream = self.request_stream;
+        l.term_length = self.term_length;
+        l.idle = IdleStrategy::parse(&self.idle).unwrap_or(IdleStrategy::Yield);
+        l.nak_max_backoff = Duration::from_micros(self.nak_max_backoff_us);
+        l.retransmit_linger = Duration::from_micros(self.retransmit_linger_us);
+        l
+    }
+
+    pub fn source_config(&self, node_name: &str) -> SourceConfig {
+        SourceConfig {
+            name: node_name.to_string(),
+            heartbeat: Duration::from_millis(self.heartbeat_ms),
+            edge_timeout: Duration::from_millis(self.liveness_ms * 3),
+            services: self.services.clone(),
+            never: vec![crate::node_item::NODE_SERVICE.to_string()],
+            batch_bytes: self.batch_bytes,
+            ..SourceConfig::default()
+        }
+    }
+
+    pub fn edge_config(&self, node_name: &str) -> EdgeConfig {
+        EdgeConfig {
+            name: node_name.to_string(),
+            heartbeat: Duration::from_millis(self.heartbeat_ms),
+            liveness: Duration::from_millis(self.liveness_ms),
+            request_retry: Duration::from_millis(self.liveness_ms.max(500)),
+            ..EdgeConfig::default()
+        }
+    }
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what building Tickwire needs on a fresh Debian machine, and nothing when it
+# is already there (safe to run before every build):
+# - clang and libclang-dev (bindgen), uuid-dev, libbsd-dev and pkg-config: the Aeron C
+#   client and media driver, built from source by the rusteron crates and linked into
+#   the node, need them to build, and libuuid and libbsd at run time;
+# - cmake >= 3.30 for Aeron's build (Debian 12 ships 3.25): the PyPI wheel, in a virtual
+#   environment of its own under target/tools; .cargo/config.toml points $CMAKE at it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for pkg in clang libclang-dev uuid-dev libbsd-dev pkg-config python3-venv; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    echo "setup: installing ${need[*]} (apt)" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+CMAKE_REQ="cmake==3.31.10"
+if ! cmp -s <(echo "$CMAKE_REQ") target/tools/installed 2>/dev/null; then
+    echo "setup: installing $CMAKE_REQ (PyPI) in target/tools" >&2
+    rm -rf target/tools
+    python3 -m venv target/tools
+    target/tools/bin/pip install --quiet --disable-pip-version-check "$CMAKE_REQ"
+    echo "$CMAKE_REQ" > target/tools/installed
+fi
