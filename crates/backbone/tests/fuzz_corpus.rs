@@ -1,0 +1,25 @@
+//! Replays the committed fuzz corpus of `fuzz/fuzz_targets/backbone_messages.rs` on
+//! stable Rust, through the same logic (`fuzz_logic/mod.rs`).
+
+mod fuzz_logic;
+
+use std::path::Path;
+
+#[test]
+fn the_backbone_corpus_replays_without_a_panic() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/backbone_messages");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("corpus {} is missing: {e}", dir.display()))
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 8,
+        "corpus {} has too few inputs",
+        dir.display()
+    );
+    for f in files {
+        let data = std::fs::read(&f).expect("read");
+        fuzz_logic::backbone_messages(&data);
+    }
+}
