@@ -104,6 +104,9 @@ struct EdgeItem {
     source: Option<u64>,
     source_stream: Option<u32>,
     phase: Phase,
+    /// The core has had an image of it: a later image (after its source was lost) is
+    /// a re-image for the subscribers, not an answer to their requests.
+    imaged: bool,
 }
 
 pub struct Edge {
@@ -358,9 +361,25 @@ impl Edge {
                         break;
                     };
                     match it.phase {
+                        Phase::Waiting { .. } if it.imaged && r.solicited => {
+                            // Recovery (another source, or the same one back): the
+                            // subscribers get the new image as an unsolicited
+                            // refresh, which the core passes to every one of them.
+                            let re_image = Message::Refresh(tickwire_proto::Refresh {
+                                stream_id: sid,
+                                solicited: false,
+                                ..r
+                            });
+                            let _ = re_image.encode(&mut self.to_core);
+                            if r.complete {
+                                it.phase = Phase::Live;
+                            }
+                            false
+                        }
                         Phase::Waiting { .. } => {
                             if r.complete {
                                 it.phase = Phase::Live;
+                                it.imaged = true;
                             }
                             true
                         }
@@ -421,8 +440,13 @@ impl Edge {
         if let Some(p) = prefer.filter(|p| has(p)) {
             return Some(p);
         }
-        // The lowest id: every edge picks the same source for a service.
-        self.sources.keys().copied().filter(|id| has(id)).min()
+        // The source whose node name sorts first (then the lowest id): every edge
+        // picks the same one, and operators choose the primary by its name.
+        self.sources
+            .iter()
+            .filter(|(id, _)| has(id))
+            .min_by(|a, b| (&a.1.name, a.0).cmp(&(&b.1.name, b.0)))
+            .map(|(&id, _)| id)
     }
 
     /// Asks a source for the item (again), or tells the core there is none.
@@ -581,6 +605,7 @@ impl Edge {
                     source: prefer,
                     source_stream: None,
                     phase: Phase::Waiting { since: now },
+                    imaged: false,
                 },
             );
             self.route(core, sid, now);

@@ -145,3 +145,147 @@ fn bad_backbone_settings_are_refused_with_the_key_and_the_allowed_values() {
     assert_ne!(out.code(), Some(0));
     assert!(out.stderr.contains("--role"), "{}", out.stderr);
 }
+
+/// Subscribes to `items` items at `node` and checks, for `for_how_long`, that every
+/// update follows the one before it (a conflated update stands for its count):
+/// returns (updates, gaps).
+fn count_gaps(node: std::net::SocketAddr, items: usize, for_how_long: Duration) -> (u64, u64) {
+    let mut sub = subscriber(node);
+    for i in 0..items {
+        sub.subscribe("FEED", &format!("SYM{i}"), RequestOptions::default())
+            .expect("subscribe");
+    }
+    let mut seq: std::collections::HashMap<String, u32> = Default::default();
+    let (mut updates, mut gaps) = (0u64, 0u64);
+    let end = std::time::Instant::now() + for_how_long;
+    while std::time::Instant::now() < end {
+        match sub.next_event(Duration::from_millis(100)) {
+            Ok(Some(Event::Refresh { name, seq: s, .. })) => {
+                seq.insert(name, s);
+            }
+            Ok(Some(Event::Update {
+                name,
+                seq: s,
+                conflation_count: k,
+                ..
+            })) => {
+                updates += 1;
+                match seq.get(&name) {
+                    Some(&prev) if k != u16::MAX && k != 0 => {
+                        if s != prev.wrapping_add(u32::from(k.max(1))) {
+                            gaps += 1;
+                        }
+                    }
+                    Some(_) => {}
+                    None => gaps += 1, // an update before any image
+                }
+                seq.insert(name, s);
+            }
+            Ok(Some(Event::Status { name, state, .. })) => {
+                panic!("status for {name} while the source runs: {state:?}")
+            }
+            Ok(_) => {}
+            Err(e) => panic!("subscriber failed: {e}"),
+        }
+    }
+    (updates, gaps)
+}
+
+#[test]
+fn one_percent_loss_at_an_edge_is_recovered_by_aeron_with_no_gap_at_its_subscribers() {
+    let ch = channel(43);
+    let source = backbone_node(&ch, "source", "src");
+    // The edge's media driver drops 1% of the data frames it receives (Aeron's own
+    // loss generator); Aeron's NAKs and retransmissions fill every hole.
+    let edge = Node::start_with(
+        &["--backbone", &ch, "--role", "edge", "--name", "lossy-edge"],
+        |c| {
+            c.env("AERON_UDP_CHANNEL_INCOMING_INTERCEPTORS", "loss")
+                .env(
+                    "AERON_UDP_CHANNEL_TRANSPORT_BINDINGS_LOSS_ARGS",
+                    "rate=0.01|recv-msg-mask=0x2|seed=42",
+                );
+        },
+    );
+    let _feed = start_publisher(&source, "FEED", 50, 2000, false);
+    wait_for_image(edge.addr, "FEED", "SYM49", T)
+        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    let (updates, gaps) = count_gaps(edge.addr, 50, Duration::from_secs(4));
+    eprintln!("{updates} updates through 1% loss, {gaps} gaps");
+    assert!(updates > 1000, "only {updates} updates in 4 s");
+    assert_eq!(gaps, 0, "{updates} updates");
+}
+
+#[test]
+fn a_stopped_edge_slows_neither_the_source_nor_the_other_edge() {
+    let ch = channel(45);
+    let source = backbone_node(&ch, "source", "src");
+    let healthy = backbone_node(&ch, "edge", "healthy");
+    let stopped = backbone_node(&ch, "edge", "stopped");
+    let _feed = start_publisher(&source, "FEED", 20, 2000, false);
+    for e in [&healthy, &stopped] {
+        wait_for_image(e.addr, "FEED", "SYM19", T)
+            .unwrap_or_else(|err| panic!("{err}\n--- edge\n{}", e.proc.log()));
+    }
+    // The stopped edge has every item flowing to it, then stops reading anything.
+    let mut watcher = subscriber(stopped.addr);
+    for i in 0..20 {
+        watcher
+            .subscribe("FEED", &format!("SYM{i}"), RequestOptions::default())
+            .expect("subscribe");
+    }
+    expect_event(&mut watcher, T, "data at the edge to stop", |e| {
+        matches!(e, Event::Update { .. })
+    });
+    stopped.proc.signal(libc::SIGSTOP);
+    let (updates, gaps) = count_gaps(healthy.addr, 20, Duration::from_secs(4));
+    stopped.proc.signal(libc::SIGCONT);
+    eprintln!("healthy edge while the other was stopped: {updates} updates, {gaps} gaps");
+    // 20 items at 2,000 updates/s in all: well over half must arrive in 4 s.
+    assert!(updates > 4000, "only {updates} updates at the healthy edge");
+    assert_eq!(gaps, 0);
+}
+
+#[test]
+fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
+    let ch = channel(47);
+    let first = backbone_node(&ch, "source", "src-1");
+    let _second = backbone_node(&ch, "source", "src-2");
+    let edge = backbone_node(&ch, "edge", "edge");
+    // Both sources carry FEED (hot standby: each has its own publisher). Edges use the
+    // source whose name sorts first: src-1.
+    let mut feed_1 = start_publisher(&first, "FEED", 5, 100, false);
+    let _feed_2 = start_publisher(&_second, "FEED", 5, 100, false);
+    wait_for_image(edge.addr, "FEED", "SYM0", T)
+        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    let mut sub = subscriber(edge.addr);
+    sub.subscribe("FEED", "SYM0", RequestOptions::default())
+        .expect("subscribe");
+    expect_event(&mut sub, T, "the refresh", |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    expect_event(&mut sub, T, "an update", |e| {
+        matches!(e, Event::Update { .. })
+    });
+    first.proc.signal(libc::SIGKILL);
+    feed_1.kill();
+    let killed = std::time::Instant::now();
+    expect_event(
+        &mut sub,
+        T,
+        "open/suspect",
+        |e| matches!(e, Event::Status { state, .. } if state.data == DataState::Suspect),
+    );
+    let refresh = expect_event(&mut sub, T, "a refresh from the standby", |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    let took = killed.elapsed();
+    eprintln!("back to ok {took:?} after the source was killed");
+    let Event::Refresh { state, .. } = refresh else {
+        unreachable!()
+    };
+    assert_eq!(state.data, DataState::Ok);
+    expect_event(&mut sub, T, "updates from the standby", |e| {
+        matches!(e, Event::Update { .. })
+    });
+}
