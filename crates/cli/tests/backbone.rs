@@ -19,8 +19,11 @@ fn channel(group: u8) -> String {
     format!("aeron:udp?endpoint=239.20.30.{group}:{port}|interface=127.0.0.1")
 }
 
+/// A node on the backbone, once it has joined it.
 fn backbone_node(channel: &str, role: &str, name: &str) -> Node {
-    Node::start(&["--backbone", channel, "--role", role, "--name", name])
+    let mut node = Node::start(&["--backbone", channel, "--role", role, "--name", name]);
+    node.proc.wait_for_line(&format!("backbone: {role} on"), T);
+    node
 }
 
 const T: Duration = Duration::from_secs(20);
@@ -288,4 +291,49 @@ fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
     expect_event(&mut sub, T, "updates from the standby", |e| {
         matches!(e, Event::Update { .. })
     });
+}
+
+/// The media driver's directories of this node process (in /dev/shm).
+fn driver_dirs(pid: u32) -> Vec<std::path::PathBuf> {
+    let prefix = format!("tickwire-aeron-{pid}-");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_media_driver_directory_goes_with_a_clean_stop_and_a_killed_nodes_is_removed_by_the_next() {
+    if !std::path::Path::new("/dev/shm").is_dir() {
+        eprintln!("no /dev/shm: the driver directory is elsewhere; nothing to check");
+        return;
+    }
+    let ch = channel(49);
+    let mut stopped = backbone_node(&ch, "source", "stopped");
+    let pid = stopped.proc.pid();
+    assert_eq!(
+        driver_dirs(pid).len(),
+        1,
+        "the running node's driver directory"
+    );
+    assert!(stopped.stop(T).is_some_and(|s| s.success()));
+    assert!(driver_dirs(pid).is_empty(), "left behind by a clean stop");
+
+    let mut killed = backbone_node(&ch, "source", "killed");
+    let pid = killed.proc.pid();
+    killed.proc.signal(libc::SIGKILL);
+    killed.proc.wait_exit(T);
+    assert_eq!(driver_dirs(pid).len(), 1, "SIGKILL leaves it");
+    // The next node to start on this machine removes it (in a parallel test run that
+    // may be another test's node: any of them does).
+    let _next = backbone_node(&ch, "edge", "next");
+    let deadline = std::time::Instant::now() + T;
+    while !driver_dirs(pid).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(driver_dirs(pid).is_empty(), "the next node removed it");
 }
