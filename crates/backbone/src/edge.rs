@@ -75,6 +75,8 @@ type DirectoryPart = Vec<(String, ServiceState)>;
 
 struct SourceView {
     name: String,
+    /// The transport's id of the image this source's messages arrive on.
+    image: i32,
     last_heard: Instant,
     live: bool,
     /// The directory version the edge has whole (0: none yet).
@@ -122,6 +124,8 @@ pub struct Edge {
     control: VecDeque<Vec<u8>>,
     next_heartbeat: Instant,
     to_core: Vec<u8>,
+    /// Images of lost sources, for the transport to drop (see `take_images_to_reject`).
+    reject: Vec<i32>,
     stats: EdgeStats,
 }
 
@@ -140,6 +144,7 @@ impl Edge {
             control: VecDeque::new(),
             next_heartbeat: now,
             to_core: Vec::new(),
+            reject: Vec::new(),
             stats: EdgeStats::default(),
         }
     }
@@ -190,8 +195,17 @@ impl Edge {
         }
     }
 
-    /// One message from a source (the data stream). Junk is counted and ignored.
-    pub fn on_data(&mut self, core: &mut Node, bytes: &[u8], now: Instant) {
+    /// The images of sources lost since the last call. An image can be stuck: an edge
+    /// stopped longer than the source keeps data for cannot have what it missed
+    /// retransmitted, so the transport drops the image and makes a new one, from the
+    /// source's current position, which the edge then re-images item by item.
+    pub fn take_images_to_reject(&mut self) -> Vec<i32> {
+        std::mem::take(&mut self.reject)
+    }
+
+    /// One message from a source (the data stream), which arrived on the transport's
+    /// image `image`. Junk is counted and ignored.
+    pub fn on_data(&mut self, core: &mut Node, image: i32, bytes: &[u8], now: Instant) {
         let msg = match BackboneMessage::decode(bytes) {
             Ok(m) => m,
             Err(e) => {
@@ -204,7 +218,7 @@ impl Edge {
                 source,
                 name,
                 directory_version,
-            } => self.on_heartbeat(core, source, name, directory_version, now),
+            } => self.on_heartbeat(core, image, source, name, directory_version, now),
             BackboneMessage::Directory {
                 source,
                 version,
@@ -286,6 +300,7 @@ impl Edge {
     fn on_heartbeat(
         &mut self,
         core: &mut Node,
+        image: i32,
         source: u64,
         name: &str,
         version: u32,
@@ -299,6 +314,7 @@ impl Edge {
                 source,
                 SourceView {
                     name: name.to_string(),
+                    image,
                     last_heard: now,
                     live: false,
                     directory_version: 0,
@@ -312,6 +328,7 @@ impl Edge {
         }
         let s = self.sources.get_mut(&source).expect("present");
         s.last_heard = now;
+        s.image = image;
         s.announced_version = version;
         if !s.live {
             s.live = true;
@@ -657,12 +674,28 @@ impl Edge {
         }
     }
 
+    /// The transport was rebuilt: every source is lost until heard again.
+    pub fn all_sources_lost(&mut self, core: &mut Node, now: Instant) {
+        let live: Vec<u64> = self
+            .sources
+            .iter()
+            .filter(|(_, s)| s.live)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in live {
+            self.source_lost(core, id, now);
+        }
+        self.reject.clear();
+        self.control.clear();
+    }
+
     fn source_lost(&mut self, core: &mut Node, id: u64, now: Instant) {
         let Some(s) = self.sources.get_mut(&id) else {
             return;
         };
         s.live = false;
         s.streams.clear();
+        self.reject.push(s.image);
         s.directory_version = 0;
         s.assembling = None;
         let name = s.name.clone();

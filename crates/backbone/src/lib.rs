@@ -120,7 +120,12 @@ pub fn random_id() -> u64 {
 pub struct Backbone {
     pub source: Option<Source>,
     pub edge: Option<Edge>,
-    link: Link,
+    /// None while a link that died is being rebuilt.
+    link: Option<Link>,
+    link_cfg: LinkConfig,
+    wake: std::sync::Arc<dyn Fn() + Send + Sync>,
+    next_restart: Instant,
+    pub link_restarts: u64,
 }
 
 impl Backbone {
@@ -132,19 +137,28 @@ impl Backbone {
         mut link_cfg: LinkConfig,
         source_cfg: SourceConfig,
         edge_cfg: EdgeConfig,
-        wake: Box<dyn Fn() + Send>,
+        wake: std::sync::Arc<dyn Fn() + Send + Sync>,
         now: Instant,
     ) -> Result<Backbone, BackboneError> {
         link_cfg.source = role.is_source();
         link_cfg.edge = role.is_edge();
-        let link = Link::start(&link_cfg, wake)?;
+        let w = wake.clone();
+        let link = Link::start(&link_cfg, Box::new(move || w()))?;
         let edge = role
             .is_edge()
             .then(|| Edge::start(core, edge_cfg, random_id(), now));
         let source = role
             .is_source()
             .then(|| Source::start(core, source_cfg, random_id(), now));
-        Ok(Backbone { source, edge, link })
+        Ok(Backbone {
+            source,
+            edge,
+            link: Some(link),
+            link_cfg,
+            wake,
+            next_restart: now,
+            link_restarts: 0,
+        })
     }
 
     /// Whether `conn` is one of the backbone's own connections to the core.
@@ -155,11 +169,14 @@ impl Backbone {
 
     /// What the receiver thread has, into the roles.
     pub fn receive(&mut self, core: &mut Node, now: Instant) {
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
         let (source, edge) = (&mut self.source, &mut self.edge);
-        self.link.drain(|kind, msg| match kind {
+        link.drain(|kind, session, msg| match kind {
             Received::Data => {
                 if let Some(e) = edge.as_mut() {
-                    e.on_data(core, msg, now);
+                    e.on_data(core, session, msg, now);
                 }
             }
             Received::Request => {
@@ -175,10 +192,13 @@ impl Backbone {
         if let (Some(s), Some(e)) = (self.source.as_mut(), self.edge.as_ref()) {
             s.set_excluded(e.services());
         }
-        if let (Some(e), Some(out)) = (self.edge.as_mut(), self.link.request_out()) {
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
+        if let (Some(e), Some(out)) = (self.edge.as_mut(), link.request_out()) {
             e.pump(core, out, now);
         }
-        if let (Some(s), Some(out)) = (self.source.as_mut(), self.link.data_out()) {
+        if let (Some(s), Some(out)) = (self.source.as_mut(), link.data_out()) {
             s.pump(core, out, now);
         }
     }
@@ -186,9 +206,48 @@ impl Backbone {
     pub fn on_tick(&mut self, core: &mut Node, now: Instant) {
         if let Some(e) = self.edge.as_mut() {
             e.on_tick(core, now);
+            let rejects = e.take_images_to_reject();
+            if let Some(link) = self.link.as_mut() {
+                for session in rejects {
+                    link.reject_image(session);
+                }
+            }
         }
         if let Some(s) = self.source.as_mut() {
             s.on_tick(core, now);
+        }
+        self.restart_dead_link(core, now);
+    }
+
+    /// A process stopped or starved for longer than Aeron's liveness timeouts (a
+    /// SIGSTOP, a paused VM) comes back with an unusable client: the link is rebuilt
+    /// (a new driver, a new client). The source comes back under a new id, so edges
+    /// re-image what they take from it; the edge treats every source as lost and
+    /// re-images its items when they are heard again. Nothing in the core is lost.
+    fn restart_dead_link(&mut self, core: &mut Node, now: Instant) {
+        if self.link.as_ref().is_some_and(|l| !l.is_dead()) || now < self.next_restart {
+            return;
+        }
+        if self.link.take().is_some() {
+            log::warn!("backbone: the Aeron client is unusable (the process was stopped or starved for too long): restarting the link");
+            if let Some(e) = self.edge.as_mut() {
+                e.all_sources_lost(core, now);
+            }
+            if let Some(s) = self.source.as_mut() {
+                s.restart(core, random_id(), now);
+            }
+        }
+        let w = self.wake.clone();
+        match Link::start(&self.link_cfg, Box::new(move || w())) {
+            Ok(link) => {
+                self.link_restarts += 1;
+                log::info!("backbone: link restarted");
+                self.link = Some(link);
+            }
+            Err(e) => {
+                log::warn!("backbone: cannot restart the link ({e}); trying again in 1 s");
+                self.next_restart = now + std::time::Duration::from_secs(1);
+            }
         }
     }
 
@@ -202,7 +261,7 @@ impl Backbone {
         }
     }
 
-    pub fn link(&self) -> &Link {
-        &self.link
+    pub fn link(&self) -> Option<&Link> {
+        self.link.as_ref()
     }
 }

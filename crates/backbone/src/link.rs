@@ -196,6 +196,7 @@ pub enum Received {
 /// Figures the receiver thread keeps.
 #[derive(Debug, Default)]
 pub struct LinkCounters {
+    /// Batches handed to the event loop.
     pub messages_in: AtomicU64,
     pub bytes_in: AtomicU64,
     /// Times the event loop was behind and the receiver waited.
@@ -207,6 +208,8 @@ const DRIVER_PREFIX: &str = "tickwire-aeron-";
 const BATCH_BYTES: usize = 256 * 1024;
 /// Batches in flight between them.
 const BATCHES: usize = 16;
+/// Before each message in a batch: its kind, Aeron session and length.
+const RECORD_HEADER: usize = 9;
 
 struct Driver {
     stop: Arc<AtomicBool>,
@@ -227,10 +230,13 @@ impl Drop for Driver {
 
 /// The running Aeron side of a node.
 pub struct Link {
+    /// The client hit an error it cannot recover from: the link must be rebuilt.
+    fatal: Arc<AtomicBool>,
     data_out: Option<Publication>,
     request_out: Option<Publication>,
     batches: Receiver<Vec<u8>>,
     empties: SyncSender<Vec<u8>>,
+    rejects: SyncSender<i32>,
     receiver_stop: Arc<AtomicBool>,
     receiver: Option<JoinHandle<()>>,
     counters: Arc<LinkCounters>,
@@ -271,8 +277,15 @@ impl Link {
         let ctx = AeronContext::new().map_err(|e| BackboneError::aeron("client context", e))?;
         ctx.set_dir(&dir_c)
             .map_err(|e| BackboneError::aeron("client directory", e))?;
-        ctx.set_error_handler(Some(|code: i32, msg: &str| {
+        let fatal = Arc::new(AtomicBool::new(false));
+        let fatal_in_handler = fatal.clone();
+        ctx.set_error_handler(Some(move |code: i32, msg: &str| {
             warn!("aeron client error {code}: {msg}");
+            // Timeouts between client and driver (the process was stopped or starved
+            // for longer than the liveness timeouts) leave the client unusable.
+            if (1000..=1002).contains(&code.abs()) || (1005..=1006).contains(&code.abs()) {
+                fatal_in_handler.store(true, Ordering::SeqCst);
+            }
         }))
         .map_err(|e| BackboneError::aeron("client error handler", e))?;
         let aeron = Aeron::new(&ctx).map_err(|e| BackboneError::aeron("client", e))?;
@@ -337,6 +350,7 @@ impl Link {
         };
         let (batch_tx, batches) = sync_channel::<Vec<u8>>(BATCHES);
         let (empties, empty_rx) = sync_channel::<Vec<u8>>(BATCHES + 1);
+        let (rejects, reject_rx) = sync_channel::<i32>(64);
         let receiver_stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(LinkCounters::default());
         let receiver = {
@@ -347,7 +361,8 @@ impl Link {
                 .name("backbone-rx".into())
                 .spawn(move || {
                     receive(
-                        data_in, request_in, batch_tx, empty_rx, wake, stop, counters, idle,
+                        data_in, request_in, batch_tx, empty_rx, reject_rx, wake, stop, counters,
+                        idle,
                     )
                 })
                 .map_err(BackboneError::Thread)?
@@ -360,10 +375,12 @@ impl Link {
             cfg.channel
         );
         Ok(Link {
+            fatal,
             data_out,
             request_out,
             batches,
             empties,
+            rejects,
             receiver_stop,
             receiver: Some(receiver),
             counters,
@@ -380,35 +397,53 @@ impl Link {
         self.request_out.as_mut()
     }
 
+    /// Whether the Aeron client is unusable (see [`crate::Backbone::on_tick`]).
+    pub fn is_dead(&self) -> bool {
+        self.fatal.load(Ordering::SeqCst)
+    }
+
     pub fn counters(&self) -> &LinkCounters {
         &self.counters
     }
 
-    /// Hands every received message waiting now to `f`.
-    pub fn drain(&mut self, mut f: impl FnMut(Received, &[u8])) {
+    /// Asks the receiver thread to reject the data image of Aeron session `session`
+    /// (a source the edge lost: its image may be stuck behind data the source no
+    /// longer has); the driver makes a new one, at the source's current position,
+    /// when the source is heard again.
+    pub fn reject_image(&mut self, session: i32) {
+        let _ = self.rejects.try_send(session);
+    }
+
+    /// Hands every received message waiting now to `f`, with the Aeron session (the
+    /// sending publication) it came from.
+    pub fn drain(&mut self, mut f: impl FnMut(Received, i32, &[u8])) {
         loop {
             let batch = match self.batches.try_recv() {
                 Ok(b) => b,
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => return,
             };
             let mut at = 0;
-            while batch.len() - at >= 5 {
+            while batch.len() - at >= RECORD_HEADER {
                 let kind = if batch[at] == 0 {
                     Received::Data
                 } else {
                     Received::Request
                 };
-                let len = u32::from_be_bytes([
-                    batch[at + 1],
-                    batch[at + 2],
-                    batch[at + 3],
-                    batch[at + 4],
-                ]) as usize;
-                let Some(msg) = batch.get(at + 5..at + 5 + len) else {
+                let word = |i: usize| {
+                    [
+                        batch[at + i],
+                        batch[at + i + 1],
+                        batch[at + i + 2],
+                        batch[at + i + 3],
+                    ]
+                };
+                let session = i32::from_be_bytes(word(1));
+                let len = u32::from_be_bytes(word(5)) as usize;
+                let Some(msg) = batch.get(at + RECORD_HEADER..at + RECORD_HEADER + len) else {
                     break;
                 };
-                f(kind, msg);
-                at += 5 + len;
+                f(kind, session, msg);
+                at += RECORD_HEADER + len;
             }
             let mut batch = batch;
             batch.clear();
@@ -431,8 +466,10 @@ struct Sink {
     kind: u8,
 }
 
-fn on_message(sink: &mut Sink, msg: &[u8], _header: AeronHeader) {
+fn on_message(sink: &mut Sink, msg: &[u8], header: AeronHeader) {
     sink.batch.push(sink.kind);
+    let session = header.session_id().unwrap_or(0);
+    sink.batch.extend_from_slice(&session.to_be_bytes());
     sink.batch
         .extend_from_slice(&(msg.len() as u32).to_be_bytes());
     sink.batch.extend_from_slice(msg);
@@ -444,6 +481,7 @@ fn receive(
     request_in: Option<AeronSubscription>,
     batches: SyncSender<Vec<u8>>,
     empties: Receiver<Vec<u8>>,
+    rejects: Receiver<i32>,
     wake: Box<dyn Fn() + Send>,
     stop: Arc<AtomicBool>,
     counters: Arc<LinkCounters>,
@@ -469,6 +507,17 @@ fn receive(
     };
     while !stop.load(Ordering::Relaxed) {
         let mut work = 0usize;
+        while let Ok(session) = rejects.try_recv() {
+            if let Some(image) = data_in
+                .as_ref()
+                .and_then(|s| s.image_by_session_id(session))
+            {
+                match image.reject(c"tickwire edge: source lost, re-imaging") {
+                    Ok(_) => info!("backbone: rejected the image of Aeron session {session}"),
+                    Err(e) => warn!("backbone: could not reject Aeron session {session}: {e:?}"),
+                }
+            }
+        }
         if let Some(sub) = &data_in {
             sink.kind = 0;
             work += data_asm

@@ -148,6 +148,26 @@ impl Source {
         s
     }
 
+    /// The transport was rebuilt: from now on this source has a new id (edges treat it
+    /// as a new source and re-image what they take from it). Its streams are closed;
+    /// the edges subscribe again.
+    pub fn restart(&mut self, core: &mut Node, id: u64, now: Instant) {
+        self.id = id;
+        self.control.clear();
+        self.pending.clear();
+        self.edges.clear();
+        let open: Vec<u32> = self.streams.keys().copied().collect();
+        for sid in open {
+            self.close_stream(core, sid, now);
+        }
+        // What the core had queued for the old link is for streams now closed.
+        if let Some(w) = core.output(self.conn) {
+            let n = w.sealed_bytes().len();
+            w.consume(n);
+        }
+        self.directory_due = true;
+    }
+
     /// When [`Source::on_tick`] is next needed.
     pub fn poll_timeout(&self) -> Instant {
         self.next_heartbeat

@@ -236,7 +236,7 @@ impl World {
             // Multicast: every edge sees every message of the source.
             for m in self.data.drain(..) {
                 for e in self.edges.iter_mut().filter(|e| e.connected) {
-                    e.edge.on_data(&mut e.core, &m, self.now);
+                    e.edge.on_data(&mut e.core, 1, &m, self.now);
                 }
             }
             for m in self.requests.drain(..) {
@@ -497,14 +497,14 @@ proptest! {
         let (mut w, _p) = ready(1, 1);
         let now = w.now;
         let e = &mut w.edges[0];
-        e.edge.on_data(&mut e.core, &junk, now);
+        e.edge.on_data(&mut e.core, 1, &junk, now);
         w.source.on_request(&mut w.src_core, &junk, now);
         // A junk data message for a known source with a valid header.
         let mut m = Vec::new();
         wire::data_header(&mut m, 0x5005);
         m.extend_from_slice(&junk);
         let e = &mut w.edges[0];
-        e.edge.on_data(&mut e.core, &m, now);
+        e.edge.on_data(&mut e.core, 1, &m, now);
         w.settle();
     }
 

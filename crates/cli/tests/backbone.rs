@@ -220,11 +220,20 @@ fn one_percent_loss_at_an_edge_is_recovered_by_aeron_with_no_gap_at_its_subscrib
 }
 
 #[test]
-fn a_stopped_edge_slows_neither_the_source_nor_the_other_edge() {
+fn a_stopped_edge_slows_neither_the_source_nor_the_other_edge_and_recovers_when_resumed() {
     let ch = channel(45);
     let source = backbone_node(&ch, "source", "src");
     let healthy = backbone_node(&ch, "edge", "healthy");
-    let stopped = backbone_node(&ch, "edge", "stopped");
+    // Aeron's client and driver time each other out after 1-2 s here (10 s by
+    // default), so the stop below outlasts them as a long one would.
+    let mut stopped = Node::start_with(
+        &["--backbone", &ch, "--role", "edge", "--name", "stopped"],
+        |c| {
+            c.env("AERON_DRIVER_TIMEOUT", "1000")
+                .env("AERON_CLIENT_LIVENESS_TIMEOUT", "2000000000");
+        },
+    );
+    stopped.proc.wait_for_line("backbone: edge on", T);
     let _feed = start_publisher(&source, "FEED", 20, 2000, false);
     for e in [&healthy, &stopped] {
         wait_for_image(e.addr, "FEED", "SYM19", T)
@@ -247,6 +256,24 @@ fn a_stopped_edge_slows_neither_the_source_nor_the_other_edge() {
     // 20 items at 2,000 updates/s in all: well over half must arrive in 4 s.
     assert!(updates > 4000, "only {updates} updates at the healthy edge");
     assert_eq!(gaps, 0);
+    // The stopped edge, resumed: what it missed is gone, so its streams say suspect,
+    // then it re-images them and they are ok again (its Aeron link rebuilt if the
+    // stop outlasted Aeron's own timeouts).
+    expect_event(
+        &mut watcher,
+        T,
+        "open/suspect after the stop",
+        |e| matches!(e, Event::Status { state, .. } if state.data == DataState::Suspect),
+    );
+    expect_event(
+        &mut watcher,
+        T,
+        "a new image",
+        |e| matches!(e, Event::Refresh { state, .. } if state.data == DataState::Ok),
+    );
+    expect_event(&mut watcher, T, "updates again", |e| {
+        matches!(e, Event::Update { .. })
+    });
 }
 
 #[test]

@@ -658,7 +658,7 @@ impl NodeServer {
             cfg.link_config(),
             cfg.source_config(name),
             cfg.edge_config(name),
-            Box::new(move || {
+            std::sync::Arc::new(move || {
                 let _ = waker.wake();
             }),
             now,

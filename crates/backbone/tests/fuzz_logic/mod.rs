@@ -30,12 +30,12 @@ pub fn backbone_messages(data: &[u8]) {
     }
     .encode(&mut hb)
     .expect("encodes");
-    edge.on_data(&mut edge_core, &hb, now);
-    edge.on_data(&mut edge_core, data, now);
+    edge.on_data(&mut edge_core, 1, &hb, now);
+    edge.on_data(&mut edge_core, 1, data, now);
     let mut framed = Vec::new();
     data_header(&mut framed, SOURCE);
     framed.extend_from_slice(data);
-    edge.on_data(&mut edge_core, &framed, now);
+    edge.on_data(&mut edge_core, 1, &framed, now);
     edge.on_tick(&mut edge_core, now);
 
     let mut source_core = Node::new(CoreConfig::default(), now);
