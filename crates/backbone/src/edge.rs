@@ -173,6 +173,26 @@ impl Edge {
             .collect()
     }
 
+    /// The live sources, each with how long it has been silent: "src (2 ms), ...".
+    pub fn sources_text(&self, now: Instant) -> String {
+        let mut v: Vec<(&str, u128)> = self
+            .sources
+            .values()
+            .filter(|s| s.live)
+            .map(|s| {
+                (
+                    s.name.as_str(),
+                    now.saturating_duration_since(s.last_heard).as_millis(),
+                )
+            })
+            .collect();
+        v.sort();
+        v.iter()
+            .map(|(n, ms)| format!("{n} ({ms} ms)"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Services received from the backbone (a node that is also a source does not
     /// put them back on it).
     pub fn services(&self) -> std::collections::BTreeSet<String> {

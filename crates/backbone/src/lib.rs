@@ -19,7 +19,7 @@ pub mod wire;
 mod tests;
 
 pub use edge::{Edge, EdgeConfig, EdgeStats};
-pub use link::{IdleStrategy, Link, LinkConfig, Received};
+pub use link::{DriverCounters, IdleStrategy, Link, LinkConfig, Received};
 pub use source::{Source, SourceConfig, SourceStats};
 
 use std::time::Instant;
@@ -116,6 +116,22 @@ pub fn random_id() -> u64 {
     u64::from_ne_bytes(b)
 }
 
+/// What a node shows of its backbone (its figures item, the dashboard, the log).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BackboneFigures {
+    pub role: &'static str,
+    /// Live sources seen by the edge: "name (silent N ms)", comma-separated.
+    pub sources: String,
+    /// Edges known to the source.
+    pub edges: u64,
+    /// The driver's counters, summed over the links this node has had.
+    pub driver: DriverCounters,
+    /// Items the edge asked for again after losing their source.
+    pub reimages: u64,
+    pub sources_lost: u64,
+    pub link_restarts: u64,
+}
+
 /// The backbone of one node: its roles and its Aeron link, driven by the event loop.
 pub struct Backbone {
     pub source: Option<Source>,
@@ -126,6 +142,10 @@ pub struct Backbone {
     wake: std::sync::Arc<dyn Fn() + Send + Sync>,
     next_restart: Instant,
     pub link_restarts: u64,
+    role: Role,
+    /// Driver counters of links that were rebuilt (a new driver starts from zero).
+    earlier: DriverCounters,
+    last_counters: std::cell::Cell<DriverCounters>,
 }
 
 impl Backbone {
@@ -158,6 +178,9 @@ impl Backbone {
             wake,
             next_restart: now,
             link_restarts: 0,
+            role,
+            earlier: DriverCounters::default(),
+            last_counters: Default::default(),
         })
     }
 
@@ -228,7 +251,11 @@ impl Backbone {
         if self.link.as_ref().is_some_and(|l| !l.is_dead()) || now < self.next_restart {
             return;
         }
-        if self.link.take().is_some() {
+        if let Some(old) = self.link.take() {
+            // The counters last read while the client was usable; a dead client's
+            // memory is not read again.
+            self.earlier += self.last_counters.take();
+            drop(old);
             log::warn!("backbone: the Aeron client is unusable (the process was stopped or starved for too long): restarting the link");
             if let Some(e) = self.edge.as_mut() {
                 e.all_sources_lost(core, now);
@@ -263,5 +290,29 @@ impl Backbone {
 
     pub fn link(&self) -> Option<&Link> {
         self.link.as_ref()
+    }
+
+    pub fn figures(&self, now: Instant) -> BackboneFigures {
+        let mut driver = self.earlier;
+        if let Some(l) = self.link.as_ref().filter(|l| !l.is_dead()) {
+            self.last_counters.set(l.driver_counters());
+        }
+        driver += self.last_counters.get();
+        let (sources, reimages, sources_lost) = match &self.edge {
+            Some(e) => {
+                let st = e.stats();
+                (e.sources_text(now), st.reimages, st.sources_lost)
+            }
+            None => (String::new(), 0, 0),
+        };
+        BackboneFigures {
+            role: self.role.name(),
+            sources,
+            edges: self.source.as_ref().map_or(0, |s| s.stats().edges),
+            driver,
+            reimages,
+            sources_lost,
+            link_restarts: self.link_restarts,
+        }
     }
 }

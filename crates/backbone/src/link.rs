@@ -193,6 +193,28 @@ pub enum Received {
     Request,
 }
 
+/// Figures of the embedded media driver (Aeron's system counters), since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DriverCounters {
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub retransmits_sent: u64,
+    pub invalid_packets: u64,
+}
+
+impl std::ops::AddAssign for DriverCounters {
+    fn add_assign(&mut self, o: DriverCounters) {
+        self.bytes_sent += o.bytes_sent;
+        self.bytes_received += o.bytes_received;
+        self.naks_sent += o.naks_sent;
+        self.naks_received += o.naks_received;
+        self.retransmits_sent += o.retransmits_sent;
+        self.invalid_packets += o.invalid_packets;
+    }
+}
+
 /// Figures the receiver thread keeps.
 #[derive(Debug, Default)]
 pub struct LinkCounters {
@@ -395,6 +417,30 @@ impl Link {
 
     pub fn request_out(&mut self) -> Option<&mut Publication> {
         self.request_out.as_mut()
+    }
+
+    /// The media driver's own counters (this node's driver only).
+    pub fn driver_counters(&self) -> DriverCounters {
+        let mut c = DriverCounters::default();
+        self._aeron
+            .counters_reader()
+            .foreach_counter_fn(|value, _id, type_id, _key, label| {
+                // Type 0: Aeron's system counters, told apart by their labels.
+                if type_id != 0 {
+                    return;
+                }
+                let v = value.max(0) as u64;
+                match label {
+                    "Bytes sent" => c.bytes_sent = v,
+                    "Bytes received" => c.bytes_received = v,
+                    "NAKs sent" => c.naks_sent = v,
+                    "NAKs received" => c.naks_received = v,
+                    "Retransmits sent" => c.retransmits_sent = v,
+                    "Invalid packets" => c.invalid_packets = v,
+                    _ => {}
+                }
+            });
+        c
     }
 
     /// Whether the Aeron client is unusable (see [`crate::Backbone::on_tick`]).

@@ -28,6 +28,30 @@ fn backbone_node(channel: &str, role: &str, name: &str) -> Node {
 
 const T: Duration = Duration::from_secs(20);
 
+/// The node's own figures (service TICKWIRE, item NODE), as `subscribe --json` prints
+/// them.
+fn node_figures(node: &Node) -> serde_json::Value {
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &node.addr_str(),
+            "--service",
+            "TICKWIRE",
+            "--snapshot",
+            "--json",
+            "--timeout",
+            "10",
+            "NODE",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().next().expect("a line")).expect("json");
+    v["fields"].clone()
+}
+
 #[test]
 fn a_publisher_on_the_source_reaches_subscribers_on_two_edges() {
     let ch = channel(40);
@@ -74,6 +98,20 @@ fn a_publisher_on_the_source_reaches_subscribers_on_two_edges() {
         "sequence gap or disorder: {seqs:?}"
     );
     assert_serves(edge_a.addr, "FEED", "SYM11", 5);
+    // Each node's figures show its part in the backbone.
+    let f = node_figures(&edge_a);
+    assert_eq!(f["TW_BB_ROLE"], "edge", "{f}");
+    assert!(
+        f["TW_BB_SOURCES"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("src ("),
+        "{f}"
+    );
+    assert!(f["TW_BB_BYTES_IN"].as_u64().unwrap_or(0) > 0, "{f}");
+    let f = node_figures(&source);
+    assert_eq!(f["TW_BB_ROLE"], "source", "{f}");
+    assert_eq!(f["TW_BB_EDGES"], 2, "{f}");
 }
 
 #[test]
@@ -217,6 +255,11 @@ fn one_percent_loss_at_an_edge_is_recovered_by_aeron_with_no_gap_at_its_subscrib
     eprintln!("{updates} updates through 1% loss, {gaps} gaps");
     assert!(updates > 1000, "only {updates} updates in 4 s");
     assert_eq!(gaps, 0, "{updates} updates");
+    // The holes were there, and were filled by NAKs and retransmissions.
+    let f = node_figures(&edge);
+    assert!(f["TW_BB_NAKS"].as_u64().unwrap_or(0) > 0, "{f}");
+    let f = node_figures(&source);
+    assert!(f["TW_BB_RETX"].as_u64().unwrap_or(0) > 0, "{f}");
 }
 
 #[test]

@@ -29,6 +29,15 @@ const TW_CONFLATED: i16 = -1008;
 const TW_SLOW_DISC: i16 = -1009;
 const TW_SERVICES: i16 = -1010;
 const TW_UPTIME: i16 = -1011;
+const TW_BB_ROLE: i16 = -1020;
+const TW_BB_SOURCES: i16 = -1021;
+const TW_BB_EDGES: i16 = -1022;
+const TW_BB_NAKS: i16 = -1023;
+const TW_BB_RETX: i16 = -1024;
+const TW_BB_REIMAGES: i16 = -1025;
+const TW_BB_BYTES_IN: i16 = -1026;
+const TW_BB_BYTES_OUT: i16 = -1027;
+const TW_BB_LOST: i16 = -1028;
 
 pub struct NodeItem {
     conn: ConnId,
@@ -37,6 +46,8 @@ pub struct NodeItem {
     last: (Instant, u64, u64),
     fields: Vec<u8>,
     frame: Vec<u8>,
+    /// The backbone's figures, when the node is on one (set before each tick).
+    pub backbone: Option<tickwire_backbone::BackboneFigures>,
 }
 
 impl NodeItem {
@@ -51,6 +62,7 @@ impl NodeItem {
             last: (now, core.stats().updates_in, core.stats().updates_out),
             fields: Vec::new(),
             frame: Vec::new(),
+            backbone: None,
         };
         let mut frame = Vec::new();
         let msgs = [
@@ -122,6 +134,17 @@ impl NodeItem {
             TW_UPTIME,
             Value::UInt(now.saturating_duration_since(self.started).as_secs()),
         );
+        if let Some(b) = &self.backbone {
+            w.push(TW_BB_ROLE, Value::Utf8(b.role));
+            w.push(TW_BB_SOURCES, Value::Utf8(&b.sources));
+            w.push(TW_BB_EDGES, Value::UInt(b.edges));
+            w.push(TW_BB_NAKS, Value::UInt(b.driver.naks_sent));
+            w.push(TW_BB_RETX, Value::UInt(b.driver.retransmits_sent));
+            w.push(TW_BB_REIMAGES, Value::UInt(b.reimages));
+            w.push(TW_BB_BYTES_IN, Value::UInt(b.driver.bytes_received));
+            w.push(TW_BB_BYTES_OUT, Value::UInt(b.driver.bytes_sent));
+            w.push(TW_BB_LOST, Value::UInt(b.sources_lost));
+        }
         w.finish();
     }
 

@@ -505,6 +505,7 @@ impl NodeServer {
             }
 
             if now >= next_node_item && shutdown_deadline.is_none() {
+                node_item.backbone = backbone.as_ref().map(|b| b.figures(now));
                 node_item.tick(&mut core, now);
                 next_node_item = now + Duration::from_secs(1);
             }

@@ -103,6 +103,8 @@ fn corpus_directories_match_the_targets() {
     let mut targets: Vec<String> = fuzz_logic::TARGETS.iter().map(|t| t.to_string()).collect();
     // The WebSocket gateway's targets, replayed by crates/gateway/tests/fuzz_corpus.rs.
     targets.extend(["ws_frames".to_string(), "json_session".to_string()]);
+    // The backbone's, replayed by crates/backbone/tests/fuzz_corpus.rs.
+    targets.push("backbone_messages".to_string());
     targets.sort();
     assert_eq!(
         dirs, targets,
