@@ -10,9 +10,11 @@
 
 mod file;
 mod secret;
+mod sessions;
 
 pub use file::UsersError;
 pub use secret::{hash_password, hash_token, SecretError};
+pub use sessions::SessionTokens;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use secret::Secret;
@@ -167,6 +169,15 @@ impl Users {
     pub fn may(&self, user: &str, action: Action, service: &str) -> bool {
         self.entitlements(user)
             .is_some_and(|e| e.allows(action, service))
+    }
+
+    /// Whether `user` is in both `self` and `new` with the same secret, groups and
+    /// rights: a session token issued under `self` stays valid under `new` only then.
+    pub fn unchanged(&self, new: &Users, user: &str) -> bool {
+        match (self.users.get(user), new.users.get(user)) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
     }
 
     /// What changed from `self` to `new`, for the audit log: users added, removed, and

@@ -33,26 +33,6 @@ impl Drop for TempDir {
     }
 }
 
-/// The users file line for a password, made by `tickwire users hash` itself.
-fn hash_line(secret: &str, token: bool) -> String {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut cmd = tickwire();
-    cmd.args(["users", "hash"]);
-    if token {
-        cmd.arg("--token");
-    }
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn users hash");
-    writeln!(child.stdin.take().unwrap(), "{secret}").unwrap();
-    let out = child.wait_with_output().expect("users hash");
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 fn users_file(alice_services: &str, alice: &str, feed: &str) -> String {
     format!(
         "[users.alice]\n{alice}\nsubscribe = [{alice_services}]\n\n\
@@ -433,4 +413,148 @@ fn websocket_clients_log_in_with_an_authentication_token_as_the_published_api_do
         got.iter().any(|m| m["ID"] == 1 && m["Type"] == "Refresh"),
         "{got:?}"
     );
+}
+
+/// The directory shows a user only the services they may read: over the node's
+/// protocol (the client library's view of it) and over the WebSocket API, whose
+/// request without a service takes the first service in the directory, so the first
+/// one the user may read.
+#[test]
+fn a_user_sees_only_the_services_they_may_read_in_the_directory() {
+    use tickwire_client::{ConnectOptions, Event, RequestOptions, Subscriber};
+    let dir = TempDir::new("directory");
+    let users = dir.write(
+        "users.toml",
+        &format!(
+            "[users.alice]\n{}\nsubscribe = [\"FEED\"]\n\n[users.bob]\n{}\nsubscribe = [\"*\"]\n\n\
+             [users.feed]\n{}\npublish = [\"ALPHA\", \"FEED\"]\n",
+            hash_line("alice pass", false),
+            hash_line("bob pass", false),
+            hash_line("feed-token-0123456789", true)
+        ),
+    );
+    let cfg = dir.write(
+        "node.toml",
+        &format!("[security]\nusers_file = {users:?}\n"),
+    );
+    let (node, ws_addr) = Node::start_ws(&["--config", &cfg]);
+    let login = |user: &str| {
+        let mut opts = ConnectOptions::new(node.addr_str());
+        opts.user = user.into();
+        opts.token = format!("{user} pass");
+        opts.reconnect = false;
+        Subscriber::connect(opts).expect("log in")
+    };
+    // ALPHA is published first, so it comes first in the directory; bob, who may read
+    // everything, waits for each service's first item.
+    let mut bob = login("bob");
+    let mut feeds = Vec::new();
+    for service in ["ALPHA", "FEED"] {
+        feeds.push(Proc::spawn_with(
+            &[
+                "publish",
+                "--node",
+                &node.addr_str(),
+                "--service",
+                service,
+                "--items",
+                "2",
+                "--rate",
+                "20",
+                "--user",
+                "feed",
+            ],
+            |cmd| {
+                cmd.env("TICKWIRE_PASSWORD", "feed-token-0123456789");
+            },
+        ));
+        let deadline = Instant::now() + T;
+        loop {
+            bob.subscribe(
+                service,
+                "SYM0",
+                RequestOptions {
+                    snapshot: true,
+                    view: None,
+                },
+            )
+            .expect("subscribe");
+            let e = expect_event(&mut bob, T, "an answer", |e| {
+                matches!(e, Event::Refresh { .. } | Event::Status { .. })
+            });
+            if matches!(e, Event::Refresh { .. }) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{service} never came: {e:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let services = |sub: &Subscriber| sub.directory().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(services(&bob), ["ALPHA", "FEED", "TICKWIRE"]);
+
+    // alice's directory: FEED only.
+    let mut alice = login("alice");
+    alice
+        .subscribe("FEED", "SYM0", RequestOptions::default())
+        .expect("subscribe");
+    expect_event(&mut alice, T, "FEED's SYM0", |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    assert_eq!(services(&alice), ["FEED"]);
+
+    // Over the WebSocket API: a request without a service is FEED's for alice (ALPHA,
+    // first in the node's directory, is not in hers). Sent once the login Refresh is
+    // in, as applications do: the directory comes with the login.
+    use tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://{ws_addr}/WebSocket")
+        .into_client_request()
+        .expect("request");
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        tungstenite::http::HeaderValue::from_static("tr_json2"),
+    );
+    let stream = std::net::TcpStream::connect(&ws_addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let (mut ws, _) = tungstenite::client(req, stream).expect("WebSocket handshake");
+    let read_until = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>, id: i64| {
+        let deadline = Instant::now() + T;
+        let mut got: Vec<serde_json::Value> = Vec::new();
+        while !got.iter().any(|m| m["ID"] == id) {
+            assert!(Instant::now() < deadline, "no answer on ID {id}: {got:?}");
+            match ws.read() {
+                Ok(tungstenite::Message::Text(t)) => {
+                    let v: serde_json::Value = serde_json::from_str(&t).expect("JSON");
+                    got.extend(v.as_array().cloned().unwrap_or_default());
+                }
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("WebSocket: {e}; got {got:?}"),
+            }
+        }
+        got.into_iter().find(|m| m["ID"] == id).unwrap()
+    };
+    let send = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>, v: serde_json::Value| {
+        ws.send(tungstenite::Message::text(v.to_string()))
+            .expect("send")
+    };
+    send(
+        &mut ws,
+        serde_json::json!({"ID": 1, "Domain": "Login", "Key": {"Name": "alice",
+            "Elements": {"Password": "alice pass"}}}),
+    );
+    let login = read_until(&mut ws, 1);
+    assert_eq!(login["Type"], "Refresh", "{login}");
+    send(
+        &mut ws,
+        serde_json::json!({"ID": 2, "Key": {"Name": "SYM0"}}),
+    );
+    let answer = read_until(&mut ws, 2);
+    assert_eq!(answer["Type"], "Refresh", "{answer}");
+    assert_eq!(answer["Key"]["Service"], "FEED", "{answer}");
 }

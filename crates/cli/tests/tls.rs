@@ -11,75 +11,17 @@ use rustls::pki_types::ServerName;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::http::HeaderValue;
 use tungstenite::Message;
 
-/// A temp dir with `cert.pem` / `key.pem` (self-signed, for 127.0.0.1 and localhost),
-/// removed on drop.
-struct Certs {
-    dir: PathBuf,
-}
-
-impl Certs {
-    fn new(tag: &str) -> Certs {
-        let dir =
-            std::env::temp_dir().join(format!("tickwire-tls-test-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
-            .expect("a certificate");
-        std::fs::write(dir.join("cert.pem"), ck.cert.pem()).unwrap();
-        std::fs::write(dir.join("key.pem"), ck.key_pair.serialize_pem()).unwrap();
-        Certs { dir }
-    }
-
-    fn cert(&self) -> PathBuf {
-        self.dir.join("cert.pem")
-    }
-
-    fn key(&self) -> PathBuf {
-        self.dir.join("key.pem")
-    }
-
-    fn cert_str(&self) -> String {
-        self.cert().display().to_string()
-    }
-}
-
-impl Drop for Certs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// A node with `[tls]` and the WebSocket API on, and the WebSocket address it logged
 /// (with its scheme).
 fn start_tls_node(certs: &Certs) -> (Node, String) {
-    let config = certs.dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[tls]\ncert = {:?}\nkey = {:?}\n",
-            certs.cert().display().to_string(),
-            certs.key().display().to_string()
-        ),
-    )
-    .unwrap();
-    let config = config.display().to_string();
-    let mut node = Node::start(&["--config", &config, "--ws", "127.0.0.1:0"]);
-    assert!(node.line.contains("TLS only"), "{}", node.line);
-    let line = node.proc.wait_for_line("WebSocket API on ", START_TIMEOUT);
-    let url = line
-        .split("WebSocket API on ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .expect("url in the log line")
-        .to_string();
-    assert!(url.starts_with("wss://"), "{line}");
-    (node, url)
+    certs.start_node("")
 }
 
 /// `tickwire subscribe --tls --ca CERT --snapshot SYM0` until it answers (the

@@ -423,19 +423,6 @@ fn a_websocket_client_that_stops_reading_gets_conflated_updates() {
     let _ = std::fs::remove_file(&dir);
 }
 
-/// The Python interpreter that .ci/test sets up (target/pyenv) with the client libraries
-/// of tests/clients/requirements.txt.
-fn python_with_websocket_client() -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let py = root.join("target/pyenv/bin/python");
-    assert!(
-        py.exists(),
-        "{} is missing: .ci/test creates it (python3 -m venv target/pyenv; target/pyenv/bin/pip install -r crates/cli/tests/clients/requirements.txt)",
-        py.display()
-    );
-    py
-}
-
 /// A client written the way the published example applications are, on another
 /// WebSocket implementation (Python's websocket-client): single requests, then a batch
 /// with a view.

@@ -24,14 +24,16 @@ mod streams;
 use items::{Item, ItemHandle, ItemTable, StreamRef, SubEntry};
 use log::{info, warn};
 use rustc_hash::FxHashMap;
-pub use security::{AuthRequest, MAX_HELD_BEFORE_LOGIN};
-use security::{Identity, PendingLogin};
+pub use security::{
+    AuthRequest, SessionTokenConfig, TokenAnswer, TokenRefusal, MAX_HELD_BEFORE_LOGIN,
+};
+use security::{HttpAuth, Identity, PendingLogin};
 use slow::Conflation;
 pub use slow::{ConnectionReport, SlowConsumerConfig};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use streams::StreamMap;
-use tickwire_auth::Action;
+use tickwire_auth::{Action, Services, SessionTokens};
 pub use tickwire_auth::{Anonymous, Users};
 use tickwire_proto::frame::FrameWriter;
 use tickwire_proto::message::write_readdressed;
@@ -96,6 +98,12 @@ pub struct CoreConfig {
     pub anonymous: Anonymous,
     /// What happens to subscribers that fall behind.
     pub slow_consumer: SlowConsumerConfig,
+    /// Session tokens (`POST /getToken` on the WebSocket/HTTP port).
+    pub session_tokens: SessionTokenConfig,
+    /// The node's ports speak TLS only (`[tls]`). Without it, session tokens are
+    /// issued to peers on a loopback address only: a password must not cross the
+    /// network in cleartext to get one.
+    pub tls: bool,
 }
 
 impl Default for CoreConfig {
@@ -108,6 +116,8 @@ impl Default for CoreConfig {
             users: None,
             anonymous: Anonymous::None,
             slow_consumer: SlowConsumerConfig::default(),
+            session_tokens: SessionTokenConfig::default(),
+            tls: false,
         }
     }
 }
@@ -182,6 +192,8 @@ struct Conn {
     internal: bool,
     /// Its login, while the secret is being checked.
     pending_login: Option<Box<PendingLogin>>,
+    /// A WebSocket/HTTP connection's token request or session cookie.
+    http: Option<Box<HttpAuth>>,
     slow_episodes: u64,
     conflated_updates: u64,
     do_not_conflate_dropped: u64,
@@ -229,6 +241,8 @@ pub struct Node {
     /// Secrets to check off the event loop.
     auth_requests: Vec<AuthRequest>,
     next_ticket: u64,
+    /// Session tokens issued by `POST /getToken`, not expired or revoked.
+    sessions: SessionTokens,
 }
 
 /// How a stream-level failure is reported to a subscriber.
@@ -244,6 +258,7 @@ fn closed(code: u16, text: &str) -> State<'_> {
 impl Node {
     pub fn new(cfg: CoreConfig, now: Instant) -> Self {
         let max_image = tickwire_proto::max_image_bytes(cfg.limits.max_output_bytes);
+        let sessions = SessionTokens::new(cfg.session_tokens.max_tokens);
         Node {
             cfg,
             conns: Vec::new(),
@@ -263,6 +278,7 @@ impl Node {
             awaiting_login: 0,
             auth_requests: Vec::new(),
             next_ticket: 0,
+            sessions,
         }
     }
 
@@ -331,6 +347,7 @@ impl Node {
             identity: Identity::Open,
             internal: false,
             pending_login: None,
+            http: None,
             slow_episodes: 0,
             conflated_updates: 0,
             do_not_conflate_dropped: 0,
@@ -493,6 +510,7 @@ impl Node {
             }
         }
         self.expire_services(now);
+        self.sessions.expire(now);
         for (id, login) in timed_out {
             let text = if login {
                 format!(
@@ -797,9 +815,36 @@ impl Node {
         }
     }
 
-    /// The whole directory, to a subscriber that just logged in or caught up.
+    /// Whether a connection may see every service in the directory: no entitlements
+    /// to filter it by (an open node, the node's own peers, a user or an anonymous
+    /// login entitled to subscribe to `"*"`).
+    fn sees_every_service(&self, conn: ConnId) -> bool {
+        let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
+            return false;
+        };
+        match c.identity {
+            Identity::Open | Identity::Internal => true,
+            Identity::Anonymous => self
+                .cfg
+                .anonymous
+                .entitlements()
+                .is_some_and(|e| e.subscribe == Services::All),
+            Identity::User => self
+                .cfg
+                .users
+                .as_ref()
+                .and_then(|u| u.entitlements(&c.user))
+                .is_some_and(|e| e.subscribe == Services::All),
+        }
+    }
+
+    /// The whole directory, to a subscriber that just logged in or caught up: the
+    /// services it may subscribe to (the others are not its business, not even their
+    /// names).
     fn send_directory(&mut self, conn: ConnId) {
+        let all = self.sees_every_service(conn);
         let entries: Vec<ServiceEntry<'_>> = (0..self.services.len())
+            .filter(|&s| all || self.may(conn, Action::Subscribe, &self.services[s].name))
             .map(|s| self.service_entry(s))
             .collect();
         let mut buf = Vec::new();
@@ -809,9 +854,16 @@ impl Node {
     }
 
     /// Tells every subscriber what changed: `changed` services (their current entry)
-    /// and `removed` ones. Encoded once for all; a subscriber that is behind gets
-    /// nothing now and the whole directory when it catches up, so a publisher
-    /// announcing services over and over cannot fill anyone's queue.
+    /// and `removed` ones, each subscriber only the services it may subscribe to. A
+    /// subscriber that is behind gets nothing now and the whole directory when it
+    /// catches up, so a publisher announcing services over and over cannot fill
+    /// anyone's queue.
+    ///
+    /// Encoded once for every subscriber that sees every service, and once per distinct
+    /// set of visible entries for the others: their entitlements are looked up once
+    /// per user, and users with the same rights (a group) share one encoding. The cost
+    /// is O(subscribers + users with restricted rights x services changed), on
+    /// directory changes only (the update path does not look at any of this).
     fn broadcast_directory_change(&mut self, changed: &[usize], removed: &[String]) {
         if changed.is_empty() && removed.is_empty() {
             return;
@@ -824,21 +876,67 @@ impl Node {
             interactive: false,
             item_count: 0,
         }));
-        let mut buf = Vec::new();
-        let mut ends = Vec::new();
+        // Encodings: [0] every entry; then one per distinct subset (entry indices).
+        let (mut buf, mut ends) = (Vec::new(), Vec::new());
         encode_directory(&entries, &mut buf, &mut ends);
-        for id in 0..self.conns.len() {
-            let Some(c) = self.conns[id].as_mut() else {
-                continue;
-            };
+        let mut encoded: Vec<Encoded> = vec![(buf, ends)];
+        let mut by_subset: FxHashMap<Vec<u32>, usize> = FxHashMap::default();
+        let mut by_user: FxHashMap<&str, Option<usize>> = FxHashMap::default();
+        // Per subscriber: the encoding it gets (`None`: nothing it may see changed),
+        // or that it is behind.
+        let mut plan: Vec<(ConnId, Result<Option<usize>, ()>)> = Vec::new();
+        for (id, c) in self.conns.iter().enumerate() {
+            let Some(c) = c else { continue };
             if c.role != ConnRole::Subscriber {
                 continue;
             }
             if c.conflation.is_some() {
-                c.directory_stale = true;
+                plan.push((id, Err(())));
                 continue;
             }
-            self.queue_encoded(id, &buf, &ends);
+            let memo = (c.identity == Identity::User)
+                .then(|| by_user.get(c.user.as_str()).copied())
+                .flatten();
+            let which = match memo {
+                Some(which) => which,
+                None if self.sees_every_service(id) => Some(0),
+                None => {
+                    let subset: Vec<u32> = (0..entries.len() as u32)
+                        .filter(|&i| self.may(id, Action::Subscribe, entries[i as usize].name))
+                        .collect();
+                    (!subset.is_empty()).then(|| {
+                        *by_subset.entry(subset).or_insert_with_key(|subset| {
+                            let chosen: Vec<ServiceEntry<'_>> = subset
+                                .iter()
+                                .map(|&i| entries[i as usize].clone())
+                                .collect();
+                            let mut e: Encoded = Default::default();
+                            encode_directory(&chosen, &mut e.0, &mut e.1);
+                            encoded.push(e);
+                            encoded.len() - 1
+                        })
+                    })
+                }
+            };
+            if c.identity == Identity::User {
+                by_user.insert(c.user.as_str(), which);
+            }
+            plan.push((id, Ok(which)));
+        }
+        drop(by_user);
+        for (id, which) in plan {
+            match which {
+                Err(()) => {
+                    if let Some(c) = self.conn_mut(id) {
+                        c.directory_stale = true;
+                    }
+                }
+                Ok(None) => {}
+                Ok(Some(i)) => {
+                    let (buf, ends) = &encoded[i];
+                    self.queue_encoded(id, buf, ends);
+                }
+            }
         }
     }
 
@@ -1948,6 +2046,9 @@ impl<'a> UpdateLookahead<'a> {
         }
     }
 }
+
+/// Encoded messages and where each ends in the bytes (what [`encode_directory`] makes).
+type Encoded = (Vec<u8>, Vec<usize>);
 
 /// Encodes directory entries as as many Directory messages as their size needs (a
 /// message body holds at most 65,535 bytes); `ends` gets where each message ends.

@@ -8,13 +8,20 @@
 //! request for a stream and every service a publisher announces is checked against the
 //! user's entitlements; a reload ([`Node::set_users`]) closes what a user may no longer
 //! have.
+//!
+//! The WebSocket/HTTP port adds session tokens: `POST /getToken` with a user's password
+//! ([`Node::request_session_token`], checked off the loop like a login's secret) gets a
+//! random token, which a WebSocket upgrade presents as a cookie
+//! ([`Node::present_session_token`]) to log in without the password.
 
-use crate::{closed, ConnId, ConnRole, Node};
+use crate::{closed, encode_directory, ConnId, ConnRole, Encoded, Node};
 use log::{info, warn};
+use rustc_hash::FxHashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tickwire_auth::{Action, Users};
-use tickwire_proto::{code, Message, Role, SlowConsumerPolicy, Status};
+use tickwire_proto::{code, Message, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, Status};
 
 /// Who a logged-in connection is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -57,6 +64,72 @@ pub(crate) struct PendingLogin {
 /// send its requests at once).
 pub const MAX_HELD_BEFORE_LOGIN: usize = 64 * 1024;
 
+/// Session tokens: how long one is valid and how many the node holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionTokenConfig {
+    /// Zero: the node issues none (`POST /getToken` is refused, cookies are ignored).
+    pub lifetime: Duration,
+    /// Past it, issuing a token drops the oldest.
+    pub max_tokens: usize,
+}
+
+impl Default for SessionTokenConfig {
+    fn default() -> Self {
+        SessionTokenConfig {
+            lifetime: Duration::from_secs(3600),
+            max_tokens: 10_000,
+        }
+    }
+}
+
+/// Why a token request got no token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenRefusal {
+    /// Unknown user or wrong password (the same for both).
+    BadCredentials,
+    /// The node issues no tokens: it has no users file, or a lifetime of zero.
+    NotIssued,
+    /// Asked over plain HTTP from another host: tokens go over TLS, or to the node's
+    /// own host.
+    NeedsTls,
+    /// The verification queue is full, or the users file changed during the check:
+    /// try again.
+    Unavailable,
+}
+
+/// The answer to a token request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenAnswer {
+    Issued {
+        token: String,
+        user: String,
+        lifetime: Duration,
+    },
+    Refused {
+        why: TokenRefusal,
+        text: String,
+    },
+}
+
+/// What the HTTP side of a WebSocket/HTTP connection asked of the login machinery.
+#[derive(Default)]
+pub(crate) struct HttpAuth {
+    /// A token request whose password is being checked: its ticket, its user, and the
+    /// users file it is checked against (a reload meanwhile may have changed the user).
+    pending: Option<(u64, String, Option<Arc<Users>>)>,
+    /// The answer, until the connection's driver takes it.
+    answer: Option<TokenAnswer>,
+    /// The session token presented at the upgrade: the user it stands for, or why it
+    /// is refused. Taken by the login that follows.
+    cookie: Option<Result<String, String>>,
+}
+
+/// Whether a peer (as `Node::connect` was given it: an address) is on this host.
+fn is_loopback(peer: &str) -> bool {
+    peer.parse::<SocketAddr>()
+        .is_ok_and(|a| a.ip().to_canonical().is_loopback())
+}
+
 impl Node {
     /// Logins whose secret must be checked, moved into `into` (cleared first).
     pub fn take_auth_requests(&mut self, into: &mut Vec<AuthRequest>) {
@@ -77,6 +150,15 @@ impl Node {
         let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
             return;
         };
+        let token_request = c
+            .http
+            .as_ref()
+            .and_then(|h| h.pending.as_ref())
+            .is_some_and(|p| p.0 == ticket);
+        if token_request {
+            self.answer_token_request(conn, result.map_err(|e| (TokenRefusal::BadCredentials, e)));
+            return;
+        }
         if c.pending_login.as_ref().is_none_or(|p| p.ticket != ticket) {
             return; // a connection that went away; the id may be someone else's now
         }
@@ -114,6 +196,185 @@ impl Node {
         self.handle_overflows();
     }
 
+    /// A secret could not be checked at all (the verification queue is full, or its
+    /// thread is gone): a login is refused with `text`; a token request is answered
+    /// "unavailable", so an HTTP client sees a retryable status.
+    pub fn on_auth_unavailable(&mut self, conn: ConnId, ticket: u64, text: String, now: Instant) {
+        self.now = now;
+        let token_request = self
+            .conns
+            .get(conn)
+            .and_then(|c| c.as_ref())
+            .and_then(|c| c.http.as_ref())
+            .and_then(|h| h.pending.as_ref())
+            .is_some_and(|p| p.0 == ticket);
+        if token_request {
+            self.answer_token_request(conn, Err((TokenRefusal::Unavailable, text)));
+        } else {
+            self.on_auth_result(conn, ticket, Err(text), now);
+        }
+    }
+
+    /// Whether this node hands out session tokens (and honours them as cookies): it
+    /// has a users file and a token lifetime above zero.
+    pub fn issues_session_tokens(&self) -> bool {
+        self.cfg.users.is_some() && !self.cfg.session_tokens.lifetime.is_zero()
+    }
+
+    /// Session tokens held (issued, not expired or revoked).
+    pub fn session_token_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// `POST /getToken` on `conn` with a user and password. The answer is at once when
+    /// the request is refused without a check (`Some`); otherwise the password goes to
+    /// the verification thread like a login's secret ([`Node::take_auth_requests`]),
+    /// and the answer waits for [`Node::take_token_answer`] (the connection is marked
+    /// as having output when it is ready).
+    pub fn request_session_token(
+        &mut self,
+        conn: ConnId,
+        user: &str,
+        password: &str,
+        now: Instant,
+    ) -> Option<TokenAnswer> {
+        self.now = now;
+        let refuse = |why, text: String| Some(TokenAnswer::Refused { why, text });
+        let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
+            return refuse(TokenRefusal::NotIssued, "connection gone".into());
+        };
+        let peer = c.peer.clone();
+        if self.cfg.users.is_none() {
+            return refuse(
+                TokenRefusal::NotIssued,
+                "this node issues no tokens: it has no users file ([security] users_file), \
+                 so it needs none (log in without a secret)"
+                    .into(),
+            );
+        }
+        if self.cfg.session_tokens.lifetime.is_zero() {
+            return refuse(
+                TokenRefusal::NotIssued,
+                "this node issues no tokens ([security] session_token_lifetime_s = 0)".into(),
+            );
+        }
+        if !self.cfg.tls && !is_loopback(&peer) {
+            let text = "tokens are issued over TLS only: this node's port speaks plain HTTP, \
+                        which would carry the password in cleartext (configure [tls] on the \
+                        node, or ask from the node's own host)"
+                .to_string();
+            warn!(
+                target: "audit",
+                "session token refused: user={user:?} peer={peer}: asked over plain HTTP from another host"
+            );
+            return refuse(TokenRefusal::NeedsTls, text);
+        }
+        if c.http.as_ref().is_some_and(|h| h.pending.is_some()) || c.role != ConnRole::AwaitingLogin
+        {
+            return refuse(
+                TokenRefusal::Unavailable,
+                "one token request per connection".into(),
+            );
+        }
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        self.auth_requests.push(AuthRequest {
+            conn,
+            ticket,
+            user: user.to_string(),
+            secret: password.to_string(),
+        });
+        let users = self.cfg.users.clone();
+        if let Some(c) = self.conn_mut(conn) {
+            c.http.get_or_insert_default().pending = Some((ticket, user.to_string(), users));
+        }
+        None
+    }
+
+    /// The answer to a token request, once it is there.
+    pub fn take_token_answer(&mut self, conn: ConnId) -> Option<TokenAnswer> {
+        self.conn_mut(conn)?.http.as_mut()?.answer.take()
+    }
+
+    /// A checked token request: a token issued, or the refusal.
+    fn answer_token_request(&mut self, conn: ConnId, result: Result<(), (TokenRefusal, String)>) {
+        let now = self.now;
+        let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let Some((_, user, checked_against)) = c.http.as_mut().and_then(|h| h.pending.take())
+        else {
+            return;
+        };
+        let peer = c.peer.clone();
+        // The password was checked against the users file of the request's time: a
+        // reload since then that changed or removed the user must win.
+        let still_valid = match (&checked_against, &self.cfg.users) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a.unchanged(b, &user),
+            _ => false,
+        };
+        let result = match result {
+            Ok(()) if !still_valid => Err((
+                TokenRefusal::Unavailable,
+                format!("the users file changed while user {user:?} was being checked; try again"),
+            )),
+            other => other,
+        };
+        let answer = match result {
+            Ok(()) => {
+                let lifetime = self.cfg.session_tokens.lifetime;
+                let token = self.sessions.issue(&user, lifetime, now);
+                info!(
+                    target: "audit",
+                    "session token issued: user={user:?} peer={peer} valid {} s ({} tokens held)",
+                    lifetime.as_secs(),
+                    self.sessions.len()
+                );
+                TokenAnswer::Issued {
+                    token,
+                    user,
+                    lifetime,
+                }
+            }
+            Err((why, text)) => {
+                warn!(target: "audit", "session token refused: user={user:?} peer={peer}: {text}");
+                TokenAnswer::Refused { why, text }
+            }
+        };
+        if let Some(c) = self.conn_mut(conn) {
+            c.http.get_or_insert_default().answer = Some(answer);
+        }
+        self.mark_dirty(conn);
+    }
+
+    /// A WebSocket upgrade carrying a session token (cookie `AuthToken`): the user it
+    /// stands for (the login that follows, without a secret, logs in as that user), or
+    /// why it is refused (that login is then refused with this text). `None`: the node
+    /// issues no tokens, and the cookie is ignored.
+    pub fn present_session_token(
+        &mut self,
+        conn: ConnId,
+        token: &str,
+        now: Instant,
+    ) -> Option<Result<String, String>> {
+        self.now = now;
+        if !self.issues_session_tokens() {
+            return None;
+        }
+        let user = self.sessions.user_of(token, now).map(str::to_string);
+        let result = match user {
+            Some(u) if self.cfg.users.as_ref().is_some_and(|us| us.contains(&u)) => Ok(u),
+            _ => Err(
+                "login rejected: unknown or expired session token (cookie AuthToken); \
+                 get a new one with POST /getToken"
+                    .to_string(),
+            ),
+        };
+        let c = self.conn_mut(conn)?;
+        c.http.get_or_insert_default().cookie = Some(result.clone());
+        Some(result)
+    }
+
     /// Who a login is, if that is known at once. `None`: it was refused, or its secret
     /// is being checked (an [`AuthRequest`] is queued and the login finishes in
     /// [`Node::on_auth_result`]).
@@ -130,6 +391,41 @@ impl Node {
             .is_some_and(|c| c.internal)
         {
             return Some(Identity::Internal);
+        }
+        let cookie = self
+            .conn_mut(conn)
+            .and_then(|c| c.http.as_mut())
+            .and_then(|h| h.cookie.take());
+        if let Some(cookie) = cookie {
+            // The upgrade presented a session token: the login is that user's, without
+            // a secret of its own (the token was issued for a checked password).
+            match cookie {
+                Ok(user)
+                    if user == login.user
+                        && login.token.is_empty()
+                        && login.role == Role::Subscriber =>
+                {
+                    let peer = self.conns[conn].as_ref().map_or("", |c| c.peer.as_str());
+                    info!(
+                        target: "audit",
+                        "login accepted: user={user:?} role={:?} peer={peer} application={:?} (session token)",
+                        login.role, login.application
+                    );
+                    return Some(Identity::User);
+                }
+                Ok(user) => {
+                    let text = format!(
+                        "login rejected: the session token is user {user:?}'s; a login on its \
+                         connection may not name another user or carry a secret"
+                    );
+                    self.refuse_login(conn, login, &text);
+                    return None;
+                }
+                Err(text) => {
+                    self.refuse_login(conn, login, &text);
+                    return None;
+                }
+            }
         }
         if self.cfg.users.is_none() {
             if let Some(token) = &self.cfg.login_token {
@@ -252,7 +548,19 @@ impl Node {
                 info!(target: "audit", "users file reloaded: {change}");
             }
         }
-        self.cfg.users = users;
+        // A token stands for a password checked against the old file: it goes with
+        // its user, or when the user's secret or rights changed.
+        let old = std::mem::replace(&mut self.cfg.users, users);
+        let revoked = match (&old, &self.cfg.users) {
+            (Some(old), Some(new)) => self.sessions.revoke_unless(|u| old.unchanged(new, u)),
+            _ => self.sessions.revoke_unless(|_| false),
+        };
+        for (user, n) in revoked {
+            info!(
+                target: "audit",
+                "session tokens revoked: user={user:?}: {n} (users file reloaded: the user was removed or changed)"
+            );
+        }
         for conn in 0..self.conns.len() {
             let Some(c) = self.conns[conn].as_ref() else {
                 continue;
@@ -286,7 +594,66 @@ impl Node {
                 _ => {}
             }
         }
+        self.send_directory_visibility_changes(old.as_deref());
         self.handle_overflows();
+    }
+
+    /// After a reload, each subscriber whose user may now subscribe to other services
+    /// than before gets a directory delta: the services it gained, as they are, and the
+    /// ones it lost, as removed (the directory shows a subscriber only what it may
+    /// subscribe to). Computed once per user. Sent to subscribers that are behind too:
+    /// a reload is the operator's doing, not a peer's, and the whole directory they get
+    /// when they catch up would not say what they lost.
+    fn send_directory_visibility_changes(&mut self, old: Option<&Users>) {
+        let mut by_user: FxHashMap<String, Option<Encoded>> = FxHashMap::default();
+        let mut plan: Vec<(ConnId, String)> = Vec::new();
+        for (id, c) in self.conns.iter().enumerate() {
+            let Some(c) = c else { continue };
+            if c.role != ConnRole::Subscriber || c.identity != Identity::User {
+                continue;
+            }
+            if !by_user.contains_key(&c.user) {
+                let rights = |users: Option<&Users>| {
+                    users
+                        .and_then(|u| u.entitlements(&c.user))
+                        .map(|e| e.subscribe.clone())
+                        .unwrap_or_default()
+                };
+                let (before, after) = (rights(old), rights(self.cfg.users.as_deref()));
+                let mut delta = None;
+                if before != after {
+                    let (mut gained, mut lost) = (Vec::new(), Vec::new());
+                    for svc in 0..self.services.len() {
+                        let name = self.services[svc].name.as_str();
+                        match (before.contains(name), after.contains(name)) {
+                            (false, true) => gained.push(self.service_entry(svc)),
+                            (true, false) => lost.push(ServiceEntry {
+                                name,
+                                state: ServiceState::Removed,
+                                interactive: false,
+                                item_count: 0,
+                            }),
+                            _ => {}
+                        }
+                    }
+                    if !gained.is_empty() || !lost.is_empty() {
+                        // The services gained, then (in messages of their own) the ones
+                        // lost.
+                        let (mut buf, mut ends) = (Vec::new(), Vec::new());
+                        encode_directory(&gained, &mut buf, &mut ends);
+                        encode_directory(&lost, &mut buf, &mut ends);
+                        delta = Some((buf, ends));
+                    }
+                }
+                by_user.insert(c.user.clone(), delta);
+            }
+            plan.push((id, c.user.clone()));
+        }
+        for (id, user) in plan {
+            if let Some(Some((buf, ends))) = by_user.get(&user) {
+                self.queue_encoded(id, buf, ends);
+            }
+        }
     }
 
     fn close_unentitled_streams(&mut self, conn: ConnId) {

@@ -225,9 +225,15 @@ pub struct Session {
     next_sid: u32,
     /// Services in the node's directory (numeric service ids are positions in it).
     services: ServiceList,
+    /// Logged in from a session token at the upgrade ([`Session::cookie_login`]).
+    cookie_login: bool,
     /// The client logged out or the node ended the session: close after sending.
     pub finished: bool,
 }
+
+/// The ID of a login the server makes itself (from the upgrade's cookie), as LSEG's
+/// servers number it: negative, so it never meets a client's own IDs.
+pub const COOKIE_LOGIN_ID: i64 = -1;
 
 fn escape(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
@@ -443,7 +449,51 @@ impl Session {
             streams: FxHashMap::default(),
             next_sid: 1,
             services: ServiceList::default(),
+            cookie_login: false,
             finished: false,
+        }
+    }
+
+    /// Logs the connection in as `user` without a Login from the client: its upgrade
+    /// carried a session token (cookie `AuthToken`) that the node took for `user` (or
+    /// will refuse: then `user` is empty and the node's refusal comes back as the
+    /// login's Status). The login has ID -1 ([`COOKIE_LOGIN_ID`]); its Refresh comes
+    /// unasked, which is what the published authenticating examples wait for before
+    /// they request anything. `application_id` and `position` are the upgrade's
+    /// `applicationId` and `AuthPosition` cookies, echoed like a Login's elements.
+    pub fn cookie_login(
+        &mut self,
+        user: &str,
+        application_id: Option<&str>,
+        position: Option<&str>,
+        to_node: &mut Vec<u8>,
+    ) {
+        let mut elements = serde_json::Map::new();
+        if let Some(a) = application_id {
+            elements.insert("ApplicationId".into(), Json::String(a.into()));
+        }
+        if let Some(p) = position {
+            elements.insert("Position".into(), Json::String(p.into()));
+        }
+        let elements = Json::Object(elements);
+        let msg = Message::Login(Login {
+            version_min: PROTOCOL_VERSION_MIN,
+            version_max: PROTOCOL_VERSION_MAX,
+            role: Role::Subscriber,
+            application: &format!("ws:{}", application_id.unwrap_or("256")),
+            user,
+            token: "",
+            slow_consumer: None::<SlowConsumerPolicy>,
+        });
+        // A name too long to encode leaves the login to fail at the node's deadline;
+        // user names come from the node's own users file, so this does not happen.
+        if msg.encode(to_node).is_ok() {
+            self.user = user.to_string();
+            self.cookie_login = true;
+            self.login = LoginState::Pending {
+                id: COOKIE_LOGIN_ID,
+                echo: login_echo(user, Some(&elements)),
+            };
         }
     }
 
@@ -580,10 +630,32 @@ impl Session {
             .and_then(|e| e.get("AuthenticationToken").or_else(|| e.get("Password")))
             .and_then(Json::as_str)
             .unwrap_or("");
+        // A Login without credentials, naming no other user, on a connection its
+        // cookie logged in (a client that sends its own Login after the upgrade): it
+        // is that login, answered and kept on the client's ID from now on.
+        let named = key.and_then(|k| k.get("Name")).and_then(Json::as_str);
+        let joins_cookie_login =
+            self.cookie_login && token.is_empty() && named.is_none_or(|n| n == self.user);
         match &self.login {
             LoginState::Open { id: open } if *open == id => {
                 // A reissue: answer it again.
+                let user = if self.cookie_login {
+                    self.user.clone()
+                } else {
+                    user
+                };
                 self.write_login_refresh(id, &user, &login_echo(&user, elements), out);
+                return;
+            }
+            LoginState::Open { .. } if joins_cookie_login => {
+                let user = self.user.clone();
+                self.write_login_refresh(id, &user, &login_echo(&user, elements), out);
+                self.login = LoginState::Open { id };
+                return;
+            }
+            LoginState::Pending { .. } if joins_cookie_login => {
+                let echo = login_echo(&self.user, elements);
+                self.login = LoginState::Pending { id, echo };
                 return;
             }
             LoginState::None => {}
@@ -1263,6 +1335,156 @@ mod tests {
         let mut own = UpdateCache::new(false);
         assert_eq!(update_json(&mut a, &mut own, 1, &fields), first);
         assert_eq!((own.hits, own.misses), (0, 1));
+    }
+
+    /// The node's answers to this session's login, as the client sees them.
+    fn node_says(s: &mut Session, m: &Message<'_>) -> Vec<Json> {
+        let mut out = JsonOut::default();
+        s.on_node_message(m, &mut UpdateCache::default(), &mut out);
+        let mut frames = Vec::new();
+        out.take(&mut frames);
+        client_json(&frames)
+    }
+
+    /// The JSON messages in server frames (unmasked text frames).
+    fn client_json(mut frames: &[u8]) -> Vec<Json> {
+        let mut msgs = Vec::new();
+        while !frames.is_empty() {
+            let (len, hdr) = match frames[1] {
+                126 => (u16::from_be_bytes([frames[2], frames[3]]) as usize, 4),
+                n => (n as usize, 2),
+            };
+            let arr: Vec<Json> = serde_json::from_slice(&frames[hdr..hdr + len]).unwrap();
+            msgs.extend(arr);
+            frames = &frames[hdr + len..];
+        }
+        msgs
+    }
+
+    fn welcome() -> Message<'static> {
+        Message::Welcome(tickwire_proto::Welcome {
+            version: 1,
+            heartbeat_ms: 5000,
+            max_frame: 1 << 20,
+            max_streams: 1000,
+            max_output_bytes: 1 << 20,
+            node_name: "n",
+        })
+    }
+
+    /// The published authenticating examples send no Login: the upgrade's cookie logs
+    /// them in, and the login Refresh (ID -1) comes unasked, echoing the cookies.
+    #[test]
+    fn a_cookie_login_sends_the_node_a_login_and_the_client_its_refresh_on_id_minus_1() {
+        let mut s = session();
+        let mut to_node = Vec::new();
+        s.cookie_login("alice", Some("555"), Some("10.0.0.1"), &mut to_node);
+        let mut it = tickwire_proto::MessageIter::new(&to_node);
+        match it.next().unwrap().unwrap().message {
+            Message::Login(l) => {
+                assert_eq!((l.user, l.token, l.application), ("alice", "", "ws:555"));
+                assert_eq!(l.role, Role::Subscriber);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(it.next().is_none());
+        let got = node_says(&mut s, &welcome());
+        assert_eq!(got.len(), 1, "{got:?}");
+        let r = &got[0];
+        assert_eq!(
+            (r["ID"].as_i64(), r["Type"].as_str()),
+            (Some(-1), Some("Refresh"))
+        );
+        assert_eq!(r["Domain"], "Login");
+        assert_eq!(r["Key"]["Name"], "alice");
+        assert_eq!(r["Key"]["Elements"]["ApplicationId"], "555");
+        assert_eq!(r["Key"]["Elements"]["Position"], "10.0.0.1");
+        assert_eq!(r["State"]["Stream"], "Open");
+        // Requests go on as after any login; closing ID -1 logs out.
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        s.on_client_text(r#"{"ID":2,"Key":{"Name":"SYM0"}}"#, &mut to_node, &mut out);
+        assert_eq!(messages(&to_node), ["Request"]);
+        s.on_client_text(
+            r#"{"ID":-1,"Type":"Close","Domain":"Login"}"#,
+            &mut to_node,
+            &mut out,
+        );
+        assert!(s.finished);
+    }
+
+    /// A token the node does not take: its refusal is the login's Status, on ID -1,
+    /// and the session ends.
+    #[test]
+    fn a_refused_cookie_login_gets_the_login_status_and_ends_the_session() {
+        let mut s = session();
+        s.cookie_login("", None, None, &mut Vec::new());
+        let got = node_says(
+            &mut s,
+            &Message::Status(tickwire_proto::Status {
+                stream_id: 0,
+                state: State {
+                    stream: StreamState::Closed,
+                    data: DataState::Suspect,
+                    code: code::LOGIN_REJECTED,
+                    text: "login rejected: unknown or expired session token",
+                },
+            }),
+        );
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["ID"], -1);
+        assert_eq!(got[0]["Type"], "Status");
+        assert_eq!(got[0]["Domain"], "Login");
+        assert_eq!(got[0]["State"]["Stream"], "Closed");
+        assert_eq!(got[0]["State"]["Code"], "NotEntitled");
+        assert!(s.finished);
+    }
+
+    /// A client that sends its own Login without credentials after a cookie login gets
+    /// that login, on its own ID (before or after the node accepted it); a Login with
+    /// credentials or naming someone else is refused as a second login.
+    #[test]
+    fn a_login_without_credentials_joins_the_cookie_login_on_the_clients_id() {
+        for before_welcome in [true, false] {
+            let mut s = session();
+            s.cookie_login("alice", None, None, &mut Vec::new());
+            if !before_welcome {
+                assert_eq!(node_says(&mut s, &welcome())[0]["ID"], -1);
+            }
+            let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+            s.on_client_text(
+                r#"{"ID":1,"Domain":"Login","Key":{"Elements":{"ApplicationId":"555"}}}"#,
+                &mut to_node,
+                &mut out,
+            );
+            assert!(to_node.is_empty(), "no second login for the node");
+            let mut frames = Vec::new();
+            out.take(&mut frames);
+            let mut got = client_json(&frames);
+            if before_welcome {
+                assert!(got.is_empty(), "{got:?}");
+                got = node_says(&mut s, &welcome());
+            }
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(got[0]["ID"], 1);
+            assert_eq!(got[0]["Type"], "Refresh");
+            assert_eq!(got[0]["Key"]["Name"], "alice");
+            for other in [
+                r#"{"ID":3,"Domain":"Login","Key":{"Name":"bob"}}"#,
+                r#"{"ID":3,"Domain":"Login","Key":{"Name":"alice","Elements":{"Password":"x"}}}"#,
+            ] {
+                let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+                s.on_client_text(other, &mut to_node, &mut out);
+                assert!(to_node.is_empty());
+                let mut frames = Vec::new();
+                out.take(&mut frames);
+                let got = client_json(&frames);
+                assert_eq!(got[0]["Type"], "Status", "{got:?}");
+                assert!(got[0]["State"]["Text"]
+                    .as_str()
+                    .unwrap()
+                    .contains("already open"));
+            }
+        }
     }
 
     #[test]

@@ -146,12 +146,26 @@ pub fn upgrade_response(key: &str, protocol: &str) -> String {
 
 /// A plain HTTP response (the connection is closed after it).
 pub fn http_response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+    http_response_with(status, content_type, &[], body)
+}
+
+/// A plain HTTP response with more header lines (`Set-Cookie`, `Allow`).
+pub fn http_response_with(
+    status: &str,
+    content_type: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Cache-Control: no-cache\r\nConnection: close\r\n\r\n",
+         Cache-Control: no-cache\r\nConnection: close\r\n",
         body.len()
-    )
-    .into_bytes();
+    );
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
     out.extend_from_slice(body);
     out
 }

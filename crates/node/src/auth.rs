@@ -1,7 +1,8 @@
 //! Checks login secrets on a thread of its own: argon2 takes tens of milliseconds on
 //! purpose, and the event loop must never wait that long (a flood of logins with wrong
-//! passwords would freeze every stream). Requests are bounded by
-//! `limits.max_pending_logins`; past it a login is refused as "busy" rather than queued.
+//! passwords would freeze every stream). The passwords of `POST /getToken` requests
+//! take the same way. Requests are bounded by `limits.max_pending_logins`; past it a
+//! login is refused as "busy" rather than queued.
 
 use log::warn;
 use mio::Waker;
@@ -40,8 +41,8 @@ impl Verifier {
         Ok(Verifier { requests, answers })
     }
 
-    /// Queues a secret to check against `users`; refuses the login at once if the
-    /// queue is full or there are no users to check against.
+    /// Queues a secret to check against `users`; refuses the login (or token request)
+    /// at once if the queue is full or there are no users to check against.
     pub fn submit(
         &self,
         core: &mut Node,
@@ -60,11 +61,11 @@ impl Verifier {
                 warn!("login verification queue full: refusing a login");
                 let text =
                     "login refused: the node is busy verifying other logins; try again".into();
-                core.on_auth_result(conn, ticket, Err(text), now);
+                core.on_auth_unavailable(conn, ticket, text, now);
             }
             Err(TrySendError::Disconnected(_)) => {
                 let text = "login refused: the node cannot verify logins".into();
-                core.on_auth_result(conn, ticket, Err(text), now);
+                core.on_auth_unavailable(conn, ticket, text, now);
             }
         }
     }

@@ -247,7 +247,7 @@ pub struct LimitsSection {
     pub socket_send_buffer_bytes: usize,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecuritySection {
     /// When non-empty (and no users file), every login must carry this token.
@@ -257,6 +257,24 @@ pub struct SecuritySection {
     pub users_file: String,
     /// With a users file: who may log in without a secret.
     pub anonymous: AnonymousMode,
+    /// Seconds a session token from `POST /getToken` (WebSocket/HTTP port) is valid;
+    /// 0: none are issued.
+    pub session_token_lifetime_s: u64,
+    /// Session tokens held at most; past it the oldest goes.
+    pub max_session_tokens: usize,
+}
+
+impl Default for SecuritySection {
+    fn default() -> Self {
+        let t = tickwire_core::SessionTokenConfig::default();
+        SecuritySection {
+            login_token: String::new(),
+            users_file: String::new(),
+            anonymous: AnonymousMode::None,
+            session_token_lifetime_s: t.lifetime.as_secs(),
+            max_session_tokens: t.max_tokens,
+        }
+    }
 }
 
 /// `[security] anonymous`.
@@ -470,6 +488,19 @@ impl NodeConfig {
                 });
             }
         }
+        let sec = &self.security;
+        check(
+            sec.session_token_lifetime_s <= 7 * 86_400,
+            "security.session_token_lifetime_s",
+            sec.session_token_lifetime_s.to_string(),
+            "allowed: 0 (no tokens) to 604800 (7 days)".into(),
+        )?;
+        check(
+            sec.max_session_tokens >= 1,
+            "security.max_session_tokens",
+            sec.max_session_tokens.to_string(),
+            "allowed: 1 or more".into(),
+        )?;
         match (self.tls.cert.is_empty(), self.tls.key.is_empty()) {
             (false, true) => {
                 return Err(ConfigError::Invalid {
@@ -576,6 +607,11 @@ impl NodeConfig {
                 conflate_above_bytes: self.slow_consumer.conflate_above_bytes,
                 conflate_above_messages: self.slow_consumer.conflate_above_messages,
             },
+            session_tokens: tickwire_core::SessionTokenConfig {
+                lifetime: Duration::from_secs(self.security.session_token_lifetime_s),
+                max_tokens: self.security.max_session_tokens,
+            },
+            tls: self.tls.enabled(),
         }
     }
 }

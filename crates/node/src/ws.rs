@@ -10,14 +10,19 @@
 //! What the connection generates itself (pongs, answers to the client's JSON) is
 //! bounded too: a client that keeps sending while it leaves more than [`out_limit`]
 //! bytes unread is sent a close frame (1008) saying so, logged, and not answered again.
+//!
+//! The same port answers `POST /getToken` (a user's password for a session token, the
+//! password checked on the node's verification thread, never here), and an upgrade
+//! whose `AuthToken` cookie holds such a token is logged in as its user at once.
 
 use crate::tls::Transport;
 use log::{debug, info, warn};
 use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::Instant;
-use tickwire_core::{ConnId, Node};
+use tickwire_core::{ConnId, Node, TokenAnswer, TokenRefusal};
 use tickwire_gateway::session::JsonOut;
+use tickwire_gateway::token::{self, TOKEN_COOKIE, TOKEN_PATH};
 use tickwire_gateway::ws::{self, Frame, FrameDecoder};
 use tickwire_gateway::{Session, SessionConfig, UpdateCache, SUBPROTOCOLS, WS_PATH};
 use tickwire_proto::MessageIter;
@@ -43,6 +48,13 @@ fn out_limit(core: &Node) -> usize {
 enum Phase {
     /// Reading the HTTP request head.
     Handshake(Vec<u8>),
+    /// `POST /getToken`: reading its body, `len` bytes (at most `token::MAX_BODY`).
+    TokenBody {
+        body: Vec<u8>,
+        len: usize,
+    },
+    /// `POST /getToken`: its password is being checked; the answer comes from the core.
+    TokenPending,
     Open(Box<OpenWs>),
     /// An HTTP answer was sent (not an upgrade): close once it is written.
     Done,
@@ -106,13 +118,24 @@ impl WsConn {
             // Closing: what the client sends now is dropped, not answered.
             return;
         }
+        match &mut self.phase {
+            Phase::TokenBody { body, len } => {
+                let take = (*len - body.len()).min(bytes.len());
+                body.extend_from_slice(&bytes[..take]);
+                self.token_body_read(core, id, now);
+                return;
+            }
+            // One request per connection: what follows the form is not read.
+            Phase::TokenPending | Phase::Done => return,
+            Phase::Handshake(_) | Phase::Open(_) => {}
+        }
         if let Phase::Handshake(head) = &mut self.phase {
             head.extend_from_slice(bytes);
             match ws::parse_request(head) {
                 Ok(None) => return,
                 Ok(Some((req, used))) => {
                     let rest = head[used..].to_vec();
-                    self.on_request(&req, cfg, peer);
+                    self.on_request(&req, &rest, cfg, core, id, now, peer);
                     if matches!(self.phase, Phase::Open(_)) && !rest.is_empty() {
                         self.on_frames(&rest, core, id, now, peer);
                     }
@@ -134,8 +157,22 @@ impl WsConn {
         self.on_frames(bytes, core, id, now, peer);
     }
 
-    fn on_request(&mut self, req: &ws::Request, cfg: &Arc<SessionConfig>, peer: &str) {
+    #[allow(clippy::too_many_arguments)]
+    fn on_request(
+        &mut self,
+        req: &ws::Request,
+        rest: &[u8],
+        cfg: &Arc<SessionConfig>,
+        core: &mut Node,
+        id: ConnId,
+        now: Instant,
+        peer: &str,
+    ) {
         let path = req.path.split('?').next().unwrap_or("");
+        if path == TOKEN_PATH {
+            self.on_token_request(req, rest, core, id, now, peer);
+            return;
+        }
         if path == WS_PATH && req.is_websocket() {
             if !ws::check_origin(req, &self.allowed_origins).allowed() {
                 // A page from another site, in a browser that can reach the node: it
@@ -185,9 +222,27 @@ impl WsConn {
             self.out
                 .extend_from_slice(ws::upgrade_response(key, protocol).as_bytes());
             info!("{peer}: WebSocket session ({protocol})");
+            let mut session = Session::new(cfg.clone());
+            if let Some(token) = token::cookie(req, TOKEN_COOKIE) {
+                // A session token from /getToken: the node logs the client in as its
+                // user right away (the published examples send no Login). A token the
+                // node does not know gets that login refused, with the reason.
+                if let Some(user) = core.present_session_token(id, token, now) {
+                    let position = token::cookie(req, "AuthPosition")
+                        .or_else(|| token::cookie(req, "position"));
+                    session.cookie_login(
+                        user.as_deref().unwrap_or(""),
+                        token::cookie(req, "applicationId"),
+                        position,
+                        &mut self.to_node,
+                    );
+                    core.on_frame(id, &self.to_node, now);
+                    self.to_node.clear();
+                }
+            }
             self.phase = Phase::Open(Box::new(OpenWs {
                 decoder: FrameDecoder::new(cfg.max_msg_size),
-                session: Session::new(cfg.clone()),
+                session,
             }));
             return;
         }
@@ -199,7 +254,10 @@ impl WsConn {
             return;
         }
         let (status, body) = if req.method != "GET" {
-            ("405 Method Not Allowed", "only GET is served".to_string())
+            (
+                "405 Method Not Allowed",
+                format!("only GET is served here (and POST at {TOKEN_PATH})"),
+            )
         } else {
             (
                 "404 Not Found",
@@ -207,6 +265,109 @@ impl WsConn {
             )
         };
         self.out = ws::http_response(status, "text/plain; charset=utf-8", body.as_bytes());
+        self.phase = Phase::Done;
+        self.close_after_flush = true;
+    }
+
+    /// `POST /getToken`: refused at once (wrong method, another site's page, no or too
+    /// large a body), or its body is read and its password checked.
+    fn on_token_request(
+        &mut self,
+        req: &ws::Request,
+        rest: &[u8],
+        core: &mut Node,
+        id: ConnId,
+        now: Instant,
+        peer: &str,
+    ) {
+        let refused = |status, text: String| token::Refusal { status, text };
+        if req.method != "POST" {
+            let text = format!("{TOKEN_PATH} takes a POST of a form with username and password");
+            self.token_refused(&refused("405 Method Not Allowed", text));
+            return;
+        }
+        if !ws::check_origin(req, &self.allowed_origins).allowed() {
+            // A page of another site posting a form (browsers send no preflight for
+            // that): it could log the browser in as someone else.
+            let origin = req.header("origin").unwrap_or("");
+            warn!("{peer}: token request refused (403): origin {origin:?} is not the node's own and not in websocket.allowed_origins");
+            let text = format!(
+                "origin not allowed: {origin} (not this node's own origin; to allow it, list \
+                 it in websocket.allowed_origins in the node's config)"
+            );
+            self.token_refused(&refused("403 Forbidden", text));
+            return;
+        }
+        let len = match token::body_length(req) {
+            Ok(len) => len,
+            Err(r) => {
+                debug!("{peer}: token request refused: {} {}", r.status, r.text);
+                self.token_refused(&r);
+                return;
+            }
+        };
+        let body = rest[..len.min(rest.len())].to_vec();
+        if body.len() < len
+            && req
+                .header("expect")
+                .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
+        {
+            self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        self.phase = Phase::TokenBody { body, len };
+        self.token_body_read(core, id, now);
+    }
+
+    /// Once the whole form is in, hands its credentials to the core.
+    fn token_body_read(&mut self, core: &mut Node, id: ConnId, now: Instant) {
+        let Phase::TokenBody { body, len } = &mut self.phase else {
+            return;
+        };
+        if body.len() < *len {
+            return;
+        }
+        let credentials = token::credentials(body);
+        // The password is no longer needed here.
+        body.fill(0);
+        self.phase = Phase::TokenPending;
+        match credentials {
+            Err(r) => self.token_refused(&r),
+            Ok((user, password)) => {
+                if let Some(answer) = core.request_session_token(id, &user, &password, now) {
+                    self.token_answer(answer, core);
+                }
+            }
+        }
+    }
+
+    /// The HTTP answer to a checked token request.
+    fn token_answer(&mut self, answer: TokenAnswer, core: &Node) {
+        match answer {
+            TokenAnswer::Issued {
+                token,
+                user,
+                lifetime,
+            } => {
+                let tls = core.config().tls;
+                let answer = token::issued_response(&token, &user, lifetime.as_secs(), tls);
+                self.out.extend_from_slice(&answer);
+                self.phase = Phase::Done;
+                self.close_after_flush = true;
+            }
+            TokenAnswer::Refused { why, text } => {
+                let status = match why {
+                    TokenRefusal::BadCredentials => "401 Unauthorized",
+                    TokenRefusal::NotIssued => "404 Not Found",
+                    TokenRefusal::NeedsTls => "403 Forbidden",
+                    TokenRefusal::Unavailable => "503 Service Unavailable",
+                };
+                self.token_refused(&token::Refusal { status, text });
+            }
+        }
+    }
+
+    fn token_refused(&mut self, r: &token::Refusal) {
+        self.out.extend_from_slice(&token::refused_response(r));
         self.phase = Phase::Done;
         self.close_after_flush = true;
     }
@@ -287,6 +448,14 @@ impl WsConn {
     /// Turns what the core queued for this connection into JSON, while the socket keeps
     /// up. Returns true if bytes were added to `out`.
     pub fn pull_from_core(&mut self, core: &mut Node, id: ConnId, cache: &mut UpdateCache) -> bool {
+        if matches!(self.phase, Phase::TokenPending) {
+            drop_core_output(core, id);
+            let Some(answer) = core.take_token_answer(id) else {
+                return false;
+            };
+            self.token_answer(answer, core);
+            return true;
+        }
         let Phase::Open(open) = &mut self.phase else {
             // Before the upgrade (or after an HTTP answer) the core's bytes are dropped.
             drop_core_output(core, id);
@@ -663,6 +832,183 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// A core with one user (alice, any service) and one connection from `peer`.
+    fn secured_core(tls: bool, peer: &str) -> (Node, ConnId, Instant) {
+        let now = Instant::now();
+        let users = tickwire_core::Users::parse(
+            &format!(
+                "[users.alice]\ntoken_hash = \"sha256:{}\"\nsubscribe = [\"*\"]\n",
+                "0".repeat(64)
+            ),
+            "users.toml",
+        )
+        .unwrap();
+        let mut core = Node::new(
+            CoreConfig {
+                users: Some(Arc::new(users)),
+                tls,
+                ..CoreConfig::default()
+            },
+            now,
+        );
+        let id = core.connect(peer, now);
+        (core, id, now)
+    }
+
+    fn token_post(body: &str, extra: &str) -> Vec<u8> {
+        format!(
+            "POST /getToken HTTP/1.1\r\nHost: 127.0.0.1:15000\r\n{extra}Content-Type: \
+             application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+
+    fn text(out: &[u8]) -> String {
+        String::from_utf8_lossy(out).into_owned()
+    }
+
+    /// `POST /getToken`: the form may come in pieces; the password goes to the
+    /// verification thread (the event loop only queues it), the answer comes from the
+    /// core, and the token it carries (a cookie) logs an upgrade in with no Login from
+    /// the client: its login Refresh (ID -1) comes unasked.
+    #[test]
+    fn a_token_request_is_answered_once_checked_and_its_cookie_logs_an_upgrade_in() {
+        let (mut core, id, now) = secured_core(true, "10.0.0.9:4000");
+        let mut w = WsConn::new();
+        let post = token_post("username=alice&password=p%40ss", "");
+        let (a, b) = post.split_at(post.len() - 5);
+        w.on_bytes(a, &cfg(), &mut core, id, now, "peer");
+        w.on_bytes(b, &cfg(), &mut core, id, now, "peer");
+        assert!(w.out.is_empty() && !w.close_after_flush);
+        let mut reqs = Vec::new();
+        core.take_auth_requests(&mut reqs);
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(
+            (reqs[0].user.as_str(), reqs[0].secret.as_str()),
+            ("alice", "p@ss")
+        );
+        let mut cache = UpdateCache::default();
+        assert!(
+            !w.pull_from_core(&mut core, id, &mut cache),
+            "not checked yet"
+        );
+        core.on_auth_result(id, reqs[0].ticket, Ok(()), now);
+        assert!(w.pull_from_core(&mut core, id, &mut cache));
+        let answer = text(&w.out);
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.contains("; Secure"), "a TLS port's cookie: {answer}");
+        assert!(answer.contains(r#""success":true"#), "{answer}");
+        assert!(w.close_after_flush);
+        let token = answer
+            .split("Set-Cookie: AuthToken=")
+            .nth(1)
+            .and_then(|r| r.split(';').next())
+            .expect("the token in a cookie")
+            .to_string();
+
+        for (cookie, want) in [
+            (
+                token.as_str(),
+                r#""ID":-1,"Type":"Refresh","Domain":"Login","Key":{"Name":"alice""#,
+            ),
+            ("forged", r#""ID":-1,"Type":"Status","Domain":"Login""#),
+        ] {
+            let ws_id = core.connect("10.0.0.9:4001", now);
+            let mut ws = WsConn::new();
+            let upgrade = text(UPGRADE).replace(
+                "\r\n\r\n",
+                &format!("\r\nCookie: AuthToken={cookie};AuthPosition=10.0.0.9;applicationId=555;\r\n\r\n"),
+            );
+            ws.on_bytes(upgrade.as_bytes(), &cfg(), &mut core, ws_id, now, "peer");
+            assert!(ws.out.starts_with(b"HTTP/1.1 101"), "{}", text(&ws.out));
+            ws.pull_from_core(&mut core, ws_id, &mut cache);
+            let got = text(&ws.out);
+            assert!(got.contains(want), "{cookie}: {got}");
+            if cookie == "forged" {
+                assert!(got.contains("unknown or expired session token"), "{got}");
+                assert!(ws.close_after_flush, "a refused login ends the session");
+            } else {
+                assert!(got.contains(r#""ApplicationId":"555""#), "{got}");
+            }
+        }
+    }
+
+    /// Token requests the node refuses: each answer is JSON with `success` false and a
+    /// status that says why, and the connection ends.
+    #[test]
+    fn token_requests_are_refused_with_a_status_and_a_json_reason() {
+        let big = "x".repeat(5000);
+        let cases: Vec<(bool, &str, Vec<u8>, &str)> = vec![
+            (
+                true,
+                "10.0.0.9:4000",
+                b"GET /getToken HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+                "405",
+            ),
+            (true, "10.0.0.9:4000", token_post(&big, ""), "413"),
+            (
+                true,
+                "10.0.0.9:4000",
+                token_post(
+                    "username=alice&password=x",
+                    "Origin: http://evil.example\r\n",
+                ),
+                "403",
+            ),
+            (true, "10.0.0.9:4000", token_post("user=alice", ""), "400"),
+            // Plain HTTP from another host: the password would cross the network in
+            // cleartext.
+            (
+                false,
+                "10.0.0.9:4000",
+                token_post("username=alice&password=x", ""),
+                "403",
+            ),
+        ];
+        for (tls, peer, request, status) in cases {
+            let (mut core, id, now) = secured_core(tls, peer);
+            let mut w = WsConn::new();
+            w.on_bytes(&request, &cfg(), &mut core, id, now, "peer");
+            let got = text(&w.out);
+            assert!(got.starts_with(&format!("HTTP/1.1 {status}")), "{got}");
+            assert!(
+                got.contains(r#""message":"#) && got.contains(r#""success":false"#),
+                "{got}"
+            );
+            assert!(w.close_after_flush);
+            let mut reqs = Vec::new();
+            core.take_auth_requests(&mut reqs);
+            assert!(reqs.is_empty(), "nothing to check: {got}");
+        }
+        // A wrong password: 401 once the check says so.
+        let (mut core, id, now) = secured_core(false, "127.0.0.1:4000");
+        let mut w = WsConn::new();
+        w.on_bytes(
+            &token_post("username=alice&password=x", ""),
+            &cfg(),
+            &mut core,
+            id,
+            now,
+            "peer",
+        );
+        let mut reqs = Vec::new();
+        core.take_auth_requests(&mut reqs);
+        core.on_auth_result(
+            id,
+            reqs[0].ticket,
+            Err("login rejected for user \"alice\": unknown user or wrong secret".into()),
+            now,
+        );
+        w.pull_from_core(&mut core, id, &mut UpdateCache::default());
+        let got = text(&w.out);
+        assert!(got.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{got}");
+        assert!(
+            got.contains("wrong secret") && !got.contains("Set-Cookie"),
+            "{got}"
+        );
     }
 
     /// A request head over the limit is refused with 431 even when it arrives whole

@@ -734,3 +734,106 @@ impl Drop for TempConfig {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// TLS, users and the Python clients
+// ---------------------------------------------------------------------------------------
+
+/// A temp dir with `cert.pem` / `key.pem` (self-signed, for 127.0.0.1 and localhost),
+/// removed on drop.
+pub struct Certs {
+    pub dir: std::path::PathBuf,
+}
+
+impl Certs {
+    pub fn new(tag: &str) -> Certs {
+        let dir =
+            std::env::temp_dir().join(format!("tickwire-tls-test-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+            .expect("a certificate");
+        std::fs::write(dir.join("cert.pem"), ck.cert.pem()).unwrap();
+        std::fs::write(dir.join("key.pem"), ck.key_pair.serialize_pem()).unwrap();
+        Certs { dir }
+    }
+
+    pub fn cert(&self) -> std::path::PathBuf {
+        self.dir.join("cert.pem")
+    }
+
+    pub fn key(&self) -> std::path::PathBuf {
+        self.dir.join("key.pem")
+    }
+
+    pub fn cert_str(&self) -> String {
+        self.cert().display().to_string()
+    }
+
+    /// Writes `name` in the directory; returns its path.
+    pub fn write(&self, name: &str, text: &str) -> String {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).expect("write file");
+        p.display().to_string()
+    }
+
+    /// A node with `[tls]` (this certificate), the WebSocket API on, and `extra`
+    /// config; the WebSocket URL it logged (`wss://...`).
+    pub fn start_node(&self, extra: &str) -> (Node, String) {
+        let config = self.write(
+            "node.toml",
+            &format!(
+                "[tls]\ncert = {:?}\nkey = {:?}\n{extra}",
+                self.cert_str(),
+                self.key().display().to_string()
+            ),
+        );
+        let mut node = Node::start(&["--config", &config, "--ws", "127.0.0.1:0"]);
+        assert!(node.line.contains("TLS only"), "{}", node.line);
+        let line = node.proc.wait_for_line("WebSocket API on ", START_TIMEOUT);
+        let url = line
+            .split("WebSocket API on ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .expect("url in the log line")
+            .to_string();
+        assert!(url.starts_with("wss://"), "{line}");
+        (node, url)
+    }
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The users file line for a password, made by `tickwire users hash` itself.
+pub fn hash_line(secret: &str, token: bool) -> String {
+    let mut cmd = tickwire();
+    cmd.args(["users", "hash"]);
+    if token {
+        cmd.arg("--token");
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn users hash");
+    writeln!(child.stdin.take().unwrap(), "{secret}").unwrap();
+    let out = child.wait_with_output().expect("users hash");
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The Python interpreter that .ci/test sets up (target/pyenv) with the client libraries
+/// of tests/clients/requirements.txt.
+pub fn python_with_websocket_client() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let py = root.join("target/pyenv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: .ci/test creates it (python3 -m venv target/pyenv; target/pyenv/bin/pip install -r crates/cli/tests/clients/requirements.txt)",
+        py.display()
+    );
+    py
+}

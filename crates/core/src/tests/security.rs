@@ -204,6 +204,7 @@ fn shrunk_permissions_close_what_was_lost_on_reload() {
     );
     h.node.set_users(Some(fewer), h.now);
     let got = h.recv(sub);
+    // The stream is closed, and FEED leaves alice's directory.
     assert!(
         matches!(
             &got[..],
@@ -212,7 +213,7 @@ fn shrunk_permissions_close_what_was_lost_on_reload() {
                 stream: StreamState::Closed,
                 code: code::NOT_ENTITLED,
                 ..
-            }]
+            }, Got::Removed(gone)] if gone == &["FEED"]
         ),
         "{got:?}"
     );
@@ -266,4 +267,464 @@ fn an_answer_for_a_connection_that_went_away_reaches_no_one_else() {
         .on_auth_result(reqs[0].conn, reqs[0].ticket, Ok(()), h.now);
     assert_eq!(h.recv(other), vec![]);
     assert_eq!(h.node.awaiting_login_count(), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Session tokens: POST /getToken, then a WebSocket upgrade with the token as a cookie
+// ---------------------------------------------------------------------------------------
+
+fn token_harness(tls: bool, tokens: SessionTokenConfig) -> Harness {
+    Harness::with_config(CoreConfig {
+        users: Some(users("")),
+        tls,
+        session_tokens: tokens,
+        ..CoreConfig::default()
+    })
+}
+
+/// Asks for a token on a new connection from `peer`; plays the verification thread.
+fn get_token(h: &mut Harness, peer: &str, user: &str, password: &str) -> TokenAnswer {
+    let c = h.node.connect(peer, h.now);
+    if let Some(answer) = h.node.request_session_token(c, user, password, h.now) {
+        let mut reqs = Vec::new();
+        h.node.take_auth_requests(&mut reqs);
+        assert!(reqs.is_empty(), "refused at once: nothing to check");
+        return answer;
+    }
+    assert_eq!(
+        h.node.take_token_answer(c),
+        None,
+        "no answer before the check"
+    );
+    let mut dirty = Vec::new();
+    h.node.take_dirty(&mut dirty);
+    verify_pending(h);
+    h.node.take_dirty(&mut dirty);
+    assert!(dirty.contains(&c), "the connection is woken for its answer");
+    h.node.take_token_answer(c).expect("an answer once checked")
+}
+
+fn issued(a: TokenAnswer) -> String {
+    match a {
+        TokenAnswer::Issued { token, .. } => token,
+        other => panic!("no token: {other:?}"),
+    }
+}
+
+/// A WebSocket connection whose upgrade presents `token`, then logs in without a
+/// secret as `user` (what the gateway sends for it).
+fn cookie_login(
+    h: &mut Harness,
+    token: &str,
+    user: &str,
+) -> (ConnId, Option<Result<String, String>>, Vec<Got>) {
+    let c = h.node.connect("10.0.0.7:50000", h.now);
+    let seen = h.node.present_session_token(c, token, h.now);
+    h.send(
+        c,
+        &[Message::Login(Login {
+            version_min: 1,
+            version_max: 1,
+            role: Role::Subscriber,
+            application: "ws:555",
+            user,
+            token: "",
+            slow_consumer: None,
+        })],
+    );
+    let got = h.recv(c);
+    (c, seen, got)
+}
+
+fn refused_login(got: &[Got], want: &str) -> bool {
+    matches!(got, [Got::Status { sid: 0, stream: StreamState::Closed, code: code::LOGIN_REJECTED, text, .. }] if text.contains(want))
+}
+
+#[test]
+fn a_password_checked_off_the_loop_gets_a_token_that_logs_a_connection_in() {
+    let mut h = token_harness(true, SessionTokenConfig::default());
+    publish_feed(&mut h);
+    let answer = get_token(&mut h, "10.0.0.9:4000", "alice", "alice-secret");
+    let TokenAnswer::Issued {
+        token,
+        user,
+        lifetime,
+    } = answer
+    else {
+        panic!("{answer:?}");
+    };
+    assert_eq!(
+        (user.as_str(), lifetime),
+        ("alice", Duration::from_secs(3600))
+    );
+    assert_eq!(token.len(), 64);
+    assert_eq!(h.node.session_token_count(), 1);
+    // The upgrade's cookie: the login that follows, without a secret, is alice's.
+    let (c, seen, got) = cookie_login(&mut h, &token, "alice");
+    assert_eq!(seen, Some(Ok("alice".to_string())));
+    assert!(
+        matches!(&got[..], [Got::Welcome { .. }, Got::Directory(d)] if d == &[(s("FEED"), true)]),
+        "{got:?}"
+    );
+    // alice's rights, nothing more.
+    h.request(c, 1, "FEED", "SYM0", true, None);
+    h.request(c, 2, "TICKWIRE", "NODE", true, None);
+    let got = h.recv(c);
+    assert!(matches!(got[0], Got::Refresh { sid: 1, .. }), "{got:?}");
+    assert!(
+        matches!(
+            &got[1],
+            Got::Status {
+                sid: 2,
+                code: code::NOT_ENTITLED,
+                ..
+            }
+        ),
+        "{got:?}"
+    );
+    // A token serves until it expires, on as many connections as need it.
+    let (_, _, got) = cookie_login(&mut h, &token, "alice");
+    assert!(matches!(got[0], Got::Welcome { .. }), "{got:?}");
+}
+
+#[test]
+fn wrong_passwords_get_no_token_and_forged_expired_or_misused_tokens_log_no_one_in() {
+    let mut h = token_harness(true, SessionTokenConfig::default());
+    for (user, password) in [("alice", "guess"), ("mallory", "x"), ("alice", "")] {
+        let a = get_token(&mut h, "10.0.0.9:4000", user, password);
+        assert!(
+            matches!(&a, TokenAnswer::Refused { why: TokenRefusal::BadCredentials, text }
+                if text.contains("unknown user or wrong secret")),
+            "{user}: {a:?}"
+        );
+    }
+    assert_eq!(h.node.session_token_count(), 0);
+    let forged = "0123456789abcdef".repeat(4);
+    let (_, seen, got) = cookie_login(&mut h, &forged, "");
+    assert!(matches!(seen, Some(Err(_))), "{seen:?}");
+    assert!(
+        refused_login(&got, "unknown or expired session token"),
+        "{got:?}"
+    );
+    // A real token names its user: a login on its connection may not name another.
+    let token = issued(get_token(&mut h, "10.0.0.9:4000", "alice", "alice-secret"));
+    let (_, _, got) = cookie_login(&mut h, &token, "feed");
+    assert!(refused_login(&got, "may not name another user"), "{got:?}");
+    // Expired: refused like a forged one.
+    h.now += Duration::from_secs(3600);
+    let (_, seen, got) = cookie_login(&mut h, &token, "");
+    assert!(matches!(seen, Some(Err(_))), "{seen:?}");
+    assert!(
+        refused_login(&got, "unknown or expired session token"),
+        "{got:?}"
+    );
+    assert_eq!(
+        h.node.session_token_count(),
+        0,
+        "expired tokens are dropped"
+    );
+}
+
+#[test]
+fn tokens_go_with_their_user_when_the_users_file_changes_it() {
+    let mut h = token_harness(true, SessionTokenConfig::default());
+    let alice = issued(get_token(&mut h, "10.0.0.9:4000", "alice", "alice-secret"));
+    let feed = issued(get_token(&mut h, "10.0.0.9:4000", "feed", "feed-secret"));
+    let reload = |h: &mut Harness, text: &str| {
+        let users = Arc::new(Users::parse(text, "users.toml").unwrap());
+        h.node.set_users(Some(users), h.now);
+    };
+    // alice's secret changed, feed unchanged.
+    let feed_line = format!(
+        "[users.feed]\ntoken_hash = \"{}\"\npublish = [\"FEED\"]\n",
+        hash_token("feed-secret")
+    );
+    let alice_line = |secret: &str, rights: &str| {
+        format!(
+            "[users.alice]\ntoken_hash = \"{}\"\nsubscribe = [{rights}]\n",
+            hash_token(secret)
+        )
+    };
+    reload(
+        &mut h,
+        &format!("{}{feed_line}", alice_line("alice-new", "\"FEED\"")),
+    );
+    assert!(refused_login(
+        &cookie_login(&mut h, &alice, "alice").2,
+        "expired"
+    ));
+    assert_eq!(cookie_login(&mut h, &feed, "feed").1, Some(Ok(s("feed"))));
+    // alice's rights changed: a new token of hers goes too.
+    let alice = issued(get_token(&mut h, "10.0.0.9:4000", "alice", "alice-new"));
+    reload(
+        &mut h,
+        &format!("{}{feed_line}", alice_line("alice-new", "\"*\"")),
+    );
+    assert!(refused_login(
+        &cookie_login(&mut h, &alice, "alice").2,
+        "expired"
+    ));
+    // feed removed.
+    reload(&mut h, &alice_line("alice-new", ""));
+    assert!(refused_login(
+        &cookie_login(&mut h, &feed, "feed").2,
+        "expired"
+    ));
+    assert_eq!(h.node.session_token_count(), 0);
+}
+
+#[test]
+fn a_change_to_the_user_during_the_check_refuses_the_token() {
+    let mut h = token_harness(true, SessionTokenConfig::default());
+    let c = h.node.connect("10.0.0.9:4000", h.now);
+    assert_eq!(
+        h.node
+            .request_session_token(c, "alice", "alice-secret", h.now),
+        None
+    );
+    let mut reqs = Vec::new();
+    h.node.take_auth_requests(&mut reqs);
+    // The users file is reloaded with alice's secret changed while hers is checked
+    // (against the old file, which says yes).
+    let new = Users::parse(
+        &format!(
+            "[users.alice]\ntoken_hash = \"{}\"\n",
+            hash_token("stolen-and-changed")
+        ),
+        "users.toml",
+    )
+    .unwrap();
+    h.node.set_users(Some(Arc::new(new)), h.now);
+    h.node.on_auth_result(c, reqs[0].ticket, Ok(()), h.now);
+    let a = h.node.take_token_answer(c);
+    assert!(
+        matches!(&a, Some(TokenAnswer::Refused { why: TokenRefusal::Unavailable, text }) if text.contains("changed")),
+        "{a:?}"
+    );
+    assert_eq!(h.node.session_token_count(), 0);
+}
+
+#[test]
+fn tokens_are_issued_over_tls_or_on_the_nodes_own_host_only_and_not_on_an_open_node() {
+    let mut h = token_harness(false, SessionTokenConfig::default());
+    let a = get_token(&mut h, "10.0.0.9:4000", "alice", "alice-secret");
+    assert!(
+        matches!(&a, TokenAnswer::Refused { why: TokenRefusal::NeedsTls, text } if text.contains("[tls]")),
+        "{a:?}"
+    );
+    for local in ["127.0.0.1:4000", "[::1]:4000", "[::ffff:127.0.0.1]:4000"] {
+        issued(get_token(&mut h, local, "alice", "alice-secret"));
+    }
+    // A node without users needs no tokens: it issues none and ignores cookies.
+    let mut open = Harness::new(true);
+    let a = get_token(&mut open, "127.0.0.1:4000", "alice", "alice-secret");
+    assert!(
+        matches!(&a, TokenAnswer::Refused { why: TokenRefusal::NotIssued, text } if text.contains("users file")),
+        "{a:?}"
+    );
+    let c = open.node.connect("127.0.0.1:4000", open.now);
+    assert_eq!(open.node.present_session_token(c, "x", open.now), None);
+    // Nor does a node whose token lifetime is zero.
+    let mut off = token_harness(
+        true,
+        SessionTokenConfig {
+            lifetime: Duration::ZERO,
+            ..SessionTokenConfig::default()
+        },
+    );
+    let a = get_token(&mut off, "127.0.0.1:4000", "alice", "alice-secret");
+    assert!(
+        matches!(
+            &a,
+            TokenAnswer::Refused {
+                why: TokenRefusal::NotIssued,
+                ..
+            }
+        ),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn the_node_holds_a_bounded_number_of_tokens_and_drops_the_oldest() {
+    let mut h = token_harness(
+        true,
+        SessionTokenConfig {
+            max_tokens: 2,
+            ..SessionTokenConfig::default()
+        },
+    );
+    let tokens: Vec<String> = (0..3)
+        .map(|_| issued(get_token(&mut h, "10.0.0.9:4000", "alice", "alice-secret")))
+        .collect();
+    assert_eq!(h.node.session_token_count(), 2);
+    assert!(refused_login(
+        &cookie_login(&mut h, &tokens[0], "alice").2,
+        "expired"
+    ));
+    for t in &tokens[1..] {
+        assert_eq!(cookie_login(&mut h, t, "alice").1, Some(Ok(s("alice"))));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The directory a subscriber sees: only the services it may subscribe to
+// ---------------------------------------------------------------------------------------
+
+/// alice may read FEED, carol too (through a group), bob everything; feed publishes
+/// anything.
+fn directory_users(alice_rights: &str) -> Arc<Users> {
+    let text = format!(
+        "[users.alice]\ntoken_hash = \"{}\"\nsubscribe = [{alice_rights}]\n\
+         [users.carol]\ntoken_hash = \"{}\"\ngroups = [\"feed-readers\"]\n\
+         [users.bob]\ntoken_hash = \"{}\"\nsubscribe = [\"*\"]\n\
+         [users.feed]\ntoken_hash = \"{}\"\npublish = [\"*\"]\n\
+         [groups.feed-readers]\nsubscribe = [\"FEED\"]\n",
+        hash_token("alice-secret"),
+        hash_token("carol-secret"),
+        hash_token("bob-secret"),
+        hash_token("feed-secret"),
+    );
+    Arc::new(Users::parse(&text, "users.toml").unwrap())
+}
+
+fn announce(h: &mut Harness, p: ConnId, services: &[(&str, bool)]) {
+    let entries = services
+        .iter()
+        .map(|&(name, up)| ServiceEntry {
+            name,
+            state: if up {
+                ServiceState::Up
+            } else {
+                ServiceState::Down
+            },
+            interactive: false,
+            item_count: 0,
+        })
+        .collect();
+    h.send(p, &[Message::Directory(Directory { services: entries })]);
+}
+
+/// What `c` received of the directory since the last call (pings left out).
+fn directory_seen(h: &mut Harness, c: ConnId) -> Vec<Got> {
+    h.recv(c)
+        .into_iter()
+        .filter(|g| matches!(g, Got::Directory(_) | Got::Removed(_)))
+        .collect()
+}
+
+fn dir(entries: &[(&str, bool)]) -> Got {
+    Got::Directory(entries.iter().map(|&(n, up)| (s(n), up)).collect())
+}
+
+#[test]
+fn the_directory_shows_each_subscriber_only_the_services_it_may_subscribe_to() {
+    let mut h = Harness::with_config(CoreConfig {
+        users: Some(directory_users("\"FEED\"")),
+        limits: Limits {
+            service_retention: Duration::from_secs(10),
+            ..Limits::default()
+        },
+        ..CoreConfig::default()
+    });
+    let (p, _) = login_as(&mut h, Role::Publisher, "feed", "feed-secret");
+    announce(&mut h, p, &[("FEED", true), ("NEWS", true)]);
+    let logged_in = |h: &mut Harness, user: &str| {
+        let (c, got) = login_as(h, Role::Subscriber, user, &format!("{user}-secret"));
+        let dirs: Vec<Got> = got
+            .into_iter()
+            .filter(|g| matches!(g, Got::Directory(_)))
+            .collect();
+        (c, dirs)
+    };
+    // The whole directory at login: filtered.
+    let (alice, got) = logged_in(&mut h, "alice");
+    assert_eq!(got, [dir(&[("FEED", true)])]);
+    let (carol, got) = logged_in(&mut h, "carol");
+    assert_eq!(got, [dir(&[("FEED", true)])]);
+    let (bob, got) = logged_in(&mut h, "bob");
+    assert_eq!(got, [dir(&[("FEED", true), ("NEWS", true)])]);
+    // A new service: only those who may read it hear of it.
+    announce(&mut h, p, &[("RATES", true)]);
+    assert_eq!(directory_seen(&mut h, alice), []);
+    assert_eq!(directory_seen(&mut h, carol), []);
+    assert_eq!(directory_seen(&mut h, bob), [dir(&[("RATES", true)])]);
+    // Changes: each sees its part of the delta.
+    announce(&mut h, p, &[("FEED", false), ("NEWS", false)]);
+    assert_eq!(directory_seen(&mut h, alice), [dir(&[("FEED", false)])]);
+    assert_eq!(directory_seen(&mut h, carol), [dir(&[("FEED", false)])]);
+    assert_eq!(
+        directory_seen(&mut h, bob),
+        [dir(&[("FEED", false), ("NEWS", false)])]
+    );
+    // The publisher goes, then its services, nobody watching them.
+    h.node.on_disconnect(p, h.now);
+    assert_eq!(directory_seen(&mut h, alice), [dir(&[("FEED", false)])]);
+    assert_eq!(directory_seen(&mut h, carol), [dir(&[("FEED", false)])]);
+    assert_eq!(
+        directory_seen(&mut h, bob),
+        [dir(&[("FEED", false), ("NEWS", false), ("RATES", false)])]
+    );
+    for c in [alice, carol, bob] {
+        h.send(c, &[Message::Ping(1)]); // alive
+    }
+    h.now += Duration::from_secs(11);
+    h.node.on_tick(h.now);
+    assert_eq!(
+        directory_seen(&mut h, alice),
+        [Got::Removed(vec![s("FEED")])]
+    );
+    assert_eq!(
+        directory_seen(&mut h, carol),
+        [Got::Removed(vec![s("FEED")])]
+    );
+    let got = directory_seen(&mut h, bob);
+    let [Got::Removed(gone)] = &got[..] else {
+        panic!("{got:?}")
+    };
+    let mut gone = gone.clone();
+    gone.sort();
+    assert_eq!(gone, ["FEED", "NEWS", "RATES"]);
+}
+
+#[test]
+fn a_reload_shows_a_subscriber_the_services_it_gained_and_removes_those_it_lost() {
+    let mut h = Harness::with_config(CoreConfig {
+        users: Some(directory_users("\"FEED\"")),
+        ..CoreConfig::default()
+    });
+    let (p, _) = login_as(&mut h, Role::Publisher, "feed", "feed-secret");
+    announce(&mut h, p, &[("FEED", true), ("NEWS", true)]);
+    let img = bid_ask(1, 2);
+    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let (alice, _) = login_as(&mut h, Role::Subscriber, "alice", "alice-secret");
+    let (bob, _) = login_as(&mut h, Role::Subscriber, "bob", "bob-secret");
+    h.request(alice, 1, "FEED", "SYM0", true, None);
+    h.recv(alice);
+    // alice now reads NEWS instead of FEED; bob's rights are the same.
+    h.node.set_users(Some(directory_users("\"NEWS\"")), h.now);
+    let got = h.recv(alice);
+    assert!(
+        matches!(
+            &got[..],
+            [
+                Got::Status {
+                    sid: 1,
+                    code: code::NOT_ENTITLED,
+                    ..
+                },
+                _,
+                _
+            ]
+        ),
+        "{got:?}"
+    );
+    assert_eq!(
+        got[1..],
+        [dir(&[("NEWS", true)]), Got::Removed(vec![s("FEED")])]
+    );
+    assert_eq!(h.recv(bob), []);
+    // Later changes follow the new rights.
+    announce(&mut h, p, &[("FEED", false), ("NEWS", false)]);
+    assert_eq!(directory_seen(&mut h, alice), [dir(&[("NEWS", false)])]);
 }
