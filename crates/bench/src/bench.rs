@@ -15,6 +15,8 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod backbone_scenario;
+
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum BenchCommand {
     /// Highest update rate with zero loss, cache off and on, no fan-out.
@@ -27,6 +29,11 @@ pub enum BenchCommand {
     Instances(BenchArgs),
     /// Every scenario with short steps (under 5 minutes on 2 cores).
     Quick(BenchArgs),
+    /// Across the backbone (publisher -> source node -> Aeron multicast on loopback ->
+    /// edge node -> subscriber): throughput cache off and on, fan-out at the edge, the
+    /// latency ladder, 0.1% and 1% loss; single-node figures from the same run beside
+    /// them.
+    Backbone(BenchArgs),
     /// At 50% of the max sustainable rate, stop one of several subscribers (SIGSTOP) for
     /// 3 s, then the node for 500 ms: the others' latency, recovery, loss, node memory.
     Stall(BenchArgs),
@@ -148,6 +155,9 @@ pub struct Results {
     /// The WebSocket scenario (absent in results written before it existed).
     #[serde(default)]
     pub websocket: Option<WebSocketResult>,
+    /// The backbone scenario (absent in results written before it existed).
+    #[serde(default)]
+    pub backbone: Option<backbone_scenario::BackboneResult>,
 }
 
 /// `bench ws`: one WebSocket JSON subscriber.
@@ -494,6 +504,15 @@ impl Lab {
     }
 
     fn latency(&mut self) -> Result<()> {
+        let spec = RigSpec::new("latency cache=off", "off", self.args.items);
+        let ladder = self.ladder();
+        let steps = self.latency_ladder(&spec, "latency", &ladder)?;
+        self.results.latency = steps;
+        Ok(())
+    }
+
+    /// The rates of the latency ladder (then doubling until a step is not sustained).
+    fn ladder(&self) -> Vec<u64> {
         let default: Vec<u64> = if self.quick {
             vec![1_000, 10_000, 100_000]
         } else {
@@ -503,15 +522,25 @@ impl Lab {
         };
         let mut ladder = self.args.rates.clone().unwrap_or(default);
         ladder.sort_unstable();
-        let spec = RigSpec::new("latency cache=off", "off", self.args.items);
-        let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
+        ladder
+    }
+
+    /// Climbs `ladder` on one rig built from `spec`, then doubles until a step is not
+    /// sustained (saturation).
+    fn latency_ladder(
+        &mut self,
+        spec: &RigSpec,
+        scenario: &str,
+        ladder: &[u64],
+    ) -> Result<Vec<LatencyStep>> {
+        let mut rigs = vec![start_rig(&self.bin, spec, &self.logs)?];
         self.results.commands.extend(rigs[0].commands());
         let monitor = self.monitor(&rigs);
         let secs = self.seconds();
-        let mut rate_iter = ladder.clone().into_iter();
+        let mut rate_iter = ladder.iter().copied();
         let mut last = 0;
+        let mut out = Vec::new();
         loop {
-            // The ladder, then doubling until a step is not sustained.
             let rate = match rate_iter.next() {
                 Some(r) => r,
                 None if last > 0 && last * 2 <= self.args.max_rate => last * 2,
@@ -520,33 +549,17 @@ impl Lab {
             let steps = hold(&mut rigs, rate, secs, 1.0, &monitor)?;
             let s = steps.into_iter().next().expect("one rig");
             self.progress.line(&step_text(&s), 1.0);
-            self.record_processes("latency", std::slice::from_ref(&s));
-            let l = s.latency;
+            self.record_processes(scenario, std::slice::from_ref(&s));
             let sustained = s.pass;
-            self.results.latency.push(LatencyStep {
-                rate,
-                mean_ns: l.mean_ns,
-                stddev_ns: l.stddev_ns,
-                min_ns: l.min_ns,
-                max_ns: l.max_ns,
-                p50_ns: l.p50_ns,
-                p90_ns: l.p90_ns,
-                p99_ns: l.p99_ns,
-                p999_ns: l.p999_ns,
-                p9999_ns: l.p9999_ns,
-                count: l.count,
-                gaps: s.gaps,
-                delivered_ratio: s.delivered_ratio,
-                sustained,
-                step: s,
-            });
+            out.push(latency_step(rate, s));
             last = rate;
             if !sustained {
                 break; // saturated
             }
         }
         let _ = recover(&mut rigs, 1.0);
-        stop_rigs(rigs)
+        stop_rigs(rigs)?;
+        Ok(out)
     }
 
     fn instances(&mut self) -> Result<()> {
@@ -864,11 +877,30 @@ fn limit_reason(steps: &[Step], max: u64) -> Option<String> {
         .map(|s| format!("at {} updates/s: {}", s.target_rate, s.reason))
 }
 
+fn latency_step(rate: u64, s: Step) -> LatencyStep {
+    let l = s.latency;
+    LatencyStep {
+        rate,
+        mean_ns: l.mean_ns,
+        stddev_ns: l.stddev_ns,
+        min_ns: l.min_ns,
+        max_ns: l.max_ns,
+        p50_ns: l.p50_ns,
+        p90_ns: l.p90_ns,
+        p99_ns: l.p99_ns,
+        p999_ns: l.p999_ns,
+        p9999_ns: l.p9999_ns,
+        count: l.count,
+        gaps: s.gaps,
+        delivered_ratio: s.delivered_ratio,
+        sustained: s.pass,
+        step: s,
+    }
+}
+
 fn stop_rigs(rigs: Vec<Rig>) -> Result<()> {
     for r in rigs {
-        r.subscriber.stop()?;
-        r.publisher.stop()?;
-        r.node.stop()?;
+        r.stop()?;
     }
     Ok(())
 }
@@ -882,6 +914,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Latency(a) => ("latency", a),
         BenchCommand::Instances(a) => ("instances", a),
         BenchCommand::Quick(a) => ("quick", a),
+        BenchCommand::Backbone(a) => ("backbone", a),
         BenchCommand::Stall(a) => ("stall", a),
         BenchCommand::Memory(a) => ("memory", a),
         BenchCommand::Ws(a) => ("ws", a),
@@ -902,7 +935,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "stall" => 12.0,
         "memory" => 3.0,
         "ws" => 12.0,
-        _ => 35.0,
+        "backbone" => 20.0,
+        _ => 40.0,
     };
     let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
     let started = std::time::SystemTime::now()
@@ -961,13 +995,15 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "stall" => lab.stall(),
         "memory" => lab.memory(),
         "ws" => lab.ws(),
+        "backbone" => lab.backbone(),
         _ => lab
             .throughput()
             .and_then(|_| lab.fanout())
             .and_then(|_| lab.latency())
             .and_then(|_| lab.instances())
             .and_then(|_| lab.stall())
-            .and_then(|_| lab.ws()),
+            .and_then(|_| lab.ws())
+            .and_then(|_| lab.backbone()),
     };
     lab.results.duration_s = t0.elapsed().as_secs_f64();
     // Whatever was measured is written, even if a later scenario failed.
@@ -1114,6 +1150,9 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if let Some(st) = &r.stall {
         stall_report(&mut md, st)?;
+    }
+    if let Some(b) = &r.backbone {
+        backbone_scenario::report(&mut md, b)?;
     }
     if let Some(w) = &r.websocket {
         writeln!(

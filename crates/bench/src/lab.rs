@@ -145,6 +145,17 @@ pub fn start_node(
     extra: &[String],
     log_dir: &Path,
 ) -> Result<(Proc, String)> {
+    start_node_env(bin, name, extra, log_dir, &[])
+}
+
+/// [`start_node`] with extra environment variables (e.g. Aeron's loss generator).
+pub fn start_node_env(
+    bin: &Path,
+    name: &str,
+    extra: &[String],
+    log_dir: &Path,
+    env: &[(String, String)],
+) -> Result<(Proc, String)> {
     let mut args = vec!["node".to_string(), "--listen".into(), "127.0.0.1:0".into()];
     args.extend_from_slice(extra);
     let log_path = log_dir.join(format!("{name}.log"));
@@ -155,6 +166,7 @@ pub fn start_node(
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .env("TICKWIRE_LOG", "info")
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .spawn()
         .with_context(|| format!("cannot start {} node", bin.display()))?;
     let stderr = child.stderr.take().expect("piped stderr");
@@ -180,7 +192,10 @@ pub fn start_node(
         child,
         stdin: None,
         lines: dead,
-        command: format!("tickwire {}", args.join(" ")),
+        command: {
+            let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}='{v}' ")).collect();
+            format!("{}tickwire {}", env.concat(), args.join(" "))
+        },
         ws_addr: None,
     };
     let addr = rx
@@ -240,7 +255,10 @@ pub struct Step {
 
 /// A node with one publisher and one perf-sub process, driven step by step.
 pub struct Rig {
+    /// The node the publisher connects to (the source, across a backbone).
     pub node: Proc,
+    /// Across a backbone: the edge node the subscriber connects to.
+    pub edge: Option<Proc>,
     pub publisher: Proc,
     pub subscriber: Proc,
     pub fanout: f64,
@@ -251,19 +269,29 @@ pub struct Rig {
 
 impl Rig {
     pub fn commands(&self) -> Vec<String> {
-        vec![
-            self.node.command.clone(),
-            self.publisher.command.clone(),
-            self.subscriber.command.clone(),
-        ]
+        let mut v = vec![self.node.command.clone()];
+        v.extend(self.edge.iter().map(|e| e.command.clone()));
+        v.push(self.publisher.command.clone());
+        v.push(self.subscriber.command.clone());
+        v
     }
 
     pub fn pids(&self) -> Vec<(String, u32)> {
-        vec![
-            (self.node.name.clone(), self.node.pid()),
-            (self.publisher.name.clone(), self.publisher.pid()),
-            (self.subscriber.name.clone(), self.subscriber.pid()),
-        ]
+        let mut v = vec![(self.node.name.clone(), self.node.pid())];
+        v.extend(self.edge.iter().map(|e| (e.name.clone(), e.pid())));
+        v.push((self.publisher.name.clone(), self.publisher.pid()));
+        v.push((self.subscriber.name.clone(), self.subscriber.pid()));
+        v
+    }
+
+    /// Stops every process of the rig, the subscriber first.
+    pub fn stop(self) -> Result<()> {
+        self.subscriber.stop()?;
+        self.publisher.stop()?;
+        if let Some(e) = self.edge {
+            e.stop()?;
+        }
+        self.node.stop()
     }
 }
 
@@ -287,6 +315,32 @@ pub struct RigSpec {
     /// A configuration file for the node (TOML text), written to the log directory;
     /// flags still override it.
     pub node_config: Option<String>,
+    /// Across a backbone: the publisher on a source node, the subscriber on an edge.
+    pub backbone: Option<BackboneSpec>,
+}
+
+/// A source and an edge node on an Aeron channel.
+#[derive(Debug, Clone)]
+pub struct BackboneSpec {
+    pub channel: String,
+    /// Fraction of the data frames the edge's media driver drops (Aeron's loss
+    /// generator), e.g. 0.01.
+    pub loss: Option<f64>,
+}
+
+impl BackboneSpec {
+    /// Multicast on loopback, on a free port and a group of its own per rig.
+    pub fn loopback() -> Result<BackboneSpec> {
+        static GROUP: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let g = 101 + 2 * (GROUP.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 60);
+        Ok(BackboneSpec {
+            channel: format!("aeron:udp?endpoint=239.20.31.{g}:{port}|interface=127.0.0.1"),
+            loss: None,
+        })
+    }
 }
 
 impl RigSpec {
@@ -306,6 +360,7 @@ impl RigSpec {
             cpus: None,
             websocket: false,
             node_config: None,
+            backbone: None,
         }
     }
 }
@@ -344,7 +399,57 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
         std::fs::write(&path, toml).with_context(|| format!("writing {}", path.display()))?;
         node_args.extend(["--config".to_string(), path.display().to_string()]);
     }
-    let (node, addr) = start_node(bin, &format!("node-{tag}"), &node_args, log_dir)?;
+    let (node, addr, edge, sub_addr) = match &spec.backbone {
+        None => {
+            let (node, addr) = start_node(bin, &format!("node-{tag}"), &node_args, log_dir)?;
+            let a = addr.clone();
+            (node, addr, None, a)
+        }
+        Some(bb) => {
+            let mut source_args = node_args.clone();
+            source_args.extend(
+                [
+                    "--backbone",
+                    &bb.channel,
+                    "--role",
+                    "source",
+                    "--name",
+                    "source",
+                ]
+                .map(String::from),
+            );
+            let (node, addr) =
+                start_node(bin, &format!("node-source-{tag}"), &source_args, log_dir)?;
+            let mut edge_args = node_args.clone();
+            edge_args.extend(
+                [
+                    "--backbone",
+                    &bb.channel,
+                    "--role",
+                    "edge",
+                    "--name",
+                    "edge",
+                ]
+                .map(String::from),
+            );
+            let env: Vec<(String, String)> = match bb.loss {
+                Some(rate) => vec![
+                    (
+                        "AERON_UDP_CHANNEL_INCOMING_INTERCEPTORS".into(),
+                        "loss".into(),
+                    ),
+                    (
+                        "AERON_UDP_CHANNEL_TRANSPORT_BINDINGS_LOSS_ARGS".into(),
+                        format!("rate={rate}|recv-msg-mask=0x2|seed=7"),
+                    ),
+                ],
+                None => vec![],
+            };
+            let (edge, edge_addr) =
+                start_node_env(bin, &format!("node-edge-{tag}"), &edge_args, log_dir, &env)?;
+            (node, addr, Some(edge), edge_addr)
+        }
+    };
     let items = spec.items.to_string();
     let mut pub_args: Vec<String> = [
         "perf-pub",
@@ -372,6 +477,11 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     let mut publisher = Proc::spawn(bin, &format!("perf-pub-{tag}"), &pub_args, log_dir)?;
     // The publisher prints its first second once its images are out.
     publisher.expect("second", Duration::from_secs(120))?;
+    if spec.backbone.is_some() {
+        wait_for_service(&sub_addr, "FEED", Duration::from_secs(60))
+            .with_context(|| format!("{}: the edge never saw service FEED", spec.label))?;
+    }
+    let addr = sub_addr;
     let conns = spec.connections.to_string();
     let mut sub_args: Vec<String> = if spec.websocket {
         let ws = node
@@ -420,12 +530,29 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     wait_for_images(&mut subscriber, streams, &spec.label)?;
     Ok(Rig {
         node,
+        edge,
         publisher,
         subscriber,
         fanout: spec.fanout,
         label: spec.label.clone(),
         sub_total: 0,
     })
+}
+
+/// Waits until the node at `addr` has `service` up in its directory (an edge learns
+/// the sources' services from the backbone).
+pub fn wait_for_service(addr: &str, service: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    let mut opts = tickwire_client::ConnectOptions::new(addr.to_string());
+    opts.application = "tickwire-bench".into();
+    let mut sub = tickwire_client::Subscriber::connect(opts)?;
+    while Instant::now() < deadline {
+        sub.dispatch(Duration::from_millis(100), |_| {})?;
+        if sub.directory().get(service) == Some(&tickwire_proto::ServiceState::Up) {
+            return Ok(());
+        }
+    }
+    bail!("service {service} not up at {addr} within {timeout:?}")
 }
 
 /// Waits (up to 300 s) until perf-sub's one-second lines have counted `streams` images.

@@ -631,6 +631,20 @@ impl NodeServer {
                         stats.slow_consumer_disconnects,
                         stats.heartbeat_timeouts
                     );
+                    if let Some(b) = &backbone {
+                        let f = b.figures(now);
+                        info!(
+                            "backbone stopped: {} bytes in, {} bytes out, {} NAKs sent, {} NAKs received, {} retransmits sent, {} sources lost, {} items re-imaged, {} link restarts",
+                            f.driver.bytes_received,
+                            f.driver.bytes_sent,
+                            f.driver.naks_sent,
+                            f.driver.naks_received,
+                            f.driver.retransmits_sent,
+                            f.sources_lost,
+                            f.reimages,
+                            f.link_restarts
+                        );
+                    }
                     if ws_cache.hits + ws_cache.misses > 0 {
                         info!(
                             "WebSocket updates: {} encoded, {} reused from another client's encoding (websocket.share_encoding = {})",

@@ -1,0 +1,299 @@
+//! `tickwire bench backbone`: the classic procedure across the backbone (the report's
+//! "src_dist" and "p2ps LAN" rows): publisher -> source node -> Aeron (UDP multicast on
+//! loopback) -> edge node -> subscriber, with the single-node figures of the same run
+//! beside it, and Aeron's own loss generator at the edge for the loss rows.
+
+use super::*;
+use crate::lab::BackboneSpec;
+
+/// `results.json` → `backbone` (docs/BENCHMARKS.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BackboneResult {
+    /// How the nodes were connected.
+    pub transport: String,
+    /// Single node, cache off, same items, same run: the base of the comparison.
+    pub single_node_updates_per_s: u64,
+    /// Across the backbone, cache off and on (the same cache at both nodes).
+    pub throughput: Vec<Throughput>,
+    /// An edge with many subscriber connections, producer 50/50.
+    pub fanout: Option<Fanout>,
+    /// The latency ladder across the backbone (cache off at both nodes).
+    pub latency: Vec<LatencyStep>,
+    /// The single-node ladder, same run, same rates.
+    pub single_node_latency: Vec<LatencyStep>,
+    pub loss: Vec<LossResult>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LossResult {
+    /// Fraction of the data frames the edge's media driver drops.
+    pub loss_rate: f64,
+    /// Highest rate sustained with that loss (every update delivered, no gap).
+    pub sustained_updates_per_s: u64,
+    /// Latency at `latency_rate` with that loss.
+    pub latency_rate: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    /// Sequence gaps seen by the subscriber over every step (must be 0).
+    pub gaps: u64,
+    /// NAKs the edge's driver sent, retransmissions the source's driver sent.
+    pub naks: u64,
+    pub retransmits: u64,
+    pub steps: Vec<Step>,
+}
+
+/// A counter from a node's last log line about its backbone ("backbone stopped: ...").
+fn logged_counter(log: &Path, name: &str) -> u64 {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .rev()
+        .find(|l| l.contains("backbone stopped:"))
+        .and_then(|l| {
+            l.split(',')
+                .find(|part| part.trim_end().ends_with(name))
+                .and_then(|part| {
+                    part.split_whitespace()
+                        .rev()
+                        .nth(name.split_whitespace().count())
+                        .and_then(|n| n.parse().ok())
+                })
+        })
+        .unwrap_or(0)
+}
+
+impl Lab {
+    fn backbone_spec(&self, label: &str, cache: &'static str, items: usize) -> Result<RigSpec> {
+        Ok(RigSpec {
+            backbone: Some(BackboneSpec::loopback()?),
+            ..RigSpec::new(label, cache, items)
+        })
+    }
+
+    pub(super) fn backbone(&mut self) -> Result<()> {
+        let items = if self.quick {
+            self.args.items.min(10_000)
+        } else {
+            self.args.items
+        };
+        let (secs, bisect) = (self.seconds(), self.bisections());
+        let mut r = BackboneResult {
+            transport: "Aeron UDP multicast on loopback, embedded media drivers (shared threading, yield idle)".into(),
+            ..BackboneResult::default()
+        };
+
+        let single = RigSpec::new("backbone single-node cache=off", "off", items);
+        let first = (self.args.max_rate / 4).clamp(1_000, 250_000);
+        let (max, _) = self.search_one_rig("backbone", &single, first, secs, bisect)?;
+        r.single_node_updates_per_s = max;
+        // The backbone's searches start at half the single node's rate.
+        let start = (max / 2).clamp(1_000, self.args.max_rate);
+
+        for cache in ["off", "on"] {
+            let spec = self.backbone_spec(&format!("backbone cache={cache}"), cache, items)?;
+            let (max, steps) = self.search_one_rig("backbone", &spec, start, secs, bisect)?;
+            r.throughput.push(Throughput {
+                cache: cache.into(),
+                items,
+                max_sustainable_updates_per_s: max,
+                limited_by: limit_reason(&steps, max),
+                steps,
+            });
+        }
+
+        let conns = self.args.connections.max(1);
+        let f_items = if self.quick {
+            self.args.fanout_items.min(2_000)
+        } else {
+            self.args.fanout_items
+        };
+        let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns);
+        let spec = RigSpec {
+            connections: conns,
+            commonality: "producer-50-50",
+            fanout,
+            ..self.backbone_spec(
+                &format!("backbone fanout {conns} connections"),
+                "off",
+                f_items,
+            )?
+        };
+        let (max, steps) = self.search_one_rig("backbone", &spec, 10_000, secs, bisect)?;
+        let best = steps
+            .iter()
+            .filter(|s| s.pass && s.target_rate == max)
+            .map(|s| s.delivered_per_s)
+            .fold(0.0, f64::max);
+        r.fanout = Some(Fanout {
+            limited_by: limit_reason(&steps, max),
+            connections: conns,
+            items: f_items,
+            commonality: "producer-50-50".into(),
+            fanout,
+            cache: "off".into(),
+            input_updates_per_s: max,
+            output_updates_per_s: best.round() as u64,
+            steps,
+        });
+
+        let ladder = self.ladder();
+        let single = RigSpec::new("backbone single-node latency cache=off", "off", items);
+        r.single_node_latency = self.latency_ladder(&single, "backbone", &ladder)?;
+        let spec = self.backbone_spec("backbone latency cache=off", "off", items)?;
+        r.latency = self.latency_ladder(&spec, "backbone", &ladder)?;
+
+        for loss in [0.001, 0.01] {
+            r.loss.push(self.backbone_loss(loss, items, start)?);
+        }
+        self.results.backbone = Some(r);
+        Ok(())
+    }
+
+    /// One rig with `loss` at the edge: latency at 10,000 updates/s, then the highest
+    /// rate it sustains; the drivers' NAK and retransmit counts from the nodes' logs.
+    fn backbone_loss(&mut self, loss: f64, items: usize, start: u64) -> Result<LossResult> {
+        let label = format!("backbone loss={loss}");
+        let mut spec = self.backbone_spec(&label, "off", items)?;
+        if let Some(bb) = spec.backbone.as_mut() {
+            bb.loss = Some(loss);
+        }
+        let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
+        self.results.commands.extend(rigs[0].commands());
+        let monitor = self.monitor(&rigs);
+        let latency_rate = 10_000;
+        let secs = self.seconds();
+        let held = hold(&mut rigs, latency_rate, secs, 1.0, &monitor)?;
+        let at = held.into_iter().next().expect("one rig");
+        self.progress.line(&step_text(&at), 1.0);
+        let (limit, bisect) = (self.args.max_rate, self.bisections());
+        let progress = &mut self.progress;
+        let (max, steps) = find_max(&mut rigs, start, limit, bisect, secs, &monitor, &mut |s| {
+            progress.line(&step_text(&s[0]), 1.0)
+        })?;
+        let mut steps: Vec<Step> = steps.into_iter().flatten().collect();
+        steps.insert(0, at.clone());
+        self.record_processes("backbone", &steps);
+        stop_rigs(rigs)?;
+        let tag = lab::rig_tag(&label);
+        let edge_log = self.logs.join(format!("node-edge-{tag}.log"));
+        let source_log = self.logs.join(format!("node-source-{tag}.log"));
+        Ok(LossResult {
+            loss_rate: loss,
+            sustained_updates_per_s: max,
+            latency_rate,
+            p50_ns: at.latency.p50_ns,
+            p99_ns: at.latency.p99_ns,
+            gaps: steps.iter().map(|s| s.gaps).sum(),
+            naks: logged_counter(&edge_log, "NAKs sent"),
+            retransmits: logged_counter(&source_log, "retransmits sent"),
+            steps,
+        })
+    }
+}
+
+/// The backbone's part of report.md.
+pub fn report(md: &mut String, b: &BackboneResult) -> Result<()> {
+    writeln!(md, "## Across the backbone ({})\n", b.transport)?;
+    writeln!(
+        md,
+        "Single node, cache off, same run: {} updates/s.\n",
+        fmt_rate(b.single_node_updates_per_s as f64)
+    )?;
+    writeln!(md, "| path | max sustainable updates/s | of single node | source CPU | edge CPU | publisher CPU | subscriber CPU | next step failed |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|")?;
+    for t in &b.throughput {
+        let best = t
+            .steps
+            .iter()
+            .find(|s| s.pass && s.target_rate == t.max_sustainable_updates_per_s);
+        let cpu = |prefix: &str| {
+            best.and_then(|s| s.processes.iter().find(|p| p.name.starts_with(prefix)))
+                .map_or("-".to_string(), |p| format!("{:.0}%", p.cpu_percent))
+        };
+        let share = if b.single_node_updates_per_s > 0 {
+            format!(
+                "{:.0}%",
+                100.0 * t.max_sustainable_updates_per_s as f64 / b.single_node_updates_per_s as f64
+            )
+        } else {
+            "-".into()
+        };
+        writeln!(
+            md,
+            "| backbone, cache {} | {} | {} | {} | {} | {} | {} | {} |",
+            t.cache,
+            fmt_rate(t.max_sustainable_updates_per_s as f64),
+            share,
+            cpu("node-source"),
+            cpu("node-edge"),
+            cpu("perf-pub"),
+            cpu("perf-sub"),
+            t.limited_by.as_deref().unwrap_or("-")
+        )?;
+    }
+    writeln!(md, "\nReference (RMDS 6, 2009, one core per process, separate hosts): src_dist cache disabled 1,480,000/s; p2ps LAN cache enabled 650,000/s.\n")?;
+    if let Some(f) = &b.fanout {
+        writeln!(
+            md,
+            "Fan-out at the edge ({} connections, producer 50/50, fan-out {:.1}, {} items): {} in, {} out per second; next step failed: {}.\n",
+            f.connections,
+            f.fanout,
+            f.items,
+            fmt_rate(f.input_updates_per_s as f64),
+            fmt_rate(f.output_updates_per_s as f64),
+            f.limited_by.as_deref().unwrap_or("-")
+        )?;
+    }
+    if !b.latency.is_empty() {
+        writeln!(
+            md,
+            "### End-to-end latency, single node and across the backbone (cache off; µs)\n"
+        )?;
+        writeln!(md, "| rate/s | single p50 | backbone p50 | added p50 | single p99 | backbone p99 | backbone mean | backbone max | sustained |")?;
+        writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
+        for l in &b.latency {
+            let s = b.single_node_latency.iter().find(|x| x.rate == l.rate);
+            let opt = |f: &dyn Fn(&LatencyStep) -> f64| s.map_or("-".to_string(), |x| us(f(x)));
+            let added = s.map_or("-".to_string(), |x| us(l.p50_ns as f64 - x.p50_ns as f64));
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                fmt_rate(l.rate as f64),
+                opt(&|x| x.p50_ns as f64),
+                us(l.p50_ns as f64),
+                added,
+                opt(&|x| x.p99_ns as f64),
+                us(l.p99_ns as f64),
+                us(l.mean_ns),
+                us(l.max_ns as f64),
+                if l.sustained { "yes" } else { "no" }
+            )?;
+        }
+        writeln!(md)?;
+    }
+    if !b.loss.is_empty() {
+        writeln!(
+            md,
+            "### Loss at the edge (Aeron's loss generator on received data frames)\n"
+        )?;
+        writeln!(md, "| loss | sustained updates/s | p50 / p99 at 10,000/s (µs) | gaps | NAKs sent (edge) | retransmits sent (source) |")?;
+        writeln!(md, "|---|---|---|---|---|---|")?;
+        for l in &b.loss {
+            writeln!(
+                md,
+                "| {:.1}% | {} | {} / {} | {} | {} | {} |",
+                l.loss_rate * 100.0,
+                fmt_rate(l.sustained_updates_per_s as f64),
+                us(l.p50_ns as f64),
+                us(l.p99_ns as f64),
+                l.gaps,
+                l.naks,
+                l.retransmits
+            )?;
+        }
+        writeln!(md)?;
+    }
+    for t in &b.throughput {
+        steps_table(md, &format!("Backbone steps, cache {}", t.cache), &t.steps)?;
+    }
+    Ok(())
+}
