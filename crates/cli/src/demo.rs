@@ -1,4 +1,7 @@
-//! `tickwire demo`: an embedded node, a synthetic feed and a live quote board.
+//! `tickwire demo`: the distributed system on one machine, in one process: a source
+//! node fed by a synthetic feed, two edge nodes on a backbone (Aeron multicast on
+//! loopback), and a live quote board reading from the first edge; each node serves its
+//! dashboard. `--single`: one node, no backbone.
 
 use crate::publish::{run_feed, PublishArgs};
 use anyhow::{Context, Result};
@@ -7,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_client::{ConnectOptions, EventRef, RequestOptions, Subscriber};
-use tickwire_node::{NodeConfig, NodeServer};
-use tickwire_proto::{fid, DataState, FieldList, Value};
+use tickwire_node::{NodeConfig, NodeServer, RunningNode};
+use tickwire_proto::{fid, DataState, FieldList, ServiceState, Value};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -31,6 +34,109 @@ pub struct DemoArgs {
     /// Items shown on the board.
     #[arg(long, value_name = "N", default_value_t = 16)]
     board: usize,
+    /// One node (feed and board on it), no backbone.
+    #[arg(long)]
+    single: bool,
+}
+
+/// A node in the demo: ports that are taken fall back to free ones, each in turn.
+fn spawn_node(mut cfg: NodeConfig) -> Result<RunningNode> {
+    loop {
+        match NodeServer::spawn(cfg.clone()) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if cfg.node.listen.port() != 0
+                    && std::net::TcpListener::bind(cfg.node.listen).is_err()
+                {
+                    cfg.node.listen.set_port(0);
+                } else if !cfg.websocket.listen.is_empty() && !cfg.websocket.listen.ends_with(":0")
+                {
+                    let mut ws: std::net::SocketAddr = cfg.websocket.listen.parse()?;
+                    ws.set_port(0);
+                    cfg.websocket.listen = ws.to_string();
+                } else {
+                    return Err(e).context("cannot start an embedded node");
+                }
+            }
+            Err(e) => return Err(e).context("cannot start an embedded node"),
+        }
+    }
+}
+
+/// The demo's nodes: where the feed publishes, where the board reads, and the others.
+struct Nodes {
+    /// The node the feed publishes to (the source).
+    feed: RunningNode,
+    /// The node the board reads from (the first edge), when not the same.
+    board: Option<RunningNode>,
+    others: Vec<RunningNode>,
+}
+
+impl Nodes {
+    fn board_node(&self) -> &RunningNode {
+        self.board.as_ref().unwrap_or(&self.feed)
+    }
+
+    fn dashboards(&self) -> Vec<(String, String)> {
+        let mut v = Vec::new();
+        let mut add = |name: &str, n: &RunningNode| {
+            if let Some(a) = n.ws_addr {
+                v.push((
+                    name.to_string(),
+                    format!("http://{a}/?items=SYM0,SYM1,SYM2,SYM3"),
+                ));
+            }
+        };
+        match &self.board {
+            Some(b) => {
+                add("edge-1", b);
+                for (i, o) in self.others.iter().enumerate() {
+                    add(&format!("edge-{}", i + 2), o);
+                }
+                add("source", &self.feed);
+            }
+            None => add("node", &self.feed),
+        }
+        v
+    }
+}
+
+fn start_nodes(args: &DemoArgs) -> Result<Nodes> {
+    let mut base = NodeConfig::default();
+    base.node.stats_interval_s = 0;
+    if args.single {
+        let mut cfg = base;
+        cfg.node.listen = args.listen;
+        cfg.websocket.listen = args.ws.to_string();
+        return Ok(Nodes {
+            feed: spawn_node(cfg)?,
+            board: None,
+            others: Vec::new(),
+        });
+    }
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let channel = format!("aeron:udp?endpoint=239.20.30.41:{port}|interface=127.0.0.1");
+    let node = |name: &str, role: &str, listen: std::net::SocketAddr, ws: String| {
+        let mut cfg = base.clone();
+        cfg.node.name = name.into();
+        cfg.node.listen = listen;
+        cfg.websocket.listen = ws;
+        cfg.backbone.role = role.into();
+        cfg.backbone.channel = channel.clone();
+        cfg
+    };
+    let free: std::net::SocketAddr = "127.0.0.1:0".parse()?;
+    let source = spawn_node(node("source", "source", args.listen, "127.0.0.1:0".into()))
+        .context("cannot start the source node (tickwire demo --single runs without a backbone)")?;
+    let edge_1 = spawn_node(node("edge-1", "edge", free, args.ws.to_string()))?;
+    let edge_2 = spawn_node(node("edge-2", "edge", free, "127.0.0.1:0".into()))?;
+    Ok(Nodes {
+        feed: source,
+        board: Some(edge_1),
+        others: vec![edge_2],
+    })
 }
 
 #[derive(Default, Clone)]
@@ -79,34 +185,11 @@ pub fn run(args: DemoArgs) -> Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
 
-    let mut cfg = NodeConfig::default();
-    cfg.node.listen = args.listen;
-    cfg.node.stats_interval_s = 0;
-    cfg.websocket.listen = args.ws.to_string();
-    // A taken port (another node running) falls back to a free one, each in turn.
-    let node = loop {
-        match NodeServer::spawn(cfg.clone()) {
-            Ok(n) => break n,
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                if cfg.node.listen.port() != 0
-                    && std::net::TcpListener::bind(cfg.node.listen).is_err()
-                {
-                    cfg.node.listen.set_port(0);
-                } else if cfg.websocket.listen != "127.0.0.1:0" {
-                    let mut ws = args.ws;
-                    ws.set_port(0);
-                    cfg.websocket.listen = ws.to_string();
-                } else {
-                    return Err(e).context("cannot start the embedded node");
-                }
-            }
-            Err(e) => return Err(e).context("cannot start the embedded node"),
-        }
-    };
-    let addr = node.addr.to_string();
-    let dashboard = node.ws_addr.map_or_else(String::new, |a| {
-        format!("http://{a}/?items=SYM0,SYM1,SYM2,SYM3")
-    });
+    let nodes = start_nodes(&args)?;
+    let addr = nodes.feed.addr.to_string();
+    let board_addr = nodes.board_node().addr.to_string();
+    let dashboards = nodes.dashboards();
+    let dashboard = dashboards.first().map_or_else(String::new, |d| d.1.clone());
     let feed_args = PublishArgs {
         node: addr.clone(),
         credentials: Default::default(),
@@ -127,7 +210,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
             .spawn(move || run_feed(&a, s, r))?
     };
 
-    let mut opts = ConnectOptions::new(addr.clone());
+    let mut opts = ConnectOptions::new(board_addr.clone());
     opts.application = "tickwire-demo".into();
     let mut sub = Subscriber::connect(opts)?;
     let shown = args.board.clamp(1, args.items.max(1));
@@ -138,11 +221,14 @@ pub fn run(args: DemoArgs) -> Result<()> {
         })
         .collect();
     // Subscribe once the feed has published its images (a request for an item a
-    // non-interactive service does not have is closed at once).
-    let wait_until = Instant::now() + Duration::from_secs(10);
-    while !feed_ready.load(Ordering::SeqCst) {
+    // non-interactive service does not have is closed at once) and the board's node
+    // has the service (an edge learns it from the backbone).
+    let wait_until = Instant::now() + Duration::from_secs(20);
+    while !feed_ready.load(Ordering::SeqCst)
+        || sub.directory().get("FEED") != Some(&ServiceState::Up)
+    {
         if Instant::now() >= wait_until || feed.is_finished() {
-            anyhow::bail!("the demo feed did not come up within 10 s");
+            anyhow::bail!("the demo feed did not reach the board's node within 20 s");
         }
         sub.dispatch(Duration::from_millis(20), |_| {})?;
     }
@@ -159,10 +245,20 @@ pub fn run(args: DemoArgs) -> Result<()> {
     if tty {
         write!(out, "\x1b[?25l\x1b[2J")?;
     } else {
+        let topology = match &nodes.board {
+            Some(_) => format!(
+                "source node on {addr} (the feed), edges on {board_addr} (the board) and {}, on the backbone",
+                nodes.others.iter().map(|n| n.addr.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+            None => format!("node on {addr}"),
+        };
+        let all: Vec<String> = dashboards.iter().map(|(n, u)| format!("{n} {u}")).collect();
         writeln!(
             out,
-            "tickwire demo: node on {addr}, {} items at {} updates/s; try `tickwire subscribe --node {addr} SYM0`; dashboard {dashboard}",
-            args.items, args.rate
+            "tickwire demo: {topology}, {} items at {} updates/s; try `tickwire subscribe --node {board_addr} SYM0`; dashboard {dashboard} (dashboards: {})",
+            args.items,
+            args.rate,
+            all.join(", ")
         )?;
     }
     let mut received: u64 = 0;
@@ -200,7 +296,15 @@ pub fn run(args: DemoArgs) -> Result<()> {
                 let secs = now.duration_since(last_draw).as_secs_f64().max(1e-3);
                 let rate = (received - last_count) as f64 / secs;
                 if tty {
-                    draw_board(&mut out, &addr, &dashboard, &rows, now - start, rate, &args)?;
+                    draw_board(
+                        &mut out,
+                        &nodes,
+                        &dashboards,
+                        &rows,
+                        now - start,
+                        rate,
+                        &args,
+                    )?;
                     next_draw = now + Duration::from_millis(250);
                 } else {
                     let r = &rows[0];
@@ -234,40 +338,62 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let sent = feed
         .join()
         .map_err(|_| anyhow::anyhow!("feed thread panicked"))?;
-    let stats = node.stop()?;
+    let Nodes {
+        feed: feed_node,
+        board,
+        others,
+    } = nodes;
+    let board_stats = match board {
+        Some(b) => Some(b.stop()?),
+        None => None,
+    };
+    for o in others {
+        o.stop()?;
+    }
+    let feed_stats = feed_node.stop()?;
     result?;
     let sent = sent?;
+    let fanned = board_stats.as_ref().unwrap_or(&feed_stats).updates_out;
     writeln!(
         out,
-        "tickwire demo finished after {:.1} s: feed sent {sent} updates, node fanned out {}, board received {received}",
+        "tickwire demo finished after {:.1} s: feed sent {sent} updates, the board's node fanned out {fanned}, board received {received}",
         start.elapsed().as_secs_f64(),
-        stats.updates_out
     )?;
     Ok(())
 }
 
 fn draw_board(
     out: &mut impl Write,
-    addr: &str,
-    dashboard: &str,
+    nodes: &Nodes,
+    dashboards: &[(String, String)],
     rows: &[Row],
     elapsed: Duration,
     rate: f64,
     args: &DemoArgs,
 ) -> std::io::Result<()> {
+    let board = nodes.board_node().addr;
     write!(out, "\x1b[H")?;
+    let topology = match &nodes.board {
+        Some(_) => format!(
+            "feed -> source {} -> backbone -> edge-1 {board} -> board (+ edge-2)",
+            nodes.feed.addr
+        ),
+        None => format!("node {board}"),
+    };
     writeln!(
         out,
-        "\x1b[1mTickwire demo\x1b[0m  node {addr}  feed {} items at {} updates/s  up {:.0} s\x1b[K",
+        "\x1b[1mTickwire demo\x1b[0m  {topology}  feed {} items at {} updates/s  up {:.0} s\x1b[K",
         args.items,
         args.rate,
         elapsed.as_secs_f64()
     )?;
     writeln!(
         out,
-        "board: {rate:.0} updates/s   Ctrl-C to stop   other terminal: tickwire subscribe --node {addr} SYM0\x1b[K"
+        "board: {rate:.0} updates/s   Ctrl-C to stop   other terminal: tickwire subscribe --node {board} SYM0\x1b[K"
     )?;
-    writeln!(out, "dashboard (browser): {dashboard}\x1b[K")?;
+    for (name, url) in dashboards {
+        writeln!(out, "dashboard of {name} (browser): {url}\x1b[K")?;
+    }
     writeln!(out, "\x1b[K")?;
     writeln!(
         out,
