@@ -100,12 +100,29 @@ impl Lab {
             });
         }
 
+        // `bench quick` keeps it short: no fan-out row, 1% loss only.
+        if !self.quick {
+            r.fanout = Some(self.backbone_fanout()?);
+        }
+        let ladder = self.ladder();
+        let single = RigSpec::new("backbone single-node latency cache=off", "off", items);
+        r.single_node_latency = self.latency_ladder(&single, "backbone", &ladder)?;
+        let spec = self.backbone_spec("backbone latency cache=off", "off", items)?;
+        r.latency = self.latency_ladder(&spec, "backbone", &ladder)?;
+
+        let losses: &[f64] = if self.quick { &[0.01] } else { &[0.001, 0.01] };
+        for &loss in losses {
+            r.loss.push(self.backbone_loss(loss, items, start)?);
+        }
+        self.results.backbone = Some(r);
+        Ok(())
+    }
+
+    /// An edge with many subscriber connections, producer 50/50, fed from the backbone.
+    fn backbone_fanout(&mut self) -> Result<Fanout> {
+        let (secs, bisect) = (self.seconds(), self.bisections());
         let conns = self.args.connections.max(1);
-        let f_items = if self.quick {
-            self.args.fanout_items.min(2_000)
-        } else {
-            self.args.fanout_items
-        };
+        let f_items = self.args.fanout_items;
         let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns);
         let spec = RigSpec {
             connections: conns,
@@ -123,7 +140,7 @@ impl Lab {
             .filter(|s| s.pass && s.target_rate == max)
             .map(|s| s.delivered_per_s)
             .fold(0.0, f64::max);
-        r.fanout = Some(Fanout {
+        Ok(Fanout {
             limited_by: limit_reason(&steps, max),
             connections: conns,
             items: f_items,
@@ -133,19 +150,7 @@ impl Lab {
             input_updates_per_s: max,
             output_updates_per_s: best.round() as u64,
             steps,
-        });
-
-        let ladder = self.ladder();
-        let single = RigSpec::new("backbone single-node latency cache=off", "off", items);
-        r.single_node_latency = self.latency_ladder(&single, "backbone", &ladder)?;
-        let spec = self.backbone_spec("backbone latency cache=off", "off", items)?;
-        r.latency = self.latency_ladder(&spec, "backbone", &ladder)?;
-
-        for loss in [0.001, 0.01] {
-            r.loss.push(self.backbone_loss(loss, items, start)?);
-        }
-        self.results.backbone = Some(r);
-        Ok(())
+        })
     }
 
     /// One rig with `loss` at the edge: latency at 10,000 updates/s, then the highest
