@@ -469,6 +469,21 @@ impl Source {
             self.stats.data_bytes += m.len() as u64;
             self.pending.pop_front();
         }
+        // While the backbone takes everything, a link the core had marked behind gets
+        // its conflated updates (`on_output_written`, as a socket would), until it is
+        // live again.
+        loop {
+            self.pump_core_output(core, out);
+            if !self.pending.is_empty() || !core.on_output_written(self.conn) {
+                break;
+            }
+        }
+        let _ = now;
+    }
+
+    /// The core's output for this link, cut into data messages and offered; what the
+    /// backbone does not take waits in `pending`.
+    fn pump_core_output(&mut self, core: &mut Node, out: &mut dyn Outbox) {
         let Some(w) = core.output(self.conn) else {
             return;
         };
@@ -545,7 +560,6 @@ impl Source {
         for d in directory {
             self.on_core_directory(&d);
         }
-        let _ = now;
     }
 
     /// The core's directory (whole at login, then changes) becomes the backbone's.

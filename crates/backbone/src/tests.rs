@@ -107,7 +107,12 @@ fn core_config(cache: bool) -> CoreConfig {
 impl World {
     fn new(edges: usize) -> World {
         let now = Instant::now();
-        let mut src_core = Node::new(core_config(true), now);
+        // A small queue before the core treats the backbone link as behind, so a test
+        // can make it so with a few updates.
+        let mut cfg = core_config(true);
+        cfg.slow_consumer.conflate_above_bytes = 4096;
+        cfg.slow_consumer.conflate_above_messages = 64;
+        let mut src_core = Node::new(cfg, now);
         let source = Source::start(&mut src_core, SourceConfig::default(), 0x5005, now);
         let mut w = World {
             now,
@@ -462,15 +467,35 @@ fn a_backbone_that_takes_nothing_makes_the_source_conflate_never_queue_without_b
     }
     let queued = w.src_core.pending_output(w.source.conn());
     assert!(queued < 1 << 20, "{queued} bytes queued for the backbone");
+    let behind = |w: &World| {
+        w.src_core
+            .connection_reports()
+            .iter()
+            .any(|r| r.peer.contains("backbone") && r.behind)
+    };
+    assert!(behind(&w), "the core never saw the link as behind");
     w.open = true;
     w.settle();
-    w.advance(Duration::from_millis(300));
     let got = w.recv(0, a);
     let last = got.last().cloned();
     assert!(
         matches!(&last, Some(Got::Update { sid: 1, bid: Some(b), .. }) if b == "119.99"),
         "the latest value arrives: {last:?} (of {} messages)",
         got.len()
+    );
+    // And the link is live again: the next update goes straight through.
+    assert!(!behind(&w), "the source's link is still behind");
+    w.publish(p, 0, 2000, 12000);
+    assert!(
+        matches!(
+            &w.recv(0, a)[..],
+            [Got::Update {
+                sid: 1,
+                seq: 2000,
+                ..
+            }]
+        ),
+        "the next update did not come through"
     );
 }
 
