@@ -178,7 +178,11 @@ pub(crate) fn merge(cf: &mut Conflation, item: ItemHandle, stream_id: u32, u: &U
     } else if p.update_type != u.update_type {
         p.update_type = UpdateType::Other;
     }
-    p.count += 1;
+    // An update may already stand for several (merged by an upstream node, e.g. a
+    // source for its backbone link): the merge stands for all of them, so the
+    // subscriber's sequence check still adds up. A count of 0 continues a merge too
+    // large for one message (same sequence number) and adds nothing.
+    p.count = p.count.saturating_add(u32::from(u.conflation_count)).max(1);
     p.seq = u.seq;
     if u.do_not_conflate {
         p.dropped += 1;

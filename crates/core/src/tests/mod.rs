@@ -1193,6 +1193,39 @@ fn a_slow_subscriber_gets_conflated_updates_that_rebuild_the_current_image() {
 }
 
 #[test]
+fn merging_updates_that_already_stand_for_several_adds_their_counts() {
+    // A node fed by another node (a backbone edge) receives updates its upstream
+    // already merged: a merge of those stands for the sum, or a subscriber checking
+    // sequence numbers would see gaps that are not there.
+    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(10000, 10010);
+    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let slow = h.login(Role::Subscriber);
+    h.request(slow, 1, "FEED", "SYM0", true, None);
+    let mut replica = Replica::default();
+    replica.apply(&h.read_all(slow));
+    let mut seq = 1u32;
+    for k in 0..2_000u32 {
+        let fields = bid_ask(10000 + k as i64, 10100 + k as i64);
+        seq += 3;
+        let merged_upstream = Message::Update(Update {
+            stream_id: 1,
+            seq,
+            update_type: UpdateType::Quote,
+            do_not_conflate: false,
+            conflation_count: 3,
+            fields: FieldList::decode(&fields).unwrap(),
+        });
+        h.send(p, &[merged_upstream]);
+    }
+    assert_eq!(h.node.stats().slow_consumer_episodes, 1);
+    replica.apply(&h.read_all(slow));
+    assert!(replica.merged_messages > 0);
+    assert_eq!(replica.updates_seen[&1], 3 * 2_000);
+}
+
+#[test]
 fn conflation_works_with_the_cache_off_and_respects_views() {
     let mut h = slow_harness(false, SlowConsumerPolicy::Conflate);
     let p = h.publisher("FEED", false);
