@@ -51,7 +51,7 @@ impl Default for EdgeConfig {
             liveness: Duration::from_secs(1),
             request_retry: Duration::from_secs(1),
             max_sources: 256,
-            max_control: 65_536,
+            max_control: 1 << 20,
         }
     }
 }

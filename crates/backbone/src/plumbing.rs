@@ -60,3 +60,38 @@ pub fn for_each_message(bytes: &[u8], mut f: impl FnMut(u8, &[u8])) -> usize {
     }
     at
 }
+
+/// The frames in `bytes` (length-prefixed, as the core writes them): each payload with
+/// the bytes the whole frame takes. Stops at an incomplete frame.
+pub fn frames(bytes: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if bytes.len() - at < 4 {
+            return None;
+        }
+        let len =
+            u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
+        let payload = bytes.get(at + 4..at + 4 + len)?;
+        at += 4 + len;
+        Some((payload, 4 + len))
+    })
+}
+
+/// The messages of one frame payload: each message's type and whole encoding, read
+/// from the headers only. Stops at an inconsistency (which the core never writes).
+pub fn messages(payload: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
+    let mut p = 0;
+    std::iter::from_fn(move || {
+        if payload.len() - p < MESSAGE_HEADER_LEN {
+            return None;
+        }
+        let body = u16::from_be_bytes([payload[p + 1], payload[p + 2]]) as usize;
+        let end = p + MESSAGE_HEADER_LEN + body;
+        if end > payload.len() {
+            return None;
+        }
+        let m = (payload[p], &payload[p..end]);
+        p = end;
+        Some(m)
+    })
+}

@@ -10,7 +10,7 @@
 //! the core's slow-consumer policy (conflation) applies: a slow backbone never blocks a
 //! publisher.
 
-use crate::plumbing::{self, for_each_message, stream_id};
+use crate::plumbing::{self, frames, messages, stream_id};
 use crate::wire::{data_header, BackboneMessage, ServiceInfo, DATA_HEADER_LEN};
 use crate::Outbox;
 use log::{info, warn};
@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 use tickwire_core::{ConnId, Node};
+use tickwire_proto::message::MESSAGE_HEADER_LEN;
 use tickwire_proto::{
     code, DataState, Message, MessageType, Request, Role, ServiceState, State, Status, StreamState,
 };
@@ -55,7 +56,7 @@ impl Default for SourceConfig {
             never: Vec::new(),
             batch_bytes: 1376,
             max_edges: 1024,
-            max_control: 65_536,
+            max_control: 1 << 20,
         }
     }
 }
@@ -72,6 +73,8 @@ pub struct SourceStats {
     pub back_pressured: u64,
     pub control_dropped: u64,
     pub bad_messages: u64,
+    /// Times the core closed the link and the source joined again.
+    pub link_reconnects: u64,
 }
 
 struct SourceStream {
@@ -80,7 +83,18 @@ struct SourceStream {
     edges: Vec<u64>,
     /// The core has answered with its first image.
     refreshed: bool,
+    /// Waiting in `to_request` (a first request or a fresh image for a late edge).
+    queued: bool,
+    /// Asked of the core and not answered yet.
+    asked: bool,
 }
+
+/// Bytes the core may hold for the link before the source asks it for more images:
+/// the images of a large watchlist are asked for as the backbone takes them, so they
+/// never pile up in the core's queue (whose hard bound would close the link).
+const REQUEST_BUDGET: usize = 256 * 1024;
+/// Requests asked of the core and not answered yet (cache off: the publishers answer).
+const MAX_ASKED: usize = 4096;
 
 pub struct Source {
     conn: ConnId,
@@ -101,6 +115,9 @@ pub struct Source {
     next_heartbeat: Instant,
     control: VecDeque<Vec<u8>>,
     pending: VecDeque<Vec<u8>>,
+    /// Streams to ask the core for (paced by `REQUEST_BUDGET` and `MAX_ASKED`).
+    to_request: VecDeque<u32>,
+    asked: usize,
     batch: Vec<u8>,
     to_core: Vec<u8>,
     stats: SourceStats,
@@ -127,6 +144,8 @@ impl Source {
             next_heartbeat: now,
             control: VecDeque::new(),
             pending: VecDeque::new(),
+            to_request: VecDeque::new(),
+            asked: 0,
             batch: Vec::new(),
             to_core: Vec::new(),
             stats: SourceStats::default(),
@@ -155,17 +174,24 @@ impl Source {
         self.id = id;
         self.control.clear();
         self.pending.clear();
+        self.to_request.clear();
         self.edges.clear();
         let open: Vec<u32> = self.streams.keys().copied().collect();
         for sid in open {
             self.close_stream(core, sid, now);
         }
+        self.asked = 0;
         // What the core had queued for the old link is for streams now closed.
         if let Some(w) = core.output(self.conn) {
             let n = w.sealed_bytes().len();
             w.consume(n);
         }
         self.directory_due = true;
+    }
+
+    /// Bytes taken from the core and waiting for the backbone (at most about a frame).
+    pub fn held_bytes(&self) -> usize {
+        self.pending.iter().map(Vec::len).sum()
     }
 
     /// When [`Source::on_tick`] is next needed.
@@ -273,18 +299,18 @@ impl Source {
             if !s.edges.contains(&edge) {
                 s.edges.push(edge);
             }
-            let refreshed = s.refreshed;
+            let again = s.refreshed && !s.queued;
             self.queue_control(&BackboneMessage::Opened {
                 source: self.id,
                 stream: sid,
                 service,
                 item,
             });
-            if refreshed {
+            if again {
                 // A fresh image for the edge that asks (the core answers a request on
                 // an open stream with one); edges already in step ignore it.
                 self.stats.reimages += 1;
-                self.request(core, sid, service, item, now);
+                self.queue_request(sid);
             }
             return;
         }
@@ -308,10 +334,45 @@ impl Source {
                 item: item.to_string(),
                 edges: vec![edge],
                 refreshed: false,
+                queued: false,
+                asked: false,
             },
         );
         self.by_item.insert(key, sid);
-        self.request(core, sid, service, item, now);
+        self.queue_request(sid);
+        let _ = (core, now);
+    }
+
+    fn queue_request(&mut self, sid: u32) {
+        if let Some(s) = self.streams.get_mut(&sid) {
+            if !s.queued {
+                s.queued = true;
+                self.to_request.push_back(sid);
+            }
+        }
+    }
+
+    /// Asks the core for queued streams while its queue for the link is short and few
+    /// requests are unanswered. Returns how many were asked.
+    fn issue_requests(&mut self, core: &mut Node, now: Instant) -> usize {
+        let mut n = 0;
+        while self.asked < MAX_ASKED && core.pending_output(self.conn) < REQUEST_BUDGET {
+            let Some(sid) = self.to_request.pop_front() else {
+                break;
+            };
+            let Some(s) = self.streams.get_mut(&sid) else {
+                continue;
+            };
+            s.queued = false;
+            if !s.asked {
+                s.asked = true;
+                self.asked += 1;
+            }
+            let (service, item) = (s.service.clone(), s.item.clone());
+            self.request(core, sid, &service, &item, now);
+            n += 1;
+        }
+        n
     }
 
     /// A closed status for a stream the core never saw, as a data message.
@@ -356,6 +417,9 @@ impl Source {
 
     fn close_stream(&mut self, core: &mut Node, sid: u32, now: Instant) {
         if let Some(s) = self.streams.remove(&sid) {
+            if s.asked {
+                self.asked -= 1;
+            }
             self.by_item.remove(&(s.service, s.item));
             self.to_core.clear();
             let _ = Message::Close { stream_id: sid }.encode(&mut self.to_core);
@@ -472,13 +536,42 @@ impl Source {
         // While the backbone takes everything, a link the core had marked behind gets
         // its conflated updates (`on_output_written`, as a socket would), until it is
         // live again.
-        loop {
+        if !core.is_live(self.conn) {
+            self.reconnect(core, now);
+        }
+        // Bounded: each round either moves output or asks for more, and both stop when
+        // the backbone or the budget is full.
+        for _ in 0..64 {
             self.pump_core_output(core, out);
-            if !self.pending.is_empty() || !core.on_output_written(self.conn) {
+            if !self.pending.is_empty() {
+                break;
+            }
+            let wrote = core.on_output_written(self.conn);
+            let asked = self.issue_requests(core, now);
+            if !wrote && asked == 0 {
                 break;
             }
         }
-        let _ = now;
+    }
+
+    /// The core closed the link (e.g. its queue passed the hard bound): a new link, as
+    /// a new source, so that every edge re-images what it takes from this node.
+    fn reconnect(&mut self, core: &mut Node, now: Instant) {
+        warn!("backbone: the core closed the source's link; joining again as a new source");
+        self.conn = plumbing::connect(core, "backbone (source)", Role::Subscriber, now);
+        self.stats.link_reconnects += 1;
+        self.id = crate::random_id();
+        self.streams.clear();
+        self.by_item.clear();
+        self.to_request.clear();
+        self.asked = 0;
+        self.control.clear();
+        self.pending.clear();
+        self.edges.clear();
+        // The new link's welcome and directory are in its queue: the directory is
+        // read from there as usual.
+        self.directory.clear();
+        self.directory_changed();
     }
 
     /// The core's output for this link, cut into data messages and offered; what the
@@ -491,75 +584,99 @@ impl Source {
             return;
         }
         let bytes = w.sealed_bytes();
-        let mut batch = std::mem::take(&mut self.batch);
         let mut closed: Vec<u32> = Vec::new();
         let mut refreshed: Vec<u32> = Vec::new();
         let mut directory = Vec::new();
         let max = self.cfg.batch_bytes.max(DATA_HEADER_LEN + 16);
-        let id = self.id;
-        let mut ready: Vec<Vec<u8>> = Vec::new();
-        let walked = for_each_message(bytes, |ty, encoded| {
-            match MessageType::from_u8(ty) {
-                Some(MessageType::Refresh | MessageType::Update | MessageType::Status) => {}
-                Some(MessageType::Directory) => {
-                    directory.push(encoded.to_vec());
-                    return;
-                }
-                _ => return,
-            }
-            if ty == MessageType::Refresh as u8 {
-                if let Some(sid) = stream_id(encoded) {
-                    refreshed.push(sid);
-                }
-            } else if ty == MessageType::Status as u8 {
-                if let Ok(Message::Status(s)) = Message::decode_body(
-                    ty,
-                    &encoded[tickwire_proto::message::MESSAGE_HEADER_LEN..],
-                ) {
-                    if s.state.stream != StreamState::Open {
-                        closed.push(s.stream_id);
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        // Whole frames are taken from the core; once the backbone refuses a batch, the
+        // rest of that frame waits in `pending` and the later frames stay in the core's
+        // queue (where its slow-consumer policy sees them).
+        let mut walked = 0;
+        let mut blocked = false;
+        for (payload, frame_len) in frames(bytes) {
+            for (ty, encoded) in messages(payload) {
+                match MessageType::from_u8(ty) {
+                    Some(MessageType::Refresh) => {
+                        if let Some(sid) = stream_id(encoded) {
+                            refreshed.push(sid);
+                        }
                     }
+                    Some(MessageType::Status) => {
+                        if let Ok(Message::Status(s)) =
+                            Message::decode_body(ty, &encoded[MESSAGE_HEADER_LEN..])
+                        {
+                            if s.state.stream != StreamState::Open {
+                                closed.push(s.stream_id);
+                            }
+                        }
+                    }
+                    Some(MessageType::Update) => {}
+                    Some(MessageType::Directory) => {
+                        directory.push(encoded.to_vec());
+                        continue;
+                    }
+                    _ => continue,
                 }
+                if !batch.is_empty() && batch.len() + encoded.len() > max {
+                    let full = std::mem::take(&mut batch);
+                    blocked = !self.send_or_hold(out, full, blocked);
+                }
+                if batch.is_empty() {
+                    data_header(&mut batch, self.id);
+                }
+                batch.extend_from_slice(encoded);
             }
-            if !batch.is_empty() && batch.len() + encoded.len() > max {
-                ready.push(std::mem::take(&mut batch));
+            walked += frame_len;
+            if blocked {
+                break;
             }
-            if batch.is_empty() {
-                data_header(&mut batch, id);
-            }
-            batch.extend_from_slice(encoded);
-        });
-        w.consume(walked);
-        if !batch.is_empty() {
-            ready.push(batch);
         }
-        self.batch = Vec::new();
-        for m in ready {
-            if self.pending.is_empty() && out.offer(&m) {
-                self.stats.data_messages += 1;
-                self.stats.data_bytes += m.len() as u64;
-            } else {
-                if self.pending.is_empty() {
-                    self.stats.back_pressured += 1;
-                }
-                self.pending.push_back(m);
-            }
+        if !batch.is_empty() {
+            let last = std::mem::take(&mut batch);
+            self.send_or_hold(out, last, blocked);
+        }
+        if let Some(w) = core.output(self.conn) {
+            w.consume(walked);
         }
         for sid in refreshed {
             if let Some(s) = self.streams.get_mut(&sid) {
                 s.refreshed = true;
+                if s.asked {
+                    s.asked = false;
+                    self.asked -= 1;
+                }
             }
         }
         for sid in closed {
             // The core closed the item (not found, publisher closed it): the edges
             // got the status; the stream is forgotten here.
             if let Some(s) = self.streams.remove(&sid) {
+                if s.asked {
+                    self.asked -= 1;
+                }
                 self.by_item.remove(&(s.service, s.item));
             }
         }
         for d in directory {
             self.on_core_directory(&d);
         }
+    }
+
+    /// Offers `batch` unless the backbone is already refusing; what is not taken waits
+    /// in `pending`. Returns whether it was taken.
+    fn send_or_hold(&mut self, out: &mut dyn Outbox, batch: Vec<u8>, blocked: bool) -> bool {
+        if !blocked && self.pending.is_empty() && out.offer(&batch) {
+            self.stats.data_messages += 1;
+            self.stats.data_bytes += batch.len() as u64;
+            return true;
+        }
+        if !blocked {
+            self.stats.back_pressured += 1;
+        }
+        self.pending.push_back(batch);
+        false
     }
 
     /// The core's directory (whole at login, then changes) becomes the backbone's.

@@ -553,3 +553,86 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_large_watchlist_is_imaged_as_the_backbone_takes_it_never_past_the_hard_bound() {
+    // 20,000 items of about 100 bytes each: 2 MB of images, asked for by one edge at
+    // once, while the backbone takes only a few messages per turn.
+    let mut w = World::new(1);
+    w.src_core.on_tick(w.now);
+    let _p = w.publisher(20_000);
+    w.advance(Duration::from_millis(500));
+    let a = w.subscriber(0);
+    for i in 0..20_000u32 {
+        let f = frame(&[Message::Request(Request {
+            stream_id: i + 1,
+            streaming: true,
+            service: "FEED",
+            name: &format!("SYM{i}"),
+            view: None,
+        })]);
+        w.edges[0].core.on_frame(a, &f, w.now);
+    }
+    let mut max_queued = 0;
+    let mut refreshes = 0;
+    let now = w.now;
+    for _ in 0..5_000 {
+        let e = &mut w.edges[0];
+        let mut q = Queue {
+            q: &mut w.requests,
+            open: true,
+        };
+        e.edge.pump(&mut e.core, &mut q, now);
+        for m in w.requests.drain(..) {
+            w.source.on_request(&mut w.src_core, &m, now);
+        }
+        max_queued =
+            max_queued.max(w.src_core.pending_output(w.source.conn()) + w.source.held_bytes());
+        // A backbone that takes 20 messages per turn.
+        let mut q = Queue {
+            q: &mut w.data,
+            open: true,
+        };
+        let mut limited = Limited {
+            inner: &mut q,
+            left: 20,
+        };
+        w.source.pump(&mut w.src_core, &mut limited, now);
+        max_queued =
+            max_queued.max(w.src_core.pending_output(w.source.conn()) + w.source.held_bytes());
+        for m in w.data.drain(..) {
+            e.edge.on_data(&mut e.core, 1, &m, now);
+        }
+        refreshes += w
+            .recv(0, a)
+            .iter()
+            .filter(|g| matches!(g, Got::Refresh { .. }))
+            .count();
+        if refreshes == 20_000 {
+            break;
+        }
+    }
+    assert_eq!(refreshes, 20_000);
+    // The images are asked for as the backbone takes them: the request budget (256
+    // KiB) plus what a frame in flight holds, not the whole watchlist (about 1 MB).
+    assert!(
+        max_queued < 512 * 1024,
+        "{max_queued} bytes queued for the link (in the core and in the source)"
+    );
+    assert_eq!(w.source.stats().link_reconnects, 0);
+}
+
+struct Limited<'a, 'b> {
+    inner: &'a mut Queue<'b>,
+    left: usize,
+}
+
+impl Outbox for Limited<'_, '_> {
+    fn offer(&mut self, msg: &[u8]) -> bool {
+        if self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        self.inner.offer(msg)
+    }
+}

@@ -361,6 +361,16 @@ impl Node {
         }
     }
 
+    /// Whether `conn` is a connection the core still serves (not closing, not gone). An
+    /// in-process peer checks it: the core may close it like any peer (e.g. past the
+    /// hard bound on its queue), and its id is reused once it is gone.
+    pub fn is_live(&self, conn: ConnId) -> bool {
+        self.conns
+            .get(conn)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| c.role != ConnRole::Closing)
+    }
+
     /// A connection for one of the node's own in-process peers (its figures item):
     /// logs in without a check and may do everything.
     pub fn connect_internal(&mut self, peer: &str, now: Instant) -> ConnId {
