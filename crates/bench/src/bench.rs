@@ -122,6 +122,10 @@ pub struct BenchArgs {
     /// connections).
     #[arg(long, value_name = "N", default_value_t = 2_000)]
     pub ws_fanout_rate: u64,
+    /// Backbone scenario: how the nodes' Aeron driver and receiver threads wait when
+    /// idle (`[backbone] idle`: yield, backoff, sleep, spin).
+    #[arg(long, value_name = "STRATEGY", default_value = "yield")]
+    pub backbone_idle: String,
     /// Memory scenario: subscriber connections of the full rig.
     #[arg(long, value_name = "N", default_value_t = 1_000)]
     pub memory_connections: usize,
@@ -973,6 +977,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "ws_connections": args.ws_connections,
                 "ws_fanout_items": args.ws_fanout_items,
                 "ws_fanout_rate": args.ws_fanout_rate,
+                "backbone_idle": args.backbone_idle,
                 "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, no update conflated, publisher within 1% of its schedule",
             }),
             commands: vec![std::env::args().collect::<Vec<_>>().join(" ")],

@@ -63,8 +63,18 @@ fn logged_counter(log: &Path, name: &str) -> u64 {
 
 impl Lab {
     fn backbone_spec(&self, label: &str, cache: &'static str, items: usize) -> Result<RigSpec> {
+        if tickwire_backbone::IdleStrategy::parse(&self.args.backbone_idle).is_none() {
+            bail!(
+                "--backbone-idle {:?}: allowed values are yield, backoff, sleep, spin",
+                self.args.backbone_idle
+            );
+        }
         Ok(RigSpec {
             backbone: Some(BackboneSpec::loopback()?),
+            node_config: Some(format!(
+                "[backbone]\nidle = {:?}\n",
+                self.args.backbone_idle
+            )),
             ..RigSpec::new(label, cache, items)
         })
     }
@@ -77,7 +87,10 @@ impl Lab {
         };
         let (secs, bisect) = (self.seconds(), self.bisections());
         let mut r = BackboneResult {
-            transport: "Aeron UDP multicast on loopback, embedded media drivers (shared threading, yield idle)".into(),
+            transport: format!(
+                "Aeron UDP multicast on loopback, embedded media drivers (shared threading, {} idle)",
+                self.args.backbone_idle
+            ),
             ..BackboneResult::default()
         };
 
