@@ -482,3 +482,36 @@ fn junk_on_the_backbone_channel_is_ignored_and_the_edge_keeps_serving() {
     assert!(edge.is_running(), "the edge died\n{}", edge.proc.log());
     assert_serves(edge.addr, "FEED", "SYM3", 5);
 }
+
+#[test]
+fn where_there_is_no_multicast_a_source_and_an_edge_work_over_unicast() {
+    let port = || {
+        UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .map(|a| a.port())
+            .expect("a free UDP port")
+    };
+    // Data to the edge's address, requests to the source's: the same two lines in
+    // both nodes' files.
+    let section = format!(
+        "channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\n",
+        port(),
+        port()
+    );
+    let src_cfg = TempConfig::new(
+        "unicast-source",
+        &format!("[backbone]\nrole = \"source\"\n{section}"),
+    );
+    let edge_cfg = TempConfig::new(
+        "unicast-edge",
+        &format!("[backbone]\nrole = \"edge\"\n{section}"),
+    );
+    let mut source = Node::start(&["--config", src_cfg.path(), "--name", "src"]);
+    source.proc.wait_for_line("backbone: source on", T);
+    let mut edge = Node::start(&["--config", edge_cfg.path(), "--name", "edge"]);
+    edge.proc.wait_for_line("backbone: edge on", T);
+    let _feed = start_publisher(&source, "FEED", 5, 200, false);
+    wait_for_image(edge.addr, "FEED", "SYM2", T)
+        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    assert_serves(edge.addr, "FEED", "SYM2", 5);
+}
