@@ -730,18 +730,28 @@ impl Edge {
             .filter(|(_, it)| it.source == Some(id))
             .map(|(&sid, _)| sid)
             .collect();
-        let text = format!("source {name:?} lost; recovering");
         for &sid in &affected {
             if let Some(it) = self.items.get_mut(&sid) {
                 it.source_stream = None;
                 it.phase = Phase::Waiting { since: now };
             }
-            self.status_to_core(core, sid, code::PUBLISHER_GONE, &text, now);
         }
+        // Services no live source has any more go down: the core tells their
+        // subscribers (open/suspect, "service ... is down") once.
         self.directory_updated(core, now);
+        let text = format!("source {name:?} lost; moving to another source");
         for sid in affected {
             self.stats.reimages += 1;
-            self.route(core, sid, now);
+            let Some(service) = self.items.get(&sid).map(|it| it.service.clone()) else {
+                continue;
+            };
+            if self.pick_source(&service, None).is_some() {
+                self.status_to_core(core, sid, code::PUBLISHER_GONE, &text, now);
+                self.route(core, sid, now);
+            } else if let Some(it) = self.items.get_mut(&sid) {
+                // Asked for again when a source with the service is heard.
+                it.phase = Phase::NoSource;
+            }
         }
     }
 }
