@@ -13,12 +13,12 @@
 //! open/suspect and are asked for again at another source with the service, or at the
 //! same source when it is back; its services go down when no live source has them.
 
-use crate::plumbing::{self, for_each_message, stream_id};
+use crate::plumbing::{self, for_each_message, stream_id, ControlQueue};
 use crate::wire::{BackboneMessage, DataMessages};
 use crate::Outbox;
 use log::{info, warn};
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use tickwire_core::{ConnId, Node};
 use tickwire_proto::message::{write_readdressed, MESSAGE_HEADER_LEN};
@@ -121,7 +121,7 @@ pub struct Edge {
     by_name: HashMap<(String, String), u32>,
     /// What the core has been told: service -> up.
     announced: BTreeMap<String, bool>,
-    control: VecDeque<Vec<u8>>,
+    control: ControlQueue,
     next_heartbeat: Instant,
     to_core: Vec<u8>,
     /// Images of lost sources, for the transport to drop (see `take_images_to_reject`).
@@ -132,6 +132,7 @@ pub struct Edge {
 impl Edge {
     /// Connects to the core as the publisher of the backbone's services.
     pub fn start(core: &mut Node, cfg: EdgeConfig, id: u64, now: Instant) -> Edge {
+        let max_control = cfg.max_control;
         let conn = plumbing::connect(core, "backbone (edge)", Role::Publisher, now);
         Edge {
             conn,
@@ -141,7 +142,7 @@ impl Edge {
             items: FxHashMap::default(),
             by_name: HashMap::new(),
             announced: BTreeMap::new(),
-            control: VecDeque::new(),
+            control: ControlQueue::new(max_control),
             next_heartbeat: now,
             to_core: Vec::new(),
             reject: Vec::new(),
@@ -161,6 +162,7 @@ impl Edge {
         let mut s = self.stats.clone();
         s.sources_live = self.sources.values().filter(|s| s.live).count() as u64;
         s.items = self.items.len() as u64;
+        s.control_dropped = self.control.dropped;
         s
     }
 
@@ -205,14 +207,7 @@ impl Edge {
     }
 
     fn queue_control(&mut self, m: &BackboneMessage<'_>) {
-        if self.control.len() >= self.cfg.max_control {
-            self.stats.control_dropped += 1;
-            return;
-        }
-        let mut buf = Vec::new();
-        if m.encode(&mut buf).is_ok() {
-            self.control.push_back(buf);
-        }
+        self.control.push(m);
     }
 
     /// The images of sources lost since the last call. An image can be stuck: an edge
@@ -647,12 +642,7 @@ impl Edge {
             );
             self.route(core, sid, now);
         }
-        while let Some(m) = self.control.front() {
-            if !out.offer(m) {
-                return;
-            }
-            self.control.pop_front();
-        }
+        self.control.flush(out);
     }
 
     /// Heartbeats, lost sources, requests to repeat.

@@ -2,6 +2,9 @@
 //! connection (`Node::connect_internal`), logged in like any peer, reading what the
 //! core writes to it and writing Tickwire messages into it.
 
+use crate::wire::BackboneMessage;
+use crate::Outbox;
+use std::collections::VecDeque;
 use std::time::Instant;
 use tickwire_core::{ConnId, Node};
 use tickwire_proto::message::MESSAGE_HEADER_LEN;
@@ -94,4 +97,53 @@ pub fn messages(payload: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
         p = end;
         Some(m)
     })
+}
+
+/// Backbone messages waiting to be offered, in order, bounded: past `max` new ones are
+/// dropped and counted (their senders ask again: edges repeat requests, sources resend
+/// heartbeats and directories).
+pub struct ControlQueue {
+    q: VecDeque<Vec<u8>>,
+    max: usize,
+    pub dropped: u64,
+}
+
+impl ControlQueue {
+    pub fn new(max: usize) -> Self {
+        ControlQueue {
+            q: VecDeque::new(),
+            max,
+            dropped: 0,
+        }
+    }
+
+    pub fn push(&mut self, m: &BackboneMessage<'_>) {
+        let mut buf = Vec::new();
+        if m.encode(&mut buf).is_ok() {
+            self.push_encoded(buf);
+        }
+    }
+
+    pub fn push_encoded(&mut self, buf: Vec<u8>) {
+        if self.q.len() >= self.max {
+            self.dropped += 1;
+            return;
+        }
+        self.q.push_back(buf);
+    }
+
+    /// Offers them in order; false if the backbone refused one (it stays first).
+    pub fn flush(&mut self, out: &mut dyn Outbox) -> bool {
+        while let Some(m) = self.q.front() {
+            if !out.offer(m) {
+                return false;
+            }
+            self.q.pop_front();
+        }
+        true
+    }
+
+    pub fn clear(&mut self) {
+        self.q.clear();
+    }
 }

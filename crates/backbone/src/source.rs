@@ -10,7 +10,7 @@
 //! the core's slow-consumer policy (conflation) applies: a slow backbone never blocks a
 //! publisher.
 
-use crate::plumbing::{self, frames, messages, stream_id};
+use crate::plumbing::{self, frames, messages, stream_id, ControlQueue};
 use crate::wire::{data_header, BackboneMessage, ServiceInfo, DATA_HEADER_LEN};
 use crate::Outbox;
 use log::{info, warn};
@@ -113,7 +113,7 @@ pub struct Source {
     directory_due: bool,
     next_directory: Instant,
     next_heartbeat: Instant,
-    control: VecDeque<Vec<u8>>,
+    control: ControlQueue,
     pending: VecDeque<Vec<u8>>,
     /// Streams to ask the core for (paced by `REQUEST_BUDGET` and `MAX_ASKED`).
     to_request: VecDeque<u32>,
@@ -127,6 +127,7 @@ impl Source {
     /// Connects to the core as its backbone subscriber. `id` tells this run of the
     /// source apart from any other (a random number).
     pub fn start(core: &mut Node, cfg: SourceConfig, id: u64, now: Instant) -> Source {
+        let max_control = cfg.max_control;
         let conn = plumbing::connect(core, "backbone (source)", Role::Subscriber, now);
         Source {
             conn,
@@ -142,7 +143,7 @@ impl Source {
             directory_due: true,
             next_directory: now,
             next_heartbeat: now,
-            control: VecDeque::new(),
+            control: ControlQueue::new(max_control),
             pending: VecDeque::new(),
             to_request: VecDeque::new(),
             asked: 0,
@@ -163,6 +164,7 @@ impl Source {
     pub fn stats(&self) -> SourceStats {
         let mut s = self.stats.clone();
         s.streams_open = self.streams.len() as u64;
+        s.control_dropped = self.control.dropped;
         s.edges = self.edges.len() as u64;
         s
     }
@@ -216,14 +218,7 @@ impl Source {
     }
 
     fn queue_control(&mut self, m: &BackboneMessage<'_>) {
-        if self.control.len() >= self.cfg.max_control {
-            self.stats.control_dropped += 1;
-            return;
-        }
-        let mut buf = Vec::new();
-        if m.encode(&mut buf).is_ok() {
-            self.control.push_back(buf);
-        }
+        self.control.push(m);
     }
 
     fn directory_changed(&mut self) {
@@ -389,7 +384,7 @@ impl Source {
             },
         })
         .encode(&mut buf);
-        self.control.push_back(buf);
+        self.control.push_encoded(buf);
     }
 
     fn request(&mut self, core: &mut Node, sid: u32, service: &str, item: &str, now: Instant) {
@@ -506,23 +501,16 @@ impl Source {
             }
         }
         for b in bufs {
-            if self.control.len() < self.cfg.max_control {
-                self.control.push_back(b);
-            } else {
-                self.stats.control_dropped += 1;
-            }
+            self.control.push_encoded(b);
         }
     }
 
     /// Moves what is ready onto the backbone: control messages first (a stream's
     /// mapping always goes before its data), then the core's output for this link.
     pub fn pump(&mut self, core: &mut Node, out: &mut dyn Outbox, now: Instant) {
-        while let Some(m) = self.control.front() {
-            if !out.offer(m) {
-                self.stats.back_pressured += 1;
-                return;
-            }
-            self.control.pop_front();
+        if !self.control.flush(out) {
+            self.stats.back_pressured += 1;
+            return;
         }
         while let Some(m) = self.pending.front() {
             if !out.offer(m) {

@@ -1022,6 +1022,16 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     Ok(())
 }
 
+/// CPU % of the first process whose name starts with `prefix`, at the highest rate the
+/// throughput search sustained ("-" if none).
+fn cpu_at_max(t: &Throughput, prefix: &str) -> String {
+    t.steps
+        .iter()
+        .find(|s| s.pass && s.target_rate == t.max_sustainable_updates_per_s)
+        .and_then(|s| s.processes.iter().find(|p| p.name.starts_with(prefix)))
+        .map_or("-".to_string(), |p| format!("{:.0}%", p.cpu_percent))
+}
+
 fn us(ns: f64) -> String {
     format!("{:.1}", ns / 1e3)
 }
@@ -1066,14 +1076,7 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
         writeln!(md, "| configuration | max sustainable updates/s | node CPU at that rate | publisher CPU | subscriber CPU | next step failed |")?;
         writeln!(md, "|---|---|---|---|---|---|")?;
         for t in &r.throughput {
-            let best = t
-                .steps
-                .iter()
-                .find(|s| s.pass && s.target_rate == t.max_sustainable_updates_per_s);
-            let cpu = |prefix: &str| {
-                best.and_then(|s| s.processes.iter().find(|p| p.name.starts_with(prefix)))
-                    .map_or("-".to_string(), |p| format!("{:.0}%", p.cpu_percent))
-            };
+            let cpu = |prefix: &str| cpu_at_max(t, prefix);
             writeln!(
                 md,
                 "| node, cache {} | {} | {} | {} | {} | {} |",

@@ -19,6 +19,20 @@ fn channel(group: u8) -> String {
     format!("aeron:udp?endpoint=239.20.30.{group}:{port}|interface=127.0.0.1")
 }
 
+/// A subscriber of FEED/SYM0 at `node`, once its refresh and an update have come.
+fn watching_sym0(node: &Node) -> tickwire_client::Subscriber {
+    let mut sub = subscriber(node.addr);
+    sub.subscribe("FEED", "SYM0", RequestOptions::default())
+        .expect("subscribe");
+    expect_event(&mut sub, T, "the refresh", |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    expect_event(&mut sub, T, "an update", |e| {
+        matches!(e, Event::Update { .. })
+    });
+    sub
+}
+
 /// A node on the backbone, once it has joined it.
 fn backbone_node(channel: &str, role: &str, name: &str) -> Node {
     let mut node = Node::start(&["--backbone", channel, "--role", role, "--name", name]);
@@ -147,15 +161,7 @@ fn a_killed_source_makes_edge_streams_suspect_within_the_liveness_time_and_its_r
     let mut feed = start_publisher(&source, "FEED", 5, 100, false);
     wait_for_image(edge.addr, "FEED", "SYM0", T)
         .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
-    let mut sub = subscriber(edge.addr);
-    sub.subscribe("FEED", "SYM0", RequestOptions::default())
-        .expect("subscribe");
-    expect_event(&mut sub, T, "the refresh", |e| {
-        matches!(e, Event::Refresh { .. })
-    });
-    expect_event(&mut sub, T, "an update", |e| {
-        matches!(e, Event::Update { .. })
-    });
+    let mut sub = watching_sym0(&edge);
 
     source.proc.signal(libc::SIGKILL);
     feed.kill();
@@ -367,15 +373,7 @@ fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
     let _feed_2 = start_publisher(&_second, "FEED", 5, 100, false);
     wait_for_image(edge.addr, "FEED", "SYM0", T)
         .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
-    let mut sub = subscriber(edge.addr);
-    sub.subscribe("FEED", "SYM0", RequestOptions::default())
-        .expect("subscribe");
-    expect_event(&mut sub, T, "the refresh", |e| {
-        matches!(e, Event::Refresh { .. })
-    });
-    expect_event(&mut sub, T, "an update", |e| {
-        matches!(e, Event::Update { .. })
-    });
+    let mut sub = watching_sym0(&edge);
     first.proc.signal(libc::SIGKILL);
     feed_1.kill();
     let killed = std::time::Instant::now();

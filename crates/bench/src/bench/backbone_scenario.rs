@@ -219,14 +219,7 @@ pub fn report(md: &mut String, b: &BackboneResult) -> Result<()> {
     writeln!(md, "| path | max sustainable updates/s | of single node | source CPU | edge CPU | publisher CPU | subscriber CPU | next step failed |")?;
     writeln!(md, "|---|---|---|---|---|---|---|---|")?;
     for t in &b.throughput {
-        let best = t
-            .steps
-            .iter()
-            .find(|s| s.pass && s.target_rate == t.max_sustainable_updates_per_s);
-        let cpu = |prefix: &str| {
-            best.and_then(|s| s.processes.iter().find(|p| p.name.starts_with(prefix)))
-                .map_or("-".to_string(), |p| format!("{:.0}%", p.cpu_percent))
-        };
+        let cpu = |prefix: &str| cpu_at_max(t, prefix);
         let share = if b.single_node_updates_per_s > 0 {
             format!(
                 "{:.0}%",
