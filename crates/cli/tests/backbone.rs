@@ -364,16 +364,27 @@ fn a_stopped_edge_slows_neither_the_source_nor_the_other_edge_and_recovers_when_
 #[test]
 fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
     let ch = channel(47);
+    // The edge takes SYM0 from src-1 (the only source yet), then src-2 comes up with the
+    // same service (a hot standby with its own publisher) before src-1 is killed.
     let first = backbone_node(&ch, "source", "src-1");
-    let _second = backbone_node(&ch, "source", "src-2");
     let edge = backbone_node(&ch, "edge", "edge");
-    // Both sources carry FEED (hot standby: each has its own publisher). Edges use the
-    // source whose name sorts first: src-1.
     let mut feed_1 = start_publisher(&first, "FEED", 5, 100, false);
-    let _feed_2 = start_publisher(&_second, "FEED", 5, 100, false);
     wait_for_image(edge.addr, "FEED", "SYM0", T)
         .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
     let mut sub = watching_sym0(&edge);
+    let second = backbone_node(&ch, "source", "src-2");
+    let _feed_2 = start_publisher(&second, "FEED", 5, 100, false);
+    let deadline = std::time::Instant::now() + T;
+    while !node_figures(&edge)["TW_BB_SOURCES"]
+        .as_str()
+        .is_some_and(|s| s.contains("src-2 ("))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the edge never saw src-2"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     first.proc.signal(libc::SIGKILL);
     feed_1.kill();
     let killed = std::time::Instant::now();
