@@ -13,7 +13,7 @@
 //! open/suspect and are asked for again at another source with the service, or at the
 //! same source when it is back; its services go down when no live source has them.
 
-use crate::plumbing::{self, for_each_message, stream_id, ControlQueue};
+use crate::plumbing::{self, frames, messages, stream_id, ControlQueue};
 use crate::wire::{BackboneMessage, DataMessages};
 use crate::Outbox;
 use log::{info, warn};
@@ -121,6 +121,8 @@ pub struct Edge {
     by_name: HashMap<(String, String), u32>,
     /// What the core has been told: service -> up.
     announced: BTreeMap<String, bool>,
+    /// Changes whenever the set of announced services does.
+    services_version: u64,
     control: ControlQueue,
     next_heartbeat: Instant,
     to_core: Vec<u8>,
@@ -142,6 +144,7 @@ impl Edge {
             items: FxHashMap::default(),
             by_name: HashMap::new(),
             announced: BTreeMap::new(),
+            services_version: 0,
             control: ControlQueue::new(max_control),
             next_heartbeat: now,
             to_core: Vec::new(),
@@ -195,6 +198,11 @@ impl Edge {
             .join(", ")
     }
 
+    /// Changes whenever [`Edge::services`] does.
+    pub fn services_version(&self) -> u64 {
+        self.services_version
+    }
+
     /// Services received from the backbone (a node that is also a source does not
     /// put them back on it).
     pub fn services(&self) -> std::collections::BTreeSet<String> {
@@ -233,7 +241,7 @@ impl Edge {
                 source,
                 name,
                 directory_version,
-            } => self.on_heartbeat(core, image, source, name, directory_version, now),
+            } => self.on_heartbeat(image, source, name, directory_version, now),
             BackboneMessage::Directory {
                 source,
                 version,
@@ -312,15 +320,7 @@ impl Edge {
         }
     }
 
-    fn on_heartbeat(
-        &mut self,
-        core: &mut Node,
-        image: i32,
-        source: u64,
-        name: &str,
-        version: u32,
-        now: Instant,
-    ) {
+    fn on_heartbeat(&mut self, image: i32, source: u64, name: &str, version: u32, now: Instant) {
         if !self.sources.contains_key(&source) {
             if self.sources.len() >= self.cfg.max_sources {
                 return;
@@ -356,7 +356,6 @@ impl Edge {
                 source,
             });
         }
-        let _ = core;
     }
 
     fn on_source_data(&mut self, core: &mut Node, source: u64, messages: &[u8], now: Instant) {
@@ -573,6 +572,9 @@ impl Edge {
             })
             .encode(&mut self.to_core);
             core.on_frame(self.conn, &self.to_core, now);
+            if !union.keys().eq(self.announced.keys()) {
+                self.services_version += 1;
+            }
             self.announced = union;
         }
         // Items without a source may have one now.
@@ -595,19 +597,23 @@ impl Edge {
         if let Some(w) = core.output(self.conn) {
             if !w.is_empty() {
                 let bytes = w.sealed_bytes();
-                let walked = for_each_message(bytes, |ty, encoded| {
-                    if ty == MessageType::Request as u8 {
-                        if let Ok(Message::Request(r)) =
-                            Message::decode_body(ty, &encoded[MESSAGE_HEADER_LEN..])
-                        {
-                            requests.push((r.stream_id, r.service.into(), r.name.into()));
-                        }
-                    } else if ty == MessageType::Close as u8 {
-                        if let Some(sid) = stream_id(encoded) {
-                            closes.push(sid);
+                let mut walked = 0;
+                for (payload, frame_len) in frames(bytes) {
+                    for (ty, encoded) in messages(payload) {
+                        if ty == MessageType::Request as u8 {
+                            if let Ok(Message::Request(r)) =
+                                Message::decode_body(ty, &encoded[MESSAGE_HEADER_LEN..])
+                            {
+                                requests.push((r.stream_id, r.service.into(), r.name.into()));
+                            }
+                        } else if ty == MessageType::Close as u8 {
+                            if let Some(sid) = stream_id(encoded) {
+                                closes.push(sid);
+                            }
                         }
                     }
-                });
+                    walked += frame_len;
+                }
                 w.consume(walked);
             }
         }

@@ -146,6 +146,8 @@ pub struct Backbone {
     /// Driver counters of links that were rebuilt (a new driver starts from zero).
     earlier: DriverCounters,
     last_counters: std::cell::Cell<DriverCounters>,
+    /// The edge's services version last given to the source as excluded.
+    excluded_version: u64,
 }
 
 impl Backbone {
@@ -181,6 +183,7 @@ impl Backbone {
             role,
             earlier: DriverCounters::default(),
             last_counters: Default::default(),
+            excluded_version: 0,
         })
     }
 
@@ -212,8 +215,12 @@ impl Backbone {
 
     /// What the roles have to send, onto Aeron (after the core has run).
     pub fn pump(&mut self, core: &mut Node, now: Instant) {
+        // A node that is both: what it receives from the backbone is not put back on it.
         if let (Some(s), Some(e)) = (self.source.as_mut(), self.edge.as_ref()) {
-            s.set_excluded(e.services());
+            if e.services_version() != self.excluded_version {
+                self.excluded_version = e.services_version();
+                s.set_excluded(e.services());
+            }
         }
         let Some(link) = self.link.as_mut() else {
             return;

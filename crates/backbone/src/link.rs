@@ -59,43 +59,24 @@ impl IdleStrategy {
         }
     }
 
+    /// The same strategy for the receiver thread (Aeron's own implementations).
+    fn waiter(self) -> Box<dyn rusteron_client::IdleStrategy + Send> {
+        match self {
+            IdleStrategy::Yield => Box::new(rusteron_client::YieldingIdleStrategy),
+            IdleStrategy::Backoff => Box::new(rusteron_client::BackoffIdleStrategy::new()),
+            IdleStrategy::Sleep => Box::new(rusteron_client::SleepingIdleStrategy::new(
+                Duration::from_millis(1),
+            )),
+            IdleStrategy::Spin => Box::new(rusteron_client::BusySpinIdleStrategy),
+        }
+    }
+
     fn driver_name(self) -> &'static std::ffi::CStr {
         match self {
             IdleStrategy::Yield => c"yield",
             IdleStrategy::Backoff => c"backoff",
             IdleStrategy::Sleep => c"sleeping",
             IdleStrategy::Spin => c"spin",
-        }
-    }
-}
-
-/// A waiter implementing [`IdleStrategy`] for the receiver thread.
-struct Idler {
-    kind: IdleStrategy,
-    empty: u32,
-}
-
-impl Idler {
-    fn idle(&mut self, work: usize) {
-        if work > 0 {
-            self.empty = 0;
-            return;
-        }
-        self.empty = self.empty.saturating_add(1);
-        match self.kind {
-            IdleStrategy::Spin => std::hint::spin_loop(),
-            IdleStrategy::Yield => std::thread::yield_now(),
-            IdleStrategy::Sleep => std::thread::sleep(Duration::from_millis(1)),
-            IdleStrategy::Backoff => {
-                if self.empty < 10 {
-                    std::hint::spin_loop();
-                } else if self.empty < 30 {
-                    std::thread::yield_now();
-                } else {
-                    let exp = (self.empty - 30).min(10);
-                    std::thread::sleep(Duration::from_micros((1u64 << exp).min(1000)));
-                }
-            }
         }
     }
 }
@@ -533,10 +514,7 @@ fn receive(
     counters: Arc<LinkCounters>,
     idle: IdleStrategy,
 ) {
-    let mut idler = Idler {
-        kind: idle,
-        empty: 0,
-    };
+    let mut idler = idle.waiter();
     let (mut data_asm, mut request_asm) = match (
         AeronFragmentClosureAssembler::new(),
         AeronFragmentClosureAssembler::new(),
@@ -605,7 +583,7 @@ fn receive(
             }
             wake();
         }
-        idler.idle(work);
+        idler.idle(work.min(i32::MAX as usize) as i32);
     }
 }
 

@@ -38,32 +38,6 @@ pub fn stream_id(encoded: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-/// Walks the messages of the frames in `bytes` (whole frames as the core writes them,
-/// length-prefixed), reading only each message's type and length. Stops at the first
-/// inconsistency (which the core never writes). Returns the bytes walked.
-pub fn for_each_message(bytes: &[u8], mut f: impl FnMut(u8, &[u8])) -> usize {
-    let mut at = 0;
-    while bytes.len() - at >= 4 {
-        let len =
-            u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
-        let Some(payload) = bytes.get(at + 4..at + 4 + len) else {
-            break;
-        };
-        let mut p = 0;
-        while payload.len() - p >= MESSAGE_HEADER_LEN {
-            let body = u16::from_be_bytes([payload[p + 1], payload[p + 2]]) as usize;
-            let end = p + MESSAGE_HEADER_LEN + body;
-            if end > payload.len() {
-                break;
-            }
-            f(payload[p], &payload[p..end]);
-            p = end;
-        }
-        at += 4 + len;
-    }
-    at
-}
-
 /// The frames in `bytes` (length-prefixed, as the core writes them): each payload with
 /// the bytes the whole frame takes. Stops at an incomplete frame.
 pub fn frames(bytes: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {

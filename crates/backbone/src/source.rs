@@ -253,7 +253,7 @@ impl Source {
             } if source == self.id => {
                 self.heard(edge, now);
                 if self.edges.contains_key(&edge) {
-                    self.subscribe(core, edge, service, item, now);
+                    self.subscribe(edge, service, item);
                 }
             }
             BackboneMessage::Unsubscribe {
@@ -286,7 +286,7 @@ impl Source {
         true
     }
 
-    fn subscribe(&mut self, core: &mut Node, edge: u64, service: &str, item: &str, now: Instant) {
+    fn subscribe(&mut self, edge: u64, service: &str, item: &str) {
         self.stats.subscribes += 1;
         let key = (service.to_string(), item.to_string());
         if let Some(&sid) = self.by_item.get(&key) {
@@ -335,7 +335,6 @@ impl Source {
         );
         self.by_item.insert(key, sid);
         self.queue_request(sid);
-        let _ = (core, now);
     }
 
     fn queue_request(&mut self, sid: u32) {
