@@ -106,6 +106,12 @@ struct NodeArgs {
     /// backbone), `edge` (its subscribers are served from the backbone) or `both`.
     #[arg(long, value_name = "source|edge|both")]
     role: Option<String>,
+    /// Feed this node from other nodes over TCP: their services become this node's,
+    /// each item asked for upstream once however many local subscribers want it. The
+    /// link moves to the next node in the list when one cannot be reached. Overrides
+    /// upstream.nodes (user and password file: upstream.user, upstream.password_file).
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", value_delimiter = ',')]
+    upstream: Option<Vec<String>>,
     /// Print the effective configuration (file + flags) as TOML and exit.
     #[arg(long)]
     print_config: bool,
@@ -148,6 +154,9 @@ fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(r) = &args.role {
         cfg.backbone.role = r.clone();
+    }
+    if let Some(u) = &args.upstream {
+        cfg.upstream.nodes = u.clone();
     }
     if !cfg.backbone.channel.is_empty() && cfg.backbone.role.is_empty() {
         anyhow::bail!(

@@ -1,18 +1,16 @@
-//! One connection to a node: a non-blocking socket driven with poll(2), frame buffers
-//! both ways, the login handshake and heartbeats. Shared by Publisher and Subscriber.
+//! The socket to a node: non-blocking, driven with poll(2), plain or TLS, moving bytes
+//! to and from the sans-I/O [`Connection`]. Shared by Publisher and Subscriber.
 
+use crate::session::{Connection, LoginOptions, Session};
 use crate::tls::{Stream, TlsStream};
+use crate::watchlist::ReconnectPolicy;
 use crate::ClientError;
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tickwire_proto::frame::{FrameReader, FrameWriter};
-use tickwire_proto::{
-    code, Login, Message, MessageIter, Role, SlowConsumerPolicy, StreamState, PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
-};
+use tickwire_proto::{Role, SlowConsumerPolicy};
 
 /// How to reach and log in to a node.
 #[derive(Debug, Clone)]
@@ -58,31 +56,38 @@ impl ConnectOptions {
     }
 }
 
-/// What the node said in its welcome.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Session {
-    pub version: u16,
-    pub heartbeat: Duration,
-    pub max_frame: usize,
-    pub max_streams: u32,
-    pub max_output_bytes: u32,
-    pub node_name: String,
+impl ConnectOptions {
+    /// The Login these options make, for `role`.
+    pub fn login(&self, role: Role) -> LoginOptions {
+        LoginOptions {
+            role,
+            application: self.application.clone(),
+            user: self.user.clone(),
+            token: self.token.clone(),
+            slow_consumer: self.slow_consumer,
+            welcome_timeout: self.connect_timeout,
+        }
+    }
+
+    pub fn reconnect_policy(&self) -> ReconnectPolicy {
+        ReconnectPolicy {
+            reconnect: self.reconnect,
+            backoff_min: self.backoff_min,
+            backoff_max: self.backoff_max,
+            retry_rejected: false,
+        }
+    }
 }
 
-pub(crate) struct Conn {
+/// The socket to a node (plain TCP or TLS), non-blocking, moving bytes between it and
+/// a [`Connection`].
+pub(crate) struct Transport {
     stream: Stream,
     /// `host:port` as given (for errors).
     addr: String,
-    /// Bytes have arrived on this connection (the first ones are checked for a TLS
-    /// answer to a plain client).
+    /// Bytes have arrived (the first ones are checked for a TLS answer to a plain
+    /// client).
     received_any: bool,
-    pub reader: FrameReader,
-    pub writer: FrameWriter,
-    pub session: Session,
-    pub last_rx: Instant,
-    pub last_tx: Instant,
-    /// Messages that arrived in the welcome's frame, after it.
-    pub after_welcome: Vec<u8>,
     /// The node closed the connection after bytes still to be processed (its last
     /// words, e.g. why it closed): reported on the next read, once they are.
     peer_closed: bool,
@@ -109,9 +114,51 @@ fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
         })
 }
 
+/// A connection and its socket, opened and logged in with blocking waits.
+pub(crate) struct Conn {
+    pub transport: Transport,
+    pub proto: Connection,
+}
+
 impl Conn {
     /// Connects, logs in and waits for the welcome.
     pub fn open(opts: &ConnectOptions, role: Role) -> Result<Conn, ClientError> {
+        let mut transport = Transport::open(opts)?;
+        let mut proto = Connection::new(&opts.login(role), Instant::now())?;
+        transport.welcome(&mut proto, &opts.addr)?;
+        Ok(Conn { transport, proto })
+    }
+
+    pub fn session(&self) -> &Session {
+        self.proto.session().expect("welcomed")
+    }
+
+    pub fn wait(&mut self, timeout: Duration) -> Result<Io, ClientError> {
+        self.transport.wait(&mut self.proto, timeout)
+    }
+
+    pub fn read_available(&mut self) -> Result<Io, ClientError> {
+        self.transport.read_available(&mut self.proto)
+    }
+
+    pub fn flush_some(&mut self) -> Result<(), ClientError> {
+        self.transport.flush_some(&mut self.proto)
+    }
+
+    pub fn flush_until(&mut self, deadline: Instant) -> Result<(), ClientError> {
+        self.transport.flush_until(&mut self.proto, deadline)
+    }
+
+    /// Heartbeats due now, written at once.
+    pub fn heartbeat(&mut self) -> Result<(), ClientError> {
+        self.proto.handle_timeout(Instant::now())?;
+        self.transport.flush_some(&mut self.proto)
+    }
+}
+
+impl Transport {
+    /// Connects (and does the TLS handshake) within the options' connect timeout.
+    pub fn open(opts: &ConnectOptions) -> Result<Transport, ClientError> {
         let addr = resolve(&opts.addr)?;
         let stream = TcpStream::connect_timeout(&addr, opts.connect_timeout).map_err(|e| {
             ClientError::Connect {
@@ -124,104 +171,49 @@ impl Conn {
         if let Some(bytes) = opts.receive_buffer_bytes {
             set_receive_buffer(&stream, bytes)?;
         }
-        let start = Instant::now();
-        let deadline = start + opts.connect_timeout;
+        let deadline = Instant::now() + opts.connect_timeout;
         let stream = match &opts.tls {
             None => Stream::Plain(stream),
             Some(cfg) => Stream::Tls(Box::new(handshake(stream, cfg, &opts.addr, deadline)?)),
         };
-        let now = Instant::now();
-        let mut conn = Conn {
+        Ok(Transport {
             stream,
             addr: opts.addr.clone(),
             received_any: false,
-            reader: FrameReader::new(tickwire_proto::DEFAULT_MAX_FRAME),
-            writer: FrameWriter::new(tickwire_proto::DEFAULT_MAX_FRAME),
-            session: Session {
-                version: 0,
-                heartbeat: Duration::from_secs(5),
-                max_frame: tickwire_proto::DEFAULT_MAX_FRAME,
-                max_streams: 0,
-                max_output_bytes: 0,
-                node_name: String::new(),
-            },
-            last_rx: now,
-            last_tx: now,
-            after_welcome: Vec::new(),
             peer_closed: false,
-        };
-        conn.writer.push(&Message::Login(Login {
-            version_min: PROTOCOL_VERSION_MIN,
-            version_max: PROTOCOL_VERSION_MAX,
-            role,
-            application: &opts.application,
-            user: &opts.user,
-            token: &opts.token,
-            slow_consumer: opts.slow_consumer,
-        }))?;
-        conn.flush_until(deadline)?;
+        })
+    }
+
+    /// Sends the queued Login and waits until the node's Welcome is in (the
+    /// connection's own deadline bounds the wait).
+    pub fn welcome(&mut self, proto: &mut Connection, addr: &str) -> Result<(), ClientError> {
+        let deadline = proto.poll_timeout();
+        self.flush_until(proto, deadline)?;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let now = Instant::now();
+            if let Err(e) = proto.handle_timeout(now) {
                 return Err(ClientError::Connect {
-                    addr: opts.addr.clone(),
-                    reason: "no welcome from the node in time".into(),
+                    addr: addr.to_string(),
+                    reason: format!("no welcome from the node in time ({e})"),
                 });
             }
-            if let Io::Idle = conn.wait(left)? {
-                continue;
-            }
-            let frame = match conn.reader.next_frame()? {
-                Some(f) => f,
-                None => continue,
-            };
-            // The welcome is the first message; a status means the login was refused.
-            let first = MessageIter::new(frame).next();
-            match first {
-                Some(Ok(raw)) => match raw.message {
-                    Message::Welcome(w) => {
-                        let session = Session {
-                            version: w.version,
-                            heartbeat: Duration::from_millis(w.heartbeat_ms.max(100) as u64),
-                            max_frame: w.max_frame as usize,
-                            max_streams: w.max_streams,
-                            max_output_bytes: w.max_output_bytes,
-                            node_name: w.node_name.to_string(),
-                        };
-                        // Messages after the welcome in the same frame (the directory)
-                        // are the caller's to process first.
-                        let after = frame[raw.encoded.len()..].to_vec();
-                        let max = session.max_frame.max(tickwire_proto::frame::MIN_MAX_FRAME);
-                        conn.reader
-                            .set_max_frame(max.max(tickwire_proto::DEFAULT_MAX_FRAME));
-                        conn.writer.set_max_frame(max);
-                        conn.session = session;
-                        conn.after_welcome = after;
-                        return Ok(conn);
-                    }
-                    Message::Status(s) if is_fatal(s.state.stream, s.state.code) => {
-                        return Err(ClientError::Rejected {
-                            code: s.state.code,
-                            reason: s.state.text.to_string(),
-                        })
-                    }
-                    // Connection limit, node shutting down: worth trying again later.
-                    Message::Status(s) => {
+            // The Welcome, once in, is taken by the first `next_frame` (which the
+            // caller makes): peek by asking for the session after reading.
+            if proto.buffered() > 0 {
+                match proto.take_welcome() {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {}
+                    Err(ClientError::Refused(text)) => {
                         return Err(ClientError::Connect {
-                            addr: opts.addr.clone(),
-                            reason: format!("refused by the node: {}", s.state.text),
+                            addr: addr.to_string(),
+                            reason: format!("refused by the node: {text}"),
                         })
                     }
-                    other => {
-                        return Err(ClientError::Protocol(format!(
-                            "expected a welcome, got {:?}",
-                            other.message_type()
-                        )))
-                    }
-                },
-                Some(Err(e)) => return Err(e.into()),
-                None => continue,
+                    Err(e) => return Err(e),
+                }
             }
+            let left = proto.poll_timeout().saturating_duration_since(now);
+            self.wait(proto, left.max(Duration::from_millis(1)))?;
         }
     }
 
@@ -231,9 +223,9 @@ impl Conn {
 
     /// Waits up to `timeout` for the socket to be readable (and writes pending output
     /// when it is writable), then reads what is there.
-    pub fn wait(&mut self, timeout: Duration) -> Result<Io, ClientError> {
+    pub fn wait(&mut self, proto: &mut Connection, timeout: Duration) -> Result<Io, ClientError> {
         let mut events = libc::POLLIN;
-        if !self.writer.is_empty() || self.stream.has_pending() {
+        if proto.pending_output() > 0 || self.stream.has_pending() {
             events |= libc::POLLOUT;
         }
         let mut pfd = libc::pollfd {
@@ -253,16 +245,16 @@ impl Conn {
             return Err(e.into());
         }
         if pfd.revents & libc::POLLOUT != 0 {
-            self.flush_some()?;
+            self.flush_some(proto)?;
         }
         if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-            return self.read_available();
+            return self.read_available(proto);
         }
         Ok(Io::Idle)
     }
 
     /// Reads whatever the socket holds now (non-blocking).
-    pub fn read_available(&mut self) -> Result<Io, ClientError> {
+    pub fn read_available(&mut self, proto: &mut Connection) -> Result<Io, ClientError> {
         if self.peer_closed {
             return Err(ClientError::Disconnected(
                 "node closed the connection".into(),
@@ -270,7 +262,7 @@ impl Conn {
         }
         let mut got = false;
         loop {
-            let buf = self.reader.spare(64 * 1024);
+            let buf = proto.spare(64 * 1024);
             let read = self.stream.read(buf);
             if let (Ok(n), false) = (&read, self.received_any) {
                 if *n > 0 {
@@ -292,16 +284,15 @@ impl Conn {
                     ))
                 }
                 Ok(n) => {
-                    self.reader.filled(n);
+                    proto.received(n, Instant::now());
                     got = true;
-                    self.last_rx = Instant::now();
                     // A short read drained the socket. (Not so over TLS: a read
                     // returns what one read of the socket decrypted, 16 KiB at most,
                     // so it goes on until the socket is empty.)
                     if n < 16 * 1024 && matches!(self.stream, Stream::Plain(_)) {
                         break;
                     }
-                    if self.reader.buffered() > 4 * 1024 * 1024 {
+                    if !proto.wants_input() {
                         break; // let the caller drain before reading more
                     }
                 }
@@ -314,22 +305,19 @@ impl Conn {
     }
 
     /// Writes as much pending output as the socket takes now.
-    pub fn flush_some(&mut self) -> Result<(), ClientError> {
+    pub fn flush_some(&mut self, proto: &mut Connection) -> Result<(), ClientError> {
         // TLS records the socket did not take before go first.
         self.stream
             .flush_pending()
             .map_err(|e| ClientError::Disconnected(e.to_string()))?;
         loop {
-            let bytes = self.writer.sealed_bytes();
+            let bytes = proto.transmit();
             if bytes.is_empty() {
                 return Ok(());
             }
             match self.stream.write(bytes) {
                 Ok(0) => return Err(ClientError::Disconnected("node stopped reading".into())),
-                Ok(n) => {
-                    self.writer.consume(n);
-                    self.last_tx = Instant::now();
-                }
+                Ok(n) => proto.sent(n, Instant::now()),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(ClientError::Disconnected(e.to_string())),
@@ -339,9 +327,13 @@ impl Conn {
 
     /// Writes all pending output, waiting for the socket as needed, until `deadline`.
     /// Input that arrives meanwhile is read into the frame buffer (never dropped).
-    pub fn flush_until(&mut self, deadline: Instant) -> Result<(), ClientError> {
-        self.flush_some()?;
-        while !self.writer.is_empty() || self.stream.has_pending() {
+    pub fn flush_until(
+        &mut self,
+        proto: &mut Connection,
+        deadline: Instant,
+    ) -> Result<(), ClientError> {
+        self.flush_some(proto)?;
+        while proto.pending_output() > 0 || self.stream.has_pending() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(ClientError::Timeout("writing to the node".into()));
@@ -360,31 +352,12 @@ impl Conn {
                 }
                 continue;
             }
-            if pfd.revents & libc::POLLIN != 0 && self.reader.buffered() < 64 * 1024 * 1024 {
-                self.read_available()?;
+            if pfd.revents & libc::POLLIN != 0 && proto.buffered() < 64 * 1024 * 1024 {
+                self.read_available(proto)?;
             }
             if pfd.revents & (libc::POLLOUT | libc::POLLHUP | libc::POLLERR) != 0 {
-                self.flush_some()?;
+                self.flush_some(proto)?;
             }
-        }
-        Ok(())
-    }
-
-    /// Sends a ping when nothing was sent for a heartbeat interval; fails when the node
-    /// has been silent for three.
-    pub fn heartbeat(&mut self) -> Result<(), ClientError> {
-        let now = Instant::now();
-        let hb = self.session.heartbeat;
-        if now.duration_since(self.last_rx) >= hb * 3 {
-            return Err(ClientError::Disconnected(format!(
-                "node silent for {} ms (3 heartbeat intervals)",
-                (hb * 3).as_millis()
-            )));
-        }
-        if now.duration_since(self.last_tx) >= hb && self.writer.is_empty() {
-            self.writer.push(&Message::Ping(0))?;
-            self.last_tx = now;
-            self.flush_some()?;
         }
         Ok(())
     }
@@ -471,7 +444,6 @@ fn handshake(
     Ok(s)
 }
 
-/// Whether a connection-level status from the node ends the session for good.
 /// SO_RCVBUF (the kernel doubles it for bookkeeping and caps it at net.core.rmem_max).
 fn set_receive_buffer(stream: &TcpStream, bytes: usize) -> std::io::Result<()> {
     let v = bytes.min(i32::MAX as usize) as libc::c_int;
@@ -489,8 +461,4 @@ fn set_receive_buffer(stream: &TcpStream, bytes: usize) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
-}
-
-pub(crate) fn is_fatal(stream: StreamState, status_code: u16) -> bool {
-    stream == StreamState::Closed && status_code == code::LOGIN_REJECTED
 }

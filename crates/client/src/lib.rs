@@ -5,6 +5,11 @@
 //! (non-blocking underneath, so a publisher keeps reading while it writes). Both
 //! reconnect automatically with exponential backoff: a subscriber re-requests its whole
 //! watchlist, a publisher re-announces its service and re-sends the image of every item.
+//!
+//! The protocol itself has no I/O: [`Connection`] (login, Welcome, framing,
+//! heartbeats) and [`SubscriberSession`] (the watchlist and its recovery) take bytes
+//! and `now` and give bytes to send, events and the next deadline. The blocking types
+//! drive them over a socket; a node's upstream link drives them in its event loop.
 //! This crate owns the client side of the protocol and nothing of the node.
 
 mod conn;
@@ -12,17 +17,24 @@ mod conn;
 mod credentials;
 mod events;
 mod publisher;
+pub mod session;
 mod subscriber;
 pub mod tls;
+pub mod watchlist;
 
-pub use conn::{ConnectOptions, Session};
+#[cfg(test)]
+mod tests;
+
+pub use conn::ConnectOptions;
 #[cfg(feature = "clap")]
 pub use credentials::Credentials;
 pub use events::{Event, EventRef, Fields, ItemRef, OwnedState};
 pub use publisher::{ItemId, PublishError, Publisher, PublisherEvent, PublisherOptions};
 pub use rustls;
-pub use subscriber::{RequestOptions, StreamId, Subscriber};
+pub use session::{Connection, LoginOptions, Session};
+pub use subscriber::Subscriber;
 pub use tickwire_proto as proto;
+pub use watchlist::{ReconnectPolicy, RequestOptions, StreamId, SubscriberSession};
 
 use thiserror::Error;
 
@@ -30,6 +42,9 @@ use thiserror::Error;
 pub enum ClientError {
     #[error("cannot connect to node at {addr}: {reason}")]
     Connect { addr: String, reason: String },
+    /// The node refused the connection for now (connection limit, shutting down).
+    #[error("refused by the node: {0}")]
+    Refused(String),
     #[error("login rejected by the node (code {code}): {reason}")]
     Rejected { code: u16, reason: String },
     #[error("connection to the node lost: {0}")]
@@ -52,6 +67,7 @@ impl ClientError {
         matches!(
             self,
             ClientError::Connect { .. }
+                | ClientError::Refused(_)
                 | ClientError::Disconnected(_)
                 | ClientError::Timeout(_)
                 | ClientError::Decode(_)

@@ -5,7 +5,8 @@
 //! item after a reconnect, and serve an interactive ("sink-driven") node that asks for
 //! items on demand.
 
-use crate::conn::{is_fatal, Conn, ConnectOptions, Io, Session};
+use crate::conn::{Conn, ConnectOptions, Io};
+use crate::session::{is_fatal, Session};
 use crate::{Backoff, ClientError};
 use log::{info, warn};
 use std::collections::HashMap;
@@ -115,7 +116,9 @@ impl Publisher {
         announce(&mut conn, &opts, service_up)?;
         info!(
             "publisher for service {:?} connected to {} ({})",
-            opts.service, opts.connect.addr, conn.session.node_name
+            opts.service,
+            opts.connect.addr,
+            conn.session().node_name
         );
         Ok(Publisher {
             backoff: Backoff::new(opts.connect.backoff_min, opts.connect.backoff_max),
@@ -135,7 +138,7 @@ impl Publisher {
     }
 
     pub fn session(&self) -> Option<&Session> {
-        self.conn.as_ref().map(|c| &c.session)
+        self.conn.as_ref().map(|c| c.session())
     }
 
     /// The largest image the node accepts (from its Welcome; the default node's
@@ -144,7 +147,7 @@ impl Publisher {
         let max_output = self
             .conn
             .as_ref()
-            .map(|c| c.session.max_output_bytes as usize)
+            .map(|c| c.session().max_output_bytes as usize)
             .filter(|&m| m > 0)
             .unwrap_or(8 * 1024 * 1024);
         tickwire_proto::max_image_bytes(max_output)
@@ -277,9 +280,9 @@ impl Publisher {
             conflation_count: 1,
             fields,
         });
-        conn.writer.push(&msg).map_err(ClientError::from)?;
+        conn.proto.writer().push(&msg).map_err(ClientError::from)?;
         self.updates_sent += 1;
-        if conn.writer.pending_len() >= HIGH_WATER {
+        if conn.proto.writer().pending_len() >= HIGH_WATER {
             let res = conn
                 .flush_some()
                 .and_then(|_| conn.flush_until(Instant::now() + Duration::from_secs(10)));
@@ -293,7 +296,8 @@ impl Publisher {
     /// Tells the node an item it asked for does not exist.
     pub fn reject_request(&mut self, name: &str, text: &str) -> Result<(), PublishError> {
         if let (Some(sid), Some(conn)) = (self.pending_requests.remove(name), self.conn.as_mut()) {
-            conn.writer
+            conn.proto
+                .writer()
                 .push(&Message::Status(Status {
                     stream_id: sid,
                     state: State {
@@ -348,7 +352,7 @@ impl Publisher {
             let res = if left.is_zero() {
                 conn.read_available()
             } else {
-                conn.wait(left.min(conn.session.heartbeat / 2))
+                conn.wait(left.min(conn.session().heartbeat / 2))
             };
             let res = res.and_then(|io| conn.heartbeat().map(|_| io));
             match res {
@@ -384,7 +388,7 @@ impl Publisher {
         };
         let n = parts.len();
         for (i, part) in parts.iter().enumerate() {
-            conn.writer.push(&Message::Refresh(Refresh {
+            conn.proto.writer().push(&Message::Refresh(Refresh {
                 stream_id: sid,
                 seq: item.seq,
                 complete: i + 1 == n,
@@ -404,19 +408,13 @@ impl Publisher {
         let mut closes: Vec<u32> = Vec::new();
         {
             let conn = self.conn.as_mut().expect("connected");
-            let first = std::mem::take(&mut conn.after_welcome);
-            let mut frames: Vec<Vec<u8>> = Vec::new();
-            if !first.is_empty() {
-                frames.push(first);
-            }
-            let mut handle = |payload: &[u8],
-                              writer: &mut tickwire_proto::FrameWriter|
-             -> Result<(), ClientError> {
+            let mut pings = Vec::new();
+            let mut handle = |payload: &[u8]| -> Result<(), ClientError> {
                 for raw in MessageIter::new(payload) {
                     match raw?.message {
                         Message::Request(r) => requests.push((r.stream_id, r.name.to_string())),
                         Message::Close { stream_id } => closes.push(stream_id),
-                        Message::Ping(t) => writer.push(&Message::Pong(t))?,
+                        Message::Ping(t) => pings.push(t),
                         Message::Pong(_) | Message::Directory(_) => {}
                         Message::Status(s) if s.stream_id == 0 => {
                             if is_fatal(s.state.stream, s.state.code) {
@@ -443,11 +441,11 @@ impl Publisher {
                 }
                 Ok(())
             };
-            for f in &frames {
-                handle(f, &mut conn.writer)?;
+            while let Some(frame) = conn.proto.next_frame()? {
+                handle(frame)?;
             }
-            while let Some(frame) = conn.reader.next_frame()? {
-                handle(frame, &mut conn.writer)?;
+            for t in pings {
+                conn.proto.writer().push(&Message::Pong(t))?;
             }
         }
         for sid in closes {
@@ -469,7 +467,7 @@ impl Publisher {
             } else {
                 let text = format!("{name:?} is not published by this publisher");
                 let conn = self.conn.as_mut().expect("connected");
-                conn.writer.push(&Message::Status(Status {
+                conn.proto.writer().push(&Message::Status(Status {
                     stream_id: sid,
                     state: State {
                         stream: StreamState::Closed,
@@ -481,7 +479,7 @@ impl Publisher {
             }
         }
         let conn = self.conn.as_mut().expect("connected");
-        if !conn.writer.is_empty() {
+        if !conn.proto.writer().is_empty() {
             conn.flush_some()?;
         }
         Ok(())
@@ -561,7 +559,7 @@ fn own_stream(id: ItemId) -> u32 {
 }
 
 fn announce(conn: &mut Conn, opts: &PublisherOptions, up: bool) -> Result<(), ClientError> {
-    conn.writer.push(&Message::Directory(Directory {
+    conn.proto.writer().push(&Message::Directory(Directory {
         services: vec![ServiceEntry {
             name: &opts.service,
             state: if up {

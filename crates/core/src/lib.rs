@@ -104,6 +104,9 @@ pub struct CoreConfig {
     /// issued to peers on a loopback address only: a password must not cross the
     /// network in cleartext to get one.
     pub tls: bool,
+    /// This node's id among nodes (a tree of nodes over upstream links refuses a
+    /// login that would close a loop).
+    pub node_id: u64,
 }
 
 impl Default for CoreConfig {
@@ -118,6 +121,7 @@ impl Default for CoreConfig {
             slow_consumer: SlowConsumerConfig::default(),
             session_tokens: SessionTokenConfig::default(),
             tls: false,
+            node_id: 0,
         }
     }
 }
@@ -220,6 +224,8 @@ pub const NODE_STREAM_BASE: u32 = 0x8000_0000;
 
 pub struct Node {
     cfg: CoreConfig,
+    /// See [`Node::set_upstream_chain`].
+    upstream_chain: Vec<(u64, String)>,
     conns: Vec<Option<Conn>>,
     free_conns: Vec<ConnId>,
     items: ItemTable,
@@ -261,6 +267,7 @@ impl Node {
         let sessions = SessionTokens::new(cfg.session_tokens.max_tokens);
         Node {
             cfg,
+            upstream_chain: Vec::new(),
             conns: Vec::new(),
             free_conns: Vec::new(),
             items: ItemTable::default(),
@@ -739,6 +746,10 @@ impl Node {
             self.reject(conn, code::SHUTDOWN, "node shutting down");
             return;
         }
+        if let Some(text) = self.loop_refusal(login.application) {
+            self.reject(conn, code::LOGIN_REJECTED, &text);
+            return;
+        }
         let Some(identity) = self.authenticate(conn, hi, login) else {
             return; // refused, or its secret is being checked
         };
@@ -759,6 +770,35 @@ impl Node {
             login.slow_consumer,
             identity,
         );
+    }
+
+    /// Why a node logging in would close a loop: it is this node, or a node this one
+    /// is fed from.
+    fn loop_refusal(&self, application: &str) -> Option<String> {
+        let id = tickwire_proto::parse_node_login(application)?;
+        if id == self.cfg.node_id {
+            return Some(format!(
+                "loop refused: node {:?} ({id:016x}) is logging in to itself",
+                self.cfg.node_name
+            ));
+        }
+        let (_, name) = self.upstream_chain.iter().find(|(i, _)| *i == id)?;
+        let chain: Vec<&str> = self
+            .upstream_chain
+            .iter()
+            .map(|(_, n)| n.as_str())
+            .collect();
+        Some(format!(
+            "loop refused: node {name:?} ({id:016x}) feeds this node (upstream chain {}); \
+             it cannot also be fed by it",
+            chain.join(" -> ")
+        ))
+    }
+
+    /// The nodes this node is fed from over upstream links, nearest first: a login
+    /// from any of them is refused (it would close a loop).
+    pub fn set_upstream_chain(&mut self, chain: Vec<(u64, String)>) {
+        self.upstream_chain = chain;
     }
 
     /// A login accepted: the connection takes its role and gets the Welcome (and a

@@ -101,6 +101,7 @@ pub struct NodeConfig {
     pub security: SecuritySection,
     pub tls: TlsSection,
     pub backbone: crate::backbone::BackboneSection,
+    pub upstream: crate::upstream::UpstreamSection,
 }
 
 /// `[tls]`: when both are set, the node's TCP port and its WebSocket/HTTP port speak
@@ -473,6 +474,7 @@ impl NodeConfig {
         )?;
         self.websocket.address()?;
         self.backbone.validate()?;
+        self.upstream.validate()?;
         check(
             (1024..=16 * 1024 * 1024).contains(&self.websocket.max_msg_size),
             "websocket.max_msg_size",
@@ -612,6 +614,7 @@ impl NodeConfig {
                 max_tokens: self.security.max_session_tokens,
             },
             tls: self.tls.enabled(),
+            node_id: 0, // the server's, per process
         }
     }
 }

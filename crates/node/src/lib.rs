@@ -11,6 +11,7 @@ pub mod config;
 mod node_item;
 mod server;
 pub mod tls;
+pub mod upstream;
 mod ws;
 
 pub use backbone::BackboneSection;
@@ -20,6 +21,7 @@ pub use config::{
 pub use node_item::{NODE_ITEM, NODE_SERVICE};
 pub use server::{NodeServer, RunningNode, ShutdownHandle};
 pub use tickwire_core::Stats;
+pub use upstream::UpstreamSection;
 
 /// Pins the calling thread to the given CPUs.
 pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<()> {

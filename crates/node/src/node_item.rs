@@ -38,6 +38,8 @@ const TW_BB_REIMAGES: i16 = -1025;
 const TW_BB_BYTES_IN: i16 = -1026;
 const TW_BB_BYTES_OUT: i16 = -1027;
 const TW_BB_LOST: i16 = -1028;
+const TW_PATH: i16 = tickwire_upstream::TW_PATH;
+const TW_UPSTREAM: i16 = -1030;
 
 pub struct NodeItem {
     conn: ConnId,
@@ -48,6 +50,10 @@ pub struct NodeItem {
     frame: Vec<u8>,
     /// The backbone's figures, when the node is on one (set before each tick).
     pub backbone: Option<tickwire_backbone::BackboneFigures>,
+    /// The chain of nodes this one is fed from, itself first (see `tickwire-upstream`).
+    pub path: String,
+    /// The upstream link's state, when the node has one.
+    pub upstream: Option<String>,
 }
 
 impl NodeItem {
@@ -63,6 +69,8 @@ impl NodeItem {
             fields: Vec::new(),
             frame: Vec::new(),
             backbone: None,
+            path: String::new(),
+            upstream: None,
         };
         let mut frame = Vec::new();
         let msgs = [
@@ -134,6 +142,10 @@ impl NodeItem {
             TW_UPTIME,
             Value::UInt(now.saturating_duration_since(self.started).as_secs()),
         );
+        w.push(TW_PATH, Value::Utf8(&self.path));
+        if let Some(u) = &self.upstream {
+            w.push(TW_UPSTREAM, Value::Utf8(u));
+        }
         if let Some(b) = &self.backbone {
             w.push(TW_BB_ROLE, Value::Utf8(b.role));
             w.push(TW_BB_SOURCES, Value::Utf8(&b.sources));

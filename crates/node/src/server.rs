@@ -29,6 +29,7 @@ use tickwire_proto::{code, DataState, Message, State, Status, StreamState};
 const LISTENER: Token = Token(usize::MAX - 1);
 const WS_LISTENER: Token = Token(usize::MAX - 3);
 const WAKER: Token = Token(usize::MAX - 2);
+const UPSTREAM: Token = Token(usize::MAX - 4);
 /// Bytes read from one connection per loop turn before the others get their turn.
 const READ_SHARE: usize = 256 * 1024;
 /// Idle buffers above this size are released, so memory follows the load back down.
@@ -338,6 +339,8 @@ impl NodeServer {
         }
         let start = Instant::now();
         let mut core_cfg = self.cfg.core_config();
+        let node_id = tickwire_backbone::random_id();
+        core_cfg.node_id = node_id;
         core_cfg.users = self.users.clone();
         let mut core = Node::new(core_cfg, start);
         let auth = crate::auth::Verifier::start(
@@ -380,6 +383,7 @@ impl NodeServer {
         let mut node_item = crate::node_item::NodeItem::start(&mut core, start);
         let mut next_node_item = start + Duration::from_secs(1);
         let mut backbone = self.start_backbone(&mut core, start)?;
+        let mut upstream = self.start_upstream(&mut core, node_id, start)?;
 
         loop {
             let now = Instant::now();
@@ -402,6 +406,9 @@ impl NodeServer {
             }
             if let Some(at) = backbone.as_ref().and_then(|b| b.poll_timeout()) {
                 timeout = timeout.min(at.saturating_duration_since(now));
+            }
+            if let Some(u) = &upstream {
+                timeout = timeout.min(u.poll_timeout().saturating_duration_since(now));
             }
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != ErrorKind::Interrupted {
@@ -443,6 +450,11 @@ impl NodeServer {
                         }
                     }
                     WAKER => {}
+                    UPSTREAM => {
+                        if let Some(u) = upstream.as_mut() {
+                            u.on_event(&mut core, self.poll.registry(), event.is_writable(), now);
+                        }
+                    }
                     Token(id) => {
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
                             ready.push(id);
@@ -496,6 +508,11 @@ impl NodeServer {
                 self.reload_users(&mut core, now);
             }
 
+            // The upstream link: what its upstream sent, its timers, (re)connecting.
+            if let Some(u) = upstream.as_mut() {
+                u.turn(&mut core, self.poll.registry(), now);
+            }
+
             // The backbone: what its receiver thread has (it woke us), its timers.
             if let Some(b) = backbone.as_mut() {
                 b.receive(&mut core, now);
@@ -506,6 +523,13 @@ impl NodeServer {
 
             if now >= next_node_item && shutdown_deadline.is_none() {
                 node_item.backbone = backbone.as_ref().map(|b| b.figures(now));
+                node_item.upstream = upstream.as_ref().map(|u| u.state_text());
+                node_item.path = match &upstream {
+                    Some(u) => u.above().below(node_id, &self.cfg.node.name).to_string(),
+                    None => tickwire_upstream::NodePath::default()
+                        .below(node_id, &self.cfg.node.name)
+                        .to_string(),
+                };
                 node_item.tick(&mut core, now);
                 next_node_item = now + Duration::from_secs(1);
             }
@@ -525,9 +549,13 @@ impl NodeServer {
                 shutdown_deadline = Some(now + Duration::from_secs(2));
             }
 
-            // What the core wrote to the backbone's connections this turn goes out.
+            // What the core wrote to the backbone's connections this turn goes out,
+            // and its requests to the upstream link.
             if let Some(b) = backbone.as_mut() {
                 b.pump(&mut core, now);
+            }
+            if let Some(u) = upstream.as_mut() {
+                u.pump(&mut core, self.poll.registry(), now);
             }
             core.take_dirty(&mut dirty);
             for &id in &dirty {
@@ -657,6 +685,29 @@ impl NodeServer {
                 }
             }
         }
+    }
+
+    /// Starts the upstream link when `[upstream] nodes` lists any.
+    fn start_upstream(
+        &self,
+        core: &mut Node,
+        node_id: u64,
+        now: Instant,
+    ) -> io::Result<Option<crate::upstream::UpstreamLink>> {
+        let cfg = &self.cfg.upstream;
+        if cfg.nodes.is_empty() {
+            return Ok(None);
+        }
+        let relay = cfg
+            .relay_config(node_id, &self.cfg.node.name)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(Some(crate::upstream::UpstreamLink::start(
+            core,
+            relay,
+            cfg.nodes.clone(),
+            UPSTREAM,
+            now,
+        )))
     }
 
     /// Joins the backbone when `[backbone] role` is set.

@@ -23,8 +23,8 @@ pub use field::{
 pub use frame::{FrameReader, FrameWriter, DEFAULT_MAX_FRAME, FRAME_HEADER_LEN};
 pub use image::FieldImage;
 pub use message::{
-    code, max_image_bytes, DataState, Directory, Login, Message, MessageIter, MessageType,
-    RawMessage, Refresh, Request, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, State,
-    Status, StreamState, Update, UpdateType, View, Welcome, PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
+    code, max_image_bytes, parse_node_login, DataState, Directory, Login, Message, MessageIter,
+    MessageType, RawMessage, Refresh, Request, Role, ServiceEntry, ServiceState,
+    SlowConsumerPolicy, State, Status, StreamState, Update, UpdateType, View, Welcome,
+    NODE_LOGIN_PREFIX, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };

@@ -13,6 +13,17 @@ use crate::{DecodeError, EncodeError};
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 pub const PROTOCOL_VERSION_MAX: u16 = 1;
 
+/// A node logging in to another (its upstream) names itself in its Login's
+/// application: `tickwire-node/<id, 16 hex digits>/<name>` (docs/PROTOCOL.md, 12).
+pub const NODE_LOGIN_PREFIX: &str = "tickwire-node/";
+
+/// The node id in a Login's application name, if a node sent it.
+pub fn parse_node_login(application: &str) -> Option<u64> {
+    let rest = application.strip_prefix(NODE_LOGIN_PREFIX)?;
+    let id = rest.split('/').next()?;
+    u64::from_str_radix(id, 16).ok()
+}
+
 /// Bytes before a message body: type and body length.
 pub const MESSAGE_HEADER_LEN: usize = 3;
 /// Largest message body.

@@ -1,0 +1,253 @@
+//! The client side of one connection, without I/O: login, the Welcome, framing both
+//! ways and heartbeats. Bytes and `now` go in; bytes to send, frames and the next
+//! deadline ([`Connection::poll_timeout`]) come out. Whoever owns the socket (the
+//! blocking [`crate::Subscriber`] / [`crate::Publisher`], a node's upstream link in its
+//! event loop) moves the bytes.
+
+use crate::ClientError;
+use std::time::{Duration, Instant};
+use tickwire_proto::frame::{FrameReader, FrameWriter};
+use tickwire_proto::{
+    code, Login, Message, MessageIter, Role, SlowConsumerPolicy, StreamState, PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
+};
+
+/// What a client says in its Login.
+#[derive(Debug, Clone)]
+pub struct LoginOptions {
+    pub role: Role,
+    pub application: String,
+    pub user: String,
+    pub token: String,
+    /// The slow-consumer policy to ask the node for (`None`: the node's configured one).
+    pub slow_consumer: Option<SlowConsumerPolicy>,
+    /// How long the node has to answer the Login with its Welcome.
+    pub welcome_timeout: Duration,
+}
+
+/// What the node said in its welcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub version: u16,
+    pub heartbeat: Duration,
+    pub max_frame: usize,
+    pub max_streams: u32,
+    pub max_output_bytes: u32,
+    pub node_name: String,
+}
+
+/// The protocol state of one connection to a node.
+pub struct Connection {
+    reader: FrameReader,
+    writer: FrameWriter,
+    /// `None` until the Welcome arrives.
+    session: Option<Session>,
+    welcome_deadline: Instant,
+    last_rx: Instant,
+    last_tx: Instant,
+    /// The rest of the Welcome's frame (the directory, for a subscriber), returned by
+    /// the next [`Connection::next_frame`] when `after_welcome_ready`.
+    after_welcome: Vec<u8>,
+    after_welcome_ready: bool,
+    /// Input read beyond this waits for the caller to take frames.
+    pub max_buffered: usize,
+}
+
+/// Frame payloads go up to this size before the Welcome says the node's maximum.
+const FIRST_MAX_FRAME: usize = tickwire_proto::DEFAULT_MAX_FRAME;
+
+impl Connection {
+    /// A new connection: the Login is queued for sending.
+    pub fn new(login: &LoginOptions, now: Instant) -> Result<Connection, ClientError> {
+        let mut writer = FrameWriter::new(FIRST_MAX_FRAME);
+        writer.push(&Message::Login(Login {
+            version_min: PROTOCOL_VERSION_MIN,
+            version_max: PROTOCOL_VERSION_MAX,
+            role: login.role,
+            application: &login.application,
+            user: &login.user,
+            token: &login.token,
+            slow_consumer: login.slow_consumer,
+        }))?;
+        Ok(Connection {
+            reader: FrameReader::new(FIRST_MAX_FRAME),
+            writer,
+            session: None,
+            welcome_deadline: now + login.welcome_timeout,
+            last_rx: now,
+            last_tx: now,
+            after_welcome: Vec::new(),
+            after_welcome_ready: false,
+            max_buffered: 4 * 1024 * 1024,
+        })
+    }
+
+    /// What the node said in its Welcome; `None` before it.
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
+    }
+
+    /// Messages to send are queued here (sealed into frames by [`Connection::transmit`]).
+    pub fn writer(&mut self) -> &mut FrameWriter {
+        &mut self.writer
+    }
+
+    /// Bytes ready to go to the node.
+    pub fn transmit(&mut self) -> &[u8] {
+        self.writer.sealed_bytes()
+    }
+
+    /// `n` bytes of [`Connection::transmit`] were written.
+    pub fn sent(&mut self, n: usize, now: Instant) {
+        if n > 0 {
+            self.writer.consume(n);
+            self.last_tx = now;
+        }
+    }
+
+    /// Output queued and not yet written.
+    pub fn pending_output(&self) -> usize {
+        self.writer.pending_len()
+    }
+
+    /// Room to read into (zero-copy input): fill it, then call [`Connection::received`].
+    pub fn spare(&mut self, min: usize) -> &mut [u8] {
+        self.reader.spare(min)
+    }
+
+    /// `n` bytes were read into [`Connection::spare`].
+    pub fn received(&mut self, n: usize, now: Instant) {
+        if n > 0 {
+            self.reader.filled(n);
+            self.last_rx = now;
+        }
+    }
+
+    /// Copies received bytes in.
+    pub fn receive(&mut self, bytes: &[u8], now: Instant) {
+        let n = bytes.len();
+        self.spare(n)[..n].copy_from_slice(bytes);
+        self.received(n, now)
+    }
+
+    /// Input received and not yet taken as frames.
+    pub fn buffered(&self) -> usize {
+        self.reader.buffered()
+    }
+
+    /// Whether the caller should read more now (or first take the frames it has).
+    pub fn wants_input(&self) -> bool {
+        self.reader.buffered() < self.max_buffered
+    }
+
+    /// The next whole frame payload after the Welcome. The Welcome itself is taken
+    /// here (then [`Connection::session`] is set); a refused login is an error
+    /// (`Rejected` for good, `Connect` for a refusal worth retrying).
+    pub fn next_frame(&mut self) -> Result<Option<&[u8]>, ClientError> {
+        if !self.take_welcome()? {
+            return Ok(None);
+        }
+        if self.after_welcome_ready {
+            self.after_welcome_ready = false;
+            return Ok(Some(&self.after_welcome));
+        }
+        Ok(self.reader.next_frame()?)
+    }
+
+    /// Takes the Welcome if it is in: true once the session is open.
+    pub fn take_welcome(&mut self) -> Result<bool, ClientError> {
+        if self.session.is_some() {
+            return Ok(true);
+        }
+        let Some(frame) = self.reader.next_frame()? else {
+            return Ok(false);
+        };
+        let (session, rest) = welcome(frame)?;
+        let max = session.max_frame.max(tickwire_proto::frame::MIN_MAX_FRAME);
+        self.reader.set_max_frame(max.max(FIRST_MAX_FRAME));
+        self.writer.set_max_frame(max);
+        self.session = Some(session);
+        self.after_welcome = rest;
+        self.after_welcome_ready = !self.after_welcome.is_empty();
+        Ok(true)
+    }
+
+    /// When [`Connection::handle_timeout`] is next needed.
+    pub fn poll_timeout(&self) -> Instant {
+        match &self.session {
+            None => self.welcome_deadline,
+            Some(s) => {
+                let silent = self.last_rx + s.heartbeat * 3;
+                if self.writer.is_empty() {
+                    silent.min(self.last_tx + s.heartbeat)
+                } else {
+                    silent // output is waiting to be written: no ping is due
+                }
+            }
+        }
+    }
+
+    /// Sends a ping when nothing was sent for a heartbeat interval; fails when the node
+    /// has been silent for three, or did not welcome the login in time.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
+        let Some(s) = &self.session else {
+            if now >= self.welcome_deadline {
+                return Err(ClientError::Timeout(
+                    "waiting for the node's welcome".into(),
+                ));
+            }
+            return Ok(());
+        };
+        let hb = s.heartbeat;
+        if now.saturating_duration_since(self.last_rx) >= hb * 3 {
+            return Err(ClientError::Disconnected(format!(
+                "node silent for {} ms (3 heartbeat intervals)",
+                (hb * 3).as_millis()
+            )));
+        }
+        if now.saturating_duration_since(self.last_tx) >= hb && self.writer.is_empty() {
+            self.writer.push(&Message::Ping(0))?;
+            // Counts as sent once queued: the driver writes it this turn.
+            self.last_tx = now;
+        }
+        Ok(())
+    }
+}
+
+/// The Welcome that starts a frame, and the rest of that frame; or why the node refused.
+fn welcome(frame: &[u8]) -> Result<(Session, Vec<u8>), ClientError> {
+    let raw = match MessageIter::new(frame).next() {
+        Some(r) => r?,
+        None => return Err(ClientError::Protocol("an empty first frame".into())),
+    };
+    match raw.message {
+        Message::Welcome(w) => Ok((
+            Session {
+                version: w.version,
+                heartbeat: Duration::from_millis(w.heartbeat_ms.max(100) as u64),
+                max_frame: w.max_frame as usize,
+                max_streams: w.max_streams,
+                max_output_bytes: w.max_output_bytes,
+                node_name: w.node_name.to_string(),
+            },
+            frame[raw.encoded.len()..].to_vec(),
+        )),
+        Message::Status(s) if is_fatal(s.state.stream, s.state.code) => {
+            Err(ClientError::Rejected {
+                code: s.state.code,
+                reason: s.state.text.to_string(),
+            })
+        }
+        // Connection limit, node shutting down: worth trying again later.
+        Message::Status(s) => Err(ClientError::Refused(s.state.text.to_string())),
+        other => Err(ClientError::Protocol(format!(
+            "expected a welcome, got {:?}",
+            other.message_type()
+        ))),
+    }
+}
+
+/// Whether a connection-level status from the node ends the session for good.
+pub(crate) fn is_fatal(stream: StreamState, status_code: u16) -> bool {
+    stream == StreamState::Closed && status_code == code::LOGIN_REJECTED
+}

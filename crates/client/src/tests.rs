@@ -1,0 +1,421 @@
+//! The sans-I/O client session against the real core, in memory, on a fake clock:
+//! bytes move by hand between them and time is an `Instant` the test advances.
+
+use crate::events::Event;
+use crate::session::LoginOptions;
+use crate::watchlist::{ReconnectPolicy, RequestOptions, SubscriberSession};
+use crate::ClientError;
+use std::time::{Duration, Instant};
+use tickwire_core::{ConnId, CoreConfig, Node};
+use tickwire_proto::frame::FrameReader;
+use tickwire_proto::{
+    code, encode_field_list, DataState, Directory, FieldList, Login, Message, Refresh, Role,
+    ServiceEntry, ServiceState, State, StreamState, Update, UpdateType, Value,
+    PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+};
+
+const HB: Duration = Duration::from_secs(1);
+
+struct Lab {
+    core: Node,
+    now: Instant,
+    publisher: ConnId,
+    session: SubscriberSession,
+    /// The subscriber's connection at the core.
+    sub_conn: Option<ConnId>,
+    /// Bytes from the session not yet framed for the core.
+    to_core: FrameReader,
+}
+
+fn login(role: Role) -> LoginOptions {
+    LoginOptions {
+        role,
+        application: "test".into(),
+        user: "alice".into(),
+        token: String::new(),
+        slow_consumer: None,
+        welcome_timeout: Duration::from_secs(5),
+    }
+}
+
+fn fields(bid: f64) -> Vec<u8> {
+    let cents = (bid * 100.0).round() as i64;
+    encode_field_list([(22, Value::Real(tickwire_proto::Real::new(cents, -2)))])
+}
+
+fn node_with_publisher(now: Instant) -> (Node, ConnId) {
+    let mut cfg = CoreConfig::default();
+    cfg.limits.heartbeat = HB;
+    let mut core = Node::new(cfg, now);
+    let publisher = core.connect("publisher", now);
+    let mut frame = Vec::new();
+    Message::Login(Login {
+        version_min: PROTOCOL_VERSION_MIN,
+        version_max: PROTOCOL_VERSION_MAX,
+        role: Role::Publisher,
+        application: "feed",
+        user: "feed",
+        token: "",
+        slow_consumer: None,
+    })
+    .encode(&mut frame)
+    .unwrap();
+    core.on_frame(publisher, &frame, now);
+    (core, publisher)
+}
+
+impl Lab {
+    fn new() -> Lab {
+        let now = Instant::now();
+        let (core, publisher) = node_with_publisher(now);
+        let session = SubscriberSession::new(
+            login(Role::Subscriber),
+            ReconnectPolicy {
+                reconnect: true,
+                backoff_min: Duration::from_millis(100),
+                backoff_max: Duration::from_secs(1),
+                retry_rejected: false,
+            },
+            now,
+        );
+        let mut lab = Lab {
+            core,
+            now,
+            publisher,
+            session,
+            sub_conn: None,
+            to_core: FrameReader::new(1 << 20),
+        };
+        lab.publish(&[Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "FEED",
+                state: ServiceState::Up,
+                interactive: false,
+                item_count: 0,
+            }],
+        })]);
+        lab.refresh("A", 1, 100.0);
+        lab
+    }
+
+    fn publish(&mut self, msgs: &[Message<'_>]) {
+        let mut frame = Vec::new();
+        for m in msgs {
+            m.encode(&mut frame).unwrap();
+        }
+        self.core.on_frame(self.publisher, &frame, self.now);
+        if let Some(w) = self.core.output(self.publisher) {
+            let n = w.sealed_bytes().len();
+            w.consume(n);
+        }
+    }
+
+    fn refresh(&mut self, name: &str, sid: u32, bid: f64) {
+        let f = fields(bid);
+        self.publish(&[Message::Refresh(Refresh {
+            stream_id: sid,
+            seq: 1,
+            complete: true,
+            solicited: false,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: "FEED",
+            name,
+            fields: FieldList::from_trusted(&f),
+        })]);
+    }
+
+    fn update(&mut self, sid: u32, seq: u32, bid: f64) {
+        let f = fields(bid);
+        self.publish(&[Message::Update(Update {
+            stream_id: sid,
+            seq,
+            update_type: UpdateType::Quote,
+            do_not_conflate: false,
+            conflation_count: 1,
+            fields: FieldList::from_trusted(&f),
+        })]);
+    }
+
+    /// The transport opens: a new connection at the core.
+    fn connect(&mut self) {
+        assert!(self.session.wants_connect(self.now));
+        self.session.connecting(self.now).unwrap();
+        self.sub_conn = Some(self.core.connect("subscriber", self.now));
+        self.to_core = FrameReader::new(1 << 20);
+    }
+
+    /// Moves bytes both ways until neither side has more, and returns the events.
+    fn pump(&mut self) -> Result<Vec<(Event, bool)>, ClientError> {
+        let mut events = Vec::new();
+        let Some(conn_id) = self.sub_conn else {
+            self.session.poll_events(self.now, |e, raw| {
+                events.push((Event::from(&e), !raw.is_empty()))
+            })?;
+            return Ok(events);
+        };
+        for _ in 0..10 {
+            let mut moved = false;
+            if let Some(c) = self.session.connection() {
+                let out = c.transmit().to_vec();
+                c.sent(out.len(), self.now);
+                if !out.is_empty() {
+                    moved = true;
+                    self.to_core.extend(&out);
+                    while let Some(frame) = self.to_core.next_frame().unwrap() {
+                        let frame = frame.to_vec();
+                        self.core.on_frame(conn_id, &frame, self.now);
+                    }
+                }
+            }
+            if let Some(w) = self.core.output(conn_id) {
+                let bytes = w.sealed_bytes().to_vec();
+                w.consume(bytes.len());
+                if !bytes.is_empty() {
+                    moved = true;
+                    if let Some(c) = self.session.connection() {
+                        c.receive(&bytes, self.now);
+                    }
+                }
+            }
+            self.session.poll_events(self.now, |e, raw| {
+                events.push((Event::from(&e), !raw.is_empty()))
+            })?;
+            if !moved {
+                break;
+            }
+        }
+        Ok(events)
+    }
+
+    /// The connection breaks: the core forgets it, the session is told.
+    fn break_connection(&mut self) {
+        if let Some(c) = self.sub_conn.take() {
+            self.core.on_disconnect(c, self.now);
+        }
+        self.session
+            .connection_lost(ClientError::Disconnected("test".into()), self.now)
+            .unwrap();
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+        self.core.on_tick(self.now);
+    }
+}
+
+fn bid(e: &Event) -> Option<String> {
+    match e {
+        Event::Refresh { fields, .. } | Event::Update { fields, .. } => {
+            fields.get(22).map(|v| v.to_string())
+        }
+        _ => None,
+    }
+}
+
+#[test]
+fn logs_in_subscribes_and_streams_with_the_node_own_encoding() {
+    let mut lab = Lab::new();
+    lab.connect();
+    assert!(lab.session.session().is_none(), "no welcome yet");
+    let events = lab.pump().unwrap();
+    let s = lab.session.session().expect("welcomed");
+    assert_eq!(s.heartbeat, HB);
+    assert!(
+        matches!(&events[..], [(Event::Directory(d), true)] if d.iter().any(|(n, st)| n == "FEED" && *st == ServiceState::Up)),
+        "{events:?}"
+    );
+    let sid = lab
+        .session
+        .subscribe("FEED", "A", RequestOptions::default())
+        .unwrap();
+    let events = lab.pump().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        matches!(&events[0].0, Event::Refresh { stream, solicited: true, .. } if *stream == sid)
+    );
+    assert_eq!(bid(&events[0].0).as_deref(), Some("100.00"));
+    lab.update(1, 2, 101.0);
+    let events = lab.pump().unwrap();
+    assert_eq!(events.len(), 1);
+    assert!(events[0].1, "a received event carries its encoding");
+    assert_eq!(bid(&events[0].0).as_deref(), Some("101.00"));
+    lab.session.unsubscribe(sid).unwrap();
+    lab.pump().unwrap();
+    assert_eq!(lab.session.open_streams(), 0);
+    lab.update(1, 3, 102.0);
+    assert!(lab.pump().unwrap().is_empty(), "nothing after the close");
+}
+
+#[test]
+fn pings_when_idle_and_fails_when_the_node_is_silent() {
+    let mut lab = Lab::new();
+    lab.connect();
+    lab.pump().unwrap();
+    let deadline = lab.session.poll_timeout();
+    assert_eq!(deadline, lab.now + HB, "a ping is the next thing due");
+    lab.now = deadline;
+    lab.session.handle_timeout(lab.now).unwrap();
+    let c = lab.session.connection().unwrap();
+    let out = c.transmit().to_vec();
+    let msgs: Vec<_> = tickwire_proto::MessageIter::new(&out[4..])
+        .map(|m| m.unwrap().message.message_type())
+        .collect();
+    assert_eq!(msgs, [tickwire_proto::MessageType::Ping]);
+    // The node stops talking (its bytes never arrive): three intervals and it is lost.
+    c.sent(out.len(), lab.now);
+    let silent_from = lab.now - HB;
+    lab.now = silent_from + HB * 3;
+    let err = lab.session.handle_timeout(lab.now).unwrap_err();
+    assert!(err.to_string().contains("silent"), "{err}");
+}
+
+#[test]
+fn a_node_that_does_not_welcome_in_time_is_a_failed_connection() {
+    let mut lab = Lab::new();
+    lab.connect();
+    assert_eq!(lab.session.poll_timeout(), lab.now + Duration::from_secs(5));
+    lab.now += Duration::from_secs(5);
+    let err = lab.session.handle_timeout(lab.now).unwrap_err();
+    assert!(matches!(err, ClientError::Timeout(_)), "{err}");
+}
+
+#[test]
+fn a_lost_connection_makes_every_stream_suspect_then_recovers_the_watchlist() {
+    let mut lab = Lab::new();
+    lab.refresh("B", 2, 200.0);
+    lab.connect();
+    lab.pump().unwrap();
+    let a = lab
+        .session
+        .subscribe("FEED", "A", RequestOptions::default())
+        .unwrap();
+    let b = lab
+        .session
+        .subscribe("FEED", "B", RequestOptions::default())
+        .unwrap();
+    assert_eq!(lab.pump().unwrap().len(), 2);
+
+    lab.break_connection();
+    let events = lab.pump().unwrap();
+    let suspect: Vec<u32> = events
+        .iter()
+        .filter_map(|(e, raw)| match e {
+            Event::Status { stream, state, .. }
+                if state.data == DataState::Suspect
+                    && state.stream == StreamState::Open
+                    && state.code == code::CONNECTION_LOST
+                    && !raw =>
+            {
+                Some(*stream)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(suspect, [a, b]);
+    assert!(!lab.session.wants_connect(lab.now), "backoff first");
+    assert_eq!(
+        lab.session.poll_timeout(),
+        lab.now + Duration::from_millis(100)
+    );
+    lab.advance(Duration::from_millis(100));
+
+    // The node restarted and its publisher is not back: the requests wait for the
+    // service to be in the directory.
+    (lab.core, lab.publisher) = node_with_publisher(lab.now);
+    lab.connect();
+    let events = lab.pump().unwrap();
+    assert!(
+        events
+            .iter()
+            .all(|(e, _)| !matches!(e, Event::Refresh { .. })),
+        "{events:?}"
+    );
+    lab.publish(&[Message::Directory(Directory {
+        services: vec![ServiceEntry {
+            name: "FEED",
+            state: ServiceState::Up,
+            interactive: false,
+            item_count: 0,
+        }],
+    })]);
+    lab.refresh("A", 1, 110.0);
+    lab.refresh("B", 2, 210.0);
+    let events = lab.pump().unwrap();
+    let refreshed: Vec<(u32, Option<String>)> = events
+        .iter()
+        .filter_map(|(e, _)| match e {
+            Event::Refresh { stream, .. } => Some((*stream, bid(e))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        refreshed,
+        [(a, Some("110.00".into())), (b, Some("210.00".into()))]
+    );
+    assert_eq!(lab.session.reconnects(), 1);
+}
+
+#[test]
+fn a_closed_recover_stream_is_requested_again_after_the_delay() {
+    let mut lab = Lab::new();
+    lab.connect();
+    lab.pump().unwrap();
+    let a = lab
+        .session
+        .subscribe("FEED", "A", RequestOptions::default())
+        .unwrap();
+    lab.pump().unwrap();
+    // The node closes the stream as recoverable (as a node does for a stream it
+    // cannot serve for now).
+    let mut frame = vec![0; 4];
+    Message::Status(tickwire_proto::Status {
+        stream_id: a,
+        state: State {
+            stream: StreamState::ClosedRecover,
+            data: DataState::Suspect,
+            code: code::SHUTDOWN,
+            text: "try again",
+        },
+    })
+    .encode(&mut frame)
+    .unwrap();
+    let len = (frame.len() - 4) as u32;
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    lab.session.connection().unwrap().receive(&frame, lab.now);
+    let events = lab.pump().unwrap();
+    assert!(
+        matches!(&events[..], [(Event::Status { stream, state, .. }, _)]
+            if *stream == a && state.stream == StreamState::Open && state.data == DataState::Suspect),
+        "shown as open/suspect: {events:?}"
+    );
+    assert_eq!(
+        lab.session.open_streams(),
+        1,
+        "the stream stays in the watchlist"
+    );
+    let again = lab.now + Duration::from_millis(500);
+    assert_eq!(lab.session.poll_timeout(), again);
+    lab.now = again;
+    lab.session.handle_timeout(lab.now).unwrap();
+    let events = lab.pump().unwrap();
+    assert!(
+        matches!(&events[..], [(Event::Refresh { stream, .. }, true)] if *stream == a),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_refused_login_ends_the_session() {
+    let mut lab = Lab::new();
+    let cfg = CoreConfig {
+        login_token: Some("secret".into()),
+        ..CoreConfig::default()
+    };
+    lab.core = Node::new(cfg, lab.now);
+    lab.connect();
+    let err = lab.pump().unwrap_err();
+    assert!(matches!(err, ClientError::Rejected { .. }), "{err}");
+    let end = lab.session.connection_lost(err, lab.now).unwrap_err();
+    assert!(end.to_string().contains("bad token"), "{end}");
+}

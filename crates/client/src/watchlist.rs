@@ -1,0 +1,521 @@
+//! The subscriber's protocol without I/O: a watchlist of item streams over a
+//! [`Connection`] that comes and goes. It opens and closes streams, turns what the node
+//! sends into events, makes up the statuses of a lost connection, and after a
+//! reconnect requests the whole watchlist again (each stream once the directory lists
+//! its service). Reconnection delays are its decision too: the driver asks
+//! [`SubscriberSession::wants_connect`].
+
+use crate::events::{EventRef, ItemRef};
+use crate::session::{is_fatal, Connection, LoginOptions, Session};
+use crate::{Backoff, ClientError};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+use tickwire_proto::frame::FrameWriter;
+use tickwire_proto::{
+    code, DataState, Message, MessageIter, Request, ServiceState, State, Status, StreamState, View,
+};
+
+/// Identifies one item stream of a subscriber.
+pub type StreamId = u32;
+
+#[derive(Debug, Clone, Default)]
+pub struct RequestOptions {
+    /// One refresh, then the stream closes.
+    pub snapshot: bool,
+    /// Only these field ids (refresh and updates).
+    pub view: Option<Vec<i16>>,
+}
+
+/// Whether and how soon to reconnect after a connection is lost.
+#[derive(Debug, Clone)]
+pub struct ReconnectPolicy {
+    pub reconnect: bool,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// A refused login is tried again too (with backoff), rather than ending the
+    /// session: for a link that moves between upstream nodes, where one refusing it
+    /// (a loop, a full node) is no reason to stop.
+    pub retry_rejected: bool,
+}
+
+struct Watch {
+    service: String,
+    name: String,
+    streaming: bool,
+    view: Option<Vec<i16>>,
+}
+
+/// A status made up here (the connection was lost), not yet delivered.
+struct Synthetic {
+    stream: u32,
+    state: State<'static>,
+    text: String,
+}
+
+pub struct SubscriberSession {
+    login: LoginOptions,
+    policy: ReconnectPolicy,
+    conn: Option<Connection>,
+    /// Indexed by stream id (ids are dense, from 1).
+    watch: Vec<Option<Watch>>,
+    open_streams: usize,
+    next_sid: u32,
+    synthetic: VecDeque<Synthetic>,
+    directory: BTreeMap<String, ServiceState>,
+    /// Streams the node closed with closed-recover, to request again at the given time.
+    recover: Vec<(u32, Instant)>,
+    /// After a reconnect: streams waiting for their service to appear in the directory.
+    held: Vec<u32>,
+    backoff: Backoff,
+    /// While disconnected: when to try again.
+    retry_at: Instant,
+    connections: u64,
+}
+
+impl SubscriberSession {
+    /// A session with no connection yet: the driver connects when
+    /// [`SubscriberSession::wants_connect`] says so (at once, the first time).
+    pub fn new(login: LoginOptions, policy: ReconnectPolicy, now: Instant) -> Self {
+        SubscriberSession {
+            backoff: Backoff::new(policy.backoff_min, policy.backoff_max),
+            login,
+            policy,
+            conn: None,
+            watch: vec![None],
+            open_streams: 0,
+            next_sid: 1,
+            synthetic: VecDeque::new(),
+            directory: BTreeMap::new(),
+            recover: Vec::new(),
+            held: Vec::new(),
+            retry_at: now,
+            connections: 0,
+        }
+    }
+
+    /// The driver opened a transport to the node: the Login is queued on a new
+    /// connection, and every stream of the watchlist waits to be requested again.
+    pub fn connecting(&mut self, now: Instant) -> Result<(), ClientError> {
+        self.conn = Some(Connection::new(&self.login, now)?);
+        self.backoff.connected(now);
+        self.connections += 1;
+        self.recover.clear(); // everything is requested again
+        self.directory.clear(); // the node's directory follows its welcome
+                                // A restarted node may not know a service until its publisher is back: each
+                                // request waits until the directory lists the service.
+        self.held = (0..self.watch.len() as u32)
+            .filter(|&sid| self.watch[sid as usize].is_some())
+            .collect();
+        Ok(())
+    }
+
+    /// The driver could not open a transport. `Err` when there is no retrying.
+    pub fn connect_failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
+        if self.ends_session(&err) {
+            return Err(err);
+        }
+        self.retry_at = now + self.backoff.step(now);
+        Ok(())
+    }
+
+    /// The connection failed (a transport error, or an error this session returned):
+    /// every open stream is told (open/suspect) and a reconnect is scheduled. `Err`
+    /// when the session ends instead (a refused login, or no reconnecting).
+    pub fn connection_lost(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
+        let had = self.conn.take().is_some();
+        if self.ends_session(&err) {
+            return Err(err);
+        }
+        if had {
+            let text = format!("connection to the node lost ({err}); reconnecting");
+            for (sid, w) in self.watch.iter().enumerate() {
+                if w.is_some() {
+                    self.synthetic.push_back(Synthetic {
+                        stream: sid as u32,
+                        state: State {
+                            stream: StreamState::Open,
+                            data: DataState::Suspect,
+                            code: code::CONNECTION_LOST,
+                            text: "",
+                        },
+                        text: text.clone(),
+                    });
+                }
+            }
+        }
+        self.retry_at = now + self.backoff.step(now);
+        Ok(())
+    }
+
+    fn ends_session(&self, err: &ClientError) -> bool {
+        let rejected = matches!(err, ClientError::Rejected { .. });
+        !self.policy.reconnect || (rejected && !self.policy.retry_rejected)
+    }
+
+    /// No connection, and it is time to open one.
+    pub fn wants_connect(&self, now: Instant) -> bool {
+        self.conn.is_none() && now >= self.retry_at
+    }
+
+    /// When to try to connect again (meaningful while disconnected).
+    pub fn retry_at(&self) -> Instant {
+        self.retry_at
+    }
+
+    /// The connection, while there is one (logged in or not yet).
+    pub fn connection(&mut self) -> Option<&mut Connection> {
+        self.conn.as_mut()
+    }
+
+    /// What the node said in its Welcome, while logged in.
+    pub fn session(&self) -> Option<&Session> {
+        self.conn.as_ref().and_then(|c| c.session())
+    }
+
+    /// Connections opened after the first.
+    pub fn reconnects(&self) -> u64 {
+        self.connections.saturating_sub(1)
+    }
+
+    /// Services and their state, as the node's directory messages left them.
+    pub fn directory(&self) -> &BTreeMap<String, ServiceState> {
+        &self.directory
+    }
+
+    /// Open streams in the watchlist.
+    pub fn open_streams(&self) -> usize {
+        self.open_streams
+    }
+
+    /// The item of an open stream.
+    pub fn item(&self, sid: StreamId) -> Option<(&str, &str)> {
+        self.watch
+            .get(sid as usize)?
+            .as_ref()
+            .map(|w| (w.service.as_str(), w.name.as_str()))
+    }
+
+    /// Opens a stream for an item; its refresh (or a status) comes as an event.
+    pub fn subscribe(
+        &mut self,
+        service: &str,
+        name: &str,
+        options: RequestOptions,
+    ) -> Result<StreamId, ClientError> {
+        let sid = self.next_sid;
+        self.next_sid += 1;
+        let w = Watch {
+            service: service.to_string(),
+            name: name.to_string(),
+            streaming: !options.snapshot,
+            view: options.view,
+        };
+        if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
+            push_request(conn.writer(), sid, &w)?;
+        } else if self.conn.is_some() {
+            self.held.push(sid);
+        }
+        if self.watch.len() <= sid as usize {
+            self.watch.resize_with(sid as usize + 1, || None);
+        }
+        self.watch[sid as usize] = Some(w);
+        self.open_streams += 1;
+        Ok(sid)
+    }
+
+    /// Closes a stream.
+    pub fn unsubscribe(&mut self, sid: StreamId) -> Result<(), ClientError> {
+        if self
+            .watch
+            .get_mut(sid as usize)
+            .and_then(|w| w.take())
+            .is_some()
+        {
+            self.open_streams -= 1;
+            self.held.retain(|&s| s != sid);
+            self.recover.retain(|&(s, _)| s != sid);
+            if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
+                conn.writer().push(&Message::Close { stream_id: sid })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// When [`SubscriberSession::handle_timeout`] is next needed.
+    pub fn poll_timeout(&self) -> Instant {
+        let Some(conn) = &self.conn else {
+            return self.retry_at;
+        };
+        let mut at = conn.poll_timeout();
+        for &(_, t) in &self.recover {
+            at = at.min(t);
+        }
+        at
+    }
+
+    /// Heartbeats, the Welcome's deadline, streams to request again. An `Err` means
+    /// the connection failed: pass it to [`SubscriberSession::connection_lost`].
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        conn.handle_timeout(now)?;
+        self.rerequest_recovered(now)
+    }
+
+    /// Delivers the events available now: statuses made up for a lost connection, then
+    /// what the node sent. `f` gets each event and its encoding as received (empty for
+    /// the made-up ones), both borrowed from the receive buffer. Returns how many. An
+    /// `Err` means the connection failed: pass it to
+    /// [`SubscriberSession::connection_lost`].
+    pub fn poll_events(
+        &mut self,
+        now: Instant,
+        mut f: impl FnMut(EventRef<'_>, &[u8]),
+    ) -> Result<usize, ClientError> {
+        let mut n = self.deliver_synthetic(&mut f);
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(n);
+        };
+        let recover_delay = self.policy.backoff_min.max(Duration::from_millis(500));
+        let mut ctx = Ctx {
+            watch: &mut self.watch,
+            open_streams: &mut self.open_streams,
+            directory: &mut self.directory,
+            recover: &mut self.recover,
+            recover_at: now + recover_delay,
+        };
+        // Pings are answered after the frames (which borrow the connection's input).
+        let mut pings = Vec::new();
+        while let Some(frame) = conn.next_frame()? {
+            n += handle_payload(frame, &mut ctx, &mut pings, &mut f)?;
+        }
+        for t in pings {
+            conn.writer().push(&Message::Pong(t))?;
+        }
+        if conn.session().is_some() {
+            self.release_held()?;
+        }
+        Ok(n)
+    }
+
+    /// Sends the held requests whose service the directory now lists.
+    fn release_held(&mut self) -> Result<(), ClientError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let (watch, directory) = (&self.watch, &self.directory);
+        let mut err = None;
+        self.held.retain(|&sid| {
+            let Some(Some(w)) = watch.get(sid as usize) else {
+                return false;
+            };
+            if !directory.contains_key(&w.service) {
+                return true;
+            }
+            if let Err(e) = push_request(conn.writer(), sid, w) {
+                err = Some(e);
+            }
+            false
+        });
+        err.map_or(Ok(()), Err)
+    }
+
+    /// Requests again the streams closed with closed-recover whose delay has passed.
+    fn rerequest_recovered(&mut self, now: Instant) -> Result<(), ClientError> {
+        let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) else {
+            return Ok(());
+        };
+        let mut i = 0;
+        while i < self.recover.len() {
+            let (sid, at) = self.recover[i];
+            if at > now {
+                i += 1;
+                continue;
+            }
+            self.recover.swap_remove(i);
+            if let Some(Some(w)) = self.watch.get(sid as usize) {
+                push_request(conn.writer(), sid, w)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver_synthetic(&mut self, f: &mut impl FnMut(EventRef<'_>, &[u8])) -> usize {
+        let mut n = 0;
+        while let Some(s) = self.synthetic.pop_front() {
+            let Some(w) = self.watch.get(s.stream as usize).and_then(|w| w.as_ref()) else {
+                continue;
+            };
+            f(
+                EventRef::Status(
+                    ItemRef {
+                        stream: s.stream,
+                        service: &w.service,
+                        name: &w.name,
+                    },
+                    Status {
+                        stream_id: s.stream,
+                        state: State {
+                            text: &s.text,
+                            ..s.state
+                        },
+                    },
+                ),
+                &[],
+            );
+            n += 1;
+        }
+        n
+    }
+}
+
+fn push_request(w: &mut FrameWriter, sid: u32, watch: &Watch) -> Result<(), ClientError> {
+    w.push(&Message::Request(Request {
+        stream_id: sid,
+        streaming: watch.streaming,
+        service: &watch.service,
+        name: &watch.name,
+        view: watch.view.as_deref().map(View::Fids),
+    }))?;
+    Ok(())
+}
+
+/// The parts of a session that message handling updates.
+struct Ctx<'s> {
+    watch: &'s mut Vec<Option<Watch>>,
+    open_streams: &'s mut usize,
+    directory: &'s mut BTreeMap<String, ServiceState>,
+    recover: &'s mut Vec<(u32, Instant)>,
+    recover_at: Instant,
+}
+
+impl Ctx<'_> {
+    fn close(&mut self, sid: u32) {
+        if self.watch[sid as usize].take().is_some() {
+            *self.open_streams -= 1;
+        }
+    }
+}
+
+/// Delivers the messages of one frame payload.
+fn handle_payload(
+    payload: &[u8],
+    ctx: &mut Ctx<'_>,
+    pings: &mut Vec<u64>,
+    f: &mut impl FnMut(EventRef<'_>, &[u8]),
+) -> Result<usize, ClientError> {
+    let mut n = 0;
+    for raw in MessageIter::new(payload) {
+        let raw = raw?;
+        let encoded = raw.encoded;
+        match raw.message {
+            Message::Refresh(r) => {
+                let sid = r.stream_id;
+                let Some(w) = ctx.watch.get(sid as usize).and_then(|w| w.as_ref()) else {
+                    continue; // a late message for a stream already closed
+                };
+                let done = r.complete && r.state.stream != StreamState::Open;
+                let item = ItemRef {
+                    stream: sid,
+                    service: &w.service,
+                    name: &w.name,
+                };
+                f(EventRef::Refresh(item, r), encoded);
+                n += 1;
+                if done {
+                    ctx.close(sid);
+                }
+            }
+            Message::Update(u) => {
+                let Some(w) = ctx.watch.get(u.stream_id as usize).and_then(|w| w.as_ref()) else {
+                    continue;
+                };
+                let item = ItemRef {
+                    stream: u.stream_id,
+                    service: &w.service,
+                    name: &w.name,
+                };
+                f(EventRef::Update(item, u), encoded);
+                n += 1;
+            }
+            Message::Status(s) if s.stream_id == 0 => {
+                let item = ItemRef {
+                    stream: 0,
+                    service: "",
+                    name: "",
+                };
+                f(EventRef::Status(item, s.clone()), encoded);
+                n += 1;
+                if s.state.stream != StreamState::Open {
+                    if is_fatal(s.state.stream, s.state.code) {
+                        return Err(ClientError::Rejected {
+                            code: s.state.code,
+                            reason: s.state.text.to_string(),
+                        });
+                    }
+                    return Err(ClientError::Disconnected(format!(
+                        "node closed the connection: {}",
+                        s.state.text
+                    )));
+                }
+            }
+            Message::Status(s) => {
+                let sid = s.stream_id;
+                let Some(w) = ctx.watch.get(sid as usize).and_then(|w| w.as_ref()) else {
+                    continue;
+                };
+                let item = ItemRef {
+                    stream: sid,
+                    service: &w.service,
+                    name: &w.name,
+                };
+                if s.state.stream == StreamState::ClosedRecover && w.streaming {
+                    // Recoverable: the stream stays in the watchlist, shown as suspect,
+                    // and is requested again shortly (or on reconnect).
+                    let shown = Status {
+                        stream_id: sid,
+                        state: State {
+                            stream: StreamState::Open,
+                            data: DataState::Suspect,
+                            ..s.state
+                        },
+                    };
+                    f(EventRef::Status(item, shown), &[]);
+                    n += 1;
+                    ctx.recover.push((sid, ctx.recover_at));
+                    continue;
+                }
+                let done = s.state.stream != StreamState::Open;
+                f(EventRef::Status(item, s), encoded);
+                n += 1;
+                if done {
+                    ctx.close(sid);
+                }
+            }
+            Message::Directory(d) => {
+                for e in &d.services {
+                    if e.state == ServiceState::Removed {
+                        ctx.directory.remove(e.name);
+                    } else {
+                        ctx.directory.insert(e.name.to_string(), e.state);
+                    }
+                }
+                f(EventRef::Directory(&d), encoded);
+                n += 1;
+            }
+            Message::Ping(t) => pings.push(t),
+            Message::Pong(_) => {}
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "unexpected {:?} message from the node",
+                    other.message_type()
+                )))
+            }
+        }
+    }
+    Ok(n)
+}

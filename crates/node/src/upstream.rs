@@ -1,0 +1,377 @@
+//! `[upstream]`: the node fed over TCP by other nodes (docs/OPERATIONS.md, "Node trees")
+//! and the socket of that link, driven inside the event loop. The protocol is the
+//! `tickwire-upstream` crate's [`Relay`]; this file moves its bytes and picks the
+//! upstream to connect to.
+
+use crate::config::ConfigError;
+use log::{info, warn};
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+use serde::{Deserialize, Serialize};
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tickwire_client::ClientError;
+use tickwire_core::Node;
+use tickwire_upstream::{NodePath, Relay, RelayConfig};
+
+/// `[upstream]`: empty `nodes` means the node is fed by no other node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamSection {
+    /// Upstream nodes (`host:port`), in order of preference: the link moves to the
+    /// next when one cannot be reached.
+    pub nodes: Vec<String>,
+    /// Services to take from the upstream; empty: all (but its own figures).
+    pub services: Vec<String>,
+    /// User to log in to the upstream as.
+    pub user: String,
+    /// File holding the secret (password or login token) on its first line; empty:
+    /// none.
+    pub password_file: PathBuf,
+    /// First delay before reconnecting, doubling up to `reconnect_max_ms`.
+    pub reconnect_min_ms: u64,
+    pub reconnect_max_ms: u64,
+    /// How long an upstream has to answer the login.
+    pub login_timeout_ms: u64,
+}
+
+impl Default for UpstreamSection {
+    fn default() -> Self {
+        UpstreamSection {
+            nodes: Vec::new(),
+            services: Vec::new(),
+            user: "tickwire-node".into(),
+            password_file: PathBuf::new(),
+            reconnect_min_ms: 100,
+            reconnect_max_ms: 5000,
+            login_timeout_ms: 5000,
+        }
+    }
+}
+
+fn invalid(key: &'static str, value: impl std::fmt::Display, reason: &str) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+impl UpstreamSection {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for n in &self.nodes {
+            let ok = n
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !ok {
+                return Err(invalid("upstream.nodes", n, "expected HOST:PORT"));
+            }
+        }
+        if self.reconnect_min_ms == 0 || self.reconnect_min_ms > self.reconnect_max_ms {
+            return Err(invalid(
+                "upstream.reconnect_min_ms",
+                self.reconnect_min_ms,
+                "must be at least 1 and at most upstream.reconnect_max_ms",
+            ));
+        }
+        if self.login_timeout_ms < 100 {
+            return Err(invalid(
+                "upstream.login_timeout_ms",
+                self.login_timeout_ms,
+                "must be at least 100",
+            ));
+        }
+        if !self.password_file.as_os_str().is_empty() {
+            self.secret()?;
+        }
+        Ok(())
+    }
+
+    /// The secret from `password_file`'s first line (empty without one).
+    pub fn secret(&self) -> Result<String, ConfigError> {
+        if self.password_file.as_os_str().is_empty() {
+            return Ok(String::new());
+        }
+        let path = self.password_file.display();
+        let text = std::fs::read_to_string(&self.password_file)
+            .map_err(|e| invalid("upstream.password_file", &path, &e.to_string()))?;
+        let first = text.lines().next().unwrap_or("").trim_end_matches('\r');
+        if first.is_empty() {
+            return Err(invalid(
+                "upstream.password_file",
+                &path,
+                "the file is empty",
+            ));
+        }
+        Ok(first.to_string())
+    }
+
+    pub fn relay_config(&self, node_id: u64, node_name: &str) -> Result<RelayConfig, ConfigError> {
+        Ok(RelayConfig {
+            node_id,
+            node_name: node_name.to_string(),
+            user: self.user.clone(),
+            token: self.secret()?,
+            services: (!self.services.is_empty()).then(|| self.services.iter().cloned().collect()),
+            backoff_min: Duration::from_millis(self.reconnect_min_ms),
+            backoff_max: Duration::from_millis(self.reconnect_max_ms),
+            welcome_timeout: Duration::from_millis(self.login_timeout_ms),
+        })
+    }
+}
+
+/// Bytes read from the upstream per loop turn at most: the node's own subscribers get
+/// their turn too. More waits in the socket (and the upstream sees this node as slow
+/// if it stays behind).
+const READ_SHARE: usize = 1 << 20;
+
+/// The link's socket and the choice of upstream.
+pub struct UpstreamLink {
+    relay: Relay,
+    nodes: Vec<String>,
+    /// Index in `nodes` of the upstream connected or tried last.
+    current: usize,
+    socket: Option<TcpStream>,
+    /// A non-blocking connect in progress (done when the socket turns writable).
+    connecting: bool,
+    /// The socket may hold more than the last turn's read share.
+    more_to_read: bool,
+    token: Token,
+    /// The chain above as last told to the core (a change goes to the core and the
+    /// figures item).
+    chain_told: NodePath,
+}
+
+impl UpstreamLink {
+    pub fn start(
+        core: &mut Node,
+        cfg: RelayConfig,
+        nodes: Vec<String>,
+        token: Token,
+        now: Instant,
+    ) -> Self {
+        info!("upstream: fed by {} (in this order)", nodes.join(", "));
+        UpstreamLink {
+            relay: Relay::start(core, cfg, now),
+            nodes,
+            current: 0,
+            socket: None,
+            connecting: false,
+            more_to_read: false,
+            token,
+            chain_told: NodePath::default(),
+        }
+    }
+
+    /// The chain of nodes above this one, the upstream first.
+    pub fn above(&self) -> &NodePath {
+        self.relay.above()
+    }
+
+    /// `upstream-name (host:port)` or why there is none, for the figures.
+    pub fn state_text(&self) -> String {
+        match self.relay.upstream_name() {
+            Some(n) => format!("{n} ({})", self.nodes[self.current]),
+            None => format!("connecting ({})", self.nodes[self.current]),
+        }
+    }
+
+    pub fn relay(&self) -> &Relay {
+        &self.relay
+    }
+
+    /// When [`UpstreamLink::turn`] is next needed, if sooner than the loop's own tick.
+    pub fn poll_timeout(&self) -> Instant {
+        if self.more_to_read {
+            return Instant::now();
+        }
+        self.relay.poll_timeout()
+    }
+
+    /// The socket is ready (an event with this link's token).
+    pub fn on_event(&mut self, core: &mut Node, registry: &Registry, writable: bool, now: Instant) {
+        if self.connecting && writable {
+            self.connect_done(core, registry, now);
+        }
+        self.more_to_read = true;
+        if writable {
+            self.write(core, registry, now);
+        }
+    }
+
+    /// Reads, forwards to the core, runs timers and connects: once per loop turn.
+    pub fn turn(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        if self.socket.is_none() && self.relay.wants_connect(now) {
+            self.connect(core, registry, now);
+        }
+        if self.more_to_read && !self.connecting && self.socket.is_some() {
+            if let Err(e) = self.read(core, now) {
+                self.lost(core, registry, e, now);
+            }
+        }
+        if now >= self.relay.poll_timeout() {
+            if let Err(e) = self.relay.on_timeout(core, now) {
+                self.lost(core, registry, e, now);
+            }
+        }
+        if self.relay.above() != &self.chain_told {
+            self.chain_told = self.relay.above().clone();
+            core.set_upstream_chain(self.chain_told.0.clone());
+        }
+    }
+
+    /// The core's requests and closes go upstream, and queued bytes are written.
+    pub fn pump(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        self.relay.pump(core, now);
+        if let Err(e) = self.relay.poll(core, now) {
+            self.lost(core, registry, e, now);
+        }
+        self.write(core, registry, now);
+    }
+
+    fn connect(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        let addr = self.nodes[self.current].clone();
+        match resolve(&addr).and_then(TcpStream::connect) {
+            Ok(mut s) => {
+                let interest = Interest::READABLE | Interest::WRITABLE;
+                if let Err(e) = registry.register(&mut s, self.token, interest) {
+                    self.failed(core, &addr, e.to_string(), now);
+                    return;
+                }
+                self.socket = Some(s);
+                self.connecting = true;
+            }
+            Err(e) => self.failed(core, &addr, e.to_string(), now),
+        }
+    }
+
+    /// The non-blocking connect finished: connected, or refused.
+    fn connect_done(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        let Some(s) = self.socket.as_mut() else {
+            return;
+        };
+        let err = match s.take_error() {
+            Ok(Some(e)) | Err(e) => Some(e),
+            Ok(None) => s.peer_addr().err(),
+        };
+        if let Some(e) = err {
+            if e.kind() == ErrorKind::NotConnected || e.raw_os_error() == Some(libc::EINPROGRESS) {
+                return; // not yet
+            }
+            let addr = self.nodes[self.current].clone();
+            self.close_socket(registry);
+            self.failed(core, &addr, e.to_string(), now);
+            return;
+        }
+        let _ = s.set_nodelay(true);
+        self.connecting = false;
+        info!(
+            "upstream: connected to {}; logging in",
+            self.nodes[self.current]
+        );
+        self.relay.connecting(now);
+    }
+
+    /// No connection to the current upstream: the next one is tried after the backoff.
+    fn failed(&mut self, _core: &mut Node, addr: &str, why: String, now: Instant) {
+        warn!("upstream: cannot connect to {addr}: {why}");
+        self.current = (self.current + 1) % self.nodes.len();
+        self.relay.connect_failed(
+            ClientError::Connect {
+                addr: addr.to_string(),
+                reason: why,
+            },
+            now,
+        );
+    }
+
+    fn lost(&mut self, core: &mut Node, registry: &Registry, err: ClientError, now: Instant) {
+        let addr = self.nodes[self.current].clone();
+        let logged_in = self.relay.is_connected();
+        warn!("upstream: link to {addr} lost: {err}");
+        self.close_socket(registry);
+        // A refused login, or a link lost before it was up: the next upstream.
+        if !logged_in || matches!(err, ClientError::Rejected { .. }) {
+            self.current = (self.current + 1) % self.nodes.len();
+        }
+        self.relay.lost(core, err, now);
+    }
+
+    fn close_socket(&mut self, registry: &Registry) {
+        if let Some(mut s) = self.socket.take() {
+            let _ = registry.deregister(&mut s);
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        self.connecting = false;
+        self.more_to_read = false;
+    }
+
+    fn read(&mut self, core: &mut Node, now: Instant) -> Result<(), ClientError> {
+        let (Some(s), Some(conn)) = (self.socket.as_mut(), self.relay.connection()) else {
+            return Ok(());
+        };
+        let mut total = 0;
+        self.more_to_read = false;
+        loop {
+            if total >= READ_SHARE || !conn.wants_input() {
+                self.more_to_read = true;
+                break;
+            }
+            let buf = conn.spare(64 * 1024);
+            match s.read(buf) {
+                Ok(0) => {
+                    // Deliver what came before the end, then report it.
+                    self.relay.poll(core, now)?;
+                    return Err(ClientError::Disconnected(
+                        "the upstream closed the connection".into(),
+                    ));
+                }
+                Ok(n) => {
+                    conn.received(n, now);
+                    total += n;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(ClientError::Disconnected(e.to_string())),
+            }
+        }
+        self.relay.poll(core, now)
+    }
+
+    fn write(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        if self.connecting {
+            return;
+        }
+        let (Some(s), Some(conn)) = (self.socket.as_mut(), self.relay.connection()) else {
+            return;
+        };
+        loop {
+            let bytes = conn.transmit();
+            if bytes.is_empty() {
+                return;
+            }
+            match s.write(bytes) {
+                Ok(n) => conn.sent(n, now),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return, // writable event later
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.lost(
+                        core,
+                        registry,
+                        ClientError::Disconnected(e.to_string()),
+                        now,
+                    );
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn resolve(addr: &str) -> io::Result<SocketAddr> {
+    addr.to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::other("address resolves to nothing"))
+}

@@ -1,0 +1,77 @@
+//! Node identities and the chain of nodes a node is fed from.
+
+use std::fmt;
+
+pub use tickwire_proto::{parse_node_login, NODE_LOGIN_PREFIX};
+
+/// A chain of nodes, nearest first: a node's own entry, then its upstream's, and so on
+/// to the top. Written `name#id>name#id` (ids in hex) in the `TW_PATH` field of the
+/// `TICKWIRE/NODE` item.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodePath(pub Vec<(u64, String)>);
+
+/// Longest chain read from a peer: more is junk (or a loop that went round).
+const MAX_DEPTH: usize = 64;
+
+impl NodePath {
+    pub fn parse(text: &str) -> Option<NodePath> {
+        if text.is_empty() {
+            return Some(NodePath::default());
+        }
+        let mut v = Vec::new();
+        for part in text.split('>').take(MAX_DEPTH) {
+            let (name, id) = part.rsplit_once('#')?;
+            v.push((u64::from_str_radix(id, 16).ok()?, name.to_string()));
+        }
+        Some(NodePath(v))
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.0.iter().any(|(i, _)| *i == id)
+    }
+
+    /// This chain with a node in front.
+    pub fn below(&self, id: u64, name: &str) -> NodePath {
+        let mut v = vec![(id, name.to_string())];
+        v.extend(self.0.iter().take(MAX_DEPTH - 1).cloned());
+        NodePath(v)
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.0.iter().map(|(i, _)| *i).collect()
+    }
+}
+
+impl fmt::Display for NodePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (id, name)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(">")?;
+            }
+            write!(f, "{name}#{id:016x}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_reads_back_as_written_and_junk_is_refused() {
+        let p = NodePath::default().below(2, "b").below(1, "a#x");
+        let text = p.to_string();
+        assert_eq!(text, "a#x#0000000000000001>b#0000000000000002");
+        assert_eq!(NodePath::parse(&text), Some(p.clone()));
+        assert!(p.contains(2) && !p.contains(3));
+        assert_eq!(NodePath::parse(""), Some(NodePath::default()));
+        assert_eq!(NodePath::parse("nohash"), None);
+        assert_eq!(NodePath::parse("a#zz"), None);
+        assert_eq!(
+            parse_node_login("tickwire-node/00000000000000ff/x"),
+            Some(255)
+        );
+        assert_eq!(parse_node_login("tickwire-client"), None);
+    }
+}

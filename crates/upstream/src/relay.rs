@@ -1,0 +1,473 @@
+//! The relay between a node's core and its upstream node (see the crate's docs).
+
+use crate::path::{NodePath, NODE_LOGIN_PREFIX};
+use log::{info, warn};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+use tickwire_client::{
+    ClientError, Connection, EventRef, LoginOptions, ReconnectPolicy, RequestOptions, StreamId,
+    SubscriberSession,
+};
+use tickwire_core::{ConnId, Node};
+use tickwire_proto::message::{write_readdressed, MESSAGE_HEADER_LEN};
+use tickwire_proto::{
+    code, DataState, Directory, Login, Message, MessageIter, Refresh, Role, ServiceEntry,
+    ServiceState, State, Status, StreamState, Value, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+};
+
+/// The service and item of every node's own figures (where its chain is read).
+const NODE_SERVICE: &str = "TICKWIRE";
+const NODE_ITEM: &str = "NODE";
+/// `TW_PATH`: the chain of nodes a node is fed from, itself first.
+pub const TW_PATH: i16 = -1029;
+/// Bytes forwarded to the core in one frame at most (a burst is cut into several).
+const TO_CORE_CHUNK: usize = 64 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// This node: its id (unique per process) and name.
+    pub node_id: u64,
+    pub node_name: String,
+    /// Who this node logs in to its upstream as.
+    pub user: String,
+    pub token: String,
+    /// The services to take from the upstream (`None`: all of them).
+    pub services: Option<BTreeSet<String>>,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    pub welcome_timeout: Duration,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            node_id: 0,
+            node_name: "tickwire".into(),
+            user: "tickwire-node".into(),
+            token: String::new(),
+            services: None,
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            welcome_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Figures of the link.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelayStats {
+    pub items: u64,
+    pub requests_sent: u64,
+    pub messages_in: u64,
+    pub reimages: u64,
+    pub connections: u64,
+    pub loops_found: u64,
+}
+
+struct Link {
+    up: StreamId,
+    /// The core has had an image: a later solicited one (after a reconnect) is a
+    /// re-image for every subscriber, not an answer to a request.
+    imaged: bool,
+}
+
+pub struct Relay {
+    conn: ConnId,
+    cfg: RelayConfig,
+    session: SubscriberSession,
+    /// The core's stream id -> the upstream stream.
+    links: FxHashMap<u32, Link>,
+    /// The upstream stream -> the core's stream id.
+    by_up: FxHashMap<StreamId, u32>,
+    /// The upstream's own figures item (its chain is read there).
+    node_stream: StreamId,
+    /// The chain of nodes above this one: the upstream first.
+    above: NodePath,
+    /// What the core has been told: service -> state.
+    announced: BTreeMap<String, ServiceState>,
+    to_core: Vec<u8>,
+    stats: RelayStats,
+}
+
+impl Relay {
+    /// Connects to the core as the publisher of the upstream's services. The upstream
+    /// itself is connected by the caller when [`Relay::wants_connect`] says so.
+    pub fn start(core: &mut Node, cfg: RelayConfig, now: Instant) -> Relay {
+        let conn = core.connect_internal("upstream link", now);
+        let mut frame = Vec::new();
+        let _ = Message::Login(Login {
+            version_min: PROTOCOL_VERSION_MIN,
+            version_max: PROTOCOL_VERSION_MAX,
+            role: Role::Publisher,
+            application: "tickwire-upstream",
+            user: "upstream",
+            token: "",
+            slow_consumer: None,
+        })
+        .encode(&mut frame);
+        core.on_frame(conn, &frame, now);
+        let login = LoginOptions {
+            role: Role::Subscriber,
+            application: format!("{NODE_LOGIN_PREFIX}{:016x}/{}", cfg.node_id, cfg.node_name),
+            user: cfg.user.clone(),
+            token: cfg.token.clone(),
+            // The upstream's own policy applies: this node is a subscriber like any.
+            slow_consumer: None,
+            welcome_timeout: cfg.welcome_timeout,
+        };
+        let policy = ReconnectPolicy {
+            reconnect: true,
+            backoff_min: cfg.backoff_min,
+            backoff_max: cfg.backoff_max,
+            retry_rejected: true,
+        };
+        let mut session = SubscriberSession::new(login, policy, now);
+        let node_stream = session
+            .subscribe(NODE_SERVICE, NODE_ITEM, RequestOptions::default())
+            .expect("no connection yet: nothing is encoded");
+        Relay {
+            conn,
+            cfg,
+            session,
+            links: FxHashMap::default(),
+            by_up: FxHashMap::default(),
+            node_stream,
+            above: NodePath::default(),
+            announced: BTreeMap::new(),
+            to_core: Vec::new(),
+            stats: RelayStats::default(),
+        }
+    }
+
+    pub fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    pub fn stats(&self) -> RelayStats {
+        let mut s = self.stats.clone();
+        s.items = self.links.len() as u64;
+        s
+    }
+
+    /// The chain of nodes above this one, the upstream first (empty until known).
+    pub fn above(&self) -> &NodePath {
+        &self.above
+    }
+
+    /// Logged in to an upstream now.
+    pub fn is_connected(&self) -> bool {
+        self.session.session().is_some()
+    }
+
+    /// The upstream's name, while logged in.
+    pub fn upstream_name(&self) -> Option<&str> {
+        self.session.session().map(|s| s.node_name.as_str())
+    }
+
+    /// No connection, and it is time to open one.
+    pub fn wants_connect(&self, now: Instant) -> bool {
+        self.session.wants_connect(now)
+    }
+
+    /// The caller opened a socket to an upstream: the Login is queued.
+    pub fn connecting(&mut self, now: Instant) {
+        self.stats.connections += 1;
+        if let Err(e) = self.session.connecting(now) {
+            warn!("upstream: cannot start a login: {e}");
+        }
+    }
+
+    /// The protocol state of the connection, for the caller to move bytes.
+    pub fn connection(&mut self) -> Option<&mut Connection> {
+        self.session.connection()
+    }
+
+    /// When [`Relay::on_timeout`] is next needed.
+    pub fn poll_timeout(&self) -> Instant {
+        self.session.poll_timeout()
+    }
+
+    /// The caller could not open a socket: try again after the backoff.
+    pub fn connect_failed(&mut self, err: ClientError, now: Instant) {
+        let _ = self.session.connect_failed(err, now);
+    }
+
+    /// Heartbeats, the Welcome's deadline, streams to ask for again. An `Err`: the
+    /// connection failed; the caller closes its socket and calls [`Relay::lost`].
+    pub fn on_timeout(&mut self, core: &mut Node, now: Instant) -> Result<(), ClientError> {
+        core.on_bytes_received(self.conn, now);
+        self.session.handle_timeout(now)
+    }
+
+    /// The connection failed: every item turns open/suspect at the core (the link
+    /// reconnects and asks for all of them again).
+    pub fn lost(&mut self, core: &mut Node, err: ClientError, now: Instant) {
+        let _ = self.session.connection_lost(err, now);
+        let _ = self.poll(core, now);
+    }
+
+    /// What the upstream sent, into the core. An `Err`: the connection failed (or
+    /// turned out to close a loop); the caller closes its socket and calls
+    /// [`Relay::lost`].
+    pub fn poll(&mut self, core: &mut Node, now: Instant) -> Result<(), ClientError> {
+        let Relay {
+            conn,
+            session,
+            links,
+            by_up,
+            node_stream,
+            to_core,
+            stats,
+            ..
+        } = self;
+        let mut directory: Vec<(String, ServiceState)> = Vec::new();
+        let mut closed: Vec<u32> = Vec::new();
+        let mut path: Option<String> = None;
+        to_core.clear();
+        let res = session.poll_events(now, |event, raw| {
+            stats.messages_in += 1;
+            match event {
+                EventRef::Directory(d) => {
+                    directory.extend(d.services.iter().map(|e| (e.name.to_string(), e.state)));
+                }
+                EventRef::Refresh(item, r) if item.stream == *node_stream => {
+                    if let Some(Value::Utf8(p) | Value::Ascii(p)) = r.fields.get(TW_PATH) {
+                        path = Some(p.to_string());
+                    }
+                }
+                EventRef::Update(item, u) if item.stream == *node_stream => {
+                    if let Some(Value::Utf8(p) | Value::Ascii(p)) = u.fields.get(TW_PATH) {
+                        path = Some(p.to_string());
+                    }
+                }
+                EventRef::Refresh(item, r) => {
+                    let Some(&csid) = by_up.get(&item.stream) else {
+                        return;
+                    };
+                    let Some(link) = links.get_mut(&csid) else {
+                        return;
+                    };
+                    if link.imaged && r.solicited {
+                        // After a reconnect: every subscriber of the item gets the new
+                        // image (unsolicited), which also returns it to ok.
+                        stats.reimages += u64::from(r.clear_cache);
+                        let _ = Message::Refresh(Refresh {
+                            stream_id: csid,
+                            solicited: false,
+                            ..r.clone()
+                        })
+                        .encode(to_core);
+                    } else {
+                        write_readdressed(to_core, raw, csid);
+                    }
+                    if r.complete {
+                        link.imaged = true;
+                        if r.state.stream != StreamState::Open {
+                            closed.push(csid);
+                        }
+                    }
+                }
+                EventRef::Update(item, _) => {
+                    if let Some(&csid) = by_up.get(&item.stream) {
+                        write_readdressed(to_core, raw, csid);
+                    }
+                }
+                EventRef::Status(item, s) => {
+                    if item.stream == 0 || item.stream == *node_stream {
+                        return;
+                    }
+                    let Some(&csid) = by_up.get(&item.stream) else {
+                        return;
+                    };
+                    if raw.len() > MESSAGE_HEADER_LEN + 4 {
+                        write_readdressed(to_core, raw, csid);
+                    } else {
+                        // Made up by the session (connection lost, closed-recover
+                        // shown as suspect): encoded here.
+                        let _ = Message::Status(Status {
+                            stream_id: csid,
+                            state: s.state,
+                        })
+                        .encode(to_core);
+                    }
+                    if s.state.stream != StreamState::Open {
+                        closed.push(csid);
+                    }
+                }
+            }
+            if to_core.len() >= TO_CORE_CHUNK {
+                core.on_frame(*conn, to_core, now);
+                to_core.clear();
+            }
+        });
+        if !self.to_core.is_empty() {
+            core.on_frame(self.conn, &self.to_core, now);
+            self.to_core.clear();
+        }
+        for csid in closed {
+            if let Some(link) = self.links.remove(&csid) {
+                self.by_up.remove(&link.up);
+            }
+        }
+        if !directory.is_empty() {
+            self.directory_changed(core, directory, now);
+        }
+        res?;
+        if let Some(p) = path {
+            self.path_heard(&p)?;
+        }
+        Ok(())
+    }
+
+    /// The upstream's chain, from its figures item.
+    fn path_heard(&mut self, text: &str) -> Result<(), ClientError> {
+        let Some(p) = NodePath::parse(text) else {
+            return Ok(());
+        };
+        if p.contains(self.cfg.node_id) {
+            self.stats.loops_found += 1;
+            let reason = format!(
+                "loop: this node ({}#{:016x}) is already above its upstream (chain {p})",
+                self.cfg.node_name, self.cfg.node_id
+            );
+            warn!("upstream: {reason}; leaving it");
+            return Err(ClientError::Rejected {
+                code: code::LOGIN_REJECTED,
+                reason,
+            });
+        }
+        if p != self.above {
+            info!("upstream: fed through {p}");
+            self.above = p;
+        }
+        Ok(())
+    }
+
+    /// Tells the core the upstream's services that changed (those taken).
+    fn directory_changed(
+        &mut self,
+        core: &mut Node,
+        entries: Vec<(String, ServiceState)>,
+        now: Instant,
+    ) {
+        let mut changed: Vec<(String, ServiceState)> = Vec::new();
+        for (name, state) in entries {
+            if name == NODE_SERVICE {
+                continue; // every node has its own
+            }
+            if self
+                .cfg
+                .services
+                .as_ref()
+                .is_some_and(|s| !s.contains(&name))
+            {
+                continue;
+            }
+            if self.announced.get(&name) == Some(&state) {
+                continue;
+            }
+            if state == ServiceState::Removed {
+                if self.announced.remove(&name).is_none() {
+                    continue;
+                }
+            } else {
+                self.announced.insert(name.clone(), state);
+            }
+            changed.push((name, state));
+        }
+        if changed.is_empty() {
+            return;
+        }
+        self.to_core.clear();
+        let _ = Message::Directory(Directory {
+            services: changed
+                .iter()
+                .map(|(name, state)| ServiceEntry {
+                    name,
+                    state: *state,
+                    interactive: true,
+                    item_count: 0,
+                })
+                .collect(),
+        })
+        .encode(&mut self.to_core);
+        core.on_frame(self.conn, &self.to_core, now);
+        self.to_core.clear();
+    }
+
+    /// Takes the core's requests and closes for the upstream's services onto the
+    /// upstream stream list.
+    pub fn pump(&mut self, core: &mut Node, now: Instant) {
+        let mut requests: Vec<(u32, String, String)> = Vec::new();
+        let mut closes: Vec<u32> = Vec::new();
+        if let Some(w) = core.output(self.conn) {
+            if w.is_empty() {
+                return;
+            }
+            let bytes = w.sealed_bytes();
+            let mut at = 0;
+            while bytes.len() - at >= 4 {
+                let len =
+                    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+                        as usize;
+                let Some(payload) = bytes.get(at + 4..at + 4 + len) else {
+                    break;
+                };
+                for raw in MessageIter::new(payload).flatten() {
+                    match raw.message {
+                        Message::Request(r) => {
+                            requests.push((r.stream_id, r.service.into(), r.name.into()))
+                        }
+                        Message::Close { stream_id } => closes.push(stream_id),
+                        _ => {}
+                    }
+                }
+                at += 4 + len;
+            }
+            w.consume(at);
+        }
+        for csid in closes {
+            if let Some(link) = self.links.remove(&csid) {
+                self.by_up.remove(&link.up);
+                let _ = self.session.unsubscribe(link.up);
+            }
+        }
+        for (csid, service, name) in requests {
+            // A request on a stream the core has open asks again.
+            if let Some(link) = self.links.remove(&csid) {
+                self.by_up.remove(&link.up);
+                let _ = self.session.unsubscribe(link.up);
+            }
+            let Ok(up) = self
+                .session
+                .subscribe(&service, &name, RequestOptions::default())
+            else {
+                continue;
+            };
+            self.stats.requests_sent += 1;
+            self.links.insert(csid, Link { up, imaged: false });
+            self.by_up.insert(up, csid);
+            if !self.is_connected() {
+                let text = "upstream not connected; the item is asked for when it is back";
+                self.status_to_core(core, csid, text, now);
+            }
+        }
+    }
+
+    fn status_to_core(&mut self, core: &mut Node, csid: u32, text: &str, now: Instant) {
+        self.to_core.clear();
+        let _ = Message::Status(Status {
+            stream_id: csid,
+            state: State {
+                stream: StreamState::Open,
+                data: DataState::Suspect,
+                code: code::CONNECTION_LOST,
+                text,
+            },
+        })
+        .encode(&mut self.to_core);
+        core.on_frame(self.conn, &self.to_core, now);
+        self.to_core.clear();
+    }
+}
