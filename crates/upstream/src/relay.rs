@@ -204,6 +204,8 @@ impl Relay {
     /// reconnects and asks for all of them again).
     pub fn lost(&mut self, core: &mut Node, err: ClientError, now: Instant) {
         let _ = self.session.connection_lost(err, now);
+        // Fed by no one until the next upstream says what is above it.
+        self.above = NodePath::default();
         let _ = self.poll(core, now);
     }
 

@@ -279,14 +279,18 @@ pub struct Node {
 }
 
 impl Node {
-    /// `tickwire node --listen 127.0.0.1:0 EXTRA...`, once it has logged its address.
+    /// `tickwire node --listen 127.0.0.1:0 EXTRA...` (EXTRA may say `--listen` itself),
+    /// once it has logged its address.
     pub fn start(extra: &[&str]) -> Node {
         Node::start_with(extra, |_| {})
     }
 
     /// As [`Node::start`], with the command adjusted first (see [`Proc::spawn_with`]).
     pub fn start_with(extra: &[&str], prepare: impl FnOnce(&mut Command)) -> Node {
-        let mut args = vec!["node", "--listen", "127.0.0.1:0"];
+        let mut args = vec!["node"];
+        if !extra.contains(&"--listen") {
+            args.extend_from_slice(&["--listen", "127.0.0.1:0"]);
+        }
         args.extend_from_slice(extra);
         let mut proc = Proc::spawn_with(&args, prepare);
         let line = proc.wait_for_line("listening on ", START_TIMEOUT);

@@ -1,0 +1,356 @@
+//! Node trees with real processes: nodes fed over TCP by upstream nodes
+//! (`tickwire node --upstream HOST:PORT[,HOST:PORT...]`), on loopback.
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+use tickwire_client::{Event, RequestOptions, Subscriber};
+use tickwire_proto::{code, DataState, StreamState};
+
+const T: Duration = Duration::from_secs(20);
+
+/// A node fed by `upstreams` (in order), once it is listening.
+fn downstream(upstreams: &[SocketAddr], name: &str, extra: &[&str]) -> Node {
+    let list: Vec<String> = upstreams.iter().map(|a| a.to_string()).collect();
+    let list = list.join(",");
+    let mut args = vec!["--upstream", &list, "--name", name];
+    args.extend_from_slice(extra);
+    Node::start(&args)
+}
+
+/// A port free now on loopback (for a node that must come back on the same one).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The node's own figures (service TICKWIRE, item NODE), as `subscribe --json` prints
+/// them.
+fn node_figures(node: &Node) -> serde_json::Value {
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &node.addr_str(),
+            "--service",
+            "TICKWIRE",
+            "--snapshot",
+            "--json",
+            "--timeout",
+            "10",
+            "NODE",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().next().expect("a line")).expect("json");
+    v["fields"].clone()
+}
+
+/// Waits until the node's figures satisfy `pred`.
+fn wait_for_figures(node: &Node, what: &str, pred: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + T;
+    let mut last = serde_json::Value::Null;
+    while Instant::now() < deadline {
+        last = node_figures(node);
+        if pred(&last) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!(
+        "no {what} in the figures within {T:?}: {last}\n--- node\n{}",
+        node.proc.log()
+    );
+}
+
+/// A subscriber and the last sequence number of each of its items.
+struct Watcher {
+    sub: Subscriber,
+    seq: HashMap<String, u32>,
+}
+
+/// Follows the sequence numbers of every item for `for_how_long`: returns (updates,
+/// gaps). A conflated update stands for its count.
+fn follow(w: &mut Watcher, for_how_long: Duration) -> (u64, u64) {
+    let Watcher { sub, seq } = w;
+    let (mut updates, mut gaps) = (0u64, 0u64);
+    let end = Instant::now() + for_how_long;
+    while Instant::now() < end {
+        match sub.next_event(Duration::from_millis(100)) {
+            Ok(Some(Event::Refresh { name, seq: s, .. })) => {
+                seq.insert(name, s);
+            }
+            Ok(Some(Event::Update {
+                name,
+                seq: s,
+                conflation_count: k,
+                ..
+            })) => {
+                updates += 1;
+                match seq.get(&name) {
+                    Some(&prev) if k != u16::MAX && k != 0 => {
+                        if s != prev.wrapping_add(u32::from(k.max(1))) {
+                            if gaps < 3 {
+                                eprintln!("gap: {name} seq {prev} then {s} (count {k})");
+                            }
+                            gaps += 1;
+                        }
+                    }
+                    Some(_) => {}
+                    None => gaps += 1, // an update before any image
+                }
+                seq.insert(name, s);
+            }
+            Ok(Some(Event::Status { name, state, .. })) => {
+                panic!("status for {name} while everything runs: {state:?}")
+            }
+            Ok(_) => {}
+            Err(e) => panic!("subscriber failed: {e}"),
+        }
+    }
+    (updates, gaps)
+}
+
+fn watching(node: SocketAddr, items: usize) -> Subscriber {
+    let mut sub = subscriber(node);
+    for i in 0..items {
+        sub.subscribe("FEED", &format!("SYM{i}"), RequestOptions::default())
+            .expect("subscribe");
+    }
+    sub
+}
+
+fn watcher(node: SocketAddr, items: usize) -> Watcher {
+    Watcher {
+        sub: watching(node, items),
+        seq: HashMap::new(),
+    }
+}
+
+fn is_suspect(e: &Event) -> bool {
+    matches!(e, Event::Status { state, .. }
+        if state.stream == StreamState::Open && state.data == DataState::Suspect)
+}
+
+#[test]
+fn a_chain_of_three_nodes_serves_every_level_in_order_and_each_knows_its_chain() {
+    let a = Node::start(&["--name", "top"]);
+    let b = downstream(&[a.addr], "middle", &[]);
+    let c = downstream(&[b.addr], "leaf", &[]);
+    let _feed = start_publisher(&a, "FEED", 20, 400, false);
+    wait_for_image(c.addr, "FEED", "SYM19", T).unwrap_or_else(|e| {
+        panic!(
+            "{e}\n--- leaf\n{}\n--- middle\n{}",
+            c.proc.log(),
+            b.proc.log()
+        )
+    });
+    // Every update of every item reaches the leaf, in order.
+    let mut at_leaf = watcher(c.addr, 20);
+    let mut at_middle = watcher(b.addr, 5);
+    let (updates, gaps) = follow(&mut at_leaf, Duration::from_secs(3));
+    eprintln!("leaf: {updates} updates, {gaps} gaps");
+    assert!(updates > 300, "only {updates} updates at the leaf in 3 s");
+    assert_eq!(gaps, 0);
+    let (updates, gaps) = follow(&mut at_middle, Duration::from_secs(1));
+    assert!(updates > 20 && gaps == 0, "{updates} updates, {gaps} gaps");
+    // Each node knows the chain above it; the leaf's says where it is fed from.
+    wait_for_figures(&c, "the whole chain", |f| {
+        let path = f["TW_PATH"].as_str().unwrap_or("");
+        let names: Vec<&str> = path
+            .split('>')
+            .map(|p| p.rsplit_once('#').map_or("", |(n, _)| n))
+            .collect();
+        names == ["leaf", "middle", "top"]
+    });
+    let f = node_figures(&c);
+    assert!(
+        f["TW_UPSTREAM"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("middle ("),
+        "{f}"
+    );
+    // The upstream's own figures item is its own, not passed down.
+    assert_eq!(
+        node_figures(&b)["TW_PATH"]
+            .as_str()
+            .map(|p| p.starts_with("middle#")),
+        Some(true)
+    );
+}
+
+#[test]
+fn a_killed_upstream_makes_streams_suspect_and_the_link_moves_to_the_next_one() {
+    let first = Node::start(&["--name", "primary"]);
+    let second = Node::start(&["--name", "standby"]);
+    let mut feed1 = start_publisher(&first, "FEED", 5, 100, false);
+    let _feed2 = start_publisher(&second, "FEED", 5, 100, false);
+    let edge = downstream(&[first.addr, second.addr], "edge", &[]);
+    wait_for_image(edge.addr, "FEED", "SYM0", T)
+        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    let mut sub = watching(edge.addr, 1);
+    expect_event(&mut sub, T, "the refresh", |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    expect_event(&mut sub, T, "an update", |e| {
+        matches!(e, Event::Update { .. })
+    });
+    wait_for_figures(&edge, "the primary as upstream", |f| {
+        f["TW_UPSTREAM"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("primary (")
+    });
+
+    first.proc.signal(libc::SIGKILL);
+    feed1.kill();
+    let suspect = expect_event(&mut sub, T, "open/suspect", is_suspect);
+    let Event::Status { state, .. } = suspect else {
+        unreachable!()
+    };
+    assert_eq!(state.code, code::CONNECTION_LOST, "{state:?}");
+    // The standby's image returns the stream to ok, then its updates flow.
+    let refresh = expect_event(&mut sub, T, "a refresh from the standby", |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    let Event::Refresh { state, .. } = refresh else {
+        unreachable!()
+    };
+    assert_eq!(state.data, DataState::Ok);
+    expect_event(&mut sub, T, "an update after the move", |e| {
+        matches!(e, Event::Update { .. })
+    });
+    wait_for_figures(&edge, "the standby as upstream", |f| {
+        f["TW_UPSTREAM"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("standby (")
+    });
+}
+
+#[test]
+fn an_upstream_that_comes_back_gets_the_whole_watchlist_asked_again() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let upstream_addr: SocketAddr = listen.parse().expect("address");
+    let top = Node::start(&["--listen", &listen, "--name", "top"]);
+    let mut feed = start_publisher(&top, "FEED", 10, 100, false);
+    let edge = downstream(&[upstream_addr], "edge", &[]);
+    wait_for_image(edge.addr, "FEED", "SYM9", T)
+        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    let mut sub = watching(edge.addr, 10);
+    let mut refreshed = 0;
+    expect_event(&mut sub, T, "ten refreshes", |e| {
+        refreshed += matches!(e, Event::Refresh { .. }) as usize;
+        refreshed == 10
+    });
+
+    let mut top = top;
+    top.proc.signal(libc::SIGKILL);
+    top.proc.wait_exit(T);
+    feed.kill();
+    let mut suspect = 0;
+    expect_event(&mut sub, T, "every stream suspect", |e| {
+        suspect += is_suspect(e) as usize;
+        suspect == 10
+    });
+    // Back on the same port (a new process): every stream is asked for again and
+    // returns to ok with the new image; nothing in between was reported as ok data.
+    let top = Node::start(&["--listen", &listen, "--name", "top-again"]);
+    let _feed = start_publisher(&top, "FEED", 10, 100, false);
+    let mut back: HashMap<String, u32> = HashMap::new();
+    expect_event(&mut sub, T, "ten refreshes, ok", |e| {
+        if let Event::Refresh {
+            name, state, seq, ..
+        } = e
+        {
+            assert_eq!(state.data, DataState::Ok, "{e:?}");
+            back.insert(name.clone(), *seq);
+        }
+        if let Event::Update { name, seq, .. } = e {
+            assert!(
+                back.contains_key(name),
+                "an update of {name} before its new image"
+            );
+            back.insert(name.clone(), *seq);
+        }
+        back.len() == 10
+    });
+    let mut w = Watcher { sub, seq: back };
+    let (updates, gaps) = follow(&mut w, Duration::from_secs(2));
+    assert!(updates > 20 && gaps == 0, "{updates} updates, {gaps} gaps");
+}
+
+#[test]
+fn a_node_fed_by_itself_or_by_a_node_it_feeds_is_refused_with_the_reason() {
+    // Itself.
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut alone = Node::start(&["--listen", &listen, "--upstream", &listen, "--name", "self"]);
+    alone.proc.wait_for_line("loop refused: node \"self\"", T);
+    alone.proc.wait_for_line("logging in to itself", T);
+
+    // Two nodes, each the other's upstream: whichever links second is refused, and
+    // its link says why.
+    let (p1, p2) = (free_port(), free_port());
+    let (l1, l2) = (format!("127.0.0.1:{p1}"), format!("127.0.0.1:{p2}"));
+    let mut one = Node::start(&["--listen", &l1, "--upstream", &l2, "--name", "one"]);
+    let mut two = Node::start(&["--listen", &l2, "--upstream", &l1, "--name", "two"]);
+    let deadline = Instant::now() + T;
+    loop {
+        let (log1, log2) = (one.proc.log(), two.proc.log());
+        let refused_at = |log: &str| log.contains("loop refused: node");
+        let told =
+            |log: &str| log.contains("login rejected by the node") && log.contains("loop refused");
+        if (refused_at(&log1) && told(&log2)) || (refused_at(&log2) && told(&log1)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no loop refused\n--- one\n{log1}\n--- two\n{log2}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        one.is_running() && two.is_running(),
+        "both nodes keep serving"
+    );
+}
+
+#[test]
+fn a_stopped_downstream_node_does_not_slow_its_upstream_and_catches_up_when_resumed() {
+    let top = Node::start(&["--name", "top"]);
+    let _feed = start_publisher(&top, "FEED", 20, 4000, false);
+    let mut stopped = downstream(&[top.addr], "stopped", &[]);
+    wait_for_image(stopped.addr, "FEED", "SYM19", T)
+        .unwrap_or_else(|e| panic!("{e}\n--- downstream\n{}", stopped.proc.log()));
+    let mut behind = watcher(stopped.addr, 20);
+    let (updates, gaps) = follow(&mut behind, Duration::from_secs(1));
+    assert!(updates > 100 && gaps == 0, "{updates} updates, {gaps} gaps");
+
+    // Stopped for 3 s (under the 15 s in which three missed heartbeats drop it): the
+    // top node conflates for it and its own subscriber keeps the full rate.
+    stopped.proc.signal(libc::SIGSTOP);
+    let mut direct = watcher(top.addr, 20);
+    let (updates, gaps) = follow(&mut direct, Duration::from_secs(3));
+    stopped.proc.signal(libc::SIGCONT);
+    eprintln!("direct subscriber while the downstream node was stopped: {updates} updates");
+    assert!(
+        updates > 3000 && gaps == 0,
+        "{updates} updates, {gaps} gaps"
+    );
+    // Resumed: its subscriber catches up, conflated updates counting for what they
+    // stand for, never a gap.
+    let (updates, gaps) = follow(&mut behind, Duration::from_secs(3));
+    eprintln!("after resuming: {updates} updates, {gaps} gaps");
+    assert!(updates > 100 && gaps == 0, "{updates} updates, {gaps} gaps");
+    assert!(stopped.is_running());
+}
