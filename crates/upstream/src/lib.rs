@@ -23,3 +23,6 @@ mod relay;
 
 pub use path::{parse_node_login, NodePath, NODE_LOGIN_PREFIX};
 pub use relay::{Relay, RelayConfig, RelayStats, TW_PATH};
+
+#[cfg(test)]
+mod tests;

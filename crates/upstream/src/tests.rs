@@ -1,0 +1,674 @@
+//! Two real cores joined by a relay, in memory, on a fake clock: the upstream node's
+//! core with a publisher, the downstream node's core with local subscribers. Bytes
+//! move between the relay's connection and the upstream core by hand.
+
+use crate::{NodePath, Relay, RelayConfig, TW_PATH};
+use std::time::{Duration, Instant};
+use tickwire_client::ClientError;
+use tickwire_core::{ConnId, CoreConfig, Node};
+use tickwire_proto::frame::FrameReader;
+use tickwire_proto::{
+    code, encode_field_list, DataState, Directory, FieldList, Login, Message, MessageIter, Refresh,
+    Request, Role, ServiceEntry, ServiceState, State, StreamState, Update, UpdateType, Value,
+};
+
+/// What a peer received, reduced to what the tests look at.
+#[derive(Debug, Clone, PartialEq)]
+enum Got {
+    Refresh {
+        sid: u32,
+        seq: u32,
+        solicited: bool,
+        data: DataState,
+        bid: i64,
+    },
+    Update {
+        sid: u32,
+        seq: u32,
+        count: u16,
+        bid: i64,
+    },
+    Status {
+        sid: u32,
+        stream: StreamState,
+        data: DataState,
+        code: u16,
+    },
+    Request {
+        sid: u32,
+        name: String,
+    },
+    Close {
+        sid: u32,
+    },
+    Directory(Vec<(String, ServiceState)>),
+    Other,
+}
+
+fn bid_of(f: FieldList<'_>) -> i64 {
+    match f.get(22) {
+        Some(Value::Real(r)) => r.mantissa,
+        _ => -1,
+    }
+}
+
+fn decode(bytes: &[u8]) -> Vec<Got> {
+    let mut reader = FrameReader::new(1 << 24);
+    reader.extend(bytes);
+    let mut got = Vec::new();
+    while let Some(frame) = reader.next_frame().unwrap() {
+        for raw in MessageIter::new(frame) {
+            got.push(match raw.unwrap().message {
+                Message::Refresh(r) => Got::Refresh {
+                    sid: r.stream_id,
+                    seq: r.seq,
+                    solicited: r.solicited,
+                    data: r.state.data,
+                    bid: bid_of(r.fields),
+                },
+                Message::Update(u) => Got::Update {
+                    sid: u.stream_id,
+                    seq: u.seq,
+                    count: u.conflation_count,
+                    bid: bid_of(u.fields),
+                },
+                Message::Status(s) => Got::Status {
+                    sid: s.stream_id,
+                    stream: s.state.stream,
+                    data: s.state.data,
+                    code: s.state.code,
+                },
+                Message::Request(r) => Got::Request {
+                    sid: r.stream_id,
+                    name: r.name.to_string(),
+                },
+                Message::Close { stream_id } => Got::Close { sid: stream_id },
+                Message::Directory(d) => Got::Directory(
+                    d.services
+                        .iter()
+                        .map(|e| (e.name.to_string(), e.state))
+                        .collect(),
+                ),
+                _ => Got::Other,
+            });
+        }
+    }
+    got
+}
+
+fn login(core: &mut Node, role: Role, application: &str, now: Instant) -> ConnId {
+    let c = core.connect("test", now);
+    let mut frame = Vec::new();
+    Message::Login(Login {
+        version_min: 1,
+        version_max: 1,
+        role,
+        application,
+        user: "u",
+        token: "",
+        slow_consumer: None,
+    })
+    .encode(&mut frame)
+    .unwrap();
+    core.on_frame(c, &frame, now);
+    c
+}
+
+fn send(core: &mut Node, c: ConnId, msgs: &[Message<'_>], now: Instant) {
+    let mut frame = Vec::new();
+    for m in msgs {
+        m.encode(&mut frame).unwrap();
+    }
+    core.on_frame(c, &frame, now);
+}
+
+fn recv(core: &mut Node, c: ConnId) -> Vec<Got> {
+    let Some(out) = core.output(c) else {
+        return vec![];
+    };
+    let bytes = out.sealed_bytes().to_vec();
+    out.consume(bytes.len());
+    decode(&bytes)
+}
+
+fn quote(bid: i64) -> Vec<u8> {
+    encode_field_list([(22, Value::Real(tickwire_proto::Real::new(bid, -2)))])
+}
+
+struct Tree {
+    now: Instant,
+    up: Node,
+    publisher: ConnId,
+    /// Requests the upstream's publisher got: name -> its stream there.
+    down: Node,
+    relay: Relay,
+    /// The relay's connection at the upstream core.
+    link: Option<ConnId>,
+    to_up: FrameReader,
+    /// Messages the upstream publisher received.
+    publisher_got: Vec<Got>,
+}
+
+const NODE_ID: u64 = 0xd0;
+
+impl Tree {
+    fn new(services: Option<&[&str]>) -> Tree {
+        let now = Instant::now();
+        let mut up = Node::new(CoreConfig::default(), now);
+        let publisher = login(&mut up, Role::Publisher, "feed", now);
+        let entries = ["FEED", "OTHER"].map(|name| ServiceEntry {
+            name,
+            state: ServiceState::Up,
+            interactive: false,
+            item_count: 0,
+        });
+        send(
+            &mut up,
+            publisher,
+            &[Message::Directory(Directory {
+                services: entries.to_vec(),
+            })],
+            now,
+        );
+        let mut down = Node::new(
+            CoreConfig {
+                node_id: NODE_ID,
+                ..CoreConfig::default()
+            },
+            now,
+        );
+        let cfg = RelayConfig {
+            node_id: NODE_ID,
+            node_name: "down".into(),
+            services: services.map(|s| s.iter().map(|s| s.to_string()).collect()),
+            ..RelayConfig::default()
+        };
+        let relay = Relay::start(&mut down, cfg, now);
+        let mut t = Tree {
+            now,
+            up,
+            publisher,
+            down,
+            relay,
+            link: None,
+            to_up: FrameReader::new(1 << 24),
+            publisher_got: Vec::new(),
+        };
+        for (i, name) in ["A", "B", "C"].iter().enumerate() {
+            t.publish_image(name, i as u32 + 1, 100 * (i as i64 + 1));
+        }
+        t
+    }
+
+    fn publish_image(&mut self, name: &str, sid: u32, bid: i64) {
+        let f = quote(bid);
+        send(
+            &mut self.up,
+            self.publisher,
+            &[Message::Refresh(Refresh {
+                stream_id: sid,
+                seq: 1,
+                complete: true,
+                solicited: false,
+                clear_cache: true,
+                state: State::OPEN_OK,
+                service: "FEED",
+                name,
+                fields: FieldList::from_trusted(&f),
+            })],
+            self.now,
+        );
+    }
+
+    fn publish_update(&mut self, sid: u32, seq: u32, bid: i64) {
+        let f = quote(bid);
+        send(
+            &mut self.up,
+            self.publisher,
+            &[Message::Update(Update {
+                stream_id: sid,
+                seq,
+                update_type: UpdateType::Quote,
+                do_not_conflate: false,
+                conflation_count: 1,
+                fields: FieldList::from_trusted(&f),
+            })],
+            self.now,
+        );
+    }
+
+    /// The link's socket opens to the upstream.
+    fn connect(&mut self) {
+        assert!(self.relay.wants_connect(self.now));
+        self.relay.connecting(self.now);
+        self.link = Some(self.up.connect("downstream node", self.now));
+        self.to_up = FrameReader::new(1 << 24);
+    }
+
+    fn lose_link(&mut self) {
+        if let Some(l) = self.link.take() {
+            self.up.on_disconnect(l, self.now);
+        }
+        self.relay.lost(
+            &mut self.down,
+            ClientError::Disconnected("test".into()),
+            self.now,
+        );
+    }
+
+    /// One event-loop turn of the downstream node, repeated until nothing moves.
+    fn settle(&mut self) -> Result<(), ClientError> {
+        for _ in 0..20 {
+            self.relay.pump(&mut self.down, self.now);
+            let mut moved = false;
+            if let (Some(link), Some(c)) = (self.link, self.relay.connection()) {
+                let out = c.transmit().to_vec();
+                c.sent(out.len(), self.now);
+                if !out.is_empty() {
+                    moved = true;
+                    self.to_up.extend(&out);
+                    while let Some(f) = self.to_up.next_frame().unwrap() {
+                        let f = f.to_vec();
+                        self.up.on_frame(link, &f, self.now);
+                    }
+                }
+                if let Some(w) = self.up.output(link) {
+                    let bytes = w.sealed_bytes().to_vec();
+                    w.consume(bytes.len());
+                    if !bytes.is_empty() {
+                        moved = true;
+                        self.relay.connection().unwrap().receive(&bytes, self.now);
+                    }
+                }
+            }
+            let got = recv(&mut self.up, self.publisher);
+            self.publisher_got.extend(got);
+            self.relay.poll(&mut self.down, self.now)?;
+            if !moved {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn subscriber(&mut self) -> ConnId {
+        login(&mut self.down, Role::Subscriber, "app", self.now)
+    }
+
+    fn request(&mut self, c: ConnId, sid: u32, name: &str) {
+        send(
+            &mut self.down,
+            c,
+            &[Message::Request(Request {
+                stream_id: sid,
+                streaming: true,
+                service: "FEED",
+                name,
+                view: None,
+            })],
+            self.now,
+        );
+    }
+
+    fn requests_upstream(&self) -> usize {
+        self.publisher_got
+            .iter()
+            .filter(|g| matches!(g, Got::Request { .. }))
+            .count()
+    }
+}
+
+#[test]
+fn an_item_is_asked_upstream_once_for_every_local_subscriber_and_closed_with_the_last() {
+    let mut t = Tree::new(None);
+    t.connect();
+    t.settle().unwrap();
+    let (s1, s2) = (t.subscriber(), t.subscriber());
+    let dir = recv(&mut t.down, s1);
+    assert!(
+        dir.iter().any(|g| matches!(g, Got::Directory(d)
+            if d.contains(&("FEED".into(), ServiceState::Up)))),
+        "the upstream's services are the node's: {dir:?}"
+    );
+    t.request(s1, 7, "A");
+    t.request(s2, 9, "A");
+    t.settle().unwrap();
+    let (g1, g2) = (recv(&mut t.down, s1), recv(&mut t.down, s2));
+    assert!(
+        g1.contains(&Got::Refresh {
+            sid: 7,
+            seq: 1,
+            solicited: true,
+            data: DataState::Ok,
+            bid: 100
+        }),
+        "{g1:?}"
+    );
+    assert!(
+        g2.contains(&Got::Refresh {
+            sid: 9,
+            seq: 1,
+            solicited: true,
+            data: DataState::Ok,
+            bid: 100
+        }),
+        "{g2:?}"
+    );
+    // The upstream's core was asked once, by the link (its publisher not at all: the
+    // upstream's cache answered).
+    assert_eq!(t.relay.stats().requests_sent, 1);
+    t.publish_update(1, 2, 101);
+    t.settle().unwrap();
+    assert_eq!(
+        recv(&mut t.down, s1),
+        [Got::Update {
+            sid: 7,
+            seq: 2,
+            count: 1,
+            bid: 101
+        }]
+    );
+    assert_eq!(
+        recv(&mut t.down, s2),
+        [Got::Update {
+            sid: 9,
+            seq: 2,
+            count: 1,
+            bid: 101
+        }]
+    );
+
+    // The first close keeps the upstream stream; the last closes it.
+    send(&mut t.down, s1, &[Message::Close { stream_id: 7 }], t.now);
+    t.settle().unwrap();
+    assert_eq!(t.relay.stats().items, 1);
+    send(&mut t.down, s2, &[Message::Close { stream_id: 9 }], t.now);
+    t.settle().unwrap();
+    assert_eq!(t.relay.stats().items, 0);
+    let upstream_items = t.up.item_count();
+    t.publish_update(1, 3, 102);
+    t.settle().unwrap();
+    assert!(recv(&mut t.down, s1).is_empty() && recv(&mut t.down, s2).is_empty());
+    assert_eq!(
+        upstream_items,
+        t.up.item_count(),
+        "the upstream keeps its own cache"
+    );
+    assert_eq!(t.requests_upstream(), 0);
+}
+
+#[test]
+fn conflation_counts_and_statuses_pass_through() {
+    let mut t = Tree::new(None);
+    t.connect();
+    t.settle().unwrap();
+    let s = t.subscriber();
+    t.request(s, 3, "A");
+    t.settle().unwrap();
+    recv(&mut t.down, s);
+    // An update that already stands for several (conflated upstream) keeps its count.
+    let f = quote(150);
+    send(
+        &mut t.up,
+        t.publisher,
+        &[Message::Update(Update {
+            stream_id: 1,
+            seq: 6,
+            update_type: UpdateType::Quote,
+            do_not_conflate: false,
+            conflation_count: 5,
+            fields: FieldList::from_trusted(&f),
+        })],
+        t.now,
+    );
+    t.settle().unwrap();
+    assert_eq!(
+        recv(&mut t.down, s),
+        [Got::Update {
+            sid: 3,
+            seq: 6,
+            count: 5,
+            bid: 150
+        }]
+    );
+    // The publisher leaves: its service goes down upstream, and here.
+    t.up.on_disconnect(t.publisher, t.now);
+    t.settle().unwrap();
+    let got = recv(&mut t.down, s);
+    assert!(
+        got.iter().any(|g| matches!(
+            g,
+            Got::Status {
+                sid: 3,
+                stream: StreamState::Open,
+                data: DataState::Suspect,
+                ..
+            }
+        )),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_lost_upstream_makes_items_suspect_and_the_reconnect_reimages_them() {
+    let mut t = Tree::new(None);
+    t.connect();
+    t.settle().unwrap();
+    let s = t.subscriber();
+    t.request(s, 3, "A");
+    t.request(s, 4, "B");
+    t.settle().unwrap();
+    recv(&mut t.down, s);
+
+    t.lose_link();
+    let got = recv(&mut t.down, s);
+    for sid in [3, 4] {
+        assert!(
+            got.contains(&Got::Status {
+                sid,
+                stream: StreamState::Open,
+                data: DataState::Suspect,
+                code: code::CONNECTION_LOST
+            }),
+            "{got:?}"
+        );
+    }
+    // While the upstream is away, a request for an item the node has is answered
+    // from its cache, suspect; one for an item it has not is told so at once.
+    t.request(s, 5, "A");
+    t.request(s, 6, "C");
+    t.relay.pump(&mut t.down, t.now);
+    let got = recv(&mut t.down, s);
+    assert!(
+        got.contains(&Got::Refresh {
+            sid: 5,
+            seq: 1,
+            solicited: true,
+            data: DataState::Suspect,
+            bid: 100
+        }),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&Got::Status {
+            sid: 6,
+            stream: StreamState::Open,
+            data: DataState::Suspect,
+            code: code::CONNECTION_LOST
+        }),
+        "{got:?}"
+    );
+
+    // Meanwhile the item moved on upstream.
+    t.publish_update(1, 2, 111);
+    t.now += Duration::from_millis(100);
+    t.connect();
+    t.settle().unwrap();
+    let got = recv(&mut t.down, s);
+    // Each stream gets the new image as an unsolicited refresh, ok again; nothing
+    // before it is ok data.
+    for (sid, bid) in [(3, 111), (4, 200), (5, 111), (6, 300)] {
+        let at = got
+            .iter()
+            .position(|g| matches!(g, Got::Refresh { sid: s, data: DataState::Ok, bid: b, .. } if *s == sid && *b == bid))
+            .unwrap_or_else(|| panic!("no ok image for {sid}: {got:?}"));
+        assert!(!got[..at]
+            .iter()
+            .any(|g| matches!(g, Got::Update { sid: s, .. } if *s == sid)));
+    }
+    assert!(
+        got.iter().any(|g| matches!(
+            g,
+            Got::Refresh {
+                sid: 3,
+                solicited: false,
+                ..
+            }
+        )),
+        "{got:?}"
+    );
+    assert!(t.relay.stats().reimages >= 2);
+}
+
+#[test]
+fn only_the_chosen_services_are_taken_and_never_the_upstream_figures_service() {
+    let mut t = Tree::new(Some(&["OTHER"]));
+    // The upstream has its own figures service too.
+    let figures = login(&mut t.up, Role::Publisher, "figures", t.now);
+    send(
+        &mut t.up,
+        figures,
+        &[Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "TICKWIRE",
+                state: ServiceState::Up,
+                interactive: false,
+                item_count: 1,
+            }],
+        })],
+        t.now,
+    );
+    t.connect();
+    t.settle().unwrap();
+    let services = t.down.services();
+    assert_eq!(services, [("OTHER".to_string(), true)], "{services:?}");
+}
+
+#[test]
+fn a_chain_above_that_holds_this_node_is_a_loop_and_the_link_leaves() {
+    let mut t = Tree::new(None);
+    let figures = login(&mut t.up, Role::Publisher, "figures", t.now);
+    send(
+        &mut t.up,
+        figures,
+        &[Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "TICKWIRE",
+                state: ServiceState::Up,
+                interactive: false,
+                item_count: 1,
+            }],
+        })],
+        t.now,
+    );
+    let path = NodePath::default()
+        .below(0xa, "a")
+        .below(NODE_ID, "down")
+        .below(0xb, "up")
+        .to_string();
+    let f = encode_field_list([(TW_PATH, Value::Utf8(&path))]);
+    send(
+        &mut t.up,
+        figures,
+        &[Message::Refresh(Refresh {
+            stream_id: 1,
+            seq: 1,
+            complete: true,
+            solicited: false,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: "TICKWIRE",
+            name: "NODE",
+            fields: FieldList::from_trusted(&f),
+        })],
+        t.now,
+    );
+    t.connect();
+    let err = t.settle().unwrap_err();
+    assert!(
+        matches!(&err, ClientError::Rejected { reason, .. } if reason.contains("loop")),
+        "{err}"
+    );
+    assert_eq!(t.relay.stats().loops_found, 1);
+}
+
+#[test]
+fn the_chain_above_is_learned_and_logins_from_it_are_refused_by_the_core() {
+    let mut t = Tree::new(None);
+    let figures = login(&mut t.up, Role::Publisher, "figures", t.now);
+    send(
+        &mut t.up,
+        figures,
+        &[Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "TICKWIRE",
+                state: ServiceState::Up,
+                interactive: false,
+                item_count: 1,
+            }],
+        })],
+        t.now,
+    );
+    let path = NodePath::default().below(0xa, "top").below(0xb, "up");
+    let text = path.to_string();
+    let f = encode_field_list([(TW_PATH, Value::Utf8(&text))]);
+    send(
+        &mut t.up,
+        figures,
+        &[Message::Refresh(Refresh {
+            stream_id: 1,
+            seq: 1,
+            complete: true,
+            solicited: false,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: "TICKWIRE",
+            name: "NODE",
+            fields: FieldList::from_trusted(&f),
+        })],
+        t.now,
+    );
+    t.connect();
+    t.settle().unwrap();
+    assert_eq!(t.relay.above(), &path);
+    t.down.set_upstream_chain(path.0.clone());
+    // "top", two levels up, logs in to this node as a downstream: refused.
+    let c = login(
+        &mut t.down,
+        Role::Subscriber,
+        "tickwire-node/000000000000000a/top",
+        t.now,
+    );
+    let got = recv(&mut t.down, c);
+    assert!(
+        matches!(
+            &got[..],
+            [Got::Status {
+                sid: 0,
+                code: code::LOGIN_REJECTED,
+                ..
+            }]
+        ),
+        "{got:?}"
+    );
+    // Any other node is welcome.
+    let c = login(
+        &mut t.down,
+        Role::Subscriber,
+        "tickwire-node/000000000000000c/leaf",
+        t.now,
+    );
+    assert!(recv(&mut t.down, c)
+        .iter()
+        .any(|g| matches!(g, Got::Directory(_))));
+}
