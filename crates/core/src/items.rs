@@ -56,6 +56,10 @@ pub struct Item {
     /// The outstanding request re-images live streams (an interactive publisher came
     /// back): its refresh goes to every stream, not only those waiting for an image.
     pub recovering: bool,
+    /// Nobody watches it, and its interactive publisher is told so only at this time
+    /// (`CoreConfig::interactive_linger`): a quick re-request is answered from the
+    /// cache.
+    pub linger_until: Option<std::time::Instant>,
 }
 
 impl Item {
@@ -71,6 +75,7 @@ impl Item {
             publisher: None,
             refresh_requested: false,
             recovering: false,
+            linger_until: None,
         }
     }
 }

@@ -107,6 +107,11 @@ pub struct CoreConfig {
     /// This node's id among nodes (a tree of nodes over upstream links refuses a
     /// login that would close a loop).
     pub node_id: u64,
+    /// With the cache on: an item of an interactive service that nobody watches any
+    /// more is kept (and kept current) this long before its publisher is told to
+    /// close it, so a quick re-request is answered from the cache. Zero: closed at
+    /// once.
+    pub interactive_linger: Duration,
 }
 
 impl Default for CoreConfig {
@@ -122,6 +127,7 @@ impl Default for CoreConfig {
             session_tokens: SessionTokenConfig::default(),
             tls: false,
             node_id: 0,
+            interactive_linger: Duration::ZERO,
         }
     }
 }
@@ -226,6 +232,8 @@ pub struct Node {
     cfg: CoreConfig,
     /// See [`Node::set_upstream_chain`].
     upstream_chain: Vec<(u64, String)>,
+    /// Items kept after their last subscriber left (`CoreConfig::interactive_linger`).
+    lingering: Vec<ItemHandle>,
     conns: Vec<Option<Conn>>,
     free_conns: Vec<ConnId>,
     items: ItemTable,
@@ -268,6 +276,7 @@ impl Node {
         Node {
             cfg,
             upstream_chain: Vec::new(),
+            lingering: Vec::new(),
             conns: Vec::new(),
             free_conns: Vec::new(),
             items: ItemTable::default(),
@@ -527,6 +536,7 @@ impl Node {
             }
         }
         self.expire_services(now);
+        self.end_lingering(now);
         self.sessions.expire(now);
         for (id, login) in timed_out {
             let text = if login {
@@ -1262,6 +1272,50 @@ impl Node {
         if keep {
             return;
         }
+        let linger = self.cfg.interactive_linger;
+        if service.interactive && self.cfg.cache && !linger.is_zero() && service_up {
+            let now = self.now;
+            let item = self.items.get_mut(h).expect("live");
+            if item.complete && item.publisher.is_some() {
+                if item.linger_until.replace(now + linger).is_none() {
+                    self.lingering.push(h);
+                }
+                return;
+            }
+        }
+        self.drop_unwatched(h);
+    }
+
+    /// Items whose linger time is over and that nobody asked for meanwhile go.
+    fn end_lingering(&mut self, now: Instant) {
+        if self.lingering.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < self.lingering.len() {
+            let h = self.lingering[i];
+            let state = self.items.get(h).map(|it| (it.subs.is_empty(), it.linger_until));
+            match state {
+                Some((true, Some(until))) if now < until => i += 1,
+                Some((unwatched, Some(_))) => {
+                    self.lingering.swap_remove(i);
+                    if let Some(it) = self.items.get_mut(h) {
+                        it.linger_until = None;
+                    }
+                    if unwatched {
+                        self.drop_unwatched(h);
+                    }
+                }
+                // Gone meanwhile (its handle perhaps reused by an item not lingering).
+                _ => {
+                    self.lingering.swap_remove(i);
+                }
+            }
+        }
+    }
+
+    /// Removes an item nobody watches, closing it at its interactive publisher.
+    fn drop_unwatched(&mut self, h: ItemHandle) {
         let item = self.items.remove(h).expect("live");
         self.services[item.service].items.remove(&*item.name);
         if let Some((pconn, sid)) = item.publisher {

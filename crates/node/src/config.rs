@@ -615,6 +615,11 @@ impl NodeConfig {
             },
             tls: self.tls.enabled(),
             node_id: 0, // the server's, per process
+            interactive_linger: if self.upstream.nodes.is_empty() {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(self.upstream.linger_ms)
+            },
         }
     }
 }

@@ -35,6 +35,11 @@ pub struct UpstreamSection {
     pub reconnect_max_ms: u64,
     /// How long an upstream has to answer the login.
     pub login_timeout_ms: u64,
+    /// With the cache on: an item nobody here watches any more stays open upstream
+    /// (its image kept current) this long, so a quick re-request is answered at once
+    /// from this node's cache. 0: closed upstream at once. Applies to every
+    /// interactive service of the node.
+    pub linger_ms: u64,
 }
 
 impl Default for UpstreamSection {
@@ -47,6 +52,7 @@ impl Default for UpstreamSection {
             reconnect_min_ms: 100,
             reconnect_max_ms: 5000,
             login_timeout_ms: 5000,
+            linger_ms: 10_000,
         }
     }
 }

@@ -1604,3 +1604,74 @@ fn a_merge_larger_than_a_message_goes_out_in_parts() {
 
 mod hostile;
 mod security;
+
+#[test]
+fn an_unwatched_interactive_item_lingers_in_the_cache_and_a_quick_re_request_is_answered_from_it(
+) {
+    let mut h = Harness::with_config(CoreConfig {
+        cache: true,
+        interactive_linger: Duration::from_secs(5),
+        ..CoreConfig::default()
+    });
+    let p = h.publisher("FEED", true);
+    let sub = h.login(Role::Subscriber);
+    h.request(sub, 1, "FEED", "A", true, None);
+    let asked = h.recv(p);
+    let Some(Got::Request { sid: psid, .. }) = asked.first().cloned() else {
+        panic!("{asked:?}")
+    };
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(psid, 1, "A", &img, true)]);
+    h.recv(sub);
+    h.send(sub, &[Message::Close { stream_id: 1 }]);
+    assert!(
+        h.recv(p).iter().all(|g| !matches!(g, Got::Close { .. })),
+        "not closed at the publisher yet"
+    );
+    // Kept current meanwhile.
+    let upd = bid_ask(102, 103);
+    h.send(p, &[update(psid, 2, &upd)]);
+    h.now += Duration::from_secs(2);
+    h.node.on_tick(h.now);
+    let again = h.login(Role::Subscriber);
+    h.request(again, 4, "FEED", "A", true, None);
+    let got = h.recv(again);
+    assert!(
+        got.iter().any(|g| matches!(g, Got::Refresh { sid: 4, seq: 2, fields, .. }
+            if fields.contains(&(22, s("1.02"))))),
+        "answered from the cache, current: {got:?}"
+    );
+    assert!(
+        h.recv(p).iter().all(|g| !matches!(g, Got::Request { .. })),
+        "the publisher was not asked again"
+    );
+    // Left again: the linger time starts over, and at its end the publisher is told.
+    h.send(again, &[Message::Close { stream_id: 4 }]);
+    h.now += Duration::from_secs(4);
+    h.node.on_tick(h.now);
+    let closes = |got: Vec<Got>| -> Vec<Got> {
+        got.into_iter()
+            .filter(|g| matches!(g, Got::Close { .. }))
+            .collect()
+    };
+    assert!(closes(h.recv(p)).is_empty(), "4 s of a new 5 s linger");
+    h.now += Duration::from_secs(2);
+    h.node.on_tick(h.now);
+    assert_eq!(closes(h.recv(p)), [Got::Close { sid: psid }]);
+    assert_eq!(h.node.item_count(), 0);
+}
+
+#[test]
+fn without_a_linger_time_an_unwatched_interactive_item_is_closed_at_once() {
+    let mut h = Harness::new(true);
+    let p = h.publisher("FEED", true);
+    let sub = h.login(Role::Subscriber);
+    h.request(sub, 1, "FEED", "A", true, None);
+    let Some(Got::Request { sid: psid, .. }) = h.recv(p).first().cloned() else {
+        panic!()
+    };
+    let img = bid_ask(100, 101);
+    h.send(p, &[refresh(psid, 1, "A", &img, true)]);
+    h.send(sub, &[Message::Close { stream_id: 1 }]);
+    assert_eq!(h.recv(p), [Got::Close { sid: psid }]);
+}
