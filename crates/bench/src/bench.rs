@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 mod backbone_scenario;
+mod tree_scenario;
 
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum BenchCommand {
@@ -34,6 +35,11 @@ pub enum BenchCommand {
     /// latency ladder, 0.1% and 1% loss; single-node figures from the same run beside
     /// them.
     Backbone(BenchArgs),
+    /// Through two nodes over an upstream link (publisher -> top node -> TCP -> POP
+    /// node -> subscriber, the report's "p2ps POP" rows): throughput cache off and on,
+    /// fan-out at the POP, the latency ladder; single-node figures from the same run
+    /// beside them.
+    Tree(BenchArgs),
     /// At 50% of the max sustainable rate, stop one of several subscribers (SIGSTOP) for
     /// 3 s, then the node for 500 ms: the others' latency, recovery, loss, node memory.
     Stall(BenchArgs),
@@ -162,6 +168,9 @@ pub struct Results {
     /// The backbone scenario (absent in results written before it existed).
     #[serde(default)]
     pub backbone: Option<backbone_scenario::BackboneResult>,
+    /// The node-tree scenario (absent in results written before it existed).
+    #[serde(default)]
+    pub tree: Option<tree_scenario::TreeResult>,
 }
 
 /// `bench ws`: one WebSocket JSON subscriber.
@@ -919,6 +928,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Instances(a) => ("instances", a),
         BenchCommand::Quick(a) => ("quick", a),
         BenchCommand::Backbone(a) => ("backbone", a),
+        BenchCommand::Tree(a) => ("tree", a),
         BenchCommand::Stall(a) => ("stall", a),
         BenchCommand::Memory(a) => ("memory", a),
         BenchCommand::Ws(a) => ("ws", a),
@@ -940,6 +950,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "memory" => 3.0,
         "ws" => 12.0,
         "backbone" => 20.0,
+        "tree" => 15.0,
         _ => 40.0,
     };
     let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
@@ -1001,6 +1012,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "memory" => lab.memory(),
         "ws" => lab.ws(),
         "backbone" => lab.backbone(),
+        "tree" => lab.tree(),
         _ => lab
             .throughput()
             .and_then(|_| lab.fanout())
@@ -1008,7 +1020,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             .and_then(|_| lab.instances())
             .and_then(|_| lab.stall())
             .and_then(|_| lab.ws())
-            .and_then(|_| lab.backbone()),
+            .and_then(|_| lab.backbone())
+            .and_then(|_| lab.tree()),
     };
     lab.results.duration_s = t0.elapsed().as_secs_f64();
     // Whatever was measured is written, even if a later scenario failed.
@@ -1161,6 +1174,9 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if let Some(b) = &r.backbone {
         backbone_scenario::report(&mut md, b)?;
+    }
+    if let Some(t) = &r.tree {
+        tree_scenario::report(&mut md, t)?;
     }
     if let Some(w) = &r.websocket {
         writeln!(

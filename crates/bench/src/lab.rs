@@ -317,6 +317,9 @@ pub struct RigSpec {
     pub node_config: Option<String>,
     /// Across a backbone: the publisher on a source node, the subscriber on an edge.
     pub backbone: Option<BackboneSpec>,
+    /// Through two nodes over an upstream link: the publisher on the top node, the
+    /// subscriber on a node fed by it (`--upstream`).
+    pub upstream: bool,
 }
 
 /// A source and an edge node on an Aeron channel.
@@ -361,6 +364,7 @@ impl RigSpec {
             websocket: false,
             node_config: None,
             backbone: None,
+            upstream: false,
         }
     }
 }
@@ -400,6 +404,20 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
         node_args.extend(["--config".to_string(), path.display().to_string()]);
     }
     let (node, addr, edge, sub_addr) = match &spec.backbone {
+        None if spec.upstream => {
+            let mut top_args = node_args.clone();
+            top_args.extend(["--name".to_string(), "top".into()]);
+            let (node, addr) = start_node(bin, &format!("node-top-{tag}"), &top_args, log_dir)?;
+            let mut pop_args = node_args.clone();
+            pop_args.extend([
+                "--upstream".to_string(),
+                addr.clone(),
+                "--name".into(),
+                "pop".into(),
+            ]);
+            let (pop, pop_addr) = start_node(bin, &format!("node-pop-{tag}"), &pop_args, log_dir)?;
+            (node, addr, Some(pop), pop_addr)
+        }
         None => {
             let (node, addr) = start_node(bin, &format!("node-{tag}"), &node_args, log_dir)?;
             let a = addr.clone();
@@ -477,9 +495,10 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     let mut publisher = Proc::spawn(bin, &format!("perf-pub-{tag}"), &pub_args, log_dir)?;
     // The publisher prints its first second once its images are out.
     publisher.expect("second", Duration::from_secs(120))?;
-    if spec.backbone.is_some() {
-        wait_for_service(&sub_addr, "FEED", Duration::from_secs(60))
-            .with_context(|| format!("{}: the edge never saw service FEED", spec.label))?;
+    if spec.backbone.is_some() || spec.upstream {
+        wait_for_service(&sub_addr, "FEED", Duration::from_secs(60)).with_context(|| {
+            format!("{}: the downstream node never saw service FEED", spec.label)
+        })?;
     }
     let addr = sub_addr;
     let conns = spec.connections.to_string();

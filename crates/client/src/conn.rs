@@ -1,7 +1,7 @@
 //! The socket to a node: non-blocking, driven with poll(2), plain or TLS, moving bytes
 //! to and from the sans-I/O [`Connection`]. Shared by Publisher and Subscriber.
 
-use crate::session::{Connection, LoginOptions, Session};
+use crate::session::{Connection, LoginOptions};
 use crate::tls::{Stream, TlsStream};
 use crate::watchlist::ReconnectPolicy;
 use crate::ClientError;
@@ -112,48 +112,6 @@ fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
             addr: addr.to_string(),
             reason: "address resolves to nothing".into(),
         })
-}
-
-/// A connection and its socket, opened and logged in with blocking waits.
-pub(crate) struct Conn {
-    pub transport: Transport,
-    pub proto: Connection,
-}
-
-impl Conn {
-    /// Connects, logs in and waits for the welcome.
-    pub fn open(opts: &ConnectOptions, role: Role) -> Result<Conn, ClientError> {
-        let mut transport = Transport::open(opts)?;
-        let mut proto = Connection::new(&opts.login(role), Instant::now())?;
-        transport.welcome(&mut proto, &opts.addr)?;
-        Ok(Conn { transport, proto })
-    }
-
-    pub fn session(&self) -> &Session {
-        self.proto.session().expect("welcomed")
-    }
-
-    pub fn wait(&mut self, timeout: Duration) -> Result<Io, ClientError> {
-        self.transport.wait(&mut self.proto, timeout)
-    }
-
-    pub fn read_available(&mut self) -> Result<Io, ClientError> {
-        self.transport.read_available(&mut self.proto)
-    }
-
-    pub fn flush_some(&mut self) -> Result<(), ClientError> {
-        self.transport.flush_some(&mut self.proto)
-    }
-
-    pub fn flush_until(&mut self, deadline: Instant) -> Result<(), ClientError> {
-        self.transport.flush_until(&mut self.proto, deadline)
-    }
-
-    /// Heartbeats due now, written at once.
-    pub fn heartbeat(&mut self) -> Result<(), ClientError> {
-        self.proto.handle_timeout(Instant::now())?;
-        self.transport.flush_some(&mut self.proto)
-    }
 }
 
 impl Transport {

@@ -8,7 +8,8 @@
 //!
 //! The protocol itself has no I/O: [`Connection`] (login, Welcome, framing,
 //! heartbeats) and [`SubscriberSession`] (the watchlist and its recovery) take bytes
-//! and `now` and give bytes to send, events and the next deadline. The blocking types
+//! and `now` and give bytes to send, events and the next deadline, as does
+//! [`PublisherSession`] (a service's items, their images and re-imaging). The blocking types
 //! drive them over a socket; a node's upstream link drives them in its event loop.
 //! This crate owns the client side of the protocol and nothing of the node.
 
@@ -17,6 +18,7 @@ mod conn;
 mod credentials;
 mod events;
 mod publisher;
+pub mod publishing;
 pub mod session;
 mod subscriber;
 pub mod tls;
@@ -29,7 +31,8 @@ pub use conn::ConnectOptions;
 #[cfg(feature = "clap")]
 pub use credentials::Credentials;
 pub use events::{Event, EventRef, Fields, ItemRef, OwnedState};
-pub use publisher::{ItemId, PublishError, Publisher, PublisherEvent, PublisherOptions};
+pub use publisher::{Publisher, PublisherOptions};
+pub use publishing::{ItemId, PublishError, PublisherEvent, PublisherSession, ServiceOptions};
 pub use rustls;
 pub use session::{Connection, LoginOptions, Session};
 pub use subscriber::Subscriber;

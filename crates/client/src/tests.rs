@@ -419,3 +419,250 @@ fn a_refused_login_ends_the_session() {
     let end = lab.session.connection_lost(err, lab.now).unwrap_err();
     assert!(end.to_string().contains("bad token"), "{end}");
 }
+
+/// What a subscriber of the publisher's node saw (what the tests look at).
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Refresh { seq: u32, solicited: bool, ok: bool },
+    Other,
+}
+
+/// A publisher session on its own node (the lab's publisher connection unused).
+struct PubLab {
+    core: Node,
+    now: Instant,
+    session: crate::PublisherSession,
+    conn: Option<ConnId>,
+    to_core: FrameReader,
+}
+
+impl PubLab {
+    fn new(interactive: bool) -> PubLab {
+        let now = Instant::now();
+        let mut cfg = CoreConfig::default();
+        cfg.limits.heartbeat = HB;
+        let session = crate::PublisherSession::new(
+            login(Role::Publisher),
+            ReconnectPolicy {
+                reconnect: true,
+                backoff_min: Duration::from_millis(100),
+                backoff_max: Duration::from_secs(1),
+                retry_rejected: false,
+            },
+            crate::ServiceOptions {
+                service: "FEED".into(),
+                interactive,
+                start_down: false,
+            },
+            now,
+        );
+        PubLab {
+            core: Node::new(cfg, now),
+            now,
+            session,
+            conn: None,
+            to_core: FrameReader::new(1 << 20),
+        }
+    }
+
+    fn connect(&mut self) -> Vec<crate::PublisherEvent> {
+        assert!(self.session.wants_connect(self.now));
+        self.session.connecting(self.now).unwrap();
+        self.conn = Some(self.core.connect("publisher", self.now));
+        self.to_core = FrameReader::new(1 << 20);
+        self.pump()
+    }
+
+    /// Moves bytes both ways until neither side has more.
+    fn pump(&mut self) -> Vec<crate::PublisherEvent> {
+        let conn_id = self.conn.expect("connected");
+        for _ in 0..10 {
+            let mut moved = false;
+            let c = self.session.connection().expect("connection");
+            let out = c.transmit().to_vec();
+            c.sent(out.len(), self.now);
+            if !out.is_empty() {
+                moved = true;
+                self.to_core.extend(&out);
+                while let Some(frame) = self.to_core.next_frame().unwrap() {
+                    let frame = frame.to_vec();
+                    self.core.on_frame(conn_id, &frame, self.now);
+                }
+            }
+            if let Some(w) = self.core.output(conn_id) {
+                let bytes = w.sealed_bytes().to_vec();
+                w.consume(bytes.len());
+                if !bytes.is_empty() {
+                    moved = true;
+                    self.session.connection().unwrap().receive(&bytes, self.now);
+                }
+            }
+            self.session.poll(self.now).unwrap();
+            if !moved {
+                break;
+            }
+        }
+        self.session.take_events()
+    }
+
+    /// A subscriber of the core's, asking for `name`; what it got so far.
+    fn subscribe(&mut self, name: &str) -> ConnId {
+        let sub = self.core.connect("subscriber", self.now);
+        let mut frame = Vec::new();
+        for m in [
+            Message::Login(Login {
+                version_min: PROTOCOL_VERSION_MIN,
+                version_max: PROTOCOL_VERSION_MAX,
+                role: Role::Subscriber,
+                application: "app",
+                user: "app",
+                token: "",
+                slow_consumer: None,
+            }),
+            Message::Request(tickwire_proto::Request {
+                stream_id: 1,
+                streaming: true,
+                service: "FEED",
+                name,
+                view: None,
+            }),
+        ] {
+            m.encode(&mut frame).unwrap();
+        }
+        self.core.on_frame(sub, &frame, self.now);
+        sub
+    }
+
+    fn received(&mut self, sub: ConnId) -> Vec<Seen> {
+        let w = self.core.output(sub).unwrap();
+        let bytes = w.sealed_bytes().to_vec();
+        w.consume(bytes.len());
+        let mut r = FrameReader::new(1 << 20);
+        r.extend(&bytes);
+        let mut v = Vec::new();
+        while let Some(f) = r.next_frame().unwrap() {
+            for m in tickwire_proto::MessageIter::new(f) {
+                let m = m.unwrap().message;
+                v.push(match m {
+                    Message::Refresh(r) => Seen::Refresh {
+                        seq: r.seq,
+                        solicited: r.solicited,
+                        ok: r.state.data == DataState::Ok,
+                    },
+                    _ => Seen::Other,
+                });
+            }
+        }
+        v
+    }
+}
+
+#[test]
+fn a_publisher_session_announces_publishes_and_updates_its_service() {
+    let mut lab = PubLab::new(false);
+    lab.connect();
+    assert_eq!(lab.core.services(), [("FEED".to_string(), true)]);
+    let f = fields(100.0);
+    let id = lab
+        .session
+        .publish_refresh("A", FieldList::from_trusted(&f))
+        .unwrap();
+    let f = fields(101.0);
+    lab.session
+        .publish_update(id, UpdateType::Quote, FieldList::from_trusted(&f), false)
+        .unwrap();
+    lab.pump();
+    let img = lab.core.cached_image("FEED", "A").expect("cached");
+    assert_eq!(
+        FieldList::from_trusted(&img).get(22).map(|v| v.to_string()),
+        Some("101.00".into())
+    );
+    assert_eq!(lab.session.updates_sent(), 1);
+}
+
+#[test]
+fn an_interactive_publisher_session_is_asked_answers_and_is_told_when_nobody_watches() {
+    let mut lab = PubLab::new(true);
+    lab.connect();
+    let sub = lab.subscribe("A");
+    let events = lab.pump();
+    assert_eq!(
+        events,
+        [crate::PublisherEvent::Request { name: "A".into() }]
+    );
+    let f = fields(100.0);
+    let id = lab
+        .session
+        .publish_refresh("A", FieldList::from_trusted(&f))
+        .unwrap();
+    lab.pump();
+    let got = lab.received(sub);
+    assert!(
+        got.contains(&Seen::Refresh {
+            seq: 0,
+            solicited: true,
+            ok: true
+        }),
+        "a solicited refresh: {got:?}"
+    );
+    assert!(lab.session.is_open(id));
+    let mut frame = Vec::new();
+    Message::Close { stream_id: 1 }.encode(&mut frame).unwrap();
+    lab.core.on_frame(sub, &frame, lab.now);
+    let events = lab.pump();
+    assert_eq!(events, [crate::PublisherEvent::Closed { item: id }]);
+    assert!(!lab.session.is_open(id));
+}
+
+#[test]
+fn a_publisher_session_re_images_everything_after_a_reconnect() {
+    let mut lab = PubLab::new(false);
+    lab.connect();
+    let f = fields(100.0);
+    let id = lab
+        .session
+        .publish_refresh("A", FieldList::from_trusted(&f))
+        .unwrap();
+    lab.pump();
+    let sub = lab.subscribe("A");
+    lab.received(sub);
+
+    // The connection drops; updates go on into the image meanwhile.
+    lab.core.on_disconnect(lab.conn.take().unwrap(), lab.now);
+    lab.session
+        .connection_lost(ClientError::Disconnected("test".into()), lab.now)
+        .unwrap();
+    let f = fields(105.0);
+    lab.session
+        .publish_update(id, UpdateType::Quote, FieldList::from_trusted(&f), false)
+        .unwrap();
+    assert_eq!(
+        lab.session.updates_sent(),
+        0,
+        "nothing sent without a connection"
+    );
+    assert_eq!(
+        lab.session.take_events(),
+        [crate::PublisherEvent::Disconnected {
+            reason: "connection to the node lost: test".into()
+        }]
+    );
+    lab.now += Duration::from_millis(100);
+    assert_eq!(lab.connect(), [crate::PublisherEvent::Reconnected]);
+    // The subscriber that stayed gets the current image, ok again.
+    let img = lab.core.cached_image("FEED", "A").expect("re-imaged");
+    assert_eq!(
+        FieldList::from_trusted(&img).get(22).map(|v| v.to_string()),
+        Some("105.00".into())
+    );
+    assert_eq!(lab.core.services(), [("FEED".to_string(), true)]);
+    let got = lab.received(sub);
+    assert!(
+        got.contains(&Seen::Refresh {
+            seq: 1,
+            solicited: false,
+            ok: true
+        }),
+        "{got:?}"
+    );
+}

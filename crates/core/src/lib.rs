@@ -1294,7 +1294,10 @@ impl Node {
         let mut i = 0;
         while i < self.lingering.len() {
             let h = self.lingering[i];
-            let state = self.items.get(h).map(|it| (it.subs.is_empty(), it.linger_until));
+            let state = self
+                .items
+                .get(h)
+                .map(|it| (it.subs.is_empty(), it.linger_until));
             match state {
                 Some((true, Some(until))) if now < until => i += 1,
                 Some((unwatched, Some(_))) => {

@@ -1606,8 +1606,7 @@ mod hostile;
 mod security;
 
 #[test]
-fn an_unwatched_interactive_item_lingers_in_the_cache_and_a_quick_re_request_is_answered_from_it(
-) {
+fn an_unwatched_interactive_item_lingers_in_the_cache_and_a_quick_re_request_is_answered_from_it() {
     let mut h = Harness::with_config(CoreConfig {
         cache: true,
         interactive_linger: Duration::from_secs(5),
@@ -1637,7 +1636,8 @@ fn an_unwatched_interactive_item_lingers_in_the_cache_and_a_quick_re_request_is_
     h.request(again, 4, "FEED", "A", true, None);
     let got = h.recv(again);
     assert!(
-        got.iter().any(|g| matches!(g, Got::Refresh { sid: 4, seq: 2, fields, .. }
+        got.iter()
+            .any(|g| matches!(g, Got::Refresh { sid: 4, seq: 2, fields, .. }
             if fields.contains(&(22, s("1.02"))))),
         "answered from the cache, current: {got:?}"
     );

@@ -1,0 +1,187 @@
+//! `tickwire bench tree`: the classic procedure through two nodes over an upstream
+//! link (the report's "p2ps POP" rows): publisher -> top node -> TCP -> POP node (fed
+//! by `--upstream`) -> subscriber, with the single-node figures of the same run beside
+//! it.
+
+use super::*;
+
+/// `results.json` → `tree` (docs/BENCHMARKS.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TreeResult {
+    /// Single node, cache off, same items, same run: the base of the comparison.
+    pub single_node_updates_per_s: u64,
+    /// Through the POP, cache off and on (the same cache at both nodes).
+    pub throughput: Vec<Throughput>,
+    /// The POP with many subscriber connections, producer 50/50.
+    pub fanout: Option<Fanout>,
+    /// The latency ladder through both nodes (cache off at both).
+    pub latency: Vec<LatencyStep>,
+    /// The single-node ladder, same run, same rates.
+    pub single_node_latency: Vec<LatencyStep>,
+}
+
+impl Lab {
+    fn tree_spec(label: &str, cache: &'static str, items: usize) -> RigSpec {
+        RigSpec {
+            upstream: true,
+            ..RigSpec::new(label, cache, items)
+        }
+    }
+
+    pub(super) fn tree(&mut self) -> Result<()> {
+        let items = if self.quick {
+            self.args.items.min(10_000)
+        } else {
+            self.args.items
+        };
+        let (secs, bisect) = (self.seconds(), self.bisections());
+        let mut r = TreeResult::default();
+
+        let single = RigSpec::new("tree single-node cache=off", "off", items);
+        let first = (self.args.max_rate / 4).clamp(1_000, 250_000);
+        let (max, _) = self.search_one_rig("tree", &single, first, secs, bisect)?;
+        r.single_node_updates_per_s = max;
+        // The POP's searches start at half the single node's rate.
+        let start = (max / 2).clamp(1_000, self.args.max_rate);
+        for cache in ["off", "on"] {
+            let spec = Self::tree_spec(&format!("tree cache={cache}"), cache, items);
+            let (max, steps) = self.search_one_rig("tree", &spec, start, secs, bisect)?;
+            r.throughput.push(Throughput {
+                cache: cache.into(),
+                items,
+                max_sustainable_updates_per_s: max,
+                limited_by: limit_reason(&steps, max),
+                steps,
+            });
+        }
+        // `bench quick` keeps it short: no fan-out row.
+        if !self.quick {
+            r.fanout = Some(self.tree_fanout()?);
+        }
+        let ladder = self.ladder();
+        let single = RigSpec::new("tree single-node latency cache=off", "off", items);
+        r.single_node_latency = self.latency_ladder(&single, "tree", &ladder)?;
+        let spec = Self::tree_spec("tree latency cache=off", "off", items);
+        r.latency = self.latency_ladder(&spec, "tree", &ladder)?;
+        self.results.tree = Some(r);
+        Ok(())
+    }
+
+    /// The POP with many subscriber connections, producer 50/50 ("100 mounts").
+    fn tree_fanout(&mut self) -> Result<Fanout> {
+        let (secs, bisect) = (self.seconds(), self.bisections());
+        let conns = self.args.connections.max(1);
+        let f_items = self.args.fanout_items;
+        let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns);
+        let spec = RigSpec {
+            connections: conns,
+            commonality: "producer-50-50",
+            fanout,
+            ..Self::tree_spec(&format!("tree fanout {conns} connections"), "on", f_items)
+        };
+        let (max, steps) = self.search_one_rig("tree", &spec, 10_000, secs, bisect)?;
+        let best = steps
+            .iter()
+            .filter(|s| s.pass && s.target_rate == max)
+            .map(|s| s.delivered_per_s)
+            .fold(0.0, f64::max);
+        Ok(Fanout {
+            limited_by: limit_reason(&steps, max),
+            connections: conns,
+            items: f_items,
+            commonality: "producer-50-50".into(),
+            fanout,
+            cache: "on".into(),
+            input_updates_per_s: max,
+            output_updates_per_s: best.round() as u64,
+            steps,
+        })
+    }
+}
+
+/// The node tree's part of report.md.
+pub fn report(md: &mut String, t: &TreeResult) -> Result<()> {
+    writeln!(
+        md,
+        "## Through two nodes (upstream link over TCP on loopback)\n"
+    )?;
+    writeln!(
+        md,
+        "Single node, cache off, same run: {} updates/s.\n",
+        fmt_rate(t.single_node_updates_per_s as f64)
+    )?;
+    writeln!(md, "| path | max sustainable updates/s | of single node | top node CPU | POP node CPU | publisher CPU | subscriber CPU | next step failed |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|")?;
+    for th in &t.throughput {
+        let cpu = |prefix: &str| cpu_at_max(th, prefix);
+        let share = if t.single_node_updates_per_s > 0 {
+            format!(
+                "{:.0}%",
+                100.0 * th.max_sustainable_updates_per_s as f64
+                    / t.single_node_updates_per_s as f64
+            )
+        } else {
+            "-".into()
+        };
+        writeln!(
+            md,
+            "| top -> POP, cache {} | {} | {} | {} | {} | {} | {} | {} |",
+            th.cache,
+            fmt_rate(th.max_sustainable_updates_per_s as f64),
+            share,
+            cpu("node-top"),
+            cpu("node-pop"),
+            cpu("perf-pub"),
+            cpu("perf-sub"),
+            th.limited_by.as_deref().unwrap_or("-")
+        )?;
+    }
+    writeln!(md, "\nReference (RMDS 6, 2009, one core per process, separate hosts): p2ps POP cache enabled, no fan-out 620,000/s; 100 mounts producer 50/50 45,000 in.\n")?;
+    if let Some(f) = &t.fanout {
+        writeln!(
+            md,
+            "Fan-out at the POP ({} connections, producer 50/50, fan-out {:.1}, {} items, cache on): {} in, {} out per second; next step failed: {}.\n",
+            f.connections,
+            f.fanout,
+            f.items,
+            fmt_rate(f.input_updates_per_s as f64),
+            fmt_rate(f.output_updates_per_s as f64),
+            f.limited_by.as_deref().unwrap_or("-")
+        )?;
+    }
+    if !t.latency.is_empty() {
+        writeln!(
+            md,
+            "### End-to-end latency, single node and through two nodes (cache off; µs)\n"
+        )?;
+        writeln!(md, "| rate/s | single p50 | two nodes p50 | added p50 | single p99 | two nodes p99 | two nodes mean | two nodes max | sustained |")?;
+        writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
+        for l in &t.latency {
+            let s = t.single_node_latency.iter().find(|x| x.rate == l.rate);
+            let opt = |f: &dyn Fn(&LatencyStep) -> f64| s.map_or("-".to_string(), |x| us(f(x)));
+            let added = s.map_or("-".to_string(), |x| us(l.p50_ns as f64 - x.p50_ns as f64));
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                fmt_rate(l.rate as f64),
+                opt(&|x| x.p50_ns as f64),
+                us(l.p50_ns as f64),
+                added,
+                opt(&|x| x.p99_ns as f64),
+                us(l.p99_ns as f64),
+                us(l.mean_ns),
+                us(l.max_ns as f64),
+                if l.sustained { "yes" } else { "no" }
+            )?;
+        }
+        writeln!(md)?;
+    }
+    for th in &t.throughput {
+        steps_table(
+            md,
+            &format!("Two-node steps, cache {}", th.cache),
+            &th.steps,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,563 @@
+//! The publisher's protocol without I/O: one service's items over a [`Connection`]
+//! that comes and goes.
+//!
+//! It keeps the current image of every item it published, so it can answer any request
+//! from the node (a cache-off node forwards every subscriber request), re-image every
+//! item after a reconnect, and serve an interactive ("sink-driven") node that asks for
+//! items on demand. Reconnection delays are its decision too: the driver asks
+//! [`PublisherSession::wants_connect`].
+
+use crate::session::{is_fatal, Connection, LoginOptions, Session};
+use crate::watchlist::ReconnectPolicy;
+use crate::{Backoff, ClientError};
+use std::collections::HashMap;
+use std::time::Instant;
+use thiserror::Error;
+use tickwire_proto::{
+    code, DataState, Directory, FieldImage, FieldList, Message, MessageIter, Refresh, ServiceEntry,
+    ServiceState, State, Status, StreamState, Update, UpdateType,
+};
+
+/// Index of an item in the publisher.
+pub type ItemId = usize;
+
+/// What the node asked of the publisher that the library could not answer alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublisherEvent {
+    /// An interactive node wants an item this publisher has no image for: answer with
+    /// `publish_refresh` (or `reject_request`).
+    Request { name: String },
+    /// Nobody watches the item any more; updates to it are kept in its image only.
+    Closed { item: ItemId },
+    /// The connection was re-established and every image sent again.
+    Reconnected,
+    /// The connection was lost; the publisher keeps images and reconnects.
+    Disconnected { reason: String },
+}
+
+#[derive(Debug, Error)]
+pub enum PublishError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("unknown item id {0}")]
+    UnknownItem(ItemId),
+    #[error(
+        "image of {name:?} not published: {bytes} bytes, the node accepts at most {max} \
+         (half its max_output_bytes)"
+    )]
+    ImageTooLarge {
+        name: String,
+        bytes: usize,
+        max: usize,
+    },
+}
+
+/// The service a publisher announces.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    pub service: String,
+    /// Announce the service as interactive: the node asks for items on demand and says
+    /// when nobody watches them any more.
+    pub interactive: bool,
+    /// Announce the service down at first and bring it up with `set_service_up` once
+    /// the initial images are published, so no subscriber is told "not found" for an
+    /// item that is on its way.
+    pub start_down: bool,
+}
+
+struct PubItem {
+    name: String,
+    image: FieldImage,
+    seq: u32,
+    /// The stream this item is open on at the node, if any.
+    stream: Option<u32>,
+}
+
+/// First stream id the node uses for its own requests; the publisher's ids stay below.
+const NODE_STREAM_BASE: u32 = 0x8000_0000;
+/// Largest field list per refresh part.
+const REFRESH_PART: usize = 60_000;
+
+pub struct PublisherSession {
+    login: LoginOptions,
+    policy: ReconnectPolicy,
+    service: ServiceOptions,
+    conn: Option<Connection>,
+    /// The current connection's Welcome has been acted on (service announced, images
+    /// sent).
+    welcomed: bool,
+    items: Vec<PubItem>,
+    by_name: HashMap<String, ItemId>,
+    by_stream: HashMap<u32, ItemId>,
+    /// Interactive requests waiting for the application's image: name -> node stream.
+    pending_requests: HashMap<String, u32>,
+    events: Vec<PublisherEvent>,
+    backoff: Backoff,
+    retry_at: Instant,
+    scratch: Vec<u8>,
+    updates_sent: u64,
+    connections: u64,
+    /// The state the application wants the service announced with.
+    service_up: bool,
+}
+
+impl PublisherSession {
+    /// A session with no connection yet (the driver connects when
+    /// [`PublisherSession::wants_connect`] says so: at once, the first time).
+    pub fn new(
+        login: LoginOptions,
+        policy: ReconnectPolicy,
+        service: ServiceOptions,
+        now: Instant,
+    ) -> Self {
+        PublisherSession {
+            backoff: Backoff::new(policy.backoff_min, policy.backoff_max),
+            login,
+            policy,
+            service_up: !service.start_down,
+            service,
+            conn: None,
+            welcomed: false,
+            items: Vec::new(),
+            by_name: HashMap::new(),
+            by_stream: HashMap::new(),
+            pending_requests: HashMap::new(),
+            events: Vec::new(),
+            retry_at: now,
+            scratch: Vec::with_capacity(64 * 1024),
+            updates_sent: 0,
+            connections: 0,
+        }
+    }
+
+    /// The driver opened a transport: the Login is queued. Once the Welcome is in,
+    /// the service is announced down, every image sent, then the service announced
+    /// as the application wants it (subscribers re-requesting meanwhile wait at the
+    /// node instead of hearing "not found").
+    pub fn connecting(&mut self, now: Instant) -> Result<(), ClientError> {
+        self.conn = Some(Connection::new(&self.login, now)?);
+        self.welcomed = false;
+        self.backoff.connected(now);
+        self.connections += 1;
+        Ok(())
+    }
+
+    /// The driver could not open a transport. `Err` when there is no retrying.
+    pub fn connect_failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
+        if self.ends_session(&err) {
+            return Err(err);
+        }
+        self.retry_at = now + self.backoff.step(now);
+        Ok(())
+    }
+
+    /// The connection failed: streams the node opened are forgotten (its images are
+    /// kept) and a reconnect is scheduled. `Err` when the session ends instead.
+    pub fn connection_lost(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
+        let had = self.conn.take().is_some();
+        if self.ends_session(&err) {
+            return Err(err);
+        }
+        if had {
+            self.events.push(PublisherEvent::Disconnected {
+                reason: err.to_string(),
+            });
+        }
+        for item in &mut self.items {
+            if item.stream.is_some_and(|s| s >= NODE_STREAM_BASE) {
+                item.stream = None;
+            }
+        }
+        self.by_stream.retain(|&s, _| s < NODE_STREAM_BASE);
+        self.pending_requests.clear();
+        self.retry_at = now + self.backoff.step(now);
+        Ok(())
+    }
+
+    fn ends_session(&self, err: &ClientError) -> bool {
+        let rejected = matches!(err, ClientError::Rejected { .. });
+        !self.policy.reconnect || (rejected && !self.policy.retry_rejected)
+    }
+
+    /// No connection, and it is time to open one.
+    pub fn wants_connect(&self, now: Instant) -> bool {
+        self.conn.is_none() && now >= self.retry_at
+    }
+
+    pub fn retry_at(&self) -> Instant {
+        self.retry_at
+    }
+
+    pub fn connection(&mut self) -> Option<&mut Connection> {
+        self.conn.as_mut()
+    }
+
+    /// What the node said in its Welcome, while logged in.
+    pub fn session(&self) -> Option<&Session> {
+        self.conn.as_ref().and_then(|c| c.session())
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    pub fn service(&self) -> &str {
+        &self.service.service
+    }
+
+    /// The largest image the node accepts (from its Welcome; the default node's before
+    /// the first connection).
+    pub fn max_image_bytes(&self) -> usize {
+        let max_output = self
+            .session()
+            .map(|s| s.max_output_bytes as usize)
+            .filter(|&m| m > 0)
+            .unwrap_or(8 * 1024 * 1024);
+        tickwire_proto::max_image_bytes(max_output)
+    }
+
+    pub fn item(&self, name: &str) -> Option<ItemId> {
+        self.by_name.get(name).copied()
+    }
+
+    pub fn item_name(&self, id: ItemId) -> Option<&str> {
+        self.items.get(id).map(|i| i.name.as_str())
+    }
+
+    /// The item is open at the node (its updates are sent).
+    pub fn is_open(&self, id: ItemId) -> bool {
+        self.items.get(id).is_some_and(|i| i.stream.is_some())
+    }
+
+    pub fn item_count(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn image(&self, id: ItemId) -> Option<&FieldImage> {
+        self.items.get(id).map(|i| &i.image)
+    }
+
+    pub fn updates_sent(&self) -> u64 {
+        self.updates_sent
+    }
+
+    /// Connections opened after the first.
+    pub fn reconnects(&self) -> u64 {
+        self.connections.saturating_sub(1)
+    }
+
+    /// Output queued and not yet written.
+    pub fn pending_output(&self) -> usize {
+        self.conn.as_ref().map_or(0, |c| c.pending_output())
+    }
+
+    /// What needs the application since the last call.
+    pub fn take_events(&mut self) -> Vec<PublisherEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// A logged-in connection's writer.
+    fn writer(&mut self) -> Option<&mut tickwire_proto::FrameWriter> {
+        match self.conn.as_mut() {
+            Some(c) if c.session().is_some() && self.welcomed => Some(c.writer()),
+            _ => None,
+        }
+    }
+
+    /// Announces the service up (or down again). Subscriber requests wait at the node
+    /// while the service is down.
+    pub fn set_service_up(&mut self, up: bool) -> Result<(), ClientError> {
+        self.service_up = up;
+        if self.writer().is_some() {
+            self.announce(up)?;
+        }
+        Ok(())
+    }
+
+    /// Sets an item's whole image and sends it as a refresh: on the item's own stream
+    /// (non-interactive), or in answer to the node's pending request (interactive).
+    pub fn publish_refresh(
+        &mut self,
+        name: &str,
+        fields: FieldList<'_>,
+    ) -> Result<ItemId, PublishError> {
+        // The node would refuse it (and no subscriber could ever receive it whole):
+        // say so here, with the sizes, instead of sending it.
+        let bytes = fields.as_bytes().len();
+        let max = self.max_image_bytes();
+        if bytes > max {
+            return Err(PublishError::ImageTooLarge {
+                name: name.to_string(),
+                bytes,
+                max,
+            });
+        }
+        let id = match self.by_name.get(name) {
+            Some(&id) => id,
+            None => {
+                let id = self.items.len();
+                self.items.push(PubItem {
+                    name: name.to_string(),
+                    image: FieldImage::new(),
+                    seq: 0,
+                    stream: None,
+                });
+                self.by_name.insert(name.to_string(), id);
+                id
+            }
+        };
+        let item = &mut self.items[id];
+        item.image.clear();
+        item.image.apply(fields);
+        let solicited;
+        if let Some(sid) = self.pending_requests.remove(name) {
+            self.bind(id, sid);
+            solicited = true;
+        } else {
+            if self.items[id].stream.is_none() && !self.service.interactive {
+                self.bind(id, own_stream(id));
+            }
+            solicited = false;
+        }
+        if self.items[id].stream.is_some() {
+            self.send_refresh(id, solicited)?;
+        }
+        Ok(id)
+    }
+
+    /// Merges an update into the item's image and queues it if the item is open.
+    pub fn publish_update(
+        &mut self,
+        id: ItemId,
+        update_type: UpdateType,
+        fields: FieldList<'_>,
+        do_not_conflate: bool,
+    ) -> Result<(), PublishError> {
+        let item = self
+            .items
+            .get_mut(id)
+            .ok_or(PublishError::UnknownItem(id))?;
+        item.image.apply(fields);
+        item.seq = item.seq.wrapping_add(1);
+        let (Some(sid), seq) = (item.stream, item.seq) else {
+            return Ok(());
+        };
+        let Some(w) = self.writer() else {
+            return Ok(());
+        };
+        w.push(&Message::Update(Update {
+            stream_id: sid,
+            seq,
+            update_type,
+            do_not_conflate,
+            conflation_count: 1,
+            fields,
+        }))
+        .map_err(ClientError::from)?;
+        self.updates_sent += 1;
+        Ok(())
+    }
+
+    /// Tells the node an item it asked for does not exist.
+    pub fn reject_request(&mut self, name: &str, text: &str) -> Result<(), ClientError> {
+        let Some(sid) = self.pending_requests.remove(name) else {
+            return Ok(());
+        };
+        if let Some(w) = self.writer() {
+            w.push(&Message::Status(Status {
+                stream_id: sid,
+                state: State {
+                    stream: StreamState::Closed,
+                    data: DataState::Suspect,
+                    code: code::NOT_FOUND,
+                    text,
+                },
+            }))?;
+        }
+        Ok(())
+    }
+
+    /// When [`PublisherSession::handle_timeout`] is next needed.
+    pub fn poll_timeout(&self) -> Instant {
+        match &self.conn {
+            Some(c) => c.poll_timeout(),
+            None => self.retry_at,
+        }
+    }
+
+    /// Heartbeats and the Welcome's deadline. An `Err`: the connection failed; pass it
+    /// to [`PublisherSession::connection_lost`].
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
+        match self.conn.as_mut() {
+            Some(c) => c.handle_timeout(now),
+            None => Ok(()),
+        }
+    }
+
+    /// Handles what the node sent (the Welcome, requests, closes, heartbeats). What
+    /// needs the application is in [`PublisherSession::take_events`]. An `Err`: the
+    /// connection failed; pass it to [`PublisherSession::connection_lost`].
+    pub fn poll(&mut self, _now: Instant) -> Result<(), ClientError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let mut requests: Vec<(u32, String)> = Vec::new();
+        let mut closes: Vec<u32> = Vec::new();
+        let mut pings: Vec<u64> = Vec::new();
+        while let Some(frame) = conn.next_frame()? {
+            for raw in MessageIter::new(frame) {
+                match raw?.message {
+                    Message::Request(r) => requests.push((r.stream_id, r.name.to_string())),
+                    Message::Close { stream_id } => closes.push(stream_id),
+                    Message::Ping(t) => pings.push(t),
+                    Message::Pong(_) | Message::Directory(_) => {}
+                    Message::Status(s) if s.stream_id == 0 => {
+                        if is_fatal(s.state.stream, s.state.code) {
+                            return Err(ClientError::Rejected {
+                                code: s.state.code,
+                                reason: s.state.text.to_string(),
+                            });
+                        }
+                        if s.state.stream != StreamState::Open {
+                            return Err(ClientError::Disconnected(format!(
+                                "node closed the connection: {}",
+                                s.state.text
+                            )));
+                        }
+                    }
+                    Message::Status(_) => {}
+                    other => {
+                        return Err(ClientError::Protocol(format!(
+                            "unexpected {:?} message from the node",
+                            other.message_type()
+                        )))
+                    }
+                }
+            }
+        }
+        for t in pings {
+            conn.writer().push(&Message::Pong(t))?;
+        }
+        if conn.session().is_some() && !self.welcomed {
+            self.welcome()?;
+        }
+        for sid in closes {
+            if let Some(id) = self.by_stream.remove(&sid) {
+                self.items[id].stream = None;
+                self.events.push(PublisherEvent::Closed { item: id });
+            }
+        }
+        for (sid, name) in requests {
+            if let Some(&id) = self.by_stream.get(&sid) {
+                // The node wants a fresh image of an open item (cache off, re-request).
+                self.send_refresh(id, true)?;
+            } else if let Some(&id) = self.by_name.get(&name) {
+                self.bind(id, sid);
+                self.send_refresh(id, true)?;
+            } else if self.service.interactive {
+                self.pending_requests.insert(name.clone(), sid);
+                self.events.push(PublisherEvent::Request { name });
+            } else if let Some(w) = self.writer() {
+                let text = format!("{name:?} is not published by this publisher");
+                w.push(&Message::Status(Status {
+                    stream_id: sid,
+                    state: State {
+                        stream: StreamState::Closed,
+                        data: DataState::Suspect,
+                        code: code::NOT_FOUND,
+                        text: &text,
+                    },
+                }))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The Welcome is in: the service down, every image, then the service as wanted.
+    fn welcome(&mut self) -> Result<(), ClientError> {
+        self.welcomed = true;
+        let first = self.connections == 1;
+        self.announce(if first { self.service_up } else { false })?;
+        // Every item on its own stream is (re-)imaged, unsolicited.
+        let own: Vec<ItemId> = self.by_stream.values().copied().collect();
+        for id in own {
+            self.send_refresh(id, false)?;
+        }
+        if !first {
+            if self.service_up {
+                self.announce(true)?;
+            }
+            self.events.push(PublisherEvent::Reconnected);
+        }
+        Ok(())
+    }
+
+    fn bind(&mut self, id: ItemId, sid: u32) {
+        if let Some(old) = self.items[id].stream.replace(sid) {
+            self.by_stream.remove(&old);
+        }
+        self.by_stream.insert(sid, id);
+    }
+
+    fn send_refresh(&mut self, id: ItemId, solicited: bool) -> Result<(), ClientError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        if conn.session().is_none() || !self.welcomed {
+            return Ok(()); // sent with every image once the Welcome is in
+        }
+        let item = &self.items[id];
+        let Some(sid) = item.stream else {
+            return Ok(());
+        };
+        self.scratch.clear();
+        item.image.write(&mut self.scratch, None);
+        let parts = if self.scratch.len() <= REFRESH_PART {
+            vec![self.scratch.clone()]
+        } else {
+            tickwire_proto::field::split_field_list(&self.scratch, REFRESH_PART)
+        };
+        let n = parts.len();
+        for (i, part) in parts.iter().enumerate() {
+            conn.writer().push(&Message::Refresh(Refresh {
+                stream_id: sid,
+                seq: item.seq,
+                complete: i + 1 == n,
+                solicited,
+                clear_cache: i == 0,
+                state: State::OPEN_OK,
+                service: &self.service.service,
+                name: &item.name,
+                fields: FieldList::from_trusted(part),
+            }))?;
+        }
+        Ok(())
+    }
+
+    fn announce(&mut self, up: bool) -> Result<(), ClientError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        conn.writer().push(&Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: &self.service.service,
+                state: if up {
+                    ServiceState::Up
+                } else {
+                    ServiceState::Down
+                },
+                interactive: self.service.interactive,
+                item_count: 0,
+            }],
+        }))?;
+        Ok(())
+    }
+}
+
+fn own_stream(id: ItemId) -> u32 {
+    (id as u32 + 1) % NODE_STREAM_BASE
+}
