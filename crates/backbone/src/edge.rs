@@ -520,8 +520,7 @@ impl Edge {
     }
 
     fn status_to_core(&mut self, core: &mut Node, sid: u32, code: u16, text: &str, now: Instant) {
-        self.to_core.clear();
-        let _ = Message::Status(Status {
+        let status = Message::Status(Status {
             stream_id: sid,
             state: State {
                 stream: StreamState::Open,
@@ -529,9 +528,8 @@ impl Edge {
                 code,
                 text,
             },
-        })
-        .encode(&mut self.to_core);
-        core.on_frame(self.conn, &self.to_core, now);
+        });
+        core.on_message(self.conn, &status, now);
     }
 
     /// The union of the live sources' directories, told to the core as changes.
@@ -554,8 +552,7 @@ impl Edge {
             .map(|(n, &up)| (n.clone(), up))
             .collect();
         if !changed.is_empty() {
-            self.to_core.clear();
-            let _ = Message::Directory(Directory {
+            let directory = Message::Directory(Directory {
                 services: changed
                     .iter()
                     .map(|(n, up)| ServiceEntry {
@@ -569,9 +566,8 @@ impl Edge {
                         item_count: 0,
                     })
                     .collect(),
-            })
-            .encode(&mut self.to_core);
-            core.on_frame(self.conn, &self.to_core, now);
+            });
+            core.on_message(self.conn, &directory, now);
             if !union.keys().eq(self.announced.keys()) {
                 self.services_version += 1;
             }

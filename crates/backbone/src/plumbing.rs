@@ -15,7 +15,6 @@ use tickwire_proto::{
 /// Opens an internal connection to `core` and logs it in with `role`.
 pub fn connect(core: &mut Node, peer: &str, role: Role, now: Instant) -> ConnId {
     let conn = core.connect_internal(peer, now);
-    let mut frame = Vec::new();
     let login = Message::Login(Login {
         version_min: PROTOCOL_VERSION_MIN,
         version_max: PROTOCOL_VERSION_MAX,
@@ -27,8 +26,7 @@ pub fn connect(core: &mut Node, peer: &str, role: Role, now: Instant) -> ConnId 
         // take its data fast enough, the core conflates for it, never blocks.
         slow_consumer: (role == Role::Subscriber).then_some(SlowConsumerPolicy::Conflate),
     });
-    let _ = login.encode(&mut frame);
-    core.on_frame(conn, &frame, now);
+    core.on_message(conn, &login, now);
     conn
 }
 

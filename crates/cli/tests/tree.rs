@@ -74,12 +74,18 @@ fn wait_for_figures(node: &Node, what: &str, pred: impl Fn(&serde_json::Value) -
 struct Watcher {
     sub: Subscriber,
     seq: HashMap<String, u32>,
+    /// Updates that stood for several (conflated on the way).
+    conflated: u64,
 }
 
 /// Follows the sequence numbers of every item for `for_how_long`: returns (updates,
 /// gaps). A conflated update stands for its count.
 fn follow(w: &mut Watcher, for_how_long: Duration) -> (u64, u64) {
-    let Watcher { sub, seq } = w;
+    let Watcher {
+        sub,
+        seq,
+        conflated,
+    } = w;
     let (mut updates, mut gaps) = (0u64, 0u64);
     let end = Instant::now() + for_how_long;
     while Instant::now() < end {
@@ -94,6 +100,7 @@ fn follow(w: &mut Watcher, for_how_long: Duration) -> (u64, u64) {
                 ..
             })) => {
                 updates += 1;
+                *conflated += u64::from(k > 1);
                 match seq.get(&name) {
                     Some(&prev) if k != u16::MAX && k != 0 => {
                         if s != prev.wrapping_add(u32::from(k.max(1))) {
@@ -131,6 +138,7 @@ fn watcher(node: SocketAddr, items: usize) -> Watcher {
     Watcher {
         sub: watching(node, items),
         seq: HashMap::new(),
+        conflated: 0,
     }
 }
 
@@ -284,7 +292,11 @@ fn an_upstream_that_comes_back_gets_the_whole_watchlist_asked_again() {
         }
         back.len() == 10
     });
-    let mut w = Watcher { sub, seq: back };
+    let mut w = Watcher {
+        sub,
+        seq: back,
+        conflated: 0,
+    };
     let (updates, gaps) = follow(&mut w, Duration::from_secs(2));
     assert!(updates > 20 && gaps == 0, "{updates} updates, {gaps} gaps");
 }
@@ -327,8 +339,14 @@ fn a_node_fed_by_itself_or_by_a_node_it_feeds_is_refused_with_the_reason() {
 
 #[test]
 fn a_stopped_downstream_node_does_not_slow_its_upstream_and_catches_up_when_resumed() {
-    let top = Node::start(&["--name", "top"]);
-    let _feed = start_publisher(&top, "FEED", 20, 4000, false);
+    // The top node conflates for a peer as soon as 64 KiB wait for it, so the stop
+    // below outlasts what the sockets' buffers hold and conflation shows.
+    let cfg = TempConfig::new(
+        "tree-top",
+        "[slow_consumer]\nconflate_above_bytes = 65536\n",
+    );
+    let top = Node::start(&["--name", "top", "--config", cfg.path()]);
+    let _feed = start_publisher(&top, "FEED", 20, 20_000, false);
     let mut stopped = downstream(&[top.addr], "stopped", &[]);
     wait_for_image(stopped.addr, "FEED", "SYM19", T)
         .unwrap_or_else(|e| panic!("{e}\n--- downstream\n{}", stopped.proc.log()));
@@ -344,13 +362,18 @@ fn a_stopped_downstream_node_does_not_slow_its_upstream_and_catches_up_when_resu
     stopped.proc.signal(libc::SIGCONT);
     eprintln!("direct subscriber while the downstream node was stopped: {updates} updates");
     assert!(
-        updates > 3000 && gaps == 0,
+        updates > 5_000 && gaps == 0,
         "{updates} updates, {gaps} gaps"
     );
     // Resumed: its subscriber catches up, conflated updates counting for what they
     // stand for, never a gap.
     let (updates, gaps) = follow(&mut behind, Duration::from_secs(3));
-    eprintln!("after resuming: {updates} updates, {gaps} gaps");
+    eprintln!(
+        "after resuming: {updates} updates, {gaps} gaps, {} conflated",
+        behind.conflated
+    );
     assert!(updates > 100 && gaps == 0, "{updates} updates, {gaps} gaps");
+    // What the top node conflated for the stopped one reached its subscriber as such.
+    assert!(behind.conflated > 0, "no conflated update after the stop");
     assert!(stopped.is_running());
 }

@@ -668,3 +668,46 @@ fn lsegs_own_python_library_streams_from_the_node_unchanged() {
         "{v}"
     );
 }
+
+#[test]
+fn a_websocket_client_at_the_bottom_of_a_node_tree_streams_and_reads_the_figures_there() {
+    let top = Node::start(&["--name", "top"]);
+    let _feed = start_publisher(&top, "FEED", 20, 2_000, false);
+    let middle = Node::start(&["--upstream", &top.addr_str(), "--name", "middle"]);
+    let (leaf, url) = start_node_ws(&["--upstream", &middle.addr_str(), "--name", "leaf"]);
+    wait_for_image(leaf.addr, "FEED", "SYM0", Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}\n--- leaf\n{}", leaf.proc.log()));
+    let mut ws = connect(&url, "tr_json2");
+    login(&mut ws);
+    send(
+        &mut ws,
+        json!({"ID": 2, "Key": {"Name": "SYM0", "Service": "FEED"}}),
+    );
+    let r = expect(&mut ws, "the SYM0 refresh", |m| {
+        m["ID"] == 2 && m["Type"] == "Refresh"
+    });
+    assert_eq!(r["State"]["Data"], "Ok");
+    assert!(r["Fields"]["BID"].is_number());
+    expect(&mut ws, "an SYM0 update", |m| {
+        m["ID"] == 2 && m["Type"] == "Update"
+    });
+    // The dashboard's source, the node's own item: the leaf's, saying where it is fed
+    // from and the chain above it.
+    send(
+        &mut ws,
+        json!({"ID": 3, "Key": {"Name": "NODE", "Service": "TICKWIRE"}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = expect(&mut ws, "the node's figures", |m| {
+            m["ID"] == 3 && (m["Type"] == "Refresh" || m["Type"] == "Update")
+        });
+        let path = m["Fields"]["TW_PATH"].as_str().unwrap_or("");
+        let fed_by = m["Fields"]["TW_UPSTREAM"].as_str().unwrap_or("");
+        if path.starts_with("leaf#") && path.contains(">middle#") && path.contains(">top#") {
+            assert!(fed_by.starts_with("middle ("), "{m}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the chain never showed: {m}");
+    }
+}

@@ -228,12 +228,20 @@ pub const MAX_SERVICE_NAME: usize = 256;
 /// below it for the items they push; ids from here up are the node's requests.
 pub const NODE_STREAM_BASE: u32 = 0x8000_0000;
 
+/// [`Node::on_tick`] is needed at least this often (services past their retention,
+/// expired session tokens); heartbeats and timeouts may need it sooner.
+pub const MAX_TICK_INTERVAL: Duration = Duration::from_secs(1);
+
 pub struct Node {
     cfg: CoreConfig,
     /// See [`Node::set_upstream_chain`].
     upstream_chain: Vec<(u64, String)>,
     /// Items kept after their last subscriber left (`CoreConfig::interactive_linger`).
     lingering: Vec<ItemHandle>,
+    /// See [`Node::poll_timeout`].
+    next_tick: Instant,
+    /// Where [`Node::on_message`] encodes an update.
+    scratch_message: Vec<u8>,
     conns: Vec<Option<Conn>>,
     free_conns: Vec<ConnId>,
     items: ItemTable,
@@ -277,6 +285,8 @@ impl Node {
             cfg,
             upstream_chain: Vec::new(),
             lingering: Vec::new(),
+            next_tick: now + MAX_TICK_INTERVAL,
+            scratch_message: Vec::new(),
             conns: Vec::new(),
             free_conns: Vec::new(),
             items: ItemTable::default(),
@@ -339,6 +349,7 @@ impl Node {
     /// A new connection from `peer` (a description for logs, e.g. its address).
     pub fn connect(&mut self, peer: &str, now: Instant) -> ConnId {
         self.now = now;
+        self.tick_by(now + self.cfg.limits.login_timeout);
         self.stats.connections_accepted += 1;
         self.awaiting_login += 1;
         let conn = Conn {
@@ -452,6 +463,39 @@ impl Node {
         self.reject(conn, code::MALFORMED, &text);
     }
 
+    /// One message from an in-process peer (the node's own figures, an upstream link,
+    /// a backbone role), as it is: no encoding for the core to decode again. An update
+    /// is encoded once here, since the core forwards its encoding to subscribers.
+    pub fn on_message(&mut self, conn: ConnId, msg: &Message<'_>, now: Instant) {
+        self.now = now;
+        let internal = match self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
+            Some(c) if c.role != ConnRole::Closing => {
+                c.last_rx = now;
+                c.internal
+            }
+            _ => return,
+        };
+        if internal && !matches!(msg, Message::Update(_)) {
+            self.on_message_from(conn, msg, &[]);
+            self.handle_overflows();
+            return;
+        }
+        // An update's encoding is what subscribers get; a peer whose login may be
+        // verified off the loop takes the frame path (which holds what follows a
+        // login until it is verified).
+        let mut buf = std::mem::take(&mut self.scratch_message);
+        buf.clear();
+        if msg.encode(&mut buf).is_ok() {
+            if internal {
+                self.on_message_from(conn, msg, &buf);
+                self.handle_overflows();
+            } else {
+                self.on_frame(conn, &buf, now);
+            }
+        }
+        self.scratch_message = buf;
+    }
+
     /// Processes one received frame payload.
     pub fn on_frame(&mut self, conn: ConnId, payload: &[u8], now: Instant) {
         self.now = now;
@@ -475,7 +519,7 @@ impl Node {
                 }
             };
             self.prefetch_ahead(conn, &mut ahead);
-            self.on_message(conn, &raw.message, raw.encoded);
+            self.on_message_from(conn, &raw.message, raw.encoded);
             if self.role(conn) == Some(ConnRole::Closing) {
                 break;
             }
@@ -502,11 +546,19 @@ impl Node {
     pub fn on_tick(&mut self, now: Instant) {
         self.now = now;
         let hb = self.cfg.limits.heartbeat;
+        let login_timeout = self.cfg.limits.login_timeout;
         let mut timed_out = Vec::new();
+        let mut next = now + MAX_TICK_INTERVAL;
         for (id, slot) in self.conns.iter_mut().enumerate() {
             let Some(c) = slot else { continue };
             if c.role == ConnRole::Closing {
                 continue;
+            }
+            // This connection's next deadline, as it stands after this tick (traffic
+            // meanwhile only moves it later: a tick then finds nothing to do).
+            next = next.min(c.last_rx + hb * 3);
+            if c.role == ConnRole::AwaitingLogin {
+                next = next.min(c.connected_at + login_timeout);
             }
             if now.saturating_duration_since(c.last_rx) >= hb * 3 {
                 timed_out.push((id, false));
@@ -534,7 +586,13 @@ impl Node {
                     self.dirty.push(id);
                 }
             }
+            if c.role != ConnRole::AwaitingLogin {
+                next = next
+                    .min(c.last_tx + hb)
+                    .min(c.last_rx.max(c.last_ping) + hb);
+            }
         }
+        self.next_tick = next;
         self.expire_services(now);
         self.end_lingering(now);
         self.sessions.expire(now);
@@ -695,7 +753,7 @@ impl Node {
         }
     }
 
-    fn on_message(&mut self, conn: ConnId, msg: &Message<'_>, encoded: &[u8]) {
+    fn on_message_from(&mut self, conn: ConnId, msg: &Message<'_>, encoded: &[u8]) {
         let Some(role) = self.role(conn) else { return };
         match (role, msg) {
             (ConnRole::AwaitingLogin, Message::Login(login)) => self.on_login(conn, login),
@@ -1280,10 +1338,23 @@ impl Node {
                 if item.linger_until.replace(now + linger).is_none() {
                     self.lingering.push(h);
                 }
+                self.tick_by(now + linger);
                 return;
             }
         }
         self.drop_unwatched(h);
+    }
+
+    /// [`Node::on_tick`] is needed by `at` (or sooner).
+    fn tick_by(&mut self, at: Instant) {
+        self.next_tick = self.next_tick.min(at);
+    }
+
+    /// When [`Node::on_tick`] is next needed: the earliest heartbeat, timeout or
+    /// linger deadline, at most [`MAX_TICK_INTERVAL`] away (services past their
+    /// retention, expired session tokens).
+    pub fn poll_timeout(&self) -> Instant {
+        self.next_tick
     }
 
     /// Items whose linger time is over and that nobody asked for meanwhile go.
@@ -1299,7 +1370,10 @@ impl Node {
                 .get(h)
                 .map(|it| (it.subs.is_empty(), it.linger_until));
             match state {
-                Some((true, Some(until))) if now < until => i += 1,
+                Some((true, Some(until))) if now < until => {
+                    self.tick_by(until);
+                    i += 1;
+                }
                 Some((unwatched, Some(_))) => {
                     self.lingering.swap_remove(i);
                     if let Some(it) = self.items.get_mut(h) {

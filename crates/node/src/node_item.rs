@@ -47,7 +47,6 @@ pub struct NodeItem {
     started: Instant,
     last: (Instant, u64, u64),
     fields: Vec<u8>,
-    frame: Vec<u8>,
     /// The backbone's figures, when the node is on one (set before each tick).
     pub backbone: Option<tickwire_backbone::BackboneFigures>,
     /// The chain of nodes this one is fed from, itself first (see `tickwire-upstream`).
@@ -67,12 +66,10 @@ impl NodeItem {
             started: now,
             last: (now, core.stats().updates_in, core.stats().updates_out),
             fields: Vec::new(),
-            frame: Vec::new(),
             backbone: None,
             path: String::new(),
             upstream: None,
         };
-        let mut frame = Vec::new();
         let msgs = [
             Message::Login(Login {
                 version_min: PROTOCOL_VERSION_MIN,
@@ -93,9 +90,8 @@ impl NodeItem {
             }),
         ];
         for m in &msgs {
-            let _ = m.encode(&mut frame);
+            core.on_message(conn, m, now);
         }
-        core.on_frame(conn, &frame, now);
         me.refresh(core, now, STREAM, false);
         me
     }
@@ -162,8 +158,7 @@ impl NodeItem {
 
     fn refresh(&mut self, core: &mut Node, now: Instant, stream_id: u32, solicited: bool) {
         self.write_fields(core, now);
-        self.frame.clear();
-        let _ = Message::Refresh(Refresh {
+        let refresh = Message::Refresh(Refresh {
             stream_id,
             seq: self.seq,
             complete: true,
@@ -173,11 +168,8 @@ impl NodeItem {
             service: NODE_SERVICE,
             name: NODE_ITEM,
             fields: FieldList::from_trusted(&self.fields),
-        })
-        .encode(&mut self.frame);
-        let frame = std::mem::take(&mut self.frame);
-        core.on_frame(self.conn, &frame, now);
-        self.frame = frame;
+        });
+        core.on_message(self.conn, &refresh, now);
     }
 
     /// Once a second: new figures as an update; answers what the core asked of this
@@ -210,18 +202,14 @@ impl NodeItem {
         }
         self.seq = self.seq.wrapping_add(1);
         self.write_fields(core, now);
-        self.frame.clear();
-        let _ = Message::Update(Update {
+        let update = Message::Update(Update {
             stream_id: STREAM,
             seq: self.seq,
             update_type: UpdateType::Other,
             do_not_conflate: false,
             conflation_count: 1,
             fields: FieldList::from_trusted(&self.fields),
-        })
-        .encode(&mut self.frame);
-        let frame = std::mem::take(&mut self.frame);
-        core.on_frame(self.conn, &frame, now);
-        self.frame = frame;
+        });
+        core.on_message(self.conn, &update, now);
     }
 }

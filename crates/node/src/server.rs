@@ -351,8 +351,10 @@ impl NodeServer {
         let mut sockets: Vec<Option<Socket>> = Vec::new();
         let mut events = Events::with_capacity(1024);
         let hb = core.config().limits.heartbeat;
-        let tick_every = (hb / 4).min(Duration::from_millis(250));
-        let mut next_tick = start + tick_every;
+        // The node's own chores (idle buffers released); the core says when it needs
+        // its tick (`Node::poll_timeout`).
+        let chores_every = Duration::from_secs(1);
+        let mut next_chores = start + chores_every;
         let stats_every = Duration::from_secs(self.cfg.node.stats_interval_s);
         let mut next_stats = start + stats_every;
         let mut last_stats = core.stats().clone();
@@ -387,7 +389,11 @@ impl NodeServer {
 
         loop {
             let now = Instant::now();
-            let mut timeout = next_tick.saturating_duration_since(now);
+            let mut timeout = core
+                .poll_timeout()
+                .min(next_chores)
+                .min(next_node_item)
+                .saturating_duration_since(now);
             let spinning = match wait {
                 WaitStrategy::Block => false,
                 WaitStrategy::Yield | WaitStrategy::Spin => true,
@@ -533,9 +539,11 @@ impl NodeServer {
                 node_item.tick(&mut core, now);
                 next_node_item = now + Duration::from_secs(1);
             }
-            if now >= next_tick {
+            if now >= core.poll_timeout() {
                 core.on_tick(now);
-                next_tick = now + tick_every;
+            }
+            if now >= next_chores {
+                next_chores = now + chores_every;
                 // An empty input buffer is released: most subscribers send little
                 // (requests, pings), and 64 KiB each adds up over thousands of them.
                 // A busy connection pays one allocation per tick at most.

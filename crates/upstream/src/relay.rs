@@ -95,8 +95,7 @@ impl Relay {
     /// itself is connected by the caller when [`Relay::wants_connect`] says so.
     pub fn start(core: &mut Node, cfg: RelayConfig, now: Instant) -> Relay {
         let conn = core.connect_internal("upstream link", now);
-        let mut frame = Vec::new();
-        let _ = Message::Login(Login {
+        let login = Message::Login(Login {
             version_min: PROTOCOL_VERSION_MIN,
             version_max: PROTOCOL_VERSION_MAX,
             role: Role::Publisher,
@@ -104,9 +103,8 @@ impl Relay {
             user: "upstream",
             token: "",
             slow_consumer: None,
-        })
-        .encode(&mut frame);
-        core.on_frame(conn, &frame, now);
+        });
+        core.on_message(conn, &login, now);
         let login = LoginOptions {
             role: Role::Subscriber,
             application: format!("{NODE_LOGIN_PREFIX}{:016x}/{}", cfg.node_id, cfg.node_name),
@@ -366,23 +364,22 @@ impl Relay {
             {
                 continue;
             }
-            if self.announced.get(&name) == Some(&state) {
+            // A publisher may not remove a service (nodes do, after their retention
+            // time): one the upstream removed is down here, and goes the same way.
+            let state = match state {
+                ServiceState::Removed if !self.announced.contains_key(&name) => continue,
+                ServiceState::Removed => ServiceState::Down,
+                s => s,
+            };
+            if self.announced.insert(name.clone(), state) == Some(state) {
                 continue;
-            }
-            if state == ServiceState::Removed {
-                if self.announced.remove(&name).is_none() {
-                    continue;
-                }
-            } else {
-                self.announced.insert(name.clone(), state);
             }
             changed.push((name, state));
         }
         if changed.is_empty() {
             return;
         }
-        self.to_core.clear();
-        let _ = Message::Directory(Directory {
+        let directory = Message::Directory(Directory {
             services: changed
                 .iter()
                 .map(|(name, state)| ServiceEntry {
@@ -392,10 +389,8 @@ impl Relay {
                     item_count: 0,
                 })
                 .collect(),
-        })
-        .encode(&mut self.to_core);
-        core.on_frame(self.conn, &self.to_core, now);
-        self.to_core.clear();
+        });
+        core.on_message(self.conn, &directory, now);
     }
 
     /// Takes the core's requests and closes for the upstream's services onto the
@@ -458,8 +453,7 @@ impl Relay {
     }
 
     fn status_to_core(&mut self, core: &mut Node, csid: u32, text: &str, now: Instant) {
-        self.to_core.clear();
-        let _ = Message::Status(Status {
+        let status = Message::Status(Status {
             stream_id: csid,
             state: State {
                 stream: StreamState::Open,
@@ -467,9 +461,7 @@ impl Relay {
                 code: code::CONNECTION_LOST,
                 text,
             },
-        })
-        .encode(&mut self.to_core);
-        core.on_frame(self.conn, &self.to_core, now);
-        self.to_core.clear();
+        });
+        core.on_message(self.conn, &status, now);
     }
 }

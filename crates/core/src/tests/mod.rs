@@ -1675,3 +1675,95 @@ fn without_a_linger_time_an_unwatched_interactive_item_is_closed_at_once() {
     h.send(sub, &[Message::Close { stream_id: 1 }]);
     assert_eq!(h.recv(p), [Got::Close { sid: psid }]);
 }
+
+#[test]
+fn the_core_says_when_it_needs_a_tick_and_ticking_only_then_keeps_heartbeats_and_timeouts() {
+    let mut h = Harness::new(true); // heartbeat 1 s
+    let start = h.now;
+    let sub = h.login(Role::Subscriber);
+    h.node.on_tick(h.now);
+    assert_eq!(
+        h.node.poll_timeout(),
+        start + Duration::from_secs(1),
+        "a ping is due"
+    );
+    // A loop that ticks only when told: pings go out every interval, and a peer silent
+    // for three is dropped at three, not later.
+    let mut ticks = 0;
+    let mut pings = 0;
+    while h.node.is_live(sub) {
+        h.now = h.node.poll_timeout();
+        h.node.on_tick(h.now);
+        ticks += 1;
+        pings += h.recv(sub).iter().filter(|g| **g == Got::Ping).count();
+        assert!(ticks < 20, "ticked {ticks} times");
+    }
+    assert_eq!(
+        h.now - start,
+        Duration::from_secs(3),
+        "dropped after 3 intervals"
+    );
+    assert!(pings >= 2, "{pings} pings");
+    // A new connection that never logs in is dropped at its login timeout (or at
+    // three silent intervals, if sooner), not later.
+    let c = h.node.connect("silent", h.now);
+    let limits = h.node.config().limits.clone();
+    let due = limits.login_timeout.min(limits.heartbeat * 3);
+    let opened = h.now;
+    while h.node.is_live(c) {
+        h.now = h.node.poll_timeout();
+        h.node.on_tick(h.now);
+    }
+    assert_eq!(h.now - opened, due);
+}
+
+#[test]
+fn an_in_process_peer_speaks_to_the_core_in_messages_not_bytes() {
+    let mut h = Harness::new(true);
+    let p = h.node.connect_internal("own publisher", h.now);
+    for m in [
+        Message::Login(Login {
+            version_min: 1,
+            version_max: 1,
+            role: Role::Publisher,
+            application: "in-process",
+            user: "node",
+            token: "",
+            slow_consumer: None,
+        }),
+        Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "FEED",
+                state: ServiceState::Up,
+                interactive: false,
+                item_count: 1,
+            }],
+        }),
+    ] {
+        h.node.on_message(p, &m, h.now);
+    }
+    let got = h.recv(p);
+    assert!(matches!(got[..], [Got::Welcome { .. }]), "{got:?}");
+    assert_eq!(h.node.services(), [("FEED".to_string(), true)]);
+    let img = bid_ask(100, 101);
+    let upd = bid_ask(102, 103);
+    h.node
+        .on_message(p, &refresh(1, 1, "X", &img, false), h.now);
+    let got = h.recv(p);
+    assert!(got.is_empty(), "{got:?}");
+    let sub = h.login(Role::Subscriber);
+    h.recv(sub);
+    h.request(sub, 5, "FEED", "X", true, None);
+    h.node.on_message(p, &update(1, 2, &upd), h.now);
+    let got = h.recv(sub);
+    assert!(
+        matches!(
+            &got[..],
+            [
+                Got::Refresh { sid: 5, seq: 1, .. },
+                Got::Update { sid: 5, seq: 2, .. }
+            ]
+        ),
+        "{got:?}"
+    );
+}
