@@ -30,9 +30,9 @@ impl NodePath {
         self.0.iter().any(|(i, _)| *i == id)
     }
 
-    /// This chain with a node in front.
+    /// This chain with a node in front (a `>` in its name, the separator, becomes `_`).
     pub fn below(&self, id: u64, name: &str) -> NodePath {
-        let mut v = vec![(id, name.to_string())];
+        let mut v = vec![(id, name.replace('>', "_"))];
         v.extend(self.0.iter().take(MAX_DEPTH - 1).cloned());
         NodePath(v)
     }
@@ -73,5 +73,25 @@ mod tests {
             Some(255)
         );
         assert_eq!(parse_node_login("tickwire-client"), None);
+    }
+
+    proptest::proptest! {
+        /// What a peer's figures item says is read, never trusted: any text parses to
+        /// a bounded chain or to nothing, without panicking.
+        #[test]
+        fn any_text_reads_as_a_bounded_chain_or_nothing(text in ".{0,600}") {
+            if let Some(p) = NodePath::parse(&text) {
+                proptest::prop_assert!(p.0.len() <= MAX_DEPTH);
+            }
+        }
+
+        #[test]
+        fn a_written_chain_reads_back(ids in proptest::collection::vec((0u64.., "[a-z#>]{0,12}"), 0..80)) {
+            let mut p = NodePath::default();
+            for (id, name) in ids.iter().rev() {
+                p = p.below(*id, name);
+            }
+            proptest::prop_assert_eq!(NodePath::parse(&p.to_string()), Some(p));
+        }
     }
 }
