@@ -640,3 +640,56 @@ fn bench_stall_reports_every_phase_and_loses_nothing() {
     assert!(started.elapsed() < Duration::from_secs(60));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `bench tree` with tiny settings: the `tree` object has what other tools read
+/// (single-node rate, throughput per cache, fan-out in and out, the latency ladder),
+/// and the report has its section. No figure is judged for speed.
+#[test]
+fn bench_tree_writes_the_two_node_results() {
+    let dir = std::env::temp_dir().join(format!("tickwire-tree-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    run_bench(&[
+        "bench",
+        "tree",
+        "--out",
+        dir.to_str().unwrap(),
+        "--items",
+        "200",
+        "--fanout-items",
+        "50",
+        "--connections",
+        "4",
+        "--start-rate",
+        "500",
+        "--max-rate",
+        "1000",
+        "--rates",
+        "500",
+        "--step-seconds",
+        "1",
+    ]);
+    let r = read_results(&dir);
+    let t = &r["tree"];
+    assert!(
+        t["single_node_updates_per_s"].as_u64().unwrap() >= 500,
+        "{t}"
+    );
+    let thr = t["throughput"].as_array().expect("throughput list");
+    let caches: Vec<&str> = thr.iter().map(|x| x["cache"].as_str().unwrap()).collect();
+    assert_eq!(caches, ["off", "on"]);
+    for x in thr {
+        assert!(
+            x["max_sustainable_updates_per_s"].as_u64().unwrap() >= 500,
+            "{x}"
+        );
+    }
+    let f = &t["fanout"];
+    assert!(f["input_updates_per_s"].as_u64().unwrap() > 0, "{f}");
+    assert!(f["output_updates_per_s"].as_u64().unwrap() > 0, "{f}");
+    let lat = t["latency"].as_array().expect("latency ladder");
+    assert_eq!(lat[0]["rate"], 500, "{lat:?}");
+    assert!(lat[0]["p50_ns"].as_u64().unwrap() > 0);
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("## Through two nodes"), "{md}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -409,7 +409,15 @@ fn handle_payload(
     f: &mut impl FnMut(EventRef<'_>, &[u8]),
 ) -> Result<usize, ClientError> {
     let mut n = 0;
+    // A watchlist of 100,000 streams is megabytes: the entry of an update a few
+    // messages ahead is loaded while this one is handled.
+    let mut ahead = Lookahead::new(payload);
     for raw in MessageIter::new(payload) {
+        if let Some(sid) = ahead.next_update_stream() {
+            if let Some(w) = ctx.watch.get(sid as usize) {
+                tickwire_proto::wire::prefetch(w as *const Option<Watch> as *const u8);
+            }
+        }
         let raw = raw?;
         let encoded = raw.encoded;
         match raw.message {
@@ -518,4 +526,42 @@ fn handle_payload(
         }
     }
     Ok(n)
+}
+
+/// Walks message headers (no decoding) `AHEAD` messages in front of the handling.
+struct Lookahead<'a> {
+    rest: &'a [u8],
+}
+
+const AHEAD: usize = 4;
+
+impl<'a> Lookahead<'a> {
+    fn new(payload: &'a [u8]) -> Self {
+        let mut l = Lookahead { rest: payload };
+        for _ in 0..AHEAD {
+            l.next_update_stream();
+        }
+        l
+    }
+
+    /// Moves over one message: its stream id if it is an update.
+    #[inline]
+    fn next_update_stream(&mut self) -> Option<u32> {
+        let [ty, a, b, rest @ ..] = self.rest else {
+            self.rest = &[];
+            return None;
+        };
+        let len = u16::from_be_bytes([*a, *b]) as usize;
+        let Some((body, rest)) = rest.split_at_checked(len) else {
+            self.rest = &[];
+            return None;
+        };
+        self.rest = rest;
+        match body {
+            [s0, s1, s2, s3, ..] if *ty == tickwire_proto::MessageType::Update as u8 => {
+                Some(u32::from_be_bytes([*s0, *s1, *s2, *s3]))
+            }
+            _ => None,
+        }
+    }
 }

@@ -181,6 +181,8 @@ struct Conn {
     sub_streams: FxHashMap<u32, StreamRef>,
     /// Publisher: stream id -> item.
     pub_streams: StreamMap,
+    /// The next id for the node's own requests to this (interactive) publisher.
+    next_node_stream: u32,
     /// Publisher: the services it announced.
     services: Vec<usize>,
     /// Subscriber: what happens when it falls behind.
@@ -251,7 +253,6 @@ pub struct Node {
     closing: Vec<ConnId>,
     /// Subscribers whose output passed the limit while a frame was processed.
     overflowed: Vec<ConnId>,
-    next_node_stream: u32,
     scratch: Vec<u8>,
     now: Instant,
     stats: Stats,
@@ -295,7 +296,6 @@ impl Node {
             dirty: Vec::new(),
             closing: Vec::new(),
             overflowed: Vec::new(),
-            next_node_stream: NODE_STREAM_BASE,
             scratch: Vec::with_capacity(64 * 1024),
             now,
             stats: Stats::default(),
@@ -364,6 +364,7 @@ impl Node {
             dirty: false,
             sub_streams: FxHashMap::default(),
             pub_streams: StreamMap::default(),
+            next_node_stream: NODE_STREAM_BASE,
             services: Vec::new(),
             policy: SlowConsumerPolicy::Conflate,
             behind_bytes: self.cfg.limits.max_output_bytes,
@@ -498,6 +499,22 @@ impl Node {
 
     /// Processes one received frame payload.
     pub fn on_frame(&mut self, conn: ConnId, payload: &[u8], now: Instant) {
+        self.frame_in(conn, payload, now, false);
+    }
+
+    /// A frame from an in-process peer whose every message it decoded in full itself
+    /// (an upstream link forwarding what its upstream sent): the field lists are not
+    /// walked again. From any other connection it is an ordinary frame.
+    pub fn on_checked_frame(&mut self, conn: ConnId, payload: &[u8], now: Instant) {
+        let internal = self
+            .conns
+            .get(conn)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| c.internal);
+        self.frame_in(conn, payload, now, internal);
+    }
+
+    fn frame_in(&mut self, conn: ConnId, payload: &[u8], now: Instant, checked: bool) {
         self.now = now;
         match self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
             Some(c) if c.role != ConnRole::Closing => c.last_rx = now,
@@ -508,7 +525,12 @@ impl Node {
             return;
         }
         let mut ahead = UpdateLookahead::new(payload);
-        for raw in MessageIter::new(payload) {
+        let messages = if checked {
+            MessageIter::already_checked(payload)
+        } else {
+            MessageIter::new(payload)
+        };
+        for raw in messages {
             let raw = match raw {
                 Ok(raw) => raw,
                 Err(err) => {
@@ -1233,12 +1255,15 @@ impl Node {
                 let Some(c) = self.conns[pconn].as_mut() else {
                     return;
                 };
-                // Node ids wrap within their half of the id space, skipping ids in use.
-                let mut sid = self.next_node_stream;
+                // Node ids count up per connection (dense, so the update path finds
+                // them with one load) and wrap within their half of the id space,
+                // skipping ids in use; an id is not reused before the wrap, so a late
+                // message for a closed stream never lands on another item.
+                let mut sid = c.next_node_stream;
                 while c.pub_streams.contains_key(sid) {
                     sid = sid.wrapping_add(1).max(NODE_STREAM_BASE);
                 }
-                self.next_node_stream = sid.wrapping_add(1).max(NODE_STREAM_BASE);
+                c.next_node_stream = sid.wrapping_add(1).max(NODE_STREAM_BASE);
                 item.publisher = Some((pconn, sid));
                 c.pub_streams.insert(sid, h);
                 sid

@@ -1,41 +1,98 @@
 //! A publisher connection's stream id -> item handle map, looked up once per update.
 //!
-//! Publishers number the items they push densely from 1 (the client library's stream of
-//! item `n` is `n + 1`), so ids below a bound live in a vector indexed by the id: one
-//! load instead of a hash probe into a table of 100,000 entries. Other ids (the node's
-//! own requests from 0x8000_0000 on, and sparse ids) go to a hash map. The vector only
-//! grows while it stays dense: its length is kept within twice the ids it holds plus a
-//! little slack, so a publisher that picks stream id 0x7FFF_FFFF costs a map entry, not
-//! 8 GiB.
+//! Ids come densely from two places: a publisher numbers the items it pushes from 1
+//! (the client library's stream of item `n` is `n + 1`), and the node numbers its
+//! requests to an interactive publisher (an upstream link, a backbone edge) from
+//! 0x8000_0000, per connection. Ids in either run live in a vector indexed by the id's
+//! offset in it: one load instead of a hash probe into a table of 100,000 entries, and
+//! a slot the update path can prefetch. Other ids (sparse ones) go to a hash map. A
+//! vector only grows while it stays dense: its length is kept within twice the ids it
+//! holds plus a little slack, so a publisher that picks stream id 0x7FFF_FFFF costs a
+//! map entry, not 8 GiB.
 
 use crate::items::ItemHandle;
 use rustc_hash::FxHashMap;
 use tickwire_proto::wire::prefetch;
 
-/// Marks an unused slot of the vector (the item table never holds 2^32 - 1 items).
+/// Marks an unused slot of a vector (the item table never holds 2^32 - 1 items).
 const NONE: ItemHandle = ItemHandle::MAX;
-/// Ids at or above this are never put in the vector (64 MiB of it at most).
+/// Ids at or above a run's base plus this are never put in its vector (64 MiB at most).
 const DENSE_LIMIT: u32 = 1 << 24;
-/// The vector may grow this far past twice the number of ids it holds.
+/// A vector may grow this far past twice the number of ids it holds.
 const DENSE_SLACK: usize = 4096;
+/// Where the node's own request ids start (`crate::NODE_STREAM_BASE`).
+const NODE_BASE: u32 = crate::NODE_STREAM_BASE;
 
+/// One dense run of ids from `base`.
 #[derive(Default)]
+struct Dense {
+    base: u32,
+    /// Indexed by `id - base`; `NONE` where the id is not in use.
+    slots: Vec<ItemHandle>,
+    /// Ids in use in `slots`.
+    len: usize,
+}
+
+impl Dense {
+    /// The slot index of `sid`, if `sid` belongs to this run's range.
+    #[inline]
+    fn index(&self, sid: u32) -> Option<usize> {
+        let off = sid.checked_sub(self.base)?;
+        (off < DENSE_LIMIT).then_some(off as usize)
+    }
+
+    #[inline]
+    fn get(&self, sid: u32) -> Option<ItemHandle> {
+        let i = self.index(sid)?;
+        self.slots.get(i).copied().filter(|&h| h != NONE)
+    }
+}
+
 pub struct StreamMap {
-    /// Indexed by stream id; `NONE` where the id is not in use.
-    dense: Vec<ItemHandle>,
-    /// Ids in use in `dense`.
-    dense_len: usize,
-    /// Every id not in `dense` (an id is in one or the other, never both).
+    /// The publisher's own ids, from 0.
+    own: Dense,
+    /// The node's request ids, from `NODE_BASE`.
+    node: Dense,
+    /// Every id in neither vector (an id is in one place only).
     sparse: FxHashMap<u32, ItemHandle>,
+}
+
+impl Default for StreamMap {
+    fn default() -> StreamMap {
+        StreamMap {
+            own: Dense::default(),
+            node: Dense {
+                base: NODE_BASE,
+                ..Dense::default()
+            },
+            sparse: FxHashMap::default(),
+        }
+    }
 }
 
 impl StreamMap {
     #[inline]
+    fn run(&self, sid: u32) -> &Dense {
+        if sid >= NODE_BASE {
+            &self.node
+        } else {
+            &self.own
+        }
+    }
+
+    #[inline]
+    fn run_mut(&mut self, sid: u32) -> &mut Dense {
+        if sid >= NODE_BASE {
+            &mut self.node
+        } else {
+            &mut self.own
+        }
+    }
+
+    #[inline]
     pub fn get(&self, sid: u32) -> Option<ItemHandle> {
-        if let Some(&h) = self.dense.get(sid as usize) {
-            if h != NONE {
-                return Some(h);
-            }
+        if let Some(h) = self.run(sid).get(sid) {
+            return Some(h);
         }
         if self.sparse.is_empty() {
             return None;
@@ -43,17 +100,18 @@ impl StreamMap {
         self.sparse.get(&sid).copied()
     }
 
-    /// The handle of `sid` if it is in the vector: one load, never a hash probe (for
+    /// The handle of `sid` if it is in a vector: one load, never a hash probe (for
     /// hints, where a miss costs nothing).
     #[inline]
     pub fn get_dense(&self, sid: u32) -> Option<ItemHandle> {
-        self.dense.get(sid as usize).copied().filter(|&h| h != NONE)
+        self.run(sid).get(sid)
     }
 
-    /// Starts loading the memory `get(sid)` will read if `sid` is in the vector (a hint).
+    /// Starts loading the memory `get(sid)` will read if `sid` is in a vector (a hint).
     #[inline]
     pub fn prefetch(&self, sid: u32) {
-        if let Some(slot) = self.dense.get(sid as usize) {
+        let run = self.run(sid);
+        if let Some(slot) = run.index(sid).and_then(|i| run.slots.get(i)) {
             prefetch(slot as *const ItemHandle as *const u8);
         }
     }
@@ -65,20 +123,23 @@ impl StreamMap {
     /// Maps `sid` to `h`, replacing what it mapped to; returns the old handle.
     pub fn insert(&mut self, sid: u32, h: ItemHandle) -> Option<ItemHandle> {
         debug_assert!(h != NONE);
-        let i = sid as usize;
-        let fits = i < self.dense.len();
-        let may_grow = sid < DENSE_LIMIT && i < 2 * self.dense_len + DENSE_SLACK;
+        let run = self.run_mut(sid);
+        let Some(i) = run.index(sid) else {
+            return self.sparse.insert(sid, h);
+        };
+        let fits = i < run.slots.len();
+        let may_grow = i < 2 * run.len + DENSE_SLACK;
         if !fits && !may_grow {
             return self.sparse.insert(sid, h);
         }
         if !fits {
-            self.dense.resize(i + 1, NONE);
+            run.slots.resize(i + 1, NONE);
         }
-        let old = std::mem::replace(&mut self.dense[i], h);
+        let old = std::mem::replace(&mut run.slots[i], h);
         if old != NONE {
             return Some(old);
         }
-        self.dense_len += 1;
+        run.len += 1;
         if self.sparse.is_empty() {
             None
         } else {
@@ -88,9 +149,10 @@ impl StreamMap {
     }
 
     pub fn remove(&mut self, sid: u32) -> Option<ItemHandle> {
-        if let Some(slot) = self.dense.get_mut(sid as usize) {
+        let run = self.run_mut(sid);
+        if let Some(slot) = run.index(sid).and_then(|i| run.slots.get_mut(i)) {
             if *slot != NONE {
-                self.dense_len -= 1;
+                run.len -= 1;
                 return Some(std::mem::replace(slot, NONE));
             }
         }
@@ -98,19 +160,21 @@ impl StreamMap {
     }
 
     pub fn clear(&mut self) {
-        self.dense.clear();
-        self.dense_len = 0;
+        for run in [&mut self.own, &mut self.node] {
+            run.slots.clear();
+            run.len = 0;
+        }
         self.sparse.clear();
     }
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.dense_len + self.sparse.len()
+        self.own.len + self.node.len + self.sparse.len()
     }
 
     #[cfg(test)]
     pub fn dense_capacity(&self) -> usize {
-        self.dense.capacity()
+        self.own.slots.capacity()
     }
 }
 
@@ -165,8 +229,8 @@ mod tests {
         assert!(m.sparse.is_empty());
         assert_eq!(m.get(100_000), Some(200_000));
         assert_eq!(m.insert(0x7FFF_FFFF, 5), None);
-        assert_eq!(m.insert(0x8000_0000, 6), None);
         assert_eq!(m.insert(DENSE_LIMIT, 7), None);
+        assert_eq!(m.insert(0xFFFF_FFF0, 8), None);
         assert_eq!(m.sparse.len(), 3);
         assert!(m.dense_capacity() < 400_000);
         assert_eq!(m.get(0x7FFF_FFFF), Some(5));
@@ -181,7 +245,24 @@ mod tests {
             m.insert(sid, 1);
             sid = sid.saturating_mul(2).min(DENSE_LIMIT - 1);
         }
-        assert!(m.dense.len() <= 2 * m.dense_len + DENSE_SLACK);
+        assert!(m.own.slots.len() <= 2 * m.own.len + DENSE_SLACK);
         assert_eq!(m.len(), 25);
+    }
+
+    #[test]
+    fn the_node_s_own_request_ids_are_dense_too() {
+        let mut m = StreamMap::default();
+        for n in 0..100_000u32 {
+            assert_eq!(m.insert(0x8000_0000 + n, n), None);
+        }
+        assert!(m.sparse.is_empty(), "a vector, not the map");
+        assert_eq!(m.get_dense(0x8000_0000 + 99_999), Some(99_999));
+        assert_eq!(m.get(0x8000_0000 + 100_000), None);
+        assert_eq!(m.remove(0x8000_0000 + 5), Some(5));
+        assert_eq!(m.get_dense(0x8000_0000 + 5), None);
+        // Own ids and node ids side by side.
+        assert_eq!(m.insert(3, 33), None);
+        assert_eq!(m.get(3), Some(33));
+        assert_eq!(m.len(), 100_000);
     }
 }

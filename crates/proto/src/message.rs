@@ -448,6 +448,14 @@ impl<'a> Message<'a> {
 
     /// Decodes one message body of the given type; the body must be consumed exactly.
     pub fn decode_body(ty: u8, body: &'a [u8]) -> Result<Message<'a>, DecodeError> {
+        Self::decode_body_as(ty, body, Validation::Full)
+    }
+
+    fn decode_body_as(
+        ty: u8,
+        body: &'a [u8],
+        validation: Validation,
+    ) -> Result<Message<'a>, DecodeError> {
         let ty = MessageType::from_u8(ty).ok_or(DecodeError::UnknownMessageType(ty))?;
         let mut r = Reader::new(body, "message body");
         let msg = match ty {
@@ -557,7 +565,7 @@ impl<'a> Message<'a> {
                 let state = read_state(&mut r)?;
                 let service = r.str16("service name")?;
                 let name = r.str16("item name")?;
-                let fields = FieldList::decode_prefix(&mut r)?;
+                let fields = field_list_last(&mut r, validation)?;
                 Message::Refresh(Refresh {
                     stream_id,
                     seq,
@@ -587,7 +595,7 @@ impl<'a> Message<'a> {
                 let flags = r.u8()?;
                 check_flags(flags, UPD_DO_NOT_CONFLATE, "update flags")?;
                 let conflation_count = r.u16()?;
-                let fields = FieldList::decode_prefix(&mut r)?;
+                let fields = field_list_last(&mut r, validation)?;
                 Message::Update(Update {
                     stream_id,
                     seq,
@@ -747,6 +755,17 @@ impl<'a> Message<'a> {
 pub struct MessageIter<'a> {
     r: Reader<'a>,
     failed: bool,
+    validation: Validation,
+}
+
+/// How much of a message is checked while decoding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Validation {
+    /// Everything (bytes from a peer).
+    Full,
+    /// Not the values of the field lists of refreshes and updates (the bulk of a
+    /// frame): for bytes this crate has decoded in full before.
+    FieldListsChecked,
 }
 
 impl<'a> MessageIter<'a> {
@@ -754,6 +773,33 @@ impl<'a> MessageIter<'a> {
         MessageIter {
             r: Reader::new(payload, "frame payload"),
             failed: false,
+            validation: Validation::Full,
+        }
+    }
+
+    /// The messages of a payload whose every message was decoded successfully by
+    /// [`MessageIter::new`] before (e.g. forwarded by an in-process peer): their field
+    /// lists are not walked again. Anything else is still checked.
+    pub fn already_checked(payload: &'a [u8]) -> Self {
+        MessageIter {
+            validation: Validation::FieldListsChecked,
+            ..MessageIter::new(payload)
+        }
+    }
+}
+
+/// The field list that ends a message body.
+fn field_list_last<'a>(
+    r: &mut Reader<'a>,
+    validation: Validation,
+) -> Result<FieldList<'a>, DecodeError> {
+    match validation {
+        Validation::Full => FieldList::decode_prefix(r),
+        Validation::FieldListsChecked => {
+            let all = r.rest();
+            r.u16()?; // the count, at least
+            r.bytes(r.remaining())?;
+            Ok(FieldList::from_trusted(all))
         }
     }
 }
@@ -777,7 +823,7 @@ impl<'a> Iterator for MessageIter<'a> {
             let ty = self.r.u8()?;
             let len = self.r.u16()? as usize;
             let body = self.r.bytes(len)?;
-            let message = Message::decode_body(ty, body)?;
+            let message = Message::decode_body_as(ty, body, self.validation)?;
             Ok(RawMessage {
                 message,
                 encoded: &start[..MESSAGE_HEADER_LEN + len],

@@ -723,6 +723,21 @@ proptest! {
         check_round_trip(&m)?;
     }
 
+    /// Bytes decoded in full once read the same when their field lists are not walked
+    /// again (`MessageIter::already_checked`, for in-process forwarding).
+    #[test]
+    fn checked_messages_read_the_same_without_walking_their_fields(msgs in vec(message_maybe_bulky(), 0..20)) {
+        let mut payload = Vec::new();
+        for m in &msgs {
+            m.message().encode(&mut payload).unwrap();
+        }
+        let full: Vec<_> = MessageIter::new(&payload).map(|r| r.unwrap().message).collect();
+        let again: Vec<_> = MessageIter::already_checked(&payload)
+            .map(|r| r.unwrap().message)
+            .collect();
+        prop_assert_eq!(full, again);
+    }
+
     #[test]
     fn bulky_messages_round_trip(m in message_maybe_bulky()) {
         check_round_trip(&m)?;

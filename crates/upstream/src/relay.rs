@@ -79,7 +79,7 @@ pub struct Relay {
     /// The core's stream id -> the upstream stream.
     links: FxHashMap<u32, Link>,
     /// The upstream stream -> the core's stream id.
-    by_up: FxHashMap<StreamId, u32>,
+    by_up: UpstreamStreams,
     /// The upstream's own figures item (its chain is read there).
     node_stream: StreamId,
     /// The chain of nodes above this one: the upstream first.
@@ -87,6 +87,8 @@ pub struct Relay {
     /// What the core has been told: service -> state.
     announced: BTreeMap<String, ServiceState>,
     to_core: Vec<u8>,
+    /// The next directory is the first of a new connection: the whole directory.
+    first_directory: bool,
     stats: RelayStats,
 }
 
@@ -129,11 +131,12 @@ impl Relay {
             cfg,
             session,
             links: FxHashMap::default(),
-            by_up: FxHashMap::default(),
+            by_up: UpstreamStreams::default(),
             node_stream,
             above: NodePath::default(),
             announced: BTreeMap::new(),
             to_core: Vec::new(),
+            first_directory: false,
             stats: RelayStats::default(),
         }
     }
@@ -171,6 +174,7 @@ impl Relay {
     /// The caller opened a socket to an upstream: the Login is queued.
     pub fn connecting(&mut self, now: Instant) {
         self.stats.connections += 1;
+        self.first_directory = true;
         if let Err(e) = self.session.connecting(now) {
             warn!("upstream: cannot start a login: {e}");
         }
@@ -242,7 +246,7 @@ impl Relay {
                     }
                 }
                 EventRef::Refresh(item, r) => {
-                    let Some(&csid) = by_up.get(&item.stream) else {
+                    let Some(csid) = by_up.get(item.stream) else {
                         return;
                     };
                     let Some(link) = links.get_mut(&csid) else {
@@ -269,7 +273,7 @@ impl Relay {
                     }
                 }
                 EventRef::Update(item, _) => {
-                    if let Some(&csid) = by_up.get(&item.stream) {
+                    if let Some(csid) = by_up.get(item.stream) {
                         write_readdressed(to_core, raw, csid);
                     }
                 }
@@ -277,7 +281,7 @@ impl Relay {
                     if item.stream == 0 || item.stream == *node_stream {
                         return;
                     }
-                    let Some(&csid) = by_up.get(&item.stream) else {
+                    let Some(csid) = by_up.get(item.stream) else {
                         return;
                     };
                     if raw.len() > MESSAGE_HEADER_LEN + 4 {
@@ -297,20 +301,29 @@ impl Relay {
                 }
             }
             if to_core.len() >= TO_CORE_CHUNK {
-                core.on_frame(*conn, to_core, now);
+                core.on_checked_frame(*conn, to_core, now);
                 to_core.clear();
             }
         });
         if !self.to_core.is_empty() {
-            core.on_frame(self.conn, &self.to_core, now);
+            core.on_checked_frame(self.conn, &self.to_core, now);
             self.to_core.clear();
         }
         for csid in closed {
             if let Some(link) = self.links.remove(&csid) {
-                self.by_up.remove(&link.up);
+                self.by_up.remove(link.up);
             }
         }
         if !directory.is_empty() {
+            if std::mem::take(&mut self.first_directory) {
+                // A new upstream (or the same one restarted) may lack services the
+                // last one had: they are down until it announces them.
+                for name in self.announced.keys() {
+                    if !directory.iter().any(|(n, _)| n == name) {
+                        directory.push((name.clone(), ServiceState::Down));
+                    }
+                }
+            }
             self.directory_changed(core, directory, now);
         }
         res?;
@@ -426,14 +439,14 @@ impl Relay {
         }
         for csid in closes {
             if let Some(link) = self.links.remove(&csid) {
-                self.by_up.remove(&link.up);
+                self.by_up.remove(link.up);
                 let _ = self.session.unsubscribe(link.up);
             }
         }
         for (csid, service, name) in requests {
             // A request on a stream the core has open asks again.
             if let Some(link) = self.links.remove(&csid) {
-                self.by_up.remove(&link.up);
+                self.by_up.remove(link.up);
                 let _ = self.session.unsubscribe(link.up);
             }
             let Ok(up) = self
@@ -463,5 +476,32 @@ impl Relay {
             },
         });
         core.on_message(self.conn, &status, now);
+    }
+}
+
+/// The upstream stream id -> the core's stream id. The session numbers its streams
+/// densely from 1 and never reuses one, so a vector indexed by it is one load per
+/// update (the core's ids are never 0: that marks a free slot).
+#[derive(Default)]
+struct UpstreamStreams(Vec<u32>);
+
+impl UpstreamStreams {
+    #[inline]
+    fn get(&self, up: StreamId) -> Option<u32> {
+        self.0.get(up as usize).copied().filter(|&c| c != 0)
+    }
+
+    fn insert(&mut self, up: StreamId, csid: u32) {
+        let i = up as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, 0);
+        }
+        self.0[i] = csid;
+    }
+
+    fn remove(&mut self, up: StreamId) {
+        if let Some(slot) = self.0.get_mut(up as usize) {
+            *slot = 0;
+        }
     }
 }

@@ -672,3 +672,43 @@ fn the_chain_above_is_learned_and_logins_from_it_are_refused_by_the_core() {
         .iter()
         .any(|g| matches!(g, Got::Directory(_))));
 }
+
+#[test]
+fn services_the_next_upstream_lacks_are_down_here() {
+    let mut t = Tree::new(None);
+    t.connect();
+    t.settle().unwrap();
+    let mut services = t.down.services();
+    services.sort();
+    assert_eq!(
+        services,
+        [("FEED".to_string(), true), ("OTHER".to_string(), true)]
+    );
+    t.lose_link();
+    // The next upstream has FEED only.
+    let mut up = Node::new(CoreConfig::default(), t.now);
+    let publisher = login(&mut up, Role::Publisher, "feed", t.now);
+    send(
+        &mut up,
+        publisher,
+        &[Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "FEED",
+                state: ServiceState::Up,
+                interactive: false,
+                item_count: 0,
+            }],
+        })],
+        t.now,
+    );
+    (t.up, t.publisher) = (up, publisher);
+    t.now += Duration::from_millis(100);
+    t.connect();
+    t.settle().unwrap();
+    let mut services = t.down.services();
+    services.sort();
+    assert_eq!(
+        services,
+        [("FEED".to_string(), true), ("OTHER".to_string(), false)]
+    );
+}
