@@ -775,6 +775,10 @@ impl Node {
         }
     }
 
+    // Inlined into the frame loop, the hot path: with a second caller (`on_message`)
+    // the compiler stopped inlining it, which cost 20-60 instructions per update
+    // (callgrind, crates/core/benches/per_update_instructions.py).
+    #[inline(always)]
     fn on_message_from(&mut self, conn: ConnId, msg: &Message<'_>, encoded: &[u8]) {
         let Some(role) = self.role(conn) else { return };
         match (role, msg) {

@@ -91,7 +91,17 @@ impl StreamMap {
 
     #[inline]
     pub fn get(&self, sid: u32) -> Option<ItemHandle> {
-        if let Some(h) = self.run(sid).get(sid) {
+        // A publisher's own ids first, as directly as can be (the own run's base is 0).
+        if let Some(&h) = self.own.slots.get(sid as usize) {
+            if h != NONE {
+                return Some(h);
+            }
+        }
+        self.get_elsewhere(sid)
+    }
+
+    fn get_elsewhere(&self, sid: u32) -> Option<ItemHandle> {
+        if let Some(h) = self.node.get(sid) {
             return Some(h);
         }
         if self.sparse.is_empty() {
@@ -104,14 +114,20 @@ impl StreamMap {
     /// hints, where a miss costs nothing).
     #[inline]
     pub fn get_dense(&self, sid: u32) -> Option<ItemHandle> {
-        self.run(sid).get(sid)
+        match self.own.slots.get(sid as usize) {
+            Some(&h) if h != NONE => Some(h),
+            _ => self.node.get(sid),
+        }
     }
 
     /// Starts loading the memory `get(sid)` will read if `sid` is in a vector (a hint).
     #[inline]
     pub fn prefetch(&self, sid: u32) {
-        let run = self.run(sid);
-        if let Some(slot) = run.index(sid).and_then(|i| run.slots.get(i)) {
+        let slot = match self.own.slots.get(sid as usize) {
+            Some(slot) => Some(slot),
+            None => self.node.index(sid).and_then(|i| self.node.slots.get(i)),
+        };
+        if let Some(slot) = slot {
             prefetch(slot as *const ItemHandle as *const u8);
         }
     }
