@@ -545,7 +545,14 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     };
     sub_args.extend(pin(2));
     let mut subscriber = Proc::spawn(bin, &format!("perf-sub-{tag}"), &sub_args, log_dir)?;
-    let streams = (spec.items as f64 * spec.fanout).round() as u64;
+    let commonality =
+        <crate::perf_sub::Commonality as clap::ValueEnum>::from_str(spec.commonality, false)
+            .map_err(|e| anyhow!("commonality {:?}: {e}", spec.commonality))?;
+    let streams = if spec.websocket {
+        (spec.items as f64 * spec.fanout).round() as u64
+    } else {
+        commonality.streams(spec.connections, spec.items)
+    };
     wait_for_images(&mut subscriber, streams, &spec.label)?;
     Ok(Rig {
         node,

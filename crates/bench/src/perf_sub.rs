@@ -43,6 +43,14 @@ impl Commonality {
         }
     }
 
+    /// Streams `conns` connections open over `items` items (exactly: the average
+    /// fan-out times the items is exact only when `conns` divides `items`).
+    pub fn streams(self, conns: usize, items: usize) -> u64 {
+        (0..items)
+            .map(|j| (0..conns).filter(|&c| self.watches(c, conns, j)).count() as u64)
+            .sum()
+    }
+
     /// Average number of connections watching an item.
     pub fn fanout(self, conns: usize) -> f64 {
         match self {

@@ -315,3 +315,54 @@ fn the_dashboard_logs_in_with_the_credentials_the_user_types() {
     assert!(log.contains("login accepted: user=\"trader\""), "{log}");
     assert_eq!(password_left, "", "the password stays in the form");
 }
+
+/// The dashboard of a node fed by an upstream: the board fills from the upstream's
+/// feed, and the node panel says where the node is fed from.
+#[test]
+fn the_dashboard_of_a_node_in_a_tree_shows_its_upstream() {
+    let top = Node::start(&["--name", "top"]);
+    let _feed = start_publisher(&top, "FEED", 2, 400, false);
+    let (pop, host) = Node::start_ws(&["--upstream", &top.addr_str(), "--name", "pop"]);
+    wait_for_image(pop.addr, "FEED", "SYM1", Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}\n--- pop\n{}", pop.proc.log()));
+    let driver = Driver::start();
+    let id = driver.new_session();
+    driver.call(
+        "POST",
+        &format!("/session/{id}/url"),
+        Some(json!({"url": format!("http://{host}/?items=SYM0,SYM1")})),
+    );
+    let read = || {
+        driver.call(
+            "POST",
+            &format!("/session/{id}/execute/sync"),
+            Some(json!({"script": "return {from: document.getElementById('u_from').textContent, chain: document.getElementById('u_chain').textContent, shown: !document.getElementById('upstream').hidden, updates: [...document.querySelectorAll('#board tr')].map(tr => Number(tr.dataset.updates))}", "args": []})),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        let v = read();
+        let done = v["shown"] == true
+            && v["from"].as_str().is_some_and(|f| f.starts_with("top ("))
+            && v["chain"] == "pop \u{2190} top"
+            && v["updates"]
+                .as_array()
+                .is_some_and(|u| u.len() == 2 && u.iter().all(|n| n.as_u64() > Some(10)));
+        if done || Instant::now() > deadline {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    driver.call("DELETE", &format!("/session/{id}"), None);
+    assert_eq!(seen["shown"], true, "{seen}");
+    assert!(
+        seen["from"].as_str().unwrap_or("").starts_with("top ("),
+        "{seen}"
+    );
+    assert_eq!(seen["chain"], "pop \u{2190} top", "{seen}");
+    let updates = seen["updates"].as_array().expect("rows");
+    assert!(
+        updates.len() == 2 && updates.iter().all(|n| n.as_u64() > Some(10)),
+        "{seen}"
+    );
+}

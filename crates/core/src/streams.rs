@@ -72,15 +72,6 @@ impl Default for StreamMap {
 
 impl StreamMap {
     #[inline]
-    fn run(&self, sid: u32) -> &Dense {
-        if sid >= NODE_BASE {
-            &self.node
-        } else {
-            &self.own
-        }
-    }
-
-    #[inline]
     fn run_mut(&mut self, sid: u32) -> &mut Dense {
         if sid >= NODE_BASE {
             &mut self.node
