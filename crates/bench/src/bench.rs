@@ -371,7 +371,7 @@ impl Progress {
 
 fn step_text(s: &Step) -> String {
     format!(
-        "{}: {} updates/s asked, {:.0}/s delivered ({:.2}%), gaps {}, latency p99 {:.0} µs: {}",
+        "{}: {} updates/s asked, {:.0}/s delivered ({:.2}% of asked x fan-out), gaps {}, latency p99 {:.0} µs: {}",
         s.label,
         s.target_rate,
         s.delivered_per_s,

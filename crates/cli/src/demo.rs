@@ -253,9 +253,10 @@ pub fn run(args: DemoArgs) -> Result<()> {
             None => format!("node on {addr}"),
         };
         let all: Vec<String> = dashboards.iter().map(|(n, u)| format!("{n} {u}")).collect();
+        let cmd = command_name();
         writeln!(
             out,
-            "tickwire demo: {topology}, {} items at {} updates/s; try `tickwire subscribe --node {board_addr} SYM0`; dashboard {dashboard} (dashboards: {})",
+            "tickwire demo: {topology}, {} items at {} updates/s; try `{cmd} subscribe --node {board_addr} SYM0`; dashboard {dashboard} (dashboards: {})",
             args.items,
             args.rate,
             all.join(", ")
@@ -389,7 +390,8 @@ fn draw_board(
     )?;
     writeln!(
         out,
-        "board: {rate:.0} updates/s   Ctrl-C to stop   other terminal: tickwire subscribe --node {board} SYM0\x1b[K"
+        "board: {rate:.0} updates/s   Ctrl-C to stop   other terminal: {cmd} subscribe --node {board} SYM0\x1b[K",
+        cmd = command_name()
     )?;
     for (name, url) in dashboards {
         writeln!(out, "dashboard of {name} (browser): {url}\x1b[K")?;
@@ -424,4 +426,21 @@ fn draw_board(
         )?;
     }
     Ok(())
+}
+
+/// How to run this binary from another terminal: `tickwire` when its directory is on
+/// the PATH, else its full path (after `cargo run`, `target/release/tickwire`).
+fn command_name() -> String {
+    let Ok(exe) = std::env::current_exe() else {
+        return "tickwire".into();
+    };
+    let on_path = exe.parent().is_some_and(|dir| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.as_path() == dir))
+    });
+    if on_path {
+        "tickwire".into()
+    } else {
+        exe.display().to_string()
+    }
 }

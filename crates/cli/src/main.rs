@@ -163,8 +163,35 @@ fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
             "--backbone needs --role source|edge|both (or backbone.role in the config file)"
         );
     }
-    cfg.validate().context("invalid node settings")?;
+    cfg.validate().map_err(|e| anyhow::anyhow!(with_flag(e)))?;
     Ok(cfg)
+}
+
+/// A config error, naming the flag that sets the key too (a flag's value is checked
+/// against the key it overrides).
+fn with_flag(e: tickwire_node::ConfigError) -> String {
+    let flag = match &e {
+        tickwire_node::ConfigError::Invalid { key, .. } => match *key {
+            "limits.heartbeat_ms" => Some("--heartbeat-ms"),
+            "limits.max_connections" => Some("--max-connections"),
+            "node.listen" => Some("--listen"),
+            "node.cache" => Some("--cache"),
+            "node.cpus" => Some("--cpus"),
+            "node.name" => Some("--name"),
+            "node.wait" => Some("--wait"),
+            "slow_consumer.policy" => Some("--slow-consumer"),
+            "websocket.listen" => Some("--ws"),
+            "backbone.channel" => Some("--backbone"),
+            "backbone.role" => Some("--role"),
+            "upstream.nodes" => Some("--upstream"),
+            _ => None,
+        },
+        _ => None,
+    };
+    match flag {
+        Some(f) => format!("invalid node settings: {e} (set by {f} or in the config file)"),
+        None => format!("invalid node settings: {e}"),
+    }
 }
 
 fn run_node(args: NodeArgs) -> Result<()> {

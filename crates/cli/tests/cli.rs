@@ -539,3 +539,29 @@ fn demo_without_a_tty_prints_lines_and_finishes() {
     let last = out.stdout.lines().last().unwrap_or("");
     assert!(last.contains("demo finished"), "last line {last:?}");
 }
+
+#[test]
+fn a_bad_flag_value_names_the_flag_and_the_key_it_sets() {
+    for (args, flag, key) in [
+        (
+            &["--heartbeat-ms", "5"][..],
+            "--heartbeat-ms",
+            "limits.heartbeat_ms",
+        ),
+        (
+            &["--upstream", "no-port"][..],
+            "--upstream",
+            "upstream.nodes",
+        ),
+    ] {
+        let mut all = vec!["node", "--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let out = run(&all, T);
+        assert!(out.code().is_some_and(|c| c != 0), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains(flag) && out.stderr.contains(key),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+}

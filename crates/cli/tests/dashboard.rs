@@ -146,7 +146,7 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
         driver.call(
             "POST",
             &format!("/session/{id}/execute/sync"),
-            Some(json!({"script": "return {services: document.getElementById('n_services').dataset.value || '', subs: Number(document.getElementById('n_conns').dataset.subs || 0)}", "args": []})),
+            Some(json!({"script": "return {services: document.getElementById('n_services').dataset.value || '', subs: Number(document.getElementById('n_conns').dataset.subs || 0), latency: document.getElementById('lat').textContent}", "args": []})),
         )
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -156,7 +156,10 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
         let node_done = node_panel["services"]
             .as_str()
             .is_some_and(|s| s.contains("FEED up"))
-            && node_panel["subs"].as_u64().unwrap_or(0) >= 1;
+            && node_panel["subs"].as_u64().unwrap_or(0) >= 1
+            && node_panel["latency"]
+                .as_str()
+                .is_some_and(|l| l.ends_with(" ms"));
         let done = rows.as_array().is_some_and(|r| {
             r.len() == 2
                 && r.iter().all(|row| {
@@ -184,6 +187,13 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
     assert!(
         node_panel["subs"].as_u64().unwrap_or(0) >= 1,
         "{node_panel}"
+    );
+    // The publisher's send time reaches the page: the latency panel fills.
+    assert!(
+        node_panel["latency"]
+            .as_str()
+            .is_some_and(|l| l.ends_with(" ms")),
+        "the latency panel never filled: {node_panel}"
     );
     let rows = rows.as_array().expect("rows").clone();
     assert_eq!(rows.len(), 2, "{rows:?}");
