@@ -28,7 +28,8 @@ pub enum BenchCommand {
     Latency(BenchArgs),
     /// N independent node+publisher+subscriber sets, pinned to disjoint CPUs vs not.
     Instances(BenchArgs),
-    /// Every scenario with short steps (under 5 minutes on 2 cores).
+    /// Every scenario but memory, with short steps (across the backbone and through two
+    /// nodes: at most 10,000 items, no fan-out row; on the backbone 1% loss only).
     Quick(BenchArgs),
     /// Across the backbone (publisher -> source node -> Aeron multicast on loopback ->
     /// edge node -> subscriber): throughput cache off and on, fan-out at the edge, the

@@ -46,8 +46,8 @@ enum Command {
     /// Performance lab: a WebSocket load subscriber (tr_json2 JSON, latency from
     /// TIM_TRK_1), driven by `tickwire bench ws`.
     PerfWsSub(tickwire_bench::perf_ws_sub::PerfWsSubArgs),
-    /// Performance lab: run a scenario (throughput, fanout, latency, instances, stall,
-    /// quick) with nodes and load tools as separate processes; write results.json,
+    /// Performance lab: run a scenario (the commands below; `quick` runs them all with
+    /// short steps) with nodes and load tools as separate processes; write results.json,
     /// report.md and SVG plots. `bench compare DIR...` compares runs (the first is base
     /// 100).
     #[command(subcommand)]
