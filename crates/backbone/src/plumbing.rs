@@ -36,21 +36,7 @@ pub fn stream_id(encoded: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-/// The frames in `bytes` (length-prefixed, as the core writes them): each payload with
-/// the bytes the whole frame takes. Stops at an incomplete frame.
-pub fn frames(bytes: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        if bytes.len() - at < 4 {
-            return None;
-        }
-        let len =
-            u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
-        let payload = bytes.get(at + 4..at + 4 + len)?;
-        at += 4 + len;
-        Some((payload, 4 + len))
-    })
-}
+pub use tickwire_proto::frame::frames;
 
 /// The messages of one frame payload: each message's type and whole encoding, read
 /// from the headers only. Stops at an inconsistency (which the core never writes).

@@ -1038,6 +1038,46 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 
 /// CPU % of the first process whose name starts with `prefix`, at the highest rate the
 /// throughput search sustained ("-" if none).
+/// A multi-node latency ladder beside the single node's of the same run (report.md):
+/// `path` says how the updates went ("across the backbone"), `what` heads its columns.
+fn latency_beside_single(
+    md: &mut String,
+    path: &str,
+    what: &str,
+    single: &[LatencyStep],
+    ladder: &[LatencyStep],
+) -> Result<()> {
+    if ladder.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        md,
+        "### End-to-end latency, single node and {path} (cache off; µs)\n"
+    )?;
+    writeln!(md, "| rate/s | single p50 | {what} p50 | added p50 | single p99 | {what} p99 | {what} mean | {what} max | sustained |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
+    for l in ladder {
+        let s = single.iter().find(|x| x.rate == l.rate);
+        let opt = |f: &dyn Fn(&LatencyStep) -> f64| s.map_or("-".to_string(), |x| us(f(x)));
+        let added = s.map_or("-".to_string(), |x| us(l.p50_ns as f64 - x.p50_ns as f64));
+        writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            fmt_rate(l.rate as f64),
+            opt(&|x| x.p50_ns as f64),
+            us(l.p50_ns as f64),
+            added,
+            opt(&|x| x.p99_ns as f64),
+            us(l.p99_ns as f64),
+            us(l.mean_ns),
+            us(l.max_ns as f64),
+            if l.sustained { "yes" } else { "no" }
+        )?;
+    }
+    writeln!(md)?;
+    Ok(())
+}
+
 fn cpu_at_max(t: &Throughput, prefix: &str) -> String {
     t.steps
         .iter()

@@ -42,30 +42,6 @@ fn backbone_node(channel: &str, role: &str, name: &str) -> Node {
 
 const T: Duration = Duration::from_secs(20);
 
-/// The node's own figures (service TICKWIRE, item NODE), as `subscribe --json` prints
-/// them.
-fn node_figures(node: &Node) -> serde_json::Value {
-    let out = run(
-        &[
-            "subscribe",
-            "--node",
-            &node.addr_str(),
-            "--service",
-            "TICKWIRE",
-            "--snapshot",
-            "--json",
-            "--timeout",
-            "10",
-            "NODE",
-        ],
-        T,
-    );
-    assert_eq!(out.code(), Some(0), "{out:?}");
-    let v: serde_json::Value =
-        serde_json::from_str(out.stdout.lines().next().expect("a line")).expect("json");
-    v["fields"].clone()
-}
-
 #[test]
 fn a_publisher_on_the_source_reaches_subscribers_on_two_edges() {
     let ch = channel(40);

@@ -29,30 +29,6 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// The node's own figures (service TICKWIRE, item NODE), as `subscribe --json` prints
-/// them.
-fn node_figures(node: &Node) -> serde_json::Value {
-    let out = run(
-        &[
-            "subscribe",
-            "--node",
-            &node.addr_str(),
-            "--service",
-            "TICKWIRE",
-            "--snapshot",
-            "--json",
-            "--timeout",
-            "10",
-            "NODE",
-        ],
-        T,
-    );
-    assert_eq!(out.code(), Some(0), "{out:?}");
-    let v: serde_json::Value =
-        serde_json::from_str(out.stdout.lines().next().expect("a line")).expect("json");
-    v["fields"].clone()
-}
-
 /// Waits until the node's figures satisfy `pred`.
 fn wait_for_figures(node: &Node, what: &str, pred: impl Fn(&serde_json::Value) -> bool) {
     let deadline = Instant::now() + T;

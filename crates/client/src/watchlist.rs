@@ -547,21 +547,6 @@ impl<'a> Lookahead<'a> {
     /// Moves over one message: its stream id if it is an update.
     #[inline]
     fn next_update_stream(&mut self) -> Option<u32> {
-        let [ty, a, b, rest @ ..] = self.rest else {
-            self.rest = &[];
-            return None;
-        };
-        let len = u16::from_be_bytes([*a, *b]) as usize;
-        let Some((body, rest)) = rest.split_at_checked(len) else {
-            self.rest = &[];
-            return None;
-        };
-        self.rest = rest;
-        match body {
-            [s0, s1, s2, s3, ..] if *ty == tickwire_proto::MessageType::Update as u8 => {
-                Some(u32::from_be_bytes([*s0, *s1, *s2, *s3]))
-            }
-            _ => None,
-        }
+        tickwire_proto::message::next_update_stream(&mut self.rest)
     }
 }

@@ -179,20 +179,12 @@ impl NodeItem {
         let mut requests = Vec::new();
         if let Some(out) = core.output(self.conn) {
             let bytes = out.sealed_bytes();
-            let mut at = 0;
-            while bytes.len() - at >= 4 {
-                let len =
-                    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-                        as usize;
-                let Some(payload) = bytes.get(at + 4..at + 4 + len) else {
-                    break;
-                };
+            for (payload, _) in tickwire_proto::frame::frames(bytes) {
                 for m in MessageIter::new(payload).flatten() {
                     if let Message::Request(r) = m.message {
                         requests.push(r.stream_id);
                     }
                 }
-                at += 4 + len;
             }
             let n = bytes.len();
             out.consume(n);

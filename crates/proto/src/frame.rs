@@ -229,6 +229,23 @@ impl FrameWriter {
     }
 }
 
+/// The frames in `bytes` (length-prefixed, as a [`FrameWriter`] seals them): each
+/// payload with the bytes the whole frame takes. Stops at an incomplete frame. For
+/// in-process peers reading what a node queued for them.
+pub fn frames(bytes: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if bytes.len() - at < FRAME_HEADER_LEN {
+            return None;
+        }
+        let len =
+            u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
+        let payload = bytes.get(at + FRAME_HEADER_LEN..at + FRAME_HEADER_LEN + len)?;
+        at += FRAME_HEADER_LEN + len;
+        Some((payload, FRAME_HEADER_LEN + len))
+    })
+}
+
 /// Accumulates received bytes and yields whole frames.
 #[derive(Debug)]
 pub struct FrameReader {

@@ -804,6 +804,30 @@ fn field_list_last<'a>(
     }
 }
 
+/// Moves `rest` over one message without decoding it: the stream id of that message if
+/// it is an update, else `None` (also at the end, or at a truncated message, which
+/// empties `rest`). For walking a frame a few messages ahead of its decoding, to
+/// prefetch what those updates will touch.
+#[inline]
+pub fn next_update_stream(rest: &mut &[u8]) -> Option<u32> {
+    let [ty, a, b, tail @ ..] = *rest else {
+        *rest = &[];
+        return None;
+    };
+    let len = u16::from_be_bytes([*a, *b]) as usize;
+    let Some((body, tail)) = tail.split_at_checked(len) else {
+        *rest = &[];
+        return None;
+    };
+    *rest = tail;
+    match body {
+        [s0, s1, s2, s3, ..] if *ty == MessageType::Update as u8 => {
+            Some(u32::from_be_bytes([*s0, *s1, *s2, *s3]))
+        }
+        _ => None,
+    }
+}
+
 /// One message as it appeared on the wire: its decoded form and its encoded bytes
 /// (header included), so it can be forwarded without re-encoding.
 pub struct RawMessage<'a> {

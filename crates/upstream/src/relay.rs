@@ -417,13 +417,7 @@ impl Relay {
             }
             let bytes = w.sealed_bytes();
             let mut at = 0;
-            while bytes.len() - at >= 4 {
-                let len =
-                    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-                        as usize;
-                let Some(payload) = bytes.get(at + 4..at + 4 + len) else {
-                    break;
-                };
+            for (payload, frame_len) in tickwire_proto::frame::frames(bytes) {
                 for raw in MessageIter::new(payload).flatten() {
                     match raw.message {
                         Message::Request(r) => {
@@ -433,7 +427,7 @@ impl Relay {
                         _ => {}
                     }
                 }
-                at += 4 + len;
+                at += frame_len;
             }
             w.consume(at);
         }

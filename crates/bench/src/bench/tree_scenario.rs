@@ -149,33 +149,13 @@ pub fn report(md: &mut String, t: &TreeResult) -> Result<()> {
             f.limited_by.as_deref().unwrap_or("-")
         )?;
     }
-    if !t.latency.is_empty() {
-        writeln!(
-            md,
-            "### End-to-end latency, single node and through two nodes (cache off; µs)\n"
-        )?;
-        writeln!(md, "| rate/s | single p50 | two nodes p50 | added p50 | single p99 | two nodes p99 | two nodes mean | two nodes max | sustained |")?;
-        writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
-        for l in &t.latency {
-            let s = t.single_node_latency.iter().find(|x| x.rate == l.rate);
-            let opt = |f: &dyn Fn(&LatencyStep) -> f64| s.map_or("-".to_string(), |x| us(f(x)));
-            let added = s.map_or("-".to_string(), |x| us(l.p50_ns as f64 - x.p50_ns as f64));
-            writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                fmt_rate(l.rate as f64),
-                opt(&|x| x.p50_ns as f64),
-                us(l.p50_ns as f64),
-                added,
-                opt(&|x| x.p99_ns as f64),
-                us(l.p99_ns as f64),
-                us(l.mean_ns),
-                us(l.max_ns as f64),
-                if l.sustained { "yes" } else { "no" }
-            )?;
-        }
-        writeln!(md)?;
-    }
+    latency_beside_single(
+        md,
+        "through two nodes",
+        "two nodes",
+        &t.single_node_latency,
+        &t.latency,
+    )?;
     for th in &t.throughput {
         steps_table(
             md,

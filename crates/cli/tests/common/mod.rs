@@ -841,3 +841,27 @@ pub fn python_with_websocket_client() -> std::path::PathBuf {
     );
     py
 }
+
+/// The node's own figures (service TICKWIRE, item NODE), as `subscribe --json` prints
+/// them.
+pub fn node_figures(node: &Node) -> serde_json::Value {
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &node.addr_str(),
+            "--service",
+            "TICKWIRE",
+            "--snapshot",
+            "--json",
+            "--timeout",
+            "10",
+            "NODE",
+        ],
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().next().expect("a line")).expect("json");
+    v["fields"].clone()
+}
