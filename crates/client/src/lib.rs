@@ -19,6 +19,7 @@ mod credentials;
 mod events;
 mod publisher;
 pub mod publishing;
+mod reconnect;
 pub mod session;
 mod subscriber;
 pub mod tls;

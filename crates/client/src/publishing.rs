@@ -7,9 +7,9 @@
 //! items on demand. Reconnection delays are its decision too: the driver asks
 //! [`PublisherSession::wants_connect`].
 
+use crate::reconnect::{ReconnectPolicy, Reconnection};
 use crate::session::{is_fatal, Connection, LoginOptions, Session};
-use crate::watchlist::ReconnectPolicy;
-use crate::{Backoff, ClientError};
+use crate::ClientError;
 use std::collections::HashMap;
 use std::time::Instant;
 use thiserror::Error;
@@ -80,7 +80,7 @@ const REFRESH_PART: usize = 60_000;
 
 pub struct PublisherSession {
     login: LoginOptions,
-    policy: ReconnectPolicy,
+    reconnection: Reconnection,
     service: ServiceOptions,
     conn: Option<Connection>,
     /// The current connection's Welcome has been acted on (service announced, images
@@ -92,11 +92,8 @@ pub struct PublisherSession {
     /// Interactive requests waiting for the application's image: name -> node stream.
     pending_requests: HashMap<String, u32>,
     events: Vec<PublisherEvent>,
-    backoff: Backoff,
-    retry_at: Instant,
     scratch: Vec<u8>,
     updates_sent: u64,
-    connections: u64,
     /// The state the application wants the service announced with.
     service_up: bool,
 }
@@ -111,9 +108,8 @@ impl PublisherSession {
         now: Instant,
     ) -> Self {
         PublisherSession {
-            backoff: Backoff::new(policy.backoff_min, policy.backoff_max),
             login,
-            policy,
+            reconnection: Reconnection::new(policy, now),
             service_up: !service.start_down,
             service,
             conn: None,
@@ -123,10 +119,8 @@ impl PublisherSession {
             by_stream: HashMap::new(),
             pending_requests: HashMap::new(),
             events: Vec::new(),
-            retry_at: now,
             scratch: Vec::with_capacity(64 * 1024),
             updates_sent: 0,
-            connections: 0,
         }
     }
 
@@ -137,25 +131,20 @@ impl PublisherSession {
     pub fn connecting(&mut self, now: Instant) -> Result<(), ClientError> {
         self.conn = Some(Connection::new(&self.login, now)?);
         self.welcomed = false;
-        self.backoff.connected(now);
-        self.connections += 1;
+        self.reconnection.connected(now);
         Ok(())
     }
 
     /// The driver could not open a transport. `Err` when there is no retrying.
     pub fn connect_failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
-        if self.ends_session(&err) {
-            return Err(err);
-        }
-        self.retry_at = now + self.backoff.step(now);
-        Ok(())
+        self.reconnection.failed(err, now)
     }
 
     /// The connection failed: streams the node opened are forgotten (its images are
     /// kept) and a reconnect is scheduled. `Err` when the session ends instead.
     pub fn connection_lost(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
         let had = self.conn.take().is_some();
-        if self.ends_session(&err) {
+        if self.reconnection.ends_session(&err) {
             return Err(err);
         }
         if had {
@@ -170,22 +159,16 @@ impl PublisherSession {
         }
         self.by_stream.retain(|&s, _| s < NODE_STREAM_BASE);
         self.pending_requests.clear();
-        self.retry_at = now + self.backoff.step(now);
-        Ok(())
-    }
-
-    fn ends_session(&self, err: &ClientError) -> bool {
-        let rejected = matches!(err, ClientError::Rejected { .. });
-        !self.policy.reconnect || (rejected && !self.policy.retry_rejected)
+        self.reconnection.failed(err, now)
     }
 
     /// No connection, and it is time to open one.
     pub fn wants_connect(&self, now: Instant) -> bool {
-        self.conn.is_none() && now >= self.retry_at
+        self.conn.is_none() && self.reconnection.due(now)
     }
 
     pub fn retry_at(&self) -> Instant {
-        self.retry_at
+        self.reconnection.retry_at()
     }
 
     pub fn connection(&mut self) -> Option<&mut Connection> {
@@ -243,7 +226,7 @@ impl PublisherSession {
 
     /// Connections opened after the first.
     pub fn reconnects(&self) -> u64 {
-        self.connections.saturating_sub(1)
+        self.reconnection.reconnects()
     }
 
     /// Output queued and not yet written.
@@ -385,7 +368,7 @@ impl PublisherSession {
     pub fn poll_timeout(&self) -> Instant {
         match &self.conn {
             Some(c) => c.poll_timeout(),
-            None => self.retry_at,
+            None => self.reconnection.retry_at(),
         }
     }
 
@@ -480,7 +463,7 @@ impl PublisherSession {
     /// The Welcome is in: the service down, every image, then the service as wanted.
     fn welcome(&mut self) -> Result<(), ClientError> {
         self.welcomed = true;
-        let first = self.connections == 1;
+        let first = self.reconnection.connections() == 1;
         self.announce(if first { self.service_up } else { false })?;
         // Every item on its own stream is (re-)imaged, unsolicited.
         let own: Vec<ItemId> = self.by_stream.values().copied().collect();

@@ -6,8 +6,10 @@
 //! [`SubscriberSession::wants_connect`].
 
 use crate::events::{EventRef, ItemRef};
+pub use crate::reconnect::ReconnectPolicy;
+use crate::reconnect::Reconnection;
 use crate::session::{is_fatal, Connection, LoginOptions, Session};
-use crate::{Backoff, ClientError};
+use crate::ClientError;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 use tickwire_proto::frame::FrameWriter;
@@ -26,18 +28,6 @@ pub struct RequestOptions {
     pub view: Option<Vec<i16>>,
 }
 
-/// Whether and how soon to reconnect after a connection is lost.
-#[derive(Debug, Clone)]
-pub struct ReconnectPolicy {
-    pub reconnect: bool,
-    pub backoff_min: Duration,
-    pub backoff_max: Duration,
-    /// A refused login is tried again too (with backoff), rather than ending the
-    /// session: for a link that moves between upstream nodes, where one refusing it
-    /// (a loop, a full node) is no reason to stop.
-    pub retry_rejected: bool,
-}
-
 struct Watch {
     service: String,
     name: String,
@@ -54,7 +44,7 @@ struct Synthetic {
 
 pub struct SubscriberSession {
     login: LoginOptions,
-    policy: ReconnectPolicy,
+    reconnection: Reconnection,
     conn: Option<Connection>,
     /// Indexed by stream id (ids are dense, from 1).
     watch: Vec<Option<Watch>>,
@@ -66,10 +56,6 @@ pub struct SubscriberSession {
     recover: Vec<(u32, Instant)>,
     /// After a reconnect: streams waiting for their service to appear in the directory.
     held: Vec<u32>,
-    backoff: Backoff,
-    /// While disconnected: when to try again.
-    retry_at: Instant,
-    connections: u64,
 }
 
 impl SubscriberSession {
@@ -77,9 +63,8 @@ impl SubscriberSession {
     /// [`SubscriberSession::wants_connect`] says so (at once, the first time).
     pub fn new(login: LoginOptions, policy: ReconnectPolicy, now: Instant) -> Self {
         SubscriberSession {
-            backoff: Backoff::new(policy.backoff_min, policy.backoff_max),
             login,
-            policy,
+            reconnection: Reconnection::new(policy, now),
             conn: None,
             watch: vec![None],
             open_streams: 0,
@@ -88,8 +73,6 @@ impl SubscriberSession {
             directory: BTreeMap::new(),
             recover: Vec::new(),
             held: Vec::new(),
-            retry_at: now,
-            connections: 0,
         }
     }
 
@@ -97,8 +80,7 @@ impl SubscriberSession {
     /// connection, and every stream of the watchlist waits to be requested again.
     pub fn connecting(&mut self, now: Instant) -> Result<(), ClientError> {
         self.conn = Some(Connection::new(&self.login, now)?);
-        self.backoff.connected(now);
-        self.connections += 1;
+        self.reconnection.connected(now);
         self.recover.clear(); // everything is requested again
         self.directory.clear(); // the node's directory follows its welcome
                                 // A restarted node may not know a service until its publisher is back: each
@@ -111,11 +93,7 @@ impl SubscriberSession {
 
     /// The driver could not open a transport. `Err` when there is no retrying.
     pub fn connect_failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
-        if self.ends_session(&err) {
-            return Err(err);
-        }
-        self.retry_at = now + self.backoff.step(now);
-        Ok(())
+        self.reconnection.failed(err, now)
     }
 
     /// The connection failed (a transport error, or an error this session returned):
@@ -123,7 +101,7 @@ impl SubscriberSession {
     /// when the session ends instead (a refused login, or no reconnecting).
     pub fn connection_lost(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
         let had = self.conn.take().is_some();
-        if self.ends_session(&err) {
+        if self.reconnection.ends_session(&err) {
             return Err(err);
         }
         if had {
@@ -143,23 +121,17 @@ impl SubscriberSession {
                 }
             }
         }
-        self.retry_at = now + self.backoff.step(now);
-        Ok(())
-    }
-
-    fn ends_session(&self, err: &ClientError) -> bool {
-        let rejected = matches!(err, ClientError::Rejected { .. });
-        !self.policy.reconnect || (rejected && !self.policy.retry_rejected)
+        self.reconnection.failed(err, now)
     }
 
     /// No connection, and it is time to open one.
     pub fn wants_connect(&self, now: Instant) -> bool {
-        self.conn.is_none() && now >= self.retry_at
+        self.conn.is_none() && self.reconnection.due(now)
     }
 
     /// When to try to connect again (meaningful while disconnected).
     pub fn retry_at(&self) -> Instant {
-        self.retry_at
+        self.reconnection.retry_at()
     }
 
     /// The connection, while there is one (logged in or not yet).
@@ -174,7 +146,7 @@ impl SubscriberSession {
 
     /// Connections opened after the first.
     pub fn reconnects(&self) -> u64 {
-        self.connections.saturating_sub(1)
+        self.reconnection.reconnects()
     }
 
     /// Services and their state, as the node's directory messages left them.
@@ -244,7 +216,7 @@ impl SubscriberSession {
     /// When [`SubscriberSession::handle_timeout`] is next needed.
     pub fn poll_timeout(&self) -> Instant {
         let Some(conn) = &self.conn else {
-            return self.retry_at;
+            return self.reconnection.retry_at();
         };
         let mut at = conn.poll_timeout();
         for &(_, t) in &self.recover {
@@ -277,7 +249,11 @@ impl SubscriberSession {
         let Some(conn) = self.conn.as_mut() else {
             return Ok(n);
         };
-        let recover_delay = self.policy.backoff_min.max(Duration::from_millis(500));
+        let recover_delay = self
+            .reconnection
+            .policy()
+            .backoff_min
+            .max(Duration::from_millis(500));
         let mut ctx = Ctx {
             watch: &mut self.watch,
             open_streams: &mut self.open_streams,

@@ -318,6 +318,43 @@ impl Tree {
     }
 }
 
+/// The upstream's own figures service, `TICKWIRE`, with item `NODE` saying `path` (its
+/// `TW_PATH`) when given.
+fn upstream_figures(t: &mut Tree, path: Option<&str>) {
+    let figures = login(&mut t.up, Role::Publisher, "figures", t.now);
+    send(
+        &mut t.up,
+        figures,
+        &[Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "TICKWIRE",
+                state: ServiceState::Up,
+                interactive: false,
+                item_count: 1,
+            }],
+        })],
+        t.now,
+    );
+    let Some(path) = path else { return };
+    let f = encode_field_list([(TW_PATH, Value::Utf8(path))]);
+    send(
+        &mut t.up,
+        figures,
+        &[Message::Refresh(Refresh {
+            stream_id: 1,
+            seq: 1,
+            complete: true,
+            solicited: false,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: "TICKWIRE",
+            name: "NODE",
+            fields: FieldList::from_trusted(&f),
+        })],
+        t.now,
+    );
+}
+
 #[test]
 fn an_item_is_asked_upstream_once_for_every_local_subscriber_and_closed_with_the_last() {
     let mut t = Tree::new(None);
@@ -534,20 +571,7 @@ fn a_lost_upstream_makes_items_suspect_and_the_reconnect_reimages_them() {
 fn only_the_chosen_services_are_taken_and_never_the_upstream_figures_service() {
     let mut t = Tree::new(Some(&["OTHER"]));
     // The upstream has its own figures service too.
-    let figures = login(&mut t.up, Role::Publisher, "figures", t.now);
-    send(
-        &mut t.up,
-        figures,
-        &[Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "TICKWIRE",
-                state: ServiceState::Up,
-                interactive: false,
-                item_count: 1,
-            }],
-        })],
-        t.now,
-    );
+    upstream_figures(&mut t, None);
     t.connect();
     t.settle().unwrap();
     let services = t.down.services();
@@ -557,42 +581,12 @@ fn only_the_chosen_services_are_taken_and_never_the_upstream_figures_service() {
 #[test]
 fn a_chain_above_that_holds_this_node_is_a_loop_and_the_link_leaves() {
     let mut t = Tree::new(None);
-    let figures = login(&mut t.up, Role::Publisher, "figures", t.now);
-    send(
-        &mut t.up,
-        figures,
-        &[Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "TICKWIRE",
-                state: ServiceState::Up,
-                interactive: false,
-                item_count: 1,
-            }],
-        })],
-        t.now,
-    );
     let path = NodePath::default()
         .below(0xa, "a")
         .below(NODE_ID, "down")
         .below(0xb, "up")
         .to_string();
-    let f = encode_field_list([(TW_PATH, Value::Utf8(&path))]);
-    send(
-        &mut t.up,
-        figures,
-        &[Message::Refresh(Refresh {
-            stream_id: 1,
-            seq: 1,
-            complete: true,
-            solicited: false,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "TICKWIRE",
-            name: "NODE",
-            fields: FieldList::from_trusted(&f),
-        })],
-        t.now,
-    );
+    upstream_figures(&mut t, Some(&path));
     t.connect();
     let err = t.settle().unwrap_err();
     assert!(
@@ -605,39 +599,8 @@ fn a_chain_above_that_holds_this_node_is_a_loop_and_the_link_leaves() {
 #[test]
 fn the_chain_above_is_learned_and_logins_from_it_are_refused_by_the_core() {
     let mut t = Tree::new(None);
-    let figures = login(&mut t.up, Role::Publisher, "figures", t.now);
-    send(
-        &mut t.up,
-        figures,
-        &[Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "TICKWIRE",
-                state: ServiceState::Up,
-                interactive: false,
-                item_count: 1,
-            }],
-        })],
-        t.now,
-    );
     let path = NodePath::default().below(0xa, "top").below(0xb, "up");
-    let text = path.to_string();
-    let f = encode_field_list([(TW_PATH, Value::Utf8(&text))]);
-    send(
-        &mut t.up,
-        figures,
-        &[Message::Refresh(Refresh {
-            stream_id: 1,
-            seq: 1,
-            complete: true,
-            solicited: false,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "TICKWIRE",
-            name: "NODE",
-            fields: FieldList::from_trusted(&f),
-        })],
-        t.now,
-    );
+    upstream_figures(&mut t, Some(&path.to_string()));
     t.connect();
     t.settle().unwrap();
     assert_eq!(t.relay.above(), &path);

@@ -1,0 +1,81 @@
+//! When a session connects again: the policy, the backoff between tries, and the count
+//! of connections. Shared by the subscriber's and the publisher's sessions.
+
+use crate::{Backoff, ClientError};
+use std::time::{Duration, Instant};
+
+/// Whether and how soon to reconnect after a connection is lost.
+#[derive(Debug, Clone)]
+pub struct ReconnectPolicy {
+    pub reconnect: bool,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// A refused login is tried again too (with backoff), rather than ending the
+    /// session: for a link that moves between upstream nodes, where one refusing it
+    /// (a loop, a full node) is no reason to stop.
+    pub retry_rejected: bool,
+}
+
+pub(crate) struct Reconnection {
+    policy: ReconnectPolicy,
+    backoff: Backoff,
+    /// While disconnected: when to try again.
+    retry_at: Instant,
+    connections: u64,
+}
+
+impl Reconnection {
+    /// The first connection is due at once.
+    pub fn new(policy: ReconnectPolicy, now: Instant) -> Self {
+        Reconnection {
+            backoff: Backoff::new(policy.backoff_min, policy.backoff_max),
+            policy,
+            retry_at: now,
+            connections: 0,
+        }
+    }
+
+    pub fn policy(&self) -> &ReconnectPolicy {
+        &self.policy
+    }
+
+    /// A connection opened.
+    pub fn connected(&mut self, now: Instant) {
+        self.backoff.connected(now);
+        self.connections += 1;
+    }
+
+    /// Whether `err` ends the session rather than being tried again.
+    pub fn ends_session(&self, err: &ClientError) -> bool {
+        let rejected = matches!(err, ClientError::Rejected { .. });
+        !self.policy.reconnect || (rejected && !self.policy.retry_rejected)
+    }
+
+    /// A try failed or a connection was lost: the next try after the backoff, or `Err`
+    /// when the session ends.
+    pub fn failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
+        if self.ends_session(&err) {
+            return Err(err);
+        }
+        self.retry_at = now + self.backoff.step(now);
+        Ok(())
+    }
+
+    pub fn due(&self, now: Instant) -> bool {
+        now >= self.retry_at
+    }
+
+    pub fn retry_at(&self) -> Instant {
+        self.retry_at
+    }
+
+    /// Connections opened so far.
+    pub fn connections(&self) -> u64 {
+        self.connections
+    }
+
+    /// Connections opened after the first.
+    pub fn reconnects(&self) -> u64 {
+        self.connections.saturating_sub(1)
+    }
+}
