@@ -458,7 +458,15 @@ impl NodeServer {
                     WAKER => {}
                     UPSTREAM => {
                         if let Some(u) = upstream.as_mut() {
-                            u.on_event(&mut core, self.poll.registry(), event.is_writable(), now);
+                            let readable =
+                                event.is_readable() || event.is_read_closed() || event.is_error();
+                            u.on_event(
+                                &mut core,
+                                self.poll.registry(),
+                                readable,
+                                event.is_writable(),
+                                now,
+                            );
                         }
                     }
                     Token(id) => {

@@ -184,10 +184,6 @@ impl UpstreamLink {
         }
     }
 
-    pub fn relay(&self) -> &Relay {
-        &self.relay
-    }
-
     /// When [`UpstreamLink::turn`] is next needed, if sooner than the loop's own tick.
     pub fn poll_timeout(&self) -> Instant {
         if self.more_to_read {
@@ -197,11 +193,21 @@ impl UpstreamLink {
     }
 
     /// The socket is ready (an event with this link's token).
-    pub fn on_event(&mut self, core: &mut Node, registry: &Registry, writable: bool, now: Instant) {
-        if self.connecting && writable {
-            self.connect_done(core, registry, now);
+    pub fn on_event(
+        &mut self,
+        core: &mut Node,
+        registry: &Registry,
+        readable: bool,
+        writable: bool,
+        now: Instant,
+    ) {
+        // A connect ends with the socket writable, or in error (`readable` includes
+        // errors and hang-ups).
+        if self.connecting && (writable || readable) {
+            self.connect_done(registry, now);
         }
-        self.more_to_read = true;
+        // Read in this turn (edge-triggered: this event is the only notice).
+        self.more_to_read |= readable;
         if writable {
             self.write(core, registry, now);
         }
@@ -210,7 +216,7 @@ impl UpstreamLink {
     /// Reads, forwards to the core, runs timers and connects: once per loop turn.
     pub fn turn(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
         if self.socket.is_none() && self.relay.wants_connect(now) {
-            self.connect(core, registry, now);
+            self.connect(registry, now);
         }
         if self.more_to_read && !self.connecting && self.socket.is_some() {
             if let Err(e) = self.read(core, now) {
@@ -237,24 +243,24 @@ impl UpstreamLink {
         self.write(core, registry, now);
     }
 
-    fn connect(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+    fn connect(&mut self, registry: &Registry, now: Instant) {
         let addr = self.nodes[self.current].clone();
         match resolve(&addr).and_then(TcpStream::connect) {
             Ok(mut s) => {
                 let interest = Interest::READABLE | Interest::WRITABLE;
                 if let Err(e) = registry.register(&mut s, self.token, interest) {
-                    self.failed(core, &addr, e.to_string(), now);
+                    self.failed(&addr, e.to_string(), now);
                     return;
                 }
                 self.socket = Some(s);
                 self.connecting = true;
             }
-            Err(e) => self.failed(core, &addr, e.to_string(), now),
+            Err(e) => self.failed(&addr, e.to_string(), now),
         }
     }
 
     /// The non-blocking connect finished: connected, or refused.
-    fn connect_done(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+    fn connect_done(&mut self, registry: &Registry, now: Instant) {
         let Some(s) = self.socket.as_mut() else {
             return;
         };
@@ -268,7 +274,7 @@ impl UpstreamLink {
             }
             let addr = self.nodes[self.current].clone();
             self.close_socket(registry);
-            self.failed(core, &addr, e.to_string(), now);
+            self.failed(&addr, e.to_string(), now);
             return;
         }
         let _ = s.set_nodelay(true);
@@ -281,7 +287,7 @@ impl UpstreamLink {
     }
 
     /// No connection to the current upstream: the next one is tried after the backoff.
-    fn failed(&mut self, _core: &mut Node, addr: &str, why: String, now: Instant) {
+    fn failed(&mut self, addr: &str, why: String, now: Instant) {
         warn!("upstream: cannot connect to {addr}: {why}");
         self.current = (self.current + 1) % self.nodes.len();
         self.relay.connect_failed(
