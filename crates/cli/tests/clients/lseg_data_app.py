@@ -10,7 +10,8 @@ Nothing here knows about Tickwire. The script uses the library's public API only
 2. once every item has had --updates updates, a snapshot request
    (`open(with_updates=False)`) of one item through the lower-level OMM stream;
 3. then it prints {"event": "streaming"} and waits for every item to turn stale (the
-   test stops the feed), and keeps the library's own last values (`get_snapshot()`);
+   test stops the feed) and for the library to have processed every message it received,
+   and keeps the library's own last values (`get_snapshot()`);
 4. an off-stream contribution, which the node must refuse with a clear answer;
 5. closes the session.
 
@@ -26,6 +27,7 @@ import time
 import lseg.data as ld
 import pandas as pd
 from lseg.data.delivery import omm_stream
+from lseg.data.delivery._stream._stream_cxn_cache import stream_cxn_cache
 from lseg.data.session import platform
 
 
@@ -110,6 +112,17 @@ def main():
             any(s.get("Data") == "Suspect" for s in statuses.get(i, [])) for i in items
         )
     )
+    # The library hands each message to its own processing thread through a PriorityQueue
+    # in which an Update and a Status have the same priority; a heap does not keep the
+    # order of equal keys, so the Status can be processed before the Update the node sent
+    # ahead of it. Its last values are final only once that queue is drained.
+    def drained():
+        cxns = stream_cxn_cache.get_cxns(session)
+        return bool(cxns) and all(
+            cxn._msg_queue is not None and cxn._msg_queue.unfinished_tasks == 0 for cxn in cxns
+        )
+
+    summary["drained"] = wait_until(drained)
     snap = stream.get_snapshot()
     last = {}
     for row in snap.to_dict(orient="records"):
