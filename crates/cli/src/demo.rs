@@ -200,6 +200,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         interactive: false,
         duration: None,
         seed: 1,
+        accept_posts: false,
     };
     let feed_stop = Arc::new(AtomicBool::new(false));
     let feed_ready = Arc::new(AtomicBool::new(false));
@@ -290,7 +291,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
                         row.suspect = s.state.data == DataState::Suspect;
                     }
                 }
-                EventRef::Directory(_) => {}
+                EventRef::Directory(_) | EventRef::Ack(_) => {}
             })?;
             let now = Instant::now();
             if now >= next_draw {

@@ -2,7 +2,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 use tickwire_proto::reference::{write_level1, Level1};
-use tickwire_proto::{fid, FieldListWriter, Real, Time, Value};
+use tickwire_proto::{fid, FieldList, FieldListWriter, Real, Time, Value};
 
 /// xorshift64*: fast, deterministic for a seed, good enough for a test feed.
 pub struct Rng(u64);
@@ -91,6 +91,46 @@ impl Instrument {
         self.q.time_of_day = time_of_day(send_time_ns);
         self.q.send_time_ns = send_time_ns;
         traded
+    }
+
+    /// A posted quote: BID and/or ASK (any other field is refused, as is a price of
+    /// zero or less, or a bid above the ask). On success the quote is the posted one;
+    /// publish it with [`Instrument::write_update`].
+    pub fn apply_post(&mut self, fields: FieldList<'_>, send_time_ns: u64) -> Result<(), String> {
+        let (mut bid, mut ask) = (self.q.bid, self.q.ask);
+        if fields.is_empty() {
+            return Err("a post must carry BID or ASK".into());
+        }
+        for (f, v) in fields.iter() {
+            let price = match v {
+                Value::Real(r) => r.to_f64(),
+                Value::Int(i) => i as f64,
+                Value::UInt(u) => u as f64,
+                other => return Err(format!("field {f}: a price was expected, not {other:?}")),
+            };
+            // In 1/10,000, as the feed keeps its prices.
+            let ticks = (price * 10_000.0).round();
+            if !(1.0..1e15).contains(&ticks) {
+                return Err(format!("field {f}: price {price} is out of range"));
+            }
+            match f {
+                fid::BID => bid = ticks as i64,
+                fid::ASK => ask = ticks as i64,
+                other => return Err(format!("only BID and ASK may be posted, not field {other}")),
+            }
+        }
+        if bid > ask {
+            return Err(format!(
+                "the bid ({}) would be above the ask ({})",
+                Real::new(bid, -4),
+                Real::new(ask, -4)
+            ));
+        }
+        self.q.bid = bid;
+        self.q.ask = ask;
+        self.q.time_of_day = time_of_day(send_time_ns);
+        self.q.send_time_ns = send_time_ns;
+        Ok(())
     }
 
     /// The last trade alone (price, size, accumulated volume, time): a do-not-conflate

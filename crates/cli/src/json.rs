@@ -88,6 +88,19 @@ pub fn event_json(dict: &Dictionary, e: &EventRef<'_>) -> Json {
                 "items": s.item_count,
             })).collect::<Vec<_>>(),
         }),
+        EventRef::Ack(a) => {
+            let mut o = json!({
+                "type": "ack",
+                "stream": a.stream_id,
+                "post_id": a.post_id,
+                "ok": a.nak.is_none(),
+                "text": a.text,
+            });
+            if let Some(code) = a.nak {
+                o["nak_code"] = json!(code.name());
+            }
+            o
+        }
     }
 }
 
@@ -144,5 +157,9 @@ pub fn event_line(dict: &Dictionary, e: &EventRef<'_>) -> String {
                 .collect::<Vec<_>>()
                 .join(" ")
         ),
+        EventRef::Ack(a) => match a.nak {
+            None => format!("ACK     post {} accepted {:?}", a.post_id, a.text),
+            Some(code) => format!("NAK     post {} {} {:?}", a.post_id, code.name(), a.text),
+        },
     }
 }

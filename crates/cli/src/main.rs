@@ -4,6 +4,7 @@ mod demo;
 mod feed;
 mod json;
 mod logger;
+mod post;
 mod publish;
 mod subscribe;
 mod users;
@@ -35,6 +36,9 @@ enum Command {
     Publish(publish::PublishArgs),
     /// Subscribe to items and print every refresh, update and status.
     Subscribe(subscribe::SubscribeArgs),
+    /// Post (contribute) values to an item and print the answer: exit status 0 when the
+    /// publisher accepted it, 1 when it was refused (the reason is printed).
+    Post(post::PostArgs),
     /// An embedded node, a synthetic feed and a live quote board in one command.
     Demo(demo::DemoArgs),
     /// Performance lab: the publisher under load (reference 74-byte updates on an exact
@@ -112,6 +116,10 @@ struct NodeArgs {
     /// upstream.nodes (user and password file: upstream.user, upstream.password_file).
     #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", value_delimiter = ',')]
     upstream: Option<Vec<String>>,
+    /// Services whose publishers are sent subscribers' posts (contributions); `*` for
+    /// every service. Overrides posts.services (default: none, every post refused).
+    #[arg(long, value_name = "SERVICE[,SERVICE...]", value_delimiter = ',')]
+    posts: Option<Vec<String>>,
     /// Print the effective configuration (file + flags) as TOML and exit.
     #[arg(long)]
     print_config: bool,
@@ -157,6 +165,9 @@ fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(u) = &args.upstream {
         cfg.upstream.nodes = u.clone();
+    }
+    if let Some(p) = &args.posts {
+        cfg.posts.services = p.clone();
     }
     if !cfg.backbone.channel.is_empty() && cfg.backbone.role.is_empty() {
         anyhow::bail!(
@@ -246,6 +257,7 @@ fn main() {
         Command::Node(a) => run_node(a),
         Command::Publish(a) => publish::run(a),
         Command::Subscribe(a) => subscribe::run(a),
+        Command::Post(a) => post::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(c) => tickwire_bench::bench::run(c),
         Command::Users(c) => users::run(c),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_client::{ConnectOptions, Publisher, PublisherEvent, PublisherOptions};
-use tickwire_proto::{FieldList, UpdateType};
+use tickwire_proto::{FieldList, NakCode, UpdateType};
 
 #[derive(clap::Args, Clone)]
 pub struct PublishArgs {
@@ -39,6 +39,12 @@ pub struct PublishArgs {
     /// Seed of the random walk (same seed, same prices).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Take subscribers' posts: a posted BID and/or ASK replaces the item's quote, goes
+    /// out to every subscriber as an update, and is acknowledged; anything else is
+    /// refused with the reason. (The node must take posts for the service too:
+    /// `[posts] services`.)
+    #[arg(long)]
+    pub accept_posts: bool,
 }
 
 impl PublishArgs {
@@ -69,6 +75,7 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
         // Non-interactive: the service goes up once every image is out, so no request
         // is answered "not found" for an item still on its way.
         start_down: !args.interactive,
+        accept_posts: args.accept_posts,
     })
     .with_context(|| format!("cannot publish to {}", args.node))?;
     let mut rng = Rng::new(args.seed);
@@ -142,6 +149,35 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
                 PublisherEvent::Closed { item } => live.retain(|&(id, _)| id != item),
                 PublisherEvent::Disconnected { reason } => log::warn!("publisher: {reason}"),
                 PublisherEvent::Reconnected => log::info!("publisher reconnected"),
+                PublisherEvent::Post(post) => {
+                    let (nak, text) = match by_name.get(&post.name) {
+                        None => (
+                            Some(NakCode::SymbolUnknown),
+                            "no such item in this feed".into(),
+                        ),
+                        Some(&i) => match instruments[i].apply_post(post.fields.list(), now_ns()) {
+                            Err(why) => (Some(NakCode::InvalidContent), why),
+                            Ok(()) => {
+                                // Out to every subscriber of the item, if it is live.
+                                if let Some(id) = post.item.filter(|&id| publisher.is_open(id)) {
+                                    buf.clear();
+                                    instruments[i].write_update(&mut buf);
+                                    publisher.publish_update(
+                                        id,
+                                        UpdateType::Quote,
+                                        FieldList::from_trusted(&buf),
+                                        false,
+                                    )?;
+                                }
+                                (None, String::new())
+                            }
+                        },
+                    };
+                    if let Some(code) = nak {
+                        log::info!("post to {:?} refused ({}): {text}", post.name, code.name());
+                    }
+                    publisher.answer_post(&post, nak, &text)?;
+                }
             }
         }
         let now = Instant::now();

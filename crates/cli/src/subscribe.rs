@@ -63,15 +63,20 @@ impl std::fmt::Display for Exit {
 
 impl std::error::Error for Exit {}
 
-pub fn run(args: SubscribeArgs) -> Result<()> {
-    let dict = match &args.dictionary {
+/// The dictionary in `path`, or the built-in MarketPrice dictionary.
+pub fn load_dictionary(path: Option<&std::path::Path>) -> Result<Dictionary> {
+    match path {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read dictionary {}", path.display()))?;
-            Dictionary::parse(&text).with_context(|| format!("dictionary {}", path.display()))?
+            Dictionary::parse(&text).with_context(|| format!("dictionary {}", path.display()))
         }
-        None => Dictionary::market_price(),
-    };
+        None => Ok(Dictionary::market_price()),
+    }
+}
+
+pub fn run(args: SubscribeArgs) -> Result<()> {
+    let dict = load_dictionary(args.dictionary.as_deref())?;
     let view = match &args.view {
         None => None,
         Some(names) => {

@@ -712,3 +712,61 @@ fn a_websocket_client_at_the_bottom_of_a_node_tree_streams_and_reads_the_figures
         assert!(Instant::now() < deadline, "the chain never showed: {m}");
     }
 }
+
+/// The published posting example's way of contributing (off-stream on the login stream
+/// with a Key, a Refresh then Updates, then on the item's stream), against a feed that
+/// takes posts: every post gets a positive Ack on the ID it came on, and the posted
+/// quote is what the item's subscribers see.
+#[test]
+fn a_python_client_posting_like_the_published_example_gets_positive_acks() {
+    let (node, url) = start_node_ws(&["--posts", "FEED"]);
+    let addr = node.addr_str();
+    let _feed = Proc::spawn(&[
+        "publish",
+        "--node",
+        &addr,
+        "--items",
+        "3",
+        "--rate",
+        "0",
+        "--accept-posts",
+    ]);
+    wait_for_image(node.addr, "FEED", "SYM2", Duration::from_secs(20)).expect("the feed");
+    let out = std::process::Command::new(python_with_websocket_client())
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/clients/market_price_posting.py"),
+        )
+        .args(["--url", &url, "--item", "SYM1", "--updates", "2"])
+        .output()
+        .expect("run the Python posting client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| {
+        panic!(
+            "no summary from the posting client ({e}):\n{stdout}\n{}\n--- node\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            node.proc.log()
+        )
+    });
+    assert!(out.status.success(), "{v}");
+    assert_eq!(
+        v["support_post"], 1,
+        "the login says posts are supported: {v}"
+    );
+    assert!(v["errors"].as_array().unwrap().is_empty(), "{v}");
+    let posts = v["posts"].as_array().unwrap();
+    let acks = v["acks"].as_array().unwrap();
+    assert_eq!(posts.len(), 4, "{v}");
+    assert_eq!(acks.len(), posts.len(), "{v}");
+    for (p, a) in posts.iter().zip(acks) {
+        assert_eq!(a["AckID"], p["PostID"], "answers in order: {v}");
+        assert!(a.get("NakCode").is_none(), "a positive Ack: {a}");
+        let id = if p["on_stream"] == true { 2 } else { 1 };
+        assert_eq!(a["ID"], id, "on the ID it came on: {a}");
+    }
+    // The item's subscribers saw the last off-stream quote (in its image or as an
+    // update), then the on-stream post's bid.
+    let bid_ask = v["bid_ask"].as_array().unwrap();
+    assert!(bid_ask.contains(&json!([50.02, 50.12])), "{v}");
+    assert_eq!(bid_ask.last().unwrap()[0], 49.5, "{v}");
+}

@@ -2,8 +2,8 @@
 //! owned copies for convenience ([`Event`]).
 
 use tickwire_proto::{
-    DataState, Directory, FieldList, Refresh, ServiceState, State, Status, StreamState, Update,
-    UpdateType, Value,
+    Ack, DataState, Directory, FieldList, NakCode, Refresh, ServiceState, State, Status,
+    StreamState, Update, UpdateType, Value,
 };
 
 /// The item a stream event belongs to.
@@ -22,6 +22,8 @@ pub enum EventRef<'a> {
     /// Stream state change. Stream 0 is the connection itself.
     Status(ItemRef<'a>, Status<'a>),
     Directory(&'a Directory<'a>),
+    /// The answer to a post that asked for one: `stream` and `post_id` as posted.
+    Ack(Ack<'a>),
 }
 
 /// A field list owned by the caller.
@@ -98,6 +100,13 @@ pub enum Event {
         state: OwnedState,
     },
     Directory(Vec<(String, ServiceState)>),
+    /// The answer to a post: accepted when `nak` is `None`.
+    Ack {
+        stream: u32,
+        post_id: u32,
+        nak: Option<NakCode>,
+        text: String,
+    },
 }
 
 impl From<&EventRef<'_>> for Event {
@@ -135,6 +144,12 @@ impl From<&EventRef<'_>> for Event {
                     .map(|s| (s.name.to_string(), s.state))
                     .collect(),
             ),
+            EventRef::Ack(a) => Event::Ack {
+                stream: a.stream_id,
+                post_id: a.post_id,
+                nak: a.nak,
+                text: a.text.to_string(),
+            },
         }
     }
 }

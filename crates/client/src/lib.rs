@@ -33,12 +33,14 @@ pub use conn::ConnectOptions;
 pub use credentials::Credentials;
 pub use events::{Event, EventRef, Fields, ItemRef, OwnedState};
 pub use publisher::{Publisher, PublisherOptions};
-pub use publishing::{ItemId, PublishError, PublisherEvent, PublisherSession, ServiceOptions};
+pub use publishing::{
+    ItemId, PublishError, PublisherEvent, PublisherSession, ReceivedPost, ServiceOptions,
+};
 pub use rustls;
 pub use session::{Connection, LoginOptions, Session};
 pub use subscriber::Subscriber;
 pub use tickwire_proto as proto;
-pub use watchlist::{ReconnectPolicy, RequestOptions, StreamId, SubscriberSession};
+pub use watchlist::{PostTo, ReconnectPolicy, RequestOptions, StreamId, SubscriberSession};
 
 use thiserror::Error;
 

@@ -1,12 +1,14 @@
 //! The blocking publisher: a [`PublisherSession`] driven over a socket.
 
 use crate::conn::{ConnectOptions, Io, Transport};
-use crate::publishing::{ItemId, PublishError, PublisherEvent, PublisherSession, ServiceOptions};
+use crate::publishing::{
+    ItemId, PublishError, PublisherEvent, PublisherSession, ReceivedPost, ServiceOptions,
+};
 use crate::session::Session;
 use crate::ClientError;
 use log::{info, warn};
 use std::time::{Duration, Instant};
-use tickwire_proto::{FieldImage, FieldList, Role, UpdateType};
+use tickwire_proto::{FieldImage, FieldList, NakCode, Role, UpdateType};
 
 #[derive(Debug, Clone)]
 pub struct PublisherOptions {
@@ -19,6 +21,9 @@ pub struct PublisherOptions {
     /// [`Publisher::set_service_up`] once the initial images are published, so no
     /// subscriber is told "not found" for an item that is on its way.
     pub start_down: bool,
+    /// Hand subscribers' posts to the application as [`PublisherEvent::Post`] (answer
+    /// them with [`Publisher::answer_post`]); without it they are refused.
+    pub accept_posts: bool,
 }
 
 impl PublisherOptions {
@@ -28,6 +33,7 @@ impl PublisherOptions {
             service: service.into(),
             interactive: false,
             start_down: false,
+            accept_posts: false,
         }
     }
 }
@@ -52,6 +58,7 @@ impl Publisher {
             service: opts.service.clone(),
             interactive: opts.interactive,
             start_down: opts.start_down,
+            accept_posts: opts.accept_posts,
         };
         let mut session = PublisherSession::new(
             opts.connect.login(Role::Publisher),
@@ -161,6 +168,18 @@ impl Publisher {
         self.session
             .publish_update(id, update_type, fields, do_not_conflate)?;
         self.back_pressure()?;
+        Ok(())
+    }
+
+    /// Answers a post (see [`PublisherEvent::Post`]): `None` accepts it, a code refuses
+    /// it with `text` saying why.
+    pub fn answer_post(
+        &mut self,
+        post: &ReceivedPost,
+        nak: Option<NakCode>,
+        text: &str,
+    ) -> Result<(), PublishError> {
+        self.session.answer_post(post, nak, text)?;
         Ok(())
     }
 

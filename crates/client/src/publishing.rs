@@ -7,6 +7,7 @@
 //! items on demand. Reconnection delays are its decision too: the driver asks
 //! [`PublisherSession::wants_connect`].
 
+use crate::events::Fields;
 use crate::reconnect::{ReconnectPolicy, Reconnection};
 use crate::session::{is_fatal, Connection, LoginOptions, Session};
 use crate::ClientError;
@@ -14,8 +15,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 use thiserror::Error;
 use tickwire_proto::{
-    code, DataState, Directory, FieldImage, FieldList, Message, MessageIter, Refresh, ServiceEntry,
-    ServiceState, State, Status, StreamState, Update, UpdateType,
+    code, Ack, DataState, Directory, FieldImage, FieldList, Message, MessageIter, NakCode, Refresh,
+    ServiceEntry, ServiceState, State, Status, StreamState, Update, UpdateType,
 };
 
 /// Index of an item in the publisher.
@@ -33,6 +34,27 @@ pub enum PublisherEvent {
     Reconnected,
     /// The connection was lost; the publisher keeps images and reconnects.
     Disconnected { reason: String },
+    /// A subscriber's contribution to an item (only with `accept_posts`). When `ack`
+    /// is set, answer it with [`PublisherSession::answer_post`]: the node refuses it as
+    /// unanswered otherwise.
+    Post(ReceivedPost),
+}
+
+/// A post the node forwarded to this publisher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedPost {
+    /// Where the answer goes: pass both to [`PublisherSession::answer_post`].
+    pub stream: u32,
+    pub post_id: u32,
+    /// The poster wants an answer.
+    pub ack: bool,
+    /// The fields are a whole image, not an update.
+    pub image: bool,
+    pub service: String,
+    pub name: String,
+    /// The item, if this publisher has it.
+    pub item: Option<ItemId>,
+    pub fields: Fields,
 }
 
 #[derive(Debug, Error)]
@@ -63,6 +85,9 @@ pub struct ServiceOptions {
     /// the initial images are published, so no subscriber is told "not found" for an
     /// item that is on its way.
     pub start_down: bool,
+    /// Hand subscribers' posts to the application ([`PublisherEvent::Post`]). Without
+    /// it every post is refused (`DeniedBySrc`) by the library.
+    pub accept_posts: bool,
 }
 
 struct PubItem {
@@ -391,10 +416,21 @@ impl PublisherSession {
         let mut requests: Vec<(u32, String)> = Vec::new();
         let mut closes: Vec<u32> = Vec::new();
         let mut pings: Vec<u64> = Vec::new();
+        let mut posts: Vec<ReceivedPost> = Vec::new();
         while let Some(frame) = conn.next_frame()? {
             for raw in MessageIter::new(frame) {
                 match raw?.message {
                     Message::Request(r) => requests.push((r.stream_id, r.name.to_string())),
+                    Message::Post(p) => posts.push(ReceivedPost {
+                        stream: p.stream_id,
+                        post_id: p.post_id,
+                        ack: p.ack,
+                        image: p.image,
+                        service: p.service.to_string(),
+                        name: p.name.to_string(),
+                        item: None,
+                        fields: Fields::from_list(p.fields),
+                    }),
                     Message::Close { stream_id } => closes.push(stream_id),
                     Message::Ping(t) => pings.push(t),
                     Message::Pong(_) | Message::Directory(_) => {}
@@ -457,7 +493,42 @@ impl PublisherSession {
                 }))?;
             }
         }
+        for mut post in posts {
+            if self.service.accept_posts {
+                post.item = self.by_name.get(&post.name).copied();
+                self.events.push(PublisherEvent::Post(post));
+            } else if post.ack {
+                self.answer_post(
+                    &post,
+                    Some(NakCode::DeniedBySrc),
+                    "this publisher does not take posts",
+                )?;
+            }
+        }
         Ok(())
+    }
+
+    /// Answers a post that asked for it (`post.ack`): `None` accepts it, a code
+    /// refuses it with `text` saying why. The node passes the answer to the poster.
+    pub fn answer_post(
+        &mut self,
+        post: &ReceivedPost,
+        nak: Option<NakCode>,
+        text: &str,
+    ) -> Result<(), ClientError> {
+        if !post.ack {
+            return Ok(());
+        }
+        match self.writer() {
+            Some(w) => Ok(w.push(&Message::Ack(Ack {
+                stream_id: post.stream,
+                post_id: post.post_id,
+                nak,
+                text,
+            }))?),
+            // The node refuses (`SourceDown`) what its publisher left unanswered.
+            None => Ok(()),
+        }
     }
 
     /// The Welcome is in: the service down, every image, then the service as wanted.

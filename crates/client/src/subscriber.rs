@@ -3,12 +3,12 @@
 use crate::conn::{ConnectOptions, Io, Transport};
 use crate::events::{Event, EventRef};
 use crate::session::Session;
-use crate::watchlist::{RequestOptions, StreamId, SubscriberSession};
+use crate::watchlist::{PostTo, RequestOptions, StreamId, SubscriberSession};
 use crate::ClientError;
 use log::{info, warn};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
-use tickwire_proto::{Role, ServiceState};
+use tickwire_proto::{FieldList, Role, ServiceState};
 
 /// Subscribes to items on a node and delivers their refreshes, updates and statuses.
 ///
@@ -88,6 +88,20 @@ impl Subscriber {
         let sid = self.session.subscribe(service, name, options)?;
         self.write_some()?;
         Ok(sid)
+    }
+
+    /// Sends a post (a contribution) to an item, on an open stream or by name; with
+    /// `ack` its answer arrives through dispatch as an `Ack` event carrying `post_id`
+    /// (see [`SubscriberSession::post`]).
+    pub fn post(
+        &mut self,
+        to: PostTo<'_>,
+        post_id: u32,
+        fields: FieldList<'_>,
+        ack: bool,
+    ) -> Result<(), ClientError> {
+        self.session.post(to, post_id, fields, ack)?;
+        self.write_some()
     }
 
     /// Closes a stream.

@@ -453,6 +453,7 @@ impl PubLab {
                 service: "FEED".into(),
                 interactive,
                 start_down: false,
+                accept_posts: false,
             },
             now,
         );

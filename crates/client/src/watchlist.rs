@@ -14,11 +14,21 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 use tickwire_proto::frame::FrameWriter;
 use tickwire_proto::{
-    code, DataState, Message, MessageIter, Request, ServiceState, State, Status, StreamState, View,
+    code, DataState, FieldList, Message, MessageIter, Post, Request, ServiceState, State, Status,
+    StreamState, View,
 };
 
 /// Identifies one item stream of a subscriber.
 pub type StreamId = u32;
+
+/// Where a post goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostTo<'a> {
+    /// The item of one of the session's open streams.
+    Stream(StreamId),
+    /// Any item, by name (off-stream).
+    Item { service: &'a str, name: &'a str },
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct RequestOptions {
@@ -193,6 +203,46 @@ impl SubscriberSession {
         self.watch[sid as usize] = Some(w);
         self.open_streams += 1;
         Ok(sid)
+    }
+
+    /// Sends a post (a contribution) to an item: on one of this session's open streams,
+    /// or off-stream by service and item name. With `ack`, its answer comes as an
+    /// [`EventRef::Ack`] carrying `post_id`; the node refuses a post it cannot route
+    /// with such an answer in any case. A post is not kept across a lost connection:
+    /// an `Err` says it was not sent.
+    pub fn post(
+        &mut self,
+        to: PostTo<'_>,
+        post_id: u32,
+        fields: FieldList<'_>,
+        ack: bool,
+    ) -> Result<(), ClientError> {
+        let (stream_id, service, name) = match to {
+            PostTo::Stream(sid) => {
+                if self.item(sid).is_none() {
+                    return Err(ClientError::Protocol(format!(
+                        "stream {sid} is not open in this session"
+                    )));
+                }
+                (sid, "", "")
+            }
+            PostTo::Item { service, name } => (0, service, name),
+        };
+        let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) else {
+            return Err(ClientError::Disconnected(
+                "not logged in to a node: the post was not sent".into(),
+            ));
+        };
+        conn.writer().push(&Message::Post(Post {
+            stream_id,
+            post_id,
+            ack,
+            image: false,
+            service,
+            name,
+            fields,
+        }))?;
+        Ok(())
     }
 
     /// Closes a stream.
@@ -489,6 +539,10 @@ fn handle_payload(
                     }
                 }
                 f(EventRef::Directory(&d), encoded);
+                n += 1;
+            }
+            Message::Ack(a) => {
+                f(EventRef::Ack(a), encoded);
                 n += 1;
             }
             Message::Ping(t) => pings.push(t),

@@ -17,12 +17,14 @@
 //! message.
 
 mod items;
+mod posts;
 mod security;
 mod slow;
 mod streams;
 
 use items::{Item, ItemHandle, ItemTable, StreamRef, SubEntry};
 use log::{info, warn};
+pub use posts::{PostServices, PostStats};
 use rustc_hash::FxHashMap;
 pub use security::{
     AuthRequest, SessionTokenConfig, TokenAnswer, TokenRefusal, MAX_HELD_BEFORE_LOGIN,
@@ -67,6 +69,10 @@ pub struct Limits {
     /// A service without a publisher and without open streams for this long is
     /// removed (with its cached images); zero keeps such services for ever.
     pub service_retention: Duration,
+    /// Posts one connection may have waiting for their publisher's answer.
+    pub max_pending_posts: usize,
+    /// A post its publisher has not answered within this time is refused (`NoResponse`).
+    pub post_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -80,6 +86,8 @@ impl Default for Limits {
             login_timeout: Duration::from_secs(10),
             max_services: 10_000,
             service_retention: Duration::from_secs(3600),
+            max_pending_posts: 10_000,
+            post_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -112,6 +120,8 @@ pub struct CoreConfig {
     /// close it, so a quick re-request is answered from the cache. Zero: closed at
     /// once.
     pub interactive_linger: Duration,
+    /// Services whose publishers are sent subscribers' posts (`[posts] services`).
+    pub posts: PostServices,
 }
 
 impl Default for CoreConfig {
@@ -128,6 +138,7 @@ impl Default for CoreConfig {
             tls: false,
             node_id: 0,
             interactive_linger: Duration::ZERO,
+            posts: PostServices::None,
         }
     }
 }
@@ -154,6 +165,7 @@ pub struct Stats {
     pub do_not_conflate_dropped: u64,
     pub heartbeat_timeouts: u64,
     pub updates_on_unknown_streams: u64,
+    pub posts: PostStats,
 }
 
 /// What a connection is, once it has logged in.
@@ -266,6 +278,8 @@ pub struct Node {
     next_ticket: u64,
     /// Session tokens issued by `POST /getToken`, not expired or revoked.
     sessions: SessionTokens,
+    /// Posts forwarded to publishers and not answered yet.
+    posts: posts::Posts,
 }
 
 /// How a stream-level failure is reported to a subscriber.
@@ -305,6 +319,7 @@ impl Node {
             auth_requests: Vec::new(),
             next_ticket: 0,
             sessions,
+            posts: posts::Posts::default(),
         }
     }
 
@@ -617,6 +632,7 @@ impl Node {
         self.next_tick = next;
         self.expire_services(now);
         self.end_lingering(now);
+        self.expire_posts(now);
         self.sessions.expire(now);
         for (id, login) in timed_out {
             let text = if login {
@@ -769,8 +785,12 @@ impl Node {
                 for sid in streams {
                     self.unsubscribe(conn, sid);
                 }
+                self.posts_poster_gone(conn);
             }
-            ConnRole::Publisher => self.publisher_gone(conn, reason),
+            ConnRole::Publisher => {
+                self.publisher_gone(conn, reason);
+                self.posts_publisher_gone(conn);
+            }
             ConnRole::AwaitingLogin | ConnRole::Closing => {}
         }
     }
@@ -799,6 +819,8 @@ impl Node {
             (ConnRole::Subscriber, Message::Close { stream_id }) => {
                 self.unsubscribe(conn, *stream_id);
             }
+            (ConnRole::Subscriber, Message::Post(p)) => self.on_subscriber_post(conn, p),
+            (ConnRole::Publisher, Message::Ack(a)) => self.on_publisher_ack(conn, a),
             (ConnRole::Publisher, Message::Directory(dir)) => {
                 self.on_publisher_directory(conn, dir)
             }

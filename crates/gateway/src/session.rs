@@ -12,6 +12,8 @@
 //! Updates are the bulk: [`UpdateCache`] lets every session with the same item and view
 //! share one encoding of an update (all but its `ID`).
 
+mod post;
+
 use rustc_hash::{FxHashMap, FxHasher};
 use serde_json::Value as Json;
 use std::fmt::Write as _;
@@ -229,6 +231,8 @@ pub struct Session {
     cookie_login: bool,
     /// The client logged out or the node ended the session: close after sending.
     pub finished: bool,
+    /// Off-stream posts waiting for their answer: PostID -> the ID they came on.
+    off_stream_posts: FxHashMap<u32, i64>,
 }
 
 /// The ID of a login the server makes itself (from the upgrade's cookie), as LSEG's
@@ -387,32 +391,6 @@ fn write_error(out: &mut JsonOut, id: i64, text: &str, offending: &str) {
     o.extend_from_slice(b"}}");
 }
 
-/// The answer to a `Post` (contribution): Tickwire nodes take data from publishers only, so
-/// a post that asks for an acknowledgement gets a negative one (`NakCode` `DeniedBySrc`,
-/// `AckID` = its `PostID`), which client libraries report as a rejected contribution;
-/// any other post gets an Error naming it.
-fn write_post_refusal(
-    out: &mut JsonOut,
-    id: i64,
-    post: &serde_json::Map<String, Json>,
-    offending: &str,
-) {
-    const WHY: &str = "posting is not supported: this node takes data from publishers only";
-    let wants_ack = post.get("Ack").and_then(Json::as_bool).unwrap_or(false);
-    match post.get("PostID").and_then(Json::as_i64) {
-        Some(post_id) if wants_ack => {
-            let o = out.begin();
-            let _ = write!(
-                Bytes(o),
-                "{{\"ID\":{id},\"Type\":\"Ack\",\"AckID\":{post_id},\"NakCode\":\"DeniedBySrc\",\"Text\":"
-            );
-            escape(o, WHY);
-            o.push(b'}');
-        }
-        _ => write_error(out, id, WHY, offending),
-    }
-}
-
 /// A `Status` on a client ID.
 #[allow(clippy::too_many_arguments)]
 fn write_status(
@@ -451,6 +429,7 @@ impl Session {
             services: ServiceList::default(),
             cookie_login: false,
             finished: false,
+            off_stream_posts: FxHashMap::default(),
         }
     }
 
@@ -572,7 +551,7 @@ impl Session {
             }
         };
         if ty == "Post" {
-            write_post_refusal(out, id, obj, &text());
+            self.on_post(id, obj, to_node, out, &text());
             return;
         }
         if ty != "Request" {
@@ -1116,6 +1095,7 @@ impl Session {
                     }
                 }
             }
+            Message::Ack(a) => self.on_node_ack(a, out),
             Message::Status(st) if st.stream_id == 0 => {
                 let id = match self.login {
                     LoginState::Open { id } | LoginState::Pending { id, .. } => id,
@@ -1177,7 +1157,7 @@ fn login_echo(_user: &str, elements: Option<&Json>) -> Json {
         "SingleOpen": 0,
         "SupportBatchRequests": 5,
         "SupportEnhancedSymbolList": 0,
-        "SupportOMMPost": 0,
+        "SupportOMMPost": 1,
         "SupportOptimizedPauseResume": 0,
         "SupportPauseResume": 0,
         "SupportStandby": 0,
@@ -1487,39 +1467,151 @@ mod tests {
         }
     }
 
+    use tickwire_proto::{Ack, NakCode};
+
+    /// A post as sent: stream, post id, ack, image, service, item, fields.
+    type SentPost = (u32, u32, bool, bool, String, String, Vec<(i16, String)>);
+
+    /// The posts the session sent the node.
+    fn posts_sent(bytes: &[u8]) -> Vec<SentPost> {
+        tickwire_proto::MessageIter::new(bytes)
+            .filter_map(|m| match m.unwrap().message {
+                Message::Post(p) => Some((
+                    p.stream_id,
+                    p.post_id,
+                    p.ack,
+                    p.image,
+                    p.service.to_string(),
+                    p.name.to_string(),
+                    p.fields.iter().map(|(f, v)| (f, v.to_string())).collect(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_post_is_refused_with_a_negative_ack_or_an_error() {
-        let mut s = session();
+    fn posts_on_stream_and_off_stream_reach_the_node_typed_by_the_dictionary() {
+        let mut s = watching_two_items();
         let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        for text in [
+            // On item stream ID 2 (SYM0), as an update.
+            r#"{"ID":2,"Type":"Post","Ack":true,"PostID":7,"Message":{"ID":0,"Type":"Update","Fields":{"BID":101.25,"ASK":"101.3"}}}"#,
+            // Off-stream, on the login stream with a Key, a posted Refresh.
+            r#"{"ID":1,"Type":"Post","Domain":"MarketPrice","Ack":true,"PostID":8,"Key":{"Name":"NEW","Service":"FEED"},"Message":{"ID":0,"Type":"Refresh","Fields":{"DSPLY_NAME":"New item","ACVOL_1":300,"BID":null}}}"#,
+        ] {
+            s.on_client_text(text, &mut to_node, &mut out);
+        }
+        let posts = posts_sent(&to_node);
+        assert_eq!(
+            posts,
+            vec![
+                // (JSON objects are read in key order.)
+                (
+                    1,
+                    7,
+                    true,
+                    false,
+                    "".into(),
+                    "".into(),
+                    vec![(25, "101.3".into()), (22, "101.25".into())]
+                ),
+                (
+                    0,
+                    8,
+                    true,
+                    true,
+                    "FEED".into(),
+                    "NEW".into(),
+                    vec![
+                        (32, "300".into()),
+                        (22, "(blank)".into()),
+                        (3, "New item".into())
+                    ]
+                ),
+            ]
+        );
+        // The answers, on the IDs the posts came on.
+        let ack = |sid, post_id, nak, text| {
+            Message::Ack(Ack {
+                stream_id: sid,
+                post_id,
+                nak,
+                text,
+            })
+        };
+        let got = node_says(&mut s, &ack(1, 7, None, ""));
+        assert_eq!(
+            got,
+            vec![serde_json::json!({"ID":2,"Type":"Ack","AckID":7})]
+        );
+        let got = node_says(
+            &mut s,
+            &ack(0, 8, Some(NakCode::SymbolUnknown), "no such item"),
+        );
+        assert_eq!(
+            got,
+            vec![
+                serde_json::json!({"ID":1,"Type":"Ack","AckID":8,"NakCode":"SymbolUnknown","Text":"no such item"})
+            ]
+        );
+    }
+
+    #[test]
+    fn a_post_the_session_cannot_send_gets_a_nak_or_an_error_saying_why() {
+        let mut s = watching_two_items();
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        let cases = [
+            (
+                r#"{"ID":2,"Type":"Post","Ack":true,"PostID":1,"Message":{"Fields":{"NOPE":1}}}"#,
+                "unknown field \"NOPE\"",
+            ),
+            (
+                r#"{"ID":2,"Type":"Post","Ack":true,"PostID":2,"Message":{"Fields":{"ACVOL_1":-5}}}"#,
+                "not an integer of 0 or more",
+            ),
+            (
+                r#"{"ID":2,"Type":"Post","Ack":true,"PostID":3,"Message":{"Fields":{"BID":true}}}"#,
+                "is not a value of type REAL",
+            ),
+            (
+                r#"{"ID":9,"Type":"Post","Ack":true,"PostID":4,"Message":{"Fields":{}}}"#,
+                "not an open item stream",
+            ),
+            (
+                r#"{"ID":2,"Type":"Post","Ack":true,"PostID":5,"Message":{"Type":"Status"}}"#,
+                "not \"Status\"",
+            ),
+            (
+                r#"{"ID":2,"Type":"Post","Ack":true,"PostID":6}"#,
+                "Missing required key 'Message'",
+            ),
+        ];
+        for (text, _) in cases {
+            s.on_client_text(text, &mut to_node, &mut out);
+        }
+        // Without an Ack asked for, a refusal is an Error.
         s.on_client_text(
-            r#"{"ID":1,"Type":"Post","Ack":true,"PostID":7,"Message":{"ID":0,"Type":"Update","Fields":{"BID":1}}}"#,
+            r#"{"ID":2,"Type":"Post","Message":{"Fields":{"NOPE":1}}}"#,
             &mut to_node,
             &mut out,
         );
-        s.on_client_text(
-            r#"{"ID":1,"Type":"Post","Message":{}}"#,
-            &mut to_node,
-            &mut out,
-        );
-        assert!(to_node.is_empty(), "nothing reaches the node");
+        assert!(posts_sent(&to_node).is_empty(), "nothing reaches the node");
         let mut frames = Vec::new();
         out.take(&mut frames);
-        // One unmasked text frame; its payload (126..65535 bytes) has a 16-bit length.
-        assert_eq!(frames[0], 0x81, "one final text frame");
-        assert_eq!(frames[1], 126, "{frames:?}");
-        let len = u16::from_be_bytes([frames[2], frames[3]]) as usize;
-        assert_eq!(len, frames.len() - 4);
-        let text = String::from_utf8_lossy(&frames[4..]);
-        let msgs: Vec<Json> = serde_json::from_str(&text).expect("one JSON array");
-        assert_eq!(msgs.len(), 2, "{text}");
-        assert_eq!(msgs[0]["Type"], "Ack");
-        assert_eq!(msgs[0]["ID"], 1);
-        assert_eq!(msgs[0]["AckID"], 7);
-        assert_eq!(msgs[0]["NakCode"], "DeniedBySrc");
-        assert_eq!(msgs[1]["Type"], "Error");
-        assert!(msgs[1]["Text"]
-            .as_str()
-            .unwrap()
-            .contains("posting is not supported"));
+        let msgs = client_json(&frames);
+        assert_eq!(msgs.len(), cases.len() + 1);
+        for (i, (_, why)) in cases.iter().enumerate() {
+            let m = &msgs[i];
+            assert_eq!(m["Type"], "Ack", "{m}");
+            assert_eq!(m["AckID"], i as u64 + 1, "{m}");
+            assert!(
+                m["NakCode"] == "InvalidContent" || m["NakCode"] == "NotOpen",
+                "{m}"
+            );
+            let text = m["Text"].as_str().unwrap();
+            assert!(text.contains(why), "{text} / {why}");
+        }
+        assert_eq!(msgs[cases.len()]["Type"], "Error");
     }
 }

@@ -102,6 +102,33 @@ pub struct NodeConfig {
     pub tls: TlsSection,
     pub backbone: crate::backbone::BackboneSection,
     pub upstream: crate::upstream::UpstreamSection,
+    pub posts: PostsSection,
+}
+
+/// `[posts]`: which services' publishers are sent subscribers' posts (contributions),
+/// and how long the node waits for their answer (docs/OPERATIONS.md, "Posts").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PostsSection {
+    /// Services that take posts; `["*"]`: every service; empty (the default): none, and
+    /// every post is refused (`DeniedBySrc`).
+    pub services: Vec<String>,
+    /// A post its publisher has not answered within this time is refused (`NoResponse`).
+    pub timeout_ms: u64,
+    /// Posts one connection may have waiting for an answer; more are refused
+    /// (`NoResources`).
+    pub max_pending: usize,
+}
+
+impl Default for PostsSection {
+    fn default() -> Self {
+        let core = Limits::default();
+        PostsSection {
+            services: Vec::new(),
+            timeout_ms: core.post_timeout.as_millis() as u64,
+            max_pending: core.max_pending_posts,
+        }
+    }
 }
 
 /// `[tls]`: when both are set, the node's TCP port and its WebSocket/HTTP port speak
@@ -457,6 +484,18 @@ impl NodeConfig {
             l.socket_send_buffer_bytes.to_string(),
             "allowed: 0 (kernel default) or 4096 to 67108864".into(),
         )?;
+        check(
+            (1..=600_000).contains(&self.posts.timeout_ms),
+            "posts.timeout_ms",
+            self.posts.timeout_ms.to_string(),
+            "allowed: 1 to 600000".into(),
+        )?;
+        check(
+            self.posts.max_pending >= 1,
+            "posts.max_pending",
+            self.posts.max_pending.to_string(),
+            "allowed: 1 or more".into(),
+        )?;
         // Thresholds above the hard bounds are allowed: the effective threshold is the
         // smaller of the two (a lowered max_output_bytes needs no second edit).
         let sc = &self.slow_consumer;
@@ -593,7 +632,10 @@ impl NodeConfig {
                 login_timeout: Duration::from_millis(self.limits.login_timeout_ms),
                 max_services: self.limits.max_services,
                 service_retention: Duration::from_secs(self.limits.service_retention_s),
+                max_pending_posts: self.posts.max_pending,
+                post_timeout: Duration::from_millis(self.posts.timeout_ms),
             },
+            posts: tickwire_core::PostServices::from_list(&self.posts.services),
             login_token: (!self.security.login_token.is_empty())
                 .then(|| self.security.login_token.clone()),
             users: None, // loaded by the server (NodeConfig::load_users)

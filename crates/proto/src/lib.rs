@@ -13,6 +13,7 @@ pub mod frame;
 pub mod image;
 pub mod message;
 pub mod reference;
+pub mod text;
 pub mod wire;
 
 pub use dictionary::{fid, Dictionary, FieldDef};
@@ -23,8 +24,8 @@ pub use field::{
 pub use frame::{FrameReader, FrameWriter, DEFAULT_MAX_FRAME, FRAME_HEADER_LEN};
 pub use image::FieldImage;
 pub use message::{
-    code, max_image_bytes, parse_node_login, DataState, Directory, Login, Message, MessageIter,
-    MessageType, RawMessage, Refresh, Request, Role, ServiceEntry, ServiceState,
-    SlowConsumerPolicy, State, Status, StreamState, Update, UpdateType, View, Welcome,
-    NODE_LOGIN_PREFIX, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    code, max_image_bytes, parse_node_login, Ack, DataState, Directory, Login, Message,
+    MessageIter, MessageType, NakCode, Post, RawMessage, Refresh, Request, Role, ServiceEntry,
+    ServiceState, SlowConsumerPolicy, State, Status, StreamState, Update, UpdateType, View,
+    Welcome, NODE_LOGIN_PREFIX, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };

@@ -42,6 +42,8 @@ pub enum MessageType {
     Close = 8,
     Ping = 9,
     Pong = 10,
+    Post = 11,
+    Ack = 12,
 }
 
 impl MessageType {
@@ -57,6 +59,8 @@ impl MessageType {
             8 => MessageType::Close,
             9 => MessageType::Ping,
             10 => MessageType::Pong,
+            11 => MessageType::Post,
+            12 => MessageType::Ack,
             _ => return None,
         })
     }
@@ -352,6 +356,101 @@ pub struct Status<'a> {
     pub state: State<'a>,
 }
 
+/// Why a post was refused (0 on the wire: it was accepted). The names are those of the
+/// WebSocket API's `NakCode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum NakCode {
+    /// The poster is not entitled to post to the service.
+    AccessDenied = 1,
+    /// The service (its node or its publisher) does not take this post.
+    DeniedBySrc = 2,
+    /// The service has no publisher, or it is down.
+    SourceDown = 3,
+    /// No such service.
+    SourceUnknown = 4,
+    /// Too many posts are waiting for an answer.
+    NoResources = 5,
+    /// The publisher did not answer in time.
+    NoResponse = 6,
+    /// The node could not reach the service's node (an upstream link is down).
+    GatewayDown = 7,
+    /// The publisher has no such item.
+    SymbolUnknown = 10,
+    /// An on-stream post named a stream that is not open.
+    NotOpen = 11,
+    /// The post's fields were not acceptable.
+    InvalidContent = 12,
+}
+
+impl NakCode {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => NakCode::AccessDenied,
+            2 => NakCode::DeniedBySrc,
+            3 => NakCode::SourceDown,
+            4 => NakCode::SourceUnknown,
+            5 => NakCode::NoResources,
+            6 => NakCode::NoResponse,
+            7 => NakCode::GatewayDown,
+            10 => NakCode::SymbolUnknown,
+            11 => NakCode::NotOpen,
+            12 => NakCode::InvalidContent,
+            _ => return None,
+        })
+    }
+
+    /// The WebSocket API's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NakCode::AccessDenied => "AccessDenied",
+            NakCode::DeniedBySrc => "DeniedBySrc",
+            NakCode::SourceDown => "SourceDown",
+            NakCode::SourceUnknown => "SourceUnknown",
+            NakCode::NoResources => "NoResources",
+            NakCode::NoResponse => "NoResponse",
+            NakCode::GatewayDown => "GatewayDown",
+            NakCode::SymbolUnknown => "SymbolUnknown",
+            NakCode::NotOpen => "NotOpen",
+            NakCode::InvalidContent => "InvalidContent",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        (1..=12)
+            .filter_map(NakCode::from_u8)
+            .find(|c| c.name() == name)
+    }
+}
+
+/// A contribution to an item: subscriber -> node, node -> publisher (docs/PROTOCOL.md,
+/// 3.5.10). On-stream, `stream_id` is the poster's open stream and the names are
+/// empty; off-stream, `stream_id` is 0 and the names say which item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Post<'a> {
+    pub stream_id: u32,
+    /// The poster's number for it; the Ack carries it back.
+    pub post_id: u32,
+    /// The poster wants an Ack (or a Nak) for it.
+    pub ack: bool,
+    /// The fields are a whole image (the WebSocket API's posted Refresh), not an update.
+    pub image: bool,
+    pub service: &'a str,
+    pub name: &'a str,
+    pub fields: FieldList<'a>,
+}
+
+/// The answer to a post: publisher -> node, node -> subscriber.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack<'a> {
+    /// The stream the post came on (0: off-stream).
+    pub stream_id: u32,
+    pub post_id: u32,
+    /// `None`: accepted.
+    pub nak: Option<NakCode>,
+    pub text: &'a str,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message<'a> {
     Login(Login<'a>),
@@ -364,6 +463,8 @@ pub enum Message<'a> {
     Close { stream_id: u32 },
     Ping(u64),
     Pong(u64),
+    Post(Post<'a>),
+    Ack(Ack<'a>),
 }
 
 const REQ_STREAMING: u8 = 1;
@@ -372,6 +473,8 @@ const REF_COMPLETE: u8 = 1;
 const REF_SOLICITED: u8 = 2;
 const REF_CLEAR: u8 = 4;
 const UPD_DO_NOT_CONFLATE: u8 = 1;
+const POST_ACK: u8 = 1;
+const POST_IMAGE: u8 = 2;
 
 /// Largest number of field ids in a view.
 pub const MAX_VIEW_FIDS: usize = 1024;
@@ -443,6 +546,8 @@ impl<'a> Message<'a> {
             Message::Close { .. } => MessageType::Close,
             Message::Ping(_) => MessageType::Ping,
             Message::Pong(_) => MessageType::Pong,
+            Message::Post(_) => MessageType::Post,
+            Message::Ack(_) => MessageType::Ack,
         }
     }
 
@@ -614,6 +719,41 @@ impl<'a> Message<'a> {
             },
             MessageType::Ping => Message::Ping(r.u64()?),
             MessageType::Pong => Message::Pong(r.u64()?),
+            MessageType::Post => {
+                let stream_id = r.u32()?;
+                let post_id = r.u32()?;
+                let flags = r.u8()?;
+                check_flags(flags, POST_ACK | POST_IMAGE, "post flags")?;
+                let service = r.str16("service name")?;
+                let name = r.str16("item name")?;
+                Message::Post(Post {
+                    stream_id,
+                    post_id,
+                    ack: flags & POST_ACK != 0,
+                    image: flags & POST_IMAGE != 0,
+                    service,
+                    name,
+                    // Posts are rare next to updates: always checked in full.
+                    fields: FieldList::decode_prefix(&mut r)?,
+                })
+            }
+            MessageType::Ack => {
+                let stream_id = r.u32()?;
+                let post_id = r.u32()?;
+                let nak = match r.u8()? {
+                    0 => None,
+                    v => Some(NakCode::from_u8(v).ok_or(DecodeError::InvalidValue {
+                        what: "nak code",
+                        value: v as u64,
+                    })?),
+                };
+                Message::Ack(Ack {
+                    stream_id,
+                    post_id,
+                    nak,
+                    text: r.str16("ack text")?,
+                })
+            }
         };
         r.finish()?;
         Ok(msg)
@@ -746,6 +886,27 @@ impl<'a> Message<'a> {
             }
             Message::Close { stream_id } => put_u32(out, *stream_id),
             Message::Ping(v) | Message::Pong(v) => put_u64(out, *v),
+            Message::Post(m) => {
+                put_u32(out, m.stream_id);
+                put_u32(out, m.post_id);
+                let mut flags = 0;
+                if m.ack {
+                    flags |= POST_ACK;
+                }
+                if m.image {
+                    flags |= POST_IMAGE;
+                }
+                out.push(flags);
+                put_str16(out, m.service, "service name")?;
+                put_str16(out, m.name, "item name")?;
+                out.extend_from_slice(m.fields.as_bytes());
+            }
+            Message::Ack(m) => {
+                put_u32(out, m.stream_id);
+                put_u32(out, m.post_id);
+                out.push(m.nak.map_or(0, |c| c as u8));
+                put_str16(out, m.text, "ack text")?;
+            }
         }
         Ok(())
     }

@@ -9,10 +9,10 @@ use tickwire_proto::field::NANOS_PER_DAY;
 use tickwire_proto::frame::MIN_MAX_FRAME;
 use tickwire_proto::message::{write_readdressed, MAX_VIEW_FIDS, MESSAGE_HEADER_LEN};
 use tickwire_proto::{
-    DataState, Date, DecodeError, Dictionary, Directory, EncodeError, FieldImage, FieldList,
+    Ack, DataState, Date, DecodeError, Dictionary, Directory, EncodeError, FieldImage, FieldList,
     FieldListWriter, FieldType, FrameReader, FrameWriter, Login, Message, MessageIter, MessageType,
-    Real, Refresh, Request, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, State, Status,
-    StreamState, Time, Update, UpdateType, Value, View, Welcome, DEFAULT_MAX_FRAME,
+    NakCode, Post, Real, Refresh, Request, Role, ServiceEntry, ServiceState, SlowConsumerPolicy,
+    State, Status, StreamState, Time, Update, UpdateType, Value, View, Welcome, DEFAULT_MAX_FRAME,
     FRAME_HEADER_LEN,
 };
 
@@ -149,6 +149,22 @@ enum OMsg {
     Close(u32),
     Ping(u64),
     Pong(u64),
+    Post {
+        stream_id: u32,
+        post_id: u32,
+        ack: bool,
+        image: bool,
+        service: String,
+        name: String,
+        fields: Fields,
+        encoded_fields: Vec<u8>,
+    },
+    Ack {
+        stream_id: u32,
+        post_id: u32,
+        nak: Option<NakCode>,
+        text: String,
+    },
 }
 
 impl OMsg {
@@ -255,12 +271,43 @@ impl OMsg {
             OMsg::Close(id) => Message::Close { stream_id: *id },
             OMsg::Ping(v) => Message::Ping(*v),
             OMsg::Pong(v) => Message::Pong(*v),
+            OMsg::Post {
+                stream_id,
+                post_id,
+                ack,
+                image,
+                service,
+                name,
+                encoded_fields,
+                ..
+            } => Message::Post(Post {
+                stream_id: *stream_id,
+                post_id: *post_id,
+                ack: *ack,
+                image: *image,
+                service,
+                name,
+                fields: FieldList::decode(encoded_fields).expect("generated field list"),
+            }),
+            OMsg::Ack {
+                stream_id,
+                post_id,
+                nak,
+                text,
+            } => Message::Ack(Ack {
+                stream_id: *stream_id,
+                post_id: *post_id,
+                nak: *nak,
+                text,
+            }),
         }
     }
 
     fn fields(&self) -> Option<&Fields> {
         match self {
-            OMsg::Refresh { fields, .. } | OMsg::Update { fields, .. } => Some(fields),
+            OMsg::Refresh { fields, .. }
+            | OMsg::Update { fields, .. }
+            | OMsg::Post { fields, .. } => Some(fields),
             _ => None,
         }
     }
@@ -273,6 +320,8 @@ impl OMsg {
                 | OMsg::Update { .. }
                 | OMsg::Status { .. }
                 | OMsg::Close(_)
+                | OMsg::Post { .. }
+                | OMsg::Ack { .. }
         )
     }
 
@@ -283,7 +332,9 @@ impl OMsg {
             | OMsg::Refresh { stream_id, .. }
             | OMsg::Update { stream_id, .. }
             | OMsg::Status { stream_id, .. }
-            | OMsg::Close(stream_id) => Some(stream_id),
+            | OMsg::Close(stream_id)
+            | OMsg::Post { stream_id, .. }
+            | OMsg::Ack { stream_id, .. } => Some(stream_id),
             _ => None,
         }
     }
@@ -316,6 +367,7 @@ fn decoded_fields<'a>(msg: &Message<'a>) -> Option<Vec<(i16, Value<'a>)>> {
     match msg {
         Message::Refresh(r) => Some(r.fields.iter().collect()),
         Message::Update(u) => Some(u.fields.iter().collect()),
+        Message::Post(p) => Some(p.fields.iter().collect()),
         _ => None,
     }
 }
@@ -601,6 +653,41 @@ fn message() -> impl Strategy<Value = OMsg> {
         any::<u32>().prop_map(OMsg::Close),
         any::<u64>().prop_map(OMsg::Ping),
         any::<u64>().prop_map(OMsg::Pong),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<[bool; 2]>(),
+            text(),
+            text(),
+            fields(24)
+        )
+            .prop_map(
+                |(stream_id, post_id, [ack, image], service, name, fields)| OMsg::Post {
+                    stream_id,
+                    post_id,
+                    ack,
+                    image,
+                    service,
+                    name,
+                    encoded_fields: encode_fields(&fields),
+                    fields,
+                }
+            ),
+        (any::<u32>(), any::<u32>(), nak_code(), text()).prop_map(
+            |(stream_id, post_id, nak, text)| OMsg::Ack {
+                stream_id,
+                post_id,
+                nak,
+                text,
+            }
+        ),
+    ]
+}
+
+fn nak_code() -> impl Strategy<Value = Option<NakCode>> {
+    prop_oneof![
+        Just(None),
+        (1u8..=12).prop_filter_map("a defined nak code", |v| NakCode::from_u8(v).map(Some)),
     ]
 }
 
@@ -1282,8 +1369,27 @@ fn invalid_values_are_refused() {
         Err(DecodeError::UnknownMessageType(0))
     );
     assert_eq!(
-        Message::decode_body(11, &[]),
-        Err(DecodeError::UnknownMessageType(11))
+        Message::decode_body(13, &[]),
+        Err(DecodeError::UnknownMessageType(13))
+    );
+    // An Ack with a nak code that is not defined.
+    assert_eq!(
+        Message::decode_body(MessageType::Ack as u8, &[0, 0, 0, 1, 0, 0, 0, 2, 8, 0, 0]),
+        Err(DecodeError::InvalidValue {
+            what: "nak code",
+            value: 8
+        })
+    );
+    // A post with a flag bit nobody defined.
+    assert_eq!(
+        Message::decode_body(
+            MessageType::Post as u8,
+            &[0, 0, 0, 1, 0, 0, 0, 2, 4, 0, 0, 0, 0, 0, 0]
+        ),
+        Err(DecodeError::InvalidValue {
+            what: "post flags",
+            value: 4
+        })
     );
     let close = Message::Close { stream_id: 1 };
     let mut enc = Vec::new();

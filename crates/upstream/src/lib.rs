@@ -13,12 +13,16 @@
 //! statuses pass through. The socket is the node's ([`Relay::connection`] is fed by
 //! its event loop).
 //!
+//! Posts to an upstream-fed service go up the same link (the link posts them as a
+//! subscriber of its upstream) and their answers come back down.
+//!
 //! Loops are refused: every node has an id, logs in to its upstream as
 //! `tickwire-node/<id>/<name>`, and learns from its upstream's `TICKWIRE/NODE` item the
 //! chain of nodes above it ([`NodePath`]). A node refuses the login of any node in its
 //! own chain, and a link that finds its own node in the chain above drops itself.
 
 mod path;
+mod posts;
 mod relay;
 
 pub use path::{parse_node_login, NodePath, NODE_LOGIN_PREFIX};

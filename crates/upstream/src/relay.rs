@@ -1,19 +1,21 @@
 //! The relay between a node's core and its upstream node (see the crate's docs).
 
 use crate::path::{NodePath, NODE_LOGIN_PREFIX};
+use crate::posts::{answer_to_core, CorePost, UpstreamPosts};
 use log::{info, warn};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use tickwire_client::{
-    ClientError, Connection, EventRef, LoginOptions, ReconnectPolicy, RequestOptions, StreamId,
-    SubscriberSession,
+    ClientError, Connection, EventRef, LoginOptions, PostTo, ReconnectPolicy, RequestOptions,
+    StreamId, SubscriberSession,
 };
 use tickwire_core::{ConnId, Node};
 use tickwire_proto::message::{write_readdressed, MESSAGE_HEADER_LEN};
 use tickwire_proto::{
-    code, DataState, Directory, Login, Message, MessageIter, Refresh, Role, ServiceEntry,
-    ServiceState, State, Status, StreamState, Value, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    code, DataState, Directory, Login, Message, MessageIter, NakCode, Post, Refresh, Role,
+    ServiceEntry, ServiceState, State, Status, StreamState, Value, PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
 };
 
 /// The service and item of every node's own figures (where its chain is read).
@@ -89,6 +91,8 @@ pub struct Relay {
     to_core: Vec<u8>,
     /// The next directory is the first of a new connection: the whole directory.
     first_directory: bool,
+    /// Posts sent upstream, waiting for their answer.
+    posts: UpstreamPosts,
     stats: RelayStats,
 }
 
@@ -137,6 +141,7 @@ impl Relay {
             announced: BTreeMap::new(),
             to_core: Vec::new(),
             first_directory: false,
+            posts: UpstreamPosts::default(),
             stats: RelayStats::default(),
         }
     }
@@ -208,6 +213,18 @@ impl Relay {
         let _ = self.session.connection_lost(err, now);
         // Fed by no one until the next upstream says what is above it.
         self.above = NodePath::default();
+        let mut answers = Vec::new();
+        for p in self.posts.take_all() {
+            answer_to_core(
+                &mut answers,
+                p,
+                Some(NakCode::GatewayDown),
+                "the upstream link was lost before the answer came",
+            );
+        }
+        if !answers.is_empty() {
+            core.on_checked_frame(self.conn, &answers, now);
+        }
         let _ = self.poll(core, now);
     }
 
@@ -222,6 +239,7 @@ impl Relay {
             by_up,
             node_stream,
             to_core,
+            posts,
             stats,
             ..
         } = self;
@@ -275,6 +293,11 @@ impl Relay {
                 EventRef::Update(item, _) => {
                     if let Some(csid) = by_up.get(item.stream) {
                         write_readdressed(to_core, raw, csid);
+                    }
+                }
+                EventRef::Ack(a) => {
+                    if let Some(p) = posts.answer(&a) {
+                        answer_to_core(to_core, p, a.nak, a.text);
                     }
                 }
                 EventRef::Status(item, s) => {
@@ -411,6 +434,7 @@ impl Relay {
     pub fn pump(&mut self, core: &mut Node, now: Instant) {
         let mut requests: Vec<(u32, String, String)> = Vec::new();
         let mut closes: Vec<u32> = Vec::new();
+        let mut answers: Vec<u8> = Vec::new();
         if let Some(w) = core.output(self.conn) {
             if w.is_empty() {
                 return;
@@ -424,12 +448,17 @@ impl Relay {
                             requests.push((r.stream_id, r.service.into(), r.name.into()))
                         }
                         Message::Close { stream_id } => closes.push(stream_id),
+                        // Sent up at once: its fields live in the core's buffer.
+                        Message::Post(p) => self.post_upstream(&p, &mut answers),
                         _ => {}
                     }
                 }
                 at += frame_len;
             }
             w.consume(at);
+        }
+        if !answers.is_empty() {
+            core.on_checked_frame(self.conn, &answers, now);
         }
         for csid in closes {
             if let Some(link) = self.links.remove(&csid) {
@@ -456,6 +485,36 @@ impl Relay {
                 let text = "upstream not connected; the item is asked for when it is back";
                 self.status_to_core(core, csid, text, now);
             }
+        }
+    }
+
+    /// Posts the core's post upstream: on the item's upstream stream when the link has
+    /// one, else by name. What cannot go is answered (onto `answers`, for the core).
+    fn post_upstream(&mut self, p: &Post<'_>, answers: &mut Vec<u8>) {
+        let core_post = CorePost {
+            stream: p.stream_id,
+            post_id: p.post_id,
+        };
+        if !self.is_connected() {
+            let text = "the upstream link is down";
+            answer_to_core(answers, core_post, Some(NakCode::GatewayDown), text);
+            return;
+        }
+        let id = match self.posts.begin(core_post, p.ack) {
+            Ok(id) => id,
+            Err((code, text)) => return answer_to_core(answers, core_post, Some(code), &text),
+        };
+        let to = match self.links.get(&p.stream_id) {
+            Some(link) if p.stream_id != 0 => PostTo::Stream(link.up),
+            _ => PostTo::Item {
+                service: p.service,
+                name: p.name,
+            },
+        };
+        if let Err(e) = self.session.post(to, id, p.fields, p.ack) {
+            self.posts.cancel(id);
+            let text = format!("could not post upstream: {e}");
+            answer_to_core(answers, core_post, Some(NakCode::GatewayDown), &text);
         }
     }
 

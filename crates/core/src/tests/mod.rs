@@ -3,7 +3,7 @@
 
 use super::*;
 use tickwire_proto::frame::FrameReader;
-use tickwire_proto::{encode_field_list, Real, UpdateType, Value};
+use tickwire_proto::{encode_field_list, NakCode, Real, UpdateType, Value};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Got {
@@ -52,6 +52,20 @@ enum Got {
     Ping,
     Pong,
     Login,
+    Post {
+        sid: u32,
+        post_id: u32,
+        ack: bool,
+        service: String,
+        name: String,
+        fields: Vec<(i16, String)>,
+    },
+    Ack {
+        sid: u32,
+        post_id: u32,
+        nak: Option<NakCode>,
+        text: String,
+    },
 }
 
 fn fields_of(f: FieldList<'_>) -> Vec<(i16, String)> {
@@ -108,6 +122,20 @@ fn own(m: &Message<'_>) -> Got {
         Message::Ping(_) => Got::Ping,
         Message::Pong(_) => Got::Pong,
         Message::Login(_) => Got::Login,
+        Message::Post(p) => Got::Post {
+            sid: p.stream_id,
+            post_id: p.post_id,
+            ack: p.ack,
+            service: p.service.into(),
+            name: p.name.into(),
+            fields: fields_of(p.fields),
+        },
+        Message::Ack(a) => Got::Ack {
+            sid: a.stream_id,
+            post_id: a.post_id,
+            nak: a.nak,
+            text: a.text.into(),
+        },
     }
 }
 
@@ -1603,6 +1631,7 @@ fn a_merge_larger_than_a_message_goes_out_in_parts() {
 }
 
 mod hostile;
+mod posts;
 mod security;
 
 #[test]

@@ -728,3 +728,45 @@ fn a_reload_shows_a_subscriber_the_services_it_gained_and_removes_those_it_lost(
     announce(&mut h, p, &[("FEED", false), ("NEWS", false)]);
     assert_eq!(directory_seen(&mut h, alice), [dir(&[("NEWS", false)])]);
 }
+
+#[test]
+fn only_users_entitled_to_post_to_a_service_have_their_posts_forwarded() {
+    let mut h = Harness::with_config(CoreConfig {
+        users: Some(users(&format!(
+            "[users.trader]\ntoken_hash = \"{}\"\nsubscribe = [\"FEED\"]\npost = [\"FEED\"]\n",
+            hash_token("trader-secret")
+        ))),
+        posts: PostServices::All,
+        ..CoreConfig::default()
+    });
+    let p = publish_feed(&mut h);
+    h.recv(p);
+    let f = bid_ask(1, 2);
+    let post = Message::Post(tickwire_proto::Post {
+        stream_id: 0,
+        post_id: 3,
+        ack: true,
+        image: false,
+        service: "FEED",
+        name: "SYM0",
+        fields: FieldList::decode(&f).unwrap(),
+    });
+    // alice may read FEED, not post to it.
+    let (alice, _) = login_as(&mut h, Role::Subscriber, "alice", "alice-secret");
+    h.recv(alice);
+    h.send(alice, std::slice::from_ref(&post));
+    let got = h.recv(alice);
+    assert!(
+        matches!(&got[..], [Got::Ack { post_id: 3, nak: Some(NakCode::AccessDenied), text, .. }]
+            if text == "user \"alice\" may not post to service \"FEED\""),
+        "{got:?}"
+    );
+    assert!(h.recv(p).is_empty());
+    let (trader, _) = login_as(&mut h, Role::Subscriber, "trader", "trader-secret");
+    h.recv(trader);
+    h.send(trader, &[post]);
+    assert!(
+        matches!(&h.recv(p)[..], [Got::Post { name, .. }] if name == "SYM0"),
+        "the entitled poster's post is forwarded"
+    );
+}

@@ -1,0 +1,272 @@
+//! Posts: routed to the service's publisher under the node's own number, answered to
+//! the poster under the poster's, and always answered once when an answer was asked for.
+
+use super::*;
+use tickwire_proto::{Ack, Post};
+
+fn harness(posts: PostServices) -> Harness {
+    Harness::with_config(CoreConfig {
+        posts,
+        limits: Limits {
+            heartbeat: Duration::from_secs(1),
+            max_pending_posts: 2,
+            post_timeout: Duration::from_millis(500),
+            ..Limits::default()
+        },
+        ..CoreConfig::default()
+    })
+}
+
+/// A publisher of FEED with SYM0 on its stream 7, and a subscriber watching SYM0 on its
+/// stream 42.
+fn feed_and_watcher(h: &mut Harness) -> (ConnId, ConnId) {
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(10000, 10010);
+    h.send(p, &[refresh(7, 1, "SYM0", &img, false)]);
+    let sub = h.login(Role::Subscriber);
+    h.request(sub, 42, "FEED", "SYM0", true, None);
+    h.recv(sub);
+    h.recv(p);
+    (p, sub)
+}
+
+fn post<'a>(sid: u32, post_id: u32, service: &'a str, name: &'a str, f: &'a [u8]) -> Message<'a> {
+    Message::Post(Post {
+        stream_id: sid,
+        post_id,
+        ack: true,
+        image: false,
+        service,
+        name,
+        fields: FieldList::decode(f).unwrap(),
+    })
+}
+
+fn ack(post_id: u32, nak: Option<NakCode>, text: &str) -> Message<'_> {
+    Message::Ack(Ack {
+        stream_id: 7,
+        post_id,
+        nak,
+        text,
+    })
+}
+
+/// The node's number for the post the publisher just got.
+fn forwarded(got: &[Got]) -> u32 {
+    match got {
+        [Got::Post { post_id, .. }] => *post_id,
+        other => panic!("expected one post at the publisher, got {other:?}"),
+    }
+}
+
+/// The one answer among what a subscriber got (directory changes may come with it).
+fn nak_of(got: &[Got]) -> (NakCode, String) {
+    let acks: Vec<&Got> = got
+        .iter()
+        .filter(|g| matches!(g, Got::Ack { .. }))
+        .collect();
+    match acks[..] {
+        [Got::Ack {
+            nak: Some(code),
+            text,
+            ..
+        }] => (*code, text.clone()),
+        _ => panic!("expected one nak, got {got:?}"),
+    }
+}
+
+#[test]
+fn an_on_stream_post_reaches_the_publisher_on_its_stream_and_its_ack_comes_back() {
+    let mut h = harness(PostServices::from_list(&[s("FEED")]));
+    let (p, sub) = feed_and_watcher(&mut h);
+    let f = bid_ask(9990, 10000);
+    h.send(sub, &[post(42, 1001, "", "", &f)]);
+    let got = h.recv(p);
+    let id = forwarded(&got);
+    assert_eq!(
+        got,
+        vec![Got::Post {
+            sid: 7,
+            post_id: id,
+            ack: true,
+            service: s("FEED"),
+            name: s("SYM0"),
+            fields: vec![(22, s("99.90")), (25, s("100.00"))],
+        }]
+    );
+    assert!(h.recv(sub).is_empty(), "no answer before the publisher's");
+    h.send(p, &[ack(id, None, "")]);
+    assert_eq!(
+        h.recv(sub),
+        vec![Got::Ack {
+            sid: 42,
+            post_id: 1001,
+            nak: None,
+            text: s(""),
+        }]
+    );
+    assert_eq!(h.node.stats().posts.acks_out, 1);
+    // A second answer to the same post has nowhere to go.
+    h.send(p, &[ack(id, None, "")]);
+    assert!(h.recv(sub).is_empty());
+    assert_eq!(h.node.stats().posts.acks_unmatched, 1);
+}
+
+#[test]
+fn an_off_stream_post_names_its_item_and_the_publishers_nak_passes_through() {
+    let mut h = harness(PostServices::All);
+    let (p, _) = feed_and_watcher(&mut h);
+    let poster = h.login(Role::Subscriber);
+    h.recv(poster);
+    let f = bid_ask(1, 2);
+    h.send(poster, &[post(0, 5, "FEED", "NEW.ITEM", &f)]);
+    let got = h.recv(p);
+    let id = forwarded(&got);
+    // Not an item the node knows: the publisher gets stream 0 and the names.
+    assert!(
+        matches!(&got[0], Got::Post { sid: 0, name, .. } if name == "NEW.ITEM"),
+        "{got:?}"
+    );
+    h.send(p, &[ack(id, Some(NakCode::SymbolUnknown), "no such item")]);
+    assert_eq!(
+        h.recv(poster),
+        vec![Got::Ack {
+            sid: 0,
+            post_id: 5,
+            nak: Some(NakCode::SymbolUnknown),
+            text: s("no such item"),
+        }]
+    );
+}
+
+#[test]
+fn the_node_refuses_what_no_publisher_could_take_and_says_why() {
+    let mut h = harness(PostServices::from_list(&[s("FEED"), s("GONE")]));
+    let (p, sub) = feed_and_watcher(&mut h);
+    let f = bid_ask(1, 2);
+    let cases: Vec<(Message<'_>, NakCode, &str)> = vec![
+        (
+            post(43, 1, "", "", &f),
+            NakCode::NotOpen,
+            "stream 43 is not open",
+        ),
+        (
+            post(0, 2, "", "SYM0", &f),
+            NakCode::InvalidContent,
+            "must name its service and item",
+        ),
+        (
+            post(0, 3, "NOPE", "SYM0", &f),
+            NakCode::SourceUnknown,
+            "unknown service \"NOPE\"",
+        ),
+    ];
+    for (msg, code, why) in cases {
+        h.send(sub, &[msg]);
+        let (got_code, text) = nak_of(&h.recv(sub));
+        assert_eq!(got_code, code, "{text}");
+        assert!(text.contains(why), "{text}");
+    }
+    // A service the node does not take posts for.
+    let other = h.publisher("OTHER", false);
+    h.send(sub, &[post(0, 4, "OTHER", "X", &f)]);
+    let (code, text) = nak_of(&h.recv(sub));
+    assert_eq!(code, NakCode::DeniedBySrc);
+    assert!(text.contains("[posts] services"), "{text}");
+    // A service whose publisher left.
+    h.node.on_disconnect(other, h.now);
+    let gone = h.publisher("GONE", false);
+    h.node.on_disconnect(gone, h.now);
+    h.send(sub, &[post(0, 5, "GONE", "X", &f)]);
+    let (code, text) = nak_of(&h.recv(sub));
+    assert_eq!(code, NakCode::SourceDown, "{text}");
+    assert!(h.recv(p).is_empty(), "nothing reached the publisher");
+    assert_eq!(h.node.stats().posts.naks_out, 5);
+}
+
+#[test]
+fn an_unanswered_post_is_refused_at_its_deadline_and_the_core_asks_to_be_woken_for_it() {
+    let mut h = harness(PostServices::All);
+    let (p, sub) = feed_and_watcher(&mut h);
+    let f = bid_ask(1, 2);
+    h.node.on_tick(h.now);
+    h.send(sub, &[post(42, 9, "", "", &f)]);
+    forwarded(&h.recv(p));
+    let deadline = h.now + Duration::from_millis(500);
+    assert_eq!(h.node.poll_timeout(), deadline);
+    h.now = deadline - Duration::from_millis(1);
+    h.node.on_tick(h.now);
+    assert!(h.recv(sub).iter().all(|g| !matches!(g, Got::Ack { .. })));
+    h.now = deadline;
+    h.node.on_tick(h.now);
+    let (code, text) = nak_of(&h.recv(sub));
+    assert_eq!(code, NakCode::NoResponse);
+    assert!(text.contains("500 ms"), "{text}");
+    assert_eq!(h.node.stats().posts.post_timeouts, 1);
+}
+
+#[test]
+fn posts_waiting_when_their_publisher_leaves_are_refused_in_order() {
+    let mut h = harness(PostServices::All);
+    let (p, sub) = feed_and_watcher(&mut h);
+    let f = bid_ask(1, 2);
+    h.send(
+        sub,
+        &[post(42, 1, "", "", &f), post(0, 2, "FEED", "SYM0", &f)],
+    );
+    assert_eq!(h.recv(p).len(), 2);
+    h.node.on_disconnect(p, h.now);
+    let acks: Vec<(u32, Option<NakCode>)> = h
+        .recv(sub)
+        .into_iter()
+        .filter_map(|g| match g {
+            Got::Ack { post_id, nak, .. } => Some((post_id, nak)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        acks,
+        vec![
+            (1, Some(NakCode::SourceDown)),
+            (2, Some(NakCode::SourceDown))
+        ]
+    );
+}
+
+#[test]
+fn a_poster_may_have_only_so_many_posts_waiting_and_a_gone_poster_gets_nothing() {
+    let mut h = harness(PostServices::All);
+    let (p, sub) = feed_and_watcher(&mut h);
+    let f = bid_ask(1, 2);
+    h.send(
+        sub,
+        &[
+            post(42, 1, "", "", &f),
+            post(42, 2, "", "", &f),
+            post(42, 3, "", "", &f),
+        ],
+    );
+    let ids: Vec<u32> = h
+        .recv(p)
+        .iter()
+        .map(|g| match g {
+            Got::Post { post_id, .. } => *post_id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "the third is not forwarded");
+    let (code, text) = nak_of(&h.recv(sub));
+    assert_eq!(code, NakCode::NoResources);
+    assert!(text.contains("posts.max_pending"), "{text}");
+    // An answer frees a place.
+    h.send(p, &[ack(ids[0], None, "")]);
+    h.send(sub, &[post(42, 4, "", "", &f)]);
+    assert_eq!(h.recv(p).len(), 1);
+    // The poster leaves; a new connection takes its id and must not get its answers.
+    h.node.on_disconnect(sub, h.now);
+    let next = h.login(Role::Subscriber);
+    assert_eq!(next, sub, "the id is reused");
+    h.recv(next);
+    h.send(p, &[ack(ids[1], None, "")]);
+    assert!(h.recv(next).is_empty());
+}
