@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use tickwire_core::{ConnId, Node};
 use tickwire_proto::message::{write_readdressed, MESSAGE_HEADER_LEN};
 use tickwire_proto::{
-    code, DataState, Directory, Message, MessageType, Role, ServiceEntry, ServiceState, State,
-    Status, StreamState,
+    code, Ack, DataState, Directory, Message, MessageType, NakCode, Role, ServiceEntry,
+    ServiceState, State, Status, StreamState,
 };
 
 /// Settings of the edge role.
@@ -590,6 +590,7 @@ impl Edge {
     pub fn pump(&mut self, core: &mut Node, out: &mut dyn Outbox, now: Instant) {
         let mut requests: Vec<(u32, String, String)> = Vec::new();
         let mut closes: Vec<u32> = Vec::new();
+        let mut refusals: Vec<u8> = Vec::new();
         if let Some(w) = core.output(self.conn) {
             if !w.is_empty() {
                 let bytes = w.sealed_bytes();
@@ -606,12 +607,30 @@ impl Edge {
                             if let Some(sid) = stream_id(encoded) {
                                 closes.push(sid);
                             }
+                        } else if ty == MessageType::Post as u8 {
+                            // The backbone carries data one way: a post is refused at
+                            // once rather than left to time out.
+                            if let Ok(Message::Post(p)) =
+                                Message::decode_body(ty, &encoded[MESSAGE_HEADER_LEN..])
+                            {
+                                let _ = Message::Ack(Ack {
+                                    stream_id: p.stream_id,
+                                    post_id: p.post_id,
+                                    nak: Some(NakCode::DeniedBySrc),
+                                    text:
+                                        "posts do not cross the backbone: post to the source node",
+                                })
+                                .encode(&mut refusals);
+                            }
                         }
                     }
                     walked += frame_len;
                 }
                 w.consume(walked);
             }
+        }
+        if !refusals.is_empty() {
+            core.on_checked_frame(self.conn, &refusals, now);
         }
         for sid in closes {
             if let Some(it) = self.items.get(&sid) {

@@ -44,6 +44,10 @@ enum Got {
         stream: StreamState,
         data: DataState,
     },
+    Nak {
+        post_id: u32,
+        text: String,
+    },
 }
 
 fn bid(f: &FieldList<'_>) -> Option<String> {
@@ -100,6 +104,7 @@ fn image(bid: i64) -> Vec<u8> {
 fn core_config(cache: bool) -> CoreConfig {
     CoreConfig {
         cache,
+        posts: tickwire_core::PostServices::All,
         ..CoreConfig::default()
     }
 }
@@ -298,6 +303,10 @@ impl World {
                         stream: s.state.stream,
                         data: s.state.data,
                     }),
+                    Message::Ack(a) => got.push(Got::Nak {
+                        post_id: a.post_id,
+                        text: format!("{:?}: {}", a.nak, a.text),
+                    }),
                     _ => {}
                 }
             }
@@ -351,6 +360,35 @@ fn a_subscriber_at_an_edge_gets_the_sources_image_then_every_update_in_order() {
     assert_eq!(seqs, vec![2, 3, 4, 5]);
     // Items nobody at an edge asked for stay off the backbone.
     assert_eq!(w.source.stats().streams_open, 1);
+}
+
+#[test]
+fn a_post_at_an_edge_is_refused_at_once_since_the_backbone_carries_data_one_way() {
+    let (mut w, _p) = ready(1, 2);
+    let sub = w.subscriber(0);
+    w.recv(0, sub);
+    w.request(0, sub, 7, "SYM1");
+    w.recv(0, sub);
+    let fields = image(5);
+    let f = frame(&[Message::Post(tickwire_proto::Post {
+        stream_id: 7,
+        post_id: 3,
+        ack: true,
+        image: false,
+        service: "",
+        name: "",
+        fields: FieldList::decode(&fields).unwrap(),
+    })]);
+    w.edges[0].core.on_frame(sub, &f, w.now);
+    w.settle();
+    assert_eq!(
+        w.recv(0, sub),
+        vec![Got::Nak {
+            post_id: 3,
+            text: "Some(DeniedBySrc): posts do not cross the backbone: post to the source node"
+                .into()
+        }]
+    );
 }
 
 #[test]
