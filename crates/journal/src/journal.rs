@@ -1,0 +1,440 @@
+//! The journal: recovery on open, appends, commits under a sync policy, and the posts
+//! received and not completed.
+
+use crate::files::{self, SegmentFile, SyscallCounts};
+use crate::record::{Body, Completed, Received, Record};
+use crate::segment::{self, Scan};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tickwire_proto::NakCode;
+
+/// When a commit waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SyncPolicy {
+    /// Every post is on the disk (fdatasync) before its Ack: the Ack survives a crash of
+    /// the machine. One sync per post.
+    Always,
+    /// Group commit: everything that arrived while the previous sync ran is written and
+    /// synced together, then acknowledged. The same guarantee as `always`, one sync
+    /// for many posts.
+    Batch,
+    /// Written to the operating system before the Ack, never synced by the node: the Ack
+    /// survives a crash of the node, not of the machine.
+    Never,
+}
+
+impl SyncPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncPolicy::Always => "always",
+            SyncPolicy::Batch => "batch",
+            SyncPolicy::Never => "never",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "always" => Some(SyncPolicy::Always),
+            "batch" => Some(SyncPolicy::Batch),
+            "never" => Some(SyncPolicy::Never),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct JournalOptions {
+    pub sync: SyncPolicy,
+    /// A segment past this size is closed and the next one started.
+    pub segment_bytes: u64,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        JournalOptions {
+            sync: SyncPolicy::Batch,
+            segment_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("journal {path}: cannot {op}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("journal {path}: corrupt at byte {offset}: {why}")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        why: String,
+    },
+    #[error("journal {path}: segments do not follow each other: {why}")]
+    Gap { path: PathBuf, why: String },
+    #[error("cannot encode a journal record: {0}")]
+    Encode(#[from] tickwire_proto::EncodeError),
+    /// A sync failed earlier: what was written since is in doubt, so nothing more is
+    /// taken until the node restarts and recovers the journal.
+    #[error("journal out of service since a failed sync ({0}); restart the node to recover it")]
+    Failed(String),
+}
+
+impl JournalError {
+    fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
+        JournalError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// A post received and not yet completed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingPost {
+    /// The seq of its received record (the completed record names it).
+    pub seq: u64,
+    pub time_ns: u64,
+    pub service: String,
+    pub item: String,
+    pub user: String,
+    pub post_id: u32,
+    pub image: bool,
+    /// The encoded field list.
+    pub fields: Vec<u8>,
+}
+
+/// What opening the journal found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovery {
+    pub segments: usize,
+    pub records: u64,
+    /// A torn last record that was cut off: the file, where, how many bytes, why.
+    pub cut: Option<(PathBuf, u64, u64, String)>,
+    /// Posts received and not completed, to deliver again.
+    pub pending: usize,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    pub records: u64,
+    pub bytes: u64,
+    pub commits: u64,
+    pub syscalls: SyscallCounts,
+    pub segments: u64,
+}
+
+/// A change to the pending posts, applied once its record is committed.
+enum Change {
+    Received(PendingPost),
+    Completed(u64),
+}
+
+pub struct Journal {
+    dir: PathBuf,
+    opts: JournalOptions,
+    seg: SegmentFile,
+    /// Seq of the next record appended.
+    next_seq: u64,
+    /// Seq of the next record after the last commit (appends since are in `buf`).
+    committed_seq: u64,
+    buf: Vec<u8>,
+    changes: Vec<Change>,
+    pending: BTreeMap<u64, PendingPost>,
+    stats: JournalStats,
+    failed: Option<String>,
+}
+
+impl Journal {
+    /// Opens (creating it if need be) the journal in `dir` and recovers it: every
+    /// segment is read and checked, a torn last record is cut off, the posts received
+    /// and not completed are found. Corruption anywhere else is an error.
+    pub fn open(dir: &Path, opts: JournalOptions) -> Result<(Journal, Recovery), JournalError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| JournalError::io("create the directory", dir, e))?;
+        let list = files::list_segments(dir).map_err(|e| JournalError::io("list", dir, e))?;
+        let mut recovery = Recovery {
+            segments: list.len(),
+            ..Recovery::default()
+        };
+        let mut pending: BTreeMap<u64, PendingPost> = BTreeMap::new();
+        let mut next_seq = 1u64;
+        let mut counts = SyscallCounts::default();
+        let mut last: Option<(PathBuf, u64)> = None;
+        for (i, (first, path)) in list.iter().enumerate() {
+            let is_last = i + 1 == list.len();
+            if i > 0 && *first != next_seq {
+                return Err(JournalError::Gap {
+                    path: path.clone(),
+                    why: format!(
+                        "it starts at seq {first}, the one before ends at {}",
+                        next_seq - 1
+                    ),
+                });
+            }
+            let bytes = files::read_file(path).map_err(|e| JournalError::io("read", path, e))?;
+            let scan = match segment::scan(&bytes, *first) {
+                Ok(s) => s,
+                // A segment created by a crashed node before its header reached the
+                // disk: nothing was ever written to it after the header.
+                Err(e) if is_last && header_cut_short(&bytes) => {
+                    std::fs::remove_file(path).map_err(|e| JournalError::io("remove", path, e))?;
+                    recovery.cut = Some((path.clone(), 0, bytes.len() as u64, e.to_string()));
+                    recovery.segments -= 1;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(JournalError::Corrupt {
+                        path: path.clone(),
+                        offset: 0,
+                        why: e.to_string(),
+                    })
+                }
+            };
+            let Scan {
+                records,
+                valid_len,
+                stopped,
+            } = scan;
+            if let Some(stop) = stopped {
+                if !(is_last && stop.torn) {
+                    return Err(JournalError::Corrupt {
+                        path: path.clone(),
+                        offset: stop.offset as u64,
+                        why: stop.why,
+                    });
+                }
+                recovery.cut = Some((
+                    path.clone(),
+                    valid_len as u64,
+                    (bytes.len() - valid_len) as u64,
+                    stop.why,
+                ));
+            }
+            for r in &records {
+                recovery.records += 1;
+                apply(&mut pending, r);
+            }
+            next_seq = first + records.len() as u64;
+            last = Some((path.clone(), valid_len as u64));
+        }
+        let seg = match last {
+            Some((path, valid_len)) => SegmentFile::open_at(&path, valid_len, &mut counts)
+                .map_err(|e| JournalError::io("open for appending", &path, e))?,
+            None => {
+                recovery.segments = 1;
+                create_segment(dir, next_seq, &mut counts)?
+            }
+        };
+        recovery.pending = pending.len();
+        let stats = JournalStats {
+            segments: recovery.segments as u64,
+            syscalls: counts,
+            ..JournalStats::default()
+        };
+        Ok((
+            Journal {
+                dir: dir.to_path_buf(),
+                opts,
+                seg,
+                next_seq,
+                committed_seq: next_seq,
+                buf: Vec::with_capacity(64 * 1024),
+                changes: Vec::new(),
+                pending,
+                stats,
+                failed: None,
+            },
+            recovery,
+        ))
+    }
+
+    pub fn options(&self) -> &JournalOptions {
+        &self.opts
+    }
+
+    /// Appends a received post (written at the next [`Journal::commit`]); its seq.
+    pub fn received(&mut self, r: &Received<'_>, time_ns: u64) -> Result<u64, JournalError> {
+        let seq = self.append(time_ns, Body::Received(r.clone()))?;
+        self.changes.push(Change::Received(PendingPost {
+            seq,
+            time_ns,
+            service: r.service.to_string(),
+            item: r.item.to_string(),
+            user: r.user.to_string(),
+            post_id: r.post_id,
+            image: r.image,
+            fields: r.fields.as_bytes().to_vec(),
+        }));
+        Ok(seq)
+    }
+
+    /// Appends the answer to the post received as `received`; its seq.
+    pub fn completed(
+        &mut self,
+        received: u64,
+        nak: Option<NakCode>,
+        text: &str,
+        time_ns: u64,
+    ) -> Result<u64, JournalError> {
+        let seq = self.append(
+            time_ns,
+            Body::Completed(Completed {
+                received,
+                nak,
+                text,
+            }),
+        )?;
+        self.changes.push(Change::Completed(received));
+        Ok(seq)
+    }
+
+    fn append(&mut self, time_ns: u64, body: Body<'_>) -> Result<u64, JournalError> {
+        if let Some(why) = &self.failed {
+            return Err(JournalError::Failed(why.clone()));
+        }
+        let seq = self.next_seq;
+        Record { seq, time_ns, body }.encode(&mut self.buf)?;
+        self.next_seq += 1;
+        Ok(seq)
+    }
+
+    /// Writes what was appended since the last commit (one write) and, unless the
+    /// policy is `never`, syncs it. On `Ok` every record appended so far is in the
+    /// journal. On `Err` none of those since the last commit is: a failed write is cut
+    /// back off the file (the journal goes on, e.g. once a full disk has room again); a
+    /// failed sync puts the journal out of service.
+    pub fn commit(&mut self) -> Result<(), JournalError> {
+        if let Some(why) = &self.failed {
+            return Err(JournalError::Failed(why.clone()));
+        }
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let before = self.seg.len;
+        if let Err(e) = self.seg.append(&self.buf, &mut self.stats.syscalls) {
+            let err = JournalError::io("write", &self.seg.path, e);
+            self.abandon();
+            if let Err(t) = self.seg.truncate(before) {
+                self.failed = Some(format!("{err}; and cutting it back failed: {t}"));
+            }
+            return Err(err);
+        }
+        if self.opts.sync != SyncPolicy::Never {
+            if let Err(e) = self.seg.sync(&mut self.stats.syscalls) {
+                let err = JournalError::io("sync", &self.seg.path, e);
+                self.failed = Some(err.to_string());
+                self.abandon();
+                return Err(err);
+            }
+        }
+        self.stats.records += self.next_seq - self.committed_seq;
+        self.stats.bytes += self.buf.len() as u64;
+        self.stats.commits += 1;
+        self.committed_seq = self.next_seq;
+        self.buf.clear();
+        for c in self.changes.drain(..) {
+            match c {
+                Change::Received(p) => {
+                    self.pending.insert(p.seq, p);
+                }
+                Change::Completed(seq) => {
+                    self.pending.remove(&seq);
+                }
+            }
+        }
+        if self.seg.len >= self.opts.segment_bytes {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
+    /// Forgets what was appended since the last commit.
+    fn abandon(&mut self) {
+        self.buf.clear();
+        self.changes.clear();
+        self.next_seq = self.committed_seq;
+    }
+
+    /// Starts the next segment (the current one is complete and, unless `never`,
+    /// synced).
+    fn roll(&mut self) -> Result<(), JournalError> {
+        match create_segment(&self.dir, self.next_seq, &mut self.stats.syscalls) {
+            Ok(seg) => {
+                self.seg = seg;
+                self.stats.segments += 1;
+                Ok(())
+            }
+            // Appends go on in the current segment; the next commit tries again.
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Posts received and not completed, oldest first.
+    pub fn pending(&self) -> impl Iterator<Item = &PendingPost> {
+        self.pending.values()
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        self.stats
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// A segment's bytes are what an interrupted creation leaves: zeros, or the start of a
+/// header.
+fn header_cut_short(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0)
+        || (bytes.len() < segment::HEADER_LEN
+            && segment::MAGIC.starts_with(&bytes[..bytes.len().min(8)]))
+}
+
+fn apply(pending: &mut BTreeMap<u64, PendingPost>, r: &Record<'_>) {
+    match &r.body {
+        Body::Received(p) => {
+            pending.insert(
+                r.seq,
+                PendingPost {
+                    seq: r.seq,
+                    time_ns: r.time_ns,
+                    service: p.service.to_string(),
+                    item: p.item.to_string(),
+                    user: p.user.to_string(),
+                    post_id: p.post_id,
+                    image: p.image,
+                    fields: p.fields.as_bytes().to_vec(),
+                },
+            );
+        }
+        Body::Completed(c) => {
+            pending.remove(&c.received);
+        }
+    }
+}
+
+fn create_segment(
+    dir: &Path,
+    first_seq: u64,
+    counts: &mut SyscallCounts,
+) -> Result<SegmentFile, JournalError> {
+    let name = segment::file_name(first_seq);
+    let header = segment::encode_header(first_seq, now_ns());
+    SegmentFile::create(dir, &name, &header, counts)
+        .map_err(|e| JournalError::io("create a segment", &dir.join(&name), e))
+}
+
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}

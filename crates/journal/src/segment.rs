@@ -1,0 +1,135 @@
+//! Segments: the files of a journal, and reading one back (pure functions over bytes).
+//!
+//! A segment is a 32-byte header (`TWJOURN1`, header length, first seq, creation time)
+//! followed by records whose seqs follow each other from the first. Reading one finds
+//! its valid records and says where they end: a crash can leave the last record of the
+//! last segment cut short (a torn write), which recovery cuts off; anything else that is
+//! not a record is corruption.
+
+use crate::record::{self, Record, RecordError};
+
+pub const MAGIC: &[u8; 8] = b"TWJOURN1";
+pub const HEADER_LEN: usize = 32;
+/// Segment files are named after their first seq: `00000000000000000001.twj`.
+pub const EXTENSION: &str = "twj";
+
+pub fn file_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.{EXTENSION}")
+}
+
+/// The first seq a segment's file name says, if it is a segment's name.
+pub fn parse_file_name(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".twj")?;
+    (stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| stem.parse().ok())
+        .flatten()
+}
+
+pub fn encode_header(first_seq: u64, created_ns: u64) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[0..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&(HEADER_LEN as u32).to_be_bytes());
+    h[16..24].copy_from_slice(&first_seq.to_be_bytes());
+    h[24..32].copy_from_slice(&created_ns.to_be_bytes());
+    h
+}
+
+/// What reading a segment found.
+#[derive(Debug)]
+pub struct Scan<'a> {
+    pub records: Vec<Record<'a>>,
+    /// Bytes from the start of the file up to the end of the last valid record.
+    pub valid_len: usize,
+    /// Why reading stopped before the end of the file, if it did.
+    pub stopped: Option<Stop>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stop {
+    pub offset: usize,
+    pub why: String,
+    /// What stopped the reading runs to the end of the file (a record cut short, or
+    /// zeros the file system left after the last write): what a crash leaves.
+    pub torn: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("file of {0} bytes is shorter than a segment header")]
+    Short(usize),
+    #[error("not a journal segment (no TWJOURN1 magic)")]
+    Magic,
+    #[error("segment header says first seq {header}, its name says {name}")]
+    FirstSeq { header: u64, name: u64 },
+}
+
+/// Whether a bad record at the start of `rest` is what an interrupted last write
+/// leaves: cut short, or followed by nothing but zeros (a file system may extend a file
+/// before its data reaches the disk), or zeros itself.
+fn is_last_write(rest: &[u8], e: &RecordError) -> bool {
+    if matches!(e, RecordError::Short { .. }) || rest.iter().all(|&b| b == 0) {
+        return true;
+    }
+    let len = u32::from_be_bytes(rest[0..4].try_into().expect("a header was read")) as usize;
+    let end = record::RECORD_HEADER_LEN.saturating_add(len);
+    matches!(
+        e,
+        RecordError::Checksum { .. } | RecordError::Body(_) | RecordError::UnknownStream(_)
+    ) && rest
+        .get(end..)
+        .is_none_or(|after| after.iter().all(|&b| b == 0))
+}
+
+/// Reads a segment whose name says `first_seq`: its records up to the first thing that
+/// is not the next record.
+pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan<'_>, HeaderError> {
+    if bytes.len() < HEADER_LEN {
+        return Err(HeaderError::Short(bytes.len()));
+    }
+    if &bytes[0..8] != MAGIC {
+        return Err(HeaderError::Magic);
+    }
+    let header_seq = u64::from_be_bytes(bytes[16..24].try_into().expect("8 bytes"));
+    if header_seq != first_seq {
+        return Err(HeaderError::FirstSeq {
+            header: header_seq,
+            name: first_seq,
+        });
+    }
+    let mut at = HEADER_LEN;
+    let mut next = first_seq;
+    let mut records = Vec::new();
+    let stopped = loop {
+        if at == bytes.len() {
+            break None;
+        }
+        let rest = &bytes[at..];
+        match record::decode(rest) {
+            Ok((rec, len)) if rec.seq == next => {
+                records.push(rec);
+                next += 1;
+                at += len;
+            }
+            Ok((rec, _)) => {
+                break Some(Stop {
+                    offset: at,
+                    why: format!("record seq {} where {next} was due", rec.seq),
+                    torn: false,
+                })
+            }
+            Err(e) => {
+                let torn = is_last_write(rest, &e);
+                break Some(Stop {
+                    offset: at,
+                    why: e.to_string(),
+                    torn,
+                });
+            }
+        }
+    };
+    Ok(Scan {
+        records,
+        valid_len: at,
+        stopped,
+    })
+}

@@ -1,0 +1,264 @@
+//! The journal on real files in a temporary directory: what it keeps, what a torn last
+//! record looks like after recovery, and what corruption it refuses.
+
+use super::*;
+use proptest::prelude::*;
+use std::path::{Path, PathBuf};
+use tickwire_proto::{encode_field_list, FieldList, NakCode, Real, Value};
+
+/// A directory removed at the end of the test.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "tickwire-journal-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn bid(v: i64) -> Vec<u8> {
+    encode_field_list([(22, Value::Real(Real::new(v, -2)))])
+}
+
+fn post<'a>(item: &'a str, post_id: u32, fields: &'a [u8]) -> Received<'a> {
+    Received {
+        service: "FEED",
+        item,
+        user: "alice",
+        post_id,
+        image: false,
+        fields: FieldList::decode(fields).unwrap(),
+    }
+}
+
+fn opts(sync: SyncPolicy) -> JournalOptions {
+    JournalOptions {
+        sync,
+        ..JournalOptions::default()
+    }
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    files::list_segments(dir)
+        .unwrap()
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect()
+}
+
+#[test]
+fn a_restart_finds_exactly_the_posts_received_and_not_completed() {
+    let dir = TempDir::new("pending");
+    let f = bid(10125);
+    {
+        let (mut j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Always)).unwrap();
+        assert_eq!(rec.records, 0);
+        let a = j.received(&post("SYM0", 1, &f), 100).unwrap();
+        let b = j.received(&post("SYM1", 2, &f), 101).unwrap();
+        let c = j.received(&post("SYM2", 3, &f), 102).unwrap();
+        j.commit().unwrap();
+        j.completed(b, None, "", 103).unwrap();
+        j.completed(a, Some(NakCode::SymbolUnknown), "no such item", 104)
+            .unwrap();
+        j.commit().unwrap();
+        assert_eq!((a, b, c), (1, 2, 3));
+        assert_eq!(j.pending_count(), 1);
+        // Appended but not committed: not in the journal.
+        j.received(&post("SYM3", 4, &f), 105).unwrap();
+    }
+    let (j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Always)).unwrap();
+    assert_eq!(rec.records, 5);
+    assert_eq!(rec.cut, None);
+    let pending: Vec<_> = j.pending().collect();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].seq, pending[0].item.as_str(), pending[0].post_id),
+        (3, "SYM2", 3)
+    );
+    assert_eq!(pending[0].fields, f);
+    assert_eq!(pending[0].user, "alice");
+}
+
+#[test]
+fn each_policy_makes_the_system_calls_it_says() {
+    for (policy, syncs) in [
+        (SyncPolicy::Always, 1),
+        (SyncPolicy::Batch, 1),
+        (SyncPolicy::Never, 0),
+    ] {
+        let dir = TempDir::new("syscalls");
+        let (mut j, _) = Journal::open(&dir.0, opts(policy)).unwrap();
+        let before = j.stats().syscalls;
+        let f = bid(1);
+        for i in 0..10 {
+            j.received(&post("SYM0", i, &f), 0).unwrap();
+        }
+        j.commit().unwrap();
+        let after = j.stats().syscalls;
+        assert_eq!(
+            after.writes - before.writes,
+            1,
+            "{policy:?}: one write for 10 records"
+        );
+        assert_eq!(after.syncs - before.syncs, syncs, "{policy:?}");
+        assert_eq!(j.stats().records, 10);
+    }
+}
+
+#[test]
+fn segments_roll_and_a_missing_one_is_refused_by_name() {
+    let dir = TempDir::new("roll");
+    let f = bid(1);
+    {
+        let (mut j, _) = Journal::open(
+            &dir.0,
+            JournalOptions {
+                sync: SyncPolicy::Never,
+                segment_bytes: 300,
+            },
+        )
+        .unwrap();
+        for i in 0..20 {
+            j.received(&post("SYM0", i, &f), 0).unwrap();
+            j.commit().unwrap();
+        }
+    }
+    let segs = segments(&dir.0);
+    assert!(segs.len() >= 4, "{segs:?}");
+    let (j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+    assert_eq!((rec.records, j.pending_count()), (20, 20));
+    drop(j);
+    std::fs::remove_file(&segs[1]).unwrap();
+    let err = Journal::open(&dir.0, opts(SyncPolicy::Never))
+        .err()
+        .expect("a gap is an error");
+    let text = err.to_string();
+    assert!(text.contains("do not follow each other"), "{text}");
+    assert!(text.contains(&segment::file_name(0)[..10]), "{text}");
+}
+
+#[test]
+fn a_flipped_byte_before_the_end_is_corruption_not_a_torn_write() {
+    let dir = TempDir::new("corrupt");
+    let f = bid(1);
+    {
+        let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+        for i in 0..5 {
+            j.received(&post("SYM0", i, &f), 0).unwrap();
+        }
+        j.commit().unwrap();
+    }
+    let path = &segments(&dir.0)[0];
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = segment::HEADER_LEN + 20; // inside the first record's body
+    bytes[at] ^= 0x40;
+    std::fs::write(path, &bytes).unwrap();
+    let err = Journal::open(&dir.0, opts(SyncPolicy::Never))
+        .err()
+        .expect("corruption is an error");
+    let text = err.to_string();
+    assert!(text.contains("corrupt at byte 32"), "{text}");
+    assert!(text.contains("checksum mismatch"), "{text}");
+    // Left as it was for an operator to look at.
+    assert_eq!(std::fs::read(path).unwrap(), bytes);
+}
+
+#[test]
+fn a_segment_whose_header_never_reached_the_disk_is_removed() {
+    let dir = TempDir::new("header");
+    {
+        let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+        let f = bid(1);
+        j.received(&post("SYM0", 1, &f), 0).unwrap();
+        j.commit().unwrap();
+    }
+    let next = dir.0.join(segment::file_name(2));
+    std::fs::write(&next, &segment::MAGIC[..5]).unwrap();
+    let (mut j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+    assert_eq!(rec.records, 1);
+    assert!(rec.cut.is_some());
+    assert!(!next.exists());
+    let f = bid(2);
+    assert_eq!(j.received(&post("SYM0", 2, &f), 0).unwrap(), 2);
+    j.commit().unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A crash can cut the last write anywhere, or leave zeros after it: recovery keeps
+    /// every record written whole before it, cuts the rest, and the journal goes on from
+    /// the next seq.
+    #[test]
+    fn a_torn_last_write_is_cut_and_everything_before_it_kept(
+        n in 1usize..12,
+        cut_into_last in any::<prop::sample::Index>(),
+        zeros in 0usize..64,
+    ) {
+        let dir = TempDir::new("torn");
+        let f = bid(7);
+        {
+            let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+            for i in 0..n {
+                j.received(&post("SYM0", i as u32, &f), 0).unwrap();
+                j.commit().unwrap();
+            }
+        }
+        let path = segments(&dir.0)[0].clone();
+        let bytes = std::fs::read(&path).unwrap();
+        // Where the last record starts: after n - 1 whole ones.
+        let (_, one) = record::decode(&bytes[segment::HEADER_LEN..]).unwrap();
+        let last_start = segment::HEADER_LEN + (n - 1) * one;
+        let keep = last_start + cut_into_last.index(one); // 0..one bytes of the last record
+        let mut torn = bytes[..keep].to_vec();
+        torn.extend(std::iter::repeat_n(0u8, zeros));
+        std::fs::write(&path, &torn).unwrap();
+
+        let (mut j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+        prop_assert_eq!(rec.records, n as u64 - 1);
+        prop_assert_eq!(j.pending_count(), n - 1);
+        if torn.len() > last_start {
+            let (p, at, len, _) = rec.cut.clone().expect("the torn write is reported");
+            prop_assert_eq!(p, path.clone());
+            prop_assert_eq!(at as usize, last_start);
+            prop_assert_eq!(len as usize, torn.len() - last_start);
+        }
+        prop_assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, last_start);
+        let seq = j.received(&post("SYM0", 99, &f), 0).unwrap();
+        prop_assert_eq!(seq, n as u64);
+        j.commit().unwrap();
+        drop(j);
+        let (_, rec) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+        prop_assert_eq!(rec.records, n as u64);
+        prop_assert_eq!(rec.cut, None);
+    }
+
+    /// Whatever bytes a segment holds, reading it never panics, and what it calls valid
+    /// decodes again record by record.
+    #[test]
+    fn scanning_any_bytes_never_panics(tail in prop::collection::vec(any::<u8>(), 0..512)) {
+        let mut bytes = segment::encode_header(1, 0).to_vec();
+        bytes.extend_from_slice(&tail);
+        let scan = segment::scan(&bytes, 1).unwrap();
+        let mut at = segment::HEADER_LEN;
+        for r in &scan.records {
+            let (again, len) = record::decode(&bytes[at..]).unwrap();
+            prop_assert_eq!(&again, r);
+            at += len;
+        }
+        prop_assert_eq!(at, scan.valid_len);
+    }
+}
