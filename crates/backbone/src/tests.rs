@@ -375,6 +375,7 @@ fn a_post_at_an_edge_is_refused_at_once_since_the_backbone_carries_data_one_way(
         post_id: 3,
         ack: true,
         image: false,
+        redelivered: false,
         service: "",
         name: "",
         fields: FieldList::decode(&fields).unwrap(),

@@ -2,6 +2,7 @@
 
 mod demo;
 mod feed;
+mod journal;
 mod json;
 mod logger;
 mod post;
@@ -60,6 +61,9 @@ enum Command {
     /// read from standard input.
     #[command(subcommand)]
     Users(users::UsersCommand),
+    /// The node's journal of posts: `journal inspect DIR` prints its records.
+    #[command(subcommand)]
+    Journal(journal::JournalCommand),
 }
 
 #[derive(clap::Args)]
@@ -261,6 +265,7 @@ fn main() {
         Command::Demo(a) => demo::run(a),
         Command::Bench(c) => tickwire_bench::bench::run(c),
         Command::Users(c) => users::run(c),
+        Command::Journal(c) => journal::run(c),
         Command::PerfPub(a) => tickwire_bench::perf_pub::run(a).map(|_| ()),
         Command::PerfWsSub(a) => {
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -173,9 +173,23 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
                             }
                         },
                     };
-                    if let Some(code) = nak {
-                        log::info!("post to {:?} refused ({}): {text}", post.name, code.name());
-                    }
+                    // One line per post at debug level (a feed may take many per second).
+                    let fields: Vec<String> = post
+                        .fields
+                        .iter()
+                        .map(|(f, v)| format!("{f}={v}"))
+                        .collect();
+                    log::debug!(
+                        "post to {}: {} {}{}",
+                        post.name,
+                        fields.join(" "),
+                        nak.map_or("applied", |c| c.name()),
+                        if post.redelivered {
+                            " (redelivered)"
+                        } else {
+                            ""
+                        }
+                    );
                     publisher.answer_post(&post, nak, &text)?;
                 }
             }

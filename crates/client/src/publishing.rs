@@ -50,6 +50,9 @@ pub struct ReceivedPost {
     pub ack: bool,
     /// The fields are a whole image, not an update.
     pub image: bool,
+    /// Delivered again after the node restarted (from its journal): this publisher may
+    /// have had it before, its answer never reached the journal.
+    pub redelivered: bool,
     pub service: String,
     pub name: String,
     /// The item, if this publisher has it.
@@ -426,6 +429,7 @@ impl PublisherSession {
                         post_id: p.post_id,
                         ack: p.ack,
                         image: p.image,
+                        redelivered: p.redelivered,
                         service: p.service.to_string(),
                         name: p.name.to_string(),
                         item: None,

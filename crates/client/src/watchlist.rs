@@ -238,6 +238,7 @@ impl SubscriberSession {
             post_id,
             ack,
             image: false,
+            redelivered: false,
             service,
             name,
             fields,

@@ -24,7 +24,7 @@ mod streams;
 
 use items::{Item, ItemHandle, ItemTable, StreamRef, SubEntry};
 use log::{info, warn};
-pub use posts::{PostServices, PostStats};
+pub use posts::{JournalRequest, JournalWrite, PostServices, PostStats, Redelivery};
 use rustc_hash::FxHashMap;
 pub use security::{
     AuthRequest, SessionTokenConfig, TokenAnswer, TokenRefusal, MAX_HELD_BEFORE_LOGIN,
@@ -122,6 +122,8 @@ pub struct CoreConfig {
     pub interactive_linger: Duration,
     /// Services whose publishers are sent subscribers' posts (`[posts] services`).
     pub posts: PostServices,
+    /// Services whose posts go through the node's journal (`[journal] services`).
+    pub journal: PostServices,
 }
 
 impl Default for CoreConfig {
@@ -139,6 +141,7 @@ impl Default for CoreConfig {
             node_id: 0,
             interactive_linger: Duration::ZERO,
             posts: PostServices::None,
+            journal: PostServices::None,
         }
     }
 }
@@ -633,6 +636,7 @@ impl Node {
         self.expire_services(now);
         self.end_lingering(now);
         self.expire_posts(now);
+        self.redeliver_ready();
         self.sessions.expire(now);
         for (id, login) in timed_out {
             let text = if login {

@@ -7,19 +7,27 @@
 //! to the poster with the poster's. A post the publisher leaves unanswered is refused
 //! with `NoResponse` after `Limits::post_timeout`, and one whose publisher leaves first
 //! with `SourceDown`: a poster that asked for an answer always gets exactly one.
+//!
+//! Posts to a journaled service (`CoreConfig::journal`) go through the node's journal
+//! (docs/JOURNAL.md), which the core never touches itself: it asks for a "received"
+//! record ([`Node::take_journal_requests`]) and forwards the post only once the journal
+//! says it is kept ([`Node::on_journaled`]); every answer to it, the publisher's or the
+//! node's own, is recorded as "completed" before it reaches the poster. Posts the
+//! journal held as received and not completed when the node stopped are delivered again
+//! ([`Node::redeliver_posts`]), marked as such, once their service has a publisher.
 
 use crate::{ConnId, ConnRole, Node};
-use log::info;
+use log::{info, warn};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::time::Instant;
 use tickwire_auth::Action;
-use tickwire_proto::{Ack, Message, NakCode, Post};
+use tickwire_proto::{Ack, FieldList, Message, NakCode, Post};
 
-/// Which services take posts on this node (`[posts] services`).
+/// Which services a node setting applies to (`[posts] services`, `[journal] services`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum PostServices {
-    /// None: every post is refused (`DeniedBySrc`).
+    /// None.
     #[default]
     None,
     /// Every service.
@@ -49,12 +57,77 @@ impl PostServices {
     }
 }
 
+/// What the node's journal is asked to record (see the module's docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalRequest {
+    /// Pass it back to [`Node::on_journaled`].
+    pub ticket: u64,
+    pub write: JournalWrite,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalWrite {
+    Received {
+        service: String,
+        item: String,
+        user: String,
+        post_id: u32,
+        image: bool,
+        fields: Vec<u8>,
+    },
+    Completed {
+        /// The seq of the received record.
+        received: u64,
+        nak: Option<NakCode>,
+        text: String,
+    },
+}
+
+/// A post the journal held as received and not completed when the node last stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redelivery {
+    /// Its received record's seq.
+    pub seq: u64,
+    pub service: String,
+    pub item: String,
+    pub image: bool,
+    pub fields: Vec<u8>,
+}
+
+/// Who waits for a post's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Poster {
+    conn: ConnId,
+    stream: u32,
+    post_id: u32,
+    /// It asked for an answer (the node's own refusals go to it in any case).
+    wants_answer: bool,
+}
+
 /// A forwarded post waiting for its publisher's answer.
 struct Pending {
-    poster: ConnId,
-    poster_stream: u32,
-    poster_post_id: u32,
+    /// `None`: a post delivered again from the journal; nobody waits for it.
+    poster: Option<Poster>,
+    /// Its received record, when its service is journaled.
+    journal_seq: Option<u64>,
     deadline: Instant,
+}
+
+/// A post (or its answer) waiting for the journal.
+enum Journaling {
+    Received {
+        /// `None` once the poster has gone.
+        poster: Option<Poster>,
+        service: String,
+        item: String,
+        image: bool,
+        fields: Vec<u8>,
+    },
+    Completed {
+        poster: Option<Poster>,
+        nak: Option<NakCode>,
+        text: String,
+    },
 }
 
 /// The posts in flight.
@@ -64,9 +137,15 @@ pub(crate) struct Posts {
     pending: FxHashMap<(ConnId, u32), Pending>,
     /// In the order they were forwarded, which is deadline order (one timeout for all).
     deadlines: VecDeque<(Instant, ConnId, u32)>,
-    /// Unanswered posts per poster (bounded by `Limits::max_pending_posts`).
+    /// Posts of each poster not answered yet (bounded by `Limits::max_pending_posts`).
     per_poster: FxHashMap<ConnId, usize>,
     next_id: u32,
+    /// Records the journal has been asked for, by ticket.
+    journaling: FxHashMap<u64, Journaling>,
+    journal_requests: Vec<JournalRequest>,
+    next_ticket: u64,
+    /// Posts from the journal waiting for a publisher of their service.
+    redeliver: Vec<Redelivery>,
 }
 
 /// What happened to posts, for the node's figures.
@@ -80,24 +159,46 @@ pub struct PostStats {
     pub post_timeouts: u64,
     /// Acks from a publisher for no post in flight (late, or never asked for).
     pub acks_unmatched: u64,
+    /// Posts delivered again from the journal after a restart.
+    pub redelivered: u64,
+    /// Journal records asked for, and those the journal could not keep.
+    pub journal_writes: u64,
+    pub journal_failures: u64,
+}
+
+/// A post on its way to a publisher.
+struct Outgoing<'a> {
+    service: &'a str,
+    item: &'a str,
+    image: bool,
+    redelivered: bool,
+    fields: FieldList<'a>,
+    poster: Option<Poster>,
+    journal_seq: Option<u64>,
 }
 
 impl Node {
     /// A subscriber's Post.
     pub(crate) fn on_subscriber_post(&mut self, conn: ConnId, p: &Post<'_>) {
         self.stats.posts.posts_in += 1;
-        match self.route_post(conn, p) {
-            Ok(()) => {}
-            Err((code, text)) => {
-                info!(target: "audit", "post refused: {text}");
-                self.answer_post(conn, p.stream_id, p.post_id, Some(code), &text);
-            }
+        if let Err((code, text)) = self.route_post(conn, p) {
+            info!(target: "audit", "post refused: {text}");
+            self.answer(
+                Poster {
+                    conn,
+                    stream: p.stream_id,
+                    post_id: p.post_id,
+                    wants_answer: true,
+                },
+                Some(code),
+                &text,
+            );
         }
     }
 
     fn route_post(&mut self, conn: ConnId, p: &Post<'_>) -> Result<(), (NakCode, String)> {
         // The item: the poster's open stream, or the names of an off-stream post.
-        let (svc, item_name, pub_stream) = if p.stream_id != 0 {
+        let (svc, item_name) = if p.stream_id != 0 {
             let c = self.conns[conn].as_ref().expect("the poster is live");
             let Some(r) = c.sub_streams.get(&p.stream_id) else {
                 return Err((
@@ -106,8 +207,7 @@ impl Node {
                 ));
             };
             let item = self.items.get(r.item).expect("an open stream's item");
-            let stream = item.publisher.map_or(0, |(_, sid)| sid);
-            (item.service, item.name.to_string(), stream)
+            (item.service, item.name.to_string())
         } else {
             if p.service.is_empty() || p.name.is_empty() {
                 return Err((
@@ -127,13 +227,7 @@ impl Node {
                     format!("unknown service {:?}", p.service),
                 ));
             };
-            let stream = self.services[svc]
-                .items
-                .get(p.name)
-                .and_then(|&h| self.items.get(h))
-                .and_then(|i| i.publisher)
-                .map_or(0, |(_, sid)| sid);
-            (svc, p.name.to_string(), stream)
+            (svc, p.name.to_string())
         };
         let service = self.services[svc].name.clone();
         if !self.may(conn, Action::Post, &service) {
@@ -148,60 +242,270 @@ impl Node {
                 format!("service {service:?} does not take posts on this node ([posts] services)"),
             ));
         }
-        let Some(publisher) = self.services[svc]
-            .publisher
-            .filter(|_| self.services[svc].up)
-        else {
+        if self.up_publisher(&service).is_none() {
             return Err((NakCode::SourceDown, format!("service {service:?} is down")));
-        };
+        }
         let max = self.cfg.limits.max_pending_posts;
         let waiting = self.posts.per_poster.get(&conn).copied().unwrap_or(0);
-        if p.ack && waiting >= max {
+        let journaled = self.cfg.journal.takes(&service);
+        if (p.ack || journaled) && waiting >= max {
             return Err((
                 NakCode::NoResources,
                 format!("{max} posts from this connection are already waiting for an answer (posts.max_pending)"),
             ));
         }
+        let poster = Poster {
+            conn,
+            stream: p.stream_id,
+            post_id: p.post_id,
+            wants_answer: p.ack,
+        };
+        if journaled {
+            // Forwarded once the journal has it.
+            let user = self.conns[conn]
+                .as_ref()
+                .map_or(String::new(), |c| c.user.clone());
+            *self.posts.per_poster.entry(conn).or_default() += 1;
+            self.journal(
+                JournalWrite::Received {
+                    service: service.clone(),
+                    item: item_name.clone(),
+                    user,
+                    post_id: p.post_id,
+                    image: p.image,
+                    fields: p.fields.as_bytes().to_vec(),
+                },
+                Journaling::Received {
+                    poster: Some(poster),
+                    service,
+                    item: item_name,
+                    image: p.image,
+                    fields: p.fields.as_bytes().to_vec(),
+                },
+            );
+            return Ok(());
+        }
+        self.forward(Outgoing {
+            service: &service,
+            item: &item_name,
+            image: p.image,
+            redelivered: false,
+            fields: p.fields,
+            poster: Some(poster),
+            journal_seq: None,
+        });
+        Ok(())
+    }
+
+    /// The publisher of `service`, if it has one and it is up.
+    fn up_publisher(&self, service: &str) -> Option<ConnId> {
+        let &svc = self.service_by_name.get(service)?;
+        let s = &self.services[svc];
+        s.publisher.filter(|_| s.up)
+    }
+
+    /// Sends a post to its service's publisher (which must be up) under a number of the
+    /// node's own, and waits for the answer when someone needs it.
+    fn forward(&mut self, o: Outgoing<'_>) {
+        let Some(publisher) = self.up_publisher(o.service) else {
+            return self.finish(
+                o.poster,
+                o.journal_seq,
+                Some(NakCode::SourceDown),
+                "the service went down",
+            );
+        };
+        let pub_stream = self
+            .service_by_name
+            .get(o.service)
+            .and_then(|&svc| self.services[svc].items.get(o.item))
+            .and_then(|&h| self.items.get(h))
+            .and_then(|i| i.publisher)
+            .map_or(0, |(_, sid)| sid);
         self.posts.next_id = self.posts.next_id.wrapping_add(1);
         let id = self.posts.next_id;
+        // A journaled post is always answered: its completion is recorded.
+        let ack = o.journal_seq.is_some() || o.poster.is_some_and(|p| p.wants_answer);
         self.send(
             publisher,
             &Message::Post(Post {
                 stream_id: pub_stream,
                 post_id: id,
-                ack: p.ack,
-                image: p.image,
-                service: &service,
-                name: &item_name,
-                fields: p.fields,
+                ack,
+                image: o.image,
+                redelivered: o.redelivered,
+                service: o.service,
+                name: o.item,
+                fields: o.fields,
             }),
         );
         self.stats.posts.posts_forwarded += 1;
-        if p.ack {
-            let deadline = self.now + self.cfg.limits.post_timeout;
-            self.posts.pending.insert(
-                (publisher, id),
-                Pending {
-                    poster: conn,
-                    poster_stream: p.stream_id,
-                    poster_post_id: p.post_id,
-                    deadline,
-                },
-            );
-            self.posts.deadlines.push_back((deadline, publisher, id));
-            *self.posts.per_poster.entry(conn).or_default() += 1;
-            self.tick_by(deadline);
+        if !ack {
+            return;
         }
-        Ok(())
+        let deadline = self.now + self.cfg.limits.post_timeout;
+        self.posts.pending.insert(
+            (publisher, id),
+            Pending {
+                poster: o.poster,
+                journal_seq: o.journal_seq,
+                deadline,
+            },
+        );
+        self.posts.deadlines.push_back((deadline, publisher, id));
+        if let Some(p) = o.poster {
+            // Journaled posts were counted when they went to the journal.
+            if o.journal_seq.is_none() {
+                *self.posts.per_poster.entry(p.conn).or_default() += 1;
+            }
+        }
+        self.tick_by(deadline);
     }
 
     /// A publisher's Ack: to the poster, under the poster's post id.
     pub(crate) fn on_publisher_ack(&mut self, conn: ConnId, a: &Ack<'_>) {
-        let Some(p) = self.take_pending(conn, a.post_id) else {
+        let Some(p) = self.posts.pending.remove(&(conn, a.post_id)) else {
             self.stats.posts.acks_unmatched += 1;
             return;
         };
-        self.answer_post(p.poster, p.poster_stream, p.poster_post_id, a.nak, a.text);
+        self.finish(p.poster, p.journal_seq, a.nak, a.text);
+    }
+
+    /// A post's answer: recorded as completed first when it was journaled, then to the
+    /// poster.
+    fn finish(
+        &mut self,
+        poster: Option<Poster>,
+        journal_seq: Option<u64>,
+        nak: Option<NakCode>,
+        text: &str,
+    ) {
+        match journal_seq {
+            Some(received) => self.journal(
+                JournalWrite::Completed {
+                    received,
+                    nak,
+                    text: text.to_string(),
+                },
+                Journaling::Completed {
+                    poster,
+                    nak,
+                    text: text.to_string(),
+                },
+            ),
+            None => {
+                if let Some(p) = poster {
+                    self.release(p.conn);
+                    self.answer(p, nak, text);
+                }
+            }
+        }
+    }
+
+    fn journal(&mut self, write: JournalWrite, then: Journaling) {
+        self.posts.next_ticket += 1;
+        let ticket = self.posts.next_ticket;
+        self.posts.journaling.insert(ticket, then);
+        self.posts
+            .journal_requests
+            .push(JournalRequest { ticket, write });
+        self.stats.posts.journal_writes += 1;
+    }
+
+    /// Moves the records the journal is asked for into `into` (cleared first): write
+    /// them, then tell [`Node::on_journaled`] of each.
+    pub fn take_journal_requests(&mut self, into: &mut Vec<JournalRequest>) {
+        into.clear();
+        std::mem::swap(into, &mut self.posts.journal_requests);
+    }
+
+    /// The journal wrote (and, by its policy, synced) the record of `ticket`, whose seq
+    /// is `Ok`, or could not (`Err`: why).
+    pub fn on_journaled(&mut self, ticket: u64, result: Result<u64, String>, now: Instant) {
+        self.now = now;
+        let Some(j) = self.posts.journaling.remove(&ticket) else {
+            return;
+        };
+        match (j, result) {
+            (
+                Journaling::Received {
+                    poster,
+                    service,
+                    item,
+                    image,
+                    fields,
+                },
+                Ok(seq),
+            ) => self.forward(Outgoing {
+                service: &service,
+                item: &item,
+                image,
+                redelivered: false,
+                fields: FieldList::from_trusted(&fields),
+                poster,
+                journal_seq: Some(seq),
+            }),
+            (Journaling::Received { poster, .. }, Err(why)) => {
+                self.stats.posts.journal_failures += 1;
+                warn!("post refused: the journal cannot keep it: {why}");
+                if let Some(poster) = poster {
+                    self.release(poster.conn);
+                    let text = format!("the node's journal cannot keep the post: {why}");
+                    self.answer(
+                        Poster {
+                            wants_answer: true,
+                            ..poster
+                        },
+                        Some(NakCode::NoResources),
+                        &text,
+                    );
+                }
+            }
+            (Journaling::Completed { poster, nak, text }, result) => {
+                if let Err(why) = result {
+                    // The publisher has answered; a restart delivers the post again,
+                    // marked as delivered before.
+                    self.stats.posts.journal_failures += 1;
+                    warn!("the journal could not record a post's answer: {why}");
+                }
+                if let Some(p) = poster {
+                    self.release(p.conn);
+                    self.answer(p, nak, &text);
+                }
+            }
+        }
+        self.handle_overflows();
+    }
+
+    /// Posts the journal held as received and not completed: each goes to its
+    /// service's publisher, marked as delivered again, once the service is up.
+    pub fn redeliver_posts(&mut self, posts: Vec<Redelivery>) {
+        self.posts.redeliver.extend(posts);
+        self.redeliver_ready();
+    }
+
+    /// Sends the redeliveries whose service is up now.
+    pub(crate) fn redeliver_ready(&mut self) {
+        if self.posts.redeliver.is_empty() {
+            return;
+        }
+        let all = std::mem::take(&mut self.posts.redeliver);
+        for r in all {
+            if self.up_publisher(&r.service).is_none() {
+                self.posts.redeliver.push(r);
+                continue;
+            }
+            self.stats.posts.redelivered += 1;
+            self.forward(Outgoing {
+                service: &r.service,
+                item: &r.item,
+                image: r.image,
+                redelivered: true,
+                fields: FieldList::from_trusted(&r.fields),
+                poster: None,
+                journal_seq: Some(r.seq),
+            });
+        }
     }
 
     /// Posts whose publisher did not answer in time are refused.
@@ -216,19 +520,17 @@ impl Node {
             if self.posts.pending.get(&(publisher, id)).map(|p| p.deadline) != Some(deadline) {
                 continue;
             }
-            let p = self.take_pending(publisher, id).expect("checked above");
+            let p = self
+                .posts
+                .pending
+                .remove(&(publisher, id))
+                .expect("checked above");
             self.stats.posts.post_timeouts += 1;
             let text = format!(
                 "the publisher did not answer within {} ms (posts.timeout_ms)",
                 self.cfg.limits.post_timeout.as_millis()
             );
-            self.answer_post(
-                p.poster,
-                p.poster_stream,
-                p.poster_post_id,
-                Some(NakCode::NoResponse),
-                &text,
-            );
+            self.finish(p.poster, p.journal_seq, Some(NakCode::NoResponse), &text);
         }
     }
 
@@ -246,11 +548,14 @@ impl Node {
             .collect();
         ids.sort_unstable(); // answered in the order they were numbered
         for id in ids {
-            let p = self.take_pending(publisher, id).expect("listed above");
-            self.answer_post(
+            let p = self
+                .posts
+                .pending
+                .remove(&(publisher, id))
+                .expect("listed above");
+            self.finish(
                 p.poster,
-                p.poster_stream,
-                p.poster_post_id,
+                p.journal_seq,
                 Some(NakCode::SourceDown),
                 "the publisher left before answering",
             );
@@ -258,33 +563,43 @@ impl Node {
     }
 
     /// A poster left: answers to its posts have nowhere to go (and its id will be
-    /// someone else's).
+    /// someone else's). Its journaled posts still go their way; only the answer is
+    /// dropped.
     pub(crate) fn posts_poster_gone(&mut self, poster: ConnId) {
-        if self.posts.per_poster.remove(&poster).is_some() {
-            self.posts.pending.retain(|_, p| p.poster != poster);
+        if self.posts.per_poster.remove(&poster).is_none() {
+            return;
         }
-    }
-
-    fn take_pending(&mut self, publisher: ConnId, id: u32) -> Option<Pending> {
-        let p = self.posts.pending.remove(&(publisher, id))?;
-        if let Some(n) = self.posts.per_poster.get_mut(&p.poster) {
-            *n -= 1;
-            if *n == 0 {
-                self.posts.per_poster.remove(&p.poster);
+        let orphan = |p: &mut Option<Poster>| {
+            if p.is_some_and(|p| p.conn == poster) {
+                *p = None;
+            }
+        };
+        for p in self.posts.pending.values_mut() {
+            orphan(&mut p.poster);
+        }
+        self.posts
+            .pending
+            .retain(|_, p| p.poster.is_some() || p.journal_seq.is_some());
+        for j in self.posts.journaling.values_mut() {
+            match j {
+                Journaling::Completed { poster: p, .. }
+                | Journaling::Received { poster: p, .. } => orphan(p),
             }
         }
-        Some(p)
     }
 
-    fn answer_post(
-        &mut self,
-        poster: ConnId,
-        stream_id: u32,
-        post_id: u32,
-        nak: Option<NakCode>,
-        text: &str,
-    ) {
-        if self.role(poster) != Some(ConnRole::Subscriber) {
+    /// One of the poster's posts is answered.
+    fn release(&mut self, poster: ConnId) {
+        if let Some(n) = self.posts.per_poster.get_mut(&poster) {
+            *n -= 1;
+            if *n == 0 {
+                self.posts.per_poster.remove(&poster);
+            }
+        }
+    }
+
+    fn answer(&mut self, p: Poster, nak: Option<NakCode>, text: &str) {
+        if !p.wants_answer || self.role(p.conn) != Some(ConnRole::Subscriber) {
             return;
         }
         if nak.is_some() {
@@ -293,10 +608,10 @@ impl Node {
             self.stats.posts.acks_out += 1;
         }
         self.send(
-            poster,
+            p.conn,
             &Message::Ack(Ack {
-                stream_id,
-                post_id,
+                stream_id: p.stream,
+                post_id: p.post_id,
                 nak,
                 text,
             }),

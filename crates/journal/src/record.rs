@@ -86,17 +86,14 @@ impl Record<'_> {
         out.extend_from_slice(&[0; RECORD_HEADER_LEN]);
         let res = self.encode_body(out);
         let len = out.len() - start - RECORD_HEADER_LEN;
-        let res = res.and_then(|()| {
-            if len > MAX_BODY {
-                Err(tickwire_proto::EncodeError::TooLong {
-                    what: "journal record",
-                    len,
-                    max: MAX_BODY,
-                })
-            } else {
-                Ok(())
-            }
-        });
+        let res = match res {
+            Ok(()) if len > MAX_BODY => Err(tickwire_proto::EncodeError::TooLong {
+                what: "journal record",
+                len,
+                max: MAX_BODY,
+            }),
+            other => other,
+        };
         if let Err(e) = res {
             out.truncate(start);
             return Err(e);

@@ -103,6 +103,7 @@ pub struct NodeConfig {
     pub backbone: crate::backbone::BackboneSection,
     pub upstream: crate::upstream::UpstreamSection,
     pub posts: PostsSection,
+    pub journal: crate::journal::JournalSection,
 }
 
 /// `[posts]`: which services' publishers are sent subscribers' posts (contributions),
@@ -491,6 +492,18 @@ impl NodeConfig {
             "allowed: 1 to 600000".into(),
         )?;
         check(
+            self.journal.services.is_empty() || !self.journal.dir.is_empty(),
+            "journal.services",
+            format!("{:?}", self.journal.services),
+            "needs journal.dir, the directory of the journal".into(),
+        )?;
+        check(
+            (1..=4096).contains(&self.journal.segment_mb),
+            "journal.segment_mb",
+            self.journal.segment_mb.to_string(),
+            "allowed: 1 to 4096".into(),
+        )?;
+        check(
             self.posts.max_pending >= 1,
             "posts.max_pending",
             self.posts.max_pending.to_string(),
@@ -636,6 +649,11 @@ impl NodeConfig {
                 post_timeout: Duration::from_millis(self.posts.timeout_ms),
             },
             posts: tickwire_core::PostServices::from_list(&self.posts.services),
+            journal: if self.journal.dir.is_empty() {
+                tickwire_core::PostServices::None
+            } else {
+                tickwire_core::PostServices::from_list(&self.journal.services)
+            },
             login_token: (!self.security.login_token.is_empty())
                 .then(|| self.security.login_token.clone()),
             users: None, // loaded by the server (NodeConfig::load_users)

@@ -8,6 +8,7 @@
 mod auth;
 pub mod backbone;
 pub mod config;
+pub mod journal;
 mod node_item;
 mod server;
 pub mod tls;

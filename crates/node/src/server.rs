@@ -348,6 +348,14 @@ impl NodeServer {
             self.cfg.limits.max_pending_logins,
         )?;
         let mut auth_requests = Vec::new();
+        let journal = (!self.cfg.journal.dir.is_empty()).then(|| {
+            crate::journal::JournalThread::start(
+                &self.cfg.journal,
+                &mut core,
+                self.shutdown.waker.clone(),
+            )
+        });
+        let mut journal_requests = Vec::new();
         let mut sockets: Vec<Option<Socket>> = Vec::new();
         let mut events = Events::with_capacity(1024);
         let hb = core.config().limits.heartbeat;
@@ -517,6 +525,12 @@ impl NodeServer {
             core.take_auth_requests(&mut auth_requests);
             for req in auth_requests.drain(..) {
                 auth.submit(&mut core, req, self.users.clone(), now);
+            }
+            // Posts the journal has kept go on; new records go to be kept.
+            if let Some(j) = &journal {
+                j.deliver(&mut core, now);
+                core.take_journal_requests(&mut journal_requests);
+                j.submit(&mut core, &mut journal_requests, now);
             }
             if self.shutdown.reload.swap(false, Ordering::SeqCst) {
                 self.reload_users(&mut core, now);

@@ -435,6 +435,9 @@ pub struct Post<'a> {
     pub ack: bool,
     /// The fields are a whole image (the WebSocket API's posted Refresh), not an update.
     pub image: bool,
+    /// Node -> publisher: delivered again after a node restart, from its journal; the
+    /// publisher may have had it before (its answer was not recorded).
+    pub redelivered: bool,
     pub service: &'a str,
     pub name: &'a str,
     pub fields: FieldList<'a>,
@@ -475,6 +478,7 @@ const REF_CLEAR: u8 = 4;
 const UPD_DO_NOT_CONFLATE: u8 = 1;
 const POST_ACK: u8 = 1;
 const POST_IMAGE: u8 = 2;
+const POST_REDELIVERED: u8 = 4;
 
 /// Largest number of field ids in a view.
 pub const MAX_VIEW_FIDS: usize = 1024;
@@ -723,7 +727,11 @@ impl<'a> Message<'a> {
                 let stream_id = r.u32()?;
                 let post_id = r.u32()?;
                 let flags = r.u8()?;
-                check_flags(flags, POST_ACK | POST_IMAGE, "post flags")?;
+                check_flags(
+                    flags,
+                    POST_ACK | POST_IMAGE | POST_REDELIVERED,
+                    "post flags",
+                )?;
                 let service = r.str16("service name")?;
                 let name = r.str16("item name")?;
                 Message::Post(Post {
@@ -731,6 +739,7 @@ impl<'a> Message<'a> {
                     post_id,
                     ack: flags & POST_ACK != 0,
                     image: flags & POST_IMAGE != 0,
+                    redelivered: flags & POST_REDELIVERED != 0,
                     service,
                     name,
                     // Posts are rare next to updates: always checked in full.
@@ -895,6 +904,9 @@ impl<'a> Message<'a> {
                 }
                 if m.image {
                     flags |= POST_IMAGE;
+                }
+                if m.redelivered {
+                    flags |= POST_REDELIVERED;
                 }
                 out.push(flags);
                 put_str16(out, m.service, "service name")?;

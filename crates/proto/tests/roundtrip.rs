@@ -154,6 +154,7 @@ enum OMsg {
         post_id: u32,
         ack: bool,
         image: bool,
+        redelivered: bool,
         service: String,
         name: String,
         fields: Fields,
@@ -276,6 +277,7 @@ impl OMsg {
                 post_id,
                 ack,
                 image,
+                redelivered,
                 service,
                 name,
                 encoded_fields,
@@ -285,6 +287,7 @@ impl OMsg {
                 post_id: *post_id,
                 ack: *ack,
                 image: *image,
+                redelivered: *redelivered,
                 service,
                 name,
                 fields: FieldList::decode(encoded_fields).expect("generated field list"),
@@ -656,21 +659,24 @@ fn message() -> impl Strategy<Value = OMsg> {
         (
             any::<u32>(),
             any::<u32>(),
-            any::<[bool; 2]>(),
+            any::<[bool; 3]>(),
             text(),
             text(),
             fields(24)
         )
             .prop_map(
-                |(stream_id, post_id, [ack, image], service, name, fields)| OMsg::Post {
-                    stream_id,
-                    post_id,
-                    ack,
-                    image,
-                    service,
-                    name,
-                    encoded_fields: encode_fields(&fields),
-                    fields,
+                |(stream_id, post_id, [ack, image, redelivered], service, name, fields)| {
+                    OMsg::Post {
+                        stream_id,
+                        post_id,
+                        ack,
+                        image,
+                        redelivered,
+                        service,
+                        name,
+                        encoded_fields: encode_fields(&fields),
+                        fields,
+                    }
                 }
             ),
         (any::<u32>(), any::<u32>(), nak_code(), text()).prop_map(
@@ -1384,11 +1390,11 @@ fn invalid_values_are_refused() {
     assert_eq!(
         Message::decode_body(
             MessageType::Post as u8,
-            &[0, 0, 0, 1, 0, 0, 0, 2, 4, 0, 0, 0, 0, 0, 0]
+            &[0, 0, 0, 1, 0, 0, 0, 2, 8, 0, 0, 0, 0, 0, 0]
         ),
         Err(DecodeError::InvalidValue {
             what: "post flags",
-            value: 4
+            value: 8
         })
     );
     let close = Message::Close { stream_id: 1 };

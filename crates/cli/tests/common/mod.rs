@@ -130,8 +130,14 @@ impl Proc {
     pub fn spawn_with(args: &[&str], prepare: impl FnOnce(&mut Command)) -> Proc {
         let mut cmd = tickwire();
         prepare(&mut cmd);
+        cmd.args(args);
+        Proc::spawn_command(cmd, format!("tickwire {}", args.join(" ")))
+    }
+
+    /// Spawns any command (e.g. `tickwire` inside `unshare`), stdout discarded and
+    /// stderr captured.
+    pub fn spawn_command(mut cmd: Command, what: String) -> Proc {
         let mut child = cmd
-            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -162,7 +168,7 @@ impl Proc {
             exited: None,
             log,
             lines: Some(rx),
-            what: format!("tickwire {}", args.join(" ")),
+            what,
         }
     }
 
@@ -292,7 +298,11 @@ impl Node {
             args.extend_from_slice(&["--listen", "127.0.0.1:0"]);
         }
         args.extend_from_slice(extra);
-        let mut proc = Proc::spawn_with(&args, prepare);
+        Node::from_proc(Proc::spawn_with(&args, prepare))
+    }
+
+    /// A node process already started, once it has logged its address.
+    pub fn from_proc(mut proc: Proc) -> Node {
         let line = proc.wait_for_line("listening on ", START_TIMEOUT);
         let addr = line
             .split("listening on ")

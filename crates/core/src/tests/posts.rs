@@ -36,6 +36,7 @@ fn post<'a>(sid: u32, post_id: u32, service: &'a str, name: &'a str, f: &'a [u8]
         post_id,
         ack: true,
         image: false,
+        redelivered: false,
         service,
         name,
         fields: FieldList::decode(f).unwrap(),
@@ -89,6 +90,7 @@ fn an_on_stream_post_reaches_the_publisher_on_its_stream_and_its_ack_comes_back(
             sid: 7,
             post_id: id,
             ack: true,
+            redelivered: false,
             service: s("FEED"),
             name: s("SYM0"),
             fields: vec![(22, s("99.90")), (25, s("100.00"))],
@@ -269,4 +271,197 @@ fn a_poster_may_have_only_so_many_posts_waiting_and_a_gone_poster_gets_nothing()
     h.recv(next);
     h.send(p, &[ack(ids[1], None, "")]);
     assert!(h.recv(next).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Journaled services: the harness plays the node's journal thread.
+// ---------------------------------------------------------------------------------------
+
+fn journaled() -> Harness {
+    Harness::with_config(CoreConfig {
+        posts: PostServices::All,
+        journal: PostServices::from_list(&[s("FEED")]),
+        limits: Limits {
+            heartbeat: Duration::from_secs(1),
+            post_timeout: Duration::from_millis(500),
+            ..Limits::default()
+        },
+        ..CoreConfig::default()
+    })
+}
+
+/// The records the core asked the journal for since the last call.
+fn journal_requests(h: &mut Harness) -> Vec<JournalRequest> {
+    let mut v = Vec::new();
+    h.node.take_journal_requests(&mut v);
+    v
+}
+
+#[test]
+fn a_journaled_post_goes_on_only_once_kept_and_its_answer_only_once_recorded() {
+    let mut h = journaled();
+    let (p, sub) = feed_and_watcher(&mut h);
+    let f = bid_ask(9990, 10000);
+    h.send(sub, &[post(42, 77, "", "", &f)]);
+    assert!(
+        h.recv(p).is_empty(),
+        "not forwarded before the journal has it"
+    );
+    let reqs = journal_requests(&mut h);
+    let [JournalRequest {
+        ticket,
+        write:
+            JournalWrite::Received {
+                service,
+                item,
+                post_id,
+                fields,
+                ..
+            },
+    }] = &reqs[..]
+    else {
+        panic!("{reqs:?}")
+    };
+    assert_eq!(
+        (service.as_str(), item.as_str(), *post_id),
+        ("FEED", "SYM0", 77)
+    );
+    assert_eq!(fields, &f);
+    h.node.on_journaled(*ticket, Ok(41), h.now);
+    let id = forwarded(&h.recv(p));
+    // The publisher answers; the poster hears of it once the answer is recorded.
+    h.send(p, &[ack(id, None, "applied")]);
+    assert!(h.recv(sub).is_empty());
+    let reqs = journal_requests(&mut h);
+    let [JournalRequest {
+        ticket,
+        write:
+            JournalWrite::Completed {
+                received: 41,
+                nak: None,
+                text,
+            },
+    }] = &reqs[..]
+    else {
+        panic!("{reqs:?}")
+    };
+    assert_eq!(text, "applied");
+    h.node.on_journaled(*ticket, Ok(42), h.now);
+    assert_eq!(
+        h.recv(sub),
+        vec![Got::Ack {
+            sid: 42,
+            post_id: 77,
+            nak: None,
+            text: s("applied"),
+        }]
+    );
+}
+
+#[test]
+fn a_post_the_journal_cannot_keep_is_refused_with_the_journals_reason() {
+    let mut h = journaled();
+    let (p, sub) = feed_and_watcher(&mut h);
+    let f = bid_ask(1, 2);
+    h.send(sub, &[post(42, 5, "", "", &f)]);
+    let reqs = journal_requests(&mut h);
+    h.node.on_journaled(
+        reqs[0].ticket,
+        Err("journal /j: cannot write: No space left on device (os error 28)".into()),
+        h.now,
+    );
+    let (code, text) = nak_of(&h.recv(sub));
+    assert_eq!(code, NakCode::NoResources);
+    assert!(
+        text.contains("journal cannot keep the post") && text.contains("No space left"),
+        "{text}"
+    );
+    assert!(h.recv(p).is_empty(), "nothing reached the publisher");
+    assert_eq!(h.node.stats().posts.journal_failures, 1);
+}
+
+#[test]
+fn the_nodes_own_answer_to_a_journaled_post_is_recorded_too() {
+    let mut h = journaled();
+    let (p, sub) = feed_and_watcher(&mut h);
+    let f = bid_ask(1, 2);
+    // Without "ack": the publisher is asked for an answer anyway (it is recorded).
+    h.send(
+        sub,
+        &[Message::Post(Post {
+            ack: false,
+            ..match post(42, 6, "", "", &f) {
+                Message::Post(p) => p,
+                _ => unreachable!(),
+            }
+        })],
+    );
+    let reqs = journal_requests(&mut h);
+    h.node.on_journaled(reqs[0].ticket, Ok(1), h.now);
+    assert!(matches!(&h.recv(p)[..], [Got::Post { ack: true, .. }]));
+    h.now += Duration::from_millis(500);
+    h.node.on_tick(h.now);
+    let reqs = journal_requests(&mut h);
+    assert!(
+        matches!(
+            &reqs[..],
+            [JournalRequest {
+                write: JournalWrite::Completed {
+                    received: 1,
+                    nak: Some(NakCode::NoResponse),
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{reqs:?}"
+    );
+    h.node.on_journaled(reqs[0].ticket, Ok(2), h.now);
+    assert!(
+        h.recv(sub).iter().all(|g| !matches!(g, Got::Ack { .. })),
+        "no answer to a poster that asked for none"
+    );
+}
+
+#[test]
+fn posts_left_in_the_journal_are_delivered_again_marked_once_their_service_is_up() {
+    let mut h = journaled();
+    h.node.redeliver_posts(vec![Redelivery {
+        seq: 9,
+        service: s("FEED"),
+        item: s("SYM0"),
+        image: false,
+        fields: bid_ask(5, 6),
+    }]);
+    h.node.on_tick(h.now);
+    let (p, _) = feed_and_watcher(&mut h);
+    h.node.on_tick(h.now);
+    let got = h.recv(p);
+    let id = match &got[..] {
+        [Got::Post {
+            post_id,
+            ack: true,
+            redelivered: true,
+            name,
+            ..
+        }] if name == "SYM0" => *post_id,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(h.node.stats().posts.redelivered, 1);
+    h.send(p, &[ack(id, None, "")]);
+    let reqs = journal_requests(&mut h);
+    assert!(
+        matches!(
+            &reqs[..],
+            [JournalRequest {
+                write: JournalWrite::Completed {
+                    received: 9,
+                    nak: None,
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{reqs:?}"
+    );
 }

@@ -747,6 +747,7 @@ fn only_users_entitled_to_post_to_a_service_have_their_posts_forwarded() {
         post_id: 3,
         ack: true,
         image: false,
+        redelivered: false,
         service: "FEED",
         name: "SYM0",
         fields: FieldList::decode(&f).unwrap(),

@@ -141,6 +141,7 @@ impl Session {
             post_id,
             ack,
             image,
+            redelivered: false,
             service: &service,
             name: &name,
             fields: FieldList::from_trusted(&fields),

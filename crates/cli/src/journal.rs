@@ -1,0 +1,113 @@
+//! `tickwire journal inspect DIR`: the journal's records, one JSON object per line,
+//! read without changing anything (a torn last write is reported, not cut).
+
+use crate::json::fields_json;
+use crate::subscribe::Exit;
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use tickwire_journal::{files, segment, Body};
+use tickwire_proto::Dictionary;
+
+#[derive(clap::Subcommand)]
+pub enum JournalCommand {
+    /// Print every record of the journal in DIR, one JSON object per line: `seq`,
+    /// `time_ns`, `stream` ("received" or "completed"), `post_id`, `service`, `item`
+    /// (a completed record repeats those of the post it completes, and names it in
+    /// `received`), then `user` and `fields` (received) or `ok`, `nak_code`, `text`
+    /// (completed). Exit status 1 if the journal is corrupt (what and where on standard
+    /// error); a torn last write, which the node cuts at its next start, is reported
+    /// and is not an error.
+    Inspect {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+}
+
+pub fn run(cmd: JournalCommand) -> Result<()> {
+    let JournalCommand::Inspect { dir } = cmd;
+    let dict = Dictionary::market_price();
+    let list = files::list_segments(&dir)
+        .with_context(|| format!("cannot read journal directory {}", dir.display()))?;
+    let out = std::io::stdout();
+    let mut out = std::io::BufWriter::new(out.lock());
+    // received seq -> (post_id, service, item), to name what a completed record completes.
+    let mut posts: HashMap<u64, (u32, String, String)> = HashMap::new();
+    let mut corrupt = false;
+    for (i, (first, path)) in list.iter().enumerate() {
+        let bytes =
+            files::read_file(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let scan = match segment::scan(&bytes, *first) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("tickwire journal: {}: {e}", path.display());
+                corrupt = true;
+                continue;
+            }
+        };
+        for r in &scan.records {
+            let mut o = json!({
+                "seq": r.seq,
+                "time_ns": r.time_ns,
+                "stream": r.body.stream().name(),
+            });
+            match &r.body {
+                Body::Received(p) => {
+                    posts.insert(
+                        r.seq,
+                        (p.post_id, p.service.to_string(), p.item.to_string()),
+                    );
+                    o["post_id"] = json!(p.post_id);
+                    o["service"] = json!(p.service);
+                    o["item"] = json!(p.item);
+                    o["user"] = json!(p.user);
+                    o["image"] = json!(p.image);
+                    o["fields"] = fields_json(&dict, p.fields);
+                }
+                Body::Completed(c) => {
+                    let (post_id, service, item) = posts.get(&c.received).cloned().unwrap_or((
+                        0,
+                        String::new(),
+                        String::new(),
+                    ));
+                    o["received"] = json!(c.received);
+                    o["post_id"] = json!(post_id);
+                    o["service"] = json!(service);
+                    o["item"] = json!(item);
+                    o["ok"] = json!(c.nak.is_none());
+                    if let Some(code) = c.nak {
+                        o["nak_code"] = json!(code.name());
+                    }
+                    o["text"] = json!(c.text);
+                }
+            }
+            writeln!(out, "{o}")?;
+        }
+        if let Some(stop) = &scan.stopped {
+            let last = i + 1 == list.len();
+            if last && stop.torn {
+                eprintln!(
+                    "tickwire journal: {}: an interrupted last write at byte {} ({}); the node cuts it at its next start",
+                    path.display(),
+                    stop.offset,
+                    stop.why
+                );
+            } else {
+                eprintln!(
+                    "tickwire journal: {}: corrupt at byte {}: {}",
+                    path.display(),
+                    stop.offset,
+                    stop.why
+                );
+                corrupt = true;
+            }
+        }
+    }
+    out.flush()?;
+    if corrupt {
+        return Err(Exit(1).into());
+    }
+    Ok(())
+}

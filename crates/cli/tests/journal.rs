@@ -1,0 +1,492 @@
+//! The node's journal of posts with real processes and real files: what it records, that
+//! an acknowledged post survives SIGKILL of the node at any moment (and a torn last
+//! write is cut), that nothing is delivered twice as new, and that a journal that cannot
+//! keep posts (disk full, unwritable, corrupt) refuses them with the reason while market
+//! data goes on.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tickwire_client::{ConnectOptions, Event, PostTo, Subscriber};
+use tickwire_proto::{encode_field_list, FieldList, NakCode, Real, Value as FieldValue};
+
+const T: Duration = Duration::from_secs(20);
+
+/// A directory in the temp directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("tickwire-journal-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config(listen: &str, journal_dir: &str, sync: &str) -> String {
+    format!(
+        "[node]\nlisten = \"{listen}\"\n[posts]\nservices = [\"FEED\"]\n\
+         [journal]\ndir = \"{journal_dir}\"\nservices = [\"FEED\"]\nsync = \"{sync}\"\n"
+    )
+}
+
+/// `tickwire publish --accept-posts` of SYM0..SYM2, posts logged (debug), and it
+/// reconnects to a node that comes back.
+fn posting_feed(node: &str) -> Proc {
+    Proc::spawn_with(
+        &[
+            "publish",
+            "--node",
+            node,
+            "--items",
+            "3",
+            "--rate",
+            "0",
+            "--accept-posts",
+        ],
+        |c| {
+            c.env("TICKWIRE_LOG", "debug");
+        },
+    )
+}
+
+/// Every record of the journal, from `tickwire journal inspect`.
+fn inspect(dir: &str) -> Vec<Value> {
+    let out = run(&["journal", "inspect", dir], T);
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+fn poster(node: &str) -> Subscriber {
+    let mut opts = ConnectOptions::new(node.to_string());
+    opts.application = "journal-test".into();
+    opts.reconnect = false;
+    opts.connect_timeout = Duration::from_secs(5);
+    Subscriber::connect(opts).expect("the poster connects")
+}
+
+/// A quote whose bid names the post: `n` / 10,000 above 1.
+fn quote(n: u32) -> Vec<u8> {
+    let bid = 10_000 + n as i64;
+    encode_field_list([
+        (22, FieldValue::Real(Real::new(bid, -4))),
+        (25, FieldValue::Real(Real::new(bid + 10_000_000, -4))),
+    ])
+}
+
+#[test]
+fn every_journaled_post_and_its_answer_are_recorded_in_order() {
+    let dir = TempDir::new("records");
+    let cfg = TempConfig::new(
+        "journal-records",
+        &config("127.0.0.1:0", dir.path(), "always"),
+    );
+    let node = Node::start(&["--config", cfg.path()]);
+    let addr = node.addr_str();
+    let _feed = posting_feed(&addr);
+    wait_for_image(node.addr, "FEED", "SYM2", T).expect("the feed");
+    for (item, fields, ok) in [
+        ("SYM0", &["BID=10", "ASK=11"][..], true),
+        ("SYM1", &["BID=12", "ASK=11"][..], false),
+        ("NOPE", &["BID=1"][..], false),
+    ] {
+        let mut args = vec!["post", "--node", &addr, "--json", item];
+        args.extend_from_slice(fields);
+        let out = run(&args, T);
+        assert_eq!(
+            out.code(),
+            Some(if ok { 0 } else { 1 }),
+            "{} {}",
+            out.stdout,
+            out.stderr
+        );
+    }
+    let records = inspect(dir.path());
+    let streams: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| (r["stream"].as_str().unwrap(), r["item"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        streams,
+        [
+            ("received", "SYM0"),
+            ("completed", "SYM0"),
+            ("received", "SYM1"),
+            ("completed", "SYM1"),
+            ("received", "NOPE"),
+            ("completed", "NOPE"),
+        ]
+    );
+    for r in &records {
+        assert_eq!(r["service"], "FEED");
+        assert_eq!(r["post_id"], 1, "tickwire post numbers its one post 1: {r}");
+    }
+    assert_eq!(records[0]["fields"]["BID"], 10.0);
+    assert_eq!(records[1]["ok"], true);
+    assert_eq!(records[3]["nak_code"], "InvalidContent");
+    assert_eq!(records[5]["nak_code"], "SymbolUnknown");
+}
+
+/// Posts as fast as acks come back (at most `window` waiting), until the connection
+/// goes (the node was killed) or `until`: the post numbers acknowledged positively.
+fn post_until_killed(node: &str, next: &mut u32, window: usize, until: Instant) -> BTreeSet<u32> {
+    let mut sub = poster(node);
+    let mut acked = BTreeSet::new();
+    let mut waiting = 0usize;
+    let mut alive = true;
+    while alive && Instant::now() < until {
+        while waiting < window {
+            let n = *next;
+            let fields = quote(n);
+            let to = PostTo::Item {
+                service: "FEED",
+                name: "SYM1",
+            };
+            if sub
+                .post(to, n, FieldList::decode(&fields).unwrap(), true)
+                .is_err()
+            {
+                alive = false;
+                break;
+            }
+            *next += 1;
+            waiting += 1;
+        }
+        let res = sub.dispatch(Duration::from_millis(5), |e| {
+            if let tickwire_client::EventRef::Ack(a) = e {
+                waiting -= 1;
+                if a.nak.is_none() {
+                    acked.insert(a.post_id);
+                }
+            }
+        });
+        if res.is_err() || !sub.is_connected() {
+            alive = false;
+        }
+    }
+    acked
+}
+
+/// Bids (as the feed logs them) of the posts the feed applied, as new and as
+/// redelivered.
+fn applied_by_feed(log: &str) -> (HashMap<String, u32>, u64) {
+    let mut new: HashMap<String, u32> = HashMap::new();
+    let mut redelivered = 0;
+    for line in log.lines().filter(|l| l.contains("post to SYM1: ")) {
+        let bid = line
+            .split("22=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("")
+            .to_string();
+        if line.ends_with("(redelivered)") {
+            redelivered += 1;
+        } else {
+            *new.entry(bid).or_default() += 1;
+        }
+    }
+    (new, redelivered)
+}
+
+/// The journal's received post numbers and completed ones.
+fn journal_posts(records: &[Value]) -> (BTreeSet<u32>, BTreeMap<u64, bool>) {
+    let mut received = BTreeSet::new();
+    let mut completed = BTreeMap::new();
+    for r in records {
+        let id = r["post_id"].as_u64().unwrap() as u32;
+        match r["stream"].as_str().unwrap() {
+            "received" => {
+                received.insert(id);
+            }
+            _ => {
+                completed.insert(r["received"].as_u64().unwrap(), r["ok"] == true);
+            }
+        }
+    }
+    (received, completed)
+}
+
+#[test]
+fn acknowledged_posts_survive_sigkill_of_the_node_at_random_moments() {
+    let dir = TempDir::new("crash");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let mut rng = Rng::new(0x5eed);
+    let mut next_post = 1u32;
+    let mut acked_all = BTreeSet::new();
+    let mut feed: Option<Proc> = None;
+    let mut cuts_reported = 0;
+    const ROUNDS: usize = 8;
+    for round in 0..ROUNDS {
+        let sync = if round % 2 == 0 { "batch" } else { "always" };
+        let cfg = TempConfig::new(
+            &format!("journal-crash-{round}"),
+            &config(&listen, dir.path(), sync),
+        );
+        let mut node = Node::start(&["--listen", &listen, "--config", cfg.path()]);
+        if feed.is_none() {
+            feed = Some(posting_feed(&listen));
+        }
+        if let Err(why) = wait_for_image(node.addr, "FEED", "SYM2", T) {
+            let f = feed.as_mut().unwrap();
+            panic!(
+                "round {round}: the feed is not back: {why} (feed running: {})\n--- feed\n{}",
+                f.is_running(),
+                f.log()
+                    .lines()
+                    .filter(|l| !l.contains("post to"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+        if round > 0 && node.proc.log().contains("cut ") {
+            cuts_reported += 1;
+        }
+        // Posts for a random time, then the node is killed while they flow.
+        let run_for = Duration::from_millis(100 + rng.next_u64() % 400);
+        let killer = {
+            let pid = node.proc.pid();
+            std::thread::spawn(move || {
+                std::thread::sleep(run_for);
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            })
+        };
+        let started = Instant::now();
+        let acked = post_until_killed(&listen, &mut next_post, 64, Instant::now() + T);
+        killer.join().unwrap();
+        eprintln!(
+            "round {round} ({sync}): {} posts acknowledged in {:?} before the kill",
+            acked.len(),
+            started.elapsed()
+        );
+        node.proc.kill();
+        assert!(
+            !acked.is_empty(),
+            "round {round}: some posts were acknowledged before the kill"
+        );
+        acked_all.extend(&acked);
+        // Every acknowledged post is in the journal, received and completed.
+        let records = inspect(dir.path());
+        let (received, _) = journal_posts(&records);
+        let lost: Vec<&u32> = acked.iter().filter(|id| !received.contains(id)).collect();
+        assert!(
+            lost.is_empty(),
+            "round {round} ({sync}): acknowledged and not in the journal: {lost:?}"
+        );
+        // On odd rounds, a write cut short at the end of the last segment, as a crash
+        // in the middle of one leaves it: the next start must cut it and go on.
+        if round % 2 == 1 {
+            let last = std::fs::read_dir(&dir.0)
+                .unwrap()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "twj"))
+                .max()
+                .unwrap();
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&last)
+                .unwrap();
+            std::io::Write::write_all(&mut f, &[0, 0, 0, 200, 1, 2, 3, 4, 1, 0, 0]).unwrap();
+        }
+    }
+    // One more start: it delivers what the last kill left received and not completed.
+    let cfg = TempConfig::new("journal-crash-final", &config(&listen, dir.path(), "batch"));
+    let node = Node::start(&["--listen", &listen, "--config", cfg.path()]);
+    wait_for_image(node.addr, "FEED", "SYM2", T).expect("the feed is back");
+    if node.proc.log().contains("cut ") {
+        cuts_reported += 1;
+    }
+    assert_eq!(
+        cuts_reported,
+        ROUNDS / 2,
+        "every torn write was cut at the next start"
+    );
+    let deadline = Instant::now() + T;
+    loop {
+        let (received, completed) = journal_posts(&inspect(dir.path()));
+        let records = inspect(dir.path());
+        let seqs_received: BTreeSet<u64> = records
+            .iter()
+            .filter(|r| r["stream"] == "received")
+            .map(|r| r["seq"].as_u64().unwrap())
+            .collect();
+        let open = seqs_received
+            .iter()
+            .filter(|s| !completed.contains_key(s))
+            .count();
+        if open == 0 {
+            assert!(acked_all.iter().all(|id| received.contains(id)));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} posts still not completed after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Nothing the feed was given as new came twice.
+    let feed = feed.unwrap();
+    let (new, redelivered) = applied_by_feed(&feed.log());
+    eprintln!(
+        "{} posts acknowledged in all, {} applied by the feed as new, {redelivered} delivered again after a kill",
+        acked_all.len(),
+        new.len()
+    );
+    let twice: Vec<_> = new.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "posts delivered twice as new: {twice:?}");
+    assert!(
+        new.len() >= acked_all.len(),
+        "the feed applied every acknowledged post"
+    );
+}
+
+/// `tickwire node` inside a mount namespace of its own, with its journal on a tmpfs of
+/// `kib` KiB.
+fn node_on_small_disk(journal_dir: &Path, kib: u64, cfg: &str) -> Option<Node> {
+    let probe = Command::new("unshare").args(["-m", "true"]).status().ok()?;
+    if !probe.success() {
+        return None;
+    }
+    let script = format!(
+        "mount -t tmpfs -o size={kib}k tmpfs '{}' && exec '{}' node --config '{cfg}'",
+        journal_dir.display(),
+        BIN
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", &script])
+        .env_remove("TICKWIRE_LOG")
+        .stdin(std::process::Stdio::null());
+    Some(Node::from_proc(Proc::spawn_command(
+        cmd,
+        format!("unshare ... {script}"),
+    )))
+}
+
+#[test]
+fn a_full_disk_refuses_posts_with_the_reason_and_market_data_goes_on() {
+    let dir = TempDir::new("full");
+    let cfg = TempConfig::new("journal-full", &config("127.0.0.1:0", dir.path(), "batch"));
+    let Some(node) = node_on_small_disk(&dir.0, 64, cfg.path()) else {
+        panic!("this test needs `unshare -m` and tmpfs mounts (root in a Linux VM or container with CAP_SYS_ADMIN)");
+    };
+    let addr = node.addr_str();
+    let _feed = Proc::spawn(&[
+        "publish",
+        "--node",
+        &addr,
+        "--items",
+        "3",
+        "--rate",
+        "200",
+        "--accept-posts",
+    ]);
+    wait_for_image(node.addr, "FEED", "SYM2", T).expect("the feed");
+    // Posts with a long text field fill the 64 KiB quickly.
+    let mut sub = poster(&addr);
+    let big = "x".repeat(4000);
+    let fields = encode_field_list([(3, FieldValue::Ascii(&big))]);
+    let mut refused: Option<(NakCode, String)> = None;
+    for n in 1..=200u32 {
+        sub.post(
+            PostTo::Item {
+                service: "FEED",
+                name: "SYM0",
+            },
+            n,
+            FieldList::decode(&fields).unwrap(),
+            true,
+        )
+        .unwrap();
+        let ev = expect_event(&mut sub, T, "the answer", |e| {
+            matches!(e, Event::Ack { .. })
+        });
+        if let Event::Ack {
+            nak: Some(code),
+            text,
+            ..
+        } = ev
+        {
+            if code == NakCode::NoResources {
+                refused = Some((code, text));
+                break;
+            }
+        }
+    }
+    let (_, text) = refused.expect("the journal filled up and said so");
+    assert!(text.contains("No space left on device"), "{text}");
+    // Market data still flows, from the same node.
+    assert_serves(node.addr, "FEED", "SYM1", 3);
+}
+
+#[test]
+fn a_journal_that_cannot_be_opened_refuses_posts_with_the_reason_and_market_data_goes_on() {
+    let dir = TempDir::new("broken");
+    // A corrupt segment (a record whose checksum is wrong, followed by more data).
+    let seg = dir.0.join("00000000000000000001.twj");
+    let mut bytes = b"TWJOURN1".to_vec();
+    bytes.extend_from_slice(&[0, 0, 0, 32, 0, 0, 0, 0]);
+    bytes.extend_from_slice(&1u64.to_be_bytes());
+    bytes.extend_from_slice(&0u64.to_be_bytes());
+    bytes.extend_from_slice(&[0, 0, 0, 4, 9, 9, 9, 9, 1, 2, 3, 4, 7, 7, 7]);
+    std::fs::write(&seg, &bytes).unwrap();
+    let cfg = TempConfig::new(
+        "journal-broken",
+        &config("127.0.0.1:0", dir.path(), "batch"),
+    );
+    let node = Node::start(&["--config", cfg.path()]);
+    let addr = node.addr_str();
+    let _feed = Proc::spawn(&[
+        "publish",
+        "--node",
+        &addr,
+        "--items",
+        "3",
+        "--rate",
+        "200",
+        "--accept-posts",
+    ]);
+    wait_for_image(node.addr, "FEED", "SYM2", T).expect("the feed");
+    let out = run(&["post", "--node", &addr, "--json", "SYM0", "BID=1"], T);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr);
+    let answer: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(answer["nak_code"], "NoResources", "{answer}");
+    let text = answer["text"].as_str().unwrap();
+    assert!(
+        text.contains("corrupt at byte 32") && text.contains("00000000000000000001.twj"),
+        "{text}"
+    );
+    assert!(
+        node.proc.log().contains("journal not available"),
+        "{}",
+        node.proc.log()
+    );
+    assert_serves(node.addr, "FEED", "SYM1", 3);
+    // `journal inspect` says where, and fails.
+    let out = run(&["journal", "inspect", dir.path()], T);
+    assert_eq!(out.code(), Some(1));
+    assert!(out.stderr.contains("corrupt at byte 32"), "{}", out.stderr);
+    // The file is left as it was, for an operator.
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes);
+}

@@ -1,0 +1,281 @@
+//! The node's journal (`[journal]`, docs/JOURNAL.md) on a thread of its own: a sync
+//! takes milliseconds, and the event loop must never wait for a disk. The core asks for
+//! records ([`Node::take_journal_requests`]); this thread appends them, commits them
+//! under the sync policy (with `batch`, everything that arrived while the previous sync
+//! ran goes in one write and one sync: group commit) and hands each its seq, or the
+//! reason it could not be kept, back through [`Node::on_journaled`].
+//!
+//! A journal that cannot be opened (an unwritable directory, a corrupt segment) leaves
+//! the node serving market data: every post to a journaled service is then refused
+//! with the reason.
+
+use log::{error, info, warn};
+use mio::Waker;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::Instant;
+use tickwire_core::{JournalRequest, JournalWrite, Node, Redelivery};
+use tickwire_journal::{Journal, JournalOptions, Received, SyncPolicy};
+use tickwire_proto::FieldList;
+
+/// `[journal]` in the node's TOML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JournalSection {
+    /// Directory of the journal's segments; "": no journal.
+    pub dir: String,
+    /// Services whose posts are journaled; `["*"]`: every service.
+    pub services: Vec<String>,
+    /// When a post is on the disk: "always" (a sync per post, before its Ack), "batch"
+    /// (group commit: one sync for all that arrived meanwhile), "never" (written to the
+    /// operating system, never synced by the node).
+    pub sync: SyncSetting,
+    /// Segment size in MiB: a segment past it is closed and the next started.
+    pub segment_mb: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncSetting {
+    Always,
+    Batch,
+    Never,
+}
+
+impl SyncSetting {
+    pub fn policy(self) -> SyncPolicy {
+        match self {
+            SyncSetting::Always => SyncPolicy::Always,
+            SyncSetting::Batch => SyncPolicy::Batch,
+            SyncSetting::Never => SyncPolicy::Never,
+        }
+    }
+}
+
+impl Default for JournalSection {
+    fn default() -> Self {
+        JournalSection {
+            dir: String::new(),
+            services: Vec::new(),
+            sync: SyncSetting::Batch,
+            segment_mb: 64,
+        }
+    }
+}
+
+/// What the journal has done, for the node's figures.
+#[derive(Debug, Default)]
+pub struct JournalFigures {
+    pub records: AtomicU64,
+    pub commits: AtomicU64,
+    /// write and fdatasync system calls.
+    pub syscalls: AtomicU64,
+}
+
+type Answer = (u64, Result<u64, String>);
+
+/// Records for the journal thread at most in one commit.
+const MAX_BATCH: usize = 8192;
+
+pub struct JournalThread {
+    requests: Option<Sender<JournalRequest>>,
+    answers: Option<Receiver<Answer>>,
+    /// Why there is no journal (it could not be opened).
+    unavailable: Option<String>,
+    pub figures: Arc<JournalFigures>,
+}
+
+impl JournalThread {
+    /// Opens and recovers the journal, hands the core the posts to deliver again, and
+    /// starts the thread. A journal that cannot be opened is logged and leaves a
+    /// `JournalThread` that refuses every record with the reason.
+    pub fn start(cfg: &JournalSection, core: &mut Node, waker: Arc<Waker>) -> JournalThread {
+        let figures = Arc::new(JournalFigures::default());
+        let opts = JournalOptions {
+            sync: cfg.sync.policy(),
+            segment_bytes: cfg.segment_mb.max(1) * 1024 * 1024,
+        };
+        let dir = PathBuf::from(&cfg.dir);
+        let (journal, recovery) = match Journal::open(&dir, opts) {
+            Ok(j) => j,
+            Err(e) => {
+                error!(
+                    "journal not available, posts to {:?} are refused: {e}",
+                    cfg.services
+                );
+                return JournalThread {
+                    requests: None,
+                    answers: None,
+                    unavailable: Some(e.to_string()),
+                    figures,
+                };
+            }
+        };
+        if let Some((file, at, len, why)) = &recovery.cut {
+            warn!(
+                "journal: cut {len} bytes at byte {at} of {} (an interrupted last write: {why})",
+                file.display()
+            );
+        }
+        info!(
+            "journal {}: {} segments, {} records, sync {}; {} posts received and not completed, to deliver again",
+            dir.display(),
+            recovery.segments,
+            recovery.records,
+            cfg.sync.policy().name(),
+            recovery.pending
+        );
+        core.redeliver_posts(
+            journal
+                .pending()
+                .map(|p| Redelivery {
+                    seq: p.seq,
+                    service: p.service.clone(),
+                    item: p.item.clone(),
+                    image: p.image,
+                    fields: p.fields.clone(),
+                })
+                .collect(),
+        );
+        let (requests, inbox) = mpsc::channel::<JournalRequest>();
+        let (outbox, answers) = mpsc::channel::<Answer>();
+        let f = figures.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tickwire-journal".into())
+            .spawn(move || run(journal, inbox, outbox, waker, f));
+        if let Err(e) = spawned {
+            let why = format!("cannot start the journal thread: {e}");
+            error!("{why}");
+            return JournalThread {
+                requests: None,
+                answers: None,
+                unavailable: Some(why),
+                figures,
+            };
+        }
+        JournalThread {
+            requests: Some(requests),
+            answers: Some(answers),
+            unavailable: None,
+            figures,
+        }
+    }
+
+    /// Hands the core's requests to the thread (or refuses them, without a journal).
+    pub fn submit(&self, core: &mut Node, reqs: &mut Vec<JournalRequest>, now: Instant) {
+        for req in reqs.drain(..) {
+            let refused = match &self.requests {
+                Some(tx) => match tx.send(req) {
+                    Ok(()) => continue,
+                    Err(mpsc::SendError(req)) => {
+                        (req.ticket, "the journal thread has stopped".to_string())
+                    }
+                },
+                None => (
+                    req.ticket,
+                    self.unavailable
+                        .clone()
+                        .unwrap_or_else(|| "no journal".into()),
+                ),
+            };
+            core.on_journaled(refused.0, Err(refused.1), now);
+        }
+    }
+
+    /// Hands the answers that are ready to the core.
+    pub fn deliver(&self, core: &mut Node, now: Instant) {
+        if let Some(rx) = &self.answers {
+            while let Ok((ticket, result)) = rx.try_recv() {
+                core.on_journaled(ticket, result, now);
+            }
+        }
+    }
+}
+
+fn run(
+    mut journal: Journal,
+    inbox: Receiver<JournalRequest>,
+    outbox: Sender<Answer>,
+    waker: Arc<Waker>,
+    figures: Arc<JournalFigures>,
+) {
+    let always = journal.options().sync == SyncPolicy::Always;
+    let mut batch: Vec<JournalRequest> = Vec::new();
+    let mut answers: Vec<Answer> = Vec::new();
+    // Ends when the event loop drops its sender.
+    while let Ok(first) = inbox.recv() {
+        batch.push(first);
+        // Group commit: whatever arrived while the last commit ran goes in this one.
+        // With "always" each record is committed (and synced) on its own.
+        while batch.len() < MAX_BATCH {
+            match inbox.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        for req in batch.drain(..) {
+            let now = tickwire_journal::now_ns();
+            let appended = match &req.write {
+                JournalWrite::Received {
+                    service,
+                    item,
+                    user,
+                    post_id,
+                    image,
+                    fields,
+                } => journal.received(
+                    &Received {
+                        service,
+                        item,
+                        user,
+                        post_id: *post_id,
+                        image: *image,
+                        fields: FieldList::from_trusted(fields),
+                    },
+                    now,
+                ),
+                JournalWrite::Completed {
+                    received,
+                    nak,
+                    text,
+                } => journal.completed(*received, *nak, text, now),
+            };
+            answers.push((req.ticket, appended.map_err(|e| e.to_string())));
+            if always {
+                let last = answers.len() - 1;
+                commit(&mut journal, &mut answers[last..]);
+            }
+        }
+        if !always {
+            commit(&mut journal, &mut answers);
+        }
+        let s = journal.stats();
+        figures.records.store(s.records, Ordering::Relaxed);
+        figures.commits.store(s.commits, Ordering::Relaxed);
+        figures
+            .syscalls
+            .store(s.syscalls.writes + s.syscalls.syncs, Ordering::Relaxed);
+        for a in answers.drain(..) {
+            if outbox.send(a).is_err() {
+                return;
+            }
+        }
+        let _ = waker.wake();
+    }
+}
+
+/// Commits what was appended for `answers`; on failure none of them is kept.
+fn commit(journal: &mut Journal, answers: &mut [Answer]) {
+    if let Err(e) = journal.commit() {
+        let why = e.to_string();
+        warn!("journal: {why}");
+        for a in answers.iter_mut() {
+            if a.1.is_ok() {
+                a.1 = Err(why.clone());
+            }
+        }
+    }
+}
