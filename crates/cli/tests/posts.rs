@@ -108,7 +108,16 @@ fn refused_posts_exit_1_with_the_code_and_the_reason() {
 
     // A feed that does not take posts, and a node that does not take them for a service.
     let _plain = posting_feed(&node, false);
-    let (code, answer, _) = post(&node, "SYM1", &["BID=1"]);
+    // Its images may come from the node's cache before it is connected: until then the
+    // service is down.
+    let deadline = std::time::Instant::now() + T;
+    let (code, answer) = loop {
+        let (code, answer, _) = post(&node, "SYM1", &["BID=1"]);
+        if answer["nak_code"] != "SourceDown" || std::time::Instant::now() > deadline {
+            break (code, answer);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(code, Some(1));
     assert_eq!(answer["nak_code"], "DeniedBySrc", "{answer}");
     assert!(answer["text"]
