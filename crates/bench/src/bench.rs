@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 mod backbone_scenario;
+mod journal_scenario;
 mod tree_scenario;
 
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -41,6 +42,10 @@ pub enum BenchCommand {
     /// fan-out at the POP, the latency ladder; single-node figures from the same run
     /// beside them.
     Tree(BenchArgs),
+    /// Posts through the node's journal: posts acknowledged per second, Ack latency
+    /// (p50/p99/max) and the journal's system calls per post with each sync policy
+    /// (always, batch, never) and without a journal.
+    Journal(BenchArgs),
     /// At 50% of the max sustainable rate, stop one of several subscribers (SIGSTOP) for
     /// 3 s, then the node for 500 ms: the others' latency, recovery, loss, node memory.
     Stall(BenchArgs),
@@ -172,6 +177,10 @@ pub struct Results {
     /// The node-tree scenario (absent in results written before it existed).
     #[serde(default)]
     pub tree: Option<tree_scenario::TreeResult>,
+    /// The journal scenario: one line per sync policy (absent in results written
+    /// before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub journal: Vec<journal_scenario::JournalStep>,
 }
 
 /// `bench ws`: one WebSocket JSON subscriber.
@@ -930,6 +939,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Quick(a) => ("quick", a),
         BenchCommand::Backbone(a) => ("backbone", a),
         BenchCommand::Tree(a) => ("tree", a),
+        BenchCommand::Journal(a) => ("journal", a),
         BenchCommand::Stall(a) => ("stall", a),
         BenchCommand::Memory(a) => ("memory", a),
         BenchCommand::Ws(a) => ("ws", a),
@@ -952,6 +962,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "ws" => 12.0,
         "backbone" => 20.0,
         "tree" => 15.0,
+        "journal" => 1.0,
         _ => 40.0,
     };
     let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
@@ -1014,6 +1025,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "ws" => lab.ws(),
         "backbone" => lab.backbone(),
         "tree" => lab.tree(),
+        "journal" => lab.journal(),
         _ => lab
             .throughput()
             .and_then(|_| lab.fanout())
@@ -1022,7 +1034,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             .and_then(|_| lab.stall())
             .and_then(|_| lab.ws())
             .and_then(|_| lab.backbone())
-            .and_then(|_| lab.tree()),
+            .and_then(|_| lab.tree())
+            .and_then(|_| lab.journal()),
     };
     lab.results.duration_s = t0.elapsed().as_secs_f64();
     // Whatever was measured is written, even if a later scenario failed.
@@ -1215,6 +1228,9 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if let Some(b) = &r.backbone {
         backbone_scenario::report(&mut md, b)?;
+    }
+    if !r.journal.is_empty() {
+        journal_scenario::report(&mut md, &r.journal)?;
     }
     if let Some(t) = &r.tree {
         tree_scenario::report(&mut md, t)?;

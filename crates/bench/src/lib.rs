@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod lab;
 pub mod memory;
+pub mod perf_post;
 pub mod perf_pub;
 pub mod perf_sub;
 pub mod perf_ws_sub;

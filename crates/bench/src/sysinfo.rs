@@ -72,6 +72,14 @@ pub struct StatFields {
     pub processor: Option<u32>,
 }
 
+/// CPU seconds (user + system, every thread) a process has used so far, from
+/// /proc/PID/stat; `None` if it cannot be read.
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let s = parse_stat(&text)?;
+    Some((s.utime_ticks + s.stime_ticks) as f64 / clock_ticks_per_sec() as f64)
+}
+
 /// Parses /proc/PID/stat. The comm field can contain spaces and parentheses, so the
 /// fixed fields are taken after the *last* `)`.
 pub fn parse_stat(text: &str) -> Option<StatFields> {

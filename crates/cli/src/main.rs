@@ -51,6 +51,10 @@ enum Command {
     /// Performance lab: a WebSocket load subscriber (tr_json2 JSON, latency from
     /// TIM_TRK_1), driven by `tickwire bench ws`.
     PerfWsSub(tickwire_bench::perf_ws_sub::PerfWsSubArgs),
+    /// Performance lab: the load poster (posts kept in flight up to a window, Ack
+    /// latency, the node's journal system calls per post), driven by `tickwire bench
+    /// journal`.
+    PerfPost(tickwire_bench::perf_post::PerfPostArgs),
     /// Performance lab: run a scenario (the commands below; `quick` runs them all with
     /// short steps) with nodes and load tools as separate processes; write results.json,
     /// report.md and SVG plots. `bench compare DIR...` compares runs (the first is base
@@ -267,6 +271,7 @@ fn main() {
         Command::Users(c) => users::run(c),
         Command::Journal(c) => journal::run(c),
         Command::PerfPub(a) => tickwire_bench::perf_pub::run(a).map(|_| ()),
+        Command::PerfPost(a) => tickwire_bench::perf_post::run(a).map(|_| ()),
         Command::PerfWsSub(a) => {
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());

@@ -693,3 +693,43 @@ fn bench_tree_writes_the_two_node_results() {
     assert!(md.contains("## Through two nodes"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_journal_writes_one_line_per_sync_policy() {
+    let dir = std::env::temp_dir().join(format!("tickwire-journal-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    run_bench(&[
+        "bench",
+        "journal",
+        "--out",
+        dir.to_str().unwrap(),
+        "--step-seconds",
+        "1",
+    ]);
+    let r = read_results(&dir);
+    let steps = r["journal"].as_array().expect("a journal list");
+    let syncs: Vec<&str> = steps.iter().map(|s| s["sync"].as_str().unwrap()).collect();
+    assert_eq!(syncs, ["always", "batch", "never", "off"]);
+    for s in steps {
+        for key in [
+            "posts_per_s",
+            "ack_p50_ns",
+            "ack_p99_ns",
+            "syscalls_per_post",
+        ] {
+            assert!(s[key].is_number(), "{key} in {s}");
+        }
+        assert!(s["posts_per_s"].as_f64().unwrap() > 0.0, "{s}");
+        assert_eq!(s["nakked"], 0, "every post accepted: {s}");
+        assert!(s["ack_p50_ns"].as_u64().unwrap() > 0, "{s}");
+    }
+    // A sync per record with "always" (received and completed: two records, each a
+    // write and a sync); fewer with group commit; none without a journal.
+    let per_post = |i: usize| steps[i]["syscalls_per_post"].as_f64().unwrap();
+    assert!((per_post(0) - 4.0).abs() < 0.5, "always: {}", per_post(0));
+    assert!(per_post(1) < per_post(0), "batch below always");
+    assert_eq!(per_post(3), 0.0, "no journal, no journal calls");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Posts and the journal"), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -40,6 +40,11 @@ const TW_BB_BYTES_OUT: i16 = -1027;
 const TW_BB_LOST: i16 = -1028;
 const TW_PATH: i16 = tickwire_upstream::TW_PATH;
 const TW_UPSTREAM: i16 = -1030;
+const TW_POSTS_IN: i16 = -1031;
+const TW_POSTS_ACK: i16 = -1032;
+const TW_POSTS_NAK: i16 = -1033;
+const TW_JNL_RECORDS: i16 = -1034;
+const TW_JNL_SYSCALLS: i16 = -1035;
 
 pub struct NodeItem {
     conn: ConnId,
@@ -53,6 +58,8 @@ pub struct NodeItem {
     pub path: String,
     /// The upstream link's state, when the node has one.
     pub upstream: Option<String>,
+    /// The journal's figures, when the node has one.
+    pub journal: Option<std::sync::Arc<crate::journal::JournalFigures>>,
 }
 
 impl NodeItem {
@@ -69,6 +76,7 @@ impl NodeItem {
             backbone: None,
             path: String::new(),
             upstream: None,
+            journal: None,
         };
         let msgs = [
             Message::Login(Login {
@@ -141,6 +149,14 @@ impl NodeItem {
         w.push(TW_PATH, Value::Utf8(&self.path));
         if let Some(u) = &self.upstream {
             w.push(TW_UPSTREAM, Value::Utf8(u));
+        }
+        w.push(TW_POSTS_IN, Value::UInt(s.posts.posts_in));
+        w.push(TW_POSTS_ACK, Value::UInt(s.posts.acks_out));
+        w.push(TW_POSTS_NAK, Value::UInt(s.posts.naks_out));
+        if let Some(j) = &self.journal {
+            use std::sync::atomic::Ordering::Relaxed;
+            w.push(TW_JNL_RECORDS, Value::UInt(j.records.load(Relaxed)));
+            w.push(TW_JNL_SYSCALLS, Value::UInt(j.syscalls.load(Relaxed)));
         }
         if let Some(b) = &self.backbone {
             w.push(TW_BB_ROLE, Value::Utf8(b.role));

@@ -391,6 +391,7 @@ impl NodeServer {
         });
         let mut ws_cache = UpdateCache::new(self.cfg.websocket.share_encoding);
         let mut node_item = crate::node_item::NodeItem::start(&mut core, start);
+        node_item.journal = journal.as_ref().map(|j| j.figures.clone());
         let mut next_node_item = start + Duration::from_secs(1);
         let mut backbone = self.start_backbone(&mut core, start)?;
         let mut upstream = self.start_upstream(&mut core, node_id, start)?;

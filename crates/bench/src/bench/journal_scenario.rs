@@ -1,0 +1,189 @@
+//! `tickwire bench journal`: posts acknowledged per second and Ack latency with each
+//! sync policy of the node's journal (and without a journal), the journal's system
+//! calls per post, and the node's sustained update rate with the journal on and off,
+//! shaped like the reference's persistence comparison (`always` as base 100).
+//!
+//! One rig per policy: a node with `[posts]` and `[journal]` (its journal in the
+//! output directory, on the disk the user runs the lab on), `tickwire publish
+//! --accept-posts` as the publisher that answers, and `tickwire perf-post` keeping a
+//! window of posts in flight.
+
+use super::*;
+use crate::perf_post::PostResult;
+
+/// One line of `results.json` → `journal` (docs/BENCHMARKS.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JournalStep {
+    /// "always", "batch", "never", or "off" (posts without a journal).
+    pub sync: String,
+    pub posts_per_s: f64,
+    pub ack_p50_ns: u64,
+    pub ack_p99_ns: u64,
+    pub ack_max_ns: u64,
+    /// The journal's write and fdatasync calls per post answered.
+    pub syscalls_per_post: f64,
+    /// Journal bytes written per second (records x their size, from the journal's
+    /// directory).
+    pub journal_mb_per_s: f64,
+    pub posts: u64,
+    pub nakked: u64,
+    pub first_nak: Option<String>,
+    /// Posts in flight the poster kept.
+    pub window: usize,
+    pub seconds: f64,
+    /// Node CPU per post answered, µs (user + system, all its threads).
+    pub node_cpu_us_per_post: Option<f64>,
+}
+
+impl Lab {
+    pub(super) fn journal(&mut self) -> Result<()> {
+        let secs = if self.quick { 3.0 } else { self.seconds() };
+        let mut steps = Vec::new();
+        for sync in ["always", "batch", "never", "off"] {
+            self.progress.line(&format!("journal sync={sync}"), 0.25);
+            steps.push(self.journal_step(sync, secs)?);
+        }
+        self.results.journal = steps;
+        Ok(())
+    }
+
+    fn journal_step(&mut self, sync: &str, secs: f64) -> Result<JournalStep> {
+        let dir = self.logs.join(format!("journal-{sync}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut cfg = "[posts]\nservices = [\"FEED\"]\n".to_string();
+        if sync != "off" {
+            cfg.push_str(&format!(
+                "[journal]\ndir = {:?}\nservices = [\"FEED\"]\nsync = \"{sync}\"\n",
+                dir.display().to_string()
+            ));
+        }
+        let cfg_path = self.logs.join(format!("node-journal-{sync}.toml"));
+        std::fs::write(&cfg_path, cfg)?;
+        let name = format!("node-journal-{sync}");
+        let (node, addr) = lab::start_node(
+            &self.bin,
+            &name,
+            &["--config".into(), cfg_path.display().to_string()],
+            &self.logs,
+        )?;
+        let items = 1000usize;
+        let feed = lab::Proc::spawn(
+            &self.bin,
+            &format!("publish-journal-{sync}"),
+            &[
+                "publish".into(),
+                "--node".into(),
+                addr.clone(),
+                "--items".into(),
+                items.to_string(),
+                "--rate".into(),
+                "0".into(),
+                "--accept-posts".into(),
+            ],
+            &self.logs,
+        )?;
+        lab::wait_for_service(&addr, "FEED", Duration::from_secs(20))?;
+        let window = 256usize;
+        let before = crate::sysinfo::process_cpu_seconds(node.pid());
+        let mut poster = lab::Proc::spawn(
+            &self.bin,
+            &format!("perf-post-{sync}"),
+            &[
+                "perf-post".into(),
+                "--node".into(),
+                addr.clone(),
+                "--items".into(),
+                items.to_string(),
+                "--window".into(),
+                window.to_string(),
+                "--duration".into(),
+                secs.to_string(),
+            ],
+            &self.logs,
+        )?;
+        let line = poster.expect("result", Duration::from_secs_f64(secs + 60.0))?;
+        let after = crate::sysinfo::process_cpu_seconds(node.pid());
+        let r: PostResult =
+            serde_json::from_value(line["result"].clone()).context("perf-post's result line")?;
+        let bytes = dir_bytes(&dir);
+        let answered = (r.acked + r.nakked).max(1);
+        let step = JournalStep {
+            sync: sync.into(),
+            posts_per_s: r.posts_per_s,
+            ack_p50_ns: r.ack_latency.p50_ns,
+            ack_p99_ns: r.ack_latency.p99_ns,
+            ack_max_ns: r.ack_latency.max_ns,
+            syscalls_per_post: r.journal_syscalls as f64 / answered as f64,
+            journal_mb_per_s: bytes as f64 / r.seconds / 1e6,
+            posts: r.posts,
+            nakked: r.nakked,
+            first_nak: r.first_nak.clone(),
+            window,
+            seconds: r.seconds,
+            node_cpu_us_per_post: match (before, after) {
+                (Some(b), Some(a)) => Some((a - b) * 1e6 / answered as f64),
+                _ => None,
+            },
+        };
+        self.results.commands.extend([
+            node.command.clone(),
+            feed.command.clone(),
+            poster.command.clone(),
+        ]);
+        poster.stop()?;
+        feed.stop()?;
+        node.stop()?;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(step)
+    }
+}
+
+/// Bytes in the segments of a journal directory.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The journal's part of report.md.
+pub fn report(md: &mut String, steps: &[JournalStep]) -> Result<()> {
+    writeln!(md, "## Posts and the journal\n")?;
+    writeln!(md, "One poster keeps {} posts in flight (off-stream, Ack asked); the publisher (`tickwire publish --accept-posts`) applies each and answers. The journal writes a received record before the post goes on and a completed record before the Ack (docs/JOURNAL.md).\n", steps.first().map_or(0, |s| s.window))?;
+    writeln!(md, "| sync | posts acknowledged/s | base 100 = always | Ack p50 | Ack p99 | Ack max | journal syscalls per post | journal MB/s | node CPU per post | refused |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
+    let base = steps
+        .iter()
+        .find(|s| s.sync == "always")
+        .map_or(0.0, |s| s.posts_per_s);
+    for s in steps {
+        let rel = if base > 0.0 {
+            format!("{:.0}", 100.0 * s.posts_per_s / base)
+        } else {
+            "-".into()
+        };
+        writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {} |",
+            s.sync,
+            fmt_rate(s.posts_per_s),
+            rel,
+            us(s.ack_p50_ns as f64),
+            us(s.ack_p99_ns as f64),
+            us(s.ack_max_ns as f64),
+            s.syscalls_per_post,
+            s.journal_mb_per_s,
+            s.node_cpu_us_per_post
+                .map_or("-".into(), |c| format!("{c:.1} µs")),
+            match &s.first_nak {
+                Some(n) => format!("{} ({n})", s.nakked),
+                None => "0".into(),
+            }
+        )?;
+    }
+    writeln!(md, "\nReference (managed file transfer, section 3 of the field targets): 371 files/minute without a forced sync per queue write, 91 with one.\n")?;
+    Ok(())
+}
