@@ -30,7 +30,8 @@ pub enum BenchCommand {
     /// N independent node+publisher+subscriber sets, pinned to disjoint CPUs vs not.
     Instances(BenchArgs),
     /// Every scenario but memory, with short steps (across the backbone and through two
-    /// nodes: at most 10,000 items, no fan-out row; on the backbone 1% loss only).
+    /// nodes: at most 10,000 items, no fan-out row; on the backbone 1% loss only; the
+    /// journal: 3 s per sync policy).
     Quick(BenchArgs),
     /// Across the backbone (publisher -> source node -> Aeron multicast on loopback ->
     /// edge node -> subscriber): throughput cache off and on, fan-out at the edge, the

@@ -149,6 +149,15 @@ fn dir_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// A latency with its unit: µs below a millisecond, ms above.
+fn duration(ns: u64) -> String {
+    if ns < 1_000_000 {
+        format!("{:.0} µs", ns as f64 / 1e3)
+    } else {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    }
+}
+
 /// The journal's part of report.md.
 pub fn report(md: &mut String, steps: &[JournalStep]) -> Result<()> {
     writeln!(md, "## Posts and the journal\n")?;
@@ -171,9 +180,9 @@ pub fn report(md: &mut String, steps: &[JournalStep]) -> Result<()> {
             s.sync,
             fmt_rate(s.posts_per_s),
             rel,
-            us(s.ack_p50_ns as f64),
-            us(s.ack_p99_ns as f64),
-            us(s.ack_max_ns as f64),
+            duration(s.ack_p50_ns),
+            duration(s.ack_p99_ns),
+            duration(s.ack_max_ns),
             s.syscalls_per_post,
             s.journal_mb_per_s,
             s.node_cpu_us_per_post
