@@ -242,8 +242,20 @@ impl Node {
                 format!("service {service:?} does not take posts on this node ([posts] services)"),
             ));
         }
-        if self.up_publisher(&service).is_none() {
+        let Some(publisher) = self.up_publisher(&service) else {
             return Err((NakCode::SourceDown, format!("service {service:?} is down")));
+        };
+        // A publisher that does not read its posts must not make the node queue them
+        // without end (a flood of posts that ask for no answer is counted nowhere else).
+        let backlog = self.pending_output(publisher);
+        let most = self.cfg.limits.max_output_bytes / 4;
+        if backlog > most {
+            return Err((
+                NakCode::NoResources,
+                format!(
+                    "the publisher of {service:?} is not keeping up: {backlog} bytes wait for it"
+                ),
+            ));
         }
         let max = self.cfg.limits.max_pending_posts;
         let waiting = self.posts.per_poster.get(&conn).copied().unwrap_or(0);

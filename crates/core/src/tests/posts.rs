@@ -465,3 +465,45 @@ fn posts_left_in_the_journal_are_delivered_again_marked_once_their_service_is_up
         "{reqs:?}"
     );
 }
+
+#[test]
+fn a_publisher_that_does_not_read_its_posts_gets_no_more_once_its_queue_is_long() {
+    let mut h = Harness::with_config(CoreConfig {
+        posts: PostServices::All,
+        limits: Limits {
+            max_output_bytes: 64 * 1024,
+            max_frame: 16 * 1024,
+            ..Limits::default()
+        },
+        ..CoreConfig::default()
+    });
+    let (p, sub) = feed_and_watcher(&mut h);
+    let f = bid_ask(1, 2);
+    let no_ack = |id| {
+        Message::Post(Post {
+            ack: false,
+            ..match post(42, id, "", "", &f) {
+                Message::Post(p) => p,
+                _ => unreachable!(),
+            }
+        })
+    };
+    // The publisher never reads: posts that ask for no answer pile up in its queue ...
+    let mut refused = None;
+    for id in 0..10_000 {
+        h.send(sub, &[no_ack(id)]);
+        let got = h.recv(sub);
+        if let Some(g) = got.into_iter().find(|g| matches!(g, Got::Ack { .. })) {
+            refused = Some((id, g));
+            break;
+        }
+    }
+    // ... until the node refuses them, with a bound far below the flood.
+    let (id, g) = refused.expect("posts refused once the publisher's queue is long");
+    assert!(
+        matches!(&g, Got::Ack { nak: Some(NakCode::NoResources), text, .. } if text.contains("not keeping up")),
+        "{g:?}"
+    );
+    assert!(id < 2_000, "refused after {id} posts");
+    assert!(h.node.pending_output(p) <= 64 * 1024 / 4 + 1024);
+}
