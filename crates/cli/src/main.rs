@@ -22,9 +22,14 @@ use tickwire_node::{CacheMode, NodeConfig, NodeServer};
     about = "Tickwire: real-time market data distribution",
     long_about = "Tickwire distributes real-time market data: publishers push images and \
 updates of items, a node keeps the last value of every item and fans updates out to every \
-subscriber.\n\nStart with `tickwire demo`. Logging: TICKWIRE_LOG=error|warn|info|debug."
+subscriber.\n\nStart with `tickwire demo`. Logging: TICKWIRE_LOG=error|warn|info|debug|trace|off \
+(default info), to standard error, as text or (--log-format json) one JSON object per line."
 )]
 struct Cli {
+    /// Log lines as text (date, time, level, source, message) or as one JSON object per
+    /// line (for log shippers). The level: TICKWIRE_LOG.
+    #[arg(long, value_name = "text|json", default_value = "text", global = true)]
+    log_format: logger::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -259,8 +264,11 @@ fn run_node(args: NodeArgs) -> Result<()> {
 }
 
 fn main() {
-    logger::init();
     let cli = Cli::parse();
+    if let Err(e) = logger::init(cli.log_format) {
+        eprintln!("tickwire: {e}");
+        std::process::exit(2);
+    }
     let result = match cli.command {
         Command::Node(a) => run_node(a),
         Command::Publish(a) => publish::run(a),

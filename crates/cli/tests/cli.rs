@@ -565,3 +565,57 @@ fn a_bad_flag_value_names_the_flag_and_the_key_it_sets() {
         );
     }
 }
+
+#[test]
+fn log_lines_carry_the_date_and_can_be_json_and_a_bad_level_is_an_error() {
+    // Text: an RFC 3339 date and time, the level, where from.
+    let mut node = Node::start(&[]);
+    node.stop(Duration::from_secs(10));
+    let line = node
+        .proc
+        .log()
+        .lines()
+        .find(|l| l.contains("listening on"))
+        .expect("the listening line")
+        .to_string();
+    let (stamp, rest) = line.split_once(' ').unwrap();
+    assert!(
+        stamp.len() >= 20
+            && stamp.as_bytes()[4] == b'-'
+            && stamp.contains('T')
+            && stamp.ends_with('Z'),
+        "{line}"
+    );
+    assert!(rest.trim_start().starts_with("INFO"), "{line}");
+    // JSON: one object per line, with the same.
+    let mut node = Node::start(&["--log-format", "json"]);
+    node.stop(Duration::from_secs(10));
+    let log = node.proc.log();
+    let mut seen = 0;
+    for line in log.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["timestamp"].as_str().unwrap().contains('T'), "{v}");
+        assert!(v["level"].is_string() && v["target"].is_string(), "{v}");
+        if v["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("listening on")
+        {
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 1, "{log}");
+    // A level nobody knows: an error naming it, not a silent default.
+    let out = std::process::Command::new(common::BIN)
+        .args(["node", "--listen", "127.0.0.1:0"])
+        .env("TICKWIRE_LOG", "verbose")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("TICKWIRE_LOG=\"verbose\" is not a log level"),
+        "{err}"
+    );
+}

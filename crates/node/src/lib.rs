@@ -9,6 +9,7 @@ mod auth;
 pub mod backbone;
 pub mod config;
 pub mod journal;
+mod metrics;
 mod node_item;
 mod server;
 pub mod tls;

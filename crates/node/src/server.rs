@@ -505,8 +505,19 @@ impl NodeServer {
             }
             ready.sort_unstable();
             ready.dedup();
+            let metrics = crate::metrics::Extra {
+                journal: journal.as_ref().map(|j| &*j.figures),
+            };
             for &id in &ready {
-                if read_some(&mut core, &mut sockets, id, now, &mut dead, &ws_cfg) {
+                if read_some(
+                    &mut core,
+                    &mut sockets,
+                    id,
+                    now,
+                    &mut dead,
+                    &ws_cfg,
+                    &metrics,
+                ) {
                     carry.push(id);
                 }
                 // A WebSocket connection its own side decided to close (an HTTP
@@ -930,6 +941,7 @@ fn read_some(
     now: Instant,
     dead: &mut Vec<ConnId>,
     ws_cfg: &Arc<SessionConfig>,
+    metrics: &crate::metrics::Extra<'_>,
 ) -> bool {
     let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
         return false;
@@ -954,6 +966,14 @@ fn read_some(
                 .peer_addr()
                 .map_or_else(|_| "?".to_string(), |a| a.to_string());
             w.on_bytes(&bytes, ws_cfg, core, id, now, &peer);
+            if std::mem::take(&mut w.metrics_requested) {
+                let body = crate::metrics::render(core, metrics);
+                w.out = tickwire_gateway::ws::http_response(
+                    "200 OK",
+                    crate::metrics::CONTENT_TYPE,
+                    body.as_bytes(),
+                );
+            }
             if w.write(&mut sock.transport).is_err() {
                 sock.dead = true;
                 dead.push(id);

@@ -81,6 +81,9 @@ pub struct WsConn {
     /// `websocket.allowed_origins`: browser origins, besides the node's own, whose
     /// pages may upgrade (`*`: any).
     allowed_origins: Vec<String>,
+    /// `GET /metrics` came: the caller writes the answer (it knows more than the
+    /// core) into `out`.
+    pub metrics_requested: bool,
 }
 
 impl WsConn {
@@ -101,6 +104,7 @@ impl WsConn {
             json: JsonOut::default(),
             to_node: Vec::new(),
             allowed_origins: allowed_origins.to_vec(),
+            metrics_requested: false,
         }
     }
 
@@ -244,6 +248,12 @@ impl WsConn {
                 decoder: FrameDecoder::new(cfg.max_msg_size),
                 session,
             }));
+            return;
+        }
+        if req.method == "GET" && path == "/metrics" {
+            self.metrics_requested = true;
+            self.phase = Phase::Done;
+            self.close_after_flush = true;
             return;
         }
         if req.method == "GET" && (path == "/" || path == "/index.html") {
