@@ -56,6 +56,7 @@ fn node_counters(sub: &mut Subscriber) -> Result<(u64, u64, u64)> {
         RequestOptions {
             snapshot: true,
             view: None,
+            ..Default::default()
         },
     )?;
     let deadline = Instant::now() + Duration::from_secs(5);

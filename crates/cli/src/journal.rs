@@ -17,7 +17,8 @@ pub enum JournalCommand {
     /// `time_ns`, `stream` ("received" or "completed"), `post_id`, `service`, `item`
     /// (a completed record repeats those of the post it completes, and names it in
     /// `received`), then `user` and `fields` (received) or `ok`, `nak_code`, `text`
-    /// (completed). Exit status 1 if the journal is corrupt (what and where on standard
+    /// (completed); journaled refreshes and updates (`[journal] updates`) have `stream`
+    /// "update", `service`, `item`, `item_seq`, `kind` and `fields`. Exit status 1 if the journal is corrupt (what and where on standard
     /// error); a torn last write, which the node cuts at its next start, is reported
     /// and is not an error.
     Inspect {
@@ -81,6 +82,13 @@ pub fn run(cmd: JournalCommand) -> Result<()> {
                         o["nak_code"] = json!(code.name());
                     }
                     o["text"] = json!(c.text);
+                }
+                Body::Update(m) => {
+                    o["service"] = json!(m.service);
+                    o["item"] = json!(m.item);
+                    o["item_seq"] = json!(m.seq);
+                    o["kind"] = json!(if m.refresh { "refresh" } else { "update" });
+                    o["fields"] = fields_json(&dict, m.fields);
                 }
             }
             writeln!(out, "{o}")?;

@@ -7,6 +7,7 @@ mod json;
 mod logger;
 mod post;
 mod publish;
+mod replay;
 mod subscribe;
 mod users;
 
@@ -45,6 +46,9 @@ enum Command {
     /// Post (contribute) values to an item and print the answer: exit status 0 when the
     /// publisher accepted it, 1 when it was refused (the reason is printed).
     Post(post::PostArgs),
+    /// An item's history from the node's journal from a sequence number or a time, then
+    /// its live messages with no gap and no repeat, printed as `subscribe` prints them.
+    Replay(replay::ReplayArgs),
     /// An embedded node, a synthetic feed and a live quote board in one command.
     Demo(demo::DemoArgs),
     /// Performance lab: the publisher under load (reference 74-byte updates on an exact
@@ -274,6 +278,7 @@ fn main() {
         Command::Publish(a) => publish::run(a),
         Command::Subscribe(a) => subscribe::run(a),
         Command::Post(a) => post::run(a),
+        Command::Replay(a) => replay::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(c) => tickwire_bench::bench::run(c),
         Command::Users(c) => users::run(c),

@@ -12,43 +12,46 @@ use tickwire_proto::{Dictionary, StreamState};
 pub struct SubscribeArgs {
     /// Node address (host:port).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
-    node: String,
+    pub(crate) node: String,
     #[command(flatten)]
-    credentials: tickwire_client::Credentials,
+    pub(crate) credentials: tickwire_client::Credentials,
     /// Service of the items.
     #[arg(long, value_name = "NAME", default_value = "FEED")]
-    service: String,
+    pub(crate) service: String,
     /// Item names, e.g. SYM0 SYM1.
     #[arg(required = true, value_name = "ITEM")]
-    items: Vec<String>,
+    pub(crate) items: Vec<String>,
     /// One JSON object per line: type, service, item, stream, seq, fields (keyed by
     /// field name), state (for refresh and status).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Exit (status 0) after this many messages.
     #[arg(long, value_name = "N")]
-    count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// Ask for one refresh per item; exit once every item has answered.
     #[arg(long)]
-    snapshot: bool,
+    pub(crate) snapshot: bool,
     /// Only these fields, by name or id, e.g. BID,ASK.
     #[arg(long, value_name = "FIELDS", value_delimiter = ',')]
-    view: Option<Vec<String>>,
+    pub(crate) view: Option<Vec<String>>,
     /// Field dictionary file (default: the built-in MarketPrice dictionary).
     #[arg(long, value_name = "FILE")]
-    dictionary: Option<PathBuf>,
+    pub(crate) dictionary: Option<PathBuf>,
     /// What the node should do if this subscriber reads slower than its items update:
     /// `conflate` (merge pending updates of an item into one) or `disconnect`. Default:
     /// the node's configured policy.
     #[arg(long, value_name = "POLICY")]
-    slow_consumer: Option<tickwire_node::SlowPolicy>,
+    pub(crate) slow_consumer: Option<tickwire_node::SlowPolicy>,
     /// Kernel receive buffer in bytes (default: the kernel's autotuning, which may let
     /// tens of MB wait in this host's kernel before the node sees a slow reader).
     #[arg(long, value_name = "BYTES")]
-    receive_buffer: Option<usize>,
+    pub(crate) receive_buffer: Option<usize>,
     /// Give up (exit status 3) if --count messages have not arrived within this many seconds.
     #[arg(long, value_name = "SECONDS")]
-    timeout: Option<f64>,
+    pub(crate) timeout: Option<f64>,
+    /// Set by `tickwire replay`: start with the items' history.
+    #[arg(skip)]
+    pub(crate) replay: Option<tickwire_proto::ReplayFrom>,
 }
 
 /// Exit with a given status, without an error message.
@@ -108,6 +111,7 @@ pub fn run(args: SubscribeArgs) -> Result<()> {
             RequestOptions {
                 snapshot: args.snapshot,
                 view: view.clone(),
+                replay: args.replay,
             },
         )?;
     }

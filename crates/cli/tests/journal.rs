@@ -490,3 +490,176 @@ fn a_journal_that_cannot_be_opened_refuses_posts_with_the_reason_and_market_data
     // The file is left as it was, for an operator.
     assert_eq!(std::fs::read(&seg).unwrap(), bytes);
 }
+
+/// The item's sequence number now, from a snapshot.
+fn current_seq(node: &Node, item: &str) -> u64 {
+    let out = run(
+        &[
+            "subscribe",
+            "--node",
+            &node.addr_str(),
+            "--snapshot",
+            "--json",
+            item,
+        ],
+        T,
+    );
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("a snapshot");
+    v["seq"].as_u64().unwrap()
+}
+
+/// `tickwire replay ... --json --count N`: its messages.
+fn replay(node: &Node, item: &str, from: &str, count: usize) -> Vec<Value> {
+    let addr = node.addr_str();
+    let n = count.to_string();
+    let out = run(
+        &[
+            "replay",
+            "--node",
+            &addr,
+            "--json",
+            "--count",
+            &n,
+            "--timeout",
+            "20",
+            "--from",
+            from,
+            item,
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// History then live: every sequence number from the first, once, in order, with the
+/// status that says where live begins somewhere in between.
+fn assert_no_gap_no_repeat(msgs: &[Value], first: u64) -> usize {
+    let mut expect = first;
+    let mut joined_at = None;
+    for (i, m) in msgs.iter().enumerate() {
+        match m["type"].as_str().unwrap() {
+            "status" => {
+                let text = m["state"]["text"].as_str().unwrap();
+                assert!(text.contains("live from seq"), "{m}");
+                assert_eq!(m["state"]["stream"], "open", "{m}");
+                assert!(joined_at.is_none(), "one join: {m}");
+                joined_at = Some(i);
+            }
+            "update" | "refresh" => {
+                assert_eq!(m["seq"].as_u64().unwrap(), expect, "message {i}: {m}");
+                assert_eq!(m["conflation_count"].as_u64().unwrap_or(1), 1, "{m}");
+                expect += 1;
+            }
+            other => panic!("unexpected {other}: {m}"),
+        }
+    }
+    let joined = joined_at.expect("the join status");
+    assert!(
+        joined > 0 && joined < msgs.len() - 1,
+        "history before the join and live after it"
+    );
+    joined
+}
+
+#[test]
+fn a_replay_gives_the_history_from_a_seq_or_a_time_then_live_with_no_gap_or_repeat() {
+    let dir = TempDir::new("replay");
+    let cfg = TempConfig::new(
+        "journal-replay",
+        &format!(
+            "{}updates = true\n",
+            config("127.0.0.1:0", dir.path(), "batch")
+        ),
+    );
+    let node = Node::start(&["--config", cfg.path()]);
+    let addr = node.addr_str();
+    let _feed = Proc::spawn(&["publish", "--node", &addr, "--items", "3", "--rate", "600"]);
+    wait_for_image(node.addr, "FEED", "SYM2", T).expect("the feed");
+    // Let some history build up.
+    let deadline = Instant::now() + T;
+    while current_seq(&node, "SYM1") < 120 {
+        assert!(Instant::now() < deadline, "SYM1 does not update");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let now = current_seq(&node, "SYM1");
+    let from = now - 100;
+    let msgs = replay(&node, "SYM1", &from.to_string(), 160);
+    let joined = assert_no_gap_no_repeat(&msgs, from);
+    assert!(
+        joined >= 100,
+        "at least the 100 messages asked for before the join: {joined}"
+    );
+
+    // From a time: the journal's own times. Take the time of a record in the middle.
+    let records = inspect(dir.path());
+    let sym1: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["stream"] == "update" && r["item"] == "SYM1")
+        .collect();
+    let mid = sym1[sym1.len() / 2];
+    let secs = mid["time_ns"].as_u64().unwrap() / 1_000_000_000;
+    let nanos = mid["time_ns"].as_u64().unwrap() % 1_000_000_000;
+    // As RFC 3339 (via the date command's arithmetic-free path: seconds since epoch).
+    let stamp = {
+        let out = std::process::Command::new("date")
+            .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:%M:%S"])
+            .output()
+            .unwrap();
+        format!(
+            "{}.{nanos:09}Z",
+            String::from_utf8_lossy(&out.stdout).trim()
+        )
+    };
+    // The history from there (and what came since), then some live ones.
+    let msgs = replay(&node, "SYM1", &stamp, sym1.len() - sym1.len() / 2 + 200);
+    let first = msgs[0]["seq"].as_u64().unwrap();
+    // Messages journaled together share a time: the first with that time is first.
+    let t = mid["time_ns"].as_u64().unwrap();
+    let expected = sym1
+        .iter()
+        .find(|r| r["time_ns"].as_u64().unwrap() >= t)
+        .unwrap();
+    assert_eq!(
+        first,
+        expected["item_seq"].as_u64().unwrap(),
+        "the first message at or after {stamp}"
+    );
+    assert_no_gap_no_repeat(&msgs, first);
+
+    // A service with no history says so.
+    let plain = Node::start(&[]);
+    let _f = Proc::spawn(&[
+        "publish",
+        "--node",
+        &plain.addr_str(),
+        "--items",
+        "1",
+        "--rate",
+        "10",
+    ]);
+    wait_for_image(plain.addr, "FEED", "SYM0", T).expect("the feed");
+    let out = run(
+        &[
+            "replay",
+            "--node",
+            &plain.addr_str(),
+            "--json",
+            "--from",
+            "1",
+            "--timeout",
+            "10",
+            "SYM0",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(1), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("no history of service"),
+        "{}",
+        out.stdout
+    );
+}

@@ -476,6 +476,7 @@ fn a_user_sees_only_the_services_they_may_read_in_the_directory() {
                 RequestOptions {
                     snapshot: true,
                     view: None,
+                    ..Default::default()
                 },
             )
             .expect("subscribe");

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 use tickwire_proto::frame::FrameWriter;
 use tickwire_proto::{
-    code, DataState, FieldList, Message, MessageIter, Post, Request, ServiceState, State, Status,
-    StreamState, View,
+    code, DataState, FieldList, Message, MessageIter, Post, Replay, ReplayFrom, Request,
+    ServiceState, State, Status, StreamState, View,
 };
 
 /// Identifies one item stream of a subscriber.
@@ -36,6 +36,11 @@ pub struct RequestOptions {
     pub snapshot: bool,
     /// Only these field ids (refresh and updates).
     pub view: Option<Vec<i16>>,
+    /// Start with the item's history from the node's journal, from this sequence number
+    /// or time, then go on live with no gap and no repeat (a Replay instead of a
+    /// Request; docs/PROTOCOL.md 6.15). After a lost connection the stream asks again
+    /// from the message after the last one it delivered. Not with `snapshot` or `view`.
+    pub replay: Option<ReplayFrom>,
 }
 
 struct Watch {
@@ -43,6 +48,9 @@ struct Watch {
     name: String,
     streaming: bool,
     view: Option<Vec<i16>>,
+    /// A replay stream: where its history starts (moved on past every message
+    /// delivered, so a re-request after a lost connection neither repeats nor skips).
+    replay: Option<ReplayFrom>,
 }
 
 /// A status made up here (the connection was lost), not yet delivered.
@@ -191,6 +199,7 @@ impl SubscriberSession {
             name: name.to_string(),
             streaming: !options.snapshot,
             view: options.view,
+            replay: options.replay,
         };
         if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
             push_request(conn.writer(), sid, &w)?;
@@ -401,6 +410,15 @@ impl SubscriberSession {
 }
 
 fn push_request(w: &mut FrameWriter, sid: u32, watch: &Watch) -> Result<(), ClientError> {
+    if let Some(from) = watch.replay {
+        w.push(&Message::Replay(Replay {
+            stream_id: sid,
+            from,
+            service: &watch.service,
+            name: &watch.name,
+        }))?;
+        return Ok(());
+    }
     w.push(&Message::Request(Request {
         stream_id: sid,
         streaming: watch.streaming,
@@ -450,9 +468,12 @@ fn handle_payload(
         match raw.message {
             Message::Refresh(r) => {
                 let sid = r.stream_id;
-                let Some(w) = ctx.watch.get(sid as usize).and_then(|w| w.as_ref()) else {
+                let Some(w) = ctx.watch.get_mut(sid as usize).and_then(|w| w.as_mut()) else {
                     continue; // a late message for a stream already closed
                 };
+                if w.replay.is_some() && r.complete {
+                    w.replay = Some(ReplayFrom::Seq(r.seq.wrapping_add(1)));
+                }
                 let done = r.complete && r.state.stream != StreamState::Open;
                 let item = ItemRef {
                     stream: sid,
@@ -466,9 +487,16 @@ fn handle_payload(
                 }
             }
             Message::Update(u) => {
-                let Some(w) = ctx.watch.get(u.stream_id as usize).and_then(|w| w.as_ref()) else {
+                let Some(w) = ctx
+                    .watch
+                    .get_mut(u.stream_id as usize)
+                    .and_then(|w| w.as_mut())
+                else {
                     continue;
                 };
+                if w.replay.is_some() {
+                    w.replay = Some(ReplayFrom::Seq(u.seq.wrapping_add(1)));
+                }
                 let item = ItemRef {
                     stream: u.stream_id,
                     service: &w.service,

@@ -91,6 +91,7 @@ fn publish_and_wait(node: &RunningNode, p: &mut Publisher, name: &str, bid: i64)
                 RequestOptions {
                     snapshot: true,
                     view: None,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -245,6 +246,7 @@ fn snapshot_and_view() {
         RequestOptions {
             snapshot: true,
             view: None,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -267,6 +269,7 @@ fn snapshot_and_view() {
         RequestOptions {
             snapshot: false,
             view: Some(vec![25]),
+            ..Default::default()
         },
     )
     .unwrap();

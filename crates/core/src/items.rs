@@ -60,6 +60,8 @@ pub struct Item {
     /// (`CoreConfig::interactive_linger`): a quick re-request is answered from the
     /// cache.
     pub linger_until: Option<std::time::Instant>,
+    /// Its refreshes and updates go into the node's journal (`[journal] updates`).
+    pub journaled: bool,
 }
 
 impl Item {
@@ -76,6 +78,7 @@ impl Item {
             refresh_requested: false,
             recovering: false,
             linger_until: None,
+            journaled: false,
         }
     }
 }

@@ -18,6 +18,7 @@
 
 mod items;
 mod posts;
+mod replay;
 mod security;
 mod slow;
 mod streams;
@@ -124,6 +125,9 @@ pub struct CoreConfig {
     pub posts: PostServices,
     /// Services whose posts go through the node's journal (`[journal] services`).
     pub journal: PostServices,
+    /// The journal also keeps every refresh and update of those services, for replay
+    /// (`[journal] updates`).
+    pub journal_updates: bool,
 }
 
 impl Default for CoreConfig {
@@ -142,6 +146,7 @@ impl Default for CoreConfig {
             interactive_linger: Duration::ZERO,
             posts: PostServices::None,
             journal: PostServices::None,
+            journal_updates: false,
         }
     }
 }
@@ -283,6 +288,8 @@ pub struct Node {
     sessions: SessionTokens,
     /// Posts forwarded to publishers and not answered yet.
     posts: posts::Posts,
+    /// Streams waiting for their history (replay then join).
+    replays: replay::Replays,
 }
 
 /// How a stream-level failure is reported to a subscriber.
@@ -323,6 +330,7 @@ impl Node {
             next_ticket: 0,
             sessions,
             posts: posts::Posts::default(),
+            replays: replay::Replays::default(),
         }
     }
 
@@ -790,6 +798,7 @@ impl Node {
                     self.unsubscribe(conn, sid);
                 }
                 self.posts_poster_gone(conn);
+                self.replay_conn_gone(conn);
             }
             ConnRole::Publisher => {
                 self.publisher_gone(conn, reason);
@@ -822,7 +831,9 @@ impl Node {
             (ConnRole::Subscriber, Message::Request(req)) => self.on_subscriber_request(conn, req),
             (ConnRole::Subscriber, Message::Close { stream_id }) => {
                 self.unsubscribe(conn, *stream_id);
+                self.replay_stream_closed(conn, *stream_id);
             }
+            (ConnRole::Subscriber, Message::Replay(r)) => self.on_subscriber_replay(conn, r),
             (ConnRole::Subscriber, Message::Post(p)) => self.on_subscriber_post(conn, p),
             (ConnRole::Publisher, Message::Ack(a)) => self.on_publisher_ack(conn, a),
             (ConnRole::Publisher, Message::Directory(dir)) => {
@@ -1221,7 +1232,7 @@ impl Node {
                     );
                     return;
                 }
-                let h = self.items.insert(Item::new(svc, req.name));
+                let h = self.new_item(svc, req.name);
                 self.services[svc].items.insert(req.name.into(), h);
                 h
             }
@@ -1314,6 +1325,14 @@ impl Node {
     }
 
     /// Adds a subscriber stream to its item and records where it is.
+    /// A new item of service `svc` (the caller lists it in the service's items).
+    fn new_item(&mut self, svc: usize, name: &str) -> ItemHandle {
+        let mut item = Item::new(svc, name);
+        item.journaled =
+            self.cfg.journal_updates && self.cfg.journal.takes(&self.services[svc].name);
+        self.items.insert(item)
+    }
+
     fn attach(&mut self, h: ItemHandle, entry: SubEntry) {
         let Some(item) = self.items.get_mut(h) else {
             return;
@@ -1829,7 +1848,7 @@ impl Node {
                 let h = match self.services[svc].items.get(r.name) {
                     Some(&h) => h,
                     None => {
-                        let h = self.items.insert(Item::new(svc, r.name));
+                        let h = self.new_item(svc, r.name);
                         self.services[svc].items.insert(r.name.into(), h);
                         h
                     }
@@ -1865,6 +1884,18 @@ impl Node {
         }
         item.seq = r.seq;
         item.data_state = r.state.data;
+        if item.journaled {
+            self.posts
+                .journal_item_message(&tickwire_journal::ItemMessage {
+                    service: &self.services[item.service].name,
+                    item: &item.name,
+                    seq: r.seq,
+                    refresh: true,
+                    update_type: 0,
+                    fields: r.fields,
+                });
+        }
+        let item = self.items.get_mut(h).expect("live");
         // Who gets this refresh: a solicited one goes to the streams waiting for an
         // image; an unsolicited one (a re-image) or a recovery to every stream.
         let solicited = r.solicited && !item.recovering;
@@ -2109,6 +2140,8 @@ impl Node {
             now,
             scratch,
             max_image,
+            services,
+            posts,
             ..
         } = self;
         let Some(item) = items.get_mut(h) else { return };
@@ -2120,6 +2153,16 @@ impl Node {
             }
         }
         item.seq = u.seq;
+        if item.journaled {
+            posts.journal_item_message(&tickwire_journal::ItemMessage {
+                service: &services[item.service].name,
+                item: &item.name,
+                seq: u.seq,
+                refresh: false,
+                update_type: u.update_type as u8,
+                fields: u.fields,
+            });
+        }
         let data_state = item.data_state;
         for s in &item.subs {
             if s.awaiting_refresh {

@@ -81,6 +81,19 @@ pub enum JournalWrite {
         nak: Option<NakCode>,
         text: String,
     },
+    /// Refreshes and updates of journaled items (`[journal] updates`), each as a u32
+    /// length then its part ([`tickwire_journal::ItemMessage::encode_part`]). Nobody
+    /// waits for these: the answer only counts failures.
+    ItemMessages { parts: Vec<u8>, count: u64 },
+    /// The history of an item, for a replay: answered with
+    /// [`Node::on_history`].
+    History {
+        service: String,
+        item: String,
+        from: tickwire_proto::ReplayFrom,
+        until: u32,
+        max: usize,
+    },
 }
 
 /// A post the journal held as received and not completed when the node last stopped.
@@ -146,6 +159,49 @@ pub(crate) struct Posts {
     next_ticket: u64,
     /// Posts from the journal waiting for a publisher of their service.
     redeliver: Vec<Redelivery>,
+    /// Journaled refreshes and updates since the last request (see
+    /// [`JournalWrite::ItemMessages`]).
+    item_messages: Vec<u8>,
+    item_message_count: u64,
+}
+
+impl Posts {
+    /// Queues one refresh or update of a journaled item (on the update's path: one
+    /// copy into a buffer handed over once per turn of the event loop).
+    pub(crate) fn journal_item_message(&mut self, m: &tickwire_journal::ItemMessage<'_>) {
+        let at = self.item_messages.len();
+        self.item_messages.extend_from_slice(&[0; 4]);
+        if m.encode_part(&mut self.item_messages).is_err() {
+            self.item_messages.truncate(at);
+            return;
+        }
+        let len = (self.item_messages.len() - at - 4) as u32;
+        self.item_messages[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        self.item_message_count += 1;
+    }
+
+    /// The journaled messages so far become a request (before any request that must
+    /// see them, such as a history).
+    pub(crate) fn flush_item_messages(&mut self) {
+        if self.item_messages.is_empty() {
+            return;
+        }
+        let parts = std::mem::take(&mut self.item_messages);
+        let count = std::mem::take(&mut self.item_message_count);
+        self.journal_requests.push(JournalRequest {
+            ticket: 0,
+            write: JournalWrite::ItemMessages { parts, count },
+        });
+    }
+
+    pub(crate) fn new_ticket(&mut self) -> u64 {
+        self.next_ticket += 1;
+        self.next_ticket
+    }
+
+    pub(crate) fn push_request(&mut self, r: JournalRequest) {
+        self.journal_requests.push(r);
+    }
 }
 
 /// What happened to posts, for the node's figures.
@@ -415,8 +471,7 @@ impl Node {
     }
 
     fn journal(&mut self, write: JournalWrite, then: Journaling) {
-        self.posts.next_ticket += 1;
-        let ticket = self.posts.next_ticket;
+        let ticket = self.posts.new_ticket();
         self.posts.journaling.insert(ticket, then);
         self.posts
             .journal_requests
@@ -427,6 +482,7 @@ impl Node {
     /// Moves the records the journal is asked for into `into` (cleared first): write
     /// them, then tell [`Node::on_journaled`] of each.
     pub fn take_journal_requests(&mut self, into: &mut Vec<JournalRequest>) {
+        self.posts.flush_item_messages();
         into.clear();
         std::mem::swap(into, &mut self.posts.journal_requests);
     }
@@ -435,6 +491,14 @@ impl Node {
     /// is `Ok`, or could not (`Err`: why).
     pub fn on_journaled(&mut self, ticket: u64, result: Result<u64, String>, now: Instant) {
         self.now = now;
+        if ticket == 0 {
+            // Journaled refreshes and updates: only a failure is news.
+            if let Err(why) = result {
+                self.stats.posts.journal_failures += 1;
+                warn!("journal: refreshes and updates not kept: {why}");
+            }
+            return;
+        }
         let Some(j) = self.posts.journaling.remove(&ticket) else {
             return;
         };

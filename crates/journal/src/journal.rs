@@ -107,6 +107,32 @@ pub struct PendingPost {
     pub fields: Vec<u8>,
 }
 
+/// A journaled refresh or update of an item, for a replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PastMessage {
+    pub time_ns: u64,
+    pub seq: u32,
+    pub refresh: bool,
+    pub update_type: u8,
+    pub fields: Vec<u8>,
+}
+
+/// What [`Journal::history`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    pub messages: Vec<PastMessage>,
+    /// There were more than asked for: these are the latest.
+    pub truncated: bool,
+}
+
+/// When a segment was created (its header), if it can be read.
+fn segment_created(path: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut h = [0u8; segment::HEADER_LEN];
+    std::fs::File::open(path).ok()?.read_exact(&mut h).ok()?;
+    Some(u64::from_be_bytes(h[24..32].try_into().ok()?))
+}
+
 /// What opening the journal found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
@@ -292,6 +318,34 @@ impl Journal {
         Ok(seq)
     }
 
+    /// Appends a refresh or update of an item given as its encoded part
+    /// ([`crate::record::ItemMessage::encode_part`]); its seq.
+    pub fn item_message(&mut self, part: &[u8], time_ns: u64) -> Result<u64, JournalError> {
+        if let Some(why) = &self.failed {
+            return Err(JournalError::Failed(why.clone()));
+        }
+        let len = 1 + 8 + 8 + part.len();
+        if len > crate::record::MAX_BODY {
+            return Err(JournalError::Encode(tickwire_proto::EncodeError::TooLong {
+                what: "journal record",
+                len,
+                max: crate::record::MAX_BODY,
+            }));
+        }
+        let seq = self.next_seq;
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&(len as u32).to_be_bytes());
+        self.buf.extend_from_slice(&[0; 4]);
+        self.buf.push(crate::record::Stream::Update as u8);
+        self.buf.extend_from_slice(&seq.to_be_bytes());
+        self.buf.extend_from_slice(&time_ns.to_be_bytes());
+        self.buf.extend_from_slice(part);
+        let crc = crc32fast::hash(&self.buf[start + 8..]);
+        self.buf[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
+        self.next_seq += 1;
+        Ok(seq)
+    }
+
     fn append(&mut self, time_ns: u64, body: Body<'_>) -> Result<u64, JournalError> {
         if let Some(why) = &self.failed {
             return Err(JournalError::Failed(why.clone()));
@@ -373,6 +427,69 @@ impl Journal {
         }
     }
 
+    /// The journaled refreshes and updates of one item from `from` (an item seq, or a
+    /// time) up to item seq `until`, oldest first, at most `max` (the latest ones when
+    /// there are more: `truncated`). What was appended and not committed is committed
+    /// first, so the history reaches everything handed to the journal before this call.
+    pub fn history(
+        &mut self,
+        service: &str,
+        item: &str,
+        from: tickwire_proto::ReplayFrom,
+        until: u32,
+        max: usize,
+    ) -> Result<History, JournalError> {
+        self.commit()?;
+        let list =
+            files::list_segments(&self.dir).map_err(|e| JournalError::io("list", &self.dir, e))?;
+        let mut out = std::collections::VecDeque::new();
+        let mut truncated = false;
+        for (i, (first, path)) in list.iter().enumerate() {
+            // From a time: a segment whose successor was created before it holds
+            // nothing as late (records are written in time order).
+            if let (tickwire_proto::ReplayFrom::Time(t), Some((_, next))) = (from, list.get(i + 1))
+            {
+                if segment_created(next).is_some_and(|c| c < t) {
+                    continue;
+                }
+            }
+            let bytes = files::read_file(path).map_err(|e| JournalError::io("read", path, e))?;
+            let scan = segment::scan(&bytes, *first).map_err(|e| JournalError::Corrupt {
+                path: path.clone(),
+                offset: 0,
+                why: e.to_string(),
+            })?;
+            for r in &scan.records {
+                let Body::Update(m) = &r.body else { continue };
+                if m.service != service || m.item != item || m.seq > until {
+                    continue;
+                }
+                let wanted = match from {
+                    tickwire_proto::ReplayFrom::Seq(s) => m.seq >= s,
+                    tickwire_proto::ReplayFrom::Time(t) => r.time_ns >= t,
+                };
+                if !wanted {
+                    continue;
+                }
+                if out.len() == max {
+                    out.pop_front();
+                    truncated = true;
+                }
+                out.push_back(PastMessage {
+                    time_ns: r.time_ns,
+                    seq: m.seq,
+                    refresh: m.refresh,
+                    update_type: m.update_type,
+                    fields: m.fields.as_bytes().to_vec(),
+                });
+            }
+        }
+        Ok(History {
+            messages: out.into(),
+            truncated,
+        })
+    }
+
     /// Posts received and not completed, oldest first.
     pub fn pending(&self) -> impl Iterator<Item = &PendingPost> {
         self.pending.values()
@@ -419,6 +536,7 @@ fn apply(pending: &mut BTreeMap<u64, PendingPost>, r: &Record<'_>) {
         Body::Completed(c) => {
             pending.remove(&c.received);
         }
+        Body::Update(_) => {}
     }
 }
 

@@ -19,9 +19,10 @@ pub mod record;
 pub mod segment;
 
 pub use journal::{
-    now_ns, Journal, JournalError, JournalOptions, JournalStats, PendingPost, Recovery, SyncPolicy,
+    now_ns, History, Journal, JournalError, JournalOptions, JournalStats, PastMessage, PendingPost,
+    Recovery, SyncPolicy,
 };
-pub use record::{Body, Completed, Received, Record, Stream};
+pub use record::{Body, Completed, ItemMessage, Received, Record, Stream};
 
 #[cfg(test)]
 mod tests;

@@ -19,6 +19,8 @@ pub const MAX_BODY: usize = 200 * 1024;
 pub enum Stream {
     Received = 1,
     Completed = 2,
+    /// A refresh or an update of a journaled item (`[journal] updates`), for replay.
+    Update = 3,
 }
 
 impl Stream {
@@ -26,6 +28,7 @@ impl Stream {
         match self {
             Stream::Received => "received",
             Stream::Completed => "completed",
+            Stream::Update => "update",
         }
     }
 }
@@ -54,10 +57,39 @@ pub struct Completed<'a> {
     pub text: &'a str,
 }
 
+/// A refresh or update of an item, as the node received it from its publisher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemMessage<'a> {
+    pub service: &'a str,
+    pub item: &'a str,
+    /// The item's sequence number.
+    pub seq: u32,
+    /// A refresh (a whole image), not an update.
+    pub refresh: bool,
+    /// The update type (PROTOCOL 3.4.4; 0 for a refresh).
+    pub update_type: u8,
+    pub fields: FieldList<'a>,
+}
+
+impl ItemMessage<'_> {
+    /// Appends its part of a record body (after stream, seq and time): what the node
+    /// writes for each journaled message, then hands to [`crate::Journal::item_message`].
+    pub fn encode_part(&self, out: &mut Vec<u8>) -> Result<(), tickwire_proto::EncodeError> {
+        put_u32(out, self.seq);
+        out.push(if self.refresh { ITEM_REFRESH } else { 0 });
+        out.push(self.update_type);
+        put_str16(out, self.service, "service name")?;
+        put_str16(out, self.item, "item name")?;
+        out.extend_from_slice(self.fields.as_bytes());
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body<'a> {
     Received(Received<'a>),
     Completed(Completed<'a>),
+    Update(ItemMessage<'a>),
 }
 
 impl Body<'_> {
@@ -65,6 +97,7 @@ impl Body<'_> {
         match self {
             Body::Received(_) => Stream::Received,
             Body::Completed(_) => Stream::Completed,
+            Body::Update(_) => Stream::Update,
         }
     }
 }
@@ -78,6 +111,7 @@ pub struct Record<'a> {
 }
 
 const RECEIVED_IMAGE: u8 = 1;
+const ITEM_REFRESH: u8 = 1;
 
 impl Record<'_> {
     /// Appends the record (header and body) to `out`. On error `out` is as it was.
@@ -122,6 +156,7 @@ impl Record<'_> {
                 out.push(c.nak.map_or(0, |n| n as u8));
                 put_str16(out, c.text, "text")?;
             }
+            Body::Update(m) => m.encode_part(out)?,
         }
         Ok(())
     }
@@ -213,6 +248,29 @@ fn decode_body(body: &[u8]) -> Result<Record<'_>, RecordError> {
                 received,
                 nak,
                 text: r.str16("text")?,
+            })
+        }
+        3 => {
+            let seq = r.u32()?;
+            let flags = r.u8()?;
+            if flags & !ITEM_REFRESH != 0 {
+                return Err(RecordError::Body(DecodeError::InvalidValue {
+                    what: "item message flags",
+                    value: flags as u64,
+                }));
+            }
+            let update_type = r.u8()?;
+            let service = r.str16("service name")?;
+            let item = r.str16("item name")?;
+            let fields = FieldList::decode(r.rest())?;
+            r.bytes(r.remaining())?;
+            Body::Update(ItemMessage {
+                service,
+                item,
+                seq,
+                refresh: flags & ITEM_REFRESH != 0,
+                update_type,
+                fields,
             })
         }
         other => return Err(RecordError::UnknownStream(other)),

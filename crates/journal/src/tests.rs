@@ -262,3 +262,86 @@ proptest! {
         prop_assert_eq!(at, scan.valid_len);
     }
 }
+
+fn item_part(item: &str, seq: u32, refresh: bool, fields: &[u8]) -> Vec<u8> {
+    let mut part = Vec::new();
+    ItemMessage {
+        service: "FEED",
+        item,
+        seq,
+        refresh,
+        update_type: if refresh { 0 } else { 1 },
+        fields: FieldList::decode(fields).unwrap(),
+    }
+    .encode_part(&mut part)
+    .unwrap();
+    part
+}
+
+#[test]
+fn the_history_of_an_item_is_its_journaled_messages_in_order_from_a_seq_or_a_time() {
+    let dir = TempDir::new("history");
+    let (mut j, _) = Journal::open(
+        &dir.0,
+        JournalOptions {
+            sync: SyncPolicy::Never,
+            segment_bytes: 400,
+        },
+    )
+    .unwrap();
+    // SYM0 and SYM1 interleaved, over several segments; a post in between.
+    for seq in 1..=30u32 {
+        for item in ["SYM0", "SYM1"] {
+            let f = bid(seq as i64);
+            j.item_message(&item_part(item, seq, seq == 1, &f), 1_000 * seq as u64)
+                .unwrap();
+        }
+        if seq == 10 {
+            let f = bid(0);
+            j.received(&post("SYM0", 1, &f), 10_500).unwrap();
+        }
+        j.commit().unwrap();
+    }
+    assert!(segments(&dir.0).len() > 3);
+    // Appended, not committed: history commits first.
+    let f = bid(31);
+    j.item_message(&item_part("SYM0", 31, false, &f), 31_000)
+        .unwrap();
+    let h = j
+        .history("FEED", "SYM0", tickwire_proto::ReplayFrom::Seq(25), 31, 100)
+        .unwrap();
+    let seqs: Vec<u32> = h.messages.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, (25..=31).collect::<Vec<_>>());
+    assert_eq!(h.messages[0].fields, bid(25));
+    assert!(!h.truncated);
+    // From a time, up to a seq, at most a few (the latest).
+    let h = j
+        .history(
+            "FEED",
+            "SYM1",
+            tickwire_proto::ReplayFrom::Time(5_000),
+            20,
+            100,
+        )
+        .unwrap();
+    assert_eq!(h.messages.first().map(|m| m.seq), Some(5));
+    assert_eq!(h.messages.last().map(|m| m.seq), Some(20));
+    let h = j
+        .history("FEED", "SYM1", tickwire_proto::ReplayFrom::Seq(1), 30, 4)
+        .unwrap();
+    assert_eq!(
+        h.messages.iter().map(|m| m.seq).collect::<Vec<_>>(),
+        [27, 28, 29, 30]
+    );
+    assert!(h.truncated);
+    assert!(h.messages.iter().all(|m| !m.refresh));
+    let h = j
+        .history("FEED", "SYM1", tickwire_proto::ReplayFrom::Seq(1), 1, 10)
+        .unwrap();
+    assert!(h.messages[0].refresh);
+    // Item messages are not posts: nothing pending but the one post.
+    drop(j);
+    let (j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+    assert_eq!(rec.records, 62);
+    assert_eq!(j.pending_count(), 1);
+}

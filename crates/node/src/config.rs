@@ -654,6 +654,7 @@ impl NodeConfig {
             } else {
                 tickwire_core::PostServices::from_list(&self.journal.services)
             },
+            journal_updates: self.journal.updates && !self.journal.dir.is_empty(),
             login_token: (!self.security.login_token.is_empty())
                 .then(|| self.security.login_token.clone()),
             users: None, // loaded by the server (NodeConfig::load_users)

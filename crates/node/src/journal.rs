@@ -35,6 +35,9 @@ pub struct JournalSection {
     pub sync: SyncSetting,
     /// Segment size in MiB: a segment past it is closed and the next started.
     pub segment_mb: u64,
+    /// Also journal every refresh and update of those services, so subscribers can
+    /// ask for an item's history (replay then join).
+    pub updates: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +65,7 @@ impl Default for JournalSection {
             services: Vec::new(),
             sync: SyncSetting::Batch,
             segment_mb: 64,
+            updates: false,
         }
     }
 }
@@ -75,7 +79,17 @@ pub struct JournalFigures {
     pub syscalls: AtomicU64,
 }
 
-type Answer = (u64, Result<u64, String>);
+enum Answer {
+    /// A record's seq (or why it was not kept), by ticket.
+    Kept(u64, Result<u64, String>),
+    /// An item's history, by ticket.
+    History(u64, Result<tickwire_journal::History, String>),
+}
+
+enum Kind {
+    Record,
+    History,
+}
 
 /// Records for the journal thread at most in one commit.
 const MAX_BATCH: usize = 8192;
@@ -167,6 +181,11 @@ impl JournalThread {
     /// Hands the core's requests to the thread (or refuses them, without a journal).
     pub fn submit(&self, core: &mut Node, reqs: &mut Vec<JournalRequest>, now: Instant) {
         for req in reqs.drain(..) {
+            let req_kind = if matches!(req.write, JournalWrite::History { .. }) {
+                Kind::History
+            } else {
+                Kind::Record
+            };
             let refused = match &self.requests {
                 Some(tx) => match tx.send(req) {
                     Ok(()) => continue,
@@ -181,15 +200,22 @@ impl JournalThread {
                         .unwrap_or_else(|| "no journal".into()),
                 ),
             };
-            core.on_journaled(refused.0, Err(refused.1), now);
+            if matches!(req_kind, Kind::History) {
+                core.on_history(refused.0, Err(refused.1), now);
+            } else {
+                core.on_journaled(refused.0, Err(refused.1), now);
+            }
         }
     }
 
     /// Hands the answers that are ready to the core.
     pub fn deliver(&self, core: &mut Node, now: Instant) {
         if let Some(rx) = &self.answers {
-            while let Ok((ticket, result)) = rx.try_recv() {
-                core.on_journaled(ticket, result, now);
+            while let Ok(a) = rx.try_recv() {
+                match a {
+                    Answer::Kept(ticket, result) => core.on_journaled(ticket, result, now),
+                    Answer::History(ticket, result) => core.on_history(ticket, result, now),
+                }
             }
         }
     }
@@ -242,15 +268,31 @@ fn run(
                     nak,
                     text,
                 } => journal.completed(*received, *nak, text, now),
+                JournalWrite::ItemMessages { parts, .. } => append_parts(&mut journal, parts, now),
+                JournalWrite::History {
+                    service,
+                    item,
+                    from,
+                    until,
+                    max,
+                } => {
+                    // What was appended before it is committed first (by `history`).
+                    let h = journal.history(service, item, *from, *until, *max);
+                    if h.is_err() {
+                        fail_pending(&mut answers);
+                    }
+                    answers.push(Answer::History(req.ticket, h.map_err(|e| e.to_string())));
+                    continue;
+                }
             };
-            answers.push((req.ticket, appended.map_err(|e| e.to_string())));
+            answers.push(Answer::Kept(
+                req.ticket,
+                appended.map_err(|e| e.to_string()),
+            ));
             if always {
                 let last = answers.len() - 1;
                 commit(&mut journal, &mut answers[last..]);
             }
-        }
-        if !always {
-            commit(&mut journal, &mut answers);
         }
         let s = journal.stats();
         figures.records.store(s.records, Ordering::Relaxed);
@@ -267,14 +309,43 @@ fn run(
     }
 }
 
+/// Appends journaled refreshes and updates (each a u32 length, then its part); the
+/// last seq.
+fn append_parts(
+    journal: &mut Journal,
+    mut parts: &[u8],
+    now: u64,
+) -> Result<u64, tickwire_journal::JournalError> {
+    let mut last = 0;
+    while let [a, b, c, d, rest @ ..] = parts {
+        let len = u32::from_be_bytes([*a, *b, *c, *d]) as usize;
+        let Some((part, tail)) = rest.split_at_checked(len) else {
+            break;
+        };
+        last = journal.item_message(part, now)?;
+        parts = tail;
+    }
+    Ok(last)
+}
+
 /// Commits what was appended for `answers`; on failure none of them is kept.
 fn commit(journal: &mut Journal, answers: &mut [Answer]) {
     if let Err(e) = journal.commit() {
-        let why = e.to_string();
-        warn!("journal: {why}");
-        for a in answers.iter_mut() {
-            if a.1.is_ok() {
-                a.1 = Err(why.clone());
+        warn!("journal: {e}");
+        fail(answers, &e.to_string());
+    }
+}
+
+/// A history's commit failed: what was appended before it is not kept.
+fn fail_pending(answers: &mut [Answer]) {
+    fail(answers, "the journal's commit failed");
+}
+
+fn fail(answers: &mut [Answer], why: &str) {
+    for a in answers.iter_mut() {
+        if let Answer::Kept(_, r) = a {
+            if r.is_ok() {
+                *r = Err(why.to_string());
             }
         }
     }

@@ -25,7 +25,7 @@ pub use frame::{FrameReader, FrameWriter, DEFAULT_MAX_FRAME, FRAME_HEADER_LEN};
 pub use image::FieldImage;
 pub use message::{
     code, max_image_bytes, parse_node_login, Ack, DataState, Directory, Login, Message,
-    MessageIter, MessageType, NakCode, Post, RawMessage, Refresh, Request, Role, ServiceEntry,
-    ServiceState, SlowConsumerPolicy, State, Status, StreamState, Update, UpdateType, View,
-    Welcome, NODE_LOGIN_PREFIX, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    MessageIter, MessageType, NakCode, Post, RawMessage, Refresh, Replay, ReplayFrom, Request,
+    Role, ServiceEntry, ServiceState, SlowConsumerPolicy, State, Status, StreamState, Update,
+    UpdateType, View, Welcome, NODE_LOGIN_PREFIX, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };

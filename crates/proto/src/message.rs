@@ -44,6 +44,7 @@ pub enum MessageType {
     Pong = 10,
     Post = 11,
     Ack = 12,
+    Replay = 13,
 }
 
 impl MessageType {
@@ -61,6 +62,7 @@ impl MessageType {
             10 => MessageType::Pong,
             11 => MessageType::Post,
             12 => MessageType::Ack,
+            13 => MessageType::Replay,
             _ => return None,
         })
     }
@@ -454,6 +456,26 @@ pub struct Ack<'a> {
     pub text: &'a str,
 }
 
+/// Where a replay starts (docs/PROTOCOL.md, 6.15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReplayFrom {
+    /// The item's sequence number (as in its refreshes and updates).
+    Seq(u32),
+    /// A time: nanoseconds since the Unix epoch at which the node journaled it.
+    Time(u64),
+}
+
+/// Subscriber -> node: open a stream on an item with its history first: the node's
+/// journal's refreshes and updates of the item from `from`, then live ones, with no gap
+/// and no repeat (docs/PROTOCOL.md, 6.15).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay<'a> {
+    pub stream_id: u32,
+    pub from: ReplayFrom,
+    pub service: &'a str,
+    pub name: &'a str,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message<'a> {
     Login(Login<'a>),
@@ -468,6 +490,7 @@ pub enum Message<'a> {
     Pong(u64),
     Post(Post<'a>),
     Ack(Ack<'a>),
+    Replay(Replay<'a>),
 }
 
 const REQ_STREAMING: u8 = 1;
@@ -552,6 +575,7 @@ impl<'a> Message<'a> {
             Message::Pong(_) => MessageType::Pong,
             Message::Post(_) => MessageType::Post,
             Message::Ack(_) => MessageType::Ack,
+            Message::Replay(_) => MessageType::Replay,
         }
     }
 
@@ -763,6 +787,33 @@ impl<'a> Message<'a> {
                     text: r.str16("ack text")?,
                 })
             }
+            MessageType::Replay => {
+                let stream_id = r.u32()?;
+                let from = match r.u8()? {
+                    1 => {
+                        let v = r.u64()?;
+                        ReplayFrom::Seq(u32::try_from(v).map_err(|_| {
+                            DecodeError::InvalidValue {
+                                what: "replay sequence number",
+                                value: v,
+                            }
+                        })?)
+                    }
+                    2 => ReplayFrom::Time(r.u64()?),
+                    v => {
+                        return Err(DecodeError::InvalidValue {
+                            what: "replay start kind",
+                            value: v as u64,
+                        })
+                    }
+                };
+                Message::Replay(Replay {
+                    stream_id,
+                    from,
+                    service: r.str16("service name")?,
+                    name: r.str16("item name")?,
+                })
+            }
         };
         r.finish()?;
         Ok(msg)
@@ -918,6 +969,21 @@ impl<'a> Message<'a> {
                 put_u32(out, m.post_id);
                 out.push(m.nak.map_or(0, |c| c as u8));
                 put_str16(out, m.text, "ack text")?;
+            }
+            Message::Replay(m) => {
+                put_u32(out, m.stream_id);
+                match m.from {
+                    ReplayFrom::Seq(s) => {
+                        out.push(1);
+                        put_u64(out, s as u64);
+                    }
+                    ReplayFrom::Time(t) => {
+                        out.push(2);
+                        put_u64(out, t);
+                    }
+                }
+                put_str16(out, m.service, "service name")?;
+                put_str16(out, m.name, "item name")?;
             }
         }
         Ok(())

@@ -11,9 +11,9 @@ use tickwire_proto::message::{write_readdressed, MAX_VIEW_FIDS, MESSAGE_HEADER_L
 use tickwire_proto::{
     Ack, DataState, Date, DecodeError, Dictionary, Directory, EncodeError, FieldImage, FieldList,
     FieldListWriter, FieldType, FrameReader, FrameWriter, Login, Message, MessageIter, MessageType,
-    NakCode, Post, Real, Refresh, Request, Role, ServiceEntry, ServiceState, SlowConsumerPolicy,
-    State, Status, StreamState, Time, Update, UpdateType, Value, View, Welcome, DEFAULT_MAX_FRAME,
-    FRAME_HEADER_LEN,
+    NakCode, Post, Real, Refresh, Replay, ReplayFrom, Request, Role, ServiceEntry, ServiceState,
+    SlowConsumerPolicy, State, Status, StreamState, Time, Update, UpdateType, Value, View, Welcome,
+    DEFAULT_MAX_FRAME, FRAME_HEADER_LEN,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -166,6 +166,12 @@ enum OMsg {
         nak: Option<NakCode>,
         text: String,
     },
+    Replay {
+        stream_id: u32,
+        from: ReplayFrom,
+        service: String,
+        name: String,
+    },
 }
 
 impl OMsg {
@@ -303,6 +309,17 @@ impl OMsg {
                 nak: *nak,
                 text,
             }),
+            OMsg::Replay {
+                stream_id,
+                from,
+                service,
+                name,
+            } => Message::Replay(Replay {
+                stream_id: *stream_id,
+                from: *from,
+                service,
+                name,
+            }),
         }
     }
 
@@ -325,6 +342,7 @@ impl OMsg {
                 | OMsg::Close(_)
                 | OMsg::Post { .. }
                 | OMsg::Ack { .. }
+                | OMsg::Replay { .. }
         )
     }
 
@@ -337,7 +355,8 @@ impl OMsg {
             | OMsg::Status { stream_id, .. }
             | OMsg::Close(stream_id)
             | OMsg::Post { stream_id, .. }
-            | OMsg::Ack { stream_id, .. } => Some(stream_id),
+            | OMsg::Ack { stream_id, .. }
+            | OMsg::Replay { stream_id, .. } => Some(stream_id),
             _ => None,
         }
     }
@@ -679,6 +698,21 @@ fn message() -> impl Strategy<Value = OMsg> {
                     }
                 }
             ),
+        (
+            any::<u32>(),
+            prop_oneof![
+                any::<u32>().prop_map(ReplayFrom::Seq),
+                any::<u64>().prop_map(ReplayFrom::Time)
+            ],
+            text(),
+            text()
+        )
+            .prop_map(|(stream_id, from, service, name)| OMsg::Replay {
+                stream_id,
+                from,
+                service,
+                name,
+            }),
         (any::<u32>(), any::<u32>(), nak_code(), text()).prop_map(
             |(stream_id, post_id, nak, text)| OMsg::Ack {
                 stream_id,
@@ -1375,8 +1409,8 @@ fn invalid_values_are_refused() {
         Err(DecodeError::UnknownMessageType(0))
     );
     assert_eq!(
-        Message::decode_body(13, &[]),
-        Err(DecodeError::UnknownMessageType(13))
+        Message::decode_body(14, &[]),
+        Err(DecodeError::UnknownMessageType(14))
     );
     // An Ack with a nak code that is not defined.
     assert_eq!(

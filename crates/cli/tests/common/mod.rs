@@ -432,6 +432,7 @@ pub fn wait_for_image(
             let snapshot = RequestOptions {
                 snapshot: true,
                 view: None,
+                ..Default::default()
             };
             if let Err(e) = sub.subscribe(service, item, snapshot) {
                 last = format!("subscribe: {e}");

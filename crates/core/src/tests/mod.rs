@@ -67,6 +67,9 @@ enum Got {
         nak: Option<NakCode>,
         text: String,
     },
+    Replay {
+        sid: u32,
+    },
 }
 
 fn fields_of(f: FieldList<'_>) -> Vec<(i16, String)> {
@@ -132,6 +135,7 @@ fn own(m: &Message<'_>) -> Got {
             name: p.name.into(),
             fields: fields_of(p.fields),
         },
+        Message::Replay(r) => Got::Replay { sid: r.stream_id },
         Message::Ack(a) => Got::Ack {
             sid: a.stream_id,
             post_id: a.post_id,

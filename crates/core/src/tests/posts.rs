@@ -507,3 +507,122 @@ fn a_publisher_that_does_not_read_its_posts_gets_no_more_once_its_queue_is_long(
     assert!(id < 2_000, "refused after {id} posts");
     assert!(h.node.pending_output(p) <= 64 * 1024 / 4 + 1024);
 }
+
+// ---------------------------------------------------------------------------------------
+// Replay then join: the harness plays the journal's history.
+// ---------------------------------------------------------------------------------------
+
+fn past(seq: u32) -> tickwire_journal::PastMessage {
+    tickwire_journal::PastMessage {
+        time_ns: seq as u64,
+        seq,
+        refresh: false,
+        update_type: 1,
+        fields: bid_ask(seq as i64, seq as i64 + 1),
+    }
+}
+
+#[test]
+fn a_replay_catches_up_with_an_item_that_moves_on_then_joins_it_live() {
+    let mut h = Harness::with_config(CoreConfig {
+        journal: PostServices::All,
+        journal_updates: true,
+        ..CoreConfig::default()
+    });
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(1, 2);
+    h.send(p, &[refresh(7, 1, "SYM0", &img, false)]);
+    for seq in 2..=5 {
+        h.send(p, &[update(7, seq, &bid_ask(seq as i64, 9))]);
+    }
+    // Every message of the journaled item went to the journal, in one batch.
+    let reqs = journal_requests(&mut h);
+    assert!(
+        matches!(
+            &reqs[..],
+            [JournalRequest {
+                ticket: 0,
+                write: JournalWrite::ItemMessages { count: 5, .. }
+            }]
+        ),
+        "{reqs:?}"
+    );
+    let sub = h.login(Role::Subscriber);
+    h.recv(sub);
+    h.send(
+        sub,
+        &[Message::Replay(tickwire_proto::Replay {
+            stream_id: 3,
+            from: tickwire_proto::ReplayFrom::Seq(3),
+            service: "FEED",
+            name: "SYM0",
+        })],
+    );
+    let reqs = journal_requests(&mut h);
+    let [JournalRequest {
+        ticket,
+        write: JournalWrite::History { until: 5, .. },
+    }] = &reqs[..]
+    else {
+        panic!("{reqs:?}")
+    };
+    // Two more updates before the journal answers.
+    h.send(
+        p,
+        &[update(7, 6, &bid_ask(6, 9)), update(7, 7, &bid_ask(7, 9))],
+    );
+    let history = tickwire_journal::History {
+        messages: vec![past(3), past(4), past(5)],
+        truncated: false,
+    };
+    h.node.on_history(*ticket, Ok(history), h.now);
+    let got = h.recv(sub);
+    let seqs: Vec<u32> = got
+        .iter()
+        .filter_map(|g| match g {
+            Got::Update { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        seqs,
+        [3, 4, 5],
+        "the history, and nothing live yet: {got:?}"
+    );
+    // The item moved on: the rest of its history is asked for (after what it journaled).
+    let reqs = journal_requests(&mut h);
+    let ticket = match &reqs[..] {
+        [JournalRequest {
+            write: JournalWrite::ItemMessages { count: 2, .. },
+            ..
+        }, JournalRequest {
+            ticket,
+            write:
+                JournalWrite::History {
+                    from: tickwire_proto::ReplayFrom::Seq(6),
+                    until: 7,
+                    ..
+                },
+        }] => *ticket,
+        other => panic!("{other:?}"),
+    };
+    h.node.on_history(
+        ticket,
+        Ok(tickwire_journal::History {
+            messages: vec![past(6), past(7)],
+            truncated: false,
+        }),
+        h.now,
+    );
+    let got = h.recv(sub);
+    assert!(
+        matches!(&got[..], [Got::Update { seq: 6, .. }, Got::Update { seq: 7, .. }, Got::Status { text, .. }] if text.contains("live from seq 8")),
+        "{got:?}"
+    );
+    // Live now.
+    h.send(p, &[update(7, 8, &bid_ask(8, 9))]);
+    assert!(matches!(
+        &h.recv(sub)[..],
+        [Got::Update { sid: 3, seq: 8, .. }]
+    ));
+}
