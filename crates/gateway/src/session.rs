@@ -20,8 +20,8 @@ use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use tickwire_proto::{
-    code, DataState, Dictionary, FieldList, Login, Message, Request, Role, SlowConsumerPolicy,
-    State, StreamState, Update, UpdateType, Value, View, PROTOCOL_VERSION_MAX,
+    code, DataState, Dictionary, FieldList, Login, Message, Replay, ReplayFrom, Request, Role,
+    SlowConsumerPolicy, State, StreamState, Update, UpdateType, Value, View, PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
 };
 
@@ -389,6 +389,20 @@ fn write_error(out: &mut JsonOut, id: i64, text: &str, offending: &str) {
     }
     escape(o, &offending[..end]);
     o.extend_from_slice(b"}}");
+}
+
+/// `"Replay": {"FromSeq": N}` or `{"FromTimeNs": N}` (nanoseconds since the Unix
+/// epoch).
+fn parse_replay(r: &Json) -> Result<ReplayFrom, String> {
+    let seq = r.get("FromSeq").and_then(Json::as_u64);
+    let time = r.get("FromTimeNs").and_then(Json::as_u64);
+    match (seq, time) {
+        (Some(s), None) => u32::try_from(s)
+            .map(ReplayFrom::Seq)
+            .map_err(|_| format!("Replay FromSeq {s} is out of range")),
+        (None, Some(t)) => Ok(ReplayFrom::Time(t)),
+        _ => Err("Replay takes one of FromSeq (a sequence number) or FromTimeNs (nanoseconds since the Unix epoch)".into()),
+    }
 }
 
 /// A `Status` on a client ID.
@@ -822,6 +836,24 @@ impl Session {
                 return;
             }
         };
+        // Tickwire's extension: the item's history first (docs/WEBSOCKET.md).
+        let replay = match obj.get("Replay").map(parse_replay) {
+            None => None,
+            Some(Ok(from)) if view.is_none() && streaming => Some(from),
+            Some(Ok(_)) => {
+                write_error(
+                    out,
+                    id,
+                    "a Replay request is streaming and takes no View",
+                    &text(),
+                );
+                return;
+            }
+            Some(Err(why)) => {
+                write_error(out, id, &why, &text());
+                return;
+            }
+        };
         match key.and_then(|k| k.get("Name")) {
             Some(Json::String(name)) => {
                 let name = name.clone();
@@ -832,6 +864,7 @@ impl Session {
                     view,
                     streaming,
                     key_in_updates,
+                    replay,
                     to_node,
                     out,
                 );
@@ -860,6 +893,7 @@ impl Session {
                         view.clone(),
                         streaming,
                         key_in_updates,
+                        replay,
                         to_node,
                         out,
                     );
@@ -883,6 +917,7 @@ impl Session {
         view: Option<Vec<i16>>,
         streaming: bool,
         key_in_updates: bool,
+        replay: Option<ReplayFrom>,
         to_node: &mut Vec<u8>,
         out: &mut JsonOut,
     ) {
@@ -895,13 +930,21 @@ impl Session {
                 sid
             }
         };
-        let msg = Message::Request(Request {
-            stream_id: sid,
-            streaming,
-            service,
-            name,
-            view: view.as_deref().map(View::Fids),
-        });
+        let msg = match replay {
+            Some(from) => Message::Replay(Replay {
+                stream_id: sid,
+                from,
+                service,
+                name,
+            }),
+            None => Message::Request(Request {
+                stream_id: sid,
+                streaming,
+                service,
+                name,
+                view: view.as_deref().map(View::Fids),
+            }),
+        };
         if let Err(e) = msg.encode(to_node) {
             write_status(
                 out,
@@ -1488,6 +1531,42 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_request_with_replay_asks_the_node_for_the_history_first() {
+        let mut s = watching_two_items();
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        for text in [
+            r#"{"ID":5,"Key":{"Name":"SYM0"},"Replay":{"FromSeq":1200}}"#,
+            r#"{"ID":6,"Key":{"Name":"SYM1"},"Replay":{"FromTimeNs":1795492800000000000}}"#,
+            r#"{"ID":7,"Key":{"Name":"SYM1"},"Replay":{"FromSeq":1},"View":["BID"]}"#,
+            r#"{"ID":8,"Key":{"Name":"SYM1"},"Replay":{}}"#,
+        ] {
+            s.on_client_text(text, &mut to_node, &mut out);
+        }
+        let replays: Vec<(String, ReplayFrom)> = tickwire_proto::MessageIter::new(&to_node)
+            .filter_map(|m| match m.unwrap().message {
+                Message::Replay(r) => Some((r.name.to_string(), r.from)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            replays,
+            [
+                ("SYM0".to_string(), ReplayFrom::Seq(1200)),
+                (
+                    "SYM1".to_string(),
+                    ReplayFrom::Time(1_795_492_800_000_000_000)
+                )
+            ]
+        );
+        let mut frames = Vec::new();
+        out.take(&mut frames);
+        let msgs = client_json(&frames);
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(msgs[0]["Text"].as_str().unwrap().contains("takes no View"));
+        assert!(msgs[1]["Text"].as_str().unwrap().contains("FromSeq"));
     }
 
     #[test]
