@@ -145,6 +145,10 @@ pub struct BenchArgs {
     /// Memory scenario: items each connection watches in the full rig.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub memory_items: usize,
+    /// `bench journal`: posts only, without the search for what journaling every update
+    /// costs the sustained rate.
+    #[arg(long)]
+    pub journal_posts_only: bool,
 }
 
 /// The whole results file (schema in docs/BENCHMARKS.md).
@@ -182,6 +186,9 @@ pub struct Results {
     /// before it existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub journal: Vec<journal_scenario::JournalStep>,
+    /// The journal scenario: what journaling every update costs the sustained rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_updates: Option<journal_scenario::JournalUpdateCost>,
 }
 
 /// `bench ws`: one WebSocket JSON subscriber.
@@ -1232,6 +1239,9 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if !r.journal.is_empty() {
         journal_scenario::report(&mut md, &r.journal)?;
+    }
+    if let Some(c) = &r.journal_updates {
+        journal_scenario::report_updates(&mut md, c)?;
     }
     if let Some(t) = &r.tree {
         tree_scenario::report(&mut md, t)?;

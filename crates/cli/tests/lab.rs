@@ -705,6 +705,12 @@ fn bench_journal_writes_one_line_per_sync_policy() {
         dir.to_str().unwrap(),
         "--step-seconds",
         "1",
+        "--items",
+        "200",
+        "--start-rate",
+        "500",
+        "--max-rate",
+        "1000",
     ]);
     let r = read_results(&dir);
     let steps = r["journal"].as_array().expect("a journal list");
@@ -729,7 +735,18 @@ fn bench_journal_writes_one_line_per_sync_policy() {
     assert!((per_post(0) - 4.0).abs() < 0.5, "always: {}", per_post(0));
     assert!(per_post(1) < per_post(0), "batch below always");
     assert_eq!(per_post(3), 0.0, "no journal, no journal calls");
+    // What journaling every update costs the sustained rate: both searches ran.
+    let c = &r["journal_updates"];
+    assert!(
+        c["without_journal_updates_per_s"].as_u64().unwrap() >= 500,
+        "{c}"
+    );
+    assert!(
+        c["with_journal_updates_per_s"].as_u64().unwrap() >= 500,
+        "{c}"
+    );
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Posts and the journal"), "{report}");
+    assert!(report.contains("Journaling every update"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -35,6 +35,19 @@ pub struct JournalStep {
     pub node_cpu_us_per_post: Option<f64>,
 }
 
+/// `results.json` → `journal_updates`: what journaling every update of a service costs
+/// the node's sustained rate (cache on, no fan-out, `batch`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JournalUpdateCost {
+    pub items: usize,
+    pub without_journal_updates_per_s: u64,
+    pub with_journal_updates_per_s: u64,
+    /// 100 x (1 - with / without).
+    pub cost_percent: f64,
+    pub without_limited_by: Option<String>,
+    pub with_limited_by: Option<String>,
+}
+
 impl Lab {
     pub(super) fn journal(&mut self) -> Result<()> {
         let secs = if self.quick { 3.0 } else { self.seconds() };
@@ -44,7 +57,45 @@ impl Lab {
             steps.push(self.journal_step(sync, secs)?);
         }
         self.results.journal = steps;
+        if !self.args.journal_posts_only {
+            self.results.journal_updates = Some(self.journal_update_cost()?);
+        }
         Ok(())
+    }
+
+    /// The highest sustained update rate (cache on) with and without every update of the
+    /// service journaled.
+    fn journal_update_cost(&mut self) -> Result<JournalUpdateCost> {
+        let items = self.args.items.min(10_000);
+        let (secs, bisect) = (self.seconds(), self.bisections());
+        let first = (self.args.max_rate / 4).clamp(1_000, 250_000);
+        let plain = RigSpec::new("journal updates off cache=on", "on", items);
+        let (without, steps_without) =
+            self.search_one_rig("journal", &plain, first, secs, bisect)?;
+        let dir = self.logs.join("journal-updates");
+        let _ = std::fs::remove_dir_all(&dir);
+        let spec = RigSpec {
+            node_config: Some(format!(
+                "[journal]\ndir = {:?}\nservices = [\"*\"]\nsync = \"batch\"\nupdates = true\n",
+                dir.display().to_string()
+            )),
+            ..RigSpec::new("journal updates on cache=on", "on", items)
+        };
+        let start = (without / 2).max(1_000);
+        let (with, steps_with) = self.search_one_rig("journal", &spec, start, secs, bisect)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(JournalUpdateCost {
+            items,
+            without_journal_updates_per_s: without,
+            with_journal_updates_per_s: with,
+            cost_percent: if without > 0 {
+                100.0 * (1.0 - with as f64 / without as f64)
+            } else {
+                0.0
+            },
+            without_limited_by: limit_reason(&steps_without, without),
+            with_limited_by: limit_reason(&steps_with, with),
+        })
     }
 
     fn journal_step(&mut self, sync: &str, secs: f64) -> Result<JournalStep> {
@@ -194,5 +245,20 @@ pub fn report(md: &mut String, steps: &[JournalStep]) -> Result<()> {
         )?;
     }
     writeln!(md, "\nReference (managed file transfer, section 3 of the field targets): 371 files/minute without a forced sync per queue write, 91 with one.\n")?;
+    Ok(())
+}
+
+/// The update-journaling part of report.md.
+pub fn report_updates(md: &mut String, c: &JournalUpdateCost) -> Result<()> {
+    writeln!(
+        md,
+        "Journaling every update ({} items, cache on, sync batch): {} updates/s sustained with it, {} without; it costs {:.0}% of the rate (next step failed: {} / {}).\n",
+        c.items,
+        fmt_rate(c.with_journal_updates_per_s as f64),
+        fmt_rate(c.without_journal_updates_per_s as f64),
+        c.cost_percent,
+        c.with_limited_by.as_deref().unwrap_or("-"),
+        c.without_limited_by.as_deref().unwrap_or("-"),
+    )?;
     Ok(())
 }
