@@ -81,9 +81,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct NodeArgs {
-    /// Address to listen on for publishers and subscribers (port 0 picks a free port).
-    /// Default 127.0.0.1:14002, or node.listen from the config file.
-    #[arg(long, value_name = "ADDR")]
+    /// Address to listen on for publishers and subscribers: IP:PORT or HOST:PORT (port 0
+    /// picks a free port). Default 127.0.0.1:14002, or node.listen from the config file.
+    #[arg(long, value_name = "ADDR", value_parser = tickwire_node::config::resolve_listen)]
     listen: Option<std::net::SocketAddr>,
     /// Last-value cache: `on` serves new subscribers from the cache; `off` passes updates
     /// through and forwards every request to the publisher for its image.

@@ -619,3 +619,29 @@ fn log_lines_carry_the_date_and_can_be_json_and_a_bad_level_is_an_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_host_name_is_taken_where_an_address_to_listen_on_is_and_a_bad_one_is_named() {
+    // The flag and both keys take HOST:PORT.
+    let node = Node::start(&["--listen", "localhost:0"]);
+    assert!(node.addr.ip().is_loopback(), "{}", node.line);
+    let cfg = common::TempConfig::new(
+        "listen-hostnames",
+        "[node]\nlisten = \"localhost:0\"\n[websocket]\nlisten = \"localhost:0\"\n",
+    );
+    let (node, ws) = Node::start_ws(&["--config", cfg.path(), "--listen", "localhost:0"]);
+    assert!(node.addr.ip().is_loopback());
+    assert!(
+        ws.starts_with("127.0.0.1:") || ws.starts_with("[::1]:"),
+        "{ws}"
+    );
+    // A name that does not resolve: the key, the value and what is expected.
+    let bad = common::TempConfig::new("listen-bad-host", "[node]\nlisten = \"nohost.invalid:1\"\n");
+    let out = run(&["node", "--config", bad.path()], Duration::from_secs(20));
+    assert_eq!(out.code(), Some(1));
+    assert!(
+        out.stderr.contains("nohost.invalid:1") && out.stderr.contains("HOST:PORT"),
+        "{}",
+        out.stderr
+    );
+}

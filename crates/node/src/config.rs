@@ -186,15 +186,36 @@ impl WebSocketSection {
         if self.listen.is_empty() {
             return Ok(None);
         }
-        self.listen
-            .parse()
+        resolve_listen(&self.listen)
             .map(Some)
-            .map_err(|e| ConfigError::Invalid {
+            .map_err(|reason| ConfigError::Invalid {
                 key: "websocket.listen",
                 value: self.listen.clone(),
-                reason: format!("{e}: expected IP:PORT, e.g. 127.0.0.1:15000, or empty for none"),
+                reason: format!("{reason}, or empty for none"),
             })
     }
+}
+
+/// A listening address: `IP:PORT`, or `HOST:PORT` with the host name resolved (its
+/// first address, IPv4 or IPv6 as the resolver orders them).
+pub fn resolve_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = text.parse() {
+        return Ok(a);
+    }
+    use std::net::ToSocketAddrs;
+    match text.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("{text:?}: the host name has no address")),
+        Err(e) => Err(format!(
+            "{text:?} is not IP:PORT or HOST:PORT (e.g. 127.0.0.1:14002, [::1]:14002, localhost:14002): {e}"
+        )),
+    }
+}
+
+fn de_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    resolve_listen(&text).map_err(serde::de::Error::custom)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -229,7 +250,9 @@ impl Default for SlowConsumerSection {
 pub struct NodeSection {
     /// Name announced to peers in the welcome.
     pub name: String,
-    /// Address for publishers and subscribers (port 0: any free port).
+    /// Address for publishers and subscribers (port 0: any free port); a host name is
+    /// resolved (its first address).
+    #[serde(deserialize_with = "de_listen")]
     pub listen: SocketAddr,
     /// Last-value cache: "on" or "off".
     pub cache: CacheMode,
