@@ -163,6 +163,8 @@ pub(crate) struct Posts {
     /// [`JournalWrite::ItemMessages`]).
     item_messages: Vec<u8>,
     item_message_count: u64,
+    /// When the last "not journaled" warning was logged (at most one a second).
+    item_warning_at: Option<Instant>,
 }
 
 impl Posts {
@@ -495,7 +497,13 @@ impl Node {
             // Journaled refreshes and updates: only a failure is news.
             if let Err(why) = result {
                 self.stats.posts.journal_failures += 1;
-                warn!("journal: refreshes and updates not kept: {why}");
+                let quiet = self.posts.item_warning_at.is_some_and(|at| {
+                    now.saturating_duration_since(at) < std::time::Duration::from_secs(1)
+                });
+                if !quiet {
+                    warn!("journal: refreshes and updates not kept: {why}");
+                    self.posts.item_warning_at = Some(now);
+                }
             }
             return;
         }

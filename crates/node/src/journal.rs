@@ -77,7 +77,14 @@ pub struct JournalFigures {
     pub commits: AtomicU64,
     /// write and fdatasync system calls.
     pub syscalls: AtomicU64,
+    /// Bytes of journaled refreshes and updates the thread has taken off its queue.
+    pub item_bytes_done: AtomicU64,
 }
+
+/// Journaled refreshes and updates waiting for the journal thread at most: past it (a
+/// disk slower than the feed) a turn's batch is not journaled, and the node says so,
+/// rather than let the queue grow without end.
+pub const MAX_ITEM_BYTES_BEHIND: u64 = 256 * 1024 * 1024;
 
 enum Answer {
     /// A record's seq (or why it was not kept), by ticket.
@@ -95,6 +102,8 @@ enum Kind {
 const MAX_BATCH: usize = 8192;
 
 pub struct JournalThread {
+    /// Bytes of journaled refreshes and updates handed to the thread so far.
+    item_bytes_sent: std::cell::Cell<u64>,
     requests: Option<Sender<JournalRequest>>,
     answers: Option<Receiver<Answer>>,
     /// Why there is no journal (it could not be opened).
@@ -121,6 +130,7 @@ impl JournalThread {
                     cfg.services
                 );
                 return JournalThread {
+                    item_bytes_sent: Default::default(),
                     requests: None,
                     answers: None,
                     unavailable: Some(e.to_string()),
@@ -164,6 +174,7 @@ impl JournalThread {
             let why = format!("cannot start the journal thread: {e}");
             error!("{why}");
             return JournalThread {
+                item_bytes_sent: Default::default(),
                 requests: None,
                 answers: None,
                 unavailable: Some(why),
@@ -171,6 +182,7 @@ impl JournalThread {
             };
         }
         JournalThread {
+            item_bytes_sent: Default::default(),
             requests: Some(requests),
             answers: Some(answers),
             unavailable: None,
@@ -186,6 +198,19 @@ impl JournalThread {
             } else {
                 Kind::Record
             };
+            if let JournalWrite::ItemMessages { parts, count } = &req.write {
+                let sent = self.item_bytes_sent.get();
+                let done = self.figures.item_bytes_done.load(Ordering::Relaxed);
+                if sent.saturating_sub(done) > MAX_ITEM_BYTES_BEHIND {
+                    let why = format!(
+                        "the journal is {} MB behind: {count} refreshes and updates were not journaled (their history will have a gap)",
+                        sent.saturating_sub(done) / 1_000_000
+                    );
+                    core.on_journaled(0, Err(why), now);
+                    continue;
+                }
+                self.item_bytes_sent.set(sent + parts.len() as u64);
+            }
             let refused = match &self.requests {
                 Some(tx) => match tx.send(req) {
                     Ok(()) => continue,
@@ -268,7 +293,12 @@ fn run(
                     nak,
                     text,
                 } => journal.completed(*received, *nak, text, now),
-                JournalWrite::ItemMessages { parts, .. } => append_parts(&mut journal, parts, now),
+                JournalWrite::ItemMessages { parts, .. } => {
+                    figures
+                        .item_bytes_done
+                        .fetch_add(parts.len() as u64, Ordering::Relaxed);
+                    append_parts(&mut journal, parts, now)
+                }
                 JournalWrite::History {
                     service,
                     item,
