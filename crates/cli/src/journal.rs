@@ -18,7 +18,7 @@ pub enum JournalCommand {
     /// (a completed record repeats those of the post it completes, and names it in
     /// `received`), then `user` and `fields` (received) or `ok`, `nak_code`, `text`
     /// (completed); journaled refreshes and updates (`[journal] updates`) have `stream`
-    /// "update", `service`, `item`, `item_seq`, `kind` and `fields`. Exit status 1 if the journal is corrupt (what and where on standard
+    /// "update", `post_id` null, `service`, `item`, `item_seq`, `kind` and `fields`. Exit status 1 if the journal is corrupt (what and where on standard
     /// error); a torn last write, which the node cuts at its next start, is reported
     /// and is not an error.
     Inspect {
@@ -84,6 +84,8 @@ pub fn run(cmd: JournalCommand) -> Result<()> {
                     o["text"] = json!(c.text);
                 }
                 Body::Update(m) => {
+                    // Not a post: no post id (the key is there for every record).
+                    o["post_id"] = json!(null);
                     o["service"] = json!(m.service);
                     o["item"] = json!(m.item);
                     o["item_seq"] = json!(m.seq);

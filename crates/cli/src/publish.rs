@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tickwire_client::{ConnectOptions, Publisher, PublisherEvent, PublisherOptions};
+use tickwire_client::{
+    ConnectOptions, ItemId, Publisher, PublisherEvent, PublisherOptions, ReceivedPost,
+};
 use tickwire_proto::{FieldList, NakCode, UpdateType};
 
 #[derive(clap::Args, Clone)]
@@ -150,47 +152,9 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
                 PublisherEvent::Disconnected { reason } => log::warn!("publisher: {reason}"),
                 PublisherEvent::Reconnected => log::info!("publisher reconnected"),
                 PublisherEvent::Post(post) => {
-                    let (nak, text) = match by_name.get(&post.name) {
-                        None => (
-                            Some(NakCode::SymbolUnknown),
-                            "no such item in this feed".into(),
-                        ),
-                        Some(&i) => match instruments[i].apply_post(post.fields.list(), now_ns()) {
-                            Err(why) => (Some(NakCode::InvalidContent), why),
-                            Ok(()) => {
-                                // Out to every subscriber of the item, if it is live.
-                                if let Some(id) = post.item.filter(|&id| publisher.is_open(id)) {
-                                    buf.clear();
-                                    instruments[i].write_update(&mut buf);
-                                    publisher.publish_update(
-                                        id,
-                                        UpdateType::Quote,
-                                        FieldList::from_trusted(&buf),
-                                        false,
-                                    )?;
-                                }
-                                (None, String::new())
-                            }
-                        },
-                    };
-                    // One line per post at debug level (a feed may take many per second).
-                    let fields: Vec<String> = post
-                        .fields
-                        .iter()
-                        .map(|(f, v)| format!("{f}={v}"))
-                        .collect();
-                    log::debug!(
-                        "post to {}: {} {}{}",
-                        post.name,
-                        fields.join(" "),
-                        nak.map_or("applied", |c| c.name()),
-                        if post.redelivered {
-                            " (redelivered)"
-                        } else {
-                            ""
-                        }
-                    );
-                    publisher.answer_post(&post, nak, &text)?;
+                    let i = by_name.get(&post.name).copied();
+                    let inst = i.map(|i| &mut instruments[i]);
+                    answer_post(&mut publisher, &post, inst, &mut buf)?;
                 }
             }
         }
@@ -222,14 +186,7 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
                     true,
                 )?;
             }
-            buf.clear();
-            instruments[i].write_update(&mut buf);
-            publisher.publish_update(
-                id,
-                UpdateType::Quote,
-                FieldList::from_trusted(&buf),
-                false,
-            )?;
+            publish_quote(&mut publisher, id, &instruments[i], &mut buf)?;
         }
         sent += n;
         if due > sent + args.rate {
@@ -239,6 +196,64 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
     }
     publisher.flush(Duration::from_secs(5))?;
     Ok(publisher.updates_sent())
+}
+
+/// An instrument's current quote as an update of item `id`.
+fn publish_quote(
+    publisher: &mut Publisher,
+    id: ItemId,
+    inst: &Instrument,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    buf.clear();
+    inst.write_update(buf);
+    publisher.publish_update(id, UpdateType::Quote, FieldList::from_trusted(buf), false)?;
+    Ok(())
+}
+
+/// `--accept-posts`: a posted BID/ASK becomes the instrument's quote, goes out to the
+/// item's subscribers if it is live, and is acknowledged; anything else is refused with
+/// the reason.
+fn answer_post(
+    publisher: &mut Publisher,
+    post: &ReceivedPost,
+    inst: Option<&mut Instrument>,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    let (nak, text) = match inst {
+        None => (
+            Some(NakCode::SymbolUnknown),
+            "no such item in this feed".to_string(),
+        ),
+        Some(inst) => match inst.apply_post(post.fields.list(), now_ns()) {
+            Err(why) => (Some(NakCode::InvalidContent), why),
+            Ok(()) => {
+                if let Some(id) = post.item.filter(|&id| publisher.is_open(id)) {
+                    publish_quote(publisher, id, inst, buf)?;
+                }
+                (None, String::new())
+            }
+        },
+    };
+    // One line per post at debug level (a feed may take many per second).
+    let fields: Vec<String> = post
+        .fields
+        .iter()
+        .map(|(f, v)| format!("{f}={v}"))
+        .collect();
+    log::debug!(
+        "post to {}: {} {}{}",
+        post.name,
+        fields.join(" "),
+        nak.map_or("applied", |c| c.name()),
+        if post.redelivered {
+            " (redelivered)"
+        } else {
+            ""
+        }
+    );
+    publisher.answer_post(post, nak, &text)?;
+    Ok(())
 }
 
 pub fn run(args: PublishArgs) -> Result<()> {

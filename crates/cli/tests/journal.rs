@@ -392,17 +392,7 @@ fn a_full_disk_refuses_posts_with_the_reason_and_market_data_goes_on() {
         panic!("this test needs `unshare -m` and tmpfs mounts (root in a Linux VM or container with CAP_SYS_ADMIN)");
     };
     let addr = node.addr_str();
-    let _feed = Proc::spawn(&[
-        "publish",
-        "--node",
-        &addr,
-        "--items",
-        "3",
-        "--rate",
-        "200",
-        "--accept-posts",
-    ]);
-    wait_for_image(node.addr, "FEED", "SYM2", T).expect("the feed");
+    let _feed = accepting_feed(&node, 3, 200);
     // Posts with a long text field fill the 64 KiB quickly.
     let mut sub = poster(&addr);
     let big = "x".repeat(4000);
@@ -457,17 +447,7 @@ fn a_journal_that_cannot_be_opened_refuses_posts_with_the_reason_and_market_data
     );
     let node = Node::start(&["--config", cfg.path()]);
     let addr = node.addr_str();
-    let _feed = Proc::spawn(&[
-        "publish",
-        "--node",
-        &addr,
-        "--items",
-        "3",
-        "--rate",
-        "200",
-        "--accept-posts",
-    ]);
-    wait_for_image(node.addr, "FEED", "SYM2", T).expect("the feed");
+    let _feed = accepting_feed(&node, 3, 200);
     let out = run(&["post", "--node", &addr, "--json", "SYM0", "BID=1"], T);
     assert_eq!(out.code(), Some(1), "{}", out.stderr);
     let answer: Value = serde_json::from_str(out.stdout.trim()).unwrap();
@@ -600,6 +580,9 @@ fn a_replay_gives_the_history_from_a_seq_or_a_time_then_live_with_no_gap_or_repe
         .iter()
         .filter(|r| r["stream"] == "update" && r["item"] == "SYM1")
         .collect();
+    assert!(sym1
+        .iter()
+        .all(|r| r["post_id"].is_null() && r["service"] == "FEED"));
     let mid = sym1[sym1.len() / 2];
     let secs = mid["time_ns"].as_u64().unwrap() / 1_000_000_000;
     let nanos = mid["time_ns"].as_u64().unwrap() % 1_000_000_000;

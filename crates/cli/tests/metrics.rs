@@ -60,17 +60,7 @@ print(json.dumps(out))
 #[test]
 fn the_metrics_parse_and_move_while_data_flows() {
     let (node, ws) = Node::start_ws(&["--posts", "FEED"]);
-    let _feed = Proc::spawn(&[
-        "publish",
-        "--node",
-        &node.addr_str(),
-        "--items",
-        "10",
-        "--rate",
-        "1000",
-        "--accept-posts",
-    ]);
-    wait_for_image(node.addr, "FEED", "SYM9", Duration::from_secs(20)).expect("the feed");
+    let _feed = accepting_feed(&node, 10, 1000);
     let mut sub = subscriber(node.addr);
     sub.subscribe("FEED", "SYM1", Default::default()).unwrap();
     let out = run(

@@ -719,18 +719,7 @@ fn a_websocket_client_at_the_bottom_of_a_node_tree_streams_and_reads_the_figures
 #[test]
 fn a_python_client_posting_like_the_published_example_gets_positive_acks() {
     let (node, url) = start_node_ws(&["--posts", "FEED"]);
-    let addr = node.addr_str();
-    let _feed = Proc::spawn(&[
-        "publish",
-        "--node",
-        &addr,
-        "--items",
-        "3",
-        "--rate",
-        "0",
-        "--accept-posts",
-    ]);
-    wait_for_image(node.addr, "FEED", "SYM2", Duration::from_secs(20)).expect("the feed");
+    let _feed = accepting_feed(&node, 3, 0);
     let out = std::process::Command::new(python_with_websocket_client())
         .arg(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1895,7 +1895,6 @@ impl Node {
                     fields: r.fields,
                 });
         }
-        let item = self.items.get_mut(h).expect("live");
         // Who gets this refresh: a solicited one goes to the streams waiting for an
         // image; an unsolicited one (a re-image) or a recovery to every stream.
         let solicited = r.solicited && !item.recovering;

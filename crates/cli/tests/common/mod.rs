@@ -404,6 +404,25 @@ pub fn start_publisher(
     p
 }
 
+/// `tickwire publish --accept-posts` of SYM0..SYM{items-1} on service FEED, once its
+/// last item can be had from the node.
+pub fn accepting_feed(node: &Node, items: usize, rate: u64) -> Proc {
+    let (addr, items_s, rate_s) = (node.addr_str(), items.to_string(), rate.to_string());
+    let p = Proc::spawn(&[
+        "publish",
+        "--node",
+        &addr,
+        "--items",
+        &items_s,
+        "--rate",
+        &rate_s,
+        "--accept-posts",
+    ]);
+    let last = format!("SYM{}", items.max(1) - 1);
+    wait_for_image(node.addr, "FEED", &last, Duration::from_secs(20)).expect("the feed");
+    p
+}
+
 /// Asks the node for a snapshot of `service/item` until a refresh arrives (the item is
 /// published) or `timeout` passes.
 pub fn wait_for_image(
