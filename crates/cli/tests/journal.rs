@@ -237,7 +237,11 @@ fn acknowledged_posts_survive_sigkill_of_the_node_at_random_moments() {
     let mut next_post = 1u32;
     let mut acked_all = BTreeSet::new();
     let mut feed: Option<Proc> = None;
-    let mut cuts_reported = 0;
+    // A start after an injected tear must cut it; a kill in the middle of a large write
+    // can tear one too (the kernel stops a write between pages for a fatal signal), so
+    // cuts at other starts are allowed and only reported.
+    let mut torn_by_test = false;
+    let mut cuts_by_kill = 0;
     const ROUNDS: usize = 8;
     for round in 0..ROUNDS {
         let sync = if round % 2 == 0 { "batch" } else { "always" };
@@ -261,9 +265,16 @@ fn acknowledged_posts_survive_sigkill_of_the_node_at_random_moments() {
                     .join("\n")
             );
         }
-        if round > 0 && node.proc.log().contains("cut ") {
-            cuts_reported += 1;
+        let cut = node.proc.log().contains("journal: cut ");
+        assert!(
+            cut || !torn_by_test,
+            "round {round}: the write torn before this start was not cut\n{}",
+            node.proc.log()
+        );
+        if cut && !torn_by_test {
+            cuts_by_kill += 1;
         }
+        torn_by_test = false;
         // Posts for a random time, then the node is killed while they flow.
         let run_for = Duration::from_millis(100 + rng.next_u64() % 400);
         let killer = {
@@ -309,20 +320,19 @@ fn acknowledged_posts_survive_sigkill_of_the_node_at_random_moments() {
                 .open(&last)
                 .unwrap();
             std::io::Write::write_all(&mut f, &[0, 0, 0, 200, 1, 2, 3, 4, 1, 0, 0]).unwrap();
+            torn_by_test = true;
         }
     }
     // One more start: it delivers what the last kill left received and not completed.
     let cfg = TempConfig::new("journal-crash-final", &config(&listen, dir.path(), "batch"));
     let node = Node::start(&["--listen", &listen, "--config", cfg.path()]);
     wait_for_image(node.addr, "FEED", "SYM2", T).expect("the feed is back");
-    if node.proc.log().contains("cut ") {
-        cuts_reported += 1;
-    }
-    assert_eq!(
-        cuts_reported,
-        ROUNDS / 2,
-        "every torn write was cut at the next start"
+    assert!(
+        node.proc.log().contains("journal: cut "),
+        "the write torn before the last start was not cut\n{}",
+        node.proc.log()
     );
+    eprintln!("starts that cut a write torn by the kill itself: {cuts_by_kill}");
     let deadline = Instant::now() + T;
     loop {
         let (received, completed) = journal_posts(&inspect(dir.path()));
