@@ -103,6 +103,19 @@ impl Publisher {
         self.transport.is_some()
     }
 
+    /// The socket, for a caller that waits for input itself and then calls
+    /// `dispatch(Duration::ZERO)`. `None` while reconnecting.
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.transport.as_ref().map(|t| t.raw_fd())
+    }
+
+    /// Writes what is queued as far as the socket takes it now, without waiting (what
+    /// it does not take goes with the next call, `flush` or `dispatch`).
+    pub fn write_pending(&mut self) -> Result<(), PublishError> {
+        self.write_some()?;
+        Ok(())
+    }
+
     pub fn service(&self) -> &str {
         self.session.service()
     }

@@ -82,8 +82,16 @@ impl Real {
     }
 
     /// Lossy conversion for display and JSON; the wire keeps the exact decimal.
+    /// The nearest float to the decimal where it can be had cheaply (a mantissa below
+    /// 2^53 and up to 22 places: both operands exact, one rounding), so 111.225 is
+    /// 111.225 and not 111.22500000000001.
     pub fn to_f64(self) -> f64 {
-        self.mantissa as f64 * 10f64.powi(self.exponent as i32)
+        let m = self.mantissa as f64;
+        if self.exponent < 0 && self.exponent >= -22 {
+            m / 10f64.powi(-(self.exponent as i32))
+        } else {
+            m * 10f64.powi(self.exponent as i32)
+        }
     }
 }
 
@@ -658,6 +666,33 @@ pub fn split_field_list(encoded: &[u8], max: usize) -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_real_becomes_the_float_nearest_its_decimal() {
+        // Each float's shortest text is the decimal itself: one rounding, not two.
+        for (m, e, text) in [
+            (11122500, -5, "111.225"),
+            (12697, -2, "126.97"),
+            (-15, -3, "-0.015"),
+            (10841, -4, "1.0841"),
+            (31723, -2, "317.23"),
+            (5, 3, "5000"),
+            (0, 0, "0"),
+        ] {
+            assert_eq!(Real::new(m, e).to_f64().to_string(), text);
+        }
+        // Every mantissa below 2^53 with up to 22 places, against the parsed decimal.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let m = (x >> 11) as i64 % (1 << 53);
+            let e = -((x % 23) as i8);
+            let r = Real::new(m, e);
+            assert_eq!(r.to_f64(), r.to_string().parse::<f64>().unwrap(), "{r}");
+        }
+    }
 
     #[test]
     fn the_writer_refuses_what_a_decoder_would_reject() {

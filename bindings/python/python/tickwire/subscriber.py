@@ -1,0 +1,214 @@
+"""The Python Subscriber: the native one, with an event buffer so that snapshots taken
+while streaming lose no event, blocking and asyncio iteration, and DataFrames."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from typing import TYPE_CHECKING, Any, AsyncIterator, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+from . import _native
+from ._native import Event, TickwireError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+Items = Union[str, Iterable[str]]
+Fields = Sequence[Union[str, int]]
+
+# How long one wait of an asyncio iteration lasts in its executor thread.
+_ASYNC_SLICE = 0.1
+
+
+def _names(items: Items) -> List[str]:
+    if isinstance(items, str):
+        return [items]
+    names = list(items)
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError("items are names (str)")
+    return names
+
+
+class Subscriber:
+    """A connection to a node that subscribes to items and delivers their events.
+
+    ``address`` is the node's ``host:port``. ``user`` and ``token`` log in (the node's
+    users file); ``ca_file`` connects with TLS, trusting that PEM file; ``dictionary``
+    is a field dictionary file (the built-in MarketPrice one by default). With
+    ``reconnect`` (the default) a lost connection is re-established with backoff: its
+    streams turn suspect, then each gets a new refresh.
+
+    The constructor connects and raises ``ConnectionError`` if the node cannot be
+    reached, ``tickwire.LoginError`` if it refuses the login.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        user: Optional[str] = None,
+        token: Optional[str] = None,
+        application: Optional[str] = None,
+        connect_timeout: float = 5.0,
+        reconnect: bool = True,
+        ca_file: Optional[str] = None,
+        dictionary: Optional[str] = None,
+    ) -> None:
+        self._native = _native.Subscriber(
+            address,
+            user=user,
+            token=token,
+            application=application,
+            connect_timeout=connect_timeout,
+            reconnect=reconnect,
+            ca_file=ca_file,
+            dictionary=dictionary,
+        )
+        self._buffer: Deque[Event] = collections.deque()
+
+    # -- streams -----------------------------------------------------------------
+
+    def subscribe(self, service: str, items: Items, *, view: Optional[Fields] = None) -> List[int]:
+        """Opens a stream per item (a refresh, then updates); returns their stream ids.
+        With ``view`` (field names or ids) only those fields are sent."""
+        return self._native.subscribe(service, _names(items), view=list(view) if view is not None else None)
+
+    def view(self, service: str, items: Items, fields: Fields) -> List[int]:
+        """Subscribes to the items for these fields only."""
+        return self.subscribe(service, items, view=fields)
+
+    def close(self, service: str, items: Items) -> None:
+        """Closes the items' streams (``KeyError`` for one that is not open)."""
+        self._native.close(service, _names(items))
+
+    def snapshot(
+        self,
+        service: str,
+        items: Items,
+        *,
+        view: Optional[Fields] = None,
+        timeout: float = 10.0,
+    ) -> Dict[str, Dict[str, Any]]:
+        """The current image of each item, as {item: {field: value}}.
+
+        Raises ``tickwire.TickwireError`` naming every item the node could not give
+        (with its reason), and ``TimeoutError`` naming those still awaited after
+        ``timeout`` seconds. Events of other streams that arrive meanwhile are kept
+        for iteration."""
+        names = _names(items)
+        sids = self._native.subscribe(
+            service, names, view=list(view) if view is not None else None, snapshot=True
+        )
+        waiting = dict(zip(sids, names))
+        images: Dict[str, Dict[str, Any]] = {name: {} for name in names}
+        failed: Dict[str, str] = {}
+        deadline = time.monotonic() + timeout
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"no complete image of {sorted(waiting.values())} from {service} within {timeout} s"
+                )
+            for event in self._native.next_events(left):
+                name = waiting.get(event.stream)
+                if name is None or event.service != service:
+                    self._buffer.append(event)
+                elif event.type == "refresh":
+                    images[name].update(event.fields)
+                    if event.complete:
+                        del waiting[event.stream]
+                elif event.type == "status" and event.stream_state != "open":
+                    failed[name] = event.text or event.stream_state or "closed"
+                    del waiting[event.stream]
+        if failed:
+            reasons = "; ".join(f"{n}: {why}" for n, why in sorted(failed.items()))
+            raise TickwireError(f"{service}: no image of {len(failed)} item(s): {reasons}")
+        return images
+
+    def snapshot_frame(
+        self,
+        service: str,
+        items: Items,
+        *,
+        fields: Optional[Fields] = None,
+        timeout: float = 10.0,
+    ) -> "pandas.DataFrame":
+        """The snapshot as a pandas DataFrame: one row per item (its name the index),
+        one column per field (only ``fields``, in that order, when given). Needs pandas
+        (``pip install tickwire[pandas]``)."""
+        try:
+            import pandas
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError("snapshot_frame needs pandas: pip install pandas") from e
+        images = self.snapshot(service, items, view=fields, timeout=timeout)
+        frame = pandas.DataFrame.from_dict(images, orient="index")
+        if fields is not None:
+            frame = frame.reindex(columns=list(fields))
+        return frame
+
+    def services(self) -> Dict[str, str]:
+        """The node's services and their state ("up" or "down"), as far as its
+        directory messages have been read (they arrive with the events)."""
+        return self._native.services()
+
+    def wait_for_service(self, service: str, timeout: float = 10.0) -> None:
+        """Waits until the node's directory lists ``service`` up (a publisher that has
+        just connected may not be there yet); events that arrive meanwhile are kept
+        for iteration. ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while self._native.services().get(service) != "up":
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"service {service!r} is not up after {timeout} s (services: {self.services()})")
+            self._buffer.extend(self._native.next_events(min(left, 0.1)))
+
+    @property
+    def connected(self) -> bool:
+        """Connected now (False while reconnecting)."""
+        return self._native.connected
+
+    @property
+    def reconnects(self) -> int:
+        """Times the connection was re-established."""
+        return self._native.reconnects
+
+    # -- events ------------------------------------------------------------------
+
+    def next(self, timeout: Optional[float] = None) -> Optional[Event]:
+        """The next event, waiting up to ``timeout`` seconds (forever with None);
+        None if none came. Ctrl-C interrupts the wait."""
+        if not self._buffer:
+            self._buffer.extend(self._native.next_events(timeout))
+        return self._buffer.popleft() if self._buffer else None
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        event = self.next(None)
+        assert event is not None  # a wait without timeout returns an event or raises
+        return event
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self
+
+    async def __anext__(self) -> Event:
+        """Waits in the loop's default executor (the GIL released), so the event
+        loop goes on meanwhile."""
+        loop = asyncio.get_running_loop()
+        while not self._buffer:
+            self._buffer.extend(await loop.run_in_executor(None, self._native.next_events, _ASYNC_SLICE))
+        return self._buffer.popleft()
+
+    # -- lifetime ----------------------------------------------------------------
+
+    def disconnect(self) -> None:
+        """Closes the connection; the subscriber cannot be used afterwards."""
+        self._native.disconnect()
+
+    def __enter__(self) -> "Subscriber":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.disconnect()

@@ -1,0 +1,156 @@
+//! What a Python subscriber receives: one `Event` class for refreshes, updates,
+//! statuses and post answers, its attributes `None` where they do not apply.
+
+use crate::values::fields_to_dict;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tickwire_client::proto::Dictionary;
+use tickwire_client::{Event as ClientEvent, OwnedState};
+
+/// A refresh, update, status or ack of one item stream.
+#[pyclass(frozen, get_all, module = "tickwire")]
+pub struct Event {
+    /// "refresh", "update", "status" or "ack".
+    #[pyo3(name = "type")]
+    pub kind: &'static str,
+    pub service: String,
+    pub item: String,
+    /// The stream's id (what `subscribe` returned for the item).
+    pub stream: u32,
+    /// Field name -> value (refresh: the whole image, or one part of it when
+    /// `complete` is False; update: the fields that changed; otherwise empty).
+    pub fields: Py<PyDict>,
+    /// The message's sequence number (refresh and update).
+    pub seq: Option<u32>,
+    /// Refresh: the last part of the image.
+    pub complete: Option<bool>,
+    /// Update: "quote", "trade" or "other".
+    pub update_type: Option<&'static str>,
+    /// Refresh and status: "open", "closed", "closed-recover" or "non-streaming".
+    pub stream_state: Option<&'static str>,
+    /// Refresh and status: "ok" or "suspect" (the data may be stale: its publisher
+    /// or the connection to the node is gone, and the library is recovering it).
+    pub data_state: Option<&'static str>,
+    /// Refresh, status, ack: the node's status or Nak code (0 when all is well).
+    pub code: Option<u16>,
+    /// Refresh, status, ack: the node's text (why a stream closed, why a post was refused).
+    pub text: Option<String>,
+    /// Ack: the post's id, and whether it was accepted.
+    pub post_id: Option<u32>,
+    pub accepted: Option<bool>,
+}
+
+#[pymethods]
+impl Event {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let mut s = format!("Event({} {}/{}", self.kind, self.service, self.item);
+        if let Some(seq) = self.seq {
+            s += &format!(" seq={seq}");
+        }
+        if let (Some(st), Some(ds)) = (self.stream_state, self.data_state) {
+            s += &format!(" {st}/{ds}");
+        }
+        if let Some(text) = self.text.as_deref().filter(|t| !t.is_empty()) {
+            s += &format!(" {text:?}");
+        }
+        let fields = self.fields.bind(py);
+        if !fields.is_empty() {
+            s += &format!(
+                " {}",
+                fields.str().map(|f| f.to_string()).unwrap_or_default()
+            );
+        }
+        s + ")"
+    }
+}
+
+impl Event {
+    fn new(py: Python<'_>, kind: &'static str, stream: u32, service: String, item: String) -> Self {
+        Event {
+            kind,
+            service,
+            item,
+            stream,
+            fields: PyDict::new(py).unbind(),
+            seq: None,
+            complete: None,
+            update_type: None,
+            stream_state: None,
+            data_state: None,
+            code: None,
+            text: None,
+            post_id: None,
+            accepted: None,
+        }
+    }
+
+    fn with_state(mut self, state: OwnedState) -> Self {
+        self.stream_state = Some(state.stream.name());
+        self.data_state = Some(state.data.name());
+        self.code = Some(state.code);
+        self.text = Some(state.text);
+        self
+    }
+
+    /// The Python event for a library event; `None` for the directory (a Subscriber
+    /// reports services through `services()`).
+    pub fn from_client(
+        py: Python<'_>,
+        e: ClientEvent,
+        dictionary: &Dictionary,
+    ) -> PyResult<Option<Self>> {
+        Ok(Some(match e {
+            ClientEvent::Refresh {
+                stream,
+                service,
+                name,
+                seq,
+                complete,
+                state,
+                fields,
+                ..
+            } => {
+                let mut ev = Event::new(py, "refresh", stream, service, name).with_state(state);
+                ev.fields = fields_to_dict(py, fields.list(), dictionary)?.unbind();
+                ev.seq = Some(seq);
+                ev.complete = Some(complete);
+                ev
+            }
+            ClientEvent::Update {
+                stream,
+                service,
+                name,
+                seq,
+                update_type,
+                fields,
+                ..
+            } => {
+                let mut ev = Event::new(py, "update", stream, service, name);
+                ev.fields = fields_to_dict(py, fields.list(), dictionary)?.unbind();
+                ev.seq = Some(seq);
+                ev.update_type = Some(update_type.name());
+                ev
+            }
+            ClientEvent::Status {
+                stream,
+                service,
+                name,
+                state,
+            } => Event::new(py, "status", stream, service, name).with_state(state),
+            ClientEvent::Ack {
+                stream,
+                post_id,
+                nak,
+                text,
+            } => {
+                let mut ev = Event::new(py, "ack", stream, String::new(), String::new());
+                ev.post_id = Some(post_id);
+                ev.accepted = Some(nak.is_none());
+                ev.code = Some(nak.map_or(0, |n| n as u16));
+                ev.text = Some(text);
+                ev
+            }
+            ClientEvent::Directory(_) => return Ok(None),
+        }))
+    }
+}

@@ -1,0 +1,30 @@
+//! The `tickwire._native` Python extension: the Rust client library's [`Subscriber`] and
+//! [`Publisher`] (and so its protocol code, reconnection and watchlist) behind a small
+//! Python API. The `tickwire` Python package (python/tickwire) wraps it with iteration,
+//! asyncio, snapshots and DataFrames.
+//!
+//! Every call that waits on the network releases the GIL.
+//!
+//! [`Subscriber`]: tickwire_client::Subscriber
+//! [`Publisher`]: tickwire_client::Publisher
+
+mod connect;
+mod errors;
+mod event;
+mod publisher;
+mod subscriber;
+mod values;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("TickwireError", py.get_type::<errors::TickwireError>())?;
+    m.add("LoginError", py.get_type::<errors::LoginError>())?;
+    m.add_class::<subscriber::Subscriber>()?;
+    m.add_class::<publisher::Publisher>()?;
+    m.add_class::<event::Event>()?;
+    m.add_function(wrap_pyfunction!(values::field_names, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,278 @@
+//! `tickwire._native.Publisher`: the library's blocking Publisher, with a thread of its
+//! own that answers the node (heartbeats, reconnection) while Python is busy elsewhere.
+//! Python's calls and that thread share the publisher through a mutex.
+
+use crate::connect::{seconds, ConnectArgs};
+use crate::errors;
+use crate::values::{encode_dict, load_dictionary};
+use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tickwire_client::proto::{Dictionary, FieldList, UpdateType};
+use tickwire_client::PublisherOptions;
+
+/// The longest the driver thread waits for the node before looking again (for a
+/// reconnect that is due, or for `close`).
+const DRIVER_WAIT: Duration = Duration::from_millis(50);
+
+struct Shared {
+    /// `None` once closed.
+    publisher: Mutex<Option<tickwire_client::Publisher>>,
+    stop: AtomicBool,
+    /// Why the driver thread stopped, if the connection failed for good.
+    failed: Mutex<Option<String>>,
+}
+
+#[pyclass(frozen, module = "tickwire._native")]
+pub struct Publisher {
+    shared: Arc<Shared>,
+    driver: Mutex<Option<JoinHandle<()>>>,
+    dictionary: Arc<Dictionary>,
+}
+
+impl Publisher {
+    fn lock(&self) -> PyResult<MutexGuard<'_, Option<tickwire_client::Publisher>>> {
+        if let Some(why) = self
+            .shared
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Err(PyConnectionError::new_err(why));
+        }
+        let guard = self
+            .shared
+            .publisher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            return Err(PyConnectionError::new_err("the publisher is closed"));
+        }
+        Ok(guard)
+    }
+
+    fn encode(&self, fields: &Bound<'_, PyDict>) -> PyResult<Vec<u8>> {
+        let mut out = Vec::with_capacity(16 + fields.len() * 12);
+        encode_dict(fields, &self.dictionary, &mut out)?;
+        Ok(out)
+    }
+}
+
+/// Answers the node while nobody publishes: dispatch, then wait for input.
+fn drive(shared: Arc<Shared>) {
+    while !shared.stop.load(Ordering::Acquire) {
+        let fd = {
+            let mut guard = shared.publisher.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(p) = guard.as_mut() else { return };
+            // Events (closed items, reconnections) need nothing from a Python
+            // publisher: it is not interactive and takes no posts.
+            if let Err(e) = p.dispatch(Duration::ZERO) {
+                *shared.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                return;
+            }
+            p.raw_fd()
+        };
+        match fd {
+            Some(fd) => {
+                let mut pfd = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd for the call. The socket may be closed and
+                // replaced meanwhile (a reconnect under the lock); poll then returns
+                // at once or at the timeout, and the loop looks again.
+                unsafe { libc::poll(&mut pfd, 1, DRIVER_WAIT.as_millis() as i32) };
+            }
+            None => std::thread::sleep(DRIVER_WAIT),
+        }
+    }
+}
+
+fn update_type(name: &str) -> PyResult<UpdateType> {
+    Ok(match name {
+        "quote" => UpdateType::Quote,
+        "trade" => UpdateType::Trade,
+        "other" => UpdateType::Other,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "update_type is \"quote\", \"trade\" or \"other\", not {name:?}"
+            )))
+        }
+    })
+}
+
+#[pymethods]
+impl Publisher {
+    #[new]
+    #[pyo3(signature = (address, service, *, user=None, token=None, application=None,
+        connect_timeout=5.0, reconnect=true, ca_file=None, dictionary=None, start_down=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        address: String,
+        service: String,
+        user: Option<String>,
+        token: Option<String>,
+        application: Option<String>,
+        connect_timeout: f64,
+        reconnect: bool,
+        ca_file: Option<String>,
+        dictionary: Option<String>,
+        start_down: bool,
+    ) -> PyResult<Self> {
+        let connect = ConnectArgs {
+            address,
+            user,
+            token,
+            application,
+            connect_timeout,
+            reconnect,
+            ca_file,
+        }
+        .options("tickwire-python-publisher")?;
+        let dictionary = load_dictionary(dictionary.as_deref())?;
+        let mut opts = PublisherOptions::new(connect, service);
+        opts.start_down = start_down;
+        let publisher = py
+            .detach(|| tickwire_client::Publisher::connect(opts))
+            .map_err(errors::client)?;
+        let shared = Arc::new(Shared {
+            publisher: Mutex::new(Some(publisher)),
+            stop: AtomicBool::new(false),
+            failed: Mutex::new(None),
+        });
+        let driver = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("tickwire-publisher".into())
+                .spawn(move || drive(shared))
+                .map_err(|e| PyConnectionError::new_err(format!("cannot start a thread: {e}")))?
+        };
+        Ok(Publisher {
+            shared,
+            driver: Mutex::new(Some(driver)),
+            dictionary,
+        })
+    }
+
+    /// Sets an item's whole image (a dict of field name -> value) and sends it.
+    fn refresh(&self, py: Python<'_>, item: &str, fields: &Bound<'_, PyDict>) -> PyResult<()> {
+        let encoded = self.encode(fields)?;
+        py.detach(|| {
+            let mut guard = self.lock()?;
+            let p = guard.as_mut().expect("locked open");
+            p.publish_refresh(item, FieldList::from_trusted(&encoded))
+                .map_err(errors::publish)?;
+            p.write_pending().map_err(errors::publish)
+        })
+    }
+
+    /// Merges the fields into the item's image and sends them as an update. The item
+    /// needs a refresh first.
+    #[pyo3(signature = (item, fields, *, update_type="other", do_not_conflate=false))]
+    fn update(
+        &self,
+        py: Python<'_>,
+        item: &str,
+        fields: &Bound<'_, PyDict>,
+        update_type: &str,
+        do_not_conflate: bool,
+    ) -> PyResult<()> {
+        let kind = self::update_type(update_type)?;
+        let encoded = self.encode(fields)?;
+        py.detach(|| {
+            let mut guard = self.lock()?;
+            let p = guard.as_mut().expect("locked open");
+            let id = p.item(item).ok_or_else(|| {
+                PyKeyError::new_err(format!(
+                    "{item:?} has no image yet: publish a refresh of it first"
+                ))
+            })?;
+            p.publish_update(id, kind, FieldList::from_trusted(&encoded), do_not_conflate)
+                .map_err(errors::publish)?;
+            p.write_pending().map_err(errors::publish)
+        })
+    }
+
+    /// Announces the service up (or down).
+    fn set_service_up(&self, py: Python<'_>, up: bool) -> PyResult<()> {
+        py.detach(|| {
+            let mut guard = self.lock()?;
+            let p = guard.as_mut().expect("locked open");
+            p.set_service_up(up).map_err(errors::publish)
+        })
+    }
+
+    /// Waits up to `timeout` seconds until everything published is written.
+    #[pyo3(signature = (timeout=5.0))]
+    fn flush(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let timeout = seconds("timeout", timeout)?;
+        py.detach(|| {
+            let mut guard = self.lock()?;
+            let p = guard.as_mut().expect("locked open");
+            p.flush(timeout).map_err(errors::publish)
+        })
+    }
+
+    /// Connected now (False while the library reconnects).
+    #[getter]
+    fn connected(&self) -> bool {
+        let guard = self
+            .shared
+            .publisher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().is_some_and(|p| p.is_connected())
+    }
+
+    /// Updates sent to the node so far.
+    #[getter]
+    fn updates_sent(&self) -> PyResult<u64> {
+        Ok(self.lock()?.as_ref().expect("open").updates_sent())
+    }
+
+    /// The names of the items published.
+    #[getter]
+    fn items(&self) -> PyResult<Vec<String>> {
+        let guard = self.lock()?;
+        let p = guard.as_ref().expect("open");
+        Ok((0..p.item_count())
+            .filter_map(|id| p.item_name(id).map(str::to_string))
+            .collect())
+    }
+
+    /// Writes what is queued (up to `timeout` seconds), stops the thread that answers
+    /// the node and closes the connection. The node marks the items suspect.
+    #[pyo3(signature = (timeout=5.0))]
+    fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let timeout = seconds("timeout", timeout)?;
+        py.detach(|| {
+            self.shared.stop.store(true, Ordering::Release);
+            if let Some(driver) = self.driver.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = driver.join();
+            }
+            let taken = self
+                .shared
+                .publisher
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            match taken {
+                Some(mut p) if p.is_connected() => p.flush(timeout).map_err(errors::publish),
+                _ => Ok(()),
+            }
+        })
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+    }
+}

@@ -1,0 +1,260 @@
+//! `tickwire._native.Subscriber`: the library's blocking Subscriber behind a mutex, so
+//! the GIL can be released while it waits and an asyncio executor thread can drive it.
+
+use crate::connect::{seconds, ConnectArgs};
+use crate::errors;
+use crate::event::Event;
+use crate::values::load_dictionary;
+use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
+use pyo3::prelude::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tickwire_client::proto::{Dictionary, ServiceState};
+use tickwire_client::{Event as ClientEvent, RequestOptions, StreamId};
+
+/// How long one wait holds the GIL released before looking for Ctrl-C.
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+struct Connected {
+    sub: tickwire_client::Subscriber,
+    /// Open streams by (service, item), to close them by name.
+    streams: HashMap<(String, String), StreamId>,
+}
+
+#[pyclass(frozen, module = "tickwire._native")]
+pub struct Subscriber {
+    /// `None` once disconnected.
+    state: Mutex<Option<Connected>>,
+    dictionary: Arc<Dictionary>,
+}
+
+impl Subscriber {
+    fn lock(&self) -> PyResult<MutexGuard<'_, Option<Connected>>> {
+        let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            return Err(PyConnectionError::new_err("the subscriber is disconnected"));
+        }
+        Ok(guard)
+    }
+
+    fn view(&self, view: Option<Vec<Bound<'_, PyAny>>>) -> PyResult<Option<Vec<i16>>> {
+        let Some(view) = view else { return Ok(None) };
+        view.iter()
+            .map(|f| {
+                if let Ok(name) = f.extract::<String>() {
+                    self.dictionary.fid(&name).ok_or_else(|| {
+                        PyKeyError::new_err(format!("field {name:?} is not in the dictionary"))
+                    })
+                } else {
+                    f.extract::<i16>()
+                        .map_err(|_| PyValueError::new_err("a view lists field names or field ids"))
+                }
+            })
+            .collect::<PyResult<Vec<i16>>>()
+            .map(Some)
+    }
+}
+
+#[pymethods]
+impl Subscriber {
+    #[new]
+    #[pyo3(signature = (address, *, user=None, token=None, application=None,
+        connect_timeout=5.0, reconnect=true, ca_file=None, dictionary=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        address: String,
+        user: Option<String>,
+        token: Option<String>,
+        application: Option<String>,
+        connect_timeout: f64,
+        reconnect: bool,
+        ca_file: Option<String>,
+        dictionary: Option<String>,
+    ) -> PyResult<Self> {
+        let opts = ConnectArgs {
+            address,
+            user,
+            token,
+            application,
+            connect_timeout,
+            reconnect,
+            ca_file,
+        }
+        .options("tickwire-python")?;
+        let dictionary = load_dictionary(dictionary.as_deref())?;
+        let sub = py
+            .detach(|| tickwire_client::Subscriber::connect(opts))
+            .map_err(errors::client)?;
+        Ok(Subscriber {
+            state: Mutex::new(Some(Connected {
+                sub,
+                streams: HashMap::new(),
+            })),
+            dictionary,
+        })
+    }
+
+    /// Opens a stream per item; returns their stream ids. An item already open is not
+    /// opened twice (its id is returned again).
+    #[pyo3(signature = (service, items, *, view=None, snapshot=false))]
+    fn subscribe(
+        &self,
+        py: Python<'_>,
+        service: &str,
+        items: Vec<String>,
+        view: Option<Vec<Bound<'_, PyAny>>>,
+        snapshot: bool,
+    ) -> PyResult<Vec<StreamId>> {
+        let view = self.view(view)?;
+        py.detach(|| {
+            let mut guard = self.lock()?;
+            let c = guard.as_mut().expect("locked connected");
+            let mut ids = Vec::with_capacity(items.len());
+            for item in items {
+                let key = (service.to_string(), item);
+                if let Some(&sid) = c.streams.get(&key).filter(|_| !snapshot) {
+                    ids.push(sid);
+                    continue;
+                }
+                let options = RequestOptions {
+                    snapshot,
+                    view: view.clone(),
+                    replay: None,
+                };
+                let sid = c
+                    .sub
+                    .subscribe(service, &key.1, options)
+                    .map_err(errors::client)?;
+                if !snapshot {
+                    c.streams.insert(key, sid);
+                }
+                ids.push(sid);
+            }
+            Ok(ids)
+        })
+    }
+
+    /// Closes the streams of these items; an item with no open stream is a KeyError.
+    fn close(&self, py: Python<'_>, service: &str, items: Vec<String>) -> PyResult<()> {
+        py.detach(|| {
+            let mut guard = self.lock()?;
+            let c = guard.as_mut().expect("locked connected");
+            for item in items {
+                let key = (service.to_string(), item);
+                let Some(sid) = c.streams.remove(&key) else {
+                    return Err(PyKeyError::new_err(format!(
+                        "no open stream for {}/{}",
+                        key.0, key.1
+                    )));
+                };
+                c.sub.unsubscribe(sid).map_err(errors::client)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Waits up to `timeout` seconds (forever with None) for events and returns every
+    /// one available then (an empty list if none came). The GIL is released while
+    /// waiting; Ctrl-C interrupts the wait.
+    #[pyo3(signature = (timeout=None))]
+    fn next_events(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Vec<Event>> {
+        let deadline = match timeout {
+            Some(t) => Some(Instant::now() + seconds("timeout", t)?),
+            None => None,
+        };
+        loop {
+            let slice = deadline.map_or(SIGNAL_CHECK, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .min(SIGNAL_CHECK)
+            });
+            let got: Vec<ClientEvent> = py.detach(|| {
+                let mut guard = self.lock()?;
+                let c = guard.as_mut().expect("locked connected");
+                let mut got = Vec::new();
+                c.sub
+                    .dispatch(slice, |e| got.push(ClientEvent::from(&e)))
+                    .map_err(errors::client)?;
+                // A stream that ended is no longer open by name.
+                for e in &got {
+                    let ended = match e {
+                        ClientEvent::Refresh { state, .. } | ClientEvent::Status { state, .. } => {
+                            state.stream != tickwire_client::proto::StreamState::Open
+                        }
+                        _ => false,
+                    };
+                    if let (
+                        true,
+                        ClientEvent::Refresh {
+                            service,
+                            name,
+                            stream,
+                            ..
+                        },
+                    )
+                    | (
+                        true,
+                        ClientEvent::Status {
+                            service,
+                            name,
+                            stream,
+                            ..
+                        },
+                    ) = (ended, e)
+                    {
+                        let key = (service.clone(), name.clone());
+                        if c.streams.get(&key) == Some(stream) {
+                            c.streams.remove(&key);
+                        }
+                    }
+                }
+                Ok::<_, PyErr>(got)
+            })?;
+            let events = got
+                .into_iter()
+                .filter_map(|e| Event::from_client(py, e, &self.dictionary).transpose())
+                .collect::<PyResult<Vec<Event>>>()?;
+            if !events.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(events);
+            }
+            py.check_signals()?;
+        }
+    }
+
+    /// The node's services and their state ("up" or "down"), as its directory says.
+    fn services(&self) -> PyResult<HashMap<String, &'static str>> {
+        let guard = self.lock()?;
+        let c = guard.as_ref().expect("locked connected");
+        Ok(c.sub
+            .directory()
+            .iter()
+            .map(|(name, state)| {
+                let s = match state {
+                    ServiceState::Up => "up",
+                    _ => "down",
+                };
+                (name.clone(), s)
+            })
+            .collect())
+    }
+
+    /// Connected now (False while the library reconnects).
+    #[getter]
+    fn connected(&self) -> bool {
+        let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().is_some_and(|c| c.sub.is_connected())
+    }
+
+    /// Times the connection was re-established.
+    #[getter]
+    fn reconnects(&self) -> PyResult<u64> {
+        Ok(self.lock()?.as_ref().expect("connected").sub.reconnects())
+    }
+
+    /// Closes the connection; the subscriber cannot be used afterwards.
+    fn disconnect(&self, py: Python<'_>) {
+        let taken = self.state.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(|| drop(taken));
+    }
+}

@@ -1,0 +1,301 @@
+//! Field values between Python and the wire, by the dictionary's type of each field.
+//!
+//! To Python: REAL is a `float`, INT/UINT/ENUM an `int`, DATE a `datetime.date`, TIME a
+//! `datetime.time`, ASCII/UTF8 a `str`, a blank `None`. From Python, each type takes its
+//! natural values and a string in the form the command line takes (`"101.25"`,
+//! `"2026-11-24"`, `"14:30:00.25"`); a `float` keeps its shortest decimal form (101.25
+//! is sent as 10125e-2, not as the nearest binary fraction); INT/UINT fields take a
+//! `datetime` as nanoseconds since the Unix epoch (the latency stamp TIM_TRK_1).
+
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{
+    PyBool, PyDate, PyDateAccess, PyDateTime, PyDict, PyFloat, PyInt, PyString, PyTime,
+    PyTimeAccess,
+};
+use std::sync::Arc;
+use tickwire_client::proto::dictionary::Dictionary;
+use tickwire_client::proto::field::{Date, FieldListWriter, FieldType, Real, Time, Value};
+use tickwire_client::proto::text::{parse_real, parse_value};
+use tickwire_client::proto::FieldList;
+
+/// The dictionary a Subscriber or Publisher names fields by: the built-in MarketPrice
+/// one, or a file in the dictionary format.
+pub fn load_dictionary(path: Option<&str>) -> PyResult<Arc<Dictionary>> {
+    Ok(Arc::new(match path {
+        None => Dictionary::market_price(),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| PyValueError::new_err(format!("cannot read dictionary {p}: {e}")))?;
+            Dictionary::parse(&text)
+                .map_err(|e| PyValueError::new_err(format!("dictionary {p}: {e}")))?
+        }
+    }))
+}
+
+/// The names of the built-in dictionary's fields, by field id.
+#[pyfunction]
+pub fn field_names() -> std::collections::BTreeMap<i16, String> {
+    Dictionary::market_price()
+        .fields()
+        .into_iter()
+        .map(|f| (f.fid, f.name.clone()))
+        .collect()
+}
+
+/// A field list as a dict by field name (a field the dictionary does not know is keyed
+/// by its id).
+pub fn fields_to_dict<'py>(
+    py: Python<'py>,
+    list: FieldList<'_>,
+    dictionary: &Dictionary,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (fid, value) in list.iter() {
+        let value = value_to_py(py, value)?;
+        match dictionary.name(fid) {
+            Some(name) => dict.set_item(name, value)?,
+            None => dict.set_item(fid, value)?,
+        }
+    }
+    Ok(dict)
+}
+
+fn value_to_py<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Blank => py.None().into_bound(py),
+        Value::Int(i) => i.into_pyobject(py)?.into_any(),
+        Value::UInt(u) => u.into_pyobject(py)?.into_any(),
+        Value::Enum(e) => e.into_pyobject(py)?.into_any(),
+        Value::Real(r) => r.to_f64().into_pyobject(py)?.into_any(),
+        Value::Ascii(s) | Value::Utf8(s) => PyString::new(py, s).into_any(),
+        Value::Date(d) if d.is_valid() => {
+            PyDate::new(py, d.year.into(), d.month, d.day)?.into_any()
+        }
+        Value::Date(_) => py.None().into_bound(py),
+        Value::Time(t) => {
+            let n = t.nanos_since_midnight;
+            let secs = n / 1_000_000_000;
+            PyTime::new(
+                py,
+                (secs / 3600 % 24) as u8,
+                (secs / 60 % 60) as u8,
+                (secs % 60) as u8,
+                (n % 1_000_000_000 / 1000) as u32,
+                None,
+            )?
+            .into_any()
+        }
+    })
+}
+
+/// Encodes a dict of field name (or id) -> value into `out`.
+pub fn encode_dict(
+    dict: &Bound<'_, PyDict>,
+    dictionary: &Dictionary,
+    out: &mut Vec<u8>,
+) -> PyResult<()> {
+    out.clear();
+    let mut writer = FieldListWriter::new(out);
+    // Strings parsed from Python text borrow it: keep the texts alive until encoded.
+    for (key, value) in dict.iter() {
+        let (fid, name) = field_of(&key, dictionary)?;
+        let ty = dictionary.get(fid).expect("field_of found it").field_type;
+        let text;
+        let value = match py_to_value(&value, ty) {
+            Ok(Converted::Value(v)) => v,
+            Ok(Converted::Text(t)) => {
+                text = t;
+                parse_value(ty, &text).map_err(|why| bad_value(&name, ty, &why))?
+            }
+            Err(why) => return Err(bad_value(&name, ty, &why)),
+        };
+        writer
+            .try_push(fid, value)
+            .map_err(|e| PyValueError::new_err(format!("field {name}: {e}")))?;
+    }
+    writer.finish();
+    Ok(())
+}
+
+fn bad_value(name: &str, ty: FieldType, why: &str) -> PyErr {
+    PyValueError::new_err(format!("field {name} ({}): {why}", ty.name()))
+}
+
+/// The field id and name a dict key stands for.
+fn field_of(key: &Bound<'_, PyAny>, dictionary: &Dictionary) -> PyResult<(i16, String)> {
+    if let Ok(name) = key.cast::<PyString>() {
+        let name = name.to_str()?;
+        let fid = dictionary.fid(name).ok_or_else(|| {
+            PyKeyError::new_err(format!("field {name:?} is not in the dictionary"))
+        })?;
+        return Ok((fid, name.to_string()));
+    }
+    if let Ok(fid) = key.extract::<i16>() {
+        let def = dictionary.get(fid).ok_or_else(|| {
+            PyKeyError::new_err(format!("field id {fid} is not in the dictionary"))
+        })?;
+        return Ok((fid, def.name.clone()));
+    }
+    Err(PyTypeError::new_err(format!(
+        "a field is named by a str or an int id, not {}",
+        key.get_type().name()?
+    )))
+}
+
+enum Converted {
+    Value(Value<'static>),
+    /// A string (or a decimal number's text) for `parse_value`.
+    Text(String),
+}
+
+fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String> {
+    use Converted::{Text, Value as V};
+    if v.is_none() {
+        return Ok(V(Value::Blank));
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(Text(s.to_str().map_err(|e| e.to_string())?.to_string()));
+    }
+    if v.is_instance_of::<PyBool>() {
+        return Err("a bool is not a field value".into());
+    }
+    let type_name = || {
+        v.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    };
+    match ty {
+        FieldType::Real => {
+            if let Ok(f) = v.cast::<PyFloat>() {
+                let f = f.value();
+                if !f.is_finite() {
+                    return Err(format!("{f} is not a finite number"));
+                }
+                // `{:e}` is the shortest form that reads back as the same float.
+                return parse_real(&format!("{f:e}"))
+                    .map(|r| V(Value::Real(r)))
+                    .ok_or_else(|| format!("{f} does not fit a decimal of 18 digits"));
+            }
+            if v.is_instance_of::<PyInt>() {
+                let i: i64 = v
+                    .extract()
+                    .map_err(|_| "does not fit 64 bits".to_string())?;
+                return Ok(V(Value::Real(Real::new(i, 0))));
+            }
+            // decimal.Decimal and the like: their text.
+            if type_name() == "Decimal" {
+                return Ok(Text(v.str().map_err(|e| e.to_string())?.to_string()));
+            }
+        }
+        FieldType::Int | FieldType::UInt => {
+            let n: Option<i128> = if let Ok(dt) = v.cast::<PyDateTime>() {
+                Some(epoch_nanos(dt).map_err(|e| e.to_string())?)
+            } else if v.is_instance_of::<PyInt>() {
+                Some(
+                    v.extract()
+                        .map_err(|_| "does not fit 64 bits".to_string())?,
+                )
+            } else {
+                None
+            };
+            if let Some(n) = n {
+                return if ty == FieldType::Int {
+                    i64::try_from(n)
+                        .map(|i| V(Value::Int(i)))
+                        .map_err(|_| format!("{n} does not fit 64 bits"))
+                } else {
+                    u64::try_from(n)
+                        .map(|u| V(Value::UInt(u)))
+                        .map_err(|_| format!("{n} is not an integer of 0 to 2^64-1"))
+                };
+            }
+        }
+        FieldType::Enum => {
+            if v.is_instance_of::<PyInt>() {
+                let e: u16 = v
+                    .extract()
+                    .map_err(|_| "is not an enumeration value (0 to 65535)".to_string())?;
+                return Ok(V(Value::Enum(e)));
+            }
+        }
+        FieldType::Date => {
+            // A datetime is a date too: its date.
+            if let Ok(d) = v.cast::<PyDate>() {
+                let date = Date {
+                    year: u16::try_from(d.get_year()).map_err(|_| "year out of range")?,
+                    month: d.get_month(),
+                    day: d.get_day(),
+                };
+                return Ok(V(Value::Date(date)));
+            }
+        }
+        FieldType::Time => {
+            let (h, m, s, us) = if let Ok(dt) = v.cast::<PyDateTime>() {
+                // An aware datetime is taken in UTC, a naive one as it is.
+                let dt = if dt.getattr("tzinfo").map_err(|e| e.to_string())?.is_none() {
+                    dt.clone()
+                } else {
+                    in_utc(dt).map_err(|e| e.to_string())?
+                };
+                (
+                    dt.get_hour(),
+                    dt.get_minute(),
+                    dt.get_second(),
+                    dt.get_microsecond(),
+                )
+            } else if let Ok(t) = v.cast::<PyTime>() {
+                (
+                    t.get_hour(),
+                    t.get_minute(),
+                    t.get_second(),
+                    t.get_microsecond(),
+                )
+            } else {
+                return Err(format!("expected a datetime.time, not {}", type_name()));
+            };
+            return Ok(V(Value::Time(Time::from_hms_nanos(h, m, s, us * 1000))));
+        }
+        FieldType::Ascii | FieldType::Utf8 | FieldType::Blank => {}
+    }
+    Err(format!("cannot take a value of type {}", type_name()))
+}
+
+/// The datetime in UTC (a naive one taken as local time, as `datetime.timestamp` does).
+fn in_utc<'py>(dt: &Bound<'py, PyDateTime>) -> PyResult<Bound<'py, PyDateTime>> {
+    let utc = dt
+        .py()
+        .import("datetime")?
+        .getattr("timezone")?
+        .getattr("utc")?;
+    Ok(dt
+        .call_method1("astimezone", (utc,))?
+        .cast_into::<PyDateTime>()?)
+}
+
+/// Nanoseconds since the Unix epoch, exactly (a float timestamp would round them).
+fn epoch_nanos(dt: &Bound<'_, PyDateTime>) -> PyResult<i128> {
+    let t = in_utc(dt)?;
+    let days = days_from_civil(
+        t.get_year().into(),
+        t.get_month().into(),
+        t.get_day().into(),
+    );
+    let secs = days * 86_400
+        + i128::from(t.get_hour()) * 3600
+        + i128::from(t.get_minute()) * 60
+        + i128::from(t.get_second());
+    Ok(secs * 1_000_000_000 + i128::from(t.get_microsecond()) * 1000)
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i128, m: i128, d: i128) -> i128 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}

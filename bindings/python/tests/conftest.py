@@ -1,0 +1,117 @@
+"""Fixtures: a real node and a real feed, started from the `tickwire` binary
+(TICKWIRE_BIN, default target/debug/tickwire of this repository) on loopback ports the
+system picks."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import threading
+import time
+from typing import Iterator, List, Optional
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+START_TIMEOUT = 30.0
+
+
+def tickwire_bin() -> str:
+    path = os.environ.get("TICKWIRE_BIN") or str(REPO / "target" / "debug" / "tickwire")
+    if not os.path.exists(path):
+        raise RuntimeError(f"no tickwire binary at {path}: build it (cargo build) or set TICKWIRE_BIN")
+    return path
+
+
+class Proc:
+    """A tickwire process whose log lines are collected as they come."""
+
+    def __init__(self, args: List[str]) -> None:
+        self.args = args
+        self.proc = subprocess.Popen(
+            [tickwire_bin(), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "TICKWIRE_LOG": "info"},
+        )
+        self.lines: List[str] = []
+        self._ended = False
+        self._new_line = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._new_line:
+                self.lines.append(line.rstrip("\n"))
+                self._new_line.notify_all()
+        with self._new_line:
+            self._ended = True
+            self._new_line.notify_all()
+
+    def wait_for_line(self, needle: str, timeout: float = START_TIMEOUT) -> str:
+        deadline = time.monotonic() + timeout
+        with self._new_line:
+            while True:
+                for line in self.lines:
+                    if needle in line:
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0 or self._ended:
+                    raise AssertionError(
+                        f"`tickwire {' '.join(self.args)}` logged no {needle!r}:\n" + "\n".join(self.lines)
+                    )
+                self._new_line.wait(min(left, 0.5))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def node() -> Iterator[str]:
+    """A node on a loopback port; yields its address."""
+    proc = Proc(["node", "--listen", "127.0.0.1:0"])
+    try:
+        line = proc.wait_for_line("listening on ")
+        yield line.split("listening on ")[1].split()[0]
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def feed(node: str) -> Iterator[Proc]:
+    """The demo feed: service FEED, items SYM0..SYM9, 200 updates/s in all."""
+    proc = Proc(["publish", "--node", node, "--items", "10", "--rate", "200"])
+    try:
+        proc.wait_for_line("published 10 images")
+        yield proc
+    finally:
+        proc.stop()
+
+
+def wait_until(what: str, check, timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.02)
+
+
+def first(sub, kind: str, item: Optional[str] = None, timeout: float = START_TIMEOUT):
+    """The next event of this type (and item), skipping others."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no {kind} of {item or 'any item'} within {timeout} s")
+        event = sub.next(timeout=left)
+        if event is not None and event.type == kind and (item is None or event.item == item):
+            return event

@@ -1,0 +1,124 @@
+"""The Python Publisher: its values by the dictionary's types, its loss seen by
+subscribers (suspect, then ok), and a Rust subscriber (`tickwire subscribe`) reading it."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import subprocess
+
+import pytest
+
+import tickwire
+from conftest import first, tickwire_bin
+
+
+def test_values_arrive_with_their_types(node):
+    with tickwire.Publisher(node, "PYFEED") as p:
+        stamp = datetime.datetime(2026, 11, 24, 9, 30, 0, 250000, tzinfo=datetime.timezone.utc)
+        p.refresh(
+            "EUR=",
+            {
+                "DSPLY_NAME": "EURO",
+                "DSPLY_NMLL": "euro €",
+                "BID": 1.0841,
+                "ASK": decimal.Decimal("1.0843"),
+                "HST_CLOSE": "1.08",
+                "OPEN_PRC": 1,
+                "BIDSIZE": 5000,
+                "CURRENCY": 978,
+                "TRADE_DATE": datetime.date(2026, 11, 24),
+                "TIMACT": datetime.time(9, 30, 0, 250000),
+                "QUOTIM": stamp,
+                "TIM_TRK_1": stamp,
+                "NEWS": None,
+                3902 + 1: 7,  # TIM_TRK_2, by field id
+            },
+        )
+        s = tickwire.Subscriber(node)
+        s.wait_for_service("PYFEED")
+        image = s.snapshot("PYFEED", ["EUR="])["EUR="]
+        assert image == {
+            "DSPLY_NAME": "EURO",
+            "DSPLY_NMLL": "euro €",
+            "BID": 1.0841,
+            "ASK": 1.0843,
+            "HST_CLOSE": 1.08,
+            "OPEN_PRC": 1.0,
+            "BIDSIZE": 5000,
+            "CURRENCY": 978,
+            "TRADE_DATE": datetime.date(2026, 11, 24),
+            "TIMACT": datetime.time(9, 30, 0, 250000),
+            "QUOTIM": datetime.time(9, 30, 0, 250000),
+            "TIM_TRK_1": 1795512600250000000,
+            "NEWS": None,
+            "TIM_TRK_2": 7,
+        }
+
+
+def test_a_value_that_does_not_fit_its_field_is_refused_with_its_name(node):
+    with tickwire.Publisher(node, "PYFEED") as p:
+        with pytest.raises(KeyError, match="publish a refresh"):
+            p.update("X", {"BID": 1.0})
+        p.refresh("X", {"BID": 1.0})
+        with pytest.raises(ValueError, match=r"field BID \(REAL\).*not a decimal"):
+            p.update("X", {"BID": "abc"})
+        with pytest.raises(ValueError, match=r"field BIDSIZE \(UINT\)"):
+            p.update("X", {"BIDSIZE": -1})
+        with pytest.raises(ValueError, match=r"field BID .*bool"):
+            p.update("X", {"BID": True})
+        with pytest.raises(ValueError, match=r"field DSPLY_NAME \(ASCII\)"):
+            p.update("X", {"DSPLY_NAME": "café"})
+        with pytest.raises(ValueError, match=r"field BID .*finite"):
+            p.update("X", {"BID": float("nan")})
+        with pytest.raises(KeyError, match="NOT_A_FIELD"):
+            p.update("X", {"NOT_A_FIELD": 1})
+        with pytest.raises(ValueError, match="update_type"):
+            p.update("X", {"BID": 1.0}, update_type="bogus")
+        assert p.items == ["X"]
+
+
+def test_a_lost_publisher_makes_its_items_suspect_and_a_new_one_ok(node):
+    p = tickwire.Publisher(node, "PYFEED")
+    p.refresh("GBP=", {"BID": 1.25, "ASK": 1.26})
+    s = tickwire.Subscriber(node)
+    s.wait_for_service("PYFEED")
+    s.subscribe("PYFEED", ["GBP="])
+    assert first(s, "refresh", "GBP=").data_state == "ok"
+    p.update("GBP=", {"BID": 1.2501}, update_type="quote")
+    assert first(s, "update", "GBP=").fields == {"BID": 1.2501}
+    p.close()
+    lost = first(s, "status", "GBP=")
+    assert (lost.stream_state, lost.data_state) == ("open", "suspect")
+    again = tickwire.Publisher(node, "PYFEED")
+    again.refresh("GBP=", {"BID": 1.27, "ASK": 1.28})
+    back = first(s, "refresh", "GBP=")
+    assert (back.stream_state, back.data_state) == ("open", "ok")
+    assert back.fields == {"BID": 1.27, "ASK": 1.28}
+    again.close()
+
+
+def test_a_python_publisher_feeds_a_rust_subscriber(node):
+    with tickwire.Publisher(node, "PYFEED") as p:
+        p.refresh("JPY=", {"DSPLY_NAME": "YEN", "BID": 151.25, "ASK": 151.27})
+        s = tickwire.Subscriber(node)
+        s.wait_for_service("PYFEED")
+        rust = subprocess.Popen(
+            [tickwire_bin(), "subscribe", "--node", node, "--service", "PYFEED", "--json", "--count", "3",
+             "--timeout", "30", "JPY="],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert rust.stdout is not None
+        refresh = json.loads(rust.stdout.readline())
+        assert refresh["type"] == "refresh"
+        assert refresh["fields"] == {"DSPLY_NAME": "YEN", "BID": 151.25, "ASK": 151.27}
+        p.update("JPY=", {"BID": 151.26}, update_type="quote")
+        p.update("JPY=", {"ASK": 151.3, "BID": 151.28}, update_type="quote")
+        out, err = rust.communicate(timeout=30)
+        assert rust.returncode == 0, err
+        updates = [json.loads(line) for line in out.splitlines()]
+        assert [u["fields"] for u in updates] == [{"BID": 151.26}, {"ASK": 151.3, "BID": 151.28}]
+        assert [u["update_type"] for u in updates] == ["quote", "quote"]

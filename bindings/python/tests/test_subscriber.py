@@ -1,0 +1,126 @@
+"""The Python Subscriber against a real node and the demo feed (`tickwire publish`)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import threading
+
+import pytest
+
+import tickwire
+from conftest import first
+
+
+def test_streaming_gives_the_image_then_updates_in_order(node, feed):
+    s = tickwire.Subscriber(node)
+    s.subscribe("FEED", ["SYM1"])
+    refresh = first(s, "refresh", "SYM1")
+    assert (refresh.service, refresh.item) == ("FEED", "SYM1")
+    assert (refresh.stream_state, refresh.data_state) == ("open", "ok")
+    assert refresh.complete is True
+    assert refresh.fields["DSPLY_NAME"] == "SYM1"
+    assert isinstance(refresh.fields["BID"], float) and refresh.fields["ASK"] > refresh.fields["BID"]
+    assert isinstance(refresh.fields["BIDSIZE"], int)
+    assert isinstance(refresh.fields["TIMACT"], datetime.time)
+    seqs = [refresh.seq]
+    for _ in range(5):
+        update = first(s, "update", "SYM1")
+        assert update.update_type in ("quote", "trade")
+        assert update.fields, "an update carries the fields that changed"
+        seqs.append(update.seq)
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), seqs
+    s.close("FEED", ["SYM1"])
+    with pytest.raises(KeyError):
+        s.close("FEED", ["SYM1"])
+    s.disconnect()
+
+
+def test_iterating_the_subscriber_yields_events(node, feed):
+    s = tickwire.Subscriber(node)
+    s.subscribe("FEED", "SYM2")
+    kinds = [event.type for _, event in zip(range(4), s)]
+    assert kinds[0] == "refresh" and kinds[1:] == ["update"] * 3
+
+
+def test_a_view_carries_only_its_fields(node, feed):
+    s = tickwire.Subscriber(node)
+    s.view("FEED", ["SYM3"], ["BID", "ASK"])
+    refresh = first(s, "refresh", "SYM3")
+    assert set(refresh.fields) == {"BID", "ASK"}
+    for _ in range(3):
+        assert set(first(s, "update", "SYM3").fields) <= {"BID", "ASK"}
+
+
+def test_snapshot_gives_every_image_and_names_what_the_node_refused(node, feed):
+    s = tickwire.Subscriber(node)
+    images = s.snapshot("FEED", ["SYM4", "SYM5", "SYM6"])
+    assert sorted(images) == ["SYM4", "SYM5", "SYM6"]
+    assert all(image["DSPLY_NAME"] == name for name, image in images.items())
+    with pytest.raises(tickwire.TickwireError, match=r"NOPE: .*not found"):
+        s.snapshot("FEED", ["SYM4", "NOPE"])
+    frame = s.snapshot_frame("FEED", ["SYM7", "SYM8"], fields=["BID", "ASK"])
+    assert list(frame.index) == ["SYM7", "SYM8"]
+    assert list(frame.columns) == ["BID", "ASK"]
+    assert (frame["ASK"] > frame["BID"]).all()
+
+
+def test_a_snapshot_taken_while_streaming_loses_no_event(node, feed):
+    s = tickwire.Subscriber(node)
+    s.subscribe("FEED", ["SYM1"])
+    s.snapshot("FEED", ["SYM9"])
+    # The streamed item's refresh came during the snapshot: it is still delivered first.
+    assert first(s, "refresh", "SYM1").item == "SYM1"
+
+
+def test_asyncio_iteration_lets_the_loop_run(node, feed):
+    async def main():
+        s = tickwire.Subscriber(node)
+        s.subscribe("FEED", ["SYM1"])
+        ticks = 0
+        stop = asyncio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        got = []
+        async for event in s:
+            got.append(event.type)
+            if len(got) == 3:
+                break
+        stop.set()
+        await task
+        return got, ticks
+
+    got, ticks = asyncio.run(main())
+    assert got == ["refresh", "update", "update"]
+    assert ticks > 0, "the event loop ran while the subscriber waited"
+
+
+def test_a_wait_releases_the_gil(node, feed):
+    # The waiting thread can only get an event if this thread subscribes while it
+    # waits: with the GIL held, the wait would end empty-handed after 60 s.
+    s = tickwire.Subscriber(node)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(s.next(timeout=60)))
+    waiter.start()
+    s.subscribe("FEED", ["SYM1"])
+    waiter.join()
+    assert got[0] is not None and got[0].item == "SYM1"
+
+
+def test_errors_are_exceptions_with_the_reason(node):
+    with pytest.raises(ConnectionError, match="cannot connect"):
+        tickwire.Subscriber("127.0.0.1:1", connect_timeout=1.0)
+    s = tickwire.Subscriber(node)
+    with pytest.raises(KeyError, match="NOT_A_FIELD"):
+        s.view("FEED", ["SYM1"], ["NOT_A_FIELD"])
+    with pytest.raises(ValueError, match="timeout"):
+        s.next(timeout=-1)
+    s.disconnect()
+    with pytest.raises(ConnectionError, match="disconnected"):
+        s.subscribe("FEED", ["SYM1"])
