@@ -1,10 +1,9 @@
 //! What a Python subscriber receives: one `Event` class for refreshes, updates,
 //! statuses and post answers, its attributes `None` where they do not apply.
 
-use crate::values::fields_to_dict;
+use crate::values::{fields_to_dict, FieldNames};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tickwire_client::proto::Dictionary;
 use tickwire_client::{Event as ClientEvent, OwnedState};
 
 /// A refresh, update, status or ack of one item stream.
@@ -97,7 +96,7 @@ impl Event {
     pub fn from_client(
         py: Python<'_>,
         e: ClientEvent,
-        dictionary: &Dictionary,
+        names: &FieldNames,
     ) -> PyResult<Option<Self>> {
         Ok(Some(match e {
             ClientEvent::Refresh {
@@ -111,7 +110,7 @@ impl Event {
                 ..
             } => {
                 let mut ev = Event::new(py, "refresh", stream, service, name).with_state(state);
-                ev.fields = fields_to_dict(py, fields.list(), dictionary)?.unbind();
+                ev.fields = fields_to_dict(py, fields.list(), names)?.unbind();
                 ev.seq = Some(seq);
                 ev.complete = Some(complete);
                 ev
@@ -126,7 +125,7 @@ impl Event {
                 ..
             } => {
                 let mut ev = Event::new(py, "update", stream, service, name);
-                ev.fields = fields_to_dict(py, fields.list(), dictionary)?.unbind();
+                ev.fields = fields_to_dict(py, fields.list(), names)?.unbind();
                 ev.seq = Some(seq);
                 ev.update_type = Some(update_type.name());
                 ev

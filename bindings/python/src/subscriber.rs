@@ -4,7 +4,7 @@
 use crate::connect::{seconds, ConnectArgs};
 use crate::errors;
 use crate::event::Event;
-use crate::values::load_dictionary;
+use crate::values::{load_dictionary, FieldNames};
 use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use std::collections::HashMap;
@@ -27,6 +27,7 @@ pub struct Subscriber {
     /// `None` once disconnected.
     state: Mutex<Option<Connected>>,
     dictionary: Arc<Dictionary>,
+    names: FieldNames,
 }
 
 impl Subscriber {
@@ -92,6 +93,7 @@ impl Subscriber {
                 sub,
                 streams: HashMap::new(),
             })),
+            names: FieldNames::new(py, &dictionary),
             dictionary,
         })
     }
@@ -213,7 +215,7 @@ impl Subscriber {
             })?;
             let events = got
                 .into_iter()
-                .filter_map(|e| Event::from_client(py, e, &self.dictionary).transpose())
+                .filter_map(|e| Event::from_client(py, e, &self.names).transpose())
                 .collect::<PyResult<Vec<Event>>>()?;
             if !events.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(events);

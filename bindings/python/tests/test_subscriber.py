@@ -124,3 +124,15 @@ def test_errors_are_exceptions_with_the_reason(node):
     s.disconnect()
     with pytest.raises(ConnectionError, match="disconnected"):
         s.subscribe("FEED", ["SYM1"])
+
+
+def test_next_batch_returns_what_is_there_and_keeps_order(node, feed):
+    s = tickwire.Subscriber(node)
+    s.subscribe("FEED", ["SYM1"])
+    events = []
+    while len(events) < 4:
+        events.extend(s.next_batch(timeout=30))
+    assert events[0].type == "refresh"
+    seqs = [e.seq for e in events]
+    assert seqs == sorted(seqs)
+    assert s.next_batch(timeout=0) is not None  # a zero wait returns at once
