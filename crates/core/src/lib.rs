@@ -17,6 +17,7 @@
 //! message.
 
 mod items;
+pub mod latency;
 mod posts;
 mod replay;
 mod security;
@@ -173,6 +174,8 @@ pub struct Stats {
     pub do_not_conflate_dropped: u64,
     pub heartbeat_timeouts: u64,
     pub updates_on_unknown_streams: u64,
+    /// Logins refused (credentials, entitlement, protocol version, a loop).
+    pub logins_refused: u64,
     pub posts: PostStats,
 }
 
@@ -240,6 +243,20 @@ struct Service {
     items: FxHashMap<Box<str>, ItemHandle>,
     /// Since when it has had no publisher (for `Limits::service_retention`).
     orphaned_since: Option<Instant>,
+    /// Updates taken from its publisher, and sent to subscribers.
+    updates_in: u64,
+    updates_out: u64,
+}
+
+/// A service's figures, for `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceFigures {
+    pub name: String,
+    /// It has a publisher and is up.
+    pub up: bool,
+    pub items: usize,
+    pub updates_in: u64,
+    pub updates_out: u64,
 }
 
 /// The longest service name a publisher may announce, in bytes: directory entries stay
@@ -276,6 +293,9 @@ pub struct Node {
     scratch: Vec<u8>,
     now: Instant,
     stats: Stats,
+    /// See [`Node::set_wall_clock`]; 0 until the driver sets it (no latency samples).
+    wall_clock_ns: u64,
+    latency: latency::LatencyHistogram,
     shutting_down: bool,
     /// Largest image cached (`tickwire_proto::max_image_bytes` of the output bound).
     max_image: usize,
@@ -323,6 +343,8 @@ impl Node {
             scratch: Vec::with_capacity(64 * 1024),
             now,
             stats: Stats::default(),
+            wall_clock_ns: 0,
+            latency: latency::LatencyHistogram::default(),
             shutting_down: false,
             max_image,
             awaiting_login: 0,
@@ -353,6 +375,32 @@ impl Node {
     }
 
     /// Every service the node knows, with whether it is up (a publisher announced it up).
+    /// Every service's state, items and update counts.
+    pub fn service_figures(&self) -> Vec<ServiceFigures> {
+        self.services
+            .iter()
+            .map(|s| ServiceFigures {
+                name: s.name.clone(),
+                up: s.publisher.is_some() && s.up,
+                items: s.items.len(),
+                updates_in: s.updates_in,
+                updates_out: s.updates_out,
+            })
+            .collect()
+    }
+
+    /// The node's wall clock (nanoseconds since the Unix epoch) as the driver read it
+    /// last, before handing over what it read: updates' send stamps are compared with
+    /// it (see [`latency`]).
+    pub fn set_wall_clock(&mut self, unix_ns: u64) {
+        self.wall_clock_ns = unix_ns;
+    }
+
+    /// Sampled latency of updates carrying the publisher's send time.
+    pub fn latency(&self) -> &latency::LatencyHistogram {
+        &self.latency
+    }
+
     pub fn services(&self) -> Vec<(String, bool)> {
         self.services
             .iter()
@@ -748,6 +796,9 @@ impl Node {
         let Some(role) = self.role(conn) else { return };
         if role == ConnRole::Closing {
             return;
+        }
+        if code == code::LOGIN_REJECTED {
+            self.stats.logins_refused += 1;
         }
         if code != code::SHUTDOWN {
             let peer = self.conns[conn].as_ref().map(|c| c.peer.clone());
@@ -1497,6 +1548,8 @@ impl Node {
                         interactive: entry.interactive,
                         items: FxHashMap::default(),
                         orphaned_since: None,
+                        updates_in: 0,
+                        updates_out: 0,
                     });
                     let s = self.services.len() - 1;
                     self.service_by_name.insert(entry.name.to_string(), s);
@@ -2120,6 +2173,9 @@ impl Node {
     /// The hot path: one update fanned out to every live stream of its item.
     fn on_publisher_update(&mut self, conn: ConnId, u: &Update<'_>, encoded: &[u8]) {
         self.stats.updates_in += 1;
+        if self.stats.updates_in & (latency::SAMPLE_EVERY - 1) == 0 {
+            self.sample_latency(u.fields);
+        }
         let Some(h) = self
             .conns
             .get(conn)
@@ -2144,6 +2200,8 @@ impl Node {
             ..
         } = self;
         let Some(item) = items.get_mut(h) else { return };
+        services[item.service].updates_in += 1;
+        let mut sent = 0u64;
         if cfg.cache {
             item.image.apply(u.fields);
             if item.image.encoded_len() > *max_image {
@@ -2209,6 +2267,7 @@ impl Node {
                 }
             }
             stats.updates_out += 1;
+            sent += 1;
             c.last_tx = *now;
             if !c.dirty {
                 c.dirty = true;
@@ -2217,6 +2276,19 @@ impl Node {
             if is_behind(c) {
                 overflowed.push(s.conn);
             }
+        }
+        services[item.service].updates_out += sent;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn sample_latency(&mut self, fields: FieldList<'_>) {
+        if self.wall_clock_ns == 0 {
+            return;
+        }
+        if let Some(tickwire_proto::Value::UInt(stamp)) = fields.get(tickwire_proto::fid::TIM_TRK_1)
+        {
+            self.latency.record(stamp, self.wall_clock_ns);
         }
     }
 

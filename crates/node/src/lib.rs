@@ -6,6 +6,7 @@
 //! decision about items, streams and fan-out is the core's.
 
 mod auth;
+mod io_counters;
 pub mod backbone;
 pub mod config;
 pub mod journal;

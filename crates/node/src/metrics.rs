@@ -8,10 +8,11 @@
 //! per-connection figures are given for the [`TOP_QUEUES`] longest queues only.
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::Ordering::Relaxed;
 use tickwire_core::Node;
@@ -52,6 +53,33 @@ struct ConnectionLabel {
 #[derive(Default)]
 pub struct Extra<'a> {
     pub journal: Option<&'a crate::journal::JournalFigures>,
+    /// The backbone's figures as of the last node-item tick (once a second).
+    pub backbone: Option<&'a tickwire_backbone::BackboneFigures>,
+}
+
+/// A histogram whose buckets were counted elsewhere (the core's latency samples),
+/// encoded as they are for one scrape.
+#[derive(Debug)]
+struct ConstHistogram {
+    sum: f64,
+    count: u64,
+    /// (upper bound, samples in that bucket alone); the last bound is `f64::MAX` (+Inf).
+    buckets: Vec<(f64, u64)>,
+}
+
+impl EncodeMetric for ConstHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
+        encoder.encode_histogram::<NoLabelSet>(self.sum, self.count, &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: String,
 }
 
 fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
@@ -122,6 +150,25 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
         s.connections_accepted,
     );
     counter(&mut r, "logins", "Logins accepted", s.logins);
+    counter(
+        &mut r,
+        "logins_refused",
+        "Logins refused (credentials, entitlement, protocol version, a loop of nodes)",
+        s.logins_refused,
+    );
+    let (bytes_in, bytes_out) = crate::io_counters::totals();
+    counter(
+        &mut r,
+        "bytes_in",
+        "Bytes read from connections (TCP and WebSocket; the plaintext under TLS)",
+        bytes_in,
+    );
+    counter(
+        &mut r,
+        "bytes_out",
+        "Bytes written to connections (TCP and WebSocket; the plaintext under TLS)",
+        bytes_out,
+    );
     counter_family(
         &mut r,
         "disconnects",
@@ -136,17 +183,55 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
     );
 
     // Services and items.
-    let services = core.services();
+    let services = core.service_figures();
+    let by_service = |f: fn(&tickwire_core::ServiceFigures) -> i64| {
+        services
+            .iter()
+            .map(move |sf| {
+                (
+                    ServiceLabel {
+                        service: sf.name.clone(),
+                    },
+                    f(sf),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
     family(
         &mut r,
         "service_up",
         "1 when the service has a publisher and is up, else 0",
-        services.iter().map(|(name, up)| {
+        by_service(|sf| sf.up as i64),
+    );
+    family(
+        &mut r,
+        "service_items",
+        "Items the node holds for the service",
+        by_service(|sf| sf.items as i64),
+    );
+    counter_family(
+        &mut r,
+        "service_updates_in",
+        "Updates received from the service's publisher",
+        services.iter().map(|sf| {
             (
                 ServiceLabel {
-                    service: name.clone(),
+                    service: sf.name.clone(),
                 },
-                *up as i64,
+                sf.updates_in,
+            )
+        }),
+    );
+    counter_family(
+        &mut r,
+        "service_updates_out",
+        "Updates of the service sent to subscribers",
+        services.iter().map(|sf| {
+            (
+                ServiceLabel {
+                    service: sf.name.clone(),
+                },
+                sf.updates_out,
             )
         }),
     );
@@ -287,8 +372,120 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
         );
     }
 
+    // Latency of updates carrying the publisher's send time (sampled).
+    let lat = core.latency();
+    let bounds = tickwire_core::latency::BOUNDS_NS
+        .iter()
+        .map(|&b| b as f64 / 1e9)
+        .chain([f64::MAX]);
+    r.register(
+        "update_latency_seconds",
+        "Publisher's send time (TIM_TRK_1) to the node reading the update, one update \
+         in 16 of those carrying it",
+        ConstHistogram {
+            sum: lat.sum_ns as f64 / 1e9,
+            count: lat.count,
+            buckets: bounds.zip(lat.counts.iter().copied()).collect(),
+        },
+    );
+    counter(
+        &mut r,
+        "update_stamps_ahead",
+        "Sampled updates stamped later than the node's clock (the publisher's clock is ahead)",
+        lat.ahead,
+    );
+
+    if let Some(b) = extra.backbone {
+        backbone(&mut r, b);
+    }
+
     let mut out = String::with_capacity(8 * 1024);
     // Writing to a String does not fail.
     let _ = encode(&mut out, &r);
     out
+}
+
+/// The backbone's figures (PROTOCOL.md section 11; the Aeron driver's counters).
+fn backbone(r: &mut Registry, b: &tickwire_backbone::BackboneFigures) {
+    family(
+        r,
+        "backbone_role",
+        "1 for the node's role on the backbone (source, edge, or both)",
+        [(
+            RoleLabel {
+                role: b.role.into(),
+            },
+            1,
+        )],
+    );
+    gauge(
+        r,
+        "backbone_edges",
+        "Edges the source knows",
+        b.edges as i64,
+    );
+    counter_family(
+        r,
+        "backbone_bytes",
+        "Bytes the backbone's media driver sent and received",
+        [
+            ("sent", b.driver.bytes_sent),
+            ("received", b.driver.bytes_received),
+        ]
+        .map(|(k, v)| {
+            (
+                DirectionLabel {
+                    direction: k.into(),
+                },
+                v,
+            )
+        }),
+    );
+    counter_family(
+        r,
+        "backbone_naks",
+        "Loss reports (NAKs) the media driver sent and received",
+        [
+            ("sent", b.driver.naks_sent),
+            ("received", b.driver.naks_received),
+        ]
+        .map(|(k, v)| {
+            (
+                DirectionLabel {
+                    direction: k.into(),
+                },
+                v,
+            )
+        }),
+    );
+    counter(
+        r,
+        "backbone_retransmits",
+        "Retransmissions the media driver sent",
+        b.driver.retransmits_sent,
+    );
+    counter(
+        r,
+        "backbone_invalid_packets",
+        "Packets the media driver discarded as invalid",
+        b.driver.invalid_packets,
+    );
+    counter(
+        r,
+        "backbone_reimages",
+        "Items the edge asked for again after losing their source",
+        b.reimages,
+    );
+    counter(
+        r,
+        "backbone_sources_lost",
+        "Sources the edge lost (silent past the liveness time)",
+        b.sources_lost,
+    );
+    counter(
+        r,
+        "backbone_link_restarts",
+        "Times the backbone link was rebuilt",
+        b.link_restarts,
+    );
 }

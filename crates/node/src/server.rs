@@ -507,6 +507,7 @@ impl NodeServer {
             ready.dedup();
             let metrics = crate::metrics::Extra {
                 journal: journal.as_ref().map(|j| &*j.figures),
+                backbone: node_item.backbone.as_ref(),
             };
             for &id in &ready {
                 if read_some(
@@ -1005,6 +1006,7 @@ fn read_some(
                 sock.reader.filled(n);
                 total += n;
                 core.on_bytes_received(id, now);
+                core.set_wall_clock(unix_now_ns());
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -1024,6 +1026,13 @@ fn read_some(
     }
     deliver_frames(core, sock, id, now);
     false
+}
+
+/// The wall clock for the core's latency samples (updates' send stamps are in it).
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Passes every complete frame to the core; false if the stream was found malformed.

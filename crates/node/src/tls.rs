@@ -166,10 +166,12 @@ impl Transport {
     /// the end of the stream.
     #[inline]
     pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
+        let n = match self {
             Transport::Plain(s) => s.read(buf),
             Transport::Tls(t) => t.read(buf),
-        }
+        }?;
+        crate::io_counters::read(n);
+        Ok(n)
     }
 
     /// Writes plaintext: what the socket (plain) or rustls (TLS, bounded by
@@ -177,10 +179,12 @@ impl Transport {
     /// full: a writable event follows.
     #[inline]
     pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
+        let n = match self {
             Transport::Plain(s) => s.write(buf),
             Transport::Tls(t) => t.write(buf),
-        }
+        }?;
+        crate::io_counters::written(n);
+        Ok(n)
     }
 
     /// Writes the TLS records waiting for the socket (handshake, alerts, data rustls

@@ -1,0 +1,79 @@
+//! How late updates reach the node: for updates that carry the publisher's send time
+//! (TIM_TRK_1, nanoseconds since the Unix epoch), the node's wall clock at reading
+//! minus that stamp, sampled (one update in [`SAMPLE_EVERY`]) into fixed buckets.
+//! The node's own figure for `/metrics`; the lab measures end to end.
+
+/// One update in this many is looked at (a field lookup and a few comparisons), so
+/// the hot path pays a fraction of a nanosecond per update on average.
+/// A power of two: the hot path tests it with a mask.
+pub const SAMPLE_EVERY: u64 = 16;
+const _: () = assert!(SAMPLE_EVERY.is_power_of_two());
+
+/// Upper bounds of the buckets in nanoseconds (10 µs .. 5 s); one more bucket above.
+pub const BOUNDS_NS: [u64; 18] = [
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+];
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LatencyHistogram {
+    /// Samples per bucket (not cumulative); the last one is above every bound.
+    pub counts: [u64; BOUNDS_NS.len() + 1],
+    pub sum_ns: u64,
+    pub count: u64,
+    /// Stamps later than the node's clock (the publisher's clock is ahead): not
+    /// counted in the buckets.
+    pub ahead: u64,
+}
+
+impl LatencyHistogram {
+    pub fn record(&mut self, stamp_ns: u64, now_ns: u64) {
+        let Some(ns) = now_ns.checked_sub(stamp_ns) else {
+            self.ahead += 1;
+            return;
+        };
+        let bucket = BOUNDS_NS
+            .iter()
+            .position(|&b| ns <= b)
+            .unwrap_or(BOUNDS_NS.len());
+        self.counts[bucket] += 1;
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.count += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_fall_in_the_bucket_of_their_bound() {
+        let mut h = LatencyHistogram::default();
+        let now = 1_000_000_000_000;
+        h.record(now - 10_000, now); // exactly a bound: that bucket
+        h.record(now - 10_001, now);
+        h.record(now - 7_000_000_000, now); // above every bound
+        h.record(now + 5, now); // the publisher's clock ahead
+        assert_eq!(h.counts[0], 1);
+        assert_eq!(h.counts[1], 1);
+        assert_eq!(h.counts[BOUNDS_NS.len()], 1);
+        assert_eq!((h.count, h.ahead), (3, 1));
+        assert_eq!(h.sum_ns, 10_000 + 10_001 + 7_000_000_000);
+    }
+}
