@@ -6,9 +6,9 @@
 //! decision about items, streams and fan-out is the core's.
 
 mod auth;
-mod io_counters;
 pub mod backbone;
 pub mod config;
+mod io_counters;
 pub mod journal;
 mod metrics;
 mod node_item;
