@@ -243,9 +243,18 @@ struct Service {
     items: FxHashMap<Box<str>, ItemHandle>,
     /// Since when it has had no publisher (for `Limits::service_retention`).
     orphaned_since: Option<Instant>,
-    /// Updates taken from its publisher, and sent to subscribers.
-    updates_in: u64,
-    updates_out: u64,
+    /// Updates of its items that are gone (the live ones count their own).
+    retired_updates_in: u64,
+    retired_updates_out: u64,
+}
+
+impl Service {
+    /// An item of this service is removed: its counts stay in the service's.
+    fn retire(&mut self, item: &items::Item) {
+        self.items.remove(&*item.name);
+        self.retired_updates_in += item.updates_in;
+        self.retired_updates_out += item.updates_out;
+    }
 }
 
 /// A service's figures, for `/metrics`.
@@ -379,12 +388,18 @@ impl Node {
     pub fn service_figures(&self) -> Vec<ServiceFigures> {
         self.services
             .iter()
-            .map(|s| ServiceFigures {
-                name: s.name.clone(),
-                up: s.publisher.is_some() && s.up,
-                items: s.items.len(),
-                updates_in: s.updates_in,
-                updates_out: s.updates_out,
+            .map(|s| {
+                let live = s.items.values().filter_map(|&h| self.items.get(h));
+                let (live_in, live_out) = live.fold((0, 0), |(i, o), item| {
+                    (i + item.updates_in, o + item.updates_out)
+                });
+                ServiceFigures {
+                    name: s.name.clone(),
+                    up: s.publisher.is_some() && s.up,
+                    items: s.items.len(),
+                    updates_in: s.retired_updates_in + live_in,
+                    updates_out: s.retired_updates_out + live_out,
+                }
             })
             .collect()
     }
@@ -1519,7 +1534,7 @@ impl Node {
     /// Removes an item nobody watches, closing it at its interactive publisher.
     fn drop_unwatched(&mut self, h: ItemHandle) {
         let item = self.items.remove(h).expect("live");
-        self.services[item.service].items.remove(&*item.name);
+        self.services[item.service].retire(&item);
         if let Some((pconn, sid)) = item.publisher {
             if let Some(c) = self.conns.get_mut(pconn).and_then(|c| c.as_mut()) {
                 c.pub_streams.remove(sid);
@@ -1548,8 +1563,8 @@ impl Node {
                         interactive: entry.interactive,
                         items: FxHashMap::default(),
                         orphaned_since: None,
-                        updates_in: 0,
-                        updates_out: 0,
+                        retired_updates_in: 0,
+                        retired_updates_out: 0,
                     });
                     let s = self.services.len() - 1;
                     self.service_by_name.insert(entry.name.to_string(), s);
@@ -1793,7 +1808,7 @@ impl Node {
         let Some(item) = self.items.remove(h) else {
             return;
         };
-        self.services[item.service].items.remove(&*item.name);
+        self.services[item.service].retire(&item);
         if let Some((pconn, sid)) = item.publisher {
             if let Some(c) = self.conns.get_mut(pconn).and_then(|c| c.as_mut()) {
                 c.pub_streams.remove(sid);
@@ -1862,7 +1877,7 @@ impl Node {
             // With the cache off, an image-less item nobody watches is not worth keeping.
             if !self.cfg.cache {
                 if let Some(item) = self.items.remove(h) {
-                    self.services[item.service].items.remove(&*item.name);
+                    self.services[item.service].retire(&item);
                 }
             }
         }
@@ -2200,8 +2215,8 @@ impl Node {
             ..
         } = self;
         let Some(item) = items.get_mut(h) else { return };
-        services[item.service].updates_in += 1;
-        let mut sent = 0u64;
+        item.updates_in += 1;
+        let out_before = stats.updates_out;
         if cfg.cache {
             item.image.apply(u.fields);
             if item.image.encoded_len() > *max_image {
@@ -2267,7 +2282,6 @@ impl Node {
                 }
             }
             stats.updates_out += 1;
-            sent += 1;
             c.last_tx = *now;
             if !c.dirty {
                 c.dirty = true;
@@ -2277,7 +2291,7 @@ impl Node {
                 overflowed.push(s.conn);
             }
         }
-        services[item.service].updates_out += sent;
+        item.updates_out += stats.updates_out - out_before;
     }
 
     #[cold]

@@ -590,6 +590,33 @@ fn stale_images_nobody_watches_go_when_the_service_comes_back() {
 }
 
 #[test]
+fn a_services_update_counts_survive_its_items_going() {
+    let mut h = Harness::new(true);
+    let p = h.publisher("FEED", false);
+    let img = bid_ask(10000, 10010);
+    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let sub = h.login(Role::Subscriber);
+    h.request(sub, 3, "FEED", "SYM0", true, None);
+    h.recv(sub);
+    for seq in 2..5 {
+        h.send(p, &[update(1, seq, &bid_ask(10000 + seq as i64, 10010))]);
+    }
+    let feed = |h: &Harness| {
+        let f = h.node.service_figures();
+        let f = f.into_iter().find(|f| f.name == "FEED").unwrap();
+        (f.items, f.updates_in, f.updates_out)
+    };
+    assert_eq!(feed(&h), (1, 3, 3));
+    // The item goes (stale, nobody watches it, the service comes back): its counts stay.
+    h.node.on_disconnect(p, h.now);
+    h.send(sub, &[Message::Close { stream_id: 3 }]);
+    h.recv(sub);
+    let p2 = h.publisher("FEED", false);
+    h.recv(p2);
+    assert_eq!(feed(&h), (0, 3, 3));
+}
+
+#[test]
 fn snapshot_gets_one_non_streaming_refresh_and_no_updates() {
     let mut h = Harness::new(true);
     let p = h.publisher("FEED", false);
