@@ -15,47 +15,50 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod args;
 mod backbone_scenario;
 mod journal_scenario;
 mod tree_scenario;
 
+pub use args::*;
+
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum BenchCommand {
     /// Highest update rate with zero loss, cache off and on, no fan-out.
-    Throughput(BenchArgs),
+    Throughput(ThroughputArgs),
     /// 100 subscriber connections, producer 50/50 (fan-out 50.5): highest input rate.
-    Fanout(BenchArgs),
+    Fanout(FanoutArgs),
     /// End-to-end latency at a ladder of rates, up to saturation (cache off).
-    Latency(BenchArgs),
+    Latency(LatencyArgs),
     /// N independent node+publisher+subscriber sets, pinned to disjoint CPUs vs not.
-    Instances(BenchArgs),
+    Instances(InstancesArgs),
     /// Every scenario but memory, with short steps (across the backbone and through two
     /// nodes: at most 10,000 items, no fan-out row; on the backbone 1% loss only; the
     /// journal: 3 s per sync policy).
-    Quick(BenchArgs),
+    Quick(QuickArgs),
     /// Across the backbone (publisher -> source node -> Aeron multicast on loopback ->
     /// edge node -> subscriber): throughput cache off and on, fan-out at the edge, the
     /// latency ladder, 0.1% and 1% loss; single-node figures from the same run beside
     /// them.
-    Backbone(BenchArgs),
+    Backbone(BackboneArgs),
     /// Through two nodes over an upstream link (publisher -> top node -> TCP -> POP
     /// node -> subscriber, the report's "p2ps POP" rows): throughput cache off and on,
     /// fan-out at the POP, the latency ladder; single-node figures from the same run
     /// beside them.
-    Tree(BenchArgs),
+    Tree(TreeArgs),
     /// Posts through the node's journal: posts acknowledged per second, Ack latency
     /// (p50/p99/max) and the journal's system calls per post with each sync policy
     /// (always, batch, never) and without a journal.
-    Journal(BenchArgs),
+    Journal(JournalArgs),
     /// At 50% of the max sustainable rate, stop one of several subscribers (SIGSTOP) for
     /// 3 s, then the node for 500 ms: the others' latency, recovery, loss, node memory.
-    Stall(BenchArgs),
+    Stall(StallArgs),
     /// One WebSocket JSON subscriber (tr_json2): highest update rate with zero loss,
     /// then latency at 1,000 and 10,000 updates/s.
-    Ws(BenchArgs),
+    Ws(WsArgs),
     /// Node memory per subscriber connection and per stream: 1,000 connections x 100
     /// items against 10 x 100 and 1,000 x 10 (fresh nodes, updates flowing).
-    Memory(BenchArgs),
+    Memory(MemoryArgs),
     /// Compare result directories: the first is base 100.
     Compare {
         /// Directories holding results.json; the first is the base.
@@ -65,90 +68,6 @@ pub enum BenchCommand {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
-}
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// Directory for results.json, report.md, plots and process logs.
-    #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
-    /// Watchlist size for the throughput and latency scenarios.
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub items: usize,
-    /// Seconds each rate is held (the reference procedure holds 300).
-    #[arg(long, value_name = "S")]
-    pub step_seconds: Option<f64>,
-    /// Latency ladder (updates/s), e.g. 1000,10000,100000; then doubling to saturation.
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub rates: Option<Vec<u64>>,
-    /// Items in the fan-out scenario.
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
-    pub fanout_items: usize,
-    /// Subscriber connections in the fan-out scenario.
-    #[arg(long, value_name = "N", default_value_t = 100)]
-    pub connections: usize,
-    /// First rate of the throughput, fan-out and instances ramps (default: 250,000,
-    /// 10,000 and 100,000 updates/s).
-    #[arg(long, value_name = "N")]
-    pub start_rate: Option<u64>,
-    /// Highest rate tried (updates/s per instance).
-    #[arg(long, value_name = "N", default_value_t = 16_000_000)]
-    pub max_rate: u64,
-    /// Count system calls with `perf` where the kernel allows it.
-    #[arg(long)]
-    pub syscalls: bool,
-    /// Stall scenario: the publisher's rate (default: 50% of the max sustainable rate
-    /// with the cache on, from the throughput scenario in `quick`, else from a short
-    /// search first).
-    #[arg(long, value_name = "N")]
-    pub stall_rate: Option<u64>,
-    /// Stall scenario: items in the watchlist of every subscriber.
-    #[arg(long, value_name = "N", default_value_t = 1_000)]
-    pub stall_items: usize,
-    /// Stall scenario: perf-sub processes (one connection each, every item); the first
-    /// is stopped, the others are the healthy ones.
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub stall_subscribers: usize,
-    /// Stall scenario: seconds the subscriber is stopped.
-    #[arg(long, value_name = "S", default_value_t = 3.0)]
-    pub stall_seconds: f64,
-    /// Stall scenario: milliseconds the node is stopped.
-    #[arg(long, value_name = "MS", default_value_t = 500)]
-    pub node_pause_ms: u64,
-    /// Stall scenario: seconds of the baseline and of each recovery phase (default 3;
-    /// 2 in `quick`).
-    #[arg(long, value_name = "S")]
-    pub stall_phase_seconds: Option<f64>,
-    /// Stall scenario: length of the latency time series' intervals.
-    #[arg(long, value_name = "MS", default_value_t = 50)]
-    pub stall_interval_ms: u64,
-    /// WebSocket scenario: items the WebSocket subscriber watches (one batch request).
-    #[arg(long, value_name = "N", default_value_t = 1_000)]
-    pub ws_items: usize,
-    /// WebSocket fan-out: connections, each watching every one of --ws-fanout-items.
-    #[arg(long, value_name = "N", default_value_t = 50)]
-    pub ws_connections: usize,
-    /// WebSocket fan-out: items each connection watches.
-    #[arg(long, value_name = "N", default_value_t = 100)]
-    pub ws_fanout_items: usize,
-    /// WebSocket fan-out: the publisher's rate (updates/s in; out is this times the
-    /// connections).
-    #[arg(long, value_name = "N", default_value_t = 2_000)]
-    pub ws_fanout_rate: u64,
-    /// Backbone scenario: how the nodes' Aeron driver and receiver threads wait when
-    /// idle (`[backbone] idle`: yield, backoff, sleep, spin).
-    #[arg(long, value_name = "STRATEGY", default_value = "yield")]
-    pub backbone_idle: String,
-    /// Memory scenario: subscriber connections of the full rig.
-    #[arg(long, value_name = "N", default_value_t = 1_000)]
-    pub memory_connections: usize,
-    /// Memory scenario: items each connection watches in the full rig.
-    #[arg(long, value_name = "N", default_value_t = 100)]
-    pub memory_items: usize,
-    /// `bench journal`: posts only, without the search for what journaling every update
-    /// costs the sustained rate.
-    #[arg(long)]
-    pub journal_posts_only: bool,
 }
 
 /// The whole results file (schema in docs/BENCHMARKS.md).
@@ -938,19 +857,19 @@ fn stop_rigs(rigs: Vec<Rig>) -> Result<()> {
 
 /// Runs a bench subcommand.
 pub fn run(cmd: BenchCommand) -> Result<()> {
-    let (name, args) = match cmd {
+    let (name, args): (&str, BenchArgs) = match cmd {
         BenchCommand::Compare { dirs, out } => return compare(&dirs, out.as_deref()),
-        BenchCommand::Throughput(a) => ("throughput", a),
-        BenchCommand::Fanout(a) => ("fanout", a),
-        BenchCommand::Latency(a) => ("latency", a),
-        BenchCommand::Instances(a) => ("instances", a),
-        BenchCommand::Quick(a) => ("quick", a),
-        BenchCommand::Backbone(a) => ("backbone", a),
-        BenchCommand::Tree(a) => ("tree", a),
-        BenchCommand::Journal(a) => ("journal", a),
-        BenchCommand::Stall(a) => ("stall", a),
-        BenchCommand::Memory(a) => ("memory", a),
-        BenchCommand::Ws(a) => ("ws", a),
+        BenchCommand::Throughput(a) => ("throughput", a.into()),
+        BenchCommand::Fanout(a) => ("fanout", a.into()),
+        BenchCommand::Latency(a) => ("latency", a.into()),
+        BenchCommand::Instances(a) => ("instances", a.into()),
+        BenchCommand::Quick(a) => ("quick", a.into()),
+        BenchCommand::Backbone(a) => ("backbone", a.into()),
+        BenchCommand::Tree(a) => ("tree", a.into()),
+        BenchCommand::Journal(a) => ("journal", a.into()),
+        BenchCommand::Stall(a) => ("stall", a.into()),
+        BenchCommand::Memory(a) => ("memory", a.into()),
+        BenchCommand::Ws(a) => ("ws", a.into()),
     };
     let logs = lab::ensure_dir(&args.out)?;
     let bin = std::env::current_exe().context("cannot find the tickwire binary")?;

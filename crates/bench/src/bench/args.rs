@@ -1,0 +1,630 @@
+//! The flags of `tickwire bench SCENARIO`: each scenario's `--help` shows only the
+//! flags it reads.
+//!
+//! The flags are defined once, in small groups (`*Flags`); each scenario's args struct
+//! (`ThroughputArgs`, ...) flattens `OutFlags` and the groups that scenario reads, and
+//! `quick`, which runs the scenarios one after the other, flattens them all
+//! (`AllFlags`). Every scenario's args become the flat `BenchArgs` the scenario code
+//! reads; the groups a scenario does not take hold their clap defaults there (parsed
+//! from an empty command line, so the defaults are written only in the `#[arg]`s).
+
+use std::path::PathBuf;
+
+// The flag groups, in the order their flags appear in `bench quick --help`. Plain
+// comments, not doc comments: clap would make a doc comment the command's about text.
+
+// Every scenario.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct OutFlags {
+    /// Directory for results.json, report.md, plots and process logs.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+// The watchlist of the single-node rigs (throughput, latency, instances, the stall
+// scenario's max search, backbone, tree, journal's update cost).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct ItemsFlags {
+    /// Watchlist size for the throughput and latency scenarios.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub items: usize,
+}
+
+// How long each rate is held: every scenario that holds rates (all but memory).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct StepFlags {
+    /// Seconds each rate is held (the reference procedure holds 300).
+    #[arg(long, value_name = "S")]
+    pub step_seconds: Option<f64>,
+}
+
+// The latency ladder (latency, backbone, tree).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct LadderFlags {
+    /// Latency ladder (updates/s), e.g. 1000,10000,100000; then doubling to saturation.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub rates: Option<Vec<u64>>,
+}
+
+// The fan-out rig (fanout; backbone and tree have a fan-out row too).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct FanoutFlags {
+    /// Items in the fan-out scenario.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub fanout_items: usize,
+    /// Subscriber connections in the fan-out scenario.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub connections: usize,
+}
+
+// The first rate of every max search (ramp then bisection): all scenarios but latency
+// (a ladder, no search) and memory.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct StartRateFlags {
+    /// First rate of every search for a highest sustainable rate (ramp, then
+    /// bisection). Default: 250,000 updates/s where one publisher feeds one subscriber,
+    /// 10,000 for fan-out and WebSocket searches, 100,000 per instance.
+    #[arg(long, value_name = "N")]
+    pub start_rate: Option<u64>,
+}
+
+// The rate limit and the process monitor's system call count: every scenario that
+// holds rates (all but memory).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct LimitFlags {
+    /// Highest rate tried (updates/s per instance).
+    #[arg(long, value_name = "N", default_value_t = 16_000_000)]
+    pub max_rate: u64,
+    /// Count system calls with `perf` where the kernel allows it.
+    #[arg(long)]
+    pub syscalls: bool,
+}
+
+// The stall scenario.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct StallFlags {
+    /// Stall scenario: the publisher's rate (default: 50% of the max sustainable rate
+    /// with the cache on, from the throughput scenario in `quick`, else from a short
+    /// search first).
+    #[arg(long, value_name = "N")]
+    pub stall_rate: Option<u64>,
+    /// Stall scenario: items in the watchlist of every subscriber.
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub stall_items: usize,
+    /// Stall scenario: perf-sub processes (one connection each, every item); the first
+    /// is stopped, the others are the healthy ones.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub stall_subscribers: usize,
+    /// Stall scenario: seconds the subscriber is stopped.
+    #[arg(long, value_name = "S", default_value_t = 3.0)]
+    pub stall_seconds: f64,
+    /// Stall scenario: milliseconds the node is stopped.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub node_pause_ms: u64,
+    /// Stall scenario: seconds of the baseline and of each recovery phase (default 3;
+    /// 2 in `quick`).
+    #[arg(long, value_name = "S")]
+    pub stall_phase_seconds: Option<f64>,
+    /// Stall scenario: length of the latency time series' intervals.
+    #[arg(long, value_name = "MS", default_value_t = 50)]
+    pub stall_interval_ms: u64,
+}
+
+// The WebSocket scenario.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct WsFlags {
+    /// WebSocket scenario: items the WebSocket subscriber watches (one batch request).
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub ws_items: usize,
+    /// WebSocket fan-out: connections, each watching every one of --ws-fanout-items.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub ws_connections: usize,
+    /// WebSocket fan-out: items each connection watches.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub ws_fanout_items: usize,
+    /// WebSocket fan-out: the publisher's rate (updates/s in; out is this times the
+    /// connections).
+    #[arg(long, value_name = "N", default_value_t = 2_000)]
+    pub ws_fanout_rate: u64,
+}
+
+// The backbone scenario.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct BackboneFlags {
+    /// Backbone scenario: how the nodes' Aeron driver and receiver threads wait when
+    /// idle (`[backbone] idle`: yield, backoff, sleep, spin).
+    #[arg(long, value_name = "STRATEGY", default_value = "yield")]
+    pub backbone_idle: String,
+}
+
+// The memory scenario.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct MemoryFlags {
+    /// Memory scenario: subscriber connections of the full rig.
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub memory_connections: usize,
+    /// Memory scenario: items each connection watches in the full rig.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub memory_items: usize,
+}
+
+// The journal scenario.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct JournalFlags {
+    /// `bench journal`: posts only, without the search for what journaling every update
+    /// costs the sustained rate.
+    #[arg(long)]
+    pub journal_posts_only: bool,
+}
+
+// Every group but `OutFlags` (which has no default): `quick`'s flags, and with
+// `Default` the clap defaults of every group.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct AllFlags {
+    #[command(flatten)]
+    pub items: ItemsFlags,
+    #[command(flatten)]
+    pub step: StepFlags,
+    #[command(flatten)]
+    pub ladder: LadderFlags,
+    #[command(flatten)]
+    pub fanout: FanoutFlags,
+    #[command(flatten)]
+    pub start: StartRateFlags,
+    #[command(flatten)]
+    pub limit: LimitFlags,
+    #[command(flatten)]
+    pub stall: StallFlags,
+    #[command(flatten)]
+    pub ws: WsFlags,
+    #[command(flatten)]
+    pub backbone: BackboneFlags,
+    #[command(flatten)]
+    pub memory: MemoryFlags,
+    #[command(flatten)]
+    pub journal: JournalFlags,
+}
+
+/// What clap makes of an empty command line for the flags of `T`: their defaults.
+fn clap_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults"));
+    let matches = cmd
+        .try_get_matches_from(["defaults"])
+        .expect("a flag group without required flags parses an empty command line");
+    T::from_arg_matches(&matches).expect("clap's defaults make the flag group")
+}
+
+impl Default for AllFlags {
+    /// Every flag at its clap default.
+    fn default() -> Self {
+        clap_defaults()
+    }
+}
+
+impl AllFlags {
+    /// The flat `BenchArgs` of these flags and `--out`.
+    pub fn with_out(self, out: OutFlags) -> BenchArgs {
+        let AllFlags {
+            items,
+            step,
+            ladder,
+            fanout,
+            start,
+            limit,
+            stall,
+            ws,
+            backbone,
+            memory,
+            journal,
+        } = self;
+        BenchArgs {
+            out: out.out,
+            items: items.items,
+            step_seconds: step.step_seconds,
+            rates: ladder.rates,
+            fanout_items: fanout.fanout_items,
+            connections: fanout.connections,
+            start_rate: start.start_rate,
+            max_rate: limit.max_rate,
+            syscalls: limit.syscalls,
+            stall_rate: stall.stall_rate,
+            stall_items: stall.stall_items,
+            stall_subscribers: stall.stall_subscribers,
+            stall_seconds: stall.stall_seconds,
+            node_pause_ms: stall.node_pause_ms,
+            stall_phase_seconds: stall.stall_phase_seconds,
+            stall_interval_ms: stall.stall_interval_ms,
+            ws_items: ws.ws_items,
+            ws_connections: ws.ws_connections,
+            ws_fanout_items: ws.ws_fanout_items,
+            ws_fanout_rate: ws.ws_fanout_rate,
+            backbone_idle: backbone.backbone_idle,
+            memory_connections: memory.memory_connections,
+            memory_items: memory.memory_items,
+            journal_posts_only: journal.journal_posts_only,
+        }
+    }
+}
+
+/// Every scenario's settings in one flat struct, as the scenario code reads them (and
+/// `results.json` records them). Each field is the flag of the same name (help in the
+/// `*Flags` groups); a flag its scenario does not take holds its default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchArgs {
+    pub out: PathBuf,
+    pub items: usize,
+    pub step_seconds: Option<f64>,
+    pub rates: Option<Vec<u64>>,
+    pub fanout_items: usize,
+    pub connections: usize,
+    pub start_rate: Option<u64>,
+    pub max_rate: u64,
+    pub syscalls: bool,
+    pub stall_rate: Option<u64>,
+    pub stall_items: usize,
+    pub stall_subscribers: usize,
+    pub stall_seconds: f64,
+    pub node_pause_ms: u64,
+    pub stall_phase_seconds: Option<f64>,
+    pub stall_interval_ms: u64,
+    pub ws_items: usize,
+    pub ws_connections: usize,
+    pub ws_fanout_items: usize,
+    pub ws_fanout_rate: u64,
+    pub backbone_idle: String,
+    pub memory_connections: usize,
+    pub memory_items: usize,
+    pub journal_posts_only: bool,
+}
+
+/// A scenario's args struct: `--out` and the flag groups named (field: type, in the
+/// order of `AllFlags`, which is the order of `--help`), and its `BenchArgs` with the
+/// other groups at their defaults.
+macro_rules! scenario_args {
+    ($($name:ident { $($group:ident: $ty:ty),* $(,)? })*) => {$(
+        #[derive(clap::Args, Debug, Clone, PartialEq)]
+        pub struct $name {
+            #[command(flatten)]
+            pub out: OutFlags,
+            $(
+                #[command(flatten)]
+                pub $group: $ty,
+            )*
+        }
+
+        impl From<$name> for BenchArgs {
+            fn from(a: $name) -> Self {
+                AllFlags {
+                    $($group: a.$group,)*
+                    ..AllFlags::default()
+                }
+                .with_out(a.out)
+            }
+        }
+    )*};
+}
+
+// Which flags each scenario reads (`self.args.*` in bench.rs and bench/*.rs, and what
+// the helpers it calls read: `seconds()` reads --step-seconds; `search_one_rig` reads
+// --start-rate and --max-rate; `latency_ladder` --max-rate; `ladder()` --rates; the
+// process monitor --syscalls).
+scenario_args! {
+    ThroughputArgs {
+        items: ItemsFlags,
+        step: StepFlags,
+        start: StartRateFlags,
+        limit: LimitFlags,
+    }
+    FanoutArgs {
+        step: StepFlags,
+        fanout: FanoutFlags,
+        start: StartRateFlags,
+        limit: LimitFlags,
+    }
+    LatencyArgs {
+        items: ItemsFlags,
+        step: StepFlags,
+        ladder: LadderFlags,
+        limit: LimitFlags,
+    }
+    InstancesArgs {
+        items: ItemsFlags,
+        step: StepFlags,
+        start: StartRateFlags,
+        limit: LimitFlags,
+    }
+    // The throughput, fan-out (no row in `quick`) and latency procedures across the
+    // backbone.
+    BackboneArgs {
+        items: ItemsFlags,
+        step: StepFlags,
+        ladder: LadderFlags,
+        fanout: FanoutFlags,
+        start: StartRateFlags,
+        limit: LimitFlags,
+        backbone: BackboneFlags,
+    }
+    // The same through two nodes.
+    TreeArgs {
+        items: ItemsFlags,
+        step: StepFlags,
+        ladder: LadderFlags,
+        fanout: FanoutFlags,
+        start: StartRateFlags,
+        limit: LimitFlags,
+    }
+    // Posts; then, unless --journal-posts-only, a max search with and without the
+    // journal on a throughput rig (--items at most 10,000).
+    JournalArgs {
+        items: ItemsFlags,
+        step: StepFlags,
+        start: StartRateFlags,
+        limit: LimitFlags,
+        journal: JournalFlags,
+    }
+    // Without --stall-rate, a short max search on a throughput rig (--items,
+    // --step-seconds, --start-rate); the rate is capped at --max-rate.
+    StallArgs {
+        items: ItemsFlags,
+        step: StepFlags,
+        start: StartRateFlags,
+        limit: LimitFlags,
+        stall: StallFlags,
+    }
+    // A max search of one WebSocket subscriber (its items: --ws-items), then fixed
+    // rates.
+    WsArgs {
+        step: StepFlags,
+        start: StartRateFlags,
+        limit: LimitFlags,
+        ws: WsFlags,
+    }
+    // Fresh rigs at a fixed rate, no search, no process monitor.
+    MemoryArgs {
+        memory: MemoryFlags,
+    }
+}
+
+/// `bench quick`: every flag (it runs every scenario but memory; the memory flags stay
+/// so that `quick --help` lists every flag of `bench`).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct QuickArgs {
+    #[command(flatten)]
+    pub out: OutFlags,
+    #[command(flatten)]
+    pub all: AllFlags,
+}
+
+impl From<QuickArgs> for BenchArgs {
+    fn from(a: QuickArgs) -> Self {
+        a.all.with_out(a.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::BenchCommand;
+    use super::*;
+    use clap::{CommandFactory, Parser};
+    use std::collections::BTreeSet;
+
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        bench: BenchCommand,
+    }
+
+    const SCENARIOS: [&str; 11] = [
+        "throughput",
+        "fanout",
+        "latency",
+        "instances",
+        "quick",
+        "backbone",
+        "tree",
+        "journal",
+        "stall",
+        "ws",
+        "memory",
+    ];
+
+    /// The long flags of `scenario`, without clap's --help.
+    fn flags(scenario: &str) -> BTreeSet<String> {
+        let cmd = Cli::command();
+        let sub = cmd
+            .find_subcommand(scenario)
+            .unwrap_or_else(|| panic!("no `bench {scenario}`"));
+        sub.get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long())
+            .filter(|l| *l != "help")
+            .map(|l| format!("--{l}"))
+            .collect()
+    }
+
+    fn parse(args: &[&str]) -> BenchArgs {
+        let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match cli.bench {
+            BenchCommand::Throughput(a) => a.into(),
+            BenchCommand::Fanout(a) => a.into(),
+            BenchCommand::Latency(a) => a.into(),
+            BenchCommand::Instances(a) => a.into(),
+            BenchCommand::Quick(a) => a.into(),
+            BenchCommand::Backbone(a) => a.into(),
+            BenchCommand::Tree(a) => a.into(),
+            BenchCommand::Journal(a) => a.into(),
+            BenchCommand::Stall(a) => a.into(),
+            BenchCommand::Ws(a) => a.into(),
+            BenchCommand::Memory(a) => a.into(),
+            BenchCommand::Compare { .. } => panic!("compare has no BenchArgs"),
+        }
+    }
+
+    #[test]
+    fn the_command_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn each_scenario_shows_only_its_flags() {
+        let stall = flags("stall");
+        assert!(stall.contains("--stall-rate"), "{stall:?}");
+        assert!(stall.contains("--node-pause-ms"), "{stall:?}");
+        assert!(!stall.contains("--ws-items"), "{stall:?}");
+        assert!(!stall.contains("--memory-connections"), "{stall:?}");
+
+        let memory = flags("memory");
+        assert!(memory.contains("--memory-connections"), "{memory:?}");
+        assert!(!memory.contains("--rates"), "{memory:?}");
+        assert!(!memory.contains("--step-seconds"), "{memory:?}");
+
+        let ws = flags("ws");
+        assert!(ws.contains("--ws-fanout-rate"), "{ws:?}");
+        assert!(ws.contains("--start-rate"), "{ws:?}");
+        assert!(!ws.contains("--stall-rate"), "{ws:?}");
+
+        assert!(flags("backbone").contains("--backbone-idle"));
+        assert!(!flags("tree").contains("--backbone-idle"));
+        assert!(flags("journal").contains("--journal-posts-only"));
+        assert!(!flags("throughput").contains("--rates"));
+        assert!(!flags("latency").contains("--start-rate"));
+    }
+
+    #[test]
+    fn quick_has_every_flag_and_every_scenario_has_out() {
+        let quick = flags("quick");
+        for s in SCENARIOS {
+            let f = flags(s);
+            assert!(f.contains("--out"), "bench {s}: {f:?}");
+            assert!(
+                f.is_subset(&quick),
+                "bench {s} has flags quick lacks: {f:?}"
+            );
+        }
+        // Every field of BenchArgs is a flag of quick.
+        let all = [
+            "--out",
+            "--items",
+            "--step-seconds",
+            "--rates",
+            "--fanout-items",
+            "--connections",
+            "--start-rate",
+            "--max-rate",
+            "--syscalls",
+            "--stall-rate",
+            "--stall-items",
+            "--stall-subscribers",
+            "--stall-seconds",
+            "--node-pause-ms",
+            "--stall-phase-seconds",
+            "--stall-interval-ms",
+            "--ws-items",
+            "--ws-connections",
+            "--ws-fanout-items",
+            "--ws-fanout-rate",
+            "--backbone-idle",
+            "--memory-connections",
+            "--memory-items",
+            "--journal-posts-only",
+        ];
+        let want: BTreeSet<String> = all.iter().map(|s| s.to_string()).collect();
+        assert_eq!(quick, want);
+    }
+
+    #[test]
+    fn defaults_are_claps() {
+        let d = AllFlags::default().with_out(OutFlags {
+            out: PathBuf::from("d"),
+        });
+        let want = BenchArgs {
+            out: PathBuf::from("d"),
+            items: 100_000,
+            step_seconds: None,
+            rates: None,
+            fanout_items: 10_000,
+            connections: 100,
+            start_rate: None,
+            max_rate: 16_000_000,
+            syscalls: false,
+            stall_rate: None,
+            stall_items: 1_000,
+            stall_subscribers: 4,
+            stall_seconds: 3.0,
+            node_pause_ms: 500,
+            stall_phase_seconds: None,
+            stall_interval_ms: 50,
+            ws_items: 1_000,
+            ws_connections: 50,
+            ws_fanout_items: 100,
+            ws_fanout_rate: 2_000,
+            backbone_idle: "yield".into(),
+            memory_connections: 1_000,
+            memory_items: 100,
+            journal_posts_only: false,
+        };
+        assert_eq!(d, want);
+        // Every scenario with only --out: all defaults.
+        for s in SCENARIOS {
+            assert_eq!(parse(&[s, "--out", "d"]), want, "bench {s}");
+        }
+    }
+
+    #[test]
+    fn stall_flags_reach_bench_args_and_the_rest_are_defaults() {
+        let defaults = parse(&["quick", "--out", "d"]);
+        assert_eq!(parse(&["stall", "--out", "d"]), defaults);
+
+        let got = parse(&[
+            "stall",
+            "--out",
+            "d",
+            "--stall-rate",
+            "5000",
+            "--stall-seconds",
+            "1.5",
+            "--node-pause-ms",
+            "200",
+            "--items",
+            "500",
+        ]);
+        let want = BenchArgs {
+            stall_rate: Some(5_000),
+            stall_seconds: 1.5,
+            node_pause_ms: 200,
+            items: 500,
+            ..defaults.clone()
+        };
+        assert_eq!(got, want);
+
+        // A flag of another scenario is refused.
+        assert!(Cli::try_parse_from(["bench", "stall", "--out", "d", "--ws-items", "5"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "memory", "--out", "d", "--rates", "1"]).is_err());
+    }
+
+    #[test]
+    fn quick_takes_every_flag() {
+        let got = parse(&[
+            "quick",
+            "--out",
+            "q",
+            "--rates",
+            "1000,2000",
+            "--ws-items",
+            "7",
+            "--memory-items",
+            "20",
+            "--backbone-idle",
+            "spin",
+            "--journal-posts-only",
+            "--syscalls",
+        ]);
+        assert_eq!(got.out, PathBuf::from("q"));
+        assert_eq!(got.rates, Some(vec![1_000, 2_000]));
+        assert_eq!(got.ws_items, 7);
+        assert_eq!(got.memory_items, 20);
+        assert_eq!(got.backbone_idle, "spin");
+        assert!(got.journal_posts_only && got.syscalls);
+    }
+}
