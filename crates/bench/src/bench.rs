@@ -334,6 +334,15 @@ struct Lab {
 }
 
 impl Lab {
+    /// Starts a rig as `spec` says, scraped when the run asks for it.
+    fn start_rig(&self, spec: &RigSpec) -> Result<Rig> {
+        let spec = RigSpec {
+            scrape_metrics: spec.scrape_metrics || self.args.scrape_metrics,
+            ..spec.clone()
+        };
+        start_rig(&self.bin, &spec, &self.logs)
+    }
+
     fn seconds(&self) -> f64 {
         self.args
             .step_seconds
@@ -398,7 +407,7 @@ impl Lab {
         secs: f64,
         bisect: u32,
     ) -> Result<(u64, Vec<Step>)> {
-        let mut rigs = vec![start_rig(&self.bin, spec, &self.logs)?];
+        let mut rigs = vec![self.start_rig(spec)?];
         self.results.commands.extend(rigs[0].commands());
         let monitor = self.monitor(&rigs);
         let start = self.args.start_rate.unwrap_or(default_start);
@@ -483,7 +492,7 @@ impl Lab {
         scenario: &str,
         ladder: &[u64],
     ) -> Result<Vec<LatencyStep>> {
-        let mut rigs = vec![start_rig(&self.bin, spec, &self.logs)?];
+        let mut rigs = vec![self.start_rig(spec)?];
         self.results.commands.extend(rigs[0].commands());
         let monitor = self.monitor(&rigs);
         let secs = self.seconds();
@@ -532,7 +541,7 @@ impl Lab {
                     cpus: pinned.then(|| (cpu.clone(), cpu.clone(), cpu.clone())),
                     ..RigSpec::new(label, "off", items)
                 };
-                rigs.push(start_rig(&self.bin, &spec, &self.logs)?);
+                rigs.push(self.start_rig(&spec)?);
                 self.results.commands.extend(rigs[i].commands());
             }
             let monitor = self.monitor(&rigs);
@@ -588,7 +597,7 @@ impl Lab {
         let secs = self.seconds();
         let bisect = if self.quick { 1 } else { 2 };
         let (max, steps) = self.search_one_rig("websocket", &spec, 10_000, secs, bisect)?;
-        let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
+        let mut rigs = vec![self.start_rig(&spec)?];
         let monitor = self.monitor(&rigs);
         let mut latency = Vec::new();
         for rate in [1_000u64, 10_000] {
@@ -639,7 +648,7 @@ impl Lab {
                 node_config: Some(format!("[websocket]\nshare_encoding = {share}\n")),
                 ..RigSpec::new(label, "on", items)
             };
-            let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
+            let mut rigs = vec![self.start_rig(&spec)?];
             if run == 0 || run == 1 {
                 self.results.commands.extend(rigs[0].commands());
             }
@@ -914,6 +923,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "connections": args.connections,
                 "max_rate": args.max_rate,
                 "syscalls_counted": count_syscalls,
+                "metrics_scraped_every_s": args.scrape_metrics.then_some(1),
                 "stall_rate": args.stall_rate,
                 "stall_items": args.stall_items,
                 "stall_subscribers": args.stall_subscribers,

@@ -265,6 +265,8 @@ pub struct Rig {
     pub label: String,
     /// Updates perf-sub has reported across all marks (its running total).
     pub sub_total: u64,
+    /// With `scrape_metrics`: what scrapes the node.
+    pub scraper: Option<crate::scraper::Scraper>,
 }
 
 impl Rig {
@@ -286,6 +288,15 @@ impl Rig {
 
     /// Stops every process of the rig, the subscriber first.
     pub fn stop(self) -> Result<()> {
+        if let Some(s) = &self.scraper {
+            let (ok, failed, bytes) = s.counts();
+            // The node's log says what it was asked; this says what was scraped.
+            eprintln!(
+                "{}: /metrics scraped {ok} times ({failed} failed), {} bytes each",
+                self.label,
+                bytes.checked_div(ok).unwrap_or(0)
+            );
+        }
         self.subscriber.stop()?;
         self.publisher.stop()?;
         if let Some(e) = self.edge {
@@ -320,6 +331,8 @@ pub struct RigSpec {
     /// Through two nodes over an upstream link: the publisher on the top node, the
     /// subscriber on a node fed by it (`--upstream`).
     pub upstream: bool,
+    /// `GET /metrics` on the (first) node once a second while the rig runs.
+    pub scrape_metrics: bool,
 }
 
 /// A source and an edge node on an Aeron channel.
@@ -365,6 +378,7 @@ impl RigSpec {
             node_config: None,
             backbone: None,
             upstream: false,
+            scrape_metrics: false,
         }
     }
 }
@@ -395,7 +409,7 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     // the step (gaps or missing updates).
     node_args.extend(["--heartbeat-ms".to_string(), "5000".into()]);
     node_args.extend(pin(0));
-    if spec.websocket {
+    if spec.websocket || spec.scrape_metrics {
         node_args.extend(["--ws".to_string(), "127.0.0.1:0".into()]);
     }
     if let Some(toml) = &spec.node_config {
@@ -554,6 +568,10 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
         commonality.streams(spec.connections, spec.items)
     };
     wait_for_images(&mut subscriber, streams, &spec.label)?;
+    let scraper = match (&node.ws_addr, spec.scrape_metrics) {
+        (Some(http), true) => Some(crate::scraper::Scraper::start(http.clone())),
+        _ => None,
+    };
     Ok(Rig {
         node,
         edge,
@@ -562,6 +580,7 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
         fanout: spec.fanout,
         label: spec.label.clone(),
         sub_total: 0,
+        scraper,
     })
 }
 

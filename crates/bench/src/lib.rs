@@ -14,6 +14,7 @@ pub mod perf_pub;
 pub mod perf_sub;
 pub mod perf_ws_sub;
 pub mod plot;
+pub mod scraper;
 pub mod stall;
 pub mod stats;
 pub mod sysinfo;

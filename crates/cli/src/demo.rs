@@ -179,7 +179,7 @@ impl Row {
 
 pub fn run(args: DemoArgs) -> Result<()> {
     if std::env::var_os("TICKWIRE_LOG").is_none() {
-        log::set_max_level(log::LevelFilter::Warn); // keep the board clean
+        crate::logger::set_level(log::LevelFilter::Warn); // keep the board clean
     }
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
@@ -334,7 +334,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         write!(out, "\x1b[?25h")?;
     }
     if std::env::var_os("TICKWIRE_LOG").is_none() {
-        log::set_max_level(log::LevelFilter::Error); // the feed leaving is expected now
+        crate::logger::set_level(log::LevelFilter::Error); // the feed leaving is expected now
     }
     feed_stop.store(true, Ordering::Relaxed);
     let sent = feed

@@ -1,11 +1,16 @@
 //! Logging to standard error with `tracing-subscriber`: every record has its date and
 //! time (UTC, RFC 3339), its level and where it comes from (`target`), as text or, with
-//! `--log-format json`, one JSON object per line for log shippers. The crates log
-//! through the `log` facade; the subscriber takes their records too. The level comes
+//! `--log-format json`, one JSON object per line for log shippers. The node's core
+//! logs with `tracing` and fields (peer, user, role, service: `fields.peer` in JSON);
+//! the other crates through the `log` facade, whose records the subscriber takes too.
+//! The level comes
 //! from TICKWIRE_LOG (error, warn, info, debug, trace, off; default info): anything
 //! else is an error, not a silent default.
 
 use log::LevelFilter;
+use std::sync::atomic::{AtomicU8, Ordering};
+use tracing_subscriber::layer::{Layer, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -37,27 +42,44 @@ pub fn level_from_env() -> Result<LevelFilter, String> {
     }
 }
 
+/// The level records must reach to be written: a `log::LevelFilter` as a number (0 off,
+/// 1 error .. 5 trace), for the `log` facade's records and `tracing`'s alike.
+static LEVEL: AtomicU8 = AtomicU8::new(LevelFilter::Info as u8);
+
+fn allows(level: &tracing::Level) -> bool {
+    let rank = match *level {
+        tracing::Level::ERROR => LevelFilter::Error,
+        tracing::Level::WARN => LevelFilter::Warn,
+        tracing::Level::INFO => LevelFilter::Info,
+        tracing::Level::DEBUG => LevelFilter::Debug,
+        tracing::Level::TRACE => LevelFilter::Trace,
+    };
+    rank as u8 <= LEVEL.load(Ordering::Relaxed)
+}
+
+/// Changes the level while running (the demo quiets the nodes it runs in process
+/// while its board is on the terminal).
+pub fn set_level(level: LevelFilter) {
+    LEVEL.store(level as u8, Ordering::Relaxed);
+    log::set_max_level(level);
+}
+
 pub fn init(format: LogFormat) -> Result<(), String> {
     let level = level_from_env()?;
-    let max = match level {
-        LevelFilter::Off => tracing_subscriber::filter::LevelFilter::OFF,
-        LevelFilter::Error => tracing_subscriber::filter::LevelFilter::ERROR,
-        LevelFilter::Warn => tracing_subscriber::filter::LevelFilter::WARN,
-        LevelFilter::Info => tracing_subscriber::filter::LevelFilter::INFO,
-        LevelFilter::Debug => tracing_subscriber::filter::LevelFilter::DEBUG,
-        LevelFilter::Trace => tracing_subscriber::filter::LevelFilter::TRACE,
-    };
-    let builder = tracing_subscriber::fmt()
+    let filter = tracing_subscriber::filter::filter_fn(|meta| allows(meta.level()));
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_max_level(max)
         .with_ansi(false);
     let res = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => tracing_subscriber::registry()
+            .with(layer.with_filter(filter))
+            .try_init(),
+        LogFormat::Json => tracing_subscriber::registry()
+            .with(layer.json().with_filter(filter))
+            .try_init(),
     };
     res.map_err(|e| format!("cannot start logging: {e}"))?;
-    // (`try_init` also routes the `log` facade's records here.) The facade's own gate
-    // stays in force: the demo lowers it to keep its board clean.
-    log::set_max_level(level);
+    // (`try_init` also routes the `log` facade's records here.)
+    set_level(level);
     Ok(())
 }

@@ -589,8 +589,22 @@ fn log_lines_carry_the_date_and_can_be_json_and_a_bad_level_is_an_error() {
     assert!(rest.trim_start().starts_with("INFO"), "{line}");
     // JSON: one object per line, with the same.
     let mut node = Node::start(&["--log-format", "json"]);
+    // A login: its record carries who and from where as fields, not only as text.
+    let sub = common::subscriber(node.addr);
+    node.proc
+        .wait_for_line("\"logged in\"", Duration::from_secs(20));
+    drop(sub);
     node.stop(Duration::from_secs(10));
     let log = node.proc.log();
+    let login: serde_json::Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "logged in" && v["fields"]["role"] == "Subscriber")
+        .unwrap_or_else(|| panic!("no subscriber login record:\n{log}"));
+    let peer = login["fields"]["peer"].as_str().unwrap_or("");
+    assert!(peer.starts_with("127.0.0.1:"), "{login}");
+    assert!(login["fields"]["user"].is_string(), "{login}");
+    assert!(login["fields"]["application"].is_string(), "{login}");
     let mut seen = 0;
     for line in log.lines() {
         let v: serde_json::Value =

@@ -62,11 +62,6 @@ pub struct Item {
     pub linger_until: Option<std::time::Instant>,
     /// Its refreshes and updates go into the node's journal (`[journal] updates`).
     pub journaled: bool,
-    /// Updates taken from its publisher, and sent to subscribers: counted here, on
-    /// the item the hot path holds anyway (a service-wide counter cost ten times
-    /// more instructions per update); summed per service when `/metrics` asks.
-    pub updates_in: u64,
-    pub updates_out: u64,
 }
 
 impl Item {
@@ -84,8 +79,6 @@ impl Item {
             recovering: false,
             linger_until: None,
             journaled: false,
-            updates_in: 0,
-            updates_out: 0,
         }
     }
 }

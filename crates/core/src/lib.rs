@@ -25,7 +25,6 @@ mod slow;
 mod streams;
 
 use items::{Item, ItemHandle, ItemTable, StreamRef, SubEntry};
-use log::{info, warn};
 pub use posts::{JournalRequest, JournalWrite, PostServices, PostStats, Redelivery};
 use rustc_hash::FxHashMap;
 pub use security::{
@@ -46,6 +45,7 @@ use tickwire_proto::{
     MessageIter, Refresh, Request, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, State,
     Status, StreamState, Update, View, Welcome, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
+use tracing::{info, warn};
 
 /// Index of a connection inside the node; reused after [`Node::on_disconnect`].
 pub type ConnId = usize;
@@ -243,18 +243,12 @@ struct Service {
     items: FxHashMap<Box<str>, ItemHandle>,
     /// Since when it has had no publisher (for `Limits::service_retention`).
     orphaned_since: Option<Instant>,
-    /// Updates of its items that are gone (the live ones count their own).
-    retired_updates_in: u64,
-    retired_updates_out: u64,
-}
-
-impl Service {
-    /// An item of this service is removed: its counts stay in the service's.
-    fn retire(&mut self, item: &items::Item) {
-        self.items.remove(&*item.name);
-        self.retired_updates_in += item.updates_in;
-        self.retired_updates_out += item.updates_out;
-    }
+    /// Updates taken from its publisher, and sent to subscribers. Counted per update
+    /// on the service, not on the item (half the instructions, a third of a percent
+    /// of an update's), so that a scrape reads them and does not sum 100,000 items
+    /// (2 ms of the event loop).
+    updates_in: u64,
+    updates_out: u64,
 }
 
 /// A service's figures, for `/metrics`.
@@ -388,18 +382,12 @@ impl Node {
     pub fn service_figures(&self) -> Vec<ServiceFigures> {
         self.services
             .iter()
-            .map(|s| {
-                let live = s.items.values().filter_map(|&h| self.items.get(h));
-                let (live_in, live_out) = live.fold((0, 0), |(i, o), item| {
-                    (i + item.updates_in, o + item.updates_out)
-                });
-                ServiceFigures {
-                    name: s.name.clone(),
-                    up: s.publisher.is_some() && s.up,
-                    items: s.items.len(),
-                    updates_in: s.retired_updates_in + live_in,
-                    updates_out: s.retired_updates_out + live_out,
-                }
+            .map(|s| ServiceFigures {
+                name: s.name.clone(),
+                up: s.publisher.is_some() && s.up,
+                items: s.items.len(),
+                updates_in: s.updates_in,
+                updates_out: s.updates_out,
             })
             .collect()
     }
@@ -818,9 +806,8 @@ impl Node {
         if code != code::SHUTDOWN {
             let peer = self.conns[conn].as_ref().map(|c| c.peer.clone());
             warn!(
-                "disconnecting {} ({:?}): {text}",
-                peer.unwrap_or_default(),
-                role
+                peer = %peer.unwrap_or_default(), ?role,
+                "disconnecting: {text}"
             );
         }
         let stream = if code == code::SHUTDOWN || code == code::SLOW_CONSUMER {
@@ -954,8 +941,8 @@ impl Node {
             let peer = self.conns[conn].as_ref().map_or("", |c| c.peer.as_str());
             info!(
                 target: "audit",
-                "login accepted: anonymous (user {:?}) role={:?} peer={peer}",
-                login.user, login.role
+                user = ?login.user, role = ?login.role, %peer, anonymous = true,
+                "login accepted"
             );
         }
         self.finish_login(
@@ -1030,8 +1017,8 @@ impl Node {
         c.user = user.to_string();
         c.application = application.to_string();
         info!(
-            "{} logged in as {:?} (user {:?}, application {:?})",
-            c.peer, role, c.user, c.application
+            peer = %c.peer, ?role, user = ?c.user, application = ?c.application,
+            "logged in"
         );
         let welcome = Message::Welcome(Welcome {
             version,
@@ -1534,7 +1521,7 @@ impl Node {
     /// Removes an item nobody watches, closing it at its interactive publisher.
     fn drop_unwatched(&mut self, h: ItemHandle) {
         let item = self.items.remove(h).expect("live");
-        self.services[item.service].retire(&item);
+        self.services[item.service].items.remove(&*item.name);
         if let Some((pconn, sid)) = item.publisher {
             if let Some(c) = self.conns.get_mut(pconn).and_then(|c| c.as_mut()) {
                 c.pub_streams.remove(sid);
@@ -1563,8 +1550,8 @@ impl Node {
                         interactive: entry.interactive,
                         items: FxHashMap::default(),
                         orphaned_since: None,
-                        retired_updates_in: 0,
-                        retired_updates_out: 0,
+                        updates_in: 0,
+                        updates_out: 0,
                     });
                     let s = self.services.len() - 1;
                     self.service_by_name.insert(entry.name.to_string(), s);
@@ -1590,14 +1577,10 @@ impl Node {
             service.up = up;
             changed.push(svc);
             info!(
-                "service {:?} is {} ({} publisher)",
-                service.name,
+                service = %service.name,
+                interactive = entry.interactive,
+                "service is {}",
                 if up { "up" } else { "down" },
-                if entry.interactive {
-                    "interactive"
-                } else {
-                    "non-interactive"
-                }
             );
             if up && !was_up {
                 self.service_came_up(svc);
@@ -1808,7 +1791,7 @@ impl Node {
         let Some(item) = self.items.remove(h) else {
             return;
         };
-        self.services[item.service].retire(&item);
+        self.services[item.service].items.remove(&*item.name);
         if let Some((pconn, sid)) = item.publisher {
             if let Some(c) = self.conns.get_mut(pconn).and_then(|c| c.as_mut()) {
                 c.pub_streams.remove(sid);
@@ -1840,7 +1823,7 @@ impl Node {
         for &svc in &services {
             self.services[svc].orphaned_since = Some(now);
             let name = self.services[svc].name.clone();
-            warn!("service {name:?} is down: its publisher left ({reason})");
+            warn!(service = %name, "service is down: its publisher left ({reason})");
             self.services[svc].publisher = None;
             self.services[svc].up = false;
             let text = format!("service {name:?} is down: its publisher left");
@@ -1877,7 +1860,7 @@ impl Node {
             // With the cache off, an image-less item nobody watches is not worth keeping.
             if !self.cfg.cache {
                 if let Some(item) = self.items.remove(h) {
-                    self.services[item.service].retire(&item);
+                    self.services[item.service].items.remove(&*item.name);
                 }
             }
         }
@@ -2215,7 +2198,7 @@ impl Node {
             ..
         } = self;
         let Some(item) = items.get_mut(h) else { return };
-        item.updates_in += 1;
+        services[item.service].updates_in += 1;
         let out_before = stats.updates_out;
         if cfg.cache {
             item.image.apply(u.fields);
@@ -2291,7 +2274,7 @@ impl Node {
                 overflowed.push(s.conn);
             }
         }
-        item.updates_out += stats.updates_out - out_before;
+        services[item.service].updates_out += stats.updates_out - out_before;
     }
 
     #[cold]

@@ -17,12 +17,12 @@
 //! ([`Node::redeliver_posts`]), marked as such, once their service has a publisher.
 
 use crate::{ConnId, ConnRole, Node};
-use log::{info, warn};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::time::Instant;
 use tickwire_auth::Action;
 use tickwire_proto::{Ack, FieldList, Message, NakCode, Post};
+use tracing::{info, warn};
 
 /// Which services a node setting applies to (`[posts] services`, `[journal] services`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

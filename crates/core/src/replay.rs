@@ -12,13 +12,13 @@
 use crate::items::{ItemHandle, SubEntry};
 use crate::posts::{JournalRequest, JournalWrite};
 use crate::{closed, ConnId, Node};
-use log::info;
 use rustc_hash::FxHashMap;
 use tickwire_auth::Action;
 use tickwire_journal::History;
 use tickwire_proto::{
     code, FieldList, Message, Refresh, Replay, ReplayFrom, State, Status, Update, UpdateType,
 };
+use tracing::info;
 
 /// Rounds of catching up before the stream joins from the current image instead.
 const MAX_ROUNDS: u32 = 8;

@@ -15,13 +15,13 @@
 //! ([`Node::present_session_token`]) to log in without the password.
 
 use crate::{closed, encode_directory, ConnId, ConnRole, Encoded, Node};
-use log::{info, warn};
 use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_auth::{Action, Users};
 use tickwire_proto::{code, Message, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, Status};
+use tracing::{info, warn};
 
 /// Who a logged-in connection is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -168,8 +168,8 @@ impl Node {
             Ok(()) => {
                 info!(
                     target: "audit",
-                    "login accepted: user={:?} role={:?} peer={peer} application={:?}",
-                    p.user, p.role, p.application
+                    user = ?p.user, role = ?p.role, %peer, application = ?p.application,
+                    "login accepted"
                 );
                 self.finish_login(
                     conn,
@@ -187,8 +187,8 @@ impl Node {
             Err(text) => {
                 warn!(
                     target: "audit",
-                    "login refused: user={:?} role={:?} peer={peer}: {text}",
-                    p.user, p.role
+                    user = ?p.user, role = ?p.role, %peer, reason = %text,
+                    "login refused"
                 );
                 self.reject(conn, code::LOGIN_REJECTED, &text);
             }
@@ -408,8 +408,8 @@ impl Node {
                     let peer = self.conns[conn].as_ref().map_or("", |c| c.peer.as_str());
                     info!(
                         target: "audit",
-                        "login accepted: user={user:?} role={:?} peer={peer} application={:?} (session token)",
-                        login.role, login.application
+                        ?user, role = ?login.role, %peer, application = ?login.application,
+                        session_token = true, "login accepted"
                     );
                     return Some(Identity::User);
                 }
@@ -482,8 +482,8 @@ impl Node {
             .map_or(String::new(), |c| c.peer.clone());
         warn!(
             target: "audit",
-            "login refused: user={:?} role={:?} peer={peer}: {text}",
-            login.user, login.role
+            user = ?login.user, role = ?login.role, %peer, reason = %text,
+            "login refused"
         );
         self.reject(conn, code::LOGIN_REJECTED, text);
     }

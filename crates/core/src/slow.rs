@@ -24,7 +24,6 @@
 
 use crate::items::ItemHandle;
 use crate::{ConnId, ConnRole, Node};
-use log::{info, warn};
 use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -34,6 +33,7 @@ use tickwire_proto::{
     code, DataState, FieldImage, FieldList, Message, SlowConsumerPolicy, State, Status,
     StreamState, Update, UpdateType,
 };
+use tracing::{info, warn};
 
 /// The node's slow-consumer settings.
 #[derive(Debug, Clone)]
@@ -364,11 +364,9 @@ impl Node {
                 let items = self.item_names(conn, 5);
                 let c = self.conns[conn].as_ref().expect("live");
                 warn!(
-                    "slow consumer {} (user {:?}, application {:?}): {bytes} bytes / {messages} \
-                     messages queued; conflating its {} streams ({items})",
-                    c.peer,
-                    c.user,
-                    c.application,
+                    peer = %c.peer, user = ?c.user, application = ?c.application,
+                    "slow consumer: {bytes} bytes / {messages} messages queued; conflating its \
+                     {} streams ({items})",
                     c.sub_streams.len()
                 );
             }
@@ -384,8 +382,8 @@ impl Node {
             c.out.discard_unsent();
             c.conflation = None;
             warn!(
-                "disconnecting slow consumer {} (user {:?}, application {:?}, items {items}): {text}",
-                c.peer, c.user, c.application
+                peer = %c.peer, user = ?c.user, application = ?c.application,
+                "disconnecting slow consumer (items {items}): {text}"
             );
         }
         self.stats.slow_consumer_disconnects += 1;
@@ -452,9 +450,9 @@ impl Node {
         let items = self.item_names(conn, 5);
         let c = self.conns[conn].as_ref().expect("live");
         info!(
-            "slow consumer {} (user {:?}, application {:?}) caught up after {ms} ms: \
-             {merged} updates merged into {written} conflated updates ({items})",
-            c.peer, c.user, c.application
+            peer = %c.peer, user = ?c.user, application = ?c.application,
+            "slow consumer caught up after {ms} ms: {merged} updates merged into {written} \
+             conflated updates ({items})"
         );
         if stale_directory {
             self.send_directory(conn);

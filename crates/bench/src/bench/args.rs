@@ -78,6 +78,11 @@ pub struct LimitFlags {
     /// Count system calls with `perf` where the kernel allows it.
     #[arg(long)]
     pub syscalls: bool,
+    /// `GET /metrics` on each rig's node once a second while it runs, as Prometheus
+    /// watching it closely would (the node then also serves its HTTP port on
+    /// 127.0.0.1): compare with a run without to see what being scraped costs.
+    #[arg(long)]
+    pub scrape_metrics: bool,
 }
 
 // The stall scenario.
@@ -227,6 +232,7 @@ impl AllFlags {
             start_rate: start.start_rate,
             max_rate: limit.max_rate,
             syscalls: limit.syscalls,
+            scrape_metrics: limit.scrape_metrics,
             stall_rate: stall.stall_rate,
             stall_items: stall.stall_items,
             stall_subscribers: stall.stall_subscribers,
@@ -260,6 +266,7 @@ pub struct BenchArgs {
     pub start_rate: Option<u64>,
     pub max_rate: u64,
     pub syscalls: bool,
+    pub scrape_metrics: bool,
     pub stall_rate: Option<u64>,
     pub stall_items: usize,
     pub stall_subscribers: usize,
@@ -513,6 +520,7 @@ mod tests {
             "--start-rate",
             "--max-rate",
             "--syscalls",
+            "--scrape-metrics",
             "--stall-rate",
             "--stall-items",
             "--stall-subscribers",
@@ -548,6 +556,7 @@ mod tests {
             start_rate: None,
             max_rate: 16_000_000,
             syscalls: false,
+            scrape_metrics: false,
             stall_rate: None,
             stall_items: 1_000,
             stall_subscribers: 4,

@@ -174,7 +174,7 @@ impl Lab {
         if let Some(bb) = spec.backbone.as_mut() {
             bb.loss = Some(loss);
         }
-        let mut rigs = vec![start_rig(&self.bin, &spec, &self.logs)?];
+        let mut rigs = vec![self.start_rig(&spec)?];
         self.results.commands.extend(rigs[0].commands());
         let monitor = self.monitor(&rigs);
         let latency_rate = 10_000;
