@@ -138,7 +138,7 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
         driver.call(
             "POST",
             &format!("/session/{id}/execute/sync"),
-            Some(json!({"script": "return [...document.querySelectorAll('#board tr')].map(tr => ({item: tr.dataset.item, refreshed: tr.dataset.refreshed || null, firstBid: tr.dataset.firstBid || null, bid: tr.dataset.bid || null, updates: Number(tr.dataset.updates), bidCell: tr.querySelector('[data-field=bid]').textContent}))", "args": []})),
+            Some(json!({"script": "return [...document.querySelectorAll('#board tr')].map(tr => ({item: tr.dataset.item, refreshed: tr.dataset.refreshed || null, firstBid: tr.dataset.firstBid || null, bid: tr.dataset.bid || null, updates: Number(tr.dataset.updates), bidCell: tr.querySelector('[data-field=bid]').textContent, prices: ['bid','ask','last'].map(f => tr.querySelector('[data-field=' + f + ']').textContent), spark: [...tr.querySelectorAll('svg.spark polyline')].map(l => (l.getAttribute('points') || '').split(' ').filter(Boolean).length)}))", "args": []})),
         )
     };
     // The node panel: the node's own item (updated once a second), over the same API.
@@ -146,7 +146,7 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
         driver.call(
             "POST",
             &format!("/session/{id}/execute/sync"),
-            Some(json!({"script": "return {services: document.getElementById('n_services').dataset.value || '', subs: Number(document.getElementById('n_conns').dataset.subs || 0), latency: document.getElementById('lat').textContent}", "args": []})),
+            Some(json!({"script": "return {services: document.getElementById('n_services').dataset.value || '', subs: Number(document.getElementById('n_conns').dataset.subs || 0), latency: document.getElementById('lat').textContent, chart: [...document.querySelectorAll('#nodechart polyline')].map(l => (l.getAttribute('points') || '').split(' ').filter(Boolean).length), icon: (document.querySelector('link[rel=icon]') || {}).href || ''}", "args": []})),
         )
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -159,7 +159,9 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
             && node_panel["subs"].as_u64().unwrap_or(0) >= 1
             && node_panel["latency"]
                 .as_str()
-                .is_some_and(|l| l.ends_with(" ms"));
+                .is_some_and(|l| l.ends_with(" ms"))
+            // Three figures (three seconds) make the node chart's lines.
+            && node_panel["chart"][0].as_u64().unwrap_or(0) >= 3;
         let done = rows.as_array().is_some_and(|r| {
             r.len() == 2
                 && r.iter().all(|row| {
@@ -167,6 +169,7 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
                         && row["updates"].as_u64().unwrap_or(0) > 20
                         && row["bid"].is_string()
                         && row["bid"] != row["firstBid"]
+                        && row["spark"][0].as_u64().unwrap_or(0) >= 3
                 })
         });
         if (done && node_done) || Instant::now() > deadline {
@@ -175,7 +178,54 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
         std::thread::sleep(Duration::from_millis(250));
     };
     let title = driver.call("GET", &format!("/session/{id}/title"), None);
+    // The charts as the browser drew them: the first row's (bid green, ask red) and
+    // the node's (updates in, blue).
+    let shot = |css: &str| -> Vec<[u8; 3]> {
+        let el = driver.call(
+            "POST",
+            &format!("/session/{id}/element"),
+            Some(json!({"using": "css selector", "value": css})),
+        );
+        let eid = el
+            .as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .expect("the element")
+            .to_string();
+        let b64 = driver.call(
+            "GET",
+            &format!("/session/{id}/element/{eid}/screenshot"),
+            None,
+        );
+        png_pixels(b64.as_str().expect("a base64 PNG"))
+    };
+    let spark = shot("#board tr svg.spark");
+    let node_chart = shot("#nodechart");
     driver.call("DELETE", &format!("/session/{id}"), None);
+    // --up #2ecc71, --down #ff5c5c, --accent #4aa3ff (antialiased edges aside).
+    let near = |px: &[[u8; 3]], c: [u8; 3]| {
+        px.iter()
+            .filter(|p| (0..3).all(|i| p[i].abs_diff(c[i]) <= 40))
+            .count()
+    };
+    assert!(
+        near(&spark, [0x2e, 0xcc, 0x71]) >= 10,
+        "no bid line in the row's chart"
+    );
+    assert!(
+        near(&spark, [0xff, 0x5c, 0x5c]) >= 10,
+        "no ask line in the row's chart"
+    );
+    assert!(
+        near(&node_chart, [0x4a, 0xa3, 0xff]) >= 10,
+        "no updates-in line in the node chart"
+    );
+    assert!(
+        node_panel["icon"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("data:image/svg+xml")),
+        "{node_panel}"
+    );
     assert_eq!(title, "Tickwire");
     assert!(
         node_panel["services"]
@@ -208,9 +258,22 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
             row["updates"].as_u64().unwrap() > 20,
             "updates not shown: {row}"
         );
-        // The random walk moved the bid, and the cell shows the latest value.
+        // The random walk moved the bid, and the cell shows the latest value, with
+        // as many decimals as the item's other prices (126.970 beside 126.975).
         assert_ne!(row["bid"], row["firstBid"], "the bid never changed: {row}");
-        assert_eq!(row["bidCell"].as_str(), row["bid"].as_str(), "{row}");
+        let bid: f64 = row["bid"].as_str().unwrap().parse().unwrap();
+        let cell: f64 = row["bidCell"].as_str().unwrap().parse().unwrap();
+        assert_eq!(bid, cell, "{row}");
+        let decimals: Vec<usize> = row["prices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().split('.').nth(1).map_or(0, str::len))
+            .collect();
+        assert!(
+            decimals.windows(2).all(|w| w[0] == w[1]),
+            "prices not aligned: {row}"
+        );
     }
 }
 
@@ -375,4 +438,23 @@ fn the_dashboard_of_a_node_in_a_tree_shows_its_upstream() {
         updates.len() == 2 && updates.iter().all(|n| n.as_u64() > Some(10)),
         "{seen}"
     );
+}
+
+/// The RGB pixels of a base64 PNG (a WebDriver screenshot).
+fn png_pixels(b64: &str) -> Vec<[u8; 3]> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("base64");
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    let step = info.color_type.samples();
+    assert!(step >= 3, "a colour screenshot: {:?}", info.color_type);
+    buf[..info.buffer_size()]
+        .chunks(step)
+        .map(|p| [p[0], p[1], p[2]])
+        .collect()
 }
