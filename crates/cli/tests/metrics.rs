@@ -125,6 +125,14 @@ fn the_metrics_parse_and_move_while_data_flows() {
         let now = parse(&body);
         let grew = |k: &str| now[k].as_f64() > first[k].as_f64();
         if moving.iter().all(|k| grew(k)) {
+            // The subscriber's queue had something in it when the node wrote to it.
+            assert!(
+                now.iter().any(|(k, v)| k
+                    .starts_with("tickwire_connection_queued_bytes_high_water{")
+                    && k.contains("role=\"subscriber\"")
+                    && v.as_f64() > Some(0.0)),
+                "no subscriber's queue high-water mark:\n{body}"
+            );
             // A histogram's +Inf bucket holds every sample, and its buckets only grow.
             let count = now["tickwire_update_latency_seconds_count"].as_f64();
             assert_eq!(

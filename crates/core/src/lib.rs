@@ -232,6 +232,9 @@ struct Conn {
     slow_episodes: u64,
     conflated_updates: u64,
     do_not_conflate_dropped: u64,
+    /// The most output it had queued when the node came to write it (the largest
+    /// backlog a turn left it), for `/metrics`.
+    queue_high_water: usize,
 }
 
 struct Service {
@@ -456,6 +459,7 @@ impl Node {
             slow_episodes: 0,
             conflated_updates: 0,
             do_not_conflate_dropped: 0,
+            queue_high_water: 0,
         };
         if let Some(id) = self.free_conns.pop() {
             self.conns[id] = Some(conn);
@@ -487,8 +491,12 @@ impl Node {
     }
 
     /// Bytes waiting to be sent on `conn` (seal before writing: use `sealed_bytes`).
+    /// A connection's output, to write; what is queued then counts toward its
+    /// high-water mark (once per write, not per message).
     pub fn output(&mut self, conn: ConnId) -> Option<&mut FrameWriter> {
-        self.conns.get_mut(conn)?.as_mut().map(|c| &mut c.out)
+        let c = self.conns.get_mut(conn)?.as_mut()?;
+        c.queue_high_water = c.queue_high_water.max(c.out.pending_len());
+        Some(&mut c.out)
     }
 
     /// Moves the ids of connections with new output into `into` (cleared first).

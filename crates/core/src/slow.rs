@@ -72,6 +72,8 @@ pub struct ConnectionReport {
     /// Behind, its updates being conflated.
     pub behind: bool,
     pub queued_bytes: usize,
+    /// The most it had queued when the node came to write (see `Node::output`).
+    pub queued_bytes_high_water: usize,
     pub queued_messages: u64,
     pub streams: usize,
     /// Streams with a pending conflated update.
@@ -638,6 +640,7 @@ impl Node {
                     policy: c.policy,
                     behind: c.conflation.is_some(),
                     queued_bytes: c.out.pending_len(),
+                    queued_bytes_high_water: c.queue_high_water,
                     queued_messages: c.out.pending_messages(),
                     streams: c.sub_streams.len(),
                     pending_streams: c.conflation.as_ref().map_or(0, |cf| cf.pending.len()),

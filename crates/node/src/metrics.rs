@@ -323,6 +323,28 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
             )
         }),
     );
+    let mut highest: Vec<_> = reports
+        .iter()
+        .filter(|c| c.queued_bytes_high_water > 0)
+        .collect();
+    highest.sort_by_key(|c| std::cmp::Reverse(c.queued_bytes_high_water));
+    highest.truncate(TOP_QUEUES);
+    family(
+        &mut r,
+        "connection_queued_bytes_high_water",
+        "The most output queued for a connection when the node came to write it, for the \
+         connections with the highest such marks (at most 10)",
+        highest.iter().map(|c| {
+            (
+                ConnectionLabel {
+                    peer: c.peer.clone(),
+                    user: c.user.clone(),
+                    role: c.role.into(),
+                },
+                c.queued_bytes_high_water as i64,
+            )
+        }),
+    );
     gauge(
         &mut r,
         "queued_bytes",
