@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import subprocess
 import threading
 
 import pytest
@@ -136,3 +137,27 @@ def test_next_batch_returns_what_is_there_and_keeps_order(node, feed):
     seqs = [e.seq for e in events]
     assert seqs == sorted(seqs)
     assert s.next_batch(timeout=0) is not None  # a zero wait returns at once
+
+
+def test_a_refused_login_raises_login_error_with_the_nodes_reason(tmp_path):
+    from conftest import Proc, tickwire_bin
+
+    hashed = subprocess.run(
+        [tickwire_bin(), "users", "hash"], input="s3cret", capture_output=True, text=True, check=True
+    ).stdout.strip()
+    users = tmp_path / "users.toml"
+    users.write_text(f'[users.alice]\n{hashed}\nsubscribe = ["FEED"]\n')
+    users.chmod(0o600)
+    config = tmp_path / "node.toml"
+    config.write_text(f'[security]\nusers_file = "{users}"\n')
+    proc = Proc(["node", "--listen", "127.0.0.1:0", "--config", str(config)])
+    try:
+        addr = proc.wait_for_line("listening on ").split("listening on ")[1].split()[0]
+        with pytest.raises(tickwire.LoginError, match="wrong secret"):
+            tickwire.Subscriber(addr, user="alice", token="not-it")
+        # The right secret logs in (the node's reason above was about the secret).
+        s = tickwire.Subscriber(addr, user="alice", token="s3cret")
+        assert s.connected
+        s.disconnect()
+    finally:
+        proc.stop()
