@@ -254,6 +254,9 @@ pub struct LatencyStep {
     pub gaps: u64,
     pub delivered_ratio: f64,
     pub sustained: bool,
+    /// The node's CPU per update at this rate (as in `step`).
+    #[serde(default)]
+    pub node_cpu_ns_per_update: f64,
     pub step: Step,
 }
 
@@ -853,6 +856,7 @@ fn latency_step(rate: u64, s: Step) -> LatencyStep {
         gaps: s.gaps,
         delivered_ratio: s.delivered_ratio,
         sustained: s.pass,
+        node_cpu_ns_per_update: s.node_cpu_ns_per_update,
         step: s,
     }
 }
@@ -1036,6 +1040,23 @@ fn cpu_at_max(t: &Throughput, prefix: &str) -> String {
         .map_or("-".to_string(), |p| format!("{:.0}%", p.cpu_percent))
 }
 
+/// The node's CPU per update at the highest sustained rate.
+fn node_ns_at_max(t: &Throughput) -> String {
+    t.steps
+        .iter()
+        .find(|s| s.pass && s.target_rate == t.max_sustainable_updates_per_s)
+        .map_or("-".to_string(), |s| ns(s.node_cpu_ns_per_update))
+}
+
+/// A per-update CPU time: "-" where there was none to measure.
+fn ns(v: f64) -> String {
+    if v > 0.0 {
+        format!("{v:.0} ns")
+    } else {
+        "-".to_string()
+    }
+}
+
 fn us(ns: f64) -> String {
     format!("{:.1}", ns / 1e3)
 }
@@ -1077,15 +1098,16 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
             "## Throughput (no fan-out, {} items)\n",
             r.throughput[0].items
         )?;
-        writeln!(md, "| configuration | max sustainable updates/s | node CPU at that rate | publisher CPU | subscriber CPU | next step failed |")?;
-        writeln!(md, "|---|---|---|---|---|---|")?;
+        writeln!(md, "| configuration | max sustainable updates/s | node CPU per update | node CPU at that rate | publisher CPU | subscriber CPU | next step failed |")?;
+        writeln!(md, "|---|---|---|---|---|---|---|")?;
         for t in &r.throughput {
             let cpu = |prefix: &str| cpu_at_max(t, prefix);
             writeln!(
                 md,
-                "| node, cache {} | {} | {} | {} | {} | {} |",
+                "| node, cache {} | {} | {} | {} | {} | {} | {} |",
                 t.cache,
                 fmt_rate(t.max_sustainable_updates_per_s as f64),
+                node_ns_at_max(t),
                 cpu("node"),
                 cpu("perf-pub"),
                 cpu("perf-sub"),
@@ -1122,12 +1144,12 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if !r.latency.is_empty() {
         writeln!(md, "## End-to-end latency (cache off; µs)\n")?;
-        writeln!(md, "| rate/s | mean | std dev | max | min | p50 | p90 | p99 | p99.9 | p99.99 | count | sustained |")?;
-        writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+        writeln!(md, "| rate/s | mean | std dev | max | min | p50 | p90 | p99 | p99.9 | p99.99 | count | node CPU per update | sustained |")?;
+        writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
         for l in &r.latency {
             writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 fmt_rate(l.rate as f64),
                 us(l.mean_ns),
                 us(l.stddev_ns),
@@ -1139,6 +1161,7 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
                 us(l.p999_ns as f64),
                 us(l.p9999_ns as f64),
                 l.count,
+                ns(l.node_cpu_ns_per_update),
                 if l.sustained { "yes" } else { "no" }
             )?;
         }
@@ -1402,8 +1425,8 @@ fn stall_report(md: &mut String, st: &Stall) -> Result<()> {
 
 fn steps_table(md: &mut String, title: &str, steps: &[Step]) -> Result<()> {
     writeln!(md, "{title}:\n")?;
-    writeln!(md, "| asked/s | offered/s | delivered/s | delivered % | gaps | pub lag max ms | latency mean µs | p99 µs | CPU busy % (per CPU) | result |")?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(md, "| asked/s | offered/s | delivered/s | delivered % | node CPU per update | gaps | pub lag max ms | latency mean µs | p99 µs | CPU busy % (per CPU) | result |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
     for s in steps {
         let cpus = s.system.as_ref().map_or("-".to_string(), |sys| {
             sys.cpus
@@ -1414,11 +1437,12 @@ fn steps_table(md: &mut String, title: &str, steps: &[Step]) -> Result<()> {
         });
         writeln!(
             md,
-            "| {} | {} | {} | {:.2} | {} | {:.1} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.2} | {} | {} | {:.1} | {} | {} | {} | {} |",
             fmt_rate(s.target_rate as f64),
             fmt_rate(s.offered_per_s),
             fmt_rate(s.delivered_per_s),
             s.delivered_ratio * 100.0,
+            ns(s.node_cpu_ns_per_update),
             s.gaps,
             s.publisher_max_lag_ms,
             us(s.latency.mean_ns),

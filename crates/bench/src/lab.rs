@@ -249,6 +249,12 @@ pub struct Step {
     pub pass: bool,
     pub reason: String,
     pub latency: LatencySummary,
+    /// CPU time (user + system, every thread) of the rig's node processes (the node,
+    /// and across a backbone or a tree the downstream node too) per update the
+    /// publisher sent in the window: the node's own cost, whatever else shares the
+    /// machine. From /proc in clock ticks (10 ms): a short step at a low rate rounds.
+    #[serde(default)]
+    pub node_cpu_ns_per_update: f64,
     pub processes: Vec<ProcessUsage>,
     pub system: Option<SystemUsage>,
 }
@@ -709,11 +715,23 @@ pub fn hold(
             reasons.push("node exited".into());
         }
         let names: Vec<String> = rig.pids().into_iter().map(|(n, _)| n).collect();
-        let processes = all_usage
+        let processes: Vec<ProcessUsage> = all_usage
             .iter()
             .filter(|u| names.contains(&u.name))
             .cloned()
             .collect();
+        let node_cpu_s: f64 = processes
+            .iter()
+            .filter(|u| {
+                u.name == rig.node.name || rig.edge.as_ref().is_some_and(|e| e.name == u.name)
+            })
+            .map(|u| u.cpu_user_s + u.cpu_sys_s)
+            .sum();
+        let node_cpu_ns_per_update = if offered > 0 {
+            node_cpu_s * 1e9 / offered as f64
+        } else {
+            0.0
+        };
         steps.push(Step {
             label: rig.label.clone(),
             target_rate: rate,
@@ -736,6 +754,7 @@ pub fn hold(
                 reasons.join("; ")
             },
             latency: a.sub.latency,
+            node_cpu_ns_per_update,
             processes,
             system: system.clone(),
         });
