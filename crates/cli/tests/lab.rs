@@ -344,6 +344,13 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
         }
         assert!(s["count"].as_u64().unwrap() > 0);
         let st = &s["step"];
+        // The node's CPU per update is there, the same on the entry and its step, and
+        // not negative (a short step at a low rate may round to 0 ticks).
+        let cpu = st["node_cpu_ns_per_update"]
+            .as_f64()
+            .expect("node_cpu_ns_per_update");
+        assert!(cpu >= 0.0, "{st}");
+        assert_eq!(s["node_cpu_ns_per_update"].as_f64(), Some(cpu), "{s}");
         // The publisher's and the subscriber's marks are a few milliseconds apart, so a
         // window may count a few updates more than the publisher's did; never more than
         // 1% (+2) of them.
@@ -376,6 +383,7 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     }
     let report = std::fs::read_to_string(lat.join("report.md")).unwrap();
     assert!(report.contains("| rate/s | mean |"), "{report}");
+    assert!(report.contains("node CPU per update"), "{report}");
     let svg = std::fs::read_to_string(lat.join("latency.svg")).unwrap();
     assert!(
         svg.starts_with("<svg") || svg.starts_with("<?xml"),
