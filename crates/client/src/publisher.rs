@@ -138,7 +138,7 @@ impl Publisher {
     }
 
     /// The publisher's current image of an item.
-    pub fn image(&self, id: ItemId) -> Option<&FieldImage> {
+    pub fn image(&mut self, id: ItemId) -> Option<&FieldImage> {
         self.session.image(id)
     }
 

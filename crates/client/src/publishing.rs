@@ -96,9 +96,31 @@ pub struct ServiceOptions {
 struct PubItem {
     name: String,
     image: FieldImage,
+}
+
+/// What every update of an item reads and writes, kept apart from its image and name
+/// in a dense array (12 bytes an item: 100,000 items fit in the CPU's cache), so that
+/// an update does not wait on a cache miss for it.
+#[derive(Clone, Copy)]
+struct ItemState {
     seq: u32,
     /// The stream this item is open on at the node, if any.
     stream: Option<u32>,
+}
+
+/// Updates merged into their images at once, in batches of this many: merging each as
+/// it is published waited on a cache miss per update (an image among 100,000 is rarely
+/// in the CPU's cache), half of the library's cost per update. A batch is merged with
+/// the images a few updates ahead prefetched, as the node does.
+const MERGE_BATCH: usize = 64;
+const MERGE_AHEAD: usize = 4;
+
+/// Updates published and not yet merged into their items' images: `(item, start, end)`
+/// into `fields`.
+#[derive(Default)]
+struct PendingMerges {
+    fields: Vec<u8>,
+    list: Vec<(ItemId, u32, u32)>,
 }
 
 /// First stream id the node uses for its own requests; the publisher's ids stay below.
@@ -115,12 +137,15 @@ pub struct PublisherSession {
     /// sent).
     welcomed: bool,
     items: Vec<PubItem>,
+    /// Per item, as `items`.
+    state: Vec<ItemState>,
     by_name: HashMap<String, ItemId>,
     by_stream: HashMap<u32, ItemId>,
     /// Interactive requests waiting for the application's image: name -> node stream.
     pending_requests: HashMap<String, u32>,
     events: Vec<PublisherEvent>,
     scratch: Vec<u8>,
+    merges: PendingMerges,
     updates_sent: u64,
     /// The state the application wants the service announced with.
     service_up: bool,
@@ -143,11 +168,13 @@ impl PublisherSession {
             conn: None,
             welcomed: false,
             items: Vec::new(),
+            state: Vec::new(),
             by_name: HashMap::new(),
             by_stream: HashMap::new(),
             pending_requests: HashMap::new(),
             events: Vec::new(),
             scratch: Vec::with_capacity(64 * 1024),
+            merges: PendingMerges::default(),
             updates_sent: 0,
         }
     }
@@ -180,9 +207,9 @@ impl PublisherSession {
                 reason: err.to_string(),
             });
         }
-        for item in &mut self.items {
-            if item.stream.is_some_and(|s| s >= NODE_STREAM_BASE) {
-                item.stream = None;
+        for st in &mut self.state {
+            if st.stream.is_some_and(|s| s >= NODE_STREAM_BASE) {
+                st.stream = None;
             }
         }
         self.by_stream.retain(|&s, _| s < NODE_STREAM_BASE);
@@ -237,15 +264,35 @@ impl PublisherSession {
 
     /// The item is open at the node (its updates are sent).
     pub fn is_open(&self, id: ItemId) -> bool {
-        self.items.get(id).is_some_and(|i| i.stream.is_some())
+        self.state.get(id).is_some_and(|i| i.stream.is_some())
     }
 
     pub fn item_count(&self) -> usize {
         self.items.len()
     }
 
-    pub fn image(&self, id: ItemId) -> Option<&FieldImage> {
+    pub fn image(&mut self, id: ItemId) -> Option<&FieldImage> {
+        self.merge_pending();
         self.items.get(id).map(|i| &i.image)
+    }
+
+    /// Merges the updates published since the last batch into their images.
+    fn merge_pending(&mut self) {
+        let PendingMerges { fields, list } = &mut self.merges;
+        for i in 0..list.len() {
+            // The item (its image's address) further ahead, its image data nearer.
+            if let Some(&(far, _, _)) = list.get(i + 2 * MERGE_AHEAD) {
+                tickwire_proto::wire::prefetch((&self.items[far] as *const PubItem).cast());
+            }
+            if let Some(&(ahead, _, _)) = list.get(i + MERGE_AHEAD) {
+                self.items[ahead].image.prefetch();
+            }
+            let (id, start, end) = list[i];
+            let update = FieldList::from_trusted(&fields[start as usize..end as usize]);
+            self.items[id].image.apply(update);
+        }
+        list.clear();
+        fields.clear();
     }
 
     pub fn updates_sent(&self) -> u64 {
@@ -314,6 +361,8 @@ impl PublisherSession {
                 self.items.push(PubItem {
                     name: name.to_string(),
                     image: FieldImage::new(),
+                });
+                self.state.push(ItemState {
                     seq: 0,
                     stream: None,
                 });
@@ -321,6 +370,8 @@ impl PublisherSession {
                 id
             }
         };
+        // Updates published before this image go first (they are replaced by it).
+        self.merge_pending();
         let item = &mut self.items[id];
         item.image.clear();
         item.image.apply(fields);
@@ -329,12 +380,12 @@ impl PublisherSession {
             self.bind(id, sid);
             solicited = true;
         } else {
-            if self.items[id].stream.is_none() && !self.service.interactive {
+            if self.state[id].stream.is_none() && !self.service.interactive {
                 self.bind(id, own_stream(id));
             }
             solicited = false;
         }
-        if self.items[id].stream.is_some() {
+        if self.state[id].stream.is_some() {
             self.send_refresh(id, solicited)?;
         }
         Ok(id)
@@ -348,13 +399,21 @@ impl PublisherSession {
         fields: FieldList<'_>,
         do_not_conflate: bool,
     ) -> Result<(), PublishError> {
-        let item = self
-            .items
+        let st = self
+            .state
             .get_mut(id)
             .ok_or(PublishError::UnknownItem(id))?;
-        item.image.apply(fields);
-        item.seq = item.seq.wrapping_add(1);
-        let (Some(sid), seq) = (item.stream, item.seq) else {
+        st.seq = st.seq.wrapping_add(1);
+        let (stream, seq) = (st.stream, st.seq);
+        // Into the image with the next batch (see MERGE_BATCH).
+        let m = &mut self.merges;
+        let start = m.fields.len() as u32;
+        m.fields.extend_from_slice(fields.as_bytes());
+        m.list.push((id, start, m.fields.len() as u32));
+        if m.list.len() >= MERGE_BATCH {
+            self.merge_pending();
+        }
+        let Some(sid) = stream else {
             return Ok(());
         };
         let Some(w) = self.writer() else {
@@ -470,7 +529,7 @@ impl PublisherSession {
         }
         for sid in closes {
             if let Some(id) = self.by_stream.remove(&sid) {
-                self.items[id].stream = None;
+                self.state[id].stream = None;
                 self.events.push(PublisherEvent::Closed { item: id });
             }
         }
@@ -555,13 +614,14 @@ impl PublisherSession {
     }
 
     fn bind(&mut self, id: ItemId, sid: u32) {
-        if let Some(old) = self.items[id].stream.replace(sid) {
+        if let Some(old) = self.state[id].stream.replace(sid) {
             self.by_stream.remove(&old);
         }
         self.by_stream.insert(sid, id);
     }
 
     fn send_refresh(&mut self, id: ItemId, solicited: bool) -> Result<(), ClientError> {
+        self.merge_pending();
         let Some(conn) = self.conn.as_mut() else {
             return Ok(());
         };
@@ -569,7 +629,8 @@ impl PublisherSession {
             return Ok(()); // sent with every image once the Welcome is in
         }
         let item = &self.items[id];
-        let Some(sid) = item.stream else {
+        let ItemState { seq, stream } = self.state[id];
+        let Some(sid) = stream else {
             return Ok(());
         };
         self.scratch.clear();
@@ -583,7 +644,7 @@ impl PublisherSession {
         for (i, part) in parts.iter().enumerate() {
             conn.writer().push(&Message::Refresh(Refresh {
                 stream_id: sid,
-                seq: item.seq,
+                seq,
                 complete: i + 1 == n,
                 solicited,
                 clear_cache: i == 0,
