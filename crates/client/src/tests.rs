@@ -667,3 +667,73 @@ fn a_publisher_session_re_images_everything_after_a_reconnect() {
         "{got:?}"
     );
 }
+
+#[test]
+fn updates_merged_in_batches_leave_every_image_as_if_merged_one_by_one() {
+    let mut lab = PubLab::new(false);
+    lab.connect();
+    let ids: Vec<_> = ["A", "B", "C"]
+        .iter()
+        .map(|n| {
+            let f = fields(100.0);
+            lab.session
+                .publish_refresh(n, FieldList::from_trusted(&f))
+                .unwrap()
+        })
+        .collect();
+    // More than one batch, interleaved, ending part-way through a batch.
+    let mut last = [0.0; 3];
+    for i in 0..200 {
+        let k = (i * 7) % 3;
+        let bid = 100.0 + i as f64 / 100.0;
+        let f = fields(bid);
+        lab.session
+            .publish_update(
+                ids[k],
+                UpdateType::Quote,
+                FieldList::from_trusted(&f),
+                false,
+            )
+            .unwrap();
+        last[k] = bid;
+    }
+    let bid_of = |lab: &mut PubLab, id| {
+        let mut out = Vec::new();
+        lab.session
+            .image(id)
+            .expect("an image")
+            .write(&mut out, None);
+        FieldList::from_trusted(&out).get(22).map(|v| v.to_string())
+    };
+    for (k, &id) in ids.iter().enumerate() {
+        assert_eq!(
+            bid_of(&mut lab, id),
+            Some(format!("{:.2}", last[k])),
+            "item {k}"
+        );
+    }
+    // A refresh after pending updates replaces them: its image is what stays.
+    for i in 0..10 {
+        let f = fields(200.0 + i as f64);
+        lab.session
+            .publish_update(
+                ids[0],
+                UpdateType::Quote,
+                FieldList::from_trusted(&f),
+                false,
+            )
+            .unwrap();
+    }
+    let f = fields(50.0);
+    lab.session
+        .publish_refresh("A", FieldList::from_trusted(&f))
+        .unwrap();
+    assert_eq!(bid_of(&mut lab, ids[0]), Some("50.00".into()));
+    // The node got every update in order: its image is the last one sent.
+    lab.pump();
+    let img = lab.core.cached_image("FEED", "B").expect("cached");
+    assert_eq!(
+        FieldList::from_trusted(&img).get(22).map(|v| v.to_string()),
+        Some(format!("{:.2}", last[1]))
+    );
+}
