@@ -324,12 +324,10 @@ fn check_value(fid: i16, r: &mut Reader<'_>) -> Result<(), DecodeError> {
     let tag = r.u8()?;
     match tag {
         0 => {}
-        1 | 2 => {
-            r.varint()?;
-        }
+        1 | 2 => r.skip_varint()?,
         3 => {
             r.u8()?;
-            r.varint()?;
+            r.skip_varint()?;
         }
         4 => {
             let d = Date {

@@ -96,6 +96,23 @@ impl<'a> Reader<'a> {
         self.varint_slow()
     }
 
+    /// Passes over a varint, checking it as [`Reader::varint`] does, without
+    /// assembling its value (validation that does not need the value: a varint of at
+    /// most 8 bytes ends within the word it reads and cannot overflow).
+    #[inline]
+    pub fn skip_varint(&mut self) -> Result<(), DecodeError> {
+        if let Some(chunk) = self.buf.get(..8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let stops = !u64::from_le_bytes(word) & 0x8080_8080_8080_8080;
+            if stops != 0 {
+                self.buf = &self.buf[stops.trailing_zeros() as usize / 8 + 1..];
+                return Ok(());
+            }
+        }
+        self.varint().map(|_| ())
+    }
+
     fn varint_slow(&mut self) -> Result<u64, DecodeError> {
         let buf = self.buf;
         let mut value: u64 = 0;
@@ -247,6 +264,36 @@ pub fn put_str16(out: &mut Vec<u8>, s: &str, what: &'static str) -> Result<(), c
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skip_varint_accepts_refuses_and_advances_exactly_as_varint() {
+        // Every length from 1 to 11 bytes, ends and continuations, overflows, cut short.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 12) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| {
+                    let b = (x >> (i * 5)) as u8;
+                    if (x >> (40 + i)) & 1 == 1 {
+                        b | 0x80
+                    } else {
+                        b & 0x7f
+                    }
+                })
+                .collect();
+            let mut a = Reader::new(&bytes, "test");
+            let mut b = Reader::new(&bytes, "test");
+            let va = a.varint().map(|_| ());
+            let vb = b.skip_varint();
+            assert_eq!(va.is_ok(), vb.is_ok(), "{bytes:02x?}");
+            if va.is_ok() {
+                assert_eq!(a.rest().len(), b.rest().len(), "{bytes:02x?}");
+            }
+        }
+    }
     use proptest::prelude::*;
 
     proptest! {
