@@ -37,6 +37,8 @@ pub struct Event {
     /// Ack: the post's id, and whether it was accepted.
     pub post_id: Option<u32>,
     pub accepted: Option<bool>,
+    /// Ack of a refused post: the WebSocket API's name of its code ("DeniedBySrc", ...).
+    pub nak: Option<&'static str>,
 }
 
 #[pymethods]
@@ -48,6 +50,13 @@ impl Event {
         }
         if let (Some(st), Some(ds)) = (self.stream_state, self.data_state) {
             s += &format!(" {st}/{ds}");
+        }
+        if let Some(ok) = self.accepted {
+            s += &format!(
+                " post {} {}",
+                self.post_id.unwrap_or(0),
+                self.nak.unwrap_or(if ok { "accepted" } else { "refused" })
+            );
         }
         if let Some(text) = self.text.as_deref().filter(|t| !t.is_empty()) {
             s += &format!(" {text:?}");
@@ -80,6 +89,7 @@ impl Event {
             text: None,
             post_id: None,
             accepted: None,
+            nak: None,
         }
     }
 
@@ -146,6 +156,7 @@ impl Event {
                 ev.post_id = Some(post_id);
                 ev.accepted = Some(nak.is_none());
                 ev.code = Some(nak.map_or(0, |n| n as u16));
+                ev.nak = nak.map(|n| n.name());
                 ev.text = Some(text);
                 ev
             }

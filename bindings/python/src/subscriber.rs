@@ -7,10 +7,10 @@ use crate::event::Event;
 use crate::values::{load_dictionary, FieldNames};
 use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tickwire_client::proto::{Dictionary, ServiceState};
+use tickwire_client::proto::{Dictionary, FieldList, ServiceState};
 use tickwire_client::{Event as ClientEvent, RequestOptions, StreamId};
 
 /// How long one wait holds the GIL released before looking for Ctrl-C.
@@ -20,6 +20,9 @@ struct Connected {
     sub: tickwire_client::Subscriber,
     /// Open streams by (service, item), to close them by name.
     streams: HashMap<(String, String), StreamId>,
+    /// Events that arrived while `post` waited for its answer: delivered first.
+    backlog: VecDeque<ClientEvent>,
+    next_post_id: u32,
 }
 
 #[pyclass(frozen, module = "tickwire._native")]
@@ -92,6 +95,8 @@ impl Subscriber {
             state: Mutex::new(Some(Connected {
                 sub,
                 streams: HashMap::new(),
+                backlog: VecDeque::new(),
+                next_post_id: 1,
             })),
             names: FieldNames::new(py, &dictionary),
             dictionary,
@@ -174,9 +179,14 @@ impl Subscriber {
             let got: Vec<ClientEvent> = py.detach(|| {
                 let mut guard = self.lock()?;
                 let c = guard.as_mut().expect("locked connected");
-                let mut got = Vec::new();
+                let mut got: Vec<ClientEvent> = c.backlog.drain(..).collect();
+                let wait = if got.is_empty() {
+                    slice
+                } else {
+                    Duration::ZERO
+                };
                 c.sub
-                    .dispatch(slice, |e| got.push(ClientEvent::from(&e)))
+                    .dispatch(wait, |e| got.push(ClientEvent::from(&e)))
                     .map_err(errors::client)?;
                 // A stream that ended is no longer open by name.
                 for e in &got {
@@ -219,6 +229,73 @@ impl Subscriber {
                 .collect::<PyResult<Vec<Event>>>()?;
             if !events.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(events);
+            }
+            py.check_signals()?;
+        }
+    }
+
+    /// Posts (contributes) field values to an item of a service; with `ack`, waits up
+    /// to `timeout` seconds for the answer and returns it (an "ack" Event: `accepted`,
+    /// and for a refusal `nak` and `text`), else returns None at once. Events of the
+    /// streams that arrive meanwhile are kept for `next_events`.
+    #[pyo3(signature = (service, item, fields, *, ack=true, timeout=5.0))]
+    fn post(
+        &self,
+        py: Python<'_>,
+        service: &str,
+        item: &str,
+        fields: &Bound<'_, pyo3::types::PyDict>,
+        ack: bool,
+        timeout: f64,
+    ) -> PyResult<Option<Event>> {
+        let deadline = Instant::now() + seconds("timeout", timeout)?;
+        let mut encoded = Vec::new();
+        crate::values::encode_dict(fields, &self.dictionary, &mut encoded)?;
+        let post_id = py.detach(|| {
+            let mut guard = self.lock()?;
+            let c = guard.as_mut().expect("locked connected");
+            let id = c.next_post_id;
+            c.next_post_id = c.next_post_id.wrapping_add(1).max(1);
+            let to = tickwire_client::PostTo::Item {
+                service,
+                name: item,
+            };
+            c.sub
+                .post(to, id, FieldList::from_trusted(&encoded), ack)
+                .map_err(errors::client)?;
+            Ok::<_, PyErr>(id)
+        })?;
+        if !ack {
+            return Ok(None);
+        }
+        loop {
+            let answer = py.detach(|| {
+                let mut guard = self.lock()?;
+                let c = guard.as_mut().expect("locked connected");
+                let left = deadline.saturating_duration_since(Instant::now());
+                let mut got = Vec::new();
+                c.sub
+                    .dispatch(left.min(SIGNAL_CHECK), |e| got.push(ClientEvent::from(&e)))
+                    .map_err(errors::client)?;
+                let mut answer = None;
+                for e in got {
+                    match e {
+                        ClientEvent::Ack { post_id: id, .. } if id == post_id => answer = Some(e),
+                        other => c.backlog.push_back(other),
+                    }
+                }
+                Ok::<_, PyErr>(answer)
+            })?;
+            if let Some(a) = answer {
+                let mut ev = Event::from_client(py, a, &self.names)?.expect("an ack");
+                ev.service = service.to_string();
+                ev.item = item.to_string();
+                return Ok(Some(ev));
+            }
+            if Instant::now() >= deadline {
+                return Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
+                    "no answer to post {post_id} to {service}/{item} within {timeout} s"
+                )));
             }
             py.check_signals()?;
         }

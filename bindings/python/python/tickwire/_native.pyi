@@ -23,6 +23,7 @@ class Event:
     text: Optional[str]
     post_id: Optional[int]
     accepted: Optional[bool]
+    nak: Optional[str]
 
 class Subscriber:
     def __init__(
@@ -47,6 +48,15 @@ class Subscriber:
     ) -> List[int]: ...
     def close(self, service: str, items: List[str]) -> None: ...
     def next_events(self, timeout: Optional[float] = ...) -> List[Event]: ...
+    def post(
+        self,
+        service: str,
+        item: str,
+        fields: Dict[Union[str, int], Any],
+        *,
+        ack: bool = ...,
+        timeout: float = ...,
+    ) -> Optional[Event]: ...
     def services(self) -> Dict[str, str]: ...
     @property
     def connected(self) -> bool: ...

@@ -147,6 +147,25 @@ class Subscriber:
             frame = frame.reindex(columns=list(fields))
         return frame
 
+    def post(
+        self,
+        service: str,
+        item: str,
+        fields: Dict[Union[str, int], Any],
+        *,
+        ack: bool = True,
+        timeout: float = 5.0,
+    ) -> Optional[Event]:
+        """Posts (contributes) field values to an item, as the node's publisher of the
+        service takes them (the node must take posts for it: `[posts] services`).
+
+        With ``ack`` (the default) waits for the answer and returns it: an event of
+        type "ack" with ``accepted``, and for a refusal ``nak`` (the WebSocket API's
+        code name, e.g. "DeniedBySrc") and ``text`` (why). ``TimeoutError`` if none
+        came in ``timeout`` seconds. Events of the streams that arrive meanwhile are
+        kept for iteration. Without ``ack``, returns None once the post is sent."""
+        return self._native.post(service, item, dict(fields), ack=ack, timeout=timeout)
+
     def services(self) -> Dict[str, str]:
         """The node's services and their state ("up" or "down"), as far as its
         directory messages have been read (they arrive with the events)."""
