@@ -190,35 +190,27 @@ impl Subscriber {
                     .map_err(errors::client)?;
                 // A stream that ended is no longer open by name.
                 for e in &got {
-                    let ended = match e {
-                        ClientEvent::Refresh { state, .. } | ClientEvent::Status { state, .. } => {
-                            state.stream != tickwire_client::proto::StreamState::Open
-                        }
-                        _ => false,
+                    let (ClientEvent::Refresh {
+                        service,
+                        name,
+                        stream,
+                        state,
+                        ..
+                    }
+                    | ClientEvent::Status {
+                        service,
+                        name,
+                        stream,
+                        state,
+                    }) = e
+                    else {
+                        continue;
                     };
-                    if let (
-                        true,
-                        ClientEvent::Refresh {
-                            service,
-                            name,
-                            stream,
-                            ..
-                        },
-                    )
-                    | (
-                        true,
-                        ClientEvent::Status {
-                            service,
-                            name,
-                            stream,
-                            ..
-                        },
-                    ) = (ended, e)
+                    let key = (service.clone(), name.clone());
+                    if state.stream != tickwire_client::proto::StreamState::Open
+                        && c.streams.get(&key) == Some(stream)
                     {
-                        let key = (service.clone(), name.clone());
-                        if c.streams.get(&key) == Some(stream) {
-                            c.streams.remove(&key);
-                        }
+                        c.streams.remove(&key);
                     }
                 }
                 Ok::<_, PyErr>(got)

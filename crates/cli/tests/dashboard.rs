@@ -48,6 +48,20 @@ impl Driver {
         d
     }
 
+    /// The id of the element `css` selects in session `id`.
+    fn element(&self, id: &str, css: &str) -> String {
+        let el = self.call(
+            "POST",
+            &format!("/session/{id}/element"),
+            Some(json!({"using": "css selector", "value": css})),
+        );
+        el.as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("no element {css}: {el}"))
+            .to_string()
+    }
+
     /// A headless chromium session; its id.
     fn new_session(&self) -> String {
         let session = self.call(
@@ -181,17 +195,7 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
     // The charts as the browser drew them: the first row's (bid green, ask red) and
     // the node's (updates in, blue).
     let shot = |css: &str| -> Vec<[u8; 3]> {
-        let el = driver.call(
-            "POST",
-            &format!("/session/{id}/element"),
-            Some(json!({"using": "css selector", "value": css})),
-        );
-        let eid = el
-            .as_object()
-            .and_then(|o| o.values().next())
-            .and_then(Value::as_str)
-            .expect("the element")
-            .to_string();
+        let eid = driver.element(&id, css);
         let b64 = driver.call(
             "GET",
             &format!("/session/{id}/element/{eid}/screenshot"),
@@ -346,17 +350,7 @@ fn the_dashboard_logs_in_with_the_credentials_the_user_types() {
     }
     // Typed, key by key, as a user would.
     for (css, text) in [("#user", "trader"), ("#password", "trader pw\u{E007}")] {
-        let el = driver.call(
-            "POST",
-            &format!("/session/{id}/element"),
-            Some(json!({"using": "css selector", "value": css})),
-        );
-        let eid = el
-            .as_object()
-            .and_then(|o| o.values().next())
-            .and_then(Value::as_str)
-            .expect("an element id")
-            .to_string();
+        let eid = driver.element(&id, css);
         driver.call(
             "POST",
             &format!("/session/{id}/element/{eid}/value"),
