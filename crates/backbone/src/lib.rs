@@ -152,7 +152,7 @@ pub struct Backbone {
 
 impl Backbone {
     /// Starts Aeron and the roles. `wake` wakes the event loop (called from the
-    /// receiver thread).
+    /// driver's thread, where the receiver runs).
     pub fn start(
         core: &mut Node,
         role: Role,
@@ -193,7 +193,7 @@ impl Backbone {
             || self.edge.as_ref().is_some_and(|e| e.conn() == conn)
     }
 
-    /// What the receiver thread has, into the roles.
+    /// What the receiver has, into the roles.
     pub fn receive(&mut self, core: &mut Node, now: Instant) {
         let Some(link) = self.link.as_mut() else {
             return;

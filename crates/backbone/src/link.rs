@@ -1,14 +1,17 @@
 //! The Aeron side: the media driver embedded in the node's process, the client, the
-//! publications the event loop offers to, and a receiver thread that polls the
+//! publications the event loop offers to, and the receiver that polls the
 //! subscriptions and hands whole messages to the event loop.
 //!
 //! Threads: the driver runs in one thread (Aeron's `shared` threading mode, enough on
-//! a small machine), the client's conductor in another, and the receiver thread polls
-//! with the configured idle strategy and wakes the event loop when it has something.
-//! Offers are made by the event loop itself: they write into shared memory, no syscall.
-//! Everything between the receiver thread and the event loop is bounded: when the
-//! event loop is behind, the receiver stops polling and Aeron's own flow control
-//! holds the rest.
+//! a small machine) with the configured idle strategy, and the receiver runs in that
+//! same thread, between the driver's duty cycles: one thread that never sleeps per
+//! node rather than two, which on a small machine is the difference between the
+//! backbone taking a CPU's share and taking two (docs/BENCHMARKS.md). The client's
+//! conductor has a thread of its own (it sleeps between its rare duties). The receiver
+//! wakes the event loop when it has something. Offers are made by the event loop
+//! itself: they write into shared memory, no syscall. Everything between the receiver
+//! and the event loop is bounded: when the event loop is behind, the receiver stops
+//! polling (the driver goes on) and Aeron's own flow control holds the rest.
 
 use crate::{BackboneError, Outbox};
 use log::{info, warn};
@@ -59,18 +62,7 @@ impl IdleStrategy {
         }
     }
 
-    /// The same strategy for the receiver thread (Aeron's own implementations).
-    fn waiter(self) -> Box<dyn rusteron_client::IdleStrategy + Send> {
-        match self {
-            IdleStrategy::Yield => Box::new(rusteron_client::YieldingIdleStrategy),
-            IdleStrategy::Backoff => Box::new(rusteron_client::BackoffIdleStrategy::new()),
-            IdleStrategy::Sleep => Box::new(rusteron_client::SleepingIdleStrategy::new(
-                Duration::from_millis(1),
-            )),
-            IdleStrategy::Spin => Box::new(rusteron_client::BusySpinIdleStrategy),
-        }
-    }
-
+    /// The name the media driver knows the strategy by.
     fn driver_name(self) -> &'static std::ffi::CStr {
         match self {
             IdleStrategy::Yield => c"yield",
@@ -196,18 +188,19 @@ impl std::ops::AddAssign for DriverCounters {
     }
 }
 
-/// Figures the receiver thread keeps.
+/// Figures the receiver keeps.
 #[derive(Debug, Default)]
 pub struct LinkCounters {
     /// Batches handed to the event loop.
     pub messages_in: AtomicU64,
     pub bytes_in: AtomicU64,
-    /// Times the event loop was behind and the receiver waited.
+    /// Times the event loop was behind and a full batch had to wait for it (the
+    /// receiver polled nothing meanwhile).
     pub receiver_waits: AtomicU64,
 }
 
 const DRIVER_PREFIX: &str = "tickwire-aeron-";
-/// Bytes per batch handed from the receiver thread to the event loop.
+/// Bytes per batch handed from the receiver to the event loop.
 const BATCH_BYTES: usize = 256 * 1024;
 /// Batches in flight between them.
 const BATCHES: usize = 16;
@@ -218,6 +211,23 @@ struct Driver {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     dir: PathBuf,
+    /// Work to run on the driver's thread (the receiver).
+    commands: SyncSender<DriverCommand>,
+}
+
+/// Work run on the driver's thread after each of its duty cycles.
+trait Agent {
+    /// Does what there is to do now; returns how much (0: idle).
+    fn do_work(&mut self) -> usize;
+}
+
+/// Builds an agent on the driver's thread (what it holds need not be `Send`).
+type AgentFactory = Box<dyn FnOnce() -> Option<Box<dyn Agent>> + Send>;
+
+enum DriverCommand {
+    Attach(AgentFactory),
+    /// Drop the agent, then say so (its subscriptions go before the client does).
+    Detach(SyncSender<()>),
 }
 
 impl Drop for Driver {
@@ -240,8 +250,6 @@ pub struct Link {
     batches: Receiver<Vec<u8>>,
     empties: SyncSender<Vec<u8>>,
     rejects: SyncSender<i32>,
-    receiver_stop: Arc<AtomicBool>,
-    receiver: Option<JoinHandle<()>>,
     counters: Arc<LinkCounters>,
     // Dropped last: the client before the driver.
     _aeron: Aeron,
@@ -271,8 +279,8 @@ impl Outbox for Publication {
 }
 
 impl Link {
-    /// Starts the driver, the client, the publications and the receiver thread.
-    /// `wake` is called (from the receiver thread) when received messages wait.
+    /// Starts the driver, the client, the publications and the receiver.
+    /// `wake` is called (from the driver's thread) when received messages wait.
     pub fn start(cfg: &LinkConfig, wake: Box<dyn Fn() + Send>) -> Result<Link, BackboneError> {
         remove_stale_drivers(&cfg.driver_base);
         let driver = launch_driver(cfg)?;
@@ -354,22 +362,20 @@ impl Link {
         let (batch_tx, batches) = sync_channel::<Vec<u8>>(BATCHES);
         let (empties, empty_rx) = sync_channel::<Vec<u8>>(BATCHES + 1);
         let (rejects, reject_rx) = sync_channel::<i32>(64);
-        let receiver_stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(LinkCounters::default());
-        let receiver = {
-            let stop = receiver_stop.clone();
+        let factory: AgentFactory = {
             let counters = counters.clone();
-            let idle = cfg.idle;
-            std::thread::Builder::new()
-                .name("backbone-rx".into())
-                .spawn(move || {
-                    receive(
-                        data_in, request_in, batch_tx, empty_rx, reject_rx, wake, stop, counters,
-                        idle,
-                    )
-                })
-                .map_err(BackboneError::Thread)?
+            Box::new(move || {
+                let agent = Receive::new(
+                    data_in, request_in, batch_tx, empty_rx, reject_rx, wake, counters,
+                )?;
+                Some(Box::new(agent) as Box<dyn Agent>)
+            })
         };
+        driver
+            .commands
+            .send(DriverCommand::Attach(factory))
+            .map_err(|_| BackboneError::DriverDied)?;
         info!(
             "backbone: Aeron driver in {} ({} idle, term length {} bytes), channel {}",
             driver.dir.display(),
@@ -384,8 +390,6 @@ impl Link {
             batches,
             empties,
             rejects,
-            receiver_stop,
-            receiver: Some(receiver),
             counters,
             _aeron: aeron,
             _driver: driver,
@@ -433,7 +437,7 @@ impl Link {
         &self.counters
     }
 
-    /// Asks the receiver thread to reject the data image of Aeron session `session`
+    /// Asks the receiver to reject the data image of Aeron session `session`
     /// (a source the edge lost: its image may be stuck behind data the source no
     /// longer has); the driver makes a new one, at the source's current position,
     /// when the source is heard again.
@@ -481,9 +485,15 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        self.receiver_stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.receiver.take() {
-            let _ = t.join();
+        // The receiver's subscriptions are closed before the client (dropped next).
+        let (done_tx, done) = sync_channel(1);
+        if self
+            ._driver
+            .commands
+            .send(DriverCommand::Detach(done_tx))
+            .is_ok()
+        {
+            let _ = done.recv_timeout(Duration::from_secs(10));
         }
     }
 }
@@ -502,37 +512,85 @@ fn on_message(sink: &mut Sink, msg: &[u8], header: AeronHeader) {
     sink.batch.extend_from_slice(msg);
 }
 
-#[allow(clippy::too_many_arguments)]
-fn receive(
+/// The receiver: polls the subscriptions and hands whole messages, in batches, to the
+/// event loop.
+struct Receive {
     data_in: Option<AeronSubscription>,
     request_in: Option<AeronSubscription>,
+    data_asm: AeronFragmentClosureAssembler,
+    request_asm: AeronFragmentClosureAssembler,
+    sink: Sink,
     batches: SyncSender<Vec<u8>>,
     empties: Receiver<Vec<u8>>,
     rejects: Receiver<i32>,
     wake: Box<dyn Fn() + Send>,
-    stop: Arc<AtomicBool>,
     counters: Arc<LinkCounters>,
-    idle: IdleStrategy,
-) {
-    let mut idler = idle.waiter();
-    let (mut data_asm, mut request_asm) = match (
-        AeronFragmentClosureAssembler::new(),
-        AeronFragmentClosureAssembler::new(),
-    ) {
-        (Ok(a), Ok(b)) => (a, b),
-        _ => {
+    /// A full batch the event loop has no room for yet: nothing is polled until it
+    /// is taken.
+    waiting: Option<Vec<u8>>,
+}
+
+impl Receive {
+    fn new(
+        data_in: Option<AeronSubscription>,
+        request_in: Option<AeronSubscription>,
+        batches: SyncSender<Vec<u8>>,
+        empties: Receiver<Vec<u8>>,
+        rejects: Receiver<i32>,
+        wake: Box<dyn Fn() + Send>,
+        counters: Arc<LinkCounters>,
+    ) -> Option<Receive> {
+        let (Ok(data_asm), Ok(request_asm)) = (
+            AeronFragmentClosureAssembler::new(),
+            AeronFragmentClosureAssembler::new(),
+        ) else {
             warn!("backbone: could not make the fragment assemblers; receiving nothing");
-            return;
+            return None;
+        };
+        Some(Receive {
+            data_in,
+            request_in,
+            data_asm,
+            request_asm,
+            sink: Sink {
+                batch: Vec::with_capacity(BATCH_BYTES),
+                kind: 0,
+            },
+            batches,
+            empties,
+            rejects,
+            wake,
+            counters,
+            waiting: None,
+        })
+    }
+
+    /// Hands `batch` to the event loop, or keeps it waiting; whether it went.
+    fn hand_over(&mut self, batch: Vec<u8>) -> bool {
+        match self.batches.try_send(batch) {
+            Ok(()) => {
+                (self.wake)();
+                true
+            }
+            Err(TrySendError::Full(b)) => {
+                if self.waiting.is_none() {
+                    self.counters.receiver_waits.fetch_add(1, Ordering::Relaxed);
+                }
+                self.waiting = Some(b);
+                (self.wake)();
+                false
+            }
+            // The link is going away.
+            Err(TrySendError::Disconnected(_)) => false,
         }
-    };
-    let mut sink = Sink {
-        batch: Vec::with_capacity(BATCH_BYTES),
-        kind: 0,
-    };
-    while !stop.load(Ordering::Relaxed) {
-        let mut work = 0usize;
-        while let Ok(session) = rejects.try_recv() {
-            if let Some(image) = data_in
+    }
+}
+
+impl Agent for Receive {
+    fn do_work(&mut self) -> usize {
+        while let Ok(session) = self.rejects.try_recv() {
+            if let Some(image) = self
+                .data_in
                 .as_ref()
                 .and_then(|s| s.image_by_session_id(session))
             {
@@ -542,48 +600,44 @@ fn receive(
                 }
             }
         }
-        if let Some(sub) = &data_in {
-            sink.kind = 0;
-            work += data_asm
-                .poll(sub, &mut sink, on_message, 64)
+        // The event loop is behind: poll nothing (Aeron holds what arrives meanwhile).
+        if let Some(batch) = self.waiting.take() {
+            if !self.hand_over(batch) {
+                return 0;
+            }
+        }
+        let mut work = 0usize;
+        if let Some(sub) = &self.data_in {
+            self.sink.kind = 0;
+            work += self
+                .data_asm
+                .poll(sub, &mut self.sink, on_message, 64)
                 .unwrap_or(0)
                 .max(0) as usize;
         }
-        if let Some(sub) = &request_in {
-            sink.kind = 1;
-            work += request_asm
-                .poll(sub, &mut sink, on_message, 64)
+        if let Some(sub) = &self.request_in {
+            self.sink.kind = 1;
+            work += self
+                .request_asm
+                .poll(sub, &mut self.sink, on_message, 64)
                 .unwrap_or(0)
                 .max(0) as usize;
         }
-        if !sink.batch.is_empty() && (work == 0 || sink.batch.len() >= BATCH_BYTES / 2) {
-            let next = empties
+        let batch = &self.sink.batch;
+        if !batch.is_empty() && (work == 0 || batch.len() >= BATCH_BYTES / 2) {
+            let next = self
+                .empties
                 .try_recv()
                 .unwrap_or_else(|_| Vec::with_capacity(BATCH_BYTES));
-            let mut full = std::mem::replace(&mut sink.batch, next);
-            counters.messages_in.fetch_add(1, Ordering::Relaxed);
-            counters
+            let full = std::mem::replace(&mut self.sink.batch, next);
+            self.counters.messages_in.fetch_add(1, Ordering::Relaxed);
+            self.counters
                 .bytes_in
                 .fetch_add(full.len() as u64, Ordering::Relaxed);
-            // The event loop is behind: wait for it (Aeron holds what arrives meanwhile).
-            loop {
-                match batches.try_send(full) {
-                    Ok(()) => break,
-                    Err(TrySendError::Full(b)) => {
-                        full = b;
-                        counters.receiver_waits.fetch_add(1, Ordering::Relaxed);
-                        wake();
-                        if stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        std::thread::sleep(Duration::from_micros(100));
-                    }
-                    Err(TrySendError::Disconnected(_)) => return,
-                }
-            }
-            wake();
+            self.hand_over(full);
+            work += 1;
         }
-        idler.idle(work.min(i32::MAX as usize) as i32);
+        work
     }
 }
 
@@ -624,6 +678,7 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
     )?;
     let stop = Arc::new(AtomicBool::new(false));
     let (started_tx, started_rx) = sync_channel::<Result<(), BackboneError>>(1);
+    let (commands, command_rx) = sync_channel::<DriverCommand>(4);
     let thread = {
         let stop = stop.clone();
         std::thread::Builder::new()
@@ -637,9 +692,21 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
                     }
                 };
                 let _ = started_tx.send(Ok(()));
+                let mut agent: Option<Box<dyn Agent>> = None;
                 while !stop.load(Ordering::Acquire) {
-                    let work = driver.main_do_work().unwrap_or(0);
-                    driver.main_idle_strategy(work);
+                    match command_rx.try_recv() {
+                        Ok(DriverCommand::Attach(make)) => agent = make(),
+                        Ok(DriverCommand::Detach(done)) => {
+                            agent = None;
+                            let _ = done.send(());
+                        }
+                        Err(_) => {}
+                    }
+                    let mut work = driver.main_do_work().unwrap_or(0).max(0) as usize;
+                    if let Some(a) = agent.as_mut() {
+                        work += a.do_work();
+                    }
+                    driver.main_idle_strategy(work.min(i32::MAX as usize) as i32);
                 }
             })
             .map_err(BackboneError::Thread)?
@@ -649,6 +716,7 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
             stop,
             thread: Some(thread),
             dir,
+            commands,
         }),
         Ok(Err(e)) => {
             let _ = thread.join();

@@ -30,7 +30,7 @@ pub struct BackboneSection {
     pub liveness_ms: u64,
     /// How often sources and edges say they are alive.
     pub heartbeat_ms: u64,
-    /// How Aeron's driver thread and the backbone's receiver thread wait when idle:
+    /// How Aeron's driver thread (which runs the backbone's receiver too) waits when idle:
     /// `yield` (default: lowest latency without starving a 2-CPU machine), `backoff`,
     /// `sleep` (least CPU) or `spin`.
     pub idle: String,

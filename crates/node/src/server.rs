@@ -554,7 +554,7 @@ impl NodeServer {
                 u.turn(&mut core, self.poll.registry(), now);
             }
 
-            // The backbone: what its receiver thread has (it woke us), its timers.
+            // The backbone: what its receiver has (it woke us), its timers.
             if let Some(b) = backbone.as_mut() {
                 b.receive(&mut core, now);
                 if b.poll_timeout().is_some_and(|at| now >= at) {
