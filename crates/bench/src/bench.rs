@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 mod args;
 mod backbone_scenario;
 mod journal_scenario;
+mod peers_scenario;
 mod tree_scenario;
 
 pub use args::*;
@@ -46,6 +47,10 @@ pub enum BenchCommand {
     /// fan-out at the POP, the latency ladder; single-node figures from the same run
     /// beside them.
     Tree(TreeArgs),
+    /// The same workload on Tickwire and on a peer (NATS, `nats-server` from the
+    /// system's packages) in one run: highest sustained rate and the latency ladder of
+    /// each, side by side.
+    Peers(PeersArgs),
     /// Posts through the node's journal: posts acknowledged per second, Ack latency
     /// (p50/p99/max) and the journal's system calls per post with each sync policy
     /// (always, batch, never) and without a journal.
@@ -101,6 +106,9 @@ pub struct Results {
     /// The node-tree scenario (absent in results written before it existed).
     #[serde(default)]
     pub tree: Option<tree_scenario::TreeResult>,
+    /// The peer scenario (absent in results written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers: Option<peers_scenario::PeersResult>,
     /// The journal scenario: one line per sync policy (absent in results written
     /// before it existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -879,6 +887,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Quick(a) => ("quick", a.into()),
         BenchCommand::Backbone(a) => ("backbone", a.into()),
         BenchCommand::Tree(a) => ("tree", a.into()),
+        BenchCommand::Peers(a) => ("peers", a.into()),
         BenchCommand::Journal(a) => ("journal", a.into()),
         BenchCommand::Stall(a) => ("stall", a.into()),
         BenchCommand::Memory(a) => ("memory", a.into()),
@@ -902,6 +911,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "ws" => 12.0,
         "backbone" => 20.0,
         "tree" => 15.0,
+        "peers" => 20.0,
         "journal" => 1.0,
         _ => 40.0,
     };
@@ -966,6 +976,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "ws" => lab.ws(),
         "backbone" => lab.backbone(),
         "tree" => lab.tree(),
+        "peers" => lab.peers(),
         "journal" => lab.journal(),
         _ => lab
             .throughput()
@@ -976,6 +987,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             .and_then(|_| lab.ws())
             .and_then(|_| lab.backbone())
             .and_then(|_| lab.tree())
+            .and_then(|_| lab.peers())
             .and_then(|_| lab.journal()),
     };
     lab.results.duration_s = t0.elapsed().as_secs_f64();
@@ -1197,6 +1209,9 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if let Some(t) = &r.tree {
         tree_scenario::report(&mut md, t)?;
+    }
+    if let Some(p) = &r.peers {
+        peers_scenario::report(&mut md, p)?;
     }
     if let Some(w) = &r.websocket {
         writeln!(

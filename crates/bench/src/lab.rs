@@ -65,7 +65,7 @@ impl Proc {
             stdin: child.stdin.take(),
             child,
             lines: rx,
-            command: format!("tickwire {}", args.join(" ")),
+            command: format!("{} {}", program_name(bin), args.join(" ")),
             ws_addr: None,
         })
     }
@@ -126,6 +126,15 @@ impl Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
         Ok(())
+    }
+}
+
+/// How a command line names `bin`: `tickwire` for the lab's own binary, the path of
+/// anything else (a peer's server).
+fn program_name(bin: &Path) -> String {
+    match std::env::current_exe() {
+        Ok(me) if me == bin => "tickwire".into(),
+        _ => bin.display().to_string(),
     }
 }
 
@@ -339,6 +348,9 @@ pub struct RigSpec {
     pub upstream: bool,
     /// `GET /metrics` on the (first) node once a second while the rig runs.
     pub scrape_metrics: bool,
+    /// The peer scenario: a NATS server (this program) instead of a node, fed by
+    /// `perf-pub --system nats` and read by `perf-nats-sub`.
+    pub nats_server: Option<PathBuf>,
 }
 
 /// A source and an edge node on an Aeron channel.
@@ -385,6 +397,7 @@ impl RigSpec {
             backbone: None,
             upstream: false,
             scrape_metrics: false,
+            nats_server: None,
         }
     }
 }
@@ -400,6 +413,9 @@ pub fn node_log(log_dir: &Path, label: &str) -> PathBuf {
 }
 
 pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
+    if let Some(server) = &spec.nats_server {
+        return start_nats_rig(bin, server, spec, log_dir);
+    }
     let pin = |which: usize| -> Vec<String> {
         match &spec.cpus {
             Some(c) => {
@@ -587,6 +603,95 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
         label: spec.label.clone(),
         sub_total: 0,
         scraper,
+    })
+}
+
+/// A NATS server on a free loopback port, `perf-pub --system nats` and
+/// `perf-nats-sub`: the same workload and control lines as a node's rig.
+fn start_nats_rig(bin: &Path, server: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
+    let tag = rig_tag(&spec.label);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let node = Proc::spawn(
+        server,
+        &format!("nats-server-{tag}"),
+        &[
+            "-a".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+        ],
+        log_dir,
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        if Instant::now() > deadline {
+            bail!(
+                "{}: the NATS server did not listen on {addr} within 20 s",
+                spec.label
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let items = spec.items.to_string();
+    let mut sub_args: Vec<String> = [
+        "perf-nats-sub",
+        "--nats",
+        &addr,
+        "--items",
+        &items,
+        "--control",
+        "--json",
+        "--duration",
+        "86400",
+    ]
+    .map(String::from)
+    .to_vec();
+    if let Some((_, _, cpus)) = &spec.cpus {
+        sub_args.extend(["--cpus".into(), cpus.clone()]);
+    }
+    // The subscriber first: NATS keeps nothing for a subscriber that is not there yet.
+    let mut subscriber = Proc::spawn(bin, &format!("perf-sub-{tag}"), &sub_args, log_dir)?;
+    subscriber.expect("ready", Duration::from_secs(30))?;
+    let mut pub_args: Vec<String> = [
+        "perf-pub",
+        "--system",
+        "nats",
+        "--node",
+        &addr,
+        "--items",
+        &items,
+        "--control",
+        "--json",
+        "--duration",
+        "86400",
+    ]
+    .map(String::from)
+    .to_vec();
+    pub_args.extend([
+        "--update-rate".into(),
+        spec.start_rate.to_string(),
+        "--tick-rate".into(),
+        spec.tick_rate.to_string(),
+        "--latency-rate".into(),
+        spec.latency_rate.clone(),
+    ]);
+    if let Some((_, cpus, _)) = &spec.cpus {
+        pub_args.extend(["--cpus".into(), cpus.clone()]);
+    }
+    let mut publisher = Proc::spawn(bin, &format!("perf-pub-{tag}"), &pub_args, log_dir)?;
+    publisher.expect("second", Duration::from_secs(60))?;
+    Ok(Rig {
+        node,
+        edge: None,
+        publisher,
+        subscriber,
+        fanout: spec.fanout,
+        label: spec.label.clone(),
+        sub_total: 0,
+        scraper: None,
     })
 }
 

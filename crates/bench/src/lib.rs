@@ -1,6 +1,7 @@
 //! Tickwire's performance lab.
 //!
-//! Load tools built on the client library (`perf_pub`, `perf_sub`), process and system
+//! Load tools built on the client library (`perf_pub`, `perf_sub`; for the NATS peer
+//! `perf_pub --system nats` and `perf_nats_sub` over `nats`), process and system
 //! sampling from /proc (`sysinfo`), latency statistics (`stats`), SVG plots (`plot`) and
 //! the scenarios of `tickwire bench` with their reports (`bench`, `lab`; the stalled
 //! subscriber and paused node scenario in `stall`). It measures the node from
@@ -9,6 +10,8 @@
 pub mod bench;
 pub mod lab;
 pub mod memory;
+pub mod nats;
+pub mod perf_nats_sub;
 pub mod perf_post;
 pub mod perf_pub;
 pub mod perf_sub;

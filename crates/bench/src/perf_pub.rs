@@ -13,15 +13,31 @@ use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tickwire_client::{ConnectOptions, Publisher, PublisherOptions};
+use tickwire_client::{ConnectOptions, ItemId, Publisher, PublisherOptions};
 use tickwire_proto::reference::{write_level1, Level1};
 use tickwire_proto::{fid, FieldList, FieldListWriter, Time, UpdateType, Value};
 
+/// What the load tools talk to.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum System {
+    /// A Tickwire node (its own protocol).
+    #[default]
+    Tickwire,
+    /// A NATS server (the lab's peer scenario): item SYMn of service S is subject
+    /// `S.SYMn`, and each message is the item's sequence number (4 bytes, little
+    /// endian) followed by the same 74-byte field list. NATS keeps no last value, so
+    /// no images are sent.
+    Nats,
+}
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct PerfPubArgs {
-    /// Node address (host:port).
+    /// Node address (host:port); with `--system nats`, the NATS server's.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     pub node: String,
+    /// What `--node` is.
+    #[arg(long, value_enum, default_value_t = System::Tickwire)]
+    pub system: System,
     #[command(flatten)]
     pub credentials: tickwire_client::Credentials,
     /// Service to publish.
@@ -148,40 +164,13 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
         });
     }
 
-    let mut connect = ConnectOptions::new(args.node.clone());
-    connect.application = "tickwire-perf-pub".into();
-    args.credentials
-        .apply(&mut connect)
-        .map_err(anyhow::Error::msg)?;
-    let mut publisher = Publisher::connect(PublisherOptions {
-        start_down: true,
-        ..PublisherOptions::new(connect, args.service.clone())
-    })
-    .with_context(|| format!("perf-pub: cannot connect to {}", args.node))?;
-
-    // Images: the Level 1 fields plus a display name.
     let image_start = Instant::now();
     let mut quotes: Vec<Level1> = (0..args.items).map(level1).collect();
-    let mut ids = Vec::with_capacity(args.items);
+    let mut sink: Box<dyn Sink> = match args.system {
+        System::Tickwire => Box::new(TickwireSink::connect(&args, &quotes)?),
+        System::Nats => Box::new(NatsSink::connect(&args)?),
+    };
     let mut buf = Vec::with_capacity(256);
-    for (i, q) in quotes.iter().enumerate() {
-        buf.clear();
-        write_level1(&mut buf, q);
-        let name = format!("SYM{i}");
-        let mut img = Vec::with_capacity(buf.len() + 16);
-        let mut w = FieldListWriter::new(&mut img);
-        w.push(fid::DSPLY_NAME, Value::Ascii(&name));
-        for (f, raw) in FieldList::from_trusted(&buf).raw_iter() {
-            w.push_raw(f, raw);
-        }
-        w.finish();
-        ids.push(publisher.publish_refresh(&name, FieldList::from_trusted(&img))?);
-        if i % 4096 == 4095 {
-            publisher.flush(Duration::from_secs(30))?;
-        }
-    }
-    publisher.set_service_up(true)?;
-    publisher.flush(Duration::from_secs(30))?;
     let image_seconds = image_start.elapsed().as_secs_f64();
     if !args.json {
         println!(
@@ -228,7 +217,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             // the part of the wait beyond 2 ms, then sleep precisely to the burst time.
             let wait = due - now;
             if wait > Duration::from_millis(2) {
-                publisher.dispatch(wait - Duration::from_millis(2))?;
+                sink.serve(wait - Duration::from_millis(2))?;
             } else {
                 std::thread::sleep(wait);
             }
@@ -270,19 +259,14 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             };
             buf.clear();
             write_level1(&mut buf, q);
-            publisher.publish_update(
-                ids[i],
-                UpdateType::Quote,
-                FieldList::from_trusted(&buf),
-                false,
-            )?;
+            sink.update(i, &buf)?;
         }
         stamp_credit = stamp_credit.min(n as f64 + 1.0);
         sent += n;
         tick += 1;
-        publisher.flush(Duration::from_secs(30))?;
+        sink.flush()?;
         // Answer the node (image requests with the cache off, pings) every burst.
-        publisher.dispatch(Duration::ZERO)?;
+        sink.serve(Duration::ZERO)?;
         if now >= next_report {
             second += 1;
             let in_second = sent - sent_at_report;
@@ -304,7 +288,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             next_report += Duration::from_secs(1);
         }
     }
-    publisher.flush(Duration::from_secs(30))?;
+    sink.flush()?;
     let seconds = start.elapsed().as_secs_f64();
     let u = self_usage();
     let cpu = (u.cpu_user_s - usage0.cpu_user_s) + (u.cpu_sys_s - usage0.cpu_sys_s);
@@ -343,4 +327,119 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
         );
     }
     Ok(summary)
+}
+
+/// Where perf-pub's updates go.
+trait Sink {
+    /// Queues one update of item `item` (its encoded field list).
+    fn update(&mut self, item: usize, fields: &[u8]) -> Result<()>;
+    /// Sends what is queued.
+    fn flush(&mut self) -> Result<()>;
+    /// Answers the server (requests, pings) for up to `wait`.
+    fn serve(&mut self, wait: Duration) -> Result<()>;
+}
+
+/// A Tickwire publisher: every item's image first, then updates on its stream.
+struct TickwireSink {
+    publisher: Publisher,
+    ids: Vec<ItemId>,
+}
+
+impl TickwireSink {
+    fn connect(args: &PerfPubArgs, quotes: &[Level1]) -> Result<TickwireSink> {
+        let mut connect = ConnectOptions::new(args.node.clone());
+        connect.application = "tickwire-perf-pub".into();
+        args.credentials
+            .apply(&mut connect)
+            .map_err(anyhow::Error::msg)?;
+        let mut publisher = Publisher::connect(PublisherOptions {
+            start_down: true,
+            ..PublisherOptions::new(connect, args.service.clone())
+        })
+        .with_context(|| format!("perf-pub: cannot connect to {}", args.node))?;
+        // Images: the Level 1 fields plus a display name.
+        let mut ids = Vec::with_capacity(quotes.len());
+        let mut buf = Vec::with_capacity(256);
+        for (i, q) in quotes.iter().enumerate() {
+            buf.clear();
+            write_level1(&mut buf, q);
+            let name = format!("SYM{i}");
+            let mut img = Vec::with_capacity(buf.len() + 16);
+            let mut w = FieldListWriter::new(&mut img);
+            w.push(fid::DSPLY_NAME, Value::Ascii(&name));
+            for (f, raw) in FieldList::from_trusted(&buf).raw_iter() {
+                w.push_raw(f, raw);
+            }
+            w.finish();
+            ids.push(publisher.publish_refresh(&name, FieldList::from_trusted(&img))?);
+            if i % 4096 == 4095 {
+                publisher.flush(Duration::from_secs(30))?;
+            }
+        }
+        publisher.set_service_up(true)?;
+        publisher.flush(Duration::from_secs(30))?;
+        Ok(TickwireSink { publisher, ids })
+    }
+}
+
+impl Sink for TickwireSink {
+    fn update(&mut self, item: usize, fields: &[u8]) -> Result<()> {
+        self.publisher.publish_update(
+            self.ids[item],
+            UpdateType::Quote,
+            FieldList::from_trusted(fields),
+            false,
+        )?;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        Ok(self.publisher.flush(Duration::from_secs(30))?)
+    }
+
+    fn serve(&mut self, wait: Duration) -> Result<()> {
+        self.publisher.dispatch(wait)?;
+        Ok(())
+    }
+}
+
+/// A NATS publisher: subject `SERVICE.SYMn`, the item's sequence number, the fields.
+struct NatsSink {
+    conn: crate::nats::Connection,
+    subjects: Vec<Vec<u8>>,
+    seqs: Vec<u32>,
+}
+
+impl NatsSink {
+    fn connect(args: &PerfPubArgs) -> Result<NatsSink> {
+        let conn =
+            crate::nats::Connection::connect(&args.node, "perf-pub", Duration::from_secs(10))?;
+        Ok(NatsSink {
+            conn,
+            subjects: (0..args.items)
+                .map(|i| format!("{}.SYM{i}", args.service).into_bytes())
+                .collect(),
+            seqs: vec![0; args.items],
+        })
+    }
+}
+
+impl Sink for NatsSink {
+    fn update(&mut self, item: usize, fields: &[u8]) -> Result<()> {
+        let seq = &mut self.seqs[item];
+        *seq = seq.wrapping_add(1);
+        self.conn
+            .publish(&self.subjects[item], &[&seq.to_le_bytes(), fields]);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.conn.flush()
+    }
+
+    fn serve(&mut self, wait: Duration) -> Result<()> {
+        // Nothing arrives but pings (answered inside) and errors.
+        self.conn.read(wait, |_| {})?;
+        Ok(())
+    }
 }

@@ -670,7 +670,7 @@ pub(crate) fn control_channel(
     Some(rx)
 }
 
-fn value_sum(v: &Value<'_>) -> i64 {
+pub(crate) fn value_sum(v: &Value<'_>) -> i64 {
     match v {
         Value::Int(i) => *i,
         Value::UInt(u) => *u as i64,

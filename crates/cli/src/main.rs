@@ -60,6 +60,9 @@ enum Command {
     /// Performance lab: a WebSocket load subscriber (tr_json2 JSON, latency from
     /// TIM_TRK_1), driven by `tickwire bench ws`.
     PerfWsSub(tickwire_bench::perf_ws_sub::PerfWsSubArgs),
+    /// Performance lab: the load subscriber of the NATS peer (the same decoding,
+    /// sequence and latency checks as perf-sub), driven by `tickwire bench peers`.
+    PerfNatsSub(tickwire_bench::perf_nats_sub::PerfNatsSubArgs),
     /// Performance lab: the load poster (posts kept in flight up to a window, Ack
     /// latency, the node's journal system calls per post), driven by `tickwire bench
     /// journal`.
@@ -290,6 +293,12 @@ fn main() {
             let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
             let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
             tickwire_bench::perf_ws_sub::run(a, stop)
+        }
+        Command::PerfNatsSub(a) => {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
+            let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
+            tickwire_bench::perf_nats_sub::run(a, stop)
         }
         Command::PerfSub(a) => {
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

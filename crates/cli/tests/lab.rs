@@ -761,3 +761,72 @@ fn bench_journal_writes_one_line_per_sync_policy() {
     assert!(report.contains("Journaling every update"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn run_peers(dir: &std::path::Path, nats_server: Option<&str>) -> Value {
+    let _ = std::fs::remove_dir_all(dir);
+    let mut cmd = Command::new(bin());
+    cmd.args(["bench", "peers", "--out", dir.to_str().unwrap()])
+        .args(["--items", "200", "--rates", "500", "--step-seconds", "1"])
+        .args(["--start-rate", "500", "--max-rate", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(p) = nats_server {
+        cmd.env("TICKWIRE_NATS_SERVER", p);
+    }
+    let status = cmd.status().unwrap();
+    assert!(status.success(), "bench peers: {status}");
+    read_results(dir)
+}
+
+/// A system's entry: its highest sustained rate and a latency ladder shaped like the
+/// single node's, every update delivered.
+fn assert_peer_measured(p: &Value, name: &str) {
+    assert_eq!(p["available"], true, "{name}: {p}");
+    assert!(
+        p["max_sustainable_updates_per_s"].as_u64().unwrap() >= 500,
+        "{name}: {p}"
+    );
+    let lat = p["latency"].as_array().expect("latency ladder");
+    assert_eq!(lat[0]["rate"], 500, "{name}: {lat:?}");
+    assert!(lat[0]["p50_ns"].as_u64().unwrap() > 0, "{name}");
+    assert!(lat[0]["p99_ns"].as_u64().unwrap() >= lat[0]["p50_ns"].as_u64().unwrap());
+    assert_eq!(lat[0]["gaps"], 0, "{name}");
+    assert!(lat[0]["count"].as_u64().unwrap() > 0, "{name}");
+}
+
+/// `bench peers`: Tickwire and NATS (installed by scripts/setup.sh) measured by the
+/// same procedure in one run, side by side in the report.
+#[test]
+fn bench_peers_measures_tickwire_and_nats_side_by_side() {
+    let dir = std::env::temp_dir().join(format!("tickwire-peers-{}", std::process::id()));
+    let r = run_peers(&dir, None);
+    let p = &r["peers"];
+    assert_peer_measured(&p["tickwire"], "tickwire");
+    assert_peer_measured(
+        &p["nats"],
+        "nats (is nats-server installed? scripts/setup.sh installs it)",
+    );
+    assert!(p["nats"]["version"]
+        .as_str()
+        .unwrap()
+        .contains("nats-server"));
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("## Peers"), "{md}");
+    assert!(md.contains("perf-nats-sub --nats"), "{md}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without the peer's server the scenario says so, still measures Tickwire and exits 0.
+#[test]
+fn bench_peers_without_nats_says_so_and_measures_tickwire() {
+    let dir = std::env::temp_dir().join(format!("tickwire-peers-none-{}", std::process::id()));
+    let r = run_peers(&dir, Some("/nonexistent/nats-server"));
+    let p = &r["peers"];
+    assert_peer_measured(&p["tickwire"], "tickwire");
+    assert_eq!(p["nats"]["available"], false, "{p}");
+    let why = p["nats"]["unavailable"].as_str().unwrap();
+    assert!(why.contains("TICKWIRE_NATS_SERVER"), "{why}");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("**nats** was not measured"), "{md}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

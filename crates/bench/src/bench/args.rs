@@ -136,8 +136,8 @@ pub struct WsFlags {
 // The backbone scenario.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct BackboneFlags {
-    /// Backbone scenario: how the nodes' Aeron driver and receiver threads wait when
-    /// idle (`[backbone] idle`: yield, backoff, sleep, spin).
+    /// Backbone scenario: how the nodes' Aeron driver threads (which run the receivers
+    /// too) wait when idle (`[backbone] idle`: yield, backoff, sleep, spin).
     #[arg(long, value_name = "STRATEGY", default_value = "yield")]
     pub backbone_idle: String,
 }
@@ -360,6 +360,14 @@ scenario_args! {
         start: StartRateFlags,
         limit: LimitFlags,
     }
+    // Tickwire (cache off) and NATS: a max search and the latency ladder each.
+    PeersArgs {
+        items: ItemsFlags,
+        step: StepFlags,
+        ladder: LadderFlags,
+        start: StartRateFlags,
+        limit: LimitFlags,
+    }
     // Posts; then, unless --journal-posts-only, a max search with and without the
     // journal on a throughput rig (--items at most 10,000).
     JournalArgs {
@@ -421,7 +429,7 @@ mod tests {
         bench: BenchCommand,
     }
 
-    const SCENARIOS: [&str; 11] = [
+    const SCENARIOS: [&str; 12] = [
         "throughput",
         "fanout",
         "latency",
@@ -429,6 +437,7 @@ mod tests {
         "quick",
         "backbone",
         "tree",
+        "peers",
         "journal",
         "stall",
         "ws",
@@ -460,6 +469,7 @@ mod tests {
             BenchCommand::Quick(a) => a.into(),
             BenchCommand::Backbone(a) => a.into(),
             BenchCommand::Tree(a) => a.into(),
+            BenchCommand::Peers(a) => a.into(),
             BenchCommand::Journal(a) => a.into(),
             BenchCommand::Stall(a) => a.into(),
             BenchCommand::Ws(a) => a.into(),

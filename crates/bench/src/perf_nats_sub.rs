@@ -1,0 +1,183 @@
+//! `tickwire perf-nats-sub`: the lab's load subscriber for the NATS peer (`tickwire
+//! bench peers`). One connection subscribes to `SERVICE.>`; every message is decoded as
+//! perf-sub decodes an update (every field, TIM_TRK_1's latency), and the item's
+//! sequence number that `perf-pub --system nats` puts first in each message is checked,
+//! so a message the server dropped (a slow consumer) is counted as a gap. It speaks the
+//! same `--control` and `--json` lines as perf-sub, so `tickwire bench` drives either.
+
+use crate::nats::{Connection, Frame};
+use crate::perf_sub::{control_channel, value_sum, Counts, Reports};
+use crate::stats::{pin, realtime_ns, Latency, TIMESTAMP_FLOOR};
+use anyhow::{bail, Result};
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickwire_proto::{fid, FieldList, Value};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct PerfNatsSubArgs {
+    /// The NATS server (host:port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:4222")]
+    pub nats: String,
+    /// Subjects SERVICE.SYM0 .. SERVICE.SYM{N-1} (one wildcard subscription).
+    #[arg(long, value_name = "NAME", default_value = "FEED")]
+    pub service: String,
+    /// Items published (messages for higher numbers are counted as junk).
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub items: usize,
+    /// Seconds to run.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub duration: f64,
+    /// Pin to these CPUs, e.g. `0` or `0,1`.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+    /// One JSON object per line (`ready` once subscribed, then as perf-sub).
+    #[arg(long)]
+    pub json: bool,
+    /// Read `mark NAME` / `quit` from standard input (as perf-sub).
+    #[arg(long)]
+    pub control: bool,
+}
+
+struct Subscription {
+    conn: Connection,
+}
+
+fn subscribe(args: &PerfNatsSubArgs) -> Result<Subscription> {
+    let mut conn = Connection::connect(&args.nats, "perf-nats-sub", Duration::from_secs(10))?;
+    conn.subscribe(&format!("{}.>", args.service), 1);
+    // The PONG comes after the server has registered the subscription.
+    conn.ping(Duration::from_secs(10))?;
+    Ok(Subscription { conn })
+}
+
+pub fn run(args: PerfNatsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
+    pin(&args.cpus)?;
+    crate::stats::precise_timers();
+    if args.items == 0 {
+        bail!("--items must be at least 1");
+    }
+    let mut sub = subscribe(&args)?;
+    if args.json {
+        println!("{}", json!({"type": "ready", "role": "perf-sub"}));
+    }
+    let prefix = format!("{}.SYM", args.service);
+    let marks = control_channel(args.control, stop.clone());
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(args.duration.max(0.0));
+    let mut c = Counts::default();
+    let mut seqs: Vec<Option<u32>> = vec![None; args.items];
+    let (mut overall, mut since_mark, mut second) =
+        (Latency::default(), Latency::default(), Latency::default());
+    let mut reports = Reports::new("perf-nats-sub", args.json, start);
+    let (mut junk, mut reconnects, mut checksum) = (0u64, 0u64, 0i64);
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        let read = sub.conn.read(Duration::from_millis(10), |frame| {
+            let Frame::Msg {
+                subject, payload, ..
+            } = frame
+            else {
+                return;
+            };
+            let Some(idx) = item_index(subject, prefix.as_bytes(), args.items) else {
+                junk += 1;
+                return;
+            };
+            let Some((seq, fields)) = payload
+                .split_first_chunk::<4>()
+                .and_then(|(s, f)| Some((u32::from_le_bytes(*s), FieldList::decode(f).ok()?)))
+            else {
+                junk += 1;
+                return;
+            };
+            c.updates += 1;
+            if let Some(prev) = seqs[idx] {
+                if seq != prev.wrapping_add(1) {
+                    c.gaps += 1;
+                }
+            }
+            seqs[idx] = Some(seq);
+            let mut stamp = 0;
+            for (f, v) in fields.iter() {
+                checksum = checksum.wrapping_add(value_sum(&v));
+                if f == fid::TIM_TRK_1 {
+                    if let Value::UInt(ts) = v {
+                        stamp = ts;
+                    }
+                }
+            }
+            if stamp >= TIMESTAMP_FLOOR {
+                let lat = realtime_ns().saturating_sub(stamp);
+                overall.record(lat);
+                since_mark.record(lat);
+                second.record(lat);
+            }
+        });
+        if let Err(e) = read {
+            // A slow consumer is cut off by the server: reconnect, and let the
+            // sequence numbers count what was lost.
+            eprintln!("perf-nats-sub: {e:#}; reconnecting");
+            sub = loop {
+                match subscribe(&args) {
+                    Ok(s) => break s,
+                    Err(e) if Instant::now() < end && !stop.load(Ordering::Relaxed) => {
+                        eprintln!("perf-nats-sub: {e:#}");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            reconnects += 1;
+        }
+        if let Some(rx) = &marks {
+            while let Ok(name) = rx.try_recv() {
+                reports.mark(name, c, reconnects, &mut since_mark);
+            }
+        }
+        reports.second_if_due(Instant::now(), c, &mut second);
+    }
+    let summary = json!({"items": args.items, "updates": c.updates, "gaps": c.gaps,
+        "junk": junk, "reconnects": reconnects, "checksum": checksum,
+        "seconds": start.elapsed().as_secs_f64(), "latency": overall.summary()});
+    if args.json {
+        println!(
+            "{}",
+            json!({"type": "summary", "role": "perf-sub", "summary": summary})
+        );
+    } else {
+        println!("perf-nats-sub: {summary}");
+    }
+    Ok(())
+}
+
+/// The item index of subject `PREFIXn` (n below `items`).
+fn item_index(subject: &[u8], prefix: &[u8], items: usize) -> Option<usize> {
+    let digits = subject.strip_prefix(prefix)?;
+    if digits.is_empty() || digits.len() > 9 {
+        return None;
+    }
+    let mut n = 0usize;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + usize::from(d - b'0');
+    }
+    (n < items).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::item_index;
+
+    #[test]
+    fn subjects_map_to_items() {
+        assert_eq!(item_index(b"FEED.SYM0", b"FEED.SYM", 10), Some(0));
+        assert_eq!(item_index(b"FEED.SYM9", b"FEED.SYM", 10), Some(9));
+        assert_eq!(item_index(b"FEED.SYM10", b"FEED.SYM", 10), None);
+        assert_eq!(item_index(b"FEED.SYM", b"FEED.SYM", 10), None);
+        assert_eq!(item_index(b"FEED.SYMx", b"FEED.SYM", 10), None);
+        assert_eq!(item_index(b"OTHER.SYM1", b"FEED.SYM", 10), None);
+    }
+}
