@@ -19,7 +19,9 @@ pub mod wire;
 mod tests;
 
 pub use edge::{Edge, EdgeConfig, EdgeStats};
-pub use link::{DriverCounters, IdleStrategy, Link, LinkConfig, Received};
+pub use link::{
+    edge_data_channel, is_dynamic_mdc, DriverCounters, IdleStrategy, Link, LinkConfig, Received,
+};
 pub use source::{Source, SourceConfig, SourceStats};
 
 use std::time::Instant;

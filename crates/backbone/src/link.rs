@@ -88,6 +88,8 @@ pub struct LinkConfig {
     /// Receive data (edge role).
     pub edge: bool,
     pub idle: IdleStrategy,
+    /// With `IdleStrategy::Backoff`: the longest sleep of the idle driver thread.
+    pub max_park: Duration,
     /// Aeron term buffer length (a power of two, 64 KiB to 1 GiB); a publication's log
     /// is three terms.
     pub term_length: usize,
@@ -111,6 +113,7 @@ impl LinkConfig {
             source: false,
             edge: false,
             idle: IdleStrategy::Yield,
+            max_park: Duration::from_millis(1),
             term_length: 1 << 20,
             nak_max_backoff: Duration::from_micros(100),
             retransmit_linger: Duration::from_millis(1),
@@ -146,6 +149,62 @@ pub fn aeron_channel(channel: &str) -> (String, Option<String>) {
         "multicast group {ip} is even: Aeron sends data to an odd group and control to the next one, so data goes to {data} and control to {ip}"
     );
     (out, Some(note))
+}
+
+/// The value of parameter `key` of an Aeron UDP channel (`aeron:udp?k=v|k=v`).
+fn channel_param<'a>(channel: &'a str, key: &str) -> Option<&'a str> {
+    let params = channel.split_once('?')?.1;
+    params
+        .split('|')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
+
+/// Whether `channel` is a multi-destination-cast one: the source publishes to every
+/// edge that joins (`control=SOURCE:PORT|control-mode=dynamic`), with no multicast.
+pub fn is_dynamic_mdc(channel: &str) -> bool {
+    channel_param(channel, "control-mode") == Some("dynamic")
+        && channel_param(channel, "control").is_some()
+}
+
+/// The channel an edge receives a multi-destination-cast source on: `channel` with
+/// `endpoint=THIS_HOST:0` added (the edge's driver binds a port of its own and tells
+/// the source's control address, which then sends to it). THIS_HOST is the channel's
+/// `interface` if it has one, else the address this host reaches the source from.
+/// Any other channel is returned as it is.
+pub fn edge_data_channel(channel: &str) -> Result<String, BackboneError> {
+    if !is_dynamic_mdc(channel) || channel_param(channel, "endpoint").is_some() {
+        return Ok(channel.to_string());
+    }
+    let bad = |detail: String| BackboneError::Channel {
+        what: "multi-destination-cast data subscription",
+        channel: channel.to_string(),
+        detail,
+    };
+    let host = match channel_param(channel, "interface") {
+        Some(i) => i.split('/').next().unwrap_or(i).to_string(),
+        None => {
+            let control = channel_param(channel, "control").unwrap_or_default();
+            let to = std::net::ToSocketAddrs::to_socket_addrs(control)
+                .map_err(|e| bad(format!("control address {control:?}: {e}")))?
+                .next()
+                .ok_or_else(|| bad(format!("control address {control:?} resolves to nothing")))?;
+            let any: std::net::SocketAddr = if to.is_ipv4() {
+                "0.0.0.0:0".parse().expect("literal")
+            } else {
+                "[::]:0".parse().expect("literal")
+            };
+            let probe = std::net::UdpSocket::bind(any)
+                .and_then(|s| s.connect(to).and_then(|_| s.local_addr()))
+                .map_err(|e| bad(format!("no route to the source at {to}: {e}")))?;
+            match probe.ip() {
+                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+                ip => ip.to_string(),
+            }
+        }
+    };
+    Ok(format!("{channel}|endpoint={host}:0"))
 }
 
 fn default_driver_base() -> PathBuf {
@@ -312,6 +371,7 @@ impl Link {
         if let (Some(note), true) = (note, cfg.request_channel != cfg.channel) {
             info!("backbone: request channel: {note}");
         }
+        let cfg_channel = channel.clone();
         let channel = channel.into_c_string();
         let request_channel = request_channel.into_c_string();
         let add_pub = |ch: &std::ffi::CStr, stream: i32, what: &'static str| {
@@ -346,7 +406,12 @@ impl Link {
             None
         };
         let data_in = if cfg.edge {
-            Some(add_sub(&channel, cfg.data_stream, "data subscription")?)
+            let edge_channel = edge_data_channel(&cfg_channel)?.into_c_string();
+            Some(add_sub(
+                &edge_channel,
+                cfg.data_stream,
+                "data subscription",
+            )?)
         } else {
             None
         };
@@ -659,6 +724,16 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
         "threading mode",
         ctx.set_threading_mode(aeron_threading_mode_enum::AERON_THREADING_MODE_SHARED),
     )?;
+    if cfg.idle == IdleStrategy::Backoff {
+        // Aeron's back-off: 10 spins, 20 yields, then sleeps from 1 µs doubling up to
+        // the ceiling (Aeron's own default ceiling is 1 ms). The arguments are read
+        // when the strategy is set, so they go first.
+        let args = format!("10-20-1us-{}us", cfg.max_park.as_micros().max(1));
+        set(
+            "idle strategy",
+            ctx.set_shared_idle_strategy_init_args(&args.into_c_string()),
+        )?;
+    }
     set(
         "idle strategy",
         ctx.set_shared_idle_strategy(cfg.idle.driver_name()),
@@ -684,6 +759,10 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
         std::thread::Builder::new()
             .name("aeron-driver".into())
             .spawn(move || {
+                // Sleeps of microseconds (the back-off's) last what they ask, not the
+                // kernel's default 50 µs slack more.
+                // SAFETY: prctl on the calling thread with integer arguments.
+                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000u64, 0, 0, 0) };
                 let driver = match AeronDriver::new(&ctx).and_then(|d| d.start(true).map(|_| d)) {
                     Ok(d) => d,
                     Err(e) => {
@@ -763,7 +842,35 @@ pub fn remove_stale_drivers(base: &Path) {
 
 #[cfg(test)]
 mod channel_tests {
-    use super::aeron_channel;
+    use super::{aeron_channel, edge_data_channel, is_dynamic_mdc};
+
+    #[test]
+    fn an_edge_on_a_multi_destination_cast_channel_gets_an_endpoint_of_its_own() {
+        let mdc = "aeron:udp?control=127.0.0.1:40456|control-mode=dynamic";
+        assert!(is_dynamic_mdc(mdc));
+        assert_eq!(
+            edge_data_channel(mdc).unwrap(),
+            format!("{mdc}|endpoint=127.0.0.1:0")
+        );
+        // The interface, when the channel names one.
+        let with_if = "aeron:udp?control=127.0.0.1:40456|control-mode=dynamic|interface=127.0.0.2";
+        assert!(edge_data_channel(with_if)
+            .unwrap()
+            .ends_with("|endpoint=127.0.0.2:0"));
+        // An endpoint already given, multicast and plain unicast: unchanged.
+        for ch in [
+            "aeron:udp?control=127.0.0.1:40456|control-mode=dynamic|endpoint=127.0.0.1:40500",
+            "aeron:udp?endpoint=239.20.30.41:40456|interface=127.0.0.1",
+            "aeron:udp?endpoint=127.0.0.1:40456",
+        ] {
+            assert_eq!(edge_data_channel(ch).unwrap(), ch);
+        }
+        assert!(!is_dynamic_mdc("aeron:udp?endpoint=127.0.0.1:40456"));
+        assert!(
+            edge_data_channel("aeron:udp?control=no-such-host.invalid:1|control-mode=dynamic")
+                .is_err()
+        );
+    }
 
     #[test]
     fn an_even_multicast_group_is_the_control_group_of_the_odd_one_below() {

@@ -500,3 +500,61 @@ fn where_there_is_no_multicast_a_source_and_an_edge_work_over_unicast() {
         .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
     assert_serves(edge.addr, "FEED", "SYM2", 5);
 }
+
+/// Without multicast, one source serves several edges by multi-destination-cast: each
+/// edge's driver joins the source's control address with a port of its own, and both
+/// edges' subscribers get the data; the requests go to the source over unicast.
+#[test]
+fn where_there_is_no_multicast_several_edges_join_a_source_by_multi_destination_cast() {
+    let port = || {
+        UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .map(|a| a.port())
+            .expect("a free UDP port")
+    };
+    let section = format!(
+        "channel = \"aeron:udp?control=127.0.0.1:{}|control-mode=dynamic\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\n",
+        port(),
+        port()
+    );
+    let src_cfg = TempConfig::new(
+        "mdc-source",
+        &format!("[backbone]\nrole = \"source\"\n{section}"),
+    );
+    let edge_cfg = TempConfig::new(
+        "mdc-edge",
+        &format!("[backbone]\nrole = \"edge\"\n{section}"),
+    );
+    let mut source = Node::start(&["--config", src_cfg.path(), "--name", "src"]);
+    source.proc.wait_for_line("backbone: source on", T);
+    let mut edges = Vec::new();
+    for name in ["edge-a", "edge-b"] {
+        let mut edge = Node::start(&["--config", edge_cfg.path(), "--name", name]);
+        edge.proc.wait_for_line("backbone: edge on", T);
+        edges.push(edge);
+    }
+    let _feed = start_publisher(&source, "FEED", 5, 200, false);
+    for edge in &edges {
+        wait_for_image(edge.addr, "FEED", "SYM3", T)
+            .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+        assert_serves(edge.addr, "FEED", "SYM3", 5);
+    }
+}
+
+/// A multi-destination-cast channel without a unicast request channel is refused with
+/// what to write.
+#[test]
+fn a_multi_destination_cast_channel_needs_a_request_channel() {
+    let cfg = TempConfig::new(
+        "mdc-no-requests",
+        "[backbone]\nrole = \"edge\"\nchannel = \"aeron:udp?control=127.0.0.1:40999|control-mode=dynamic\"\n",
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["node", "--config", cfg.path(), "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("backbone.request_channel"), "{err}");
+    assert!(err.contains("aeron:udp?endpoint=SOURCE_HOST"), "{err}");
+}

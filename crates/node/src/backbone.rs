@@ -14,7 +14,9 @@ pub struct BackboneSection {
     /// subscribers from the backbone), `both`, or empty (no backbone).
     pub role: String,
     /// Aeron channel, e.g. `aeron:udp?endpoint=239.20.30.40:40456|interface=127.0.0.1`
-    /// (multicast) or a unicast one.
+    /// (multicast), a unicast one, or multi-destination-cast where there is no multicast
+    /// (`aeron:udp?control=SOURCE_HOST:40456|control-mode=dynamic`: the source sends to
+    /// every edge that joins; then `request_channel` must be unicast to the source).
     pub channel: String,
     /// Channel of the edges' requests to the sources; empty: `channel`.
     pub request_channel: String,
@@ -34,6 +36,9 @@ pub struct BackboneSection {
     /// `yield` (default: lowest latency without starving a 2-CPU machine), `backoff`,
     /// `sleep` (least CPU) or `spin`.
     pub idle: String,
+    /// With `idle = "backoff"`: the longest sleep of an idle driver thread, in
+    /// microseconds (it spins, yields, then sleeps 1 µs, 2, 4... up to this).
+    pub max_park_us: u64,
     /// Aeron's multicast NAK back-off ceiling, in microseconds.
     pub nak_max_backoff_us: u64,
     /// How long a retransmission lingers before the same data may be sent again, in
@@ -57,6 +62,7 @@ impl Default for BackboneSection {
             liveness_ms: 1000,
             heartbeat_ms: 100,
             idle: "yield".into(),
+            max_park_us: 1000,
             nak_max_backoff_us: 100,
             retransmit_linger_us: 1000,
             batch_bytes: 1376,
@@ -112,6 +118,22 @@ impl BackboneSection {
                 ));
             }
         }
+        if tickwire_backbone::is_dynamic_mdc(&self.channel) {
+            if self.request_channel.is_empty() {
+                return Err(invalid(
+                    "backbone.request_channel",
+                    "\"\"",
+                    "the channel is multi-destination-cast (control-mode=dynamic), which carries a source's data to the edges only: the edges' requests need a unicast channel to the source, e.g. aeron:udp?endpoint=SOURCE_HOST:40457",
+                ));
+            }
+            if let Err(e) = tickwire_backbone::edge_data_channel(&self.channel) {
+                return Err(invalid(
+                    "backbone.channel",
+                    format!("{:?}", self.channel),
+                    &e.to_string(),
+                ));
+            }
+        }
         if self.data_stream == self.request_stream {
             return Err(invalid(
                 "backbone.request_stream",
@@ -147,6 +169,13 @@ impl BackboneSection {
                 "allowed values are yield, backoff, sleep, spin",
             ));
         }
+        if !(1..=1_000_000).contains(&self.max_park_us) {
+            return Err(invalid(
+                "backbone.max_park_us",
+                self.max_park_us,
+                "allowed: 1 to 1000000 (1 s)",
+            ));
+        }
         if !(256..=65_536).contains(&self.batch_bytes) {
             return Err(invalid(
                 "backbone.batch_bytes",
@@ -173,6 +202,7 @@ impl BackboneSection {
         l.request_stream = self.request_stream;
         l.term_length = self.term_length;
         l.idle = IdleStrategy::parse(&self.idle).unwrap_or(IdleStrategy::Yield);
+        l.max_park = Duration::from_micros(self.max_park_us);
         l.nak_max_backoff = Duration::from_micros(self.nak_max_backoff_us);
         l.retransmit_linger = Duration::from_micros(self.retransmit_linger_us);
         l

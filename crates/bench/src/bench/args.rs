@@ -140,6 +140,10 @@ pub struct BackboneFlags {
     /// too) wait when idle (`[backbone] idle`: yield, backoff, sleep, spin).
     #[arg(long, value_name = "STRATEGY", default_value = "yield")]
     pub backbone_idle: String,
+    /// Backbone scenario: with `--backbone-idle backoff`, the longest sleep of an idle
+    /// driver thread in µs (`[backbone] max_park_us`; default: the node's).
+    #[arg(long, value_name = "US")]
+    pub backbone_max_park_us: Option<u64>,
 }
 
 // The memory scenario.
@@ -245,6 +249,7 @@ impl AllFlags {
             ws_fanout_items: ws.ws_fanout_items,
             ws_fanout_rate: ws.ws_fanout_rate,
             backbone_idle: backbone.backbone_idle,
+            backbone_max_park_us: backbone.backbone_max_park_us,
             memory_connections: memory.memory_connections,
             memory_items: memory.memory_items,
             journal_posts_only: journal.journal_posts_only,
@@ -279,6 +284,7 @@ pub struct BenchArgs {
     pub ws_fanout_items: usize,
     pub ws_fanout_rate: u64,
     pub backbone_idle: String,
+    pub backbone_max_park_us: Option<u64>,
     pub memory_connections: usize,
     pub memory_items: usize,
     pub journal_posts_only: bool,
@@ -543,6 +549,7 @@ mod tests {
             "--ws-fanout-items",
             "--ws-fanout-rate",
             "--backbone-idle",
+            "--backbone-max-park-us",
             "--memory-connections",
             "--memory-items",
             "--journal-posts-only",
@@ -579,6 +586,7 @@ mod tests {
             ws_fanout_items: 100,
             ws_fanout_rate: 2_000,
             backbone_idle: "yield".into(),
+            backbone_max_park_us: None,
             memory_connections: 1_000,
             memory_items: 100,
             journal_posts_only: false,

@@ -72,8 +72,11 @@ impl Lab {
         Ok(RigSpec {
             backbone: Some(BackboneSpec::loopback()?),
             node_config: Some(format!(
-                "[backbone]\nidle = {:?}\n",
-                self.args.backbone_idle
+                "[backbone]\nidle = {:?}\n{}",
+                self.args.backbone_idle,
+                self.args
+                    .backbone_max_park_us
+                    .map_or(String::new(), |us| format!("max_park_us = {us}\n"))
             )),
             ..RigSpec::new(label, cache, items)
         })
