@@ -87,6 +87,10 @@ pub struct LinkConfig {
     pub source: bool,
     /// Receive data (edge role).
     pub edge: bool,
+    /// An edge's hot-standby source where there is no multicast: its data channel
+    /// (multi-destination-cast) and its request channel (unicast). The edge receives
+    /// both sources, and its requests go to both.
+    pub standby: Option<(String, String)>,
     pub idle: IdleStrategy,
     /// With `IdleStrategy::Backoff`: the longest sleep of the idle driver thread.
     pub max_park: Duration,
@@ -112,6 +116,7 @@ impl LinkConfig {
             request_stream: 1002,
             source: false,
             edge: false,
+            standby: None,
             idle: IdleStrategy::Yield,
             max_park: Duration::from_millis(1),
             term_length: 1 << 20,
@@ -396,25 +401,41 @@ impl Link {
         } else {
             None
         };
-        let request_out = if cfg.edge {
-            Some(add_pub(
+        let request_out = match (&cfg.standby, cfg.edge) {
+            (_, false) => None,
+            (None, true) => Some(add_pub(
                 &request_channel,
                 cfg.request_stream,
                 "request publication",
-            )?)
-        } else {
-            None
+            )?),
+            // One publication sending each request to both sources (Aeron's
+            // multi-destination-cast with destinations of our choosing).
+            (Some((_, standby_requests)), true) => {
+                let p = add_pub(
+                    c"aeron:udp?control-mode=manual",
+                    cfg.request_stream,
+                    "request publication",
+                )?;
+                for dest in [&cfg.request_channel, standby_requests] {
+                    p.publication
+                        .add_destination(&dest.clone().into_c_string(), timeout)
+                        .map_err(|e| BackboneError::channel("request destination", dest, e))?;
+                }
+                Some(p)
+            }
         };
-        let data_in = if cfg.edge {
-            let edge_channel = edge_data_channel(&cfg_channel)?.into_c_string();
-            Some(add_sub(
-                &edge_channel,
-                cfg.data_stream,
-                "data subscription",
-            )?)
-        } else {
-            None
-        };
+        let mut data_in = Vec::new();
+        if cfg.edge {
+            let standby = cfg.standby.as_ref().map(|(data, _)| data.as_str());
+            for ch in std::iter::once(cfg_channel.as_str()).chain(standby) {
+                let edge_channel = edge_data_channel(ch)?.into_c_string();
+                data_in.push(add_sub(
+                    &edge_channel,
+                    cfg.data_stream,
+                    "data subscription",
+                )?);
+            }
+        }
         let request_in = if cfg.source {
             Some(add_sub(
                 &request_channel,
@@ -580,7 +601,8 @@ fn on_message(sink: &mut Sink, msg: &[u8], header: AeronHeader) {
 /// The receiver: polls the subscriptions and hands whole messages, in batches, to the
 /// event loop.
 struct Receive {
-    data_in: Option<AeronSubscription>,
+    /// One per source channel (two with a standby over multi-destination-cast).
+    data_in: Vec<AeronSubscription>,
     request_in: Option<AeronSubscription>,
     data_asm: AeronFragmentClosureAssembler,
     request_asm: AeronFragmentClosureAssembler,
@@ -597,7 +619,7 @@ struct Receive {
 
 impl Receive {
     fn new(
-        data_in: Option<AeronSubscription>,
+        data_in: Vec<AeronSubscription>,
         request_in: Option<AeronSubscription>,
         batches: SyncSender<Vec<u8>>,
         empties: Receiver<Vec<u8>>,
@@ -656,8 +678,8 @@ impl Agent for Receive {
         while let Ok(session) = self.rejects.try_recv() {
             if let Some(image) = self
                 .data_in
-                .as_ref()
-                .and_then(|s| s.image_by_session_id(session))
+                .iter()
+                .find_map(|s| s.image_by_session_id(session))
             {
                 match image.reject(c"tickwire edge: source lost, re-imaging") {
                     Ok(_) => info!("backbone: rejected the image of Aeron session {session}"),
@@ -672,8 +694,8 @@ impl Agent for Receive {
             }
         }
         let mut work = 0usize;
-        if let Some(sub) = &self.data_in {
-            self.sink.kind = 0;
+        self.sink.kind = 0;
+        for sub in &self.data_in {
             work += self
                 .data_asm
                 .poll(sub, &mut self.sink, on_message, 64)

@@ -558,3 +558,98 @@ fn a_multi_destination_cast_channel_needs_a_request_channel() {
     assert!(err.contains("backbone.request_channel"), "{err}");
     assert!(err.contains("aeron:udp?endpoint=SOURCE_HOST"), "{err}");
 }
+
+/// Without multicast, an edge with a standby source (`standby_channel`,
+/// `standby_request_channel`) receives both sources' multi-destination-cast and sends
+/// its requests to both; when the source it uses is killed it moves to the standby, and
+/// its subscriber sees suspect, then a refresh with data ok, then updates.
+#[test]
+fn without_multicast_an_edge_moves_to_its_standby_source_when_the_one_it_uses_is_killed() {
+    let port = || {
+        UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .map(|a| a.port())
+            .expect("a free UDP port")
+    };
+    let data = |p: u16| format!("aeron:udp?control=127.0.0.1:{p}|control-mode=dynamic");
+    let requests = |p: u16| format!("aeron:udp?endpoint=127.0.0.1:{p}");
+    let (a_data, a_req, b_data, b_req) = (port(), port(), port(), port());
+    let source_cfg = |name: &str, d: u16, r: u16| {
+        TempConfig::new(
+            name,
+            &format!(
+                "[backbone]\nrole = \"source\"\nchannel = \"{}\"\nrequest_channel = \"{}\"\n",
+                data(d),
+                requests(r)
+            ),
+        )
+    };
+    let a_cfg = source_cfg("standby-src-a", a_data, a_req);
+    let b_cfg = source_cfg("standby-src-b", b_data, b_req);
+    let edge_cfg = TempConfig::new(
+        "standby-edge",
+        &format!(
+            "[backbone]\nrole = \"edge\"\nchannel = \"{}\"\nrequest_channel = \"{}\"\nstandby_channel = \"{}\"\nstandby_request_channel = \"{}\"\n",
+            data(a_data),
+            requests(a_req),
+            data(b_data),
+            requests(b_req)
+        ),
+    );
+    let mut first = Node::start(&["--config", a_cfg.path(), "--name", "src-1"]);
+    first.proc.wait_for_line("backbone: source on", T);
+    let mut edge = Node::start(&["--config", edge_cfg.path(), "--name", "edge"]);
+    edge.proc.wait_for_line("backbone: edge on", T);
+    let mut feed_1 = start_publisher(&first, "FEED", 5, 100, false);
+    wait_for_image(edge.addr, "FEED", "SYM0", T)
+        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    let mut sub = watching_sym0(&edge);
+    let mut second = Node::start(&["--config", b_cfg.path(), "--name", "src-2"]);
+    second.proc.wait_for_line("backbone: source on", T);
+    let _feed_2 = start_publisher(&second, "FEED", 5, 100, false);
+    let deadline = std::time::Instant::now() + T;
+    while !node_figures(&edge)["TW_BB_SOURCES"]
+        .as_str()
+        .is_some_and(|s| s.contains("src-2 ("))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the edge never saw src-2\n--- edge\n{}",
+            edge.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    first.proc.signal(libc::SIGKILL);
+    feed_1.kill();
+    expect_event(
+        &mut sub,
+        T,
+        "open/suspect",
+        |e| matches!(e, Event::Status { state, .. } if state.data == DataState::Suspect),
+    );
+    let refresh = expect_event(&mut sub, T, "a refresh from the standby", |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    let Event::Refresh { state, .. } = refresh else {
+        unreachable!()
+    };
+    assert_eq!(state.data, DataState::Ok);
+    expect_event(&mut sub, T, "updates from the standby", |e| {
+        matches!(e, Event::Update { .. })
+    });
+}
+
+#[test]
+fn a_standby_source_needs_both_of_its_channels() {
+    let cfg = TempConfig::new(
+        "standby-half",
+        "[backbone]\nrole = \"edge\"\nchannel = \"aeron:udp?control=127.0.0.1:40998|control-mode=dynamic\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:40997\"\nstandby_channel = \"aeron:udp?control=127.0.0.1:40996|control-mode=dynamic\"\n",
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["node", "--config", cfg.path(), "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("backbone.standby_request_channel"), "{err}");
+}

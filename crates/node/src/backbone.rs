@@ -20,6 +20,11 @@ pub struct BackboneSection {
     pub channel: String,
     /// Channel of the edges' requests to the sources; empty: `channel`.
     pub request_channel: String,
+    /// An edge's hot-standby source where there is no multicast: its
+    /// multi-destination-cast data channel (the edge receives both sources)...
+    pub standby_channel: String,
+    /// ...and its unicast request channel (the edge's requests go to both).
+    pub standby_request_channel: String,
     /// Aeron stream id of the sources' data.
     pub data_stream: i32,
     /// Aeron stream id of the edges' requests.
@@ -56,6 +61,8 @@ impl Default for BackboneSection {
             role: String::new(),
             channel: String::new(),
             request_channel: String::new(),
+            standby_channel: String::new(),
+            standby_request_channel: String::new(),
             data_stream: 1001,
             request_stream: 1002,
             term_length: 1 << 20,
@@ -134,6 +141,59 @@ impl BackboneSection {
                 ));
             }
         }
+        if !self.standby_channel.is_empty() || !self.standby_request_channel.is_empty() {
+            let (key, value) = if self.standby_channel.is_empty() {
+                ("backbone.standby_channel", &self.standby_channel)
+            } else {
+                (
+                    "backbone.standby_request_channel",
+                    &self.standby_request_channel,
+                )
+            };
+            if value.is_empty() {
+                return Err(invalid(
+                    key,
+                    "\"\"",
+                    "a standby source takes both standby_channel (its data, e.g. aeron:udp?control=STANDBY_HOST:40456|control-mode=dynamic) and standby_request_channel (e.g. aeron:udp?endpoint=STANDBY_HOST:40457)",
+                ));
+            }
+            if !matches!(self.role(), Some(Role::Edge | Role::Both)) {
+                return Err(invalid(
+                    "backbone.standby_channel",
+                    format!("{:?}", self.standby_channel),
+                    "only an edge receives a standby source",
+                ));
+            }
+            if self.request_channel.is_empty() {
+                return Err(invalid(
+                    "backbone.request_channel",
+                    "\"\"",
+                    "with a standby source, the first source's request channel is needed too (requests go to both)",
+                ));
+            }
+            for (key, ch) in [
+                ("backbone.standby_channel", &self.standby_channel),
+                (
+                    "backbone.standby_request_channel",
+                    &self.standby_request_channel,
+                ),
+            ] {
+                if !ch.starts_with("aeron:udp?") {
+                    return Err(invalid(
+                        key,
+                        format!("{ch:?}"),
+                        "an Aeron UDP channel is needed, e.g. aeron:udp?control=STANDBY_HOST:40456|control-mode=dynamic",
+                    ));
+                }
+            }
+            if let Err(e) = tickwire_backbone::edge_data_channel(&self.standby_channel) {
+                return Err(invalid(
+                    "backbone.standby_channel",
+                    format!("{:?}", self.standby_channel),
+                    &e.to_string(),
+                ));
+            }
+        }
         if self.data_stream == self.request_stream {
             return Err(invalid(
                 "backbone.request_stream",
@@ -197,6 +257,12 @@ impl BackboneSection {
         let mut l = LinkConfig::new(&self.channel);
         if !self.request_channel.is_empty() {
             l.request_channel = self.request_channel.clone();
+        }
+        if !self.standby_channel.is_empty() {
+            l.standby = Some((
+                self.standby_channel.clone(),
+                self.standby_request_channel.clone(),
+            ));
         }
         l.data_stream = self.data_stream;
         l.request_stream = self.request_stream;
