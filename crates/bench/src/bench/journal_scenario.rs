@@ -46,6 +46,21 @@ pub struct JournalUpdateCost {
     pub cost_percent: f64,
     pub without_limited_by: Option<String>,
     pub with_limited_by: Option<String>,
+    /// The node's CPU time (every thread: the journal's too) per update at the highest
+    /// rate each search sustained: what journaling costs the node whatever else shares
+    /// the machine.
+    #[serde(default)]
+    pub without_node_cpu_ns_per_update: f64,
+    #[serde(default)]
+    pub with_node_cpu_ns_per_update: f64,
+}
+
+/// The node's CPU per update in the passing step at `rate` (0 if none).
+fn node_cpu_at(steps: &[Step], rate: u64) -> f64 {
+    steps
+        .iter()
+        .find(|s| s.pass && s.target_rate == rate)
+        .map_or(0.0, |s| s.node_cpu_ns_per_update)
 }
 
 impl Lab {
@@ -95,6 +110,8 @@ impl Lab {
             },
             without_limited_by: limit_reason(&steps_without, without),
             with_limited_by: limit_reason(&steps_with, with),
+            without_node_cpu_ns_per_update: node_cpu_at(&steps_without, without),
+            with_node_cpu_ns_per_update: node_cpu_at(&steps_with, with),
         })
     }
 
@@ -252,13 +269,15 @@ pub fn report(md: &mut String, steps: &[JournalStep]) -> Result<()> {
 pub fn report_updates(md: &mut String, c: &JournalUpdateCost) -> Result<()> {
     writeln!(
         md,
-        "Journaling every update ({} items, cache on, sync batch): {} updates/s sustained with it, {} without; it costs {:.0}% of the rate (next step failed: {} / {}).\n",
+        "Journaling every update ({} items, cache on, sync batch): {} updates/s sustained with it, {} without; it costs {:.0}% of the rate (next step failed: {} / {}). The node's CPU per update at those rates: {} with, {} without.\n",
         c.items,
         fmt_rate(c.with_journal_updates_per_s as f64),
         fmt_rate(c.without_journal_updates_per_s as f64),
         c.cost_percent,
         c.with_limited_by.as_deref().unwrap_or("-"),
         c.without_limited_by.as_deref().unwrap_or("-"),
+        ns(c.with_node_cpu_ns_per_update),
+        ns(c.without_node_cpu_ns_per_update),
     )?;
     Ok(())
 }
