@@ -656,3 +656,59 @@ fn a_replay_gives_the_history_from_a_seq_or_a_time_then_live_with_no_gap_or_repe
         out.stdout
     );
 }
+
+/// Journaled updates wait a few milliseconds to share a write and a sync (nobody waits
+/// for them): after a clean stop the journal ends with the item's last update. (That
+/// the thread commits what waits when the node stops within those milliseconds is
+/// checked in crates/node/src/journal.rs, where the timing is the test's own.)
+#[test]
+fn a_clean_stop_keeps_every_journaled_update() {
+    let dir = TempDir::new("clean-stop");
+    let cfg = TempConfig::new(
+        "journal-clean-stop",
+        &format!(
+            "{}updates = true\n",
+            config("127.0.0.1:0", dir.path(), "batch")
+        ),
+    );
+    let mut node = Node::start(&["--config", cfg.path()]);
+    let addr = node.addr_str();
+    let mut feed = Proc::spawn(&["publish", "--node", &addr, "--items", "3", "--rate", "3000"]);
+    wait_for_image(node.addr, "FEED", "SYM1", T).expect("the feed");
+    let mut sub = subscriber(node.addr);
+    sub.subscribe("FEED", "SYM1", Default::default())
+        .expect("subscribe");
+    let mut last = 0u32;
+    expect_event(&mut sub, T, "30 updates", |e| match e {
+        Event::Update { seq, .. } => {
+            last = *seq;
+            *seq >= 30
+        }
+        _ => false,
+    });
+    // The feed goes; the node tells its subscribers (suspect) after every update the
+    // feed sent, so the last update seen before that is the node's last.
+    feed.kill();
+    expect_event(&mut sub, T, "the feed's loss", |e| match e {
+        Event::Update { seq, .. } => {
+            last = *seq;
+            false
+        }
+        Event::Status { .. } => true,
+        _ => false,
+    });
+    assert!(
+        node.stop(T).is_some_and(|s| s.success()),
+        "the node stops cleanly"
+    );
+    let journaled = inspect(dir.path())
+        .iter()
+        .filter(|r| r["stream"] == "update" && r["item"] == "SYM1")
+        .filter_map(|r| r["item_seq"].as_u64())
+        .max();
+    assert_eq!(
+        journaled,
+        Some(u64::from(last)),
+        "the last update of SYM1 is in the journal"
+    );
+}

@@ -168,6 +168,9 @@ pub struct Journal {
     /// Seq of the next record after the last commit (appends since are in `buf`).
     committed_seq: u64,
     buf: Vec<u8>,
+    /// Whether `buf` holds a post's record (an Ack waits for its commit), not only
+    /// refreshes and updates.
+    awaited: bool,
     changes: Vec<Change>,
     pending: BTreeMap<u64, PendingPost>,
     stats: JournalStats,
@@ -269,6 +272,7 @@ impl Journal {
                 next_seq,
                 committed_seq: next_seq,
                 buf: Vec::with_capacity(64 * 1024),
+                awaited: false,
                 changes: Vec::new(),
                 pending,
                 stats,
@@ -353,7 +357,15 @@ impl Journal {
         let seq = self.next_seq;
         Record { seq, time_ns, body }.encode(&mut self.buf)?;
         self.next_seq += 1;
+        self.awaited = true;
         Ok(seq)
+    }
+
+    /// What has been appended and not committed: its bytes, and whether a post's
+    /// record is among them (someone waits for its commit). Refreshes and updates
+    /// alone may wait for more to commit with (nobody waits for them).
+    pub fn uncommitted(&self) -> (usize, bool) {
+        (self.buf.len(), self.awaited)
     }
 
     /// Writes what was appended since the last commit (one write) and, unless the
@@ -390,6 +402,7 @@ impl Journal {
         self.stats.commits += 1;
         self.committed_seq = self.next_seq;
         self.buf.clear();
+        self.awaited = false;
         for c in self.changes.drain(..) {
             match c {
                 Change::Received(p) => {
@@ -409,6 +422,7 @@ impl Journal {
     /// Forgets what was appended since the last commit.
     fn abandon(&mut self) {
         self.buf.clear();
+        self.awaited = false;
         self.changes.clear();
         self.next_seq = self.committed_seq;
     }

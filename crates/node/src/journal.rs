@@ -100,6 +100,11 @@ enum Kind {
 
 /// Records for the journal thread at most in one commit.
 const MAX_BATCH: usize = 8192;
+/// How long journaled refreshes and updates, with no post among them, may wait
+/// uncommitted for more to share their write and sync...
+const ITEMS_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+/// ...and how many bytes of them.
+const ITEMS_BYTES: usize = 1 << 20;
 
 pub struct JournalThread {
     /// Bytes of journaled refreshes and updates handed to the thread so far.
@@ -109,6 +114,17 @@ pub struct JournalThread {
     /// Why there is no journal (it could not be opened).
     unavailable: Option<String>,
     pub figures: Arc<JournalFigures>,
+    /// Joined on drop: the thread commits what still waits once `requests` is gone.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for JournalThread {
+    fn drop(&mut self) {
+        self.requests = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl JournalThread {
@@ -135,6 +151,7 @@ impl JournalThread {
                     answers: None,
                     unavailable: Some(e.to_string()),
                     figures,
+                    thread: None,
                 };
             }
         };
@@ -170,23 +187,28 @@ impl JournalThread {
         let spawned = std::thread::Builder::new()
             .name("tickwire-journal".into())
             .spawn(move || run(journal, inbox, outbox, waker, f));
-        if let Err(e) = spawned {
-            let why = format!("cannot start the journal thread: {e}");
-            error!("{why}");
-            return JournalThread {
-                item_bytes_sent: Default::default(),
-                requests: None,
-                answers: None,
-                unavailable: Some(why),
-                figures,
-            };
-        }
+        let thread = match spawned {
+            Ok(t) => t,
+            Err(e) => {
+                let why = format!("cannot start the journal thread: {e}");
+                error!("{why}");
+                return JournalThread {
+                    item_bytes_sent: Default::default(),
+                    requests: None,
+                    answers: None,
+                    unavailable: Some(why),
+                    figures,
+                    thread: None,
+                };
+            }
+        };
         JournalThread {
             item_bytes_sent: Default::default(),
             requests: Some(requests),
             answers: Some(answers),
             unavailable: None,
             figures,
+            thread: Some(thread),
         }
     }
 
@@ -256,8 +278,35 @@ fn run(
     let always = journal.options().sync == SyncPolicy::Always;
     let mut batch: Vec<JournalRequest> = Vec::new();
     let mut answers: Vec<Answer> = Vec::new();
+    // Since when refreshes and updates have waited, uncommitted, for more to share
+    // their write and sync.
+    let mut waiting_since: Option<Instant> = None;
+    // Their answers (a failure is news to the core), sent once they are committed.
+    let mut held: Vec<Answer> = Vec::new();
     // Ends when the event loop drops its sender.
-    while let Ok(first) = inbox.recv() {
+    loop {
+        let first = match waiting_since {
+            None => match inbox.recv() {
+                Ok(r) => r,
+                Err(_) => break,
+            },
+            Some(since) => {
+                let left = (since + ITEMS_WAIT).saturating_duration_since(Instant::now());
+                match inbox.recv_timeout(left) {
+                    Ok(r) => r,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        commit(&mut journal, &mut held);
+                        waiting_since = None;
+                        publish_figures(&journal, &figures);
+                        if !deliver(&mut held, &outbox, &waker) {
+                            return;
+                        }
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        };
         batch.push(first);
         // Group commit: whatever arrived while the last commit ran goes in this one.
         // With "always" each record is committed (and synced) on its own.
@@ -324,23 +373,62 @@ fn run(
                 commit(&mut journal, &mut answers[last..]);
             }
         }
-        // Group commit: one write and one sync for everything appended in this turn.
+        // Group commit: one write and one sync for everything appended in this turn,
+        // at once when a post's Ack waits for it. Refreshes and updates alone wait up to
+        // ITEMS_WAIT (or ITEMS_BYTES) for more: nobody waits for them, and a sync for
+        // each turn's few would cost the node more than the records themselves.
         if !always {
-            commit(&mut journal, &mut answers);
-        }
-        let s = journal.stats();
-        figures.records.store(s.records, Ordering::Relaxed);
-        figures.commits.store(s.commits, Ordering::Relaxed);
-        figures
-            .syscalls
-            .store(s.syscalls.writes + s.syscalls.syncs, Ordering::Relaxed);
-        for a in answers.drain(..) {
-            if outbox.send(a).is_err() {
-                return;
+            let (bytes, awaited) = journal.uncommitted();
+            let since = *waiting_since.get_or_insert_with(Instant::now);
+            if bytes == 0 || awaited || bytes >= ITEMS_BYTES || since.elapsed() >= ITEMS_WAIT {
+                answers.splice(0..0, held.drain(..));
+                commit(&mut journal, &mut answers);
+                waiting_since = None;
+            } else {
+                let (items, others): (Vec<Answer>, Vec<Answer>) = answers
+                    .drain(..)
+                    .partition(|a| matches!(a, Answer::Kept(0, _)));
+                held.extend(items);
+                answers.extend(others);
             }
         }
+        publish_figures(&journal, &figures);
+        if !deliver(&mut answers, &outbox, &waker) {
+            return;
+        }
+    }
+    // The event loop has gone: what still waits is committed.
+    if let Err(e) = journal.commit() {
+        warn!("journal: {e}");
+    }
+}
+
+/// Hands `answers` to the event loop and wakes it, if any is news to it (a kept
+/// refresh or update is not); false when the event loop has gone.
+fn deliver(answers: &mut Vec<Answer>, outbox: &Sender<Answer>, waker: &Waker) -> bool {
+    let mut news = false;
+    for a in answers.drain(..) {
+        if matches!(a, Answer::Kept(0, Ok(_))) {
+            continue;
+        }
+        news = true;
+        if outbox.send(a).is_err() {
+            return false;
+        }
+    }
+    if news {
         let _ = waker.wake();
     }
+    true
+}
+
+fn publish_figures(journal: &Journal, figures: &JournalFigures) {
+    let s = journal.stats();
+    figures.records.store(s.records, Ordering::Relaxed);
+    figures.commits.store(s.commits, Ordering::Relaxed);
+    figures
+        .syscalls
+        .store(s.syscalls.writes + s.syscalls.syncs, Ordering::Relaxed);
 }
 
 /// Appends journaled refreshes and updates (each a u32 length, then its part); the
@@ -382,5 +470,60 @@ fn fail(answers: &mut [Answer], why: &str) {
                 *r = Err(why.to_string());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tickwire_core::CoreConfig;
+    use tickwire_journal::ItemMessage;
+    use tickwire_proto::{encode_field_list, Value};
+
+    /// Journaled updates alone wait a little before their commit; a node that stops
+    /// meanwhile (dropping its `JournalThread`) still has them in the journal.
+    #[test]
+    fn updates_waiting_for_their_commit_are_kept_when_the_thread_is_dropped() {
+        let dir =
+            std::env::temp_dir().join(format!("tickwire-journal-drop-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = JournalSection {
+            dir: dir.display().to_string(),
+            services: vec!["*".into()],
+            updates: true,
+            ..JournalSection::default()
+        };
+        let mut core = Node::new(CoreConfig::default(), Instant::now());
+        let poll = mio::Poll::new().expect("poll");
+        let waker = Arc::new(Waker::new(poll.registry(), mio::Token(0)).expect("waker"));
+        let thread = JournalThread::start(&cfg, &mut core, waker);
+        let fields = encode_field_list([(22, Value::Int(1))]);
+        let mut parts = Vec::new();
+        for seq in 1..=3 {
+            let at = parts.len();
+            parts.extend_from_slice(&[0; 4]);
+            ItemMessage {
+                service: "FEED",
+                item: "SYM1",
+                seq,
+                refresh: false,
+                update_type: 0,
+                fields: FieldList::from_trusted(&fields),
+            }
+            .encode_part(&mut parts)
+            .expect("encodes");
+            let len = (parts.len() - at - 4) as u32;
+            parts[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        }
+        let mut reqs = vec![JournalRequest {
+            ticket: 0,
+            write: JournalWrite::ItemMessages { parts, count: 3 },
+        }];
+        thread.submit(&mut core, &mut reqs, Instant::now());
+        // At once: well within the time updates may wait for their commit.
+        drop(thread);
+        let (_, recovery) = Journal::open(&dir, JournalOptions::default()).expect("reopens");
+        assert_eq!(recovery.records, 3, "the three updates were committed");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
