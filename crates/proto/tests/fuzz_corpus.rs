@@ -105,6 +105,8 @@ fn corpus_directories_match_the_targets() {
     targets.extend(["ws_frames".to_string(), "json_session".to_string()]);
     // The backbone's, replayed by crates/backbone/tests/fuzz_corpus.rs.
     targets.push("backbone_messages".to_string());
+    // The lab's NATS client, replayed by crates/bench/tests/nats_fuzz_corpus.rs.
+    targets.push("nats_frames".to_string());
     targets.sort();
     assert_eq!(
         dirs, targets,
