@@ -505,28 +505,7 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
         }
     };
     let items = spec.items.to_string();
-    let mut pub_args: Vec<String> = [
-        "perf-pub",
-        "--node",
-        &addr,
-        "--items",
-        &items,
-        "--control",
-        "--json",
-        "--duration",
-        "86400",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    pub_args.extend([
-        "--update-rate".into(),
-        spec.start_rate.to_string(),
-        "--tick-rate".into(),
-        spec.tick_rate.to_string(),
-        "--latency-rate".into(),
-        spec.latency_rate.clone(),
-    ]);
+    let mut pub_args = perf_pub_args(spec, "tickwire", &addr);
     pub_args.extend(pin(1));
     let mut publisher = Proc::spawn(bin, &format!("perf-pub-{tag}"), &pub_args, log_dir)?;
     // The publisher prints its first second once its images are out.
@@ -606,6 +585,31 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     })
 }
 
+/// perf-pub's command line in a rig: `system` at `addr`, controlled by the lab, at the
+/// spec's first rate.
+fn perf_pub_args(spec: &RigSpec, system: &str, addr: &str) -> Vec<String> {
+    let args = [
+        "perf-pub",
+        "--system",
+        system,
+        "--node",
+        addr,
+        "--items",
+        &spec.items.to_string(),
+        "--control",
+        "--json",
+        "--duration",
+        "86400",
+        "--update-rate",
+        &spec.start_rate.to_string(),
+        "--tick-rate",
+        &spec.tick_rate.to_string(),
+        "--latency-rate",
+        &spec.latency_rate,
+    ];
+    args.map(String::from).to_vec()
+}
+
 /// A NATS server on a free loopback port, `perf-pub --system nats` and
 /// `perf-nats-sub`: the same workload and control lines as a node's rig.
 fn start_nats_rig(bin: &Path, server: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
@@ -655,29 +659,7 @@ fn start_nats_rig(bin: &Path, server: &Path, spec: &RigSpec, log_dir: &Path) -> 
     // The subscriber first: NATS keeps nothing for a subscriber that is not there yet.
     let mut subscriber = Proc::spawn(bin, &format!("perf-sub-{tag}"), &sub_args, log_dir)?;
     subscriber.expect("ready", Duration::from_secs(30))?;
-    let mut pub_args: Vec<String> = [
-        "perf-pub",
-        "--system",
-        "nats",
-        "--node",
-        &addr,
-        "--items",
-        &items,
-        "--control",
-        "--json",
-        "--duration",
-        "86400",
-    ]
-    .map(String::from)
-    .to_vec();
-    pub_args.extend([
-        "--update-rate".into(),
-        spec.start_rate.to_string(),
-        "--tick-rate".into(),
-        spec.tick_rate.to_string(),
-        "--latency-rate".into(),
-        spec.latency_rate.clone(),
-    ]);
+    let mut pub_args = perf_pub_args(spec, "nats", &addr);
     if let Some((_, cpus, _)) = &spec.cpus {
         pub_args.extend(["--cpus".into(), cpus.clone()]);
     }

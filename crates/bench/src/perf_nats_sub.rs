@@ -6,14 +6,14 @@
 //! same `--control` and `--json` lines as perf-sub, so `tickwire bench` drives either.
 
 use crate::nats::{Connection, Frame};
-use crate::perf_sub::{control_channel, value_sum, Counts, Reports};
-use crate::stats::{pin, realtime_ns, Latency, TIMESTAMP_FLOOR};
+use crate::perf_sub::{control_channel, read_update, Counts, Reports};
+use crate::stats::{pin, Latency};
 use anyhow::{bail, Result};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tickwire_proto::{fid, FieldList, Value};
+use tickwire_proto::FieldList;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct PerfNatsSubArgs {
@@ -98,17 +98,7 @@ pub fn run(args: PerfNatsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
                 }
             }
             seqs[idx] = Some(seq);
-            let mut stamp = 0;
-            for (f, v) in fields.iter() {
-                checksum = checksum.wrapping_add(value_sum(&v));
-                if f == fid::TIM_TRK_1 {
-                    if let Value::UInt(ts) = v {
-                        stamp = ts;
-                    }
-                }
-            }
-            if stamp >= TIMESTAMP_FLOOR {
-                let lat = realtime_ns().saturating_sub(stamp);
+            if let Some(lat) = read_update(fields, &mut checksum) {
                 overall.record(lat);
                 since_mark.record(lat);
                 second.record(lat);

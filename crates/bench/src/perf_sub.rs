@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_client::{ConnectOptions, EventRef, RequestOptions, Subscriber};
-use tickwire_proto::{fid, Value};
+use tickwire_proto::{fid, FieldList, Value};
 
 /// How items are shared across connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -455,17 +455,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
                         c.gaps += 1;
                     }
                     s.seq = u.seq;
-                    let mut stamp = 0;
-                    for (f, v) in u.fields.iter() {
-                        c.checksum = c.checksum.wrapping_add(value_sum(&v));
-                        if f == fid::TIM_TRK_1 {
-                            if let Value::UInt(ts) = v {
-                                stamp = ts;
-                            }
-                        }
-                    }
-                    if stamp >= TIMESTAMP_FLOOR {
-                        let lat = realtime_ns().saturating_sub(stamp);
+                    if let Some(lat) = read_update(u.fields, &mut c.checksum) {
                         overall.record(lat);
                         since_mark.record(lat);
                         second.record(lat);
@@ -670,7 +660,23 @@ pub(crate) fn control_channel(
     Some(rx)
 }
 
-pub(crate) fn value_sum(v: &Value<'_>) -> i64 {
+/// Decodes every field of an update, as a real consumer would (their sum goes into
+/// `checksum`, so the decoding cannot be optimised away), and returns its latency: now
+/// minus TIM_TRK_1, the publisher's intended send time, when the update carries one.
+pub(crate) fn read_update(fields: FieldList<'_>, checksum: &mut i64) -> Option<u64> {
+    let mut stamp = 0;
+    for (f, v) in fields.iter() {
+        *checksum = checksum.wrapping_add(value_sum(&v));
+        if f == fid::TIM_TRK_1 {
+            if let Value::UInt(ts) = v {
+                stamp = ts;
+            }
+        }
+    }
+    (stamp >= TIMESTAMP_FLOOR).then(|| realtime_ns().saturating_sub(stamp))
+}
+
+fn value_sum(v: &Value<'_>) -> i64 {
     match v {
         Value::Int(i) => *i,
         Value::UInt(u) => *u as i64,

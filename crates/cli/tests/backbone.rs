@@ -10,12 +10,17 @@ use std::time::Duration;
 use tickwire_client::{Event, RequestOptions};
 use tickwire_proto::{DataState, StreamState};
 
-/// A multicast channel on loopback with a free port and a group of its own.
-fn channel(group: u8) -> String {
-    let port = UdpSocket::bind("127.0.0.1:0")
+/// A free UDP port on loopback.
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
         .and_then(|s| s.local_addr())
         .map(|a| a.port())
-        .expect("a free UDP port");
+        .expect("a free UDP port")
+}
+
+/// A multicast channel on loopback with a free port and a group of its own.
+fn channel(group: u8) -> String {
+    let port = free_udp_port();
     format!("aeron:udp?endpoint=239.20.30.{group}:{port}|interface=127.0.0.1")
 }
 
@@ -470,18 +475,12 @@ fn junk_on_the_backbone_channel_is_ignored_and_the_edge_keeps_serving() {
 
 #[test]
 fn where_there_is_no_multicast_a_source_and_an_edge_work_over_unicast() {
-    let port = || {
-        UdpSocket::bind("127.0.0.1:0")
-            .and_then(|s| s.local_addr())
-            .map(|a| a.port())
-            .expect("a free UDP port")
-    };
     // Data to the edge's address, requests to the source's: the same two lines in
     // both nodes' files.
     let section = format!(
         "channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\n",
-        port(),
-        port()
+        free_udp_port(),
+        free_udp_port()
     );
     let src_cfg = TempConfig::new(
         "unicast-source",
@@ -506,16 +505,10 @@ fn where_there_is_no_multicast_a_source_and_an_edge_work_over_unicast() {
 /// edges' subscribers get the data; the requests go to the source over unicast.
 #[test]
 fn where_there_is_no_multicast_several_edges_join_a_source_by_multi_destination_cast() {
-    let port = || {
-        UdpSocket::bind("127.0.0.1:0")
-            .and_then(|s| s.local_addr())
-            .map(|a| a.port())
-            .expect("a free UDP port")
-    };
     let section = format!(
         "channel = \"aeron:udp?control=127.0.0.1:{}|control-mode=dynamic\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\n",
-        port(),
-        port()
+        free_udp_port(),
+        free_udp_port()
     );
     let src_cfg = TempConfig::new(
         "mdc-source",
@@ -549,12 +542,12 @@ fn a_multi_destination_cast_channel_needs_a_request_channel() {
         "mdc-no-requests",
         "[backbone]\nrole = \"edge\"\nchannel = \"aeron:udp?control=127.0.0.1:40999|control-mode=dynamic\"\n",
     );
-    let out = std::process::Command::new(BIN)
-        .args(["node", "--config", cfg.path(), "--listen", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = run(
+        &["node", "--config", cfg.path(), "--listen", "127.0.0.1:0"],
+        T,
+    );
+    assert_ne!(out.code(), Some(0));
+    let err = &out.stderr;
     assert!(err.contains("backbone.request_channel"), "{err}");
     assert!(err.contains("aeron:udp?endpoint=SOURCE_HOST"), "{err}");
 }
@@ -565,15 +558,14 @@ fn a_multi_destination_cast_channel_needs_a_request_channel() {
 /// its subscriber sees suspect, then a refresh with data ok, then updates.
 #[test]
 fn without_multicast_an_edge_moves_to_its_standby_source_when_the_one_it_uses_is_killed() {
-    let port = || {
-        UdpSocket::bind("127.0.0.1:0")
-            .and_then(|s| s.local_addr())
-            .map(|a| a.port())
-            .expect("a free UDP port")
-    };
     let data = |p: u16| format!("aeron:udp?control=127.0.0.1:{p}|control-mode=dynamic");
     let requests = |p: u16| format!("aeron:udp?endpoint=127.0.0.1:{p}");
-    let (a_data, a_req, b_data, b_req) = (port(), port(), port(), port());
+    let (a_data, a_req, b_data, b_req) = (
+        free_udp_port(),
+        free_udp_port(),
+        free_udp_port(),
+        free_udp_port(),
+    );
     let source_cfg = |name: &str, d: u16, r: u16| {
         TempConfig::new(
             name,
@@ -645,11 +637,11 @@ fn a_standby_source_needs_both_of_its_channels() {
         "standby-half",
         "[backbone]\nrole = \"edge\"\nchannel = \"aeron:udp?control=127.0.0.1:40998|control-mode=dynamic\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:40997\"\nstandby_channel = \"aeron:udp?control=127.0.0.1:40996|control-mode=dynamic\"\n",
     );
-    let out = std::process::Command::new(BIN)
-        .args(["node", "--config", cfg.path(), "--listen", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = run(
+        &["node", "--config", cfg.path(), "--listen", "127.0.0.1:0"],
+        T,
+    );
+    assert_ne!(out.code(), Some(0));
+    let err = &out.stderr;
     assert!(err.contains("backbone.standby_request_channel"), "{err}");
 }
