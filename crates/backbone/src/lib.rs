@@ -9,6 +9,7 @@
 //! stay in [`link`]. The node's event loop owns a [`Backbone`], which puts them
 //! together.
 
+mod dense;
 pub mod edge;
 pub mod link;
 mod plumbing;
@@ -213,6 +214,9 @@ impl Backbone {
                 }
             }
         });
+        if let Some(e) = edge.as_mut() {
+            e.flush(core, now);
+        }
     }
 
     /// What the roles have to send, onto Aeron (after the core has run).

@@ -249,6 +249,10 @@ impl World {
                     e.edge.on_data(&mut e.core, 1, &m, self.now);
                 }
             }
+            // The end of a receive batch (as `Backbone::receive` does).
+            for e in self.edges.iter_mut() {
+                e.edge.flush(&mut e.core, self.now);
+            }
             for m in self.requests.drain(..) {
                 if self.source_up {
                     self.source.on_request(&mut self.src_core, &m, self.now);
@@ -572,6 +576,7 @@ proptest! {
         m.extend_from_slice(&junk);
         let e = &mut w.edges[0];
         e.edge.on_data(&mut e.core, 1, &m, now);
+        e.edge.flush(&mut e.core, now);
         w.settle();
     }
 
@@ -645,6 +650,7 @@ fn a_large_watchlist_is_imaged_as_the_backbone_takes_it_never_past_the_hard_boun
         for m in w.data.drain(..) {
             e.edge.on_data(&mut e.core, 1, &m, now);
         }
+        e.edge.flush(&mut e.core, now);
         refreshes += w
             .recv(0, a)
             .iter()

@@ -106,13 +106,21 @@ impl ItemTable {
         }
     }
 
-    /// Starts loading the item's memory (its slot spans two cache lines) (a hint).
+    /// Starts loading the item's memory, every cache line its slot touches (a slot of
+    /// 144 bytes spans three lines at some offsets) (a hint).
     #[inline]
     pub fn prefetch(&self, h: ItemHandle) {
+        const LINE: usize = 64;
+        const SIZE: usize = std::mem::size_of::<Option<Item>>();
         if let Some(slot) = self.slots.get(h as usize) {
             let p = slot as *const Option<Item> as *const u8;
-            prefetch(p);
-            prefetch(p.wrapping_add(std::mem::size_of::<Option<Item>>() - 1));
+            let mut at = 0;
+            while at < SIZE {
+                prefetch(p.wrapping_add(at));
+                at += LINE;
+            }
+            // The last line, which the steps above miss when the slot starts mid-line.
+            prefetch(p.wrapping_add(SIZE - 1));
         }
     }
 

@@ -40,6 +40,7 @@ use tickwire_auth::{Action, Services, SessionTokens};
 pub use tickwire_auth::{Anonymous, Users};
 use tickwire_proto::frame::FrameWriter;
 use tickwire_proto::message::write_readdressed;
+use tickwire_proto::wire::prefetch;
 use tickwire_proto::{
     code, DataState, DecodeError, Directory, FieldList, FieldListWriter, Login, Message,
     MessageIter, Refresh, Request, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, State,
@@ -2157,13 +2158,18 @@ impl Node {
             return;
         }
         let (image_of, item_of, slot_of) = ahead.advance();
-        // The image of an update a little ahead (its item was loaded earlier).
-        if self.cfg.cache {
-            let item = image_of
-                .and_then(|sid| c.pub_streams.get_dense(sid))
-                .and_then(|h| self.items.get(h));
-            if let Some(item) = item {
+        // The image and the first subscription of an update a little ahead (its item
+        // was loaded earlier): the fan-out reads the subscription list, a memory of its
+        // own, for every update, cache on or off.
+        let item = image_of
+            .and_then(|sid| c.pub_streams.get_dense(sid))
+            .and_then(|h| self.items.get(h));
+        if let Some(item) = item {
+            if self.cfg.cache {
                 item.image.prefetch();
+            }
+            if !item.subs.is_empty() {
+                prefetch(item.subs.as_ptr() as *const u8);
             }
         }
         // The item of one further on (its stream slot was loaded earlier).
@@ -2338,8 +2344,8 @@ impl Node {
 /// an update's image, its item, and its stream slot. Each stage must have had time to
 /// arrive (about a memory latency, a few hundred ns) before the next one reads it.
 const PREFETCH_IMAGE: usize = 2;
-const PREFETCH_ITEM: usize = 4;
-const PREFETCH_SLOT: usize = 6;
+const PREFETCH_ITEM: usize = 5;
+const PREFETCH_SLOT: usize = 8;
 const LOOKAHEAD_RING: usize = 16;
 
 /// Walks the message headers of a frame ahead of [`MessageIter`] (no decoding) and keeps
