@@ -103,6 +103,12 @@ pub struct LinkConfig {
     pub retransmit_linger: Duration,
     /// How long an image without data (a source gone) lives in the driver.
     pub image_liveness: Duration,
+    /// SO_RCVBUF and SO_SNDBUF of the driver's UDP sockets (the kernel caps them at
+    /// net.core.rmem_max and wmem_max).
+    pub socket_buffer: usize,
+    /// How far a source may send ahead of what an edge's driver has taken (Aeron's
+    /// receiver window; at most `socket_buffer`, and Aeron uses at most half a term).
+    pub receiver_window: usize,
     /// Directory under which the driver makes its own (`/dev/shm` when present).
     pub driver_base: PathBuf,
 }
@@ -123,6 +129,8 @@ impl LinkConfig {
             nak_max_backoff: Duration::from_micros(100),
             retransmit_linger: Duration::from_millis(1),
             image_liveness: Duration::from_secs(2),
+            socket_buffer: 2 << 20,
+            receiver_window: 512 << 10,
             driver_base: default_driver_base(),
         }
     }
@@ -463,10 +471,12 @@ impl Link {
             .send(DriverCommand::Attach(factory))
             .map_err(|_| BackboneError::DriverDied)?;
         info!(
-            "backbone: Aeron driver in {} ({} idle, term length {} bytes), channel {}",
+            "backbone: Aeron driver in {} ({} idle, term length {} bytes, receiver window {} bytes, socket buffers {} bytes), channel {}",
             driver.dir.display(),
             cfg.idle.name(),
             cfg.term_length,
+            cfg.receiver_window.min(cfg.socket_buffer),
+            cfg.socket_buffer,
             cfg.channel
         );
         Ok(Link {
@@ -728,7 +738,30 @@ impl Agent for Receive {
     }
 }
 
+/// Says when the kernel gives the driver's sockets less than `socket_buffer`: an edge
+/// that pauses then overflows its socket sooner, and what it loses is recovered by NAK
+/// and retransmission, at a cost in CPU and latency.
+fn warn_if_the_kernel_caps_socket_buffers(socket_buffer: usize) {
+    for (knob, path) in [
+        ("net.core.rmem_max", "/proc/sys/net/core/rmem_max"),
+        ("net.core.wmem_max", "/proc/sys/net/core/wmem_max"),
+    ] {
+        let cap = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok());
+        if let Some(cap) = cap.filter(|&cap| cap < socket_buffer) {
+            warn!(
+                "backbone: the kernel caps socket buffers at {cap} bytes ({knob}), below \
+                 backbone.socket_buffer_bytes = {socket_buffer}: raise it \
+                 (sysctl -w {knob}={socket_buffer}) or an edge that pauses loses datagrams \
+                 sooner (recovered, at a cost)"
+            );
+        }
+    }
+}
+
 fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
+    warn_if_the_kernel_caps_socket_buffers(cfg.socket_buffer);
     let dir = cfg.driver_base.join(format!(
         "{DRIVER_PREFIX}{}-{}",
         std::process::id(),
@@ -761,6 +794,18 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
         ctx.set_shared_idle_strategy(cfg.idle.driver_name()),
     )?;
     set("term length", ctx.set_term_buffer_length(cfg.term_length))?;
+    set(
+        "socket buffers",
+        ctx.set_socket_so_rcvbuf(cfg.socket_buffer),
+    )?;
+    set(
+        "socket buffers",
+        ctx.set_socket_so_sndbuf(cfg.socket_buffer),
+    )?;
+    set(
+        "receiver window",
+        ctx.set_rcv_initial_window_length(cfg.receiver_window.min(cfg.socket_buffer)),
+    )?;
     set(
         "NAK back-off",
         ctx.set_nak_multicast_max_backoff_ns(cfg.nak_max_backoff.as_nanos() as u64),

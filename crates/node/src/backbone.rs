@@ -51,6 +51,12 @@ pub struct BackboneSection {
     pub retransmit_linger_us: u64,
     /// Largest data message built from several updates (one Aeron frame's payload).
     pub batch_bytes: usize,
+    /// SO_RCVBUF and SO_SNDBUF of the driver's UDP sockets, in bytes (the kernel caps
+    /// them at net.core.rmem_max / wmem_max; the node warns when it does).
+    pub socket_buffer_bytes: usize,
+    /// How many bytes a source may send ahead of what an edge's driver has taken
+    /// (Aeron's receiver window); 0: half the term length. At most socket_buffer_bytes.
+    pub receiver_window_bytes: usize,
     /// Services a source puts on the backbone; empty: all (but the node's own figures).
     pub services: Vec<String>,
 }
@@ -73,6 +79,8 @@ impl Default for BackboneSection {
             nak_max_backoff_us: 100,
             retransmit_linger_us: 1000,
             batch_bytes: 1376,
+            socket_buffer_bytes: 2 << 20,
+            receiver_window_bytes: 0,
             services: Vec::new(),
         }
     }
@@ -243,6 +251,24 @@ impl BackboneSection {
                 "allowed: 256 to 65536",
             ));
         }
+        if !(65_536..=1 << 30).contains(&self.socket_buffer_bytes) {
+            return Err(invalid(
+                "backbone.socket_buffer_bytes",
+                self.socket_buffer_bytes,
+                "allowed: 65536 to 1073741824",
+            ));
+        }
+        if self.receiver_window_bytes != 0
+            && (self.receiver_window_bytes < 4096
+                || self.receiver_window_bytes > self.term_length / 2
+                || self.receiver_window_bytes > self.socket_buffer_bytes)
+        {
+            return Err(invalid(
+                "backbone.receiver_window_bytes",
+                self.receiver_window_bytes,
+                "allowed: 0 (half the term length), or 4096 up to half of backbone.term_length and at most backbone.socket_buffer_bytes",
+            ));
+        }
         if self.nak_max_backoff_us > 10_000_000 || self.retransmit_linger_us > 10_000_000 {
             return Err(invalid(
                 "backbone.nak_max_backoff_us",
@@ -271,6 +297,11 @@ impl BackboneSection {
         l.max_park = Duration::from_micros(self.max_park_us);
         l.nak_max_backoff = Duration::from_micros(self.nak_max_backoff_us);
         l.retransmit_linger = Duration::from_micros(self.retransmit_linger_us);
+        l.socket_buffer = self.socket_buffer_bytes;
+        l.receiver_window = match self.receiver_window_bytes {
+            0 => (self.term_length / 2).min(self.socket_buffer_bytes),
+            w => w,
+        };
         l
     }
 
@@ -294,5 +325,73 @@ impl BackboneSection {
             request_retry: Duration::from_millis(self.liveness_ms.max(500)),
             ..EdgeConfig::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge() -> BackboneSection {
+        BackboneSection {
+            role: "edge".into(),
+            channel: "aeron:udp?endpoint=239.1.1.1:4000|interface=127.0.0.1".into(),
+            ..BackboneSection::default()
+        }
+    }
+
+    #[test]
+    fn the_receiver_window_defaults_to_half_a_term_within_the_socket_buffer() {
+        let l = edge().link_config();
+        assert_eq!(l.socket_buffer, 2 << 20);
+        assert_eq!(l.receiver_window, 512 << 10);
+        let small = BackboneSection {
+            term_length: 1 << 30,
+            socket_buffer_bytes: 1 << 20,
+            ..edge()
+        };
+        assert_eq!(small.link_config().receiver_window, 1 << 20);
+        let set = BackboneSection {
+            receiver_window_bytes: 65_536,
+            ..edge()
+        };
+        assert_eq!(set.link_config().receiver_window, 65_536);
+    }
+
+    #[test]
+    fn socket_buffers_and_windows_out_of_range_are_refused_by_key() {
+        let refused = |b: BackboneSection, key: &str| match b.validate() {
+            Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
+            other => panic!("{key}: {other:?}"),
+        };
+        refused(
+            BackboneSection {
+                socket_buffer_bytes: 1024,
+                ..edge()
+            },
+            "backbone.socket_buffer_bytes",
+        );
+        // More than half a term, and more than the socket buffer.
+        refused(
+            BackboneSection {
+                receiver_window_bytes: 1 << 20,
+                ..edge()
+            },
+            "backbone.receiver_window_bytes",
+        );
+        refused(
+            BackboneSection {
+                term_length: 1 << 24,
+                receiver_window_bytes: 4 << 20,
+                ..edge()
+            },
+            "backbone.receiver_window_bytes",
+        );
+        assert!(BackboneSection {
+            receiver_window_bytes: 256 << 10,
+            ..edge()
+        }
+        .validate()
+        .is_ok());
     }
 }
