@@ -69,6 +69,8 @@ pub struct EdgeStats {
     pub reimages: u64,
     pub bad_messages: u64,
     pub control_dropped: u64,
+    /// Items whose data from the source skipped sequence numbers, re-imaged for it.
+    pub gaps_repaired: u64,
 }
 
 /// How many data messages ahead of the one being forwarded the edge loads its stream's
@@ -77,6 +79,16 @@ const PREFETCH_SLOT: usize = 4;
 const PREFETCH_ITEM: usize = 2;
 /// The most bytes of data gathered for the core before it gets them (see `Edge::flush`).
 const FLUSH_BYTES: usize = 64 * 1024;
+
+/// An update's sequence number and conflation count (protocol 3.5.6), if its body has
+/// them.
+fn update_seq(encoded: &[u8]) -> Option<(u32, u16)> {
+    let b = encoded.get(MESSAGE_HEADER_LEN..MESSAGE_HEADER_LEN + 12)?;
+    Some((
+        u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+        u16::from_be_bytes([b[10], b[11]]),
+    ))
+}
 
 /// A directory part: (service, state) pairs.
 type DirectoryPart = Vec<(String, ServiceState)>;
@@ -117,6 +129,9 @@ struct EdgeItem {
     /// The core has had an image of it: a later image (after its source was lost) is
     /// a re-image for the subscribers, not an answer to their requests.
     imaged: bool,
+    /// The sequence number of the last image or update forwarded (6.10 of the
+    /// protocol): the next update must follow it.
+    seq: u32,
 }
 
 pub struct Edge {
@@ -377,6 +392,8 @@ impl Edge {
         self.stats.data_messages += 1;
         self.stats.data_bytes += messages.len() as u64;
         let mut closed: Vec<u32> = Vec::new();
+        // Items whose updates skipped sequence numbers: (item, expected, received).
+        let mut gapped: Vec<(u32, u32, u32)> = Vec::new();
         let mut bad = None;
         // With 100,000 items updated at random, each message would wait for memory twice
         // (its stream's slot, then its item): the slot of the message `PREFETCH_SLOT`
@@ -418,7 +435,27 @@ impl Edge {
                 continue;
             };
             let forward = match MessageType::from_u8(m.message_type) {
-                Some(MessageType::Update) => it.phase == Phase::Live,
+                Some(MessageType::Update) if it.phase == Phase::Live => {
+                    let Some((seq, count)) = update_seq(m.encoded) else {
+                        bad = Some("an update shorter than its header".into());
+                        break;
+                    };
+                    // A count of 0 continues a merge too large for one message (same
+                    // number); u16::MAX stands for "that many or more" (no check).
+                    let expected = it.seq.wrapping_add(u32::from(count.max(1)));
+                    if count != 0 && count != u16::MAX && seq != expected {
+                        // Updates the source did not send on this stream (its core
+                        // held them for an image that this edge, in step, would not
+                        // pass on): never forwarded as if nothing were missing.
+                        gapped.push((sid, expected, seq));
+                        it.phase = Phase::Waiting { since: now };
+                        false
+                    } else {
+                        it.seq = seq;
+                        true
+                    }
+                }
+                Some(MessageType::Update) => false,
                 Some(MessageType::Refresh) => {
                     let Ok(Message::Refresh(r)) =
                         Message::decode_body(m.message_type, &m.encoded[MESSAGE_HEADER_LEN..])
@@ -426,33 +463,46 @@ impl Edge {
                         bad = Some("a refresh that does not decode".into());
                         break;
                     };
+                    let re_image = match it.phase {
+                        // Recovery (another source, the same one back, or a gap): the
+                        // subscribers get the new image as an unsolicited refresh,
+                        // which the core passes to every one of them.
+                        Phase::Waiting { .. } if it.imaged && r.solicited => true,
+                        // Another edge's image (solicited) changes nothing here when
+                        // this edge is in step with it. When it is not (the source's
+                        // core held updates back until it had the image, as with its
+                        // cache off), the image is what this edge missed.
+                        Phase::Live if r.solicited => r.seq != it.seq,
+                        _ => false,
+                    };
                     match it.phase {
-                        Phase::Waiting { .. } if it.imaged && r.solicited => {
-                            // Recovery (another source, or the same one back): the
-                            // subscribers get the new image as an unsolicited
-                            // refresh, which the core passes to every one of them.
+                        _ if re_image => {
                             let re_image = Message::Refresh(tickwire_proto::Refresh {
                                 stream_id: sid,
                                 solicited: false,
                                 ..r
                             });
                             let _ = re_image.encode(&mut self.to_core);
+                            it.seq = r.seq;
                             if r.complete {
                                 it.phase = Phase::Live;
                             }
                             false
                         }
                         Phase::Waiting { .. } => {
+                            it.seq = r.seq;
                             if r.complete {
                                 it.phase = Phase::Live;
                                 it.imaged = true;
                             }
                             true
                         }
-                        // Another edge's image (solicited) changes nothing here; a
-                        // publisher's own re-image does.
-                        Phase::Live => !r.solicited,
-                        Phase::NoSource => false,
+                        // A publisher's own re-image goes to every subscriber.
+                        Phase::Live if !r.solicited => {
+                            it.seq = r.seq;
+                            true
+                        }
+                        Phase::Live | Phase::NoSource => false,
                     }
                 }
                 Some(MessageType::Status) => {
@@ -476,12 +526,37 @@ impl Edge {
         if let Some(why) = bad {
             self.bad(&why);
         }
-        if !closed.is_empty() || self.to_core.len() >= FLUSH_BYTES {
+        if !closed.is_empty() || !gapped.is_empty() || self.to_core.len() >= FLUSH_BYTES {
             self.flush(core, now);
         }
         for sid in closed {
             self.forget(sid);
         }
+        for (sid, expected, got) in gapped {
+            self.repair_gap(core, sid, expected, got, now);
+        }
+    }
+
+    /// An item's data skipped from `expected` to `got`: its subscribers are told their
+    /// data is suspect, and it is asked for again at its source, whose image they then
+    /// get (an unsolicited refresh), as after a source is lost.
+    fn repair_gap(&mut self, core: &mut Node, sid: u32, expected: u32, got: u32, now: Instant) {
+        self.stats.gaps_repaired += 1;
+        self.stats.reimages += 1;
+        let Some(it) = self.items.get(sid) else {
+            return;
+        };
+        if self.stats.gaps_repaired <= 10 {
+            warn!(
+                "backbone: {}/{}: sequence number {got} where {expected} was due: re-imaging it",
+                it.service, it.name
+            );
+        }
+        let text = format!(
+            "updates missing from the backbone (sequence number {got} where {expected} was due): re-imaging"
+        );
+        self.status_to_core(core, sid, code::UPDATES_DROPPED, &text, now);
+        self.route(core, sid, now);
     }
 
     /// Hands the core what the data messages received so far carried. Data is gathered
@@ -706,6 +781,7 @@ impl Edge {
                     source_stream: None,
                     phase: Phase::Waiting { since: now },
                     imaged: false,
+                    seq: 0,
                 },
             );
             self.route(core, sid, now);

@@ -129,7 +129,8 @@ pub struct BackboneFigures {
     pub edges: u64,
     /// The driver's counters, summed over the links this node has had.
     pub driver: DriverCounters,
-    /// Items the edge asked for again after losing their source.
+    /// Items the edge asked for again: their source was lost, or their data skipped
+    /// sequence numbers.
     pub reimages: u64,
     pub sources_lost: u64,
     pub link_restarts: u64,

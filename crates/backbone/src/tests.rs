@@ -448,6 +448,108 @@ fn an_edge_joining_late_is_imaged_and_the_edges_in_step_see_no_second_image() {
     ));
 }
 
+/// Data from the source (id 0x5005 in `World`) as the edge receives it: `msgs` on the
+/// source's own stream ids, handed to edge `edge` and forwarded at once.
+fn from_source(w: &mut World, edge: usize, msgs: &[Message<'_>]) {
+    let mut m = Vec::new();
+    wire::data_header(&mut m, 0x5005);
+    for msg in msgs {
+        msg.encode(&mut m).unwrap();
+    }
+    let now = w.now;
+    let e = &mut w.edges[edge];
+    e.edge.on_data(&mut e.core, 1, &m, now);
+    e.edge.flush(&mut e.core, now);
+    w.settle();
+}
+
+#[test]
+fn an_update_that_skips_sequence_numbers_is_held_back_and_the_item_re_imaged() {
+    let (mut w, p) = ready(1, 1);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    w.publish(p, 0, 2, 10002);
+    assert_eq!(w.recv(0, a).len(), 2);
+    // The source's stream 1 (its first) jumps from 2 to 4: update 3 never came.
+    let img = image(10004);
+    from_source(
+        &mut w,
+        0,
+        &[Message::Update(Update {
+            stream_id: 1,
+            seq: 4,
+            update_type: UpdateType::Quote,
+            do_not_conflate: false,
+            conflation_count: 1,
+            fields: FieldList::decode(&img).unwrap(),
+        })],
+    );
+    // Suspect at once, then the source's image (here from its cache, at 2) and live.
+    assert_eq!(
+        w.recv(0, a),
+        vec![
+            Got::Status {
+                sid: 1,
+                stream: StreamState::Open,
+                data: DataState::Suspect
+            },
+            Got::Refresh {
+                sid: 1,
+                seq: 2,
+                data: DataState::Ok,
+                bid: Some("100.02".into())
+            }
+        ]
+    );
+    assert_eq!(w.edges[0].edge.stats().gaps_repaired, 1);
+    w.publish(p, 0, 3, 10003);
+    assert!(matches!(
+        w.recv(0, a)[..],
+        [Got::Update { sid: 1, seq: 3, .. }]
+    ));
+}
+
+#[test]
+fn an_image_for_another_edge_is_passed_on_only_where_the_edge_is_not_in_step_with_it() {
+    let (mut w, p) = ready(1, 1);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    w.publish(p, 0, 2, 10002);
+    assert_eq!(w.recv(0, a).len(), 2);
+    fn refresh(seq: u32, img: &[u8]) -> Message<'_> {
+        let fields = FieldList::decode(img).unwrap();
+        Message::Refresh(Refresh {
+            stream_id: 1,
+            seq,
+            complete: true,
+            solicited: true,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: "FEED",
+            name: "SYM0",
+            fields,
+        })
+    }
+    // In step (the edge has seq 2): another edge's image changes nothing here.
+    let img = image(10002);
+    from_source(&mut w, 0, &[refresh(2, &img)]);
+    assert_eq!(w.recv(0, a), vec![]);
+    // Not in step (a source whose core held updates back until it had the image): the
+    // image is what this edge missed, and its subscribers get it.
+    let img = image(10007);
+    from_source(&mut w, 0, &[refresh(7, &img)]);
+    assert_eq!(
+        w.recv(0, a),
+        vec![Got::Refresh {
+            sid: 1,
+            seq: 7,
+            data: DataState::Ok,
+            bid: Some("100.07".into())
+        }]
+    );
+    assert_eq!(w.edges[0].edge.stats().gaps_repaired, 0);
+}
+
 #[test]
 fn a_lost_source_turns_items_suspect_and_its_return_brings_them_back_without_a_gap() {
     let (mut w, p) = ready(1, 1);
