@@ -333,6 +333,9 @@ pub struct RigSpec {
     pub start_rate: u64,
     pub tick_rate: u64,
     pub latency_rate: String,
+    /// perf-pub `--flush-every`: also write after every N updates of a burst (0: once
+    /// a burst).
+    pub flush_every: u64,
     /// CPUs for node, publisher, subscriber (empty: no pinning).
     pub cpus: Option<(String, String, String)>,
     /// Subscribers over the WebSocket JSON API (perf-ws-sub) instead of the node's
@@ -391,6 +394,7 @@ impl RigSpec {
             start_rate: 1000,
             tick_rate: 1000,
             latency_rate: "1000".into(),
+            flush_every: 0,
             cpus: None,
             websocket: false,
             node_config: None,
@@ -607,7 +611,11 @@ fn perf_pub_args(spec: &RigSpec, system: &str, addr: &str) -> Vec<String> {
         "--latency-rate",
         &spec.latency_rate,
     ];
-    args.map(String::from).to_vec()
+    let mut args = args.map(String::from).to_vec();
+    if spec.flush_every > 0 {
+        args.extend(["--flush-every".into(), spec.flush_every.to_string()]);
+    }
+    args
 }
 
 /// A NATS server on a free loopback port, `perf-pub --system nats` and
