@@ -392,8 +392,8 @@ impl Edge {
         self.stats.data_messages += 1;
         self.stats.data_bytes += messages.len() as u64;
         let mut closed: Vec<u32> = Vec::new();
-        // Items whose updates skipped sequence numbers: (item, expected, received).
-        let mut gapped: Vec<(u32, u32, u32)> = Vec::new();
+        // Items whose data has a hole, with what is missing.
+        let mut gapped: Vec<(u32, String)> = Vec::new();
         let mut bad = None;
         // With 100,000 items updated at random, each message would wait for memory twice
         // (its stream's slot, then its item): the slot of the message `PREFETCH_SLOT`
@@ -443,16 +443,32 @@ impl Edge {
                     // A count of 0 continues a merge too large for one message (same
                     // number); u16::MAX stands for "that many or more" (no check).
                     let expected = it.seq.wrapping_add(u32::from(count.max(1)));
-                    if count != 0 && count != u16::MAX && seq != expected {
+                    let hole = if count != 0 && count != u16::MAX && seq != expected {
                         // Updates the source did not send on this stream (its core
                         // held them for an image that this edge, in step, would not
                         // pass on): never forwarded as if nothing were missing.
-                        gapped.push((sid, expected, seq));
-                        it.phase = Phase::Waiting { since: now };
-                        false
+                        Some(format!("sequence number {seq} where {expected} was due"))
+                    } else if Message::decode_body(m.message_type, &m.encoded[MESSAGE_HEADER_LEN..])
+                        .is_err()
+                    {
+                        // Checked here, not by the core (which gets the batch as
+                        // checked): one bad message costs its item an image, not the
+                        // edge its connection to the core.
+                        self.stats.bad_messages += 1;
+                        Some(format!("update {seq} does not decode"))
                     } else {
-                        it.seq = seq;
-                        true
+                        None
+                    };
+                    match hole {
+                        Some(what) => {
+                            gapped.push((sid, what));
+                            it.phase = Phase::Waiting { since: now };
+                            false
+                        }
+                        None => {
+                            it.seq = seq;
+                            true
+                        }
                     }
                 }
                 Some(MessageType::Update) => false,
@@ -532,29 +548,27 @@ impl Edge {
         for sid in closed {
             self.forget(sid);
         }
-        for (sid, expected, got) in gapped {
-            self.repair_gap(core, sid, expected, got, now);
+        for (sid, what) in gapped {
+            self.repair_gap(core, sid, &what, now);
         }
     }
 
-    /// An item's data skipped from `expected` to `got`: its subscribers are told their
-    /// data is suspect, and it is asked for again at its source, whose image they then
-    /// get (an unsolicited refresh), as after a source is lost.
-    fn repair_gap(&mut self, core: &mut Node, sid: u32, expected: u32, got: u32, now: Instant) {
+    /// An item's data has a hole (`what`): its subscribers are told their data is
+    /// suspect, and it is asked for again at its source, whose image they then get (an
+    /// unsolicited refresh), as after a source is lost.
+    fn repair_gap(&mut self, core: &mut Node, sid: u32, what: &str, now: Instant) {
         self.stats.gaps_repaired += 1;
         self.stats.reimages += 1;
         let Some(it) = self.items.get(sid) else {
             return;
         };
-        if self.stats.gaps_repaired <= 10 {
+        if self.stats.gaps_repaired <= 10 || self.stats.gaps_repaired.is_power_of_two() {
             warn!(
-                "backbone: {}/{}: sequence number {got} where {expected} was due: re-imaging it",
-                it.service, it.name
+                "backbone: {}/{}: {what}: re-imaging it ({} so far)",
+                it.service, it.name, self.stats.gaps_repaired
             );
         }
-        let text = format!(
-            "updates missing from the backbone (sequence number {got} where {expected} was due): re-imaging"
-        );
+        let text = format!("updates missing from the backbone ({what}): re-imaging");
         self.status_to_core(core, sid, code::UPDATES_DROPPED, &text, now);
         self.route(core, sid, now);
     }
@@ -564,9 +578,11 @@ impl Edge {
     /// messages ahead within a frame, and a frame of one Aeron message (about 15
     /// updates) leaves its first few unprefetched. Called before anything else reaches
     /// the core, so the core sees every source's messages in their order.
+    /// Every message in it was decoded in full here, so the core does not walk the
+    /// field lists again.
     pub fn flush(&mut self, core: &mut Node, now: Instant) {
         if !self.to_core.is_empty() {
-            core.on_frame(self.conn, &self.to_core, now);
+            core.on_checked_frame(self.conn, &self.to_core, now);
             self.to_core.clear();
         }
     }

@@ -7,9 +7,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 use tickwire_core::CoreConfig;
 use tickwire_proto::{
-    encode_field_list, DataState, Directory, FieldList, Login, Message, MessageIter, Real, Refresh,
-    Request, Role as ProtoRole, ServiceEntry, ServiceState, State, StreamState, Update, UpdateType,
-    Value, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    encode_field_list, DataState, Directory, FieldList, Login, Message, MessageIter, MessageType,
+    Real, Refresh, Request, Role as ProtoRole, ServiceEntry, ServiceState, State, StreamState,
+    Update, UpdateType, Value, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 
 struct Queue<'a> {
@@ -506,6 +506,77 @@ fn an_update_that_skips_sequence_numbers_is_held_back_and_the_item_re_imaged() {
     assert!(matches!(
         w.recv(0, a)[..],
         [Got::Update { sid: 1, seq: 3, .. }]
+    ));
+}
+
+#[test]
+fn a_malformed_update_costs_its_item_an_image_not_the_edge_its_connection() {
+    let (mut w, p) = ready(1, 2);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    w.request(0, a, 2, "SYM1");
+    assert_eq!(w.recv(0, a).len(), 2);
+    // An update on the source's stream 1 (SYM0), next in sequence, whose field list
+    // claims 5 fields and has none; then a good update of SYM1 (the source's stream 2).
+    let mut m = Vec::new();
+    wire::data_header(&mut m, 0x5005);
+    let body: Vec<u8> = [1u32.to_be_bytes(), 2u32.to_be_bytes()]
+        .concat()
+        .into_iter()
+        .chain([UpdateType::Quote as u8, 0, 0, 1, 0, 5])
+        .collect();
+    m.push(MessageType::Update as u8);
+    m.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    m.extend_from_slice(&body);
+    let img = image(10002);
+    Message::Update(Update {
+        stream_id: 2,
+        seq: 2,
+        update_type: UpdateType::Quote,
+        do_not_conflate: false,
+        conflation_count: 1,
+        fields: FieldList::decode(&img).unwrap(),
+    })
+    .encode(&mut m)
+    .unwrap();
+    let now = w.now;
+    let e = &mut w.edges[0];
+    e.edge.on_data(&mut e.core, 1, &m, now);
+    e.edge.flush(&mut e.core, now);
+    w.settle();
+    let got = w.recv(0, a);
+    assert!(
+        got.contains(&Got::Update {
+            sid: 2,
+            seq: 2,
+            bid: Some("100.02".into())
+        }),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&Got::Status {
+            sid: 1,
+            stream: StreamState::Open,
+            data: DataState::Suspect
+        }),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&Got::Refresh {
+            sid: 1,
+            seq: 1,
+            data: DataState::Ok,
+            bid: Some("100.00".into())
+        }),
+        "{got:?}"
+    );
+    let stats = w.edges[0].edge.stats();
+    assert_eq!((stats.bad_messages, stats.gaps_repaired), (1, 1));
+    // The edge's connection to its core is still live: later data flows.
+    w.publish(p, 0, 2, 10003);
+    assert!(matches!(
+        w.recv(0, a)[..],
+        [Got::Update { sid: 1, seq: 2, .. }]
     ));
 }
 
