@@ -80,16 +80,6 @@ const PREFETCH_ITEM: usize = 2;
 /// The most bytes of data gathered for the core before it gets them (see `Edge::flush`).
 const FLUSH_BYTES: usize = 64 * 1024;
 
-/// An update's sequence number and conflation count (protocol 3.5.6), if its body has
-/// them.
-fn update_seq(encoded: &[u8]) -> Option<(u32, u16)> {
-    let b = encoded.get(MESSAGE_HEADER_LEN..MESSAGE_HEADER_LEN + 12)?;
-    Some((
-        u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-        u16::from_be_bytes([b[10], b[11]]),
-    ))
-}
-
 /// A directory part: (service, state) pairs.
 type DirectoryPart = Vec<(String, ServiceState)>;
 
@@ -436,28 +426,34 @@ impl Edge {
             };
             let forward = match MessageType::from_u8(m.message_type) {
                 Some(MessageType::Update) if it.phase == Phase::Live => {
-                    let Some((seq, count)) = update_seq(m.encoded) else {
-                        bad = Some("an update shorter than its header".into());
-                        break;
-                    };
-                    // A count of 0 continues a merge too large for one message (same
-                    // number); u16::MAX stands for "that many or more" (no check).
-                    let expected = it.seq.wrapping_add(u32::from(count.max(1)));
-                    let hole = if count != 0 && count != u16::MAX && seq != expected {
-                        // Updates the source did not send on this stream (its core
-                        // held them for an image that this edge, in step, would not
-                        // pass on): never forwarded as if nothing were missing.
-                        Some(format!("sequence number {seq} where {expected} was due"))
-                    } else if Message::decode_body(m.message_type, &m.encoded[MESSAGE_HEADER_LEN..])
-                        .is_err()
-                    {
-                        // Checked here, not by the core (which gets the batch as
-                        // checked): one bad message costs its item an image, not the
-                        // edge its connection to the core.
-                        self.stats.bad_messages += 1;
-                        Some(format!("update {seq} does not decode"))
-                    } else {
-                        None
+                    // Decoded here, not by the core (which gets the batch as checked):
+                    // one bad message costs its item an image, not the edge its
+                    // connection to the core.
+                    let hole = match Message::decode_body(
+                        m.message_type,
+                        &m.encoded[MESSAGE_HEADER_LEN..],
+                    ) {
+                        Ok(Message::Update(u)) => {
+                            // A count of 0 continues a merge too large for one message
+                            // (same number); u16::MAX stands for "that many or more".
+                            let count = u.conflation_count;
+                            let expected = it.seq.wrapping_add(u32::from(count.max(1)));
+                            if count != 0 && count != u16::MAX && u.seq != expected {
+                                // Updates the source did not send on this stream (its
+                                // core held them for an image that this edge, in step,
+                                // would not pass on): never forwarded as if nothing
+                                // were missing.
+                                let got = u.seq;
+                                Some(format!("sequence number {got} where {expected} was due"))
+                            } else {
+                                it.seq = u.seq;
+                                None
+                            }
+                        }
+                        _ => {
+                            self.stats.bad_messages += 1;
+                            Some("an update that does not decode".to_string())
+                        }
                     };
                     match hole {
                         Some(what) => {
@@ -465,10 +461,7 @@ impl Edge {
                             it.phase = Phase::Waiting { since: now };
                             false
                         }
-                        None => {
-                            it.seq = seq;
-                            true
-                        }
+                        None => true,
                     }
                 }
                 Some(MessageType::Update) => false,
@@ -578,6 +571,7 @@ impl Edge {
     /// messages ahead within a frame, and a frame of one Aeron message (about 15
     /// updates) leaves its first few unprefetched. Called before anything else reaches
     /// the core, so the core sees every source's messages in their order.
+    ///
     /// Every message in it was decoded in full here, so the core does not walk the
     /// field lists again.
     pub fn flush(&mut self, core: &mut Node, now: Instant) {

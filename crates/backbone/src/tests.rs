@@ -451,11 +451,18 @@ fn an_edge_joining_late_is_imaged_and_the_edges_in_step_see_no_second_image() {
 /// Data from the source (id 0x5005 in `World`) as the edge receives it: `msgs` on the
 /// source's own stream ids, handed to edge `edge` and forwarded at once.
 fn from_source(w: &mut World, edge: usize, msgs: &[Message<'_>]) {
+    let mut encoded = Vec::new();
+    for msg in msgs {
+        msg.encode(&mut encoded).unwrap();
+    }
+    from_source_raw(w, edge, &encoded);
+}
+
+/// As `from_source`, with the messages already encoded (or not well formed).
+fn from_source_raw(w: &mut World, edge: usize, encoded: &[u8]) {
     let mut m = Vec::new();
     wire::data_header(&mut m, 0x5005);
-    for msg in msgs {
-        msg.encode(&mut m).unwrap();
-    }
+    m.extend_from_slice(encoded);
     let now = w.now;
     let e = &mut w.edges[edge];
     e.edge.on_data(&mut e.core, 1, &m, now);
@@ -519,7 +526,6 @@ fn a_malformed_update_costs_its_item_an_image_not_the_edge_its_connection() {
     // An update on the source's stream 1 (SYM0), next in sequence, whose field list
     // claims 5 fields and has none; then a good update of SYM1 (the source's stream 2).
     let mut m = Vec::new();
-    wire::data_header(&mut m, 0x5005);
     let body: Vec<u8> = [1u32.to_be_bytes(), 2u32.to_be_bytes()]
         .concat()
         .into_iter()
@@ -539,11 +545,7 @@ fn a_malformed_update_costs_its_item_an_image_not_the_edge_its_connection() {
     })
     .encode(&mut m)
     .unwrap();
-    let now = w.now;
-    let e = &mut w.edges[0];
-    e.edge.on_data(&mut e.core, 1, &m, now);
-    e.edge.flush(&mut e.core, now);
-    w.settle();
+    from_source_raw(&mut w, 0, &m);
     let got = w.recv(0, a);
     assert!(
         got.contains(&Got::Update {
