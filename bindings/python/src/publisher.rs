@@ -234,7 +234,7 @@ impl Publisher {
     /// Updates sent to the node so far.
     #[getter]
     fn updates_sent(&self) -> PyResult<u64> {
-        Ok(self.lock()?.as_ref().expect("open").updates_sent())
+        Ok(self.lock()?.as_mut().expect("open").updates_sent())
     }
 
     /// The names of the items published.

@@ -148,7 +148,15 @@ fn every_journaled_post_and_its_answer_are_recorded_in_order() {
 
 /// Posts as fast as acks come back (at most `window` waiting), until the connection
 /// goes (the node was killed) or `until`: the post numbers acknowledged positively.
-fn post_until_killed(node: &str, next: &mut u32, window: usize, until: Instant) -> BTreeSet<u32> {
+/// Posts until the node goes away (or `until`); `first_ack` is told when the first
+/// post is acknowledged.
+fn post_until_killed(
+    node: &str,
+    next: &mut u32,
+    window: usize,
+    until: Instant,
+    first_ack: std::sync::mpsc::Sender<()>,
+) -> BTreeSet<u32> {
     let mut sub = poster(node);
     let mut acked = BTreeSet::new();
     let mut waiting = 0usize;
@@ -175,6 +183,9 @@ fn post_until_killed(node: &str, next: &mut u32, window: usize, until: Instant) 
             if let tickwire_client::EventRef::Ack(a) = e {
                 waiting -= 1;
                 if a.nak.is_none() {
+                    if acked.is_empty() {
+                        let _ = first_ack.send(());
+                    }
                     acked.insert(a.post_id);
                 }
             }
@@ -275,17 +286,27 @@ fn acknowledged_posts_survive_sigkill_of_the_node_at_random_moments() {
             cuts_by_kill += 1;
         }
         torn_by_test = false;
-        // Posts for a random time, then the node is killed while they flow.
+        // Posts for a random time from the first acknowledgement (however slow the
+        // machine is to get there), then the node is killed while they flow.
         let run_for = Duration::from_millis(100 + rng.next_u64() % 400);
+        let (first_ack, acked_once) = std::sync::mpsc::channel();
         let killer = {
             let pid = node.proc.pid();
             std::thread::spawn(move || {
+                // No acknowledgement in time: killed anyway, and the round fails below.
+                let _ = acked_once.recv_timeout(T);
                 std::thread::sleep(run_for);
                 unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             })
         };
         let started = Instant::now();
-        let acked = post_until_killed(&listen, &mut next_post, 64, Instant::now() + T);
+        let acked = post_until_killed(
+            &listen,
+            &mut next_post,
+            64,
+            Instant::now() + 2 * T + run_for,
+            first_ack,
+        );
         killer.join().unwrap();
         eprintln!(
             "round {round} ({sync}): {} posts acknowledged in {:?} before the kill",

@@ -4,10 +4,12 @@
 //! `cargo bench -p tickwire-client --bench client`.
 //!
 //! - `publisher/update`: `PublisherSession::publish_update` of the reference update (10
-//!   fields, built with `write_level1` as a feed handler builds it) to one of 100,000
-//!   items drawn at random (fixed seed): the merge into the publisher's image of the
-//!   item, the message's encoding, and the write amortised (the output taken every
+//!   fields, built beforehand with `write_level1` as a feed handler builds it) to one of
+//!   100,000 items drawn at random (fixed seed): the merge into the publisher's image of
+//!   the item, the message's encoding, and the write amortised (the output taken every
 //!   1,000 updates, as a socket would take it).
+//! - `publisher/build`: building that update with the library's field list writer
+//!   (`write_level1`), the feed handler's part.
 //! - `subscriber/update`: a `SubscriberSession` handed the node's bytes for 1,000
 //!   updates of 1,000 items (as the node encoded them) and dispatching them, the
 //!   callback reading every field's value.
@@ -129,6 +131,34 @@ fn publisher(core: &mut Node, items: usize, now: Instant) -> (PublisherSession, 
     (s, conn)
 }
 
+/// The reference updates a publisher sends: field lists built from a quote moved at
+/// random, and the sequence of items they go to (random over all items).
+struct Workload {
+    lists: Vec<Vec<u8>>,
+    targets: Vec<usize>,
+}
+
+impl Workload {
+    /// Field lists are few (they stay in the CPU's cache, as the one a feed handler has
+    /// just built does); targets are many, so the items and their images are reached at
+    /// random, as a feed of that many instruments reaches them.
+    fn new(ids: &[usize], rng: &mut Rng) -> Self {
+        let mut quote = typical();
+        let lists = (0..1024)
+            .map(|_| {
+                step(&mut quote, rng);
+                let mut fields = Vec::with_capacity(128);
+                write_level1(&mut fields, &quote);
+                fields
+            })
+            .collect();
+        let targets = (0..1 << 20)
+            .map(|_| ids[rng.below(ids.len() as u64) as usize])
+            .collect();
+        Workload { lists, targets }
+    }
+}
+
 fn bench_publisher(c: &mut Criterion) {
     let now = Instant::now();
     let mut core = Node::new(CoreConfig::default(), now);
@@ -137,21 +167,20 @@ fn bench_publisher(c: &mut Criterion) {
         .map(|i| s.item(&format!("SYM{i}")).unwrap())
         .collect();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut quote = typical();
-    let mut fields = Vec::with_capacity(128);
+    let work = Workload::new(&ids, &mut rng);
+    let mut k = 0usize;
     let mut g = c.benchmark_group("publisher");
     g.throughput(Throughput::Elements(BATCH as u64));
     g.bench_function("update", |b| {
         b.iter(|| {
             for _ in 0..BATCH {
-                step(&mut quote, &mut rng);
-                fields.clear();
-                write_level1(&mut fields, &quote);
-                let id = ids[rng.below(ITEMS as u64) as usize];
+                let fields = &work.lists[k % work.lists.len()];
+                let id = work.targets[k % work.targets.len()];
+                k += 1;
                 s.publish_update(
                     id,
                     UpdateType::Quote,
-                    FieldList::from_trusted(&fields),
+                    FieldList::from_trusted(fields),
                     false,
                 )
                 .unwrap();
@@ -160,6 +189,20 @@ fn bench_publisher(c: &mut Criterion) {
             let conn = s.connection().unwrap();
             let n = conn.transmit().len();
             conn.sent(black_box(n), now);
+        })
+    });
+    // The feed handler's part: building the update with the library's field list
+    // writer (`write_level1` pushes the reference update's 10 fields).
+    let mut quote = typical();
+    let mut fields = Vec::with_capacity(128);
+    g.bench_function("build", |b| {
+        b.iter(|| {
+            for _ in 0..BATCH {
+                step(&mut quote, &mut rng);
+                fields.clear();
+                write_level1(&mut fields, &quote);
+                black_box(&fields);
+            }
         })
     });
     g.finish();

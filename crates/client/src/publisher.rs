@@ -142,7 +142,7 @@ impl Publisher {
         self.session.image(id)
     }
 
-    pub fn updates_sent(&self) -> u64 {
+    pub fn updates_sent(&mut self) -> u64 {
         self.session.updates_sent()
     }
 

@@ -93,34 +93,49 @@ pub struct ServiceOptions {
     pub accept_posts: bool,
 }
 
+/// What every update of an item reads and writes: its sequence number, its stream and
+/// its image's header, in one cache line (an item's name is kept apart), so that an
+/// update to an item not in the CPU's cache costs one miss before its image's data.
+#[derive(Default)]
+#[repr(align(64))]
 struct PubItem {
-    name: String,
     image: FieldImage,
-}
-
-/// What every update of an item reads and writes, kept apart from its image and name
-/// in a dense array (12 bytes an item: 100,000 items fit in the CPU's cache), so that
-/// an update does not wait on a cache miss for it.
-#[derive(Clone, Copy)]
-struct ItemState {
     seq: u32,
     /// The stream this item is open on at the node, if any.
     stream: Option<u32>,
 }
 
-/// Updates merged into their images at once, in batches of this many: merging each as
-/// it is published waited on a cache miss per update (an image among 100,000 is rarely
-/// in the CPU's cache), half of the library's cost per update. A batch is merged with
-/// the images a few updates ahead prefetched, as the node does.
-const MERGE_BATCH: usize = 64;
-const MERGE_AHEAD: usize = 4;
+/// Updates are queued by `publish_update` and sent and merged into their images in
+/// batches of this many, with each update's item and its image's data loaded a few
+/// updates ahead, as the node does. Done one at a time, each update waited on two or
+/// three cache misses in turn (an item among 100,000 is rarely in the CPU's cache): its
+/// sequence number, then its image. The queue is settled before anything else the
+/// session does (every other method, and before the output is taken), so the order of
+/// messages and what the application observes are as if each update were sent at once.
+const UPDATE_BATCH: usize = 64;
+/// How far ahead an update's item is loaded, and its image's data.
+const ITEM_AHEAD: usize = 8;
+const IMAGE_AHEAD: usize = 4;
+/// Field lists up to this size are queued: their Update always encodes (a message body
+/// holds 65,535 bytes; an Update's header takes at most 16). Larger ones are sent at
+/// once, so that the error for one too large is the caller's.
+const QUEUED_FIELDS_MAX: usize = tickwire_proto::message::MAX_MESSAGE_BODY - 64;
 
-/// Updates published and not yet merged into their items' images: `(item, start, end)`
-/// into `fields`.
+/// One queued update: its item, its field list in `PendingUpdates::fields`, its flags.
+#[derive(Clone, Copy)]
+struct QueuedUpdate {
+    id: ItemId,
+    start: u32,
+    end: u32,
+    update_type: UpdateType,
+    do_not_conflate: bool,
+}
+
+/// Updates published and not yet sent or merged into their images.
 #[derive(Default)]
-struct PendingMerges {
+struct PendingUpdates {
     fields: Vec<u8>,
-    list: Vec<(ItemId, u32, u32)>,
+    list: Vec<QueuedUpdate>,
 }
 
 /// First stream id the node uses for its own requests; the publisher's ids stay below.
@@ -138,14 +153,15 @@ pub struct PublisherSession {
     welcomed: bool,
     items: Vec<PubItem>,
     /// Per item, as `items`.
-    state: Vec<ItemState>,
+    names: Vec<String>,
     by_name: HashMap<String, ItemId>,
     by_stream: HashMap<u32, ItemId>,
     /// Interactive requests waiting for the application's image: name -> node stream.
     pending_requests: HashMap<String, u32>,
     events: Vec<PublisherEvent>,
     scratch: Vec<u8>,
-    merges: PendingMerges,
+    /// See [`UPDATE_BATCH`].
+    pending: PendingUpdates,
     updates_sent: u64,
     /// The state the application wants the service announced with.
     service_up: bool,
@@ -168,13 +184,13 @@ impl PublisherSession {
             conn: None,
             welcomed: false,
             items: Vec::new(),
-            state: Vec::new(),
+            names: Vec::new(),
             by_name: HashMap::new(),
             by_stream: HashMap::new(),
             pending_requests: HashMap::new(),
             events: Vec::new(),
             scratch: Vec::with_capacity(64 * 1024),
-            merges: PendingMerges::default(),
+            pending: PendingUpdates::default(),
             updates_sent: 0,
         }
     }
@@ -184,6 +200,7 @@ impl PublisherSession {
     /// as the application wants it (subscribers re-requesting meanwhile wait at the
     /// node instead of hearing "not found").
     pub fn connecting(&mut self, now: Instant) -> Result<(), ClientError> {
+        self.settle();
         self.conn = Some(Connection::new(&self.login, now)?);
         self.welcomed = false;
         self.reconnection.connected(now);
@@ -198,6 +215,7 @@ impl PublisherSession {
     /// The connection failed: streams the node opened are forgotten (its images are
     /// kept) and a reconnect is scheduled. `Err` when the session ends instead.
     pub fn connection_lost(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
+        self.settle();
         let had = self.conn.take().is_some();
         if self.reconnection.ends_session(&err) {
             return Err(err);
@@ -207,7 +225,7 @@ impl PublisherSession {
                 reason: err.to_string(),
             });
         }
-        for st in &mut self.state {
+        for st in &mut self.items {
             if st.stream.is_some_and(|s| s >= NODE_STREAM_BASE) {
                 st.stream = None;
             }
@@ -227,6 +245,7 @@ impl PublisherSession {
     }
 
     pub fn connection(&mut self) -> Option<&mut Connection> {
+        self.settle();
         self.conn.as_mut()
     }
 
@@ -259,12 +278,12 @@ impl PublisherSession {
     }
 
     pub fn item_name(&self, id: ItemId) -> Option<&str> {
-        self.items.get(id).map(|i| i.name.as_str())
+        self.names.get(id).map(String::as_str)
     }
 
     /// The item is open at the node (its updates are sent).
     pub fn is_open(&self, id: ItemId) -> bool {
-        self.state.get(id).is_some_and(|i| i.stream.is_some())
+        self.items.get(id).is_some_and(|i| i.stream.is_some())
     }
 
     pub fn item_count(&self) -> usize {
@@ -272,30 +291,54 @@ impl PublisherSession {
     }
 
     pub fn image(&mut self, id: ItemId) -> Option<&FieldImage> {
-        self.merge_pending();
+        self.settle();
         self.items.get(id).map(|i| &i.image)
     }
 
-    /// Merges the updates published since the last batch into their images.
-    fn merge_pending(&mut self) {
-        let PendingMerges { fields, list } = &mut self.merges;
+    /// Sends the queued updates (where their items are open and the session logged
+    /// in) and merges them into their images, in the order they were published.
+    fn settle(&mut self) {
+        let PendingUpdates { fields, list } = &mut self.pending;
+        if list.is_empty() {
+            return;
+        }
+        let mut writer = match self.conn.as_mut() {
+            Some(c) if c.session().is_some() && self.welcomed => Some(c.writer()),
+            _ => None,
+        };
         for i in 0..list.len() {
-            // The item (its image's address) further ahead, its image data nearer.
-            if let Some(&(far, _, _)) = list.get(i + 2 * MERGE_AHEAD) {
-                tickwire_proto::wire::prefetch((&self.items[far] as *const PubItem).cast());
+            if let Some(far) = list.get(i + ITEM_AHEAD) {
+                tickwire_proto::wire::prefetch((&self.items[far.id] as *const PubItem).cast());
             }
-            if let Some(&(ahead, _, _)) = list.get(i + MERGE_AHEAD) {
-                self.items[ahead].image.prefetch();
+            if let Some(near) = list.get(i + IMAGE_AHEAD) {
+                self.items[near.id].image.prefetch();
             }
-            let (id, start, end) = list[i];
-            let update = FieldList::from_trusted(&fields[start as usize..end as usize]);
-            self.items[id].image.apply(update);
+            let u = list[i];
+            let update = FieldList::from_trusted(&fields[u.start as usize..u.end as usize]);
+            let st = &mut self.items[u.id];
+            st.seq = st.seq.wrapping_add(1);
+            if let (Some(sid), Some(w)) = (st.stream, writer.as_deref_mut()) {
+                let sent = w.push(&Message::Update(Update {
+                    stream_id: sid,
+                    seq: st.seq,
+                    update_type: u.update_type,
+                    do_not_conflate: u.do_not_conflate,
+                    conflation_count: 1,
+                    fields: update,
+                }));
+                // Cannot fail: only field lists of at most QUEUED_FIELDS_MAX are queued.
+                debug_assert!(sent.is_ok(), "a queued update failed to encode: {sent:?}");
+                self.updates_sent += sent.is_ok() as u64;
+            }
+            st.image.apply(update);
         }
         list.clear();
         fields.clear();
     }
 
-    pub fn updates_sent(&self) -> u64 {
+    /// Updates written to the node (queued ones included).
+    pub fn updates_sent(&mut self) -> u64 {
+        self.settle();
         self.updates_sent
     }
 
@@ -304,9 +347,11 @@ impl PublisherSession {
         self.reconnection.reconnects()
     }
 
-    /// Output queued and not yet written.
+    /// Output queued and not yet written, including about what the queued updates
+    /// will take.
     pub fn pending_output(&self) -> usize {
-        self.conn.as_ref().map_or(0, |c| c.pending_output())
+        let queued = self.pending.fields.len() + 16 * self.pending.list.len();
+        self.conn.as_ref().map_or(0, |c| c.pending_output()) + queued
     }
 
     /// What needs the application since the last call.
@@ -329,6 +374,7 @@ impl PublisherSession {
     /// Announces the service up (or down again). Subscriber requests wait at the node
     /// while the service is down.
     pub fn set_service_up(&mut self, up: bool) -> Result<(), ClientError> {
+        self.settle();
         self.service_up = up;
         if self.writer().is_some() {
             self.announce(up)?;
@@ -358,20 +404,14 @@ impl PublisherSession {
             Some(&id) => id,
             None => {
                 let id = self.items.len();
-                self.items.push(PubItem {
-                    name: name.to_string(),
-                    image: FieldImage::new(),
-                });
-                self.state.push(ItemState {
-                    seq: 0,
-                    stream: None,
-                });
+                self.items.push(PubItem::default());
+                self.names.push(name.to_string());
                 self.by_name.insert(name.to_string(), id);
                 id
             }
         };
         // Updates published before this image go first (they are replaced by it).
-        self.merge_pending();
+        self.settle();
         let item = &mut self.items[id];
         item.image.clear();
         item.image.apply(fields);
@@ -380,18 +420,23 @@ impl PublisherSession {
             self.bind(id, sid);
             solicited = true;
         } else {
-            if self.state[id].stream.is_none() && !self.service.interactive {
+            if self.items[id].stream.is_none() && !self.service.interactive {
                 self.bind(id, own_stream(id));
             }
             solicited = false;
         }
-        if self.state[id].stream.is_some() {
+        if self.items[id].stream.is_some() {
             self.send_refresh(id, solicited)?;
         }
         Ok(id)
     }
 
-    /// Merges an update into the item's image and queues it if the item is open.
+    /// Merges an update into the item's image and sends it if the item is open. The
+    /// update is queued and both are done with the next few dozen updates, or before
+    /// the session does anything else (its output is taken, a message from the node is
+    /// handled, an image is read): the application cannot tell the difference, but a
+    /// batch has its items loaded ahead of use. `Err` only for an unknown item or (at
+    /// once) a field list too large for one message.
     pub fn publish_update(
         &mut self,
         id: ItemId,
@@ -399,24 +444,45 @@ impl PublisherSession {
         fields: FieldList<'_>,
         do_not_conflate: bool,
     ) -> Result<(), PublishError> {
-        let st = self
-            .state
-            .get_mut(id)
-            .ok_or(PublishError::UnknownItem(id))?;
-        st.seq = st.seq.wrapping_add(1);
-        let (stream, seq) = (st.stream, st.seq);
-        // Into the image with the next batch (see MERGE_BATCH).
-        let m = &mut self.merges;
-        let start = m.fields.len() as u32;
-        m.fields.extend_from_slice(fields.as_bytes());
-        m.list.push((id, start, m.fields.len() as u32));
-        if m.list.len() >= MERGE_BATCH {
-            self.merge_pending();
+        if id >= self.items.len() {
+            return Err(PublishError::UnknownItem(id));
         }
-        let Some(sid) = stream else {
-            return Ok(());
-        };
-        let Some(w) = self.writer() else {
+        let bytes = fields.as_bytes();
+        if bytes.len() > QUEUED_FIELDS_MAX {
+            return self.publish_large_update(id, update_type, fields, do_not_conflate);
+        }
+        // Queued (see UPDATE_BATCH): the item's state is not touched here.
+        let p = &mut self.pending;
+        let start = p.fields.len() as u32;
+        p.fields.extend_from_slice(bytes);
+        p.list.push(QueuedUpdate {
+            id,
+            start,
+            end: p.fields.len() as u32,
+            update_type,
+            do_not_conflate,
+        });
+        if p.list.len() >= UPDATE_BATCH {
+            self.settle();
+        }
+        Ok(())
+    }
+
+    /// An update too large to queue: sent at once, so an error is the caller's.
+    #[cold]
+    fn publish_large_update(
+        &mut self,
+        id: ItemId,
+        update_type: UpdateType,
+        fields: FieldList<'_>,
+        do_not_conflate: bool,
+    ) -> Result<(), PublishError> {
+        self.settle();
+        let st = &mut self.items[id];
+        st.seq = st.seq.wrapping_add(1);
+        st.image.apply(fields);
+        let (stream, seq) = (st.stream, st.seq);
+        let (Some(sid), Some(w)) = (stream, self.writer()) else {
             return Ok(());
         };
         w.push(&Message::Update(Update {
@@ -434,6 +500,7 @@ impl PublisherSession {
 
     /// Tells the node an item it asked for does not exist.
     pub fn reject_request(&mut self, name: &str, text: &str) -> Result<(), ClientError> {
+        self.settle();
         let Some(sid) = self.pending_requests.remove(name) else {
             return Ok(());
         };
@@ -462,6 +529,7 @@ impl PublisherSession {
     /// Heartbeats and the Welcome's deadline. An `Err`: the connection failed; pass it
     /// to [`PublisherSession::connection_lost`].
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
+        self.settle();
         match self.conn.as_mut() {
             Some(c) => c.handle_timeout(now),
             None => Ok(()),
@@ -472,6 +540,7 @@ impl PublisherSession {
     /// needs the application is in [`PublisherSession::take_events`]. An `Err`: the
     /// connection failed; pass it to [`PublisherSession::connection_lost`].
     pub fn poll(&mut self, _now: Instant) -> Result<(), ClientError> {
+        self.settle();
         let Some(conn) = self.conn.as_mut() else {
             return Ok(());
         };
@@ -529,7 +598,7 @@ impl PublisherSession {
         }
         for sid in closes {
             if let Some(id) = self.by_stream.remove(&sid) {
-                self.state[id].stream = None;
+                self.items[id].stream = None;
                 self.events.push(PublisherEvent::Closed { item: id });
             }
         }
@@ -579,6 +648,7 @@ impl PublisherSession {
         nak: Option<NakCode>,
         text: &str,
     ) -> Result<(), ClientError> {
+        self.settle();
         if !post.ack {
             return Ok(());
         }
@@ -614,14 +684,14 @@ impl PublisherSession {
     }
 
     fn bind(&mut self, id: ItemId, sid: u32) {
-        if let Some(old) = self.state[id].stream.replace(sid) {
+        if let Some(old) = self.items[id].stream.replace(sid) {
             self.by_stream.remove(&old);
         }
         self.by_stream.insert(sid, id);
     }
 
     fn send_refresh(&mut self, id: ItemId, solicited: bool) -> Result<(), ClientError> {
-        self.merge_pending();
+        self.settle();
         let Some(conn) = self.conn.as_mut() else {
             return Ok(());
         };
@@ -629,7 +699,7 @@ impl PublisherSession {
             return Ok(()); // sent with every image once the Welcome is in
         }
         let item = &self.items[id];
-        let ItemState { seq, stream } = self.state[id];
+        let (seq, stream) = (item.seq, item.stream);
         let Some(sid) = stream else {
             return Ok(());
         };
@@ -650,7 +720,7 @@ impl PublisherSession {
                 clear_cache: i == 0,
                 state: State::OPEN_OK,
                 service: &self.service.service,
-                name: &item.name,
+                name: &self.names[id],
                 fields: FieldList::from_trusted(part),
             }))?;
         }

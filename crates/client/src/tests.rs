@@ -424,6 +424,7 @@ fn a_refused_login_ends_the_session() {
 #[derive(Debug, PartialEq)]
 enum Seen {
     Refresh { seq: u32, solicited: bool, ok: bool },
+    Update { seq: u32 },
     Other,
 }
 
@@ -550,6 +551,7 @@ impl PubLab {
                         solicited: r.solicited,
                         ok: r.state.data == DataState::Ok,
                     },
+                    Message::Update(u) => Seen::Update { seq: u.seq },
                     _ => Seen::Other,
                 });
             }
@@ -579,6 +581,88 @@ fn a_publisher_session_announces_publishes_and_updates_its_service() {
         Some("101.00".into())
     );
     assert_eq!(lab.session.updates_sent(), 1);
+}
+
+#[test]
+fn queued_updates_go_out_in_order_with_the_sessions_other_messages() {
+    let mut lab = PubLab::new(false);
+    lab.connect();
+    let id = lab
+        .session
+        .publish_refresh("A", FieldList::from_trusted(&fields(100.0)))
+        .unwrap();
+    lab.pump();
+    let sub = lab.subscribe("A");
+    lab.pump();
+    let got = lab.received(sub);
+    assert_eq!(
+        got.last(),
+        Some(&Seen::Refresh {
+            seq: 0,
+            solicited: true,
+            ok: true
+        })
+    );
+    // Three updates (queued), a new image (which must follow them), one more update,
+    // and an update too large for one message (refused at once, the queue kept).
+    for bid in [101.0, 102.0, 103.0] {
+        let f = fields(bid);
+        lab.session
+            .publish_update(id, UpdateType::Quote, FieldList::from_trusted(&f), false)
+            .unwrap();
+    }
+    lab.session
+        .publish_refresh("A", FieldList::from_trusted(&fields(110.0)))
+        .unwrap();
+    let bid = |lab: &mut PubLab| {
+        let img = lab.session.image(id).unwrap();
+        FieldList::from_trusted(&img.to_field_list_bytes())
+            .get(22)
+            .map(|v| v.to_string())
+    };
+    assert_eq!(
+        bid(&mut lab),
+        Some("110.00".into()),
+        "the image replaces the updates before it"
+    );
+    let f = fields(111.0);
+    lab.session
+        .publish_update(id, UpdateType::Quote, FieldList::from_trusted(&f), false)
+        .unwrap();
+    let huge = "x".repeat(65_535);
+    let too_large = encode_field_list([
+        (1, Value::Utf8(&huge)),
+        (22, Value::Real(tickwire_proto::Real::new(1, 0))),
+    ]);
+    let refused = lab.session.publish_update(
+        id,
+        UpdateType::Quote,
+        FieldList::from_trusted(&too_large),
+        false,
+    );
+    assert!(
+        refused.is_err(),
+        "an update over the message limit: {refused:?}"
+    );
+    assert_eq!(lab.session.updates_sent(), 4);
+    lab.pump();
+    assert_eq!(
+        lab.received(sub),
+        [
+            Seen::Update { seq: 1 },
+            Seen::Update { seq: 2 },
+            Seen::Update { seq: 3 },
+            Seen::Refresh {
+                seq: 3,
+                solicited: false,
+                ok: true
+            },
+            Seen::Update { seq: 4 },
+        ]
+    );
+    // The refused update still went into the image, as any published update does.
+    let img = lab.session.image(id).unwrap();
+    assert_eq!(img.get_raw(1).map(|v| v.len()), Some(1 + 3 + 65_535));
 }
 
 #[test]

@@ -216,20 +216,14 @@ pub fn put_u64(out: &mut Vec<u8>, v: u64) {
 }
 
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    let mut tmp = [0u8; 10];
-    let mut n = 0;
-    loop {
-        let byte = (v & 0x7f) as u8;
+    // Byte by byte into reserved room: a copy of a variable-length temporary would be a
+    // call to memcpy for one to ten bytes, the largest cost of building a field list.
+    out.reserve(10);
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
         v >>= 7;
-        if v == 0 {
-            tmp[n] = byte;
-            n += 1;
-            break;
-        }
-        tmp[n] = byte | 0x80;
-        n += 1;
     }
-    out.extend_from_slice(&tmp[..n]);
+    out.push(v as u8);
 }
 
 /// Number of bytes `put_varint` writes for `v`.
