@@ -302,10 +302,8 @@ impl PublisherSession {
         if list.is_empty() {
             return;
         }
-        let mut writer = match self.conn.as_mut() {
-            Some(c) if c.session().is_some() && self.welcomed => Some(c.writer()),
-            _ => None,
-        };
+        // Borrowed apart from `items` (so not through `self.writer()`).
+        let mut writer = logged_in_writer(&mut self.conn, self.welcomed);
         for i in 0..list.len() {
             if let Some(far) = list.get(i + ITEM_AHEAD) {
                 tickwire_proto::wire::prefetch((&self.items[far.id] as *const PubItem).cast());
@@ -365,10 +363,7 @@ impl PublisherSession {
 
     /// A logged-in connection's writer.
     fn writer(&mut self) -> Option<&mut tickwire_proto::FrameWriter> {
-        match self.conn.as_mut() {
-            Some(c) if c.session().is_some() && self.welcomed => Some(c.writer()),
-            _ => None,
-        }
+        logged_in_writer(&mut self.conn, self.welcomed)
     }
 
     /// Announces the service up (or down again). Subscriber requests wait at the node
@@ -744,6 +739,17 @@ impl PublisherSession {
             }],
         }))?;
         Ok(())
+    }
+}
+
+/// The writer of a connection whose Welcome is in and acted on, if any.
+fn logged_in_writer(
+    conn: &mut Option<Connection>,
+    welcomed: bool,
+) -> Option<&mut tickwire_proto::FrameWriter> {
+    match conn.as_mut() {
+        Some(c) if c.session().is_some() && welcomed => Some(c.writer()),
+        _ => None,
     }
 }
 
