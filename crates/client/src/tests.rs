@@ -356,6 +356,106 @@ fn a_lost_connection_makes_every_stream_suspect_then_recovers_the_watchlist() {
     assert_eq!(lab.session.reconnects(), 1);
 }
 
+/// Streams refer to their service by an index into names the session keeps once:
+/// every event, `item()` and the requests sent again after a reconnect must still name
+/// the right service, views included.
+#[test]
+fn streams_of_several_services_keep_their_service_name_and_view() {
+    let mut lab = Lab::new();
+    let news = |lab: &mut Lab, bid: f64| {
+        let f = fields(bid);
+        lab.publish(&[Message::Refresh(Refresh {
+            stream_id: 3,
+            seq: 1,
+            complete: true,
+            solicited: false,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: "NEWS",
+            name: "A",
+            fields: FieldList::from_trusted(&f),
+        })]);
+    };
+    let directory = |lab: &mut Lab| {
+        let up = |name| ServiceEntry {
+            name,
+            state: ServiceState::Up,
+            interactive: false,
+            item_count: 0,
+        };
+        lab.publish(&[Message::Directory(Directory {
+            services: vec![up("FEED"), up("NEWS")],
+        })]);
+    };
+    directory(&mut lab);
+    news(&mut lab, 7.0);
+    lab.connect();
+    lab.pump().unwrap();
+    let feed_a = lab
+        .session
+        .subscribe("FEED", "A", RequestOptions::default())
+        .unwrap();
+    let news_a = lab
+        .session
+        .subscribe("NEWS", "A", RequestOptions::default())
+        .unwrap();
+    let viewed = RequestOptions {
+        view: Some(vec![23]), // not the bid (22): the refresh must carry no bid
+        ..RequestOptions::default()
+    };
+    let feed_a_view = lab.session.subscribe("FEED", "A", viewed).unwrap();
+    let named = |events: &[(Event, bool)]| -> Vec<(u32, String, String, Option<String>)> {
+        events
+            .iter()
+            .filter_map(|(e, _)| match e {
+                Event::Refresh {
+                    stream,
+                    service,
+                    name,
+                    ..
+                } => Some((*stream, service.clone(), name.clone(), bid(e))),
+                _ => None,
+            })
+            .collect()
+    };
+    let want = |feed: &str, news: &str| {
+        vec![
+            (feed_a, "FEED".into(), "A".into(), Some(feed.to_string())),
+            (news_a, "NEWS".into(), "A".into(), Some(news.to_string())),
+            (feed_a_view, "FEED".into(), "A".into(), None),
+        ]
+    };
+    assert_eq!(named(&lab.pump().unwrap()), want("100.00", "7.00"));
+    assert_eq!(lab.session.item(news_a), Some(("NEWS", "A")));
+    assert_eq!(lab.session.item(feed_a_view), Some(("FEED", "A")));
+
+    lab.update(1, 2, 101.0);
+    let updated: Vec<(u32, String)> = lab
+        .pump()
+        .unwrap()
+        .iter()
+        .filter_map(|(e, _)| match e {
+            Event::Update {
+                stream, service, ..
+            } => Some((*stream, service.clone())),
+            _ => None,
+        })
+        .collect();
+    // The viewed stream sees no update: only the bid changed.
+    assert_eq!(updated, [(feed_a, "FEED".into())]);
+
+    // After a reconnect every stream is requested again under its own service.
+    lab.break_connection();
+    lab.pump().unwrap();
+    lab.advance(Duration::from_millis(100));
+    (lab.core, lab.publisher) = node_with_publisher(lab.now);
+    lab.connect();
+    directory(&mut lab);
+    lab.refresh("A", 1, 110.0);
+    news(&mut lab, 8.0);
+    assert_eq!(named(&lab.pump().unwrap()), want("110.00", "8.00"));
+}
+
 #[test]
 fn a_closed_recover_stream_is_requested_again_after_the_delay() {
     let mut lab = Lab::new();

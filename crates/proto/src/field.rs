@@ -254,6 +254,7 @@ impl fmt::Display for Value<'_> {
 /// Longest string value accepted in a field (bytes).
 pub const MAX_STRING_LEN: u64 = 65_535;
 
+#[inline(always)]
 fn decode_value<'a>(fid: i16, r: &mut Reader<'a>) -> Result<Value<'a>, DecodeError> {
     let tag = r.u8()?;
     let ty = FieldType::from_tag(tag).ok_or(DecodeError::UnknownFieldType { fid, tag })?;
@@ -319,7 +320,7 @@ fn decode_value<'a>(fid: i16, r: &mut Reader<'a>) -> Result<Value<'a>, DecodeErr
 
 /// Checks one tag+value exactly as [`decode_value`] does (the same error for the same
 /// bytes) without building the value: what validating a received list costs.
-#[inline]
+#[inline(always)]
 fn check_value(fid: i16, r: &mut Reader<'_>) -> Result<(), DecodeError> {
     let tag = r.u8()?;
     match tag {
@@ -480,6 +481,9 @@ pub struct FieldIter<'a> {
 impl<'a> Iterator for FieldIter<'a> {
     type Item = (i16, Value<'a>);
 
+    // Always, with the decoding and the checking of a value: a subscriber reads every
+    // field of every update, and as calls these took a fifth of its time.
+    #[inline(always)]
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
             return None;
