@@ -504,15 +504,25 @@ impl Lab {
     /// Climbs `ladder` on one rig built from `spec`, then doubles until a step is not
     /// sustained (saturation). The publisher writes every `LATENCY_FLUSH_EVERY` updates
     /// (the reference procedure's latency runs flushed at once), so that an update's
-    /// latency is not the time its burst took to build.
+    /// latency is not the time its burst took to build, and spins over the last
+    /// `--pub-spin-us` before each burst, so that it is not its own late wake-up either.
     fn latency_ladder(
         &mut self,
         spec: &RigSpec,
         scenario: &str,
         ladder: &[u64],
     ) -> Result<Vec<LatencyStep>> {
+        let node_config = match self.args.node_wait.as_str() {
+            "block" => spec.node_config.clone(),
+            wait => Some(format!(
+                "{}[node]\nwait = \"{wait}\"\n",
+                spec.node_config.as_deref().unwrap_or("")
+            )),
+        };
         let spec = &RigSpec {
             flush_every: LATENCY_FLUSH_EVERY,
+            spin_us: self.args.pub_spin_us,
+            node_config,
             ..spec.clone()
         };
         let mut rigs = vec![self.start_rig(spec)?];
@@ -948,6 +958,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "fanout_items": args.fanout_items,
                 "connections": args.connections,
                 "max_rate": args.max_rate,
+                "ladder_pub_spin_us": args.pub_spin_us,
+                "ladder_node_wait": args.node_wait,
                 "syscalls_counted": count_syscalls,
                 "metrics_scraped_every_s": args.scrape_metrics.then_some(1),
                 "stall_rate": args.stall_rate,

@@ -336,6 +336,8 @@ pub struct RigSpec {
     /// perf-pub `--flush-every`: also write after every N updates of a burst (0: once
     /// a burst).
     pub flush_every: u64,
+    /// perf-pub's `--spin-us` (0: it sleeps to each burst).
+    pub spin_us: u64,
     /// CPUs for node, publisher, subscriber (empty: no pinning).
     pub cpus: Option<(String, String, String)>,
     /// Subscribers over the WebSocket JSON API (perf-ws-sub) instead of the node's
@@ -395,6 +397,7 @@ impl RigSpec {
             tick_rate: 1000,
             latency_rate: "1000".into(),
             flush_every: 0,
+            spin_us: 0,
             cpus: None,
             websocket: false,
             node_config: None,
@@ -614,6 +617,9 @@ fn perf_pub_args(spec: &RigSpec, system: &str, addr: &str) -> Vec<String> {
     let mut args = args.map(String::from).to_vec();
     if spec.flush_every > 0 {
         args.extend(["--flush-every".into(), spec.flush_every.to_string()]);
+    }
+    if spec.spin_us > 0 {
+        args.extend(["--spin-us".into(), spec.spin_us.to_string()]);
     }
     args
 }

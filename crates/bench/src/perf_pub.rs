@@ -60,6 +60,14 @@ pub struct PerfPubArgs {
     /// flushed at once.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub flush_every: u64,
+    /// Wait for each burst's time by spinning over its last N microseconds instead of
+    /// sleeping to it (0: sleep all the way). A sleep ends late by the kernel's wake-up
+    /// (tens of microseconds on a virtual machine whose idle CPUs halt), and a burst is
+    /// stamped with its intended time, so that lateness would count as the system's
+    /// latency. Costs up to N µs of CPU per burst. The latency ladders of `tickwire
+    /// bench` use 200.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub spin_us: u64,
     /// Updates per second that carry a latency timestamp (TIM_TRK_1), or `all`.
     #[arg(long, value_name = "N|all", default_value = "1000")]
     pub latency_rate: String,
@@ -205,6 +213,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     let mut sent_at_report = 0u64;
     let mut second = 0u64;
     let mut mark_lag = Duration::ZERO;
+    let spin = Duration::from_micros(args.spin_us);
     loop {
         if mark.swap(false, Ordering::SeqCst) {
             println!(
@@ -226,8 +235,10 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             let wait = due - now;
             if wait > Duration::from_millis(2) {
                 sink.serve(wait - Duration::from_millis(2))?;
+            } else if wait > spin {
+                std::thread::sleep(wait - spin);
             } else {
-                std::thread::sleep(wait);
+                std::hint::spin_loop();
             }
             continue;
         }

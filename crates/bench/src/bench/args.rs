@@ -44,6 +44,16 @@ pub struct LadderFlags {
     /// Latency ladder (updates/s), e.g. 1000,10000,100000; then doubling to saturation.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub rates: Option<Vec<u64>>,
+    /// Ladders: perf-pub spins over the last N µs before each burst instead of sleeping
+    /// to it (perf-pub --spin-us), so that its own wake-up's lateness is not counted as
+    /// latency; 0 sleeps all the way.
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    pub pub_spin_us: u64,
+    /// Ladders: how the node's event loop waits for work (`[node] wait`: block, yield,
+    /// spin, spin-then-block).
+    #[arg(long, value_name = "STRATEGY", default_value = "block",
+          value_parser = ["block", "yield", "spin", "spin-then-block"])]
+    pub node_wait: String,
 }
 
 // The fan-out rig (fanout; backbone and tree have a fan-out row too).
@@ -231,6 +241,8 @@ impl AllFlags {
             items: items.items,
             step_seconds: step.step_seconds,
             rates: ladder.rates,
+            pub_spin_us: ladder.pub_spin_us,
+            node_wait: ladder.node_wait,
             fanout_items: fanout.fanout_items,
             connections: fanout.connections,
             start_rate: start.start_rate,
@@ -266,6 +278,8 @@ pub struct BenchArgs {
     pub items: usize,
     pub step_seconds: Option<f64>,
     pub rates: Option<Vec<u64>>,
+    pub pub_spin_us: u64,
+    pub node_wait: String,
     pub fanout_items: usize,
     pub connections: usize,
     pub start_rate: Option<u64>,
@@ -531,6 +545,8 @@ mod tests {
             "--items",
             "--step-seconds",
             "--rates",
+            "--pub-spin-us",
+            "--node-wait",
             "--fanout-items",
             "--connections",
             "--start-rate",
@@ -568,6 +584,8 @@ mod tests {
             items: 100_000,
             step_seconds: None,
             rates: None,
+            pub_spin_us: 200,
+            node_wait: "block".into(),
             fanout_items: 10_000,
             connections: 100,
             start_rate: None,
