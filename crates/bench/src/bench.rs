@@ -522,6 +522,7 @@ impl Lab {
         let spec = &RigSpec {
             flush_every: LATENCY_FLUSH_EVERY,
             spin_us: self.args.pub_spin_us,
+            sub_wait: if self.args.sub_wait == "spin" { "spin" } else { "block" },
             node_config,
             ..spec.clone()
         };
@@ -960,6 +961,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "max_rate": args.max_rate,
                 "ladder_pub_spin_us": args.pub_spin_us,
                 "ladder_node_wait": args.node_wait,
+                "ladder_sub_wait": args.sub_wait,
                 "syscalls_counted": count_syscalls,
                 "metrics_scraped_every_s": args.scrape_metrics.then_some(1),
                 "stall_rate": args.stall_rate,

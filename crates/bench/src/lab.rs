@@ -338,6 +338,8 @@ pub struct RigSpec {
     pub flush_every: u64,
     /// perf-pub's `--spin-us` (0: it sleeps to each burst).
     pub spin_us: u64,
+    /// perf-sub's `--wait` (block or spin); perf-ws-sub and the NATS subscriber block.
+    pub sub_wait: &'static str,
     /// CPUs for node, publisher, subscriber (empty: no pinning).
     pub cpus: Option<(String, String, String)>,
     /// Subscribers over the WebSocket JSON API (perf-ws-sub) instead of the node's
@@ -398,6 +400,7 @@ impl RigSpec {
             latency_rate: "1000".into(),
             flush_every: 0,
             spin_us: 0,
+            sub_wait: "block",
             cpus: None,
             websocket: false,
             node_config: None,
@@ -556,6 +559,8 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
             &conns,
             "--commonality",
             spec.commonality,
+            "--wait",
+            spec.sub_wait,
             "--control",
             "--json",
             "--duration",

@@ -54,6 +54,10 @@ pub struct LadderFlags {
     #[arg(long, value_name = "STRATEGY", default_value = "block",
           value_parser = ["block", "yield", "spin", "spin-then-block"])]
     pub node_wait: String,
+    /// Ladders: how perf-sub waits for data (perf-sub --wait: block, or spin, which keeps
+    /// one CPU busy).
+    #[arg(long, value_name = "STRATEGY", default_value = "block", value_parser = ["block", "spin"])]
+    pub sub_wait: String,
 }
 
 // The fan-out rig (fanout; backbone and tree have a fan-out row too).
@@ -243,6 +247,7 @@ impl AllFlags {
             rates: ladder.rates,
             pub_spin_us: ladder.pub_spin_us,
             node_wait: ladder.node_wait,
+            sub_wait: ladder.sub_wait,
             fanout_items: fanout.fanout_items,
             connections: fanout.connections,
             start_rate: start.start_rate,
@@ -280,6 +285,7 @@ pub struct BenchArgs {
     pub rates: Option<Vec<u64>>,
     pub pub_spin_us: u64,
     pub node_wait: String,
+    pub sub_wait: String,
     pub fanout_items: usize,
     pub connections: usize,
     pub start_rate: Option<u64>,
@@ -547,6 +553,7 @@ mod tests {
             "--rates",
             "--pub-spin-us",
             "--node-wait",
+            "--sub-wait",
             "--fanout-items",
             "--connections",
             "--start-rate",
@@ -586,6 +593,7 @@ mod tests {
             rates: None,
             pub_spin_us: 200,
             node_wait: "block".into(),
+            sub_wait: "block".into(),
             fanout_items: 10_000,
             connections: 100,
             start_rate: None,
