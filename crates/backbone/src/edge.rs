@@ -122,6 +122,10 @@ struct EdgeItem {
     /// The sequence number of the last image or update forwarded (6.10 of the
     /// protocol): the next update must follow it.
     seq: u32,
+    /// While live: when the core asked for an image again (with its cache off, for a
+    /// subscriber joining), not answered yet. Updates keep flowing to the subscribers
+    /// in step meanwhile; the source's image goes to the core for the new one.
+    image_asked: Option<Instant>,
 }
 
 pub struct Edge {
@@ -486,6 +490,8 @@ impl Edge {
                     };
                     match it.phase {
                         _ if re_image => {
+                            // The core marks it solicited for a subscriber waiting for
+                            // an image, so this answers the core's own request too.
                             let re_image = Message::Refresh(tickwire_proto::Refresh {
                                 stream_id: sid,
                                 solicited: false,
@@ -495,6 +501,7 @@ impl Edge {
                             it.seq = r.seq;
                             if r.complete {
                                 it.phase = Phase::Live;
+                                it.image_asked = None;
                             }
                             false
                         }
@@ -509,6 +516,15 @@ impl Edge {
                         // A publisher's own re-image goes to every subscriber.
                         Phase::Live if !r.solicited => {
                             it.seq = r.seq;
+                            true
+                        }
+                        // The image the core asked for, in step with what the
+                        // subscribers in step have: to the core as it came, which
+                        // gives it to the subscribers waiting for one only.
+                        Phase::Live if it.image_asked.is_some() => {
+                            if r.complete {
+                                it.image_asked = None;
+                            }
                             true
                         }
                         Phase::Live | Phase::NoSource => false,
@@ -612,6 +628,24 @@ impl Edge {
             .map(|(&id, _)| id)
     }
 
+    /// Asks the item's source for an image of a live item (its stream stays as it is).
+    fn ask_again(&mut self, sid: u32) {
+        let Some(it) = self.items.get(sid) else {
+            return;
+        };
+        let Some(source) = it.source else {
+            return;
+        };
+        let (service, name) = (it.service.clone(), it.name.clone());
+        self.stats.subscribes_sent += 1;
+        self.queue_control(&BackboneMessage::Subscribe {
+            edge: self.id,
+            source,
+            service: &service,
+            item: &name,
+        });
+    }
+
     /// Asks a source for the item (again), or tells the core there is none.
     fn route(&mut self, core: &mut Node, sid: u32, now: Instant) {
         let Some(it) = self.items.get(sid) else {
@@ -630,6 +664,8 @@ impl Edge {
                 }
                 it.source = Some(src);
                 it.phase = Phase::Waiting { since: now };
+                // Its image, when it comes, goes to every subscriber (a re-image).
+                it.image_asked = None;
                 self.stats.subscribes_sent += 1;
                 self.queue_control(&BackboneMessage::Subscribe {
                     edge: self.id,
@@ -777,6 +813,17 @@ impl Edge {
             self.forget(sid);
         }
         for (sid, service, name) in requests {
+            // The core asks for an image of an item this edge streams in step (with its
+            // cache off, it does so for every subscriber that joins): the source is asked
+            // again, and the item stays live, so that the subscribers in step miss no
+            // update while that image is on its way.
+            if let Some(it) = self.items.get_mut(sid) {
+                if it.phase == Phase::Live && it.service == service && it.name == name {
+                    it.image_asked = Some(now);
+                    self.ask_again(sid);
+                    continue;
+                }
+            }
             // A request on a stream the core already has open asks again (e.g. the
             // service came back up).
             let prefer = self.items.get(sid).and_then(|it| it.source);
@@ -792,6 +839,7 @@ impl Edge {
                     phase: Phase::Waiting { since: now },
                     imaged: false,
                     seq: 0,
+                    image_asked: None,
                 },
             );
             self.route(core, sid, now);
@@ -835,6 +883,23 @@ impl Edge {
             .collect();
         for sid in stale {
             self.route(core, sid, now);
+        }
+        let unanswered: Vec<u32> = self
+            .items
+            .iter()
+            .filter(|(_, it)| {
+                it.phase == Phase::Live
+                    && it
+                        .image_asked
+                        .is_some_and(|at| now.saturating_duration_since(at) > retry)
+            })
+            .map(|(sid, _)| sid)
+            .collect();
+        for sid in unanswered {
+            if let Some(it) = self.items.get_mut(sid) {
+                it.image_asked = Some(now);
+            }
+            self.ask_again(sid);
         }
     }
 
