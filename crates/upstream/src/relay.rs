@@ -72,6 +72,11 @@ struct Link {
     /// The core has had an image: a later solicited one (after a reconnect) is a
     /// re-image for every subscriber, not an answer to a request.
     imaged: bool,
+    /// The core asked again for an item it had in step (with its cache off it does so
+    /// for every subscriber that joins), and this stream replaced the one it had: its
+    /// image answers the core's request when it follows what the core last got (the
+    /// sequence number kept by `UpstreamStreams`), else it goes to every subscriber.
+    asked_again: Option<u32>,
 }
 
 pub struct Relay {
@@ -270,9 +275,14 @@ impl Relay {
                     let Some(link) = links.get_mut(&csid) else {
                         return;
                     };
-                    if link.imaged && r.solicited {
-                        // After a reconnect: every subscriber of the item gets the new
-                        // image (unsolicited), which also returns it to ok.
+                    // The sequence number the subscribers in step have reached, if
+                    // this image only answers the core's request for a new one.
+                    let in_step = link.asked_again == Some(r.seq);
+                    by_up.forwarded(item.stream, r.seq);
+                    if link.imaged && r.solicited && !in_step {
+                        // After a reconnect, or when updates were missed while the
+                        // core's new request went up: every subscriber of the item gets
+                        // the new image (unsolicited), which also returns it to ok.
                         stats.reimages += u64::from(r.clear_cache);
                         let _ = Message::Refresh(Refresh {
                             stream_id: csid,
@@ -285,13 +295,15 @@ impl Relay {
                     }
                     if r.complete {
                         link.imaged = true;
+                        link.asked_again = None;
                         if r.state.stream != StreamState::Open {
                             closed.push(csid);
                         }
                     }
                 }
-                EventRef::Update(item, _) => {
+                EventRef::Update(item, u) => {
                     if let Some(csid) = by_up.get(item.stream) {
+                        by_up.forwarded(item.stream, u.seq);
                         write_readdressed(to_core, raw, csid);
                     }
                 }
@@ -467,8 +479,14 @@ impl Relay {
             }
         }
         for (csid, service, name) in requests {
-            // A request on a stream the core has open asks again.
+            // A request on a stream the core has open asks again: a new upstream
+            // stream replaces it. Updates sent meanwhile on neither reach the core, so
+            // the new image goes to every subscriber unless it follows what they had.
+            let mut asked_again = None;
             if let Some(link) = self.links.remove(&csid) {
+                if link.imaged {
+                    asked_again = self.by_up.last_forwarded(link.up);
+                }
                 self.by_up.remove(link.up);
                 let _ = self.session.unsubscribe(link.up);
             }
@@ -479,7 +497,14 @@ impl Relay {
                 continue;
             };
             self.stats.requests_sent += 1;
-            self.links.insert(csid, Link { up, imaged: false });
+            self.links.insert(
+                csid,
+                Link {
+                    up,
+                    imaged: asked_again.is_some(),
+                    asked_again,
+                },
+            );
             self.by_up.insert(up, csid);
             if !self.is_connected() {
                 let text = "upstream not connected; the item is asked for when it is back";
@@ -532,29 +557,42 @@ impl Relay {
     }
 }
 
-/// The upstream stream id -> the core's stream id. The session numbers its streams
-/// densely from 1 and never reuses one, so a vector indexed by it is one load per
-/// update (the core's ids are never 0: that marks a free slot).
+/// The upstream stream id -> the core's stream id, and the sequence number of the last
+/// image or update passed on from it. The session numbers its streams densely from 1
+/// and never reuses one, so a vector indexed by it is one load per update (the core's
+/// ids are never 0: that marks a free slot).
 #[derive(Default)]
-struct UpstreamStreams(Vec<u32>);
+struct UpstreamStreams(Vec<(u32, u32)>);
 
 impl UpstreamStreams {
     #[inline]
     fn get(&self, up: StreamId) -> Option<u32> {
-        self.0.get(up as usize).copied().filter(|&c| c != 0)
+        self.0.get(up as usize).map(|s| s.0).filter(|&c| c != 0)
+    }
+
+    /// A message of sequence number `seq` went to the core from `up`.
+    #[inline]
+    fn forwarded(&mut self, up: StreamId, seq: u32) {
+        if let Some(slot) = self.0.get_mut(up as usize) {
+            slot.1 = seq;
+        }
+    }
+
+    fn last_forwarded(&self, up: StreamId) -> Option<u32> {
+        self.0.get(up as usize).filter(|s| s.0 != 0).map(|s| s.1)
     }
 
     fn insert(&mut self, up: StreamId, csid: u32) {
         let i = up as usize;
         if self.0.len() <= i {
-            self.0.resize(i + 1, 0);
+            self.0.resize(i + 1, (0, 0));
         }
-        self.0[i] = csid;
+        self.0[i] = (csid, 0);
     }
 
     fn remove(&mut self, up: StreamId) {
         if let Some(slot) = self.0.get_mut(up as usize) {
-            *slot = 0;
+            *slot = (0, 0);
         }
     }
 }

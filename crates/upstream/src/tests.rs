@@ -153,6 +153,11 @@ const NODE_ID: u64 = 0xd0;
 
 impl Tree {
     fn new(services: Option<&[&str]>) -> Tree {
+        Tree::with_cache(services, true)
+    }
+
+    /// As `new`, with the downstream node's cache on or off.
+    fn with_cache(services: Option<&[&str]>, down_cache: bool) -> Tree {
         let now = Instant::now();
         let mut up = Node::new(CoreConfig::default(), now);
         let publisher = login(&mut up, Role::Publisher, "feed", now);
@@ -173,6 +178,7 @@ impl Tree {
         let mut down = Node::new(
             CoreConfig {
                 node_id: NODE_ID,
+                cache: down_cache,
                 ..CoreConfig::default()
             },
             now,
@@ -432,6 +438,57 @@ fn an_item_is_asked_upstream_once_for_every_local_subscriber_and_closed_with_the
         "the upstream keeps its own cache"
     );
     assert_eq!(t.requests_upstream(), 0);
+}
+
+/// With its cache off, the downstream node's core asks the link for an image again for
+/// every subscriber that joins an item already streaming. An update sent while that
+/// image is on its way must still reach the subscribers in step, or they must be
+/// re-imaged: never seq 1 then 3.
+#[test]
+fn a_subscriber_joining_at_a_cache_off_node_costs_the_ones_in_step_no_update() {
+    let mut t = Tree::with_cache(None, false);
+    t.connect();
+    t.settle().unwrap();
+    let (s1, s2) = (t.subscriber(), t.subscriber());
+    t.request(s1, 7, "A");
+    t.settle().unwrap();
+    assert!(
+        recv(&mut t.down, s1).contains(&Got::Refresh {
+            sid: 7,
+            seq: 1,
+            solicited: true,
+            data: DataState::Ok,
+            bid: 100
+        }),
+        "s1's image"
+    );
+    // s2 joins: the core asks the link, which asks upstream (not sent yet)...
+    t.request(s2, 9, "A");
+    t.relay.pump(&mut t.down, t.now);
+    // ...while update 2 leaves the upstream.
+    t.publish_update(1, 2, 101);
+    t.settle().unwrap();
+    t.publish_update(1, 3, 102);
+    t.settle().unwrap();
+    let got = recv(&mut t.down, s1);
+    let mut seq = 1;
+    for g in &got {
+        match g {
+            Got::Update { seq: s, .. } => {
+                assert_eq!(*s, seq + 1, "a gap at the subscriber in step: {got:?}");
+                seq = *s;
+            }
+            Got::Refresh { seq: s, .. } => seq = *s,
+            _ => {}
+        }
+    }
+    assert_eq!(seq, 3, "{got:?}");
+    assert!(
+        recv(&mut t.down, s2)
+            .iter()
+            .any(|g| matches!(g, Got::Refresh { sid: 9, .. })),
+        "s2's image"
+    );
 }
 
 #[test]
