@@ -637,12 +637,17 @@ impl Edge {
             return;
         };
         let (service, name) = (it.service.clone(), it.name.clone());
+        self.subscribe_at(source, &service, &name);
+    }
+
+    /// Asks `source` for an item (it answers with the stream and an image).
+    fn subscribe_at(&mut self, source: u64, service: &str, item: &str) {
         self.stats.subscribes_sent += 1;
         self.queue_control(&BackboneMessage::Subscribe {
             edge: self.id,
             source,
-            service: &service,
-            item: &name,
+            service,
+            item,
         });
     }
 
@@ -666,13 +671,7 @@ impl Edge {
                 it.phase = Phase::Waiting { since: now };
                 // Its image, when it comes, goes to every subscriber (a re-image).
                 it.image_asked = None;
-                self.stats.subscribes_sent += 1;
-                self.queue_control(&BackboneMessage::Subscribe {
-                    edge: self.id,
-                    source: src,
-                    service: &service,
-                    item: &name,
-                });
+                self.subscribe_at(src, &service, &name);
             }
             None => {
                 let it = self.items.get_mut(sid).expect("present");

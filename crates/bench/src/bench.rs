@@ -522,11 +522,7 @@ impl Lab {
         let spec = &RigSpec {
             flush_every: LATENCY_FLUSH_EVERY,
             spin_us: self.args.pub_spin_us,
-            sub_wait: if self.args.sub_wait == "spin" {
-                "spin"
-            } else {
-                "block"
-            },
+            sub_wait: self.args.sub_wait.clone(),
             node_config,
             ..spec.clone()
         };

@@ -339,7 +339,7 @@ pub struct RigSpec {
     /// perf-pub's `--spin-us` (0: it sleeps to each burst).
     pub spin_us: u64,
     /// perf-sub's `--wait` (block or spin); perf-ws-sub and the NATS subscriber block.
-    pub sub_wait: &'static str,
+    pub sub_wait: String,
     /// CPUs for node, publisher, subscriber (empty: no pinning).
     pub cpus: Option<(String, String, String)>,
     /// Subscribers over the WebSocket JSON API (perf-ws-sub) instead of the node's
@@ -400,7 +400,7 @@ impl RigSpec {
             latency_rate: "1000".into(),
             flush_every: 0,
             spin_us: 0,
-            sub_wait: "block",
+            sub_wait: "block".into(),
             cpus: None,
             websocket: false,
             node_config: None,
@@ -560,7 +560,7 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
             "--commonality",
             spec.commonality,
             "--wait",
-            spec.sub_wait,
+            &spec.sub_wait,
             "--control",
             "--json",
             "--duration",

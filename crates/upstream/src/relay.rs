@@ -269,7 +269,7 @@ impl Relay {
                     }
                 }
                 EventRef::Refresh(item, r) => {
-                    let Some(csid) = by_up.get(item.stream) else {
+                    let Some(csid) = by_up.pass(item.stream, r.seq) else {
                         return;
                     };
                     let Some(link) = links.get_mut(&csid) else {
@@ -278,7 +278,6 @@ impl Relay {
                     // The sequence number the subscribers in step have reached, if
                     // this image only answers the core's request for a new one.
                     let in_step = link.asked_again == Some(r.seq);
-                    by_up.forwarded(item.stream, r.seq);
                     if link.imaged && r.solicited && !in_step {
                         // After a reconnect, or when updates were missed while the
                         // core's new request went up: every subscriber of the item gets
@@ -302,8 +301,7 @@ impl Relay {
                     }
                 }
                 EventRef::Update(item, u) => {
-                    if let Some(csid) = by_up.get(item.stream) {
-                        by_up.forwarded(item.stream, u.seq);
+                    if let Some(csid) = by_up.pass(item.stream, u.seq) {
                         write_readdressed(to_core, raw, csid);
                     }
                 }
@@ -570,12 +568,13 @@ impl UpstreamStreams {
         self.0.get(up as usize).map(|s| s.0).filter(|&c| c != 0)
     }
 
-    /// A message of sequence number `seq` went to the core from `up`.
+    /// The core's stream for `up`, noting that a message of sequence number `seq` goes
+    /// to it (one look-up for both).
     #[inline]
-    fn forwarded(&mut self, up: StreamId, seq: u32) {
-        if let Some(slot) = self.0.get_mut(up as usize) {
-            slot.1 = seq;
-        }
+    fn pass(&mut self, up: StreamId, seq: u32) -> Option<u32> {
+        let slot = self.0.get_mut(up as usize).filter(|s| s.0 != 0)?;
+        slot.1 = seq;
+        Some(slot.0)
     }
 
     fn last_forwarded(&self, up: StreamId) -> Option<u32> {
