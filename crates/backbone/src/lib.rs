@@ -21,7 +21,8 @@ mod tests;
 
 pub use edge::{Edge, EdgeConfig, EdgeStats};
 pub use link::{
-    edge_data_channel, is_dynamic_mdc, DriverCounters, IdleStrategy, Link, LinkConfig, Received,
+    edge_data_channel, is_dynamic_mdc, DriverCounters, DriverPlacement, IdleStrategy, Link,
+    LinkConfig, Received,
 };
 pub use source::{Source, SourceConfig, SourceStats};
 
@@ -198,25 +199,53 @@ impl Backbone {
     }
 
     /// What the receiver has, into the roles.
-    pub fn receive(&mut self, core: &mut Node, now: Instant) {
+    /// Takes what the backbone brought (running the driver first when the event loop
+    /// runs it); returns how much work that was (0: nothing).
+    pub fn receive(&mut self, core: &mut Node, now: Instant) -> usize {
         let Some(link) = self.link.as_mut() else {
-            return;
+            return 0;
         };
+        let mut work = link.do_work();
         let (source, edge) = (&mut self.source, &mut self.edge);
-        link.drain(|kind, session, msg| match kind {
-            Received::Data => {
-                if let Some(e) = edge.as_mut() {
-                    e.on_data(core, session, msg, now);
+        link.drain(|kind, session, msg| {
+            work += 1;
+            match kind {
+                Received::Data => {
+                    if let Some(e) = edge.as_mut() {
+                        e.on_data(core, session, msg, now);
+                    }
                 }
-            }
-            Received::Request => {
-                if let Some(s) = source.as_mut() {
-                    s.on_request(core, msg, now);
+                Received::Request => {
+                    if let Some(s) = source.as_mut() {
+                        s.on_request(core, msg, now);
+                    }
                 }
             }
         });
         if let Some(e) = edge.as_mut() {
             e.flush(core, now);
+        }
+        work
+    }
+
+    /// Whether the event loop runs the driver: it must then never block, and call
+    /// [`Backbone::receive`], [`Backbone::send_now`] and [`Backbone::idle`] every turn.
+    pub fn polled_by_event_loop(&self) -> bool {
+        self.link.as_ref().is_some_and(|l| l.polled_by_event_loop())
+    }
+
+    /// After [`Backbone::pump`]: what it offered goes out now (driver in the event loop).
+    pub fn send_now(&mut self) {
+        if let Some(l) = self.link.as_mut() {
+            l.send_now();
+        }
+    }
+
+    /// At the end of a turn that did `work` (0: none): waits by the driver's idle
+    /// strategy when the event loop runs the driver.
+    pub fn idle(&self, work: usize) {
+        if let Some(l) = self.link.as_ref() {
+            l.idle(work);
         }
     }
 

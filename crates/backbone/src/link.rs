@@ -2,16 +2,20 @@
 //! publications the event loop offers to, and the receiver that polls the
 //! subscriptions and hands whole messages to the event loop.
 //!
-//! Threads: the driver runs in one thread (Aeron's `shared` threading mode, enough on
-//! a small machine) with the configured idle strategy, and the receiver runs in that
-//! same thread, between the driver's duty cycles: one thread that never sleeps per
-//! node rather than two, which on a small machine is the difference between the
-//! backbone taking a CPU's share and taking two (docs/BENCHMARKS.md). The client's
-//! conductor has a thread of its own (it sleeps between its rare duties). The receiver
-//! wakes the event loop when it has something. Offers are made by the event loop
-//! itself: they write into shared memory, no syscall. Everything between the receiver
-//! and the event loop is bounded: when the event loop is behind, the receiver stops
-//! polling (the driver goes on) and Aeron's own flow control holds the rest.
+//! Threads: the driver runs in Aeron's `shared` threading mode (one duty cycle for its
+//! conductor, sender and receiver), and the backbone's receiver runs right after it.
+//! By default ([`DriverPlacement::EventLoop`]) the node's event loop runs both between
+//! its turns: an update received from the backbone reaches the subscribers' sockets
+//! from the thread that received it, with no hand-over between threads and no wake-up
+//! of a sleeping event loop (a wake-up costs tens of microseconds on a virtual
+//! machine), and what the event loop offers is sent in the same turn. The event loop
+//! then never blocks; it waits by the configured idle strategy. One busy thread per
+//! node. With [`DriverPlacement::Thread`] they run in a thread of their own, which
+//! wakes the event loop when it has something; then, when the event loop is behind,
+//! the receiver stops polling (the driver goes on) and Aeron's own flow control holds
+//! the rest. Either way the driver's own thread runs it while the link is set up (the
+//! set-up calls wait for the driver). The client's conductor has a thread of its own
+//! (it sleeps between its rare duties). Offers write into shared memory, no syscall.
 
 use crate::{BackboneError, Outbox};
 use log::{info, warn};
@@ -73,6 +77,37 @@ impl IdleStrategy {
     }
 }
 
+/// Which thread runs the embedded media driver's duty cycle and the backbone's
+/// receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverPlacement {
+    /// The node's event loop, between its turns: a received message is handled by the
+    /// thread that received it (no hand-over, no wake-up of a sleeping event loop),
+    /// and what the event loop offers is sent in the same turn. The event loop then
+    /// never blocks: it waits by the idle strategy. One busy thread per node.
+    EventLoop,
+    /// A thread of its own, which wakes the event loop when messages arrive; the event
+    /// loop may block. Two threads per node, one of them busy.
+    Thread,
+}
+
+impl DriverPlacement {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "event-loop" => DriverPlacement::EventLoop,
+            "thread" => DriverPlacement::Thread,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DriverPlacement::EventLoop => "event-loop",
+            DriverPlacement::Thread => "thread",
+        }
+    }
+}
+
 /// Where the node's Aeron traffic goes and how the embedded driver behaves.
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
@@ -92,6 +127,8 @@ pub struct LinkConfig {
     /// both sources, and its requests go to both.
     pub standby: Option<(String, String)>,
     pub idle: IdleStrategy,
+    /// Which thread runs the driver and the receiver.
+    pub placement: DriverPlacement,
     /// With `IdleStrategy::Backoff`: the longest sleep of the idle driver thread.
     pub max_park: Duration,
     /// Aeron term buffer length (a power of two, 64 KiB to 1 GiB); a publication's log
@@ -124,6 +161,7 @@ impl LinkConfig {
             edge: false,
             standby: None,
             idle: IdleStrategy::Yield,
+            placement: DriverPlacement::EventLoop,
             max_park: Duration::from_millis(1),
             term_length: 1 << 20,
             nak_max_backoff: Duration::from_micros(100),
@@ -285,6 +323,9 @@ struct Driver {
     dir: PathBuf,
     /// Work to run on the driver's thread (the receiver).
     commands: SyncSender<DriverCommand>,
+    /// With [`DriverPlacement::EventLoop`], once the link is set up: the driver, run
+    /// by the event loop (its thread has ended).
+    inline: Option<AeronDriver>,
 }
 
 /// Work run on the driver's thread after each of its duty cycles.
@@ -300,6 +341,29 @@ enum DriverCommand {
     Attach(AgentFactory),
     /// Drop the agent, then say so (its subscriptions go before the client does).
     Detach(SyncSender<()>),
+    /// Stop running the driver and hand it over (to the event loop).
+    HandOver(SyncSender<AeronDriver>),
+}
+
+impl Driver {
+    /// From now on the calling thread runs the driver ([`Link::do_work`]). Until
+    /// then the driver's own thread ran it, which the blocking set-up calls (adding
+    /// publications and subscriptions) need.
+    fn hand_over(&mut self) -> Result<(), BackboneError> {
+        let (tx, rx) = sync_channel(1);
+        self.commands
+            .send(DriverCommand::HandOver(tx))
+            .map_err(|_| BackboneError::DriverDied)?;
+        let driver = rx.recv().map_err(|_| BackboneError::DriverDied)?;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // The driver's idle strategy now sleeps in this thread (`backoff`: from 1 µs).
+        // SAFETY: prctl on the calling thread with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000u64, 0, 0, 0) };
+        self.inline = Some(driver);
+        Ok(())
+    }
 }
 
 impl Drop for Driver {
@@ -308,6 +372,7 @@ impl Drop for Driver {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        drop(self.inline.take());
         // The driver deletes it on a clean close; a failed close leaves nothing behind.
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -323,6 +388,8 @@ pub struct Link {
     empties: SyncSender<Vec<u8>>,
     rejects: SyncSender<i32>,
     counters: Arc<LinkCounters>,
+    /// With [`DriverPlacement::EventLoop`]: the receiver, run by [`Link::do_work`].
+    receiver: Option<Receive>,
     // Dropped last: the client before the driver.
     _aeron: Aeron,
     _driver: Driver,
@@ -457,22 +524,45 @@ impl Link {
         let (empties, empty_rx) = sync_channel::<Vec<u8>>(BATCHES + 1);
         let (rejects, reject_rx) = sync_channel::<i32>(64);
         let counters = Arc::new(LinkCounters::default());
-        let factory: AgentFactory = {
-            let counters = counters.clone();
-            Box::new(move || {
-                let agent = Receive::new(
-                    data_in, request_in, batch_tx, empty_rx, reject_rx, wake, counters,
-                )?;
-                Some(Box::new(agent) as Box<dyn Agent>)
-            })
+        let mut driver = driver;
+        let receiver = match cfg.placement {
+            DriverPlacement::Thread => {
+                let factory: AgentFactory = {
+                    let counters = counters.clone();
+                    Box::new(move || {
+                        let agent = Receive::new(
+                            data_in, request_in, batch_tx, empty_rx, reject_rx, wake, counters,
+                        )?;
+                        Some(Box::new(agent) as Box<dyn Agent>)
+                    })
+                };
+                driver
+                    .commands
+                    .send(DriverCommand::Attach(factory))
+                    .map_err(|_| BackboneError::DriverDied)?;
+                None
+            }
+            DriverPlacement::EventLoop => {
+                driver.hand_over()?;
+                Receive::new(
+                    data_in,
+                    request_in,
+                    batch_tx,
+                    empty_rx,
+                    reject_rx,
+                    Box::new(|| {}),
+                    counters.clone(),
+                )
+                .map(Receive::hand_over_every_poll)
+            }
         };
-        driver
-            .commands
-            .send(DriverCommand::Attach(factory))
-            .map_err(|_| BackboneError::DriverDied)?;
         info!(
-            "backbone: Aeron driver in {} ({} idle, term length {} bytes, receiver window {} bytes, socket buffers {} bytes), channel {}",
+            "backbone: Aeron driver in {} (run by the {}, {} idle, term length {} bytes, receiver window {} bytes, socket buffers {} bytes), channel {}",
             driver.dir.display(),
+            match cfg.placement {
+                DriverPlacement::EventLoop => "event loop",
+                DriverPlacement::Thread => "driver's own thread",
+            },
             cfg.idle.name(),
             cfg.term_length,
             cfg.receiver_window.min(cfg.socket_buffer),
@@ -487,9 +577,46 @@ impl Link {
             empties,
             rejects,
             counters,
+            receiver,
             _aeron: aeron,
             _driver: driver,
         })
+    }
+
+    /// Whether the event loop runs the driver ([`DriverPlacement::EventLoop`]): it
+    /// must then call [`Link::do_work`] every turn and never block.
+    pub fn polled_by_event_loop(&self) -> bool {
+        self._driver.inline.is_some()
+    }
+
+    /// With the driver in the event loop: one duty cycle of the driver (sending what
+    /// was offered, receiving, Aeron's protocol) and of the receiver (received
+    /// messages then wait for [`Link::drain`]). Returns how much was done (0: idle).
+    pub fn do_work(&mut self) -> usize {
+        let Some(driver) = self._driver.inline.as_ref() else {
+            return 0;
+        };
+        let mut work = driver.main_do_work().unwrap_or(0).max(0) as usize;
+        if let Some(r) = self.receiver.as_mut() {
+            work += r.do_work();
+        }
+        work
+    }
+
+    /// With the driver in the event loop: its duty cycle only, so that what the event
+    /// loop just offered goes out in this turn.
+    pub fn send_now(&mut self) {
+        if let Some(driver) = self._driver.inline.as_ref() {
+            let _ = driver.main_do_work();
+        }
+    }
+
+    /// With the driver in the event loop: waits by the configured idle strategy when
+    /// the turn did no work (`work` 0), and resets it otherwise.
+    pub fn idle(&self, work: usize) {
+        if let Some(driver) = self._driver.inline.as_ref() {
+            driver.main_idle_strategy(work.min(i32::MAX as usize) as i32);
+        }
     }
 
     pub fn data_out(&mut self) -> Option<&mut Publication> {
@@ -582,6 +709,9 @@ impl Link {
 impl Drop for Link {
     fn drop(&mut self) {
         // The receiver's subscriptions are closed before the client (dropped next).
+        if self.receiver.take().is_some() {
+            return;
+        }
         let (done_tx, done) = sync_channel(1);
         if self
             ._driver
@@ -625,6 +755,9 @@ struct Receive {
     /// A full batch the event loop has no room for yet: nothing is polled until it
     /// is taken.
     waiting: Option<Vec<u8>>,
+    /// Hand what was polled over at the end of every poll (the event loop drains it
+    /// at once), not only when a batch fills or the subscriptions run dry.
+    every_poll: bool,
 }
 
 impl Receive {
@@ -659,7 +792,13 @@ impl Receive {
             wake,
             counters,
             waiting: None,
+            every_poll: false,
         })
+    }
+
+    fn hand_over_every_poll(mut self) -> Self {
+        self.every_poll = true;
+        self
     }
 
     /// Hands `batch` to the event loop, or keeps it waiting; whether it went.
@@ -721,7 +860,7 @@ impl Agent for Receive {
                 .max(0) as usize;
         }
         let batch = &self.sink.batch;
-        if !batch.is_empty() && (work == 0 || batch.len() >= BATCH_BYTES / 2) {
+        if !batch.is_empty() && (self.every_poll || work == 0 || batch.len() >= BATCH_BYTES / 2) {
             let next = self
                 .empties
                 .try_recv()
@@ -846,6 +985,11 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
                             agent = None;
                             let _ = done.send(());
                         }
+                        Ok(DriverCommand::HandOver(to)) => {
+                            drop(agent);
+                            let _ = to.send(driver);
+                            return;
+                        }
                         Err(_) => {}
                     }
                     let mut work = driver.main_do_work().unwrap_or(0).max(0) as usize;
@@ -863,6 +1007,7 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
             thread: Some(thread),
             dir,
             commands,
+            inline: None,
         }),
         Ok(Err(e)) => {
             let _ = thread.join();

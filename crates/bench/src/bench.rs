@@ -977,6 +977,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "ws_connections": args.ws_connections,
                 "ws_fanout_items": args.ws_fanout_items,
                 "ws_fanout_rate": args.ws_fanout_rate,
+                "backbone_driver": args.backbone_driver,
                 "backbone_idle": args.backbone_idle,
                 "backbone_max_park_us": args.backbone_max_park_us,
                 "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, no update conflated, publisher within 1% of its schedule",

@@ -45,14 +45,42 @@ fn backbone_node(channel: &str, role: &str, name: &str) -> Node {
     node
 }
 
+/// A backbone node whose media driver runs in a thread of its own (`[backbone]
+/// driver = "thread"`), not in its event loop (the default).
+fn backbone_node_with_a_driver_thread(channel: &str, role: &str, name: &str) -> (Node, TempConfig) {
+    let config = TempConfig::new(
+        &format!("driver-thread-{name}"),
+        "[backbone]\ndriver = \"thread\"\n",
+    );
+    let mut node = Node::start(&[
+        "--config",
+        config.path(),
+        "--backbone",
+        channel,
+        "--role",
+        role,
+        "--name",
+        name,
+    ]);
+    node.proc.wait_for_line("run by the driver's own thread", T);
+    node.proc.wait_for_line(&format!("backbone: {role} on"), T);
+    (node, config)
+}
+
 const T: Duration = Duration::from_secs(20);
 
 #[test]
 fn a_publisher_on_the_source_reaches_subscribers_on_two_edges() {
     let ch = channel(40);
     let source = backbone_node(&ch, "source", "src");
-    let edge_a = backbone_node(&ch, "edge", "edge-a");
+    // Both placements of the media driver: edge-a's in a thread of its own.
+    let (edge_a, _config) = backbone_node_with_a_driver_thread(&ch, "edge", "edge-a");
     let edge_b = backbone_node(&ch, "edge", "edge-b");
+    assert!(
+        edge_b.proc.log().contains("run by the event loop"),
+        "{}",
+        edge_b.proc.log()
+    );
     let _feed = start_publisher(&source, "FEED", 20, 200, false);
     for edge in [&edge_a, &edge_b] {
         wait_for_image(edge.addr, "FEED", "SYM3", T)
@@ -446,6 +474,8 @@ fn junk_on_the_backbone_channel_is_ignored_and_the_edge_keeps_serving() {
     // a valid data header, as messages of every size.
     let mut cfg = tickwire_backbone::LinkConfig::new(&ch);
     cfg.source = true;
+    // Its own thread runs its driver: this loop only offers.
+    cfg.placement = tickwire_backbone::DriverPlacement::Thread;
     let mut rogue = tickwire_backbone::Link::start(&cfg, Box::new(|| {})).expect("rogue link");
     let mut rng = Rng::new(7);
     let mut sent = 0;

@@ -4,7 +4,9 @@
 use crate::config::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-use tickwire_backbone::{EdgeConfig, IdleStrategy, LinkConfig, Role, SourceConfig};
+use tickwire_backbone::{
+    DriverPlacement, EdgeConfig, IdleStrategy, LinkConfig, Role, SourceConfig,
+};
 
 /// `[backbone]`: empty `role` means a single node, on no backbone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,9 +39,16 @@ pub struct BackboneSection {
     pub liveness_ms: u64,
     /// How often sources and edges say they are alive.
     pub heartbeat_ms: u64,
-    /// How Aeron's driver thread (which runs the backbone's receiver too) waits when idle:
-    /// `yield` (default: lowest latency without starving a 2-CPU machine), `backoff`,
-    /// `sleep` (least CPU) or `spin`.
+    /// Which thread runs Aeron's media driver and the backbone's receiver:
+    /// `event-loop` (default: the node's event loop, between its turns; a received
+    /// update reaches the subscribers from the thread that received it, and the event
+    /// loop, never blocking, waits by `idle`) or `thread` (a thread of its own, which
+    /// wakes the event loop when messages arrive; the event loop waits by
+    /// `[node] wait`).
+    pub driver: String,
+    /// How the thread running the driver waits when idle: `yield` (default: lowest
+    /// latency without starving a 2-CPU machine), `backoff`, `sleep` (least CPU) or
+    /// `spin`.
     pub idle: String,
     /// With `idle = "backoff"`: the longest sleep of an idle driver thread, in
     /// microseconds (it spins, yields, then sleeps 1 µs, 2, 4... up to this).
@@ -74,6 +83,7 @@ impl Default for BackboneSection {
             term_length: 1 << 20,
             liveness_ms: 1000,
             heartbeat_ms: 100,
+            driver: "event-loop".into(),
             idle: "yield".into(),
             max_park_us: 1000,
             nak_max_backoff_us: 100,
@@ -230,6 +240,13 @@ impl BackboneSection {
                 "allowed: 10 up to a third of backbone.liveness_ms",
             ));
         }
+        if DriverPlacement::parse(&self.driver).is_none() {
+            return Err(invalid(
+                "backbone.driver",
+                format!("{:?}", self.driver),
+                "allowed values are event-loop, thread",
+            ));
+        }
         if IdleStrategy::parse(&self.idle).is_none() {
             return Err(invalid(
                 "backbone.idle",
@@ -294,6 +311,7 @@ impl BackboneSection {
         l.request_stream = self.request_stream;
         l.term_length = self.term_length;
         l.idle = IdleStrategy::parse(&self.idle).unwrap_or(IdleStrategy::Yield);
+        l.placement = DriverPlacement::parse(&self.driver).unwrap_or(DriverPlacement::EventLoop);
         l.max_park = Duration::from_micros(self.max_park_us);
         l.nak_max_backoff = Duration::from_micros(self.nak_max_backoff_us);
         l.retransmit_linger = Duration::from_micros(self.retransmit_linger_us);
@@ -393,5 +411,27 @@ mod tests {
         }
         .validate()
         .is_ok());
+    }
+    #[test]
+    fn the_driver_runs_in_the_event_loop_unless_told_to_have_a_thread() {
+        assert_eq!(edge().link_config().placement, DriverPlacement::EventLoop);
+        let own = BackboneSection {
+            driver: "thread".into(),
+            ..edge()
+        };
+        assert!(own.validate().is_ok());
+        assert_eq!(own.link_config().placement, DriverPlacement::Thread);
+        match (BackboneSection {
+            driver: "dedicated".into(),
+            ..edge()
+        })
+        .validate()
+        {
+            Err(ConfigError::Invalid { key, reason, .. }) => {
+                assert_eq!(key, "backbone.driver");
+                assert!(reason.contains("event-loop, thread"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -403,11 +403,17 @@ impl NodeServer {
                 .min(next_chores)
                 .min(next_node_item)
                 .saturating_duration_since(now);
-            let spinning = match wait {
-                WaitStrategy::Block => false,
-                WaitStrategy::Yield | WaitStrategy::Spin => true,
-                WaitStrategy::SpinThenBlock => now.saturating_duration_since(last_event) < spin_for,
-            };
+            // A backbone whose driver the event loop runs needs a turn all the time; it
+            // then waits by the driver's idle strategy, at the end of the turn.
+            let driver_here = backbone.as_ref().is_some_and(|b| b.polled_by_event_loop());
+            let spinning = driver_here
+                || match wait {
+                    WaitStrategy::Block => false,
+                    WaitStrategy::Yield | WaitStrategy::Spin => true,
+                    WaitStrategy::SpinThenBlock => {
+                        now.saturating_duration_since(last_event) < spin_for
+                    }
+                };
             if spinning {
                 timeout = Duration::ZERO;
             }
@@ -435,9 +441,10 @@ impl NodeServer {
             ready.append(&mut carry);
             if !events.is_empty() {
                 last_event = now;
-            } else if wait == WaitStrategy::Yield {
+            } else if wait == WaitStrategy::Yield && !driver_here {
                 std::thread::yield_now();
             }
+            let mut turn_work = events.iter().count() + ready.len();
             for event in events.iter() {
                 match event.token() {
                     LISTENER => {
@@ -556,7 +563,7 @@ impl NodeServer {
 
             // The backbone: what its receiver has (it woke us), its timers.
             if let Some(b) = backbone.as_mut() {
-                b.receive(&mut core, now);
+                turn_work += b.receive(&mut core, now);
                 if b.poll_timeout().is_some_and(|at| now >= at) {
                     b.on_tick(&mut core, now);
                 }
@@ -596,6 +603,7 @@ impl NodeServer {
             // and its requests to the upstream link.
             if let Some(b) = backbone.as_mut() {
                 b.pump(&mut core, now);
+                b.send_now();
             }
             if let Some(u) = upstream.as_mut() {
                 u.pump(&mut core, self.poll.registry(), now);
@@ -673,6 +681,9 @@ impl NodeServer {
                 }
                 last_stats = s;
                 next_stats = now + stats_every;
+            }
+            if let Some(b) = &backbone {
+                b.idle(turn_work);
             }
 
             if let Some(deadline) = shutdown_deadline {

@@ -150,8 +150,13 @@ pub struct WsFlags {
 // The backbone scenario.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct BackboneFlags {
-    /// Backbone scenario: how the nodes' Aeron driver threads (which run the receivers
-    /// too) wait when idle (`[backbone] idle`: yield, backoff, sleep, spin).
+    /// Backbone scenario: which thread runs each node's Aeron driver and receiver
+    /// (`[backbone] driver`: event-loop, thread).
+    #[arg(long, value_name = "PLACEMENT", default_value = "event-loop",
+          value_parser = ["event-loop", "thread"])]
+    pub backbone_driver: String,
+    /// Backbone scenario: how the threads running the nodes' Aeron drivers wait when
+    /// idle (`[backbone] idle`: yield, backoff, sleep, spin).
     #[arg(long, value_name = "STRATEGY", default_value = "yield")]
     pub backbone_idle: String,
     /// Backbone scenario: with `--backbone-idle backoff`, the longest sleep of an idle
@@ -265,6 +270,7 @@ impl AllFlags {
             ws_connections: ws.ws_connections,
             ws_fanout_items: ws.ws_fanout_items,
             ws_fanout_rate: ws.ws_fanout_rate,
+            backbone_driver: backbone.backbone_driver,
             backbone_idle: backbone.backbone_idle,
             backbone_max_park_us: backbone.backbone_max_park_us,
             memory_connections: memory.memory_connections,
@@ -303,6 +309,7 @@ pub struct BenchArgs {
     pub ws_connections: usize,
     pub ws_fanout_items: usize,
     pub ws_fanout_rate: u64,
+    pub backbone_driver: String,
     pub backbone_idle: String,
     pub backbone_max_park_us: Option<u64>,
     pub memory_connections: usize,
@@ -571,6 +578,7 @@ mod tests {
             "--ws-connections",
             "--ws-fanout-items",
             "--ws-fanout-rate",
+            "--backbone-driver",
             "--backbone-idle",
             "--backbone-max-park-us",
             "--memory-connections",
@@ -611,6 +619,7 @@ mod tests {
             ws_connections: 50,
             ws_fanout_items: 100,
             ws_fanout_rate: 2_000,
+            backbone_driver: "event-loop".into(),
             backbone_idle: "yield".into(),
             backbone_max_park_us: None,
             memory_connections: 1_000,
@@ -670,6 +679,8 @@ mod tests {
             "20",
             "--backbone-idle",
             "spin",
+            "--backbone-driver",
+            "thread",
             "--journal-posts-only",
             "--syscalls",
         ]);
@@ -678,6 +689,7 @@ mod tests {
         assert_eq!(got.ws_items, 7);
         assert_eq!(got.memory_items, 20);
         assert_eq!(got.backbone_idle, "spin");
+        assert_eq!(got.backbone_driver, "thread");
         assert!(got.journal_posts_only && got.syscalls);
     }
 }

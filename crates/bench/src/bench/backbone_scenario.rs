@@ -72,7 +72,8 @@ impl Lab {
         Ok(RigSpec {
             backbone: Some(BackboneSpec::loopback()?),
             node_config: Some(format!(
-                "[backbone]\nidle = {:?}\n{}",
+                "[backbone]\ndriver = {:?}\nidle = {:?}\n{}",
+                self.args.backbone_driver,
                 self.args.backbone_idle,
                 self.args
                     .backbone_max_park_us
@@ -91,7 +92,8 @@ impl Lab {
         let (secs, bisect) = (self.seconds(), self.bisections());
         let mut r = BackboneResult {
             transport: format!(
-                "Aeron UDP multicast on loopback, embedded media drivers (shared threading, {} idle)",
+                "Aeron UDP multicast on loopback, embedded media drivers (shared threading, run by the {}, {} idle)",
+                self.args.backbone_driver,
                 self.args.backbone_idle
             ),
             ..BackboneResult::default()
