@@ -326,7 +326,45 @@ impl Edge {
             BackboneMessage::Data { source, messages } => {
                 self.on_source_data(core, source, messages, now)
             }
+            BackboneMessage::EdgeJoined { source, edge } if edge == self.id => {
+                self.joined(core, source, now)
+            }
             _ => {}
+        }
+    }
+
+    /// `source` has just started to know this edge. If it had forgotten it (its
+    /// requests went unheard for three liveness times, and it released the edge's
+    /// streams), the items this edge has from it get nothing more: each is asked for
+    /// again, its subscribers told it is suspect meanwhile, and re-imaged.
+    fn joined(&mut self, core: &mut Node, source: u64, now: Instant) {
+        let live: Vec<u32> = self
+            .items
+            .iter()
+            .filter(|(_, it)| it.source == Some(source) && it.phase == Phase::Live)
+            .map(|(sid, _)| sid)
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        let name = self
+            .sources
+            .get(&source)
+            .map_or(String::new(), |s| s.name.clone());
+        warn!(
+            "backbone: source {name:?} ({source:016x}) had forgotten this edge (it heard none of its requests for too long): re-imaging its {} items",
+            live.len()
+        );
+        self.stats.reimages += live.len() as u64;
+        for sid in live {
+            self.status_to_core(
+                core,
+                sid,
+                code::UPDATES_DROPPED,
+                "the source had lost track of this edge: re-imaging",
+                now,
+            );
+            self.route(core, sid, now);
         }
     }
 

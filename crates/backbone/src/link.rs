@@ -314,6 +314,10 @@ const DRIVER_PREFIX: &str = "tickwire-aeron-";
 const BATCH_BYTES: usize = 256 * 1024;
 /// Batches in flight between them.
 const BATCHES: usize = 16;
+/// With the driver in the event loop: its duty cycles per turn at most (each receives
+/// up to the driver's receive vector of datagrams): enough to take a turn's worth of
+/// arrivals, few enough that the event loop is soon back at its sockets.
+const CYCLES_PER_TURN: usize = 64;
 /// Before each message in a batch: its kind, Aeron session and length.
 const RECORD_HEADER: usize = 9;
 
@@ -553,7 +557,6 @@ impl Link {
                     Box::new(|| {}),
                     counters.clone(),
                 )
-                .map(Receive::hand_over_every_poll)
             }
         };
         info!(
@@ -589,18 +592,31 @@ impl Link {
         self._driver.inline.is_some()
     }
 
-    /// With the driver in the event loop: one duty cycle of the driver (sending what
-    /// was offered, receiving, Aeron's protocol) and of the receiver (received
-    /// messages then wait for [`Link::drain`]). Returns how much was done (0: idle).
+    /// With the driver in the event loop: duty cycles of the driver (sending what
+    /// was offered, receiving, Aeron's protocol) and of the receiver, while they find
+    /// work, up to [`CYCLES_PER_TURN`]; what they received then waits for
+    /// [`Link::drain`]. Taking everything that arrived during the turn before at once
+    /// keeps the turns large under load: the event loop then writes to each
+    /// subscriber's socket once for many updates. Returns how much was done (0: idle).
     pub fn do_work(&mut self) -> usize {
         let Some(driver) = self._driver.inline.as_ref() else {
             return 0;
         };
-        let mut work = driver.main_do_work().unwrap_or(0).max(0) as usize;
-        if let Some(r) = self.receiver.as_mut() {
-            work += r.do_work();
+        let mut total = 0;
+        for _ in 0..CYCLES_PER_TURN {
+            let mut work = driver.main_do_work().unwrap_or(0).max(0) as usize;
+            if let Some(r) = self.receiver.as_mut() {
+                work += r.do_work();
+            }
+            total += work;
+            if work == 0 {
+                break;
+            }
         }
-        work
+        if let Some(r) = self.receiver.as_mut() {
+            total += r.hand_over_partial();
+        }
+        total
     }
 
     /// With the driver in the event loop: its duty cycle only, so that what the event
@@ -755,9 +771,6 @@ struct Receive {
     /// A full batch the event loop has no room for yet: nothing is polled until it
     /// is taken.
     waiting: Option<Vec<u8>>,
-    /// Hand what was polled over at the end of every poll (the event loop drains it
-    /// at once), not only when a batch fills or the subscriptions run dry.
-    every_poll: bool,
 }
 
 impl Receive {
@@ -792,13 +805,26 @@ impl Receive {
             wake,
             counters,
             waiting: None,
-            every_poll: false,
         })
     }
 
-    fn hand_over_every_poll(mut self) -> Self {
-        self.every_poll = true;
-        self
+    /// Hands over what was polled into the batch being filled, if anything (the
+    /// event loop runs the receiver and drains it next).
+    fn hand_over_partial(&mut self) -> usize {
+        if self.sink.batch.is_empty() || self.waiting.is_some() {
+            return 0;
+        }
+        let next = self
+            .empties
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BATCH_BYTES));
+        let full = std::mem::replace(&mut self.sink.batch, next);
+        self.counters.messages_in.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_in
+            .fetch_add(full.len() as u64, Ordering::Relaxed);
+        self.hand_over(full);
+        1
     }
 
     /// Hands `batch` to the event loop, or keeps it waiting; whether it went.
@@ -860,18 +886,8 @@ impl Agent for Receive {
                 .max(0) as usize;
         }
         let batch = &self.sink.batch;
-        if !batch.is_empty() && (self.every_poll || work == 0 || batch.len() >= BATCH_BYTES / 2) {
-            let next = self
-                .empties
-                .try_recv()
-                .unwrap_or_else(|_| Vec::with_capacity(BATCH_BYTES));
-            let full = std::mem::replace(&mut self.sink.batch, next);
-            self.counters.messages_in.fetch_add(1, Ordering::Relaxed);
-            self.counters
-                .bytes_in
-                .fetch_add(full.len() as u64, Ordering::Relaxed);
-            self.hand_over(full);
-            work += 1;
+        if !batch.is_empty() && (work == 0 || batch.len() >= BATCH_BYTES / 2) {
+            work += self.hand_over_partial();
         }
         work
     }

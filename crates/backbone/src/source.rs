@@ -273,7 +273,9 @@ impl Source {
     }
 
     /// Notes that `edge` is alive; true if it is new. Past `max_edges` new edges are
-    /// not remembered (nor served).
+    /// not remembered (nor served). A new edge is told so (EdgeJoined): one this
+    /// source forgot (silent too long: its streams were released) asks again for what
+    /// it had, which would otherwise stay silent at the edge for good.
     fn heard(&mut self, edge: u64, now: Instant) -> bool {
         if let Some(t) = self.edges.get_mut(&edge) {
             *t = now;
@@ -283,6 +285,10 @@ impl Source {
             return false;
         }
         self.edges.insert(edge, now);
+        self.queue_control(&BackboneMessage::EdgeJoined {
+            source: self.id,
+            edge,
+        });
         true
     }
 

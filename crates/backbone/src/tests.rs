@@ -72,6 +72,8 @@ struct World {
     open: bool,
     /// The source is running (a stopped source neither sends nor receives).
     source_up: bool,
+    /// The edges' requests (heartbeats among them) never reach the source.
+    requests_lost: bool,
 }
 
 fn frame(msgs: &[Message<'_>]) -> Vec<u8> {
@@ -128,6 +130,7 @@ impl World {
             requests: VecDeque::new(),
             open: true,
             source_up: true,
+            requests_lost: false,
         };
         for _ in 0..edges {
             w.add_edge();
@@ -258,7 +261,7 @@ impl World {
                 e.edge.flush(&mut e.core, self.now);
             }
             for m in self.requests.drain(..) {
-                if self.source_up {
+                if self.source_up && !self.requests_lost {
                     self.source.on_request(&mut self.src_core, &m, self.now);
                 }
             }
@@ -743,6 +746,66 @@ fn a_lost_source_turns_items_suspect_and_its_return_brings_them_back_without_a_g
 }
 
 #[test]
+fn an_edge_the_source_forgot_while_its_requests_were_lost_gets_its_items_again() {
+    let (mut w, p) = ready(1, 2);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    w.request(0, a, 2, "SYM1");
+    w.publish(p, 0, 2, 10100);
+    assert!(w.recv(0, a).contains(&Got::Update {
+        sid: 1,
+        seq: 2,
+        bid: Some("101.00".into())
+    }));
+    // The source hears nothing from the edge for longer than its edge timeout: it
+    // releases the edge's streams, while the edge still hears the source.
+    w.requests_lost = true;
+    w.advance(Duration::from_millis(3500));
+    assert_eq!(
+        w.source.stats().streams_open,
+        0,
+        "the streams were released"
+    );
+    w.publish(p, 0, 3, 10200);
+    assert!(w
+        .recv(0, a)
+        .iter()
+        .all(|g| !matches!(g, Got::Update { .. })));
+    // Heard again: the edge is told, its subscribers learn their data is suspect, and
+    // the items come back with an image holding what they missed, then updates.
+    w.requests_lost = false;
+    w.advance(Duration::from_millis(300));
+    let got = w.recv(0, a);
+    for sid in [1, 2] {
+        let suspect = got.iter().position(|g| {
+            matches!(g, Got::Status { sid: s, stream: StreamState::Open, data: DataState::Suspect } if *s == sid)
+        });
+        let image = got.iter().position(
+            |g| matches!(g, Got::Refresh { sid: s, data: DataState::Ok, .. } if *s == sid),
+        );
+        assert!(
+            suspect.is_some() && image.is_some() && suspect < image,
+            "item {sid}: suspect, then an image: {got:?}"
+        );
+    }
+    assert!(got.contains(&Got::Refresh {
+        sid: 1,
+        seq: 3,
+        data: DataState::Ok,
+        bid: Some("102.00".into())
+    }));
+    w.publish(p, 0, 4, 10300);
+    assert_eq!(
+        w.recv(0, a),
+        vec![Got::Update {
+            sid: 1,
+            seq: 4,
+            bid: Some("103.00".into())
+        }]
+    );
+}
+
+#[test]
 fn a_backbone_that_takes_nothing_makes_the_source_conflate_never_queue_without_bound() {
     let (mut w, p) = ready(1, 1);
     let a = w.subscriber(0);
@@ -829,6 +892,7 @@ proptest! {
             wire::BackboneMessage::Subscribe { edge: source, source, service: &name, item: &name },
             wire::BackboneMessage::Unsubscribe { edge: source, source, stream },
             wire::BackboneMessage::DirectoryRequest { edge: source, source },
+            wire::BackboneMessage::EdgeJoined { source, edge: u64::from(stream) },
             wire::BackboneMessage::EdgeHeartbeat { edge: source, name: &name },
             wire::BackboneMessage::Directory { source, version: stream, part: 0, parts: 1, services: vec![
                 wire::ServiceInfo { name: &name, state: ServiceState::Up, interactive: true }

@@ -23,6 +23,7 @@ const KIND_HEARTBEAT: u8 = 1;
 const KIND_DIRECTORY: u8 = 2;
 const KIND_OPENED: u8 = 3;
 const KIND_DATA: u8 = 4;
+const KIND_EDGE_JOINED: u8 = 5;
 const KIND_EDGE_HEARTBEAT: u8 = 10;
 const KIND_SUBSCRIBE: u8 = 11;
 const KIND_UNSUBSCRIBE: u8 = 12;
@@ -62,6 +63,10 @@ pub enum BackboneMessage<'a> {
     },
     /// Tickwire messages (refreshes, updates, statuses) on the source's streams.
     Data { source: u64, messages: &'a [u8] },
+    /// The source has just heard `edge` for the first time, or again after forgetting
+    /// it (silent for three liveness times: its streams were released). An edge that
+    /// already has items from the source asks for them again.
+    EdgeJoined { source: u64, edge: u64 },
     /// An edge is alive (sources forget the interest of silent edges).
     EdgeHeartbeat { edge: u64, name: &'a str },
     /// An edge wants `service`/`item` from `source` (again: a fresh image).
@@ -211,6 +216,10 @@ impl<'a> BackboneMessage<'a> {
                 edge: r.u64()?,
                 source: r.u64()?,
             },
+            KIND_EDGE_JOINED => BackboneMessage::EdgeJoined {
+                source: r.u64()?,
+                edge: r.u64()?,
+            },
             other => {
                 return Err(DecodeError::InvalidValue {
                     what: "backbone message kind",
@@ -311,6 +320,11 @@ impl<'a> BackboneMessage<'a> {
                 header(out, KIND_DIRECTORY_REQUEST);
                 put_u64(out, *edge);
                 put_u64(out, *source);
+            }
+            BackboneMessage::EdgeJoined { source, edge } => {
+                header(out, KIND_EDGE_JOINED);
+                put_u64(out, *source);
+                put_u64(out, *edge);
             }
         }
         Ok(())

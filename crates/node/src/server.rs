@@ -784,6 +784,12 @@ impl NodeServer {
             now,
         )
         .map_err(|e| io::Error::other(format!("cannot join the backbone: {e}")))?;
+        if b.polled_by_event_loop() && self.cfg.node.wait != WaitStrategy::Block {
+            warn!(
+                "node.wait is not used: the event loop runs the backbone's Aeron driver and waits by backbone.idle = {:?} (backbone.driver = \"thread\" gives the driver a thread of its own)",
+                cfg.idle
+            );
+        }
         info!(
             "backbone: {} on {} (data stream {}, requests stream {})",
             role.name(),
