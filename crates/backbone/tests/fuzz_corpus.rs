@@ -27,7 +27,10 @@ fn the_backbone_corpus_replays_without_a_panic() {
         if name.starts_with("seed-valid") {
             assert!(decoded.is_ok(), "{name}: valid seed rejected: {decoded:?}");
         } else if name.starts_with("seed-invalid") {
-            assert!(decoded.is_err(), "{name}: invalid seed accepted: {decoded:?}");
+            assert!(
+                decoded.is_err(),
+                "{name}: invalid seed accepted: {decoded:?}"
+            );
         }
     }
 }
