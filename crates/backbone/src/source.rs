@@ -30,6 +30,11 @@ pub struct SourceConfig {
     pub name: String,
     /// How often a heartbeat goes out.
     pub heartbeat: Duration,
+    /// A heartbeat also goes out this long after the last data message when nothing
+    /// follows it (zero: never). An edge finds a lost datagram only when something
+    /// after it arrives; Aeron's own heartbeat comes after 100 ms of silence, so a
+    /// burst's last datagram, lost, was found only with the next burst.
+    pub tail_probe: Duration,
     /// An edge silent this long has its interest dropped.
     pub edge_timeout: Duration,
     /// Services put on the backbone (empty: all but the node's own).
@@ -51,6 +56,7 @@ impl Default for SourceConfig {
         SourceConfig {
             name: "source".into(),
             heartbeat: Duration::from_millis(100),
+            tail_probe: Duration::from_micros(100),
             edge_timeout: Duration::from_secs(3),
             services: Vec::new(),
             never: Vec::new(),
@@ -75,6 +81,8 @@ pub struct SourceStats {
     pub bad_messages: u64,
     /// Times the core closed the link and the source joined again.
     pub link_reconnects: u64,
+    /// Heartbeats sent right after data (`SourceConfig::tail_probe`).
+    pub tail_probes: u64,
 }
 
 struct SourceStream {
@@ -113,6 +121,8 @@ pub struct Source {
     directory_due: bool,
     next_directory: Instant,
     next_heartbeat: Instant,
+    /// When the tail probe is due (data went out and nothing since).
+    tail_due: Option<Instant>,
     control: ControlQueue,
     pending: VecDeque<Vec<u8>>,
     /// Streams to ask the core for (paced by `REQUEST_BUDGET` and `MAX_ASKED`).
@@ -143,6 +153,7 @@ impl Source {
             directory_due: true,
             next_directory: now,
             next_heartbeat: now,
+            tail_due: None,
             control: ControlQueue::new(max_control),
             pending: VecDeque::new(),
             to_request: VecDeque::new(),
@@ -198,7 +209,17 @@ impl Source {
 
     /// When [`Source::on_tick`] is next needed.
     pub fn poll_timeout(&self) -> Instant {
-        self.next_heartbeat
+        self.tail_due
+            .map_or(self.next_heartbeat, |t| t.min(self.next_heartbeat))
+    }
+
+    fn queue_heartbeat(&mut self) {
+        let name = self.cfg.name.clone();
+        self.queue_control(&BackboneMessage::Heartbeat {
+            source: self.id,
+            name: &name,
+            directory_version: self.directory_version,
+        });
     }
 
     /// Services this source must not announce (set by a node that is also an edge).
@@ -433,12 +454,7 @@ impl Source {
         core.on_bytes_received(self.conn, now);
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + self.cfg.heartbeat;
-            let name = self.cfg.name.clone();
-            self.queue_control(&BackboneMessage::Heartbeat {
-                source: self.id,
-                name: &name,
-                directory_version: self.directory_version,
-            });
+            self.queue_heartbeat();
         }
         if self.directory_due && now >= self.next_directory {
             self.directory_due = false;
@@ -513,6 +529,19 @@ impl Source {
     /// Moves what is ready onto the backbone: control messages first (a stream's
     /// mapping always goes before its data), then the core's output for this link.
     pub fn pump(&mut self, core: &mut Node, out: &mut dyn Outbox, now: Instant) {
+        if self.tail_due.is_some_and(|t| now >= t) {
+            self.tail_due = None;
+            self.stats.tail_probes += 1;
+            self.queue_heartbeat();
+        }
+        let data_before = self.stats.data_messages;
+        self.pump_data(core, out, now);
+        if self.stats.data_messages != data_before && !self.cfg.tail_probe.is_zero() {
+            self.tail_due = Some(now + self.cfg.tail_probe);
+        }
+    }
+
+    fn pump_data(&mut self, core: &mut Node, out: &mut dyn Outbox, now: Instant) {
         if !self.control.flush(out) {
             self.stats.back_pressured += 1;
             return;

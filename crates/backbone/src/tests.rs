@@ -806,6 +806,40 @@ fn an_edge_the_source_forgot_while_its_requests_were_lost_gets_its_items_again()
 }
 
 #[test]
+fn a_heartbeat_follows_the_last_data_message_so_that_its_loss_is_found_soon() {
+    let (mut w, p) = ready(1, 1);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    let probes = w.source.stats().tail_probes;
+    w.publish(p, 0, 2, 10100);
+    let is_heartbeat = |m: &Vec<u8>| {
+        matches!(
+            wire::BackboneMessage::decode(m),
+            Ok(wire::BackboneMessage::Heartbeat { .. })
+        )
+    };
+    let probe = SourceConfig::default().tail_probe;
+    assert!(w.source.poll_timeout() <= w.now + probe);
+    // Not before its time...
+    let mut q = Queue {
+        q: &mut w.data,
+        open: true,
+    };
+    w.source.pump(&mut w.src_core, &mut q, w.now + probe / 2);
+    assert!(!w.data.iter().any(is_heartbeat), "too early");
+    // ...then once, and not again while no data goes out.
+    for _ in 0..3 {
+        let mut q = Queue {
+            q: &mut w.data,
+            open: true,
+        };
+        w.source.pump(&mut w.src_core, &mut q, w.now + probe);
+    }
+    assert_eq!(w.data.iter().filter(|m| is_heartbeat(m)).count(), 1);
+    assert_eq!(w.source.stats().tail_probes, probes + 1);
+}
+
+#[test]
 fn a_backbone_that_takes_nothing_makes_the_source_conflate_never_queue_without_bound() {
     let (mut w, p) = ready(1, 1);
     let a = w.subscriber(0);

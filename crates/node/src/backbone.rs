@@ -39,6 +39,10 @@ pub struct BackboneSection {
     pub liveness_ms: u64,
     /// How often sources and edges say they are alive.
     pub heartbeat_ms: u64,
+    /// A source also sends a heartbeat this many microseconds after its last data
+    /// message when nothing follows (0: never), so that an edge that lost that message
+    /// finds out then, not with the next data.
+    pub tail_probe_us: u64,
     /// Which thread runs Aeron's media driver and the backbone's receiver:
     /// `event-loop` (default: the node's event loop, between its turns; a received
     /// update reaches the subscribers from the thread that received it, and the event
@@ -83,6 +87,7 @@ impl Default for BackboneSection {
             term_length: 1 << 20,
             liveness_ms: 1000,
             heartbeat_ms: 100,
+            tail_probe_us: 100,
             driver: "event-loop".into(),
             idle: "yield".into(),
             max_park_us: 1000,
@@ -240,6 +245,13 @@ impl BackboneSection {
                 "allowed: 10 up to a third of backbone.liveness_ms",
             ));
         }
+        if self.tail_probe_us > 100_000 {
+            return Err(invalid(
+                "backbone.tail_probe_us",
+                self.tail_probe_us,
+                "allowed: 0 (no probe) to 100000",
+            ));
+        }
         if DriverPlacement::parse(&self.driver).is_none() {
             return Err(invalid(
                 "backbone.driver",
@@ -327,6 +339,7 @@ impl BackboneSection {
         SourceConfig {
             name: node_name.to_string(),
             heartbeat: Duration::from_millis(self.heartbeat_ms),
+            tail_probe: Duration::from_micros(self.tail_probe_us),
             edge_timeout: Duration::from_millis(self.liveness_ms * 3),
             services: self.services.clone(),
             never: vec![crate::node_item::NODE_SERVICE.to_string()],
