@@ -99,13 +99,6 @@ impl DriverPlacement {
             _ => return None,
         })
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            DriverPlacement::EventLoop => "event-loop",
-            DriverPlacement::Thread => "thread",
-        }
-    }
 }
 
 /// Where the node's Aeron traffic goes and how the embedded driver behaves.

@@ -561,7 +561,8 @@ impl NodeServer {
                 u.turn(&mut core, self.poll.registry(), now);
             }
 
-            // The backbone: what its receiver has (it woke us), its timers.
+            // The backbone: what its receiver has (run here, or in its own thread, which
+            // woke us), its timers.
             if let Some(b) = backbone.as_mut() {
                 turn_work += b.receive(&mut core, now);
                 if b.poll_timeout().is_some_and(|at| now >= at) {
