@@ -101,6 +101,10 @@ impl DriverPlacement {
     }
 }
 
+/// Aeron's default datagram payload: a 1,500-byte Ethernet frame less the IP and UDP
+/// headers, rounded down to Aeron's 32-byte frame alignment.
+pub const DEFAULT_MTU: usize = 1408;
+
 /// Where the node's Aeron traffic goes and how the embedded driver behaves.
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
@@ -127,6 +131,10 @@ pub struct LinkConfig {
     /// Aeron term buffer length (a power of two, 64 KiB to 1 GiB); a publication's log
     /// is three terms.
     pub term_length: usize,
+    /// Largest datagram payload the node's publications send (Aeron's MTU: a multiple
+    /// of 32, at most 65504). Each datagram costs one trip through the kernel at both
+    /// ends, so larger ones carry more updates per trip where the network takes them.
+    pub mtu: usize,
     /// Aeron's multicast NAK back-off ceiling.
     pub nak_max_backoff: Duration,
     /// How long a retransmission's data lingers before it may be sent again.
@@ -156,12 +164,13 @@ impl LinkConfig {
             idle: IdleStrategy::Yield,
             placement: DriverPlacement::EventLoop,
             max_park: Duration::from_millis(1),
-            term_length: 1 << 20,
+            term_length: 4 << 20,
+            mtu: DEFAULT_MTU,
             nak_max_backoff: Duration::from_micros(100),
             retransmit_linger: Duration::from_millis(1),
             image_liveness: Duration::from_secs(2),
             socket_buffer: 2 << 20,
-            receiver_window: 512 << 10,
+            receiver_window: 2 << 20,
             driver_base: default_driver_base(),
         }
     }
@@ -942,6 +951,7 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
         ctx.set_shared_idle_strategy(cfg.idle.driver_name()),
     )?;
     set("term length", ctx.set_term_buffer_length(cfg.term_length))?;
+    set("MTU", ctx.set_mtu_length(cfg.mtu))?;
     set(
         "socket buffers",
         ctx.set_socket_so_rcvbuf(cfg.socket_buffer),

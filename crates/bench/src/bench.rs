@@ -980,6 +980,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "backbone_driver": args.backbone_driver,
                 "backbone_idle": args.backbone_idle,
                 "backbone_max_park_us": args.backbone_max_park_us,
+                "backbone_mtu": args.backbone_mtu,
                 "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, no update conflated, publisher within 1% of its schedule",
             }),
             commands: vec![std::env::args().collect::<Vec<_>>().join(" ")],

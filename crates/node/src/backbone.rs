@@ -35,6 +35,10 @@ pub struct BackboneSection {
     /// publication holds three terms; each source and each receiving edge maps one log
     /// per source.
     pub term_length: usize,
+    /// Largest datagram payload the node sends (Aeron's MTU), in bytes: a multiple of
+    /// 32 up to 65504. 1408 fits a 1,500-byte Ethernet frame; 8192 fits a jumbo
+    /// (9,000-byte) frame and carries about six times as many updates per datagram.
+    pub mtu: usize,
     /// An edge declares a source lost (its items suspect) after this much silence.
     pub liveness_ms: u64,
     /// How often sources and edges say they are alive.
@@ -84,7 +88,8 @@ impl Default for BackboneSection {
             standby_request_channel: String::new(),
             data_stream: 1001,
             request_stream: 1002,
-            term_length: 1 << 20,
+            term_length: 4 << 20,
+            mtu: tickwire_backbone::DEFAULT_MTU,
             liveness_ms: 1000,
             heartbeat_ms: 100,
             tail_probe_us: 100,
@@ -298,6 +303,20 @@ impl BackboneSection {
                 "allowed: 0 (half the term length), or 4096 up to half of backbone.term_length and at most backbone.socket_buffer_bytes",
             ));
         }
+        if !self.mtu.is_multiple_of(32) || !(512..=65_504).contains(&self.mtu) {
+            return Err(invalid(
+                "backbone.mtu",
+                self.mtu,
+                "allowed: a multiple of 32 from 512 to 65504 (1408 fits a 1,500-byte Ethernet frame, 8192 a 9,000-byte jumbo frame)",
+            ));
+        }
+        if self.mtu > self.link_config().receiver_window {
+            return Err(invalid(
+                "backbone.mtu",
+                self.mtu,
+                "larger than the receiver window (backbone.receiver_window_bytes, or half of backbone.term_length within backbone.socket_buffer_bytes): a datagram must fit in it",
+            ));
+        }
         if self.nak_max_backoff_us > 10_000_000 || self.retransmit_linger_us > 10_000_000 {
             return Err(invalid(
                 "backbone.nak_max_backoff_us",
@@ -322,6 +341,7 @@ impl BackboneSection {
         l.data_stream = self.data_stream;
         l.request_stream = self.request_stream;
         l.term_length = self.term_length;
+        l.mtu = self.mtu;
         l.idle = IdleStrategy::parse(&self.idle).unwrap_or(IdleStrategy::Yield);
         l.placement = DriverPlacement::parse(&self.driver).unwrap_or(DriverPlacement::EventLoop);
         l.max_park = Duration::from_micros(self.max_park_us);
@@ -375,7 +395,8 @@ mod tests {
     fn the_receiver_window_defaults_to_half_a_term_within_the_socket_buffer() {
         let l = edge().link_config();
         assert_eq!(l.socket_buffer, 2 << 20);
-        assert_eq!(l.receiver_window, 512 << 10);
+        assert_eq!(l.receiver_window, 2 << 20);
+        assert_eq!(l.term_length, 4 << 20);
         let small = BackboneSection {
             term_length: 1 << 30,
             socket_buffer_bytes: 1 << 20,
@@ -405,7 +426,7 @@ mod tests {
         // More than half a term, and more than the socket buffer.
         refused(
             BackboneSection {
-                receiver_window_bytes: 1 << 20,
+                receiver_window_bytes: 4 << 20,
                 ..edge()
             },
             "backbone.receiver_window_bytes",
@@ -425,6 +446,36 @@ mod tests {
         .validate()
         .is_ok());
     }
+    #[test]
+    fn the_mtu_defaults_to_an_ethernet_frame_and_must_fit_aeron_and_the_window() {
+        assert_eq!(edge().link_config().mtu, 1408);
+        let jumbo = BackboneSection {
+            mtu: 8192,
+            ..edge()
+        };
+        assert!(jumbo.validate().is_ok());
+        assert_eq!(jumbo.link_config().mtu, 8192);
+        for (mtu, window, why) in [
+            (1000, 0, "a multiple of 32"),
+            (65_536, 0, "to 65504"),
+            (256, 0, "from 512"),
+            (8192, 4096, "larger than the receiver window"),
+        ] {
+            let b = BackboneSection {
+                mtu,
+                receiver_window_bytes: window,
+                ..edge()
+            };
+            match b.validate() {
+                Err(ConfigError::Invalid { key, reason, .. }) => {
+                    assert_eq!(key, "backbone.mtu", "{mtu}");
+                    assert!(reason.contains(why), "{mtu}: {reason}");
+                }
+                other => panic!("{mtu}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn the_driver_runs_in_the_event_loop_unless_told_to_have_a_thread() {
         assert_eq!(edge().link_config().placement, DriverPlacement::EventLoop);

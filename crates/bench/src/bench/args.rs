@@ -163,6 +163,11 @@ pub struct BackboneFlags {
     /// driver thread in µs (`[backbone] max_park_us`; default: the node's).
     #[arg(long, value_name = "US")]
     pub backbone_max_park_us: Option<u64>,
+    /// Backbone scenario: the nodes' datagram payload in bytes (`[backbone] mtu`). The
+    /// lab's loopback carries 64 KiB; 8192 is what a LAN with jumbo (9,000-byte) frames
+    /// carries; 1408, the node's default, fits a 1,500-byte Ethernet frame.
+    #[arg(long, value_name = "BYTES", default_value_t = 8192)]
+    pub backbone_mtu: usize,
 }
 
 // The memory scenario.
@@ -273,6 +278,7 @@ impl AllFlags {
             backbone_driver: backbone.backbone_driver,
             backbone_idle: backbone.backbone_idle,
             backbone_max_park_us: backbone.backbone_max_park_us,
+            backbone_mtu: backbone.backbone_mtu,
             memory_connections: memory.memory_connections,
             memory_items: memory.memory_items,
             journal_posts_only: journal.journal_posts_only,
@@ -312,6 +318,7 @@ pub struct BenchArgs {
     pub backbone_driver: String,
     pub backbone_idle: String,
     pub backbone_max_park_us: Option<u64>,
+    pub backbone_mtu: usize,
     pub memory_connections: usize,
     pub memory_items: usize,
     pub journal_posts_only: bool,
@@ -581,6 +588,7 @@ mod tests {
             "--backbone-driver",
             "--backbone-idle",
             "--backbone-max-park-us",
+            "--backbone-mtu",
             "--memory-connections",
             "--memory-items",
             "--journal-posts-only",
@@ -622,6 +630,7 @@ mod tests {
             backbone_driver: "event-loop".into(),
             backbone_idle: "yield".into(),
             backbone_max_park_us: None,
+            backbone_mtu: 8192,
             memory_connections: 1_000,
             memory_items: 100,
             journal_posts_only: false,
@@ -681,6 +690,8 @@ mod tests {
             "spin",
             "--backbone-driver",
             "thread",
+            "--backbone-mtu",
+            "1408",
             "--journal-posts-only",
             "--syscalls",
         ]);
@@ -690,6 +701,7 @@ mod tests {
         assert_eq!(got.memory_items, 20);
         assert_eq!(got.backbone_idle, "spin");
         assert_eq!(got.backbone_driver, "thread");
+        assert_eq!(got.backbone_mtu, 1408);
         assert!(got.journal_posts_only && got.syscalls);
     }
 }

@@ -72,9 +72,10 @@ impl Lab {
         Ok(RigSpec {
             backbone: Some(BackboneSpec::loopback()?),
             node_config: Some(format!(
-                "[backbone]\ndriver = {:?}\nidle = {:?}\n{}",
+                "[backbone]\ndriver = {:?}\nidle = {:?}\nmtu = {}\n{}",
                 self.args.backbone_driver,
                 self.args.backbone_idle,
+                self.args.backbone_mtu,
                 self.args
                     .backbone_max_park_us
                     .map_or(String::new(), |us| format!("max_park_us = {us}\n"))
@@ -92,7 +93,8 @@ impl Lab {
         let (secs, bisect) = (self.seconds(), self.bisections());
         let mut r = BackboneResult {
             transport: format!(
-                "Aeron UDP multicast on loopback, embedded media drivers (shared threading, run by the {}, {} idle)",
+                "Aeron UDP multicast on loopback, {}-byte datagrams, embedded media drivers (shared threading, run by the {}, {} idle)",
+                self.args.backbone_mtu,
                 self.args.backbone_driver,
                 self.args.backbone_idle
             ),
