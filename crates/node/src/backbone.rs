@@ -66,7 +66,9 @@ pub struct BackboneSection {
     /// How long a retransmission lingers before the same data may be sent again, in
     /// microseconds.
     pub retransmit_linger_us: u64,
-    /// Largest data message built from several updates (one Aeron frame's payload).
+    /// Largest data message built from several updates; 0 (the default): what one
+    /// datagram carries (`mtu` less Aeron's 32-byte frame header), so that a batch is
+    /// never split across datagrams.
     pub batch_bytes: usize,
     /// SO_RCVBUF and SO_SNDBUF of the driver's UDP sockets, in bytes (the kernel caps
     /// them at net.core.rmem_max / wmem_max; the node warns when it does).
@@ -98,13 +100,16 @@ impl Default for BackboneSection {
             max_park_us: 1000,
             nak_max_backoff_us: 100,
             retransmit_linger_us: 1000,
-            batch_bytes: 1376,
+            batch_bytes: 0,
             socket_buffer_bytes: 2 << 20,
             receiver_window_bytes: 0,
             services: Vec::new(),
         }
     }
 }
+
+/// Aeron's data frame header, which each message carries inside a datagram.
+const FRAME_HEADER_BYTES: usize = 32;
 
 fn invalid(key: &'static str, value: impl std::fmt::Display, reason: &str) -> ConfigError {
     ConfigError::Invalid {
@@ -278,11 +283,14 @@ impl BackboneSection {
                 "allowed: 1 to 1000000 (1 s)",
             ));
         }
-        if !(256..=65_536).contains(&self.batch_bytes) {
+        if self.batch_bytes != 0
+            && (!(256..=65_536).contains(&self.batch_bytes)
+                || self.batch_bytes > self.term_length / 8)
+        {
             return Err(invalid(
                 "backbone.batch_bytes",
                 self.batch_bytes,
-                "allowed: 256 to 65536",
+                "allowed: 0 (what one datagram carries), or 256 to 65536 and at most an eighth of backbone.term_length (Aeron's largest message)",
             ));
         }
         if !(65_536..=1 << 30).contains(&self.socket_buffer_bytes) {
@@ -355,6 +363,15 @@ impl BackboneSection {
         l
     }
 
+    /// The largest data message a source builds: `batch_bytes`, or by default one
+    /// datagram's payload (within Aeron's largest message, an eighth of a term).
+    pub fn batch_bytes(&self) -> usize {
+        match self.batch_bytes {
+            0 => (self.mtu - FRAME_HEADER_BYTES).min(self.term_length / 8),
+            b => b,
+        }
+    }
+
     pub fn source_config(&self, node_name: &str) -> SourceConfig {
         SourceConfig {
             name: node_name.to_string(),
@@ -363,7 +380,7 @@ impl BackboneSection {
             edge_timeout: Duration::from_millis(self.liveness_ms * 3),
             services: self.services.clone(),
             never: vec![crate::node_item::NODE_SERVICE.to_string()],
-            batch_bytes: self.batch_bytes,
+            batch_bytes: self.batch_bytes(),
             ..SourceConfig::default()
         }
     }
@@ -473,6 +490,39 @@ mod tests {
                 }
                 other => panic!("{mtu}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_batch_fills_one_datagram_unless_told_otherwise() {
+        assert_eq!(edge().batch_bytes(), 1376);
+        let jumbo = BackboneSection {
+            mtu: 8192,
+            ..edge()
+        };
+        assert_eq!(jumbo.batch_bytes(), 8160);
+        // Within Aeron's largest message, an eighth of the term.
+        let small_term = BackboneSection {
+            mtu: 16_384,
+            term_length: 65_536,
+            receiver_window_bytes: 16_384,
+            ..edge()
+        };
+        assert!(small_term.validate().is_ok());
+        assert_eq!(small_term.batch_bytes(), 8192);
+        let set = BackboneSection {
+            batch_bytes: 1000,
+            ..jumbo.clone()
+        };
+        assert_eq!(set.batch_bytes(), 1000);
+        match (BackboneSection {
+            batch_bytes: 16_384,
+            ..small_term
+        })
+        .validate()
+        {
+            Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, "backbone.batch_bytes"),
+            other => panic!("{other:?}"),
         }
     }
 
