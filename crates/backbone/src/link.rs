@@ -562,7 +562,7 @@ impl Link {
             }
         };
         info!(
-            "backbone: Aeron driver in {} (run by the {}, {} idle, term length {} bytes, receiver window {} bytes, socket buffers {} bytes), channel {}",
+            "backbone: Aeron driver in {} (run by the {}, {} idle, term length {} bytes, MTU {} bytes, receiver window {} bytes, socket buffers {} bytes), channel {}",
             driver.dir.display(),
             match cfg.placement {
                 DriverPlacement::EventLoop => "event loop",
@@ -570,7 +570,8 @@ impl Link {
             },
             cfg.idle.name(),
             cfg.term_length,
-            cfg.receiver_window.min(cfg.socket_buffer),
+            cfg.mtu,
+            effective_receiver_window(cfg, kernel_socket_buffer_cap(RMEM_MAX)),
             cfg.socket_buffer,
             cfg.channel
         );
@@ -895,26 +896,45 @@ impl Agent for Receive {
     }
 }
 
+/// A kernel limit on socket buffers (`net.core.rmem_max` or `wmem_max`), if readable.
+fn kernel_socket_buffer_cap(path: &str) -> Option<usize> {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+}
+
 /// Says when the kernel gives the driver's sockets less than `socket_buffer`: an edge
 /// that pauses then overflows its socket sooner, and what it loses is recovered by NAK
 /// and retransmission, at a cost in CPU and latency.
 fn warn_if_the_kernel_caps_socket_buffers(socket_buffer: usize) {
     for (knob, path) in [
-        ("net.core.rmem_max", "/proc/sys/net/core/rmem_max"),
+        ("net.core.rmem_max", RMEM_MAX),
         ("net.core.wmem_max", "/proc/sys/net/core/wmem_max"),
     ] {
-        let cap = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|s| s.trim().parse::<usize>().ok());
-        if let Some(cap) = cap.filter(|&cap| cap < socket_buffer) {
+        if let Some(cap) = kernel_socket_buffer_cap(path).filter(|&cap| cap < socket_buffer) {
             warn!(
                 "backbone: the kernel caps socket buffers at {cap} bytes ({knob}), below \
                  backbone.socket_buffer_bytes = {socket_buffer}: raise it \
                  (sysctl -w {knob}={socket_buffer}) or an edge that pauses loses datagrams \
-                 sooner (recovered, at a cost)"
+                 sooner (recovered, at a cost); the receiver window is held to it"
             );
         }
     }
+}
+
+const RMEM_MAX: &str = "/proc/sys/net/core/rmem_max";
+
+/// The receiver window the driver is given: the configured one, within the socket
+/// buffer asked for and within what the kernel grants (`rmem_max`). Aeron checks the
+/// window only against the buffer asked for; a window larger than the buffer the
+/// kernel really gives lets a source send more than the edge's socket holds while its
+/// driver is off the CPU, and what overflows is lost and sent again. Never below one
+/// datagram, which Aeron requires.
+fn effective_receiver_window(cfg: &LinkConfig, rmem_max: Option<usize>) -> usize {
+    cfg.receiver_window
+        .min(cfg.socket_buffer)
+        .min(rmem_max.unwrap_or(usize::MAX))
+        .max(cfg.mtu)
 }
 
 fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
@@ -962,7 +982,10 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
     )?;
     set(
         "receiver window",
-        ctx.set_rcv_initial_window_length(cfg.receiver_window.min(cfg.socket_buffer)),
+        ctx.set_rcv_initial_window_length(effective_receiver_window(
+            cfg,
+            kernel_socket_buffer_cap(RMEM_MAX),
+        )),
     )?;
     set(
         "NAK back-off",
@@ -1120,5 +1143,26 @@ mod channel_tests {
         ] {
             assert_eq!(aeron_channel(same), (same.to_string(), None));
         }
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::{effective_receiver_window, LinkConfig};
+
+    #[test]
+    fn the_receiver_window_stays_within_what_the_kernel_grants_but_holds_a_datagram() {
+        let cfg = LinkConfig::new("aeron:udp?endpoint=239.1.1.1:4000|interface=127.0.0.1");
+        assert_eq!(effective_receiver_window(&cfg, None), 2 << 20);
+        assert_eq!(effective_receiver_window(&cfg, Some(4 << 20)), 2 << 20);
+        // A kernel with the common default net.core.rmem_max.
+        assert_eq!(effective_receiver_window(&cfg, Some(212_992)), 212_992);
+        let small_buffer = LinkConfig {
+            socket_buffer: 1 << 20,
+            ..cfg.clone()
+        };
+        assert_eq!(effective_receiver_window(&small_buffer, None), 1 << 20);
+        let jumbo = LinkConfig { mtu: 8192, ..cfg };
+        assert_eq!(effective_receiver_window(&jumbo, Some(4096)), 8192);
     }
 }
