@@ -1120,12 +1120,16 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     match &r.machine {
         Some(m) => writeln!(
             md,
-            "Machine: {} ({} CPUs, {:.1} GiB), kernel {}, {}. Tickwire {} (commit {}). Run took {:.0} s.\n",
+            "Machine: {} ({} CPUs, {:.1} GiB), kernel {}, {}, socket buffers at most {} / {} bytes (net.core.rmem_max / wmem_max). Tickwire {} (commit {}). Run took {:.0} s.\n",
             m.cpu_model,
             m.cpus,
             m.memory_bytes as f64 / (1u64 << 30) as f64,
             m.kernel,
             m.os.as_deref().unwrap_or("unknown OS"),
+            m.socket_receive_buffer_max_bytes
+                .map_or("unknown".to_string(), |b| b.to_string()),
+            m.socket_send_buffer_max_bytes
+                .map_or("unknown".to_string(), |b| b.to_string()),
             r.tickwire_version,
             r.git_commit,
             r.duration_s

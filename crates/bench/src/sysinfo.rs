@@ -713,6 +713,11 @@ pub struct Machine {
     pub memory_bytes: u64,
     /// Distribution name (PRETTY_NAME from /etc/os-release), if present.
     pub os: Option<String>,
+    /// The kernel's cap on a socket's receive and send buffers (`net.core.rmem_max`,
+    /// `wmem_max`), if readable: it bounds the backbone's receiver window, so figures
+    /// across the backbone depend on it.
+    pub socket_receive_buffer_max_bytes: Option<u64>,
+    pub socket_send_buffer_max_bytes: Option<u64>,
 }
 
 /// The CPU model from /proc/cpuinfo: the first `model name` (x86), else `Model` or
@@ -786,6 +791,8 @@ pub fn machine() -> Machine {
         memory_bytes: parse_meminfo_total(&read("/proc/meminfo")).unwrap_or(0),
         os: parse_os_release_pretty_name(&read("/etc/os-release"))
             .or_else(|| parse_os_release_pretty_name(&read("/usr/lib/os-release"))),
+        socket_receive_buffer_max_bytes: read("/proc/sys/net/core/rmem_max").trim().parse().ok(),
+        socket_send_buffer_max_bytes: read("/proc/sys/net/core/wmem_max").trim().parse().ok(),
     }
 }
 
@@ -1822,6 +1829,7 @@ mod tests {
         assert!(!m.kernel.is_empty());
         assert!(m.memory_bytes > 0);
         assert!(!m.cpu_model.is_empty());
+        assert!(m.socket_receive_buffer_max_bytes.is_some_and(|b| b > 0));
         assert!(clock_ticks_per_sec() > 0);
     }
 
