@@ -925,11 +925,11 @@ fn warn_if_the_kernel_caps_socket_buffers(socket_buffer: usize) {
 const RMEM_MAX: &str = "/proc/sys/net/core/rmem_max";
 
 /// The receiver window the driver is given: the configured one, within the socket
-/// buffer asked for and within what the kernel grants (`rmem_max`). Aeron checks the
-/// window only against the buffer asked for; a window larger than the buffer the
-/// kernel really gives lets a source send more than the edge's socket holds while its
-/// driver is off the CPU, and what overflows is lost and sent again. Never below one
-/// datagram, which Aeron requires.
+/// buffer asked for and within what the kernel grants (`rmem_max`). Aeron refuses to
+/// start a driver whose window is larger than the buffer the kernel really gives (the
+/// stock rmem_max of 212992 gives 425984 bytes, below the default 2 MiB window), and a
+/// source may send a window's worth while an edge's driver is off the CPU: the socket
+/// must hold it. Never below one datagram, which Aeron requires.
 fn effective_receiver_window(cfg: &LinkConfig, rmem_max: Option<usize>) -> usize {
     cfg.receiver_window
         .min(cfg.socket_buffer)
