@@ -22,7 +22,7 @@ mod tests;
 pub use edge::{Edge, EdgeConfig, EdgeStats};
 pub use link::{
     edge_data_channel, is_dynamic_mdc, DriverCounters, DriverPlacement, IdleStrategy, Link,
-    LinkConfig, Received, DEFAULT_MTU,
+    LinkConfig, Received, DEFAULT_MTU, FRAME_HEADER_BYTES,
 };
 pub use source::{Source, SourceConfig, SourceStats};
 

@@ -105,6 +105,9 @@ impl DriverPlacement {
 /// headers, rounded down to Aeron's 32-byte frame alignment.
 pub const DEFAULT_MTU: usize = 1408;
 
+/// Aeron's data frame header, which each message carries inside a datagram.
+pub const FRAME_HEADER_BYTES: usize = 32;
+
 /// Where the node's Aeron traffic goes and how the embedded driver behaves.
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
@@ -332,6 +335,8 @@ struct Driver {
     /// With [`DriverPlacement::EventLoop`], once the link is set up: the driver, run
     /// by the event loop (its thread has ended).
     inline: Option<AeronDriver>,
+    /// The receiver window it was given ([`effective_receiver_window`]).
+    receiver_window: usize,
 }
 
 /// Work run on the driver's thread after each of its duty cycles.
@@ -571,7 +576,7 @@ impl Link {
             cfg.idle.name(),
             cfg.term_length,
             cfg.mtu,
-            effective_receiver_window(cfg, kernel_socket_buffer_cap(RMEM_MAX)),
+            driver.receiver_window,
             cfg.socket_buffer,
             cfg.channel
         );
@@ -939,6 +944,7 @@ fn effective_receiver_window(cfg: &LinkConfig, rmem_max: Option<usize>) -> usize
 
 fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
     warn_if_the_kernel_caps_socket_buffers(cfg.socket_buffer);
+    let receiver_window = effective_receiver_window(cfg, kernel_socket_buffer_cap(RMEM_MAX));
     let dir = cfg.driver_base.join(format!(
         "{DRIVER_PREFIX}{}-{}",
         std::process::id(),
@@ -982,10 +988,7 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
     )?;
     set(
         "receiver window",
-        ctx.set_rcv_initial_window_length(effective_receiver_window(
-            cfg,
-            kernel_socket_buffer_cap(RMEM_MAX),
-        )),
+        ctx.set_rcv_initial_window_length(receiver_window),
     )?;
     set(
         "NAK back-off",
@@ -1050,6 +1053,7 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
             dir,
             commands,
             inline: None,
+            receiver_window,
         }),
         Ok(Err(e)) => {
             let _ = thread.join();

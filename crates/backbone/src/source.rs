@@ -60,7 +60,7 @@ impl Default for SourceConfig {
             edge_timeout: Duration::from_secs(3),
             services: Vec::new(),
             never: Vec::new(),
-            batch_bytes: 1376,
+            batch_bytes: crate::DEFAULT_MTU - crate::FRAME_HEADER_BYTES,
             max_edges: 1024,
             max_control: 1 << 20,
         }

@@ -108,9 +108,6 @@ impl Default for BackboneSection {
     }
 }
 
-/// Aeron's data frame header, which each message carries inside a datagram.
-const FRAME_HEADER_BYTES: usize = 32;
-
 fn invalid(key: &'static str, value: impl std::fmt::Display, reason: &str) -> ConfigError {
     ConfigError::Invalid {
         key,
@@ -318,7 +315,7 @@ impl BackboneSection {
                 "allowed: a multiple of 32 from 512 to 65504 (1408 fits a 1,500-byte Ethernet frame, 8192 a 9,000-byte jumbo frame)",
             ));
         }
-        if self.mtu > self.link_config().receiver_window {
+        if self.mtu > self.receiver_window() {
             return Err(invalid(
                 "backbone.mtu",
                 self.mtu,
@@ -356,18 +353,23 @@ impl BackboneSection {
         l.nak_max_backoff = Duration::from_micros(self.nak_max_backoff_us);
         l.retransmit_linger = Duration::from_micros(self.retransmit_linger_us);
         l.socket_buffer = self.socket_buffer_bytes;
-        l.receiver_window = match self.receiver_window_bytes {
+        l.receiver_window = self.receiver_window();
+        l
+    }
+
+    /// `receiver_window_bytes`, or by default half a term within the socket buffer.
+    fn receiver_window(&self) -> usize {
+        match self.receiver_window_bytes {
             0 => (self.term_length / 2).min(self.socket_buffer_bytes),
             w => w,
-        };
-        l
+        }
     }
 
     /// The largest data message a source builds: `batch_bytes`, or by default one
     /// datagram's payload (within Aeron's largest message, an eighth of a term).
     pub fn batch_bytes(&self) -> usize {
         match self.batch_bytes {
-            0 => (self.mtu - FRAME_HEADER_BYTES).min(self.term_length / 8),
+            0 => (self.mtu - tickwire_backbone::FRAME_HEADER_BYTES).min(self.term_length / 8),
             b => b,
         }
     }
