@@ -952,7 +952,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             git_commit: lab::git_commit(),
             scenario: name.into(),
             started_unix_s: started,
-            machine: Some(machine()),
+            machine: Some(machine_with_wake_probe()),
             settings: serde_json::json!({
                 "items": args.items,
                 "step_seconds": args.step_seconds.unwrap_or(if quick { 2.0 } else { 10.0 }),
@@ -1114,6 +1114,51 @@ fn fmt_rate(r: f64) -> String {
     out
 }
 
+/// The machine, with what waking an idle CPU costs here measured now, before any
+/// process of the run starts (nothing else competes for the CPUs).
+fn machine_with_wake_probe() -> Machine {
+    let mut m = machine();
+    match crate::wakeup::measure() {
+        Ok(w) => m.wake_round_trip = Some(w),
+        Err(e) => eprintln!("bench: warning: the wake-up probe failed: {e:#}"),
+    }
+    m
+}
+
+/// The report's sentence on how idle CPUs wait and what waking one costs, if known.
+fn idle_sentence(m: &Machine) -> Option<String> {
+    let idle = &m.cpu_idle;
+    let mut parts = Vec::new();
+    if let Some(d) = &idle.driver {
+        parts.push(format!(
+            "idle CPUs: cpuidle driver {d}, governor {}",
+            idle.governor.as_deref().unwrap_or("unknown")
+        ));
+    }
+    if let Some(ns) = idle.guest_halt_poll_ns {
+        parts.push(if ns == 0 {
+            "guest halt polling off (an idle virtual CPU halts at once)".to_string()
+        } else {
+            format!("guest halt polling up to {} µs", ns / 1000)
+        });
+    }
+    if let Some(w) = &m.wake_round_trip {
+        parts.push(format!(
+            "a thread on an idle CPU woken and answering (loopback TCP round trip, CPUs {} and {}, {} µs idle before each): p50 {} µs, p90 {} µs",
+            w.cpus[0],
+            w.cpus[1],
+            w.idle_us,
+            us(w.p50_ns as f64),
+            us(w.p90_ns as f64)
+        ));
+    }
+    (!parts.is_empty()).then(|| {
+        let mut s = parts.join("; ");
+        s[..1].make_ascii_uppercase();
+        s + "."
+    })
+}
+
 pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(r)?)?;
     let mut md = String::new();
@@ -1135,6 +1180,9 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
             r.duration_s
         )?,
         None => writeln!(md, "Tickwire {} (commit {}).\n", r.tickwire_version, r.git_commit)?,
+    }
+    if let Some(line) = r.machine.as_ref().and_then(idle_sentence) {
+        writeln!(md, "{line}\n")?;
     }
     writeln!(md, "Node, publisher and subscriber run on this one machine as separate processes. A rate is sustained when the subscribers received at least 99.5% of what was offered (times the fan-out) over the step, with zero sequence gaps, and the publisher kept its schedule.\n")?;
     if !r.throughput.is_empty() {
@@ -1208,6 +1256,13 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
                 l.count,
                 ns(l.node_cpu_ns_per_update),
                 if l.sustained { "yes" } else { "no" }
+            )?;
+        }
+        if let Some(w) = r.machine.as_ref().and_then(|m| m.wake_round_trip.as_ref()) {
+            writeln!(
+                md,
+                "\nEvery sample crosses at least two wake-ups (the publisher's write wakes the node, the node's write wakes the subscriber), each of a CPU that may have gone idle since the last burst. On this machine two wake-ups of idle CPUs take {} µs (the wake-up probe's p50, above): that is the scale of this table's floor, and figures from two machines compare only with it in view.",
+                us(w.p50_ns as f64)
             )?;
         }
         writeln!(md, "\nReference (RMDS 6, ms): 1,000/s mean 0.139; 100,000/s mean 0.396 max 1.104; 1,000,000/s mean 1.140.\n")?;

@@ -2,7 +2,7 @@
 //!
 //! Load tools built on the client library (`perf_pub`, `perf_sub`; for the NATS peer
 //! `perf_pub --system nats` and `perf_nats_sub` over `nats`), process and system
-//! sampling from /proc (`sysinfo`), latency statistics (`stats`), SVG plots (`plot`) and
+//! sampling from /proc (`sysinfo`), what waking an idle CPU costs here (`wakeup`), latency statistics (`stats`), SVG plots (`plot`) and
 //! the scenarios of `tickwire bench` with their reports (`bench`, `lab`; the stalled
 //! subscriber and paused node scenario in `stall`). It measures the node from
 //! outside, as separate processes, like a user would; it holds no node logic.
@@ -21,3 +21,4 @@ pub mod scraper;
 pub mod stall;
 pub mod stats;
 pub mod sysinfo;
+pub mod wakeup;

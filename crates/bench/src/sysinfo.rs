@@ -718,6 +718,14 @@ pub struct Machine {
     /// across the backbone depend on it.
     pub socket_receive_buffer_max_bytes: Option<u64>,
     pub socket_send_buffer_max_bytes: Option<u64>,
+    /// How idle CPUs wait (cpuidle driver and governor, guest halt polling): it decides
+    /// what waking one costs, the floor of every latency figure.
+    #[serde(default)]
+    pub cpu_idle: crate::wakeup::IdleSettings,
+    /// What waking a thread on an idle CPU and back costs here, measured by the lab at
+    /// the start of a run (`None` when not measured).
+    #[serde(default)]
+    pub wake_round_trip: Option<crate::wakeup::WakeRoundTrip>,
 }
 
 /// The CPU model from /proc/cpuinfo: the first `model name` (x86), else `Model` or
@@ -793,6 +801,8 @@ pub fn machine() -> Machine {
             .or_else(|| parse_os_release_pretty_name(&read("/usr/lib/os-release"))),
         socket_receive_buffer_max_bytes: read("/proc/sys/net/core/rmem_max").trim().parse().ok(),
         socket_send_buffer_max_bytes: read("/proc/sys/net/core/wmem_max").trim().parse().ok(),
+        cpu_idle: crate::wakeup::idle_settings(),
+        wake_round_trip: None,
     }
 }
 

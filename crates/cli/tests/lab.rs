@@ -364,6 +364,16 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
         );
     }
     assert!(r["machine"]["cpus"].as_u64().unwrap() >= 1);
+    // The wake-up probe ran before the rig and its figures are ordered.
+    let wake = &r["machine"]["wake_round_trip"];
+    let (min, p50, p90) = (
+        wake["min_ns"].as_u64().expect("wake_round_trip.min_ns"),
+        wake["p50_ns"].as_u64().unwrap(),
+        wake["p90_ns"].as_u64().unwrap(),
+    );
+    assert!(0 < min && min <= p50 && p50 <= p90, "{wake}");
+    assert!(wake["count"].as_u64().unwrap() > 0, "{wake}");
+    assert!(r["machine"]["cpu_idle"].is_object(), "{}", r["machine"]);
     assert!(r["git_commit"].is_string());
     assert!(!r["commands"].as_array().unwrap().is_empty());
     // Every process of every step has its figures.
@@ -384,6 +394,11 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     let report = std::fs::read_to_string(lat.join("report.md")).unwrap();
     assert!(report.contains("| rate/s | mean |"), "{report}");
     assert!(report.contains("node CPU per update"), "{report}");
+    assert!(report.contains("woken and answering"), "{report}");
+    assert!(
+        report.contains("the scale of this table's floor"),
+        "{report}"
+    );
     let svg = std::fs::read_to_string(lat.join("latency.svg")).unwrap();
     assert!(
         svg.starts_with("<svg") || svg.starts_with("<?xml"),
