@@ -1386,13 +1386,14 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if !r.processes.is_empty() {
         writeln!(md, "## Processes per step\n")?;
-        writeln!(md, "| scenario | step | rate | process | CPU % | user s | sys s | peak RSS MiB | vol. cs | invol. cs | migrations | syscalls |")?;
-        writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+        writeln!(md, "\"waited to run\": time the process was runnable but not running (woken, waiting for a busy CPU or for an idle one to wake), per run on a CPU.\n")?;
+        writeln!(md, "| scenario | step | rate | process | CPU % | user s | sys s | peak RSS MiB | vol. cs | invol. cs | migrations | waited to run (µs per run) | syscalls |")?;
+        writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
         for p in &r.processes {
             let u = &p.usage;
             writeln!(
                 md,
-                "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} |",
                 p.scenario,
                 p.step,
                 fmt_rate(p.rate as f64),
@@ -1404,6 +1405,8 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
                 u.voluntary_ctx_switches,
                 u.involuntary_ctx_switches,
                 u.migrations.map_or("n/a".into(), |m| m.to_string()),
+                u.run_delay_us_per_run
+                    .map_or("n/a".into(), |w| format!("{w:.1}")),
                 u.syscalls.map_or("n/a".into(), |m| m.to_string()),
             )?;
         }

@@ -171,6 +171,14 @@ pub fn parse_sched_migrations(text: &str) -> Option<u64> {
     })
 }
 
+/// Parses /proc/PID/task/TID/schedstat: time on a CPU (ns), time waiting on a run queue
+/// (ns: runnable, woken, not yet running) and the number of runs on a CPU. The file
+/// exists when the kernel has CONFIG_SCHED_INFO.
+pub fn parse_schedstat(text: &str) -> Option<(u64, u64, u64)> {
+    let mut f = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some((f.next()??, f.next()??, f.next()??))
+}
+
 // ---------------------------------------------------------------------------------------
 // Process samples
 // ---------------------------------------------------------------------------------------
@@ -194,6 +202,13 @@ pub struct ThreadSample {
     pub nonvoluntary_ctxt_switches: u64,
     /// `se.nr_migrations`, when /proc/PID/task/TID/sched exists.
     pub migrations: Option<u64>,
+    /// Time spent runnable but waiting for a CPU (ns; from schedstat, when it exists):
+    /// after a wake-up, the wait for a busy CPU to be free or an idle one to wake.
+    #[serde(default)]
+    pub run_delay_ns: Option<u64>,
+    /// Runs on a CPU (schedstat's third field).
+    #[serde(default)]
+    pub runs: Option<u64>,
 }
 
 /// A snapshot of one process's counters, from /proc/PID/stat, /proc/PID/status and
@@ -247,6 +262,9 @@ fn read_thread(pid: u32, tid: u32) -> Option<ThreadSample> {
     let migrations = std::fs::read_to_string(format!("{base}/sched"))
         .ok()
         .and_then(|t| parse_sched_migrations(&t));
+    let schedstat = std::fs::read_to_string(format!("{base}/schedstat"))
+        .ok()
+        .and_then(|t| parse_schedstat(&t));
     Some(ThreadSample {
         tid,
         comm: stat.comm,
@@ -256,6 +274,8 @@ fn read_thread(pid: u32, tid: u32) -> Option<ThreadSample> {
         voluntary_ctxt_switches: status.voluntary_ctxt_switches.unwrap_or(0),
         nonvoluntary_ctxt_switches: status.nonvoluntary_ctxt_switches.unwrap_or(0),
         migrations,
+        run_delay_ns: schedstat.map(|(_, delay, _)| delay),
+        runs: schedstat.map(|(_, _, runs)| runs),
     })
 }
 
@@ -367,6 +387,14 @@ pub struct ProcessUsage {
     pub involuntary_ctx_switches: u64,
     /// Scheduler migrations between CPUs in the window, if the kernel exposes them.
     pub migrations: Option<u64>,
+    /// Seconds the process's threads spent runnable but not running in the window (woken,
+    /// waiting for a busy CPU or for an idle one to wake), if the kernel exposes it.
+    #[serde(default)]
+    pub run_delay_s: Option<f64>,
+    /// That wait per run on a CPU, in µs: what a wake-up of this process cost on average
+    /// before it could work.
+    #[serde(default)]
+    pub run_delay_us_per_run: Option<f64>,
     /// System calls in the window, if counted (see [`start_syscall_count`]).
     pub syscalls: Option<u64>,
     /// Threads at the window's end.
@@ -425,6 +453,17 @@ pub fn usage_between(name: &str, a: &ProcSample, b: &ProcSample) -> ProcessUsage
         (Some(x), Some(y)) => Some(y.saturating_sub(x)),
         (None, Some(_)) => None,
     };
+    let have_schedstat = b.thread_samples.iter().any(|t| t.run_delay_ns.is_some());
+    let (run_delay_s, run_delay_us_per_run) = if have_schedstat {
+        let delay_ns = thread_delta(a, b, |t| t.run_delay_ns.unwrap_or(0));
+        let runs = thread_delta(a, b, |t| t.runs.unwrap_or(0));
+        (
+            Some(delay_ns as f64 / 1e9),
+            (runs > 0).then(|| delay_ns as f64 / 1e3 / runs as f64),
+        )
+    } else {
+        (None, None)
+    };
     let before: HashMap<u32, &ThreadSample> = a.thread_samples.iter().map(|t| (t.tid, t)).collect();
     let mut thread_usage: Vec<ThreadUsage> = b
         .thread_samples
@@ -460,6 +499,8 @@ pub fn usage_between(name: &str, a: &ProcSample, b: &ProcSample) -> ProcessUsage
         voluntary_ctx_switches: voluntary,
         involuntary_ctx_switches: involuntary,
         migrations,
+        run_delay_s,
+        run_delay_us_per_run,
         syscalls: None,
         threads: b.threads,
         exited: b.is_exited(),
@@ -1730,6 +1771,9 @@ mod tests {
             voluntary_ctxt_switches: vol,
             nonvoluntary_ctxt_switches: 1,
             migrations: Some(mig),
+            // 10 µs waited per run, runs counted by the voluntary switches.
+            run_delay_ns: Some(vol * 10_000),
+            runs: Some(vol),
         };
         let tck = clock_ticks_per_sec();
         let mut a = empty_sample(7);
@@ -1761,6 +1805,15 @@ mod tests {
         assert_eq!(u.voluntary_ctx_switches, 30 + 20);
         assert_eq!(u.involuntary_ctx_switches, 1);
         assert_eq!(u.migrations, Some(2 + 2));
+        // Waits: 30 runs of thread 7 and the new thread 9's 20, 10 µs each.
+        assert!(
+            (u.run_delay_s.unwrap() - 50.0 * 10e-6).abs() < 1e-12,
+            "{u:?}"
+        );
+        assert!(
+            (u.run_delay_us_per_run.unwrap() - 10.0).abs() < 1e-9,
+            "{u:?}"
+        );
         assert_eq!(u.syscalls, None);
         assert!(!u.exited);
         assert_eq!(u.thread_usage.len(), 2);
@@ -1769,9 +1822,25 @@ mod tests {
         // Identical samples: zero, no NaN.
         let z = usage_between("x", &a, &a);
         assert_eq!(z.cpu_percent, 0.0);
+        assert_eq!(z.run_delay_s, Some(0.0));
+        assert_eq!(
+            z.run_delay_us_per_run, None,
+            "no run in the window: no average"
+        );
         let json = serde_json::to_string(&u).unwrap();
         let back: ProcessUsage = serde_json::from_str(&json).unwrap();
         assert_eq!(back, u);
+    }
+
+    #[test]
+    fn schedstat_gives_run_time_run_delay_and_runs() {
+        assert_eq!(
+            parse_schedstat("550021254 346223 37\n"),
+            Some((550021254, 346223, 37))
+        );
+        assert_eq!(parse_schedstat("1 2"), None);
+        assert_eq!(parse_schedstat("1 x 3"), None);
+        assert_eq!(parse_schedstat(""), None);
     }
 
     #[test]

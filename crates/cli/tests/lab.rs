@@ -387,6 +387,8 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
             "peak_rss_bytes",
             "voluntary_ctx_switches",
             "involuntary_ctx_switches",
+            "run_delay_s",
+            "run_delay_us_per_run",
         ] {
             assert!(p.get(key).is_some(), "process lacks {key}: {p}");
         }
@@ -395,6 +397,7 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     assert!(report.contains("| rate/s | mean |"), "{report}");
     assert!(report.contains("node CPU per update"), "{report}");
     assert!(report.contains("woken and answering"), "{report}");
+    assert!(report.contains("waited to run (µs per run)"), "{report}");
     assert!(
         report.contains("the scale of this table's floor"),
         "{report}"
