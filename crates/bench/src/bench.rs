@@ -1098,6 +1098,33 @@ fn ns(v: f64) -> String {
     }
 }
 
+/// The node processes' wait for a CPU per run in a step (their total wait over their
+/// total runs), where the kernel exposes it.
+fn node_run_delay_us_per_run(step: &Step) -> Option<f64> {
+    run_delay_us_per_run(
+        step.processes
+            .iter()
+            .filter(|u| u.name.starts_with("node"))
+            .map(|u| (u.run_delay_s, u.run_delay_us_per_run)),
+    )
+}
+
+/// Total wait over total runs, from each process's (wait in s, wait per run in µs);
+/// `None` if any process lacks the figures or nothing ran.
+fn run_delay_us_per_run(
+    processes: impl Iterator<Item = (Option<f64>, Option<f64>)>,
+) -> Option<f64> {
+    let (mut delay_us, mut runs) = (0.0, 0.0);
+    for (total_s, per_run_us) in processes {
+        let (total_us, per_run_us) = (total_s? * 1e6, per_run_us?);
+        if per_run_us > 0.0 {
+            delay_us += total_us;
+            runs += total_us / per_run_us;
+        }
+    }
+    (runs > 0.0).then(|| delay_us / runs)
+}
+
 fn us(ns: f64) -> String {
     format!("{:.1}", ns / 1e3)
 }
@@ -1237,12 +1264,15 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if !r.latency.is_empty() {
         writeln!(md, "## End-to-end latency (cache off; µs)\n")?;
-        writeln!(md, "| rate/s | mean | std dev | max | min | p50 | p90 | p99 | p99.9 | p99.99 | count | node CPU per update | sustained |")?;
-        writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+        writeln!(md, "| rate/s | mean | std dev | max | min | p50 | p90 | p99 | p99.9 | p99.99 | count | node CPU per update | node waited to run (µs per run) | sustained |")?;
+        writeln!(
+            md,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        )?;
         for l in &r.latency {
             writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 fmt_rate(l.rate as f64),
                 us(l.mean_ns),
                 us(l.stddev_ns),
@@ -1255,6 +1285,7 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
                 us(l.p9999_ns as f64),
                 l.count,
                 ns(l.node_cpu_ns_per_update),
+                node_run_delay_us_per_run(&l.step).map_or("n/a".into(), |w| format!("{w:.1}")),
                 if l.sustained { "yes" } else { "no" }
             )?;
         }
@@ -1386,7 +1417,7 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if !r.processes.is_empty() {
         writeln!(md, "## Processes per step\n")?;
-        writeln!(md, "\"waited to run\": time the process was runnable but not running (woken, waiting for a busy CPU or for an idle one to wake), per run on a CPU.\n")?;
+        writeln!(md, "\"waited to run\": time the process was runnable but not running (woken and queued for a CPU, mostly behind another process), per run on a CPU.\n")?;
         writeln!(md, "| scenario | step | rate | process | CPU % | user s | sys s | peak RSS MiB | vol. cs | invol. cs | migrations | waited to run (µs per run) | syscalls |")?;
         writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
         for p in &r.processes {
@@ -1844,4 +1875,22 @@ pub fn compare(dirs: &[PathBuf], out: Option<&Path>) -> Result<()> {
     std::fs::write(out.join("compare.md"), &md)?;
     print!("{md}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_delay_us_per_run;
+
+    #[test]
+    fn the_nodes_wait_per_run_is_weighted_by_their_runs() {
+        // 1 ms over 100 runs (10 µs each) and 3 ms over 100 runs (30 µs each): 20 µs.
+        let two = [(Some(0.001), Some(10.0)), (Some(0.003), Some(30.0))];
+        assert_eq!(run_delay_us_per_run(two.into_iter()), Some(20.0));
+        // A process without schedstat: no figure rather than a partial one.
+        let partial = [(Some(0.001), Some(10.0)), (None, None)];
+        assert_eq!(run_delay_us_per_run(partial.into_iter()), None);
+        // Nothing ran, or no process: no figure.
+        assert_eq!(run_delay_us_per_run([(Some(0.0), None)].into_iter()), None);
+        assert_eq!(run_delay_us_per_run(std::iter::empty()), None);
+    }
 }

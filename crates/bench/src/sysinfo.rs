@@ -203,7 +203,7 @@ pub struct ThreadSample {
     /// `se.nr_migrations`, when /proc/PID/task/TID/sched exists.
     pub migrations: Option<u64>,
     /// Time spent runnable but waiting for a CPU (ns; from schedstat, when it exists):
-    /// after a wake-up, the wait for a busy CPU to be free or an idle one to wake.
+    /// after a wake-up, the wait in a CPU's queue, mostly behind another process.
     #[serde(default)]
     pub run_delay_ns: Option<u64>,
     /// Runs on a CPU (schedstat's third field).
@@ -387,8 +387,8 @@ pub struct ProcessUsage {
     pub involuntary_ctx_switches: u64,
     /// Scheduler migrations between CPUs in the window, if the kernel exposes them.
     pub migrations: Option<u64>,
-    /// Seconds the process's threads spent runnable but not running in the window (woken,
-    /// waiting for a busy CPU or for an idle one to wake), if the kernel exposes it.
+    /// Seconds the process's threads spent runnable but not running in the window (woken
+    /// and queued for a CPU, mostly behind another process), if the kernel exposes it.
     #[serde(default)]
     pub run_delay_s: Option<f64>,
     /// That wait per run on a CPU, in µs: what a wake-up of this process cost on average

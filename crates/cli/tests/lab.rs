@@ -398,6 +398,7 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     assert!(report.contains("node CPU per update"), "{report}");
     assert!(report.contains("woken and answering"), "{report}");
     assert!(report.contains("waited to run (µs per run)"), "{report}");
+    assert!(report.contains("node waited to run"), "{report}");
     assert!(
         report.contains("the scale of this table's floor"),
         "{report}"
