@@ -505,7 +505,9 @@ impl Lab {
     /// sustained (saturation). The publisher writes every `LATENCY_FLUSH_EVERY` updates
     /// (the reference procedure's latency runs flushed at once), so that an update's
     /// latency is not the time its burst took to build, and spins over the last
-    /// `--pub-spin-us` before each burst, so that it is not its own late wake-up either.
+    /// `--pub-spin-us` before each burst, so that it is not its own late wake-up either;
+    /// with `--pub-yield on` it gives up its CPU after each of those writes, so that it
+    /// does not hold the node it just woke off that CPU.
     fn latency_ladder(
         &mut self,
         spec: &RigSpec,
@@ -522,6 +524,7 @@ impl Lab {
         let spec = &RigSpec {
             flush_every: LATENCY_FLUSH_EVERY,
             spin_us: self.args.pub_spin_us,
+            yield_after_write: self.args.pub_yield == "on",
             sub_wait: self.args.sub_wait.clone(),
             node_config,
             ..spec.clone()
@@ -960,6 +963,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "connections": args.connections,
                 "max_rate": args.max_rate,
                 "ladder_pub_spin_us": args.pub_spin_us,
+                "ladder_pub_yield": args.pub_yield,
                 "ladder_node_wait": args.node_wait,
                 "ladder_sub_wait": args.sub_wait,
                 "syscalls_counted": count_syscalls,

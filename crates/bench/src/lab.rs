@@ -338,6 +338,8 @@ pub struct RigSpec {
     pub flush_every: u64,
     /// perf-pub's `--spin-us` (0: it sleeps to each burst).
     pub spin_us: u64,
+    /// perf-pub's `--yield-after-write`.
+    pub yield_after_write: bool,
     /// perf-sub's `--wait` (block or spin); perf-ws-sub and the NATS subscriber block.
     pub sub_wait: String,
     /// CPUs for node, publisher, subscriber (empty: no pinning).
@@ -400,6 +402,7 @@ impl RigSpec {
             latency_rate: "1000".into(),
             flush_every: 0,
             spin_us: 0,
+            yield_after_write: false,
             sub_wait: "block".into(),
             cpus: None,
             websocket: false,
@@ -625,6 +628,9 @@ fn perf_pub_args(spec: &RigSpec, system: &str, addr: &str) -> Vec<String> {
     }
     if spec.spin_us > 0 {
         args.extend(["--spin-us".into(), spec.spin_us.to_string()]);
+    }
+    if spec.yield_after_write {
+        args.push("--yield-after-write".into());
     }
     args
 }

@@ -376,6 +376,19 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     assert!(r["machine"]["cpu_idle"].is_object(), "{}", r["machine"]);
     assert!(r["git_commit"].is_string());
     assert!(!r["commands"].as_array().unwrap().is_empty());
+    // The ladder's publisher writes every 8 updates and yields after each such write.
+    assert_eq!(r["settings"]["ladder_pub_yield"], "on");
+    let pub_cmd = r["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .find(|c| c.contains("perf-pub"))
+        .expect("perf-pub's command line");
+    assert!(
+        pub_cmd.contains("--flush-every 8") && pub_cmd.contains("--yield-after-write"),
+        "{pub_cmd}"
+    );
     // Every process of every step has its figures.
     let procs = r["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 2 * 3, "3 processes x 2 steps: {procs:?}");

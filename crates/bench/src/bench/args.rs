@@ -49,6 +49,11 @@ pub struct LadderFlags {
     /// latency; 0 sleeps all the way.
     #[arg(long, value_name = "US", default_value_t = 200)]
     pub pub_spin_us: u64,
+    /// Ladders: perf-pub gives up its CPU after each write within a burst (perf-pub
+    /// --yield-after-write), so that the node it woke, which the kernel often queues on
+    /// perf-pub's own CPU, runs at once instead of after the rest of the burst.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub pub_yield: String,
     /// Ladders: how the node's event loop waits for work (`[node] wait`: block, yield,
     /// spin, spin-then-block).
     #[arg(long, value_name = "STRATEGY", default_value = "block",
@@ -256,6 +261,7 @@ impl AllFlags {
             step_seconds: step.step_seconds,
             rates: ladder.rates,
             pub_spin_us: ladder.pub_spin_us,
+            pub_yield: ladder.pub_yield,
             node_wait: ladder.node_wait,
             sub_wait: ladder.sub_wait,
             fanout_items: fanout.fanout_items,
@@ -296,6 +302,7 @@ pub struct BenchArgs {
     pub step_seconds: Option<f64>,
     pub rates: Option<Vec<u64>>,
     pub pub_spin_us: u64,
+    pub pub_yield: String,
     pub node_wait: String,
     pub sub_wait: String,
     pub fanout_items: usize,
@@ -566,6 +573,7 @@ mod tests {
             "--step-seconds",
             "--rates",
             "--pub-spin-us",
+            "--pub-yield",
             "--node-wait",
             "--sub-wait",
             "--fanout-items",
@@ -608,6 +616,7 @@ mod tests {
             step_seconds: None,
             rates: None,
             pub_spin_us: 200,
+            pub_yield: "on".into(),
             node_wait: "block".into(),
             sub_wait: "block".into(),
             fanout_items: 10_000,
