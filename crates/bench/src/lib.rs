@@ -2,10 +2,11 @@
 //!
 //! Load tools built on the client library (`perf_pub`, `perf_sub`; for the NATS peer
 //! `perf_pub --system nats` and `perf_nats_sub` over `nats`), process and system
-//! sampling from /proc (`sysinfo`), what waking an idle CPU costs here (`wakeup`), latency statistics (`stats`), SVG plots (`plot`) and
-//! the scenarios of `tickwire bench` with their reports (`bench`, `lab`; the stalled
-//! subscriber and paused node scenario in `stall`). It measures the node from
-//! outside, as separate processes, like a user would; it holds no node logic.
+//! sampling from /proc (`sysinfo`), what waking an idle CPU costs here (`wakeup`),
+//! latency statistics (`stats`), SVG plots (`plot`) and the scenarios of `tickwire
+//! bench` with their reports (`bench`, `lab`; the stalled subscriber and paused node
+//! scenario in `stall`). It measures the node from outside, as separate processes,
+//! like a user would; it holds no node logic.
 
 pub mod bench;
 pub mod lab;
