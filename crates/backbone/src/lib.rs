@@ -11,7 +11,9 @@
 
 mod dense;
 pub mod edge;
+mod idle;
 pub mod link;
+mod park;
 mod plumbing;
 pub mod source;
 pub mod wire;
@@ -20,9 +22,10 @@ pub mod wire;
 mod tests;
 
 pub use edge::{Edge, EdgeConfig, EdgeStats};
+pub use idle::{IdleStrategy, SpinThenPark, Wait};
 pub use link::{
-    edge_data_channel, is_dynamic_mdc, DriverCounters, DriverPlacement, IdleStrategy, Link,
-    LinkConfig, Received, DEFAULT_MTU, FRAME_HEADER_BYTES,
+    edge_data_channel, is_dynamic_mdc, DriverCounters, DriverPlacement, Link, LinkConfig, Received,
+    DEFAULT_MTU, FRAME_HEADER_BYTES,
 };
 pub use source::{Source, SourceConfig, SourceStats};
 
@@ -35,6 +38,16 @@ pub trait Outbox {
     /// Offers one whole message; false if it cannot be taken now (back pressure, no
     /// receiver yet): the caller keeps it and tries again later.
     fn offer(&mut self, msg: &[u8]) -> bool;
+}
+
+/// What one [`Backbone::receive`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiveWork {
+    /// The media driver's and the receiver's duty cycles (sending, receiving, Aeron's
+    /// timers), when the event loop runs them.
+    pub driver: usize,
+    /// Backbone messages received (data at an edge, requests at a source).
+    pub messages: usize,
 }
 
 /// A node's part in the backbone.
@@ -200,15 +213,18 @@ impl Backbone {
 
     /// What the receiver has, into the roles.
     /// Takes what the backbone brought (running the driver first when the event loop
-    /// runs it); returns how much work that was (0: nothing).
-    pub fn receive(&mut self, core: &mut Node, now: Instant) -> usize {
+    /// runs it); says how much work that was.
+    pub fn receive(&mut self, core: &mut Node, now: Instant) -> ReceiveWork {
         let Some(link) = self.link.as_mut() else {
-            return 0;
+            return ReceiveWork::default();
         };
-        let mut work = link.do_work();
+        let mut work = ReceiveWork {
+            driver: link.do_work(),
+            messages: 0,
+        };
         let (source, edge) = (&mut self.source, &mut self.edge);
         link.drain(|kind, session, msg| {
-            work += 1;
+            work.messages += 1;
             match kind {
                 Received::Data => {
                     if let Some(e) = edge.as_mut() {
@@ -232,6 +248,24 @@ impl Backbone {
     /// [`Backbone::receive`], [`Backbone::send_now`] and [`Backbone::idle`] every turn.
     pub fn polled_by_event_loop(&self) -> bool {
         self.link.as_ref().is_some_and(|l| l.polled_by_event_loop())
+    }
+
+    /// With the driver in the event loop and a parking idle strategy: what the event
+    /// loop parks on besides its own sockets ([`Link::wake_fds`]), with the number of
+    /// the link they belong to (it changes when the link is rebuilt).
+    pub fn wake_fds(&self) -> Option<(u64, [std::os::fd::RawFd; 2])> {
+        let fds = self.link.as_ref()?.wake_fds()?;
+        Some((self.link_restarts, fds))
+    }
+
+    /// How the thread running the driver waits when idle.
+    pub fn idle_strategy(&self) -> IdleStrategy {
+        self.link_cfg.idle
+    }
+
+    /// The longest pause polled through with [`IdleStrategy::Adaptive`].
+    pub fn spin_limit(&self) -> std::time::Duration {
+        self.link_cfg.spin_limit
     }
 
     /// After [`Backbone::pump`]: what it offered goes out now (driver in the event loop).

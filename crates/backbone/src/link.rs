@@ -17,7 +17,8 @@
 //! set-up calls wait for the driver). The client's conductor has a thread of its own
 //! (it sleeps between its rare duties). Offers write into shared memory, no syscall.
 
-use crate::{BackboneError, Outbox};
+use crate::park::{Parker, Unparker};
+use crate::{BackboneError, IdleStrategy, Outbox, SpinThenPark};
 use log::{info, warn};
 use rusteron_client::{
     Aeron, AeronContext, AeronExclusivePublication, AeronFragmentClosureAssembler, AeronHeader,
@@ -25,57 +26,13 @@ use rusteron_client::{
 };
 use rusteron_media_driver::bindings::aeron_threading_mode_enum;
 use rusteron_media_driver::{AeronDriver, AeronDriverContext};
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// How a thread waits when it has nothing to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdleStrategy {
-    /// Yield the CPU to the OS between polls: the lowest latency that does not starve
-    /// a 2-CPU machine (measured: docs/BENCHMARKS.md).
-    Yield,
-    /// Spin, then yield, then sleep up to 1 ms: little CPU when idle, more latency.
-    Backoff,
-    /// Sleep 1 ms between empty polls: least CPU, a millisecond of latency.
-    Sleep,
-    /// Never stop polling: a core of its own per thread.
-    Spin,
-}
-
-impl IdleStrategy {
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "yield" => IdleStrategy::Yield,
-            "backoff" => IdleStrategy::Backoff,
-            "sleep" => IdleStrategy::Sleep,
-            "spin" => IdleStrategy::Spin,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            IdleStrategy::Yield => "yield",
-            IdleStrategy::Backoff => "backoff",
-            IdleStrategy::Sleep => "sleep",
-            IdleStrategy::Spin => "spin",
-        }
-    }
-
-    /// The name the media driver knows the strategy by.
-    fn driver_name(self) -> &'static std::ffi::CStr {
-        match self {
-            IdleStrategy::Yield => c"yield",
-            IdleStrategy::Backoff => c"backoff",
-            IdleStrategy::Sleep => c"sleeping",
-            IdleStrategy::Spin => c"spin",
-        }
-    }
-}
 
 /// Which thread runs the embedded media driver's duty cycle and the backbone's
 /// receiver.
@@ -127,6 +84,9 @@ pub struct LinkConfig {
     /// both sources, and its requests go to both.
     pub standby: Option<(String, String)>,
     pub idle: IdleStrategy,
+    /// With `IdleStrategy::Adaptive`: the longest pause polled through while work keeps
+    /// coming ([`crate::SpinThenPark`]).
+    pub spin_limit: Duration,
     /// Which thread runs the driver and the receiver.
     pub placement: DriverPlacement,
     /// With `IdleStrategy::Backoff`: the longest sleep of the idle driver thread.
@@ -164,7 +124,8 @@ impl LinkConfig {
             source: false,
             edge: false,
             standby: None,
-            idle: IdleStrategy::Yield,
+            idle: IdleStrategy::Adaptive,
+            spin_limit: Duration::from_micros(2000),
             placement: DriverPlacement::EventLoop,
             max_park: Duration::from_millis(1),
             term_length: 4 << 20,
@@ -323,6 +284,8 @@ const BATCHES: usize = 16;
 /// up to the driver's receive vector of datagrams): enough to take a turn's worth of
 /// arrivals, few enough that the event loop is soon back at its sockets.
 const CYCLES_PER_TURN: usize = 64;
+/// The Aeron client conductor's sleep between duty cycles.
+const CLIENT_CONDUCTOR_SLEEP: Duration = Duration::from_millis(50);
 /// Before each message in a batch: its kind, Aeron session and length.
 const RECORD_HEADER: usize = 9;
 
@@ -337,6 +300,9 @@ struct Driver {
     inline: Option<AeronDriver>,
     /// The receiver window it was given ([`effective_receiver_window`]).
     receiver_window: usize,
+    /// With a parking idle strategy: wakes the driver's own thread when it is parked
+    /// (something was offered, or a command sent).
+    unparker: Option<Arc<Unparker>>,
 }
 
 /// Work run on the driver's thread after each of its duty cycles.
@@ -362,9 +328,7 @@ impl Driver {
     /// publications and subscriptions) need.
     fn hand_over(&mut self) -> Result<(), BackboneError> {
         let (tx, rx) = sync_channel(1);
-        self.commands
-            .send(DriverCommand::HandOver(tx))
-            .map_err(|_| BackboneError::DriverDied)?;
+        self.command(DriverCommand::HandOver(tx))?;
         let driver = rx.recv().map_err(|_| BackboneError::DriverDied)?;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -377,9 +341,34 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// Sends `command` to the driver's own thread and wakes it if it is parked.
+    fn command(&self, command: DriverCommand) -> Result<(), BackboneError> {
+        self.commands
+            .send(command)
+            .map_err(|_| BackboneError::DriverDied)?;
+        self.unpark();
+        Ok(())
+    }
+
+    /// Wakes the driver's own thread if it is parked.
+    fn unpark(&self) {
+        if let Some(u) = &self.unparker {
+            u.unpark();
+        }
+    }
+
+    /// The media driver's two pollers (its receiver's and its sender's epoll sets,
+    /// holding every UDP socket it reads): readable when a datagram waits.
+    fn poller_fds(driver: &AeronDriver) -> [RawFd; 2] {
+        [driver.receiver.poller.fd, driver.sender.poller.fd]
+    }
+}
+
 impl Drop for Driver {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.unpark();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -401,6 +390,7 @@ pub struct Link {
     counters: Arc<LinkCounters>,
     /// With [`DriverPlacement::EventLoop`]: the receiver, run by [`Link::do_work`].
     receiver: Option<Receive>,
+    idle: IdleStrategy,
     // Dropped last: the client before the driver.
     _aeron: Aeron,
     _driver: Driver,
@@ -449,6 +439,11 @@ impl Link {
             }
         }))
         .map_err(|e| BackboneError::aeron("client error handler", e))?;
+        // The client's conductor thread wakes to keep the driver informed (a keep-alive
+        // every 500 ms) and to hear of new images; data never waits for it. Aeron's
+        // default of 16 ms between its duty cycles costs a wake-up 60 times a second.
+        ctx.set_idle_sleep_duration_ns(CLIENT_CONDUCTOR_SLEEP.as_nanos() as u64)
+            .map_err(|e| BackboneError::aeron("client idle sleep", e))?;
         let aeron = Aeron::new(&ctx).map_err(|e| BackboneError::aeron("client", e))?;
         aeron
             .start()
@@ -547,10 +542,7 @@ impl Link {
                         Some(Box::new(agent) as Box<dyn Agent>)
                     })
                 };
-                driver
-                    .commands
-                    .send(DriverCommand::Attach(factory))
-                    .map_err(|_| BackboneError::DriverDied)?;
+                driver.command(DriverCommand::Attach(factory))?;
                 None
             }
             DriverPlacement::EventLoop => {
@@ -589,6 +581,7 @@ impl Link {
             rejects,
             counters,
             receiver,
+            idle: cfg.idle,
             _aeron: aeron,
             _driver: driver,
         })
@@ -629,15 +622,38 @@ impl Link {
 
     /// With the driver in the event loop: its duty cycle only, so that what the event
     /// loop just offered goes out in this turn.
+    /// With the driver in a thread of its own, parked: wakes it to send.
     pub fn send_now(&mut self) {
-        if let Some(driver) = self._driver.inline.as_ref() {
-            let _ = driver.main_do_work();
+        match self._driver.inline.as_ref() {
+            Some(driver) => {
+                let _ = driver.main_do_work();
+            }
+            None => self._driver.unpark(),
         }
     }
 
-    /// With the driver in the event loop: waits by the configured idle strategy when
-    /// the turn did no work (`work` 0), and resets it otherwise.
+    /// With the driver in the event loop and a parking idle strategy: the descriptors
+    /// the event loop parks on besides its own sockets (the driver's pollers, readable
+    /// when a datagram waits). None otherwise. They change when the link is rebuilt.
+    pub fn wake_fds(&self) -> Option<[RawFd; 2]> {
+        match self._driver.inline.as_ref() {
+            Some(driver) if self.idle.parks() => Some(Driver::poller_fds(driver)),
+            _ => None,
+        }
+    }
+
+    /// How the thread running the driver waits when idle.
+    pub fn idle_strategy(&self) -> IdleStrategy {
+        self.idle
+    }
+
+    /// With the driver in the event loop and one of Aeron's idle strategies (not a
+    /// parking one, which the event loop waits by itself): waits by it when the turn
+    /// did no work (`work` 0), and resets it otherwise.
     pub fn idle(&self, work: usize) {
+        if self.idle.parks() {
+            return;
+        }
         if let Some(driver) = self._driver.inline.as_ref() {
             driver.main_idle_strategy(work.min(i32::MAX as usize) as i32);
         }
@@ -690,6 +706,7 @@ impl Link {
     /// when the source is heard again.
     pub fn reject_image(&mut self, session: i32) {
         let _ = self.rejects.try_send(session);
+        self._driver.unpark();
     }
 
     /// Hands every received message waiting now to `f`, with the Aeron session (the
@@ -737,12 +754,7 @@ impl Drop for Link {
             return;
         }
         let (done_tx, done) = sync_channel(1);
-        if self
-            ._driver
-            .commands
-            .send(DriverCommand::Detach(done_tx))
-            .is_ok()
-        {
+        if self._driver.command(DriverCommand::Detach(done_tx)).is_ok() {
             let _ = done.recv_timeout(Duration::from_secs(10));
         }
     }
@@ -962,8 +974,11 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
         "threading mode",
         ctx.set_threading_mode(aeron_threading_mode_enum::AERON_THREADING_MODE_SHARED),
     )?;
-    if cfg.idle == IdleStrategy::Backoff {
-        // Aeron's back-off: 10 spins, 20 yields, then sleeps from 1 µs doubling up to
+    if matches!(
+        cfg.idle,
+        IdleStrategy::Backoff | IdleStrategy::Adaptive | IdleStrategy::Block
+    ) {
+        // Aeron's back-off (also the set-up's, with a parking strategy): 10 spins, 20 yields, then sleeps from 1 µs doubling up to
         // the ceiling (Aeron's own default ceiling is 1 ms). The arguments are read
         // when the strategy is set, so they go first.
         let args = format!("10-20-1us-{}us", cfg.max_park.as_micros().max(1));
@@ -1003,8 +1018,10 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
         ctx.set_image_liveness_timeout_ns(cfg.image_liveness.as_nanos() as u64),
     )?;
     let stop = Arc::new(AtomicBool::new(false));
-    let (started_tx, started_rx) = sync_channel::<Result<(), BackboneError>>(1);
+    type Started = Result<Option<Arc<Unparker>>, BackboneError>;
+    let (started_tx, started_rx) = sync_channel::<Started>(1);
     let (commands, command_rx) = sync_channel::<DriverCommand>(4);
+    let (idle, spin_limit) = (cfg.idle, cfg.spin_limit);
     let thread = {
         let stop = stop.clone();
         std::thread::Builder::new()
@@ -1021,7 +1038,20 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
                         return;
                     }
                 };
-                let _ = started_tx.send(Ok(()));
+                // A parking strategy parks this thread once it runs the receiver (with
+                // the driver in a thread of its own); while the link is set up it
+                // backs off as Aeron does, since the set-up's commands wake nothing.
+                let mut parker = None;
+                if idle.parks() {
+                    let policy = SpinThenPark::for_strategy(idle, spin_limit);
+                    match Parker::new(&Driver::poller_fds(&driver), policy) {
+                        Ok(p) => parker = Some(p),
+                        Err(e) => warn!(
+                            "backbone: cannot park the driver's thread ({e}); it backs off instead"
+                        ),
+                    }
+                }
+                let _ = started_tx.send(Ok(parker.as_ref().map(|p| p.unparker())));
                 let mut agent: Option<Box<dyn Agent>> = None;
                 while !stop.load(Ordering::Acquire) {
                     match command_rx.try_recv() {
@@ -1037,23 +1067,32 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
                         }
                         Err(_) => {}
                     }
-                    let mut work = driver.main_do_work().unwrap_or(0).max(0) as usize;
-                    if let Some(a) = agent.as_mut() {
-                        work += a.do_work();
+                    let attached = agent.is_some();
+                    let mut duty_cycle = || {
+                        let mut work = driver.main_do_work().unwrap_or(0).max(0) as usize;
+                        if let Some(a) = agent.as_mut() {
+                            work += a.do_work();
+                        }
+                        work
+                    };
+                    let work = duty_cycle();
+                    match parker.as_mut() {
+                        Some(p) if attached => p.wait(work, duty_cycle),
+                        _ => driver.main_idle_strategy(work.min(i32::MAX as usize) as i32),
                     }
-                    driver.main_idle_strategy(work.min(i32::MAX as usize) as i32);
                 }
             })
             .map_err(BackboneError::Thread)?
     };
     match started_rx.recv() {
-        Ok(Ok(())) => Ok(Driver {
+        Ok(Ok(unparker)) => Ok(Driver {
             stop,
             thread: Some(thread),
             dir,
             commands,
             inline: None,
             receiver_window,
+            unparker,
         }),
         Ok(Err(e)) => {
             let _ = thread.join();

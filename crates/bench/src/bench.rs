@@ -20,6 +20,7 @@ mod backbone_scenario;
 mod journal_scenario;
 mod peers_scenario;
 mod tree_scenario;
+mod wait_scenario;
 
 /// perf-pub's `--flush-every` in the latency ladders: at 100,000/s a burst of 100
 /// updates written whole put about 100 µs of building into its first update's latency
@@ -57,6 +58,11 @@ pub enum BenchCommand {
     /// system's packages) in one run: highest sustained rate and the latency ladder of
     /// each, side by side.
     Peers(PeersArgs),
+    /// What waiting costs: across the backbone, once per idle strategy of the nodes'
+    /// media drivers (`[backbone] idle`: block, adaptive, backoff, yield, spin), the
+    /// nodes at rest, then a latency ladder (1,000, 10,000, 100,000/s); each rung's
+    /// latency beside every process's CPU (share of a CPU, and per update).
+    Wait(WaitArgs),
     /// Posts through the node's journal: posts acknowledged per second, Ack latency
     /// (p50/p99/max) and the journal's system calls per post with each sync policy
     /// (always, batch, never) and without a journal.
@@ -109,6 +115,9 @@ pub struct Results {
     /// The backbone scenario (absent in results written before it existed).
     #[serde(default)]
     pub backbone: Option<backbone_scenario::BackboneResult>,
+    /// The wait scenario (absent in results written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<wait_scenario::WaitResult>,
     /// The node-tree scenario (absent in results written before it existed).
     #[serde(default)]
     pub tree: Option<tree_scenario::TreeResult>,
@@ -913,6 +922,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Quick(a) => ("quick", a.into()),
         BenchCommand::Backbone(a) => ("backbone", a.into()),
         BenchCommand::Tree(a) => ("tree", a.into()),
+        BenchCommand::Wait(a) => ("wait", a.into()),
         BenchCommand::Peers(a) => ("peers", a.into()),
         BenchCommand::Journal(a) => ("journal", a.into()),
         BenchCommand::Stall(a) => ("stall", a.into()),
@@ -937,6 +947,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "ws" => 12.0,
         "backbone" => 20.0,
         "tree" => 15.0,
+        "wait" => 15.0,
         "peers" => 20.0,
         "journal" => 1.0,
         _ => 40.0,
@@ -985,6 +996,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "backbone_idle": args.backbone_idle,
                 "backbone_max_park_us": args.backbone_max_park_us,
                 "backbone_mtu": args.backbone_mtu,
+                "wait_strategies": args.wait_strategies,
                 "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, no update conflated, publisher within 1% of its schedule",
             }),
             commands: vec![std::env::args().collect::<Vec<_>>().join(" ")],
@@ -1009,6 +1021,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "ws" => lab.ws(),
         "backbone" => lab.backbone(),
         "tree" => lab.tree(),
+        "wait" => lab.wait(),
         "peers" => lab.peers(),
         "journal" => lab.journal(),
         _ => lab
@@ -1074,7 +1087,7 @@ fn latency_beside_single(
         )?;
     }
     writeln!(md)?;
-    Ok(())
+    ladder_cpu_table(md, ladder)
 }
 
 fn cpu_at_max(t: &Throughput, prefix: &str) -> String {
@@ -1083,6 +1096,55 @@ fn cpu_at_max(t: &Throughput, prefix: &str) -> String {
         .find(|s| s.pass && s.target_rate == t.max_sustainable_updates_per_s)
         .and_then(|s| s.processes.iter().find(|p| p.name.starts_with(prefix)))
         .map_or("-".to_string(), |p| format!("{:.0}%", p.cpu_percent))
+}
+
+/// A process's CPU time per update the publisher sent in `step`, in ns (0: none sent).
+fn cpu_ns_per_update(step: &Step, p: &ProcessUsage) -> f64 {
+    if step.offered == 0 {
+        return 0.0;
+    }
+    (p.cpu_user_s + p.cpu_sys_s) * 1e9 / step.offered as f64
+}
+
+/// The CPU of the first process of `step` whose name starts with `prefix`: its share
+/// of one CPU and per update sent ("12.5% / 850 ns"); "-" if there is none.
+fn process_cpu(step: &Step, prefix: &str) -> String {
+    step.processes
+        .iter()
+        .find(|p| p.name.starts_with(prefix))
+        .map_or("-".to_string(), |p| {
+            format!("{:.1}% / {}", p.cpu_percent, ns(cpu_ns_per_update(step, p)))
+        })
+}
+
+/// Every process's CPU at each rung of a latency ladder (report.md): what the rung's
+/// latency cost, waiting included.
+fn ladder_cpu_table(md: &mut String, ladder: &[LatencyStep]) -> Result<()> {
+    if ladder.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        md,
+        "CPU of every process at each rung (share of one CPU; CPU time per update sent):\n"
+    )?;
+    writeln!(
+        md,
+        "| rate/s | process | CPU | per update |\n|---|---|---|---|"
+    )?;
+    for l in ladder {
+        for p in &l.step.processes {
+            writeln!(
+                md,
+                "| {} | {} | {:.1}% | {} |",
+                fmt_rate(l.rate as f64),
+                p.name,
+                p.cpu_percent,
+                ns(cpu_ns_per_update(&l.step, p))
+            )?;
+        }
+    }
+    writeln!(md)?;
+    Ok(())
 }
 
 /// The node's CPU per update at the highest sustained rate.
@@ -1301,6 +1363,7 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
             )?;
         }
         writeln!(md, "\nReference (RMDS 6, ms): 1,000/s mean 0.139; 100,000/s mean 0.396 max 1.104; 1,000,000/s mean 1.140.\n")?;
+        ladder_cpu_table(&mut md, &r.latency)?;
         writeln!(md, "![latency](latency.svg)\n")?;
     }
     if !r.instances.is_empty() {
@@ -1323,6 +1386,9 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if let Some(b) = &r.backbone {
         backbone_scenario::report(&mut md, b)?;
+    }
+    if let Some(w) = &r.wait {
+        wait_scenario::report(&mut md, w)?;
     }
     if !r.journal.is_empty() {
         journal_scenario::report(&mut md, &r.journal)?;

@@ -39,6 +39,12 @@ pub struct DemoArgs {
     single: bool,
 }
 
+/// The demo's feed sends what is due every 20 ms (50 bursts a second; the board
+/// redraws every 250 ms): between bursts the nodes park, and the demo runs cool. A feed
+/// ticking every millisecond would look like a steady load to the nodes' adaptive wait,
+/// which then polls to keep its latency (docs/OPERATIONS.md, "Waiting: what idle costs").
+const DEMO_TICK_MS: u64 = 20;
+
 /// A node in the demo: ports that are taken fall back to free ones, each in turn.
 fn spawn_node(mut cfg: NodeConfig) -> Result<RunningNode> {
     loop {
@@ -197,6 +203,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         items: Some(args.items.max(1)),
         item_file: None,
         rate: args.rate,
+        tick_ms: Some(DEMO_TICK_MS),
         interactive: false,
         duration: None,
         seed: 1,

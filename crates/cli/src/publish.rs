@@ -31,6 +31,12 @@ pub struct PublishArgs {
     /// Total updates per second across all items (0: images only).
     #[arg(long, value_name = "UPDATES_PER_S", default_value_t = 1000)]
     pub rate: u64,
+    /// Milliseconds between the feed's bursts: each carries what is due since the last
+    /// (default: 1 at 1,000 updates/s or more, else 10). A feed that ticks every
+    /// millisecond keeps a backbone node's adaptive wait polling, as a steady load
+    /// should; a coarser tick lets it park between bursts.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub tick_ms: Option<u64>,
     /// Interactive ("sink-driven"): publish an item only when the node asks for it, and
     /// stop updating it when nobody watches it any more.
     #[arg(long)]
@@ -124,10 +130,10 @@ pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool
         .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
     let mut sent: u64 = 0;
     // Ticks of 1 ms at high rates, coarser when few updates are due.
-    let tick = if args.rate >= 1000 {
-        Duration::from_millis(1)
-    } else {
-        Duration::from_millis(10)
+    let tick = match args.tick_ms {
+        Some(ms) => Duration::from_millis(ms),
+        None if args.rate >= 1000 => Duration::from_millis(1),
+        None => Duration::from_millis(10),
     };
     let mut next_tick = start;
     while !stop.load(Ordering::Relaxed) {

@@ -675,3 +675,49 @@ fn a_standby_source_needs_both_of_its_channels() {
     let err = &out.stderr;
     assert!(err.contains("backbone.standby_request_channel"), "{err}");
 }
+
+/// CPU time (user + system, every thread) of a process so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc stat");
+    // Fields after the command name (which may hold spaces), from field 3 on.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf with a constant name.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Share of one CPU a process uses over `window`.
+fn cpu_share(pid: u32, window: Duration) -> f64 {
+    let (t0, c0) = (std::time::Instant::now(), cpu_seconds(pid));
+    std::thread::sleep(window);
+    (cpu_seconds(pid) - c0) / t0.elapsed().as_secs_f64()
+}
+
+/// A node with nothing to do parks (the default `[backbone] idle = "adaptive"`): a
+/// source alone, and a source and an edge that only exchange heartbeats, each well
+/// under a tenth of a CPU (with `yield` each takes a whole one). The threshold is
+/// generous, for a busy machine and a debug build: at rest a release build uses
+/// about 0.5% (docs/BENCHMARKS.md, "What waiting costs").
+#[test]
+fn a_backbone_node_at_rest_uses_almost_no_cpu() {
+    let ch = channel(55);
+    let source = backbone_node(&ch, "source", "src");
+    assert!(
+        source.proc.log().contains("adaptive idle"),
+        "{}",
+        source.proc.log()
+    );
+    let (mut edge, _config) = backbone_node_with_a_driver_thread(&ch, "edge", "edge-t");
+    // Past the start: the edge has heard the source (their heartbeats flow).
+    edge.proc.wait_for_line("\"src\"", T);
+    for (what, node) in [("source", &source), ("edge (driver thread)", &edge)] {
+        let share = cpu_share(node.proc.pid(), Duration::from_secs(3));
+        assert!(
+            share < 0.10,
+            "{what} at rest used {:.1}% of a CPU\n{}",
+            share * 100.0,
+            node.proc.log()
+        );
+    }
+}

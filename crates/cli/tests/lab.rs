@@ -5,7 +5,7 @@
 mod common;
 
 use common::Node;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -731,6 +731,61 @@ fn bench_tree_writes_the_two_node_results() {
     assert!(lat[0]["p50_ns"].as_u64().unwrap() > 0);
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("## Through two nodes"), "{md}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `bench wait`: one rig per idle strategy, at rest then a rung, each with the CPU of
+/// every process; the report has its table. No figure is judged for speed.
+#[test]
+fn bench_wait_measures_each_idle_strategy_at_rest_and_under_load() {
+    let dir = std::env::temp_dir().join(format!("tickwire-wait-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    run_bench(&[
+        "bench",
+        "wait",
+        "--out",
+        dir.to_str().unwrap(),
+        "--items",
+        "100",
+        "--wait-strategies",
+        "adaptive,block",
+        "--rates",
+        "1000",
+        "--step-seconds",
+        "1",
+    ]);
+    let r = read_results(&dir);
+    assert_eq!(
+        r["settings"]["wait_strategies"],
+        json!(["adaptive", "block"])
+    );
+    let strategies = r["wait"]["strategies"].as_array().expect("strategies");
+    let names: Vec<&str> = strategies
+        .iter()
+        .map(|s| s["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["adaptive", "block"]);
+    for s in strategies {
+        let ladder = s["latency"].as_array().expect("ladder");
+        let rates: Vec<u64> = ladder.iter().map(|l| l["rate"].as_u64().unwrap()).collect();
+        assert_eq!(rates, [0, 1000], "{s}");
+        assert_eq!(ladder[0]["count"], 0, "at rest: no update, {s}");
+        assert!(ladder[1]["p50_ns"].as_u64().unwrap() > 0, "{s}");
+        for l in ladder {
+            let procs = l["step"]["processes"].as_array().expect("processes");
+            for role in ["node-source", "node-edge", "perf-pub", "perf-sub"] {
+                let p = procs
+                    .iter()
+                    .find(|p| p["name"].as_str().unwrap().starts_with(role))
+                    .unwrap_or_else(|| panic!("no {role} in {l}"));
+                assert!(p["cpu_percent"].as_f64().is_some(), "{p}");
+            }
+        }
+    }
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("## What waiting costs"), "{md}");
+    assert!(md.contains("| adaptive | at rest |"), "{md}");
+    assert!(md.contains("| block | 1,000 |"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

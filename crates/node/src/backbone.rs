@@ -54,10 +54,16 @@ pub struct BackboneSection {
     /// wakes the event loop when messages arrive; the event loop waits by
     /// `[node] wait`).
     pub driver: String,
-    /// How the thread running the driver waits when idle: `yield` (default: lowest
-    /// latency without starving a 2-CPU machine), `backoff`, `sleep` (least CPU) or
-    /// `spin`.
+    /// How the thread running the driver waits when idle: `adaptive` (default: polls
+    /// through pauses shorter than `spin_us` while work keeps coming, else parks in
+    /// epoll on the driver's sockets and the node's: no CPU at rest), `block` (always
+    /// parks), `yield` (polls, yielding the CPU: a CPU busy at rest too), `backoff`
+    /// (spins, yields, then sleeps up to `max_park_us`), `sleep` (1 ms sleeps) or `spin`
+    /// (a core of its own). docs/OPERATIONS.md, "Waiting: what idle costs".
     pub idle: String,
+    /// With `idle = "adaptive"`: the longest pause between bursts of work that is
+    /// polled through rather than parked in, in microseconds.
+    pub spin_us: u64,
     /// With `idle = "backoff"`: the longest sleep of an idle driver thread, in
     /// microseconds (it spins, yields, then sleeps 1 µs, 2, 4... up to this).
     pub max_park_us: u64,
@@ -96,7 +102,8 @@ impl Default for BackboneSection {
             heartbeat_ms: 100,
             tail_probe_us: 100,
             driver: "event-loop".into(),
-            idle: "yield".into(),
+            idle: "adaptive".into(),
+            spin_us: 2000,
             max_park_us: 1000,
             nak_max_backoff_us: 100,
             retransmit_linger_us: 1000,
@@ -270,7 +277,14 @@ impl BackboneSection {
             return Err(invalid(
                 "backbone.idle",
                 format!("{:?}", self.idle),
-                "allowed values are yield, backoff, sleep, spin",
+                &format!("allowed values are {}", IdleStrategy::NAMES),
+            ));
+        }
+        if self.spin_us > 1_000_000 {
+            return Err(invalid(
+                "backbone.spin_us",
+                self.spin_us,
+                "allowed: 0 (never poll through a pause) to 1000000 (1 s)",
             ));
         }
         if !(1..=1_000_000).contains(&self.max_park_us) {
@@ -347,7 +361,8 @@ impl BackboneSection {
         l.request_stream = self.request_stream;
         l.term_length = self.term_length;
         l.mtu = self.mtu;
-        l.idle = IdleStrategy::parse(&self.idle).unwrap_or(IdleStrategy::Yield);
+        l.idle = IdleStrategy::parse(&self.idle).unwrap_or(IdleStrategy::Adaptive);
+        l.spin_limit = Duration::from_micros(self.spin_us);
         l.placement = DriverPlacement::parse(&self.driver).unwrap_or(DriverPlacement::EventLoop);
         l.max_park = Duration::from_micros(self.max_park_us);
         l.nak_max_backoff = Duration::from_micros(self.nak_max_backoff_us);

@@ -30,6 +30,8 @@ const LISTENER: Token = Token(usize::MAX - 1);
 const WS_LISTENER: Token = Token(usize::MAX - 3);
 const WAKER: Token = Token(usize::MAX - 2);
 const UPSTREAM: Token = Token(usize::MAX - 4);
+/// The backbone's media driver's pollers (with a parking idle strategy).
+const BACKBONE_DRIVER: Token = Token(usize::MAX - 5);
 /// Bytes read from one connection per loop turn before the others get their turn.
 const READ_SHARE: usize = 256 * 1024;
 /// Idle buffers above this size are released, so memory follows the load back down.
@@ -395,6 +397,13 @@ impl NodeServer {
         let mut next_node_item = start + Duration::from_secs(1);
         let mut backbone = self.start_backbone(&mut core, start)?;
         let mut upstream = self.start_upstream(&mut core, node_id, start)?;
+        // With the backbone's driver here and a parking idle strategy: how the loop
+        // waits after a turn, and which link's pollers it parks on.
+        let mut driver_wait = backbone.as_ref().map(|b| {
+            tickwire_backbone::SpinThenPark::for_strategy(b.idle_strategy(), b.spin_limit())
+        });
+        let mut next_wait = tickwire_backbone::Wait::Poll;
+        let mut parked_on: Option<u64> = None;
 
         loop {
             let now = Instant::now();
@@ -403,17 +412,38 @@ impl NodeServer {
                 .min(next_chores)
                 .min(next_node_item)
                 .saturating_duration_since(now);
-            // A backbone whose driver the event loop runs needs a turn all the time; it
-            // then waits by the driver's idle strategy, at the end of the turn.
+            // A backbone whose driver the event loop runs: with a parking idle strategy
+            // the loop parks in epoll on the driver's pollers too, when the last turn's
+            // wait says so; otherwise it needs a turn all the time, and waits by the
+            // driver's idle strategy at the end of the turn.
             let driver_here = backbone.as_ref().is_some_and(|b| b.polled_by_event_loop());
-            let spinning = driver_here
-                || match wait {
+            let driver_parks = match backbone.as_ref().and_then(|b| b.wake_fds()) {
+                Some((link, fds)) if driver_here => {
+                    if parked_on != Some(link) {
+                        parked_on = Some(link);
+                        self.park_on_driver(fds);
+                    }
+                    true
+                }
+                _ => false,
+            };
+            let spinning = if driver_here {
+                match (driver_parks, next_wait) {
+                    (true, tickwire_backbone::Wait::Park(at_most)) => {
+                        timeout = timeout.min(at_most);
+                        false
+                    }
+                    _ => true,
+                }
+            } else {
+                match wait {
                     WaitStrategy::Block => false,
                     WaitStrategy::Yield | WaitStrategy::Spin => true,
                     WaitStrategy::SpinThenBlock => {
                         now.saturating_duration_since(last_event) < spin_for
                     }
-                };
+                }
+            };
             if spinning {
                 timeout = Duration::ZERO;
             }
@@ -444,9 +474,16 @@ impl NodeServer {
             } else if wait == WaitStrategy::Yield && !driver_here {
                 std::thread::yield_now();
             }
-            let mut turn_work = events.iter().count() + ready.len();
+            // The driver's pollers say a datagram waits; the driver's duty cycle (in
+            // `receive`) counts what it really did.
+            let mut turn_work = events
+                .iter()
+                .filter(|e| e.token() != BACKBONE_DRIVER)
+                .count()
+                + ready.len();
             for event in events.iter() {
                 match event.token() {
+                    BACKBONE_DRIVER => {}
                     LISTENER => {
                         if shutdown_deadline.is_none() {
                             self.accept_all(
@@ -563,8 +600,13 @@ impl NodeServer {
 
             // The backbone: what its receiver has (run here, or in its own thread, which
             // woke us), its timers.
+            // What came from outside this turn (sockets, backbone messages): the
+            // adaptive wait's sign that more may come; the driver's own timers are not.
+            let mut turn_input = turn_work;
             if let Some(b) = backbone.as_mut() {
-                turn_work += b.receive(&mut core, now);
+                let got = b.receive(&mut core, now);
+                turn_work += got.driver + got.messages;
+                turn_input += got.messages;
                 if b.poll_timeout().is_some_and(|at| now >= at) {
                     b.on_tick(&mut core, now);
                 }
@@ -684,7 +726,15 @@ impl NodeServer {
                 next_stats = now + stats_every;
             }
             if let Some(b) = &backbone {
-                b.idle(turn_work);
+                match driver_wait.as_mut().filter(|_| driver_parks) {
+                    Some(policy) => {
+                        next_wait = policy.after_turn(now, turn_input);
+                        if next_wait == tickwire_backbone::Wait::Poll {
+                            std::thread::yield_now();
+                        }
+                    }
+                    None => b.idle(turn_work),
+                }
             }
 
             if let Some(deadline) = shutdown_deadline {
@@ -766,6 +816,21 @@ impl NodeServer {
     }
 
     /// Joins the backbone when `[backbone] role` is set.
+    /// Adds the backbone driver's pollers to the loop's epoll (a rebuilt link's new
+    /// ones; the old ones left it when they were closed).
+    fn park_on_driver(&self, fds: [std::os::fd::RawFd; 2]) {
+        for fd in fds {
+            let registered = self.poll.registry().register(
+                &mut mio::unix::SourceFd(&fd),
+                BACKBONE_DRIVER,
+                Interest::READABLE,
+            );
+            if let Err(e) = registered {
+                warn!("backbone: cannot wait on the driver's poller {fd}: {e}; a datagram may wait up to 10 ms");
+            }
+        }
+    }
+
     fn start_backbone(&self, core: &mut Node, now: Instant) -> io::Result<Option<Backbone>> {
         let cfg = &self.cfg.backbone;
         let Some(role) = cfg.role() else {

@@ -161,8 +161,8 @@ pub struct BackboneFlags {
           value_parser = ["event-loop", "thread"])]
     pub backbone_driver: String,
     /// Backbone scenario: how the threads running the nodes' Aeron drivers wait when
-    /// idle (`[backbone] idle`: yield, backoff, sleep, spin).
-    #[arg(long, value_name = "STRATEGY", default_value = "yield")]
+    /// idle (`[backbone] idle`: adaptive, block, yield, backoff, sleep, spin).
+    #[arg(long, value_name = "STRATEGY", default_value = "adaptive")]
     pub backbone_idle: String,
     /// Backbone scenario: with `--backbone-idle backoff`, the longest sleep of an idle
     /// driver thread in µs (`[backbone] max_park_us`; default: the node's).
@@ -173,6 +173,21 @@ pub struct BackboneFlags {
     /// carries; 1408, the node's default, fits a 1,500-byte Ethernet frame.
     #[arg(long, value_name = "BYTES", default_value_t = 8192)]
     pub backbone_mtu: usize,
+}
+
+// The wait scenario.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct WaitFlags {
+    /// Wait scenario: the idle strategies measured, one rig each, in this order
+    /// (`[backbone] idle`): a step at rest, then the latency ladder (without --rates:
+    /// 1000,10000,100000).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "block,adaptive,backoff,yield,spin"
+    )]
+    pub wait_strategies: Vec<String>,
 }
 
 // The memory scenario.
@@ -218,6 +233,8 @@ pub struct AllFlags {
     #[command(flatten)]
     pub backbone: BackboneFlags,
     #[command(flatten)]
+    pub wait: WaitFlags,
+    #[command(flatten)]
     pub memory: MemoryFlags,
     #[command(flatten)]
     pub journal: JournalFlags,
@@ -252,6 +269,7 @@ impl AllFlags {
             stall,
             ws,
             backbone,
+            wait,
             memory,
             journal,
         } = self;
@@ -285,6 +303,7 @@ impl AllFlags {
             backbone_idle: backbone.backbone_idle,
             backbone_max_park_us: backbone.backbone_max_park_us,
             backbone_mtu: backbone.backbone_mtu,
+            wait_strategies: wait.wait_strategies,
             memory_connections: memory.memory_connections,
             memory_items: memory.memory_items,
             journal_posts_only: journal.journal_posts_only,
@@ -326,6 +345,7 @@ pub struct BenchArgs {
     pub backbone_idle: String,
     pub backbone_max_park_us: Option<u64>,
     pub backbone_mtu: usize,
+    pub wait_strategies: Vec<String>,
     pub memory_connections: usize,
     pub memory_items: usize,
     pub journal_posts_only: bool,
@@ -397,6 +417,16 @@ scenario_args! {
         start: StartRateFlags,
         limit: LimitFlags,
         backbone: BackboneFlags,
+    }
+    // The backbone's latency ladder once per idle strategy (--items at most 10,000;
+    // --max-rate is the highest rung).
+    WaitArgs {
+        items: ItemsFlags,
+        step: StepFlags,
+        ladder: LadderFlags,
+        limit: LimitFlags,
+        backbone: BackboneFlags,
+        wait: WaitFlags,
     }
     // The same through two nodes.
     TreeArgs {
@@ -476,7 +506,7 @@ mod tests {
         bench: BenchCommand,
     }
 
-    const SCENARIOS: [&str; 12] = [
+    const SCENARIOS: [&str; 13] = [
         "throughput",
         "fanout",
         "latency",
@@ -484,6 +514,7 @@ mod tests {
         "quick",
         "backbone",
         "tree",
+        "wait",
         "peers",
         "journal",
         "stall",
@@ -516,6 +547,7 @@ mod tests {
             BenchCommand::Quick(a) => a.into(),
             BenchCommand::Backbone(a) => a.into(),
             BenchCommand::Tree(a) => a.into(),
+            BenchCommand::Wait(a) => a.into(),
             BenchCommand::Peers(a) => a.into(),
             BenchCommand::Journal(a) => a.into(),
             BenchCommand::Stall(a) => a.into(),
@@ -550,6 +582,9 @@ mod tests {
 
         assert!(flags("backbone").contains("--backbone-idle"));
         assert!(!flags("tree").contains("--backbone-idle"));
+        assert!(flags("wait").contains("--wait-strategies"));
+        assert!(flags("wait").contains("--backbone-driver"));
+        assert!(!flags("backbone").contains("--wait-strategies"));
         assert!(flags("journal").contains("--journal-posts-only"));
         assert!(!flags("throughput").contains("--rates"));
         assert!(!flags("latency").contains("--start-rate"));
@@ -597,6 +632,7 @@ mod tests {
             "--backbone-idle",
             "--backbone-max-park-us",
             "--backbone-mtu",
+            "--wait-strategies",
             "--memory-connections",
             "--memory-items",
             "--journal-posts-only",
@@ -637,9 +673,12 @@ mod tests {
             ws_fanout_items: 100,
             ws_fanout_rate: 2_000,
             backbone_driver: "event-loop".into(),
-            backbone_idle: "yield".into(),
+            backbone_idle: "adaptive".into(),
             backbone_max_park_us: None,
             backbone_mtu: 8192,
+            wait_strategies: ["block", "adaptive", "backoff", "yield", "spin"]
+                .map(String::from)
+                .to_vec(),
             memory_connections: 1_000,
             memory_items: 100,
             journal_posts_only: false,

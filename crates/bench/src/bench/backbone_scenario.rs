@@ -62,11 +62,17 @@ fn logged_counter(log: &Path, name: &str) -> u64 {
 }
 
 impl Lab {
-    fn backbone_spec(&self, label: &str, cache: &'static str, items: usize) -> Result<RigSpec> {
+    pub(super) fn backbone_spec(
+        &self,
+        label: &str,
+        cache: &'static str,
+        items: usize,
+    ) -> Result<RigSpec> {
         if tickwire_backbone::IdleStrategy::parse(&self.args.backbone_idle).is_none() {
             bail!(
-                "--backbone-idle {:?}: allowed values are yield, backoff, sleep, spin",
-                self.args.backbone_idle
+                "--backbone-idle {:?}: allowed values are {}",
+                self.args.backbone_idle,
+                tickwire_backbone::IdleStrategy::NAMES
             );
         }
         Ok(RigSpec {

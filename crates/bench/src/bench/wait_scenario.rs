@@ -1,0 +1,113 @@
+//! `tickwire bench wait`: what each way of waiting costs. The backbone's latency ladder
+//! (publisher -> source node -> Aeron multicast on loopback -> edge node -> subscriber)
+//! once per idle strategy of the nodes' media drivers (`[backbone] idle`), in one run:
+//! each rung's latency beside every process's CPU, as a share of a CPU and per update.
+
+use super::*;
+
+/// `results.json` → `wait` (docs/BENCHMARKS.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WaitResult {
+    /// How the nodes were connected.
+    pub transport: String,
+    /// One ladder per idle strategy, in the order run.
+    pub strategies: Vec<StrategyLadder>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StrategyLadder {
+    /// `[backbone] idle` of both nodes.
+    pub strategy: String,
+    pub latency: Vec<LatencyStep>,
+}
+
+/// The rungs when `--rates` is not given.
+const DEFAULT_RUNGS: [u64; 3] = [1_000, 10_000, 100_000];
+/// The watchlist at most: the price of waiting does not depend on it, the set-up of
+/// every strategy's rig does.
+const MAX_ITEMS: usize = 10_000;
+
+impl Lab {
+    pub(super) fn wait(&mut self) -> Result<()> {
+        let strategies = self.args.wait_strategies.clone();
+        for s in &strategies {
+            if tickwire_backbone::IdleStrategy::parse(s).is_none() {
+                bail!(
+                    "--wait-strategies: {s:?} is not an idle strategy; allowed: {}",
+                    tickwire_backbone::IdleStrategy::NAMES
+                );
+            }
+        }
+        let mut rungs = self
+            .args
+            .rates
+            .clone()
+            .unwrap_or_else(|| DEFAULT_RUNGS.to_vec());
+        rungs.sort_unstable();
+        // These rungs only: no doubling to saturation after them.
+        self.args.max_rate = rungs.last().copied().unwrap_or(0);
+        // First the nodes at rest: publisher and subscriber connected, every image
+        // out, no update.
+        if rungs.first() != Some(&0) {
+            rungs.insert(0, 0);
+        }
+        let items = self.args.items.min(MAX_ITEMS);
+        let mut r = WaitResult {
+            transport: format!(
+                "Aeron UDP multicast on loopback, {}-byte datagrams, embedded media drivers run by the {}",
+                self.args.backbone_mtu, self.args.backbone_driver
+            ),
+            ..WaitResult::default()
+        };
+        for strategy in strategies {
+            self.args.backbone_idle = strategy.clone();
+            let spec =
+                self.backbone_spec(&format!("wait {strategy} latency cache=off"), "off", items)?;
+            let latency = self.latency_ladder(&spec, "wait", &rungs)?;
+            r.strategies.push(StrategyLadder { strategy, latency });
+        }
+        self.results.wait = Some(r);
+        Ok(())
+    }
+}
+
+/// The wait scenario's part of report.md: one table, a row per strategy and rung.
+pub fn report(md: &mut String, w: &WaitResult) -> Result<()> {
+    writeln!(
+        md,
+        "## What waiting costs: the backbone's idle strategies ({})\n",
+        w.transport
+    )?;
+    writeln!(
+        md,
+        "Each process's CPU as a share of one CPU, and per update sent (its CPU time over the updates the publisher sent in the step). Latency in µs, end to end. \"At rest\": publisher and subscriber connected, every image sent, no update.\n"
+    )?;
+    writeln!(md, "| idle | rate/s | p50 | p99 | mean | source node | edge node | publisher | subscriber | sustained |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
+    for s in &w.strategies {
+        for l in &s.latency {
+            let cpu = |prefix: &str| process_cpu(&l.step, prefix);
+            let latency = |ns: f64| if l.count > 0 { us(ns) } else { "-".into() };
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                s.strategy,
+                if l.rate == 0 {
+                    "at rest".to_string()
+                } else {
+                    fmt_rate(l.rate as f64)
+                },
+                latency(l.p50_ns as f64),
+                latency(l.p99_ns as f64),
+                latency(l.mean_ns),
+                cpu("node-source"),
+                cpu("node-edge"),
+                cpu("perf-pub"),
+                cpu("perf-sub"),
+                if l.sustained { "yes" } else { "no" }
+            )?;
+        }
+    }
+    writeln!(md)?;
+    Ok(())
+}
