@@ -90,18 +90,20 @@ pub const MAX_PARK: Duration = Duration::from_millis(50);
 /// How much longer each park is than the one before while nothing comes: each wake-up
 /// at rest costs tens of microseconds of CPU on a virtual machine, so few of them.
 const PARK_GROWTH: u32 = 4;
-/// How far back the adaptive wait looks, in spin limits: it polls only when no pause
-/// of the last `HISTORY * spin_limit` was longer than the spin limit.
-const HISTORY: u32 = 10;
+/// How many pauses shorter than the spin limit in a row, since the last longer one,
+/// make the adaptive wait poll: enough that a lone pair of messages at rest (a
+/// heartbeat and a probe) does not, few enough that a steady load after a hiccup is
+/// polled again within a few bursts.
+const SHORT_PAUSES_TO_POLL: u32 = 3;
 
 /// The adaptive wait: after a turn, poll again (yielding the CPU) or park, and for how
 /// long at most.
 ///
 /// Polling through a pause costs its length in CPU and saves a wake-up (tens of
 /// microseconds on a virtual machine) when work comes back before the pause ends. The
-/// policy polls for up to `spin_limit` after the last work when every pause between
-/// pieces of work over the last `HISTORY` spin limits was shorter than `spin_limit`
-/// (work keeps coming); otherwise it parks at once. At rest (heartbeats every 100 ms),
+/// policy polls for up to `spin_limit` after the last work when the last
+/// `SHORT_PAUSES_TO_POLL` pauses between pieces of work were all shorter than
+/// `spin_limit` (work keeps coming); otherwise it parks at once. At rest (heartbeats every 100 ms),
 /// or with bursts further apart than `spin_limit`, it never polls; under a steady load
 /// (a burst every millisecond) it never parks. A `spin_limit` of zero never polls:
 /// [`IdleStrategy::Block`].
@@ -109,8 +111,8 @@ const HISTORY: u32 = 10;
 pub struct SpinThenPark {
     spin_limit: Duration,
     last_work: Option<Instant>,
-    /// When work last came after a pause longer than `spin_limit` (or first came).
-    last_long_pause: Option<Instant>,
+    /// Pauses shorter than `spin_limit` in a row, up to the last work.
+    short_pauses: u32,
     /// Whether the last turn said to poll again: a pause that ends then was the thread
     /// kept off the CPU (by the scheduler, on a busy machine), not a pause in the work.
     polled_last: bool,
@@ -136,7 +138,7 @@ impl SpinThenPark {
         SpinThenPark {
             spin_limit,
             last_work: None,
-            last_long_pause: None,
+            short_pauses: 0,
             polled_last: false,
             park: FIRST_PARK,
             polls: 0,
@@ -161,9 +163,11 @@ impl SpinThenPark {
             let long = self.last_work.is_none_or(|last| {
                 now.saturating_duration_since(last) >= self.spin_limit && !self.polled_last
             });
-            if long {
-                self.last_long_pause = Some(now);
-            }
+            self.short_pauses = if long {
+                0
+            } else {
+                self.short_pauses.saturating_add(1)
+            };
             self.last_work = Some(now);
             self.park = FIRST_PARK;
         }
@@ -181,13 +185,12 @@ impl SpinThenPark {
     }
 
     /// Whether work keeps coming at `now`: the last work is less than `spin_limit`
-    /// ago, and so was every pause over the last `HISTORY` spin limits.
+    /// ago, and so were the pauses before it.
     pub fn polling(&self, now: Instant) -> bool {
-        let (Some(work), Some(long)) = (self.last_work, self.last_long_pause) else {
-            return false;
-        };
-        now.saturating_duration_since(work) < self.spin_limit
-            && now.saturating_duration_since(long) >= self.spin_limit * HISTORY
+        self.short_pauses >= SHORT_PAUSES_TO_POLL
+            && self
+                .last_work
+                .is_some_and(|work| now.saturating_duration_since(work) < self.spin_limit)
     }
 }
 
@@ -223,14 +226,14 @@ mod tests {
     fn a_steady_load_is_polled_through_and_never_parks() {
         let mut p = SpinThenPark::new(SPIN);
         let start = Instant::now();
-        // For the first HISTORY spin limits it parks (the load came after a pause).
-        let pause = run(&mut p, start, Duration::from_millis(1), 10);
+        // For its first bursts it parks (the load came after a pause).
+        let pause = run(&mut p, start, Duration::from_millis(1), 2);
         assert!(
             pause.iter().any(|w| matches!(w, Wait::Park(_))),
             "{pause:?}"
         );
         let mut p = SpinThenPark::new(SPIN);
-        let pause = run(&mut p, start, Duration::from_millis(1), 40);
+        let pause = run(&mut p, start, Duration::from_millis(1), 5);
         assert!(pause.iter().all(|w| *w == Wait::Poll), "{pause:?}");
     }
 
@@ -291,6 +294,26 @@ mod tests {
         let late = last + Duration::from_millis(5);
         p.after_turn(late, 1);
         assert_eq!(p.after_turn(late + SPIN / 2, 0), Wait::Poll);
+    }
+
+    #[test]
+    fn after_a_real_pause_a_steady_load_is_polled_again_within_a_few_bursts() {
+        let mut p = SpinThenPark::new(SPIN);
+        let start = Instant::now();
+        run(&mut p, start, Duration::from_millis(1), 10);
+        // The load stops: polled for the spin limit, then parked...
+        let last = start + Duration::from_millis(9);
+        assert!(matches!(p.after_turn(last + SPIN, 0), Wait::Park(_)));
+        // ...until it comes back, then every 1 ms.
+        let back = start + Duration::from_millis(20);
+        assert!(matches!(p.after_turn(back, 1), Wait::Park(_)));
+        let pause = run(
+            &mut p,
+            back + Duration::from_millis(1),
+            Duration::from_millis(1),
+            4,
+        );
+        assert!(pause.iter().all(|w| *w == Wait::Poll), "{pause:?}");
     }
 
     #[test]
