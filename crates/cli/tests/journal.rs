@@ -461,6 +461,128 @@ fn a_full_disk_refuses_posts_with_the_reason_and_market_data_goes_on() {
     assert_serves(node.addr, "FEED", "SYM1", 3);
 }
 
+/// The journal's records of a node started by [`node_on_small_disk`], read inside its
+/// mount namespace (where its tmpfs is).
+fn inspect_in_namespace(node: &Node, dir: &str) -> Vec<Value> {
+    let out = Command::new("nsenter")
+        .args(["-t", &node.proc.pid().to_string(), "-m", "--", BIN])
+        .args(["journal", "inspect", dir])
+        .output()
+        .expect("nsenter runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+/// A disk that fills while posts flow: the record that completes a post can fail
+/// after the one that received it was kept, and the publisher has answered by then.
+/// The poster gets an Ack only when that record was kept; otherwise a Nak naming the
+/// error, so that no acknowledged post is delivered again after a restart.
+#[test]
+fn a_full_disk_never_acknowledges_a_post_whose_completion_it_did_not_record() {
+    let dir = TempDir::new("full-completed");
+    let cfg = TempConfig::new(
+        "journal-full-completed",
+        &config("127.0.0.1:0", dir.path(), "batch"),
+    );
+    let Some(node) = node_on_small_disk(&dir.0, 64, cfg.path()) else {
+        panic!("this test needs `unshare -m` and tmpfs mounts (root in a Linux VM or container with CAP_SYS_ADMIN)");
+    };
+    let addr = node.addr_str();
+    let _feed = accepting_feed(&node, 3, 0);
+    let mut sub = poster(&addr);
+    // Quotes the feed takes, 32 in flight: received and completed records of
+    // different posts share commits, and the disk fills between them.
+    let (mut acked, mut refused) = (BTreeSet::new(), Vec::new());
+    let (mut next, mut waiting) = (1u32, 0usize);
+    let deadline = Instant::now() + 3 * T;
+    while refused.len() < 40 && next < 5_000 {
+        assert!(
+            Instant::now() < deadline,
+            "{} acked, {} refused",
+            acked.len(),
+            refused.len()
+        );
+        while waiting < 32 {
+            let to = PostTo::Item {
+                service: "FEED",
+                name: "SYM0",
+            };
+            let fields = quote(next);
+            sub.post(to, next, FieldList::decode(&fields).unwrap(), true)
+                .unwrap();
+            next += 1;
+            waiting += 1;
+        }
+        sub.dispatch(Duration::from_millis(20), |e| {
+            if let tickwire_client::EventRef::Ack(a) = e {
+                waiting -= 1;
+                match a.nak {
+                    None => {
+                        acked.insert(a.post_id);
+                    }
+                    Some(code) => refused.push((a.post_id, code, a.text.to_string())),
+                }
+            }
+        })
+        .unwrap();
+    }
+    assert!(
+        !acked.is_empty(),
+        "no post was acknowledged before the disk filled: {:?}",
+        &refused[..refused.len().min(3)]
+    );
+    for (id, code, text) in &refused {
+        assert_eq!(*code, NakCode::NoResources, "post {id}: {text}");
+        assert!(
+            text.contains("No space left on device"),
+            "post {id}: {text}"
+        );
+    }
+    // Every acknowledged post is complete in the journal: received, and completed OK.
+    let records = inspect_in_namespace(&node, dir.path());
+    let mut seq_of = BTreeMap::new();
+    let mut completed_ok = BTreeSet::new();
+    for r in &records {
+        match r["stream"].as_str().unwrap() {
+            "received" => {
+                seq_of.insert(
+                    r["post_id"].as_u64().unwrap() as u32,
+                    r["seq"].as_u64().unwrap(),
+                );
+            }
+            _ => {
+                if r["ok"] == true {
+                    completed_ok.insert(r["received"].as_u64().unwrap());
+                }
+            }
+        }
+    }
+    let incomplete: Vec<u32> = acked
+        .iter()
+        .copied()
+        .filter(|id| !seq_of.get(id).is_some_and(|seq| completed_ok.contains(seq)))
+        .collect();
+    assert!(
+        incomplete.is_empty(),
+        "acknowledged, but their completion is not in the journal (a restart would deliver them again): {incomplete:?}; {} acked, {} refused",
+        acked.len(),
+        refused.len()
+    );
+    eprintln!(
+        "{} posts acknowledged, {} refused for the full disk ({} of them after the publisher had answered)",
+        acked.len(),
+        refused.len(),
+        refused.iter().filter(|(_, _, t)| t.contains("cannot record that")).count()
+    );
+}
+
 #[test]
 fn a_journal_that_cannot_be_opened_refuses_posts_with_the_reason_and_market_data_goes_on() {
     let dir = TempDir::new("broken");

@@ -557,3 +557,105 @@ fn a_user_sees_only_the_services_they_may_read_in_the_directory() {
     assert_eq!(answer["Type"], "Refresh", "{answer}");
     assert_eq!(answer["Key"]["Service"], "FEED", "{answer}");
 }
+
+/// A login as `user` with `secret`, in process (no reconnect): Ok, or the refusal.
+fn login_as(addr: std::net::SocketAddr, user: &str, secret: &str) -> Result<(), String> {
+    let mut opts = tickwire_client::ConnectOptions::new(addr.to_string());
+    opts.application = "security-tests".into();
+    opts.user = user.into();
+    opts.token = secret.into();
+    opts.reconnect = false;
+    opts.connect_timeout = Duration::from_secs(10);
+    tickwire_client::Subscriber::connect(opts)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Wrong passwords in a row: the first few (three are free) are checked and
+/// refused; then each further attempt from the address is refused unchecked, for a
+/// delay that grows with each failure, even with the right password; after the delay the right
+/// password gets in, and clears the count. (Before, 61 wrong passwords a second were
+/// each checked.)
+#[test]
+fn failed_logins_are_throttled_per_address_with_a_growing_delay() {
+    let s = secured("throttle");
+    let addr = s.node.addr;
+    let mut checked = 0;
+    let mut held_off = Vec::new();
+    let started = Instant::now();
+    while held_off.len() < 3 {
+        assert!(
+            started.elapsed() < T,
+            "never held off: {checked} checked\n{}",
+            s.node.proc.log()
+        );
+        match login_as(addr, "alice", "wrong pass") {
+            Ok(()) => panic!("a wrong password got in"),
+            Err(e) if e.contains("try again in") => held_off.push(e),
+            Err(e) => {
+                assert!(e.contains("unknown user or wrong secret"), "{e}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 4, "{checked} checked before {held_off:?}");
+    assert!(
+        held_off[0].contains("failed logins from 127.0.0.1 lately"),
+        "{held_off:?}"
+    );
+    // The right password is held off too while the delay runs...
+    let refused = login_as(addr, "alice", "alice pass");
+    let wait_ms: u64 = match &refused {
+        Err(e) if e.contains("try again in") => e
+            .split("try again in ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .expect("the delay in the refusal"),
+        Err(e) => panic!("{e}"),
+        // The delay may just have passed.
+        Ok(()) => 0,
+    };
+    // ...and gets in once it has passed (a delay of at most 30 s, said in the
+    // refusal; waited for as said, then polled, bounded).
+    assert!(wait_ms <= 30_000, "{refused:?}");
+    std::thread::sleep(Duration::from_millis(wait_ms));
+    let deadline = Instant::now() + T;
+    loop {
+        match login_as(addr, "alice", "alice pass") {
+            Ok(()) => break,
+            Err(e) => {
+                assert!(e.contains("try again in"), "{e}");
+                assert!(Instant::now() < deadline, "{e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    // A success cleared the count: a wrong password is checked again.
+    let e = login_as(addr, "alice", "wrong pass").unwrap_err();
+    assert!(e.contains("unknown user or wrong secret"), "{e}");
+}
+
+/// A 65,000-byte user name is refused with its length, and the refusal logs a line of
+/// bounded length (before, each such refusal wrote about 195 KB of log).
+#[test]
+fn a_huge_user_name_is_refused_and_logged_cut() {
+    let s = secured("long-name");
+    let before = s.node.proc.log().len();
+    let name = "n".repeat(65_000);
+    let e = login_as(s.node.addr, &name, "whatever").unwrap_err();
+    assert!(
+        e.contains("longer than 256 bytes") && e.contains("(65000 bytes)"),
+        "{}",
+        &e[..e.len().min(500)]
+    );
+    assert!(e.len() < 1_000, "the refusal is {} bytes", e.len());
+    // The node says so in its log, briefly (waited for, bounded).
+    let deadline = Instant::now() + T;
+    while !s.node.proc.log()[before..].contains("(65000 bytes)") {
+        assert!(Instant::now() < deadline, "{}", s.node.proc.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let logged = s.node.proc.log().len() - before;
+    assert!(logged < 2_000, "{logged} bytes of log for one refusal");
+}

@@ -16,6 +16,7 @@
 //! the memory of the next few is prefetched. No allocation, no lock, no syscall per
 //! message.
 
+mod admission;
 mod items;
 pub mod latency;
 mod posts;
@@ -24,6 +25,7 @@ mod security;
 mod slow;
 mod streams;
 
+pub use admission::Admission;
 use items::{Item, ItemHandle, ItemTable, StreamRef, SubEntry};
 pub use posts::{JournalRequest, JournalWrite, PostServices, PostStats, Redelivery};
 use rustc_hash::FxHashMap;
@@ -48,6 +50,9 @@ use tickwire_proto::{
 };
 use tracing::{info, warn};
 
+/// Longest user or application name a login may carry.
+pub const MAX_LOGIN_NAME_BYTES: usize = 256;
+
 /// Index of a connection inside the node; reused after [`Node::on_disconnect`].
 pub type ConnId = usize;
 
@@ -67,6 +72,10 @@ pub struct Limits {
     pub heartbeat: Duration,
     /// A connection that has not logged in within this time is dropped.
     pub login_timeout: Duration,
+    /// Connections waiting to log in at most, in all and from one address (see
+    /// [`Node::admit`]).
+    pub max_pending_logins: usize,
+    pub max_pending_logins_per_address: usize,
     /// Services the node holds at most; a publisher announcing one more is refused.
     pub max_services: usize,
     /// A service without a publisher and without open streams for this long is
@@ -87,6 +96,8 @@ impl Default for Limits {
             max_output_messages: 200_000,
             heartbeat: Duration::from_secs(5),
             login_timeout: Duration::from_secs(10),
+            max_pending_logins: 64,
+            max_pending_logins_per_address: 8,
             max_services: 10_000,
             service_retention: Duration::from_secs(3600),
             max_pending_posts: 10_000,
@@ -177,6 +188,11 @@ pub struct Stats {
     pub updates_on_unknown_streams: u64,
     /// Logins refused (credentials, entitlement, protocol version, a loop).
     pub logins_refused: u64,
+    /// Logins whose secret or token failed its check (each counts for the throttle).
+    pub logins_failed: u64,
+    /// Connections closed before they logged in to make room for newer ones
+    /// (`Limits::max_pending_logins`, `max_pending_logins_per_address`).
+    pub idle_logins_closed: u64,
     pub posts: PostStats,
 }
 
@@ -193,6 +209,8 @@ enum ConnRole {
 struct Conn {
     role: ConnRole,
     peer: String,
+    /// The peer's address, when it has one (not the node's in-process peers).
+    ip: Option<std::net::IpAddr>,
     user: String,
     application: String,
     out: FrameWriter,
@@ -308,6 +326,8 @@ pub struct Node {
     max_image: usize,
     /// Connections that have not logged in yet.
     awaiting_login: usize,
+    /// Pending logins per address, failed logins ([`Node::admit`]).
+    guard: admission::LoginGuard,
     /// Secrets to check off the event loop.
     auth_requests: Vec<AuthRequest>,
     next_ticket: u64,
@@ -355,6 +375,7 @@ impl Node {
             shutting_down: false,
             max_image,
             awaiting_login: 0,
+            guard: admission::LoginGuard::default(),
             auth_requests: Vec::new(),
             next_ticket: 0,
             sessions,
@@ -433,9 +454,11 @@ impl Node {
         self.tick_by(now + self.cfg.limits.login_timeout);
         self.stats.connections_accepted += 1;
         self.awaiting_login += 1;
+        let ip = admission::peer_ip(peer);
         let conn = Conn {
             role: ConnRole::AwaitingLogin,
             peer: peer.to_string(),
+            ip,
             user: String::new(),
             application: String::new(),
             out: FrameWriter::new(self.cfg.limits.max_frame),
@@ -462,13 +485,15 @@ impl Node {
             do_not_conflate_dropped: 0,
             queue_high_water: 0,
         };
-        if let Some(id) = self.free_conns.pop() {
+        let id = if let Some(id) = self.free_conns.pop() {
             self.conns[id] = Some(conn);
             id
         } else {
             self.conns.push(Some(conn));
             self.conns.len() - 1
-        }
+        };
+        self.login_pending(id, ip, now);
+        id
     }
 
     /// Whether `conn` is a connection the core still serves (not closing, not gone). An
@@ -848,7 +873,7 @@ impl Node {
         let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
             return;
         };
-        let role = c.role;
+        let (role, ip) = (c.role, c.ip);
         c.role = ConnRole::Closing;
         if role == ConnRole::AwaitingLogin {
             self.awaiting_login -= 1;
@@ -866,7 +891,8 @@ impl Node {
                 self.publisher_gone(conn, reason);
                 self.posts_publisher_gone(conn);
             }
-            ConnRole::AwaitingLogin | ConnRole::Closing => {}
+            ConnRole::AwaitingLogin => self.login_no_longer_pending(ip),
+            ConnRole::Closing => {}
         }
     }
 
@@ -943,6 +969,21 @@ impl Node {
             self.reject(conn, code::LOGIN_REJECTED, &text);
             return;
         }
+        for (what, name) in [("user", login.user), ("application", login.application)] {
+            if name.len() > MAX_LOGIN_NAME_BYTES {
+                let text = format!(
+                    "login rejected: the {what} name {} is longer than {MAX_LOGIN_NAME_BYTES} bytes",
+                    admission::shown(name)
+                );
+                self.stats.protocol_disconnects += 1;
+                self.reject(conn, code::LOGIN_REJECTED, &text);
+                return;
+            }
+        }
+        if let Some(text) = self.login_held_off(conn, login.user) {
+            self.reject(conn, code::LOGIN_REJECTED, &text);
+            return;
+        }
         let Some(identity) = self.authenticate(conn, hi, login) else {
             return; // refused, or its secret is being checked
         };
@@ -1012,6 +1053,8 @@ impl Node {
         }
         self.stats.logins += 1;
         self.awaiting_login -= 1;
+        let ip = self.conns[conn].as_ref().and_then(|c| c.ip);
+        self.login_no_longer_pending(ip);
         let limits = self.cfg.limits.clone();
         if role == Role::Subscriber {
             let policy = self.policy_for(user, slow_consumer);

@@ -545,16 +545,36 @@ impl Node {
                     );
                 }
             }
-            (Journaling::Completed { poster, nak, text }, result) => {
-                if let Err(why) = result {
-                    // The publisher has answered; a restart delivers the post again,
-                    // marked as delivered before.
-                    self.stats.posts.journal_failures += 1;
-                    warn!("the journal could not record a post's answer: {why}");
-                }
+            (Journaling::Completed { poster, nak, text }, Ok(_)) => {
                 if let Some(p) = poster {
                     self.release(p.conn);
                     self.answer(p, nak, &text);
+                }
+            }
+            (Journaling::Completed { poster, nak, text }, Err(why)) => {
+                // The publisher has answered, but the record that completes the post
+                // is not kept: a restart delivers the post again (marked as delivered
+                // before). An Ack now would promise what the journal does not hold, so
+                // the poster is told why it has no Ack.
+                self.stats.posts.journal_failures += 1;
+                warn!("the journal could not record a post's answer: {why}");
+                if let Some(p) = poster {
+                    self.release(p.conn);
+                    let answered = match nak {
+                        None => "acknowledged it".to_string(),
+                        Some(code) => format!("refused it ({code:?}: {text})"),
+                    };
+                    let text = format!(
+                        "the publisher {answered}, but the node's journal cannot record that: {why}; the post may be delivered again after the node restarts"
+                    );
+                    self.answer(
+                        Poster {
+                            wants_answer: true,
+                            ..p
+                        },
+                        Some(NakCode::NoResources),
+                        &text,
+                    );
                 }
             }
         }

@@ -124,6 +124,13 @@ pub(crate) struct HttpAuth {
     cookie: Option<Result<String, String>>,
 }
 
+impl HttpAuth {
+    /// Whether a token request's password is being checked.
+    pub(crate) fn is_checking(&self) -> bool {
+        self.pending.is_some()
+    }
+}
+
 /// Whether a peer (as `Node::connect` was given it: an address) is on this host.
 fn is_loopback(peer: &str) -> bool {
     peer.parse::<SocketAddr>()
@@ -146,6 +153,19 @@ impl Node {
         result: Result<(), String>,
         now: Instant,
     ) {
+        self.auth_result(conn, ticket, result, true, now);
+    }
+
+    /// As [`Node::on_auth_result`]; `checked`: the secret was checked (a refusal then
+    /// counts as a failed login), not turned away unchecked.
+    fn auth_result(
+        &mut self,
+        conn: ConnId,
+        ticket: u64,
+        result: Result<(), String>,
+        checked: bool,
+        now: Instant,
+    ) {
         self.now = now;
         let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
             return;
@@ -166,6 +186,7 @@ impl Node {
         let peer = c.peer.clone();
         match result {
             Ok(()) => {
+                self.login_succeeded(conn, &p.user);
                 info!(
                     target: "audit",
                     user = ?p.user, role = ?p.role, %peer, application = ?p.application,
@@ -185,6 +206,9 @@ impl Node {
                 }
             }
             Err(text) => {
+                if checked {
+                    self.login_failed(conn, &p.user);
+                }
                 warn!(
                     target: "audit",
                     user = ?p.user, role = ?p.role, %peer, reason = %text,
@@ -211,7 +235,7 @@ impl Node {
         if token_request {
             self.answer_token_request(conn, Err((TokenRefusal::Unavailable, text)));
         } else {
-            self.on_auth_result(conn, ticket, Err(text), now);
+            self.auth_result(conn, ticket, Err(text), false, now);
         }
     }
 
@@ -430,6 +454,7 @@ impl Node {
         if self.cfg.users.is_none() {
             if let Some(token) = &self.cfg.login_token {
                 if login.token != token {
+                    self.login_failed(conn, login.user);
                     let text = format!("login rejected for user {:?}: bad token", login.user);
                     self.refuse_login(conn, login, &text);
                     return None;

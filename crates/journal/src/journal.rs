@@ -151,6 +151,9 @@ pub struct JournalStats {
     pub commits: u64,
     pub syscalls: SyscallCounts,
     pub segments: u64,
+    /// Times the next segment could not be started (a full disk); the current one
+    /// went on past its size.
+    pub roll_failures: u64,
 }
 
 /// A change to the pending posts, applied once its record is committed.
@@ -413,8 +416,10 @@ impl Journal {
                 }
             }
         }
-        if self.seg.len >= self.opts.segment_bytes {
-            self.roll()?;
+        // What was committed is kept whether or not the next segment can be started
+        // now (a full disk): the roll is tried again at the next commit.
+        if self.seg.len >= self.opts.segment_bytes && self.roll().is_err() {
+            self.stats.roll_failures += 1;
         }
         Ok(())
     }

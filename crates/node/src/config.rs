@@ -271,8 +271,12 @@ pub struct NodeSection {
 pub struct LimitsSection {
     /// Logged-in connections; new connections are refused past it.
     pub max_connections: usize,
-    /// Connections that have not logged in yet, counted apart (and refused past it).
+    /// Connections that have not logged in yet, counted apart; past it the oldest that
+    /// has not sent a whole login is closed for a newcomer (or, with none, the
+    /// newcomer is refused).
     pub max_pending_logins: usize,
+    /// The same, from one address.
+    pub max_pending_logins_per_address: usize,
     /// A connection must log in within this time.
     pub login_timeout_ms: u64,
     /// Services the node holds at most.
@@ -371,6 +375,7 @@ impl Default for LimitsSection {
         LimitsSection {
             max_connections: 10_000,
             max_pending_logins: 64,
+            max_pending_logins_per_address: 8,
             login_timeout_ms: l.login_timeout.as_millis() as u64,
             max_services: l.max_services,
             service_retention_s: l.service_retention.as_secs(),
@@ -461,6 +466,12 @@ impl NodeConfig {
             "limits.max_pending_logins",
             l.max_pending_logins.to_string(),
             "allowed: 1 or more".into(),
+        )?;
+        check(
+            l.max_pending_logins_per_address >= 1,
+            "limits.max_pending_logins_per_address",
+            l.max_pending_logins_per_address.to_string(),
+            "allowed: 1 or more (more than max_pending_logins is the same as it)".into(),
         )?;
         check(
             (100..=600_000).contains(&l.login_timeout_ms),
@@ -666,6 +677,8 @@ impl NodeConfig {
                 max_output_messages: self.limits.max_output_messages,
                 heartbeat: Duration::from_millis(self.limits.heartbeat_ms),
                 login_timeout: Duration::from_millis(self.limits.login_timeout_ms),
+                max_pending_logins: self.limits.max_pending_logins,
+                max_pending_logins_per_address: self.limits.max_pending_logins_per_address,
                 max_services: self.limits.max_services,
                 service_retention: Duration::from_secs(self.limits.service_retention_s),
                 max_pending_posts: self.posts.max_pending,

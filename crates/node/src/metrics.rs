@@ -156,6 +156,18 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
         "Logins refused (credentials, entitlement, protocol version, a loop of nodes)",
         s.logins_refused,
     );
+    counter(
+        &mut r,
+        "logins_failed",
+        "Logins whose secret or token failed its check (they throttle further attempts)",
+        s.logins_failed,
+    );
+    counter(
+        &mut r,
+        "idle_logins_closed",
+        "Connections closed before logging in to make room for newer ones (limits.max_pending_logins)",
+        s.idle_logins_closed,
+    );
     let (bytes_in, bytes_out) = crate::io_counters::totals();
     counter(
         &mut r,

@@ -916,14 +916,12 @@ impl NodeServer {
                     return;
                 }
             };
-            let pending = core.awaiting_login_count();
-            let max_pending = self.cfg.limits.max_pending_logins;
-            if pending >= max_pending {
-                let text =
-                    format!("too many connections waiting to log in: {max_pending} (limits.max_pending_logins)");
+            // Room among the pending logins (the oldest idle one may be closed for it).
+            if let tickwire_core::Admission::Refuse(text) = core.admit(&peer.to_string(), now) {
                 refuse(&mut stream, &text, self.tls.is_some());
                 continue;
             }
+            let pending = core.awaiting_login_count();
             if core.connection_count() - pending >= max_conns {
                 let text = format!("connection limit reached: {max_conns} connections");
                 refuse(&mut stream, &text, self.tls.is_some());
