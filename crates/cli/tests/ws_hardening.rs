@@ -130,6 +130,32 @@ fn plain_http_answers_are_followed_by_eof_at_once() {
             "400 Bad Request",
         ),
         ("NOT HTTP\0\r\n\r\n", "400 Bad Request"),
+        // A WebSocket version the node does not speak (RFC 6455 4.4), a missing or
+        // empty version, and an empty or malformed key: refused, not upgraded.
+        (
+            "GET /WebSocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\n\
+             Sec-WebSocket-Protocol: tr_json2\r\n\r\n",
+            "426 Upgrade Required",
+        ),
+        (
+            "GET /WebSocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Protocol: tr_json2\r\n\r\n",
+            "426 Upgrade Required",
+        ),
+        (
+            "GET /WebSocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: \r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Protocol: tr_json2\r\n\r\n",
+            "400 Bad Request",
+        ),
+        (
+            "GET /WebSocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: abc\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Protocol: tr_json2\r\n\r\n",
+            "400 Bad Request",
+        ),
     ];
     for (request, status) in cases {
         let mut s = connect(&addr, Duration::from_secs(5));
@@ -142,6 +168,12 @@ fn plain_http_answers_are_followed_by_eof_at_once() {
             "{request:?}: {text:.120}"
         );
         assert!(text.contains("\r\nConnection: close\r\n"), "{text:.300}");
+        if status.starts_with("426") {
+            assert!(
+                text.contains("\r\nSec-WebSocket-Version: 13\r\n"),
+                "{text:.300}"
+            );
+        }
     }
     assert!(node.is_running());
 }

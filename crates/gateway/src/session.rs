@@ -294,7 +294,7 @@ fn code_name(c: u16) -> &'static str {
         code::SERVICE_DOWN => "NoResources",
         code::TOO_MANY_STREAMS => "TooManyItems",
         code::MALFORMED => "InvalidArgument",
-        code::LOGIN_REJECTED => "NotEntitled",
+        code::LOGIN_REJECTED | code::NOT_ENTITLED => "NotEntitled",
         code::TIMEOUT => "Timeout",
         code::SHUTDOWN => "None",
         code::SLOW_CONSUMER => "NoResources",
@@ -1210,6 +1210,13 @@ fn login_echo(_user: &str, elements: Option<&Json>) -> Json {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_entitlement_refusal_is_not_entitled_in_the_api() {
+        assert_eq!(super::code_name(code::NOT_ENTITLED), "NotEntitled");
+        assert_eq!(super::code_name(code::LOGIN_REJECTED), "NotEntitled");
+        assert_eq!(super::code_name(9999), "Error");
+    }
+
     use super::*;
 
     fn session() -> Session {

@@ -78,11 +78,40 @@ impl Request {
             .unwrap_or_default()
     }
 
-    /// A WebSocket upgrade request (GET, Upgrade: websocket, a key, version 13).
+    /// A WebSocket upgrade request (GET, Upgrade: websocket, a key): one the node
+    /// answers, with 101 if [`Request::upgrade_refusal`] finds nothing wrong with it.
     pub fn is_websocket(&self) -> bool {
         self.method == "GET"
             && self.tokens("upgrade").iter().any(|t| t == "websocket")
             && self.header("sec-websocket-key").is_some()
+    }
+
+    /// What is wrong with a WebSocket upgrade (RFC 6455 4.2.1), if anything: the
+    /// status to answer and why. A version other than 13 gets 426 and the version the
+    /// node speaks (4.4); a key that is not 16 bytes in base64, 400.
+    pub fn upgrade_refusal(&self) -> Option<(&'static str, String)> {
+        let version = self.header("sec-websocket-version").unwrap_or("").trim();
+        if version != "13" {
+            return Some((
+                "426 Upgrade Required",
+                format!(
+                    "WebSocket version {version:?} is not supported: this node speaks version 13 (Sec-WebSocket-Version: 13)"
+                ),
+            ));
+        }
+        use base64::Engine;
+        let key = self.header("sec-websocket-key").unwrap_or("").trim();
+        let decoded = base64::engine::general_purpose::STANDARD.decode(key);
+        if decoded.map_or(true, |k| k.len() != 16) {
+            return Some((
+                "400 Bad Request",
+                format!(
+                    "Sec-WebSocket-Key must be 16 bytes in base64 (24 characters), not {:?}",
+                    &key[..key.len().min(64)]
+                ),
+            ));
+        }
+        None
     }
 }
 
@@ -587,6 +616,25 @@ pub fn encode_close(out: &mut Vec<u8>, code: u16, reason: &str) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_upgrade_needs_version_13_and_a_key_of_16_bytes() {
+        let head = |extra: &str| {
+            let text = format!(
+                "GET /WebSocket HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n{extra}\r\n"
+            );
+            parse_request(text.as_bytes()).unwrap().unwrap().0
+        };
+        let good = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+        assert_eq!(head(good).upgrade_refusal(), None);
+        let v8 =
+            head("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\n");
+        assert_eq!(v8.upgrade_refusal().unwrap().0, "426 Upgrade Required");
+        let empty = head("Sec-WebSocket-Key: \r\nSec-WebSocket-Version: 13\r\n");
+        assert_eq!(empty.upgrade_refusal().unwrap().0, "400 Bad Request");
+        let short = head("Sec-WebSocket-Key: YWJj\r\nSec-WebSocket-Version: 13\r\n");
+        assert_eq!(short.upgrade_refusal().unwrap().0, "400 Bad Request");
+    }
+
     use super::*;
 
     /// A client frame: masked with a fixed key.

@@ -178,6 +178,19 @@ impl WsConn {
             return;
         }
         if path == WS_PATH && req.is_websocket() {
+            if let Some((status, text)) = req.upgrade_refusal() {
+                warn!("{peer}: WebSocket upgrade refused ({status}): {text}");
+                // RFC 6455 4.4: every refusal says which version the node speaks.
+                self.out = ws::http_response_with(
+                    status,
+                    "text/plain; charset=utf-8",
+                    &[("Sec-WebSocket-Version", "13")],
+                    text.as_bytes(),
+                );
+                self.phase = Phase::Done;
+                self.close_after_flush = true;
+                return;
+            }
             if !ws::check_origin(req, &self.allowed_origins).allowed() {
                 // A page from another site, in a browser that can reach the node: it
                 // must not get a session (browsers let any page open WebSockets
