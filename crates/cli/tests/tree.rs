@@ -353,3 +353,44 @@ fn a_stopped_downstream_node_does_not_slow_its_upstream_and_catches_up_when_resu
     assert!(behind.conflated > 0, "no conflated update after the stop");
     assert!(stopped.is_running());
 }
+
+/// A service that a local publisher and the upstream link both carry: the link's
+/// copy is left out (the local publisher keeps it, the link's other services go on),
+/// and no connection slot is lost to it. Before, the node closed the link's
+/// in-process connection, gave its id to the next login, and the link took that
+/// login's Welcome as its own: the client waited for ever.
+#[test]
+fn a_service_both_a_local_publisher_and_the_upstream_carry_costs_no_login_its_welcome() {
+    let top_port = free_port();
+    let top_addr: SocketAddr = format!("127.0.0.1:{top_port}").parse().unwrap();
+    // The downstream node first, its upstream not up yet, and a local FEED on it.
+    let mut pop = downstream(&[top_addr], "pop", &[]);
+    let _local = start_publisher(&pop, "FEED", 3, 10, false);
+    wait_for_image(pop.addr, "FEED", "SYM2", T).expect("the local FEED");
+    // Then the upstream, with FEED and OTHER: the link comes up and announces both.
+    let top = Node::start(&["--listen", &top_addr.to_string(), "--name", "top"]);
+    let _up_feed = start_publisher(&top, "FEED", 3, 10, false);
+    let _up_other = start_publisher(&top, "OTHER", 3, 10, false);
+    pop.proc
+        .wait_for_line("service \"FEED\" is already published by", T);
+    // The logins, before anything else touches the node.
+
+    // ...and every login gets its Welcome (each within the connect timeout).
+    for n in 0..30 {
+        let mut sub = subscriber(pop.addr);
+        sub.subscribe("FEED", "SYM0", RequestOptions::default())
+            .unwrap_or_else(|e| panic!("login {n}: {e}\n{}", pop.proc.log()));
+        expect_event(&mut sub, T, "the local FEED's refresh", |e| {
+            matches!(e, Event::Refresh { .. })
+        });
+    }
+    // The link's copy was left out, not the link: its other service is served.
+    assert!(
+        pop.proc
+            .log()
+            .contains("service not taken from an in-process peer"),
+        "{}",
+        pop.proc.log()
+    );
+    wait_for_image(pop.addr, "OTHER", "SYM1", T).expect("the upstream's OTHER");
+}

@@ -190,6 +190,9 @@ pub struct Stats {
     pub logins_refused: u64,
     /// Logins whose secret or token failed its check (each counts for the throttle).
     pub logins_failed: u64,
+    /// Services an in-process peer (an upstream link, the backbone) announced and
+    /// the node did not take from it (another publisher's, past the service limit).
+    pub internal_services_refused: u64,
     /// Connections closed before they logged in to make room for newer ones
     /// (`Limits::max_pending_logins`, `max_pending_logins_per_address`).
     pub idle_logins_closed: u64,
@@ -506,8 +509,12 @@ impl Node {
             .is_some_and(|c| c.role != ConnRole::Closing)
     }
 
-    /// A connection for one of the node's own in-process peers (its figures item):
-    /// logs in without a check and may do everything.
+    /// A connection for one of the node's own in-process peers (its figures item, an
+    /// upstream link, the backbone): logs in without a check and may do everything.
+    /// A service it may not carry (another publisher's, past the service limit) is
+    /// left out without closing it. If the core closes it all the same (past the hard
+    /// bound on its queue), its id stays closed, never another connection's, until
+    /// [`Node::release_internal`].
     pub fn connect_internal(&mut self, peer: &str, now: Instant) -> ConnId {
         let id = self.connect(peer, now);
         if let Some(c) = self.conn_mut(id) {
@@ -550,14 +557,36 @@ impl Node {
             return;
         }
         self.detach(conn, "connection lost");
-        self.conns[conn] = None;
-        // The id is reused by the next connection: nothing queued for this one may
-        // reach it.
         self.closing.retain(|&c| c != conn);
         self.overflowed.retain(|&c| c != conn);
         self.dirty.retain(|&c| c != conn);
+        if self.conns[conn].as_ref().is_some_and(|c| c.internal) {
+            // An in-process peer still holds this id: it stays closed (`is_live` says
+            // so) and is not given to the next connection, whose Welcome and data the
+            // peer would otherwise take as its own, until the peer lets it go
+            // (`release_internal`).
+            self.handle_overflows();
+            return;
+        }
+        self.conns[conn] = None;
+        // The id is reused by the next connection: nothing queued for this one may
+        // reach it.
         self.free_conns.push(conn);
         self.handle_overflows();
+    }
+
+    /// An in-process peer lets go of its closed connection (see
+    /// [`Node::connect_internal`]): its id may now be reused.
+    pub fn release_internal(&mut self, conn: ConnId) {
+        let closed_internal = self
+            .conns
+            .get(conn)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| c.internal && c.role == ConnRole::Closing);
+        if closed_internal {
+            self.conns[conn] = None;
+            self.free_conns.push(conn);
+        }
     }
 
     /// Bytes arrived on `conn` (perhaps not yet a whole frame): the peer is alive.
@@ -1586,8 +1615,21 @@ impl Node {
 
     fn on_publisher_directory(&mut self, conn: ConnId, dir: &Directory<'_>) {
         let mut changed = Vec::new();
+        let internal = self.conns[conn].as_ref().is_some_and(|c| c.internal);
         for entry in &dir.services {
             if let Err((code, text)) = self.check_announced(conn, entry) {
+                if internal {
+                    // An in-process peer (an upstream link, the backbone) relays
+                    // services it does not choose: the one it may not carry is left
+                    // out, the others go on. Closing it would cut them all, and it
+                    // cannot log in again.
+                    self.stats.internal_services_refused += 1;
+                    warn!(
+                        peer = %self.conns[conn].as_ref().map_or("", |c| c.peer.as_str()),
+                        "service not taken from an in-process peer: {text}"
+                    );
+                    continue;
+                }
                 self.stats.protocol_disconnects += 1;
                 self.reject(conn, code, &text);
                 break;

@@ -168,6 +168,12 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
         "Connections closed before logging in to make room for newer ones (limits.max_pending_logins)",
         s.idle_logins_closed,
     );
+    counter(
+        &mut r,
+        "internal_services_refused",
+        "Services an upstream link or the backbone announced that the node did not take (another publisher's, or past limits.max_services)",
+        s.internal_services_refused,
+    );
     let (bytes_in, bytes_out) = crate::io_counters::totals();
     counter(
         &mut r,
