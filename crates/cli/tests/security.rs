@@ -659,3 +659,36 @@ fn a_huge_user_name_is_refused_and_logged_cut() {
     let logged = s.node.proc.log().len() - before;
     assert!(logged < 2_000, "{logged} bytes of log for one refusal");
 }
+
+/// A publisher without the right to publish its service is refused, and stops with
+/// the reason (exit status 1) rather than connect and send its images again and again.
+#[test]
+fn a_publisher_refused_its_service_for_lack_of_rights_stops_with_the_reason() {
+    let s = secured("no-rights");
+    // alice may subscribe to FEED, not publish it.
+    let pw = s.dir.write("alice-pub.pw", "alice pass\n");
+    let out = run(
+        &[
+            "publish",
+            "--node",
+            &s.node.addr_str(),
+            "--service",
+            "FEED",
+            "--items",
+            "3",
+            "--rate",
+            "10",
+            "--user",
+            "alice",
+            "--password-file",
+            &pw,
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("FEED"), "{}", out.stderr);
+    let mut s = s;
+    s.node.proc.wait_for_line("publisher refused", T);
+    let refusals = s.node.proc.log().matches("publisher refused").count();
+    assert_eq!(refusals, 1, "{}", s.node.proc.log());
+}

@@ -249,5 +249,8 @@ fn welcome(frame: &[u8]) -> Result<(Session, Vec<u8>), ClientError> {
 
 /// Whether a connection-level status from the node ends the session for good.
 pub(crate) fn is_fatal(stream: StreamState, status_code: u16) -> bool {
-    stream == StreamState::Closed && status_code == code::LOGIN_REJECTED
+    // Refused for who the client is (its login, or its rights to what it announced):
+    // trying again gets the same answer until the node's users file changes.
+    stream == StreamState::Closed
+        && matches!(status_code, code::LOGIN_REJECTED | code::NOT_ENTITLED)
 }
