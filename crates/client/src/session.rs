@@ -214,6 +214,14 @@ impl Connection {
     }
 }
 
+/// The heartbeat the client keeps at least: a node announcing less is taken at this.
+const MIN_HEARTBEAT_MS: u32 = 100;
+/// The heartbeat the client keeps at most, whatever the node announced: it pings at
+/// least this often when it has sent nothing, the node answers every ping, so a node
+/// silent for three of these is gone. A node (or a peer posing as one) announcing
+/// hours would otherwise be trusted to be alive for hours of silence.
+const MAX_HEARTBEAT_MS: u32 = 30_000;
+
 /// The Welcome that starts a frame, and the rest of that frame; or why the node refused.
 fn welcome(frame: &[u8]) -> Result<(Session, Vec<u8>), ClientError> {
     let raw = match MessageIter::new(frame).next() {
@@ -224,7 +232,9 @@ fn welcome(frame: &[u8]) -> Result<(Session, Vec<u8>), ClientError> {
         Message::Welcome(w) => Ok((
             Session {
                 version: w.version,
-                heartbeat: Duration::from_millis(w.heartbeat_ms.max(100) as u64),
+                heartbeat: Duration::from_millis(
+                    w.heartbeat_ms.clamp(MIN_HEARTBEAT_MS, MAX_HEARTBEAT_MS) as u64,
+                ),
                 max_frame: w.max_frame as usize,
                 max_streams: w.max_streams,
                 max_output_bytes: w.max_output_bytes,
@@ -253,4 +263,33 @@ pub(crate) fn is_fatal(stream: StreamState, status_code: u16) -> bool {
     // trying again gets the same answer until the node's users file changes.
     stream == StreamState::Closed
         && matches!(status_code, code::LOGIN_REJECTED | code::NOT_ENTITLED)
+}
+
+#[cfg(test)]
+mod welcome_tests {
+    use super::*;
+    use tickwire_proto::Welcome;
+
+    fn welcomed_with(heartbeat_ms: u32) -> Duration {
+        let mut frame = Vec::new();
+        Message::Welcome(Welcome {
+            version: 1,
+            heartbeat_ms,
+            max_frame: 1 << 20,
+            max_streams: 10,
+            max_output_bytes: 1 << 20,
+            node_name: "n",
+        })
+        .encode(&mut frame)
+        .unwrap();
+        welcome(&frame).expect("a welcome").0.heartbeat
+    }
+
+    #[test]
+    fn the_heartbeat_a_node_announces_is_kept_within_bounds() {
+        assert_eq!(welcomed_with(5_000), Duration::from_secs(5));
+        assert_eq!(welcomed_with(0), Duration::from_millis(100));
+        // A peer posing as a node cannot buy hours of silence.
+        assert_eq!(welcomed_with(u32::MAX), Duration::from_secs(30));
+    }
 }
