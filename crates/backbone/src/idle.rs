@@ -222,6 +222,18 @@ mod tests {
         last_pause
     }
 
+    /// A policy after 40 ms of a burst every millisecond, and the time of the last
+    /// burst, after which it still polls.
+    fn polling_after_a_steady_load() -> (SpinThenPark, Instant) {
+        let mut p = SpinThenPark::new(SPIN);
+        let start = Instant::now();
+        run(&mut p, start, Duration::from_millis(1), 40);
+        let last = start + Duration::from_millis(40);
+        p.after_turn(last, 1);
+        assert_eq!(p.after_turn(last + SPIN / 2, 0), Wait::Poll);
+        (p, last)
+    }
+
     #[test]
     fn a_steady_load_is_polled_through_and_never_parks() {
         let mut p = SpinThenPark::new(SPIN);
@@ -257,12 +269,7 @@ mod tests {
 
     #[test]
     fn a_load_that_stops_is_polled_for_the_spin_limit_then_parked() {
-        let mut p = SpinThenPark::new(SPIN);
-        let start = Instant::now();
-        run(&mut p, start, Duration::from_millis(1), 40);
-        let last = start + Duration::from_millis(40);
-        p.after_turn(last, 1);
-        assert_eq!(p.after_turn(last + SPIN / 2, 0), Wait::Poll);
+        let (mut p, last) = polling_after_a_steady_load();
         assert_eq!(p.after_turn(last + SPIN, 0), Wait::Park(FIRST_PARK));
     }
 
@@ -283,12 +290,7 @@ mod tests {
 
     #[test]
     fn a_thread_kept_off_the_cpu_while_polling_goes_on_polling() {
-        let mut p = SpinThenPark::new(SPIN);
-        let start = Instant::now();
-        run(&mut p, start, Duration::from_millis(1), 40);
-        let last = start + Duration::from_millis(40);
-        p.after_turn(last, 1);
-        assert_eq!(p.after_turn(last + SPIN / 2, 0), Wait::Poll);
+        let (mut p, last) = polling_after_a_steady_load();
         // The next turn comes 5 ms later, with work: the scheduler, not the work,
         // paused (a pause of the work would have been parked in).
         let late = last + Duration::from_millis(5);
