@@ -1616,6 +1616,8 @@ impl Node {
     fn on_publisher_directory(&mut self, conn: ConnId, dir: &Directory<'_>) {
         let mut changed = Vec::new();
         let internal = self.conns[conn].as_ref().is_some_and(|c| c.internal);
+        // With an in-process peer: how many services were left out, and the first why.
+        let mut left_out: (u64, Option<String>) = (0, None);
         for entry in &dir.services {
             if let Err((code, text)) = self.check_announced(conn, entry) {
                 if internal {
@@ -1623,11 +1625,8 @@ impl Node {
                     // services it does not choose: the one it may not carry is left
                     // out, the others go on. Closing it would cut them all, and it
                     // cannot log in again.
-                    self.stats.internal_services_refused += 1;
-                    warn!(
-                        peer = %self.conns[conn].as_ref().map_or("", |c| c.peer.as_str()),
-                        "service not taken from an in-process peer: {text}"
-                    );
+                    left_out.0 += 1;
+                    left_out.1.get_or_insert(text);
                     continue;
                 }
                 self.stats.protocol_disconnects += 1;
@@ -1681,6 +1680,16 @@ impl Node {
             } else if was_up && !up {
                 self.service_went_down(svc);
             }
+        }
+        if let (n @ 1.., Some(first)) = left_out {
+            self.stats.internal_services_refused += n;
+            // One line per directory, however many it held (a peer posing as an
+            // upstream node may announce thousands).
+            warn!(
+                peer = %self.conns[conn].as_ref().map_or("", |c| c.peer.as_str()),
+                "service not taken from an in-process peer: {first}{}",
+                if n > 1 { format!(" (and {} more services left out)", n - 1) } else { String::new() }
+            );
         }
         changed.sort_unstable();
         changed.dedup();
