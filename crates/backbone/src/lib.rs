@@ -268,11 +268,10 @@ impl Backbone {
         self.link_cfg.spin_limit
     }
 
-    /// After [`Backbone::pump`]: what it offered goes out now (driver in the event loop).
-    pub fn send_now(&mut self) {
-        if let Some(l) = self.link.as_mut() {
-            l.send_now();
-        }
+    /// After [`Backbone::pump`]: what it offered goes out now (driver in the event
+    /// loop: a duty cycle, whose work it returns; a thread of its own: woken).
+    pub fn send_now(&mut self) -> usize {
+        self.link.as_mut().map_or(0, |l| l.send_now())
     }
 
     /// At the end of a turn that did `work` (0: none): waits by the driver's idle

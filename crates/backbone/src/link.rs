@@ -391,6 +391,8 @@ pub struct Link {
     /// With [`DriverPlacement::EventLoop`]: the receiver, run by [`Link::do_work`].
     receiver: Option<Receive>,
     idle: IdleStrategy,
+    /// Offers made when the driver's own thread was last woken to send them.
+    offers_sent: u64,
     // Dropped last: the client before the driver.
     _aeron: Aeron,
     _driver: Driver,
@@ -582,6 +584,7 @@ impl Link {
             counters,
             receiver,
             idle: cfg.idle,
+            offers_sent: 0,
             _aeron: aeron,
             _driver: driver,
         })
@@ -623,12 +626,21 @@ impl Link {
     /// With the driver in the event loop: its duty cycle only, so that what the event
     /// loop just offered goes out in this turn.
     /// With the driver in a thread of its own, parked: wakes it to send.
-    pub fn send_now(&mut self) {
+    /// Returns the driver's work (0 with the driver in its own thread).
+    pub fn send_now(&mut self) -> usize {
         match self._driver.inline.as_ref() {
-            Some(driver) => {
-                let _ = driver.main_do_work();
+            Some(driver) => driver.main_do_work().unwrap_or(0).max(0) as usize,
+            None => {
+                // Only when something was offered since: an eventfd write and a
+                // wake-up are not free.
+                let offers = self.data_out.as_ref().map_or(0, |p| p.offers)
+                    + self.request_out.as_ref().map_or(0, |p| p.offers);
+                if offers != self.offers_sent {
+                    self.offers_sent = offers;
+                    self._driver.unpark();
+                }
+                0
             }
-            None => self._driver.unpark(),
         }
     }
 

@@ -22,8 +22,11 @@ pub(crate) struct Unparker {
 
 impl Unparker {
     pub(crate) fn unpark(&self) {
-        // SeqCst on both sides: either the thread sees what was offered before this in
-        // its last duty cycle before parking, or this sees it parked.
+        // A full fence on both sides (here, and in `Parker::wait` after it says it is
+        // parked): the offer's store to Aeron's buffer cannot pass the load of
+        // `parked`, so either the thread sees the offer in its last duty cycle before
+        // parking, or this sees it parked.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) {
             let one: u64 = 1;
             // SAFETY: writes 8 bytes from a live u64 to an eventfd this struct owns.
@@ -102,6 +105,7 @@ impl Parker {
             Wait::Park(d) => d,
         };
         self.unparker.parked.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
         if duty_cycle() == 0 {
             let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
             let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;

@@ -580,6 +580,8 @@ impl Source {
     /// a new source, so that every edge re-images what it takes from this node.
     fn reconnect(&mut self, core: &mut Node, now: Instant) {
         warn!("backbone: the core closed the source's link; joining again as a new source");
+        // The closed connection's id is kept for this source until it lets go.
+        core.release_internal(self.conn);
         self.conn = plumbing::connect(core, "backbone (source)", Role::Subscriber, now);
         self.stats.link_reconnects += 1;
         self.id = crate::random_id();

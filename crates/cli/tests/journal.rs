@@ -544,6 +544,9 @@ fn a_full_disk_never_acknowledges_a_post_whose_completion_it_did_not_record() {
             text.contains("No space left on device"),
             "post {id}: {text}"
         );
+        if text.contains("cannot record its answer") {
+            assert!(text.contains("do not post it again"), "post {id}: {text}");
+        }
     }
     // Every acknowledged post is complete in the journal: received, and completed OK.
     let records = inspect_in_namespace(&node, dir.path());
@@ -579,7 +582,7 @@ fn a_full_disk_never_acknowledges_a_post_whose_completion_it_did_not_record() {
         "{} posts acknowledged, {} refused for the full disk ({} of them after the publisher had answered)",
         acked.len(),
         refused.len(),
-        refused.iter().filter(|(_, _, t)| t.contains("cannot record that")).count()
+        refused.iter().filter(|(_, _, t)| t.contains("cannot record its answer")).count()
     );
 }
 

@@ -560,19 +560,22 @@ impl Node {
                 warn!("the journal could not record a post's answer: {why}");
                 if let Some(p) = poster {
                     self.release(p.conn);
-                    let answered = match nak {
-                        None => "acknowledged it".to_string(),
-                        Some(code) => format!("refused it ({code:?}: {text})"),
+                    // A refusal keeps the publisher's own code; an acceptance becomes
+                    // NoResources, whose text says the post was handled (not to be
+                    // posted again).
+                    let (code, answered) = match nak {
+                        None => (NakCode::NoResources, "accepted it".to_string()),
+                        Some(code) => (code, format!("refused it ({text})")),
                     };
                     let text = format!(
-                        "the publisher {answered}, but the node's journal cannot record that: {why}; the post may be delivered again after the node restarts"
+                        "the publisher {answered}, but the node's journal cannot record its answer: {why}; the node will deliver the post to the publisher again after a restart (do not post it again)"
                     );
                     self.answer(
                         Poster {
                             wants_answer: true,
                             ..p
                         },
-                        Some(NakCode::NoResources),
+                        Some(code),
                         &text,
                     );
                 }

@@ -300,6 +300,10 @@ impl Node {
                 "one token request per connection".into(),
             );
         }
+        // Held off like a login after failures from this address or for this user.
+        if let Some(text) = self.login_held_off(conn, user) {
+            return refuse(TokenRefusal::Unavailable, text);
+        }
         self.next_ticket += 1;
         let ticket = self.next_ticket;
         self.auth_requests.push(AuthRequest {
@@ -331,6 +335,7 @@ impl Node {
             return;
         };
         let peer = c.peer.clone();
+        let user_of_request = user.clone();
         // The password was checked against the users file of the request's time: a
         // reload since then that changed or removed the user must win.
         let still_valid = match (&checked_against, &self.cfg.users) {
@@ -365,6 +370,17 @@ impl Node {
                 TokenAnswer::Refused { why, text }
             }
         };
+        match &answer {
+            TokenAnswer::Issued { user, .. } => {
+                let user = user.clone();
+                self.login_succeeded(conn, &user);
+            }
+            TokenAnswer::Refused {
+                why: TokenRefusal::BadCredentials,
+                ..
+            } => self.login_failed(conn, &user_of_request),
+            TokenAnswer::Refused { .. } => {}
+        }
         if let Some(c) = self.conn_mut(conn) {
             c.http.get_or_insert_default().answer = Some(answer);
         }

@@ -603,10 +603,15 @@ impl NodeServer {
             // What came from outside this turn (sockets, backbone messages): the
             // adaptive wait's sign that more may come; the driver's own timers are not.
             let mut turn_input = turn_work;
+            // Whether the driver did anything this turn: it may have more (a backlog
+            // past a turn's cycles, a timer it armed), which no socket will announce,
+            // so the loop does not park before a turn in which it did nothing.
+            let mut driver_busy = false;
             if let Some(b) = backbone.as_mut() {
                 let got = b.receive(&mut core, now);
                 turn_work += got.driver + got.messages;
                 turn_input += got.messages;
+                driver_busy = got.driver > 0;
                 if b.poll_timeout().is_some_and(|at| now >= at) {
                     b.on_tick(&mut core, now);
                 }
@@ -646,7 +651,7 @@ impl NodeServer {
             // and its requests to the upstream link.
             if let Some(b) = backbone.as_mut() {
                 b.pump(&mut core, now);
-                b.send_now();
+                driver_busy |= b.send_now() > 0;
             }
             if let Some(u) = upstream.as_mut() {
                 u.pump(&mut core, self.poll.registry(), now);
@@ -729,6 +734,9 @@ impl NodeServer {
                 match driver_wait.as_mut().filter(|_| driver_parks) {
                     Some(policy) => {
                         next_wait = policy.after_turn(now, turn_input);
+                        if driver_busy {
+                            next_wait = tickwire_backbone::Wait::Poll;
+                        }
                         if next_wait == tickwire_backbone::Wait::Poll {
                             std::thread::yield_now();
                         }
@@ -826,7 +834,7 @@ impl NodeServer {
                 Interest::READABLE,
             );
             if let Err(e) = registered {
-                warn!("backbone: cannot wait on the driver's poller {fd}: {e}; a datagram may wait up to 10 ms");
+                warn!("backbone: cannot wait on the driver's poller {fd}: {e}; a datagram may wait up to 50 ms");
             }
         }
     }
