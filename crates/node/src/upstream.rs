@@ -25,6 +25,9 @@ pub struct UpstreamSection {
     pub nodes: Vec<String>,
     /// Services to take from the upstream; empty: all (but its own figures).
     pub services: Vec<String>,
+    /// Services taken from the upstream at most; past it new ones are left out (and
+    /// logged), so that no upstream can take every service slot of this node.
+    pub max_services: usize,
     /// User to log in to the upstream as.
     pub user: String,
     /// File holding the secret (password or login token) on its first line; empty:
@@ -47,6 +50,7 @@ impl Default for UpstreamSection {
         UpstreamSection {
             nodes: Vec::new(),
             services: Vec::new(),
+            max_services: 1000,
             user: "tickwire-node".into(),
             password_file: PathBuf::new(),
             reconnect_min_ms: 100,
@@ -80,6 +84,13 @@ impl UpstreamSection {
                 "upstream.reconnect_min_ms",
                 self.reconnect_min_ms,
                 "must be at least 1 and at most upstream.reconnect_max_ms",
+            ));
+        }
+        if self.max_services == 0 {
+            return Err(invalid(
+                "upstream.max_services",
+                self.max_services,
+                "must be at least 1",
             ));
         }
         if self.login_timeout_ms < 100 {
@@ -121,6 +132,7 @@ impl UpstreamSection {
             user: self.user.clone(),
             token: self.secret()?,
             services: (!self.services.is_empty()).then(|| self.services.iter().cloned().collect()),
+            max_services: self.max_services,
             backoff_min: Duration::from_millis(self.reconnect_min_ms),
             backoff_max: Duration::from_millis(self.reconnect_max_ms),
             welcome_timeout: Duration::from_millis(self.login_timeout_ms),

@@ -36,6 +36,10 @@ pub struct RelayConfig {
     pub token: String,
     /// The services to take from the upstream (`None`: all of them).
     pub services: Option<BTreeSet<String>>,
+    /// Services taken from the upstream at most: past it new ones are left out, so
+    /// that an upstream (or a peer posing as one) cannot take every service slot of
+    /// this node.
+    pub max_services: usize,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
     pub welcome_timeout: Duration,
@@ -49,6 +53,7 @@ impl Default for RelayConfig {
             user: "tickwire-node".into(),
             token: String::new(),
             services: None,
+            max_services: 1000,
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             welcome_timeout: Duration::from_secs(5),
@@ -65,6 +70,8 @@ pub struct RelayStats {
     pub reimages: u64,
     pub connections: u64,
     pub loops_found: u64,
+    /// Services the upstream announced past `RelayConfig::max_services`, left out.
+    pub services_left_out: u64,
 }
 
 struct Link {
@@ -398,9 +405,15 @@ impl Relay {
         now: Instant,
     ) {
         let mut changed: Vec<(String, ServiceState)> = Vec::new();
+        let mut over_limit = 0usize;
         for (name, state) in entries {
             if name == NODE_SERVICE {
                 continue; // every node has its own
+            }
+            if !self.announced.contains_key(&name) && self.announced.len() >= self.cfg.max_services
+            {
+                over_limit += 1;
+                continue;
             }
             if self
                 .cfg
@@ -421,6 +434,13 @@ impl Relay {
                 continue;
             }
             changed.push((name, state));
+        }
+        if over_limit > 0 {
+            self.stats.services_left_out += over_limit as u64;
+            warn!(
+                "upstream: {over_limit} services left out: this link takes at most {} (upstream.max_services)",
+                self.cfg.max_services
+            );
         }
         if changed.is_empty() {
             return;

@@ -636,6 +636,34 @@ fn only_the_chosen_services_are_taken_and_never_the_upstream_figures_service() {
 }
 
 #[test]
+fn an_upstream_announcing_more_services_than_the_link_takes_has_the_rest_left_out() {
+    let mut t = Tree::new(None);
+    t.relay = {
+        // A fresh downstream core, with a link taking one service at most.
+        t.down = Node::new(
+            CoreConfig {
+                node_id: NODE_ID,
+                ..CoreConfig::default()
+            },
+            t.now,
+        );
+        let cfg = RelayConfig {
+            node_id: NODE_ID,
+            node_name: "down".into(),
+            max_services: 1,
+            ..RelayConfig::default()
+        };
+        Relay::start(&mut t.down, cfg, t.now)
+    };
+    t.connect();
+    t.settle().unwrap();
+    // The upstream has FEED and OTHER: one is taken, the other left out and counted.
+    let services = t.down.services();
+    assert_eq!(services.len(), 1, "{services:?}");
+    assert_eq!(t.relay.stats().services_left_out, 1);
+}
+
+#[test]
 fn a_chain_above_that_holds_this_node_is_a_loop_and_the_link_leaves() {
     let mut t = Tree::new(None);
     let path = NodePath::default()
