@@ -339,9 +339,7 @@ impl Driver {
         self.inline = Some(driver);
         Ok(())
     }
-}
 
-impl Driver {
     /// Sends `command` to the driver's own thread and wakes it if it is parked.
     fn command(&self, command: DriverCommand) -> Result<(), BackboneError> {
         self.commands
@@ -652,11 +650,6 @@ impl Link {
             Some(driver) if self.idle.parks() => Some(Driver::poller_fds(driver)),
             _ => None,
         }
-    }
-
-    /// How the thread running the driver waits when idle.
-    pub fn idle_strategy(&self) -> IdleStrategy {
-        self.idle
     }
 
     /// With the driver in the event loop and one of Aeron's idle strategies (not a
@@ -986,13 +979,11 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
         "threading mode",
         ctx.set_threading_mode(aeron_threading_mode_enum::AERON_THREADING_MODE_SHARED),
     )?;
-    if matches!(
-        cfg.idle,
-        IdleStrategy::Backoff | IdleStrategy::Adaptive | IdleStrategy::Block
-    ) {
-        // Aeron's back-off (also the set-up's, with a parking strategy): 10 spins, 20 yields, then sleeps from 1 µs doubling up to
-        // the ceiling (Aeron's own default ceiling is 1 ms). The arguments are read
-        // when the strategy is set, so they go first.
+    if cfg.idle == IdleStrategy::Backoff || cfg.idle.parks() {
+        // Aeron's back-off (with a parking strategy, the set-up's): 10 spins, 20
+        // yields, then sleeps from 1 µs doubling up to the ceiling (Aeron's own default
+        // ceiling is 1 ms). The arguments are read when the strategy is set, so they
+        // go first.
         let args = format!("10-20-1us-{}us", cfg.max_park.as_micros().max(1));
         set(
             "idle strategy",

@@ -398,12 +398,8 @@ impl NodeServer {
         let mut backbone = self.start_backbone(&mut core, start)?;
         let mut upstream = self.start_upstream(&mut core, node_id, start)?;
         // With the backbone's driver here and a parking idle strategy: how the loop
-        // waits after a turn, and which link's pollers it parks on.
-        let mut driver_wait = backbone.as_ref().map(|b| {
-            tickwire_backbone::SpinThenPark::for_strategy(b.idle_strategy(), b.spin_limit())
-        });
-        let mut next_wait = tickwire_backbone::Wait::Poll;
-        let mut parked_on: Option<u64> = None;
+        // waits (driver_wait.rs).
+        let mut driver_wait = backbone.as_ref().map(crate::driver_wait::DriverWait::new);
 
         loop {
             let now = Instant::now();
@@ -417,19 +413,13 @@ impl NodeServer {
             // wait says so; otherwise it needs a turn all the time, and waits by the
             // driver's idle strategy at the end of the turn.
             let driver_here = backbone.as_ref().is_some_and(|b| b.polled_by_event_loop());
-            let driver_parks = match backbone.as_ref().and_then(|b| b.wake_fds()) {
-                Some((link, fds)) if driver_here => {
-                    if parked_on != Some(link) {
-                        parked_on = Some(link);
-                        self.park_on_driver(fds);
-                    }
-                    true
-                }
+            let driver_parks = match (&backbone, driver_wait.as_mut()) {
+                (Some(b), Some(w)) => w.parks(b, self.poll.registry(), BACKBONE_DRIVER),
                 _ => false,
             };
             let spinning = if driver_here {
-                match (driver_parks, next_wait) {
-                    (true, tickwire_backbone::Wait::Park(at_most)) => {
+                match driver_wait.as_ref().and_then(|w| w.block_for()) {
+                    Some(at_most) if driver_parks => {
                         timeout = timeout.min(at_most);
                         false
                     }
@@ -599,13 +589,9 @@ impl NodeServer {
             }
 
             // The backbone: what its receiver has (run here, or in its own thread, which
-            // woke us), its timers.
-            // What came from outside this turn (sockets, backbone messages): the
-            // adaptive wait's sign that more may come; the driver's own timers are not.
+            // woke us), its timers. For the adaptive wait: what came from outside this
+            // turn (not the driver's own timers), and whether the driver did anything.
             let mut turn_input = turn_work;
-            // Whether the driver did anything this turn: it may have more (a backlog
-            // past a turn's cycles, a timer it armed), which no socket will announce,
-            // so the loop does not park before a turn in which it did nothing.
             let mut driver_busy = false;
             if let Some(b) = backbone.as_mut() {
                 let got = b.receive(&mut core, now);
@@ -732,15 +718,7 @@ impl NodeServer {
             }
             if let Some(b) = &backbone {
                 match driver_wait.as_mut().filter(|_| driver_parks) {
-                    Some(policy) => {
-                        next_wait = policy.after_turn(now, turn_input);
-                        if driver_busy {
-                            next_wait = tickwire_backbone::Wait::Poll;
-                        }
-                        if next_wait == tickwire_backbone::Wait::Poll {
-                            std::thread::yield_now();
-                        }
-                    }
+                    Some(w) => w.after_turn(now, turn_input, driver_busy),
                     None => b.idle(turn_work),
                 }
             }
@@ -824,21 +802,6 @@ impl NodeServer {
     }
 
     /// Joins the backbone when `[backbone] role` is set.
-    /// Adds the backbone driver's pollers to the loop's epoll (a rebuilt link's new
-    /// ones; the old ones left it when they were closed).
-    fn park_on_driver(&self, fds: [std::os::fd::RawFd; 2]) {
-        for fd in fds {
-            let registered = self.poll.registry().register(
-                &mut mio::unix::SourceFd(&fd),
-                BACKBONE_DRIVER,
-                Interest::READABLE,
-            );
-            if let Err(e) = registered {
-                warn!("backbone: cannot wait on the driver's poller {fd}: {e}; a datagram may wait up to 50 ms");
-            }
-        }
-    }
-
     fn start_backbone(&self, core: &mut Node, now: Instant) -> io::Result<Option<Backbone>> {
         let cfg = &self.cfg.backbone;
         let Some(role) = cfg.role() else {
