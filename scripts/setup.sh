@@ -4,6 +4,8 @@
 # - clang and libclang-dev (bindgen), uuid-dev, libbsd-dev and pkg-config: the Aeron C
 #   client and media driver, built from source by the rusteron crates and linked into
 #   the node, need them to build, and libuuid and libbsd at run time;
+# - iproute2: tests that forge or flood backbone datagrams do it in a network
+#   namespace of their own, and bring its loopback up with `ip`;
 # - cmake >= 3.30 for Aeron's build (Debian 12 ships 3.25): the PyPI wheel, in a virtual
 #   environment of its own under target/tools; .cargo/config.toml points $CMAKE at it;
 # - nats-server: the peer `tickwire bench peers` measures beside Tickwire (only the lab
@@ -12,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in clang libclang-dev uuid-dev libbsd-dev pkg-config python3-venv nats-server; do
+for pkg in clang libclang-dev uuid-dev libbsd-dev pkg-config python3-venv nats-server iproute2; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -61,6 +61,8 @@ impl Default for EdgeConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EdgeStats {
     pub sources_live: u64,
+    /// Sources not taken: every slot held by a live source.
+    pub sources_refused: u64,
     pub items: u64,
     pub data_messages: u64,
     pub data_bytes: u64,
@@ -381,7 +383,25 @@ impl Edge {
     fn on_heartbeat(&mut self, image: i32, source: u64, name: &str, version: u32, now: Instant) {
         if !self.sources.contains_key(&source) {
             if self.sources.len() >= self.cfg.max_sources {
-                return;
+                // Room is made by forgetting the longest-silent lost source (a live
+                // one is never pushed out).
+                let Some(oldest) = self
+                    .sources
+                    .iter()
+                    .filter(|(_, s)| !s.live)
+                    .min_by_key(|(_, s)| s.last_heard)
+                    .map(|(id, _)| *id)
+                else {
+                    if self.stats.sources_refused == 0 {
+                        warn!(
+                            "backbone: source {name:?} ({source:016x}) not taken: {} live sources already (the limit)",
+                            self.sources.len()
+                        );
+                    }
+                    self.stats.sources_refused += 1;
+                    return;
+                };
+                self.sources.remove(&oldest);
             }
             self.sources.insert(
                 source,
@@ -476,20 +496,15 @@ impl Edge {
                         &m.encoded[MESSAGE_HEADER_LEN..],
                     ) {
                         Ok(Message::Update(u)) => {
-                            // A count of 0 continues a merge too large for one message
-                            // (same number); u16::MAX stands for "that many or more".
-                            let count = u.conflation_count;
-                            let expected = it.seq.wrapping_add(u32::from(count.max(1)));
-                            if count != 0 && count != u16::MAX && u.seq != expected {
-                                // Updates the source did not send on this stream (its
-                                // core held them for an image that this edge, in step,
-                                // would not pass on): never forwarded as if nothing
-                                // were missing.
-                                let got = u.seq;
-                                Some(format!("sequence number {got} where {expected} was due"))
-                            } else {
-                                it.seq = u.seq;
-                                None
+                            // Updates the source did not send on this stream (its core
+                            // held them for an image that this edge, in step, would not
+                            // pass on): never forwarded as if nothing were missing.
+                            match sequence_hole(it.seq, u.seq, u.conflation_count) {
+                                Some(what) => Some(what),
+                                None => {
+                                    it.seq = u.seq;
+                                    None
+                                }
                             }
                         }
                         _ => {
@@ -999,5 +1014,47 @@ impl Edge {
                 it.phase = Phase::NoSource;
             }
         }
+    }
+}
+
+/// Why an update with sequence number `seq` and conflation count `count` cannot follow
+/// `last` on its stream, if it cannot. A count of 0 continues a merge too large for one
+/// message (the same number again); 65,535 stands for "that many or more" (at least
+/// that far ahead, less than half the number space); any other count is exact.
+fn sequence_hole(last: u32, seq: u32, count: u16) -> Option<String> {
+    let ahead = seq.wrapping_sub(last);
+    let fits = match count {
+        0 => ahead == 0,
+        u16::MAX => (u32::from(u16::MAX)..1 << 31).contains(&ahead),
+        n => ahead == u32::from(n),
+    };
+    (!fits).then(|| match count {
+        0 => format!("sequence number {seq} continuing a merge where {last} was the last"),
+        u16::MAX => format!("sequence number {seq} for 65,535 or more updates after {last}"),
+        n => format!(
+            "sequence number {seq} where {} was due",
+            last.wrapping_add(u32::from(n))
+        ),
+    })
+}
+
+#[cfg(test)]
+mod sequence_tests {
+    use super::sequence_hole;
+
+    #[test]
+    fn every_conflation_count_is_checked_against_the_sequence() {
+        assert_eq!(sequence_hole(10, 11, 1), None);
+        assert_eq!(sequence_hole(10, 13, 3), None);
+        assert!(sequence_hole(10, 12, 1).is_some());
+        assert_eq!(sequence_hole(u32::MAX, 0, 1), None, "wraps");
+        // A merge in parts: the later parts repeat the number.
+        assert_eq!(sequence_hole(13, 13, 0), None);
+        assert!(sequence_hole(13, 14, 0).is_some());
+        // "That many or more": not fewer, not backwards.
+        assert_eq!(sequence_hole(10, 10 + 65_535, u16::MAX), None);
+        assert_eq!(sequence_hole(10, 10 + 1_000_000, u16::MAX), None);
+        assert!(sequence_hole(10, 11, u16::MAX).is_some());
+        assert!(sequence_hole(10, 9, u16::MAX).is_some());
     }
 }

@@ -9,9 +9,11 @@
 //! stay in [`link`]. The node's event loop owns a [`Backbone`], which puts them
 //! together.
 
+pub mod auth;
 mod dense;
 pub mod edge;
 mod idle;
+mod key_file;
 pub mod link;
 mod park;
 mod plumbing;
@@ -23,6 +25,7 @@ mod tests;
 
 pub use edge::{Edge, EdgeConfig, EdgeStats};
 pub use idle::{IdleStrategy, SpinThenPark, Wait};
+pub use key_file::KeyFile;
 pub use link::{
     edge_data_channel, is_dynamic_mdc, DriverCounters, DriverPlacement, Link, LinkConfig, Received,
     DEFAULT_MTU, FRAME_HEADER_BYTES,
@@ -101,6 +104,68 @@ pub enum BackboneError {
     Thread(std::io::Error),
 }
 
+/// With `[backbone] key_file`: what the backbone seals and checks (module [`auth`]).
+/// Each stream has its own origin and counter: a receiver of both would otherwise see
+/// one origin's counters out of order across them.
+struct Sealing {
+    file: KeyFile,
+    data_out: auth::Sealer,
+    requests_out: auth::Sealer,
+    data_in: auth::Verifier,
+    requests_in: auth::Verifier,
+}
+
+impl Sealing {
+    fn new(file: KeyFile) -> Sealing {
+        let now = auth::wall_clock_ns();
+        Sealing {
+            file,
+            data_out: auth::Sealer::new(random_id(), now),
+            requests_out: auth::Sealer::new(random_id(), now),
+            data_in: auth::Verifier::default(),
+            requests_in: auth::Verifier::default(),
+        }
+    }
+}
+
+/// Seals every message offered through it.
+struct SealedOutbox<'a, O: Outbox> {
+    out: &'a mut O,
+    sealer: &'a mut auth::Sealer,
+    key: &'a auth::Key,
+    now_ns: u64,
+}
+
+impl<O: Outbox> Outbox for SealedOutbox<'_, O> {
+    fn offer(&mut self, msg: &[u8]) -> bool {
+        let sealed = self.sealer.seal(self.key, msg, self.now_ns);
+        self.out.offer(sealed)
+    }
+}
+
+/// Messages dropped by the backbone's checks, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rejections {
+    /// [`auth::Rejected`] in order, then `sealed_without_key`: sealed messages at a node
+    /// with no key file.
+    pub by_reason: [u64; 6],
+}
+
+impl Rejections {
+    pub const REASONS: [&'static str; 6] = [
+        "unsealed",
+        "unknown_key",
+        "bad_mac",
+        "replayed",
+        "stale",
+        "no_key_file",
+    ];
+
+    pub fn total(&self) -> u64 {
+        self.by_reason.iter().sum()
+    }
+}
+
 impl BackboneError {
     fn aeron(what: &'static str, e: impl std::fmt::Debug) -> Self {
         BackboneError::Aeron {
@@ -148,6 +213,20 @@ pub struct BackboneFigures {
     pub reimages: u64,
     pub sources_lost: u64,
     pub link_restarts: u64,
+    /// Whether the backbone is authenticated (`[backbone] key_file`).
+    pub authenticated: bool,
+    /// Messages dropped: not sealed with a key of the node, replayed, stale.
+    pub rejections: Rejections,
+}
+
+/// What a node's backbone is made of (its `[backbone]` settings).
+pub struct BackboneSetup {
+    pub role: Role,
+    pub link: LinkConfig,
+    pub source: SourceConfig,
+    pub edge: EdgeConfig,
+    /// None: the backbone is not authenticated.
+    pub key_file: Option<KeyFile>,
 }
 
 /// The backbone of one node: its roles and its Aeron link, driven by the event loop.
@@ -166,6 +245,9 @@ pub struct Backbone {
     last_counters: std::cell::Cell<DriverCounters>,
     /// The edge's services version last given to the source as excluded.
     excluded_version: u64,
+    /// None: the backbone is not authenticated.
+    sealing: Option<Sealing>,
+    rejections: Rejections,
 }
 
 impl Backbone {
@@ -173,13 +255,17 @@ impl Backbone {
     /// driver's thread, where the receiver runs).
     pub fn start(
         core: &mut Node,
-        role: Role,
-        mut link_cfg: LinkConfig,
-        source_cfg: SourceConfig,
-        edge_cfg: EdgeConfig,
+        setup: BackboneSetup,
         wake: std::sync::Arc<dyn Fn() + Send + Sync>,
         now: Instant,
     ) -> Result<Backbone, BackboneError> {
+        let BackboneSetup {
+            role,
+            link: mut link_cfg,
+            source: source_cfg,
+            edge: edge_cfg,
+            key_file,
+        } = setup;
         link_cfg.source = role.is_source();
         link_cfg.edge = role.is_edge();
         let w = wake.clone();
@@ -202,6 +288,8 @@ impl Backbone {
             earlier: DriverCounters::default(),
             last_counters: Default::default(),
             excluded_version: 0,
+            sealing: key_file.map(Sealing::new),
+            rejections: Rejections::default(),
         })
     }
 
@@ -223,8 +311,35 @@ impl Backbone {
             messages: 0,
         };
         let (source, edge) = (&mut self.source, &mut self.edge);
+        let (sealing, rejections) = (&mut self.sealing, &mut self.rejections);
+        let now_ns = sealing.as_ref().map_or(0, |_| auth::wall_clock_ns());
         link.drain(|kind, session, msg| {
             work.messages += 1;
+            let msg = match sealing.as_mut() {
+                Some(s) => {
+                    let verifier = match kind {
+                        Received::Data => &mut s.data_in,
+                        Received::Request => &mut s.requests_in,
+                    };
+                    match verifier.verify(&s.file.keys, msg, now_ns) {
+                        Ok(plain) => plain.body,
+                        Err(why) => {
+                            rejected(rejections, why as usize, why.text(), session);
+                            return;
+                        }
+                    }
+                }
+                None if msg.len() > 1 && msg[1] & wire::SEALED != 0 => {
+                    rejected(
+                        rejections,
+                        5,
+                        "sealed, and this node has no [backbone] key_file",
+                        session,
+                    );
+                    return;
+                }
+                None => msg,
+            };
             match kind {
                 Received::Data => {
                     if let Some(e) = edge.as_mut() {
@@ -294,12 +409,48 @@ impl Backbone {
         let Some(link) = self.link.as_mut() else {
             return;
         };
-        if let (Some(e), Some(out)) = (self.edge.as_mut(), link.request_out()) {
-            e.pump(core, out, now);
+        match self.sealing.as_mut() {
+            None => {
+                if let (Some(e), Some(out)) = (self.edge.as_mut(), link.request_out()) {
+                    e.pump(core, out, now);
+                }
+                if let (Some(s), Some(out)) = (self.source.as_mut(), link.data_out()) {
+                    s.pump(core, out, now);
+                }
+            }
+            Some(sealing) => {
+                let now_ns = auth::wall_clock_ns();
+                let key = sealing.file.keys.signing();
+                if let (Some(e), Some(out)) = (self.edge.as_mut(), link.request_out()) {
+                    let mut out = SealedOutbox {
+                        out,
+                        sealer: &mut sealing.requests_out,
+                        key,
+                        now_ns,
+                    };
+                    e.pump(core, &mut out, now);
+                }
+                if let (Some(s), Some(out)) = (self.source.as_mut(), link.data_out()) {
+                    let mut out = SealedOutbox {
+                        out,
+                        sealer: &mut sealing.data_out,
+                        key,
+                        now_ns,
+                    };
+                    s.pump(core, &mut out, now);
+                }
+            }
         }
-        if let (Some(s), Some(out)) = (self.source.as_mut(), link.data_out()) {
-            s.pump(core, out, now);
-        }
+    }
+
+    /// Whether what the node sends is sealed and what it receives checked.
+    pub fn authenticated(&self) -> bool {
+        self.sealing.is_some()
+    }
+
+    /// Messages dropped by the checks since the start.
+    pub fn rejections(&self) -> &Rejections {
+        &self.rejections
     }
 
     pub fn on_tick(&mut self, core: &mut Node, now: Instant) {
@@ -314,6 +465,9 @@ impl Backbone {
         }
         if let Some(s) = self.source.as_mut() {
             s.on_tick(core, now);
+        }
+        if let Some(s) = self.sealing.as_mut() {
+            s.file.refresh(now);
         }
         self.restart_dead_link(core, now);
     }
@@ -356,12 +510,14 @@ impl Backbone {
 
     /// When [`Backbone::on_tick`] is next needed.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let a = self.source.as_ref().map(|s| s.poll_timeout());
-        let b = self.edge.as_ref().map(|e| e.poll_timeout());
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.source.as_ref().map(|s| s.poll_timeout()),
+            self.edge.as_ref().map(|e| e.poll_timeout()),
+            self.sealing.as_ref().map(|s| s.file.next_check()),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     pub fn link(&self) -> Option<&Link> {
@@ -389,6 +545,20 @@ impl Backbone {
             reimages,
             sources_lost,
             link_restarts: self.link_restarts,
+            authenticated: self.sealing.is_some(),
+            rejections: self.rejections.clone(),
         }
+    }
+}
+
+/// Counts a dropped message; the first and then every power of two of a reason is
+/// logged (a flood of forgeries does not flood the log).
+fn rejected(r: &mut Rejections, reason: usize, why: &str, session: i32) {
+    r.by_reason[reason] += 1;
+    let n = r.by_reason[reason];
+    if n.is_power_of_two() {
+        log::warn!(
+            "backbone: dropped a message of Aeron session {session}: {why} ({n} so far for this reason)"
+        );
     }
 }

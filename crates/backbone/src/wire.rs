@@ -12,6 +12,8 @@ use tickwire_proto::{DecodeError, EncodeError, ServiceState};
 
 pub const MAGIC: u8 = 0x54;
 pub const VERSION: u8 = 1;
+/// Set in the version byte of a sealed message (a MAC trailer follows it: `auth`).
+pub const SEALED: u8 = 0x80;
 /// Magic, version and kind.
 pub const HEADER_LEN: usize = 3;
 /// Bytes before a data message's Tickwire messages: header and source id.
@@ -123,7 +125,7 @@ impl<'a> BackboneMessage<'a> {
             });
         }
         let version = r.u8()?;
-        if version != VERSION {
+        if version & !SEALED != VERSION {
             return Err(DecodeError::InvalidValue {
                 what: "backbone version",
                 value: version as u64,

@@ -76,6 +76,44 @@ struct Nodes {
     /// The node the board reads from (the first edge), when not the same.
     board: Option<RunningNode>,
     others: Vec<RunningNode>,
+    /// Dropped after the nodes (fields drop in order).
+    _key_file: Option<DemoKeyFile>,
+}
+
+/// The demo backbone's key file (the backbone is authenticated, as it should be in
+/// production), in a directory of its own that goes when the demo ends.
+struct DemoKeyFile {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl DemoKeyFile {
+    fn new() -> Result<DemoKeyFile> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let dir = std::env::temp_dir().join(format!("tickwire-demo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot make {}", dir.display()))?;
+        let path = dir.join("backbone.keys");
+        let text = tickwire_backbone::auth::new_key_file()
+            .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(DemoKeyFile { dir, path })
+    }
+}
+
+impl Drop for DemoKeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl Nodes {
@@ -118,12 +156,14 @@ fn start_nodes(args: &DemoArgs) -> Result<Nodes> {
             feed: spawn_node(cfg)?,
             board: None,
             others: Vec::new(),
+            _key_file: None,
         });
     }
     let port = std::net::UdpSocket::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
     let channel = format!("aeron:udp?endpoint=239.20.30.41:{port}|interface=127.0.0.1");
+    let key_file = DemoKeyFile::new()?;
     let node = |name: &str, role: &str, listen: std::net::SocketAddr, ws: String| {
         let mut cfg = base.clone();
         cfg.node.name = name.into();
@@ -131,6 +171,7 @@ fn start_nodes(args: &DemoArgs) -> Result<Nodes> {
         cfg.websocket.listen = ws;
         cfg.backbone.role = role.into();
         cfg.backbone.channel = channel.clone();
+        cfg.backbone.key_file = key_file.path.display().to_string();
         cfg
     };
     let free: std::net::SocketAddr = "127.0.0.1:0".parse()?;
@@ -142,6 +183,7 @@ fn start_nodes(args: &DemoArgs) -> Result<Nodes> {
         feed: source,
         board: Some(edge_1),
         others: vec![edge_2],
+        _key_file: Some(key_file),
     })
 }
 
@@ -351,6 +393,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         feed: feed_node,
         board,
         others,
+        _key_file: key_file,
     } = nodes;
     let board_stats = match board {
         Some(b) => Some(b.stop()?),
@@ -360,6 +403,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         o.stop()?;
     }
     let feed_stats = feed_node.stop()?;
+    drop(key_file);
     result?;
     let sent = sent?;
     let fanned = board_stats.as_ref().unwrap_or(&feed_stats).updates_out;

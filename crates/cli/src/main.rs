@@ -1,5 +1,6 @@
 //! `tickwire`: the single binary. Thin subcommands over the library crates.
 
+mod backbone;
 mod demo;
 mod feed;
 mod journal;
@@ -80,6 +81,10 @@ enum Command {
     /// The node's journal of posts: `journal inspect DIR` prints its records.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
+    /// Backbone helpers: `backbone keygen > FILE` writes a new key file for
+    /// `[backbone] key_file` (an authenticated backbone).
+    #[command(subcommand)]
+    Backbone(backbone::BackboneCommand),
 }
 
 #[derive(clap::Args)]
@@ -286,6 +291,7 @@ fn main() {
         Command::Bench(c) => tickwire_bench::bench::run(c),
         Command::Users(c) => users::run(c),
         Command::Journal(c) => journal::run(c),
+        Command::Backbone(c) => backbone::run(c),
         Command::PerfPub(a) => tickwire_bench::perf_pub::run(a).map(|_| ()),
         Command::PerfPost(a) => tickwire_bench::perf_post::run(a).map(|_| ()),
         Command::PerfWsSub(a) => {

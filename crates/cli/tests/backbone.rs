@@ -5,24 +5,9 @@
 mod common;
 
 use common::*;
-use std::net::UdpSocket;
 use std::time::Duration;
 use tickwire_client::{Event, RequestOptions};
 use tickwire_proto::{DataState, StreamState};
-
-/// A free UDP port on loopback.
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("a free UDP port")
-}
-
-/// A multicast channel on loopback with a free port and a group of its own.
-fn channel(group: u8) -> String {
-    let port = free_udp_port();
-    format!("aeron:udp?endpoint=239.20.30.{group}:{port}|interface=127.0.0.1")
-}
 
 /// A subscriber of FEED/SYM0 at `node`, once its refresh and an update have come.
 fn watching_sym0(node: &Node) -> tickwire_client::Subscriber {

@@ -268,6 +268,8 @@ fn a_backbone_edges_metrics_carry_the_backbone_figures() {
         "tickwire_backbone_reimages_total",
         "tickwire_backbone_sources_lost_total",
         "tickwire_backbone_link_restarts_total",
+        "tickwire_backbone_authenticated",
+        "tickwire_backbone_rejected_total",
     ] {
         assert!(m.contains_key(name), "{name} missing from\n{body}");
     }

@@ -84,6 +84,11 @@ pub struct BackboneSection {
     pub receiver_window_bytes: usize,
     /// Services a source puts on the backbone; empty: all (but the node's own figures).
     pub services: Vec<String>,
+    /// The backbone's key file (`tickwire backbone keygen > FILE`, the same file on
+    /// every node): every message sent is sealed with a MAC, and every message received
+    /// that is not sealed with one of its keys, or is replayed, is dropped and counted.
+    /// Empty: no authentication (anyone who can send to the channel is heard).
+    pub key_file: String,
 }
 
 impl Default for BackboneSection {
@@ -111,6 +116,7 @@ impl Default for BackboneSection {
             socket_buffer_bytes: 2 << 20,
             receiver_window_bytes: 0,
             services: Vec::new(),
+            key_file: String::new(),
         }
     }
 }
@@ -381,12 +387,34 @@ impl BackboneSection {
     }
 
     /// The largest data message a source builds: `batch_bytes`, or by default one
-    /// datagram's payload (within Aeron's largest message, an eighth of a term).
+    /// datagram's payload (within Aeron's largest message, an eighth of a term), less
+    /// the seal's trailer when the backbone is authenticated.
     pub fn batch_bytes(&self) -> usize {
+        let trailer = if self.key_file.is_empty() {
+            0
+        } else {
+            tickwire_backbone::auth::TRAILER_LEN
+        };
         match self.batch_bytes {
-            0 => (self.mtu - tickwire_backbone::FRAME_HEADER_BYTES).min(self.term_length / 8),
-            b => b,
+            0 => {
+                (self.mtu - tickwire_backbone::FRAME_HEADER_BYTES).min(self.term_length / 8)
+                    - trailer
+            }
+            b => b - trailer,
         }
+    }
+
+    /// The key file, read (a node with a key file it cannot use does not start).
+    pub fn key_file(
+        &self,
+        now: std::time::Instant,
+    ) -> Result<Option<tickwire_backbone::KeyFile>, ConfigError> {
+        if self.key_file.is_empty() {
+            return Ok(None);
+        }
+        tickwire_backbone::KeyFile::load(std::path::Path::new(&self.key_file), now)
+            .map(Some)
+            .map_err(|e| invalid("backbone.key_file", format!("{:?}", self.key_file), &e))
     }
 
     pub fn source_config(&self, node_name: &str) -> SourceConfig {

@@ -528,4 +528,32 @@ fn backbone(r: &mut Registry, b: &tickwire_backbone::BackboneFigures) {
         "Times the backbone link was rebuilt",
         b.link_restarts,
     );
+    gauge(
+        r,
+        "backbone_authenticated",
+        "1 when the backbone's messages are sealed and checked ([backbone] key_file)",
+        i64::from(b.authenticated),
+    );
+    counter(
+        r,
+        "backbone_rejected",
+        "Backbone messages dropped: not sealed with a key of the node, forged, replayed or stale",
+        b.rejections.total(),
+    );
+    counter_family(
+        r,
+        "backbone_rejected_by_reason",
+        "Backbone messages dropped, by reason",
+        tickwire_backbone::Rejections::REASONS
+            .iter()
+            .zip(b.rejections.by_reason)
+            .map(|(reason, n)| {
+                (
+                    ReasonLabel {
+                        reason: (*reason).into(),
+                    },
+                    n,
+                )
+            }),
+    );
 }

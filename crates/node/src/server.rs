@@ -809,12 +809,19 @@ impl NodeServer {
         };
         let waker = self.shutdown.waker.clone();
         let name = &self.cfg.node.name;
+        let key_file = cfg
+            .key_file(now)
+            .map_err(|e| io::Error::other(format!("cannot join the backbone: {e}")))?;
+        let setup = tickwire_backbone::BackboneSetup {
+            role,
+            link: cfg.link_config(),
+            source: cfg.source_config(name),
+            edge: cfg.edge_config(name),
+            key_file,
+        };
         let b = Backbone::start(
             core,
-            role,
-            cfg.link_config(),
-            cfg.source_config(name),
-            cfg.edge_config(name),
+            setup,
             std::sync::Arc::new(move || {
                 let _ = waker.wake();
             }),
@@ -828,12 +835,20 @@ impl NodeServer {
             );
         }
         info!(
-            "backbone: {} on {} (data stream {}, requests stream {})",
+            "backbone: {} on {} (data stream {}, requests stream {}), {}",
             role.name(),
             cfg.channel,
             cfg.data_stream,
-            cfg.request_stream
+            cfg.request_stream,
+            if b.authenticated() {
+                format!("authenticated with the keys of {}", cfg.key_file)
+            } else {
+                "NOT authenticated".into()
+            }
         );
+        if !b.authenticated() {
+            warn!("backbone: no [backbone] key_file: any host that can send to the channel is heard (it can inject data, keep a dead source live or fill the source table); `tickwire backbone keygen > FILE` makes a key file");
+        }
         Ok(Some(b))
     }
 

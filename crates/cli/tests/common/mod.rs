@@ -895,3 +895,86 @@ pub fn node_figures(node: &Node) -> serde_json::Value {
         serde_json::from_str(out.stdout.lines().next().expect("a line")).expect("json");
     v["fields"].clone()
 }
+
+/// Runs `f` on a thread of its own inside a network namespace it makes (loopback up,
+/// multicast routed over it): the processes, sockets and threads `f` starts are in it
+/// too, so the forged datagrams and floods of a test never leave it. Needs root (or
+/// CAP_SYS_ADMIN), as CI has.
+pub fn in_network_namespace<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let thread = std::thread::spawn(move || {
+        // SAFETY: unshare(2) with a flag; it changes only this thread's namespaces.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+        assert_eq!(
+            rc,
+            0,
+            "this test makes a network namespace of its own (root or CAP_SYS_ADMIN needed): {}",
+            std::io::Error::last_os_error()
+        );
+        for args in [
+            &["link", "set", "lo", "up"][..],
+            &["route", "add", "224.0.0.0/4", "dev", "lo"][..],
+        ] {
+            let st = Command::new("ip")
+                .args(args)
+                .status()
+                .expect("ip (iproute2; scripts/setup.sh installs it)");
+            assert!(st.success(), "ip {args:?} failed in the test's namespace");
+        }
+        f()
+    });
+    thread
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
+/// One sample of the node's `GET /metrics` at `http` (its --ws address), named as
+/// printed: `tickwire_backbone_rejected_total`, or with labels
+/// `tickwire_backbone_rejected_by_reason_total{reason="bad_mac"}`.
+pub fn metric(http: &str, sample: &str) -> Option<f64> {
+    let mut s = TcpStream::connect(http).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {http}\r\n\r\n").ok()?;
+    let mut all = String::new();
+    s.read_to_string(&mut all).ok()?;
+    all.lines().find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == sample).then(|| value.parse().ok())?
+    })
+}
+
+/// Waits until `metric(http, sample)` passes `pred`; panics with the last value after
+/// `timeout`.
+pub fn wait_for_metric(
+    http: &str,
+    sample: &str,
+    timeout: Duration,
+    pred: impl Fn(f64) -> bool,
+) -> f64 {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let v = metric(http, sample);
+        if let Some(v) = v.filter(|v| pred(*v)) {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sample} at {http} is {v:?} after {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A free UDP port on loopback.
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port")
+}
+
+/// A backbone channel: multicast on loopback, with a free port and a group of its own
+/// (`239.20.30.GROUP`), so that tests run side by side.
+pub fn channel(group: u8) -> String {
+    let port = free_udp_port();
+    format!("aeron:udp?endpoint=239.20.30.{group}:{port}|interface=127.0.0.1")
+}

@@ -1,0 +1,508 @@
+//! The backbone's keyed MACs: with a key file, a node hears only nodes that hold the
+//! backbone's key (docs/PROTOCOL.md, section 10, "Sealed messages").
+//!
+//! A sealed message is the plain one with the `SEALED` bit set in its version byte and
+//! a trailer of 36 bytes:
+//!
+//! ```text
+//! key id u32 | origin u64 | counter u64 | tag (16 bytes)
+//! ```
+//!
+//! `tag` is HMAC-SHA256 (the key named by `key id`) of every byte before it, cut to 16
+//! bytes. `origin` is random for each run of a node's backbone; `counter` grows with
+//! every message an origin sends and starts from the wall clock in nanoseconds, so
+//! that a receiver can tell a replayed message (a counter it has passed) and, for an
+//! origin it has not heard yet, a recorded one (a counter far from its own clock).
+//!
+//! Sans-IO like the rest of the crate: [`Keys::parse`] takes the file's text,
+//! [`Verifier::verify`] the wall-clock time.
+
+use ring::hmac;
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::wire::{HEADER_LEN, SEALED};
+
+/// Key id, origin, counter and tag.
+pub const TRAILER_LEN: usize = 4 + 8 + 8 + TAG_LEN;
+const TAG_LEN: usize = 16;
+/// Bytes of a key.
+pub const KEY_LEN: usize = 32;
+/// Keys a file may list (the one signing, those still accepted during a rotation).
+pub const MAX_KEYS: usize = 16;
+/// A receiver takes an origin it has not heard yet only if its counter is within this
+/// much of the receiver's clock (nodes' clocks must agree that well): older messages
+/// are recordings.
+pub const MAX_CLOCK_SKEW_NS: u64 = 60_000_000_000;
+/// Origins a receiver remembers (the longest-silent is forgotten past it). Only
+/// messages that carry a valid MAC add one, so only key holders can fill it.
+pub const MAX_ORIGINS: usize = 4096;
+
+/// One key of a key file.
+#[derive(Clone)]
+pub struct Key {
+    pub id: u32,
+    hmac: hmac::Key,
+    bytes: [u8; KEY_LEN],
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({:08x})", self.id)
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.id == other.id && self.bytes == other.bytes
+    }
+}
+
+impl Key {
+    pub fn new(id: u32, bytes: [u8; KEY_LEN]) -> Key {
+        Key {
+            id,
+            hmac: hmac::Key::new(hmac::HMAC_SHA256, &bytes),
+            bytes,
+        }
+    }
+}
+
+/// The keys of a key file: the first signs, every one is accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Keys {
+    keys: Vec<Key>,
+}
+
+/// Why a key file was refused; `line` counts from 1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyFileError {
+    #[error("line {line}: {what} (a key line is \"<8 hex digits: key id> <64 hex digits: key>\"; `tickwire backbone keygen` writes one)")]
+    Line { line: usize, what: String },
+    #[error("no key in the file (`tickwire backbone keygen > FILE` writes one)")]
+    Empty,
+    #[error("more than {MAX_KEYS} keys")]
+    TooMany,
+}
+
+fn hex_nibble(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn hex_decode(s: &str, out: &mut [u8]) -> bool {
+    let b = s.as_bytes();
+    if b.len() != out.len() * 2 {
+        return false;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        match (hex_nibble(b[2 * i]), hex_nibble(b[2 * i + 1])) {
+            (Some(h), Some(l)) => *o = h << 4 | l,
+            _ => return false,
+        }
+    }
+    true
+}
+
+impl Keys {
+    /// Reads a key file's text: one key per line, `<id> <key>` in hex; `#` starts a
+    /// comment.
+    pub fn parse(text: &str) -> Result<Keys, KeyFileError> {
+        let mut keys: Vec<Key> = Vec::new();
+        for (n, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let bad = |what: &str| KeyFileError::Line {
+                line: n + 1,
+                what: what.to_string(),
+            };
+            let mut words = line.split_whitespace();
+            let (Some(id), Some(key), None) = (words.next(), words.next(), words.next()) else {
+                return Err(bad("two words expected"));
+            };
+            let mut id_bytes = [0u8; 4];
+            if !hex_decode(id, &mut id_bytes) {
+                return Err(bad("the key id is not 8 hex digits"));
+            }
+            let mut bytes = [0u8; KEY_LEN];
+            if !hex_decode(key, &mut bytes) {
+                return Err(bad("the key is not 64 hex digits (32 bytes)"));
+            }
+            let id = u32::from_be_bytes(id_bytes);
+            if keys.iter().any(|k| k.id == id) {
+                return Err(bad("a key id listed twice"));
+            }
+            if keys.len() == MAX_KEYS {
+                return Err(KeyFileError::TooMany);
+            }
+            keys.push(Key::new(id, bytes));
+        }
+        if keys.is_empty() {
+            return Err(KeyFileError::Empty);
+        }
+        Ok(Keys { keys })
+    }
+
+    /// A key file's text with one new key from `random` (32 bytes of key, 4 of id).
+    pub fn generate(random: [u8; KEY_LEN + 4]) -> String {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        format!(
+            "# Tickwire backbone key file (tickwire backbone keygen). Keep it secret: every\n\
+             # node of the backbone needs the same file, readable by the node only.\n\
+             # One key per line, \"<key id> <key>\" in hex. The first key signs what the node\n\
+             # sends; every key listed is accepted. To rotate without a restart: add the new\n\
+             # key as a second line on every node, then move it first on every node, then\n\
+             # remove the old one (nodes re-read the file within a second of a change).\n\
+             {} {}\n",
+            hex(&random[KEY_LEN..]),
+            hex(&random[..KEY_LEN])
+        )
+    }
+
+    /// The key that signs.
+    pub fn signing(&self) -> &Key {
+        &self.keys[0]
+    }
+
+    pub fn ids(&self) -> Vec<u32> {
+        self.keys.iter().map(|k| k.id).collect()
+    }
+
+    fn get(&self, id: u32) -> Option<&Key> {
+        self.keys.iter().find(|k| k.id == id)
+    }
+}
+
+fn tag(key: &Key, signed: &[u8]) -> [u8; TAG_LEN] {
+    let full = hmac::sign(&key.hmac, signed);
+    let mut t = [0u8; TAG_LEN];
+    t.copy_from_slice(&full.as_ref()[..TAG_LEN]);
+    t
+}
+
+/// Seals what one origin sends.
+#[derive(Debug)]
+pub struct Sealer {
+    origin: u64,
+    counter: u64,
+    scratch: Vec<u8>,
+}
+
+impl Sealer {
+    /// `origin`: random for this run; `now_ns`: the wall clock (the first counter).
+    pub fn new(origin: u64, now_ns: u64) -> Sealer {
+        Sealer {
+            origin,
+            counter: now_ns,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// `msg` sealed with `key` (borrowed until the next call). The counter advances
+    /// with the wall clock `now_ns` when that is ahead, so that a receiver hearing this
+    /// origin for the first time finds it near its own clock.
+    pub fn seal(&mut self, key: &Key, msg: &[u8], now_ns: u64) -> &[u8] {
+        self.counter = (self.counter + 1).max(now_ns);
+        let s = &mut self.scratch;
+        s.clear();
+        s.extend_from_slice(msg);
+        if s.len() > 1 {
+            s[1] |= SEALED;
+        }
+        s.extend_from_slice(&key.id.to_be_bytes());
+        s.extend_from_slice(&self.origin.to_be_bytes());
+        s.extend_from_slice(&self.counter.to_be_bytes());
+        let t = tag(key, s);
+        s.extend_from_slice(&t);
+        s
+    }
+}
+
+/// Why a received message was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejected {
+    /// Not sealed, or too short to be.
+    Unsealed,
+    /// Sealed with a key this node does not have.
+    UnknownKey,
+    /// The MAC does not match: forged or damaged.
+    BadMac,
+    /// A counter this origin has already passed: a replay.
+    Replayed,
+    /// The first message of an origin, far from this node's clock: a recording.
+    Stale,
+}
+
+impl Rejected {
+    pub const ALL: [Rejected; 5] = [
+        Rejected::Unsealed,
+        Rejected::UnknownKey,
+        Rejected::BadMac,
+        Rejected::Replayed,
+        Rejected::Stale,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Rejected::Unsealed => "unsealed",
+            Rejected::UnknownKey => "unknown_key",
+            Rejected::BadMac => "bad_mac",
+            Rejected::Replayed => "replayed",
+            Rejected::Stale => "stale",
+        }
+    }
+
+    /// Said in the log.
+    pub fn text(self) -> &'static str {
+        match self {
+            Rejected::Unsealed => "not sealed (a sender with no key_file, or a stranger)",
+            Rejected::UnknownKey => "sealed with a key this node does not have",
+            Rejected::BadMac => "its MAC does not match (forged or damaged)",
+            Rejected::Replayed => "a replay (a counter its sender has passed)",
+            Rejected::Stale => "the first heard from its sender, and more than 60 s from this node's clock (a recording, or clocks that disagree)",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Checks what one node receives on one stream.
+#[derive(Debug, Default)]
+pub struct Verifier {
+    /// Per origin: the last counter taken.
+    seen: HashMap<u64, u64>,
+    /// Messages dropped, by [`Rejected`].
+    pub rejected: [u64; 5],
+}
+
+impl Verifier {
+    /// The plain message inside `msg` if it is sealed with one of `keys`, fresh and not
+    /// seen before; else why not (counted).
+    pub fn verify<'a>(
+        &mut self,
+        keys: &Keys,
+        msg: &'a [u8],
+        now_ns: u64,
+    ) -> Result<Plain<'a>, Rejected> {
+        let r = self.check(keys, msg, now_ns);
+        if let Err(why) = r {
+            self.rejected[why.index()] += 1;
+        }
+        r
+    }
+
+    fn check<'a>(
+        &mut self,
+        keys: &Keys,
+        msg: &'a [u8],
+        now_ns: u64,
+    ) -> Result<Plain<'a>, Rejected> {
+        if msg.len() < HEADER_LEN + TRAILER_LEN || msg[1] & SEALED == 0 {
+            return Err(Rejected::Unsealed);
+        }
+        let (signed, got) = msg.split_at(msg.len() - TAG_LEN);
+        let trailer = &signed[signed.len() - (TRAILER_LEN - TAG_LEN)..];
+        let word = |at: usize, n: usize| {
+            trailer[at..at + n]
+                .iter()
+                .fold(0u64, |v, &b| v << 8 | u64::from(b))
+        };
+        let (id, origin, counter) = (word(0, 4) as u32, word(4, 8), word(12, 8));
+        let key = keys.get(id).ok_or(Rejected::UnknownKey)?;
+        let want = tag(key, signed);
+        // Constant time: a forger learns nothing from how long the check took.
+        if want.iter().zip(got).fold(0u8, |d, (a, b)| d | (a ^ b)) != 0 {
+            return Err(Rejected::BadMac);
+        }
+        match self.seen.get_mut(&origin) {
+            Some(last) if counter <= *last => return Err(Rejected::Replayed),
+            Some(last) => *last = counter,
+            None => {
+                if counter.abs_diff(now_ns) > MAX_CLOCK_SKEW_NS {
+                    return Err(Rejected::Stale);
+                }
+                if self.seen.len() >= MAX_ORIGINS {
+                    // The longest silent: the counter follows its sender's clock.
+                    if let Some(oldest) = self.seen.iter().min_by_key(|(_, c)| **c).map(|(o, _)| *o)
+                    {
+                        self.seen.remove(&oldest);
+                    }
+                }
+                self.seen.insert(origin, counter);
+            }
+        }
+        Ok(Plain {
+            body: &msg[..msg.len() - TRAILER_LEN],
+            origin,
+        })
+    }
+
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected.iter().sum()
+    }
+}
+
+/// A verified message: the plain bytes (the `SEALED` bit still set: the decoder
+/// ignores it) and who sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plain<'a> {
+    pub body: &'a [u8],
+    pub origin: u64,
+}
+
+/// A new key file's text, from the system's random number generator.
+pub fn new_key_file() -> Result<String, ring::error::Unspecified> {
+    use ring::rand::SecureRandom;
+    let mut random = [0u8; KEY_LEN + 4];
+    ring::rand::SystemRandom::new().fill(&mut random)?;
+    Ok(Keys::generate(random))
+}
+
+/// The wall clock in nanoseconds since 1970.
+pub fn wall_clock_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::BackboneMessage;
+
+    const NOW: u64 = 1_800_000_000_000_000_000;
+
+    fn keys(lines: &[(u32, u8)]) -> Keys {
+        let text: String = lines
+            .iter()
+            .map(|(id, b)| format!("{id:08x} {}\n", format!("{b:02x}").repeat(32)))
+            .collect();
+        Keys::parse(&text).unwrap()
+    }
+
+    fn heartbeat() -> Vec<u8> {
+        let mut v = Vec::new();
+        BackboneMessage::Heartbeat {
+            source: 7,
+            name: "src",
+            directory_version: 3,
+        }
+        .encode(&mut v)
+        .unwrap();
+        v
+    }
+
+    #[test]
+    fn a_sealed_message_verifies_and_decodes_as_the_plain_one() {
+        let k = keys(&[(1, 0xaa)]);
+        let mut s = Sealer::new(42, NOW);
+        let plain = heartbeat();
+        let sealed = s.seal(k.signing(), &plain, NOW).to_vec();
+        assert_eq!(sealed.len(), plain.len() + TRAILER_LEN);
+        let mut v = Verifier::default();
+        let p = v.verify(&k, &sealed, NOW).unwrap();
+        assert_eq!(p.origin, 42);
+        assert_eq!(
+            BackboneMessage::decode(p.body).unwrap(),
+            BackboneMessage::decode(&plain).unwrap()
+        );
+    }
+
+    #[test]
+    fn forged_replayed_unsealed_and_stale_messages_are_dropped_and_counted() {
+        let k = keys(&[(1, 0xaa)]);
+        let other = keys(&[(1, 0xbb)]);
+        let mut v = Verifier::default();
+        let mut s = Sealer::new(42, NOW);
+        let first = s.seal(k.signing(), &heartbeat(), NOW).to_vec();
+        assert!(v.verify(&k, &first, NOW).is_ok());
+        // The same bytes again.
+        assert_eq!(v.verify(&k, &first, NOW), Err(Rejected::Replayed));
+        // A plain message.
+        assert_eq!(v.verify(&k, &heartbeat(), NOW), Err(Rejected::Unsealed));
+        // Sealed with another key that has the same id.
+        let mut forger = Sealer::new(43, NOW);
+        let forged = forger.seal(other.signing(), &heartbeat(), NOW).to_vec();
+        assert_eq!(v.verify(&k, &forged, NOW), Err(Rejected::BadMac));
+        // One bit changed anywhere.
+        let mut flipped = s.seal(k.signing(), &heartbeat(), NOW).to_vec();
+        flipped[5] ^= 1;
+        assert_eq!(v.verify(&k, &flipped, NOW), Err(Rejected::BadMac));
+        // An unknown key id.
+        let mut unknown = s.seal(k.signing(), &heartbeat(), NOW).to_vec();
+        let at = unknown.len() - TRAILER_LEN;
+        unknown[at] ^= 0xff;
+        assert_eq!(v.verify(&k, &unknown, NOW), Err(Rejected::UnknownKey));
+        // A recording of an origin this receiver has not heard: two minutes old.
+        let mut old = Sealer::new(44, NOW - 120_000_000_000);
+        let rec = old
+            .seal(k.signing(), &heartbeat(), NOW - 120_000_000_000)
+            .to_vec();
+        assert_eq!(v.verify(&k, &rec, NOW), Err(Rejected::Stale));
+        assert_eq!(v.rejected, [1, 1, 2, 1, 1]);
+        assert_eq!(v.rejected_total(), 6);
+        // The origin goes on: later counters pass.
+        let next = s.seal(k.signing(), &heartbeat(), NOW).to_vec();
+        assert!(v.verify(&k, &next, NOW).is_ok());
+    }
+
+    #[test]
+    fn during_a_rotation_both_keys_are_accepted_and_the_first_signs() {
+        let old = keys(&[(1, 0xaa)]);
+        let both = keys(&[(2, 0xcc), (1, 0xaa)]);
+        assert_eq!(both.signing().id, 2);
+        let mut v = Verifier::default();
+        let mut a = Sealer::new(1, NOW);
+        let mut b = Sealer::new(2, NOW);
+        let by_old = a.seal(old.signing(), &heartbeat(), NOW).to_vec();
+        let by_new = b.seal(both.signing(), &heartbeat(), NOW).to_vec();
+        assert!(v.verify(&both, &by_old, NOW).is_ok());
+        assert!(v.verify(&both, &by_new, NOW).is_ok());
+        // A node still on the old file does not hear the new key.
+        let by_new = b.seal(both.signing(), &heartbeat(), NOW).to_vec();
+        assert_eq!(v.verify(&old, &by_new, NOW), Err(Rejected::UnknownKey));
+    }
+
+    #[test]
+    fn strangers_cannot_fill_the_origins_and_key_holders_push_out_the_stalest() {
+        let k = keys(&[(1, 0xaa)]);
+        let mut v = Verifier::default();
+        for o in 0..MAX_ORIGINS as u64 + 10 {
+            let mut s = Sealer::new(o, NOW + o);
+            assert!(v
+                .verify(&k, s.seal(k.signing(), &heartbeat(), NOW + o), NOW)
+                .is_ok());
+        }
+        assert_eq!(v.seen.len(), MAX_ORIGINS);
+        assert!(!v.seen.contains_key(&0), "the stalest origin was forgotten");
+    }
+
+    #[test]
+    fn key_files_are_checked_line_by_line() {
+        let gen = Keys::generate([7u8; 36]);
+        let k = Keys::parse(&gen).unwrap();
+        assert_eq!(k.ids(), vec![0x07070707]);
+        assert_eq!(Keys::parse("# nothing\n"), Err(KeyFileError::Empty));
+        let e = Keys::parse("0000000g 00\n").unwrap_err();
+        assert!(e.to_string().contains("line 1"), "{e}");
+        let short = format!("00000001 {}\n", "ab".repeat(31));
+        assert!(Keys::parse(&short)
+            .unwrap_err()
+            .to_string()
+            .contains("64 hex"));
+        let twice = format!("00000001 {k}\n00000001 {k}\n", k = "ab".repeat(32));
+        assert!(Keys::parse(&twice)
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
+    }
+}
