@@ -996,6 +996,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 "backbone_idle": args.backbone_idle,
                 "backbone_max_park_us": args.backbone_max_park_us,
                 "backbone_mtu": args.backbone_mtu,
+                "backbone_auth": args.backbone_auth,
                 "wait_strategies": args.wait_strategies,
                 "pass_criteria": "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, no update conflated, publisher within 1% of its schedule",
             }),

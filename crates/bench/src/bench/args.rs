@@ -173,6 +173,11 @@ pub struct BackboneFlags {
     /// carries; 1408, the node's default, fits a 1,500-byte Ethernet frame.
     #[arg(long, value_name = "BYTES", default_value_t = 8192)]
     pub backbone_mtu: usize,
+    /// Backbone scenario: whether the nodes' backbone is authenticated (`[backbone]
+    /// key_file`, with a key made for the run in --out): `on`, as a production backbone
+    /// should be, or `off`, to see what the seals cost.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub backbone_auth: String,
 }
 
 // The wait scenario.
@@ -303,6 +308,7 @@ impl AllFlags {
             backbone_idle: backbone.backbone_idle,
             backbone_max_park_us: backbone.backbone_max_park_us,
             backbone_mtu: backbone.backbone_mtu,
+            backbone_auth: backbone.backbone_auth,
             wait_strategies: wait.wait_strategies,
             memory_connections: memory.memory_connections,
             memory_items: memory.memory_items,
@@ -345,6 +351,7 @@ pub struct BenchArgs {
     pub backbone_idle: String,
     pub backbone_max_park_us: Option<u64>,
     pub backbone_mtu: usize,
+    pub backbone_auth: String,
     pub wait_strategies: Vec<String>,
     pub memory_connections: usize,
     pub memory_items: usize,
@@ -632,6 +639,7 @@ mod tests {
             "--backbone-idle",
             "--backbone-max-park-us",
             "--backbone-mtu",
+            "--backbone-auth",
             "--wait-strategies",
             "--memory-connections",
             "--memory-items",
@@ -676,6 +684,7 @@ mod tests {
             backbone_idle: "adaptive".into(),
             backbone_max_park_us: None,
             backbone_mtu: 8192,
+            backbone_auth: "on".into(),
             wait_strategies: ["block", "adaptive", "backoff", "yield", "spin"]
                 .map(String::from)
                 .to_vec(),

@@ -75,10 +75,14 @@ impl Lab {
                 tickwire_backbone::IdleStrategy::NAMES
             );
         }
+        let key_file = match self.args.backbone_auth.as_str() {
+            "on" => format!("key_file = {:?}\n", self.backbone_key_file()?.display()),
+            _ => String::new(),
+        };
         Ok(RigSpec {
             backbone: Some(BackboneSpec::loopback()?),
             node_config: Some(format!(
-                "[backbone]\ndriver = {:?}\nidle = {:?}\nmtu = {}\n{}",
+                "[backbone]\ndriver = {:?}\nidle = {:?}\nmtu = {}\n{}{key_file}",
                 self.args.backbone_driver,
                 self.args.backbone_idle,
                 self.args.backbone_mtu,
@@ -90,6 +94,35 @@ impl Lab {
         })
     }
 
+    /// The run's backbone key file (`--backbone-auth on`), made once in --out.
+    fn backbone_key_file(&self) -> Result<std::path::PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.args.out.join("backbone.keys");
+        if !path.exists() {
+            let text = tickwire_backbone::auth::new_key_file()
+                .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
+            std::fs::write(&path, text)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        }
+        // The rigs' nodes run from the lab's own directory: the path must not depend on it.
+        Ok(std::fs::canonicalize(&path)?)
+    }
+
+    /// How the transport is described in the reports.
+    pub(super) fn backbone_transport(&self) -> String {
+        format!(
+            "Aeron UDP multicast on loopback, {}-byte datagrams, embedded media drivers (shared threading, run by the {}, {} idle), {}",
+            self.args.backbone_mtu,
+            self.args.backbone_driver,
+            self.args.backbone_idle,
+            if self.args.backbone_auth == "on" {
+                "authenticated (HMAC-SHA256 per message)"
+            } else {
+                "not authenticated"
+            }
+        )
+    }
+
     pub(super) fn backbone(&mut self) -> Result<()> {
         let items = if self.quick {
             self.args.items.min(10_000)
@@ -98,12 +131,7 @@ impl Lab {
         };
         let (secs, bisect) = (self.seconds(), self.bisections());
         let mut r = BackboneResult {
-            transport: format!(
-                "Aeron UDP multicast on loopback, {}-byte datagrams, embedded media drivers (shared threading, run by the {}, {} idle)",
-                self.args.backbone_mtu,
-                self.args.backbone_driver,
-                self.args.backbone_idle
-            ),
+            transport: self.backbone_transport(),
             ..BackboneResult::default()
         };
 

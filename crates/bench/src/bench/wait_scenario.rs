@@ -54,8 +54,14 @@ impl Lab {
         let items = self.args.items.min(MAX_ITEMS);
         let mut r = WaitResult {
             transport: format!(
-                "Aeron UDP multicast on loopback, {}-byte datagrams, embedded media drivers run by the {}",
-                self.args.backbone_mtu, self.args.backbone_driver
+                "Aeron UDP multicast on loopback, {}-byte datagrams, embedded media drivers run by the {}, {}",
+                self.args.backbone_mtu,
+                self.args.backbone_driver,
+                if self.args.backbone_auth == "on" {
+                    "authenticated (HMAC-SHA256 per message)"
+                } else {
+                    "not authenticated"
+                }
             ),
             ..WaitResult::default()
         };
