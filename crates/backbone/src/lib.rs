@@ -4,6 +4,10 @@
 //! the backbone's own messages ([`wire`]) say which source is alive, what services it
 //! has, which of its streams carries which item, and which items the edges want.
 //!
+//! With a key file ([`auth`], [`KeyFile`]) every message sent is sealed with a keyed
+//! MAC and every message received is checked before a role sees it: only nodes holding
+//! the key are heard.
+//!
 //! The roles are sans-IO like the node's core: [`Source`] and [`Edge`] are driven with
 //! `now`, the core they serve, and an [`Outbox`] to offer messages to; the Aeron calls
 //! stay in [`link`]. The node's event loop owns a [`Backbone`], which puts them

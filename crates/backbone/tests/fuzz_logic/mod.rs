@@ -58,7 +58,9 @@ fn sealing(data: &[u8]) {
     }
     let mut s = Sealer::new(9, NOW);
     let sealed = s.seal(keys.signing(), data, NOW).to_vec();
-    let plain = v.verify(&keys, &sealed, NOW).expect("a sealed message verifies");
+    let plain = v
+        .verify(&keys, &sealed, NOW)
+        .expect("a sealed message verifies");
     assert_eq!(plain.body.len(), data.len());
     assert_eq!(&plain.body[2..], data.get(2..).unwrap_or_default());
     assert!(v.verify(&keys, &sealed, NOW).is_err(), "a replay passes");
