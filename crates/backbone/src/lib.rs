@@ -21,6 +21,7 @@ mod key_file;
 pub mod link;
 mod park;
 mod plumbing;
+mod setup_guard;
 pub mod source;
 pub mod wire;
 

@@ -18,6 +18,7 @@
 //! (it sleeps between its rare duties). Offers write into shared memory, no syscall.
 
 use crate::park::{Parker, Unparker};
+use crate::setup_guard;
 use crate::{BackboneError, IdleStrategy, Outbox, SpinThenPark};
 use log::{info, warn};
 use rusteron_client::{
@@ -112,6 +113,12 @@ pub struct LinkConfig {
     pub receiver_window: usize,
     /// Directory under which the driver makes its own (`/dev/shm` when present).
     pub driver_base: PathBuf,
+    /// New Aeron sessions (SETUPs of senders not heard yet) the driver takes per
+    /// second, at most ([`crate::setup_guard`]).
+    pub new_sessions_per_s: u32,
+    /// Aeron images (senders) per stream the driver keeps at most (Aeron's stream
+    /// session limit).
+    pub max_sessions_per_stream: u32,
 }
 
 impl LinkConfig {
@@ -136,6 +143,8 @@ impl LinkConfig {
             socket_buffer: 2 << 20,
             receiver_window: 2 << 20,
             driver_base: default_driver_base(),
+            new_sessions_per_s: 50,
+            max_sessions_per_stream: 256,
         }
     }
 }
@@ -251,6 +260,8 @@ pub struct DriverCounters {
     pub naks_received: u64,
     pub retransmits_sent: u64,
     pub invalid_packets: u64,
+    /// SETUPs of new Aeron sessions dropped past `new_sessions_per_s`.
+    pub new_sessions_refused: u64,
 }
 
 impl std::ops::AddAssign for DriverCounters {
@@ -261,6 +272,7 @@ impl std::ops::AddAssign for DriverCounters {
         self.naks_received += o.naks_received;
         self.retransmits_sent += o.retransmits_sent;
         self.invalid_packets += o.invalid_packets;
+        self.new_sessions_refused += o.new_sessions_refused;
     }
 }
 
@@ -303,6 +315,9 @@ struct Driver {
     /// With a parking idle strategy: wakes the driver's own thread when it is parked
     /// (something was offered, or a command sent).
     unparker: Option<Arc<Unparker>>,
+    /// The SETUP guard's settings and count, and the driver context it was set on.
+    guard: Arc<setup_guard::GuardShared>,
+    context: usize,
 }
 
 /// Work run on the driver's thread after each of its duty cycles.
@@ -371,6 +386,7 @@ impl Drop for Driver {
             let _ = t.join();
         }
         drop(self.inline.take());
+        setup_guard::forget(self.context);
         // The driver deletes it on a clean close; a failed close leaves nothing behind.
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -693,6 +709,7 @@ impl Link {
                     _ => {}
                 }
             });
+        c.new_sessions_refused = self._driver.guard.dropped.load(Ordering::Relaxed);
         c
     }
 
@@ -1020,6 +1037,17 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
         "image liveness",
         ctx.set_image_liveness_timeout_ns(cfg.image_liveness.as_nanos() as u64),
     )?;
+    set(
+        "stream session limit",
+        ctx.set_stream_session_limit(cfg.max_sessions_per_stream.min(i32::MAX as u32) as i32),
+    )?;
+    let guard = Arc::new(setup_guard::GuardShared {
+        per_second: cfg.new_sessions_per_s.max(1),
+        dropped: AtomicU64::new(0),
+    });
+    let context = ctx.get_inner() as usize;
+    setup_guard::install(&ctx, guard.clone())
+        .map_err(|e| BackboneError::aeron("SETUP guard", e))?;
     let stop = Arc::new(AtomicBool::new(false));
     type Started = Result<Option<Arc<Unparker>>, BackboneError>;
     let (started_tx, started_rx) = sync_channel::<Started>(1);
@@ -1096,6 +1124,8 @@ fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
             inline: None,
             receiver_window,
             unparker,
+            guard,
+            context,
         }),
         Ok(Err(e)) => {
             let _ = thread.join();

@@ -17,6 +17,9 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use tickwire_node::{CacheMode, NodeConfig, NodeServer};
 
+/// How long a node may take to stop after SIGTERM or SIGINT before it is ended.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[derive(Parser)]
 #[command(
     name = "tickwire",
@@ -256,6 +259,24 @@ fn run_node(args: NodeArgs) -> Result<()> {
             handle.shutdown();
             break;
         }
+        // A node that does not stop (a thread stuck in a library) is still stopped:
+        // at a second signal, or after STOP_GRACE. Nothing acknowledged is lost: the
+        // journal keeps what it acknowledged through a crash.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            if signals.forever().any(|s| s != signal_hook::consts::SIGHUP) {
+                let _ = tx.send("a second signal");
+            }
+        });
+        let why = rx
+            .recv_timeout(STOP_GRACE)
+            .unwrap_or("the node did not stop in time");
+        log::error!(
+            "{why}: exiting now, without a clean stop (a stop takes at most {} s)",
+            STOP_GRACE.as_secs()
+        );
+        // SAFETY: _exit(2) ends the process at once; no handler of ours runs after it.
+        unsafe { libc::_exit(1) };
     });
     let tls = server.tls();
     log::info!(

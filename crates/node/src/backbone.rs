@@ -84,6 +84,14 @@ pub struct BackboneSection {
     pub receiver_window_bytes: usize,
     /// Services a source puts on the backbone; empty: all (but the node's own figures).
     pub services: Vec<String>,
+    /// New senders (Aeron sessions) the node's media driver takes per second at most:
+    /// a flood of forged SETUP frames costs bounded work (docs/OPERATIONS.md, "Floods
+    /// on the backbone"). A burst of more new sources or edges than this joins over
+    /// several seconds.
+    pub new_sessions_per_s: u32,
+    /// Senders per stream the media driver keeps at most (Aeron's stream session
+    /// limit): an edge's sources, a source's edges.
+    pub max_sessions_per_stream: u32,
     /// The backbone's key file (`tickwire backbone keygen > FILE`, the same file on
     /// every node): every message sent is sealed with a MAC, and every message received
     /// that is not sealed with one of its keys, or is replayed, is dropped and counted.
@@ -116,6 +124,8 @@ impl Default for BackboneSection {
             socket_buffer_bytes: 2 << 20,
             receiver_window_bytes: 0,
             services: Vec::new(),
+            new_sessions_per_s: 50,
+            max_sessions_per_stream: 256,
             key_file: String::new(),
         }
     }
@@ -342,6 +352,20 @@ impl BackboneSection {
                 "larger than the receiver window (backbone.receiver_window_bytes, or half of backbone.term_length within backbone.socket_buffer_bytes): a datagram must fit in it",
             ));
         }
+        if !(1..=10_000).contains(&self.new_sessions_per_s) {
+            return Err(invalid(
+                "backbone.new_sessions_per_s",
+                self.new_sessions_per_s,
+                "allowed: 1 to 10000",
+            ));
+        }
+        if !(1..=100_000).contains(&self.max_sessions_per_stream) {
+            return Err(invalid(
+                "backbone.max_sessions_per_stream",
+                self.max_sessions_per_stream,
+                "allowed: 1 to 100000",
+            ));
+        }
         if self.nak_max_backoff_us > 10_000_000 || self.retransmit_linger_us > 10_000_000 {
             return Err(invalid(
                 "backbone.nak_max_backoff_us",
@@ -375,6 +399,8 @@ impl BackboneSection {
         l.retransmit_linger = Duration::from_micros(self.retransmit_linger_us);
         l.socket_buffer = self.socket_buffer_bytes;
         l.receiver_window = self.receiver_window();
+        l.new_sessions_per_s = self.new_sessions_per_s;
+        l.max_sessions_per_stream = self.max_sessions_per_stream;
         l
     }
 

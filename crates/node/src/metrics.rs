@@ -528,6 +528,12 @@ fn backbone(r: &mut Registry, b: &tickwire_backbone::BackboneFigures) {
         "Times the backbone link was rebuilt",
         b.link_restarts,
     );
+    counter(
+        r,
+        "backbone_new_sessions_refused",
+        "SETUP frames of new Aeron senders the media driver dropped past [backbone] new_sessions_per_s (a flood, or many nodes joining at once)",
+        b.driver.new_sessions_refused,
+    );
     gauge(
         r,
         "backbone_authenticated",
