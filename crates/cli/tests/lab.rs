@@ -759,6 +759,23 @@ fn bench_wait_measures_each_idle_strategy_at_rest_and_under_load() {
         r["settings"]["wait_strategies"],
         json!(["adaptive", "block"])
     );
+    // The rigs' backbone is authenticated by default, with a key made for the run.
+    assert_eq!(r["settings"]["backbone_auth"], "on");
+    let keys = std::fs::metadata(dir.join("backbone.keys")).expect("the run's key file");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&keys.permissions()) & 0o777,
+        0o600
+    );
+    let node_configs: Vec<String> = std::fs::read_dir(dir.join("logs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".toml"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert!(!node_configs.is_empty());
+    for c in &node_configs {
+        assert!(c.contains("key_file = "), "{c}");
+    }
     let strategies = r["wait"]["strategies"].as_array().expect("strategies");
     let names: Vec<&str> = strategies
         .iter()
