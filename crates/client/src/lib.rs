@@ -9,13 +9,16 @@
 //! The protocol itself has no I/O: [`Connection`] (login, Welcome, framing,
 //! heartbeats) and [`SubscriberSession`] (the watchlist and its recovery) take bytes
 //! and `now` and give bytes to send, events and the next deadline, as does
-//! [`PublisherSession`] (a service's items, their images and re-imaging). The blocking types
-//! drive them over a socket; a node's upstream link drives them in its event loop.
+//! [`PublisherSession`] (a service's items, their images and re-imaging). Both sessions
+//! offer their drivers one contract, [`ClientSession`]: one blocking driver (`driver.rs`)
+//! runs either over a socket, the test kit runs them in memory on a fake clock, and a
+//! node's upstream link drives a subscriber session in its event loop.
 //! This crate owns the client side of the protocol and nothing of the node.
 
 mod conn;
 #[cfg(feature = "clap")]
 mod credentials;
+mod driver;
 mod events;
 mod publisher;
 pub mod publishing;
@@ -31,6 +34,7 @@ mod tests;
 pub use conn::ConnectOptions;
 #[cfg(feature = "clap")]
 pub use credentials::Credentials;
+pub use driver::ClientSession;
 pub use events::{Event, EventRef, Fields, ItemRef, OwnedState};
 pub use publisher::{Publisher, PublisherOptions};
 pub use publishing::{

@@ -1,12 +1,13 @@
 //! The blocking publisher: a [`PublisherSession`] driven over a socket.
 
-use crate::conn::{ConnectOptions, Io, Transport};
+use crate::conn::ConnectOptions;
+use crate::driver::Driver;
 use crate::publishing::{
     ItemId, PublishError, PublisherEvent, PublisherSession, ReceivedPost, ServiceOptions,
 };
 use crate::session::Session;
 use crate::ClientError;
-use log::{info, warn};
+use log::info;
 use std::time::{Duration, Instant};
 use tickwire_proto::{FieldImage, FieldList, NakCode, Role, UpdateType};
 
@@ -44,117 +45,106 @@ const HIGH_WATER: usize = 4 * 1024 * 1024;
 /// Publishes the images and updates of one service's items to a node, and reconnects
 /// (re-announcing the service and re-sending every image) when the connection is lost.
 pub struct Publisher {
-    opts: PublisherOptions,
-    session: PublisherSession,
-    /// `None` while disconnected.
-    transport: Option<Transport>,
+    driver: Driver<PublisherSession>,
 }
 
 impl Publisher {
     /// Connects, logs in and announces the service.
     pub fn connect(opts: PublisherOptions) -> Result<Self, ClientError> {
-        let now = Instant::now();
         let service = ServiceOptions {
             service: opts.service.clone(),
             interactive: opts.interactive,
             start_down: opts.start_down,
             accept_posts: opts.accept_posts,
         };
-        let mut session = PublisherSession::new(
+        let session = PublisherSession::new(
             opts.connect.login(Role::Publisher),
             opts.connect.reconnect_policy(),
             service,
-            now,
+            Instant::now(),
         );
-        let mut transport = Transport::open(&opts.connect)?;
-        session.connecting(now)?;
-        transport.welcome(
-            session.connection().expect("connecting"),
-            &opts.connect.addr,
-        )?;
-        session.poll(Instant::now())?;
-        if let Some(c) = session.connection() {
-            transport.flush_some(c)?;
-        }
+        let mut driver = Driver::connect(opts.connect, session, "publisher")?;
+        // The Welcome is in: the service is announced now.
+        driver.session.poll(Instant::now())?;
+        driver.write_some()?;
         info!(
             "publisher for service {:?} connected to {} ({})",
             opts.service,
-            opts.connect.addr,
-            session.session().map_or("", |s| s.node_name.as_str())
+            driver.opts.addr,
+            driver
+                .session
+                .session()
+                .map_or("", |s| s.node_name.as_str())
         );
-        Ok(Publisher {
-            opts,
-            session,
-            transport: Some(transport),
-        })
+        Ok(Publisher { driver })
     }
 
     pub fn session(&self) -> Option<&Session> {
-        self.session.session()
+        self.driver.session.session()
     }
 
     /// The largest image the node accepts (from its Welcome; the default node's
     /// before the first connection).
     pub fn max_image_bytes(&self) -> usize {
-        self.session.max_image_bytes()
+        self.driver.session.max_image_bytes()
     }
 
     pub fn is_connected(&self) -> bool {
-        self.transport.is_some()
+        self.driver.is_connected()
     }
 
     /// The socket, for a caller that waits for input itself and then calls
     /// `dispatch(Duration::ZERO)`. `None` while reconnecting.
     pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.transport.as_ref().map(|t| t.raw_fd())
+        self.driver.raw_fd()
     }
 
     /// Writes what is queued as far as the socket takes it now, without waiting (what
     /// it does not take goes with the next call, `flush` or `dispatch`).
     pub fn write_pending(&mut self) -> Result<(), PublishError> {
-        self.write_some()?;
+        self.driver.write_some()?;
         Ok(())
     }
 
     pub fn service(&self) -> &str {
-        self.session.service()
+        self.driver.session.service()
     }
 
     pub fn item(&self, name: &str) -> Option<ItemId> {
-        self.session.item(name)
+        self.driver.session.item(name)
     }
 
     pub fn item_name(&self, id: ItemId) -> Option<&str> {
-        self.session.item_name(id)
+        self.driver.session.item_name(id)
     }
 
     /// The item is open at the node (its updates are sent).
     pub fn is_open(&self, id: ItemId) -> bool {
-        self.session.is_open(id)
+        self.driver.session.is_open(id)
     }
 
     pub fn item_count(&self) -> usize {
-        self.session.item_count()
+        self.driver.session.item_count()
     }
 
     /// The publisher's current image of an item.
     pub fn image(&mut self, id: ItemId) -> Option<&FieldImage> {
-        self.session.image(id)
+        self.driver.session.image(id)
     }
 
     pub fn updates_sent(&mut self) -> u64 {
-        self.session.updates_sent()
+        self.driver.session.updates_sent()
     }
 
     pub fn reconnects(&self) -> u64 {
-        self.session.reconnects()
+        self.driver.session.reconnects()
     }
 
     /// Announces the service up (or down again). Subscriber requests wait at the node
     /// while the service is down.
     pub fn set_service_up(&mut self, up: bool) -> Result<(), PublishError> {
-        self.session.set_service_up(up)?;
-        self.write_some()?;
+        self.driver.session.set_service_up(up)?;
+        self.driver.write_some()?;
         Ok(())
     }
 
@@ -165,7 +155,7 @@ impl Publisher {
         name: &str,
         fields: FieldList<'_>,
     ) -> Result<ItemId, PublishError> {
-        let id = self.session.publish_refresh(name, fields)?;
+        let id = self.driver.session.publish_refresh(name, fields)?;
         self.back_pressure()?;
         Ok(id)
     }
@@ -178,7 +168,8 @@ impl Publisher {
         fields: FieldList<'_>,
         do_not_conflate: bool,
     ) -> Result<(), PublishError> {
-        self.session
+        self.driver
+            .session
             .publish_update(id, update_type, fields, do_not_conflate)?;
         self.back_pressure()?;
         Ok(())
@@ -192,26 +183,23 @@ impl Publisher {
         nak: Option<NakCode>,
         text: &str,
     ) -> Result<(), PublishError> {
-        self.session.answer_post(post, nak, text)?;
+        self.driver.session.answer_post(post, nak, text)?;
         Ok(())
     }
 
     /// Tells the node an item it asked for does not exist.
     pub fn reject_request(&mut self, name: &str, text: &str) -> Result<(), PublishError> {
-        self.session.reject_request(name, text)?;
+        self.driver.session.reject_request(name, text)?;
         Ok(())
     }
 
-    /// Writes everything queued, waiting up to `timeout`.
+    /// Writes everything queued, waiting up to `timeout` (reconnecting first when a
+    /// reconnect is due).
     pub fn flush(&mut self, timeout: Duration) -> Result<(), PublishError> {
-        if self.transport.is_none() {
-            self.maybe_reconnect()?;
+        if !self.driver.is_connected() {
+            self.driver.run(Duration::ZERO, |_, _| Ok(None::<()>))?;
         }
-        if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
-            if let Err(e) = t.flush_until(c, Instant::now() + timeout) {
-                self.lost(e)?;
-            }
-        }
+        self.driver.flush(timeout)?;
         Ok(())
     }
 
@@ -219,129 +207,18 @@ impl Publisher {
     /// `timeout` for something to arrive, and returns what needs the application.
     /// Call it regularly: heartbeats are answered here.
     pub fn dispatch(&mut self, timeout: Duration) -> Result<Vec<PublisherEvent>, PublishError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let now = Instant::now();
-            if self.transport.is_none() {
-                if now < self.session.retry_at() && now < deadline {
-                    std::thread::sleep(self.session.retry_at().min(deadline) - now);
-                }
-                self.maybe_reconnect()?;
-                if self.transport.is_none() || self.session.has_events() {
-                    return Ok(self.session.take_events());
-                }
-                continue;
-            }
-            if let Err(e) = self.session.poll(now) {
-                self.lost(e)?;
-                continue;
-            }
-            if now >= self.session.poll_timeout() {
-                if let Err(e) = self.session.handle_timeout(now) {
-                    self.lost(e)?;
-                    continue;
-                }
-            }
-            self.write_some()?;
-            if self.session.has_events() {
-                return Ok(self.session.take_events());
-            }
-            let left = deadline.saturating_duration_since(now);
-            let until_timer = self.session.poll_timeout().saturating_duration_since(now);
-            let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) else {
-                continue;
-            };
-            let res = if left.is_zero() {
-                t.read_available(c)
-            } else {
-                t.wait(c, left.min(until_timer).max(Duration::from_micros(100)))
-            };
-            match res {
-                Ok(Io::Read) => continue,
-                Ok(Io::Idle) if left.is_zero() => {
-                    if let Err(e) = self.session.poll(Instant::now()) {
-                        self.lost(e)?;
-                    }
-                    return Ok(self.session.take_events());
-                }
-                Ok(Io::Idle) => continue,
-                Err(e) => self.lost(e)?,
-            }
-        }
+        let got = self.driver.run(timeout, |session, now| {
+            session.poll(now)?;
+            Ok(session.has_events().then(|| session.take_events()))
+        })?;
+        Ok(got.unwrap_or_default())
     }
 
     /// Past the high-water mark, what is queued is written before going on.
     fn back_pressure(&mut self) -> Result<(), ClientError> {
-        if self.session.pending_output() < HIGH_WATER {
+        if self.driver.session.pending_output() < HIGH_WATER {
             return Ok(());
         }
-        if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
-            let res = t
-                .flush_some(c)
-                .and_then(|_| t.flush_until(c, Instant::now() + Duration::from_secs(10)));
-            if let Err(e) = res {
-                self.lost(e)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn write_some(&mut self) -> Result<(), ClientError> {
-        if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
-            if let Err(e) = t.flush_some(c) {
-                self.lost(e)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn lost(&mut self, err: ClientError) -> Result<(), ClientError> {
-        self.transport = None;
-        if err.is_transient() && self.opts.connect.reconnect {
-            warn!("{err}; reconnecting to {}", self.opts.connect.addr);
-        }
-        self.session.connection_lost(err, Instant::now())
-    }
-
-    fn maybe_reconnect(&mut self) -> Result<(), ClientError> {
-        let now = Instant::now();
-        if self.transport.is_some() || !self.session.wants_connect(now) {
-            return Ok(());
-        }
-        match Transport::open(&self.opts.connect) {
-            Ok(mut t) => {
-                self.session.connecting(now)?;
-                let c = self.session.connection().expect("connecting");
-                if let Err(e) = t.welcome(c, &self.opts.connect.addr) {
-                    let msg = e.to_string();
-                    self.session.connection_lost(e, Instant::now())?;
-                    warn!("reconnect to {} failed: {msg}", self.opts.connect.addr);
-                    return Ok(());
-                }
-                self.transport = Some(t);
-                // The Welcome is in: the service and every image are queued here.
-                if let Err(e) = self.session.poll(Instant::now()) {
-                    return self.lost(e);
-                }
-                info!(
-                    "publisher reconnected to {}; images sent again",
-                    self.opts.connect.addr
-                );
-                self.write_some()
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                self.session.connect_failed(e, now)?;
-                warn!(
-                    "reconnect to {} failed: {msg}; next try in {} ms",
-                    self.opts.connect.addr,
-                    self.session
-                        .retry_at()
-                        .saturating_duration_since(now)
-                        .as_millis()
-                );
-                Ok(())
-            }
-        }
+        self.driver.flush(Duration::from_secs(10))
     }
 }

@@ -27,7 +27,7 @@
 
 use std::time::{Duration, Instant};
 use tickwire_client::{
-    ClientError, Connection, Event, LoginOptions, PublisherEvent, PublisherSession,
+    ClientError, ClientSession, Event, LoginOptions, PublisherEvent, PublisherSession,
     ReconnectPolicy, ServiceOptions, SubscriberSession,
 };
 use tickwire_core::{ConnId, CoreConfig, Node};
@@ -75,18 +75,19 @@ struct Peer {
     muted: bool,
 }
 
-impl Peer {
-    fn connection(&mut self) -> Option<&mut Connection> {
-        match &mut self.session {
-            Session::Publisher(p) => p.connection(),
-            Session::Subscriber(s) => s.connection(),
+impl Session {
+    /// What both kinds of session offer their driver.
+    fn part(&mut self) -> &mut dyn ClientSession {
+        match self {
+            Session::Publisher(p) => p.as_mut(),
+            Session::Subscriber(s) => s.as_mut(),
         }
     }
 
-    fn poll_timeout(&self) -> Instant {
-        match &self.session {
-            Session::Publisher(p) => p.poll_timeout(),
-            Session::Subscriber(s) => s.poll_timeout(),
+    fn part_ref(&self) -> &dyn ClientSession {
+        match self {
+            Session::Publisher(p) => p.as_ref(),
+            Session::Subscriber(s) => s.as_ref(),
         }
     }
 }
@@ -175,11 +176,7 @@ impl Net {
     fn connect(&mut self, id: PeerId) {
         let now = self.now;
         let peer = &mut self.peers[id.0];
-        let r = match &mut peer.session {
-            Session::Publisher(p) => p.connecting(now),
-            Session::Subscriber(s) => s.connecting(now),
-        };
-        if let Err(e) = r {
+        if let Err(e) = peer.session.part().connecting(now) {
             peer.ended = Some(e);
             return;
         }
@@ -241,11 +238,7 @@ impl Net {
         if let Some(c) = peer.conn.take() {
             self.node.on_disconnect(c, now);
         }
-        let r = match &mut peer.session {
-            Session::Publisher(p) => p.connection_lost(err, now),
-            Session::Subscriber(s) => s.connection_lost(err, now),
-        };
-        if let Err(e) = r {
+        if let Err(e) = peer.session.part().connection_lost(err, now) {
             peer.ended = Some(e);
         }
     }
@@ -293,11 +286,9 @@ impl Net {
         let Some(c) = peer.conn.filter(|_| !peer.muted) else {
             return false;
         };
-        let conn = match &mut peer.session {
-            Session::Publisher(p) => p.connection(),
-            Session::Subscriber(s) => s.connection(),
+        let Some(conn) = peer.session.part().connection() else {
+            return false;
         };
-        let Some(conn) = conn else { return false };
         let bytes = conn.transmit();
         let n = bytes.len().min(WINDOW);
         if n == 0 {
@@ -334,7 +325,7 @@ impl Net {
         let taken = bytes[..n].to_vec();
         out.consume(n);
         self.node.on_output_written(c);
-        if let Some(conn) = peer.connection() {
+        if let Some(conn) = peer.session.part().connection() {
             conn.receive(&taken, now);
         }
         true
@@ -379,13 +370,11 @@ impl Net {
     /// (heartbeats, the Welcome's deadline, a reconnect's back-off).
     pub fn next_deadline(&self) -> Instant {
         let sessions = self.peers.iter().filter(|p| p.ended.is_none()).map(|p| {
+            let part = p.session.part_ref();
             if p.conn.is_none() {
-                match &p.session {
-                    Session::Publisher(s) => s.retry_at(),
-                    Session::Subscriber(s) => s.retry_at(),
-                }
+                part.retry_at()
             } else {
-                p.poll_timeout()
+                part.poll_timeout()
             }
         });
         sessions
@@ -432,22 +421,15 @@ impl Net {
             if peer.ended.is_some() {
                 continue;
             }
+            let part = peer.session.part();
             if peer.conn.is_none() {
-                let wants = match &peer.session {
-                    Session::Publisher(p) => p.wants_connect(now),
-                    Session::Subscriber(s) => s.wants_connect(now),
-                };
-                if wants {
+                if part.wants_connect(now) {
                     self.connect(PeerId(i));
                 }
                 continue;
             }
-            if now >= peer.poll_timeout() {
-                let r = match &mut peer.session {
-                    Session::Publisher(p) => p.handle_timeout(now),
-                    Session::Subscriber(s) => s.handle_timeout(now),
-                };
-                if let Err(e) = r {
+            if now >= part.poll_timeout() {
+                if let Err(e) = part.handle_timeout(now) {
                     self.lose(i, e);
                 }
             }

@@ -1,0 +1,240 @@
+//! The one blocking driver of a client session over a socket: it connects and
+//! reconnects when the session says so, writes what the session queued, handles its
+//! timers, and waits for input or the session's next deadline. [`crate::Subscriber`]
+//! and [`crate::Publisher`] are this driver around their session; what differs between
+//! them is only what they hand the application ([`Driver::run`]'s `deliver`).
+
+use crate::conn::{ConnectOptions, Io, Transport};
+use crate::publishing::PublisherSession;
+use crate::session::Connection;
+use crate::watchlist::SubscriberSession;
+use crate::ClientError;
+use log::{info, warn};
+use std::time::{Duration, Instant};
+
+/// What every client session offers its driver (the blocking [`Driver`], the test kit,
+/// a node's event loop): the connection it speaks over, its deadlines, and what to do
+/// when a connection opens, fails or is lost.
+pub trait ClientSession {
+    /// A transport was opened: the Login is queued.
+    fn connecting(&mut self, now: Instant) -> Result<(), ClientError>;
+    /// Opening one failed; `Err` when the session gives up.
+    fn connect_failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError>;
+    /// The connection was lost; `Err` when the session gives up.
+    fn connection_lost(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError>;
+    /// Whether a new connection is due (never while connected).
+    fn wants_connect(&self, now: Instant) -> bool;
+    /// While disconnected: when the next connection is due.
+    fn retry_at(&self) -> Instant;
+    /// The protocol state of the current connection, if any.
+    fn connection(&mut self) -> Option<&mut Connection>;
+    /// The next deadline while connected (heartbeats, the Welcome's).
+    fn poll_timeout(&self) -> Instant;
+    /// Handles the deadlines passed at `now`; `Err` means the connection is lost.
+    fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError>;
+}
+
+macro_rules! client_session {
+    ($t:ty) => {
+        impl ClientSession for $t {
+            fn connecting(&mut self, now: Instant) -> Result<(), ClientError> {
+                <$t>::connecting(self, now)
+            }
+            fn connect_failed(
+                &mut self,
+                err: ClientError,
+                now: Instant,
+            ) -> Result<(), ClientError> {
+                <$t>::connect_failed(self, err, now)
+            }
+            fn connection_lost(
+                &mut self,
+                err: ClientError,
+                now: Instant,
+            ) -> Result<(), ClientError> {
+                <$t>::connection_lost(self, err, now)
+            }
+            fn wants_connect(&self, now: Instant) -> bool {
+                <$t>::wants_connect(self, now)
+            }
+            fn retry_at(&self) -> Instant {
+                <$t>::retry_at(self)
+            }
+            fn connection(&mut self) -> Option<&mut Connection> {
+                <$t>::connection(self)
+            }
+            fn poll_timeout(&self) -> Instant {
+                <$t>::poll_timeout(self)
+            }
+            fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
+                <$t>::handle_timeout(self, now)
+            }
+        }
+    };
+}
+
+client_session!(SubscriberSession);
+client_session!(PublisherSession);
+
+/// A session driven over a socket from the caller's thread.
+pub(crate) struct Driver<S> {
+    pub opts: ConnectOptions,
+    pub session: S,
+    /// `None` while disconnected.
+    transport: Option<Transport>,
+    /// "subscriber" or "publisher", for the log.
+    what: &'static str,
+}
+
+impl<S: ClientSession> Driver<S> {
+    /// Connects and waits for the node's Welcome; fails if the node cannot be reached
+    /// or refuses the login now.
+    pub fn connect(
+        opts: ConnectOptions,
+        mut session: S,
+        what: &'static str,
+    ) -> Result<Self, ClientError> {
+        let mut transport = Transport::open(&opts)?;
+        session.connecting(Instant::now())?;
+        let conn = session
+            .connection()
+            .expect("a session is connected once connecting");
+        transport.welcome(conn, &opts.addr)?;
+        Ok(Driver {
+            opts,
+            session,
+            transport: Some(transport),
+            what,
+        })
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.transport.is_some()
+    }
+
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.transport.as_ref().map(|t| t.raw_fd())
+    }
+
+    /// Writes what the socket takes now.
+    pub fn write_some(&mut self) -> Result<(), ClientError> {
+        if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
+            if let Err(e) = t.flush_some(c) {
+                self.lost(e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes everything queued, waiting for the socket up to `timeout`.
+    pub fn flush(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
+            let res = t
+                .flush_some(c)
+                .and_then(|_| t.flush_until(c, Instant::now() + timeout));
+            if let Err(e) = res {
+                self.lost(e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The connection failed: the session is told (it schedules the reconnect, or the
+    /// error ends it).
+    pub fn lost(&mut self, err: ClientError) -> Result<(), ClientError> {
+        self.transport = None;
+        if err.is_transient() && self.opts.reconnect {
+            warn!("{err}; reconnecting to {}", self.opts.addr);
+        }
+        self.session.connection_lost(err, Instant::now())
+    }
+
+    /// Opens a new transport when the session wants one. The Welcome and what follows
+    /// it are handled as input, by `run`.
+    fn reconnect(&mut self, now: Instant) -> Result<(), ClientError> {
+        match Transport::open(&self.opts) {
+            Ok(t) => {
+                self.session.connecting(now)?;
+                self.transport = Some(t);
+                info!("{} reconnected to {}", self.what, self.opts.addr);
+                Ok(())
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                self.session.connect_failed(e, now)?;
+                warn!(
+                    "reconnect to {} failed: {msg}; next try in {} ms",
+                    self.opts.addr,
+                    self.session
+                        .retry_at()
+                        .saturating_duration_since(now)
+                        .as_millis()
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Drives the session for up to `timeout`: `deliver` lets it handle its input and
+    /// returns what the application gets, if anything (then `run` returns it at once,
+    /// after writing what the session queued). Reconnects when due, handles timers,
+    /// and waits for input or the next deadline in between. `None` when `timeout`
+    /// passed with nothing to deliver.
+    pub fn run<T>(
+        &mut self,
+        timeout: Duration,
+        mut deliver: impl FnMut(&mut S, Instant) -> Result<Option<T>, ClientError>,
+    ) -> Result<Option<T>, ClientError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let now = Instant::now();
+            match deliver(&mut self.session, now) {
+                Ok(Some(t)) => {
+                    self.write_some()?;
+                    return Ok(Some(t));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.lost(e)?;
+                    continue;
+                }
+            }
+            if self.transport.is_none() {
+                // A reconnect that is due is tried even by a zero-timeout call (an
+                // application polling with Duration::ZERO would otherwise never get one).
+                if self.session.wants_connect(now) {
+                    self.reconnect(now)?;
+                    continue;
+                }
+                if now >= deadline {
+                    return Ok(None);
+                }
+                std::thread::sleep(self.session.retry_at().min(deadline) - now);
+                continue;
+            }
+            if now >= self.session.poll_timeout() {
+                if let Err(e) = self.session.handle_timeout(now) {
+                    self.lost(e)?;
+                    continue;
+                }
+            }
+            self.write_some()?;
+            let left = deadline.saturating_duration_since(now);
+            let until_timer = self.session.poll_timeout().saturating_duration_since(now);
+            let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) else {
+                continue;
+            };
+            let res = if left.is_zero() {
+                t.read_available(c)
+            } else {
+                t.wait(c, left.min(until_timer).max(Duration::from_micros(100)))
+            };
+            match res {
+                Ok(Io::Read) => continue,
+                Ok(Io::Idle) if left.is_zero() => return Ok(None),
+                Ok(Io::Idle) => continue,
+                Err(e) => self.lost(e)?,
+            }
+        }
+    }
+}
