@@ -12,7 +12,7 @@ use crate::ClientError;
 use log::{info, warn};
 use std::time::{Duration, Instant};
 
-/// What every client session offers its driver (the blocking [`Driver`], the test kit,
+/// What every client session offers its driver (the blocking driver, the test kit,
 /// a node's event loop): the connection it speaks over, its deadlines, and what to do
 /// when a connection opens, fails or is lost.
 pub trait ClientSession {
