@@ -1281,6 +1281,35 @@ impl Node {
         }
     }
 
+    /// What a subscriber's stream for `service` must pass to open, a request's or a
+    /// replay's (`what`, for the audit log): room under the stream limit, the user's
+    /// entitlement, a service the node knows. The service's index, or the code and
+    /// text of the refusal.
+    pub(crate) fn admit_stream(
+        &mut self,
+        conn: ConnId,
+        service: &str,
+        what: &str,
+    ) -> Result<usize, (u16, String)> {
+        let max = self.cfg.limits.max_streams_per_connection;
+        let open = self.conn_mut(conn).map_or(0, |c| c.sub_streams.len());
+        if open >= max {
+            return Err((
+                code::TOO_MANY_STREAMS,
+                format!("stream limit reached: {max} open streams per connection"),
+            ));
+        }
+        if !self.may(conn, Action::Subscribe, service) {
+            let text = self.not_entitled(conn, Action::Subscribe, service);
+            info!(target: "audit", "{what} refused: {text}");
+            return Err((code::NOT_ENTITLED, text));
+        }
+        self.service_by_name
+            .get(service)
+            .copied()
+            .ok_or_else(|| (code::NOT_FOUND, format!("unknown service {service:?}")))
+    }
+
     fn on_subscriber_request(&mut self, conn: ConnId, req: &Request<'_>) {
         self.stats.requests += 1;
         let sid = req.stream_id;
@@ -1306,41 +1335,18 @@ impl Node {
         });
         // A request on an open stream re-issues it (a new view, a fresh image).
         self.unsubscribe(conn, sid);
-        let max = self.cfg.limits.max_streams_per_connection;
-        let open = self.conn_mut(conn).map_or(0, |c| c.sub_streams.len());
-        if open >= max {
-            let text = format!("stream limit reached: {max} open streams per connection");
-            self.send(
-                conn,
-                &Message::Status(Status {
-                    stream_id: sid,
-                    state: closed(code::TOO_MANY_STREAMS, &text),
-                }),
-            );
-            return;
-        }
-        if !self.may(conn, Action::Subscribe, req.service) {
-            let text = self.not_entitled(conn, Action::Subscribe, req.service);
-            info!(target: "audit", "request refused: {text}");
-            self.send(
-                conn,
-                &Message::Status(Status {
-                    stream_id: sid,
-                    state: closed(code::NOT_ENTITLED, &text),
-                }),
-            );
-            return;
-        }
-        let Some(&svc) = self.service_by_name.get(req.service) else {
-            let text = format!("unknown service {:?}", req.service);
-            self.send(
-                conn,
-                &Message::Status(Status {
-                    stream_id: sid,
-                    state: closed(code::NOT_FOUND, &text),
-                }),
-            );
-            return;
+        let svc = match self.admit_stream(conn, req.service, "request") {
+            Ok(svc) => svc,
+            Err((c, text)) => {
+                self.send(
+                    conn,
+                    &Message::Status(Status {
+                        stream_id: sid,
+                        state: closed(c, &text),
+                    }),
+                );
+                return;
+            }
         };
         let entry = SubEntry {
             conn,

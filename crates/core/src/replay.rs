@@ -13,12 +13,10 @@ use crate::items::{ItemHandle, SubEntry};
 use crate::posts::{JournalRequest, JournalWrite};
 use crate::{closed, ConnId, Node};
 use rustc_hash::FxHashMap;
-use tickwire_auth::Action;
 use tickwire_journal::History;
 use tickwire_proto::{
     code, FieldList, Message, Refresh, Replay, ReplayFrom, State, Status, Update, UpdateType,
 };
-use tracing::info;
 
 /// Rounds of catching up before the stream joins from the current image instead.
 const MAX_ROUNDS: u32 = 8;
@@ -75,22 +73,7 @@ impl Node {
     }
 
     fn start_replay(&mut self, conn: ConnId, r: &Replay<'_>) -> Result<(), (u16, String)> {
-        let max = self.cfg.limits.max_streams_per_connection;
-        let open = self.conns[conn].as_ref().map_or(0, |c| c.sub_streams.len());
-        if open >= max {
-            return Err((
-                code::TOO_MANY_STREAMS,
-                format!("stream limit reached: {max} open streams per connection"),
-            ));
-        }
-        if !self.may(conn, Action::Subscribe, r.service) {
-            let text = self.not_entitled(conn, Action::Subscribe, r.service);
-            info!(target: "audit", "replay refused: {text}");
-            return Err((code::NOT_ENTITLED, text));
-        }
-        let Some(&svc) = self.service_by_name.get(r.service) else {
-            return Err((code::NOT_FOUND, format!("unknown service {:?}", r.service)));
-        };
+        let svc = self.admit_stream(conn, r.service, "replay")?;
         let Some(&h) = self.services[svc].items.get(r.name) else {
             return Err((
                 code::NOT_FOUND,
