@@ -332,11 +332,18 @@ fn forgeries() {
     cfg.placement = DriverPlacement::Thread;
     let mut rogue = Link::start(&cfg, Box::new(|| {})).expect("the rogue's link");
     let mut heard = Heard::default();
-    // SYM1 is asked for now: the attacker hears which stream carries it.
+    // Once the attacker hears the source (its image of the source's data is up: what
+    // was sent before is not heard), SYM1 is asked for: it hears which stream carries
+    // it.
+    let deadline = Instant::now() + T;
+    while heard.source.is_none() && Instant::now() < deadline {
+        listen(&mut rogue, &mut heard);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(heard.source.is_some(), "the rogue never heard the source");
     let mut sub = subscriber(edge.addr);
     sub.subscribe("FEED", "SYM1", RequestOptions::default())
         .unwrap();
-    let deadline = Instant::now() + T;
     while (heard.sym1.is_none() || heard.source.is_none() || heard.sealed.len() < 50)
         && Instant::now() < deadline
     {
