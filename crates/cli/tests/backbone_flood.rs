@@ -100,7 +100,9 @@ fn flood() {
             http,
             "tickwire_backbone_new_sessions_refused_total",
             T,
-            |v| v > f64::from(FORGED) / 8.0,
+            // The kernel may drop much of a burst this fast before the driver reads
+            // it: 500 is ten seconds' allowance (50 a second), far below what arrives.
+            |v| v > 500.0,
         );
     }
     // The subscriber's data goes on, in sequence.
