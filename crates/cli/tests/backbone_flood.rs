@@ -94,7 +94,7 @@ fn flood() {
     }
     assert_eq!(sent, FORGED);
 
-    // Both nodes dropped most of it, and say so.
+    // Both nodes dropped what came past their allowance, and say so.
     for http in [&edge_http, &source_http] {
         wait_for_metric(
             http,
