@@ -46,9 +46,12 @@ pub fn backbone_messages(data: &[u8]) {
     source.on_tick(&mut source_core, now);
 }
 
-/// Anything checked as a sealed message is dropped or passed, never panics; the input
+/// Anything read as a key file or checked as a sealed message is refused, dropped or
+/// passed, never panics; the input
 /// sealed with the key (when as long as a message's header) verifies as itself, once.
 fn sealing(data: &[u8]) {
+    // A key file's text, whatever it holds, is read or refused.
+    let _ = Keys::parse(&String::from_utf8_lossy(data));
     let keys = Keys::parse(&format!("00000001 {}\n", "ab".repeat(32))).expect("a key");
     const NOW: u64 = 1_800_000_000_000_000_000;
     let mut v = Verifier::default();
