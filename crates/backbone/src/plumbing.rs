@@ -6,28 +6,24 @@ use crate::wire::BackboneMessage;
 use crate::Outbox;
 use std::collections::VecDeque;
 use std::time::Instant;
-use tickwire_core::{ConnId, Node};
+use tickwire_core::{ConnId, InternalPeer, Node};
 use tickwire_proto::message::MESSAGE_HEADER_LEN;
-use tickwire_proto::{
-    Login, Message, Role, SlowConsumerPolicy, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
-};
+use tickwire_proto::{Role, SlowConsumerPolicy};
 
-/// Opens an internal connection to `core` and logs it in with `role`.
+/// Joins `core` as one of its in-process peers with `role`.
 pub fn connect(core: &mut Node, peer: &str, role: Role, now: Instant) -> ConnId {
-    let conn = core.connect_internal(peer, now);
-    let login = Message::Login(Login {
-        version_min: PROTOCOL_VERSION_MIN,
-        version_max: PROTOCOL_VERSION_MAX,
-        role,
-        application: "tickwire-backbone",
-        user: "backbone",
-        token: "",
-        // The source's link is a subscriber like any other: when the backbone cannot
-        // take its data fast enough, the core conflates for it, never blocks.
-        slow_consumer: (role == Role::Subscriber).then_some(SlowConsumerPolicy::Conflate),
-    });
-    core.on_message(conn, &login, now);
-    conn
+    core.join_internal(
+        &InternalPeer {
+            peer,
+            role,
+            application: "tickwire-backbone",
+            user: "backbone",
+            // The source's link is a subscriber like any other: when the backbone
+            // cannot take its data fast enough, the core conflates for it, never blocks.
+            slow_consumer: (role == Role::Subscriber).then_some(SlowConsumerPolicy::Conflate),
+        },
+        now,
+    )
 }
 
 /// Stream id of a stream-scoped message (refresh, update, status, close, request).

@@ -26,6 +26,19 @@ mod slow;
 mod streams;
 
 pub use admission::Admission;
+
+/// Who one of the node's own in-process parts is, as its core sees it
+/// ([`Node::join_internal`]): its figures item, a backbone role, an upstream link.
+#[derive(Debug, Clone, Copy)]
+pub struct InternalPeer<'a> {
+    /// How the connection is named in logs and reports.
+    pub peer: &'a str,
+    pub role: tickwire_proto::Role,
+    pub application: &'a str,
+    pub user: &'a str,
+    /// For a subscriber: what the core does when it falls behind (None: the node's).
+    pub slow_consumer: Option<tickwire_proto::SlowConsumerPolicy>,
+}
 use items::{Item, ItemHandle, ItemTable, StreamRef, SubEntry};
 pub use posts::{JournalRequest, JournalWrite, PostServices, PostStats, Redelivery};
 use rustc_hash::FxHashMap;
@@ -521,6 +534,24 @@ impl Node {
             c.internal = true;
         }
         id
+    }
+
+    /// An in-process peer ([`Node::connect_internal`]) logged in as `who`, ready for
+    /// typed messages ([`Node::on_message`]): the one way the node's own parts join
+    /// its core.
+    pub fn join_internal(&mut self, who: &InternalPeer<'_>, now: Instant) -> ConnId {
+        let conn = self.connect_internal(who.peer, now);
+        let login = Message::Login(tickwire_proto::Login {
+            version_min: tickwire_proto::PROTOCOL_VERSION_MIN,
+            version_max: tickwire_proto::PROTOCOL_VERSION_MAX,
+            role: who.role,
+            application: who.application,
+            user: who.user,
+            token: "",
+            slow_consumer: who.slow_consumer,
+        });
+        self.on_message(conn, &login, now);
+        conn
     }
 
     /// Bytes waiting to be sent on `conn` (seal before writing: use `sealed_bytes`).

@@ -6,9 +6,8 @@
 use std::time::Instant;
 use tickwire_core::{ConnId, Node};
 use tickwire_proto::{
-    FieldList, FieldListWriter, Login, Message, MessageIter, Refresh, Role, ServiceEntry,
-    ServiceState, SlowConsumerPolicy, State, Update, UpdateType, Value, PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
+    FieldList, FieldListWriter, Message, MessageIter, Refresh, Role, ServiceEntry, ServiceState,
+    State, Update, UpdateType, Value,
 };
 
 /// The service of the node's own item.
@@ -66,7 +65,16 @@ impl NodeItem {
     /// Logs in (as an internal peer: no secret needed) as the publisher of `TICKWIRE`
     /// and publishes the first image.
     pub fn start(core: &mut Node, now: Instant) -> NodeItem {
-        let conn = core.connect_internal("node (its own figures)", now);
+        let conn = core.join_internal(
+            &tickwire_core::InternalPeer {
+                peer: "node (its own figures)",
+                role: Role::Publisher,
+                application: "tickwire-node",
+                user: "node",
+                slow_consumer: None,
+            },
+            now,
+        );
         let mut me = NodeItem {
             conn,
             seq: 0,
@@ -78,28 +86,15 @@ impl NodeItem {
             upstream: None,
             journal: None,
         };
-        let msgs = [
-            Message::Login(Login {
-                version_min: PROTOCOL_VERSION_MIN,
-                version_max: PROTOCOL_VERSION_MAX,
-                role: Role::Publisher,
-                application: "tickwire-node",
-                user: "node",
-                token: "",
-                slow_consumer: None::<SlowConsumerPolicy>,
-            }),
-            Message::Directory(tickwire_proto::Directory {
-                services: vec![ServiceEntry {
-                    name: NODE_SERVICE,
-                    state: ServiceState::Up,
-                    interactive: false,
-                    item_count: 1,
-                }],
-            }),
-        ];
-        for m in &msgs {
-            core.on_message(conn, m, now);
-        }
+        let directory = Message::Directory(tickwire_proto::Directory {
+            services: vec![ServiceEntry {
+                name: NODE_SERVICE,
+                state: ServiceState::Up,
+                interactive: false,
+                item_count: 1,
+            }],
+        });
+        core.on_message(conn, &directory, now);
         me.refresh(core, now, STREAM, false);
         me
     }

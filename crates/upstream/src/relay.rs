@@ -10,12 +10,11 @@ use tickwire_client::{
     ClientError, Connection, EventRef, LoginOptions, PostTo, ReconnectPolicy, RequestOptions,
     StreamId, SubscriberSession,
 };
-use tickwire_core::{ConnId, Node};
+use tickwire_core::{ConnId, InternalPeer, Node};
 use tickwire_proto::message::{write_readdressed, MESSAGE_HEADER_LEN};
 use tickwire_proto::{
-    code, DataState, Directory, Login, Message, MessageIter, NakCode, Post, Refresh, Role,
-    ServiceEntry, ServiceState, State, Status, StreamState, Value, PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
+    code, DataState, Directory, Message, MessageIter, NakCode, Post, Refresh, Role, ServiceEntry,
+    ServiceState, State, Status, StreamState, Value,
 };
 
 /// The service and item of every node's own figures (where its chain is read).
@@ -112,17 +111,16 @@ impl Relay {
     /// Connects to the core as the publisher of the upstream's services. The upstream
     /// itself is connected by the caller when [`Relay::wants_connect`] says so.
     pub fn start(core: &mut Node, cfg: RelayConfig, now: Instant) -> Relay {
-        let conn = core.connect_internal("upstream link", now);
-        let login = Message::Login(Login {
-            version_min: PROTOCOL_VERSION_MIN,
-            version_max: PROTOCOL_VERSION_MAX,
-            role: Role::Publisher,
-            application: "tickwire-upstream",
-            user: "upstream",
-            token: "",
-            slow_consumer: None,
-        });
-        core.on_message(conn, &login, now);
+        let conn = core.join_internal(
+            &InternalPeer {
+                peer: "upstream link",
+                role: Role::Publisher,
+                application: "tickwire-upstream",
+                user: "upstream",
+                slow_consumer: None,
+            },
+            now,
+        );
         let login = LoginOptions {
             role: Role::Subscriber,
             application: format!("{NODE_LOGIN_PREFIX}{:016x}/{}", cfg.node_id, cfg.node_name),
