@@ -1,7 +1,7 @@
 //! `[backbone]`: the node's part in the multi-node system (docs/OPERATIONS.md) and how
 //! its settings become the backbone crate's.
 
-use crate::config::ConfigError;
+use crate::config_error::{invalid, ConfigError};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tickwire_backbone::{
@@ -128,14 +128,6 @@ impl Default for BackboneSection {
             max_sessions_per_stream: 256,
             key_file: String::new(),
         }
-    }
-}
-
-fn invalid(key: &'static str, value: impl std::fmt::Display, reason: &str) -> ConfigError {
-    ConfigError::Invalid {
-        key,
-        value: value.to_string(),
-        reason: reason.to_string(),
     }
 }
 

@@ -1,11 +1,11 @@
 //! Node configuration: a TOML file, every key documented in docs/OPERATIONS.md.
 
+pub use crate::config_error::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
-use thiserror::Error;
 use tickwire_core::{CoreConfig, Limits, SlowConsumerConfig};
 use tickwire_proto::SlowConsumerPolicy;
 
@@ -389,20 +389,6 @@ impl Default for LimitsSection {
             socket_send_buffer_bytes: 0,
         }
     }
-}
-
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {reason}")]
-    Read { path: String, reason: String },
-    #[error("config file {path}: {message}")]
-    Parse { path: String, message: String },
-    #[error("config {key} = {value}: {reason}")]
-    Invalid {
-        key: &'static str,
-        value: String,
-        reason: String,
-    },
 }
 
 impl NodeConfig {

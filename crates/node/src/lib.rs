@@ -8,6 +8,7 @@
 mod auth;
 pub mod backbone;
 pub mod config;
+mod config_error;
 mod driver_wait;
 mod io_counters;
 pub mod journal;

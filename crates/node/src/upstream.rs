@@ -3,7 +3,7 @@
 //! `tickwire-upstream` crate's [`Relay`]; this file moves its bytes and picks the
 //! upstream to connect to.
 
-use crate::config::ConfigError;
+use crate::config_error::{invalid, ConfigError};
 use log::{info, warn};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
@@ -58,14 +58,6 @@ impl Default for UpstreamSection {
             login_timeout_ms: 5000,
             linger_ms: 10_000,
         }
-    }
-}
-
-fn invalid(key: &'static str, value: impl std::fmt::Display, reason: &str) -> ConfigError {
-    ConfigError::Invalid {
-        key,
-        value: value.to_string(),
-        reason: reason.to_string(),
     }
 }
 
