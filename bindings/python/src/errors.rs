@@ -30,7 +30,8 @@ pub fn client(e: ClientError) -> PyErr {
         ClientError::Timeout(_) => PyTimeoutError::new_err(text),
         ClientError::Rejected { .. } => LoginError::new_err(text),
         ClientError::Encode(_) => PyValueError::new_err(text),
-        ClientError::Protocol(_) | ClientError::Decode(_) => TickwireError::new_err(text),
+        // Protocol and decoding errors, and any kind a later client library adds.
+        _ => TickwireError::new_err(text),
     }
 }
 

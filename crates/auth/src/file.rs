@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum UsersError {
     #[error("cannot read users file {path}: {reason}")]
     Read { path: String, reason: String },

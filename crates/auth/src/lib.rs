@@ -125,6 +125,7 @@ pub struct Users {
 
 /// Why a login was refused (the text the peer and the audit log see).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuthError {
     /// The same text for an unknown user and a wrong secret: a peer must not learn
     /// which user names exist.

@@ -17,6 +17,7 @@ pub(crate) enum Secret {
 }
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SecretError {
     #[error(
         "not an argon2 password hash (a \"$argon2id$...\" string from `tickwire users hash`): {0}"

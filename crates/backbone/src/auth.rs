@@ -76,6 +76,7 @@ pub struct Keys {
 
 /// Why a key file was refused; `line` counts from 1.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyFileError {
     #[error("line {line}: {what} (a key line is \"<8 hex digits: key id> <64 hex digits: key>\"; `tickwire backbone keygen` writes one)")]
     Line { line: usize, what: String },

@@ -94,6 +94,7 @@ impl Role {
 }
 
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum BackboneError {
     #[error("Aeron {what}: {detail}")]
     Aeron { what: &'static str, detail: String },

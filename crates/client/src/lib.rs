@@ -49,6 +49,7 @@ pub use watchlist::{PostTo, ReconnectPolicy, RequestOptions, StreamId, Subscribe
 use thiserror::Error;
 
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ClientError {
     #[error("cannot connect to node at {addr}: {reason}")]
     Connect { addr: String, reason: String },

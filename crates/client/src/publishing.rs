@@ -61,6 +61,7 @@ pub struct ReceivedPost {
 }
 
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum PublishError {
     #[error(transparent)]
     Client(#[from] ClientError),

@@ -14,6 +14,7 @@ const WS_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 pub const MAX_HEAD: usize = 16 * 1024;
 
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WsError {
     #[error("HTTP request head larger than {MAX_HEAD} bytes or with too many header lines")]
     HeadTooLarge,

@@ -59,6 +59,7 @@ impl Default for JournalOptions {
 }
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum JournalError {
     #[error("journal {path}: cannot {op}: {source}")]
     Io {

@@ -164,6 +164,7 @@ impl Record<'_> {
 
 /// Why bytes are not a record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecordError {
     /// Fewer bytes than the record says it has: the end of a write a crash cut short.
     #[error("record cut short: {have} of {need} bytes")]

@@ -54,6 +54,7 @@ pub struct Stop {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum HeaderError {
     #[error("file of {0} bytes is shorter than a segment header")]
     Short(usize),

@@ -5,6 +5,7 @@
 use thiserror::Error;
 
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {reason}")]
     Read { path: String, reason: String },

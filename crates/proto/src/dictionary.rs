@@ -20,6 +20,7 @@ pub struct FieldDef {
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DictionaryError {
     #[error("line {line}: expected `NAME FID TYPE`, found {found:?}")]
     Syntax { line: usize, found: String },

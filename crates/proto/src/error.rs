@@ -5,6 +5,7 @@ use thiserror::Error;
 /// Every variant names what was wrong so a node can tell the offending peer in a
 /// status text before it disconnects it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     #[error("truncated {what}: needed {need} more bytes, {have} left")]
     Truncated {
@@ -43,6 +44,7 @@ pub enum DecodeError {
 
 /// Why a message or field could not be encoded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum EncodeError {
     #[error("field {fid}: {reason}")]
     InvalidField { fid: i16, reason: String },
