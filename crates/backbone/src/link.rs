@@ -114,7 +114,7 @@ pub struct LinkConfig {
     /// Directory under which the driver makes its own (`/dev/shm` when present).
     pub driver_base: PathBuf,
     /// New Aeron sessions (SETUPs of senders not heard yet) the driver takes per
-    /// second, at most ([`crate::setup_guard`]).
+    /// second, at most (the SETUP guard, `setup_guard.rs`).
     pub new_sessions_per_s: u32,
     /// Aeron images (senders) per stream the driver keeps at most (Aeron's stream
     /// session limit).
