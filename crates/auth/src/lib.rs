@@ -8,6 +8,8 @@
 //! core enforces the answers, the node's event loop never waits for a password check
 //! (verification is deliberately slow and runs on a worker thread).
 
+#![forbid(unsafe_code)]
+
 mod file;
 mod secret;
 mod sessions;

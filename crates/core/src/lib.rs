@@ -16,6 +16,8 @@
 //! the memory of the next few is prefetched. No allocation, no lock, no syscall per
 //! message.
 
+#![forbid(unsafe_code)]
+
 mod admission;
 mod items;
 pub mod latency;

@@ -8,6 +8,8 @@
 //! slow-consumer policy). The `tickwire-node` crate owns the sockets. This crate must
 //! not do I/O, hold a clock, or know the node's state beyond what it is told.
 
+#![forbid(unsafe_code)]
+
 pub mod session;
 pub mod token;
 pub mod ws;

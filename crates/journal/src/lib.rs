@@ -13,6 +13,8 @@
 //! The journal does no I/O of its own accord and has no thread: the node runs it on a
 //! thread of its own, so a sync never stalls the event loop.
 
+#![forbid(unsafe_code)]
+
 pub mod files;
 mod journal;
 pub mod record;

@@ -25,6 +25,8 @@
 //! assert!(net.events(sub).iter().any(|e| matches!(e, Event::Refresh { .. })));
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 use tickwire_client::{
     ClientError, ClientSession, Event, LoginOptions, PublisherEvent, PublisherSession,

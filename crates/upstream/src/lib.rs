@@ -21,6 +21,8 @@
 //! chain of nodes above it ([`NodePath`]). A node refuses the login of any node in its
 //! own chain, and a link that finds its own node in the chain above drops itself.
 
+#![forbid(unsafe_code)]
+
 mod path;
 mod posts;
 mod relay;
