@@ -115,12 +115,17 @@ impl Lab {
             self.args.backbone_mtu,
             self.args.backbone_driver,
             self.args.backbone_idle,
-            if self.args.backbone_auth == "on" {
-                "authenticated (HMAC-SHA256 per message)"
-            } else {
-                "not authenticated"
-            }
+            self.backbone_auth_text()
         )
+    }
+
+    /// Whether the rigs' backbone is authenticated, as the reports say it.
+    pub(super) fn backbone_auth_text(&self) -> &'static str {
+        if self.args.backbone_auth == "on" {
+            "authenticated (HMAC-SHA256 per message)"
+        } else {
+            "not authenticated"
+        }
     }
 
     pub(super) fn backbone(&mut self) -> Result<()> {

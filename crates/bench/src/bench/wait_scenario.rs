@@ -57,11 +57,7 @@ impl Lab {
                 "Aeron UDP multicast on loopback, {}-byte datagrams, embedded media drivers run by the {}, {}",
                 self.args.backbone_mtu,
                 self.args.backbone_driver,
-                if self.args.backbone_auth == "on" {
-                    "authenticated (HMAC-SHA256 per message)"
-                } else {
-                    "not authenticated"
-                }
+                self.backbone_auth_text()
             ),
             ..WaitResult::default()
         };
