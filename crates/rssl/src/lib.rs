@@ -1,0 +1,11 @@
+//! RSSL for a Tickwire node, without I/O.
+//!
+//! Applications written against LSEG's Real-Time SDK (ETA, EMA and the vendor's perf
+//! tools) speak RSSL: the RIPC connection layer ([`ripc`]: handshake, pings, packed and
+//! fragmented messages) carrying RWF messages ([`rwf`]: the binary message and data
+//! encoding). This crate must not do I/O, hold a clock, or know the node's state beyond
+//! what it is told; the `tickwire-node` crate owns the sockets.
+
+#![forbid(unsafe_code)]
+
+pub mod ripc;
