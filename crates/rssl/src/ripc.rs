@@ -168,7 +168,10 @@ pub enum Input {
 #[derive(Debug)]
 enum State {
     AwaitConnectReq,
-    AwaitClientKey { p: u64, secret: u64 },
+    AwaitClientKey {
+        p: u64,
+        secret: u64,
+    },
     /// Active, `Connected` not yet reported.
     Established,
     Active,
@@ -453,7 +456,9 @@ impl Channel {
     fn packed_entry(&mut self, msg: &mut Vec<u8>) -> Result<bool, RipcError> {
         while let Some((at, end)) = self.packed {
             if end - at < PACKED_LEN {
-                return Err(RipcError::Malformed("a packed entry's length is cut".into()));
+                return Err(RipcError::Malformed(
+                    "a packed entry's length is cut".into(),
+                ));
             }
             let n = u16::from_be_bytes([self.input[at], self.input[at + 1]]) as usize;
             let from = at + PACKED_LEN;
@@ -506,7 +511,12 @@ impl Channel {
         Ok(true)
     }
 
-    fn on_fragment(&mut self, start: usize, len: usize, msg: &mut Vec<u8>) -> Result<bool, RipcError> {
+    fn on_fragment(
+        &mut self,
+        start: usize,
+        len: usize,
+        msg: &mut Vec<u8>,
+    ) -> Result<bool, RipcError> {
         let version = self.version.expect("active");
         let id_len = version.frag_id_len();
         let m = &self.input[start..start + len];
@@ -621,7 +631,8 @@ impl Channel {
         }
         if HEADER_LEN + PACKED_LEN + rwf.len() <= max {
             let start = self.out.len();
-            self.out.extend_from_slice(&[0, 0, FLAG_DATA | FLAG_PACKING]);
+            self.out
+                .extend_from_slice(&[0, 0, FLAG_DATA | FLAG_PACKING]);
             self.out
                 .extend_from_slice(&(rwf.len() as u16).to_be_bytes());
             self.out.extend_from_slice(rwf);
@@ -679,7 +690,8 @@ impl Channel {
         };
         if entries == 1 {
             // Plain: drop the entry's length.
-            self.out.drain(start + HEADER_LEN..start + HEADER_LEN + PACKED_LEN);
+            self.out
+                .drain(start + HEADER_LEN..start + HEADER_LEN + PACKED_LEN);
             self.out[start + 2] = FLAG_DATA;
         }
         let len = (self.out.len() - start) as u16;

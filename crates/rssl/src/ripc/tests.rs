@@ -144,8 +144,14 @@ fn plain_packed_and_fragmented_messages_come_out_whole() {
     let mut first = vec![EXT_FRAGMENT_HEADER, 0, 0, 0, 10, 0, 7];
     first.extend_from_slice(b"0123");
     bytes.extend(data(FLAG_EXTENDED | FLAG_DATA, &first));
-    bytes.extend(data(FLAG_EXTENDED | FLAG_DATA, &[EXT_FRAGMENT, 0, 7, b'4', b'5', b'6']));
-    bytes.extend(data(FLAG_EXTENDED | FLAG_DATA, &[EXT_FRAGMENT, 0, 7, b'7', b'8', b'9']));
+    bytes.extend(data(
+        FLAG_EXTENDED | FLAG_DATA,
+        &[EXT_FRAGMENT, 0, 7, b'4', b'5', b'6'],
+    ));
+    bytes.extend(data(
+        FLAG_EXTENDED | FLAG_DATA,
+        &[EXT_FRAGMENT, 0, 7, b'7', b'8', b'9'],
+    ));
     // Byte by byte, to show no message depends on how the reads fall.
     let mut got = Vec::new();
     let mut msg = Vec::new();
@@ -175,7 +181,13 @@ fn a_turns_messages_are_packed_and_a_long_one_fragmented() {
     c.send(&long, now);
     c.end_batch();
     let out = messages(c.transmit());
-    assert_eq!(out[0], (FLAG_DATA | FLAG_PACKING, b"\x00\x05alpha\x00\x04beta".to_vec()));
+    assert_eq!(
+        out[0],
+        (
+            FLAG_DATA | FLAG_PACKING,
+            b"\x00\x05alpha\x00\x04beta".to_vec()
+        )
+    );
     assert_eq!(out[1], (FLAG_DATA, b"solo".to_vec()));
     // Fragments: none longer than 64 bytes, reassembled by a channel of our own.
     assert!(out[2..].iter().all(|(_, b)| b.len() + 3 <= 64));
@@ -216,7 +228,10 @@ fn hostile_input_is_refused_with_a_reason() {
         (data(FLAG_DATA | FLAG_COMPRESSED, b"x"), "compressed"),
         (data(FLAG_DATA | FLAG_PACKING, &[0, 9, b'a']), "runs past"),
         (
-            data(FLAG_EXTENDED | FLAG_DATA, &[EXT_FRAGMENT_HEADER, 0, 0, 1, 0, 0, 1]),
+            data(
+                FLAG_EXTENDED | FLAG_DATA,
+                &[EXT_FRAGMENT_HEADER, 0, 0, 1, 0, 0, 1],
+            ),
             "exceeds the maximum",
         ),
         (
@@ -235,7 +250,10 @@ fn hostile_input_is_refused_with_a_reason() {
 
 #[test]
 fn a_connect_req_is_told_from_a_native_login() {
-    assert_eq!(looks_like_connect_req(&connect_req(0x17, true, 60)), Some(true));
+    assert_eq!(
+        looks_like_connect_req(&connect_req(0x17, true, 60)),
+        Some(true)
+    );
     assert_eq!(looks_like_connect_req(&[0, 0, 0, 40, 1]), Some(false));
     assert_eq!(looks_like_connect_req(&[0]), None);
     assert_eq!(looks_like_connect_req(b"GET / HTTP/1.1"), Some(false));

@@ -1,0 +1,356 @@
+//! RWF's primitive values as they sit inside containers: a length (given by the
+//! container) and a body. A body of length 0 is blank, whatever the type.
+
+use super::wire::{put_u16, RwfError};
+use tickwire_proto::{Date, Real, Time};
+
+/// RWF data types (the numbers on the wire).
+pub mod dt {
+    pub const INT: u8 = 3;
+    pub const UINT: u8 = 4;
+    pub const FLOAT: u8 = 5;
+    pub const DOUBLE: u8 = 6;
+    pub const REAL: u8 = 8;
+    pub const DATE: u8 = 9;
+    pub const TIME: u8 = 10;
+    pub const DATETIME: u8 = 11;
+    pub const QOS: u8 = 12;
+    pub const STATE: u8 = 13;
+    pub const ENUM: u8 = 14;
+    pub const ARRAY: u8 = 15;
+    pub const BUFFER: u8 = 16;
+    pub const ASCII_STRING: u8 = 17;
+    pub const UTF8_STRING: u8 = 18;
+    pub const RMTES_STRING: u8 = 19;
+    pub const NO_DATA: u8 = 128;
+    pub const OPAQUE: u8 = 130;
+    pub const FIELD_LIST: u8 = 132;
+    pub const ELEMENT_LIST: u8 = 133;
+    pub const FILTER_LIST: u8 = 135;
+    pub const VECTOR: u8 = 136;
+    pub const MAP: u8 = 137;
+    pub const SERIES: u8 = 138;
+    pub const MSG: u8 = 141;
+}
+
+/// Real hints 0..=21 are `value * 10^(hint - 14)`; 22..=30 `value / 2^(hint - 22)`.
+const HINT_EXPONENT_0: i8 = 14;
+const HINT_FRACTION_1: u8 = 22;
+const HINT_FRACTION_256: u8 = 30;
+const HINT_INFINITY: u8 = 33;
+const HINT_NEG_INFINITY: u8 = 34;
+const HINT_NAN: u8 = 35;
+const HINT_BLANK_BIT: u8 = 0x20;
+
+/// An RWF real as it was on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RwfReal {
+    Blank,
+    Value { value: i64, hint: u8 },
+    Infinity,
+    NegInfinity,
+    NaN,
+}
+
+impl RwfReal {
+    /// As the node's decimal, exactly: a fraction `v / 2^k` is `v * 5^k / 10^k`.
+    /// `None`: blank, infinite, not a number, or too large for the decimal.
+    pub fn to_decimal(self) -> Option<Real> {
+        let RwfReal::Value { value, hint } = self else {
+            return None;
+        };
+        if hint < HINT_FRACTION_1 {
+            return Some(Real::new(value, hint as i8 - HINT_EXPONENT_0));
+        }
+        let k = (hint - HINT_FRACTION_1) as u32;
+        let m = value.checked_mul(5i64.pow(k))?;
+        Some(Real::new(m, -(k as i8)))
+    }
+
+    /// From the node's decimal: exponents -14..=7 keep their value and hint; others
+    /// are scaled into that range (dropping digits below 10^-14 and rounding toward
+    /// zero, or multiplying up to 10^7).
+    pub fn from_decimal(r: Real) -> RwfReal {
+        let (mut m, mut e) = (r.mantissa, r.exponent as i32);
+        while e < -14 {
+            m /= 10;
+            e += 1;
+        }
+        while e > 7 {
+            match m.checked_mul(10) {
+                Some(v) => m = v,
+                None => return RwfReal::Infinity,
+            }
+            e -= 1;
+        }
+        RwfReal::Value {
+            value: m,
+            hint: (e + HINT_EXPONENT_0 as i32) as u8,
+        }
+    }
+}
+
+/// Minimal two's-complement bytes of `v`.
+pub fn put_int(out: &mut Vec<u8>, v: i64) {
+    let b = v.to_be_bytes();
+    let mut skip = 0;
+    while skip < 7 {
+        let (this, next) = (b[skip], b[skip + 1]);
+        if (this == 0 && next & 0x80 == 0) || (this == 0xFF && next & 0x80 != 0) {
+            skip += 1;
+        } else {
+            break;
+        }
+    }
+    out.extend_from_slice(&b[skip..]);
+}
+
+/// Minimal unsigned bytes of `v` (at least one).
+pub fn put_uint(out: &mut Vec<u8>, v: u64) {
+    let b = v.to_be_bytes();
+    let skip = (v.leading_zeros() / 8).min(7) as usize;
+    out.extend_from_slice(&b[skip..]);
+}
+
+pub fn int(body: &[u8]) -> Result<Option<i64>, RwfError> {
+    match body.len() {
+        0 => Ok(None),
+        1..=8 => {
+            let mut v: i64 = if body[0] & 0x80 != 0 { -1 } else { 0 };
+            for &b in body {
+                v = (v << 8) | b as i64;
+            }
+            Ok(Some(v))
+        }
+        n => Err(RwfError::invalid("an Int", format!("{n} bytes (1 to 8)"))),
+    }
+}
+
+pub fn uint(body: &[u8]) -> Result<Option<u64>, RwfError> {
+    match body.len() {
+        0 => Ok(None),
+        1..=8 => Ok(Some(body.iter().fold(0u64, |v, &b| (v << 8) | b as u64))),
+        n => Err(RwfError::invalid("a UInt", format!("{n} bytes (1 to 8)"))),
+    }
+}
+
+pub fn put_real(out: &mut Vec<u8>, r: RwfReal) {
+    match r {
+        RwfReal::Blank => {}
+        RwfReal::Infinity => out.push(HINT_INFINITY),
+        RwfReal::NegInfinity => out.push(HINT_NEG_INFINITY),
+        RwfReal::NaN => out.push(HINT_NAN),
+        RwfReal::Value { value, hint } => {
+            out.push(hint);
+            put_int(out, value);
+        }
+    }
+}
+
+pub fn real(body: &[u8]) -> Result<RwfReal, RwfError> {
+    let Some(&first) = body.first() else {
+        return Ok(RwfReal::Blank);
+    };
+    match first & 0x3F {
+        HINT_INFINITY => return Ok(RwfReal::Infinity),
+        HINT_NEG_INFINITY => return Ok(RwfReal::NegInfinity),
+        HINT_NAN => return Ok(RwfReal::NaN),
+        _ => {}
+    }
+    if first & HINT_BLANK_BIT != 0 || body.len() == 1 {
+        return Ok(RwfReal::Blank);
+    }
+    let hint = first & 0x1F;
+    if hint > HINT_FRACTION_256 {
+        return Err(RwfError::invalid("a Real", format!("hint {hint}")));
+    }
+    let value = int(&body[1..])?.expect("not empty");
+    Ok(RwfReal::Value { value, hint })
+}
+
+pub fn put_date(out: &mut Vec<u8>, d: Date) {
+    out.push(d.day);
+    out.push(d.month);
+    put_u16(out, d.year);
+}
+
+pub fn date(body: &[u8]) -> Result<Option<Date>, RwfError> {
+    match body {
+        [] | [0, 0, 0, 0] => Ok(None),
+        [day, month, y0, y1] => Ok(Some(Date {
+            day: *day,
+            month: *month,
+            year: u16::from_be_bytes([*y0, *y1]),
+        })),
+        _ => Err(RwfError::invalid(
+            "a Date",
+            format!("{} bytes (4)", body.len()),
+        )),
+    }
+}
+
+/// A time to the nanosecond in the shortest form that keeps it (2, 3, 5, 7 or 8 bytes).
+pub fn put_time(out: &mut Vec<u8>, t: Time) {
+    let n = t.nanos_since_midnight;
+    let secs = n / 1_000_000_000;
+    let sub = n % 1_000_000_000;
+    let (ms, us, ns) = (sub / 1_000_000, (sub / 1000) % 1000, sub % 1000);
+    out.push((secs / 3600) as u8);
+    out.push(((secs / 60) % 60) as u8);
+    let s = (secs % 60) as u8;
+    if sub == 0 && s == 0 {
+        return;
+    }
+    out.push(s);
+    if sub == 0 {
+        return;
+    }
+    put_u16(out, ms as u16);
+    if us == 0 && ns == 0 {
+        return;
+    }
+    if ns == 0 {
+        put_u16(out, us as u16);
+        return;
+    }
+    // The 8-byte form: bits 10..0 of the word are µs, bits 13..11 ns's bits 10..8.
+    put_u16(out, (((ns as u16) & 0x700) << 3) | us as u16);
+    out.push(ns as u8);
+}
+
+pub fn time(body: &[u8]) -> Result<Option<Time>, RwfError> {
+    let bad = || RwfError::invalid("a Time", format!("{} bytes (2, 3, 5, 7 or 8)", body.len()));
+    if body.is_empty() {
+        return Ok(None);
+    }
+    if !matches!(body.len(), 2 | 3 | 5 | 7 | 8) {
+        return Err(bad());
+    }
+    let (h, m) = (body[0], body[1]);
+    let s = body.get(2).copied().unwrap_or(0);
+    let ms = if body.len() >= 5 {
+        u16::from_be_bytes([body[3], body[4]])
+    } else {
+        0
+    };
+    // All fields at their maximum is the SDK's other blank.
+    if h == 255 && m == 255 {
+        return Ok(None);
+    }
+    let (mut us, mut ns) = (0u32, 0u32);
+    if body.len() >= 7 {
+        let w = u16::from_be_bytes([body[5], body[6]]);
+        if body.len() == 8 {
+            us = (w & 0x7FF) as u32;
+            ns = (((w & 0x3800) >> 3) as u32) + body[7] as u32;
+        } else {
+            us = w as u32;
+        }
+    }
+    if h > 23 || m > 59 || s > 60 || ms > 999 || us > 999 || ns > 999 {
+        return Err(RwfError::invalid(
+            "a Time",
+            format!("{h}:{m}:{s}.{ms}.{us}.{ns} is not a time of day"),
+        ));
+    }
+    let nanos = ms as u32 * 1_000_000 + us * 1000 + ns;
+    Ok(Some(Time::from_hms_nanos(h, m, s.min(59), nanos)))
+}
+
+pub fn put_enum(out: &mut Vec<u8>, v: u16) {
+    if v <= 0xFF {
+        out.push(v as u8);
+    } else {
+        put_u16(out, v);
+    }
+}
+
+pub fn enumerated(body: &[u8]) -> Result<Option<u16>, RwfError> {
+    match body {
+        [] => Ok(None),
+        [v] => Ok(Some(*v as u16)),
+        [a, b] => Ok(Some(u16::from_be_bytes([*a, *b]))),
+        _ => Err(RwfError::invalid(
+            "an Enum",
+            format!("{} bytes (1 or 2)", body.len()),
+        )),
+    }
+}
+
+/// QoS: realtime, tick by tick (the only one a node offers).
+pub const QOS_REALTIME_TICK_BY_TICK: u8 = 0x22;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut v = Vec::new();
+        f(&mut v);
+        v
+    }
+
+    #[test]
+    fn the_sdks_own_bodies() {
+        // From the SDK's codec: INT -1 FF, 128 00 80; UINT 200 C8, 0x12345 01 23 45.
+        assert_eq!(body(|o| put_int(o, -1)), [0xFF]);
+        assert_eq!(body(|o| put_int(o, 128)), [0x00, 0x80]);
+        assert_eq!(body(|o| put_int(o, -129)), [0xFF, 0x7F]);
+        assert_eq!(body(|o| put_uint(o, 200)), [0xC8]);
+        assert_eq!(body(|o| put_uint(o, 0x12345)), [0x01, 0x23, 0x45]);
+        assert_eq!(body(|o| put_uint(o, 0)), [0]);
+        // REAL 12.34 0C 04 D2; DATE 15/11/2005 0F 0B 07 D5; TIME 21:00:01 15 00 01.
+        let r = RwfReal::from_decimal(Real::new(1234, -2));
+        assert_eq!(body(|o| put_real(o, r)), [0x0C, 0x04, 0xD2]);
+        let d = Date {
+            year: 2005,
+            month: 11,
+            day: 15,
+        };
+        assert_eq!(body(|o| put_date(o, d)), [0x0F, 0x0B, 0x07, 0xD5]);
+        let t = Time::from_hms_nanos(21, 0, 1, 0);
+        assert_eq!(body(|o| put_time(o, t)), [0x15, 0x00, 0x01]);
+        // 21:00:01.500, µs 7, ns 999: 15 00 01 01 F4 18 07 E7.
+        let t = Time::from_hms_nanos(21, 0, 1, 500_007_999);
+        let b = body(|o| put_time(o, t));
+        assert_eq!(b, [0x15, 0x00, 0x01, 0x01, 0xF4, 0x18, 0x07, 0xE7]);
+        assert_eq!(time(&b), Ok(Some(t)));
+        assert_eq!(body(|o| put_enum(o, 840)), [0x03, 0x48]);
+    }
+
+    #[test]
+    fn reals_keep_their_value_both_ways() {
+        for (m, e) in [
+            (1234i64, -2i8),
+            (-5, 0),
+            (7, 7),
+            (1, -14),
+            (0, -4),
+            (i64::MIN, -3),
+        ] {
+            let r = Real::new(m, e);
+            let b = body(|o| put_real(o, RwfReal::from_decimal(r)));
+            assert_eq!(real(&b).unwrap().to_decimal(), Some(r));
+        }
+        // A fraction: -3/256 is -0.01171875.
+        let frac = real(&[0x1E, 0xFD]).unwrap();
+        assert_eq!(frac.to_decimal(), Some(Real::new(-3 * 390_625, -8)));
+        assert_eq!(real(&[]), Ok(RwfReal::Blank));
+        assert_eq!(real(&[0x21]), Ok(RwfReal::Infinity));
+        assert_eq!(real(&[0x2C, 0x01]), Ok(RwfReal::Blank));
+    }
+
+    #[test]
+    fn times_of_every_length() {
+        for nanos in [0u32, 0, 123_000_000, 123_456_000, 123_456_789] {
+            for (h, m, s) in [(0u8, 0u8, 0u8), (9, 30, 0), (23, 59, 59)] {
+                let t = Time::from_hms_nanos(h, m, s, nanos);
+                let b = body(|o| put_time(o, t));
+                assert!(matches!(b.len(), 2 | 3 | 5 | 7 | 8));
+                assert_eq!(time(&b), Ok(Some(t)), "{b:02x?}");
+            }
+        }
+        assert!(time(&[1, 2, 3, 4]).is_err());
+        assert_eq!(time(&[255, 255, 255]), Ok(None));
+    }
+}
