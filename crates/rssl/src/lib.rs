@@ -10,3 +10,4 @@
 
 pub mod ripc;
 pub mod rwf;
+pub mod session;

@@ -500,8 +500,12 @@ pub fn begin_refresh(
     state: &RwfState<'_>,
     key: Option<&MsgKey<'_>>,
     part: Option<u16>,
+    qos: bool,
 ) {
     let mut flags = flags;
+    if qos {
+        flags |= refresh::HAS_QOS;
+    }
     if seq.is_some() {
         flags |= refresh::HAS_SEQ_NUM;
     }
@@ -511,14 +515,15 @@ pub fn begin_refresh(
     if part.is_some() {
         flags |= refresh::HAS_PART_NUM;
     }
-    flags |= refresh::HAS_QOS;
     let w = MsgWriter::begin(out, class::REFRESH, domain, stream_id, flags, container);
     if let Some(s) = seq {
         put_u32(out, s);
     }
     state.encode(out);
     out.extend_from_slice(&[2, 0, 0]); // group id: the default
-    out.push(super::primitive::QOS_REALTIME_TICK_BY_TICK);
+    if qos {
+        out.push(super::primitive::QOS_REALTIME_TICK_BY_TICK);
+    }
     if let Some(k) = key {
         k.encode(out);
     }
@@ -685,6 +690,7 @@ mod tests {
             &RwfState::new(stream::OPEN, data::OK, code::NONE, "OK"),
             Some(&key),
             None,
+            true,
         );
         out.extend_from_slice(&fields);
         let mut expected = hex("00 1D 02 06 00 00 00 05 81 E8 04 09 00 02 4F 4B 02 00 00 22");

@@ -1,0 +1,976 @@
+//! One RSSL consumer's session: its RWF messages in, the node's own messages out, and
+//! back.
+//!
+//! The session keeps the consumer's stream ids apart from the node's (1, 2, 3 ...
+//! chosen here) and its service ids apart from the node's service names (numbered 1,
+//! 2, 3 ... in the order the session first hears of them, stable for the session).
+//! - Login: the consumer's Login request becomes the node's Login (the user, and the
+//!   password element or the token as its secret); the node's Welcome becomes the login
+//!   Refresh, a refusal the login's Status.
+//! - Source Directory: answered here from the node's Directory messages, which the
+//!   node sends after the Welcome and whenever a service changes.
+//! - MarketPrice: streaming and snapshot requests, views (field id lists) and batches
+//!   (item lists) become the node's Requests; its refreshes, updates and statuses
+//!   come back as RWF. Other item domains are refused with a status that says so.
+//!
+//! To the node's core an RSSL consumer is a subscriber like any other: same limits,
+//! same slow-consumer policy, same entitlements.
+
+use crate::rwf::container::{
+    filter_action, map_action, put_array, ArrayIter, ElementIter, ElementListWriter,
+    FieldListWriter, FilterListWriter, MapWriter,
+};
+use crate::rwf::msg::{
+    self, begin_refresh, begin_update, class, code, data, domain, put_close, put_status, refresh,
+    request, stream, Msg, MsgKey, RwfState,
+};
+use crate::rwf::primitive::{self, dt, RwfReal};
+use crate::rwf::RwfError;
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
+use tickwire_proto::{
+    code as ncode, DataState, Login, Message, Request, Role, ServiceState, State, StreamState,
+    UpdateType, Value, View, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+};
+
+/// Where the session's RWF messages go (the RIPC channel, or a test's list).
+pub trait Outbox {
+    fn send(&mut self, rwf: &[u8]);
+}
+
+impl Outbox for Vec<Vec<u8>> {
+    fn send(&mut self, rwf: &[u8]) {
+        self.push(rwf.to_vec());
+    }
+}
+
+/// Settings shared by every RSSL session of a node.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// The node's name, in the login Refresh's text.
+    pub node_name: String,
+    /// The service of the node's own figures: listed like the others.
+    pub vendor: String,
+    /// Most items one batch request may name.
+    pub max_batch: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            node_name: "tickwire".into(),
+            vendor: "Tickwire".into(),
+            max_batch: 10_000,
+        }
+    }
+}
+
+/// Directory filter ids (and their bits in a request's filter).
+const FILTER_INFO: u8 = 1;
+const FILTER_STATE: u8 = 2;
+/// Login element names.
+const EL_PASSWORD: &[u8] = b"Password";
+const EL_APPLICATION_ID: &[u8] = b"ApplicationId";
+const EL_APPLICATION_NAME: &[u8] = b"ApplicationName";
+const EL_POSITION: &[u8] = b"Position";
+/// The login name type of an authentication token.
+const NAME_TYPE_AUTHN_TOKEN: u8 = 5;
+/// Batch and view element names.
+const EL_ITEM_LIST: &[u8] = b":ItemList";
+const EL_VIEW_TYPE: &[u8] = b":ViewType";
+const EL_VIEW_DATA: &[u8] = b":ViewData";
+/// `:ViewType` 1: a list of field ids.
+const VIEW_FIELD_IDS: u64 = 1;
+
+#[derive(Debug)]
+enum LoginState {
+    None,
+    Pending { stream: i32, user: String },
+    Open { stream: i32, user: String },
+}
+
+/// One item stream: the consumer's id and what it asked for.
+#[derive(Debug)]
+struct ItemStream {
+    rssl: i32,
+    service_id: u16,
+    name: Vec<u8>,
+    streaming: bool,
+    private: bool,
+}
+
+/// A service as the session numbers it.
+#[derive(Debug)]
+struct Service {
+    name: String,
+    id: u16,
+    state: ServiceState,
+}
+
+/// The RSSL side of one consumer connection.
+pub struct Session {
+    cfg: Arc<SessionConfig>,
+    login: LoginState,
+    services: Vec<Service>,
+    /// The consumer's directory stream and the filter it asked for.
+    directory: Option<(i32, u32)>,
+    /// Open item streams by the node's stream id.
+    streams: FxHashMap<u32, ItemStream>,
+    /// The node's stream id of each of the consumer's item streams.
+    by_rssl: FxHashMap<i32, u32>,
+    next_native: u32,
+    buf: Vec<u8>,
+    /// The consumer logged out, or its login was refused: close once written.
+    pub finished: bool,
+}
+
+impl Session {
+    pub fn new(cfg: Arc<SessionConfig>) -> Self {
+        Session {
+            cfg,
+            login: LoginState::None,
+            services: Vec::new(),
+            directory: None,
+            streams: FxHashMap::default(),
+            by_rssl: FxHashMap::default(),
+            next_native: 1,
+            buf: Vec::with_capacity(1024),
+            finished: false,
+        }
+    }
+
+    /// Streams open.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// The user logged in (or asking to).
+    pub fn user(&self) -> Option<&str> {
+        match &self.login {
+            LoginState::None => None,
+            LoginState::Pending { user, .. } | LoginState::Open { user, .. } => Some(user),
+        }
+    }
+
+    /// One RWF message from the consumer: what it means for the node goes to `to_node`
+    /// (the node's own messages, encoded), answers of the session's own to `out`.
+    pub fn on_client_message(&mut self, rwf: &[u8], to_node: &mut Vec<u8>, out: &mut impl Outbox) {
+        let m = match Msg::decode(rwf) {
+            Ok(m) => m,
+            Err(e) => {
+                // Which stream it was for may be readable even when the rest is not.
+                let (dom, sid) = if rwf.len() >= 8 {
+                    (rwf[3], i32::from_be_bytes([rwf[4], rwf[5], rwf[6], rwf[7]]))
+                } else {
+                    (domain::LOGIN, 0)
+                };
+                self.status(
+                    out,
+                    dom,
+                    sid,
+                    stream::CLOSED,
+                    code::INVALID_ARGUMENT,
+                    &format!("malformed message: {e}"),
+                );
+                return;
+            }
+        };
+        match (m.class, m.domain) {
+            (class::REQUEST, domain::LOGIN) => self.on_login(&m, to_node, out),
+            (class::CLOSE, domain::LOGIN) => {
+                if matches!(&self.login, LoginState::Open { stream, .. } | LoginState::Pending { stream, .. } if *stream == m.stream_id)
+                {
+                    self.finished = true;
+                }
+            }
+            (class::GENERIC, domain::LOGIN) => {} // RTT and the like: nothing to do
+            (_, _) if !matches!(self.login, LoginState::Open { .. }) => {
+                self.status(
+                    out,
+                    m.domain,
+                    m.stream_id,
+                    stream::CLOSED,
+                    code::NOT_ENTITLED,
+                    "log in first (a Login request on its own stream)",
+                );
+            }
+            (class::REQUEST, domain::SOURCE) => self.on_directory_request(&m, out),
+            (class::CLOSE, domain::SOURCE) => {
+                if self.directory.is_some_and(|(s, _)| s == m.stream_id) {
+                    self.directory = None;
+                }
+            }
+            (class::REQUEST, domain::DICTIONARY) => {
+                let name = m.key.as_ref().and_then(|k| k.name).unwrap_or(b"");
+                let text = format!(
+                    "dictionary {} is not served yet: load RDMFieldDictionary and enumtype.def locally",
+                    String::from_utf8_lossy(name)
+                );
+                self.status(
+                    out,
+                    m.domain,
+                    m.stream_id,
+                    stream::CLOSED,
+                    code::NOT_FOUND,
+                    &text,
+                );
+            }
+            (class::REQUEST, domain::MARKET_PRICE) => self.on_item_request(&m, to_node, out),
+            (class::REQUEST, other) => {
+                let text = format!(
+                    "the {} domain is not carried: Tickwire serves MarketPrice items",
+                    domain::name(other)
+                );
+                self.status(
+                    out,
+                    other,
+                    m.stream_id,
+                    stream::CLOSED,
+                    code::USAGE_ERROR,
+                    &text,
+                );
+            }
+            (class::CLOSE, _) => self.on_close(m.stream_id, to_node),
+            (class::POST, _) => {
+                let id = m.post_id.unwrap_or(0);
+                self.buf.clear();
+                msg::put_ack(
+                    &mut self.buf,
+                    m.domain,
+                    m.stream_id,
+                    id,
+                    Some(2),
+                    b"posts over RSSL are not accepted yet",
+                    m.seq,
+                );
+                out.send(&self.buf);
+            }
+            (class::GENERIC, _) => {}
+            (c, d) => {
+                let text = format!("a message of class {c} is not expected from a consumer");
+                self.status(
+                    out,
+                    d,
+                    m.stream_id,
+                    stream::CLOSED,
+                    code::USAGE_ERROR,
+                    &text,
+                );
+            }
+        }
+    }
+
+    fn on_login(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
+        if !matches!(self.login, LoginState::None) {
+            // A reissue of the open login (a new token, a pause): nothing changes.
+            if let LoginState::Open { stream, user } = &self.login {
+                if *stream == m.stream_id {
+                    let (stream, user) = (*stream, user.clone());
+                    self.login_refresh(stream, &user, false, out);
+                    return;
+                }
+            }
+            self.status(
+                out,
+                domain::LOGIN,
+                m.stream_id,
+                stream::CLOSED,
+                code::USAGE_ERROR,
+                "a login is already open on this connection",
+            );
+            return;
+        }
+        let key = m.key.clone().unwrap_or_default();
+        let name = String::from_utf8_lossy(key.name.unwrap_or(b"")).into_owned();
+        let mut secret = String::new();
+        let mut app = String::from("rssl");
+        if let Some((dt::ELEMENT_LIST, attrib)) = key.attrib {
+            if let Ok(els) = ElementIter::new(attrib) {
+                for e in els.flatten() {
+                    let text = e.text().map(|t| String::from_utf8_lossy(t).into_owned());
+                    match (e.name, text) {
+                        (EL_PASSWORD, Some(t)) => secret = t,
+                        (EL_APPLICATION_NAME, Some(t)) => app = format!("rssl:{t}"),
+                        (EL_APPLICATION_ID | EL_POSITION, _) => {}
+                        _ => {}
+                    }
+                }
+            }
+        }
+        // A token login names no user: the token is the secret.
+        let user = if key.name_type == Some(NAME_TYPE_AUTHN_TOKEN) {
+            secret = name;
+            String::new()
+        } else {
+            name
+        };
+        let login = Message::Login(Login {
+            version_min: PROTOCOL_VERSION_MIN,
+            version_max: PROTOCOL_VERSION_MAX,
+            role: Role::Subscriber,
+            application: &app,
+            user: &user,
+            token: &secret,
+            slow_consumer: None,
+        });
+        if login.encode(to_node).is_err() {
+            self.status(
+                out,
+                domain::LOGIN,
+                m.stream_id,
+                stream::CLOSED,
+                code::INVALID_ARGUMENT,
+                "login fields too long",
+            );
+            self.finished = true;
+            return;
+        }
+        self.login = LoginState::Pending {
+            stream: m.stream_id,
+            user,
+        };
+    }
+
+    fn login_refresh(
+        &mut self,
+        stream_id: i32,
+        user: &str,
+        solicited: bool,
+        out: &mut impl Outbox,
+    ) {
+        self.buf.clear();
+        let text = format!("Login accepted by {}", self.cfg.node_name);
+        let mut attrib = Vec::new();
+        let mut el = ElementListWriter::begin(&mut attrib);
+        el.uint(&mut attrib, "SingleOpen", 0);
+        el.uint(&mut attrib, "AllowSuspectData", 1);
+        el.uint(&mut attrib, "SupportBatchRequests", 1);
+        el.uint(&mut attrib, "SupportViewRequests", 1);
+        el.uint(&mut attrib, "SupportOMMPost", 0);
+        el.uint(&mut attrib, "SupportOptimizedPauseResume", 0);
+        el.uint(&mut attrib, "SupportStandby", 0);
+        el.end(&mut attrib);
+        let key = MsgKey {
+            name: Some(user.as_bytes()),
+            name_type: Some(1),
+            attrib: Some((dt::ELEMENT_LIST, &attrib)),
+            ..MsgKey::default()
+        };
+        let mut flags = refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE;
+        if solicited {
+            flags |= refresh::SOLICITED;
+        }
+        begin_refresh(
+            &mut self.buf,
+            domain::LOGIN,
+            stream_id,
+            flags,
+            dt::NO_DATA,
+            None,
+            &RwfState::new(stream::OPEN, data::OK, code::NONE, &text),
+            Some(&key),
+            None,
+            false,
+        );
+        out.send(&self.buf);
+    }
+
+    fn on_directory_request(&mut self, m: &Msg<'_>, out: &mut impl Outbox) {
+        let filter = m.key.as_ref().and_then(|k| k.filter).unwrap_or(0x3F);
+        let only = m.key.as_ref().and_then(|k| k.service_id);
+        if m.flags & request::STREAMING != 0 {
+            self.directory = Some((m.stream_id, filter));
+        }
+        let services: Vec<usize> = (0..self.services.len())
+            .filter(|&i| self.services[i].state != ServiceState::Removed)
+            .filter(|&i| only.is_none_or(|id| self.services[i].id == id))
+            .collect();
+        self.buf.clear();
+        let st = if m.flags & request::STREAMING != 0 {
+            stream::OPEN
+        } else {
+            stream::NON_STREAMING
+        };
+        let key = MsgKey {
+            filter: Some(filter),
+            service_id: only,
+            ..MsgKey::default()
+        };
+        begin_refresh(
+            &mut self.buf,
+            domain::SOURCE,
+            m.stream_id,
+            refresh::SOLICITED | refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE,
+            dt::MAP,
+            None,
+            &RwfState::new(st, data::OK, code::NONE, ""),
+            Some(&key),
+            None,
+            false,
+        );
+        let mut buf = std::mem::take(&mut self.buf);
+        self.directory_map(&mut buf, &services, filter, map_action::ADD);
+        out.send(&buf);
+        self.buf = buf;
+    }
+
+    /// The directory's map: one entry per service, with the filters asked for.
+    fn directory_map(&self, out: &mut Vec<u8>, services: &[usize], filter: u32, action: u8) {
+        let mut map = MapWriter::begin(out, dt::UINT, dt::FILTER_LIST);
+        for &i in services {
+            let s = &self.services[i];
+            let mut key = Vec::new();
+            primitive::put_uint(&mut key, s.id as u64);
+            if s.state == ServiceState::Removed {
+                map.entry(out, map_action::DELETE, &key, |_| {});
+                continue;
+            }
+            map.entry(out, action, &key, |o| {
+                let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
+                if filter & (1 << (FILTER_INFO - 1)) != 0 && action == map_action::ADD {
+                    fl.entry(o, filter_action::SET, FILTER_INFO, |o| {
+                        let mut el = ElementListWriter::begin(o);
+                        el.ascii(o, "Name", s.name.as_bytes());
+                        el.ascii(o, "Vendor", self.cfg.vendor.as_bytes());
+                        el.uint(o, "IsSource", 0);
+                        el.element(o, "Capabilities", dt::ARRAY, |o| {
+                            put_array(o, dt::UINT, &[domain::MARKET_PRICE as u64], |o, v| {
+                                primitive::put_uint(o, *v)
+                            });
+                        });
+                        el.element(o, "DictionariesUsed", dt::ARRAY, |o| {
+                            put_array(o, dt::ASCII_STRING, &["RWFFld", "RWFEnum"], |o, v| {
+                                o.extend_from_slice(v.as_bytes())
+                            });
+                        });
+                        el.element(o, "QoS", dt::ARRAY, |o| {
+                            put_array(
+                                o,
+                                dt::QOS,
+                                &[primitive::QOS_REALTIME_TICK_BY_TICK],
+                                |o, q| o.push(*q),
+                            );
+                        });
+                        el.uint(o, "SupportsQoSRange", 0);
+                        el.uint(o, "SupportsOutOfBandSnapshots", 0);
+                        el.uint(o, "AcceptingConsumerStatus", 0);
+                        el.end(o);
+                    });
+                }
+                if filter & (1 << (FILTER_STATE - 1)) != 0 {
+                    fl.entry(o, filter_action::SET, FILTER_STATE, |o| {
+                        let up = (s.state == ServiceState::Up) as u64;
+                        let mut el = ElementListWriter::begin(o);
+                        el.uint(o, "ServiceState", up);
+                        el.uint(o, "AcceptingRequests", up);
+                        el.end(o);
+                    });
+                }
+                fl.end(o);
+            });
+        }
+        map.end(out);
+    }
+
+    fn on_item_request(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
+        let key = m.key.clone().unwrap_or_default();
+        let streaming = m.flags & request::STREAMING != 0;
+        let private = m.flags & request::PRIVATE_STREAM != 0;
+        let Some(service_id) = key.service_id else {
+            self.status(
+                out,
+                m.domain,
+                m.stream_id,
+                stream::CLOSED,
+                code::SOURCE_UNKNOWN,
+                "the request names no service id (see the source directory)",
+            );
+            return;
+        };
+        let Some(service) = self
+            .services
+            .iter()
+            .find(|s| s.id == service_id && s.state != ServiceState::Removed)
+        else {
+            self.status(
+                out,
+                m.domain,
+                m.stream_id,
+                stream::CLOSED,
+                code::SOURCE_UNKNOWN,
+                &format!("service id {service_id} is not in the source directory"),
+            );
+            return;
+        };
+        let service_name = service.name.clone();
+        let mut view: Option<Vec<i16>> = None;
+        let mut batch: Vec<Vec<u8>> = Vec::new();
+        if m.flags & (request::HAS_VIEW | request::HAS_BATCH) != 0 {
+            if let Err(e) = parse_request_payload(m, &mut view, &mut batch) {
+                self.status(
+                    out,
+                    m.domain,
+                    m.stream_id,
+                    stream::CLOSED,
+                    code::INVALID_ARGUMENT,
+                    &format!("malformed request payload: {e}"),
+                );
+                return;
+            }
+            if m.flags & request::HAS_VIEW != 0 && view.is_none() {
+                self.status(
+                    out,
+                    m.domain,
+                    m.stream_id,
+                    stream::CLOSED,
+                    code::INVALID_VIEW,
+                    "a view request needs :ViewType 1 and :ViewData (field ids)",
+                );
+                return;
+            }
+        }
+        if m.flags & request::HAS_BATCH != 0 {
+            if batch.len() > self.cfg.max_batch {
+                self.status(
+                    out,
+                    m.domain,
+                    m.stream_id,
+                    stream::CLOSED,
+                    code::TOO_MANY_ITEMS,
+                    &format!(
+                        "a batch of {} items exceeds the limit of {}",
+                        batch.len(),
+                        self.cfg.max_batch
+                    ),
+                );
+                return;
+            }
+            // The batch's own stream closes; each item gets the ids that follow it.
+            let text = format!(
+                "batch of {} items opened on streams {} and on",
+                batch.len(),
+                m.stream_id as i64 + 1
+            );
+            self.status(
+                out,
+                m.domain,
+                m.stream_id,
+                stream::CLOSED,
+                code::NONE,
+                &text,
+            );
+            for (i, name) in batch.iter().enumerate() {
+                let sid = m.stream_id.wrapping_add(1 + i as i32);
+                self.open_item(
+                    sid,
+                    service_id,
+                    &service_name,
+                    name,
+                    streaming,
+                    private,
+                    view.as_deref(),
+                    to_node,
+                );
+            }
+            return;
+        }
+        let Some(name) = key.name else {
+            self.status(
+                out,
+                m.domain,
+                m.stream_id,
+                stream::CLOSED,
+                code::INVALID_ARGUMENT,
+                "the request names no item",
+            );
+            return;
+        };
+        self.open_item(
+            m.stream_id,
+            service_id,
+            &service_name,
+            name,
+            streaming,
+            private,
+            view.as_deref(),
+            to_node,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn open_item(
+        &mut self,
+        rssl: i32,
+        service_id: u16,
+        service: &str,
+        name: &[u8],
+        streaming: bool,
+        private: bool,
+        view: Option<&[i16]>,
+        to_node: &mut Vec<u8>,
+    ) {
+        // A request on an open stream changes it (a new view, say): the node's stream
+        // is replaced.
+        self.on_close(rssl, to_node);
+        let native = self.next_native;
+        self.next_native = self.next_native.wrapping_add(1).max(1);
+        let name_text = String::from_utf8_lossy(name);
+        let req = Message::Request(Request {
+            stream_id: native,
+            streaming,
+            service,
+            name: &name_text,
+            view: view.map(View::Fids),
+        });
+        if req.encode(to_node).is_err() {
+            return;
+        }
+        self.by_rssl.insert(rssl, native);
+        self.streams.insert(
+            native,
+            ItemStream {
+                rssl,
+                service_id,
+                name: name.to_vec(),
+                streaming,
+                private,
+            },
+        );
+    }
+
+    fn on_close(&mut self, rssl: i32, to_node: &mut Vec<u8>) {
+        if let Some(native) = self.by_rssl.remove(&rssl) {
+            self.streams.remove(&native);
+            let _ = Message::Close { stream_id: native }.encode(to_node);
+        }
+    }
+
+    fn forget(&mut self, native: u32) {
+        if let Some(s) = self.streams.remove(&native) {
+            self.by_rssl.remove(&s.rssl);
+        }
+    }
+
+    fn status(&mut self, out: &mut impl Outbox, dom: u8, sid: i32, st: u8, code: u8, text: &str) {
+        self.buf.clear();
+        put_status(
+            &mut self.buf,
+            dom,
+            sid,
+            &RwfState::new(st, data::SUSPECT, code, text),
+            None,
+            false,
+        );
+        out.send(&self.buf);
+    }
+
+    /// One of the node's messages for this connection.
+    pub fn on_node_message(&mut self, m: &Message<'_>, out: &mut impl Outbox) {
+        match m {
+            Message::Welcome(_) => {
+                if let LoginState::Pending { stream, user } =
+                    std::mem::replace(&mut self.login, LoginState::None)
+                {
+                    self.login_refresh(stream, &user, true, out);
+                    self.login = LoginState::Open { stream, user };
+                }
+            }
+            Message::Directory(d) => {
+                // New services (or back after removal) are added in full, changed ones
+                // get their state, removed ones are deleted; a removed service keeps
+                // its id for the session.
+                let (mut adds, mut updates) = (Vec::new(), Vec::new());
+                for e in &d.services {
+                    match self.services.iter().position(|s| s.name == e.name) {
+                        None if e.state == ServiceState::Removed => {}
+                        None => {
+                            let id = self.services.len() as u16 + 1;
+                            self.services.push(Service {
+                                name: e.name.to_string(),
+                                id,
+                                state: e.state,
+                            });
+                            adds.push(self.services.len() - 1);
+                        }
+                        Some(i) => {
+                            let was = std::mem::replace(&mut self.services[i].state, e.state);
+                            if was == ServiceState::Removed && e.state != ServiceState::Removed {
+                                adds.push(i);
+                            } else if was != e.state {
+                                updates.push(i);
+                            }
+                        }
+                    }
+                }
+                self.directory_update(&adds, &updates, out);
+            }
+            Message::Refresh(r) => {
+                let Some(s) = self.streams.get(&r.stream_id) else {
+                    return;
+                };
+                let st = rwf_stream_state(r.state.stream, s.streaming && r.complete);
+                let mut flags = 0;
+                if r.solicited {
+                    flags |= refresh::SOLICITED;
+                }
+                if r.complete {
+                    flags |= refresh::REFRESH_COMPLETE;
+                }
+                if r.clear_cache {
+                    flags |= refresh::CLEAR_CACHE;
+                }
+                if s.private {
+                    flags |= refresh::PRIVATE_STREAM;
+                }
+                let key = MsgKey {
+                    service_id: Some(s.service_id),
+                    name: Some(&s.name),
+                    name_type: Some(1),
+                    ..MsgKey::default()
+                };
+                self.buf.clear();
+                let state = RwfState {
+                    stream: st,
+                    data: rwf_data_state(r.state.data),
+                    code: rwf_code(r.state.code),
+                    text: r.state.text.as_bytes(),
+                };
+                begin_refresh(
+                    &mut self.buf,
+                    domain::MARKET_PRICE,
+                    s.rssl,
+                    flags,
+                    dt::FIELD_LIST,
+                    Some(r.seq),
+                    &state,
+                    Some(&key),
+                    None,
+                    true,
+                );
+                put_fields(&mut self.buf, r.fields.iter());
+                out.send(&self.buf);
+                if r.complete && st != stream::OPEN {
+                    self.forget(r.stream_id);
+                }
+            }
+            Message::Update(u) => {
+                let Some(s) = self.streams.get(&u.stream_id) else {
+                    return;
+                };
+                self.buf.clear();
+                let ut = match u.update_type {
+                    UpdateType::Quote => 1,
+                    UpdateType::Trade => 2,
+                    _ => 0,
+                };
+                begin_update(
+                    &mut self.buf,
+                    domain::MARKET_PRICE,
+                    s.rssl,
+                    ut,
+                    Some(u.seq),
+                    u.conflation_count,
+                    u.do_not_conflate,
+                );
+                put_fields(&mut self.buf, u.fields.iter());
+                out.send(&self.buf);
+            }
+            Message::Status(st) if st.stream_id == 0 => self.on_connection_status(&st.state, out),
+            Message::Status(st) => {
+                let Some(s) = self.streams.get(&st.stream_id) else {
+                    return;
+                };
+                let state = RwfState {
+                    stream: rwf_stream_state(st.state.stream, s.streaming),
+                    data: rwf_data_state(st.state.data),
+                    code: rwf_code(st.state.code),
+                    text: st.state.text.as_bytes(),
+                };
+                let (rssl, private) = (s.rssl, s.private);
+                self.buf.clear();
+                put_status(
+                    &mut self.buf,
+                    domain::MARKET_PRICE,
+                    rssl,
+                    &state,
+                    None,
+                    private,
+                );
+                out.send(&self.buf);
+                if state.stream != stream::OPEN {
+                    self.forget(st.stream_id);
+                }
+            }
+            Message::Close { stream_id } => {
+                if let Some(s) = self.streams.get(stream_id) {
+                    let rssl = s.rssl;
+                    self.buf.clear();
+                    put_close(&mut self.buf, domain::MARKET_PRICE, rssl);
+                    out.send(&self.buf);
+                    self.forget(*stream_id);
+                }
+            }
+            // RIPC keeps the connection alive with pings of its own.
+            Message::Ping(_) | Message::Pong(_) => {}
+            _ => {}
+        }
+    }
+
+    /// A connection-level status: a refused login, or the node closing the connection.
+    fn on_connection_status(&mut self, state: &State<'_>, out: &mut impl Outbox) {
+        let stream_id = match &self.login {
+            LoginState::Pending { stream, .. } | LoginState::Open { stream, .. } => *stream,
+            LoginState::None => 1,
+        };
+        let code = match state.code {
+            ncode::LOGIN_REJECTED | ncode::NOT_ENTITLED => code::NOT_ENTITLED,
+            other => rwf_code(other),
+        };
+        let st = RwfState {
+            stream: if state.stream == StreamState::Open {
+                stream::OPEN
+            } else {
+                stream::CLOSED
+            },
+            data: rwf_data_state(state.data),
+            code,
+            text: state.text.as_bytes(),
+        };
+        self.buf.clear();
+        put_status(&mut self.buf, domain::LOGIN, stream_id, &st, None, false);
+        out.send(&self.buf);
+        if st.stream != stream::OPEN {
+            self.finished = true;
+        }
+    }
+
+    /// The directory stream hears of services added and changed.
+    fn directory_update(&mut self, adds: &[usize], updates: &[usize], out: &mut impl Outbox) {
+        let Some((sid, filter)) = self.directory else {
+            return;
+        };
+        let mut buf = std::mem::take(&mut self.buf);
+        for (services, action) in [(adds, map_action::ADD), (updates, map_action::UPDATE)] {
+            if services.is_empty() {
+                continue;
+            }
+            buf.clear();
+            let w = msg::MsgWriter::begin(&mut buf, class::UPDATE, domain::SOURCE, sid, 0, dt::MAP);
+            buf.push(0); // update type: unspecified
+            w.end_header(&mut buf);
+            self.directory_map(&mut buf, services, filter, action);
+            out.send(&buf);
+        }
+        self.buf = buf;
+    }
+}
+
+/// The view and batch a request's element list carries.
+fn parse_request_payload(
+    m: &Msg<'_>,
+    view: &mut Option<Vec<i16>>,
+    batch: &mut Vec<Vec<u8>>,
+) -> Result<(), RwfError> {
+    if m.container != dt::ELEMENT_LIST {
+        return Err(RwfError::invalid(
+            "a request",
+            "its payload is not an element list",
+        ));
+    }
+    let mut view_type = None;
+    let mut view_data = None;
+    for e in ElementIter::new(m.payload)? {
+        let e = e?;
+        match e.name {
+            EL_ITEM_LIST if e.data_type == dt::ARRAY => {
+                for item in ArrayIter::new(e.value)? {
+                    batch.push(item?.to_vec());
+                }
+            }
+            EL_VIEW_TYPE => view_type = e.uint(),
+            EL_VIEW_DATA if e.data_type == dt::ARRAY => view_data = Some(e.value),
+            _ => {}
+        }
+    }
+    if let (Some(VIEW_FIELD_IDS) | None, Some(data)) = (view_type, view_data) {
+        let mut fids = Vec::new();
+        for item in ArrayIter::new(data)? {
+            let v = primitive::int(item?)?.unwrap_or(0);
+            fids.push(
+                i16::try_from(v)
+                    .map_err(|_| RwfError::invalid("a view", format!("field id {v}")))?,
+            );
+        }
+        if fids.len() > tickwire_proto::message::MAX_VIEW_FIDS {
+            return Err(RwfError::invalid(
+                "a view",
+                format!(
+                    "{} field ids (at most {})",
+                    fids.len(),
+                    tickwire_proto::message::MAX_VIEW_FIDS
+                ),
+            ));
+        }
+        *view = Some(fids);
+    }
+    Ok(())
+}
+
+/// A field list in RWF from the node's typed values.
+fn put_fields<'a>(out: &mut Vec<u8>, fields: impl Iterator<Item = (i16, Value<'a>)>) {
+    let mut w = FieldListWriter::begin(out);
+    for (fid, v) in fields {
+        w.field(out, fid, |o| put_value(o, &v));
+    }
+    w.end(out);
+}
+
+/// A value's RWF body (blank: nothing).
+pub fn put_value(out: &mut Vec<u8>, v: &Value<'_>) {
+    match *v {
+        Value::Blank => {}
+        Value::Int(i) => primitive::put_int(out, i),
+        Value::UInt(u) => primitive::put_uint(out, u),
+        Value::Real(r) => primitive::put_real(out, RwfReal::from_decimal(r)),
+        Value::Date(d) => primitive::put_date(out, d),
+        Value::Time(t) => primitive::put_time(out, t),
+        Value::Ascii(s) | Value::Utf8(s) => out.extend_from_slice(s.as_bytes()),
+        Value::Enum(e) => primitive::put_enum(out, e),
+    }
+}
+
+fn rwf_stream_state(s: StreamState, streaming: bool) -> u8 {
+    match s {
+        StreamState::Open if streaming => stream::OPEN,
+        StreamState::Open => stream::NON_STREAMING,
+        StreamState::NonStreaming => stream::NON_STREAMING,
+        StreamState::Closed => stream::CLOSED,
+        StreamState::ClosedRecover => stream::CLOSED_RECOVER,
+    }
+}
+
+fn rwf_data_state(d: DataState) -> u8 {
+    match d {
+        DataState::Ok => data::OK,
+        DataState::Suspect => data::SUSPECT,
+    }
+}
+
+/// The node's status codes as RWF's.
+fn rwf_code(c: u16) -> u8 {
+    match c {
+        ncode::NONE => code::NONE,
+        ncode::NOT_FOUND => code::NOT_FOUND,
+        ncode::SERVICE_DOWN | ncode::PUBLISHER_GONE => code::NONE,
+        ncode::TOO_MANY_STREAMS => code::TOO_MANY_ITEMS,
+        ncode::MALFORMED | ncode::PROTOCOL => code::USAGE_ERROR,
+        ncode::LOGIN_REJECTED | ncode::NOT_ENTITLED => code::NOT_ENTITLED,
+        ncode::TIMEOUT => code::TIMEOUT,
+        ncode::SLOW_CONSUMER | ncode::TOO_MANY_CONNECTIONS => code::NO_RESOURCES,
+        ncode::TOO_LARGE => code::USAGE_ERROR,
+        _ => code::ERROR,
+    }
+}
+
+#[cfg(test)]
+mod tests;

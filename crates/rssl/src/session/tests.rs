@@ -1,0 +1,325 @@
+use super::*;
+use crate::rwf::container::FieldIter;
+use tickwire_proto::{
+    Directory, FieldListWriter as NativeFields, MessageIter, Real, Refresh, ServiceEntry, Status,
+    Update, Welcome,
+};
+
+fn hex(s: &str) -> Vec<u8> {
+    let digits: String = s.split_whitespace().collect();
+    (0..digits.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The node's messages a session sent, decoded.
+fn node_messages(to_node: &[u8]) -> Vec<String> {
+    MessageIter::new(to_node)
+        .map(|m| format!("{:?}", m.unwrap().message))
+        .collect()
+}
+
+fn welcome() -> Vec<u8> {
+    let mut b = Vec::new();
+    Message::Welcome(Welcome {
+        version: PROTOCOL_VERSION_MAX,
+        heartbeat_ms: 1000,
+        max_frame: 1 << 20,
+        max_streams: 1000,
+        max_output_bytes: 1 << 24,
+        node_name: "n",
+    })
+    .encode(&mut b)
+    .unwrap();
+    b
+}
+
+fn deliver(s: &mut Session, encoded: &[u8], out: &mut Vec<Vec<u8>>) {
+    for m in MessageIter::new(encoded) {
+        s.on_node_message(&m.unwrap().message, out);
+    }
+}
+
+fn directory(services: &[(&str, ServiceState)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    Message::Directory(Directory {
+        services: services
+            .iter()
+            .map(|(name, state)| ServiceEntry {
+                name,
+                state: *state,
+                interactive: false,
+                item_count: 1,
+            })
+            .collect(),
+    })
+    .encode(&mut b)
+    .unwrap();
+    b
+}
+
+/// A session logged in as the ETA Consumer example does, with FEED in the directory.
+fn logged_in() -> (Session, Vec<Vec<u8>>) {
+    let mut s = Session::new(Arc::new(SessionConfig::default()));
+    let mut to_node = Vec::new();
+    let mut out = Vec::new();
+    // The ETA Consumer's own login request (user "root", captured).
+    let login = hex("0063 01 01 00000001 04 00 80 59 26 04 72 6f 6f 74 01 05 80 4f 08 00 04 0d 41 70 70 6c 69 63 61 74 69 6f 6e 49 64 11 03 32 35 36 0f 41 70 70 6c 69 63 61 74 69 6f 6e 4e 61 6d 65 11 08 43 6f 6e 73 75 6d 65 72 08 50 6f 73 69 74 69 6f 6e 11 0c 31 32 37 2e 30 2e 30 2e 31 2f 76 6d 04 52 6f 6c 65 04 01 00");
+    s.on_client_message(&login, &mut to_node, &mut out);
+    let sent = node_messages(&to_node);
+    assert!(sent[0].contains("user: \"root\""), "{sent:?}");
+    assert!(
+        sent[0].contains("application: \"rssl:Consumer\""),
+        "{sent:?}"
+    );
+    assert!(out.is_empty(), "nothing before the node accepts");
+    deliver(&mut s, &welcome(), &mut out);
+    deliver(&mut s, &directory(&[("FEED", ServiceState::Up)]), &mut out);
+    let refresh = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (refresh.class, refresh.domain, refresh.stream_id),
+        (class::REFRESH, domain::LOGIN, 1)
+    );
+    assert_eq!(refresh.state.unwrap().stream, stream::OPEN);
+    assert_eq!(refresh.key.unwrap().name, Some(&b"root"[..]));
+    out.clear();
+    (s, out)
+}
+
+#[test]
+fn a_consumer_logs_in_reads_the_directory_and_gets_an_item() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    // The ETA Consumer's directory request (filter 7) and item request for TRI.N.
+    s.on_client_message(
+        &hex("000f 01 04 00000002 04 00 80 05 08 00 00 00 07"),
+        &mut to_node,
+        &mut out,
+    );
+    let dir = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (dir.class, dir.domain, dir.container),
+        (class::REFRESH, domain::SOURCE, dt::MAP)
+    );
+    // The service is in the map with its name.
+    assert!(dir.payload.windows(4).any(|w| w == b"FEED"));
+    s.on_client_message(
+        &hex("0016 01 06 00000005 46 00 01 01 22 80 09 07 01 05 54 52 49 2E 4E 01"),
+        &mut to_node,
+        &mut out,
+    );
+    let sent = node_messages(&to_node);
+    assert!(
+        sent[0].contains("service: \"FEED\", name: \"TRI.N\""),
+        "{sent:?}"
+    );
+    assert!(sent[0].contains("streaming: true"));
+    // The node's refresh and update come back on the consumer's stream 5.
+    let mut fields = Vec::new();
+    let mut w = NativeFields::new(&mut fields);
+    assert!(w.push(22, Value::Real(Real::new(1234, -2))));
+    assert!(w.push(3, Value::Ascii("TRI")));
+    w.finish();
+    let fl = tickwire_proto::FieldList::decode(&fields).unwrap();
+    let mut node = Vec::new();
+    Message::Refresh(Refresh {
+        stream_id: 1,
+        seq: 1,
+        complete: true,
+        solicited: true,
+        clear_cache: true,
+        state: State::OPEN_OK,
+        service: "FEED",
+        name: "TRI.N",
+        fields: fl,
+    })
+    .encode(&mut node)
+    .unwrap();
+    Message::Update(Update {
+        stream_id: 1,
+        seq: 2,
+        update_type: UpdateType::Quote,
+        do_not_conflate: false,
+        conflation_count: 1,
+        fields: fl,
+    })
+    .encode(&mut node)
+    .unwrap();
+    out.clear();
+    deliver(&mut s, &node, &mut out);
+    let r = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (r.class, r.stream_id, r.container),
+        (class::REFRESH, 5, dt::FIELD_LIST)
+    );
+    assert!(r.flags & refresh::REFRESH_COMPLETE != 0 && r.flags & refresh::SOLICITED != 0);
+    let k = r.key.unwrap();
+    assert_eq!((k.service_id, k.name), (Some(1), Some(&b"TRI.N"[..])));
+    let f: Vec<_> = FieldIter::new(r.payload)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(f, [(22, &[0x0C, 0x04, 0xD2][..]), (3, &b"TRI"[..])]);
+    let u = Msg::decode(&out[1]).unwrap();
+    assert_eq!(
+        (u.class, u.stream_id, u.update_type, u.seq),
+        (class::UPDATE, 5, 1, Some(2))
+    );
+    // The consumer closes: the node's stream closes.
+    to_node.clear();
+    s.on_client_message(&hex("0008 05 06 00000005 00 00"), &mut to_node, &mut out);
+    assert_eq!(node_messages(&to_node), ["Close { stream_id: 1 }"]);
+    assert_eq!(s.stream_count(), 0);
+}
+
+#[test]
+fn a_refused_login_gets_a_login_status_with_the_reason() {
+    let mut s = Session::new(Arc::new(SessionConfig::default()));
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(
+        &hex("000e 01 01 00000001 04 00 80 04 02 02 6d 65"),
+        &mut to_node,
+        &mut out,
+    );
+    let mut node = Vec::new();
+    Message::Status(Status {
+        stream_id: 0,
+        state: State {
+            stream: StreamState::Closed,
+            data: DataState::Suspect,
+            code: ncode::LOGIN_REJECTED,
+            text: "wrong password",
+        },
+    })
+    .encode(&mut node)
+    .unwrap();
+    deliver(&mut s, &node, &mut out);
+    let m = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (m.class, m.domain, m.stream_id),
+        (class::STATUS, domain::LOGIN, 1)
+    );
+    let st = m.state.unwrap();
+    assert_eq!(
+        (st.stream, st.code, st.text),
+        (stream::CLOSED, code::NOT_ENTITLED, &b"wrong password"[..])
+    );
+    assert!(s.finished);
+}
+
+#[test]
+fn unknown_services_other_domains_and_junk_are_refused_with_a_reason() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    // Service id 9 is not in the directory.
+    s.on_client_message(
+        &hex("0016 01 06 00000005 46 00 01 01 22 80 09 07 09 05 54 52 49 2E 4E 01"),
+        &mut to_node,
+        &mut out,
+    );
+    // MarketByOrder.
+    s.on_client_message(
+        &hex("0016 01 07 00000006 46 00 01 01 22 80 09 07 01 05 54 52 49 2E 4E 01"),
+        &mut to_node,
+        &mut out,
+    );
+    // Junk.
+    s.on_client_message(&[0, 40, 1, 6, 0, 0, 0, 7], &mut to_node, &mut out);
+    assert!(to_node.is_empty());
+    let texts: Vec<(i32, u8, String)> = out
+        .iter()
+        .map(|b| {
+            let m = Msg::decode(b).unwrap();
+            let st = m.state.unwrap();
+            (
+                m.stream_id,
+                st.code,
+                String::from_utf8_lossy(st.text).into_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(texts[0].0, 5);
+    assert_eq!(texts[0].1, code::SOURCE_UNKNOWN);
+    assert!(texts[1].2.contains("MarketByOrder"), "{texts:?}");
+    assert_eq!(texts[2].0, 7);
+    assert!(texts[2].2.contains("malformed"), "{texts:?}");
+}
+
+#[test]
+fn a_batch_opens_one_stream_per_item_after_its_own_and_a_view_is_passed_on() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    // Payload: {:ItemList [A, B], :ViewType 1, :ViewData [22, 25]}.
+    let mut payload = Vec::new();
+    let mut el = ElementListWriter::begin(&mut payload);
+    el.element(&mut payload, ":ItemList", dt::ARRAY, |o| {
+        put_array(o, dt::ASCII_STRING, &["A", "B"], |o, v| {
+            o.extend_from_slice(v.as_bytes())
+        })
+    });
+    el.uint(&mut payload, ":ViewType", 1);
+    el.element(&mut payload, ":ViewData", dt::ARRAY, |o| {
+        put_array(o, dt::INT, &[22i64, 25], |o, v| primitive::put_int(o, *v))
+    });
+    el.end(&mut payload);
+    let mut req = Vec::new();
+    let key = MsgKey {
+        service_id: Some(1),
+        ..MsgKey::default()
+    };
+    let w = msg::MsgWriter::begin(
+        &mut req,
+        class::REQUEST,
+        domain::MARKET_PRICE,
+        10,
+        request::STREAMING | request::HAS_BATCH | request::HAS_VIEW,
+        dt::ELEMENT_LIST,
+    );
+    key.encode(&mut req);
+    w.end_header(&mut req);
+    req.extend_from_slice(&payload);
+    s.on_client_message(&req, &mut to_node, &mut out);
+    let sent = node_messages(&to_node);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(
+        sent[0].contains("name: \"A\"") && sent[0].contains("[0, 22, 0, 25]"),
+        "{sent:?}"
+    );
+    let batch = Msg::decode(&out[0]).unwrap();
+    assert_eq!((batch.class, batch.stream_id), (class::STATUS, 10));
+    assert_eq!(
+        s.by_rssl
+            .keys()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+        [11, 12].into()
+    );
+}
+
+#[test]
+fn the_directory_stream_follows_services_up_down_and_new() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    s.on_client_message(
+        &hex("000f 01 04 00000002 04 00 80 05 08 00 00 00 07"),
+        &mut to_node,
+        &mut out,
+    );
+    out.clear();
+    deliver(
+        &mut s,
+        &directory(&[("FEED", ServiceState::Down), ("NEW", ServiceState::Up)]),
+        &mut out,
+    );
+    assert_eq!(out.len(), 2, "an ADD for NEW, an UPDATE for FEED");
+    for b in &out {
+        let m = Msg::decode(b).unwrap();
+        assert_eq!(
+            (m.class, m.domain, m.stream_id),
+            (class::UPDATE, domain::SOURCE, 2)
+        );
+    }
+    assert!(out[0].windows(3).any(|w| w == b"NEW"));
+    assert!(out[1].windows(12).any(|w| w == b"ServiceState"));
+}
