@@ -129,6 +129,12 @@ struct NodeArgs {
     /// 127.0.0.1:15000 (port 0 picks a free port). Overrides websocket.listen.
     #[arg(long, value_name = "ADDR")]
     ws: Option<String>,
+    /// Where LSEG Real-Time SDK applications (ETA, EMA, the perf tools) connect over
+    /// RSSL: by default the node's own port (--listen; each connection is told apart
+    /// by its first bytes), `off` for none, or an address of its own, e.g.
+    /// 127.0.0.1:14003. Overrides rssl.listen.
+    #[arg(long, value_name = "ADDR|off")]
+    rssl: Option<String>,
     /// Join a backbone on this Aeron channel, e.g.
     /// `aeron:udp?endpoint=239.20.30.40:40456|interface=127.0.0.1` (multicast on
     /// loopback). Overrides backbone.channel; needs --role (or backbone.role).
@@ -185,6 +191,9 @@ fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     if let Some(ws) = &args.ws {
         cfg.websocket.listen = ws.clone();
     }
+    if let Some(rssl) = &args.rssl {
+        cfg.rssl.listen = rssl.clone();
+    }
     if let Some(ch) = &args.backbone {
         cfg.backbone.channel = ch.clone();
     }
@@ -220,6 +229,7 @@ fn with_flag(e: tickwire_node::ConfigError) -> String {
             "node.wait" => Some("--wait"),
             "slow_consumer.policy" => Some("--slow-consumer"),
             "websocket.listen" => Some("--ws"),
+            "rssl.listen" => Some("--rssl"),
             "backbone.channel" => Some("--backbone"),
             "backbone.role" => Some("--role"),
             "upstream.nodes" => Some("--upstream"),

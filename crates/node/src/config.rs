@@ -98,6 +98,7 @@ pub struct NodeConfig {
     pub limits: LimitsSection,
     pub slow_consumer: SlowConsumerSection,
     pub websocket: WebSocketSection,
+    pub rssl: RsslSection,
     pub security: SecuritySection,
     pub tls: TlsSection,
     pub backbone: crate::backbone::BackboneSection,
@@ -193,6 +194,81 @@ impl WebSocketSection {
                 value: self.listen.clone(),
                 reason: format!("{reason}, or empty for none"),
             })
+    }
+}
+
+/// RSSL, the protocol of LSEG's Real-Time SDK applications (docs/RSSL.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RsslSection {
+    /// Empty: on the node's own port (`node.listen`), each connection told apart by
+    /// its first bytes; `off`: no RSSL; `IP:PORT`: a port of its own.
+    pub listen: String,
+    /// The largest RIPC message either side sends, in bytes (announced in the
+    /// ConnectAck; longer messages are fragmented).
+    pub max_msg_size: u16,
+    /// An RDMFieldDictionary file: each field's RWF type, as the applications'
+    /// dictionary has it. Empty: the node's own fields, typed as the standard ones.
+    pub field_dictionary: String,
+}
+
+impl Default for RsslSection {
+    fn default() -> Self {
+        RsslSection {
+            listen: String::new(),
+            max_msg_size: 6144,
+            field_dictionary: String::new(),
+        }
+    }
+}
+
+impl RsslSection {
+    /// The field dictionary RWF is encoded and decoded by.
+    pub fn load_dictionary(&self) -> Result<tickwire_rssl::dictionary::RwfDictionary, ConfigError> {
+        if self.field_dictionary.is_empty() {
+            return Ok(tickwire_rssl::dictionary::RwfDictionary::from_native(
+                &tickwire_proto::Dictionary::market_price(),
+            ));
+        }
+        let invalid = |reason: String| ConfigError::Invalid {
+            key: "rssl.field_dictionary",
+            value: self.field_dictionary.clone(),
+            reason,
+        };
+        let text = std::fs::read_to_string(&self.field_dictionary)
+            .map_err(|e| invalid(format!("cannot read it: {e}")))?;
+        tickwire_rssl::dictionary::RwfDictionary::parse_rdm(&text, &self.field_dictionary)
+            .map_err(invalid)
+    }
+}
+
+/// Where a node accepts RSSL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RsslAt {
+    Off,
+    /// On the node's own port.
+    Shared,
+    Own(SocketAddr),
+}
+
+impl RsslSection {
+    pub fn at(&self, node_listen: SocketAddr) -> Result<RsslAt, ConfigError> {
+        match self.listen.as_str() {
+            "" => Ok(RsslAt::Shared),
+            "off" => Ok(RsslAt::Off),
+            text => {
+                let a = resolve_listen(text).map_err(|reason| ConfigError::Invalid {
+                    key: "rssl.listen",
+                    value: text.to_string(),
+                    reason: format!("{reason}, `off`, or empty for the node's own port"),
+                })?;
+                Ok(if a == node_listen {
+                    RsslAt::Shared
+                } else {
+                    RsslAt::Own(a)
+                })
+            }
+        }
     }
 }
 
@@ -545,6 +621,13 @@ impl NodeConfig {
             "allowed: 16 or more".into(),
         )?;
         self.websocket.address()?;
+        self.rssl.at(self.node.listen)?;
+        check(
+            self.rssl.max_msg_size >= 512,
+            "rssl.max_msg_size",
+            self.rssl.max_msg_size.to_string(),
+            "allowed: 512 to 65535".into(),
+        )?;
         self.backbone.validate()?;
         self.upstream.validate()?;
         check(

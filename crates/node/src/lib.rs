@@ -14,6 +14,7 @@ mod io_counters;
 pub mod journal;
 mod metrics;
 mod node_item;
+mod rssl;
 mod server;
 pub mod tls;
 pub mod upstream;

@@ -7,7 +7,8 @@
 //! output buffer and is written again when epoll says it is writable; the node never
 //! blocks on a peer.
 
-use crate::config::{NodeConfig, WaitStrategy};
+use crate::config::{NodeConfig, RsslAt, WaitStrategy};
+use crate::rssl::{RsslConn, RsslShared};
 use crate::tls::Transport;
 use crate::ws::WsConn;
 use log::{debug, error, info, warn};
@@ -32,6 +33,10 @@ const WAKER: Token = Token(usize::MAX - 2);
 const UPSTREAM: Token = Token(usize::MAX - 4);
 /// The backbone's media driver's pollers (with a parking idle strategy).
 const BACKBONE_DRIVER: Token = Token(usize::MAX - 5);
+/// RSSL's own port (`[rssl] listen` naming an address other than the node's).
+const RSSL_LISTENER: Token = Token(usize::MAX - 6);
+/// How often RSSL connections' pings are seen to (their intervals are seconds).
+const RSSL_TICK: Duration = Duration::from_millis(500);
 /// Bytes read from one connection per loop turn before the others get their turn.
 const READ_SHARE: usize = 256 * 1024;
 /// Idle buffers above this size are released, so memory follows the load back down.
@@ -51,6 +56,11 @@ struct Socket {
     read_size: usize,
     /// A WebSocket (JSON API) connection rather than the node's own protocol.
     ws: Option<Box<WsConn>>,
+    /// An RSSL connection (LSEG Real-Time SDK applications).
+    rssl: Option<Box<RsslConn>>,
+    /// On the node's own port with RSSL sharing it: which protocol it speaks is not
+    /// known until its first bytes.
+    sniffing: bool,
     /// Already in the lingering list (closing): it must be there once only, or a
     /// second expiry would disconnect whoever reuses the id.
     lingering: bool,
@@ -100,6 +110,15 @@ impl ShutdownHandle {
     }
 }
 
+/// The node's listening sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listener {
+    /// The node's own protocol (and RSSL, when it shares the port).
+    Native = 0,
+    WebSocket = 1,
+    Rssl = 2,
+}
+
 /// A bound node, ready to run.
 pub struct NodeServer {
     cfg: NodeConfig,
@@ -108,6 +127,10 @@ pub struct NodeServer {
     local_addr: SocketAddr,
     ws_listener: Option<TcpListener>,
     ws_addr: Option<SocketAddr>,
+    rssl_at: RsslAt,
+    rssl_listener: Option<TcpListener>,
+    /// What every RSSL connection shares (none when RSSL is off).
+    rssl: Option<Arc<RsslShared>>,
     shutdown: ShutdownHandle,
     accept_trouble: AcceptTrouble,
     users: Option<Arc<tickwire_core::Users>>,
@@ -121,8 +144,8 @@ pub struct NodeServer {
 /// condition once per interval rather than once per failed accept.
 #[derive(Default)]
 struct AcceptTrouble {
-    /// When to try again, per listener (node protocol, WebSocket).
-    retry_at: [Option<Instant>; 2],
+    /// When to try again, per listener.
+    retry_at: [Option<Instant>; 3],
     failures: u64,
     last_log: Option<Instant>,
 }
@@ -131,8 +154,8 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl AcceptTrouble {
-    fn failed(&mut self, websocket: bool, e: &io::Error, now: Instant) {
-        self.retry_at[websocket as usize] = Some(now + ACCEPT_RETRY);
+    fn failed(&mut self, listener: Listener, e: &io::Error, now: Instant) {
+        self.retry_at[listener as usize] = Some(now + ACCEPT_RETRY);
         self.failures += 1;
         if self
             .last_log
@@ -150,8 +173,8 @@ impl AcceptTrouble {
     }
 
     /// The listeners due for another try.
-    fn due(&mut self, now: Instant) -> [bool; 2] {
-        let mut due = [false; 2];
+    fn due(&mut self, now: Instant) -> [bool; 3] {
+        let mut due = [false; 3];
         for (i, at) in self.retry_at.iter_mut().enumerate() {
             if at.is_some_and(|t| now >= t) {
                 *at = None;
@@ -247,6 +270,60 @@ impl NodeServer {
             }
             None => (None, None),
         };
+        let rssl_at = cfg
+            .rssl
+            .at(local_addr)
+            .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
+        let rssl_listener = match rssl_at {
+            RsslAt::Own(at) => {
+                let mut l = TcpListener::bind(at).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot listen for RSSL connections on {at}: {e}"),
+                    )
+                })?;
+                poll.registry()
+                    .register(&mut l, RSSL_LISTENER, Interest::READABLE)?;
+                info!(
+                    "RSSL (LSEG Real-Time SDK applications) on {}",
+                    l.local_addr()?
+                );
+                Some(l)
+            }
+            RsslAt::Shared => {
+                info!("RSSL (LSEG Real-Time SDK applications) on the node's port, {local_addr}");
+                None
+            }
+            RsslAt::Off => None,
+        };
+        let rssl_dictionary = match rssl_at {
+            RsslAt::Off => None,
+            _ => {
+                let d = cfg
+                    .rssl
+                    .load_dictionary()
+                    .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
+                info!("RSSL field types from {} ({} fields)", d.source, d.len());
+                Some(Arc::new(d))
+            }
+        };
+        let rssl = rssl_dictionary.map(|dictionary| {
+            Arc::new(RsslShared {
+                ripc: tickwire_rssl::ripc::Settings {
+                    max_msg_size: cfg.rssl.max_msg_size,
+                    // A consumer pings every third of its timeout; the core drops a peer
+                    // silent for 3 heartbeats, so the timeout granted is at most that.
+                    max_ping_timeout_s: (cfg.limits.heartbeat_ms * 3 / 1000).clamp(3, 255) as u8,
+                    max_message: cfg.limits.max_frame_bytes,
+                    ..tickwire_rssl::ripc::Settings::default()
+                },
+                session: Arc::new(tickwire_rssl::session::SessionConfig {
+                    node_name: cfg.node.name.clone(),
+                    dictionary,
+                    ..tickwire_rssl::session::SessionConfig::default()
+                }),
+            })
+        });
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let tls = cfg
             .load_tls()
@@ -285,6 +362,9 @@ impl NodeServer {
             local_addr,
             ws_listener,
             ws_addr,
+            rssl_at,
+            rssl_listener,
+            rssl,
             shutdown: ShutdownHandle {
                 flag: Arc::new(AtomicBool::new(false)),
                 reload: Arc::new(AtomicBool::new(false)),
@@ -392,6 +472,9 @@ impl NodeServer {
             dictionary: Arc::new(tickwire_proto::Dictionary::market_price()),
         });
         let mut ws_cache = UpdateCache::new(self.cfg.websocket.share_encoding);
+        let rssl = self.rssl.clone();
+        // RSSL connections' pings: seen to every RSSL_TICK while any is open.
+        let mut next_rssl_tick: Option<Instant> = None;
         let mut node_item = crate::node_item::NodeItem::start(&mut core, start);
         node_item.journal = journal.as_ref().map(|j| j.figures.clone());
         let mut next_node_item = start + Duration::from_secs(1);
@@ -445,6 +528,9 @@ impl NodeServer {
             if let Some(at) = self.accept_trouble.next_retry() {
                 timeout = timeout.min(at.saturating_duration_since(now));
             }
+            if let Some(at) = next_rssl_tick {
+                timeout = timeout.min(at.saturating_duration_since(now));
+            }
             if let Some(at) = backbone.as_ref().and_then(|b| b.poll_timeout()) {
                 timeout = timeout.min(at.saturating_duration_since(now));
             }
@@ -474,7 +560,12 @@ impl NodeServer {
             for event in events.iter() {
                 match event.token() {
                     BACKBONE_DRIVER => {}
-                    LISTENER => {
+                    LISTENER | WS_LISTENER | RSSL_LISTENER => {
+                        let listener = match event.token() {
+                            LISTENER => Listener::Native,
+                            WS_LISTENER => Listener::WebSocket,
+                            _ => Listener::Rssl,
+                        };
                         if shutdown_deadline.is_none() {
                             self.accept_all(
                                 &mut core,
@@ -482,19 +573,7 @@ impl NodeServer {
                                 max_conns,
                                 max_frame,
                                 now,
-                                false,
-                            );
-                        }
-                    }
-                    WS_LISTENER => {
-                        if shutdown_deadline.is_none() {
-                            self.accept_all(
-                                &mut core,
-                                &mut sockets,
-                                max_conns,
-                                max_frame,
-                                now,
-                                true,
+                                listener,
                             );
                         }
                     }
@@ -523,16 +602,16 @@ impl NodeServer {
                 }
             }
             if shutdown_deadline.is_none() {
-                let [tcp, ws] = self.accept_trouble.due(now);
-                for (due, websocket) in [(tcp, false), (ws, true)] {
-                    if due {
+                let due = self.accept_trouble.due(now);
+                for listener in [Listener::Native, Listener::WebSocket, Listener::Rssl] {
+                    if due[listener as usize] {
                         self.accept_all(
                             &mut core,
                             &mut sockets,
                             max_conns,
                             max_frame,
                             now,
-                            websocket,
+                            listener,
                         );
                     }
                 }
@@ -550,7 +629,10 @@ impl NodeServer {
                     id,
                     now,
                     &mut dead,
-                    &ws_cfg,
+                    &Gateways {
+                        ws: &ws_cfg,
+                        rssl: rssl.as_ref(),
+                    },
                     &metrics,
                 ) {
                     carry.push(id);
@@ -558,10 +640,19 @@ impl NodeServer {
                 // A WebSocket connection its own side decided to close (an HTTP
                 // answer, a close frame) gets the same linger as any other: a peer
                 // that never closes and keeps sending is dropped in the end.
-                let ws_closing = sockets
+                let ws_closing = sockets.get(id).and_then(|s| s.as_ref()).is_some_and(|s| {
+                    !s.dead
+                        && (s.ws.as_ref().is_some_and(|w| w.close_after_flush)
+                            || s.rssl.as_ref().is_some_and(|r| r.close_after_flush))
+                });
+                if sockets
                     .get(id)
                     .and_then(|s| s.as_ref())
-                    .is_some_and(|s| !s.dead && s.ws.as_ref().is_some_and(|w| w.close_after_flush));
+                    .is_some_and(|s| s.rssl.is_some())
+                    && next_rssl_tick.is_none()
+                {
+                    next_rssl_tick = Some(now + RSSL_TICK);
+                }
                 if ws_closing {
                     start_linger(&mut sockets, &mut lingering, id, now + linger);
                 }
@@ -618,6 +709,28 @@ impl NodeServer {
             if now >= core.poll_timeout() {
                 core.on_tick(now);
             }
+            if next_rssl_tick.is_some_and(|at| now >= at) {
+                // RIPC's pings, and consumers silent past their ping timeout.
+                let mut open = 0;
+                for id in 0..sockets.len() {
+                    let Some(sock) = sockets[id].as_mut().filter(|s| !s.dead) else {
+                        continue;
+                    };
+                    let Some(r) = sock.rssl.as_mut() else {
+                        continue;
+                    };
+                    open += 1;
+                    let closing = r.close_after_flush;
+                    r.handle_timeout(now, &peer_text(&sock.transport));
+                    if r.write(&mut sock.transport).is_err() {
+                        sock.dead = true;
+                        dead.push(id);
+                    } else if !closing && r.close_after_flush {
+                        start_linger(&mut sockets, &mut lingering, id, now + linger);
+                    }
+                }
+                next_rssl_tick = (open > 0).then(|| now + RSSL_TICK);
+            }
             if now >= next_chores {
                 next_chores = now + chores_every;
                 // An empty input buffer is released: most subscribers send little
@@ -662,7 +775,8 @@ impl NodeServer {
                 let sock = sockets.get_mut(id).and_then(|s| s.as_mut());
                 if let Some(s) = sock.filter(|s| !s.dead) {
                     if now < deadline {
-                        let ws_pending = s.ws.as_ref().is_some_and(|w| !w.out.is_empty());
+                        let ws_pending = s.ws.as_ref().is_some_and(|w| !w.out.is_empty())
+                            || s.rssl.as_ref().is_some_and(|r| r.pending() > 0);
                         if core.pending_output(id) > 0 || ws_pending || s.transport.has_pending() {
                             return true;
                         }
@@ -881,16 +995,19 @@ impl NodeServer {
         max_conns: usize,
         max_frame: usize,
         now: Instant,
-        websocket: bool,
+        listener: Listener,
     ) {
         loop {
-            let accepted = if websocket {
-                match &self.ws_listener {
+            let accepted = match listener {
+                Listener::Native => self.listener.accept(),
+                Listener::WebSocket => match &self.ws_listener {
                     Some(l) => l.accept(),
                     None => return,
-                }
-            } else {
-                self.listener.accept()
+                },
+                Listener::Rssl => match &self.rssl_listener {
+                    Some(l) => l.accept(),
+                    None => return,
+                },
             };
             let (mut stream, peer) = match accepted {
                 Ok(x) => x,
@@ -898,7 +1015,7 @@ impl NodeServer {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // Out of file descriptors and the like.
-                    self.accept_trouble.failed(websocket, &e, now);
+                    self.accept_trouble.failed(listener, &e, now);
                     return;
                 }
             };
@@ -944,11 +1061,16 @@ impl NodeServer {
                 dead: false,
                 fin_sent: false,
                 read_size: FIRST_READ,
-                ws: websocket.then(|| {
+                ws: (listener == Listener::WebSocket).then(|| {
                     Box::new(WsConn::with_allowed_origins(
                         &self.cfg.websocket.allowed_origins,
                     ))
                 }),
+                rssl: match (&self.rssl, listener) {
+                    (Some(shared), Listener::Rssl) => Some(Box::new(RsslConn::new(shared, now))),
+                    _ => None,
+                },
+                sniffing: listener == Listener::Native && self.rssl_at == RsslAt::Shared,
                 lingering: false,
             });
         }
@@ -1000,6 +1122,13 @@ fn refuse(stream: &mut TcpStream, text: &str, tls: bool) {
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
+/// What the protocols translated to the node's own share across connections.
+#[derive(Clone, Copy)]
+struct Gateways<'a> {
+    ws: &'a Arc<SessionConfig>,
+    rssl: Option<&'a Arc<RsslShared>>,
+}
+
 /// Reads up to a fair share from one connection and hands whole frames to the core.
 /// Returns true if the socket may still hold data (share used up).
 fn read_some(
@@ -1008,14 +1137,38 @@ fn read_some(
     id: ConnId,
     now: Instant,
     dead: &mut Vec<ConnId>,
-    ws_cfg: &Arc<SessionConfig>,
+    gateways: &Gateways<'_>,
     metrics: &crate::metrics::Extra<'_>,
 ) -> bool {
+    let Gateways { ws: ws_cfg, rssl } = *gateways;
     let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
         return false;
     };
     if sock.dead {
         return false;
+    }
+    if let Some(r) = sock.rssl.as_mut() {
+        let mut bytes = Vec::new();
+        let closed =
+            crate::ws::read_into(&mut sock.transport, &mut bytes, READ_SHARE).unwrap_or(true);
+        if !bytes.is_empty() {
+            if !r.close_after_flush {
+                core.on_bytes_received(id, now);
+                core.set_wall_clock(unix_now_ns());
+            }
+            r.on_bytes(&bytes, core, id, now, &peer_text(&sock.transport));
+            if r.write(&mut sock.transport).is_err() {
+                sock.dead = true;
+                dead.push(id);
+                return false;
+            }
+        }
+        if closed {
+            sock.dead = true;
+            dead.push(id);
+            return false;
+        }
+        return bytes.len() >= READ_SHARE;
     }
     if let Some(w) = sock.ws.as_mut() {
         let mut bytes = Vec::new();
@@ -1072,6 +1225,32 @@ fn read_some(
                 }
                 sock.reader.filled(n);
                 total += n;
+                if sock.sniffing {
+                    // RSSL on the node's port: a RIPC ConnectReq tells itself apart
+                    // from a native login by its first bytes.
+                    match tickwire_rssl::ripc::looks_like_connect_req(sock.reader.unread()) {
+                        None => continue,
+                        Some(false) => sock.sniffing = false,
+                        Some(true) => {
+                            sock.sniffing = false;
+                            let Some(shared) = rssl else { return false };
+                            let first = sock.reader.unread().to_vec();
+                            sock.reader = FrameReader::new(0);
+                            let mut r = Box::new(RsslConn::new(shared, now));
+                            core.on_bytes_received(id, now);
+                            r.on_bytes(&first, core, id, now, &peer_text(&sock.transport));
+                            let failed = r.write(&mut sock.transport).is_err();
+                            sock.rssl = Some(r);
+                            if failed {
+                                sock.dead = true;
+                                dead.push(id);
+                                return false;
+                            }
+                            // The rest of what the socket holds, as RSSL.
+                            return true;
+                        }
+                    }
+                }
                 core.on_bytes_received(id, now);
                 core.set_wall_clock(unix_now_ns());
             }
@@ -1093,6 +1272,13 @@ fn read_some(
     }
     deliver_frames(core, sock, id, now);
     false
+}
+
+/// A connection's peer address for logs.
+fn peer_text(t: &Transport) -> String {
+    t.tcp()
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string())
 }
 
 /// The wall clock for the core's latency samples (updates' send stamps are in it).
@@ -1137,6 +1323,20 @@ fn flush(
         if !sock.dead {
             sock.dead = true;
             dead.push(id);
+        }
+        return;
+    }
+    if let Some(r) = sock.rssl.as_mut() {
+        for _ in 0..16 {
+            r.pull_from_core(core, id);
+            if r.write(&mut sock.transport).is_err() {
+                sock.dead = true;
+                dead.push(id);
+                return;
+            }
+            if r.pending() > 0 || core.pending_output(id) == 0 {
+                break;
+            }
         }
         return;
     }

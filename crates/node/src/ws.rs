@@ -558,7 +558,9 @@ impl WsConn {
 
 /// Drops what the core queued for a connection that cannot take it (not upgraded, or
 /// closing).
-fn drop_core_output(core: &mut Node, id: ConnId) {
+/// Drops what the core queued for a connection that will not read it (before an
+/// upgrade or handshake, after a close).
+pub(crate) fn drop_core_output(core: &mut Node, id: ConnId) {
     if let Some(o) = core.output(id) {
         let n = o.sealed_bytes().len();
         o.consume(n);

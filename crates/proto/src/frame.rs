@@ -274,6 +274,12 @@ impl FrameReader {
         self.end - self.start
     }
 
+    /// The bytes received and not yet taken as frames (to tell, from a connection's
+    /// first bytes, which protocol it speaks).
+    pub fn unread(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
     /// Free space to read into, at least `min` bytes.
     pub fn spare(&mut self, min: usize) -> &mut [u8] {
         if self.start == self.end {

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dictionary;
 pub mod ripc;
 pub mod rwf;
 pub mod session;

@@ -210,6 +210,8 @@ pub struct Channel {
     ping_timeout: Duration,
     last_received: Instant,
     last_sent: Instant,
+    /// Something was sent since `last_sent` was last brought up to date.
+    sent_since: bool,
     client: ClientInfo,
     shared_key: u64,
 }
@@ -231,6 +233,7 @@ impl Channel {
             next_frag_id: 1,
             last_received: now,
             last_sent: now,
+            sent_since: false,
             client: ClientInfo::default(),
             shared_key: 0,
         }
@@ -613,11 +616,11 @@ impl Channel {
 
     /// Queues one RWF message. Messages sent in one turn share RIPC messages (packed)
     /// until [`Channel::end_batch`]; a message longer than a RIPC message is fragmented.
-    pub fn send(&mut self, rwf: &[u8], now: Instant) {
+    pub fn send(&mut self, rwf: &[u8]) {
         if !self.is_active() {
             return;
         }
-        self.last_sent = now;
+        self.sent_since = true;
         let max = self.settings.max_msg_size as usize;
         if let Some((start, entries)) = self.open {
             if self.out.len() - start + PACKED_LEN + rwf.len() <= max {
@@ -727,6 +730,9 @@ impl Channel {
         if !self.is_active() {
             return Ok(());
         }
+        if std::mem::take(&mut self.sent_since) {
+            self.last_sent = now;
+        }
         if now.saturating_duration_since(self.last_received) >= self.ping_timeout {
             self.state = State::Closed;
             return Err(RipcError::TimedOut(self.ping_timeout.as_secs()));
@@ -740,7 +746,8 @@ impl Channel {
         Ok(())
     }
 
-    /// When [`Channel::handle_timeout`] has something to do.
+    /// When [`Channel::handle_timeout`] has something to do (early after a send: the
+    /// send is then dated).
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.is_active().then(|| {
             (self.last_sent + self.ping_timeout / 3).min(self.last_received + self.ping_timeout)
@@ -871,3 +878,9 @@ fn mod_pow(base: u64, mut exp: u64, m: u64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+impl crate::session::Outbox for Channel {
+    fn send(&mut self, rwf: &[u8]) {
+        Channel::send(self, rwf);
+    }
+}

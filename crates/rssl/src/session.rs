@@ -16,6 +16,7 @@
 //! To the node's core an RSSL consumer is a subscriber like any other: same limits,
 //! same slow-consumer policy, same entitlements.
 
+use crate::dictionary::RwfDictionary;
 use crate::rwf::container::{
     filter_action, map_action, put_array, ArrayIter, ElementIter, ElementListWriter,
     FieldListWriter, FilterListWriter, MapWriter,
@@ -24,7 +25,7 @@ use crate::rwf::msg::{
     self, begin_refresh, begin_update, class, code, data, domain, put_close, put_status, refresh,
     request, stream, Msg, MsgKey, RwfState,
 };
-use crate::rwf::primitive::{self, dt, RwfReal};
+use crate::rwf::primitive::{self, dt};
 use crate::rwf::RwfError;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -53,6 +54,8 @@ pub struct SessionConfig {
     pub vendor: String,
     /// Most items one batch request may name.
     pub max_batch: usize,
+    /// Each field's RWF type.
+    pub dictionary: Arc<RwfDictionary>,
 }
 
 impl Default for SessionConfig {
@@ -61,6 +64,9 @@ impl Default for SessionConfig {
             node_name: "tickwire".into(),
             vendor: "Tickwire".into(),
             max_batch: 10_000,
+            dictionary: Arc::new(RwfDictionary::from_native(
+                &tickwire_proto::Dictionary::market_price(),
+            )),
         }
     }
 }
@@ -427,7 +433,9 @@ impl Session {
             }
             map.entry(out, action, &key, |o| {
                 let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
-                if filter & (1 << (FILTER_INFO - 1)) != 0 && action == map_action::ADD {
+                // INFO goes with updates too: the ETA Consumer example replaces its
+                // cached service with an update's entry.
+                if filter & (1 << (FILTER_INFO - 1)) != 0 {
                     fl.entry(o, filter_action::SET, FILTER_INFO, |o| {
                         let mut el = ElementListWriter::begin(o);
                         el.ascii(o, "Name", s.name.as_bytes());
@@ -747,7 +755,7 @@ impl Session {
                     None,
                     true,
                 );
-                put_fields(&mut self.buf, r.fields.iter());
+                put_fields(&mut self.buf, &self.cfg.dictionary, r.fields.iter());
                 out.send(&self.buf);
                 if r.complete && st != stream::OPEN {
                     self.forget(r.stream_id);
@@ -772,7 +780,7 @@ impl Session {
                     u.conflation_count,
                     u.do_not_conflate,
                 );
-                put_fields(&mut self.buf, u.fields.iter());
+                put_fields(&mut self.buf, &self.cfg.dictionary, u.fields.iter());
                 out.send(&self.buf);
             }
             Message::Status(st) if st.stream_id == 0 => self.on_connection_status(&st.state, out),
@@ -917,26 +925,16 @@ fn parse_request_payload(
 }
 
 /// A field list in RWF from the node's typed values.
-fn put_fields<'a>(out: &mut Vec<u8>, fields: impl Iterator<Item = (i16, Value<'a>)>) {
+fn put_fields<'a>(
+    out: &mut Vec<u8>,
+    dict: &RwfDictionary,
+    fields: impl Iterator<Item = (i16, Value<'a>)>,
+) {
     let mut w = FieldListWriter::begin(out);
     for (fid, v) in fields {
-        w.field(out, fid, |o| put_value(o, &v));
+        w.field(out, fid, |o| dict.put_value(o, fid, &v));
     }
     w.end(out);
-}
-
-/// A value's RWF body (blank: nothing).
-pub fn put_value(out: &mut Vec<u8>, v: &Value<'_>) {
-    match *v {
-        Value::Blank => {}
-        Value::Int(i) => primitive::put_int(out, i),
-        Value::UInt(u) => primitive::put_uint(out, u),
-        Value::Real(r) => primitive::put_real(out, RwfReal::from_decimal(r)),
-        Value::Date(d) => primitive::put_date(out, d),
-        Value::Time(t) => primitive::put_time(out, t),
-        Value::Ascii(s) | Value::Utf8(s) => out.extend_from_slice(s.as_bytes()),
-        Value::Enum(e) => primitive::put_enum(out, e),
-    }
 }
 
 fn rwf_stream_state(s: StreamState, streaming: bool) -> u8 {

@@ -172,13 +172,13 @@ fn a_turns_messages_are_packed_and_a_long_one_fragmented() {
         ..Settings::default()
     };
     let mut c = active(settings, now);
-    c.send(b"alpha", now);
-    c.send(b"beta", now);
+    c.send(b"alpha");
+    c.send(b"beta");
     c.end_batch();
-    c.send(b"solo", now);
+    c.send(b"solo");
     c.end_batch();
     let long: Vec<u8> = (0..150u8).collect();
-    c.send(&long, now);
+    c.send(&long);
     c.end_batch();
     let out = messages(c.transmit());
     assert_eq!(

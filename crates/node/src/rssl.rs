@@ -1,0 +1,200 @@
+//! RSSL connections of the node's event loop: the RIPC channel and the RWF session
+//! (`tickwire-rssl`) between the socket and the core.
+//!
+//! As for WebSocket clients, an RSSL consumer is to the core a subscriber like any
+//! other: its requests become the node's messages handed to `Node::on_frame`, and what
+//! the core queues for it is turned into RWF only while the socket keeps up (less than
+//! [`RSSL_OUT_HIGH`] bytes waiting), so a slow consumer's backlog stays in the core's
+//! queue, where the slow-consumer policy applies.
+
+use crate::tls::Transport;
+use crate::ws::drop_core_output;
+use log::{debug, info, warn};
+use std::io::ErrorKind;
+use std::sync::Arc;
+use std::time::Instant;
+use tickwire_core::{ConnId, Node};
+use tickwire_proto::MessageIter;
+use tickwire_rssl::ripc::{Channel, Input, Settings};
+use tickwire_rssl::session::{Session, SessionConfig};
+
+/// RWF waiting for the socket above which no more is translated from the core.
+const RSSL_OUT_HIGH: usize = 256 * 1024;
+
+/// What every RSSL connection of a node shares.
+pub struct RsslShared {
+    pub ripc: Settings,
+    pub session: Arc<SessionConfig>,
+}
+
+/// The RSSL side of one connection.
+pub struct RsslConn {
+    channel: Channel,
+    session: Session,
+    to_node: Vec<u8>,
+    msg: Vec<u8>,
+    /// Close once the output is written (a refused handshake, a logout, junk).
+    pub close_after_flush: bool,
+    fin_sent: bool,
+}
+
+impl RsslConn {
+    pub fn new(shared: &RsslShared, now: Instant) -> Self {
+        RsslConn {
+            channel: Channel::new(shared.ripc.clone(), now),
+            session: Session::new(shared.session.clone()),
+            to_node: Vec::new(),
+            msg: Vec::new(),
+            close_after_flush: false,
+            fin_sent: false,
+        }
+    }
+
+    /// Bytes read from the socket.
+    pub fn on_bytes(
+        &mut self,
+        bytes: &[u8],
+        core: &mut Node,
+        id: ConnId,
+        now: Instant,
+        peer: &str,
+    ) {
+        if self.close_after_flush {
+            return;
+        }
+        self.channel.handle_bytes(bytes, now);
+        loop {
+            if self.channel.pending() > out_limit(core) {
+                // Sending without reading what it is sent: its answers would grow
+                // without bound.
+                warn!(
+                    "{peer}: RSSL consumer sends but does not read ({} bytes waiting): closing it",
+                    self.channel.pending()
+                );
+                self.close_after_flush = true;
+                break;
+            }
+            match self.channel.poll(&mut self.msg) {
+                Ok(None) => break,
+                Ok(Some(Input::Connected)) => {
+                    let c = self.channel.client();
+                    info!(
+                        "{peer}: RSSL connection (RIPC {}, ping timeout {} s, {} on {})",
+                        self.channel.version().map_or(0, |v| v.number()),
+                        self.channel.ping_timeout().as_secs(),
+                        if c.component.is_empty() {
+                            "unnamed"
+                        } else {
+                            &c.component
+                        },
+                        c.host_name
+                    );
+                }
+                Ok(Some(Input::Message)) => {
+                    self.session
+                        .on_client_message(&self.msg, &mut self.to_node, &mut self.channel);
+                    if !self.to_node.is_empty() {
+                        core.on_frame(id, &self.to_node, now);
+                        self.to_node.clear();
+                    }
+                    if self.session.finished {
+                        debug!("{peer}: RSSL consumer logged out");
+                        self.close_after_flush = true;
+                        break;
+                    }
+                }
+                Err(e) => {
+                    warn!("{peer}: RSSL connection closed: {e}");
+                    self.close_after_flush = true;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Turns what the core queued for this connection into RWF, while the socket
+    /// keeps up.
+    pub fn pull_from_core(&mut self, core: &mut Node, id: ConnId) {
+        if self.close_after_flush {
+            drop_core_output(core, id);
+            return;
+        }
+        for _ in 0..64 {
+            if self.channel.pending() >= RSSL_OUT_HIGH {
+                break;
+            }
+            let Some(o) = core.output(id) else { break };
+            let bytes = o.sealed_bytes();
+            if bytes.is_empty() {
+                if core.on_output_written(id) {
+                    continue;
+                }
+                break;
+            }
+            let mut at = 0;
+            // Whole frames only, up to the high mark; the rest stays in the core.
+            while bytes.len() - at >= 4 && self.channel.pending() < RSSL_OUT_HIGH {
+                let len =
+                    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+                        as usize;
+                let Some(payload) = bytes.get(at + 4..at + 4 + len) else {
+                    break;
+                };
+                for m in MessageIter::new(payload).flatten() {
+                    self.session.on_node_message(&m.message, &mut self.channel);
+                }
+                at += 4 + len;
+            }
+            o.consume(at);
+            if at == 0 {
+                break;
+            }
+        }
+        if self.session.finished {
+            self.close_after_flush = true;
+        }
+    }
+
+    /// The pings RIPC owes, and the end of a silent peer.
+    pub fn handle_timeout(&mut self, now: Instant, peer: &str) {
+        if let Err(e) = self.channel.handle_timeout(now) {
+            warn!("{peer}: RSSL connection closed: {e}");
+            self.close_after_flush = true;
+        }
+    }
+
+    /// Bytes queued for the socket.
+    pub fn pending(&self) -> usize {
+        self.channel.pending()
+    }
+
+    /// Writes what the socket takes. Err: the socket failed.
+    pub fn write(&mut self, t: &mut Transport) -> std::io::Result<()> {
+        self.channel.end_batch();
+        loop {
+            let bytes = self.channel.transmit();
+            if bytes.is_empty() {
+                break;
+            }
+            match t.write(bytes) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => self.channel.consume(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        if self.close_after_flush && !self.fin_sent {
+            t.shutdown_write();
+            self.fin_sent = true;
+        }
+        Ok(())
+    }
+}
+
+/// The most an RSSL connection may hold for its socket before a consumer that keeps
+/// sending is closed (as for WebSocket connections).
+fn out_limit(core: &Node) -> usize {
+    let l = &core.config().limits;
+    RSSL_OUT_HIGH + 4 * l.max_frame + l.max_output_bytes
+}

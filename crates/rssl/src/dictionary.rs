@@ -1,0 +1,376 @@
+//! Which RWF type each field id has on the wire.
+//!
+//! RWF field lists carry no types: both ends read them from a field dictionary
+//! (RDMFieldDictionary). The node encodes each of its typed values as the type the
+//! consumer's dictionary says, converting where the value allows (a node `UINT` size
+//! is an RWF `REAL` with no decimals), and decodes what providers send by the same
+//! table. Without a dictionary file (`[rssl] field_dictionary`) the table holds
+//! Tickwire's own fields, typed as the standard MarketPrice fields of the same
+//! numbers are.
+
+use crate::rwf::primitive::{self, dt, RwfReal};
+use crate::rwf::RwfError;
+use std::collections::HashMap;
+use tickwire_proto::{Dictionary, FieldType, Real, Value};
+
+/// A field's name and RWF type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwfField {
+    pub fid: i16,
+    pub name: String,
+    pub rwf_type: u8,
+}
+
+/// Field ids to RWF types.
+pub struct RwfDictionary {
+    /// `types[fid + 32768]`: the field's RWF type, 0 for unknown fields.
+    types: Box<[u8]>,
+    fields: HashMap<i16, RwfField>,
+    /// Where it came from (for logs and the dictionary's version).
+    pub source: String,
+}
+
+impl std::fmt::Debug for RwfDictionary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RwfDictionary({} fields from {})",
+            self.fields.len(),
+            self.source
+        )
+    }
+}
+
+/// Tickwire fields whose standard RWF type is not the node's own: sizes and volumes
+/// are reals in RDMFieldDictionary, a trade qualifier an enumeration.
+const STANDARD_TYPES: [(i16, u8); 11] = [
+    (30, dt::REAL),   // BIDSIZE
+    (31, dt::REAL),   // ASKSIZE
+    (32, dt::REAL),   // ACVOL_1
+    (40, dt::ENUM),   // CTS_QUAL
+    (41, dt::REAL),   // BLKCOUNT
+    (42, dt::REAL),   // BLKVOLUM
+    (54, dt::REAL),   // LOT_SIZE
+    (67, dt::REAL),   // NUM_MOVES
+    (80, dt::REAL),   // IRGVOL
+    (178, dt::REAL),  // TRDVOL_1
+    (1021, dt::REAL), // SEQNUM
+];
+
+impl RwfDictionary {
+    fn empty(source: &str) -> Self {
+        RwfDictionary {
+            types: vec![0u8; 65536].into_boxed_slice(),
+            fields: HashMap::new(),
+            source: source.to_string(),
+        }
+    }
+
+    fn insert(&mut self, fid: i16, name: &str, rwf_type: u8) {
+        self.types[(fid as i32 + 32768) as usize] = rwf_type;
+        self.fields.insert(
+            fid,
+            RwfField {
+                fid,
+                name: name.to_string(),
+                rwf_type,
+            },
+        );
+    }
+
+    /// The node's own dictionary, typed as the standard fields are.
+    pub fn from_native(d: &Dictionary) -> Self {
+        let mut r = RwfDictionary::empty("the node's own dictionary");
+        for f in d.fields() {
+            let t = STANDARD_TYPES
+                .iter()
+                .find(|(fid, _)| *fid == f.fid)
+                .map_or(native_rwf_type(f.field_type), |(_, t)| *t);
+            r.insert(f.fid, &f.name, t);
+        }
+        r
+    }
+
+    /// An RDMFieldDictionary file: `ACRONYM "DDE ACRONYM" FID RIPPLES_TO TYPE LENGTH
+    /// [(ENUM_LENGTH)] RWF_TYPE RWF_LENGTH` per line, `!` comments.
+    pub fn parse_rdm(text: &str, source: &str) -> Result<Self, String> {
+        let mut r = RwfDictionary::empty(source);
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('!') {
+                continue;
+            }
+            let err = |what: &str| format!("{source}, line {}: {what}: {line:?}", i + 1);
+            let (name, rest) = line
+                .split_once(char::is_whitespace)
+                .ok_or_else(|| err("no display name"))?;
+            // The display name is quoted and may hold spaces.
+            let rest = rest.trim_start();
+            let rest = rest
+                .strip_prefix('"')
+                .and_then(|r| r.split_once('"'))
+                .map(|(_, after)| after)
+                .ok_or_else(|| err("the display name is not quoted"))?;
+            let cols: Vec<&str> = rest
+                .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+                .filter(|c| !c.is_empty())
+                .collect();
+            if cols.len() < 5 {
+                return Err(err("too few columns"));
+            }
+            let fid: i16 = cols[0]
+                .parse()
+                .map_err(|_| err("the field id is not a number"))?;
+            let rwf_name = cols[cols.len() - 2];
+            let t = rwf_type_by_name(rwf_name)
+                .ok_or_else(|| err(&format!("unknown RWF type {rwf_name}")))?;
+            r.insert(fid, name, t);
+        }
+        if r.fields.is_empty() {
+            return Err(format!("{source}: no fields"));
+        }
+        Ok(r)
+    }
+
+    pub fn len(&self) -> usize {
+        self.fields.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+
+    /// The field's RWF type; 0 if the dictionary does not have it.
+    #[inline]
+    pub fn rwf_type(&self, fid: i16) -> u8 {
+        self.types[(fid as i32 + 32768) as usize]
+    }
+
+    pub fn field(&self, fid: i16) -> Option<&RwfField> {
+        self.fields.get(&fid)
+    }
+
+    pub fn fields(&self) -> impl Iterator<Item = &RwfField> {
+        self.fields.values()
+    }
+
+    /// The RWF body of a node value for this field; the value's own type where the
+    /// dictionary has no type for it. A value that cannot be the field's type (text
+    /// for a number) is sent blank.
+    pub fn put_value(&self, out: &mut Vec<u8>, fid: i16, v: &Value<'_>) {
+        put_as(out, self.rwf_type(fid), v);
+    }
+
+    /// A node value from an RWF body of this field. `Ok(None)`: the dictionary does
+    /// not know the field, or its type has no node value (arrays, nested containers).
+    pub fn value<'a>(&self, fid: i16, body: &'a [u8]) -> Result<Option<Value<'a>>, RwfError> {
+        let t = self.rwf_type(fid);
+        if body.is_empty() && t != 0 {
+            return Ok(Some(Value::Blank));
+        }
+        Ok(Some(match t {
+            dt::INT => Value::Int(primitive::int(body)?.unwrap_or(0)),
+            dt::UINT => Value::UInt(primitive::uint(body)?.unwrap_or(0)),
+            dt::REAL => match primitive::real(body)?.to_decimal() {
+                Some(r) => Value::Real(r),
+                None => Value::Blank,
+            },
+            dt::DATE => primitive::date(body)?.map_or(Value::Blank, Value::Date),
+            dt::TIME => primitive::time(body)?.map_or(Value::Blank, Value::Time),
+            dt::ENUM => primitive::enumerated(body)?.map_or(Value::Blank, Value::Enum),
+            dt::ASCII_STRING | dt::RMTES_STRING | dt::UTF8_STRING | dt::BUFFER => {
+                match std::str::from_utf8(body) {
+                    Ok(s) if t == dt::ASCII_STRING && s.is_ascii() => Value::Ascii(s),
+                    Ok(s) => Value::Utf8(s),
+                    Err(_) => {
+                        return Err(RwfError::invalid(
+                            "a string field",
+                            format!("field {fid} is not UTF-8"),
+                        ))
+                    }
+                }
+            }
+            _ => return Ok(None),
+        }))
+    }
+}
+
+/// The RWF type a node field type is sent as when no dictionary says otherwise.
+pub fn native_rwf_type(t: FieldType) -> u8 {
+    match t {
+        FieldType::Int => dt::INT,
+        FieldType::UInt => dt::UINT,
+        FieldType::Real => dt::REAL,
+        FieldType::Date => dt::DATE,
+        FieldType::Time => dt::TIME,
+        FieldType::Ascii => dt::RMTES_STRING,
+        FieldType::Utf8 => dt::RMTES_STRING,
+        FieldType::Enum => dt::ENUM,
+        _ => 0,
+    }
+}
+
+/// RDMFieldDictionary's names of RWF types.
+fn rwf_type_by_name(name: &str) -> Option<u8> {
+    Some(match name {
+        "INT64" | "INT32" | "INT" => dt::INT,
+        "UINT64" | "UINT32" | "UINT" => dt::UINT,
+        "REAL64" | "REAL32" | "REAL" => dt::REAL,
+        "FLOAT" => dt::FLOAT,
+        "DOUBLE" => dt::DOUBLE,
+        "DATE" => dt::DATE,
+        "TIME" => dt::TIME,
+        "DATETIME" => dt::DATETIME,
+        "QOS" => dt::QOS,
+        "STATE" => dt::STATE,
+        "ENUM" => dt::ENUM,
+        "ARRAY" => dt::ARRAY,
+        "BUFFER" => dt::BUFFER,
+        "ASCII_STRING" => dt::ASCII_STRING,
+        "UTF8_STRING" => dt::UTF8_STRING,
+        "RMTES_STRING" => dt::RMTES_STRING,
+        "OPAQUE" => dt::OPAQUE,
+        "FIELD_LIST" => dt::FIELD_LIST,
+        "ELEMENT_LIST" => dt::ELEMENT_LIST,
+        "FILTER_LIST" => dt::FILTER_LIST,
+        "VECTOR" => dt::VECTOR,
+        "MAP" => dt::MAP,
+        "SERIES" => dt::SERIES,
+        "MSG" => dt::MSG,
+        "NO_DATA" => dt::NO_DATA,
+        _ => return None,
+    })
+}
+
+/// The RDMFieldDictionary name of an RWF type.
+pub fn rwf_type_name(t: u8) -> &'static str {
+    match t {
+        dt::INT => "INT64",
+        dt::UINT => "UINT64",
+        dt::REAL => "REAL64",
+        dt::FLOAT => "FLOAT",
+        dt::DOUBLE => "DOUBLE",
+        dt::DATE => "DATE",
+        dt::TIME => "TIME",
+        dt::DATETIME => "DATETIME",
+        dt::ENUM => "ENUM",
+        dt::ARRAY => "ARRAY",
+        dt::BUFFER => "BUFFER",
+        dt::ASCII_STRING => "ASCII_STRING",
+        dt::UTF8_STRING => "UTF8_STRING",
+        dt::RMTES_STRING => "RMTES_STRING",
+        _ => "UNKNOWN",
+    }
+}
+
+/// A value's body as RWF type `t` (0: its own type).
+pub fn put_as(out: &mut Vec<u8>, t: u8, v: &Value<'_>) {
+    match (t, *v) {
+        (_, Value::Blank) => {}
+        (0, v) => put_own(out, &v),
+        (dt::REAL, Value::Real(r)) => primitive::put_real(out, RwfReal::from_decimal(r)),
+        (dt::REAL, Value::UInt(u)) => {
+            if let Ok(i) = i64::try_from(u) {
+                primitive::put_real(out, RwfReal::from_decimal(Real::new(i, 0)));
+            }
+        }
+        (dt::REAL, Value::Int(i)) => {
+            primitive::put_real(out, RwfReal::from_decimal(Real::new(i, 0)))
+        }
+        (dt::REAL, Value::Enum(e)) => {
+            primitive::put_real(out, RwfReal::from_decimal(Real::new(e as i64, 0)))
+        }
+        (dt::UINT | dt::INT | dt::ENUM, Value::Real(r)) => {
+            if let Some(i) = integral(r) {
+                match t {
+                    dt::UINT if i >= 0 => primitive::put_uint(out, i as u64),
+                    dt::INT => primitive::put_int(out, i),
+                    dt::ENUM if (0..=0xFFFF).contains(&i) => primitive::put_enum(out, i as u16),
+                    _ => {}
+                }
+            }
+        }
+        (dt::UINT, Value::UInt(u)) => primitive::put_uint(out, u),
+        (dt::UINT, Value::Int(i)) if i >= 0 => primitive::put_uint(out, i as u64),
+        (dt::UINT, Value::Enum(e)) => primitive::put_uint(out, e as u64),
+        (dt::INT, Value::Int(i)) => primitive::put_int(out, i),
+        (dt::INT, Value::UInt(u)) => {
+            if let Ok(i) = i64::try_from(u) {
+                primitive::put_int(out, i);
+            }
+        }
+        (dt::INT, Value::Enum(e)) => primitive::put_int(out, e as i64),
+        (dt::ENUM, Value::Enum(e)) => primitive::put_enum(out, e),
+        (dt::ENUM, Value::UInt(u)) if u <= 0xFFFF => primitive::put_enum(out, u as u16),
+        (dt::ENUM, Value::Int(i)) if (0..=0xFFFF).contains(&i) => {
+            primitive::put_enum(out, i as u16)
+        }
+        (dt::DATE, Value::Date(d)) => primitive::put_date(out, d),
+        (dt::TIME, Value::Time(tm)) => primitive::put_time(out, tm),
+        (
+            dt::ASCII_STRING | dt::RMTES_STRING | dt::UTF8_STRING | dt::BUFFER,
+            Value::Ascii(s) | Value::Utf8(s),
+        ) => out.extend_from_slice(s.as_bytes()),
+        // Not this field's type: blank rather than bytes the consumer would misread.
+        _ => {}
+    }
+}
+
+fn put_own(out: &mut Vec<u8>, v: &Value<'_>) {
+    put_as(out, native_rwf_type(v.field_type()), v);
+}
+
+/// A decimal's integer value, if it has no fraction.
+fn integral(r: Real) -> Option<i64> {
+    if r.exponent >= 0 {
+        return r
+            .mantissa
+            .checked_mul(10i64.checked_pow(r.exponent as u32)?);
+    }
+    let d = 10i64.checked_pow((-r.exponent) as u32)?;
+    (r.mantissa % d == 0).then_some(r.mantissa / d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nodes_own_fields_are_typed_as_the_standard_ones() {
+        let d = RwfDictionary::from_native(&Dictionary::market_price());
+        assert_eq!(d.rwf_type(22), dt::REAL); // BID
+        assert_eq!(d.rwf_type(30), dt::REAL); // BIDSIZE: a UINT in the node's
+        assert_eq!(d.rwf_type(3), dt::RMTES_STRING); // DSPLY_NAME
+        assert_eq!(d.rwf_type(4), dt::ENUM);
+        assert_eq!(d.rwf_type(12345), 0);
+        // A size of 500 goes out as a real with no decimals, and comes back so.
+        let mut b = Vec::new();
+        d.put_value(&mut b, 30, &Value::UInt(500));
+        assert_eq!(b, [14, 0x01, 0xF4]);
+        assert_eq!(d.value(30, &b), Ok(Some(Value::Real(Real::new(500, 0)))));
+        // Text where a number is expected is blank, not garbage.
+        b.clear();
+        d.put_value(&mut b, 22, &Value::Ascii("x"));
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn rdm_lines_parse() {
+        let text = "! comment\n\
+            BID        \"BID\"                   22  BID_1       PRICE              17  REAL64           7\n\
+            RDN_EXCHID \"IDN EXCHANGE ID\"        4  NULL        ENUMERATED    3 ( 3 )  ENUM             1\n\
+            DSPLY_NAME \"DISPLAY NAME\"           3  NULL        ALPHANUMERIC       16  RMTES_STRING    16\n\
+            NEG_FID    \"NEG\"                -22  NULL        INTEGER             5  INT64            2\n";
+        let d = RwfDictionary::parse_rdm(text, "test").unwrap();
+        assert_eq!(d.len(), 4);
+        assert_eq!(d.rwf_type(4), dt::ENUM);
+        assert_eq!(d.rwf_type(-22), dt::INT);
+        assert_eq!(d.field(3).unwrap().name, "DSPLY_NAME");
+        assert!(RwfDictionary::parse_rdm("BID \"BID\" x NULL PRICE 17 REAL64 7", "t").is_err());
+        assert!(
+            RwfDictionary::parse_rdm("BID \"BID\" 22 NULL PRICE 17 REAL99 7", "t")
+                .unwrap_err()
+                .contains("REAL99")
+        );
+    }
+}
