@@ -1,0 +1,263 @@
+//! LSEG's own Real-Time SDK applications against real nodes over RSSL: the ETA
+//! Consumer example (streaming, batch with a view, snapshot), run unchanged from the
+//! SDK's jars (`../shared/interop/rtsdk`, or `TICKWIRE_RTSDK`), its third-party jars
+//! fetched by `.ci/test` into `target/rtsdk-lib`.
+
+mod common;
+
+use common::{start_publisher, Node};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The SDK's tools: jars, dictionaries and the scripts that find their dependencies.
+fn rtsdk() -> PathBuf {
+    let dir = std::env::var_os("TICKWIRE_RTSDK")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/rtsdk")
+        });
+    assert!(
+        dir.join("jars/eta-examples.jar").exists(),
+        "LSEG's RTSDK tools are not at {} (set TICKWIRE_RTSDK to their folder: jars/, etc/, classpath.sh)",
+        dir.display()
+    );
+    dir
+}
+
+/// The class path: the SDK's jars and their dependencies in target/rtsdk-lib.
+fn classpath() -> String {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/rtsdk-lib");
+    assert!(
+        lib.join(".complete").exists(),
+        "the RTSDK tools' dependencies are not in {} (.ci/test fetches them: bash {}/fetch-deps.sh {})",
+        lib.display(),
+        rtsdk().display(),
+        lib.display()
+    );
+    let out = Command::new("bash")
+        .arg(rtsdk().join("classpath.sh"))
+        .arg(&lib)
+        .output()
+        .expect("run classpath.sh");
+    assert!(out.status.success(), "classpath.sh failed");
+    String::from_utf8(out.stdout)
+        .expect("class path")
+        .trim()
+        .to_string()
+}
+
+/// A working directory with the SDK's dictionaries (the tools read them from there).
+fn workdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for f in std::fs::read_dir(rtsdk().join("etc")).expect("etc") {
+        let f = f.expect("entry").path();
+        std::fs::copy(&f, dir.path().join(f.file_name().expect("name"))).expect("copy");
+    }
+    dir
+}
+
+/// Runs a Java main class to its end (its own `-runtime`), killed after `timeout`.
+fn java(main: &str, args: &[&str], dir: &Path, timeout: Duration) -> (Option<i32>, String) {
+    let mut child = Command::new("java")
+        .arg("-cp")
+        .arg(classpath())
+        .arg(main)
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start java (is a JRE installed? .ci/test installs one)");
+    let status = common::wait_timeout(&mut child, timeout);
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let out = child.wait_with_output().expect("output");
+    let text = format!(
+        "{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (status.and_then(|s| s.code()), text)
+}
+
+const CONSUMER: &str = "com.refinitiv.eta.examples.consumer.Consumer";
+
+#[test]
+fn the_eta_consumer_streams_an_item_from_a_plain_node() {
+    let mut node = Node::start(&[]);
+    let _feed = start_publisher(&node, "FEED", 3, 50, false);
+    let dir = workdir();
+    let port = node.addr.port().to_string();
+    let (code, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM1",
+            "-runtime",
+            "5",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
+    for expected in [
+        "State: Open/Ok/None - text: \"Login accepted by",
+        "serviceName: FEED",
+        "SYM1",
+        "22/BID:",
+        "UPDATE TYPE:",
+    ] {
+        assert!(out.contains(expected), "no {expected:?} in:\n{out}");
+    }
+    assert!(!out.contains("Exception"), "{out}");
+    // Sizes are reals to the SDK's dictionary: sent as such, not as raw integers.
+    let size = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("30/BIDSIZE: "))
+        .unwrap_or_else(|| panic!("no BIDSIZE in:\n{out}"));
+    assert!(
+        size.ends_with(".0"),
+        "BIDSIZE {size:?} is not a whole real:\n{out}"
+    );
+    node.proc
+        .wait_for_line("RSSL connection (RIPC 14", Duration::from_secs(5));
+    node.stop(Duration::from_secs(10));
+}
+
+#[test]
+fn a_batch_with_a_view_and_a_snapshot_from_the_eta_consumer() {
+    let mut node = Node::start(&[]);
+    let _feed = start_publisher(&node, "FEED", 3, 20, false);
+    let dir = workdir();
+    let port = node.addr.port().to_string();
+    // Two items in one batch request, with the example's view (BID, ASK, TRDPRC_1, ...).
+    let (code, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM1",
+            "-mp",
+            "SYM2",
+            "-view",
+            "-runtime",
+            "4",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
+    assert!(out.contains("hasView: true"), "{out}");
+    assert!(out.contains("itemNames: [SYM1, SYM2]"), "{out}");
+    for item in ["SYM1", "SYM2"] {
+        assert!(
+            out.lines().any(|l| l.trim() == item),
+            "no refresh of {item}:\n{out}"
+        );
+    }
+    assert!(out.contains("22/BID:"), "{out}");
+    assert!(
+        !out.contains("30/BIDSIZE"),
+        "BIDSIZE is outside the view, yet came:\n{out}"
+    );
+    // A snapshot: one refresh, non-streaming.
+    let (code, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM0",
+            "-snapshot",
+            "-runtime",
+            "3",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
+    assert!(
+        out.contains("Non-streaming/Ok"),
+        "no non-streaming refresh:\n{out}"
+    );
+    assert!(
+        !out.contains("UPDATE TYPE:"),
+        "updates after a snapshot:\n{out}"
+    );
+    node.stop(Duration::from_secs(10));
+}
+
+#[test]
+fn rssl_can_be_moved_to_a_port_of_its_own_or_turned_off() {
+    // Off: a RIPC ConnectReq on the node's port is not a native login: refused.
+    let mut node = Node::start(&["--rssl", "off"]);
+    let dir = workdir();
+    let port = node.addr.port().to_string();
+    let (_, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM1",
+            "-runtime",
+            "3",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(!out.contains("Received Login Response"), "{out}");
+    node.stop(Duration::from_secs(10));
+    // A port of its own: the consumer logs in there.
+    let rssl_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        l.local_addr().expect("addr").port()
+    };
+    let at = format!("127.0.0.1:{rssl_port}");
+    let mut node = Node::start(&["--rssl", &at]);
+    // Logged before the node's address, which Node::start waited for.
+    let said = format!("RSSL (LSEG Real-Time SDK applications) on {at}");
+    assert!(node.proc.log().contains(&said), "{}", node.proc.log());
+    let (code, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &rssl_port.to_string(),
+            "-s",
+            "TICKWIRE",
+            "-mp",
+            "NODE",
+            "-runtime",
+            "3",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("Received Login Response"), "{out}");
+    node.stop(Duration::from_secs(10));
+}
