@@ -83,6 +83,43 @@ fn java(main: &str, args: &[&str], dir: &Path, timeout: Duration) -> (Option<i32
     (status.and_then(|s| s.code()), text)
 }
 
+/// Runs a Java main class until its output holds `until` (or `timeout` passes), then
+/// stops it: for tools that run for a fixed time of their own.
+fn java_until(main: &str, dir: &Path, until: &str, timeout: Duration) -> String {
+    use std::io::Read;
+    let mut child = Command::new("java")
+        .arg("-cp")
+        .arg(classpath())
+        .arg(main)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start java (is a JRE installed? .ci/test installs one)");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + timeout;
+    let mut out = Vec::new();
+    while !String::from_utf8_lossy(&out).contains(until) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(bytes) => out.extend(bytes),
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 const CONSUMER: &str = "com.refinitiv.eta.examples.consumer.Consumer";
 
 #[test]
@@ -259,5 +296,99 @@ fn rssl_can_be_moved_to_a_port_of_its_own_or_turned_off() {
     );
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("Received Login Response"), "{out}");
+    node.stop(Duration::from_secs(10));
+}
+
+/// A working directory without dictionaries: the tools download them.
+fn empty_workdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+#[test]
+fn the_eta_consumer_downloads_the_dictionaries_a_node_is_given() {
+    let etc = rtsdk().join("etc");
+    let cfg = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(
+        cfg.path(),
+        format!(
+            "[rssl]\nfield_dictionary = {:?}\nenum_dictionary = {:?}\n",
+            etc.join("RDMFieldDictionary"),
+            etc.join("enumtype.def")
+        ),
+    )
+    .expect("write config");
+    let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
+    let _feed = start_publisher(&node, "FEED", 3, 20, false);
+    let dir = empty_workdir();
+    let port = node.addr.port().to_string();
+    let (code, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM1",
+            "-runtime",
+            "5",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
+    assert!(
+        out.contains("Will attempt to download from provider"),
+        "{out}"
+    );
+    // Thousands of fields: many parts, the last one complete.
+    let parts = out.matches("dictionaryName: RWFFld").count();
+    assert!(parts > 10, "{parts} parts of the field dictionary:\n{out}");
+    assert!(out.contains("Field Dictionary complete"), "{out}");
+    // The enumeration tables decode the currency.
+    assert!(out.contains("15/CURRENCY: USD(840)"), "{out}");
+    node.stop(Duration::from_secs(10));
+}
+
+#[test]
+fn ema_with_its_default_configuration_reads_a_plain_node() {
+    // EMA's defaults: localhost:14002, service DIRECT_FEED, item IBM.N, and the
+    // dictionaries downloaded from the provider.
+    if std::net::TcpListener::bind("127.0.0.1:14002").is_err() {
+        panic!("port 14002 is taken: EMA's default configuration needs it free for this test");
+    }
+    let mut node = Node::start(&["--listen", "127.0.0.1:14002"]);
+    let dir = empty_workdir();
+    let items = dir.path().join("items.txt");
+    std::fs::write(&items, "IBM.N\n").expect("items");
+    let mut feed = common::Proc::spawn(&[
+        "publish",
+        "--node",
+        "127.0.0.1:14002",
+        "--service",
+        "DIRECT_FEED",
+        "--item-file",
+        items.to_str().expect("utf-8 path"),
+        "--rate",
+        "20",
+    ]);
+    common::wait_for_image(node.addr, "DIRECT_FEED", "IBM.N", Duration::from_secs(10))
+        .expect("the feed");
+    // ex100 prints what it gets for 60 s: stopped once an update is in.
+    let out = java_until(
+        "com.refinitiv.ema.examples.training.consumer.series100.ex100_MP_Streaming.Consumer",
+        dir.path(),
+        "UpdateMsgEnd",
+        Duration::from_secs(60),
+    );
+    assert!(out.contains("RefreshMsg"), "no refresh:\n{out}");
+    assert!(out.contains("name=\"IBM.N\""), "{out}");
+    assert!(out.contains("serviceName=\"DIRECT_FEED\""), "{out}");
+    assert!(out.contains("name=\"BID\" dataType=\"Real\""), "{out}");
+    assert!(out.contains("UpdateMsg"), "no update:\n{out}");
+    assert!(!out.contains("Exception"), "{out}");
+    feed.kill();
     node.stop(Duration::from_secs(10));
 }

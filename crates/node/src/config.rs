@@ -208,8 +208,11 @@ pub struct RsslSection {
     /// ConnectAck; longer messages are fragmented).
     pub max_msg_size: u16,
     /// An RDMFieldDictionary file: each field's RWF type, as the applications'
-    /// dictionary has it. Empty: the node's own fields, typed as the standard ones.
+    /// dictionary has it, and the field dictionary consumers download. Empty: the
+    /// node's own fields, typed as the standard ones.
     pub field_dictionary: String,
+    /// An enumtype.def file: the enumeration tables consumers download. Empty: none.
+    pub enum_dictionary: String,
 }
 
 impl Default for RsslSection {
@@ -218,27 +221,48 @@ impl Default for RsslSection {
             listen: String::new(),
             max_msg_size: 6144,
             field_dictionary: String::new(),
+            enum_dictionary: String::new(),
         }
     }
 }
 
 impl RsslSection {
-    /// The field dictionary RWF is encoded and decoded by.
+    /// The dictionaries RWF is encoded and decoded by, and consumers download.
     pub fn load_dictionary(&self) -> Result<tickwire_rssl::dictionary::RwfDictionary, ConfigError> {
-        if self.field_dictionary.is_empty() {
-            return Ok(tickwire_rssl::dictionary::RwfDictionary::from_native(
-                &tickwire_proto::Dictionary::market_price(),
-            ));
-        }
-        let invalid = |reason: String| ConfigError::Invalid {
-            key: "rssl.field_dictionary",
-            value: self.field_dictionary.clone(),
-            reason,
+        use tickwire_rssl::dictionary::{EnumFile, FieldFile, RwfDictionary};
+        let read = |key: &'static str, path: &str| {
+            std::fs::read_to_string(path).map_err(|e| ConfigError::Invalid {
+                key,
+                value: path.to_string(),
+                reason: format!("cannot read it: {e}"),
+            })
         };
-        let text = std::fs::read_to_string(&self.field_dictionary)
-            .map_err(|e| invalid(format!("cannot read it: {e}")))?;
-        tickwire_rssl::dictionary::RwfDictionary::parse_rdm(&text, &self.field_dictionary)
-            .map_err(invalid)
+        let invalid = |key: &'static str, path: &str| {
+            let path = path.to_string();
+            move |reason: String| ConfigError::Invalid {
+                key,
+                value: path,
+                reason,
+            }
+        };
+        let native = RwfDictionary::from_native(&tickwire_proto::Dictionary::market_price());
+        let (fields, mut source) = if self.field_dictionary.is_empty() {
+            (native.fields, native.source)
+        } else {
+            let text = read("rssl.field_dictionary", &self.field_dictionary)?;
+            let f = FieldFile::parse(&text, &self.field_dictionary)
+                .map_err(invalid("rssl.field_dictionary", &self.field_dictionary))?;
+            (f, self.field_dictionary.clone())
+        };
+        let enums = if self.enum_dictionary.is_empty() {
+            native.enums
+        } else {
+            let text = read("rssl.enum_dictionary", &self.enum_dictionary)?;
+            source = format!("{source} and {}", self.enum_dictionary);
+            EnumFile::parse(&text, &self.enum_dictionary)
+                .map_err(invalid("rssl.enum_dictionary", &self.enum_dictionary))?
+        };
+        Ok(RwfDictionary::new(fields, enums, &source))
     }
 }
 

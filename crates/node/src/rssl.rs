@@ -150,6 +150,8 @@ impl RsslConn {
                 break;
             }
         }
+        // Dictionary parts as the socket drains.
+        self.session.pump_downloads(&mut self.channel);
         if self.session.finished {
             self.close_after_flush = true;
         }

@@ -308,6 +308,14 @@ impl NodeServer {
             }
         };
         let rssl = rssl_dictionary.map(|dictionary| {
+            // Parts that fit a RIPC message: the consumer gets them unfragmented.
+            let part = (cfg.rssl.max_msg_size as usize)
+                .saturating_sub(256)
+                .max(256);
+            let downloads = Arc::new(tickwire_rssl::dictionary::Downloads::build(
+                &dictionary,
+                part,
+            ));
             Arc::new(RsslShared {
                 ripc: tickwire_rssl::ripc::Settings {
                     max_msg_size: cfg.rssl.max_msg_size,
@@ -320,6 +328,7 @@ impl NodeServer {
                 session: Arc::new(tickwire_rssl::session::SessionConfig {
                     node_name: cfg.node.name.clone(),
                     dictionary,
+                    downloads,
                     ..tickwire_rssl::session::SessionConfig::default()
                 }),
             })

@@ -879,8 +879,15 @@ fn mod_pow(base: u64, mut exp: u64, m: u64) -> u64 {
 #[cfg(test)]
 mod tests;
 
+/// Bulk output (dictionary parts) waits while this much is queued for the socket.
+const BULK_HIGH: usize = 256 * 1024;
+
 impl crate::session::Outbox for Channel {
     fn send(&mut self, rwf: &[u8]) {
         Channel::send(self, rwf);
+    }
+
+    fn has_room(&self) -> bool {
+        self.pending() < BULK_HIGH
     }
 }

@@ -16,7 +16,7 @@
 //! To the node's core an RSSL consumer is a subscriber like any other: same limits,
 //! same slow-consumer policy, same entitlements.
 
-use crate::dictionary::RwfDictionary;
+use crate::dictionary::{Downloads, RwfDictionary};
 use crate::rwf::container::{
     filter_action, map_action, put_array, ArrayIter, ElementIter, ElementListWriter,
     FieldListWriter, FilterListWriter, MapWriter,
@@ -37,6 +37,11 @@ use tickwire_proto::{
 /// Where the session's RWF messages go (the RIPC channel, or a test's list).
 pub trait Outbox {
     fn send(&mut self, rwf: &[u8]);
+    /// Whether more may be queued now (bulk output, such as a dictionary download,
+    /// waits while it is false).
+    fn has_room(&self) -> bool {
+        true
+    }
 }
 
 impl Outbox for Vec<Vec<u8>> {
@@ -56,6 +61,8 @@ pub struct SessionConfig {
     pub max_batch: usize,
     /// Each field's RWF type.
     pub dictionary: Arc<RwfDictionary>,
+    /// The dictionaries' refreshes, for consumers that download them.
+    pub downloads: Arc<Downloads>,
 }
 
 impl Default for SessionConfig {
@@ -67,6 +74,7 @@ impl Default for SessionConfig {
             dictionary: Arc::new(RwfDictionary::from_native(
                 &tickwire_proto::Dictionary::market_price(),
             )),
+            downloads: Arc::new(Downloads::default()),
         }
     }
 }
@@ -126,9 +134,33 @@ pub struct Session {
     by_rssl: FxHashMap<i32, u32>,
     next_native: u32,
     buf: Vec<u8>,
+    /// Dictionary refreshes still to send.
+    downloads: Vec<Download>,
     /// The consumer logged out, or its login was refused: close once written.
     pub finished: bool,
 }
+
+/// A dictionary being sent, a part at a time as the connection has room.
+#[derive(Debug)]
+struct Download {
+    stream: i32,
+    /// The field dictionary (`RWFFld`), else the enumeration tables (`RWFEnum`).
+    fields: bool,
+    /// Verbosity 0 (INFO): the summary alone.
+    info_only: bool,
+    next_part: usize,
+    name: Vec<u8>,
+    service_id: Option<u16>,
+    filter: u32,
+    streaming: bool,
+}
+
+/// The dictionaries' names in the Dictionary domain and the directory.
+const FIELD_DICTIONARY: &[u8] = b"RWFFld";
+const ENUM_DICTIONARY: &[u8] = b"RWFEnum";
+/// At most this many downloads in progress on one connection (the two dictionaries,
+/// and a repeat of each).
+const MAX_DOWNLOADS: usize = 4;
 
 impl Session {
     pub fn new(cfg: Arc<SessionConfig>) -> Self {
@@ -141,6 +173,7 @@ impl Session {
             by_rssl: FxHashMap::default(),
             next_native: 1,
             buf: Vec::with_capacity(1024),
+            downloads: Vec::new(),
             finished: false,
         }
     }
@@ -206,20 +239,9 @@ impl Session {
                     self.directory = None;
                 }
             }
-            (class::REQUEST, domain::DICTIONARY) => {
-                let name = m.key.as_ref().and_then(|k| k.name).unwrap_or(b"");
-                let text = format!(
-                    "dictionary {} is not served yet: load RDMFieldDictionary and enumtype.def locally",
-                    String::from_utf8_lossy(name)
-                );
-                self.status(
-                    out,
-                    m.domain,
-                    m.stream_id,
-                    stream::CLOSED,
-                    code::NOT_FOUND,
-                    &text,
-                );
+            (class::REQUEST, domain::DICTIONARY) => self.on_dictionary_request(&m, out),
+            (class::CLOSE, domain::DICTIONARY) => {
+                self.downloads.retain(|d| d.stream != m.stream_id)
             }
             (class::REQUEST, domain::MARKET_PRICE) => self.on_item_request(&m, to_node, out),
             (class::REQUEST, other) => {
@@ -441,9 +463,15 @@ impl Session {
                         el.ascii(o, "Name", s.name.as_bytes());
                         el.ascii(o, "Vendor", self.cfg.vendor.as_bytes());
                         el.uint(o, "IsSource", 0);
+                        // Dictionary among the capabilities: the SDK's watchlist does
+                        // not request a domain the service does not list.
                         el.element(o, "Capabilities", dt::ARRAY, |o| {
-                            put_array(o, dt::UINT, &[domain::MARKET_PRICE as u64], |o, v| {
-                                primitive::put_uint(o, *v)
+                            let domains = [domain::DICTIONARY as u64, domain::MARKET_PRICE as u64];
+                            put_array(o, dt::UINT, &domains, |o, v| primitive::put_uint(o, *v));
+                        });
+                        el.element(o, "DictionariesProvided", dt::ARRAY, |o| {
+                            put_array(o, dt::ASCII_STRING, &["RWFFld", "RWFEnum"], |o, v| {
+                                o.extend_from_slice(v.as_bytes())
                             });
                         });
                         el.element(o, "DictionariesUsed", dt::ARRAY, |o| {
@@ -478,6 +506,114 @@ impl Session {
             });
         }
         map.end(out);
+    }
+
+    fn on_dictionary_request(&mut self, m: &Msg<'_>, out: &mut impl Outbox) {
+        let key = m.key.clone().unwrap_or_default();
+        let name = key.name.unwrap_or(b"");
+        let fields = match name {
+            FIELD_DICTIONARY => true,
+            ENUM_DICTIONARY => false,
+            other => {
+                let text = format!(
+                    "no dictionary {:?}: the node serves RWFFld and RWFEnum",
+                    String::from_utf8_lossy(other)
+                );
+                self.status(
+                    out,
+                    m.domain,
+                    m.stream_id,
+                    stream::CLOSED,
+                    code::NOT_FOUND,
+                    &text,
+                );
+                return;
+            }
+        };
+        self.downloads.retain(|d| d.stream != m.stream_id);
+        if self.downloads.len() >= MAX_DOWNLOADS {
+            let text = format!("at most {MAX_DOWNLOADS} dictionary downloads at once");
+            self.status(
+                out,
+                m.domain,
+                m.stream_id,
+                stream::CLOSED,
+                code::NO_RESOURCES,
+                &text,
+            );
+            return;
+        }
+        let filter = key.filter.unwrap_or(0x7);
+        self.downloads.push(Download {
+            stream: m.stream_id,
+            fields,
+            info_only: filter == 0,
+            next_part: 0,
+            name: name.to_vec(),
+            service_id: key.service_id,
+            filter,
+            streaming: m.flags & request::STREAMING != 0,
+        });
+        self.pump_downloads(out);
+    }
+
+    /// Sends dictionary parts while the connection has room: call again when it drains.
+    pub fn pump_downloads(&mut self, out: &mut impl Outbox) {
+        let all = self.cfg.downloads.clone();
+        while out.has_room() {
+            let Some(d) = self.downloads.first_mut() else {
+                return;
+            };
+            let parts = if d.fields { &all.fields } else { &all.enums };
+            let info = if d.fields {
+                &all.fields_info
+            } else {
+                &all.enums_info
+            };
+            let (payload, last) = if d.info_only || parts.is_empty() {
+                (info, true)
+            } else {
+                (&parts[d.next_part], d.next_part + 1 == parts.len())
+            };
+            let mut flags = refresh::SOLICITED;
+            if d.next_part == 0 {
+                flags |= refresh::CLEAR_CACHE;
+            }
+            if last {
+                flags |= refresh::REFRESH_COMPLETE;
+            }
+            let key = MsgKey {
+                service_id: d.service_id,
+                name: Some(&d.name),
+                filter: Some(d.filter),
+                ..MsgKey::default()
+            };
+            let st = if d.streaming {
+                stream::OPEN
+            } else {
+                stream::NON_STREAMING
+            };
+            self.buf.clear();
+            let state = RwfState::new(st, data::OK, code::NONE, "");
+            begin_refresh(
+                &mut self.buf,
+                domain::DICTIONARY,
+                d.stream,
+                flags,
+                dt::SERIES,
+                None,
+                &state,
+                Some(&key),
+                None,
+                false,
+            );
+            self.buf.extend_from_slice(payload);
+            out.send(&self.buf);
+            d.next_part += 1;
+            if last {
+                self.downloads.remove(0);
+            }
+        }
     }
 
     fn on_item_request(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {

@@ -8,25 +8,26 @@
 //! Tickwire's own fields, typed as the standard MarketPrice fields of the same
 //! numbers are.
 
+mod download;
+mod enum_file;
+mod field_file;
+
+pub use download::Downloads;
+pub use enum_file::{EnumFile, EnumTable};
+pub use field_file::{FieldEntry, FieldFile};
+
 use crate::rwf::primitive::{self, dt, RwfReal};
 use crate::rwf::RwfError;
-use std::collections::HashMap;
 use tickwire_proto::{Dictionary, FieldType, Real, Value};
 
-/// A field's name and RWF type.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RwfField {
-    pub fid: i16,
-    pub name: String,
-    pub rwf_type: u8,
-}
-
-/// Field ids to RWF types.
+/// The field and enumeration dictionaries RWF is encoded and decoded by, and
+/// downloaded from.
 pub struct RwfDictionary {
     /// `types[fid + 32768]`: the field's RWF type, 0 for unknown fields.
     types: Box<[u8]>,
-    fields: HashMap<i16, RwfField>,
-    /// Where it came from (for logs and the dictionary's version).
+    pub fields: FieldFile,
+    pub enums: EnumFile,
+    /// Where it came from (for logs).
     pub source: String,
 }
 
@@ -34,8 +35,9 @@ impl std::fmt::Debug for RwfDictionary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "RwfDictionary({} fields from {})",
-            self.fields.len(),
+            "RwfDictionary({} fields, {} enum tables, from {})",
+            self.fields.fields.len(),
+            self.enums.tables.len(),
             self.source
         )
     }
@@ -58,86 +60,80 @@ const STANDARD_TYPES: [(i16, u8); 11] = [
 ];
 
 impl RwfDictionary {
-    fn empty(source: &str) -> Self {
+    /// From dictionary files' contents.
+    pub fn new(fields: FieldFile, enums: EnumFile, source: &str) -> Self {
+        let mut types = vec![0u8; 65536].into_boxed_slice();
+        for f in &fields.fields {
+            types[(f.fid as i32 + 32768) as usize] = f.rwf_type;
+        }
         RwfDictionary {
-            types: vec![0u8; 65536].into_boxed_slice(),
-            fields: HashMap::new(),
+            types,
+            fields,
+            enums,
             source: source.to_string(),
         }
     }
 
-    fn insert(&mut self, fid: i16, name: &str, rwf_type: u8) {
-        self.types[(fid as i32 + 32768) as usize] = rwf_type;
-        self.fields.insert(
-            fid,
-            RwfField {
-                fid,
-                name: name.to_string(),
-                rwf_type,
-            },
-        );
-    }
-
-    /// The node's own dictionary, typed as the standard fields are.
+    /// The node's own dictionary, typed as the standard fields are, with no enumeration
+    /// tables.
     pub fn from_native(d: &Dictionary) -> Self {
-        let mut r = RwfDictionary::empty("the node's own dictionary");
+        let mut file = FieldFile {
+            version: format!("tickwire-{}", env!("CARGO_PKG_VERSION")),
+            dictionary_id: 1,
+            fields: Vec::new(),
+        };
         for f in d.fields() {
-            let t = STANDARD_TYPES
+            let rwf_type = STANDARD_TYPES
                 .iter()
                 .find(|(fid, _)| *fid == f.fid)
                 .map_or(native_rwf_type(f.field_type), |(_, t)| *t);
-            r.insert(f.fid, &f.name, t);
+            // The Marketfeed type and lengths, as the standard dictionary gives fields
+            // of each kind.
+            let (mf_type, length, rwf_length, enum_length) = match rwf_type {
+                dt::REAL => (4, 17, 7, 0),
+                dt::INT | dt::UINT => (1, 15, 8, 0),
+                dt::DATE => (3, 11, 4, 0),
+                dt::TIME => (7, 5, 5, 0),
+                dt::ENUM => (6, 3, 1, 3),
+                _ => (5, 32, 32, 0),
+            };
+            file.fields.push(FieldEntry {
+                name: f.name.clone(),
+                long_name: f.name.clone(),
+                fid: f.fid,
+                ripple_to: 0,
+                mf_type,
+                length,
+                enum_length,
+                rwf_type,
+                rwf_length,
+            });
         }
-        r
+        file.fields.sort_by_key(|f| f.fid);
+        let enums = EnumFile {
+            rt_version: file.version.clone(),
+            dt_version: file.version.clone(),
+            dictionary_id: 1,
+            tables: Vec::new(),
+        };
+        RwfDictionary::new(file, enums, "the node's own dictionary")
     }
 
-    /// An RDMFieldDictionary file: `ACRONYM "DDE ACRONYM" FID RIPPLES_TO TYPE LENGTH
-    /// [(ENUM_LENGTH)] RWF_TYPE RWF_LENGTH` per line, `!` comments.
+    /// An RDMFieldDictionary file's contents (and no enumeration tables).
     pub fn parse_rdm(text: &str, source: &str) -> Result<Self, String> {
-        let mut r = RwfDictionary::empty(source);
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('!') {
-                continue;
-            }
-            let err = |what: &str| format!("{source}, line {}: {what}: {line:?}", i + 1);
-            let (name, rest) = line
-                .split_once(char::is_whitespace)
-                .ok_or_else(|| err("no display name"))?;
-            // The display name is quoted and may hold spaces.
-            let rest = rest.trim_start();
-            let rest = rest
-                .strip_prefix('"')
-                .and_then(|r| r.split_once('"'))
-                .map(|(_, after)| after)
-                .ok_or_else(|| err("the display name is not quoted"))?;
-            let cols: Vec<&str> = rest
-                .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
-                .filter(|c| !c.is_empty())
-                .collect();
-            if cols.len() < 5 {
-                return Err(err("too few columns"));
-            }
-            let fid: i16 = cols[0]
-                .parse()
-                .map_err(|_| err("the field id is not a number"))?;
-            let rwf_name = cols[cols.len() - 2];
-            let t = rwf_type_by_name(rwf_name)
-                .ok_or_else(|| err(&format!("unknown RWF type {rwf_name}")))?;
-            r.insert(fid, name, t);
-        }
-        if r.fields.is_empty() {
-            return Err(format!("{source}: no fields"));
-        }
-        Ok(r)
+        Ok(RwfDictionary::new(
+            FieldFile::parse(text, source)?,
+            EnumFile::default(),
+            source,
+        ))
     }
 
     pub fn len(&self) -> usize {
-        self.fields.len()
+        self.fields.fields.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.fields.is_empty()
+        self.fields.fields.is_empty()
     }
 
     /// The field's RWF type; 0 if the dictionary does not have it.
@@ -146,12 +142,12 @@ impl RwfDictionary {
         self.types[(fid as i32 + 32768) as usize]
     }
 
-    pub fn field(&self, fid: i16) -> Option<&RwfField> {
-        self.fields.get(&fid)
-    }
-
-    pub fn fields(&self) -> impl Iterator<Item = &RwfField> {
-        self.fields.values()
+    pub fn field(&self, fid: i16) -> Option<&FieldEntry> {
+        self.fields
+            .fields
+            .binary_search_by_key(&fid, |f| f.fid)
+            .ok()
+            .map(|i| &self.fields.fields[i])
     }
 
     /// The RWF body of a node value for this field; the value's own type where the
@@ -211,7 +207,7 @@ pub fn native_rwf_type(t: FieldType) -> u8 {
 }
 
 /// RDMFieldDictionary's names of RWF types.
-fn rwf_type_by_name(name: &str) -> Option<u8> {
+pub(crate) fn rwf_type_by_name(name: &str) -> Option<u8> {
     Some(match name {
         "INT64" | "INT32" | "INT" => dt::INT,
         "UINT64" | "UINT32" | "UINT" => dt::UINT,

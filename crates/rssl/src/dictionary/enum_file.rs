@@ -1,0 +1,118 @@
+//! enumtype.def files: tables of enumerated values, each shared by the fields named
+//! above it.
+//!
+//! A table is one or more `ACRONYM FID` lines, then `VALUE DISPLAY MEANING` lines; the
+//! display is `"text"` or `#HEX#` (bytes). `!` starts a comment, `!tag NAME VALUE`
+//! carries metadata.
+
+/// One table: the fields that use it and its values' display texts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnumTable {
+    pub fids: Vec<i16>,
+    pub values: Vec<(u16, Vec<u8>)>,
+}
+
+/// An enum dictionary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnumFile {
+    pub rt_version: String,
+    pub dt_version: String,
+    pub dictionary_id: i64,
+    pub tables: Vec<EnumTable>,
+}
+
+impl EnumFile {
+    pub fn parse(text: &str, source: &str) -> Result<EnumFile, String> {
+        let mut file = EnumFile {
+            dictionary_id: 1,
+            ..EnumFile::default()
+        };
+        let mut table = EnumTable::default();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if let Some(tag) = line.strip_prefix("!tag") {
+                let mut t = tag.split_whitespace();
+                match (t.next(), t.next()) {
+                    (Some("RT_Version"), Some(v)) => file.rt_version = v.to_string(),
+                    (Some("DT_Version"), Some(v)) => file.dt_version = v.to_string(),
+                    (Some("DictionaryId"), Some(v)) => file.dictionary_id = v.parse().unwrap_or(1),
+                    _ => {}
+                }
+                continue;
+            }
+            if line.is_empty() || line.starts_with('!') {
+                continue;
+            }
+            let err = |what: &str| format!("{source}, line {}: {what}: {line:?}", i + 1);
+            let (first, rest) = line
+                .split_once(char::is_whitespace)
+                .ok_or_else(|| err("expected ACRONYM FID or VALUE DISPLAY"))?;
+            let rest = rest.trim_start();
+            match first.parse::<u16>() {
+                Ok(value) => {
+                    if table.fids.is_empty() {
+                        return Err(err("a value before any field names its table"));
+                    }
+                    table
+                        .values
+                        .push((value, display(rest).ok_or_else(|| err("bad display"))?));
+                }
+                Err(_) => {
+                    // A field line: after values it starts the next table.
+                    if !table.values.is_empty() {
+                        file.tables.push(std::mem::take(&mut table));
+                    }
+                    let fid = rest
+                        .split_whitespace()
+                        .next()
+                        .and_then(|f| f.parse().ok())
+                        .ok_or_else(|| err("the field id is not a number"))?;
+                    table.fids.push(fid);
+                }
+            }
+        }
+        if !table.fids.is_empty() {
+            file.tables.push(table);
+        }
+        Ok(file)
+    }
+}
+
+/// `"text"` or `#HEX#` at the start of `s`.
+fn display(s: &str) -> Option<Vec<u8>> {
+    if let Some(q) = s.strip_prefix('"') {
+        return q.split_once('"').map(|(t, _)| t.as_bytes().to_vec());
+    }
+    let hex = s.strip_prefix('#')?.split_once('#')?.0;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_with_shared_fields_text_and_hex_displays() {
+        let text = "!tag DT_Version 23.71\n\
+            RDN_EXCHID     4\n\
+            ! a comment\n\
+                 0        \"   \"   undefined\n\
+                 1        \"ASE\"   NYSE American\n\
+            CURRENCY      15\n\
+            CUR_2       1000\n\
+               208      #DE#   a byte\n";
+        let f = EnumFile::parse(text, "t").unwrap();
+        assert_eq!(f.dt_version, "23.71");
+        assert_eq!(f.tables.len(), 2);
+        assert_eq!(f.tables[0].values[1], (1, b"ASE".to_vec()));
+        assert_eq!(f.tables[1].fids, [15, 1000]);
+        assert_eq!(f.tables[1].values[0], (208, vec![0xDE]));
+        assert!(EnumFile::parse("  5 \"x\" y\n", "t").is_err());
+    }
+}
