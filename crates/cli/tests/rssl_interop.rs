@@ -392,3 +392,76 @@ fn ema_with_its_default_configuration_reads_a_plain_node() {
     feed.kill();
     node.stop(Duration::from_secs(10));
 }
+
+#[test]
+fn posts_from_the_eta_consumer_reach_the_publisher_and_its_answer_comes_back() {
+    let etc = rtsdk().join("etc");
+    let cfg = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(
+        cfg.path(),
+        format!(
+            "[rssl]\nfield_dictionary = {:?}\n[posts]\nservices = [\"FEED\"]\n",
+            etc.join("RDMFieldDictionary")
+        ),
+    )
+    .expect("write config");
+    let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
+    // The feed applies posted BID and ASK and refuses other fields, with its reason:
+    // the example posts more fields, so its Acks carry the feed's refusal.
+    let _feed = common::accepting_feed(&node, 3, 20);
+    let dir = workdir();
+    let port = node.addr.port().to_string();
+    let (code, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM1",
+            "-post",
+            "-runtime",
+            "12",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
+    assert!(
+        out.contains("Received AckMsg for stream 5"),
+        "no Ack on the item's stream:\n{out}"
+    );
+    assert!(
+        out.contains("ackId=1\tseqNum=1\tnakCode=12\ttext=only BID and ASK may be posted"),
+        "the feed's answer did not come back:\n{out}"
+    );
+    // Off-stream, on the login stream, naming an item the feed does not have.
+    let (code, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM1",
+            "-offpost",
+            "-runtime",
+            "12",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
+    assert!(
+        out.contains("Received AckMsg for stream 1"),
+        "no Ack on the login stream:\n{out}"
+    );
+    assert!(out.contains("ackId=1\tseqNum=1\tnakCode=10"), "{out}");
+    node.stop(Duration::from_secs(10));
+}

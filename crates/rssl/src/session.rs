@@ -136,6 +136,8 @@ pub struct Session {
     buf: Vec<u8>,
     /// Dictionary refreshes still to send.
     downloads: Vec<Download>,
+    /// Posts waiting for the node's answer, by the stream they came on and their id.
+    pending_posts: FxHashMap<(i32, u32), post::PendingPost>,
     /// The consumer logged out, or its login was refused: close once written.
     pub finished: bool,
 }
@@ -174,6 +176,7 @@ impl Session {
             next_native: 1,
             buf: Vec::with_capacity(1024),
             downloads: Vec::new(),
+            pending_posts: FxHashMap::default(),
             finished: false,
         }
     }
@@ -181,6 +184,14 @@ impl Session {
     /// Streams open.
     pub fn stream_count(&self) -> usize {
         self.streams.len()
+    }
+
+    /// The consumer's login stream, once it asked to log in.
+    fn login_stream(&self) -> Option<i32> {
+        match &self.login {
+            LoginState::None => None,
+            LoginState::Pending { stream, .. } | LoginState::Open { stream, .. } => Some(*stream),
+        }
     }
 
     /// The user logged in (or asking to).
@@ -259,20 +270,7 @@ impl Session {
                 );
             }
             (class::CLOSE, _) => self.on_close(m.stream_id, to_node),
-            (class::POST, _) => {
-                let id = m.post_id.unwrap_or(0);
-                self.buf.clear();
-                msg::put_ack(
-                    &mut self.buf,
-                    m.domain,
-                    m.stream_id,
-                    id,
-                    Some(2),
-                    b"posts over RSSL are not accepted yet",
-                    m.seq,
-                );
-                out.send(&self.buf);
-            }
+            (class::POST, _) => self.on_post(&m, to_node, out),
             (class::GENERIC, _) => {}
             (c, d) => {
                 let text = format!("a message of class {c} is not expected from a consumer");
@@ -374,7 +372,7 @@ impl Session {
         el.uint(&mut attrib, "AllowSuspectData", 1);
         el.uint(&mut attrib, "SupportBatchRequests", 1);
         el.uint(&mut attrib, "SupportViewRequests", 1);
-        el.uint(&mut attrib, "SupportOMMPost", 0);
+        el.uint(&mut attrib, "SupportOMMPost", 1);
         el.uint(&mut attrib, "SupportOptimizedPauseResume", 0);
         el.uint(&mut attrib, "SupportStandby", 0);
         el.end(&mut attrib);
@@ -954,6 +952,7 @@ impl Session {
                     self.forget(*stream_id);
                 }
             }
+            Message::Ack(a) => self.on_node_ack(a, out),
             // RIPC keeps the connection alive with pings of its own.
             Message::Ping(_) | Message::Pong(_) => {}
             _ => {}
@@ -1106,5 +1105,6 @@ fn rwf_code(c: u16) -> u8 {
     }
 }
 
+mod post;
 #[cfg(test)]
 mod tests;
