@@ -36,6 +36,8 @@ pub struct RsslConn {
     /// Close once the output is written (a refused handshake, a logout, junk).
     pub close_after_flush: bool,
     fin_sent: bool,
+    /// A provider's unknown fields were logged (once per connection).
+    skipped_logged: bool,
 }
 
 impl RsslConn {
@@ -47,6 +49,7 @@ impl RsslConn {
             msg: Vec::new(),
             close_after_flush: false,
             fin_sent: false,
+            skipped_logged: false,
         }
     }
 
@@ -96,6 +99,14 @@ impl RsslConn {
                     if !self.to_node.is_empty() {
                         core.on_frame(id, &self.to_node, now);
                         self.to_node.clear();
+                    }
+                    if !self.skipped_logged {
+                        if let (n, Some(fid)) = self.session.skipped_fields() {
+                            warn!(
+                                "{peer}: RSSL provider sends fields the node's RWF dictionary does not know (field {fid}, {n} so far): they are left out; give the node the providers' dictionary ([rssl] field_dictionary)"
+                            );
+                            self.skipped_logged = true;
+                        }
                     }
                     if self.session.finished {
                         debug!("{peer}: RSSL consumer logged out");

@@ -30,8 +30,8 @@ use crate::rwf::RwfError;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_proto::{
-    code as ncode, DataState, Login, Message, Request, Role, ServiceState, State, StreamState,
-    UpdateType, Value, View, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    code as ncode, DataState, Login, Message, Request, Role, ServiceState, State, Status,
+    StreamState, UpdateType, Value, View, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 
 /// Where the session's RWF messages go (the RIPC channel, or a test's list).
@@ -87,6 +87,9 @@ const EL_PASSWORD: &[u8] = b"Password";
 const EL_APPLICATION_ID: &[u8] = b"ApplicationId";
 const EL_APPLICATION_NAME: &[u8] = b"ApplicationName";
 const EL_POSITION: &[u8] = b"Position";
+const EL_ROLE: &[u8] = b"Role";
+/// The login's `Role` of a (non-interactive) provider; consumers say 0.
+const ROLE_PROVIDER: u64 = 1;
 /// The login name type of an authentication token.
 const NAME_TYPE_AUTHN_TOKEN: u8 = 5;
 /// Batch and view element names.
@@ -136,6 +139,8 @@ pub struct Session {
     buf: Vec<u8>,
     /// Dictionary refreshes still to send.
     downloads: Vec<Download>,
+    /// A non-interactive provider's publishing (its login said role 1).
+    provider: Option<Box<provider::Provider>>,
     /// Posts waiting for the node's answer, by the stream they came on and their id.
     pending_posts: FxHashMap<(i32, u32), post::PendingPost>,
     /// The consumer logged out, or its login was refused: close once written.
@@ -177,6 +182,7 @@ impl Session {
             buf: Vec::with_capacity(1024),
             downloads: Vec::new(),
             pending_posts: FxHashMap::default(),
+            provider: None,
             finished: false,
         }
     }
@@ -244,6 +250,7 @@ impl Session {
                     "log in first (a Login request on its own stream)",
                 );
             }
+            _ if self.provider.is_some() => self.on_provider_message(&m, to_node, out),
             (class::REQUEST, domain::SOURCE) => self.on_directory_request(&m, out),
             (class::CLOSE, domain::SOURCE) => {
                 if self.directory.is_some_and(|(s, _)| s == m.stream_id) {
@@ -310,6 +317,7 @@ impl Session {
         let name = String::from_utf8_lossy(key.name.unwrap_or(b"")).into_owned();
         let mut secret = String::new();
         let mut app = String::from("rssl");
+        let mut provider = false;
         if let Some((dt::ELEMENT_LIST, attrib)) = key.attrib {
             if let Ok(els) = ElementIter::new(attrib) {
                 for e in els.flatten() {
@@ -317,6 +325,7 @@ impl Session {
                     match (e.name, text) {
                         (EL_PASSWORD, Some(t)) => secret = t,
                         (EL_APPLICATION_NAME, Some(t)) => app = format!("rssl:{t}"),
+                        (EL_ROLE, _) => provider = e.uint() == Some(ROLE_PROVIDER),
                         (EL_APPLICATION_ID | EL_POSITION, _) => {}
                         _ => {}
                     }
@@ -333,7 +342,11 @@ impl Session {
         let login = Message::Login(Login {
             version_min: PROTOCOL_VERSION_MIN,
             version_max: PROTOCOL_VERSION_MAX,
-            role: Role::Subscriber,
+            role: if provider {
+                Role::Publisher
+            } else {
+                Role::Subscriber
+            },
             application: &app,
             user: &user,
             token: &secret,
@@ -355,6 +368,9 @@ impl Session {
             stream: m.stream_id,
             user,
         };
+        if provider {
+            self.provider = Some(Box::default());
+        }
     }
 
     fn login_refresh(
@@ -375,6 +391,10 @@ impl Session {
         el.uint(&mut attrib, "SupportOMMPost", 1);
         el.uint(&mut attrib, "SupportOptimizedPauseResume", 0);
         el.uint(&mut attrib, "SupportStandby", 0);
+        if self.provider.is_some() {
+            // Providers without dictionary files of their own may download the node's.
+            el.uint(&mut attrib, "SupportProviderDictionaryDownload", 1);
+        }
         el.end(&mut attrib);
         let key = MsgKey {
             name: Some(user.as_bytes()),
@@ -806,8 +826,25 @@ impl Session {
         out.send(&self.buf);
     }
 
+    /// Fields a provider sent that the dictionary does not know (left out): how many,
+    /// and the first.
+    pub fn skipped_fields(&self) -> (u64, Option<i16>) {
+        self.provider
+            .as_ref()
+            .map_or((0, None), |p| (p.skipped_fields, p.first_skipped))
+    }
+
     /// One of the node's messages for this connection.
     pub fn on_node_message(&mut self, m: &Message<'_>, out: &mut impl Outbox) {
+        if self.provider.is_some()
+            && !matches!(
+                m,
+                Message::Welcome(_) | Message::Status(Status { stream_id: 0, .. })
+            )
+        {
+            self.on_node_message_to_provider(m, out);
+            return;
+        }
         match m {
             Message::Welcome(_) => {
                 if let LoginState::Pending { stream, user } =
@@ -1106,5 +1143,6 @@ fn rwf_code(c: u16) -> u8 {
 }
 
 mod post;
+mod provider;
 #[cfg(test)]
 mod tests;

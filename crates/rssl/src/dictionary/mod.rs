@@ -191,6 +191,33 @@ impl RwfDictionary {
     }
 }
 
+impl RwfDictionary {
+    /// An RWF field list as the node's own (appended to `out`). A field the dictionary
+    /// does not know, or of a type the node has no value for, is left out and passed to
+    /// `skipped`.
+    pub fn to_native(
+        &self,
+        rwf: &[u8],
+        out: &mut Vec<u8>,
+        mut skipped: impl FnMut(i16),
+    ) -> Result<(), RwfError> {
+        let mut w = tickwire_proto::FieldListWriter::new(out);
+        for entry in crate::rwf::container::FieldIter::new(rwf)? {
+            let (fid, body) = entry?;
+            match self.value(fid, body)? {
+                Some(v) => {
+                    if !w.push(fid, v) {
+                        return Err(RwfError::invalid("a field list", "too many fields"));
+                    }
+                }
+                None => skipped(fid),
+            }
+        }
+        w.finish();
+        Ok(())
+    }
+}
+
 /// The RWF type a node field type is sent as when no dictionary says otherwise.
 pub fn native_rwf_type(t: FieldType) -> u8 {
     match t {

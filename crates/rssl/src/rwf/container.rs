@@ -520,3 +520,139 @@ mod tests {
         assert_eq!(items, [&[6u8][..], &[7u8][..]]);
     }
 }
+
+/// Map flags this decoder reads.
+const MAP_HAS_SET_DEFS: u8 = 0x01;
+const MAP_HAS_SUMMARY: u8 = 0x02;
+const MAP_HAS_PER_ENTRY_PERM: u8 = 0x04;
+const MAP_HAS_TOTAL_COUNT_HINT: u8 = 0x08;
+const MAP_HAS_KEY_FIELD_ID: u8 = 0x10;
+
+/// A map's entries: action, key bytes, value bytes (empty when deleted).
+pub struct MapIter<'a> {
+    r: Reader<'a>,
+    pub key_type: u8,
+    pub container: u8,
+    per_entry_perm: bool,
+    left: u16,
+}
+
+impl<'a> MapIter<'a> {
+    pub fn new(bytes: &'a [u8]) -> Result<MapIter<'a>, RwfError> {
+        let mut r = Reader::new(bytes);
+        let flags = r.u8("a map's flags")?;
+        let key_type = r.u8("a map's key type")?;
+        let container = r.u8("a map's container type")?.wrapping_add(128);
+        if flags & MAP_HAS_KEY_FIELD_ID != 0 {
+            r.u16("a map's key field id")?;
+        }
+        if flags & MAP_HAS_SET_DEFS != 0 {
+            r.buf15("a map's set definitions")?;
+        }
+        if flags & MAP_HAS_SUMMARY != 0 {
+            r.buf15("a map's summary data")?;
+        }
+        if flags & MAP_HAS_TOTAL_COUNT_HINT != 0 {
+            r.u30rb("a map's count hint")?;
+        }
+        let left = r.u16("a map's count")?;
+        Ok(MapIter {
+            r,
+            key_type,
+            container,
+            per_entry_perm: flags & MAP_HAS_PER_ENTRY_PERM != 0,
+            left,
+        })
+    }
+}
+
+impl<'a> Iterator for MapIter<'a> {
+    type Item = Result<(u8, &'a [u8], &'a [u8]), RwfError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let entry = (|| {
+            let b = self.r.u8("a map entry's action")?;
+            let action = b & 0x0F;
+            if self.per_entry_perm && b & 0x10 != 0 {
+                self.r.buf15("a map entry's permissions")?;
+            }
+            let key = self.r.buf15("a map entry's key")?;
+            let value = if action == map_action::DELETE || self.container == dt::NO_DATA {
+                &[][..]
+            } else {
+                self.r.buf16("a map entry's value")?
+            };
+            Ok((action, key, value))
+        })();
+        if entry.is_err() {
+            self.left = 0;
+        }
+        Some(entry)
+    }
+}
+
+/// A filter list's entries: action, filter id, value bytes.
+pub struct FilterIter<'a> {
+    r: Reader<'a>,
+    container: u8,
+    per_entry_perm: bool,
+    left: u8,
+}
+
+impl<'a> FilterIter<'a> {
+    pub fn new(bytes: &'a [u8]) -> Result<FilterIter<'a>, RwfError> {
+        let mut r = Reader::new(bytes);
+        let flags = r.u8("a filter list's flags")?;
+        let container = r.u8("a filter list's container type")?.wrapping_add(128);
+        if flags & 0x02 != 0 {
+            r.u8("a filter list's count hint")?;
+        }
+        let left = r.u8("a filter list's count")?;
+        Ok(FilterIter {
+            r,
+            container,
+            per_entry_perm: flags & 0x01 != 0,
+            left,
+        })
+    }
+}
+
+impl<'a> Iterator for FilterIter<'a> {
+    type Item = Result<(u8, u8, &'a [u8]), RwfError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let entry = (|| {
+            let b = self.r.u8("a filter entry's action")?;
+            let action = b & 0x0F;
+            let id = self.r.u8("a filter id")?;
+            let mut container = self.container;
+            if b & 0x20 != 0 {
+                container = self
+                    .r
+                    .u8("a filter entry's container type")?
+                    .wrapping_add(128);
+            }
+            if self.per_entry_perm && b & 0x10 != 0 {
+                self.r.buf15("a filter entry's permissions")?;
+            }
+            let value = if action == filter_action::CLEAR || container == dt::NO_DATA {
+                &[][..]
+            } else {
+                self.r.buf16("a filter entry's value")?
+            };
+            Ok((action, id, value))
+        })();
+        if entry.is_err() {
+            self.left = 0;
+        }
+        Some(entry)
+    }
+}

@@ -1,0 +1,343 @@
+//! Non-interactive providers (the ETA NIProvider, NIProvPerf, EMA's OmmNiProvider): a
+//! login with role 1 makes the session a publisher to the node.
+//!
+//! The provider announces its services in a Source Directory refresh of its own (its
+//! service ids are its own: the session keeps their names), then publishes items on
+//! streams it numbers itself (negative): their refreshes, updates, statuses and closes
+//! become the node's own messages on streams the session numbers, the fields read by
+//! the field dictionary. What the node sends a publisher (a refused item's status)
+//! comes back on the provider's stream.
+
+use super::{Outbox, Session};
+use crate::rwf::container::{ElementIter, FilterIter, MapIter};
+use crate::rwf::msg::{self, class, domain, put_status, refresh, update, Msg, RwfState};
+use crate::rwf::primitive::{self, dt};
+use rustc_hash::FxHashMap;
+use tickwire_proto::{
+    DataState, Directory, FieldList, Message, Refresh, ServiceEntry, ServiceState, State, Status,
+    StreamState, Update, UpdateType,
+};
+
+/// Directory filter ids a provider's services are read from.
+const FILTER_INFO: u8 = 1;
+const FILTER_STATE: u8 = 2;
+
+/// What a provider connection publishes.
+#[derive(Debug, Default)]
+pub(super) struct Provider {
+    /// Its services: its id to the name.
+    services: FxHashMap<u16, String>,
+    /// Its item streams (MarketPrice): its stream id to the node's.
+    items: FxHashMap<i32, ProviderItem>,
+    /// The node's stream ids back to the provider's.
+    by_native: FxHashMap<u32, i32>,
+    next_native: u32,
+    /// Scratch for a field list in the node's encoding.
+    fields: Vec<u8>,
+    /// Fields left out because the dictionary does not know them: how many, and the
+    /// first (the node logs it once).
+    pub skipped_fields: u64,
+    pub first_skipped: Option<i16>,
+}
+
+#[derive(Debug)]
+struct ProviderItem {
+    native: u32,
+}
+
+/// Most services and item streams one provider may hold (the node's own limits apply
+/// behind these too).
+const MAX_PROVIDER_SERVICES: usize = 1024;
+
+impl Session {
+    /// A message from a provider.
+    pub(super) fn on_provider_message(
+        &mut self,
+        m: &Msg<'_>,
+        to_node: &mut Vec<u8>,
+        out: &mut impl Outbox,
+    ) {
+        match (m.class, m.domain) {
+            (class::REFRESH | class::UPDATE, domain::SOURCE) => {
+                self.on_provider_directory(m, to_node)
+            }
+            (class::CLOSE, domain::SOURCE) => {
+                let p = self.provider.as_mut().expect("a provider");
+                let names: Vec<String> = p.services.values().cloned().collect();
+                let services = names.iter().map(|n| ServiceEntry {
+                    name: n,
+                    state: ServiceState::Down,
+                    interactive: false,
+                    item_count: 0,
+                });
+                let _ = Message::Directory(Directory {
+                    services: services.collect(),
+                })
+                .encode(to_node);
+            }
+            (class::REFRESH, domain::MARKET_PRICE) => self.on_provider_refresh(m, to_node, out),
+            (class::UPDATE, domain::MARKET_PRICE) => self.on_provider_update(m, to_node),
+            (class::STATUS | class::CLOSE, domain::MARKET_PRICE) => {
+                self.on_provider_close(m, to_node)
+            }
+            (class::REQUEST, domain::DICTIONARY) => self.on_dictionary_request(m, out),
+            (class::CLOSE, domain::DICTIONARY) => {
+                self.downloads.retain(|d| d.stream != m.stream_id)
+            }
+            (class::GENERIC | class::ACK, _) => {}
+            (_, d) if d != domain::MARKET_PRICE && d != domain::SOURCE => {
+                let text = format!(
+                    "the {} domain is not carried: Tickwire carries MarketPrice items",
+                    domain::name(d)
+                );
+                self.status(
+                    out,
+                    d,
+                    m.stream_id,
+                    msg::stream::CLOSED,
+                    msg::code::USAGE_ERROR,
+                    &text,
+                );
+            }
+            (c, d) => {
+                let text = format!("a message of class {c} is not expected from a provider");
+                self.status(
+                    out,
+                    d,
+                    m.stream_id,
+                    msg::stream::CLOSED,
+                    msg::code::USAGE_ERROR,
+                    &text,
+                );
+            }
+        }
+    }
+
+    fn on_provider_directory(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+        if m.container != dt::MAP {
+            return;
+        }
+        let Ok(entries) = MapIter::new(m.payload) else {
+            return;
+        };
+        let p = self.provider.as_mut().expect("a provider");
+        let mut announced: Vec<(String, ServiceState)> = Vec::new();
+        for e in entries {
+            let Ok((action, key, value)) = e else { break };
+            let Ok(Some(id)) = primitive::uint(key) else {
+                continue;
+            };
+            let id = id as u16;
+            let mut name = p.services.get(&id).cloned();
+            let mut up = None;
+            if let Ok(filters) = FilterIter::new(value) {
+                for (_, filter, body) in filters.flatten() {
+                    let Ok(els) = ElementIter::new(body) else {
+                        continue;
+                    };
+                    for el in els.flatten() {
+                        match (filter, el.name) {
+                            (FILTER_INFO, b"Name") => {
+                                name = el.text().map(|t| String::from_utf8_lossy(t).into_owned())
+                            }
+                            (FILTER_STATE, b"ServiceState") => up = el.uint().map(|v| v == 1),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            let Some(name) = name else { continue };
+            if !p.services.contains_key(&id) && p.services.len() >= MAX_PROVIDER_SERVICES {
+                continue;
+            }
+            p.services.insert(id, name.clone());
+            let state = if action == crate::rwf::container::map_action::DELETE || up == Some(false)
+            {
+                ServiceState::Down
+            } else {
+                ServiceState::Up
+            };
+            announced.push((name, state));
+        }
+        if announced.is_empty() {
+            return;
+        }
+        let services = announced
+            .iter()
+            .map(|(name, state)| ServiceEntry {
+                name,
+                state: *state,
+                interactive: false,
+                item_count: 0,
+            })
+            .collect();
+        let _ = Message::Directory(Directory { services }).encode(to_node);
+    }
+
+    fn on_provider_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
+        let p = self.provider.as_mut().expect("a provider");
+        let key = m.key.clone().unwrap_or_default();
+        let service = key.service_id.and_then(|id| p.services.get(&id)).cloned();
+        let (Some(service), Some(name)) = (service, key.name) else {
+            let text =
+                "a refresh needs a key with a service id from the provider's directory and a name";
+            self.status(
+                out,
+                m.domain,
+                m.stream_id,
+                msg::stream::CLOSED,
+                msg::code::USAGE_ERROR,
+                text,
+            );
+            return;
+        };
+        let native = match p.items.get(&m.stream_id) {
+            Some(i) => i.native,
+            None => {
+                p.next_native += 1;
+                let native = p.next_native;
+                p.items.insert(m.stream_id, ProviderItem { native });
+                p.by_native.insert(native, m.stream_id);
+                native
+            }
+        };
+        if !self.provider_fields(m.payload) {
+            return;
+        }
+        let p = self.provider.as_mut().expect("a provider");
+        let state = m.state.map_or(State::OPEN_OK, |s| native_state(&s));
+        let name = String::from_utf8_lossy(name);
+        let _ = Message::Refresh(Refresh {
+            stream_id: native,
+            seq: m.seq.unwrap_or(0),
+            complete: m.flags & refresh::REFRESH_COMPLETE != 0,
+            solicited: false,
+            clear_cache: m.flags & refresh::CLEAR_CACHE != 0,
+            state,
+            service: &service,
+            name: &name,
+            fields: FieldList::from_trusted(&p.fields),
+        })
+        .encode(to_node);
+    }
+
+    fn on_provider_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+        let p = self.provider.as_ref().expect("a provider");
+        let Some(native) = p.items.get(&m.stream_id).map(|i| i.native) else {
+            return; // an update before its refresh: nothing to apply it to
+        };
+        if !self.provider_fields(m.payload) {
+            return;
+        }
+        let p = self.provider.as_ref().expect("a provider");
+        let _ = Message::Update(Update {
+            stream_id: native,
+            seq: m.seq.unwrap_or(0),
+            update_type: match m.update_type {
+                1 => UpdateType::Quote,
+                2 => UpdateType::Trade,
+                _ => UpdateType::Other,
+            },
+            do_not_conflate: m.flags & update::DO_NOT_CONFLATE != 0,
+            conflation_count: m.conflation_count.max(1),
+            fields: FieldList::from_trusted(&p.fields),
+        })
+        .encode(to_node);
+    }
+
+    fn on_provider_close(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+        let p = self.provider.as_mut().expect("a provider");
+        let Some(item) = p.items.get(&m.stream_id) else {
+            return;
+        };
+        let native = item.native;
+        let state = match (m.class, m.state) {
+            (class::STATUS, Some(s)) => native_state(&s),
+            _ => State {
+                stream: StreamState::Closed,
+                data: DataState::Suspect,
+                code: tickwire_proto::code::NOT_FOUND,
+                text: "the provider closed the item",
+            },
+        };
+        if state.stream != StreamState::Open {
+            p.items.remove(&m.stream_id);
+            p.by_native.remove(&native);
+        }
+        let _ = Message::Status(Status {
+            stream_id: native,
+            state,
+        })
+        .encode(to_node);
+    }
+
+    /// The provider's field list in `provider.fields` as the node's; false if it is
+    /// malformed (the item is refused with the reason).
+    fn provider_fields(&mut self, rwf: &[u8]) -> bool {
+        let dict = self.cfg.dictionary.clone();
+        let p = self.provider.as_mut().expect("a provider");
+        p.fields.clear();
+        let (mut skipped, mut first) = (0u64, None);
+        let r = dict.to_native(rwf, &mut p.fields, |fid| {
+            skipped += 1;
+            first.get_or_insert(fid);
+        });
+        p.skipped_fields += skipped;
+        if p.first_skipped.is_none() {
+            p.first_skipped = first;
+        }
+        r.is_ok()
+    }
+
+    /// A status the node sends the provider about one of its items.
+    pub(super) fn on_node_message_to_provider(&mut self, m: &Message<'_>, out: &mut impl Outbox) {
+        if let Message::Status(s) = m {
+            let p = self.provider.as_ref().expect("a provider");
+            if let Some(&stream) = p.by_native.get(&s.stream_id) {
+                let state = RwfState {
+                    stream: if s.state.stream == StreamState::Open {
+                        msg::stream::OPEN
+                    } else {
+                        msg::stream::CLOSED
+                    },
+                    data: if s.state.data == DataState::Ok {
+                        msg::data::OK
+                    } else {
+                        msg::data::SUSPECT
+                    },
+                    code: msg::code::NONE,
+                    text: s.state.text.as_bytes(),
+                };
+                self.buf.clear();
+                put_status(
+                    &mut self.buf,
+                    domain::MARKET_PRICE,
+                    stream,
+                    &state,
+                    None,
+                    false,
+                );
+                out.send(&self.buf);
+            }
+        }
+    }
+}
+
+/// An RWF state as the node's.
+fn native_state<'a>(s: &RwfState<'a>) -> State<'a> {
+    State {
+        stream: match s.stream {
+            msg::stream::OPEN => StreamState::Open,
+            msg::stream::NON_STREAMING => StreamState::NonStreaming,
+            msg::stream::CLOSED_RECOVER => StreamState::ClosedRecover,
+            _ => StreamState::Closed,
+        },
+        data: if s.data == msg::data::SUSPECT {
+            DataState::Suspect
+        } else {
+            DataState::Ok
+        },
+        code: tickwire_proto::code::NONE,
+        text: std::str::from_utf8(s.text).unwrap_or(""),
+    }
+}
