@@ -443,84 +443,6 @@ impl SeriesWriter {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        s.split_whitespace()
-            .map(|b| u8::from_str_radix(b, 16).unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn field_lists_both_ways() {
-        let mut out = Vec::new();
-        let mut w = FieldListWriter::begin(&mut out);
-        w.field(&mut out, 22, |o| o.extend_from_slice(&[0x0C, 0x04, 0xD2]));
-        w.field(&mut out, 25, |o| o.extend_from_slice(&[0x0C, 0x04, 0xD3]));
-        w.field(&mut out, 3, |o| o.extend_from_slice(&[b'x'; 300]));
-        w.end(&mut out);
-        let mut expected = hex("08 00 03 00 16 03 0C 04 D2 00 19 03 0C 04 D3 00 03 FE 01 2C");
-        expected.extend([b'x'; 300]);
-        assert_eq!(out, expected);
-        let fields: Vec<_> = FieldIter::new(&out).unwrap().map(Result::unwrap).collect();
-        assert_eq!(fields[0], (22, &[0x0C, 0x04, 0xD2][..]));
-        assert_eq!(fields[2].1.len(), 300);
-        // With an info block, as some providers send.
-        let info = hex("09 03 01 00 00 00 02 00 16 03 0C 04 D2 00 19 03 0C 04 D3");
-        assert_eq!(FieldIter::new(&info).unwrap().count(), 2);
-        // Cut anywhere: an error, never a panic.
-        for n in 1..info.len() {
-            let _ = FieldIter::new(&info[..n]).map(|i| i.collect::<Vec<_>>());
-        }
-    }
-
-    #[test]
-    fn the_sdks_directory_map_is_what_the_writers_make() {
-        // Map UINT 1 -> FilterList -> INFO SET -> {Name, Capabilities [6,7], QoS [RT/TBT]}.
-        let mut out = Vec::new();
-        let mut map = MapWriter::begin(&mut out, dt::UINT, dt::FILTER_LIST);
-        map.entry(&mut out, map_action::ADD, &[1], |o| {
-            let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
-            fl.entry(o, filter_action::SET, 1, |o| {
-                let mut el = ElementListWriter::begin(o);
-                el.ascii(o, "Name", b"SVC");
-                el.element(o, "Capabilities", dt::ARRAY, |o| {
-                    put_array(o, dt::UINT, &[6u64, 7], |o, v| primitive::put_uint(o, *v));
-                });
-                el.element(o, "QoS", dt::ARRAY, |o| {
-                    put_array(o, dt::QOS, &[0x22u8], |o, q| o.push(*q));
-                });
-                el.end(o);
-            });
-            fl.end(o);
-        });
-        map.end(&mut out);
-        // The SDK's bytes, but for "SVC": the SDK wrote its length in one byte (11 03),
-        // we in the reserved form (11 FE 00 03), so both enclosing lengths are 2 more.
-        let mut expected = hex("00 04 07 00 01 02 01 01 FE 00 3E 00 05 01 02 01 FE 00 36 08 00 03");
-        expected.extend(hex("04 4E 61 6D 65 11 FE 00 03 53 56 43"));
-        expected.extend(hex(
-            "0C 43 61 70 61 62 69 6C 69 74 69 65 73 0F FE 00 08 04 00 00 02 01 06 01 07",
-        ));
-        expected.extend(hex("03 51 6F 53 0F FE 00 06 0C 00 00 01 01 22"));
-        assert_eq!(out, expected);
-    }
-
-    #[test]
-    fn element_lists_and_arrays_decode() {
-        let b = hex("08 00 02 0D 41 70 70 6C 69 63 61 74 69 6F 6E 49 64 11 03 32 35 36 04 52 6F 6C 65 04 01 00");
-        let els: Vec<_> = ElementIter::new(&b).unwrap().map(Result::unwrap).collect();
-        assert_eq!(els[0].name, b"ApplicationId");
-        assert_eq!(els[0].text(), Some(&b"256"[..]));
-        assert_eq!(els[1].uint(), Some(0));
-        let a = hex("04 00 00 02 01 06 01 07");
-        let items: Vec<_> = ArrayIter::new(&a).unwrap().map(Result::unwrap).collect();
-        assert_eq!(items, [&[6u8][..], &[7u8][..]]);
-    }
-}
-
 /// Map flags this decoder reads.
 const MAP_HAS_SET_DEFS: u8 = 0x01;
 const MAP_HAS_SUMMARY: u8 = 0x02;
@@ -654,5 +576,83 @@ impl<'a> Iterator for FilterIter<'a> {
             self.left = 0;
         }
         Some(entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        s.split_whitespace()
+            .map(|b| u8::from_str_radix(b, 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn field_lists_both_ways() {
+        let mut out = Vec::new();
+        let mut w = FieldListWriter::begin(&mut out);
+        w.field(&mut out, 22, |o| o.extend_from_slice(&[0x0C, 0x04, 0xD2]));
+        w.field(&mut out, 25, |o| o.extend_from_slice(&[0x0C, 0x04, 0xD3]));
+        w.field(&mut out, 3, |o| o.extend_from_slice(&[b'x'; 300]));
+        w.end(&mut out);
+        let mut expected = hex("08 00 03 00 16 03 0C 04 D2 00 19 03 0C 04 D3 00 03 FE 01 2C");
+        expected.extend([b'x'; 300]);
+        assert_eq!(out, expected);
+        let fields: Vec<_> = FieldIter::new(&out).unwrap().map(Result::unwrap).collect();
+        assert_eq!(fields[0], (22, &[0x0C, 0x04, 0xD2][..]));
+        assert_eq!(fields[2].1.len(), 300);
+        // With an info block, as some providers send.
+        let info = hex("09 03 01 00 00 00 02 00 16 03 0C 04 D2 00 19 03 0C 04 D3");
+        assert_eq!(FieldIter::new(&info).unwrap().count(), 2);
+        // Cut anywhere: an error, never a panic.
+        for n in 1..info.len() {
+            let _ = FieldIter::new(&info[..n]).map(|i| i.collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn the_sdks_directory_map_is_what_the_writers_make() {
+        // Map UINT 1 -> FilterList -> INFO SET -> {Name, Capabilities [6,7], QoS [RT/TBT]}.
+        let mut out = Vec::new();
+        let mut map = MapWriter::begin(&mut out, dt::UINT, dt::FILTER_LIST);
+        map.entry(&mut out, map_action::ADD, &[1], |o| {
+            let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
+            fl.entry(o, filter_action::SET, 1, |o| {
+                let mut el = ElementListWriter::begin(o);
+                el.ascii(o, "Name", b"SVC");
+                el.element(o, "Capabilities", dt::ARRAY, |o| {
+                    put_array(o, dt::UINT, &[6u64, 7], |o, v| primitive::put_uint(o, *v));
+                });
+                el.element(o, "QoS", dt::ARRAY, |o| {
+                    put_array(o, dt::QOS, &[0x22u8], |o, q| o.push(*q));
+                });
+                el.end(o);
+            });
+            fl.end(o);
+        });
+        map.end(&mut out);
+        // The SDK's bytes, but for "SVC": the SDK wrote its length in one byte (11 03),
+        // we in the reserved form (11 FE 00 03), so both enclosing lengths are 2 more.
+        let mut expected = hex("00 04 07 00 01 02 01 01 FE 00 3E 00 05 01 02 01 FE 00 36 08 00 03");
+        expected.extend(hex("04 4E 61 6D 65 11 FE 00 03 53 56 43"));
+        expected.extend(hex(
+            "0C 43 61 70 61 62 69 6C 69 74 69 65 73 0F FE 00 08 04 00 00 02 01 06 01 07",
+        ));
+        expected.extend(hex("03 51 6F 53 0F FE 00 06 0C 00 00 01 01 22"));
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn element_lists_and_arrays_decode() {
+        let b = hex("08 00 02 0D 41 70 70 6C 69 63 61 74 69 6F 6E 49 64 11 03 32 35 36 04 52 6F 6C 65 04 01 00");
+        let els: Vec<_> = ElementIter::new(&b).unwrap().map(Result::unwrap).collect();
+        assert_eq!(els[0].name, b"ApplicationId");
+        assert_eq!(els[0].text(), Some(&b"256"[..]));
+        assert_eq!(els[1].uint(), Some(0));
+        let a = hex("04 00 00 02 01 06 01 07");
+        let items: Vec<_> = ArrayIter::new(&a).unwrap().map(Result::unwrap).collect();
+        assert_eq!(items, [&[6u8][..], &[7u8][..]]);
     }
 }
