@@ -465,3 +465,156 @@ fn posts_from_the_eta_consumer_reach_the_publisher_and_its_answer_comes_back() {
     assert!(out.contains("ackId=1\tseqNum=1\tnakCode=10"), "{out}");
     node.stop(Duration::from_secs(10));
 }
+
+/// A Java tool left running (a provider), stopped when dropped.
+struct JavaProc(std::process::Child);
+
+impl JavaProc {
+    fn start(main: &str, args: &[&str], dir: &Path) -> JavaProc {
+        JavaProc(
+            Command::new("java")
+                .arg("-cp")
+                .arg(classpath())
+                .arg(main)
+                .args(args)
+                .current_dir(dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start java"),
+        )
+    }
+}
+
+impl Drop for JavaProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_eta_niprovider_publishes_to_native_subscribers() {
+    let mut node = Node::start(&[]);
+    let dir = workdir();
+    let port = node.addr.port().to_string();
+    let _nip = JavaProc::start(
+        "com.refinitiv.eta.examples.niprovider.NIProvider",
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-mp",
+            "TRI.N",
+            "-runtime",
+            "60",
+        ],
+        dir.path(),
+    );
+    common::wait_for_image(node.addr, "NI_PUB", "TRI.N", Duration::from_secs(30))
+        .expect("the NIProvider's item");
+    // Its values as a native subscriber sees them, then its updates (one a second).
+    let addr = node.addr_str();
+    let out = common::run(
+        &[
+            "subscribe",
+            "--node",
+            &addr,
+            "--service",
+            "NI_PUB",
+            "TRI.N",
+            "--count",
+            "3",
+        ],
+        Duration::from_secs(30),
+    );
+    let text = &out.stdout;
+    assert!(text.contains("REFRESH NI_PUB/TRI.N"), "{text}");
+    assert!(
+        text.contains("BID=0.99") && text.contains("DIVPAYDATE=2010-10-22"),
+        "{text}"
+    );
+    assert!(text.contains("UPDATE  NI_PUB/TRI.N"), "{text}");
+    node.stop(Duration::from_secs(10));
+}
+
+#[test]
+fn niprovperf_through_a_node_to_consperf() {
+    let etc = rtsdk().join("etc");
+    let cfg = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(
+        cfg.path(),
+        format!(
+            "[rssl]\nfield_dictionary = {:?}\n",
+            etc.join("RDMFieldDictionary")
+        ),
+    )
+    .expect("write config");
+    let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
+    let dir = workdir();
+    let items: String = (1..=10)
+        .map(|i| format!("<item domain=\"MarketPrice\" name=\"RDT{i}\" />"))
+        .collect();
+    std::fs::write(
+        dir.path().join("items.xml"),
+        format!("<itemList>{items}</itemList>"),
+    )
+    .expect("item file");
+    let port = node.addr.port().to_string();
+    let _nip = JavaProc::start(
+        "com.refinitiv.eta.perftools.niprovperf.NIProvPerf",
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-itemFile",
+            "items.xml",
+            "-itemCount",
+            "10",
+            "-updateRate",
+            "1000",
+            "-runTime",
+            "120",
+        ],
+        dir.path(),
+    );
+    common::wait_for_image(node.addr, "DIRECT_FEED", "RDT10", Duration::from_secs(30))
+        .expect("NIProvPerf's items");
+    let (code, out) = java(
+        "com.refinitiv.eta.perftools.consperf.ConsPerf",
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-itemFile",
+            "items.xml",
+            "-itemCount",
+            "10",
+            "-steadyStateTime",
+            "5",
+            "-msgFile",
+            "MsgData.xml",
+        ],
+        dir.path(),
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, Some(0), "ConsPerf failed:\n{out}");
+    assert!(out.contains("Refreshes received: 10"), "{out}");
+    let updates: u64 = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Updates received: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no update count:\n{out}"));
+    assert!(
+        updates > 1000,
+        "{updates} updates in 5 s at 1,000/s:\n{out}"
+    );
+    assert!(
+        out.contains("Latency avg (usec):"),
+        "no latency measured:\n{out}"
+    );
+    node.stop(Duration::from_secs(10));
+}
