@@ -19,6 +19,7 @@ mod args;
 mod backbone_scenario;
 mod journal_scenario;
 mod peers_scenario;
+mod rssl_scenario;
 mod tree_scenario;
 mod wait_scenario;
 
@@ -76,6 +77,12 @@ pub enum BenchCommand {
     /// Node memory per subscriber connection and per stream: 1,000 connections x 100
     /// items against 10 x 100 and 1,000 x 10 (fresh nodes, updates flowing).
     Memory(MemoryArgs),
+    /// LSEG's own perf tools over RSSL: ProvPerf -> ConsPerf directly (the tools' own
+    /// floor) beside NIProvPerf -> node -> ConsPerf, at 1,000, 10,000 and 100,000
+    /// updates/s and up to the highest rate ConsPerf sustains directly; ConsPerf's
+    /// update rate and mean latency, and the node's CPU per update beside its native
+    /// path's.
+    Rssl(RsslArgs),
     /// Compare result directories: the first is base 100.
     Compare {
         /// Directories holding results.json; the first is the base.
@@ -131,6 +138,9 @@ pub struct Results {
     /// The journal scenario: what journaling every update costs the sustained rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal_updates: Option<journal_scenario::JournalUpdateCost>,
+    /// The RSSL scenario (absent in results written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rssl: Option<rssl_scenario::RsslResult>,
 }
 
 /// `bench ws`: one WebSocket JSON subscriber.
@@ -928,6 +938,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Stall(a) => ("stall", a.into()),
         BenchCommand::Memory(a) => ("memory", a.into()),
         BenchCommand::Ws(a) => ("ws", a.into()),
+        BenchCommand::Rssl(a) => ("rssl", a.into()),
     };
     let logs = lab::ensure_dir(&args.out)?;
     let bin = std::env::current_exe().context("cannot find the tickwire binary")?;
@@ -950,6 +961,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "wait" => 15.0,
         "peers" => 20.0,
         "journal" => 1.0,
+        "rssl" => 4.0,
         _ => 40.0,
     };
     let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
@@ -1025,6 +1037,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "wait" => lab.wait(),
         "peers" => lab.peers(),
         "journal" => lab.journal(),
+        "rssl" => lab.rssl(),
         _ => lab
             .throughput()
             .and_then(|_| lab.fanout())
@@ -1402,6 +1415,9 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     }
     if let Some(p) = &r.peers {
         peers_scenario::report(&mut md, p)?;
+    }
+    if let Some(r) = &r.rssl {
+        rssl_scenario::report(&mut md, r)?;
     }
     if let Some(w) = &r.websocket {
         writeln!(

@@ -82,6 +82,22 @@ impl Drop for Scraper {
 
 /// One scrape; the size of the answer.
 fn scrape(addr: &str) -> std::io::Result<usize> {
+    Ok(get_metrics(addr)?.len())
+}
+
+/// A sample's value in one scrape of `http://{addr}/metrics`: the first line of the
+/// exposition whose name is `name` (labels not matched).
+pub fn metric(addr: &str, name: &str) -> std::io::Result<Option<f64>> {
+    let body = get_metrics(addr)?;
+    let text = String::from_utf8_lossy(&body);
+    Ok(text.lines().find_map(|l| {
+        let (n, v) = l.split_once(' ')?;
+        (n == name).then(|| v.split_whitespace().next()?.parse().ok())?
+    }))
+}
+
+/// `GET /metrics`, the whole answer.
+fn get_metrics(addr: &str) -> std::io::Result<Vec<u8>> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
@@ -93,5 +109,5 @@ fn scrape(addr: &str) -> std::io::Result<usize> {
     if !body.starts_with(b"HTTP/1.1 200") {
         return Err(std::io::Error::other("not 200 OK"));
     }
-    Ok(body.len())
+    Ok(body)
 }

@@ -215,6 +215,23 @@ pub struct JournalFlags {
     pub journal_posts_only: bool,
 }
 
+// The RSSL scenario: LSEG's own tools through Tickwire.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct RsslFlags {
+    /// RSSL scenario: LSEG's Real-Time SDK tools (jars/, etc/ with the dictionaries and
+    /// MsgData.xml, fetch-deps.sh and classpath.sh), laid out as
+    /// ../shared/interop/rtsdk is.
+    #[arg(long, value_name = "DIR", default_value = "../shared/interop/rtsdk")]
+    pub rtsdk: PathBuf,
+    /// RSSL scenario: where the tools' third-party jars are (fetched there with the
+    /// SDK's fetch-deps.sh, which needs Maven, when missing).
+    #[arg(long, value_name = "DIR", default_value = "target/rtsdk-lib")]
+    pub rtsdk_lib: PathBuf,
+    /// RSSL scenario: items ConsPerf requests and the providers publish.
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub rssl_items: usize,
+}
+
 // Every group but `OutFlags` (which has no default): `quick`'s flags, and with
 // `Default` the clap defaults of every group.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
@@ -243,6 +260,8 @@ pub struct AllFlags {
     pub memory: MemoryFlags,
     #[command(flatten)]
     pub journal: JournalFlags,
+    #[command(flatten)]
+    pub rssl: RsslFlags,
 }
 
 /// What clap makes of an empty command line for the flags of `T`: their defaults.
@@ -277,6 +296,7 @@ impl AllFlags {
             wait,
             memory,
             journal,
+            rssl,
         } = self;
         BenchArgs {
             out: out.out,
@@ -313,6 +333,9 @@ impl AllFlags {
             memory_connections: memory.memory_connections,
             memory_items: memory.memory_items,
             journal_posts_only: journal.journal_posts_only,
+            rtsdk: rssl.rtsdk,
+            rtsdk_lib: rssl.rtsdk_lib,
+            rssl_items: rssl.rssl_items,
         }
     }
 }
@@ -356,6 +379,9 @@ pub struct BenchArgs {
     pub memory_connections: usize,
     pub memory_items: usize,
     pub journal_posts_only: bool,
+    pub rtsdk: PathBuf,
+    pub rtsdk_lib: PathBuf,
+    pub rssl_items: usize,
 }
 
 /// A scenario's args struct: `--out` and the flag groups named (field: type, in the
@@ -482,6 +508,13 @@ scenario_args! {
     MemoryArgs {
         memory: MemoryFlags,
     }
+    // LSEG's perf tools directly and through a node at the --rates ladder (then
+    // doubling while ConsPerf keeps up directly), and the native path's ladder beside.
+    RsslArgs {
+        step: StepFlags,
+        ladder: LadderFlags,
+        rssl: RsslFlags,
+    }
 }
 
 /// `bench quick`: every flag (it runs every scenario but memory; the memory flags stay
@@ -513,7 +546,7 @@ mod tests {
         bench: BenchCommand,
     }
 
-    const SCENARIOS: [&str; 13] = [
+    const SCENARIOS: [&str; 14] = [
         "throughput",
         "fanout",
         "latency",
@@ -527,6 +560,7 @@ mod tests {
         "stall",
         "ws",
         "memory",
+        "rssl",
     ];
 
     /// The long flags of `scenario`, without clap's --help.
@@ -560,6 +594,7 @@ mod tests {
             BenchCommand::Stall(a) => a.into(),
             BenchCommand::Ws(a) => a.into(),
             BenchCommand::Memory(a) => a.into(),
+            BenchCommand::Rssl(a) => a.into(),
             BenchCommand::Compare { .. } => panic!("compare has no BenchArgs"),
         }
     }
