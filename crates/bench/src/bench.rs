@@ -44,7 +44,7 @@ pub enum BenchCommand {
     /// Every scenario but memory, with short steps (across the backbone and through two
     /// nodes: at most 10,000 items, no fan-out row; on the backbone 1% loss only; the
     /// journal: 3 s per sync policy).
-    Quick(QuickArgs),
+    Quick(Box<QuickArgs>),
     /// Across the backbone (publisher -> source node -> Aeron multicast on loopback ->
     /// edge node -> subscriber): throughput cache off and on, fan-out at the edge, the
     /// latency ladder, 0.1% and 1% loss; single-node figures from the same run beside
@@ -929,7 +929,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Fanout(a) => ("fanout", a.into()),
         BenchCommand::Latency(a) => ("latency", a.into()),
         BenchCommand::Instances(a) => ("instances", a.into()),
-        BenchCommand::Quick(a) => ("quick", a.into()),
+        BenchCommand::Quick(a) => ("quick", (*a).into()),
         BenchCommand::Backbone(a) => ("backbone", a.into()),
         BenchCommand::Tree(a) => ("tree", a.into()),
         BenchCommand::Wait(a) => ("wait", a.into()),

@@ -585,7 +585,7 @@ mod tests {
             BenchCommand::Fanout(a) => a.into(),
             BenchCommand::Latency(a) => a.into(),
             BenchCommand::Instances(a) => a.into(),
-            BenchCommand::Quick(a) => a.into(),
+            BenchCommand::Quick(a) => (*a).into(),
             BenchCommand::Backbone(a) => a.into(),
             BenchCommand::Tree(a) => a.into(),
             BenchCommand::Wait(a) => a.into(),
@@ -679,6 +679,9 @@ mod tests {
             "--memory-connections",
             "--memory-items",
             "--journal-posts-only",
+            "--rtsdk",
+            "--rtsdk-lib",
+            "--rssl-items",
         ];
         let want: BTreeSet<String> = all.iter().map(|s| s.to_string()).collect();
         assert_eq!(quick, want);
@@ -726,6 +729,9 @@ mod tests {
             memory_connections: 1_000,
             memory_items: 100,
             journal_posts_only: false,
+            rtsdk: PathBuf::from("../shared/interop/rtsdk"),
+            rtsdk_lib: PathBuf::from("target/rtsdk-lib"),
+            rssl_items: 1_000,
         };
         assert_eq!(d, want);
         // Every scenario with only --out: all defaults.
