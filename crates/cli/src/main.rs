@@ -135,6 +135,11 @@ struct NodeArgs {
     /// 127.0.0.1:14003. Overrides rssl.listen.
     #[arg(long, value_name = "ADDR|off")]
     rssl: Option<String>,
+    /// Connect to an interactive RSSL provider (ProvPerf, the ETA Provider) at
+    /// HOST:PORT as a consumer and serve its services; repeat for several. Adds to
+    /// [[rssl.providers]].
+    #[arg(long, value_name = "HOST:PORT")]
+    rssl_provider: Vec<String>,
     /// Join a backbone on this Aeron channel, e.g.
     /// `aeron:udp?endpoint=239.20.30.40:40456|interface=127.0.0.1` (multicast on
     /// loopback). Overrides backbone.channel; needs --role (or backbone.role).
@@ -193,6 +198,14 @@ fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(rssl) = &args.rssl {
         cfg.rssl.listen = rssl.clone();
+    }
+    for address in &args.rssl_provider {
+        cfg.rssl
+            .providers
+            .push(tickwire_node::config::RsslProviderSection {
+                address: address.clone(),
+                ..Default::default()
+            });
     }
     if let Some(ch) = &args.backbone {
         cfg.backbone.channel = ch.clone();

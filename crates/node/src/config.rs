@@ -213,6 +213,28 @@ pub struct RsslSection {
     pub field_dictionary: String,
     /// An enumtype.def file: the enumeration tables consumers download. Empty: none.
     pub enum_dictionary: String,
+    /// Interactive providers the node connects to as a consumer, serving their
+    /// services (`[[rssl.providers]]`, `tickwire node --rssl-provider HOST:PORT`).
+    pub providers: Vec<RsslProviderSection>,
+}
+
+/// One interactive RSSL provider (ProvPerf, the ETA Provider...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RsslProviderSection {
+    /// `HOST:PORT` where the provider listens.
+    pub address: String,
+    /// The user name the node logs in to it with.
+    pub user: String,
+}
+
+impl Default for RsslProviderSection {
+    fn default() -> Self {
+        RsslProviderSection {
+            address: String::new(),
+            user: "tickwire".into(),
+        }
+    }
 }
 
 impl Default for RsslSection {
@@ -222,6 +244,7 @@ impl Default for RsslSection {
             max_msg_size: 6144,
             field_dictionary: String::new(),
             enum_dictionary: String::new(),
+            providers: Vec::new(),
         }
     }
 }
@@ -646,6 +669,19 @@ impl NodeConfig {
         )?;
         self.websocket.address()?;
         self.rssl.at(self.node.listen)?;
+        for p in &self.rssl.providers {
+            let ok = p
+                .address
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !ok {
+                return Err(ConfigError::Invalid {
+                    key: "rssl.providers.address",
+                    value: p.address.clone(),
+                    reason: "expected HOST:PORT".into(),
+                });
+            }
+        }
         check(
             self.rssl.max_msg_size >= 512,
             "rssl.max_msg_size",

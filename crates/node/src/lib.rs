@@ -15,6 +15,7 @@ pub mod journal;
 mod metrics;
 mod node_item;
 mod rssl;
+mod rssl_provider;
 mod server;
 pub mod tls;
 pub mod upstream;

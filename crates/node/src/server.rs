@@ -35,6 +35,8 @@ const UPSTREAM: Token = Token(usize::MAX - 4);
 const BACKBONE_DRIVER: Token = Token(usize::MAX - 5);
 /// RSSL's own port (`[rssl] listen` naming an address other than the node's).
 const RSSL_LISTENER: Token = Token(usize::MAX - 6);
+/// Interactive RSSL providers: the first's token; the others count down from it.
+const RSSL_PROVIDERS: usize = usize::MAX - 1000;
 /// How often RSSL connections' pings are seen to (their intervals are seconds).
 const RSSL_TICK: Duration = Duration::from_millis(500);
 /// Bytes read from one connection per loop turn before the others get their turn.
@@ -129,7 +131,8 @@ pub struct NodeServer {
     ws_addr: Option<SocketAddr>,
     rssl_at: RsslAt,
     rssl_listener: Option<TcpListener>,
-    /// What every RSSL connection shares (none when RSSL is off).
+    /// What every RSSL connection shares (none when RSSL is off and no provider is
+    /// configured).
     rssl: Option<Arc<RsslShared>>,
     shutdown: ShutdownHandle,
     accept_trouble: AcceptTrouble,
@@ -297,7 +300,7 @@ impl NodeServer {
             RsslAt::Off => None,
         };
         let rssl_dictionary = match rssl_at {
-            RsslAt::Off => None,
+            RsslAt::Off if cfg.rssl.providers.is_empty() => None,
             _ => {
                 let d = cfg
                     .rssl
@@ -482,6 +485,29 @@ impl NodeServer {
         });
         let mut ws_cache = UpdateCache::new(self.cfg.websocket.share_encoding);
         let rssl = self.rssl.clone();
+        let mut providers: Vec<crate::rssl_provider::ProviderConn> = match &rssl {
+            Some(shared) => self
+                .cfg
+                .rssl
+                .providers
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    crate::rssl_provider::ProviderConn::start(
+                        &mut core,
+                        &p.address,
+                        &p.user,
+                        shared.session.dictionary.clone(),
+                        shared.ripc.clone(),
+                        Token(RSSL_PROVIDERS - i),
+                        start,
+                    )
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        // With RSSL off, providers still need the dictionary, but no consumer does.
+        let rssl = rssl.filter(|_| self.rssl_at != RsslAt::Off);
         // RSSL connections' pings: seen to every RSSL_TICK while any is open.
         let mut next_rssl_tick: Option<Instant> = None;
         let mut node_item = crate::node_item::NodeItem::start(&mut core, start);
@@ -539,6 +565,11 @@ impl NodeServer {
             }
             if let Some(at) = next_rssl_tick {
                 timeout = timeout.min(at.saturating_duration_since(now));
+            }
+            for p in &providers {
+                if let Some(at) = p.poll_timeout() {
+                    timeout = timeout.min(at.saturating_duration_since(now));
+                }
             }
             if let Some(at) = backbone.as_ref().and_then(|b| b.poll_timeout()) {
                 timeout = timeout.min(at.saturating_duration_since(now));
@@ -599,6 +630,17 @@ impl NodeServer {
                                 now,
                             );
                         }
+                    }
+                    Token(t) if t <= RSSL_PROVIDERS && RSSL_PROVIDERS - t < providers.len() => {
+                        let readable =
+                            event.is_readable() || event.is_read_closed() || event.is_error();
+                        providers[RSSL_PROVIDERS - t].on_event(
+                            &mut core,
+                            self.poll.registry(),
+                            readable,
+                            event.is_writable(),
+                            now,
+                        );
                     }
                     Token(id) => {
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
@@ -687,6 +729,9 @@ impl NodeServer {
             if let Some(u) = upstream.as_mut() {
                 u.turn(&mut core, self.poll.registry(), now);
             }
+            for p in providers.iter_mut() {
+                p.turn(&mut core, self.poll.registry(), now);
+            }
 
             // The backbone: what its receiver has (run here, or in its own thread, which
             // woke us), its timers. For the adaptive wait: what came from outside this
@@ -763,6 +808,9 @@ impl NodeServer {
             }
             if let Some(u) = upstream.as_mut() {
                 u.pump(&mut core, self.poll.registry(), now);
+            }
+            for p in providers.iter_mut() {
+                p.pump(&mut core, self.poll.registry(), now);
             }
             core.take_dirty(&mut dirty);
             for &id in &dirty {
@@ -1079,7 +1127,9 @@ impl NodeServer {
                     (Some(shared), Listener::Rssl) => Some(Box::new(RsslConn::new(shared, now))),
                     _ => None,
                 },
-                sniffing: listener == Listener::Native && self.rssl_at == RsslAt::Shared,
+                sniffing: listener == Listener::Native
+                    && self.rssl_at == RsslAt::Shared
+                    && self.rssl.is_some(),
                 lingering: false,
             });
         }

@@ -9,6 +9,8 @@
 #![forbid(unsafe_code)]
 
 pub mod dictionary;
+pub mod directory;
+pub mod provider_link;
 pub mod ripc;
 pub mod rwf;
 pub mod session;

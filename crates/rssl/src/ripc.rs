@@ -167,6 +167,8 @@ pub enum Input {
 
 #[derive(Debug)]
 enum State {
+    /// Client side: the ConnectReq is sent.
+    AwaitConnectAck,
     AwaitConnectReq,
     AwaitClientKey {
         p: u64,
@@ -239,6 +241,40 @@ impl Channel {
         }
     }
 
+    /// The client side of a connection (the node connecting to an interactive
+    /// provider): a RIPC 14 ConnectReq (no key exchange, no compression) is queued.
+    pub fn connect(settings: Settings, host: &str, now: Instant) -> Self {
+        let mut c = Channel::new(settings, now);
+        let mut m = vec![0, 0, 0];
+        m.extend_from_slice(&0x17u32.to_be_bytes());
+        m.push(0); // no key exchange
+        let header_len_at = m.len();
+        m.push(0);
+        m.push(0); // no compression bitmap
+        m.push(c.settings.max_ping_timeout_s.max(1));
+        m.push(0); // session flags
+        m.push(PROTOCOL_RWF);
+        m.push(RWF_MAJOR);
+        m.push(RWF_MINOR);
+        for text in [host, "127.0.0.1"] {
+            let t = &text.as_bytes()[..text.len().min(255)];
+            m.push(t.len() as u8);
+            m.extend_from_slice(t);
+        }
+        m[header_len_at] = m.len() as u8;
+        let comp = c.settings.component.as_bytes();
+        let comp = &comp[..comp.len().min(253)];
+        m.push(comp.len() as u8 + 1);
+        m.push(comp.len() as u8);
+        m.extend_from_slice(comp);
+        let len = m.len() as u16;
+        m[..2].copy_from_slice(&len.to_be_bytes());
+        c.out = m;
+        c.state = State::AwaitConnectAck;
+        c.version = Some(Version::V14);
+        c
+    }
+
     /// The version the handshake settled on.
     pub fn version(&self) -> Option<Version> {
         self.version
@@ -302,6 +338,15 @@ impl Channel {
                 State::Established => {
                     self.state = State::Active;
                     return Ok(Some(Input::Connected));
+                }
+                State::AwaitConnectAck => {
+                    let Some(len) = self.whole_message()? else {
+                        return Ok(None);
+                    };
+                    let ack = self.input[self.pos..self.pos + len].to_vec();
+                    self.pos += len;
+                    self.on_connect_ack(&ack)?;
+                    self.state = State::Established;
                 }
                 State::AwaitConnectReq => {
                     let Some(len) = self.whole_message()? else {
@@ -423,6 +468,41 @@ impl Channel {
         let len = ack.len() as u16;
         ack[..2].copy_from_slice(&len.to_be_bytes());
         self.out.extend_from_slice(&ack);
+        Ok(())
+    }
+
+    /// The server's answer to our ConnectReq: its largest message, the ping timeout, no
+    /// compression; or a refusal with its reason.
+    fn on_connect_ack(&mut self, m: &[u8]) -> Result<(), RipcError> {
+        let cut = || RipcError::Malformed("the ConnectAck is cut short".into());
+        if m.len() < 4 || m[2] & FLAG_EXTENDED == 0 {
+            return Err(RipcError::Malformed(
+                "expected a ConnectAck or ConnectNak".into(),
+            ));
+        }
+        if m[3] & EXT_CONNECT_NAK != 0 {
+            let n = m
+                .get(6..8)
+                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]) as usize);
+            let text = m.get(8..8 + n).unwrap_or(&[]);
+            let text = String::from_utf8_lossy(text)
+                .trim_end_matches('\0')
+                .to_string();
+            return Err(RipcError::Refused(text));
+        }
+        if m[3] & EXT_CONNECT_ACK == 0 || m.len() < 19 {
+            return Err(cut());
+        }
+        let ripc = u32::from_be_bytes([m[6], m[7], m[8], m[9]]);
+        if ripc != Version::V14.ripc_version() {
+            return Err(RipcError::UnsupportedVersion(ripc));
+        }
+        let max = u16::from_be_bytes([m[10], m[11]]);
+        self.settings.max_msg_size = self.settings.max_msg_size.min(max.max(512));
+        self.ping_timeout = Duration::from_secs(m[13].max(1) as u64);
+        if u16::from_be_bytes([m[16], m[17]]) != 0 {
+            return Err(RipcError::Compressed);
+        }
         Ok(())
     }
 

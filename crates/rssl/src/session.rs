@@ -1109,6 +1109,29 @@ fn put_fields<'a>(
     w.end(out);
 }
 
+/// An RWF state as the node's (stream and data state, the codes the node has, text).
+pub(crate) fn native_state<'a>(s: &RwfState<'a>) -> State<'a> {
+    State {
+        stream: match s.stream {
+            stream::OPEN => StreamState::Open,
+            stream::NON_STREAMING => StreamState::NonStreaming,
+            stream::CLOSED_RECOVER => StreamState::ClosedRecover,
+            _ => StreamState::Closed,
+        },
+        data: if s.data == data::SUSPECT {
+            DataState::Suspect
+        } else {
+            DataState::Ok
+        },
+        code: match s.code {
+            code::NOT_FOUND => ncode::NOT_FOUND,
+            code::NOT_ENTITLED => ncode::NOT_ENTITLED,
+            _ => ncode::NONE,
+        },
+        text: std::str::from_utf8(s.text).unwrap_or(""),
+    }
+}
+
 fn rwf_stream_state(s: StreamState, streaming: bool) -> u8 {
     match s {
         StreamState::Open if streaming => stream::OPEN,

@@ -25,7 +25,8 @@ pub struct RsslResult {
     pub items: usize,
     /// ProvPerf -> ConsPerf.
     pub direct: Vec<RsslStep>,
-    /// NIProvPerf -> node -> ConsPerf.
+    /// ProvPerf -> node -> ConsPerf (the node a consumer of ProvPerf, an interactive
+    /// provider) and NIProvPerf -> node -> ConsPerf; `provider` says which.
     pub through_node: Vec<RsslStep>,
     /// The highest rate of each path with every update delivered.
     pub max_sustained_updates_per_s: MaxSustained,
@@ -36,7 +37,11 @@ pub struct RsslResult {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct MaxSustained {
     pub direct: u64,
+    /// ProvPerf through the node (the same provider as direct).
     pub through_node: u64,
+    /// NIProvPerf through the node.
+    #[serde(default)]
+    pub through_node_niprovperf: u64,
 }
 
 /// One rate of one path, as ConsPerf measured it.
@@ -74,6 +79,8 @@ const MAX_DOUBLINGS: usize = 4;
 const WARM_UP: Duration = Duration::from_secs(3);
 /// The shortest steady state with latency figures (ProvPerf stamps none before).
 const MIN_STEADY_SECONDS: f64 = 5.0;
+const PROVPERF: &str = "ProvPerf";
+const NIPROVPERF: &str = "NIProvPerf";
 /// The service both providers publish (the tools' default).
 const SERVICE: &str = "DIRECT_FEED";
 
@@ -220,6 +227,12 @@ impl ConsPerf {
     }
 }
 
+/// The tools' ticks per second: 1,000, or the rate when lower (they refuse fewer
+/// updates than ticks).
+fn tick_rate(rate: u64) -> u64 {
+    rate.clamp(1, 1000)
+}
+
 /// A free loopback port (taken, then let go for the tool to listen on).
 fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
@@ -279,17 +292,21 @@ impl Lab {
         while i < rungs.len() {
             let rate = rungs[i];
             let direct = self.rssl_direct(&tools, rate, items, secs)?;
-            let through = self.rssl_through_node(&tools, rate, items, secs)?;
+            let interactive = self.rssl_through_node(&tools, rate, items, secs, true)?;
+            let non_interactive = self.rssl_through_node(&tools, rate, items, secs, false)?;
             eprintln!(
-                "bench rssl: {rate}/s: direct {:.0}/s {:.1} µs, through the node {:.0}/s {:.1} µs",
+                "bench rssl: {rate}/s: direct {:.0}/s {:.1} µs; through the node: ProvPerf {:.0}/s {:.1} µs, NIProvPerf {:.0}/s {:.1} µs",
                 direct.update_rate,
                 direct.latency_avg_us,
-                through.update_rate,
-                through.latency_avg_us
+                interactive.update_rate,
+                interactive.latency_avg_us,
+                non_interactive.update_rate,
+                non_interactive.latency_avg_us
             );
             let direct_ok = direct.sustained;
             r.direct.push(direct);
-            r.through_node.push(through);
+            r.through_node.push(interactive);
+            r.through_node.push(non_interactive);
             if i + 1 == rungs.len()
                 && direct_ok
                 && doublings < MAX_DOUBLINGS
@@ -300,17 +317,18 @@ impl Lab {
             }
             i += 1;
         }
-        let max = |steps: &[RsslStep]| {
+        let max = |steps: &[RsslStep], provider: &str| {
             steps
                 .iter()
-                .filter(|s| s.sustained)
+                .filter(|s| s.sustained && s.provider == provider)
                 .map(|s| s.rate)
                 .max()
                 .unwrap_or(0)
         };
         r.max_sustained_updates_per_s = MaxSustained {
-            direct: max(&r.direct),
-            through_node: max(&r.through_node),
+            direct: max(&r.direct, PROVPERF),
+            through_node: max(&r.through_node, PROVPERF),
+            through_node_niprovperf: max(&r.through_node, NIPROVPERF),
         };
         // The native path at the same rates, for the node's CPU per update.
         self.args.max_rate = rungs.last().copied().unwrap_or(0);
@@ -318,6 +336,29 @@ impl Lab {
         r.native = self.latency_ladder(&spec, "rssl", &rungs)?;
         self.results.rssl = Some(r);
         Ok(())
+    }
+
+    /// ProvPerf publishing `items` at `rate` on a free port: its port.
+    fn start_provperf(&mut self, tools: &Tools, rate: u64, secs: f64) -> Result<(Running, u16)> {
+        let port = free_port()?;
+        let args = vec![
+            "-p".into(),
+            port.to_string(),
+            "-updateRate".into(),
+            rate.to_string(),
+            "-tickRate".into(),
+            tick_rate(rate).to_string(),
+            "-runTime".into(),
+            ((secs as u64) + 120).to_string(),
+        ];
+        let p = self.start_tool(
+            tools,
+            "com.refinitiv.eta.perftools.provperf.ProvPerf",
+            &args,
+            "provperf",
+        )?;
+        wait_listening(port, "ProvPerf", Duration::from_secs(30))?;
+        Ok((p, port))
     }
 
     /// ProvPerf -> ConsPerf.
@@ -328,44 +369,40 @@ impl Lab {
         items: usize,
         secs: f64,
     ) -> Result<RsslStep> {
-        let port = free_port()?;
-        let args = vec![
-            "-p".into(),
-            port.to_string(),
-            "-updateRate".into(),
-            rate.to_string(),
-            "-runTime".into(),
-            ((secs as u64) + 120).to_string(),
-        ];
-        let _provider = self.start_tool(
-            tools,
-            "com.refinitiv.eta.perftools.provperf.ProvPerf",
-            &args,
-            "provperf",
-        )?;
-        wait_listening(port, "ProvPerf", Duration::from_secs(30))?;
+        let (_provider, port) = self.start_provperf(tools, rate, secs)?;
         let c = self.consperf(tools, port, items, secs, None)?;
-        Ok(step(rate, "ProvPerf", items, &c, None))
+        Ok(step(rate, PROVPERF, items, &c, None))
     }
 
-    /// NIProvPerf -> node -> ConsPerf.
+    /// ProvPerf (interactive: the node connects to it) or NIProvPerf (it connects to
+    /// the node) -> node -> ConsPerf.
     fn rssl_through_node(
         &mut self,
         tools: &Tools,
         rate: u64,
         items: usize,
         secs: f64,
+        interactive: bool,
     ) -> Result<RsslStep> {
+        let provperf = if interactive {
+            Some(self.start_provperf(tools, rate, secs)?)
+        } else {
+            None
+        };
         let cfg = self.logs.join("rssl-node.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "[rssl]\nfield_dictionary = {:?}\nenum_dictionary = {:?}\n",
-                tools.work.join("RDMFieldDictionary"),
-                tools.work.join("enumtype.def")
-            ),
-        )?;
-        let name = format!("node-rssl-{rate}");
+        let mut text = format!(
+            "[rssl]\nfield_dictionary = {:?}\nenum_dictionary = {:?}\n",
+            tools.work.join("RDMFieldDictionary"),
+            tools.work.join("enumtype.def")
+        );
+        if let Some((_, port)) = &provperf {
+            text.push_str(&format!(
+                "[[rssl.providers]]\naddress = \"127.0.0.1:{port}\"\n"
+            ));
+        }
+        std::fs::write(&cfg, text)?;
+        let provider = if interactive { PROVPERF } else { NIPROVPERF };
+        let name = format!("node-rssl-{}-{rate}", provider.to_lowercase());
         let (node, addr) = lab::start_node(
             &self.bin,
             &name,
@@ -380,26 +417,32 @@ impl Lab {
         let metrics = node.ws_addr.clone().context("the node's HTTP port")?;
         self.results.commands.push(node.command.clone());
         let port = addr.rsplit(':').next().unwrap_or("0").to_string();
-        let args = vec![
-            "-h".into(),
-            "127.0.0.1".into(),
-            "-p".into(),
-            port.clone(),
-            "-itemFile".into(),
-            "items.xml".into(),
-            "-itemCount".into(),
-            items.to_string(),
-            "-updateRate".into(),
-            rate.to_string(),
-            "-runTime".into(),
-            ((secs as u64) + 120).to_string(),
-        ];
-        let _provider = self.start_tool(
-            tools,
-            "com.refinitiv.eta.perftools.niprovperf.NIProvPerf",
-            &args,
-            "niprovperf",
-        )?;
+        let _niprovperf = if interactive {
+            None
+        } else {
+            let args = vec![
+                "-h".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port.clone(),
+                "-itemFile".into(),
+                "items.xml".into(),
+                "-itemCount".into(),
+                items.to_string(),
+                "-updateRate".into(),
+                rate.to_string(),
+                "-tickRate".into(),
+                tick_rate(rate).to_string(),
+                "-runTime".into(),
+                ((secs as u64) + 120).to_string(),
+            ];
+            Some(self.start_tool(
+                tools,
+                "com.refinitiv.eta.perftools.niprovperf.NIProvPerf",
+                &args,
+                "niprovperf",
+            )?)
+        };
         wait_service(
             &self.logs.join(format!("{name}.log")),
             Duration::from_secs(30),
@@ -413,7 +456,7 @@ impl Lab {
         )?;
         let per_update = c.node_cpu_ns_per_update;
         node.stop()?;
-        Ok(step(rate, "NIProvPerf", items, &c, per_update))
+        Ok(step(rate, provider, items, &c, per_update))
     }
 
     fn start_tool(
@@ -559,50 +602,73 @@ fn step(rate: u64, provider: &str, items: usize, c: &ConsPerf, node_cpu: Option<
     }
 }
 
-/// report.md's section: both paths and the native path side by side.
+/// report.md's section: the paths and the native path side by side.
 pub(super) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
+    let m = &r.max_sustained_updates_per_s;
     writeln!(
         md,
         "\n## RSSL: LSEG's perf tools through Tickwire\n\n\
-         {}; {} items. \"direct\": ProvPerf -> ConsPerf, no infrastructure. \"through the \
-         node\": NIProvPerf -> node -> ConsPerf. Latency is ConsPerf's steady-state mean \
-         (µs); CPU is the node's per update ConsPerf received, beside the native path's \
-         (perf-pub -> node -> perf-sub, cache on) at the same rate. Highest rate with every \
-         update: direct {}, through the node {}.\n",
+         {}; {} items. \"direct\": ProvPerf -> ConsPerf, no infrastructure. Through the \
+         node: ProvPerf -> node -> ConsPerf (the node a consumer of ProvPerf), and \
+         NIProvPerf -> node -> ConsPerf. Rate and latency are ConsPerf's steady-state \
+         figures (mean latency, µs, from the providers' latency-stamped updates); CPU is the \
+         node's per update it sent, beside the native path's (perf-pub -> node -> perf-sub, \
+         cache on) at the same rate. Highest rate with every update: direct {}, through \
+         the node from ProvPerf {}, from NIProvPerf {}.\n",
         r.tools,
         r.items,
-        fmt_rate(r.max_sustained_updates_per_s.direct as f64),
-        fmt_rate(r.max_sustained_updates_per_s.through_node as f64),
+        fmt_rate(m.direct as f64),
+        fmt_rate(m.through_node as f64),
+        fmt_rate(m.through_node_niprovperf as f64),
     )?;
-    writeln!(md, "| rate/s | direct rate | direct latency | node rate | node latency | added | node CPU/update RSSL | native | ratio |")?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(md, "| rate/s | direct rate | direct latency | node (ProvPerf) rate | latency | added | node (NIProvPerf) rate | latency | node CPU/update (ProvPerf) | (NIProvPerf) | native | ProvPerf/native |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     for d in &r.direct {
-        let t = r.through_node.iter().find(|t| t.rate == d.rate);
-        let n = r.native.iter().find(|n| n.rate == d.rate);
-        let rate_cell = |s: &RsslStep| {
-            format!(
-                "{}{}",
-                fmt_rate(s.update_rate),
-                if s.sustained { "" } else { " (short)" }
-            )
+        let via = |p: &str| {
+            r.through_node
+                .iter()
+                .find(|t| t.rate == d.rate && t.provider == p)
         };
-        let rssl_cpu = t.and_then(|t| t.node_cpu_ns_per_update);
-        let native_cpu = n.map(|n| n.node_cpu_ns_per_update).filter(|c| *c > 0.0);
+        let (i, n) = (via(PROVPERF), via(NIPROVPERF));
+        let native = r
+            .native
+            .iter()
+            .find(|x| x.rate == d.rate)
+            .map(|x| x.node_cpu_ns_per_update)
+            .filter(|c| *c > 0.0);
+        let rate_cell = |s: Option<&RsslStep>| {
+            s.map_or("-".into(), |s| {
+                format!(
+                    "{}{}",
+                    fmt_rate(s.update_rate),
+                    if s.sustained { "" } else { " (short)" }
+                )
+            })
+        };
+        let lat =
+            |s: Option<&RsslStep>| s.map_or("-".into(), |s| format!("{:.1}", s.latency_avg_us));
+        let cpu = |s: Option<&RsslStep>| {
+            s.and_then(|s| s.node_cpu_ns_per_update)
+                .map_or("-".into(), ns)
+        };
         writeln!(
             md,
-            "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             fmt_rate(d.rate as f64),
-            rate_cell(d),
+            rate_cell(Some(d)),
             d.latency_avg_us,
-            t.map_or("-".into(), rate_cell),
-            t.map_or("-".into(), |t| format!("{:.1}", t.latency_avg_us)),
-            t.map_or("-".into(), |t| format!(
+            rate_cell(i),
+            lat(i),
+            i.map_or("-".into(), |i| format!(
                 "{:+.1}",
-                t.latency_avg_us - d.latency_avg_us
+                i.latency_avg_us - d.latency_avg_us
             )),
-            rssl_cpu.map_or("-".into(), ns),
-            native_cpu.map_or("-".into(), ns),
-            match (rssl_cpu, native_cpu) {
+            rate_cell(n),
+            lat(n),
+            cpu(i),
+            cpu(n),
+            native.map_or("-".into(), ns),
+            match (i.and_then(|i| i.node_cpu_ns_per_update), native) {
                 (Some(a), Some(b)) => format!("{:.2}x", a / b),
                 _ => "-".into(),
             },

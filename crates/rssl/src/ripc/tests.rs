@@ -269,3 +269,42 @@ fn a_nak_says_why() {
     let n = u16::from_be_bytes([nak[6], nak[7]]) as usize;
     assert_eq!(&nak[8..8 + n - 1], b"connection limit reached");
 }
+
+#[test]
+fn a_client_connects_to_a_server_of_our_own() {
+    let now = Instant::now();
+    let mut client = Channel::connect(Settings::default(), "node", now);
+    let mut server = Channel::new(
+        Settings {
+            max_msg_size: 4000,
+            max_ping_timeout_s: 20,
+            ..Settings::default()
+        },
+        now,
+    );
+    server.handle_bytes(client.transmit(), now);
+    let n = client.transmit().len();
+    client.consume(n);
+    let mut msg = Vec::new();
+    assert_eq!(server.poll(&mut msg), Ok(Some(Input::Connected)));
+    client.handle_bytes(server.transmit(), now);
+    assert_eq!(client.poll(&mut msg), Ok(Some(Input::Connected)));
+    assert_eq!(client.version(), Some(Version::V14));
+    assert_eq!(client.ping_timeout(), Duration::from_secs(20));
+    // A message too long for the server's 4,000 bytes goes fragmented, and arrives.
+    let long = vec![7u8; 9000];
+    client.send(&long);
+    client.end_batch();
+    server.handle_bytes(client.transmit(), now);
+    assert_eq!(server.poll(&mut msg), Ok(Some(Input::Message)));
+    assert_eq!(msg, long);
+    // A refusal says why.
+    let mut refused = Channel::connect(Settings::default(), "node", now);
+    let mut nak = Channel::new(Settings::default(), now);
+    nak.nak("not today");
+    refused.handle_bytes(nak.transmit(), now);
+    assert_eq!(
+        refused.poll(&mut msg),
+        Err(RipcError::Refused("not today".into()))
+    );
+}

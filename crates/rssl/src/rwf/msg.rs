@@ -629,17 +629,21 @@ pub fn put_close(out: &mut Vec<u8>, domain: u8, stream_id: i32) {
     w.end_header(out);
 }
 
-/// A Request for an item (no payload): used toward interactive providers.
-pub fn put_request(out: &mut Vec<u8>, domain: u8, stream_id: i32, flags: u16, key: &MsgKey<'_>) {
-    let w = MsgWriter::begin(
-        out,
-        class::REQUEST,
-        domain,
-        stream_id,
-        flags | request::HAS_QOS,
-        dt::NO_DATA,
-    );
-    out.push(super::primitive::QOS_REALTIME_TICK_BY_TICK);
+/// A Request (no payload): the node toward interactive providers. With `qos`, it asks
+/// for realtime, tick by tick (the only QoS a node takes).
+pub fn put_request(
+    out: &mut Vec<u8>,
+    domain: u8,
+    stream_id: i32,
+    flags: u16,
+    key: &MsgKey<'_>,
+    qos: bool,
+) {
+    let flags = if qos { flags | request::HAS_QOS } else { flags };
+    let w = MsgWriter::begin(out, class::REQUEST, domain, stream_id, flags, dt::NO_DATA);
+    if qos {
+        out.push(super::primitive::QOS_REALTIME_TICK_BY_TICK);
+    }
     key.encode(out);
     w.end_header(out);
 }

@@ -8,19 +8,14 @@
 //! the field dictionary. What the node sends a publisher (a refused item's status)
 //! comes back on the provider's stream.
 
-use super::{Outbox, Session};
-use crate::rwf::container::{ElementIter, FilterIter, MapIter};
+use super::{native_state, Outbox, Session};
 use crate::rwf::msg::{self, class, domain, put_status, refresh, update, Msg, RwfState};
-use crate::rwf::primitive::{self, dt};
+use crate::rwf::primitive::dt;
 use rustc_hash::FxHashMap;
 use tickwire_proto::{
     DataState, Directory, FieldList, Message, Refresh, ServiceEntry, ServiceState, State, Status,
     StreamState, Update, UpdateType,
 };
-
-/// Directory filter ids a provider's services are read from.
-const FILTER_INFO: u8 = 1;
-const FILTER_STATE: u8 = 2;
 
 /// What a provider connection publishes.
 #[derive(Debug, Default)]
@@ -117,42 +112,20 @@ impl Session {
         if m.container != dt::MAP {
             return;
         }
-        let Ok(entries) = MapIter::new(m.payload) else {
+        let Ok(entries) = crate::directory::services(m.payload) else {
             return;
         };
         let p = self.provider.as_mut().expect("a provider");
         let mut announced: Vec<(String, ServiceState)> = Vec::new();
         for e in entries {
-            let Ok((action, key, value)) = e else { break };
-            let Ok(Some(id)) = primitive::uint(key) else {
+            let Some(name) = e.name.or_else(|| p.services.get(&e.id).cloned()) else {
                 continue;
             };
-            let id = id as u16;
-            let mut name = p.services.get(&id).cloned();
-            let mut up = None;
-            if let Ok(filters) = FilterIter::new(value) {
-                for (_, filter, body) in filters.flatten() {
-                    let Ok(els) = ElementIter::new(body) else {
-                        continue;
-                    };
-                    for el in els.flatten() {
-                        match (filter, el.name) {
-                            (FILTER_INFO, b"Name") => {
-                                name = el.text().map(|t| String::from_utf8_lossy(t).into_owned())
-                            }
-                            (FILTER_STATE, b"ServiceState") => up = el.uint().map(|v| v == 1),
-                            _ => {}
-                        }
-                    }
-                }
-            }
-            let Some(name) = name else { continue };
-            if !p.services.contains_key(&id) && p.services.len() >= MAX_PROVIDER_SERVICES {
+            if !p.services.contains_key(&e.id) && p.services.len() >= MAX_PROVIDER_SERVICES {
                 continue;
             }
-            p.services.insert(id, name.clone());
-            let state = if action == crate::rwf::container::map_action::DELETE || up == Some(false)
-            {
+            p.services.insert(e.id, name.clone());
+            let state = if e.deleted || e.up == Some(false) {
                 ServiceState::Down
             } else {
                 ServiceState::Up
@@ -320,24 +293,5 @@ impl Session {
                 out.send(&self.buf);
             }
         }
-    }
-}
-
-/// An RWF state as the node's.
-fn native_state<'a>(s: &RwfState<'a>) -> State<'a> {
-    State {
-        stream: match s.stream {
-            msg::stream::OPEN => StreamState::Open,
-            msg::stream::NON_STREAMING => StreamState::NonStreaming,
-            msg::stream::CLOSED_RECOVER => StreamState::ClosedRecover,
-            _ => StreamState::Closed,
-        },
-        data: if s.data == msg::data::SUSPECT {
-            DataState::Suspect
-        } else {
-            DataState::Ok
-        },
-        code: tickwire_proto::code::NONE,
-        text: std::str::from_utf8(s.text).unwrap_or(""),
     }
 }

@@ -1,0 +1,338 @@
+//! Interactive RSSL providers (`[[rssl.providers]]`, `--rssl-provider`): the node
+//! connects to each as a consumer, and serves the services it lists
+//! (`tickwire-rssl`'s `ProviderLink` does the translating; this file the socket).
+//!
+//! To the core a provider is an in-process publisher of interactive services: the
+//! core's requests for their items go to the provider, its answers come back. A lost
+//! connection puts the services down (their items go suspect) and is retried with a
+//! back-off; back up, the core asks again for every item still watched.
+
+use log::{info, warn};
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+use std::io::{ErrorKind, Read, Write};
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickwire_core::{ConnId, InternalPeer, Node};
+use tickwire_proto::{MessageIter, Role};
+use tickwire_rssl::dictionary::RwfDictionary;
+use tickwire_rssl::provider_link::ProviderLink;
+use tickwire_rssl::ripc::{Channel, Input, Settings};
+
+/// Bytes read from a provider per loop turn before the rest of the node gets a turn.
+const READ_SHARE: usize = 256 * 1024;
+const RECONNECT_MIN: Duration = Duration::from_millis(200);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// One provider: where it is, the connection, and the node's side of it.
+pub struct ProviderConn {
+    address: String,
+    token: Token,
+    /// The in-process publisher connection the provider's services belong to.
+    conn: ConnId,
+    link: ProviderLink,
+    ripc: Settings,
+    socket: Option<TcpStream>,
+    channel: Option<Channel>,
+    connecting: bool,
+    more_to_read: bool,
+    next_try: Instant,
+    backoff: Duration,
+    to_node: Vec<u8>,
+    msg: Vec<u8>,
+    skipped_logged: bool,
+}
+
+impl ProviderConn {
+    pub fn start(
+        core: &mut Node,
+        address: &str,
+        user: &str,
+        dict: Arc<RwfDictionary>,
+        ripc: Settings,
+        token: Token,
+        now: Instant,
+    ) -> Self {
+        let peer = format!("rssl provider {address}");
+        let conn = core.join_internal(
+            &InternalPeer {
+                peer: &peer,
+                role: Role::Publisher,
+                application: "tickwire-rssl-provider",
+                user: "node",
+                slow_consumer: None,
+            },
+            now,
+        );
+        info!("RSSL: serving the services of the interactive provider at {address}");
+        ProviderConn {
+            address: address.to_string(),
+            token,
+            conn,
+            link: ProviderLink::new(dict, user),
+            ripc,
+            socket: None,
+            channel: None,
+            connecting: false,
+            more_to_read: false,
+            next_try: now,
+            backoff: RECONNECT_MIN,
+            to_node: Vec::new(),
+            msg: Vec::new(),
+            skipped_logged: false,
+        }
+    }
+
+    /// When [`ProviderConn::turn`] is next needed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.more_to_read {
+            return Some(Instant::now());
+        }
+        match &self.channel {
+            Some(c) => c.poll_timeout(),
+            None if self.socket.is_none() => Some(self.next_try),
+            None => None,
+        }
+    }
+
+    /// The socket is ready.
+    pub fn on_event(
+        &mut self,
+        core: &mut Node,
+        registry: &Registry,
+        readable: bool,
+        writable: bool,
+        now: Instant,
+    ) {
+        if self.connecting && (writable || readable) {
+            self.connect_done(core, registry, now);
+        }
+        self.more_to_read |= readable;
+        if writable {
+            self.write(core, registry, now);
+        }
+    }
+
+    /// Connects when due, reads, and keeps RIPC's pings: once per loop turn.
+    pub fn turn(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        if self.socket.is_none() && now >= self.next_try {
+            self.connect(registry, now);
+        }
+        if self.more_to_read && !self.connecting {
+            self.read(core, registry, now);
+        }
+        let timed_out = match self.channel.as_mut() {
+            Some(c) => c.handle_timeout(now).err(),
+            None => None,
+        };
+        if let Some(e) = timed_out {
+            self.lost(core, registry, &e.to_string(), now);
+        }
+    }
+
+    /// The core's requests and closes go to the provider; queued bytes are written.
+    pub fn pump(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        if let Some(w) = core.output(self.conn) {
+            if !w.is_empty() {
+                let bytes = w.sealed_bytes();
+                let mut at = 0;
+                for (payload, frame_len) in tickwire_proto::frame::frames(bytes) {
+                    for raw in MessageIter::new(payload).flatten() {
+                        match self.channel.as_mut() {
+                            Some(ch) if ch.is_active() => {
+                                self.link
+                                    .on_node_message(&raw.message, &mut self.to_node, ch)
+                            }
+                            // Not connected: the services are down, the core asks again
+                            // when they are back.
+                            _ => {}
+                        }
+                    }
+                    at += frame_len;
+                }
+                w.consume(at);
+            }
+        }
+        self.deliver(core, now);
+        self.write(core, registry, now);
+    }
+
+    fn deliver(&mut self, core: &mut Node, now: Instant) {
+        if !self.to_node.is_empty() {
+            core.on_frame(self.conn, &self.to_node, now);
+            self.to_node.clear();
+        }
+    }
+
+    fn connect(&mut self, registry: &Registry, now: Instant) {
+        let addr = match self.address.to_socket_addrs().map(|mut a| a.next()) {
+            Ok(Some(a)) => a,
+            Ok(None) | Err(_) => {
+                self.failed("the address does not resolve", now);
+                return;
+            }
+        };
+        match TcpStream::connect(addr) {
+            Ok(mut s) => {
+                if let Err(e) =
+                    registry.register(&mut s, self.token, Interest::READABLE | Interest::WRITABLE)
+                {
+                    self.failed(&e.to_string(), now);
+                    return;
+                }
+                self.socket = Some(s);
+                self.connecting = true;
+            }
+            Err(e) => self.failed(&e.to_string(), now),
+        }
+    }
+
+    fn connect_done(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        let Some(s) = self.socket.as_mut() else {
+            return;
+        };
+        let err = match s.take_error() {
+            Ok(Some(e)) | Err(e) => Some(e),
+            Ok(None) => s.peer_addr().err(),
+        };
+        if let Some(e) = err {
+            if e.kind() == ErrorKind::NotConnected || e.raw_os_error() == Some(libc::EINPROGRESS) {
+                return;
+            }
+            self.close_socket(registry);
+            self.failed(&e.to_string(), now);
+            return;
+        }
+        let _ = s.set_nodelay(true);
+        self.connecting = false;
+        self.channel = Some(Channel::connect(self.ripc.clone(), "tickwire", now));
+        self.write(core, registry, now);
+    }
+
+    fn failed(&mut self, why: &str, now: Instant) {
+        warn!(
+            "RSSL provider {}: cannot connect: {why}; again in {} ms",
+            self.address,
+            self.backoff.as_millis()
+        );
+        self.next_try = now + self.backoff;
+        self.backoff = (self.backoff * 2).min(RECONNECT_MAX);
+    }
+
+    fn lost(&mut self, core: &mut Node, registry: &Registry, why: &str, now: Instant) {
+        warn!("RSSL provider {}: connection lost: {why}", self.address);
+        self.close_socket(registry);
+        self.link.on_lost(&mut self.to_node);
+        self.deliver(core, now);
+        self.failed("(reconnecting)", now);
+    }
+
+    fn close_socket(&mut self, registry: &Registry) {
+        if let Some(mut s) = self.socket.take() {
+            let _ = registry.deregister(&mut s);
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        self.channel = None;
+        self.connecting = false;
+        self.more_to_read = false;
+    }
+
+    fn read(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        let (Some(s), Some(ch)) = (self.socket.as_mut(), self.channel.as_mut()) else {
+            self.more_to_read = false;
+            return;
+        };
+        self.more_to_read = false;
+        let mut total = 0;
+        let mut buf = [0u8; 16 * 1024];
+        let mut closed = None;
+        loop {
+            if total >= READ_SHARE {
+                self.more_to_read = true;
+                break;
+            }
+            match s.read(&mut buf) {
+                Ok(0) => {
+                    closed = Some("the provider closed the connection".to_string());
+                    break;
+                }
+                Ok(n) => {
+                    ch.handle_bytes(&buf[..n], now);
+                    total += n;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    closed = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        loop {
+            match ch.poll(&mut self.msg) {
+                Ok(None) => break,
+                Ok(Some(Input::Connected)) => {
+                    info!("RSSL provider {}: connected; logging in", self.address);
+                    self.backoff = RECONNECT_MIN;
+                    self.link.on_connected(ch);
+                }
+                Ok(Some(Input::Message)) => {
+                    if let Err(e) = self
+                        .link
+                        .on_provider_message(&self.msg, &mut self.to_node, ch)
+                    {
+                        closed = Some(e.to_string());
+                        break;
+                    }
+                }
+                Err(e) => {
+                    closed = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        if !self.skipped_logged {
+            if let Some(fid) = self.link.first_skipped {
+                warn!(
+                    "RSSL provider {}: fields the node's RWF dictionary does not know are left out (field {fid}, {} so far); give the node the provider's dictionary ([rssl] field_dictionary)",
+                    self.address, self.link.skipped_fields
+                );
+                self.skipped_logged = true;
+            }
+        }
+        self.deliver(core, now);
+        match closed {
+            Some(why) => self.lost(core, registry, &why, now),
+            None => self.write(core, registry, now),
+        }
+    }
+
+    fn write(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        if self.connecting {
+            return;
+        }
+        let (Some(s), Some(ch)) = (self.socket.as_mut(), self.channel.as_mut()) else {
+            return;
+        };
+        ch.end_batch();
+        loop {
+            let bytes = ch.transmit();
+            if bytes.is_empty() {
+                return;
+            }
+            match s.write(bytes) {
+                Ok(0) => break,
+                Ok(n) => ch.consume(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let why = e.to_string();
+                    self.lost(core, registry, &why, now);
+                    return;
+                }
+            }
+        }
+        self.lost(core, registry, "the socket takes no more", now);
+    }
+}

@@ -1,0 +1,379 @@
+//! The node as a consumer of an interactive provider (ProvPerf, the ETA Provider, any
+//! RSSL provider that listens): its services become the node's, served on request.
+//!
+//! Once RIPC is up the link logs in, asks for the provider's Source Directory
+//! (streaming) and announces the services it lists to the node as interactive, up or
+//! down as the provider says. The node's requests for their items (a subscriber
+//! somewhere wants one) become RWF requests on streams the link numbers (5, 6 ...), and
+//! the provider's refreshes, updates and statuses come back to the node on the node's
+//! streams, the fields read by the field dictionary. When the connection is lost, the
+//! node's side of the link says the services are down; on the next connection they
+//! come up again and the node asks for every item still watched.
+
+use crate::dictionary::RwfDictionary;
+use crate::rwf::container::ElementListWriter;
+use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
+use crate::rwf::primitive::dt;
+use crate::session::{native_state, Outbox};
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
+use tickwire_proto::{
+    code, DataState, Directory, FieldList, Message, Refresh, ServiceEntry, ServiceState, State,
+    Status, StreamState, Update, UpdateType,
+};
+
+const LOGIN_STREAM: i32 = 1;
+const DIRECTORY_STREAM: i32 = 2;
+/// The first item stream (3 and 4 are the dictionaries' by custom).
+const FIRST_ITEM_STREAM: i32 = 5;
+/// Directory filter asked: INFO, STATE, GROUP and LOAD (the ETA Provider refuses less
+/// than the first three).
+const DIRECTORY_FILTER: u32 = 0x0F;
+
+/// Why the link gives up on a connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    #[error("the provider refused the login: {0}")]
+    LoginRefused(String),
+    #[error("the provider closed its source directory: {0}")]
+    DirectoryClosed(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Login sent.
+    LoggingIn,
+    /// Directory requested (and maybe received).
+    Open,
+}
+
+/// One provider connection's translation, without I/O.
+pub struct ProviderLink {
+    dict: Arc<RwfDictionary>,
+    user: String,
+    phase: Phase,
+    /// The provider's services: its id to the name, and back.
+    services: FxHashMap<u16, String>,
+    by_name: FxHashMap<String, u16>,
+    /// Item streams: the node's stream to the provider's, and back.
+    streams: FxHashMap<u32, i32>,
+    by_rssl: FxHashMap<i32, u32>,
+    next_stream: i32,
+    buf: Vec<u8>,
+    fields: Vec<u8>,
+    /// Fields the dictionary does not know: how many, and the first.
+    pub skipped_fields: u64,
+    pub first_skipped: Option<i16>,
+}
+
+impl ProviderLink {
+    pub fn new(dict: Arc<RwfDictionary>, user: &str) -> Self {
+        ProviderLink {
+            dict,
+            user: user.to_string(),
+            phase: Phase::LoggingIn,
+            services: FxHashMap::default(),
+            by_name: FxHashMap::default(),
+            streams: FxHashMap::default(),
+            by_rssl: FxHashMap::default(),
+            next_stream: FIRST_ITEM_STREAM,
+            buf: Vec::new(),
+            fields: Vec::new(),
+            skipped_fields: 0,
+            first_skipped: None,
+        }
+    }
+
+    /// RIPC is up: log in (as a consumer, role 0).
+    pub fn on_connected(&mut self, out: &mut impl Outbox) {
+        self.phase = Phase::LoggingIn;
+        self.streams.clear();
+        self.by_rssl.clear();
+        self.next_stream = FIRST_ITEM_STREAM;
+        let mut attrib = Vec::new();
+        let mut el = ElementListWriter::begin(&mut attrib);
+        el.ascii(&mut attrib, "ApplicationId", b"256");
+        el.ascii(&mut attrib, "ApplicationName", b"tickwire");
+        el.ascii(&mut attrib, "Position", b"127.0.0.1/tickwire");
+        el.uint(&mut attrib, "Role", 0);
+        el.end(&mut attrib);
+        let key = MsgKey {
+            name: Some(self.user.as_bytes()),
+            name_type: Some(1),
+            attrib: Some((dt::ELEMENT_LIST, &attrib)),
+            ..MsgKey::default()
+        };
+        self.buf.clear();
+        put_request(
+            &mut self.buf,
+            domain::LOGIN,
+            LOGIN_STREAM,
+            request::STREAMING,
+            &key,
+            false,
+        );
+        out.send(&self.buf);
+    }
+
+    /// The connection is gone: the provider's services are down until it is back.
+    pub fn on_lost(&mut self, to_node: &mut Vec<u8>) {
+        self.announce(ServiceState::Down, to_node);
+        self.streams.clear();
+        self.by_rssl.clear();
+    }
+
+    fn announce(&self, state: ServiceState, to_node: &mut Vec<u8>) {
+        if self.services.is_empty() {
+            return;
+        }
+        let services = self
+            .services
+            .values()
+            .map(|name| ServiceEntry {
+                name,
+                state,
+                interactive: true,
+                item_count: 0,
+            })
+            .collect();
+        let _ = Message::Directory(Directory { services }).encode(to_node);
+    }
+
+    /// The provider's names of its services, for logs.
+    pub fn service_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.services.values().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// One RWF message from the provider.
+    pub fn on_provider_message(
+        &mut self,
+        rwf: &[u8],
+        to_node: &mut Vec<u8>,
+        out: &mut impl Outbox,
+    ) -> Result<(), LinkError> {
+        let Ok(m) = Msg::decode(rwf) else {
+            return Ok(()); // a malformed answer is dropped: the provider is not ours to close
+        };
+        match (m.class, m.domain) {
+            (class::REFRESH, domain::LOGIN)
+                if self.phase == Phase::LoggingIn
+                    && m.state.is_some_and(|s| s.stream == msg::stream::OPEN) =>
+            {
+                self.phase = Phase::Open;
+                let key = MsgKey {
+                    filter: Some(DIRECTORY_FILTER),
+                    ..MsgKey::default()
+                };
+                self.buf.clear();
+                put_request(
+                    &mut self.buf,
+                    domain::SOURCE,
+                    DIRECTORY_STREAM,
+                    request::STREAMING,
+                    &key,
+                    false,
+                );
+                out.send(&self.buf);
+            }
+            (class::STATUS, domain::LOGIN) => {
+                if let Some(s) = m.state.filter(|s| s.stream != msg::stream::OPEN) {
+                    return Err(LinkError::LoginRefused(
+                        String::from_utf8_lossy(s.text).into_owned(),
+                    ));
+                }
+            }
+            (class::REFRESH | class::UPDATE, domain::SOURCE) => self.on_directory(&m, to_node),
+            (class::STATUS, domain::SOURCE) => {
+                if let Some(s) = m.state.filter(|s| s.stream != msg::stream::OPEN) {
+                    return Err(LinkError::DirectoryClosed(
+                        String::from_utf8_lossy(s.text).into_owned(),
+                    ));
+                }
+            }
+            (class::REFRESH, domain::MARKET_PRICE) => self.on_refresh(&m, to_node),
+            (class::UPDATE, domain::MARKET_PRICE) => self.on_update(&m, to_node),
+            (class::STATUS, domain::MARKET_PRICE) => self.on_status(&m, to_node),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_directory(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+        if m.container != dt::MAP {
+            return;
+        }
+        let Ok(entries) = crate::directory::services(m.payload) else {
+            return;
+        };
+        let mut changed: Vec<(String, ServiceState)> = Vec::new();
+        for e in entries {
+            let Some(name) = e.name.or_else(|| self.services.get(&e.id).cloned()) else {
+                continue;
+            };
+            self.services.insert(e.id, name.clone());
+            self.by_name.insert(name.clone(), e.id);
+            let state = if e.deleted || e.up == Some(false) {
+                ServiceState::Down
+            } else {
+                ServiceState::Up
+            };
+            changed.push((name, state));
+        }
+        let services = changed
+            .iter()
+            .map(|(name, state)| ServiceEntry {
+                name,
+                state: *state,
+                interactive: true,
+                item_count: 0,
+            })
+            .collect();
+        let _ = Message::Directory(Directory { services }).encode(to_node);
+    }
+
+    /// The provider's fields in `self.fields` as the node's; false if malformed.
+    fn fields(&mut self, rwf: &[u8]) -> bool {
+        self.fields.clear();
+        let (mut n, mut first) = (0u64, None);
+        let ok = self
+            .dict
+            .to_native(rwf, &mut self.fields, |fid| {
+                n += 1;
+                first.get_or_insert(fid);
+            })
+            .is_ok();
+        self.skipped_fields += n;
+        if self.first_skipped.is_none() {
+            self.first_skipped = first;
+        }
+        ok
+    }
+
+    fn on_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+        let Some(&native) = self.by_rssl.get(&m.stream_id) else {
+            return;
+        };
+        if !self.fields(m.payload) {
+            return;
+        }
+        let key = m.key.clone().unwrap_or_default();
+        let service = key
+            .service_id
+            .and_then(|id| self.services.get(&id))
+            .cloned()
+            .unwrap_or_default();
+        let name = String::from_utf8_lossy(key.name.unwrap_or(b"")).into_owned();
+        let state = m.state.map_or(State::OPEN_OK, |s| native_state(&s));
+        let _ = Message::Refresh(Refresh {
+            stream_id: native,
+            seq: m.seq.unwrap_or(0),
+            complete: m.flags & msg::refresh::REFRESH_COMPLETE != 0,
+            solicited: m.flags & msg::refresh::SOLICITED != 0,
+            clear_cache: m.flags & msg::refresh::CLEAR_CACHE != 0,
+            state,
+            service: &service,
+            name: &name,
+            fields: FieldList::from_trusted(&self.fields),
+        })
+        .encode(to_node);
+    }
+
+    fn on_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+        let Some(&native) = self.by_rssl.get(&m.stream_id) else {
+            return;
+        };
+        if !self.fields(m.payload) {
+            return;
+        }
+        let _ = Message::Update(Update {
+            stream_id: native,
+            seq: m.seq.unwrap_or(0),
+            update_type: match m.update_type {
+                1 => UpdateType::Quote,
+                2 => UpdateType::Trade,
+                _ => UpdateType::Other,
+            },
+            do_not_conflate: m.flags & msg::update::DO_NOT_CONFLATE != 0,
+            conflation_count: m.conflation_count.max(1),
+            fields: FieldList::from_trusted(&self.fields),
+        })
+        .encode(to_node);
+    }
+
+    fn on_status(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+        let Some(&native) = self.by_rssl.get(&m.stream_id) else {
+            return;
+        };
+        let Some(s) = m.state else { return };
+        let state = native_state(&s);
+        if state.stream != StreamState::Open {
+            self.by_rssl.remove(&m.stream_id);
+            self.streams.remove(&native);
+        }
+        let _ = Message::Status(Status {
+            stream_id: native,
+            state,
+        })
+        .encode(to_node);
+    }
+
+    /// One of the node's messages to this publisher: requests and closes of items.
+    pub fn on_node_message(
+        &mut self,
+        m: &Message<'_>,
+        to_node: &mut Vec<u8>,
+        out: &mut impl Outbox,
+    ) {
+        match m {
+            Message::Request(r) => {
+                let Some(&service_id) = self.by_name.get(r.service) else {
+                    let _ = Message::Status(Status {
+                        stream_id: r.stream_id,
+                        state: State {
+                            stream: StreamState::Closed,
+                            data: DataState::Suspect,
+                            code: code::NOT_FOUND,
+                            text: "the provider has no such service",
+                        },
+                    })
+                    .encode(to_node);
+                    return;
+                };
+                // A request on a stream already open asks again: same provider stream.
+                let rssl = match self.streams.get(&r.stream_id) {
+                    Some(&s) => s,
+                    None => {
+                        let s = self.next_stream;
+                        self.next_stream =
+                            self.next_stream.checked_add(1).unwrap_or(FIRST_ITEM_STREAM);
+                        self.streams.insert(r.stream_id, s);
+                        self.by_rssl.insert(s, r.stream_id);
+                        s
+                    }
+                };
+                let key = MsgKey {
+                    service_id: Some(service_id),
+                    name: Some(r.name.as_bytes()),
+                    name_type: Some(1),
+                    ..MsgKey::default()
+                };
+                let flags = if r.streaming { request::STREAMING } else { 0 };
+                self.buf.clear();
+                put_request(&mut self.buf, domain::MARKET_PRICE, rssl, flags, &key, true);
+                out.send(&self.buf);
+            }
+            Message::Close { stream_id } => {
+                if let Some(rssl) = self.streams.remove(stream_id) {
+                    self.by_rssl.remove(&rssl);
+                    self.buf.clear();
+                    put_close(&mut self.buf, domain::MARKET_PRICE, rssl);
+                    out.send(&self.buf);
+                }
+            }
+            _ => {}
+        }
+    }
+}
