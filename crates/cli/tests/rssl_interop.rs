@@ -618,3 +618,114 @@ fn niprovperf_through_a_node_to_consperf() {
     );
     node.stop(Duration::from_secs(10));
 }
+
+#[test]
+fn an_interactive_provider_restarts_and_its_items_recover() {
+    use tickwire_client::{Event, RequestOptions};
+    use tickwire_proto::{DataState, StreamState};
+    let port = common::free_port_for_tests();
+    let dir = workdir();
+    let provider_args = ["-p", &port.to_string(), "-runtime", "120"].map(String::from);
+    let provider_args: Vec<&str> = provider_args.iter().map(String::as_str).collect();
+    const PROVIDER: &str = "com.refinitiv.eta.examples.provider.Provider";
+    let provider = JavaProc::start(PROVIDER, &provider_args, dir.path());
+    let at = format!("127.0.0.1:{port}");
+    let mut node = Node::start(&["--rssl-provider", &at]);
+    // The node connects (retrying while the provider's JVM starts) and serves its
+    // service: a subscriber's request goes to the provider.
+    common::wait_for_image(node.addr, "DIRECT_FEED", "TRI.N", Duration::from_secs(30))
+        .expect("the provider's item through the node");
+    let mut sub = common::subscriber(node.addr);
+    sub.subscribe("DIRECT_FEED", "TRI.N", RequestOptions::default())
+        .expect("subscribe");
+    let ok = |e: &Event| matches!(e, Event::Refresh { name, state, .. } if name == "TRI.N" && state.data == DataState::Ok);
+    common::expect_event(&mut sub, Duration::from_secs(10), "a refresh", ok);
+    common::expect_event(
+        &mut sub,
+        Duration::from_secs(10),
+        "an update",
+        |e| matches!(e, Event::Update { name, .. } if name == "TRI.N"),
+    );
+    // The provider goes: the item goes suspect, its stream stays open.
+    drop(provider);
+    common::expect_event(
+        &mut sub,
+        Duration::from_secs(20),
+        "a suspect status",
+        |e| matches!(e, Event::Status { state, .. } if state.data == DataState::Suspect && state.stream == StreamState::Open),
+    );
+    // It comes back on the same port: a new image, ok again, and updates.
+    let _provider = JavaProc::start(PROVIDER, &provider_args, dir.path());
+    common::expect_event(
+        &mut sub,
+        Duration::from_secs(30),
+        "a refresh after the restart",
+        ok,
+    );
+    common::expect_event(
+        &mut sub,
+        Duration::from_secs(10),
+        "an update after the restart",
+        |e| matches!(e, Event::Update { name, .. } if name == "TRI.N"),
+    );
+    node.stop(Duration::from_secs(10));
+}
+
+#[test]
+fn provperf_through_a_node_to_consperf() {
+    let etc = rtsdk().join("etc");
+    let dir = workdir();
+    let port = common::free_port_for_tests().to_string();
+    let _provperf = JavaProc::start(
+        "com.refinitiv.eta.perftools.provperf.ProvPerf",
+        &["-p", &port, "-updateRate", "1000", "-runTime", "120"],
+        dir.path(),
+    );
+    let cfg = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(
+        cfg.path(),
+        format!(
+            "[rssl]\nfield_dictionary = {:?}\n[[rssl.providers]]\naddress = \"127.0.0.1:{port}\"\n",
+            etc.join("RDMFieldDictionary")
+        ),
+    )
+    .expect("write config");
+    let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
+    common::wait_for_image(node.addr, "DIRECT_FEED", "RDT0", Duration::from_secs(30))
+        .expect("ProvPerf's items through the node");
+    let items: String = (0..10)
+        .map(|i| format!("<item domain=\"MarketPrice\" name=\"RDT{i}\" />"))
+        .collect();
+    std::fs::write(
+        dir.path().join("items.xml"),
+        format!("<itemList>{items}</itemList>"),
+    )
+    .expect("item file");
+    let node_port = node.addr.port().to_string();
+    let (code, out) = java(
+        "com.refinitiv.eta.perftools.consperf.ConsPerf",
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &node_port,
+            "-itemFile",
+            "items.xml",
+            "-itemCount",
+            "10",
+            "-steadyStateTime",
+            "6",
+            "-msgFile",
+            "MsgData.xml",
+        ],
+        dir.path(),
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, Some(0), "ConsPerf failed:\n{out}");
+    assert!(out.contains("Refreshes received: 10"), "{out}");
+    assert!(
+        out.contains("Latency avg (usec):"),
+        "no latency measured:\n{out}"
+    );
+    node.stop(Duration::from_secs(10));
+}

@@ -978,3 +978,12 @@ pub fn channel(group: u8) -> String {
     let port = free_udp_port();
     format!("aeron:udp?endpoint=239.20.30.{group}:{port}|interface=127.0.0.1")
 }
+
+/// A loopback port free a moment ago, for a program that listens on a port it is
+/// told (the test's own tools: another process could take it first, rarely).
+pub fn free_port_for_tests() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
