@@ -729,3 +729,68 @@ fn provperf_through_a_node_to_consperf() {
     );
     node.stop(Duration::from_secs(10));
 }
+
+#[test]
+fn consperf_over_websocket_reads_the_source_directory_and_items() {
+    let (mut node, ws) = Node::start_ws(&[]);
+    let dir = workdir();
+    let names: String = (1..=10).map(|i| format!("RDT{i}\n")).collect();
+    std::fs::write(dir.path().join("names.txt"), names).expect("names");
+    let addr = node.addr_str();
+    let names_path = dir.path().join("names.txt");
+    let mut feed = common::Proc::spawn(&[
+        "publish",
+        "--node",
+        &addr,
+        "--service",
+        "DIRECT_FEED",
+        "--item-file",
+        names_path.to_str().expect("utf-8 path"),
+        "--rate",
+        "200",
+    ]);
+    common::wait_for_image(node.addr, "DIRECT_FEED", "RDT10", Duration::from_secs(10))
+        .expect("the feed");
+    let items: String = (1..=10)
+        .map(|i| format!("<item domain=\"MarketPrice\" name=\"RDT{i}\" />"))
+        .collect();
+    std::fs::write(
+        dir.path().join("items.xml"),
+        format!("<itemList>{items}</itemList>"),
+    )
+    .expect("item file");
+    let port = ws.rsplit(':').next().expect("port").to_string();
+    let (code, out) = java(
+        "com.refinitiv.eta.perftools.consperf.ConsPerf",
+        &[
+            "-connType",
+            "websocket",
+            "-pl",
+            "tr_json2",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-itemFile",
+            "items.xml",
+            "-itemCount",
+            "10",
+            "-steadyStateTime",
+            "3",
+            "-msgFile",
+            "MsgData.xml",
+        ],
+        dir.path(),
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, Some(0), "ConsPerf failed:\n{out}");
+    assert!(out.contains("Refreshes received: 10"), "{out}");
+    let updates: u64 = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Updates received: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(updates > 0, "no updates over WebSocket:\n{out}");
+    feed.kill();
+    node.stop(Duration::from_secs(10));
+}

@@ -12,6 +12,7 @@
 //! Updates are the bulk: [`UpdateCache`] lets every session with the same item and view
 //! share one encoding of an update (all but its `ID`).
 
+mod directory;
 mod post;
 
 use rustc_hash::{FxHashMap, FxHasher};
@@ -21,8 +22,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use tickwire_proto::{
     code, DataState, Dictionary, FieldList, Login, Message, Replay, ReplayFrom, Request, Role,
-    SlowConsumerPolicy, State, StreamState, Update, UpdateType, Value, View, PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
+    ServiceState, SlowConsumerPolicy, State, StreamState, Update, UpdateType, Value, View,
+    PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 
 /// Settings shared by every session of a node.
@@ -192,6 +193,8 @@ enum LoginState {
 #[derive(Default)]
 struct ServiceList {
     names: Vec<String>,
+    /// Each service's state as the node last said.
+    states: Vec<ServiceState>,
     /// Name -> index in `names`.
     index: FxHashMap<String, usize>,
 }
@@ -204,7 +207,16 @@ impl ServiceList {
         }
         self.index.insert(name.to_string(), self.names.len());
         self.names.push(name.to_string());
+        self.states.push(ServiceState::Down);
         true
+    }
+
+    /// Records a service's state; its position, and whether the state changed.
+    fn set_state(&mut self, name: &str, state: ServiceState) -> Option<(usize, bool)> {
+        let &i = self.index.get(name)?;
+        let changed = self.states[i] != state;
+        self.states[i] = state;
+        Some((i, changed))
     }
 
     /// The service at `position` (from 0).
@@ -227,6 +239,8 @@ pub struct Session {
     next_sid: u32,
     /// Services in the node's directory (numeric service ids are positions in it).
     services: ServiceList,
+    /// The client's open Source Directory stream and its filter.
+    directory: Option<(i64, u64)>,
     /// Logged in from a session token at the upgrade ([`Session::cookie_login`]).
     cookie_login: bool,
     /// The client logged out or the node ended the session: close after sending.
@@ -432,6 +446,14 @@ fn write_status(
 }
 
 impl Session {
+    /// A service's state as the node last said (Down for one never heard of).
+    fn service_state(&self, name: &str) -> ServiceState {
+        self.services
+            .index
+            .get(name)
+            .map_or(ServiceState::Down, |&i| self.services.states[i])
+    }
+
     pub fn new(cfg: Arc<SessionConfig>) -> Self {
         Session {
             cfg,
@@ -441,6 +463,7 @@ impl Session {
             streams: FxHashMap::default(),
             next_sid: 1,
             services: ServiceList::default(),
+            directory: None,
             cookie_login: false,
             finished: false,
             off_stream_posts: FxHashMap::default(),
@@ -584,6 +607,7 @@ impl Session {
         match domain {
             "Login" => self.on_login(id, obj, to_node, out),
             "MarketPrice" => self.on_item_request(id, obj, to_node, out, &text),
+            "Source" => self.on_directory_request(id, obj, out),
             other => write_status(
                 out,
                 id,
@@ -1040,13 +1064,23 @@ impl Session {
                 }
             }
             Message::Directory(d) => {
-                // Only the names matter here (to resolve requests); the services'
-                // states reach the client through its items' statuses. A removed
-                // service keeps its position (numeric `Service` keys stay stable for
-                // the session); requests for it are refused by the node.
+                // Names resolve requests (a numeric `Service` is a position, stable for
+                // the session: a removed service keeps its place and requests for it
+                // are refused by the node); states go to an open Source Directory
+                // stream (directory.rs). Items hear of their service through their
+                // own statuses.
+                let (mut adds, mut changed) = (Vec::new(), Vec::new());
                 for s in &d.services {
-                    self.services.add(s.name);
+                    let new = self.services.add(s.name);
+                    if let Some((i, moved)) = self.services.set_state(s.name, s.state) {
+                        if new {
+                            adds.push(i);
+                        } else if moved {
+                            changed.push(i);
+                        }
+                    }
                 }
+                self.directory_changed(&adds, &changed, out);
             }
             Message::Ping(_) => out.begin().extend_from_slice(b"{\"Type\":\"Ping\"}"),
             Message::Refresh(r) => {
@@ -1400,6 +1434,72 @@ mod tests {
             max_output_bytes: 1 << 20,
             node_name: "n",
         })
+    }
+
+    /// The Source Directory as RSSL's JSON spells it (what ConsPerf and EMA over
+    /// WebSocket read before asking for items), and its updates on the open stream.
+    #[test]
+    fn the_source_directory_lists_services_by_position_and_follows_their_state() {
+        use tickwire_proto::{Directory, ServiceEntry, ServiceState};
+        fn dir(services: &[(&'static str, ServiceState)]) -> Message<'static> {
+            Message::Directory(Directory {
+                services: services
+                    .iter()
+                    .map(|(name, state)| ServiceEntry {
+                        name,
+                        state: *state,
+                        interactive: false,
+                        item_count: 0,
+                    })
+                    .collect(),
+            })
+        }
+        let mut s = session();
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        s.on_client_text(
+            r#"{"ID":1,"Domain":"Login","Key":{"Name":"u"}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        node_says(&mut s, &welcome());
+        node_says(
+            &mut s,
+            &dir(&[("FEED", ServiceState::Up), ("OTHER", ServiceState::Down)]),
+        );
+        let mut out = JsonOut::default();
+        s.on_client_text(
+            r#"{"ID":2,"Domain":"Source","Key":{"Filter":7}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let mut frames = Vec::new();
+        out.take(&mut frames);
+        let r = &client_json(&frames)[0];
+        assert_eq!(r["Type"], "Refresh");
+        assert_eq!(r["Domain"], "Source");
+        let entries = r["Map"]["Entries"].as_array().unwrap();
+        assert_eq!(entries[0]["Key"], 1);
+        let info = &entries[0]["FilterList"]["Entries"][0]["Elements"];
+        assert_eq!(info["Name"], "FEED");
+        assert_eq!(info["Capabilities"]["Data"]["Data"][0], 6);
+        let state = &entries[1]["FilterList"]["Entries"][1]["Elements"];
+        assert_eq!(state["ServiceState"], 0, "OTHER is down");
+        // OTHER comes up, NEW appears: one update on the directory stream.
+        let u = node_says(
+            &mut s,
+            &dir(&[("OTHER", ServiceState::Up), ("NEW", ServiceState::Up)]),
+        );
+        assert_eq!(u[0]["Type"], "Update");
+        assert_eq!(u[0]["ID"], 2);
+        let entries = u[0]["Map"]["Entries"].as_array().unwrap();
+        assert_eq!(
+            (entries[0]["Action"].as_str(), entries[0]["Key"].as_u64()),
+            (Some("Add"), Some(3))
+        );
+        assert_eq!(
+            (entries[1]["Action"].as_str(), entries[1]["Key"].as_u64()),
+            (Some("Update"), Some(2))
+        );
     }
 
     /// The published authenticating examples send no Login: the upgrade's cookie logs

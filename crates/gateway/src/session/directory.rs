@@ -1,0 +1,136 @@
+//! The Source Directory over the WebSocket API, as RSSL's JSON (`tr_json2`) spells it:
+//! a `Refresh` of domain `Source` whose `Map` has, per service (keyed by its numeric id:
+//! its position in the session's service list, from 1), a `FilterList` with the INFO
+//! (name, capabilities, QoS, dictionaries) and STATE (`ServiceState`,
+//! `AcceptingRequests`) entries. A streaming request gets `Update`s as services come,
+//! go up or down. ConsPerf and EMA over WebSocket start from it.
+
+use super::{JsonOut, Session};
+use serde_json::{json, Value as Json};
+use tickwire_proto::ServiceState;
+
+/// Directory filter bits: INFO and STATE.
+const FILTER_INFO: u64 = 0x1;
+const FILTER_STATE: u64 = 0x2;
+
+impl Session {
+    pub(super) fn on_directory_request(
+        &mut self,
+        id: i64,
+        obj: &serde_json::Map<String, Json>,
+        out: &mut JsonOut,
+    ) {
+        let key = obj.get("Key");
+        let filter = key
+            .and_then(|k| k.get("Filter"))
+            .and_then(Json::as_u64)
+            .unwrap_or(0x3F);
+        let only = key.and_then(|k| k.get("Service")).and_then(Json::as_u64);
+        let streaming = obj.get("Streaming").and_then(Json::as_bool).unwrap_or(true);
+        if streaming {
+            self.directory = Some((id, filter));
+        }
+        let entries: Vec<Json> = self
+            .services
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| only.is_none_or(|s| s == *i as u64 + 1))
+            .filter(|(_, name)| self.service_state(name) != ServiceState::Removed)
+            .map(|(i, name)| self.directory_entry(i, name, filter, "Add"))
+            .collect();
+        let mut key = json!({ "Filter": filter });
+        if let Some(s) = only {
+            key["Service"] = json!(s);
+        }
+        let refresh = json!({
+            "ID": id,
+            "Type": "Refresh",
+            "Domain": "Source",
+            "Key": key,
+            "State": {
+                "Stream": if streaming { "Open" } else { "NonStreaming" },
+                "Data": "Ok",
+                "Text": "",
+            },
+            "Map": { "KeyType": "UInt", "Entries": entries },
+        });
+        out.begin()
+            .extend_from_slice(refresh.to_string().as_bytes());
+    }
+
+    /// One service's map entry.
+    fn directory_entry(&self, position: usize, name: &str, filter: u64, action: &str) -> Json {
+        let state = self.service_state(name);
+        if state == ServiceState::Removed {
+            return json!({ "Action": "Delete", "Key": position + 1 });
+        }
+        let mut filters = Vec::new();
+        // INFO with every entry: consumers replace a service's cached entry with it.
+        if filter & FILTER_INFO != 0 {
+            filters.push(json!({
+                "ID": 1,
+                "Action": "Set",
+                "Elements": {
+                    "Name": name,
+                    "Vendor": "Tickwire",
+                    "IsSource": 0,
+                    "Capabilities": { "Type": "Array", "Data": { "Type": "UInt", "Data": [6] } },
+                    "DictionariesUsed": {
+                        "Type": "Array",
+                        "Data": { "Type": "AsciiString", "Data": ["RWFFld", "RWFEnum"] },
+                    },
+                    "QoS": {
+                        "Type": "Array",
+                        "Data": { "Type": "Qos", "Data": [{ "Timeliness": "Realtime", "Rate": "TickByTick" }] },
+                    },
+                    "SupportsQoSRange": 0,
+                    "SupportsOutOfBandSnapshots": 0,
+                    "AcceptingConsumerStatus": 0,
+                },
+            }));
+        }
+        if filter & FILTER_STATE != 0 {
+            let up = u8::from(state == ServiceState::Up);
+            filters.push(json!({
+                "ID": 2,
+                "Action": "Set",
+                "Elements": { "ServiceState": up, "AcceptingRequests": up },
+            }));
+        }
+        json!({
+            "Action": action,
+            "Key": position + 1,
+            "FilterList": { "Entries": filters },
+        })
+    }
+
+    /// The open directory stream hears of services added (`adds`) and changed.
+    pub(super) fn directory_changed(
+        &mut self,
+        adds: &[usize],
+        changed: &[usize],
+        out: &mut JsonOut,
+    ) {
+        let Some((id, filter)) = self.directory else {
+            return;
+        };
+        let mut entries: Vec<Json> = Vec::new();
+        for (list, action) in [(adds, "Add"), (changed, "Update")] {
+            for &i in list {
+                if let Some(name) = self.services.get(i) {
+                    entries.push(self.directory_entry(i, name, filter, action));
+                }
+            }
+        }
+        if entries.is_empty() {
+            return;
+        }
+        let update = json!({
+            "ID": id,
+            "Type": "Update",
+            "Domain": "Source",
+            "Map": { "KeyType": "UInt", "Entries": entries },
+        });
+        out.begin().extend_from_slice(update.to_string().as_bytes());
+    }
+}
