@@ -794,3 +794,92 @@ fn consperf_over_websocket_reads_the_source_directory_and_items() {
     feed.kill();
     node.stop(Duration::from_secs(10));
 }
+
+#[test]
+fn an_rssl_login_is_held_to_the_users_file() {
+    let dir = workdir();
+    let feed = common::hash_line("feed-token-0123456789", true);
+    let users = dir.path().join("users.toml");
+    std::fs::write(
+        &users,
+        format!("[users.feed]\n{feed}\npublish = [\"FEED\"]\n"),
+    )
+    .expect("users file");
+    let cfg = dir.path().join("node.toml");
+    let write_cfg = |anonymous: &str| {
+        std::fs::write(
+            &cfg,
+            format!("[security]\nusers_file = {users:?}\nanonymous = \"{anonymous}\"\n"),
+        )
+        .expect("config")
+    };
+    // A user the file does not know, with no secret: refused, with the reason.
+    write_cfg("none");
+    let mut node = Node::start(&["--config", cfg.to_str().expect("utf-8 path")]);
+    let port = node.addr.port().to_string();
+    let (_, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM1",
+            "-uname",
+            "mallory",
+            "-runtime",
+            "5",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(out.contains("Closed/Suspect"), "no refusal:\n{out}");
+    assert!(
+        !out.contains("Received Login Response for Username: mallory\nLoginRefresh"),
+        "{out}"
+    );
+    node.stop(Duration::from_secs(10));
+    // Anonymous subscribers allowed: the same login reads the feed.
+    write_cfg("subscribe");
+    let mut node = Node::start(&["--config", cfg.to_str().expect("utf-8 path")]);
+    let addr = node.addr_str();
+    let mut feed_proc = common::Proc::spawn_with(
+        &[
+            "publish", "--node", &addr, "--user", "feed", "--items", "3", "--rate", "20",
+        ],
+        |c| {
+            c.env("TICKWIRE_PASSWORD", "feed-token-0123456789");
+        },
+    );
+    common::wait_for_image(node.addr, "FEED", "SYM2", Duration::from_secs(10)).expect("the feed");
+    let port = node.addr.port().to_string();
+    let (code, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM1",
+            "-uname",
+            "mallory",
+            "-runtime",
+            "4",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("22/BID:"),
+        "no data for an anonymous subscriber:\n{out}"
+    );
+    feed_proc.kill();
+    node.stop(Duration::from_secs(10));
+}
