@@ -179,6 +179,18 @@ pub fn parse_schedstat(text: &str) -> Option<(u64, u64, u64)> {
     Some((f.next()??, f.next()??, f.next()??))
 }
 
+/// A process's time on a CPU, every thread's, in ns (schedstat: not rounded to clock
+/// ticks, so a window of a second or two is measured well); `None` without schedstat.
+pub fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for t in tasks.flatten() {
+        let text = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+        total += parse_schedstat(&text)?.0;
+    }
+    Some(total)
+}
+
 // ---------------------------------------------------------------------------------------
 // Process samples
 // ---------------------------------------------------------------------------------------

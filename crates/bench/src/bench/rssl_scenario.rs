@@ -53,9 +53,10 @@ pub struct RsslStep {
     pub provider: String,
     /// ConsPerf's steady-state average update rate.
     pub update_rate: f64,
-    /// ConsPerf's steady-state mean latency (µs), from latency-stamped updates.
-    pub latency_avg_us: f64,
-    pub latency_max_us: f64,
+    /// ConsPerf's steady-state mean latency (µs), from latency-stamped updates; none
+    /// when ConsPerf got no latency-stamped update in its steady state.
+    pub latency_avg_us: Option<f64>,
+    pub latency_max_us: Option<f64>,
     pub refreshes: u64,
     /// Updates ConsPerf received over its whole run.
     pub updates: u64,
@@ -191,8 +192,8 @@ impl Drop for Running {
 #[derive(Debug, Default)]
 struct ConsPerf {
     update_rate: f64,
-    latency_avg_us: f64,
-    latency_max_us: f64,
+    latency_avg_us: Option<f64>,
+    latency_max_us: Option<f64>,
     refreshes: u64,
     updates: u64,
     steady_seconds: f64,
@@ -203,17 +204,21 @@ struct ConsPerf {
 impl ConsPerf {
     /// The steady state's figures and the test's totals.
     fn parse(out: &str) -> Result<ConsPerf> {
+        // A key's value within its section (which ends at the first blank line: a
+        // steady state without latency must not borrow the overall figure).
         let num = |section: &str, key: &str| -> Option<f64> {
             let start = out.find(section)?;
             out[start..]
                 .lines()
+                .skip(1)
+                .take_while(|l| !l.trim().is_empty())
                 .find_map(|l| l.trim().strip_prefix(key))
                 .and_then(|v| v.trim().parse().ok())
         };
         let c = ConsPerf {
             update_rate: num("Steady State Statistics:", "Avg update rate:").unwrap_or(0.0),
-            latency_avg_us: num("Steady State Statistics:", "Latency avg (usec):").unwrap_or(0.0),
-            latency_max_us: num("Steady State Statistics:", "Latency max (usec):").unwrap_or(0.0),
+            latency_avg_us: num("Steady State Statistics:", "Latency avg (usec):"),
+            latency_max_us: num("Steady State Statistics:", "Latency max (usec):"),
             refreshes: num("Test Statistics:", "Refreshes received:").unwrap_or(0.0) as u64,
             updates: num("Test Statistics:", "Updates received:").unwrap_or(0.0) as u64,
             steady_seconds: num("Steady State Statistics:", "Sampling duration (sec):")
@@ -295,13 +300,13 @@ impl Lab {
             let interactive = self.rssl_through_node(&tools, rate, items, secs, true)?;
             let non_interactive = self.rssl_through_node(&tools, rate, items, secs, false)?;
             eprintln!(
-                "bench rssl: {rate}/s: direct {:.0}/s {:.1} µs; through the node: ProvPerf {:.0}/s {:.1} µs, NIProvPerf {:.0}/s {:.1} µs",
+                "bench rssl: {rate}/s: direct {:.0}/s {} µs; through the node: ProvPerf {:.0}/s {} µs, NIProvPerf {:.0}/s {} µs",
                 direct.update_rate,
-                direct.latency_avg_us,
+                us_or_dash(direct.latency_avg_us),
                 interactive.update_rate,
-                interactive.latency_avg_us,
+                us_or_dash(interactive.latency_avg_us),
                 non_interactive.update_rate,
-                non_interactive.latency_avg_us
+                us_or_dash(non_interactive.latency_avg_us)
             );
             let direct_ok = direct.sustained;
             r.direct.push(direct);
@@ -543,7 +548,7 @@ impl Lab {
         let deadline = Instant::now() + Duration::from_secs_f64(secs + 120.0);
         let sample = || -> Option<(f64, f64)> {
             let (pid, addr) = node.as_ref()?;
-            let cpu = crate::sysinfo::process_cpu_seconds(*pid)?;
+            let cpu = crate::sysinfo::process_cpu_ns(*pid)? as f64 / 1e9;
             let out = crate::scraper::metric(addr, "tickwire_updates_out_total").ok()??;
             Some((cpu, out))
         };
@@ -602,6 +607,11 @@ fn step(rate: u64, provider: &str, items: usize, c: &ConsPerf, node_cpu: Option<
     }
 }
 
+/// A latency in µs, or "-" when ConsPerf had none.
+fn us_or_dash(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
 /// report.md's section: the paths and the native path side by side.
 pub(super) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
     let m = &r.max_sustained_updates_per_s;
@@ -645,24 +655,23 @@ pub(super) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
                 )
             })
         };
-        let lat =
-            |s: Option<&RsslStep>| s.map_or("-".into(), |s| format!("{:.1}", s.latency_avg_us));
+        let lat = |s: Option<&RsslStep>| s.map_or("-".into(), |s| us_or_dash(s.latency_avg_us));
         let cpu = |s: Option<&RsslStep>| {
             s.and_then(|s| s.node_cpu_ns_per_update)
                 .map_or("-".into(), ns)
         };
         writeln!(
             md,
-            "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             fmt_rate(d.rate as f64),
             rate_cell(Some(d)),
-            d.latency_avg_us,
+            us_or_dash(d.latency_avg_us),
             rate_cell(i),
             lat(i),
-            i.map_or("-".into(), |i| format!(
-                "{:+.1}",
-                i.latency_avg_us - d.latency_avg_us
-            )),
+            match (i.and_then(|i| i.latency_avg_us), d.latency_avg_us) {
+                (Some(a), Some(b)) => format!("{:+.1}", a - b),
+                _ => "-".into(),
+            },
             rate_cell(n),
             lat(n),
             cpu(i),
@@ -687,7 +696,13 @@ mod tests {
         let out = "Steady State Statistics:\n  Sampling duration (sec): 5.661\n  Latency avg (usec): 87.9\n  Latency max (usec): 355.0\n  Avg update rate: 10006\n\nOverall Statistics: \n  Latency avg (usec): 1.0\n\nTest Statistics:\n  Requests sent: 10\n  Refreshes received: 10\n  Updates received: 57100\n  Avg update rate: 10007\n";
         let c = ConsPerf::parse(out).unwrap();
         assert_eq!(c.update_rate, 10006.0);
-        assert_eq!(c.latency_avg_us, 87.9);
+        assert_eq!(c.latency_avg_us, Some(87.9));
+        // A steady state without latency says so; the overall figure is not taken.
+        let none = out.replace(
+            "  Latency avg (usec): 87.9\n  Latency max (usec): 355.0\n",
+            "  No latency information was received during steady-state time.\n",
+        );
+        assert_eq!(ConsPerf::parse(&none).unwrap().latency_avg_us, None);
         assert_eq!((c.refreshes, c.updates), (10, 57100));
         let s = step(10_000, "ProvPerf", 10, &c, None);
         assert!(s.sustained);
