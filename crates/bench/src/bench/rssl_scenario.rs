@@ -150,15 +150,17 @@ impl Tools {
             work.join("items.xml"),
             format!("<itemList>\n{list}</itemList>\n"),
         )?;
+        // "Real-Time SDK 2.1.2.L1" somewhere in the folder's README.
         let readme = std::fs::read_to_string(dir.join("README.md")).unwrap_or_default();
-        let version = readme
-            .lines()
-            .find_map(|l| l.split("from Real-Time SDK ").nth(1))
-            .and_then(|r| r.split_whitespace().next())
-            .map_or_else(
-                || dir.display().to_string(),
-                |v| format!("Real-Time SDK {v} ({})", dir.display()),
-            );
+        let words: Vec<&str> = readme.split_whitespace().collect();
+        let version = words
+            .windows(2)
+            .find(|w| w[0] == "SDK" && w[1].starts_with(|c: char| c.is_ascii_digit()))
+            .map(|w| w[1].trim_end_matches([',', '.', ')']));
+        let version = match version {
+            Some(v) => format!("Real-Time SDK {v} ({})", dir.display()),
+            None => dir.display().to_string(),
+        };
         Ok(Tools {
             classpath,
             work,

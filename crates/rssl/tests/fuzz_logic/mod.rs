@@ -89,6 +89,38 @@ pub fn rssl_connection(data: &[u8]) {
     }
     let _ = ch.handle_timeout(now + Duration::from_secs(120));
     ch.end_batch();
+    as_provider(data, now);
+}
+
+/// The same bytes as a provider's answers to the node connecting to it: RIPC's client
+/// side (a ConnectAck or Nak first), then RWF messages through the provider link.
+fn as_provider(data: &[u8], now: Instant) {
+    let dict = std::sync::Arc::new(RwfDictionary::from_native(
+        &tickwire_proto::Dictionary::market_price(),
+    ));
+    let mut ch = Channel::connect(Settings::default(), "fuzz", now);
+    let mut link = tickwire_rssl::provider_link::ProviderLink::new(dict, "fuzz");
+    let (mut to_node, mut msg) = (Vec::new(), Vec::new());
+    ch.handle_bytes(data, now);
+    loop {
+        match ch.poll(&mut msg) {
+            Ok(None) | Err(_) => break,
+            Ok(Some(Input::Connected)) => link.on_connected(&mut ch),
+            Ok(Some(Input::Message)) => {
+                if link
+                    .on_provider_message(&msg, &mut to_node, &mut ch)
+                    .is_err()
+                {
+                    break;
+                }
+                for m in tickwire_proto::MessageIter::new(&to_node) {
+                    assert!(m.is_ok(), "the link wrote a bad message: {:?}", m.err());
+                }
+                to_node.clear();
+            }
+        }
+    }
+    link.on_lost(&mut to_node);
 }
 
 /// Every decoder over a message's parts.
