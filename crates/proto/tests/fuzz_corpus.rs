@@ -107,6 +107,8 @@ fn corpus_directories_match_the_targets() {
     targets.push("backbone_messages".to_string());
     // The lab's NATS client, replayed by crates/bench/tests/nats_fuzz_corpus.rs.
     targets.push("nats_frames".to_string());
+    // RSSL (RIPC and RWF, both sides), replayed by crates/rssl/tests/fuzz_corpus.rs.
+    targets.push("rssl_connection".to_string());
     targets.sort();
     assert_eq!(
         dirs, targets,
