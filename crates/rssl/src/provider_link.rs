@@ -377,3 +377,191 @@ impl ProviderLink {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rwf::container::{
+        filter_action, map_action, ElementListWriter, FieldListWriter, FilterListWriter, MapWriter,
+    };
+    use crate::rwf::msg::{begin_refresh, refresh, stream, RwfState};
+    use crate::rwf::primitive::{self, RwfReal};
+    use tickwire_proto::{MessageIter, Real, Request};
+
+    fn native(bytes: &[u8]) -> Vec<String> {
+        MessageIter::new(bytes)
+            .map(|m| format!("{:?}", m.unwrap().message))
+            .collect()
+    }
+
+    /// A provider's directory refresh: service 7, "PROV", up.
+    fn directory() -> Vec<u8> {
+        let mut out = Vec::new();
+        begin_refresh(
+            &mut out,
+            domain::SOURCE,
+            DIRECTORY_STREAM,
+            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
+            dt::MAP,
+            None,
+            &RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, ""),
+            None,
+            None,
+            false,
+        );
+        let mut map = MapWriter::begin(&mut out, dt::UINT, dt::FILTER_LIST);
+        map.entry(&mut out, map_action::ADD, &[7], |o| {
+            let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
+            fl.entry(o, filter_action::SET, 1, |o| {
+                let mut el = ElementListWriter::begin(o);
+                el.ascii(o, "Name", b"PROV");
+                el.end(o);
+            });
+            fl.entry(o, filter_action::SET, 2, |o| {
+                let mut el = ElementListWriter::begin(o);
+                el.uint(o, "ServiceState", 1);
+                el.end(o);
+            });
+            fl.end(o);
+        });
+        map.end(&mut out);
+        out
+    }
+
+    #[test]
+    fn a_provider_is_logged_in_to_read_and_its_items_served_on_the_nodes_streams() {
+        let dict = Arc::new(RwfDictionary::from_native(
+            &tickwire_proto::Dictionary::market_price(),
+        ));
+        let mut link = ProviderLink::new(dict, "node");
+        let (mut to_node, mut out): (Vec<u8>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
+        link.on_connected(&mut out);
+        let login = Msg::decode(&out[0]).unwrap();
+        assert_eq!(
+            (login.class, login.domain, login.stream_id),
+            (class::REQUEST, domain::LOGIN, 1)
+        );
+        assert_eq!(login.key.unwrap().name, Some(&b"node"[..]));
+        // Its login refresh: the directory is asked for, streaming, INFO|STATE|GROUP|LOAD.
+        let mut lr = Vec::new();
+        begin_refresh(
+            &mut lr,
+            domain::LOGIN,
+            1,
+            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
+            dt::NO_DATA,
+            None,
+            &RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "ok"),
+            None,
+            None,
+            false,
+        );
+        link.on_provider_message(&lr, &mut to_node, &mut out)
+            .unwrap();
+        let dr = Msg::decode(&out[1]).unwrap();
+        assert_eq!(
+            (dr.domain, dr.key.unwrap().filter),
+            (domain::SOURCE, Some(0x0F))
+        );
+        assert!(dr.flags & request::STREAMING != 0);
+        // Its directory: the node hears of an interactive service, up.
+        link.on_provider_message(&directory(), &mut to_node, &mut out)
+            .unwrap();
+        let said = native(&to_node);
+        assert!(
+            said[0].contains("name: \"PROV\", state: Up, interactive: true"),
+            "{said:?}"
+        );
+        to_node.clear();
+        // The node asks for an item on its stream 900: the provider is asked on 5.
+        let req = Message::Request(Request {
+            stream_id: 900,
+            streaming: true,
+            service: "PROV",
+            name: "ITEM",
+            view: None,
+        });
+        link.on_node_message(&req, &mut to_node, &mut out);
+        let r = Msg::decode(&out[2]).unwrap();
+        assert_eq!((r.class, r.stream_id), (class::REQUEST, 5));
+        let k = r.key.unwrap();
+        assert_eq!((k.service_id, k.name), (Some(7), Some(&b"ITEM"[..])));
+        // Its refresh comes back on the node's stream, the values the node's own.
+        let mut rf = Vec::new();
+        let key = MsgKey {
+            service_id: Some(7),
+            name: Some(b"ITEM"),
+            ..MsgKey::default()
+        };
+        begin_refresh(
+            &mut rf,
+            domain::MARKET_PRICE,
+            5,
+            refresh::SOLICITED | refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE,
+            dt::FIELD_LIST,
+            Some(3),
+            &RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, ""),
+            Some(&key),
+            None,
+            true,
+        );
+        let mut w = FieldListWriter::begin(&mut rf);
+        w.field(&mut rf, 22, |o| {
+            primitive::put_real(o, RwfReal::from_decimal(Real::new(1234, -2)))
+        });
+        w.end(&mut rf);
+        link.on_provider_message(&rf, &mut to_node, &mut out)
+            .unwrap();
+        let said = native(&to_node);
+        assert!(
+            said[0].starts_with("Refresh(Refresh { stream_id: 900, seq: 3"),
+            "{said:?}"
+        );
+        assert!(
+            said[0].contains("service: \"PROV\", name: \"ITEM\""),
+            "{said:?}"
+        );
+        let got = MessageIter::new(&to_node).next().unwrap().unwrap();
+        let Message::Refresh(refresh) = got.message else {
+            panic!()
+        };
+        assert_eq!(
+            refresh.fields.get(22),
+            Some(tickwire_proto::Value::Real(Real::new(1234, -2)))
+        );
+        to_node.clear();
+        // The node closes: so does the provider's stream. The link is lost: PROV is down.
+        link.on_node_message(&Message::Close { stream_id: 900 }, &mut to_node, &mut out);
+        assert_eq!(Msg::decode(&out[3]).unwrap().class, class::CLOSE);
+        link.on_lost(&mut to_node);
+        assert!(native(&to_node)[0].contains("state: Down"));
+    }
+
+    #[test]
+    fn a_refused_login_ends_the_connection_with_the_reason() {
+        let dict = Arc::new(RwfDictionary::from_native(
+            &tickwire_proto::Dictionary::market_price(),
+        ));
+        let mut link = ProviderLink::new(dict, "node");
+        let (mut to_node, mut out): (Vec<u8>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
+        link.on_connected(&mut out);
+        let mut st = Vec::new();
+        msg::put_status(
+            &mut st,
+            domain::LOGIN,
+            1,
+            &RwfState::new(
+                stream::CLOSED,
+                msg::data::SUSPECT,
+                msg::code::NOT_ENTITLED,
+                "no",
+            ),
+            None,
+            false,
+        );
+        assert_eq!(
+            link.on_provider_message(&st, &mut to_node, &mut out),
+            Err(LinkError::LoginRefused("no".into()))
+        );
+    }
+}
