@@ -9,6 +9,7 @@ mod auth;
 pub mod backbone;
 pub mod config;
 mod config_error;
+mod core_output;
 mod driver_wait;
 mod io_counters;
 pub mod journal;

@@ -7,14 +7,13 @@
 //! [`RSSL_OUT_HIGH`] bytes waiting), so a slow consumer's backlog stays in the core's
 //! queue, where the slow-consumer policy applies.
 
+use crate::core_output::{drop_core_output, pull_frames, Translate};
 use crate::tls::Transport;
-use crate::ws::drop_core_output;
 use log::{debug, info, warn};
 use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::Instant;
 use tickwire_core::{ConnId, Node};
-use tickwire_proto::MessageIter;
 use tickwire_rssl::ripc::{Channel, Input, Settings};
 use tickwire_rssl::session::{Session, SessionConfig};
 
@@ -38,10 +37,12 @@ pub struct RsslConn {
     fin_sent: bool,
     /// A provider's unknown fields were logged (once per connection).
     skipped_logged: bool,
+    /// The peer's address, for logs.
+    peer: String,
 }
 
 impl RsslConn {
-    pub fn new(shared: &RsslShared, now: Instant) -> Self {
+    pub fn new(shared: &RsslShared, peer: String, now: Instant) -> Self {
         RsslConn {
             channel: Channel::new(shared.ripc.clone(), now),
             session: Session::new(shared.session.clone()),
@@ -50,18 +51,13 @@ impl RsslConn {
             close_after_flush: false,
             fin_sent: false,
             skipped_logged: false,
+            peer,
         }
     }
 
     /// Bytes read from the socket.
-    pub fn on_bytes(
-        &mut self,
-        bytes: &[u8],
-        core: &mut Node,
-        id: ConnId,
-        now: Instant,
-        peer: &str,
-    ) {
+    pub fn on_bytes(&mut self, bytes: &[u8], core: &mut Node, id: ConnId, now: Instant) {
+        let peer = &self.peer;
         if self.close_after_flush {
             return;
         }
@@ -130,37 +126,14 @@ impl RsslConn {
             drop_core_output(core, id);
             return;
         }
-        for _ in 0..64 {
-            if self.channel.pending() >= RSSL_OUT_HIGH {
-                break;
-            }
-            let Some(o) = core.output(id) else { break };
-            let bytes = o.sealed_bytes();
-            if bytes.is_empty() {
-                if core.on_output_written(id) {
-                    continue;
-                }
-                break;
-            }
-            let mut at = 0;
-            // Whole frames only, up to the high mark; the rest stays in the core.
-            while bytes.len() - at >= 4 && self.channel.pending() < RSSL_OUT_HIGH {
-                let len =
-                    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-                        as usize;
-                let Some(payload) = bytes.get(at + 4..at + 4 + len) else {
-                    break;
-                };
-                for m in MessageIter::new(payload).flatten() {
-                    self.session.on_node_message(&m.message, &mut self.channel);
-                }
-                at += 4 + len;
-            }
-            o.consume(at);
-            if at == 0 {
-                break;
-            }
-        }
+        pull_frames(
+            core,
+            id,
+            &mut RsslTranslate {
+                session: &mut self.session,
+                channel: &mut self.channel,
+            },
+        );
         // Dictionary parts as the socket drains.
         self.session.pump_downloads(&mut self.channel);
         if self.session.finished {
@@ -169,9 +142,9 @@ impl RsslConn {
     }
 
     /// The pings RIPC owes, and the end of a silent peer.
-    pub fn handle_timeout(&mut self, now: Instant, peer: &str) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         if let Err(e) = self.channel.handle_timeout(now) {
-            warn!("{peer}: RSSL connection closed: {e}");
+            warn!("{}: RSSL connection closed: {e}", self.peer);
             self.close_after_flush = true;
         }
     }
@@ -210,4 +183,21 @@ impl RsslConn {
 fn out_limit(core: &Node) -> usize {
     let l = &core.config().limits;
     RSSL_OUT_HIGH + 4 * l.max_frame + l.max_output_bytes
+}
+
+/// The RSSL session's side of [`pull_frames`]: whole frames of the core's queue until
+/// [`RSSL_OUT_HIGH`] bytes wait for the socket.
+struct RsslTranslate<'a> {
+    session: &'a mut Session,
+    channel: &'a mut Channel,
+}
+
+impl Translate for RsslTranslate<'_> {
+    fn has_room(&self) -> bool {
+        self.channel.pending() < RSSL_OUT_HIGH
+    }
+
+    fn message(&mut self, m: &tickwire_proto::Message<'_>) {
+        self.session.on_node_message(m, self.channel);
+    }
 }

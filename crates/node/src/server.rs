@@ -775,7 +775,7 @@ impl NodeServer {
                     };
                     open += 1;
                     let closing = r.close_after_flush;
-                    r.handle_timeout(now, &peer_text(&sock.transport));
+                    r.handle_timeout(now);
                     if r.write(&mut sock.transport).is_err() {
                         sock.dead = true;
                         dead.push(id);
@@ -1124,7 +1124,9 @@ impl NodeServer {
                     ))
                 }),
                 rssl: match (&self.rssl, listener) {
-                    (Some(shared), Listener::Rssl) => Some(Box::new(RsslConn::new(shared, now))),
+                    (Some(shared), Listener::Rssl) => {
+                        Some(Box::new(RsslConn::new(shared, peer.to_string(), now)))
+                    }
                     _ => None,
                 },
                 sniffing: listener == Listener::Native
@@ -1215,7 +1217,7 @@ fn read_some(
                 core.on_bytes_received(id, now);
                 core.set_wall_clock(unix_now_ns());
             }
-            r.on_bytes(&bytes, core, id, now, &peer_text(&sock.transport));
+            r.on_bytes(&bytes, core, id, now);
             if r.write(&mut sock.transport).is_err() {
                 sock.dead = true;
                 dead.push(id);
@@ -1295,9 +1297,10 @@ fn read_some(
                             let Some(shared) = rssl else { return false };
                             let first = sock.reader.unread().to_vec();
                             sock.reader = FrameReader::new(0);
-                            let mut r = Box::new(RsslConn::new(shared, now));
+                            let peer = peer_text(&sock.transport);
+                            let mut r = Box::new(RsslConn::new(shared, peer, now));
                             core.on_bytes_received(id, now);
-                            r.on_bytes(&first, core, id, now, &peer_text(&sock.transport));
+                            r.on_bytes(&first, core, id, now);
                             let failed = r.write(&mut sock.transport).is_err();
                             sock.rssl = Some(r);
                             if failed {

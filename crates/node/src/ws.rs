@@ -15,6 +15,7 @@
 //! password checked on the node's verification thread, never here), and an upgrade
 //! whose `AuthToken` cookie holds such a token is logged in as its user at once.
 
+use crate::core_output::{drop_core_output, pull_frames, Translate};
 use crate::tls::Transport;
 use log::{debug, info, warn};
 use std::io::ErrorKind;
@@ -25,7 +26,6 @@ use tickwire_gateway::session::JsonOut;
 use tickwire_gateway::token::{self, TOKEN_COOKIE, TOKEN_PATH};
 use tickwire_gateway::ws::{self, Frame, FrameDecoder};
 use tickwire_gateway::{Session, SessionConfig, UpdateCache, SUBPROTOCOLS, WS_PATH};
-use tickwire_proto::MessageIter;
 
 /// The dashboard (quote board, session figures, latency histogram), built into the
 /// binary: it works offline and talks to the node only through the WebSocket API.
@@ -489,40 +489,15 @@ impl WsConn {
             drop_core_output(core, id);
             return false;
         }
-        let session = &mut open.session;
         let before = self.out.len();
-        for _ in 0..64 {
-            if self.out.len() >= WS_OUT_HIGH {
-                break;
-            }
-            let Some(o) = core.output(id) else { break };
-            let bytes = o.sealed_bytes();
-            if bytes.is_empty() {
-                if core.on_output_written(id) {
-                    continue;
-                }
-                break;
-            }
-            let mut at = 0;
-            // Whole frames of the core's queue, until the JSON reaches WS_OUT_HIGH: the
-            // rest stays in the core (where the slow-consumer policy sees it) rather
-            // than all of it turning into JSON here at once.
-            while bytes.len() - at >= 4 && self.out.len() + self.json.len() < WS_OUT_HIGH {
-                let len =
-                    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-                        as usize;
-                let Some(payload) = bytes.get(at + 4..at + 4 + len) else {
-                    break;
-                };
-                for m in MessageIter::new(payload).flatten() {
-                    session.on_node_message(&m.message, cache, &mut self.json);
-                }
-                at += 4 + len;
-            }
-            o.consume(at);
-            self.json.take(&mut self.out);
-            core.on_output_written(id);
-        }
+        let mut t = WsTranslate {
+            session: &mut open.session,
+            cache,
+            json: &mut self.json,
+            out: &mut self.out,
+        };
+        pull_frames(core, id, &mut t);
+        let session = &open.session;
         if session.finished && !self.close_after_flush {
             ws::encode_close(&mut self.out, 1000, "session ended");
             self.close_after_flush = true;
@@ -556,14 +531,26 @@ impl WsConn {
     }
 }
 
-/// Drops what the core queued for a connection that cannot take it (not upgraded, or
-/// closing).
-/// Drops what the core queued for a connection that will not read it (before an
-/// upgrade or handshake, after a close).
-pub(crate) fn drop_core_output(core: &mut Node, id: ConnId) {
-    if let Some(o) = core.output(id) {
-        let n = o.sealed_bytes().len();
-        o.consume(n);
+/// The JSON session's side of [`pull_frames`]: whole frames of the core's queue until the
+/// JSON reaches [`WS_OUT_HIGH`], each batch framed into `out`.
+struct WsTranslate<'a> {
+    session: &'a mut Session,
+    cache: &'a mut UpdateCache,
+    json: &'a mut JsonOut,
+    out: &'a mut Vec<u8>,
+}
+
+impl Translate for WsTranslate<'_> {
+    fn has_room(&self) -> bool {
+        self.out.len() + self.json.len() < WS_OUT_HIGH
+    }
+
+    fn message(&mut self, m: &tickwire_proto::Message<'_>) {
+        self.session.on_node_message(m, self.cache, self.json);
+    }
+
+    fn end_batch(&mut self) {
+        self.json.take(self.out);
     }
 }
 
