@@ -1,7 +1,8 @@
 //! Field values between Python and the wire, by the dictionary's type of each field.
 //!
 //! To Python: REAL is a `float`, INT/UINT/ENUM an `int`, DATE a `datetime.date`, TIME a
-//! `datetime.time`, ASCII/UTF8 a `str`, a blank `None`. From Python, each type takes its
+//! `datetime.time`, DATETIME a naive `datetime.datetime` (UTC), BUFFER `bytes`,
+//! ASCII/UTF8 a `str`, a blank `None`. From Python, each type takes its
 //! natural values and a string in the form the command line takes (`"101.25"`,
 //! `"2026-11-24"`, `"14:30:00.25"`); a `float` keeps its shortest decimal form (101.25
 //! is sent as 10125e-2, not as the nearest binary fraction); INT/UINT fields take a
@@ -10,8 +11,8 @@
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
-    PyBool, PyDate, PyDateAccess, PyDateTime, PyDict, PyFloat, PyInt, PyString, PyTime,
-    PyTimeAccess,
+    PyBool, PyByteArray, PyBytes, PyDate, PyDateAccess, PyDateTime, PyDict, PyFloat, PyInt,
+    PyString, PyTime, PyTimeAccess,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -91,19 +92,28 @@ fn value_to_py<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, Py
         }
         Value::Date(_) => py.None().into_bound(py),
         Value::Time(t) => {
-            let n = t.nanos_since_midnight;
-            let secs = n / 1_000_000_000;
-            PyTime::new(
-                py,
-                (secs / 3600 % 24) as u8,
-                (secs / 60 % 60) as u8,
-                (secs % 60) as u8,
-                (n % 1_000_000_000 / 1000) as u32,
-                None,
-            )?
-            .into_any()
+            let (h, m, s, us) = hms_micros(t);
+            PyTime::new(py, h, m, s, us, None)?.into_any()
         }
+        Value::DateTime(d, t) if d.is_valid() => {
+            let (h, m, s, us) = hms_micros(t);
+            PyDateTime::new(py, d.year.into(), d.month, d.day, h, m, s, us, None)?.into_any()
+        }
+        Value::DateTime(..) => py.None().into_bound(py),
+        Value::Buffer(b) => PyBytes::new(py, b).into_any(),
     })
+}
+
+/// Hours, minutes, seconds and microseconds (what Python's times hold) of a time.
+fn hms_micros(t: Time) -> (u8, u8, u8, u32) {
+    let n = t.nanos_since_midnight;
+    let secs = n / 1_000_000_000;
+    (
+        (secs / 3600 % 24) as u8,
+        (secs / 60 % 60) as u8,
+        (secs % 60) as u8,
+        (n % 1_000_000_000 / 1000) as u32,
+    )
 }
 
 /// Encodes a dict of field name (or id) -> value into `out`.
@@ -119,11 +129,16 @@ pub fn encode_dict(
         let (fid, name) = field_of(&key, dictionary)?;
         let ty = dictionary.get(fid).expect("field_of found it").field_type;
         let text;
+        let mut scratch = Vec::new();
         let value = match py_to_value(&value, ty) {
             Ok(Converted::Value(v)) => v,
+            Ok(Converted::Bytes(b)) => {
+                scratch = b;
+                Value::Buffer(&scratch)
+            }
             Ok(Converted::Text(t)) => {
                 text = t;
-                parse_value(ty, &text).map_err(|why| bad_value(&name, ty, &why))?
+                parse_value(ty, &text, &mut scratch).map_err(|why| bad_value(&name, ty, &why))?
             }
             Err(why) => return Err(bad_value(&name, ty, &why)),
         };
@@ -164,6 +179,8 @@ enum Converted {
     Value(Value<'static>),
     /// A string (or a decimal number's text) for `parse_value`.
     Text(String),
+    /// A buffer's bytes.
+    Bytes(Vec<u8>),
 }
 
 fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String> {
@@ -273,6 +290,37 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
                 return Err(format!("expected a datetime.time, not {}", type_name()));
             };
             return Ok(V(Value::Time(Time::from_hms_nanos(h, m, s, us * 1000))));
+        }
+        FieldType::DateTime => {
+            let Ok(dt) = v.cast::<PyDateTime>() else {
+                return Err(format!("expected a datetime.datetime, not {}", type_name()));
+            };
+            // An aware datetime is taken in UTC, a naive one as it is.
+            let dt = if dt.getattr("tzinfo").map_err(|e| e.to_string())?.is_none() {
+                dt.clone()
+            } else {
+                in_utc(dt).map_err(|e| e.to_string())?
+            };
+            let date = Date {
+                year: u16::try_from(dt.get_year()).map_err(|_| "year out of range")?,
+                month: dt.get_month(),
+                day: dt.get_day(),
+            };
+            let time = Time::from_hms_nanos(
+                dt.get_hour(),
+                dt.get_minute(),
+                dt.get_second(),
+                dt.get_microsecond() * 1000,
+            );
+            return Ok(V(Value::DateTime(date, time)));
+        }
+        FieldType::Buffer => {
+            if let Ok(b) = v.cast::<PyBytes>() {
+                return Ok(Converted::Bytes(b.as_bytes().to_vec()));
+            }
+            if let Ok(b) = v.cast::<PyByteArray>() {
+                return Ok(Converted::Bytes(b.to_vec()));
+            }
         }
         FieldType::Ascii | FieldType::Utf8 | FieldType::Blank => {}
     }

@@ -685,6 +685,8 @@ fn value_sum(v: &Value<'_>) -> i64 {
         Value::Enum(e) => *e as i64,
         Value::Ascii(s) | Value::Utf8(s) => s.len() as i64,
         Value::Date(d) => d.day as i64,
+        Value::DateTime(d, t) => d.day as i64 + t.nanos_since_midnight as i64,
+        Value::Buffer(b) => b.len() as i64,
         Value::Blank => 0,
     }
 }

@@ -5,7 +5,7 @@ use tickwire_client::EventRef;
 use tickwire_proto::{Dictionary, FieldList, Value};
 
 /// A field value as JSON: reals as numbers, dates "YYYY-MM-DD", times
-/// "HH:MM:SS.nnnnnnnnn", enums as numbers, blank as null.
+/// "HH:MM:SS.nnnnnnnnn", enums as numbers, blank as null, buffers base64.
 pub fn value_json(v: &Value<'_>) -> Json {
     match v {
         Value::Blank => Json::Null,
@@ -20,6 +20,8 @@ pub fn value_json(v: &Value<'_>) -> Json {
         Value::Time(t) => json!(t.to_string()),
         Value::Ascii(s) | Value::Utf8(s) => json!(s),
         Value::Enum(e) => json!(e),
+        // "YYYY-MM-DDTHH:MM:SS.nnnnnnnnn" and base64, as `tickwire post` reads them.
+        v @ (Value::DateTime(..) | Value::Buffer(_)) => json!(v.to_string()),
     }
 }
 

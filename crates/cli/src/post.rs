@@ -51,7 +51,8 @@ fn encode_fields(dict: &Dictionary, args: &[String]) -> Result<Vec<u8>> {
         let Some(def) = dict.get(fid) else {
             bail!("{arg:?}: field {fid} is not in the dictionary: its type is unknown");
         };
-        let value = parse_value(def.field_type, text).map_err(|why| {
+        let mut scratch = Vec::new();
+        let value = parse_value(def.field_type, text, &mut scratch).map_err(|why| {
             anyhow::anyhow!("{arg:?}: {why} ({} is {})", def.name, def.field_type.name())
         })?;
         w.try_push(fid, value)

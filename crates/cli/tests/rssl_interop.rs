@@ -86,38 +86,9 @@ fn java(main: &str, args: &[&str], dir: &Path, timeout: Duration) -> (Option<i32
 /// Runs a Java main class until its output holds `until` (or `timeout` passes), then
 /// stops it: for tools that run for a fixed time of their own.
 fn java_until(main: &str, dir: &Path, until: &str, timeout: Duration) -> String {
-    use std::io::Read;
-    let mut child = Command::new("java")
-        .arg("-cp")
-        .arg(classpath())
-        .arg(main)
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start java (is a JRE installed? .ci/test installs one)");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = std::time::Instant::now() + timeout;
-    let mut out = Vec::new();
-    while !String::from_utf8_lossy(&out).contains(until) {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(bytes) => out.extend(bytes),
-            Err(_) => break,
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    String::from_utf8_lossy(&out).into_owned()
+    let proc = JavaProc::start(main, &[], dir);
+    let _ = proc.wait_for(until, 0, timeout);
+    proc.output()
 }
 
 const CONSUMER: &str = "com.refinitiv.eta.examples.consumer.Consumer";
@@ -467,29 +438,68 @@ fn posts_from_the_eta_consumer_reach_the_publisher_and_its_answer_comes_back() {
 }
 
 /// A Java tool left running (a provider), stopped when dropped.
-struct JavaProc(std::process::Child);
+/// A Java tool running beside the test, its standard output gathered as it comes;
+/// killed when dropped.
+struct JavaProc {
+    child: std::process::Child,
+    stdout: std::sync::Arc<std::sync::Mutex<String>>,
+}
 
 impl JavaProc {
     fn start(main: &str, args: &[&str], dir: &Path) -> JavaProc {
-        JavaProc(
-            Command::new("java")
-                .arg("-cp")
-                .arg(classpath())
-                .arg(main)
-                .args(args)
-                .current_dir(dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start java"),
-        )
+        use std::io::Read;
+        let mut child = Command::new("java")
+            .arg("-cp")
+            .arg(classpath())
+            .arg(main)
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start java (is a JRE installed? .ci/test installs one)");
+        let stdout = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut pipe = child.stdout.take().expect("stdout");
+        let gathered = stdout.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&buf[..n]);
+                gathered.lock().expect("output lock").push_str(&text);
+            }
+        });
+        JavaProc { child, stdout }
+    }
+
+    /// Everything it has printed so far.
+    fn output(&self) -> String {
+        self.stdout.lock().expect("output lock").clone()
+    }
+
+    /// Waits until its output after byte `from` holds `needle`, and returns where the
+    /// needle ends (to wait for what comes after it); or the whole output on timeout.
+    fn wait_for(&self, needle: &str, from: usize, timeout: Duration) -> Result<usize, String> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let out = self.output();
+            if let Some(at) = out.get(from..).and_then(|rest| rest.find(needle)) {
+                return Ok(from + at + needle.len());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(out);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
 impl Drop for JavaProc {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -881,5 +891,57 @@ fn an_rssl_login_is_held_to_the_users_file() {
         "no data for an anonymous subscriber:\n{out}"
     );
     feed_proc.kill();
+    node.stop(Duration::from_secs(10));
+}
+
+#[test]
+fn the_watchlist_consumer_recovers_its_item_across_a_node_restart() {
+    let port = common::free_port_for_tests();
+    let listen = format!("127.0.0.1:{port}");
+    let mut node = Node::start(&["--listen", &listen]);
+    let mut feed = start_publisher(&node, "DIRECT_FEED", 3, 50, false);
+    let dir = workdir();
+    let consumer = JavaProc::start(
+        "com.refinitiv.eta.valueadd.examples.watchlistconsumer.WatchlistConsumer",
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-s",
+            "DIRECT_FEED",
+            "-mp",
+            "SYM1",
+            "-runTime",
+            "120",
+        ],
+        dir.path(),
+    );
+    let wait = |needle: &str, from: usize, secs: u64| {
+        consumer
+            .wait_for(needle, from, Duration::from_secs(secs))
+            .unwrap_or_else(|out| panic!("no {needle:?} after byte {from} in:\n{out}"))
+    };
+    let at = wait("DefaultMsgCallback Refresh ItemName: SYM1", 0, 60);
+    let at = wait("State: Open/Ok", at, 5);
+    let at = wait("DefaultMsgCallback Update ItemName: SYM1", at, 10);
+    // The node goes: the watchlist tells the item is suspect and reconnects by itself.
+    node.proc.kill();
+    feed.kill();
+    let at = wait("Connection down reconnecting", at, 20);
+    let at = wait("DefaultMsgCallback Status -- ItemName: SYM1", at, 10);
+    let at = wait("Open/Suspect", at, 5);
+    // A new node on the same port and its publisher: the watchlist logs in again,
+    // re-requests the item and gets a new image, then updates.
+    let mut node = Node::start(&["--listen", &listen]);
+    let _feed = start_publisher(&node, "DIRECT_FEED", 3, 50, false);
+    let at = wait("DefaultMsgCallback Refresh ItemName: SYM1", at, 60);
+    let at = wait("State: Open/Ok", at, 5);
+    wait("DefaultMsgCallback Update ItemName: SYM1", at, 10);
+    assert!(
+        !consumer.output().contains("Exception"),
+        "{}",
+        consumer.output()
+    );
     node.stop(Duration::from_secs(10));
 }

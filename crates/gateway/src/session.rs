@@ -378,6 +378,8 @@ fn write_fields(out: &mut Vec<u8>, dict: &Dictionary, fields: FieldList<'_>) {
             Value::Date(d) => escape(out, &d.to_string()),
             Value::Time(t) => escape(out, &t.to_string()),
             Value::Ascii(s) | Value::Utf8(s) => escape(out, s),
+            // As the text parsers read them back: ISO 8601 and base64 strings.
+            v @ (Value::DateTime(..) | Value::Buffer(_)) => escape(out, &v.to_string()),
         }
     }
     out.push(b'}');

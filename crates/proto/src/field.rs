@@ -21,6 +21,10 @@ pub enum FieldType {
     Ascii = 6,
     Utf8 = 7,
     Enum = 8,
+    /// A date and a time of day together (RWF's DATETIME).
+    DateTime = 9,
+    /// Opaque bytes (RWF's BUFFER; also RMTES text that is not UTF-8, kept as sent).
+    Buffer = 10,
 }
 
 impl FieldType {
@@ -35,6 +39,8 @@ impl FieldType {
             6 => FieldType::Ascii,
             7 => FieldType::Utf8,
             8 => FieldType::Enum,
+            9 => FieldType::DateTime,
+            10 => FieldType::Buffer,
             _ => return None,
         })
     }
@@ -51,6 +57,8 @@ impl FieldType {
             FieldType::Ascii => "ASCII",
             FieldType::Utf8 => "UTF8",
             FieldType::Enum => "ENUM",
+            FieldType::DateTime => "DATETIME",
+            FieldType::Buffer => "BUFFER",
         }
     }
 
@@ -64,6 +72,8 @@ impl FieldType {
             "ASCII" => FieldType::Ascii,
             "UTF8" => FieldType::Utf8,
             "ENUM" => FieldType::Enum,
+            "DATETIME" => FieldType::DateTime,
+            "BUFFER" => FieldType::Buffer,
             _ => return None,
         })
     }
@@ -193,6 +203,8 @@ pub enum Value<'a> {
     Ascii(&'a str),
     Utf8(&'a str),
     Enum(u16),
+    DateTime(Date, Time),
+    Buffer(&'a [u8]),
 }
 
 impl Value<'_> {
@@ -207,6 +219,8 @@ impl Value<'_> {
             Value::Ascii(_) => FieldType::Ascii,
             Value::Utf8(_) => FieldType::Utf8,
             Value::Enum(_) => FieldType::Enum,
+            Value::DateTime(..) => FieldType::DateTime,
+            Value::Buffer(_) => FieldType::Buffer,
         }
     }
 
@@ -232,6 +246,16 @@ impl Value<'_> {
                 out.extend_from_slice(s.as_bytes());
             }
             Value::Enum(v) => put_u16(out, v),
+            Value::DateTime(d, t) => {
+                put_u16(out, d.year);
+                out.push(d.month);
+                out.push(d.day);
+                put_varint(out, t.nanos_since_midnight);
+            }
+            Value::Buffer(b) => {
+                put_varint(out, b.len() as u64);
+                out.extend_from_slice(b);
+            }
         }
     }
 }
@@ -247,6 +271,12 @@ impl fmt::Display for Value<'_> {
             Value::Time(v) => write!(f, "{v}"),
             Value::Ascii(s) | Value::Utf8(s) => f.write_str(s),
             Value::Enum(v) => write!(f, "{v}"),
+            Value::DateTime(d, t) => write!(f, "{d}T{t}"),
+            // Base64, as text parses it back (crate::text).
+            Value::Buffer(b) => {
+                use base64::Engine;
+                f.write_str(&base64::engine::general_purpose::STANDARD.encode(b))
+            }
         }
     }
 }
@@ -269,40 +299,12 @@ fn decode_value<'a>(fid: i16, r: &mut Reader<'a>) -> Result<Value<'a>, DecodeErr
                 exponent,
             })
         }
-        FieldType::Date => {
-            let d = Date {
-                year: r.u16()?,
-                month: r.u8()?,
-                day: r.u8()?,
-            };
-            if !d.is_valid() {
-                return Err(DecodeError::InvalidDate {
-                    fid,
-                    year: d.year,
-                    month: d.month,
-                    day: d.day,
-                });
-            }
-            Value::Date(d)
-        }
-        FieldType::Time => {
-            let nanos = r.varint()?;
-            if nanos >= NANOS_PER_DAY {
-                return Err(DecodeError::InvalidTime { fid, nanos });
-            }
-            Value::Time(Time {
-                nanos_since_midnight: nanos,
-            })
-        }
+        FieldType::Date => Value::Date(read_date(fid, r)?),
+        FieldType::Time => Value::Time(read_time(fid, r)?),
+        FieldType::DateTime => Value::DateTime(read_date(fid, r)?, read_time(fid, r)?),
+        FieldType::Buffer => Value::Buffer(read_bytes(r)?),
         FieldType::Ascii | FieldType::Utf8 => {
-            let len = r.varint()?;
-            if len > MAX_STRING_LEN {
-                return Err(DecodeError::InvalidValue {
-                    what: "string length",
-                    value: len,
-                });
-            }
-            let bytes = r.bytes(len as usize)?;
+            let bytes = read_bytes(r)?;
             let s =
                 std::str::from_utf8(bytes).map_err(|_| DecodeError::InvalidUtf8("string field"))?;
             if ty == FieldType::Ascii {
@@ -318,6 +320,48 @@ fn decode_value<'a>(fid: i16, r: &mut Reader<'a>) -> Result<Value<'a>, DecodeErr
     })
 }
 
+#[inline(always)]
+fn read_date(fid: i16, r: &mut Reader<'_>) -> Result<Date, DecodeError> {
+    let d = Date {
+        year: r.u16()?,
+        month: r.u8()?,
+        day: r.u8()?,
+    };
+    if !d.is_valid() {
+        return Err(DecodeError::InvalidDate {
+            fid,
+            year: d.year,
+            month: d.month,
+            day: d.day,
+        });
+    }
+    Ok(d)
+}
+
+#[inline(always)]
+fn read_time(fid: i16, r: &mut Reader<'_>) -> Result<Time, DecodeError> {
+    let nanos = r.varint()?;
+    if nanos >= NANOS_PER_DAY {
+        return Err(DecodeError::InvalidTime { fid, nanos });
+    }
+    Ok(Time {
+        nanos_since_midnight: nanos,
+    })
+}
+
+/// A string's or buffer's bytes: a varint length, at most [`MAX_STRING_LEN`].
+#[inline(always)]
+fn read_bytes<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], DecodeError> {
+    let len = r.varint()?;
+    if len > MAX_STRING_LEN {
+        return Err(DecodeError::InvalidValue {
+            what: "string length",
+            value: len,
+        });
+    }
+    r.bytes(len as usize)
+}
+
 /// Checks one tag+value exactly as [`decode_value`] does (the same error for the same
 /// bytes) without building the value: what validating a received list costs.
 #[inline(always)]
@@ -331,35 +375,20 @@ fn check_value(fid: i16, r: &mut Reader<'_>) -> Result<(), DecodeError> {
             r.skip_varint()?;
         }
         4 => {
-            let d = Date {
-                year: r.u16()?,
-                month: r.u8()?,
-                day: r.u8()?,
-            };
-            if !d.is_valid() {
-                return Err(DecodeError::InvalidDate {
-                    fid,
-                    year: d.year,
-                    month: d.month,
-                    day: d.day,
-                });
-            }
+            read_date(fid, r)?;
         }
         5 => {
-            let nanos = r.varint()?;
-            if nanos >= NANOS_PER_DAY {
-                return Err(DecodeError::InvalidTime { fid, nanos });
-            }
+            read_time(fid, r)?;
+        }
+        9 => {
+            read_date(fid, r)?;
+            read_time(fid, r)?;
+        }
+        10 => {
+            read_bytes(r)?;
         }
         6 | 7 => {
-            let len = r.varint()?;
-            if len > MAX_STRING_LEN {
-                return Err(DecodeError::InvalidValue {
-                    what: "string length",
-                    value: len,
-                });
-            }
-            let bytes = r.bytes(len as usize)?;
+            let bytes = read_bytes(r)?;
             // ASCII is valid UTF-8 of either type; anything else gets the full checks.
             if !bytes.is_ascii() {
                 let s = std::str::from_utf8(bytes)
@@ -534,7 +563,8 @@ fn encoded_len(b: &[u8]) -> Option<usize> {
         1 | 2 | 5 => 1 + varint_len_at(b.get(1..)?)?,
         3 => 2 + varint_len_at(b.get(2..)?)?,
         4 => 5,
-        6 | 7 => {
+        9 => 5 + varint_len_at(b.get(5..)?)?,
+        6 | 7 | 10 => {
             let mut r = Reader::new(b.get(1..)?, "field list");
             let n = r.varint().ok()?;
             if n > MAX_STRING_LEN {
@@ -558,7 +588,13 @@ fn refusal(fid: i16, value: Value<'_>) -> crate::EncodeError {
         Value::Ascii(s) | Value::Utf8(s) if s.len() as u64 > MAX_STRING_LEN => {
             format!("string of {} bytes, limit {MAX_STRING_LEN}", s.len())
         }
-        Value::Date(d) if !d.is_valid() => format!("invalid date {d}"),
+        Value::Buffer(b) if b.len() as u64 > MAX_STRING_LEN => {
+            format!("buffer of {} bytes, limit {MAX_STRING_LEN}", b.len())
+        }
+        Value::Date(d) | Value::DateTime(d, _) if !d.is_valid() => format!("invalid date {d}"),
+        Value::DateTime(_, t) if t.nanos_since_midnight >= NANOS_PER_DAY => {
+            format!("{} ns is past the end of the day", t.nanos_since_midnight)
+        }
         Value::Time(t) if t.nanos_since_midnight >= NANOS_PER_DAY => {
             format!("{} ns is past the end of the day", t.nanos_since_midnight)
         }
@@ -605,6 +641,8 @@ impl<'b> FieldListWriter<'b> {
                 Value::Utf8(s) => s.len() as u64 <= MAX_STRING_LEN,
                 Value::Date(d) => d.is_valid(),
                 Value::Time(t) => t.nanos_since_midnight < NANOS_PER_DAY,
+                Value::DateTime(d, t) => d.is_valid() && t.nanos_since_midnight < NANOS_PER_DAY,
+                Value::Buffer(b) => b.len() as u64 <= MAX_STRING_LEN,
                 _ => true,
             };
         if !acceptable {

@@ -1,11 +1,18 @@
 //! Field values from text, by the field's type: what a person types on a command line
 //! (`BID=101.25`) and what a JSON number or string holds (the WebSocket API's posts).
 //! Reals keep the decimal exactly as written: `101.25` is mantissa 10125, exponent -2.
+//! A date and time is `YYYY-MM-DDTHH:MM:SS[.fraction]`; a buffer is base64, as the
+//! WebSocket API writes it.
 
 use crate::field::{Date, FieldType, Real, Time, Value};
 
-/// Parses `text` as a value of type `ty`. An empty text is a blank.
-pub fn parse_value(ty: FieldType, text: &str) -> Result<Value<'_>, String> {
+/// Parses `text` as a value of type `ty`. An empty text is a blank. A buffer's bytes
+/// are decoded into `scratch`, which the value then borrows.
+pub fn parse_value<'a>(
+    ty: FieldType,
+    text: &'a str,
+    scratch: &'a mut Vec<u8>,
+) -> Result<Value<'a>, String> {
     if text.is_empty() {
         return Ok(Value::Blank);
     }
@@ -26,6 +33,20 @@ pub fn parse_value(ty: FieldType, text: &str) -> Result<Value<'_>, String> {
         FieldType::Ascii if text.is_ascii() => Value::Ascii(text),
         FieldType::Ascii => return Err(bad("ASCII text")),
         FieldType::Utf8 => Value::Utf8(text),
+        FieldType::DateTime => {
+            let (date, time) = text
+                .split_once(['T', ' '])
+                .and_then(|(d, t)| Some((parse_date(d)?, parse_time(t)?)))
+                .ok_or_else(|| bad("a date and time (YYYY-MM-DDTHH:MM:SS[.fraction])"))?;
+            Value::DateTime(date, time)
+        }
+        FieldType::Buffer => {
+            use base64::Engine;
+            *scratch = base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|_| bad("base64"))?;
+            Value::Buffer(scratch)
+        }
     })
 }
 
@@ -133,20 +154,32 @@ mod tests {
 
     #[test]
     fn every_type_parses_from_text_and_says_what_it_wanted() {
-        assert_eq!(parse_value(FieldType::Int, "-3"), Ok(Value::Int(-3)));
-        assert_eq!(parse_value(FieldType::UInt, "300"), Ok(Value::UInt(300)));
-        assert_eq!(parse_value(FieldType::Enum, "840"), Ok(Value::Enum(840)));
         assert_eq!(
-            parse_value(FieldType::Ascii, "IBM"),
+            parse_value(FieldType::Int, "-3", &mut Vec::new()),
+            Ok(Value::Int(-3))
+        );
+        assert_eq!(
+            parse_value(FieldType::UInt, "300", &mut Vec::new()),
+            Ok(Value::UInt(300))
+        );
+        assert_eq!(
+            parse_value(FieldType::Enum, "840", &mut Vec::new()),
+            Ok(Value::Enum(840))
+        );
+        assert_eq!(
+            parse_value(FieldType::Ascii, "IBM", &mut Vec::new()),
             Ok(Value::Ascii("IBM"))
         );
         assert_eq!(
-            parse_value(FieldType::Utf8, "Zürich"),
+            parse_value(FieldType::Utf8, "Zürich", &mut Vec::new()),
             Ok(Value::Utf8("Zürich"))
         );
-        assert_eq!(parse_value(FieldType::Real, ""), Ok(Value::Blank));
         assert_eq!(
-            parse_value(FieldType::Date, "2024-02-29"),
+            parse_value(FieldType::Real, "", &mut Vec::new()),
+            Ok(Value::Blank)
+        );
+        assert_eq!(
+            parse_value(FieldType::Date, "2024-02-29", &mut Vec::new()),
             Ok(Value::Date(Date {
                 year: 2024,
                 month: 2,
@@ -154,15 +187,40 @@ mod tests {
             }))
         );
         assert_eq!(
-            parse_value(FieldType::Time, "13:45:01.5"),
+            parse_value(FieldType::Time, "13:45:01.5", &mut Vec::new()),
             Ok(Value::Time(Time::from_hms_nanos(13, 45, 1, 500_000_000)))
         );
         assert_eq!(
-            parse_value(FieldType::UInt, "-1"),
+            parse_value(FieldType::UInt, "-1", &mut Vec::new()),
             Err("\"-1\" is not an integer of 0 or more".into())
         );
-        assert!(parse_value(FieldType::Date, "2023-02-29").is_err());
-        assert!(parse_value(FieldType::Time, "24:00:00").is_err());
-        assert!(parse_value(FieldType::Ascii, "Zürich").is_err());
+        assert!(parse_value(FieldType::Date, "2023-02-29", &mut Vec::new()).is_err());
+        assert!(parse_value(FieldType::Time, "24:00:00", &mut Vec::new()).is_err());
+        assert!(parse_value(FieldType::Ascii, "Zürich", &mut Vec::new()).is_err());
+        assert_eq!(
+            parse_value(
+                FieldType::DateTime,
+                "2024-02-29T13:45:01.5",
+                &mut Vec::new()
+            ),
+            Ok(Value::DateTime(
+                Date {
+                    year: 2024,
+                    month: 2,
+                    day: 29
+                },
+                Time::from_hms_nanos(13, 45, 1, 500_000_000)
+            ))
+        );
+        assert!(parse_value(FieldType::DateTime, "2024-02-29", &mut Vec::new()).is_err());
+        let mut scratch = Vec::new();
+        assert_eq!(
+            parse_value(FieldType::Buffer, "AAH/", &mut scratch),
+            Ok(Value::Buffer(&[0, 1, 255]))
+        );
+        assert_eq!(
+            parse_value(FieldType::Buffer, "not base64!", &mut Vec::new()),
+            Err("\"not base64!\" is not base64".into())
+        );
     }
 }

@@ -31,6 +31,8 @@ enum OVal {
     Ascii(String),
     Utf8(String),
     Enum(u16),
+    DateTime(Date, Time),
+    Buffer(Vec<u8>),
 }
 
 impl OVal {
@@ -45,6 +47,8 @@ impl OVal {
             OVal::Ascii(s) => Value::Ascii(s),
             OVal::Utf8(s) => Value::Utf8(s),
             OVal::Enum(v) => Value::Enum(*v),
+            OVal::DateTime(d, t) => Value::DateTime(*d, *t),
+            OVal::Buffer(b) => Value::Buffer(b),
         }
     }
 
@@ -493,6 +497,8 @@ fn value() -> impl Strategy<Value = OVal> {
         ascii(40).prop_map(OVal::Ascii),
         unicode(20).prop_map(OVal::Utf8),
         any::<u16>().prop_map(OVal::Enum),
+        (date(), time()).prop_map(|(d, t)| OVal::DateTime(d, t)),
+        vec(any::<u8>(), 0..=40).prop_map(OVal::Buffer),
     ]
 }
 
@@ -1400,9 +1406,15 @@ fn invalid_values_are_refused() {
     ));
     // An unknown type tag.
     assert_eq!(
-        FieldList::decode(&fl(9, &[9])),
-        Err(DecodeError::UnknownFieldType { fid: 9, tag: 9 })
+        FieldList::decode(&fl(9, &[11])),
+        Err(DecodeError::UnknownFieldType { fid: 9, tag: 11 })
     );
+    // A date and time with an impossible date, a buffer longer than the list.
+    assert!(matches!(
+        FieldList::decode(&fl(5, &[FieldType::DateTime as u8, 0x07, 0xE9, 2, 30, 0])),
+        Err(DecodeError::InvalidDate { fid: 5, .. })
+    ));
+    assert!(FieldList::decode(&fl(5, &[FieldType::Buffer as u8, 3, 1])).is_err());
     // Unknown message type, flags and enumerations.
     assert_eq!(
         Message::decode_body(0, &[]),

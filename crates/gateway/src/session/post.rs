@@ -204,7 +204,8 @@ fn encode_fields(
                 ))
             }
         };
-        let v = parse_value(def.field_type, text)
+        let mut scratch = Vec::new();
+        let v = parse_value(def.field_type, text, &mut scratch)
             .map_err(|why| refuse(NakCode::InvalidContent, format!("field {name:?}: {why}")))?;
         w.try_push(def.fid, v)
             .map_err(|e| refuse(NakCode::InvalidContent, format!("field {name:?}: {e}")))?;

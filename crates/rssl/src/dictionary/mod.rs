@@ -174,16 +174,20 @@ impl RwfDictionary {
             dt::DATE => primitive::date(body)?.map_or(Value::Blank, Value::Date),
             dt::TIME => primitive::time(body)?.map_or(Value::Blank, Value::Time),
             dt::ENUM => primitive::enumerated(body)?.map_or(Value::Blank, Value::Enum),
-            dt::ASCII_STRING | dt::RMTES_STRING | dt::UTF8_STRING | dt::BUFFER => {
+            dt::DATETIME => {
+                primitive::datetime(body)?.map_or(Value::Blank, |(d, t)| Value::DateTime(d, t))
+            }
+            dt::FLOAT | dt::DOUBLE => {
+                primitive::float_or_double(body)?.map_or(Value::Blank, Value::Real)
+            }
+            dt::BUFFER => Value::Buffer(body),
+            // Text the node can read as text is text; other bytes (RMTES in a
+            // character set of its own) stay bytes, passed on as they came.
+            dt::ASCII_STRING | dt::RMTES_STRING | dt::UTF8_STRING => {
                 match std::str::from_utf8(body) {
                     Ok(s) if t == dt::ASCII_STRING && s.is_ascii() => Value::Ascii(s),
                     Ok(s) => Value::Utf8(s),
-                    Err(_) => {
-                        return Err(RwfError::invalid(
-                            "a string field",
-                            format!("field {fid} is not UTF-8"),
-                        ))
-                    }
+                    Err(_) => Value::Buffer(body),
                 }
             }
             _ => return Ok(None),
@@ -229,7 +233,9 @@ pub fn native_rwf_type(t: FieldType) -> u8 {
         FieldType::Ascii => dt::RMTES_STRING,
         FieldType::Utf8 => dt::RMTES_STRING,
         FieldType::Enum => dt::ENUM,
-        _ => 0,
+        FieldType::DateTime => dt::DATETIME,
+        FieldType::Buffer => dt::BUFFER,
+        FieldType::Blank => 0,
     }
 }
 
@@ -328,12 +334,24 @@ pub fn put_as(out: &mut Vec<u8>, t: u8, v: &Value<'_>) {
         (dt::ENUM, Value::Int(i)) if (0..=0xFFFF).contains(&i) => {
             primitive::put_enum(out, i as u16)
         }
-        (dt::DATE, Value::Date(d)) => primitive::put_date(out, d),
-        (dt::TIME, Value::Time(tm)) => primitive::put_time(out, tm),
+        (dt::FLOAT, Value::Real(r)) => primitive::put_float(out, r),
+        (dt::DOUBLE, Value::Real(r)) => primitive::put_double(out, r),
+        (dt::FLOAT, Value::Int(i)) => primitive::put_float(out, Real::new(i, 0)),
+        (dt::DOUBLE, Value::Int(i)) => primitive::put_double(out, Real::new(i, 0)),
+        (dt::FLOAT | dt::DOUBLE, Value::UInt(u)) => {
+            if let Ok(i) = i64::try_from(u) {
+                put_as(out, t, &Value::Real(Real::new(i, 0)));
+            }
+        }
+        (dt::DATE, Value::Date(d) | Value::DateTime(d, _)) => primitive::put_date(out, d),
+        (dt::TIME, Value::Time(tm) | Value::DateTime(_, tm)) => primitive::put_time(out, tm),
+        (dt::DATETIME, Value::DateTime(d, tm)) => primitive::put_datetime(out, d, tm),
         (
             dt::ASCII_STRING | dt::RMTES_STRING | dt::UTF8_STRING | dt::BUFFER,
             Value::Ascii(s) | Value::Utf8(s),
         ) => out.extend_from_slice(s.as_bytes()),
+        // Bytes as they came: RMTES text the node could not read, or a buffer.
+        (dt::RMTES_STRING | dt::BUFFER, Value::Buffer(b)) => out.extend_from_slice(b),
         // Not this field's type: blank rather than bytes the consumer would misread.
         _ => {}
     }
@@ -375,6 +393,65 @@ mod tests {
         b.clear();
         d.put_value(&mut b, 22, &Value::Ascii("x"));
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn dates_and_times_buffers_floats_and_foreign_text_keep_their_values() {
+        use tickwire_proto::{Date, Time};
+        let text = "\
+            DT  \"DT\"  9001  NULL  DATE  11  DATETIME  12\n\
+            BUF \"BUF\" 9002  NULL  BINARY 16 BUFFER    16\n\
+            FLT \"FLT\" 9003  NULL  PRICE 17  FLOAT      4\n\
+            DBL \"DBL\" 9004  NULL  PRICE 17  DOUBLE     8\n\
+            TXT \"TXT\" 9005  NULL  ALPHANUMERIC 16 RMTES_STRING 16\n";
+        let d = RwfDictionary::parse_rdm(text, "test").unwrap();
+        let roundtrip = |fid: i16, body: &[u8]| {
+            let v = d.value(fid, body).unwrap().unwrap();
+            let mut again = Vec::new();
+            d.put_value(&mut again, fid, &v);
+            (format!("{v:?}"), again)
+        };
+        // 2024-02-29 13:45:01.500: the date's day, month and year, then the time.
+        let dt = [29, 2, 0x07, 0xE8, 13, 45, 1, 0x01, 0xF4];
+        assert_eq!(
+            d.value(9001, &dt),
+            Ok(Some(Value::DateTime(
+                Date {
+                    year: 2024,
+                    month: 2,
+                    day: 29
+                },
+                Time::from_hms_nanos(13, 45, 1, 500_000_000)
+            )))
+        );
+        assert_eq!(roundtrip(9001, &dt).1, dt);
+        assert!(d.value(9001, &dt[..8]).is_err());
+        // Any bytes in a buffer, as they came.
+        let buf = [0, 0xFF, 0x1B, 0x25];
+        assert_eq!(d.value(9002, &buf), Ok(Some(Value::Buffer(&buf))));
+        assert_eq!(roundtrip(9002, &buf).1, buf);
+        // A float 0.1 is the decimal 0.1, and the same float again.
+        let flt = 0.1f32.to_be_bytes();
+        assert_eq!(d.value(9003, &flt), Ok(Some(Value::Real(Real::new(1, -1)))));
+        assert_eq!(roundtrip(9003, &flt).1, flt);
+        let dbl = 101.25f64.to_be_bytes();
+        assert_eq!(
+            d.value(9004, &dbl),
+            Ok(Some(Value::Real(Real::new(10125, -2))))
+        );
+        assert_eq!(roundtrip(9004, &dbl).1, dbl);
+        assert_eq!(
+            d.value(9004, &f64::NAN.to_be_bytes()),
+            Ok(Some(Value::Blank))
+        );
+        // RMTES text in a character set of its own (not UTF-8) passes as bytes.
+        let rmtes = [0x1B, 0x28, 0x42, b'A', 0xE9];
+        assert_eq!(d.value(9005, &rmtes), Ok(Some(Value::Buffer(&rmtes))));
+        assert_eq!(roundtrip(9005, &rmtes).1, rmtes);
+        assert_eq!(
+            d.value(9005, "café".as_bytes()),
+            Ok(Some(Value::Utf8("café")))
+        );
     }
 
     #[test]

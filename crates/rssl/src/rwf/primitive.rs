@@ -257,6 +257,75 @@ pub fn time(body: &[u8]) -> Result<Option<Time>, RwfError> {
     Ok(Some(Time::from_hms_nanos(h, m, s.min(59), nanos)))
 }
 
+/// A date and time: the date's 4 bytes, then the time in its shortest form.
+pub fn put_datetime(out: &mut Vec<u8>, d: Date, t: Time) {
+    put_date(out, d);
+    put_time(out, t);
+}
+
+/// A date and time (6, 7, 9, 11 or 12 bytes); `None` when both parts are blank. A
+/// blank part alone is taken as the day's start (time) or refused (date).
+pub fn datetime(body: &[u8]) -> Result<Option<(Date, Time)>, RwfError> {
+    if body.is_empty() {
+        return Ok(None);
+    }
+    if !matches!(body.len(), 6 | 7 | 9 | 11 | 12) {
+        return Err(RwfError::invalid(
+            "a DateTime",
+            format!("{} bytes (6, 7, 9, 11 or 12)", body.len()),
+        ));
+    }
+    let date = date(&body[..4])?;
+    let time = time(&body[4..])?;
+    match (date, time) {
+        (None, None) => Ok(None),
+        (Some(d), t) => Ok(Some((d, t.unwrap_or(Time::from_hms_nanos(0, 0, 0, 0))))),
+        (None, Some(_)) => Err(RwfError::invalid(
+            "a DateTime",
+            "a time with a blank date".to_string(),
+        )),
+    }
+}
+
+/// A binary float (4 bytes) or double (8 bytes), big-endian, as the decimal that
+/// prints as it does (a float 0.1 is 0.1, not 0.100000001490116). `None`: blank, or
+/// infinite or not a number, which a decimal cannot hold.
+pub fn float_or_double(body: &[u8]) -> Result<Option<Real>, RwfError> {
+    // `{:e}` is the shortest text that reads back as the same binary number.
+    let text = match body.len() {
+        0 => return Ok(None),
+        4 => {
+            let f = f32::from_be_bytes(body.try_into().expect("4 bytes"));
+            if !f.is_finite() {
+                return Ok(None);
+            }
+            format!("{f:e}")
+        }
+        8 => {
+            let f = f64::from_be_bytes(body.try_into().expect("8 bytes"));
+            if !f.is_finite() {
+                return Ok(None);
+            }
+            format!("{f:e}")
+        }
+        n => {
+            return Err(RwfError::invalid(
+                "a Float or Double",
+                format!("{n} bytes (4 or 8)"),
+            ))
+        }
+    };
+    Ok(tickwire_proto::text::parse_real(&text))
+}
+
+pub fn put_float(out: &mut Vec<u8>, r: Real) {
+    out.extend_from_slice(&(r.to_f64() as f32).to_be_bytes());
+}
+
+pub fn put_double(out: &mut Vec<u8>, r: Real) {
+    out.extend_from_slice(&r.to_f64().to_be_bytes());
+}
+
 pub fn put_enum(out: &mut Vec<u8>, v: u16) {
     if v <= 0xFF {
         out.push(v as u8);
