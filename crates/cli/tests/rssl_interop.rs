@@ -549,19 +549,26 @@ fn the_eta_niprovider_publishes_to_native_subscribers() {
     node.stop(Duration::from_secs(10));
 }
 
-#[test]
-fn niprovperf_through_a_node_to_consperf() {
-    let etc = rtsdk().join("etc");
+/// A config file giving a node the SDK's field dictionary (the perf tools' fields).
+fn rdm_config() -> tempfile::NamedTempFile {
     let cfg = tempfile::NamedTempFile::new().expect("config file");
     std::fs::write(
         cfg.path(),
         format!(
             "[rssl]\nfield_dictionary = {:?}\n",
-            etc.join("RDMFieldDictionary")
+            rtsdk().join("etc").join("RDMFieldDictionary")
         ),
     )
     .expect("write config");
-    let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
+    cfg
+}
+
+/// NIProvPerf publishes 10 items at 1,000 updates/s to `source`; ConsPerf reads them
+/// from `reader` for 5 s: every refresh, the updates, and a latency. (Every ConsPerf
+/// here writes its statistics each second: its steady state starts when they first
+/// find every image, and with the default 5 s a steady state of 5 s or less often
+/// never starts.)
+fn niprovperf_to_consperf(source: &Node, reader: &Node) {
     let dir = workdir();
     let items: String = (1..=10)
         .map(|i| format!("<item domain=\"MarketPrice\" name=\"RDT{i}\" />"))
@@ -571,14 +578,13 @@ fn niprovperf_through_a_node_to_consperf() {
         format!("<itemList>{items}</itemList>"),
     )
     .expect("item file");
-    let port = node.addr.port().to_string();
     let _nip = JavaProc::start(
         "com.refinitiv.eta.perftools.niprovperf.NIProvPerf",
         &[
             "-h",
             "127.0.0.1",
             "-p",
-            &port,
+            &source.addr.port().to_string(),
             "-itemFile",
             "items.xml",
             "-itemCount",
@@ -590,19 +596,21 @@ fn niprovperf_through_a_node_to_consperf() {
         ],
         dir.path(),
     );
-    common::wait_for_image(node.addr, "DIRECT_FEED", "RDT10", Duration::from_secs(30))
-        .expect("NIProvPerf's items");
+    common::wait_for_image(reader.addr, "DIRECT_FEED", "RDT10", Duration::from_secs(30))
+        .expect("NIProvPerf's items where ConsPerf reads");
     let (code, out) = java(
         "com.refinitiv.eta.perftools.consperf.ConsPerf",
         &[
             "-h",
             "127.0.0.1",
             "-p",
-            &port,
+            &reader.addr.port().to_string(),
             "-itemFile",
             "items.xml",
             "-itemCount",
             "10",
+            "-writeStatsInterval",
+            "1",
             "-steadyStateTime",
             "5",
             "-msgFile",
@@ -612,12 +620,15 @@ fn niprovperf_through_a_node_to_consperf() {
         Duration::from_secs(90),
     );
     assert_eq!(code, Some(0), "ConsPerf failed:\n{out}");
-    assert!(out.contains("Refreshes received: 10"), "{out}");
-    let updates: u64 = out
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Updates received: "))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no update count:\n{out}"));
+    let count = |what: &str| -> u64 {
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix(what))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {what:?} in:\n{out}"))
+    };
+    // One image per item: none taken again (as after a gap), then the updates.
+    assert_eq!(count("Refreshes received: "), 10, "{out}");
+    let updates = count("Updates received: ");
     assert!(
         updates > 1000,
         "{updates} updates in 5 s at 1,000/s:\n{out}"
@@ -626,7 +637,53 @@ fn niprovperf_through_a_node_to_consperf() {
         out.contains("Latency avg (usec):"),
         "no latency measured:\n{out}"
     );
+}
+
+#[test]
+fn niprovperf_through_a_node_to_consperf() {
+    let cfg = rdm_config();
+    let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
+    niprovperf_to_consperf(&node, &node);
     node.stop(Duration::from_secs(10));
+}
+
+#[test]
+fn niprovperf_on_a_source_node_to_consperf_on_an_edge_across_the_backbone() {
+    let cfg = rdm_config();
+    let cfg = cfg.path().to_str().expect("utf-8 path");
+    let ch = common::channel(80);
+    let start = |role: &str, name: &str| {
+        let mut node = Node::start(&[
+            "--config",
+            cfg,
+            "--backbone",
+            &ch,
+            "--role",
+            role,
+            "--name",
+            name,
+        ]);
+        node.proc
+            .wait_for_line(&format!("backbone: {role} on"), Duration::from_secs(20));
+        node
+    };
+    let mut source = start("source", "src");
+    let mut edge = start("edge", "edge");
+    niprovperf_to_consperf(&source, &edge);
+    edge.stop(Duration::from_secs(10));
+    source.stop(Duration::from_secs(10));
+}
+
+#[test]
+fn niprovperf_on_an_upstream_node_to_consperf_on_a_node_it_feeds() {
+    let cfg = rdm_config();
+    let cfg = cfg.path().to_str().expect("utf-8 path");
+    let mut top = Node::start(&["--config", cfg, "--name", "top"]);
+    let upstream = top.addr_str();
+    let mut below = Node::start(&["--config", cfg, "--upstream", &upstream, "--name", "below"]);
+    niprovperf_to_consperf(&top, &below);
+    below.stop(Duration::from_secs(10));
+    top.stop(Duration::from_secs(10));
 }
 
 #[test]
@@ -723,6 +780,8 @@ fn provperf_through_a_node_to_consperf() {
             "items.xml",
             "-itemCount",
             "10",
+            "-writeStatsInterval",
+            "1",
             "-steadyStateTime",
             "6",
             "-msgFile",
@@ -785,6 +844,8 @@ fn consperf_over_websocket_reads_the_source_directory_and_items() {
             "items.xml",
             "-itemCount",
             "10",
+            "-writeStatsInterval",
+            "1",
             "-steadyStateTime",
             "3",
             "-msgFile",

@@ -13,4 +13,5 @@ pub mod directory;
 pub mod provider_link;
 pub mod ripc;
 pub mod rwf;
+pub mod sequence;
 pub mod session;

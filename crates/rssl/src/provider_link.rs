@@ -14,6 +14,7 @@ use crate::dictionary::RwfDictionary;
 use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
+use crate::sequence::ItemSeq;
 use crate::session::{native_state, Outbox};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -58,7 +59,7 @@ pub struct ProviderLink {
     by_name: FxHashMap<String, u16>,
     /// Item streams: the node's stream to the provider's, and back.
     streams: FxHashMap<u32, i32>,
-    by_rssl: FxHashMap<i32, u32>,
+    by_rssl: FxHashMap<i32, (u32, ItemSeq)>,
     next_stream: i32,
     buf: Vec<u8>,
     fields: Vec<u8>,
@@ -253,12 +254,11 @@ impl ProviderLink {
     }
 
     fn on_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
-        let Some(&native) = self.by_rssl.get(&m.stream_id) else {
-            return;
-        };
-        if !self.fields(m.payload) {
+        if !self.by_rssl.contains_key(&m.stream_id) || !self.fields(m.payload) {
             return;
         }
+        let (native, item_seq) = self.by_rssl.get_mut(&m.stream_id).expect("checked");
+        let (native, seq) = (*native, item_seq.refresh(m.seq));
         let key = m.key.clone().unwrap_or_default();
         let service = key
             .service_id
@@ -269,7 +269,7 @@ impl ProviderLink {
         let state = m.state.map_or(State::OPEN_OK, |s| native_state(&s));
         let _ = Message::Refresh(Refresh {
             stream_id: native,
-            seq: m.seq.unwrap_or(0),
+            seq,
             complete: m.flags & msg::refresh::REFRESH_COMPLETE != 0,
             solicited: m.flags & msg::refresh::SOLICITED != 0,
             clear_cache: m.flags & msg::refresh::CLEAR_CACHE != 0,
@@ -282,15 +282,14 @@ impl ProviderLink {
     }
 
     fn on_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
-        let Some(&native) = self.by_rssl.get(&m.stream_id) else {
-            return;
-        };
-        if !self.fields(m.payload) {
+        if !self.by_rssl.contains_key(&m.stream_id) || !self.fields(m.payload) {
             return;
         }
+        let (native, item_seq) = self.by_rssl.get_mut(&m.stream_id).expect("checked");
+        let (native, seq) = (*native, item_seq.update(m.seq, m.conflation_count));
         let _ = Message::Update(Update {
             stream_id: native,
-            seq: m.seq.unwrap_or(0),
+            seq,
             update_type: match m.update_type {
                 1 => UpdateType::Quote,
                 2 => UpdateType::Trade,
@@ -304,7 +303,7 @@ impl ProviderLink {
     }
 
     fn on_status(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
-        let Some(&native) = self.by_rssl.get(&m.stream_id) else {
+        let Some(&(native, _)) = self.by_rssl.get(&m.stream_id) else {
             return;
         };
         let Some(s) = m.state else { return };
@@ -350,7 +349,7 @@ impl ProviderLink {
                         self.next_stream =
                             self.next_stream.checked_add(1).unwrap_or(FIRST_ITEM_STREAM);
                         self.streams.insert(r.stream_id, s);
-                        self.by_rssl.insert(s, r.stream_id);
+                        self.by_rssl.insert(s, (r.stream_id, ItemSeq::default()));
                         s
                     }
                 };

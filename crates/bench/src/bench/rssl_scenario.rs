@@ -511,6 +511,12 @@ impl Lab {
             &items.to_string(),
             "-steadyStateTime",
             &(secs.ceil() as u64).to_string(),
+            // ConsPerf starts its steady state when its statistics (every 5 s by
+            // default) first find every image, and ends its run at the steady-state
+            // time after its start if they have not: with steady states of 5 s or less
+            // it would often measure none. Every second, it measures each.
+            "-writeStatsInterval",
+            "1",
             "-msgFile",
             "MsgData.xml",
         ]

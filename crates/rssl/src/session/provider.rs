@@ -38,6 +38,7 @@ pub(super) struct Provider {
 #[derive(Debug)]
 struct ProviderItem {
     native: u32,
+    seq: crate::sequence::ItemSeq,
 }
 
 /// Most services and item streams one provider may hold (the node's own limits apply
@@ -169,7 +170,11 @@ impl Session {
             None => {
                 p.next_native += 1;
                 let native = p.next_native;
-                p.items.insert(m.stream_id, ProviderItem { native });
+                let item = ProviderItem {
+                    native,
+                    seq: Default::default(),
+                };
+                p.items.insert(m.stream_id, item);
                 p.by_native.insert(native, m.stream_id);
                 native
             }
@@ -180,9 +185,13 @@ impl Session {
         let p = self.provider.as_mut().expect("a provider");
         let state = m.state.map_or(State::OPEN_OK, |s| native_state(&s));
         let name = String::from_utf8_lossy(name);
+        let seq = p
+            .items
+            .get_mut(&m.stream_id)
+            .map_or(0, |i| i.seq.refresh(m.seq));
         let _ = Message::Refresh(Refresh {
             stream_id: native,
-            seq: m.seq.unwrap_or(0),
+            seq,
             complete: m.flags & refresh::REFRESH_COMPLETE != 0,
             solicited: false,
             clear_cache: m.flags & refresh::CLEAR_CACHE != 0,
@@ -202,10 +211,14 @@ impl Session {
         if !self.provider_fields(m.payload) {
             return;
         }
-        let p = self.provider.as_ref().expect("a provider");
+        let p = self.provider.as_mut().expect("a provider");
+        let seq = p
+            .items
+            .get_mut(&m.stream_id)
+            .map_or(0, |i| i.seq.update(m.seq, m.conflation_count));
         let _ = Message::Update(Update {
             stream_id: native,
-            seq: m.seq.unwrap_or(0),
+            seq,
             update_type: match m.update_type {
                 1 => UpdateType::Quote,
                 2 => UpdateType::Trade,
