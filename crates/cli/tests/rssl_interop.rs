@@ -1006,3 +1006,63 @@ fn the_watchlist_consumer_recovers_its_item_across_a_node_restart() {
     );
     node.stop(Duration::from_secs(10));
 }
+
+#[test]
+fn the_eta_consumer_reads_a_tls_node_over_the_sdks_encrypted_connection_type() {
+    // The node's certificate, trusted by the consumer through a Java key store (what
+    // the SDK's `-keyfile` takes), made by the JRE's keytool.
+    let certs = common::Certs::new("rssl-encrypted");
+    let (mut node, _ws) = certs.start_node("");
+    let dir = empty_workdir();
+    let store = dir.path().join("trust.jks");
+    let keytool = Command::new("keytool")
+        .args(["-importcert", "-noprompt", "-alias", "node", "-storepass"])
+        .arg("changeit")
+        .arg("-file")
+        .arg(certs.cert())
+        .arg("-keystore")
+        .arg(&store)
+        .output()
+        .expect("run keytool (part of the JRE .ci/test installs)");
+    assert!(keytool.status.success(), "keytool: {keytool:?}");
+    let port = node.addr.port().to_string();
+    let (code, out) = java(
+        CONSUMER,
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-connectionType",
+            "encrypted",
+            "-encryptedConnectionType",
+            "socket",
+            "-keyfile",
+            store.to_str().expect("utf-8 path"),
+            "-keypasswd",
+            "changeit",
+            "-s",
+            "TICKWIRE",
+            "-mp",
+            "NODE",
+            "-runtime",
+            "4",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
+    // RIPC inside TLS: the handshake, the login, the dictionaries downloaded (no files
+    // in its folder), and the node's own item with every field known.
+    for expected in [
+        "Connected component version: tickwire",
+        "State: Open/Ok/None - text: \"Login accepted by",
+        "Field Dictionary complete",
+        "NODE\nDOMAIN: MARKET_PRICE\nState: Open/Ok",
+    ] {
+        assert!(out.contains(expected), "no {expected:?} in:\n{out}");
+    }
+    assert!(!out.contains("not found in dictionary"), "{out}");
+    assert!(!out.contains("Exception"), "{out}");
+    node.stop(Duration::from_secs(10));
+}
