@@ -340,6 +340,9 @@ pub struct RigSpec {
     pub spin_us: u64,
     /// perf-pub's `--yield-after-write`.
     pub yield_after_write: bool,
+    /// perf-pub's `--shape`: `level1` (the reference quote) or `wide` (the perf tools'
+    /// 83-field images, 23-field updates).
+    pub shape: &'static str,
     /// perf-sub's `--wait` (block or spin); perf-ws-sub and the NATS subscriber block.
     pub sub_wait: String,
     /// CPUs for node, publisher, subscriber (empty: no pinning).
@@ -403,6 +406,7 @@ impl RigSpec {
             flush_every: 0,
             spin_us: 0,
             yield_after_write: false,
+            shape: "level1",
             sub_wait: "block".into(),
             cpus: None,
             websocket: false,
@@ -631,6 +635,9 @@ fn perf_pub_args(spec: &RigSpec, system: &str, addr: &str) -> Vec<String> {
     }
     if spec.yield_after_write {
         args.push("--yield-after-write".into());
+    }
+    if spec.shape != "level1" {
+        args.extend(["--shape".into(), spec.shape.into()]);
     }
     args
 }

@@ -6,6 +6,10 @@
 //! schedule meant them to be sent (not the time they were sent), so a publisher or node
 //! that falls behind shows up as latency instead of hiding it (no coordinated omission).
 
+mod shape;
+
+pub use shape::Shape;
+
 use crate::stats::{pin, realtime_ns, self_usage, NO_TIMESTAMP};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -96,6 +100,10 @@ pub struct PerfPubArgs {
     /// Seed of the random choice of items and price walk.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// What the images and updates hold: `level1`, the reference quote, or `wide`, the
+    /// perf tools' 83-field images and 23-field updates.
+    #[arg(long, value_enum, default_value_t = Shape::Level1)]
+    pub shape: Shape,
 }
 
 struct Rng(u64);
@@ -195,6 +203,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
         System::Nats => Box::new(NatsSink::connect(&args)?),
     };
     let mut buf = Vec::with_capacity(256);
+    let mut shaped = Vec::with_capacity(512);
     let image_seconds = image_start.elapsed().as_secs_f64();
     if !args.json {
         println!(
@@ -286,7 +295,8 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             };
             buf.clear();
             write_level1(&mut buf, q);
-            sink.update(i, &buf)?;
+            args.shape.update(&buf, rng.next(), tod, &mut shaped);
+            sink.update(i, &shaped)?;
             if args.flush_every > 0 && k % args.flush_every == 0 && k < n {
                 sink.flush()?;
                 if args.yield_after_write {
@@ -403,6 +413,7 @@ impl TickwireSink {
             for (f, raw) in FieldList::from_trusted(&buf).raw_iter() {
                 w.push_raw(f, raw);
             }
+            args.shape.image_extras(&mut w, q.time_of_day);
             w.finish();
             ids.push(publisher.publish_refresh(&name, FieldList::from_trusted(&img))?);
             if i % 4096 == 4095 {

@@ -11,8 +11,10 @@
 //! ConsPerf run of --step-seconds of steady state over --rssl-items items. ConsPerf's
 //! own figures are recorded (its mean latency, from the providers' latency-stamped
 //! updates; its update rate; refreshes), with the node's CPU per update delivered. The
-//! native path's ladder (perf-pub -> node -> perf-sub, cache on, same items) runs in
-//! the same session for the node's CPU per update beside the RSSL path's.
+//! native path's ladder (perf-pub -> node -> perf-sub, cache on, same items, and items
+//! of the perf tools' shape: `perf-pub --shape wide`, 83-field images and 23-field
+//! updates) runs in the same session for the node's CPU per update beside the RSSL
+//! path's: what the translation costs, the work on the items being the same.
 
 use super::*;
 use std::process::{Command, Stdio};
@@ -339,7 +341,8 @@ impl Lab {
         };
         // The native path at the same rates, for the node's CPU per update.
         self.args.max_rate = rungs.last().copied().unwrap_or(0);
-        let spec = RigSpec::new("rssl native cache=on", "on", items);
+        let mut spec = RigSpec::new("rssl native cache=on", "on", items);
+        spec.shape = "wide";
         r.native = self.latency_ladder(&spec, "rssl", &rungs)?;
         self.results.rssl = Some(r);
         Ok(())
@@ -631,7 +634,8 @@ pub(super) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
          NIProvPerf -> node -> ConsPerf. Rate and latency are ConsPerf's steady-state \
          figures (mean latency, µs, from the providers' latency-stamped updates); CPU is the \
          node's per update it sent, beside the native path's (perf-pub -> node -> perf-sub, \
-         cache on) at the same rate. Highest rate with every update: direct {}, through \
+         cache on, items of the perf tools' shape: 83-field images, 23-field updates) at \
+         the same rate. Highest rate with every update: direct {}, through \
          the node from ProvPerf {}, from NIProvPerf {}.\n",
         r.tools,
         r.items,
