@@ -1066,3 +1066,81 @@ fn the_eta_consumer_reads_a_tls_node_over_the_sdks_encrypted_connection_type() {
     assert!(!out.contains("Exception"), "{out}");
     node.stop(Duration::from_secs(10));
 }
+
+#[test]
+fn posts_reach_an_interactive_provider_and_its_acks_come_back() {
+    let port = common::free_port_for_tests();
+    let dir = workdir();
+    let provider = JavaProc::start(
+        "com.refinitiv.eta.examples.provider.Provider",
+        &["-p", &port.to_string(), "-runtime", "120"],
+        dir.path(),
+    );
+    let cfg = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(
+        cfg.path(),
+        format!(
+            "[rssl]\nfield_dictionary = {:?}\n[posts]\nservices = [\"DIRECT_FEED\"]\n",
+            rtsdk().join("etc").join("RDMFieldDictionary")
+        ),
+    )
+    .expect("write config");
+    let at = format!("127.0.0.1:{port}");
+    let mut node = Node::start(&[
+        "--config",
+        cfg.path().to_str().expect("utf-8 path"),
+        "--rssl-provider",
+        &at,
+    ]);
+    common::wait_for_image(node.addr, "DIRECT_FEED", "TRI.N", Duration::from_secs(30))
+        .expect("the provider's item through the node");
+    // The ETA Consumer posts every 5 s on the item's stream, then (another run) on its
+    // login stream naming an item of its own, OFFPOST; the node passes them on to the
+    // provider, whose answers come back on the stream each post came on: an Ack, and a
+    // Nak with the provider's code and reason (it takes no posts for items it has not
+    // been asked for).
+    let node_port = node.addr.port().to_string();
+    let answers = [
+        ("-post", 5, "ackId=1\tseqNum=1\n"),
+        (
+            "-offpost",
+            1,
+            "ackId=1\tseqNum=1\tnakCode=10\ttext=Received an off-stream post message for an unknown item",
+        ),
+    ];
+    for (flag, stream, answer) in answers {
+        let (code, out) = java(
+            CONSUMER,
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &node_port,
+                "-s",
+                "DIRECT_FEED",
+                "-mp",
+                "TRI.N",
+                flag,
+                "-runtime",
+                "7",
+            ],
+            dir.path(),
+            Duration::from_secs(60),
+        );
+        assert_eq!(code, Some(0), "the consumer failed:\n{out}");
+        let acked = format!("Received AckMsg for stream {stream}");
+        assert!(out.contains(&acked), "{flag}: no {acked:?} in:\n{out}");
+        assert!(out.contains(answer), "{flag}: no {answer:?} in:\n{out}");
+    }
+    let said = provider.output();
+    for expected in [
+        "Received an on-stream post for item= TRI.N",
+        "Received an off-stream item post (item=OFFPOST)",
+    ] {
+        assert!(
+            said.contains(expected),
+            "the provider did not say {expected:?}:\n{said}"
+        );
+    }
+    node.stop(Duration::from_secs(10));
+}

@@ -19,14 +19,18 @@ use crate::session::{native_state, Outbox};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_proto::{
-    code, DataState, Directory, FieldList, Message, Refresh, ServiceEntry, ServiceState, State,
-    Status, StreamState, Update, UpdateType,
+    code, Ack, DataState, Directory, FieldList, Message, NakCode, Post, Refresh, ServiceEntry,
+    ServiceState, State, Status, StreamState, Update, UpdateType,
 };
 
 const LOGIN_STREAM: i32 = 1;
 const DIRECTORY_STREAM: i32 = 2;
 /// The first item stream (3 and 4 are the dictionaries' by custom).
 const FIRST_ITEM_STREAM: i32 = 5;
+/// Posts waiting for the provider's answer; past this many a post is refused
+/// (`NoResources`) until answers come (the node's own timeout answers the posters of
+/// those the provider never answers, and their entries go with the connection).
+const MAX_PENDING_POSTS: usize = 65_536;
 /// Directory filter asked: INFO, STATE, GROUP and LOAD (the ETA Provider refuses less
 /// than the first three).
 const DIRECTORY_FILTER: u32 = 0x0F;
@@ -63,6 +67,9 @@ pub struct ProviderLink {
     next_stream: i32,
     buf: Vec<u8>,
     fields: Vec<u8>,
+    /// Posts sent to the provider and waiting for its Ack: the post id (the node's,
+    /// used as the RWF post id too) to the node's stream it came on.
+    posts: FxHashMap<u32, u32>,
     /// Fields the dictionary does not know: how many, and the first.
     pub skipped_fields: u64,
     pub first_skipped: Option<i16>,
@@ -81,6 +88,7 @@ impl ProviderLink {
             next_stream: FIRST_ITEM_STREAM,
             buf: Vec::new(),
             fields: Vec::new(),
+            posts: FxHashMap::default(),
             skipped_fields: 0,
             first_skipped: None,
         }
@@ -91,6 +99,7 @@ impl ProviderLink {
         self.phase = Phase::LoggingIn;
         self.streams.clear();
         self.by_rssl.clear();
+        self.posts.clear();
         self.next_stream = FIRST_ITEM_STREAM;
         let mut attrib = Vec::new();
         let mut el = ElementListWriter::begin(&mut attrib);
@@ -197,9 +206,84 @@ impl ProviderLink {
             (class::REFRESH, domain::MARKET_PRICE) => self.on_refresh(&m, to_node),
             (class::UPDATE, domain::MARKET_PRICE) => self.on_update(&m, to_node),
             (class::STATUS, domain::MARKET_PRICE) => self.on_status(&m, to_node),
+            (class::ACK, _) => self.on_ack(&m, to_node),
             _ => {}
         }
         Ok(())
+    }
+
+    /// A post for one of the provider's items: on the item's stream when the link has
+    /// it open, else on the login stream with a key naming service and item (as RSSL
+    /// consumers post off-stream), its fields as RWF.
+    fn on_node_post(&mut self, p: &Post<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
+        let refuse = |to_node: &mut Vec<u8>, nak, text: &str| {
+            let _ = Message::Ack(Ack {
+                stream_id: p.stream_id,
+                post_id: p.post_id,
+                nak: Some(nak),
+                text,
+            })
+            .encode(to_node);
+        };
+        let Some(&service_id) = self.by_name.get(p.service) else {
+            refuse(
+                to_node,
+                NakCode::SourceUnknown,
+                "the provider has no such service",
+            );
+            return;
+        };
+        if p.ack && self.posts.len() >= MAX_PENDING_POSTS {
+            refuse(
+                to_node,
+                NakCode::NoResources,
+                "too many posts wait for the provider's answer",
+            );
+            return;
+        }
+        let key = MsgKey {
+            service_id: Some(service_id),
+            name: Some(p.name.as_bytes()),
+            name_type: Some(1),
+            ..MsgKey::default()
+        };
+        let (stream, key) = match self.streams.get(&p.stream_id) {
+            Some(&s) if p.stream_id != 0 => (s, None),
+            _ => (LOGIN_STREAM, Some(&key)),
+        };
+        self.buf.clear();
+        msg::begin_post(
+            &mut self.buf,
+            domain::MARKET_PRICE,
+            stream,
+            p.post_id,
+            p.ack,
+            key,
+        );
+        crate::session::put_fields(&mut self.buf, &self.dict, p.fields.iter());
+        out.send(&self.buf);
+        if p.ack {
+            self.posts.insert(p.post_id, p.stream_id);
+        }
+    }
+
+    /// The provider's answer to a post: to the node, on the stream the post came on.
+    fn on_ack(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+        let Some(post_id) = m.post_id else { return };
+        let Some(stream_id) = self.posts.remove(&post_id) else {
+            return; // an answer to no post of ours
+        };
+        let nak = m
+            .nak_code
+            .filter(|&c| c != 0)
+            .map(|c| NakCode::from_u8(c).unwrap_or(NakCode::DeniedBySrc));
+        let _ = Message::Ack(Ack {
+            stream_id,
+            post_id,
+            nak,
+            text: std::str::from_utf8(m.text).unwrap_or(""),
+        })
+        .encode(to_node);
     }
 
     fn on_directory(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
@@ -364,6 +448,7 @@ impl ProviderLink {
                 put_request(&mut self.buf, domain::MARKET_PRICE, rssl, flags, &key, true);
                 out.send(&self.buf);
             }
+            Message::Post(p) => self.on_node_post(p, to_node, out),
             Message::Close { stream_id } => {
                 if let Some(rssl) = self.streams.remove(stream_id) {
                     self.by_rssl.remove(&rssl);
@@ -534,6 +619,89 @@ mod tests {
         assert_eq!(Msg::decode(&out[3]).unwrap().class, class::CLOSE);
         link.on_lost(&mut to_node);
         assert!(native(&to_node)[0].contains("state: Down"));
+    }
+
+    #[test]
+    fn posts_go_to_the_provider_and_its_answers_back_to_the_node() {
+        use crate::rwf::msg::{post, put_ack};
+        let dict = Arc::new(RwfDictionary::from_native(
+            &tickwire_proto::Dictionary::market_price(),
+        ));
+        let mut link = ProviderLink::new(dict, "node");
+        let (mut to_node, mut out): (Vec<u8>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
+        link.on_connected(&mut out);
+        let mut lr = Vec::new();
+        begin_refresh(
+            &mut lr,
+            domain::LOGIN,
+            1,
+            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
+            dt::NO_DATA,
+            None,
+            &RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "ok"),
+            None,
+            None,
+            false,
+        );
+        link.on_provider_message(&lr, &mut to_node, &mut out)
+            .unwrap();
+        link.on_provider_message(&directory(), &mut to_node, &mut out)
+            .unwrap();
+        to_node.clear();
+        out.clear();
+        let mut fields = Vec::new();
+        let mut w = tickwire_proto::FieldListWriter::new(&mut fields);
+        w.push(22, tickwire_proto::Value::Real(Real::new(1234, -2)));
+        w.finish();
+        let post_to = |service| {
+            Message::Post(Post {
+                stream_id: 0,
+                post_id: 44,
+                ack: true,
+                image: false,
+                redelivered: false,
+                service,
+                name: "ITEM",
+                fields: FieldList::decode(&fields).unwrap(),
+            })
+        };
+        // Off-stream (the node has no stream of the item): on the login stream, keyed.
+        link.on_node_message(&post_to("PROV"), &mut to_node, &mut out);
+        let p = Msg::decode(&out[0]).unwrap();
+        assert_eq!(
+            (p.class, p.stream_id, p.post_id),
+            (class::POST, 1, Some(44))
+        );
+        assert!(p.flags & post::ACK != 0);
+        let k = p.key.unwrap();
+        assert_eq!((k.service_id, k.name), (Some(7), Some(&b"ITEM"[..])));
+        assert_eq!(p.container, dt::FIELD_LIST);
+        // The provider's Nak comes back as the node's, once.
+        let mut nak = Vec::new();
+        put_ack(
+            &mut nak,
+            domain::MARKET_PRICE,
+            1,
+            44,
+            Some(10),
+            b"unknown item",
+            None,
+        );
+        link.on_provider_message(&nak, &mut to_node, &mut out)
+            .unwrap();
+        link.on_provider_message(&nak, &mut to_node, &mut out)
+            .unwrap();
+        let said = native(&to_node);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("post_id: 44, nak: Some(SymbolUnknown), text: \"unknown item\""),
+            "{said:?}"
+        );
+        to_node.clear();
+        // A service the provider does not have: refused at once, nothing sent.
+        link.on_node_message(&post_to("OTHER"), &mut to_node, &mut out);
+        assert_eq!(out.len(), 1);
+        assert!(native(&to_node)[0].contains("nak: Some(SourceUnknown)"));
     }
 
     #[test]

@@ -1097,7 +1097,7 @@ fn parse_request_payload(
 }
 
 /// A field list in RWF from the node's typed values.
-fn put_fields<'a>(
+pub(crate) fn put_fields<'a>(
     out: &mut Vec<u8>,
     dict: &RwfDictionary,
     fields: impl Iterator<Item = (i16, Value<'a>)>,

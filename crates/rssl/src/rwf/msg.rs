@@ -623,6 +623,34 @@ pub fn put_ack(
     w.end_header(out);
 }
 
+/// A Post's header (a field list follows): the node toward interactive providers.
+/// The post's user is the node (address 127.0.0.1, id 0); `key` names the item of an
+/// off-stream post.
+pub fn begin_post(
+    out: &mut Vec<u8>,
+    domain: u8,
+    stream_id: i32,
+    post_id: u32,
+    wants_ack: bool,
+    key: Option<&MsgKey<'_>>,
+) {
+    let mut flags = post::HAS_POST_ID | post::POST_COMPLETE;
+    if wants_ack {
+        flags |= post::ACK;
+    }
+    if key.is_some() {
+        flags |= post::HAS_MSG_KEY;
+    }
+    let w = MsgWriter::begin(out, class::POST, domain, stream_id, flags, dt::FIELD_LIST);
+    put_u32(out, u32::from(std::net::Ipv4Addr::LOCALHOST));
+    put_u32(out, 0);
+    put_u32(out, post_id);
+    if let Some(k) = key {
+        k.encode(out);
+    }
+    w.end_header(out);
+}
+
 /// A Close (no payload).
 pub fn put_close(out: &mut Vec<u8>, domain: u8, stream_id: i32) {
     let w = MsgWriter::begin(out, class::CLOSE, domain, stream_id, 0, dt::NO_DATA);
