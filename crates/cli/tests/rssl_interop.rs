@@ -505,7 +505,8 @@ impl Drop for JavaProc {
 
 #[test]
 fn the_eta_niprovider_publishes_to_native_subscribers() {
-    let mut node = Node::start(&[]);
+    let cfg = common::TempConfig::new("nip-posts", "[posts]\nservices = [\"NI_PUB\"]\n");
+    let mut node = Node::start(&["--config", cfg.path()]);
     let dir = workdir();
     let port = node.addr.port().to_string();
     let _nip = JavaProc::start(
@@ -546,6 +547,25 @@ fn the_eta_niprovider_publishes_to_native_subscribers() {
         "{text}"
     );
     assert!(text.contains("UPDATE  NI_PUB/TRI.N"), "{text}");
+    // A post to its service is refused at once: it has no stream to take one on.
+    let out = common::run(
+        &[
+            "post",
+            "--node",
+            &addr,
+            "--service",
+            "NI_PUB",
+            "TRI.N",
+            "BID=1.5",
+        ],
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code(), Some(1), "{out:?}");
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains("a non-interactive RSSL provider takes no posts"),
+        "{said}"
+    );
     node.stop(Duration::from_secs(10));
 }
 

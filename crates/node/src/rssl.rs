@@ -121,7 +121,7 @@ impl RsslConn {
 
     /// Turns what the core queued for this connection into RWF, while the socket
     /// keeps up.
-    pub fn pull_from_core(&mut self, core: &mut Node, id: ConnId) {
+    pub fn pull_from_core(&mut self, core: &mut Node, id: ConnId, now: Instant) {
         if self.close_after_flush {
             drop_core_output(core, id);
             return;
@@ -134,6 +134,12 @@ impl RsslConn {
                 channel: &mut self.channel,
             },
         );
+        // What the session answered the node itself.
+        self.session.drain_answers(&mut self.to_node);
+        if !self.to_node.is_empty() {
+            core.on_frame(id, &self.to_node, now);
+            self.to_node.clear();
+        }
         // Dictionary parts as the socket drains.
         self.session.pump_downloads(&mut self.channel);
         if self.session.finished {

@@ -647,7 +647,7 @@ impl NodeServer {
                             ready.push(id);
                         }
                         if event.is_writable() {
-                            flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache);
+                            flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache, now);
                         }
                     }
                 }
@@ -814,13 +814,13 @@ impl NodeServer {
             }
             core.take_dirty(&mut dirty);
             for &id in &dirty {
-                flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache);
+                flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache, now);
             }
             // An update's JSON is shared by the WebSocket sessions within one turn.
             ws_cache.clear();
             core.take_closing(&mut closing);
             for &id in &closing {
-                flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache);
+                flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache, now);
                 start_linger(&mut sockets, &mut lingering, id, now + linger);
             }
             // Closing connections keep their socket until their last bytes (the status
@@ -1374,6 +1374,7 @@ fn flush(
     id: ConnId,
     dead: &mut Vec<ConnId>,
     ws_cache: &mut UpdateCache,
+    now: Instant,
 ) {
     let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
         return;
@@ -1390,7 +1391,7 @@ fn flush(
     }
     if let Some(r) = sock.rssl.as_mut() {
         for _ in 0..16 {
-            r.pull_from_core(core, id);
+            r.pull_from_core(core, id, now);
             if r.write(&mut sock.transport).is_err() {
                 sock.dead = true;
                 dead.push(id);

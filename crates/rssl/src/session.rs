@@ -145,6 +145,9 @@ pub struct Session {
     pending_posts: FxHashMap<(i32, u32), post::PendingPost>,
     /// The consumer logged out, or its login was refused: close once written.
     pub finished: bool,
+    /// The session's own answers to the node's messages (a non-interactive provider's
+    /// refusal of a post), for the node: see [`Session::drain_answers`].
+    answers: Vec<u8>,
 }
 
 /// A dictionary being sent, a part at a time as the connection has room.
@@ -170,6 +173,12 @@ const ENUM_DICTIONARY: &[u8] = b"RWFEnum";
 const MAX_DOWNLOADS: usize = 4;
 
 impl Session {
+    /// Appends to `to_node` what the session answers the node itself (node messages,
+    /// for `Node::on_frame`), once the node's messages have been handed to it.
+    pub fn drain_answers(&mut self, to_node: &mut Vec<u8>) {
+        to_node.append(&mut self.answers);
+    }
+
     pub fn new(cfg: Arc<SessionConfig>) -> Self {
         Session {
             cfg,
@@ -182,6 +191,7 @@ impl Session {
             buf: Vec::with_capacity(1024),
             downloads: Vec::new(),
             pending_posts: FxHashMap::default(),
+            answers: Vec::new(),
             provider: None,
             finished: false,
         }

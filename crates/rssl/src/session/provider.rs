@@ -277,6 +277,20 @@ impl Session {
 
     /// A status the node sends the provider about one of its items.
     pub(super) fn on_node_message_to_provider(&mut self, m: &Message<'_>, out: &mut impl Outbox) {
+        // A non-interactive provider has no stream to take a post on: refused at once,
+        // rather than left to the node's timeout.
+        if let Message::Post(p) = m {
+            if p.ack {
+                let _ = Message::Ack(tickwire_proto::Ack {
+                    stream_id: p.stream_id,
+                    post_id: p.post_id,
+                    nak: Some(tickwire_proto::NakCode::DeniedBySrc),
+                    text: "a non-interactive RSSL provider takes no posts",
+                })
+                .encode(&mut self.answers);
+            }
+            return;
+        }
         if let Message::Status(s) = m {
             let p = self.provider.as_ref().expect("a provider");
             if let Some(&stream) = p.by_native.get(&s.stream_id) {
