@@ -152,3 +152,22 @@ def test_a_post_gets_the_publishers_answer(tmp_path):
         if feed is not None:
             feed.stop()
         node.stop()
+
+
+def test_dates_with_times_and_buffers_arrive_unchanged(node, tmp_path):
+    # A dictionary with a DATETIME and a BUFFER field (RSSL's types of the same names).
+    dictionary = tmp_path / "fields.dict"
+    dictionary.write_text("DSPLY_NAME 3 ASCII\nSTAMP 9001 DATETIME\nBLOB 9002 BUFFER\n")
+    stamp = datetime.datetime(2026, 11, 24, 9, 30, 0, 250000)
+    with tickwire.Publisher(node, "PYTYPES", dictionary=str(dictionary)) as p:
+        p.refresh("A", {"DSPLY_NAME": "A", "STAMP": stamp, "BLOB": b"\x00\xff\x1b"})
+        # The same values as the text forms the command line and JSON use.
+        p.refresh("B", {"DSPLY_NAME": "B", "STAMP": "2026-11-24T09:30:00.25", "BLOB": "AP8b"})
+        s = tickwire.Subscriber(node, dictionary=str(dictionary))
+        s.wait_for_service("PYTYPES")
+        images = s.snapshot("PYTYPES", ["A", "B"])
+        for name in ("A", "B"):
+            assert images[name]["STAMP"] == stamp, images
+            assert images[name]["BLOB"] == b"\x00\xff\x1b", images
+        with pytest.raises(ValueError, match="BLOB"):
+            p.refresh("C", {"BLOB": "not base64!"})

@@ -17,7 +17,8 @@ class Publisher:
     ``decimal.Decimal``, ``str``) for REAL, ``int`` for INT/UINT/ENUM (a ``datetime``
     is taken as nanoseconds since the epoch, as TIM_TRK_1 carries it),
     ``datetime.date`` for DATE, ``datetime.time`` (or an aware ``datetime``, in UTC)
-    for TIME, ``str`` for ASCII/UTF8, ``None`` for a blank. A value that does not fit
+    for TIME, a ``datetime`` (aware ones in UTC) for DATETIME, ``bytes`` (or base64
+    text) for BUFFER, ``str`` for ASCII/UTF8, ``None`` for a blank. A value that does not fit
     raises ``ValueError`` naming the field; an unknown field ``KeyError``.
 
     With ``start_down`` the service is announced down until ``set_service_up(True)``,
