@@ -198,6 +198,26 @@ fn main() {
         }
     }
 
+    // Many wide images, as a node's cache holds them: 1,000 items of 83 fields (the
+    // perf tools' shape), 23-field updates out of image order to items at random, so
+    // each update finds its image and index out of the CPU's nearer caches.
+    let name = "many/1000_images_83_fields/23_shuffled";
+    if wanted(name) {
+        let mut images: Vec<FieldImage> = (0..1000).map(|_| image_of(83)).collect();
+        let updates = updates_of(83, 23, true, false, &mut rng);
+        let lists: Vec<FieldList<'_>> = updates
+            .iter()
+            .map(|u| FieldList::decode(u).expect("update"))
+            .collect();
+        let mut next = 0usize;
+        measure(name, 23, short, || {
+            let item = (next.wrapping_mul(2_654_435_761)) % images.len();
+            images[item].apply(black_box(lists[next % lists.len()]));
+            next += 1;
+        });
+        black_box(&images);
+    }
+
     // The attack: a 60,000-field image, 15,000-field updates in reverse field order; the
     // same with every value changing length. Each sample is at least one update.
     let long = Duration::from_secs(2);
