@@ -15,12 +15,12 @@ use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
 use crate::sequence::ItemSeq;
-use crate::session::{native_state, Outbox};
+use crate::session::{native_state, native_update_type, Outbox};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_proto::{
     code, Ack, DataState, Directory, FieldList, Message, NakCode, Post, Refresh, ServiceEntry,
-    ServiceState, State, Status, StreamState, Update, UpdateType,
+    ServiceState, State, Status, StreamState, Update,
 };
 
 const LOGIN_STREAM: i32 = 1;
@@ -338,10 +338,14 @@ impl ProviderLink {
     }
 
     fn on_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
-        if !self.by_rssl.contains_key(&m.stream_id) || !self.fields(m.payload) {
+        // The fields first, so that the stream is looked up once (a message for a
+        // stream the link does not have is rare: one just closed).
+        if !self.fields(m.payload) {
             return;
         }
-        let (native, item_seq) = self.by_rssl.get_mut(&m.stream_id).expect("checked");
+        let Some((native, item_seq)) = self.by_rssl.get_mut(&m.stream_id) else {
+            return;
+        };
         let (native, seq) = (*native, item_seq.refresh(m.seq));
         let key = m.key.clone().unwrap_or_default();
         let service = key
@@ -366,19 +370,19 @@ impl ProviderLink {
     }
 
     fn on_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
-        if !self.by_rssl.contains_key(&m.stream_id) || !self.fields(m.payload) {
+        // The fields first, so that the stream is looked up once (a message for a
+        // stream the link does not have is rare: one just closed).
+        if !self.fields(m.payload) {
             return;
         }
-        let (native, item_seq) = self.by_rssl.get_mut(&m.stream_id).expect("checked");
+        let Some((native, item_seq)) = self.by_rssl.get_mut(&m.stream_id) else {
+            return;
+        };
         let (native, seq) = (*native, item_seq.update(m.seq, m.conflation_count));
         let _ = Message::Update(Update {
             stream_id: native,
             seq,
-            update_type: match m.update_type {
-                1 => UpdateType::Quote,
-                2 => UpdateType::Trade,
-                _ => UpdateType::Other,
-            },
+            update_type: native_update_type(m.update_type),
             do_not_conflate: m.flags & msg::update::DO_NOT_CONFLATE != 0,
             conflation_count: m.conflation_count.max(1),
             fields: FieldList::from_trusted(&self.fields),
@@ -478,6 +482,24 @@ mod tests {
             .collect()
     }
 
+    /// A provider's answer to the link's login: accepted.
+    fn login_refresh() -> Vec<u8> {
+        let mut lr = Vec::new();
+        begin_refresh(
+            &mut lr,
+            domain::LOGIN,
+            1,
+            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
+            dt::NO_DATA,
+            None,
+            &RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "ok"),
+            None,
+            None,
+            false,
+        );
+        lr
+    }
+
     /// A provider's directory refresh: service 7, "PROV", up.
     fn directory() -> Vec<u8> {
         let mut out = Vec::new();
@@ -527,19 +549,7 @@ mod tests {
         );
         assert_eq!(login.key.unwrap().name, Some(&b"node"[..]));
         // Its login refresh: the directory is asked for, streaming, INFO|STATE|GROUP|LOAD.
-        let mut lr = Vec::new();
-        begin_refresh(
-            &mut lr,
-            domain::LOGIN,
-            1,
-            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
-            dt::NO_DATA,
-            None,
-            &RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "ok"),
-            None,
-            None,
-            false,
-        );
+        let lr = login_refresh();
         link.on_provider_message(&lr, &mut to_node, &mut out)
             .unwrap();
         let dr = Msg::decode(&out[1]).unwrap();
@@ -630,19 +640,7 @@ mod tests {
         let mut link = ProviderLink::new(dict, "node");
         let (mut to_node, mut out): (Vec<u8>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
         link.on_connected(&mut out);
-        let mut lr = Vec::new();
-        begin_refresh(
-            &mut lr,
-            domain::LOGIN,
-            1,
-            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
-            dt::NO_DATA,
-            None,
-            &RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "ok"),
-            None,
-            None,
-            false,
-        );
+        let lr = login_refresh();
         link.on_provider_message(&lr, &mut to_node, &mut out)
             .unwrap();
         link.on_provider_message(&directory(), &mut to_node, &mut out)

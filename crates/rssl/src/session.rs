@@ -1119,6 +1119,15 @@ pub(crate) fn put_fields<'a>(
     w.end(out);
 }
 
+/// An RWF update type (the RDM's 1 quote, 2 trade) as the node's.
+pub(crate) fn native_update_type(t: u8) -> UpdateType {
+    match t {
+        1 => UpdateType::Quote,
+        2 => UpdateType::Trade,
+        _ => UpdateType::Other,
+    }
+}
+
 /// An RWF state as the node's (stream and data state, the codes the node has, text).
 pub(crate) fn native_state<'a>(s: &RwfState<'a>) -> State<'a> {
     State {

@@ -8,13 +8,13 @@
 //! the field dictionary. What the node sends a publisher (a refused item's status)
 //! comes back on the provider's stream.
 
-use super::{native_state, Outbox, Session};
+use super::{native_state, native_update_type, Outbox, Session};
 use crate::rwf::msg::{self, class, domain, put_status, refresh, update, Msg, RwfState};
 use crate::rwf::primitive::dt;
 use rustc_hash::FxHashMap;
 use tickwire_proto::{
     DataState, Directory, FieldList, Message, Refresh, ServiceEntry, ServiceState, State, Status,
-    StreamState, Update, UpdateType,
+    StreamState, Update,
 };
 
 /// What a provider connection publishes.
@@ -219,11 +219,7 @@ impl Session {
         let _ = Message::Update(Update {
             stream_id: native,
             seq,
-            update_type: match m.update_type {
-                1 => UpdateType::Quote,
-                2 => UpdateType::Trade,
-                _ => UpdateType::Other,
-            },
+            update_type: native_update_type(m.update_type),
             do_not_conflate: m.flags & update::DO_NOT_CONFLATE != 0,
             conflation_count: m.conflation_count.max(1),
             fields: FieldList::from_trusted(&p.fields),
