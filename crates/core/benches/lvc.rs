@@ -99,6 +99,7 @@ fn drain(node: &mut Node, dirty: &mut Vec<usize>) {
             out.consume(n);
         }
     }
+    node.settle();
 }
 
 /// A node with one publisher that has pushed 100,000 images, optionally one subscriber
@@ -237,6 +238,8 @@ fn on_frame(c: &mut Criterion) {
                     s.node.on_frame(s.publisher, black_box(frame), s.now);
                     if subscriber {
                         drain(&mut s.node, &mut dirty);
+                    } else {
+                        s.node.settle();
                     }
                 })
             });
@@ -276,6 +279,8 @@ fn slow_subscriber(c: &mut Criterion) {
                 s.node.on_frame(s.publisher, black_box(frame), s.now);
                 if reading {
                     drain(&mut s.node, &mut dirty);
+                } else {
+                    s.node.settle();
                 }
             })
         });

@@ -9,16 +9,18 @@
 //!
 //! Hot path (a publisher's update): the field list is validated once as the message is
 //! decoded; the publisher's stream id is mapped to an item handle (an indexed load for
-//! the dense ids publishers use, a hash lookup otherwise); the update is merged in place
-//! into the cached image (one heap block, walked without decoding values); then for each
-//! subscriber the already-encoded update is copied with its stream id rewritten,
-//! appended to that subscriber's frame buffer. While a frame's updates are processed,
-//! the memory of the next few is prefetched. No allocation, no lock, no syscall per
-//! message.
+//! the dense ids publishers use, a hash lookup otherwise); for each subscriber the
+//! already-encoded update is copied with its stream id rewritten, appended to that
+//! subscriber's frame buffer; its field list is kept to be merged into the cached image
+//! (one heap block, walked without decoding values) once the driver has written the
+//! turn's output ([`Node::settle`]), so the cache's cold memory is not in the way of the
+//! subscribers' bytes. While a frame's updates are processed, the memory of the next few
+//! is prefetched. No allocation, no lock, no syscall per message.
 
 #![forbid(unsafe_code)]
 
 mod admission;
+mod deferred;
 mod items;
 pub mod latency;
 mod posts;
@@ -355,7 +357,14 @@ pub struct Node {
     posts: posts::Posts,
     /// Streams waiting for their history (replay then join).
     replays: replay::Replays,
+    /// Updates fanned out, their merge into the cache still to come ([`Node::settle`]).
+    deferred: deferred::Deferred,
 }
+
+/// How far ahead [`Node::settle`] loads images, and items: a merge takes less time than
+/// a load from memory, so a few merges must cover one.
+const SETTLE_IMAGE_AHEAD: usize = 4;
+const SETTLE_ITEM_AHEAD: usize = 8;
 
 /// How a stream-level failure is reported to a subscriber.
 fn closed(code: u16, text: &str) -> State<'_> {
@@ -398,6 +407,7 @@ impl Node {
             next_ticket: 0,
             sessions,
             posts: posts::Posts::default(),
+            deferred: deferred::Deferred::default(),
             replays: replay::Replays::default(),
         }
     }
@@ -459,7 +469,8 @@ impl Node {
     }
 
     /// The cached image of an item as an encoded field list, if the node has one.
-    pub fn cached_image(&self, service: &str, name: &str) -> Option<Vec<u8>> {
+    pub fn cached_image(&mut self, service: &str, name: &str) -> Option<Vec<u8>> {
+        self.merge_deferred();
         let s = self.service_by_name.get(service)?;
         let h = *self.services[*s].items.get(name)?;
         let item = self.items.get(h)?;
@@ -585,6 +596,7 @@ impl Node {
 
     /// The peer's socket is gone (or the caller closed it): forget the connection.
     pub fn on_disconnect(&mut self, conn: ConnId, now: Instant) {
+        self.merge_deferred();
         self.now = now;
         if self.conns.get(conn).is_none_or(|c| c.is_none()) {
             return;
@@ -611,6 +623,7 @@ impl Node {
     /// An in-process peer lets go of its closed connection (see
     /// [`Node::connect_internal`]): its id may now be reused.
     pub fn release_internal(&mut self, conn: ConnId) {
+        self.merge_deferred();
         let closed_internal = self
             .conns
             .get(conn)
@@ -631,6 +644,7 @@ impl Node {
 
     /// The connection's bytes could not be framed (bad length prefix): tell it and close.
     pub fn on_frame_error(&mut self, conn: ConnId, err: &DecodeError, now: Instant) {
+        self.merge_deferred();
         self.now = now;
         self.stats.malformed_disconnects += 1;
         let text = format!("malformed frame: {err}");
@@ -739,6 +753,7 @@ impl Node {
 
     /// Heartbeats and timeouts. Call at least every quarter heartbeat interval.
     pub fn on_tick(&mut self, now: Instant) {
+        self.merge_deferred();
         self.now = now;
         let hb = self.cfg.limits.heartbeat;
         let login_timeout = self.cfg.limits.login_timeout;
@@ -814,6 +829,7 @@ impl Node {
     /// Node shutdown: every subscriber stream gets closed-recover, every connection is
     /// queued for closing. Flush outputs, then exit.
     pub fn shutdown(&mut self, now: Instant) {
+        self.merge_deferred();
         self.now = now;
         self.shutting_down = true;
         let ids: Vec<ConnId> = (0..self.conns.len())
@@ -963,6 +979,11 @@ impl Node {
     // (callgrind, crates/core/benches/per_update_instructions.py).
     #[inline(always)]
     fn on_message_from(&mut self, conn: ConnId, msg: &Message<'_>, encoded: &[u8]) {
+        // Anything but an update may read an image or change the item table: the
+        // images catch up first.
+        if !matches!(msg, Message::Update(_)) {
+            self.merge_deferred();
+        }
         let Some(role) = self.role(conn) else { return };
         match (role, msg) {
             (ConnRole::AwaitingLogin, Message::Login(login)) => self.on_login(conn, login),
@@ -2147,6 +2168,7 @@ impl Node {
     /// Writes the cached image of an item to one subscriber stream, split into parts if it
     /// does not fit one message.
     fn write_image_refresh(&mut self, h: ItemHandle, sub: &SubEntry, solicited: bool) {
+        self.merge_deferred();
         self.discard_pending(sub.conn, sub.stream_id);
         let Some(item) = self.items.get(h) else {
             return;
@@ -2330,6 +2352,79 @@ impl Node {
             self.stats.updates_on_unknown_streams += 1;
             return;
         };
+        let Some(item) = self.items.get_mut(h) else {
+            return;
+        };
+        self.services[item.service].updates_in += 1;
+        if self.cfg.cache {
+            // The merge into the image waits until the subscribers' bytes are written
+            // (deferred.rs), unless the image could outgrow the cache with it (then
+            // everything waiting is merged first and this one at once, checked) or
+            // the list is full.
+            let bytes = u.fields.as_bytes();
+            let most = item.image.encoded_len()
+                + self.deferred.growth()
+                + deferred::growth_bound(bytes.len(), u.fields.len());
+            if most > self.max_image || !self.deferred.accepts(bytes.len()) {
+                self.merge_deferred();
+                let item = self.items.get_mut(h).expect("live");
+                item.image.apply(u.fields);
+                if item.image.encoded_len() > self.max_image {
+                    self.refuse_large_image(conn, h);
+                    return;
+                }
+                return self.fan_out_update(h, u, encoded);
+            }
+            self.deferred.push(conn, h, bytes, u.fields.len());
+        }
+        self.fan_out_update(h, u, encoded);
+    }
+
+    /// Merges the updates fanned out since the last call into their cached images (see
+    /// deferred.rs). The driver calls it once it has written a turn's output; the core
+    /// calls it itself before anything reads an image or changes the item table.
+    pub fn settle(&mut self) {
+        self.merge_deferred();
+        self.deferred.reopen();
+    }
+
+    /// Merges what waits (before an image is read or the item table changes).
+    fn merge_deferred(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let taken = self.deferred.take();
+        for i in 0..taken.len() {
+            // While this one is merged, the image of one a few updates on is loaded,
+            // and the item of one further still (whose image is the next to load).
+            if i + SETTLE_IMAGE_AHEAD < taken.len() {
+                if let Some(next) = self.items.get(taken.item(i + SETTLE_IMAGE_AHEAD)) {
+                    next.image.prefetch();
+                }
+            }
+            if i + SETTLE_ITEM_AHEAD < taken.len() {
+                self.items.prefetch(taken.item(i + SETTLE_ITEM_AHEAD));
+            }
+            let (conn, h, fields) = taken.get(i);
+            let Some(item) = self.items.get_mut(h) else {
+                continue;
+            };
+            item.image.apply(FieldList::from_trusted(fields));
+            if item.image.encoded_len() > self.max_image {
+                self.refuse_large_image(conn, h);
+            }
+        }
+        self.deferred.give_back(taken);
+    }
+
+    /// Updates fanned out whose merge into the cache is still to come ([`Node::settle`]).
+    pub fn unsettled_updates(&self) -> usize {
+        self.deferred.len()
+    }
+
+    /// An update to every live stream of its item (its image merged or deferred).
+    #[inline(always)]
+    fn fan_out_update(&mut self, h: ItemHandle, u: &Update<'_>, encoded: &[u8]) {
         let Node {
             items,
             conns,
@@ -2339,21 +2434,12 @@ impl Node {
             stats,
             now,
             scratch,
-            max_image,
             services,
             posts,
             ..
         } = self;
         let Some(item) = items.get_mut(h) else { return };
-        services[item.service].updates_in += 1;
         let out_before = stats.updates_out;
-        if cfg.cache {
-            item.image.apply(u.fields);
-            if item.image.encoded_len() > *max_image {
-                self.refuse_large_image(conn, h);
-                return;
-            }
-        }
         item.seq = u.seq;
         if item.journaled {
             posts.journal_item_message(&tickwire_journal::ItemMessage {

@@ -492,6 +492,7 @@ impl Node {
     /// The journal wrote (and, by its policy, synced) the record of `ticket`, whose seq
     /// is `Ok`, or could not (`Err`: why).
     pub fn on_journaled(&mut self, ticket: u64, result: Result<u64, String>, now: Instant) {
+        self.merge_deferred();
         self.now = now;
         if ticket == 0 {
             // Journaled refreshes and updates: only a failure is news.
@@ -587,6 +588,7 @@ impl Node {
     /// Posts the journal held as received and not completed: each goes to its
     /// service's publisher, marked as delivered again, once the service is up.
     pub fn redeliver_posts(&mut self, posts: Vec<Redelivery>) {
+        self.merge_deferred();
         self.posts.redeliver.extend(posts);
         self.redeliver_ready();
     }

@@ -133,6 +133,7 @@ impl Node {
         result: Result<History, String>,
         now: std::time::Instant,
     ) {
+        self.merge_deferred();
         self.now = now;
         let Some(mut p) = self.replays.waiting.remove(&ticket) else {
             return;

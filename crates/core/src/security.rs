@@ -153,6 +153,7 @@ impl Node {
         result: Result<(), String>,
         now: Instant,
     ) {
+        self.merge_deferred();
         self.auth_result(conn, ticket, result, true, now);
     }
 
@@ -224,6 +225,7 @@ impl Node {
     /// thread is gone): a login is refused with `text`; a token request is answered
     /// "unavailable", so an HTTP client sees a retryable status.
     pub fn on_auth_unavailable(&mut self, conn: ConnId, ticket: u64, text: String, now: Instant) {
+        self.merge_deferred();
         self.now = now;
         let token_request = self
             .conns
@@ -583,6 +585,7 @@ impl Node {
     /// A new users file (SIGHUP). Users removed are disconnected; streams and services
     /// a user may no longer have are closed, each with a status saying why.
     pub fn set_users(&mut self, users: Option<Arc<Users>>, now: Instant) {
+        self.merge_deferred();
         self.now = now;
         if let (Some(old), Some(new)) = (&self.cfg.users, &users) {
             for change in old.changes(new) {

@@ -68,6 +68,7 @@ fn drain(node: &mut Node, dirty: &mut Vec<usize>) {
         let n = out.sealed_bytes().len();
         out.consume(n);
     }
+    node.settle();
 }
 
 fn allocations_per_update(cache: bool) -> (u64, u64) {

@@ -816,6 +816,8 @@ impl NodeServer {
             for &id in &dirty {
                 flush(&mut core, &mut sockets, id, &mut dead, &mut ws_cache, now);
             }
+            // The turn's updates are on their way: now their images catch up.
+            core.settle();
             // An update's JSON is shared by the WebSocket sessions within one turn.
             ws_cache.clear();
             core.take_closing(&mut closing);

@@ -263,6 +263,8 @@ impl Net {
         }
         self.dirty = dirty;
         self.dirty.clear();
+        // As the node's event loop: the images catch up once the output is out.
+        self.node.settle();
         self.node.take_closing(&mut self.closing);
         for c in std::mem::take(&mut self.closing) {
             if let Some(i) = self.peers.iter().position(|p| p.conn == Some(c)) {

@@ -382,6 +382,59 @@ fn cached_item_is_served_at_once_then_updates_follow_with_the_subscribers_stream
 }
 
 #[test]
+fn updates_go_out_before_their_merge_and_a_new_subscriber_still_gets_them_in_its_image() {
+    let mut h = Harness::new(true);
+    let p = h.publisher("FEED", false);
+    h.send(p, &[refresh(1, 5, "SYM0", &bid_ask(10000, 10010), false)]);
+    let first = h.login(Role::Subscriber);
+    h.request(first, 1, "FEED", "SYM0", true, None);
+    h.recv(first);
+    let bids: Vec<Vec<u8>> = (1..=3)
+        .map(|i| encode_field_list([(22, Value::Real(Real::new(10000 + i, -2)))]))
+        .collect();
+    h.send(
+        p,
+        &[
+            update(1, 6, &bids[0]),
+            update(1, 7, &bids[1]),
+            update(1, 8, &bids[2]),
+        ],
+    );
+    // Fanned out, not merged yet.
+    assert_eq!(h.recv(first).len(), 3);
+    assert_eq!(h.node.unsettled_updates(), 3);
+    // A request is not an update: the image catches up before it is read.
+    let second = h.login(Role::Subscriber);
+    h.request(second, 9, "FEED", "SYM0", true, None);
+    assert_eq!(h.node.unsettled_updates(), 0);
+    assert!(matches!(
+        &h.recv(second)[..],
+        [Got::Refresh { seq: 8, fields, .. }] if *fields == vec![(22, s("100.03")), (25, s("100.10"))]
+    ));
+}
+
+#[test]
+fn updates_waiting_for_their_merge_are_bounded_when_the_driver_never_settles() {
+    let mut h = Harness::new(true);
+    let p = h.publisher("FEED", false);
+    h.send(p, &[refresh(1, 1, "SYM0", &bid_ask(10000, 10010), false)]);
+    let most = crate::deferred::MAX_DEFERRED;
+    let mut seen = 0;
+    for i in 0..(most as i64 + 1000) {
+        let bid = encode_field_list([(22, Value::Real(Real::new(20000 + i, -2)))]);
+        h.send(p, &[update(1, 2 + i as u32, &bid)]);
+        seen = seen.max(h.node.unsettled_updates());
+    }
+    assert!(seen <= most, "{seen} updates waited");
+    let last = 20000 + most as i64 + 999;
+    let cached = h.node.cached_image("FEED", "SYM0").unwrap();
+    assert_eq!(
+        fields_of(FieldList::decode(&cached).unwrap())[0],
+        (22, Real::new(last, -2).to_string())
+    );
+}
+
+#[test]
 fn cache_off_forwards_every_request_to_the_publisher_and_holds_updates_until_the_refresh() {
     let mut h = Harness::new(false);
     let p = h.publisher("FEED", false);
@@ -1174,7 +1227,7 @@ impl Replica {
     }
 }
 
-fn cached(h: &Harness, name: &str) -> std::collections::BTreeMap<i16, String> {
+fn cached(h: &mut Harness, name: &str) -> std::collections::BTreeMap<i16, String> {
     let bytes = h.node.cached_image("FEED", name).expect("cached");
     fields_of(FieldList::decode(&bytes).unwrap())
         .into_iter()
@@ -1229,7 +1282,7 @@ fn a_slow_subscriber_gets_conflated_updates_that_rebuild_the_current_image() {
     assert!(slow_replica.merged_messages >= 20);
     for (i, n) in names.iter().enumerate() {
         let sid = i as u32 + 1;
-        let node_image = cached(&h, n);
+        let node_image = cached(&mut h, n);
         assert_eq!(slow_replica.images[&sid], node_image, "{n} (slow)");
         assert_eq!(fast_replica.images[&sid], node_image, "{n} (fast)");
         // Every publisher update is accounted for: received or merged.
@@ -1365,7 +1418,7 @@ fn do_not_conflate_updates_are_never_merged_while_there_is_room() {
     }
     assert_eq!(seqs, trades);
     assert_eq!(replica.updates_seen[&1], 3_000);
-    assert_eq!(replica.images[&1], cached(&h, "SYM0"));
+    assert_eq!(replica.images[&1], cached(&mut h, "SYM0"));
 }
 
 #[test]
@@ -1408,7 +1461,7 @@ fn do_not_conflate_updates_without_room_are_reported_not_silently_lost() {
         }
     ));
     assert_eq!(replica.updates_seen[&1], 12_000);
-    assert_eq!(replica.images[&1], cached(&h, "SYM0"));
+    assert_eq!(replica.images[&1], cached(&mut h, "SYM0"));
 }
 
 #[test]
@@ -1537,7 +1590,7 @@ fn a_subscriber_behind_by_messages_stays_conflated_until_it_drains() {
     assert_eq!(h.node.stats().slow_consumer_episodes, 1);
     assert!(max_messages <= 201, "{max_messages} messages queued");
     replica.apply(&h.read_all(slow));
-    assert_eq!(replica.images[&1], cached(&h, "SYM0"));
+    assert_eq!(replica.images[&1], cached(&mut h, "SYM0"));
     assert_eq!(replica.updates_seen[&1], 3_000);
 }
 
@@ -1574,8 +1627,8 @@ fn pending_updates_keep_flowing_while_trades_keep_the_queue_high() {
         "the quotes pending update waited behind the trades ({quote_updates_seen_while_busy})"
     );
     replica.apply(&h.read_all(slow));
-    assert_eq!(replica.images[&1], cached(&h, "QUOTES"));
-    assert_eq!(replica.images[&2], cached(&h, "TRADES"));
+    assert_eq!(replica.images[&1], cached(&mut h, "QUOTES"));
+    assert_eq!(replica.images[&2], cached(&mut h, "TRADES"));
     assert_eq!(replica.updates_seen[&1], 4_000);
     assert_eq!(replica.updates_seen[&2], 4_000);
 }
@@ -1593,7 +1646,7 @@ fn an_item_closed_by_its_publisher_delivers_the_pending_values_first() {
     for k in 0..2_000u32 {
         h.send(p, &[update(1, k + 2, &bid_ask(k as i64, k as i64 + 7))]);
     }
-    let last = cached(&h, "SYM0");
+    let last = cached(&mut h, "SYM0");
     h.send(
         p,
         &[Message::Status(Status {
@@ -1660,7 +1713,7 @@ fn a_merge_larger_than_a_message_goes_out_in_parts() {
         .count();
     assert!(continuations >= 1, "no part after the first");
     replica.apply(&got);
-    assert_eq!(replica.images[&1], cached(&h, "WIDE"));
+    assert_eq!(replica.images[&1], cached(&mut h, "WIDE"));
 }
 
 mod hostile;
