@@ -901,7 +901,6 @@ impl Edge {
 
     /// Heartbeats, lost sources, requests to repeat.
     pub fn on_tick(&mut self, core: &mut Node, now: Instant) {
-        core.on_bytes_received(self.conn, now);
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + self.cfg.heartbeat;
             let name = self.cfg.name.clone();

@@ -450,8 +450,6 @@ impl Source {
 
     /// Heartbeats, the directory when due, and edges that went silent.
     pub fn on_tick(&mut self, core: &mut Node, now: Instant) {
-        // The core's heartbeat check: this in-process peer is alive.
-        core.on_bytes_received(self.conn, now);
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + self.cfg.heartbeat;
             self.queue_heartbeat();

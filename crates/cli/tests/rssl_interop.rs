@@ -759,6 +759,32 @@ fn an_interactive_provider_restarts_and_its_items_recover() {
 }
 
 #[test]
+fn an_interactive_provider_started_long_after_the_node_is_served() {
+    let port = common::free_port_for_tests();
+    let dir = workdir();
+    // Three heartbeats pass while the node retries a provider that is not there.
+    let cfg = dir.path().join("node.toml");
+    std::fs::write(&cfg, "[limits]\nheartbeat_ms = 100\n").unwrap();
+    let at = format!("127.0.0.1:{port}");
+    let mut node = Node::start(&["--config", cfg.to_str().unwrap(), "--rssl-provider", &at]);
+    // Retries after 200, 400 and 800 ms: 1.4 s, fourteen heartbeats, have passed.
+    node.proc
+        .wait_for_line("again in 1600 ms", Duration::from_secs(30));
+    let provider_args = ["-p", &port.to_string(), "-runtime", "60"].map(String::from);
+    let provider_args: Vec<&str> = provider_args.iter().map(String::as_str).collect();
+    let _provider = JavaProc::start(
+        "com.refinitiv.eta.examples.provider.Provider",
+        &provider_args,
+        dir.path(),
+    );
+    common::wait_for_image(node.addr, "DIRECT_FEED", "TRI.N", Duration::from_secs(30))
+        .expect("the late provider's item through the node");
+    let log = node.proc.log();
+    assert!(!log.contains("nothing received"), "{log}");
+    node.stop(Duration::from_secs(10));
+}
+
+#[test]
 fn provperf_through_a_node_to_consperf() {
     let etc = rtsdk().join("etc");
     let dir = workdir();

@@ -761,7 +761,11 @@ impl Node {
         let mut next = now + MAX_TICK_INTERVAL;
         for (id, slot) in self.conns.iter_mut().enumerate() {
             let Some(c) = slot else { continue };
-            if c.role == ConnRole::Closing {
+            // The node's own in-process parts are not pinged nor timed out: each
+            // watches its own transport (an upstream link its heartbeats, an RSSL
+            // provider link RIPC's pings), and one waiting for its peer to come up
+            // keeps its place in the core.
+            if c.role == ConnRole::Closing || c.internal {
                 continue;
             }
             // This connection's next deadline, as it stands after this tick (traffic

@@ -186,7 +186,6 @@ impl NodeItem {
     /// Once a second: new figures as an update; answers what the core asked of this
     /// publisher (a cache-off node asks for the image), and drops the rest of its output.
     pub fn tick(&mut self, core: &mut Node, now: Instant) {
-        core.on_bytes_received(self.conn, now);
         let mut requests = Vec::new();
         if let Some(out) = core.output(self.conn) {
             let bytes = out.sealed_bytes();

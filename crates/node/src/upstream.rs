@@ -228,7 +228,7 @@ impl UpstreamLink {
             }
         }
         if now >= self.relay.poll_timeout() {
-            if let Err(e) = self.relay.on_timeout(core, now) {
+            if let Err(e) = self.relay.on_timeout(now) {
                 self.lost(core, registry, e, now);
             }
         }

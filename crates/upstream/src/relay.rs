@@ -212,8 +212,7 @@ impl Relay {
 
     /// Heartbeats, the Welcome's deadline, streams to ask for again. An `Err`: the
     /// connection failed; the caller closes its socket and calls [`Relay::lost`].
-    pub fn on_timeout(&mut self, core: &mut Node, now: Instant) -> Result<(), ClientError> {
-        core.on_bytes_received(self.conn, now);
+    pub fn on_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
         self.session.handle_timeout(now)
     }
 

@@ -853,6 +853,29 @@ fn heartbeats_are_sent_when_idle_and_silent_peers_are_dropped() {
 }
 
 #[test]
+fn the_nodes_own_parts_are_neither_pinged_nor_timed_out() {
+    let mut h = Harness::new(true);
+    let own = h.node.join_internal(
+        &crate::InternalPeer {
+            peer: "a link waiting for its peer",
+            role: Role::Publisher,
+            application: "test",
+            user: "node",
+            slow_consumer: None,
+        },
+        h.now,
+    );
+    h.recv(own);
+    for _ in 0..10 {
+        h.now += Duration::from_millis(1100);
+        h.node.on_tick(h.now);
+    }
+    assert!(h.node.is_live(own));
+    assert!(h.recv(own).is_empty());
+    assert_eq!(h.node.stats().heartbeat_timeouts, 0);
+}
+
+#[test]
 fn stream_limit_refuses_the_extra_stream_only() {
     let mut h = Harness::new(true);
     let p = h.publisher("FEED", false);
