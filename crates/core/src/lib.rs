@@ -701,6 +701,14 @@ impl Node {
         self.frame_in(conn, payload, now, internal);
     }
 
+    /// A frame the node's own code encoded for a connection whose protocol it
+    /// translates (RSSL): its field lists, built by `FieldListWriter`, which writes only
+    /// what a decoder accepts, are not walked again. The rest of each message is
+    /// checked as in any frame.
+    pub fn on_translated_frame(&mut self, conn: ConnId, payload: &[u8], now: Instant) {
+        self.frame_in(conn, payload, now, true);
+    }
+
     fn frame_in(&mut self, conn: ConnId, payload: &[u8], now: Instant, checked: bool) {
         self.now = now;
         match self.conns.get_mut(conn).and_then(|c| c.as_mut()) {

@@ -160,7 +160,7 @@ impl ProviderConn {
 
     fn deliver(&mut self, core: &mut Node, now: Instant) {
         if !self.to_node.is_empty() {
-            core.on_frame(self.conn, &self.to_node, now);
+            core.on_translated_frame(self.conn, &self.to_node, now);
             self.to_node.clear();
         }
     }

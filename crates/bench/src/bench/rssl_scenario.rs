@@ -59,6 +59,11 @@ pub struct RsslStep {
     /// when ConsPerf got no latency-stamped update in its steady state.
     pub latency_avg_us: Option<f64>,
     pub latency_max_us: Option<f64>,
+    /// The median of ConsPerf's one-second latency means over its steady state (µs):
+    /// a JVM's pause, which moves the mean of a short steady state by hundreds of µs,
+    /// moves it little.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_median_of_seconds_us: Option<f64>,
     pub refreshes: u64,
     /// Updates ConsPerf received over its whole run.
     pub updates: u64,
@@ -198,6 +203,7 @@ struct ConsPerf {
     update_rate: f64,
     latency_avg_us: Option<f64>,
     latency_max_us: Option<f64>,
+    latency_median_of_seconds_us: Option<f64>,
     refreshes: u64,
     updates: u64,
     steady_seconds: f64,
@@ -223,6 +229,7 @@ impl ConsPerf {
             update_rate: num("Steady State Statistics:", "Avg update rate:").unwrap_or(0.0),
             latency_avg_us: num("Steady State Statistics:", "Latency avg (usec):"),
             latency_max_us: num("Steady State Statistics:", "Latency max (usec):"),
+            latency_median_of_seconds_us: median_of_seconds(out),
             refreshes: num("Test Statistics:", "Refreshes received:").unwrap_or(0.0) as u64,
             updates: num("Test Statistics:", "Updates received:").unwrap_or(0.0) as u64,
             steady_seconds: num("Steady State Statistics:", "Sampling duration (sec):")
@@ -234,6 +241,34 @@ impl ConsPerf {
         }
         Ok(c)
     }
+}
+
+/// The median of the one-second latency means ConsPerf prints (`NNN: Images: N, ...`
+/// then `Latency(usec): Avg: X ...`) for the seconds after its images have come (the
+/// first second with no image after one with some): its steady state.
+fn median_of_seconds(out: &str) -> Option<f64> {
+    let (mut imaged, mut steady, mut means) = (false, false, Vec::new());
+    for line in out.lines() {
+        let line = line.trim();
+        if let Some(images) = line
+            .split_once(": Images:")
+            .filter(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|(_, rest)| rest.split(',').next())
+            .and_then(|n| n.trim().parse::<u64>().ok())
+        {
+            steady = imaged && images == 0;
+            imaged |= images > 0;
+        } else if let Some(avg) = line.strip_prefix("Latency(usec): Avg:") {
+            if steady {
+                means.extend(
+                    avg.split_whitespace()
+                        .next()
+                        .and_then(|v| v.parse::<f64>().ok()),
+                );
+            }
+        }
+    }
+    (!means.is_empty()).then(|| super::median(means))
 }
 
 /// The tools' ticks per second: 1,000, or the rate when lower (they refuse fewer
@@ -610,6 +645,7 @@ fn step(rate: u64, provider: &str, items: usize, c: &ConsPerf, node_cpu: Option<
         update_rate: c.update_rate,
         latency_avg_us: c.latency_avg_us,
         latency_max_us: c.latency_max_us,
+        latency_median_of_seconds_us: c.latency_median_of_seconds_us,
         refreshes: c.refreshes,
         updates: c.updates,
         lost: (expected - received).max(0.0).round() as u64,
@@ -643,8 +679,8 @@ pub(super) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
         fmt_rate(m.through_node as f64),
         fmt_rate(m.through_node_niprovperf as f64),
     )?;
-    writeln!(md, "| rate/s | direct rate | direct latency | node (ProvPerf) rate | latency | added | node (NIProvPerf) rate | latency | node CPU/update (ProvPerf) | (NIProvPerf) | native | ProvPerf/native |")?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(md, "| rate/s | direct rate | direct latency | node (ProvPerf) rate | latency | added | node (NIProvPerf) rate | latency | median of 1-s means: direct / ProvPerf / NIProvPerf | node CPU/update (ProvPerf) | (NIProvPerf) | native | ProvPerf/native |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     for d in &r.direct {
         let via = |p: &str| {
             r.through_node
@@ -668,13 +704,17 @@ pub(super) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
             })
         };
         let lat = |s: Option<&RsslStep>| s.map_or("-".into(), |s| us_or_dash(s.latency_avg_us));
+        let sec = |s: Option<&RsslStep>| {
+            s.and_then(|s| s.latency_median_of_seconds_us)
+                .map_or("-".into(), |v| format!("{v:.0}"))
+        };
         let cpu = |s: Option<&RsslStep>| {
             s.and_then(|s| s.node_cpu_ns_per_update)
                 .map_or("-".into(), ns)
         };
         writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} | {} | {} | {} |",
             fmt_rate(d.rate as f64),
             rate_cell(Some(d)),
             us_or_dash(d.latency_avg_us),
@@ -686,6 +726,9 @@ pub(super) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
             },
             rate_cell(n),
             lat(n),
+            sec(Some(d)),
+            sec(i),
+            sec(n),
             cpu(i),
             cpu(n),
             native.map_or("-".into(), ns),
@@ -723,5 +766,22 @@ mod tests {
         assert!(!short.sustained);
         assert!(short.lost > 50_000);
         assert!(ConsPerf::parse("no summary").is_err());
+    }
+
+    #[test]
+    fn the_seconds_after_the_images_give_the_median_latency() {
+        let out = "001: Images:      0, Posts:      0, UpdRate:        0, CPU:   0.00%\n\
+                   002: Images:    600, Posts:      0, UpdRate:    8200, CPU:   0.00%\n  \
+                   Latency(usec): Avg:23161.6 StdDev:27601.0 Max:61500.0 Min: 293.0, Msgs: 7\n\
+                   003: Images:    400, Posts:      0, UpdRate:    9600, CPU:  15.15%\n  \
+                   Latency(usec): Avg: 900.0 StdDev: 147.2 Max: 582.0 Min: 128.0, Msgs: 12\n\
+                   004: Images:      0, Posts:      0, UpdRate:   10000, CPU:   9.80%\n  \
+                   Latency(usec): Avg: 47.0 StdDev: 231.3 Max: 805.0 Min: 167.0, Msgs: 10\n\
+                   005: Images:      0, Posts:      0, UpdRate:    9800, CPU:   7.07%\n  \
+                   Latency(usec): Avg: 5200.5 StdDev: 185.0 Max: 698.0 Min: 160.0, Msgs: 9\n\
+                   006: Images:      0, Posts:      0, UpdRate:   10000, CPU:   8.04%\n  \
+                   Latency(usec): Avg: 41.0 StdDev: 144.2 Max: 636.0 Min: 186.0, Msgs: 9\n";
+        assert_eq!(median_of_seconds(out), Some(47.0));
+        assert_eq!(median_of_seconds("001: Images: 10, Posts: 0\n"), None);
     }
 }
