@@ -38,7 +38,9 @@ pub(crate) fn pull_frames(core: &mut Node, id: ConnId, t: &mut impl Translate) {
             let Some(payload) = bytes.get(at + 4..at + 4 + len) else {
                 break;
             };
-            for m in MessageIter::new(payload).flatten() {
+            // The core queues only what it decoded in full or wrote itself: its field
+            // lists are not walked again.
+            for m in MessageIter::already_checked(payload).flatten() {
                 t.message(&m.message);
             }
             at += 4 + len;
