@@ -93,26 +93,30 @@ fn java_until(main: &str, dir: &Path, until: &str, timeout: Duration) -> String 
 
 const CONSUMER: &str = "com.refinitiv.eta.examples.consumer.Consumer";
 
+/// LSEG's `main` pointed at 127.0.0.1:`port` (`-h`, `-p`), with `args` after them: its
+/// exit code (none if it was killed at `timeout`) and what it printed.
+fn java_on_loopback(
+    main: &str,
+    port: &str,
+    args: &[&str],
+    dir: &Path,
+    timeout: Duration,
+) -> (Option<i32>, String) {
+    let mut all = vec!["-h", "127.0.0.1", "-p", port];
+    all.extend_from_slice(args);
+    java(main, &all, dir, timeout)
+}
+
 #[test]
 fn the_eta_consumer_streams_an_item_from_a_plain_node() {
     let mut node = Node::start(&[]);
     let _feed = start_publisher(&node, "FEED", 3, 50, false);
     let dir = workdir();
     let port = node.addr.port().to_string();
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         CONSUMER,
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-s",
-            "FEED",
-            "-mp",
-            "SYM1",
-            "-runtime",
-            "5",
-        ],
+        &port,
+        &["-s", "FEED", "-mp", "SYM1", "-runtime", "5"],
         dir.path(),
         Duration::from_secs(60),
     );
@@ -148,22 +152,11 @@ fn a_batch_with_a_view_and_a_snapshot_from_the_eta_consumer() {
     let dir = workdir();
     let port = node.addr.port().to_string();
     // Two items in one batch request, with the example's view (BID, ASK, TRDPRC_1, ...).
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         CONSUMER,
+        &port,
         &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-s",
-            "FEED",
-            "-mp",
-            "SYM1",
-            "-mp",
-            "SYM2",
-            "-view",
-            "-runtime",
-            "4",
+            "-s", "FEED", "-mp", "SYM1", "-mp", "SYM2", "-view", "-runtime", "4",
         ],
         dir.path(),
         Duration::from_secs(60),
@@ -183,21 +176,10 @@ fn a_batch_with_a_view_and_a_snapshot_from_the_eta_consumer() {
         "BIDSIZE is outside the view, yet came:\n{out}"
     );
     // A snapshot: one refresh, non-streaming.
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         CONSUMER,
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-s",
-            "FEED",
-            "-mp",
-            "SYM0",
-            "-snapshot",
-            "-runtime",
-            "3",
-        ],
+        &port,
+        &["-s", "FEED", "-mp", "SYM0", "-snapshot", "-runtime", "3"],
         dir.path(),
         Duration::from_secs(60),
     );
@@ -219,20 +201,10 @@ fn rssl_can_be_moved_to_a_port_of_its_own_or_turned_off() {
     let mut node = Node::start(&["--rssl", "off"]);
     let dir = workdir();
     let port = node.addr.port().to_string();
-    let (_, out) = java(
+    let (_, out) = java_on_loopback(
         CONSUMER,
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-s",
-            "FEED",
-            "-mp",
-            "SYM1",
-            "-runtime",
-            "3",
-        ],
+        &port,
+        &["-s", "FEED", "-mp", "SYM1", "-runtime", "3"],
         dir.path(),
         Duration::from_secs(60),
     );
@@ -248,20 +220,10 @@ fn rssl_can_be_moved_to_a_port_of_its_own_or_turned_off() {
     // Logged before the node's address, which Node::start waited for.
     let said = format!("RSSL (LSEG Real-Time SDK applications) on {at}");
     assert!(node.proc.log().contains(&said), "{}", node.proc.log());
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         CONSUMER,
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &rssl_port.to_string(),
-            "-s",
-            "TICKWIRE",
-            "-mp",
-            "NODE",
-            "-runtime",
-            "3",
-        ],
+        &rssl_port.to_string(),
+        &["-s", "TICKWIRE", "-mp", "NODE", "-runtime", "3"],
         dir.path(),
         Duration::from_secs(60),
     );
@@ -292,20 +254,10 @@ fn the_eta_consumer_downloads_the_dictionaries_a_node_is_given() {
     let _feed = start_publisher(&node, "FEED", 3, 20, false);
     let dir = empty_workdir();
     let port = node.addr.port().to_string();
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         CONSUMER,
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-s",
-            "FEED",
-            "-mp",
-            "SYM1",
-            "-runtime",
-            "5",
-        ],
+        &port,
+        &["-s", "FEED", "-mp", "SYM1", "-runtime", "5"],
         dir.path(),
         Duration::from_secs(60),
     );
@@ -382,21 +334,10 @@ fn posts_from_the_eta_consumer_reach_the_publisher_and_its_answer_comes_back() {
     let _feed = common::accepting_feed(&node, 3, 20);
     let dir = workdir();
     let port = node.addr.port().to_string();
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         CONSUMER,
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-s",
-            "FEED",
-            "-mp",
-            "SYM1",
-            "-post",
-            "-runtime",
-            "12",
-        ],
+        &port,
+        &["-s", "FEED", "-mp", "SYM1", "-post", "-runtime", "12"],
         dir.path(),
         Duration::from_secs(60),
     );
@@ -410,21 +351,10 @@ fn posts_from_the_eta_consumer_reach_the_publisher_and_its_answer_comes_back() {
         "the feed's answer did not come back:\n{out}"
     );
     // Off-stream, on the login stream, naming an item the feed does not have.
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         CONSUMER,
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-s",
-            "FEED",
-            "-mp",
-            "SYM1",
-            "-offpost",
-            "-runtime",
-            "12",
-        ],
+        &port,
+        &["-s", "FEED", "-mp", "SYM1", "-offpost", "-runtime", "12"],
         dir.path(),
         Duration::from_secs(60),
     );
@@ -618,13 +548,10 @@ fn niprovperf_to_consperf(source: &Node, reader: &Node) {
     );
     common::wait_for_image(reader.addr, "DIRECT_FEED", "RDT10", Duration::from_secs(30))
         .expect("NIProvPerf's items where ConsPerf reads");
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         "com.refinitiv.eta.perftools.consperf.ConsPerf",
+        &reader.addr.port().to_string(),
         &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &reader.addr.port().to_string(),
             "-itemFile",
             "items.xml",
             "-itemCount",
@@ -815,13 +742,10 @@ fn provperf_through_a_node_to_consperf() {
     )
     .expect("item file");
     let node_port = node.addr.port().to_string();
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         "com.refinitiv.eta.perftools.consperf.ConsPerf",
+        &node_port,
         &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &node_port,
             "-itemFile",
             "items.xml",
             "-itemCount",
@@ -934,21 +858,11 @@ fn an_rssl_login_is_held_to_the_users_file() {
     write_cfg("none");
     let mut node = Node::start(&["--config", cfg.to_str().expect("utf-8 path")]);
     let port = node.addr.port().to_string();
-    let (_, out) = java(
+    let (_, out) = java_on_loopback(
         CONSUMER,
+        &port,
         &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-s",
-            "FEED",
-            "-mp",
-            "SYM1",
-            "-uname",
-            "mallory",
-            "-runtime",
-            "5",
+            "-s", "FEED", "-mp", "SYM1", "-uname", "mallory", "-runtime", "5",
         ],
         dir.path(),
         Duration::from_secs(60),
@@ -973,21 +887,11 @@ fn an_rssl_login_is_held_to_the_users_file() {
     );
     common::wait_for_image(node.addr, "FEED", "SYM2", Duration::from_secs(10)).expect("the feed");
     let port = node.addr.port().to_string();
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         CONSUMER,
+        &port,
         &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-s",
-            "FEED",
-            "-mp",
-            "SYM1",
-            "-uname",
-            "mallory",
-            "-runtime",
-            "4",
+            "-s", "FEED", "-mp", "SYM1", "-uname", "mallory", "-runtime", "4",
         ],
         dir.path(),
         Duration::from_secs(60),
@@ -1072,13 +976,10 @@ fn the_eta_consumer_reads_a_tls_node_over_the_sdks_encrypted_connection_type() {
         .expect("run keytool (part of the JRE .ci/test installs)");
     assert!(keytool.status.success(), "keytool: {keytool:?}");
     let port = node.addr.port().to_string();
-    let (code, out) = java(
+    let (code, out) = java_on_loopback(
         CONSUMER,
+        &port,
         &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
             "-connectionType",
             "encrypted",
             "-encryptedConnectionType",
@@ -1155,21 +1056,10 @@ fn posts_reach_an_interactive_provider_and_its_acks_come_back() {
         ),
     ];
     for (flag, stream, answer) in answers {
-        let (code, out) = java(
+        let (code, out) = java_on_loopback(
             CONSUMER,
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &node_port,
-                "-s",
-                "DIRECT_FEED",
-                "-mp",
-                "TRI.N",
-                flag,
-                "-runtime",
-                "7",
-            ],
+            &node_port,
+            &["-s", "DIRECT_FEED", "-mp", "TRI.N", flag, "-runtime", "7"],
             dir.path(),
             Duration::from_secs(60),
         );
