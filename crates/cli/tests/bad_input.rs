@@ -292,3 +292,37 @@ fn connection_storm_leaves_memory_bounded_and_the_node_serving() {
     assert!(node.is_running(), "node died\n{}", node.proc.log());
     let _ = std::fs::remove_file(&cfg);
 }
+
+#[test]
+fn http_at_the_nodes_port_and_a_subscriber_at_its_websocket_port_are_told_where_to_go() {
+    use std::io::{Read, Write};
+    let (mut node, ws) = Node::start_ws(&[]);
+    // curl, or a browser, at the node's own port (RSSL shares it by default).
+    let mut s = std::net::TcpStream::connect(node.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)
+        .expect("the answer, then the end");
+    assert!(answer.starts_with("HTTP/1.1 400 Bad Request"), "{answer}");
+    assert!(
+        answer.contains("the Tickwire protocol and RSSL, not HTTP"),
+        "{answer}"
+    );
+    assert!(answer.contains(&format!("http://{ws}/")), "{answer}");
+    // A subscriber pointed at the WebSocket port.
+    let out = common::run(
+        &["subscribe", "--node", &ws, "--service", "FEED", "SYM0"],
+        Duration::from_secs(20),
+    );
+    let text = &out.stderr;
+    assert!(
+        text.contains("this is its WebSocket and HTTP port (--ws)"),
+        "{text}"
+    );
+    // The node serves on.
+    let _feed = start_publisher(&node, "FEED", 1, 10, false);
+    common::wait_for_image(node.addr, "FEED", "SYM0", Duration::from_secs(20)).expect("served");
+    node.stop(Duration::from_secs(10));
+}

@@ -225,7 +225,10 @@ impl Transport {
             if let (Ok(n), false) = (&read, self.received_any) {
                 if *n > 0 {
                     self.received_any = true;
-                    if let Some(e) = tls_answer(&self.stream, &buf[..*n], &self.addr) {
+                    let first = &buf[..*n];
+                    if let Some(e) = tls_answer(&self.stream, first, &self.addr)
+                        .or_else(|| http_answer(first, &self.addr))
+                    {
                         return Err(e);
                     }
                 }
@@ -330,6 +333,19 @@ fn tls_answer(stream: &Stream, first: &[u8], addr: &str) -> Option<ClientError> 
         addr: addr.to_string(),
         reason: "the node answered with TLS: it accepts TLS clients only on this port \
                  (connect with --tls and --ca FILE)"
+            .into(),
+    })
+}
+
+/// The node's first bytes are an HTTP response (a WebSocket port's 400 to a login it
+/// cannot parse): the client was pointed at the node's HTTP and WebSocket port. No
+/// frame starts so (its length would be over a gigabyte).
+fn http_answer(first: &[u8], addr: &str) -> Option<ClientError> {
+    first.starts_with(b"HTTP/").then(|| ClientError::Connect {
+        addr: addr.to_string(),
+        reason: "the node answered in HTTP: this is its WebSocket and HTTP port (--ws); \
+                 publishers and subscribers connect to its own port (--listen, by default \
+                 127.0.0.1:14002)"
             .into(),
     })
 }

@@ -20,6 +20,7 @@ mod rssl_provider;
 mod server;
 pub mod tls;
 pub mod upstream;
+mod wrong_port;
 mod ws;
 
 pub use backbone::BackboneSection;

@@ -60,9 +60,12 @@ struct Socket {
     ws: Option<Box<WsConn>>,
     /// An RSSL connection (LSEG Real-Time SDK applications).
     rssl: Option<Box<RsslConn>>,
-    /// On the node's own port with RSSL sharing it: which protocol it speaks is not
-    /// known until its first bytes.
+    /// On the node's own port: which protocol it speaks (the node's, RSSL where it
+    /// shares the port, or HTTP by mistake) is not known until its first bytes.
     sniffing: bool,
+    /// Spoke HTTP to the node's own port: answered with where HTTP is (wrong_port.rs),
+    /// now closing; what else it sends is read and dropped.
+    refused_http: bool,
     /// Already in the lingering list (closing): it must be there once only, or a
     /// second expiry would disconnect whoever reuses the id.
     lingering: bool,
@@ -508,6 +511,8 @@ impl NodeServer {
         };
         // With RSSL off, providers still need the dictionary, but no consumer does.
         let rssl = rssl.filter(|_| self.rssl_at != RsslAt::Off);
+        let rssl_shared = rssl.is_some() && self.rssl_at == RsslAt::Shared;
+        let http_answer = crate::wrong_port::http_answer(self.ws_addr, rssl_shared);
         // RSSL connections' pings: seen to every RSSL_TICK while any is open.
         let mut next_rssl_tick: Option<Instant> = None;
         let mut node_item = crate::node_item::NodeItem::start(&mut core, start);
@@ -683,6 +688,8 @@ impl NodeServer {
                     &Gateways {
                         ws: &ws_cfg,
                         rssl: rssl.as_ref(),
+                        rssl_shared,
+                        http_answer: &http_answer,
                     },
                     &metrics,
                 ) {
@@ -694,7 +701,8 @@ impl NodeServer {
                 let ws_closing = sockets.get(id).and_then(|s| s.as_ref()).is_some_and(|s| {
                     !s.dead
                         && (s.ws.as_ref().is_some_and(|w| w.close_after_flush)
-                            || s.rssl.as_ref().is_some_and(|r| r.close_after_flush))
+                            || s.rssl.as_ref().is_some_and(|r| r.close_after_flush)
+                            || s.refused_http)
                 });
                 if sockets
                     .get(id)
@@ -1131,9 +1139,8 @@ impl NodeServer {
                     }
                     _ => None,
                 },
-                sniffing: listener == Listener::Native
-                    && self.rssl_at == RsslAt::Shared
-                    && self.rssl.is_some(),
+                sniffing: listener == Listener::Native,
+                refused_http: false,
                 lingering: false,
             });
         }
@@ -1190,6 +1197,10 @@ fn refuse(stream: &mut TcpStream, text: &str, tls: bool) {
 struct Gateways<'a> {
     ws: &'a Arc<SessionConfig>,
     rssl: Option<&'a Arc<RsslShared>>,
+    /// RSSL is served on the node's own port too.
+    rssl_shared: bool,
+    /// The answer to HTTP on the node's own port.
+    http_answer: &'a [u8],
 }
 
 /// Reads up to a fair share from one connection and hands whole frames to the core.
@@ -1203,11 +1214,28 @@ fn read_some(
     gateways: &Gateways<'_>,
     metrics: &crate::metrics::Extra<'_>,
 ) -> bool {
-    let Gateways { ws: ws_cfg, rssl } = *gateways;
+    let Gateways {
+        ws: ws_cfg,
+        rssl,
+        rssl_shared,
+        http_answer,
+    } = *gateways;
     let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
         return false;
     };
     if sock.dead {
+        return false;
+    }
+    if sock.refused_http {
+        // Closing: what it still sends is dropped (unread bytes at close would reset
+        // the connection and could lose the answer).
+        let mut sink = [0u8; 4096];
+        for _ in 0..16 {
+            match sock.transport.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
         return false;
     }
     if let Some(r) = sock.rssl.as_mut() {
@@ -1289,6 +1317,25 @@ fn read_some(
                 sock.reader.filled(n);
                 total += n;
                 if sock.sniffing {
+                    // HTTP by mistake (curl, a browser, a WebSocket client): told where
+                    // HTTP is, in HTTP.
+                    match crate::wrong_port::looks_like_http(sock.reader.unread()) {
+                        Some(true) => {
+                            sock.sniffing = false;
+                            sock.refused_http = true;
+                            debug!(
+                                "{}: HTTP on the node's own port: answered where HTTP is",
+                                peer_text(&sock.transport)
+                            );
+                            let _ = sock.transport.write(http_answer);
+                            sock.reader = FrameReader::new(0);
+                            return false;
+                        }
+                        None => continue,
+                        Some(false) => sock.sniffing = rssl_shared,
+                    }
+                }
+                if sock.sniffing {
                     // RSSL on the node's port: a RIPC ConnectReq tells itself apart
                     // from a native login by its first bytes.
                     match tickwire_rssl::ripc::looks_like_connect_req(sock.reader.unread()) {
@@ -1334,6 +1381,8 @@ fn read_some(
             return true;
         }
     }
+    // Also while the first bytes are still undecided: a frame length no frame can have
+    // (0xFFFF_FFF0) is refused as it would be without RSSL on the port.
     deliver_frames(core, sock, id, now);
     false
 }
