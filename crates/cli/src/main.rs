@@ -310,9 +310,13 @@ fn run_node(args: NodeArgs) -> Result<()> {
     );
     if let Some(ws) = server.ws_addr() {
         if tls {
-            log::info!("WebSocket API on wss://{ws}/WebSocket (tr_json2), dashboard https://{ws}/");
+            log::info!(
+                "WebSocket API on wss://{ws}/WebSocket (tr_json2), dashboard https://{ws}/, metrics https://{ws}/metrics"
+            );
         } else {
-            log::info!("WebSocket API on ws://{ws}/WebSocket (tr_json2)");
+            log::info!(
+                "WebSocket API on ws://{ws}/WebSocket (tr_json2), dashboard http://{ws}/, metrics http://{ws}/metrics"
+            );
         }
     }
     server.run()?;

@@ -489,7 +489,7 @@ impl Node {
                 "login rejected: an anonymous login may only subscribe".to_string()
             } else {
                 format!(
-                    "login rejected for user {:?}: a secret is required (anonymous logins are off)",
+                    "login rejected for user {:?}: a secret is required (anonymous logins are off): log in with a password or a token (tickwire's commands read TICKWIRE_PASSWORD or --password-file)",
                     login.user
                 )
             };
