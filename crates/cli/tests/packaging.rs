@@ -24,7 +24,8 @@ fn the_systemd_unit_verifies_and_is_hardened() {
         "ProtectHome=yes",
         "PrivateTmp=yes",
         "CapabilityBoundingSet=\n",
-        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
+        // A backbone channel with interface=... lists interfaces over netlink.
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK\n",
         "SystemCallFilter=@system-service",
         "StateDirectory=tickwire",
         "ExecReload=/bin/kill -HUP $MAINPID",
