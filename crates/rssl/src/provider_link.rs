@@ -534,14 +534,20 @@ mod tests {
         out
     }
 
-    #[test]
-    fn a_provider_is_logged_in_to_read_and_its_items_served_on_the_nodes_streams() {
+    /// A link on the node's own dictionary, connected: its login request sent.
+    fn connected() -> (ProviderLink, Vec<u8>, Vec<Vec<u8>>) {
         let dict = Arc::new(RwfDictionary::from_native(
             &tickwire_proto::Dictionary::market_price(),
         ));
         let mut link = ProviderLink::new(dict, "node");
-        let (mut to_node, mut out): (Vec<u8>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
+        let mut out = Vec::new();
         link.on_connected(&mut out);
+        (link, Vec::new(), out)
+    }
+
+    #[test]
+    fn a_provider_is_logged_in_to_read_and_its_items_served_on_the_nodes_streams() {
+        let (mut link, mut to_node, mut out) = connected();
         let login = Msg::decode(&out[0]).unwrap();
         assert_eq!(
             (login.class, login.domain, login.stream_id),
@@ -634,12 +640,7 @@ mod tests {
     #[test]
     fn posts_go_to_the_provider_and_its_answers_back_to_the_node() {
         use crate::rwf::msg::{post, put_ack};
-        let dict = Arc::new(RwfDictionary::from_native(
-            &tickwire_proto::Dictionary::market_price(),
-        ));
-        let mut link = ProviderLink::new(dict, "node");
-        let (mut to_node, mut out): (Vec<u8>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
-        link.on_connected(&mut out);
+        let (mut link, mut to_node, mut out) = connected();
         let lr = login_refresh();
         link.on_provider_message(&lr, &mut to_node, &mut out)
             .unwrap();
@@ -704,12 +705,7 @@ mod tests {
 
     #[test]
     fn a_refused_login_ends_the_connection_with_the_reason() {
-        let dict = Arc::new(RwfDictionary::from_native(
-            &tickwire_proto::Dictionary::market_price(),
-        ));
-        let mut link = ProviderLink::new(dict, "node");
-        let (mut to_node, mut out): (Vec<u8>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
-        link.on_connected(&mut out);
+        let (mut link, mut to_node, mut out) = connected();
         let mut st = Vec::new();
         msg::put_status(
             &mut st,
