@@ -1,0 +1,37 @@
+//! File transfer over Tickwire's infrastructure: reference data, end-of-day files and
+//! dictionaries pushed from one site to every site, each file complete or not at all,
+//! with a record of who has what (docs/FILES.md).
+//!
+//! Sans-IO, like the rest of the node's parts: a [`Sender`] (a site's bounded queue of
+//! outgoing files) and a [`Receiver`] (a site's inbox) exchange the messages of
+//! [`wire`] and are driven with `handle_*(…, now)`, `handle_timeout(now)`,
+//! `poll_timeout()`, `poll_transmit` and `poll_event`. They read and write file bytes
+//! only through the [`ChunkSource`] and [`Store`] traits, which the node implements
+//! over its spool and inbox directories, and tests over memory. They never touch a
+//! socket or the clock: the node carries their messages over the backbone (one
+//! stream to every edge at once) and down node-tree links.
+//!
+//! - [`wire`]: the messages (offers, chunks with their CRC-32, statuses, presences,
+//!   cancels); [`name`]: which file names a site accepts; [`ChunkMap`]: which chunks a
+//!   site holds; [`Manifest`]: what a file is; [`pace`]: the files' share of bandwidth.
+
+#![forbid(unsafe_code)]
+
+mod chunk_map;
+mod manifest;
+pub mod name;
+pub mod pace;
+mod receiver;
+mod sender;
+pub mod wire;
+
+pub use chunk_map::ChunkMap;
+pub use manifest::{hex, Manifest};
+pub use receiver::{Receiver, ReceiverConfig, ReceiverEvent, ReceiverStats, Store, HASH_READ_BACK};
+pub use sender::{
+    ChunkSource, Delivery, NewFile, QueueError, Sender, SenderConfig, SenderEvent, SenderStats,
+    SiteRecord,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,865 @@
+//! The sending side: a bounded queue of files, each offered to its sites, sent once to
+//! all of them at a paced rate, and repaired from what the sites say they miss.
+//!
+//! One stream of messages reaches every site at once (the backbone's multicast, or
+//! the same messages relayed down node-tree links), so a file costs about the same
+//! for one site as for many. A transfer goes:
+//! - queued: waiting for room in the window (`window` transfers at once);
+//! - active: offered (its manifest) at once and every `offer_interval`; its chunks sent
+//!   once in order (the first pass), then the chunks sites list as missing (repairs,
+//!   before any new chunk), and an offer after each pass so sites answer at once;
+//! - finished: every target site done (or the transfer expired: the sites without it
+//!   failed "expired").
+//!
+//! A transfer stays active only while a target site that is present (heard within
+//! `site_timeout`) still needs it: one absent, full or failed site parks its
+//! transfers (offered every `park_offer_interval` so that site can try again) and
+//! never holds the window the other sites need.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::chunk_map::ChunkMap;
+use crate::manifest::Manifest;
+use crate::name::{check_name, NameError};
+use crate::pace::Pace;
+use crate::wire::{
+    self, chunk_count, FilesMessage, SiteState, Status, CHUNK_HEADER_LEN, MAX_CHUNK, MAX_TARGETS,
+};
+
+/// Where a sender reads the bytes of the files it sends (the node's spool).
+pub trait ChunkSource {
+    /// Fills `buf` with the bytes of `transfer`'s file at `offset`.
+    fn read_chunk(&mut self, transfer: u64, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
+}
+
+/// How a sender behaves; every limit is here.
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    /// This site's name (the node's name).
+    pub site: String,
+    /// Bytes per chunk (at most 1 MiB).
+    pub chunk_size: u32,
+    /// The files' share of bandwidth, bytes a second.
+    pub rate: u64,
+    /// The largest burst above `rate`, bytes.
+    pub burst: u64,
+    /// How often an active transfer is offered again.
+    pub offer_interval: Duration,
+    /// How often a parked transfer is offered (so a site that failed may try again).
+    pub park_offer_interval: Duration,
+    /// A site not heard from for this long is absent: its transfers wait for it
+    /// without holding the window.
+    pub site_timeout: Duration,
+    /// How long a sender listens for sites before resolving a transfer sent to every
+    /// site of a service.
+    pub listen_first: Duration,
+    /// Files queued at most (a new one beyond is refused at once).
+    pub max_files: usize,
+    /// Bytes queued at most.
+    pub max_bytes: u64,
+    /// Transfers active at once.
+    pub window: usize,
+    /// How long a transfer waits for its sites before they fail "expired".
+    pub expire_after: Duration,
+}
+
+impl SenderConfig {
+    pub fn new(site: impl Into<String>) -> Self {
+        SenderConfig {
+            site: site.into(),
+            chunk_size: 16 * 1024,
+            rate: 50_000_000,
+            burst: 512 * 1024,
+            offer_interval: Duration::from_millis(500),
+            park_offer_interval: Duration::from_secs(10),
+            site_timeout: Duration::from_secs(5),
+            listen_first: Duration::from_secs(3),
+            max_files: 10_000,
+            max_bytes: 16 << 30,
+            window: 64,
+            expire_after: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// A file to queue: its bytes are already in the sender's [`ChunkSource`].
+#[derive(Debug, Clone)]
+pub struct NewFile {
+    /// Drawn by the caller (random; unique among its transfers).
+    pub transfer: u64,
+    pub service: String,
+    pub name: String,
+    pub size: u64,
+    pub sha256: [u8; 32],
+    /// The sites to deliver to; `None`: every site present for the service when the
+    /// transfer starts.
+    pub to: Option<Vec<String>>,
+    /// Milliseconds since 1970 when it expires (for the offer; the caller's clock).
+    pub expires_ms: u64,
+}
+
+/// Why a file was not queued.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum QueueError {
+    #[error("the send queue is full: {files} files queued, the limit is {max}")]
+    TooManyFiles { files: usize, max: usize },
+    #[error("the send queue is full: {queued} bytes queued and {size} more would pass the limit of {max}")]
+    TooManyBytes { queued: u64, size: u64, max: u64 },
+    #[error("file name {name:?} refused: {reason}")]
+    BadName { name: String, reason: NameError },
+    #[error("a file of {size} bytes is too large for chunks of {chunk_size} bytes")]
+    TooLarge { size: u64, chunk_size: u32 },
+    #[error("{0} target sites named, at most {MAX_TARGETS}")]
+    TooManyTargets(usize),
+    #[error("an empty list of target sites")]
+    NoTargets,
+    #[error("transfer {0:016x} is already queued")]
+    Duplicate(u64),
+}
+
+/// Where a file stands at one site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    Queued,
+    Sending,
+    Done,
+    Failed,
+}
+
+impl Delivery {
+    /// The name `files status` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Queued => "queued",
+            Delivery::Sending => "sending",
+            Delivery::Done => "done",
+            Delivery::Failed => "failed",
+        }
+    }
+}
+
+/// One site's delivery of one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteRecord {
+    pub state: Delivery,
+    /// Chunks it said it holds.
+    pub have: u32,
+    /// Why it failed (empty otherwise).
+    pub reason: String,
+    /// When the state last changed.
+    pub since: Instant,
+    /// Whether the sender waits for it (a target), or it is a site that took an open
+    /// transfer after it started.
+    pub target: bool,
+}
+
+/// What a sender reports to its driver (for the delivery record and the spool).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SenderEvent {
+    /// A site's delivery changed state.
+    Site {
+        transfer: u64,
+        site: String,
+        state: Delivery,
+        reason: String,
+    },
+    /// The transfer is over: every target has the file (`delivered`), or it expired.
+    /// Its bytes may leave the spool.
+    Finished { transfer: u64, delivered: bool },
+}
+
+/// Counters for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderStats {
+    pub offers: u64,
+    pub chunks: u64,
+    pub repairs: u64,
+    pub bytes: u64,
+    pub statuses: u64,
+    /// Statuses for transfers the sender does not have, or from sites not meant.
+    pub ignored_statuses: u64,
+    pub read_errors: u64,
+}
+
+/// Most sites one transfer records (targets and late joiners of an open transfer).
+const MAX_SITES_PER_TRANSFER: usize = 2 * MAX_TARGETS;
+/// Most sites whose presence a sender remembers (the longest silent goes first).
+const MAX_KNOWN_SITES: usize = 4096;
+/// How often the queue is scanned (expiry, window, parked offers).
+const SCAN_INTERVAL: Duration = Duration::from_millis(100);
+/// Parked transfers offered per scan at most.
+const PARKED_OFFERS_PER_SCAN: usize = 16;
+
+struct Outgoing {
+    m: Manifest,
+    chunks: u32,
+    /// Targets not resolved yet (sent to every site of the service: resolved when it
+    /// starts).
+    unresolved: bool,
+    sites: BTreeMap<String, SiteRecord>,
+    /// The first pass's next chunk.
+    first_pass: u32,
+    /// Chunks asked for again.
+    repairs: ChunkMap,
+    repair_cursor: u32,
+    /// When the next offer is due.
+    offer_at: Instant,
+    expires_at: Instant,
+    active: bool,
+}
+
+/// The sending side (see the module doc).
+pub struct Sender {
+    cfg: SenderConfig,
+    transfers: HashMap<u64, Outgoing>,
+    /// Transfer ids, oldest first (finished ones are dropped as they are met).
+    order: VecDeque<u64>,
+    active: Vec<u64>,
+    /// service -> site -> last heard.
+    sites: HashMap<String, HashMap<String, Instant>>,
+    known_sites: usize,
+    pace: Pace,
+    events: VecDeque<SenderEvent>,
+    /// Offers and cancels to send before any chunk.
+    urgent: VecDeque<(u64, bool)>,
+    started: Instant,
+    queued_bytes: u64,
+    next_scan: Instant,
+    park_cursor: usize,
+    buf: Vec<u8>,
+    stats: SenderStats,
+}
+
+impl Sender {
+    pub fn new(mut cfg: SenderConfig, now: Instant) -> Self {
+        cfg.chunk_size = cfg.chunk_size.clamp(1, MAX_CHUNK);
+        cfg.window = cfg.window.max(1);
+        let burst = cfg
+            .burst
+            .max(u64::from(cfg.chunk_size) + CHUNK_HEADER_LEN as u64);
+        Sender {
+            pace: Pace::new(cfg.rate, burst, now),
+            cfg,
+            transfers: HashMap::new(),
+            order: VecDeque::new(),
+            active: Vec::new(),
+            sites: HashMap::new(),
+            known_sites: 0,
+            events: VecDeque::new(),
+            urgent: VecDeque::new(),
+            started: now,
+            queued_bytes: 0,
+            next_scan: now,
+            park_cursor: 0,
+            buf: Vec::new(),
+            stats: SenderStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &SenderConfig {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> SenderStats {
+        self.stats
+    }
+
+    /// Files queued, not finished.
+    pub fn queued_files(&self) -> usize {
+        self.transfers.len()
+    }
+
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued_bytes
+    }
+
+    /// Queues a file; refused at once (never waits) when the queue is full.
+    pub fn enqueue(&mut self, file: NewFile, now: Instant) -> Result<u64, QueueError> {
+        check_name(&file.name).map_err(|reason| QueueError::BadName {
+            name: file.name.clone(),
+            reason,
+        })?;
+        if chunk_count(file.size, self.cfg.chunk_size).is_none() {
+            return Err(QueueError::TooLarge {
+                size: file.size,
+                chunk_size: self.cfg.chunk_size,
+            });
+        }
+        if let Some(to) = &file.to {
+            if to.is_empty() {
+                return Err(QueueError::NoTargets);
+            }
+            if to.len() > MAX_TARGETS {
+                return Err(QueueError::TooManyTargets(to.len()));
+            }
+        }
+        if self.transfers.len() >= self.cfg.max_files {
+            return Err(QueueError::TooManyFiles {
+                files: self.transfers.len(),
+                max: self.cfg.max_files,
+            });
+        }
+        if self.queued_bytes.saturating_add(file.size) > self.cfg.max_bytes {
+            return Err(QueueError::TooManyBytes {
+                queued: self.queued_bytes,
+                size: file.size,
+                max: self.cfg.max_bytes,
+            });
+        }
+        if self.transfers.contains_key(&file.transfer) {
+            return Err(QueueError::Duplicate(file.transfer));
+        }
+        let (open, targets) = match file.to {
+            Some(mut to) => {
+                to.sort();
+                to.dedup();
+                (false, to)
+            }
+            None => (true, Vec::new()),
+        };
+        let m = Manifest {
+            transfer: file.transfer,
+            sender: self.cfg.site.clone(),
+            service: file.service,
+            name: file.name,
+            size: file.size,
+            chunk_size: self.cfg.chunk_size,
+            sha256: file.sha256,
+            expires_ms: file.expires_ms,
+            open,
+            targets,
+        };
+        let expires_at = now + self.cfg.expire_after;
+        self.insert(m, expires_at, now);
+        self.next_scan = now;
+        Ok(file.transfer)
+    }
+
+    /// Puts back a transfer a previous run of the sender had queued (from the
+    /// driver's spool), with what its sites had said.
+    pub fn restore(
+        &mut self,
+        m: Manifest,
+        sites: impl IntoIterator<Item = (String, Delivery, String)>,
+        expires_at: Instant,
+        now: Instant,
+    ) {
+        if self.transfers.contains_key(&m.transfer) || m.chunk_size == 0 || m.chunk_size > MAX_CHUNK
+        {
+            return;
+        }
+        let id = m.transfer;
+        self.insert(m, expires_at, now);
+        let t = self.transfers.get_mut(&id).expect("just inserted");
+        for (site, state, reason) in sites {
+            let target = t.m.targets.contains(&site);
+            if !target && t.sites.len() >= MAX_SITES_PER_TRANSFER {
+                continue;
+            }
+            // Sending resumes as queued: this run has sent nothing yet.
+            let state = if state == Delivery::Sending {
+                Delivery::Queued
+            } else {
+                state
+            };
+            t.sites.insert(
+                site,
+                SiteRecord {
+                    state,
+                    have: 0,
+                    reason,
+                    since: now,
+                    target,
+                },
+            );
+        }
+        self.next_scan = now;
+    }
+
+    fn insert(&mut self, m: Manifest, expires_at: Instant, now: Instant) {
+        let chunks = m.chunks();
+        let unresolved = m.open && m.targets.is_empty();
+        let sites = m
+            .targets
+            .iter()
+            .map(|s| {
+                (
+                    s.clone(),
+                    SiteRecord {
+                        state: Delivery::Queued,
+                        have: 0,
+                        reason: String::new(),
+                        since: now,
+                        target: true,
+                    },
+                )
+            })
+            .collect();
+        self.queued_bytes += m.size;
+        self.order.push_back(m.transfer);
+        self.transfers.insert(
+            m.transfer,
+            Outgoing {
+                chunks,
+                unresolved,
+                sites,
+                first_pass: 0,
+                repairs: ChunkMap::new(chunks),
+                repair_cursor: 0,
+                offer_at: now,
+                expires_at,
+                active: false,
+                m,
+            },
+        );
+    }
+
+    /// A transfer's manifest and the record of its sites.
+    pub fn transfer(&self, transfer: u64) -> Option<(&Manifest, &BTreeMap<String, SiteRecord>)> {
+        self.transfers.get(&transfer).map(|t| (&t.m, &t.sites))
+    }
+
+    /// Every queued transfer, oldest first.
+    pub fn transfers(&self) -> impl Iterator<Item = (&Manifest, &BTreeMap<String, SiteRecord>)> {
+        self.order
+            .iter()
+            .filter_map(|id| self.transfers.get(id))
+            .map(|t| (&t.m, &t.sites))
+    }
+
+    pub fn poll_event(&mut self) -> Option<SenderEvent> {
+        self.events.pop_front()
+    }
+
+    /// A receiving site says it takes `service`.
+    pub fn handle_present(&mut self, site: &str, service: &str, now: Instant) {
+        self.heard(service, site, now);
+    }
+
+    fn heard(&mut self, service: &str, site: &str, now: Instant) {
+        if let Some(at) = self.sites.get_mut(service).and_then(|m| m.get_mut(site)) {
+            *at = now;
+            return;
+        }
+        if self.known_sites >= MAX_KNOWN_SITES {
+            let oldest = self
+                .sites
+                .iter()
+                .flat_map(|(svc, m)| m.iter().map(move |(site, at)| (*at, svc, site)))
+                .min()
+                .map(|(_, svc, site)| (svc.clone(), site.clone()));
+            if let Some((svc, site)) = oldest {
+                let m = self.sites.get_mut(&svc).expect("found");
+                m.remove(&site);
+                if m.is_empty() {
+                    self.sites.remove(&svc);
+                }
+                self.known_sites -= 1;
+            }
+        }
+        self.sites
+            .entry(service.to_owned())
+            .or_default()
+            .insert(site.to_owned(), now);
+        self.known_sites += 1;
+    }
+
+    fn present(&self, service: &str, site: &str, now: Instant) -> bool {
+        self.sites
+            .get(service)
+            .and_then(|m| m.get(site))
+            .is_some_and(|at| now.saturating_duration_since(*at) < self.cfg.site_timeout)
+    }
+
+    /// A site's status for one of our transfers.
+    pub fn handle_status(&mut self, s: &Status, now: Instant) {
+        self.stats.statuses += 1;
+        let Some(t) = self.transfers.get(&s.transfer) else {
+            self.stats.ignored_statuses += 1;
+            return;
+        };
+        if !t.m.is_for(s.site) {
+            self.stats.ignored_statuses += 1;
+            return;
+        }
+        let service = t.m.service.clone();
+        self.heard(&service, s.site, now);
+        let t = self.transfers.get_mut(&s.transfer).expect("checked");
+        if !t.sites.contains_key(s.site) {
+            if t.sites.len() >= MAX_SITES_PER_TRANSFER {
+                self.stats.ignored_statuses += 1;
+                return;
+            }
+            t.sites.insert(
+                s.site.to_owned(),
+                SiteRecord {
+                    state: Delivery::Queued,
+                    have: 0,
+                    reason: String::new(),
+                    since: now,
+                    target: false,
+                },
+            );
+        }
+        let (state, reason) = match s.state {
+            SiteState::Receiving => {
+                for r in &s.missing {
+                    // Only chunks already sent: the first pass brings the rest.
+                    t.repairs.insert_range(r.start..r.end.min(t.first_pass));
+                }
+                (Delivery::Sending, "")
+            }
+            SiteState::Done => (Delivery::Done, ""),
+            SiteState::Failed => (Delivery::Failed, s.reason),
+            SiteState::Unknown(_) => return,
+        };
+        let rec = t.sites.get_mut(s.site).expect("inserted above");
+        rec.have = s.have;
+        if rec.state != state || rec.reason != reason {
+            rec.state = state;
+            rec.reason = reason.to_owned();
+            rec.since = now;
+            self.events.push_back(SenderEvent::Site {
+                transfer: s.transfer,
+                site: s.site.to_owned(),
+                state,
+                reason: reason.to_owned(),
+            });
+        }
+        if state == Delivery::Done {
+            self.finish_if_delivered(s.transfer);
+        }
+    }
+
+    fn finish_if_delivered(&mut self, transfer: u64) {
+        let Some(t) = self.transfers.get(&transfer) else {
+            return;
+        };
+        if t.unresolved
+            || !t
+                .sites
+                .values()
+                .filter(|r| r.target)
+                .all(|r| r.state == Delivery::Done)
+        {
+            return;
+        }
+        self.remove(transfer);
+        self.events.push_back(SenderEvent::Finished {
+            transfer,
+            delivered: true,
+        });
+    }
+
+    fn remove(&mut self, transfer: u64) {
+        if let Some(t) = self.transfers.remove(&transfer) {
+            self.queued_bytes -= t.m.size;
+        }
+        self.active.retain(|id| *id != transfer);
+    }
+
+    /// Whether the transfer has a present target site that still needs it.
+    fn needy(&self, t: &Outgoing, now: Instant) -> bool {
+        !t.unresolved
+            && t.sites.iter().any(|(site, r)| {
+                r.target
+                    && matches!(r.state, Delivery::Queued | Delivery::Sending)
+                    && self.present(&t.m.service, site, now)
+            })
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if now < self.next_scan {
+            return;
+        }
+        self.next_scan = now + SCAN_INTERVAL;
+        self.expire(now);
+        self.resolve_open(now);
+        // Park what no present site needs; fill the window, oldest first.
+        let active = std::mem::take(&mut self.active);
+        for id in active {
+            let needy = self.transfers.get(&id).is_some_and(|t| self.needy(t, now));
+            if needy {
+                self.active.push(id);
+            } else if let Some(t) = self.transfers.get_mut(&id) {
+                t.active = false;
+                t.offer_at = now + self.cfg.park_offer_interval;
+            }
+        }
+        self.order.retain(|id| self.transfers.contains_key(id));
+        let mut parked_offers = 0;
+        let len = self.order.len();
+        for i in 0..len {
+            if self.active.len() >= self.cfg.window {
+                break;
+            }
+            let id = self.order[i];
+            let t = &self.transfers[&id];
+            if !t.active && self.needy(t, now) {
+                self.activate(id, now);
+            }
+        }
+        // Offer a few parked transfers in turn, so failed sites may try again and
+        // sites that took an open transfer late hear of it.
+        for _ in 0..len {
+            if parked_offers >= PARKED_OFFERS_PER_SCAN {
+                break;
+            }
+            self.park_cursor = (self.park_cursor + 1) % len;
+            let id = self.order[self.park_cursor];
+            let t = self
+                .transfers
+                .get_mut(&id)
+                .expect("order holds live transfers");
+            if !t.active && !t.unresolved && t.offer_at <= now {
+                t.offer_at = now + self.cfg.park_offer_interval;
+                self.urgent.push_back((id, false));
+                parked_offers += 1;
+            }
+        }
+    }
+
+    fn activate(&mut self, id: u64, now: Instant) {
+        let present: Vec<String> = {
+            let t = &self.transfers[&id];
+            t.sites
+                .iter()
+                .filter(|(site, r)| {
+                    r.target && r.state == Delivery::Queued && self.present(&t.m.service, site, now)
+                })
+                .map(|(site, _)| site.clone())
+                .collect()
+        };
+        let t = self.transfers.get_mut(&id).expect("live");
+        t.active = true;
+        t.offer_at = now;
+        for site in present {
+            let rec = t.sites.get_mut(&site).expect("listed");
+            rec.state = Delivery::Sending;
+            rec.since = now;
+            self.events.push_back(SenderEvent::Site {
+                transfer: id,
+                site,
+                state: Delivery::Sending,
+                reason: String::new(),
+            });
+        }
+        self.active.push(id);
+    }
+
+    fn expire(&mut self, now: Instant) {
+        let expired: Vec<u64> = self
+            .transfers
+            .iter()
+            .filter(|(_, t)| t.expires_at <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            let t = &self.transfers[&id];
+            for (site, r) in &t.sites {
+                if r.target && r.state != Delivery::Done {
+                    self.events.push_back(SenderEvent::Site {
+                        transfer: id,
+                        site: site.clone(),
+                        state: Delivery::Failed,
+                        reason: "expired".into(),
+                    });
+                }
+            }
+            self.remove(id);
+            self.urgent.push_back((id, true));
+            self.events.push_back(SenderEvent::Finished {
+                transfer: id,
+                delivered: false,
+            });
+        }
+    }
+
+    fn resolve_open(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.started) < self.cfg.listen_first {
+            return;
+        }
+        let unresolved: Vec<u64> = self
+            .transfers
+            .iter()
+            .filter(|(_, t)| t.unresolved)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in unresolved {
+            let service = self.transfers[&id].m.service.clone();
+            let mut targets: Vec<String> = self
+                .sites
+                .get(&service)
+                .into_iter()
+                .flatten()
+                .filter(|(_, at)| now.saturating_duration_since(**at) < self.cfg.site_timeout)
+                .map(|(site, _)| site.clone())
+                .collect();
+            if targets.is_empty() {
+                continue; // waits for a site
+            }
+            targets.sort();
+            targets.truncate(MAX_TARGETS);
+            let t = self.transfers.get_mut(&id).expect("live");
+            for site in &targets {
+                let rec = t.sites.entry(site.clone()).or_insert_with(|| SiteRecord {
+                    state: Delivery::Queued,
+                    have: 0,
+                    reason: String::new(),
+                    since: now,
+                    target: true,
+                });
+                rec.target = true;
+            }
+            t.m.targets = targets;
+            t.unresolved = false;
+            // Sites that answered before it was resolved may be done already.
+            self.finish_if_delivered(id);
+        }
+    }
+
+    /// The next deadline: a scan, an offer, or the pace letting the next chunk go.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut at = if self.transfers.is_empty() {
+            None
+        } else {
+            Some(self.next_scan)
+        };
+        let mut earliest = |t: Instant| at = Some(at.map_or(t, |a: Instant| a.min(t)));
+        let mut chunk_work = false;
+        for id in &self.active {
+            let t = &self.transfers[id];
+            earliest(t.offer_at);
+            chunk_work |= t.repairs.held() > 0 || t.first_pass < t.chunks;
+        }
+        if !self.urgent.is_empty() {
+            earliest(self.started); // at once
+        }
+        if chunk_work {
+            earliest(
+                self.pace
+                    .ready_at(u64::from(self.cfg.chunk_size) + CHUNK_HEADER_LEN as u64),
+            );
+        }
+        at
+    }
+
+    /// Writes the next message to send into `out` (cleared first); false when there
+    /// is nothing to send now (see [`Sender::poll_timeout`]).
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        src: &mut dyn ChunkSource,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        out.clear();
+        while let Some((id, cancel)) = self.urgent.pop_front() {
+            if cancel {
+                FilesMessage::Cancel {
+                    transfer: id,
+                    reason: "expired",
+                }
+                .encode(out)
+                .expect("a cancel always encodes");
+                return true;
+            }
+            if let Some(t) = self.transfers.get(&id) {
+                self.stats.offers += 1;
+                FilesMessage::Offer(t.m.offer(t.first_pass))
+                    .encode(out)
+                    .expect("a queued manifest encodes");
+                return true;
+            }
+        }
+        for i in 0..self.active.len() {
+            let t = self
+                .transfers
+                .get_mut(&self.active[i])
+                .expect("active transfers are live");
+            if t.offer_at <= now {
+                t.offer_at = now + self.cfg.offer_interval;
+                self.stats.offers += 1;
+                FilesMessage::Offer(t.m.offer(t.first_pass))
+                    .encode(out)
+                    .expect("a queued manifest encodes");
+                return true;
+            }
+        }
+        // Repairs first (sites are waiting on them), then the oldest first pass.
+        let repair = self
+            .active
+            .iter()
+            .position(|id| self.transfers[id].repairs.held() > 0);
+        let pick = repair.map(|i| (i, true)).or_else(|| {
+            self.active
+                .iter()
+                .position(|id| {
+                    let t = &self.transfers[id];
+                    t.first_pass < t.chunks
+                })
+                .map(|i| (i, false))
+        });
+        let Some((i, is_repair)) = pick else {
+            return false;
+        };
+        let id = self.active[i];
+        let t = self.transfers.get_mut(&id).expect("live");
+        let index = if is_repair {
+            let at = t
+                .repairs
+                .next_held(t.repair_cursor, t.chunks)
+                .or_else(|| t.repairs.next_held(0, t.chunks));
+            at.expect("a repair is pending")
+        } else {
+            t.first_pass
+        };
+        let len = t.m.chunk_len(index);
+        if !self.pace.take((len + CHUNK_HEADER_LEN) as u64, now) {
+            return false;
+        }
+        self.buf.resize(len, 0);
+        if let Err(e) = src.read_chunk(id, t.m.offset(index), &mut self.buf) {
+            // The spool lost the file: nobody can get it any more.
+            self.stats.read_errors += 1;
+            let reason = format!("the sender cannot read its copy: {e}");
+            for (site, r) in &t.sites {
+                if r.state != Delivery::Done {
+                    self.events.push_back(SenderEvent::Site {
+                        transfer: id,
+                        site: site.clone(),
+                        state: Delivery::Failed,
+                        reason: reason.clone(),
+                    });
+                }
+            }
+            self.remove(id);
+            self.urgent.push_back((id, true));
+            self.events.push_back(SenderEvent::Finished {
+                transfer: id,
+                delivered: false,
+            });
+            return self.poll_transmit(now, src, out);
+        }
+        wire::encode_chunk(out, id, index, &self.buf).expect("chunks are at most MAX_CHUNK");
+        self.stats.bytes += len as u64;
+        if is_repair {
+            t.repairs.remove(index);
+            t.repair_cursor = index + 1;
+            self.stats.repairs += 1;
+            if t.repairs.held() == 0 {
+                t.offer_at = now; // the pass is over: ask the sites at once
+            }
+        } else {
+            t.first_pass += 1;
+            self.stats.chunks += 1;
+            if t.first_pass == t.chunks {
+                t.offer_at = now;
+            }
+        }
+        true
+    }
+}

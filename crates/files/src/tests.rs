@@ -1,0 +1,686 @@
+//! A sender and its sites joined in memory on one fake clock: every message goes
+//! through the wire encoder and decoder, may be lost (a seeded generator), and the
+//! file bytes live in memory stores. Loss, restarts, full disks, absent sites and
+//! hostile offers run here in milliseconds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::wire::{encode_chunk, FilesMessage, Offer};
+use crate::*;
+
+const SERVICE: &str = "FILES";
+
+/// A transfer's sites as a driver would persist them.
+type SavedSites = Vec<(String, Delivery, String)>;
+
+#[derive(Default)]
+struct MemSpool(HashMap<u64, Vec<u8>>);
+
+impl ChunkSource for MemSpool {
+    fn read_chunk(&mut self, transfer: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let file = self
+            .0
+            .get(&transfer)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not in the spool"))?;
+        let at = offset as usize;
+        buf.copy_from_slice(&file[at..at + buf.len()]);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct MemStore {
+    partial: HashMap<u64, Vec<u8>>,
+    maps: HashMap<u64, ChunkMap>,
+    /// What a disk store keeps beside each partial file.
+    manifests: HashMap<u64, Manifest>,
+    inbox: BTreeMap<String, Vec<u8>>,
+    /// Writes fail as on a full disk.
+    full: bool,
+    /// Commits are synced later (fsync `batch`).
+    defer: bool,
+    deferred: Vec<Manifest>,
+}
+
+impl Store for MemStore {
+    fn open(&mut self, m: &Manifest) -> io::Result<Option<ChunkMap>> {
+        self.partial
+            .entry(m.transfer)
+            .or_insert_with(|| vec![0; m.size as usize]);
+        self.manifests.insert(m.transfer, m.clone());
+        Ok(self.maps.get(&m.transfer).cloned())
+    }
+    fn write(&mut self, transfer: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        if self.full {
+            return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+        }
+        let file = self.partial.get_mut(&transfer).expect("opened");
+        file[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn read(&mut self, transfer: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let file = &self.partial[&transfer];
+        buf.copy_from_slice(&file[offset as usize..offset as usize + buf.len()]);
+        Ok(())
+    }
+    fn save_map(&mut self, transfer: u64, map: &ChunkMap) -> io::Result<()> {
+        self.maps.insert(transfer, map.clone());
+        Ok(())
+    }
+    fn commit(&mut self, m: &Manifest) -> io::Result<bool> {
+        if self.defer {
+            self.deferred.push(m.clone());
+            return Ok(false);
+        }
+        let bytes = self.partial.remove(&m.transfer).expect("opened");
+        self.maps.remove(&m.transfer);
+        self.manifests.remove(&m.transfer);
+        self.inbox.insert(m.name.clone(), bytes);
+        Ok(true)
+    }
+    fn discard(&mut self, transfer: u64) {
+        self.partial.remove(&transfer);
+        self.maps.remove(&transfer);
+        self.manifests.remove(&transfer);
+    }
+}
+
+struct Site {
+    rx: Receiver,
+    store: MemStore,
+    up: bool,
+    events: Vec<ReceiverEvent>,
+}
+
+/// A deterministic generator (xorshift), so a lossy run is the same every time.
+struct Loss {
+    state: u64,
+    per_mille: u64,
+}
+
+impl Loss {
+    fn drop(&mut self) -> bool {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state % 1000 < self.per_mille
+    }
+}
+
+struct Net {
+    t0: Instant,
+    now: Instant,
+    tx: Sender,
+    spool: MemSpool,
+    sites: Vec<Site>,
+    loss: Loss,
+    events: Vec<SenderEvent>,
+    /// Chunk messages each site was handed (after loss).
+    chunks_to: Vec<u64>,
+    buf: Vec<u8>,
+}
+
+fn sender_config() -> SenderConfig {
+    let mut cfg = SenderConfig::new("src");
+    cfg.chunk_size = 1024;
+    cfg.rate = 20_000_000;
+    cfg
+}
+
+/// A sender slow enough that a test can stop it halfway through a file.
+fn slow_sender_config() -> SenderConfig {
+    let mut cfg = sender_config();
+    cfg.rate = 1_000_000;
+    cfg.burst = 16 * 1024;
+    cfg
+}
+
+fn site_name(i: usize) -> String {
+    format!("site-{i}")
+}
+
+impl Net {
+    fn new(sites: usize, cfg: SenderConfig) -> Self {
+        let t0 = Instant::now();
+        Net {
+            t0,
+            now: t0,
+            tx: Sender::new(cfg, t0),
+            spool: MemSpool::default(),
+            sites: (0..sites)
+                .map(|i| Site {
+                    rx: Receiver::new(ReceiverConfig::new(site_name(i), vec![SERVICE.into()]), t0),
+                    store: MemStore::default(),
+                    up: true,
+                    events: Vec::new(),
+                })
+                .collect(),
+            loss: Loss {
+                state: 0x9E37_79B9_7F4A_7C15,
+                per_mille: 0,
+            },
+            events: Vec::new(),
+            chunks_to: vec![0; sites],
+            buf: Vec::new(),
+        }
+    }
+
+    /// Queues `bytes` as `name`; returns the transfer id.
+    fn send(
+        &mut self,
+        id: u64,
+        name: &str,
+        bytes: Vec<u8>,
+        to: Option<Vec<String>>,
+    ) -> Result<u64, QueueError> {
+        let file = NewFile {
+            transfer: id,
+            service: SERVICE.into(),
+            name: name.into(),
+            size: bytes.len() as u64,
+            sha256: Sha256::digest(&bytes).into(),
+            to,
+            expires_ms: 0,
+        };
+        let queued = self.tx.enqueue(file, self.now)?;
+        self.spool.0.insert(id, bytes);
+        Ok(queued)
+    }
+
+    /// Delivers one message from the sender to every site that is up.
+    fn deliver(&mut self, bytes: &[u8]) {
+        let msg = FilesMessage::decode(bytes).expect("the sender's messages decode");
+        for (i, site) in self.sites.iter_mut().enumerate() {
+            if !site.up || self.loss.drop() {
+                continue;
+            }
+            if matches!(msg, FilesMessage::Chunk { .. }) {
+                self.chunks_to[i] += 1;
+            }
+            site.rx.handle(&msg, self.now, &mut site.store);
+        }
+    }
+
+    /// One turn: the sender sends what it may, every site answers.
+    fn turn(&mut self) {
+        self.tx.handle_timeout(self.now);
+        let mut out = std::mem::take(&mut self.buf);
+        while self.tx.poll_transmit(self.now, &mut self.spool, &mut out) {
+            self.deliver(&out);
+        }
+        for site in &mut self.sites {
+            if !site.up {
+                continue;
+            }
+            site.rx.handle_timeout(self.now, &mut site.store);
+            while site.rx.poll_transmit(self.now, &mut out) {
+                if self.loss.drop() {
+                    continue;
+                }
+                match FilesMessage::decode(&out).expect("a site's messages decode") {
+                    FilesMessage::Status(s) => self.tx.handle_status(&s, self.now),
+                    FilesMessage::Present { site, service } => {
+                        self.tx.handle_present(site, service, self.now)
+                    }
+                    other => panic!("a site sent {other:?}"),
+                }
+            }
+            while let Some(e) = site.rx.poll_event() {
+                site.events.push(e);
+            }
+        }
+        while let Some(e) = self.tx.poll_event() {
+            self.events.push(e);
+        }
+        self.buf = out;
+    }
+
+    /// Turns until `done` holds, moving the clock to the next deadline (at least
+    /// 100 µs); panics after `limit` of simulated time.
+    fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Net) -> bool) {
+        let end = self.now + limit;
+        loop {
+            self.turn();
+            if done(self) {
+                return;
+            }
+            assert!(self.now < end, "not done after {limit:?} of simulated time");
+            let mut next = self.tx.poll_timeout().unwrap_or(end);
+            for s in &self.sites {
+                if let Some(t) = s.rx.poll_timeout() {
+                    next = next.min(t);
+                }
+            }
+            self.now = next.max(self.now + Duration::from_micros(100)).min(end);
+        }
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        self.run_until(d + Duration::from_secs(1), |n| n.now >= end);
+    }
+
+    fn finished(&self, id: u64) -> Option<bool> {
+        self.events.iter().find_map(|e| match e {
+            SenderEvent::Finished {
+                transfer,
+                delivered,
+            } if *transfer == id => Some(*delivered),
+            _ => None,
+        })
+    }
+
+    fn all_finished(&self, ids: &[u64]) -> bool {
+        ids.iter().all(|id| self.finished(*id).is_some())
+    }
+}
+
+fn bytes(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn targets(n: usize) -> Option<Vec<String>> {
+    Some((0..n).map(site_name).collect())
+}
+
+#[test]
+fn one_file_reaches_three_sites_byte_for_byte_in_one_pass() {
+    let mut net = Net::new(3, sender_config());
+    let file = bytes(100_000, 1);
+    let id = net
+        .send(7, "eod/2026-11-25.csv", file.clone(), targets(3))
+        .unwrap();
+    net.run_until(Duration::from_secs(10), |n| n.finished(id).is_some());
+    assert_eq!(net.finished(id), Some(true));
+    for site in &net.sites {
+        assert_eq!(site.store.inbox.get("eod/2026-11-25.csv"), Some(&file));
+        assert!(site.store.partial.is_empty() && site.store.maps.is_empty());
+        assert!(
+            matches!(&site.events[..], [ReceiverEvent::Arrived { manifest }] if manifest.transfer == id)
+        );
+    }
+    // One stream for every site: each chunk sent once, no repair.
+    let stats = net.tx.stats();
+    assert_eq!((stats.chunks, stats.repairs), (98, 0));
+    assert_eq!(net.chunks_to, vec![98, 98, 98]);
+    // Each site went sending, then done.
+    for i in 0..3 {
+        let states: Vec<Delivery> = net
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                SenderEvent::Site { site, state, .. } if *site == site_name(i) => Some(*state),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(states, vec![Delivery::Sending, Delivery::Done]);
+    }
+    assert_eq!((net.tx.queued_files(), net.tx.queued_bytes()), (0, 0));
+}
+
+#[test]
+fn five_percent_loss_both_ways_is_repaired_and_every_file_is_whole() {
+    let mut net = Net::new(3, sender_config());
+    net.loss.per_mille = 50;
+    let mut files = Vec::new();
+    for i in 0..20u64 {
+        let len = [0, 1, 1023, 1024, 1025, 50_000][i as usize % 6] + i as usize * 7;
+        let data = bytes(len, i as u8);
+        let name = format!("batch/f{i}.dat");
+        let id = net.send(100 + i, &name, data.clone(), targets(3)).unwrap();
+        files.push((id, name, data));
+    }
+    let ids: Vec<u64> = files.iter().map(|f| f.0).collect();
+    net.run_until(Duration::from_secs(60), |n| n.all_finished(&ids));
+    for (id, name, data) in &files {
+        assert_eq!(net.finished(*id), Some(true), "{name}");
+        for site in &net.sites {
+            assert_eq!(site.store.inbox.get(name), Some(data), "{name}");
+        }
+    }
+    assert!(net.tx.stats().repairs > 0, "5% loss needs repairs");
+}
+
+#[test]
+fn a_site_that_restarts_mid_file_asks_only_for_what_it_lacks() {
+    let mut net = Net::new(2, slow_sender_config());
+    let file = bytes(400 * 1024, 3);
+    let id = net.send(9, "big.bin", file.clone(), targets(2)).unwrap();
+    // Until site 1 holds about half the chunks (a map save every 64 chunks).
+    net.run_until(Duration::from_secs(10), |n| n.chunks_to[1] >= 200);
+    net.sites[1].up = false;
+    let saved = net.sites[1]
+        .store
+        .maps
+        .get(&id)
+        .map(|m| m.held())
+        .expect("a map was saved");
+    assert!(saved >= 128, "saved map holds {saved}");
+    // The site restarts: a new receiver over the same store, its partial files
+    // reopened.
+    let site = &mut net.sites[1];
+    site.rx = Receiver::new(
+        ReceiverConfig::new(site_name(1), vec![SERVICE.into()]),
+        net.now,
+    );
+    for m in site.store.manifests.values().cloned().collect::<Vec<_>>() {
+        site.rx.resume(m, net.now, &mut site.store);
+    }
+    assert_eq!(site.rx.partials(), 1);
+    let before = net.chunks_to[1];
+    net.sites[1].up = true;
+    net.run_until(Duration::from_secs(30), |n| n.finished(id).is_some());
+    assert_eq!(net.finished(id), Some(true));
+    assert_eq!(net.sites[1].store.inbox.get("big.bin"), Some(&file));
+    let after_restart = net.chunks_to[1] - before;
+    // It may see the rest of the first pass and the repairs of what the map did not
+    // hold yet, never the whole file again.
+    assert!(
+        after_restart <= 400 - u64::from(saved),
+        "{after_restart} chunks after the restart, {saved} saved"
+    );
+}
+
+#[test]
+fn a_sender_that_restarts_continues_its_queue() {
+    let mut net = Net::new(2, slow_sender_config());
+    let a = bytes(300_000, 4);
+    let b = bytes(5_000, 5);
+    let ia = net.send(1, "a.bin", a.clone(), targets(2)).unwrap();
+    let ib = net.send(2, "b.bin", b.clone(), targets(2)).unwrap();
+    net.run_until(Duration::from_secs(10), |n| n.chunks_to[0] >= 100);
+    // What the driver would have persisted: manifests and site states.
+    let saved: Vec<(Manifest, SavedSites)> = net
+        .tx
+        .transfers()
+        .map(|(m, sites)| {
+            let sites = sites
+                .iter()
+                .map(|(s, r)| (s.clone(), r.state, r.reason.clone()))
+                .collect();
+            (m.clone(), sites)
+        })
+        .collect();
+    assert_eq!(saved.len(), 2);
+    let mut tx = Sender::new(slow_sender_config(), net.now);
+    for (m, sites) in saved {
+        tx.restore(m, sites, net.now + Duration::from_secs(3600), net.now);
+    }
+    net.tx = tx;
+    net.run_until(Duration::from_secs(30), |n| n.all_finished(&[ia, ib]));
+    for site in &net.sites {
+        assert_eq!(site.store.inbox.get("a.bin"), Some(&a));
+        assert_eq!(site.store.inbox.get("b.bin"), Some(&b));
+    }
+}
+
+#[test]
+fn a_full_disk_at_one_site_fails_there_only_and_the_site_tries_again_later() {
+    let mut net = Net::new(3, sender_config());
+    net.sites[2].store.full = true;
+    let file = bytes(20_000, 6);
+    let id = net
+        .send(11, "refdata.csv", file.clone(), targets(3))
+        .unwrap();
+    net.run_until(Duration::from_secs(10), |n| {
+        n.sites[0].store.inbox.contains_key("refdata.csv")
+            && n.sites[1].store.inbox.contains_key("refdata.csv")
+            && n.tx
+                .transfer(id)
+                .is_some_and(|(_, s)| s["site-2"].state == Delivery::Failed)
+    });
+    let (_, sites) = net.tx.transfer(id).unwrap();
+    assert_eq!(sites["site-0"].state, Delivery::Done);
+    assert!(
+        sites["site-2"].reason.contains("No space left on device"),
+        "{:?}",
+        sites["site-2"].reason
+    );
+    assert!(
+        net.sites[2].store.partial.is_empty(),
+        "nothing half-written stays"
+    );
+    assert_eq!(net.finished(id), None, "it waits for site-2");
+    // Space is freed; after its retry time the site takes the file when offered.
+    net.sites[2].store.full = false;
+    net.run_until(Duration::from_secs(120), |n| n.finished(id).is_some());
+    assert_eq!(net.finished(id), Some(true));
+    assert_eq!(net.sites[2].store.inbox.get("refdata.csv"), Some(&file));
+}
+
+#[test]
+fn names_that_escape_the_inbox_are_refused_by_the_sender_and_by_every_site() {
+    let mut net = Net::new(1, sender_config());
+    for bad in ["../etc/passwd", "/etc/passwd", "a/../../b", "a\\b", ""] {
+        let err = net.send(1, bad, vec![1, 2, 3], targets(1)).unwrap_err();
+        assert!(matches!(err, QueueError::BadName { .. }), "{bad:?}: {err}");
+    }
+    // A hostile sender skips the check: the site refuses, writes nothing, says why.
+    let offer = Offer {
+        transfer: 66,
+        sender: "evil",
+        service: SERVICE,
+        name: "../../home/user/.bashrc",
+        size: 3,
+        chunk_size: 1024,
+        sha256: Sha256::digest([1, 2, 3]).into(),
+        sent_through: 1,
+        expires_ms: 0,
+        open: true,
+        targets: vec![],
+    };
+    let site = &mut net.sites[0];
+    site.rx
+        .handle(&FilesMessage::Offer(offer), net.now, &mut site.store);
+    let mut chunk = Vec::new();
+    encode_chunk(&mut chunk, 66, 0, &[1, 2, 3]).unwrap();
+    site.rx.handle(
+        &FilesMessage::decode(&chunk).unwrap(),
+        net.now,
+        &mut site.store,
+    );
+    assert!(site.store.partial.is_empty() && site.store.inbox.is_empty());
+    let mut out = Vec::new();
+    let mut statuses = Vec::new();
+    while site.rx.poll_transmit(net.now, &mut out) {
+        if let FilesMessage::Status(s) = FilesMessage::decode(&out).unwrap() {
+            statuses.push((s.state, s.reason.to_owned()));
+        }
+    }
+    assert_eq!(statuses.len(), 1);
+    assert_eq!(statuses[0].0, wire::SiteState::Failed);
+    assert!(
+        statuses[0].1.contains("escape the inbox"),
+        "{}",
+        statuses[0].1
+    );
+    assert_eq!(site.rx.stats().unknown_chunks, 1);
+}
+
+#[test]
+fn a_full_queue_refuses_a_file_at_once() {
+    let mut cfg = sender_config();
+    cfg.max_files = 2;
+    cfg.max_bytes = 10_000;
+    let mut net = Net::new(1, cfg);
+    net.send(1, "a", bytes(10, 0), targets(1)).unwrap();
+    assert!(matches!(
+        net.send(2, "b", bytes(9_991, 0), targets(1)),
+        Err(QueueError::TooManyBytes { .. })
+    ));
+    net.send(3, "c", bytes(10, 0), targets(1)).unwrap();
+    let err = net.send(4, "d", bytes(10, 0), targets(1)).unwrap_err();
+    assert_eq!(err, QueueError::TooManyFiles { files: 2, max: 2 });
+    assert_eq!(
+        err.to_string(),
+        "the send queue is full: 2 files queued, the limit is 2"
+    );
+    assert_eq!(
+        net.send(1, "e", bytes(1, 0), targets(1)).unwrap_err(),
+        QueueError::TooManyFiles { files: 2, max: 2 }
+    );
+    // Delivered files leave the queue and make room.
+    net.run_until(Duration::from_secs(10), |n| n.all_finished(&[1, 3]));
+    net.send(4, "d", bytes(10, 0), targets(1)).unwrap();
+}
+
+#[test]
+fn junk_chunks_change_nothing() {
+    let mut net = Net::new(1, sender_config());
+    let file = bytes(3000, 8);
+    let id = net.send(5, "x.bin", file.clone(), targets(1)).unwrap();
+    // Let the offer reach the site, then throw junk at it.
+    net.run_until(Duration::from_secs(5), |n| {
+        n.sites[0].rx.partials() == 1 || n.finished(id).is_some()
+    });
+    let site = &mut net.sites[0];
+    let mut junk = Vec::new();
+    for (transfer, index, data) in [
+        (5u64, 0u32, vec![0u8; 10]), // wrong length
+        (5, 9, vec![0; 1024]),       // past the last chunk
+        (5, 2, vec![0; 1024]),       // the last chunk is 952 bytes
+        (77, 0, vec![0; 1024]),      // a transfer never offered
+    ] {
+        junk.clear();
+        encode_chunk(&mut junk, transfer, index, &data).unwrap();
+        site.rx.handle(
+            &FilesMessage::decode(&junk).unwrap(),
+            net.now,
+            &mut site.store,
+        );
+    }
+    let st = site.rx.stats();
+    assert_eq!((st.bad_chunks, st.unknown_chunks), (3, 1));
+    net.run_until(Duration::from_secs(10), |n| n.finished(id).is_some());
+    assert_eq!(net.sites[0].store.inbox.get("x.bin"), Some(&file));
+}
+
+#[test]
+fn an_absent_site_never_holds_the_window_the_others_need() {
+    let mut cfg = sender_config();
+    cfg.window = 2;
+    let mut net = Net::new(2, cfg);
+    net.sites[1].up = false;
+    let ids: Vec<u64> = (0..10)
+        .map(|i| {
+            net.send(200 + i, &format!("f{i}"), bytes(5_000, i as u8), targets(2))
+                .unwrap()
+        })
+        .collect();
+    net.run_until(Duration::from_secs(30), |n| {
+        n.sites[0].store.inbox.len() == 10
+    });
+    assert!(
+        ids.iter().all(|id| net.finished(*id).is_none()),
+        "they wait for site-1"
+    );
+    for (_, sites) in net.tx.transfers() {
+        assert_eq!(sites["site-0"].state, Delivery::Done);
+        assert_eq!(sites["site-1"].state, Delivery::Queued);
+    }
+    // Site 1 comes back: it gets everything.
+    net.sites[1].up = true;
+    net.run_until(Duration::from_secs(60), |n| n.all_finished(&ids));
+    assert_eq!(net.sites[1].store.inbox.len(), 10);
+}
+
+#[test]
+fn a_transfer_whose_site_never_comes_expires() {
+    let mut cfg = sender_config();
+    cfg.expire_after = Duration::from_secs(20);
+    let mut net = Net::new(2, cfg);
+    net.sites[1].up = false;
+    let id = net
+        .send(3, "late.csv", bytes(2_000, 2), targets(2))
+        .unwrap();
+    net.run_until(Duration::from_secs(30), |n| n.finished(id).is_some());
+    assert_eq!(net.finished(id), Some(false));
+    assert!(net.events.contains(&SenderEvent::Site {
+        transfer: id,
+        site: "site-1".into(),
+        state: Delivery::Failed,
+        reason: "expired".into()
+    }));
+    assert_eq!(net.tx.queued_files(), 0);
+    assert!(net.sites[0].store.inbox.contains_key("late.csv"));
+}
+
+#[test]
+fn a_file_for_every_site_goes_to_the_sites_present_when_it_starts() {
+    let mut net = Net::new(3, sender_config());
+    let id = net.send(4, "all.csv", bytes(9_000, 9), None).unwrap();
+    // Nobody is named: the sender listens first, then sends to whoever is present.
+    net.run_until(Duration::from_secs(10), |n| n.finished(id).is_some());
+    assert_eq!(net.finished(id), Some(true));
+    assert!(net
+        .sites
+        .iter()
+        .all(|s| s.store.inbox.contains_key("all.csv")));
+    assert!(net.now - net.t0 >= sender_config().listen_first);
+}
+
+#[test]
+fn the_pace_holds_file_traffic_to_its_share_of_bandwidth() {
+    let mut cfg = sender_config();
+    cfg.rate = 1_000_000;
+    cfg.burst = 64 * 1024;
+    let mut net = Net::new(1, cfg);
+    let id = net
+        .send(1, "two-mb.bin", bytes(2_000_000, 1), targets(1))
+        .unwrap();
+    net.run_until(Duration::from_secs(10), |n| n.finished(id).is_some());
+    let took = net.now - net.t0;
+    // 2 MB at 1 MB/s, less the first burst.
+    assert!(took >= Duration::from_millis(1900), "{took:?}");
+    assert!(took <= Duration::from_millis(2600), "{took:?}");
+}
+
+#[test]
+fn bytes_that_do_not_match_their_hash_start_again_then_fail() {
+    let mut net = Net::new(1, sender_config());
+    let id = net
+        .send(2, "liar.bin", bytes(4_000, 1), targets(1))
+        .unwrap();
+    // The spool's copy changes after the hash was taken.
+    net.spool.0.insert(id, bytes(4_000, 2));
+    net.run_until(Duration::from_secs(30), |n| {
+        n.tx.transfer(id)
+            .is_some_and(|(_, s)| s["site-0"].state == Delivery::Failed)
+    });
+    let (_, s) = net.tx.transfer(id).unwrap();
+    assert!(
+        s["site-0"].reason.contains("SHA-256"),
+        "{}",
+        s["site-0"].reason
+    );
+    assert_eq!(net.sites[0].rx.stats().hash_mismatches, 3);
+    assert!(net.sites[0].store.inbox.is_empty() && net.sites[0].store.partial.is_empty());
+}
+
+#[test]
+fn with_deferred_syncs_a_site_says_done_only_once_its_store_has_synced() {
+    let mut net = Net::new(1, sender_config());
+    net.sites[0].store.defer = true;
+    let file = bytes(3_000, 3);
+    let id = net.send(8, "synced.bin", file.clone(), targets(1)).unwrap();
+    net.run_until(Duration::from_secs(5), |n| {
+        !n.sites[0].store.deferred.is_empty()
+    });
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(net.finished(id), None, "not done before the sync");
+    let m = net.sites[0].store.deferred.pop().unwrap();
+    let site = &mut net.sites[0];
+    site.store.defer = false;
+    site.store.commit(&m).unwrap();
+    site.rx
+        .handle_committed(id, Ok(()), net.now, &mut site.store);
+    net.run_until(Duration::from_secs(5), |n| n.finished(id).is_some());
+    assert_eq!(net.finished(id), Some(true));
+    assert_eq!(net.sites[0].store.inbox.get("synced.bin"), Some(&file));
+}

@@ -1,0 +1,607 @@
+//! The file-transfer messages (docs/PROTOCOL.md, section 14).
+//!
+//! Every message starts with `0x46` (`F`), the version (1) and its kind; integers are
+//! big-endian; a name is a `str16`. Senders send offers, chunks and cancels; receivers
+//! send statuses and their presence. The node carries them opaque, as backbone
+//! messages or inside native frames, so this decoder sees whatever any peer sends:
+//! every length is bounded and checked, every chunk's CRC-32 is checked, and it is
+//! fuzzed (`fuzz/fuzz_targets/files_messages.rs`).
+
+use std::ops::Range;
+use thiserror::Error;
+use tickwire_proto::wire::{put_str16, put_u16, put_u32, put_u64, Reader};
+use tickwire_proto::{DecodeError, EncodeError};
+
+pub const MAGIC: u8 = 0x46;
+pub const VERSION: u8 = 1;
+/// Magic, version and kind.
+pub const HEADER_LEN: usize = 3;
+/// Bytes of a chunk message before its data.
+pub const CHUNK_HEADER_LEN: usize = HEADER_LEN + 8 + 4 + 4;
+/// Largest chunk a transfer may use.
+pub const MAX_CHUNK: u32 = 1 << 20;
+/// Longest site, sender or service name.
+pub const MAX_SITE: usize = 256;
+/// Longest reason text in a status or a cancel.
+pub const MAX_REASON: usize = 256;
+/// Most sites an offer may name.
+pub const MAX_TARGETS: usize = 256;
+/// Most missing ranges one status lists (the rest are asked for in the next one).
+pub const MAX_RANGES: usize = 64;
+
+const KIND_OFFER: u8 = 1;
+const KIND_CHUNK: u8 = 2;
+const KIND_STATUS: u8 = 3;
+const KIND_PRESENT: u8 = 4;
+const KIND_CANCEL: u8 = 5;
+
+/// Offer flag: every site that takes the service may receive the file, not only
+/// those named.
+const FLAG_OPEN: u8 = 1;
+
+/// Why bytes are not a file-transfer message.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum WireError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error("not a file-transfer message (first byte 0x{0:02x})")]
+    Magic(u8),
+    #[error("file-transfer version {0} is not understood")]
+    Version(u8),
+    #[error("unknown file-transfer message kind {0}")]
+    Kind(u8),
+    #[error("chunk {index} of transfer {transfer:016x} fails its CRC-32")]
+    BadCrc { transfer: u64, index: u32 },
+    #[error("{what} has {len} bytes or entries, allowed 1..={max}")]
+    Length {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("invalid {what}: {value}")]
+    Invalid { what: &'static str, value: u64 },
+}
+
+/// A file offered to sites: its manifest and how far the sender's first pass is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer<'a> {
+    pub transfer: u64,
+    /// The sending site.
+    pub sender: &'a str,
+    pub service: &'a str,
+    /// Relative path in the inbox (checked by the receiver: `name::check_name`).
+    pub name: &'a str,
+    pub size: u64,
+    pub chunk_size: u32,
+    pub sha256: [u8; 32],
+    /// Chunks `0..sent_through` have been sent at least once: a receiver missing one
+    /// of them asks for it.
+    pub sent_through: u32,
+    /// Milliseconds since 1970 after which the sender gives up on sites without it.
+    pub expires_ms: u64,
+    /// Every site that takes the service may receive it (not only `targets`).
+    pub open: bool,
+    /// Sites whose delivery the sender records and waits for.
+    pub targets: Vec<&'a str>,
+}
+
+impl Offer<'_> {
+    /// Chunks in the file.
+    pub fn chunks(&self) -> u32 {
+        chunk_count(self.size, self.chunk_size).unwrap_or(0)
+    }
+}
+
+/// Chunks of a file of `size` bytes in chunks of `chunk_size`, if that fits a u32.
+pub fn chunk_count(size: u64, chunk_size: u32) -> Option<u32> {
+    if chunk_size == 0 {
+        return None;
+    }
+    u32::try_from(size.div_ceil(u64::from(chunk_size))).ok()
+}
+
+/// What a site says of a transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SiteState {
+    /// Taking chunks; the status lists what it still misses.
+    Receiving,
+    /// Every chunk, the SHA-256 checked, the file renamed into the inbox (and synced
+    /// as its fsync policy says).
+    Done,
+    /// It could not take the file (reason in the status); it tries again when offered
+    /// the file after its retry time.
+    Failed,
+    /// A state this version does not know (kept, so a newer peer is not misread).
+    Unknown(u8),
+}
+
+impl SiteState {
+    fn code(self) -> u8 {
+        match self {
+            SiteState::Receiving => 1,
+            SiteState::Done => 2,
+            SiteState::Failed => 3,
+            SiteState::Unknown(c) => c,
+        }
+    }
+    fn from_code(c: u8) -> Self {
+        match c {
+            1 => SiteState::Receiving,
+            2 => SiteState::Done,
+            3 => SiteState::Failed,
+            c => SiteState::Unknown(c),
+        }
+    }
+}
+
+/// A receiving site's answer to an offer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status<'a> {
+    pub transfer: u64,
+    pub site: &'a str,
+    pub state: SiteState,
+    /// Chunks the site holds.
+    pub have: u32,
+    /// Chunks it misses below the offer's `sent_through` (at most [`MAX_RANGES`]).
+    pub missing: Vec<Range<u32>>,
+    /// Why it failed (empty otherwise).
+    pub reason: &'a str,
+}
+
+/// A file-transfer message, borrowing from the received bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilesMessage<'a> {
+    Offer(Offer<'a>),
+    /// Bytes `index * chunk_size ..` of the transfer's file (CRC checked on decode).
+    Chunk {
+        transfer: u64,
+        index: u32,
+        data: &'a [u8],
+    },
+    Status(Status<'a>),
+    /// A receiving site takes `service` (senders learn which sites exist).
+    Present {
+        site: &'a str,
+        service: &'a str,
+    },
+    /// The sender gave the transfer up (expired or cancelled): drop what was received.
+    Cancel {
+        transfer: u64,
+        reason: &'a str,
+    },
+}
+
+fn header(out: &mut Vec<u8>, kind: u8) {
+    out.extend_from_slice(&[MAGIC, VERSION, kind]);
+}
+
+fn put_name(out: &mut Vec<u8>, s: &str, what: &'static str, max: usize) -> Result<(), EncodeError> {
+    if s.is_empty() || s.len() > max {
+        return Err(EncodeError::TooLong {
+            what,
+            len: s.len(),
+            max,
+        });
+    }
+    put_str16(out, s, what)
+}
+
+fn put_reason(out: &mut Vec<u8>, s: &str) -> Result<(), EncodeError> {
+    // A reason is ours to write: cut it at a character boundary rather than fail.
+    let mut end = s.len().min(MAX_REASON);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    put_str16(out, &s[..end], "reason")
+}
+
+/// Appends a chunk message for `data` (its CRC-32 computed here).
+pub fn encode_chunk(
+    out: &mut Vec<u8>,
+    transfer: u64,
+    index: u32,
+    data: &[u8],
+) -> Result<(), EncodeError> {
+    if data.len() > MAX_CHUNK as usize {
+        return Err(EncodeError::TooLong {
+            what: "chunk",
+            len: data.len(),
+            max: MAX_CHUNK as usize,
+        });
+    }
+    header(out, KIND_CHUNK);
+    put_u64(out, transfer);
+    put_u32(out, index);
+    put_u32(out, crc32fast::hash(data));
+    out.extend_from_slice(data);
+    Ok(())
+}
+
+impl<'a> FilesMessage<'a> {
+    /// Appends the message to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        match self {
+            FilesMessage::Offer(o) => {
+                header(out, KIND_OFFER);
+                put_u64(out, o.transfer);
+                put_name(out, o.sender, "sender", MAX_SITE)?;
+                put_name(out, o.service, "service", MAX_SITE)?;
+                put_name(out, o.name, "file name", crate::name::MAX_NAME)?;
+                put_u64(out, o.size);
+                put_u32(out, o.chunk_size);
+                out.extend_from_slice(&o.sha256);
+                put_u32(out, o.sent_through);
+                put_u64(out, o.expires_ms);
+                out.push(if o.open { FLAG_OPEN } else { 0 });
+                if o.targets.len() > MAX_TARGETS {
+                    return Err(EncodeError::TooLong {
+                        what: "targets",
+                        len: o.targets.len(),
+                        max: MAX_TARGETS,
+                    });
+                }
+                put_u16(out, o.targets.len() as u16);
+                for t in &o.targets {
+                    put_name(out, t, "target site", MAX_SITE)?;
+                }
+            }
+            FilesMessage::Chunk {
+                transfer,
+                index,
+                data,
+            } => encode_chunk(out, *transfer, *index, data)?,
+            FilesMessage::Status(s) => {
+                header(out, KIND_STATUS);
+                put_u64(out, s.transfer);
+                put_name(out, s.site, "site", MAX_SITE)?;
+                out.push(s.state.code());
+                put_u32(out, s.have);
+                if s.missing.len() > MAX_RANGES {
+                    return Err(EncodeError::TooLong {
+                        what: "missing ranges",
+                        len: s.missing.len(),
+                        max: MAX_RANGES,
+                    });
+                }
+                put_u16(out, s.missing.len() as u16);
+                for r in &s.missing {
+                    put_u32(out, r.start);
+                    put_u32(out, r.end);
+                }
+                put_reason(out, s.reason)?;
+            }
+            FilesMessage::Present { site, service } => {
+                header(out, KIND_PRESENT);
+                put_name(out, site, "site", MAX_SITE)?;
+                put_name(out, service, "service", MAX_SITE)?;
+            }
+            FilesMessage::Cancel { transfer, reason } => {
+                header(out, KIND_CANCEL);
+                put_u64(out, *transfer);
+                put_reason(out, reason)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes one whole message (no bytes may be left over).
+    pub fn decode(buf: &'a [u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(buf, "file-transfer message");
+        let magic = r.u8()?;
+        if magic != MAGIC {
+            return Err(WireError::Magic(magic));
+        }
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(WireError::Version(version));
+        }
+        let kind = r.u8()?;
+        let msg = match kind {
+            KIND_OFFER => {
+                let transfer = r.u64()?;
+                let sender = name(&mut r, "sender", MAX_SITE)?;
+                let service = name(&mut r, "service", MAX_SITE)?;
+                let file = name(&mut r, "file name", crate::name::MAX_NAME)?;
+                let size = r.u64()?;
+                let chunk_size = r.u32()?;
+                if chunk_size == 0 || chunk_size > MAX_CHUNK {
+                    return Err(WireError::Invalid {
+                        what: "chunk size",
+                        value: chunk_size.into(),
+                    });
+                }
+                let chunks = chunk_count(size, chunk_size).ok_or(WireError::Invalid {
+                    what: "file size (too many chunks)",
+                    value: size,
+                })?;
+                let sha256: [u8; 32] = r.bytes(32)?.try_into().expect("32 bytes");
+                let sent_through = r.u32()?;
+                if sent_through > chunks {
+                    return Err(WireError::Invalid {
+                        what: "sent_through (past the last chunk)",
+                        value: sent_through.into(),
+                    });
+                }
+                let expires_ms = r.u64()?;
+                let flags = r.u8()?;
+                let count = r.u16()? as usize;
+                if count > MAX_TARGETS {
+                    return Err(WireError::Length {
+                        what: "targets",
+                        len: count,
+                        max: MAX_TARGETS,
+                    });
+                }
+                let mut targets = Vec::with_capacity(count);
+                for _ in 0..count {
+                    targets.push(name(&mut r, "target site", MAX_SITE)?);
+                }
+                FilesMessage::Offer(Offer {
+                    transfer,
+                    sender,
+                    service,
+                    name: file,
+                    size,
+                    chunk_size,
+                    sha256,
+                    sent_through,
+                    expires_ms,
+                    open: flags & FLAG_OPEN != 0,
+                    targets,
+                })
+            }
+            KIND_CHUNK => {
+                let transfer = r.u64()?;
+                let index = r.u32()?;
+                let crc = r.u32()?;
+                let data = r.rest();
+                if data.len() > MAX_CHUNK as usize {
+                    return Err(WireError::Length {
+                        what: "chunk",
+                        len: data.len(),
+                        max: MAX_CHUNK as usize,
+                    });
+                }
+                if crc32fast::hash(data) != crc {
+                    return Err(WireError::BadCrc { transfer, index });
+                }
+                return Ok(FilesMessage::Chunk {
+                    transfer,
+                    index,
+                    data,
+                });
+            }
+            KIND_STATUS => {
+                let transfer = r.u64()?;
+                let site = name(&mut r, "site", MAX_SITE)?;
+                let state = SiteState::from_code(r.u8()?);
+                let have = r.u32()?;
+                let count = r.u16()? as usize;
+                if count > MAX_RANGES {
+                    return Err(WireError::Length {
+                        what: "missing ranges",
+                        len: count,
+                        max: MAX_RANGES,
+                    });
+                }
+                let mut missing = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let start = r.u32()?;
+                    let end = r.u32()?;
+                    if start >= end {
+                        return Err(WireError::Invalid {
+                            what: "missing range (empty)",
+                            value: start.into(),
+                        });
+                    }
+                    missing.push(start..end);
+                }
+                let reason = r.str16("reason")?;
+                if reason.len() > MAX_REASON {
+                    return Err(WireError::Length {
+                        what: "reason",
+                        len: reason.len(),
+                        max: MAX_REASON,
+                    });
+                }
+                FilesMessage::Status(Status {
+                    transfer,
+                    site,
+                    state,
+                    have,
+                    missing,
+                    reason,
+                })
+            }
+            KIND_PRESENT => FilesMessage::Present {
+                site: name(&mut r, "site", MAX_SITE)?,
+                service: name(&mut r, "service", MAX_SITE)?,
+            },
+            KIND_CANCEL => {
+                let transfer = r.u64()?;
+                let reason = r.str16("reason")?;
+                if reason.len() > MAX_REASON {
+                    return Err(WireError::Length {
+                        what: "reason",
+                        len: reason.len(),
+                        max: MAX_REASON,
+                    });
+                }
+                FilesMessage::Cancel { transfer, reason }
+            }
+            other => return Err(WireError::Kind(other)),
+        };
+        r.finish()?;
+        Ok(msg)
+    }
+}
+
+fn name<'a>(r: &mut Reader<'a>, what: &'static str, max: usize) -> Result<&'a str, WireError> {
+    let s = r.str16(what)?;
+    if s.is_empty() || s.len() > max {
+        return Err(WireError::Length {
+            what,
+            len: s.len(),
+            max,
+        });
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round_trip(m: &FilesMessage) {
+        let mut buf = Vec::new();
+        m.encode(&mut buf).expect("encode");
+        assert_eq!(&FilesMessage::decode(&buf).expect("decode"), m);
+        // Every strict prefix is refused, never misread.
+        for cut in 0..buf.len() {
+            if let Ok(short) = FilesMessage::decode(&buf[..cut]) {
+                panic!("prefix of {cut} bytes decoded as {short:?}");
+            }
+        }
+    }
+
+    fn offer() -> Offer<'static> {
+        Offer {
+            transfer: 0x0102_0304_0506_0708,
+            sender: "ldn-1",
+            service: "FILES",
+            name: "eod/2026-11-25.csv",
+            size: 100_000,
+            chunk_size: 32_768,
+            sha256: [7; 32],
+            sent_through: 2,
+            expires_ms: 1_790_000_000_000,
+            open: true,
+            targets: vec!["nyc-1", "tok-1"],
+        }
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        round_trip(&FilesMessage::Offer(offer()));
+        round_trip(&FilesMessage::Chunk {
+            transfer: 9,
+            index: 3,
+            data: b"some bytes of a file",
+        });
+        round_trip(&FilesMessage::Status(Status {
+            transfer: 9,
+            site: "nyc-1",
+            state: SiteState::Receiving,
+            have: 5,
+            missing: vec![0..2, 7..9],
+            reason: "",
+        }));
+        round_trip(&FilesMessage::Status(Status {
+            transfer: 9,
+            site: "nyc-1",
+            state: SiteState::Unknown(42),
+            have: 0,
+            missing: vec![],
+            reason: "a newer state",
+        }));
+        round_trip(&FilesMessage::Present {
+            site: "nyc-1",
+            service: "FILES",
+        });
+        round_trip(&FilesMessage::Cancel {
+            transfer: 9,
+            reason: "expired",
+        });
+    }
+
+    #[test]
+    fn a_changed_byte_in_a_chunk_fails_its_crc() {
+        let mut buf = Vec::new();
+        encode_chunk(&mut buf, 5, 1, b"0123456789").unwrap();
+        let last = buf.len() - 1;
+        buf[last] ^= 1;
+        assert_eq!(
+            FilesMessage::decode(&buf),
+            Err(WireError::BadCrc {
+                transfer: 5,
+                index: 1
+            })
+        );
+    }
+
+    #[test]
+    fn impossible_offers_are_refused() {
+        let encode = |o: Offer| {
+            let mut buf = Vec::new();
+            FilesMessage::Offer(o).encode(&mut buf).unwrap();
+            FilesMessage::decode(&buf).map(|_| ())
+        };
+        let mut o = offer();
+        o.chunk_size = 0;
+        assert!(matches!(
+            encode(o),
+            Err(WireError::Invalid {
+                what: "chunk size",
+                ..
+            })
+        ));
+        let mut o = offer();
+        o.sent_through = 5; // 100,000 bytes are 4 chunks of 32 KiB
+        assert!(matches!(encode(o), Err(WireError::Invalid { .. })));
+        let mut o = offer();
+        o.chunk_size = 1;
+        o.size = u64::from(u32::MAX) + 1;
+        o.sent_through = 0;
+        assert!(matches!(encode(o), Err(WireError::Invalid { .. })));
+    }
+
+    #[test]
+    fn junk_is_refused_by_kind() {
+        assert_eq!(
+            FilesMessage::decode(b"T\x01\x01"),
+            Err(WireError::Magic(b'T'))
+        );
+        assert_eq!(
+            FilesMessage::decode(b"F\x02\x01"),
+            Err(WireError::Version(2))
+        );
+        assert_eq!(
+            FilesMessage::decode(b"F\x01\x63"),
+            Err(WireError::Kind(0x63))
+        );
+    }
+
+    #[test]
+    fn long_reasons_are_cut_at_a_character_boundary() {
+        let reason = "é".repeat(200); // 400 bytes
+        let mut buf = Vec::new();
+        FilesMessage::Cancel {
+            transfer: 1,
+            reason: &reason,
+        }
+        .encode(&mut buf)
+        .unwrap();
+        let FilesMessage::Cancel { reason: got, .. } = FilesMessage::decode(&buf).unwrap() else {
+            panic!("not a cancel");
+        };
+        assert_eq!(got.len(), MAX_REASON);
+        assert!(reason.starts_with(got));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = FilesMessage::decode(&bytes);
+        }
+
+        #[test]
+        fn chunks_round_trip(transfer: u64, index: u32, data in proptest::collection::vec(any::<u8>(), 0..2000)) {
+            let mut buf = Vec::new();
+            encode_chunk(&mut buf, transfer, index, &data).unwrap();
+            prop_assert_eq!(buf.len(), CHUNK_HEADER_LEN + data.len());
+            prop_assert_eq!(FilesMessage::decode(&buf).unwrap(), FilesMessage::Chunk { transfer, index, data: &data });
+        }
+    }
+}
