@@ -6,10 +6,14 @@
 //! outgoing files) and a [`Receiver`] (a site's inbox) exchange the messages of
 //! [`wire`] and are driven with `handle_*(…, now)`, `handle_timeout(now)`,
 //! `poll_timeout()`, `poll_transmit` and `poll_event`. They read and write file bytes
-//! only through the [`ChunkSource`] and [`Store`] traits, which the node implements
-//! over its spool and inbox directories, and tests over memory. They never touch a
+//! only through the [`ChunkSource`] and [`Store`] traits, implemented over the spool
+//! and inbox directories ([`spool`], [`inbox`]), and over memory in tests. They never touch a
 //! socket or the clock: the node carries their messages over the backbone (one
 //! stream to every edge at once) and down node-tree links.
+//!
+//! On disk (the only code here that touches files): [`inbox::Inbox`], a site's inbox
+//! (partial files, their maps, commits under an fsync policy), and [`spool::Spool`], a
+//! sender's queue of files kept until every site has them.
 //!
 //! - [`wire`]: the messages (offers, chunks with their CRC-32, statuses, presences,
 //!   cancels); [`name`]: which file names a site accepts; [`ChunkMap`]: which chunks a
@@ -18,11 +22,13 @@
 #![forbid(unsafe_code)]
 
 mod chunk_map;
+pub mod inbox;
 mod manifest;
 pub mod name;
 pub mod pace;
 mod receiver;
 mod sender;
+pub mod spool;
 pub mod wire;
 
 pub use chunk_map::ChunkMap;

@@ -1,0 +1,343 @@
+//! A site's inbox on disk: the [`Store`] the node's receiver writes through.
+//!
+//! ```text
+//! INBOX/
+//!   eod/2026-11-25.csv              files, visible only whole and checked
+//!   .tickwire-partial/
+//!     00c0ffee00c0ffee.part         the file being received (sparse, full size)
+//!     00c0ffee00c0ffee.map          which chunks it holds (ChunkMap bytes)
+//!     00c0ffee00c0ffee.manifest     its manifest (an encoded Offer), for a restart
+//! ```
+//!
+//! A commit renames the partial file to its name (same file system: atomic), creating
+//! the directories of the name, refusing any symbolic link on the way (a link could
+//! lead out of the inbox). It replaces a file of the same name. The fsync policy says
+//! when the bytes are durable: `always` syncs the file before the rename and the
+//! directory after; `batch` defers commits to [`Inbox::flush`], which syncs every
+//! pending file, renames them, and syncs each directory once; `never` leaves it to the
+//! kernel. Only the receiver's `done` follows a commit, so a site says `done` only for
+//! bytes as durable as its policy.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::chunk_map::ChunkMap;
+use crate::manifest::Manifest;
+use crate::receiver::Store;
+use crate::wire::FilesMessage;
+
+/// The directory of partial files inside the inbox (no file may be named into it).
+pub const PARTIAL_DIR: &str = ".tickwire-partial";
+/// Partial files kept open at once (the least recently used is closed first).
+const OPEN_FILES: usize = 64;
+
+/// When a site's received files are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fsync {
+    /// Each file and its directory, before the site says done.
+    Always,
+    /// Files committed together by [`Inbox::flush`].
+    Batch,
+    /// Never by Tickwire (the kernel writes back in its own time).
+    Never,
+}
+
+impl Fsync {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "always" => Some(Fsync::Always),
+            "batch" => Some(Fsync::Batch),
+            "never" => Some(Fsync::Never),
+            _ => None,
+        }
+    }
+}
+
+/// System calls that write or sync, for the lab's calls per file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InboxCounts {
+    pub writes: u64,
+    pub syncs: u64,
+    pub renames: u64,
+}
+
+/// A site's inbox (see the module doc).
+pub struct Inbox {
+    dir: PathBuf,
+    partial: PathBuf,
+    fsync: Fsync,
+    open: HashMap<u64, (File, u64)>,
+    use_clock: u64,
+    pending: Vec<Manifest>,
+    counts: InboxCounts,
+}
+
+fn hex_id(transfer: u64) -> String {
+    format!("{transfer:016x}")
+}
+
+impl Inbox {
+    /// Opens (creating) the inbox at `dir`.
+    pub fn new(dir: &Path, fsync: Fsync) -> io::Result<Self> {
+        let partial = dir.join(PARTIAL_DIR);
+        fs::create_dir_all(&partial).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot create {}: {e}", partial.display()),
+            )
+        })?;
+        Ok(Inbox {
+            dir: dir.to_path_buf(),
+            partial,
+            fsync,
+            open: HashMap::new(),
+            use_clock: 0,
+            pending: Vec::new(),
+            counts: InboxCounts::default(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn counts(&self) -> InboxCounts {
+        self.counts
+    }
+
+    fn path(&self, transfer: u64, ext: &str) -> PathBuf {
+        self.partial.join(format!("{}.{ext}", hex_id(transfer)))
+    }
+
+    /// The manifests of the partial files a previous run left, to resume them
+    /// (`Receiver::resume`). Unreadable ones are removed with their files.
+    pub fn partial_manifests(&mut self) -> io::Result<Vec<Manifest>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.partial)? {
+            let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("manifest") {
+                continue;
+            }
+            let bytes = fs::read(&path)?;
+            match FilesMessage::decode(&bytes) {
+                Ok(FilesMessage::Offer(o)) => out.push(Manifest::from_offer(&o)),
+                _ => {
+                    let stem = path.with_extension("");
+                    for ext in ["manifest", "map", "part"] {
+                        let _ = fs::remove_file(stem.with_extension(ext));
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|m| m.transfer);
+        Ok(out)
+    }
+
+    fn file(&mut self, transfer: u64) -> io::Result<&File> {
+        self.use_clock += 1;
+        if !self.open.contains_key(&transfer) {
+            if self.open.len() >= OPEN_FILES {
+                if let Some(lru) = self
+                    .open
+                    .iter()
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(t, _)| *t)
+                {
+                    self.open.remove(&lru);
+                }
+            }
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(self.path(transfer, "part"))?;
+            self.open.insert(transfer, (f, 0));
+        }
+        let entry = self.open.get_mut(&transfer).expect("opened above");
+        entry.1 = self.use_clock;
+        Ok(&entry.0)
+    }
+
+    /// Creates the directories of `name` under the inbox, refusing symbolic links and
+    /// anything that is not a directory on the way; returns the file's full path.
+    fn destination(&self, name: &str) -> io::Result<PathBuf> {
+        let mut parts: Vec<&str> = name.split('/').collect();
+        let file = parts.pop().unwrap_or(name);
+        if parts.first().copied().unwrap_or(file) == PARTIAL_DIR {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{PARTIAL_DIR} is the inbox's own directory"),
+            ));
+        }
+        let mut at = self.dir.clone();
+        for part in parts {
+            at.push(part);
+            match fs::symlink_metadata(&at) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{} is a symbolic link (not followed)", at.display()),
+                    ))
+                }
+                Ok(meta) if !meta.is_dir() => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{} is not a directory", at.display()),
+                    ))
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir(&at)?,
+                Err(e) => return Err(e),
+            }
+        }
+        at.push(file);
+        if fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is a directory", at.display()),
+            ));
+        }
+        Ok(at)
+    }
+
+    fn sync_dir(&mut self, dir: &Path) -> io::Result<()> {
+        self.counts.syncs += 1;
+        File::open(dir)?.sync_all()
+    }
+
+    /// Renames a checked partial file to its name and forgets its map and manifest.
+    fn install(&mut self, m: &Manifest) -> io::Result<PathBuf> {
+        let to = self.destination(&m.name)?;
+        self.open.remove(&m.transfer);
+        fs::rename(self.path(m.transfer, "part"), &to)?;
+        self.counts.renames += 1;
+        let _ = fs::remove_file(self.path(m.transfer, "map"));
+        let _ = fs::remove_file(self.path(m.transfer, "manifest"));
+        Ok(to)
+    }
+
+    /// Commits every file waiting for a batch sync (`Fsync::Batch`): syncs them,
+    /// renames them, syncs each directory once. Returns each transfer's result, for
+    /// `Receiver::handle_committed`.
+    pub fn flush(&mut self) -> Vec<(u64, io::Result<()>)> {
+        let pending = std::mem::take(&mut self.pending);
+        let mut results = Vec::with_capacity(pending.len());
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut installed = Vec::new();
+        for m in pending {
+            let synced = self.file(m.transfer).and_then(|f| f.sync_all());
+            self.counts.syncs += 1;
+            match synced.and_then(|()| self.install(&m)) {
+                Ok(to) => {
+                    if let Some(parent) = to.parent() {
+                        if !dirs.iter().any(|d| d == parent) {
+                            dirs.push(parent.to_path_buf());
+                        }
+                    }
+                    installed.push(m.transfer);
+                }
+                Err(e) => results.push((m.transfer, Err(e))),
+            }
+        }
+        let mut dir_error = None;
+        for d in dirs {
+            if let Err(e) = self.sync_dir(&d) {
+                dir_error = Some(e);
+            }
+        }
+        for t in installed {
+            let r = match &dir_error {
+                None => Ok(()),
+                Some(e) => Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot sync the inbox: {e}"),
+                )),
+            };
+            results.push((t, r));
+        }
+        results
+    }
+
+    /// Whether commits wait for [`Inbox::flush`].
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+}
+
+impl Store for Inbox {
+    fn open(&mut self, m: &Manifest) -> io::Result<Option<ChunkMap>> {
+        // Refuse a name into the inbox's own directory before any byte is written.
+        if m.name.split('/').next() == Some(PARTIAL_DIR) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{PARTIAL_DIR} is the inbox's own directory"),
+            ));
+        }
+        let part = self.path(m.transfer, "part");
+        let saved = match fs::metadata(&part) {
+            Ok(meta) if meta.len() == m.size => fs::read(self.path(m.transfer, "map"))
+                .ok()
+                .and_then(|b| ChunkMap::from_bytes(&b, m.chunks())),
+            _ => None,
+        };
+        if saved.is_none() {
+            let f = File::create(&part)?;
+            f.set_len(m.size)?;
+            let mut offer = Vec::new();
+            FilesMessage::Offer(m.offer(0))
+                .encode(&mut offer)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+            fs::write(self.path(m.transfer, "manifest"), offer)?;
+            let _ = fs::remove_file(self.path(m.transfer, "map"));
+        }
+        Ok(saved)
+    }
+
+    fn write(&mut self, transfer: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.counts.writes += 1;
+        self.file(transfer)?.write_all_at(data, offset)
+    }
+
+    fn read(&mut self, transfer: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file(transfer)?.read_exact_at(buf, offset)
+    }
+
+    fn save_map(&mut self, transfer: u64, map: &ChunkMap) -> io::Result<()> {
+        // Whole or not at all: a torn map would claim chunks never written.
+        let tmp = self.path(transfer, "map.tmp");
+        fs::write(&tmp, map.to_bytes())?;
+        fs::rename(&tmp, self.path(transfer, "map"))
+    }
+
+    fn commit(&mut self, m: &Manifest) -> io::Result<bool> {
+        match self.fsync {
+            Fsync::Never => {
+                self.install(m)?;
+                Ok(true)
+            }
+            Fsync::Always => {
+                self.file(m.transfer)?.sync_all()?;
+                self.counts.syncs += 1;
+                let to = self.install(m)?;
+                if let Some(parent) = to.parent() {
+                    self.sync_dir(parent)?;
+                }
+                Ok(true)
+            }
+            Fsync::Batch => {
+                self.pending.push(m.clone());
+                Ok(false)
+            }
+        }
+    }
+
+    fn discard(&mut self, transfer: u64) {
+        self.open.remove(&transfer);
+        self.pending.retain(|m| m.transfer != transfer);
+        for ext in ["part", "map", "manifest", "map.tmp"] {
+            let _ = fs::remove_file(self.path(transfer, ext));
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! The sender and its sites over real directories: a spool, inboxes under each fsync
+//! policy, restarts that find their files again, and names or links that would lead
+//! out of an inbox. Messages go through the wire in memory, on a fake clock.
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tickwire_files::inbox::{Fsync, Inbox, PARTIAL_DIR};
+use tickwire_files::spool::Spool;
+use tickwire_files::wire::FilesMessage;
+use tickwire_files::{
+    ChunkSource, Delivery, Manifest, NewFile, Receiver, ReceiverConfig, ReceiverEvent, Sender,
+    SenderConfig, SenderEvent,
+};
+
+const SERVICE: &str = "FILES";
+
+struct Site {
+    rx: Receiver,
+    inbox: Inbox,
+    events: Vec<ReceiverEvent>,
+}
+
+struct Net {
+    now: Instant,
+    tx: Sender,
+    spool: Spool,
+    sites: Vec<Site>,
+    events: Vec<SenderEvent>,
+}
+
+fn site_config(i: usize) -> ReceiverConfig {
+    ReceiverConfig::new(format!("site-{i}"), vec![SERVICE.into()])
+}
+
+impl Net {
+    fn new(root: &Path, sites: usize, fsync: Fsync) -> Self {
+        let now = Instant::now();
+        let mut cfg = SenderConfig::new("src");
+        cfg.chunk_size = 4096;
+        Net {
+            now,
+            tx: Sender::new(cfg, now),
+            spool: Spool::new(&root.join("spool")).unwrap(),
+            sites: (0..sites)
+                .map(|i| Site {
+                    rx: Receiver::new(site_config(i), now),
+                    inbox: Inbox::new(&root.join(format!("inbox-{i}")), fsync).unwrap(),
+                    events: Vec::new(),
+                })
+                .collect(),
+            events: Vec::new(),
+        }
+    }
+
+    /// Copies `path` into the spool and queues it for every site.
+    fn send(&mut self, id: u64, name: &str, path: &Path) -> u64 {
+        let (size, sha256) = self.spool.copy_in(id, path).unwrap();
+        let to = Some((0..self.sites.len()).map(|i| format!("site-{i}")).collect());
+        let file = NewFile {
+            transfer: id,
+            service: SERVICE.into(),
+            name: name.into(),
+            size,
+            sha256,
+            to,
+            expires_ms: 0,
+        };
+        let id = self.tx.enqueue(file, self.now).unwrap();
+        let (m, _) = self.tx.transfer(id).unwrap();
+        let m = m.clone();
+        self.spool.save(&m).unwrap();
+        id
+    }
+
+    fn turn(&mut self) {
+        self.tx.handle_timeout(self.now);
+        let mut out = Vec::new();
+        while self.tx.poll_transmit(self.now, &mut self.spool, &mut out) {
+            let msg = FilesMessage::decode(&out).unwrap();
+            for s in &mut self.sites {
+                s.rx.handle(&msg, self.now, &mut s.inbox);
+            }
+        }
+        for s in &mut self.sites {
+            for (t, r) in s.inbox.flush() {
+                s.rx.handle_committed(t, r, self.now, &mut s.inbox);
+            }
+            s.rx.handle_timeout(self.now, &mut s.inbox);
+            while s.rx.poll_transmit(self.now, &mut out) {
+                match FilesMessage::decode(&out).unwrap() {
+                    FilesMessage::Status(st) => self.tx.handle_status(&st, self.now),
+                    FilesMessage::Present { site, service } => {
+                        self.tx.handle_present(site, service, self.now)
+                    }
+                    _ => {}
+                }
+            }
+            while let Some(e) = s.rx.poll_event() {
+                s.events.push(e);
+            }
+        }
+        while let Some(e) = self.tx.poll_event() {
+            if let SenderEvent::Site {
+                transfer,
+                site,
+                state,
+                reason,
+            } = &e
+            {
+                self.spool.record(*transfer, site, *state, reason).unwrap();
+            }
+            if let SenderEvent::Finished { transfer, .. } = e {
+                self.spool.remove(transfer);
+            }
+            self.events.push(e);
+        }
+    }
+
+    fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Net) -> bool) {
+        let end = self.now + limit;
+        loop {
+            self.turn();
+            if done(self) {
+                return;
+            }
+            assert!(self.now < end, "not done after {limit:?} of simulated time");
+            self.now += Duration::from_millis(5);
+        }
+    }
+
+    fn finished(&self, id: u64) -> bool {
+        self.events
+            .iter()
+            .any(|e| matches!(e, SenderEvent::Finished { transfer, .. } if *transfer == id))
+    }
+}
+
+fn write_file(dir: &Path, name: &str, len: usize, seed: u8) -> (std::path::PathBuf, Vec<u8>) {
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+        .collect();
+    let path = dir.join(name);
+    fs::write(&path, &data).unwrap();
+    (path, data)
+}
+
+#[test]
+fn files_arrive_whole_in_every_inbox_under_each_fsync_policy() {
+    for fsync in [Fsync::Always, Fsync::Batch, Fsync::Never] {
+        let root = tempfile::tempdir().unwrap();
+        let mut net = Net::new(root.path(), 2, fsync);
+        let (a, a_bytes) = write_file(root.path(), "a.src", 100_000, 1);
+        let (b, b_bytes) = write_file(root.path(), "b.src", 0, 2);
+        let ia = net.send(1, "ref/2026/eod.csv", &a);
+        let ib = net.send(2, "empty.dat", &b);
+        net.run_until(Duration::from_secs(10), |n| {
+            n.finished(ia) && n.finished(ib)
+        });
+        for s in &net.sites {
+            let dir = s.inbox.dir();
+            assert_eq!(
+                fs::read(dir.join("ref/2026/eod.csv")).unwrap(),
+                a_bytes,
+                "{fsync:?}"
+            );
+            assert_eq!(
+                fs::read(dir.join("empty.dat")).unwrap(),
+                b_bytes,
+                "{fsync:?}"
+            );
+            assert_eq!(
+                fs::read_dir(dir.join(PARTIAL_DIR)).unwrap().count(),
+                0,
+                "{fsync:?}: partial files left"
+            );
+            let c = s.inbox.counts();
+            assert_eq!(c.renames, 2);
+            match fsync {
+                // Each file and its directory.
+                Fsync::Always => assert_eq!(c.syncs, 4),
+                // Each file, each directory once per flush.
+                Fsync::Batch => assert!((3..=4).contains(&c.syncs), "{c:?}"),
+                Fsync::Never => assert_eq!(c.syncs, 0),
+            }
+        }
+        // Delivered: the spool is empty.
+        assert_eq!(fs::read_dir(root.path().join("spool")).unwrap().count(), 0);
+    }
+}
+
+#[test]
+fn a_symbolic_link_or_the_partial_directory_in_a_name_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = root.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    let mut net = Net::new(root.path(), 1, Fsync::Never);
+    std::os::unix::fs::symlink(&outside, net.sites[0].inbox.dir().join("evil")).unwrap();
+    let (src, _) = write_file(root.path(), "x.src", 5_000, 3);
+    let via_link = net.send(1, "evil/x.csv", &src);
+    let into_partial = net.send(2, &format!("{PARTIAL_DIR}/0000000000000001.part"), &src);
+    net.run_until(Duration::from_secs(5), |n| {
+        [via_link, into_partial].iter().all(|id| {
+            n.tx.transfer(*id)
+                .is_some_and(|(_, s)| s["site-0"].state == Delivery::Failed)
+        })
+    });
+    let reason = |id| net.tx.transfer(id).unwrap().1["site-0"].reason.clone();
+    assert!(
+        reason(via_link).contains("is a symbolic link (not followed)"),
+        "{}",
+        reason(via_link)
+    );
+    assert!(
+        reason(into_partial).contains("the inbox's own directory"),
+        "{}",
+        reason(into_partial)
+    );
+    assert_eq!(
+        fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing written through the link"
+    );
+    let partial = net.sites[0].inbox.dir().join(PARTIAL_DIR);
+    assert_eq!(fs::read_dir(partial).unwrap().count(), 0);
+}
+
+#[test]
+fn a_restarted_site_resumes_from_the_partial_files_it_left() {
+    let root = tempfile::tempdir().unwrap();
+    let mut net = Net::new(root.path(), 1, Fsync::Never);
+    let (src, data) = write_file(root.path(), "big.src", 2_000_000, 4);
+    let mut cfg = SenderConfig::new("src");
+    cfg.chunk_size = 4096;
+    cfg.rate = 1_000_000;
+    cfg.burst = 64 * 1024;
+    net.tx = Sender::new(cfg, net.now);
+    let id = net.send(9, "big.bin", &src);
+    net.run_until(Duration::from_secs(10), |n| {
+        n.sites[0].rx.stats().chunks >= 250
+    });
+    // The site stops (its receiver and open files gone) and starts again.
+    let inbox_dir = net.sites[0].inbox.dir().to_path_buf();
+    let mut inbox = Inbox::new(&inbox_dir, Fsync::Never).unwrap();
+    let mut rx = Receiver::new(site_config(0), net.now);
+    let partials = inbox.partial_manifests().unwrap();
+    assert_eq!(
+        partials
+            .iter()
+            .map(|m: &Manifest| m.transfer)
+            .collect::<Vec<_>>(),
+        vec![id]
+    );
+    for m in partials {
+        rx.resume(m, net.now, &mut inbox);
+    }
+    net.sites[0].rx = rx;
+    net.sites[0].inbox = inbox;
+    net.run_until(Duration::from_secs(10), |n| n.finished(id));
+    assert_eq!(fs::read(inbox_dir.join("big.bin")).unwrap(), data);
+    // It took at most the chunks it had not saved: never the file again.
+    let after = net.sites[0].rx.stats().chunks;
+    assert!(after <= 489 - 192, "{after} chunks taken after the restart");
+}
+
+#[test]
+fn the_spool_keeps_a_queue_through_a_restart() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("spool");
+    let mut spool = Spool::new(&dir).unwrap();
+    let (src, data) = write_file(root.path(), "q.src", 10_000, 5);
+    let (size, sha) = spool.copy_in(7, &src).unwrap();
+    assert_eq!(size, 10_000);
+    let m = Manifest {
+        transfer: 7,
+        sender: "src".into(),
+        service: SERVICE.into(),
+        name: "q.csv".into(),
+        size,
+        chunk_size: 4096,
+        sha256: sha,
+        expires_ms: 1,
+        open: false,
+        targets: vec!["site-0".into(), "site-1".into()],
+    };
+    spool.save(&m).unwrap();
+    spool.record(7, "site-0", Delivery::Sending, "").unwrap();
+    spool.record(7, "site-0", Delivery::Done, "").unwrap();
+    spool
+        .record(
+            7,
+            "site-1",
+            Delivery::Failed,
+            "No space left on device (os error 28)",
+        )
+        .unwrap();
+    // A crash mid-append leaves a torn line; a crash mid-queue leaves data alone.
+    fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("0000000000000007.sites"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"{\"site\":\"si"))
+        .unwrap();
+    spool.copy_in(8, &src).unwrap();
+    drop(spool);
+
+    let mut spool = Spool::new(&dir).unwrap();
+    let loaded = spool.load().unwrap();
+    assert_eq!(loaded.len(), 1);
+    let (lm, sites) = &loaded[0];
+    assert_eq!(lm, &m);
+    assert_eq!(
+        sites,
+        &vec![
+            ("site-0".to_string(), Delivery::Done, String::new()),
+            (
+                "site-1".to_string(),
+                Delivery::Failed,
+                "No space left on device (os error 28)".to_string()
+            ),
+        ]
+    );
+    assert!(
+        !dir.join("0000000000000008.data").exists(),
+        "data without a manifest is removed"
+    );
+    let mut buf = vec![0; 4096];
+    spool.read_chunk(7, 4096, &mut buf).unwrap();
+    assert_eq!(buf, data[4096..8192]);
+    spool.remove(7);
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+#[test]
+fn a_source_that_is_not_a_stable_regular_file_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let mut spool = Spool::new(&root.path().join("spool")).unwrap();
+    let err = spool.copy_in(1, root.path()).unwrap_err();
+    assert!(err.to_string().contains("is not a regular file"), "{err}");
+    // /proc says 0 bytes and gives more: the bytes read do not match the size.
+    let err = spool
+        .copy_in(2, Path::new("/proc/self/status"))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("changed while it was copied"),
+        "{err}"
+    );
+    assert_eq!(fs::read_dir(root.path().join("spool")).unwrap().count(), 0);
+}
