@@ -21,6 +21,7 @@
 
 mod admission;
 mod deferred;
+mod files;
 mod items;
 pub mod latency;
 mod posts;
@@ -30,6 +31,7 @@ mod slow;
 mod streams;
 
 pub use admission::Admission;
+pub use files::{FilesIn, FILES_IN_BYTES};
 
 /// Who one of the node's own in-process parts is, as its core sees it
 /// ([`Node::join_internal`]): its figures item, a backbone role, an upstream link.
@@ -158,6 +160,9 @@ pub struct CoreConfig {
     /// The journal also keeps every refresh and update of those services, for replay
     /// (`[journal] updates`).
     pub journal_updates: bool,
+    /// The node moves files (`[files]`): peers' file-transfer messages go to its
+    /// files thread; without, a peer that sends one is told and disconnected.
+    pub files: bool,
 }
 
 impl Default for CoreConfig {
@@ -177,6 +182,7 @@ impl Default for CoreConfig {
             posts: PostServices::None,
             journal: PostServices::None,
             journal_updates: false,
+            files: false,
         }
     }
 }
@@ -193,6 +199,8 @@ pub struct Stats {
     pub requests: u64,
     pub malformed_disconnects: u64,
     pub protocol_disconnects: u64,
+    /// File-transfer messages dropped: the files thread was that far behind.
+    pub files_dropped: u64,
     pub slow_consumer_disconnects: u64,
     /// Times a subscriber fell behind and its updates started being conflated.
     pub slow_consumer_episodes: u64,
@@ -359,6 +367,9 @@ pub struct Node {
     replays: replay::Replays,
     /// Updates fanned out, their merge into the cache still to come ([`Node::settle`]).
     deferred: deferred::Deferred,
+    /// File-transfer messages for the files thread, and their bytes.
+    files_in: Vec<FilesIn>,
+    files_in_bytes: usize,
 }
 
 /// How far ahead [`Node::settle`] loads images, and items: a merge takes less time than
@@ -409,6 +420,8 @@ impl Node {
             posts: posts::Posts::default(),
             deferred: deferred::Deferred::default(),
             replays: replay::Replays::default(),
+            files_in: Vec::new(),
+            files_in_bytes: 0,
         }
     }
 
@@ -1017,6 +1030,9 @@ impl Node {
                 self.replay_stream_closed(conn, *stream_id);
             }
             (ConnRole::Subscriber, Message::Replay(r)) => self.on_subscriber_replay(conn, r),
+            (ConnRole::Subscriber | ConnRole::Publisher, Message::Files(body)) => {
+                self.on_files_message(conn, body)
+            }
             (ConnRole::Subscriber, Message::Post(p)) => self.on_subscriber_post(conn, p),
             (ConnRole::Publisher, Message::Ack(a)) => self.on_publisher_ack(conn, a),
             (ConnRole::Publisher, Message::Directory(dir)) => {

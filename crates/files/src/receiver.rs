@@ -219,7 +219,8 @@ impl Receiver {
                     });
                 }
             }
-            FilesMessage::Status(_) | FilesMessage::Present { .. } => {}
+            // Other sites' messages, and those between clients and nodes.
+            _ => {}
         }
     }
 

@@ -18,8 +18,9 @@ pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 3;
 /// Bytes of a chunk message before its data.
 pub const CHUNK_HEADER_LEN: usize = HEADER_LEN + 8 + 4 + 4;
-/// Largest chunk a transfer may use.
-pub const MAX_CHUNK: u32 = 1 << 20;
+/// Largest chunk a transfer may use: a chunk message fits one message of the native
+/// protocol (bodies of at most 65,535 bytes) with room to spare.
+pub const MAX_CHUNK: u32 = 64_000;
 /// Longest site, sender or service name.
 pub const MAX_SITE: usize = 256;
 /// Longest reason text in a status or a cancel.
@@ -34,6 +35,11 @@ const KIND_CHUNK: u8 = 2;
 const KIND_STATUS: u8 = 3;
 const KIND_PRESENT: u8 = 4;
 const KIND_CANCEL: u8 = 5;
+const KIND_PUT: u8 = 16;
+const KIND_PUT_DATA: u8 = 17;
+const KIND_PUT_ANSWER: u8 = 18;
+const KIND_QUERY: u8 = 19;
+const KIND_REPORT: u8 = 20;
 
 /// Offer flag: every site that takes the service may receive the file, not only
 /// those named.
@@ -149,6 +155,86 @@ pub struct Status<'a> {
     pub reason: &'a str,
 }
 
+/// A client's file to queue at a node (`tickwire files send`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Put<'a> {
+    /// The client's number for this upload (its answers carry it).
+    pub request: u32,
+    pub service: &'a str,
+    pub name: &'a str,
+    pub size: u64,
+    /// The client's hash of the file; the node hashes what it receives and refuses a
+    /// file whose hash differs.
+    pub sha256: [u8; 32],
+    /// The sites to deliver to; empty: every site of the service.
+    pub to: Vec<&'a str>,
+}
+
+/// Where an upload stands, in the node's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutState {
+    /// Send the bytes (at most `window` beyond `received`).
+    Go,
+    /// The node has `received` bytes.
+    Progress,
+    /// The file is whole, checked and queued as `transfer`.
+    Queued,
+    /// Refused (the reason says why); nothing is queued.
+    Refused,
+    Unknown(u8),
+}
+
+impl PutState {
+    fn code(self) -> u8 {
+        match self {
+            PutState::Go => 1,
+            PutState::Progress => 2,
+            PutState::Queued => 3,
+            PutState::Refused => 4,
+            PutState::Unknown(c) => c,
+        }
+    }
+    fn from_code(c: u8) -> Self {
+        match c {
+            1 => PutState::Go,
+            2 => PutState::Progress,
+            3 => PutState::Queued,
+            4 => PutState::Refused,
+            c => PutState::Unknown(c),
+        }
+    }
+}
+
+/// The node's answer to an upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutAnswer<'a> {
+    pub request: u32,
+    pub state: PutState,
+    pub transfer: u64,
+    /// Bytes the node has taken.
+    pub received: u64,
+    /// With `Go`: bytes the client may send beyond `received`.
+    pub window: u64,
+    pub reason: &'a str,
+}
+
+/// One file at one site, in a node's report (`tickwire files status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportEntry<'a> {
+    pub transfer: u64,
+    pub service: &'a str,
+    pub name: &'a str,
+    pub size: u64,
+    pub sha256: [u8; 32],
+    /// Empty: no site yet (a file for every site, before it starts).
+    pub site: &'a str,
+    /// `queued`, `sending`, `done` or `failed`.
+    pub state: &'a str,
+    /// Milliseconds since 1970 when the state began.
+    pub since_ms: u64,
+    pub reason: &'a str,
+}
+
 /// A file-transfer message, borrowing from the received bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FilesMessage<'a> {
@@ -169,6 +255,26 @@ pub enum FilesMessage<'a> {
     Cancel {
         transfer: u64,
         reason: &'a str,
+    },
+    /// Client to node: queue a file (its bytes follow as `PutData`).
+    Put(Put<'a>),
+    /// Client to node: bytes of an upload at `offset`.
+    PutData {
+        request: u32,
+        offset: u64,
+        data: &'a [u8],
+    },
+    /// Node to client: where an upload stands.
+    PutAnswer(PutAnswer<'a>),
+    /// Client to node: what is queued, sent and delivered.
+    Query {
+        request: u32,
+    },
+    /// Node to client: part of the answer to a query (`last` on the final part).
+    Report {
+        request: u32,
+        last: bool,
+        entries: Vec<ReportEntry<'a>>,
     },
 }
 
@@ -280,6 +386,83 @@ impl<'a> FilesMessage<'a> {
                 header(out, KIND_CANCEL);
                 put_u64(out, *transfer);
                 put_reason(out, reason)?;
+            }
+            FilesMessage::Put(p) => {
+                header(out, KIND_PUT);
+                put_u32(out, p.request);
+                put_name(out, p.service, "service", MAX_SITE)?;
+                put_name(out, p.name, "file name", crate::name::MAX_NAME)?;
+                put_u64(out, p.size);
+                out.extend_from_slice(&p.sha256);
+                if p.to.len() > MAX_TARGETS {
+                    return Err(EncodeError::TooLong {
+                        what: "targets",
+                        len: p.to.len(),
+                        max: MAX_TARGETS,
+                    });
+                }
+                put_u16(out, p.to.len() as u16);
+                for t in &p.to {
+                    put_name(out, t, "target site", MAX_SITE)?;
+                }
+            }
+            FilesMessage::PutData {
+                request,
+                offset,
+                data,
+            } => {
+                if data.len() > MAX_CHUNK as usize {
+                    return Err(EncodeError::TooLong {
+                        what: "upload data",
+                        len: data.len(),
+                        max: MAX_CHUNK as usize,
+                    });
+                }
+                header(out, KIND_PUT_DATA);
+                put_u32(out, *request);
+                put_u64(out, *offset);
+                out.extend_from_slice(data);
+            }
+            FilesMessage::PutAnswer(a) => {
+                header(out, KIND_PUT_ANSWER);
+                put_u32(out, a.request);
+                out.push(a.state.code());
+                put_u64(out, a.transfer);
+                put_u64(out, a.received);
+                put_u64(out, a.window);
+                put_reason(out, a.reason)?;
+            }
+            FilesMessage::Query { request } => {
+                header(out, KIND_QUERY);
+                put_u32(out, *request);
+            }
+            FilesMessage::Report {
+                request,
+                last,
+                entries,
+            } => {
+                header(out, KIND_REPORT);
+                put_u32(out, *request);
+                out.push(u8::from(*last));
+                if entries.len() > u16::MAX as usize {
+                    return Err(EncodeError::TooLong {
+                        what: "report entries",
+                        len: entries.len(),
+                        max: u16::MAX as usize,
+                    });
+                }
+                put_u16(out, entries.len() as u16);
+                for e in entries {
+                    put_u64(out, e.transfer);
+                    put_name(out, e.service, "service", MAX_SITE)?;
+                    put_name(out, e.name, "file name", crate::name::MAX_NAME)?;
+                    put_u64(out, e.size);
+                    out.extend_from_slice(&e.sha256);
+                    put_str16(out, e.site, "site")?;
+                    put_name(out, e.state, "state", 16)?;
+                    put_u64(out, e.since_ms);
+                    put_reason(out, e.reason)?;
+                }
             }
         }
         Ok(())
@@ -430,11 +613,132 @@ impl<'a> FilesMessage<'a> {
                 }
                 FilesMessage::Cancel { transfer, reason }
             }
+            KIND_PUT => {
+                let request = r.u32()?;
+                let service = name(&mut r, "service", MAX_SITE)?;
+                let file = name(&mut r, "file name", crate::name::MAX_NAME)?;
+                let size = r.u64()?;
+                let sha256: [u8; 32] = r.bytes(32)?.try_into().expect("32 bytes");
+                let count = r.u16()? as usize;
+                if count > MAX_TARGETS {
+                    return Err(WireError::Length {
+                        what: "targets",
+                        len: count,
+                        max: MAX_TARGETS,
+                    });
+                }
+                let mut to = Vec::with_capacity(count);
+                for _ in 0..count {
+                    to.push(name(&mut r, "target site", MAX_SITE)?);
+                }
+                FilesMessage::Put(Put {
+                    request,
+                    service,
+                    name: file,
+                    size,
+                    sha256,
+                    to,
+                })
+            }
+            KIND_PUT_DATA => {
+                let request = r.u32()?;
+                let offset = r.u64()?;
+                let data = r.rest();
+                if data.len() > MAX_CHUNK as usize {
+                    return Err(WireError::Length {
+                        what: "upload data",
+                        len: data.len(),
+                        max: MAX_CHUNK as usize,
+                    });
+                }
+                return Ok(FilesMessage::PutData {
+                    request,
+                    offset,
+                    data,
+                });
+            }
+            KIND_PUT_ANSWER => FilesMessage::PutAnswer(PutAnswer {
+                request: r.u32()?,
+                state: PutState::from_code(r.u8()?),
+                transfer: r.u64()?,
+                received: r.u64()?,
+                window: r.u64()?,
+                reason: reason(&mut r)?,
+            }),
+            KIND_QUERY => FilesMessage::Query { request: r.u32()? },
+            KIND_REPORT => {
+                let request = r.u32()?;
+                let last = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    v => {
+                        return Err(WireError::Invalid {
+                            what: "report's last flag",
+                            value: v.into(),
+                        })
+                    }
+                };
+                let count = r.u16()? as usize;
+                // Each entry takes at least 71 bytes: a count past what is there is junk.
+                if count > r.remaining() / 71 {
+                    return Err(WireError::Length {
+                        what: "report entries",
+                        len: count,
+                        max: r.remaining() / 71,
+                    });
+                }
+                let mut entries = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let transfer = r.u64()?;
+                    let service = name(&mut r, "service", MAX_SITE)?;
+                    let file = name(&mut r, "file name", crate::name::MAX_NAME)?;
+                    let size = r.u64()?;
+                    let sha256: [u8; 32] = r.bytes(32)?.try_into().expect("32 bytes");
+                    let site = r.str16("site")?;
+                    if site.len() > MAX_SITE {
+                        return Err(WireError::Length {
+                            what: "site",
+                            len: site.len(),
+                            max: MAX_SITE,
+                        });
+                    }
+                    let state = name(&mut r, "state", 16)?;
+                    let since_ms = r.u64()?;
+                    entries.push(ReportEntry {
+                        transfer,
+                        service,
+                        name: file,
+                        size,
+                        sha256,
+                        site,
+                        state,
+                        since_ms,
+                        reason: reason(&mut r)?,
+                    });
+                }
+                FilesMessage::Report {
+                    request,
+                    last,
+                    entries,
+                }
+            }
             other => return Err(WireError::Kind(other)),
         };
         r.finish()?;
         Ok(msg)
     }
+}
+
+fn reason<'a>(r: &mut Reader<'a>) -> Result<&'a str, WireError> {
+    let s = r.str16("reason")?;
+    if s.len() > MAX_REASON {
+        return Err(WireError::Length {
+            what: "reason",
+            len: s.len(),
+            max: MAX_REASON,
+        });
+    }
+    Ok(s)
 }
 
 fn name<'a>(r: &mut Reader<'a>, what: &'static str, max: usize) -> Result<&'a str, WireError> {
@@ -458,7 +762,11 @@ mod tests {
         let mut buf = Vec::new();
         m.encode(&mut buf).expect("encode");
         assert_eq!(&FilesMessage::decode(&buf).expect("decode"), m);
-        // Every strict prefix is refused, never misread.
+        // Every strict prefix is refused, never misread; but upload data runs to the
+        // end of its message unchecked (the node checks offsets, size and hash).
+        if matches!(m, FilesMessage::PutData { .. }) {
+            return;
+        }
         for cut in 0..buf.len() {
             if let Ok(short) = FilesMessage::decode(&buf[..cut]) {
                 panic!("prefix of {cut} bytes decoded as {short:?}");
@@ -513,6 +821,56 @@ mod tests {
         round_trip(&FilesMessage::Cancel {
             transfer: 9,
             reason: "expired",
+        });
+        round_trip(&FilesMessage::Put(Put {
+            request: 3,
+            service: "FILES",
+            name: "eod.csv",
+            size: 1234,
+            sha256: [9; 32],
+            to: vec!["nyc-1"],
+        }));
+        round_trip(&FilesMessage::PutData {
+            request: 3,
+            offset: 64_000,
+            data: b"bytes",
+        });
+        round_trip(&FilesMessage::PutAnswer(PutAnswer {
+            request: 3,
+            state: PutState::Refused,
+            transfer: 0,
+            received: 0,
+            window: 0,
+            reason: "the send queue is full",
+        }));
+        round_trip(&FilesMessage::Query { request: 4 });
+        round_trip(&FilesMessage::Report {
+            request: 4,
+            last: true,
+            entries: vec![
+                ReportEntry {
+                    transfer: 5,
+                    service: "FILES",
+                    name: "eod.csv",
+                    size: 1234,
+                    sha256: [1; 32],
+                    site: "nyc-1",
+                    state: "done",
+                    since_ms: 1_790_000_000_000,
+                    reason: "",
+                },
+                ReportEntry {
+                    transfer: 6,
+                    service: "FILES",
+                    name: "all.csv",
+                    size: 0,
+                    sha256: [2; 32],
+                    site: "",
+                    state: "queued",
+                    since_ms: 1,
+                    reason: "",
+                },
+            ],
         });
     }
 

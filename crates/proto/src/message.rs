@@ -45,6 +45,7 @@ pub enum MessageType {
     Post = 11,
     Ack = 12,
     Replay = 13,
+    Files = 14,
 }
 
 impl MessageType {
@@ -63,6 +64,7 @@ impl MessageType {
             11 => MessageType::Post,
             12 => MessageType::Ack,
             13 => MessageType::Replay,
+            14 => MessageType::Files,
             _ => return None,
         })
     }
@@ -485,12 +487,17 @@ pub enum Message<'a> {
     Refresh(Refresh<'a>),
     Update(Update<'a>),
     Status(Status<'a>),
-    Close { stream_id: u32 },
+    Close {
+        stream_id: u32,
+    },
     Ping(u64),
     Pong(u64),
     Post(Post<'a>),
     Ack(Ack<'a>),
     Replay(Replay<'a>),
+    /// A file-transfer message (`tickwire-files`'s wire format), carried opaque:
+    /// between nodes of a tree, and between `tickwire files` and a node.
+    Files(&'a [u8]),
 }
 
 const REQ_STREAMING: u8 = 1;
@@ -576,6 +583,7 @@ impl<'a> Message<'a> {
             Message::Post(_) => MessageType::Post,
             Message::Ack(_) => MessageType::Ack,
             Message::Replay(_) => MessageType::Replay,
+            Message::Files(_) => MessageType::Files,
         }
     }
 
@@ -814,6 +822,7 @@ impl<'a> Message<'a> {
                     name: r.str16("item name")?,
                 })
             }
+            MessageType::Files => Message::Files(r.bytes(r.remaining())?),
         };
         r.finish()?;
         Ok(msg)
@@ -985,6 +994,7 @@ impl<'a> Message<'a> {
                 put_str16(out, m.service, "service name")?;
                 put_str16(out, m.name, "item name")?;
             }
+            Message::Files(body) => out.extend_from_slice(body),
         }
         Ok(())
     }

@@ -70,6 +70,7 @@ enum Got {
     Replay {
         sid: u32,
     },
+    Files(Vec<u8>),
 }
 
 fn fields_of(f: FieldList<'_>) -> Vec<(i16, String)> {
@@ -136,6 +137,7 @@ fn own(m: &Message<'_>) -> Got {
             fields: fields_of(p.fields),
         },
         Message::Replay(r) => Got::Replay { sid: r.stream_id },
+        Message::Files(body) => Got::Files(body.to_vec()),
         Message::Ack(a) => Got::Ack {
             sid: a.stream_id,
             post_id: a.post_id,
@@ -1739,6 +1741,7 @@ fn a_merge_larger_than_a_message_goes_out_in_parts() {
     assert_eq!(replica.images[&1], cached(&mut h, "WIDE"));
 }
 
+mod files;
 mod hostile;
 mod posts;
 mod security;

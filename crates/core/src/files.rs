@@ -1,0 +1,80 @@
+//! File-transfer messages (`Message::Files`, docs/FILES.md): the core carries them and
+//! nothing more. What a logged-in peer sends is queued for the node's files thread
+//! (bounded in bytes: past [`FILES_IN_BYTES`] a message is dropped and counted; the
+//! transfer protocol repairs a lost chunk and an upload with a gap is refused), and
+//! what the files thread sends goes out through the peer's ordinary bounded queue.
+//! The files thread asks [`Node::entitled`] who may send or receive a files service.
+
+use crate::{ConnId, ConnRole, Node};
+use tickwire_auth::Action;
+use tickwire_proto::message::code;
+use tickwire_proto::Message;
+
+/// Bytes of file-transfer messages waiting for the files thread at most.
+pub const FILES_IN_BYTES: usize = 64 << 20;
+
+/// A file-transfer message from a peer.
+#[derive(Debug)]
+pub struct FilesIn {
+    pub conn: ConnId,
+    pub body: Vec<u8>,
+}
+
+impl Node {
+    pub(crate) fn on_files_message(&mut self, conn: ConnId, body: &[u8]) {
+        if !self.cfg.files {
+            self.stats.protocol_disconnects += 1;
+            self.reject(
+                conn,
+                code::PROTOCOL,
+                "this node takes no files ([files] is not in its configuration)",
+            );
+            return;
+        }
+        if self.files_in_bytes + body.len() > FILES_IN_BYTES {
+            self.stats.files_dropped += 1;
+            return;
+        }
+        self.files_in_bytes += body.len();
+        self.files_in.push(FilesIn {
+            conn,
+            body: body.to_vec(),
+        });
+    }
+
+    /// Takes the file-transfer messages peers sent since the last call.
+    pub fn take_files(&mut self, into: &mut Vec<FilesIn>) {
+        self.files_in_bytes = 0;
+        into.append(&mut self.files_in);
+    }
+
+    /// May this (logged-in) connection do `action` to `service`?
+    pub fn entitled(&self, conn: ConnId, action: Action, service: &str) -> bool {
+        matches!(
+            self.role(conn),
+            Some(ConnRole::Subscriber | ConnRole::Publisher)
+        ) && self.may(conn, action, service)
+    }
+
+    /// The user a connection logged in as.
+    pub fn user_of(&self, conn: ConnId) -> Option<&str> {
+        self.conns.get(conn)?.as_ref().map(|c| c.user.as_str())
+    }
+
+    /// Sends a file-transfer message to a logged-in peer. With `only_if_room`, it is
+    /// not sent (false) when the peer has `room_bytes` or more queued already: chunks
+    /// and offers are repaired later, and a busy link keeps room for market data.
+    pub fn send_files(&mut self, conn: ConnId, body: &[u8], room_bytes: Option<usize>) -> bool {
+        if !matches!(
+            self.role(conn),
+            Some(ConnRole::Subscriber | ConnRole::Publisher)
+        ) {
+            return false;
+        }
+        if room_bytes.is_some_and(|room| self.pending_output(conn) >= room) {
+            return false;
+        }
+        self.send(conn, &Message::Files(body));
+        true
+    }
+}
