@@ -102,7 +102,7 @@ impl Event {
     }
 
     /// The Python event for a library event; `None` for the directory (a Subscriber
-    /// reports services through `services()`).
+    /// reports services through `services()`) and file-transfer messages.
     pub fn from_client(
         py: Python<'_>,
         e: ClientEvent,
@@ -160,7 +160,8 @@ impl Event {
                 ev.text = Some(text);
                 ev
             }
-            ClientEvent::Directory(_) => return Ok(None),
+            // File transfer is not in the Python API (`tickwire files` is the tool).
+            ClientEvent::Directory(_) | ClientEvent::Files(_) => return Ok(None),
         }))
     }
 }

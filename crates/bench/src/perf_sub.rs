@@ -470,7 +470,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
                     }
                 }
                 EventRef::Status(_, _) => c.statuses += 1,
-                EventRef::Directory(_) | EventRef::Ack(_) => {}
+                EventRef::Directory(_) | EventRef::Ack(_) | EventRef::Files(_) => {}
             })?;
         }
         if images_done_at.is_none() && requested == plan.len() && c.images >= streams {

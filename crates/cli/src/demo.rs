@@ -340,7 +340,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
                         row.suspect = s.state.data == DataState::Suspect;
                     }
                 }
-                EventRef::Directory(_) | EventRef::Ack(_) => {}
+                EventRef::Directory(_) | EventRef::Ack(_) | EventRef::Files(_) => {}
             })?;
             let now = Instant::now();
             if now >= next_draw {

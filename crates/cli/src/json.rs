@@ -103,6 +103,7 @@ pub fn event_json(dict: &Dictionary, e: &EventRef<'_>) -> Json {
             }
             o
         }
+        EventRef::Files(body) => json!({"type": "files", "bytes": body.len()}),
     }
 }
 
@@ -163,5 +164,6 @@ pub fn event_line(dict: &Dictionary, e: &EventRef<'_>) -> String {
             None => format!("ACK     post {} accepted {:?}", a.post_id, a.text),
             Some(code) => format!("NAK     post {} {} {:?}", a.post_id, code.name(), a.text),
         },
+        EventRef::Files(body) => format!("FILES   {} bytes", body.len()),
     }
 }

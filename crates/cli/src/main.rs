@@ -3,6 +3,7 @@
 mod backbone;
 mod demo;
 mod feed;
+mod files;
 mod journal;
 mod json;
 mod logger;
@@ -88,6 +89,10 @@ enum Command {
     /// `[backbone] key_file` (an authenticated backbone).
     #[command(subcommand)]
     Backbone(backbone::BackboneCommand),
+    /// Files through the nodes: `files send` queues files at a node for its sites,
+    /// `files status` prints who has what (docs/FILES.md).
+    #[command(subcommand)]
+    Files(files::FilesCommand),
 }
 
 #[derive(clap::Args)]
@@ -340,6 +345,7 @@ fn main() {
         Command::Users(c) => users::run(c),
         Command::Journal(c) => journal::run(c),
         Command::Backbone(c) => backbone::run(c),
+        Command::Files(c) => files::run(c),
         Command::PerfPub(a) => tickwire_bench::perf_pub::run(a).map(|_| ()),
         Command::PerfPost(a) => tickwire_bench::perf_post::run(a).map(|_| ()),
         Command::PerfWsSub(a) => {

@@ -24,6 +24,9 @@ pub enum EventRef<'a> {
     Directory(&'a Directory<'a>),
     /// The answer to a post that asked for one: `stream` and `post_id` as posted.
     Ack(Ack<'a>),
+    /// A file-transfer message (`tickwire-files`'s wire format, docs/FILES.md): offers
+    /// and chunks down a node tree, answers to `tickwire files`.
+    Files(&'a [u8]),
 }
 
 /// A field list owned by the caller.
@@ -107,6 +110,8 @@ pub enum Event {
         nak: Option<NakCode>,
         text: String,
     },
+    /// A file-transfer message (docs/FILES.md).
+    Files(Vec<u8>),
 }
 
 impl From<&EventRef<'_>> for Event {
@@ -150,6 +155,7 @@ impl From<&EventRef<'_>> for Event {
                 nak: a.nak,
                 text: a.text.to_string(),
             },
+            EventRef::Files(body) => Event::Files(body.to_vec()),
         }
     }
 }

@@ -20,6 +20,7 @@ mod conn;
 mod credentials;
 mod driver;
 mod events;
+pub mod files;
 mod publisher;
 pub mod publishing;
 mod reconnect;

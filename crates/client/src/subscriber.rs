@@ -102,6 +102,20 @@ impl Subscriber {
         self.driver.write_some()
     }
 
+    /// Sends a file-transfer message to the node (`crate::files` uses it).
+    pub fn send_files(&mut self, body: &[u8]) -> Result<(), ClientError> {
+        self.driver.session.send_files(body)?;
+        self.driver.write_some()
+    }
+
+    /// Bytes queued for the node and not yet written.
+    pub fn pending_output(&mut self) -> usize {
+        self.driver
+            .session
+            .connection()
+            .map_or(0, |c| c.pending_output())
+    }
+
     /// Closes a stream.
     pub fn unsubscribe(&mut self, sid: StreamId) -> Result<(), ClientError> {
         self.driver.session.unsubscribe(sid)?;

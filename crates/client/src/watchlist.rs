@@ -314,6 +314,17 @@ impl SubscriberSession {
         Ok(())
     }
 
+    /// Sends a file-transfer message (`tickwire-files`'s wire format) to the node.
+    pub fn send_files(&mut self, body: &[u8]) -> Result<(), ClientError> {
+        let conn = self
+            .conn
+            .as_mut()
+            .filter(|c| c.session().is_some())
+            .ok_or_else(|| ClientError::Disconnected("not connected".into()))?;
+        conn.writer().push(&Message::Files(body))?;
+        Ok(())
+    }
+
     /// Closes a stream.
     pub fn unsubscribe(&mut self, sid: StreamId) -> Result<(), ClientError> {
         if self
@@ -638,6 +649,10 @@ fn handle_payload(
             }
             Message::Ack(a) => {
                 f(EventRef::Ack(a), encoded);
+                n += 1;
+            }
+            Message::Files(body) => {
+                f(EventRef::Files(body), encoded);
                 n += 1;
             }
             Message::Ping(t) => pings.push(t),

@@ -42,10 +42,12 @@ impl Node {
         });
     }
 
-    /// Takes the file-transfer messages peers sent since the last call.
-    pub fn take_files(&mut self, into: &mut Vec<FilesIn>) {
+    /// Takes the file-transfer messages peers sent since the last call, and the
+    /// connections gone since (in `gone`; their uploads and routes are over).
+    pub fn take_files(&mut self, into: &mut Vec<FilesIn>, gone: &mut Vec<ConnId>) {
         self.files_in_bytes = 0;
         into.append(&mut self.files_in);
+        gone.append(&mut self.files_gone);
     }
 
     /// May this (logged-in) connection do `action` to `service`?

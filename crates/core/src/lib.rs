@@ -370,6 +370,8 @@ pub struct Node {
     /// File-transfer messages for the files thread, and their bytes.
     files_in: Vec<FilesIn>,
     files_in_bytes: usize,
+    /// Connections gone since the files thread last heard (its uploads and routes go).
+    files_gone: Vec<ConnId>,
 }
 
 /// How far ahead [`Node::settle`] loads images, and items: a merge takes less time than
@@ -422,6 +424,7 @@ impl Node {
             replays: replay::Replays::default(),
             files_in: Vec::new(),
             files_in_bytes: 0,
+            files_gone: Vec::new(),
         }
     }
 
@@ -615,6 +618,9 @@ impl Node {
             return;
         }
         self.detach(conn, "connection lost");
+        if self.cfg.files {
+            self.files_gone.push(conn);
+        }
         self.closing.retain(|&c| c != conn);
         self.overflowed.retain(|&c| c != conn);
         self.dirty.retain(|&c| c != conn);

@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 mod chunk_map;
+pub mod hub;
 pub mod inbox;
 mod manifest;
 pub mod name;
@@ -32,6 +33,7 @@ pub mod spool;
 pub mod wire;
 
 pub use chunk_map::ChunkMap;
+pub use hub::{Hub, HubConfig, HubEvent, HubStats, Output, Peer, Rights};
 pub use manifest::{hex, Manifest};
 pub use receiver::{Receiver, ReceiverConfig, ReceiverEvent, ReceiverStats, Store, HASH_READ_BACK};
 pub use sender::{

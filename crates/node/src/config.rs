@@ -105,6 +105,7 @@ pub struct NodeConfig {
     pub upstream: crate::upstream::UpstreamSection,
     pub posts: PostsSection,
     pub journal: crate::journal::JournalSection,
+    pub files: crate::files::FilesSection,
 }
 
 /// `[posts]`: which services' publishers are sent subscribers' posts (contributions),
@@ -646,6 +647,7 @@ impl NodeConfig {
             self.journal.segment_mb.to_string(),
             "allowed: 1 to 4096".into(),
         )?;
+        self.files.validate()?;
         check(
             self.posts.max_pending >= 1,
             "posts.max_pending",
@@ -820,6 +822,7 @@ impl NodeConfig {
                 tickwire_core::PostServices::from_list(&self.journal.services)
             },
             journal_updates: self.journal.updates && !self.journal.dir.is_empty(),
+            files: self.files.enabled(),
             login_token: (!self.security.login_token.is_empty())
                 .then(|| self.security.login_token.clone()),
             users: None, // loaded by the server (NodeConfig::load_users)

@@ -11,6 +11,7 @@ pub mod config;
 mod config_error;
 mod core_output;
 mod driver_wait;
+pub mod files;
 mod io_counters;
 pub mod journal;
 mod metrics;

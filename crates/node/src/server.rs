@@ -142,6 +142,8 @@ pub struct NodeServer {
     users: Option<Arc<tickwire_core::Users>>,
     /// `[tls]`: both ports speak TLS only.
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// `[files]`: the files thread, started with its directories opened.
+    files: Option<crate::files::FilesThread>,
 }
 
 /// Accepting failed for want of resources (file descriptors, memory). Epoll is
@@ -370,7 +372,20 @@ impl NodeServer {
                 if local_addr.ip().is_loopback() { " (loopback only)" } else { "" }
             ),
         }
+        let files = if cfg.files.enabled() {
+            let f = crate::files::FilesThread::start(
+                &cfg.files,
+                &cfg.node.name,
+                tickwire_backbone::random_id(),
+                waker.clone(),
+            )
+            .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e))?;
+            Some(f)
+        } else {
+            None
+        };
         Ok(NodeServer {
+            files,
             cfg,
             poll,
             listener,
@@ -453,6 +468,7 @@ impl NodeServer {
             )
         });
         let mut journal_requests = Vec::new();
+        let mut files = self.files.take();
         let mut sockets: Vec<Option<Socket>> = Vec::new();
         let mut events = Events::with_capacity(1024);
         let hb = core.config().limits.heartbeat;
@@ -808,6 +824,12 @@ impl NodeServer {
                 shutdown_deadline = Some(now + Duration::from_secs(2));
             }
 
+            // Files: what peers and the upstream sent to the files thread, its answers
+            // (before the upstream link writes its bytes).
+            if let Some(f) = files.as_mut() {
+                f.turn(&mut core, upstream.as_mut());
+            }
+
             // What the core wrote to the backbone's connections this turn goes out,
             // and its requests to the upstream link.
             if let Some(b) = backbone.as_mut() {
@@ -816,6 +838,9 @@ impl NodeServer {
             }
             if let Some(u) = upstream.as_mut() {
                 u.pump(&mut core, self.poll.registry(), now);
+                if let Some(f) = files.as_mut() {
+                    f.intake_upstream(u);
+                }
             }
             for p in providers.iter_mut() {
                 p.pump(&mut core, self.poll.registry(), now);

@@ -238,6 +238,17 @@ impl UpstreamLink {
         }
     }
 
+    /// File-transfer messages the upstream sent (for the files thread).
+    pub fn take_files(&mut self, into: &mut Vec<Vec<u8>>) {
+        self.relay.take_files(into);
+    }
+
+    /// A file-transfer message for the upstream (written with the link's next bytes);
+    /// false when not connected or busy.
+    pub fn send_files(&mut self, body: &[u8]) -> bool {
+        self.relay.send_files(body)
+    }
+
     /// The core's requests and closes go upstream, and queued bytes are written.
     pub fn pump(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
         self.relay.pump(core, now);

@@ -28,7 +28,7 @@ mod posts;
 mod relay;
 
 pub use path::{parse_node_login, NodePath, NODE_LOGIN_PREFIX};
-pub use relay::{Relay, RelayConfig, RelayStats, TW_PATH};
+pub use relay::{Relay, RelayConfig, RelayStats, MAX_FILES_IN_BYTES, TW_PATH};
 
 #[cfg(test)]
 mod tests;

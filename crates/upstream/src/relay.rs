@@ -71,6 +71,8 @@ pub struct RelayStats {
     pub loops_found: u64,
     /// Services the upstream announced past `RelayConfig::max_services`, left out.
     pub services_left_out: u64,
+    /// File-transfer messages from the upstream dropped: the files thread was behind.
+    pub files_dropped: u64,
 }
 
 struct Link {
@@ -104,8 +106,19 @@ pub struct Relay {
     first_directory: bool,
     /// Posts sent upstream, waiting for their answer.
     posts: UpstreamPosts,
+    /// File-transfer messages from the upstream, for the node's files thread, and
+    /// their bytes (bounded: [`MAX_FILES_IN_BYTES`]).
+    files_in: Vec<Vec<u8>>,
+    files_in_bytes: usize,
     stats: RelayStats,
 }
+
+/// File-transfer bytes from the upstream held for the files thread at most; past it a
+/// message is dropped and counted (a lost chunk is repaired).
+pub const MAX_FILES_IN_BYTES: usize = 16 << 20;
+/// Output queued toward the upstream past which a file-transfer message waits (a
+/// status or presence is sent again later): market data's requests go first.
+const FILES_OUT_ROOM: usize = 1 << 20;
 
 impl Relay {
     /// Connects to the core as the publisher of the upstream's services. The upstream
@@ -152,8 +165,28 @@ impl Relay {
             to_core: Vec::new(),
             first_directory: false,
             posts: UpstreamPosts::default(),
+            files_in: Vec::new(),
+            files_in_bytes: 0,
             stats: RelayStats::default(),
         }
+    }
+
+    /// Takes the file-transfer messages the upstream sent.
+    pub fn take_files(&mut self, into: &mut Vec<Vec<u8>>) {
+        self.files_in_bytes = 0;
+        into.append(&mut self.files_in);
+    }
+
+    /// Sends a file-transfer message to the upstream; false when not connected or its
+    /// output is busy (the files thread sends statuses and presences again later).
+    pub fn send_files(&mut self, body: &[u8]) -> bool {
+        let Some(conn) = self.session.connection() else {
+            return false;
+        };
+        if conn.session().is_none() || conn.writer().pending_len() >= FILES_OUT_ROOM {
+            return false;
+        }
+        conn.writer().push(&Message::Files(body)).is_ok()
     }
 
     pub fn conn(&self) -> ConnId {
@@ -249,6 +282,8 @@ impl Relay {
             node_stream,
             to_core,
             posts,
+            files_in,
+            files_in_bytes,
             stats,
             ..
         } = self;
@@ -312,6 +347,14 @@ impl Relay {
                 EventRef::Ack(a) => {
                     if let Some(p) = posts.answer(&a) {
                         answer_to_core(to_core, p, a.nak, a.text);
+                    }
+                }
+                EventRef::Files(body) => {
+                    if *files_in_bytes + body.len() <= MAX_FILES_IN_BYTES {
+                        *files_in_bytes += body.len();
+                        files_in.push(body.to_vec());
+                    } else {
+                        stats.files_dropped += 1;
                     }
                 }
                 EventRef::Status(item, s) => {

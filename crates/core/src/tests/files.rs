@@ -31,7 +31,7 @@ fn files_messages_reach_the_files_thread_only_after_login_and_within_a_bound() {
     let c = h.login(Role::Subscriber);
     h.send(c, &[Message::Files(b"one"), Message::Files(b"two")]);
     let mut got = Vec::new();
-    h.node.take_files(&mut got);
+    h.node.take_files(&mut got, &mut Vec::new());
     let bodies: Vec<(ConnId, &[u8])> = got.iter().map(|f| (f.conn, &f.body[..])).collect();
     assert_eq!(bodies, vec![(c, &b"one"[..]), (c, &b"two"[..])]);
     // A files thread that falls behind: past the bound, messages are dropped and
@@ -42,7 +42,7 @@ fn files_messages_reach_the_files_thread_only_after_login_and_within_a_bound() {
         h.send(c, &[Message::Files(&big)]);
     }
     got.clear();
-    h.node.take_files(&mut got);
+    h.node.take_files(&mut got, &mut Vec::new());
     assert_eq!(got.len(), fits);
     assert_eq!(h.node.stats().files_dropped, 5);
 }

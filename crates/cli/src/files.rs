@@ -1,0 +1,200 @@
+//! `tickwire files send` and `tickwire files status` (docs/FILES.md): queue files at a
+//! node for its sites, and read the node's record of who has what.
+
+use crate::subscribe::Exit;
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+use tickwire_client::files::{self, FileStatus};
+use tickwire_client::{ConnectOptions, Subscriber};
+use tickwire_files::hex;
+
+#[derive(clap::Subcommand)]
+pub enum FilesCommand {
+    /// Queue files at a node, which sends them to its sites (one stream to every site
+    /// at once, repaired where a site missed chunks); each arrives whole and checked
+    /// (SHA-256) in every site's inbox, or not at all. Prints one line per file queued
+    /// (its transfer id and SHA-256); exit status 1 if the node refused any (the
+    /// reason on standard error). The node must move files (`[files]`) and your user
+    /// may publish the service.
+    Send(SendArgs),
+    /// What a node has queued, is sending, and has delivered or not: one line per file
+    /// and site (`--json`: one object per line with "file", "site", "state"
+    /// (queued, sending, done, failed), "sha256", "transfer", "service", "size",
+    /// "since_ms", "reason").
+    Status(StatusArgs),
+}
+
+#[derive(clap::Args)]
+pub struct SendArgs {
+    /// Node address (host:port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
+    node: String,
+    #[command(flatten)]
+    credentials: tickwire_client::Credentials,
+    /// The files service to send in.
+    #[arg(long, value_name = "NAME", default_value = "FILES")]
+    service: String,
+    /// The sites (node names) to deliver to, comma-separated; default: every site of
+    /// the service present when the file starts.
+    #[arg(long, value_name = "SITE,...", value_delimiter = ',')]
+    to: Vec<String>,
+    /// The name the files get in each site's inbox: DIR/ before each file's own name
+    /// (default: the file's own name).
+    #[arg(long, value_name = "DIR")]
+    as_dir: Option<String>,
+    /// Give up on the node after this many seconds without an answer.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    timeout: f64,
+    /// Print one JSON object per file queued: "file", "transfer", "sha256", "size".
+    #[arg(long)]
+    json: bool,
+    /// The files to send.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Node address (host:port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
+    node: String,
+    #[command(flatten)]
+    credentials: tickwire_client::Credentials,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// Give up after this many seconds without an answer.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15.0)]
+    timeout: f64,
+}
+
+fn connect(
+    node: &str,
+    credentials: &tickwire_client::Credentials,
+    app: &str,
+) -> Result<Subscriber> {
+    let mut opts = ConnectOptions::new(node.to_string());
+    opts.application = app.into();
+    opts.reconnect = false;
+    credentials.apply(&mut opts).map_err(anyhow::Error::msg)?;
+    Subscriber::connect(opts).with_context(|| format!("cannot connect to {node}"))
+}
+
+pub fn run(cmd: FilesCommand) -> Result<()> {
+    match cmd {
+        FilesCommand::Send(a) => send(a),
+        FilesCommand::Status(a) => status(a),
+    }
+}
+
+fn send(args: SendArgs) -> Result<()> {
+    let mut names = Vec::new();
+    for p in &args.paths {
+        let meta = std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
+        if !meta.is_file() {
+            bail!("{} is not a regular file", p.display());
+        }
+        let Some(own) = p.file_name().and_then(|n| n.to_str()) else {
+            bail!("{}: the file name is not UTF-8", p.display());
+        };
+        let name = match &args.as_dir {
+            Some(d) => format!("{}/{own}", d.trim_end_matches('/')),
+            None => own.to_string(),
+        };
+        tickwire_files::name::check_name(&name).map_err(|e| anyhow::anyhow!("{name:?}: {e}"))?;
+        names.push(name);
+    }
+    let mut sub = connect(&args.node, &args.credentials, "tickwire-files")?;
+    let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
+    let mut refused = 0;
+    for (i, (path, name)) in args.paths.iter().zip(&names).enumerate() {
+        match files::send_file(
+            &mut sub,
+            i as u32 + 1,
+            &args.service,
+            name,
+            path,
+            &args.to,
+            timeout,
+        ) {
+            Ok(q) => {
+                if args.json {
+                    println!(
+                        "{}",
+                        json!({"file": name, "transfer": format!("{:016x}", q.transfer), "sha256": hex(&q.sha256), "size": q.size})
+                    );
+                } else {
+                    println!(
+                        "queued {name} ({} bytes) as {:016x}, sha256 {}",
+                        q.size,
+                        q.transfer,
+                        hex(&q.sha256)
+                    );
+                }
+            }
+            Err(tickwire_client::ClientError::Refused(reason)) => {
+                eprintln!(
+                    "tickwire files send: {name}: refused by {}: {reason}",
+                    args.node
+                );
+                refused += 1;
+            }
+            Err(e) => return Err(e).with_context(|| format!("sending {}", path.display())),
+        }
+    }
+    if refused > 0 {
+        return Err(Exit(1).into());
+    }
+    Ok(())
+}
+
+fn status_json(s: &FileStatus) -> serde_json::Value {
+    json!({
+        "file": s.file,
+        "site": s.site,
+        "state": s.state,
+        "sha256": hex(&s.sha256),
+        "transfer": format!("{:016x}", s.transfer),
+        "service": s.service,
+        "size": s.size,
+        "since_ms": s.since_ms,
+        "reason": s.reason,
+    })
+}
+
+fn status(args: StatusArgs) -> Result<()> {
+    let mut sub = connect(&args.node, &args.credentials, "tickwire-files")?;
+    let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
+    let list = files::status(&mut sub, 1, timeout)
+        .with_context(|| format!("asking {} for its files", args.node))?;
+    for s in &list {
+        if args.json {
+            println!("{}", status_json(s));
+        } else {
+            let site = if s.site.is_empty() {
+                "(every site)"
+            } else {
+                &s.site
+            };
+            let reason = if s.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", s.reason)
+            };
+            println!(
+                "{:<8} {:<16} {} {} bytes  {}{reason}",
+                s.state,
+                site,
+                s.file,
+                s.size,
+                &hex(&s.sha256)[..16]
+            );
+        }
+    }
+    if list.is_empty() && !args.json {
+        println!("no files");
+    }
+    Ok(())
+}

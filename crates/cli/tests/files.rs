@@ -1,0 +1,294 @@
+//! Files over a node tree with real processes (docs/FILES.md): `tickwire files send`
+//! to a node with a spool, sites fed by it (and by each other) receiving into their
+//! inboxes, `tickwire files status` reading the record; restarts of a site and of the
+//! sender in the middle of a transfer; the refusals a user meets.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(30);
+
+/// A node with `[files]` from `toml` (its `[node]` name set), listening on loopback.
+fn files_node(dir: &Path, name: &str, toml: &str, extra: &[&str]) -> Node {
+    let cfg = dir.join(format!("{name}.toml"));
+    std::fs::write(&cfg, format!("[node]\nname = \"{name}\"\n{toml}")).expect("write config");
+    let cfg = cfg.to_str().expect("utf-8 path").to_string();
+    let mut args = vec!["--config", &cfg];
+    args.extend_from_slice(extra);
+    Node::start(&args)
+}
+
+fn sender_toml(dir: &Path, extra: &str) -> String {
+    format!(
+        "[files]\nservices = [\"FILES\"]\nspool = \"{}\"\n{extra}",
+        dir.join("spool").display()
+    )
+}
+
+fn site_toml(dir: &Path, name: &str, upstream: &Node, extra: &str) -> String {
+    format!(
+        "[upstream]\nnodes = [\"{}\"]\n[files]\nservices = [\"FILES\"]\ninbox = \"{}\"\n{extra}",
+        upstream.addr,
+        dir.join(format!("{name}-inbox")).display()
+    )
+}
+
+fn write(dir: &Path, name: &str, len: usize, seed: u8) -> (PathBuf, Vec<u8>) {
+    let data: Vec<u8> = (0..len).map(|i| ((i * 7919) as u8) ^ seed).collect();
+    let path = dir.join(name);
+    std::fs::write(&path, &data).expect("write");
+    (path, data)
+}
+
+/// `files status --json` of `node`, as (file, site, state, reason) rows.
+fn status(node: &Node) -> Vec<serde_json::Value> {
+    let out = run(
+        &["files", "status", "--node", &node.addr_str(), "--json"],
+        T,
+    );
+    assert!(out.status.success(), "files status failed: {}", out.stderr);
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// Waits until the sender's record shows `file` done at every site of `sites`.
+fn wait_done(sender: &Node, file: &str, sites: &[&str]) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + T;
+    let mut rows = Vec::new();
+    while Instant::now() < deadline {
+        rows = status(sender);
+        let done = sites.iter().all(|site| {
+            rows.iter()
+                .any(|r| r["file"] == file && r["site"] == *site && r["state"] == "done")
+        });
+        if done {
+            return rows;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "{file} not done at {sites:?} within {T:?}: {rows:#?}\n--- sender\n{}",
+        sender.proc.log()
+    );
+}
+
+fn send(sender: &Node, args: &[&str]) -> Output {
+    let addr = sender.addr_str();
+    let mut all = vec!["files", "send", "--node", &addr];
+    all.extend_from_slice(args);
+    run(&all, T)
+}
+
+#[test]
+fn files_travel_down_a_node_tree_whole_to_every_site_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = files_node(d, "src", &sender_toml(d, ""), &[]);
+    let edge1 = files_node(
+        d,
+        "edge1",
+        &site_toml(d, "edge1", &src, "fsync = \"always\""),
+        &[],
+    );
+    // edge2 is fed by edge1: files reach it through edge1, which relays them.
+    let edge2 = files_node(d, "edge2", &site_toml(d, "edge2", &edge1, ""), &[]);
+    let (big, big_bytes) = write(d, "big.bin", 3_000_000, 1);
+    let (small, small_bytes) = write(d, "small.csv", 16_000, 2);
+    let (empty, _) = write(d, "empty.dat", 0, 3);
+    let deadline = Instant::now() + T;
+    // Until both sites have said they are there, a file for them waits queued; it
+    // is queued at once either way.
+    let out = send(
+        &src,
+        &[
+            "--to",
+            "edge1,edge2",
+            "--as-dir",
+            "eod/2026-11-25",
+            "--json",
+            big.to_str().unwrap(),
+            small.to_str().unwrap(),
+            empty.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let queued: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(queued.len(), 3, "{}", out.stdout);
+    assert_eq!(queued[0]["file"], "eod/2026-11-25/big.bin");
+    assert_eq!(queued[0]["size"], 3_000_000);
+    for f in ["big.bin", "small.csv", "empty.dat"] {
+        wait_done(&src, &format!("eod/2026-11-25/{f}"), &["edge1", "edge2"]);
+    }
+    assert!(Instant::now() < deadline);
+    for site in ["edge1", "edge2"] {
+        let inbox = d.join(format!("{site}-inbox/eod/2026-11-25"));
+        assert_eq!(
+            std::fs::read(inbox.join("big.bin")).unwrap(),
+            big_bytes,
+            "{site}"
+        );
+        assert_eq!(
+            std::fs::read(inbox.join("small.csv")).unwrap(),
+            small_bytes,
+            "{site}"
+        );
+        assert_eq!(
+            std::fs::read(inbox.join("empty.dat")).unwrap().len(),
+            0,
+            "{site}"
+        );
+        let partial = d.join(format!("{site}-inbox/.tickwire-partial"));
+        assert_eq!(
+            std::fs::read_dir(partial).unwrap().count(),
+            0,
+            "{site}: partial files left"
+        );
+        // The site's audit log says what arrived, with the hash.
+        let audit = std::fs::read_to_string(d.join(format!("{site}-inbox.audit.jsonl"))).unwrap();
+        let arrived = audit
+            .lines()
+            .filter(|l| l.contains("\"event\":\"arrived\""))
+            .count();
+        assert_eq!(arrived, 3, "{site}: {audit}");
+        assert!(audit.contains(queued[0]["sha256"].as_str().unwrap()));
+    }
+    // Delivered everywhere: the spool is empty, the sender's audit log says so.
+    assert_eq!(std::fs::read_dir(d.join("spool")).unwrap().count(), 0);
+    let audit = std::fs::read_to_string(d.join("spool.audit.jsonl")).unwrap();
+    assert_eq!(audit.matches("\"delivered\":true").count(), 3, "{audit}");
+    // A site's own record shows what it received.
+    let rows = status(&edge2);
+    assert!(
+        rows.iter().any(|r| r["file"] == "eod/2026-11-25/big.bin"
+            && r["site"] == "edge2"
+            && r["state"] == "done"),
+        "{rows:#?}"
+    );
+}
+
+#[test]
+fn a_site_killed_mid_file_resumes_where_it_was_and_the_sender_continues_after_its_own_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 2 MB/s: a 6 MB file takes about 3 s, time to kill processes in the middle.
+    let port = free_port_for_tests().to_string();
+    let src_toml = sender_toml(d, "rate_mb_per_s = 2\nchunk_kib = 32");
+    let mut src = files_node(
+        d,
+        "src",
+        &src_toml,
+        &["--listen", &format!("127.0.0.1:{port}")],
+    );
+    let site = site_toml(d, "edge1", &src, "");
+    let mut edge1 = files_node(d, "edge1", &site, &[]);
+    let (big, big_bytes) = write(d, "big.bin", 6_000_000, 4);
+    let out = send(&src, &["--to", "edge1", big.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    // The site holds part of the file (its saved chunk map is there), then dies.
+    let map = |d: &Path| {
+        std::fs::read_dir(d.join("edge1-inbox/.tickwire-partial"))
+            .map(|r| {
+                r.filter_map(|e| e.ok())
+                    .any(|e| e.path().extension().is_some_and(|x| x == "map"))
+            })
+            .unwrap_or(false)
+    };
+    let deadline = Instant::now() + T;
+    while !map(d) {
+        assert!(
+            Instant::now() < deadline,
+            "no chunk map saved\n{}",
+            edge1.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    edge1.proc.signal(libc::SIGKILL);
+    edge1.proc.wait_exit(T);
+    // The sender dies too, with the file still queued; both come back.
+    src.proc.signal(libc::SIGKILL);
+    src.proc.wait_exit(T);
+    let src = files_node(
+        d,
+        "src",
+        &src_toml,
+        &["--listen", &format!("127.0.0.1:{port}")],
+    );
+    src.proc.log();
+    let edge1 = files_node(d, "edge1", &site, &[]);
+    wait_done(&src, "big.bin", &["edge1"]);
+    assert_eq!(
+        std::fs::read(d.join("edge1-inbox/big.bin")).unwrap(),
+        big_bytes
+    );
+    let log = edge1.proc.log();
+    assert!(log.contains("1 partial files resumed"), "{log}");
+    let log = src.proc.log();
+    assert!(log.contains("1 files queued from before"), "{log}");
+}
+
+#[test]
+fn refusals_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (f, _) = write(d, "x.csv", 100, 5);
+    let f = f.to_str().unwrap();
+    // A node that moves no files.
+    let plain = Node::start(&[]);
+    let out = send(&plain, &[f]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("this node takes no files"),
+        "{}",
+        out.stderr
+    );
+    // A service the node does not have; a name that would leave the inbox.
+    let src = files_node(d, "src", &sender_toml(d, ""), &[]);
+    let out = send(&src, &["--service", "OTHER", f]);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("this node has no files service \"OTHER\""),
+        "{}",
+        out.stderr
+    );
+    let out = send(&src, &["--as-dir", "../up", f]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("escape the inbox"), "{}", out.stderr);
+    // A site-only node sends nothing.
+    let site = files_node(d, "edge1", &site_toml(d, "edge1", &src, ""), &[]);
+    let out = send(&site, &[f]);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("this node sends no files"),
+        "{}",
+        out.stderr
+    );
+    // A config naming no directory.
+    let bad = d.join("bad.toml");
+    std::fs::write(&bad, "[files]\nservices = [\"FILES\"]\n").unwrap();
+    let out = run(
+        &[
+            "node",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            bad.to_str().unwrap(),
+        ],
+        T,
+    );
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("files.spool") && out.stderr.contains("files.inbox"),
+        "{}",
+        out.stderr
+    );
+}

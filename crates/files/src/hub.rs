@@ -1,0 +1,1027 @@
+//! A node's files: its sender (with its spool), its receiver (with its inbox), the
+//! uploads of `tickwire files send`, the routes to the sites below it, and the record
+//! `tickwire files status` reads. The node's files thread drives one `Hub`; the event
+//! loop only moves its messages.
+//!
+//! Routes, on a node tree:
+//! - a site below says it is there (`Present`) on its connection: the connection is a
+//!   route to that site for that service (if the connection's user may subscribe to
+//!   it); offers, chunks and cancels of that service go down every such route, this
+//!   node's own and those it relays from its upstream;
+//! - statuses and presences from below go to this node's sender when the transfer is
+//!   its own, else up the link the transfer came down;
+//! - this node's receiver takes what comes down its upstream link, and answers up it.
+//!
+//! Every table is bounded: uploads at once, routes per connection, transfers relayed,
+//! records kept.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::inbox::Inbox;
+use crate::manifest::Manifest;
+use crate::name::check_name;
+use crate::receiver::{Receiver, ReceiverEvent};
+use crate::sender::{Delivery, NewFile, Sender, SenderEvent};
+use crate::spool::{Spool, SpoolWriter};
+use crate::wire::{FilesMessage, Put, PutAnswer, PutState, ReportEntry};
+
+/// Where a message comes from or goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Peer {
+    /// One of the node's connections (a client, a node below), by its id.
+    Conn(usize),
+    /// The node's upstream link.
+    Upstream,
+}
+
+/// What a connection may do with each of the node's file services (bit `i`: the
+/// service at index `i` of [`HubConfig::services`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rights {
+    pub publish: u64,
+    pub subscribe: u64,
+}
+
+impl Rights {
+    pub const ALL: Rights = Rights {
+        publish: u64::MAX,
+        subscribe: u64::MAX,
+    };
+}
+
+/// Most file services a node has (the bits of [`Rights`]).
+pub const MAX_SERVICES: usize = 64;
+
+#[derive(Debug, Clone)]
+pub struct HubConfig {
+    /// This node's name: its site.
+    pub site: String,
+    pub services: Vec<String>,
+    /// Uploads in progress at once.
+    pub max_uploads: usize,
+    /// Bytes a client may send beyond what the node has acknowledged.
+    pub upload_window: u64,
+    /// An upload with no bytes for this long is dropped.
+    pub upload_timeout: Duration,
+    /// Finished transfers and received files the record keeps (the audit log has all).
+    pub keep_records: usize,
+    /// How long a transfer waits for its sites (for the offers' expiry time).
+    pub expire_after: Duration,
+}
+
+impl HubConfig {
+    pub fn new(site: impl Into<String>, services: Vec<String>) -> Self {
+        HubConfig {
+            site: site.into(),
+            services,
+            max_uploads: 16,
+            upload_window: 1 << 20,
+            upload_timeout: Duration::from_secs(30),
+            keep_records: 10_000,
+            expire_after: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// A message for the event loop to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub to: Peer,
+    pub body: Vec<u8>,
+    /// Sent only if the peer has room: an offer or chunk the sites ask for again,
+    /// or a status or presence sent again, rather than market data waiting.
+    pub droppable: bool,
+}
+
+/// What happened, for the audit log (one JSON line each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HubEvent {
+    /// A client's file was queued (by `user`).
+    Queued { manifest: Manifest, user: String },
+    /// A site's delivery of one of this node's files changed.
+    Site {
+        manifest: Manifest,
+        site: String,
+        state: Delivery,
+        reason: String,
+    },
+    /// One of this node's transfers is over.
+    Finished { manifest: Manifest, delivered: bool },
+    /// A file arrived in this node's inbox.
+    Arrived { manifest: Manifest },
+    /// A file could not be taken here.
+    Failed { manifest: Manifest, reason: String },
+    /// The spool could not be written (the queue may not survive a restart).
+    SpoolError { reason: String },
+}
+
+/// Counters for metrics and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HubStats {
+    pub uploads: u64,
+    pub uploads_refused: u64,
+    /// Messages not allowed where they came from (rights, direction, unknown).
+    pub ignored: u64,
+    pub malformed: u64,
+    pub relayed_down: u64,
+    pub relayed_up: u64,
+}
+
+struct Upload {
+    put_service: String,
+    name: String,
+    size: u64,
+    sha256: [u8; 32],
+    to: Option<Vec<String>>,
+    user: String,
+    transfer: u64,
+    writer: SpoolWriter,
+    acked: u64,
+    last_data: Instant,
+}
+
+/// One site's line in the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SiteLine {
+    state: Delivery,
+    since_ms: u64,
+    reason: String,
+}
+
+/// A file in the record: sent by this node (its sites), or received here.
+#[derive(Debug, Clone)]
+struct Record {
+    manifest: Manifest,
+    sites: BTreeMap<String, SiteLine>,
+    finished: bool,
+}
+
+/// Most sites one connection may be a route to.
+const MAX_ROUTES_PER_PEER: usize = 256;
+/// Relayed transfers whose service is remembered (for their chunks) at most.
+const MAX_RELAYED: usize = 65_536;
+/// Report bytes per message (the native protocol's bodies are at most 65,535).
+const REPORT_BYTES: usize = 60_000;
+/// Messages a sender may produce per pump (the thread then looks at its input).
+const PUMP_BATCH: usize = 256;
+
+/// A node's files (see the module doc).
+pub struct Hub {
+    cfg: HubConfig,
+    sender: Option<(Sender, Spool)>,
+    receiver: Option<(Receiver, Inbox)>,
+    uploads: HashMap<(usize, u32), Upload>,
+    routes: HashMap<Peer, BTreeSet<(usize, String)>>,
+    /// Transfers relayed down: their service's index.
+    relayed: HashMap<u64, usize>,
+    relayed_order: VecDeque<u64>,
+    records: BTreeMap<u64, Record>,
+    finished_order: VecDeque<u64>,
+    out: VecDeque<Output>,
+    events: VecDeque<HubEvent>,
+    /// For ids: a splitmix64 state seeded by the node.
+    id_state: u64,
+    t0: Instant,
+    wall0_ms: u64,
+    stats: HubStats,
+    buf: Vec<u8>,
+}
+
+impl Hub {
+    /// A hub for the node; `sender` and `receiver` are there when the node has a spool
+    /// and an inbox. `wall_ms` is the wall clock at `now`; `seed` seeds transfer ids.
+    pub fn new(
+        cfg: HubConfig,
+        sender: Option<(Sender, Spool)>,
+        receiver: Option<(Receiver, Inbox)>,
+        now: Instant,
+        wall_ms: u64,
+        seed: u64,
+    ) -> Self {
+        Hub {
+            cfg,
+            sender,
+            receiver,
+            uploads: HashMap::new(),
+            routes: HashMap::new(),
+            relayed: HashMap::new(),
+            relayed_order: VecDeque::new(),
+            records: BTreeMap::new(),
+            finished_order: VecDeque::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            id_state: seed,
+            t0: now,
+            wall0_ms: wall_ms,
+            stats: HubStats::default(),
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn stats(&self) -> HubStats {
+        self.stats
+    }
+
+    pub fn config(&self) -> &HubConfig {
+        &self.cfg
+    }
+
+    /// The sender's queue, from the spool a previous run left: every transfer put back
+    /// with what its sites had said.
+    pub fn restore(&mut self, now: Instant) -> std::io::Result<usize> {
+        let wall = self.wall_ms(now);
+        let Some((sender, spool)) = self.sender.as_mut() else {
+            return Ok(0);
+        };
+        let queued = spool.load()?;
+        let n = queued.len();
+        for (m, sites) in queued {
+            let left = Duration::from_millis(m.expires_ms.saturating_sub(wall));
+            let rec = Record {
+                manifest: m.clone(),
+                sites: sites
+                    .iter()
+                    .map(|(s, state, reason)| {
+                        (
+                            s.clone(),
+                            SiteLine {
+                                state: *state,
+                                since_ms: wall,
+                                reason: reason.clone(),
+                            },
+                        )
+                    })
+                    .collect(),
+                finished: false,
+            };
+            self.records.insert(m.transfer, rec);
+            sender.restore(m, sites, now + left, now);
+        }
+        Ok(n)
+    }
+
+    /// Partial files a previous run of the receiver left, reopened; and the transfers
+    /// it finished (from the audit log), answered "done" when offered again.
+    pub fn resume_receiver(
+        &mut self,
+        done: impl IntoIterator<Item = u64>,
+        now: Instant,
+    ) -> std::io::Result<usize> {
+        let Some((rx, inbox)) = self.receiver.as_mut() else {
+            return Ok(0);
+        };
+        rx.remember_done(done);
+        let partials = inbox.partial_manifests()?;
+        let n = partials.len();
+        for m in partials {
+            rx.resume(m, now, inbox);
+        }
+        Ok(n)
+    }
+
+    fn wall_ms(&self, now: Instant) -> u64 {
+        self.wall0_ms + now.saturating_duration_since(self.t0).as_millis() as u64
+    }
+
+    fn next_id(&mut self) -> u64 {
+        // splitmix64: distinct ids from one random seed.
+        self.id_state = self.id_state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.id_state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn service_index(&self, service: &str) -> Option<usize> {
+        self.cfg.services.iter().position(|s| s == service)
+    }
+
+    fn send(&mut self, to: Peer, msg: &FilesMessage, droppable: bool) {
+        let mut body = Vec::new();
+        if msg.encode(&mut body).is_ok() {
+            self.out.push_back(Output {
+                to,
+                body,
+                droppable,
+            });
+        }
+    }
+
+    fn answer(&mut self, conn: usize, a: PutAnswer) {
+        self.send(Peer::Conn(conn), &FilesMessage::PutAnswer(a), false);
+    }
+
+    fn refuse(&mut self, conn: usize, request: u32, reason: &str) {
+        self.stats.uploads_refused += 1;
+        self.answer(
+            conn,
+            PutAnswer {
+                request,
+                state: PutState::Refused,
+                transfer: 0,
+                received: 0,
+                window: 0,
+                reason,
+            },
+        );
+    }
+
+    /// A message from `from`, whose user is `user` with `rights`.
+    pub fn handle(&mut self, from: Peer, user: &str, rights: Rights, body: &[u8], now: Instant) {
+        let msg = match FilesMessage::decode(body) {
+            Ok(m) => m,
+            Err(e) => {
+                self.stats.malformed += 1;
+                // An upload's answer is the only place a client hears of it.
+                if let Peer::Conn(c) = from {
+                    if body.get(2) == Some(&16) {
+                        self.refuse(c, 0, &format!("malformed upload: {e}"));
+                    }
+                }
+                return;
+            }
+        };
+        match (from, msg) {
+            (Peer::Conn(c), FilesMessage::Put(p)) => self.on_put(c, user, rights, &p, now),
+            (
+                Peer::Conn(c),
+                FilesMessage::PutData {
+                    request,
+                    offset,
+                    data,
+                },
+            ) => self.on_put_data(c, request, offset, data, now),
+            (Peer::Conn(c), FilesMessage::Query { request }) => self.on_query(c, rights, request),
+            (Peer::Conn(c), FilesMessage::Present { site, service }) => {
+                self.on_present(Peer::Conn(c), rights, site, service, body, now)
+            }
+            (Peer::Conn(c), FilesMessage::Status(s)) => {
+                let routed = self
+                    .routes
+                    .get(&Peer::Conn(c))
+                    .is_some_and(|r| r.iter().any(|(_, site)| site == s.site));
+                if !routed {
+                    self.stats.ignored += 1;
+                    return;
+                }
+                let own = self
+                    .sender
+                    .as_ref()
+                    .is_some_and(|(tx, _)| tx.transfer(s.transfer).is_some());
+                if own {
+                    let (tx, _) = self.sender.as_mut().expect("checked");
+                    tx.handle_status(&s, now);
+                } else if self.relayed.contains_key(&s.transfer) {
+                    self.stats.relayed_up += 1;
+                    self.out.push_back(Output {
+                        to: Peer::Upstream,
+                        body: body.to_vec(),
+                        droppable: true,
+                    });
+                } else {
+                    self.stats.ignored += 1;
+                }
+            }
+            (
+                Peer::Upstream,
+                m @ (FilesMessage::Offer(_)
+                | FilesMessage::Chunk { .. }
+                | FilesMessage::Cancel { .. }),
+            ) => self.on_upstream_message(&m, body, now),
+            _ => self.stats.ignored += 1,
+        }
+    }
+
+    fn on_present(
+        &mut self,
+        from: Peer,
+        rights: Rights,
+        site: &str,
+        service: &str,
+        body: &[u8],
+        now: Instant,
+    ) {
+        let Some(i) = self.service_index(service) else {
+            self.stats.ignored += 1;
+            return;
+        };
+        if rights.subscribe & (1 << i) == 0 || site == self.cfg.site {
+            self.stats.ignored += 1;
+            return;
+        }
+        let routes = self.routes.entry(from).or_default();
+        if !routes.contains(&(i, site.to_owned())) {
+            if routes.len() >= MAX_ROUTES_PER_PEER {
+                self.stats.ignored += 1;
+                return;
+            }
+            routes.insert((i, site.to_owned()));
+        }
+        if let Some((tx, _)) = self.sender.as_mut() {
+            tx.handle_present(site, service, now);
+        }
+        // Senders above learn of the site through this node.
+        self.stats.relayed_up += 1;
+        self.out.push_back(Output {
+            to: Peer::Upstream,
+            body: body.to_vec(),
+            droppable: true,
+        });
+    }
+
+    fn on_upstream_message(&mut self, m: &FilesMessage, body: &[u8], now: Instant) {
+        let service = match m {
+            FilesMessage::Offer(o) => {
+                let Some(i) = self.service_index(o.service) else {
+                    self.stats.ignored += 1;
+                    return;
+                };
+                if !self.relayed.contains_key(&o.transfer) {
+                    if self.relayed_order.len() >= MAX_RELAYED {
+                        if let Some(old) = self.relayed_order.pop_front() {
+                            self.relayed.remove(&old);
+                        }
+                    }
+                    self.relayed.insert(o.transfer, i);
+                    self.relayed_order.push_back(o.transfer);
+                }
+                i
+            }
+            FilesMessage::Chunk { transfer, .. } | FilesMessage::Cancel { transfer, .. } => {
+                let Some(&i) = self.relayed.get(transfer) else {
+                    self.stats.ignored += 1;
+                    return;
+                };
+                i
+            }
+            _ => return,
+        };
+        if let Some((rx, inbox)) = self.receiver.as_mut() {
+            rx.handle(m, now, inbox);
+        }
+        let down: Vec<Peer> = self
+            .routes
+            .iter()
+            .filter(|(_, r)| r.iter().any(|(s, _)| *s == service))
+            .map(|(p, _)| *p)
+            .collect();
+        for to in down {
+            self.stats.relayed_down += 1;
+            self.out.push_back(Output {
+                to,
+                body: body.to_vec(),
+                droppable: true,
+            });
+        }
+    }
+
+    fn on_put(&mut self, conn: usize, user: &str, rights: Rights, p: &Put, now: Instant) {
+        let Some(i) = self.service_index(p.service) else {
+            let reason = format!(
+                "this node has no files service {:?} (its services: {:?})",
+                p.service, self.cfg.services
+            );
+            return self.refuse(conn, p.request, &reason);
+        };
+        if rights.publish & (1 << i) == 0 {
+            let reason = format!("user {user:?} may not publish service {:?}", p.service);
+            return self.refuse(conn, p.request, &reason);
+        }
+        if self.uploads.contains_key(&(conn, p.request)) {
+            return self.refuse(
+                conn,
+                p.request,
+                "an upload with this request number is in progress",
+            );
+        }
+        let Some((tx, _)) = self.sender.as_ref() else {
+            return self.refuse(
+                conn,
+                p.request,
+                "this node sends no files ([files] spool is not set)",
+            );
+        };
+        if let Err(e) = check_name(p.name) {
+            return self.refuse(
+                conn,
+                p.request,
+                &format!("file name {:?} refused: {e}", p.name),
+            );
+        }
+        let cfg = tx.config();
+        if tx.queued_files() >= cfg.max_files {
+            let reason = format!(
+                "the send queue is full: {} files queued, the limit is {}",
+                tx.queued_files(),
+                cfg.max_files
+            );
+            return self.refuse(conn, p.request, &reason);
+        }
+        if tx.queued_bytes().saturating_add(p.size) > cfg.max_bytes {
+            let reason = format!(
+                "the send queue is full: {} bytes queued and {} more would pass the limit of {}",
+                tx.queued_bytes(),
+                p.size,
+                cfg.max_bytes
+            );
+            return self.refuse(conn, p.request, &reason);
+        }
+        if self.uploads.len() >= self.cfg.max_uploads {
+            let reason = format!(
+                "{} uploads are in progress at this node; try again shortly",
+                self.uploads.len()
+            );
+            return self.refuse(conn, p.request, &reason);
+        }
+        let transfer = self.next_id();
+        let (_, spool) = self.sender.as_mut().expect("checked");
+        let writer = match spool.begin(transfer) {
+            Ok(w) => w,
+            Err(e) => {
+                return self.refuse(
+                    conn,
+                    p.request,
+                    &format!("the node cannot spool the file: {e}"),
+                )
+            }
+        };
+        self.uploads.insert(
+            (conn, p.request),
+            Upload {
+                put_service: p.service.to_owned(),
+                name: p.name.to_owned(),
+                size: p.size,
+                sha256: p.sha256,
+                to: (!p.to.is_empty()).then(|| p.to.iter().map(|s| (*s).to_owned()).collect()),
+                user: user.to_owned(),
+                transfer,
+                writer,
+                acked: 0,
+                last_data: now,
+            },
+        );
+        self.stats.uploads += 1;
+        let window = self.cfg.upload_window;
+        self.answer(
+            conn,
+            PutAnswer {
+                request: p.request,
+                state: PutState::Go,
+                transfer,
+                received: 0,
+                window,
+                reason: "",
+            },
+        );
+        if p.size == 0 {
+            self.finish_upload(conn, p.request, now);
+        }
+    }
+
+    fn drop_upload(&mut self, conn: usize, request: u32, reason: &str) {
+        if let Some(u) = self.uploads.remove(&(conn, request)) {
+            drop(u.writer);
+            if let Some((_, spool)) = self.sender.as_mut() {
+                spool.remove(u.transfer);
+            }
+        }
+        self.refuse(conn, request, reason);
+    }
+
+    fn on_put_data(&mut self, conn: usize, request: u32, offset: u64, data: &[u8], now: Instant) {
+        let Some(u) = self.uploads.get_mut(&(conn, request)) else {
+            self.stats.ignored += 1;
+            return;
+        };
+        if offset != u.writer.len() {
+            let reason = format!(
+                "bytes missing: the node has {} and was sent bytes from {offset} (the node was too busy; send again)",
+                u.writer.len()
+            );
+            return self.drop_upload(conn, request, &reason);
+        }
+        if u.writer.len() + data.len() as u64 > u.size {
+            let reason = format!("more bytes than the {} announced", u.size);
+            return self.drop_upload(conn, request, &reason);
+        }
+        if let Err(e) = u.writer.write(data) {
+            return self.drop_upload(
+                conn,
+                request,
+                &format!("the node cannot spool the file: {e}"),
+            );
+        }
+        u.last_data = now;
+        let received = u.writer.len();
+        if received == u.size {
+            return self.finish_upload(conn, request, now);
+        }
+        if received - u.acked >= self.cfg.upload_window / 2 {
+            u.acked = received;
+            let (transfer, window) = (u.transfer, self.cfg.upload_window);
+            self.answer(
+                conn,
+                PutAnswer {
+                    request,
+                    state: PutState::Progress,
+                    transfer,
+                    received,
+                    window,
+                    reason: "",
+                },
+            );
+        }
+    }
+
+    fn finish_upload(&mut self, conn: usize, request: u32, now: Instant) {
+        let u = self.uploads.remove(&(conn, request)).expect("an upload");
+        let (size, sha) = u.writer.finish();
+        let wall = self.wall_ms(now);
+        let (tx, spool) = self.sender.as_mut().expect("uploads need a sender");
+        if sha != u.sha256 {
+            spool.remove(u.transfer);
+            return self.refuse(
+                conn,
+                request,
+                "the bytes received do not match the SHA-256 announced",
+            );
+        }
+        let file = NewFile {
+            transfer: u.transfer,
+            service: u.put_service.clone(),
+            name: u.name.clone(),
+            size,
+            sha256: sha,
+            to: u.to.clone(),
+            expires_ms: wall + self.cfg.expire_after.as_millis() as u64,
+        };
+        let queued = tx
+            .enqueue(file, now)
+            .map_err(|e| e.to_string())
+            .and_then(|t| {
+                let m = tx.transfer(t).expect("queued").0.clone();
+                spool
+                    .save(&m)
+                    .map(|()| m)
+                    .map_err(|e| format!("the node cannot keep the file's manifest: {e}"))
+            });
+        let m = match queued {
+            Ok(m) => m,
+            Err(reason) => {
+                if let Some((_, spool)) = self.sender.as_mut() {
+                    spool.remove(u.transfer);
+                }
+                return self.refuse(conn, request, &reason);
+            }
+        };
+        let sites = m
+            .targets
+            .iter()
+            .map(|s| {
+                (
+                    s.clone(),
+                    SiteLine {
+                        state: Delivery::Queued,
+                        since_ms: wall,
+                        reason: String::new(),
+                    },
+                )
+            })
+            .collect();
+        self.records.insert(
+            m.transfer,
+            Record {
+                manifest: m.clone(),
+                sites,
+                finished: false,
+            },
+        );
+        self.events.push_back(HubEvent::Queued {
+            manifest: m.clone(),
+            user: u.user,
+        });
+        self.answer(
+            conn,
+            PutAnswer {
+                request,
+                state: PutState::Queued,
+                transfer: m.transfer,
+                received: size,
+                window: 0,
+                reason: "",
+            },
+        );
+    }
+
+    fn on_query(&mut self, conn: usize, rights: Rights, request: u32) {
+        let visible = rights.publish | rights.subscribe;
+        let mut entries: Vec<ReportEntry> = Vec::new();
+        let mut bodies = Vec::new();
+        let mut size = 0;
+        // A file for every site, before it starts, has no site yet.
+        let queued = SiteLine {
+            state: Delivery::Queued,
+            since_ms: 0,
+            reason: String::new(),
+        };
+        for rec in self.records.values() {
+            let m = &rec.manifest;
+            let Some(i) = self.cfg.services.iter().position(|s| *s == m.service) else {
+                continue;
+            };
+            if visible & (1 << i) == 0 {
+                continue;
+            }
+            let lines: Vec<(&str, &SiteLine)> = if rec.sites.is_empty() {
+                vec![]
+            } else {
+                rec.sites.iter().map(|(s, l)| (s.as_str(), l)).collect()
+            };
+            let lines = if lines.is_empty() {
+                vec![("", &queued)]
+            } else {
+                lines
+            };
+            for (site, line) in lines {
+                let e = ReportEntry {
+                    transfer: m.transfer,
+                    service: &m.service,
+                    name: &m.name,
+                    size: m.size,
+                    sha256: m.sha256,
+                    site,
+                    state: line.state.as_str(),
+                    since_ms: line.since_ms,
+                    reason: &line.reason,
+                };
+                let len = 80 + m.service.len() + m.name.len() + site.len() + line.reason.len();
+                if size + len > REPORT_BYTES && !entries.is_empty() {
+                    let mut body = Vec::new();
+                    let part = FilesMessage::Report {
+                        request,
+                        last: false,
+                        entries: std::mem::take(&mut entries),
+                    };
+                    if part.encode(&mut body).is_ok() {
+                        bodies.push(body);
+                    }
+                    size = 0;
+                }
+                size += len;
+                entries.push(e);
+            }
+        }
+        let mut body = Vec::new();
+        let last = FilesMessage::Report {
+            request,
+            last: true,
+            entries,
+        };
+        if last.encode(&mut body).is_ok() {
+            bodies.push(body);
+        }
+        for body in bodies {
+            self.out.push_back(Output {
+                to: Peer::Conn(conn),
+                body,
+                droppable: false,
+            });
+        }
+    }
+
+    /// A connection is gone: its uploads are dropped, its routes forgotten.
+    pub fn handle_gone(&mut self, conn: usize) {
+        let mine: Vec<u32> = self
+            .uploads
+            .keys()
+            .filter(|(c, _)| *c == conn)
+            .map(|(_, r)| *r)
+            .collect();
+        for r in mine {
+            if let Some(u) = self.uploads.remove(&(conn, r)) {
+                if let Some((_, spool)) = self.sender.as_mut() {
+                    spool.remove(u.transfer);
+                }
+            }
+        }
+        self.routes.remove(&Peer::Conn(conn));
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let stale: Vec<(usize, u32)> = self
+            .uploads
+            .iter()
+            .filter(|(_, u)| now.saturating_duration_since(u.last_data) >= self.cfg.upload_timeout)
+            .map(|(k, _)| *k)
+            .collect();
+        for (c, r) in stale {
+            let reason = format!(
+                "no bytes for {} s: the upload is dropped",
+                self.cfg.upload_timeout.as_secs()
+            );
+            self.drop_upload(c, r, &reason);
+        }
+        if let Some((tx, _)) = self.sender.as_mut() {
+            tx.handle_timeout(now);
+        }
+        if let Some((rx, inbox)) = self.receiver.as_mut() {
+            rx.handle_timeout(now, inbox);
+            if inbox.has_pending() {
+                for (t, r) in inbox.flush() {
+                    rx.handle_committed(t, r, now, inbox);
+                }
+            }
+        }
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut at: Option<Instant> = None;
+        let mut earliest = |t: Option<Instant>| {
+            if let Some(t) = t {
+                at = Some(at.map_or(t, |a| a.min(t)));
+            }
+        };
+        earliest(self.sender.as_ref().and_then(|(tx, _)| tx.poll_timeout()));
+        earliest(self.receiver.as_ref().and_then(|(rx, _)| rx.poll_timeout()));
+        earliest(
+            self.uploads
+                .values()
+                .map(|u| u.last_data + self.cfg.upload_timeout)
+                .min(),
+        );
+        if self.receiver.as_ref().is_some_and(|(_, i)| i.has_pending()) {
+            earliest(Some(self.t0)); // a batch to commit: at once
+        }
+        at
+    }
+
+    /// Runs the sender and receiver: their messages to the routes, their events to the
+    /// record. Returns whether the sender has more to send now (call again).
+    pub fn pump(&mut self, now: Instant) -> bool {
+        let mut more = false;
+        if let Some((tx, spool)) = self.sender.as_mut() {
+            let mut n = 0;
+            while n < PUMP_BATCH && tx.poll_transmit(now, spool, &mut self.buf) {
+                n += 1;
+                let service = match FilesMessage::decode(&self.buf) {
+                    Ok(FilesMessage::Offer(o)) => Some(o.service.to_owned()),
+                    Ok(FilesMessage::Chunk { transfer, .. })
+                    | Ok(FilesMessage::Cancel { transfer, .. }) => tx
+                        .transfer(transfer)
+                        .map(|(m, _)| m.service.clone())
+                        .or_else(|| {
+                            self.records
+                                .get(&transfer)
+                                .map(|r| r.manifest.service.clone())
+                        }),
+                    _ => None,
+                };
+                let Some(i) = service.and_then(|s| self.cfg.services.iter().position(|x| *x == s))
+                else {
+                    continue;
+                };
+                for (peer, r) in &self.routes {
+                    if r.iter().any(|(s, _)| *s == i) {
+                        self.out.push_back(Output {
+                            to: *peer,
+                            body: self.buf.clone(),
+                            droppable: true,
+                        });
+                    }
+                }
+            }
+            more = n == PUMP_BATCH;
+            let wall = self.wall0_ms + now.saturating_duration_since(self.t0).as_millis() as u64;
+            while let Some(e) = tx.poll_event() {
+                // The spool keeps what a restart needs: each site's state, and the
+                // bytes until the transfer is over.
+                match &e {
+                    SenderEvent::Site {
+                        transfer,
+                        site,
+                        state,
+                        reason,
+                    } => {
+                        if let Err(err) = spool.record(*transfer, site, *state, reason) {
+                            self.events.push_back(HubEvent::SpoolError {
+                                reason: format!("cannot record a site's state in the spool: {err}"),
+                            });
+                        }
+                    }
+                    SenderEvent::Finished { transfer, .. } => spool.remove(*transfer),
+                }
+                Self::sender_event(
+                    &mut self.records,
+                    &mut self.finished_order,
+                    &mut self.events,
+                    e,
+                    wall,
+                );
+            }
+            while self.finished_order.len() > self.cfg.keep_records {
+                if let Some(old) = self.finished_order.pop_front() {
+                    self.records.remove(&old);
+                }
+            }
+        }
+        if let Some((rx, _)) = self.receiver.as_mut() {
+            while rx.poll_transmit(now, &mut self.buf) {
+                self.out.push_back(Output {
+                    to: Peer::Upstream,
+                    body: self.buf.clone(),
+                    droppable: true,
+                });
+            }
+            while let Some(e) = rx.poll_event() {
+                match e {
+                    ReceiverEvent::Arrived { manifest } => {
+                        let wall = self.wall0_ms
+                            + now.saturating_duration_since(self.t0).as_millis() as u64;
+                        let mut sites = BTreeMap::new();
+                        sites.insert(
+                            self.cfg.site.clone(),
+                            SiteLine {
+                                state: Delivery::Done,
+                                since_ms: wall,
+                                reason: String::new(),
+                            },
+                        );
+                        // A file this node both sent and received keeps its sender's record.
+                        if let std::collections::btree_map::Entry::Vacant(e) =
+                            self.records.entry(manifest.transfer)
+                        {
+                            e.insert(Record {
+                                manifest: manifest.clone(),
+                                sites,
+                                finished: true,
+                            });
+                            self.finished_order.push_back(manifest.transfer);
+                        }
+                        self.events.push_back(HubEvent::Arrived { manifest });
+                    }
+                    ReceiverEvent::Failed { manifest, reason } => {
+                        self.events.push_back(HubEvent::Failed { manifest, reason })
+                    }
+                    ReceiverEvent::Cancelled { .. } => {}
+                }
+            }
+        }
+        more
+    }
+
+    fn sender_event(
+        records: &mut BTreeMap<u64, Record>,
+        finished_order: &mut VecDeque<u64>,
+        events: &mut VecDeque<HubEvent>,
+        e: SenderEvent,
+        wall: u64,
+    ) {
+        match e {
+            SenderEvent::Site {
+                transfer,
+                site,
+                state,
+                reason,
+            } => {
+                if let Some(rec) = records.get_mut(&transfer) {
+                    rec.sites.insert(
+                        site.clone(),
+                        SiteLine {
+                            state,
+                            since_ms: wall,
+                            reason: reason.clone(),
+                        },
+                    );
+                    events.push_back(HubEvent::Site {
+                        manifest: rec.manifest.clone(),
+                        site,
+                        state,
+                        reason,
+                    });
+                }
+            }
+            SenderEvent::Finished {
+                transfer,
+                delivered,
+            } => {
+                if let Some(rec) = records.get_mut(&transfer) {
+                    rec.finished = true;
+                    finished_order.push_back(transfer);
+                    events.push_back(HubEvent::Finished {
+                        manifest: rec.manifest.clone(),
+                        delivered,
+                    });
+                }
+            }
+        }
+    }
+
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    pub fn poll_event(&mut self) -> Option<HubEvent> {
+        self.events.pop_front()
+    }
+}

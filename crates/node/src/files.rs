@@ -1,0 +1,545 @@
+//! `[files]` (docs/FILES.md): the node's files on a thread of their own. Spooling an
+//! upload, writing chunks and syncing an inbox take disk time the event loop must
+//! never wait for. The loop hands the thread what peers and the upstream link sent
+//! (with each sender's rights on the node's file services), and sends what the thread
+//! answers; the thread runs `tickwire_files::Hub` and writes the audit log.
+//!
+//! Both directions are bounded: the loop never blocks on the thread (a message that
+//! does not fit is dropped and counted: the transfer repairs a lost chunk, an upload
+//! with a gap is refused), and the thread waits for the loop when the loop is behind.
+
+use crate::config_error::{invalid, ConfigError};
+use log::{error, info, warn};
+use mio::Waker;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tickwire_auth::Action;
+use tickwire_core::{ConnId, FilesIn, Node};
+use tickwire_files::inbox::{Fsync, Inbox};
+use tickwire_files::spool::Spool;
+use tickwire_files::{
+    hex, Hub, HubConfig, HubEvent, Output, Peer, Receiver as FileReceiver, ReceiverConfig, Rights,
+    Sender, SenderConfig,
+};
+
+/// `[files]` in the node's TOML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilesSection {
+    /// The node's file services (at most 64); empty: the node moves no files.
+    pub services: Vec<String>,
+    /// Directory where files this node sends wait until every site has them (its
+    /// queue, kept through a restart); "": the node sends no files.
+    pub spool: String,
+    /// Directory where files sent to this node appear, whole and checked; "": the
+    /// node receives none.
+    pub inbox: String,
+    /// When a received file is on the disk before the site says done: "always" (each
+    /// file and its directory synced), "batch" (files synced together, every 10 ms),
+    /// "never" (left to the kernel).
+    pub fsync: FsyncSetting,
+    /// The files' share of the network, MB a second (market data keeps the rest).
+    pub rate_mb_per_s: u64,
+    /// Chunk size in KiB (1 to 62).
+    pub chunk_kib: u32,
+    /// Files queued at most; a new one beyond is refused at once.
+    pub max_files: usize,
+    /// Bytes queued at most, in MB.
+    pub max_queue_mb: u64,
+    /// Largest file this node receives, in MB.
+    pub max_file_mb: u64,
+    /// Hours a file waits for its sites before they fail "expired".
+    pub expire_h: u64,
+    /// The audit log (one JSON object per line: queued, each site's state, arrived,
+    /// failed); "": beside the inbox (`INBOX.audit.jsonl`), else beside the spool.
+    pub audit: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncSetting {
+    Always,
+    Batch,
+    Never,
+}
+
+impl FsyncSetting {
+    fn policy(self) -> Fsync {
+        match self {
+            FsyncSetting::Always => Fsync::Always,
+            FsyncSetting::Batch => Fsync::Batch,
+            FsyncSetting::Never => Fsync::Never,
+        }
+    }
+}
+
+impl Default for FilesSection {
+    fn default() -> Self {
+        FilesSection {
+            services: Vec::new(),
+            spool: String::new(),
+            inbox: String::new(),
+            fsync: FsyncSetting::Batch,
+            rate_mb_per_s: 50,
+            chunk_kib: 16,
+            max_files: 10_000,
+            max_queue_mb: 16_384,
+            max_file_mb: 65_536,
+            expire_h: 24,
+            audit: String::new(),
+        }
+    }
+}
+
+impl FilesSection {
+    /// The node moves files.
+    pub fn enabled(&self) -> bool {
+        !self.services.is_empty()
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.services.len() > tickwire_files::hub::MAX_SERVICES {
+            return Err(invalid(
+                "files.services",
+                format!("{:?}", self.services),
+                "at most 64 services",
+            ));
+        }
+        if let Some(bad) = self.services.iter().find(|s| s.is_empty() || s.len() > 256) {
+            return Err(invalid(
+                "files.services",
+                bad,
+                "a service name has 1 to 256 bytes",
+            ));
+        }
+        if self.enabled() && self.spool.is_empty() && self.inbox.is_empty() {
+            return Err(invalid(
+                "files.services",
+                format!("{:?}", self.services),
+                "needs files.spool (to send files) or files.inbox (to receive them), or both",
+            ));
+        }
+        let has_dir = !self.spool.is_empty() || !self.inbox.is_empty();
+        if !self.enabled() && has_dir {
+            return Err(invalid(
+                "files.services",
+                "[]",
+                "name the file services (e.g. [\"FILES\"]) when files.spool or files.inbox is set",
+            ));
+        }
+        if !(1..=62).contains(&self.chunk_kib) {
+            return Err(invalid(
+                "files.chunk_kib",
+                self.chunk_kib,
+                "allowed: 1 to 62",
+            ));
+        }
+        if self.rate_mb_per_s == 0 {
+            return Err(invalid("files.rate_mb_per_s", 0, "allowed: 1 or more"));
+        }
+        if self.max_files == 0
+            || self.max_queue_mb == 0
+            || self.max_file_mb == 0
+            || self.expire_h == 0
+        {
+            return Err(invalid(
+                "files.max_files / max_queue_mb / max_file_mb / expire_h",
+                0,
+                "allowed: 1 or more",
+            ));
+        }
+        Ok(())
+    }
+
+    fn audit_path(&self) -> PathBuf {
+        if !self.audit.is_empty() {
+            return PathBuf::from(&self.audit);
+        }
+        let dir = if self.inbox.is_empty() {
+            &self.spool
+        } else {
+            &self.inbox
+        };
+        let dir = Path::new(dir.trim_end_matches('/'));
+        let mut name = dir
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        name.push(".audit.jsonl");
+        dir.with_file_name(name)
+    }
+}
+
+enum Input {
+    Message {
+        from: Peer,
+        user: String,
+        rights: Rights,
+        body: Vec<u8>,
+    },
+    Gone(ConnId),
+}
+
+/// Messages waiting for the files thread at most, each way.
+const QUEUE: usize = 4096;
+/// Output queued for a peer past which offers and chunks wait (they are sent again).
+const ROOM: usize = 1 << 20;
+
+/// The event loop's handle on the files thread.
+pub struct FilesThread {
+    services: Vec<String>,
+    input: Option<SyncSender<Input>>,
+    output: Receiver<Output>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    taken: Vec<FilesIn>,
+    gone: Vec<ConnId>,
+    from_upstream: Vec<Vec<u8>>,
+    /// Messages the loop could not hand over (the thread was behind).
+    pub dropped: u64,
+}
+
+impl Drop for FilesThread {
+    fn drop(&mut self) {
+        self.input = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl FilesThread {
+    /// Opens the spool and inbox, puts back what a previous run left, and starts the
+    /// thread. An error names the directory that could not be used.
+    pub fn start(
+        cfg: &FilesSection,
+        site: &str,
+        seed: u64,
+        waker: Arc<Waker>,
+    ) -> Result<FilesThread, String> {
+        let now = Instant::now();
+        let mut hub_cfg = HubConfig::new(site, cfg.services.clone());
+        hub_cfg.expire_after = Duration::from_secs(cfg.expire_h * 3600);
+        let sender = if cfg.spool.is_empty() {
+            None
+        } else {
+            let spool =
+                Spool::new(Path::new(&cfg.spool)).map_err(|e| format!("files.spool: {e}"))?;
+            let mut sc = SenderConfig::new(site);
+            sc.chunk_size = cfg.chunk_kib * 1024;
+            sc.rate = cfg.rate_mb_per_s * 1_000_000;
+            sc.max_files = cfg.max_files;
+            sc.max_bytes = cfg.max_queue_mb * 1_000_000;
+            sc.expire_after = hub_cfg.expire_after;
+            Some((Sender::new(sc, now), spool))
+        };
+        let receiver = if cfg.inbox.is_empty() {
+            None
+        } else {
+            let inbox = Inbox::new(Path::new(&cfg.inbox), cfg.fsync.policy())
+                .map_err(|e| format!("files.inbox: {e}"))?;
+            let mut rc = ReceiverConfig::new(site, cfg.services.clone());
+            rc.max_file_bytes = cfg.max_file_mb * 1_000_000;
+            Some((FileReceiver::new(rc, now), inbox))
+        };
+        let audit_path = cfg.audit_path();
+        let done = arrived_before(&audit_path);
+        let mut hub = Hub::new(hub_cfg, sender, receiver, now, wall_ms(), seed);
+        let queued = hub
+            .restore(now)
+            .map_err(|e| format!("files.spool {}: {e}", cfg.spool))?;
+        let partial = hub
+            .resume_receiver(done, now)
+            .map_err(|e| format!("files.inbox {}: {e}", cfg.inbox))?;
+        let audit = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&audit_path)
+            .map_err(|e| format!("files audit log {}: {e}", audit_path.display()))?;
+        info!(
+            "files: services {:?}, spool {}, inbox {} (fsync {}), audit log {}; {queued} files queued from before, {partial} partial files resumed",
+            cfg.services,
+            if cfg.spool.is_empty() { "none (sends no files)" } else { &cfg.spool },
+            if cfg.inbox.is_empty() { "none (receives no files)" } else { &cfg.inbox },
+            format!("{:?}", cfg.fsync).to_lowercase(),
+            audit_path.display()
+        );
+        let (input, inbox_rx) = mpsc::sync_channel::<Input>(QUEUE);
+        let (out_tx, output) = mpsc::sync_channel::<Output>(QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("tickwire-files".into())
+            .spawn(move || run(hub, inbox_rx, out_tx, waker, audit))
+            .map_err(|e| format!("cannot start the files thread: {e}"))?;
+        Ok(FilesThread {
+            services: cfg.services.clone(),
+            input: Some(input),
+            output,
+            thread: Some(thread),
+            taken: Vec::new(),
+            gone: Vec::new(),
+            from_upstream: Vec::new(),
+            dropped: 0,
+        })
+    }
+
+    fn submit(&mut self, input: Input) {
+        let Some(tx) = &self.input else { return };
+        match tx.try_send(input) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.dropped += 1,
+        }
+    }
+
+    /// What the connection may do with each file service, for the messages that ask.
+    fn rights(&self, core: &Node, conn: ConnId, kind: Option<u8>) -> Rights {
+        let (publish, subscribe) = match kind {
+            Some(16) => (true, false),     // Put
+            Some(19) => (true, true),      // Query
+            Some(4) => (false, true),      // Present
+            _ => return Rights::default(), // the rest need none (or are routed by site)
+        };
+        let mut r = Rights::default();
+        for (i, s) in self.services.iter().enumerate() {
+            if publish && core.entitled(conn, Action::Publish, s) {
+                r.publish |= 1 << i;
+            }
+            if subscribe && core.entitled(conn, Action::Subscribe, s) {
+                r.subscribe |= 1 << i;
+            }
+        }
+        r
+    }
+
+    /// One turn of the event loop: peers' and the upstream's messages to the thread,
+    /// the thread's messages to peers and the upstream.
+    pub fn turn(&mut self, core: &mut Node, upstream: Option<&mut crate::upstream::UpstreamLink>) {
+        let mut taken = std::mem::take(&mut self.taken);
+        let mut gone = std::mem::take(&mut self.gone);
+        core.take_files(&mut taken, &mut gone);
+        for conn in gone.drain(..) {
+            self.submit(Input::Gone(conn));
+        }
+        for m in taken.drain(..) {
+            let rights = self.rights(core, m.conn, m.body.get(2).copied());
+            let user = core.user_of(m.conn).unwrap_or("").to_owned();
+            self.submit(Input::Message {
+                from: Peer::Conn(m.conn),
+                user,
+                rights,
+                body: m.body,
+            });
+        }
+        self.taken = taken;
+        self.gone = gone;
+        let mut up = upstream;
+        if let Some(u) = up.as_deref_mut() {
+            self.intake_upstream(u);
+        }
+        while let Ok(o) = self.output.try_recv() {
+            match o.to {
+                Peer::Conn(c) => {
+                    core.send_files(c, &o.body, o.droppable.then_some(ROOM));
+                }
+                Peer::Upstream => {
+                    if let Some(u) = up.as_deref_mut() {
+                        u.send_files(&o.body);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl FilesThread {
+    /// What the upstream link has read for the files thread. Called again after the
+    /// link's reads at the end of a turn, so nothing waits for the next turn.
+    pub fn intake_upstream(&mut self, u: &mut crate::upstream::UpstreamLink) {
+        let mut from_upstream = std::mem::take(&mut self.from_upstream);
+        u.take_files(&mut from_upstream);
+        for body in from_upstream.drain(..) {
+            self.submit(Input::Message {
+                from: Peer::Upstream,
+                user: String::new(),
+                rights: Rights::default(),
+                body,
+            });
+        }
+        self.from_upstream = from_upstream;
+    }
+}
+
+/// Transfers the audit log says arrived here (the last 100,000): offered again after a
+/// restart, they are answered "done", not received again.
+fn arrived_before(path: &Path) -> Vec<u64> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let mut done: Vec<u64> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "arrived")
+        .filter_map(|v| {
+            v["transfer"]
+                .as_str()
+                .and_then(|t| u64::from_str_radix(t, 16).ok())
+        })
+        .collect();
+    let keep = done.len().saturating_sub(100_000);
+    done.drain(..keep);
+    done
+}
+
+fn audit_line(e: &HubEvent, at_ms: u64) -> serde_json::Value {
+    use serde_json::json;
+    let file = |m: &tickwire_files::Manifest| {
+        json!({
+            "transfer": format!("{:016x}", m.transfer),
+            "file": m.name,
+            "service": m.service,
+            "size": m.size,
+            "sha256": hex(&m.sha256),
+            "sender": m.sender,
+        })
+    };
+    let (event, mut v) = match e {
+        HubEvent::Queued { manifest, user } => {
+            let mut v = file(manifest);
+            v["user"] = json!(user);
+            v["to"] = json!(if manifest.open {
+                vec!["*".to_string()]
+            } else {
+                manifest.targets.clone()
+            });
+            ("queued", v)
+        }
+        HubEvent::Site {
+            manifest,
+            site,
+            state,
+            reason,
+        } => {
+            let mut v = file(manifest);
+            v["site"] = json!(site);
+            v["state"] = json!(state.as_str());
+            if !reason.is_empty() {
+                v["reason"] = json!(reason);
+            }
+            ("site", v)
+        }
+        HubEvent::Finished {
+            manifest,
+            delivered,
+        } => {
+            let mut v = file(manifest);
+            v["delivered"] = json!(delivered);
+            ("finished", v)
+        }
+        HubEvent::Arrived { manifest } => ("arrived", file(manifest)),
+        HubEvent::Failed { manifest, reason } => {
+            let mut v = file(manifest);
+            v["reason"] = json!(reason);
+            ("failed", v)
+        }
+        HubEvent::SpoolError { reason } => ("spool_error", json!({ "reason": reason })),
+    };
+    v["event"] = json!(event);
+    v["time_ms"] = json!(at_ms);
+    v
+}
+
+fn run(
+    mut hub: Hub,
+    input: Receiver<Input>,
+    output: SyncSender<Output>,
+    waker: Arc<Waker>,
+    mut audit: std::fs::File,
+) {
+    let mut audit_failed = false;
+    loop {
+        let now = Instant::now();
+        let wait = hub
+            .poll_timeout()
+            .map_or(Duration::from_secs(1), |at| {
+                at.saturating_duration_since(now)
+            })
+            .min(Duration::from_secs(1));
+        let first = match input.recv_timeout(wait) {
+            Ok(i) => Some(i),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        let now = Instant::now();
+        let mut next = first;
+        let mut taken = 0;
+        while let Some(i) = next {
+            match i {
+                Input::Message {
+                    from,
+                    user,
+                    rights,
+                    body,
+                } => hub.handle(from, &user, rights, &body, now),
+                Input::Gone(c) => hub.handle_gone(c),
+            }
+            taken += 1;
+            next = if taken < 1024 {
+                input.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        hub.handle_timeout(now);
+        loop {
+            let more = hub.pump(now);
+            let mut sent = false;
+            while let Some(o) = hub.poll_output() {
+                if output.send(o).is_err() {
+                    return;
+                }
+                sent = true;
+            }
+            if sent {
+                let _ = waker.wake();
+            }
+            if !more {
+                break;
+            }
+        }
+        while let Some(e) = hub.poll_event() {
+            match &e {
+                HubEvent::Arrived { manifest } => info!(
+                    "files: {} arrived from {} ({} bytes, sha256 {})",
+                    manifest.name,
+                    manifest.sender,
+                    manifest.size,
+                    hex(&manifest.sha256)
+                ),
+                HubEvent::Failed { manifest, reason } => {
+                    warn!(
+                        "files: {} from {} not taken: {reason}",
+                        manifest.name, manifest.sender
+                    )
+                }
+                HubEvent::SpoolError { reason } => error!("files: {reason}"),
+                _ => {}
+            }
+            let mut line = audit_line(&e, wall_ms()).to_string();
+            line.push('\n');
+            if let Err(err) = audit.write_all(line.as_bytes()) {
+                if !audit_failed {
+                    error!("files: cannot write the audit log: {err}");
+                    audit_failed = true;
+                }
+            }
+        }
+    }
+}
