@@ -254,7 +254,16 @@ pub struct Backbone {
     /// None: the backbone is not authenticated.
     sealing: Option<Sealing>,
     rejections: Rejections,
+    /// File-transfer messages received (offers and chunks at an edge, statuses and
+    /// presences at a source), for the node's files thread, and their bytes.
+    files_in: Vec<Vec<u8>>,
+    files_in_bytes: usize,
+    scratch: Vec<u8>,
+    pub files_dropped: u64,
 }
+
+/// File-transfer bytes held for the files thread at most (a lost chunk is repaired).
+pub const MAX_FILES_IN_BYTES: usize = 16 << 20;
 
 impl Backbone {
     /// Starts Aeron and the roles. `wake` wakes the event loop (called from the
@@ -296,7 +305,64 @@ impl Backbone {
             excluded_version: 0,
             sealing: key_file.map(Sealing::new),
             rejections: Rejections::default(),
+            files_in: Vec::new(),
+            files_in_bytes: 0,
+            scratch: Vec::new(),
+            files_dropped: 0,
         })
+    }
+
+    /// Takes the file-transfer messages the backbone brought.
+    pub fn take_files(&mut self, into: &mut Vec<Vec<u8>>) {
+        self.files_in_bytes = 0;
+        into.append(&mut self.files_in);
+    }
+
+    /// Puts a file-transfer message on the backbone: a sender's (offers, chunks,
+    /// cancels) from a source to every edge, a site's (statuses, presences) from an
+    /// edge to every source. False when the node has no such role or Aeron refuses
+    /// it now (the transfer sends it again).
+    pub fn send_files(&mut self, body: &[u8]) -> bool {
+        let down = matches!(body.get(2), Some(1 | 2 | 5));
+        let (Some(link), msg) = (self.link.as_mut(), &mut self.scratch) else {
+            return false;
+        };
+        msg.clear();
+        let m = if down {
+            match self.source.as_ref() {
+                Some(src) => wire::BackboneMessage::Files {
+                    source: src.id(),
+                    body,
+                },
+                None => return false,
+            }
+        } else {
+            match self.edge.as_ref() {
+                Some(e) => wire::BackboneMessage::EdgeFiles { edge: e.id(), body },
+                None => return false,
+            }
+        };
+        if m.encode(msg).is_err() {
+            return false;
+        }
+        let out = if down {
+            link.data_out()
+        } else {
+            link.request_out()
+        };
+        let Some(out) = out else { return false };
+        match self.sealing.as_mut() {
+            None => out.offer(msg),
+            Some(sealing) => {
+                let sealer = if down {
+                    &mut sealing.data_out
+                } else {
+                    &mut sealing.requests_out
+                };
+                let sealed = sealer.seal(sealing.file.keys.signing(), msg, auth::wall_clock_ns());
+                out.offer(sealed)
+            }
+        }
     }
 
     /// Whether `conn` is one of the backbone's own connections to the core.
@@ -318,6 +384,11 @@ impl Backbone {
         };
         let (source, edge) = (&mut self.source, &mut self.edge);
         let (sealing, rejections) = (&mut self.sealing, &mut self.rejections);
+        let (files_in, files_in_bytes, files_dropped) = (
+            &mut self.files_in,
+            &mut self.files_in_bytes,
+            &mut self.files_dropped,
+        );
         let now_ns = sealing.as_ref().map_or(0, |_| auth::wall_clock_ns());
         link.drain(|kind, session, msg| {
             work.messages += 1;
@@ -346,6 +417,22 @@ impl Backbone {
                 }
                 None => msg,
             };
+            // File transfer rides the same streams: its messages go to the files thread.
+            let files = match (kind, wire::BackboneMessage::decode_files(msg)) {
+                (Received::Data, Some((true, body))) if edge.is_some() => Some(body),
+                (Received::Request, Some((false, body))) if source.is_some() => Some(body),
+                (_, Some(_)) => return,
+                (_, None) => None,
+            };
+            if let Some(body) = files {
+                if *files_in_bytes + body.len() <= MAX_FILES_IN_BYTES {
+                    *files_in_bytes += body.len();
+                    files_in.push(body.to_vec());
+                } else {
+                    *files_dropped += 1;
+                }
+                return;
+            }
             match kind {
                 Received::Data => {
                     if let Some(e) = edge.as_mut() {

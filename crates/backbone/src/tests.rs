@@ -928,6 +928,8 @@ proptest! {
             wire::BackboneMessage::DirectoryRequest { edge: source, source },
             wire::BackboneMessage::EdgeJoined { source, edge: u64::from(stream) },
             wire::BackboneMessage::EdgeHeartbeat { edge: source, name: &name },
+            wire::BackboneMessage::Files { source, body: name.as_bytes() },
+            wire::BackboneMessage::EdgeFiles { edge: source, body: name.as_bytes() },
             wire::BackboneMessage::Directory { source, version: stream, part: 0, parts: 1, services: vec![
                 wire::ServiceInfo { name: &name, state: ServiceState::Up, interactive: true }
             ] },
@@ -935,7 +937,14 @@ proptest! {
         for m in msgs {
             let mut b = Vec::new();
             m.encode(&mut b).unwrap();
-            prop_assert_eq!(wire::BackboneMessage::decode(&b).unwrap(), m);
+            let files = wire::BackboneMessage::decode_files(&b);
+            prop_assert_eq!(wire::BackboneMessage::decode(&b).unwrap(), m.clone());
+            // The files thread's messages are told apart without a decode.
+            match m {
+                wire::BackboneMessage::Files { body, .. } => prop_assert_eq!(files, Some((true, body))),
+                wire::BackboneMessage::EdgeFiles { body, .. } => prop_assert_eq!(files, Some((false, body))),
+                _ => prop_assert_eq!(files, None),
+            }
         }
     }
 }

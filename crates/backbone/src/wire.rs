@@ -26,10 +26,12 @@ const KIND_DIRECTORY: u8 = 2;
 const KIND_OPENED: u8 = 3;
 const KIND_DATA: u8 = 4;
 const KIND_EDGE_JOINED: u8 = 5;
+const KIND_FILES: u8 = 6;
 const KIND_EDGE_HEARTBEAT: u8 = 10;
 const KIND_SUBSCRIBE: u8 = 11;
 const KIND_UNSUBSCRIBE: u8 = 12;
 const KIND_DIRECTORY_REQUEST: u8 = 13;
+const KIND_EDGE_FILES: u8 = 14;
 
 /// One service in a source's directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +84,12 @@ pub enum BackboneMessage<'a> {
     Unsubscribe { edge: u64, source: u64, stream: u32 },
     /// An edge wants the source's whole directory.
     DirectoryRequest { edge: u64, source: u64 },
+    /// A file-transfer message from a source's files (offers, chunks, cancels:
+    /// `tickwire-files`'s wire format, docs/FILES.md), to every edge.
+    Files { source: u64, body: &'a [u8] },
+    /// A file-transfer message from an edge's files (statuses, presences), to every
+    /// source.
+    EdgeFiles { edge: u64, body: &'a [u8] },
 }
 
 fn header(out: &mut Vec<u8>, kind: u8) {
@@ -114,6 +122,22 @@ fn service_state(v: u8) -> Result<ServiceState, DecodeError> {
 }
 
 impl<'a> BackboneMessage<'a> {
+    /// A file-transfer message's body, without decoding anything else: `(true, body)`
+    /// for a source's (`Files`), `(false, body)` for an edge's (`EdgeFiles`).
+    pub fn decode_files(buf: &'a [u8]) -> Option<(bool, &'a [u8])> {
+        match buf {
+            [MAGIC, v, KIND_FILES, ..] if v & !SEALED == VERSION && buf.len() >= HEADER_LEN + 8 => {
+                Some((true, &buf[HEADER_LEN + 8..]))
+            }
+            [MAGIC, v, KIND_EDGE_FILES, ..]
+                if v & !SEALED == VERSION && buf.len() >= HEADER_LEN + 8 =>
+            {
+                Some((false, &buf[HEADER_LEN + 8..]))
+            }
+            _ => None,
+        }
+    }
+
     /// Decodes one whole Aeron message.
     pub fn decode(buf: &'a [u8]) -> Result<BackboneMessage<'a>, DecodeError> {
         let mut r = Reader::new(buf, "backbone message");
@@ -222,6 +246,16 @@ impl<'a> BackboneMessage<'a> {
                 source: r.u64()?,
                 edge: r.u64()?,
             },
+            KIND_FILES | KIND_EDGE_FILES => {
+                let id = r.u64()?;
+                let body = r.rest();
+                r = Reader::new(&[], "backbone message");
+                if kind == KIND_FILES {
+                    BackboneMessage::Files { source: id, body }
+                } else {
+                    BackboneMessage::EdgeFiles { edge: id, body }
+                }
+            }
             other => {
                 return Err(DecodeError::InvalidValue {
                     what: "backbone message kind",
@@ -327,6 +361,16 @@ impl<'a> BackboneMessage<'a> {
                 header(out, KIND_EDGE_JOINED);
                 put_u64(out, *source);
                 put_u64(out, *edge);
+            }
+            BackboneMessage::Files { source, body } => {
+                header(out, KIND_FILES);
+                put_u64(out, *source);
+                out.extend_from_slice(body);
+            }
+            BackboneMessage::EdgeFiles { edge, body } => {
+                header(out, KIND_EDGE_FILES);
+                put_u64(out, *edge);
+                out.extend_from_slice(body);
             }
         }
         Ok(())

@@ -292,3 +292,41 @@ fn refusals_say_why() {
         out.stderr
     );
 }
+
+/// A files node on the backbone, once it has joined it.
+fn backbone_files_node(dir: &Path, name: &str, toml: &str, ch: &str, role: &str) -> Node {
+    let mut node = files_node(dir, name, toml, &["--backbone", ch, "--role", role]);
+    node.proc.wait_for_line(&format!("backbone: {role} on"), T);
+    node
+}
+
+#[test]
+fn one_stream_on_the_backbone_reaches_every_edge_and_the_sites_below_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ch = channel(90);
+    let src = backbone_files_node(d, "src", &sender_toml(d, ""), &ch, "source");
+    let inbox = |name: &str| {
+        format!(
+            "[files]\nservices = [\"FILES\"]\ninbox = \"{}\"\n",
+            d.join(format!("{name}-inbox")).display()
+        )
+    };
+    let edge1 = backbone_files_node(d, "edge1", &inbox("edge1"), &ch, "edge");
+    let _edge2 = backbone_files_node(d, "edge2", &inbox("edge2"), &ch, "edge");
+    // A site without multicast, fed by edge1 over TCP: edge1 relays its files, and
+    // its statuses go back over the backbone.
+    let _leaf = files_node(d, "leaf", &site_toml(d, "leaf", &edge1, ""), &[]);
+    let (f, bytes) = write(d, "refdata.csv", 1_000_000, 6);
+    let out = send(&src, &["--to", "edge1,edge2,leaf", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let rows = wait_done(&src, "refdata.csv", &["edge1", "edge2", "leaf"]);
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    for site in ["edge1", "edge2", "leaf"] {
+        assert_eq!(
+            std::fs::read(d.join(format!("{site}-inbox/refdata.csv"))).unwrap(),
+            bytes,
+            "{site}"
+        );
+    }
+}

@@ -33,7 +33,12 @@ pub enum Peer {
     Conn(usize),
     /// The node's upstream link.
     Upstream,
+    /// The backbone: one message reaches every node on it.
+    Backbone,
 }
+
+/// Where a site's presence goes up: every way toward senders.
+const UP: [Peer; 2] = [Peer::Upstream, Peer::Backbone];
 
 /// What a connection may do with each of the node's file services (bit `i`: the
 /// service at index `i` of [`HubConfig::services`]).
@@ -152,6 +157,8 @@ struct SiteLine {
 /// A file in the record: sent by this node (its sites), or received here.
 #[derive(Debug, Clone)]
 struct Record {
+    /// When it entered the record (reports list files in this order).
+    seq: u64,
     manifest: Manifest,
     sites: BTreeMap<String, SiteLine>,
     finished: bool,
@@ -173,10 +180,12 @@ pub struct Hub {
     receiver: Option<(Receiver, Inbox)>,
     uploads: HashMap<(usize, u32), Upload>,
     routes: HashMap<Peer, BTreeSet<(usize, String)>>,
-    /// Transfers relayed down: their service's index.
-    relayed: HashMap<u64, usize>,
+    /// Transfers relayed down (or received): their service's index, and where they
+    /// came from (their sites' statuses go back that way).
+    relayed: HashMap<u64, (usize, Peer)>,
     relayed_order: VecDeque<u64>,
     records: BTreeMap<u64, Record>,
+    record_seq: u64,
     finished_order: VecDeque<u64>,
     out: VecDeque<Output>,
     events: VecDeque<HubEvent>,
@@ -208,6 +217,7 @@ impl Hub {
             relayed: HashMap::new(),
             relayed_order: VecDeque::new(),
             records: BTreeMap::new(),
+            record_seq: 0,
             finished_order: VecDeque::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -238,7 +248,9 @@ impl Hub {
         let n = queued.len();
         for (m, sites) in queued {
             let left = Duration::from_millis(m.expires_ms.saturating_sub(wall));
+            self.record_seq += 1;
             let rec = Record {
+                seq: self.record_seq,
                 manifest: m.clone(),
                 sites: sites
                     .iter()
@@ -353,13 +365,17 @@ impl Hub {
                 },
             ) => self.on_put_data(c, request, offset, data, now),
             (Peer::Conn(c), FilesMessage::Query { request }) => self.on_query(c, rights, request),
-            (Peer::Conn(c), FilesMessage::Present { site, service }) => {
-                self.on_present(Peer::Conn(c), rights, site, service, body, now)
+            (Peer::Conn(_), FilesMessage::Present { site, service }) => {
+                self.on_present(from, rights, site, service, body, now)
             }
-            (Peer::Conn(c), FilesMessage::Status(s)) => {
+            // Nodes on the backbone hold its key (when it has one): trusted as a whole.
+            (Peer::Backbone, FilesMessage::Present { site, service }) => {
+                self.on_present(from, Rights::ALL, site, service, body, now)
+            }
+            (Peer::Conn(_) | Peer::Backbone, FilesMessage::Status(s)) => {
                 let routed = self
                     .routes
-                    .get(&Peer::Conn(c))
+                    .get(&from)
                     .is_some_and(|r| r.iter().any(|(_, site)| site == s.site));
                 if !routed {
                     self.stats.ignored += 1;
@@ -372,10 +388,10 @@ impl Hub {
                 if own {
                     let (tx, _) = self.sender.as_mut().expect("checked");
                     tx.handle_status(&s, now);
-                } else if self.relayed.contains_key(&s.transfer) {
+                } else if let Some(&(_, origin)) = self.relayed.get(&s.transfer) {
                     self.stats.relayed_up += 1;
                     self.out.push_back(Output {
-                        to: Peer::Upstream,
+                        to: origin,
                         body: body.to_vec(),
                         droppable: true,
                     });
@@ -384,11 +400,11 @@ impl Hub {
                 }
             }
             (
-                Peer::Upstream,
+                Peer::Upstream | Peer::Backbone,
                 m @ (FilesMessage::Offer(_)
                 | FilesMessage::Chunk { .. }
                 | FilesMessage::Cancel { .. }),
-            ) => self.on_upstream_message(&m, body, now),
+            ) => self.on_sender_message(from, &m, body, now),
             _ => self.stats.ignored += 1,
         }
     }
@@ -422,15 +438,19 @@ impl Hub {
             tx.handle_present(site, service, now);
         }
         // Senders above learn of the site through this node.
-        self.stats.relayed_up += 1;
-        self.out.push_back(Output {
-            to: Peer::Upstream,
-            body: body.to_vec(),
-            droppable: true,
-        });
+        for to in UP.into_iter().filter(|p| *p != from) {
+            self.stats.relayed_up += 1;
+            self.out.push_back(Output {
+                to,
+                body: body.to_vec(),
+                droppable: true,
+            });
+        }
     }
 
-    fn on_upstream_message(&mut self, m: &FilesMessage, body: &[u8], now: Instant) {
+    /// An offer, chunk or cancel from another node's sender: to this node's receiver,
+    /// and down every route to a site of its service (never back where it came from).
+    fn on_sender_message(&mut self, from: Peer, m: &FilesMessage, body: &[u8], now: Instant) {
         let service = match m {
             FilesMessage::Offer(o) => {
                 let Some(i) = self.service_index(o.service) else {
@@ -443,13 +463,13 @@ impl Hub {
                             self.relayed.remove(&old);
                         }
                     }
-                    self.relayed.insert(o.transfer, i);
+                    self.relayed.insert(o.transfer, (i, from));
                     self.relayed_order.push_back(o.transfer);
                 }
                 i
             }
             FilesMessage::Chunk { transfer, .. } | FilesMessage::Cancel { transfer, .. } => {
-                let Some(&i) = self.relayed.get(transfer) else {
+                let Some(&(i, _)) = self.relayed.get(transfer) else {
                     self.stats.ignored += 1;
                     return;
                 };
@@ -463,7 +483,7 @@ impl Hub {
         let down: Vec<Peer> = self
             .routes
             .iter()
-            .filter(|(_, r)| r.iter().any(|(s, _)| *s == service))
+            .filter(|(p, r)| **p != from && r.iter().any(|(s, _)| *s == service))
             .map(|(p, _)| *p)
             .collect();
         for to in down {
@@ -692,6 +712,10 @@ impl Hub {
         self.records.insert(
             m.transfer,
             Record {
+                seq: {
+                    self.record_seq += 1;
+                    self.record_seq
+                },
                 manifest: m.clone(),
                 sites,
                 finished: false,
@@ -725,7 +749,9 @@ impl Hub {
             since_ms: 0,
             reason: String::new(),
         };
-        for rec in self.records.values() {
+        let mut in_order: Vec<&Record> = self.records.values().collect();
+        in_order.sort_by_key(|r| r.seq);
+        for rec in in_order {
             let m = &rec.manifest;
             let Some(i) = self.cfg.services.iter().position(|s| *s == m.service) else {
                 continue;
@@ -927,11 +953,23 @@ impl Hub {
         }
         if let Some((rx, _)) = self.receiver.as_mut() {
             while rx.poll_transmit(now, &mut self.buf) {
-                self.out.push_back(Output {
-                    to: Peer::Upstream,
-                    body: self.buf.clone(),
-                    droppable: true,
-                });
+                // A status goes back the way its transfer came; a presence every way
+                // toward senders.
+                let origin = match FilesMessage::decode(&self.buf) {
+                    Ok(FilesMessage::Status(st)) => self.relayed.get(&st.transfer).map(|(_, p)| *p),
+                    _ => None,
+                };
+                let ways: &[Peer] = match &origin {
+                    Some(p) => std::slice::from_ref(p),
+                    None => &UP,
+                };
+                for &to in ways {
+                    self.out.push_back(Output {
+                        to,
+                        body: self.buf.clone(),
+                        droppable: true,
+                    });
+                }
             }
             while let Some(e) = rx.poll_event() {
                 match e {
@@ -951,7 +989,9 @@ impl Hub {
                         if let std::collections::btree_map::Entry::Vacant(e) =
                             self.records.entry(manifest.transfer)
                         {
+                            self.record_seq += 1;
                             e.insert(Record {
+                                seq: self.record_seq,
                                 manifest: manifest.clone(),
                                 sites,
                                 finished: true,

@@ -225,7 +225,8 @@ impl Receiver {
     }
 
     fn handle_offer(&mut self, o: &Offer, now: Instant, store: &mut dyn Store) {
-        if !self.cfg.services.iter().any(|s| s == o.service) {
+        // A node that sends and receives hears its own offers on the backbone.
+        if !self.cfg.services.iter().any(|s| s == o.service) || o.sender == self.cfg.site {
             return;
         }
         let m = Manifest::from_offer(o);

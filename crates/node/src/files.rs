@@ -321,7 +321,12 @@ impl FilesThread {
 
     /// One turn of the event loop: peers' and the upstream's messages to the thread,
     /// the thread's messages to peers and the upstream.
-    pub fn turn(&mut self, core: &mut Node, upstream: Option<&mut crate::upstream::UpstreamLink>) {
+    pub fn turn(
+        &mut self,
+        core: &mut Node,
+        upstream: Option<&mut crate::upstream::UpstreamLink>,
+        backbone: Option<&mut tickwire_backbone::Backbone>,
+    ) {
         let mut taken = std::mem::take(&mut self.taken);
         let mut gone = std::mem::take(&mut self.gone);
         core.take_files(&mut taken, &mut gone);
@@ -344,6 +349,20 @@ impl FilesThread {
         if let Some(u) = up.as_deref_mut() {
             self.intake_upstream(u);
         }
+        let mut bb = backbone;
+        if let Some(b) = bb.as_deref_mut() {
+            let mut from_backbone = std::mem::take(&mut self.from_upstream);
+            b.take_files(&mut from_backbone);
+            for body in from_backbone.drain(..) {
+                self.submit(Input::Message {
+                    from: Peer::Backbone,
+                    user: String::new(),
+                    rights: Rights::default(),
+                    body,
+                });
+            }
+            self.from_upstream = from_backbone;
+        }
         while let Ok(o) = self.output.try_recv() {
             match o.to {
                 Peer::Conn(c) => {
@@ -352,6 +371,11 @@ impl FilesThread {
                 Peer::Upstream => {
                     if let Some(u) = up.as_deref_mut() {
                         u.send_files(&o.body);
+                    }
+                }
+                Peer::Backbone => {
+                    if let Some(b) = bb.as_deref_mut() {
+                        b.send_files(&o.body);
                     }
                 }
             }

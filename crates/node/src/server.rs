@@ -827,7 +827,7 @@ impl NodeServer {
             // Files: what peers and the upstream sent to the files thread, its answers
             // (before the upstream link writes its bytes).
             if let Some(f) = files.as_mut() {
-                f.turn(&mut core, upstream.as_mut());
+                f.turn(&mut core, upstream.as_mut(), backbone.as_mut());
             }
 
             // What the core wrote to the backbone's connections this turn goes out,

@@ -1,0 +1,209 @@
+//! A node's hub with a real spool: uploads and their refusals, who may send, see and
+//! receive, and where sites are routed.
+
+use sha2::{Digest, Sha256};
+use std::time::Instant;
+use tickwire_files::spool::Spool;
+use tickwire_files::wire::{FilesMessage, Put, PutState};
+use tickwire_files::{Hub, HubConfig, Output, Peer, Rights, Sender, SenderConfig};
+
+const CLIENT: usize = 7;
+
+fn hub(dir: &std::path::Path, services: &[&str]) -> Hub {
+    let now = Instant::now();
+    let spool = Spool::new(&dir.join("spool")).unwrap();
+    let sender = Sender::new(SenderConfig::new("src"), now);
+    let cfg = HubConfig::new("src", services.iter().map(|s| s.to_string()).collect());
+    Hub::new(cfg, Some((sender, spool)), None, now, 1_790_000_000_000, 42)
+}
+
+fn encode(m: &FilesMessage) -> Vec<u8> {
+    let mut b = Vec::new();
+    m.encode(&mut b).unwrap();
+    b
+}
+
+fn outputs(h: &mut Hub) -> Vec<Output> {
+    let mut v = Vec::new();
+    while let Some(o) = h.poll_output() {
+        v.push(o);
+    }
+    v
+}
+
+/// The upload answers sent to the client: (state, reason).
+fn answers(h: &mut Hub) -> Vec<(PutState, String)> {
+    outputs(h)
+        .into_iter()
+        .filter(|o| o.to == Peer::Conn(CLIENT))
+        .filter_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+            FilesMessage::PutAnswer(a) => Some((a.state, a.reason.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn put(h: &mut Hub, rights: Rights, request: u32, service: &str, data: &[u8], sha: [u8; 32]) {
+    let now = Instant::now();
+    let p = FilesMessage::Put(Put {
+        request,
+        service,
+        name: "f.csv",
+        size: data.len() as u64,
+        sha256: sha,
+        to: vec!["edge1"],
+    });
+    h.handle(Peer::Conn(CLIENT), "alice", rights, &encode(&p), now);
+    let d = FilesMessage::PutData {
+        request,
+        offset: 0,
+        data,
+    };
+    h.handle(Peer::Conn(CLIENT), "alice", rights, &encode(&d), now);
+}
+
+fn publish(bit: u64) -> Rights {
+    Rights {
+        publish: bit,
+        subscribe: 0,
+    }
+}
+
+#[test]
+fn uploads_need_the_right_to_publish_and_whole_checked_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES", "REF"]);
+    let data = b"a,b,c\n1,2,3\n".to_vec();
+    let sha: [u8; 32] = Sha256::digest(&data).into();
+    // May publish REF (bit 1) but not FILES (bit 0).
+    put(&mut h, publish(0b10), 1, "FILES", &data, sha);
+    assert_eq!(
+        answers(&mut h),
+        vec![(
+            PutState::Refused,
+            "user \"alice\" may not publish service \"FILES\"".into()
+        )]
+    );
+    // A hash that does not match what arrived.
+    put(&mut h, publish(0b10), 2, "REF", &data, [0; 32]);
+    let a = answers(&mut h);
+    assert_eq!(a[0].0, PutState::Go);
+    assert_eq!(
+        a[1],
+        (
+            PutState::Refused,
+            "the bytes received do not match the SHA-256 announced".into()
+        )
+    );
+    // Bytes from the wrong offset (some were lost on the way).
+    let now = Instant::now();
+    let p = FilesMessage::Put(Put {
+        request: 3,
+        service: "REF",
+        name: "g.csv",
+        size: 10,
+        sha256: [0; 32],
+        to: vec![],
+    });
+    h.handle(Peer::Conn(CLIENT), "alice", publish(0b10), &encode(&p), now);
+    let gap = FilesMessage::PutData {
+        request: 3,
+        offset: 4,
+        data: b"xyz",
+    };
+    h.handle(
+        Peer::Conn(CLIENT),
+        "alice",
+        publish(0b10),
+        &encode(&gap),
+        now,
+    );
+    let a = answers(&mut h);
+    assert!(
+        a[1].1
+            .starts_with("bytes missing: the node has 0 and was sent bytes from 4"),
+        "{a:?}"
+    );
+    // Nothing of the refused uploads stays in the spool.
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("spool")).unwrap().count(),
+        0
+    );
+    // A good one is queued, with its manifest in the spool.
+    put(&mut h, publish(0b10), 4, "REF", &data, sha);
+    let a = answers(&mut h);
+    assert_eq!(a.last().unwrap().0, PutState::Queued, "{a:?}");
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("spool")).unwrap().count(),
+        2
+    );
+}
+
+#[test]
+fn a_report_shows_only_the_services_a_user_may_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES", "REF"]);
+    let data = b"x".to_vec();
+    let sha: [u8; 32] = Sha256::digest(&data).into();
+    put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
+    put(&mut h, Rights::ALL, 2, "REF", &data, sha);
+    outputs(&mut h);
+    let query = encode(&FilesMessage::Query { request: 9 });
+    let seen = |h: &mut Hub, rights: Rights| -> Vec<String> {
+        h.handle(Peer::Conn(CLIENT), "bob", rights, &query, Instant::now());
+        outputs(h)
+            .into_iter()
+            .flat_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+                FilesMessage::Report { entries, .. } => entries
+                    .into_iter()
+                    .map(|e| e.service.to_string())
+                    .collect::<Vec<_>>(),
+                _ => vec![],
+            })
+            .collect()
+    };
+    assert_eq!(seen(&mut h, Rights::ALL), vec!["FILES", "REF"]);
+    let only_ref = Rights {
+        publish: 0,
+        subscribe: 0b10,
+    };
+    assert_eq!(seen(&mut h, only_ref), vec!["REF"]);
+    assert!(seen(&mut h, Rights::default()).is_empty());
+}
+
+#[test]
+fn a_site_is_routed_only_where_its_user_may_receive_and_presence_goes_up_every_way_but_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let present = encode(&FilesMessage::Present {
+        site: "edge1",
+        service: "FILES",
+    });
+    // Not entitled to receive FILES: not a route, not told upward.
+    h.handle(
+        Peer::Conn(3),
+        "eve",
+        Rights::default(),
+        &present,
+        Instant::now(),
+    );
+    assert!(outputs(&mut h).is_empty());
+    assert_eq!(h.stats().ignored, 1);
+    let may = Rights {
+        publish: 0,
+        subscribe: 1,
+    };
+    h.handle(Peer::Conn(4), "edge", may, &present, Instant::now());
+    let ups: Vec<Peer> = outputs(&mut h).into_iter().map(|o| o.to).collect();
+    assert_eq!(ups, vec![Peer::Upstream, Peer::Backbone]);
+    // From the backbone: up the tree only, not back onto the backbone.
+    h.handle(
+        Peer::Backbone,
+        "",
+        Rights::default(),
+        &present,
+        Instant::now(),
+    );
+    let ups: Vec<Peer> = outputs(&mut h).into_iter().map(|o| o.to).collect();
+    assert_eq!(ups, vec![Peer::Upstream]);
+}
