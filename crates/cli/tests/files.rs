@@ -330,3 +330,33 @@ fn one_stream_on_the_backbone_reaches_every_edge_and_the_sites_below_them() {
         );
     }
 }
+
+#[test]
+fn a_file_dropped_in_the_outbox_goes_to_every_site() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let outbox = d.join("outbox");
+    let src_toml = sender_toml(d, &format!("outbox = \"{}\"", outbox.display()));
+    let src = files_node(d, "src", &src_toml, &[]);
+    let _edge1 = files_node(d, "edge1", &site_toml(d, "edge1", &src, ""), &[]);
+    // Written under a dot name, then renamed in: the node never takes half a file.
+    let (_, bytes) = write(d, "corp-actions.xml", 200_000, 7);
+    std::fs::write(outbox.join(".corp-actions.xml.part"), &bytes).unwrap();
+    std::fs::rename(
+        outbox.join(".corp-actions.xml.part"),
+        outbox.join("corp-actions.xml"),
+    )
+    .unwrap();
+    wait_done(&src, "corp-actions.xml", &["edge1"]);
+    assert_eq!(
+        std::fs::read(d.join("edge1-inbox/corp-actions.xml")).unwrap(),
+        bytes
+    );
+    assert_eq!(
+        std::fs::read_dir(&outbox).unwrap().count(),
+        0,
+        "the outbox is emptied"
+    );
+    let audit = std::fs::read_to_string(d.join("spool.audit.jsonl")).unwrap();
+    assert!(audit.contains("\"user\":\"outbox\""), "{audit}");
+}

@@ -816,6 +816,79 @@ impl Hub {
         }
     }
 
+    /// Queues a file of this node's outbox for every site of the first service: moved
+    /// into the spool (it leaves the outbox), hashed, queued. An error leaves it where
+    /// it is (it is tried again at the next look).
+    pub fn enqueue_local(
+        &mut self,
+        path: &std::path::Path,
+        name: &str,
+        now: Instant,
+    ) -> Result<Manifest, String> {
+        check_name(name).map_err(|e| format!("file name {name:?} refused: {e}"))?;
+        let service = self
+            .cfg
+            .services
+            .first()
+            .cloned()
+            .ok_or_else(|| "no files service".to_string())?;
+        let wall = self.wall_ms(now);
+        let transfer = self.next_id();
+        let Some((tx, spool)) = self.sender.as_mut() else {
+            return Err("this node sends no files ([files] spool is not set)".into());
+        };
+        let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+        let cfg = tx.config();
+        if tx.queued_files() >= cfg.max_files
+            || tx.queued_bytes().saturating_add(size) > cfg.max_bytes
+        {
+            return Err(format!(
+                "the send queue is full ({} files, {} bytes queued)",
+                tx.queued_files(),
+                tx.queued_bytes()
+            ));
+        }
+        let (size, sha256) = spool.adopt(transfer, path).map_err(|e| e.to_string())?;
+        let file = NewFile {
+            transfer,
+            service,
+            name: name.to_owned(),
+            size,
+            sha256,
+            to: None,
+            expires_ms: wall + self.cfg.expire_after.as_millis() as u64,
+        };
+        let m = match tx.enqueue(file, now) {
+            Ok(t) => tx.transfer(t).expect("queued").0.clone(),
+            Err(e) => {
+                // Put it back where it was, not lost in the spool.
+                let _ = std::fs::rename(spool.data_path(transfer), path);
+                spool.remove(transfer);
+                return Err(e.to_string());
+            }
+        };
+        if let Err(e) = spool.save(&m) {
+            self.events.push_back(HubEvent::SpoolError {
+                reason: format!("cannot keep the manifest of {name}: {e}"),
+            });
+        }
+        self.record_seq += 1;
+        self.records.insert(
+            transfer,
+            Record {
+                seq: self.record_seq,
+                manifest: m.clone(),
+                sites: BTreeMap::new(),
+                finished: false,
+            },
+        );
+        self.events.push_back(HubEvent::Queued {
+            manifest: m.clone(),
+            user: "outbox".into(),
+        });
+        Ok(m)
+    }
+
     /// A connection is gone: its uploads are dropped, its routes forgotten.
     pub fn handle_gone(&mut self, conn: usize) {
         let mine: Vec<u32> = self

@@ -97,6 +97,11 @@ impl Spool {
         self.dir.join(format!("{transfer:016x}.{ext}"))
     }
 
+    /// Where a transfer's bytes are.
+    pub fn data_path(&self, transfer: u64) -> PathBuf {
+        self.path(transfer, "data")
+    }
+
     /// Starts a file arriving as `transfer`.
     pub fn begin(&mut self, transfer: u64) -> io::Result<SpoolWriter> {
         let file = OpenOptions::new()
@@ -159,6 +164,36 @@ impl Spool {
             ));
         }
         Ok(w.finish())
+    }
+
+    /// Moves the file at `src` in as `transfer` (a rename: it leaves `src`; a copy when
+    /// `src` is on another file system), and hashes it. Returns size and SHA-256.
+    pub fn adopt(&mut self, transfer: u64, src: &Path) -> io::Result<(u64, [u8; 32])> {
+        let to = self.path(transfer, "data");
+        match fs::rename(src, &to) {
+            Ok(()) => {
+                let mut f = File::open(&to)?;
+                let mut h = Sha256::new();
+                let mut buf = vec![0u8; 256 * 1024];
+                let mut size = 0u64;
+                loop {
+                    let n = f.read(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    h.update(&buf[..n]);
+                    size += n as u64;
+                }
+                Ok((size, h.finalize().into()))
+            }
+            // EXDEV: another file system.
+            Err(e) if e.raw_os_error() == Some(18) => {
+                let got = self.copy_in(transfer, src)?;
+                fs::remove_file(src)?;
+                Ok(got)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Saves a queued transfer's manifest (after its bytes are in).

@@ -38,6 +38,11 @@ pub struct FilesSection {
     /// Directory where files sent to this node appear, whole and checked; "": the
     /// node receives none.
     pub inbox: String,
+    /// Directory this node watches: a file that appears in it (and has not changed for
+    /// a second) is moved into the spool and sent to every site of the first service.
+    /// Names starting with "." are left alone (write under such a name, then rename);
+    /// "": none. Needs files.spool.
+    pub outbox: String,
     /// When a received file is on the disk before the site says done: "always" (each
     /// file and its directory synced), "batch" (files synced together, every 10 ms),
     /// "never" (left to the kernel).
@@ -83,6 +88,7 @@ impl Default for FilesSection {
             services: Vec::new(),
             spool: String::new(),
             inbox: String::new(),
+            outbox: String::new(),
             fsync: FsyncSetting::Batch,
             rate_mb_per_s: 50,
             chunk_kib: 16,
@@ -129,6 +135,13 @@ impl FilesSection {
                 "files.services",
                 "[]",
                 "name the file services (e.g. [\"FILES\"]) when files.spool or files.inbox is set",
+            ));
+        }
+        if !self.outbox.is_empty() && self.spool.is_empty() {
+            return Err(invalid(
+                "files.outbox",
+                &self.outbox,
+                "needs files.spool, where its files wait until every site has them",
             ));
         }
         if !(1..=62).contains(&self.chunk_kib) {
@@ -273,11 +286,18 @@ impl FilesThread {
             format!("{:?}", cfg.fsync).to_lowercase(),
             audit_path.display()
         );
+        let outbox = if cfg.outbox.is_empty() {
+            None
+        } else {
+            std::fs::create_dir_all(&cfg.outbox)
+                .map_err(|e| format!("files.outbox {}: {e}", cfg.outbox))?;
+            Some(Outbox::new(PathBuf::from(&cfg.outbox)))
+        };
         let (input, inbox_rx) = mpsc::sync_channel::<Input>(QUEUE);
         let (out_tx, output) = mpsc::sync_channel::<Output>(QUEUE);
         let thread = std::thread::Builder::new()
             .name("tickwire-files".into())
-            .spawn(move || run(hub, inbox_rx, out_tx, waker, audit))
+            .spawn(move || run(hub, inbox_rx, out_tx, waker, audit, outbox))
             .map_err(|e| format!("cannot start the files thread: {e}"))?;
         Ok(FilesThread {
             services: cfg.services.clone(),
@@ -480,12 +500,81 @@ fn audit_line(e: &HubEvent, at_ms: u64) -> serde_json::Value {
     v
 }
 
+/// A watched outbox: what appeared, and whether it stood still since the last look.
+struct Outbox {
+    dir: PathBuf,
+    /// name -> (size, modified) at the last look.
+    seen: std::collections::HashMap<String, (u64, Option<SystemTime>)>,
+    /// Files refused already (said once each).
+    told: std::collections::HashSet<String>,
+    next: Instant,
+}
+
+/// Files taken from the outbox per look at most (the rest at the next).
+const OUTBOX_BATCH: usize = 1000;
+
+impl Outbox {
+    fn new(dir: PathBuf) -> Self {
+        Outbox {
+            dir,
+            seen: Default::default(),
+            told: Default::default(),
+            next: Instant::now(),
+        }
+    }
+
+    /// Once a second: files that did not change since the last look are queued.
+    fn look(&mut self, hub: &mut Hub, now: Instant) {
+        if now < self.next {
+            return;
+        }
+        self.next = now + Duration::from_secs(1);
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut now_seen = std::collections::HashMap::new();
+        let mut taken = 0;
+        for entry in entries.flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let Ok(meta) = entry.metadata() else { continue };
+            if name.starts_with('.') || !meta.is_file() {
+                continue;
+            }
+            let state = (meta.len(), meta.modified().ok());
+            if self.seen.get(&name) != Some(&state) || taken >= OUTBOX_BATCH {
+                now_seen.insert(name, state);
+                continue;
+            }
+            taken += 1;
+            match hub.enqueue_local(&entry.path(), &name, now) {
+                Ok(m) => {
+                    self.told.remove(&name);
+                    info!(
+                        "files: {name} from the outbox queued as {:016x}",
+                        m.transfer
+                    );
+                }
+                Err(e) => {
+                    if self.told.insert(name.clone()) {
+                        warn!("files: {name} in the outbox is not queued yet: {e}");
+                    }
+                    now_seen.insert(name, state);
+                }
+            }
+        }
+        self.seen = now_seen;
+    }
+}
+
 fn run(
     mut hub: Hub,
     input: Receiver<Input>,
     output: SyncSender<Output>,
     waker: Arc<Waker>,
     mut audit: std::fs::File,
+    mut outbox: Option<Outbox>,
 ) {
     let mut audit_failed = false;
     loop {
@@ -522,6 +611,9 @@ fn run(
             };
         }
         hub.handle_timeout(now);
+        if let Some(o) = outbox.as_mut() {
+            o.look(&mut hub, now);
+        }
         loop {
             let more = hub.pump(now);
             let mut sent = false;
