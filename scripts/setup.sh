@@ -9,12 +9,14 @@
 # - cmake >= 3.30 for Aeron's build (Debian 12 ships 3.25): the PyPI wheel, in a virtual
 #   environment of its own under target/tools; .cargo/config.toml points $CMAKE at it;
 # - nats-server: the peer `tickwire bench peers` measures beside Tickwire (only the lab
-#   runs it; without it that scenario says so and the rest of the lab runs).
+#   runs it; without it that scenario says so and the rest of the lab runs);
+# - uftp and rsync: the peers `tickwire bench files` measures beside Tickwire (the
+#   one-to-many and the one-to-one file transfer; without them their rows say so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in clang libclang-dev uuid-dev libbsd-dev pkg-config python3-venv nats-server iproute2; do
+for pkg in clang libclang-dev uuid-dev libbsd-dev pkg-config python3-venv nats-server iproute2 uftp rsync; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

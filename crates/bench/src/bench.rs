@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 mod args;
 mod backbone_scenario;
+mod files_scenario;
 mod journal_scenario;
 mod peers_scenario;
 mod rssl_scenario;
@@ -83,6 +84,11 @@ pub enum BenchCommand {
     /// update rate and mean latency, and the node's CPU per update beside its native
     /// path's.
     Rssl(RsslArgs),
+    /// Files from one site to 1 and to 4 sites over the backbone (classes of 16 KB, 63
+    /// KB and 635 KB files and one large file; the sites' fsync always and never), and
+    /// the same files with rsync and uftp: files/minute, MB/s, CPU seconds per GB and
+    /// system calls per file (docs/FILES.md).
+    Files(FilesArgs),
     /// Compare result directories: the first is base 100.
     Compare {
         /// Directories holding results.json; the first is the base.
@@ -141,6 +147,9 @@ pub struct Results {
     /// The RSSL scenario (absent in results written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rssl: Option<rssl_scenario::RsslResult>,
+    /// `bench files`: Tickwire's rows (the peers' are in `peers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<files_scenario::FilesRow>,
 }
 
 /// `bench ws`: one WebSocket JSON subscriber.
@@ -939,6 +948,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Memory(a) => ("memory", a.into()),
         BenchCommand::Ws(a) => ("ws", a.into()),
         BenchCommand::Rssl(a) => ("rssl", a.into()),
+        BenchCommand::Files(a) => ("files", a.into()),
     };
     let logs = lab::ensure_dir(&args.out)?;
     let bin = std::env::current_exe().context("cannot find the tickwire binary")?;
@@ -962,6 +972,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "peers" => 20.0,
         "journal" => 1.0,
         "rssl" => 4.0,
+        "files" => 2.0,
         _ => 40.0,
     };
     let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
@@ -1038,6 +1049,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "peers" => lab.peers(),
         "journal" => lab.journal(),
         "rssl" => lab.rssl(),
+        "files" => lab.files(),
         _ => lab
             .throughput()
             .and_then(|_| lab.fanout())
@@ -1413,8 +1425,15 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     if let Some(t) = &r.tree {
         tree_scenario::report(&mut md, t)?;
     }
-    if let Some(p) = &r.peers {
+    if let Some(p) = r.peers.as_ref().filter(|p| !p.nats.is_unset()) {
         peers_scenario::report(&mut md, p)?;
+    }
+    if !r.files.is_empty() {
+        let (uftp, rsync) = r
+            .peers
+            .as_ref()
+            .map_or((&[][..], &[][..]), |p| (&p.uftp[..], &p.rsync[..]));
+        files_scenario::report(&mut md, &r.files, uftp, rsync)?;
     }
     if let Some(r) = &r.rssl {
         rssl_scenario::report(&mut md, r)?;

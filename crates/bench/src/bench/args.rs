@@ -232,6 +232,34 @@ pub struct RsslFlags {
     pub rssl_items: usize,
 }
 
+// The files scenario.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct FilesFlags {
+    /// Files scenario: how many files of each class, as a multiple of 2,000 x 16 KB,
+    /// 500 x 63 KB and 50 x 635 KB (the large file stays one).
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    pub files_scale: f64,
+    /// Files scenario: the large file's size, MB.
+    #[arg(long, value_name = "MB", default_value_t = 200)]
+    pub files_large_mb: u64,
+    /// Files scenario: numbers of receiving sites (comma-separated).
+    #[arg(
+        long,
+        value_name = "N,...",
+        value_delimiter = ',',
+        default_value = "1,4"
+    )]
+    pub files_sites: Vec<usize>,
+    /// Files scenario: the sites' fsync policies (always, never; comma-separated).
+    #[arg(
+        long,
+        value_name = "POLICY,...",
+        value_delimiter = ',',
+        default_value = "always,never"
+    )]
+    pub files_fsync: Vec<String>,
+}
+
 // Every group but `OutFlags` (which has no default): `quick`'s flags, and with
 // `Default` the clap defaults of every group.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
@@ -262,6 +290,8 @@ pub struct AllFlags {
     pub journal: JournalFlags,
     #[command(flatten)]
     pub rssl: RsslFlags,
+    #[command(flatten)]
+    pub files: FilesFlags,
 }
 
 /// What clap makes of an empty command line for the flags of `T`: their defaults.
@@ -297,6 +327,7 @@ impl AllFlags {
             memory,
             journal,
             rssl,
+            files,
         } = self;
         BenchArgs {
             out: out.out,
@@ -336,6 +367,10 @@ impl AllFlags {
             rtsdk: rssl.rtsdk,
             rtsdk_lib: rssl.rtsdk_lib,
             rssl_items: rssl.rssl_items,
+            files_scale: files.files_scale,
+            files_large_mb: files.files_large_mb,
+            files_sites: files.files_sites,
+            files_fsync: files.files_fsync,
         }
     }
 }
@@ -382,6 +417,10 @@ pub struct BenchArgs {
     pub rtsdk: PathBuf,
     pub rtsdk_lib: PathBuf,
     pub rssl_items: usize,
+    pub files_scale: f64,
+    pub files_large_mb: u64,
+    pub files_sites: Vec<usize>,
+    pub files_fsync: Vec<String>,
 }
 
 /// A scenario's args struct: `--out` and the flag groups named (field: type, in the
@@ -515,6 +554,10 @@ scenario_args! {
         ladder: LadderFlags,
         rssl: RsslFlags,
     }
+    // Files to 1 and 4 sites, beside rsync and uftp.
+    FilesArgs {
+        files: FilesFlags,
+    }
 }
 
 /// `bench quick`: every flag (it runs every scenario but memory; the memory flags stay
@@ -546,7 +589,7 @@ mod tests {
         bench: BenchCommand,
     }
 
-    const SCENARIOS: [&str; 14] = [
+    const SCENARIOS: [&str; 15] = [
         "throughput",
         "fanout",
         "latency",
@@ -561,6 +604,7 @@ mod tests {
         "ws",
         "memory",
         "rssl",
+        "files",
     ];
 
     /// The long flags of `scenario`, without clap's --help.
@@ -595,6 +639,7 @@ mod tests {
             BenchCommand::Ws(a) => a.into(),
             BenchCommand::Memory(a) => a.into(),
             BenchCommand::Rssl(a) => a.into(),
+            BenchCommand::Files(a) => a.into(),
             BenchCommand::Compare { .. } => panic!("compare has no BenchArgs"),
         }
     }
@@ -732,6 +777,10 @@ mod tests {
             rtsdk: PathBuf::from("../shared/interop/rtsdk"),
             rtsdk_lib: PathBuf::from("target/rtsdk-lib"),
             rssl_items: 1_000,
+            files_scale: 1.0,
+            files_large_mb: 200,
+            files_sites: vec![1, 4],
+            files_fsync: vec!["always".into(), "never".into()],
         };
         assert_eq!(d, want);
         // Every scenario with only --out: all defaults.

@@ -13,8 +13,22 @@ use super::*;
 /// `results.json` → `peers` (docs/BENCHMARKS.md).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PeersResult {
+    #[serde(default, skip_serializing_if = "PeerResult::is_unset")]
     pub tickwire: PeerResult,
+    #[serde(default, skip_serializing_if = "PeerResult::is_unset")]
     pub nats: PeerResult,
+    /// `bench files`: the same classes of files with uftp and rsync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uftp: Vec<super::files_scenario::FilesRow>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rsync: Vec<super::files_scenario::FilesRow>,
+}
+
+impl PeerResult {
+    /// Not measured in this run (a `bench files` run has no NATS side).
+    pub fn is_unset(&self) -> bool {
+        !self.available && self.unavailable.is_none() && self.steps.is_empty()
+    }
 }
 
 /// One system's figures.
@@ -82,6 +96,7 @@ impl Lab {
         let mut r = PeersResult {
             tickwire: self.peer(&tickwire, format!("tickwire {}", env!("CARGO_PKG_VERSION")))?,
             nats: PeerResult::default(),
+            ..PeersResult::default()
         };
         r.nats = match find_nats_server() {
             Ok(server) => {

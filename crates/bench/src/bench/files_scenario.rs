@@ -1,0 +1,760 @@
+//! `tickwire bench files`: the managed-file-transfer procedure of the reference, scaled
+//! to this machine. Classes of files (thousands of 16 KB ones, hundreds of 63 KB,
+//! dozens of 635 KB, one large file) go from one site to 1 and to 4 sites, each with
+//! the receivers' fsync `always` and `never`; each row says files/minute, MB/s, CPU
+//! seconds per GB delivered (every process of the run) and system calls per file
+//! delivered.
+//!
+//! Tickwire: a source node (`[files] spool`) and edge nodes (`[files] inbox`) on the
+//! backbone (Aeron multicast on loopback: one stream to every site), files queued with
+//! `tickwire files send`; a row ends when the last file is in the last inbox. Beside
+//! it, on the same files: `rsync` (one-to-one: one daemon per site on loopback, one
+//! client per site at once, `--fsync` for `always`) and `uftp` (Debian's multicast
+//! file transfer, in a network namespace of its own whose loopback takes multicast;
+//! one receiver only: `uftpd` cannot share its port with a second one on a host, and
+//! it has no fsync setting).
+//!
+//! System calls are counted system-wide (`perf stat -a -e raw_syscalls:sys_enter`)
+//! while a row runs, so every process of each system is counted the same way (forks
+//! of the rsync daemon too); the lab's own look at the inboxes adds a few hundred.
+
+use super::*;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+
+/// One row of `results.json` → `files`, and of `peers` → `uftp` / `rsync`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FilesRow {
+    pub class: String,
+    pub files: usize,
+    pub bytes: u64,
+    pub sites: usize,
+    pub fsync: String,
+    pub files_per_min: f64,
+    pub mb_per_s: f64,
+    /// CPU seconds (user + system) of every process of the run, per GB delivered
+    /// (bytes x sites).
+    pub cpu_s_per_gb: f64,
+    /// System calls per file delivered (files x sites), counted system-wide.
+    pub syscalls_per_file: Option<f64>,
+    pub seconds: f64,
+    /// CPU seconds of each process.
+    #[serde(default)]
+    pub cpu_s: BTreeMap<String, f64>,
+    /// Why the row did not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+struct Class {
+    name: &'static str,
+    files: usize,
+    size: u64,
+}
+
+fn classes(scale: f64, large_mb: u64) -> Vec<Class> {
+    let n = |base: f64| ((base * scale).round() as usize).max(1);
+    vec![
+        Class {
+            name: "16KB",
+            files: n(2000.0),
+            size: 16_000,
+        },
+        Class {
+            name: "63KB",
+            files: n(500.0),
+            size: 63_000,
+        },
+        Class {
+            name: "635KB",
+            files: n(50.0),
+            size: 635_000,
+        },
+        Class {
+            name: "large",
+            files: 1,
+            size: large_mb * 1_000_000,
+        },
+    ]
+}
+
+/// Writes the class's files (bytes from a seeded generator: they do not compress).
+fn make_files(dir: &Path, c: &Class) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ c.size;
+    let mut buf = vec![0u8; (c.size as usize).min(1 << 20)];
+    let mut paths = Vec::with_capacity(c.files);
+    for i in 0..c.files {
+        let path = dir.join(format!("f{i:05}.dat"));
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        let mut left = c.size;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            for chunk in buf[..n].chunks_mut(8) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let b = state.to_le_bytes();
+                chunk.copy_from_slice(&b[..chunk.len()]);
+            }
+            f.write_all(&buf[..n])?;
+            left -= n as u64;
+        }
+        f.flush()?;
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// Files and bytes under `dir` (recursively), skipping hidden entries.
+fn count(dir: &Path) -> (usize, u64) {
+    let mut files = 0;
+    let mut bytes = 0;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    for e in rd.flatten() {
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let Ok(meta) = e.metadata() else { continue };
+        if meta.is_dir() {
+            let (f, b) = count(&e.path());
+            files += f;
+            bytes += b;
+        } else {
+            files += 1;
+            bytes += meta.len();
+        }
+    }
+    (files, bytes)
+}
+
+/// `perf stat -a` counting every system call on the machine until `finish`.
+struct SystemCalls(Option<std::process::Child>);
+
+impl SystemCalls {
+    fn start() -> Self {
+        if !crate::sysinfo::perf_can_count_syscalls() {
+            return SystemCalls(None);
+        }
+        let child = Command::new("perf")
+            .args(["stat", "-a", "-x", ",", "-e", "raw_syscalls:sys_enter"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ok();
+        // perf needs a moment to attach to every CPU.
+        std::thread::sleep(Duration::from_millis(200));
+        SystemCalls(child)
+    }
+
+    fn finish(self) -> Option<u64> {
+        let child = self.0?;
+        // SAFETY: kill has no memory-safety preconditions; the pid is our own child.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+        }
+        let out = child.wait_with_output().ok()?;
+        crate::sysinfo::parse_perf_stat(&String::from_utf8_lossy(&out.stderr))
+    }
+}
+
+/// CPU seconds of a process and of its children it has waited for.
+fn cpu_with_children(pid: u32) -> f64 {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let Some(close) = text.rfind(')') else {
+        return 0.0;
+    };
+    let f: Vec<u64> = text[close + 2..]
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // After the state: utime 11, stime 12, cutime 13, cstime 14 (0-based from state).
+    let ticks = f.get(11..15).map_or(0, |t| t.iter().sum::<u64>());
+    ticks as f64 / crate::sysinfo::clock_ticks_per_sec() as f64
+}
+
+/// Runs a command to its end; returns whether it succeeded and its CPU seconds.
+fn run_timed(cmd: &mut Command) -> Result<(bool, f64, String)> {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    let pid = child.id() as libc::pid_t;
+    let out = child.stdout;
+    let err = child.stderr;
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut o) = out {
+            let _ = o.read_to_string(&mut s);
+        }
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut e) = err {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    });
+    let mut status = 0;
+    // SAFETY: rusage is plain data written by the kernel; the pid is our child, not
+    // reaped elsewhere (the Child handle is dropped without waiting).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let output = format!(
+        "{}{}",
+        out_reader.join().unwrap_or_default(),
+        err_reader.join().unwrap_or_default()
+    );
+    if r < 0 {
+        bail!("waiting for {cmd:?} failed");
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let cpu = secs(usage.ru_utime) + secs(usage.ru_stime);
+    let ok = std::process::ExitStatus::from_raw(status).success();
+    Ok((ok, cpu, output))
+}
+
+fn row(
+    c: &Class,
+    sites: usize,
+    fsync: &str,
+    seconds: f64,
+    cpu: BTreeMap<String, f64>,
+    syscalls: Option<u64>,
+) -> FilesRow {
+    let delivered = c.size as f64 * c.files as f64 * sites as f64;
+    let total_cpu: f64 = cpu.values().sum();
+    FilesRow {
+        class: c.name.into(),
+        files: c.files,
+        bytes: c.size * c.files as u64,
+        sites,
+        fsync: fsync.into(),
+        files_per_min: c.files as f64 * 60.0 / seconds.max(1e-9),
+        mb_per_s: (c.size * c.files as u64) as f64 / 1e6 / seconds.max(1e-9),
+        cpu_s_per_gb: total_cpu / (delivered / 1e9).max(1e-12),
+        syscalls_per_file: syscalls.map(|n| n as f64 / (c.files * sites) as f64),
+        seconds,
+        cpu_s: cpu,
+        unavailable: None,
+    }
+}
+
+fn unavailable(c: &Class, sites: usize, fsync: &str, why: &str) -> FilesRow {
+    FilesRow {
+        class: c.name.into(),
+        files: c.files,
+        bytes: c.size * c.files as u64,
+        sites,
+        fsync: fsync.into(),
+        unavailable: Some(why.into()),
+        ..FilesRow::default()
+    }
+}
+
+/// Waits until every directory in `dirs` holds `files` files of `bytes` bytes under
+/// `sub`.
+fn wait_delivered(
+    dirs: &[PathBuf],
+    sub: &str,
+    files: usize,
+    bytes: u64,
+    limit: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let done = dirs.iter().all(|d| count(&d.join(sub)) == (files, bytes));
+        if done {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let got: Vec<(usize, u64)> = dirs.iter().map(|d| count(&d.join(sub))).collect();
+            bail!("not delivered within {limit:?}: want {files} files ({bytes} bytes) in each of {dirs:?}, have {got:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Lab {
+    pub(super) fn files(&mut self) -> Result<()> {
+        let classes = classes(self.args.files_scale, self.args.files_large_mb);
+        let work = self.logs.join("files-work");
+        let _ = std::fs::remove_dir_all(&work);
+        let mut sources = Vec::new();
+        for c in &classes {
+            self.progress.line(
+                &format!("files: making {} files of class {}", c.files, c.name),
+                0.0,
+            );
+            sources.push(make_files(&work.join("src").join(c.name), c)?);
+        }
+        let mut tw = Vec::new();
+        let mut rsync = Vec::new();
+        let mut uftp = Vec::new();
+        let sites_list = self.args.files_sites.clone();
+        let fsyncs = self.args.files_fsync.clone();
+        for &sites in &sites_list {
+            for fsync in &fsyncs {
+                self.progress.line(
+                    &format!("files: tickwire, {sites} sites, fsync {fsync}"),
+                    0.1,
+                );
+                tw.extend(self.files_tickwire(&classes, &sources, &work, sites, fsync)?);
+                self.progress
+                    .line(&format!("files: rsync, {sites} sites, fsync {fsync}"), 0.1);
+                rsync.extend(self.files_rsync(&classes, &work, sites, fsync)?);
+                self.progress
+                    .line(&format!("files: uftp, {sites} sites, fsync {fsync}"), 0.05);
+                uftp.extend(self.files_uftp(&classes, &work, sites, fsync)?);
+            }
+        }
+        self.results.files = tw;
+        let peers = self.results.peers.get_or_insert_with(Default::default);
+        peers.uftp = uftp;
+        peers.rsync = rsync;
+        let _ = std::fs::remove_dir_all(&work);
+        Ok(())
+    }
+
+    fn files_tickwire(
+        &mut self,
+        classes: &[Class],
+        sources: &[Vec<PathBuf>],
+        work: &Path,
+        sites: usize,
+        fsync: &str,
+    ) -> Result<Vec<FilesRow>> {
+        let dir = work.join(format!("tw-{sites}-{fsync}"));
+        std::fs::create_dir_all(&dir)?;
+        let channel = lab::BackboneSpec::loopback()?.channel;
+        // Chunks of 62 KiB in datagrams of 8 KiB (as uftp's largest blocks), and no
+        // share of the network held back: the lab measures what the node can do.
+        let backbone = "[backbone]\nmtu = 8192\n";
+        let src_cfg = dir.join("src.toml");
+        std::fs::write(
+            &src_cfg,
+            format!(
+                "[node]\nname = \"src\"\n{backbone}[files]\nservices = [\"FILES\"]\nspool = {:?}\nrate_mb_per_s = 100000\nchunk_kib = 62\n",
+                dir.join("spool").display().to_string()
+            ),
+        )?;
+        let (src, addr) = lab::start_node(
+            &self.bin,
+            &format!("files-src-{sites}-{fsync}"),
+            &[
+                "--config".into(),
+                src_cfg.display().to_string(),
+                "--backbone".into(),
+                channel.clone(),
+                "--role".into(),
+                "source".into(),
+            ],
+            &self.logs,
+        )?;
+        let mut edges = Vec::new();
+        let mut inboxes = Vec::new();
+        let mut names = Vec::new();
+        for i in 1..=sites {
+            let name = format!("site{i}");
+            let inbox = dir.join(format!("{name}-inbox"));
+            let cfg = dir.join(format!("{name}.toml"));
+            std::fs::write(
+                &cfg,
+                format!(
+                    "[node]\nname = \"{name}\"\n{backbone}[files]\nservices = [\"FILES\"]\ninbox = {:?}\nfsync = \"{fsync}\"\n",
+                    inbox.display().to_string()
+                ),
+            )?;
+            let (edge, _) = lab::start_node(
+                &self.bin,
+                &format!("files-{name}-{sites}-{fsync}"),
+                &[
+                    "--config".into(),
+                    cfg.display().to_string(),
+                    "--backbone".into(),
+                    channel.clone(),
+                    "--role".into(),
+                    "edge".into(),
+                ],
+                &self.logs,
+            )?;
+            edges.push(edge);
+            inboxes.push(inbox);
+            names.push(name);
+        }
+        let to = names.join(",");
+        // A first file to every site: the sites are present and the backbone's images
+        // are up before anything is timed.
+        let warm = work.join("warmup.dat");
+        std::fs::write(&warm, b"warm up")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (ok, _, out) = run_timed(
+                Command::new(&self.bin)
+                    .args([
+                        "files", "send", "--node", &addr, "--to", &to, "--as-dir", "warmup",
+                    ])
+                    .arg(&warm),
+            )?;
+            if !ok {
+                bail!("tickwire files send (warm-up) failed: {out}");
+            }
+            if wait_delivered(&inboxes, "warmup", 1, 7, Duration::from_secs(10)).is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("the sites did not take the warm-up file within 60 s");
+            }
+        }
+        let mut rows = Vec::new();
+        for (c, paths) in classes.iter().zip(sources) {
+            let pids: Vec<(String, u32)> = std::iter::once(("src".to_string(), src.pid()))
+                .chain(names.iter().cloned().zip(edges.iter().map(|e| e.pid())))
+                .collect();
+            let before: Vec<f64> = pids.iter().map(|(_, p)| cpu_with_children(*p)).collect();
+            let calls = SystemCalls::start();
+            let t0 = Instant::now();
+            let mut cmd = Command::new(&self.bin);
+            cmd.args([
+                "files",
+                "send",
+                "--node",
+                &addr,
+                "--to",
+                &to,
+                "--as-dir",
+                c.name,
+                "--timeout",
+                "300",
+            ]);
+            cmd.args(paths);
+            let (ok, send_cpu, out) = run_timed(&mut cmd)?;
+            if !ok {
+                bail!("tickwire files send ({}) failed: {out}", c.name);
+            }
+            wait_delivered(
+                &inboxes,
+                c.name,
+                c.files,
+                c.size * c.files as u64,
+                Duration::from_secs(900),
+            )?;
+            let seconds = t0.elapsed().as_secs_f64();
+            let syscalls = calls.finish();
+            let mut cpu = BTreeMap::new();
+            cpu.insert("tickwire files send".to_string(), send_cpu);
+            for ((name, pid), b) in pids.iter().zip(before) {
+                cpu.insert(format!("node {name}"), cpu_with_children(*pid) - b);
+            }
+            rows.push(row(c, sites, fsync, seconds, cpu, syscalls));
+            // What this class left in the inboxes goes before the next is timed.
+            for inbox in &inboxes {
+                let _ = std::fs::remove_dir_all(inbox.join(c.name));
+            }
+        }
+        self.results.commands.push(src.command.clone());
+        src.stop()?;
+        for e in edges {
+            e.stop()?;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(rows)
+    }
+
+    fn files_rsync(
+        &mut self,
+        classes: &[Class],
+        work: &Path,
+        sites: usize,
+        fsync: &str,
+    ) -> Result<Vec<FilesRow>> {
+        if Command::new("rsync").arg("--version").output().is_err() {
+            return Ok(classes
+                .iter()
+                .map(|c| {
+                    unavailable(
+                        c,
+                        sites,
+                        fsync,
+                        "rsync is not installed (scripts/setup.sh installs it)",
+                    )
+                })
+                .collect());
+        }
+        let dir = work.join(format!("rsync-{sites}-{fsync}"));
+        let mut daemons = Vec::new();
+        let mut dests = Vec::new();
+        let mut ports = Vec::new();
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        for i in 1..=sites {
+            let dest = dir.join(format!("site{i}"));
+            std::fs::create_dir_all(&dest)?;
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            let conf = dir.join(format!("site{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "use chroot = no\n{}[site]\npath = {}\nread only = no\n",
+                    if root { "uid = root\ngid = root\n" } else { "" },
+                    dest.display()
+                ),
+            )?;
+            let log =
+                std::fs::File::create(self.logs.join(format!("rsyncd-{sites}-{fsync}-{i}.log")))?;
+            let child = Command::new("rsync")
+                .args([
+                    "--daemon",
+                    "--no-detach",
+                    "--address",
+                    "127.0.0.1",
+                    "--port",
+                    &port.to_string(),
+                    "--config",
+                ])
+                .arg(&conf)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .context("cannot start the rsync daemon")?;
+            daemons.push(child);
+            dests.push(dest);
+            ports.push(port);
+        }
+        // Until every daemon answers.
+        for p in &ports {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", *p)).is_err() {
+                if Instant::now() > deadline {
+                    bail!("the rsync daemon on port {p} did not start");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let mut rows = Vec::new();
+        for c in classes {
+            let src = work.join("src").join(c.name);
+            let before: Vec<f64> = daemons.iter().map(|d| cpu_with_children(d.id())).collect();
+            let calls = SystemCalls::start();
+            let t0 = Instant::now();
+            let clients: Vec<_> = ports
+                .iter()
+                .map(|p| {
+                    let mut cmd = Command::new("rsync");
+                    cmd.args(["-a", "--whole-file"]);
+                    if fsync == "always" {
+                        cmd.arg("--fsync");
+                    }
+                    cmd.arg(format!("{}/", src.display()));
+                    cmd.arg(format!("rsync://127.0.0.1:{p}/site/{}/", c.name));
+                    std::thread::spawn(move || run_timed(&mut cmd))
+                })
+                .collect();
+            let mut client_cpu = 0.0;
+            for h in clients {
+                let (ok, cpu, out) = h
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("an rsync client thread panicked"))??;
+                if !ok {
+                    bail!("rsync failed: {out}");
+                }
+                client_cpu += cpu;
+            }
+            wait_delivered(
+                &dests,
+                c.name,
+                c.files,
+                c.size * c.files as u64,
+                Duration::from_secs(60),
+            )?;
+            let seconds = t0.elapsed().as_secs_f64();
+            let syscalls = calls.finish();
+            let mut cpu = BTreeMap::new();
+            cpu.insert("rsync clients".to_string(), client_cpu);
+            let daemon_cpu: f64 = daemons
+                .iter()
+                .zip(before)
+                .map(|(d, b)| cpu_with_children(d.id()) - b)
+                .sum();
+            cpu.insert("rsync daemons".to_string(), daemon_cpu);
+            rows.push(row(c, sites, fsync, seconds, cpu, syscalls));
+            for d in &dests {
+                let _ = std::fs::remove_dir_all(d.join(c.name));
+            }
+        }
+        for mut d in daemons {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(rows)
+    }
+
+    fn files_uftp(
+        &mut self,
+        classes: &[Class],
+        work: &Path,
+        sites: usize,
+        fsync: &str,
+    ) -> Result<Vec<FilesRow>> {
+        let why = if Command::new("uftp").arg("-h").output().is_err() {
+            Some("uftp is not installed (scripts/setup.sh installs it)")
+        } else if sites > 1 {
+            Some("one uftpd per host: a second cannot share its port (it would need a network namespace per site)")
+        } else if fsync == "always" {
+            Some("uftpd has no fsync setting")
+        } else if unsafe { libc::geteuid() } != 0 {
+            Some("needs a network namespace of its own (root)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Ok(classes
+                .iter()
+                .map(|c| unavailable(c, sites, fsync, why))
+                .collect());
+        }
+        let dir = work.join("uftp");
+        let mut rows = Vec::new();
+        for c in classes {
+            let dest = dir.join("dest");
+            let temp = dir.join("tmp");
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dest)?;
+            std::fs::create_dir_all(&temp)?;
+            let src = work.join("src").join(c.name);
+            // In a namespace of its own, whose loopback takes multicast: the server's
+            // time and both programs' CPU, printed by the script.
+            let script = format!(
+                r#"set -e
+ip link set lo up
+ip link set lo multicast on
+ip route add 239.0.0.0/8 dev lo
+uftpd -d -I 127.0.0.1 -M 239.20.33.1 -p 41044 -U 0x00000001 -D {dest} >/dev/null 2>{log}/uftpd.log &
+U=$!
+trap 'kill $U 2>/dev/null' EXIT
+sleep 0.5
+set +e
+T0=$(date +%s.%N)
+uftp -I 127.0.0.1 -M 239.20.33.1 -P 239.20.33.3 -p 41044 -R -1 -b 8800 -H 0x00000001 -E {base}/ {src} >/dev/null 2>{log}/uftp.log
+RC=$?
+T1=$(date +%s.%N)
+echo "seconds $(echo "$T0 $T1" | awk '{{print $2 - $1}}')"
+echo "uftpd $(awk '{{print $14+$15}}' /proc/$U/stat)"
+exit $RC
+"#,
+                dest = dest.display(),
+                src = src.display(),
+                base = work.join("src").display(),
+                log = dir.display(),
+            );
+            let calls = SystemCalls::start();
+            let (ok, uftp_cpu, out) =
+                run_timed(Command::new("unshare").args(["-n", "bash", "-c", &script]))?;
+            let syscalls = calls.finish();
+            if !ok {
+                rows.push(unavailable(
+                    c,
+                    sites,
+                    fsync,
+                    &format!("uftp failed: {}", out.trim()),
+                ));
+                continue;
+            }
+            let field = |key: &str| {
+                out.lines().find_map(|l| {
+                    l.strip_prefix(key)
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                })
+            };
+            let (Some(seconds), Some(uftpd_ticks)) = (field("seconds "), field("uftpd ")) else {
+                bail!("uftp's script said: {out}");
+            };
+            let delivered = count(&dest.join(c.name));
+            let direct = count(&dest);
+            if delivered != (c.files, c.size * c.files as u64)
+                && direct != (c.files, c.size * c.files as u64)
+            {
+                rows.push(unavailable(
+                    c,
+                    sites,
+                    fsync,
+                    &format!("uftp delivered {direct:?} of {} files", c.files),
+                ));
+                continue;
+            }
+            let mut cpu = BTreeMap::new();
+            let uftpd = uftpd_ticks / crate::sysinfo::clock_ticks_per_sec() as f64;
+            // run_timed's CPU is the script's: uftp and the shell (uftpd, killed at the
+            // end and never waited for, is read from /proc).
+            cpu.insert("uftp (server, script)".to_string(), uftp_cpu);
+            cpu.insert("uftpd".to_string(), uftpd);
+            rows.push(row(c, sites, fsync, seconds, cpu, syscalls));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(rows)
+    }
+}
+
+/// The files part of report.md.
+pub fn report(
+    md: &mut String,
+    tw: &[FilesRow],
+    uftp: &[FilesRow],
+    rsync: &[FilesRow],
+) -> Result<()> {
+    writeln!(md, "## Files\n")?;
+    writeln!(md, "Files from one site to N sites, all on this machine (loopback). Tickwire: a source node and N edge nodes on the backbone (Aeron multicast), `tickwire files send` to the source; a row ends when the last file is whole in the last inbox. rsync: one daemon per site, one client per site at once. uftp: one receiver in a network namespace. CPU: every process of the run, per GB delivered (bytes x sites); system calls: the whole machine's while the row ran, per file delivered.\n")?;
+    writeln!(md, "| class | files | sites | fsync | system | files/min | MB/s | CPU s/GB | syscalls/file | s |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
+    let mut all: Vec<(&str, &FilesRow)> = Vec::new();
+    for r in tw {
+        all.push(("tickwire", r));
+        for (name, peer) in [("rsync", rsync), ("uftp", uftp)] {
+            if let Some(p) = peer
+                .iter()
+                .find(|p| p.class == r.class && p.sites == r.sites && p.fsync == r.fsync)
+            {
+                all.push((name, p));
+            }
+        }
+    }
+    for (system, r) in all {
+        match &r.unavailable {
+            Some(why) => writeln!(
+                md,
+                "| {} | {} | {} | {} | {system} | - ({why}) | | | | |",
+                r.class, r.files, r.sites, r.fsync
+            )?,
+            None => writeln!(
+                md,
+                "| {} | {} | {} | {} | {system} | {:.0} | {:.1} | {:.2} | {} | {:.2} |",
+                r.class,
+                r.files,
+                r.sites,
+                r.fsync,
+                r.files_per_min,
+                r.mb_per_s,
+                r.cpu_s_per_gb,
+                r.syscalls_per_file
+                    .map_or("-".into(), |s| format!("{s:.1}")),
+                r.seconds
+            )?,
+        }
+    }
+    writeln!(md, "\nReference (managed file transfer, the field targets' section 3): 371 files/minute at best.\n")?;
+    Ok(())
+}
