@@ -727,6 +727,10 @@ mod tests {
             "--rtsdk",
             "--rtsdk-lib",
             "--rssl-items",
+            "--files-scale",
+            "--files-large-mb",
+            "--files-sites",
+            "--files-fsync",
         ];
         let want: BTreeSet<String> = all.iter().map(|s| s.to_string()).collect();
         assert_eq!(quick, want);
