@@ -318,6 +318,18 @@ impl Backbone {
         into.append(&mut self.files_in);
     }
 
+    /// Whether this node has the role that sends `body` on the backbone (a source for a
+    /// sender's messages, an edge for a site's) and a link up.
+    pub fn has_files_route(&self, body: &[u8]) -> bool {
+        let down = matches!(body.get(2), Some(1 | 2 | 5));
+        self.link.is_some()
+            && if down {
+                self.source.is_some()
+            } else {
+                self.edge.is_some()
+            }
+    }
+
     /// Puts a file-transfer message on the backbone: a sender's (offers, chunks,
     /// cancels) from a source to every edge, a site's (statuses, presences) from an
     /// edge to every source. False when the node has no such role or Aeron refuses

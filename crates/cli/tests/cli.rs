@@ -78,13 +78,22 @@ fn help_of_every_subcommand_names_the_readme_flags() {
 
     for (cmd, wanted) in &flags {
         // `bench` takes its flags per scenario: they are in `bench quick --help`.
-        let args: Vec<&str> = if cmd == "bench" {
-            vec!["bench", "quick", "--help"]
-        } else {
-            vec![cmd, "--help"]
+        // `files` names the flags of its two commands in one row.
+        let helps: Vec<Vec<&str>> = match cmd.as_str() {
+            "bench" => vec![vec!["bench", "quick", "--help"]],
+            "files" => vec![
+                vec!["files", "send", "--help"],
+                vec!["files", "status", "--help"],
+            ],
+            _ => vec![vec![cmd, "--help"]],
         };
-        let out = run(&args, T);
+        let mut out = run(&helps[0], T);
         assert_eq!(out.code(), Some(0), "tickwire {cmd} --help: {out:?}");
+        for more in &helps[1..] {
+            let next = run(more, T);
+            assert_eq!(next.code(), Some(0), "tickwire {more:?}: {next:?}");
+            out.stdout.push_str(&next.stdout);
+        }
         for f in wanted {
             assert!(
                 out.stdout.contains(f.as_str()),

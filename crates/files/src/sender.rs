@@ -74,7 +74,7 @@ impl SenderConfig {
             rate: 50_000_000,
             burst: 512 * 1024,
             offer_interval: Duration::from_millis(500),
-            park_offer_interval: Duration::from_secs(10),
+            park_offer_interval: Duration::from_secs(2),
             site_timeout: Duration::from_secs(5),
             listen_first: Duration::from_secs(3),
             max_files: 10_000,
@@ -191,8 +191,8 @@ const MAX_SITES_PER_TRANSFER: usize = 2 * MAX_TARGETS;
 const MAX_KNOWN_SITES: usize = 4096;
 /// How often the queue is scanned (expiry, window, parked offers).
 const SCAN_INTERVAL: Duration = Duration::from_millis(100);
-/// Parked transfers offered per scan at most.
-const PARKED_OFFERS_PER_SCAN: usize = 16;
+/// Parked transfers offered per scan at most (640 a second).
+const PARKED_OFFERS_PER_SCAN: usize = 64;
 
 struct Outgoing {
     m: Manifest,
@@ -208,6 +208,10 @@ struct Outgoing {
     repair_cursor: u32,
     /// When the next offer is due.
     offer_at: Instant,
+    /// Parked, with repairs a site asked for: in `Sender::parked_repairs`.
+    repair_queued: bool,
+    /// When it was last activated or a site last answered for it.
+    last_progress: Instant,
     expires_at: Instant,
     active: bool,
 }
@@ -226,6 +230,8 @@ pub struct Sender {
     events: VecDeque<SenderEvent>,
     /// Offers and cancels to send before any chunk.
     urgent: VecDeque<(u64, bool)>,
+    /// Parked transfers with repairs a site asked for, oldest first.
+    parked_repairs: VecDeque<u64>,
     started: Instant,
     queued_bytes: u64,
     next_scan: Instant,
@@ -251,6 +257,7 @@ impl Sender {
             known_sites: 0,
             events: VecDeque::new(),
             urgent: VecDeque::new(),
+            parked_repairs: VecDeque::new(),
             started: now,
             queued_bytes: 0,
             next_scan: now,
@@ -411,6 +418,8 @@ impl Sender {
                 repairs: ChunkMap::new(chunks),
                 repair_cursor: 0,
                 offer_at: now,
+                repair_queued: false,
+                last_progress: now,
                 expires_at,
                 active: false,
                 m,
@@ -505,11 +514,16 @@ impl Sender {
                 },
             );
         }
+        t.last_progress = now;
         let (state, reason) = match s.state {
             SiteState::Receiving => {
                 for r in &s.missing {
                     // Only chunks already sent: the first pass brings the rest.
                     t.repairs.insert_range(r.start..r.end.min(t.first_pass));
+                }
+                if !t.active && t.repairs.held() > 0 && !t.repair_queued {
+                    t.repair_queued = true;
+                    self.parked_repairs.push_back(s.transfer);
                 }
                 (Delivery::Sending, "")
             }
@@ -579,10 +593,17 @@ impl Sender {
         self.next_scan = now + SCAN_INTERVAL;
         self.expire(now);
         self.resolve_open(now);
-        // Park what no present site needs; fill the window, oldest first.
+        // Park what no present site needs, and what no site answers (a site whose
+        // partial files are all taken ignores new offers until one is done: waiting
+        // for it must not hold the window); fill the window, oldest first.
+        let quiet = self.cfg.offer_interval * 4;
         let active = std::mem::take(&mut self.active);
         for id in active {
-            let needy = self.transfers.get(&id).is_some_and(|t| self.needy(t, now));
+            let needy = self.transfers.get(&id).is_some_and(|t| {
+                let sending = t.first_pass < t.chunks || t.repairs.held() > 0;
+                self.needy(t, now)
+                    && (sending || now.saturating_duration_since(t.last_progress) < quiet)
+            });
             if needy {
                 self.active.push(id);
             } else if let Some(t) = self.transfers.get_mut(&id) {
@@ -636,6 +657,7 @@ impl Sender {
         };
         let t = self.transfers.get_mut(&id).expect("live");
         t.active = true;
+        t.last_progress = now;
         t.offer_at = now;
         for site in present {
             let rec = t.sites.get_mut(&site).expect("listed");
@@ -739,6 +761,7 @@ impl Sender {
         if !self.urgent.is_empty() {
             earliest(self.started); // at once
         }
+        chunk_work |= !self.parked_repairs.is_empty();
         if chunk_work {
             earliest(
                 self.pace
@@ -789,24 +812,39 @@ impl Sender {
                 return true;
             }
         }
-        // Repairs first (sites are waiting on them), then the oldest first pass.
+        // Repairs first (sites are waiting on them): of active transfers, then of parked
+        // ones a site holds a partial file of (it asked; finishing it frees the site's
+        // room for the transfers in the window); then the oldest first pass.
+        while let Some(&id) = self.parked_repairs.front() {
+            match self.transfers.get_mut(&id) {
+                Some(t) if t.repairs.held() > 0 && !t.active => break,
+                Some(t) => {
+                    t.repair_queued = false;
+                    self.parked_repairs.pop_front();
+                }
+                None => {
+                    self.parked_repairs.pop_front();
+                }
+            }
+        }
         let repair = self
             .active
             .iter()
-            .position(|id| self.transfers[id].repairs.held() > 0);
-        let pick = repair.map(|i| (i, true)).or_else(|| {
+            .find(|id| self.transfers[id].repairs.held() > 0)
+            .or_else(|| self.parked_repairs.front())
+            .copied();
+        let pick = repair.map(|id| (id, true)).or_else(|| {
             self.active
                 .iter()
-                .position(|id| {
+                .find(|id| {
                     let t = &self.transfers[id];
                     t.first_pass < t.chunks
                 })
-                .map(|i| (i, false))
+                .map(|id| (*id, false))
         });
-        let Some((i, is_repair)) = pick else {
+        let Some((id, is_repair)) = pick else {
             return false;
         };
-        let id = self.active[i];
         let t = self.transfers.get_mut(&id).expect("live");
         let index = if is_repair {
             let at = t
@@ -851,7 +889,14 @@ impl Sender {
             t.repair_cursor = index + 1;
             self.stats.repairs += 1;
             if t.repairs.held() == 0 {
-                t.offer_at = now; // the pass is over: ask the sites at once
+                // The pass is over: ask the sites at once.
+                if t.active {
+                    t.offer_at = now;
+                } else {
+                    t.repair_queued = false;
+                    self.parked_repairs.retain(|x| *x != id);
+                    self.urgent.push_back((id, false));
+                }
             }
         } else {
             t.first_pass += 1;

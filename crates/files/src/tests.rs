@@ -684,3 +684,25 @@ fn with_deferred_syncs_a_site_says_done_only_once_its_store_has_synced() {
     assert_eq!(net.finished(id), Some(true));
     assert_eq!(net.sites[0].store.inbox.get("synced.bin"), Some(&file));
 }
+
+#[test]
+fn a_site_that_holds_all_the_partial_files_it_may_still_finishes_every_file() {
+    // Small files, lost chunks, a site with room for 4 partial files and a window of 8:
+    // the site's partial files are repaired even when their transfers are not in the
+    // window, so neither side waits on the other for ever.
+    let mut cfg = sender_config();
+    cfg.window = 8;
+    let mut net = Net::new(1, cfg);
+    let mut rc = ReceiverConfig::new(site_name(0), vec![SERVICE.into()]);
+    rc.max_partials = 4;
+    net.sites[0].rx = Receiver::new(rc, net.now);
+    net.loss.per_mille = 300;
+    let ids: Vec<u64> = (0..40)
+        .map(|i| {
+            net.send(500 + i, &format!("s{i}"), bytes(700, i as u8), targets(1))
+                .unwrap()
+        })
+        .collect();
+    net.run_until(Duration::from_secs(300), |n| n.all_finished(&ids));
+    assert_eq!(net.sites[0].store.inbox.len(), 40);
+}

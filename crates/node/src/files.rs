@@ -197,8 +197,10 @@ enum Input {
     Gone(ConnId),
 }
 
-/// Messages waiting for the files thread at most, each way.
-const QUEUE: usize = 4096;
+/// Messages waiting for the files thread at most (a chunk is at most 64 KB: 64 MB),
+/// and for the event loop (16 MB).
+const IN_QUEUE: usize = 1024;
+const OUT_QUEUE: usize = 256;
 /// Output queued for a peer past which offers and chunks wait (they are sent again).
 const ROOM: usize = 1 << 20;
 
@@ -211,6 +213,8 @@ pub struct FilesThread {
     taken: Vec<FilesIn>,
     gone: Vec<ConnId>,
     from_upstream: Vec<Vec<u8>>,
+    /// A message for the backbone that Aeron could not take yet.
+    held: Option<Output>,
     /// Messages the loop could not hand over (the thread was behind).
     pub dropped: u64,
 }
@@ -293,8 +297,8 @@ impl FilesThread {
                 .map_err(|e| format!("files.outbox {}: {e}", cfg.outbox))?;
             Some(Outbox::new(PathBuf::from(&cfg.outbox)))
         };
-        let (input, inbox_rx) = mpsc::sync_channel::<Input>(QUEUE);
-        let (out_tx, output) = mpsc::sync_channel::<Output>(QUEUE);
+        let (input, inbox_rx) = mpsc::sync_channel::<Input>(IN_QUEUE);
+        let (out_tx, output) = mpsc::sync_channel::<Output>(OUT_QUEUE);
         let thread = std::thread::Builder::new()
             .name("tickwire-files".into())
             .spawn(move || run(hub, inbox_rx, out_tx, waker, audit, outbox))
@@ -307,6 +311,7 @@ impl FilesThread {
             taken: Vec::new(),
             gone: Vec::new(),
             from_upstream: Vec::new(),
+            held: None,
             dropped: 0,
         })
     }
@@ -383,7 +388,14 @@ impl FilesThread {
             }
             self.from_upstream = from_backbone;
         }
-        while let Ok(o) = self.output.try_recv() {
+        // The backbone is one stream for every site: what Aeron cannot take now waits
+        // (and with it the files thread, whose queue to here is bounded), rather than
+        // being lost and sent again. A peer's connection or the upstream link that is
+        // busy drops a chunk (it is repaired): one slow peer must not hold the others.
+        loop {
+            let Some(o) = self.held.take().or_else(|| self.output.try_recv().ok()) else {
+                break;
+            };
             match o.to {
                 Peer::Conn(c) => {
                     core.send_files(c, &o.body, o.droppable.then_some(ROOM));
@@ -395,11 +407,19 @@ impl FilesThread {
                 }
                 Peer::Backbone => {
                     if let Some(b) = bb.as_deref_mut() {
-                        b.send_files(&o.body);
+                        if !b.send_files(&o.body) && b.has_files_route(&o.body) {
+                            self.held = Some(o);
+                            break;
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// When the loop must come back for a message the backbone could not take yet.
+    pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        self.held.as_ref().map(|_| now + Duration::from_millis(1))
     }
 }
 
@@ -604,7 +624,9 @@ fn run(
                 Input::Gone(c) => hub.handle_gone(c),
             }
             taken += 1;
-            next = if taken < 1024 {
+            // A disk that syncs slowly must not hold back the presences and statuses
+            // the other sites and senders wait for: at most 50 ms of input per turn.
+            next = if taken < 1024 && now.elapsed() < Duration::from_millis(50) {
                 input.try_recv().ok()
             } else {
                 None

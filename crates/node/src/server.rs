@@ -598,6 +598,9 @@ impl NodeServer {
             if let Some(u) = &upstream {
                 timeout = timeout.min(u.poll_timeout().saturating_duration_since(now));
             }
+            if let Some(at) = files.as_ref().and_then(|f| f.poll_timeout(now)) {
+                timeout = timeout.min(at.saturating_duration_since(now));
+            }
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != ErrorKind::Interrupted {
                     return Err(e);

@@ -250,6 +250,11 @@ pub struct FilesFlags {
         default_value = "1,4"
     )]
     pub files_sites: Vec<usize>,
+    /// Files scenario: the files' share of the network at the source, MB/s
+    /// (`[files] rate_mb_per_s`): above what the sites take, chunks are lost and sent
+    /// again.
+    #[arg(long, value_name = "MB", default_value_t = 200)]
+    pub files_rate_mb: u64,
     /// Files scenario: the sites' fsync policies (always, never; comma-separated).
     #[arg(
         long,
@@ -369,6 +374,7 @@ impl AllFlags {
             rssl_items: rssl.rssl_items,
             files_scale: files.files_scale,
             files_large_mb: files.files_large_mb,
+            files_rate_mb: files.files_rate_mb,
             files_sites: files.files_sites,
             files_fsync: files.files_fsync,
         }
@@ -419,6 +425,7 @@ pub struct BenchArgs {
     pub rssl_items: usize,
     pub files_scale: f64,
     pub files_large_mb: u64,
+    pub files_rate_mb: u64,
     pub files_sites: Vec<usize>,
     pub files_fsync: Vec<String>,
 }
@@ -729,6 +736,7 @@ mod tests {
             "--rssl-items",
             "--files-scale",
             "--files-large-mb",
+            "--files-rate-mb",
             "--files-sites",
             "--files-fsync",
         ];
@@ -783,6 +791,7 @@ mod tests {
             rssl_items: 1_000,
             files_scale: 1.0,
             files_large_mb: 200,
+            files_rate_mb: 200,
             files_sites: vec![1, 4],
             files_fsync: vec!["always".into(), "never".into()],
         };

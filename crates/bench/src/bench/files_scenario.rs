@@ -337,14 +337,15 @@ impl Lab {
         let dir = work.join(format!("tw-{sites}-{fsync}"));
         std::fs::create_dir_all(&dir)?;
         let channel = lab::BackboneSpec::loopback()?.channel;
-        // Chunks of 62 KiB in datagrams of 8 KiB (as uftp's largest blocks), and no
-        // share of the network held back: the lab measures what the node can do.
+        // Chunks of 62 KiB in datagrams of 8 KiB (as uftp's largest blocks), at the
+        // share of the network --files-rate-mb gives.
         let backbone = "[backbone]\nmtu = 8192\n";
+        let rate = self.args.files_rate_mb;
         let src_cfg = dir.join("src.toml");
         std::fs::write(
             &src_cfg,
             format!(
-                "[node]\nname = \"src\"\n{backbone}[files]\nservices = [\"FILES\"]\nspool = {:?}\nrate_mb_per_s = 100000\nchunk_kib = 62\n",
+                "[node]\nname = \"src\"\n{backbone}[files]\nservices = [\"FILES\"]\nspool = {:?}\nrate_mb_per_s = {rate}\nchunk_kib = 62\n",
                 dir.join("spool").display().to_string()
             ),
         )?;
