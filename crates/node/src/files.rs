@@ -392,10 +392,7 @@ impl FilesThread {
         // (and with it the files thread, whose queue to here is bounded), rather than
         // being lost and sent again. A peer's connection or the upstream link that is
         // busy drops a chunk (it is repaired): one slow peer must not hold the others.
-        loop {
-            let Some(o) = self.held.take().or_else(|| self.output.try_recv().ok()) else {
-                break;
-            };
+        while let Some(o) = self.held.take().or_else(|| self.output.try_recv().ok()) {
             match o.to {
                 Peer::Conn(c) => {
                     core.send_files(c, &o.body, o.droppable.then_some(ROOM));
