@@ -109,6 +109,8 @@ fn corpus_directories_match_the_targets() {
     targets.push("nats_frames".to_string());
     // RSSL (RIPC and RWF, both sides), replayed by crates/rssl/tests/fuzz_corpus.rs.
     targets.push("rssl_connection".to_string());
+    // File transfer's messages, replayed by crates/files/tests/fuzz_corpus.rs.
+    targets.push("files_messages".to_string());
     targets.sort();
     assert_eq!(
         dirs, targets,
