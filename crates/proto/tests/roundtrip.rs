@@ -1421,8 +1421,8 @@ fn invalid_values_are_refused() {
         Err(DecodeError::UnknownMessageType(0))
     );
     assert_eq!(
-        Message::decode_body(14, &[]),
-        Err(DecodeError::UnknownMessageType(14))
+        Message::decode_body(15, &[]),
+        Err(DecodeError::UnknownMessageType(15))
     );
     // An Ack with a nak code that is not defined.
     assert_eq!(
