@@ -8,7 +8,6 @@
 //! first (a file changed while it was sent).
 
 use crate::{ClientError, Event, Subscriber};
-use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
@@ -41,22 +40,6 @@ pub struct FileStatus {
     /// Milliseconds since 1970 when the state began (0: not known).
     pub since_ms: u64,
     pub reason: String,
-}
-
-fn hash_file(path: &Path) -> Result<(u64, [u8; 32]), ClientError> {
-    let mut f = File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut size = 0u64;
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        size += n as u64;
-    }
-    Ok((size, h.finalize().into()))
 }
 
 fn encode(m: &FilesMessage) -> Result<Vec<u8>, ClientError> {
@@ -96,7 +79,7 @@ pub fn send_file(
     to: &[String],
     timeout: Duration,
 ) -> Result<Queued, ClientError> {
-    let (size, sha256) = hash_file(path)?;
+    let (size, sha256) = tickwire_files::spool::sha256_file(path)?;
     let put = FilesMessage::Put(Put {
         request,
         service,

@@ -963,19 +963,15 @@ impl Hub {
             let mut n = 0;
             while n < PUMP_BATCH && tx.poll_transmit(now, spool, &mut self.buf) {
                 n += 1;
-                let service = match FilesMessage::decode(&self.buf) {
-                    Ok(FilesMessage::Offer(o)) => Some(o.service.to_owned()),
-                    Ok(FilesMessage::Chunk { transfer, .. })
-                    | Ok(FilesMessage::Cancel { transfer, .. }) => tx
-                        .transfer(transfer)
+                let service = crate::wire::transfer_of(&self.buf).and_then(|transfer| {
+                    tx.transfer(transfer)
                         .map(|(m, _)| m.service.clone())
                         .or_else(|| {
                             self.records
                                 .get(&transfer)
                                 .map(|r| r.manifest.service.clone())
-                        }),
-                    _ => None,
-                };
+                        })
+                });
                 let Some(i) = service.and_then(|s| self.cfg.services.iter().position(|x| *x == s))
                 else {
                     continue;
@@ -1028,10 +1024,8 @@ impl Hub {
             while rx.poll_transmit(now, &mut self.buf) {
                 // A status goes back the way its transfer came; a presence every way
                 // toward senders.
-                let origin = match FilesMessage::decode(&self.buf) {
-                    Ok(FilesMessage::Status(st)) => self.relayed.get(&st.transfer).map(|(_, p)| *p),
-                    _ => None,
-                };
+                let origin = crate::wire::transfer_of(&self.buf)
+                    .and_then(|t| self.relayed.get(&t).map(|(_, p)| *p));
                 let ways: &[Peer] = match &origin {
                     Some(p) => std::slice::from_ref(p),
                     None => &UP,

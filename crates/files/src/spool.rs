@@ -27,6 +27,27 @@ use crate::wire::FilesMessage;
 /// Spooled files kept open at once for reading.
 const OPEN_FILES: usize = 64;
 
+/// A file's size and SHA-256, read through once.
+pub fn sha256_file(path: &Path) -> io::Result<(u64, [u8; 32])> {
+    let mut f = File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((size, h.finalize().into()))
+}
+
 /// A transfer found in the spool: its manifest and the last state of each site.
 pub type Spooled = (Manifest, Vec<(String, Delivery, String)>);
 
@@ -171,21 +192,7 @@ impl Spool {
     pub fn adopt(&mut self, transfer: u64, src: &Path) -> io::Result<(u64, [u8; 32])> {
         let to = self.path(transfer, "data");
         match fs::rename(src, &to) {
-            Ok(()) => {
-                let mut f = File::open(&to)?;
-                let mut h = Sha256::new();
-                let mut buf = vec![0u8; 256 * 1024];
-                let mut size = 0u64;
-                loop {
-                    let n = f.read(&mut buf)?;
-                    if n == 0 {
-                        break;
-                    }
-                    h.update(&buf[..n]);
-                    size += n as u64;
-                }
-                Ok((size, h.finalize().into()))
-            }
+            Ok(()) => sha256_file(&to),
             // EXDEV: another file system.
             Err(e) if e.raw_os_error() == Some(18) => {
                 let got = self.copy_in(transfer, src)?;

@@ -99,6 +99,17 @@ impl Offer<'_> {
     }
 }
 
+/// The transfer an offer, chunk, status or cancel is about, read from its first bytes
+/// (no decode, no CRC): for routing a message this side encoded itself.
+pub fn transfer_of(buf: &[u8]) -> Option<u64> {
+    match buf {
+        [MAGIC, VERSION, KIND_OFFER | KIND_CHUNK | KIND_STATUS | KIND_CANCEL, rest @ ..] => {
+            rest.first_chunk::<8>().map(|b| u64::from_be_bytes(*b))
+        }
+        _ => None,
+    }
+}
+
 /// Chunks of a file of `size` bytes in chunks of `chunk_size`, if that fits a u32.
 pub fn chunk_count(size: u64, chunk_size: u32) -> Option<u32> {
     if chunk_size == 0 {
@@ -872,6 +883,25 @@ mod tests {
                 },
             ],
         });
+    }
+
+    #[test]
+    fn the_transfer_of_a_message_is_read_without_decoding_it() {
+        let mut buf = Vec::new();
+        encode_chunk(&mut buf, 0xABCD, 3, b"data").unwrap();
+        assert_eq!(transfer_of(&buf), Some(0xABCD));
+        buf.clear();
+        FilesMessage::Offer(offer()).encode(&mut buf).unwrap();
+        assert_eq!(transfer_of(&buf), Some(offer().transfer));
+        buf.clear();
+        FilesMessage::Present {
+            site: "a",
+            service: "F",
+        }
+        .encode(&mut buf)
+        .unwrap();
+        assert_eq!(transfer_of(&buf), None);
+        assert_eq!(transfer_of(b"F\x01\x02abc"), None);
     }
 
     #[test]
