@@ -108,42 +108,56 @@ fn send(args: SendArgs) -> Result<()> {
     }
     let mut sub = connect(&args.node, &args.credentials, "tickwire-files")?;
     let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
+    let uploads: Vec<files::Upload> = args
+        .paths
+        .iter()
+        .zip(&names)
+        .map(|(path, name)| files::Upload { name, path })
+        .collect();
+    // Answers come as the node gives them; lines go out in the order of the paths.
+    let mut outcomes: Vec<Option<Result<files::Queued, String>>> = vec![None; names.len()];
+    let mut printed = 0;
     let mut refused = 0;
-    for (i, (path, name)) in args.paths.iter().zip(&names).enumerate() {
-        match files::send_file(
-            &mut sub,
-            i as u32 + 1,
-            &args.service,
-            name,
-            path,
-            &args.to,
-            timeout,
-        ) {
-            Ok(q) => {
-                if args.json {
-                    println!(
-                        "{}",
-                        json!({"file": name, "transfer": format!("{:016x}", q.transfer), "sha256": hex(&q.sha256), "size": q.size})
+    let mut print_ready = |outcomes: &mut Vec<Option<Result<files::Queued, String>>>| {
+        while let Some(Some(outcome)) = outcomes.get_mut(printed).map(Option::take) {
+            let name = &names[printed];
+            match outcome {
+                Ok(q) if args.json => println!(
+                    "{}",
+                    json!({"file": name, "transfer": format!("{:016x}", q.transfer), "sha256": hex(&q.sha256), "size": q.size})
+                ),
+                Ok(q) => println!(
+                    "queued {name} ({} bytes) as {:016x}, sha256 {}",
+                    q.size,
+                    q.transfer,
+                    hex(&q.sha256)
+                ),
+                Err(reason) => {
+                    eprintln!(
+                        "tickwire files send: {name}: refused by {}: {reason}",
+                        args.node
                     );
-                } else {
-                    println!(
-                        "queued {name} ({} bytes) as {:016x}, sha256 {}",
-                        q.size,
-                        q.transfer,
-                        hex(&q.sha256)
-                    );
+                    refused += 1;
                 }
             }
-            Err(tickwire_client::ClientError::Refused(reason)) => {
-                eprintln!(
-                    "tickwire files send: {name}: refused by {}: {reason}",
-                    args.node
-                );
-                refused += 1;
-            }
-            Err(e) => return Err(e).with_context(|| format!("sending {}", path.display())),
+            printed += 1;
         }
-    }
+    };
+    let sent = files::send_files(
+        &mut sub,
+        &args.service,
+        &uploads,
+        &args.to,
+        timeout,
+        |i, outcome| {
+            outcomes[i] = Some(outcome.map_err(|e| match e {
+                tickwire_client::ClientError::Refused(r) => r,
+                other => other.to_string(),
+            }));
+            print_ready(&mut outcomes);
+        },
+    );
+    sent.with_context(|| format!("sending files to {}", args.node))?;
     if refused > 0 {
         return Err(Exit(1).into());
     }

@@ -3,16 +3,18 @@
 //! `tickwire files status` do, over a logged-in [`Subscriber`].
 //!
 //! An upload is windowed: the client sends at most the node's window beyond what the
-//! node has acknowledged, so a node busy with its disk is never flooded; the node
+//! node has acknowledged, so a node busy with its disk is never flooded; several go at
+//! once, and a small file goes whole with its request (one round trip each); the node
 //! hashes what it receives and refuses a file whose hash differs from the one sent
 //! first (a file changed while it was sent).
 
 use crate::{ClientError, Event, Subscriber};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tickwire_files::wire::{FilesMessage, Put, PutState};
+use tickwire_files::wire::{FilesMessage, Put, PutState, PUT_FIRST_WINDOW};
 
 /// Bytes of a file per upload message.
 const DATA_BYTES: usize = 60_000;
@@ -48,7 +50,7 @@ fn encode(m: &FilesMessage) -> Result<Vec<u8>, ClientError> {
     Ok(body)
 }
 
-/// Waits for the node's next answer about `request`, up to `deadline`.
+/// Waits for the node's next files message, up to `deadline`.
 fn next_files(sub: &mut Subscriber, deadline: Instant) -> Result<Option<Vec<u8>>, ClientError> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -67,78 +69,115 @@ fn next_files(sub: &mut Subscriber, deadline: Instant) -> Result<Option<Vec<u8>>
     }
 }
 
-/// Queues the file at `path` at the node as `name` in `service`, for the sites `to`
-/// (empty: every site of the service). Waits until the node has it whole, checked and
-/// queued; `timeout` bounds each wait for the node.
-pub fn send_file(
+/// Uploads a client keeps going at once on its connection.
+pub const FILES_IN_FLIGHT: usize = 8;
+
+/// A file to queue at the node: its name there and where it is here.
+pub struct Upload<'a> {
+    pub name: &'a str,
+    pub path: &'a Path,
+}
+
+/// One upload on its way.
+struct InFlight {
+    index: usize,
+    file: File,
+    size: u64,
+    sha256: [u8; 32],
+    sent: u64,
+    /// Bytes the node takes so far (its window beyond what it has acknowledged).
+    allowed: u64,
+    /// When the node last answered about it.
+    heard: Instant,
+}
+
+/// Queues `files` at the node in `service`, for the sites `to` (empty: every site of
+/// the service), up to [`FILES_IN_FLIGHT`] at once on the connection. Calls `done`
+/// with each file's index and outcome as the node answers: queued (whole, checked and
+/// spooled), or refused with the node's reason. `timeout` bounds each wait for the
+/// node about a file. An error that ends the connection's use (the node gone, a
+/// timeout, a file that cannot be read) is returned; the node drops the uploads left.
+pub fn send_files(
     sub: &mut Subscriber,
-    request: u32,
     service: &str,
-    name: &str,
-    path: &Path,
+    files: &[Upload<'_>],
     to: &[String],
     timeout: Duration,
-) -> Result<Queued, ClientError> {
-    let (size, sha256) = tickwire_files::spool::sha256_file(path)?;
-    let put = FilesMessage::Put(Put {
-        request,
-        service,
-        name,
-        size,
-        sha256,
-        to: to.iter().map(String::as_str).collect(),
-    });
-    sub.send_files(&encode(&put)?)?;
-    let mut file = File::open(path)?;
-    let mut sent = 0u64;
-    let mut allowed = 0u64;
-    let mut go = false;
+    mut done: impl FnMut(usize, Result<Queued, ClientError>),
+) -> Result<(), ClientError> {
+    let to: Vec<&str> = to.iter().map(String::as_str).collect();
+    let mut flying: HashMap<u32, InFlight> = HashMap::new();
+    let mut next = 0;
     let mut buf = vec![0u8; DATA_BYTES];
-    let mut deadline = Instant::now() + timeout;
     loop {
-        // Send what the window allows, then wait for the node.
-        while go && sent < size && sent < allowed {
-            let n = (size - sent).min(DATA_BYTES as u64).min(allowed - sent) as usize;
-            file.read_exact(&mut buf[..n]).map_err(|e| {
-                ClientError::Io(std::io::Error::new(
-                    e.kind(),
-                    format!("{} changed while it was sent: {e}", path.display()),
-                ))
-            })?;
-            let data = FilesMessage::PutData {
+        while flying.len() < FILES_IN_FLIGHT && next < files.len() {
+            let f = &files[next];
+            let (size, sha256) = tickwire_files::spool::sha256_file(f.path)?;
+            let request = next as u32 + 1;
+            let put = FilesMessage::Put(Put {
                 request,
-                offset: sent,
-                data: &buf[..n],
+                service,
+                name: f.name,
+                size,
+                sha256,
+                to: to.clone(),
+            });
+            sub.send_files(&encode(&put)?)?;
+            let mut up = InFlight {
+                index: next,
+                file: File::open(f.path)?,
+                size,
+                sha256,
+                sent: 0,
+                allowed: PUT_FIRST_WINDOW,
+                heard: Instant::now(),
             };
-            sub.send_files(&encode(&data)?)?;
-            sent += n as u64;
+            pump(sub, request, &mut up, f.path, &mut buf)?;
+            flying.insert(request, up);
+            next += 1;
         }
+        let Some(oldest) = flying.values().min_by_key(|u| u.heard) else {
+            return Ok(());
+        };
+        let (deadline, index) = (oldest.heard + timeout, oldest.index);
         let Some(body) = next_files(sub, deadline)? else {
+            let u = &flying
+                .values()
+                .find(|u| u.index == index)
+                .expect("in flight");
             return Err(ClientError::Timeout(format!(
-                "waiting for the node to take {} ({sent} of {size} bytes sent)",
-                path.display()
+                "waiting for the node to take {} ({} of {} bytes sent)",
+                files[index].path.display(),
+                u.sent,
+                u.size
             )));
         };
         let Ok(FilesMessage::PutAnswer(a)) = FilesMessage::decode(&body) else {
             continue;
         };
-        if a.request != request && a.request != 0 {
+        let Some(up) = flying.get_mut(&a.request) else {
             continue;
-        }
-        deadline = Instant::now() + timeout;
+        };
+        up.heard = Instant::now();
+        let path = files[up.index].path;
         match a.state {
             PutState::Go | PutState::Progress => {
-                go = true;
-                allowed = allowed.max(a.received + a.window);
+                up.allowed = up.allowed.max(a.received + a.window);
+                pump(sub, a.request, up, path, &mut buf)?;
             }
             PutState::Queued => {
-                return Ok(Queued {
-                    transfer: a.transfer,
-                    size,
-                    sha256,
-                })
+                let up = flying.remove(&a.request).expect("in flight");
+                done(
+                    up.index,
+                    Ok(Queued {
+                        transfer: a.transfer,
+                        size: up.size,
+                        sha256: up.sha256,
+                    }),
+                );
             }
             PutState::Refused => {
+                let up = flying.remove(&a.request).expect("in flight");
                 let reason = if a.reason.contains("do not match the SHA-256") {
                     format!(
                         "{}: {} (did the file change while it was sent?)",
@@ -148,7 +187,7 @@ pub fn send_file(
                 } else {
                     a.reason.to_string()
                 };
-                return Err(ClientError::Refused(reason));
+                done(up.index, Err(ClientError::Refused(reason)));
             }
             PutState::Unknown(c) => {
                 return Err(ClientError::Protocol(format!(
@@ -157,6 +196,35 @@ pub fn send_file(
             }
         }
     }
+}
+
+/// Sends what the node's window allows of an upload.
+fn pump(
+    sub: &mut Subscriber,
+    request: u32,
+    up: &mut InFlight,
+    path: &Path,
+    buf: &mut [u8],
+) -> Result<(), ClientError> {
+    while up.sent < up.size && up.sent < up.allowed {
+        let n = (up.size - up.sent)
+            .min(buf.len() as u64)
+            .min(up.allowed - up.sent) as usize;
+        up.file.read_exact(&mut buf[..n]).map_err(|e| {
+            ClientError::Io(std::io::Error::new(
+                e.kind(),
+                format!("{} changed while it was sent: {e}", path.display()),
+            ))
+        })?;
+        let data = FilesMessage::PutData {
+            request,
+            offset: up.sent,
+            data: &buf[..n],
+        };
+        sub.send_files(&encode(&data)?)?;
+        up.sent += n as u64;
+    }
+    Ok(())
 }
 
 /// What the node has queued, sent and delivered: one entry per file and site.

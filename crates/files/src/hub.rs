@@ -80,7 +80,7 @@ impl HubConfig {
         HubConfig {
             site: site.into(),
             services,
-            max_uploads: 16,
+            max_uploads: 64,
             upload_window: 1 << 20,
             upload_timeout: Duration::from_secs(30),
             keep_records: 10_000,
@@ -556,7 +556,7 @@ impl Hub {
         }
         let transfer = self.next_id();
         let (_, spool) = self.sender.as_mut().expect("checked");
-        let writer = match spool.begin(transfer) {
+        let writer = match spool.begin(transfer, p.size) {
             Ok(w) => w,
             Err(e) => {
                 return self.refuse(

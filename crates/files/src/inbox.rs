@@ -9,6 +9,10 @@
 //!     00c0ffee00c0ffee.manifest     its manifest (an encoded Offer), for a restart
 //! ```
 //!
+//! The map and the manifest are written together, the first time the receiver saves
+//! the map: a file that arrives before that (any file of one chunk) costs one file
+//! created and one rename, and a restart resumes only what a saved map vouches for.
+//!
 //! A commit renames the partial file to its name (same file system: atomic), creating
 //! the directories of the name, refusing any symbolic link on the way (a link could
 //! lead out of the inbox). It replaces a file of the same name. The fsync policy says
@@ -18,7 +22,7 @@
 //! kernel. Only the receiver's `done` follows a commit, so a site says `done` only for
 //! bytes as durable as its policy.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -26,6 +30,7 @@ use std::path::{Path, PathBuf};
 
 use crate::chunk_map::ChunkMap;
 use crate::manifest::Manifest;
+use crate::open_files::OpenFiles;
 use crate::receiver::Store;
 use crate::wire::FilesMessage;
 
@@ -69,10 +74,11 @@ pub struct Inbox {
     dir: PathBuf,
     partial: PathBuf,
     fsync: Fsync,
-    open: HashMap<u64, (File, u64)>,
-    use_clock: u64,
+    open: OpenFiles,
     pending: Vec<Manifest>,
     counts: InboxCounts,
+    /// Partial files whose manifest (and map) are on disk.
+    saved: HashSet<u64>,
 }
 
 fn hex_id(transfer: u64) -> String {
@@ -93,10 +99,10 @@ impl Inbox {
             dir: dir.to_path_buf(),
             partial,
             fsync,
-            open: HashMap::new(),
-            use_clock: 0,
+            open: OpenFiles::new(OPEN_FILES),
             pending: Vec::new(),
             counts: InboxCounts::default(),
+            saved: HashSet::new(),
         })
     }
 
@@ -114,10 +120,18 @@ impl Inbox {
 
     /// The manifests of the partial files a previous run left, to resume them
     /// (`Receiver::resume`). Unreadable ones are removed with their files.
+    /// Partial files with no manifest (their map was never saved) cannot be resumed
+    /// and are removed.
     pub fn partial_manifests(&mut self) -> io::Result<Vec<Manifest>> {
         let mut out = Vec::new();
         for entry in fs::read_dir(&self.partial)? {
             let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) == Some("part")
+                && !path.with_extension("manifest").exists()
+            {
+                let _ = fs::remove_file(&path);
+                continue;
+            }
             if path.extension().and_then(|e| e.to_str()) != Some("manifest") {
                 continue;
             }
@@ -137,27 +151,10 @@ impl Inbox {
     }
 
     fn file(&mut self, transfer: u64) -> io::Result<&File> {
-        self.use_clock += 1;
-        if !self.open.contains_key(&transfer) {
-            if self.open.len() >= OPEN_FILES {
-                if let Some(lru) = self
-                    .open
-                    .iter()
-                    .min_by_key(|(_, (_, used))| *used)
-                    .map(|(t, _)| *t)
-                {
-                    self.open.remove(&lru);
-                }
-            }
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(self.path(transfer, "part"))?;
-            self.open.insert(transfer, (f, 0));
-        }
-        let entry = self.open.get_mut(&transfer).expect("opened above");
-        entry.1 = self.use_clock;
-        Ok(&entry.0)
+        let path = self.path(transfer, "part");
+        self.open.get(transfer, || {
+            OpenOptions::new().read(true).write(true).open(path)
+        })
     }
 
     /// Creates the directories of `name` under the inbox, refusing symbolic links and
@@ -210,11 +207,13 @@ impl Inbox {
     /// Renames a checked partial file to its name and forgets its map and manifest.
     fn install(&mut self, m: &Manifest) -> io::Result<PathBuf> {
         let to = self.destination(&m.name)?;
-        self.open.remove(&m.transfer);
+        self.open.remove(m.transfer);
         fs::rename(self.path(m.transfer, "part"), &to)?;
         self.counts.renames += 1;
-        let _ = fs::remove_file(self.path(m.transfer, "map"));
-        let _ = fs::remove_file(self.path(m.transfer, "manifest"));
+        if self.saved.remove(&m.transfer) {
+            let _ = fs::remove_file(self.path(m.transfer, "map"));
+            let _ = fs::remove_file(self.path(m.transfer, "manifest"));
+        }
         Ok(to)
     }
 
@@ -282,15 +281,22 @@ impl Store for Inbox {
                 .and_then(|b| ChunkMap::from_bytes(&b, m.chunks())),
             _ => None,
         };
-        if saved.is_none() {
-            let f = File::create(&part)?;
+        if saved.is_some() {
+            self.saved.insert(m.transfer);
+        } else {
+            if self.saved.remove(&m.transfer) {
+                let _ = fs::remove_file(self.path(m.transfer, "map"));
+                let _ = fs::remove_file(self.path(m.transfer, "manifest"));
+            }
+            self.open.remove(m.transfer);
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&part)?;
             f.set_len(m.size)?;
-            let mut offer = Vec::new();
-            FilesMessage::Offer(m.offer(0))
-                .encode(&mut offer)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-            fs::write(self.path(m.transfer, "manifest"), offer)?;
-            let _ = fs::remove_file(self.path(m.transfer, "map"));
+            self.open.insert(m.transfer, f);
         }
         Ok(saved)
     }
@@ -304,7 +310,16 @@ impl Store for Inbox {
         self.file(transfer)?.read_exact_at(buf, offset)
     }
 
-    fn save_map(&mut self, transfer: u64, map: &ChunkMap) -> io::Result<()> {
+    fn save_map(&mut self, m: &Manifest, map: &ChunkMap) -> io::Result<()> {
+        let transfer = m.transfer;
+        if !self.saved.contains(&transfer) {
+            let mut offer = Vec::new();
+            FilesMessage::Offer(m.offer(0))
+                .encode(&mut offer)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+            fs::write(self.path(transfer, "manifest"), offer)?;
+            self.saved.insert(transfer);
+        }
         // Whole or not at all: a torn map would claim chunks never written.
         let tmp = self.path(transfer, "map.tmp");
         fs::write(&tmp, map.to_bytes())?;
@@ -334,8 +349,9 @@ impl Store for Inbox {
     }
 
     fn discard(&mut self, transfer: u64) {
-        self.open.remove(&transfer);
+        self.open.remove(transfer);
         self.pending.retain(|m| m.transfer != transfer);
+        self.saved.remove(&transfer);
         for ext in ["part", "map", "manifest", "map.tmp"] {
             let _ = fs::remove_file(self.path(transfer, ext));
         }

@@ -26,6 +26,7 @@ pub mod hub;
 pub mod inbox;
 mod manifest;
 pub mod name;
+mod open_files;
 pub mod pace;
 mod receiver;
 mod sender;

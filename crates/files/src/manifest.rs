@@ -79,9 +79,9 @@ impl Manifest {
     }
 }
 
-/// Hex of a SHA-256, as `sha256sum` prints it.
-pub fn hex(sha: &[u8; 32]) -> String {
-    sha.iter().map(|b| format!("{b:02x}")).collect()
+/// Lower-case hex of bytes (a SHA-256 as `sha256sum` prints it).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

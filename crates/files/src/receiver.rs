@@ -31,8 +31,9 @@ pub trait Store {
     fn open(&mut self, m: &Manifest) -> std::io::Result<Option<ChunkMap>>;
     fn write(&mut self, transfer: u64, offset: u64, data: &[u8]) -> std::io::Result<()>;
     fn read(&mut self, transfer: u64, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
-    /// Saves the map beside the partial file (after the chunks it lists are written).
-    fn save_map(&mut self, transfer: u64, map: &ChunkMap) -> std::io::Result<()>;
+    /// Saves the map beside the partial file (after the chunks it lists are written),
+    /// with the manifest a restart resumes from.
+    fn save_map(&mut self, m: &Manifest, map: &ChunkMap) -> std::io::Result<()>;
     /// The file is whole and its hash matches: make it visible under its name.
     /// `Ok(true)`: done and durable as the store's fsync policy says; `Ok(false)`:
     /// the store syncs it with others later and calls [`Receiver::handle_committed`].
@@ -254,7 +255,7 @@ impl Receiver {
             inc.last_offer = now;
             if inc.since_save > 0 {
                 inc.since_save = 0;
-                if let Err(e) = store.save_map(o.transfer, &inc.map) {
+                if let Err(e) = store.save_map(&inc.m, &inc.map) {
                     self.fail(
                         o.transfer,
                         format!("cannot save the chunk map: {e}"),
@@ -369,7 +370,7 @@ impl Receiver {
             self.status_due(transfer);
         } else if inc.since_save >= self.cfg.save_every {
             inc.since_save = 0;
-            if let Err(e) = store.save_map(transfer, &inc.map) {
+            if let Err(e) = store.save_map(&inc.m, &inc.map) {
                 self.fail(
                     transfer,
                     format!("cannot save the chunk map: {e}"),

@@ -624,8 +624,9 @@ impl Sender {
                 self.activate(id, now);
             }
         }
-        // Offer a few parked transfers in turn, so failed sites may try again and
-        // sites that took an open transfer late hear of it.
+        // Offer a few parked transfers that were sent before, in turn, so failed and
+        // busy sites may ask again. One never sent waits for the window: a site that
+        // opened a partial file for it would hold a place the window's transfers need.
         for _ in 0..len {
             if parked_offers >= PARKED_OFFERS_PER_SCAN {
                 break;
@@ -636,7 +637,7 @@ impl Sender {
                 .transfers
                 .get_mut(&id)
                 .expect("order holds live transfers");
-            if !t.active && !t.unresolved && t.offer_at <= now {
+            if !t.active && !t.unresolved && t.first_pass > 0 && t.offer_at <= now {
                 t.offer_at = now + self.cfg.park_offer_interval;
                 self.urgent.push_back((id, false));
                 parked_offers += 1;

@@ -67,8 +67,8 @@ impl Store for MemStore {
         buf.copy_from_slice(&file[offset as usize..offset as usize + buf.len()]);
         Ok(())
     }
-    fn save_map(&mut self, transfer: u64, map: &ChunkMap) -> io::Result<()> {
-        self.maps.insert(transfer, map.clone());
+    fn save_map(&mut self, m: &Manifest, map: &ChunkMap) -> io::Result<()> {
+        self.maps.insert(m.transfer, map.clone());
         Ok(())
     }
     fn commit(&mut self, m: &Manifest) -> io::Result<bool> {
@@ -532,19 +532,19 @@ fn a_full_queue_refuses_a_file_at_once() {
 
 #[test]
 fn junk_chunks_change_nothing() {
-    let mut net = Net::new(1, sender_config());
-    let file = bytes(3000, 8);
+    // Slow enough that the file is still arriving when the junk comes.
+    let mut net = Net::new(1, slow_sender_config());
+    let file = bytes(40 * 1024 + 952, 8);
     let id = net.send(5, "x.bin", file.clone(), targets(1)).unwrap();
     // Let the offer reach the site, then throw junk at it.
-    net.run_until(Duration::from_secs(5), |n| {
-        n.sites[0].rx.partials() == 1 || n.finished(id).is_some()
-    });
+    net.run_until(Duration::from_secs(5), |n| n.sites[0].rx.partials() == 1);
+    assert!(net.finished(id).is_none());
     let site = &mut net.sites[0];
     let mut junk = Vec::new();
     for (transfer, index, data) in [
         (5u64, 0u32, vec![0u8; 10]), // wrong length
-        (5, 9, vec![0; 1024]),       // past the last chunk
-        (5, 2, vec![0; 1024]),       // the last chunk is 952 bytes
+        (5, 99, vec![0; 1024]),      // past the last chunk
+        (5, 40, vec![0; 1024]),      // the last chunk is 952 bytes
         (77, 0, vec![0; 1024]),      // a transfer never offered
     ] {
         junk.clear();
@@ -705,4 +705,25 @@ fn a_site_that_holds_all_the_partial_files_it_may_still_finishes_every_file() {
         .collect();
     net.run_until(Duration::from_secs(300), |n| n.all_finished(&ids));
     assert_eq!(net.sites[0].store.inbox.len(), 40);
+}
+
+#[test]
+fn a_long_queue_never_fills_a_site_with_files_not_yet_sent() {
+    // More files queued than the site has room for partial files, and a window smaller
+    // than that room: the transfers waiting for the window are not offered, so the
+    // site's room stays for the ones being sent.
+    let mut cfg = sender_config();
+    cfg.window = 4;
+    let mut net = Net::new(1, cfg);
+    let mut rc = ReceiverConfig::new(site_name(0), vec![SERVICE.into()]);
+    rc.max_partials = 8;
+    net.sites[0].rx = Receiver::new(rc, net.now);
+    let ids: Vec<u64> = (0..200)
+        .map(|i| {
+            net.send(900 + i, &format!("q{i}"), bytes(700, i as u8), targets(1))
+                .unwrap()
+        })
+        .collect();
+    net.run_until(Duration::from_secs(120), |n| n.all_finished(&ids));
+    assert_eq!(net.sites[0].store.inbox.len(), 200);
 }

@@ -267,7 +267,8 @@ pub enum FilesMessage<'a> {
         transfer: u64,
         reason: &'a str,
     },
-    /// Client to node: queue a file (its bytes follow as `PutData`).
+    /// Client to node: queue a file (its bytes follow as `PutData`; the first
+    /// [`PUT_FIRST_WINDOW`] bytes may follow at once, before the node's `Go`).
     Put(Put<'a>),
     /// Client to node: bytes of an upload at `offset`.
     PutData {
@@ -288,6 +289,11 @@ pub enum FilesMessage<'a> {
         entries: Vec<ReportEntry<'a>>,
     },
 }
+
+/// Bytes of an upload a client may send after its `Put` without waiting for the
+/// node's `Go` (a small file goes whole with its `Put`, in one round trip). A node's
+/// upload window is never smaller.
+pub const PUT_FIRST_WINDOW: u64 = 64 * 1024;
 
 fn header(out: &mut Vec<u8>, kind: u8) {
     out.extend_from_slice(&[MAGIC, VERSION, kind]);

@@ -137,6 +137,15 @@ impl Net {
     }
 }
 
+/// Files in a spool holding bytes, besides its log.
+fn spooled_files(dir: &Path) -> usize {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name() != "queue.log" && e.metadata().unwrap().len() > 0)
+        .count()
+}
+
 fn write_file(dir: &Path, name: &str, len: usize, seed: u8) -> (std::path::PathBuf, Vec<u8>) {
     let data: Vec<u8> = (0..len)
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
@@ -186,7 +195,7 @@ fn files_arrive_whole_in_every_inbox_under_each_fsync_policy() {
             }
         }
         // Delivered: the spool is empty.
-        assert_eq!(fs::read_dir(root.path().join("spool")).unwrap().count(), 0);
+        assert_eq!(spooled_files(&root.path().join("spool")), 0);
     }
 }
 
@@ -298,7 +307,7 @@ fn the_spool_keeps_a_queue_through_a_restart() {
     // A crash mid-append leaves a torn line; a crash mid-queue leaves data alone.
     fs::OpenOptions::new()
         .append(true)
-        .open(dir.join("0000000000000007.sites"))
+        .open(dir.join("queue.log"))
         .and_then(|mut f| std::io::Write::write_all(&mut f, b"{\"site\":\"si"))
         .unwrap();
     spool.copy_in(8, &src).unwrap();
@@ -328,7 +337,56 @@ fn the_spool_keeps_a_queue_through_a_restart() {
     spool.read_chunk(7, 4096, &mut buf).unwrap();
     assert_eq!(buf, data[4096..8192]);
     spool.remove(7);
-    assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
+    let left: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("queue.log")]);
+    drop(spool);
+    let mut spool = Spool::new(&dir).unwrap();
+    assert!(spool.load().unwrap().is_empty());
+    assert_eq!(fs::metadata(dir.join("queue.log")).unwrap().len(), 0);
+}
+
+#[test]
+fn the_spool_log_keeps_only_what_is_live() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("spool");
+    let mut spool = Spool::new(&dir).unwrap();
+    let (src, _) = write_file(root.path(), "s.src", 100, 9);
+    let manifest = |transfer: u64| Manifest {
+        transfer,
+        sender: "src".into(),
+        service: SERVICE.into(),
+        name: format!("f{transfer}"),
+        size: 100,
+        chunk_size: 4096,
+        sha256: [0; 32],
+        expires_ms: 1,
+        open: false,
+        targets: vec!["site-0".into()],
+    };
+    // Thousands of transfers through, one kept: the log does not grow with the ones
+    // gone, and the one kept comes back after them in queue order.
+    let keep = manifest(1);
+    spool.copy_in(1, &src).unwrap();
+    spool.save(&keep).unwrap();
+    for t in 2..6000u64 {
+        spool.copy_in(t, &src).unwrap();
+        spool.save(&manifest(t)).unwrap();
+        spool.record(t, "site-0", Delivery::Sending, "").unwrap();
+        spool.record(t, "site-0", Delivery::Done, "").unwrap();
+        spool.remove(t);
+    }
+    let last = manifest(6000);
+    spool.copy_in(6000, &src).unwrap();
+    spool.save(&last).unwrap();
+    let size = fs::metadata(dir.join("queue.log")).unwrap().len();
+    assert!(size < 4096 * 300, "the log was not rewritten: {size} bytes");
+    drop(spool);
+    let mut spool = Spool::new(&dir).unwrap();
+    let loaded: Vec<Manifest> = spool.load().unwrap().into_iter().map(|(m, _)| m).collect();
+    assert_eq!(loaded, vec![keep, last]);
 }
 
 #[test]
@@ -345,5 +403,73 @@ fn a_source_that_is_not_a_stable_regular_file_is_refused() {
         err.to_string().contains("changed while it was copied"),
         "{err}"
     );
-    assert_eq!(fs::read_dir(root.path().join("spool")).unwrap().count(), 0);
+    assert_eq!(spooled_files(&root.path().join("spool")), 0);
+}
+
+#[test]
+fn small_files_share_segments_that_are_emptied_and_removed() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("spool");
+    let mut spool = Spool::new(&dir).unwrap();
+    let manifest = |transfer: u64, size: u64| Manifest {
+        transfer,
+        sender: "src".into(),
+        service: SERVICE.into(),
+        name: format!("f{transfer}"),
+        size,
+        chunk_size: 4096,
+        sha256: [0; 32],
+        expires_ms: 1,
+        open: false,
+        targets: vec!["site-0".into()],
+    };
+    // 2,000 files of 10,000 bytes: two segments (16 MiB each at most), no file each.
+    let mut contents = Vec::new();
+    for t in 1..=2000u64 {
+        let (src, data) = write_file(root.path(), "s.src", 10_000, t as u8);
+        spool.copy_in(t, &src).unwrap();
+        spool.save(&manifest(t, 10_000)).unwrap();
+        contents.push(data);
+    }
+    let segments = |dir: &Path| {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".segment"))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(segments(&dir), vec!["00000001.segment", "00000002.segment"]);
+    // All of the first segment's files but one gone: the one left is moved to the
+    // current segment and the first removed; its bytes read the same.
+    for t in 2..=1600u64 {
+        spool.remove(t);
+    }
+    assert_eq!(segments(&dir), vec!["00000002.segment"]);
+    let mut buf = vec![0u8; 4096];
+    spool.read_chunk(1, 4096, &mut buf).unwrap();
+    assert_eq!(buf, contents[0][4096..8192]);
+    // A restart finds them where they are.
+    drop(spool);
+    let mut spool = Spool::new(&dir).unwrap();
+    let loaded: Vec<u64> = spool
+        .load()
+        .unwrap()
+        .into_iter()
+        .map(|(m, _)| m.transfer)
+        .collect();
+    // In the order they were queued, the moved one too.
+    let expected: Vec<u64> = std::iter::once(1).chain(1601..=2000).collect();
+    assert_eq!(loaded, expected);
+    for t in [1u64, 1700, 2000] {
+        spool.read_chunk(t, 8192, &mut buf[..1808]).unwrap();
+        assert_eq!(buf[..1808], contents[t as usize - 1][8192..]);
+    }
+    // Everything delivered: the segments give their space back.
+    for t in loaded {
+        spool.remove(t);
+    }
+    assert_eq!(spool.segment_bytes(), 0);
+    assert_eq!(spooled_files(&dir), 0);
 }

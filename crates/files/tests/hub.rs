@@ -125,18 +125,43 @@ fn uploads_need_the_right_to_publish_and_whole_checked_bytes() {
         "{a:?}"
     );
     // Nothing of the refused uploads stays in the spool.
+    let spool = dir.path().join("spool");
     assert_eq!(
-        std::fs::read_dir(dir.path().join("spool")).unwrap().count(),
-        0
+        spool_entries(&spool),
+        vec![
+            ("00000001.segment".to_string(), 0),
+            ("queue.log".to_string(), 0)
+        ]
     );
     // A good one is queued, with its manifest in the spool.
     put(&mut h, publish(0b10), 4, "REF", &data, sha);
     let a = answers(&mut h);
     assert_eq!(a.last().unwrap().0, PutState::Queued, "{a:?}");
+    let entries = spool_entries(&spool);
     assert_eq!(
-        std::fs::read_dir(dir.path().join("spool")).unwrap().count(),
-        2
+        entries[0],
+        ("00000001.segment".to_string(), data.len() as u64)
     );
+    let log = std::fs::read_to_string(spool.join("queue.log")).unwrap();
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(log.contains("\"queued\":"), "{log}");
+    assert!(log.contains("\"segment\":1"), "{log}");
+}
+
+/// The names and sizes of what is in a spool directory, sorted.
+fn spool_entries(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut names: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap().len(),
+            )
+        })
+        .collect();
+    names.sort();
+    names
 }
 
 #[test]

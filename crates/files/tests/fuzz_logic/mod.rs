@@ -43,7 +43,7 @@ impl Store for MemStore {
         buf.copy_from_slice(&f[offset as usize..offset as usize + buf.len()]);
         Ok(())
     }
-    fn save_map(&mut self, _: u64, _: &ChunkMap) -> io::Result<()> {
+    fn save_map(&mut self, _: &Manifest, _: &ChunkMap) -> io::Result<()> {
         Ok(())
     }
     fn commit(&mut self, m: &Manifest) -> io::Result<bool> {

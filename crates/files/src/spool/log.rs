@@ -1,0 +1,136 @@
+//! The spool's log: one JSON object per line. A transfer queued (its manifest, an
+//! encoded Offer in hex, and where its bytes are), a site's new state, a transfer
+//! removed. Replayed when the spool opens; a line that does not parse (a crash
+//! mid-append) is skipped.
+
+use std::io;
+
+use crate::manifest::{hex, Manifest};
+use crate::sender::Delivery;
+use crate::wire::FilesMessage;
+
+/// Where a queued transfer's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    /// A file of its own, `TRANSFER.data`.
+    Own,
+    /// Bytes `at..at + size` of segment `id`.
+    Segment { id: u32, at: u64 },
+}
+
+/// One line of the log.
+pub(super) enum LogLine {
+    Queued(Manifest, Place),
+    Site {
+        transfer: u64,
+        site: String,
+        state: Delivery,
+        reason: String,
+    },
+    /// A transfer's bytes moved (out of a sparse segment); its place in the queue
+    /// stays.
+    Moved {
+        transfer: u64,
+        place: Place,
+    },
+    Removed(u64),
+}
+
+impl LogLine {
+    pub(super) fn to_json(&self) -> io::Result<String> {
+        let v = match self {
+            LogLine::Queued(m, place) => {
+                let mut bytes = Vec::new();
+                FilesMessage::Offer(m.offer(0))
+                    .encode(&mut bytes)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+                match place {
+                    Place::Own => serde_json::json!({ "queued": hex(&bytes) }),
+                    Place::Segment { id, at } => {
+                        serde_json::json!({ "queued": hex(&bytes), "segment": id, "at": at })
+                    }
+                }
+            }
+            LogLine::Site {
+                transfer,
+                site,
+                state,
+                reason,
+            } => serde_json::json!({
+                "transfer": format!("{transfer:016x}"),
+                "site": site,
+                "state": state.as_str(),
+                "reason": reason,
+            }),
+            LogLine::Moved { transfer, place } => match place {
+                Place::Own => serde_json::json!({ "moved": format!("{transfer:016x}") }),
+                Place::Segment { id, at } => serde_json::json!({
+                    "moved": format!("{transfer:016x}"), "segment": id, "at": at
+                }),
+            },
+            LogLine::Removed(t) => serde_json::json!({ "removed": format!("{t:016x}") }),
+        };
+        let mut line = v.to_string();
+        line.push('\n');
+        Ok(line)
+    }
+
+    /// A line of the log; `None` for one that is torn or not ours.
+    pub(super) fn parse(line: &str) -> Option<LogLine> {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        let id = |key: &str| u64::from_str_radix(v[key].as_str()?, 16).ok();
+        if let Some(h) = v["queued"].as_str() {
+            let bytes = unhex(h)?;
+            let FilesMessage::Offer(o) = FilesMessage::decode(&bytes).ok()? else {
+                return None;
+            };
+            return Some(LogLine::Queued(Manifest::from_offer(&o), place(&v)?));
+        }
+        if let Some(transfer) = id("moved") {
+            return Some(LogLine::Moved {
+                transfer,
+                place: place(&v)?,
+            });
+        }
+        if let Some(t) = id("removed") {
+            return Some(LogLine::Removed(t));
+        }
+        Some(LogLine::Site {
+            transfer: id("transfer")?,
+            site: v["site"].as_str()?.to_owned(),
+            state: parse_state(v["state"].as_str()?)?,
+            reason: v["reason"].as_str().unwrap_or("").to_owned(),
+        })
+    }
+}
+
+/// The place a line gives: a segment and offset, else a file of its own.
+fn place(v: &serde_json::Value) -> Option<Place> {
+    Some(match (v["segment"].as_u64(), v["at"].as_u64()) {
+        (Some(id), Some(at)) => Place::Segment {
+            id: u32::try_from(id).ok()?,
+            at,
+        },
+        _ => Place::Own,
+    })
+}
+
+fn parse_state(s: &str) -> Option<Delivery> {
+    match s {
+        "queued" => Some(Delivery::Queued),
+        "sending" => Some(Delivery::Sending),
+        "done" => Some(Delivery::Done),
+        "failed" => Some(Delivery::Failed),
+        _ => None,
+    }
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}

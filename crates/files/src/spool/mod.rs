@@ -1,0 +1,562 @@
+//! A sending site's spool on disk: its queue of files, kept until every site has them.
+//!
+//! ```text
+//! SPOOL/
+//!   00000001.segment        bytes of small files, one after another (segments.rs)
+//!   00c0ffee00c0ffee.data   a large file's bytes, a file of its own
+//!   queue.log               the transfers queued, their sites' states, the transfers
+//!                           removed (log.rs)
+//! ```
+//!
+//! A file is copied in before it is queued, so it cannot change while it is sent (a
+//! source file that changes while it is copied is refused), and a restarted sender
+//! finds its queue here ([`Spool::load`], then `Sender::restore`). One log for every
+//! transfer and segments shared by small files: queuing a small file and delivering it
+//! costs appends, no file created or removed. The log is rewritten with only what is
+//! live when it is opened and when removed transfers dominate it. The [`ChunkSource`]
+//! the sender reads through.
+
+mod log;
+mod segments;
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::manifest::Manifest;
+use crate::open_files::OpenFiles;
+use crate::sender::{ChunkSource, Delivery};
+use log::{LogLine, Place};
+use segments::Segments;
+
+/// Files of their own kept open at once for reading.
+const OPEN_FILES: usize = 64;
+
+/// The spool's log of queued transfers and their sites' states.
+const LOG: &str = "queue.log";
+
+/// The log is rewritten when more than this many of its lines are dead and they
+/// outnumber the live ones twice.
+const COMPACT_AFTER_DEAD: usize = 4096;
+
+/// Files up to this size go into segments; larger ones get a file of their own.
+const SEGMENT_FILE_MAX: u64 = 1 << 20;
+
+/// A file's size and SHA-256, read through once.
+pub fn sha256_file(path: &Path) -> io::Result<(u64, [u8; 32])> {
+    let mut f = File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((size, h.finalize().into()))
+}
+
+/// A transfer found in the spool: its manifest and the last state of each site.
+pub type Spooled = (Manifest, Vec<(String, Delivery, String)>);
+
+pub struct Spool {
+    dir: PathBuf,
+    /// Files of their own open for reading.
+    own_open: OpenFiles,
+    segments: Segments,
+    /// Transfers whose bytes are arriving or in, not yet queued ([`Spool::save`]).
+    arriving: HashMap<u64, (Place, u64)>,
+    /// The log, open for appending.
+    log: File,
+    /// What the log holds that is still live, to rewrite it without the rest.
+    live: HashMap<u64, Kept>,
+    /// Order of queuing, for the live transfers.
+    seq: u64,
+    live_lines: usize,
+    dead_lines: usize,
+}
+
+/// A live transfer as the log holds it.
+struct Kept {
+    seq: u64,
+    manifest: Manifest,
+    place: Place,
+    sites: Vec<(String, Delivery, String)>,
+}
+
+/// A file arriving into the spool, hashed as written.
+pub struct SpoolWriter {
+    file: Arc<File>,
+    /// Where the file starts in `file`.
+    base: u64,
+    /// Bytes reserved for it.
+    cap: u64,
+    hasher: Sha256,
+    len: u64,
+}
+
+impl SpoolWriter {
+    pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.len + bytes.len() as u64 > self.cap {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("more than the {} bytes announced", self.cap),
+            ));
+        }
+        self.file.write_all_at(bytes, self.base + self.len)?;
+        self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The file's size and SHA-256.
+    pub fn finish(self) -> (u64, [u8; 32]) {
+        (self.len, self.hasher.finalize().into())
+    }
+}
+
+impl Spool {
+    /// Opens (creating) the spool at `dir`, reading its log and rewriting it with only
+    /// what is live.
+    pub fn new(dir: &Path) -> io::Result<Self> {
+        fs::create_dir_all(dir).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display()))
+        })?;
+        let mut live: HashMap<u64, Kept> = HashMap::new();
+        let mut seq = 0;
+        match File::open(dir.join(LOG)) {
+            Ok(f) => {
+                for line in BufReader::new(f).lines() {
+                    // A torn line (a crash mid-append) is skipped; the rewrite below
+                    // drops it.
+                    let Some(l) = LogLine::parse(&line?) else {
+                        continue;
+                    };
+                    seq += 1;
+                    Self::replay(&mut live, l, seq);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let log = Self::rewrite(dir, &live)?;
+        let live_lines = live.values().map(|k| 1 + k.sites.len()).sum();
+        Ok(Spool {
+            dir: dir.to_path_buf(),
+            own_open: OpenFiles::new(OPEN_FILES),
+            segments: Segments::new(dir)?,
+            arriving: HashMap::new(),
+            log,
+            live,
+            seq,
+            live_lines,
+            dead_lines: 0,
+        })
+    }
+
+    fn replay(live: &mut HashMap<u64, Kept>, l: LogLine, seq: u64) {
+        match l {
+            LogLine::Queued(manifest, place) => {
+                let sites = live.remove(&manifest.transfer).map(|k| k.sites);
+                live.insert(
+                    manifest.transfer,
+                    Kept {
+                        seq,
+                        manifest,
+                        place,
+                        sites: sites.unwrap_or_default(),
+                    },
+                );
+            }
+            LogLine::Site {
+                transfer,
+                site,
+                state,
+                reason,
+            } => {
+                if let Some(k) = live.get_mut(&transfer) {
+                    match k.sites.iter_mut().find(|(s, _, _)| *s == site) {
+                        Some(e) => *e = (site, state, reason),
+                        None => k.sites.push((site, state, reason)),
+                    }
+                }
+            }
+            LogLine::Moved { transfer, place } => {
+                if let Some(k) = live.get_mut(&transfer) {
+                    k.place = place;
+                }
+            }
+            LogLine::Removed(t) => {
+                live.remove(&t);
+            }
+        }
+    }
+
+    /// Writes the live transfers to a new log and puts it in place of the old one;
+    /// returns it open for appending.
+    fn rewrite(dir: &Path, live: &HashMap<u64, Kept>) -> io::Result<File> {
+        let mut kept: Vec<&Kept> = live.values().collect();
+        kept.sort_by_key(|k| k.seq);
+        let mut text = String::new();
+        for k in kept {
+            text.push_str(&LogLine::Queued(k.manifest.clone(), k.place).to_json()?);
+            for (site, state, reason) in &k.sites {
+                text.push_str(
+                    &LogLine::Site {
+                        transfer: k.manifest.transfer,
+                        site: site.clone(),
+                        state: *state,
+                        reason: reason.clone(),
+                    }
+                    .to_json()?,
+                );
+            }
+        }
+        let tmp = dir.join(format!("{LOG}.tmp"));
+        fs::write(&tmp, text)?;
+        fs::rename(&tmp, dir.join(LOG))?;
+        OpenOptions::new().append(true).open(dir.join(LOG))
+    }
+
+    fn append(&mut self, l: LogLine) -> io::Result<()> {
+        self.log.write_all(l.to_json()?.as_bytes())?;
+        self.seq += 1;
+        Self::replay(&mut self.live, l, self.seq);
+        Ok(())
+    }
+
+    fn own_path(&self, transfer: u64) -> PathBuf {
+        self.dir.join(format!("{transfer:016x}.data"))
+    }
+
+    /// Where a transfer's bytes are when it has a file of its own.
+    pub fn data_path(&self, transfer: u64) -> PathBuf {
+        self.own_path(transfer)
+    }
+
+    /// Starts a file of `size` bytes arriving as `transfer`.
+    pub fn begin(&mut self, transfer: u64, size: u64) -> io::Result<SpoolWriter> {
+        let (file, base, place) = if size <= SEGMENT_FILE_MAX {
+            let (id, at, file) = self.segments.reserve(size)?;
+            (file, at, Place::Segment { id, at })
+        } else {
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(self.own_path(transfer))?;
+            (Arc::new(file), 0, Place::Own)
+        };
+        self.arriving.insert(transfer, (place, size));
+        Ok(SpoolWriter {
+            file,
+            base,
+            cap: size,
+            hasher: Sha256::new(),
+            len: 0,
+        })
+    }
+
+    /// Copies the file at `src` in as `transfer`; refuses a file that changed while
+    /// it was copied (its size or modification time moved). Returns size and SHA-256.
+    pub fn copy_in(&mut self, transfer: u64, src: &Path) -> io::Result<(u64, [u8; 32])> {
+        let mut from = File::open(src)?;
+        let before = from.metadata()?;
+        if !before.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", src.display()),
+            ));
+        }
+        let mut w = self.begin(transfer, before.len())?;
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut grew = false;
+        let copied = loop {
+            match from.read(&mut buf) {
+                Ok(0) => break Ok(()),
+                // More bytes than the size it had: it grows while copied.
+                Ok(n) if w.len() + n as u64 > before.len() => {
+                    grew = true;
+                    break Ok(());
+                }
+                Ok(n) => {
+                    if let Err(e) = w.write(&buf[..n]) {
+                        break Err(e);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        let after = from.metadata();
+        let changed = match &after {
+            Ok(a) => {
+                grew || a.len() != before.len()
+                    || w.len() != before.len()
+                    || a.modified().ok() != before.modified().ok()
+                    || w.len() != a.len()
+            }
+            Err(_) => true,
+        };
+        if let Err(e) = copied {
+            self.remove(transfer);
+            return Err(e);
+        }
+        if changed {
+            self.remove(transfer);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} changed while it was copied; send it again once it is complete",
+                    src.display()
+                ),
+            ));
+        }
+        Ok(w.finish())
+    }
+
+    /// Moves the file at `src` in as `transfer` (a rename: it leaves `src`; a copy when
+    /// `src` is on another file system), and hashes it. Returns size and SHA-256.
+    pub fn adopt(&mut self, transfer: u64, src: &Path) -> io::Result<(u64, [u8; 32])> {
+        let to = self.own_path(transfer);
+        match fs::rename(src, &to) {
+            Ok(()) => {
+                let got = sha256_file(&to)?;
+                self.arriving.insert(transfer, (Place::Own, got.0));
+                Ok(got)
+            }
+            // EXDEV: another file system.
+            Err(e) if e.raw_os_error() == Some(18) => {
+                let got = self.copy_in(transfer, src)?;
+                fs::remove_file(src)?;
+                Ok(got)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Queues a transfer whose bytes are in: its manifest goes into the log.
+    pub fn save(&mut self, m: &Manifest) -> io::Result<()> {
+        let place = match self.arriving.remove(&m.transfer) {
+            Some((place, _)) => place,
+            None => match self.live.get(&m.transfer) {
+                Some(k) => k.place,
+                None => Place::Own,
+            },
+        };
+        if self.live.contains_key(&m.transfer) {
+            self.dead_lines += 1;
+        } else {
+            self.live_lines += 1;
+        }
+        self.append(LogLine::Queued(m.clone(), place))
+    }
+
+    /// Appends what a site said of a transfer.
+    pub fn record(
+        &mut self,
+        transfer: u64,
+        site: &str,
+        state: Delivery,
+        reason: &str,
+    ) -> io::Result<()> {
+        match self.live.get(&transfer) {
+            Some(k) if k.sites.iter().any(|(s, _, _)| s == site) => self.dead_lines += 1,
+            Some(_) => self.live_lines += 1,
+            None => return Ok(()),
+        }
+        self.append(LogLine::Site {
+            transfer,
+            site: site.to_owned(),
+            state,
+            reason: reason.to_owned(),
+        })
+    }
+
+    /// Every transfer in the spool (a restarted sender's queue), in the order they were
+    /// queued. Bytes without a manifest (a crash while queuing) are removed, and so
+    /// is a manifest without its bytes.
+    pub fn load(&mut self) -> io::Result<Vec<Spooled>> {
+        let mut lost = Vec::new();
+        let mut own = HashSet::new();
+        for (t, k) in &self.live {
+            let found = match k.place {
+                Place::Own => self.own_path(*t).exists(),
+                Place::Segment { id, at } => self.segments.adopt(id, at, k.manifest.size),
+            };
+            match (found, k.place) {
+                (false, _) => lost.push(*t),
+                (true, Place::Own) => {
+                    own.insert(*t);
+                }
+                (true, Place::Segment { .. }) => {}
+            }
+        }
+        for t in lost {
+            self.forget(t);
+        }
+        for entry in fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("data") {
+                continue;
+            }
+            let transfer = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(|s| u64::from_str_radix(s, 16).ok());
+            if transfer.is_none_or(|t| !own.contains(&t) && !self.arriving.contains_key(&t)) {
+                let _ = fs::remove_file(&path);
+            }
+        }
+        self.segments.remove_unused()?;
+        let mut kept: Vec<&Kept> = self.live.values().collect();
+        kept.sort_by_key(|k| k.seq);
+        Ok(kept
+            .into_iter()
+            .map(|k| (k.manifest.clone(), k.sites.clone()))
+            .collect())
+    }
+
+    /// Lets go of a transfer's bytes.
+    fn release(&mut self, transfer: u64, place: Place, size: u64) {
+        match place {
+            Place::Own => {
+                self.own_open.remove(transfer);
+                let _ = fs::remove_file(self.own_path(transfer));
+            }
+            Place::Segment { id, .. } => self.segments.release(id, size, 1),
+        }
+    }
+
+    /// Drops a live transfer from the log.
+    fn forget(&mut self, transfer: u64) {
+        let Some(k) = self.live.get(&transfer) else {
+            return;
+        };
+        let lines = 1 + k.sites.len();
+        self.live_lines -= lines;
+        self.dead_lines += lines + 1;
+        // Best effort: a removal the log misses leaves a manifest whose bytes are
+        // gone, which the next load drops.
+        let _ = self.append(LogLine::Removed(transfer));
+    }
+
+    /// Forgets a transfer: its bytes and what the log says of it.
+    pub fn remove(&mut self, transfer: u64) {
+        if let Some((place, size)) = self.arriving.remove(&transfer) {
+            self.release(transfer, place, size);
+        }
+        if let Some((place, size)) = self.live.get(&transfer).map(|k| (k.place, k.manifest.size)) {
+            self.release(transfer, place, size);
+            self.forget(transfer);
+        }
+        self.move_out_of_sparse_segment();
+        if self.dead_lines > COMPACT_AFTER_DEAD && self.dead_lines > 2 * self.live_lines {
+            if let Ok(log) = Self::rewrite(&self.dir, &self.live) {
+                self.log = log;
+                self.dead_lines = 0;
+            }
+        }
+    }
+
+    /// Moves the files of a mostly dead segment into the current one (the segment is
+    /// removed with its last file), unless one of them is still arriving.
+    fn move_out_of_sparse_segment(&mut self) {
+        let Some(id) = self.segments.sparse() else {
+            return;
+        };
+        let in_segment = |p: &Place| matches!(p, Place::Segment { id: s, .. } if *s == id);
+        if self.arriving.values().any(|(p, _)| in_segment(p)) {
+            return;
+        }
+        let mut moving: Vec<(u64, u64)> = self
+            .live
+            .iter()
+            .filter(|(_, k)| in_segment(&k.place))
+            .map(|(t, k)| (k.seq, *t))
+            .collect();
+        moving.sort_unstable();
+        let mut buf = vec![0u8; 256 * 1024];
+        for (_, t) in moving {
+            let k = &self.live[&t];
+            let (old, size) = (k.place, k.manifest.size);
+            let Place::Segment { at: from, .. } = old else {
+                continue;
+            };
+            let Ok((new_id, at, to)) = self.segments.reserve(size) else {
+                return;
+            };
+            let copied = (|| -> io::Result<()> {
+                let src = self.segments.file(id).ok_or(io::ErrorKind::NotFound)?;
+                let mut done = 0u64;
+                while done < size {
+                    let n = (size - done).min(buf.len() as u64) as usize;
+                    src.read_exact_at(&mut buf[..n], from + done)?;
+                    to.write_all_at(&buf[..n], at + done)?;
+                    done += n as u64;
+                }
+                Ok(())
+            })();
+            let new = Place::Segment { id: new_id, at };
+            if copied.is_err() {
+                // Left where it was; the reservation is given back.
+                self.segments.release(new_id, size, 1);
+                return;
+            }
+            self.dead_lines += 1;
+            let moved = LogLine::Moved {
+                transfer: t,
+                place: new,
+            };
+            if self.append(moved).is_err() {
+                self.segments.release(new_id, size, 1);
+                return;
+            }
+            self.segments.release(id, size, 1);
+        }
+    }
+
+    /// Bytes the spool holds on disk in segments (for the lab and tests).
+    pub fn segment_bytes(&self) -> u64 {
+        self.segments.bytes()
+    }
+}
+
+impl ChunkSource for Spool {
+    fn read_chunk(&mut self, transfer: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let place = match self.live.get(&transfer) {
+            Some(k) => k.place,
+            None => self.arriving.get(&transfer).map_or(Place::Own, |(p, _)| *p),
+        };
+        if let Place::Segment { id, at } = place {
+            let f = self.segments.file(id).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("segment {id} is gone"))
+            })?;
+            return f.read_exact_at(buf, at + offset);
+        }
+        let path = self.own_path(transfer);
+        self.own_open
+            .get(transfer, || File::open(path))?
+            .read_exact_at(buf, offset)
+    }
+}
