@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 mod args;
 mod backbone_scenario;
+mod files_market_data;
 mod files_scenario;
 mod journal_scenario;
 mod peers_scenario;
@@ -150,6 +151,10 @@ pub struct Results {
     /// `bench files`: Tickwire's rows (the peers' are in `peers`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<files_scenario::FilesRow>,
+    /// `bench files`: market data's latency without files and during a transfer, at
+    /// each files share.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files_market_data: Vec<files_market_data::FilesMarketData>,
 }
 
 /// `bench ws`: one WebSocket JSON subscriber.
@@ -1439,6 +1444,7 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
             .as_ref()
             .map_or((&[][..], &[][..]), |p| (&p.uftp[..], &p.rsync[..]));
         files_scenario::report(&mut md, &r.files, uftp, rsync)?;
+        files_market_data::report(&mut md, &r.files_market_data)?;
     }
     if let Some(r) = &r.rssl {
         rssl_scenario::report(&mut md, r)?;

@@ -272,6 +272,8 @@ pub struct Step {
 pub struct Rig {
     /// The node the publisher connects to (the source, across a backbone).
     pub node: Proc,
+    /// Where `node` listens.
+    pub node_addr: String,
     /// Across a backbone: the edge node the subscriber connects to.
     pub edge: Option<Proc>,
     pub publisher: Proc,
@@ -353,6 +355,8 @@ pub struct RigSpec {
     /// A configuration file for the node (TOML text), written to the log directory;
     /// flags still override it.
     pub node_config: Option<String>,
+    /// Across a backbone: the edge node's config file instead of `node_config`.
+    pub edge_config: Option<String>,
     /// Across a backbone: the publisher on a source node, the subscriber on an edge.
     pub backbone: Option<BackboneSpec>,
     /// Through two nodes over an upstream link: the publisher on the top node, the
@@ -411,6 +415,7 @@ impl RigSpec {
             cpus: None,
             websocket: false,
             node_config: None,
+            edge_config: None,
             backbone: None,
             upstream: false,
             scrape_metrics: false,
@@ -421,7 +426,12 @@ impl RigSpec {
 
 /// The part of a rig's process and log names that comes from its label.
 pub fn rig_tag(label: &str) -> String {
-    label.replace(' ', "_").replace('=', "-").replace(',', "")
+    // A file name: no directory separator.
+    label
+        .replace(' ', "_")
+        .replace('=', "-")
+        .replace(',', "")
+        .replace('/', "_per_")
 }
 
 /// The log of a rig's node (`log_dir/node-TAG.log`).
@@ -492,6 +502,16 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
             let (node, addr) =
                 start_node(bin, &format!("node-source-{tag}"), &source_args, log_dir)?;
             let mut edge_args = node_args.clone();
+            if let Some(toml) = &spec.edge_config {
+                let path = log_dir.join(format!("edge-{tag}.toml"));
+                std::fs::write(&path, toml)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                // In place of the node's own config file.
+                match edge_args.iter().position(|a| a == "--config") {
+                    Some(i) => edge_args[i + 1] = path.display().to_string(),
+                    None => edge_args.extend(["--config".to_string(), path.display().to_string()]),
+                }
+            }
             edge_args.extend(
                 [
                     "--backbone",
@@ -532,6 +552,7 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
             format!("{}: the downstream node never saw service FEED", spec.label)
         })?;
     }
+    let node_addr = addr;
     let addr = sub_addr;
     let conns = spec.connections.to_string();
     let mut sub_args: Vec<String> = if spec.websocket {
@@ -594,6 +615,7 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     };
     Ok(Rig {
         node,
+        node_addr,
         edge,
         publisher,
         subscriber,
@@ -699,6 +721,7 @@ fn start_nats_rig(bin: &Path, server: &Path, spec: &RigSpec, log_dir: &Path) -> 
     publisher.expect("second", Duration::from_secs(60))?;
     Ok(Rig {
         node,
+        node_addr: addr,
         edge: None,
         publisher,
         subscriber,

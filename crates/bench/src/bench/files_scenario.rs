@@ -108,6 +108,27 @@ fn make_files(dir: &Path, c: &Class) -> Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
+/// Clears what a class left at a site: a class of many files is set aside (removed
+/// with `work` at the end of the scenario).
+fn clear_class(work: &Path, dir: &Path, c: &Class) {
+    if c.files > 1 {
+        set_aside(work, dir);
+    } else {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Moves `dir` under `work/aside`.
+fn set_aside(work: &Path, dir: &Path) {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let aside = work.join("aside");
+    let _ = std::fs::create_dir_all(&aside);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if std::fs::rename(dir, aside.join(n.to_string())).is_err() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// Files and bytes under `dir` (recursively), skipping hidden entries.
 fn count(dir: &Path) -> (usize, u64) {
     let mut files = 0;
@@ -322,6 +343,16 @@ impl Lab {
         let peers = self.results.peers.get_or_insert_with(Default::default);
         peers.uftp = uftp;
         peers.rsync = rsync;
+        self.progress
+            .line("files: market data without files and during them", 0.1);
+        let large = classes
+            .iter()
+            .zip(&sources)
+            .find(|(c, _)| c.name == "large")
+            .and_then(|(_, p)| p.first())
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no large file"))?;
+        self.results.files_market_data = self.files_market_data(&large, &work)?;
         let _ = std::fs::remove_dir_all(&work);
         Ok(())
     }
@@ -458,9 +489,13 @@ impl Lab {
                 cpu.insert(format!("node {name}"), cpu_with_children(*pid) - b);
             }
             rows.push(row(c, sites, fsync, seconds, cpu, syscalls));
-            // What this class left in the inboxes goes before the next is timed.
+            // What this class left in the inboxes goes aside until the end (the peers'
+            // too): removing
+            // thousands of files just before the next row would time the file system
+            // reusing their inodes (on ext4 without a journal, each new file skips the
+            // ones removed within the last minutes).
             for inbox in &inboxes {
-                let _ = std::fs::remove_dir_all(inbox.join(c.name));
+                clear_class(work, &inbox.join(c.name), c);
             }
         }
         self.results.commands.push(src.command.clone());
@@ -593,7 +628,7 @@ impl Lab {
             cpu.insert("rsync daemons".to_string(), daemon_cpu);
             rows.push(row(c, sites, fsync, seconds, cpu, syscalls));
             for d in &dests {
-                let _ = std::fs::remove_dir_all(d.join(c.name));
+                clear_class(work, &d.join(c.name), c);
             }
         }
         for mut d in daemons {
@@ -633,7 +668,7 @@ impl Lab {
         for c in classes {
             let dest = dir.join("dest");
             let temp = dir.join("tmp");
-            let _ = std::fs::remove_dir_all(&dir);
+            clear_class(work, &dir, c);
             std::fs::create_dir_all(&dest)?;
             std::fs::create_dir_all(&temp)?;
             let src = work.join("src").join(c.name);

@@ -1,0 +1,230 @@
+//! `tickwire bench files`, market data beside files: a source node and an edge node on
+//! the backbone carry 10,000 updates/s from perf-pub to perf-sub, and the latency is
+//! held twice, without files and while the large file goes from the source's spool to
+//! the edge's inbox again and again at the files' full share: once at the node's
+//! default share (`[files] rate_mb_per_s`, 50 MB/s) and once at the lab's
+//! `--files-rate-mb`. The goal: the p99 during the transfer within 2x of the p99
+//! without.
+
+use super::*;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// `results.json` → `files_market_data`: one per files share.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FilesMarketData {
+    /// The files' share of the network (`[files] rate_mb_per_s`).
+    pub files_share_mb_per_s: u64,
+    /// Whether the files were queued before the latency was held (only their
+    /// transfer ran meanwhile), or uploaded to the source node as they went.
+    pub queued_first: bool,
+    /// Updates per second of the market data.
+    pub rate: u64,
+    pub p50_us_without: f64,
+    pub p99_us_without: f64,
+    pub p50_us_during: f64,
+    pub p99_us_during: f64,
+    /// p99 during / p99 without.
+    pub p99_ratio: f64,
+    /// Market data delivered / offered during the transfer.
+    pub delivered_ratio_during: f64,
+    /// File bytes delivered to the edge's inbox per second while the latency was held.
+    pub files_mb_per_s: f64,
+    pub seconds: f64,
+}
+
+const RATE: u64 = 10_000;
+
+/// The node's default share of the network for files (`[files] rate_mb_per_s`).
+const DEFAULT_SHARE_MB: u64 = 50;
+
+impl Lab {
+    /// The market-data rows: at the node's default files share, then at the lab's.
+    pub(super) fn files_market_data(
+        &mut self,
+        large: &Path,
+        work: &Path,
+    ) -> Result<Vec<FilesMarketData>> {
+        let mut shares = vec![DEFAULT_SHARE_MB, self.args.files_rate_mb];
+        shares.dedup();
+        let mut rows = Vec::new();
+        for share in shares {
+            for queued_first in [false, true] {
+                rows.push(self.files_market_data_at(share, queued_first, large, work)?);
+            }
+        }
+        Ok(rows)
+    }
+
+    fn files_market_data_at(
+        &mut self,
+        share: u64,
+        queued_first: bool,
+        large: &Path,
+        work: &Path,
+    ) -> Result<FilesMarketData> {
+        let dir = work.join("md");
+        std::fs::create_dir_all(&dir)?;
+        let spool = dir.join("spool");
+        let inbox = dir.join("inbox");
+        let how = if queued_first {
+            "queued first"
+        } else {
+            "uploaded meanwhile"
+        };
+        let label = format!("files+market data, files at {share} MB/s, {how}");
+        let mut spec = self.backbone_spec(&label, "off", 1000)?;
+        let backbone = spec.node_config.clone().unwrap_or_default();
+        spec.node_config = Some(format!(
+            "{backbone}[files]\nservices = [\"FILES\"]\nspool = {:?}\nrate_mb_per_s = {}\nchunk_kib = 62\n",
+            spool.display().to_string(),
+            share
+        ));
+        spec.edge_config = Some(format!(
+            "{backbone}[files]\nservices = [\"FILES\"]\ninbox = {:?}\nfsync = \"never\"\n",
+            inbox.display().to_string()
+        ));
+        let mut rigs = vec![self.start_rig(&spec)?];
+        self.results.commands.extend(rigs[0].commands());
+        let addr = rigs[0].node_addr.clone();
+        let monitor = self.monitor(&rigs);
+        let secs = self.seconds();
+        let without = hold(&mut rigs, RATE, secs, 1.0, &monitor)?.remove(0);
+        self.progress
+            .line(&format!("without files: {}", step_text(&without)), 1.0);
+
+        // Files at full speed for as long as the latency is held: the large file
+        // queued, delivered, queued again; or, `queued_first`, enough copies queued
+        // before the latency is held that only their transfer runs while it is.
+        let size = std::fs::metadata(large)?.len();
+        let ahead = if queued_first {
+            let bytes = share as f64 * 1e6 * (secs + 3.0);
+            (bytes / size as f64).ceil() as usize + 1
+        } else {
+            0
+        };
+        for round in 1..=ahead {
+            send_copy(&self.bin, &addr, large, round)?;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let delivered = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let sender = {
+            let (stop, delivered) = (stop.clone(), delivered.clone());
+            let (bin, large, inbox) = (self.bin.clone(), large.to_path_buf(), inbox.clone());
+            std::thread::spawn(move || -> Result<()> {
+                let mut round = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    round += 1;
+                    if ahead == 0 {
+                        send_copy(&bin, &addr, &large, round)?;
+                    } else if round > ahead {
+                        break;
+                    }
+                    let file = inbox
+                        .join(format!("md-{round}"))
+                        .join(large.file_name().unwrap_or_default());
+                    let deadline = Instant::now() + Duration::from_secs(120);
+                    while std::fs::metadata(&file).map_or(true, |m| m.len() != size) {
+                        if Instant::now() > deadline {
+                            bail!("{} not delivered within 120 s", file.display());
+                        }
+                        if stop.load(Ordering::Relaxed) {
+                            return Ok(());
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    delivered.fetch_add(size, Ordering::Relaxed);
+                    // Room on the disk: the inbox keeps only the latest.
+                    if round > 1 {
+                        let _ = std::fs::remove_dir_all(inbox.join(format!("md-{}", round - 1)));
+                    }
+                }
+                Ok(())
+            })
+        };
+        // The first file on its way before the latency is held.
+        let start = Instant::now();
+        while delivered.load(Ordering::Relaxed) == 0
+            && !inbox.exists()
+            && start.elapsed() < Duration::from_secs(30)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let bytes0 = delivered.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        let during = hold(&mut rigs, RATE, secs, 1.0, &monitor);
+        let files_bytes = delivered.load(Ordering::Relaxed) - bytes0;
+        let window = t0.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        let sent = sender
+            .join()
+            .map_err(|_| anyhow::anyhow!("the files sender thread panicked"))?;
+        let during = during?.remove(0);
+        self.progress
+            .line(&format!("during files: {}", step_text(&during)), 1.0);
+        stop_rigs(rigs)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        sent?;
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Ok(FilesMarketData {
+            files_share_mb_per_s: share,
+            queued_first,
+            rate: RATE,
+            p50_us_without: us(without.latency.p50_ns),
+            p99_us_without: us(without.latency.p99_ns),
+            p50_us_during: us(during.latency.p50_ns),
+            p99_us_during: us(during.latency.p99_ns),
+            p99_ratio: during.latency.p99_ns as f64 / (without.latency.p99_ns as f64).max(1.0),
+            delivered_ratio_during: during.delivered_ratio,
+            files_mb_per_s: files_bytes as f64 / 1e6 / window.max(1e-9),
+            seconds: secs,
+        })
+    }
+}
+
+/// Queues the large file at the source as `md-ROUND/NAME` for the edge.
+fn send_copy(bin: &Path, addr: &str, large: &Path, round: usize) -> Result<()> {
+    let status = Command::new(bin)
+        .args(["files", "send", "--node", addr, "--to", "edge"])
+        .args(["--as-dir", &format!("md-{round}")])
+        .arg(large)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if !status.success() {
+        bail!("tickwire files send failed: {status}");
+    }
+    Ok(())
+}
+
+/// The market-data lines of report.md's files section.
+pub fn report(md: &mut String, rows: &[FilesMarketData]) -> Result<()> {
+    let Some(first) = rows.first() else {
+        return Ok(());
+    };
+    writeln!(md, "Market data beside files: {} updates/s from a source node to an edge node on the backbone, held {:.0} s without files and {:.0} s while the large file goes to the edge again and again at the files' full share: uploaded meanwhile (`files send` uploads each copy to the source as the one before arrives) or queued first (the copies queued before, only their transfer runs). Goal: p99 during within 2x of p99 without.\n", first.rate, first.seconds, first.seconds)?;
+    writeln!(md, "| files share MB/s | files | p50 µs without | p99 µs without | p50 µs during | p99 µs during | p99 during / without | delivered during | files MB/s during |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
+    for m in rows {
+        writeln!(
+            md,
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.4} | {:.0} |",
+            m.files_share_mb_per_s,
+            if m.queued_first {
+                "queued first"
+            } else {
+                "uploaded meanwhile"
+            },
+            m.p50_us_without,
+            m.p99_us_without,
+            m.p50_us_during,
+            m.p99_us_during,
+            m.p99_ratio,
+            m.delivered_ratio_during,
+            m.files_mb_per_s
+        )?;
+    }
+    writeln!(md)?;
+    Ok(())
+}
