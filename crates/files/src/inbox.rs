@@ -81,6 +81,11 @@ pub struct Inbox {
     saved: HashSet<u64>,
 }
 
+/// A partial file's path, or its map's or manifest's (`ext`).
+fn partial_path(partial: &Path, transfer: u64, ext: &str) -> PathBuf {
+    partial.join(format!("{}.{ext}", hex_id(transfer)))
+}
+
 fn hex_id(transfer: u64) -> String {
     format!("{transfer:016x}")
 }
@@ -115,7 +120,7 @@ impl Inbox {
     }
 
     fn path(&self, transfer: u64, ext: &str) -> PathBuf {
-        self.partial.join(format!("{}.{ext}", hex_id(transfer)))
+        partial_path(&self.partial, transfer, ext)
     }
 
     /// The manifests of the partial files a previous run left, to resume them
@@ -151,8 +156,10 @@ impl Inbox {
     }
 
     fn file(&mut self, transfer: u64) -> io::Result<&File> {
-        let path = self.path(transfer, "part");
+        // The path is made only when the file is not open (not once per chunk).
+        let partial = &self.partial;
         self.open.get(transfer, || {
+            let path = partial_path(partial, transfer, "part");
             OpenOptions::new().read(true).write(true).open(path)
         })
     }

@@ -68,6 +68,11 @@ pub fn sha256_file(path: &Path) -> io::Result<(u64, [u8; 32])> {
     Ok((size, h.finalize().into()))
 }
 
+/// Where a file with a file of its own keeps its bytes.
+fn own_path(dir: &Path, transfer: u64) -> PathBuf {
+    dir.join(format!("{transfer:016x}.data"))
+}
+
 /// A transfer found in the spool: its manifest and the last state of each site.
 pub type Spooled = (Manifest, Vec<(String, Delivery, String)>);
 
@@ -247,7 +252,7 @@ impl Spool {
     }
 
     fn own_path(&self, transfer: u64) -> PathBuf {
-        self.dir.join(format!("{transfer:016x}.data"))
+        own_path(&self.dir, transfer)
     }
 
     /// Where a transfer's bytes are when it has a file of its own.
@@ -554,9 +559,10 @@ impl ChunkSource for Spool {
             })?;
             return f.read_exact_at(buf, at + offset);
         }
-        let path = self.own_path(transfer);
+        // The path is made only when the file is not open (not once per chunk).
+        let dir = &self.dir;
         self.own_open
-            .get(transfer, || File::open(path))?
+            .get(transfer, || File::open(own_path(dir, transfer)))?
             .read_exact_at(buf, offset)
     }
 }
