@@ -102,7 +102,8 @@ fn get_metrics(addr: &str) -> std::io::Result<Vec<u8>> {
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
         s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        // As Prometheus asks: OpenMetrics first.
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\nConnection: close\r\n\r\n"
     )?;
     let mut body = Vec::new();
     s.read_to_end(&mut body)?;

@@ -4,6 +4,7 @@ mod backbone;
 mod demo;
 mod feed;
 mod files;
+mod health;
 mod journal;
 mod json;
 mod logger;
@@ -93,6 +94,10 @@ enum Command {
     /// `files status` prints who has what (docs/FILES.md).
     #[command(subcommand)]
     Files(files::FilesCommand),
+    /// Ask a node on its HTTP port whether it is alive (GET /healthz) or, with --ready,
+    /// ready (GET /readyz); prints the answer, exit status 0 when it was 200 OK, else 1
+    /// (a container's HEALTHCHECK).
+    Health(health::HealthArgs),
 }
 
 #[derive(clap::Args)]
@@ -346,6 +351,7 @@ fn main() {
         Command::Journal(c) => journal::run(c),
         Command::Backbone(c) => backbone::run(c),
         Command::Files(c) => files::run(c),
+        Command::Health(a) => health::run(a),
         Command::PerfPub(a) => tickwire_bench::perf_pub::run(a).map(|_| ()),
         Command::PerfPost(a) => tickwire_bench::perf_post::run(a).map(|_| ()),
         Command::PerfWsSub(a) => {

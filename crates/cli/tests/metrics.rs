@@ -1,6 +1,8 @@
-//! `GET /metrics` on the node's HTTP port while data flows, read by Prometheus's own
-//! Python parser (prometheus_client's OpenMetrics parser): the format is real, the
-//! names are those the contract gives, and the figures move.
+//! `GET /metrics` on the node's HTTP port while data flows: OpenMetrics read by
+//! Prometheus's own Python parser (prometheus_client's OpenMetrics parser), the classic
+//! text format checked by `promtool check metrics`, and a real Prometheus server
+//! scraping a node; the names are those the contract gives, and the figures move.
+//! `/healthz` and `/readyz`, and `tickwire health` asking them.
 
 mod common;
 
@@ -9,15 +11,71 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-/// `GET /metrics`: status line, headers, body.
-fn scrape(addr: &str) -> (String, String) {
+/// The `Accept` header Prometheus 2.x scrapes with.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// `GET path` (with an `Accept` header if given): status line and headers, body.
+fn get(addr: &str, path: &str, accept: Option<&str>) -> (String, String) {
     let mut s = std::net::TcpStream::connect(addr).expect("connect to the HTTP port");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}\r\n").unwrap();
     let mut all = String::new();
     s.read_to_string(&mut all).unwrap();
     let (head, body) = all.split_once("\r\n\r\n").expect("an HTTP answer");
     (head.to_string(), body.to_string())
+}
+
+/// `GET /metrics` as Prometheus asks for it (OpenMetrics).
+fn scrape(addr: &str) -> (String, String) {
+    get(addr, "/metrics", Some(PROMETHEUS_ACCEPT))
+}
+
+/// A program of Debian's `prometheus` package (.ci/test installs it).
+fn prometheus_tool(name: &str) -> std::process::Command {
+    let found = std::process::Command::new(name)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "{name} is not installed: install Debian's prometheus package (apt-get install --no-install-recommends prometheus), as .ci/test does"
+    );
+    std::process::Command::new(name)
+}
+
+/// Runs `cmd` with `input` on its standard input; what it printed and its status.
+fn run_with_input(mut cmd: std::process::Command, input: &str) -> std::process::Output {
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `promtool check metrics` on a classic-format body: its complaints, empty when none.
+fn promtool_complaints(body: &str) -> String {
+    let mut promtool = prometheus_tool("promtool");
+    promtool.args(["check", "metrics"]);
+    let out = run_with_input(promtool, body);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        said.trim().to_string()
+    } else {
+        format!("(exit {:?}) {said}", out.status.code())
+    }
 }
 
 /// Every sample, parsed by prometheus_client: {"name{labels}": value}.
@@ -32,20 +90,9 @@ for fam in text_string_to_metric_families(sys.stdin.read()):
         out[s.name + ("{" + labels + "}" if labels else "")] = s.value
 print(json.dumps(out))
 "#;
-    let mut child = std::process::Command::new(python_with_websocket_client())
-        .args(["-c", code])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run python");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut python = std::process::Command::new(python_with_websocket_client());
+    python.args(["-c", code]);
+    let out = run_with_input(python, body);
     assert!(
         out.status.success(),
         "the parser refused the metrics: {}\n{body}",
@@ -86,18 +133,54 @@ fn the_metrics_parse_and_move_while_data_flows() {
         "tickwire_slow_consumer_episodes_total",
         "tickwire_conflated_updates_total",
         "tickwire_logins_refused_total",
-        "tickwire_bytes_in_total",
-        "tickwire_bytes_out_total",
+        "tickwire_received_bytes_total",
+        "tickwire_sent_bytes_total",
         "tickwire_service_items{service=\"FEED\"}",
         "tickwire_service_updates_in_total{service=\"FEED\"}",
         "tickwire_service_updates_out_total{service=\"FEED\"}",
         "tickwire_update_latency_seconds_count",
         "tickwire_update_latency_seconds_bucket{le=\"0.001\"}",
         "tickwire_update_latency_seconds_bucket{le=\"+Inf\"}",
+        "tickwire_ready",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_start_time_seconds",
     ] {
         assert!(first.contains_key(name), "{name} missing from\n{body}");
     }
-    assert!(first.keys().all(|k| k.starts_with("tickwire_")), "{body}");
+    assert!(
+        first
+            .keys()
+            .all(|k| k.starts_with("tickwire_") || k.starts_with("process_")),
+        "{body}"
+    );
+    let version = format!(
+        "tickwire_build_info{{version=\"{}\"}}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(first[&version], 1.0, "{body}");
+    // No backbone, upstream or journal to wait for: ready.
+    assert_eq!(first["tickwire_ready"], 1.0);
+    assert!(first["process_resident_memory_bytes"].as_f64() > Some(1e6));
+    assert!(first["process_open_fds"].as_f64() >= Some(3.0));
+
+    // Asked without OpenMetrics (curl, promtool): the classic text format, which
+    // promtool finds nothing to say about, with the same samples.
+    for accept in [None, Some("*/*"), Some("text/plain")] {
+        let (head, text) = get(&ws, "/metrics", accept);
+        assert!(
+            head.contains("Content-Type: text/plain; version=0.0.4"),
+            "{accept:?}: {head}"
+        );
+        assert_eq!(promtool_complaints(&text), "", "{accept:?}:\n{text}");
+        assert!(
+            text.contains("\n# TYPE tickwire_logins_total counter\n"),
+            "{text}"
+        );
+        assert!(text.contains(&format!("\n{version} 1\n")), "{text}");
+        assert!(!text.contains("# EOF"), "{text}");
+    }
     assert_eq!(first["tickwire_service_up{service=\"FEED\"}"], 1.0);
     assert_eq!(first["tickwire_posts_total{result=\"acked\"}"], 1.0);
     assert_eq!(first["tickwire_service_items{service=\"FEED\"}"], 10.0);
@@ -108,8 +191,8 @@ fn the_metrics_parse_and_move_while_data_flows() {
         "tickwire_updates_out_total",
         "tickwire_service_updates_in_total{service=\"FEED\"}",
         "tickwire_service_updates_out_total{service=\"FEED\"}",
-        "tickwire_bytes_in_total",
-        "tickwire_bytes_out_total",
+        "tickwire_received_bytes_total",
+        "tickwire_sent_bytes_total",
         "tickwire_update_latency_seconds_count",
     ];
     // Updates keep flowing: both counters move between two scrapes.
@@ -128,7 +211,7 @@ fn the_metrics_parse_and_move_while_data_flows() {
             // The subscriber's queue had something in it when the node wrote to it.
             assert!(
                 now.iter().any(|(k, v)| k
-                    .starts_with("tickwire_connection_queued_bytes_high_water{")
+                    .starts_with("tickwire_connection_queue_high_water_bytes{")
                     && k.contains("role=\"subscriber\"")
                     && v.as_f64() > Some(0.0)),
                 "no subscriber's queue high-water mark:\n{body}"
@@ -177,7 +260,7 @@ fn dashboard_metric_names() -> Vec<String> {
         for t in panel["targets"].as_array().unwrap() {
             let expr = t["expr"].as_str().unwrap();
             for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                if word.starts_with("tickwire_") {
+                if word.starts_with("tickwire_") || word.starts_with("process_") {
                     asked.push(word.to_string());
                 }
             }
@@ -287,4 +370,243 @@ fn a_backbone_edges_metrics_carry_the_backbone_figures() {
             "the dashboard asks for {name}:\n{body}"
         );
     }
+}
+
+/// `GET` of an HTTP API on loopback: the JSON it answers (asked in HTTP/1.0, so the
+/// body comes whole, never chunked).
+fn get_json(addr: &str, path_and_query: &str) -> Option<Value> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path_and_query} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut all = String::new();
+    s.read_to_string(&mut all).ok()?;
+    let (_, body) = all.split_once("\r\n\r\n")?;
+    serde_json::from_str(body).ok()
+}
+
+/// A real Prometheus server (Debian's) scrapes a node as it would in production, with
+/// the project's alerting rules loaded: the target is up, the node's samples are
+/// queryable, and every rule loads and evaluates without error.
+#[test]
+fn prometheus_itself_scrapes_the_node_and_loads_the_alert_rules() {
+    let (_node, ws) = Node::start_ws(&[]);
+    let dir = std::env::temp_dir().join(format!("tickwire-prometheus-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/prometheus/alerts.yml")
+        .canonicalize()
+        .unwrap();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+             rule_files: [\"{}\"]\n\
+             scrape_configs:\n  - job_name: tickwire\n    static_configs:\n      - targets: [\"{ws}\"]\n",
+            rules.display()
+        ),
+    )
+    .unwrap();
+    let web = format!("127.0.0.1:{}", free_port_for_tests());
+    let mut cmd = prometheus_tool("prometheus");
+    cmd.arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"));
+    let mut prometheus = Proc::spawn_command(cmd, "prometheus".into());
+    prometheus.wait_for_line(
+        "Server is ready to receive web requests",
+        Duration::from_secs(60),
+    );
+
+    let query = |q: &str| -> Vec<Value> {
+        get_json(&web, &format!("/api/v1/query?query={q}"))
+            .and_then(|v| v["data"]["result"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // up{job="tickwire"} == 1 and the node's own samples are stored.
+        let up = query("up%7Bjob%3D%22tickwire%22%7D");
+        let build = query("tickwire_build_info");
+        let cpu = query("process_cpu_seconds_total");
+        if up.first().map(|s| s["value"][1].clone()) == Some(Value::from("1"))
+            && !build.is_empty()
+            && !cpu.is_empty()
+        {
+            assert_eq!(build[0]["metric"]["job"], "tickwire", "{build:?}");
+            assert_eq!(
+                build[0]["metric"]["version"],
+                env!("CARGO_PKG_VERSION"),
+                "{build:?}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus did not scrape the node: up {up:?}, build {build:?}; targets {:?}\n{}",
+            get_json(&web, "/api/v1/targets"),
+            prometheus.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // The rules loaded, and each has been evaluated without error.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rules = get_json(&web, "/api/v1/rules").unwrap_or(Value::Null);
+        let all: Vec<&Value> = rules["data"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+            .collect();
+        let evaluated = all.iter().all(|r| {
+            r["health"] == "ok"
+                && r["lastEvaluation"]
+                    .as_str()
+                    .is_some_and(|t| !t.starts_with("0001"))
+        });
+        if all.len() >= 10 && evaluated {
+            assert!(all.iter().any(|r| r["name"] == "TickwireDown"), "{rules}");
+            break;
+        }
+        assert!(
+            all.iter().all(|r| r["health"] != "err"),
+            "a rule failed to evaluate: {rules}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the rules were not all evaluated: {rules}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    prometheus.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The alerting rules shipped in deploy/prometheus are valid and pass their own unit
+/// tests (`promtool test rules`), which fire each alert on the series it watches.
+#[test]
+fn the_alert_rules_pass_promtool_and_their_unit_tests() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus");
+    for args in [
+        ["check", "rules", "alerts.yml"],
+        ["test", "rules", "alerts_test.yml"],
+    ] {
+        let out = prometheus_tool("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Every metric the rules watch is one a node serves (or Prometheus's own `up`).
+    let text = std::fs::read_to_string(dir.join("alerts.yml")).unwrap();
+    let served = [
+        "tickwire_dependency_up",
+        "tickwire_service_up",
+        "tickwire_subscribers_behind",
+        "tickwire_disconnects_total",
+        "tickwire_dropped_updates_total",
+        "tickwire_backbone_naks_total",
+        "tickwire_backbone_reimages_total",
+        "tickwire_backbone_sources_lost_total",
+        "tickwire_backbone_rejected_total",
+        "tickwire_journal_failures_total",
+        "process_open_fds",
+        "process_max_fds",
+    ];
+    for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.starts_with("tickwire_") || word.starts_with("process_") {
+            assert!(
+                served.contains(&word),
+                "alerts.yml watches {word}: add it here if a node serves it"
+            );
+        }
+    }
+}
+
+/// `/healthz` answers while the event loop turns; `/readyz` (and `tickwire health
+/// --ready`) says not ready, and why, until what the node depends on is there: here an
+/// upstream node that starts later, then a journal that cannot be opened.
+#[test]
+fn readyz_waits_for_the_upstream_node_and_names_what_is_missing() {
+    let upstream_port = free_port_for_tests();
+    let upstream_addr = format!("127.0.0.1:{upstream_port}");
+    let (_node, ws) = Node::start_ws(&["--upstream", &upstream_addr]);
+    let (head, body) = get(&ws, "/healthz", None);
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert_eq!(body, "ok\n");
+    let (head, body) = get(&ws, "/readyz", None);
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}\n{body}");
+    assert!(
+        body.starts_with("not ready\n")
+            && body.contains(&format!(
+                "upstream: not logged in: connecting ({upstream_addr})"
+            )),
+        "{body}"
+    );
+    assert!(
+        metric(&ws, "tickwire_dependency_up{dependency=\"upstream\"}") == Some(0.0)
+            && metric(&ws, "tickwire_ready") == Some(0.0),
+        "{}",
+        get(&ws, "/metrics", None).1
+    );
+    let asked = run(&["health", "--ws", &ws, "--ready"], Duration::from_secs(20));
+    assert_eq!(asked.code(), Some(1), "{}{}", asked.stdout, asked.stderr);
+    assert!(
+        asked.stdout.contains("upstream: not logged in"),
+        "{}",
+        asked.stdout
+    );
+    assert!(asked.stderr.contains("answered 503"), "{}", asked.stderr);
+    let alive = run(&["health", "--ws", &ws], Duration::from_secs(20));
+    assert_eq!(alive.code(), Some(0), "{}{}", alive.stdout, alive.stderr);
+
+    // The upstream node comes: the node logs in to it and becomes ready.
+    let _upstream = Node::start(&["--listen", &upstream_addr]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (head, body) = get(&ws, "/readyz", None);
+        if head.starts_with("HTTP/1.1 200 OK") {
+            assert!(
+                body.starts_with("ready\n") && body.contains("upstream: logged in to"),
+                "{body}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ready: {head}\n{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let asked = run(&["health", "--ws", &ws, "--ready"], Duration::from_secs(20));
+    assert_eq!(asked.code(), Some(0), "{}{}", asked.stdout, asked.stderr);
+
+    // A journal directory that is a file: the journal cannot open, so never ready.
+    let file =
+        std::env::temp_dir().join(format!("tickwire-readyz-not-a-dir-{}", std::process::id()));
+    std::fs::write(&file, b"not a directory").unwrap();
+    let cfg = TempConfig::new(
+        "readyz-journal",
+        &format!(
+            "[posts]\nservices = [\"FEED\"]\n[journal]\ndir = \"{}\"\nservices = [\"FEED\"]\n",
+            file.display()
+        ),
+    );
+    let (_journaled, ws) = Node::start_ws(&["--config", cfg.path()]);
+    let (head, body) = get(&ws, "/readyz", None);
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}\n{body}");
+    assert!(body.contains("journal: not writable: "), "{body}");
+    assert_eq!(
+        metric(&ws, "tickwire_dependency_up{dependency=\"journal\"}"),
+        Some(0.0)
+    );
+    let _ = std::fs::remove_file(&file);
 }

@@ -1,8 +1,8 @@
 //! The packaging files: the systemd unit passes `systemd-analyze verify` (when this
 //! machine has it) and carries its hardening; the Dockerfile is linted (this machine has
 //! no Docker daemon, and its base images could not be pulled here): two stages, the
-//! binary copied from the build stage, an unprivileged user, the ports, and a node
-//! configuration the node itself accepts.
+//! binary copied from the build stage, an unprivileged user, the ports, a node
+//! configuration the node itself accepts, and a HEALTHCHECK that works against it.
 
 mod common;
 
@@ -89,6 +89,7 @@ fn the_dockerfile_builds_in_two_stages_and_runs_unprivileged_with_a_valid_config
         "ENV",
         "ARG",
         "LABEL",
+        "HEALTHCHECK",
     ];
     // (No ADD: it fetches and unpacks; COPY only.)
     for (k, v) in &instr {
@@ -111,7 +112,7 @@ fn the_dockerfile_builds_in_two_stages_and_runs_unprivileged_with_a_valid_config
     let has =
         |k: &str, pred: &dyn Fn(&str) -> bool| run_stage.iter().any(|(kk, v)| kk == k && pred(v));
     assert!(has("COPY", &|v| v.starts_with("--from=build ")
-        && v.contains("target/release/tickwire")));
+        && v.ends_with(" /usr/local/bin/tickwire")));
     assert!(
         has("USER", &|v| v != "root" && v != "0"),
         "runs as an unprivileged user"
@@ -140,4 +141,47 @@ fn the_dockerfile_builds_in_two_stages_and_runs_unprivileged_with_a_valid_config
         "{}",
         out.stdout
     );
+
+    // The HEALTHCHECK's own command, run against a node with the image's configuration
+    // (on free loopback ports instead of the image's): it exits 0.
+    let check = run_stage
+        .iter()
+        .find(|(k, _)| k == "HEALTHCHECK")
+        .map(|(_, v)| v.clone())
+        .expect("a HEALTHCHECK");
+    let argv: Vec<String> = serde_json::from_str(
+        check
+            .split_once(" CMD ")
+            .map(|(_, cmd)| cmd.trim())
+            .expect("HEALTHCHECK ... CMD [...]"),
+    )
+    .expect("the exec form");
+    assert_eq!(argv[0], "/usr/local/bin/tickwire");
+    let image_cfg = std::fs::read_to_string(&cfg).unwrap();
+    let ws_port = free_port_for_tests();
+    let local_cfg = TempConfig::new(
+        "docker-healthcheck",
+        &image_cfg
+            .replace("0.0.0.0:14002", "127.0.0.1:0")
+            .replace("0.0.0.0:15000", &format!("127.0.0.1:{ws_port}")),
+    );
+    let mut node = Node::start(&["--config", local_cfg.path()]);
+    node.proc
+        .wait_for_line("WebSocket API on ws://", std::time::Duration::from_secs(20));
+    let args: Vec<&str> = argv[1..]
+        .iter()
+        .map(|a| match a.as_str() {
+            "/etc/tickwire/node.toml" => local_cfg.path(),
+            other => other,
+        })
+        .collect();
+    let health = run(&args, std::time::Duration::from_secs(20));
+    assert_eq!(
+        health.code(),
+        Some(0),
+        "{args:?}: {}{}",
+        health.stdout,
+        health.stderr
+    );
+    assert_eq!(health.stdout, "ok\n");
 }

@@ -13,7 +13,7 @@ use log::{error, info, warn};
 use mio::Waker;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
@@ -79,6 +79,8 @@ pub struct JournalFigures {
     pub syscalls: AtomicU64,
     /// Bytes of journaled refreshes and updates the thread has taken off its queue.
     pub item_bytes_done: AtomicU64,
+    /// The last commit failed (a full or failing disk): cleared by one that succeeds.
+    pub last_commit_failed: AtomicBool,
 }
 
 /// Journaled refreshes and updates waiting for the journal thread at most: past it (a
@@ -255,6 +257,21 @@ impl JournalThread {
         }
     }
 
+    /// Whether the journal takes records now: opened, its thread running, its last
+    /// commit kept; else why not.
+    pub fn writable(&self) -> Result<(), String> {
+        if let Some(why) = &self.unavailable {
+            return Err(why.clone());
+        }
+        if self.thread.as_ref().is_none_or(|t| t.is_finished()) {
+            return Err("the journal thread has stopped".into());
+        }
+        if self.figures.last_commit_failed.load(Ordering::Relaxed) {
+            return Err("its last commit failed (see the node's log)".into());
+        }
+        Ok(())
+    }
+
     /// Hands the answers that are ready to the core.
     pub fn deliver(&self, core: &mut Node, now: Instant) {
         if let Some(rx) = &self.answers {
@@ -295,7 +312,7 @@ fn run(
                 match inbox.recv_timeout(left) {
                     Ok(r) => r,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        commit(&mut journal, &mut held);
+                        commit(&mut journal, &mut held, &figures);
                         waiting_since = None;
                         publish_figures(&journal, &figures);
                         if !deliver(&mut held, &outbox, &waker) {
@@ -370,7 +387,7 @@ fn run(
             ));
             if always {
                 let last = answers.len() - 1;
-                commit(&mut journal, &mut answers[last..]);
+                commit(&mut journal, &mut answers[last..], &figures);
             }
         }
         // Group commit: one write and one sync for everything appended in this turn,
@@ -382,7 +399,7 @@ fn run(
             let since = *waiting_since.get_or_insert_with(Instant::now);
             if bytes == 0 || awaited || bytes >= ITEMS_BYTES || since.elapsed() >= ITEMS_WAIT {
                 answers.splice(0..0, held.drain(..));
-                commit(&mut journal, &mut answers);
+                commit(&mut journal, &mut answers, &figures);
                 waiting_since = None;
             } else {
                 let (items, others): (Vec<Answer>, Vec<Answer>) = answers
@@ -451,8 +468,12 @@ fn append_parts(
 }
 
 /// Commits what was appended for `answers`; on failure none of them is kept.
-fn commit(journal: &mut Journal, answers: &mut [Answer]) {
-    if let Err(e) = journal.commit() {
+fn commit(journal: &mut Journal, answers: &mut [Answer], figures: &JournalFigures) {
+    let result = journal.commit();
+    figures
+        .last_commit_failed
+        .store(result.is_err(), Ordering::Relaxed);
+    if let Err(e) = result {
         warn!("journal: {e}");
         fail(answers, &e.to_string());
     }

@@ -694,8 +694,10 @@ impl NodeServer {
             ready.sort_unstable();
             ready.dedup();
             let metrics = crate::metrics::Extra {
-                journal: journal.as_ref().map(|j| &*j.figures),
+                journal: journal.as_ref(),
                 backbone: node_item.backbone.as_ref(),
+                backbone_linked: backbone.as_ref().map(|b| b.link().is_some()),
+                upstream: upstream.as_ref(),
             };
             for &id in &ready {
                 if read_some(
@@ -1306,13 +1308,9 @@ fn read_some(
                 .peer_addr()
                 .map_or_else(|_| "?".to_string(), |a| a.to_string());
             w.on_bytes(&bytes, ws_cfg, core, id, now, &peer);
-            if std::mem::take(&mut w.metrics_requested) {
-                let body = crate::metrics::render(core, metrics);
-                w.out = tickwire_gateway::ws::http_response(
-                    "200 OK",
-                    crate::metrics::CONTENT_TYPE,
-                    body.as_bytes(),
-                );
+            if let Some(asked) = w.node_request.take() {
+                let (status, content_type, body) = crate::node_http::answer(asked, core, metrics);
+                w.out = tickwire_gateway::ws::http_response(status, content_type, body.as_bytes());
             }
             if w.write(&mut sock.transport).is_err() {
                 sock.dead = true;

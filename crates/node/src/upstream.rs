@@ -180,6 +180,11 @@ impl UpstreamLink {
         self.relay.above()
     }
 
+    /// Logged in to an upstream node (its data can flow).
+    pub fn is_connected(&self) -> bool {
+        self.relay.upstream_name().is_some()
+    }
+
     /// `upstream-name (host:port)` or why there is none, for the figures.
     pub fn state_text(&self) -> String {
         match self.relay.upstream_name() {

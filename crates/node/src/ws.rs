@@ -81,9 +81,9 @@ pub struct WsConn {
     /// `websocket.allowed_origins`: browser origins, besides the node's own, whose
     /// pages may upgrade (`*`: any).
     allowed_origins: Vec<String>,
-    /// `GET /metrics` came: the caller writes the answer (it knows more than the
-    /// core) into `out`.
-    pub metrics_requested: bool,
+    /// `GET /metrics`, `/healthz` or `/readyz` came: the caller writes the answer (it
+    /// knows more than the core) into `out`.
+    pub node_request: Option<crate::node_http::NodeRequest>,
 }
 
 impl WsConn {
@@ -104,7 +104,7 @@ impl WsConn {
             json: JsonOut::default(),
             to_node: Vec::new(),
             allowed_origins: allowed_origins.to_vec(),
-            metrics_requested: false,
+            node_request: None,
         }
     }
 
@@ -263,8 +263,11 @@ impl WsConn {
             }));
             return;
         }
-        if req.method == "GET" && path == "/metrics" {
-            self.metrics_requested = true;
+        if let Some(asked) = (req.method == "GET")
+            .then(|| crate::node_http::NodeRequest::parse(path, req.header("accept")))
+            .flatten()
+        {
+            self.node_request = Some(asked);
             self.phase = Phase::Done;
             self.close_after_flush = true;
             return;

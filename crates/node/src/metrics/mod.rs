@@ -1,6 +1,7 @@
 //! `GET /metrics` on the node's HTTP (WebSocket) port: the node's figures in the
-//! OpenMetrics text format (which Prometheus reads), with the `prometheus-client`
-//! crate.
+//! OpenMetrics text format or the classic Prometheus text format, as the scraper's
+//! `Accept` asks ([`format`]), built with the `prometheus-client` crate; with the
+//! standard `process_*` metrics ([`process`]) and `tickwire_build_info`.
 //!
 //! Nothing here is on the hot path: the core counts in plain integers on its own thread
 //! (no atomics, no locks), and a scrape, handled on that same thread, reads them and
@@ -17,10 +18,13 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::Ordering::Relaxed;
 use tickwire_core::Node;
 
+pub mod format;
+mod process;
+
+pub use format::Format;
+
 /// The connections with the longest output queues shown one by one.
 pub const TOP_QUEUES: usize = 10;
-
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RoleLabel {
@@ -38,13 +42,21 @@ struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DependencyLabel {
+    dependency: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: String,
 }
 
+/// One of the connections with the longest queues: its place (1 the longest), user and
+/// role. Not its address: a label whose values are every peer's ephemeral port would
+/// make a new series for every connection (the logs and the dashboard name the peer).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConnectionLabel {
-    peer: String,
+    rank: String,
     user: String,
     role: String,
 }
@@ -52,9 +64,13 @@ struct ConnectionLabel {
 /// What the node knows beyond its core.
 #[derive(Default)]
 pub struct Extra<'a> {
-    pub journal: Option<&'a crate::journal::JournalFigures>,
+    pub journal: Option<&'a crate::journal::JournalThread>,
     /// The backbone's figures as of the last node-item tick (once a second).
     pub backbone: Option<&'a tickwire_backbone::BackboneFigures>,
+    /// Whether the backbone's Aeron link is up, with a backbone.
+    pub backbone_linked: Option<bool>,
+    /// With an upstream node: whether the node is logged in to it, and which.
+    pub upstream: Option<&'a crate::upstream::UpstreamLink>,
 }
 
 /// A histogram whose buckets were counted elsewhere (the core's latency samples),
@@ -121,10 +137,39 @@ fn counter_family<
 }
 
 /// The metrics text for one scrape.
-pub fn render(core: &Node, extra: &Extra<'_>) -> String {
-    let mut r = Registry::with_prefix("tickwire");
+pub fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
+    let mut root = Registry::default();
+    process::register(&mut root);
+    let r = root.sub_registry_with_prefix("tickwire");
+    r.register(
+        "build",
+        "The node's version",
+        prometheus_client::metrics::info::Info::new([("version", env!("CARGO_PKG_VERSION"))]),
+    );
     let s = core.stats();
     let reports = core.connection_reports();
+
+    // Readiness (what /readyz says).
+    let checks = crate::readiness::checks(extra);
+    gauge(
+        r,
+        "ready",
+        "1 when the node is ready: the backbone link, upstream node and journal it has are there (as /readyz)",
+        i64::from(checks.iter().all(|c| c.up)),
+    );
+    family(
+        r,
+        "dependency_up",
+        "1 when the dependency is there: backbone (linked), upstream (logged in), journal (writable)",
+        checks.iter().map(|c| {
+            (
+                DependencyLabel {
+                    dependency: c.dependency.into(),
+                },
+                i64::from(c.up),
+            )
+        }),
+    );
 
     // Connections and sessions.
     let mut roles: std::collections::BTreeMap<&str, i64> =
@@ -136,7 +181,7 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
         *roles.entry(c.role).or_default() += 1;
     }
     family(
-        &mut r,
+        r,
         "connections",
         "Connections by role (the node's own internal publishers count as publishers)",
         roles
@@ -144,51 +189,51 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
             .map(|(k, v)| (RoleLabel { role: k.into() }, v)),
     );
     counter(
-        &mut r,
+        r,
         "connections_accepted",
         "Connections accepted",
         s.connections_accepted,
     );
-    counter(&mut r, "logins", "Logins accepted", s.logins);
+    counter(r, "logins", "Logins accepted", s.logins);
     counter(
-        &mut r,
+        r,
         "logins_refused",
         "Logins refused (credentials, entitlement, protocol version, a loop of nodes)",
         s.logins_refused,
     );
     counter(
-        &mut r,
+        r,
         "logins_failed",
         "Logins whose secret or token failed its check (they throttle further attempts)",
         s.logins_failed,
     );
     counter(
-        &mut r,
+        r,
         "idle_logins_closed",
         "Connections closed before logging in to make room for newer ones (limits.max_pending_logins)",
         s.idle_logins_closed,
     );
     counter(
-        &mut r,
+        r,
         "internal_services_refused",
         "Services an upstream link or the backbone announced that the node did not take (another publisher's, or past limits.max_services)",
         s.internal_services_refused,
     );
     let (bytes_in, bytes_out) = crate::io_counters::totals();
     counter(
-        &mut r,
-        "bytes_in",
+        r,
+        "received_bytes",
         "Bytes read from connections (TCP and WebSocket; the plaintext under TLS)",
         bytes_in,
     );
     counter(
-        &mut r,
-        "bytes_out",
+        r,
+        "sent_bytes",
         "Bytes written to connections (TCP and WebSocket; the plaintext under TLS)",
         bytes_out,
     );
     counter_family(
-        &mut r,
+        r,
         "disconnects",
         "Connections the node closed, by reason",
         [
@@ -216,19 +261,19 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
             .collect::<Vec<_>>()
     };
     family(
-        &mut r,
+        r,
         "service_up",
         "1 when the service has a publisher and is up, else 0",
         by_service(|sf| sf.up as i64),
     );
     family(
-        &mut r,
+        r,
         "service_items",
         "Items the node holds for the service",
         by_service(|sf| sf.items as i64),
     );
     counter_family(
-        &mut r,
+        r,
         "service_updates_in",
         "Updates received from the service's publisher",
         services.iter().map(|sf| {
@@ -241,7 +286,7 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
         }),
     );
     counter_family(
-        &mut r,
+        r,
         "service_updates_out",
         "Updates of the service sent to subscribers",
         services.iter().map(|sf| {
@@ -253,46 +298,36 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
             )
         }),
     );
-    gauge(
-        &mut r,
-        "items",
-        "Items the node holds",
-        core.item_count() as i64,
-    );
+    gauge(r, "items", "Items the node holds", core.item_count() as i64);
 
     // Data.
     counter(
-        &mut r,
+        r,
         "updates_in",
         "Updates received from publishers",
         s.updates_in,
     );
     counter(
-        &mut r,
+        r,
         "updates_out",
         "Updates sent to subscribers",
         s.updates_out,
     );
     counter(
-        &mut r,
+        r,
         "refreshes_in",
         "Refreshes received from publishers",
         s.refreshes_in,
     );
     counter(
-        &mut r,
+        r,
         "refreshes_out",
         "Refreshes sent to subscribers",
         s.refreshes_out,
     );
+    counter(r, "requests", "Item requests from subscribers", s.requests);
     counter(
-        &mut r,
-        "requests",
-        "Item requests from subscribers",
-        s.requests,
-    );
-    counter(
-        &mut r,
+        r,
         "updates_on_unknown_streams",
         "Updates from publishers on streams the node does not know",
         s.updates_on_unknown_streams,
@@ -300,25 +335,25 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
 
     // Slow consumers.
     counter(
-        &mut r,
+        r,
         "slow_consumer_episodes",
         "Times a subscriber fell behind and its updates started being conflated",
         s.slow_consumer_episodes,
     );
     counter(
-        &mut r,
+        r,
         "conflated_updates",
         "Publisher updates merged into others for slow subscribers",
         s.conflated_updates,
     );
     counter(
-        &mut r,
+        r,
         "dropped_updates",
         "Do-not-conflate updates a slow subscriber had no room for (it was told)",
         s.do_not_conflate_dropped,
     );
     gauge(
-        &mut r,
+        r,
         "subscribers_behind",
         "Subscribers behind now (their updates conflated)",
         reports.iter().filter(|c| c.behind).count() as i64,
@@ -327,13 +362,13 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
     longest.sort_by_key(|c| std::cmp::Reverse(c.queued_bytes));
     longest.truncate(TOP_QUEUES);
     family(
-        &mut r,
+        r,
         "connection_queued_bytes",
         "Bytes queued for the connections with the longest output queues (at most 10)",
-        longest.iter().map(|c| {
+        longest.iter().zip(1..).map(|(c, rank)| {
             (
                 ConnectionLabel {
-                    peer: c.peer.clone(),
+                    rank: rank.to_string(),
                     user: c.user.clone(),
                     role: c.role.into(),
                 },
@@ -348,14 +383,14 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
     highest.sort_by_key(|c| std::cmp::Reverse(c.queued_bytes_high_water));
     highest.truncate(TOP_QUEUES);
     family(
-        &mut r,
-        "connection_queued_bytes_high_water",
+        r,
+        "connection_queue_high_water_bytes",
         "The most output queued for a connection when the node came to write it, for the \
          connections with the highest such marks (at most 10)",
-        highest.iter().map(|c| {
+        highest.iter().zip(1..).map(|(c, rank)| {
             (
                 ConnectionLabel {
-                    peer: c.peer.clone(),
+                    rank: rank.to_string(),
                     user: c.user.clone(),
                     role: c.role.into(),
                 },
@@ -364,7 +399,7 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
         }),
     );
     gauge(
-        &mut r,
+        r,
         "queued_bytes",
         "Bytes queued for all connections",
         reports.iter().map(|c| c.queued_bytes as i64).sum(),
@@ -373,7 +408,7 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
     // Posts and the journal.
     let p = &s.posts;
     counter_family(
-        &mut r,
+        r,
         "posts",
         "Posts taken in, and answered: accepted, refused, refused for no answer in time",
         [
@@ -385,27 +420,27 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
         ]
         .map(|(k, v)| (ResultLabel { result: k.into() }, v)),
     );
-    if let Some(j) = extra.journal {
+    if let Some(j) = extra.journal.map(|j| &*j.figures) {
         counter(
-            &mut r,
+            r,
             "journal_records",
             "Journal records written",
             j.records.load(Relaxed),
         );
         counter(
-            &mut r,
+            r,
             "journal_commits",
             "Journal commits",
             j.commits.load(Relaxed),
         );
         counter(
-            &mut r,
+            r,
             "journal_syscalls",
             "Journal write and fdatasync system calls",
             j.syscalls.load(Relaxed),
         );
         counter(
-            &mut r,
+            r,
             "journal_failures",
             "Journal records that could not be kept",
             p.journal_failures,
@@ -429,20 +464,35 @@ pub fn render(core: &Node, extra: &Extra<'_>) -> String {
         },
     );
     counter(
-        &mut r,
+        r,
         "update_stamps_ahead",
         "Sampled updates stamped later than the node's clock (the publisher's clock is ahead)",
         lat.ahead,
     );
 
     if let Some(b) = extra.backbone {
-        backbone(&mut r, b);
+        backbone(r, b);
     }
 
     let mut out = String::with_capacity(8 * 1024);
     // Writing to a String does not fail.
-    let _ = encode(&mut out, &r);
-    out
+    let _ = encode(&mut out, &root);
+    match format {
+        Format::OpenMetrics => out,
+        Format::Text => format::classic_text(&out),
+    }
+}
+
+/// A counter family's two samples, `direction="sent"` and `direction="received"`.
+fn sent_and_received(sent: u64, received: u64) -> [(DirectionLabel, u64); 2] {
+    [("sent", sent), ("received", received)].map(|(k, v)| {
+        (
+            DirectionLabel {
+                direction: k.into(),
+            },
+            v,
+        )
+    })
 }
 
 /// The backbone's figures (PROTOCOL.md section 11; the Aeron driver's counters).
@@ -468,35 +518,13 @@ fn backbone(r: &mut Registry, b: &tickwire_backbone::BackboneFigures) {
         r,
         "backbone_bytes",
         "Bytes the backbone's media driver sent and received",
-        [
-            ("sent", b.driver.bytes_sent),
-            ("received", b.driver.bytes_received),
-        ]
-        .map(|(k, v)| {
-            (
-                DirectionLabel {
-                    direction: k.into(),
-                },
-                v,
-            )
-        }),
+        sent_and_received(b.driver.bytes_sent, b.driver.bytes_received),
     );
     counter_family(
         r,
         "backbone_naks",
         "Loss reports (NAKs) the media driver sent and received",
-        [
-            ("sent", b.driver.naks_sent),
-            ("received", b.driver.naks_received),
-        ]
-        .map(|(k, v)| {
-            (
-                DirectionLabel {
-                    direction: k.into(),
-                },
-                v,
-            )
-        }),
+        sent_and_received(b.driver.naks_sent, b.driver.naks_received),
     );
     counter(
         r,

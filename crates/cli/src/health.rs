@@ -1,0 +1,104 @@
+//! `tickwire health`: asks a node on its HTTP port whether it is alive (`GET /healthz`)
+//! or ready (`GET /readyz`), for container health checks and orchestrators' probes that
+//! have no HTTP client of their own (the image has no curl).
+
+use anyhow::{bail, Context, Result};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct HealthArgs {
+    /// The node's HTTP (WebSocket) port, host:port.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:15000",
+        conflicts_with = "config"
+    )]
+    ws: String,
+    /// Take the address from the node's configuration file (`websocket.listen`; an
+    /// unspecified address such as 0.0.0.0 is asked on loopback).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Ask whether the node is ready (`/readyz`: its backbone link, upstream node and
+    /// journal, those it has, are there) rather than alive (`/healthz`).
+    #[arg(long)]
+    ready: bool,
+    /// Give up after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    timeout: f64,
+}
+
+/// Prints the node's answer; Ok when it was 200 OK. Every failure exits with status 1,
+/// as container health checks expect.
+pub fn run(a: HealthArgs) -> Result<()> {
+    let addr = match &a.config {
+        Some(path) => address_from_config(path)?,
+        None => a.ws.clone(),
+    };
+    let path = if a.ready { "/readyz" } else { "/healthz" };
+    let timeout = Duration::from_secs_f64(a.timeout.max(0.001));
+    let (status, body) =
+        get(&addr, path, timeout).with_context(|| format!("no answer from http://{addr}{path}"))?;
+    print!("{body}");
+    if status != 200 {
+        bail!("http://{addr}{path} answered {status}");
+    }
+    Ok(())
+}
+
+fn address_from_config(path: &std::path::Path) -> Result<String> {
+    let cfg = tickwire_node::NodeConfig::load(path)?;
+    if cfg.websocket.listen.is_empty() {
+        bail!(
+            "{}: websocket.listen is empty: this node has no HTTP port to ask",
+            path.display()
+        );
+    }
+    if cfg.tls.enabled() {
+        bail!(
+            "{}: the node's HTTP port speaks TLS ([tls]); `tickwire health` asks in plain HTTP",
+            path.display()
+        );
+    }
+    let mut addr: SocketAddr = cfg
+        .websocket
+        .listen
+        .parse()
+        .with_context(|| format!("{}: websocket.listen", path.display()))?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    Ok(addr.to_string())
+}
+
+/// One GET: the status code and the body (answers are small; at most 64 KiB is read).
+fn get(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String)> {
+    let to = addr
+        .to_socket_addrs()?
+        .next()
+        .context("the address resolves to nothing")?;
+    let mut s = TcpStream::connect_timeout(&to, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = Vec::new();
+    s.take(64 * 1024).read_to_end(&mut answer)?;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n").context("not an HTTP answer")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("not an HTTP status line: {:?}", head.lines().next()))?;
+    Ok((status, body.to_string()))
+}
