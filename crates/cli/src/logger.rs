@@ -17,8 +17,33 @@ use tracing_subscriber::util::SubscriberInitExt;
 pub enum LogFormat {
     /// `2026-11-24T04:40:01.123456Z  INFO tickwire_node::server: message`
     Text,
-    /// `{"timestamp":"...","level":"INFO","fields":{"message":"..."},"target":"..."}`
+    /// `{"timestamp":"...","level":"INFO","fields":{"message":"...",...},"target":"..."}`
+    /// (`json_log.rs`; docs/OPERATIONS.md, "Logs").
     Json,
+}
+
+/// A command's fatal error, the last thing it says: `tickwire: ...` on standard error,
+/// or with JSON logs one ERROR record of the same schema as the rest (log shippers
+/// would otherwise get a line that is not JSON). Written directly: logging may be what
+/// failed to start.
+pub fn fatal(format: LogFormat, message: &str) {
+    match format {
+        LogFormat::Text => eprintln!("tickwire: {message}"),
+        LogFormat::Json => {
+            let mut timestamp = String::new();
+            use tracing_subscriber::fmt::time::FormatTime;
+            let _ = tracing_subscriber::fmt::time::SystemTime.format_time(
+                &mut tracing_subscriber::fmt::format::Writer::new(&mut timestamp),
+            );
+            let mut fields = serde_json::Map::new();
+            fields.insert("message".into(), message.into());
+            fields.insert("fatal".into(), true.into());
+            eprintln!(
+                "{}",
+                crate::json_log::record(&timestamp, "ERROR", fields, "tickwire")
+            );
+        }
+    }
 }
 
 /// The level TICKWIRE_LOG asks for.
@@ -75,7 +100,11 @@ pub fn init(format: LogFormat) -> Result<(), String> {
             .with(layer.with_filter(filter))
             .try_init(),
         LogFormat::Json => tracing_subscriber::registry()
-            .with(layer.json().with_filter(filter))
+            .with(
+                layer
+                    .event_format(crate::json_log::JsonLines)
+                    .with_filter(filter),
+            )
             .try_init(),
     };
     res.map_err(|e| format!("cannot start logging: {e}"))?;

@@ -7,6 +7,7 @@ mod files;
 mod health;
 mod journal;
 mod json;
+mod json_log;
 mod logger;
 mod post;
 mod publish;
@@ -335,8 +336,9 @@ fn run_node(args: NodeArgs) -> Result<()> {
 
 fn main() {
     let cli = Cli::parse();
-    if let Err(e) = logger::init(cli.log_format) {
-        eprintln!("tickwire: {e}");
+    let log_format = cli.log_format;
+    if let Err(e) = logger::init(log_format) {
+        logger::fatal(log_format, &e);
         std::process::exit(2);
     }
     let result = match cli.command {
@@ -379,7 +381,7 @@ fn main() {
             if let Some(exit) = e.downcast_ref::<subscribe::Exit>() {
                 std::process::exit(exit.0);
             }
-            eprintln!("tickwire: {e:#}");
+            logger::fatal(log_format, &format!("{e:#}"));
             std::process::exit(1);
         }
     }

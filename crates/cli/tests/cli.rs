@@ -603,6 +603,8 @@ fn log_lines_carry_the_date_and_can_be_json_and_a_bad_level_is_an_error() {
     node.proc
         .wait_for_line("\"logged in\"", Duration::from_secs(20));
     drop(sub);
+    node.proc
+        .wait_for_line("\"disconnected\"", Duration::from_secs(20));
     node.stop(Duration::from_secs(10));
     let log = node.proc.log();
     let login: serde_json::Value = log
@@ -612,14 +614,44 @@ fn log_lines_carry_the_date_and_can_be_json_and_a_bad_level_is_an_error() {
         .unwrap_or_else(|| panic!("no subscriber login record:\n{log}"));
     let peer = login["fields"]["peer"].as_str().unwrap_or("");
     assert!(peer.starts_with("127.0.0.1:"), "{login}");
-    assert!(login["fields"]["user"].is_string(), "{login}");
-    assert!(login["fields"]["application"].is_string(), "{login}");
+    // Strings as they are, not quoted a second time.
+    for key in ["user", "application"] {
+        let v = login["fields"][key].as_str().unwrap_or("\"");
+        assert!(!v.starts_with('"') && !v.is_empty(), "{key}: {login}");
+    }
+    // The subscriber leaving is logged with the reason and who it was.
+    let gone = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "disconnected")
+        .unwrap_or_else(|| panic!("no disconnection record:\n{log}"));
+    assert_eq!(gone["fields"]["reason"], "closed by the peer", "{gone}");
+    assert_eq!(gone["fields"]["peer"], login["fields"]["peer"], "{gone}");
+    assert_eq!(gone["fields"]["role"], "Subscriber", "{gone}");
+    // The shutdown's totals are typed fields, not prose.
+    let stopped = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "node stopped")
+        .unwrap_or_else(|| panic!("no shutdown record:\n{log}"));
+    assert!(
+        stopped["fields"]["connections_accepted"].as_u64() >= Some(1),
+        "{stopped}"
+    );
+    assert_eq!(
+        stopped["fields"]["malformed_disconnects"].as_u64(),
+        Some(0),
+        "{stopped}"
+    );
     let mut seen = 0;
     for line in log.lines() {
         let v: serde_json::Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         assert!(v["timestamp"].as_str().unwrap().contains('T'), "{v}");
         assert!(v["level"].is_string() && v["target"].is_string(), "{v}");
+        // Records bridged from the `log` facade carry no metadata fields of their own.
+        let fields = v["fields"].as_object().unwrap();
+        assert!(fields.keys().all(|k| !k.starts_with("log.")), "{v}");
         if v["fields"]["message"]
             .as_str()
             .unwrap()
@@ -641,6 +673,31 @@ fn log_lines_carry_the_date_and_can_be_json_and_a_bad_level_is_an_error() {
         err.contains("TICKWIRE_LOG=\"verbose\" is not a log level"),
         "{err}"
     );
+    // With JSON logs, a fatal error is a JSON record too, the command's last line.
+    let bad = common::TempConfig::new("json-fatal", "[node]\nlisten = \"nohost.invalid:1\"\n");
+    let out = run(
+        &["--log-format", "json", "node", "--config", bad.path()],
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code(), Some(1), "{}", out.stderr);
+    let last = out.stderr.lines().last().unwrap_or("");
+    let v: serde_json::Value =
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {}", out.stderr));
+    assert_eq!(v["level"], "ERROR", "{v}");
+    assert_eq!(v["fields"]["fatal"], true, "{v}");
+    assert!(
+        v["fields"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("nohost.invalid:1"),
+        "{v}"
+    );
+    for line in out.stderr.lines() {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "not JSON: {line}"
+        );
+    }
 }
 
 #[test]

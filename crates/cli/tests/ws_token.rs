@@ -278,7 +278,7 @@ fn a_client_that_authenticates_first_gets_a_token_and_streams_with_its_cookie() 
     node.proc.wait_for_line("session_token=true", T);
     let log = node.proc.log();
     assert!(!log.contains(ALICE_PASSWORD), "a password reached the log");
-    assert!(log.contains("login accepted user=\"alice\""), "{log}");
+    assert!(log.contains("login accepted user=alice "), "{log}");
 }
 
 /// A short Python program with requests and websocket-client (what the example uses),
@@ -375,5 +375,5 @@ fn wrong_passwords_forged_tokens_and_large_bodies_are_refused() {
     let mut node = s.node;
     node.proc
         .wait_for_line("session token refused: user=\"mallory\"", T);
-    node.proc.wait_for_line("login refused user=\"\"", T);
+    node.proc.wait_for_line("login refused user= role=", T);
 }

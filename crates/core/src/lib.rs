@@ -614,8 +614,17 @@ impl Node {
     pub fn on_disconnect(&mut self, conn: ConnId, now: Instant) {
         self.merge_deferred();
         self.now = now;
-        if self.conns.get(conn).is_none_or(|c| c.is_none()) {
+        let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
             return;
+        };
+        // A session its peer ended (the node's own closings were logged with their
+        // reason when it decided them; connections that never logged in, such as HTTP
+        // requests, are not sessions).
+        if matches!(c.role, ConnRole::Subscriber | ConnRole::Publisher) && !c.internal {
+            info!(
+                peer = %c.peer, role = ?c.role, user = %c.user, application = %c.application,
+                reason = "closed by the peer", "disconnected"
+            );
         }
         self.detach(conn, "connection lost");
         if self.cfg.files {
@@ -947,11 +956,12 @@ impl Node {
             self.stats.logins_refused += 1;
         }
         if code != code::SHUTDOWN {
-            let peer = self.conns[conn].as_ref().map(|c| c.peer.clone());
-            warn!(
-                peer = %peer.unwrap_or_default(), ?role,
-                "disconnecting: {text}"
-            );
+            if let Some(c) = self.conns[conn].as_ref() {
+                warn!(
+                    peer = %c.peer, ?role, user = %c.user, application = %c.application,
+                    reason = %text, "disconnecting"
+                );
+            }
         }
         let stream = if code == code::SHUTDOWN || code == code::SLOW_CONSUMER {
             StreamState::ClosedRecover
@@ -1108,7 +1118,7 @@ impl Node {
             let peer = self.conns[conn].as_ref().map_or("", |c| c.peer.as_str());
             info!(
                 target: "audit",
-                user = ?login.user, role = ?login.role, %peer, anonymous = true,
+                user = %login.user, role = ?login.role, %peer, anonymous = true,
                 "login accepted"
             );
         }
@@ -1186,7 +1196,7 @@ impl Node {
         c.user = user.to_string();
         c.application = application.to_string();
         info!(
-            peer = %c.peer, ?role, user = ?c.user, application = ?c.application,
+            peer = %c.peer, ?role, user = %c.user, application = %c.application,
             "logged in"
         );
         let welcome = Message::Welcome(Welcome {

@@ -190,7 +190,7 @@ impl Node {
                 self.login_succeeded(conn, &p.user);
                 info!(
                     target: "audit",
-                    user = ?p.user, role = ?p.role, %peer, application = ?p.application,
+                    user = %p.user, role = ?p.role, %peer, application = %p.application,
                     "login accepted"
                 );
                 self.finish_login(
@@ -212,7 +212,7 @@ impl Node {
                 }
                 warn!(
                     target: "audit",
-                    user = ?p.user, role = ?p.role, %peer, reason = %text,
+                    user = %p.user, role = ?p.role, %peer, reason = %text,
                     "login refused"
                 );
                 self.reject(conn, code::LOGIN_REJECTED, &text);
@@ -450,7 +450,7 @@ impl Node {
                     let peer = self.conns[conn].as_ref().map_or("", |c| c.peer.as_str());
                     info!(
                         target: "audit",
-                        ?user, role = ?login.role, %peer, application = ?login.application,
+                        user = %user, role = ?login.role, %peer, application = %login.application,
                         session_token = true, "login accepted"
                     );
                     return Some(Identity::User);
@@ -525,7 +525,7 @@ impl Node {
             .map_or(String::new(), |c| c.peer.clone());
         warn!(
             target: "audit",
-            user = ?login.user, role = ?login.role, %peer, reason = %text,
+            user = %login.user, role = ?login.role, %peer, reason = %text,
             "login refused"
         );
         self.reject(conn, code::LOGIN_REJECTED, text);

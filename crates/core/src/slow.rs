@@ -366,7 +366,7 @@ impl Node {
                 let items = self.item_names(conn, 5);
                 let c = self.conns[conn].as_ref().expect("live");
                 warn!(
-                    peer = %c.peer, user = ?c.user, application = ?c.application,
+                    peer = %c.peer, user = %c.user, application = %c.application,
                     "slow consumer: {bytes} bytes / {messages} messages queued; conflating its \
                      {} streams ({items})",
                     c.sub_streams.len()
@@ -384,7 +384,7 @@ impl Node {
             c.out.discard_unsent();
             c.conflation = None;
             warn!(
-                peer = %c.peer, user = ?c.user, application = ?c.application,
+                peer = %c.peer, user = %c.user, application = %c.application,
                 "disconnecting slow consumer (items {items}): {text}"
             );
         }
@@ -452,7 +452,7 @@ impl Node {
         let items = self.item_names(conn, 5);
         let c = self.conns[conn].as_ref().expect("live");
         info!(
-            peer = %c.peer, user = ?c.user, application = ?c.application,
+            peer = %c.peer, user = %c.user, application = %c.application,
             "slow consumer caught up after {ms} ms: {merged} updates merged into {written} \
              conflated updates ({items})"
         );

@@ -912,16 +912,17 @@ impl NodeServer {
                             format!("{} ({}, {} bytes queued)", r.peer, r.user, r.queued_bytes)
                         })
                         .collect();
-                    info!(
-                        "stats: {} connections, {} items, updates in {:.0}/s out {:.0}/s, refreshes out {}, conflated {}, slow-consumer disconnects {}, behind now: {}",
-                        core.connection_count(),
-                        core.item_count(),
-                        (s.updates_in - last_stats.updates_in) as f64 / secs,
-                        (s.updates_out - last_stats.updates_out) as f64 / secs,
-                        s.refreshes_out,
-                        s.conflated_updates,
-                        s.slow_consumer_disconnects,
-                        if behind.is_empty() { "none".to_string() } else { behind.join(", ") },
+                    let per_s = |now: u64, then: u64| ((now - then) as f64 / secs).round() as u64;
+                    tracing::info!(
+                        connections = core.connection_count(),
+                        items = core.item_count(),
+                        updates_in_per_s = per_s(s.updates_in, last_stats.updates_in),
+                        updates_out_per_s = per_s(s.updates_out, last_stats.updates_out),
+                        refreshes_out = s.refreshes_out,
+                        conflated = s.conflated_updates,
+                        slow_consumer_disconnects = s.slow_consumer_disconnects,
+                        behind = %if behind.is_empty() { "none".to_string() } else { behind.join(", ") },
+                        "stats"
                     );
                 }
                 last_stats = s;
@@ -944,35 +945,35 @@ impl NodeServer {
                         warn!("exiting with {pending} bytes unsent to slow peers");
                     }
                     let stats = core.stats().clone();
-                    info!(
-                        "node stopped: {} connections accepted ({} logged in); updates {} in, {} out; refreshes {} in, {} out; {} requests; slow consumers: {} episodes, {} updates conflated, {} do-not-conflate updates dropped; disconnected: {} malformed, {} protocol, {} slow consumers, {} heartbeat timeouts",
-                        stats.connections_accepted,
-                        stats.logins,
-                        stats.updates_in,
-                        stats.updates_out,
-                        stats.refreshes_in,
-                        stats.refreshes_out,
-                        stats.requests,
-                        stats.slow_consumer_episodes,
-                        stats.conflated_updates,
-                        stats.do_not_conflate_dropped,
-                        stats.malformed_disconnects,
-                        stats.protocol_disconnects,
-                        stats.slow_consumer_disconnects,
-                        stats.heartbeat_timeouts
+                    tracing::info!(
+                        connections_accepted = stats.connections_accepted,
+                        logins = stats.logins,
+                        updates_in = stats.updates_in,
+                        updates_out = stats.updates_out,
+                        refreshes_in = stats.refreshes_in,
+                        refreshes_out = stats.refreshes_out,
+                        requests = stats.requests,
+                        slow_consumer_episodes = stats.slow_consumer_episodes,
+                        conflated = stats.conflated_updates,
+                        do_not_conflate_dropped = stats.do_not_conflate_dropped,
+                        malformed_disconnects = stats.malformed_disconnects,
+                        protocol_disconnects = stats.protocol_disconnects,
+                        slow_consumer_disconnects = stats.slow_consumer_disconnects,
+                        heartbeat_timeouts = stats.heartbeat_timeouts,
+                        "node stopped"
                     );
                     if let Some(b) = &backbone {
                         let f = b.figures(now);
-                        info!(
-                            "backbone stopped: {} bytes in, {} bytes out, {} NAKs sent, {} NAKs received, {} retransmits sent, {} sources lost, {} items re-imaged, {} link restarts",
-                            f.driver.bytes_received,
-                            f.driver.bytes_sent,
-                            f.driver.naks_sent,
-                            f.driver.naks_received,
-                            f.driver.retransmits_sent,
-                            f.sources_lost,
-                            f.reimages,
-                            f.link_restarts
+                        tracing::info!(
+                            bytes_in = f.driver.bytes_received,
+                            bytes_out = f.driver.bytes_sent,
+                            naks_sent = f.driver.naks_sent,
+                            naks_received = f.driver.naks_received,
+                            retransmits_sent = f.driver.retransmits_sent,
+                            sources_lost = f.sources_lost,
+                            reimages = f.reimages,
+                            link_restarts = f.link_restarts,
+                            "backbone stopped"
                         );
                     }
                     if ws_cache.hits + ws_cache.misses > 0 {
