@@ -11,8 +11,7 @@
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDate, PyDateAccess, PyDateTime, PyDict, PyFloat, PyInt,
-    PyString, PyTime, PyTimeAccess,
+    PyBool, PyByteArray, PyBytes, PyDate, PyDateTime, PyDict, PyFloat, PyInt, PyString, PyTime,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -157,8 +156,8 @@ fn bad_value(name: &str, ty: FieldType, why: &str) -> PyErr {
 /// The field id and name a dict key stands for.
 fn field_of(key: &Bound<'_, PyAny>, dictionary: &Dictionary) -> PyResult<(i16, String)> {
     if let Ok(name) = key.cast::<PyString>() {
-        let name = name.to_str()?;
-        let fid = dictionary.fid(name).ok_or_else(|| {
+        let name = name.to_cow()?;
+        let fid = dictionary.fid(&name).ok_or_else(|| {
             PyKeyError::new_err(format!("field {name:?} is not in the dictionary"))
         })?;
         return Ok((fid, name.to_string()));
@@ -189,7 +188,7 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
         return Ok(V(Value::Blank));
     }
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Text(s.to_str().map_err(|e| e.to_string())?.to_string()));
+        return Ok(Text(s.to_cow().map_err(|e| e.to_string())?.into_owned()));
     }
     if v.is_instance_of::<PyBool>() {
         return Err("a bool is not a field value".into());
@@ -257,12 +256,7 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
         FieldType::Date => {
             // A datetime is a date too: its date.
             if let Ok(d) = v.cast::<PyDate>() {
-                let date = Date {
-                    year: u16::try_from(d.get_year()).map_err(|_| "year out of range")?,
-                    month: d.get_month(),
-                    day: d.get_day(),
-                };
-                return Ok(V(Value::Date(date)));
+                return Ok(V(Value::Date(date_of(d.as_any())?)));
             }
         }
         FieldType::Time => {
@@ -273,19 +267,9 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
                 } else {
                     in_utc(dt).map_err(|e| e.to_string())?
                 };
-                (
-                    dt.get_hour(),
-                    dt.get_minute(),
-                    dt.get_second(),
-                    dt.get_microsecond(),
-                )
+                time_of(dt.as_any()).map_err(|e| e.to_string())?
             } else if let Ok(t) = v.cast::<PyTime>() {
-                (
-                    t.get_hour(),
-                    t.get_minute(),
-                    t.get_second(),
-                    t.get_microsecond(),
-                )
+                time_of(t.as_any()).map_err(|e| e.to_string())?
             } else {
                 return Err(format!("expected a datetime.time, not {}", type_name()));
             };
@@ -301,17 +285,9 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
             } else {
                 in_utc(dt).map_err(|e| e.to_string())?
             };
-            let date = Date {
-                year: u16::try_from(dt.get_year()).map_err(|_| "year out of range")?,
-                month: dt.get_month(),
-                day: dt.get_day(),
-            };
-            let time = Time::from_hms_nanos(
-                dt.get_hour(),
-                dt.get_minute(),
-                dt.get_second(),
-                dt.get_microsecond() * 1000,
-            );
+            let date = date_of(dt.as_any())?;
+            let (h, m, s, us) = time_of(dt.as_any()).map_err(|e| e.to_string())?;
+            let time = Time::from_hms_nanos(h, m, s, us * 1000);
             return Ok(V(Value::DateTime(date, time)));
         }
         FieldType::Buffer => {
@@ -325,6 +301,32 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
         FieldType::Ascii | FieldType::Utf8 | FieldType::Blank => {}
     }
     Err(format!("cannot take a value of type {}", type_name()))
+}
+
+/// A date's (or datetime's) year, month and day. Read as attributes: the limited API
+/// of the abi3 wheels has no C accessors for them.
+fn date_of(d: &Bound<'_, PyAny>) -> Result<Date, String> {
+    let get = |name: &str| -> Result<i32, String> {
+        d.getattr(name)
+            .and_then(|v| v.extract::<i32>())
+            .map_err(|e| e.to_string())
+    };
+    Ok(Date {
+        year: u16::try_from(get("year")?).map_err(|_| "year out of range")?,
+        month: get("month")? as u8,
+        day: get("day")? as u8,
+    })
+}
+
+/// A time's (or datetime's) hour, minute, second and microsecond, as attributes.
+fn time_of(t: &Bound<'_, PyAny>) -> PyResult<(u8, u8, u8, u32)> {
+    let get = |name: &str| -> PyResult<u32> { t.getattr(name)?.extract::<u32>() };
+    Ok((
+        get("hour")? as u8,
+        get("minute")? as u8,
+        get("second")? as u8,
+        get("microsecond")?,
+    ))
 }
 
 /// The datetime in UTC (a naive one taken as local time, as `datetime.timestamp` does).
@@ -342,16 +344,11 @@ fn in_utc<'py>(dt: &Bound<'py, PyDateTime>) -> PyResult<Bound<'py, PyDateTime>> 
 /// Nanoseconds since the Unix epoch, exactly (a float timestamp would round them).
 fn epoch_nanos(dt: &Bound<'_, PyDateTime>) -> PyResult<i128> {
     let t = in_utc(dt)?;
-    let days = days_from_civil(
-        t.get_year().into(),
-        t.get_month().into(),
-        t.get_day().into(),
-    );
-    let secs = days * 86_400
-        + i128::from(t.get_hour()) * 3600
-        + i128::from(t.get_minute()) * 60
-        + i128::from(t.get_second());
-    Ok(secs * 1_000_000_000 + i128::from(t.get_microsecond()) * 1000)
+    let date = date_of(t.as_any()).map_err(pyo3::exceptions::PyValueError::new_err)?;
+    let (h, m, s, us) = time_of(t.as_any())?;
+    let days = days_from_civil(date.year.into(), date.month.into(), date.day.into());
+    let secs = days * 86_400 + i128::from(h) * 3600 + i128::from(m) * 60 + i128::from(s);
+    Ok(secs * 1_000_000_000 + i128::from(us) * 1000)
 }
 
 /// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
