@@ -23,7 +23,14 @@ struct Connected {
     /// Events that arrived while `post` waited for its answer: delivered first.
     backlog: VecDeque<ClientEvent>,
     next_post_id: u32,
+    /// The (service, item) of posts sent by `send_post` whose answer has not come, so
+    /// that the answer's event names them.
+    unanswered: std::collections::BTreeMap<u32, (String, String)>,
 }
+
+/// Posts waiting for an answer, at most (the oldest are forgotten past it: their
+/// answers would come without names).
+const MAX_UNANSWERED: usize = 4096;
 
 #[pyclass(frozen, module = "tickwire._native")]
 pub struct Subscriber {
@@ -34,6 +41,42 @@ pub struct Subscriber {
 }
 
 impl Subscriber {
+    /// Encodes and sends a post; its id. With `name_answer` the answer's event will
+    /// carry the service and item.
+    fn post_now(
+        &self,
+        py: Python<'_>,
+        service: &str,
+        item: &str,
+        fields: &Bound<'_, pyo3::types::PyDict>,
+        ack: bool,
+        name_answer: bool,
+    ) -> PyResult<u32> {
+        let mut encoded = Vec::new();
+        crate::values::encode_dict(fields, &self.dictionary, &mut encoded)?;
+        py.detach(|| {
+            let mut guard = self.lock()?;
+            let c = guard.as_mut().expect("locked connected");
+            let id = c.next_post_id;
+            c.next_post_id = c.next_post_id.wrapping_add(1).max(1);
+            let to = tickwire_client::PostTo::Item {
+                service,
+                name: item,
+            };
+            c.sub
+                .post(to, id, FieldList::from_trusted(&encoded), ack)
+                .map_err(errors::client)?;
+            if name_answer {
+                if c.unanswered.len() >= MAX_UNANSWERED {
+                    c.unanswered.pop_first();
+                }
+                c.unanswered
+                    .insert(id, (service.to_string(), item.to_string()));
+            }
+            Ok::<_, PyErr>(id)
+        })
+    }
+
     fn lock(&self) -> PyResult<MutexGuard<'_, Option<Connected>>> {
         let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
@@ -97,6 +140,7 @@ impl Subscriber {
                 streams: HashMap::new(),
                 backlog: VecDeque::new(),
                 next_post_id: 1,
+                unanswered: Default::default(),
             })),
             names: FieldNames::new(py, &dictionary),
             dictionary,
@@ -176,7 +220,7 @@ impl Subscriber {
                 d.saturating_duration_since(Instant::now())
                     .min(SIGNAL_CHECK)
             });
-            let got: Vec<ClientEvent> = py.detach(|| {
+            let (got, mut named) = py.detach(|| {
                 let mut guard = self.lock()?;
                 let c = guard.as_mut().expect("locked connected");
                 let mut got: Vec<ClientEvent> = c.backlog.drain(..).collect();
@@ -213,11 +257,28 @@ impl Subscriber {
                         c.streams.remove(&key);
                     }
                 }
-                Ok::<_, PyErr>(got)
+                // The answers to `send_post`'s posts: named by what was posted.
+                let mut named = HashMap::new();
+                for e in &got {
+                    if let ClientEvent::Ack { post_id, .. } = e {
+                        if let Some(names) = c.unanswered.remove(post_id) {
+                            named.insert(*post_id, names);
+                        }
+                    }
+                }
+                Ok::<_, PyErr>((got, named))
             })?;
             let events = got
                 .into_iter()
                 .filter_map(|e| Event::from_client(py, e, &self.names).transpose())
+                .map(|ev| {
+                    let mut ev = ev?;
+                    if let Some((service, item)) = ev.post_id.and_then(|id| named.remove(&id)) {
+                        ev.service = service;
+                        ev.item = item;
+                    }
+                    Ok(ev)
+                })
                 .collect::<PyResult<Vec<Event>>>()?;
             if !events.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(events);
@@ -241,22 +302,7 @@ impl Subscriber {
         timeout: f64,
     ) -> PyResult<Option<Event>> {
         let deadline = Instant::now() + seconds("timeout", timeout)?;
-        let mut encoded = Vec::new();
-        crate::values::encode_dict(fields, &self.dictionary, &mut encoded)?;
-        let post_id = py.detach(|| {
-            let mut guard = self.lock()?;
-            let c = guard.as_mut().expect("locked connected");
-            let id = c.next_post_id;
-            c.next_post_id = c.next_post_id.wrapping_add(1).max(1);
-            let to = tickwire_client::PostTo::Item {
-                service,
-                name: item,
-            };
-            c.sub
-                .post(to, id, FieldList::from_trusted(&encoded), ack)
-                .map_err(errors::client)?;
-            Ok::<_, PyErr>(id)
-        })?;
+        let post_id = self.post_now(py, service, item, fields, ack, false)?;
         if !ack {
             return Ok(None);
         }
@@ -291,6 +337,27 @@ impl Subscriber {
             }
             py.check_signals()?;
         }
+    }
+
+    /// Sends a post and returns its id at once; with `ack` its answer comes later as an
+    /// "ack" event from `next_events` (with this service and item), the id in its
+    /// `post_id`. (`tickwire.aio` waits for it without a thread.)
+    #[pyo3(signature = (service, item, fields, *, ack=true))]
+    fn send_post(
+        &self,
+        py: Python<'_>,
+        service: &str,
+        item: &str,
+        fields: &Bound<'_, pyo3::types::PyDict>,
+        ack: bool,
+    ) -> PyResult<u32> {
+        self.post_now(py, service, item, fields, ack, ack)
+    }
+
+    /// The connection's socket (for an event loop to watch), `None` while the library
+    /// reconnects.
+    fn fileno(&self) -> PyResult<Option<i32>> {
+        Ok(self.lock()?.as_ref().and_then(|c| c.sub.raw_fd()))
     }
 
     /// The node's services and their state ("up" or "down"), as its directory says.

@@ -9,6 +9,9 @@ DataFrames on top.
     s.subscribe("FEED", ["SYM1", "SYM2"])
     for event in s:
         print(event.type, event.item, event.fields)
+
+``tickwire.aio`` is the asyncio API: ``await tickwire.aio.connect(...)``, then
+``await s.snapshot(...)``, ``await s.post(...)``, ``async for event in s``.
 """
 
 from ._native import Event, LoginError, TickwireError, field_names

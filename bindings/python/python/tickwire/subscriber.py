@@ -17,8 +17,9 @@ if TYPE_CHECKING:  # pragma: no cover
 Items = Union[str, Iterable[str]]
 Fields = Sequence[Union[str, int]]
 
-# How long one wait of an asyncio iteration lasts in its executor thread.
-_ASYNC_SLICE = 0.1
+# How often an asyncio iteration runs the library's timers (its heartbeats, a
+# reconnection's back-off) when nothing arrives.
+_TIMERS_EVERY = 0.5
 
 
 def _names(items: Items) -> List[str]:
@@ -223,11 +224,25 @@ class Subscriber:
         return self
 
     async def __anext__(self) -> Event:
-        """Waits in the loop's default executor (the GIL released), so the event
-        loop goes on meanwhile."""
+        """Awaits the next event with the event loop watching the connection's socket
+        (no thread waits); ``tickwire.aio`` has snapshots and posts to await too."""
         loop = asyncio.get_running_loop()
         while not self._buffer:
-            self._buffer.extend(await loop.run_in_executor(None, self._native.next_events, _ASYNC_SLICE))
+            fd = self._native.fileno()
+            if fd is None:
+                # Reconnecting, which blocks: in the loop's executor.
+                self._buffer.extend(await loop.run_in_executor(None, self._native.next_events, _TIMERS_EVERY))
+                continue
+            readable = loop.create_future()
+            loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+            try:
+                # The library's timers (heartbeats) run at least this often.
+                await asyncio.wait_for(readable, _TIMERS_EVERY)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                loop.remove_reader(fd)
+            self._buffer.extend(self._native.next_events(0))
         return self._buffer.popleft()
 
     # -- lifetime ----------------------------------------------------------------

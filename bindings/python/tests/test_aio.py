@@ -1,0 +1,161 @@
+"""tickwire.aio against real nodes: connect, snapshot, post and iteration awaited with
+the event loop watching the socket (no executor thread waits once connected)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+import tickwire
+import tickwire.aio
+from conftest import Proc
+
+
+class CountingExecutor:
+    """Counts what the loop runs in its executor (a waiting subscriber would)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.calls = 0
+        original = loop.run_in_executor
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return original(*args, **kwargs)
+
+        loop.run_in_executor = counted  # type: ignore[method-assign]
+
+
+def test_connect_snapshot_and_iterate_without_a_waiting_thread(node, feed):
+    async def main():
+        s = await tickwire.aio.connect(node)
+        executor = CountingExecutor(asyncio.get_running_loop())
+        images = await s.snapshot("FEED", ["SYM1", "SYM2"])
+        s.subscribe("FEED", ["SYM3"])
+        ticks = 0
+        stop = asyncio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        task = asyncio.create_task(ticker())
+        got = []
+        async for event in s:
+            assert event.item == "SYM3", event
+            got.append(event.type)
+            if len(got) == 20:
+                break
+        stop.set()
+        await task
+        s.disconnect()
+        return images, got, ticks, executor.calls
+
+    images, got, ticks, executor_calls = asyncio.run(asyncio.wait_for(main(), 60))
+    assert set(images) == {"SYM1", "SYM2"}
+    assert "BID" in images["SYM1"] and "ASK" in images["SYM2"], images
+    assert got[0] == "refresh" and set(got[1:]) == {"update"}, got
+    assert ticks > 0, "the event loop ran while the subscriber waited"
+    assert executor_calls == 0, "a connected subscriber waits on its socket, not in threads"
+
+
+def test_a_snapshot_names_the_items_the_node_could_not_give(node, feed):
+    async def main():
+        s = await tickwire.aio.connect(node)
+        try:
+            await s.snapshot("FEED", ["SYM1", "NO.SUCH"], timeout=20)
+        finally:
+            s.disconnect()
+
+    with pytest.raises(tickwire.TickwireError, match="NO.SUCH"):
+        asyncio.run(main())
+
+
+def test_a_post_is_answered_and_named():
+    node = Proc(["node", "--listen", "127.0.0.1:0", "--posts", "FEED"])
+    try:
+        addr = node.wait_for_line("listening on ").split("listening on ")[1].split()[0]
+        feed = Proc(["publish", "--node", addr, "--items", "3", "--rate", "0", "--accept-posts"])
+        try:
+            feed.wait_for_line("published 3 images")
+
+            async def main():
+                s = await tickwire.aio.connect(addr)
+                accepted = await s.post("FEED", "SYM1", {"BID": 101.25, "ASK": 101.30})
+                refused = await s.post("FEED", "SYM1", {"TRDPRC_1": 5.0})
+                sent = await s.post("FEED", "SYM2", {"BID": 1.0, "ASK": 2.0}, ack=False)
+                s.disconnect()
+                return accepted, refused, sent
+
+            accepted, refused, sent = asyncio.run(asyncio.wait_for(main(), 60))
+        finally:
+            feed.stop()
+    finally:
+        node.stop()
+    assert accepted.type == "ack" and accepted.accepted, accepted
+    assert (accepted.service, accepted.item) == ("FEED", "SYM1"), accepted
+    assert refused.accepted is False and refused.nak and refused.text, refused
+    assert sent is None
+
+
+def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_loop():
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    addr = node.wait_for_line("listening on ").split("listening on ")[1].split()[0]
+    feed = Proc(["publish", "--node", addr, "--items", "3", "--rate", "50"])
+    feed.wait_for_line("published 3 images")
+    host, port = addr.rsplit(":", 1)
+    silent = socket.socket()
+    fillers = []
+
+    async def main():
+        s = await tickwire.aio.connect(addr, connect_timeout=1.0)
+        s.subscribe("FEED", ["SYM1"])
+        async for event in s:
+            if event.type == "refresh":
+                break
+        node.stop()
+        feed.stop()
+        suspect = None
+        async for event in s:
+            if event.type == "status" and event.data_state == "suspect":
+                suspect = event
+                break
+        # The node's port now has a listener that never accepts, its queue full: the
+        # kernel drops further connection attempts, so each reconnection's TCP connect
+        # blocks for its connect_timeout (1 s). The loop must not.
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        silent.bind((host, int(port)))
+        silent.listen(0)
+        for _ in range(3):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex((host, int(port)))
+            fillers.append(filler)
+        events = asyncio.create_task(s.next())
+        loop = asyncio.get_running_loop()
+        last = start = loop.time()
+        longest = 0.0
+        while loop.time() - start < 3.0:
+            await asyncio.sleep(0.01)
+            now = loop.time()
+            longest = max(longest, now - last)
+            last = now
+        events.cancel()
+        connected = s.connected
+        s.disconnect()
+        return suspect, longest, connected
+
+    try:
+        suspect, longest, connected = asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        for f in fillers:
+            f.close()
+        silent.close()
+        feed.stop()
+        node.stop()
+    assert suspect is not None and suspect.item == "SYM1", suspect
+    assert longest < 0.5, f"the event loop was held {longest:.2f} s while the library reconnected"
+    assert not connected
