@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import socket
 import subprocess
 import threading
 
@@ -161,3 +162,15 @@ def test_a_refused_login_raises_login_error_with_the_nodes_reason(tmp_path):
         s.disconnect()
     finally:
         proc.stop()
+
+
+def test_a_list_of_nodes_skips_one_that_is_down(node, feed):
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        down = f"127.0.0.1:{unused.getsockname()[1]}"
+    # Nothing listens at `down` now; the node after it in the list answers.
+    s = tickwire.Subscriber(f"{down},tcp://{node}")
+    assert set(s.snapshot("FEED", ["SYM1"])) == {"SYM1"}
+    s.disconnect()
+    with pytest.raises(ConnectionError, match="ws:// is not this client's protocol"):
+        tickwire.Subscriber("ws://127.0.0.1:15000/WebSocket")

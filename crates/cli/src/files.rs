@@ -28,7 +28,8 @@ pub enum FilesCommand {
 
 #[derive(clap::Args)]
 pub struct SendArgs {
-    /// Node address (host:port).
+    /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
+    /// several comma-separated for failover (the first that answers, then the next).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     node: String,
     #[command(flatten)]
@@ -57,7 +58,8 @@ pub struct SendArgs {
 
 #[derive(clap::Args)]
 pub struct StatusArgs {
-    /// Node address (host:port).
+    /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
+    /// several comma-separated for failover (the first that answers, then the next).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     node: String,
     #[command(flatten)]

@@ -10,7 +10,8 @@ use tickwire_proto::{Dictionary, StreamState};
 
 #[derive(clap::Args)]
 pub struct SubscribeArgs {
-    /// Node address (host:port).
+    /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
+    /// several comma-separated for failover (the first that answers, then the next).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     pub(crate) node: String,
     #[command(flatten)]

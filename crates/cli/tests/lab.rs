@@ -684,6 +684,16 @@ fn bench_stall_reports_every_phase_and_loses_nothing() {
 /// `bench tree` with tiny settings: the `tree` object has what other tools read
 /// (single-node rate, throughput per cache, fan-out in and out, the latency ladder),
 /// and the report has its section. No figure is judged for speed.
+/// A scenario's steps through two nodes: each delivered updates with no gap.
+fn data_went_through_both_nodes(scenario: &Value) {
+    let steps = scenario["steps"].as_array().expect("steps");
+    assert!(!steps.is_empty(), "{scenario}");
+    for step in steps {
+        assert!(step["delivered"].as_u64() > Some(0), "{step}");
+        assert_eq!(step["gaps"], 0, "{step}");
+    }
+}
+
 #[test]
 fn bench_tree_writes_the_two_node_results() {
     let dir = std::env::temp_dir().join(format!("tickwire-tree-{}", std::process::id()));
@@ -710,22 +720,27 @@ fn bench_tree_writes_the_two_node_results() {
     ]);
     let r = read_results(&dir);
     let t = &r["tree"];
-    assert!(
-        t["single_node_updates_per_s"].as_u64().unwrap() >= 500,
-        "{t}"
-    );
+    assert!(t["single_node_updates_per_s"].as_u64().is_some(), "{t}");
     let thr = t["throughput"].as_array().expect("throughput list");
     let caches: Vec<&str> = thr.iter().map(|x| x["cache"].as_str().unwrap()).collect();
     assert_eq!(caches, ["off", "on"]);
     for x in thr {
+        assert!(x["max_sustainable_updates_per_s"].as_u64().is_some(), "{x}");
+        data_went_through_both_nodes(x);
+    }
+    // A rate of 0 is the lab's honest verdict on a machine too busy to hold even the
+    // lowest rung within its criteria (other tests share these two CPUs): then it says
+    // why, and its steps still show data through both nodes.
+    let f = &t["fanout"];
+    assert!(f["input_updates_per_s"].as_u64().is_some(), "{f}");
+    assert!(f["output_updates_per_s"].as_u64().is_some(), "{f}");
+    if f["input_updates_per_s"] == 0 {
         assert!(
-            x["max_sustainable_updates_per_s"].as_u64().unwrap() >= 500,
-            "{x}"
+            f["limited_by"].as_str().is_some_and(|w| !w.is_empty()),
+            "{f}"
         );
     }
-    let f = &t["fanout"];
-    assert!(f["input_updates_per_s"].as_u64().unwrap() > 0, "{f}");
-    assert!(f["output_updates_per_s"].as_u64().unwrap() > 0, "{f}");
+    data_went_through_both_nodes(f);
     let lat = t["latency"].as_array().expect("latency ladder");
     assert_eq!(lat[0]["rate"], 500, "{lat:?}");
     assert!(lat[0]["p50_ns"].as_u64().unwrap() > 0);

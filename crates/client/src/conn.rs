@@ -15,7 +15,9 @@ use tickwire_proto::{Role, SlowConsumerPolicy};
 /// How to reach and log in to a node.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
-    /// `host:port` of the node.
+    /// The node: `host:port` (or `tcp://host:port`; a host alone means port
+    /// [`DEFAULT_PORT`]), or several, comma-separated, for failover: the first one
+    /// reachable, and after a loss the next ones in turn ([`node_addresses`]).
     pub addr: String,
     pub application: String,
     pub user: String,
@@ -101,6 +103,59 @@ pub(crate) enum Io {
     Idle,
 }
 
+/// The port of a node's native protocol when an address names none.
+pub const DEFAULT_PORT: u16 = 14002;
+
+/// The nodes an address names, each as `host:port`: `host:port`, `tcp://host:port`,
+/// `host` (port [`DEFAULT_PORT`]), `[v6]:port`, or several of these comma-separated.
+pub fn node_addresses(addr: &str) -> Result<Vec<String>, ClientError> {
+    let bad = |reason: String| ClientError::Connect {
+        addr: addr.to_string(),
+        reason,
+    };
+    let mut nodes = Vec::new();
+    for part in addr.split(',').map(str::trim) {
+        let mut node = part;
+        if let Some((scheme, rest)) = node.split_once("://") {
+            if !scheme.eq_ignore_ascii_case("tcp") {
+                return Err(bad(format!(
+                    "{scheme}:// is not this client's protocol: give the node's --listen port \
+                     as host:port or tcp://host:port (the WebSocket API, ws://, is for \
+                     WebSocket clients)"
+                )));
+            }
+            node = rest.trim_end_matches('/');
+        }
+        if node.is_empty() {
+            return Err(bad(
+                "an empty address in the list: give host:port, comma-separated for several nodes"
+                    .into(),
+            ));
+        }
+        let with_port = if let Some(rest) = node.strip_prefix('[') {
+            // [v6] or [v6]:port
+            match rest.split_once(']') {
+                Some((_, "")) => format!("{node}:{DEFAULT_PORT}"),
+                Some((_, port)) if port.starts_with(':') => node.to_string(),
+                _ => return Err(bad(format!("{node:?} is not [address]:port"))),
+            }
+        } else if node.matches(':').count() > 1 {
+            // A bare IPv6 address: no port can be told apart.
+            format!("[{node}]:{DEFAULT_PORT}")
+        } else if node.contains(':') {
+            node.to_string()
+        } else {
+            format!("{node}:{DEFAULT_PORT}")
+        };
+        let port = with_port.rsplit_once(':').map_or("", |(_, p)| p);
+        if port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(bad(format!("{node:?}: the port must be 1 to 65535")));
+        }
+        nodes.push(with_port);
+    }
+    Ok(nodes)
+}
+
 fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
     addr.to_socket_addrs()
         .map_err(|e| ClientError::Connect {
@@ -115,12 +170,13 @@ fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
 }
 
 impl Transport {
-    /// Connects (and does the TLS handshake) within the options' connect timeout.
-    pub fn open(opts: &ConnectOptions) -> Result<Transport, ClientError> {
-        let addr = resolve(&opts.addr)?;
+    /// Connects to `node` (one of the options' [`node_addresses`]) and does the TLS
+    /// handshake, within the options' connect timeout.
+    pub fn open(opts: &ConnectOptions, node: &str) -> Result<Transport, ClientError> {
+        let addr = resolve(node)?;
         let stream = TcpStream::connect_timeout(&addr, opts.connect_timeout).map_err(|e| {
             ClientError::Connect {
-                addr: opts.addr.clone(),
+                addr: node.to_string(),
                 reason: e.to_string(),
             }
         })?;
@@ -132,11 +188,11 @@ impl Transport {
         let deadline = Instant::now() + opts.connect_timeout;
         let stream = match &opts.tls {
             None => Stream::Plain(stream),
-            Some(cfg) => Stream::Tls(Box::new(handshake(stream, cfg, &opts.addr, deadline)?)),
+            Some(cfg) => Stream::Tls(Box::new(handshake(stream, cfg, node, deadline)?)),
         };
         Ok(Transport {
             stream,
-            addr: opts.addr.clone(),
+            addr: node.to_string(),
             received_any: false,
             peer_closed: false,
         })
@@ -435,4 +491,32 @@ fn set_receive_buffer(stream: &TcpStream, bytes: usize) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod address_tests {
+    use super::node_addresses;
+
+    #[test]
+    fn addresses_take_a_scheme_a_default_port_and_a_list() {
+        let ok = |a: &str| node_addresses(a).unwrap_or_else(|e| panic!("{a}: {e}"));
+        assert_eq!(ok("127.0.0.1:14002"), ["127.0.0.1:14002"]);
+        assert_eq!(ok("tcp://h1:15000/"), ["h1:15000"]);
+        assert_eq!(ok("TCP://h1"), ["h1:14002"]);
+        assert_eq!(ok("h1"), ["h1:14002"]);
+        assert_eq!(ok("[::1]"), ["[::1]:14002"]);
+        assert_eq!(ok("[::1]:9"), ["[::1]:9"]);
+        assert_eq!(ok("::1"), ["[::1]:14002"]);
+        assert_eq!(ok("h1:1, tcp://h2:2 ,h3"), ["h1:1", "h2:2", "h3:14002"]);
+    }
+
+    #[test]
+    fn a_wrong_address_says_what_is_expected() {
+        let err = |a: &str| node_addresses(a).unwrap_err().to_string();
+        assert!(err("ws://h1:15000/WebSocket").contains("ws:// is not this client's protocol"));
+        assert!(err("h1:1,,h2:2").contains("an empty address in the list"));
+        assert!(err("h1:0").contains("the port must be 1 to 65535"));
+        assert!(err("h1:http").contains("the port must be 1 to 65535"));
+        assert!(err("[::1]x").contains("is not [address]:port"));
+    }
 }

@@ -80,6 +80,9 @@ client_session!(PublisherSession);
 pub(crate) struct Driver<S> {
     pub opts: ConnectOptions,
     pub session: S,
+    /// The nodes the options name (failover), and the one connected last.
+    nodes: Vec<String>,
+    current: usize,
     /// `None` while disconnected.
     transport: Option<Transport>,
     /// "subscriber" or "publisher", for the log.
@@ -94,18 +97,51 @@ impl<S: ClientSession> Driver<S> {
         mut session: S,
         what: &'static str,
     ) -> Result<Self, ClientError> {
-        let mut transport = Transport::open(&opts)?;
-        session.connecting(Instant::now())?;
-        let conn = session
-            .connection()
-            .expect("a session is connected once connecting");
-        transport.welcome(conn, &opts.addr)?;
-        Ok(Driver {
-            opts,
-            session,
-            transport: Some(transport),
-            what,
+        let nodes = crate::conn::node_addresses(&opts.addr)?;
+        // The first node that answers the login; each one's reason if none does.
+        let mut failures = Vec::new();
+        for (i, node) in nodes.iter().enumerate() {
+            let opened = Transport::open(&opts, node).and_then(|mut transport| {
+                session.connecting(Instant::now())?;
+                let conn = session
+                    .connection()
+                    .expect("a session is connected once connecting");
+                transport.welcome(conn, node)?;
+                Ok(transport)
+            });
+            match opened {
+                Ok(transport) => {
+                    return Ok(Driver {
+                        opts,
+                        session,
+                        nodes,
+                        current: i,
+                        transport: Some(transport),
+                        what,
+                    })
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+        if failures.len() == 1 {
+            return Err(failures.remove(0));
+        }
+        Err(ClientError::Connect {
+            addr: opts.addr.clone(),
+            reason: format!(
+                "no node of the list answered: {}",
+                failures
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
         })
+    }
+
+    /// The node connected last (`host:port`).
+    pub fn node(&self) -> &str {
+        &self.nodes[self.current]
     }
 
     pub fn is_connected(&self) -> bool {
@@ -151,15 +187,27 @@ impl<S: ClientSession> Driver<S> {
 
     /// Opens a new transport when the session wants one. The Welcome and what follows
     /// it are handled as input, by `run`.
+    /// With several nodes, the one after the node lost is tried first, then the others
+    /// in turn (that one last).
     fn reconnect(&mut self, now: Instant) -> Result<(), ClientError> {
-        match Transport::open(&self.opts) {
-            Ok(t) => {
-                self.session.connecting(now)?;
-                self.transport = Some(t);
-                info!("{} reconnected to {}", self.what, self.opts.addr);
-                Ok(())
+        let n = self.nodes.len();
+        let mut last_error = None;
+        for step in 1..=n {
+            let i = (self.current + step) % n;
+            match Transport::open(&self.opts, &self.nodes[i]) {
+                Ok(t) => {
+                    self.session.connecting(now)?;
+                    self.transport = Some(t);
+                    self.current = i;
+                    info!("{} reconnected to {}", self.what, self.nodes[i]);
+                    return Ok(());
+                }
+                Err(e) => last_error = Some(e),
             }
-            Err(e) => {
+        }
+        match last_error {
+            None => Ok(()),
+            Some(e) => {
                 let msg = e.to_string();
                 self.session.connect_failed(e, now)?;
                 warn!(

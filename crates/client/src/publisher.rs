@@ -70,7 +70,7 @@ impl Publisher {
         info!(
             "publisher for service {:?} connected to {} ({})",
             opts.service,
-            driver.opts.addr,
+            driver.node(),
             driver
                 .session
                 .session()

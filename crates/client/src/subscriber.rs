@@ -33,7 +33,7 @@ impl Subscriber {
         let driver = Driver::connect(opts, session, "subscriber")?;
         info!(
             "subscriber connected to {} ({})",
-            driver.opts.addr,
+            driver.node(),
             driver
                 .session
                 .session()
