@@ -15,11 +15,13 @@ DataFrames on top.
 """
 
 from ._native import Event, LoginError, TickwireError, field_names
+from .live import LiveView
 from .publisher import Publisher
 from .subscriber import Subscriber
 
 __all__ = [
     "Event",
+    "LiveView",
     "LoginError",
     "Publisher",
     "Subscriber",
