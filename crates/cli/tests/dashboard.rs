@@ -160,7 +160,7 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
         driver.call(
             "POST",
             &format!("/session/{id}/execute/sync"),
-            Some(json!({"script": "return {services: document.getElementById('n_services').dataset.value || '', subs: Number(document.getElementById('n_conns').dataset.subs || 0), latency: document.getElementById('lat').textContent, chart: [...document.querySelectorAll('#nodechart polyline')].map(l => (l.getAttribute('points') || '').split(' ').filter(Boolean).length), icon: (document.querySelector('link[rel=icon]') || {}).href || ''}", "args": []})),
+            Some(json!({"script": "return {services: document.getElementById('n_services').dataset.value || '', subs: Number(document.getElementById('n_conns').dataset.subs || 0), latency: document.getElementById('lat').textContent, chart: [...document.querySelectorAll('#nodechart polyline')].map(l => (l.getAttribute('points') || '').split(' ').filter(Boolean).length), icon: (document.querySelector('link[rel=icon]') || {}).href || '', yaxis: document.getElementById('n_yrates').children[0].textContent, slowWho: document.getElementById('n_slow_who').textContent, serviceOptions: [...document.querySelectorAll('#service-list option')].map(o => o.value)}", "args": []})),
         )
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -205,7 +205,37 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
     };
     let spark = shot("#board tr svg.spark");
     let node_chart = shot("#nodechart");
+    // The item picker: typing offers the node's items (GET /items) to pick from.
+    let input = driver.element(&id, "#items");
+    driver.call(
+        "POST",
+        &format!("/session/{id}/element/{input}/value"),
+        Some(json!({"text": "SYM"})),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let offered = loop {
+        let offered = driver.call(
+            "POST",
+            &format!("/session/{id}/execute/sync"),
+            Some(json!({"script": "return [...document.querySelectorAll('#item-list option')].map(o => o.value)", "args": []})),
+        );
+        if offered.as_array().is_some_and(|o| o.len() >= 2) || Instant::now() > deadline {
+            break offered;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     driver.call("DELETE", &format!("/session/{id}"), None);
+    assert_eq!(offered, json!(["SYM0", "SYM1"]), "the item picker's names");
+    // The node chart's axis is labelled (updates/s flow, so its top is above 0); the
+    // subscribers behind are named (none here); the services are offered to pick.
+    let yaxis = node_panel["yaxis"].as_str().unwrap_or("");
+    assert!(!yaxis.is_empty() && yaxis != "0", "{node_panel}");
+    assert_eq!(node_panel["slowWho"], "none", "{node_panel}");
+    assert_eq!(
+        node_panel["serviceOptions"],
+        json!(["FEED"]),
+        "{node_panel}"
+    );
     // --up #2ecc71, --down #ff5c5c, --accent #4aa3ff (antialiased edges aside).
     let near = |px: &[[u8; 3]], c: [u8; 3]| {
         px.iter()

@@ -610,3 +610,53 @@ fn readyz_waits_for_the_upstream_node_and_names_what_is_missing() {
     );
     let _ = std::fs::remove_file(&file);
 }
+
+/// `GET /items`: a service's item names for the dashboard's picker, in order, bounded,
+/// by prefix; an unknown service is 404; a node with a users file lists none (403).
+#[test]
+fn items_lists_a_services_names_by_prefix_and_only_on_an_open_node() {
+    let (node, ws) = Node::start_ws(&[]);
+    let _feed = start_publisher(&node, "FEED", 12, 10, false);
+    let items = |query: &str| -> (String, String) { get(&ws, &format!("/items?{query}"), None) };
+    let (head, body) = items("service=FEED&prefix=SYM1");
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert!(head.contains("Content-Type: application/json"), "{head}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["items"],
+        serde_json::json!(["SYM1", "SYM10", "SYM11"]),
+        "{v}"
+    );
+    assert_eq!(v["more"], false, "{v}");
+    let v: Value = serde_json::from_str(&items("service=FEED&limit=3").1).unwrap();
+    assert_eq!(
+        v["items"],
+        serde_json::json!(["SYM0", "SYM1", "SYM10"]),
+        "{v}"
+    );
+    assert_eq!(v["more"], true, "{v}");
+    let (head, body) = items("service=NOPE");
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}\n{body}");
+    assert!(body.contains("no service \"NOPE\""), "{body}");
+
+    let dir = std::env::temp_dir().join(format!("tickwire-items-users-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let users = dir.join("users.toml");
+    std::fs::write(
+        &users,
+        format!(
+            "[users.alice]\n{}\nsubscribe = [\"FEED\"]\n",
+            hash_line("pw", false)
+        ),
+    )
+    .unwrap();
+    let cfg = TempConfig::new(
+        "items-users",
+        &format!("[security]\nusers_file = \"{}\"\n", users.display()),
+    );
+    let (_guarded, ws) = Node::start_ws(&["--config", cfg.path()]);
+    let (head, body) = get(&ws, "/items?service=FEED", None);
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}\n{body}");
+    assert!(body.contains("users file"), "{body}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

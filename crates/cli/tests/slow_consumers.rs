@@ -361,6 +361,24 @@ fn a_stopped_subscriber_is_conflated_and_catches_up_exactly_while_others_keep_up
     let (base_rates, base_rss) = observe(&healthy, &node, Duration::from_millis(1500));
     victim.signal(libc::SIGSTOP);
     let (stall_rates, stall_rss) = observe(&healthy, &node, Duration::from_secs(3));
+    // The node's figures (and the dashboard) name who is behind: the stopped one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let who = loop {
+        let who = node_figures(&node)["TW_SLOW_WHO"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        if who.contains("tickwire-subscribe") || Instant::now() > deadline {
+            break who;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        who.contains("127.0.0.1:")
+            && who.contains("tickwire-subscribe")
+            && who.contains("bytes queued"),
+        "TW_SLOW_WHO: {who:?}"
+    );
     // Freeze the feed and wake the subscriber: from here the node's cache stops
     // changing, and the subscriber must reach it exactly. How long that takes depends
     // on the machine, so the test waits for the condition (bounded), not for a time.

@@ -484,6 +484,46 @@ impl Node {
         self.items.len()
     }
 
+    /// The first `limit` names (in order) of a service's items that start with
+    /// `prefix`, and whether more match; `None` for a service the node does not have.
+    /// One pass over the service's items, keeping the `limit` smallest: bounded work
+    /// for a browser's item picker.
+    pub fn service_item_names(
+        &mut self,
+        service: &str,
+        prefix: &str,
+        limit: usize,
+    ) -> Option<(Vec<String>, bool)> {
+        self.merge_deferred();
+        let s = self.service_by_name.get(service)?;
+        let mut smallest: std::collections::BinaryHeap<&str> = Default::default();
+        let mut matching = 0usize;
+        for name in self.services[*s].items.keys() {
+            if !name.starts_with(prefix) {
+                continue;
+            }
+            matching += 1;
+            if smallest.len() < limit {
+                smallest.push(name);
+            } else if smallest.peek().is_some_and(|&largest| &**name < largest) {
+                smallest.pop();
+                smallest.push(name);
+            }
+        }
+        let names: Vec<String> = smallest
+            .into_sorted_vec()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let more = matching > names.len();
+        Some((names, more))
+    }
+
+    /// The node checks logins against a users file.
+    pub fn has_users(&self) -> bool {
+        self.cfg.users.is_some()
+    }
+
     /// The cached image of an item as an encoded field list, if the node has one.
     pub fn cached_image(&mut self, service: &str, name: &str) -> Option<Vec<u8>> {
         self.merge_deferred();

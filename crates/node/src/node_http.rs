@@ -1,39 +1,124 @@
 //! What the node answers itself on its HTTP (WebSocket) port, beside the WebSocket API
-//! and the dashboard: `/metrics`, `/healthz` (the event loop answers) and `/readyz`
-//! (what the node is configured to depend on is there: its backbone link, its upstream
-//! node, its journal).
+//! and the dashboard: `/metrics`, `/healthz` (the event loop answers), `/readyz` (what
+//! the node is configured to depend on is there: its backbone link, its upstream node,
+//! its journal) and `/items` (a service's item names, for the dashboard's picker).
 
 use crate::metrics::{Extra, Format};
 use tickwire_core::Node;
 
 /// A request for the node's own figures or health.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NodeRequest {
     Metrics(Format),
     Health,
     Ready,
+    /// `/items?service=S&prefix=P&limit=N`.
+    Items {
+        service: String,
+        prefix: String,
+        limit: usize,
+    },
 }
 
+/// Names `/items` gives at most, and by default.
+pub const MAX_ITEM_NAMES: usize = 1000;
+const DEFAULT_ITEM_NAMES: usize = 100;
+
 impl NodeRequest {
-    /// The request a GET of `path` makes, if it is one of these.
-    pub fn parse(path: &str, accept: Option<&str>) -> Option<NodeRequest> {
+    /// The request a GET of `target` (path and query) makes, if it is one of these.
+    pub fn parse(target: &str, accept: Option<&str>) -> Option<NodeRequest> {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
         match path {
             "/metrics" => Some(NodeRequest::Metrics(Format::negotiate(accept))),
             "/healthz" => Some(NodeRequest::Health),
             "/readyz" => Some(NodeRequest::Ready),
+            "/items" => {
+                let arg = |key: &str| {
+                    query
+                        .split('&')
+                        .filter_map(|kv| kv.split_once('='))
+                        .find(|(k, _)| *k == key)
+                        .map(|(_, v)| percent_decode(v))
+                };
+                Some(NodeRequest::Items {
+                    service: arg("service").unwrap_or_default(),
+                    prefix: arg("prefix").unwrap_or_default(),
+                    limit: arg("limit")
+                        .and_then(|l| l.parse().ok())
+                        .unwrap_or(DEFAULT_ITEM_NAMES)
+                        .clamp(1, MAX_ITEM_NAMES),
+                })
+            }
             _ => None,
         }
     }
 }
 
+/// A query value with `%XX` escapes and `+` decoded (invalid escapes kept as they are).
+fn percent_decode(v: &str) -> String {
+    let bytes = v.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The HTTP answer: status, content type, body.
 pub fn answer(
     asked: NodeRequest,
-    core: &Node,
+    core: &mut Node,
     extra: &Extra<'_>,
 ) -> (&'static str, &'static str, String) {
     const TEXT: &str = "text/plain; charset=utf-8";
+    const JSON: &str = "application/json";
     match asked {
+        NodeRequest::Items {
+            service,
+            prefix,
+            limit,
+        } => {
+            // Item names are listed to anyone who can reach this port: only where
+            // anyone may subscribe anyway.
+            if core.has_users() {
+                return (
+                    "403 Forbidden",
+                    TEXT,
+                    "item names are listed only by a node without a users file \
+                     ([security] users_file): here anyone reaching this port would see them\n"
+                        .into(),
+                );
+            }
+            match core.service_item_names(&service, &prefix, limit) {
+                Some((items, more)) => (
+                    "200 OK",
+                    JSON,
+                    serde_json::json!({"service": service, "items": items, "more": more})
+                        .to_string(),
+                ),
+                None => (
+                    "404 Not Found",
+                    TEXT,
+                    format!(
+                        "no service {service:?} here (/items?service=NAME&prefix=TEXT&limit=N)\n"
+                    ),
+                ),
+            }
+        }
         NodeRequest::Metrics(format) => (
             "200 OK",
             format.content_type(),
@@ -58,5 +143,35 @@ pub fn answer(
             };
             (status, TEXT, body)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_requests_take_their_query_decoded_and_bounded() {
+        assert_eq!(
+            NodeRequest::parse("/items?service=FEED&prefix=EUR%3D+x&limit=5", None),
+            Some(NodeRequest::Items {
+                service: "FEED".into(),
+                prefix: "EUR= x".into(),
+                limit: 5
+            })
+        );
+        let Some(NodeRequest::Items { limit, .. }) =
+            NodeRequest::parse("/items?service=A&limit=999999", None)
+        else {
+            panic!()
+        };
+        assert_eq!(limit, MAX_ITEM_NAMES);
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(
+            NodeRequest::parse("/healthz?x=1", None),
+            Some(NodeRequest::Health)
+        );
+        assert_eq!(NodeRequest::parse("/nothing", None), None);
     }
 }

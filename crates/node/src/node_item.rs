@@ -44,6 +44,10 @@ const TW_POSTS_ACK: i16 = -1032;
 const TW_POSTS_NAK: i16 = -1033;
 const TW_JNL_RECORDS: i16 = -1034;
 const TW_JNL_SYSCALLS: i16 = -1035;
+const TW_SLOW_WHO: i16 = -1036;
+
+/// The subscribers behind named in `TW_SLOW_WHO`, at most (the most queued first).
+const SLOW_NAMED: usize = 10;
 
 pub struct NodeItem {
     conn: ConnId,
@@ -103,6 +107,20 @@ impl NodeItem {
         let reports = core.connection_reports();
         let count = |role: &str| reports.iter().filter(|r| r.role == role).count() as u64;
         let behind = reports.iter().filter(|r| r.behind).count() as u64;
+        // Who is behind: "peer user application (N bytes queued)", the most queued first.
+        let mut slow: Vec<_> = reports.iter().filter(|r| r.behind).collect();
+        slow.sort_by_key(|r| std::cmp::Reverse(r.queued_bytes));
+        let slow_who = slow
+            .iter()
+            .take(SLOW_NAMED)
+            .map(|r| {
+                format!(
+                    "{} {} {} ({} bytes queued)",
+                    r.peer, r.user, r.application, r.queued_bytes
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
         let s = core.stats();
         let secs = now
             .saturating_duration_since(self.last.0)
@@ -136,6 +154,7 @@ impl NodeItem {
         w.push(TW_BEHIND, Value::UInt(behind));
         w.push(TW_CONFLATED, Value::UInt(s.conflated_updates));
         w.push(TW_SLOW_DISC, Value::UInt(s.slow_consumer_disconnects));
+        w.push(TW_SLOW_WHO, Value::Utf8(&slow_who));
         w.push(TW_SERVICES, Value::Utf8(&services));
         w.push(
             TW_UPTIME,

@@ -264,7 +264,7 @@ impl WsConn {
             return;
         }
         if let Some(asked) = (req.method == "GET")
-            .then(|| crate::node_http::NodeRequest::parse(path, req.header("accept")))
+            .then(|| crate::node_http::NodeRequest::parse(&req.path, req.header("accept")))
             .flatten()
         {
             self.node_request = Some(asked);
