@@ -311,6 +311,40 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
     }
 }
 
+/// Opened without `?items=`, the board shows the first items of the first service up,
+/// as the node lists them.
+#[test]
+fn the_dashboard_opened_bare_shows_the_first_items_of_a_service() {
+    let (node, host) = Node::start_ws(&[]);
+    let _feed = start_publisher(&node, "FEED", 3, 50, false);
+    let driver = Driver::start();
+    let id = driver.new_session();
+    driver.call(
+        "POST",
+        &format!("/session/{id}/url"),
+        Some(json!({"url": format!("http://{host}/")})),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let shown = loop {
+        let shown = driver.call(
+            "POST",
+            &format!("/session/{id}/execute/sync"),
+            Some(json!({"script": "return [...document.querySelectorAll('#board tr')].filter(tr => tr.dataset.refreshed === '1').map(tr => tr.dataset.item)", "args": []})),
+        );
+        if shown.as_array().is_some_and(|a| a.len() == 3) || Instant::now() > deadline {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    driver.call("DELETE", &format!("/session/{id}"), None);
+    assert_eq!(
+        shown,
+        json!(["SYM0", "SYM1", "SYM2"]),
+        "{}",
+        node.proc.log()
+    );
+}
+
 /// A node with a users file and no anonymous logins: the page asks for credentials, the
 /// user types them, and the board fills.
 #[test]
