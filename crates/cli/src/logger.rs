@@ -18,7 +18,7 @@ pub enum LogFormat {
     /// `2026-11-24T04:40:01.123456Z  INFO tickwire_node::server: message`
     Text,
     /// `{"timestamp":"...","level":"INFO","fields":{"message":"...",...},"target":"..."}`
-    /// (`json_log.rs`; docs/OPERATIONS.md, "Logs").
+    /// (the schema: docs/OPERATIONS.md, "JSON logs").
     Json,
 }
 
