@@ -17,6 +17,7 @@ pub const MAX_COMPONENT: usize = 255;
 
 /// Why a file name was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NameError {
     Empty,
     TooLong { len: usize },

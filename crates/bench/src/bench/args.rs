@@ -561,8 +561,10 @@ scenario_args! {
         ladder: LadderFlags,
         rssl: RsslFlags,
     }
-    // Files to 1 and 4 sites, beside rsync and uftp.
+    // Files to 1 and 4 sites, beside rsync and uftp; then market data's latency held
+    // --step-seconds (default 10) without and beside files.
     FilesArgs {
+        step: StepFlags,
         files: FilesFlags,
     }
 }
