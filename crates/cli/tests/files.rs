@@ -367,3 +367,55 @@ fn a_file_dropped_in_the_outbox_goes_to_every_site() {
     let audit = std::fs::read_to_string(d.join("spool.audit.jsonl")).unwrap();
     assert!(audit.contains("\"user\":\"outbox\""), "{audit}");
 }
+
+/// On a node with a users file, sending files takes the right to publish the files
+/// service: a user entitled to it sends; one who may only subscribe to it is refused,
+/// and told why; a wrong password is refused at login.
+#[test]
+fn only_users_entitled_to_publish_the_files_service_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let users = d.join("users.toml");
+    std::fs::write(
+        &users,
+        format!(
+            "[users.alice]\n{}\npublish = [\"FILES\"]\n\n[users.bob]\n{}\nsubscribe = [\"FILES\"]\n",
+            hash_line("alice-pw", false),
+            hash_line("bob-pw", false)
+        ),
+    )
+    .unwrap();
+    let toml = format!(
+        "[security]\nusers_file = \"{}\"\n{}",
+        users.display(),
+        sender_toml(d, "")
+    );
+    let src = files_node(d, "src", &toml, &[]);
+    let (f, _) = write(d, "entitled.csv", 1000, 9);
+    let f = f.to_str().unwrap();
+    let password = |name: &str, pw: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, pw).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (alice, bob, wrong) = (
+        password("alice.pw", "alice-pw"),
+        password("bob.pw", "bob-pw"),
+        password("wrong.pw", "nope"),
+    );
+    let out = send(&src, &["--user", "alice", "--password-file", &alice, f]);
+    assert_eq!(out.code(), Some(0), "{}{}", out.stdout, out.stderr);
+    let out = send(&src, &["--user", "bob", "--password-file", &bob, f]);
+    assert_eq!(out.code(), Some(1), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("refused by")
+            && out
+                .stderr
+                .contains("user \"bob\" may not publish service \"FILES\""),
+        "{}",
+        out.stderr
+    );
+    let out = send(&src, &["--user", "alice", "--password-file", &wrong, f]);
+    assert_ne!(out.code(), Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("login"), "{}", out.stderr);
+}
