@@ -17,6 +17,7 @@ pub mod journal;
 mod metrics;
 mod node_http;
 mod node_item;
+mod node_view;
 mod readiness;
 mod rssl;
 mod rssl_provider;

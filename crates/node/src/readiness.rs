@@ -2,7 +2,7 @@
 //! its upstream node, its journal) is there. `/readyz` answers it; `/metrics` gives it
 //! as `tickwire_ready` and `tickwire_dependency_up`.
 
-use crate::metrics::Extra;
+use crate::node_view::Extra;
 
 /// One dependency of the node and its state.
 pub struct Check {

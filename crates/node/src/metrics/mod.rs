@@ -61,17 +61,7 @@ struct ConnectionLabel {
     role: String,
 }
 
-/// What the node knows beyond its core.
-#[derive(Default)]
-pub struct Extra<'a> {
-    pub journal: Option<&'a crate::journal::JournalThread>,
-    /// The backbone's figures as of the last node-item tick (once a second).
-    pub backbone: Option<&'a tickwire_backbone::BackboneFigures>,
-    /// Whether the backbone's Aeron link is up, with a backbone.
-    pub backbone_linked: Option<bool>,
-    /// With an upstream node: whether the node is logged in to it, and which.
-    pub upstream: Option<&'a crate::upstream::UpstreamLink>,
-}
+pub use crate::node_view::Extra;
 
 /// A histogram whose buckets were counted elsewhere (the core's latency samples),
 /// encoded as they are for one scrape.

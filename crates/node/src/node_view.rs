@@ -1,0 +1,14 @@
+//! What the node knows beyond its core, lent to the answers of its HTTP port
+//! (`/metrics`, `/readyz`) for one turn of the event loop.
+
+/// The node's parts around its core, as far as its HTTP answers read them.
+#[derive(Default)]
+pub struct Extra<'a> {
+    pub journal: Option<&'a crate::journal::JournalThread>,
+    /// The backbone's figures as of the last node-item tick (once a second).
+    pub backbone: Option<&'a tickwire_backbone::BackboneFigures>,
+    /// Whether the backbone's Aeron link is up, with a backbone.
+    pub backbone_linked: Option<bool>,
+    /// With an upstream node: whether the node is logged in to it, and which.
+    pub upstream: Option<&'a crate::upstream::UpstreamLink>,
+}
