@@ -111,7 +111,7 @@ def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_
     fillers = []
 
     async def main():
-        s = await tickwire.aio.connect(addr, connect_timeout=1.0)
+        s = await tickwire.aio.connect(addr, connect_timeout=3.0)
         s.subscribe("FEED", ["SYM1"])
         async for event in s:
             if event.type == "refresh":
@@ -125,7 +125,8 @@ def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_
                 break
         # The node's port now has a listener that never accepts, its queue full: the
         # kernel drops further connection attempts, so each reconnection's TCP connect
-        # blocks for its connect_timeout (1 s). The loop must not.
+        # blocks for its connect_timeout (3 s). The loop must not: its longest pause
+        # stays far below that (a margin for a busy machine).
         silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         silent.bind((host, int(port)))
         silent.listen(0)
@@ -138,7 +139,7 @@ def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_
         loop = asyncio.get_running_loop()
         last = start = loop.time()
         longest = 0.0
-        while loop.time() - start < 3.0:
+        while loop.time() - start < 4.0:
             await asyncio.sleep(0.01)
             now = loop.time()
             longest = max(longest, now - last)
@@ -157,5 +158,5 @@ def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_
         feed.stop()
         node.stop()
     assert suspect is not None and suspect.item == "SYM1", suspect
-    assert longest < 0.5, f"the event loop was held {longest:.2f} s while the library reconnected"
+    assert longest < 1.5, f"the event loop was held {longest:.2f} s while the library reconnected"
     assert not connected
