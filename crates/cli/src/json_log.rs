@@ -34,29 +34,29 @@ where
     ) -> fmt::Result {
         let normalized = event.normalized_metadata();
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
-        let mut timestamp = String::new();
-        SystemTime.format_time(&mut Writer::new(&mut timestamp))?;
         let mut fields = Fields(serde_json::Map::new());
         event.record(&mut fields);
         writeln!(
             writer,
             "{}",
-            record(&timestamp, meta.level().as_str(), fields.0, meta.target())
+            record(meta.level().as_str(), fields.0, meta.target())
         )
     }
 }
 
-/// One log line of the schema above.
+/// One log line of the schema above, stamped now.
 pub fn record(
-    timestamp: &str,
     level: &str,
     fields: serde_json::Map<String, serde_json::Value>,
     target: &str,
 ) -> String {
+    let mut timestamp = String::new();
+    // Writing to a String does not fail.
+    let _ = SystemTime.format_time(&mut Writer::new(&mut timestamp));
     // Written in this order (a map would sort its keys): what people read first.
     format!(
         "{{\"timestamp\":{},\"level\":{},\"fields\":{},\"target\":{}}}",
-        serde_json::Value::from(timestamp),
+        serde_json::Value::from(timestamp.as_str()),
         serde_json::Value::from(level),
         serde_json::Value::Object(fields),
         serde_json::Value::from(target)

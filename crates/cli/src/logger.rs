@@ -30,18 +30,10 @@ pub fn fatal(format: LogFormat, message: &str) {
     match format {
         LogFormat::Text => eprintln!("tickwire: {message}"),
         LogFormat::Json => {
-            let mut timestamp = String::new();
-            use tracing_subscriber::fmt::time::FormatTime;
-            let _ = tracing_subscriber::fmt::time::SystemTime.format_time(
-                &mut tracing_subscriber::fmt::format::Writer::new(&mut timestamp),
-            );
             let mut fields = serde_json::Map::new();
             fields.insert("message".into(), message.into());
             fields.insert("fatal".into(), true.into());
-            eprintln!(
-                "{}",
-                crate::json_log::record(&timestamp, "ERROR", fields, "tickwire")
-            );
+            eprintln!("{}", crate::json_log::record("ERROR", fields, "tickwire"));
         }
     }
 }

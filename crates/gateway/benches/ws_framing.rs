@@ -74,42 +74,34 @@ fn write_path(c: &mut Criterion) {
             black_box(out.len())
         })
     });
+    // A message owns its text: each connection's copy of the update.
     g.bench_function("tungstenite", |b| {
-        let mut ctx = WebSocketContext::new(Role::Server, None);
-        let mut socket = Memory {
-            input: VecDeque::new(),
-            output: Vec::with_capacity(512 * MESSAGES),
-        };
-        b.iter(|| {
-            socket.output.clear();
-            for _ in 0..MESSAGES {
-                // A message owns its text: each connection's copy of the update.
-                ctx.write(&mut socket, Message::text(json.clone())).unwrap();
-            }
-            ctx.flush(&mut socket).unwrap();
-            black_box(socket.output.len())
-        })
+        tungstenite_writes(b, || Message::text(json.clone()))
     });
+    // Its best case: the update's text encoded once and shared by reference count (no
+    // copy per connection), as the node shares an update's encoding.
+    let shared = tungstenite::Utf8Bytes::from(json.clone());
     g.bench_function("tungstenite_shared_bytes", |b| {
-        // Its best case: the update's text encoded once and shared by reference count
-        // (no copy per connection), as the node shares an update's encoding.
-        let shared = tungstenite::Utf8Bytes::from(json.clone());
-        let mut ctx = WebSocketContext::new(Role::Server, None);
-        let mut socket = Memory {
-            input: VecDeque::new(),
-            output: Vec::with_capacity(512 * MESSAGES),
-        };
-        b.iter(|| {
-            socket.output.clear();
-            for _ in 0..MESSAGES {
-                ctx.write(&mut socket, Message::Text(shared.clone()))
-                    .unwrap();
-            }
-            ctx.flush(&mut socket).unwrap();
-            black_box(socket.output.len())
-        })
+        tungstenite_writes(b, || Message::Text(shared.clone()))
     });
     g.finish();
+}
+
+/// `MESSAGES` messages from `message` written and flushed by a server context.
+fn tungstenite_writes(b: &mut criterion::Bencher<'_>, message: impl Fn() -> Message) {
+    let mut ctx = WebSocketContext::new(Role::Server, None);
+    let mut socket = Memory {
+        input: VecDeque::new(),
+        output: Vec::with_capacity(512 * MESSAGES),
+    };
+    b.iter(|| {
+        socket.output.clear();
+        for _ in 0..MESSAGES {
+            ctx.write(&mut socket, message()).unwrap();
+        }
+        ctx.flush(&mut socket).unwrap();
+        black_box(socket.output.len())
+    })
 }
 
 fn read_path(c: &mut Criterion) {

@@ -36,34 +36,13 @@ from .subscriber import Fields, Items, _names
 _TIMERS_EVERY = 0.5
 
 
-async def connect(
-    address: str,
-    *,
-    user: Optional[str] = None,
-    token: Optional[str] = None,
-    application: Optional[str] = None,
-    connect_timeout: float = 5.0,
-    reconnect: bool = True,
-    ca_file: Optional[str] = None,
-    dictionary: Optional[str] = None,
-) -> "Subscriber":
-    """Connects and logs in (as ``tickwire.Subscriber`` does: ``ConnectionError``,
-    ``tickwire.LoginError``) without blocking the event loop."""
+async def connect(address: str, **connect: Any) -> "Subscriber":
+    """Connects and logs in without blocking the event loop. ``connect`` takes
+    ``tickwire.Subscriber``'s arguments (user, token, application, connect_timeout,
+    reconnect, ca_file, dictionary), and fails as it does (``ConnectionError``,
+    ``tickwire.LoginError``)."""
     loop = asyncio.get_running_loop()
-    native = await loop.run_in_executor(
-        None,
-        functools.partial(
-            _native.Subscriber,
-            address,
-            user=user,
-            token=token,
-            application=application,
-            connect_timeout=connect_timeout,
-            reconnect=reconnect,
-            ca_file=ca_file,
-            dictionary=dictionary,
-        ),
-    )
+    native = await loop.run_in_executor(None, functools.partial(_native.Subscriber, address, **connect))
     return Subscriber(native, loop)
 
 
