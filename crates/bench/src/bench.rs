@@ -22,6 +22,7 @@ mod files_scenario;
 mod journal_scenario;
 mod peers_scenario;
 mod rssl_scenario;
+mod summary;
 mod tree_scenario;
 mod wait_scenario;
 
@@ -90,6 +91,14 @@ pub enum BenchCommand {
     /// the same files with rsync and uftp: files/minute, MB/s, CPU seconds per GB and
     /// system calls per file (docs/FILES.md).
     Files(FilesArgs),
+    /// The current table of a scenario from several runs of it: each headline figure's
+    /// median, spread and number of runs, under the runs' commit, machine and command
+    /// (markdown on standard output; docs/BENCHMARKS.md opens with these).
+    Summary {
+        /// Directories holding results.json, runs of one scenario.
+        #[arg(required = true, value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+    },
     /// Compare result directories: the first is base 100.
     Compare {
         /// Directories holding results.json; the first is the base.
@@ -107,6 +116,10 @@ pub struct Results {
     pub tickwire_version: String,
     pub git_commit: String,
     pub scenario: String,
+    /// The lab's own command line (`tickwire-bench SCENARIO ...`; empty in results
+    /// written before it was kept).
+    #[serde(default)]
+    pub command: String,
     pub started_unix_s: u64,
     pub duration_s: f64,
     pub machine: Option<Machine>,
@@ -193,7 +206,7 @@ pub struct WsFanout {
     pub unshared_node_user_us_per_update: f64,
     /// Update encodings the nodes made, and the times one was reused for another
     /// client, over the whole life of the shared and of the per-client nodes, from
-    /// their logs (they show that sharing happened, and only where it was on).
+    /// their /metrics (they show that sharing happened, and only where it was on).
     #[serde(default)]
     pub shared_encoded: u64,
     #[serde(default)]
@@ -205,25 +218,6 @@ pub struct WsFanout {
     /// One step per run, alternating shared and unshared rigs (each run a fresh rig).
     pub shared: Vec<Step>,
     pub unshared: Vec<Step>,
-}
-
-/// (encoded, reused) from a stopped node's log line "WebSocket updates: N encoded, M
-/// reused ...".
-fn ws_encodings(log: &std::path::Path) -> Result<(u64, u64)> {
-    let text =
-        std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
-    let line = text
-        .lines()
-        .find_map(|l| l.split_once("WebSocket updates: ").map(|(_, rest)| rest))
-        .ok_or_else(|| anyhow::anyhow!("{}: no \"WebSocket updates\" line", log.display()))?;
-    let mut numbers = line
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|w| !w.is_empty())
-        .map(|w| w.parse::<u64>());
-    match (numbers.next(), numbers.next()) {
-        (Some(Ok(encoded)), Some(Ok(reused))) => Ok((encoded, reused)),
-        _ => bail!("{}: cannot read \"{line}\"", log.display()),
-    }
 }
 
 /// The node's usage in a step (its process is named `node-...`).
@@ -374,7 +368,7 @@ fn step_text(s: &Step) -> String {
 }
 
 struct Lab {
-    bin: PathBuf,
+    programs: lab::Programs,
     logs: PathBuf,
     args: BenchArgs,
     quick: bool,
@@ -390,7 +384,7 @@ impl Lab {
             scrape_metrics: spec.scrape_metrics || self.args.scrape_metrics,
             ..spec.clone()
         };
-        start_rig(&self.bin, &spec, &self.logs)
+        start_rig(&self.programs, &spec, &self.logs)
     }
 
     fn seconds(&self) -> f64 {
@@ -727,14 +721,11 @@ impl Lab {
                 .into_iter()
                 .next()
                 .ok_or_else(|| anyhow::anyhow!("no step measured"))?;
+            let http = rigs[0].node.ws_addr.as_deref();
+            let encoded =
+                crate::scraper::counter(http, "tickwire_websocket_updates_encoded_total")?;
+            let reused = crate::scraper::counter(http, "tickwire_websocket_updates_reused_total")?;
             stop_rigs(rigs)?;
-            // Counts, not the measure: a node that could not log them (killed after the
-            // stop timeout) costs only the counts.
-            let (encoded, reused) = ws_encodings(&lab::node_log(&self.logs, &spec.label))
-                .unwrap_or_else(|e| {
-                    eprintln!("bench: warning: {e:#}");
-                    (0, 0)
-                });
             if share {
                 shared_counts.0 += encoded;
                 shared_counts.1 += reused;
@@ -781,10 +772,10 @@ impl Lab {
     }
 
     fn memory(&mut self) -> Result<()> {
-        let (bin, logs) = (self.bin.clone(), self.logs.clone());
+        let (programs, logs) = (self.programs.clone(), self.logs.clone());
         let progress = &mut self.progress;
         let m = crate::memory::run(
-            &bin,
+            &programs,
             &logs,
             self.args.memory_connections,
             self.args.memory_items,
@@ -859,7 +850,7 @@ impl Lab {
             count_syscalls: self.count_syscalls,
         };
         let progress = &mut self.progress;
-        let run = crate::stall::run(&self.bin, &self.logs, &plan, options, &mut |t| {
+        let run = crate::stall::run(&self.programs, &self.logs, &plan, options, &mut |t| {
             progress.line(t, 1.0)
         })?;
         self.results.commands.extend(run.commands);
@@ -939,6 +930,10 @@ fn stop_rigs(rigs: Vec<Rig>) -> Result<()> {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     let (name, args): (&str, BenchArgs) = match cmd {
         BenchCommand::Compare { dirs, out } => return compare(&dirs, out.as_deref()),
+        BenchCommand::Summary { dirs } => {
+            print!("{}", summary::summary(&dirs)?);
+            return Ok(());
+        }
         BenchCommand::Throughput(a) => ("throughput", a.into()),
         BenchCommand::Fanout(a) => ("fanout", a.into()),
         BenchCommand::Latency(a) => ("latency", a.into()),
@@ -956,7 +951,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Files(a) => ("files", a.into()),
     };
     let logs = lab::ensure_dir(&args.out)?;
-    let bin = std::env::current_exe().context("cannot find the tickwire binary")?;
+    let programs = lab::Programs::find()?;
     if cfg!(debug_assertions) {
         eprintln!(
             "bench: warning: this is a debug build; figures are not representative (use --release)"
@@ -985,7 +980,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let mut lab = Lab {
-        bin,
+        programs,
         logs,
         quick,
         count_syscalls,
@@ -993,6 +988,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             tickwire_version: env!("CARGO_PKG_VERSION").into(),
             git_commit: lab::git_commit(),
             scenario: name.into(),
+            command: lab_command_line(),
             started_unix_s: started,
             machine: Some(machine_with_wake_probe()),
             settings: serde_json::json!({
@@ -1475,7 +1471,7 @@ pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
             )?;
             writeln!(
                 md,
-                "Update encodings (nodes' whole lives, from their logs): shared {} made, {} reused; per client {} made, {} reused.\n",
+                "Update encodings (nodes' whole lives, from their /metrics): shared {} made, {} reused; per client {} made, {} reused.\n",
                 f.shared_encoded, f.shared_reused, f.unshared_encoded, f.unshared_reused
             )?;
             writeln!(md, "| encoding | delivered/s | node CPU % | node µs/update | of which user | p50 µs | p99 µs | result |")?;
@@ -1910,19 +1906,30 @@ fn headline(r: &Results) -> Vec<(String, Option<f64>, bool)> {
     v
 }
 
+/// A run's `DIR/results.json`.
+fn read_results(dir: &Path) -> Result<Results> {
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a tickwire results file", path.display()))
+}
+
+/// This run's command line as a user would type it again (`tickwire-bench ...`, however
+/// the program was reached).
+fn lab_command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!("tickwire-bench {}", args.join(" "))
+}
+
 pub fn compare(dirs: &[PathBuf], out: Option<&Path>) -> Result<()> {
     if dirs.len() < 2 {
         bail!("compare needs at least two result directories");
     }
-    let mut runs = Vec::new();
-    for d in dirs {
-        let path = d.join("results.json");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let r: Results = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a tickwire results file", path.display()))?;
-        runs.push(r);
-    }
+    let runs: Vec<Results> = dirs
+        .iter()
+        .map(|d| read_results(d))
+        .collect::<Result<_>>()?;
     let names: Vec<String> = dirs
         .iter()
         .map(|d| {

@@ -129,12 +129,40 @@ impl Proc {
     }
 }
 
-/// How a command line names `bin`: `tickwire` for the lab's own binary, the path of
-/// anything else (a peer's server).
+/// How a command line names `bin`: `tickwire` or `tickwire-bench` for Tickwire's own
+/// programs, the path of anything else (a peer's server).
 fn program_name(bin: &Path) -> String {
-    match std::env::current_exe() {
-        Ok(me) if me == bin => "tickwire".into(),
+    match bin.file_name().and_then(|n| n.to_str()) {
+        Some(n @ ("tickwire" | "tickwire-bench")) => n.into(),
         _ => bin.display().to_string(),
+    }
+}
+
+/// The two programs a lab run starts: the node's (`tickwire`: nodes, `publish`, `files
+/// send`) and the lab's own (`tickwire-bench`: the load tools perf-pub, perf-sub...).
+#[derive(Debug, Clone)]
+pub struct Programs {
+    pub node: PathBuf,
+    pub lab: PathBuf,
+}
+
+impl Programs {
+    /// The lab is this process's program; the node's is `$TICKWIRE_BIN` when set, else
+    /// the `tickwire` beside it (cargo builds both into one target folder).
+    pub fn find() -> Result<Programs> {
+        let lab = std::env::current_exe().context("cannot find the tickwire-bench program")?;
+        let node = match std::env::var_os("TICKWIRE_BIN") {
+            Some(path) => PathBuf::from(path),
+            None => lab.with_file_name("tickwire"),
+        };
+        if !node.is_file() {
+            bail!(
+                "the node's program {} is missing: build it (`cargo build --release` builds \
+                 tickwire and tickwire-bench) or name it with TICKWIRE_BIN",
+                node.display()
+            );
+        }
+        Ok(Programs { node, lab })
     }
 }
 
@@ -434,15 +462,11 @@ pub fn rig_tag(label: &str) -> String {
         .replace('/', "_per_")
 }
 
-/// The log of a rig's node (`log_dir/node-TAG.log`).
-pub fn node_log(log_dir: &Path, label: &str) -> PathBuf {
-    log_dir.join(format!("node-{}.log", rig_tag(label)))
-}
-
-pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
+pub fn start_rig(programs: &Programs, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     if let Some(server) = &spec.nats_server {
-        return start_nats_rig(bin, server, spec, log_dir);
+        return start_nats_rig(&programs.lab, server, spec, log_dir);
     }
+    let bin = &programs.node;
     let pin = |which: usize| -> Vec<String> {
         match &spec.cpus {
             Some(c) => {
@@ -487,6 +511,10 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
             (node, addr, None, a)
         }
         Some(bb) => {
+            // Both nodes serve /metrics: the lab reads the drivers' counters there.
+            if !node_args.iter().any(|a| a == "--ws") {
+                node_args.extend(["--ws".to_string(), "127.0.0.1:0".into()]);
+            }
             let mut source_args = node_args.clone();
             source_args.extend(
                 [
@@ -544,7 +572,12 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     let items = spec.items.to_string();
     let mut pub_args = perf_pub_args(spec, "tickwire", &addr);
     pub_args.extend(pin(1));
-    let mut publisher = Proc::spawn(bin, &format!("perf-pub-{tag}"), &pub_args, log_dir)?;
+    let mut publisher = Proc::spawn(
+        &programs.lab,
+        &format!("perf-pub-{tag}"),
+        &pub_args,
+        log_dir,
+    )?;
     // The publisher prints its first second once its images are out.
     publisher.expect("second", Duration::from_secs(120))?;
     if spec.backbone.is_some() || spec.upstream {
@@ -599,7 +632,12 @@ pub fn start_rig(bin: &Path, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
         .collect()
     };
     sub_args.extend(pin(2));
-    let mut subscriber = Proc::spawn(bin, &format!("perf-sub-{tag}"), &sub_args, log_dir)?;
+    let mut subscriber = Proc::spawn(
+        &programs.lab,
+        &format!("perf-sub-{tag}"),
+        &sub_args,
+        log_dir,
+    )?;
     let commonality =
         <crate::perf_sub::Commonality as clap::ValueEnum>::from_str(spec.commonality, false)
             .map_err(|e| anyhow!("commonality {:?}: {e}", spec.commonality))?;

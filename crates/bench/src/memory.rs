@@ -59,7 +59,7 @@ fn node_memory(pid: u32) -> Result<(u64, u64)> {
 }
 
 fn measure(
-    bin: &Path,
+    programs: &crate::lab::Programs,
     logs: &Path,
     connections: usize,
     items: usize,
@@ -72,7 +72,7 @@ fn measure(
     spec.fanout = connections as f64;
     spec.start_rate = rate;
     spec.latency_rate = "all".into();
-    let rig = start_rig(bin, &spec, logs)?;
+    let rig = start_rig(programs, &spec, logs)?;
     std::thread::sleep(settle);
     let (rss, hwm) = node_memory(rig.node.pid())?;
     rig.subscriber.stop()?;
@@ -89,7 +89,7 @@ fn measure(
 
 /// Runs the three rigs and derives the per-connection and per-stream figures.
 pub fn run(
-    bin: &Path,
+    programs: &crate::lab::Programs,
     logs: &Path,
     connections: usize,
     items: usize,
@@ -100,18 +100,18 @@ pub fn run(
     }
     let rate = 10;
     let settle = Duration::from_secs(3);
-    let small = measure(bin, logs, 10, items, rate, settle)?;
+    let small = measure(programs, logs, 10, items, rate, settle)?;
     progress(&format!(
         "memory: 10 connections x {items} items: node RSS {:.1} MiB",
         small.node_rss_bytes as f64 / 1048576.0
     ));
-    let full = measure(bin, logs, connections, items, rate, settle)?;
+    let full = measure(programs, logs, connections, items, rate, settle)?;
     progress(&format!(
         "memory: {connections} connections x {items} items: node RSS {:.1} MiB",
         full.node_rss_bytes as f64 / 1048576.0
     ));
     let narrow_items = items / 10;
-    let narrow = measure(bin, logs, connections, narrow_items, rate, settle)?;
+    let narrow = measure(programs, logs, connections, narrow_items, rate, settle)?;
     progress(&format!(
         "memory: {connections} connections x {narrow_items} items: node RSS {:.1} MiB",
         narrow.node_rss_bytes as f64 / 1048576.0

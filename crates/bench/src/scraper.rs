@@ -85,8 +85,19 @@ fn scrape(addr: &str) -> std::io::Result<usize> {
     Ok(get_metrics(addr)?.len())
 }
 
+/// A counter's value now, from the node's `/metrics` (the lab reads a node's counters
+/// as Prometheus would, never from its log): `series` as exposed, labels included
+/// (`tickwire_backbone_naks_total{direction="sent"}`).
+pub fn counter(http: Option<&str>, series: &str) -> anyhow::Result<u64> {
+    let http = http.ok_or_else(|| anyhow::anyhow!("the node serves no /metrics (no --ws)"))?;
+    match metric(http, series)? {
+        Some(v) => Ok(v as u64),
+        None => anyhow::bail!("http://{http}/metrics has no {series}"),
+    }
+}
+
 /// A sample's value in one scrape of `http://{addr}/metrics`: the first line of the
-/// exposition whose name is `name` (labels not matched).
+/// exposition whose series is `name` (with its labels as exposed, when it has any).
 pub fn metric(addr: &str, name: &str) -> std::io::Result<Option<f64>> {
     let body = get_metrics(addr)?;
     let text = String::from_utf8_lossy(&body);

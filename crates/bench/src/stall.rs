@@ -344,7 +344,7 @@ pub struct StallRun {
 
 /// Runs the stall timeline with its own node, publisher and subscribers (stopped after).
 pub fn run(
-    bin: &Path,
+    programs: &crate::lab::Programs,
     logs: &Path,
     plan: &StallPlan,
     monitor_options: MonitorOptions,
@@ -366,7 +366,7 @@ pub fn run(
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let (node, addr) = start_node(bin, "node-stall", &node_args, logs)?;
+    let (node, addr) = start_node(&programs.node, "node-stall", &node_args, logs)?;
     let items = plan.items.to_string();
     // The publisher starts at rate 0: nothing is sent before the first (quiet) mark, so
     // sent and received counts of the whole scenario can be compared exactly.
@@ -390,7 +390,7 @@ pub fn run(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let mut publisher = Proc::spawn(bin, "perf-pub-stall", &pub_args, logs)?;
+    let mut publisher = Proc::spawn(&programs.lab, "perf-pub-stall", &pub_args, logs)?;
     publisher.expect("second", Duration::from_secs(120))?;
     let interval = plan.interval_ms.to_string();
     let sub_args: Vec<String> = [
@@ -416,7 +416,7 @@ pub fn run(
     let mut subs = Vec::with_capacity(plan.subscribers);
     for i in 0..plan.subscribers {
         subs.push(Proc::spawn(
-            bin,
+            &programs.lab,
             &format!("perf-sub-stall-{i}"),
             &sub_args,
             logs,

@@ -8,6 +8,7 @@ mod health;
 mod journal;
 mod json;
 mod json_log;
+mod lab;
 mod logger;
 mod post;
 mod publish;
@@ -58,28 +59,24 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// An embedded node, a synthetic feed and a live quote board in one command.
     Demo(demo::DemoArgs),
-    /// Performance lab: the publisher under load (reference 74-byte updates on an exact
-    /// schedule, latency timestamps in TIM_TRK_1).
-    PerfPub(tickwire_bench::perf_pub::PerfPubArgs),
-    /// Performance lab: the subscriber under load (many connections, every field
-    /// decoded, sequence gaps counted, latency histograms).
-    PerfSub(tickwire_bench::perf_sub::PerfSubArgs),
-    /// Performance lab: a WebSocket load subscriber (tr_json2 JSON, latency from
-    /// TIM_TRK_1), driven by `tickwire bench ws`.
-    PerfWsSub(tickwire_bench::perf_ws_sub::PerfWsSubArgs),
-    /// Performance lab: the load subscriber of the NATS peer (the same decoding,
-    /// sequence and latency checks as perf-sub), driven by `tickwire bench peers`.
-    PerfNatsSub(tickwire_bench::perf_nats_sub::PerfNatsSubArgs),
-    /// Performance lab: the load poster (posts kept in flight up to a window, Ack
-    /// latency, the node's journal system calls per post), driven by `tickwire bench
-    /// journal`.
-    PerfPost(tickwire_bench::perf_post::PerfPostArgs),
-    /// Performance lab: run a scenario (the commands below; `quick` runs them all with
-    /// short steps) with nodes and load tools as separate processes; write results.json,
-    /// report.md and SVG plots. `bench compare DIR...` compares runs (the first is base
-    /// 100).
-    #[command(subcommand)]
-    Bench(tickwire_bench::bench::BenchCommand),
+    /// The performance lab: `tickwire bench SCENARIO --out DIR` runs `tickwire-bench
+    /// SCENARIO --out DIR`, the lab's own program (nodes and load tools as separate
+    /// processes; results.json, report.md and SVG plots). `tickwire bench --help` lists
+    /// the scenarios.
+    Bench(lab::LabArgs),
+    /// The lab's load tools kept under their old names: `tickwire perf-pub ...` runs
+    /// `tickwire-bench perf-pub ...` (likewise perf-sub, perf-ws-sub, perf-nats-sub,
+    /// perf-post).
+    #[command(hide = true)]
+    PerfPub(lab::LabArgs),
+    #[command(hide = true)]
+    PerfSub(lab::LabArgs),
+    #[command(hide = true)]
+    PerfWsSub(lab::LabArgs),
+    #[command(hide = true)]
+    PerfNatsSub(lab::LabArgs),
+    #[command(hide = true)]
+    PerfPost(lab::LabArgs),
     /// Users file helpers: `users hash` prints the hash line for a password or token
     /// read from standard input.
     #[command(subcommand)]
@@ -348,32 +345,17 @@ fn main() {
         Command::Post(a) => post::run(a),
         Command::Replay(a) => replay::run(a),
         Command::Demo(a) => demo::run(a),
-        Command::Bench(c) => tickwire_bench::bench::run(c),
+        Command::Bench(a) => lab::exec(None, a),
         Command::Users(c) => users::run(c),
         Command::Journal(c) => journal::run(c),
         Command::Backbone(c) => backbone::run(c),
         Command::Files(c) => files::run(c),
         Command::Health(a) => health::run(a),
-        Command::PerfPub(a) => tickwire_bench::perf_pub::run(a).map(|_| ()),
-        Command::PerfPost(a) => tickwire_bench::perf_post::run(a).map(|_| ()),
-        Command::PerfWsSub(a) => {
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
-            let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
-            tickwire_bench::perf_ws_sub::run(a, stop)
-        }
-        Command::PerfNatsSub(a) => {
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
-            let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
-            tickwire_bench::perf_nats_sub::run(a, stop)
-        }
-        Command::PerfSub(a) => {
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
-            let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
-            tickwire_bench::perf_sub::run(a, stop).map(|_| ())
-        }
+        Command::PerfPub(a) => lab::exec(Some("perf-pub"), a),
+        Command::PerfSub(a) => lab::exec(Some("perf-sub"), a),
+        Command::PerfWsSub(a) => lab::exec(Some("perf-ws-sub"), a),
+        Command::PerfNatsSub(a) => lab::exec(Some("perf-nats-sub"), a),
+        Command::PerfPost(a) => lab::exec(Some("perf-post"), a),
     };
     match result {
         Ok(()) => {}

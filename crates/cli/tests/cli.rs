@@ -77,10 +77,8 @@ fn help_of_every_subcommand_names_the_readme_flags() {
     }
 
     for (cmd, wanted) in &flags {
-        // `bench` takes its flags per scenario: they are in `bench quick --help`.
         // `files` names the flags of its two commands in one row.
         let helps: Vec<Vec<&str>> = match cmd.as_str() {
-            "bench" => vec![vec!["bench", "quick", "--help"]],
             "files" => vec![
                 vec!["files", "send", "--help"],
                 vec!["files", "status", "--help"],
@@ -662,7 +660,7 @@ fn log_lines_carry_the_date_and_can_be_json_and_a_bad_level_is_an_error() {
     }
     assert_eq!(seen, 1, "{log}");
     // A level nobody knows: an error naming it, not a silent default.
-    let out = std::process::Command::new(common::BIN)
+    let out = std::process::Command::new(common::node_program())
         .args(["node", "--listen", "127.0.0.1:0"])
         .env("TICKWIRE_LOG", "verbose")
         .output()
@@ -724,4 +722,32 @@ fn a_host_name_is_taken_where_an_address_to_listen_on_is_and_a_bad_one_is_named(
         "{}",
         out.stderr
     );
+}
+
+/// The node's program ships without the lab: `tickwire bench` alone says where the lab
+/// is and how to build it, and leaves nothing half-done.
+#[test]
+fn bench_without_the_lab_beside_says_how_to_get_it() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("node-program-alone");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // A copy, not a link: the program finds the lab beside its own path.
+    let alone = dir.join("tickwire");
+    std::fs::copy(common::node_program(), &alone).unwrap();
+    let out = std::process::Command::new(&alone)
+        .args(["bench", "quick", "--out", dir.join("out").to_str().unwrap()])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("tickwire-bench") && stderr.contains("cargo build --release"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.join("out").exists(),
+        "nothing is started without the lab"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

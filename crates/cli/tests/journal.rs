@@ -403,7 +403,7 @@ fn node_on_small_disk(journal_dir: &Path, kib: u64, cfg: &str) -> Option<Node> {
     let script = format!(
         "mount -t tmpfs -o size={kib}k tmpfs '{}' && exec '{}' node --config '{cfg}'",
         journal_dir.display(),
-        BIN
+        node_program()
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "sh", "-c", &script])
@@ -465,7 +465,13 @@ fn a_full_disk_refuses_posts_with_the_reason_and_market_data_goes_on() {
 /// mount namespace (where its tmpfs is).
 fn inspect_in_namespace(node: &Node, dir: &str) -> Vec<Value> {
     let out = Command::new("nsenter")
-        .args(["-t", &node.proc.pid().to_string(), "-m", "--", BIN])
+        .args([
+            "-t",
+            &node.proc.pid().to_string(),
+            "-m",
+            "--",
+            node_program(),
+        ])
         .args(["journal", "inspect", dir])
         .output()
         .expect("nsenter runs");

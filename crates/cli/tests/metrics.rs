@@ -142,6 +142,8 @@ fn the_metrics_parse_and_move_while_data_flows() {
         "tickwire_update_latency_seconds_bucket{le=\"0.001\"}",
         "tickwire_update_latency_seconds_bucket{le=\"+Inf\"}",
         "tickwire_ready",
+        "tickwire_websocket_updates_encoded_total",
+        "tickwire_websocket_updates_reused_total",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
         "process_open_fds",

@@ -44,7 +44,11 @@ fn the_systemd_unit_verifies_and_is_hardened() {
     let dir = std::env::temp_dir().join(format!("tickwire-unit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("tickwire-node.service");
-    std::fs::write(&path, unit.replace("/usr/local/bin/tickwire", BIN)).unwrap();
+    std::fs::write(
+        &path,
+        unit.replace("/usr/local/bin/tickwire", node_program()),
+    )
+    .unwrap();
     let out = std::process::Command::new("systemd-analyze")
         .arg("verify")
         .arg(&path)

@@ -11,4 +11,8 @@ pub struct Extra<'a> {
     pub backbone_linked: Option<bool>,
     /// With an upstream node: whether the node is logged in to it, and which.
     pub upstream: Option<&'a crate::upstream::UpstreamLink>,
+    /// WebSocket updates whose JSON this node encoded, and those sent with another
+    /// client's encoding of the same update (`websocket.share_encoding`).
+    pub websocket_updates_encoded: u64,
+    pub websocket_updates_reused: u64,
 }

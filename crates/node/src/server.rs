@@ -698,6 +698,8 @@ impl NodeServer {
                 backbone: node_item.backbone.as_ref(),
                 backbone_linked: backbone.as_ref().map(|b| b.link().is_some()),
                 upstream: upstream.as_ref(),
+                websocket_updates_encoded: ws_cache.misses,
+                websocket_updates_reused: ws_cache.hits,
             };
             for &id in &ready {
                 if read_some(

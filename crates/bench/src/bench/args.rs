@@ -649,7 +649,9 @@ mod tests {
             BenchCommand::Memory(a) => a.into(),
             BenchCommand::Rssl(a) => a.into(),
             BenchCommand::Files(a) => a.into(),
-            BenchCommand::Compare { .. } => panic!("compare has no BenchArgs"),
+            BenchCommand::Compare { .. } | BenchCommand::Summary { .. } => {
+                panic!("compare and summary have no BenchArgs")
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::lab::BackboneSpec;
+use crate::scraper::counter;
 
 /// `results.json` → `backbone` (docs/BENCHMARKS.md).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -40,25 +41,6 @@ pub struct LossResult {
     pub naks: u64,
     pub retransmits: u64,
     pub steps: Vec<Step>,
-}
-
-/// A counter from a node's last log line about its backbone ("backbone stopped: ...").
-fn logged_counter(log: &Path, name: &str) -> u64 {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .rev()
-        .find(|l| l.contains("backbone stopped:"))
-        .and_then(|l| {
-            l.split(',')
-                .find(|part| part.trim_end().ends_with(name))
-                .and_then(|part| {
-                    part.split_whitespace()
-                        .rev()
-                        .nth(name.split_whitespace().count())
-                        .and_then(|n| n.parse().ok())
-                })
-        })
-        .unwrap_or(0)
 }
 
 impl Lab {
@@ -213,7 +195,7 @@ impl Lab {
     }
 
     /// One rig with `loss` at the edge: latency at 10,000 updates/s, then the highest
-    /// rate it sustains; the drivers' NAK and retransmit counts from the nodes' logs.
+    /// rate it sustains; the drivers' NAK and retransmit counts from the nodes' /metrics.
     fn backbone_loss(&mut self, loss: f64, items: usize, start: u64) -> Result<LossResult> {
         let label = format!("backbone loss={loss}");
         let mut spec = self.backbone_spec(&label, "off", items)?;
@@ -236,10 +218,17 @@ impl Lab {
         let mut steps: Vec<Step> = steps.into_iter().flatten().collect();
         steps.insert(0, at.clone());
         self.record_processes("backbone", &steps);
+        let rig = &rigs[0];
+        let edge_http = rig.edge.as_ref().and_then(|e| e.ws_addr.as_deref());
+        let naks = counter(
+            edge_http,
+            "tickwire_backbone_naks_total{direction=\"sent\"}",
+        )?;
+        let retransmits = counter(
+            rig.node.ws_addr.as_deref(),
+            "tickwire_backbone_retransmits_total",
+        )?;
         stop_rigs(rigs)?;
-        let tag = lab::rig_tag(&label);
-        let edge_log = self.logs.join(format!("node-edge-{tag}.log"));
-        let source_log = self.logs.join(format!("node-source-{tag}.log"));
         Ok(LossResult {
             loss_rate: loss,
             sustained_updates_per_s: max,
@@ -247,8 +236,8 @@ impl Lab {
             p50_ns: at.latency.p50_ns,
             p99_ns: at.latency.p99_ns,
             gaps: steps.iter().map(|s| s.gaps).sum(),
-            naks: logged_counter(&edge_log, "NAKs sent"),
-            retransmits: logged_counter(&source_log, "retransmits sent"),
+            naks,
+            retransmits,
             steps,
         })
     }

@@ -105,13 +105,17 @@ impl Lab {
             0
         };
         for round in 1..=ahead {
-            send_copy(&self.bin, &addr, large, round)?;
+            send_copy(&self.programs.node, &addr, large, round)?;
         }
         let stop = Arc::new(AtomicBool::new(false));
         let delivered = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let sender = {
             let (stop, delivered) = (stop.clone(), delivered.clone());
-            let (bin, large, inbox) = (self.bin.clone(), large.to_path_buf(), inbox.clone());
+            let (bin, large, inbox) = (
+                self.programs.node.clone(),
+                large.to_path_buf(),
+                inbox.clone(),
+            );
             std::thread::spawn(move || -> Result<()> {
                 let mut round = 0;
                 while !stop.load(Ordering::Relaxed) {

@@ -381,7 +381,7 @@ impl Lab {
             ),
         )?;
         let (src, addr) = lab::start_node(
-            &self.bin,
+            &self.programs.node,
             &format!("files-src-{sites}-{fsync}"),
             &[
                 "--config".into(),
@@ -408,7 +408,7 @@ impl Lab {
                 ),
             )?;
             let (edge, _) = lab::start_node(
-                &self.bin,
+                &self.programs.node,
                 &format!("files-{name}-{sites}-{fsync}"),
                 &[
                     "--config".into(),
@@ -432,7 +432,7 @@ impl Lab {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let (ok, _, out) = run_timed(
-                Command::new(&self.bin)
+                Command::new(&self.programs.node)
                     .args([
                         "files", "send", "--node", &addr, "--to", &to, "--as-dir", "warmup",
                     ])
@@ -456,7 +456,7 @@ impl Lab {
             let before: Vec<f64> = pids.iter().map(|(_, p)| cpu_with_children(*p)).collect();
             let calls = SystemCalls::start();
             let t0 = Instant::now();
-            let mut cmd = Command::new(&self.bin);
+            let mut cmd = Command::new(&self.programs.node);
             cmd.args([
                 "files",
                 "send",

@@ -129,14 +129,14 @@ impl Lab {
         std::fs::write(&cfg_path, cfg)?;
         let name = format!("node-journal-{sync}");
         let (node, addr) = lab::start_node(
-            &self.bin,
+            &self.programs.node,
             &name,
             &["--config".into(), cfg_path.display().to_string()],
             &self.logs,
         )?;
         let items = 1000usize;
         let feed = lab::Proc::spawn(
-            &self.bin,
+            &self.programs.node,
             &format!("publish-journal-{sync}"),
             &[
                 "publish".into(),
@@ -154,7 +154,7 @@ impl Lab {
         let window = 256usize;
         let before = crate::sysinfo::process_cpu_seconds(node.pid());
         let mut poster = lab::Proc::spawn(
-            &self.bin,
+            &self.programs.lab,
             &format!("perf-post-{sync}"),
             &[
                 "perf-post".into(),

@@ -449,7 +449,7 @@ impl Lab {
         let provider = if interactive { PROVPERF } else { NIPROVPERF };
         let name = format!("node-rssl-{}-{rate}", provider.to_lowercase());
         let (node, addr) = lab::start_node(
-            &self.bin,
+            &self.programs.node,
             &name,
             &[
                 "--config".into(),

@@ -20,15 +20,38 @@ use tickwire_proto::{
     DEFAULT_MAX_FRAME, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 
-/// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
+/// The node's program under test. Cargo names it to the tests of its own package; the
+/// lab's tests (crates/bench/tests, which include this file) find it in the folder of
+/// their own program, where `cargo test --workspace` builds both.
+pub fn node_program() -> &'static str {
+    static FOUND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(named) = option_env!("CARGO_BIN_EXE_tickwire") {
+        return named;
+    }
+    FOUND.get_or_init(|| {
+        // target/debug/deps/TEST-HASH -> target/debug/tickwire
+        let exe = std::env::current_exe().expect("the test's own path");
+        let path = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .map(|d| d.join("tickwire"));
+        match path {
+            Some(p) if p.is_file() => p.display().to_string(),
+            _ => panic!(
+                "the node's program is not built beside {}: `cargo build -p tickwire-cli` \
+                 (`cargo test --workspace` builds it)",
+                exe.display()
+            ),
+        }
+    })
+}
 
 /// How long a node may take to log its address.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A `tickwire` command with a quiet-enough environment.
 pub fn tickwire() -> Command {
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(node_program());
     c.env_remove("TICKWIRE_LOG").stdin(Stdio::null());
     c
 }

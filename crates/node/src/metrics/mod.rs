@@ -437,6 +437,19 @@ pub fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
         );
     }
 
+    counter(
+        r,
+        "websocket_updates_encoded",
+        "Updates encoded as JSON for WebSocket clients",
+        extra.websocket_updates_encoded,
+    );
+    counter(
+        r,
+        "websocket_updates_reused",
+        "Updates sent to a WebSocket client with another client's encoding of them",
+        extra.websocket_updates_reused,
+    );
+
     // Latency of updates carrying the publisher's send time (sampled).
     let lat = core.latency();
     let bounds = tickwire_core::latency::BOUNDS_NS

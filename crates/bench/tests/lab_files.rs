@@ -3,6 +3,7 @@
 //! the rows of market data beside files. Its own test binary: the run moves
 //! files at 200 MB/s over the backbone, which would starve the other lab tests beside it.
 
+#[path = "../../cli/tests/common/mod.rs"]
 mod common;
 
 use common::*;

@@ -2,6 +2,7 @@
 //! consistent. Nothing here asserts on speed: rates are tiny and only counts, shapes and
 //! invariants (delivered <= offered, counts add up, a dropped update is a gap) are checked.
 
+#[path = "../../cli/tests/common/mod.rs"]
 mod common;
 
 use common::Node;
@@ -15,8 +16,9 @@ use tickwire_proto::{
     ServiceState, State, Update, UpdateType, Value as FieldValue,
 };
 
+/// The lab's own program (its nodes come from the `tickwire` beside it).
 fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_tickwire")
+    env!("CARGO_BIN_EXE_tickwire-bench")
 }
 
 /// Runs a command to completion (bounded) and returns its stdout JSON lines.
@@ -309,7 +311,6 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     let lat = dir.join("latency");
     let lat_s = lat.to_str().unwrap();
     run_bench(&[
-        "bench",
         "latency",
         "--out",
         lat_s,
@@ -425,7 +426,6 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
 
     let thr = dir.join("throughput");
     run_bench(&[
-        "bench",
         "throughput",
         "--out",
         thr.to_str().unwrap(),
@@ -459,7 +459,6 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     // A WebSocket subscriber (perf-ws-sub over the tr_json2 API).
     let ws = dir.join("ws");
     run_bench(&[
-        "bench",
         "ws",
         "--out",
         ws.to_str().unwrap(),
@@ -527,7 +526,6 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     // Compare a run with itself: every index is 100.
     let cmp = dir.join("cmp");
     run_bench(&[
-        "bench",
         "compare",
         thr.to_str().unwrap(),
         thr.to_str().unwrap(),
@@ -550,7 +548,6 @@ fn bench_stall_reports_every_phase_and_loses_nothing() {
     let out = dir.to_str().unwrap();
     let started = std::time::Instant::now();
     run_bench(&[
-        "bench",
         "stall",
         "--out",
         out,
@@ -670,7 +667,7 @@ fn bench_stall_reports_every_phase_and_loses_nothing() {
     assert!(svg.contains("<svg"), "{}", &svg[..80.min(svg.len())]);
     // Fewer than 2 subscribers leaves none healthy: refused with a clear message.
     let bad = Command::new(bin())
-        .args(["bench", "stall", "--out", out, "--stall-rate", "100"])
+        .args(["stall", "--out", out, "--stall-rate", "100"])
         .args(["--stall-subscribers", "1"])
         .output()
         .unwrap();
@@ -699,7 +696,6 @@ fn bench_tree_writes_the_two_node_results() {
     let dir = std::env::temp_dir().join(format!("tickwire-tree-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     run_bench(&[
-        "bench",
         "tree",
         "--out",
         dir.to_str().unwrap(),
@@ -756,7 +752,6 @@ fn bench_wait_measures_each_idle_strategy_at_rest_and_under_load() {
     let dir = std::env::temp_dir().join(format!("tickwire-wait-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     run_bench(&[
-        "bench",
         "wait",
         "--out",
         dir.to_str().unwrap(),
@@ -826,7 +821,6 @@ fn bench_journal_writes_one_line_per_sync_policy() {
     let dir = std::env::temp_dir().join(format!("tickwire-journal-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     run_bench(&[
-        "bench",
         "journal",
         "--out",
         dir.to_str().unwrap(),
@@ -884,7 +878,7 @@ fn bench_journal_writes_one_line_per_sync_policy() {
 fn run_peers(dir: &std::path::Path, nats_server: Option<&str>) -> Value {
     let _ = std::fs::remove_dir_all(dir);
     let mut cmd = Command::new(bin());
-    cmd.args(["bench", "peers", "--out", dir.to_str().unwrap()])
+    cmd.args(["peers", "--out", dir.to_str().unwrap()])
         .args(["--items", "200", "--rates", "500", "--step-seconds", "1"])
         .args(["--start-rate", "500", "--max-rate", "1000"])
         .stdout(Stdio::null())
@@ -948,4 +942,27 @@ fn bench_peers_without_nats_says_so_and_measures_tickwire() {
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("**nats** was not measured"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `tickwire bench ...` is the lab under the node program's command: the same help,
+/// the same exit status for a bad flag.
+#[test]
+fn tickwire_bench_is_the_lab_program() {
+    let via_node = common::tickwire()
+        .args(["bench", "--help"])
+        .output()
+        .unwrap();
+    let lab = Command::new(bin()).arg("--help").output().unwrap();
+    assert!(via_node.status.success(), "{via_node:?}");
+    assert_eq!(via_node.stdout, lab.stdout);
+    assert!(String::from_utf8_lossy(&lab.stdout).contains("quick"));
+    let bad = common::tickwire()
+        .args(["perf-pub", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("tickwire-bench perf-pub"),
+        "{bad:?}"
+    );
 }

@@ -1,0 +1,317 @@
+//! `tickwire-bench summary DIR...`: the current table of a scenario from several runs of
+//! it (docs/BENCHMARKS.md opens with these): every headline figure's median, its spread
+//! (lowest to highest) and the number of runs that have it, under the commit, machine
+//! and command the runs came from.
+
+use super::*;
+use std::collections::BTreeMap;
+
+/// The headline figures of one run: (name, value). Names are stable across runs of one
+/// scenario, so runs are matched by name.
+fn figures(r: &Results) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = Vec::new();
+    let mut put = |name: String, value: f64| v.push((name, value));
+    let us = |ns: f64| ns / 1e3;
+    let ladder = |put: &mut dyn FnMut(String, f64), prefix: &str, steps: &[LatencyStep]| {
+        // Rungs past saturation measure a queue, not the path: only sustained ones.
+        for l in steps.iter().filter(|l| l.count > 0 && l.sustained) {
+            put(
+                format!("{prefix}latency p50 at {}/s (µs)", number(l.rate as f64)),
+                us(l.p50_ns as f64),
+            );
+            put(
+                format!("{prefix}latency p99 at {}/s (µs)", number(l.rate as f64)),
+                us(l.p99_ns as f64),
+            );
+        }
+    };
+    let throughput = |put: &mut dyn FnMut(String, f64), prefix: &str, t: &[Throughput]| {
+        for t in t {
+            put(
+                format!("{prefix}throughput, cache {} (updates/s)", t.cache),
+                t.max_sustainable_updates_per_s as f64,
+            );
+        }
+    };
+    let fanout = |put: &mut dyn FnMut(String, f64), prefix: &str, f: &Option<Fanout>| {
+        if let Some(f) = f {
+            put(
+                format!("{prefix}fan-out x{:.1}: output (updates/s)", f.fanout),
+                f.output_updates_per_s as f64,
+            );
+        }
+    };
+    throughput(&mut put, "", &r.throughput);
+    fanout(&mut put, "", &r.fanout);
+    ladder(&mut put, "", &r.latency);
+    if let Some(s) = &r.stall {
+        put(
+            "stall: healthy p99, one subscriber stopped (µs)".into(),
+            us(s.stall_p99_ns as f64),
+        );
+        if let Some(ms) = s.recovery_ms {
+            put("stall: recovery after the node's pause (ms)".into(), ms);
+        }
+    }
+    if let Some(m) = &r.memory {
+        put("memory: bytes per stream".into(), m.per_stream_bytes);
+        put(
+            "memory: bytes per connection".into(),
+            m.per_connection_with_streams_bytes,
+        );
+    }
+    if let Some(w) = &r.websocket {
+        put(
+            "WebSocket: one subscriber (updates/s)".into(),
+            w.max_sustainable_updates_per_s as f64,
+        );
+        if let Some(f) = &w.fanout {
+            put(
+                "WebSocket: node CPU per update, shared encoding (µs)".into(),
+                f.shared_node_cpu_us_per_update,
+            );
+            put(
+                "WebSocket: node CPU per update, per client (µs)".into(),
+                f.unshared_node_cpu_us_per_update,
+            );
+        }
+    }
+    if let Some(b) = &r.backbone {
+        throughput(&mut put, "backbone: ", &b.throughput);
+        fanout(&mut put, "backbone: ", &b.fanout);
+        ladder(&mut put, "backbone: ", &b.latency);
+        for l in &b.loss {
+            put(
+                format!(
+                    "backbone: {}% loss, sustained (updates/s)",
+                    l.loss_rate * 100.0
+                ),
+                l.sustained_updates_per_s as f64,
+            );
+        }
+    }
+    if let Some(t) = &r.tree {
+        throughput(&mut put, "two nodes: ", &t.throughput);
+        fanout(&mut put, "two nodes: ", &t.fanout);
+        ladder(&mut put, "two nodes: ", &t.latency);
+    }
+    if let Some(w) = &r.wait {
+        for s in &w.strategies {
+            ladder(&mut put, &format!("wait {}: ", s.strategy), &s.latency);
+        }
+    }
+    if let Some(p) = &r.peers {
+        for (name, side) in [("Tickwire", &p.tickwire), ("NATS", &p.nats)] {
+            if side.available {
+                put(
+                    format!("{name}: highest rate (updates/s)"),
+                    side.max_sustainable_updates_per_s as f64,
+                );
+                ladder(&mut put, &format!("{name}: "), &side.latency);
+            }
+        }
+    }
+    for j in &r.journal {
+        put(format!("journal {}: posts acked/s", j.sync), j.posts_per_s);
+        put(
+            format!("journal {}: Ack p99 (µs)", j.sync),
+            us(j.ack_p99_ns as f64),
+        );
+        put(
+            format!("journal {}: system calls per post", j.sync),
+            j.syscalls_per_post,
+        );
+    }
+    if let Some(c) = &r.journal_updates {
+        put(
+            "journal of updates: cost to the sustained rate (%)".into(),
+            c.cost_percent,
+        );
+    }
+    if let Some(x) = &r.rssl {
+        let m = &x.max_sustained_updates_per_s;
+        put(
+            "RSSL: ProvPerf -> ConsPerf direct (updates/s)".into(),
+            m.direct as f64,
+        );
+        put(
+            "RSSL: ProvPerf -> node -> ConsPerf (updates/s)".into(),
+            m.through_node as f64,
+        );
+        put(
+            "RSSL: NIProvPerf -> node -> ConsPerf (updates/s)".into(),
+            m.through_node_niprovperf as f64,
+        );
+    }
+    let files = |put: &mut dyn FnMut(String, f64), who: &str, rows: &[files_scenario::FilesRow]| {
+        for f in rows.iter().filter(|f| f.unavailable.is_none()) {
+            put(
+                format!(
+                    "files {who}: {} to {} site(s), fsync {} (files/min)",
+                    f.class, f.sites, f.fsync
+                ),
+                f.files_per_min,
+            );
+        }
+    };
+    files(&mut put, "Tickwire", &r.files);
+    if let Some(p) = &r.peers {
+        files(&mut put, "uftp", &p.uftp);
+        files(&mut put, "rsync", &p.rsync);
+    }
+    v
+}
+
+/// The markdown table of `dirs` (runs of one scenario).
+pub fn summary(dirs: &[PathBuf]) -> Result<String> {
+    let runs: Vec<Results> = dirs
+        .iter()
+        .map(|d| read_results(d))
+        .collect::<Result<_>>()?;
+    let first = runs
+        .first()
+        .context("summary needs at least one result directory")?;
+    if let Some(other) = runs.iter().find(|r| r.scenario != first.scenario) {
+        bail!(
+            "the runs are of different scenarios ({} and {}): a table is of one",
+            first.scenario,
+            other.scenario
+        );
+    }
+    let mut order: Vec<String> = Vec::new();
+    let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in &runs {
+        for (name, value) in figures(r) {
+            if !values.contains_key(&name) {
+                order.push(name.clone());
+            }
+            values.entry(name).or_default().push(value);
+        }
+    }
+    let distinct = |f: &dyn Fn(&Results) -> String| {
+        let mut seen: Vec<String> = runs.iter().map(f).collect();
+        seen.dedup();
+        seen.join(", ")
+    };
+    let mut md = String::new();
+    writeln!(
+        md,
+        "`{}`, {} run(s); commit {}; {}; {}.\n",
+        first.scenario,
+        runs.len(),
+        distinct(&|r| r.git_commit.chars().take(7).collect()),
+        distinct(&|r| match &r.machine {
+            Some(m) => format!("{}, {} CPUs", m.cpu_model, m.cpus),
+            None => "machine not recorded".into(),
+        }),
+        distinct(&|r| if r.command.is_empty() {
+            "command not recorded".into()
+        } else {
+            format!("`{}`", r.command)
+        }),
+    )?;
+    writeln!(md, "| figure | median | spread | runs |")?;
+    writeln!(md, "|---|---:|---:|---:|")?;
+    for name in &order {
+        let mut v = values[name].clone();
+        v.sort_by(f64::total_cmp);
+        let (lo, hi) = (v[0], v[v.len() - 1]);
+        writeln!(
+            md,
+            "| {name} | {} | {} – {} | {} |",
+            number(median(v.clone())),
+            number(lo),
+            number(hi),
+            v.len()
+        )?;
+    }
+    Ok(md)
+}
+
+/// A figure as a table shows it: whole numbers with thousands separators, small ones
+/// with a significant decimal.
+fn number(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        let s = format!("{:.0}", x.round());
+        let (sign, digits) = s.strip_prefix('-').map_or(("", s.as_str()), |d| ("-", d));
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        format!("{sign}{out}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_as_a_table_shows_them() {
+        assert_eq!(number(1_234_567.4), "1,234,567");
+        assert_eq!(number(123.0), "123");
+        assert_eq!(number(-4_500.0), "-4,500");
+        assert_eq!(number(42.25), "42.2");
+        assert_eq!(number(0.125), "0.12");
+    }
+
+    #[test]
+    fn a_table_holds_the_median_and_spread_of_each_figure() {
+        let dir = std::env::temp_dir().join(format!("tickwire-summary-{}", std::process::id()));
+        let mut dirs = Vec::new();
+        for (i, rate) in [300_000u64, 100_000, 200_000].into_iter().enumerate() {
+            let d = dir.join(format!("run-{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let r = Results {
+                scenario: "throughput".into(),
+                git_commit: "0123456789abcdef".into(),
+                command: "tickwire-bench throughput --out DIR".into(),
+                throughput: vec![Throughput {
+                    cache: "off".into(),
+                    items: 10,
+                    max_sustainable_updates_per_s: rate,
+                    limited_by: None,
+                    steps: vec![],
+                }],
+                ..Default::default()
+            };
+            std::fs::write(d.join("results.json"), serde_json::to_string(&r).unwrap()).unwrap();
+            dirs.push(d);
+        }
+        let md = summary(&dirs).unwrap();
+        assert!(
+            md.contains("`throughput`, 3 run(s); commit 0123456"),
+            "{md}"
+        );
+        assert!(md.contains("`tickwire-bench throughput --out DIR`"), "{md}");
+        assert!(
+            md.contains("| throughput, cache off (updates/s) | 200,000 | 100,000 – 300,000 | 3 |"),
+            "{md}"
+        );
+        let mut other = Results {
+            scenario: "latency".into(),
+            ..Default::default()
+        };
+        other.git_commit = "x".into();
+        let d = dir.join("other");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("results.json"),
+            serde_json::to_string(&other).unwrap(),
+        )
+        .unwrap();
+        dirs.push(d);
+        assert!(summary(&dirs)
+            .unwrap_err()
+            .to_string()
+            .contains("different scenarios"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
