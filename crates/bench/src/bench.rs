@@ -950,6 +950,11 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Rssl(a) => ("rssl", a.into()),
         BenchCommand::Files(a) => ("files", a.into()),
     };
+    let mut args = args;
+    // Absolute, as every process the lab starts gets paths under it (uftpd refuses a
+    // relative destination).
+    args.out =
+        std::path::absolute(&args.out).with_context(|| format!("--out {}", args.out.display()))?;
     let logs = lab::ensure_dir(&args.out)?;
     let programs = lab::Programs::find()?;
     if cfg!(debug_assertions) {

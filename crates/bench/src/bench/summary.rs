@@ -155,6 +155,20 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
         }
     };
     files(&mut put, "Tickwire", &r.files);
+    for m in &r.files_market_data {
+        let when = if m.queued_first {
+            "queued first"
+        } else {
+            "sent as uploaded"
+        };
+        put(
+            format!(
+                "files at {} MB/s ({when}): market data p99 during / without",
+                m.files_share_mb_per_s
+            ),
+            m.p99_ratio,
+        );
+    }
     if let Some(p) = &r.peers {
         files(&mut put, "uftp", &p.uftp);
         files(&mut put, "rsync", &p.rsync);
