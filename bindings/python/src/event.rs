@@ -155,7 +155,7 @@ impl Event {
                 let mut ev = Event::new(py, "ack", stream, String::new(), String::new());
                 ev.post_id = Some(post_id);
                 ev.accepted = Some(nak.is_none());
-                ev.code = Some(nak.map_or(0, |n| n as u16));
+                ev.code = Some(nak.map_or(0, |n| u16::from(n.to_u8())));
                 ev.nak = nak.map(|n| n.name());
                 ev.text = Some(text);
                 ev

@@ -598,7 +598,7 @@ fn a_malformed_update_costs_its_item_an_image_not_the_edge_its_connection() {
     let body: Vec<u8> = [1u32.to_be_bytes(), 2u32.to_be_bytes()]
         .concat()
         .into_iter()
-        .chain([UpdateType::Quote as u8, 0, 0, 1, 0, 5])
+        .chain([UpdateType::Quote.to_u8(), 0, 0, 1, 0, 5])
         .collect();
     m.push(MessageType::Update as u8);
     m.extend_from_slice(&(body.len() as u16).to_be_bytes());

@@ -2531,7 +2531,7 @@ impl Node {
                 item: &item.name,
                 seq: u.seq,
                 refresh: false,
-                update_type: u.update_type as u8,
+                update_type: u.update_type.to_u8(),
                 fields: u.fields,
             });
         }

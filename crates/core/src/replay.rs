@@ -174,11 +174,7 @@ impl Node {
                 Message::Update(Update {
                     stream_id: p.stream,
                     seq: m.seq,
-                    update_type: match m.update_type {
-                        1 => UpdateType::Quote,
-                        2 => UpdateType::Trade,
-                        _ => UpdateType::Other,
-                    },
+                    update_type: UpdateType::from_u8(m.update_type),
                     do_not_conflate: false,
                     conflation_count: 1,
                     fields,

@@ -322,12 +322,26 @@ fn code_name(c: u16) -> &'static str {
     }
 }
 
+/// The WebSocket API's name of an update type: the RDM's names, which number them as
+/// the node does; a value without one is `Unspecified`.
 fn update_type_name(t: UpdateType) -> &'static str {
-    match t {
-        UpdateType::Other => "Unspecified",
-        UpdateType::Quote => "Quote",
-        UpdateType::Trade => "Trade",
-    }
+    const RDM: [&str; 12] = [
+        "Unspecified",
+        "Quote",
+        "Trade",
+        "NewsAlert",
+        "VolumeAlert",
+        "OrderIndication",
+        "ClosingRun",
+        "Correction",
+        "MarketDigest",
+        "QuotesTrade",
+        "Multiple",
+        "Verify",
+    ];
+    RDM.get(usize::from(t.to_u8()))
+        .copied()
+        .unwrap_or("Unspecified")
 }
 
 fn write_state(out: &mut Vec<u8>, stream: StreamState, data: DataState, c: u16, text: &str) {
@@ -1146,7 +1160,7 @@ impl Session {
                     }
                 }
                 key.push(s.key_in_updates as u8);
-                key.push(u.update_type as u8);
+                key.push(u.update_type.to_u8());
                 key.push(u.do_not_conflate as u8);
                 key.extend_from_slice(&u.conflation_count.to_le_bytes());
                 key.extend_from_slice(&u.seq.to_le_bytes());
@@ -1251,6 +1265,21 @@ mod tests {
         assert_eq!(super::code_name(code::NOT_ENTITLED), "NotEntitled");
         assert_eq!(super::code_name(code::LOGIN_REJECTED), "NotEntitled");
         assert_eq!(super::code_name(9999), "Error");
+    }
+
+    #[test]
+    fn update_types_keep_their_rdm_names() {
+        use tickwire_proto::UpdateType;
+        assert_eq!(super::update_type_name(UpdateType::Other), "Unspecified");
+        assert_eq!(super::update_type_name(UpdateType::Trade), "Trade");
+        assert_eq!(
+            super::update_type_name(UpdateType::from_u8(7)),
+            "Correction"
+        );
+        assert_eq!(
+            super::update_type_name(UpdateType::from_u8(200)),
+            "Unspecified"
+        );
     }
 
     use super::*;

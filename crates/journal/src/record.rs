@@ -153,7 +153,7 @@ impl Record<'_> {
             }
             Body::Completed(c) => {
                 put_u64(out, c.received);
-                out.push(c.nak.map_or(0, |n| n as u8));
+                out.push(c.nak.map_or(0, NakCode::to_u8));
                 put_str16(out, c.text, "text")?;
             }
             Body::Update(m) => m.encode_part(out)?,
@@ -238,13 +238,7 @@ fn decode_body(body: &[u8]) -> Result<Record<'_>, RecordError> {
         }
         2 => {
             let received = r.u64()?;
-            let nak = match r.u8()? {
-                0 => None,
-                v => Some(NakCode::from_u8(v).ok_or(DecodeError::InvalidValue {
-                    what: "nak code",
-                    value: v as u64,
-                })?),
-            };
+            let nak = NakCode::from_u8(r.u8()?);
             Body::Completed(Completed {
                 received,
                 nak,

@@ -114,20 +114,43 @@ impl DataState {
     }
 }
 
+/// An update's kind (docs/PROTOCOL.md 3.4.4). A value this build does not name is kept
+/// as `Unknown` and passed on unchanged: a newer publisher's kinds reach every
+/// subscriber, and an older one's decoder does not refuse them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
 pub enum UpdateType {
-    Other = 0,
-    Quote = 1,
-    Trade = 2,
+    Other,
+    Quote,
+    Trade,
+    /// A value not named above (3 to 255).
+    Unknown(u8),
 }
 
 impl UpdateType {
+    pub const fn from_u8(v: u8) -> Self {
+        match v {
+            0 => UpdateType::Other,
+            1 => UpdateType::Quote,
+            2 => UpdateType::Trade,
+            v => UpdateType::Unknown(v),
+        }
+    }
+
+    pub const fn to_u8(self) -> u8 {
+        match self {
+            UpdateType::Other => 0,
+            UpdateType::Quote => 1,
+            UpdateType::Trade => 2,
+            UpdateType::Unknown(v) => v,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             UpdateType::Other => "other",
             UpdateType::Quote => "quote",
             UpdateType::Trade => "trade",
+            UpdateType::Unknown(_) => "unknown",
         }
     }
 }
@@ -361,35 +384,53 @@ pub struct Status<'a> {
 }
 
 /// Why a post was refused (0 on the wire: it was accepted). The names are those of the
-/// WebSocket API's `NakCode`.
+/// WebSocket API's `NakCode`. A code this build does not name is kept as `Unknown` and
+/// passed on unchanged (the Ack's text says the rest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
 pub enum NakCode {
     /// The poster is not entitled to post to the service.
-    AccessDenied = 1,
+    AccessDenied,
     /// The service (its node or its publisher) does not take this post.
-    DeniedBySrc = 2,
+    DeniedBySrc,
     /// The service has no publisher, or it is down.
-    SourceDown = 3,
+    SourceDown,
     /// No such service.
-    SourceUnknown = 4,
+    SourceUnknown,
     /// Too many posts are waiting for an answer.
-    NoResources = 5,
+    NoResources,
     /// The publisher did not answer in time.
-    NoResponse = 6,
+    NoResponse,
     /// The node could not reach the service's node (an upstream link is down).
-    GatewayDown = 7,
+    GatewayDown,
     /// The publisher has no such item.
-    SymbolUnknown = 10,
+    SymbolUnknown,
     /// An on-stream post named a stream that is not open.
-    NotOpen = 11,
+    NotOpen,
     /// The post's fields were not acceptable.
-    InvalidContent = 12,
+    InvalidContent,
+    /// A code not named above (never 0, which means accepted).
+    Unknown(u8),
 }
 
 impl NakCode {
-    pub fn from_u8(v: u8) -> Option<Self> {
+    /// Every named code.
+    pub const NAMED: [NakCode; 10] = [
+        NakCode::AccessDenied,
+        NakCode::DeniedBySrc,
+        NakCode::SourceDown,
+        NakCode::SourceUnknown,
+        NakCode::NoResources,
+        NakCode::NoResponse,
+        NakCode::GatewayDown,
+        NakCode::SymbolUnknown,
+        NakCode::NotOpen,
+        NakCode::InvalidContent,
+    ];
+
+    /// The code of a refusal; `None` for 0 (accepted).
+    pub const fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
+            0 => return None,
             1 => NakCode::AccessDenied,
             2 => NakCode::DeniedBySrc,
             3 => NakCode::SourceDown,
@@ -400,11 +441,28 @@ impl NakCode {
             10 => NakCode::SymbolUnknown,
             11 => NakCode::NotOpen,
             12 => NakCode::InvalidContent,
-            _ => return None,
+            v => NakCode::Unknown(v),
         })
     }
 
-    /// The WebSocket API's name for it.
+    pub const fn to_u8(self) -> u8 {
+        match self {
+            NakCode::AccessDenied => 1,
+            NakCode::DeniedBySrc => 2,
+            NakCode::SourceDown => 3,
+            NakCode::SourceUnknown => 4,
+            NakCode::NoResources => 5,
+            NakCode::NoResponse => 6,
+            NakCode::GatewayDown => 7,
+            NakCode::SymbolUnknown => 10,
+            NakCode::NotOpen => 11,
+            NakCode::InvalidContent => 12,
+            NakCode::Unknown(v) => v,
+        }
+    }
+
+    /// The WebSocket API's name for it; an unknown code is the API's `None` (no
+    /// particular reason: the text says it).
     pub fn name(self) -> &'static str {
         match self {
             NakCode::AccessDenied => "AccessDenied",
@@ -417,13 +475,13 @@ impl NakCode {
             NakCode::SymbolUnknown => "SymbolUnknown",
             NakCode::NotOpen => "NotOpen",
             NakCode::InvalidContent => "InvalidContent",
+            NakCode::Unknown(_) => "None",
         }
     }
 
+    /// A named code by its WebSocket API name.
     pub fn parse(name: &str) -> Option<Self> {
-        (1..=12)
-            .filter_map(NakCode::from_u8)
-            .find(|c| c.name() == name)
+        NakCode::NAMED.into_iter().find(|c| c.name() == name)
     }
 }
 
@@ -722,17 +780,7 @@ impl<'a> Message<'a> {
             MessageType::Update => {
                 let stream_id = r.u32()?;
                 let seq = r.u32()?;
-                let update_type = match r.u8()? {
-                    0 => UpdateType::Other,
-                    1 => UpdateType::Quote,
-                    2 => UpdateType::Trade,
-                    v => {
-                        return Err(DecodeError::InvalidValue {
-                            what: "update type",
-                            value: v as u64,
-                        })
-                    }
-                };
+                let update_type = UpdateType::from_u8(r.u8()?);
                 let flags = r.u8()?;
                 check_flags(flags, UPD_DO_NOT_CONFLATE, "update flags")?;
                 let conflation_count = r.u16()?;
@@ -781,13 +829,7 @@ impl<'a> Message<'a> {
             MessageType::Ack => {
                 let stream_id = r.u32()?;
                 let post_id = r.u32()?;
-                let nak = match r.u8()? {
-                    0 => None,
-                    v => Some(NakCode::from_u8(v).ok_or(DecodeError::InvalidValue {
-                        what: "nak code",
-                        value: v as u64,
-                    })?),
-                };
+                let nak = NakCode::from_u8(r.u8()?);
                 Message::Ack(Ack {
                     stream_id,
                     post_id,
@@ -940,7 +982,7 @@ impl<'a> Message<'a> {
             Message::Update(m) => {
                 put_u32(out, m.stream_id);
                 put_u32(out, m.seq);
-                out.push(m.update_type as u8);
+                out.push(m.update_type.to_u8());
                 out.push(if m.do_not_conflate {
                     UPD_DO_NOT_CONFLATE
                 } else {
@@ -976,7 +1018,7 @@ impl<'a> Message<'a> {
             Message::Ack(m) => {
                 put_u32(out, m.stream_id);
                 put_u32(out, m.post_id);
-                out.push(m.nak.map_or(0, |c| c as u8));
+                out.push(m.nak.map_or(0, NakCode::to_u8));
                 put_str16(out, m.text, "ack text")?;
             }
             Message::Replay(m) => {

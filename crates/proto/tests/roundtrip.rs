@@ -529,12 +529,9 @@ fn state() -> impl Strategy<Value = OState> {
         })
 }
 
+/// Every value: the named ones and those a newer publisher may send (kept as unknown).
 fn update_type() -> impl Strategy<Value = UpdateType> {
-    prop_oneof![
-        Just(UpdateType::Other),
-        Just(UpdateType::Quote),
-        Just(UpdateType::Trade)
-    ]
+    any::<u8>().prop_map(UpdateType::from_u8)
 }
 
 fn view() -> impl Strategy<Value = Option<Vec<i16>>> {
@@ -733,7 +730,8 @@ fn message() -> impl Strategy<Value = OMsg> {
 fn nak_code() -> impl Strategy<Value = Option<NakCode>> {
     prop_oneof![
         Just(None),
-        (1u8..=12).prop_filter_map("a defined nak code", |v| NakCode::from_u8(v).map(Some)),
+        // Every non-zero code, named or kept as unknown.
+        (1u8..=255).prop_map(NakCode::from_u8),
     ]
 }
 
@@ -1424,14 +1422,27 @@ fn invalid_values_are_refused() {
         Message::decode_body(15, &[]),
         Err(DecodeError::UnknownMessageType(15))
     );
-    // An Ack with a nak code that is not defined.
-    assert_eq!(
-        Message::decode_body(MessageType::Ack as u8, &[0, 0, 0, 1, 0, 0, 0, 2, 8, 0, 0]),
-        Err(DecodeError::InvalidValue {
-            what: "nak code",
-            value: 8
-        })
-    );
+    // An Ack with a nak code this build does not name is kept, not refused: a newer
+    // publisher's refusal reaches the poster with its code unchanged.
+    let ack = Message::decode_body(MessageType::Ack as u8, &[0, 0, 0, 1, 0, 0, 0, 2, 8, 0, 0]);
+    match ack {
+        Ok(Message::Ack(a)) => {
+            assert_eq!(a.nak, Some(NakCode::Unknown(8)));
+            assert_eq!(a.nak.map(NakCode::to_u8), Some(8));
+            assert_eq!(a.nak.map(NakCode::name), Some("None"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Likewise an update type: 7 is the RDM's correction.
+    let mut update = vec![0, 0, 0, 1, 0, 0, 0, 9, 7, 0, 0, 1];
+    update.extend_from_slice(&tickwire_proto::encode_field_list([]));
+    match Message::decode_body(MessageType::Update as u8, &update) {
+        Ok(Message::Update(u)) => {
+            assert_eq!(u.update_type, UpdateType::Unknown(7));
+            assert_eq!(u.update_type.to_u8(), 7);
+        }
+        other => panic!("{other:?}"),
+    }
     // A post with a flag bit nobody defined.
     assert_eq!(
         Message::decode_body(

@@ -947,11 +947,7 @@ impl Session {
                     return;
                 };
                 self.buf.clear();
-                let ut = match u.update_type {
-                    UpdateType::Quote => 1,
-                    UpdateType::Trade => 2,
-                    _ => 0,
-                };
+                let ut = u.update_type.to_u8();
                 begin_update(
                     &mut self.buf,
                     domain::MARKET_PRICE,
@@ -1119,13 +1115,11 @@ pub(crate) fn put_fields<'a>(
     w.end(out);
 }
 
-/// An RWF update type (the RDM's 1 quote, 2 trade) as the node's.
+/// An RWF update type as the node's: the node numbers them as the RDM does (0
+/// unspecified, 1 quote, 2 trade) and keeps the others (news alert, correction...) as
+/// they are, so they come out of every protocol unchanged.
 pub(crate) fn native_update_type(t: u8) -> UpdateType {
-    match t {
-        1 => UpdateType::Quote,
-        2 => UpdateType::Trade,
-        _ => UpdateType::Other,
-    }
+    UpdateType::from_u8(t)
 }
 
 /// An RWF state as the node's (stream and data state, the codes the node has, text).

@@ -35,7 +35,7 @@ impl Session {
                     m.domain,
                     m.stream_id,
                     post_id,
-                    Some(code as u8),
+                    Some(code.to_u8()),
                     text.as_bytes(),
                     m.seq,
                 );
@@ -183,7 +183,7 @@ impl Session {
             domain,
             stream,
             a.post_id,
-            a.nak.map(|c| c as u8),
+            a.nak.map(NakCode::to_u8),
             a.text.as_bytes(),
             seq,
         );
