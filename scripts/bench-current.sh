@@ -4,13 +4,16 @@
 # so no scenario always runs first or last), then one table per scenario from its three
 # runs (`tickwire-bench summary`): median, spread, runs; commit, machine, command.
 #
-#   bash scripts/bench-current.sh [OUT]     # default OUT: docs/results/current
+#   bash scripts/bench-current.sh [OUT]            # default OUT: docs/results/current
+#   bash scripts/bench-current.sh --tables [OUT]   # only the tables, from the runs in OUT
 #
-# About 80 minutes on 2 CPUs. Run it on a quiet machine, with nothing else building.
+# About 95 minutes on 2 CPUs. Run it on a quiet machine, with nothing else building.
 # OUT/SCENARIO/run-N holds each run's results.json and report.md (its process logs are
 # dropped: they are large and the tables do not need them); OUT/tables.md the tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tables_only=0
+if [ "${1:-}" = "--tables" ]; then tables_only=1; shift; fi
 out=${1:-docs/results/current}
 rounds=${ROUNDS:-3}
 
@@ -35,6 +38,7 @@ scenarios=(
 )
 
 n=${#scenarios[@]}
+((tables_only)) && rounds=0
 for ((round = 1; round <= rounds; round++)); do
   for ((k = 0; k < n; k++)); do
     spec=${scenarios[$(((k + round - 1) % n))]}

@@ -97,6 +97,18 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
     }
     if let Some(w) = &r.wait {
         for s in &w.strategies {
+            // What waiting costs: the nodes' CPU with nothing to do (the rung at rate 0).
+            if let Some(rest) = s.latency.iter().find(|l| l.rate == 0) {
+                let nodes = rest
+                    .step
+                    .processes
+                    .iter()
+                    .filter(|p| p.name.starts_with("node"));
+                put(
+                    format!("wait {}: the nodes' CPU at rest (% of a CPU)", s.strategy),
+                    nodes.map(|p| p.cpu_percent).sum(),
+                );
+            }
             ladder(&mut put, &format!("wait {}: ", s.strategy), &s.latency);
         }
     }
@@ -221,7 +233,7 @@ pub fn summary(dirs: &[PathBuf]) -> Result<String> {
         distinct(&|r| if r.command.is_empty() {
             "command not recorded".into()
         } else {
-            format!("`{}`", r.command)
+            format!("`{}`", with_out_dir(&r.command))
         }),
     )?;
     writeln!(md, "| figure | median | spread | runs |")?;
@@ -240,6 +252,20 @@ pub fn summary(dirs: &[PathBuf]) -> Result<String> {
         )?;
     }
     Ok(md)
+}
+
+/// A command line with its `--out` folder as `DIR`: the runs of one table differ only
+/// there.
+fn with_out_dir(command: &str) -> String {
+    let mut words = command.split(' ');
+    let mut out = Vec::new();
+    while let Some(w) = words.next() {
+        out.push(w);
+        if w == "--out" && words.next().is_some() {
+            out.push("DIR");
+        }
+    }
+    out.join(" ")
 }
 
 /// A figure as a table shows it: whole numbers with thousands separators, small ones
@@ -286,7 +312,7 @@ mod tests {
             let r = Results {
                 scenario: "throughput".into(),
                 git_commit: "0123456789abcdef".into(),
-                command: "tickwire-bench throughput --out DIR".into(),
+                command: format!("tickwire-bench throughput --out /tmp/run-{i} --step-seconds 3"),
                 throughput: vec![Throughput {
                     cache: "off".into(),
                     items: 10,
@@ -304,7 +330,11 @@ mod tests {
             md.contains("`throughput`, 3 run(s); commit 0123456"),
             "{md}"
         );
-        assert!(md.contains("`tickwire-bench throughput --out DIR`"), "{md}");
+        // One command for the three runs: they differ only in their folder.
+        assert!(
+            md.contains("; `tickwire-bench throughput --out DIR --step-seconds 3`.\n"),
+            "{md}"
+        );
         assert!(
             md.contains("| throughput, cache off (updates/s) | 200,000 | 100,000 – 300,000 | 3 |"),
             "{md}"
