@@ -928,7 +928,7 @@ fn stop_rigs(rigs: Vec<Rig>) -> Result<()> {
 
 /// Runs a bench subcommand.
 pub fn run(cmd: BenchCommand) -> Result<()> {
-    let (name, args): (&str, BenchArgs) = match cmd {
+    let (name, mut args): (&str, BenchArgs) = match cmd {
         BenchCommand::Compare { dirs, out } => return compare(&dirs, out.as_deref()),
         BenchCommand::Summary { dirs } => {
             print!("{}", summary::summary(&dirs)?);
@@ -950,7 +950,6 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Rssl(a) => ("rssl", a.into()),
         BenchCommand::Files(a) => ("files", a.into()),
     };
-    let mut args = args;
     // Absolute, as every process the lab starts gets paths under it (uftpd refuses a
     // relative destination).
     args.out =
