@@ -367,10 +367,13 @@ fn posts_from_the_eta_consumer_reach_the_publisher_and_its_answer_comes_back() {
     node.stop(Duration::from_secs(10));
 }
 
-/// A Java tool left running (a provider), stopped when dropped.
-/// A Java tool running beside the test, its standard output gathered as it comes;
-/// killed when dropped.
-/// LSEG's ETA Provider example listening on `port` for `seconds`.
+/// How long a test waits for a Java provider's items to reach the node: its JVM's start,
+/// which on a busy machine running several of these tests at once takes tens of seconds,
+/// plus the node's retries meanwhile. A bound, not a pause: the waits end at the item.
+const JVM_START: u64 = 90;
+
+/// LSEG's ETA Provider example listening on `port`, ending by itself after `seconds` (a
+/// bound: the test kills it when done).
 fn eta_provider(port: u16, seconds: u32, dir: &Path) -> JavaProc {
     JavaProc::start(
         "com.refinitiv.eta.examples.provider.Provider",
@@ -379,6 +382,8 @@ fn eta_provider(port: u16, seconds: u32, dir: &Path) -> JavaProc {
     )
 }
 
+/// A Java tool running beside the test, its standard output gathered as it comes;
+/// killed when dropped.
 struct JavaProc {
     child: std::process::Child,
     stdout: std::sync::Arc<std::sync::Mutex<String>>,
@@ -458,11 +463,11 @@ fn the_eta_niprovider_publishes_to_native_subscribers() {
             "-mp",
             "TRI.N",
             "-runtime",
-            "60",
+            "300",
         ],
         dir.path(),
     );
-    common::wait_for_image(node.addr, "NI_PUB", "TRI.N", Duration::from_secs(30))
+    common::wait_for_image(node.addr, "NI_PUB", "TRI.N", Duration::from_secs(JVM_START))
         .expect("the NIProvider's item");
     // Its values as a native subscriber sees them, then its updates (one a second).
     let addr = node.addr_str();
@@ -555,8 +560,13 @@ fn niprovperf_to_consperf(source: &Node, reader: &Node) {
         ],
         dir.path(),
     );
-    common::wait_for_image(reader.addr, "DIRECT_FEED", "RDT10", Duration::from_secs(30))
-        .expect("NIProvPerf's items where ConsPerf reads");
+    common::wait_for_image(
+        reader.addr,
+        "DIRECT_FEED",
+        "RDT10",
+        Duration::from_secs(JVM_START),
+    )
+    .expect("NIProvPerf's items where ConsPerf reads");
     let (code, out) = java_on_loopback(
         "com.refinitiv.eta.perftools.consperf.ConsPerf",
         &reader.addr.port().to_string(),
@@ -648,13 +658,18 @@ fn an_interactive_provider_restarts_and_its_items_recover() {
     use tickwire_proto::{DataState, StreamState};
     let port = common::free_port_for_tests();
     let dir = workdir();
-    let provider = eta_provider(port, 120, dir.path());
+    let provider = eta_provider(port, 300, dir.path());
     let at = format!("127.0.0.1:{port}");
     let mut node = Node::start(&["--rssl-provider", &at]);
     // The node connects (retrying while the provider's JVM starts) and serves its
     // service: a subscriber's request goes to the provider.
-    common::wait_for_image(node.addr, "DIRECT_FEED", "TRI.N", Duration::from_secs(30))
-        .expect("the provider's item through the node");
+    common::wait_for_image(
+        node.addr,
+        "DIRECT_FEED",
+        "TRI.N",
+        Duration::from_secs(JVM_START),
+    )
+    .expect("the provider's item through the node");
     let mut sub = common::subscriber(node.addr);
     sub.subscribe("DIRECT_FEED", "TRI.N", RequestOptions::default())
         .expect("subscribe");
@@ -675,10 +690,10 @@ fn an_interactive_provider_restarts_and_its_items_recover() {
         |e| matches!(e, Event::Status { state, .. } if state.data == DataState::Suspect && state.stream == StreamState::Open),
     );
     // It comes back on the same port: a new image, ok again, and updates.
-    let _provider = eta_provider(port, 120, dir.path());
+    let _provider = eta_provider(port, 300, dir.path());
     common::expect_event(
         &mut sub,
-        Duration::from_secs(30),
+        Duration::from_secs(JVM_START),
         "a refresh after the restart",
         ok,
     );
@@ -703,9 +718,14 @@ fn an_interactive_provider_started_long_after_the_node_is_served() {
     // Retries after 200, 400 and 800 ms: 1.4 s, fourteen heartbeats, have passed.
     node.proc
         .wait_for_line("again in 1600 ms", Duration::from_secs(30));
-    let _provider = eta_provider(port, 60, dir.path());
-    common::wait_for_image(node.addr, "DIRECT_FEED", "TRI.N", Duration::from_secs(30))
-        .expect("the late provider's item through the node");
+    let _provider = eta_provider(port, 300, dir.path());
+    common::wait_for_image(
+        node.addr,
+        "DIRECT_FEED",
+        "TRI.N",
+        Duration::from_secs(JVM_START),
+    )
+    .expect("the late provider's item through the node");
     let log = node.proc.log();
     assert!(!log.contains("nothing received"), "{log}");
     node.stop(Duration::from_secs(10));
@@ -731,8 +751,13 @@ fn provperf_through_a_node_to_consperf() {
     )
     .expect("write config");
     let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
-    common::wait_for_image(node.addr, "DIRECT_FEED", "RDT0", Duration::from_secs(30))
-        .expect("ProvPerf's items through the node");
+    common::wait_for_image(
+        node.addr,
+        "DIRECT_FEED",
+        "RDT0",
+        Duration::from_secs(JVM_START),
+    )
+    .expect("ProvPerf's items through the node");
     let items: String = (0..10)
         .map(|i| format!("<item domain=\"MarketPrice\" name=\"RDT{i}\" />"))
         .collect();
@@ -1021,7 +1046,7 @@ fn the_eta_consumer_reads_a_tls_node_over_the_sdks_encrypted_connection_type() {
 fn posts_reach_an_interactive_provider_and_its_acks_come_back() {
     let port = common::free_port_for_tests();
     let dir = workdir();
-    let provider = eta_provider(port, 120, dir.path());
+    let provider = eta_provider(port, 300, dir.path());
     let cfg = tempfile::NamedTempFile::new().expect("config file");
     std::fs::write(
         cfg.path(),
