@@ -228,9 +228,9 @@ impl Edge {
         self.announced.keys().cloned().collect()
     }
 
-    /// When [`Edge::on_tick`] is next needed.
-    pub fn poll_timeout(&self) -> Instant {
-        self.next_heartbeat
+    /// When [`Edge::handle_timeout`] is next needed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        Some(self.next_heartbeat)
     }
 
     fn queue_control(&mut self, m: &BackboneMessage<'_>) {
@@ -900,7 +900,7 @@ impl Edge {
     }
 
     /// Heartbeats, lost sources, requests to repeat.
-    pub fn on_tick(&mut self, core: &mut Node, now: Instant) {
+    pub fn handle_timeout(&mut self, core: &mut Node, now: Instant) {
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + self.cfg.heartbeat;
             let name = self.cfg.name.clone();

@@ -558,9 +558,9 @@ impl Backbone {
         &self.rejections
     }
 
-    pub fn on_tick(&mut self, core: &mut Node, now: Instant) {
+    pub fn handle_timeout(&mut self, core: &mut Node, now: Instant) {
         if let Some(e) = self.edge.as_mut() {
-            e.on_tick(core, now);
+            e.handle_timeout(core, now);
             let rejects = e.take_images_to_reject();
             if let Some(link) = self.link.as_mut() {
                 for session in rejects {
@@ -569,7 +569,7 @@ impl Backbone {
             }
         }
         if let Some(s) = self.source.as_mut() {
-            s.on_tick(core, now);
+            s.handle_timeout(core, now);
         }
         if let Some(s) = self.sealing.as_mut() {
             s.file.refresh(now);
@@ -613,11 +613,11 @@ impl Backbone {
         }
     }
 
-    /// When [`Backbone::on_tick`] is next needed.
+    /// When [`Backbone::handle_timeout`] is next needed.
     pub fn poll_timeout(&self) -> Option<Instant> {
         [
-            self.source.as_ref().map(|s| s.poll_timeout()),
-            self.edge.as_ref().map(|e| e.poll_timeout()),
+            self.source.as_ref().and_then(|s| s.poll_timeout()),
+            self.edge.as_ref().and_then(|e| e.poll_timeout()),
             self.sealing.as_ref().map(|s| s.file.next_check()),
         ]
         .into_iter()

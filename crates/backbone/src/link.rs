@@ -713,7 +713,7 @@ impl Link {
         c
     }
 
-    /// Whether the Aeron client is unusable (see [`crate::Backbone::on_tick`]).
+    /// Whether the Aeron client is unusable (see [`crate::Backbone::handle_timeout`]).
     pub fn is_dead(&self) -> bool {
         self.fatal.load(Ordering::SeqCst)
     }

@@ -207,10 +207,12 @@ impl Source {
         self.pending.iter().map(Vec::len).sum()
     }
 
-    /// When [`Source::on_tick`] is next needed.
-    pub fn poll_timeout(&self) -> Instant {
-        self.tail_due
-            .map_or(self.next_heartbeat, |t| t.min(self.next_heartbeat))
+    /// When [`Source::handle_timeout`] is next needed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        Some(
+            self.tail_due
+                .map_or(self.next_heartbeat, |t| t.min(self.next_heartbeat)),
+        )
     }
 
     fn queue_heartbeat(&mut self) {
@@ -449,7 +451,7 @@ impl Source {
     }
 
     /// Heartbeats, the directory when due, and edges that went silent.
-    pub fn on_tick(&mut self, core: &mut Node, now: Instant) {
+    pub fn handle_timeout(&mut self, core: &mut Node, now: Instant) {
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + self.cfg.heartbeat;
             self.queue_heartbeat();

@@ -201,7 +201,10 @@ impl Transport {
     /// Sends the queued Login and waits until the node's Welcome is in (the
     /// connection's own deadline bounds the wait).
     pub fn welcome(&mut self, proto: &mut Connection, addr: &str) -> Result<(), ClientError> {
-        let deadline = proto.poll_timeout();
+        // A connection waiting for its Welcome always has that deadline.
+        let deadline = proto
+            .poll_timeout()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(5));
         self.flush_until(proto, deadline)?;
         loop {
             let now = Instant::now();
@@ -226,7 +229,11 @@ impl Transport {
                     Err(e) => return Err(e),
                 }
             }
-            let left = proto.poll_timeout().saturating_duration_since(now);
+            let left = proto
+                .poll_timeout()
+                .map_or(Duration::from_millis(100), |t| {
+                    t.saturating_duration_since(now)
+                });
             self.wait(proto, left.max(Duration::from_millis(1)))?;
         }
     }

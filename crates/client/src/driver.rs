@@ -29,7 +29,7 @@ pub trait ClientSession {
     /// The protocol state of the current connection, if any.
     fn connection(&mut self) -> Option<&mut Connection>;
     /// The next deadline while connected (heartbeats, the Welcome's).
-    fn poll_timeout(&self) -> Instant;
+    fn poll_timeout(&self) -> Option<Instant>;
     /// Handles the deadlines passed at `now`; `Err` means the connection is lost.
     fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError>;
 }
@@ -63,7 +63,7 @@ macro_rules! client_session {
             fn connection(&mut self) -> Option<&mut Connection> {
                 <$t>::connection(self)
             }
-            fn poll_timeout(&self) -> Instant {
+            fn poll_timeout(&self) -> Option<Instant> {
                 <$t>::poll_timeout(self)
             }
             fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
@@ -260,7 +260,7 @@ impl<S: ClientSession> Driver<S> {
                 std::thread::sleep(self.session.retry_at().min(deadline) - now);
                 continue;
             }
-            if now >= self.session.poll_timeout() {
+            if self.session.poll_timeout().is_some_and(|t| now >= t) {
                 if let Err(e) = self.session.handle_timeout(now) {
                     self.lost(e)?;
                     continue;
@@ -268,7 +268,10 @@ impl<S: ClientSession> Driver<S> {
             }
             self.write_some()?;
             let left = deadline.saturating_duration_since(now);
-            let until_timer = self.session.poll_timeout().saturating_duration_since(now);
+            let until_timer = self
+                .session
+                .poll_timeout()
+                .map_or(left, |t| t.saturating_duration_since(now));
             let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) else {
                 continue;
             };

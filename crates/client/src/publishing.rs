@@ -515,10 +515,10 @@ impl PublisherSession {
     }
 
     /// When [`PublisherSession::handle_timeout`] is next needed.
-    pub fn poll_timeout(&self) -> Instant {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.conn {
             Some(c) => c.poll_timeout(),
-            None => self.reconnection.retry_at(),
+            None => Some(self.reconnection.retry_at()),
         }
     }
 

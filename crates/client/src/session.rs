@@ -173,8 +173,8 @@ impl Connection {
     }
 
     /// When [`Connection::handle_timeout`] is next needed.
-    pub fn poll_timeout(&self) -> Instant {
-        match &self.session {
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        Some(match &self.session {
             None => self.welcome_deadline,
             Some(s) => {
                 let silent = self.last_rx + s.heartbeat * 3;
@@ -184,7 +184,7 @@ impl Connection {
                     silent // output is waiting to be written: no ping is due
                 }
             }
-        }
+        })
     }
 
     /// Sends a ping when nothing was sent for a heartbeat interval; fails when the node

@@ -344,15 +344,12 @@ impl SubscriberSession {
     }
 
     /// When [`SubscriberSession::handle_timeout`] is next needed.
-    pub fn poll_timeout(&self) -> Instant {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         let Some(conn) = &self.conn else {
-            return self.reconnection.retry_at();
+            return Some(self.reconnection.retry_at());
         };
-        let mut at = conn.poll_timeout();
-        for &(_, t) in &self.recover {
-            at = at.min(t);
-        }
-        at
+        let recover = self.recover.iter().map(|&(_, t)| t);
+        conn.poll_timeout().into_iter().chain(recover).min()
     }
 
     /// Heartbeats, the Welcome's deadline, streams to request again. An `Err` means

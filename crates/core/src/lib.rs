@@ -320,7 +320,7 @@ pub const MAX_SERVICE_NAME: usize = 256;
 /// below it for the items they push; ids from here up are the node's requests.
 pub const NODE_STREAM_BASE: u32 = 0x8000_0000;
 
-/// [`Node::on_tick`] is needed at least this often (services past their retention,
+/// [`Node::handle_timeout`] is needed at least this often (services past their retention,
 /// expired session tokens); heartbeats and timeouts may need it sooner.
 pub const MAX_TICK_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -828,7 +828,7 @@ impl Node {
     }
 
     /// Heartbeats and timeouts. Call at least every quarter heartbeat interval.
-    pub fn on_tick(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         self.merge_deferred();
         self.now = now;
         let hb = self.cfg.limits.heartbeat;
@@ -1697,16 +1697,16 @@ impl Node {
         self.drop_unwatched(h);
     }
 
-    /// [`Node::on_tick`] is needed by `at` (or sooner).
+    /// [`Node::handle_timeout`] is needed by `at` (or sooner).
     fn tick_by(&mut self, at: Instant) {
         self.next_tick = self.next_tick.min(at);
     }
 
-    /// When [`Node::on_tick`] is next needed: the earliest heartbeat, timeout or
+    /// When [`Node::handle_timeout`] is next needed: the earliest heartbeat, timeout or
     /// linger deadline, at most [`MAX_TICK_INTERVAL`] away (services past their
     /// retention, expired session tokens).
-    pub fn poll_timeout(&self) -> Instant {
-        self.next_tick
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        Some(self.next_tick)
     }
 
     /// Items whose linger time is over and that nobody asked for meanwhile go.

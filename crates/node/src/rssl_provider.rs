@@ -7,6 +7,7 @@
 //! connection puts the services down (their items go suspect) and is retried with a
 //! back-off; back up, the core asks again for every item still watched.
 
+use crate::part::{Cx, Part};
 use log::{info, warn};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
@@ -82,80 +83,6 @@ impl ProviderConn {
             msg: Vec::new(),
             skipped_logged: false,
         }
-    }
-
-    /// When [`ProviderConn::turn`] is next needed.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.more_to_read {
-            return Some(Instant::now());
-        }
-        match &self.channel {
-            Some(c) => c.poll_timeout(),
-            None if self.socket.is_none() => Some(self.next_try),
-            None => None,
-        }
-    }
-
-    /// The socket is ready.
-    pub fn on_event(
-        &mut self,
-        core: &mut Node,
-        registry: &Registry,
-        readable: bool,
-        writable: bool,
-        now: Instant,
-    ) {
-        if self.connecting && (writable || readable) {
-            self.connect_done(core, registry, now);
-        }
-        self.more_to_read |= readable;
-        if writable {
-            self.write(core, registry, now);
-        }
-    }
-
-    /// Connects when due, reads, and keeps RIPC's pings: once per loop turn.
-    pub fn turn(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
-        if self.socket.is_none() && now >= self.next_try {
-            self.connect(registry, now);
-        }
-        if self.more_to_read && !self.connecting {
-            self.read(core, registry, now);
-        }
-        let timed_out = match self.channel.as_mut() {
-            Some(c) => c.handle_timeout(now).err(),
-            None => None,
-        };
-        if let Some(e) = timed_out {
-            self.lost(core, registry, &e.to_string(), now);
-        }
-    }
-
-    /// The core's requests and closes go to the provider; queued bytes are written.
-    pub fn pump(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
-        if let Some(w) = core.output(self.conn) {
-            if !w.is_empty() {
-                let bytes = w.sealed_bytes();
-                let mut at = 0;
-                for (payload, frame_len) in tickwire_proto::frame::frames(bytes) {
-                    for raw in MessageIter::new(payload).flatten() {
-                        match self.channel.as_mut() {
-                            Some(ch) if ch.is_active() => {
-                                self.link
-                                    .on_node_message(&raw.message, &mut self.to_node, ch)
-                            }
-                            // Not connected: the services are down, the core asks again
-                            // when they are back.
-                            _ => {}
-                        }
-                    }
-                    at += frame_len;
-                }
-                w.consume(at);
-            }
-        }
-        self.deliver(core, now);
-        self.write(core, registry, now);
     }
 
     fn deliver(&mut self, core: &mut Node, now: Instant) {
@@ -334,5 +261,77 @@ impl ProviderConn {
             }
         }
         self.lost(core, registry, "the socket takes no more", now);
+    }
+}
+
+impl Part for ProviderConn {
+    fn poll_timeout(&self) -> Option<Instant> {
+        if self.more_to_read {
+            return Some(Instant::now());
+        }
+        match &self.channel {
+            Some(c) => c.poll_timeout(),
+            None if self.socket.is_none() => Some(self.next_try),
+            None => None,
+        }
+    }
+
+    fn handle_io(&mut self, cx: &mut Cx<'_>, readable: bool, writable: bool) {
+        if self.connecting && (writable || readable) {
+            self.connect_done(cx.core, cx.registry, cx.now);
+        }
+        self.more_to_read |= readable;
+        if writable {
+            self.write(cx.core, cx.registry, cx.now);
+        }
+    }
+
+    /// Connects when due, and reads what the provider sent into the core.
+    fn handle_input(&mut self, cx: &mut Cx<'_>) {
+        if self.socket.is_none() && cx.now >= self.next_try {
+            self.connect(cx.registry, cx.now);
+        }
+        if self.more_to_read && !self.connecting {
+            self.read(cx.core, cx.registry, cx.now);
+        }
+    }
+
+    /// RIPC's pings, and a provider silent past its ping timeout.
+    fn handle_timeout(&mut self, cx: &mut Cx<'_>) {
+        let timed_out = match self.channel.as_mut() {
+            Some(c) => c.handle_timeout(cx.now).err(),
+            None => None,
+        };
+        if let Some(e) = timed_out {
+            self.lost(cx.core, cx.registry, &e.to_string(), cx.now);
+        }
+    }
+
+    /// The core's requests and closes go to the provider; queued bytes are written.
+    fn pump(&mut self, cx: &mut Cx<'_>) {
+        let (core, registry, now) = (&mut *cx.core, cx.registry, cx.now);
+        if let Some(w) = core.output(self.conn) {
+            if !w.is_empty() {
+                let bytes = w.sealed_bytes();
+                let mut at = 0;
+                for (payload, frame_len) in tickwire_proto::frame::frames(bytes) {
+                    for raw in MessageIter::new(payload).flatten() {
+                        match self.channel.as_mut() {
+                            Some(ch) if ch.is_active() => {
+                                self.link
+                                    .on_node_message(&raw.message, &mut self.to_node, ch)
+                            }
+                            // Not connected: the services are down, the core asks again
+                            // when they are back.
+                            _ => {}
+                        }
+                    }
+                    at += frame_len;
+                }
+                w.consume(at);
+            }
+        }
+        self.deliver(core, now);
+        self.write(core, registry, now);
     }
 }

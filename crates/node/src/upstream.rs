@@ -4,6 +4,7 @@
 //! upstream to connect to.
 
 use crate::config_error::{invalid, ConfigError};
+use crate::part::{Cx, Part};
 use log::{info, warn};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
@@ -193,56 +194,6 @@ impl UpstreamLink {
         }
     }
 
-    /// When [`UpstreamLink::turn`] is next needed, if sooner than the loop's own tick.
-    pub fn poll_timeout(&self) -> Instant {
-        if self.more_to_read {
-            return Instant::now();
-        }
-        self.relay.poll_timeout()
-    }
-
-    /// The socket is ready (an event with this link's token).
-    pub fn on_event(
-        &mut self,
-        core: &mut Node,
-        registry: &Registry,
-        readable: bool,
-        writable: bool,
-        now: Instant,
-    ) {
-        // A connect ends with the socket writable, or in error (`readable` includes
-        // errors and hang-ups).
-        if self.connecting && (writable || readable) {
-            self.connect_done(registry, now);
-        }
-        // Read in this turn (edge-triggered: this event is the only notice).
-        self.more_to_read |= readable;
-        if writable {
-            self.write(core, registry, now);
-        }
-    }
-
-    /// Reads, forwards to the core, runs timers and connects: once per loop turn.
-    pub fn turn(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
-        if self.socket.is_none() && self.relay.wants_connect(now) {
-            self.connect(registry, now);
-        }
-        if self.more_to_read && !self.connecting && self.socket.is_some() {
-            if let Err(e) = self.read(core, now) {
-                self.lost(core, registry, e, now);
-            }
-        }
-        if now >= self.relay.poll_timeout() {
-            if let Err(e) = self.relay.on_timeout(now) {
-                self.lost(core, registry, e, now);
-            }
-        }
-        if self.relay.above() != &self.chain_told {
-            self.chain_told = self.relay.above().clone();
-            core.set_upstream_chain(self.chain_told.0.clone());
-        }
-    }
-
     /// File-transfer messages the upstream sent (for the files thread).
     pub fn take_files(&mut self, into: &mut Vec<Vec<u8>>) {
         self.relay.take_files(into);
@@ -252,15 +203,6 @@ impl UpstreamLink {
     /// false when not connected or busy.
     pub fn send_files(&mut self, body: &[u8]) -> bool {
         self.relay.send_files(body)
-    }
-
-    /// The core's requests and closes go upstream, and queued bytes are written.
-    pub fn pump(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
-        self.relay.pump(core, now);
-        if let Err(e) = self.relay.poll(core, now) {
-            self.lost(core, registry, e, now);
-        }
-        self.write(core, registry, now);
     }
 
     fn connect(&mut self, registry: &Registry, now: Instant) {
@@ -406,4 +348,61 @@ fn resolve(addr: &str) -> io::Result<SocketAddr> {
     addr.to_socket_addrs()?
         .next()
         .ok_or_else(|| io::Error::other("address resolves to nothing"))
+}
+
+impl Part for UpstreamLink {
+    /// Sooner than the relay's deadlines while the socket may hold more to read.
+    fn poll_timeout(&self) -> Option<Instant> {
+        if self.more_to_read {
+            return Some(Instant::now());
+        }
+        self.relay.poll_timeout()
+    }
+
+    fn handle_io(&mut self, cx: &mut Cx<'_>, readable: bool, writable: bool) {
+        // A connect ends with the socket writable, or in error (`readable` includes
+        // errors and hang-ups).
+        if self.connecting && (writable || readable) {
+            self.connect_done(cx.registry, cx.now);
+        }
+        // Read in this turn (edge-triggered: this event is the only notice).
+        self.more_to_read |= readable;
+        if writable {
+            self.write(cx.core, cx.registry, cx.now);
+        }
+    }
+
+    /// Connects when due, and reads what the upstream sent into the core.
+    fn handle_input(&mut self, cx: &mut Cx<'_>) {
+        if self.socket.is_none() && self.relay.wants_connect(cx.now) {
+            self.connect(cx.registry, cx.now);
+        }
+        if self.more_to_read && !self.connecting && self.socket.is_some() {
+            if let Err(e) = self.read(cx.core, cx.now) {
+                self.lost(cx.core, cx.registry, e, cx.now);
+            }
+        }
+    }
+
+    /// The relay's heartbeats and timeouts; a new chain above goes to the core.
+    fn handle_timeout(&mut self, cx: &mut Cx<'_>) {
+        if self.relay.poll_timeout().is_some_and(|t| cx.now >= t) {
+            if let Err(e) = self.relay.handle_timeout(cx.now) {
+                self.lost(cx.core, cx.registry, e, cx.now);
+            }
+        }
+        if self.relay.above() != &self.chain_told {
+            self.chain_told = self.relay.above().clone();
+            cx.core.set_upstream_chain(self.chain_told.0.clone());
+        }
+    }
+
+    /// The core's requests and closes go upstream, and queued bytes are written.
+    fn pump(&mut self, cx: &mut Cx<'_>) {
+        self.relay.pump(cx.core, cx.now);
+        if let Err(e) = self.relay.poll(cx.core, cx.now) {
+            self.lost(cx.core, cx.registry, e, cx.now);
+        }
+        self.write(cx.core, cx.registry, cx.now);
+    }
 }

@@ -376,13 +376,14 @@ impl Net {
         let sessions = self.peers.iter().filter(|p| p.ended.is_none()).map(|p| {
             let part = p.session.part_ref();
             if p.conn.is_none() {
-                part.retry_at()
+                Some(part.retry_at())
             } else {
                 part.poll_timeout()
             }
         });
         sessions
             .chain(std::iter::once(self.node.poll_timeout()))
+            .flatten()
             .min()
             .expect("the node has a deadline")
     }
@@ -417,8 +418,8 @@ impl Net {
 
     fn timers(&mut self) {
         let now = self.now;
-        if now >= self.node.poll_timeout() {
-            self.node.on_tick(now);
+        if self.node.poll_timeout().is_some_and(|t| now >= t) {
+            self.node.handle_timeout(now);
         }
         for i in 0..self.peers.len() {
             let peer = &mut self.peers[i];
@@ -432,7 +433,7 @@ impl Net {
                 }
                 continue;
             }
-            if now >= part.poll_timeout() {
+            if part.poll_timeout().is_some_and(|t| now >= t) {
                 if let Err(e) = part.handle_timeout(now) {
                     self.lose(i, e);
                 }

@@ -233,8 +233,8 @@ impl Relay {
         self.session.connection()
     }
 
-    /// When [`Relay::on_timeout`] is next needed.
-    pub fn poll_timeout(&self) -> Instant {
+    /// When [`Relay::handle_timeout`] is next needed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
         self.session.poll_timeout()
     }
 
@@ -245,7 +245,7 @@ impl Relay {
 
     /// Heartbeats, the Welcome's deadline, streams to ask for again. An `Err`: the
     /// connection failed; the caller closes its socket and calls [`Relay::lost`].
-    pub fn on_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
         self.session.handle_timeout(now)
     }
 

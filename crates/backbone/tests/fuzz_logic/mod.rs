@@ -38,12 +38,12 @@ pub fn backbone_messages(data: &[u8]) {
     data_header(&mut framed, SOURCE);
     framed.extend_from_slice(data);
     edge.on_data(&mut edge_core, 1, &framed, now);
-    edge.on_tick(&mut edge_core, now);
+    edge.handle_timeout(&mut edge_core, now);
 
     let mut source_core = Node::new(CoreConfig::default(), now);
     let mut source = Source::start(&mut source_core, SourceConfig::default(), SOURCE, now);
     source.on_request(&mut source_core, data, now);
-    source.on_tick(&mut source_core, now);
+    source.handle_timeout(&mut source_core, now);
 }
 
 /// Anything read as a key file or checked as a sealed message is refused, dropped or

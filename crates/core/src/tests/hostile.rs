@@ -180,10 +180,10 @@ fn a_service_without_publisher_or_watcher_is_removed_after_its_retention() {
     h.node.on_disconnect(kept, h.now);
     h.recv(sub);
     h.now += Duration::from_secs(59);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     assert!(!h.recv(sub).iter().any(|g| matches!(g, Got::Removed(_))));
     h.now += Duration::from_secs(2);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     // KEPT has a stream open on it: it stays, suspect, waiting for its publisher.
     let got = h.recv(sub);
     assert!(got.contains(&Got::Removed(vec![s("GONE")])), "{got:?}");
@@ -220,12 +220,12 @@ fn a_connection_that_never_logs_in_is_dropped_at_the_login_deadline() {
     for _ in 0..3 {
         h.now += Duration::from_millis(500);
         h.node.on_bytes_received(c, h.now);
-        h.node.on_tick(h.now);
+        h.node.handle_timeout(h.now);
     }
     assert_eq!(h.recv(c), vec![]);
     h.now += Duration::from_millis(600);
     h.node.on_bytes_received(c, h.now);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     let got = h.recv(c);
     assert!(
         matches!(&got[..], [Got::Status { sid: 0, code: code::TIMEOUT, text, .. }] if text.contains("no login within 2000 ms")),

@@ -828,18 +828,18 @@ fn heartbeats_are_sent_when_idle_and_silent_peers_are_dropped() {
     let sub = h.login(Role::Subscriber);
     h.recv(sub);
     h.now += Duration::from_millis(1100);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     assert_eq!(h.recv(sub), vec![Got::Ping]);
     h.send(sub, &[Message::Ping(1)]);
     assert_eq!(h.recv(sub), vec![Got::Pong]);
     h.now += Duration::from_millis(2900);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     assert!(
         h.recv(sub).iter().all(|m| !matches!(m, Got::Status { .. })),
         "2.9 s silent is fine"
     );
     h.now += Duration::from_millis(200);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     let got = h.recv(sub);
     assert!(
         got.iter().any(|m| matches!(
@@ -870,7 +870,7 @@ fn the_nodes_own_parts_are_neither_pinged_nor_timed_out() {
     h.recv(own);
     for _ in 0..10 {
         h.now += Duration::from_millis(1100);
-        h.node.on_tick(h.now);
+        h.node.handle_timeout(h.now);
     }
     assert!(h.node.is_live(own));
     assert!(h.recv(own).is_empty());
@@ -1772,7 +1772,7 @@ fn an_unwatched_interactive_item_lingers_in_the_cache_and_a_quick_re_request_is_
     let upd = bid_ask(102, 103);
     h.send(p, &[update(psid, 2, &upd)]);
     h.now += Duration::from_secs(2);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     let again = h.login(Role::Subscriber);
     h.request(again, 4, "FEED", "A", true, None);
     let got = h.recv(again);
@@ -1789,7 +1789,7 @@ fn an_unwatched_interactive_item_lingers_in_the_cache_and_a_quick_re_request_is_
     // Left again: the linger time starts over, and at its end the publisher is told.
     h.send(again, &[Message::Close { stream_id: 4 }]);
     h.now += Duration::from_secs(4);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     let closes = |got: Vec<Got>| -> Vec<Got> {
         got.into_iter()
             .filter(|g| matches!(g, Got::Close { .. }))
@@ -1797,7 +1797,7 @@ fn an_unwatched_interactive_item_lingers_in_the_cache_and_a_quick_re_request_is_
     };
     assert!(closes(h.recv(p)).is_empty(), "4 s of a new 5 s linger");
     h.now += Duration::from_secs(2);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     assert_eq!(closes(h.recv(p)), [Got::Close { sid: psid }]);
     assert_eq!(h.node.item_count(), 0);
 }
@@ -1822,10 +1822,10 @@ fn the_core_says_when_it_needs_a_tick_and_ticking_only_then_keeps_heartbeats_and
     let mut h = Harness::new(true); // heartbeat 1 s
     let start = h.now;
     let sub = h.login(Role::Subscriber);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     assert_eq!(
         h.node.poll_timeout(),
-        start + Duration::from_secs(1),
+        Some(start + Duration::from_secs(1)),
         "a ping is due"
     );
     // A loop that ticks only when told: pings go out every interval, and a peer silent
@@ -1833,8 +1833,11 @@ fn the_core_says_when_it_needs_a_tick_and_ticking_only_then_keeps_heartbeats_and
     let mut ticks = 0;
     let mut pings = 0;
     while h.node.is_live(sub) {
-        h.now = h.node.poll_timeout();
-        h.node.on_tick(h.now);
+        h.now = h
+            .node
+            .poll_timeout()
+            .expect("the core always has a deadline");
+        h.node.handle_timeout(h.now);
         ticks += 1;
         pings += h.recv(sub).iter().filter(|g| **g == Got::Ping).count();
         assert!(ticks < 20, "ticked {ticks} times");
@@ -1852,8 +1855,11 @@ fn the_core_says_when_it_needs_a_tick_and_ticking_only_then_keeps_heartbeats_and
     let due = limits.login_timeout.min(limits.heartbeat * 3);
     let opened = h.now;
     while h.node.is_live(c) {
-        h.now = h.node.poll_timeout();
-        h.node.on_tick(h.now);
+        h.now = h
+            .node
+            .poll_timeout()
+            .expect("the core always has a deadline");
+        h.node.handle_timeout(h.now);
     }
     assert_eq!(h.now - opened, due);
 }

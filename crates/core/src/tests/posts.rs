@@ -191,16 +191,16 @@ fn an_unanswered_post_is_refused_at_its_deadline_and_the_core_asks_to_be_woken_f
     let mut h = harness(PostServices::All);
     let (p, sub) = feed_and_watcher(&mut h);
     let f = bid_ask(1, 2);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     h.send(sub, &[post(42, 9, "", "", &f)]);
     forwarded(&h.recv(p));
     let deadline = h.now + Duration::from_millis(500);
-    assert_eq!(h.node.poll_timeout(), deadline);
+    assert_eq!(h.node.poll_timeout(), Some(deadline));
     h.now = deadline - Duration::from_millis(1);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     assert!(h.recv(sub).iter().all(|g| !matches!(g, Got::Ack { .. })));
     h.now = deadline;
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     let (code, text) = nak_of(&h.recv(sub));
     assert_eq!(code, NakCode::NoResponse);
     assert!(text.contains("500 ms"), "{text}");
@@ -400,7 +400,7 @@ fn the_nodes_own_answer_to_a_journaled_post_is_recorded_too() {
     h.node.on_journaled(reqs[0].ticket, Ok(1), h.now);
     assert!(matches!(&h.recv(p)[..], [Got::Post { ack: true, .. }]));
     h.now += Duration::from_millis(500);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     let reqs = journal_requests(&mut h);
     assert!(
         matches!(
@@ -433,9 +433,9 @@ fn posts_left_in_the_journal_are_delivered_again_marked_once_their_service_is_up
         image: false,
         fields: bid_ask(5, 6),
     }]);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     let (p, _) = feed_and_watcher(&mut h);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     let got = h.recv(p);
     let id = match &got[..] {
         [Got::Post {

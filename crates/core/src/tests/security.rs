@@ -669,7 +669,7 @@ fn the_directory_shows_each_subscriber_only_the_services_it_may_subscribe_to() {
         h.send(c, &[Message::Ping(1)]); // alive
     }
     h.now += Duration::from_secs(11);
-    h.node.on_tick(h.now);
+    h.node.handle_timeout(h.now);
     assert_eq!(
         directory_seen(&mut h, alice),
         [Got::Removed(vec![s("FEED")])]

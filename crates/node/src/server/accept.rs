@@ -1,0 +1,221 @@
+//! Accepting connections: the node's listeners, the limits a connection is held to
+//! before it costs anything (pending logins, the connection limit), and retrying by
+//! itself when accepting fails for want of resources.
+
+use super::event_loop::EventLoop;
+use super::socket_io::{Socket, FIRST_READ};
+use crate::rssl::RsslConn;
+use crate::tls::Transport;
+use crate::ws::WsConn;
+use log::{debug, error, warn};
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+use std::io::{self, ErrorKind, Write};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+use tickwire_proto::frame::{FrameReader, FrameWriter};
+use tickwire_proto::{code, DataState, Message, State, Status, StreamState};
+
+/// The node's listening sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Listener {
+    /// The node's own protocol (and RSSL, when it shares the port).
+    Native = 0,
+    WebSocket = 1,
+    Rssl = 2,
+}
+
+/// Accepting failed for want of resources (file descriptors, memory). Epoll is
+/// edge-triggered: the connections already queued would not be reported again until
+/// another arrives, so the node retries by itself after a short pause, and logs the
+/// condition once per interval rather than once per failed accept.
+#[derive(Default)]
+pub(super) struct AcceptTrouble {
+    /// When to try again, per listener.
+    retry_at: [Option<Instant>; 3],
+    failures: u64,
+    last_log: Option<Instant>,
+}
+
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl AcceptTrouble {
+    pub(super) fn failed(&mut self, listener: Listener, e: &io::Error, now: Instant) {
+        self.retry_at[listener as usize] = Some(now + ACCEPT_RETRY);
+        self.failures += 1;
+        if self
+            .last_log
+            .is_none_or(|t| now.saturating_duration_since(t) >= ACCEPT_LOG_EVERY)
+        {
+            error!(
+                "cannot accept connections: {e} ({} failed accepts since the last report); \
+                 retrying every {} ms",
+                self.failures,
+                ACCEPT_RETRY.as_millis()
+            );
+            self.failures = 0;
+            self.last_log = Some(now);
+        }
+    }
+
+    /// The listeners due for another try.
+    pub(super) fn due(&mut self, now: Instant) -> [bool; 3] {
+        let mut due = [false; 3];
+        for (i, at) in self.retry_at.iter_mut().enumerate() {
+            if at.is_some_and(|t| now >= t) {
+                *at = None;
+                due[i] = true;
+            }
+        }
+        due
+    }
+
+    pub(super) fn next_retry(&self) -> Option<Instant> {
+        self.retry_at.iter().flatten().min().copied()
+    }
+}
+
+impl EventLoop {
+    /// Accepts from listeners whose retry after a failed accept is due.
+    pub(super) fn accept_due(&mut self, now: Instant) {
+        let due = self.server.accept_trouble.due(now);
+        for listener in [Listener::Native, Listener::WebSocket, Listener::Rssl] {
+            if due[listener as usize] {
+                self.accept_all(listener, now);
+            }
+        }
+    }
+
+    /// Accepts every connection `listener` has queued (epoll is edge-triggered).
+    pub(super) fn accept_all(&mut self, listener: Listener, now: Instant) {
+        let server = &mut self.server;
+        let core = &mut self.core;
+        let max_conns = server.cfg.limits.max_connections;
+        loop {
+            let accepted = match listener {
+                Listener::Native => server.listener.accept(),
+                Listener::WebSocket => match &server.ws_listener {
+                    Some(l) => l.accept(),
+                    None => return,
+                },
+                Listener::Rssl => match &server.rssl_listener {
+                    Some(l) => l.accept(),
+                    None => return,
+                },
+            };
+            let (mut stream, peer) = match accepted {
+                Ok(x) => x,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of file descriptors and the like.
+                    server.accept_trouble.failed(listener, &e, now);
+                    return;
+                }
+            };
+            // Room among the pending logins (the oldest idle one may be closed for it).
+            if let tickwire_core::Admission::Refuse(text) = core.admit(&peer.to_string(), now) {
+                refuse(&mut stream, &text, server.tls.is_some());
+                continue;
+            }
+            let pending = core.awaiting_login_count();
+            if core.connection_count() - pending >= max_conns {
+                let text = format!("connection limit reached: {max_conns} connections");
+                refuse(&mut stream, &text, server.tls.is_some());
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            if server.cfg.limits.socket_send_buffer_bytes > 0 {
+                set_send_buffer(&stream, server.cfg.limits.socket_send_buffer_bytes);
+            }
+            let id = core.connect(&peer.to_string(), now);
+            if let Err(e) = server.poll.registry().register(
+                &mut stream,
+                Token(id),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                warn!("cannot register connection from {peer}: {e}");
+                core.on_disconnect(id, now);
+                continue;
+            }
+            let transport = match Transport::new(stream, peer, server.tls.as_ref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    warn!("cannot start TLS with {peer}: {e}");
+                    core.on_disconnect(id, now);
+                    continue;
+                }
+            };
+            self.conns.insert(
+                id,
+                Socket {
+                    transport,
+                    reader: FrameReader::new(server.cfg.limits.max_frame_bytes),
+                    dead: false,
+                    fin_sent: false,
+                    read_size: FIRST_READ,
+                    ws: (listener == Listener::WebSocket).then(|| {
+                        Box::new(WsConn::with_allowed_origins(
+                            &server.cfg.websocket.allowed_origins,
+                        ))
+                    }),
+                    rssl: match (&server.rssl, listener) {
+                        (Some(shared), Listener::Rssl) => {
+                            Some(Box::new(RsslConn::new(shared, peer.to_string(), now)))
+                        }
+                        _ => None,
+                    },
+                    sniffing: listener == Listener::Native,
+                    refused_http: false,
+                    lingering: false,
+                },
+            );
+        }
+    }
+}
+
+/// Sets SO_SNDBUF (the kernel doubles it for its bookkeeping and caps it at
+/// net.core.wmem_max); a failure is logged, the connection kept.
+fn set_send_buffer(stream: &TcpStream, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: a valid socket descriptor and a pointer to a c_int of the given size.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        warn!(
+            "cannot set the send buffer to {bytes} bytes: {}",
+            io::Error::last_os_error()
+        );
+    }
+}
+
+/// Tells a connection over a limit why it is refused (best effort) and drops it.
+/// With TLS the status cannot be sent before a handshake the node will not spend on a
+/// connection it refuses: the client sees the connection closed; the node logs why.
+fn refuse(stream: &mut TcpStream, text: &str, tls: bool) {
+    if tls {
+        debug!("connection refused before the TLS handshake: {text}");
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        return;
+    }
+    let mut w = FrameWriter::new(tickwire_proto::frame::MIN_MAX_FRAME);
+    let _ = w.push(&Message::Status(Status {
+        stream_id: 0,
+        state: State {
+            stream: StreamState::Closed,
+            data: DataState::Suspect,
+            code: code::TOO_MANY_CONNECTIONS,
+            text,
+        },
+    }));
+    let _ = stream.write(w.sealed_bytes());
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
