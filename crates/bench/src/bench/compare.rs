@@ -1,0 +1,154 @@
+//! `tickwire-bench compare DIR...`: the headline figures of several runs side by side.
+
+use super::*;
+
+/// Headline figures compared across runs.
+pub(super) fn headline(r: &Results) -> Vec<(String, Option<f64>, bool)> {
+    // (metric, value, higher is better)
+    let mut v = Vec::new();
+    for cache in ["off", "on"] {
+        v.push((
+            format!("throughput cache {cache} (updates/s)"),
+            r.throughput
+                .iter()
+                .find(|t| t.cache == cache)
+                .map(|t| t.max_sustainable_updates_per_s as f64),
+            true,
+        ));
+    }
+    v.push((
+        "fan-out output (updates/s)".into(),
+        r.fanout.as_ref().map(|f| f.output_updates_per_s as f64),
+        true,
+    ));
+    let at = |rate: u64| r.latency.iter().find(|l| l.rate == rate);
+    v.push((
+        "latency mean at 100k/s (µs)".into(),
+        at(100_000).map(|l| l.mean_ns / 1e3),
+        false,
+    ));
+    v.push((
+        "latency p99 at 100k/s (µs)".into(),
+        at(100_000).map(|l| l.p99_ns as f64 / 1e3),
+        false,
+    ));
+    let node_cpu = r
+        .latency
+        .iter()
+        .find(|l| l.rate == 100_000)
+        .and_then(|l| l.step.processes.iter().find(|p| p.name.starts_with("node")))
+        .map(|p| p.cpu_percent);
+    v.push(("node CPU at 100k/s (%)".into(), node_cpu, false));
+    let syscalls = r
+        .latency
+        .iter()
+        .find(|l| l.rate == 100_000)
+        .and_then(|l| l.step.processes.iter().find(|p| p.name.starts_with("node")))
+        .and_then(|p| p.syscalls.map(|s| s as f64 / p.wall_s.max(1e-9)));
+    v.push(("node system calls/s at 100k/s".into(), syscalls, false));
+    let stall = r.stall.as_ref();
+    v.push((
+        "stall: healthy p99, subscriber stopped (µs)".into(),
+        stall.map(|s| s.stall_p99_ns as f64 / 1e3),
+        false,
+    ));
+    v.push((
+        "stall: recovery after node pause (ms)".into(),
+        stall.and_then(|s| s.recovery_ms),
+        false,
+    ));
+    v.push((
+        "stall: node peak RSS (MiB)".into(),
+        stall.map(|s| s.node_peak_rss_bytes as f64 / 1048576.0),
+        false,
+    ));
+    v
+}
+
+/// A run's `DIR/results.json`.
+pub(super) fn read_results(dir: &Path) -> Result<Results> {
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a tickwire results file", path.display()))
+}
+
+pub fn compare(dirs: &[PathBuf], out: Option<&Path>) -> Result<()> {
+    if dirs.len() < 2 {
+        bail!("compare needs at least two result directories");
+    }
+    let runs: Vec<Results> = dirs
+        .iter()
+        .map(|d| read_results(d))
+        .collect::<Result<_>>()?;
+    let names: Vec<String> = dirs
+        .iter()
+        .map(|d| {
+            d.file_name()
+                .map_or(d.display().to_string(), |n| n.to_string_lossy().into())
+        })
+        .collect();
+    let rows: Vec<Vec<(String, Option<f64>, bool)>> = runs.iter().map(headline).collect();
+    let mut md = String::new();
+    writeln!(md, "# Tickwire bench comparison (base 100: {})\n", names[0])?;
+    write!(md, "| metric |")?;
+    for n in &names {
+        write!(md, " {n} | index |")?;
+    }
+    writeln!(md)?;
+    write!(md, "|---|")?;
+    for _ in &names {
+        write!(md, "---|---|")?;
+    }
+    writeln!(md)?;
+    let mut chart_series: Vec<(String, Vec<f64>)> =
+        names.iter().map(|n| (n.clone(), vec![])).collect();
+    let mut categories = Vec::new();
+    for (i, (metric, base, higher)) in rows[0].iter().enumerate() {
+        write!(md, "| {metric} |")?;
+        let mut any = false;
+        for (k, row) in rows.iter().enumerate() {
+            let v = row[i].1;
+            let index = match (v, base) {
+                (Some(v), Some(b)) if *b > 0.0 => Some(100.0 * v / b),
+                _ => None,
+            };
+            write!(
+                md,
+                " {} | {} |",
+                v.map_or("-".into(), |v| format!("{v:.1}")),
+                index.map_or("-".into(), |x| format!("{x:.0}"))
+            )?;
+            if let Some(x) = index {
+                any = true;
+                chart_series[k].1.push(x);
+            } else {
+                chart_series[k].1.push(0.0);
+            }
+        }
+        writeln!(md)?;
+        if any {
+            categories.push(format!(
+                "{metric}{}",
+                if *higher { "" } else { " (lower is better)" }
+            ));
+        } else {
+            for s in &mut chart_series {
+                s.1.pop();
+            }
+        }
+    }
+    let out = out.unwrap_or(&dirs[0]);
+    std::fs::create_dir_all(out)?;
+    let mut chart = BarChart::new("Comparison, base 100", "index").with_reference(100.0);
+    chart = chart.with_categories(categories);
+    for (name, vals) in chart_series {
+        chart = chart.with_series(name, vals);
+    }
+    chart.save(out.join("compare.svg"))?;
+    writeln!(md, "\n![comparison](compare.svg)")?;
+    std::fs::write(out.join("compare.md"), &md)?;
+    print!("{md}");
+    Ok(())
+}
