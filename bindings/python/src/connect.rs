@@ -5,7 +5,7 @@ use pyo3::PyResult;
 use std::time::Duration;
 use tickwire_client::{tls, ConnectOptions};
 
-pub struct ConnectArgs {
+pub(crate) struct ConnectArgs {
     pub address: String,
     pub user: Option<String>,
     pub token: Option<String>,
@@ -16,7 +16,7 @@ pub struct ConnectArgs {
 }
 
 impl ConnectArgs {
-    pub fn options(self, default_application: &str) -> PyResult<ConnectOptions> {
+    pub(crate) fn options(self, default_application: &str) -> PyResult<ConnectOptions> {
         let mut opts = ConnectOptions::new(self.address);
         opts.application = self
             .application
@@ -40,7 +40,7 @@ impl ConnectArgs {
 }
 
 /// A timeout in seconds from Python: finite and not negative.
-pub fn seconds(what: &str, s: f64) -> PyResult<Duration> {
+pub(crate) fn seconds(what: &str, s: f64) -> PyResult<Duration> {
     if s.is_finite() && s >= 0.0 {
         Ok(Duration::from_secs_f64(s))
     } else {

@@ -20,7 +20,7 @@ pyo3::create_exception!(
     "The node rejected the login (user, token or entitlement); the message has its reason."
 );
 
-pub fn client(e: ClientError) -> PyErr {
+pub(crate) fn client(e: ClientError) -> PyErr {
     let text = e.to_string();
     match e {
         ClientError::Connect { .. }
@@ -35,7 +35,7 @@ pub fn client(e: ClientError) -> PyErr {
     }
 }
 
-pub fn publish(e: PublishError) -> PyErr {
+pub(crate) fn publish(e: PublishError) -> PyErr {
     match e {
         PublishError::Client(e) => client(e),
         other => PyValueError::new_err(other.to_string()),

@@ -22,7 +22,7 @@ use tickwire_client::proto::FieldList;
 
 /// The dictionary a Subscriber or Publisher names fields by: the built-in MarketPrice
 /// one, or a file in the dictionary format.
-pub fn load_dictionary(path: Option<&str>) -> PyResult<Arc<Dictionary>> {
+pub(crate) fn load_dictionary(path: Option<&str>) -> PyResult<Arc<Dictionary>> {
     Ok(Arc::new(match path {
         None => Dictionary::market_price(),
         Some(p) => {
@@ -36,7 +36,7 @@ pub fn load_dictionary(path: Option<&str>) -> PyResult<Arc<Dictionary>> {
 
 /// The names of the built-in dictionary's fields, by field id.
 #[pyfunction]
-pub fn field_names() -> std::collections::BTreeMap<i16, String> {
+pub(crate) fn field_names() -> std::collections::BTreeMap<i16, String> {
     Dictionary::market_price()
         .fields()
         .into_iter()
@@ -62,7 +62,7 @@ impl FieldNames {
 
 /// A field list as a dict by field name (a field the dictionary does not know is keyed
 /// by its id).
-pub fn fields_to_dict<'py>(
+pub(crate) fn fields_to_dict<'py>(
     py: Python<'py>,
     list: FieldList<'_>,
     names: &FieldNames,
@@ -116,7 +116,7 @@ fn hms_micros(t: Time) -> (u8, u8, u8, u32) {
 }
 
 /// Encodes a dict of field name (or id) -> value into `out`.
-pub fn encode_dict(
+pub(crate) fn encode_dict(
     dict: &Bound<'_, PyDict>,
     dictionary: &Dictionary,
     out: &mut Vec<u8>,

@@ -16,7 +16,7 @@ const DENSE_LIMIT: u32 = 1 << 24;
 /// The vector may grow this far past twice the number of ids it holds.
 const DENSE_SLACK: usize = 4096;
 
-pub struct DenseMap<V> {
+pub(crate) struct DenseMap<V> {
     base: u32,
     /// Indexed by `id - base`.
     slots: Vec<Option<V>>,
@@ -28,7 +28,7 @@ pub struct DenseMap<V> {
 
 impl<V> DenseMap<V> {
     /// An empty map whose dense run starts at `base`.
-    pub fn new(base: u32) -> DenseMap<V> {
+    pub(crate) fn new(base: u32) -> DenseMap<V> {
         DenseMap {
             base,
             slots: Vec::new(),
@@ -44,7 +44,7 @@ impl<V> DenseMap<V> {
     }
 
     #[inline]
-    pub fn get(&self, id: u32) -> Option<&V> {
+    pub(crate) fn get(&self, id: u32) -> Option<&V> {
         if let Some(Some(v)) = self.index(id).and_then(|i| self.slots.get(i)) {
             return Some(v);
         }
@@ -55,7 +55,7 @@ impl<V> DenseMap<V> {
     }
 
     #[inline]
-    pub fn get_mut(&mut self, id: u32) -> Option<&mut V> {
+    pub(crate) fn get_mut(&mut self, id: u32) -> Option<&mut V> {
         if let Some(i) = self.index(id) {
             if let Some(Some(_)) = self.slots.get(i) {
                 return self.slots[i].as_mut();
@@ -70,14 +70,14 @@ impl<V> DenseMap<V> {
     /// Starts loading the slot `get(id)` will read, if `id` is in the vector's range (a
     /// hint: it changes no result).
     #[inline]
-    pub fn prefetch(&self, id: u32) {
+    pub(crate) fn prefetch(&self, id: u32) {
         if let Some(slot) = self.index(id).and_then(|i| self.slots.get(i)) {
             prefetch(slot as *const Option<V> as *const u8);
         }
     }
 
     /// Maps `id` to `v`; returns what it mapped to before.
-    pub fn insert(&mut self, id: u32, v: V) -> Option<V> {
+    pub(crate) fn insert(&mut self, id: u32, v: V) -> Option<V> {
         let Some(i) = self.index(id) else {
             return self.sparse.insert(id, v);
         };
@@ -100,7 +100,7 @@ impl<V> DenseMap<V> {
         old.or(earlier)
     }
 
-    pub fn remove(&mut self, id: u32) -> Option<V> {
+    pub(crate) fn remove(&mut self, id: u32) -> Option<V> {
         if let Some(i) = self.index(id) {
             if let Some(old) = self.slots.get_mut(i).and_then(Option::take) {
                 self.dense_len -= 1;
@@ -113,18 +113,18 @@ impl<V> DenseMap<V> {
         self.sparse.remove(&id)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.dense_len + self.sparse.len()
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.slots.clear();
         self.dense_len = 0;
         self.sparse.clear();
     }
 
     /// Every (id, value), the vector's in id order first.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &V)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &V)> {
         let base = self.base;
         self.slots
             .iter()

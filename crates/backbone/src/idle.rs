@@ -81,12 +81,12 @@ impl IdleStrategy {
 /// what it just did (a NAK's back-off, a retransmission's linger: tens of microseconds
 /// to a millisecond), and it has no way to say when. One millisecond: epoll's
 /// granularity.
-pub const FIRST_PARK: Duration = Duration::from_millis(1);
+pub(crate) const FIRST_PARK: Duration = Duration::from_millis(1);
 /// The longest park: parks grow fourfold from [`FIRST_PARK`] up to this while nothing
 /// comes. Aeron's timers at rest (a heartbeat every 100 ms, a status message every
 /// 200 ms, a client's keep-alive every 500 ms, liveness in seconds) tolerate being
 /// this late; the node's own timers wake it on time.
-pub const MAX_PARK: Duration = Duration::from_millis(50);
+pub(crate) const MAX_PARK: Duration = Duration::from_millis(50);
 /// How much longer each park is than the one before while nothing comes: each wake-up
 /// at rest costs tens of microseconds of CPU on a virtual machine, so few of them.
 const PARK_GROWTH: u32 = 4;

@@ -11,7 +11,7 @@ use tickwire_proto::message::MESSAGE_HEADER_LEN;
 use tickwire_proto::{Role, SlowConsumerPolicy};
 
 /// Joins `core` as one of its in-process peers with `role`.
-pub fn connect(core: &mut Node, peer: &str, role: Role, now: Instant) -> ConnId {
+pub(crate) fn connect(core: &mut Node, peer: &str, role: Role, now: Instant) -> ConnId {
     core.join_internal(
         &InternalPeer {
             peer,
@@ -27,16 +27,16 @@ pub fn connect(core: &mut Node, peer: &str, role: Role, now: Instant) -> ConnId 
 }
 
 /// Stream id of a stream-scoped message (refresh, update, status, close, request).
-pub fn stream_id(encoded: &[u8]) -> Option<u32> {
+pub(crate) fn stream_id(encoded: &[u8]) -> Option<u32> {
     let b = encoded.get(MESSAGE_HEADER_LEN..MESSAGE_HEADER_LEN + 4)?;
     Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-pub use tickwire_proto::frame::frames;
+pub(crate) use tickwire_proto::frame::frames;
 
 /// The messages of one frame payload: each message's type and whole encoding, read
 /// from the headers only. Stops at an inconsistency (which the core never writes).
-pub fn messages(payload: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
+pub(crate) fn messages(payload: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
     let mut p = 0;
     std::iter::from_fn(move || {
         if payload.len() - p < MESSAGE_HEADER_LEN {
@@ -56,14 +56,14 @@ pub fn messages(payload: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
 /// Backbone messages waiting to be offered, in order, bounded: past `max` new ones are
 /// dropped and counted (their senders ask again: edges repeat requests, sources resend
 /// heartbeats and directories).
-pub struct ControlQueue {
+pub(crate) struct ControlQueue {
     q: VecDeque<Vec<u8>>,
     max: usize,
     pub dropped: u64,
 }
 
 impl ControlQueue {
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         ControlQueue {
             q: VecDeque::new(),
             max,
@@ -71,14 +71,14 @@ impl ControlQueue {
         }
     }
 
-    pub fn push(&mut self, m: &BackboneMessage<'_>) {
+    pub(crate) fn push(&mut self, m: &BackboneMessage<'_>) {
         let mut buf = Vec::new();
         if m.encode(&mut buf).is_ok() {
             self.push_encoded(buf);
         }
     }
 
-    pub fn push_encoded(&mut self, buf: Vec<u8>) {
+    pub(crate) fn push_encoded(&mut self, buf: Vec<u8>) {
         if self.q.len() >= self.max {
             self.dropped += 1;
             return;
@@ -87,7 +87,7 @@ impl ControlQueue {
     }
 
     /// Offers them in order; false if the backbone refused one (it stays first).
-    pub fn flush(&mut self, out: &mut dyn Outbox) -> bool {
+    pub(crate) fn flush(&mut self, out: &mut dyn Outbox) -> bool {
         while let Some(m) = self.q.front() {
             if !out.offer(m) {
                 return false;
@@ -97,7 +97,7 @@ impl ControlQueue {
         true
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.q.clear();
     }
 }

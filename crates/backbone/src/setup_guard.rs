@@ -42,7 +42,7 @@ const MAX_REMEMBERED: usize = 4096;
 
 /// What the node sets and reads; shared by the guard's instances in one driver.
 #[derive(Debug)]
-pub struct GuardShared {
+pub(crate) struct GuardShared {
     /// New sessions let through per second (and at most in one burst).
     pub per_second: u32,
     /// SETUPs dropped for want of a token.
@@ -186,7 +186,7 @@ unsafe extern "C" fn incoming(
 /// Puts the guard first among the driver's incoming interceptors (before the loss
 /// generators the lab may set through Aeron's environment). Call before the driver
 /// is made from `context`; [`forget`] when it is gone.
-pub fn install(ctx: &AeronDriverContext, shared: Arc<GuardShared>) -> Result<(), String> {
+pub(crate) fn install(ctx: &AeronDriverContext, shared: Arc<GuardShared>) -> Result<(), String> {
     let context = ctx.get_inner();
     if let Ok(mut r) = REGISTRY.lock() {
         r.retain(|(c, _)| *c != context as usize);
@@ -217,7 +217,7 @@ pub fn install(ctx: &AeronDriverContext, shared: Arc<GuardShared>) -> Result<(),
 }
 
 /// The driver of `context` is gone.
-pub fn forget(context: usize) {
+pub(crate) fn forget(context: usize) {
     if let Ok(mut r) = REGISTRY.lock() {
         r.retain(|(c, _)| *c != context);
     }

@@ -3,7 +3,7 @@
 use anyhow::{anyhow, Result};
 
 #[derive(clap::Subcommand)]
-pub enum BackboneCommand {
+pub(crate) enum BackboneCommand {
     /// Print a new backbone key file (one random 256-bit key and its id) to standard
     /// output: `tickwire backbone keygen > backbone.keys && chmod 600 backbone.keys`.
     /// Every node of the backbone takes the same file as `[backbone] key_file`; the
@@ -11,7 +11,7 @@ pub enum BackboneCommand {
     Keygen,
 }
 
-pub fn run(cmd: BackboneCommand) -> Result<()> {
+pub(crate) fn run(cmd: BackboneCommand) -> Result<()> {
     match cmd {
         BackboneCommand::Keygen => {
             let text = tickwire_backbone::auth::new_key_file()

@@ -14,7 +14,7 @@ use tickwire_node::{NodeConfig, NodeServer, RunningNode};
 use tickwire_proto::{fid, DataState, FieldList, ServiceState, Value};
 
 #[derive(clap::Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
@@ -225,7 +225,7 @@ impl Row {
     }
 }
 
-pub fn run(args: DemoArgs) -> Result<()> {
+pub(crate) fn run(args: DemoArgs) -> Result<()> {
     if std::env::var_os("TICKWIRE_LOG").is_none() {
         crate::logger::set_level(log::LevelFilter::Warn); // keep the board clean
     }

@@ -5,13 +5,13 @@ use tickwire_proto::reference::{write_level1, Level1};
 use tickwire_proto::{fid, FieldList, FieldListWriter, Real, Time, Value};
 
 /// xorshift64*: fast, deterministic for a seed, good enough for a test feed.
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Rng(seed.max(1))
     }
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -19,32 +19,32 @@ impl Rng {
         self.0 = x;
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }
 }
 
-pub fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-pub fn time_of_day(ns_since_epoch: u64) -> Time {
+pub(crate) fn time_of_day(ns_since_epoch: u64) -> Time {
     Time {
         nanos_since_midnight: ns_since_epoch % tickwire_proto::field::NANOS_PER_DAY,
     }
 }
 
 /// One synthetic instrument.
-pub struct Instrument {
+pub(crate) struct Instrument {
     pub name: String,
     q: Level1,
     open: i64,
 }
 
 impl Instrument {
-    pub fn new(name: &str, rng: &mut Rng) -> Self {
+    pub(crate) fn new(name: &str, rng: &mut Rng) -> Self {
         // Prices in 1/10,000: between 10 and 500.
         let mid = 100_000 + rng.below(4_900_000) as i64;
         let mid = mid - mid % 100;
@@ -67,7 +67,7 @@ impl Instrument {
     }
 
     /// Moves the quote one tick; returns true if it traded.
-    pub fn step(&mut self, rng: &mut Rng, send_time_ns: u64) -> bool {
+    pub(crate) fn step(&mut self, rng: &mut Rng, send_time_ns: u64) -> bool {
         let tick = 100;
         let r = rng.below(3) as i64 - 1;
         let mid = ((self.q.bid + self.q.ask) / 2 + r * tick).max(2 * tick);
@@ -96,7 +96,11 @@ impl Instrument {
     /// A posted quote: BID and/or ASK (any other field is refused, as is a price of
     /// zero or less, or a bid above the ask). On success the quote is the posted one;
     /// publish it with [`Instrument::write_update`].
-    pub fn apply_post(&mut self, fields: FieldList<'_>, send_time_ns: u64) -> Result<(), String> {
+    pub(crate) fn apply_post(
+        &mut self,
+        fields: FieldList<'_>,
+        send_time_ns: u64,
+    ) -> Result<(), String> {
         let (mut bid, mut ask) = (self.q.bid, self.q.ask);
         if fields.is_empty() {
             return Err("a post must carry BID or ASK".into());
@@ -136,7 +140,7 @@ impl Instrument {
     /// The last trade alone (price, size, accumulated volume, time): a do-not-conflate
     /// update, so every trade reaches every subscriber; ACVOL_1 - TRDVOL_1 of a trade is
     /// the ACVOL_1 of the one before.
-    pub fn write_trade(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_trade(&self, out: &mut Vec<u8>) {
         let mut w = FieldListWriter::new(out);
         w.push(fid::TRDPRC_1, Value::Real(Real::new(self.q.last, -4)));
         w.push(fid::TRDVOL_1, Value::UInt(self.q.trade_volume));
@@ -146,12 +150,12 @@ impl Instrument {
     }
 
     /// The reference Level 1 update for the current quote.
-    pub fn write_update(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_update(&self, out: &mut Vec<u8>) {
         write_level1(out, &self.q);
     }
 
     /// A full image: the update fields plus static ones.
-    pub fn write_image(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_image(&self, out: &mut Vec<u8>) {
         let mut w = FieldListWriter::new(out);
         w.push(fid::DSPLY_NAME, Value::Ascii(&self.name));
         w.push(fid::OPEN_PRC, Value::Real(Real::new(self.open, -4)));
@@ -169,7 +173,7 @@ impl Instrument {
 }
 
 /// Reads item names from a file: one per line, `#` comments and blank lines skipped.
-pub fn read_item_file(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+pub(crate) fn read_item_file(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
     use anyhow::Context;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read item file {}", path.display()))?;

@@ -11,7 +11,7 @@ use tickwire_client::{ConnectOptions, Subscriber};
 use tickwire_files::hex;
 
 #[derive(clap::Subcommand)]
-pub enum FilesCommand {
+pub(crate) enum FilesCommand {
     /// Queue files at a node, which sends them to its sites (one stream to every site
     /// at once, repaired where a site missed chunks); each arrives whole and checked
     /// (SHA-256) in every site's inbox, or not at all. Prints one line per file queued
@@ -27,7 +27,7 @@ pub enum FilesCommand {
 }
 
 #[derive(clap::Args)]
-pub struct SendArgs {
+pub(crate) struct SendArgs {
     /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
     /// several comma-separated for failover (the first that answers, then the next).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
@@ -57,7 +57,7 @@ pub struct SendArgs {
 }
 
 #[derive(clap::Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
     /// several comma-separated for failover (the first that answers, then the next).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
@@ -84,7 +84,7 @@ fn connect(
     Subscriber::connect(opts).with_context(|| format!("cannot connect to {node}"))
 }
 
-pub fn run(cmd: FilesCommand) -> Result<()> {
+pub(crate) fn run(cmd: FilesCommand) -> Result<()> {
     match cmd {
         FilesCommand::Send(a) => send(a),
         FilesCommand::Status(a) => status(a),

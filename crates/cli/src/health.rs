@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(clap::Args)]
-pub struct HealthArgs {
+pub(crate) struct HealthArgs {
     /// The node's HTTP (WebSocket) port, host:port.
     #[arg(
         long,
@@ -33,7 +33,7 @@ pub struct HealthArgs {
 
 /// Prints the node's answer; Ok when it was 200 OK. Every failure exits with status 1,
 /// as container health checks expect.
-pub fn run(a: HealthArgs) -> Result<()> {
+pub(crate) fn run(a: HealthArgs) -> Result<()> {
     let addr = match &a.config {
         Some(path) => address_from_config(path)?,
         None => a.ws.clone(),

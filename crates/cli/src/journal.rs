@@ -12,7 +12,7 @@ use tickwire_journal::{files, segment, Body};
 use tickwire_proto::Dictionary;
 
 #[derive(clap::Subcommand)]
-pub enum JournalCommand {
+pub(crate) enum JournalCommand {
     /// Print every record of the journal in DIR, one JSON object per line: `seq`,
     /// `time_ns`, `stream` ("received" or "completed"), `post_id`, `service`, `item`
     /// (a completed record repeats those of the post it completes, and names it in
@@ -27,7 +27,7 @@ pub enum JournalCommand {
     },
 }
 
-pub fn run(cmd: JournalCommand) -> Result<()> {
+pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
     let JournalCommand::Inspect { dir } = cmd;
     let dict = Dictionary::market_price();
     let list = files::list_segments(&dir)

@@ -6,7 +6,7 @@ use tickwire_proto::{Dictionary, FieldList, Value};
 
 /// A field value as JSON: reals as numbers, dates "YYYY-MM-DD", times
 /// "HH:MM:SS.nnnnnnnnn", enums as numbers, blank as null, buffers base64.
-pub fn value_json(v: &Value<'_>) -> Json {
+pub(crate) fn value_json(v: &Value<'_>) -> Json {
     match v {
         Value::Blank => Json::Null,
         Value::Int(i) => json!(i),
@@ -25,7 +25,7 @@ pub fn value_json(v: &Value<'_>) -> Json {
     }
 }
 
-pub fn fields_json(dict: &Dictionary, fields: FieldList<'_>) -> Json {
+pub(crate) fn fields_json(dict: &Dictionary, fields: FieldList<'_>) -> Json {
     let mut m = Map::new();
     for (fid, v) in fields.iter() {
         let key = dict
@@ -45,7 +45,7 @@ fn state_json(s: &tickwire_proto::State<'_>) -> Json {
     })
 }
 
-pub fn event_json(dict: &Dictionary, e: &EventRef<'_>) -> Json {
+pub(crate) fn event_json(dict: &Dictionary, e: &EventRef<'_>) -> Json {
     match e {
         EventRef::Refresh(i, r) => json!({
             "type": "refresh",
@@ -124,7 +124,7 @@ fn fields_text(dict: &Dictionary, fields: FieldList<'_>) -> String {
 }
 
 /// One human-readable line per event.
-pub fn event_line(dict: &Dictionary, e: &EventRef<'_>) -> String {
+pub(crate) fn event_line(dict: &Dictionary, e: &EventRef<'_>) -> String {
     match e {
         EventRef::Refresh(i, r) => format!(
             "REFRESH {}/{} seq={} state={}/{} {}",

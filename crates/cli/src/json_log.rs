@@ -19,7 +19,7 @@ use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-pub struct JsonLines;
+pub(crate) struct JsonLines;
 
 impl<S, N> FormatEvent<S, N> for JsonLines
 where
@@ -45,7 +45,7 @@ where
 }
 
 /// One log line of the schema above, stamped now.
-pub fn record(
+pub(crate) fn record(
     level: &str,
     fields: serde_json::Map<String, serde_json::Value>,
     target: &str,

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 /// included: the lab's own help answers).
 #[derive(clap::Args)]
 #[command(disable_help_flag = true)]
-pub struct LabArgs {
+pub(crate) struct LabArgs {
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
@@ -21,7 +21,7 @@ pub struct LabArgs {
 }
 
 /// Runs `tickwire-bench [subcommand] ARGS...` in place of this process.
-pub fn exec(subcommand: Option<&str>, args: LabArgs) -> Result<()> {
+pub(crate) fn exec(subcommand: Option<&str>, args: LabArgs) -> Result<()> {
     let program = lab_program()?;
     let err = std::process::Command::new(&program)
         .args(subcommand)

@@ -14,7 +14,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// `2026-11-24T04:40:01.123456Z  INFO tickwire_node::server: message`
     Text,
     /// `{"timestamp":"...","level":"INFO","fields":{"message":"...",...},"target":"..."}`
@@ -26,7 +26,7 @@ pub enum LogFormat {
 /// or with JSON logs one ERROR record of the same schema as the rest (log shippers
 /// would otherwise get a line that is not JSON). Written directly: logging may be what
 /// failed to start.
-pub fn fatal(format: LogFormat, message: &str) {
+pub(crate) fn fatal(format: LogFormat, message: &str) {
     match format {
         LogFormat::Text => eprintln!("tickwire: {message}"),
         LogFormat::Json => {
@@ -39,7 +39,7 @@ pub fn fatal(format: LogFormat, message: &str) {
 }
 
 /// The level TICKWIRE_LOG asks for.
-pub fn level_from_env() -> Result<LevelFilter, String> {
+pub(crate) fn level_from_env() -> Result<LevelFilter, String> {
     match std::env::var("TICKWIRE_LOG") {
         Err(std::env::VarError::NotPresent) => Ok(LevelFilter::Info),
         Err(std::env::VarError::NotUnicode(v)) => Err(format!(
@@ -76,12 +76,12 @@ fn allows(level: &tracing::Level) -> bool {
 
 /// Changes the level while running (the demo quiets the nodes it runs in process
 /// while its board is on the terminal).
-pub fn set_level(level: LevelFilter) {
+pub(crate) fn set_level(level: LevelFilter) {
     LEVEL.store(level as u8, Ordering::Relaxed);
     log::set_max_level(level);
 }
 
-pub fn init(format: LogFormat) -> Result<(), String> {
+pub(crate) fn init(format: LogFormat) -> Result<(), String> {
     let level = level_from_env()?;
     let filter = tracing_subscriber::filter::filter_fn(|meta| allows(meta.level()));
     let layer = tracing_subscriber::fmt::layer()

@@ -10,7 +10,7 @@ use tickwire_proto::text::parse_value;
 use tickwire_proto::{Dictionary, FieldListWriter};
 
 #[derive(clap::Args)]
-pub struct PostArgs {
+pub(crate) struct PostArgs {
     /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
     /// several comma-separated for failover (the first that answers, then the next).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
@@ -63,7 +63,7 @@ fn encode_fields(dict: &Dictionary, args: &[String]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-pub fn run(args: PostArgs) -> Result<()> {
+pub(crate) fn run(args: PostArgs) -> Result<()> {
     let dict = load_dictionary(args.dictionary.as_deref())?;
     let fields = encode_fields(&dict, &args.fields)?;
     let mut opts = ConnectOptions::new(args.node.clone());

@@ -13,7 +13,7 @@ use tickwire_client::{
 use tickwire_proto::{FieldList, NakCode, UpdateType};
 
 #[derive(clap::Args, Clone)]
-pub struct PublishArgs {
+pub(crate) struct PublishArgs {
     /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
     /// several comma-separated for failover (the first that answers, then the next).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
@@ -57,7 +57,7 @@ pub struct PublishArgs {
 }
 
 impl PublishArgs {
-    pub fn item_names(&self) -> Result<Vec<String>> {
+    pub(crate) fn item_names(&self) -> Result<Vec<String>> {
         match (&self.item_file, self.items) {
             (Some(path), _) => read_item_file(path),
             (None, Some(n)) if n > 0 => Ok((0..n).map(|i| format!("SYM{i}")).collect()),
@@ -70,7 +70,11 @@ impl PublishArgs {
 /// Runs a feed until `stop` is set or the duration passes. Returns updates sent.
 /// `ready` is set once every image has been published (non-interactive) or the service
 /// announced (interactive).
-pub fn run_feed(args: &PublishArgs, stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> Result<u64> {
+pub(crate) fn run_feed(
+    args: &PublishArgs,
+    stop: Arc<AtomicBool>,
+    ready: Arc<AtomicBool>,
+) -> Result<u64> {
     let names = args.item_names()?;
     let mut connect = ConnectOptions::new(args.node.clone());
     connect.application = "tickwire-publish".into();
@@ -263,7 +267,7 @@ fn answer_post(
     Ok(())
 }
 
-pub fn run(args: PublishArgs) -> Result<()> {
+pub(crate) fn run(args: PublishArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use tickwire_proto::ReplayFrom;
 
 #[derive(clap::Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
     /// several comma-separated for failover (the first that answers, then the next).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
@@ -38,7 +38,7 @@ pub struct ReplayArgs {
     dictionary: Option<PathBuf>,
 }
 
-pub fn run(a: ReplayArgs) -> Result<()> {
+pub(crate) fn run(a: ReplayArgs) -> Result<()> {
     crate::subscribe::run(SubscribeArgs {
         node: a.node,
         credentials: a.credentials,
@@ -57,7 +57,7 @@ pub fn run(a: ReplayArgs) -> Result<()> {
 }
 
 /// An item sequence number, or an RFC 3339 UTC time.
-pub fn parse_from(s: &str) -> Result<ReplayFrom, String> {
+pub(crate) fn parse_from(s: &str) -> Result<ReplayFrom, String> {
     if let Ok(seq) = s.parse::<u32>() {
         return Ok(ReplayFrom::Seq(seq));
     }

@@ -9,7 +9,7 @@ use tickwire_client::{ConnectOptions, EventRef, RequestOptions, Subscriber};
 use tickwire_proto::{Dictionary, StreamState};
 
 #[derive(clap::Args)]
-pub struct SubscribeArgs {
+pub(crate) struct SubscribeArgs {
     /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
     /// several comma-separated for failover (the first that answers, then the next).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
@@ -57,7 +57,7 @@ pub struct SubscribeArgs {
 
 /// Exit with a given status, without an error message.
 #[derive(Debug)]
-pub struct Exit(pub i32);
+pub(crate) struct Exit(pub i32);
 
 impl std::fmt::Display for Exit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -68,7 +68,7 @@ impl std::fmt::Display for Exit {
 impl std::error::Error for Exit {}
 
 /// The dictionary in `path`, or the built-in MarketPrice dictionary.
-pub fn load_dictionary(path: Option<&std::path::Path>) -> Result<Dictionary> {
+pub(crate) fn load_dictionary(path: Option<&std::path::Path>) -> Result<Dictionary> {
     match path {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -79,7 +79,7 @@ pub fn load_dictionary(path: Option<&std::path::Path>) -> Result<Dictionary> {
     }
 }
 
-pub fn run(args: SubscribeArgs) -> Result<()> {
+pub(crate) fn run(args: SubscribeArgs) -> Result<()> {
     let dict = load_dictionary(args.dictionary.as_deref())?;
     let view = match &args.view {
         None => None,

@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use std::io::BufRead;
 
 #[derive(clap::Subcommand)]
-pub enum UsersCommand {
+pub(crate) enum UsersCommand {
     /// Read a password (or with --token, a token) from standard input, first line, and
     /// print the `password_hash = "..."` (or `token_hash = "..."`) line for the users
     /// file: argon2id with a random salt for a password, SHA-256 for a token.
@@ -16,7 +16,7 @@ pub enum UsersCommand {
     },
 }
 
-pub fn run(cmd: UsersCommand) -> Result<()> {
+pub(crate) fn run(cmd: UsersCommand) -> Result<()> {
     match cmd {
         UsersCommand::Hash { token } => {
             let mut line = String::new();

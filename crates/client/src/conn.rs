@@ -104,11 +104,11 @@ pub(crate) enum Io {
 }
 
 /// The port of a node's native protocol when an address names none.
-pub const DEFAULT_PORT: u16 = 14002;
+pub(crate) const DEFAULT_PORT: u16 = 14002;
 
 /// The nodes an address names, each as `host:port`: `host:port`, `tcp://host:port`,
 /// `host` (port [`DEFAULT_PORT`]), `[v6]:port`, or several of these comma-separated.
-pub fn node_addresses(addr: &str) -> Result<Vec<String>, ClientError> {
+pub(crate) fn node_addresses(addr: &str) -> Result<Vec<String>, ClientError> {
     let bad = |reason: String| ClientError::Connect {
         addr: addr.to_string(),
         reason,
@@ -172,7 +172,7 @@ fn resolve(addr: &str) -> Result<SocketAddr, ClientError> {
 impl Transport {
     /// Connects to `node` (one of the options' [`node_addresses`]) and does the TLS
     /// handshake, within the options' connect timeout.
-    pub fn open(opts: &ConnectOptions, node: &str) -> Result<Transport, ClientError> {
+    pub(crate) fn open(opts: &ConnectOptions, node: &str) -> Result<Transport, ClientError> {
         let addr = resolve(node)?;
         let stream = TcpStream::connect_timeout(&addr, opts.connect_timeout).map_err(|e| {
             ClientError::Connect {
@@ -200,7 +200,11 @@ impl Transport {
 
     /// Sends the queued Login and waits until the node's Welcome is in (the
     /// connection's own deadline bounds the wait).
-    pub fn welcome(&mut self, proto: &mut Connection, addr: &str) -> Result<(), ClientError> {
+    pub(crate) fn welcome(
+        &mut self,
+        proto: &mut Connection,
+        addr: &str,
+    ) -> Result<(), ClientError> {
         // A connection waiting for its Welcome always has that deadline.
         let deadline = proto
             .poll_timeout()
@@ -238,13 +242,17 @@ impl Transport {
         }
     }
 
-    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         self.stream.tcp().as_raw_fd()
     }
 
     /// Waits up to `timeout` for the socket to be readable (and writes pending output
     /// when it is writable), then reads what is there.
-    pub fn wait(&mut self, proto: &mut Connection, timeout: Duration) -> Result<Io, ClientError> {
+    pub(crate) fn wait(
+        &mut self,
+        proto: &mut Connection,
+        timeout: Duration,
+    ) -> Result<Io, ClientError> {
         let mut events = libc::POLLIN;
         if proto.pending_output() > 0 || self.stream.has_pending() {
             events |= libc::POLLOUT;
@@ -275,7 +283,7 @@ impl Transport {
     }
 
     /// Reads whatever the socket holds now (non-blocking).
-    pub fn read_available(&mut self, proto: &mut Connection) -> Result<Io, ClientError> {
+    pub(crate) fn read_available(&mut self, proto: &mut Connection) -> Result<Io, ClientError> {
         if self.peer_closed {
             return Err(ClientError::Disconnected(
                 "node closed the connection".into(),
@@ -329,7 +337,7 @@ impl Transport {
     }
 
     /// Writes as much pending output as the socket takes now.
-    pub fn flush_some(&mut self, proto: &mut Connection) -> Result<(), ClientError> {
+    pub(crate) fn flush_some(&mut self, proto: &mut Connection) -> Result<(), ClientError> {
         // TLS records the socket did not take before go first.
         self.stream
             .flush_pending()
@@ -351,7 +359,7 @@ impl Transport {
 
     /// Writes all pending output, waiting for the socket as needed, until `deadline`.
     /// Input that arrives meanwhile is read into the frame buffer (never dropped).
-    pub fn flush_until(
+    pub(crate) fn flush_until(
         &mut self,
         proto: &mut Connection,
         deadline: Instant,

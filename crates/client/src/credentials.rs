@@ -6,7 +6,7 @@ use crate::ConnectOptions;
 use std::path::PathBuf;
 
 /// Environment variable holding the secret (a password or a token).
-pub const PASSWORD_ENV: &str = "TICKWIRE_PASSWORD";
+pub(crate) const PASSWORD_ENV: &str = "TICKWIRE_PASSWORD";
 
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Credentials {

@@ -92,7 +92,7 @@ pub(crate) struct Driver<S> {
 impl<S: ClientSession> Driver<S> {
     /// Connects and waits for the node's Welcome; fails if the node cannot be reached
     /// or refuses the login now.
-    pub fn connect(
+    pub(crate) fn connect(
         opts: ConnectOptions,
         mut session: S,
         what: &'static str,
@@ -140,20 +140,20 @@ impl<S: ClientSession> Driver<S> {
     }
 
     /// The node connected last (`host:port`).
-    pub fn node(&self) -> &str {
+    pub(crate) fn node(&self) -> &str {
         &self.nodes[self.current]
     }
 
-    pub fn is_connected(&self) -> bool {
+    pub(crate) fn is_connected(&self) -> bool {
         self.transport.is_some()
     }
 
-    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+    pub(crate) fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         self.transport.as_ref().map(|t| t.raw_fd())
     }
 
     /// Writes what the socket takes now.
-    pub fn write_some(&mut self) -> Result<(), ClientError> {
+    pub(crate) fn write_some(&mut self) -> Result<(), ClientError> {
         if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
             if let Err(e) = t.flush_some(c) {
                 self.lost(e)?;
@@ -163,7 +163,7 @@ impl<S: ClientSession> Driver<S> {
     }
 
     /// Writes everything queued, waiting for the socket up to `timeout`.
-    pub fn flush(&mut self, timeout: Duration) -> Result<(), ClientError> {
+    pub(crate) fn flush(&mut self, timeout: Duration) -> Result<(), ClientError> {
         if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
             let res = t
                 .flush_some(c)
@@ -177,7 +177,7 @@ impl<S: ClientSession> Driver<S> {
 
     /// The connection failed: the session is told (it schedules the reconnect, or the
     /// error ends it).
-    pub fn lost(&mut self, err: ClientError) -> Result<(), ClientError> {
+    pub(crate) fn lost(&mut self, err: ClientError) -> Result<(), ClientError> {
         self.transport = None;
         if err.is_transient() && self.opts.reconnect {
             warn!("{err}; reconnecting to {}", self.opts.addr);
@@ -228,7 +228,7 @@ impl<S: ClientSession> Driver<S> {
     /// after writing what the session queued). Reconnects when due, handles timers,
     /// and waits for input or the next deadline in between. `None` when `timeout`
     /// passed with nothing to deliver.
-    pub fn run<T>(
+    pub(crate) fn run<T>(
         &mut self,
         timeout: Duration,
         mut deliver: impl FnMut(&mut S, Instant) -> Result<Option<T>, ClientError>,

@@ -101,9 +101,9 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
-    pub const HEALTHY: std::time::Duration = std::time::Duration::from_secs(10);
+    pub(crate) const HEALTHY: std::time::Duration = std::time::Duration::from_secs(10);
 
-    pub fn new(min: std::time::Duration, max: std::time::Duration) -> Self {
+    pub(crate) fn new(min: std::time::Duration, max: std::time::Duration) -> Self {
         Backoff {
             min,
             max,
@@ -113,14 +113,14 @@ impl Backoff {
     }
 
     /// A connection (re)opened.
-    pub fn connected(&mut self, now: std::time::Instant) {
+    pub(crate) fn connected(&mut self, now: std::time::Instant) {
         self.connected_at = Some(now);
     }
 
     /// The delay before the next attempt after a failure or a lost connection, doubling
     /// up to the maximum unless the last connection lasted long enough to count as
     /// healthy.
-    pub fn step(&mut self, now: std::time::Instant) -> std::time::Duration {
+    pub(crate) fn step(&mut self, now: std::time::Instant) -> std::time::Duration {
         if let Some(at) = self.connected_at.take() {
             if now.saturating_duration_since(at) >= Self::HEALTHY {
                 self.next = self.min;

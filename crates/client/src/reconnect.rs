@@ -26,7 +26,7 @@ pub(crate) struct Reconnection {
 
 impl Reconnection {
     /// The first connection is due at once.
-    pub fn new(policy: ReconnectPolicy, now: Instant) -> Self {
+    pub(crate) fn new(policy: ReconnectPolicy, now: Instant) -> Self {
         Reconnection {
             backoff: Backoff::new(policy.backoff_min, policy.backoff_max),
             policy,
@@ -35,25 +35,25 @@ impl Reconnection {
         }
     }
 
-    pub fn policy(&self) -> &ReconnectPolicy {
+    pub(crate) fn policy(&self) -> &ReconnectPolicy {
         &self.policy
     }
 
     /// A connection opened.
-    pub fn connected(&mut self, now: Instant) {
+    pub(crate) fn connected(&mut self, now: Instant) {
         self.backoff.connected(now);
         self.connections += 1;
     }
 
     /// Whether `err` ends the session rather than being tried again.
-    pub fn ends_session(&self, err: &ClientError) -> bool {
+    pub(crate) fn ends_session(&self, err: &ClientError) -> bool {
         let rejected = matches!(err, ClientError::Rejected { .. });
         !self.policy.reconnect || (rejected && !self.policy.retry_rejected)
     }
 
     /// A try failed or a connection was lost: the next try after the backoff, or `Err`
     /// when the session ends.
-    pub fn failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
+    pub(crate) fn failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
         if self.ends_session(&err) {
             return Err(err);
         }
@@ -61,21 +61,21 @@ impl Reconnection {
         Ok(())
     }
 
-    pub fn due(&self, now: Instant) -> bool {
+    pub(crate) fn due(&self, now: Instant) -> bool {
         now >= self.retry_at
     }
 
-    pub fn retry_at(&self) -> Instant {
+    pub(crate) fn retry_at(&self) -> Instant {
         self.retry_at
     }
 
     /// Connections opened so far.
-    pub fn connections(&self) -> u64 {
+    pub(crate) fn connections(&self) -> u64 {
         self.connections
     }
 
     /// Connections opened after the first.
-    pub fn reconnects(&self) -> u64 {
+    pub(crate) fn reconnects(&self) -> u64 {
         self.connections.saturating_sub(1)
     }
 }

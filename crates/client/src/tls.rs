@@ -78,7 +78,7 @@ pub(crate) struct TlsStream {
 }
 
 impl Stream {
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Plain(s) => s,
             Stream::Tls(t) => &t.tcp,
@@ -87,7 +87,7 @@ impl Stream {
 
     /// Plaintext from the node; `WouldBlock` only when the socket has nothing more.
     #[inline]
-    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Plain(s) => s.read(buf),
             Stream::Tls(t) => t.read(buf),
@@ -97,7 +97,7 @@ impl Stream {
     /// Plaintext to the node: what the socket (or rustls, up to [`TLS_BUFFER`]) takes;
     /// `WouldBlock` when nothing could be taken because the socket is full.
     #[inline]
-    pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Plain(s) => s.write(buf),
             Stream::Tls(t) => t.write(buf),
@@ -106,7 +106,7 @@ impl Stream {
 
     /// Writes the TLS records waiting for the socket, as far as it takes them.
     #[inline]
-    pub fn flush_pending(&mut self) -> io::Result<()> {
+    pub(crate) fn flush_pending(&mut self) -> io::Result<()> {
         match self {
             Stream::Plain(_) => Ok(()),
             Stream::Tls(t) => t.flush_pending(),
@@ -115,7 +115,7 @@ impl Stream {
 
     /// TLS records wait for the socket.
     #[inline]
-    pub fn has_pending(&self) -> bool {
+    pub(crate) fn has_pending(&self) -> bool {
         match self {
             Stream::Plain(_) => false,
             Stream::Tls(t) => t.tls.wants_write(),
@@ -156,7 +156,7 @@ impl TlsStream {
 
     /// Processes received records; on an error, sends the alert rustls queued (best
     /// effort) and fails.
-    pub fn process(&mut self) -> io::Result<()> {
+    pub(crate) fn process(&mut self) -> io::Result<()> {
         match self.tls.process_new_packets() {
             Ok(_) => Ok(()),
             Err(e) => {
@@ -185,7 +185,7 @@ impl TlsStream {
         Ok(n)
     }
 
-    pub fn flush_pending(&mut self) -> io::Result<()> {
+    pub(crate) fn flush_pending(&mut self) -> io::Result<()> {
         while self.tls.wants_write() {
             match self.tls.write_tls(&mut self.tcp) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),

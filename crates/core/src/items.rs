@@ -3,19 +3,19 @@
 use tickwire_proto::wire::prefetch;
 use tickwire_proto::{DataState, FieldImage};
 
-pub type ItemHandle = u32;
+pub(crate) type ItemHandle = u32;
 
 /// Where a subscriber stream lives: its item, and its place in that item's `subs`, so
 /// that closing or finding one stream costs O(1) however many streams the item has
 /// (one connection may open 200,000 streams on one item).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamRef {
+pub(crate) struct StreamRef {
     pub item: ItemHandle,
     pub slot: u32,
 }
 
 /// One subscriber stream of an item.
-pub struct SubEntry {
+pub(crate) struct SubEntry {
     pub conn: usize,
     pub stream_id: u32,
     /// Field ids the subscriber wants; `None` for all.
@@ -27,7 +27,7 @@ pub struct SubEntry {
 }
 
 impl SubEntry {
-    pub fn clone_meta(&self) -> SubEntry {
+    pub(crate) fn clone_meta(&self) -> SubEntry {
         SubEntry {
             conn: self.conn,
             stream_id: self.stream_id,
@@ -38,7 +38,7 @@ impl SubEntry {
     }
 }
 
-pub struct Item {
+pub(crate) struct Item {
     pub service: usize,
     pub name: Box<str>,
     /// Last value of every field (empty with the cache off).
@@ -65,7 +65,7 @@ pub struct Item {
 }
 
 impl Item {
-    pub fn new(service: usize, name: &str) -> Self {
+    pub(crate) fn new(service: usize, name: &str) -> Self {
         Item {
             service,
             name: name.into(),
@@ -84,19 +84,19 @@ impl Item {
 }
 
 #[derive(Default)]
-pub struct ItemTable {
+pub(crate) struct ItemTable {
     slots: Vec<Option<Item>>,
     free: Vec<ItemHandle>,
 }
 
 impl ItemTable {
     /// The view of the stream at `at` (`Some(None)` for all fields), if it is there.
-    pub fn view_of(&self, at: StreamRef) -> Option<Option<&[i16]>> {
+    pub(crate) fn view_of(&self, at: StreamRef) -> Option<Option<&[i16]>> {
         let sub = self.get(at.item)?.subs.get(at.slot as usize)?;
         Some(sub.view.as_deref())
     }
 
-    pub fn insert(&mut self, item: Item) -> ItemHandle {
+    pub(crate) fn insert(&mut self, item: Item) -> ItemHandle {
         if let Some(h) = self.free.pop() {
             self.slots[h as usize] = Some(item);
             h
@@ -109,7 +109,7 @@ impl ItemTable {
     /// Starts loading the item's memory, every cache line its slot touches (a slot of
     /// 144 bytes spans three lines at some offsets) (a hint).
     #[inline]
-    pub fn prefetch(&self, h: ItemHandle) {
+    pub(crate) fn prefetch(&self, h: ItemHandle) {
         const LINE: usize = 64;
         const SIZE: usize = std::mem::size_of::<Option<Item>>();
         if let Some(slot) = self.slots.get(h as usize) {
@@ -124,15 +124,15 @@ impl ItemTable {
         }
     }
 
-    pub fn get(&self, h: ItemHandle) -> Option<&Item> {
+    pub(crate) fn get(&self, h: ItemHandle) -> Option<&Item> {
         self.slots.get(h as usize)?.as_ref()
     }
 
-    pub fn get_mut(&mut self, h: ItemHandle) -> Option<&mut Item> {
+    pub(crate) fn get_mut(&mut self, h: ItemHandle) -> Option<&mut Item> {
         self.slots.get_mut(h as usize)?.as_mut()
     }
 
-    pub fn remove(&mut self, h: ItemHandle) -> Option<Item> {
+    pub(crate) fn remove(&mut self, h: ItemHandle) -> Option<Item> {
         let item = self.slots.get_mut(h as usize)?.take();
         if item.is_some() {
             self.free.push(h);
@@ -140,7 +140,7 @@ impl ItemTable {
         item
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.slots.len() - self.free.len()
     }
 }

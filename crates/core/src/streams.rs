@@ -48,7 +48,7 @@ impl Dense {
     }
 }
 
-pub struct StreamMap {
+pub(crate) struct StreamMap {
     /// The publisher's own ids, from 0.
     own: Dense,
     /// The node's request ids, from `NODE_BASE`.
@@ -81,7 +81,7 @@ impl StreamMap {
     }
 
     #[inline]
-    pub fn get(&self, sid: u32) -> Option<ItemHandle> {
+    pub(crate) fn get(&self, sid: u32) -> Option<ItemHandle> {
         // A publisher's own ids first, as directly as can be (the own run's base is 0).
         if let Some(&h) = self.own.slots.get(sid as usize) {
             if h != NONE {
@@ -104,7 +104,7 @@ impl StreamMap {
     /// The handle of `sid` if it is in a vector: one load, never a hash probe (for
     /// hints, where a miss costs nothing).
     #[inline]
-    pub fn get_dense(&self, sid: u32) -> Option<ItemHandle> {
+    pub(crate) fn get_dense(&self, sid: u32) -> Option<ItemHandle> {
         match self.own.slots.get(sid as usize) {
             Some(&h) if h != NONE => Some(h),
             _ => self.node.get(sid),
@@ -113,7 +113,7 @@ impl StreamMap {
 
     /// Starts loading the memory `get(sid)` will read if `sid` is in a vector (a hint).
     #[inline]
-    pub fn prefetch(&self, sid: u32) {
+    pub(crate) fn prefetch(&self, sid: u32) {
         let slot = match self.own.slots.get(sid as usize) {
             Some(slot) => Some(slot),
             None => self.node.index(sid).and_then(|i| self.node.slots.get(i)),
@@ -123,12 +123,12 @@ impl StreamMap {
         }
     }
 
-    pub fn contains_key(&self, sid: u32) -> bool {
+    pub(crate) fn contains_key(&self, sid: u32) -> bool {
         self.get(sid).is_some()
     }
 
     /// Maps `sid` to `h`, replacing what it mapped to; returns the old handle.
-    pub fn insert(&mut self, sid: u32, h: ItemHandle) -> Option<ItemHandle> {
+    pub(crate) fn insert(&mut self, sid: u32, h: ItemHandle) -> Option<ItemHandle> {
         debug_assert!(h != NONE);
         let run = self.run_mut(sid);
         let Some(i) = run.index(sid) else {
@@ -155,7 +155,7 @@ impl StreamMap {
         }
     }
 
-    pub fn remove(&mut self, sid: u32) -> Option<ItemHandle> {
+    pub(crate) fn remove(&mut self, sid: u32) -> Option<ItemHandle> {
         let run = self.run_mut(sid);
         if let Some(slot) = run.index(sid).and_then(|i| run.slots.get_mut(i)) {
             if *slot != NONE {
@@ -166,7 +166,7 @@ impl StreamMap {
         self.sparse.remove(&sid)
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         for run in [&mut self.own, &mut self.node] {
             run.slots.clear();
             run.len = 0;
@@ -175,12 +175,12 @@ impl StreamMap {
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.own.len + self.node.len + self.sparse.len()
     }
 
     #[cfg(test)]
-    pub fn dense_capacity(&self) -> usize {
+    pub(crate) fn dense_capacity(&self) -> usize {
         self.own.slots.capacity()
     }
 }

@@ -14,14 +14,14 @@ use tickwire_core::{AuthRequest, ConnId, Node, Users};
 
 type Answer = (ConnId, u64, Result<(), String>);
 
-pub struct Verifier {
+pub(crate) struct Verifier {
     requests: SyncSender<(AuthRequest, Arc<Users>)>,
     answers: Receiver<Answer>,
 }
 
 impl Verifier {
     /// Starts the checking thread; `waker` wakes the event loop when an answer is ready.
-    pub fn start(waker: Arc<Waker>, max_pending: usize) -> io::Result<Verifier> {
+    pub(crate) fn start(waker: Arc<Waker>, max_pending: usize) -> io::Result<Verifier> {
         let (requests, inbox) = mpsc::sync_channel::<(AuthRequest, Arc<Users>)>(max_pending.max(1));
         let (outbox, answers) = mpsc::channel::<Answer>();
         std::thread::Builder::new()
@@ -43,7 +43,7 @@ impl Verifier {
 
     /// Queues a secret to check against `users`; refuses the login (or token request)
     /// at once if the queue is full or there are no users to check against.
-    pub fn submit(
+    pub(crate) fn submit(
         &self,
         core: &mut Node,
         req: AuthRequest,
@@ -71,7 +71,7 @@ impl Verifier {
     }
 
     /// Hands the answers that are ready to the core.
-    pub fn deliver(&self, core: &mut Node, now: Instant) {
+    pub(crate) fn deliver(&self, core: &mut Node, now: Instant) {
         while let Ok((conn, ticket, result)) = self.answers.try_recv() {
             core.on_auth_result(conn, ticket, result, now);
         }

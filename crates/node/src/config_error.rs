@@ -20,7 +20,11 @@ pub enum ConfigError {
 }
 
 /// `key = value` is refused for `reason` (which says what is allowed).
-pub fn invalid(key: &'static str, value: impl std::fmt::Display, reason: &str) -> ConfigError {
+pub(crate) fn invalid(
+    key: &'static str,
+    value: impl std::fmt::Display,
+    reason: &str,
+) -> ConfigError {
     ConfigError::Invalid {
         key,
         value: value.to_string(),

@@ -12,16 +12,16 @@ thread_local! {
 }
 
 #[inline]
-pub fn read(n: usize) {
+pub(crate) fn read(n: usize) {
     BYTES_IN.with(|c| c.set(c.get() + n as u64));
 }
 
 #[inline]
-pub fn written(n: usize) {
+pub(crate) fn written(n: usize) {
     BYTES_OUT.with(|c| c.set(c.get() + n as u64));
 }
 
 /// (read, written) on this thread so far.
-pub fn totals() -> (u64, u64) {
+pub(crate) fn totals() -> (u64, u64) {
     (BYTES_IN.with(Cell::get), BYTES_OUT.with(Cell::get))
 }

@@ -8,7 +8,7 @@ use tickwire_core::Node;
 
 /// A request for the node's own figures or health.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeRequest {
+pub(crate) enum NodeRequest {
     Metrics(Format),
     Health,
     Ready,
@@ -21,12 +21,12 @@ pub enum NodeRequest {
 }
 
 /// Names `/items` gives at most, and by default.
-pub const MAX_ITEM_NAMES: usize = 1000;
+pub(crate) const MAX_ITEM_NAMES: usize = 1000;
 const DEFAULT_ITEM_NAMES: usize = 100;
 
 impl NodeRequest {
     /// The request a GET of `target` (path and query) makes, if it is one of these.
-    pub fn parse(target: &str, accept: Option<&str>) -> Option<NodeRequest> {
+    pub(crate) fn parse(target: &str, accept: Option<&str>) -> Option<NodeRequest> {
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         match path {
             "/metrics" => Some(NodeRequest::Metrics(Format::negotiate(accept))),
@@ -79,7 +79,7 @@ fn percent_decode(v: &str) -> String {
 }
 
 /// The HTTP answer: status, content type, body.
-pub fn answer(
+pub(crate) fn answer(
     asked: NodeRequest,
     core: &mut Node,
     extra: &Extra<'_>,

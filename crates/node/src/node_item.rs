@@ -49,7 +49,7 @@ const TW_SLOW_WHO: i16 = -1036;
 /// The subscribers behind named in `TW_SLOW_WHO`, at most (the most queued first).
 const SLOW_NAMED: usize = 10;
 
-pub struct NodeItem {
+pub(crate) struct NodeItem {
     conn: ConnId,
     seq: u32,
     started: Instant,
@@ -68,7 +68,7 @@ pub struct NodeItem {
 impl NodeItem {
     /// Logs in (as an internal peer: no secret needed) as the publisher of `TICKWIRE`
     /// and publishes the first image.
-    pub fn start(core: &mut Node, now: Instant) -> NodeItem {
+    pub(crate) fn start(core: &mut Node, now: Instant) -> NodeItem {
         let conn = core.join_internal(
             &tickwire_core::InternalPeer {
                 peer: "node (its own figures)",
@@ -204,7 +204,7 @@ impl NodeItem {
 
     /// Once a second: new figures as an update; answers what the core asked of this
     /// publisher (a cache-off node asks for the image), and drops the rest of its output.
-    pub fn tick(&mut self, core: &mut Node, now: Instant) {
+    pub(crate) fn tick(&mut self, core: &mut Node, now: Instant) {
         let mut requests = Vec::new();
         if let Some(out) = core.output(self.conn) {
             let bytes = out.sealed_bytes();

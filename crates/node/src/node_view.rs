@@ -3,7 +3,7 @@
 
 /// The node's parts around its core, as far as its HTTP answers read them.
 #[derive(Default)]
-pub struct Extra<'a> {
+pub(crate) struct Extra<'a> {
     pub journal: Option<&'a crate::journal::JournalThread>,
     /// The backbone's figures as of the last node-item tick (once a second).
     pub backbone: Option<&'a tickwire_backbone::BackboneFigures>,

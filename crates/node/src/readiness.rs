@@ -5,7 +5,7 @@
 use crate::node_view::Extra;
 
 /// One dependency of the node and its state.
-pub struct Check {
+pub(crate) struct Check {
     pub dependency: &'static str,
     pub up: bool,
     /// Said to people: "linked", "not logged in: connecting (host:port)".
@@ -13,7 +13,7 @@ pub struct Check {
 }
 
 /// The node's dependencies, those it has (a node with none is ready once it answers).
-pub fn checks(extra: &Extra<'_>) -> Vec<Check> {
+pub(crate) fn checks(extra: &Extra<'_>) -> Vec<Check> {
     let mut checks = Vec::new();
     if let Some(linked) = extra.backbone_linked {
         let state = if linked {

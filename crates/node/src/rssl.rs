@@ -21,13 +21,13 @@ use tickwire_rssl::session::{Session, SessionConfig};
 const RSSL_OUT_HIGH: usize = 256 * 1024;
 
 /// What every RSSL connection of a node shares.
-pub struct RsslShared {
+pub(crate) struct RsslShared {
     pub ripc: Settings,
     pub session: Arc<SessionConfig>,
 }
 
 /// The RSSL side of one connection.
-pub struct RsslConn {
+pub(crate) struct RsslConn {
     channel: Channel,
     session: Session,
     to_node: Vec<u8>,
@@ -42,7 +42,7 @@ pub struct RsslConn {
 }
 
 impl RsslConn {
-    pub fn new(shared: &RsslShared, peer: String, now: Instant) -> Self {
+    pub(crate) fn new(shared: &RsslShared, peer: String, now: Instant) -> Self {
         RsslConn {
             channel: Channel::new(shared.ripc.clone(), now),
             session: Session::new(shared.session.clone()),
@@ -56,7 +56,7 @@ impl RsslConn {
     }
 
     /// Bytes read from the socket.
-    pub fn on_bytes(&mut self, bytes: &[u8], core: &mut Node, id: ConnId, now: Instant) {
+    pub(crate) fn on_bytes(&mut self, bytes: &[u8], core: &mut Node, id: ConnId, now: Instant) {
         let peer = &self.peer;
         if self.close_after_flush {
             return;
@@ -124,7 +124,7 @@ impl RsslConn {
 
     /// Turns what the core queued for this connection into RWF, while the socket
     /// keeps up.
-    pub fn pull_from_core(&mut self, core: &mut Node, id: ConnId, now: Instant) {
+    pub(crate) fn pull_from_core(&mut self, core: &mut Node, id: ConnId, now: Instant) {
         if self.close_after_flush {
             drop_core_output(core, id);
             return;
@@ -151,7 +151,7 @@ impl RsslConn {
     }
 
     /// The pings RIPC owes, and the end of a silent peer.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
         if let Err(e) = self.channel.handle_timeout(now) {
             warn!("{}: RSSL connection closed: {e}", self.peer);
             self.close_after_flush = true;
@@ -159,12 +159,12 @@ impl RsslConn {
     }
 
     /// Bytes queued for the socket.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.channel.pending()
     }
 
     /// Writes what the socket takes. Err: the socket failed.
-    pub fn write(&mut self, t: &mut Transport) -> std::io::Result<()> {
+    pub(crate) fn write(&mut self, t: &mut Transport) -> std::io::Result<()> {
         self.channel.end_batch();
         loop {
             let bytes = self.channel.transmit();

@@ -27,7 +27,7 @@ const RECONNECT_MIN: Duration = Duration::from_millis(200);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
 
 /// One provider: where it is, the connection, and the node's side of it.
-pub struct ProviderConn {
+pub(crate) struct ProviderConn {
     address: String,
     token: Token,
     /// The in-process publisher connection the provider's services belong to.
@@ -46,7 +46,7 @@ pub struct ProviderConn {
 }
 
 impl ProviderConn {
-    pub fn start(
+    pub(crate) fn start(
         core: &mut Node,
         address: &str,
         user: &str,

@@ -17,7 +17,7 @@ const METHODS: [&[u8]; 8] = [
 /// Whether a connection's first bytes are an HTTP request line: `None` while they are
 /// still the beginning of one. A native frame cannot start so: its 4-byte length would
 /// be over a gigabyte.
-pub fn looks_like_http(first: &[u8]) -> Option<bool> {
+pub(crate) fn looks_like_http(first: &[u8]) -> Option<bool> {
     let mut undecided = false;
     for m in METHODS {
         if first.starts_with(m) {
@@ -35,7 +35,7 @@ pub fn looks_like_http(first: &[u8]) -> Option<bool> {
 /// The answer to HTTP on the node's port for publishers and subscribers (and RSSL
 /// consumers and providers where `rssl` shares it): where this node serves HTTP and
 /// WebSocket (`ws`), if it does.
-pub fn http_answer(ws: Option<std::net::SocketAddr>, rssl: bool) -> Vec<u8> {
+pub(crate) fn http_answer(ws: Option<std::net::SocketAddr>, rssl: bool) -> Vec<u8> {
     let where_http = match ws {
         Some(a) => format!(
             "This node serves HTTP and WebSocket (the JSON API, the dashboard, /metrics) at \

@@ -67,7 +67,7 @@ struct OpenWs {
 }
 
 /// The WebSocket side of one connection.
-pub struct WsConn {
+pub(crate) struct WsConn {
     phase: Phase,
     /// Bytes for the socket (HTTP answer, WebSocket frames).
     pub out: Vec<u8>,
@@ -89,13 +89,13 @@ pub struct WsConn {
 impl WsConn {
     /// A connection that accepts upgrades from browsers on the node's own origin only
     /// (and from programs that send no `Origin`).
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_allowed_origins(&[])
     }
 
     /// A connection that also accepts upgrades from pages of these origins
     /// (`websocket.allowed_origins`).
-    pub fn with_allowed_origins(allowed_origins: &[String]) -> Self {
+    pub(crate) fn with_allowed_origins(allowed_origins: &[String]) -> Self {
         WsConn {
             phase: Phase::Handshake(Vec::new()),
             out: Vec::new(),
@@ -109,7 +109,7 @@ impl WsConn {
     }
 
     /// Bytes received from the socket.
-    pub fn on_bytes(
+    pub(crate) fn on_bytes(
         &mut self,
         bytes: &[u8],
         cfg: &Arc<SessionConfig>,
@@ -473,7 +473,12 @@ impl WsConn {
 
     /// Turns what the core queued for this connection into JSON, while the socket keeps
     /// up. Returns true if bytes were added to `out`.
-    pub fn pull_from_core(&mut self, core: &mut Node, id: ConnId, cache: &mut UpdateCache) -> bool {
+    pub(crate) fn pull_from_core(
+        &mut self,
+        core: &mut Node,
+        id: ConnId,
+        cache: &mut UpdateCache,
+    ) -> bool {
         if matches!(self.phase, Phase::TokenPending) {
             drop_core_output(core, id);
             let Some(answer) = core.take_token_answer(id) else {
@@ -512,7 +517,7 @@ impl WsConn {
     /// written after `close_after_flush`, shuts down the write side: the peer reads
     /// EOF at once. (Waiting for a later writable event left an HTTP answer's
     /// connection open until the heartbeat timeout, as an idle socket gets none.)
-    pub fn write(&mut self, stream: &mut Transport) -> std::io::Result<()> {
+    pub(crate) fn write(&mut self, stream: &mut Transport) -> std::io::Result<()> {
         while !self.out.is_empty() {
             match stream.write(&self.out) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
@@ -564,7 +569,11 @@ impl Default for WsConn {
 }
 
 /// Reads what the socket holds (up to `limit` bytes). Ok(true) if the peer closed.
-pub fn read_into(stream: &mut Transport, buf: &mut Vec<u8>, limit: usize) -> std::io::Result<bool> {
+pub(crate) fn read_into(
+    stream: &mut Transport,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<bool> {
     let mut chunk = [0u8; 16 * 1024];
     while buf.len() < limit {
         match stream.read(&mut chunk) {

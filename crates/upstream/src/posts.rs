@@ -27,7 +27,7 @@ pub(crate) struct UpstreamPosts {
 
 impl UpstreamPosts {
     /// A number for a post that is to be sent upstream, or `None` when too many wait.
-    pub fn begin(&mut self, post: CorePost, ack: bool) -> Result<u32, (NakCode, String)> {
+    pub(crate) fn begin(&mut self, post: CorePost, ack: bool) -> Result<u32, (NakCode, String)> {
         if ack && self.pending.len() >= MAX_PENDING {
             return Err((
                 NakCode::NoResources,
@@ -42,18 +42,18 @@ impl UpstreamPosts {
     }
 
     /// It could not be sent after all.
-    pub fn cancel(&mut self, id: u32) {
+    pub(crate) fn cancel(&mut self, id: u32) {
         self.pending.remove(&id);
     }
 
     /// The upstream's answer, for the core (`None`: not one of ours, or already
     /// answered).
-    pub fn answer(&mut self, a: &Ack<'_>) -> Option<CorePost> {
+    pub(crate) fn answer(&mut self, a: &Ack<'_>) -> Option<CorePost> {
         self.pending.remove(&a.post_id)
     }
 
     /// The connection is gone, and the answers with it.
-    pub fn take_all(&mut self) -> Vec<CorePost> {
+    pub(crate) fn take_all(&mut self) -> Vec<CorePost> {
         let mut all: Vec<(u32, CorePost)> = self.pending.drain().collect();
         all.sort_unstable_by_key(|(id, _)| *id);
         all.into_iter().map(|(_, p)| p).collect()

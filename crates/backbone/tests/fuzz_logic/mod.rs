@@ -11,7 +11,7 @@ use tickwire_core::{CoreConfig, Node};
 
 const SOURCE: u64 = 0x5005;
 
-pub fn backbone_messages(data: &[u8]) {
+pub(crate) fn backbone_messages(data: &[u8]) {
     sealing(data);
     if let Ok(m) = BackboneMessage::decode(data) {
         let mut again = Vec::new();

@@ -244,7 +244,7 @@ impl Lab {
 }
 
 /// The backbone's part of report.md.
-pub fn report(md: &mut String, b: &BackboneResult) -> Result<()> {
+pub(super) fn report(md: &mut String, b: &BackboneResult) -> Result<()> {
     writeln!(md, "## Across the backbone ({})\n", b.transport)?;
     writeln!(
         md,

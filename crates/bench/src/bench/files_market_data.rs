@@ -203,7 +203,7 @@ fn send_copy(bin: &Path, addr: &str, large: &Path, round: usize) -> Result<()> {
 }
 
 /// The market-data lines of report.md's files section.
-pub fn report(md: &mut String, rows: &[FilesMarketData]) -> Result<()> {
+pub(super) fn report(md: &mut String, rows: &[FilesMarketData]) -> Result<()> {
     let Some(first) = rows.first() else {
         return Ok(());
     };

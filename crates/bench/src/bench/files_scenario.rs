@@ -746,7 +746,7 @@ exit $RC
 }
 
 /// The files part of report.md.
-pub fn report(
+pub(super) fn report(
     md: &mut String,
     tw: &[FilesRow],
     uftp: &[FilesRow],

@@ -227,7 +227,7 @@ fn duration(ns: u64) -> String {
 }
 
 /// The journal's part of report.md.
-pub fn report(md: &mut String, steps: &[JournalStep]) -> Result<()> {
+pub(super) fn report(md: &mut String, steps: &[JournalStep]) -> Result<()> {
     writeln!(md, "## Posts and the journal\n")?;
     writeln!(md, "One poster keeps {} posts in flight (off-stream, Ack asked); the publisher (`tickwire publish --accept-posts`) applies each and answers. The journal writes a received record before the post goes on and a completed record before the Ack (docs/JOURNAL.md).\n", steps.first().map_or(0, |s| s.window))?;
     writeln!(md, "| sync | posts acknowledged/s | base 100 = always | Ack p50 | Ack p99 | Ack max | journal syscalls per post | journal MB/s | node CPU per post | refused |")?;
@@ -266,7 +266,7 @@ pub fn report(md: &mut String, steps: &[JournalStep]) -> Result<()> {
 }
 
 /// The update-journaling part of report.md.
-pub fn report_updates(md: &mut String, c: &JournalUpdateCost) -> Result<()> {
+pub(super) fn report_updates(md: &mut String, c: &JournalUpdateCost) -> Result<()> {
     writeln!(
         md,
         "Journaling every update ({} items, cache on, sync batch): {} updates/s sustained with it, {} without; it costs {:.0}% of the rate (next step failed: {} / {}). The node's CPU per update at those rates: {} with, {} without.\n",

@@ -195,7 +195,7 @@ pub(super) fn idle_sentence(m: &Machine) -> Option<String> {
     })
 }
 
-pub fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
+pub(super) fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
     std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(r)?)?;
     let mut md = String::new();
     match &r.machine {

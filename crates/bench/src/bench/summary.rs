@@ -189,7 +189,7 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
 }
 
 /// The markdown table of `dirs` (runs of one scenario).
-pub fn summary(dirs: &[PathBuf]) -> Result<String> {
+pub(super) fn summary(dirs: &[PathBuf]) -> Result<String> {
     let runs: Vec<Results> = dirs
         .iter()
         .map(|d| read_results(d))

@@ -100,7 +100,7 @@ impl Lab {
 }
 
 /// The node tree's part of report.md.
-pub fn report(md: &mut String, t: &TreeResult) -> Result<()> {
+pub(super) fn report(md: &mut String, t: &TreeResult) -> Result<()> {
     writeln!(
         md,
         "## Through two nodes (upstream link over TCP on loopback)\n"

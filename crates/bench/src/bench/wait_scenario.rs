@@ -74,7 +74,7 @@ impl Lab {
 }
 
 /// The wait scenario's part of report.md: one table, a row per strategy and rung.
-pub fn report(md: &mut String, w: &WaitResult) -> Result<()> {
+pub(super) fn report(md: &mut String, w: &WaitResult) -> Result<()> {
     writeln!(
         md,
         "## What waiting costs: the backbone's idle strategies ({})\n",

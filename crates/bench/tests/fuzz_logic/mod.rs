@@ -8,13 +8,13 @@ use tickwire_bench::nats::{parse, Frame};
 /// How far the input went: every byte taken as frames, a frame still incomplete, or
 /// refused.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Whole,
     Incomplete,
     Refused,
 }
 
-pub fn nats_frames(data: &[u8]) -> Outcome {
+pub(crate) fn nats_frames(data: &[u8]) -> Outcome {
     let mut at = 0;
     while at < data.len() {
         match parse(&data[at..]) {

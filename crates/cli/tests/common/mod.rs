@@ -23,7 +23,7 @@ use tickwire_proto::{
 /// The node's program under test. Cargo names it to the tests of its own package; the
 /// lab's tests (crates/bench/tests, which include this file) find it in the folder of
 /// their own program, where `cargo test --workspace` builds both.
-pub fn node_program() -> &'static str {
+pub(crate) fn node_program() -> &'static str {
     static FOUND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     if let Some(named) = option_env!("CARGO_BIN_EXE_tickwire") {
         return named;
@@ -47,10 +47,10 @@ pub fn node_program() -> &'static str {
 }
 
 /// How long a node may take to log its address.
-pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A `tickwire` command with a quiet-enough environment.
-pub fn tickwire() -> Command {
+pub(crate) fn tickwire() -> Command {
     let mut c = Command::new(node_program());
     c.env_remove("TICKWIRE_LOG").stdin(Stdio::null());
     c
@@ -62,14 +62,14 @@ pub fn tickwire() -> Command {
 
 /// What a finished command left behind.
 #[derive(Debug)]
-pub struct Output {
+pub(crate) struct Output {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Output {
-    pub fn code(&self) -> Option<i32> {
+    pub(crate) fn code(&self) -> Option<i32> {
         self.status.code()
     }
 }
@@ -85,7 +85,7 @@ fn collect<R: Read + Send + 'static>(r: R) -> JoinHandle<String> {
 
 /// Runs `tickwire ARGS` to completion; kills it and panics if it takes longer than
 /// `timeout`.
-pub fn run(args: &[&str], timeout: Duration) -> Output {
+pub(crate) fn run(args: &[&str], timeout: Duration) -> Output {
     let mut child = tickwire()
         .args(args)
         .stdout(Stdio::piped())
@@ -113,7 +113,7 @@ pub fn run(args: &[&str], timeout: Duration) -> Output {
 }
 
 /// Polls a child until it exits or `timeout` passes.
-pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+pub(crate) fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {
@@ -135,7 +135,7 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> 
 /// A long-running `tickwire` process whose stderr is drained into a buffer by a thread
 /// (so it can never block on a full pipe). Killed with SIGKILL on drop unless it has
 /// already been waited on.
-pub struct Proc {
+pub(crate) struct Proc {
     child: Child,
     exited: Option<ExitStatus>,
     log: Arc<Mutex<String>>,
@@ -145,12 +145,12 @@ pub struct Proc {
 
 impl Proc {
     /// Spawns `tickwire ARGS` with stdout discarded and stderr captured.
-    pub fn spawn(args: &[&str]) -> Proc {
+    pub(crate) fn spawn(args: &[&str]) -> Proc {
         Proc::spawn_with(args, |_| {})
     }
 
     /// As [`Proc::spawn`], with the command adjusted first (limits, environment).
-    pub fn spawn_with(args: &[&str], prepare: impl FnOnce(&mut Command)) -> Proc {
+    pub(crate) fn spawn_with(args: &[&str], prepare: impl FnOnce(&mut Command)) -> Proc {
         let mut cmd = tickwire();
         prepare(&mut cmd);
         cmd.args(args);
@@ -159,7 +159,7 @@ impl Proc {
 
     /// Spawns any command (e.g. `tickwire` inside `unshare`), stdout discarded and
     /// stderr captured.
-    pub fn spawn_command(mut cmd: Command, what: String) -> Proc {
+    pub(crate) fn spawn_command(mut cmd: Command, what: String) -> Proc {
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -195,18 +195,18 @@ impl Proc {
         }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Everything the process wrote to stderr so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
 
     /// Waits for a stderr line containing `needle`; panics (with the log) after `timeout`
     /// or if the process exits first.
-    pub fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> String {
+    pub(crate) fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         let rx = self.lines.as_ref().expect("line receiver");
         loop {
@@ -235,7 +235,7 @@ impl Proc {
     }
 
     /// True while the process has not exited.
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         if self.exited.is_some() {
             return false;
         }
@@ -249,7 +249,7 @@ impl Proc {
         }
     }
 
-    pub fn signal(&self, sig: i32) {
+    pub(crate) fn signal(&self, sig: i32) {
         if self.exited.is_some() {
             return;
         }
@@ -259,7 +259,7 @@ impl Proc {
     }
 
     /// SIGKILL, then reap.
-    pub fn kill(&mut self) -> ExitStatus {
+    pub(crate) fn kill(&mut self) -> ExitStatus {
         if let Some(s) = self.exited {
             return s;
         }
@@ -270,7 +270,7 @@ impl Proc {
     }
 
     /// Waits up to `timeout` for the process to exit on its own.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         if let Some(s) = self.exited {
             return Some(s);
         }
@@ -280,7 +280,7 @@ impl Proc {
     }
 
     /// SIGINT, then waits up to `timeout`; `None` (and SIGKILL) if it did not exit.
-    pub fn interrupt_and_wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) fn interrupt_and_wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
         self.signal(libc::SIGINT);
         let s = self.wait_exit(timeout);
         if s.is_none() {
@@ -300,7 +300,7 @@ impl Drop for Proc {
 }
 
 /// A running `tickwire node` and the address it logged.
-pub struct Node {
+pub(crate) struct Node {
     pub proc: Proc,
     pub addr: SocketAddr,
     /// The `listening on` log line.
@@ -310,12 +310,12 @@ pub struct Node {
 impl Node {
     /// `tickwire node --listen 127.0.0.1:0 EXTRA...` (EXTRA may say `--listen` itself),
     /// once it has logged its address.
-    pub fn start(extra: &[&str]) -> Node {
+    pub(crate) fn start(extra: &[&str]) -> Node {
         Node::start_with(extra, |_| {})
     }
 
     /// As [`Node::start`], with the command adjusted first (see [`Proc::spawn_with`]).
-    pub fn start_with(extra: &[&str], prepare: impl FnOnce(&mut Command)) -> Node {
+    pub(crate) fn start_with(extra: &[&str], prepare: impl FnOnce(&mut Command)) -> Node {
         let mut args = vec!["node"];
         if !extra.contains(&"--listen") {
             args.extend_from_slice(&["--listen", "127.0.0.1:0"]);
@@ -325,7 +325,7 @@ impl Node {
     }
 
     /// A node process already started, once it has logged its address.
-    pub fn from_proc(mut proc: Proc) -> Node {
+    pub(crate) fn from_proc(mut proc: Proc) -> Node {
         let line = proc.wait_for_line("listening on ", START_TIMEOUT);
         let addr = line
             .split("listening on ")
@@ -336,13 +336,13 @@ impl Node {
         Node { proc, addr, line }
     }
 
-    pub fn addr_str(&self) -> String {
+    pub(crate) fn addr_str(&self) -> String {
         self.addr.to_string()
     }
 
     /// `tickwire node --listen 127.0.0.1:0 --ws 127.0.0.1:0 EXTRA...`, and its WebSocket
     /// address (host:port), once it has logged it.
-    pub fn start_ws(extra: &[&str]) -> (Node, String) {
+    pub(crate) fn start_ws(extra: &[&str]) -> (Node, String) {
         let mut args = vec!["--ws", "127.0.0.1:0"];
         args.extend_from_slice(extra);
         let mut node = Node::start(&args);
@@ -358,23 +358,23 @@ impl Node {
         (node, addr)
     }
 
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.proc.is_running()
     }
 
     /// Resident memory of the node process, in KiB (Linux /proc).
-    pub fn rss_kib(&self) -> u64 {
+    pub(crate) fn rss_kib(&self) -> u64 {
         rss_kib(self.proc.pid())
     }
 
     /// Graceful stop: SIGINT, then wait up to `timeout`.
-    pub fn stop(&mut self, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) fn stop(&mut self, timeout: Duration) -> Option<ExitStatus> {
         self.proc.interrupt_and_wait(timeout)
     }
 }
 
 /// VmRSS of a process, in KiB.
-pub fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
     status
         .lines()
@@ -387,7 +387,7 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// Starts `tickwire publish --node ADDR --service SERVICE --items N --rate R
 /// [--interactive]` and waits until its items can be had from the node (a snapshot of
 /// the first and the last item answers with a refresh).
-pub fn start_publisher(
+pub(crate) fn start_publisher(
     node_proc: &Node,
     service: &str,
     items: usize,
@@ -429,7 +429,7 @@ pub fn start_publisher(
 
 /// `tickwire publish --accept-posts` of SYM0..SYM{items-1} on service FEED, once its
 /// last item can be had from the node.
-pub fn accepting_feed(node: &Node, items: usize, rate: u64) -> Proc {
+pub(crate) fn accepting_feed(node: &Node, items: usize, rate: u64) -> Proc {
     let (addr, items_s, rate_s) = (node.addr_str(), items.to_string(), rate.to_string());
     let p = Proc::spawn(&[
         "publish",
@@ -448,7 +448,7 @@ pub fn accepting_feed(node: &Node, items: usize, rate: u64) -> Proc {
 
 /// Asks the node for a snapshot of `service/item` until a refresh arrives (the item is
 /// published) or `timeout` passes.
-pub fn wait_for_image(
+pub(crate) fn wait_for_image(
     node: SocketAddr,
     service: &str,
     item: &str,
@@ -506,7 +506,7 @@ pub fn wait_for_image(
 }
 
 /// A client-library subscriber to `node`, panicking if it cannot connect.
-pub fn subscriber(node: SocketAddr) -> Subscriber {
+pub(crate) fn subscriber(node: SocketAddr) -> Subscriber {
     let mut opts = ConnectOptions::new(node.to_string());
     opts.application = "tickwire-cli-tests".into();
     opts.connect_timeout = Duration::from_secs(5);
@@ -514,7 +514,7 @@ pub fn subscriber(node: SocketAddr) -> Subscriber {
 }
 
 /// Next event matching `pred`, within `timeout`; panics with what was seen otherwise.
-pub fn expect_event(
+pub(crate) fn expect_event(
     sub: &mut Subscriber,
     timeout: Duration,
     what: &str,
@@ -541,7 +541,7 @@ pub fn expect_event(
 }
 
 /// A clean subscriber gets a refresh of `service/item` and then `updates` updates.
-pub fn assert_serves(node: SocketAddr, service: &str, item: &str, updates: usize) {
+pub(crate) fn assert_serves(node: SocketAddr, service: &str, item: &str, updates: usize) {
     let mut sub = subscriber(node);
     sub.subscribe(service, item, RequestOptions::default())
         .expect("subscribe");
@@ -566,14 +566,14 @@ pub fn assert_serves(node: SocketAddr, service: &str, item: &str, updates: usize
 // ---------------------------------------------------------------------------------------
 
 /// Bytes of one frame around `payload` (length prefix taken from the payload).
-pub fn frame(payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
     let mut out = (payload.len() as u32).to_be_bytes().to_vec();
     out.extend_from_slice(payload);
     out
 }
 
 /// Messages encoded into frames, as a peer would send them.
-pub fn encode(msgs: &[Message<'_>]) -> Vec<u8> {
+pub(crate) fn encode(msgs: &[Message<'_>]) -> Vec<u8> {
     let mut w = FrameWriter::new(DEFAULT_MAX_FRAME);
     for m in msgs {
         w.push(m).expect("encode");
@@ -583,7 +583,7 @@ pub fn encode(msgs: &[Message<'_>]) -> Vec<u8> {
     out
 }
 
-pub fn login(role: Role) -> Message<'static> {
+pub(crate) fn login(role: Role) -> Message<'static> {
     Message::Login(Login {
         version_min: PROTOCOL_VERSION_MIN,
         version_max: PROTOCOL_VERSION_MAX,
@@ -595,7 +595,7 @@ pub fn login(role: Role) -> Message<'static> {
     })
 }
 
-pub fn request<'a>(stream_id: u32, service: &'a str, name: &'a str) -> Message<'a> {
+pub(crate) fn request<'a>(stream_id: u32, service: &'a str, name: &'a str) -> Message<'a> {
     Message::Request(Request {
         stream_id,
         streaming: true,
@@ -607,7 +607,7 @@ pub fn request<'a>(stream_id: u32, service: &'a str, name: &'a str) -> Message<'
 
 /// One message received, owned: its type, stream id (0 if none) and state (if any).
 #[derive(Debug, Clone)]
-pub struct Got {
+pub(crate) struct Got {
     pub ty: MessageType,
     pub stream_id: u32,
     pub state: Option<OwnedState>,
@@ -631,14 +631,14 @@ impl Got {
     }
 
     /// A connection-level status (stream 0).
-    pub fn is_conn_status(&self) -> bool {
+    pub(crate) fn is_conn_status(&self) -> bool {
         self.ty == MessageType::Status && self.stream_id == 0
     }
 }
 
 /// How a raw read ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// The node closed the connection (read returned 0).
     Eof,
     /// The connection was reset.
@@ -646,14 +646,14 @@ pub enum End {
 }
 
 /// A raw TCP connection to a node that decodes what the node sends.
-pub struct RawConn {
+pub(crate) struct RawConn {
     pub stream: TcpStream,
     reader: FrameReader,
     pub received: Vec<Got>,
 }
 
 impl RawConn {
-    pub fn connect(addr: SocketAddr) -> RawConn {
+    pub(crate) fn connect(addr: SocketAddr) -> RawConn {
         let stream =
             TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect to node");
         stream.set_nodelay(true).expect("nodelay");
@@ -668,7 +668,7 @@ impl RawConn {
     }
 
     /// Writes bytes; an error (the node may already have closed) is returned, not fatal.
-    pub fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.stream.write_all(bytes)?;
         self.stream.flush()
     }
@@ -708,7 +708,7 @@ impl RawConn {
     }
 
     /// Reads and decodes until the node closes the connection; panics after `timeout`.
-    pub fn read_until_end(&mut self, timeout: Duration) -> End {
+    pub(crate) fn read_until_end(&mut self, timeout: Duration) -> End {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -725,7 +725,12 @@ impl RawConn {
     }
 
     /// Reads until a message matching `pred` has arrived; panics after `timeout` or at EOF.
-    pub fn read_until(&mut self, timeout: Duration, what: &str, pred: impl Fn(&Got) -> bool) {
+    pub(crate) fn read_until(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&Got) -> bool,
+    ) {
         let deadline = Instant::now() + timeout;
         loop {
             if self.received.iter().any(&pred) {
@@ -746,13 +751,13 @@ impl RawConn {
 }
 
 /// A tiny deterministic generator (xorshift64*) for test bytes.
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.max(1))
     }
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -760,7 +765,7 @@ impl Rng {
         self.0 = x;
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+    pub(crate) fn bytes(&mut self, n: usize) -> Vec<u8> {
         let mut v = Vec::with_capacity(n + 8);
         while v.len() < n {
             v.extend_from_slice(&self.next_u64().to_le_bytes());
@@ -772,16 +777,16 @@ impl Rng {
 
 /// A config file in the temp directory (named after the test process and `name`),
 /// removed on drop.
-pub struct TempConfig(std::path::PathBuf);
+pub(crate) struct TempConfig(std::path::PathBuf);
 
 impl TempConfig {
-    pub fn new(name: &str, text: &str) -> TempConfig {
+    pub(crate) fn new(name: &str, text: &str) -> TempConfig {
         let p = std::env::temp_dir().join(format!("tickwire-{}-{name}.toml", std::process::id()));
         std::fs::write(&p, text).expect("write config");
         TempConfig(p)
     }
 
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.0.to_str().expect("UTF-8 path")
     }
 }
@@ -798,12 +803,12 @@ impl Drop for TempConfig {
 
 /// A temp dir with `cert.pem` / `key.pem` (self-signed, for 127.0.0.1 and localhost),
 /// removed on drop.
-pub struct Certs {
+pub(crate) struct Certs {
     pub dir: std::path::PathBuf,
 }
 
 impl Certs {
-    pub fn new(tag: &str) -> Certs {
+    pub(crate) fn new(tag: &str) -> Certs {
         let dir =
             std::env::temp_dir().join(format!("tickwire-tls-test-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -814,20 +819,20 @@ impl Certs {
         Certs { dir }
     }
 
-    pub fn cert(&self) -> std::path::PathBuf {
+    pub(crate) fn cert(&self) -> std::path::PathBuf {
         self.dir.join("cert.pem")
     }
 
-    pub fn key(&self) -> std::path::PathBuf {
+    pub(crate) fn key(&self) -> std::path::PathBuf {
         self.dir.join("key.pem")
     }
 
-    pub fn cert_str(&self) -> String {
+    pub(crate) fn cert_str(&self) -> String {
         self.cert().display().to_string()
     }
 
     /// Writes `name` in the directory; returns its path.
-    pub fn write(&self, name: &str, text: &str) -> String {
+    pub(crate) fn write(&self, name: &str, text: &str) -> String {
         let p = self.dir.join(name);
         std::fs::write(&p, text).expect("write file");
         p.display().to_string()
@@ -835,7 +840,7 @@ impl Certs {
 
     /// A node with `[tls]` (this certificate), the WebSocket API on, and `extra`
     /// config; the WebSocket URL it logged (`wss://...`).
-    pub fn start_node(&self, extra: &str) -> (Node, String) {
+    pub(crate) fn start_node(&self, extra: &str) -> (Node, String) {
         let config = self.write(
             "node.toml",
             &format!(
@@ -865,7 +870,7 @@ impl Drop for Certs {
 }
 
 /// The users file line for a password, made by `tickwire users hash` itself.
-pub fn hash_line(secret: &str, token: bool) -> String {
+pub(crate) fn hash_line(secret: &str, token: bool) -> String {
     let mut cmd = tickwire();
     cmd.args(["users", "hash"]);
     if token {
@@ -884,7 +889,7 @@ pub fn hash_line(secret: &str, token: bool) -> String {
 
 /// The Python interpreter that .ci/test sets up (target/pyenv) with the client libraries
 /// of tests/clients/requirements.txt.
-pub fn python_with_websocket_client() -> std::path::PathBuf {
+pub(crate) fn python_with_websocket_client() -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let py = root.join("target/pyenv/bin/python");
     assert!(
@@ -897,7 +902,7 @@ pub fn python_with_websocket_client() -> std::path::PathBuf {
 
 /// The node's own figures (service TICKWIRE, item NODE), as `subscribe --json` prints
 /// them.
-pub fn node_figures(node: &Node) -> serde_json::Value {
+pub(crate) fn node_figures(node: &Node) -> serde_json::Value {
     let out = run(
         &[
             "subscribe",
@@ -923,7 +928,7 @@ pub fn node_figures(node: &Node) -> serde_json::Value {
 /// multicast routed over it): the processes, sockets and threads `f` starts are in it
 /// too, so the forged datagrams and floods of a test never leave it. Needs root (or
 /// CAP_SYS_ADMIN), as CI has.
-pub fn in_network_namespace<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) fn in_network_namespace<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     let thread = std::thread::spawn(move || {
         // SAFETY: unshare(2) with a flag; it changes only this thread's namespaces.
         let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
@@ -953,7 +958,7 @@ pub fn in_network_namespace<T: Send + 'static>(f: impl FnOnce() -> T + Send + 's
 /// One sample of the node's `GET /metrics` at `http` (its --ws address), named as
 /// printed: `tickwire_backbone_rejected_total`, or with labels
 /// `tickwire_backbone_rejected_by_reason_total{reason="bad_mac"}`.
-pub fn metric(http: &str, sample: &str) -> Option<f64> {
+pub(crate) fn metric(http: &str, sample: &str) -> Option<f64> {
     let mut s = TcpStream::connect(http).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(s, "GET /metrics HTTP/1.1\r\nHost: {http}\r\n\r\n").ok()?;
@@ -967,7 +972,7 @@ pub fn metric(http: &str, sample: &str) -> Option<f64> {
 
 /// Waits until `metric(http, sample)` passes `pred`; panics with the last value after
 /// `timeout`.
-pub fn wait_for_metric(
+pub(crate) fn wait_for_metric(
     http: &str,
     sample: &str,
     timeout: Duration,
@@ -988,7 +993,7 @@ pub fn wait_for_metric(
 }
 
 /// A free UDP port on loopback.
-pub fn free_udp_port() -> u16 {
+pub(crate) fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .and_then(|s| s.local_addr())
         .map(|a| a.port())
@@ -997,14 +1002,14 @@ pub fn free_udp_port() -> u16 {
 
 /// A backbone channel: multicast on loopback, with a free port and a group of its own
 /// (`239.20.30.GROUP`), so that tests run side by side.
-pub fn channel(group: u8) -> String {
+pub(crate) fn channel(group: u8) -> String {
     let port = free_udp_port();
     format!("aeron:udp?endpoint=239.20.30.{group}:{port}|interface=127.0.0.1")
 }
 
 /// A loopback port free a moment ago, for a program that listens on a port it is
 /// told (the test's own tools: another process could take it first, rarely).
-pub fn free_port_for_tests() -> u16 {
+pub(crate) fn free_port_for_tests() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")

@@ -14,7 +14,7 @@ use tickwire_files::{
 };
 
 /// Transfer 1: 3,000 bytes in 1,024-byte chunks, offered to every site of FILES.
-pub const TRANSFER: u64 = 1;
+pub(crate) const TRANSFER: u64 = 1;
 
 #[derive(Default)]
 struct MemStore(HashMap<u64, Vec<u8>>);
@@ -64,7 +64,7 @@ impl ChunkSource for Zeros {
     }
 }
 
-pub fn files_messages(data: &[u8]) {
+pub(crate) fn files_messages(data: &[u8]) {
     let Ok(msg) = FilesMessage::decode(data) else {
         return;
     };

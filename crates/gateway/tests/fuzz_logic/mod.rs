@@ -13,9 +13,9 @@ use tickwire_proto::{
     Dictionary, FieldList, Message, MessageIter, Refresh, State, Update, UpdateType, Welcome,
 };
 
-pub const TARGETS: [&str; 2] = ["ws_frames", "json_session"];
+pub(crate) const TARGETS: [&str; 2] = ["ws_frames", "json_session"];
 
-pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
+pub(crate) fn run(target: &str, data: &[u8]) -> Result<(), String> {
     match target {
         "ws_frames" => ws_frames(data),
         "json_session" => json_session(data),
@@ -32,7 +32,7 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
 /// the rest is repeated to 64 KiB, so a few tiny frames become a flood, fed in read-sized
 /// batches. Either way the decoder moves no more bytes compacting its buffer than it
 /// was given (shifting the buffer once per frame made tiny frames cost O(n^2)).
-pub fn ws_frames(data: &[u8]) -> Result<(), String> {
+pub(crate) fn ws_frames(data: &[u8]) -> Result<(), String> {
     check_head(data);
     let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
     big.extend(data.iter().cycle().take(MAX_HEAD));
@@ -119,7 +119,7 @@ fn check_frames(bytes: &[u8]) {
 /// node must decode, and the JSON it sends back (for its own answers and for the node's
 /// refreshes and updates of every stream it opened) must be valid, and the same byte for
 /// byte whether updates' encodings are shared between streams or not.
-pub fn json_session(data: &[u8]) -> Result<(), String> {
+pub(crate) fn json_session(data: &[u8]) -> Result<(), String> {
     let shared = json_session_output(data, UpdateCache::new(true));
     let own = json_session_output(data, UpdateCache::new(false));
     assert!(shared == own, "sharing encodings changed the output");

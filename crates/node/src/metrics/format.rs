@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     OpenMetrics,
     /// The classic Prometheus text format, version 0.0.4.
     Text,
@@ -20,7 +20,7 @@ pub enum Format {
 
 impl Format {
     /// The format an `Accept` header asks for (none, or `*/*`: the classic one).
-    pub fn negotiate(accept: Option<&str>) -> Format {
+    pub(crate) fn negotiate(accept: Option<&str>) -> Format {
         let wants_openmetrics = accept.is_some_and(|a| {
             a.split(',').any(|range| {
                 let mut params = range.split(';').map(str::trim);
@@ -41,7 +41,7 @@ impl Format {
         }
     }
 
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
             Format::Text => "text/plain; version=0.0.4; charset=utf-8",
@@ -50,7 +50,7 @@ impl Format {
 }
 
 /// The classic text format of an OpenMetrics exposition.
-pub fn classic_text(openmetrics: &str) -> String {
+pub(crate) fn classic_text(openmetrics: &str) -> String {
     // A family's type comes after its HELP line: read all types first.
     let types: HashMap<&str, &str> = openmetrics
         .lines()

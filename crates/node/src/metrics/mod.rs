@@ -18,13 +18,13 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::Ordering::Relaxed;
 use tickwire_core::Node;
 
-pub mod format;
+pub(crate) mod format;
 mod process;
 
-pub use format::Format;
+pub(crate) use format::Format;
 
 /// The connections with the longest output queues shown one by one.
-pub const TOP_QUEUES: usize = 10;
+pub(crate) const TOP_QUEUES: usize = 10;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RoleLabel {
@@ -61,7 +61,7 @@ struct ConnectionLabel {
     role: String,
 }
 
-pub use crate::node_view::Extra;
+pub(crate) use crate::node_view::Extra;
 
 /// A histogram whose buckets were counted elsewhere (the core's latency samples),
 /// encoded as they are for one scrape.
@@ -127,7 +127,7 @@ fn counter_family<
 }
 
 /// The metrics text for one scrape.
-pub fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
+pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
     let mut root = Registry::default();
     process::register(&mut root);
     let r = root.sub_registry_with_prefix("tickwire");

@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 /// Registers the process's figures in `r` (a registry without the `tickwire` prefix).
 /// Figures `/proc` cannot give (another kernel, a locked-down sandbox) are left out
 /// rather than shown as zero.
-pub fn register(r: &mut Registry) {
+pub(super) fn register(r: &mut Registry) {
     let Ok(me) = Process::myself() else {
         return;
     };

@@ -19,7 +19,7 @@ use tickwire_proto::{
 };
 
 /// Names of the fuzz targets, which are also the corpus directory names.
-pub const TARGETS: [&str; 4] = [
+pub(crate) const TARGETS: [&str; 4] = [
     "frame_decoder",
     "message_decoder",
     "field_list",
@@ -27,7 +27,7 @@ pub const TARGETS: [&str; 4] = [
 ];
 
 /// Runs the named target's logic on one input.
-pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
+pub(crate) fn run(target: &str, data: &[u8]) -> Result<(), String> {
     match target {
         "frame_decoder" => frame_decoder(data),
         "message_decoder" => message_decoder(data),
@@ -49,7 +49,7 @@ fn chunk_size(total: usize, i: usize) -> usize {
 /// `frame_decoder`: the bytes are a received stream. Feed them to a `FrameReader` in
 /// chunks, decode every message of every frame, iterate every field list and apply every
 /// refresh and update to a per-stream `FieldImage`.
-pub fn frame_decoder(data: &[u8]) -> Result<(), String> {
+pub(crate) fn frame_decoder(data: &[u8]) -> Result<(), String> {
     let mut reader = FrameReader::new(DEFAULT_MAX_FRAME);
     let mut images: Vec<(u32, FieldImage)> = Vec::new();
     let mut pos = 0;
@@ -217,7 +217,7 @@ fn check_message(msg: &Message<'_>, encoded: &[u8]) {
 }
 
 /// `message_decoder`: first byte is the message type, the rest the body.
-pub fn message_decoder(data: &[u8]) -> Result<(), String> {
+pub(crate) fn message_decoder(data: &[u8]) -> Result<(), String> {
     let Some((&ty, body)) = data.split_first() else {
         return Err("empty input".into());
     };
@@ -263,7 +263,7 @@ pub fn message_decoder(data: &[u8]) -> Result<(), String> {
 }
 
 /// `field_list`: decode, iterate, re-encode through `FieldListWriter` and compare.
-pub fn field_list(data: &[u8]) -> Result<(), String> {
+pub(crate) fn field_list(data: &[u8]) -> Result<(), String> {
     let list = FieldList::decode(data).map_err(|e| format!("field list: {e}"))?;
     assert_eq!(list.as_bytes(), data);
     check_fields(list);
@@ -332,7 +332,7 @@ pub fn field_list(data: &[u8]) -> Result<(), String> {
 }
 
 /// `dictionary`: parse arbitrary UTF-8 as a dictionary file.
-pub fn dictionary(data: &[u8]) -> Result<(), String> {
+pub(crate) fn dictionary(data: &[u8]) -> Result<(), String> {
     let text = std::str::from_utf8(data).map_err(|e| format!("not UTF-8: {e}"))?;
     let d = Dictionary::parse(text).map_err(|e| format!("dictionary: {e}"))?;
     let fields = d.fields();

@@ -38,7 +38,7 @@ fn node_messages() -> Vec<u8> {
     b
 }
 
-pub fn rssl_connection(data: &[u8]) {
+pub(crate) fn rssl_connection(data: &[u8]) {
     let now = Instant::now();
     let settings = Settings {
         max_message: 64 * 1024,
