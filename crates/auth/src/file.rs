@@ -23,17 +23,34 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// Why a users file was not loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UsersError {
+    /// The file cannot be read.
     #[error("cannot read users file {path}: {reason}")]
-    Read { path: String, reason: String },
+    Read {
+        /// The file.
+        path: String,
+        /// Why not.
+        reason: String,
+    },
+    /// The file is not TOML of the expected shape.
     #[error("users file {path}: {message}")]
-    Parse { path: String, message: String },
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A value in it is wrong (a bad hash, an unknown group).
     #[error("users file {path}: {key}: {reason}")]
     Invalid {
+        /// The file.
         path: String,
+        /// The key whose value is wrong.
         key: String,
+        /// What is wrong with it.
         reason: String,
     },
 }
@@ -99,6 +116,7 @@ impl RightsModel {
 }
 
 impl Users {
+    /// Reads and checks a users file (docs/SECURITY.md).
     pub fn load(path: &Path) -> Result<Users, UsersError> {
         let text = std::fs::read_to_string(path).map_err(|e| UsersError::Read {
             path: path.display().to_string(),

@@ -9,6 +9,7 @@
 //! (verification is deliberately slow and runs on a worker thread).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod file;
 mod secret;
@@ -24,12 +25,16 @@ use secret::Secret;
 /// What a user may do to a service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
+    /// Read a service's items.
     Subscribe,
+    /// Publish a service (be its provider).
     Publish,
+    /// Post to a service's items.
     Post,
 }
 
 impl Action {
+    /// The action as a refusal's text says it ("subscribe to").
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Subscribe => "subscribe to",
@@ -42,13 +47,17 @@ impl Action {
 /// A set of service names, or every service (`"*"` in the file).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Services {
+    /// No service.
     #[default]
     None,
+    /// Every service.
     All,
+    /// These services.
     Some(FxHashSet<String>),
 }
 
 impl Services {
+    /// Whether `service` is in the set.
     pub fn contains(&self, service: &str) -> bool {
         match self {
             Services::None => false,
@@ -74,12 +83,16 @@ impl Services {
 /// A user's effective rights: their own lists and their groups', joined.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Entitlements {
+    /// Services the user may subscribe to.
     pub subscribe: Services,
+    /// Services the user may publish.
     pub publish: Services,
+    /// Services the user may post to.
     pub post: Services,
 }
 
 impl Entitlements {
+    /// Whether the user may do `action` to `service`.
     pub fn allows(&self, action: Action, service: &str) -> bool {
         match action {
             Action::Subscribe => self.subscribe.contains(service),
@@ -141,10 +154,12 @@ impl Users {
         self.users.contains_key(user)
     }
 
+    /// How many users the file has.
     pub fn len(&self) -> usize {
         self.users.len()
     }
 
+    /// The file has no user.
     pub fn is_empty(&self) -> bool {
         self.users.is_empty()
     }

@@ -16,15 +16,19 @@ pub(crate) enum Secret {
     Token([u8; 32]),
 }
 
+/// A secret's hash that cannot be read or made.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SecretError {
+    /// Not an argon2 password hash.
     #[error(
         "not an argon2 password hash (a \"$argon2id$...\" string from `tickwire users hash`): {0}"
     )]
     BadPasswordHash(String),
+    /// Not a token hash.
     #[error("not a token hash: expected \"sha256:\" and 64 hex digits (from `tickwire users hash --token`)")]
     BadTokenHash,
+    /// Hashing failed.
     #[error("cannot hash: {0}")]
     Hash(String),
 }

@@ -51,6 +51,7 @@ impl SessionTokens {
         self.by_key.len()
     }
 
+    /// No token is live.
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
     }

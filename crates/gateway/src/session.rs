@@ -39,6 +39,7 @@ pub struct SessionConfig {
     pub default_service: Option<String>,
     /// The service of the node's own figures, never a default.
     pub node_service: Option<String>,
+    /// Field names and types, for the JSON's field names and values.
     pub dictionary: Arc<Dictionary>,
 }
 
@@ -70,6 +71,7 @@ impl Default for UpdateCache {
 }
 
 impl UpdateCache {
+    /// An empty cache; `share` off, every session encodes its own updates.
     pub fn new(share: bool) -> Self {
         UpdateCache {
             share,
@@ -154,6 +156,7 @@ impl JsonOut {
         out.append(&mut self.frames);
     }
 
+    /// Nothing is waiting to be taken.
     pub fn is_empty(&self) -> bool {
         self.current.is_empty() && self.frames.is_empty()
     }
@@ -470,6 +473,7 @@ impl Session {
             .map_or(ServiceState::Down, |&i| self.services.states[i])
     }
 
+    /// A session before the client's Login.
     pub fn new(cfg: Arc<SessionConfig>) -> Self {
         Session {
             cfg,

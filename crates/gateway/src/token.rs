@@ -25,7 +25,9 @@ pub const TOKEN_COOKIE: &str = "AuthToken";
 /// A refused token request: the HTTP status line's code and reason, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
+    /// The status line's code and reason (`401 Unauthorized`).
     pub status: &'static str,
+    /// Why, for the body.
     pub text: String,
 }
 

@@ -13,29 +13,46 @@ const WS_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 /// Largest HTTP request head accepted.
 pub const MAX_HEAD: usize = 16 * 1024;
 
+/// What is wrong with a client's HTTP request head or WebSocket frames.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WsError {
+    /// The request head is too large.
     #[error("HTTP request head larger than {MAX_HEAD} bytes or with too many header lines")]
     HeadTooLarge,
+    /// The request head does not parse.
     #[error("malformed HTTP request: {0}")]
     BadRequest(String),
+    /// A frame sets bits no extension gave a meaning.
     #[error("WebSocket frame with reserved bits set (no extension was agreed)")]
     ReservedBits,
+    /// A client frame without a mask.
     #[error("WebSocket frame from the client is not masked")]
     Unmasked,
+    /// An opcode RFC 6455 does not define.
     #[error("unknown WebSocket opcode {0}")]
     BadOpcode(u8),
+    /// A control frame too long or fragmented.
     #[error("WebSocket control frame longer than 125 bytes or fragmented")]
     BadControl,
+    /// A message larger than the maximum.
     #[error("WebSocket message of {len} bytes exceeds the maximum of {max}")]
-    TooLarge { len: u64, max: usize },
+    TooLarge {
+        /// The message's length.
+        len: u64,
+        /// The largest allowed.
+        max: usize,
+    },
+    /// A continuation with nothing to continue.
     #[error("WebSocket continuation frame without a message to continue")]
     UnexpectedContinuation,
+    /// A new message before the last was finished.
     #[error("WebSocket data frame while a fragmented message is unfinished")]
     UnfinishedMessage,
+    /// A text message that is not UTF-8.
     #[error("WebSocket text message is not valid UTF-8")]
     InvalidUtf8,
+    /// A 64-bit length with its top bit set.
     #[error("WebSocket frame length with the most significant bit set")]
     BadLength,
 }
@@ -53,13 +70,16 @@ impl WsError {
 /// The parts of an HTTP request head a node needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
+    /// `GET`, `POST`...
     pub method: String,
+    /// The request target, as sent.
     pub path: String,
     /// Header (lower-cased name, value) pairs.
     pub headers: Vec<(String, String)>,
 }
 
 impl Request {
+    /// The first value of a header (`name` lower-cased).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -216,6 +236,7 @@ pub enum OriginCheck {
 }
 
 impl OriginCheck {
+    /// The upgrade may go ahead.
     pub fn allowed(self) -> bool {
         self != OriginCheck::Refused
     }
@@ -325,9 +346,13 @@ fn parse_host_port(s: &str, default_port: u16) -> Option<(String, u16)> {
 /// A whole WebSocket message from the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
+    /// A text message (UTF-8 checked).
     Text(String),
+    /// A binary message.
     Binary(Vec<u8>),
+    /// A ping, with its payload (answered with a pong of the same).
     Ping(Vec<u8>),
+    /// A pong.
     Pong(Vec<u8>),
     /// Close, with the status code if one was given.
     Close(Option<u16>),
@@ -369,6 +394,7 @@ pub struct FrameDecoder {
 }
 
 impl FrameDecoder {
+    /// A decoder refusing messages larger than `max_message` bytes.
     pub fn new(max_message: usize) -> Self {
         FrameDecoder {
             buf: Vec::new(),

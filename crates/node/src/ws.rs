@@ -1,15 +1,7 @@
-//! WebSocket connections of the node's event loop: the HTTP upgrade, WebSocket frames,
-//! and the JSON session (`tickwire-gateway`) between the socket and the core.
-//!
-//! To the core a WebSocket client is a subscriber like any other: its JSON requests are
-//! turned into the node's messages and handed to `Node::on_frame`, and what the core
-//! queues for it is turned into JSON. That translation happens only while the socket
-//! keeps up (less than [`WS_OUT_HIGH`] bytes waiting), so a slow WebSocket client's
-//! backlog stays in the core's queue, where the slow-consumer policy applies.
-//!
-//! What the connection generates itself (pongs, answers to the client's JSON) is
-//! bounded too: a client that keeps sending while it leaves more than [`out_limit`]
-//! bytes unread is sent a close frame (1008) saying so, logged, and not answered again.
+//! WebSocket connections of the node's event loop: the socket side of
+//! `tickwire_gateway::Connection` (the HTTP request, WebSocket frames and the JSON
+//! session, without I/O), and what that connection asks of the node ([`NodeHost`]):
+//! its messages into the core, session tokens, the node's own endpoints.
 //!
 //! The same port answers `POST /getToken` (a user's password for a session token, the
 //! password checked on the node's verification thread, never here), and an upgrade
@@ -17,78 +9,117 @@
 
 use crate::core_output::{drop_core_output, pull_frames, Translate};
 use crate::tls::Transport;
-use log::{debug, info, warn};
 use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::Instant;
 use tickwire_core::{ConnId, Node, TokenAnswer, TokenRefusal};
-use tickwire_gateway::session::JsonOut;
-use tickwire_gateway::token::{self, TOKEN_COOKIE, TOKEN_PATH};
-use tickwire_gateway::ws::{self, Frame, FrameDecoder};
-use tickwire_gateway::{Session, SessionConfig, UpdateCache, SUBPROTOCOLS, WS_PATH};
+use tickwire_gateway::connection::OUT_HIGH;
+use tickwire_gateway::{token, Connection, Host, SessionConfig, UpdateCache};
 
 /// The dashboard (quote board, session figures, latency histogram), built into the
 /// binary: it works offline and talks to the node only through the WebSocket API.
 const DASHBOARD: &str = include_str!("../assets/index.html");
 
-/// JSON waiting for the socket above which no more is translated from the core.
-const WS_OUT_HIGH: usize = 256 * 1024;
-
 /// The most a WebSocket connection may hold for its socket before a client that sends
-/// more is closed: the core's JSON (up to [`WS_OUT_HIGH`], plus one of its frames, taken
+/// more is closed: the core's JSON (up to [`OUT_HIGH`], plus one of its frames, taken
 /// as up to 4 times larger as JSON) plus the subscriber's output bound
 /// (`limits.max_output_bytes`) of the connection's own answers. Without it a client
 /// sending pings and never reading grew the node by the size of its pings (110 MB of
 /// pings, 106 MiB).
 fn out_limit(core: &Node) -> usize {
     let l = &core.config().limits;
-    WS_OUT_HIGH + 4 * l.max_frame + l.max_output_bytes
-}
-
-enum Phase {
-    /// Reading the HTTP request head.
-    Handshake(Vec<u8>),
-    /// `POST /getToken`: reading its body, `len` bytes (at most `token::MAX_BODY`).
-    TokenBody {
-        body: Vec<u8>,
-        len: usize,
-    },
-    /// `POST /getToken`: its password is being checked; the answer comes from the core.
-    TokenPending,
-    Open(Box<OpenWs>),
-    /// An HTTP answer was sent (not an upgrade): close once it is written.
-    Done,
-}
-
-/// An upgraded connection: its frame decoder and JSON session.
-struct OpenWs {
-    decoder: FrameDecoder,
-    session: Session,
+    OUT_HIGH + 4 * l.max_frame + l.max_output_bytes
 }
 
 /// The WebSocket side of one connection.
 pub(crate) struct WsConn {
-    phase: Phase,
-    /// Bytes for the socket (HTTP answer, WebSocket frames).
-    pub out: Vec<u8>,
-    /// Close the connection once `out` is written. Set, nothing more is read from the
-    /// client or added to `out` (bar the close frame already there).
-    pub close_after_flush: bool,
+    /// The connection's protocol state; its `out` is what the socket is to take.
+    pub(crate) conn: Connection,
     /// Our write side is shut down (`out` was written after `close_after_flush`).
     fin_sent: bool,
-    json: JsonOut,
-    to_node: Vec<u8>,
-    /// `websocket.allowed_origins`: browser origins, besides the node's own, whose
-    /// pages may upgrade (`*`: any).
-    allowed_origins: Vec<String>,
-    /// `GET /metrics`, `/healthz` or `/readyz` came: the caller writes the answer (it
-    /// knows more than the core) into `out`.
-    pub node_request: Option<crate::node_http::NodeRequest>,
+    /// `GET /metrics`, `/healthz`, `/readyz` or `/items` came: the caller writes the
+    /// answer (it knows more than the core) into `conn.out`.
+    pub(crate) node_request: Option<crate::node_http::NodeRequest>,
+}
+
+/// What a WebSocket connection asks of the node: one connection of the core, now.
+struct NodeHost<'a> {
+    core: &'a mut Node,
+    id: ConnId,
+    now: Instant,
+    peer: &'a str,
+    node_request: &'a mut Option<crate::node_http::NodeRequest>,
+}
+
+impl Host for NodeHost<'_> {
+    fn to_node(&mut self, messages: &[u8]) {
+        self.core.on_frame(self.id, messages, self.now);
+    }
+
+    fn output_limit(&self) -> usize {
+        out_limit(self.core)
+    }
+
+    fn tls(&self) -> bool {
+        self.core.config().tls
+    }
+
+    fn present_session_token(&mut self, token: &str) -> Option<Result<String, String>> {
+        self.core.present_session_token(self.id, token, self.now)
+    }
+
+    fn request_session_token(
+        &mut self,
+        user: &str,
+        password: &str,
+    ) -> Option<tickwire_gateway::TokenAnswer> {
+        self.core
+            .request_session_token(self.id, user, password, self.now)
+            .map(http_answer)
+    }
+
+    fn node_endpoint(&mut self, target: &str, accept: Option<&str>) -> bool {
+        *self.node_request = crate::node_http::NodeRequest::parse(target, accept);
+        self.node_request.is_some()
+    }
+
+    fn dashboard(&self) -> &'static str {
+        DASHBOARD
+    }
+
+    fn peer(&self) -> &str {
+        self.peer
+    }
+}
+
+/// The core's answer to a token request, as HTTP says it.
+fn http_answer(answer: TokenAnswer) -> tickwire_gateway::TokenAnswer {
+    match answer {
+        TokenAnswer::Issued {
+            token,
+            user,
+            lifetime,
+        } => tickwire_gateway::TokenAnswer::Issued {
+            token,
+            user,
+            lifetime_s: lifetime.as_secs(),
+        },
+        TokenAnswer::Refused { why, text } => {
+            let status = match why {
+                TokenRefusal::BadCredentials => "401 Unauthorized",
+                TokenRefusal::NotIssued => "404 Not Found",
+                TokenRefusal::NeedsTls => "403 Forbidden",
+                TokenRefusal::Unavailable => "503 Service Unavailable",
+            };
+            tickwire_gateway::TokenAnswer::Refused(token::Refusal { status, text })
+        }
+    }
 }
 
 impl WsConn {
     /// A connection that accepts upgrades from browsers on the node's own origin only
     /// (and from programs that send no `Origin`).
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
         Self::with_allowed_origins(&[])
     }
@@ -97,13 +128,8 @@ impl WsConn {
     /// (`websocket.allowed_origins`).
     pub(crate) fn with_allowed_origins(allowed_origins: &[String]) -> Self {
         WsConn {
-            phase: Phase::Handshake(Vec::new()),
-            out: Vec::new(),
-            close_after_flush: false,
+            conn: Connection::new(allowed_origins),
             fin_sent: false,
-            json: JsonOut::default(),
-            to_node: Vec::new(),
-            allowed_origins: allowed_origins.to_vec(),
             node_request: None,
         }
     }
@@ -118,357 +144,14 @@ impl WsConn {
         now: Instant,
         peer: &str,
     ) {
-        if self.close_after_flush {
-            // Closing: what the client sends now is dropped, not answered.
-            return;
-        }
-        match &mut self.phase {
-            Phase::TokenBody { body, len } => {
-                let take = (*len - body.len()).min(bytes.len());
-                body.extend_from_slice(&bytes[..take]);
-                self.token_body_read(core, id, now);
-                return;
-            }
-            // One request per connection: what follows the form is not read.
-            Phase::TokenPending | Phase::Done => return,
-            Phase::Handshake(_) | Phase::Open(_) => {}
-        }
-        if let Phase::Handshake(head) = &mut self.phase {
-            head.extend_from_slice(bytes);
-            match ws::parse_request(head) {
-                Ok(None) => return,
-                Ok(Some((req, used))) => {
-                    let rest = head[used..].to_vec();
-                    self.on_request(&req, &rest, cfg, core, id, now, peer);
-                    if matches!(self.phase, Phase::Open(_)) && !rest.is_empty() {
-                        self.on_frames(&rest, core, id, now, peer);
-                    }
-                }
-                Err(e) => {
-                    // 431 for a head over the limit, else 400.
-                    debug!("{peer}: HTTP request refused: {e}");
-                    self.out = ws::http_response(
-                        e.http_status(),
-                        "text/plain; charset=utf-8",
-                        e.to_string().as_bytes(),
-                    );
-                    self.phase = Phase::Done;
-                    self.close_after_flush = true;
-                }
-            }
-            return;
-        }
-        self.on_frames(bytes, core, id, now, peer);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn on_request(
-        &mut self,
-        req: &ws::Request,
-        rest: &[u8],
-        cfg: &Arc<SessionConfig>,
-        core: &mut Node,
-        id: ConnId,
-        now: Instant,
-        peer: &str,
-    ) {
-        let path = req.path.split('?').next().unwrap_or("");
-        if path == TOKEN_PATH {
-            self.on_token_request(req, rest, core, id, now, peer);
-            return;
-        }
-        if path == WS_PATH && req.is_websocket() {
-            if let Some((status, text)) = req.upgrade_refusal() {
-                warn!("{peer}: WebSocket upgrade refused ({status}): {text}");
-                // RFC 6455 4.4: every refusal says which version the node speaks.
-                self.out = ws::http_response_with(
-                    status,
-                    "text/plain; charset=utf-8",
-                    &[("Sec-WebSocket-Version", "13")],
-                    text.as_bytes(),
-                );
-                self.phase = Phase::Done;
-                self.close_after_flush = true;
-                return;
-            }
-            if !ws::check_origin(req, &self.allowed_origins).allowed() {
-                // A page from another site, in a browser that can reach the node: it
-                // must not get a session (browsers let any page open WebSockets
-                // anywhere and send its origin; programs send none, or their own).
-                let origin = req.header("origin").unwrap_or("");
-                warn!(
-                    "{peer}: WebSocket upgrade refused (403): origin {origin:?} is not the node's own and not in websocket.allowed_origins"
-                );
-                let text = format!(
-                    "WebSocket origin not allowed: {origin} (not this node's own origin; \
-                     to allow it, list it in websocket.allowed_origins in the node's config)"
-                );
-                self.out = ws::http_response(
-                    "403 Forbidden",
-                    "text/plain; charset=utf-8",
-                    text.as_bytes(),
-                );
-                self.phase = Phase::Done;
-                self.close_after_flush = true;
-                return;
-            }
-            let offered = req.tokens("sec-websocket-protocol");
-            let Some(protocol) = SUBPROTOCOLS
-                .iter()
-                .find(|p| offered.iter().any(|o| o == *p))
-            else {
-                let text = format!(
-                    "WebSocket subprotocol required: one of {} (offered: {})",
-                    SUBPROTOCOLS.join(", "),
-                    if offered.is_empty() {
-                        "none".to_string()
-                    } else {
-                        offered.join(", ")
-                    }
-                );
-                self.out = ws::http_response(
-                    "400 Bad Request",
-                    "text/plain; charset=utf-8",
-                    text.as_bytes(),
-                );
-                self.phase = Phase::Done;
-                self.close_after_flush = true;
-                return;
-            };
-            let key = req.header("sec-websocket-key").unwrap_or("");
-            self.out
-                .extend_from_slice(ws::upgrade_response(key, protocol).as_bytes());
-            info!("{peer}: WebSocket session ({protocol})");
-            let mut session = Session::new(cfg.clone());
-            if let Some(token) = token::cookie(req, TOKEN_COOKIE) {
-                // A session token from /getToken: the node logs the client in as its
-                // user right away (the published examples send no Login). A token the
-                // node does not know gets that login refused, with the reason.
-                if let Some(user) = core.present_session_token(id, token, now) {
-                    let position = token::cookie(req, "AuthPosition")
-                        .or_else(|| token::cookie(req, "position"));
-                    session.cookie_login(
-                        user.as_deref().unwrap_or(""),
-                        token::cookie(req, "applicationId"),
-                        position,
-                        &mut self.to_node,
-                    );
-                    core.on_frame(id, &self.to_node, now);
-                    self.to_node.clear();
-                }
-            }
-            self.phase = Phase::Open(Box::new(OpenWs {
-                decoder: FrameDecoder::new(cfg.max_msg_size),
-                session,
-            }));
-            return;
-        }
-        if let Some(asked) = (req.method == "GET")
-            .then(|| crate::node_http::NodeRequest::parse(&req.path, req.header("accept")))
-            .flatten()
-        {
-            self.node_request = Some(asked);
-            self.phase = Phase::Done;
-            self.close_after_flush = true;
-            return;
-        }
-        if req.method == "GET" && (path == "/" || path == "/index.html") {
-            self.out =
-                ws::http_response("200 OK", "text/html; charset=utf-8", DASHBOARD.as_bytes());
-            self.phase = Phase::Done;
-            self.close_after_flush = true;
-            return;
-        }
-        let (status, body) = if req.method != "GET" {
-            (
-                "405 Method Not Allowed",
-                format!("only GET is served here (and POST at {TOKEN_PATH})"),
-            )
-        } else {
-            (
-                "404 Not Found",
-                format!("not found: {path} (the WebSocket API is at {WS_PATH})"),
-            )
+        let mut host = NodeHost {
+            core,
+            id,
+            now,
+            peer,
+            node_request: &mut self.node_request,
         };
-        self.out = ws::http_response(status, "text/plain; charset=utf-8", body.as_bytes());
-        self.phase = Phase::Done;
-        self.close_after_flush = true;
-    }
-
-    /// `POST /getToken`: refused at once (wrong method, another site's page, no or too
-    /// large a body), or its body is read and its password checked.
-    fn on_token_request(
-        &mut self,
-        req: &ws::Request,
-        rest: &[u8],
-        core: &mut Node,
-        id: ConnId,
-        now: Instant,
-        peer: &str,
-    ) {
-        let refused = |status, text: String| token::Refusal { status, text };
-        if req.method != "POST" {
-            let text = format!("{TOKEN_PATH} takes a POST of a form with username and password");
-            self.token_refused(&refused("405 Method Not Allowed", text));
-            return;
-        }
-        if !ws::check_origin(req, &self.allowed_origins).allowed() {
-            // A page of another site posting a form (browsers send no preflight for
-            // that): it could log the browser in as someone else.
-            let origin = req.header("origin").unwrap_or("");
-            warn!("{peer}: token request refused (403): origin {origin:?} is not the node's own and not in websocket.allowed_origins");
-            let text = format!(
-                "origin not allowed: {origin} (not this node's own origin; to allow it, list \
-                 it in websocket.allowed_origins in the node's config)"
-            );
-            self.token_refused(&refused("403 Forbidden", text));
-            return;
-        }
-        let len = match token::body_length(req) {
-            Ok(len) => len,
-            Err(r) => {
-                debug!("{peer}: token request refused: {} {}", r.status, r.text);
-                self.token_refused(&r);
-                return;
-            }
-        };
-        let body = rest[..len.min(rest.len())].to_vec();
-        if body.len() < len
-            && req
-                .header("expect")
-                .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
-        {
-            self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-        }
-        self.phase = Phase::TokenBody { body, len };
-        self.token_body_read(core, id, now);
-    }
-
-    /// Once the whole form is in, hands its credentials to the core.
-    fn token_body_read(&mut self, core: &mut Node, id: ConnId, now: Instant) {
-        let Phase::TokenBody { body, len } = &mut self.phase else {
-            return;
-        };
-        if body.len() < *len {
-            return;
-        }
-        let credentials = token::credentials(body);
-        // The password is no longer needed here.
-        body.fill(0);
-        self.phase = Phase::TokenPending;
-        match credentials {
-            Err(r) => self.token_refused(&r),
-            Ok((user, password)) => {
-                if let Some(answer) = core.request_session_token(id, &user, &password, now) {
-                    self.token_answer(answer, core);
-                }
-            }
-        }
-    }
-
-    /// The HTTP answer to a checked token request.
-    fn token_answer(&mut self, answer: TokenAnswer, core: &Node) {
-        match answer {
-            TokenAnswer::Issued {
-                token,
-                user,
-                lifetime,
-            } => {
-                let tls = core.config().tls;
-                let answer = token::issued_response(&token, &user, lifetime.as_secs(), tls);
-                self.out.extend_from_slice(&answer);
-                self.phase = Phase::Done;
-                self.close_after_flush = true;
-            }
-            TokenAnswer::Refused { why, text } => {
-                let status = match why {
-                    TokenRefusal::BadCredentials => "401 Unauthorized",
-                    TokenRefusal::NotIssued => "404 Not Found",
-                    TokenRefusal::NeedsTls => "403 Forbidden",
-                    TokenRefusal::Unavailable => "503 Service Unavailable",
-                };
-                self.token_refused(&token::Refusal { status, text });
-            }
-        }
-    }
-
-    fn token_refused(&mut self, r: &token::Refusal) {
-        self.out.extend_from_slice(&token::refused_response(r));
-        self.phase = Phase::Done;
-        self.close_after_flush = true;
-    }
-
-    fn on_frames(&mut self, bytes: &[u8], core: &mut Node, id: ConnId, now: Instant, peer: &str) {
-        let limit = out_limit(core);
-        let Phase::Open(open) = &mut self.phase else {
-            return;
-        };
-        let OpenWs { decoder, session } = &mut **open;
-        decoder.extend(bytes);
-        loop {
-            let waiting = self.out.len() + self.json.len();
-            if waiting > limit {
-                // The client sends but does not read what it is sent: answering it
-                // (pongs above all) would grow this buffer without bound. Drop the
-                // answers not queued yet and close, saying why.
-                warn!(
-                    "{peer}: WebSocket client sends but does not read ({waiting} bytes waiting, limit {limit}): closing it (1008)"
-                );
-                self.json = JsonOut::default();
-                self.to_node.clear();
-                ws::encode_close(
-                    &mut self.out,
-                    1008,
-                    &format!("output not read: {waiting} bytes waiting, limit {limit}"),
-                );
-                self.close_after_flush = true;
-                return;
-            }
-            match decoder.next_frame() {
-                Ok(None) => break,
-                Ok(Some(Frame::Text(text))) => {
-                    session.on_client_text(&text, &mut self.to_node, &mut self.json);
-                }
-                Ok(Some(Frame::Binary(_))) => {
-                    session.on_client_text(
-                        "\"binary WebSocket frames are not supported: send JSON as text\"",
-                        &mut self.to_node,
-                        &mut self.json,
-                    );
-                }
-                Ok(Some(Frame::TooLarge(len))) => session.on_too_large(len, &mut self.json),
-                Ok(Some(Frame::Ping(p))) => ws::encode_pong(&mut self.json.frames, &p),
-                Ok(Some(Frame::Pong(_))) => {}
-                Ok(Some(Frame::Close(_))) => {
-                    // Answers so far go before the close frame: nothing may follow it.
-                    self.json.end_frame();
-                    ws::encode_close(&mut self.json.frames, 1000, "bye");
-                    self.close_after_flush = true;
-                    break;
-                }
-                Err(e) => {
-                    debug!("WebSocket connection {id}: {e}");
-                    self.json.end_frame();
-                    ws::encode_close(&mut self.json.frames, 1002, &e.to_string());
-                    self.close_after_flush = true;
-                    break;
-                }
-            }
-            if !self.to_node.is_empty() {
-                core.on_frame(id, &self.to_node, now);
-                self.to_node.clear();
-            }
-        }
-        if !self.to_node.is_empty() {
-            core.on_frame(id, &self.to_node, now);
-            self.to_node.clear();
-        }
-        self.json.take(&mut self.out);
-        if session.finished && !self.close_after_flush {
-            // Logged out: the connection ends once this is written.
-            ws::encode_close(&mut self.out, 1000, "logged out");
-            self.close_after_flush = true;
-        }
+        self.conn.handle_bytes(bytes, cfg, &mut host);
     }
 
     /// Turns what the core queued for this connection into JSON, while the socket keeps
@@ -479,38 +162,32 @@ impl WsConn {
         id: ConnId,
         cache: &mut UpdateCache,
     ) -> bool {
-        if matches!(self.phase, Phase::TokenPending) {
+        if self.conn.awaiting_token_answer() {
             drop_core_output(core, id);
             let Some(answer) = core.take_token_answer(id) else {
                 return false;
             };
-            self.token_answer(answer, core);
+            let tls = core.config().tls;
+            self.conn.handle_token_answer(http_answer(answer), tls);
             return true;
         }
-        let Phase::Open(open) = &mut self.phase else {
-            // Before the upgrade (or after an HTTP answer) the core's bytes are dropped.
-            drop_core_output(core, id);
-            return false;
-        };
-        if self.close_after_flush {
-            // A close frame is queued: nothing may follow it.
+        if !self.conn.takes_node_messages() {
+            // Before the upgrade, after an HTTP answer, or with a close frame queued
+            // (nothing may follow it): the core's bytes are dropped.
             drop_core_output(core, id);
             return false;
         }
-        let before = self.out.len();
-        let mut t = WsTranslate {
-            session: &mut open.session,
-            cache,
-            json: &mut self.json,
-            out: &mut self.out,
-        };
-        pull_frames(core, id, &mut t);
-        let session = &open.session;
-        if session.finished && !self.close_after_flush {
-            ws::encode_close(&mut self.out, 1000, "session ended");
-            self.close_after_flush = true;
-        }
-        self.out.len() > before
+        let before = self.conn.out.len();
+        pull_frames(
+            core,
+            id,
+            &mut WsTranslate {
+                conn: &mut self.conn,
+                cache,
+            },
+        );
+        self.conn.end_node_messages();
+        self.conn.out.len() > before
     }
 
     /// Writes `out` to the socket. Returns Err if the socket failed. Once all is
@@ -518,18 +195,19 @@ impl WsConn {
     /// EOF at once. (Waiting for a later writable event left an HTTP answer's
     /// connection open until the heartbeat timeout, as an idle socket gets none.)
     pub(crate) fn write(&mut self, stream: &mut Transport) -> std::io::Result<()> {
-        while !self.out.is_empty() {
-            match stream.write(&self.out) {
+        let out = &mut self.conn.out;
+        while !out.is_empty() {
+            match stream.write(out) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
                 Ok(n) => {
-                    self.out.drain(..n);
+                    out.drain(..n);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
         }
-        if self.close_after_flush && !self.fin_sent {
+        if self.conn.close_after_flush && !self.fin_sent {
             // The peer closes in turn (read 0), which ends the connection. (TLS: after
             // a close_notify, once the socket has taken it.)
             stream.shutdown_write();
@@ -539,32 +217,24 @@ impl WsConn {
     }
 }
 
-/// The JSON session's side of [`pull_frames`]: whole frames of the core's queue until the
-/// JSON reaches [`WS_OUT_HIGH`], each batch framed into `out`.
+/// The JSON session's side of [`pull_frames`]: whole frames of the core's queue while
+/// the connection has room, each batch framed into its `out`.
 struct WsTranslate<'a> {
-    session: &'a mut Session,
+    conn: &'a mut Connection,
     cache: &'a mut UpdateCache,
-    json: &'a mut JsonOut,
-    out: &'a mut Vec<u8>,
 }
 
 impl Translate for WsTranslate<'_> {
     fn has_room(&self) -> bool {
-        self.out.len() + self.json.len() < WS_OUT_HIGH
+        self.conn.has_room()
     }
 
     fn message(&mut self, m: &tickwire_proto::Message<'_>) {
-        self.session.on_node_message(m, self.cache, self.json);
+        self.conn.handle_node_message(m, self.cache);
     }
 
     fn end_batch(&mut self) {
-        self.json.take(self.out);
-    }
-}
-
-impl Default for WsConn {
-    fn default() -> Self {
-        Self::new()
+        self.conn.frame_node_messages();
     }
 }
 
@@ -665,7 +335,11 @@ mod tests {
             bytes.extend(last);
             bytes.extend(client_frame(0x9, b"after the close"));
             w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
-            assert_eq!(opcodes(&w.out), [0xA, 0x1, 0x8], "pong, the error, close");
+            assert_eq!(
+                opcodes(&w.conn.out),
+                [0xA, 0x1, 0x8],
+                "pong, the error, close"
+            );
         }
     }
 
@@ -678,29 +352,30 @@ mod tests {
         let (mut core, id, now) = core(max_out);
         let mut w = WsConn::new();
         w.on_bytes(UPGRADE, &cfg(), &mut core, id, now, "peer");
-        assert!(w.out.starts_with(b"HTTP/1.1 101"));
+        assert!(w.conn.out.starts_with(b"HTTP/1.1 101"));
         let batch: Vec<u8> = ping().repeat(2_000); // 262 KB, a read share
         for _ in 0..40 {
             w.on_bytes(&batch, &cfg(), &mut core, id, now, "peer");
         }
-        let limit = WS_OUT_HIGH + max_out + 4 * core.config().limits.max_frame;
+        let limit = OUT_HIGH + max_out + 4 * core.config().limits.max_frame;
         assert!(
-            w.out.len() <= limit + batch.len(),
+            w.conn.out.len() <= limit + batch.len(),
             "{} bytes waiting for a peer that does not read (bound {limit})",
-            w.out.len()
+            w.conn.out.len()
         );
-        assert!(w.close_after_flush);
+        assert!(w.conn.close_after_flush);
         // The last frame is the close: code 1008 and a reason.
-        let close = w.out.len() - w.out.iter().rev().position(|&b| b == 0x88).unwrap() - 1;
-        let frame = &w.out[close..];
+        let close =
+            w.conn.out.len() - w.conn.out.iter().rev().position(|&b| b == 0x88).unwrap() - 1;
+        let frame = &w.conn.out[close..];
         assert_eq!(frame[1] as usize, frame.len() - 2, "{frame:?}");
         assert_eq!(u16::from_be_bytes([frame[2], frame[3]]), 1008);
         let reason = String::from_utf8_lossy(&frame[4..]);
         assert!(reason.contains("not read"), "{reason}");
         // Nothing is answered after the close frame.
-        let n = w.out.len();
+        let n = w.conn.out.len();
         w.on_bytes(&batch, &cfg(), &mut core, id, now, "peer");
-        assert_eq!(w.out.len(), n);
+        assert_eq!(w.conn.out.len(), n);
     }
 
     /// A loopback pair: the node's side (non-blocking, mio) and the client's.
@@ -773,8 +448,11 @@ mod tests {
         let mut bytes = upgrade_from(Some("http://evil.example"));
         bytes.extend(client_frame(0x9, b"p"));
         w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
-        assert!(w.close_after_flush);
-        assert!(matches!(w.phase, Phase::Done));
+        assert!(w.conn.close_after_flush);
+        assert!(
+            !w.conn.takes_node_messages(),
+            "an HTTP answer, not a session"
+        );
         w.write(&mut server).unwrap();
         let got = read_to_eof(&mut client);
         let text = String::from_utf8_lossy(&got);
@@ -805,18 +483,20 @@ mod tests {
             let bytes = upgrade_from(origin);
             w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
             assert!(
-                w.out.starts_with(b"HTTP/1.1 101 Switching Protocols\r\n"),
+                w.conn
+                    .out
+                    .starts_with(b"HTTP/1.1 101 Switching Protocols\r\n"),
                 "{origin:?} with {allowed:?}: {}",
-                String::from_utf8_lossy(&w.out)
+                String::from_utf8_lossy(&w.conn.out)
             );
-            assert!(matches!(w.phase, Phase::Open(_)));
+            assert!(w.conn.takes_node_messages(), "upgraded");
         }
         // WsConn::new() allows the node's own origin only.
         let (mut core, id, now) = core(1 << 20);
         let mut w = WsConn::new();
         let bytes = upgrade_from(Some("https://dash.example.com:8443"));
         w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
-        assert!(w.out.starts_with(b"HTTP/1.1 403"));
+        assert!(w.conn.out.starts_with(b"HTTP/1.1 403"));
     }
 
     /// Only the upgrade is checked: the dashboard page itself is served whatever the
@@ -827,7 +507,7 @@ mod tests {
         let mut w = WsConn::new();
         let req = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:15000\r\nOrigin: http://evil.example\r\n\r\n";
         w.on_bytes(req, &cfg(), &mut core, id, now, "peer");
-        assert!(w.out.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        assert!(w.conn.out.starts_with(b"HTTP/1.1 200 OK\r\n"));
     }
 
     /// `[websocket] allowed_origins`: empty by default (the node's own origin only);
@@ -906,7 +586,7 @@ mod tests {
         let (a, b) = post.split_at(post.len() - 5);
         w.on_bytes(a, &cfg(), &mut core, id, now, "peer");
         w.on_bytes(b, &cfg(), &mut core, id, now, "peer");
-        assert!(w.out.is_empty() && !w.close_after_flush);
+        assert!(w.conn.out.is_empty() && !w.conn.close_after_flush);
         let mut reqs = Vec::new();
         core.take_auth_requests(&mut reqs);
         assert_eq!(reqs.len(), 1);
@@ -921,11 +601,11 @@ mod tests {
         );
         core.on_auth_result(id, reqs[0].ticket, Ok(()), now);
         assert!(w.pull_from_core(&mut core, id, &mut cache));
-        let answer = text(&w.out);
+        let answer = text(&w.conn.out);
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
         assert!(answer.contains("; Secure"), "a TLS port's cookie: {answer}");
         assert!(answer.contains(r#""success":true"#), "{answer}");
-        assert!(w.close_after_flush);
+        assert!(w.conn.close_after_flush);
         let token = answer
             .split("Set-Cookie: AuthToken=")
             .nth(1)
@@ -947,13 +627,20 @@ mod tests {
                 &format!("\r\nCookie: AuthToken={cookie};AuthPosition=10.0.0.9;applicationId=555;\r\n\r\n"),
             );
             ws.on_bytes(upgrade.as_bytes(), &cfg(), &mut core, ws_id, now, "peer");
-            assert!(ws.out.starts_with(b"HTTP/1.1 101"), "{}", text(&ws.out));
+            assert!(
+                ws.conn.out.starts_with(b"HTTP/1.1 101"),
+                "{}",
+                text(&ws.conn.out)
+            );
             ws.pull_from_core(&mut core, ws_id, &mut cache);
-            let got = text(&ws.out);
+            let got = text(&ws.conn.out);
             assert!(got.contains(want), "{cookie}: {got}");
             if cookie == "forged" {
                 assert!(got.contains("unknown or expired session token"), "{got}");
-                assert!(ws.close_after_flush, "a refused login ends the session");
+                assert!(
+                    ws.conn.close_after_flush,
+                    "a refused login ends the session"
+                );
             } else {
                 assert!(got.contains(r#""ApplicationId":"555""#), "{got}");
             }
@@ -996,13 +683,13 @@ mod tests {
             let (mut core, id, now) = secured_core(tls, peer);
             let mut w = WsConn::new();
             w.on_bytes(&request, &cfg(), &mut core, id, now, "peer");
-            let got = text(&w.out);
+            let got = text(&w.conn.out);
             assert!(got.starts_with(&format!("HTTP/1.1 {status}")), "{got}");
             assert!(
                 got.contains(r#""message":"#) && got.contains(r#""success":false"#),
                 "{got}"
             );
-            assert!(w.close_after_flush);
+            assert!(w.conn.close_after_flush);
             let mut reqs = Vec::new();
             core.take_auth_requests(&mut reqs);
             assert!(reqs.is_empty(), "nothing to check: {got}");
@@ -1027,7 +714,7 @@ mod tests {
             now,
         );
         w.pull_from_core(&mut core, id, &mut UpdateCache::default());
-        let got = text(&w.out);
+        let got = text(&w.conn.out);
         assert!(got.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{got}");
         assert!(
             got.contains("wrong secret") && !got.contains("Set-Cookie"),

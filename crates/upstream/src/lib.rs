@@ -22,6 +22,7 @@
 //! own chain, and a link that finds its own node in the chain above drops itself.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod path;
 mod posts;

@@ -14,6 +14,8 @@ pub struct NodePath(pub Vec<(u64, String)>);
 const MAX_DEPTH: usize = 64;
 
 impl NodePath {
+    /// Reads a chain as [`fmt::Display`] writes it (`name#hexid>name#hexid`); `None`
+    /// for text that is not one. Chains longer than 64 nodes are cut.
     pub fn parse(text: &str) -> Option<NodePath> {
         if text.is_empty() {
             return Some(NodePath::default());
@@ -26,6 +28,7 @@ impl NodePath {
         Some(NodePath(v))
     }
 
+    /// Whether the node `id` is in the chain (a loop, when it is this node).
     pub fn contains(&self, id: u64) -> bool {
         self.0.iter().any(|(i, _)| *i == id)
     }
@@ -37,6 +40,7 @@ impl NodePath {
         NodePath(v)
     }
 
+    /// The chain's node ids, nearest first.
     pub fn ids(&self) -> Vec<u64> {
         self.0.iter().map(|(i, _)| *i).collect()
     }

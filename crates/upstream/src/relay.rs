@@ -25,13 +25,16 @@ pub const TW_PATH: i16 = -1029;
 /// Bytes forwarded to the core in one frame at most (a burst is cut into several).
 const TO_CORE_CHUNK: usize = 64 * 1024;
 
+/// How a node's upstream link logs in and reconnects.
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
     /// This node: its id (unique per process) and name.
     pub node_id: u64,
+    /// This node's name (`[node] name`), shown in chains.
     pub node_name: String,
     /// Who this node logs in to its upstream as.
     pub user: String,
+    /// Its secret (a password or a token), empty for an open upstream.
     pub token: String,
     /// The services to take from the upstream (`None`: all of them).
     pub services: Option<BTreeSet<String>>,
@@ -39,8 +42,11 @@ pub struct RelayConfig {
     /// that an upstream (or a peer posing as one) cannot take every service slot of
     /// this node.
     pub max_services: usize,
+    /// The first delay before connecting again; it doubles up to `backoff_max`.
     pub backoff_min: Duration,
+    /// The longest delay before connecting again.
     pub backoff_max: Duration,
+    /// How long the upstream may take to answer the login.
     pub welcome_timeout: Duration,
 }
 
@@ -63,11 +69,18 @@ impl Default for RelayConfig {
 /// Figures of the link.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RelayStats {
+    /// Items the core has asked the upstream for.
     pub items: u64,
+    /// Requests sent upstream.
     pub requests_sent: u64,
+    /// Messages received from the upstream.
     pub messages_in: u64,
+    /// Images the upstream sent again (after a reconnect) that went to every
+    /// subscriber.
     pub reimages: u64,
+    /// Connections made to an upstream.
     pub connections: u64,
+    /// Upstreams refused because this node was already in their chain.
     pub loops_found: u64,
     /// Services the upstream announced past `RelayConfig::max_services`, left out.
     pub services_left_out: u64,
@@ -87,6 +100,9 @@ struct Link {
     asked_again: Option<u32>,
 }
 
+/// The upstream link of a node tree, without I/O: one internal interactive publisher in
+/// the node's core on one side, a subscriber session to the upstream node on the other.
+/// The caller moves the session's bytes and calls the verbs of the loop's contract.
 pub struct Relay {
     conn: ConnId,
     cfg: RelayConfig,
@@ -189,10 +205,12 @@ impl Relay {
         conn.writer().push(&Message::Files(body)).is_ok()
     }
 
+    /// The relay's connection in the core.
     pub fn conn(&self) -> ConnId {
         self.conn
     }
 
+    /// The link's figures.
     pub fn stats(&self) -> RelayStats {
         let mut s = self.stats.clone();
         s.items = self.links.len() as u64;

@@ -134,7 +134,7 @@ impl Connections {
             // frame) gets the same linger as any other: a peer that never closes and
             // keeps sending is dropped in the end.
             let closing = !s.dead
-                && (s.ws.as_ref().is_some_and(|w| w.close_after_flush)
+                && (s.ws.as_ref().is_some_and(|w| w.conn.close_after_flush)
                     || s.rssl.as_ref().is_some_and(|r| r.close_after_flush)
                     || s.refused_http);
             if s.rssl.is_some() && self.next_rssl_tick.is_none() {
@@ -226,7 +226,7 @@ impl Connections {
             let sock = sockets.get_mut(id).and_then(|s| s.as_mut());
             if let Some(s) = sock.filter(|s| !s.dead) {
                 if now < deadline {
-                    let ws_pending = s.ws.as_ref().is_some_and(|w| !w.out.is_empty())
+                    let ws_pending = s.ws.as_ref().is_some_and(|w| !w.conn.out.is_empty())
                         || s.rssl.as_ref().is_some_and(|r| r.pending() > 0);
                     if core.pending_output(id) > 0 || ws_pending || s.transport.has_pending() {
                         return true;

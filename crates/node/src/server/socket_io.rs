@@ -126,7 +126,7 @@ pub(super) fn read_some(
         if !bytes.is_empty() {
             // What a peer sends after its connection started closing does not keep
             // it alive.
-            if !w.close_after_flush {
+            if !w.conn.close_after_flush {
                 core.on_bytes_received(id, now);
             }
             let peer = sock
@@ -137,7 +137,8 @@ pub(super) fn read_some(
             w.on_bytes(&bytes, ws_cfg, core, id, now, &peer);
             if let Some(asked) = w.node_request.take() {
                 let (status, content_type, body) = crate::node_http::answer(asked, core, metrics);
-                w.out = tickwire_gateway::ws::http_response(status, content_type, body.as_bytes());
+                w.conn.out =
+                    tickwire_gateway::ws::http_response(status, content_type, body.as_bytes());
             }
             if w.write(&mut sock.transport).is_err() {
                 sock.dead = true;
@@ -315,11 +316,11 @@ pub(super) fn flush(
                 dead.push(id);
                 return;
             }
-            if !w.out.is_empty() || core.pending_output(id) == 0 {
+            if !w.conn.out.is_empty() || core.pending_output(id) == 0 {
                 break;
             }
         }
-        if w.close_after_flush && w.out.is_empty() && !sock.fin_sent {
+        if w.conn.close_after_flush && w.conn.out.is_empty() && !sock.fin_sent {
             // The peer closes in turn (read 0), which ends the connection.
             sock.transport.shutdown_write();
             sock.fin_sent = true;
