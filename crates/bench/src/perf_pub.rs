@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_client::{ConnectOptions, ItemId, Publisher, PublisherOptions};
-use tickwire_proto::reference::{write_level1, Level1};
+use tickwire_proto::reference::{write_level1, FeedRng, Level1};
 use tickwire_proto::{fid, FieldList, FieldListWriter, Time, UpdateType, Value};
 
 /// What the load tools talk to.
@@ -104,19 +104,6 @@ pub struct PerfPubArgs {
     /// perf tools' 83-field images and 23-field updates.
     #[arg(long, value_enum, default_value_t = Shape::Level1)]
     pub shape: Shape,
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
 }
 
 fn level1(i: usize) -> Level1 {
@@ -213,7 +200,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     }
 
     let usage0 = self_usage();
-    let mut rng = Rng(args.seed.max(1));
+    let mut rng = FeedRng::new(args.seed);
     let start = Instant::now();
     let start_realtime = realtime_ns();
     let tick_ns = 1_000_000_000 / args.tick_rate;
@@ -278,13 +265,13 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             nanos_since_midnight: intended % tickwire_proto::field::NANOS_PER_DAY,
         };
         for k in 1..=n {
-            let i = (rng.next() % args.items as u64) as usize;
+            let i = (rng.next_u64() % args.items as u64) as usize;
             let q = &mut quotes[i];
-            let step = (rng.next() % 3) as i64 - 1;
+            let step = (rng.next_u64() % 3) as i64 - 1;
             q.bid = (q.bid + step * 100).max(100);
             q.ask = q.bid + 200;
-            q.bid_size = 100 * (1 + rng.next() % 50);
-            q.ask_size = 100 * (1 + rng.next() % 50);
+            q.bid_size = 100 * (1 + rng.next_u64() % 50);
+            q.ask_size = 100 * (1 + rng.next_u64() % 50);
             q.time_of_day = tod;
             q.send_time_ns = if stamp_credit >= 1.0 {
                 stamp_credit -= 1.0;
@@ -295,7 +282,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             };
             buf.clear();
             write_level1(&mut buf, q);
-            args.shape.update(&buf, rng.next(), tod, &mut shaped);
+            args.shape.update(&buf, rng.next_u64(), tod, &mut shaped);
             sink.update(i, &shaped)?;
             if args.flush_every > 0 && k % args.flush_every == 0 && k < n {
                 sink.flush()?;

@@ -1,28 +1,8 @@
 //! A synthetic random-walk Level 1 quote feed, for `tickwire publish` and the demo.
 
 use std::time::{SystemTime, UNIX_EPOCH};
-use tickwire_proto::reference::{write_level1, Level1};
+use tickwire_proto::reference::{write_level1, FeedRng, Level1};
 use tickwire_proto::{fid, FieldList, FieldListWriter, Real, Time, Value};
-
-/// xorshift64*: fast, deterministic for a seed, good enough for a test feed.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Rng(seed.max(1))
-    }
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
 
 pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
@@ -44,7 +24,7 @@ pub(crate) struct Instrument {
 }
 
 impl Instrument {
-    pub(crate) fn new(name: &str, rng: &mut Rng) -> Self {
+    pub(crate) fn new(name: &str, rng: &mut FeedRng) -> Self {
         // Prices in 1/10,000: between 10 and 500.
         let mid = 100_000 + rng.below(4_900_000) as i64;
         let mid = mid - mid % 100;
@@ -67,7 +47,7 @@ impl Instrument {
     }
 
     /// Moves the quote one tick; returns true if it traded.
-    pub(crate) fn step(&mut self, rng: &mut Rng, send_time_ns: u64) -> bool {
+    pub(crate) fn step(&mut self, rng: &mut FeedRng, send_time_ns: u64) -> bool {
         let tick = 100;
         let r = rng.below(3) as i64 - 1;
         let mid = ((self.q.bid + self.q.ask) / 2 + r * tick).max(2 * tick);
@@ -196,7 +176,7 @@ mod tests {
 
     #[test]
     fn image_and_update_are_valid_field_lists() {
-        let mut rng = Rng::new(7);
+        let mut rng = FeedRng::new(7);
         let mut inst = Instrument::new("SYM0", &mut rng);
         let mut img = Vec::new();
         inst.write_image(&mut img);

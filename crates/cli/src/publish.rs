@@ -1,6 +1,6 @@
 //! `tickwire publish`: a synthetic random-walk quote feed for one service.
 
-use crate::feed::{now_ns, read_item_file, Instrument, Rng};
+use crate::feed::{now_ns, read_item_file, Instrument};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tickwire_client::{
     ConnectOptions, ItemId, Publisher, PublisherEvent, PublisherOptions, ReceivedPost,
 };
+use tickwire_proto::reference::FeedRng;
 use tickwire_proto::{FieldList, NakCode, UpdateType};
 
 #[derive(clap::Args, Clone)]
@@ -91,7 +92,7 @@ pub(crate) fn run_feed(
         accept_posts: args.accept_posts,
     })
     .with_context(|| format!("cannot publish to {}", args.node))?;
-    let mut rng = Rng::new(args.seed);
+    let mut rng = FeedRng::new(args.seed);
     let mut instruments: Vec<Instrument> =
         names.iter().map(|n| Instrument::new(n, &mut rng)).collect();
     let by_name: HashMap<String, usize> = names

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tickwire_client::{Event, RequestOptions, Subscriber};
 use tickwire_proto::{code, DataState, StreamState};
@@ -19,14 +19,6 @@ fn downstream(upstreams: &[SocketAddr], name: &str, extra: &[&str]) -> Node {
     let mut args = vec!["--upstream", &list, "--name", name];
     args.extend_from_slice(extra);
     Node::start(&args)
-}
-
-/// A port free now on loopback (for a node that must come back on the same one).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// Waits until the node's figures satisfy `pred`.
@@ -222,7 +214,7 @@ fn a_killed_upstream_makes_streams_suspect_and_the_link_moves_to_the_next_one() 
 
 #[test]
 fn an_upstream_that_comes_back_gets_the_whole_watchlist_asked_again() {
-    let port = free_port();
+    let port = free_port_for_tests();
     let listen = format!("127.0.0.1:{port}");
     let upstream_addr: SocketAddr = listen.parse().expect("address");
     let top = Node::start(&["--listen", &listen, "--name", "top"]);
@@ -280,7 +272,7 @@ fn an_upstream_that_comes_back_gets_the_whole_watchlist_asked_again() {
 #[test]
 fn a_node_fed_by_itself_or_by_a_node_it_feeds_is_refused_with_the_reason() {
     // Itself.
-    let port = free_port();
+    let port = free_port_for_tests();
     let listen = format!("127.0.0.1:{port}");
     let mut alone = Node::start(&["--listen", &listen, "--upstream", &listen, "--name", "self"]);
     alone.proc.wait_for_line("loop refused: node \"self\"", T);
@@ -288,7 +280,7 @@ fn a_node_fed_by_itself_or_by_a_node_it_feeds_is_refused_with_the_reason() {
 
     // Two nodes, each the other's upstream: whichever links second is refused, and
     // its link says why.
-    let (p1, p2) = (free_port(), free_port());
+    let (p1, p2) = (free_port_for_tests(), free_port_for_tests());
     let (l1, l2) = (format!("127.0.0.1:{p1}"), format!("127.0.0.1:{p2}"));
     let mut one = Node::start(&["--listen", &l1, "--upstream", &l2, "--name", "one"]);
     let mut two = Node::start(&["--listen", &l2, "--upstream", &l1, "--name", "two"]);
@@ -361,7 +353,7 @@ fn a_stopped_downstream_node_does_not_slow_its_upstream_and_catches_up_when_resu
 /// login's Welcome as its own: the client waited for ever.
 #[test]
 fn a_service_both_a_local_publisher_and_the_upstream_carry_costs_no_login_its_welcome() {
-    let top_port = free_port();
+    let top_port = free_port_for_tests();
     let top_addr: SocketAddr = format!("127.0.0.1:{top_port}").parse().unwrap();
     // The downstream node first, its upstream not up yet, and a local FEED on it.
     let mut pop = downstream(&[top_addr], "pop", &[]);

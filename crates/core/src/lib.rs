@@ -1448,16 +1448,25 @@ impl Node {
             .ok_or_else(|| (code::NOT_FOUND, format!("unknown service {service:?}")))
     }
 
+    /// A subscriber's stream on id 0 (the connection's own): the connection is closed
+    /// as a protocol error. True if so.
+    fn refuse_stream_zero(&mut self, conn: ConnId, sid: u32) -> bool {
+        if sid != 0 {
+            return false;
+        }
+        self.stats.protocol_disconnects += 1;
+        self.reject(
+            conn,
+            code::PROTOCOL,
+            "stream id 0 is reserved for the connection",
+        );
+        true
+    }
+
     fn on_subscriber_request(&mut self, conn: ConnId, req: &Request<'_>) {
         self.stats.requests += 1;
         let sid = req.stream_id;
-        if sid == 0 {
-            self.stats.protocol_disconnects += 1;
-            self.reject(
-                conn,
-                code::PROTOCOL,
-                "stream id 0 is reserved for the connection",
-            );
+        if self.refuse_stream_zero(conn, sid) {
             return;
         }
         // Views are kept sorted and without repeats: every field of every update is

@@ -47,13 +47,7 @@ impl Node {
     /// A subscriber's Replay.
     pub(crate) fn on_subscriber_replay(&mut self, conn: ConnId, r: &Replay<'_>) {
         let sid = r.stream_id;
-        if sid == 0 {
-            self.stats.protocol_disconnects += 1;
-            self.reject(
-                conn,
-                code::PROTOCOL,
-                "stream id 0 is reserved for the connection",
-            );
+        if self.refuse_stream_zero(conn, sid) {
             return;
         }
         self.stats.requests += 1;

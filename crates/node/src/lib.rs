@@ -18,6 +18,7 @@ mod metrics;
 mod node_http;
 mod node_item;
 mod node_view;
+mod outbound;
 mod part;
 mod readiness;
 mod rssl;

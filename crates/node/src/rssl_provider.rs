@@ -10,9 +10,8 @@
 use crate::part::{Cx, Part};
 use log::{info, warn};
 use mio::net::TcpStream;
-use mio::{Interest, Registry, Token};
+use mio::{Registry, Token};
 use std::io::{ErrorKind, Read, Write};
-use std::net::ToSocketAddrs;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_core::{ConnId, InternalPeer, Node};
@@ -93,25 +92,12 @@ impl ProviderConn {
     }
 
     fn connect(&mut self, registry: &Registry, now: Instant) {
-        let addr = match self.address.to_socket_addrs().map(|mut a| a.next()) {
-            Ok(Some(a)) => a,
-            Ok(None) | Err(_) => {
-                self.failed("the address does not resolve", now);
-                return;
-            }
-        };
-        match TcpStream::connect(addr) {
-            Ok(mut s) => {
-                if let Err(e) =
-                    registry.register(&mut s, self.token, Interest::READABLE | Interest::WRITABLE)
-                {
-                    self.failed(&e.to_string(), now);
-                    return;
-                }
+        match crate::outbound::connect(&self.address, registry, self.token) {
+            Ok(s) => {
                 self.socket = Some(s);
                 self.connecting = true;
             }
-            Err(e) => self.failed(&e.to_string(), now),
+            Err(why) => self.failed(&why, now),
         }
     }
 
@@ -119,19 +105,15 @@ impl ProviderConn {
         let Some(s) = self.socket.as_mut() else {
             return;
         };
-        let err = match s.take_error() {
-            Ok(Some(e)) | Err(e) => Some(e),
-            Ok(None) => s.peer_addr().err(),
-        };
-        if let Some(e) = err {
-            if e.kind() == ErrorKind::NotConnected || e.raw_os_error() == Some(libc::EINPROGRESS) {
+        match crate::outbound::connect_result(s) {
+            Ok(false) => return,
+            Ok(true) => {}
+            Err(why) => {
+                self.close_socket(registry);
+                self.failed(&why, now);
                 return;
             }
-            self.close_socket(registry);
-            self.failed(&e.to_string(), now);
-            return;
         }
-        let _ = s.set_nodelay(true);
         self.connecting = false;
         self.channel = Some(Channel::connect(self.ripc.clone(), "tickwire", now));
         self.write(core, registry, now);
@@ -156,9 +138,8 @@ impl ProviderConn {
     }
 
     fn close_socket(&mut self, registry: &Registry) {
-        if let Some(mut s) = self.socket.take() {
-            let _ = registry.deregister(&mut s);
-            let _ = s.shutdown(std::net::Shutdown::Both);
+        if let Some(s) = self.socket.take() {
+            crate::outbound::close(s, registry);
         }
         self.channel = None;
         self.connecting = false;

@@ -7,10 +7,9 @@ use crate::config_error::{invalid, ConfigError};
 use crate::part::{Cx, Part};
 use log::{info, warn};
 use mio::net::TcpStream;
-use mio::{Interest, Registry, Token};
+use mio::{Registry, Token};
 use serde::{Deserialize, Serialize};
-use std::io::{self, ErrorKind, Read, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::io::{ErrorKind, Read, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tickwire_client::ClientError;
@@ -207,17 +206,12 @@ impl UpstreamLink {
 
     fn connect(&mut self, registry: &Registry, now: Instant) {
         let addr = self.nodes[self.current].clone();
-        match resolve(&addr).and_then(TcpStream::connect) {
-            Ok(mut s) => {
-                let interest = Interest::READABLE | Interest::WRITABLE;
-                if let Err(e) = registry.register(&mut s, self.token, interest) {
-                    self.failed(&addr, e.to_string(), now);
-                    return;
-                }
+        match crate::outbound::connect(&addr, registry, self.token) {
+            Ok(s) => {
                 self.socket = Some(s);
                 self.connecting = true;
             }
-            Err(e) => self.failed(&addr, e.to_string(), now),
+            Err(why) => self.failed(&addr, why, now),
         }
     }
 
@@ -226,20 +220,16 @@ impl UpstreamLink {
         let Some(s) = self.socket.as_mut() else {
             return;
         };
-        let err = match s.take_error() {
-            Ok(Some(e)) | Err(e) => Some(e),
-            Ok(None) => s.peer_addr().err(),
-        };
-        if let Some(e) = err {
-            if e.kind() == ErrorKind::NotConnected || e.raw_os_error() == Some(libc::EINPROGRESS) {
-                return; // not yet
+        match crate::outbound::connect_result(s) {
+            Ok(false) => return, // not yet
+            Ok(true) => {}
+            Err(why) => {
+                let addr = self.nodes[self.current].clone();
+                self.close_socket(registry);
+                self.failed(&addr, why, now);
+                return;
             }
-            let addr = self.nodes[self.current].clone();
-            self.close_socket(registry);
-            self.failed(&addr, e.to_string(), now);
-            return;
         }
-        let _ = s.set_nodelay(true);
         self.connecting = false;
         info!(
             "upstream: connected to {}; logging in",
@@ -274,9 +264,8 @@ impl UpstreamLink {
     }
 
     fn close_socket(&mut self, registry: &Registry) {
-        if let Some(mut s) = self.socket.take() {
-            let _ = registry.deregister(&mut s);
-            let _ = s.shutdown(std::net::Shutdown::Both);
+        if let Some(s) = self.socket.take() {
+            crate::outbound::close(s, registry);
         }
         self.connecting = false;
         self.more_to_read = false;
@@ -342,12 +331,6 @@ impl UpstreamLink {
             }
         }
     }
-}
-
-fn resolve(addr: &str) -> io::Result<SocketAddr> {
-    addr.to_socket_addrs()?
-        .next()
-        .ok_or_else(|| io::Error::other("address resolves to nothing"))
 }
 
 impl Part for UpstreamLink {

@@ -9,22 +9,10 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use tickwire_proto::dictionary::fid;
-use tickwire_proto::reference::{typical, write_level1, Level1};
+use tickwire_proto::reference::{typical, write_level1, FeedRng, Level1};
 use tickwire_proto::{encode_field_list, FieldImage, FieldList, FieldListWriter, Real, Value};
 
 const SAMPLES: usize = 9;
-
-/// xorshift64*: a fixed-seed generator, so every run measures the same updates.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
 
 /// Times `run` (which applies `fields` fields per call) in samples of about `target`
 /// each; prints and returns the median in ns per field.
@@ -74,7 +62,7 @@ fn reference_image(q: &Level1) -> Vec<u8> {
 }
 
 /// A quote moved at random, as the demo feed does: some encoded lengths change.
-fn step(q: &mut Level1, rng: &mut Rng) {
+fn step(q: &mut Level1, rng: &mut FeedRng) {
     let mid = (q.bid + q.ask) / 2 + (rng.below(3) as i64 - 1) * 100;
     let spread = 100 * (1 + rng.below(3) as i64);
     q.bid = mid - spread / 2;
@@ -109,7 +97,7 @@ fn image_of(n: usize) -> FieldImage {
 
 /// Updates of `k` of the `n` fields of `image_of(n)`: in image order or shuffled; the
 /// mantissas alternate so the values change (same encoded length unless `widths`).
-fn updates_of(n: usize, k: usize, shuffled: bool, widths: bool, rng: &mut Rng) -> Vec<Vec<u8>> {
+fn updates_of(n: usize, k: usize, shuffled: bool, widths: bool, rng: &mut FeedRng) -> Vec<Vec<u8>> {
     (0..64)
         .map(|u| {
             let mut picked: Vec<usize> = (0..n).collect();
@@ -155,7 +143,7 @@ fn main() {
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let wanted = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
     let short = Duration::from_millis(300);
-    let mut rng = Rng(42);
+    let mut rng = FeedRng::new(42);
 
     // The hot path: the reference Level 1 update (10 fields, image order, same lengths)
     // into the 14-field reference image, and 1,024 successive quotes (some lengths change).

@@ -69,3 +69,30 @@ mod tests {
         assert_eq!(out.len(), 74, "reference field list is {} bytes", out.len());
     }
 }
+
+/// xorshift64*: a fast generator giving the same sequence for a seed on every machine,
+/// for synthetic feeds and benchmarks (never for anything secret).
+#[derive(Debug, Clone)]
+pub struct FeedRng(u64);
+
+impl FeedRng {
+    /// A generator from `seed` (0 is taken as 1: xorshift's state must not be 0).
+    pub fn new(seed: u64) -> Self {
+        FeedRng(seed.max(1))
+    }
+
+    /// The next number.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (0 for an `n` of 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}

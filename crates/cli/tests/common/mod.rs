@@ -1008,10 +1008,34 @@ pub(crate) fn channel(group: u8) -> String {
 }
 
 /// A loopback port free a moment ago, for a program that listens on a port it is
-/// told (the test's own tools: another process could take it first, rarely).
+/// told later (an upstream node that comes after the node connecting to it, a node
+/// that comes back on its port). It is taken below the kernel's ephemeral range: a port
+/// from that range (what binding port 0 gives) can meanwhile become the local port of
+/// any test's outgoing connection, or of a connect to itself (TCP's simultaneous open
+/// on loopback, when a node keeps connecting to a port where nothing listens yet), and
+/// the program then finds it in use.
 pub(crate) fn free_port_for_tests() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.max(10_100));
+    // Spread over the range so that tests running at once rarely try the same ports.
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 20);
+    let span = u64::from(high - low);
+    let start = seed.wrapping_mul(6364136223846793005);
+    // Never the same port twice to one test process (nothing listens on it yet).
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for i in 0..1000u64 {
+        let port = low + (start.wrapping_add(i * 7919) % span) as u16;
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port between {low} and {high}")
 }
