@@ -750,25 +750,20 @@ impl RawConn {
     }
 }
 
-/// A tiny deterministic generator (xorshift64*) for test bytes.
-pub(crate) struct Rng(u64);
+/// A deterministic generator for test bytes (the feed's xorshift64*).
+pub(crate) struct Rng(tickwire_proto::reference::FeedRng);
 
 impl Rng {
     pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
+        Rng(tickwire_proto::reference::FeedRng::new(seed))
     }
     pub(crate) fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.0.next_u64()
     }
     pub(crate) fn bytes(&mut self, n: usize) -> Vec<u8> {
         let mut v = Vec::with_capacity(n + 8);
         while v.len() < n {
-            v.extend_from_slice(&self.next_u64().to_le_bytes());
+            v.extend_from_slice(&self.0.next_u64().to_le_bytes());
         }
         v.truncate(n);
         v
