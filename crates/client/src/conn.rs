@@ -433,10 +433,9 @@ fn handshake(
         reason,
     };
     let name = crate::tls::server_name(addr).map_err(&fail)?;
-    let mut tls =
+    let tls =
         rustls::ClientConnection::new(cfg.clone(), name).map_err(|e| fail(format!("TLS: {e}")))?;
-    tls.set_buffer_limit(Some(crate::tls::TLS_BUFFER));
-    let mut s = TlsStream { tcp, tls };
+    let mut s = TlsStream::new(tls, tcp);
     while s.tls.is_handshaking() {
         s.flush_pending()
             .map_err(|e| fail(format!("TLS handshake: {e}")))?;
@@ -476,6 +475,7 @@ fn handshake(
             }
             Ok(_) => {
                 if let Err(e) = s.process() {
+                    let e = crate::tls::read_error(&mut s, e);
                     return Err(fail(format!("TLS handshake failed: {e}")));
                 }
             }

@@ -14,9 +14,9 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
+use tickwire_tls::ReadError;
 
-/// The most plaintext rustls holds for the socket while its records are not written.
-pub const TLS_BUFFER: usize = 64 * 1024;
+pub use tickwire_tls::TLS_BUFFER;
 
 /// A client configuration trusting the certificates of a PEM file (a CA, or the node's
 /// self-signed certificate). Errors name the file and say why.
@@ -72,9 +72,20 @@ pub(crate) enum Stream {
     Tls(Box<TlsStream>),
 }
 
-pub(crate) struct TlsStream {
-    pub tcp: TcpStream,
-    pub tls: ClientConnection,
+/// A TLS session to a node over the connection's socket.
+pub(crate) type TlsStream = tickwire_tls::TlsStream<ClientConnection, TcpStream>;
+
+/// A read's failure as the client reports it: for a record the client refused, the
+/// alert is sent (best effort), the write side shut, and the TLS error explained.
+pub(crate) fn read_error(t: &mut TlsStream, e: ReadError) -> io::Error {
+    match e {
+        ReadError::Io(e) => e,
+        ReadError::Tls(e) => {
+            t.send_alert();
+            let _ = t.tcp.shutdown(Shutdown::Write);
+            io::Error::new(ErrorKind::InvalidData, TlsError(e))
+        }
+    }
 }
 
 impl Stream {
@@ -90,7 +101,7 @@ impl Stream {
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Plain(s) => s.read(buf),
-            Stream::Tls(t) => t.read(buf),
+            Stream::Tls(t) => t.read(buf).map_err(|e| read_error(t, e)),
         }
     }
 
@@ -120,82 +131,6 @@ impl Stream {
             Stream::Plain(_) => false,
             Stream::Tls(t) => t.tls.wants_write(),
         }
-    }
-}
-
-impl TlsStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            match self.tls.reader().read(buf) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                // The node closed without close_notify: an end like any other (frames
-                // are self-delimiting, a cut one is never delivered).
-                Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(0),
-                Err(e) => return Err(e),
-            }
-            match self.tls.read_tls(&mut self.tcp) {
-                Ok(0) => {
-                    self.process()?;
-                    return match self.tls.reader().read(buf) {
-                        Ok(n) => Ok(n),
-                        Err(_) => Ok(0),
-                    };
-                }
-                Ok(_) => {
-                    self.process()?;
-                    if self.tls.wants_write() {
-                        self.flush_pending()?;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Processes received records; on an error, sends the alert rustls queued (best
-    /// effort) and fails.
-    pub(crate) fn process(&mut self) -> io::Result<()> {
-        match self.tls.process_new_packets() {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                while self.tls.wants_write() {
-                    match self.tls.write_tls(&mut self.tcp) {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
-                    }
-                }
-                let _ = self.tcp.shutdown(Shutdown::Write);
-                Err(io::Error::new(ErrorKind::InvalidData, TlsError(e)))
-            }
-        }
-    }
-
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        self.flush_pending()?;
-        let n = self.tls.writer().write(buf)?;
-        if n == 0 {
-            return Err(ErrorKind::WouldBlock.into());
-        }
-        self.flush_pending()?;
-        Ok(n)
-    }
-
-    pub(crate) fn flush_pending(&mut self) -> io::Result<()> {
-        while self.tls.wants_write() {
-            match self.tls.write_tls(&mut self.tcp) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
     }
 }
 

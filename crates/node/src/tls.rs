@@ -28,10 +28,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 
-/// The most plaintext rustls holds for one connection while its TLS records are not
-/// written to the socket (and, before the handshake completes, the most plaintext it
-/// queues).
-pub const TLS_BUFFER: usize = 64 * 1024;
+pub use tickwire_tls::TLS_BUFFER;
 
 /// Why `[tls]` does not load: the key (`tls.cert` or `tls.key`), the file, the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,10 +107,10 @@ pub enum Transport {
     Tls(Box<TlsStream>),
 }
 
-/// A server-side TLS session over a non-blocking socket.
+/// A server-side TLS session over a non-blocking socket (`tickwire_tls`), logged once
+/// with its peer when it fails, closed with a close_notify.
 pub struct TlsStream {
-    tcp: TcpStream,
-    tls: ServerConnection,
+    s: tickwire_tls::TlsStream<ServerConnection, TcpStream>,
     peer: SocketAddr,
     /// The session failed (logged once); every read and write fails from then on.
     failed: bool,
@@ -133,11 +130,9 @@ impl Transport {
         match tls {
             None => Ok(Transport::Plain(tcp)),
             Some(cfg) => {
-                let mut conn = ServerConnection::new(cfg.clone()).map_err(io::Error::other)?;
-                conn.set_buffer_limit(Some(TLS_BUFFER));
+                let conn = ServerConnection::new(cfg.clone()).map_err(io::Error::other)?;
                 Ok(Transport::Tls(Box::new(TlsStream {
-                    tcp,
-                    tls: conn,
+                    s: tickwire_tls::TlsStream::new(conn, tcp),
                     peer,
                     failed: false,
                     fin_wanted: false,
@@ -151,14 +146,14 @@ impl Transport {
     pub fn tcp(&self) -> &TcpStream {
         match self {
             Transport::Plain(s) => s,
-            Transport::Tls(t) => &t.tcp,
+            Transport::Tls(t) => &t.s.tcp,
         }
     }
 
     pub fn tcp_mut(&mut self) -> &mut TcpStream {
         match self {
             Transport::Plain(s) => s,
-            Transport::Tls(t) => &mut t.tcp,
+            Transport::Tls(t) => &mut t.s.tcp,
         }
     }
 
@@ -203,7 +198,7 @@ impl Transport {
     pub fn has_pending(&self) -> bool {
         match self {
             Transport::Plain(_) => false,
-            Transport::Tls(t) => t.tls.wants_write(),
+            Transport::Tls(t) => t.s.tls.wants_write(),
         }
     }
 
@@ -218,7 +213,7 @@ impl Transport {
                 if !t.fin_wanted {
                     t.fin_wanted = true;
                     if !t.failed {
-                        t.tls.send_close_notify();
+                        t.s.tls.send_close_notify();
                     }
                 }
                 let _ = t.flush_pending();
@@ -242,13 +237,8 @@ impl TlsStream {
                 "TLS {what} with {} failed: {e}{hint}; closing the connection",
                 self.peer
             );
-            while self.tls.wants_write() {
-                match self.tls.write_tls(&mut self.tcp) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-            }
-            let _ = self.tcp.shutdown(Shutdown::Write);
+            self.s.send_alert();
+            let _ = self.s.tcp.shutdown(Shutdown::Write);
         }
         io::Error::new(ErrorKind::InvalidData, format!("TLS {what} failed: {e}"))
     }
@@ -261,51 +251,18 @@ impl TlsStream {
         if self.failed {
             return Err(self.failed_error());
         }
-        loop {
-            // Plaintext rustls already decrypted comes first: it must be drained before
-            // more is read from the socket (rustls bounds what it holds decrypted).
-            match self.tls.reader().read(buf) {
-                Ok(n) => return Ok(n), // 0: close_notify received, the clean end
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
-                    // Closed without close_notify: for this protocol an end like any
-                    // other (frames are self-delimiting; a cut frame is never handed on).
-                    return Ok(0);
-                }
-                Err(e) => return Err(e),
-            }
-            match self.tls.read_tls(&mut self.tcp) {
-                Ok(0) => {
-                    // End of the socket: process it so the reader reports the end.
-                    if let Err(e) = self.tls.process_new_packets() {
-                        let what = self.phase();
-                        return Err(self.fail(what, &e));
-                    }
-                    match self.tls.reader().read(buf) {
-                        Ok(n) => return Ok(n),
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
-                        Err(_) => return Ok(0),
-                    }
-                }
-                Ok(_) => {
-                    if let Err(e) = self.tls.process_new_packets() {
-                        let what = self.phase();
-                        return Err(self.fail(what, &e));
-                    }
-                    // Handshake answers, key updates: out at once if the socket takes
-                    // them, else on the next writable event.
-                    if self.tls.wants_write() {
-                        self.flush_pending()?;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+        match self.s.read(buf) {
+            Ok(n) => Ok(n),
+            Err(tickwire_tls::ReadError::Io(e)) => Err(e),
+            Err(tickwire_tls::ReadError::Tls(e)) => {
+                let what = self.phase();
+                Err(self.fail(what, &e))
             }
         }
     }
 
     fn phase(&self) -> &'static str {
-        if self.tls.is_handshaking() {
+        if self.s.tls.is_handshaking() {
             "handshake"
         } else {
             "session"
@@ -316,46 +273,32 @@ impl TlsStream {
         if self.failed {
             return Err(self.failed_error());
         }
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        self.flush_pending()?;
-        // rustls takes what fits under its buffer limit (TLS_BUFFER).
-        let n = self.tls.writer().write(buf)?;
-        if n == 0 {
-            // Full, and the socket took nothing more just now: a writable event follows.
-            return Err(ErrorKind::WouldBlock.into());
-        }
-        self.flush_pending()?;
-        Ok(n)
+        self.s.write(buf).inspect_err(|e| self.log_write_error(e))
     }
 
     fn flush_pending(&mut self) -> io::Result<()> {
-        while self.tls.wants_write() {
-            match self.tls.write_tls(&mut self.tcp) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    debug!("TLS write to {} failed: {e}", self.peer);
-                    return Err(e);
-                }
-            }
-        }
-        if self.fin_wanted && !self.fin_done {
+        self.s
+            .flush_pending()
+            .inspect_err(|e| self.log_write_error(e))?;
+        if self.fin_wanted && !self.fin_done && !self.s.tls.wants_write() {
             self.fin_done = true;
-            let _ = self.tcp.shutdown(Shutdown::Write);
+            let _ = self.s.tcp.shutdown(Shutdown::Write);
         }
         Ok(())
+    }
+
+    fn log_write_error(&self, e: &io::Error) {
+        if e.kind() != ErrorKind::WouldBlock {
+            debug!("TLS write to {} failed: {e}", self.peer);
+        }
     }
 
     /// Test only: the TLS bytes rustls holds for the socket (taken out to count them).
     #[cfg(test)]
     fn take_pending_tls(&mut self) -> Vec<u8> {
         let mut v = Vec::new();
-        while self.tls.wants_write() {
-            self.tls.write_tls(&mut v).unwrap();
+        while self.s.tls.wants_write() {
+            self.s.tls.write_tls(&mut v).unwrap();
         }
         v
     }
@@ -507,7 +450,7 @@ mod tests {
         let mut at = 0;
         while at < pending.len() {
             assert!(Instant::now() < deadline, "stuck writing held records");
-            match tls.tcp.write(&pending[at..]) {
+            match tls.s.tcp.write(&pending[at..]) {
                 Ok(n) => at += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => wait_fd(fd, libc::POLLOUT),
                 Err(e) => panic!("{e}"),
