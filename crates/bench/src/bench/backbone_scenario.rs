@@ -245,54 +245,24 @@ impl Lab {
 
 /// The backbone's part of report.md.
 pub(super) fn report(md: &mut String, b: &BackboneResult) -> Result<()> {
-    writeln!(md, "## Across the backbone ({})\n", b.transport)?;
-    writeln!(
+    let heading = format!("## Across the backbone ({})", b.transport);
+    let names = TwoNodes {
+        heading: &heading,
+        path: "backbone",
+        first: ("source CPU", "node-source"),
+        second: ("edge CPU", "node-edge"),
+        reference: "Reference (RMDS 6, 2009, one core per process, separate hosts): src_dist cache disabled 1,480,000/s; p2ps LAN cache enabled 650,000/s.",
+        fanout_at: "the edge",
+        fanout_note: "",
+        through: "across the backbone",
+        short: "backbone",
+    };
+    two_node_figures(
         md,
-        "Single node, cache off, same run: {} updates/s.\n",
-        fmt_rate(b.single_node_updates_per_s as f64)
-    )?;
-    writeln!(md, "| path | max sustainable updates/s | of single node | source CPU | edge CPU | publisher CPU | subscriber CPU | next step failed |")?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|")?;
-    for t in &b.throughput {
-        let cpu = |prefix: &str| cpu_at_max(t, prefix);
-        let share = if b.single_node_updates_per_s > 0 {
-            format!(
-                "{:.0}%",
-                100.0 * t.max_sustainable_updates_per_s as f64 / b.single_node_updates_per_s as f64
-            )
-        } else {
-            "-".into()
-        };
-        writeln!(
-            md,
-            "| backbone, cache {} | {} | {} | {} | {} | {} | {} | {} |",
-            t.cache,
-            fmt_rate(t.max_sustainable_updates_per_s as f64),
-            share,
-            cpu("node-source"),
-            cpu("node-edge"),
-            cpu("perf-pub"),
-            cpu("perf-sub"),
-            t.limited_by.as_deref().unwrap_or("-")
-        )?;
-    }
-    writeln!(md, "\nReference (RMDS 6, 2009, one core per process, separate hosts): src_dist cache disabled 1,480,000/s; p2ps LAN cache enabled 650,000/s.\n")?;
-    if let Some(f) = &b.fanout {
-        writeln!(
-            md,
-            "Fan-out at the edge ({} connections, producer 50/50, fan-out {:.1}, {} items): {} in, {} out per second; next step failed: {}.\n",
-            f.connections,
-            f.fanout,
-            f.items,
-            fmt_rate(f.input_updates_per_s as f64),
-            fmt_rate(f.output_updates_per_s as f64),
-            f.limited_by.as_deref().unwrap_or("-")
-        )?;
-    }
-    latency_beside_single(
-        md,
-        "across the backbone",
-        "backbone",
+        &names,
+        b.single_node_updates_per_s,
+        &b.throughput,
+        b.fanout.as_ref(),
         &b.single_node_latency,
         &b.latency,
     )?;

@@ -101,58 +101,23 @@ impl Lab {
 
 /// The node tree's part of report.md.
 pub(super) fn report(md: &mut String, t: &TreeResult) -> Result<()> {
-    writeln!(
+    let names = TwoNodes {
+        heading: "## Through two nodes (upstream link over TCP on loopback)",
+        path: "top -> POP",
+        first: ("top node CPU", "node-top"),
+        second: ("POP node CPU", "node-pop"),
+        reference: "Reference (RMDS 6, 2009, one core per process, separate hosts): p2ps POP cache enabled, no fan-out 620,000/s; 100 mounts producer 50/50 45,000 in.",
+        fanout_at: "the POP",
+        fanout_note: ", cache on",
+        through: "through two nodes",
+        short: "two nodes",
+    };
+    two_node_figures(
         md,
-        "## Through two nodes (upstream link over TCP on loopback)\n"
-    )?;
-    writeln!(
-        md,
-        "Single node, cache off, same run: {} updates/s.\n",
-        fmt_rate(t.single_node_updates_per_s as f64)
-    )?;
-    writeln!(md, "| path | max sustainable updates/s | of single node | top node CPU | POP node CPU | publisher CPU | subscriber CPU | next step failed |")?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|")?;
-    for th in &t.throughput {
-        let cpu = |prefix: &str| cpu_at_max(th, prefix);
-        let share = if t.single_node_updates_per_s > 0 {
-            format!(
-                "{:.0}%",
-                100.0 * th.max_sustainable_updates_per_s as f64
-                    / t.single_node_updates_per_s as f64
-            )
-        } else {
-            "-".into()
-        };
-        writeln!(
-            md,
-            "| top -> POP, cache {} | {} | {} | {} | {} | {} | {} | {} |",
-            th.cache,
-            fmt_rate(th.max_sustainable_updates_per_s as f64),
-            share,
-            cpu("node-top"),
-            cpu("node-pop"),
-            cpu("perf-pub"),
-            cpu("perf-sub"),
-            th.limited_by.as_deref().unwrap_or("-")
-        )?;
-    }
-    writeln!(md, "\nReference (RMDS 6, 2009, one core per process, separate hosts): p2ps POP cache enabled, no fan-out 620,000/s; 100 mounts producer 50/50 45,000 in.\n")?;
-    if let Some(f) = &t.fanout {
-        writeln!(
-            md,
-            "Fan-out at the POP ({} connections, producer 50/50, fan-out {:.1}, {} items, cache on): {} in, {} out per second; next step failed: {}.\n",
-            f.connections,
-            f.fanout,
-            f.items,
-            fmt_rate(f.input_updates_per_s as f64),
-            fmt_rate(f.output_updates_per_s as f64),
-            f.limited_by.as_deref().unwrap_or("-")
-        )?;
-    }
-    latency_beside_single(
-        md,
-        "through two nodes",
-        "two nodes",
+        &names,
+        t.single_node_updates_per_s,
+        &t.throughput,
+        t.fanout.as_ref(),
         &t.single_node_latency,
         &t.latency,
     )?;
