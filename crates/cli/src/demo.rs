@@ -239,8 +239,10 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
     let dashboards = nodes.dashboards();
     let dashboard = dashboards.first().map_or_else(String::new, |d| d.1.clone());
     let feed_args = PublishArgs {
-        node: addr.clone(),
-        credentials: Default::default(),
+        conn: crate::node_args::NodeArgs {
+            node: addr.clone(),
+            credentials: Default::default(),
+        },
         service: "FEED".into(),
         items: Some(args.items.max(1)),
         item_file: None,

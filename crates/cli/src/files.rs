@@ -7,7 +7,7 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 use tickwire_client::files::{self, FileStatus};
-use tickwire_client::{ConnectOptions, Subscriber};
+use tickwire_client::Subscriber;
 use tickwire_files::hex;
 
 #[derive(clap::Subcommand)]
@@ -28,12 +28,8 @@ pub(crate) enum FilesCommand {
 
 #[derive(clap::Args)]
 pub(crate) struct SendArgs {
-    /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
-    /// several comma-separated for failover (the first that answers, then the next).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
-    node: String,
     #[command(flatten)]
-    credentials: tickwire_client::Credentials,
+    conn: crate::node_args::NodeArgs,
     /// The files service to send in.
     #[arg(long, value_name = "NAME", default_value = "FILES")]
     service: String,
@@ -58,12 +54,8 @@ pub(crate) struct SendArgs {
 
 #[derive(clap::Args)]
 pub(crate) struct StatusArgs {
-    /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
-    /// several comma-separated for failover (the first that answers, then the next).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
-    node: String,
     #[command(flatten)]
-    credentials: tickwire_client::Credentials,
+    conn: crate::node_args::NodeArgs,
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
@@ -72,16 +64,10 @@ pub(crate) struct StatusArgs {
     timeout: f64,
 }
 
-fn connect(
-    node: &str,
-    credentials: &tickwire_client::Credentials,
-    app: &str,
-) -> Result<Subscriber> {
-    let mut opts = ConnectOptions::new(node.to_string());
-    opts.application = app.into();
+fn connect(conn: &crate::node_args::NodeArgs, app: &str) -> Result<Subscriber> {
+    let mut opts = conn.connect_options(app)?;
     opts.reconnect = false;
-    credentials.apply(&mut opts).map_err(anyhow::Error::msg)?;
-    Subscriber::connect(opts).with_context(|| format!("cannot connect to {node}"))
+    Subscriber::connect(opts).with_context(|| format!("cannot connect to {}", conn.node))
 }
 
 pub(crate) fn run(cmd: FilesCommand) -> Result<()> {
@@ -108,7 +94,7 @@ fn send(args: SendArgs) -> Result<()> {
         tickwire_files::name::check_name(&name).map_err(|e| anyhow::anyhow!("{name:?}: {e}"))?;
         names.push(name);
     }
-    let mut sub = connect(&args.node, &args.credentials, "tickwire-files")?;
+    let mut sub = connect(&args.conn, "tickwire-files")?;
     let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
     let uploads: Vec<files::Upload> = args
         .paths
@@ -137,7 +123,7 @@ fn send(args: SendArgs) -> Result<()> {
                 Err(reason) => {
                     eprintln!(
                         "tickwire files send: {name}: refused by {}: {reason}",
-                        args.node
+                        args.conn.node
                     );
                     refused += 1;
                 }
@@ -159,7 +145,7 @@ fn send(args: SendArgs) -> Result<()> {
             print_ready(&mut outcomes);
         },
     );
-    sent.with_context(|| format!("sending files to {}", args.node))?;
+    sent.with_context(|| format!("sending files to {}", args.conn.node))?;
     if refused > 0 {
         return Err(Exit(1).into());
     }
@@ -181,10 +167,10 @@ fn status_json(s: &FileStatus) -> serde_json::Value {
 }
 
 fn status(args: StatusArgs) -> Result<()> {
-    let mut sub = connect(&args.node, &args.credentials, "tickwire-files")?;
+    let mut sub = connect(&args.conn, "tickwire-files")?;
     let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
     let list = files::status(&mut sub, 1, timeout)
-        .with_context(|| format!("asking {} for its files", args.node))?;
+        .with_context(|| format!("asking {} for its files", args.conn.node))?;
     for s in &list {
         if args.json {
             println!("{}", status_json(s));

@@ -10,6 +10,7 @@ mod json;
 mod json_log;
 mod lab;
 mod logger;
+mod node_args;
 mod post;
 mod publish;
 mod replay;

@@ -5,18 +5,14 @@ use crate::subscribe::{load_dictionary, Exit};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tickwire_client::{ConnectOptions, EventRef, PostTo, Subscriber};
+use tickwire_client::{EventRef, PostTo, Subscriber};
 use tickwire_proto::text::parse_value;
 use tickwire_proto::{Dictionary, FieldListWriter};
 
 #[derive(clap::Args)]
 pub(crate) struct PostArgs {
-    /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
-    /// several comma-separated for failover (the first that answers, then the next).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
-    node: String,
     #[command(flatten)]
-    credentials: tickwire_client::Credentials,
+    conn: crate::node_args::NodeArgs,
     /// Service of the item.
     #[arg(long, value_name = "NAME", default_value = "FEED")]
     service: String,
@@ -66,15 +62,11 @@ fn encode_fields(dict: &Dictionary, args: &[String]) -> Result<Vec<u8>> {
 pub(crate) fn run(args: PostArgs) -> Result<()> {
     let dict = load_dictionary(args.dictionary.as_deref())?;
     let fields = encode_fields(&dict, &args.fields)?;
-    let mut opts = ConnectOptions::new(args.node.clone());
-    opts.application = "tickwire-post".into();
+    let mut opts = args.conn.connect_options("tickwire-post")?;
     // One post, one answer: a lost connection is reported, not retried.
     opts.reconnect = false;
-    args.credentials
-        .apply(&mut opts)
-        .map_err(anyhow::Error::msg)?;
-    let mut sub =
-        Subscriber::connect(opts).with_context(|| format!("cannot connect to {}", args.node))?;
+    let mut sub = Subscriber::connect(opts)
+        .with_context(|| format!("cannot connect to {}", args.conn.node))?;
     const POST_ID: u32 = 1;
     sub.post(
         PostTo::Item {
@@ -108,7 +100,7 @@ pub(crate) fn run(args: PostArgs) -> Result<()> {
     }
     eprintln!(
         "tickwire post: no answer from {} within {} s",
-        args.node, args.timeout
+        args.conn.node, args.timeout
     );
     Err(Exit(3).into())
 }

@@ -7,20 +7,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tickwire_client::{
-    ConnectOptions, ItemId, Publisher, PublisherEvent, PublisherOptions, ReceivedPost,
-};
+use tickwire_client::{ItemId, Publisher, PublisherEvent, PublisherOptions, ReceivedPost};
 use tickwire_proto::reference::FeedRng;
 use tickwire_proto::{FieldList, NakCode, UpdateType};
 
 #[derive(clap::Args, Clone)]
 pub(crate) struct PublishArgs {
-    /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
-    /// several comma-separated for failover (the first that answers, then the next).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
-    pub node: String,
     #[command(flatten)]
-    pub credentials: tickwire_client::Credentials,
+    pub conn: crate::node_args::NodeArgs,
     /// Service name to publish.
     #[arg(long, value_name = "NAME", default_value = "FEED")]
     pub service: String,
@@ -77,11 +71,7 @@ pub(crate) fn run_feed(
     ready: Arc<AtomicBool>,
 ) -> Result<u64> {
     let names = args.item_names()?;
-    let mut connect = ConnectOptions::new(args.node.clone());
-    connect.application = "tickwire-publish".into();
-    args.credentials
-        .apply(&mut connect)
-        .map_err(anyhow::Error::msg)?;
+    let connect = args.conn.connect_options("tickwire-publish")?;
     let mut publisher = Publisher::connect(PublisherOptions {
         connect,
         service: args.service.clone(),
@@ -91,7 +81,7 @@ pub(crate) fn run_feed(
         start_down: !args.interactive,
         accept_posts: args.accept_posts,
     })
-    .with_context(|| format!("cannot publish to {}", args.node))?;
+    .with_context(|| format!("cannot publish to {}", args.conn.node))?;
     let mut rng = FeedRng::new(args.seed);
     let mut instruments: Vec<Instrument> =
         names.iter().map(|n| Instrument::new(n, &mut rng)).collect();

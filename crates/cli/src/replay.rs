@@ -8,12 +8,8 @@ use tickwire_proto::ReplayFrom;
 
 #[derive(clap::Args)]
 pub(crate) struct ReplayArgs {
-    /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
-    /// several comma-separated for failover (the first that answers, then the next).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
-    node: String,
     #[command(flatten)]
-    credentials: tickwire_client::Credentials,
+    conn: crate::node_args::NodeArgs,
     /// Service of the item (journaled with `[journal] updates = true` at the node).
     #[arg(long, value_name = "NAME", default_value = "FEED")]
     service: String,
@@ -40,8 +36,7 @@ pub(crate) struct ReplayArgs {
 
 pub(crate) fn run(a: ReplayArgs) -> Result<()> {
     crate::subscribe::run(SubscribeArgs {
-        node: a.node,
-        credentials: a.credentials,
+        conn: a.conn,
         service: a.service,
         items: vec![a.item],
         json: a.json,

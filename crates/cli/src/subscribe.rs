@@ -5,17 +5,13 @@ use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tickwire_client::{ConnectOptions, EventRef, RequestOptions, Subscriber};
+use tickwire_client::{EventRef, RequestOptions, Subscriber};
 use tickwire_proto::{Dictionary, StreamState};
 
 #[derive(clap::Args)]
 pub(crate) struct SubscribeArgs {
-    /// Node address: host:port (or tcp://host:port; a host alone: port 14002), or
-    /// several comma-separated for failover (the first that answers, then the next).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
-    pub(crate) node: String,
     #[command(flatten)]
-    pub(crate) credentials: tickwire_client::Credentials,
+    pub(crate) conn: crate::node_args::NodeArgs,
     /// Service of the items.
     #[arg(long, value_name = "NAME", default_value = "FEED")]
     pub(crate) service: String,
@@ -96,15 +92,11 @@ pub(crate) fn run(args: SubscribeArgs) -> Result<()> {
             Some(fids)
         }
     };
-    let mut opts = ConnectOptions::new(args.node.clone());
-    opts.application = "tickwire-subscribe".into();
+    let mut opts = args.conn.connect_options("tickwire-subscribe")?;
     opts.slow_consumer = args.slow_consumer.map(|p| p.to_proto());
     opts.receive_buffer_bytes = args.receive_buffer;
-    args.credentials
-        .apply(&mut opts)
-        .map_err(anyhow::Error::msg)?;
-    let mut sub =
-        Subscriber::connect(opts).with_context(|| format!("cannot subscribe at {}", args.node))?;
+    let mut sub = Subscriber::connect(opts)
+        .with_context(|| format!("cannot subscribe at {}", args.conn.node))?;
     for item in &args.items {
         sub.subscribe(
             &args.service,
