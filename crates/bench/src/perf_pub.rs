@@ -135,12 +135,9 @@ pub struct PubSummary {
     pub rate: f64,
     /// Largest delay of a burst behind its schedule.
     pub max_lag_ms: f64,
-    pub cpu_user_s: f64,
-    pub cpu_sys_s: f64,
-    pub cpu_percent: f64,
-    pub peak_rss_bytes: u64,
-    pub voluntary_ctx_switches: u64,
-    pub involuntary_ctx_switches: u64,
+    /// The tool's own CPU and memory (its JSON keys at this level).
+    #[serde(flatten)]
+    pub usage: crate::stats::ToolUsage,
 }
 
 pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
@@ -321,7 +318,6 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     sink.flush()?;
     let seconds = start.elapsed().as_secs_f64();
     let u = self_usage();
-    let cpu = (u.cpu_user_s - usage0.cpu_user_s) + (u.cpu_sys_s - usage0.cpu_sys_s);
     let summary = PubSummary {
         items: args.items,
         image_seconds,
@@ -330,12 +326,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
         seconds,
         rate: sent as f64 / seconds.max(1e-9),
         max_lag_ms: max_lag.as_secs_f64() * 1e3,
-        cpu_user_s: u.cpu_user_s - usage0.cpu_user_s,
-        cpu_sys_s: u.cpu_sys_s - usage0.cpu_sys_s,
-        cpu_percent: 100.0 * cpu / seconds.max(1e-9),
-        peak_rss_bytes: u.peak_rss_bytes,
-        voluntary_ctx_switches: u.voluntary_ctx_switches,
-        involuntary_ctx_switches: u.involuntary_ctx_switches,
+        usage: crate::stats::ToolUsage::between(&usage0, &u, seconds),
     };
     if args.json {
         println!(
@@ -350,10 +341,10 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             summary.rate,
             summary.timestamped,
             summary.max_lag_ms,
-            summary.cpu_percent,
-            summary.cpu_user_s,
-            summary.cpu_sys_s,
-            summary.peak_rss_bytes as f64 / 1048576.0
+            summary.usage.cpu_percent,
+            summary.usage.cpu_user_s,
+            summary.usage.cpu_sys_s,
+            summary.usage.peak_rss_bytes as f64 / 1048576.0
         );
     }
     Ok(summary)

@@ -187,12 +187,9 @@ pub struct SubSummary {
     /// After every image arrived.
     pub steady: Phase,
     pub overall: Phase,
-    pub cpu_user_s: f64,
-    pub cpu_sys_s: f64,
-    pub cpu_percent: f64,
-    pub peak_rss_bytes: u64,
-    pub voluntary_ctx_switches: u64,
-    pub involuntary_ctx_switches: u64,
+    /// The tool's own CPU and memory (its JSON keys at this level).
+    #[serde(flatten)]
+    pub usage: crate::stats::ToolUsage,
 }
 
 /// Per-stream state: the last sequence number and whether an image came.
@@ -497,7 +494,6 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         gaps,
         latency: lat.summary(),
     };
-    let cpu = (u.cpu_user_s - usage0.cpu_user_s) + (u.cpu_sys_s - usage0.cpu_sys_s);
     let (intervals, intervals_dropped) = match series {
         Some(s) => s.finish(Instant::now(), c.updates),
         None => (Vec::new(), 0),
@@ -535,12 +531,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
             &steady,
         ),
         overall: phase(total_s, c.updates, c.images, c.gaps, &overall),
-        cpu_user_s: u.cpu_user_s - usage0.cpu_user_s,
-        cpu_sys_s: u.cpu_sys_s - usage0.cpu_sys_s,
-        cpu_percent: 100.0 * cpu / total_s.max(1e-9),
-        peak_rss_bytes: u.peak_rss_bytes,
-        voluntary_ctx_switches: u.voluntary_ctx_switches,
-        involuntary_ctx_switches: u.involuntary_ctx_switches,
+        usage: crate::stats::ToolUsage::between(&usage0, &u, total_s),
     };
     if args.json {
         println!(
@@ -747,10 +738,10 @@ fn print_summary(s: &SubSummary) {
     }
     println!(
         "CPU {:.0}% ({:.2} s user, {:.2} s sys), peak RSS {:.1} MiB",
-        s.cpu_percent,
-        s.cpu_user_s,
-        s.cpu_sys_s,
-        s.peak_rss_bytes as f64 / 1048576.0
+        s.usage.cpu_percent,
+        s.usage.cpu_user_s,
+        s.usage.cpu_sys_s,
+        s.usage.peak_rss_bytes as f64 / 1048576.0
     );
 }
 

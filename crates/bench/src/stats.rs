@@ -100,6 +100,36 @@ pub struct SelfUsage {
     pub involuntary_ctx_switches: u64,
 }
 
+/// What a load tool used over its run, as its summary reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolUsage {
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    /// CPU seconds per second of the run, in percent.
+    pub cpu_percent: f64,
+    pub peak_rss_bytes: u64,
+    pub voluntary_ctx_switches: u64,
+    pub involuntary_ctx_switches: u64,
+}
+
+impl ToolUsage {
+    /// From `start` to `now`, over a run of `seconds`.
+    pub fn between(start: &SelfUsage, now: &SelfUsage, seconds: f64) -> ToolUsage {
+        let (user, sys) = (
+            now.cpu_user_s - start.cpu_user_s,
+            now.cpu_sys_s - start.cpu_sys_s,
+        );
+        ToolUsage {
+            cpu_user_s: user,
+            cpu_sys_s: sys,
+            cpu_percent: 100.0 * (user + sys) / seconds.max(1e-9),
+            peak_rss_bytes: now.peak_rss_bytes,
+            voluntary_ctx_switches: now.voluntary_ctx_switches,
+            involuntary_ctx_switches: now.involuntary_ctx_switches,
+        }
+    }
+}
+
 pub fn self_usage() -> SelfUsage {
     // SAFETY: getrusage fills the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
