@@ -28,22 +28,20 @@ impl EnumFile {
             ..EnumFile::default()
         };
         let mut table = EnumTable::default();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if let Some(tag) = line.strip_prefix("!tag") {
-                let mut t = tag.split_whitespace();
-                match (t.next(), t.next()) {
-                    (Some("RT_Version"), Some(v)) => file.rt_version = v.to_string(),
-                    (Some("DT_Version"), Some(v)) => file.dt_version = v.to_string(),
-                    (Some("DictionaryId"), Some(v)) => file.dictionary_id = v.parse().unwrap_or(1),
-                    _ => {}
+        for entry in super::dict_lines(text) {
+            let (n, line) = match entry {
+                super::DictLine::Tag(name, v) => {
+                    match name {
+                        "RT_Version" => file.rt_version = v.to_string(),
+                        "DT_Version" => file.dt_version = v.to_string(),
+                        "DictionaryId" => file.dictionary_id = v.parse().unwrap_or(1),
+                        _ => {}
+                    }
+                    continue;
                 }
-                continue;
-            }
-            if line.is_empty() || line.starts_with('!') {
-                continue;
-            }
-            let err = |what: &str| format!("{source}, line {}: {what}: {line:?}", i + 1);
+                super::DictLine::Entry(n, line) => (n, line),
+            };
+            let err = |what: &str| format!("{source}, line {n}: {what}: {line:?}");
             let (first, rest) = line
                 .split_once(char::is_whitespace)
                 .ok_or_else(|| err("expected ACRONYM FID or VALUE DISPLAY"))?;

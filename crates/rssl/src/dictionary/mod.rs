@@ -372,6 +372,26 @@ fn integral(r: Real) -> Option<i64> {
     (r.mantissa % d == 0).then_some(r.mantissa / d)
 }
 
+/// A line of an RDM dictionary file (RDMFieldDictionary, enumtype.def) that says
+/// something: a `!tag NAME VALUE`, or an entry. Blank lines and other comments (`!`)
+/// are skipped.
+enum DictLine<'a> {
+    Tag(&'a str, &'a str),
+    /// The line's number (from 1) and its trimmed text.
+    Entry(usize, &'a str),
+}
+
+fn dict_lines(text: &str) -> impl Iterator<Item = DictLine<'_>> {
+    text.lines().enumerate().filter_map(|(i, line)| {
+        let line = line.trim();
+        if let Some(tag) = line.strip_prefix("!tag") {
+            let mut t = tag.split_whitespace();
+            return Some(DictLine::Tag(t.next()?, t.next()?));
+        }
+        (!line.is_empty() && !line.starts_with('!')).then_some(DictLine::Entry(i + 1, line))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
