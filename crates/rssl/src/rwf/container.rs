@@ -9,10 +9,40 @@
 use super::primitive::{self, dt};
 use super::wire::{put_buf15, put_u16, put_u16ob, LenSlot, Reader, RwfError};
 
-/// Field list flags.
-const FL_HAS_INFO: u8 = 0x01;
-const FL_HAS_SET_DATA: u8 = 0x02;
-const FL_HAS_STANDARD_DATA: u8 = 0x08;
+/// Field and element list flags (the same bits for both).
+const LIST_HAS_INFO: u8 = 0x01;
+const LIST_HAS_SET_DATA: u8 = 0x02;
+const LIST_HAS_STANDARD_DATA: u8 = 0x08;
+
+/// What a list's errors call its parts.
+struct ListNames {
+    list: &'static str,
+    flags: &'static str,
+    info: &'static str,
+    count: &'static str,
+    set_data: &'static str,
+}
+
+/// The head field and element lists share: flags, the info (skipped), set-defined
+/// data (refused), and how many standard entries follow.
+fn list_head(r: &mut Reader<'_>, names: &ListNames) -> Result<u16, RwfError> {
+    if r.is_empty() {
+        return Ok(0);
+    }
+    let flags = r.u8(names.flags)?;
+    if flags & LIST_HAS_INFO != 0 {
+        let n = r.u8(names.info)? as usize;
+        r.take(n, names.info)?;
+    }
+    if flags & LIST_HAS_SET_DATA != 0 {
+        return Err(RwfError::invalid(names.list, names.set_data));
+    }
+    if flags & LIST_HAS_STANDARD_DATA != 0 {
+        r.u16(names.count)
+    } else {
+        Ok(0)
+    }
+}
 
 /// A field list's entries: field id and the value's bytes (typed by the dictionary).
 pub struct FieldIter<'a> {
@@ -23,25 +53,14 @@ pub struct FieldIter<'a> {
 impl<'a> FieldIter<'a> {
     pub fn new(bytes: &'a [u8]) -> Result<FieldIter<'a>, RwfError> {
         let mut r = Reader::new(bytes);
-        if r.is_empty() {
-            return Ok(FieldIter { r, left: 0 });
-        }
-        let flags = r.u8("a field list's flags")?;
-        if flags & FL_HAS_INFO != 0 {
-            let n = r.u8("a field list's info")? as usize;
-            r.take(n, "a field list's info")?;
-        }
-        if flags & FL_HAS_SET_DATA != 0 {
-            return Err(RwfError::invalid(
-                "a field list",
-                "set-defined data is not supported (send standard data)",
-            ));
-        }
-        let left = if flags & FL_HAS_STANDARD_DATA != 0 {
-            r.u16("a field list's count")?
-        } else {
-            0
+        let names = ListNames {
+            list: "a field list",
+            flags: "a field list's flags",
+            info: "a field list's info",
+            count: "a field list's count",
+            set_data: "set-defined data is not supported (send standard data)",
         };
+        let left = list_head(&mut r, &names)?;
         Ok(FieldIter { r, left })
     }
 
@@ -77,7 +96,7 @@ pub struct FieldListWriter {
 
 impl FieldListWriter {
     pub fn begin(out: &mut Vec<u8>) -> FieldListWriter {
-        out.push(FL_HAS_STANDARD_DATA);
+        out.push(LIST_HAS_STANDARD_DATA);
         let count_at = out.len();
         put_u16(out, 0);
         FieldListWriter { count_at, count: 0 }
@@ -108,11 +127,6 @@ impl FieldListWriter {
     }
 }
 
-/// Element list flags.
-const EL_HAS_INFO: u8 = 0x01;
-const EL_HAS_SET_DATA: u8 = 0x02;
-const EL_HAS_STANDARD_DATA: u8 = 0x08;
-
 /// An element list's entries: name, data type, value bytes.
 pub struct ElementIter<'a> {
     r: Reader<'a>,
@@ -122,25 +136,14 @@ pub struct ElementIter<'a> {
 impl<'a> ElementIter<'a> {
     pub fn new(bytes: &'a [u8]) -> Result<ElementIter<'a>, RwfError> {
         let mut r = Reader::new(bytes);
-        if r.is_empty() {
-            return Ok(ElementIter { r, left: 0 });
-        }
-        let flags = r.u8("an element list's flags")?;
-        if flags & EL_HAS_INFO != 0 {
-            let n = r.u8("an element list's info")? as usize;
-            r.take(n, "an element list's info")?;
-        }
-        if flags & EL_HAS_SET_DATA != 0 {
-            return Err(RwfError::invalid(
-                "an element list",
-                "set-defined data is not supported",
-            ));
-        }
-        let left = if flags & EL_HAS_STANDARD_DATA != 0 {
-            r.u16("an element list's count")?
-        } else {
-            0
+        let names = ListNames {
+            list: "an element list",
+            flags: "an element list's flags",
+            info: "an element list's info",
+            count: "an element list's count",
+            set_data: "set-defined data is not supported",
         };
+        let left = list_head(&mut r, &names)?;
         Ok(ElementIter { r, left })
     }
 }
@@ -209,7 +212,7 @@ pub struct ElementListWriter {
 
 impl ElementListWriter {
     pub fn begin(out: &mut Vec<u8>) -> ElementListWriter {
-        out.push(EL_HAS_STANDARD_DATA);
+        out.push(LIST_HAS_STANDARD_DATA);
         let count_at = out.len();
         put_u16(out, 0);
         ElementListWriter { count_at, count: 0 }
