@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 /// System calls made by the journal's writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SyscallCounts {
+    /// `write` calls.
     pub writes: u64,
+    /// `fdatasync` and `fsync` calls.
     pub syncs: u64,
 }
 
@@ -27,6 +29,7 @@ pub fn list_segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
+/// A whole file.
 pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
@@ -42,6 +45,7 @@ pub fn sync_dir(dir: &Path, counts: &mut SyscallCounts) -> std::io::Result<()> {
 /// The segment being appended to.
 pub struct SegmentFile {
     file: File,
+    /// Where it is.
     pub path: PathBuf,
     /// Bytes in the file.
     pub len: u64,

@@ -24,6 +24,7 @@ pub enum SyncPolicy {
 }
 
 impl SyncPolicy {
+    /// The policy as the config file spells it.
     pub fn name(self) -> &'static str {
         match self {
             SyncPolicy::Always => "always",
@@ -32,6 +33,7 @@ impl SyncPolicy {
         }
     }
 
+    /// A policy from its config spelling (`always`, `batch`, `never`).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "always" => Some(SyncPolicy::Always),
@@ -42,8 +44,10 @@ impl SyncPolicy {
     }
 }
 
+/// How a journal writes.
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
+    /// When a record is synced to disk.
     pub sync: SyncPolicy,
     /// A segment past this size is closed and the next one started.
     pub segment_bytes: u64,
@@ -58,23 +62,39 @@ impl Default for JournalOptions {
     }
 }
 
+/// Why the journal cannot open or take a record.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
+    /// A file operation failed.
     #[error("journal {path}: cannot {op}: {source}")]
     Io {
+        /// What it tried.
         op: &'static str,
+        /// On which file.
         path: PathBuf,
+        /// The error.
         source: std::io::Error,
     },
+    /// A record is not what was written, other than a torn last write.
     #[error("journal {path}: corrupt at byte {offset}: {why}")]
     Corrupt {
+        /// The segment.
         path: PathBuf,
+        /// Where in it.
         offset: u64,
+        /// What is wrong.
         why: String,
     },
+    /// Segments whose seqs do not follow each other.
     #[error("journal {path}: segments do not follow each other: {why}")]
-    Gap { path: PathBuf, why: String },
+    Gap {
+        /// The segment.
+        path: PathBuf,
+        /// What does not follow.
+        why: String,
+    },
+    /// A record too large to encode.
     #[error("cannot encode a journal record: {0}")]
     Encode(#[from] tickwire_proto::EncodeError),
     /// A sync failed earlier: what was written since is in doubt, so nothing more is
@@ -98,11 +118,17 @@ impl JournalError {
 pub struct PendingPost {
     /// The seq of its received record (the completed record names it).
     pub seq: u64,
+    /// When it was received (ns since the Unix epoch).
     pub time_ns: u64,
+    /// Its item's service.
     pub service: String,
+    /// Its item.
     pub item: String,
+    /// Who posted it (empty on an open node).
     pub user: String,
+    /// The poster's number for it.
     pub post_id: u32,
+    /// A whole image, not an update.
     pub image: bool,
     /// The encoded field list.
     pub fields: Vec<u8>,
@@ -111,16 +137,22 @@ pub struct PendingPost {
 /// A journaled refresh or update of an item, for a replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PastMessage {
+    /// When the node received it (ns since the Unix epoch).
     pub time_ns: u64,
+    /// The item's sequence number.
     pub seq: u32,
+    /// A refresh, not an update.
     pub refresh: bool,
+    /// The update type (0 for a refresh).
     pub update_type: u8,
+    /// The encoded field list.
     pub fields: Vec<u8>,
 }
 
 /// What [`Journal::history`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct History {
+    /// The messages, oldest first.
     pub messages: Vec<PastMessage>,
     /// There were more than asked for: these are the latest.
     pub truncated: bool,
@@ -137,7 +169,9 @@ fn segment_created(path: &Path) -> Option<u64> {
 /// What opening the journal found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
+    /// Segments read.
     pub segments: usize,
+    /// Records read.
     pub records: u64,
     /// A torn last record that was cut off: the file, where, how many bytes, why.
     pub cut: Option<(PathBuf, u64, u64, String)>,
@@ -145,12 +179,18 @@ pub struct Recovery {
     pub pending: usize,
 }
 
+/// What the journal has done since it was opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct JournalStats {
+    /// Records appended.
     pub records: u64,
+    /// Bytes appended.
     pub bytes: u64,
+    /// Commits (a write, and a sync where the policy asks).
     pub commits: u64,
+    /// The system calls they took.
     pub syscalls: SyscallCounts,
+    /// Segments started.
     pub segments: u64,
     /// Times the next segment could not be started (a full disk); the current one
     /// went on past its size.
@@ -163,6 +203,8 @@ enum Change {
     Completed(u64),
 }
 
+/// A durable journal of posts and their answers (and journaled items' updates):
+/// appended records, committed under a sync policy, recovered on open.
 pub struct Journal {
     dir: PathBuf,
     opts: JournalOptions,
@@ -286,6 +328,7 @@ impl Journal {
         ))
     }
 
+    /// How it writes.
     pub fn options(&self) -> &JournalOptions {
         &self.opts
     }
@@ -515,14 +558,17 @@ impl Journal {
         self.pending.values()
     }
 
+    /// Posts received and not yet completed.
     pub fn pending_count(&self) -> usize {
         self.pending.len()
     }
 
+    /// Its figures.
     pub fn stats(&self) -> JournalStats {
         self.stats
     }
 
+    /// Its directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -571,6 +617,7 @@ fn create_segment(
         .map_err(|e| JournalError::io("create a segment", &dir.join(&name), e))
 }
 
+/// The wall clock in ns since the Unix epoch (records' time).
 pub fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -14,6 +14,7 @@
 //! thread of its own, so a sync never stalls the event loop.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod files;
 mod journal;

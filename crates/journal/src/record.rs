@@ -17,13 +17,16 @@ pub const MAX_BODY: usize = 200 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Stream {
+    /// Posts as received.
     Received = 1,
+    /// Their answers.
     Completed = 2,
     /// A refresh or an update of a journaled item (`[journal] updates`), for replay.
     Update = 3,
 }
 
 impl Stream {
+    /// Its name, for logs.
     pub fn name(self) -> &'static str {
         match self {
             Stream::Received => "received",
@@ -36,7 +39,9 @@ impl Stream {
 /// A post as received, before its answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received<'a> {
+    /// The item's service.
     pub service: &'a str,
+    /// The item.
     pub item: &'a str,
     /// Who posted it (the user of the connection; empty on an open node).
     pub user: &'a str,
@@ -44,6 +49,7 @@ pub struct Received<'a> {
     pub post_id: u32,
     /// The fields are a whole image, not an update.
     pub image: bool,
+    /// The posted fields.
     pub fields: FieldList<'a>,
 }
 
@@ -54,13 +60,16 @@ pub struct Completed<'a> {
     pub received: u64,
     /// `None`: the publisher accepted it.
     pub nak: Option<NakCode>,
+    /// The publisher's text.
     pub text: &'a str,
 }
 
 /// A refresh or update of an item, as the node received it from its publisher.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemMessage<'a> {
+    /// The item's service.
     pub service: &'a str,
+    /// The item.
     pub item: &'a str,
     /// The item's sequence number.
     pub seq: u32,
@@ -68,6 +77,7 @@ pub struct ItemMessage<'a> {
     pub refresh: bool,
     /// The update type (PROTOCOL 3.4.4; 0 for a refresh).
     pub update_type: u8,
+    /// Its fields.
     pub fields: FieldList<'a>,
 }
 
@@ -85,14 +95,19 @@ impl ItemMessage<'_> {
     }
 }
 
+/// What a record says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body<'a> {
+    /// A post received.
     Received(Received<'a>),
+    /// A post answered.
     Completed(Completed<'a>),
+    /// An item's refresh or update.
     Update(ItemMessage<'a>),
 }
 
 impl Body<'_> {
+    /// The stream it belongs to.
     pub fn stream(&self) -> Stream {
         match self {
             Body::Received(_) => Stream::Received,
@@ -105,8 +120,11 @@ impl Body<'_> {
 /// One record: its place in the journal, when it was written, what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record<'a> {
+    /// Its place in the journal (from 1, no gaps).
     pub seq: u64,
+    /// When it was written (ns since the Unix epoch).
     pub time_ns: u64,
+    /// What it says.
     pub body: Body<'a>,
 }
 
@@ -167,14 +185,29 @@ impl Record<'_> {
 #[non_exhaustive]
 pub enum RecordError {
     /// Fewer bytes than the record says it has: the end of a write a crash cut short.
+    /// Fewer bytes than the record says it has.
     #[error("record cut short: {have} of {need} bytes")]
-    Short { have: usize, need: usize },
+    Short {
+        /// Bytes there are.
+        have: usize,
+        /// Bytes the record needs.
+        need: usize,
+    },
+    /// A length no record can have.
     #[error("record length {0} is out of range (1 to {MAX_BODY})")]
     Length(usize),
+    /// The bytes are not what was written.
     #[error("checksum mismatch (stored {stored:08x}, computed {computed:08x})")]
-    Checksum { stored: u32, computed: u32 },
+    Checksum {
+        /// The checksum written.
+        stored: u32,
+        /// The checksum of the bytes read.
+        computed: u32,
+    },
+    /// The body does not decode.
     #[error("record body: {0}")]
     Body(#[from] DecodeError),
+    /// A stream this version does not know.
     #[error("unknown stream {0}")]
     UnknownStream(u8),
 }

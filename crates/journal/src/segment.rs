@@ -8,11 +8,14 @@
 
 use crate::record::{self, Record, RecordError};
 
+/// A segment's first bytes.
 pub const MAGIC: &[u8; 8] = b"TWJOURN1";
+/// A segment header's length.
 pub const HEADER_LEN: usize = 32;
 /// Segment files are named after their first seq: `00000000000000000001.twj`.
 pub const EXTENSION: &str = "twj";
 
+/// The file name of the segment starting at `first_seq`.
 pub fn file_name(first_seq: u64) -> String {
     format!("{first_seq:020}.{EXTENSION}")
 }
@@ -25,6 +28,7 @@ pub fn parse_file_name(name: &str) -> Option<u64> {
         .flatten()
 }
 
+/// A segment's header.
 pub fn encode_header(first_seq: u64, created_ns: u64) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0..8].copy_from_slice(MAGIC);
@@ -37,6 +41,7 @@ pub fn encode_header(first_seq: u64, created_ns: u64) -> [u8; HEADER_LEN] {
 /// What reading a segment found.
 #[derive(Debug)]
 pub struct Scan<'a> {
+    /// Its valid records, in order.
     pub records: Vec<Record<'a>>,
     /// Bytes from the start of the file up to the end of the last valid record.
     pub valid_len: usize,
@@ -44,24 +49,36 @@ pub struct Scan<'a> {
     pub stopped: Option<Stop>,
 }
 
+/// Where and why reading a segment stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stop {
+    /// The byte where it stopped.
     pub offset: usize,
+    /// Why.
     pub why: String,
     /// What stopped the reading runs to the end of the file (a record cut short, or
     /// zeros the file system left after the last write): what a crash leaves.
     pub torn: bool,
 }
 
+/// Why a file is not a segment.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HeaderError {
+    /// Shorter than a header.
     #[error("file of {0} bytes is shorter than a segment header")]
     Short(usize),
+    /// No magic.
     #[error("not a journal segment (no TWJOURN1 magic)")]
     Magic,
+    /// Its header and its name disagree on its first seq.
     #[error("segment header says first seq {header}, its name says {name}")]
-    FirstSeq { header: u64, name: u64 },
+    FirstSeq {
+        /// What the header says.
+        header: u64,
+        /// What the name says.
+        name: u64,
+    },
 }
 
 /// Whether a bad record at the start of `rest` is what an interrupted last write
