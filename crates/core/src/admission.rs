@@ -25,6 +25,7 @@ use tracing::warn;
 /// Whether a new connection may start logging in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
+    /// Let it log in.
     Admit,
     /// Refused, with the reason to tell it.
     Refuse(String),

@@ -16,7 +16,9 @@ pub const FILES_IN_BYTES: usize = 64 << 20;
 /// A file-transfer message from a peer.
 #[derive(Debug)]
 pub struct FilesIn {
+    /// Who sent it.
     pub conn: ConnId,
+    /// The message.
     pub body: Vec<u8>,
 }
 

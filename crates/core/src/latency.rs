@@ -31,11 +31,14 @@ pub const BOUNDS_NS: [u64; 18] = [
     5_000_000_000,
 ];
 
+/// Latency of updates from their publisher's stamp to the node, in buckets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LatencyHistogram {
     /// Samples per bucket (not cumulative); the last one is above every bound.
     pub counts: [u64; BOUNDS_NS.len() + 1],
+    /// Sum of the samples (ns).
     pub sum_ns: u64,
+    /// Samples counted.
     pub count: u64,
     /// Stamps later than the node's clock (the publisher's clock is ahead): not
     /// counted in the buckets.
@@ -43,6 +46,7 @@ pub struct LatencyHistogram {
 }
 
 impl LatencyHistogram {
+    /// One update's latency: stamped `stamp_ns`, seen at `now_ns` (wall clock, ns).
     pub fn record(&mut self, stamp_ns: u64, now_ns: u64) {
         let Some(ns) = now_ns.checked_sub(stamp_ns) else {
             self.ahead += 1;

@@ -18,6 +18,7 @@
 //! is prefetched. No allocation, no lock, no syscall per message.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod admission;
 mod deferred;
@@ -39,8 +40,11 @@ pub use files::{FilesIn, FILES_IN_BYTES};
 pub struct InternalPeer<'a> {
     /// How the connection is named in logs and reports.
     pub peer: &'a str,
+    /// Publisher or subscriber.
     pub role: tickwire_proto::Role,
+    /// The application name it logs in with.
     pub application: &'a str,
+    /// The user it acts as.
     pub user: &'a str,
     /// For a subscriber: what the core does when it falls behind (None: the node's).
     pub slow_consumer: Option<tickwire_proto::SlowConsumerPolicy>,
@@ -94,6 +98,7 @@ pub struct Limits {
     /// Connections waiting to log in at most, in all and from one address (see
     /// [`Node::admit`]).
     pub max_pending_logins: usize,
+    /// The same, per client address.
     pub max_pending_logins_per_address: usize,
     /// Services the node holds at most; a publisher announcing one more is refused.
     pub max_services: usize,
@@ -125,11 +130,14 @@ impl Default for Limits {
     }
 }
 
+/// The node's core settings (the node's config file, resolved).
 #[derive(Debug, Clone)]
 pub struct CoreConfig {
+    /// The node's name, in its directory and figures.
     pub node_name: String,
     /// Last-value cache on (true) or pass-through (false).
     pub cache: bool,
+    /// Connection and resource limits.
     pub limits: Limits,
     /// When set (and no users file), every login must carry this token.
     pub login_token: Option<String>,
@@ -190,17 +198,27 @@ impl Default for CoreConfig {
 /// Counters kept by the node (single-threaded, so plain integers).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Connections accepted.
     pub connections_accepted: u64,
+    /// Logins accepted.
     pub logins: u64,
+    /// Updates received from publishers.
     pub updates_in: u64,
+    /// Updates sent to subscribers.
     pub updates_out: u64,
+    /// Refreshes received from publishers.
     pub refreshes_in: u64,
+    /// Refreshes sent to subscribers.
     pub refreshes_out: u64,
+    /// Item requests from subscribers.
     pub requests: u64,
+    /// Connections closed for a malformed frame.
     pub malformed_disconnects: u64,
+    /// Connections closed for a protocol error.
     pub protocol_disconnects: u64,
     /// File-transfer messages dropped: the files thread was that far behind.
     pub files_dropped: u64,
+    /// Subscribers closed as too slow (their policy said so).
     pub slow_consumer_disconnects: u64,
     /// Times a subscriber fell behind and its updates started being conflated.
     pub slow_consumer_episodes: u64,
@@ -209,7 +227,9 @@ pub struct Stats {
     pub conflated_updates: u64,
     /// Do-not-conflate updates a slow subscriber had no room for (it was told).
     pub do_not_conflate_dropped: u64,
+    /// Connections closed for silence past three heartbeats.
     pub heartbeat_timeouts: u64,
+    /// Updates for streams the node does not know (dropped).
     pub updates_on_unknown_streams: u64,
     /// Logins refused (credentials, entitlement, protocol version, a loop).
     pub logins_refused: u64,
@@ -221,6 +241,7 @@ pub struct Stats {
     /// Connections closed before they logged in to make room for newer ones
     /// (`Limits::max_pending_logins`, `max_pending_logins_per_address`).
     pub idle_logins_closed: u64,
+    /// What happened to posts.
     pub posts: PostStats,
 }
 
@@ -304,11 +325,15 @@ struct Service {
 /// A service's figures, for `/metrics`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceFigures {
+    /// The service's name.
     pub name: String,
     /// It has a publisher and is up.
     pub up: bool,
+    /// Items it has.
     pub items: usize,
+    /// Updates received for it.
     pub updates_in: u64,
+    /// Updates sent of it.
     pub updates_out: u64,
 }
 
@@ -324,6 +349,10 @@ pub const NODE_STREAM_BASE: u32 = 0x8000_0000;
 /// expired session tokens); heartbeats and timeouts may need it sooner.
 pub const MAX_TICK_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The node without I/O: item table and last values, subscriptions, fan-out,
+/// service state, heartbeats, limits and slow consumers. Bytes and the time go in
+/// (`on_frame`, `handle_timeout`); each connection's output and the next deadline
+/// (`output`, `poll_timeout`) come out.
 pub struct Node {
     cfg: CoreConfig,
     /// See [`Node::set_upstream_chain`].
@@ -390,6 +419,7 @@ fn closed(code: u16, text: &str) -> State<'_> {
 }
 
 impl Node {
+    /// A node with no connection, its clock at `now`.
     pub fn new(cfg: CoreConfig, now: Instant) -> Self {
         let max_image = tickwire_proto::max_image_bytes(cfg.limits.max_output_bytes);
         let sessions = SessionTokens::new(cfg.session_tokens.max_tokens);
@@ -428,10 +458,12 @@ impl Node {
         }
     }
 
+    /// Its settings.
     pub fn config(&self) -> &CoreConfig {
         &self.cfg
     }
 
+    /// Its counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
@@ -473,6 +505,7 @@ impl Node {
         &self.latency
     }
 
+    /// Every service and whether it is up.
     pub fn services(&self) -> Vec<(String, bool)> {
         self.services
             .iter()
@@ -480,6 +513,7 @@ impl Node {
             .collect()
     }
 
+    /// Items in the table.
     pub fn item_count(&self) -> usize {
         self.items.len()
     }

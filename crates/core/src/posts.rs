@@ -48,6 +48,7 @@ impl PostServices {
         }
     }
 
+    /// Whether the setting applies to `service`.
     pub fn takes(&self, service: &str) -> bool {
         match self {
             PostServices::None => false,
@@ -62,36 +63,58 @@ impl PostServices {
 pub struct JournalRequest {
     /// Pass it back to [`Node::on_journaled`].
     pub ticket: u64,
+    /// What to write.
     pub write: JournalWrite,
 }
 
+/// A record for the journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalWrite {
+    /// A post received.
     Received {
+        /// Its item's service.
         service: String,
+        /// Its item.
         item: String,
+        /// Who posted it.
         user: String,
+        /// The poster's number for it.
         post_id: u32,
+        /// A whole image, not an update.
         image: bool,
+        /// The encoded fields.
         fields: Vec<u8>,
     },
+    /// A post answered.
     Completed {
         /// The seq of the received record.
         received: u64,
+        /// `None`: accepted.
         nak: Option<NakCode>,
+        /// The publisher's text.
         text: String,
     },
     /// Refreshes and updates of journaled items (`[journal] updates`), each as a u32
     /// length then its part ([`tickwire_journal::ItemMessage::encode_part`]). Nobody
     /// waits for these: the answer only counts failures.
-    ItemMessages { parts: Vec<u8>, count: u64 },
+    ItemMessages {
+        /// The messages, each a u32 length then its part.
+        parts: Vec<u8>,
+        /// How many.
+        count: u64,
+    },
     /// The history of an item, for a replay: answered with
     /// [`Node::on_history`].
     History {
+        /// The item's service.
         service: String,
+        /// The item.
         item: String,
+        /// Where the history starts.
         from: tickwire_proto::ReplayFrom,
+        /// The item's sequence number the history ends at.
         until: u32,
+        /// Messages at most.
         max: usize,
     },
 }
@@ -101,9 +124,13 @@ pub enum JournalWrite {
 pub struct Redelivery {
     /// Its received record's seq.
     pub seq: u64,
+    /// Its item's service.
     pub service: String,
+    /// Its item.
     pub item: String,
+    /// A whole image, not an update.
     pub image: bool,
+    /// The encoded fields.
     pub fields: Vec<u8>,
 }
 
@@ -209,9 +236,13 @@ impl Posts {
 /// What happened to posts, for the node's figures.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PostStats {
+    /// Posts received.
     pub posts_in: u64,
+    /// Posts forwarded to their publisher.
     pub posts_forwarded: u64,
+    /// Acks sent to posters.
     pub acks_out: u64,
+    /// Naks sent to posters.
     pub naks_out: u64,
     /// Posts refused because the publisher did not answer in time.
     pub post_timeouts: u64,
@@ -221,6 +252,7 @@ pub struct PostStats {
     pub redelivered: u64,
     /// Journal records asked for, and those the journal could not keep.
     pub journal_writes: u64,
+    /// Journal records that could not be kept.
     pub journal_failures: u64,
 }
 

@@ -40,10 +40,13 @@ pub(crate) enum Identity {
 /// A secret to check, off the event loop: answer with [`Node::on_auth_result`].
 #[derive(Debug, Clone)]
 pub struct AuthRequest {
+    /// The connection logging in.
     pub conn: ConnId,
     /// Matches the answer to this login (the connection id may be reused meanwhile).
     pub ticket: u64,
+    /// The user it names.
     pub user: String,
+    /// Its password or token.
     pub secret: String,
 }
 
@@ -100,13 +103,20 @@ pub enum TokenRefusal {
 /// The answer to a token request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenAnswer {
+    /// A session token.
     Issued {
+        /// The token.
         token: String,
+        /// Whose it is.
         user: String,
+        /// How long it is valid.
         lifetime: Duration,
     },
+    /// Refused.
     Refused {
+        /// Why, in kind.
         why: TokenRefusal,
+        /// Why, for the client.
         text: String,
     },
 }

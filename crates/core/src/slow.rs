@@ -62,24 +62,35 @@ impl Default for SlowConsumerConfig {
 /// One connection as seen by the node, for logs and monitoring.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionReport {
+    /// The connection's id.
     pub id: ConnId,
+    /// The client's address.
     pub peer: String,
+    /// The user it logged in as.
     pub user: String,
+    /// The application it named.
     pub application: String,
     /// "subscriber", "publisher", "login" (not logged in yet) or "closing".
     pub role: &'static str,
+    /// Its slow-consumer policy.
     pub policy: SlowConsumerPolicy,
     /// Behind, its updates being conflated.
     pub behind: bool,
+    /// Bytes queued for it.
     pub queued_bytes: usize,
     /// The most it had queued when the node came to write (see `Node::output`).
     pub queued_bytes_high_water: usize,
+    /// Messages queued for it.
     pub queued_messages: u64,
+    /// Streams open.
     pub streams: usize,
     /// Streams with a pending conflated update.
     pub pending_streams: usize,
+    /// Times it fell behind.
     pub slow_episodes: u64,
+    /// Updates merged for it while behind.
     pub conflated_updates: u64,
+    /// Do-not-conflate updates it had no room for.
     pub do_not_conflate_dropped: u64,
 }
 
