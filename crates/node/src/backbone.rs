@@ -137,6 +137,7 @@ impl BackboneSection {
         Role::parse(&self.role)
     }
 
+    /// Checks the section; the error names the key and why.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.role.is_empty() {
             if !self.channel.is_empty() {
@@ -368,6 +369,7 @@ impl BackboneSection {
         Ok(())
     }
 
+    /// The Aeron side's settings.
     pub fn link_config(&self) -> LinkConfig {
         let mut l = LinkConfig::new(&self.channel);
         if !self.request_channel.is_empty() {
@@ -435,6 +437,7 @@ impl BackboneSection {
             .map_err(|e| invalid("backbone.key_file", format!("{:?}", self.key_file), &e))
     }
 
+    /// The source role's settings, for a node named `node_name`.
     pub fn source_config(&self, node_name: &str) -> SourceConfig {
         SourceConfig {
             name: node_name.to_string(),
@@ -448,6 +451,7 @@ impl BackboneSection {
         }
     }
 
+    /// The edge role's settings, for a node named `node_name`.
     pub fn edge_config(&self, node_name: &str) -> EdgeConfig {
         EdgeConfig {
             name: node_name.to_string(),

@@ -20,6 +20,7 @@ pub enum SlowPolicy {
 }
 
 impl SlowPolicy {
+    /// The core's policy.
     pub fn to_proto(self) -> SlowConsumerPolicy {
         match self {
             SlowPolicy::Conflate => SlowConsumerPolicy::Conflate,
@@ -41,10 +42,13 @@ impl std::str::FromStr for SlowPolicy {
     }
 }
 
+/// `[node] cache`: the last-value cache on or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheMode {
+    /// Last values kept: a new subscriber gets its image from the node.
     On,
+    /// Pass-through: images come from the publisher.
     Off,
 }
 
@@ -94,17 +98,29 @@ impl std::str::FromStr for WaitStrategy {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NodeConfig {
+    /// `[node]`.
     pub node: NodeSection,
+    /// `[limits]`.
     pub limits: LimitsSection,
+    /// `[slow_consumer]`.
     pub slow_consumer: SlowConsumerSection,
+    /// `[websocket]`.
     pub websocket: WebSocketSection,
+    /// `[rssl]`.
     pub rssl: RsslSection,
+    /// `[security]`.
     pub security: SecuritySection,
+    /// `[tls]`.
     pub tls: TlsSection,
+    /// `[backbone]`.
     pub backbone: crate::backbone::BackboneSection,
+    /// `[upstream]`.
     pub upstream: crate::upstream::UpstreamSection,
+    /// `[posts]`.
     pub posts: PostsSection,
+    /// `[journal]`.
     pub journal: crate::journal::JournalSection,
+    /// `[files]`.
     pub files: crate::files::FilesSection,
 }
 
@@ -146,6 +162,7 @@ pub struct TlsSection {
 }
 
 impl TlsSection {
+    /// A certificate or key is configured.
     pub fn enabled(&self) -> bool {
         !self.cert.is_empty() || !self.key.is_empty()
     }
@@ -293,13 +310,16 @@ impl RsslSection {
 /// Where a node accepts RSSL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RsslAt {
+    /// No RSSL listener.
     Off,
     /// On the node's own port.
     Shared,
+    /// On a port of its own.
     Own(SocketAddr),
 }
 
 impl RsslSection {
+    /// Where RSSL is accepted, given the node's own listening address.
     pub fn at(&self, node_listen: SocketAddr) -> Result<RsslAt, ConfigError> {
         match self.listen.as_str() {
             "" => Ok(RsslAt::Shared),
@@ -342,6 +362,7 @@ fn de_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Er
     resolve_listen(&text).map_err(serde::de::Error::custom)
 }
 
+/// `[slow_consumer]`: what the node does with subscribers that fall behind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SlowConsumerSection {
@@ -369,6 +390,7 @@ impl Default for SlowConsumerSection {
     }
 }
 
+/// `[node]`: the node's name, address, threads and waiting.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NodeSection {
@@ -390,6 +412,7 @@ pub struct NodeSection {
     pub spin_us: u64,
 }
 
+/// `[limits]`: what one peer may cost the node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsSection {
@@ -411,12 +434,15 @@ pub struct LimitsSection {
     /// Connections the kernel queues before the node accepts them (capped by the
     /// kernel's net.core.somaxconn).
     pub listen_backlog: u32,
+    /// The largest frame accepted.
     pub max_frame_bytes: usize,
+    /// Streams one connection may open.
     pub max_streams_per_connection: usize,
     /// Hard bound on bytes queued for one subscriber (any policy disconnects past it).
     pub max_output_bytes: usize,
     /// Hard bound on messages queued for one subscriber.
     pub max_output_messages: u64,
+    /// Heartbeat interval; a peer silent for three is dropped.
     pub heartbeat_ms: u64,
     /// How long a connection the node closes may take to receive its last bytes (the
     /// status saying why) before its socket is closed anyway.
@@ -427,6 +453,7 @@ pub struct LimitsSection {
     pub socket_send_buffer_bytes: usize,
 }
 
+/// `[security]`: the users file, anonymous logins, login throttling.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecuritySection {
@@ -469,6 +496,7 @@ pub enum AnonymousMode {
 }
 
 impl AnonymousMode {
+    /// The core's setting.
     pub fn to_core(self) -> tickwire_core::Anonymous {
         match self {
             AnonymousMode::None => tickwire_core::Anonymous::None,
@@ -477,6 +505,7 @@ impl AnonymousMode {
     }
 }
 
+/// Where a node listens by default (the port LSEG applications default to).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:14002";
 
 impl Default for NodeSection {
@@ -516,6 +545,7 @@ impl Default for LimitsSection {
 }
 
 impl NodeConfig {
+    /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.display().to_string(),
@@ -537,6 +567,7 @@ impl NodeConfig {
         Ok(cfg)
     }
 
+    /// Checks every section; the error names the key and why.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let min_frame = tickwire_proto::frame::MIN_MAX_FRAME;
         let l = &self.limits;
@@ -797,6 +828,7 @@ impl NodeConfig {
             })
     }
 
+    /// The core's settings.
     pub fn core_config(&self) -> CoreConfig {
         CoreConfig {
             node_name: self.node.name.clone(),
@@ -853,6 +885,7 @@ impl NodeConfig {
     }
 }
 
+/// CPUs this process may run on.
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }

@@ -4,17 +4,34 @@
 
 use thiserror::Error;
 
+/// Why a node's configuration was refused.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// The file cannot be read.
     #[error("cannot read config file {path}: {reason}")]
-    Read { path: String, reason: String },
+    Read {
+        /// The file.
+        path: String,
+        /// Why not.
+        reason: String,
+    },
+    /// The file is not TOML of the expected shape.
     #[error("config file {path}: {message}")]
-    Parse { path: String, message: String },
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A value is not allowed.
     #[error("config {key} = {value}: {reason}")]
     Invalid {
+        /// The key.
         key: &'static str,
+        /// The value given.
         value: String,
+        /// What is allowed.
         reason: String,
     },
 }

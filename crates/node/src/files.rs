@@ -64,11 +64,15 @@ pub struct FilesSection {
     pub audit: String,
 }
 
+/// `[files] fsync`: when received files are synced to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FsyncSetting {
+    /// Every file before it is announced.
     Always,
+    /// In batches.
     Batch,
+    /// Never (the operating system decides).
     Never,
 }
 
@@ -107,6 +111,7 @@ impl FilesSection {
         !self.services.is_empty()
     }
 
+    /// Checks the section; the error names the key and why.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.services.len() > tickwire_files::hub::MAX_SERVICES {
             return Err(invalid(

@@ -40,15 +40,20 @@ pub struct JournalSection {
     pub updates: bool,
 }
 
+/// `[journal] sync`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SyncSetting {
+    /// Every record synced before its answer.
     Always,
+    /// Records synced in batches before their answers.
     Batch,
+    /// Written, never synced by the node.
     Never,
 }
 
 impl SyncSetting {
+    /// The journal's policy.
     pub fn policy(self) -> SyncPolicy {
         match self {
             SyncSetting::Always => SyncPolicy::Always,
@@ -73,7 +78,9 @@ impl Default for JournalSection {
 /// What the journal has done, for the node's figures.
 #[derive(Debug, Default)]
 pub struct JournalFigures {
+    /// Records kept.
     pub records: AtomicU64,
+    /// Commits made.
     pub commits: AtomicU64,
     /// write and fdatasync system calls.
     pub syscalls: AtomicU64,
@@ -108,6 +115,8 @@ const ITEMS_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 /// ...and how many bytes of them.
 const ITEMS_BYTES: usize = 1 << 20;
 
+/// The journal on a thread of its own: records go to it, answers come back (the loop's
+/// `Journal` part).
 pub struct JournalThread {
     /// Bytes of journaled refreshes and updates handed to the thread so far.
     item_bytes_sent: std::cell::Cell<u64>,
@@ -115,6 +124,7 @@ pub struct JournalThread {
     answers: Option<Receiver<Answer>>,
     /// Why there is no journal (it could not be opened).
     unavailable: Option<String>,
+    /// What it has done, for /metrics and the figures item.
     pub figures: Arc<JournalFigures>,
     /// Joined on drop: the thread commits what still waits once `requests` is gone.
     thread: Option<std::thread::JoinHandle<()>>,

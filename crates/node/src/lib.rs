@@ -5,6 +5,8 @@
 //! epoll, threads, CPU pinning, config files). It holds no market-data logic: every
 //! decision about items, streams and fan-out is the core's.
 
+#![warn(missing_docs)]
+
 mod auth;
 pub mod backbone;
 pub mod config;

@@ -33,8 +33,11 @@ pub use tickwire_tls::TLS_BUFFER;
 /// Why `[tls]` does not load: the key (`tls.cert` or `tls.key`), the file, the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsConfigError {
+    /// The config key (`tls.cert`, `tls.key`).
     pub key: &'static str,
+    /// The file.
     pub file: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -103,7 +106,9 @@ pub fn server_config(cert: &str, key: &str) -> Result<Arc<ServerConfig>, TlsConf
 
 /// An accepted connection's byte stream: the socket itself, or TLS over it.
 pub enum Transport {
+    /// Without TLS.
     Plain(TcpStream),
+    /// TLS over the socket.
     Tls(Box<TlsStream>),
 }
 
@@ -150,6 +155,7 @@ impl Transport {
         }
     }
 
+    /// The socket, mutably (to deregister it).
     pub fn tcp_mut(&mut self) -> &mut TcpStream {
         match self {
             Transport::Plain(s) => s,

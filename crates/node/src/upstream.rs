@@ -35,6 +35,7 @@ pub struct UpstreamSection {
     pub password_file: PathBuf,
     /// First delay before reconnecting, doubling up to `reconnect_max_ms`.
     pub reconnect_min_ms: u64,
+    /// The longest delay before reconnecting.
     pub reconnect_max_ms: u64,
     /// How long an upstream has to answer the login.
     pub login_timeout_ms: u64,
@@ -62,6 +63,7 @@ impl Default for UpstreamSection {
 }
 
 impl UpstreamSection {
+    /// Checks the section; the error names the key and why.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for n in &self.nodes {
             let ok = n
@@ -117,6 +119,7 @@ impl UpstreamSection {
         Ok(first.to_string())
     }
 
+    /// The relay's settings for this node.
     pub fn relay_config(&self, node_id: u64, node_name: &str) -> Result<RelayConfig, ConfigError> {
         Ok(RelayConfig {
             node_id,
@@ -155,6 +158,7 @@ pub struct UpstreamLink {
 }
 
 impl UpstreamLink {
+    /// Starts the link (the relay joins the core; connecting starts in the first turn).
     pub fn start(
         core: &mut Node,
         cfg: RelayConfig,

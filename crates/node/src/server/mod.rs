@@ -53,6 +53,7 @@ pub struct ShutdownHandle {
 }
 
 impl ShutdownHandle {
+    /// Stops the node (its streams closed, closed-recover).
     pub fn shutdown(&self) {
         self.flag.store(true, Ordering::SeqCst);
         let _ = self.waker.wake();
@@ -90,6 +91,7 @@ pub struct NodeServer {
 
 /// A node running on its own thread.
 pub struct RunningNode {
+    /// The node's address.
     pub addr: SocketAddr,
     /// The WebSocket API's address, if it is on.
     pub ws_addr: Option<SocketAddr>,
@@ -98,6 +100,7 @@ pub struct RunningNode {
 }
 
 impl RunningNode {
+    /// A handle to stop it or have it reload its users.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.handle.clone()
     }
@@ -297,6 +300,7 @@ impl NodeServer {
         })
     }
 
+    /// Where the node listens.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
@@ -311,6 +315,7 @@ impl NodeServer {
         self.tls.is_some()
     }
 
+    /// A handle to stop it or have it reload its users.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.shutdown.clone()
     }
