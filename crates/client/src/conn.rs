@@ -19,13 +19,19 @@ pub struct ConnectOptions {
     /// [`DEFAULT_PORT`]), or several, comma-separated, for failover: the first one
     /// reachable, and after a loss the next ones in turn ([`node_addresses`]).
     pub addr: String,
+    /// The application name the login gives.
     pub application: String,
+    /// The user to log in as (empty: none).
     pub user: String,
+    /// Its secret: a password or a token (empty: none).
     pub token: String,
+    /// How long connecting (and the Welcome) may take.
     pub connect_timeout: Duration,
     /// Reconnect automatically (with backoff) when the connection is lost.
     pub reconnect: bool,
+    /// The first delay before reconnecting; it doubles up to `backoff_max`.
     pub backoff_min: Duration,
+    /// The longest delay before reconnecting.
     pub backoff_max: Duration,
     /// The slow-consumer policy to ask the node for (`None`: the node's configured one).
     pub slow_consumer: Option<SlowConsumerPolicy>,
@@ -41,6 +47,7 @@ pub struct ConnectOptions {
 }
 
 impl ConnectOptions {
+    /// Options to connect to `addr` (`host:port`, or several comma-separated for failover), with the defaults.
     pub fn new(addr: impl Into<String>) -> Self {
         ConnectOptions {
             addr: addr.into(),
@@ -71,6 +78,7 @@ impl ConnectOptions {
         }
     }
 
+    /// How the session reconnects, from these options.
     pub fn reconnect_policy(&self) -> ReconnectPolicy {
         ReconnectPolicy {
             reconnect: self.reconnect,

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 /// Environment variable holding the secret (a password or a token).
 pub(crate) const PASSWORD_ENV: &str = "TICKWIRE_PASSWORD";
 
+/// Who a command logs in as, and how it reaches a TLS node.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Credentials {
     /// User to log in as (the node's users file). Default: $USER. The secret comes from

@@ -22,18 +22,26 @@ const DATA_BYTES: usize = 60_000;
 /// A file the node has queued.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Queued {
+    /// The node's id for the transfer.
     pub transfer: u64,
+    /// Its size in bytes.
     pub size: u64,
+    /// Its SHA-256.
     pub sha256: [u8; 32],
 }
 
 /// One file at one site, from a node's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileStatus {
+    /// The node's id for the transfer.
     pub transfer: u64,
+    /// The files service.
     pub service: String,
+    /// The file's name.
     pub file: String,
+    /// Its size in bytes.
     pub size: u64,
+    /// Its SHA-256.
     pub sha256: [u8; 32],
     /// Empty: no site yet (a file for every site, before it starts).
     pub site: String,
@@ -41,6 +49,7 @@ pub struct FileStatus {
     pub state: String,
     /// Milliseconds since 1970 when the state began (0: not known).
     pub since_ms: u64,
+    /// Why it failed, if it did.
     pub reason: String,
 }
 
@@ -74,7 +83,9 @@ pub const FILES_IN_FLIGHT: usize = 8;
 
 /// A file to queue at the node: its name there and where it is here.
 pub struct Upload<'a> {
+    /// Its name at the sites.
     pub name: &'a str,
+    /// Where it is here.
     pub path: &'a Path,
 }
 

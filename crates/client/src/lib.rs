@@ -15,6 +15,8 @@
 //! node's upstream link drives a subscriber session in its event loop.
 //! This crate owns the client side of the protocol and nothing of the node.
 
+#![warn(missing_docs)]
+
 mod conn;
 #[cfg(feature = "clap")]
 mod credentials;
@@ -49,26 +51,45 @@ pub use watchlist::{PostTo, ReconnectPolicy, RequestOptions, StreamId, Subscribe
 
 use thiserror::Error;
 
+/// Why a client operation failed.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum ClientError {
+    /// The node cannot be reached (or refused the TLS handshake).
     #[error("cannot connect to node at {addr}: {reason}")]
-    Connect { addr: String, reason: String },
+    Connect {
+        /// The address.
+        addr: String,
+        /// Why not.
+        reason: String,
+    },
     /// The node refused the connection for now (connection limit, shutting down).
     #[error("refused by the node: {0}")]
     Refused(String),
+    /// The node refused the login.
     #[error("login rejected by the node (code {code}): {reason}")]
-    Rejected { code: u16, reason: String },
+    Rejected {
+        /// The status code.
+        code: u16,
+        /// The node's reason.
+        reason: String,
+    },
+    /// The connection was lost.
     #[error("connection to the node lost: {0}")]
     Disconnected(String),
+    /// Nothing came in time (what, in the text).
     #[error("timed out {0}")]
     Timeout(String),
+    /// The node broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// Bytes from the node do not decode.
     #[error("malformed data from the node: {0}")]
     Decode(#[from] tickwire_proto::DecodeError),
+    /// A message could not be encoded (too large).
     #[error("cannot encode: {0}")]
     Encode(#[from] tickwire_proto::EncodeError),
+    /// A socket error.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -11,9 +11,12 @@ use log::info;
 use std::time::{Duration, Instant};
 use tickwire_proto::{FieldImage, FieldList, NakCode, Role, UpdateType};
 
+/// How a publisher connects and what it announces.
 #[derive(Debug, Clone)]
 pub struct PublisherOptions {
+    /// Where and as whom it connects.
     pub connect: ConnectOptions,
+    /// The service it publishes.
     pub service: String,
     /// Announce the service as interactive: the node asks for items on demand and says
     /// when nobody watches them any more.
@@ -28,6 +31,7 @@ pub struct PublisherOptions {
 }
 
 impl PublisherOptions {
+    /// A non-interactive service, up at once, taking no posts.
     pub fn new(connect: ConnectOptions, service: impl Into<String>) -> Self {
         PublisherOptions {
             connect,
@@ -79,6 +83,7 @@ impl Publisher {
         Ok(Publisher { driver })
     }
 
+    /// The node's Welcome, while connected.
     pub fn session(&self) -> Option<&Session> {
         self.driver.session.session()
     }
@@ -89,6 +94,7 @@ impl Publisher {
         self.driver.session.max_image_bytes()
     }
 
+    /// Logged in now.
     pub fn is_connected(&self) -> bool {
         self.driver.is_connected()
     }
@@ -106,14 +112,17 @@ impl Publisher {
         Ok(())
     }
 
+    /// The service it publishes.
     pub fn service(&self) -> &str {
         self.driver.session.service()
     }
 
+    /// An item by name.
     pub fn item(&self, name: &str) -> Option<ItemId> {
         self.driver.session.item(name)
     }
 
+    /// An item's name.
     pub fn item_name(&self, id: ItemId) -> Option<&str> {
         self.driver.session.item_name(id)
     }
@@ -123,6 +132,7 @@ impl Publisher {
         self.driver.session.is_open(id)
     }
 
+    /// Items it has published.
     pub fn item_count(&self) -> usize {
         self.driver.session.item_count()
     }
@@ -132,10 +142,12 @@ impl Publisher {
         self.driver.session.image(id)
     }
 
+    /// Updates sent so far.
     pub fn updates_sent(&mut self) -> u64 {
         self.driver.session.updates_sent()
     }
 
+    /// Times it reconnected.
     pub fn reconnects(&self) -> u64 {
         self.driver.session.reconnects()
     }

@@ -27,13 +27,22 @@ pub type ItemId = usize;
 pub enum PublisherEvent {
     /// An interactive node wants an item this publisher has no image for: answer with
     /// `publish_refresh` (or `reject_request`).
-    Request { name: String },
+    Request {
+        /// The item.
+        name: String,
+    },
     /// Nobody watches the item any more; updates to it are kept in its image only.
-    Closed { item: ItemId },
+    Closed {
+        /// The item.
+        item: ItemId,
+    },
     /// The connection was re-established and every image sent again.
     Reconnected,
     /// The connection was lost; the publisher keeps images and reconnects.
-    Disconnected { reason: String },
+    Disconnected {
+        /// Why.
+        reason: String,
+    },
     /// A subscriber's contribution to an item (only with `accept_posts`). When `ack`
     /// is set, answer it with [`PublisherSession::answer_post`]: the node refuses it as
     /// unanswered otherwise.
@@ -45,6 +54,7 @@ pub enum PublisherEvent {
 pub struct ReceivedPost {
     /// Where the answer goes: pass both to [`PublisherSession::answer_post`].
     pub stream: u32,
+    /// The poster's number for it.
     pub post_id: u32,
     /// The poster wants an answer.
     pub ack: bool,
@@ -53,27 +63,37 @@ pub struct ReceivedPost {
     /// Delivered again after the node restarted (from its journal): this publisher may
     /// have had it before, its answer never reached the journal.
     pub redelivered: bool,
+    /// The item's service.
     pub service: String,
+    /// The item's name.
     pub name: String,
     /// The item, if this publisher has it.
     pub item: Option<ItemId>,
+    /// The posted fields.
     pub fields: Fields,
 }
 
+/// Why publishing failed.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum PublishError {
+    /// The connection failed.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// No item has this id.
     #[error("unknown item id {0}")]
     UnknownItem(ItemId),
     #[error(
         "image of {name:?} not published: {bytes} bytes, the node accepts at most {max} \
          (half its max_output_bytes)"
     )]
+    /// An image larger than the node takes.
     ImageTooLarge {
+        /// The item.
         name: String,
+        /// Its image's size.
         bytes: usize,
+        /// The most the node takes.
         max: usize,
     },
 }
@@ -81,6 +101,7 @@ pub enum PublishError {
 /// The service a publisher announces.
 #[derive(Debug, Clone)]
 pub struct ServiceOptions {
+    /// The service's name.
     pub service: String,
     /// Announce the service as interactive: the node asks for items on demand and says
     /// when nobody watches them any more.
@@ -144,6 +165,8 @@ const NODE_STREAM_BASE: u32 = 0x8000_0000;
 /// Largest field list per refresh part.
 const REFRESH_PART: usize = 60_000;
 
+/// A service's items, their images and re-imaging, without I/O: what a
+/// [`crate::Publisher`] drives over a socket.
 pub struct PublisherSession {
     login: LoginOptions,
     reconnection: Reconnection,
@@ -241,10 +264,12 @@ impl PublisherSession {
         self.conn.is_none() && self.reconnection.due(now)
     }
 
+    /// When the next connection is due (while disconnected).
     pub fn retry_at(&self) -> Instant {
         self.reconnection.retry_at()
     }
 
+    /// The connection, while connected.
     pub fn connection(&mut self) -> Option<&mut Connection> {
         self.settle();
         self.conn.as_mut()
@@ -255,10 +280,12 @@ impl PublisherSession {
         self.conn.as_ref().and_then(|c| c.session())
     }
 
+    /// Logged in now.
     pub fn is_connected(&self) -> bool {
         self.conn.is_some()
     }
 
+    /// The service it publishes.
     pub fn service(&self) -> &str {
         &self.service.service
     }
@@ -274,10 +301,12 @@ impl PublisherSession {
         tickwire_proto::max_image_bytes(max_output)
     }
 
+    /// An item by name.
     pub fn item(&self, name: &str) -> Option<ItemId> {
         self.by_name.get(name).copied()
     }
 
+    /// An item's name.
     pub fn item_name(&self, id: ItemId) -> Option<&str> {
         self.names.get(id).map(String::as_str)
     }
@@ -287,10 +316,12 @@ impl PublisherSession {
         self.items.get(id).is_some_and(|i| i.stream.is_some())
     }
 
+    /// Items it has.
     pub fn item_count(&self) -> usize {
         self.items.len()
     }
 
+    /// An item's image.
     pub fn image(&mut self, id: ItemId) -> Option<&FieldImage> {
         self.settle();
         self.items.get(id).map(|i| &i.image)
@@ -358,6 +389,7 @@ impl PublisherSession {
         std::mem::take(&mut self.events)
     }
 
+    /// Events wait to be taken.
     pub fn has_events(&self) -> bool {
         !self.events.is_empty()
     }

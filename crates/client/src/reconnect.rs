@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 /// Whether and how soon to reconnect after a connection is lost.
 #[derive(Debug, Clone)]
 pub struct ReconnectPolicy {
+    /// Reconnect after a lost connection.
     pub reconnect: bool,
+    /// The first delay; it doubles up to `backoff_max`.
     pub backoff_min: Duration,
+    /// The longest delay.
     pub backoff_max: Duration,
     /// A refused login is tried again too (with backoff), rather than ending the
     /// session: for a link that moves between upstream nodes, where one refusing it

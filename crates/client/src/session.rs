@@ -15,9 +15,13 @@ use tickwire_proto::{
 /// What a client says in its Login.
 #[derive(Debug, Clone)]
 pub struct LoginOptions {
+    /// Publisher or subscriber.
     pub role: Role,
+    /// The application name the login gives.
     pub application: String,
+    /// The user to log in as.
     pub user: String,
+    /// Its secret (a password or a token).
     pub token: String,
     /// The slow-consumer policy to ask the node for (`None`: the node's configured one).
     pub slow_consumer: Option<SlowConsumerPolicy>,
@@ -28,11 +32,17 @@ pub struct LoginOptions {
 /// What the node said in its welcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
+    /// The protocol version the node speaks.
     pub version: u16,
+    /// The node's heartbeat interval.
     pub heartbeat: Duration,
+    /// The largest frame the node takes.
     pub max_frame: usize,
+    /// Streams the node lets one connection open.
     pub max_streams: u32,
+    /// Bytes the node queues for this connection at most.
     pub max_output_bytes: u32,
+    /// The node's name.
     pub node_name: String,
 }
 

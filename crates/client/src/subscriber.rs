@@ -56,6 +56,7 @@ impl Subscriber {
         self.driver.raw_fd()
     }
 
+    /// Logged in now.
     pub fn is_connected(&self) -> bool {
         self.driver.is_connected()
     }

@@ -27,9 +27,15 @@ pub enum PostTo<'a> {
     /// The item of one of the session's open streams.
     Stream(StreamId),
     /// Any item, by name (off-stream).
-    Item { service: &'a str, name: &'a str },
+    Item {
+        /// The item's service.
+        service: &'a str,
+        /// The item's name.
+        name: &'a str,
+    },
 }
 
+/// How an item is asked for.
 #[derive(Debug, Clone, Default)]
 pub struct RequestOptions {
     /// One refresh, then the stream closes.
@@ -112,6 +118,9 @@ struct Synthetic {
     text: String,
 }
 
+/// A watchlist over connections that come and go, without I/O: requests, the
+/// statuses of a lost connection, re-requests as services come back. What a
+/// [`crate::Subscriber`] drives over a socket.
 pub struct SubscriberSession {
     login: LoginOptions,
     reconnection: Reconnection,
