@@ -41,6 +41,7 @@ pub const MAX_ORIGINS: usize = 4096;
 /// One key of a key file.
 #[derive(Clone)]
 pub struct Key {
+    /// The key's id (sealed messages name it).
     pub id: u32,
     hmac: hmac::Key,
     bytes: [u8; KEY_LEN],
@@ -59,6 +60,7 @@ impl PartialEq for Key {
 }
 
 impl Key {
+    /// A key from its id and bytes.
     pub fn new(id: u32, bytes: [u8; KEY_LEN]) -> Key {
         Key {
             id,
@@ -78,10 +80,18 @@ pub struct Keys {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum KeyFileError {
+    /// A line that is not a key.
     #[error("line {line}: {what} (a key line is \"<8 hex digits: key id> <64 hex digits: key>\"; `tickwire backbone keygen` writes one)")]
-    Line { line: usize, what: String },
+    Line {
+        /// The line (from 1).
+        line: usize,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// No key in the file.
     #[error("no key in the file (`tickwire backbone keygen > FILE` writes one)")]
     Empty,
+    /// More keys than a file may hold.
     #[error("more than {MAX_KEYS} keys")]
     TooMany,
 }
@@ -171,6 +181,7 @@ impl Keys {
         &self.keys[0]
     }
 
+    /// The keys' ids.
     pub fn ids(&self) -> Vec<u32> {
         self.keys.iter().map(|k| k.id).collect()
     }
@@ -241,6 +252,7 @@ pub enum Rejected {
 }
 
 impl Rejected {
+    /// Every reason, in the order /metrics lists them.
     pub const ALL: [Rejected; 5] = [
         Rejected::Unsealed,
         Rejected::UnknownKey,
@@ -249,6 +261,7 @@ impl Rejected {
         Rejected::Stale,
     ];
 
+    /// Its name, for /metrics.
     pub fn name(self) -> &'static str {
         match self {
             Rejected::Unsealed => "unsealed",
@@ -346,6 +359,7 @@ impl Verifier {
         })
     }
 
+    /// Messages refused, for all reasons.
     pub fn rejected_total(&self) -> u64 {
         self.rejected.iter().sum()
     }
@@ -355,7 +369,9 @@ impl Verifier {
 /// ignores it) and who sent it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plain<'a> {
+    /// The message, its seal checked.
     pub body: &'a [u8],
+    /// The sender's node id.
     pub origin: u64,
 }
 

@@ -31,6 +31,7 @@ use tickwire_proto::{
 /// Settings of the edge role.
 #[derive(Debug, Clone)]
 pub struct EdgeConfig {
+    /// The node's name, in its heartbeats.
     pub name: String,
     /// How often the edge tells the sources it is alive.
     pub heartbeat: Duration,
@@ -60,16 +61,25 @@ impl Default for EdgeConfig {
 /// Figures of the edge role.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EdgeStats {
+    /// Sources heard and live.
     pub sources_live: u64,
     /// Sources not taken: every slot held by a live source.
     pub sources_refused: u64,
+    /// Items taken from sources.
     pub items: u64,
+    /// Data messages received.
     pub data_messages: u64,
+    /// Their bytes.
     pub data_bytes: u64,
+    /// Subscribes sent to sources.
     pub subscribes_sent: u64,
+    /// Sources lost (silent past their liveness time).
     pub sources_lost: u64,
+    /// Items asked for again (a fresh image).
     pub reimages: u64,
+    /// Messages that did not decode.
     pub bad_messages: u64,
+    /// Control messages not sent: the request publication was full.
     pub control_dropped: u64,
     /// Items whose data from the source skipped sequence numbers, re-imaged for it.
     pub gaps_repaired: u64,
@@ -130,6 +140,8 @@ struct EdgeItem {
     image_asked: Option<Instant>,
 }
 
+/// The edge role without I/O: takes from the backbone what the node's subscribers
+/// want, as an in-process publisher of the sources' services in the node's core.
 pub struct Edge {
     conn: ConnId,
     id: u64,
@@ -172,14 +184,17 @@ impl Edge {
         }
     }
 
+    /// Its connection in the core.
     pub fn conn(&self) -> ConnId {
         self.conn
     }
 
+    /// The edge's id on the backbone.
     pub fn id(&self) -> u64 {
         self.id
     }
 
+    /// Its figures.
     pub fn stats(&self) -> EdgeStats {
         let mut s = self.stats.clone();
         s.sources_live = self.sources.values().filter(|s| s.live).count() as u64;

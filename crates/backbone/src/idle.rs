@@ -35,6 +35,7 @@ impl IdleStrategy {
     /// Every value, as `[backbone] idle` spells it.
     pub const NAMES: &'static str = "adaptive, block, yield, backoff, sleep, spin";
 
+    /// A strategy from its config spelling.
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "adaptive" => IdleStrategy::Adaptive,
@@ -47,6 +48,7 @@ impl IdleStrategy {
         })
     }
 
+    /// Its config spelling.
     pub fn name(self) -> &'static str {
         match self {
             IdleStrategy::Adaptive => "adaptive",
@@ -134,6 +136,7 @@ pub enum Wait {
 }
 
 impl SpinThenPark {
+    /// A policy polling through pauses shorter than `spin_limit` while work keeps coming.
     pub fn new(spin_limit: Duration) -> Self {
         SpinThenPark {
             spin_limit,

@@ -21,10 +21,12 @@ struct Stamp {
     modified_ns: i64,
 }
 
+/// `[backbone] key_file`: the keys, read again when the file changes.
 #[derive(Debug)]
 pub struct KeyFile {
     path: PathBuf,
     stamp: Option<Stamp>,
+    /// The keys it holds now.
     pub keys: Keys,
     next_check: Instant,
 }
@@ -74,6 +76,7 @@ impl KeyFile {
         })
     }
 
+    /// Where it is.
     pub fn path(&self) -> &Path {
         &self.path
     }

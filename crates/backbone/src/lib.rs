@@ -13,6 +13,8 @@
 //! stay in [`link`]. The node's event loop owns a [`Backbone`], which puts them
 //! together.
 
+#![warn(missing_docs)]
+
 pub mod auth;
 mod dense;
 pub mod edge;
@@ -61,12 +63,16 @@ pub struct ReceiveWork {
 /// A node's part in the backbone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// Puts its publishers' data on the backbone.
     Source,
+    /// Serves its subscribers from the backbone.
     Edge,
+    /// Both.
     Both,
 }
 
 impl Role {
+    /// A role from its config spelling (`source`, `edge`, `both`).
     pub fn parse(s: &str) -> Option<Role> {
         Some(match s {
             "source" => Role::Source,
@@ -76,6 +82,7 @@ impl Role {
         })
     }
 
+    /// Its config spelling.
     pub fn name(self) -> &'static str {
         match self {
             Role::Source => "source",
@@ -84,28 +91,43 @@ impl Role {
         }
     }
 
+    /// Puts data on the backbone.
     pub fn is_source(self) -> bool {
         matches!(self, Role::Source | Role::Both)
     }
 
+    /// Takes data from the backbone.
     pub fn is_edge(self) -> bool {
         matches!(self, Role::Edge | Role::Both)
     }
 }
 
+/// Why the backbone cannot start or go on.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum BackboneError {
+    /// An Aeron call failed.
     #[error("Aeron {what}: {detail}")]
-    Aeron { what: &'static str, detail: String },
-    #[error("Aeron {what} on channel {channel:?}: {detail}")]
-    Channel {
+    Aeron {
+        /// What was asked.
         what: &'static str,
-        channel: String,
+        /// Aeron's error.
         detail: String,
     },
+    /// An Aeron call on a channel failed.
+    #[error("Aeron {what} on channel {channel:?}: {detail}")]
+    Channel {
+        /// What was asked.
+        what: &'static str,
+        /// The channel.
+        channel: String,
+        /// Aeron's error.
+        detail: String,
+    },
+    /// The embedded media driver stopped while starting.
     #[error("the Aeron media driver stopped while starting")]
     DriverDied,
+    /// A thread could not be started.
     #[error("cannot start a backbone thread: {0}")]
     Thread(std::io::Error),
 }
@@ -158,6 +180,7 @@ pub struct Rejections {
 }
 
 impl Rejections {
+    /// The reasons' names, for /metrics (in `by_reason`'s order).
     pub const REASONS: [&'static str; 6] = [
         "unsealed",
         "unknown_key",
@@ -167,6 +190,7 @@ impl Rejections {
         "no_key_file",
     ];
 
+    /// Messages dropped, for all reasons.
     pub fn total(&self) -> u64 {
         self.by_reason.iter().sum()
     }
@@ -207,6 +231,7 @@ pub fn random_id() -> u64 {
 /// What a node shows of its backbone (its figures item, the dashboard, the log).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BackboneFigures {
+    /// `source`, `edge` or `both`.
     pub role: &'static str,
     /// Live sources seen by the edge: "name (silent N ms)", comma-separated.
     pub sources: String,
@@ -217,7 +242,9 @@ pub struct BackboneFigures {
     /// Items the edge asked for again: their source was lost, or their data skipped
     /// sequence numbers.
     pub reimages: u64,
+    /// Sources the edge lost (silent past their liveness time).
     pub sources_lost: u64,
+    /// Times the Aeron link was rebuilt.
     pub link_restarts: u64,
     /// Whether the backbone is authenticated (`[backbone] key_file`).
     pub authenticated: bool,
@@ -227,9 +254,13 @@ pub struct BackboneFigures {
 
 /// What a node's backbone is made of (its `[backbone]` settings).
 pub struct BackboneSetup {
+    /// The node's role.
     pub role: Role,
+    /// The Aeron side's settings.
     pub link: LinkConfig,
+    /// The source role's settings.
     pub source: SourceConfig,
+    /// The edge role's settings.
     pub edge: EdgeConfig,
     /// None: the backbone is not authenticated.
     pub key_file: Option<KeyFile>,
@@ -237,13 +268,16 @@ pub struct BackboneSetup {
 
 /// The backbone of one node: its roles and its Aeron link, driven by the event loop.
 pub struct Backbone {
+    /// The source role, if the node has it.
     pub source: Option<Source>,
+    /// The edge role, if the node has it.
     pub edge: Option<Edge>,
     /// None while a link that died is being rebuilt.
     link: Option<Link>,
     link_cfg: LinkConfig,
     wake: std::sync::Arc<dyn Fn() + Send + Sync>,
     next_restart: Instant,
+    /// Times the Aeron link was rebuilt.
     pub link_restarts: u64,
     role: Role,
     /// Driver counters of links that were rebuilt (a new driver starts from zero).
@@ -259,6 +293,7 @@ pub struct Backbone {
     files_in: Vec<Vec<u8>>,
     files_in_bytes: usize,
     scratch: Vec<u8>,
+    /// File-transfer messages dropped: the files thread was behind.
     pub files_dropped: u64,
 }
 
@@ -558,6 +593,7 @@ impl Backbone {
         &self.rejections
     }
 
+    /// The roles' heartbeats and timeouts, and the link's restart when it died.
     pub fn handle_timeout(&mut self, core: &mut Node, now: Instant) {
         if let Some(e) = self.edge.as_mut() {
             e.handle_timeout(core, now);
@@ -625,10 +661,12 @@ impl Backbone {
         .min()
     }
 
+    /// The Aeron link, while it is up.
     pub fn link(&self) -> Option<&Link> {
         self.link.as_ref()
     }
 
+    /// What the node shows of its backbone.
     pub fn figures(&self, now: Instant) -> BackboneFigures {
         let mut driver = self.earlier;
         if let Some(l) = self.link.as_ref().filter(|l| !l.is_dead()) {

@@ -50,6 +50,7 @@ pub enum DriverPlacement {
 }
 
 impl DriverPlacement {
+    /// A transport from its config spelling.
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "event-loop" => DriverPlacement::EventLoop,
@@ -74,7 +75,9 @@ pub struct LinkConfig {
     pub channel: String,
     /// Aeron channel the edges' requests travel on (the same channel by default).
     pub request_channel: String,
+    /// Aeron stream id of the data.
     pub data_stream: i32,
+    /// Aeron stream id of the requests.
     pub request_stream: i32,
     /// Publish data (source role).
     pub source: bool,
@@ -84,6 +87,7 @@ pub struct LinkConfig {
     /// (multi-destination-cast) and its request channel (unicast). The edge receives
     /// both sources, and its requests go to both.
     pub standby: Option<(String, String)>,
+    /// How the thread running the driver waits.
     pub idle: IdleStrategy,
     /// With `IdleStrategy::Adaptive`: the longest pause polled through while work keeps
     /// coming ([`crate::SpinThenPark`]).
@@ -122,6 +126,7 @@ pub struct LinkConfig {
 }
 
 impl LinkConfig {
+    /// Settings for `channel`, with the defaults.
     pub fn new(channel: &str) -> Self {
         LinkConfig {
             channel: channel.to_string(),
@@ -254,11 +259,17 @@ pub enum Received {
 /// Figures of the embedded media driver (Aeron's system counters), since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DriverCounters {
+    /// Bytes sent.
     pub bytes_sent: u64,
+    /// Bytes received.
     pub bytes_received: u64,
+    /// NAKs sent (gaps this side asked to have repaired).
     pub naks_sent: u64,
+    /// NAKs received.
     pub naks_received: u64,
+    /// Retransmissions sent.
     pub retransmits_sent: u64,
+    /// Packets refused as invalid.
     pub invalid_packets: u64,
     /// SETUPs of new Aeron sessions dropped past `new_sessions_per_s`.
     pub new_sessions_refused: u64,
@@ -281,6 +292,7 @@ impl std::ops::AddAssign for DriverCounters {
 pub struct LinkCounters {
     /// Batches handed to the event loop.
     pub messages_in: AtomicU64,
+    /// Their bytes.
     pub bytes_in: AtomicU64,
     /// Times the event loop was behind and a full batch had to wait for it (the
     /// receiver polled nothing meanwhile).
@@ -415,7 +427,9 @@ pub struct Link {
 /// One exclusive publication, offered to by the event loop only.
 pub struct Publication {
     publication: AeronExclusivePublication,
+    /// Messages offered.
     pub offers: u64,
+    /// Offers refused (back pressure or not connected).
     pub refused: u64,
 }
 
@@ -680,10 +694,12 @@ impl Link {
         }
     }
 
+    /// The data publication (source role), while connected.
     pub fn data_out(&mut self) -> Option<&mut Publication> {
         self.data_out.as_mut()
     }
 
+    /// The request publication (edge role), while connected.
     pub fn request_out(&mut self) -> Option<&mut Publication> {
         self.request_out.as_mut()
     }
@@ -718,6 +734,7 @@ impl Link {
         self.fatal.load(Ordering::SeqCst)
     }
 
+    /// The receiver's figures.
     pub fn counters(&self) -> &LinkCounters {
         &self.counters
     }

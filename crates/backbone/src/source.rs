@@ -70,14 +70,23 @@ impl Default for SourceConfig {
 /// Figures of the source role.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SourceStats {
+    /// Data messages sent.
     pub data_messages: u64,
+    /// Their bytes.
     pub data_bytes: u64,
+    /// Streams open (items edges take).
     pub streams_open: u64,
+    /// Subscribes received.
     pub subscribes: u64,
+    /// Items sent again as a fresh image.
     pub reimages: u64,
+    /// Edges known.
     pub edges: u64,
+    /// Offers refused by back pressure.
     pub back_pressured: u64,
+    /// Control messages not sent: the publication was full.
     pub control_dropped: u64,
+    /// Messages that did not decode.
     pub bad_messages: u64,
     /// Times the core closed the link and the source joined again.
     pub link_reconnects: u64,
@@ -104,6 +113,8 @@ const REQUEST_BUDGET: usize = 256 * 1024;
 /// Requests asked of the core and not answered yet (cache off: the publishers answer).
 const MAX_ASKED: usize = 4096;
 
+/// The source role without I/O: puts the node's publishers' data on the backbone,
+/// as an in-process subscriber of the node's core.
 pub struct Source {
     conn: ConnId,
     id: u64,
@@ -164,14 +175,17 @@ impl Source {
         }
     }
 
+    /// Its connection in the core.
     pub fn conn(&self) -> ConnId {
         self.conn
     }
 
+    /// The source's id on the backbone.
     pub fn id(&self) -> u64 {
         self.id
     }
 
+    /// Its figures.
     pub fn stats(&self) -> SourceStats {
         let mut s = self.stats.clone();
         s.streams_open = self.streams.len() as u64;

@@ -10,7 +10,9 @@
 use tickwire_proto::wire::{put_str16, put_u16, put_u32, put_u64, Reader};
 use tickwire_proto::{DecodeError, EncodeError, ServiceState};
 
+/// A backbone message's first byte.
 pub const MAGIC: u8 = 0x54;
+/// The version this node writes and reads.
 pub const VERSION: u8 = 1;
 /// Set in the version byte of a sealed message (a MAC trailer follows it: `auth`).
 pub const SEALED: u8 = 0x80;
@@ -36,8 +38,11 @@ const KIND_EDGE_FILES: u8 = 14;
 /// One service in a source's directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceInfo<'a> {
+    /// Its name.
     pub name: &'a str,
+    /// Up or down.
     pub state: ServiceState,
+    /// Items are asked for on demand.
     pub interactive: bool,
 }
 
@@ -46,50 +51,103 @@ pub struct ServiceInfo<'a> {
 pub enum BackboneMessage<'a> {
     /// A source is alive. `directory_version` changes whenever its directory does.
     Heartbeat {
+        /// The source's id.
         source: u64,
+        /// Its node's name.
         name: &'a str,
+        /// Changes whenever its directory does.
         directory_version: u32,
     },
     /// Part `part` (from 0) of `parts` of the source's directory at `version`.
     Directory {
+        /// The source's id.
         source: u64,
+        /// The directory's version.
         version: u32,
+        /// This part (from 0).
         part: u16,
+        /// Parts in all.
         parts: u16,
+        /// The services in this part.
         services: Vec<ServiceInfo<'a>>,
     },
     /// From now on the source's stream `stream` carries `service`/`item`.
     Opened {
+        /// The source's id.
         source: u64,
+        /// The source's stream.
         stream: u32,
+        /// The item's service.
         service: &'a str,
+        /// The item's name.
         item: &'a str,
     },
     /// Tickwire messages (refreshes, updates, statuses) on the source's streams.
-    Data { source: u64, messages: &'a [u8] },
+    Data {
+        /// The source's id.
+        source: u64,
+        /// The messages, each whole.
+        messages: &'a [u8],
+    },
     /// The source has just heard `edge` for the first time, or again after forgetting
     /// it (silent for three liveness times: its streams were released). An edge that
     /// already has items from the source asks for them again.
-    EdgeJoined { source: u64, edge: u64 },
+    EdgeJoined {
+        /// The source's id.
+        source: u64,
+        /// The edge's id.
+        edge: u64,
+    },
     /// An edge is alive (sources forget the interest of silent edges).
-    EdgeHeartbeat { edge: u64, name: &'a str },
+    EdgeHeartbeat {
+        /// The edge's id.
+        edge: u64,
+        /// Its node's name.
+        name: &'a str,
+    },
     /// An edge wants `service`/`item` from `source` (again: a fresh image).
     Subscribe {
+        /// The edge's id.
         edge: u64,
+        /// The source's id.
         source: u64,
+        /// The item's service.
         service: &'a str,
+        /// The item's name.
         item: &'a str,
     },
     /// An edge no longer wants the source's stream.
-    Unsubscribe { edge: u64, source: u64, stream: u32 },
+    Unsubscribe {
+        /// The edge's id.
+        edge: u64,
+        /// The source's id.
+        source: u64,
+        /// The source's stream.
+        stream: u32,
+    },
     /// An edge wants the source's whole directory.
-    DirectoryRequest { edge: u64, source: u64 },
+    DirectoryRequest {
+        /// The edge's id.
+        edge: u64,
+        /// The source's id.
+        source: u64,
+    },
     /// A file-transfer message from a source's files (offers, chunks, cancels:
     /// `tickwire-files`'s wire format, docs/FILES.md), to every edge.
-    Files { source: u64, body: &'a [u8] },
+    Files {
+        /// The source's id.
+        source: u64,
+        /// The file-transfer message.
+        body: &'a [u8],
+    },
     /// A file-transfer message from an edge's files (statuses, presences), to every
     /// source.
-    EdgeFiles { edge: u64, body: &'a [u8] },
+    EdgeFiles {
+        /// The edge's id.
+        edge: u64,
+        /// The file-transfer message.
+        body: &'a [u8],
+    },
 }
 
 fn header(out: &mut Vec<u8>, kind: u8) {
@@ -403,13 +461,16 @@ pub struct DataMessages<'a> {
 
 /// One Tickwire message inside a data message.
 pub struct DataMessage<'a> {
+    /// Its type (the node's protocol).
     pub message_type: u8,
+    /// The source's stream it is on.
     pub stream_id: u32,
     /// The whole message, header included (for forwarding with a new stream id).
     pub encoded: &'a [u8],
 }
 
 impl<'a> DataMessages<'a> {
+    /// The messages of a data message's body.
     pub fn new(messages: &'a [u8]) -> Self {
         DataMessages { rest: messages }
     }
