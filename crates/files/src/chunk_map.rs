@@ -24,6 +24,7 @@ impl ChunkMap {
         }
     }
 
+    /// Chunks in the file.
     pub fn chunks(&self) -> u32 {
         self.chunks
     }
@@ -33,10 +34,12 @@ impl ChunkMap {
         self.held
     }
 
+    /// Every chunk is held.
     pub fn is_complete(&self) -> bool {
         self.held == self.chunks
     }
 
+    /// Whether chunk `index` is held.
     pub fn has(&self, index: u32) -> bool {
         index < self.chunks && self.words[(index / 64) as usize] & (1 << (index % 64)) != 0
     }

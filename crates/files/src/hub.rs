@@ -44,11 +44,14 @@ const UP: [Peer; 2] = [Peer::Upstream, Peer::Backbone];
 /// service at index `i` of [`HubConfig::services`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Rights {
+    /// Services (bits by index) it may send files in.
     pub publish: u64,
+    /// Services (bits by index) it may receive files of.
     pub subscribe: u64,
 }
 
 impl Rights {
+    /// Every right on every service.
     pub const ALL: Rights = Rights {
         publish: u64::MAX,
         subscribe: u64::MAX,
@@ -58,10 +61,12 @@ impl Rights {
 /// Most file services a node has (the bits of [`Rights`]).
 pub const MAX_SERVICES: usize = 64;
 
+/// A node's files settings.
 #[derive(Debug, Clone)]
 pub struct HubConfig {
     /// This node's name: its site.
     pub site: String,
+    /// The files services this node takes part in.
     pub services: Vec<String>,
     /// Uploads in progress at once.
     pub max_uploads: usize,
@@ -76,6 +81,7 @@ pub struct HubConfig {
 }
 
 impl HubConfig {
+    /// Settings for `site` taking part in `services`, with the defaults.
     pub fn new(site: impl Into<String>, services: Vec<String>) -> Self {
         HubConfig {
             site: site.into(),
@@ -92,7 +98,9 @@ impl HubConfig {
 /// A message for the event loop to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Output {
+    /// Where it goes.
     pub to: Peer,
+    /// The message.
     pub body: Vec<u8>,
     /// Sent only if the peer has room: an offer or chunk the sites ask for again,
     /// or a status or presence sent again, rather than market data waiting.
@@ -103,33 +111,63 @@ pub struct Output {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HubEvent {
     /// A client's file was queued (by `user`).
-    Queued { manifest: Manifest, user: String },
+    Queued {
+        /// The file.
+        manifest: Manifest,
+        /// Who queued it.
+        user: String,
+    },
     /// A site's delivery of one of this node's files changed.
     Site {
+        /// The file.
         manifest: Manifest,
+        /// The site (a node name).
         site: String,
+        /// Where it stands.
         state: Delivery,
+        /// Why (empty when there is nothing to say).
         reason: String,
     },
     /// One of this node's transfers is over.
-    Finished { manifest: Manifest, delivered: bool },
+    Finished {
+        /// The file.
+        manifest: Manifest,
+        /// Every site named has it.
+        delivered: bool,
+    },
     /// A file arrived in this node's inbox.
-    Arrived { manifest: Manifest },
+    Arrived {
+        /// The file.
+        manifest: Manifest,
+    },
     /// A file could not be taken here.
-    Failed { manifest: Manifest, reason: String },
+    Failed {
+        /// The file.
+        manifest: Manifest,
+        /// Why (empty when there is nothing to say).
+        reason: String,
+    },
     /// The spool could not be written (the queue may not survive a restart).
-    SpoolError { reason: String },
+    SpoolError {
+        /// Why (empty when there is nothing to say).
+        reason: String,
+    },
 }
 
 /// Counters for metrics and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HubStats {
+    /// Uploads accepted.
     pub uploads: u64,
+    /// Uploads refused.
     pub uploads_refused: u64,
     /// Messages not allowed where they came from (rights, direction, unknown).
     pub ignored: u64,
+    /// Messages that did not decode.
     pub malformed: u64,
+    /// Messages passed on to the sites below.
     pub relayed_down: u64,
+    /// Messages passed on to the sender above.
     pub relayed_up: u64,
 }
 
@@ -229,10 +267,12 @@ impl Hub {
         }
     }
 
+    /// Its counters.
     pub fn stats(&self) -> HubStats {
         self.stats
     }
 
+    /// Its settings.
     pub fn config(&self) -> &HubConfig {
         &self.cfg
     }
@@ -907,6 +947,7 @@ impl Hub {
         self.routes.remove(&Peer::Conn(conn));
     }
 
+    /// Its deadlines passed by `now` (the sender's pacing and repairs, the receiver's).
     pub fn handle_timeout(&mut self, now: Instant) {
         let stale: Vec<(usize, u32)> = self
             .uploads
@@ -934,6 +975,7 @@ impl Hub {
         }
     }
 
+    /// When `handle_timeout` is next needed.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut at: Option<Instant> = None;
         let mut earliest = |t: Option<Instant>| {
@@ -1124,10 +1166,12 @@ impl Hub {
         }
     }
 
+    /// A message to send, if any.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
     }
 
+    /// What happened, for the audit log.
     pub fn poll_event(&mut self) -> Option<HubEvent> {
         self.events.pop_front()
     }

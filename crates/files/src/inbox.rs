@@ -51,6 +51,7 @@ pub enum Fsync {
 }
 
 impl Fsync {
+    /// A policy from its config spelling.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "always" => Some(Fsync::Always),
@@ -64,8 +65,11 @@ impl Fsync {
 /// System calls that write or sync, for the lab's calls per file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InboxCounts {
+    /// `write` calls.
     pub writes: u64,
+    /// `fsync` calls.
     pub syncs: u64,
+    /// Files renamed into place.
     pub renames: u64,
 }
 
@@ -111,10 +115,12 @@ impl Inbox {
         })
     }
 
+    /// The inbox directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// System calls it made.
     pub fn counts(&self) -> InboxCounts {
         self.counts
     }

@@ -20,6 +20,7 @@
 //!   site holds; [`Manifest`]: what a file is; [`pace`]: the files' share of bandwidth.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod chunk_map;
 pub mod hub;

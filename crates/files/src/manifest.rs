@@ -10,11 +10,15 @@ pub struct Manifest {
     pub transfer: u64,
     /// The sending site.
     pub sender: String,
+    /// The files service.
     pub service: String,
     /// Relative path in each site's inbox (`name::check_name`).
     pub name: String,
+    /// The file's size in bytes.
     pub size: u64,
+    /// Bytes per chunk (the last may be shorter).
     pub chunk_size: u32,
+    /// The file's SHA-256.
     pub sha256: [u8; 32],
     /// Milliseconds since 1970 after which the sender gives up on sites without it.
     pub expires_ms: u64,
@@ -58,6 +62,7 @@ impl Manifest {
         }
     }
 
+    /// The file an offer describes.
     pub fn from_offer(o: &Offer) -> Self {
         Manifest {
             transfer: o.transfer,

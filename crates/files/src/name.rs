@@ -19,13 +19,29 @@ pub const MAX_COMPONENT: usize = 255;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NameError {
+    /// An empty name.
     Empty,
-    TooLong { len: usize },
-    ComponentTooLong { len: usize },
+    /// A name too long.
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// A part of the name too long.
+    ComponentTooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// An absolute name.
     Absolute,
+    /// An empty part (`a//b`).
     EmptyComponent,
+    /// A `.` or `..` part.
     DotComponent,
-    Forbidden { byte: u8 },
+    /// A byte not allowed in names.
+    Forbidden {
+        /// The byte.
+        byte: u8,
+    },
 }
 
 impl fmt::Display for NameError {

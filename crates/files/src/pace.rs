@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+/// How fast a sender may go: a byte budget refilled at its rate.
 #[derive(Debug, Clone)]
 pub struct Pace {
     rate: u64,

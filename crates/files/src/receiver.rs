@@ -29,7 +29,9 @@ pub trait Store {
     /// Opens the partial file of a transfer, creating it if new; returns the chunk
     /// map saved beside it if there is one (a restarted site resumes from it).
     fn open(&mut self, m: &Manifest) -> std::io::Result<Option<ChunkMap>>;
+    /// Writes `data` at `offset` of the transfer's partial file.
     fn write(&mut self, transfer: u64, offset: u64, data: &[u8]) -> std::io::Result<()>;
+    /// Reads `buf.len()` bytes at `offset` of the transfer's partial file.
     fn read(&mut self, transfer: u64, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
     /// Saves the map beside the partial file (after the chunks it lists are written),
     /// with the manifest a restart resumes from.
@@ -47,6 +49,7 @@ pub const HASH_READ_BACK: u32 = 16;
 /// Hash mismatches of one transfer before it fails (each one starts it again).
 const MAX_MISMATCHES: u32 = 3;
 
+/// A receiving site's settings.
 #[derive(Debug, Clone)]
 pub struct ReceiverConfig {
     /// This site's name (the node's name).
@@ -70,6 +73,7 @@ pub struct ReceiverConfig {
 }
 
 impl ReceiverConfig {
+    /// A receiver with `cfg`, its clock at `now`.
     pub fn new(site: impl Into<String>, services: Vec<String>) -> Self {
         ReceiverConfig {
             site: site.into(),
@@ -89,18 +93,36 @@ impl ReceiverConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReceiverEvent {
     /// A file is in the inbox, whole and checked.
-    Arrived { manifest: Manifest },
+    Arrived {
+        /// The file.
+        manifest: Manifest,
+    },
     /// A file could not be taken (it is tried again when offered after `retry_after`).
-    Failed { manifest: Manifest, reason: String },
+    Failed {
+        /// The file.
+        manifest: Manifest,
+        /// Why (empty when there is nothing to say).
+        reason: String,
+    },
     /// The sender gave the transfer up; the partial file is gone.
-    Cancelled { transfer: u64, reason: String },
+    Cancelled {
+        /// The transfer's id (the sending node's).
+        transfer: u64,
+        /// Why (empty when there is nothing to say).
+        reason: String,
+    },
 }
 
+/// A receiver's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReceiverStats {
+    /// Offers handled.
     pub offers: u64,
+    /// Chunks handled.
     pub chunks: u64,
+    /// Bytes handled.
     pub bytes: u64,
+    /// Chunks already held.
     pub duplicate_chunks: u64,
     /// Chunks of transfers this site does not take (or not yet offered).
     pub unknown_chunks: u64,
@@ -108,8 +130,11 @@ pub struct ReceiverStats {
     pub bad_chunks: u64,
     /// Offers left unanswered because `max_partials` were open.
     pub busy: u64,
+    /// Files whose SHA-256 did not match (dropped).
     pub hash_mismatches: u64,
+    /// Files that arrived whole.
     pub files: u64,
+    /// Files that failed.
     pub failures: u64,
 }
 
@@ -147,6 +172,7 @@ pub struct Receiver {
 }
 
 impl Receiver {
+    /// A receiver with `cfg`, its clock at `now`.
     pub fn new(cfg: ReceiverConfig, now: Instant) -> Self {
         Receiver {
             cfg,
@@ -164,10 +190,12 @@ impl Receiver {
         }
     }
 
+    /// Its counters.
     pub fn stats(&self) -> ReceiverStats {
         self.stats
     }
 
+    /// Files partly received.
     pub fn partials(&self) -> usize {
         self.incoming.len()
     }
@@ -191,6 +219,7 @@ impl Receiver {
         }
     }
 
+    /// What happened.
     pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
         self.events.pop_front()
     }
@@ -492,6 +521,7 @@ impl Receiver {
         });
     }
 
+    /// Its deadlines passed by `now` (statuses due, partial files expired).
     pub fn handle_timeout(&mut self, now: Instant, store: &mut dyn Store) {
         let abandon = self.cfg.abandon_after;
         let stale: Vec<u64> = self
@@ -513,6 +543,7 @@ impl Receiver {
         self.failed.retain(|_, (until, _)| *until + abandon > now);
     }
 
+    /// When `handle_timeout` is next needed.
     pub fn poll_timeout(&self) -> Option<Instant> {
         Some(self.present_at)
     }

@@ -67,6 +67,7 @@ pub struct SenderConfig {
 }
 
 impl SenderConfig {
+    /// Settings for a sender at `site`, with the defaults.
     pub fn new(site: impl Into<String>) -> Self {
         SenderConfig {
             site: site.into(),
@@ -90,9 +91,13 @@ impl SenderConfig {
 pub struct NewFile {
     /// Drawn by the caller (random; unique among its transfers).
     pub transfer: u64,
+    /// The files service.
     pub service: String,
+    /// The file's name at the sites.
     pub name: String,
+    /// The file's size in bytes.
     pub size: u64,
+    /// The file's SHA-256.
     pub sha256: [u8; 32],
     /// The sites to deliver to; `None`: every site present for the service when the
     /// transfer starts.
@@ -105,18 +110,47 @@ pub struct NewFile {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum QueueError {
+    /// The queue holds its most files.
     #[error("the send queue is full: {files} files queued, the limit is {max}")]
-    TooManyFiles { files: usize, max: usize },
+    TooManyFiles {
+        /// Files in the queue.
+        files: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// The queue holds its most bytes.
     #[error("the send queue is full: {queued} bytes queued and {size} more would pass the limit of {max}")]
-    TooManyBytes { queued: u64, size: u64, max: u64 },
+    TooManyBytes {
+        /// Bytes queued already.
+        queued: u64,
+        /// The file's size in bytes.
+        size: u64,
+        /// The most allowed.
+        max: u64,
+    },
+    /// A name a site would refuse.
     #[error("file name {name:?} refused: {reason}")]
-    BadName { name: String, reason: NameError },
+    BadName {
+        /// The file's name at the sites.
+        name: String,
+        /// Why (empty when there is nothing to say).
+        reason: NameError,
+    },
+    /// A file with more chunks than a transfer may have.
     #[error("a file of {size} bytes is too large for chunks of {chunk_size} bytes")]
-    TooLarge { size: u64, chunk_size: u32 },
+    TooLarge {
+        /// The file's size in bytes.
+        size: u64,
+        /// Bytes per chunk (the last may be shorter).
+        chunk_size: u32,
+    },
+    /// More sites named than a transfer may have.
     #[error("{0} target sites named, at most {MAX_TARGETS}")]
     TooManyTargets(usize),
+    /// No site to send to.
     #[error("an empty list of target sites")]
     NoTargets,
+    /// The same file is queued already (its transfer).
     #[error("transfer {0:016x} is already queued")]
     Duplicate(u64),
 }
@@ -124,9 +158,13 @@ pub enum QueueError {
 /// Where a file stands at one site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
+    /// Waiting to be sent.
     Queued,
+    /// Being sent.
     Sending,
+    /// The site has it.
     Done,
+    /// The site could not take it.
     Failed,
 }
 
@@ -145,6 +183,7 @@ impl Delivery {
 /// One site's delivery of one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SiteRecord {
+    /// Where it stands.
     pub state: Delivery,
     /// Chunks it said it holds.
     pub have: u32,
@@ -162,26 +201,41 @@ pub struct SiteRecord {
 pub enum SenderEvent {
     /// A site's delivery changed state.
     Site {
+        /// The transfer's id (the sending node's).
         transfer: u64,
+        /// The site (a node name).
         site: String,
+        /// Where it stands.
         state: Delivery,
+        /// Why (empty when there is nothing to say).
         reason: String,
     },
     /// The transfer is over: every target has the file (`delivered`), or it expired.
     /// Its bytes may leave the spool.
-    Finished { transfer: u64, delivered: bool },
+    Finished {
+        /// The transfer's id (the sending node's).
+        transfer: u64,
+        /// Every site named has it.
+        delivered: bool,
+    },
 }
 
 /// Counters for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SenderStats {
+    /// Offers handled.
     pub offers: u64,
+    /// Chunks handled.
     pub chunks: u64,
+    /// Chunks sent again for a site that missed them.
     pub repairs: u64,
+    /// Bytes handled.
     pub bytes: u64,
+    /// Statuses received.
     pub statuses: u64,
     /// Statuses for transfers the sender does not have, or from sites not meant.
     pub ignored_statuses: u64,
+    /// Chunks the sender could not read.
     pub read_errors: u64,
 }
 
@@ -241,6 +295,7 @@ pub struct Sender {
 }
 
 impl Sender {
+    /// Settings for a sender at `site`, with the defaults.
     pub fn new(mut cfg: SenderConfig, now: Instant) -> Self {
         cfg.chunk_size = cfg.chunk_size.clamp(1, MAX_CHUNK);
         cfg.window = cfg.window.max(1);
@@ -267,10 +322,12 @@ impl Sender {
         }
     }
 
+    /// Its settings.
     pub fn config(&self) -> &SenderConfig {
         &self.cfg
     }
 
+    /// Its counters.
     pub fn stats(&self) -> SenderStats {
         self.stats
     }
@@ -280,6 +337,7 @@ impl Sender {
         self.transfers.len()
     }
 
+    /// Bytes queued.
     pub fn queued_bytes(&self) -> u64 {
         self.queued_bytes
     }
@@ -440,6 +498,7 @@ impl Sender {
             .map(|t| (&t.m, &t.sites))
     }
 
+    /// What happened.
     pub fn poll_event(&mut self) -> Option<SenderEvent> {
         self.events.pop_front()
     }
@@ -586,6 +645,7 @@ impl Sender {
             })
     }
 
+    /// Its deadlines passed by `now` (pacing, repairs, expiry).
     pub fn handle_timeout(&mut self, now: Instant) {
         if now < self.next_scan {
             return;

@@ -12,7 +12,9 @@ use thiserror::Error;
 use tickwire_proto::wire::{put_str16, put_u16, put_u32, put_u64, Reader};
 use tickwire_proto::{DecodeError, EncodeError};
 
+/// A file-transfer message's first byte.
 pub const MAGIC: u8 = 0x46;
+/// The version this node writes and reads.
 pub const VERSION: u8 = 1;
 /// Magic, version and kind.
 pub const HEADER_LEN: usize = 3;
@@ -49,37 +51,62 @@ const FLAG_OPEN: u8 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum WireError {
+    /// The bytes do not decode.
     #[error(transparent)]
     Decode(#[from] DecodeError),
+    /// Not a file-transfer message.
     #[error("not a file-transfer message (first byte 0x{0:02x})")]
     Magic(u8),
+    /// A version this node does not understand.
     #[error("file-transfer version {0} is not understood")]
     Version(u8),
+    /// A kind this node does not know.
     #[error("unknown file-transfer message kind {0}")]
     Kind(u8),
+    /// A chunk whose bytes fail their CRC-32.
     #[error("chunk {index} of transfer {transfer:016x} fails its CRC-32")]
-    BadCrc { transfer: u64, index: u32 },
+    BadCrc {
+        /// The transfer's id (the sending node's).
+        transfer: u64,
+        /// The chunk's number (from 0).
+        index: u32,
+    },
+    /// A length out of range.
     #[error("{what} has {len} bytes or entries, allowed 1..={max}")]
     Length {
+        /// What it is about.
         what: &'static str,
+        /// Its length.
         len: usize,
+        /// The most allowed.
         max: usize,
     },
+    /// A value out of range.
     #[error("invalid {what}: {value}")]
-    Invalid { what: &'static str, value: u64 },
+    Invalid {
+        /// What it is about.
+        what: &'static str,
+        /// The value.
+        value: u64,
+    },
 }
 
 /// A file offered to sites: its manifest and how far the sender's first pass is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Offer<'a> {
+    /// The transfer's id (the sending node's).
     pub transfer: u64,
     /// The sending site.
     pub sender: &'a str,
+    /// The files service.
     pub service: &'a str,
     /// Relative path in the inbox (checked by the receiver: `name::check_name`).
     pub name: &'a str,
+    /// The file's size in bytes.
     pub size: u64,
+    /// Bytes per chunk (the last may be shorter).
     pub chunk_size: u32,
+    /// The file's SHA-256.
     pub sha256: [u8; 32],
     /// Chunks `0..sent_through` have been sent at least once: a receiver missing one
     /// of them asks for it.
@@ -155,8 +182,11 @@ impl SiteState {
 /// A receiving site's answer to an offer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status<'a> {
+    /// The transfer's id (the sending node's).
     pub transfer: u64,
+    /// The site (a node name).
     pub site: &'a str,
+    /// Where it stands.
     pub state: SiteState,
     /// Chunks the site holds.
     pub have: u32,
@@ -171,8 +201,11 @@ pub struct Status<'a> {
 pub struct Put<'a> {
     /// The client's number for this upload (its answers carry it).
     pub request: u32,
+    /// The files service.
     pub service: &'a str,
+    /// The file's name at the sites.
     pub name: &'a str,
+    /// The file's size in bytes.
     pub size: u64,
     /// The client's hash of the file; the node hashes what it receives and refuses a
     /// file whose hash differs.
@@ -192,6 +225,7 @@ pub enum PutState {
     Queued,
     /// Refused (the reason says why); nothing is queued.
     Refused,
+    /// A state this node does not know.
     Unknown(u8),
 }
 
@@ -219,23 +253,32 @@ impl PutState {
 /// The node's answer to an upload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PutAnswer<'a> {
+    /// The client's number for the upload or query.
     pub request: u32,
+    /// Where it stands.
     pub state: PutState,
+    /// The transfer's id (the sending node's).
     pub transfer: u64,
     /// Bytes the node has taken.
     pub received: u64,
     /// With `Go`: bytes the client may send beyond `received`.
     pub window: u64,
+    /// Why (empty when there is nothing to say).
     pub reason: &'a str,
 }
 
 /// One file at one site, in a node's report (`tickwire files status`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportEntry<'a> {
+    /// The transfer's id (the sending node's).
     pub transfer: u64,
+    /// The files service.
     pub service: &'a str,
+    /// The file's name at the sites.
     pub name: &'a str,
+    /// The file's size in bytes.
     pub size: u64,
+    /// The file's SHA-256.
     pub sha256: [u8; 32],
     /// Empty: no site yet (a file for every site, before it starts).
     pub site: &'a str,
@@ -243,28 +286,38 @@ pub struct ReportEntry<'a> {
     pub state: &'a str,
     /// Milliseconds since 1970 when the state began.
     pub since_ms: u64,
+    /// Why (empty when there is nothing to say).
     pub reason: &'a str,
 }
 
 /// A file-transfer message, borrowing from the received bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FilesMessage<'a> {
+    /// A sender offers a file to its sites.
     Offer(Offer<'a>),
     /// Bytes `index * chunk_size ..` of the transfer's file (CRC checked on decode).
     Chunk {
+        /// The transfer's id (the sending node's).
         transfer: u64,
+        /// The chunk's number (from 0).
         index: u32,
+        /// The bytes.
         data: &'a [u8],
     },
+    /// A receiving site's answer to an offer.
     Status(Status<'a>),
     /// A receiving site takes `service` (senders learn which sites exist).
     Present {
+        /// The site (a node name).
         site: &'a str,
+        /// The files service.
         service: &'a str,
     },
     /// The sender gave the transfer up (expired or cancelled): drop what was received.
     Cancel {
+        /// The transfer's id (the sending node's).
         transfer: u64,
+        /// Why (empty when there is nothing to say).
         reason: &'a str,
     },
     /// Client to node: queue a file (its bytes follow as `PutData`; the first
@@ -272,20 +325,27 @@ pub enum FilesMessage<'a> {
     Put(Put<'a>),
     /// Client to node: bytes of an upload at `offset`.
     PutData {
+        /// The client's number for the upload or query.
         request: u32,
+        /// Where in the file they go.
         offset: u64,
+        /// The bytes.
         data: &'a [u8],
     },
     /// Node to client: where an upload stands.
     PutAnswer(PutAnswer<'a>),
     /// Client to node: what is queued, sent and delivered.
     Query {
+        /// The client's number for the upload or query.
         request: u32,
     },
     /// Node to client: part of the answer to a query (`last` on the final part).
     Report {
+        /// The client's number for the upload or query.
         request: u32,
+        /// The last part.
         last: bool,
+        /// One per file and site.
         entries: Vec<ReportEntry<'a>>,
     },
 }

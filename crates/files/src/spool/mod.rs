@@ -76,6 +76,7 @@ fn own_path(dir: &Path, transfer: u64) -> PathBuf {
 /// A transfer found in the spool: its manifest and the last state of each site.
 pub type Spooled = (Manifest, Vec<(String, Delivery, String)>);
 
+/// The sender's queue on disk, so a restarted node continues it.
 pub struct Spool {
     dir: PathBuf,
     /// Files of their own open for reading.
@@ -113,6 +114,7 @@ pub struct SpoolWriter {
 }
 
 impl SpoolWriter {
+    /// Writes `data` at `offset` of the transfer's partial file.
     pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
         if self.len + bytes.len() as u64 > self.cap {
             return Err(io::Error::new(
@@ -131,6 +133,7 @@ impl SpoolWriter {
         self.len
     }
 
+    /// Nothing is spooled.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
