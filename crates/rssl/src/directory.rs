@@ -13,6 +13,7 @@ const FILTER_STATE: u8 = 2;
 /// One service as a directory message gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceInfo {
+    /// The service id.
     pub id: u16,
     /// The INFO filter's `Name`, when the message has it.
     pub name: Option<String>,

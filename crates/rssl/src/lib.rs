@@ -7,6 +7,7 @@
 //! what it is told; the `tickwire-node` crate owns the sockets.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod dictionary;
 pub mod directory;

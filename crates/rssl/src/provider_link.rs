@@ -39,8 +39,10 @@ const DIRECTORY_FILTER: u32 = 0x0F;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LinkError {
+    /// The provider refused the login.
     #[error("the provider refused the login: {0}")]
     LoginRefused(String),
+    /// The provider closed its source directory.
     #[error("the provider closed its source directory: {0}")]
     DirectoryClosed(String),
 }
@@ -72,10 +74,12 @@ pub struct ProviderLink {
     posts: FxHashMap<u32, u32>,
     /// Fields the dictionary does not know: how many, and the first.
     pub skipped_fields: u64,
+    /// The first field left out, if any.
     pub first_skipped: Option<i16>,
 }
 
 impl ProviderLink {
+    /// A link logging in as `user`, reading fields by `dict`.
     pub fn new(dict: Arc<RwfDictionary>, user: &str) -> Self {
         ProviderLink {
             dict,

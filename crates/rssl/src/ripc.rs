@@ -51,9 +51,13 @@ const PACKED_LEN: usize = 2;
 /// A RIPC version this server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {
+    /// RIPC 11.
     V11,
+    /// RIPC 12.
     V12,
+    /// RIPC 13.
     V13,
+    /// RIPC 14 (with the key exchange).
     V14,
 }
 
@@ -132,18 +136,30 @@ impl Default for Settings {
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RipcError {
+    /// The first bytes are not a ConnectReq.
     #[error("not a RIPC connection request: {0}")]
     NotRipc(String),
+    /// A message that does not parse.
     #[error("malformed RIPC message: {0}")]
     Malformed(String),
+    /// A RIPC version this server does not speak.
     #[error("RIPC connection version {0:#x} is not supported (RIPC 11 to 14 are)")]
     UnsupportedVersion(u32),
+    /// A message larger than agreed.
     #[error("a message of {len} bytes exceeds the maximum of {max}")]
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// Its length.
+        len: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// Compressed data (compression is negotiated off).
     #[error("compressed RIPC messages were not negotiated")]
     Compressed,
+    /// Nothing from the peer past its ping timeout (seconds).
     #[error("nothing received for {0} s (the ping timeout)")]
     TimedOut(u64),
+    /// The peer refused the connection.
     #[error("the connection is refused: {0}")]
     Refused(String),
 }
@@ -151,8 +167,11 @@ pub enum RipcError {
 /// What the client said of itself in its ConnectReq.
 #[derive(Debug, Clone, Default)]
 pub struct ClientInfo {
+    /// Its host name.
     pub host_name: String,
+    /// Its IP address, as it said it.
     pub ip_address: String,
+    /// Its component version text.
     pub component: String,
 }
 
@@ -219,6 +238,7 @@ pub struct Channel {
 }
 
 impl Channel {
+    /// A server-side channel, waiting for a ConnectReq.
     pub fn new(settings: Settings, now: Instant) -> Self {
         Channel {
             ping_timeout: Duration::from_secs(settings.max_ping_timeout_s.max(1) as u64),
@@ -285,6 +305,7 @@ impl Channel {
         self.ping_timeout
     }
 
+    /// What the client said of itself.
     pub fn client(&self) -> &ClientInfo {
         &self.client
     }

@@ -36,6 +36,7 @@ use tickwire_proto::{
 
 /// Where the session's RWF messages go (the RIPC channel, or a test's list).
 pub trait Outbox {
+    /// One RWF message to send.
     fn send(&mut self, rwf: &[u8]);
     /// Whether more may be queued now (bulk output, such as a dictionary download,
     /// waits while it is false).
@@ -179,6 +180,7 @@ impl Session {
         to_node.append(&mut self.answers);
     }
 
+    /// A session before the consumer's login.
     pub fn new(cfg: Arc<SessionConfig>) -> Self {
         Session {
             cfg,

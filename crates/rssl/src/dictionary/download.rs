@@ -30,10 +30,13 @@ const TYPE_ENUM_TABLES: u64 = 2;
 /// Every part of both dictionaries, as series payloads.
 #[derive(Debug, Clone, Default)]
 pub struct Downloads {
+    /// The field dictionary's parts, as series payloads.
     pub fields: Vec<Vec<u8>>,
+    /// The enumeration tables' parts, as series payloads.
     pub enums: Vec<Vec<u8>>,
     /// The summaries alone (a request of verbosity INFO).
     pub fields_info: Vec<u8>,
+    /// The enumeration tables' summary alone.
     pub enums_info: Vec<u8>,
 }
 

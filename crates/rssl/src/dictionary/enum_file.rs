@@ -8,20 +8,27 @@
 /// One table: the fields that use it and its values' display texts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnumTable {
+    /// The fields that use the table.
     pub fids: Vec<i16>,
+    /// Each value and its display text.
     pub values: Vec<(u16, Vec<u8>)>,
 }
 
 /// An enum dictionary.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnumFile {
+    /// The `RT_Version` tag.
     pub rt_version: String,
+    /// The `DT_Version` tag.
     pub dt_version: String,
+    /// The `DictionaryId` tag.
     pub dictionary_id: i64,
+    /// The tables, in file order.
     pub tables: Vec<EnumTable>,
 }
 
 impl EnumFile {
+    /// Reads an enumtype.def (`source` names it in errors).
     pub fn parse(text: &str, source: &str) -> Result<EnumFile, String> {
         let mut file = EnumFile {
             dictionary_id: 1,

@@ -7,30 +7,40 @@
 /// One field as the file has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldEntry {
+    /// The acronym (the first column).
     pub name: String,
     /// The DDE acronym (the quoted column).
     pub long_name: String,
+    /// The field id.
     pub fid: i16,
     /// The field its value ripples to (0: none).
     pub ripple_to: i16,
     /// The Marketfeed type: -1 none, 0 time in seconds, 1 integer, 3 date, 4 price,
     /// 5 alphanumeric, 6 enumerated, 7 time, 8 binary.
     pub mf_type: i8,
+    /// The Marketfeed length.
     pub length: u16,
+    /// The enumerated display length.
     pub enum_length: u8,
+    /// The RWF type (`dt`).
     pub rwf_type: u8,
+    /// The RWF length.
     pub rwf_length: u16,
 }
 
 /// A field dictionary: its fields (by field id, ascending) and its version tags.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldFile {
+    /// The `Version` tag.
     pub version: String,
+    /// The `DictionaryId` tag.
     pub dictionary_id: i64,
+    /// The fields, in file order.
     pub fields: Vec<FieldEntry>,
 }
 
 impl FieldFile {
+    /// Reads an RDMFieldDictionary (`source` names it in errors).
     pub fn parse(text: &str, source: &str) -> Result<FieldFile, String> {
         let mut file = FieldFile {
             dictionary_id: 1,

@@ -25,7 +25,9 @@ use tickwire_proto::{Dictionary, FieldType, Real, Value};
 pub struct RwfDictionary {
     /// `types[fid + 32768]`: the field's RWF type, 0 for unknown fields.
     types: Box<[u8]>,
+    /// The field dictionary (RDMFieldDictionary).
     pub fields: FieldFile,
+    /// The enumeration tables (enumtype.def).
     pub enums: EnumFile,
     /// Where it came from (for logs).
     pub source: String,
@@ -128,10 +130,12 @@ impl RwfDictionary {
         ))
     }
 
+    /// Fields it knows.
     pub fn len(&self) -> usize {
         self.fields.fields.len()
     }
 
+    /// It knows no field.
     pub fn is_empty(&self) -> bool {
         self.fields.fields.is_empty()
     }
@@ -142,6 +146,7 @@ impl RwfDictionary {
         self.types[(fid as i32 + 32768) as usize]
     }
 
+    /// A field's entry.
     pub fn field(&self, fid: i16) -> Option<&FieldEntry> {
         self.fields
             .fields

@@ -51,6 +51,7 @@ pub struct FieldIter<'a> {
 }
 
 impl<'a> FieldIter<'a> {
+    /// Reads a container's head from `bytes`; its entries follow as the iterator's items.
     pub fn new(bytes: &'a [u8]) -> Result<FieldIter<'a>, RwfError> {
         let mut r = Reader::new(bytes);
         let names = ListNames {
@@ -64,6 +65,7 @@ impl<'a> FieldIter<'a> {
         Ok(FieldIter { r, left })
     }
 
+    /// Entries in the list.
     pub fn count(&self) -> u16 {
         self.left
     }
@@ -95,6 +97,7 @@ pub struct FieldListWriter {
 }
 
 impl FieldListWriter {
+    /// Starts one in `out`.
     pub fn begin(out: &mut Vec<u8>) -> FieldListWriter {
         out.push(LIST_HAS_STANDARD_DATA);
         let count_at = out.len();
@@ -122,6 +125,7 @@ impl FieldListWriter {
         self.count += 1;
     }
 
+    /// Patches the entry count into `out` (once every entry is written).
     pub fn end(self, out: &mut [u8]) {
         out[self.count_at..self.count_at + 2].copy_from_slice(&self.count.to_be_bytes());
     }
@@ -134,6 +138,7 @@ pub struct ElementIter<'a> {
 }
 
 impl<'a> ElementIter<'a> {
+    /// Reads a container's head from `bytes`; its entries follow as the iterator's items.
     pub fn new(bytes: &'a [u8]) -> Result<ElementIter<'a>, RwfError> {
         let mut r = Reader::new(bytes);
         let names = ListNames {
@@ -151,8 +156,11 @@ impl<'a> ElementIter<'a> {
 /// One element: name, data type and the value's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Element<'a> {
+    /// The element's name.
     pub name: &'a [u8],
+    /// Its RWF type (`dt`).
     pub data_type: u8,
+    /// The value's bytes.
     pub value: &'a [u8],
 }
 
@@ -211,6 +219,7 @@ pub struct ElementListWriter {
 }
 
 impl ElementListWriter {
+    /// Starts one in `out`.
     pub fn begin(out: &mut Vec<u8>) -> ElementListWriter {
         out.push(LIST_HAS_STANDARD_DATA);
         let count_at = out.len();
@@ -234,14 +243,17 @@ impl ElementListWriter {
         self.count += 1;
     }
 
+    /// An unsigned integer element.
     pub fn uint(&mut self, out: &mut Vec<u8>, name: &str, v: u64) {
         self.element(out, name, dt::UINT, |o| primitive::put_uint(o, v));
     }
 
+    /// An ASCII string element.
     pub fn ascii(&mut self, out: &mut Vec<u8>, name: &str, v: &[u8]) {
         self.element(out, name, dt::ASCII_STRING, |o| o.extend_from_slice(v));
     }
 
+    /// Patches the entry count into `out` (once every entry is written).
     pub fn end(self, out: &mut [u8]) {
         out[self.count_at..self.count_at + 2].copy_from_slice(&self.count.to_be_bytes());
     }
@@ -250,12 +262,14 @@ impl ElementListWriter {
 /// An array's items: each a value's bytes.
 pub struct ArrayIter<'a> {
     r: Reader<'a>,
+    /// The RWF type of its entries (`dt`).
     pub primitive: u8,
     item_len: u16,
     left: u16,
 }
 
 impl<'a> ArrayIter<'a> {
+    /// Reads a container's head from `bytes`; its entries follow as the iterator's items.
     pub fn new(bytes: &'a [u8]) -> Result<ArrayIter<'a>, RwfError> {
         let mut r = Reader::new(bytes);
         if r.is_empty() {
@@ -325,6 +339,8 @@ pub fn put_array<T>(
 
 /// Map entry actions.
 pub mod map_action {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const UPDATE: u8 = 1;
     pub const ADD: u8 = 2;
     pub const DELETE: u8 = 3;
@@ -365,6 +381,7 @@ impl MapWriter {
         self.count += 1;
     }
 
+    /// Patches the entry count into `out` (once every entry is written).
     pub fn end(self, out: &mut [u8]) {
         out[self.count_at..self.count_at + 2].copy_from_slice(&self.count.to_be_bytes());
     }
@@ -372,6 +389,8 @@ impl MapWriter {
 
 /// Filter entry actions.
 pub mod filter_action {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const UPDATE: u8 = 1;
     pub const SET: u8 = 2;
     pub const CLEAR: u8 = 3;
@@ -384,6 +403,7 @@ pub struct FilterListWriter {
 }
 
 impl FilterListWriter {
+    /// Starts one in `out`.
     pub fn begin(out: &mut Vec<u8>, container: u8) -> FilterListWriter {
         out.push(0);
         out.push(container.wrapping_sub(128));
@@ -392,6 +412,7 @@ impl FilterListWriter {
         FilterListWriter { count_at, count: 0 }
     }
 
+    /// One entry, whose body `put` writes.
     pub fn entry(&mut self, out: &mut Vec<u8>, action: u8, id: u8, put: impl FnOnce(&mut Vec<u8>)) {
         out.push(action);
         out.push(id);
@@ -403,6 +424,7 @@ impl FilterListWriter {
         self.count += 1;
     }
 
+    /// Patches the entry count into `out` (once every entry is written).
     pub fn end(self, out: &mut [u8]) {
         out[self.count_at] = self.count;
     }
@@ -434,6 +456,7 @@ impl SeriesWriter {
         SeriesWriter { count_at, count: 0 }
     }
 
+    /// One entry, whose body `put` writes.
     pub fn entry(&mut self, out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
         let slot = LenSlot::u16ob(out);
         put(out);
@@ -441,6 +464,7 @@ impl SeriesWriter {
         self.count += 1;
     }
 
+    /// Patches the entry count into `out` (once every entry is written).
     pub fn end(self, out: &mut [u8]) {
         out[self.count_at..self.count_at + 2].copy_from_slice(&self.count.to_be_bytes());
     }
@@ -456,13 +480,16 @@ const MAP_HAS_KEY_FIELD_ID: u8 = 0x10;
 /// A map's entries: action, key bytes, value bytes (empty when deleted).
 pub struct MapIter<'a> {
     r: Reader<'a>,
+    /// The RWF type of the map's keys (`dt`).
     pub key_type: u8,
+    /// The container type of its entries' payloads (`dt`).
     pub container: u8,
     per_entry_perm: bool,
     left: u16,
 }
 
 impl<'a> MapIter<'a> {
+    /// Reads a container's head from `bytes`; its entries follow as the iterator's items.
     pub fn new(bytes: &'a [u8]) -> Result<MapIter<'a>, RwfError> {
         let mut r = Reader::new(bytes);
         let flags = r.u8("a map's flags")?;
@@ -529,6 +556,7 @@ pub struct FilterIter<'a> {
 }
 
 impl<'a> FilterIter<'a> {
+    /// Reads a container's head from `bytes`; its entries follow as the iterator's items.
     pub fn new(bytes: &'a [u8]) -> Result<FilterIter<'a>, RwfError> {
         let mut r = Reader::new(bytes);
         let flags = r.u8("a filter list's flags")?;

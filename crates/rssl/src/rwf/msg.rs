@@ -11,7 +11,10 @@ use super::wire::{
     put_buf15, put_buf16, put_buf8, put_u15rb, put_u16ob, put_u32, Len15Slot, Reader, RwfError,
 };
 
+/// Message classes.
 pub mod class {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const REQUEST: u8 = 1;
     pub const REFRESH: u8 = 2;
     pub const STATUS: u8 = 3;
@@ -22,7 +25,10 @@ pub mod class {
     pub const POST: u8 = 8;
 }
 
+/// Domains (the RDM model a message belongs to).
 pub mod domain {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const LOGIN: u8 = 1;
     pub const SOURCE: u8 = 4;
     pub const DICTIONARY: u8 = 5;
@@ -48,6 +54,8 @@ pub mod domain {
 
 /// Request flags.
 pub mod request {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const HAS_EXTENDED_HEADER: u16 = 0x0001;
     pub const HAS_PRIORITY: u16 = 0x0002;
     pub const STREAMING: u16 = 0x0004;
@@ -64,6 +72,8 @@ pub mod request {
 
 /// Refresh flags.
 pub mod refresh {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const HAS_MSG_KEY: u16 = 0x0008;
     pub const HAS_SEQ_NUM: u16 = 0x0010;
     pub const SOLICITED: u16 = 0x0020;
@@ -76,6 +86,8 @@ pub mod refresh {
 
 /// Status flags.
 pub mod status {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const HAS_MSG_KEY: u16 = 0x008;
     pub const HAS_STATE: u16 = 0x020;
     pub const PRIVATE_STREAM: u16 = 0x080;
@@ -83,6 +95,8 @@ pub mod status {
 
 /// Update flags.
 pub mod update {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const HAS_MSG_KEY: u16 = 0x008;
     pub const HAS_SEQ_NUM: u16 = 0x010;
     pub const HAS_CONF_INFO: u16 = 0x020;
@@ -91,12 +105,16 @@ pub mod update {
 
 /// Close flags.
 pub mod close {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const ACK: u16 = 0x02;
     pub const HAS_BATCH: u16 = 0x04;
 }
 
 /// Post flags (numbered unlike the other classes').
 pub mod post {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const HAS_POST_ID: u16 = 0x002;
     pub const HAS_MSG_KEY: u16 = 0x004;
     pub const HAS_SEQ_NUM: u16 = 0x008;
@@ -106,6 +124,8 @@ pub mod post {
 
 /// Ack flags.
 pub mod ack {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const HAS_TEXT: u16 = 0x02;
     pub const HAS_SEQ_NUM: u16 = 0x08;
     pub const HAS_MSG_KEY: u16 = 0x10;
@@ -114,6 +134,8 @@ pub mod ack {
 
 /// Message key flags.
 pub mod key {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const HAS_SERVICE_ID: u16 = 0x01;
     pub const HAS_NAME: u16 = 0x02;
     pub const HAS_NAME_TYPE: u16 = 0x04;
@@ -124,6 +146,8 @@ pub mod key {
 
 /// Stream states.
 pub mod stream {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const OPEN: u8 = 1;
     pub const NON_STREAMING: u8 = 2;
     pub const CLOSED_RECOVER: u8 = 3;
@@ -132,6 +156,8 @@ pub mod stream {
 
 /// Data states.
 pub mod data {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const NO_CHANGE: u8 = 0;
     pub const OK: u8 = 1;
     pub const SUSPECT: u8 = 2;
@@ -139,6 +165,8 @@ pub mod data {
 
 /// Status codes.
 pub mod code {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const NONE: u8 = 0;
     pub const NOT_FOUND: u8 = 1;
     pub const TIMEOUT: u8 = 2;
@@ -158,10 +186,15 @@ pub mod code {
 /// A message key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MsgKey<'a> {
+    /// The service id.
     pub service_id: Option<u16>,
+    /// The item's name.
     pub name: Option<&'a [u8]>,
+    /// How the name is to be read (RIC by default).
     pub name_type: Option<u8>,
+    /// The filter (admin domains: which parts).
     pub filter: Option<u32>,
+    /// A numeric identifier.
     pub identifier: Option<i32>,
     /// Container type and bytes of the attributes (a Login's element list).
     pub attrib: Option<(u8, &'a [u8])>,
@@ -251,13 +284,18 @@ impl<'a> MsgKey<'a> {
 /// A stream's state: stream state, data state, code, text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RwfState<'a> {
+    /// The stream state (`stream`).
     pub stream: u8,
+    /// The data state (`data`).
     pub data: u8,
+    /// The status code (`code`).
     pub code: u8,
+    /// Why, for people.
     pub text: &'a [u8],
 }
 
 impl<'a> RwfState<'a> {
+    /// A state from its parts.
     pub fn new(stream: u8, data: u8, code: u8, text: &'a str) -> Self {
         RwfState {
             stream,
@@ -277,6 +315,7 @@ impl<'a> RwfState<'a> {
         })
     }
 
+    /// Appends it, as RWF writes a state.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.push((self.stream << 3) | (self.data & 0x7));
         out.push(self.code);
@@ -300,11 +339,17 @@ fn skip_qos(r: &mut Reader<'_>) -> Result<u8, RwfError> {
 /// uses, and the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Msg<'a> {
+    /// The message class (`class`).
     pub class: u8,
+    /// The domain (`domain`).
     pub domain: u8,
+    /// The stream's id.
     pub stream_id: i32,
+    /// The class's flags.
     pub flags: u16,
+    /// The payload's container type (`dt`).
     pub container: u8,
+    /// The message key, when the message has one.
     pub key: Option<MsgKey<'a>>,
     /// Refresh and Status.
     pub state: Option<RwfState<'a>>,
@@ -320,10 +365,12 @@ pub struct Msg<'a> {
     pub text: &'a [u8],
     /// Update: conflation count.
     pub conflation_count: u16,
+    /// The payload (its container type says how to read it).
     pub payload: &'a [u8],
 }
 
 impl<'a> Msg<'a> {
+    /// Reads a message's header and key; the payload is left to the caller.
     pub fn decode(bytes: &'a [u8]) -> Result<Msg<'a>, RwfError> {
         let mut r = Reader::new(bytes);
         let header_len = r.u16("a message header's length")? as usize;

@@ -6,6 +6,8 @@ use tickwire_proto::{Date, Real, Time};
 
 /// RWF data types (the numbers on the wire).
 pub mod dt {
+    // Each constant is the wire's number, under the name the SDK's public code gives it.
+    #![allow(missing_docs)]
     pub const INT: u8 = 3;
     pub const UINT: u8 = 4;
     pub const FLOAT: u8 = 5;
@@ -45,10 +47,20 @@ const HINT_BLANK_BIT: u8 = 0x20;
 /// An RWF real as it was on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RwfReal {
+    /// Blank.
     Blank,
-    Value { value: i64, hint: u8 },
+    /// A value: mantissa and exponent hint.
+    Value {
+        /// The mantissa.
+        value: i64,
+        /// The exponent hint (RWF's, 0..30).
+        hint: u8,
+    },
+    /// Positive infinity.
     Infinity,
+    /// Negative infinity.
     NegInfinity,
+    /// Not a number.
     NaN,
 }
 
@@ -112,6 +124,7 @@ pub fn put_uint(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&b[skip..]);
 }
 
+/// An Int (blank: `None`).
 pub fn int(body: &[u8]) -> Result<Option<i64>, RwfError> {
     match body.len() {
         0 => Ok(None),
@@ -126,6 +139,7 @@ pub fn int(body: &[u8]) -> Result<Option<i64>, RwfError> {
     }
 }
 
+/// A UInt (blank: `None`).
 pub fn uint(body: &[u8]) -> Result<Option<u64>, RwfError> {
     match body.len() {
         0 => Ok(None),
@@ -134,6 +148,7 @@ pub fn uint(body: &[u8]) -> Result<Option<u64>, RwfError> {
     }
 }
 
+/// Writes a Real.
 pub fn put_real(out: &mut Vec<u8>, r: RwfReal) {
     match r {
         RwfReal::Blank => {}
@@ -147,6 +162,7 @@ pub fn put_real(out: &mut Vec<u8>, r: RwfReal) {
     }
 }
 
+/// Reads a Real.
 pub fn real(body: &[u8]) -> Result<RwfReal, RwfError> {
     let Some(&first) = body.first() else {
         return Ok(RwfReal::Blank);
@@ -168,12 +184,14 @@ pub fn real(body: &[u8]) -> Result<RwfReal, RwfError> {
     Ok(RwfReal::Value { value, hint })
 }
 
+/// Writes a Date.
 pub fn put_date(out: &mut Vec<u8>, d: Date) {
     out.push(d.day);
     out.push(d.month);
     put_u16(out, d.year);
 }
 
+/// Reads a Date (blank: `None`).
 pub fn date(body: &[u8]) -> Result<Option<Date>, RwfError> {
     match body {
         [] | [0, 0, 0, 0] => Ok(None),
@@ -218,6 +236,7 @@ pub fn put_time(out: &mut Vec<u8>, t: Time) {
     out.push(ns as u8);
 }
 
+/// Reads a Time (blank: `None`).
 pub fn time(body: &[u8]) -> Result<Option<Time>, RwfError> {
     let bad = || RwfError::invalid("a Time", format!("{} bytes (2, 3, 5, 7 or 8)", body.len()));
     if body.is_empty() {
@@ -318,14 +337,17 @@ pub fn float_or_double(body: &[u8]) -> Result<Option<Real>, RwfError> {
     Ok(tickwire_proto::text::parse_real(&text))
 }
 
+/// Writes a Float.
 pub fn put_float(out: &mut Vec<u8>, r: Real) {
     out.extend_from_slice(&(r.to_f64() as f32).to_be_bytes());
 }
 
+/// Writes a Double.
 pub fn put_double(out: &mut Vec<u8>, r: Real) {
     out.extend_from_slice(&r.to_f64().to_be_bytes());
 }
 
+/// Writes an Enum.
 pub fn put_enum(out: &mut Vec<u8>, v: u16) {
     if v <= 0xFF {
         out.push(v as u8);
@@ -334,6 +356,7 @@ pub fn put_enum(out: &mut Vec<u8>, v: u16) {
     }
 }
 
+/// Reads an Enum (blank: `None`).
 pub fn enumerated(body: &[u8]) -> Result<Option<u16>, RwfError> {
     match body {
         [] => Ok(None),

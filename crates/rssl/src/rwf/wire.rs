@@ -15,13 +15,21 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RwfError {
+    /// The bytes end before what is being read (named).
     #[error("{0} is cut short")]
     Truncated(&'static str),
+    /// Bytes that decode to something not allowed.
     #[error("{what}: {detail}")]
-    Invalid { what: &'static str, detail: String },
+    Invalid {
+        /// What was being read.
+        what: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 impl RwfError {
+    /// Bytes that decode to something not allowed.
     pub fn invalid(what: &'static str, detail: impl fmt::Display) -> Self {
         RwfError::Invalid {
             what,
@@ -38,18 +46,22 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader at the start of `bytes`.
     pub fn new(bytes: &'a [u8]) -> Self {
         Reader { bytes, at: 0 }
     }
 
+    /// Bytes read so far.
     pub fn position(&self) -> usize {
         self.at
     }
 
+    /// Bytes left.
     pub fn remaining(&self) -> usize {
         self.bytes.len() - self.at
     }
 
+    /// Nothing is left.
     pub fn is_empty(&self) -> bool {
         self.remaining() == 0
     }
@@ -61,6 +73,7 @@ impl<'a> Reader<'a> {
         r
     }
 
+    /// The next `n` bytes.
     pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], RwfError> {
         if self.remaining() < n {
             return Err(RwfError::Truncated(what));
@@ -70,24 +83,29 @@ impl<'a> Reader<'a> {
         Ok(r)
     }
 
+    /// A byte.
     pub fn u8(&mut self, what: &'static str) -> Result<u8, RwfError> {
         Ok(self.take(1, what)?[0])
     }
 
+    /// A big-endian u16.
     pub fn u16(&mut self, what: &'static str) -> Result<u16, RwfError> {
         let b = self.take(2, what)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
 
+    /// A big-endian i16.
     pub fn i16(&mut self, what: &'static str) -> Result<i16, RwfError> {
         Ok(self.u16(what)? as i16)
     }
 
+    /// A big-endian u32.
     pub fn u32(&mut self, what: &'static str) -> Result<u32, RwfError> {
         let b = self.take(4, what)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    /// A 15-bit length: one byte below 0x80, else two with the top bit set.
     pub fn u15rb(&mut self, what: &'static str) -> Result<u16, RwfError> {
         let b = self.u8(what)?;
         if b & 0x80 == 0 {
@@ -96,6 +114,7 @@ impl<'a> Reader<'a> {
         Ok((((b & 0x7F) as u16) << 8) | self.u8(what)? as u16)
     }
 
+    /// A 15-bit signed value, written as `u15rb`.
     pub fn i15rb(&mut self, what: &'static str) -> Result<i16, RwfError> {
         let b = self.u8(what)?;
         if b & 0x80 == 0 {
@@ -106,6 +125,7 @@ impl<'a> Reader<'a> {
         Ok(((v << 1) as i16) >> 1)
     }
 
+    /// A length of one byte below 0xFE, else 0xFE and a u16.
     pub fn u16ob(&mut self, what: &'static str) -> Result<u16, RwfError> {
         let b = self.u8(what)?;
         if b < 0xFE {
@@ -114,6 +134,7 @@ impl<'a> Reader<'a> {
         self.u16(what)
     }
 
+    /// A 30-bit value: its top two bits say how many more bytes follow.
     pub fn u30rb(&mut self, what: &'static str) -> Result<u32, RwfError> {
         let b = self.u8(what)?;
         let extra = match b & 0xC0 {
@@ -129,30 +150,36 @@ impl<'a> Reader<'a> {
         Ok(v)
     }
 
+    /// A buffer with a one-byte length.
     pub fn buf8(&mut self, what: &'static str) -> Result<&'a [u8], RwfError> {
         let n = self.u8(what)? as usize;
         self.take(n, what)
     }
 
+    /// A buffer with a `u15rb` length.
     pub fn buf15(&mut self, what: &'static str) -> Result<&'a [u8], RwfError> {
         let n = self.u15rb(what)? as usize;
         self.take(n, what)
     }
 
+    /// A buffer with a `u16ob` length.
     pub fn buf16(&mut self, what: &'static str) -> Result<&'a [u8], RwfError> {
         let n = self.u16ob(what)? as usize;
         self.take(n, what)
     }
 }
 
+/// Writes a big-endian u16.
 pub fn put_u16(out: &mut Vec<u8>, v: u16) {
     out.extend_from_slice(&v.to_be_bytes());
 }
 
+/// Writes a big-endian u32.
 pub fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_be_bytes());
 }
 
+/// Writes a 15-bit length as `u15rb`.
 pub fn put_u15rb(out: &mut Vec<u8>, v: u16) {
     debug_assert!(v <= 0x7FFF);
     if v < 0x80 {
@@ -163,6 +190,7 @@ pub fn put_u15rb(out: &mut Vec<u8>, v: u16) {
     }
 }
 
+/// Writes a length as `u16ob`.
 pub fn put_u16ob(out: &mut Vec<u8>, v: u16) {
     if v < 0xFE {
         out.push(v as u8);
@@ -172,18 +200,21 @@ pub fn put_u16ob(out: &mut Vec<u8>, v: u16) {
     }
 }
 
+/// Writes a buffer with a one-byte length (cut at 255).
 pub fn put_buf8(out: &mut Vec<u8>, b: &[u8]) {
     let b = &b[..b.len().min(255)];
     out.push(b.len() as u8);
     out.extend_from_slice(b);
 }
 
+/// Writes a buffer with a `u15rb` length.
 pub fn put_buf15(out: &mut Vec<u8>, b: &[u8]) {
     let b = &b[..b.len().min(0x7FFF)];
     put_u15rb(out, b.len() as u16);
     out.extend_from_slice(b);
 }
 
+/// Writes a buffer with a `u16ob` length.
 pub fn put_buf16(out: &mut Vec<u8>, b: &[u8]) {
     let b = &b[..b.len().min(0xFFFF)];
     put_u16ob(out, b.len() as u16);
@@ -196,6 +227,7 @@ pub fn put_buf16(out: &mut Vec<u8>, b: &[u8]) {
 pub struct LenSlot(usize);
 
 impl LenSlot {
+    /// Reserves a `u16ob` length (three bytes), filled in by `finish`.
     pub fn u16ob(out: &mut Vec<u8>) -> LenSlot {
         out.extend_from_slice(&[0xFE, 0, 0]);
         LenSlot(out.len())
@@ -218,11 +250,13 @@ impl LenSlot {
 pub struct Len15Slot(usize);
 
 impl Len15Slot {
+    /// Reserves a `u15rb` length (two bytes), filled in by `finish`.
     pub fn new(out: &mut Vec<u8>) -> Len15Slot {
         out.extend_from_slice(&[0x80, 0]);
         Len15Slot(out.len())
     }
 
+    /// Fills in the length of what was written since; `false` if it does not fit.
     pub fn finish(self, out: &mut [u8]) -> bool {
         let n = out.len() - self.0;
         if n > 0x7FFF {
