@@ -12,28 +12,64 @@ use crate::field::FieldType;
 use std::collections::HashMap;
 use thiserror::Error;
 
+/// One field of a dictionary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldDef {
+    /// The field id.
     pub fid: i16,
+    /// The field's name (acronym).
     pub name: String,
+    /// How its values are encoded.
     pub field_type: FieldType,
 }
 
+/// Why a dictionary file was refused.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DictionaryError {
+    /// A line that is not `FID NAME TYPE`.
     #[error("line {line}: expected `NAME FID TYPE`, found {found:?}")]
-    Syntax { line: usize, found: String },
+    Syntax {
+        /// The line (from 1).
+        line: usize,
+        /// What the line holds.
+        found: String,
+    },
+    /// A field id that is not a number in range.
     #[error("line {line}: field id {value:?} is not an integer in -32768..=32767")]
-    BadFid { line: usize, value: String },
+    BadFid {
+        /// The line (from 1).
+        line: usize,
+        /// The value.
+        value: String,
+    },
+    /// A type the dictionary does not know.
     #[error("line {line}: unknown type {value:?} (allowed: INT, UINT, REAL, DATE, TIME, ASCII, UTF8, ENUM)")]
-    BadType { line: usize, value: String },
+    BadType {
+        /// The line (from 1).
+        line: usize,
+        /// The value.
+        value: String,
+    },
+    /// A field id given twice.
     #[error("line {line}: field id {fid} is defined twice")]
-    DuplicateFid { line: usize, fid: i16 },
+    DuplicateFid {
+        /// The line (from 1).
+        line: usize,
+        /// The field id.
+        fid: i16,
+    },
+    /// A name given twice.
     #[error("line {line}: field name {name:?} is defined twice")]
-    DuplicateName { line: usize, name: String },
+    DuplicateName {
+        /// The line (from 1).
+        line: usize,
+        /// The name.
+        name: String,
+    },
 }
 
+/// Field names and types by id (the node's and clients' dictionary).
 #[derive(Debug, Clone, Default)]
 pub struct Dictionary {
     by_fid: HashMap<i16, FieldDef>,
@@ -42,6 +78,8 @@ pub struct Dictionary {
 
 /// Field ids of the standard MarketPrice fields Tickwire itself uses.
 pub mod fid {
+    // Each constant is the field's id under its name in the standard RDMFieldDictionary.
+    #![allow(missing_docs)]
     pub const DSPLY_NAME: i16 = 3;
     pub const TIMACT: i16 = 5;
     pub const TRDPRC_1: i16 = 6;
@@ -71,6 +109,7 @@ impl Dictionary {
         Self::parse(DEFAULT_DICTIONARY).expect("built-in dictionary parses")
     }
 
+    /// Reads a dictionary file (docs/PROTOCOL.md gives its form).
     pub fn parse(text: &str) -> Result<Self, DictionaryError> {
         let mut d = Dictionary::default();
         for (i, raw) in text.lines().enumerate() {
@@ -114,18 +153,22 @@ impl Dictionary {
         Ok(d)
     }
 
+    /// Fields it has.
     pub fn len(&self) -> usize {
         self.by_fid.len()
     }
 
+    /// It has no field.
     pub fn is_empty(&self) -> bool {
         self.by_fid.is_empty()
     }
 
+    /// A field's definition.
     pub fn get(&self, fid: i16) -> Option<&FieldDef> {
         self.by_fid.get(&fid)
     }
 
+    /// A field's name.
     pub fn name(&self, fid: i16) -> Option<&str> {
         self.by_fid.get(&fid).map(|d| d.name.as_str())
     }

@@ -12,14 +12,23 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum FieldType {
+    /// No value.
     Blank = 0,
+    /// A signed integer.
     Int = 1,
+    /// An unsigned integer.
     UInt = 2,
+    /// A decimal: mantissa and exponent.
     Real = 3,
+    /// A date.
     Date = 4,
+    /// A time of day.
     Time = 5,
+    /// ASCII text.
     Ascii = 6,
+    /// UTF-8 text.
     Utf8 = 7,
+    /// An enumerated value.
     Enum = 8,
     /// A date and a time of day together (RWF's DATETIME).
     DateTime = 9,
@@ -28,6 +37,7 @@ pub enum FieldType {
 }
 
 impl FieldType {
+    /// The type a wire tag names.
     pub fn from_tag(tag: u8) -> Option<FieldType> {
         Some(match tag {
             0 => FieldType::Blank,
@@ -62,6 +72,7 @@ impl FieldType {
         }
     }
 
+    /// The type a dictionary file names.
     pub fn from_name(name: &str) -> Option<FieldType> {
         Some(match name.to_ascii_uppercase().as_str() {
             "INT" => FieldType::Int,
@@ -82,11 +93,14 @@ impl FieldType {
 /// A decimal number: `mantissa * 10^exponent`. 101.25 is `Real { mantissa: 10125, exponent: -2 }`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Real {
+    /// The mantissa.
     pub mantissa: i64,
+    /// The power of ten it is multiplied by.
     pub exponent: i8,
 }
 
 impl Real {
+    /// A real from its mantissa and exponent.
     pub fn new(mantissa: i64, exponent: i8) -> Self {
         Real { mantissa, exponent }
     }
@@ -129,12 +143,16 @@ impl fmt::Display for Real {
 /// A calendar date.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Date {
+    /// The year.
     pub year: u16,
+    /// The month (1..=12).
     pub month: u8,
+    /// The day of the month (1..=31).
     pub day: u8,
 }
 
 impl Date {
+    /// A date that exists (blank dates are not valid).
     pub fn is_valid(&self) -> bool {
         let days = match self.month {
             1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
@@ -162,12 +180,15 @@ impl fmt::Display for Date {
 /// A time of day to the nanosecond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Time {
+    /// Nanoseconds since midnight.
     pub nanos_since_midnight: u64,
 }
 
+/// Nanoseconds in a day.
 pub const NANOS_PER_DAY: u64 = 86_400 * 1_000_000_000;
 
 impl Time {
+    /// A time from hours, minutes, seconds and nanoseconds.
     pub fn from_hms_nanos(h: u8, m: u8, s: u8, nanos: u32) -> Self {
         Time {
             nanos_since_midnight: ((h as u64 * 60 + m as u64) * 60 + s as u64) * 1_000_000_000
@@ -194,20 +215,32 @@ impl fmt::Display for Time {
 /// One typed value. Strings borrow from the buffer they were decoded from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Value<'a> {
+    /// No value.
     Blank,
+    /// A signed integer.
     Int(i64),
+    /// An unsigned integer.
     UInt(u64),
+    /// A decimal: mantissa and exponent.
     Real(Real),
+    /// A date.
     Date(Date),
+    /// A time of day.
     Time(Time),
+    /// ASCII text.
     Ascii(&'a str),
+    /// UTF-8 text.
     Utf8(&'a str),
+    /// An enumerated value.
     Enum(u16),
+    /// A date and a time.
     DateTime(Date, Time),
+    /// Bytes.
     Buffer(&'a [u8]),
 }
 
 impl Value<'_> {
+    /// Its type.
     pub fn field_type(&self) -> FieldType {
         match self {
             Value::Blank => FieldType::Blank,
@@ -455,6 +488,7 @@ impl<'a> FieldList<'a> {
         FieldList { bytes, count }
     }
 
+    /// A list with no field.
     pub const EMPTY: FieldList<'static> = FieldList {
         bytes: &[0, 0],
         count: 0,
@@ -465,14 +499,17 @@ impl<'a> FieldList<'a> {
         self.bytes
     }
 
+    /// Fields in the list.
     pub fn len(&self) -> usize {
         self.count as usize
     }
 
+    /// No field.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
 
+    /// Each field id and value.
     pub fn iter(&self) -> FieldIter<'a> {
         FieldIter {
             r: Reader::new(&self.bytes[2..], "field list"),
@@ -488,6 +525,7 @@ impl<'a> FieldList<'a> {
         }
     }
 
+    /// A field's value.
     pub fn get(&self, fid: i16) -> Option<Value<'a>> {
         self.iter().find(|(f, _)| *f == fid).map(|(_, v)| v)
     }
@@ -612,6 +650,7 @@ pub struct FieldListWriter<'b> {
 }
 
 impl<'b> FieldListWriter<'b> {
+    /// A real from its mantissa and exponent.
     pub fn new(out: &'b mut Vec<u8>) -> Self {
         let count_at = out.len();
         out.extend_from_slice(&[0, 0]);
@@ -665,6 +704,7 @@ impl<'b> FieldListWriter<'b> {
         true
     }
 
+    /// Fields written.
     pub fn count(&self) -> u16 {
         self.count
     }

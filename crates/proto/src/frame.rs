@@ -9,6 +9,7 @@ use crate::message::Message;
 use crate::{DecodeError, EncodeError};
 use std::collections::VecDeque;
 
+/// A frame's length prefix.
 pub const FRAME_HEADER_LEN: usize = 4;
 /// Default largest frame payload, negotiated in the welcome.
 pub const DEFAULT_MAX_FRAME: usize = 256 * 1024;
@@ -46,6 +47,7 @@ pub struct FrameWriter {
 }
 
 impl FrameWriter {
+    /// Frames at most `max_frame` bytes.
     pub fn new(max_frame: usize) -> Self {
         FrameWriter {
             buf: Vec::new(),
@@ -95,6 +97,7 @@ impl FrameWriter {
         }
     }
 
+    /// Frames at most `max_frame` bytes from now on.
     pub fn set_max_frame(&mut self, max_frame: usize) {
         self.seal();
         self.max_frame = max_frame.max(MIN_MAX_FRAME);
@@ -105,10 +108,12 @@ impl FrameWriter {
         self.buf.len() - self.consumed
     }
 
+    /// Nothing is waiting.
     pub fn is_empty(&self) -> bool {
         self.pending_len() == 0
     }
 
+    /// Bytes its buffer holds before it grows.
     pub fn capacity(&self) -> usize {
         self.buf.capacity()
     }
@@ -256,6 +261,7 @@ pub struct FrameReader {
 }
 
 impl FrameReader {
+    /// Frames at most `max_frame` bytes.
     pub fn new(max_frame: usize) -> Self {
         FrameReader {
             buf: Vec::new(),
@@ -265,6 +271,7 @@ impl FrameReader {
         }
     }
 
+    /// Frames at most `max_frame` bytes from now on.
     pub fn set_max_frame(&mut self, max_frame: usize) {
         self.max_frame = max_frame;
     }

@@ -234,20 +234,24 @@ fn compact(data: &mut Vec<u8>, index: &mut Index) {
 }
 
 impl FieldImage {
+    /// An empty image.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Every field gone.
     pub fn clear(&mut self) {
         self.data.clear();
         self.count = 0;
         self.index = None;
     }
 
+    /// Fields in the image.
     pub fn len(&self) -> usize {
         self.count as usize
     }
 
+    /// No field.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }

@@ -6,6 +6,8 @@
 //! returns a [`DecodeError`] naming what was wrong; none panics on any input (the fuzz
 //! targets in `fuzz/` hold it to that). docs/PROTOCOL.md is the specification.
 
+#![warn(missing_docs)]
+
 pub mod dictionary;
 mod error;
 pub mod field;

@@ -11,6 +11,7 @@ use crate::{DecodeError, EncodeError};
 
 /// Protocol versions this implementation speaks.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
+/// The newest protocol version this library speaks.
 pub const PROTOCOL_VERSION_MAX: u16 = 1;
 
 /// A node logging in to another (its upstream) names itself in its Login's
@@ -29,26 +30,42 @@ pub const MESSAGE_HEADER_LEN: usize = 3;
 /// Largest message body.
 pub const MAX_MESSAGE_BODY: usize = u16::MAX as usize;
 
+/// A message's type, its first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum MessageType {
+    /// A client logs in.
     Login = 1,
+    /// The node's answer to a login.
     Welcome = 2,
+    /// The node's services.
     Directory = 3,
+    /// A subscriber asks for an item.
     Request = 4,
+    /// An item's image.
     Refresh = 5,
+    /// An item's update.
     Update = 6,
+    /// A stream's state changed.
     Status = 7,
+    /// A stream is closed.
     Close = 8,
+    /// Are you there?
     Ping = 9,
+    /// The answer to a ping.
     Pong = 10,
+    /// A subscriber's contribution to an item.
     Post = 11,
+    /// The answer to a post.
     Ack = 12,
+    /// A subscriber asks for an item's history.
     Replay = 13,
+    /// A file-transfer message.
     Files = 14,
 }
 
 impl MessageType {
+    /// From its wire value.
     pub fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             1 => MessageType::Login,
@@ -70,24 +87,32 @@ impl MessageType {
     }
 }
 
+/// What a connection does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Role {
+    /// Reads items.
     Subscriber = 1,
+    /// Publishes a service.
     Publisher = 2,
 }
 
+/// A stream's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum StreamState {
+    /// Open: data follows.
     Open = 1,
+    /// Closed for good.
     Closed = 2,
+    /// Closed; ask again later.
     ClosedRecover = 3,
     /// The refresh of a snapshot request: nothing follows on this stream.
     NonStreaming = 4,
 }
 
 impl StreamState {
+    /// Its name, as logs and docs/PROTOCOL.md give it.
     pub fn name(self) -> &'static str {
         match self {
             StreamState::Open => "open",
@@ -98,14 +123,18 @@ impl StreamState {
     }
 }
 
+/// The state of a stream's data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum DataState {
+    /// Up to date.
     Ok = 1,
+    /// Maybe stale.
     Suspect = 2,
 }
 
 impl DataState {
+    /// Its name, as logs and docs/PROTOCOL.md give it.
     pub fn name(self) -> &'static str {
         match self {
             DataState::Ok => "ok",
@@ -119,14 +148,18 @@ impl DataState {
 /// subscriber, and an older one's decoder does not refuse them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpdateType {
+    /// Another kind of update.
     Other,
+    /// A quote.
     Quote,
+    /// A trade.
     Trade,
     /// A value not named above (3 to 255).
     Unknown(u8),
 }
 
 impl UpdateType {
+    /// From its wire value (a value this version does not know is kept).
     pub const fn from_u8(v: u8) -> Self {
         match v {
             0 => UpdateType::Other,
@@ -136,6 +169,7 @@ impl UpdateType {
         }
     }
 
+    /// Its wire value.
     pub const fn to_u8(self) -> u8 {
         match self {
             UpdateType::Other => 0,
@@ -145,6 +179,7 @@ impl UpdateType {
         }
     }
 
+    /// Its name, as logs and docs/PROTOCOL.md give it.
     pub fn name(self) -> &'static str {
         match self {
             UpdateType::Other => "other",
@@ -155,16 +190,20 @@ impl UpdateType {
     }
 }
 
+/// A service's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum ServiceState {
+    /// Not available.
     Down = 0,
+    /// Available.
     Up = 1,
     /// Node to subscriber only: the service is gone for good; forget it.
     Removed = 2,
 }
 
 impl ServiceState {
+    /// Its name, as the directory and JSON give it.
     pub fn as_str(self) -> &'static str {
         match self {
             ServiceState::Down => "down",
@@ -176,20 +215,32 @@ impl ServiceState {
 
 /// Status codes carried in [`State::code`]. The text says the rest.
 pub mod code {
+    /// No code.
     pub const NONE: u16 = 0;
+    /// No such item or service.
     pub const NOT_FOUND: u16 = 1;
+    /// The service is down.
     pub const SERVICE_DOWN: u16 = 2;
+    /// The connection has its most streams open.
     pub const TOO_MANY_STREAMS: u16 = 3;
+    /// A malformed message.
     pub const MALFORMED: u16 = 4;
+    /// The login was refused.
     pub const LOGIN_REJECTED: u16 = 5;
+    /// Nothing came in time.
     pub const TIMEOUT: u16 = 6;
+    /// The node is shutting down.
     pub const SHUTDOWN: u16 = 7;
+    /// The subscriber fell too far behind.
     pub const SLOW_CONSUMER: u16 = 8;
+    /// The node has its most connections.
     pub const TOO_MANY_CONNECTIONS: u16 = 9;
+    /// The peer broke the protocol.
     pub const PROTOCOL: u16 = 10;
     /// Do-not-conflate updates could not be kept for a slow subscriber and were dropped
     /// (their values still arrive, merged, once it catches up).
     pub const UPDATES_DROPPED: u16 = 11;
+    /// The item's publisher went away.
     pub const PUBLISHER_GONE: u16 = 12;
     /// Never sent by a node: made up by the client library for its streams when its
     /// connection to the node is lost.
@@ -206,13 +257,18 @@ pub mod code {
 /// Stream state, data state, a code and a human-readable reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct State<'a> {
+    /// The stream state.
     pub stream: StreamState,
+    /// The data state.
     pub data: DataState,
+    /// The status code (`code`).
     pub code: u16,
+    /// Why, for people.
     pub text: &'a str,
 }
 
 impl State<'static> {
+    /// Open, data ok, no code.
     pub const OPEN_OK: State<'static> = State {
         stream: StreamState::Open,
         data: DataState::Ok,
@@ -232,6 +288,7 @@ pub enum SlowConsumerPolicy {
 }
 
 impl SlowConsumerPolicy {
+    /// From its wire value.
     pub fn from_u8(v: u8) -> Option<Self> {
         match v {
             1 => Some(SlowConsumerPolicy::Conflate),
@@ -240,6 +297,7 @@ impl SlowConsumerPolicy {
         }
     }
 
+    /// Its name, as logs and docs/PROTOCOL.md give it.
     pub fn name(self) -> &'static str {
         match self {
             SlowConsumerPolicy::Conflate => "conflate",
@@ -247,6 +305,7 @@ impl SlowConsumerPolicy {
         }
     }
 
+    /// From its name.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "conflate" => Some(SlowConsumerPolicy::Conflate),
@@ -256,27 +315,40 @@ impl SlowConsumerPolicy {
     }
 }
 
+/// A client logs in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Login<'a> {
+    /// The oldest protocol version the client speaks.
     pub version_min: u16,
+    /// The newest protocol version the client speaks.
     pub version_max: u16,
+    /// Publisher or subscriber.
     pub role: Role,
+    /// The application name.
     pub application: &'a str,
+    /// The user it logs in as.
     pub user: &'a str,
+    /// Its secret: a password or a token.
     pub token: &'a str,
     /// The slow-consumer policy this connection asks for; `None` (0 on the wire): the
     /// node's choice.
     pub slow_consumer: Option<SlowConsumerPolicy>,
 }
 
+/// The node's answer to a login.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Welcome<'a> {
+    /// The protocol version agreed.
     pub version: u16,
     /// Each side sends something (a ping when idle) at least this often.
     pub heartbeat_ms: u32,
+    /// The largest frame the node takes.
     pub max_frame: u32,
+    /// Streams the node lets this connection open.
     pub max_streams: u32,
+    /// Bytes the node queues for this connection at most.
     pub max_output_bytes: u32,
+    /// The node's name.
     pub node_name: &'a str,
 }
 
@@ -289,17 +361,23 @@ pub fn max_image_bytes(max_output_bytes: usize) -> usize {
     max_output_bytes / 2
 }
 
+/// One service in the directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceEntry<'a> {
+    /// The service's name.
     pub name: &'a str,
+    /// Its state.
     pub state: ServiceState,
     /// The publisher answers requests for items it has not published yet.
     pub interactive: bool,
+    /// Items it has.
     pub item_count: u32,
 }
 
+/// The node's services.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Directory<'a> {
+    /// The services.
     pub services: Vec<ServiceEntry<'a>>,
 }
 
@@ -310,26 +388,33 @@ pub struct FidList<'a> {
 }
 
 impl<'a> FidList<'a> {
+    /// Each field id.
     pub fn iter(&self) -> impl Iterator<Item = i16> + 'a {
         self.bytes
             .chunks_exact(2)
             .map(|c| i16::from_be_bytes([c[0], c[1]]))
     }
+    /// Field ids in the list.
     pub fn len(&self) -> usize {
         self.bytes.len() / 2
     }
+    /// No field id.
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
 }
 
+/// The fields a subscriber wants of an item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum View<'a> {
+    /// As it came on the wire.
     Encoded(FidList<'a>),
+    /// As a list of field ids.
     Fids(&'a [i16]),
 }
 
 impl View<'_> {
+    /// The field ids.
     pub fn fids(&self) -> Vec<i16> {
         match self {
             View::Encoded(l) => l.iter().collect(),
@@ -338,19 +423,27 @@ impl View<'_> {
     }
 }
 
+/// A subscriber asks for an item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request<'a> {
+    /// The stream it belongs to.
     pub stream_id: u32,
     /// false: snapshot (one refresh, then the stream closes).
     pub streaming: bool,
+    /// The item's service.
     pub service: &'a str,
+    /// The item's name.
     pub name: &'a str,
+    /// The fields wanted (`None`: all).
     pub view: Option<View<'a>>,
 }
 
+/// An item's image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refresh<'a> {
+    /// The stream it belongs to.
     pub stream_id: u32,
+    /// The item's sequence number.
     pub seq: u32,
     /// Last part of a (possibly multi-part) image.
     pub complete: bool,
@@ -358,28 +451,39 @@ pub struct Refresh<'a> {
     pub solicited: bool,
     /// Replace the cached image instead of merging into it (set on the first part).
     pub clear_cache: bool,
+    /// Its state.
     pub state: State<'a>,
+    /// The item's service.
     pub service: &'a str,
+    /// The item's name.
     pub name: &'a str,
+    /// The fields.
     pub fields: FieldList<'a>,
 }
 
+/// An item's update.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Update<'a> {
+    /// The stream it belongs to.
     pub stream_id: u32,
+    /// The item's sequence number.
     pub seq: u32,
+    /// What kind of update.
     pub update_type: UpdateType,
     /// Never merge this update with another (trades, typically).
     pub do_not_conflate: bool,
     /// How many publisher updates this one stands for (1 unless conflated).
     pub conflation_count: u16,
+    /// The fields.
     pub fields: FieldList<'a>,
 }
 
+/// A stream's state changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status<'a> {
     /// 0 for connection-level status (login rejected, disconnect reason).
     pub stream_id: u32,
+    /// Its state.
     pub state: State<'a>,
 }
 
@@ -445,6 +549,7 @@ impl NakCode {
         })
     }
 
+    /// Its wire value.
     pub const fn to_u8(self) -> u8 {
         match self {
             NakCode::AccessDenied => 1,
@@ -490,6 +595,7 @@ impl NakCode {
 /// empty; off-stream, `stream_id` is 0 and the names say which item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Post<'a> {
+    /// The stream it belongs to.
     pub stream_id: u32,
     /// The poster's number for it; the Ack carries it back.
     pub post_id: u32,
@@ -500,8 +606,11 @@ pub struct Post<'a> {
     /// Node -> publisher: delivered again after a node restart, from its journal; the
     /// publisher may have had it before (its answer was not recorded).
     pub redelivered: bool,
+    /// The item's service.
     pub service: &'a str,
+    /// The item's name.
     pub name: &'a str,
+    /// The fields.
     pub fields: FieldList<'a>,
 }
 
@@ -510,9 +619,11 @@ pub struct Post<'a> {
 pub struct Ack<'a> {
     /// The stream the post came on (0: off-stream).
     pub stream_id: u32,
+    /// The poster's number for the post.
     pub post_id: u32,
     /// `None`: accepted.
     pub nak: Option<NakCode>,
+    /// Why, for people.
     pub text: &'a str,
 }
 
@@ -530,28 +641,47 @@ pub enum ReplayFrom {
 /// and no repeat (docs/PROTOCOL.md, 6.15).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replay<'a> {
+    /// The stream it belongs to.
     pub stream_id: u32,
+    /// Where the history starts.
     pub from: ReplayFrom,
+    /// The item's service.
     pub service: &'a str,
+    /// The item's name.
     pub name: &'a str,
 }
 
+/// A message of the protocol (docs/PROTOCOL.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message<'a> {
+    /// A client logs in.
     Login(Login<'a>),
+    /// The node's answer to a login.
     Welcome(Welcome<'a>),
+    /// The node's services.
     Directory(Directory<'a>),
+    /// A subscriber asks for an item.
     Request(Request<'a>),
+    /// An item's image.
     Refresh(Refresh<'a>),
+    /// An item's update.
     Update(Update<'a>),
+    /// A stream's state changed.
     Status(Status<'a>),
+    /// A stream is closed.
     Close {
+        /// The stream it belongs to.
         stream_id: u32,
     },
+    /// Are you there?
     Ping(u64),
+    /// The answer to a ping.
     Pong(u64),
+    /// A subscriber's contribution to an item.
     Post(Post<'a>),
+    /// The answer to a post.
     Ack(Ack<'a>),
+    /// A subscriber asks for an item's history.
     Replay(Replay<'a>),
     /// A file-transfer message (`tickwire-files`'s wire format), carried opaque:
     /// between nodes of a tree, and between `tickwire files` and a node.
@@ -626,6 +756,7 @@ fn check_flags(flags: u8, known: u8, what: &'static str) -> Result<(), DecodeErr
 }
 
 impl<'a> Message<'a> {
+    /// Its type.
     pub fn message_type(&self) -> MessageType {
         match self {
             Message::Login(_) => MessageType::Login,
@@ -1060,6 +1191,7 @@ enum Validation {
 }
 
 impl<'a> MessageIter<'a> {
+    /// The messages of a frame's payload.
     pub fn new(payload: &'a [u8]) -> Self {
         MessageIter {
             r: Reader::new(payload, "frame payload"),
@@ -1122,7 +1254,9 @@ pub fn next_update_stream(rest: &mut &[u8]) -> Option<u32> {
 /// One message as it appeared on the wire: its decoded form and its encoded bytes
 /// (header included), so it can be forwarded without re-encoding.
 pub struct RawMessage<'a> {
+    /// The message.
     pub message: Message<'a>,
+    /// The whole message, header included.
     pub encoded: &'a [u8],
 }
 

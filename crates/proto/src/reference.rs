@@ -10,13 +10,21 @@ use crate::field::{FieldListWriter, Real, Time, Value};
 pub struct Level1 {
     /// Prices in 1/10,000 (exponent -4).
     pub bid: i64,
+    /// Ask price (mantissa, 4 decimals).
     pub ask: i64,
+    /// Last trade price (mantissa, 4 decimals).
     pub last: i64,
+    /// Net change (mantissa, 4 decimals).
     pub net_change: i64,
+    /// Bid size.
     pub bid_size: u64,
+    /// Ask size.
     pub ask_size: u64,
+    /// Last trade volume.
     pub trade_volume: u64,
+    /// Volume today.
     pub total_volume: u64,
+    /// Time of the event.
     pub time_of_day: Time,
     /// Nanoseconds since the Unix epoch: when the publisher meant to send this update.
     pub send_time_ns: u64,

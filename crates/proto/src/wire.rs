@@ -11,22 +11,27 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader over `buf` (`what` names it in errors).
     pub fn new(buf: &'a [u8], what: &'static str) -> Self {
         Reader { buf, what }
     }
 
+    /// Bytes left.
     pub fn remaining(&self) -> usize {
         self.buf.len()
     }
 
+    /// What is left.
     pub fn rest(&self) -> &'a [u8] {
         self.buf
     }
 
+    /// Nothing is left.
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
 
+    /// The next `n` bytes.
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if self.buf.len() < n {
             return Err(DecodeError::Truncated {
@@ -40,24 +45,29 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
+    /// A byte.
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.bytes(1)?[0])
     }
 
+    /// A big-endian u16.
     pub fn u16(&mut self) -> Result<u16, DecodeError> {
         let b = self.bytes(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
 
+    /// A big-endian i16.
     pub fn i16(&mut self) -> Result<i16, DecodeError> {
         Ok(self.u16()? as i16)
     }
 
+    /// A big-endian u32.
     pub fn u32(&mut self) -> Result<u32, DecodeError> {
         let b = self.bytes(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    /// A big-endian u64.
     pub fn u64(&mut self) -> Result<u64, DecodeError> {
         let b = self.bytes(8)?;
         let mut a = [0u8; 8];
@@ -203,18 +213,22 @@ pub fn prefetch(p: *const u8) {
     let _ = p;
 }
 
+/// Writes a big-endian u16.
 pub fn put_u16(out: &mut Vec<u8>, v: u16) {
     out.extend_from_slice(&v.to_be_bytes());
 }
 
+/// Writes a big-endian u32.
 pub fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_be_bytes());
 }
 
+/// Writes a big-endian u64.
 pub fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_be_bytes());
 }
 
+/// Writes a LEB128 varint.
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     // Byte by byte into reserved room: a copy of a variable-length temporary would be a
     // call to memcpy for one to ten bytes, the largest cost of building a field list.
@@ -232,10 +246,12 @@ pub fn varint_len(v: u64) -> usize {
     bits.div_ceil(7)
 }
 
+/// A signed value as an unsigned one, small magnitudes small.
 pub fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
+/// The signed value `zigzag` made.
 pub fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
