@@ -626,7 +626,7 @@ impl Link {
 
     /// With the driver in the event loop: duty cycles of the driver (sending what
     /// was offered, receiving, Aeron's protocol) and of the receiver, while they find
-    /// work, up to [`CYCLES_PER_TURN`]; what they received then waits for
+    /// work, up to `CYCLES_PER_TURN`; what they received then waits for
     /// [`Link::drain`]. Taking everything that arrived during the turn before at once
     /// keeps the turns large under load: the event loop then writes to each
     /// subscriber's socket once for many updates. Returns how much was done (0: idle).

@@ -16,8 +16,8 @@ use tickwire_proto::{Role, SlowConsumerPolicy};
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// The node: `host:port` (or `tcp://host:port`; a host alone means port
-    /// [`DEFAULT_PORT`]), or several, comma-separated, for failover: the first one
-    /// reachable, and after a loss the next ones in turn ([`node_addresses`]).
+    /// 14002), or several, comma-separated, for failover: the first one
+    /// reachable, and after a loss the next ones in turn.
     pub addr: String,
     /// The application name the login gives.
     pub application: String,

@@ -12,13 +12,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-/// One connection on the WebSocket port: the HTTP request, then frames and the session.
 pub mod connection;
-/// One connection's JSON session: the client's JSON to the node's messages and back.
 pub mod session;
-/// The token request (`POST /getToken`) and the cookie that logs an upgrade in.
 pub mod token;
-/// The HTTP upgrade and WebSocket frames (RFC 6455).
 pub mod ws;
 
 pub use connection::{Connection, Host, TokenAnswer};

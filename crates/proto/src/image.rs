@@ -47,7 +47,7 @@ const INDEX_BYTES_PER_FIELD: usize = 20;
 /// value (1 byte if below 254, else the byte 254 then 4 bytes), then its `n` bytes of
 /// encoded tag+value.
 ///
-/// A small image (up to [`INDEX_MIN_FIELDS`] fields and [`INDEX_MIN_BYTES`] bytes, the
+/// A small image (up to `INDEX_MIN_FIELDS` fields and `INDEX_MIN_BYTES` bytes, the
 /// common case) has no index and keeps fields in first-seen order: fields are found by
 /// walking the entries, and [`FieldImage::apply`] starts each search where the previous
 /// field was found, so an update whose fields come in image order (the usual case) is
