@@ -1013,14 +1013,9 @@ pub fn round_rate(r: u64) -> u64 {
     (r / mag) * mag
 }
 
+/// The commit this lab was built from (`build.rs`), or "unknown".
 pub fn git_commit() -> String {
-    Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
+    env!("TICKWIRE_GIT_COMMIT").to_string()
 }
 
 pub fn ensure_dir(dir: &Path) -> Result<PathBuf> {
