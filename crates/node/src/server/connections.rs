@@ -94,14 +94,7 @@ impl Connections {
             self.ready.push(id);
         }
         if writable {
-            flush(
-                core,
-                &mut self.sockets,
-                id,
-                &mut self.dead,
-                &mut self.ws_cache,
-                now,
-            );
+            self.flush(core, id, now);
         }
     }
 
@@ -186,30 +179,18 @@ impl Connections {
     /// linger.
     pub(super) fn write_out(&mut self, core: &mut Node, now: Instant) {
         core.take_dirty(&mut self.dirty);
-        for &id in &self.dirty {
-            flush(
-                core,
-                &mut self.sockets,
-                id,
-                &mut self.dead,
-                &mut self.ws_cache,
-                now,
-            );
+        let dirty = std::mem::take(&mut self.dirty);
+        for &id in &dirty {
+            self.flush(core, id, now);
         }
+        self.dirty = dirty;
         // The turn's updates are on their way: now their images catch up.
         core.settle();
         self.ws_cache.clear();
         core.take_closing(&mut self.closing);
         let closing = std::mem::take(&mut self.closing);
         for &id in &closing {
-            flush(
-                core,
-                &mut self.sockets,
-                id,
-                &mut self.dead,
-                &mut self.ws_cache,
-                now,
-            );
+            self.flush(core, id, now);
             self.start_linger(id, now);
         }
         self.closing = closing;
@@ -252,6 +233,18 @@ impl Connections {
                 core.on_disconnect(id, now);
             }
         }
+    }
+
+    /// Writes what connection `id` has pending, as far as its socket takes it.
+    fn flush(&mut self, core: &mut Node, id: ConnId, now: Instant) {
+        flush(
+            core,
+            &mut self.sockets,
+            id,
+            &mut self.dead,
+            &mut self.ws_cache,
+            now,
+        );
     }
 
     /// No connection is left.
