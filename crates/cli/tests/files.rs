@@ -240,6 +240,31 @@ fn a_site_killed_mid_file_resumes_where_it_was_and_the_sender_continues_after_it
     assert!(log.contains("1 partial files resumed"), "{log}");
     let log = src.proc.log();
     assert!(log.contains("1 files queued from before"), "{log}");
+    // Killed once more after the delivery: the record it starts with, read back from
+    // its audit log, still says who has the file (the spool no longer holds it).
+    let mut src = src;
+    src.proc.signal(libc::SIGKILL);
+    src.proc.wait_exit(T);
+    let src = files_node(
+        d,
+        "src",
+        &src_toml,
+        &["--listen", &format!("127.0.0.1:{port}")],
+    );
+    let log = src.proc.log();
+    assert!(
+        log.contains("0 files queued from before")
+            && log.contains("1 finished files back in the record"),
+        "{log}"
+    );
+    let rows = status(&src);
+    assert!(
+        rows.iter().any(|r| r["file"] == "big.bin"
+            && r["site"] == "edge1"
+            && r["state"] == "done"
+            && r["sha256"].as_str().is_some_and(|h| h.len() == 64)),
+        "{rows:#?}"
+    );
 }
 
 #[test]

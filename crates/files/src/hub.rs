@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use crate::audit::PastFile;
 use crate::inbox::Inbox;
 use crate::manifest::Manifest;
 use crate::name::check_name;
@@ -277,6 +278,48 @@ impl Hub {
         &self.cfg
     }
 
+    /// The files whose story was over before this run (from the audit log, oldest
+    /// first), put back in the record so that `files status` still lists them. Call
+    /// before [`Hub::restore`]: a transfer the spool still holds replaces its past.
+    pub fn restore_history(&mut self, past: Vec<PastFile>) {
+        for file in past {
+            let transfer = file.manifest.transfer;
+            let sites = file
+                .sites
+                .into_iter()
+                .map(|s| {
+                    (
+                        s.site,
+                        SiteLine {
+                            state: s.state,
+                            since_ms: s.since_ms,
+                            reason: s.reason,
+                        },
+                    )
+                })
+                .collect();
+            self.record_seq += 1;
+            let old = self.records.insert(
+                transfer,
+                Record {
+                    seq: self.record_seq,
+                    manifest: file.manifest,
+                    sites,
+                    finished: true,
+                },
+            );
+            if old.is_some() {
+                self.finished_order.retain(|t| *t != transfer);
+            }
+            self.finished_order.push_back(transfer);
+        }
+        while self.finished_order.len() > self.cfg.keep_records {
+            if let Some(old) = self.finished_order.pop_front() {
+                self.records.remove(&old);
+            }
+        }
+    }
+
     /// The sender's queue, from the spool a previous run left: every transfer put back
     /// with what its sites had said.
     pub fn restore(&mut self, now: Instant) -> std::io::Result<usize> {
@@ -307,7 +350,9 @@ impl Hub {
                     .collect(),
                 finished: false,
             };
-            self.records.insert(m.transfer, rec);
+            if self.records.insert(m.transfer, rec).is_some() {
+                self.finished_order.retain(|t| *t != m.transfer);
+            }
             sender.restore(m, sites, now + left, now);
         }
         Ok(n)

@@ -15,6 +15,7 @@
 //! (partial files, their maps, commits under an fsync policy), and [`spool::Spool`], a
 //! sender's queue of files kept until every site has them.
 //!
+//! - [`audit`]: the audit log's lines, and the history a node reads back from it.
 //! - [`wire`]: the messages (offers, chunks with their CRC-32, statuses, presences,
 //!   cancels); [`name`]: which file names a site accepts; [`ChunkMap`]: which chunks a
 //!   site holds; [`Manifest`]: what a file is; [`pace`]: the files' share of bandwidth.
@@ -22,6 +23,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod audit;
 mod chunk_map;
 pub mod hub;
 pub mod inbox;

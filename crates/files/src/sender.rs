@@ -178,6 +178,18 @@ impl Delivery {
             Delivery::Failed => "failed",
         }
     }
+
+    /// The state `as_str` names, if it names one.
+    pub fn from_name(name: &str) -> Option<Delivery> {
+        [
+            Delivery::Queued,
+            Delivery::Sending,
+            Delivery::Done,
+            Delivery::Failed,
+        ]
+        .into_iter()
+        .find(|d| d.as_str() == name)
+    }
 }
 
 /// One site's delivery of one file.

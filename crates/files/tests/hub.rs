@@ -232,3 +232,84 @@ fn a_site_is_routed_only_where_its_user_may_receive_and_presence_goes_up_every_w
     let ups: Vec<Peer> = outputs(&mut h).into_iter().map(|o| o.to).collect();
     assert_eq!(ups, vec![Peer::Upstream]);
 }
+
+#[test]
+fn after_a_restart_the_report_lists_the_audit_logs_past_files_and_the_spools_queue_once() {
+    use tickwire_files::audit::{PastFile, PastSite};
+    use tickwire_files::{Delivery, Manifest};
+    let dir = tempfile::tempdir().unwrap();
+    let data = b"queued before the restart".to_vec();
+    let sha: [u8; 32] = Sha256::digest(&data).into();
+    let queued = {
+        let mut before = hub(dir.path(), &["FILES"]);
+        put(&mut before, Rights::ALL, 1, "FILES", &data, sha);
+        outputs(&mut before)
+            .into_iter()
+            .find_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+                FilesMessage::PutAnswer(a) if a.state == PutState::Queued => Some(a.transfer),
+                _ => None,
+            })
+            .expect("queued")
+    };
+    let past = |transfer: u64, name: &str, state: Delivery| PastFile {
+        manifest: Manifest {
+            transfer,
+            sender: "src".into(),
+            service: "FILES".into(),
+            name: name.into(),
+            size: 3,
+            chunk_size: 0,
+            sha256: [1; 32],
+            expires_ms: 0,
+            open: false,
+            targets: vec![],
+        },
+        sites: vec![PastSite {
+            site: "edge1".into(),
+            state,
+            since_ms: 1_700_000_000_000,
+            reason: String::new(),
+        }],
+    };
+    let mut after = hub(dir.path(), &["FILES"]);
+    // The log also names the queued transfer (a crash before the spool forgot it): the
+    // spool's queue wins.
+    after.restore_history(vec![
+        past(0x51, "old.csv", Delivery::Done),
+        past(queued, "f.csv", Delivery::Done),
+    ]);
+    assert_eq!(after.restore(Instant::now()).unwrap(), 1);
+    let query = encode(&FilesMessage::Query { request: 9 });
+    after.handle(
+        Peer::Conn(CLIENT),
+        "bob",
+        Rights::ALL,
+        &query,
+        Instant::now(),
+    );
+    let rows: Vec<(u64, String, String, String)> = outputs(&mut after)
+        .into_iter()
+        .flat_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+            FilesMessage::Report { entries, .. } => entries
+                .into_iter()
+                .map(|e| {
+                    (
+                        e.transfer,
+                        e.name.to_string(),
+                        e.site.to_string(),
+                        e.state.to_string(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+            _ => vec![],
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (0x51, "old.csv".into(), "edge1".into(), "done".into()),
+            // Not offered yet since the restart: no site has said anything.
+            (queued, "f.csv".into(), "".into(), "queued".into()),
+        ]
+    );
+}

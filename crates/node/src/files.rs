@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tickwire_auth::Action;
 use tickwire_core::{ConnId, FilesIn, Node};
+use tickwire_files::audit;
 use tickwire_files::inbox::{Fsync, Inbox};
 use tickwire_files::spool::Spool;
 use tickwire_files::{
@@ -274,13 +275,15 @@ impl FilesThread {
             Some((FileReceiver::new(rc, now), inbox))
         };
         let audit_path = cfg.audit_path();
-        let done = arrived_before(&audit_path);
+        let history = read_history(&audit_path, site, hub_cfg.keep_records);
         let mut hub = Hub::new(hub_cfg, sender, receiver, now, wall_ms(), seed);
+        let past = history.files.len();
+        hub.restore_history(history.files);
         let queued = hub
             .restore(now)
             .map_err(|e| format!("files.spool {}: {e}", cfg.spool))?;
         let partial = hub
-            .resume_receiver(done, now)
+            .resume_receiver(history.arrived, now)
             .map_err(|e| format!("files.inbox {}: {e}", cfg.inbox))?;
         let audit = std::fs::OpenOptions::new()
             .create(true)
@@ -288,7 +291,7 @@ impl FilesThread {
             .open(&audit_path)
             .map_err(|e| format!("files audit log {}: {e}", audit_path.display()))?;
         info!(
-            "files: services {:?}, spool {}, inbox {} (fsync {}), audit log {}; {queued} files queued from before, {partial} partial files resumed",
+            "files: services {:?}, spool {}, inbox {} (fsync {}), audit log {}; {queued} files queued from before, {partial} partial files resumed, {past} finished files back in the record",
             cfg.services,
             if cfg.spool.is_empty() { "none (sends no files)" } else { &cfg.spool },
             if cfg.inbox.is_empty() { "none (receives no files)" } else { &cfg.inbox },
@@ -443,83 +446,26 @@ impl FilesThread {
     }
 }
 
-/// Transfers the audit log says arrived here (the last 100,000): offered again after a
-/// restart, they are answered "done", not received again.
-fn arrived_before(path: &Path) -> Vec<u64> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
+/// The audit log's history (none if there is no log yet; a log that cannot be read
+/// is said once and treated as empty: the files it named are not in the record).
+fn read_history(path: &Path, site: &str, keep: usize) -> audit::History {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return audit::History::default(),
+        Err(e) => {
+            warn!("files: cannot read the audit log {}: {e}", path.display());
+            return audit::History::default();
+        }
     };
-    let mut done: Vec<u64> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["event"] == "arrived")
-        .filter_map(|v| {
-            v["transfer"]
-                .as_str()
-                .and_then(|t| u64::from_str_radix(t, 16).ok())
-        })
-        .collect();
-    let keep = done.len().saturating_sub(100_000);
-    done.drain(..keep);
-    done
-}
-
-fn audit_line(e: &HubEvent, at_ms: u64) -> serde_json::Value {
-    use serde_json::json;
-    let file = |m: &tickwire_files::Manifest| {
-        json!({
-            "transfer": format!("{:016x}", m.transfer),
-            "file": m.name,
-            "service": m.service,
-            "size": m.size,
-            "sha256": hex(&m.sha256),
-            "sender": m.sender,
-        })
-    };
-    let (event, mut v) = match e {
-        HubEvent::Queued { manifest, user } => {
-            let mut v = file(manifest);
-            v["user"] = json!(user);
-            v["to"] = json!(if manifest.open {
-                vec!["*".to_string()]
-            } else {
-                manifest.targets.clone()
-            });
-            ("queued", v)
-        }
-        HubEvent::Site {
-            manifest,
-            site,
-            state,
-            reason,
-        } => {
-            let mut v = file(manifest);
-            v["site"] = json!(site);
-            v["state"] = json!(state.as_str());
-            if !reason.is_empty() {
-                v["reason"] = json!(reason);
-            }
-            ("site", v)
-        }
-        HubEvent::Finished {
-            manifest,
-            delivered,
-        } => {
-            let mut v = file(manifest);
-            v["delivered"] = json!(delivered);
-            ("finished", v)
-        }
-        HubEvent::Arrived { manifest } => ("arrived", file(manifest)),
-        HubEvent::Failed { manifest, reason } => {
-            let mut v = file(manifest);
-            v["reason"] = json!(reason);
-            ("failed", v)
-        }
-        HubEvent::SpoolError { reason } => ("spool_error", json!({ "reason": reason })),
-    };
-    v["event"] = json!(event);
-    v["time_ms"] = json!(at_ms);
-    v
+    let history = audit::read_history(std::io::BufReader::new(file), site, keep);
+    if history.unreadable > 0 {
+        warn!(
+            "files: {} lines of the audit log {} were not audit records (skipped)",
+            history.unreadable,
+            path.display()
+        );
+    }
+    history
 }
 
 /// A watched outbox: what appeared, and whether it stood still since the last look.
@@ -693,7 +639,7 @@ fn run(
                 HubEvent::SpoolError { reason } => error!("files: {reason}"),
                 _ => {}
             }
-            let mut line = audit_line(&e, wall_ms()).to_string();
+            let mut line = audit::line(&e, wall_ms()).to_string();
             line.push('\n');
             if let Err(err) = audit.write_all(line.as_bytes()) {
                 if !audit_failed {
