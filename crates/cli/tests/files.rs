@@ -189,12 +189,9 @@ fn a_site_killed_mid_file_resumes_where_it_was_and_the_sender_continues_after_it
     // 2 MB/s: a 6 MB file takes about 3 s, time to kill processes in the middle.
     let port = free_port_for_tests().to_string();
     let src_toml = sender_toml(d, "rate_mb_per_s = 2\nchunk_kib = 32");
-    let mut src = files_node(
-        d,
-        "src",
-        &src_toml,
-        &["--listen", &format!("127.0.0.1:{port}")],
-    );
+    let listen = format!("127.0.0.1:{port}");
+    let start_src = || files_node(d, "src", &src_toml, &["--listen", &listen]);
+    let mut src = start_src();
     let site = site_toml(d, "edge1", &src, "");
     let mut edge1 = files_node(d, "edge1", &site, &[]);
     let (big, big_bytes) = write(d, "big.bin", 6_000_000, 4);
@@ -223,13 +220,7 @@ fn a_site_killed_mid_file_resumes_where_it_was_and_the_sender_continues_after_it
     // The sender dies too, with the file still queued; both come back.
     src.proc.signal(libc::SIGKILL);
     src.proc.wait_exit(T);
-    let src = files_node(
-        d,
-        "src",
-        &src_toml,
-        &["--listen", &format!("127.0.0.1:{port}")],
-    );
-    src.proc.log();
+    let src = start_src();
     let edge1 = files_node(d, "edge1", &site, &[]);
     wait_done(&src, "big.bin", &["edge1"]);
     assert_eq!(
@@ -245,12 +236,7 @@ fn a_site_killed_mid_file_resumes_where_it_was_and_the_sender_continues_after_it
     let mut src = src;
     src.proc.signal(libc::SIGKILL);
     src.proc.wait_exit(T);
-    let src = files_node(
-        d,
-        "src",
-        &src_toml,
-        &["--listen", &format!("127.0.0.1:{port}")],
-    );
+    let src = start_src();
     let log = src.proc.log();
     assert!(
         log.contains("0 files queued from before")
