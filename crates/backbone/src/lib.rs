@@ -139,8 +139,10 @@ struct Sealing {
     file: KeyFile,
     data_out: auth::Sealer,
     requests_out: auth::Sealer,
+    files_out: auth::Sealer,
     data_in: auth::Verifier,
     requests_in: auth::Verifier,
+    files_in: auth::Verifier,
 }
 
 impl Sealing {
@@ -150,8 +152,11 @@ impl Sealing {
             file,
             data_out: auth::Sealer::new(random_id(), now),
             requests_out: auth::Sealer::new(random_id(), now),
+            // An origin of its own: a stream's counters grow in the order it is sent.
+            files_out: auth::Sealer::new(random_id(), now),
             data_in: auth::Verifier::default(),
             requests_in: auth::Verifier::default(),
+            files_in: auth::Verifier::default(),
         }
     }
 }
@@ -359,7 +364,7 @@ impl Backbone {
         let down = matches!(body.get(2), Some(1 | 2 | 5));
         self.link.is_some()
             && if down {
-                self.source.is_some()
+                self.source.is_some() && self.link_cfg.files_stream.is_some()
             } else {
                 self.edge.is_some()
             }
@@ -393,7 +398,7 @@ impl Backbone {
             return false;
         }
         let out = if down {
-            link.data_out()
+            link.files_out()
         } else {
             link.request_out()
         };
@@ -402,7 +407,7 @@ impl Backbone {
             None => out.offer(msg),
             Some(sealing) => {
                 let sealer = if down {
-                    &mut sealing.data_out
+                    &mut sealing.files_out
                 } else {
                     &mut sealing.requests_out
                 };
@@ -444,6 +449,7 @@ impl Backbone {
                     let verifier = match kind {
                         Received::Data => &mut s.data_in,
                         Received::Request => &mut s.requests_in,
+                        Received::Files => &mut s.files_in,
                     };
                     match verifier.verify(&s.file.keys, msg, now_ns) {
                         Ok(plain) => plain.body,
@@ -464,11 +470,12 @@ impl Backbone {
                 }
                 None => msg,
             };
-            // File transfer rides the same streams: its messages go to the files thread.
+            // File transfer: a source's messages on the files stream, an edge's on the
+            // requests stream; they go to the files thread.
             let files = match (kind, wire::BackboneMessage::decode_files(msg)) {
-                (Received::Data, Some((true, body))) if edge.is_some() => Some(body),
+                (Received::Files, Some((true, body))) if edge.is_some() => Some(body),
                 (Received::Request, Some((false, body))) if source.is_some() => Some(body),
-                (_, Some(_)) => return,
+                (_, Some(_)) | (Received::Files, None) => return,
                 (_, None) => None,
             };
             if let Some(body) = files {
@@ -491,6 +498,8 @@ impl Backbone {
                         s.on_request(core, msg, now);
                     }
                 }
+                // Taken above: only file transfer travels on the files stream.
+                Received::Files => {}
             }
         });
         if let Some(e) = edge.as_mut() {

@@ -79,6 +79,13 @@ pub struct LinkConfig {
     pub data_stream: i32,
     /// Aeron stream id of the requests.
     pub request_stream: i32,
+    /// Aeron stream id of file transfer from the sources to the edges, on the data
+    /// channel; None where the node takes part in no files service. A publication of
+    /// its own: Aeron's flow control and the driver's sender then treat files and
+    /// market data apart (the sender takes a datagram from each publication in turn),
+    /// so a file's chunks never queue market data behind them and a file backlog's
+    /// back pressure refuses only more chunks.
+    pub files_stream: Option<i32>,
     /// Publish data (source role).
     pub source: bool,
     /// Receive data (edge role).
@@ -133,6 +140,7 @@ impl LinkConfig {
             request_channel: channel.to_string(),
             data_stream: 1001,
             request_stream: 1002,
+            files_stream: None,
             source: false,
             edge: false,
             standby: None,
@@ -254,6 +262,8 @@ pub enum Received {
     Data,
     /// An edge's message (the request stream).
     Request,
+    /// A source's file-transfer message (the files stream).
+    Files,
 }
 
 /// Figures of the embedded media driver (Aeron's system counters), since it started.
@@ -410,6 +420,7 @@ pub struct Link {
     fatal: Arc<AtomicBool>,
     data_out: Option<Publication>,
     request_out: Option<Publication>,
+    files_out: Option<Publication>,
     batches: Receiver<Vec<u8>>,
     empties: SyncSender<Vec<u8>>,
     rejects: SyncSender<i32>,
@@ -535,7 +546,12 @@ impl Link {
                 Some(p)
             }
         };
+        let files_out = match (cfg.source, cfg.files_stream) {
+            (true, Some(stream)) => Some(add_pub(&channel, stream, "files publication")?),
+            _ => None,
+        };
         let mut data_in = Vec::new();
+        let mut files_in = Vec::new();
         if cfg.edge {
             let standby = cfg.standby.as_ref().map(|(data, _)| data.as_str());
             for ch in std::iter::once(cfg_channel.as_str()).chain(standby) {
@@ -545,6 +561,9 @@ impl Link {
                     cfg.data_stream,
                     "data subscription",
                 )?);
+                if let Some(stream) = cfg.files_stream {
+                    files_in.push(add_sub(&edge_channel, stream, "files subscription")?);
+                }
             }
         }
         let request_in = if cfg.source {
@@ -566,9 +585,13 @@ impl Link {
                 let factory: AgentFactory = {
                     let counters = counters.clone();
                     Box::new(move || {
-                        let agent = Receive::new(
-                            data_in, request_in, batch_tx, empty_rx, reject_rx, wake, counters,
-                        )?;
+                        let subs = Subscriptions {
+                            data_in,
+                            request_in,
+                            files_in,
+                        };
+                        let agent =
+                            Receive::new(subs, batch_tx, empty_rx, reject_rx, wake, counters)?;
                         Some(Box::new(agent) as Box<dyn Agent>)
                     })
                 };
@@ -578,8 +601,11 @@ impl Link {
             DriverPlacement::EventLoop => {
                 driver.hand_over()?;
                 Receive::new(
-                    data_in,
-                    request_in,
+                    Subscriptions {
+                        data_in,
+                        request_in,
+                        files_in,
+                    },
                     batch_tx,
                     empty_rx,
                     reject_rx,
@@ -589,7 +615,7 @@ impl Link {
             }
         };
         info!(
-            "backbone: Aeron driver in {} (run by the {}, {} idle, term length {} bytes, MTU {} bytes, receiver window {} bytes, socket buffers {} bytes), channel {}",
+            "backbone: Aeron driver in {} (run by the {}, {} idle, term length {} bytes, MTU {} bytes, receiver window {} bytes, socket buffers {} bytes), channel {}{}",
             driver.dir.display(),
             match cfg.placement {
                 DriverPlacement::EventLoop => "event loop",
@@ -600,12 +626,17 @@ impl Link {
             cfg.mtu,
             driver.receiver_window,
             cfg.socket_buffer,
-            cfg.channel
+            cfg.channel,
+            match cfg.files_stream {
+                Some(stream) => format!(", files on stream {stream}"),
+                None => String::new(),
+            }
         );
         Ok(Link {
             fatal,
             data_out,
             request_out,
+            files_out,
             batches,
             empties,
             rejects,
@@ -661,8 +692,10 @@ impl Link {
             None => {
                 // Only when something was offered since: an eventfd write and a
                 // wake-up are not free.
-                let offers = self.data_out.as_ref().map_or(0, |p| p.offers)
-                    + self.request_out.as_ref().map_or(0, |p| p.offers);
+                let offers = [&self.data_out, &self.request_out, &self.files_out]
+                    .iter()
+                    .map(|p| p.as_ref().map_or(0, |p| p.offers))
+                    .sum::<u64>();
                 if offers != self.offers_sent {
                     self.offers_sent = offers;
                     self._driver.unpark();
@@ -702,6 +735,11 @@ impl Link {
     /// The request publication (edge role), while connected.
     pub fn request_out(&mut self) -> Option<&mut Publication> {
         self.request_out.as_mut()
+    }
+
+    /// The files publication (source role with a files stream).
+    pub fn files_out(&mut self) -> Option<&mut Publication> {
+        self.files_out.as_mut()
     }
 
     /// The media driver's own counters (this node's driver only).
@@ -758,10 +796,10 @@ impl Link {
             };
             let mut at = 0;
             while batch.len() - at >= RECORD_HEADER {
-                let kind = if batch[at] == 0 {
-                    Received::Data
-                } else {
-                    Received::Request
+                let kind = match batch[at] {
+                    0 => Received::Data,
+                    1 => Received::Request,
+                    _ => Received::Files,
                 };
                 let word = |i: usize| {
                     [
@@ -813,14 +851,27 @@ fn on_message(sink: &mut Sink, msg: &[u8], header: AeronHeader) {
     sink.batch.extend_from_slice(msg);
 }
 
-/// The receiver: polls the subscriptions and hands whole messages, in batches, to the
-/// event loop.
-struct Receive {
+/// What the receiver polls.
+struct Subscriptions {
     /// One per source channel (two with a standby over multi-destination-cast).
     data_in: Vec<AeronSubscription>,
     request_in: Option<AeronSubscription>,
+    /// The files stream, on each source channel (none without a files stream).
+    files_in: Vec<AeronSubscription>,
+}
+
+/// Fragments of the files stream polled per duty cycle at most (market data's
+/// streams take up to 64 each): a file backlog waits in Aeron rather than in the
+/// batch ahead of market data.
+const FILES_FRAGMENTS: usize = 16;
+
+/// The receiver: polls the subscriptions and hands whole messages, in batches, to the
+/// event loop.
+struct Receive {
+    subs: Subscriptions,
     data_asm: AeronFragmentClosureAssembler,
     request_asm: AeronFragmentClosureAssembler,
+    files_asm: AeronFragmentClosureAssembler,
     sink: Sink,
     batches: SyncSender<Vec<u8>>,
     empties: Receiver<Vec<u8>>,
@@ -834,15 +885,15 @@ struct Receive {
 
 impl Receive {
     fn new(
-        data_in: Vec<AeronSubscription>,
-        request_in: Option<AeronSubscription>,
+        subs: Subscriptions,
         batches: SyncSender<Vec<u8>>,
         empties: Receiver<Vec<u8>>,
         rejects: Receiver<i32>,
         wake: Box<dyn Fn() + Send>,
         counters: Arc<LinkCounters>,
     ) -> Option<Receive> {
-        let (Ok(data_asm), Ok(request_asm)) = (
+        let (Ok(data_asm), Ok(request_asm), Ok(files_asm)) = (
+            AeronFragmentClosureAssembler::new(),
             AeronFragmentClosureAssembler::new(),
             AeronFragmentClosureAssembler::new(),
         ) else {
@@ -850,10 +901,10 @@ impl Receive {
             return None;
         };
         Some(Receive {
-            data_in,
-            request_in,
+            subs,
             data_asm,
             request_asm,
+            files_asm,
             sink: Sink {
                 batch: Vec::with_capacity(BATCH_BYTES),
                 kind: 0,
@@ -911,6 +962,7 @@ impl Agent for Receive {
     fn do_work(&mut self) -> usize {
         while let Ok(session) = self.rejects.try_recv() {
             if let Some(image) = self
+                .subs
                 .data_in
                 .iter()
                 .find_map(|s| s.image_by_session_id(session))
@@ -929,18 +981,26 @@ impl Agent for Receive {
         }
         let mut work = 0usize;
         self.sink.kind = 0;
-        for sub in &self.data_in {
+        for sub in &self.subs.data_in {
             work += self
                 .data_asm
                 .poll(sub, &mut self.sink, on_message, 64)
                 .unwrap_or(0)
                 .max(0) as usize;
         }
-        if let Some(sub) = &self.request_in {
+        if let Some(sub) = &self.subs.request_in {
             self.sink.kind = 1;
             work += self
                 .request_asm
                 .poll(sub, &mut self.sink, on_message, 64)
+                .unwrap_or(0)
+                .max(0) as usize;
+        }
+        self.sink.kind = 2;
+        for sub in &self.subs.files_in {
+            work += self
+                .files_asm
+                .poll(sub, &mut self.sink, on_message, FILES_FRAGMENTS)
                 .unwrap_or(0)
                 .max(0) as usize;
         }

@@ -31,6 +31,9 @@ pub struct BackboneSection {
     pub data_stream: i32,
     /// Aeron stream id of the edges' requests.
     pub request_stream: i32,
+    /// Aeron stream id of file transfer from the sources to the edges (used where the
+    /// node has `[files]`): apart from the data, so files never hold market data up.
+    pub files_stream: i32,
     /// Aeron term buffer length in bytes (a power of two from 65536 to 1073741824). A
     /// publication holds three terms; each source and each receiving edge maps one log
     /// per source.
@@ -109,6 +112,7 @@ impl Default for BackboneSection {
             standby_request_channel: String::new(),
             data_stream: 1001,
             request_stream: 1002,
+            files_stream: 1003,
             term_length: 4 << 20,
             mtu: tickwire_backbone::DEFAULT_MTU,
             liveness_ms: 1000,
@@ -245,6 +249,13 @@ impl BackboneSection {
                 "backbone.request_stream",
                 self.request_stream,
                 "must differ from backbone.data_stream",
+            ));
+        }
+        if self.files_stream == self.data_stream || self.files_stream == self.request_stream {
+            return Err(invalid(
+                "backbone.files_stream",
+                self.files_stream,
+                "must differ from backbone.data_stream and backbone.request_stream",
             ));
         }
         if !self.term_length.is_power_of_two() || !(65_536..=1 << 30).contains(&self.term_length) {
@@ -492,6 +503,27 @@ mod tests {
             ..edge()
         };
         assert_eq!(set.link_config().receiver_window, 65_536);
+    }
+
+    #[test]
+    fn the_three_streams_must_differ() {
+        assert!(edge().validate().is_ok());
+        for (data, requests, files, key) in [
+            (7, 7, 9, "backbone.request_stream"),
+            (7, 8, 7, "backbone.files_stream"),
+            (7, 8, 8, "backbone.files_stream"),
+        ] {
+            let b = BackboneSection {
+                data_stream: data,
+                request_stream: requests,
+                files_stream: files,
+                ..edge()
+            };
+            match b.validate() {
+                Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
+                other => panic!("{key}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -392,9 +392,11 @@ impl NodeServer {
         let key_file = cfg
             .key_file(now)
             .map_err(|e| io::Error::other(format!("cannot join the backbone: {e}")))?;
+        let mut link = cfg.link_config();
+        link.files_stream = self.cfg.files.enabled().then_some(cfg.files_stream);
         let setup = tickwire_backbone::BackboneSetup {
             role,
-            link: cfg.link_config(),
+            link,
             source: cfg.source_config(name),
             edge: cfg.edge_config(name),
             key_file,
@@ -415,11 +417,16 @@ impl NodeServer {
             );
         }
         info!(
-            "backbone: {} on {} (data stream {}, requests stream {}), {}",
+            "backbone: {} on {} (data stream {}, requests stream {}{}), {}",
             role.name(),
             cfg.channel,
             cfg.data_stream,
             cfg.request_stream,
+            if self.cfg.files.enabled() {
+                format!(", files stream {}", cfg.files_stream)
+            } else {
+                String::new()
+            },
             if b.authenticated() {
                 format!("authenticated with the keys of {}", cfg.key_file)
             } else {
