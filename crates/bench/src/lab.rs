@@ -193,11 +193,33 @@ pub fn start_node_env(
     log_dir: &Path,
     env: &[(String, String)],
 ) -> Result<(Proc, String)> {
+    start_node_wrapped(&[], bin, name, extra, log_dir, env)
+}
+
+/// [`start_node_env`] run through `wrapper` (a command that ends by executing its
+/// arguments, e.g. `unshare` giving the node a mount namespace of its own): the
+/// process is still the node's, so signals and CPU figures reach it.
+pub fn start_node_wrapped(
+    wrapper: &[String],
+    bin: &Path,
+    name: &str,
+    extra: &[String],
+    log_dir: &Path,
+    env: &[(String, String)],
+) -> Result<(Proc, String)> {
     let mut args = vec!["node".to_string(), "--listen".into(), "127.0.0.1:0".into()];
     args.extend_from_slice(extra);
     let log_path = log_dir.join(format!("{name}.log"));
     let log = std::fs::File::create(&log_path)?;
-    let mut child = Command::new(bin)
+    let mut command = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let mut child = command
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -231,7 +253,13 @@ pub fn start_node_env(
         lines: dead,
         command: {
             let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}='{v}' ")).collect();
-            format!("{}tickwire {}", env.concat(), args.join(" "))
+            let wrapper: Vec<String> = wrapper.iter().map(|w| format!("{w} ")).collect();
+            format!(
+                "{}{}tickwire {}",
+                env.concat(),
+                wrapper.concat(),
+                args.join(" ")
+            )
         },
         ws_addr: None,
     };

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 /// `bench files` (a small run: 20 + 5 + 1 files and a 2 MB one to one site, market data
 /// held 1 s) writes its keys: `files` and `peers.uftp` / `peers.rsync` on the
-/// same classes, and the rows of market data beside files. No figure is judged for speed.
+/// same classes, the rows of market data beside files, and the faults' rows (whose
+/// files must be whole). No figure is judged for speed.
 #[test]
 fn bench_files_writes_files_peers_and_market_data_beside_files() {
     let dir = std::env::temp_dir().join(format!("tickwire-files-lab-{}", std::process::id()));
@@ -83,7 +84,41 @@ fn bench_files_writes_files_peers_and_market_data_beside_files() {
         assert!(row["delivered_ratio_during"].as_f64() > Some(0.0), "{row}");
         assert!(row["files_mb_per_s"].as_f64() > Some(0.0), "{row}");
     }
+    // Under every fault the file is whole, byte for byte, wherever it can be; each
+    // node said what it did about it.
+    let faults = r["files_faults"].as_array().expect("files_faults");
+    let names: Vec<&str> = faults
+        .iter()
+        .map(|f| f["fault"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["none", "loss_1pct", "kill_site", "kill_sender", "full_disk"]
+    );
+    for f in faults {
+        assert!(f.get("unavailable").is_none(), "{f}");
+        assert_eq!(f["sites_whole"], f["sites_expected"], "{f}");
+        assert!(f["seconds"].as_f64() > Some(0.0), "{f}");
+    }
+    let detail = |i: usize| faults[i]["detail"].as_str().unwrap().to_string();
+    assert_eq!(faults[4]["sites_expected"], 1);
+    assert!(
+        detail(2).contains("1 partial files resumed"),
+        "{}",
+        detail(2)
+    );
+    assert!(
+        detail(3).contains("1 files queued from before"),
+        "{}",
+        detail(3)
+    );
+    assert!(
+        detail(4).starts_with("site2 failed:") && detail(4).contains("space"),
+        "{}",
+        detail(4)
+    );
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Files"), "{report}");
+    assert!(report.contains("| kill_sender |"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }

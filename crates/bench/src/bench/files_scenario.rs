@@ -18,6 +18,7 @@
 //! while a row runs, so every process of each system is counted the same way (forks
 //! of the rsync daemon too); the lab's own look at the inboxes adds a few hundred.
 
+use super::files_rig::{FilesRig, RigSpec};
 use super::*;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -130,7 +131,7 @@ fn set_aside(work: &Path, dir: &Path) {
 }
 
 /// Files and bytes under `dir` (recursively), skipping hidden entries.
-fn count(dir: &Path) -> (usize, u64) {
+pub(super) fn count(dir: &Path) -> (usize, u64) {
     let mut files = 0;
     let mut bytes = 0;
     let Ok(rd) = std::fs::read_dir(dir) else {
@@ -202,7 +203,7 @@ fn cpu_with_children(pid: u32) -> f64 {
 }
 
 /// Runs a command to its end; returns whether it succeeded and its CPU seconds.
-fn run_timed(cmd: &mut Command) -> Result<(bool, f64, String)> {
+pub(super) fn run_timed(cmd: &mut Command) -> Result<(bool, f64, String)> {
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -285,7 +286,7 @@ fn unavailable(c: &Class, sites: usize, fsync: &str, why: &str) -> FilesRow {
 
 /// Waits until every directory in `dirs` holds `files` files of `bytes` bytes under
 /// `sub`.
-fn wait_delivered(
+pub(super) fn wait_delivered(
     dirs: &[PathBuf],
     sub: &str,
     files: usize,
@@ -353,6 +354,9 @@ impl Lab {
             .cloned()
             .ok_or_else(|| anyhow::anyhow!("no large file"))?;
         self.results.files_market_data = self.files_market_data(&large, &work)?;
+        self.progress
+            .line("files: the large file under faults", 0.1);
+        self.results.files_faults = self.files_faults(&large, &work)?;
         let _ = std::fs::remove_dir_all(&work);
         Ok(())
     }
@@ -366,111 +370,22 @@ impl Lab {
         fsync: &str,
     ) -> Result<Vec<FilesRow>> {
         let dir = work.join(format!("tw-{sites}-{fsync}"));
-        std::fs::create_dir_all(&dir)?;
-        let channel = lab::BackboneSpec::loopback()?.channel;
-        // Chunks of 62 KiB in datagrams of 8 KiB (as uftp's largest blocks), at the
-        // share of the network --files-rate-mb gives.
-        let backbone = "[backbone]\nmtu = 8192\n";
-        let rate = self.args.files_rate_mb;
-        let src_cfg = dir.join("src.toml");
-        std::fs::write(
-            &src_cfg,
-            format!(
-                "[node]\nname = \"src\"\n{backbone}[files]\nservices = [\"FILES\"]\nspool = {:?}\nrate_mb_per_s = {rate}\nchunk_kib = 62\n",
-                dir.join("spool").display().to_string()
-            ),
-        )?;
-        let (src, addr) = lab::start_node(
-            &self.programs.node,
-            &format!("files-src-{sites}-{fsync}"),
-            &[
-                "--config".into(),
-                src_cfg.display().to_string(),
-                "--backbone".into(),
-                channel.clone(),
-                "--role".into(),
-                "source".into(),
-            ],
-            &self.logs,
-        )?;
-        let mut edges = Vec::new();
-        let mut inboxes = Vec::new();
-        let mut names = Vec::new();
-        for i in 1..=sites {
-            let name = format!("site{i}");
-            let inbox = dir.join(format!("{name}-inbox"));
-            let cfg = dir.join(format!("{name}.toml"));
-            std::fs::write(
-                &cfg,
-                format!(
-                    "[node]\nname = \"{name}\"\n{backbone}[files]\nservices = [\"FILES\"]\ninbox = {:?}\nfsync = \"{fsync}\"\n",
-                    inbox.display().to_string()
-                ),
-            )?;
-            let (edge, _) = lab::start_node(
-                &self.programs.node,
-                &format!("files-{name}-{sites}-{fsync}"),
-                &[
-                    "--config".into(),
-                    cfg.display().to_string(),
-                    "--backbone".into(),
-                    channel.clone(),
-                    "--role".into(),
-                    "edge".into(),
-                ],
-                &self.logs,
-            )?;
-            edges.push(edge);
-            inboxes.push(inbox);
-            names.push(name);
-        }
-        let to = names.join(",");
-        // A first file to every site: the sites are present and the backbone's images
-        // are up before anything is timed.
-        let warm = work.join("warmup.dat");
-        std::fs::write(&warm, b"warm up")?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (ok, _, out) = run_timed(
-                Command::new(&self.programs.node)
-                    .args([
-                        "files", "send", "--node", &addr, "--to", &to, "--as-dir", "warmup",
-                    ])
-                    .arg(&warm),
-            )?;
-            if !ok {
-                bail!("tickwire files send (warm-up) failed: {out}");
-            }
-            if wait_delivered(&inboxes, "warmup", 1, 7, Duration::from_secs(10)).is_ok() {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("the sites did not take the warm-up file within 60 s");
-            }
-        }
+        let spec = RigSpec {
+            tag: format!("{sites}-{fsync}"),
+            sites,
+            fsync: fsync.to_string(),
+            rate_mb: self.args.files_rate_mb,
+        };
+        let mut rig = FilesRig::start(self, &dir, &spec, &[])?;
+        rig.warm_up(work)?;
+        let inboxes: Vec<PathBuf> = rig.sites.iter().map(|s| s.inbox.clone()).collect();
         let mut rows = Vec::new();
         for (c, paths) in classes.iter().zip(sources) {
-            let pids: Vec<(String, u32)> = std::iter::once(("src".to_string(), src.pid()))
-                .chain(names.iter().cloned().zip(edges.iter().map(|e| e.pid())))
-                .collect();
+            let pids = rig.pids();
             let before: Vec<f64> = pids.iter().map(|(_, p)| cpu_with_children(*p)).collect();
             let calls = SystemCalls::start();
             let t0 = Instant::now();
-            let mut cmd = Command::new(&self.programs.node);
-            cmd.args([
-                "files",
-                "send",
-                "--node",
-                &addr,
-                "--to",
-                &to,
-                "--as-dir",
-                c.name,
-                "--timeout",
-                "300",
-            ]);
-            cmd.args(paths);
-            let (ok, send_cpu, out) = run_timed(&mut cmd)?;
+            let (ok, send_cpu, out) = rig.send(c.name, paths)?;
             if !ok {
                 bail!("tickwire files send ({}) failed: {out}", c.name);
             }
@@ -498,11 +413,8 @@ impl Lab {
                 clear_class(work, &inbox.join(c.name), c);
             }
         }
-        self.results.commands.push(src.command.clone());
-        src.stop()?;
-        for e in edges {
-            e.stop()?;
-        }
+        self.results.commands.extend(rig.src_command());
+        rig.stop()?;
         let _ = std::fs::remove_dir_all(&dir);
         Ok(rows)
     }

@@ -352,6 +352,7 @@ pub(super) fn write_outputs(dir: &Path, r: &Results) -> Result<()> {
             .map_or((&[][..], &[][..]), |p| (&p.uftp[..], &p.rsync[..]));
         files_scenario::report(&mut md, &r.files, uftp, rsync)?;
         files_market_data::report(&mut md, &r.files_market_data)?;
+        files_faults::report(&mut md, &r.files_faults)?;
     }
     if let Some(r) = &r.rssl {
         rssl_scenario::report(&mut md, r)?;

@@ -61,6 +61,9 @@ pub struct Results {
     /// each files share.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files_market_data: Vec<files_market_data::FilesMarketData>,
+    /// `bench files`: the large file to two sites without a fault and under each fault.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files_faults: Vec<files_faults::FilesFault>,
 }
 
 /// `bench ws`: one WebSocket JSON subscriber.

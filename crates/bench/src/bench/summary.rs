@@ -181,6 +181,16 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
             m.p99_ratio,
         );
     }
+    for f in r.files_faults.iter().filter(|f| f.unavailable.is_none()) {
+        put(
+            format!("files fault {}: seconds to whole", f.fault),
+            f.seconds,
+        );
+        put(
+            format!("files fault {}: sites whole of those that can be", f.fault),
+            f.sites_whole as f64 / f.sites_expected.max(1) as f64,
+        );
+    }
     if let Some(p) = &r.peers {
         files(&mut put, "uftp", &p.uftp);
         files(&mut put, "rsync", &p.rsync);
