@@ -10,8 +10,9 @@
 //! `tickwire files send`; a row ends when the last file is in the last inbox. Beside
 //! it, on the same files: `rsync` (one-to-one: one daemon per site on loopback, one
 //! client per site at once, `--fsync` for `always`) and `uftp` (Debian's multicast
-//! file transfer, in a network namespace of its own whose loopback takes multicast;
-//! one receiver only: `uftpd` cannot share its port with a second one on a host, and
+//! file transfer, in a network namespace of its own: to one site on its loopback, which
+//! takes multicast; to more, each site's `uftpd` in a namespace of its own, since one
+//! cannot share its port with a second on a host, joined by veth pairs on one bridge;
 //! it has no fsync setting).
 //!
 //! System calls are counted system-wide (`perf stat -a -e raw_syscalls:sys_enter`)
@@ -560,12 +561,10 @@ impl Lab {
     ) -> Result<Vec<FilesRow>> {
         let why = if Command::new("uftp").arg("-h").output().is_err() {
             Some("uftp is not installed (scripts/setup.sh installs it)")
-        } else if sites > 1 {
-            Some("one uftpd per host: a second cannot share its port (it would need a network namespace per site)")
         } else if fsync == "always" {
             Some("uftpd has no fsync setting")
         } else if unsafe { libc::geteuid() } != 0 {
-            Some("needs a network namespace of its own (root)")
+            Some("needs network namespaces of its own (root)")
         } else {
             None
         };
@@ -579,35 +578,17 @@ impl Lab {
         let mut rows = Vec::new();
         for c in classes {
             let dest = dir.join("dest");
-            let temp = dir.join("tmp");
             clear_class(work, &dir, c);
-            std::fs::create_dir_all(&dest)?;
-            std::fs::create_dir_all(&temp)?;
-            let src = work.join("src").join(c.name);
-            // In a namespace of its own, whose loopback takes multicast: the server's
-            // time and both programs' CPU, printed by the script.
-            let script = format!(
-                r#"set -e
-ip link set lo up
-ip link set lo multicast on
-ip route add 239.0.0.0/8 dev lo
-uftpd -d -I 127.0.0.1 -M 239.20.33.1 -p 41044 -U 0x00000001 -D {dest} >/dev/null 2>{log}/uftpd.log &
-U=$!
-trap 'kill $U 2>/dev/null' EXIT
-sleep 0.5
-set +e
-T0=$(date +%s.%N)
-uftp -I 127.0.0.1 -M 239.20.33.1 -P 239.20.33.3 -p 41044 -R -1 -b 8800 -H 0x00000001 -E {base}/ {src} >/dev/null 2>{log}/uftp.log
-RC=$?
-T1=$(date +%s.%N)
-echo "seconds $(echo "$T0 $T1" | awk '{{print $2 - $1}}')"
-echo "uftpd $(awk '{{print $14+$15}}' /proc/$U/stat)"
-exit $RC
-"#,
-                dest = dest.display(),
-                src = src.display(),
-                base = work.join("src").display(),
-                log = dir.display(),
+            let dests: Vec<PathBuf> = (1..=sites).map(|i| dest.join(format!("site{i}"))).collect();
+            for d in &dests {
+                std::fs::create_dir_all(d)?;
+            }
+            let script = uftp_script(
+                sites,
+                &dest,
+                &work.join("src").join(c.name),
+                &work.join("src"),
+                &dir,
             );
             let calls = SystemCalls::start();
             let (ok, uftp_cpu, out) =
@@ -631,16 +612,21 @@ exit $RC
             let (Some(seconds), Some(uftpd_ticks)) = (field("seconds "), field("uftpd ")) else {
                 bail!("uftp's script said: {out}");
             };
-            let delivered = count(&dest.join(c.name));
-            let direct = count(&dest);
-            if delivered != (c.files, c.size * c.files as u64)
-                && direct != (c.files, c.size * c.files as u64)
-            {
+            let want = (c.files, c.size * c.files as u64);
+            let short: Vec<(usize, u64)> = dests
+                .iter()
+                .map(|d| count(&d.join(c.name)))
+                .filter(|got| *got != want)
+                .collect();
+            if !short.is_empty() {
                 rows.push(unavailable(
                     c,
                     sites,
                     fsync,
-                    &format!("uftp delivered {direct:?} of {} files", c.files),
+                    &format!(
+                        "uftp delivered {short:?} of {} files at some sites",
+                        c.files
+                    ),
                 ));
                 continue;
             }
@@ -649,7 +635,15 @@ exit $RC
             // run_timed's CPU is the script's: uftp and the shell (uftpd, killed at the
             // end and never waited for, is read from /proc).
             cpu.insert("uftp (server, script)".to_string(), uftp_cpu);
-            cpu.insert("uftpd".to_string(), uftpd);
+            cpu.insert(
+                if sites == 1 {
+                    "uftpd"
+                } else {
+                    "uftpd (every site)"
+                }
+                .to_string(),
+                uftpd,
+            );
             rows.push(row(c, sites, fsync, seconds, cpu, syscalls));
         }
         let _ = std::fs::remove_dir_all(&dir);
@@ -658,6 +652,74 @@ exit $RC
 }
 
 /// The files part of report.md.
+/// The shell script of one uftp row, run in a network namespace of its own: the
+/// server's time and the programs' CPU ticks, printed. One site: its uftpd on the
+/// namespace's loopback, which takes multicast. More: uftpd cannot share its port with a
+/// second one on a host, so each site's runs in a namespace of its own, joined to the
+/// server's by a veth pair on one bridge (multicast flooded to every port, 9,000-byte
+/// frames so that uftp's 8,800-byte blocks are not fragmented).
+fn uftp_script(sites: usize, dest: &Path, src: &Path, base: &Path, log: &Path) -> String {
+    let (dest, src, base, log) = (dest.display(), src.display(), base.display(), log.display());
+    let ids: Vec<String> = (1..=sites).map(|i| format!("0x{i:08x}")).collect();
+    let (net, server_ip) = if sites == 1 {
+        (
+            format!(
+                r#"ip link set lo multicast on
+ip route add 239.0.0.0/8 dev lo
+uftpd -d -I 127.0.0.1 -M 239.20.33.1 -p 41044 -U {id} -D {dest}/site1 >/dev/null 2>{log}/uftpd1.log &
+U=$!"#,
+                id = ids[0]
+            ),
+            "127.0.0.1",
+        )
+    } else {
+        (
+            format!(
+                r#"ip link add tw-br type bridge
+ip link set tw-br type bridge mcast_snooping 0
+ip link set tw-br mtu 9000
+ip addr add 10.77.0.1/24 dev tw-br
+ip link set tw-br up
+ip route add 239.0.0.0/8 dev tw-br
+I=0
+for ID in {ids}; do
+  I=$((I + 1))
+  unshare -n sleep 3600 &
+  H=$!
+  HOLD="$HOLD $H"
+  while [ "$(readlink /proc/$H/ns/net)" = "$(readlink /proc/self/ns/net)" ]; do sleep 0.01; done
+  ip link add tw-s$I mtu 9000 type veth peer name eth0 mtu 9000 netns $H
+  ip link set tw-s$I master tw-br up
+  nsenter -t $H -n sh -c "ip link set lo up && ip addr add 10.77.0.$((10 + I))/24 dev eth0 && ip link set eth0 up && ip route add 239.0.0.0/8 dev eth0"
+  nsenter -t $H -n uftpd -d -I 10.77.0.$((10 + I)) -M 239.20.33.1 -p 41044 -U $ID -D {dest}/site$I >/dev/null 2>{log}/uftpd$I.log &
+  U="$U $!"
+done"#,
+                ids = ids.join(" ")
+            ),
+            "10.77.0.1",
+        )
+    };
+    format!(
+        r#"set -e
+U=""
+HOLD=""
+trap 'kill $U $HOLD 2>/dev/null' EXIT
+ip link set lo up
+{net}
+sleep 0.5
+set +e
+T0=$(date +%s.%N)
+uftp -I {server_ip} -M 239.20.33.1 -P 239.20.33.3 -p 41044 -R -1 -b 8800 -H {hosts} -E {base}/ {src} >/dev/null 2>{log}/uftp.log
+RC=$?
+T1=$(date +%s.%N)
+echo "seconds $(echo "$T0 $T1" | awk '{{print $2 - $1}}')"
+echo "uftpd $(for P in $U; do awk '{{print $14+$15}}' /proc/$P/stat; done | awk '{{s += $1}} END {{print s}}')"
+exit $RC
+"#,
+        hosts = ids.join(","),
+    )
+}
+
 pub(super) fn report(
     md: &mut String,
     tw: &[FilesRow],
