@@ -4,7 +4,7 @@
 //! was sent and received before a restart (the spool keeps only what is still queued).
 
 use crate::hub::HubEvent;
-use crate::manifest::{hex, Manifest};
+use crate::manifest::{hex, unhex, Manifest};
 use crate::sender::Delivery;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
@@ -191,14 +191,7 @@ fn parse(text: &str) -> Option<(String, u64, Manifest, Value)> {
     let event = v["event"].as_str()?.to_string();
     let at_ms = v["time_ms"].as_u64()?;
     let transfer = u64::from_str_radix(v["transfer"].as_str()?, 16).ok()?;
-    let mut sha256 = [0u8; 32];
-    let hash = v["sha256"].as_str()?;
-    if hash.len() != 64 {
-        return None;
-    }
-    for (i, b) in sha256.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hash.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
+    let sha256: [u8; 32] = unhex(v["sha256"].as_str()?)?.try_into().ok()?;
     let m = Manifest {
         transfer,
         sender: v["sender"].as_str()?.to_string(),

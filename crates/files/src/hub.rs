@@ -313,6 +313,12 @@ impl Hub {
             }
             self.finished_order.push_back(transfer);
         }
+        self.forget_beyond_keep();
+    }
+
+    /// Drops the oldest finished files from the record past `keep_records` (the audit
+    /// log has them all).
+    fn forget_beyond_keep(&mut self) {
         while self.finished_order.len() > self.cfg.keep_records {
             if let Some(old) = self.finished_order.pop_front() {
                 self.records.remove(&old);
@@ -1101,11 +1107,6 @@ impl Hub {
                     wall,
                 );
             }
-            while self.finished_order.len() > self.cfg.keep_records {
-                if let Some(old) = self.finished_order.pop_front() {
-                    self.records.remove(&old);
-                }
-            }
         }
         if let Some((rx, _)) = self.receiver.as_mut() {
             while rx.poll_transmit(now, &mut self.buf) {
@@ -1161,6 +1162,8 @@ impl Hub {
                 }
             }
         }
+        // A site's received files too: a node that only receives keeps no more.
+        self.forget_beyond_keep();
         more
     }
 

@@ -43,6 +43,36 @@ fn answers(h: &mut Hub) -> Vec<(PutState, String)> {
         .collect()
 }
 
+/// What a user who may see everything gets from a query: (transfer, name, site, state).
+fn report(h: &mut Hub) -> Vec<(u64, String, String, String)> {
+    outputs(h);
+    let query = encode(&FilesMessage::Query { request: 9 });
+    h.handle(
+        Peer::Conn(CLIENT),
+        "bob",
+        Rights::ALL,
+        &query,
+        Instant::now(),
+    );
+    outputs(h)
+        .into_iter()
+        .flat_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+            FilesMessage::Report { entries, .. } => entries
+                .into_iter()
+                .map(|e| {
+                    (
+                        e.transfer,
+                        e.name.to_string(),
+                        e.site.to_string(),
+                        e.state.to_string(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+            _ => vec![],
+        })
+        .collect()
+}
+
 fn put(h: &mut Hub, rights: Rights, request: u32, service: &str, data: &[u8], sha: [u8; 32]) {
     let now = Instant::now();
     let p = FilesMessage::Put(Put {
@@ -279,31 +309,7 @@ fn after_a_restart_the_report_lists_the_audit_logs_past_files_and_the_spools_que
         past(queued, "f.csv", Delivery::Done),
     ]);
     assert_eq!(after.restore(Instant::now()).unwrap(), 1);
-    let query = encode(&FilesMessage::Query { request: 9 });
-    after.handle(
-        Peer::Conn(CLIENT),
-        "bob",
-        Rights::ALL,
-        &query,
-        Instant::now(),
-    );
-    let rows: Vec<(u64, String, String, String)> = outputs(&mut after)
-        .into_iter()
-        .flat_map(|o| match FilesMessage::decode(&o.body).unwrap() {
-            FilesMessage::Report { entries, .. } => entries
-                .into_iter()
-                .map(|e| {
-                    (
-                        e.transfer,
-                        e.name.to_string(),
-                        e.site.to_string(),
-                        e.state.to_string(),
-                    )
-                })
-                .collect::<Vec<_>>(),
-            _ => vec![],
-        })
-        .collect();
+    let rows = report(&mut after);
     assert_eq!(
         rows,
         vec![
@@ -312,4 +318,59 @@ fn after_a_restart_the_report_lists_the_audit_logs_past_files_and_the_spools_que
             (queued, "f.csv".into(), "".into(), "queued".into()),
         ]
     );
+}
+
+#[test]
+fn a_site_that_only_receives_keeps_no_more_records_than_it_is_told() {
+    use tickwire_files::inbox::{Fsync, Inbox};
+    use tickwire_files::{Receiver, ReceiverConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let inbox = Inbox::new(&dir.path().join("inbox"), Fsync::Never).unwrap();
+    let receiver = Receiver::new(ReceiverConfig::new("edge1", vec!["FILES".into()]), now);
+    let mut cfg = HubConfig::new("edge1", vec!["FILES".into()]);
+    cfg.keep_records = 3;
+    let mut h = Hub::new(
+        cfg,
+        None,
+        Some((receiver, inbox)),
+        now,
+        1_790_000_000_000,
+        7,
+    );
+    for t in 1..=10u64 {
+        let data = format!("file {t}").into_bytes();
+        let name = format!("f{t}.txt");
+        let offer = FilesMessage::Offer(tickwire_files::wire::Offer {
+            transfer: t,
+            sender: "src",
+            service: "FILES",
+            name: &name,
+            size: data.len() as u64,
+            chunk_size: 1024,
+            sha256: Sha256::digest(&data).into(),
+            sent_through: 1,
+            expires_ms: u64::MAX,
+            open: true,
+            targets: vec![],
+        });
+        let chunk = FilesMessage::Chunk {
+            transfer: t,
+            index: 0,
+            data: &data,
+        };
+        for m in [offer, chunk] {
+            h.handle(Peer::Backbone, "", Rights::default(), &encode(&m), now);
+            h.pump(now);
+        }
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("inbox"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name() != ".tickwire-partial")
+            .count(),
+        10
+    );
+    let names: Vec<String> = report(&mut h).into_iter().map(|r| r.1).collect();
+    assert_eq!(names, ["f8.txt", "f9.txt", "f10.txt"]);
 }

@@ -287,7 +287,7 @@ fn unavailable(c: &Class, sites: usize, fsync: &str, why: &str) -> FilesRow {
 
 /// Waits until every directory in `dirs` holds `files` files of `bytes` bytes under
 /// `sub`.
-pub(super) fn wait_delivered(
+fn wait_delivered(
     dirs: &[PathBuf],
     sub: &str,
     files: usize,

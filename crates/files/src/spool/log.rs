@@ -5,7 +5,7 @@
 
 use std::io;
 
-use crate::manifest::{hex, Manifest};
+use crate::manifest::{hex, unhex, Manifest};
 use crate::sender::Delivery;
 use crate::wire::FilesMessage;
 
@@ -98,7 +98,7 @@ impl LogLine {
         Some(LogLine::Site {
             transfer: id("transfer")?,
             site: v["site"].as_str()?.to_owned(),
-            state: parse_state(v["state"].as_str()?)?,
+            state: Delivery::from_name(v["state"].as_str()?)?,
             reason: v["reason"].as_str().unwrap_or("").to_owned(),
         })
     }
@@ -113,24 +113,4 @@ fn place(v: &serde_json::Value) -> Option<Place> {
         },
         _ => Place::Own,
     })
-}
-
-fn parse_state(s: &str) -> Option<Delivery> {
-    match s {
-        "queued" => Some(Delivery::Queued),
-        "sending" => Some(Delivery::Sending),
-        "done" => Some(Delivery::Done),
-        "failed" => Some(Delivery::Failed),
-        _ => None,
-    }
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
