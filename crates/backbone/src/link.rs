@@ -60,6 +60,63 @@ impl DriverPlacement {
     }
 }
 
+/// Whose pace a source's files publication follows when its edges take files at
+/// different speeds (Aeron's flow control of that publication).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilesFlowControl {
+    /// The slowest edge still answering (Aeron's `min` flow control): every edge gets
+    /// every chunk once and none falls so far behind that it must ask for data the
+    /// source no longer has. An edge silent for [`FILES_EDGE_TIMEOUT`] (gone, or its
+    /// driver stopped) leaves the group, so a dead site holds the others that long
+    /// at most; a site whose node cannot take the network's pace slows the others.
+    Slowest,
+    /// The fastest edge (Aeron's default for multicast): an edge that falls behind
+    /// loses what the source has overwritten, asks for it again (NAKs, retransmissions
+    /// to every edge, then the files layer's repairs) and slows every site with them.
+    Fastest,
+}
+
+/// With [`FilesFlowControl::Slowest`]: how long an edge that stopped answering still
+/// holds the files publication's pace.
+pub const FILES_EDGE_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl FilesFlowControl {
+    /// Every spelling `parse` takes, for error messages.
+    pub const NAMES: &'static str = "slowest, fastest";
+
+    /// A flow control from its config spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "slowest" => FilesFlowControl::Slowest,
+            "fastest" => FilesFlowControl::Fastest,
+            _ => return None,
+        })
+    }
+
+    /// Its config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            FilesFlowControl::Slowest => "slowest",
+            FilesFlowControl::Fastest => "fastest",
+        }
+    }
+
+    /// The files publication's channel: the data channel with this flow control, unless
+    /// the channel names one itself (the operator's choice stands).
+    pub fn channel(self, data_channel: &str) -> String {
+        if channel_param(data_channel, "fc").is_some() {
+            return data_channel.to_string();
+        }
+        match self {
+            FilesFlowControl::Fastest => data_channel.to_string(),
+            FilesFlowControl::Slowest => format!(
+                "{data_channel}|fc=min,t:{}ms",
+                FILES_EDGE_TIMEOUT.as_millis()
+            ),
+        }
+    }
+}
+
 /// Aeron's default datagram payload: a 1,500-byte Ethernet frame less the IP and UDP
 /// headers, rounded down to Aeron's 32-byte frame alignment.
 pub const DEFAULT_MTU: usize = 1408;
@@ -86,6 +143,8 @@ pub struct LinkConfig {
     /// so a file's chunks never queue market data behind them and a file backlog's
     /// back pressure refuses only more chunks.
     pub files_stream: Option<i32>,
+    /// Whose pace the files publication follows.
+    pub files_flow_control: FilesFlowControl,
     /// Publish data (source role).
     pub source: bool,
     /// Receive data (edge role).
@@ -141,6 +200,7 @@ impl LinkConfig {
             data_stream: 1001,
             request_stream: 1002,
             files_stream: None,
+            files_flow_control: FilesFlowControl::Slowest,
             source: false,
             edge: false,
             standby: None,
@@ -547,7 +607,14 @@ impl Link {
             }
         };
         let files_out = match (cfg.source, cfg.files_stream) {
-            (true, Some(stream)) => Some(add_pub(&channel, stream, "files publication")?),
+            (true, Some(stream)) => {
+                let files_channel = cfg.files_flow_control.channel(&cfg_channel);
+                Some(add_pub(
+                    &files_channel.into_c_string(),
+                    stream,
+                    "files publication",
+                )?)
+            }
             _ => None,
         };
         let mut data_in = Vec::new();
@@ -1249,7 +1316,7 @@ pub fn remove_stale_drivers(base: &Path) {
 
 #[cfg(test)]
 mod channel_tests {
-    use super::{aeron_channel, edge_data_channel, is_dynamic_mdc};
+    use super::{aeron_channel, edge_data_channel, is_dynamic_mdc, FilesFlowControl};
 
     #[test]
     fn an_edge_on_a_multi_destination_cast_channel_gets_an_endpoint_of_its_own() {
@@ -1296,6 +1363,22 @@ mod channel_tests {
         ] {
             assert_eq!(aeron_channel(same), (same.to_string(), None));
         }
+    }
+
+    #[test]
+    fn the_files_publication_follows_the_slowest_edge_unless_the_channel_says_otherwise() {
+        let ch = "aeron:udp?endpoint=239.20.30.39:40456|interface=127.0.0.1";
+        assert_eq!(
+            FilesFlowControl::Slowest.channel(ch),
+            format!("{ch}|fc=min,t:2000ms")
+        );
+        assert_eq!(FilesFlowControl::Fastest.channel(ch), ch);
+        let own = "aeron:udp?endpoint=239.20.30.39:40456|fc=tagged,g:7";
+        for fc in [FilesFlowControl::Slowest, FilesFlowControl::Fastest] {
+            assert_eq!(fc.channel(own), own);
+            assert_eq!(FilesFlowControl::parse(fc.name()), Some(fc));
+        }
+        assert_eq!(FilesFlowControl::parse("min"), None);
     }
 }
 

@@ -5,7 +5,7 @@ use crate::config_error::{invalid, ConfigError};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tickwire_backbone::{
-    DriverPlacement, EdgeConfig, IdleStrategy, LinkConfig, Role, SourceConfig,
+    DriverPlacement, EdgeConfig, FilesFlowControl, IdleStrategy, LinkConfig, Role, SourceConfig,
 };
 
 /// `[backbone]`: empty `role` means a single node, on no backbone.
@@ -34,6 +34,11 @@ pub struct BackboneSection {
     /// Aeron stream id of file transfer from the sources to the edges (used where the
     /// node has `[files]`): apart from the data, so files never hold market data up.
     pub files_stream: i32,
+    /// Whose pace a source's files follow when its edges take them at different
+    /// speeds: `slowest` (default: every edge gets each chunk once; an edge silent for
+    /// 2 s stops holding the others) or `fastest` (an edge that falls behind asks for
+    /// what it lost again, and the retransmissions go to every edge).
+    pub files_flow_control: String,
     /// Aeron term buffer length in bytes (a power of two from 65536 to 1073741824). A
     /// publication holds three terms; each source and each receiving edge maps one log
     /// per source.
@@ -113,6 +118,7 @@ impl Default for BackboneSection {
             data_stream: 1001,
             request_stream: 1002,
             files_stream: 1003,
+            files_flow_control: "slowest".into(),
             term_length: 4 << 20,
             mtu: tickwire_backbone::DEFAULT_MTU,
             liveness_ms: 1000,
@@ -258,6 +264,13 @@ impl BackboneSection {
                 "must differ from backbone.data_stream and backbone.request_stream",
             ));
         }
+        if FilesFlowControl::parse(&self.files_flow_control).is_none() {
+            return Err(invalid(
+                "backbone.files_flow_control",
+                format!("{:?}", self.files_flow_control),
+                &format!("allowed values are {}", FilesFlowControl::NAMES),
+            ));
+        }
         if !self.term_length.is_power_of_two() || !(65_536..=1 << 30).contains(&self.term_length) {
             return Err(invalid(
                 "backbone.term_length",
@@ -394,6 +407,8 @@ impl BackboneSection {
         }
         l.data_stream = self.data_stream;
         l.request_stream = self.request_stream;
+        l.files_flow_control =
+            FilesFlowControl::parse(&self.files_flow_control).unwrap_or(FilesFlowControl::Slowest);
         l.term_length = self.term_length;
         l.mtu = self.mtu;
         l.idle = IdleStrategy::parse(&self.idle).unwrap_or(IdleStrategy::Adaptive);
@@ -523,6 +538,32 @@ mod tests {
                 Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
                 other => panic!("{key}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn files_follow_the_slowest_edge_by_default_and_an_unknown_pace_is_refused() {
+        assert_eq!(
+            edge().link_config().files_flow_control,
+            FilesFlowControl::Slowest
+        );
+        let fastest = BackboneSection {
+            files_flow_control: "fastest".into(),
+            ..edge()
+        };
+        assert_eq!(
+            fastest.link_config().files_flow_control,
+            FilesFlowControl::Fastest
+        );
+        let min = BackboneSection {
+            files_flow_control: "min".into(),
+            ..edge()
+        };
+        match min.validate() {
+            Err(e @ ConfigError::Invalid { .. }) => {
+                assert!(e.to_string().contains("slowest, fastest"), "{e}")
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -423,7 +423,10 @@ impl NodeServer {
             cfg.data_stream,
             cfg.request_stream,
             if self.cfg.files.enabled() {
-                format!(", files stream {}", cfg.files_stream)
+                format!(
+                    ", files stream {} at the {} edge's pace",
+                    cfg.files_stream, cfg.files_flow_control
+                )
             } else {
                 String::new()
             },
