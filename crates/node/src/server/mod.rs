@@ -423,10 +423,13 @@ impl NodeServer {
             cfg.data_stream,
             cfg.request_stream,
             if self.cfg.files.enabled() {
-                format!(
-                    ", files stream {} at the {} edge's pace",
-                    cfg.files_stream, cfg.files_flow_control
-                )
+                match role {
+                    tickwire_backbone::Role::Source | tickwire_backbone::Role::Both => format!(
+                        ", files stream {} at the {} edge's pace",
+                        cfg.files_stream, cfg.files_flow_control
+                    ),
+                    tickwire_backbone::Role::Edge => format!(", files stream {}", cfg.files_stream),
+                }
             } else {
                 String::new()
             },
