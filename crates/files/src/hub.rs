@@ -998,6 +998,14 @@ impl Hub {
         self.routes.remove(&Peer::Conn(conn));
     }
 
+    /// The backbone driver's totals so far (NAKs received, datagrams sent): the
+    /// sender's rate follows the backbone's loss ([`crate::congestion`]).
+    pub fn handle_network_counters(&mut self, naks: u64, datagrams: u64, now: Instant) {
+        if let Some((sender, _)) = self.sender.as_mut() {
+            sender.handle_network_counters(naks, datagrams, now);
+        }
+    }
+
     /// Its deadlines passed by `now` (the sender's pacing and repairs, the receiver's).
     pub fn handle_timeout(&mut self, now: Instant) {
         let stale: Vec<(usize, u32)> = self

@@ -18,13 +18,15 @@
 //! - [`audit`]: the audit log's lines, and the history a node reads back from it.
 //! - [`wire`]: the messages (offers, chunks with their CRC-32, statuses, presences,
 //!   cancels); [`name`]: which file names a site accepts; [`ChunkMap`]: which chunks a
-//!   site holds; [`Manifest`]: what a file is; [`pace`]: the files' share of bandwidth.
+//!   site holds; [`Manifest`]: what a file is; [`pace`]: the files' share of bandwidth;
+//!   [`congestion`]: the rate below it while the backbone loses.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod audit;
 mod chunk_map;
+pub mod congestion;
 pub mod hub;
 pub mod inbox;
 mod manifest;

@@ -42,6 +42,12 @@ impl Pace {
         }
     }
 
+    /// From `now` on, `rate` bytes a second (at least 1); the tokens held so far stay.
+    pub fn set_rate(&mut self, rate: u64, now: Instant) {
+        self.refill(now);
+        self.rate = rate.max(1);
+    }
+
     /// Takes `bytes` if the bucket holds them.
     pub fn take(&mut self, bytes: u64, now: Instant) -> bool {
         self.refill(now);

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::chunk_map::ChunkMap;
+use crate::congestion::LossControl;
 use crate::manifest::Manifest;
 use crate::name::{check_name, NameError};
 use crate::pace::Pace;
@@ -249,6 +250,10 @@ pub struct SenderStats {
     pub ignored_statuses: u64,
     /// Chunks the sender could not read.
     pub read_errors: u64,
+    /// Times the rate was cut for the backbone's loss ([`crate::congestion`]).
+    pub rate_cuts: u64,
+    /// The rate now, bytes a second.
+    pub rate: u64,
 }
 
 /// Most sites one transfer records (targets and late joiners of an open transfer).
@@ -293,6 +298,7 @@ pub struct Sender {
     sites: HashMap<String, HashMap<String, Instant>>,
     known_sites: usize,
     pace: Pace,
+    loss: LossControl,
     events: VecDeque<SenderEvent>,
     /// Offers and cancels to send before any chunk.
     urgent: VecDeque<(u64, bool)>,
@@ -316,6 +322,7 @@ impl Sender {
             .max(u64::from(cfg.chunk_size) + CHUNK_HEADER_LEN as u64);
         Sender {
             pace: Pace::new(cfg.rate, burst, now),
+            loss: LossControl::new(cfg.rate, now),
             cfg,
             transfers: HashMap::new(),
             order: VecDeque::new(),
@@ -341,7 +348,20 @@ impl Sender {
 
     /// Its counters.
     pub fn stats(&self) -> SenderStats {
-        self.stats
+        SenderStats {
+            rate_cuts: self.loss.cuts(),
+            rate: self.loss.rate(),
+            ..self.stats
+        }
+    }
+
+    /// The backbone driver's totals so far: NAKs it received (its receivers' requests
+    /// to repair what they lost) and datagrams it sent. The rate follows them
+    /// ([`crate::congestion`]).
+    pub fn handle_network_counters(&mut self, naks: u64, datagrams: u64, now: Instant) {
+        if let Some(rate) = self.loss.on_counters(naks, datagrams, now) {
+            self.pace.set_rate(rate, now);
+        }
     }
 
     /// Files queued, not finished.

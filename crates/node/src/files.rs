@@ -201,7 +201,15 @@ enum Input {
         body: Vec<u8>,
     },
     Gone(ConnId),
+    /// The backbone driver's totals: NAKs received, datagrams sent.
+    Network {
+        naks: u64,
+        datagrams: u64,
+    },
 }
+
+/// How often the backbone driver's loss is read for the sender's rate.
+const NETWORK_SAMPLE: Duration = Duration::from_millis(50);
 
 /// Messages waiting for the files thread at most (a chunk is at most 64 KB: 64 MB),
 /// and for the event loop (16 MB).
@@ -223,6 +231,11 @@ pub struct FilesThread {
     held: Option<Output>,
     /// Messages the loop could not hand over (the thread was behind).
     pub dropped: u64,
+    /// Whether this node sends files (its rate follows the backbone's loss).
+    sends: bool,
+    /// The backbone's datagram payload, to count datagrams from bytes.
+    backbone_mtu: u64,
+    next_network_sample: Instant,
 }
 
 impl Drop for FilesThread {
@@ -247,6 +260,7 @@ impl FilesThread {
         cfg: &FilesSection,
         site: &str,
         seed: u64,
+        backbone_mtu: usize,
         waker: Arc<Waker>,
     ) -> Result<FilesThread, String> {
         let now = Instant::now();
@@ -321,6 +335,9 @@ impl FilesThread {
             from_upstream: Vec::new(),
             held: None,
             dropped: 0,
+            sends: !cfg.spool.is_empty(),
+            backbone_mtu: backbone_mtu.max(1) as u64,
+            next_network_sample: now,
         })
     }
 
@@ -384,6 +401,7 @@ impl FilesThread {
         }
         let mut bb = backbone;
         if let Some(b) = bb.as_deref_mut() {
+            self.sample_network(b);
             let mut from_backbone = std::mem::take(&mut self.from_upstream);
             b.take_files(&mut from_backbone);
             for body in from_backbone.drain(..) {
@@ -419,6 +437,25 @@ impl FilesThread {
                     }
                 }
             }
+        }
+    }
+
+    /// The backbone driver's loss, to the sender (every `NETWORK_SAMPLE`).
+    fn sample_network(&mut self, b: &tickwire_backbone::Backbone) {
+        if !self.sends {
+            return;
+        }
+        let now = Instant::now();
+        if now < self.next_network_sample {
+            return;
+        }
+        self.next_network_sample = now + NETWORK_SAMPLE;
+        if let Some(link) = b.link().filter(|l| !l.is_dead()) {
+            let c = link.driver_counters();
+            self.submit(Input::Network {
+                naks: c.naks_received,
+                datagrams: c.bytes_sent / self.backbone_mtu,
+            });
         }
     }
 
@@ -591,6 +628,9 @@ fn run(
                     body,
                 } => hub.handle(from, &user, rights, &body, now),
                 Input::Gone(c) => hub.handle_gone(c),
+                Input::Network { naks, datagrams } => {
+                    hub.handle_network_counters(naks, datagrams, now)
+                }
             }
             taken += 1;
             // A disk that syncs slowly must not hold back the presences and statuses

@@ -271,6 +271,7 @@ impl NodeServer {
                 &cfg.files,
                 &cfg.node.name,
                 tickwire_backbone::random_id(),
+                cfg.backbone.mtu,
                 waker.clone(),
             )
             .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e))?;
