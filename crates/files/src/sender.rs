@@ -322,7 +322,7 @@ impl Sender {
             .max(u64::from(cfg.chunk_size) + CHUNK_HEADER_LEN as u64);
         Sender {
             pace: Pace::new(cfg.rate, burst, now),
-            loss: LossControl::new(cfg.rate, now),
+            loss: LossControl::new(cfg.rate),
             cfg,
             transfers: HashMap::new(),
             order: VecDeque::new(),
