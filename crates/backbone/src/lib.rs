@@ -300,17 +300,10 @@ pub struct Backbone {
     scratch: Vec<u8>,
     /// File-transfer messages dropped: the files thread was behind.
     pub files_dropped: u64,
-    /// Since when the files stream has been left in Aeron (the files thread behind).
-    files_held_since: Option<Instant>,
 }
 
 /// File-transfer bytes held for the files thread at most (a lost chunk is repaired).
 pub const MAX_FILES_IN_BYTES: usize = 16 << 20;
-/// Files messages waiting for the node, in bytes, above which the files stream is left
-/// in Aeron (a few duty cycles' polls more fit under [`MAX_FILES_IN_BYTES`]).
-pub const FILES_IN_HIGH: usize = 8 << 20;
-/// How long at most the files stream is left in Aeron at a stretch.
-pub const FILES_HOLD_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Backbone {
     /// Starts Aeron and the roles. `wake` wakes the event loop (called from the
@@ -356,38 +349,13 @@ impl Backbone {
             files_in_bytes: 0,
             scratch: Vec::new(),
             files_dropped: 0,
-            files_held_since: None,
         })
     }
 
-    /// Takes at most `max` of the file-transfer messages the backbone brought, oldest
-    /// first; the rest wait. While more than [`FILES_IN_HIGH`] bytes wait, the files
-    /// stream is left in Aeron ([`Link::hold_files`]).
-    pub fn take_files(&mut self, into: &mut Vec<Vec<u8>>, max: usize, now: Instant) {
-        let n = max.min(self.files_in.len());
-        for body in self.files_in.drain(..n) {
-            self.files_in_bytes -= body.len();
-            into.push(body);
-        }
-        self.hold_files_if_full(now);
-    }
-
-    /// Leaves the files stream in Aeron while too much waits for the files thread, for
-    /// [`FILES_HOLD_LIMIT`] at most: with the files at the slowest edge's pace, a
-    /// site whose files thread is stuck (a disk that does not answer) would hold every
-    /// site; past the limit it takes the stream again and drops what does not fit
-    /// (the files layer repairs it later).
-    fn hold_files_if_full(&mut self, now: Instant) {
-        let full = self.files_in_bytes >= FILES_IN_HIGH;
-        let since = if full {
-            *self.files_held_since.get_or_insert(now)
-        } else {
-            self.files_held_since = None;
-            now
-        };
-        if let Some(link) = self.link.as_ref() {
-            link.hold_files(full && now.saturating_duration_since(since) < FILES_HOLD_LIMIT);
-        }
+    /// Takes the file-transfer messages the backbone brought.
+    pub fn take_files(&mut self, into: &mut Vec<Vec<u8>>) {
+        self.files_in_bytes = 0;
+        into.append(&mut self.files_in);
     }
 
     /// Whether this node has the role that sends `body` on the backbone (a source for a
@@ -537,7 +505,6 @@ impl Backbone {
         if let Some(e) = edge.as_mut() {
             e.flush(core, now);
         }
-        self.hold_files_if_full(now);
         work
     }
 

@@ -367,9 +367,6 @@ pub struct LinkCounters {
     /// Times the event loop was behind and a full batch had to wait for it (the
     /// receiver polled nothing meanwhile).
     pub receiver_waits: AtomicU64,
-    /// Set while the node's files backlog is full ([`Link::hold_files`]): the receiver
-    /// leaves the files stream in Aeron.
-    files_held: AtomicBool,
 }
 
 const DRIVER_PREFIX: &str = "tickwire-aeron-";
@@ -807,14 +804,6 @@ impl Link {
         self.request_out.as_mut()
     }
 
-    /// Whether the receiver leaves the files stream in Aeron (true) or polls it. Held,
-    /// the edge's driver stops taking it once its window is full, and the source's
-    /// flow control (the slowest edge's pace) holds the sender: nothing is lost and
-    /// sent again to every site.
-    pub fn hold_files(&self, hold: bool) {
-        self.counters.files_held.store(hold, Ordering::Relaxed);
-    }
-
     /// The files publication (source role with a files stream).
     pub fn files_out(&mut self) -> Option<&mut Publication> {
         self.files_out.as_mut()
@@ -1075,12 +1064,7 @@ impl Agent for Receive {
                 .max(0) as usize;
         }
         self.sink.kind = 2;
-        let files_in: &[AeronSubscription] = if self.counters.files_held.load(Ordering::Relaxed) {
-            &[]
-        } else {
-            &self.subs.files_in
-        };
-        for sub in files_in {
+        for sub in &self.subs.files_in {
             work += self
                 .files_asm
                 .poll(sub, &mut self.sink, on_message, FILES_FRAGMENTS)

@@ -14,7 +14,6 @@ use mio::Waker;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -234,8 +233,6 @@ pub struct FilesThread {
     pub dropped: u64,
     /// Whether this node sends files (its rate follows the backbone's loss).
     sends: bool,
-    /// Inputs handed to the thread and not yet taken by it.
-    in_flight: Arc<AtomicUsize>,
     /// The backbone's datagram payload, to count datagrams from bytes.
     backbone_mtu: u64,
     next_network_sample: Instant,
@@ -323,14 +320,10 @@ impl FilesThread {
             Some(Outbox::new(PathBuf::from(&cfg.outbox)))
         };
         let (input, inbox_rx) = mpsc::sync_channel::<Input>(IN_QUEUE);
-        let in_flight = Arc::new(AtomicUsize::new(0));
         let (out_tx, output) = mpsc::sync_channel::<Output>(OUT_QUEUE);
         let thread = std::thread::Builder::new()
             .name("tickwire-files".into())
-            .spawn({
-                let in_flight = in_flight.clone();
-                move || run(hub, inbox_rx, &in_flight, out_tx, waker, audit, outbox)
-            })
+            .spawn(move || run(hub, inbox_rx, out_tx, waker, audit, outbox))
             .map_err(|e| format!("cannot start the files thread: {e}"))?;
         Ok(FilesThread {
             services: cfg.services.clone(),
@@ -343,7 +336,6 @@ impl FilesThread {
             held: None,
             dropped: 0,
             sends: !cfg.spool.is_empty(),
-            in_flight,
             backbone_mtu: backbone_mtu.max(1) as u64,
             next_network_sample: now,
         })
@@ -352,9 +344,7 @@ impl FilesThread {
     fn submit(&mut self, input: Input) {
         let Some(tx) = &self.input else { return };
         match tx.try_send(input) {
-            Ok(()) => {
-                self.in_flight.fetch_add(1, Ordering::Relaxed);
-            }
+            Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.dropped += 1,
         }
     }
@@ -412,12 +402,8 @@ impl FilesThread {
         let mut bb = backbone;
         if let Some(b) = bb.as_deref_mut() {
             self.sample_network(b);
-            // Only what the thread has room for: the rest waits in the backbone, which
-            // leaves the files stream in Aeron when too much waits, so the source is
-            // held at this site's pace rather than repairing what it would drop.
-            let room = IN_QUEUE.saturating_sub(self.in_flight.load(Ordering::Relaxed));
             let mut from_backbone = std::mem::take(&mut self.from_upstream);
-            b.take_files(&mut from_backbone, room, Instant::now());
+            b.take_files(&mut from_backbone);
             for body in from_backbone.drain(..) {
                 self.submit(Input::Message {
                     from: Peer::Backbone,
@@ -610,7 +596,6 @@ fn yield_to_market_data() {
 fn run(
     mut hub: Hub,
     input: Receiver<Input>,
-    in_flight: &AtomicUsize,
     output: SyncSender<Output>,
     waker: Arc<Waker>,
     mut audit: std::fs::File,
@@ -635,7 +620,6 @@ fn run(
         let mut next = first;
         let mut taken = 0;
         while let Some(i) = next {
-            in_flight.fetch_sub(1, Ordering::Relaxed);
             match i {
                 Input::Message {
                     from,
