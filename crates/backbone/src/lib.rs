@@ -417,6 +417,11 @@ impl Backbone {
         }
     }
 
+    /// Whether this node is a source (it publishes on the backbone, files included).
+    pub fn is_source(&self) -> bool {
+        self.source.is_some()
+    }
+
     /// Whether `conn` is one of the backbone's own connections to the core.
     pub fn owns(&self, conn: ConnId) -> bool {
         self.source.as_ref().is_some_and(|s| s.conn() == conn)

@@ -9,9 +9,9 @@
 //! 0.3 GB of files. The sites' drivers ask for what they lost with NAKs, which the
 //! sender's driver counts. Over each [`WINDOW`], where the NAKs received pass
 //! [`NAK_SHARE`] of the datagrams sent, the rate is cut by a quarter (at most once a
-//! [`CUT_INTERVAL`]); otherwise it grows by a 32nd of the configured rate, up to it. It never goes below an 8th of it: a site
-//! that loses whatever the pace (a bad link) costs the others that much at most, and
-//! its losses are still repaired.
+//! [`CUT_INTERVAL`]); otherwise it grows by a 32nd of the configured rate, up to it.
+//! It never goes below an 8th of it: a site that loses whatever the pace (a bad link)
+//! costs the others that much at most, and its losses are still repaired.
 //!
 //! Random loss stays below the share: a datagram lost in a hundred costs a few NAKs per
 //! site that lost it (the lab's 1% loss at two sites went as fast with this as

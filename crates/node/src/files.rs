@@ -440,9 +440,11 @@ impl FilesThread {
         }
     }
 
-    /// The backbone driver's loss, to the sender (every `NETWORK_SAMPLE`).
+    /// The backbone driver's loss, to the sender (every `NETWORK_SAMPLE`; only where
+    /// the sender's chunks go on the backbone: reading the driver's counters walks
+    /// them all, on the event loop).
     fn sample_network(&mut self, b: &tickwire_backbone::Backbone) {
-        if !self.sends {
+        if !self.sends || !b.is_source() {
             return;
         }
         let now = Instant::now();
