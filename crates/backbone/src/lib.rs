@@ -271,6 +271,17 @@ pub struct BackboneSetup {
     pub key_file: Option<KeyFile>,
 }
 
+/// Which way a file-transfer message leaves this node on the backbone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FilesRoute {
+    /// From a source to every edge, on its files publication.
+    Down,
+    /// From an edge to the sources, on its files publication.
+    UpFiles,
+    /// From an edge to the sources, on its requests publication.
+    UpRequests,
+}
+
 /// The backbone of one node: its roles and its Aeron link, driven by the event loop.
 pub struct Backbone {
     /// The source role, if the node has it.
@@ -358,68 +369,73 @@ impl Backbone {
         into.append(&mut self.files_in);
     }
 
-    /// Whether this node has the role that sends `body` on the backbone (a source for a
-    /// sender's messages, an edge for a site's) and a link up.
-    pub fn has_files_route(&self, body: &[u8]) -> bool {
-        let down = matches!(body.get(2), Some(1 | 2 | 5));
-        self.link.is_some()
-            && if down {
-                self.source.is_some() && self.link_cfg.files_stream.is_some()
-            } else {
-                self.edge.is_some()
-            }
+    /// Which way `body` goes on the backbone from this node, if it has a way: down from
+    /// a source on its files stream (as the sources' data), or up from an edge to the
+    /// sources. A sender's messages (offers, chunks, cancels) go down from a source and
+    /// up from an edge that is not one, on its files stream; a site's (statuses,
+    /// presences) go up from an edge on the requests stream, and down from a source
+    /// that is not one.
+    fn files_route(&self, body: &[u8]) -> Option<FilesRoute> {
+        self.link_cfg.files_stream?;
+        let senders = matches!(body.get(2), Some(1 | 2 | 5));
+        match (self.source.is_some(), self.edge.is_some(), senders) {
+            (true, _, true) | (true, false, false) => Some(FilesRoute::Down),
+            (false, true, true) => Some(FilesRoute::UpFiles),
+            (_, true, false) => Some(FilesRoute::UpRequests),
+            (false, false, _) => None,
+        }
     }
 
-    /// Puts a file-transfer message on the backbone: a sender's (offers, chunks,
-    /// cancels) from a source to every edge, a site's (statuses, presences) from an
-    /// edge to every source. False when the node has no such role or Aeron refuses
-    /// it now (the transfer sends it again).
+    /// Whether this node has a way to send `body` on the backbone and a link up.
+    pub fn has_files_route(&self, body: &[u8]) -> bool {
+        self.link.is_some() && self.files_route(body).is_some()
+    }
+
+    /// Whether this node's own files (its sender's chunks) go on the backbone.
+    pub fn sends_files(&self) -> bool {
+        self.link.is_some() && self.files_route(&[0, 0, 2]).is_some()
+    }
+
+    /// Puts a file-transfer message on the backbone (see `files_route`). False when
+    /// the node has no way for it or Aeron refuses it now (the transfer sends it
+    /// again).
     pub fn send_files(&mut self, body: &[u8]) -> bool {
-        let down = matches!(body.get(2), Some(1 | 2 | 5));
+        let Some(route) = self.files_route(body) else {
+            return false;
+        };
         let (Some(link), msg) = (self.link.as_mut(), &mut self.scratch) else {
             return false;
         };
         msg.clear();
-        let m = if down {
-            match self.source.as_ref() {
-                Some(src) => wire::BackboneMessage::Files {
-                    source: src.id(),
-                    body,
-                },
-                None => return false,
+        let m = match (route, self.source.as_ref(), self.edge.as_ref()) {
+            (FilesRoute::Down, Some(src), _) => wire::BackboneMessage::Files {
+                source: src.id(),
+                body,
+            },
+            (FilesRoute::UpFiles | FilesRoute::UpRequests, _, Some(e)) => {
+                wire::BackboneMessage::EdgeFiles { edge: e.id(), body }
             }
-        } else {
-            match self.edge.as_ref() {
-                Some(e) => wire::BackboneMessage::EdgeFiles { edge: e.id(), body },
-                None => return false,
-            }
+            _ => return false,
         };
         if m.encode(msg).is_err() {
             return false;
         }
-        let out = if down {
-            link.files_out()
-        } else {
-            link.request_out()
+        let out = match route {
+            FilesRoute::Down | FilesRoute::UpFiles => link.files_out(),
+            FilesRoute::UpRequests => link.request_out(),
         };
         let Some(out) = out else { return false };
         match self.sealing.as_mut() {
             None => out.offer(msg),
             Some(sealing) => {
-                let sealer = if down {
-                    &mut sealing.files_out
-                } else {
-                    &mut sealing.requests_out
+                let sealer = match route {
+                    FilesRoute::Down | FilesRoute::UpFiles => &mut sealing.files_out,
+                    FilesRoute::UpRequests => &mut sealing.requests_out,
                 };
                 let sealed = sealer.seal(sealing.file.keys.signing(), msg, auth::wall_clock_ns());
                 out.offer(sealed)
             }
         }
-    }
-
-    /// Whether this node is a source (it publishes on the backbone, files included).
-    pub fn is_source(&self) -> bool {
-        self.source.is_some()
     }
 
     /// Whether `conn` is one of the backbone's own connections to the core.
@@ -475,11 +491,14 @@ impl Backbone {
                 }
                 None => msg,
             };
-            // File transfer: a source's messages on the files stream, an edge's on the
-            // requests stream; they go to the files thread.
+            // File transfer: a source's messages on its files stream (to the edges), an
+            // edge's on its files stream or the requests stream (to the sources); they
+            // go to the files thread.
             let files = match (kind, wire::BackboneMessage::decode_files(msg)) {
                 (Received::Files, Some((true, body))) if edge.is_some() => Some(body),
-                (Received::Request, Some((false, body))) if source.is_some() => Some(body),
+                (Received::Files | Received::Request, Some((false, body))) if source.is_some() => {
+                    Some(body)
+                }
                 (_, Some(_)) | (Received::Files, None) => return,
                 (_, None) => None,
             };

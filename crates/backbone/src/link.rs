@@ -136,13 +136,18 @@ pub struct LinkConfig {
     pub data_stream: i32,
     /// Aeron stream id of the requests.
     pub request_stream: i32,
-    /// Aeron stream id of file transfer from the sources to the edges, on the data
-    /// channel; None where the node takes part in no files service. A publication of
-    /// its own: Aeron's flow control and the driver's sender then treat files and
-    /// market data apart (the sender takes a datagram from each publication in turn),
-    /// so a file's chunks never queue market data behind them and a file backlog's
-    /// back pressure refuses only more chunks.
+    /// Aeron stream id of file transfer: from the sources to the edges on the data
+    /// channel, and from an edge to the sources on the request channel; None where the
+    /// node takes part in no files service. A publication of its own: Aeron's flow
+    /// control and the driver's sender then treat files and market data (or requests)
+    /// apart (the sender takes a datagram from each publication in turn), so a file's
+    /// chunks never queue market data behind them and a file backlog's back pressure
+    /// refuses only more chunks.
     pub files_stream: Option<i32>,
+    /// Aeron stream id of file transfer from an edge to the sources, on the request
+    /// channel (with `files_stream` only): apart from the sources' files, which may
+    /// share that channel, so no edge reads another edge's files.
+    pub files_up_stream: i32,
     /// Whose pace the files publication follows.
     pub files_flow_control: FilesFlowControl,
     /// Publish data (source role).
@@ -200,6 +205,7 @@ impl LinkConfig {
             data_stream: 1001,
             request_stream: 1002,
             files_stream: None,
+            files_up_stream: 1004,
             files_flow_control: FilesFlowControl::Slowest,
             source: false,
             edge: false,
@@ -583,37 +589,38 @@ impl Link {
         } else {
             None
         };
-        let request_out = match (&cfg.standby, cfg.edge) {
-            (_, false) => None,
-            (None, true) => Some(add_pub(
-                &request_channel,
-                cfg.request_stream,
-                "request publication",
-            )?),
-            // One publication sending each request to both sources (Aeron's
-            // multi-destination-cast with destinations of our choosing).
-            (Some((_, standby_requests)), true) => {
-                let p = add_pub(
-                    c"aeron:udp?control-mode=manual",
-                    cfg.request_stream,
-                    "request publication",
-                )?;
+        // Toward the sources: to the request channel, or with a standby source one
+        // publication sending each message to both (Aeron's multi-destination-cast
+        // with destinations of our choosing).
+        let add_upward_pub = |stream: i32, what: &'static str| match &cfg.standby {
+            None => add_pub(&request_channel, stream, what),
+            Some((_, standby_requests)) => {
+                let p = add_pub(c"aeron:udp?control-mode=manual", stream, what)?;
                 for dest in [&cfg.request_channel, standby_requests] {
                     p.publication
                         .add_destination(&dest.clone().into_c_string(), timeout)
                         .map_err(|e| BackboneError::channel("request destination", dest, e))?;
                 }
-                Some(p)
+                Ok(p)
             }
         };
-        let files_out = match (cfg.source, cfg.files_stream) {
-            (true, Some(stream)) => {
+        let request_out = match cfg.edge {
+            false => None,
+            true => Some(add_upward_pub(cfg.request_stream, "request publication")?),
+        };
+        // A source's files go down to every edge; an edge's (one that is not also a
+        // source) up to the sources.
+        let files_out = match (cfg.source, cfg.edge, cfg.files_stream) {
+            (true, _, Some(stream)) => {
                 let files_channel = cfg.files_flow_control.channel(&cfg_channel);
                 Some(add_pub(
                     &files_channel.into_c_string(),
                     stream,
                     "files publication",
                 )?)
+            }
+            (false, true, Some(_)) => {
+                Some(add_upward_pub(cfg.files_up_stream, "files publication")?)
             }
             _ => None,
         };
@@ -634,6 +641,13 @@ impl Link {
             }
         }
         let request_in = if cfg.source {
+            if cfg.files_stream.is_some() {
+                files_in.push(add_sub(
+                    &request_channel,
+                    cfg.files_up_stream,
+                    "files subscription",
+                )?);
+            }
             Some(add_sub(
                 &request_channel,
                 cfg.request_stream,
@@ -695,7 +709,10 @@ impl Link {
             cfg.socket_buffer,
             cfg.channel,
             match cfg.files_stream {
-                Some(stream) => format!(", files on stream {stream}"),
+                Some(stream) => format!(
+                    ", files on stream {stream} (from the edges on {})",
+                    cfg.files_up_stream
+                ),
                 None => String::new(),
             }
         );
@@ -804,7 +821,8 @@ impl Link {
         self.request_out.as_mut()
     }
 
-    /// The files publication (source role with a files stream).
+    /// The files publication: down to the edges (source role with a files stream), or
+    /// up to the sources (edge role only).
     pub fn files_out(&mut self) -> Option<&mut Publication> {
         self.files_out.as_mut()
     }

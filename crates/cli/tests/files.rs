@@ -349,6 +349,52 @@ fn one_stream_on_the_backbone_reaches_every_edge_and_the_sites_below_them() {
     }
 }
 
+/// Traffic both ways on one backbone: an edge sends a file up to the source while the
+/// source sends one down to every edge, each whole where it was sent.
+#[test]
+fn an_edge_sends_files_up_to_the_source_while_the_source_sends_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ch = channel(91);
+    let both = |name: &str| {
+        format!(
+            "[files]\nservices = [\"FILES\"]\nspool = \"{}\"\ninbox = \"{}\"\n",
+            d.join(format!("{name}-spool")).display(),
+            d.join(format!("{name}-inbox")).display()
+        )
+    };
+    let src = backbone_files_node(d, "src", &both("src"), &ch, "source");
+    let edge1 = backbone_files_node(d, "edge1", &both("edge1"), &ch, "edge");
+    let edge2_toml = format!(
+        "[files]\nservices = [\"FILES\"]\ninbox = \"{}\"\n",
+        d.join("edge2-inbox").display()
+    );
+    let _edge2 = backbone_files_node(d, "edge2", &edge2_toml, &ch, "edge");
+    let (down, down_bytes) = write(d, "eod-prices.csv", 1_500_000, 11);
+    let (up, up_bytes) = write(d, "site-positions.csv", 1_500_000, 12);
+    let out = send(&src, &["--to", "edge1,edge2", down.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let out = send(&edge1, &["--to", "src", up.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    wait_done(&src, "eod-prices.csv", &["edge1", "edge2"]);
+    let rows = wait_done(&edge1, "site-positions.csv", &["src"]);
+    let sent: Vec<_> = rows
+        .iter()
+        .filter(|r| r["file"] == "site-positions.csv")
+        .collect();
+    assert_eq!(
+        sent.len(),
+        1,
+        "the edge's file went to the source alone: {rows:#?}"
+    );
+    for site in ["edge1", "edge2"] {
+        let got = std::fs::read(d.join(format!("{site}-inbox/eod-prices.csv"))).unwrap();
+        assert_eq!(got, down_bytes, "{site}");
+    }
+    let got = std::fs::read(d.join("src-inbox/site-positions.csv")).unwrap();
+    assert_eq!(got, up_bytes);
+}
+
 #[test]
 fn a_file_dropped_in_the_outbox_goes_to_every_site() {
     let dir = tempfile::tempdir().unwrap();

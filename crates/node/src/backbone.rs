@@ -34,6 +34,9 @@ pub struct BackboneSection {
     /// Aeron stream id of file transfer from the sources to the edges (used where the
     /// node has `[files]`): apart from the data, so files never hold market data up.
     pub files_stream: i32,
+    /// Aeron stream id of file transfer from an edge to the sources, on the request
+    /// channel (used where the node has `[files]`).
+    pub files_up_stream: i32,
     /// Whose pace a source's files follow when its edges take them at different
     /// speeds: `slowest` (default: every edge gets each chunk once; an edge silent for
     /// 2 s stops holding the others) or `fastest` (an edge that falls behind asks for
@@ -118,6 +121,7 @@ impl Default for BackboneSection {
             data_stream: 1001,
             request_stream: 1002,
             files_stream: 1003,
+            files_up_stream: 1004,
             files_flow_control: "slowest".into(),
             term_length: 4 << 20,
             mtu: tickwire_backbone::DEFAULT_MTU,
@@ -264,6 +268,15 @@ impl BackboneSection {
                 "must differ from backbone.data_stream and backbone.request_stream",
             ));
         }
+        if [self.data_stream, self.request_stream, self.files_stream]
+            .contains(&self.files_up_stream)
+        {
+            return Err(invalid(
+                "backbone.files_up_stream",
+                self.files_up_stream,
+                "must differ from backbone.data_stream, request_stream and files_stream",
+            ));
+        }
         if FilesFlowControl::parse(&self.files_flow_control).is_none() {
             return Err(invalid(
                 "backbone.files_flow_control",
@@ -407,6 +420,7 @@ impl BackboneSection {
         }
         l.data_stream = self.data_stream;
         l.request_stream = self.request_stream;
+        l.files_up_stream = self.files_up_stream;
         l.files_flow_control =
             FilesFlowControl::parse(&self.files_flow_control).unwrap_or(FilesFlowControl::Slowest);
         l.term_length = self.term_length;
@@ -521,17 +535,21 @@ mod tests {
     }
 
     #[test]
-    fn the_three_streams_must_differ() {
+    fn the_four_streams_must_differ() {
         assert!(edge().validate().is_ok());
-        for (data, requests, files, key) in [
-            (7, 7, 9, "backbone.request_stream"),
-            (7, 8, 7, "backbone.files_stream"),
-            (7, 8, 8, "backbone.files_stream"),
+        for (data, requests, files, up, key) in [
+            (7, 7, 9, 10, "backbone.request_stream"),
+            (7, 8, 7, 10, "backbone.files_stream"),
+            (7, 8, 8, 10, "backbone.files_stream"),
+            (7, 8, 9, 7, "backbone.files_up_stream"),
+            (7, 8, 9, 8, "backbone.files_up_stream"),
+            (7, 8, 9, 9, "backbone.files_up_stream"),
         ] {
             let b = BackboneSection {
                 data_stream: data,
                 request_stream: requests,
                 files_stream: files,
+                files_up_stream: up,
                 ..edge()
             };
             match b.validate() {

@@ -444,7 +444,7 @@ impl FilesThread {
     /// the sender's chunks go on the backbone: reading the driver's counters walks
     /// them all, on the event loop).
     fn sample_network(&mut self, b: &tickwire_backbone::Backbone) {
-        if !self.sends || !b.is_source() {
+        if !self.sends || !b.sends_files() {
             return;
         }
         let now = Instant::now();

@@ -429,7 +429,10 @@ impl NodeServer {
                         ", files stream {} at the {} edge's pace",
                         cfg.files_stream, cfg.files_flow_control
                     ),
-                    tickwire_backbone::Role::Edge => format!(", files stream {}", cfg.files_stream),
+                    tickwire_backbone::Role::Edge => format!(
+                        ", files stream {}, its own files up on stream {}",
+                        cfg.files_stream, cfg.files_up_stream
+                    ),
                 }
             } else {
                 String::new()
