@@ -66,7 +66,12 @@ fn bench_files_writes_files_peers_and_market_data_beside_files() {
             .collect()
     };
     let ours = classes(&r["files"]);
-    assert_eq!(ours, ["16KB", "63KB", "635KB", "large"], "{}", r["files"]);
+    assert_eq!(
+        ours,
+        ["16KB", "63KB", "63KB-both-ways", "635KB", "large"],
+        "{}",
+        r["files"]
+    );
     for peer in ["uftp", "rsync"] {
         assert_eq!(classes(&r["peers"][peer]), ours, "{peer}: {}", r["peers"]);
     }

@@ -133,6 +133,7 @@ impl Lab {
             sites: SITES,
             fsync: "never".into(),
             rate_mb,
+            both_ways: false,
         };
         let mut rig = FilesRig::start(self, &dir, &spec, &launch)?;
         rig.warm_up(work)?;

@@ -16,6 +16,9 @@ pub(super) struct RigSpec {
     pub(super) fsync: String,
     /// The source's `[files] rate_mb_per_s`.
     pub(super) rate_mb: u64,
+    /// Files go the other way too: the source has an inbox (with the sites' fsync) and
+    /// the first site a spool (at the source's rate).
+    pub(super) both_ways: bool,
 }
 
 /// How one site's node is started besides its config.
@@ -31,6 +34,8 @@ pub(super) struct SiteLaunch {
 pub(super) struct Site {
     pub(super) name: String,
     pub(super) inbox: PathBuf,
+    /// Its native address while it is up (`files send --node` for its own files).
+    addr: String,
     cfg: PathBuf,
     launch: SiteLaunch,
     /// None while it is down.
@@ -50,6 +55,8 @@ pub(super) struct FilesRig {
     pub(super) src: Option<lab::Proc>,
     /// The source's address (`files send --node`).
     pub(super) addr: String,
+    /// The source's inbox, where files sent up arrive (`RigSpec::both_ways`).
+    pub(super) src_inbox: Option<PathBuf>,
     pub(super) sites: Vec<Site>,
 }
 
@@ -67,12 +74,27 @@ impl FilesRig {
     ) -> Result<FilesRig> {
         std::fs::create_dir_all(dir)?;
         let src_cfg = dir.join("src.toml");
+        let src_inbox = spec.both_ways.then(|| dir.join("src-inbox"));
+        let inbox_line = |inbox: &Path| {
+            format!(
+                "inbox = {:?}\nfsync = \"{}\"\n",
+                inbox.display().to_string(),
+                spec.fsync
+            )
+        };
+        let spool_line = |spool: &Path| {
+            format!(
+                "spool = {:?}\nrate_mb_per_s = {}\nchunk_kib = 62\n",
+                spool.display().to_string(),
+                spec.rate_mb
+            )
+        };
         std::fs::write(
             &src_cfg,
             format!(
-                "[node]\nname = \"src\"\n{BACKBONE}[files]\nservices = [\"FILES\"]\nspool = {:?}\nrate_mb_per_s = {}\nchunk_kib = 62\n",
-                dir.join("spool").display().to_string(),
-                spec.rate_mb
+                "[node]\nname = \"src\"\n{BACKBONE}[files]\nservices = [\"FILES\"]\n{}{}",
+                spool_line(&dir.join("spool")),
+                src_inbox.as_deref().map(inbox_line).unwrap_or_default()
             ),
         )?;
         let mut sites = Vec::new();
@@ -81,17 +103,22 @@ impl FilesRig {
             let inbox = dir.join(format!("{name}-inbox"));
             std::fs::create_dir_all(&inbox)?;
             let cfg = dir.join(format!("{name}.toml"));
+            let spool = if spec.both_ways && i == 1 {
+                spool_line(&dir.join(format!("{name}-spool")))
+            } else {
+                String::new()
+            };
             std::fs::write(
                 &cfg,
                 format!(
-                    "[node]\nname = \"{name}\"\n{BACKBONE}[files]\nservices = [\"FILES\"]\ninbox = {:?}\nfsync = \"{}\"\n",
-                    inbox.display().to_string(),
-                    spec.fsync
+                    "[node]\nname = \"{name}\"\n{BACKBONE}[files]\nservices = [\"FILES\"]\n{}{spool}",
+                    inbox_line(&inbox)
                 ),
             )?;
             sites.push(Site {
                 name,
                 inbox,
+                addr: String::new(),
                 cfg,
                 launch: launch.get(i - 1).cloned().unwrap_or_default(),
                 node: None,
@@ -107,6 +134,7 @@ impl FilesRig {
             src_starts: 0,
             src: None,
             addr: String::new(),
+            src_inbox,
             sites,
         };
         rig.start_src()?;
@@ -144,7 +172,7 @@ impl FilesRig {
         let site = &mut self.sites[i];
         site.starts += 1;
         let name = format!("files-{}-{}-{}", site.name, self.tag, site.starts);
-        let (node, _) = lab::start_node_wrapped(
+        let (node, addr) = lab::start_node_wrapped(
             &site.launch.wrapper,
             &self.bin,
             &name,
@@ -153,6 +181,7 @@ impl FilesRig {
             &site.launch.env,
         )?;
         site.node = Some(node);
+        site.addr = addr;
         Ok(())
     }
 
@@ -190,6 +219,30 @@ impl FilesRig {
         ]);
         cmd.args(paths);
         run_timed(&mut cmd)
+    }
+
+    /// The `tickwire files send` of `paths` from the first site up to the source, under
+    /// `as_dir` in its inbox (`RigSpec::both_ways`), for [`run_timed`].
+    pub(super) fn send_up_command(&self, as_dir: &str, paths: &[PathBuf]) -> Result<Command> {
+        let site = self
+            .sites
+            .first()
+            .ok_or_else(|| anyhow::anyhow!("no site to send up from"))?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.args([
+            "files",
+            "send",
+            "--node",
+            &site.addr,
+            "--to",
+            "src",
+            "--as-dir",
+            as_dir,
+            "--timeout",
+            "300",
+        ]);
+        cmd.args(paths);
+        Ok(cmd)
     }
 
     /// A first file to every site: the sites are present and the backbone's images are

@@ -3,7 +3,8 @@
 //! dozens of 635 KB, one large file) go from one site to 1 and to 4 sites, each with
 //! the receivers' fsync `always` and `never`; each row says files/minute, MB/s, CPU
 //! seconds per GB delivered (every process of the run) and system calls per file
-//! delivered.
+//! delivered. One class (`63KB-both-ways`) also goes the other way at the same time,
+//! from the first site up to the source, as the reference's load had traffic both ways.
 //!
 //! Tickwire: a source node (`[files] spool`) and edge nodes (`[files] inbox`) on the
 //! backbone (Aeron multicast on loopback: one stream to every site), files queued with
@@ -54,7 +55,25 @@ struct Class {
     name: &'static str,
     files: usize,
     size: u64,
+    /// The files also go the other way at the same time: from the first site up to
+    /// the source (the reference's "63 KB in the other direction").
+    both_ways: bool,
 }
+
+impl Class {
+    /// Files moved: each file once, twice when it also goes up.
+    fn moved(&self) -> usize {
+        self.files * if self.both_ways { 2 } else { 1 }
+    }
+
+    /// Files delivered: each file at every site, and at the source when it goes up.
+    fn delivered(&self, sites: usize) -> usize {
+        self.files * sites + if self.both_ways { self.files } else { 0 }
+    }
+}
+
+/// The class whose files go both ways.
+pub(super) const BOTH_WAYS: &str = "63KB-both-ways";
 
 fn classes(scale: f64, large_mb: u64) -> Vec<Class> {
     let n = |base: f64| ((base * scale).round() as usize).max(1);
@@ -63,21 +82,31 @@ fn classes(scale: f64, large_mb: u64) -> Vec<Class> {
             name: "16KB",
             files: n(2000.0),
             size: 16_000,
+            both_ways: false,
         },
         Class {
             name: "63KB",
             files: n(500.0),
             size: 63_000,
+            both_ways: false,
+        },
+        Class {
+            name: BOTH_WAYS,
+            files: n(500.0),
+            size: 63_000,
+            both_ways: true,
         },
         Class {
             name: "635KB",
             files: n(50.0),
             size: 635_000,
+            both_ways: false,
         },
         Class {
             name: "large",
             files: 1,
             size: large_mb * 1_000_000,
+            both_ways: false,
         },
     ]
 }
@@ -255,18 +284,18 @@ fn row(
     cpu: BTreeMap<String, f64>,
     syscalls: Option<u64>,
 ) -> FilesRow {
-    let delivered = c.size as f64 * c.files as f64 * sites as f64;
+    let delivered = c.size as f64 * c.delivered(sites) as f64;
     let total_cpu: f64 = cpu.values().sum();
     FilesRow {
         class: c.name.into(),
-        files: c.files,
-        bytes: c.size * c.files as u64,
+        files: c.moved(),
+        bytes: c.size * c.moved() as u64,
         sites,
         fsync: fsync.into(),
-        files_per_min: c.files as f64 * 60.0 / seconds.max(1e-9),
-        mb_per_s: (c.size * c.files as u64) as f64 / 1e6 / seconds.max(1e-9),
+        files_per_min: c.moved() as f64 * 60.0 / seconds.max(1e-9),
+        mb_per_s: (c.size * c.moved() as u64) as f64 / 1e6 / seconds.max(1e-9),
         cpu_s_per_gb: total_cpu / (delivered / 1e9).max(1e-12),
-        syscalls_per_file: syscalls.map(|n| n as f64 / (c.files * sites) as f64),
+        syscalls_per_file: syscalls.map(|n| n as f64 / c.delivered(sites) as f64),
         seconds,
         cpu_s: cpu,
         unavailable: None,
@@ -276,8 +305,8 @@ fn row(
 fn unavailable(c: &Class, sites: usize, fsync: &str, why: &str) -> FilesRow {
     FilesRow {
         class: c.name.into(),
-        files: c.files,
-        bytes: c.size * c.files as u64,
+        files: c.moved(),
+        bytes: c.size * c.moved() as u64,
         sites,
         fsync: fsync.into(),
         unavailable: Some(why.into()),
@@ -376,6 +405,7 @@ impl Lab {
             sites,
             fsync: fsync.to_string(),
             rate_mb: self.args.files_rate_mb,
+            both_ways: true,
         };
         let mut rig = FilesRig::start(self, &dir, &spec, &[])?;
         rig.warm_up(work)?;
@@ -386,12 +416,32 @@ impl Lab {
             let before: Vec<f64> = pids.iter().map(|(_, p)| cpu_with_children(*p)).collect();
             let calls = SystemCalls::start();
             let t0 = Instant::now();
-            let (ok, send_cpu, out) = rig.send(c.name, paths)?;
+            let mut up_cmd = match c.both_ways {
+                true => Some(rig.send_up_command(c.name, paths)?),
+                false => None,
+            };
+            let (down, up) = std::thread::scope(|s| {
+                let up = up_cmd.as_mut().map(|cmd| s.spawn(move || run_timed(cmd)));
+                let down = rig.send(c.name, paths);
+                (down, up.map(|h| h.join()))
+            });
+            let (ok, send_cpu, out) = down?;
             if !ok {
                 bail!("tickwire files send ({}) failed: {out}", c.name);
             }
+            let mut cpu = BTreeMap::new();
+            let mut receivers = inboxes.clone();
+            if let Some(up) = up {
+                let (ok, up_cpu, out) =
+                    up.map_err(|_| anyhow::anyhow!("the upward send panicked"))??;
+                if !ok {
+                    bail!("tickwire files send ({}, up) failed: {out}", c.name);
+                }
+                cpu.insert("tickwire files send (up)".to_string(), up_cpu);
+                receivers.extend(rig.src_inbox.clone());
+            }
             wait_delivered(
-                &inboxes,
+                &receivers,
                 c.name,
                 c.files,
                 c.size * c.files as u64,
@@ -399,7 +449,6 @@ impl Lab {
             )?;
             let seconds = t0.elapsed().as_secs_f64();
             let syscalls = calls.finish();
-            let mut cpu = BTreeMap::new();
             cpu.insert("tickwire files send".to_string(), send_cpu);
             for ((name, pid), b) in pids.iter().zip(before) {
                 cpu.insert(format!("node {name}"), cpu_with_children(*pid) - b);
@@ -410,7 +459,7 @@ impl Lab {
             // thousands of files just before the next row would time the file system
             // reusing their inodes (on ext4 without a journal, each new file skips the
             // ones removed within the last minutes).
-            for inbox in &inboxes {
+            for inbox in inboxes.iter().chain(&rig.src_inbox) {
                 clear_class(work, &inbox.join(c.name), c);
             }
         }
@@ -446,7 +495,9 @@ impl Lab {
         let mut ports = Vec::new();
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
-        for i in 1..=sites {
+        // Site 0 is the source's, where files go up (the both-ways class only): one
+        // more daemon and one more client, as a site sending up would run them.
+        for i in 0..=sites {
             let dest = dir.join(format!("site{i}"));
             std::fs::create_dir_all(&dest)?;
             let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -499,7 +550,8 @@ impl Lab {
             let before: Vec<f64> = daemons.iter().map(|d| cpu_with_children(d.id())).collect();
             let calls = SystemCalls::start();
             let t0 = Instant::now();
-            let clients: Vec<_> = ports
+            let receivers = if c.both_ways { 0 } else { 1 };
+            let clients: Vec<_> = ports[receivers..]
                 .iter()
                 .map(|p| {
                     let mut cmd = Command::new("rsync");
@@ -523,7 +575,7 @@ impl Lab {
                 client_cpu += cpu;
             }
             wait_delivered(
-                &dests,
+                &dests[receivers..],
                 c.name,
                 c.files,
                 c.size * c.files as u64,
@@ -540,7 +592,7 @@ impl Lab {
                 .sum();
             cpu.insert("rsync daemons".to_string(), daemon_cpu);
             rows.push(row(c, sites, fsync, seconds, cpu, syscalls));
-            for d in &dests {
+            for d in &dests[receivers..] {
                 clear_class(work, &d.join(c.name), c);
             }
         }
@@ -579,12 +631,17 @@ impl Lab {
         for c in classes {
             let dest = dir.join("dest");
             clear_class(work, &dir, c);
-            let dests: Vec<PathBuf> = (1..=sites).map(|i| dest.join(format!("site{i}"))).collect();
+            // Site 0: the source's receiver, for the both-ways class.
+            let first = if c.both_ways { 0 } else { 1 };
+            let dests: Vec<PathBuf> = (first..=sites)
+                .map(|i| dest.join(format!("site{i}")))
+                .collect();
             for d in &dests {
                 std::fs::create_dir_all(d)?;
             }
             let script = uftp_script(
                 sites,
+                c.both_ways,
                 &dest,
                 &work.join("src").join(c.name),
                 &work.join("src"),
@@ -657,8 +714,17 @@ impl Lab {
 /// namespace's loopback, which takes multicast. More: uftpd cannot share its port with a
 /// second one on a host, so each site's runs in a namespace of its own, joined to the
 /// server's by a veth pair on one bridge (multicast flooded to every port, 9,000-byte
-/// frames so that uftp's 8,800-byte blocks are not fragmented).
-fn uftp_script(sites: usize, dest: &Path, src: &Path, base: &Path, log: &Path) -> String {
+/// frames so that uftp's 8,800-byte blocks are not fragmented). Both ways: a second
+/// uftpd where the server is (port 41045, its files under `site0`) and a second uftp
+/// where the first site is, sending it the same files at the same time.
+fn uftp_script(
+    sites: usize,
+    both_ways: bool,
+    dest: &Path,
+    src: &Path,
+    base: &Path,
+    log: &Path,
+) -> String {
     let (dest, src, base, log) = (dest.display(), src.display(), base.display(), log.display());
     let ids: Vec<String> = (1..=sites).map(|i| format!("0x{i:08x}")).collect();
     let (net, server_ip) = if sites == 1 {
@@ -667,7 +733,9 @@ fn uftp_script(sites: usize, dest: &Path, src: &Path, base: &Path, log: &Path) -
                 r#"ip link set lo multicast on
 ip route add 239.0.0.0/8 dev lo
 uftpd -d -I 127.0.0.1 -M 239.20.33.1 -p 41044 -U {id} -D {dest}/site1 >/dev/null 2>{log}/uftpd1.log &
-U=$!"#,
+U=$!
+UP_NS=""
+UP_IP=127.0.0.1"#,
                 id = ids[0]
             ),
             "127.0.0.1",
@@ -693,7 +761,9 @@ for ID in {ids}; do
   nsenter -t $H -n sh -c "ip link set lo up && ip addr add 10.77.0.$((10 + I))/24 dev eth0 && ip link set eth0 up && ip route add 239.0.0.0/8 dev eth0"
   nsenter -t $H -n uftpd -d -I 10.77.0.$((10 + I)) -M 239.20.33.1 -p 41044 -U $ID -D {dest}/site$I >/dev/null 2>{log}/uftpd$I.log &
   U="$U $!"
-done"#,
+  if [ $I = 1 ]; then UP_NS="nsenter -t $H -n"; fi
+done
+UP_IP=10.77.0.11"#,
                 ids = ids.join(" ")
             ),
             "10.77.0.1",
@@ -706,17 +776,31 @@ HOLD=""
 trap 'kill $U $HOLD 2>/dev/null' EXIT
 ip link set lo up
 {net}
+{up_receiver}
 sleep 0.5
 set +e
 T0=$(date +%s.%N)
+{up_sender}
 uftp -I {server_ip} -M 239.20.33.1 -P 239.20.33.3 -p 41044 -R -1 -b 8800 -H {hosts} -E {base}/ {src} >/dev/null 2>{log}/uftp.log
 RC=$?
+{up_wait}
 T1=$(date +%s.%N)
 echo "seconds $(echo "$T0 $T1" | awk '{{print $2 - $1}}')"
 echo "uftpd $(for P in $U; do awk '{{print $14+$15}}' /proc/$P/stat; done | awk '{{s += $1}} END {{print s}}')"
 exit $RC
 "#,
         hosts = ids.join(","),
+        up_receiver = if both_ways {
+            format!("uftpd -d -I {server_ip} -M 239.20.33.2 -p 41045 -U 0x000000ff -D {dest}/site0 >/dev/null 2>{log}/uftpd0.log &\nU=\"$U $!\"")
+        } else {
+            String::new()
+        },
+        up_sender = if both_ways {
+            format!("$UP_NS uftp -I $UP_IP -M 239.20.33.2 -P 239.20.33.4 -p 41045 -R -1 -b 8800 -H 0x000000ff -E {base}/ {src} >/dev/null 2>{log}/uftp-up.log &\nUP=$!")
+        } else {
+            String::new()
+        },
+        up_wait = if both_ways { "wait $UP || RC=$?" } else { "" },
     )
 }
 
@@ -727,7 +811,7 @@ pub(super) fn report(
     rsync: &[FilesRow],
 ) -> Result<()> {
     writeln!(md, "## Files\n")?;
-    writeln!(md, "Files from one site to N sites, all on this machine (loopback). Tickwire: a source node and N edge nodes on the backbone (Aeron multicast), `tickwire files send` to the source; a row ends when the last file is whole in the last inbox. rsync: one daemon per site, one client per site at once. uftp: one receiver in a network namespace. CPU: every process of the run, per GB delivered (bytes x sites); system calls: the whole machine's while the row ran, per file delivered.\n")?;
+    writeln!(md, "Files from one site to N sites, all on this machine (loopback). Tickwire: a source node and N edge nodes on the backbone (Aeron multicast), `tickwire files send` to the source; a row ends when the last file is whole in the last inbox. rsync: one daemon per site, one client per site at once. uftp: one receiver in a network namespace (each site in its own with more). The class 63KB-both-ways sends its files down to every site and, at the same time, up from the first site to the source (files counts both). CPU: every process of the run, per GB delivered (bytes x sites); system calls: the whole machine's while the row ran, per file delivered.\n")?;
     writeln!(md, "| class | files | sites | fsync | system | files/min | MB/s | CPU s/GB | syscalls/file | s |")?;
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
     let mut all: Vec<(&str, &FilesRow)> = Vec::new();
