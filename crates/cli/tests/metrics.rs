@@ -374,6 +374,97 @@ fn a_backbone_edges_metrics_carry_the_backbone_figures() {
     }
 }
 
+/// With `[files]`, `/metrics` shows the sender's chunks, queue and rate and the
+/// receiver's files and chunks, as a file goes from one node to a site below it.
+#[test]
+fn the_files_figures_follow_a_file_from_sender_to_site() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let services = "[files]\nservices = [\"FILES\"]\n";
+    let src_cfg = TempConfig::new(
+        "metrics-files-src",
+        &format!(
+            "[node]\nname = \"src\"\n{services}spool = \"{}\"\nrate_mb_per_s = 7\n",
+            d.join("spool").display()
+        ),
+    );
+    let (src, src_http) = Node::start_ws(&["--config", src_cfg.path()]);
+    let site_cfg = TempConfig::new(
+        "metrics-files-site",
+        &format!(
+            "[node]\nname = \"site\"\n[upstream]\nnodes = [\"{}\"]\n{services}inbox = \"{}\"\n",
+            src.addr,
+            d.join("inbox").display()
+        ),
+    );
+    let (_site, site_http) = Node::start_ws(&["--config", site_cfg.path()]);
+    let body = scrape(&src_http).1;
+    let m = parse(&body);
+    assert_eq!(m["tickwire_files_queued"], 0.0, "{body}");
+    assert_eq!(m["tickwire_files_rate_bytes_per_second"], 7e6, "{body}");
+    // A file of 20 chunks of 16 KiB.
+    let file = d.join("eod.csv");
+    std::fs::write(&file, vec![7u8; 20 * 16 * 1024]).unwrap();
+    let out = run(
+        &[
+            "files",
+            "send",
+            "--node",
+            &src.addr_str(),
+            "--to",
+            "site",
+            file.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (sent, received) = loop {
+        let (sent, received) = (parse(&scrape(&src_http).1), parse(&scrape(&site_http).1));
+        let whole = received
+            .get("tickwire_files_received_total{result=\"whole\"}")
+            .and_then(Value::as_f64);
+        let queued = sent.get("tickwire_files_queued").and_then(Value::as_f64);
+        if whole == Some(1.0) && queued == Some(0.0) {
+            break (sent, received);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the file did not show as sent and whole:\n{sent:?}\n{received:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let at_least = |m: &serde_json::Map<String, Value>, key: &str, n: f64| {
+        let v = m.get(key).and_then(Value::as_f64);
+        assert!(v >= Some(n), "{key} = {v:?}, want at least {n}: {m:?}");
+    };
+    at_least(&sent, "tickwire_files_chunks_sent_total", 20.0);
+    at_least(
+        &sent,
+        "tickwire_files_sent_bytes_total",
+        (20 * 16 * 1024) as f64,
+    );
+    at_least(&received, "tickwire_files_chunks_received_total", 20.0);
+    at_least(
+        &received,
+        "tickwire_files_received_bytes_total",
+        (20 * 16 * 1024) as f64,
+    );
+    assert_eq!(
+        received["tickwire_files_received_total{result=\"failed\"}"], 0.0,
+        "{received:?}"
+    );
+    // Each side shows only its own part.
+    assert!(
+        !received.contains_key("tickwire_files_queued"),
+        "{received:?}"
+    );
+    assert!(
+        !sent.contains_key("tickwire_files_received_total{result=\"whole\"}"),
+        "{sent:?}"
+    );
+}
+
 /// `GET` of an HTTP API on loopback: the JSON it answers (asked in HTTP/1.0, so the
 /// body comes whole, never chunked).
 fn get_json(addr: &str, path_and_query: &str) -> Option<Value> {

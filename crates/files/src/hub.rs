@@ -22,8 +22,8 @@ use crate::audit::PastFile;
 use crate::inbox::Inbox;
 use crate::manifest::Manifest;
 use crate::name::check_name;
-use crate::receiver::{Receiver, ReceiverEvent};
-use crate::sender::{Delivery, NewFile, Sender, SenderEvent};
+use crate::receiver::{Receiver, ReceiverEvent, ReceiverStats};
+use crate::sender::{Delivery, NewFile, Sender, SenderEvent, SenderStats};
 use crate::spool::{Spool, SpoolWriter};
 use crate::wire::{FilesMessage, Put, PutAnswer, PutState, ReportEntry};
 
@@ -271,6 +271,18 @@ impl Hub {
     /// Its counters.
     pub fn stats(&self) -> HubStats {
         self.stats
+    }
+
+    /// Its sender's counters and queue (files, bytes), where the node has a spool.
+    pub fn sender_figures(&self) -> Option<(SenderStats, usize, u64)> {
+        self.sender
+            .as_ref()
+            .map(|(tx, _)| (tx.stats(), tx.queued_files(), tx.queued_bytes()))
+    }
+
+    /// Its receiver's counters, where the node has an inbox.
+    pub fn receiver_stats(&self) -> Option<ReceiverStats> {
+        self.receiver.as_ref().map(|(rx, _)| rx.stats())
     }
 
     /// Its settings.

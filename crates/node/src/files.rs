@@ -14,6 +14,7 @@ use mio::Waker;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -218,6 +219,68 @@ const OUT_QUEUE: usize = 256;
 /// Output queued for a peer past which offers and chunks wait (they are sent again).
 const ROOM: usize = 1 << 20;
 
+/// What the files thread has done, for /metrics: stored by the thread after each of
+/// its turns (relaxed atomics: a scrape may see one turn's figures half updated).
+#[derive(Debug, Default)]
+pub struct FilesFigures {
+    /// The node sends files (it has a spool).
+    pub sends: bool,
+    /// The node receives files (it has an inbox).
+    pub receives: bool,
+    /// Files the sender has queued, not finished.
+    pub queued_files: AtomicU64,
+    /// Their bytes.
+    pub queued_bytes: AtomicU64,
+    /// Chunks sent, repairs included.
+    pub chunks_sent: AtomicU64,
+    /// Chunks sent again for a site that missed them.
+    pub chunks_repaired: AtomicU64,
+    /// Bytes of the chunks sent.
+    pub bytes_sent: AtomicU64,
+    /// The sender's rate now, bytes a second.
+    pub rate: AtomicU64,
+    /// Times the rate was cut for the backbone's loss.
+    pub rate_cuts: AtomicU64,
+    /// Files that arrived whole.
+    pub files_received: AtomicU64,
+    /// Files that failed here (hash, disk, name, size).
+    pub files_failed: AtomicU64,
+    /// Chunks taken.
+    pub chunks_received: AtomicU64,
+    /// Chunks that came again when already held.
+    pub chunks_duplicate: AtomicU64,
+    /// Bytes of the chunks taken.
+    pub bytes_received: AtomicU64,
+    /// Messages that did not decode.
+    pub malformed: AtomicU64,
+    /// Uploads refused.
+    pub uploads_refused: AtomicU64,
+}
+
+impl FilesFigures {
+    fn publish(&self, hub: &Hub) {
+        if let Some((tx, files, bytes)) = hub.sender_figures() {
+            self.queued_files.store(files as u64, Relaxed);
+            self.queued_bytes.store(bytes, Relaxed);
+            self.chunks_sent.store(tx.chunks + tx.repairs, Relaxed);
+            self.chunks_repaired.store(tx.repairs, Relaxed);
+            self.bytes_sent.store(tx.bytes, Relaxed);
+            self.rate.store(tx.rate, Relaxed);
+            self.rate_cuts.store(tx.rate_cuts, Relaxed);
+        }
+        if let Some(rx) = hub.receiver_stats() {
+            self.files_received.store(rx.files, Relaxed);
+            self.files_failed.store(rx.failures, Relaxed);
+            self.chunks_received.store(rx.chunks, Relaxed);
+            self.chunks_duplicate.store(rx.duplicate_chunks, Relaxed);
+            self.bytes_received.store(rx.bytes, Relaxed);
+        }
+        let h = hub.stats();
+        self.malformed.store(h.malformed, Relaxed);
+        self.uploads_refused.store(h.uploads_refused, Relaxed);
+    }
+}
+
 /// The event loop's handle on the files thread.
 pub struct FilesThread {
     services: Vec<String>,
@@ -231,6 +294,8 @@ pub struct FilesThread {
     held: Option<Output>,
     /// Messages the loop could not hand over (the thread was behind).
     pub dropped: u64,
+    /// What the thread has done, for /metrics.
+    pub figures: Arc<FilesFigures>,
     /// Whether this node sends files (its rate follows the backbone's loss).
     sends: bool,
     /// The backbone's datagram payload, to count datagrams from bytes.
@@ -321,9 +386,16 @@ impl FilesThread {
         };
         let (input, inbox_rx) = mpsc::sync_channel::<Input>(IN_QUEUE);
         let (out_tx, output) = mpsc::sync_channel::<Output>(OUT_QUEUE);
+        let figures = Arc::new(FilesFigures {
+            sends: !cfg.spool.is_empty(),
+            receives: !cfg.inbox.is_empty(),
+            ..FilesFigures::default()
+        });
+        figures.publish(&hub);
+        let thread_figures = figures.clone();
         let thread = std::thread::Builder::new()
             .name("tickwire-files".into())
-            .spawn(move || run(hub, inbox_rx, out_tx, waker, audit, outbox))
+            .spawn(move || run(hub, inbox_rx, out_tx, waker, audit, outbox, thread_figures))
             .map_err(|e| format!("cannot start the files thread: {e}"))?;
         Ok(FilesThread {
             services: cfg.services.clone(),
@@ -335,6 +407,7 @@ impl FilesThread {
             from_upstream: Vec::new(),
             held: None,
             dropped: 0,
+            figures,
             sends: !cfg.spool.is_empty(),
             backbone_mtu: backbone_mtu.max(1) as u64,
             next_network_sample: now,
@@ -595,6 +668,28 @@ fn yield_to_market_data() {
     }
 }
 
+/// What the files did over the node's run, when it stops (the lab reads it).
+fn log_totals(hub: &Hub) {
+    if let Some((tx, files, _)) = hub.sender_figures() {
+        info!(
+            "files: sender stopped: {} chunks sent ({} repairs), {} bytes, {} offers, {} statuses; rate cut {} times, {} bytes/s at the end; {files} files unfinished",
+            tx.chunks + tx.repairs,
+            tx.repairs,
+            tx.bytes,
+            tx.offers,
+            tx.statuses,
+            tx.rate_cuts,
+            tx.rate
+        );
+    }
+    if let Some(rx) = hub.receiver_stats() {
+        info!(
+            "files: receiver stopped: {} files whole, {} failed; {} chunks taken, {} duplicates, {} unknown, {} offers",
+            rx.files, rx.failures, rx.chunks, rx.duplicate_chunks, rx.unknown_chunks, rx.offers
+        );
+    }
+}
+
 fn run(
     mut hub: Hub,
     input: Receiver<Input>,
@@ -602,6 +697,7 @@ fn run(
     waker: Arc<Waker>,
     mut audit: std::fs::File,
     mut outbox: Option<Outbox>,
+    figures: Arc<FilesFigures>,
 ) {
     yield_to_market_data();
     let mut audit_failed = false;
@@ -616,7 +712,7 @@ fn run(
         let first = match input.recv_timeout(wait) {
             Ok(i) => Some(i),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return log_totals(&hub),
         };
         let now = Instant::now();
         let mut next = first;
@@ -663,6 +759,7 @@ fn run(
                 break;
             }
         }
+        figures.publish(&hub);
         while let Some(e) = hub.poll_event() {
             match &e {
                 HubEvent::Arrived { manifest } => info!(

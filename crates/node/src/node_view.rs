@@ -5,6 +5,8 @@
 #[derive(Default)]
 pub(crate) struct Extra<'a> {
     pub journal: Option<&'a crate::journal::JournalThread>,
+    /// With `[files]`: the files thread.
+    pub files: Option<&'a crate::files::FilesThread>,
     /// The backbone's figures as of the last node-item tick (once a second).
     pub backbone: Option<&'a tickwire_backbone::BackboneFigures>,
     /// Whether the backbone's Aeron link is up, with a backbone.

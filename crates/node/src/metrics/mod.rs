@@ -410,6 +410,9 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
         ]
         .map(|(k, v)| (ResultLabel { result: k.into() }, v)),
     );
+    if let Some(f) = extra.files {
+        files(r, f);
+    }
     if let Some(j) = extra.journal.map(|j| &*j.figures) {
         counter(
             r,
@@ -499,6 +502,96 @@ fn sent_and_received(sent: u64, received: u64) -> [(DirectionLabel, u64); 2] {
 }
 
 /// The backbone's figures (PROTOCOL.md section 11; the Aeron driver's counters).
+/// `[files]`: the sender's queue, chunks and rate; the receiver's files and chunks.
+fn files(r: &mut Registry, thread: &crate::files::FilesThread) {
+    let f = &*thread.figures;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed);
+    if f.sends {
+        for (name, help, v) in [
+            (
+                "files_queued",
+                "Files this node sends that some site still lacks",
+                &f.queued_files,
+            ),
+            (
+                "files_queued_bytes",
+                "Bytes of those files",
+                &f.queued_bytes,
+            ),
+            (
+                "files_rate_bytes_per_second",
+                "The files' sending rate now (rate_mb_per_s, less while the backbone loses)",
+                &f.rate,
+            ),
+        ] {
+            gauge(r, name, help, load(v) as i64);
+        }
+        for (name, help, v) in [
+            (
+                "files_chunks_sent",
+                "File chunks sent, repairs included",
+                &f.chunks_sent,
+            ),
+            (
+                "files_chunks_repaired",
+                "File chunks sent again for a site that missed them",
+                &f.chunks_repaired,
+            ),
+            (
+                "files_sent_bytes",
+                "Bytes of the file chunks sent",
+                &f.bytes_sent,
+            ),
+            (
+                "files_rate_cuts",
+                "Times the files' rate was cut for the backbone's loss",
+                &f.rate_cuts,
+            ),
+        ] {
+            counter(r, name, help, load(v));
+        }
+    }
+    if f.receives {
+        counter_family(
+            r,
+            "files_received",
+            "Files that arrived here: whole (checked and in the inbox), or failed",
+            [("whole", &f.files_received), ("failed", &f.files_failed)]
+                .map(|(k, v)| (ResultLabel { result: k.into() }, load(v))),
+        );
+        for (name, help, v) in [
+            (
+                "files_chunks_received",
+                "File chunks taken",
+                &f.chunks_received,
+            ),
+            (
+                "files_chunks_duplicate",
+                "File chunks that came again when already held",
+                &f.chunks_duplicate,
+            ),
+            (
+                "files_received_bytes",
+                "Bytes of the file chunks taken",
+                &f.bytes_received,
+            ),
+        ] {
+            counter(r, name, help, load(v));
+        }
+    }
+    for (name, help, v) in [
+        ("files_malformed", "File-transfer messages that did not decode", load(&f.malformed)),
+        ("files_uploads_refused", "Uploads (files send) refused", load(&f.uploads_refused)),
+        (
+            "files_dropped",
+            "File-transfer messages dropped because the files thread was behind (chunks are repaired)",
+            thread.dropped,
+        ),
+    ] {
+        counter(r, name, help, v);
+    }
+}
+
 fn backbone(r: &mut Registry, b: &tickwire_backbone::BackboneFigures) {
     family(
         r,

@@ -334,6 +334,7 @@ impl Parts {
     pub(super) fn view(&self, ws_encoded: u64, ws_reused: u64) -> Extra<'_> {
         Extra {
             journal: self.journal.as_ref().map(|j| &j.thread),
+            files: self.files.as_ref(),
             backbone: self.figures.item.backbone.as_ref(),
             backbone_linked: self.backbone.as_ref().map(|b| b.backbone.link().is_some()),
             upstream: self.upstream.as_ref(),
