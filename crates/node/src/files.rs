@@ -305,6 +305,12 @@ pub struct FilesThread {
 
 impl Drop for FilesThread {
     fn drop(&mut self) {
+        if self.dropped > 0 {
+            info!(
+                "files: {} messages dropped on their way to the files thread (it was behind)",
+                self.dropped
+            );
+        }
         self.input = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -91,6 +91,7 @@ pub(super) fn node_stopped(
             sources_lost = f.sources_lost,
             reimages = f.reimages,
             link_restarts = f.link_restarts,
+            files_dropped = b.files_dropped,
             "backbone stopped"
         );
     }
