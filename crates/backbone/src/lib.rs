@@ -369,15 +369,13 @@ impl Backbone {
         into.append(&mut self.files_in);
     }
 
-    /// Which way `body` goes on the backbone from this node, if it has a way: down from
-    /// a source on its files stream (as the sources' data), or up from an edge to the
-    /// sources. A sender's messages (offers, chunks, cancels) go down from a source and
-    /// up from an edge that is not one, on its files stream; a site's (statuses,
-    /// presences) go up from an edge on the requests stream, and down from a source
-    /// that is not one.
-    fn files_route(&self, body: &[u8]) -> Option<FilesRoute> {
+    /// Which way a file-transfer message goes on the backbone from this node, if it has
+    /// a way: a sender's message (`senders`: offers, chunks, cancels) goes down from a
+    /// source on its files stream and up from an edge that is not one on its own files
+    /// stream; a site's (statuses, presences) goes up from an edge on the requests
+    /// stream, and down from a source that is not one.
+    fn files_route(&self, senders: bool) -> Option<FilesRoute> {
         self.link_cfg.files_stream?;
-        let senders = matches!(body.get(2), Some(1 | 2 | 5));
         match (self.source.is_some(), self.edge.is_some(), senders) {
             (true, _, true) | (true, false, false) => Some(FilesRoute::Down),
             (false, true, true) => Some(FilesRoute::UpFiles),
@@ -386,21 +384,26 @@ impl Backbone {
         }
     }
 
+    /// Whether `body` is a sender's file-transfer message (offer, chunk, cancel).
+    fn is_senders(body: &[u8]) -> bool {
+        matches!(body.get(2), Some(1 | 2 | 5))
+    }
+
     /// Whether this node has a way to send `body` on the backbone and a link up.
     pub fn has_files_route(&self, body: &[u8]) -> bool {
-        self.link.is_some() && self.files_route(body).is_some()
+        self.link.is_some() && self.files_route(Self::is_senders(body)).is_some()
     }
 
     /// Whether this node's own files (its sender's chunks) go on the backbone.
     pub fn sends_files(&self) -> bool {
-        self.link.is_some() && self.files_route(&[0, 0, 2]).is_some()
+        self.link.is_some() && self.files_route(true).is_some()
     }
 
     /// Puts a file-transfer message on the backbone (see `files_route`). False when
     /// the node has no way for it or Aeron refuses it now (the transfer sends it
     /// again).
     pub fn send_files(&mut self, body: &[u8]) -> bool {
-        let Some(route) = self.files_route(body) else {
+        let Some(route) = self.files_route(Self::is_senders(body)) else {
             return false;
         };
         let (Some(link), msg) = (self.link.as_mut(), &mut self.scratch) else {
