@@ -296,8 +296,6 @@ pub struct FilesThread {
     pub dropped: u64,
     /// What the thread has done, for /metrics.
     pub figures: Arc<FilesFigures>,
-    /// Whether this node sends files (its rate follows the backbone's loss).
-    sends: bool,
     /// The backbone's datagram payload, to count datagrams from bytes.
     backbone_mtu: u64,
     next_network_sample: Instant,
@@ -414,7 +412,6 @@ impl FilesThread {
             held: None,
             dropped: 0,
             figures,
-            sends: !cfg.spool.is_empty(),
             backbone_mtu: backbone_mtu.max(1) as u64,
             next_network_sample: now,
         })
@@ -523,7 +520,7 @@ impl FilesThread {
     /// the sender's chunks go on the backbone: reading the driver's counters walks
     /// them all, on the event loop).
     fn sample_network(&mut self, b: &tickwire_backbone::Backbone) {
-        if !self.sends || !b.sends_files() {
+        if !self.figures.sends || !b.sends_files() {
             return;
         }
         let now = Instant::now();
@@ -674,7 +671,8 @@ fn yield_to_market_data() {
     }
 }
 
-/// What the files did over the node's run, when it stops (the lab reads it).
+/// What the files did over the node's run, when it stops (`scripts/files_to_sites.sh`
+/// prints it).
 fn log_totals(hub: &Hub) {
     if let Some((tx, files, _)) = hub.sender_figures() {
         info!(

@@ -204,21 +204,7 @@ impl FilesRig {
     /// `tickwire files send` of `paths` to every site, under `as_dir` in the inboxes:
     /// whether it succeeded, its CPU seconds and its output.
     pub(super) fn send(&self, as_dir: &str, paths: &[PathBuf]) -> Result<(bool, f64, String)> {
-        let mut cmd = Command::new(&self.bin);
-        cmd.args([
-            "files",
-            "send",
-            "--node",
-            &self.addr,
-            "--to",
-            &self.site_names(),
-            "--as-dir",
-            as_dir,
-            "--timeout",
-            "300",
-        ]);
-        cmd.args(paths);
-        run_timed(&mut cmd)
+        run_timed(&mut self.send_command(&self.addr, &self.site_names(), as_dir, paths))
     }
 
     /// The `tickwire files send` of `paths` from the first site up to the source, under
@@ -228,21 +214,26 @@ impl FilesRig {
             .sites
             .first()
             .ok_or_else(|| anyhow::anyhow!("no site to send up from"))?;
+        Ok(self.send_command(&site.addr, "src", as_dir, paths))
+    }
+
+    /// `tickwire files send` of `paths` to the node at `node`, for the sites `to`.
+    fn send_command(&self, node: &str, to: &str, as_dir: &str, paths: &[PathBuf]) -> Command {
         let mut cmd = Command::new(&self.bin);
         cmd.args([
             "files",
             "send",
             "--node",
-            &site.addr,
+            node,
             "--to",
-            "src",
+            to,
             "--as-dir",
             as_dir,
             "--timeout",
             "300",
         ]);
         cmd.args(paths);
-        Ok(cmd)
+        cmd
     }
 
     /// A first file to every site: the sites are present and the backbone's images are
