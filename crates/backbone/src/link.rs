@@ -117,6 +117,9 @@ impl FilesFlowControl {
     }
 }
 
+/// Aeron's counter type of a min flow control's receivers (`fc-receivers`).
+const FC_RECEIVERS_COUNTER: i32 = 17;
+
 /// Aeron's default datagram payload: a 1,500-byte Ethernet frame less the IP and UDP
 /// headers, rounded down to Aeron's 32-byte frame alignment.
 pub const DEFAULT_MTU: usize = 1408;
@@ -148,6 +151,10 @@ pub struct LinkConfig {
     /// channel (with `files_stream` only): apart from the sources' files, which may
     /// share that channel, so no edge reads another edge's files.
     pub files_up_stream: i32,
+    /// Aeron channel of the sources' files (with `files_stream`); None: the data
+    /// channel's port plus one ([`files_channel_of`]). A standby source's files come
+    /// on its data channel's port plus one.
+    pub files_channel: Option<String>,
     /// Whose pace the files publication follows.
     pub files_flow_control: FilesFlowControl,
     /// Publish data (source role).
@@ -206,6 +213,7 @@ impl LinkConfig {
             request_stream: 1002,
             files_stream: None,
             files_up_stream: 1004,
+            files_channel: None,
             files_flow_control: FilesFlowControl::Slowest,
             source: false,
             edge: false,
@@ -264,6 +272,63 @@ fn channel_param<'a>(channel: &'a str, key: &str) -> Option<&'a str> {
         .filter_map(|kv| kv.split_once('='))
         .find(|(k, _)| *k == key)
         .map(|(_, v)| v)
+}
+
+/// The channel of the sources' files when the config names none: `data_channel` with
+/// the port of its `endpoint` and of its `control` address one higher (an `endpoint`
+/// port 0, the edge's own choice, stays 0). Files need a UDP endpoint of their own:
+/// Aeron's C driver takes a publication's flow control from the first channel opened
+/// on its endpoint, so on the data's endpoint the files would follow the fastest
+/// edge whatever `files_flow_control` says; and their own socket gives them their own
+/// receiver window and buffers.
+pub fn files_channel_of(data_channel: &str) -> Result<String, BackboneError> {
+    let bad = |detail: String| BackboneError::Channel {
+        what: "files channel (the data channel's port plus one)",
+        channel: data_channel.to_string(),
+        detail,
+    };
+    let Some((head, params)) = data_channel.split_once('?') else {
+        return Err(bad("no parameters: name backbone.files_channel".into()));
+    };
+    let mut shifted = 0;
+    let mut out = Vec::new();
+    for kv in params.split('|') {
+        match kv.split_once('=') {
+            Some((key @ ("endpoint" | "control"), addr)) => {
+                let (host, port) = addr
+                    .rsplit_once(':')
+                    .ok_or_else(|| bad(format!("{key} {addr:?} has no port")))?;
+                let port: u16 = port
+                    .parse()
+                    .map_err(|_| bad(format!("{key} {addr:?}: the port is not a number")))?;
+                let port = match port {
+                    0 => 0,
+                    u16::MAX => return Err(bad(format!("{key} {addr:?}: no port above it"))),
+                    p => p + 1,
+                };
+                out.push(format!("{key}={host}:{port}"));
+                shifted += 1;
+            }
+            _ => out.push(kv.to_string()),
+        }
+    }
+    if shifted == 0 {
+        return Err(bad(
+            "neither an endpoint nor a control address: name backbone.files_channel".into(),
+        ));
+    }
+    Ok(format!("{head}?{}", out.join("|")))
+}
+
+/// The channel the files of the node's source (`standby`: None), or of an edge's
+/// standby source (its data channel), come on, as Aeron gets it.
+fn files_channel(cfg: &LinkConfig, standby: Option<&str>) -> Result<String, BackboneError> {
+    let named = match (standby, &cfg.files_channel) {
+        (None, Some(named)) => named.clone(),
+        (None, None) => files_channel_of(&cfg.channel)?,
+        (Some(data), _) => files_channel_of(data)?,
+    };
+    Ok(aeron_channel(&named).0)
 }
 
 /// Whether `channel` is a multi-destination-cast one: the source publishes to every
@@ -349,6 +414,9 @@ pub struct DriverCounters {
     pub invalid_packets: u64,
     /// SETUPs of new Aeron sessions dropped past `new_sessions_per_s`.
     pub new_sessions_refused: u64,
+    /// A source's files publication: the edges its flow control follows now (Aeron's
+    /// min flow control group; None without it, e.g. `files_flow_control = "fastest"`).
+    pub files_edges: Option<u64>,
 }
 
 impl std::ops::AddAssign for DriverCounters {
@@ -360,6 +428,8 @@ impl std::ops::AddAssign for DriverCounters {
         self.retransmits_sent += o.retransmits_sent;
         self.invalid_packets += o.invalid_packets;
         self.new_sessions_refused += o.new_sessions_refused;
+        // A gauge: the latest link's.
+        self.files_edges = o.files_edges;
     }
 }
 
@@ -487,6 +557,8 @@ pub struct Link {
     data_out: Option<Publication>,
     request_out: Option<Publication>,
     files_out: Option<Publication>,
+    /// The Aeron session of `files_out` when it goes down to the edges (a source's).
+    files_down: Option<i32>,
     batches: Receiver<Vec<u8>>,
     empties: SyncSender<Vec<u8>>,
     rejects: SyncSender<i32>,
@@ -612,7 +684,7 @@ impl Link {
         // source) up to the sources.
         let files_out = match (cfg.source, cfg.edge, cfg.files_stream) {
             (true, _, Some(stream)) => {
-                let files_channel = cfg.files_flow_control.channel(&cfg_channel);
+                let files_channel = cfg.files_flow_control.channel(&files_channel(cfg, None)?);
                 Some(add_pub(
                     &files_channel.into_c_string(),
                     stream,
@@ -622,6 +694,10 @@ impl Link {
             (false, true, Some(_)) => {
                 Some(add_upward_pub(cfg.files_up_stream, "files publication")?)
             }
+            _ => None,
+        };
+        let files_down_session = match (cfg.source, files_out.as_ref()) {
+            (true, Some(p)) => p.publication.get_constants().ok().map(|c| c.session_id()),
             _ => None,
         };
         let mut data_in = Vec::new();
@@ -635,8 +711,12 @@ impl Link {
                     cfg.data_stream,
                     "data subscription",
                 )?);
-                if let Some(stream) = cfg.files_stream {
-                    files_in.push(add_sub(&edge_channel, stream, "files subscription")?);
+            }
+            if let Some(stream) = cfg.files_stream {
+                let standby = cfg.standby.as_ref().map(|(data, _)| Some(data.as_str()));
+                for of in std::iter::once(None).chain(standby) {
+                    let ch = edge_data_channel(&files_channel(cfg, of)?)?.into_c_string();
+                    files_in.push(add_sub(&ch, stream, "files subscription")?);
                 }
             }
         }
@@ -710,7 +790,8 @@ impl Link {
             cfg.channel,
             match cfg.files_stream {
                 Some(stream) => format!(
-                    ", files on stream {stream} (from the edges on {})",
+                    ", files on stream {stream} of {} (from the edges on stream {} of the request channel)",
+                    files_channel(cfg, None).unwrap_or_default(),
                     cfg.files_up_stream
                 ),
                 None => String::new(),
@@ -721,6 +802,7 @@ impl Link {
             data_out,
             request_out,
             files_out,
+            files_down: files_down_session,
             batches,
             empties,
             rejects,
@@ -830,9 +912,20 @@ impl Link {
     /// The media driver's own counters (this node's driver only).
     pub fn driver_counters(&self) -> DriverCounters {
         let mut c = DriverCounters::default();
+        // A source's files publication, whose flow-control group is counted.
+        let files_down = self.files_down.map(|session| session.to_string());
         self._aeron
             .counters_reader()
             .foreach_counter_fn(|value, _id, type_id, _key, label| {
+                // "fc-receivers: REGISTRATION SESSION STREAM CHANNEL": the receivers a
+                // min flow control follows (none with Aeron's default, max).
+                if type_id == FC_RECEIVERS_COUNTER {
+                    let session = label.split_whitespace().nth(2);
+                    if session.is_some() && session == files_down.as_deref() {
+                        c.files_edges = Some(value.max(0) as u64);
+                    }
+                    return;
+                }
                 // Type 0: Aeron's system counters, told apart by their labels.
                 if type_id != 0 {
                     return;
@@ -1130,33 +1223,12 @@ const RMEM_MAX: &str = "/proc/sys/net/core/rmem_max";
 /// start a driver whose window is larger than the buffer the kernel really gives (the
 /// stock rmem_max of 212992 gives 425984 bytes, below the default 2 MiB window), and a
 /// source may send a window's worth while an edge's driver is off the CPU: the socket
-/// must hold it. With files, at most [`files_receiver_window`]. Never below one
-/// datagram, which Aeron requires.
+/// must hold it. Never below one datagram, which Aeron requires.
 fn effective_receiver_window(cfg: &LinkConfig, rmem_max: Option<usize>) -> usize {
     cfg.receiver_window
         .min(cfg.socket_buffer)
         .min(rmem_max.unwrap_or(usize::MAX))
-        .min(
-            cfg.files_stream
-                .map_or(usize::MAX, |_| files_receiver_window(cfg)),
-        )
         .max(cfg.mtu)
-}
-
-/// The receiver window of a node that takes part in files: an eighth of a term. The
-/// files stream runs its source at full rate while sites are off the CPU, and with a
-/// larger window a site's image would now and then stop at a gap that was never
-/// repaired, until Aeron's image liveness timeout dropped it and the files layer
-/// repaired what it had lost, seconds later. 50 files of 635 KB to 4 sites on one
-/// 2-vCPU host (`scripts/files_to_sites.sh`, 10 runs each side by side) stalled for
-/// about 4 s in 7 runs of 10 with the edges' 2 MiB window, in 2 of 10 with 512 KiB
-/// (median 4.26 s against 0.69 s); 1 MiB stalled in 3 of 6. One 200 MB file to one
-/// site went as fast (1.85 s). Aeron takes the window per UDP endpoint, which
-/// the files stream shares with the data, so the whole driver gets it. (Not explained
-/// yet: the stalled sites' drivers counted flow-control over-runs; the source resent
-/// little.)
-fn files_receiver_window(cfg: &LinkConfig) -> usize {
-    cfg.term_length / 8
 }
 
 fn launch_driver(cfg: &LinkConfig) -> Result<Driver, BackboneError> {
@@ -1443,20 +1515,57 @@ mod window_tests {
         };
         assert_eq!(effective_receiver_window(&jumbo, Some(4096)), 8192);
     }
+}
 
-    /// A node with files takes an eighth of a term (4 MiB: 512 KiB), or less if asked.
+#[cfg(test)]
+mod files_channel_tests {
+    use super::{files_channel, files_channel_of, LinkConfig};
+
     #[test]
-    fn a_node_with_files_keeps_its_window_to_an_eighth_of_a_term() {
-        let cfg = LinkConfig {
-            files_stream: Some(1003),
-            ..LinkConfig::new("aeron:udp?endpoint=239.1.1.1:4000|interface=127.0.0.1")
-        };
-        assert_eq!(cfg.term_length, 4 << 20);
-        assert_eq!(effective_receiver_window(&cfg, None), 512 << 10);
-        let smaller = LinkConfig {
-            receiver_window: 65_536,
-            ..cfg
-        };
-        assert_eq!(effective_receiver_window(&smaller, None), 65_536);
+    fn the_files_go_one_port_above_the_data() {
+        let multicast = "aeron:udp?endpoint=239.1.1.1:4000|interface=127.0.0.1";
+        assert_eq!(
+            files_channel_of(multicast).unwrap(),
+            "aeron:udp?endpoint=239.1.1.1:4001|interface=127.0.0.1"
+        );
+        // Multi-destination-cast: the source's control port; an edge's own port 0
+        // stays its own choice.
+        assert_eq!(
+            files_channel_of("aeron:udp?control=10.0.0.5:40456|control-mode=dynamic").unwrap(),
+            "aeron:udp?control=10.0.0.5:40457|control-mode=dynamic"
+        );
+        assert_eq!(
+            files_channel_of("aeron:udp?control=[::1]:40456|control-mode=dynamic|endpoint=[::1]:0")
+                .unwrap(),
+            "aeron:udp?control=[::1]:40457|control-mode=dynamic|endpoint=[::1]:0"
+        );
+        for bad in [
+            "aeron:ipc",
+            "aeron:udp?control-mode=manual",
+            "aeron:udp?endpoint=239.1.1.1:65535",
+            "aeron:udp?endpoint=239.1.1.1",
+        ] {
+            let e = files_channel_of(bad).unwrap_err().to_string();
+            assert!(e.contains("files channel"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_named_files_channel_stands_and_a_standby_sends_on_its_own_port_above() {
+        let mut cfg = LinkConfig::new("aeron:udp?endpoint=239.1.1.1:4000|interface=127.0.0.1");
+        // An even group is Aeron's control group: the data go to the odd one below.
+        cfg.files_channel = Some("aeron:udp?endpoint=239.1.1.4:5000".into());
+        assert_eq!(
+            files_channel(&cfg, None).unwrap(),
+            "aeron:udp?endpoint=239.1.1.3:5000"
+        );
+        assert_eq!(
+            files_channel(
+                &cfg,
+                Some("aeron:udp?control=10.0.0.8:40456|control-mode=dynamic")
+            )
+            .unwrap(),
+            "aeron:udp?control=10.0.0.8:40457|control-mode=dynamic"
+        );
     }
 }

@@ -320,11 +320,7 @@ fn the_example_grafana_dashboard_uses_only_metrics_the_node_serves() {
 /// bytes and NAKs, the edge's re-imaging), which grow as the source's data arrives.
 #[test]
 fn a_backbone_edges_metrics_carry_the_backbone_figures() {
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("a free UDP port");
-    let ch = format!("aeron:udp?endpoint=239.20.30.61:{port}|interface=127.0.0.1");
+    let ch = channel(61);
     let t = Duration::from_secs(20);
     let mut source = Node::start(&["--backbone", &ch, "--role", "source", "--name", "src"]);
     source.proc.wait_for_line("backbone: source on", t);
@@ -371,6 +367,64 @@ fn a_backbone_edges_metrics_carry_the_backbone_figures() {
             served.contains(name.as_str()),
             "the dashboard asks for {name}:\n{body}"
         );
+    }
+}
+
+/// A source's files follow the slowest of its edges (`files_flow_control =
+/// "slowest"`, Aeron's min flow control): its `/metrics` counts both edges in that
+/// group. On the data's UDP endpoint Aeron gave the files the data's flow control
+/// (max, no group), and a site off the CPU fell past what the source still resends.
+#[test]
+fn a_sources_files_follow_each_of_its_edges() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ch = channel(63);
+    let t = Duration::from_secs(20);
+    let cfg = |name: &str, files: &str| {
+        TempConfig::new(
+            &format!("metrics-files-edges-{name}"),
+            &format!(
+                "[node]\nname = \"{name}\"\n[files]\nservices = [\"FILES\"]\n{files} = \"{}\"\n",
+                d.join(format!("{name}-{files}")).display()
+            ),
+        )
+    };
+    let src_cfg = cfg("src", "spool");
+    let (mut src, src_http) = Node::start_ws(&[
+        "--config",
+        src_cfg.path(),
+        "--backbone",
+        &ch,
+        "--role",
+        "source",
+    ]);
+    src.proc.wait_for_line("backbone: source on", t);
+    let edge_cfgs = [cfg("e1", "inbox"), cfg("e2", "inbox")];
+    let _edges: Vec<Node> = edge_cfgs
+        .iter()
+        .map(|c| {
+            let mut edge =
+                Node::start(&["--config", c.path(), "--backbone", &ch, "--role", "edge"]);
+            edge.proc.wait_for_line("backbone: edge on", t);
+            edge
+        })
+        .collect();
+    // The figures are taken once a second; the edges join the group with their first
+    // status message for the files stream.
+    let deadline = Instant::now() + t;
+    loop {
+        let body = scrape(&src_http).1;
+        let edges = parse(&body)
+            .get("tickwire_backbone_files_edges")
+            .and_then(Value::as_f64);
+        if edges == Some(2.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the source's files do not follow both edges ({edges:?}):\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

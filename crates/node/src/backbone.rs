@@ -37,6 +37,13 @@ pub struct BackboneSection {
     /// Aeron stream id of file transfer from an edge to the sources, on the request
     /// channel (used where the node has `[files]`).
     pub files_up_stream: i32,
+    /// Aeron channel of the sources' files down to the edges; empty (the default): the
+    /// data channel with its port one higher (`endpoint` and `control` ports). Apart
+    /// from the data's UDP endpoint, so that `files_flow_control` holds (Aeron takes
+    /// the flow control of every publication on an endpoint from the first one) and
+    /// files have their own socket buffers and receiver window. A standby source's
+    /// files come on its data channel's port plus one.
+    pub files_channel: String,
     /// Whose pace a source's files follow when its edges take them at different
     /// speeds: `slowest` (default: every edge gets each chunk once; an edge silent for
     /// 2 s stops holding the others) or `fastest` (an edge that falls behind asks for
@@ -122,6 +129,7 @@ impl Default for BackboneSection {
             request_stream: 1002,
             files_stream: 1003,
             files_up_stream: 1004,
+            files_channel: String::new(),
             files_flow_control: "slowest".into(),
             term_length: 4 << 20,
             mtu: tickwire_backbone::DEFAULT_MTU,
@@ -277,6 +285,34 @@ impl BackboneSection {
                 "must differ from backbone.data_stream, request_stream and files_stream",
             ));
         }
+        if !self.files_channel.is_empty() {
+            let udp_address = |ch: &str, key: &str| {
+                ch.split_once('?').and_then(|(_, params)| {
+                    params
+                        .split('|')
+                        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                        .map(str::to_string)
+                })
+            };
+            if !self.files_channel.starts_with("aeron:udp?") {
+                return Err(invalid(
+                    "backbone.files_channel",
+                    format!("{:?}", self.files_channel),
+                    "an Aeron UDP channel (aeron:udp?endpoint=HOST:PORT or control=HOST:PORT|control-mode=dynamic)",
+                ));
+            }
+            let shares = ["endpoint", "control"].iter().any(|key| {
+                let files = udp_address(&self.files_channel, key);
+                files.is_some() && files == udp_address(&self.channel, key)
+            });
+            if shares {
+                return Err(invalid(
+                    "backbone.files_channel",
+                    format!("{:?}", self.files_channel),
+                    "must not share the data channel's address and port: Aeron would give the files the data's flow control",
+                ));
+            }
+        }
         if FilesFlowControl::parse(&self.files_flow_control).is_none() {
             return Err(invalid(
                 "backbone.files_flow_control",
@@ -421,6 +457,7 @@ impl BackboneSection {
         l.data_stream = self.data_stream;
         l.request_stream = self.request_stream;
         l.files_up_stream = self.files_up_stream;
+        l.files_channel = (!self.files_channel.is_empty()).then(|| self.files_channel.clone());
         l.files_flow_control =
             FilesFlowControl::parse(&self.files_flow_control).unwrap_or(FilesFlowControl::Slowest);
         l.term_length = self.term_length;
@@ -555,6 +592,34 @@ mod tests {
             match b.validate() {
                 Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
                 other => panic!("{key}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_files_channel_must_be_aeron_udp_apart_from_the_data() {
+        assert_eq!(edge().link_config().files_channel, None);
+        let named = BackboneSection {
+            files_channel: "aeron:udp?endpoint=239.1.1.1:4100|interface=127.0.0.1".into(),
+            ..edge()
+        };
+        assert!(named.validate().is_ok());
+        assert_eq!(
+            named.link_config().files_channel.as_deref(),
+            Some("aeron:udp?endpoint=239.1.1.1:4100|interface=127.0.0.1")
+        );
+        for bad in [
+            "aeron:udp?endpoint=239.1.1.1:4000|interface=127.0.0.1",
+            "aeron:udp?endpoint=239.1.1.1:4000",
+            "239.1.1.1:4100",
+        ] {
+            let b = BackboneSection {
+                files_channel: bad.into(),
+                ..edge()
+            };
+            match b.validate() {
+                Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, "backbone.files_channel"),
+                other => panic!("{bad}: {other:?}"),
             }
         }
     }

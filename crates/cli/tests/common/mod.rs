@@ -987,12 +987,19 @@ pub(crate) fn wait_for_metric(
     }
 }
 
-/// A free UDP port on loopback.
+/// A free UDP port on loopback whose next port is free too (a backbone's files go on
+/// its channel's port plus one).
 pub(crate) fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("a free UDP port")
+    for _ in 0..100 {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .map(|a| a.port())
+            .expect("a free UDP port");
+        if port < u16::MAX && std::net::UdpSocket::bind(("127.0.0.1", port + 1)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no two free UDP ports side by side on loopback")
 }
 
 /// A backbone channel: multicast on loopback, with a free port and a group of its own

@@ -610,6 +610,14 @@ fn backbone(r: &mut Registry, b: &tickwire_backbone::BackboneFigures) {
         "Edges the source knows",
         b.edges as i64,
     );
+    if let Some(edges) = b.driver.files_edges {
+        gauge(
+            r,
+            "backbone_files_edges",
+            "Edges whose pace the source's files follow (Aeron's min flow control group)",
+            edges as i64,
+        );
+    }
     counter_family(
         r,
         "backbone_bytes",
