@@ -698,6 +698,14 @@ impl Backbone {
         .min()
     }
 
+    /// Holds the files stream in Aeron while the node's files thread is behind, or
+    /// lets it flow again ([`Link::hold_files`]).
+    pub fn hold_files(&self, hold: bool) {
+        if let Some(link) = self.link.as_ref() {
+            link.hold_files(hold);
+        }
+    }
+
     /// The Aeron link, while it is up.
     pub fn link(&self) -> Option<&Link> {
         self.link.as_ref()

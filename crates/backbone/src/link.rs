@@ -563,6 +563,8 @@ pub struct Link {
     empties: SyncSender<Vec<u8>>,
     rejects: SyncSender<i32>,
     counters: Arc<LinkCounters>,
+    /// The receiver's [`Subscriptions::files_hold`].
+    hold_files: Arc<AtomicBool>,
     /// With [`DriverPlacement::EventLoop`]: the receiver, run by [`Link::do_work`].
     receiver: Option<Receive>,
     idle: IdleStrategy,
@@ -740,6 +742,8 @@ impl Link {
         let (empties, empty_rx) = sync_channel::<Vec<u8>>(BATCHES + 1);
         let (rejects, reject_rx) = sync_channel::<i32>(64);
         let counters = Arc::new(LinkCounters::default());
+        let files_hold = Arc::new(AtomicBool::new(false));
+        let hold_files = files_hold.clone();
         let mut driver = driver;
         let receiver = match cfg.placement {
             DriverPlacement::Thread => {
@@ -750,6 +754,7 @@ impl Link {
                             data_in,
                             request_in,
                             files_in,
+                            files_hold,
                         };
                         let agent =
                             Receive::new(subs, batch_tx, empty_rx, reject_rx, wake, counters)?;
@@ -766,6 +771,7 @@ impl Link {
                         data_in,
                         request_in,
                         files_in,
+                        files_hold,
                     },
                     batch_tx,
                     empty_rx,
@@ -807,6 +813,7 @@ impl Link {
             empties,
             rejects,
             counters,
+            hold_files,
             receiver,
             idle: cfg.idle,
             offers_sent: 0,
@@ -950,6 +957,12 @@ impl Link {
         self.fatal.load(Ordering::SeqCst)
     }
 
+    /// Holds the files stream where it is (`true`: not polled, Aeron keeps what
+    /// arrives and its flow control holds the sender) or lets it be polled again.
+    pub fn hold_files(&self, hold: bool) {
+        self.hold_files.store(hold, Ordering::Relaxed);
+    }
+
     /// The receiver's figures.
     pub fn counters(&self) -> &LinkCounters {
         &self.counters
@@ -1036,6 +1049,10 @@ struct Subscriptions {
     request_in: Option<AeronSubscription>,
     /// The files stream, on each source channel (none without a files stream).
     files_in: Vec<AeronSubscription>,
+    /// Set while the node's files thread is behind: the files stream is not polled, so
+    /// Aeron holds its data and its flow control holds the sender, rather than the node
+    /// dropping chunks that must then be sent again to every site.
+    files_hold: Arc<AtomicBool>,
 }
 
 /// Fragments of the files stream polled per duty cycle at most (market data's
@@ -1175,7 +1192,11 @@ impl Agent for Receive {
                 .max(0) as usize;
         }
         self.sink.kind = 2;
-        for sub in &self.subs.files_in {
+        let files_in = match self.subs.files_hold.load(Ordering::Relaxed) {
+            true => &[][..],
+            false => &self.subs.files_in[..],
+        };
+        for sub in files_in {
             work += self
                 .files_asm
                 .poll(sub, &mut self.sink, on_message, FILES_FRAGMENTS)

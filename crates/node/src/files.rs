@@ -218,6 +218,13 @@ const IN_QUEUE: usize = 1024;
 const OUT_QUEUE: usize = 256;
 /// Output queued for a peer past which offers and chunks wait (they are sent again).
 const ROOM: usize = 1 << 20;
+/// Backbone messages waiting here for room in the files thread's queue, at most: past
+/// it they are dropped (and repaired).
+const BACKLOG_BYTES: usize = 16 << 20;
+/// How long the backbone's files stream is held in Aeron at most while the files
+/// thread is behind: a site whose thread is stuck (a hung disk) then stops holding the
+/// sender, and the other sites, and drops what it cannot take.
+const HOLD_LIMIT: Duration = Duration::from_secs(1);
 
 /// What the files thread has done, for /metrics: stored by the thread after each of
 /// its turns (relaxed atomics: a scrape may see one turn's figures half updated).
@@ -281,6 +288,57 @@ impl FilesFigures {
     }
 }
 
+/// Backbone messages that wait in the event loop for room in the files thread's queue,
+/// in order, and since when: while any wait, the backbone holds the files stream in
+/// Aeron (whose flow control then holds the sender) rather than the node dropping
+/// chunks that must be sent again to every site; for `HOLD_LIMIT` at most.
+#[derive(Default)]
+struct Backlog {
+    queue: std::collections::VecDeque<Vec<u8>>,
+    bytes: usize,
+    behind_since: Option<Instant>,
+}
+
+impl Backlog {
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Keeps `body` last; false (it is dropped) past `BACKLOG_BYTES`.
+    fn push_back(&mut self, body: Vec<u8>) -> bool {
+        if self.bytes + body.len() > BACKLOG_BYTES {
+            return false;
+        }
+        self.bytes += body.len();
+        self.queue.push_back(body);
+        true
+    }
+
+    /// Puts back the first one, which the thread had no room for.
+    fn push_front(&mut self, body: Vec<u8>) {
+        self.bytes += body.len();
+        self.queue.push_front(body);
+    }
+
+    fn pop_front(&mut self) -> Option<Vec<u8>> {
+        let body = self.queue.pop_front()?;
+        self.bytes -= body.len();
+        Some(body)
+    }
+
+    /// Whether the backbone holds the files stream: while messages wait, for
+    /// `HOLD_LIMIT` from the first at most (a site whose thread is stuck then stops
+    /// holding the sender and the other sites, and drops what it cannot keep).
+    fn holds(&mut self, now: Instant) -> bool {
+        if self.queue.is_empty() {
+            self.behind_since = None;
+            return false;
+        }
+        let since = *self.behind_since.get_or_insert(now);
+        now.duration_since(since) < HOLD_LIMIT
+    }
+}
+
 /// The event loop's handle on the files thread.
 pub struct FilesThread {
     services: Vec<String>,
@@ -292,6 +350,8 @@ pub struct FilesThread {
     from_upstream: Vec<Vec<u8>>,
     /// A message for the backbone that Aeron could not take yet.
     held: Option<Output>,
+    /// Messages from the backbone waiting for room in the thread's queue.
+    backlog: Backlog,
     /// Messages the loop could not hand over (the thread was behind).
     pub dropped: u64,
     /// What the thread has done, for /metrics.
@@ -410,6 +470,7 @@ impl FilesThread {
             gone: Vec::new(),
             from_upstream: Vec::new(),
             held: None,
+            backlog: Backlog::default(),
             dropped: 0,
             figures,
             backbone_mtu: backbone_mtu.max(1) as u64,
@@ -478,17 +539,14 @@ impl FilesThread {
         let mut bb = backbone;
         if let Some(b) = bb.as_deref_mut() {
             self.sample_network(b);
+            self.submit_backlog();
             let mut from_backbone = std::mem::take(&mut self.from_upstream);
             b.take_files(&mut from_backbone);
             for body in from_backbone.drain(..) {
-                self.submit(Input::Message {
-                    from: Peer::Backbone,
-                    user: String::new(),
-                    rights: Rights::default(),
-                    body,
-                });
+                self.submit_from_backbone(body);
             }
             self.from_upstream = from_backbone;
+            b.hold_files(self.backlog.holds(Instant::now()));
         }
         // The backbone is one stream for every site: what Aeron cannot take now waits
         // (and with it the files thread, whose queue to here is bounded), rather than
@@ -537,9 +595,52 @@ impl FilesThread {
         }
     }
 
-    /// When the loop must come back for a message the backbone could not take yet.
+    /// When the loop must come back for a message the backbone could not take yet,
+    /// or to hand the thread its backlog.
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
-        self.held.as_ref().map(|_| now + Duration::from_millis(1))
+        (self.held.is_some() || !self.backlog.is_empty()).then(|| now + Duration::from_millis(1))
+    }
+
+    /// A message from the backbone to the thread: behind those waiting, if any; kept
+    /// when the thread's queue is full (the backbone then holds the rest in Aeron).
+    fn submit_from_backbone(&mut self, body: Vec<u8>) {
+        let body = match self.backlog.is_empty() {
+            true => match self.try_submit_backbone(body) {
+                Ok(()) => return,
+                Err(body) => body,
+            },
+            false => body,
+        };
+        if !self.backlog.push_back(body) {
+            self.dropped += 1;
+        }
+    }
+
+    /// Hands the thread what waits for it, in order, while its queue has room.
+    fn submit_backlog(&mut self) {
+        while let Some(body) = self.backlog.pop_front() {
+            if let Err(body) = self.try_submit_backbone(body) {
+                self.backlog.push_front(body);
+                return;
+            }
+        }
+    }
+
+    /// The message back when the thread's queue is full (dropped if the thread is gone).
+    fn try_submit_backbone(&mut self, body: Vec<u8>) -> Result<(), Vec<u8>> {
+        let Some(tx) = &self.input else {
+            return Ok(());
+        };
+        let input = Input::Message {
+            from: Peer::Backbone,
+            user: String::new(),
+            rights: Rights::default(),
+            body,
+        };
+        match tx.try_send(input) {
+            Err(TrySendError::Full(Input::Message { body, .. })) => Err(body),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -791,5 +892,47 @@ fn run(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod backlog_tests {
+    use super::{Backlog, BACKLOG_BYTES, HOLD_LIMIT};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_backbone_is_held_while_messages_wait_for_a_second_at_most() {
+        let t0 = Instant::now();
+        let mut b = Backlog::default();
+        assert!(!b.holds(t0));
+        assert!(b.push_back(vec![1; 10]));
+        assert!(b.push_back(vec![2; 20]));
+        assert!(b.holds(t0));
+        assert!(b.holds(t0 + HOLD_LIMIT - Duration::from_millis(1)));
+        // A thread stuck that long stops holding the sender and the other sites.
+        assert!(!b.holds(t0 + HOLD_LIMIT));
+        // In order; one put back stays first.
+        let first = b.pop_front().unwrap();
+        assert_eq!(first, vec![1; 10]);
+        b.push_front(first);
+        assert_eq!(b.pop_front().unwrap(), vec![1; 10]);
+        assert_eq!(b.pop_front().unwrap(), vec![2; 20]);
+        assert!(b.is_empty());
+        // Emptied, it starts again from the next message.
+        let later = t0 + 3 * HOLD_LIMIT;
+        assert!(!b.holds(later));
+        assert!(b.push_back(vec![3; 5]));
+        assert!(b.holds(later + Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn past_its_bytes_a_message_is_dropped_not_kept() {
+        let mut b = Backlog::default();
+        assert!(b.push_back(vec![0; BACKLOG_BYTES - 10]));
+        assert!(!b.push_back(vec![0; 11]));
+        assert!(b.push_back(vec![0; 10]));
+        assert!(!b.push_back(vec![0; 1]));
+        b.pop_front();
+        assert!(b.push_back(vec![0; 1]));
     }
 }
