@@ -395,6 +395,37 @@ fn an_edge_sends_files_up_to_the_source_while_the_source_sends_down() {
     assert_eq!(got, up_bytes);
 }
 
+/// Where there is no multicast, the source's files reach its edges by
+/// multi-destination-cast on a control port of their own (the data's plus one).
+#[test]
+fn without_multicast_files_reach_the_edges_by_multi_destination_cast() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = free_udp_port();
+    let requests = free_udp_port();
+    let ch = format!("aeron:udp?control=127.0.0.1:{data}|control-mode=dynamic");
+    let backbone =
+        format!("[backbone]\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:{requests}\"\n");
+    let src_toml = format!("{backbone}{}", sender_toml(d, ""));
+    let src = backbone_files_node(d, "src", &src_toml, &ch, "source");
+    let edge_toml = |name: &str| {
+        format!(
+            "{backbone}[files]\nservices = [\"FILES\"]\ninbox = \"{}\"\n",
+            d.join(format!("{name}-inbox")).display()
+        )
+    };
+    let _edge1 = backbone_files_node(d, "edge1", &edge_toml("edge1"), &ch, "edge");
+    let _edge2 = backbone_files_node(d, "edge2", &edge_toml("edge2"), &ch, "edge");
+    let (f, bytes) = write(d, "corporate-actions.csv", 2_000_000, 13);
+    let out = send(&src, &["--to", "edge1,edge2", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    wait_done(&src, "corporate-actions.csv", &["edge1", "edge2"]);
+    for site in ["edge1", "edge2"] {
+        let got = std::fs::read(d.join(format!("{site}-inbox/corporate-actions.csv"))).unwrap();
+        assert_eq!(got, bytes, "{site}");
+    }
+}
+
 #[test]
 fn a_file_dropped_in_the_outbox_goes_to_every_site() {
     let dir = tempfile::tempdir().unwrap();
