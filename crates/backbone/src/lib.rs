@@ -699,10 +699,12 @@ impl Backbone {
     }
 
     /// Holds the files stream in Aeron while the node's files thread is behind, or
-    /// lets it flow again ([`Link::hold_files`]).
+    /// lets it flow again ([`Link::hold_files`]). Only where the files follow the
+    /// slowest edge: at the fastest's pace a held image would fall behind what the
+    /// source still resends and stop until Aeron dropped it.
     pub fn hold_files(&self, hold: bool) {
         if let Some(link) = self.link.as_ref() {
-            link.hold_files(hold);
+            link.hold_files(hold && self.link_cfg.files_flow_control == FilesFlowControl::Slowest);
         }
     }
 
