@@ -34,8 +34,8 @@ pub use edge::{Edge, EdgeConfig, EdgeStats};
 pub use idle::{IdleStrategy, SpinThenPark, Wait};
 pub use key_file::KeyFile;
 pub use link::{
-    edge_data_channel, files_channel_of, is_dynamic_mdc, DriverCounters, DriverPlacement,
-    FilesFlowControl, Link, LinkConfig, Received, DEFAULT_MTU, FILES_EDGE_TIMEOUT,
+    channel_param, edge_data_channel, files_channel_of, is_dynamic_mdc, DriverCounters,
+    DriverPlacement, FilesFlowControl, Link, LinkConfig, Received, DEFAULT_MTU, FILES_EDGE_TIMEOUT,
     FRAME_HEADER_BYTES,
 };
 pub use source::{Source, SourceConfig, SourceStats};

@@ -265,7 +265,7 @@ pub fn aeron_channel(channel: &str) -> (String, Option<String>) {
 }
 
 /// The value of parameter `key` of an Aeron UDP channel (`aeron:udp?k=v|k=v`).
-fn channel_param<'a>(channel: &'a str, key: &str) -> Option<&'a str> {
+pub fn channel_param<'a>(channel: &'a str, key: &str) -> Option<&'a str> {
     let params = channel.split_once('?')?.1;
     params
         .split('|')

@@ -5,7 +5,8 @@ use crate::config_error::{invalid, ConfigError};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tickwire_backbone::{
-    DriverPlacement, EdgeConfig, FilesFlowControl, IdleStrategy, LinkConfig, Role, SourceConfig,
+    channel_param, DriverPlacement, EdgeConfig, FilesFlowControl, IdleStrategy, LinkConfig, Role,
+    SourceConfig,
 };
 
 /// `[backbone]`: empty `role` means a single node, on no backbone.
@@ -286,14 +287,6 @@ impl BackboneSection {
             ));
         }
         if !self.files_channel.is_empty() {
-            let udp_address = |ch: &str, key: &str| {
-                ch.split_once('?').and_then(|(_, params)| {
-                    params
-                        .split('|')
-                        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-                        .map(str::to_string)
-                })
-            };
             if !self.files_channel.starts_with("aeron:udp?") {
                 return Err(invalid(
                     "backbone.files_channel",
@@ -302,8 +295,8 @@ impl BackboneSection {
                 ));
             }
             let shares = ["endpoint", "control"].iter().any(|key| {
-                let files = udp_address(&self.files_channel, key);
-                files.is_some() && files == udp_address(&self.channel, key)
+                let files = channel_param(&self.files_channel, key);
+                files.is_some() && files == channel_param(&self.channel, key)
             });
             if shares {
                 return Err(invalid(
