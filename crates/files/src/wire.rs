@@ -145,37 +145,19 @@ pub fn chunk_count(size: u64, chunk_size: u32) -> Option<u32> {
     u32::try_from(size.div_ceil(u64::from(chunk_size))).ok()
 }
 
-/// What a site says of a transfer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SiteState {
-    /// Taking chunks; the status lists what it still misses.
-    Receiving,
-    /// Every chunk, the SHA-256 checked, the file renamed into the inbox (and synced
-    /// as its fsync policy says).
-    Done,
-    /// It could not take the file (reason in the status); it tries again when offered
-    /// the file after its retry time.
-    Failed,
-    /// A state this version does not know (kept, so a newer peer is not misread).
-    Unknown(u8),
-}
-
-impl SiteState {
-    fn code(self) -> u8 {
-        match self {
-            SiteState::Receiving => 1,
-            SiteState::Done => 2,
-            SiteState::Failed => 3,
-            SiteState::Unknown(c) => c,
-        }
-    }
-    fn from_code(c: u8) -> Self {
-        match c {
-            1 => SiteState::Receiving,
-            2 => SiteState::Done,
-            3 => SiteState::Failed,
-            c => SiteState::Unknown(c),
-        }
+tickwire_proto::wire_enum! {
+    /// What a site says of a transfer.
+    pub enum SiteState {
+        /// A state this version does not know (kept, so a newer peer is not misread).
+        Unknown => "unknown";
+        /// Taking chunks; the status lists what it still misses.
+        Receiving = 1 => "receiving",
+        /// Every chunk, the SHA-256 checked, the file renamed into the inbox (and synced
+        /// as its fsync policy says).
+        Done = 2 => "done",
+        /// It could not take the file (reason in the status); it tries again when
+        /// offered the file after its retry time.
+        Failed = 3 => "failed",
     }
 }
 
@@ -214,39 +196,19 @@ pub struct Put<'a> {
     pub to: Vec<&'a str>,
 }
 
-/// Where an upload stands, in the node's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PutState {
-    /// Send the bytes (at most `window` beyond `received`).
-    Go,
-    /// The node has `received` bytes.
-    Progress,
-    /// The file is whole, checked and queued as `transfer`.
-    Queued,
-    /// Refused (the reason says why); nothing is queued.
-    Refused,
-    /// A state this node does not know.
-    Unknown(u8),
-}
-
-impl PutState {
-    fn code(self) -> u8 {
-        match self {
-            PutState::Go => 1,
-            PutState::Progress => 2,
-            PutState::Queued => 3,
-            PutState::Refused => 4,
-            PutState::Unknown(c) => c,
-        }
-    }
-    fn from_code(c: u8) -> Self {
-        match c {
-            1 => PutState::Go,
-            2 => PutState::Progress,
-            3 => PutState::Queued,
-            4 => PutState::Refused,
-            c => PutState::Unknown(c),
-        }
+tickwire_proto::wire_enum! {
+    /// Where an upload stands, in the node's answer.
+    pub enum PutState {
+        /// A state this node does not know.
+        Unknown => "unknown";
+        /// Send the bytes (at most `window` beyond `received`).
+        Go = 1 => "go",
+        /// The node has `received` bytes.
+        Progress = 2 => "progress",
+        /// The file is whole, checked and queued as `transfer`.
+        Queued = 3 => "queued",
+        /// Refused (the reason says why); nothing is queued.
+        Refused = 4 => "refused",
     }
 }
 
@@ -438,7 +400,7 @@ impl<'a> FilesMessage<'a> {
                 header(out, KIND_STATUS);
                 put_u64(out, s.transfer);
                 put_name(out, s.site, "site", MAX_SITE)?;
-                out.push(s.state.code());
+                out.push(s.state.to_u8());
                 put_u32(out, s.have);
                 if s.missing.len() > MAX_RANGES {
                     return Err(EncodeError::TooLong {
@@ -503,7 +465,7 @@ impl<'a> FilesMessage<'a> {
             FilesMessage::PutAnswer(a) => {
                 header(out, KIND_PUT_ANSWER);
                 put_u32(out, a.request);
-                out.push(a.state.code());
+                out.push(a.state.to_u8());
                 put_u64(out, a.transfer);
                 put_u64(out, a.received);
                 put_u64(out, a.window);
@@ -635,7 +597,7 @@ impl<'a> FilesMessage<'a> {
             KIND_STATUS => {
                 let transfer = r.u64()?;
                 let site = name(&mut r, "site", MAX_SITE)?;
-                let state = SiteState::from_code(r.u8()?);
+                let state = SiteState::from_u8(r.u8()?);
                 let have = r.u32()?;
                 let count = r.u16()? as usize;
                 if count > MAX_RANGES {
@@ -736,7 +698,7 @@ impl<'a> FilesMessage<'a> {
             }
             KIND_PUT_ANSWER => FilesMessage::PutAnswer(PutAnswer {
                 request: r.u32()?,
-                state: PutState::from_code(r.u8()?),
+                state: PutState::from_u8(r.u8()?),
                 transfer: r.u64()?,
                 received: r.u64()?,
                 window: r.u64()?,

@@ -271,7 +271,7 @@ fn decode_body(body: &[u8]) -> Result<Record<'_>, RecordError> {
         }
         2 => {
             let received = r.u64()?;
-            let nak = NakCode::from_u8(r.u8()?);
+            let nak = NakCode::of_ack(r.u8()?);
             Body::Completed(Completed {
                 received,
                 nak,

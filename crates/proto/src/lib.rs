@@ -17,6 +17,7 @@ pub mod message;
 pub mod reference;
 pub mod text;
 pub mod wire;
+mod wire_enum;
 
 pub use dictionary::{fid, Dictionary, FieldDef};
 pub use error::{DecodeError, EncodeError};

@@ -143,50 +143,19 @@ impl DataState {
     }
 }
 
-/// An update's kind (docs/PROTOCOL.md 3.4.4). A value this build does not name is kept
-/// as `Unknown` and passed on unchanged: a newer publisher's kinds reach every
-/// subscriber, and an older one's decoder does not refuse them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpdateType {
-    /// Another kind of update.
-    Other,
-    /// A quote.
-    Quote,
-    /// A trade.
-    Trade,
-    /// A value not named above (3 to 255).
-    Unknown(u8),
-}
-
-impl UpdateType {
-    /// From its wire value (a value this version does not know is kept).
-    pub const fn from_u8(v: u8) -> Self {
-        match v {
-            0 => UpdateType::Other,
-            1 => UpdateType::Quote,
-            2 => UpdateType::Trade,
-            v => UpdateType::Unknown(v),
-        }
-    }
-
-    /// Its wire value.
-    pub const fn to_u8(self) -> u8 {
-        match self {
-            UpdateType::Other => 0,
-            UpdateType::Quote => 1,
-            UpdateType::Trade => 2,
-            UpdateType::Unknown(v) => v,
-        }
-    }
-
-    /// Its name, as logs and docs/PROTOCOL.md give it.
-    pub fn name(self) -> &'static str {
-        match self {
-            UpdateType::Other => "other",
-            UpdateType::Quote => "quote",
-            UpdateType::Trade => "trade",
-            UpdateType::Unknown(_) => "unknown",
-        }
+crate::wire_enum! {
+    /// An update's kind (docs/PROTOCOL.md 3.4.4). A value this build does not name is
+    /// kept as `Unknown` and passed on unchanged: a newer publisher's kinds reach every
+    /// subscriber, and an older one's decoder does not refuse them.
+    pub enum UpdateType {
+        /// A value not named below (3 to 255).
+        Unknown => "unknown";
+        /// Another kind of update.
+        Other = 0 => "other",
+        /// A quote.
+        Quote = 1 => "quote",
+        /// A trade.
+        Trade = 2 => "trade",
     }
 }
 
@@ -487,106 +456,49 @@ pub struct Status<'a> {
     pub state: State<'a>,
 }
 
-/// Why a post was refused (0 on the wire: it was accepted). The names are those of the
-/// WebSocket API's `NakCode`. A code this build does not name is kept as `Unknown` and
-/// passed on unchanged (the Ack's text says the rest).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum NakCode {
-    /// The poster is not entitled to post to the service.
-    AccessDenied,
-    /// The service (its node or its publisher) does not take this post.
-    DeniedBySrc,
-    /// The service has no publisher, or it is down.
-    SourceDown,
-    /// No such service.
-    SourceUnknown,
-    /// Too many posts are waiting for an answer.
-    NoResources,
-    /// The publisher did not answer in time.
-    NoResponse,
-    /// The node could not reach the service's node (an upstream link is down).
-    GatewayDown,
-    /// The publisher has no such item.
-    SymbolUnknown,
-    /// An on-stream post named a stream that is not open.
-    NotOpen,
-    /// The post's fields were not acceptable.
-    InvalidContent,
-    /// A code not named above (never 0, which means accepted).
-    Unknown(u8),
+crate::wire_enum! {
+    /// Why a post was refused (0 on the wire: it was accepted, see [`NakCode::of_ack`]).
+    /// The names are those of the WebSocket API's `NakCode`. A code this build does not
+    /// name is kept as `Unknown` and passed on unchanged (the Ack's text says the rest);
+    /// its name is the API's `None` (no particular reason: the text says it).
+    pub enum NakCode {
+        /// A code not named below (never 0, which means accepted).
+        Unknown => "None";
+        /// The poster is not entitled to post to the service.
+        AccessDenied = 1 => "AccessDenied",
+        /// The service (its node or its publisher) does not take this post.
+        DeniedBySrc = 2 => "DeniedBySrc",
+        /// The service has no publisher, or it is down.
+        SourceDown = 3 => "SourceDown",
+        /// No such service.
+        SourceUnknown = 4 => "SourceUnknown",
+        /// Too many posts are waiting for an answer.
+        NoResources = 5 => "NoResources",
+        /// The publisher did not answer in time.
+        NoResponse = 6 => "NoResponse",
+        /// The node could not reach the service's node (an upstream link is down).
+        GatewayDown = 7 => "GatewayDown",
+        /// The publisher has no such item.
+        SymbolUnknown = 10 => "SymbolUnknown",
+        /// An on-stream post named a stream that is not open.
+        NotOpen = 11 => "NotOpen",
+        /// The post's fields were not acceptable.
+        InvalidContent = 12 => "InvalidContent",
+    }
 }
 
 impl NakCode {
-    /// Every named code.
-    pub const NAMED: [NakCode; 10] = [
-        NakCode::AccessDenied,
-        NakCode::DeniedBySrc,
-        NakCode::SourceDown,
-        NakCode::SourceUnknown,
-        NakCode::NoResources,
-        NakCode::NoResponse,
-        NakCode::GatewayDown,
-        NakCode::SymbolUnknown,
-        NakCode::NotOpen,
-        NakCode::InvalidContent,
-    ];
-
-    /// The code of a refusal; `None` for 0 (accepted).
-    pub const fn from_u8(v: u8) -> Option<Self> {
-        Some(match v {
-            0 => return None,
-            1 => NakCode::AccessDenied,
-            2 => NakCode::DeniedBySrc,
-            3 => NakCode::SourceDown,
-            4 => NakCode::SourceUnknown,
-            5 => NakCode::NoResources,
-            6 => NakCode::NoResponse,
-            7 => NakCode::GatewayDown,
-            10 => NakCode::SymbolUnknown,
-            11 => NakCode::NotOpen,
-            12 => NakCode::InvalidContent,
-            v => NakCode::Unknown(v),
-        })
-    }
-
-    /// Its wire value.
-    pub const fn to_u8(self) -> u8 {
-        match self {
-            NakCode::AccessDenied => 1,
-            NakCode::DeniedBySrc => 2,
-            NakCode::SourceDown => 3,
-            NakCode::SourceUnknown => 4,
-            NakCode::NoResources => 5,
-            NakCode::NoResponse => 6,
-            NakCode::GatewayDown => 7,
-            NakCode::SymbolUnknown => 10,
-            NakCode::NotOpen => 11,
-            NakCode::InvalidContent => 12,
-            NakCode::Unknown(v) => v,
-        }
-    }
-
-    /// The WebSocket API's name for it; an unknown code is the API's `None` (no
-    /// particular reason: the text says it).
-    pub fn name(self) -> &'static str {
-        match self {
-            NakCode::AccessDenied => "AccessDenied",
-            NakCode::DeniedBySrc => "DeniedBySrc",
-            NakCode::SourceDown => "SourceDown",
-            NakCode::SourceUnknown => "SourceUnknown",
-            NakCode::NoResources => "NoResources",
-            NakCode::NoResponse => "NoResponse",
-            NakCode::GatewayDown => "GatewayDown",
-            NakCode::SymbolUnknown => "SymbolUnknown",
-            NakCode::NotOpen => "NotOpen",
-            NakCode::InvalidContent => "InvalidContent",
-            NakCode::Unknown(_) => "None",
+    /// An Ack's code byte: `None` for 0 (accepted), else the refusal's code.
+    pub const fn of_ack(v: u8) -> Option<Self> {
+        match v {
+            0 => None,
+            v => Some(NakCode::from_u8(v)),
         }
     }
 
     /// A named code by its WebSocket API name.
     pub fn parse(name: &str) -> Option<Self> {
-        NakCode::NAMED.into_iter().find(|c| c.name() == name)
+        NakCode::NAMED.iter().copied().find(|c| c.name() == name)
     }
 }
 
@@ -960,7 +872,7 @@ impl<'a> Message<'a> {
             MessageType::Ack => {
                 let stream_id = r.u32()?;
                 let post_id = r.u32()?;
-                let nak = NakCode::from_u8(r.u8()?);
+                let nak = NakCode::of_ack(r.u8()?);
                 Message::Ack(Ack {
                     stream_id,
                     post_id,

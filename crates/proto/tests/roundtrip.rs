@@ -731,7 +731,7 @@ fn nak_code() -> impl Strategy<Value = Option<NakCode>> {
     prop_oneof![
         Just(None),
         // Every non-zero code, named or kept as unknown.
-        (1u8..=255).prop_map(NakCode::from_u8),
+        (1u8..=255).prop_map(NakCode::of_ack),
     ]
 }
 

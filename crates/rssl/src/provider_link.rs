@@ -277,10 +277,7 @@ impl ProviderLink {
         let Some(stream_id) = self.posts.remove(&post_id) else {
             return; // an answer to no post of ours
         };
-        let nak = m
-            .nak_code
-            .filter(|&c| c != 0)
-            .map(|c| NakCode::from_u8(c).unwrap_or(NakCode::DeniedBySrc));
+        let nak = m.nak_code.and_then(NakCode::of_ack);
         let _ = Message::Ack(Ack {
             stream_id,
             post_id,
