@@ -44,6 +44,71 @@ fn list_head(r: &mut Reader<'_>, names: &ListNames) -> Result<u16, RwfError> {
     }
 }
 
+/// The next entry of a container that said how many it holds: counts it down, and
+/// ends the iteration at the first error (what follows a bad entry cannot be found).
+fn next_counted<T>(
+    left: &mut u16,
+    read: impl FnOnce() -> Result<T, RwfError>,
+) -> Option<Result<T, RwfError>> {
+    if *left == 0 {
+        return None;
+    }
+    *left -= 1;
+    let entry = read();
+    if entry.is_err() {
+        *left = 0;
+    }
+    Some(entry)
+}
+
+/// A value `put` writes after a reserved three-byte `u16ob` length (the form the
+/// directory and dictionary writers use; a value over 65,535 bytes has no such length
+/// and keeps 0 there).
+fn put_len16(out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
+    let slot = LenSlot::u16ob(out);
+    put(out);
+    let _ = slot.finish(out);
+}
+
+/// A container's `u16` entry count: reserved when it begins, patched when it ends.
+struct EntryCount {
+    at: usize,
+    count: u16,
+}
+
+impl EntryCount {
+    fn reserve(out: &mut Vec<u8>) -> EntryCount {
+        let at = out.len();
+        put_u16(out, 0);
+        EntryCount { at, count: 0 }
+    }
+
+    fn add(&mut self) {
+        self.count = self.count.wrapping_add(1);
+    }
+
+    fn patch(self, out: &mut [u8]) {
+        out[self.at..self.at + 2].copy_from_slice(&self.count.to_be_bytes());
+    }
+}
+
+/// A `u16ob` length and the value `put` writes after it: one byte for the usual short
+/// value, widened to three for a long one (the SDK's form; a value is cut at 65,535).
+fn put_sized(out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
+    let len_at = out.len();
+    out.push(0);
+    put(out);
+    let n = out.len() - len_at - 1;
+    if n < 0xFE {
+        out[len_at] = n as u8;
+    } else {
+        let n = n.min(0xFFFF) as u16;
+        out.truncate(len_at + 1 + n as usize);
+        out[len_at] = 0xFE;
+        out.splice(len_at + 1..len_at + 1, n.to_be_bytes());
+    }
+}
+
 /// A field list's entries: field id and the value's bytes (typed by the dictionary).
 pub struct FieldIter<'a> {
     r: Reader<'a>,
@@ -75,59 +140,38 @@ impl<'a> Iterator for FieldIter<'a> {
     type Item = Result<(i16, &'a [u8]), RwfError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
-        let entry = (|| {
-            let fid = self.r.i16("a field id")?;
-            Ok((fid, self.r.buf16("a field's value")?))
-        })();
-        if entry.is_err() {
-            self.left = 0;
-        }
-        Some(entry)
+        let r = &mut self.r;
+        next_counted(&mut self.left, || {
+            let fid = r.i16("a field id")?;
+            Ok((fid, r.buf16("a field's value")?))
+        })
     }
 }
 
 /// Writes a field list: flags, the count (patched at the end), entries.
 pub struct FieldListWriter {
-    count_at: usize,
-    count: u16,
+    count: EntryCount,
 }
 
 impl FieldListWriter {
     /// Starts one in `out`.
     pub fn begin(out: &mut Vec<u8>) -> FieldListWriter {
         out.push(LIST_HAS_STANDARD_DATA);
-        let count_at = out.len();
-        put_u16(out, 0);
-        FieldListWriter { count_at, count: 0 }
+        let count = EntryCount::reserve(out);
+        FieldListWriter { count }
     }
 
     /// One entry whose value body `put` writes (its length is measured, a byte
     /// reserved for the usual short value and widened for a long one).
     pub fn field(&mut self, out: &mut Vec<u8>, fid: i16, put: impl FnOnce(&mut Vec<u8>)) {
         put_u16(out, fid as u16);
-        let len_at = out.len();
-        out.push(0);
-        put(out);
-        let n = out.len() - len_at - 1;
-        if n < 0xFE {
-            out[len_at] = n as u8;
-        } else {
-            let n = n.min(0xFFFF) as u16;
-            out.truncate(len_at + 1 + n as usize);
-            out[len_at] = 0xFE;
-            let b = n.to_be_bytes();
-            out.splice(len_at + 1..len_at + 1, b);
-        }
-        self.count += 1;
+        put_sized(out, put);
+        self.count.add();
     }
 
     /// Patches the entry count into `out` (once every entry is written).
     pub fn end(self, out: &mut [u8]) {
-        out[self.count_at..self.count_at + 2].copy_from_slice(&self.count.to_be_bytes());
+        self.count.patch(out);
     }
 }
 
@@ -187,44 +231,35 @@ impl<'a> Iterator for ElementIter<'a> {
     type Item = Result<Element<'a>, RwfError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
-        let entry = (|| {
-            let name = self.r.buf15("an element's name")?;
-            let data_type = self.r.u8("an element's type")?;
+        let r = &mut self.r;
+        next_counted(&mut self.left, || {
+            let name = r.buf15("an element's name")?;
+            let data_type = r.u8("an element's type")?;
             let value = if data_type == dt::NO_DATA {
                 &[][..]
             } else {
-                self.r.buf16("an element's value")?
+                r.buf16("an element's value")?
             };
             Ok(Element {
                 name,
                 data_type,
                 value,
             })
-        })();
-        if entry.is_err() {
-            self.left = 0;
-        }
-        Some(entry)
+        })
     }
 }
 
 /// Writes an element list.
 pub struct ElementListWriter {
-    count_at: usize,
-    count: u16,
+    count: EntryCount,
 }
 
 impl ElementListWriter {
     /// Starts one in `out`.
     pub fn begin(out: &mut Vec<u8>) -> ElementListWriter {
         out.push(LIST_HAS_STANDARD_DATA);
-        let count_at = out.len();
-        put_u16(out, 0);
-        ElementListWriter { count_at, count: 0 }
+        let count = EntryCount::reserve(out);
+        ElementListWriter { count }
     }
 
     /// One element whose value `put` writes.
@@ -237,10 +272,8 @@ impl ElementListWriter {
     ) {
         put_buf15(out, name.as_bytes());
         out.push(data_type);
-        let slot = LenSlot::u16ob(out);
-        put(out);
-        let _ = slot.finish(out);
-        self.count += 1;
+        put_len16(out, put);
+        self.count.add();
     }
 
     /// An unsigned integer element.
@@ -255,7 +288,7 @@ impl ElementListWriter {
 
     /// Patches the entry count into `out` (once every entry is written).
     pub fn end(self, out: &mut [u8]) {
-        out[self.count_at..self.count_at + 2].copy_from_slice(&self.count.to_be_bytes());
+        self.count.patch(out);
     }
 }
 
@@ -296,19 +329,14 @@ impl<'a> Iterator for ArrayIter<'a> {
     type Item = Result<&'a [u8], RwfError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
-        let item = if self.item_len > 0 {
-            self.r.take(self.item_len as usize, "an array's item")
-        } else {
-            self.r.buf16("an array's item")
-        };
-        if item.is_err() {
-            self.left = 0;
-        }
-        Some(item)
+        let (r, item_len) = (&mut self.r, self.item_len);
+        next_counted(&mut self.left, || {
+            if item_len > 0 {
+                r.take(item_len as usize, "an array's item")
+            } else {
+                r.buf16("an array's item")
+            }
+        })
     }
 }
 
@@ -323,17 +351,7 @@ pub fn put_array<T>(
     put_u16ob(out, 0);
     put_u16(out, items.len().min(0xFFFF) as u16);
     for item in items.iter().take(0xFFFF) {
-        let len_at = out.len();
-        out.push(0);
-        put(out, item);
-        let n = out.len() - len_at - 1;
-        if n < 0xFE {
-            out[len_at] = n as u8;
-        } else {
-            out[len_at] = 0xFE;
-            let b = (n.min(0xFFFF) as u16).to_be_bytes();
-            out.splice(len_at + 1..len_at + 1, b);
-        }
+        put_sized(out, |o| put(o, item));
     }
 }
 
@@ -348,8 +366,7 @@ pub mod map_action {
 
 /// Writes a map of entries keyed by a primitive.
 pub struct MapWriter {
-    count_at: usize,
-    count: u16,
+    count: EntryCount,
 }
 
 impl MapWriter {
@@ -358,9 +375,8 @@ impl MapWriter {
         out.push(0);
         out.push(key_type);
         out.push(container.wrapping_sub(128));
-        let count_at = out.len();
-        put_u16(out, 0);
-        MapWriter { count_at, count: 0 }
+        let count = EntryCount::reserve(out);
+        MapWriter { count }
     }
 
     /// One entry: action, the key's bytes, and (unless deleted) the value `put` writes.
@@ -374,16 +390,14 @@ impl MapWriter {
         out.push(action);
         put_buf15(out, key);
         if action != map_action::DELETE {
-            let slot = LenSlot::u16ob(out);
-            put(out);
-            let _ = slot.finish(out);
+            put_len16(out, put);
         }
-        self.count += 1;
+        self.count.add();
     }
 
     /// Patches the entry count into `out` (once every entry is written).
     pub fn end(self, out: &mut [u8]) {
-        out[self.count_at..self.count_at + 2].copy_from_slice(&self.count.to_be_bytes());
+        self.count.patch(out);
     }
 }
 
@@ -417,11 +431,9 @@ impl FilterListWriter {
         out.push(action);
         out.push(id);
         if action != filter_action::CLEAR {
-            let slot = LenSlot::u16ob(out);
-            put(out);
-            let _ = slot.finish(out);
+            put_len16(out, put);
         }
-        self.count += 1;
+        self.count = self.count.wrapping_add(1);
     }
 
     /// Patches the entry count into `out` (once every entry is written).
@@ -435,8 +447,7 @@ const SERIES_HAS_SUMMARY_DATA: u8 = 0x02;
 
 /// Writes a series of entries of one container type, with summary data first.
 pub struct SeriesWriter {
-    count_at: usize,
-    count: u16,
+    count: EntryCount,
 }
 
 impl SeriesWriter {
@@ -451,22 +462,19 @@ impl SeriesWriter {
         if !summary.is_empty() {
             put_buf15(out, summary);
         }
-        let count_at = out.len();
-        put_u16(out, 0);
-        SeriesWriter { count_at, count: 0 }
+        let count = EntryCount::reserve(out);
+        SeriesWriter { count }
     }
 
     /// One entry, whose body `put` writes.
     pub fn entry(&mut self, out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
-        let slot = LenSlot::u16ob(out);
-        put(out);
-        let _ = slot.finish(out);
-        self.count += 1;
+        put_len16(out, put);
+        self.count.add();
     }
 
     /// Patches the entry count into `out` (once every entry is written).
     pub fn end(self, out: &mut [u8]) {
-        out[self.count_at..self.count_at + 2].copy_from_slice(&self.count.to_be_bytes());
+        self.count.patch(out);
     }
 }
 
@@ -522,28 +530,21 @@ impl<'a> Iterator for MapIter<'a> {
     type Item = Result<(u8, &'a [u8], &'a [u8]), RwfError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
-        let entry = (|| {
-            let b = self.r.u8("a map entry's action")?;
+        let (r, per_entry_perm, container) = (&mut self.r, self.per_entry_perm, self.container);
+        next_counted(&mut self.left, || {
+            let b = r.u8("a map entry's action")?;
             let action = b & 0x0F;
-            if self.per_entry_perm && b & 0x10 != 0 {
-                self.r.buf15("a map entry's permissions")?;
+            if per_entry_perm && b & 0x10 != 0 {
+                r.buf15("a map entry's permissions")?;
             }
-            let key = self.r.buf15("a map entry's key")?;
-            let value = if action == map_action::DELETE || self.container == dt::NO_DATA {
+            let key = r.buf15("a map entry's key")?;
+            let value = if action == map_action::DELETE || container == dt::NO_DATA {
                 &[][..]
             } else {
-                self.r.buf16("a map entry's value")?
+                r.buf16("a map entry's value")?
             };
             Ok((action, key, value))
-        })();
-        if entry.is_err() {
-            self.left = 0;
-        }
-        Some(entry)
+        })
     }
 }
 
@@ -552,7 +553,7 @@ pub struct FilterIter<'a> {
     r: Reader<'a>,
     container: u8,
     per_entry_perm: bool,
-    left: u8,
+    left: u16,
 }
 
 impl<'a> FilterIter<'a> {
@@ -564,7 +565,7 @@ impl<'a> FilterIter<'a> {
         if flags & 0x02 != 0 {
             r.u8("a filter list's count hint")?;
         }
-        let left = r.u8("a filter list's count")?;
+        let left = u16::from(r.u8("a filter list's count")?);
         Ok(FilterIter {
             r,
             container,
@@ -578,47 +579,32 @@ impl<'a> Iterator for FilterIter<'a> {
     type Item = Result<(u8, u8, &'a [u8]), RwfError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
-        let entry = (|| {
-            let b = self.r.u8("a filter entry's action")?;
+        let (r, per_entry_perm) = (&mut self.r, self.per_entry_perm);
+        let mut container = self.container;
+        next_counted(&mut self.left, || {
+            let b = r.u8("a filter entry's action")?;
             let action = b & 0x0F;
-            let id = self.r.u8("a filter id")?;
-            let mut container = self.container;
+            let id = r.u8("a filter id")?;
             if b & 0x20 != 0 {
-                container = self
-                    .r
-                    .u8("a filter entry's container type")?
-                    .wrapping_add(128);
+                container = r.u8("a filter entry's container type")?.wrapping_add(128);
             }
-            if self.per_entry_perm && b & 0x10 != 0 {
-                self.r.buf15("a filter entry's permissions")?;
+            if per_entry_perm && b & 0x10 != 0 {
+                r.buf15("a filter entry's permissions")?;
             }
             let value = if action == filter_action::CLEAR || container == dt::NO_DATA {
                 &[][..]
             } else {
-                self.r.buf16("a filter entry's value")?
+                r.buf16("a filter entry's value")?
             };
             Ok((action, id, value))
-        })();
-        if entry.is_err() {
-            self.left = 0;
-        }
-        Some(entry)
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        s.split_whitespace()
-            .map(|b| u8::from_str_radix(b, 16).unwrap())
-            .collect()
-    }
+    use crate::rwf::hex;
 
     #[test]
     fn field_lists_both_ways() {

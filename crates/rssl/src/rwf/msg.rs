@@ -726,12 +726,7 @@ pub fn put_request(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        s.split_whitespace()
-            .map(|b| u8::from_str_radix(b, 16).unwrap())
-            .collect()
-    }
+    use crate::rwf::hex;
 
     #[test]
     fn the_sdks_request_decodes() {

@@ -1,17 +1,10 @@
 use super::*;
 use crate::rwf::container::FieldIter;
+use crate::rwf::hex;
 use tickwire_proto::{
     Directory, FieldListWriter as NativeFields, MessageIter, Real, Refresh, ServiceEntry, Status,
     Update, Welcome,
 };
-
-fn hex(s: &str) -> Vec<u8> {
-    let digits: String = s.split_whitespace().collect();
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
-        .collect()
-}
 
 /// The node's messages a session sent, decoded.
 fn node_messages(to_node: &[u8]) -> Vec<String> {
