@@ -59,6 +59,24 @@ pub(super) struct Gateways {
     pub http_answer: Vec<u8>,
 }
 
+/// The end of a gateway's read (RSSL, WebSocket): a failed write or the peer's close
+/// ends the connection; else true if the read used its whole share (more may wait).
+fn gateway_read_end(
+    sock: &mut Socket,
+    id: ConnId,
+    dead: &mut Vec<ConnId>,
+    closed: bool,
+    wrote: std::io::Result<()>,
+    read: usize,
+) -> bool {
+    if wrote.is_err() || closed {
+        sock.dead = true;
+        dead.push(id);
+        return false;
+    }
+    read >= READ_SHARE
+}
+
 /// Reads up to a fair share from one connection and hands whole frames to the core.
 /// Returns true if the socket may still hold data (share used up).
 pub(super) fn read_some(
@@ -99,30 +117,23 @@ pub(super) fn read_some(
         let mut bytes = Vec::new();
         let closed =
             crate::ws::read_into(&mut sock.transport, &mut bytes, READ_SHARE).unwrap_or(true);
+        let mut wrote = Ok(());
         if !bytes.is_empty() {
             if !r.close_after_flush {
                 core.on_bytes_received(id, now);
                 core.set_wall_clock(unix_now_ns());
             }
             r.on_bytes(&bytes, core, id, now);
-            if r.write(&mut sock.transport).is_err() {
-                sock.dead = true;
-                dead.push(id);
-                return false;
-            }
+            wrote = r.write(&mut sock.transport);
         }
-        if closed {
-            sock.dead = true;
-            dead.push(id);
-            return false;
-        }
-        return bytes.len() >= READ_SHARE;
+        return gateway_read_end(sock, id, dead, closed, wrote, bytes.len());
     }
     if let Some(w) = sock.ws.as_mut() {
         let mut bytes = Vec::new();
         // A read error ends the connection like a close.
         let closed =
             crate::ws::read_into(&mut sock.transport, &mut bytes, READ_SHARE).unwrap_or(true);
+        let mut wrote = Ok(());
         if !bytes.is_empty() {
             // What a peer sends after its connection started closing does not keep
             // it alive.
@@ -140,18 +151,9 @@ pub(super) fn read_some(
                 w.conn.out =
                     tickwire_gateway::ws::http_response(status, content_type, body.as_bytes());
             }
-            if w.write(&mut sock.transport).is_err() {
-                sock.dead = true;
-                dead.push(id);
-                return false;
-            }
+            wrote = w.write(&mut sock.transport);
         }
-        if closed {
-            sock.dead = true;
-            dead.push(id);
-            return false;
-        }
-        return bytes.len() >= READ_SHARE;
+        return gateway_read_end(sock, id, dead, closed, wrote, bytes.len());
     }
     let mut total = 0;
     loop {
