@@ -4,16 +4,20 @@
 //! rates (ramp, then bisection), climbs a latency ladder, and writes `DIR/results.json`,
 //! `DIR/report.md` and SVG plots. docs/BENCHMARKS.md documents the procedure and schema.
 
-use crate::lab::{self, find_max, hold, recover, round_rate, start_rig, Rig, RigSpec, Step};
+use crate::lab::{self, find_max, hold, recover, round_rate, start_rig, Rig, RigSpec};
 use crate::plot::{BarChart, LineChart};
-use crate::stall::{Stall, StallPlan};
-use crate::sysinfo::{machine, Machine, MonitorOptions, ProcessMonitor, ProcessUsage};
+use crate::stall::StallPlan;
+use crate::sysinfo::{machine, MonitorOptions, ProcessMonitor};
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use tickwire_bench_report::schema::*;
+use tickwire_bench_report::stats::{
+    cpu_ns_per_update, median, node_cpu_us_per_update, node_run_delay_us_per_run, node_usage,
+    node_user_us_per_update,
+};
 
 mod args;
 mod backbone_scenario;
@@ -25,7 +29,6 @@ mod files_scenario;
 mod journal_scenario;
 mod peers_scenario;
 mod report;
-mod results;
 mod rssl_scenario;
 mod summary;
 mod tree_scenario;
@@ -40,7 +43,6 @@ const LATENCY_FLUSH_EVERY: u64 = 8;
 pub use args::*;
 pub use compare::*;
 use report::*;
-pub use results::*;
 
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum BenchCommand {

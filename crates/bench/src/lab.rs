@@ -6,16 +6,15 @@
 //! so a step's offered and delivered counts do not depend on one-second report lines.
 
 use crate::perf_sub::Mark as SubMark;
-use crate::stats::LatencySummary;
-use crate::sysinfo::{ProcessMonitor, ProcessUsage, SystemUsage};
+use crate::sysinfo::ProcessMonitor;
 use anyhow::{anyhow, bail, Context, Result};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
+use tickwire_bench_report::schema::{ProcessUsage, Step};
 
 /// One `tickwire` process of the lab, killed when dropped.
 pub struct Proc {
@@ -280,48 +279,6 @@ pub fn start_node_wrapped(
         proc.ws_addr = ws.strip_prefix("ws ").map(str::to_string);
     }
     Ok((proc, addr))
-}
-
-/// Why a step passed or failed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Step {
-    pub label: String,
-    /// Updates per second the publisher was asked for.
-    pub target_rate: u64,
-    pub seconds: f64,
-    /// Updates the publisher sent in the window.
-    pub offered: u64,
-    /// Updates the subscriber(s) received in the window.
-    pub delivered: u64,
-    /// delivered / (offered x fan-out).
-    pub delivered_ratio: f64,
-    pub offered_per_s: f64,
-    pub delivered_per_s: f64,
-    pub gaps: u64,
-    pub statuses: u64,
-    /// Updates the node merged for a subscriber that fell behind (slow-consumer
-    /// conflation): a step with any fails, as every update must arrive on its own.
-    #[serde(default)]
-    pub conflated: u64,
-    /// Updates sent (times the fan-out) but not yet received, at the step's start and
-    /// end: a backlog that grows means the node (or subscriber) is not keeping up.
-    #[serde(default)]
-    pub backlog_start: i64,
-    #[serde(default)]
-    pub backlog_end: i64,
-    /// Largest lag of a publisher burst behind its schedule in the window.
-    pub publisher_max_lag_ms: f64,
-    pub pass: bool,
-    pub reason: String,
-    pub latency: LatencySummary,
-    /// CPU time (user + system, every thread) of the rig's node processes (the node,
-    /// and across a backbone or a tree the downstream node too) per update the
-    /// publisher sent in the window: the node's own cost, whatever else shares the
-    /// machine. From /proc in clock ticks (10 ms): a short step at a low rate rounds.
-    #[serde(default)]
-    pub node_cpu_ns_per_update: f64,
-    pub processes: Vec<ProcessUsage>,
-    pub system: Option<SystemUsage>,
 }
 
 /// A node with one publisher and one perf-sub process, driven step by step.

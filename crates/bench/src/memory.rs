@@ -18,35 +18,9 @@
 use crate::lab::{start_rig, RigSpec};
 use crate::sysinfo::parse_status;
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
-
-/// The memory scenario's results.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Memory {
-    pub connections: usize,
-    pub items: usize,
-    pub update_rate: u64,
-    /// Seconds updates flowed before the reading.
-    pub settle_s: f64,
-    pub small: MemoryRig,
-    pub full: MemoryRig,
-    pub narrow: MemoryRig,
-    pub per_connection_with_streams_bytes: f64,
-    pub per_stream_bytes: f64,
-    pub per_connection_bytes: f64,
-}
-
-/// One rig's reading.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct MemoryRig {
-    pub connections: usize,
-    pub items: usize,
-    pub streams: usize,
-    pub node_rss_bytes: u64,
-    pub node_peak_rss_bytes: u64,
-}
+use tickwire_bench_report::schema::{Memory, MemoryRig};
 
 fn node_memory(pid: u32) -> Result<(u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))

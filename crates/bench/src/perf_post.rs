@@ -5,10 +5,11 @@
 //! system calls) are read before and after, so the result also says what the node's
 //! journal did per post. Prints one JSON line `{"type":"result",...}`.
 
-use crate::stats::{Latency, LatencySummary};
+use crate::stats::Latency;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
+use tickwire_bench_report::schema::LatencySummary;
 use tickwire_client::{ConnectOptions, EventRef, PostTo, RequestOptions, Subscriber};
 use tickwire_proto::{encode_field_list, FieldList, Real, Value};
 

@@ -8,13 +8,14 @@
 //! intended send time) into HdrHistograms. With `--interval-ms` it also keeps a latency
 //! time series (count, p50, p99 and max per interval) for the stall scenario.
 
-use crate::stats::{pin, realtime_ns, self_usage, Latency, LatencySummary, TIMESTAMP_FLOOR};
+use crate::stats::{pin, realtime_ns, self_usage, Latency, TIMESTAMP_FLOOR};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tickwire_bench_report::schema::LatencySummary;
 use tickwire_client::{ConnectOptions, EventRef, RequestOptions, Subscriber};
 use tickwire_proto::{fid, FieldList, Value};
 

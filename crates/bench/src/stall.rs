@@ -7,15 +7,17 @@
 //! (perf-sub `--interval-ms`) shows whether one stopped consumer or a short node pause
 //! hurts the others, and for how long. docs/BENCHMARKS.md defines every figure.
 
-use crate::lab::{start_node, wait_for_images, Proc, Step};
+use crate::lab::{start_node, wait_for_images, Proc};
 use crate::perf_sub::{Interval, Mark as SubMark, SubSummary};
-use crate::stats::{realtime_ns, LatencySummary};
-use crate::sysinfo::{sample_process, MonitorOptions, ProcessMonitor, ProcessUsage};
+use crate::stats::realtime_ns;
+use crate::sysinfo::{sample_process, MonitorOptions, ProcessMonitor};
 use anyhow::{anyhow, bail, Context, Result};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use tickwire_bench_report::schema::{
+    ProcessUsage, Stall, StallEvent, StallPhase, StallPoint, StallTarget, StoppedSubscriber,
+};
 
 /// An interval is "back to baseline" when its p99 is at most this times the subscriber's
 /// p99 over the baseline phase.
@@ -57,139 +59,6 @@ pub struct StallPlan {
     /// Timestamped updates per second (perf-pub `--latency-rate`): enough that a 50 ms
     /// interval holds hundreds of samples per subscriber.
     pub latency_rate: u64,
-}
-
-/// The `stall` object of results.json (schema in docs/BENCHMARKS.md). Every field has a
-/// default, so results written before a field existed still parse.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Stall {
-    /// Updates per second asked of the publisher.
-    pub rate: u64,
-    /// Where the rate came from (`--stall-rate`, the throughput scenario, or a search).
-    pub rate_source: String,
-    /// The maximum sustainable rate the rate is 50% of (None with `--stall-rate`).
-    pub max_sustainable_updates_per_s: Option<u64>,
-    pub items: usize,
-    pub subscribers: usize,
-    pub healthy_subscribers: usize,
-    pub cache: String,
-    pub interval_ms: u64,
-    /// Measured SIGSTOP to SIGCONT of the subscriber, and of the node.
-    pub subscriber_stopped_ms: f64,
-    pub node_stopped_ms: f64,
-    /// Healthy subscribers' p99 per phase: the highest p99 among them.
-    pub baseline_p99_ns: u64,
-    pub stall_p99_ns: u64,
-    pub after_subscriber_p99_ns: u64,
-    pub node_pause_p99_ns: u64,
-    pub after_node_p99_ns: u64,
-    /// Healthy subscribers' time from the node's SIGCONT back to baseline (the slowest
-    /// of them); None if one did not recover within the `after_node` phase.
-    pub recovery_ms: Option<f64>,
-    /// The stopped subscriber's own time from its SIGCONT back to its baseline.
-    pub subscriber_recovery_ms: Option<f64>,
-    /// The definition of recovery, in words.
-    pub recovery_rule: String,
-    /// Sequence gaps over all healthy subscribers, whole scenario.
-    pub healthy_gaps: u64,
-    /// Updates the publisher sent minus updates each healthy subscriber received or saw
-    /// merged by conflation, summed, from a quiet start to a quiet end (0 when nothing
-    /// was lost).
-    pub healthy_lost: i64,
-    /// Updates merged away by conflation for the healthy subscribers (not lost: the
-    /// merged update carries their latest values, but reported apart).
-    pub healthy_conflated: u64,
-    /// Times a healthy subscriber's connection was re-established.
-    pub healthy_reconnects: u64,
-    /// The node's peak resident set (VmHWM) at the end of the run.
-    pub node_peak_rss_bytes: u64,
-    /// Updates merged away by conflation, all subscribers, whole run.
-    pub conflated_updates: u64,
-    /// The node dropped the stopped subscriber (it reconnected) instead of conflating.
-    pub stopped_subscriber_disconnected: bool,
-    pub stopped_subscriber: StoppedSubscriber,
-    /// The publisher's achieved send rate in the baseline and while a subscriber was
-    /// stopped.
-    pub publisher_baseline_per_s: f64,
-    pub publisher_stall_per_s: f64,
-    pub phases: Vec<StallPhase>,
-    /// SIGSTOP / SIGCONT and phase ends, in ms from the baseline's start.
-    pub events: Vec<StallEvent>,
-    /// Latency per interval, ms from the baseline's start (for the plot).
-    pub series: Vec<StallPoint>,
-    pub targets: Vec<StallTarget>,
-    /// Every target met.
-    pub pass: bool,
-    /// Steps of the max search (standalone `bench stall` without `--stall-rate`).
-    pub search_steps: Vec<Step>,
-}
-
-/// One phase of the timeline.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct StallPhase {
-    /// `baseline`, `subscriber_stall`, `after_subscriber`, `node_pause`, `after_node`.
-    pub name: String,
-    pub seconds: f64,
-    pub publisher_sent: u64,
-    pub publisher_per_s: f64,
-    pub publisher_max_lag_ms: f64,
-    /// Summed over the healthy subscribers.
-    pub healthy_updates: u64,
-    pub healthy_gaps: u64,
-    pub healthy_conflated: u64,
-    /// The highest p99 and max among the healthy subscribers.
-    pub healthy_p99_ns: u64,
-    pub healthy_max_ns: u64,
-    /// The node's largest sampled RSS and its CPU in the phase.
-    pub node_max_rss_bytes: u64,
-    pub node_cpu_percent: f64,
-    /// Each healthy subscriber's latency in the phase (subscribers 1.. in order).
-    pub healthy: Vec<LatencySummary>,
-}
-
-/// What happened to the subscriber that was stopped.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct StoppedSubscriber {
-    pub updates: u64,
-    pub gaps: u64,
-    pub conflated: u64,
-    pub statuses: u64,
-    pub reconnects: u64,
-    pub baseline_p99_ns: u64,
-    pub recovery_ms: Option<f64>,
-    /// It exited on its own (its summary is missing; the figures above are partial).
-    pub exited: bool,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct StallEvent {
-    pub name: String,
-    pub t_ms: f64,
-}
-
-/// One interval of the time series; a p99 of 0 means no sample in the interval.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct StallPoint {
-    pub t_ms: f64,
-    /// The highest p99 among the healthy subscribers, and their samples.
-    pub healthy_p99_ns: u64,
-    pub healthy_count: u64,
-    pub stopped_p99_ns: u64,
-    pub stopped_count: u64,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct StallTarget {
-    pub name: String,
-    pub target: String,
-    pub value: String,
-    pub pass: bool,
 }
 
 /// Process usage of one phase, for results.json's `processes`.
@@ -822,11 +691,5 @@ mod tests {
         // Intervals after `until` do not count.
         let s = series(&[900, 900, 900, 100, 100, 100]);
         assert_eq!(recovery_ms(&s, 50, 100, 1_000 * MS, 1_150 * MS), None);
-    }
-
-    #[test]
-    fn old_results_without_new_fields_parse() {
-        let s: Stall = serde_json::from_str(r#"{"rate": 5, "baseline_p99_ns": 7}"#).unwrap();
-        assert_eq!((s.rate, s.baseline_p99_ns, s.recovery_ms), (5, 7, None));
     }
 }

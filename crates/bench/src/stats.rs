@@ -3,6 +3,7 @@
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use tickwire_bench_report::schema::LatencySummary;
 
 /// Highest latency recorded (60 s); larger values are clamped to it.
 const MAX_NS: u64 = 60_000_000_000;
@@ -73,21 +74,6 @@ impl Latency {
             p9999_ns: h.value_at_quantile(0.9999),
         }
     }
-}
-
-/// What the lab reports for a set of latency samples.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct LatencySummary {
-    pub count: u64,
-    pub mean_ns: f64,
-    pub stddev_ns: f64,
-    pub min_ns: u64,
-    pub max_ns: u64,
-    pub p50_ns: u64,
-    pub p90_ns: u64,
-    pub p99_ns: u64,
-    pub p999_ns: u64,
-    pub p9999_ns: u64,
 }
 
 /// CPU seconds and peak memory of this process so far.

@@ -14,10 +14,10 @@
 //! before halting is not comparable with one from a machine that does not.
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
+use tickwire_bench_report::schema::{IdleSettings, WakeRoundTrip};
 
 /// Round trips measured (after [`WARM_UP`] that are not).
 pub const ROUND_TRIPS: usize = 500;
@@ -28,31 +28,6 @@ pub const IDLE_BETWEEN: Duration = Duration::from_millis(1);
 /// The measurement stops after this long whatever it has (a machine too loaded to
 /// finish is still described).
 const TIME_LIMIT: Duration = Duration::from_secs(5);
-
-/// A round trip between two threads on two CPUs, each after an idle millisecond.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WakeRoundTrip {
-    pub p50_ns: u64,
-    pub p90_ns: u64,
-    pub min_ns: u64,
-    pub count: usize,
-    /// Idle time before each round trip (µs).
-    pub idle_us: u64,
-    /// The two CPUs the threads were pinned to (the same one when only one is allowed).
-    pub cpus: [usize; 2],
-}
-
-/// How this machine's idle CPUs wait, from sysfs (`None` where not exposed).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IdleSettings {
-    /// `/sys/devices/system/cpu/cpuidle/current_driver` (e.g. `haltpoll`, `intel_idle`).
-    pub driver: Option<String>,
-    /// `/sys/devices/system/cpu/cpuidle/current_governor_ro` (e.g. `haltpoll`, `menu`).
-    pub governor: Option<String>,
-    /// `/sys/module/haltpoll/parameters/guest_halt_poll_ns`: how long an idle virtual CPU
-    /// polls before it halts (0: it halts at once). Absent off a KVM guest.
-    pub guest_halt_poll_ns: Option<u64>,
-}
 
 /// Reads the idle settings; never fails.
 pub fn idle_settings() -> IdleSettings {

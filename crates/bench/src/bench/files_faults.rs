@@ -14,32 +14,6 @@ use super::files_scenario::count;
 use super::*;
 use std::io::Read;
 
-/// One row of `results.json` → `files_faults`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct FilesFault {
-    /// `none`, `loss_1pct`, `kill_site`, `kill_sender` or `full_disk`.
-    pub fault: String,
-    pub sites: usize,
-    pub bytes: u64,
-    /// The source's `[files] rate_mb_per_s` (every row alike, so that a transfer lasts
-    /// long enough to be killed in the middle).
-    pub rate_mb_per_s: u64,
-    /// From the send until the file was whole at every site that could take it (or
-    /// the row's time limit).
-    pub seconds: f64,
-    /// The `none` row's seconds.
-    pub seconds_without: f64,
-    /// Sites whose file is whole, byte for byte the source's.
-    pub sites_whole: usize,
-    /// Sites that should have it whole (all but the full one).
-    pub sites_expected: usize,
-    /// What the nodes said.
-    pub detail: String,
-    /// Why the row did not run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unavailable: Option<String>,
-}
-
 const SITES: usize = 2;
 
 /// The faults, in the order they run.

@@ -11,29 +11,6 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// `results.json` → `files_market_data`: one per files share.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct FilesMarketData {
-    /// The files' share of the network (`[files] rate_mb_per_s`).
-    pub files_share_mb_per_s: u64,
-    /// Whether the files were queued before the latency was held (only their
-    /// transfer ran meanwhile), or uploaded to the source node as they went.
-    pub queued_first: bool,
-    /// Updates per second of the market data.
-    pub rate: u64,
-    pub p50_us_without: f64,
-    pub p99_us_without: f64,
-    pub p50_us_during: f64,
-    pub p99_us_during: f64,
-    /// p99 during / p99 without.
-    pub p99_ratio: f64,
-    /// Market data delivered / offered during the transfer.
-    pub delivered_ratio_during: f64,
-    /// File bytes delivered to the edge's inbox per second while the latency was held.
-    pub files_mb_per_s: f64,
-    pub seconds: f64,
-}
-
 const RATE: u64 = 10_000;
 
 /// The node's default share of the network for files (`[files] rate_mb_per_s`).

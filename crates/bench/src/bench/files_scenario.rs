@@ -27,30 +27,6 @@ use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 
-/// One row of `results.json` → `files`, and of `peers` → `uftp` / `rsync`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct FilesRow {
-    pub class: String,
-    pub files: usize,
-    pub bytes: u64,
-    pub sites: usize,
-    pub fsync: String,
-    pub files_per_min: f64,
-    pub mb_per_s: f64,
-    /// CPU seconds (user + system) of every process of the run, per GB delivered
-    /// (bytes x sites).
-    pub cpu_s_per_gb: f64,
-    /// System calls per file delivered (files x sites), counted system-wide.
-    pub syscalls_per_file: Option<f64>,
-    pub seconds: f64,
-    /// CPU seconds of each process.
-    #[serde(default)]
-    pub cpu_s: BTreeMap<String, f64>,
-    /// Why the row did not run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unavailable: Option<String>,
-}
-
 struct Class {
     name: &'static str,
     files: usize,

@@ -11,50 +11,6 @@
 use super::*;
 use crate::perf_post::PostResult;
 
-/// One line of `results.json` → `journal` (docs/BENCHMARKS.md).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct JournalStep {
-    /// "always", "batch", "never", or "off" (posts without a journal).
-    pub sync: String,
-    pub posts_per_s: f64,
-    pub ack_p50_ns: u64,
-    pub ack_p99_ns: u64,
-    pub ack_max_ns: u64,
-    /// The journal's write and fdatasync calls per post answered.
-    pub syscalls_per_post: f64,
-    /// Journal bytes written per second (records x their size, from the journal's
-    /// directory).
-    pub journal_mb_per_s: f64,
-    pub posts: u64,
-    pub nakked: u64,
-    pub first_nak: Option<String>,
-    /// Posts in flight the poster kept.
-    pub window: usize,
-    pub seconds: f64,
-    /// Node CPU per post answered, µs (user + system, all its threads).
-    pub node_cpu_us_per_post: Option<f64>,
-}
-
-/// `results.json` → `journal_updates`: what journaling every update of a service costs
-/// the node's sustained rate (cache on, no fan-out, `batch`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct JournalUpdateCost {
-    pub items: usize,
-    pub without_journal_updates_per_s: u64,
-    pub with_journal_updates_per_s: u64,
-    /// 100 x (1 - with / without).
-    pub cost_percent: f64,
-    pub without_limited_by: Option<String>,
-    pub with_limited_by: Option<String>,
-    /// The node's CPU time (every thread: the journal's too) per update at the highest
-    /// rate each search sustained: what journaling costs the node whatever else shares
-    /// the machine.
-    #[serde(default)]
-    pub without_node_cpu_ns_per_update: f64,
-    #[serde(default)]
-    pub with_node_cpu_ns_per_update: f64,
-}
-
 /// The node's CPU per update in the passing step at `rate` (0 if none).
 fn node_cpu_at(steps: &[Step], rate: u64) -> f64 {
     steps

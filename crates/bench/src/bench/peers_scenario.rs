@@ -10,47 +10,6 @@
 
 use super::*;
 
-/// `results.json` → `peers` (docs/BENCHMARKS.md).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct PeersResult {
-    #[serde(default, skip_serializing_if = "PeerResult::is_unset")]
-    pub tickwire: PeerResult,
-    #[serde(default, skip_serializing_if = "PeerResult::is_unset")]
-    pub nats: PeerResult,
-    /// `bench files`: the same classes of files with uftp and rsync.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub uftp: Vec<super::files_scenario::FilesRow>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rsync: Vec<super::files_scenario::FilesRow>,
-}
-
-impl PeerResult {
-    /// Not measured in this run (a `bench files` run has no NATS side).
-    pub fn is_unset(&self) -> bool {
-        !self.available && self.unavailable.is_none() && self.steps.is_empty()
-    }
-}
-
-/// One system's figures.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct PeerResult {
-    /// Whether it ran; when not, `unavailable` says why.
-    pub available: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unavailable: Option<String>,
-    /// The server's own version line.
-    pub version: String,
-    pub items: usize,
-    /// Highest rate with every update delivered, in order, on schedule.
-    pub max_sustainable_updates_per_s: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limited_by: Option<String>,
-    /// The search's steps.
-    pub steps: Vec<Step>,
-    /// The latency ladder (entries as the single-node ladder's).
-    pub latency: Vec<LatencyStep>,
-}
-
 /// Where the NATS server is: `$TICKWIRE_NATS_SERVER`, else `nats-server` on the PATH or
 /// in /usr/sbin and /usr/bin (Debian puts it in /usr/sbin, off a user's PATH).
 fn find_nats_server() -> Result<PathBuf, String> {

@@ -52,14 +52,6 @@ pub(super) fn cpu_at_max(t: &Throughput, prefix: &str) -> String {
         .map_or("-".to_string(), |p| format!("{:.0}%", p.cpu_percent))
 }
 
-/// A process's CPU time per update the publisher sent in `step`, in ns (0: none sent).
-pub(super) fn cpu_ns_per_update(step: &Step, p: &ProcessUsage) -> f64 {
-    if step.offered == 0 {
-        return 0.0;
-    }
-    (p.cpu_user_s + p.cpu_sys_s) * 1e9 / step.offered as f64
-}
-
 /// The CPU of the first process of `step` whose name starts with `prefix`: its share
 /// of one CPU and per update sent ("12.5% / 850 ns"); "-" if there is none.
 pub(super) fn process_cpu(step: &Step, prefix: &str) -> String {
@@ -116,33 +108,6 @@ pub(super) fn ns(v: f64) -> String {
     } else {
         "-".to_string()
     }
-}
-
-/// The node processes' wait for a CPU per run in a step (their total wait over their
-/// total runs), where the kernel exposes it.
-pub(super) fn node_run_delay_us_per_run(step: &Step) -> Option<f64> {
-    run_delay_us_per_run(
-        step.processes
-            .iter()
-            .filter(|u| u.name.starts_with("node"))
-            .map(|u| (u.run_delay_s, u.run_delay_us_per_run)),
-    )
-}
-
-/// Total wait over total runs, from each process's (wait in s, wait per run in µs);
-/// `None` if any process lacks the figures or nothing ran.
-pub(super) fn run_delay_us_per_run(
-    processes: impl Iterator<Item = (Option<f64>, Option<f64>)>,
-) -> Option<f64> {
-    let (mut delay_us, mut runs) = (0.0, 0.0);
-    for (total_s, per_run_us) in processes {
-        let (total_us, per_run_us) = (total_s? * 1e6, per_run_us?);
-        if per_run_us > 0.0 {
-            delay_us += total_us;
-            runs += total_us / per_run_us;
-        }
-    }
-    (runs > 0.0).then(|| delay_us / runs)
 }
 
 pub(super) fn us(ns: f64) -> String {
@@ -711,7 +676,7 @@ pub(super) fn plots(dir: &Path, r: &Results) -> Result<()> {
 /// The healthy (and the stopped) subscribers' p99 per interval, with brackets over the
 /// windows in which the subscriber and the node were stopped.
 pub(super) fn stall_plot(st: &Stall) -> LineChart {
-    let pts = |f: &dyn Fn(&crate::stall::StallPoint) -> Option<u64>| -> Vec<(f64, f64)> {
+    let pts = |f: &dyn Fn(&StallPoint) -> Option<u64>| -> Vec<(f64, f64)> {
         st.series
             .iter()
             .filter_map(|p| f(p).map(|v| (p.t_ms / 1e3, v as f64 / 1e3)))
@@ -835,22 +800,4 @@ pub(super) fn two_node_figures(
         )?;
     }
     latency_beside_single(md, names.through, names.short, single_node_latency, latency)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::run_delay_us_per_run;
-
-    #[test]
-    fn the_nodes_wait_per_run_is_weighted_by_their_runs() {
-        // 1 ms over 100 runs (10 µs each) and 3 ms over 100 runs (30 µs each): 20 µs.
-        let two = [(Some(0.001), Some(10.0)), (Some(0.003), Some(30.0))];
-        assert_eq!(run_delay_us_per_run(two.into_iter()), Some(20.0));
-        // A process without schedstat: no figure rather than a partial one.
-        let partial = [(Some(0.001), Some(10.0)), (None, None)];
-        assert_eq!(run_delay_us_per_run(partial.into_iter()), None);
-        // Nothing ran, or no process: no figure.
-        assert_eq!(run_delay_us_per_run([(Some(0.0), None)].into_iter()), None);
-        assert_eq!(run_delay_us_per_run(std::iter::empty()), None);
-    }
 }

@@ -155,7 +155,7 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
             m.through_node_niprovperf as f64,
         );
     }
-    let files = |put: &mut dyn FnMut(String, f64), who: &str, rows: &[files_scenario::FilesRow]| {
+    let files = |put: &mut dyn FnMut(String, f64), who: &str, rows: &[FilesRow]| {
         for f in rows.iter().filter(|f| f.unavailable.is_none()) {
             put(
                 format!(

@@ -5,22 +5,6 @@
 
 use super::*;
 
-/// `results.json` → `wait` (docs/BENCHMARKS.md).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct WaitResult {
-    /// How the nodes were connected.
-    pub transport: String,
-    /// One ladder per idle strategy, in the order run.
-    pub strategies: Vec<StrategyLadder>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct StrategyLadder {
-    /// `[backbone] idle` of both nodes.
-    pub strategy: String,
-    pub latency: Vec<LatencyStep>,
-}
-
 /// The rungs when `--rates` is not given.
 const DEFAULT_RUNGS: [u64; 3] = [1_000, 10_000, 100_000];
 /// The watchlist at most: the price of waiting does not depend on it, the set-up of

@@ -2,38 +2,6 @@
 
 use super::*;
 
-/// A description of the host, for reports.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Machine {
-    /// Host name (uname nodename).
-    pub hostname: String,
-    /// Kernel release (`uname -r`).
-    pub kernel: String,
-    /// CPU architecture (e.g. `x86_64`).
-    pub arch: String,
-    /// CPU model from /proc/cpuinfo ("unknown" if absent).
-    pub cpu_model: String,
-    /// CPUs this process may use (`available_parallelism`).
-    pub cpus: usize,
-    /// Total memory in bytes (/proc/meminfo MemTotal; 0 if unknown).
-    pub memory_bytes: u64,
-    /// Distribution name (PRETTY_NAME from /etc/os-release), if present.
-    pub os: Option<String>,
-    /// The kernel's cap on a socket's receive and send buffers (`net.core.rmem_max`,
-    /// `wmem_max`), if readable: it bounds the backbone's receiver window, so figures
-    /// across the backbone depend on it.
-    pub socket_receive_buffer_max_bytes: Option<u64>,
-    pub socket_send_buffer_max_bytes: Option<u64>,
-    /// How idle CPUs wait (cpuidle driver and governor, guest halt polling): it decides
-    /// what waking one costs, the floor of every latency figure.
-    #[serde(default)]
-    pub cpu_idle: crate::wakeup::IdleSettings,
-    /// What waking a thread on an idle CPU and back costs here, measured by the lab at
-    /// the start of a run (`None` when not measured).
-    #[serde(default)]
-    pub wake_round_trip: Option<crate::wakeup::WakeRoundTrip>,
-}
-
 /// The CPU model from /proc/cpuinfo: the first `model name` (x86), else `Model` or
 /// `Hardware` (ARM boards).
 pub fn parse_cpuinfo_model(text: &str) -> Option<String> {

@@ -23,6 +23,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+// The usage and machine types are the results schema's; sysinfo fills them.
+use tickwire_bench_report::schema::{CpuUtil, Machine, ProcessUsage, SystemUsage, ThreadUsage};
 
 mod machine;
 mod monitor;

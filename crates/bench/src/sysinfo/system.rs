@@ -126,29 +126,6 @@ pub fn read_cpu_times() -> io::Result<Vec<CpuTimes>> {
     Ok(read_system_stat()?.cpus)
 }
 
-/// Utilisation of one CPU (or all, `cpu: None`) over a window, in percent of that CPU's
-/// time. `busy_percent` = user + nice + system + irq + softirq; steal is reported
-/// separately and not counted as busy.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct CpuUtil {
-    /// CPU number; `None` for the aggregate.
-    pub cpu: Option<u32>,
-    /// Percentage of time doing work (user, nice, system, irq, softirq).
-    pub busy_percent: f64,
-    /// User + nice.
-    pub user_percent: f64,
-    /// Kernel mode (excluding interrupts).
-    pub system_percent: f64,
-    /// Hardware interrupts.
-    pub irq_percent: f64,
-    /// Softirqs (e.g. network receive).
-    pub softirq_percent: f64,
-    /// Waiting for I/O while idle.
-    pub iowait_percent: f64,
-    /// Stolen by the hypervisor.
-    pub steal_percent: f64,
-}
-
 /// Utilisation of one CPU between two cumulative readings (b later).
 pub fn cpu_util_between(a: &CpuTimes, b: &CpuTimes) -> CpuUtil {
     let fa = a.fields();
@@ -189,21 +166,6 @@ pub fn cpu_utilisation(a: &[CpuTimes], b: &[CpuTimes]) -> Vec<CpuUtil> {
             Some(cpu_util_between(ta, tb))
         })
         .collect()
-}
-
-/// System-wide usage over a window: the difference of two [`SystemStat`]s.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SystemUsage {
-    /// Length of the window in seconds.
-    pub wall_s: f64,
-    /// All CPUs together.
-    pub total: CpuUtil,
-    /// Each CPU.
-    pub cpus: Vec<CpuUtil>,
-    /// Context switches on all CPUs in the window.
-    pub context_switches: u64,
-    /// Context switches per second.
-    pub context_switches_per_s: f64,
 }
 
 /// System-wide usage between two /proc/stat snapshots (b later).
