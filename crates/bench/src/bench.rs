@@ -5,32 +5,25 @@
 //! `DIR/report.md` and SVG plots. docs/BENCHMARKS.md documents the procedure and schema.
 
 use crate::lab::{self, find_max, hold, recover, round_rate, start_rig, Rig, RigSpec};
-use crate::plot::{BarChart, LineChart};
 use crate::stall::StallPlan;
 use crate::sysinfo::{machine, MonitorOptions, ProcessMonitor};
 use anyhow::{bail, Context, Result};
-use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use tickwire_bench_report::report::write_outputs;
 use tickwire_bench_report::schema::*;
-use tickwire_bench_report::stats::{
-    cpu_ns_per_update, median, node_cpu_us_per_update, node_run_delay_us_per_run, node_usage,
-    node_user_us_per_update,
-};
+use tickwire_bench_report::stats::{median, node_cpu_us_per_update, node_user_us_per_update};
 
 mod args;
 mod backbone_scenario;
-mod compare;
 mod files_faults;
 mod files_market_data;
 mod files_rig;
 mod files_scenario;
 mod journal_scenario;
 mod peers_scenario;
-mod report;
 mod rssl_scenario;
-mod summary;
 mod tree_scenario;
 mod wait_scenario;
 
@@ -41,8 +34,6 @@ mod wait_scenario;
 const LATENCY_FLUSH_EVERY: u64 = 8;
 
 pub use args::*;
-pub use compare::*;
-use report::*;
 
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum BenchCommand {
@@ -729,9 +720,11 @@ fn stop_rigs(rigs: Vec<Rig>) -> Result<()> {
 /// Runs a bench subcommand.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     let (name, mut args): (&str, BenchArgs) = match cmd {
-        BenchCommand::Compare { dirs, out } => return compare(&dirs, out.as_deref()),
+        BenchCommand::Compare { dirs, out } => {
+            return tickwire_bench_report::compare::compare(&dirs, out.as_deref())
+        }
         BenchCommand::Summary { dirs } => {
-            print!("{}", summary::summary(&dirs)?);
+            print!("{}", tickwire_bench_report::summary::summary(&dirs)?);
             return Ok(());
         }
         BenchCommand::Throughput(a) => ("throughput", a.into()),

@@ -283,27 +283,3 @@ fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
         }
     }
 }
-
-pub(super) fn report(md: &mut String, rows: &[FilesFault]) -> Result<()> {
-    let Some(first) = rows.first() else {
-        return Ok(());
-    };
-    writeln!(md, "Faults: the large file ({:.0} MB) from a source to {} sites at {} MB/s, without a fault and under each: 1% of the sites' datagrams lost, a site or the source killed with SIGKILL mid-file and started again, one site's disk full (a tmpfs of half the file). Whole: byte for byte the source's.\n", first.bytes as f64 / 1e6, first.sites, first.rate_mb_per_s)?;
-    writeln!(
-        md,
-        "| fault | seconds | seconds without | whole at | what the nodes said |"
-    )?;
-    writeln!(md, "|---|---|---|---|---|")?;
-    for f in rows {
-        match &f.unavailable {
-            Some(why) => writeln!(md, "| {} | | | | not run: {why} |", f.fault)?,
-            None => writeln!(
-                md,
-                "| {} | {:.1} | {:.1} | {}/{} | {} |",
-                f.fault, f.seconds, f.seconds_without, f.sites_whole, f.sites_expected, f.detail
-            )?,
-        }
-    }
-    writeln!(md)?;
-    Ok(())
-}

@@ -178,34 +178,3 @@ fn send_copy(bin: &Path, addr: &str, large: &Path, round: usize) -> Result<()> {
     }
     Ok(())
 }
-
-/// The market-data lines of report.md's files section.
-pub(super) fn report(md: &mut String, rows: &[FilesMarketData]) -> Result<()> {
-    let Some(first) = rows.first() else {
-        return Ok(());
-    };
-    writeln!(md, "Market data beside files: {} updates/s from a source node to an edge node on the backbone, held {:.0} s without files and {:.0} s while the large file goes to the edge again and again at the files' full share: uploaded meanwhile (`files send` uploads each copy to the source as the one before arrives) or queued first (the copies queued before, only their transfer runs). Goal: p99 during within 2x of p99 without.\n", first.rate, first.seconds, first.seconds)?;
-    writeln!(md, "| files share MB/s | files | p50 µs without | p99 µs without | p50 µs during | p99 µs during | p99 during / without | delivered during | files MB/s during |")?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
-    for m in rows {
-        writeln!(
-            md,
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.4} | {:.0} |",
-            m.files_share_mb_per_s,
-            if m.queued_first {
-                "queued first"
-            } else {
-                "uploaded meanwhile"
-            },
-            m.p50_us_without,
-            m.p99_us_without,
-            m.p50_us_during,
-            m.p99_us_during,
-            m.p99_ratio,
-            m.delivered_ratio_during,
-            m.files_mb_per_s
-        )?;
-    }
-    writeln!(md)?;
-    Ok(())
-}

@@ -3,8 +3,13 @@
 //! (lowest to highest) and the number of runs that have it, under the commit, machine
 //! and command the runs came from.
 
-use super::*;
+use crate::compare::read_results;
+use crate::schema::{Fanout, FilesRow, LatencyStep, Results, Throughput};
+use crate::stats::median;
+use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
 
 /// The headline figures of one run: (name, value). Names are stable across runs of one
 /// scenario, so runs are matched by name.
@@ -199,7 +204,7 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
 }
 
 /// The markdown table of `dirs` (runs of one scenario).
-pub(super) fn summary(dirs: &[PathBuf]) -> Result<String> {
+pub fn summary(dirs: &[PathBuf]) -> Result<String> {
     let runs: Vec<Results> = dirs
         .iter()
         .map(|d| read_results(d))

@@ -1,9 +1,13 @@
 //! `tickwire-bench compare DIR...`: the headline figures of several runs side by side.
 
-use super::*;
+use crate::plot::BarChart;
+use crate::schema::Results;
+use anyhow::{bail, Context, Result};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
-/// Headline figures compared across runs.
-pub(super) fn headline(r: &Results) -> Vec<(String, Option<f64>, bool)> {
+/// Headline figures compared across runs: (metric, value, higher is better).
+pub fn headline(r: &Results) -> Vec<(String, Option<f64>, bool)> {
     // (metric, value, higher is better)
     let mut v = Vec::new();
     for cache in ["off", "on"] {
@@ -66,7 +70,7 @@ pub(super) fn headline(r: &Results) -> Vec<(String, Option<f64>, bool)> {
 }
 
 /// A run's `DIR/results.json`.
-pub(super) fn read_results(dir: &Path) -> Result<Results> {
+pub fn read_results(dir: &Path) -> Result<Results> {
     let path = dir.join("results.json");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
@@ -74,6 +78,9 @@ pub(super) fn read_results(dir: &Path) -> Result<Results> {
         .with_context(|| format!("{} is not a tickwire results file", path.display()))
 }
 
+/// Writes `compare.md` and `compare.svg` (into `out`, else the first directory) with
+/// each run's headline figures as an index of the first run's (base 100), and prints
+/// the table.
 pub fn compare(dirs: &[PathBuf], out: Option<&Path>) -> Result<()> {
     if dirs.len() < 2 {
         bail!("compare needs at least two result directories");

@@ -1,0 +1,113 @@
+//! The files scenario's section of report.md: the transfer rows beside the peers',
+//! market data beside files, and the faults.
+
+use crate::schema::{FilesFault, FilesMarketData, FilesRow};
+use anyhow::Result;
+use std::fmt::Write as _;
+
+/// The transfer rows, each of Tickwire's followed by rsync's and uftp's of the same
+/// class, sites and fsync.
+pub(crate) fn report(
+    md: &mut String,
+    tw: &[FilesRow],
+    uftp: &[FilesRow],
+    rsync: &[FilesRow],
+) -> Result<()> {
+    writeln!(md, "## Files\n")?;
+    writeln!(md, "Files from one site to N sites, all on this machine (loopback). Tickwire: a source node and N edge nodes on the backbone (Aeron multicast), `tickwire files send` to the source; a row ends when the last file is whole in the last inbox. rsync: one daemon per site, one client per site at once. uftp: one receiver in a network namespace (each site in its own with more). The class 63KB-both-ways sends its files down to every site and, at the same time, up from the first site to the source (files counts both). CPU: every process of the run, per GB delivered (bytes x sites); system calls: the whole machine's while the row ran, per file delivered.\n")?;
+    writeln!(md, "| class | files | sites | fsync | system | files/min | MB/s | CPU s/GB | syscalls/file | s |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
+    let mut all: Vec<(&str, &FilesRow)> = Vec::new();
+    for r in tw {
+        all.push(("tickwire", r));
+        for (name, peer) in [("rsync", rsync), ("uftp", uftp)] {
+            if let Some(p) = peer
+                .iter()
+                .find(|p| p.class == r.class && p.sites == r.sites && p.fsync == r.fsync)
+            {
+                all.push((name, p));
+            }
+        }
+    }
+    for (system, r) in all {
+        match &r.unavailable {
+            Some(why) => writeln!(
+                md,
+                "| {} | {} | {} | {} | {system} | - ({why}) | | | | |",
+                r.class, r.files, r.sites, r.fsync
+            )?,
+            None => writeln!(
+                md,
+                "| {} | {} | {} | {} | {system} | {:.0} | {:.1} | {:.2} | {} | {:.2} |",
+                r.class,
+                r.files,
+                r.sites,
+                r.fsync,
+                r.files_per_min,
+                r.mb_per_s,
+                r.cpu_s_per_gb,
+                r.syscalls_per_file
+                    .map_or("-".into(), |s| format!("{s:.1}")),
+                r.seconds
+            )?,
+        }
+    }
+    writeln!(md, "\nReference (managed file transfer, the field targets' section 3): 371 files/minute at best.\n")?;
+    Ok(())
+}
+
+/// The market-data lines of report.md's files section.
+pub(crate) fn market_data_report(md: &mut String, rows: &[FilesMarketData]) -> Result<()> {
+    let Some(first) = rows.first() else {
+        return Ok(());
+    };
+    writeln!(md, "Market data beside files: {} updates/s from a source node to an edge node on the backbone, held {:.0} s without files and {:.0} s while the large file goes to the edge again and again at the files' full share: uploaded meanwhile (`files send` uploads each copy to the source as the one before arrives) or queued first (the copies queued before, only their transfer runs). Goal: p99 during within 2x of p99 without.\n", first.rate, first.seconds, first.seconds)?;
+    writeln!(md, "| files share MB/s | files | p50 µs without | p99 µs without | p50 µs during | p99 µs during | p99 during / without | delivered during | files MB/s during |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
+    for m in rows {
+        writeln!(
+            md,
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.4} | {:.0} |",
+            m.files_share_mb_per_s,
+            if m.queued_first {
+                "queued first"
+            } else {
+                "uploaded meanwhile"
+            },
+            m.p50_us_without,
+            m.p99_us_without,
+            m.p50_us_during,
+            m.p99_us_during,
+            m.p99_ratio,
+            m.delivered_ratio_during,
+            m.files_mb_per_s
+        )?;
+    }
+    writeln!(md)?;
+    Ok(())
+}
+
+/// The faults' lines of report.md's files section.
+pub(crate) fn faults_report(md: &mut String, rows: &[FilesFault]) -> Result<()> {
+    let Some(first) = rows.first() else {
+        return Ok(());
+    };
+    writeln!(md, "Faults: the large file ({:.0} MB) from a source to {} sites at {} MB/s, without a fault and under each: 1% of the sites' datagrams lost, a site or the source killed with SIGKILL mid-file and started again, one site's disk full (a tmpfs of half the file). Whole: byte for byte the source's.\n", first.bytes as f64 / 1e6, first.sites, first.rate_mb_per_s)?;
+    writeln!(
+        md,
+        "| fault | seconds | seconds without | whole at | what the nodes said |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|")?;
+    for f in rows {
+        match &f.unavailable {
+            Some(why) => writeln!(md, "| {} | | | | not run: {why} |", f.fault)?,
+            None => writeln!(
+                md,
+                "| {} | {:.1} | {:.1} | {}/{} | {} |",
+                f.fault, f.seconds, f.seconds_without, f.sites_whole, f.sites_expected, f.detail
+            )?,
+        }
+    }
+    writeln!(md)?;
+    Ok(())
+}
