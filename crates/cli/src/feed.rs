@@ -1,7 +1,7 @@
 //! A synthetic random-walk Level 1 quote feed, for `tickwire publish` and the demo.
 
 use std::time::{SystemTime, UNIX_EPOCH};
-use tickwire_proto::reference::{write_level1, FeedRng, Level1};
+use tickwire_proto::reference::{write_level1, write_level1_image, FeedRng, Level1};
 use tickwire_proto::{fid, FieldList, FieldListWriter, Real, Time, Value};
 
 pub(crate) fn now_ns() -> u64 {
@@ -136,19 +136,7 @@ impl Instrument {
 
     /// A full image: the update fields plus static ones.
     pub(crate) fn write_image(&self, out: &mut Vec<u8>) {
-        let mut w = FieldListWriter::new(out);
-        w.push(fid::DSPLY_NAME, Value::Ascii(&self.name));
-        w.push(fid::OPEN_PRC, Value::Real(Real::new(self.open, -4)));
-        w.push(fid::HST_CLOSE, Value::Real(Real::new(self.open, -4)));
-        w.push(fid::CURRENCY, Value::Enum(840));
-        w.finish();
-        let mut rest = Vec::with_capacity(96);
-        write_level1(&mut rest, &self.q);
-        // Append the Level 1 fields to the image: patch the count, copy the fields.
-        let extra = u16::from_be_bytes([rest[0], rest[1]]);
-        let count = u16::from_be_bytes([out[0], out[1]]) + extra;
-        out[0..2].copy_from_slice(&count.to_be_bytes());
-        out.extend_from_slice(&rest[2..]);
+        write_level1_image(out, &self.name, self.open, &self.q);
     }
 }
 

@@ -23,27 +23,15 @@ use tickwire_client::publishing::{PublisherSession, ServiceOptions};
 use tickwire_client::{EventRef, LoginOptions, ReconnectPolicy, RequestOptions, SubscriberSession};
 use tickwire_core::{ConnId, CoreConfig, Node};
 use tickwire_proto::frame::FrameReader;
-use tickwire_proto::reference::{typical, write_level1, Level1};
+use tickwire_proto::reference::{typical, write_level1, FeedRng, Level1};
 use tickwire_proto::{FieldList, Role, UpdateType, Value};
 
 const ITEMS: usize = 100_000;
 const BATCH: usize = 1_000;
 const WATCHED: usize = 1_000;
 
-/// xorshift64*: a fixed-seed generator, so every run measures the same updates.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
-
 /// A quote moved at random, as the demo feed does.
-fn step(q: &mut Level1, rng: &mut Rng) {
+fn step(q: &mut Level1, rng: &mut FeedRng) {
     let mid = (q.bid + q.ask) / 2 + (rng.below(3) as i64 - 1) * 100;
     let spread = 100 * (1 + rng.below(3) as i64);
     q.bid = mid - spread / 2;
@@ -142,7 +130,7 @@ impl Workload {
     /// Field lists are few (they stay in the CPU's cache, as the one a feed handler has
     /// just built does); targets are many, so the items and their images are reached at
     /// random, as a feed of that many instruments reaches them.
-    fn new(ids: &[usize], rng: &mut Rng) -> Self {
+    fn new(ids: &[usize], rng: &mut FeedRng) -> Self {
         let mut quote = typical();
         let lists = (0..1024)
             .map(|_| {
@@ -166,7 +154,7 @@ fn bench_publisher(c: &mut Criterion) {
     let ids: Vec<usize> = (0..ITEMS)
         .map(|i| s.item(&format!("SYM{i}")).unwrap())
         .collect();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = FeedRng::new(0x9e37_79b9_7f4a_7c15);
     let work = Workload::new(&ids, &mut rng);
     let mut k = 0usize;
     let mut g = c.benchmark_group("publisher");
@@ -242,7 +230,7 @@ fn bench_subscriber(c: &mut Criterion) {
     .unwrap();
     assert_eq!(refreshes, WATCHED, "every item's refresh");
     // One batch of updates as the node sends them to this subscriber.
-    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut rng = FeedRng::new(0x1234_5678_9abc_def1);
     let mut quote = typical();
     let mut fields = Vec::new();
     let mut pub_to_core = FrameReader::new(1 << 24);

@@ -12,61 +12,16 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use tickwire_core::{CoreConfig, Node};
-use tickwire_proto::reference::{typical, write_level1, Level1};
+use tickwire_proto::reference::{typical, write_level1, write_level1_image, FeedRng, Level1};
 use tickwire_proto::{
-    fid, Directory, FieldImage, FieldList, FieldListWriter, Login, Message, Real, Refresh, Request,
-    Role, ServiceEntry, ServiceState, State, Update, UpdateType, Value,
+    Directory, FieldImage, FieldList, Login, Message, Refresh, Request, Role, ServiceEntry,
+    ServiceState, State, Update, UpdateType,
 };
 
 const ITEMS: u32 = 100_000;
 const UPDATES_PER_FRAME: usize = 1_000;
 const FRAMES: usize = 128;
 const WATCHED: u32 = 1_000;
-
-/// xorshift64*: a fixed-seed generator, so every run measures the same updates.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
-
-/// The 14-field image `tickwire publish` sends: four static fields, then the Level 1 ones.
-fn write_image(out: &mut Vec<u8>, name: &str, q: &Level1) {
-    let mut w = FieldListWriter::new(out);
-    w.push(fid::DSPLY_NAME, Value::Ascii(name));
-    w.push(fid::OPEN_PRC, Value::Real(Real::new(q.last, -4)));
-    w.push(fid::HST_CLOSE, Value::Real(Real::new(q.last, -4)));
-    w.push(fid::CURRENCY, Value::Enum(840));
-    w.finish();
-    let mut rest = Vec::new();
-    write_level1(&mut rest, q);
-    let count = u16::from_be_bytes([out[0], out[1]]) + u16::from_be_bytes([rest[0], rest[1]]);
-    out[0..2].copy_from_slice(&count.to_be_bytes());
-    out.extend_from_slice(&rest[2..]);
-}
-
-/// A quote moved at random, as the demo feed does: some encoded lengths change.
-fn step(q: &mut Level1, rng: &mut Rng) {
-    let mid = (q.bid + q.ask) / 2 + (rng.below(3) as i64 - 1) * 100;
-    let spread = 100 * (1 + rng.below(3) as i64);
-    q.bid = mid - spread / 2;
-    q.ask = q.bid + spread;
-    if rng.below(4) == 0 {
-        q.last = q.bid;
-        q.trade_volume = 100 * (1 + rng.below(20));
-        q.total_volume += q.trade_volume;
-    }
-    q.net_change = q.last - 1_000_000;
-    q.bid_size = 100 * (1 + rng.below(50));
-    q.ask_size = 100 * (1 + rng.below(50));
-    q.time_of_day.nanos_since_midnight += 1_000 + rng.below(1_000_000);
-    q.send_time_ns += 1_000 + rng.below(1_000_000);
-}
 
 fn encode(msgs: &[Message<'_>]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -131,12 +86,12 @@ fn setup(cache: bool, subscriber: bool, watched: u32) -> Setup {
         }],
     })]);
     node.on_frame(p, &announce, now);
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = FeedRng::new(0x9e37_79b9_7f4a_7c15);
     let mut quotes = vec![typical(); ITEMS as usize];
     let refresh = |node: &mut Node, sid: u32, q: &Level1, solicited: bool| {
         let name = format!("SYM{}", sid - 1);
         let mut img = Vec::new();
-        write_image(&mut img, &name, q);
+        write_level1_image(&mut img, &name, q.last, q);
         let f = encode(&[Message::Refresh(Refresh {
             stream_id: sid,
             seq: 0,
@@ -187,7 +142,7 @@ fn setup(cache: bool, subscriber: bool, watched: u32) -> Setup {
         let mut frame = Vec::with_capacity(UPDATES_PER_FRAME * 90);
         for _ in 0..UPDATES_PER_FRAME {
             let i = rng.below(ITEMS as u64) as usize;
-            step(&mut quotes[i], &mut rng);
+            quotes[i].random_step(&mut rng);
             fields.clear();
             write_level1(&mut fields, &quotes[i]);
             seq = seq.wrapping_add(1);
@@ -298,7 +253,7 @@ fn slow_subscriber(c: &mut Criterion) {
 fn image_and_field_list(c: &mut Criterion) {
     let q = typical();
     let mut img_bytes = Vec::new();
-    write_image(&mut img_bytes, "SYM0", &q);
+    write_level1_image(&mut img_bytes, "SYM0", q.last, &q);
     let mut update = Vec::new();
     write_level1(&mut update, &q);
     assert_eq!(update.len(), 74);
@@ -313,11 +268,11 @@ fn image_and_field_list(c: &mut Criterion) {
         b.iter(|| image.apply(black_box(list)))
     });
     // 1,024 successive quotes of one item: some fields change length (a splice).
-    let mut rng = Rng(42);
+    let mut rng = FeedRng::new(42);
     let mut moving = q;
     let updates: Vec<Vec<u8>> = (0..1024)
         .map(|_| {
-            step(&mut moving, &mut rng);
+            moving.random_step(&mut rng);
             let mut u = Vec::new();
             write_level1(&mut u, &moving);
             u

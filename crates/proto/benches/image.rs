@@ -8,9 +8,8 @@
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use tickwire_proto::dictionary::fid;
-use tickwire_proto::reference::{typical, write_level1, FeedRng, Level1};
-use tickwire_proto::{encode_field_list, FieldImage, FieldList, FieldListWriter, Real, Value};
+use tickwire_proto::reference::{typical, write_level1, write_level1_image, FeedRng, Level1};
+use tickwire_proto::{encode_field_list, FieldImage, FieldList, Real, Value};
 
 const SAMPLES: usize = 9;
 
@@ -44,39 +43,11 @@ fn measure(name: &str, fields: usize, target: Duration, mut run: impl FnMut()) -
     median
 }
 
-/// The 14-field image `tickwire publish` sends (as crates/core/benches/lvc.rs).
+/// The 14-field image `tickwire publish` sends.
 fn reference_image(q: &Level1) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut w = FieldListWriter::new(&mut out);
-    w.push(fid::DSPLY_NAME, Value::Ascii("SYM0"));
-    w.push(fid::OPEN_PRC, Value::Real(Real::new(q.last, -4)));
-    w.push(fid::HST_CLOSE, Value::Real(Real::new(q.last, -4)));
-    w.push(fid::CURRENCY, Value::Enum(840));
-    w.finish();
-    let mut rest = Vec::new();
-    write_level1(&mut rest, q);
-    let count = u16::from_be_bytes([out[0], out[1]]) + u16::from_be_bytes([rest[0], rest[1]]);
-    out[0..2].copy_from_slice(&count.to_be_bytes());
-    out.extend_from_slice(&rest[2..]);
+    write_level1_image(&mut out, "SYM0", q.last, q);
     out
-}
-
-/// A quote moved at random, as the demo feed does: some encoded lengths change.
-fn step(q: &mut Level1, rng: &mut FeedRng) {
-    let mid = (q.bid + q.ask) / 2 + (rng.below(3) as i64 - 1) * 100;
-    let spread = 100 * (1 + rng.below(3) as i64);
-    q.bid = mid - spread / 2;
-    q.ask = q.bid + spread;
-    if rng.below(4) == 0 {
-        q.last = q.bid;
-        q.trade_volume = 100 * (1 + rng.below(20));
-        q.total_volume += q.trade_volume;
-    }
-    q.net_change = q.last - 1_000_000;
-    q.bid_size = 100 * (1 + rng.below(50));
-    q.ask_size = 100 * (1 + rng.below(50));
-    q.time_of_day.nanos_since_midnight += 1_000 + rng.below(1_000_000);
-    q.send_time_ns += 1_000 + rng.below(1_000_000);
 }
 
 /// The id of the `i`th field of an `n`-field image: spread out (every third id) as a
@@ -161,7 +132,7 @@ fn main() {
         let mut moving = q;
         let updates: Vec<Vec<u8>> = (0..1024)
             .map(|_| {
-                step(&mut moving, &mut rng);
+                moving.random_step(&mut rng);
                 let mut u = Vec::new();
                 write_level1(&mut u, &moving);
                 u

@@ -46,6 +46,49 @@ pub fn write_level1(out: &mut Vec<u8>, q: &Level1) {
     w.finish();
 }
 
+/// Writes the reference image (14 fields), the one `tickwire publish` sends: the
+/// item's name, its open and previous close at `open` (1/10,000), the currency (USD),
+/// then the 10 Level 1 fields of `q`.
+pub fn write_level1_image(out: &mut Vec<u8>, name: &str, open: i64, q: &Level1) {
+    let start = out.len();
+    let mut w = FieldListWriter::new(out);
+    w.push(fid::DSPLY_NAME, Value::Ascii(name));
+    w.push(fid::OPEN_PRC, Value::Real(Real::new(open, -4)));
+    w.push(fid::HST_CLOSE, Value::Real(Real::new(open, -4)));
+    w.push(fid::CURRENCY, Value::Enum(840));
+    w.finish();
+    let mut rest = Vec::with_capacity(96);
+    write_level1(&mut rest, q);
+    // Append the Level 1 fields to the image: patch the count, copy the fields.
+    let count =
+        u16::from_be_bytes([out[start], out[start + 1]]) + u16::from_be_bytes([rest[0], rest[1]]);
+    out[start..start + 2].copy_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(&rest[2..]);
+}
+
+impl Level1 {
+    /// Moves the quote at random around a 100-dollar price, as the benchmarks' feed
+    /// does: the mid a tick up, down or not, the spread one to three ticks, a trade at
+    /// the bid one time in four, new sizes, the clocks a little later. Some encoded
+    /// lengths change from one update to the next, as in a real feed.
+    pub fn random_step(&mut self, rng: &mut FeedRng) {
+        let mid = (self.bid + self.ask) / 2 + (rng.below(3) as i64 - 1) * 100;
+        let spread = 100 * (1 + rng.below(3) as i64);
+        self.bid = mid - spread / 2;
+        self.ask = self.bid + spread;
+        if rng.below(4) == 0 {
+            self.last = self.bid;
+            self.trade_volume = 100 * (1 + rng.below(20));
+            self.total_volume += self.trade_volume;
+        }
+        self.net_change = self.last - 1_000_000;
+        self.bid_size = 100 * (1 + rng.below(50));
+        self.ask_size = 100 * (1 + rng.below(50));
+        self.time_of_day.nanos_since_midnight += 1_000 + rng.below(1_000_000);
+        self.send_time_ns += 1_000 + rng.below(1_000_000);
+    }
+}
+
 /// A typical record (a 100-dollar stock at midday) used to state the reference size.
 pub fn typical() -> Level1 {
     Level1 {
@@ -75,6 +118,26 @@ mod tests {
         assert_eq!(list.len(), 10);
         // docs/PROTOCOL.md states this number; keep them in step.
         assert_eq!(out.len(), 74, "reference field list is {} bytes", out.len());
+    }
+
+    #[test]
+    fn the_reference_image_is_the_static_fields_then_the_level1_ones() {
+        let mut out = vec![0xAA]; // written after what the buffer holds
+        write_level1_image(&mut out, "SYM0", 1_000_000, &typical());
+        let list = FieldList::decode(&out[1..]).unwrap();
+        let fids: Vec<i16> = list.iter().map(|(f, _)| f).collect();
+        assert_eq!(fids.len(), 14);
+        assert_eq!(
+            &fids[..4],
+            [
+                fid::DSPLY_NAME,
+                fid::OPEN_PRC,
+                fid::HST_CLOSE,
+                fid::CURRENCY
+            ]
+        );
+        assert_eq!(fids[13], fid::TIM_TRK_1);
+        assert_eq!(out[0], 0xAA);
     }
 }
 
