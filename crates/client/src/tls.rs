@@ -85,6 +85,7 @@ pub(crate) fn read_error(t: &mut TlsStream, e: ReadError) -> io::Error {
             let _ = t.tcp.shutdown(Shutdown::Write);
             io::Error::new(ErrorKind::InvalidData, TlsError(e))
         }
+        other => io::Error::other(format!("{other:?}")),
     }
 }
 

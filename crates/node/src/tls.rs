@@ -264,6 +264,7 @@ impl TlsStream {
                 let what = self.phase();
                 Err(self.fail(what, &e))
             }
+            Err(other) => Err(io::Error::other(format!("{other:?}"))),
         }
     }
 

@@ -20,6 +20,7 @@ pub const TLS_BUFFER: usize = 64 * 1024;
 
 /// Why a read failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ReadError {
     /// The socket's error (`WouldBlock` when it has nothing more).
     Io(io::Error),
