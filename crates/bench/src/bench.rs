@@ -35,6 +35,7 @@ const LATENCY_FLUSH_EVERY: u64 = 8;
 
 pub use args::*;
 
+/// The scenarios of `tickwire-bench` (each a subcommand), `summary` and `compare`.
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum BenchCommand {
     /// Highest update rate with zero loss, cache off and on, no fan-out.

@@ -18,10 +18,12 @@ use tickwire_bench_report::schema::{ProcessUsage, Step};
 
 /// One `tickwire` process of the lab, killed when dropped.
 pub struct Proc {
+    /// Its name in the lab's messages and its log file (`NAME.log`).
     pub name: String,
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<Value>,
+    /// Its command line as results.json records it (program name, then arguments).
     pub command: String,
     /// A node's WebSocket address, when it serves one.
     pub ws_addr: Option<String>,
@@ -69,10 +71,13 @@ impl Proc {
         })
     }
 
+    /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
+    /// Writes one line to its control input (`rate N`, `mark NAME`, `quit`); fails when
+    /// it has none or has exited.
     pub fn send(&mut self, command: &str) -> Result<()> {
         let stdin = self
             .stdin
@@ -104,6 +109,7 @@ impl Proc {
         }
     }
 
+    /// Whether it has not exited yet.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
@@ -141,7 +147,9 @@ fn program_name(bin: &Path) -> String {
 /// send`) and the lab's own (`tickwire-bench`: the load tools perf-pub, perf-sub...).
 #[derive(Debug, Clone)]
 pub struct Programs {
+    /// The node's program (`tickwire`).
     pub node: PathBuf,
+    /// The lab's own program (`tickwire-bench`), which runs the load tools.
     pub lab: PathBuf,
 }
 
@@ -289,9 +297,14 @@ pub struct Rig {
     pub node_addr: String,
     /// Across a backbone: the edge node the subscriber connects to.
     pub edge: Option<Proc>,
+    /// perf-pub (with `--system nats`, publishing to the NATS server).
     pub publisher: Proc,
+    /// The subscriber: perf-sub, perf-ws-sub or perf-nats-sub.
     pub subscriber: Proc,
+    /// Updates the subscriber's connections receive in all per update published (the
+    /// spec's `fanout`).
     pub fanout: f64,
+    /// The spec's label, in messages and the results.
     pub label: String,
     /// Updates perf-sub has reported across all marks (its running total).
     pub sub_total: u64,
@@ -300,6 +313,8 @@ pub struct Rig {
 }
 
 impl Rig {
+    /// The command lines of the rig's processes (node, edge, publisher, subscriber), as
+    /// results.json records them.
     pub fn commands(&self) -> Vec<String> {
         let mut v = vec![self.node.command.clone()];
         v.extend(self.edge.iter().map(|e| e.command.clone()));
@@ -308,6 +323,8 @@ impl Rig {
         v
     }
 
+    /// Name and process id of each of the rig's processes (node, edge, publisher,
+    /// subscriber), for the process monitor.
     pub fn pids(&self) -> Vec<(String, u32)> {
         let mut v = vec![(self.node.name.clone(), self.node.pid())];
         v.extend(self.edge.iter().map(|e| (e.name.clone(), e.pid())));
@@ -339,14 +356,25 @@ impl Rig {
 /// How a rig is built.
 #[derive(Debug, Clone)]
 pub struct RigSpec {
+    /// Names the rig in messages and the results; its processes' names and logs derive
+    /// from it ([`rig_tag`]).
     pub label: String,
+    /// The node's `--cache`: `on` or `off`.
     pub cache: &'static str,
+    /// Items SYM0 .. SYM{N-1} the publisher publishes and the subscriber watches.
     pub items: usize,
+    /// Subscriber connections (perf-sub `--connections`).
     pub connections: usize,
+    /// How items are shared across the connections (perf-sub `--commonality`).
     pub commonality: &'static str,
+    /// Updates delivered per update published (for the WebSocket subscriber, which
+    /// has no `--commonality`, the streams are items times this).
     pub fanout: f64,
+    /// perf-pub's first `--update-rate`, updates/s (the lab then sets each step's rate).
     pub start_rate: u64,
+    /// perf-pub's `--tick-rate`: bursts per second.
     pub tick_rate: u64,
+    /// perf-pub's `--latency-rate`: timestamped updates per second, or `all`.
     pub latency_rate: String,
     /// perf-pub `--flush-every`: also write after every N updates of a burst (0: once
     /// a burst).
@@ -385,6 +413,7 @@ pub struct RigSpec {
 /// A source and an edge node on an Aeron channel.
 #[derive(Debug, Clone)]
 pub struct BackboneSpec {
+    /// The Aeron channel both nodes use (`--backbone`).
     pub channel: String,
     /// Fraction of the data frames the edge's media driver drops (Aeron's loss
     /// generator), e.g. 0.01.
@@ -456,6 +485,8 @@ pub fn rig_tag(label: &str) -> String {
         .replace('/', "_per_")
 }
 
+/// Starts a rig's processes as `spec` says (nodes, then perf-pub, then the subscriber),
+/// logs in `log_dir`, and returns once the subscriber has every image.
 pub fn start_rig(programs: &Programs, spec: &RigSpec, log_dir: &Path) -> Result<Rig> {
     if let Some(server) = &spec.nats_server {
         return start_nats_rig(&programs.lab, server, spec, log_dir);
@@ -1012,6 +1043,7 @@ pub fn git_commit() -> String {
     env!("TICKWIRE_GIT_COMMIT").to_string()
 }
 
+/// Creates `dir` and `dir/logs`; returns the path of `logs`.
 pub fn ensure_dir(dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir.join("logs"))
         .with_context(|| format!("cannot create {}", dir.display()))?;

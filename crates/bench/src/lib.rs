@@ -9,6 +9,8 @@
 //! it measured is `tickwire-bench-report`'s types, which write the results, the report
 //! and its plots.
 
+#![warn(missing_docs)]
+
 pub mod bench;
 pub mod lab;
 pub mod memory;

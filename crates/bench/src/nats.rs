@@ -22,15 +22,24 @@ const MAX_PAYLOAD: usize = 8 * 1024 * 1024;
 /// One frame from the server.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
+    /// `MSG`: a message on a subscription (a reply subject, if any, is dropped).
     Msg {
+        /// The subject it was published to.
         subject: &'a [u8],
+        /// The subscription id given in `SUB`.
         sid: u64,
+        /// The message's bytes.
         payload: &'a [u8],
     },
+    /// `PING`: the server asks for a `PONG`.
     Ping,
+    /// `PONG`: the answer to our `PING`.
     Pong,
+    /// `+OK` (only sent in verbose mode).
     Ok,
+    /// `-ERR` and the rest of its line (the server's error text).
     Err(&'a [u8]),
+    /// `INFO` and the rest of its line (the server's JSON description).
     Info(&'a [u8]),
 }
 
@@ -154,6 +163,7 @@ impl Connection {
         Ok(c)
     }
 
+    /// The socket's file descriptor.
     pub fn raw_fd(&self) -> i32 {
         self.sock.as_raw_fd()
     }
@@ -173,6 +183,7 @@ impl Connection {
         w.extend_from_slice(b"\r\n");
     }
 
+    /// Queues `SUB subject sid` (sent by `flush`); `subject` may hold wildcards.
     pub fn subscribe(&mut self, subject: &str, sid: u64) {
         self.wbuf
             .extend_from_slice(format!("SUB {subject} {sid}\r\n").as_bytes());

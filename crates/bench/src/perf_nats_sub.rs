@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_proto::FieldList;
 
+/// `tickwire-bench perf-nats-sub`'s flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PerfNatsSubArgs {
     /// The NATS server (host:port).
@@ -52,6 +53,8 @@ fn subscribe(args: &PerfNatsSubArgs) -> Result<Subscription> {
     Ok(Subscription { conn })
 }
 
+/// Runs the subscriber until `--duration` ends, `stop` is raised or `quit` comes on
+/// the control input; prints per-second lines and a summary.
 pub fn run(args: PerfNatsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
     pin(&args.cpus)?;
     crate::stats::precise_timers();

@@ -13,6 +13,7 @@ use tickwire_bench_report::schema::LatencySummary;
 use tickwire_client::{ConnectOptions, EventRef, PostTo, RequestOptions, Subscriber};
 use tickwire_proto::{encode_field_list, FieldList, Real, Value};
 
+/// `tickwire-bench perf-post`'s flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PerfPostArgs {
     /// Node address (host:port).
@@ -35,16 +36,24 @@ pub struct PerfPostArgs {
 /// What one run measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PostResult {
+    /// Posts sent.
     pub posts: u64,
+    /// Posts answered with a positive Ack.
     pub acked: u64,
+    /// Posts refused (an Ack carrying a NAK code).
     pub nakked: u64,
     /// The first refusal's code and text, if any.
     pub first_nak: Option<String>,
+    /// Seconds from the first post to the last answer (the load, then the wait for the
+    /// posts still in flight).
     pub seconds: f64,
+    /// Posts answered (acked or refused) per second over `seconds`.
     pub posts_per_s: f64,
+    /// Time from writing a post to reading its Ack, in ns.
     pub ack_latency: LatencySummary,
     /// From the node's figures over the run: journal records and system calls.
     pub journal_records: u64,
+    /// The node's journal system calls over the run (TW_JNL_SYSCALLS).
     pub journal_syscalls: u64,
 }
 
@@ -78,6 +87,8 @@ fn node_counters(sub: &mut Subscriber) -> Result<(u64, u64, u64)> {
     got.context("the node's figures (TICKWIRE/NODE) did not come")
 }
 
+/// Posts for `--duration` seconds, keeping up to `--window` in flight, then waits
+/// for every answer; prints the result as one JSON line and returns it.
 pub fn run(args: PerfPostArgs) -> Result<PostResult> {
     if args.items == 0 || args.window == 0 {
         bail!("--items and --window must be at least 1");

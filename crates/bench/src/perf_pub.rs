@@ -34,6 +34,7 @@ pub enum System {
     Nats,
 }
 
+/// `tickwire-bench perf-pub`'s flags.
 #[derive(clap::Args, Clone, Debug)]
 pub struct PerfPubArgs {
     /// Node address (host:port); with `--system nats`, the NATS server's.
@@ -42,6 +43,7 @@ pub struct PerfPubArgs {
     /// What `--node` is.
     #[arg(long, value_enum, default_value_t = System::Tickwire)]
     pub system: System,
+    /// Who it logs in as and how it reaches a TLS node (not used with `--system nats`).
     #[command(flatten)]
     pub credentials: tickwire_client::Credentials,
     /// Service to publish.
@@ -127,11 +129,18 @@ fn level1(i: usize) -> Level1 {
 /// The summary printed at the end (JSON with `--json`).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PubSummary {
+    /// Items published (`--items`).
     pub items: usize,
+    /// Seconds to connect and send every item's image (NATS, which has no images: to
+    /// connect).
     pub image_seconds: f64,
+    /// Updates sent.
     pub sent: u64,
+    /// Updates that carried a latency timestamp in TIM_TRK_1.
     pub timestamped: u64,
+    /// Seconds of updates (after the images).
     pub seconds: f64,
+    /// Updates sent per second over `seconds`.
     pub rate: f64,
     /// Largest delay of a burst behind its schedule.
     pub max_lag_ms: f64,
@@ -140,6 +149,8 @@ pub struct PubSummary {
     pub usage: crate::stats::ToolUsage,
 }
 
+/// Publishes every image, then updates on schedule until `--duration` ends (or
+/// `quit` with `--control`); prints a line a second and the summary it returns.
 pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     pin(&args.cpus)?;
     crate::stats::precise_timers();

@@ -62,11 +62,13 @@ impl Commonality {
     }
 }
 
+/// `tickwire-bench perf-sub`'s flags.
 #[derive(clap::Args, Clone, Debug)]
 pub struct PerfSubArgs {
     /// Node address (host:port).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     pub node: String,
+    /// Who it logs in as and how it reaches a TLS node.
     #[command(flatten)]
     pub credentials: tickwire_client::Credentials,
     /// Service of the items.
@@ -121,19 +123,29 @@ pub struct Interval {
     pub updates: u64,
     /// Latency samples in the interval (0: the figures below are 0 and mean nothing).
     pub count: u64,
+    /// Median latency of the interval, ns.
     pub p50_ns: u64,
+    /// 99th percentile latency of the interval, ns.
     pub p99_ns: u64,
+    /// Highest latency of the interval, ns.
     pub max_ns: u64,
 }
 
 /// What `mark NAME` prints: figures since the previous mark.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Mark {
+    /// The name given with `mark NAME`.
     pub name: String,
+    /// Seconds since the previous mark.
     pub seconds: f64,
+    /// Updates received since the previous mark.
     pub updates: u64,
+    /// Sequence gaps since the previous mark (an update whose number is not the
+    /// previous one plus its conflation count).
     pub gaps: u64,
+    /// Streams whose first complete image arrived since the previous mark.
     pub images: u64,
+    /// Status messages received since the previous mark.
     pub statuses: u64,
     /// Updates merged away by conflation since the previous mark: the sum of
     /// (conflation count - 1) over updates whose count is above 1.
@@ -142,30 +154,47 @@ pub struct Mark {
     /// Times any connection was re-established (running total, not since the mark).
     #[serde(default)]
     pub reconnects: u64,
+    /// Latency of the timestamped updates since the previous mark.
     pub latency: LatencySummary,
 }
 
 /// Figures for one phase of the run.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Phase {
+    /// Length of the phase, seconds.
     pub seconds: f64,
+    /// Updates received in the phase.
     pub updates: u64,
+    /// Updates per second over the phase.
     pub update_rate: f64,
+    /// Streams whose first complete image arrived in the phase.
     pub images: u64,
+    /// Sequence gaps in the phase.
     pub gaps: u64,
+    /// Latency of the phase's timestamped updates.
     pub latency: LatencySummary,
 }
 
+/// The summary printed at the end (JSON with `--json`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SubSummary {
+    /// Subscriber connections (`--connections`).
     pub connections: usize,
+    /// Streams open across all connections (item requests).
     pub streams: u64,
+    /// Average connections watching an item, from `--commonality` (exactly streams / items
+    /// when the connections divide the items).
     pub fanout: f64,
     /// Seconds from the first request to the last image.
     pub image_retrieval_s: Option<f64>,
+    /// Streams whose complete image arrived (at most `streams`).
     pub images: u64,
+    /// Updates received.
     pub updates: u64,
+    /// Sequence gaps (an update whose number is not the previous one plus its conflation
+    /// count).
     pub gaps: u64,
+    /// Status messages received.
     pub statuses: u64,
     /// Updates merged away by conflation (sum of conflation count - 1).
     #[serde(default)]
@@ -187,6 +216,7 @@ pub struct SubSummary {
     pub startup: Phase,
     /// After every image arrived.
     pub steady: Phase,
+    /// The whole run.
     pub overall: Phase,
     /// The tool's own CPU and memory (its JSON keys at this level).
     #[serde(flatten)]
@@ -313,6 +343,9 @@ impl Reports {
     }
 }
 
+/// Opens the connections, requests the items and counts every message until
+/// `--duration` ends, `stop` is raised or `quit` comes on the control input; prints
+/// per-second lines and the summary it returns.
 pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     pin(&args.cpus)?;
     crate::stats::precise_timers();

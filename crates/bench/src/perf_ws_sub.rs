@@ -21,11 +21,13 @@ use tungstenite::client::IntoClientRequest;
 use tungstenite::http::HeaderValue;
 use tungstenite::{Message, WebSocket};
 
+/// `tickwire-bench perf-ws-sub`'s flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PerfWsSubArgs {
     /// The node's WebSocket address (host:port of `tickwire node --ws`).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:15000")]
     pub ws: String,
+    /// Service of the items.
     #[arg(long, value_name = "NAME", default_value = "FEED")]
     pub service: String,
     /// Items SYM0..SYM{N-1}, all opened on every connection.
@@ -134,6 +136,9 @@ fn connect(args: &PerfWsSubArgs) -> Result<Conn> {
     })
 }
 
+/// Opens the connections and items and counts every message until `--duration` ends,
+/// `stop` is raised or `quit` comes on the control input; prints per-second lines and
+/// a summary.
 pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
     if args.connections == 0 || args.items == 0 {
         bail!("--connections and --items must be at least 1");

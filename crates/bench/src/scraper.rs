@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 /// How often Prometheus would scrape a node that is watched closely.
 pub const INTERVAL: Duration = Duration::from_secs(1);
 
+/// A thread scraping one node's `/metrics`; counts what it got.
 pub struct Scraper {
     stop: Arc<AtomicBool>,
     counts: Arc<Counts>,

@@ -39,11 +39,13 @@ pub const PUBLISHER_RATE_FRACTION: f64 = 0.99;
 pub struct StallPlan {
     /// Updates per second asked of the publisher.
     pub rate: u64,
+    /// Items the publisher publishes and every subscriber watches.
     pub items: usize,
     /// perf-sub processes (the first is the one stopped); at least 2.
     pub subscribers: usize,
     /// At the rate, before the baseline (not measured).
     pub settle_s: f64,
+    /// Seconds of the baseline phase, the reference for recovery and the targets.
     pub baseline_s: f64,
     /// How long the subscriber is stopped.
     pub stall_s: f64,
@@ -63,7 +65,9 @@ pub struct StallPlan {
 
 /// Process usage of one phase, for results.json's `processes`.
 pub struct PhaseUsage {
+    /// The phase's name.
     pub phase: String,
+    /// CPU and memory of each process of the run over the phase.
     pub usage: Vec<ProcessUsage>,
 }
 
@@ -206,8 +210,11 @@ fn sleep_s(s: f64) {
 
 /// Everything a stall run produced.
 pub struct StallRun {
+    /// What was measured (results.json's `stall`).
     pub stall: Stall,
+    /// Each phase's process usage.
     pub processes: Vec<PhaseUsage>,
+    /// The command lines of the node, the publisher and the subscribers.
     pub commands: Vec<String>,
 }
 

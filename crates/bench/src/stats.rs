@@ -12,6 +12,8 @@ const MAX_NS: u64 = 60_000_000_000;
 /// sample carry `NO_TIMESTAMP` instead, a 9-byte varint like a real timestamp, so every
 /// update has the same size.
 pub const TIMESTAMP_FLOOR: u64 = 1 << 57;
+/// What TIM_TRK_1 carries on an update without a latency sample: below
+/// [`TIMESTAMP_FLOOR`], and as many bytes on the wire as a real timestamp.
 pub const NO_TIMESTAMP: u64 = 1 << 56;
 
 /// Nanoseconds since the Unix epoch from CLOCK_REALTIME (vDSO, no system call). Publisher
@@ -40,22 +42,28 @@ impl Default for Latency {
 }
 
 impl Latency {
+    /// Records one latency in ns (clamped to 1 ns .. 60 s).
     pub fn record(&mut self, ns: u64) {
         let _ = self.h.record(ns.clamp(1, MAX_NS));
     }
 
+    /// Adds `other`'s samples to these.
     pub fn add(&mut self, other: &Latency) {
         let _ = self.h.add(&other.h);
     }
 
+    /// Drops every sample.
     pub fn reset(&mut self) {
         self.h.reset();
     }
 
+    /// Samples recorded.
     pub fn count(&self) -> u64 {
         self.h.len()
     }
 
+    /// Count, mean, standard deviation, min, max and percentiles, in ns (all 0 when
+    /// empty).
     pub fn summary(&self) -> LatencySummary {
         let h = &self.h;
         if h.is_empty() {
@@ -79,22 +87,32 @@ impl Latency {
 /// CPU seconds and peak memory of this process so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct SelfUsage {
+    /// User-mode CPU seconds.
     pub cpu_user_s: f64,
+    /// Kernel-mode CPU seconds.
     pub cpu_sys_s: f64,
+    /// Peak resident set size, bytes.
     pub peak_rss_bytes: u64,
+    /// Context switches where the process gave up its CPU (it waited).
     pub voluntary_ctx_switches: u64,
+    /// Context switches where the kernel took the CPU from it.
     pub involuntary_ctx_switches: u64,
 }
 
 /// What a load tool used over its run, as its summary reports it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolUsage {
+    /// User-mode CPU seconds over the run.
     pub cpu_user_s: f64,
+    /// Kernel-mode CPU seconds over the run.
     pub cpu_sys_s: f64,
     /// CPU seconds per second of the run, in percent.
     pub cpu_percent: f64,
+    /// Peak resident set size since the process started, bytes.
     pub peak_rss_bytes: u64,
+    /// Voluntary context switches since the process started (not only over the run).
     pub voluntary_ctx_switches: u64,
+    /// Involuntary context switches since the process started (not only over the run).
     pub involuntary_ctx_switches: u64,
 }
 
@@ -116,6 +134,7 @@ impl ToolUsage {
     }
 }
 
+/// This process's CPU seconds, peak memory and context switches so far (getrusage).
 pub fn self_usage() -> SelfUsage {
     // SAFETY: getrusage fills the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };

@@ -15,174 +15,174 @@ use std::path::PathBuf;
 
 // Every scenario.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct OutFlags {
+pub(crate) struct OutFlags {
     /// Directory for results.json, report.md, plots and process logs.
     #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
 }
 
 // The watchlist of the single-node rigs (throughput, latency, instances, the stall
 // scenario's max search, backbone, tree, journal's update cost).
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct ItemsFlags {
+pub(crate) struct ItemsFlags {
     /// Watchlist size for the throughput and latency scenarios.
     #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub items: usize,
+    pub(crate) items: usize,
 }
 
 // How long each rate is held: every scenario that holds rates (all but memory).
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct StepFlags {
+pub(crate) struct StepFlags {
     /// Seconds each rate is held (the reference procedure holds 300).
     #[arg(long, value_name = "S")]
-    pub step_seconds: Option<f64>,
+    pub(crate) step_seconds: Option<f64>,
 }
 
 // The latency ladder (latency, backbone, tree).
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct LadderFlags {
+pub(crate) struct LadderFlags {
     /// Latency ladder (updates/s), e.g. 1000,10000,100000; then doubling to saturation.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub rates: Option<Vec<u64>>,
+    pub(crate) rates: Option<Vec<u64>>,
     /// Ladders: perf-pub spins over the last N µs before each burst instead of sleeping
     /// to it (perf-pub --spin-us), so that its own wake-up's lateness is not counted as
     /// latency; 0 sleeps all the way.
     #[arg(long, value_name = "US", default_value_t = 200)]
-    pub pub_spin_us: u64,
+    pub(crate) pub_spin_us: u64,
     /// Ladders: perf-pub gives up its CPU after each write within a burst (perf-pub
     /// --yield-after-write), so that the node it woke, which the kernel often queues on
     /// perf-pub's own CPU, runs at once instead of after the rest of the burst.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
-    pub pub_yield: String,
+    pub(crate) pub_yield: String,
     /// Ladders: how the node's event loop waits for work (`[node] wait`: block, yield,
     /// spin, spin-then-block).
     #[arg(long, value_name = "STRATEGY", default_value = "block",
           value_parser = ["block", "yield", "spin", "spin-then-block"])]
-    pub node_wait: String,
+    pub(crate) node_wait: String,
     /// Ladders: how perf-sub waits for data (perf-sub --wait: block, or spin, which keeps
     /// one CPU busy).
     #[arg(long, value_name = "STRATEGY", default_value = "block", value_parser = ["block", "spin"])]
-    pub sub_wait: String,
+    pub(crate) sub_wait: String,
 }
 
 // The fan-out rig (fanout; backbone and tree have a fan-out row too).
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct FanoutFlags {
+pub(crate) struct FanoutFlags {
     /// Items in the fan-out scenario.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
-    pub fanout_items: usize,
+    pub(crate) fanout_items: usize,
     /// Subscriber connections in the fan-out scenario.
     #[arg(long, value_name = "N", default_value_t = 100)]
-    pub connections: usize,
+    pub(crate) connections: usize,
 }
 
 // The first rate of every max search (ramp then bisection): all scenarios but latency
 // (a ladder, no search) and memory.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct StartRateFlags {
+pub(crate) struct StartRateFlags {
     /// First rate of every search for a highest sustainable rate (ramp, then
     /// bisection). Default: 250,000 updates/s where one publisher feeds one subscriber,
     /// 10,000 for fan-out and WebSocket searches, 100,000 per instance.
     #[arg(long, value_name = "N")]
-    pub start_rate: Option<u64>,
+    pub(crate) start_rate: Option<u64>,
 }
 
 // The rate limit and the process monitor's system call count: every scenario that
 // holds rates (all but memory).
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct LimitFlags {
+pub(crate) struct LimitFlags {
     /// Highest rate tried (updates/s per instance).
     #[arg(long, value_name = "N", default_value_t = 16_000_000)]
-    pub max_rate: u64,
+    pub(crate) max_rate: u64,
     /// Count system calls with `perf` where the kernel allows it.
     #[arg(long)]
-    pub syscalls: bool,
+    pub(crate) syscalls: bool,
     /// `GET /metrics` on each rig's node once a second while it runs, as Prometheus
     /// watching it closely would (the node then also serves its HTTP port on
     /// 127.0.0.1): compare with a run without to see what being scraped costs.
     #[arg(long)]
-    pub scrape_metrics: bool,
+    pub(crate) scrape_metrics: bool,
 }
 
 // The stall scenario.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct StallFlags {
+pub(crate) struct StallFlags {
     /// Stall scenario: the publisher's rate (default: 50% of the max sustainable rate
     /// with the cache on, from the throughput scenario in `quick`, else from a short
     /// search first).
     #[arg(long, value_name = "N")]
-    pub stall_rate: Option<u64>,
+    pub(crate) stall_rate: Option<u64>,
     /// Stall scenario: items in the watchlist of every subscriber.
     #[arg(long, value_name = "N", default_value_t = 1_000)]
-    pub stall_items: usize,
+    pub(crate) stall_items: usize,
     /// Stall scenario: perf-sub processes (one connection each, every item); the first
     /// is stopped, the others are the healthy ones.
     #[arg(long, value_name = "N", default_value_t = 4)]
-    pub stall_subscribers: usize,
+    pub(crate) stall_subscribers: usize,
     /// Stall scenario: seconds the subscriber is stopped.
     #[arg(long, value_name = "S", default_value_t = 3.0)]
-    pub stall_seconds: f64,
+    pub(crate) stall_seconds: f64,
     /// Stall scenario: milliseconds the node is stopped.
     #[arg(long, value_name = "MS", default_value_t = 500)]
-    pub node_pause_ms: u64,
+    pub(crate) node_pause_ms: u64,
     /// Stall scenario: seconds of the baseline and of each recovery phase (default 3;
     /// 2 in `quick`).
     #[arg(long, value_name = "S")]
-    pub stall_phase_seconds: Option<f64>,
+    pub(crate) stall_phase_seconds: Option<f64>,
     /// Stall scenario: length of the latency time series' intervals.
     #[arg(long, value_name = "MS", default_value_t = 50)]
-    pub stall_interval_ms: u64,
+    pub(crate) stall_interval_ms: u64,
 }
 
 // The WebSocket scenario.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct WsFlags {
+pub(crate) struct WsFlags {
     /// WebSocket scenario: items the WebSocket subscriber watches (one batch request).
     #[arg(long, value_name = "N", default_value_t = 1_000)]
-    pub ws_items: usize,
+    pub(crate) ws_items: usize,
     /// WebSocket fan-out: connections, each watching every one of --ws-fanout-items.
     #[arg(long, value_name = "N", default_value_t = 50)]
-    pub ws_connections: usize,
+    pub(crate) ws_connections: usize,
     /// WebSocket fan-out: items each connection watches.
     #[arg(long, value_name = "N", default_value_t = 100)]
-    pub ws_fanout_items: usize,
+    pub(crate) ws_fanout_items: usize,
     /// WebSocket fan-out: the publisher's rate (updates/s in; out is this times the
     /// connections).
     #[arg(long, value_name = "N", default_value_t = 2_000)]
-    pub ws_fanout_rate: u64,
+    pub(crate) ws_fanout_rate: u64,
 }
 
 // The backbone scenario.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct BackboneFlags {
+pub(crate) struct BackboneFlags {
     /// Backbone scenario: which thread runs each node's Aeron driver and receiver
     /// (`[backbone] driver`: event-loop, thread).
     #[arg(long, value_name = "PLACEMENT", default_value = "event-loop",
           value_parser = ["event-loop", "thread"])]
-    pub backbone_driver: String,
+    pub(crate) backbone_driver: String,
     /// Backbone scenario: how the threads running the nodes' Aeron drivers wait when
     /// idle (`[backbone] idle`: adaptive, block, yield, backoff, sleep, spin).
     #[arg(long, value_name = "STRATEGY", default_value = "adaptive")]
-    pub backbone_idle: String,
+    pub(crate) backbone_idle: String,
     /// Backbone scenario: with `--backbone-idle backoff`, the longest sleep of an idle
     /// driver thread in µs (`[backbone] max_park_us`; default: the node's).
     #[arg(long, value_name = "US")]
-    pub backbone_max_park_us: Option<u64>,
+    pub(crate) backbone_max_park_us: Option<u64>,
     /// Backbone scenario: the nodes' datagram payload in bytes (`[backbone] mtu`). The
     /// lab's loopback carries 64 KiB; 8192 is what a LAN with jumbo (9,000-byte) frames
     /// carries; 1408, the node's default, fits a 1,500-byte Ethernet frame.
     #[arg(long, value_name = "BYTES", default_value_t = 8192)]
-    pub backbone_mtu: usize,
+    pub(crate) backbone_mtu: usize,
     /// Backbone scenario: whether the nodes' backbone is authenticated (`[backbone]
     /// key_file`, with a key made for the run in --out): `on`, as a production backbone
     /// should be, or `off`, to see what the seals cost.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
-    pub backbone_auth: String,
+    pub(crate) backbone_auth: String,
 }
 
 // The wait scenario.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct WaitFlags {
+pub(crate) struct WaitFlags {
     /// Wait scenario: the idle strategies measured, one rig each, in this order
     /// (`[backbone] idle`): a step at rest, then the latency ladder (without --rates:
     /// 1000,10000,100000).
@@ -192,56 +192,56 @@ pub struct WaitFlags {
         value_delimiter = ',',
         default_value = "block,adaptive,backoff,yield,spin"
     )]
-    pub wait_strategies: Vec<String>,
+    pub(crate) wait_strategies: Vec<String>,
 }
 
 // The memory scenario.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct MemoryFlags {
+pub(crate) struct MemoryFlags {
     /// Memory scenario: subscriber connections of the full rig.
     #[arg(long, value_name = "N", default_value_t = 1_000)]
-    pub memory_connections: usize,
+    pub(crate) memory_connections: usize,
     /// Memory scenario: items each connection watches in the full rig.
     #[arg(long, value_name = "N", default_value_t = 100)]
-    pub memory_items: usize,
+    pub(crate) memory_items: usize,
 }
 
 // The journal scenario.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct JournalFlags {
+pub(crate) struct JournalFlags {
     /// `bench journal`: posts only, without the search for what journaling every update
     /// costs the sustained rate.
     #[arg(long)]
-    pub journal_posts_only: bool,
+    pub(crate) journal_posts_only: bool,
 }
 
 // The RSSL scenario: LSEG's own tools through Tickwire.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct RsslFlags {
+pub(crate) struct RsslFlags {
     /// RSSL scenario: LSEG's Real-Time SDK tools (jars/, etc/ with the dictionaries and
     /// MsgData.xml, fetch-deps.sh and classpath.sh), laid out as
     /// ../shared/interop/rtsdk is.
     #[arg(long, value_name = "DIR", default_value = "../shared/interop/rtsdk")]
-    pub rtsdk: PathBuf,
+    pub(crate) rtsdk: PathBuf,
     /// RSSL scenario: where the tools' third-party jars are (fetched there with the
     /// SDK's fetch-deps.sh, which needs Maven, when missing).
     #[arg(long, value_name = "DIR", default_value = "target/rtsdk-lib")]
-    pub rtsdk_lib: PathBuf,
+    pub(crate) rtsdk_lib: PathBuf,
     /// RSSL scenario: items ConsPerf requests and the providers publish.
     #[arg(long, value_name = "N", default_value_t = 1_000)]
-    pub rssl_items: usize,
+    pub(crate) rssl_items: usize,
 }
 
 // The files scenario.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct FilesFlags {
+pub(crate) struct FilesFlags {
     /// Files scenario: how many files of each class, as a multiple of 2,000 x 16 KB,
     /// 500 x 63 KB and 50 x 635 KB (the large file stays one).
     #[arg(long, value_name = "X", default_value_t = 1.0)]
-    pub files_scale: f64,
+    pub(crate) files_scale: f64,
     /// Files scenario: the large file's size, MB.
     #[arg(long, value_name = "MB", default_value_t = 200)]
-    pub files_large_mb: u64,
+    pub(crate) files_large_mb: u64,
     /// Files scenario: numbers of receiving sites (comma-separated).
     #[arg(
         long,
@@ -249,12 +249,12 @@ pub struct FilesFlags {
         value_delimiter = ',',
         default_value = "1,4"
     )]
-    pub files_sites: Vec<usize>,
+    pub(crate) files_sites: Vec<usize>,
     /// Files scenario: the files' share of the network at the source, MB/s
     /// (`[files] rate_mb_per_s`): above what the sites take, chunks are lost and sent
     /// again.
     #[arg(long, value_name = "MB", default_value_t = 200)]
-    pub files_rate_mb: u64,
+    pub(crate) files_rate_mb: u64,
     /// Files scenario: the sites' fsync policies (always, never; comma-separated).
     #[arg(
         long,
@@ -262,41 +262,41 @@ pub struct FilesFlags {
         value_delimiter = ',',
         default_value = "always,never"
     )]
-    pub files_fsync: Vec<String>,
+    pub(crate) files_fsync: Vec<String>,
 }
 
 // Every group but `OutFlags` (which has no default): `quick`'s flags, and with
 // `Default` the clap defaults of every group.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct AllFlags {
+pub(crate) struct AllFlags {
     #[command(flatten)]
-    pub items: ItemsFlags,
+    pub(crate) items: ItemsFlags,
     #[command(flatten)]
-    pub step: StepFlags,
+    pub(crate) step: StepFlags,
     #[command(flatten)]
-    pub ladder: LadderFlags,
+    pub(crate) ladder: LadderFlags,
     #[command(flatten)]
-    pub fanout: FanoutFlags,
+    pub(crate) fanout: FanoutFlags,
     #[command(flatten)]
-    pub start: StartRateFlags,
+    pub(crate) start: StartRateFlags,
     #[command(flatten)]
-    pub limit: LimitFlags,
+    pub(crate) limit: LimitFlags,
     #[command(flatten)]
-    pub stall: StallFlags,
+    pub(crate) stall: StallFlags,
     #[command(flatten)]
-    pub ws: WsFlags,
+    pub(crate) ws: WsFlags,
     #[command(flatten)]
-    pub backbone: BackboneFlags,
+    pub(crate) backbone: BackboneFlags,
     #[command(flatten)]
-    pub wait: WaitFlags,
+    pub(crate) wait: WaitFlags,
     #[command(flatten)]
-    pub memory: MemoryFlags,
+    pub(crate) memory: MemoryFlags,
     #[command(flatten)]
-    pub journal: JournalFlags,
+    pub(crate) journal: JournalFlags,
     #[command(flatten)]
-    pub rssl: RsslFlags,
+    pub(crate) rssl: RsslFlags,
     #[command(flatten)]
-    pub files: FilesFlags,
+    pub(crate) files: FilesFlags,
 }
 
 /// What clap makes of an empty command line for the flags of `T`: their defaults.
@@ -317,7 +317,7 @@ impl Default for AllFlags {
 
 impl AllFlags {
     /// The flat `BenchArgs` of these flags and `--out`.
-    pub fn with_out(self, out: OutFlags) -> BenchArgs {
+    pub(crate) fn with_out(self, out: OutFlags) -> BenchArgs {
         let AllFlags {
             items,
             step,
@@ -385,49 +385,49 @@ impl AllFlags {
 /// `results.json` records them). Each field is the flag of the same name (help in the
 /// `*Flags` groups); a flag its scenario does not take holds its default.
 #[derive(Debug, Clone, PartialEq)]
-pub struct BenchArgs {
-    pub out: PathBuf,
-    pub items: usize,
-    pub step_seconds: Option<f64>,
-    pub rates: Option<Vec<u64>>,
-    pub pub_spin_us: u64,
-    pub pub_yield: String,
-    pub node_wait: String,
-    pub sub_wait: String,
-    pub fanout_items: usize,
-    pub connections: usize,
-    pub start_rate: Option<u64>,
-    pub max_rate: u64,
-    pub syscalls: bool,
-    pub scrape_metrics: bool,
-    pub stall_rate: Option<u64>,
-    pub stall_items: usize,
-    pub stall_subscribers: usize,
-    pub stall_seconds: f64,
-    pub node_pause_ms: u64,
-    pub stall_phase_seconds: Option<f64>,
-    pub stall_interval_ms: u64,
-    pub ws_items: usize,
-    pub ws_connections: usize,
-    pub ws_fanout_items: usize,
-    pub ws_fanout_rate: u64,
-    pub backbone_driver: String,
-    pub backbone_idle: String,
-    pub backbone_max_park_us: Option<u64>,
-    pub backbone_mtu: usize,
-    pub backbone_auth: String,
-    pub wait_strategies: Vec<String>,
-    pub memory_connections: usize,
-    pub memory_items: usize,
-    pub journal_posts_only: bool,
-    pub rtsdk: PathBuf,
-    pub rtsdk_lib: PathBuf,
-    pub rssl_items: usize,
-    pub files_scale: f64,
-    pub files_large_mb: u64,
-    pub files_rate_mb: u64,
-    pub files_sites: Vec<usize>,
-    pub files_fsync: Vec<String>,
+pub(crate) struct BenchArgs {
+    pub(crate) out: PathBuf,
+    pub(crate) items: usize,
+    pub(crate) step_seconds: Option<f64>,
+    pub(crate) rates: Option<Vec<u64>>,
+    pub(crate) pub_spin_us: u64,
+    pub(crate) pub_yield: String,
+    pub(crate) node_wait: String,
+    pub(crate) sub_wait: String,
+    pub(crate) fanout_items: usize,
+    pub(crate) connections: usize,
+    pub(crate) start_rate: Option<u64>,
+    pub(crate) max_rate: u64,
+    pub(crate) syscalls: bool,
+    pub(crate) scrape_metrics: bool,
+    pub(crate) stall_rate: Option<u64>,
+    pub(crate) stall_items: usize,
+    pub(crate) stall_subscribers: usize,
+    pub(crate) stall_seconds: f64,
+    pub(crate) node_pause_ms: u64,
+    pub(crate) stall_phase_seconds: Option<f64>,
+    pub(crate) stall_interval_ms: u64,
+    pub(crate) ws_items: usize,
+    pub(crate) ws_connections: usize,
+    pub(crate) ws_fanout_items: usize,
+    pub(crate) ws_fanout_rate: u64,
+    pub(crate) backbone_driver: String,
+    pub(crate) backbone_idle: String,
+    pub(crate) backbone_max_park_us: Option<u64>,
+    pub(crate) backbone_mtu: usize,
+    pub(crate) backbone_auth: String,
+    pub(crate) wait_strategies: Vec<String>,
+    pub(crate) memory_connections: usize,
+    pub(crate) memory_items: usize,
+    pub(crate) journal_posts_only: bool,
+    pub(crate) rtsdk: PathBuf,
+    pub(crate) rtsdk_lib: PathBuf,
+    pub(crate) rssl_items: usize,
+    pub(crate) files_scale: f64,
+    pub(crate) files_large_mb: u64,
+    pub(crate) files_rate_mb: u64,
+    pub(crate) files_sites: Vec<usize>,
+    pub(crate) files_fsync: Vec<String>,
 }
 
 /// A scenario's args struct: `--out` and the flag groups named (field: type, in the
@@ -435,13 +435,15 @@ pub struct BenchArgs {
 /// other groups at their defaults.
 macro_rules! scenario_args {
     ($($name:ident { $($group:ident: $ty:ty),* $(,)? })*) => {$(
+        /// A scenario's flags: `--out` and the flag groups that scenario reads; its
+        /// `BenchArgs` holds the other groups at their defaults.
         #[derive(clap::Args, Debug, Clone, PartialEq)]
         pub struct $name {
             #[command(flatten)]
-            pub out: OutFlags,
+            pub(crate) out: OutFlags,
             $(
                 #[command(flatten)]
-                pub $group: $ty,
+                pub(crate) $group: $ty,
             )*
         }
 
@@ -574,9 +576,9 @@ scenario_args! {
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct QuickArgs {
     #[command(flatten)]
-    pub out: OutFlags,
+    pub(crate) out: OutFlags,
     #[command(flatten)]
-    pub all: AllFlags,
+    pub(crate) all: AllFlags,
 }
 
 impl From<QuickArgs> for BenchArgs {
