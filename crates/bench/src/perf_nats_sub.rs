@@ -1,4 +1,4 @@
-//! `tickwire perf-nats-sub`: the lab's load subscriber for the NATS peer (`tickwire
+//! `tickwire-bench perf-nats-sub`: the lab's load subscriber for the NATS peer (`tickwire
 //! bench peers`). One connection subscribes to `SERVICE.>`; every message is decoded as
 //! perf-sub decodes an update (every field, TIM_TRK_1's latency), and the item's
 //! sequence number that `perf-pub --system nats` puts first in each message is checked,

@@ -1,4 +1,4 @@
-//! `tickwire perf-post`: the lab's load poster. It keeps `--window` posts waiting for
+//! `tickwire-bench perf-post`: the lab's load poster. It keeps `--window` posts waiting for
 //! their answer (each post to one of `--items` items, off-stream, asking for an Ack),
 //! for `--duration` seconds, and measures each Ack's latency (post written to Ack
 //! read). The node's own figures (`TICKWIRE/NODE`: posts answered, journal records and
@@ -141,9 +141,11 @@ pub fn run(args: PerfPostArgs) -> Result<PostResult> {
         sub.dispatch(Duration::from_millis(1), |e| {
             if let EventRef::Ack(a) = e {
                 let now = Instant::now();
-                if let Some(t) = sent_at.remove(&a.post_id) {
-                    latency.record(now.duration_since(t).as_nanos() as u64);
-                }
+                // An answer to no post in flight (a duplicate) is not counted.
+                let Some(t) = sent_at.remove(&a.post_id) else {
+                    return;
+                };
+                latency.record(now.duration_since(t).as_nanos() as u64);
                 waiting -= 1;
                 match a.nak {
                     None => r.acked += 1,

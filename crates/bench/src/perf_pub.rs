@@ -1,4 +1,4 @@
-//! `tickwire perf-pub`: the publisher under load.
+//! `tickwire-bench perf-pub`: the publisher under load.
 //!
 //! Publishes an image of every item, then sends reference Level 1 updates (74 bytes of
 //! field list) on an exact schedule: `--tick-rate` bursts per second, each carrying its

@@ -1,4 +1,4 @@
-//! `tickwire perf-sub`: the subscriber under load.
+//! `tickwire-bench perf-sub`: the subscriber under load.
 //!
 //! Opens `--connections` subscriber connections (mounts) from one thread, requests items
 //! per the commonality rule, and for every message decodes every field (as a real

@@ -1,4 +1,4 @@
-//! `tickwire perf-ws-sub`: the performance lab's WebSocket load subscriber. Many
+//! `tickwire-bench perf-ws-sub`: the performance lab's WebSocket load subscriber. Many
 //! WebSocket connections (tr_json2) from one thread, each logging in and opening every
 //! item in one batch request; every message is parsed as JSON; updates are counted,
 //! sequence gaps checked against `ConflationInfo`, and the latency measured from
