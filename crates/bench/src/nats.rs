@@ -163,11 +163,6 @@ impl Connection {
         Ok(c)
     }
 
-    /// The socket's file descriptor.
-    pub fn raw_fd(&self) -> i32 {
-        self.sock.as_raw_fd()
-    }
-
     /// Queues `PUB subject len` with the payload made of `parts` (sent by `flush`).
     pub fn publish(&mut self, subject: &[u8], parts: &[&[u8]]) {
         let len: usize = parts.iter().map(|p| p.len()).sum();
