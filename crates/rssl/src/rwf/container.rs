@@ -7,7 +7,7 @@
 //! some is refused by its caller with a reason.
 
 use super::primitive::{self, dt};
-use super::wire::{put_buf15, put_u16, put_u16ob, LenSlot, Reader, RwfError};
+use super::wire::{put_buf15, put_sized_u16ob, put_u16, put_u16ob, LenSlot, Reader, RwfError};
 
 /// Field and element list flags (the same bits for both).
 const LIST_HAS_INFO: u8 = 0x01;
@@ -61,15 +61,6 @@ fn next_counted<T>(
     Some(entry)
 }
 
-/// A value `put` writes after a reserved three-byte `u16ob` length (the form the
-/// directory and dictionary writers use; a value over 65,535 bytes has no such length
-/// and keeps 0 there).
-fn put_len16(out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
-    let slot = LenSlot::u16ob(out);
-    put(out);
-    let _ = slot.finish(out);
-}
-
 /// A container's `u16` entry count: reserved when it begins, patched when it ends.
 struct EntryCount {
     at: usize,
@@ -89,23 +80,6 @@ impl EntryCount {
 
     fn patch(self, out: &mut [u8]) {
         out[self.at..self.at + 2].copy_from_slice(&self.count.to_be_bytes());
-    }
-}
-
-/// A `u16ob` length and the value `put` writes after it: one byte for the usual short
-/// value, widened to three for a long one (the SDK's form; a value is cut at 65,535).
-fn put_sized(out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
-    let len_at = out.len();
-    out.push(0);
-    put(out);
-    let n = out.len() - len_at - 1;
-    if n < 0xFE {
-        out[len_at] = n as u8;
-    } else {
-        let n = n.min(0xFFFF) as u16;
-        out.truncate(len_at + 1 + n as usize);
-        out[len_at] = 0xFE;
-        out.splice(len_at + 1..len_at + 1, n.to_be_bytes());
     }
 }
 
@@ -165,7 +139,7 @@ impl FieldListWriter {
     /// reserved for the usual short value and widened for a long one).
     pub fn field(&mut self, out: &mut Vec<u8>, fid: i16, put: impl FnOnce(&mut Vec<u8>)) {
         put_u16(out, fid as u16);
-        put_sized(out, put);
+        put_sized_u16ob(out, put);
         self.count.add();
     }
 
@@ -272,7 +246,7 @@ impl ElementListWriter {
     ) {
         put_buf15(out, name.as_bytes());
         out.push(data_type);
-        put_len16(out, put);
+        let _ = LenSlot::wrap(out, put);
         self.count.add();
     }
 
@@ -351,7 +325,7 @@ pub fn put_array<T>(
     put_u16ob(out, 0);
     put_u16(out, items.len().min(0xFFFF) as u16);
     for item in items.iter().take(0xFFFF) {
-        put_sized(out, |o| put(o, item));
+        put_sized_u16ob(out, |o| put(o, item));
     }
 }
 
@@ -390,7 +364,7 @@ impl MapWriter {
         out.push(action);
         put_buf15(out, key);
         if action != map_action::DELETE {
-            put_len16(out, put);
+            let _ = LenSlot::wrap(out, put);
         }
         self.count.add();
     }
@@ -431,7 +405,7 @@ impl FilterListWriter {
         out.push(action);
         out.push(id);
         if action != filter_action::CLEAR {
-            put_len16(out, put);
+            let _ = LenSlot::wrap(out, put);
         }
         self.count = self.count.wrapping_add(1);
     }
@@ -468,7 +442,7 @@ impl SeriesWriter {
 
     /// One entry, whose body `put` writes.
     pub fn entry(&mut self, out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
-        put_len16(out, put);
+        let _ = LenSlot::wrap(out, put);
         self.count.add();
     }
 

@@ -221,6 +221,24 @@ pub fn put_buf16(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
+/// A value `put` writes after its `u16ob` length in the shortest form: one byte for
+/// the usual short value, widened to three for a long one (as the SDK writes field
+/// values and array items). A value over 65,535 bytes is cut there.
+pub fn put_sized_u16ob(out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
+    let len_at = out.len();
+    out.push(0);
+    put(out);
+    let n = out.len() - len_at - 1;
+    if n < 0xFE {
+        out[len_at] = n as u8;
+    } else {
+        let n = n.min(0xFFFF) as u16;
+        out.truncate(len_at + 1 + n as usize);
+        out[len_at] = 0xFE;
+        out.splice(len_at + 1..len_at + 1, n.to_be_bytes());
+    }
+}
+
 /// A `u16ob` length written once what it measures is: three bytes reserved
 /// (`FE hi lo`), as the SDK's own multi-step encoders do.
 #[must_use]
@@ -242,6 +260,14 @@ impl LenSlot {
         };
         out[self.0 - 2..self.0].copy_from_slice(&n.to_be_bytes());
         true
+    }
+
+    /// The value `put` writes, after a reserved length filled in at once; `false` as
+    /// [`LenSlot::finish`].
+    pub fn wrap(out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) -> bool {
+        let slot = LenSlot::u16ob(out);
+        put(out);
+        slot.finish(out)
     }
 }
 
