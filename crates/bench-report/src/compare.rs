@@ -78,34 +78,30 @@ pub fn read_results(dir: &Path) -> Result<Results> {
         .with_context(|| format!("{} is not a tickwire results file", path.display()))
 }
 
-/// Writes `compare.md` and `compare.svg` (into `out`, else the first directory) with
-/// each run's headline figures as an index of the first run's (base 100), and prints
-/// the table.
-pub fn compare(dirs: &[PathBuf], out: Option<&Path>) -> Result<()> {
-    if dirs.len() < 2 {
-        bail!("compare needs at least two result directories");
+/// A comparison of runs: its markdown table and its chart.
+pub struct Comparison {
+    /// `compare.md`: each run's headline figures and their index (base 100: the first
+    /// run), ending with a link to `compare.svg`.
+    pub markdown: String,
+    /// `compare.svg`: the indexes as bars.
+    pub chart: BarChart,
+}
+
+/// Compares `runs` (named `names`, in the same order; the first is the base).
+pub fn render(runs: &[Results], names: &[String]) -> Result<Comparison> {
+    if runs.len() < 2 || runs.len() != names.len() {
+        bail!("compare needs at least two runs, each with a name");
     }
-    let runs: Vec<Results> = dirs
-        .iter()
-        .map(|d| read_results(d))
-        .collect::<Result<_>>()?;
-    let names: Vec<String> = dirs
-        .iter()
-        .map(|d| {
-            d.file_name()
-                .map_or(d.display().to_string(), |n| n.to_string_lossy().into())
-        })
-        .collect();
     let rows: Vec<Vec<(String, Option<f64>, bool)>> = runs.iter().map(headline).collect();
     let mut md = String::new();
     writeln!(md, "# Tickwire bench comparison (base 100: {})\n", names[0])?;
     write!(md, "| metric |")?;
-    for n in &names {
+    for n in names {
         write!(md, " {n} | index |")?;
     }
     writeln!(md)?;
     write!(md, "|---|")?;
-    for _ in &names {
+    for _ in names {
         write!(md, "---|---|")?;
     }
     writeln!(md)?;
@@ -146,16 +142,39 @@ pub fn compare(dirs: &[PathBuf], out: Option<&Path>) -> Result<()> {
             }
         }
     }
-    let out = out.unwrap_or(&dirs[0]);
-    std::fs::create_dir_all(out)?;
     let mut chart = BarChart::new("Comparison, base 100", "index").with_reference(100.0);
     chart = chart.with_categories(categories);
     for (name, vals) in chart_series {
         chart = chart.with_series(name, vals);
     }
-    chart.save(out.join("compare.svg"))?;
     writeln!(md, "\n![comparison](compare.svg)")?;
-    std::fs::write(out.join("compare.md"), &md)?;
-    print!("{md}");
-    Ok(())
+    Ok(Comparison {
+        markdown: md,
+        chart,
+    })
+}
+
+/// `tickwire-bench compare`: reads the runs in `dirs`, writes `compare.md` and
+/// `compare.svg` (into `out`, else the first directory) and returns the markdown.
+pub fn compare(dirs: &[PathBuf], out: Option<&Path>) -> Result<String> {
+    if dirs.len() < 2 {
+        bail!("compare needs at least two result directories");
+    }
+    let runs: Vec<Results> = dirs
+        .iter()
+        .map(|d| read_results(d))
+        .collect::<Result<_>>()?;
+    let names: Vec<String> = dirs
+        .iter()
+        .map(|d| {
+            d.file_name()
+                .map_or(d.display().to_string(), |n| n.to_string_lossy().into())
+        })
+        .collect();
+    let Comparison { markdown, chart } = render(&runs, &names)?;
+    let out = out.unwrap_or(&dirs[0]);
+    std::fs::create_dir_all(out)?;
+    chart.save(out.join("compare.svg"))?;
+    std::fs::write(out.join("compare.md"), &markdown)?;
+    Ok(markdown)
 }

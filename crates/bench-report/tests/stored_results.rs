@@ -32,3 +32,33 @@ fn stored_results_read() {
         }
     }
 }
+
+/// A stored run compared with itself: every figure it has is at index 100, and the
+/// chart has a bar group for each.
+#[test]
+fn a_run_compared_with_itself_is_base_100() {
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/results/current/throughput/run-1");
+    let run = tickwire_bench_report::compare::read_results(&dir).unwrap();
+    let names = vec!["a".to_string(), "b".to_string()];
+    let cmp = tickwire_bench_report::compare::render(&[run.clone(), run], &names).unwrap();
+    let rows: Vec<&str> = cmp
+        .markdown
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| metric"))
+        .collect();
+    let with_figures: Vec<&&str> = rows.iter().filter(|l| !l.contains(" - |")).collect();
+    assert!(!with_figures.is_empty(), "{}", cmp.markdown);
+    for row in with_figures {
+        assert!(row.ends_with("| 100 |"), "{row}");
+    }
+    assert!(
+        cmp.chart.to_svg().contains("throughput"),
+        "{}",
+        cmp.markdown
+    );
+    assert!(
+        tickwire_bench_report::compare::render(&[], &[]).is_err(),
+        "no runs: an error"
+    );
+}

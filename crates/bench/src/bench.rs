@@ -722,7 +722,11 @@ fn stop_rigs(rigs: Vec<Rig>) -> Result<()> {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     let (name, mut args): (&str, BenchArgs) = match cmd {
         BenchCommand::Compare { dirs, out } => {
-            return tickwire_bench_report::compare::compare(&dirs, out.as_deref())
+            print!(
+                "{}",
+                tickwire_bench_report::compare::compare(&dirs, out.as_deref())?
+            );
+            return Ok(());
         }
         BenchCommand::Summary { dirs } => {
             print!("{}", tickwire_bench_report::summary::summary(&dirs)?);

@@ -152,28 +152,28 @@ pub(crate) struct WsFlags {
     pub(crate) ws_fanout_rate: u64,
 }
 
-// The backbone scenario.
+// The backbone scenario, and the nodes of the files scenario's market data.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub(crate) struct BackboneFlags {
-    /// Backbone scenario: which thread runs each node's Aeron driver and receiver
+    /// Backbone scenario (and the files scenario's market data): which thread runs each node's Aeron driver and receiver
     /// (`[backbone] driver`: event-loop, thread).
     #[arg(long, value_name = "PLACEMENT", default_value = "event-loop",
           value_parser = ["event-loop", "thread"])]
     pub(crate) backbone_driver: String,
-    /// Backbone scenario: how the threads running the nodes' Aeron drivers wait when
+    /// Backbone scenario (and the files scenario's market data): how the threads running the nodes' Aeron drivers wait when
     /// idle (`[backbone] idle`: adaptive, block, yield, backoff, sleep, spin).
     #[arg(long, value_name = "STRATEGY", default_value = "adaptive")]
     pub(crate) backbone_idle: String,
-    /// Backbone scenario: with `--backbone-idle backoff`, the longest sleep of an idle
+    /// Backbone scenario (and the files scenario's market data): with `--backbone-idle backoff`, the longest sleep of an idle
     /// driver thread in µs (`[backbone] max_park_us`; default: the node's).
     #[arg(long, value_name = "US")]
     pub(crate) backbone_max_park_us: Option<u64>,
-    /// Backbone scenario: the nodes' datagram payload in bytes (`[backbone] mtu`). The
+    /// Backbone scenario (and the files scenario's market data): the nodes' datagram payload in bytes (`[backbone] mtu`). The
     /// lab's loopback carries 64 KiB; 8192 is what a LAN with jumbo (9,000-byte) frames
     /// carries; 1408, the node's default, fits a 1,500-byte Ethernet frame.
     #[arg(long, value_name = "BYTES", default_value_t = 8192)]
     pub(crate) backbone_mtu: usize,
-    /// Backbone scenario: whether the nodes' backbone is authenticated (`[backbone]
+    /// Backbone scenario (and the files scenario's market data): whether the nodes' backbone is authenticated (`[backbone]
     /// key_file`, with a key made for the run in --out): `on`, as a production backbone
     /// should be, or `off`, to see what the seals cost.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
@@ -567,6 +567,7 @@ scenario_args! {
     // --step-seconds (default 10) without and beside files.
     FilesArgs {
         step: StepFlags,
+        backbone: BackboneFlags,
         files: FilesFlags,
     }
 }
