@@ -375,6 +375,11 @@ fn a_site_that_only_receives_keeps_no_more_records_than_it_is_told() {
     assert_eq!(names, ["f8.txt", "f9.txt", "f10.txt"]);
 }
 
+/// A message from a client allowed everything.
+fn from_alice(h: &mut Hub, body: &[u8], now: Instant) {
+    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, body, now);
+}
+
 /// With an upload share of 1 MB/s and a window of 64 KiB, a 512 KiB upload whose
 /// client sends all its window allows takes at least the share's time on the hub's
 /// clock, and it arrives whole; a client that sends beyond its window is refused.
@@ -392,16 +397,18 @@ fn uploads_take_no_more_than_their_share_and_keep_to_their_window() {
     let mut h = Hub::new(cfg, Some((sender, spool)), None, t0, 1_790_000_000_000, 42);
     let data: Vec<u8> = (0..512 * 1024u32).map(|i| (i % 251) as u8).collect();
     let sha: [u8; 32] = Sha256::digest(&data).into();
-    let p = FilesMessage::Put(Put {
-        request: 1,
-        service: "FILES",
-        name: "paced.bin",
-        size: data.len() as u64,
-        sha256: sha,
-        to: vec![],
-    });
+    let put_all = |request: u32, name: &str| {
+        encode(&FilesMessage::Put(Put {
+            request,
+            service: "FILES",
+            name,
+            size: data.len() as u64,
+            sha256: sha,
+            to: vec![],
+        }))
+    };
     let mut now = t0;
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), now);
+    from_alice(&mut h, &put_all(1, "paced.bin"), now);
     let (mut sent, mut allowed, mut queued) = (0u64, 0u64, false);
     for _ in 0..10_000 {
         for o in outputs(&mut h) {
@@ -425,7 +432,7 @@ fn uploads_take_no_more_than_their_share_and_keep_to_their_window() {
                 offset: sent,
                 data: &data[sent as usize..end as usize],
             };
-            h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), now);
+            from_alice(&mut h, &encode(&d), now);
             sent = end;
         } else {
             now = h
@@ -446,15 +453,7 @@ fn uploads_take_no_more_than_their_share_and_keep_to_their_window() {
     assert!(took < 2.0 * least, "{took} s: the share was not used");
 
     // A client that does not keep to its window.
-    let p = FilesMessage::Put(Put {
-        request: 2,
-        service: "FILES",
-        name: "greedy.bin",
-        size: data.len() as u64,
-        sha256: sha,
-        to: vec![],
-    });
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), now);
+    from_alice(&mut h, &put_all(2, "greedy.bin"), now);
     // The share is spent at `now`: the window stays where it began, and the third
     // piece passes it.
     for piece in 0..3 {
@@ -463,7 +462,7 @@ fn uploads_take_no_more_than_their_share_and_keep_to_their_window() {
             offset: piece * 30_000,
             data: &data[piece as usize * 30_000..(piece as usize + 1) * 30_000],
         };
-        h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), now);
+        from_alice(&mut h, &encode(&d), now);
     }
     let a = answers(&mut h);
     assert_eq!(a[0].0, PutState::Go, "{a:?}");
