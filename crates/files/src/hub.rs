@@ -22,7 +22,6 @@ use crate::audit::PastFile;
 use crate::inbox::Inbox;
 use crate::manifest::Manifest;
 use crate::name::check_name;
-use crate::pace::Pace;
 use crate::receiver::{Receiver, ReceiverEvent, ReceiverStats};
 use crate::sender::{Delivery, NewFile, Sender, SenderEvent, SenderStats};
 use crate::spool::{Spool, SpoolWriter};
@@ -74,10 +73,6 @@ pub struct HubConfig {
     pub max_uploads: usize,
     /// Bytes a client may send beyond what the node has acknowledged.
     pub upload_window: u64,
-    /// Bytes a second all uploads into this node together may bring, the files' share
-    /// of the node (the node's `rate_mb_per_s`, as for sending): an upload's window
-    /// grows no faster. None: as fast as the files thread spools them.
-    pub upload_rate: Option<u64>,
     /// An upload with no bytes for this long is dropped.
     pub upload_timeout: Duration,
     /// Finished transfers and received files the record keeps (the audit log has all).
@@ -94,7 +89,6 @@ impl HubConfig {
             services,
             max_uploads: 64,
             upload_window: 1 << 20,
-            upload_rate: None,
             upload_timeout: Duration::from_secs(30),
             keep_records: 10_000,
             expire_after: Duration::from_secs(24 * 3600),
@@ -189,8 +183,6 @@ struct Upload {
     writer: SpoolWriter,
     acked: u64,
     last_data: Instant,
-    /// Its next window waits for the uploads' share ([`HubConfig::upload_rate`]).
-    window_held: bool,
 }
 
 /// One site's line in the record.
@@ -242,8 +234,6 @@ pub struct Hub {
     wall0_ms: u64,
     stats: HubStats,
     buf: Vec<u8>,
-    /// The uploads' share ([`HubConfig::upload_rate`]).
-    upload_pace: Option<Pace>,
 }
 
 impl Hub {
@@ -257,9 +247,6 @@ impl Hub {
         wall_ms: u64,
         seed: u64,
     ) -> Self {
-        let upload_pace = cfg
-            .upload_rate
-            .map(|rate| Pace::new(rate, cfg.upload_window, now));
         Hub {
             cfg,
             sender,
@@ -278,7 +265,6 @@ impl Hub {
             wall0_ms: wall_ms,
             stats: HubStats::default(),
             buf: Vec::new(),
-            upload_pace,
         }
     }
 
@@ -696,7 +682,6 @@ impl Hub {
                 writer,
                 acked: 0,
                 last_data: now,
-                window_held: false,
             },
         );
         self.stats.uploads += 1;
@@ -763,28 +748,17 @@ impl Hub {
             return self.finish_upload(conn, request, now);
         }
         if received - u.acked >= self.cfg.upload_window / 2 {
-            self.grow_window(conn, request, now);
+            self.grow_window(conn, request);
         }
     }
 
-    /// Acknowledges what an upload brought so far and gives it a new window, if the
-    /// uploads' share has room for those bytes; else holds it until it has.
-    fn grow_window(&mut self, conn: usize, request: u32, now: Instant) {
+    /// Acknowledges what an upload brought so far and gives it a new window.
+    fn grow_window(&mut self, conn: usize, request: u32) {
         let Some(u) = self.uploads.get_mut(&(conn, request)) else {
             return;
         };
         let received = u.writer.len();
-        let bytes = received - u.acked;
-        if let Some(pace) = self.upload_pace.as_mut() {
-            if !pace.take(bytes, now) {
-                u.window_held = true;
-                return;
-            }
-        }
-        u.window_held = false;
         u.acked = received;
-        // The client could send nothing while its window was held.
-        u.last_data = now;
         let (transfer, window) = (u.transfer, self.cfg.upload_window);
         self.answer(
             conn,
@@ -797,16 +771,6 @@ impl Hub {
                 reason: "",
             },
         );
-    }
-
-    /// When the first held window can grow.
-    fn held_window_ready_at(&self) -> Option<Instant> {
-        let pace = self.upload_pace.as_ref()?;
-        self.uploads
-            .values()
-            .filter(|u| u.window_held)
-            .map(|u| pace.ready_at(u.writer.len() - u.acked))
-            .min()
     }
 
     fn finish_upload(&mut self, conn: usize, request: u32, now: Instant) {
@@ -1075,10 +1039,7 @@ impl Hub {
         let stale: Vec<(usize, u32)> = self
             .uploads
             .iter()
-            .filter(|(_, u)| {
-                !u.window_held
-                    && now.saturating_duration_since(u.last_data) >= self.cfg.upload_timeout
-            })
+            .filter(|(_, u)| now.saturating_duration_since(u.last_data) >= self.cfg.upload_timeout)
             .map(|(k, _)| *k)
             .collect();
         for (c, r) in stale {
@@ -1087,15 +1048,6 @@ impl Hub {
                 self.cfg.upload_timeout.as_secs()
             );
             self.drop_upload(c, r, &reason);
-        }
-        let held: Vec<(usize, u32)> = self
-            .uploads
-            .iter()
-            .filter(|(_, u)| u.window_held)
-            .map(|(k, _)| *k)
-            .collect();
-        for (c, r) in held {
-            self.grow_window(c, r, now);
         }
         if let Some((tx, _)) = self.sender.as_mut() {
             tx.handle_timeout(now);
@@ -1123,11 +1075,9 @@ impl Hub {
         earliest(
             self.uploads
                 .values()
-                .filter(|u| !u.window_held)
                 .map(|u| u.last_data + self.cfg.upload_timeout)
                 .min(),
         );
-        earliest(self.held_window_ready_at());
         if self.receiver.as_ref().is_some_and(|(_, i)| i.has_pending()) {
             earliest(Some(self.t0)); // a batch to commit: at once
         }

@@ -49,8 +49,7 @@ pub struct FilesSection {
     /// file and its directory synced), "batch" (files synced together, every 10 ms),
     /// "never" (left to the kernel).
     pub fsync: FsyncSetting,
-    /// The files' share of the network, MB a second (market data keeps the rest): what
-    /// this node sends, and what uploads bring into its spool, each.
+    /// The files' share of the network, MB a second (market data keeps the rest).
     pub rate_mb_per_s: u64,
     /// Chunk size in KiB (1 to 62).
     pub chunk_kib: u32,
@@ -396,8 +395,6 @@ impl FilesThread {
         let now = Instant::now();
         let mut hub_cfg = HubConfig::new(site, cfg.services.clone());
         hub_cfg.expire_after = Duration::from_secs(cfg.expire_h * 3600);
-        // Uploads take the same share of the node as sending does.
-        hub_cfg.upload_rate = Some(cfg.rate_mb_per_s * 1_000_000);
         let sender = if cfg.spool.is_empty() {
             None
         } else {
