@@ -25,6 +25,18 @@ impl Lab {
     ) -> Result<Vec<FilesMarketData>> {
         let mut shares = vec![DEFAULT_SHARE_MB, self.args.files_rate_mb];
         shares.dedup();
+        // The classes before left gigabytes of dirty pages: written back while the
+        // latency is held without files, they would make that baseline the slow one.
+        let t0 = Instant::now();
+        let synced = Command::new("sync").status().is_ok_and(|s| s.success());
+        self.progress.line(
+            &format!(
+                "files: the disk {} in {:.1} s before market data",
+                if synced { "synced" } else { "NOT synced (sync failed)" },
+                t0.elapsed().as_secs_f64()
+            ),
+            0.0,
+        );
         let mut rows = Vec::new();
         for share in shares {
             for queued_first in [false, true] {
