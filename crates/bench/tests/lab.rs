@@ -769,9 +769,11 @@ fn bench_wait_measures_each_idle_strategy_at_rest_and_under_load() {
         r["settings"]["wait_strategies"],
         json!(["adaptive", "block"])
     );
-    // The rigs' backbone is authenticated by default, with a key made for the run.
+    // The rigs' backbone is authenticated by default, with a key made for the run and
+    // kept with the logs (not with the results, which are kept).
     assert_eq!(r["settings"]["backbone_auth"], "on");
-    let keys = std::fs::metadata(dir.join("backbone.keys")).expect("the run's key file");
+    assert!(!dir.join("backbone.keys").exists());
+    let keys = std::fs::metadata(dir.join("logs/backbone.keys")).expect("the run's key file");
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&keys.permissions()) & 0o777,
         0o600

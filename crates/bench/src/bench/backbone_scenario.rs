@@ -40,10 +40,11 @@ impl Lab {
         })
     }
 
-    /// The run's backbone key file (`--backbone-auth on`), made once in --out.
+    /// The run's backbone key file (`--backbone-auth on`), made once in --out's logs
+    /// (with the processes' logs, not with the results that are kept).
     fn backbone_key_file(&self) -> Result<std::path::PathBuf> {
         use std::os::unix::fs::PermissionsExt;
-        let path = self.args.out.join("backbone.keys");
+        let path = self.logs.join("backbone.keys");
         if !path.exists() {
             let text = tickwire_backbone::auth::new_key_file()
                 .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;

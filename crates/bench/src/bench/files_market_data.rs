@@ -32,7 +32,11 @@ impl Lab {
         self.progress.line(
             &format!(
                 "files: the disk {} in {:.1} s before market data",
-                if synced { "synced" } else { "NOT synced (sync failed)" },
+                if synced {
+                    "synced"
+                } else {
+                    "NOT synced (sync failed)"
+                },
                 t0.elapsed().as_secs_f64()
             ),
             0.0,
