@@ -748,29 +748,20 @@ impl Hub {
             return self.finish_upload(conn, request, now);
         }
         if received - u.acked >= self.cfg.upload_window / 2 {
-            self.grow_window(conn, request);
+            u.acked = received;
+            let (transfer, window) = (u.transfer, self.cfg.upload_window);
+            self.answer(
+                conn,
+                PutAnswer {
+                    request,
+                    state: PutState::Progress,
+                    transfer,
+                    received,
+                    window,
+                    reason: "",
+                },
+            );
         }
-    }
-
-    /// Acknowledges what an upload brought so far and gives it a new window.
-    fn grow_window(&mut self, conn: usize, request: u32) {
-        let Some(u) = self.uploads.get_mut(&(conn, request)) else {
-            return;
-        };
-        let received = u.writer.len();
-        u.acked = received;
-        let (transfer, window) = (u.transfer, self.cfg.upload_window);
-        self.answer(
-            conn,
-            PutAnswer {
-                request,
-                state: PutState::Progress,
-                transfer,
-                received,
-                window,
-                reason: "",
-            },
-        );
     }
 
     fn finish_upload(&mut self, conn: usize, request: u32, now: Instant) {

@@ -155,27 +155,31 @@ pub(crate) struct WsFlags {
 // The backbone scenario, and the nodes of the files scenario's market data.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub(crate) struct BackboneFlags {
-    /// Backbone scenario (and the files scenario's market data): which thread runs each node's Aeron driver and receiver
-    /// (`[backbone] driver`: event-loop, thread).
+    /// Backbone scenario (and the files scenario's market data): which thread runs
+    /// each node's Aeron driver and receiver (`[backbone] driver`: event-loop, thread).
     #[arg(long, value_name = "PLACEMENT", default_value = "event-loop",
           value_parser = ["event-loop", "thread"])]
     pub(crate) backbone_driver: String,
-    /// Backbone scenario (and the files scenario's market data): how the threads running the nodes' Aeron drivers wait when
-    /// idle (`[backbone] idle`: adaptive, block, yield, backoff, sleep, spin).
+    /// Backbone scenario (and the files scenario's market data): how the threads
+    /// running the nodes' Aeron drivers wait when idle (`[backbone] idle`: adaptive,
+    /// block, yield, backoff, sleep, spin).
     #[arg(long, value_name = "STRATEGY", default_value = "adaptive")]
     pub(crate) backbone_idle: String,
-    /// Backbone scenario (and the files scenario's market data): with `--backbone-idle backoff`, the longest sleep of an idle
-    /// driver thread in µs (`[backbone] max_park_us`; default: the node's).
+    /// Backbone scenario (and the files scenario's market data): with
+    /// `--backbone-idle backoff`, the longest sleep of an idle driver thread in µs
+    /// (`[backbone] max_park_us`; default: the node's).
     #[arg(long, value_name = "US")]
     pub(crate) backbone_max_park_us: Option<u64>,
-    /// Backbone scenario (and the files scenario's market data): the nodes' datagram payload in bytes (`[backbone] mtu`). The
-    /// lab's loopback carries 64 KiB; 8192 is what a LAN with jumbo (9,000-byte) frames
-    /// carries; 1408, the node's default, fits a 1,500-byte Ethernet frame.
+    /// Backbone scenario (and the files scenario's market data): the nodes' datagram
+    /// payload in bytes (`[backbone] mtu`). The lab's loopback carries 64 KiB; 8192 is
+    /// what a LAN with jumbo (9,000-byte) frames carries; 1408, the node's default,
+    /// fits a 1,500-byte Ethernet frame.
     #[arg(long, value_name = "BYTES", default_value_t = 8192)]
     pub(crate) backbone_mtu: usize,
-    /// Backbone scenario (and the files scenario's market data): whether the nodes' backbone is authenticated (`[backbone]
-    /// key_file`, with a key made for the run in --out): `on`, as a production backbone
-    /// should be, or `off`, to see what the seals cost.
+    /// Backbone scenario (and the files scenario's market data): whether the nodes'
+    /// backbone is authenticated (`[backbone] key_file`, with a key made for the run in
+    /// --out's logs): `on`, as a production backbone should be, or `off`, to see what
+    /// the seals cost.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     pub(crate) backbone_auth: String,
 }
