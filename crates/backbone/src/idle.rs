@@ -97,6 +97,18 @@ const PARK_GROWTH: u32 = 4;
 /// heartbeat and a probe) does not, few enough that a steady load after a hiccup is
 /// polled again within a few bursts.
 const SHORT_PAUSES_TO_POLL: u32 = 3;
+/// A turn that comes this long after a turn that said to poll again: the thread was
+/// kept off its CPU (the scheduler ran another thread for a slice), so the machine has
+/// none to spare, and polling takes it from the threads that share it (a files
+/// thread, a publisher, the kernel writing pages back), whose work the data path then
+/// waits for. A lone wake-up of another thread takes tens of microseconds; a slice of
+/// a busy one, milliseconds.
+const KEPT_OFF_CPU: Duration = Duration::from_micros(500);
+/// How long the adaptive wait parks instead of polling after its thread was kept off
+/// the CPU: long enough that a busy machine is not probed often (each probe may cost
+/// a slice), short enough that polling comes back soon after the load that held the
+/// CPUs ends.
+const CONTENDED_HOLD: Duration = Duration::from_millis(250);
 
 /// The adaptive wait: after a turn, poll again (yielding the CPU) or park, and for how
 /// long at most.
@@ -108,7 +120,9 @@ const SHORT_PAUSES_TO_POLL: u32 = 3;
 /// `spin_limit` (work keeps coming); otherwise it parks at once. At rest (heartbeats every 100 ms),
 /// or with bursts further apart than `spin_limit`, it never polls; under a steady load
 /// (a burst every millisecond) it never parks. A `spin_limit` of zero never polls:
-/// [`IdleStrategy::Block`].
+/// [`IdleStrategy::Block`]. Polling needs a CPU to spare: when a turn after one that
+/// polled comes [`KEPT_OFF_CPU`] late, other threads wanted the CPU, and the policy
+/// parks for [`CONTENDED_HOLD`] (measured beside file transfers: docs/BENCHMARKS.md).
 #[derive(Debug, Clone)]
 pub struct SpinThenPark {
     spin_limit: Duration,
@@ -120,10 +134,16 @@ pub struct SpinThenPark {
     polled_last: bool,
     /// The next park's length.
     park: Duration,
+    /// The last turn's time.
+    last_turn: Option<Instant>,
+    /// No polling before this: the thread was kept off the CPU while it polled.
+    contended_until: Option<Instant>,
     /// Turns that polled again rather than park.
     pub polls: u64,
     /// Turns that parked.
     pub parks: u64,
+    /// Times polling stopped because the thread was kept off the CPU.
+    pub contended: u64,
 }
 
 /// What the thread does after a turn.
@@ -144,8 +164,11 @@ impl SpinThenPark {
             short_pauses: 0,
             polled_last: false,
             park: FIRST_PARK,
+            last_turn: None,
+            contended_until: None,
             polls: 0,
             parks: 0,
+            contended: 0,
         }
     }
 
@@ -162,6 +185,15 @@ impl SpinThenPark {
     /// counts what came from outside (a socket readable, a message received), not
     /// what the thread's own timers did: that is no sign of more to come.
     pub fn after_turn(&mut self, now: Instant, work: usize) -> Wait {
+        let kept_off = self.polled_last
+            && self
+                .last_turn
+                .is_some_and(|t| now.saturating_duration_since(t) >= KEPT_OFF_CPU);
+        if kept_off {
+            self.contended_until = Some(now + CONTENDED_HOLD);
+            self.contended += 1;
+        }
+        self.last_turn = Some(now);
         if work > 0 {
             let long = self.last_work.is_none_or(|last| {
                 now.saturating_duration_since(last) >= self.spin_limit && !self.polled_last
@@ -188,9 +220,11 @@ impl SpinThenPark {
     }
 
     /// Whether work keeps coming at `now`: the last work is less than `spin_limit`
-    /// ago, and so were the pauses before it.
+    /// ago, and so were the pauses before it; and the CPU has been there for the
+    /// thread lately.
     pub fn polling(&self, now: Instant) -> bool {
-        self.short_pauses >= SHORT_PAUSES_TO_POLL
+        self.contended_until.is_none_or(|until| now >= until)
+            && self.short_pauses >= SHORT_PAUSES_TO_POLL
             && self
                 .last_work
                 .is_some_and(|work| now.saturating_duration_since(work) < self.spin_limit)
@@ -232,8 +266,8 @@ mod tests {
         let start = Instant::now();
         run(&mut p, start, Duration::from_millis(1), 40);
         let last = start + Duration::from_millis(40);
-        p.after_turn(last, 1);
-        assert_eq!(p.after_turn(last + SPIN / 2, 0), Wait::Poll);
+        assert_eq!(p.after_turn(last, 1), Wait::Poll);
+        assert!(p.polling(last + SPIN / 2));
         (p, last)
     }
 
@@ -292,13 +326,32 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_kept_off_the_cpu_while_polling_goes_on_polling() {
+    fn a_thread_kept_off_the_cpu_while_polling_parks_for_a_while_then_polls_again() {
         let (mut p, last) = polling_after_a_steady_load();
-        // The next turn comes 5 ms later, with work: the scheduler, not the work,
-        // paused (a pause of the work would have been parked in).
+        // The next turn comes 5 ms later, with work: the scheduler ran another thread
+        // for a slice. The load goes on (a burst every millisecond), but the policy
+        // parks through the hold instead of taking the CPU from that thread...
         let late = last + Duration::from_millis(5);
-        p.after_turn(late, 1);
-        assert_eq!(p.after_turn(late + SPIN / 2, 0), Wait::Poll);
+        assert!(matches!(p.after_turn(late, 1), Wait::Park(_)));
+        assert_eq!(p.contended, 1);
+        let pause = run(&mut p, late, Duration::from_millis(1), 100);
+        assert!(
+            pause.iter().all(|w| matches!(w, Wait::Park(_))),
+            "{pause:?}"
+        );
+        // ...and polls the steady load again once the hold is over.
+        let pause = run(&mut p, late + CONTENDED_HOLD, Duration::from_millis(1), 5);
+        assert!(pause.iter().all(|w| *w == Wait::Poll), "{pause:?}");
+        assert_eq!(p.contended, 1);
+    }
+
+    #[test]
+    fn a_short_wait_for_the_cpu_goes_on_polling() {
+        let (mut p, last) = polling_after_a_steady_load();
+        // Another thread woke and ran briefly (a publisher's write): 100 µs late.
+        let late = last + Duration::from_micros(100);
+        assert_eq!(p.after_turn(late, 1), Wait::Poll);
+        assert_eq!(p.contended, 0);
     }
 
     #[test]
@@ -308,7 +361,11 @@ mod tests {
         run(&mut p, start, Duration::from_millis(1), 10);
         // The load stops: polled for the spin limit, then parked...
         let last = start + Duration::from_millis(9);
-        assert!(matches!(p.after_turn(last + SPIN, 0), Wait::Park(_)));
+        let mut t = start + Duration::from_millis(10);
+        while p.after_turn(t, 0) == Wait::Poll {
+            t += Duration::from_micros(10);
+        }
+        assert!(t >= last + SPIN && t <= last + SPIN + Duration::from_micros(10));
         // ...until it comes back, then every 1 ms.
         let back = start + Duration::from_millis(20);
         assert!(matches!(p.after_turn(back, 1), Wait::Park(_)));
