@@ -97,9 +97,8 @@ const PARK_GROWTH: u32 = 4;
 /// heartbeat and a probe) does not, few enough that a steady load after a hiccup is
 /// polled again within a few bursts.
 const SHORT_PAUSES_TO_POLL: u32 = 3;
-/// A turn that comes this long after a turn that said to poll again: the thread was
-/// kept off its CPU (the scheduler ran another thread for a slice), so the machine has
-/// none to spare, and polling takes it from the threads that share it (a files
+/// A yield of the CPU between polls that returns this late: the scheduler ran another
+/// thread for a slice, so the machine has no CPU to spare, and polling takes it from the threads that share it (a files
 /// thread, a publisher, the kernel writing pages back), whose work the data path then
 /// waits for. A lone wake-up of another thread takes tens of microseconds; a slice of
 /// a busy one, milliseconds.
@@ -120,9 +119,9 @@ const CONTENDED_HOLD: Duration = Duration::from_millis(250);
 /// `spin_limit` (work keeps coming); otherwise it parks at once. At rest (heartbeats every 100 ms),
 /// or with bursts further apart than `spin_limit`, it never polls; under a steady load
 /// (a burst every millisecond) it never parks. A `spin_limit` of zero never polls:
-/// [`IdleStrategy::Block`]. Polling needs a CPU to spare: when a turn after one that
-/// polled comes [`KEPT_OFF_CPU`] late, other threads wanted the CPU, and the policy
-/// parks for [`CONTENDED_HOLD`] (measured beside file transfers: docs/BENCHMARKS.md).
+/// [`IdleStrategy::Block`]. Polling needs a CPU to spare: when a yield between polls
+/// returns [`KEPT_OFF_CPU`] late, other threads wanted the CPU, and the policy parks
+/// for [`CONTENDED_HOLD`] ([`SpinThenPark::after_yield`]).
 #[derive(Debug, Clone)]
 pub struct SpinThenPark {
     spin_limit: Duration,
@@ -134,8 +133,6 @@ pub struct SpinThenPark {
     polled_last: bool,
     /// The next park's length.
     park: Duration,
-    /// The last turn's time.
-    last_turn: Option<Instant>,
     /// No polling before this: the thread was kept off the CPU while it polled.
     contended_until: Option<Instant>,
     /// Turns that polled again rather than park.
@@ -164,7 +161,6 @@ impl SpinThenPark {
             short_pauses: 0,
             polled_last: false,
             park: FIRST_PARK,
-            last_turn: None,
             contended_until: None,
             polls: 0,
             parks: 0,
@@ -185,15 +181,6 @@ impl SpinThenPark {
     /// counts what came from outside (a socket readable, a message received), not
     /// what the thread's own timers did: that is no sign of more to come.
     pub fn after_turn(&mut self, now: Instant, work: usize) -> Wait {
-        let kept_off = self.polled_last
-            && self
-                .last_turn
-                .is_some_and(|t| now.saturating_duration_since(t) >= KEPT_OFF_CPU);
-        if kept_off {
-            self.contended_until = Some(now + CONTENDED_HOLD);
-            self.contended += 1;
-        }
-        self.last_turn = Some(now);
         if work > 0 {
             let long = self.last_work.is_none_or(|last| {
                 now.saturating_duration_since(last) >= self.spin_limit && !self.polled_last
@@ -217,6 +204,28 @@ impl SpinThenPark {
             self.park = (self.park * PARK_GROWTH).min(MAX_PARK);
         }
         Wait::Park(park)
+    }
+
+    /// After the thread gave up its CPU to poll again (`std::thread::yield_now`): a
+    /// yield that took [`KEPT_OFF_CPU`] or more let another thread run for a slice, so
+    /// the machine has no CPU to spare, and the policy parks instead of polling for
+    /// [`CONTENDED_HOLD`].
+    pub fn after_yield(&mut self, now: Instant, took: Duration) {
+        if took < KEPT_OFF_CPU {
+            return;
+        }
+        self.contended_until = Some(now + CONTENDED_HOLD);
+        self.contended += 1;
+        // Said the first time and every power of two: an operator sees that the
+        // machine has no CPU to spare, without a line per episode.
+        if self.contended.is_power_of_two() {
+            log::info!(
+                "backbone: the thread running the driver gave up its CPU to poll again and got it back {} µs later; it parks instead of polling for {} ms, as other threads need the CPUs ({} times so far)",
+                took.as_micros(),
+                CONTENDED_HOLD.as_millis(),
+                self.contended
+            );
+        }
     }
 
     /// Whether work keeps coming at `now`: the last work is less than `spin_limit`
@@ -328,10 +337,11 @@ mod tests {
     #[test]
     fn a_thread_kept_off_the_cpu_while_polling_parks_for_a_while_then_polls_again() {
         let (mut p, last) = polling_after_a_steady_load();
-        // The next turn comes 5 ms later, with work: the scheduler ran another thread
-        // for a slice. The load goes on (a burst every millisecond), but the policy
+        // The yield before the next turn returns 5 ms later: the scheduler ran another
+        // thread for a slice. The load goes on (a burst every millisecond), but the policy
         // parks through the hold instead of taking the CPU from that thread...
         let late = last + Duration::from_millis(5);
+        p.after_yield(late, Duration::from_millis(5));
         assert!(matches!(p.after_turn(late, 1), Wait::Park(_)));
         assert_eq!(p.contended, 1);
         let pause = run(&mut p, late, Duration::from_millis(1), 100);
@@ -350,6 +360,7 @@ mod tests {
         let (mut p, last) = polling_after_a_steady_load();
         // Another thread woke and ran briefly (a publisher's write): 100 µs late.
         let late = last + Duration::from_micros(100);
+        p.after_yield(late, Duration::from_micros(100));
         assert_eq!(p.after_turn(late, 1), Wait::Poll);
         assert_eq!(p.contended, 0);
     }
