@@ -3,8 +3,8 @@
 
 use super::{
     BackboneResult, Fanout, FilesFault, FilesMarketData, FilesRow, Instances, JournalStep,
-    JournalUpdateCost, LatencyStep, Machine, Memory, PeersResult, ProcessUsage, RsslResult, Stall,
-    Throughput, TreeResult, WaitResult, WebSocketResult,
+    JournalUpdateCost, LatencyStep, Machine, Memory, PeersResult, ProcessUsage, RsslResult,
+    Settings, Stall, Throughput, TreeResult, WaitResult, WebSocketResult,
 };
 use serde::{Deserialize, Serialize};
 
@@ -29,7 +29,7 @@ pub struct Results {
     pub machine: Option<Machine>,
     /// The run's settings (items, step seconds, rates, pass criteria...), as the lab had
     /// them.
-    pub settings: serde_json::Value,
+    pub settings: Settings,
     /// Every command line the run started (the lab's first, then nodes and load tools).
     pub commands: Vec<String>,
     /// The throughput scenario: one entry per cache setting.
