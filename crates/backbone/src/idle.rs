@@ -97,17 +97,6 @@ const PARK_GROWTH: u32 = 4;
 /// heartbeat and a probe) does not, few enough that a steady load after a hiccup is
 /// polled again within a few bursts.
 const SHORT_PAUSES_TO_POLL: u32 = 3;
-/// A yield of the CPU between polls that returns this late: the scheduler ran another
-/// thread for a slice, so the machine has no CPU to spare, and polling takes it from the threads that share it (a files
-/// thread, a publisher, the kernel writing pages back), whose work the data path then
-/// waits for. A lone wake-up of another thread takes tens of microseconds; a slice of
-/// a busy one, milliseconds.
-const KEPT_OFF_CPU: Duration = Duration::from_micros(500);
-/// How long the adaptive wait parks instead of polling after its thread was kept off
-/// the CPU: long enough that a busy machine is not probed often (each probe may cost
-/// a slice), short enough that polling comes back soon after the load that held the
-/// CPUs ends.
-const CONTENDED_HOLD: Duration = Duration::from_millis(250);
 
 /// The adaptive wait: after a turn, poll again (yielding the CPU) or park, and for how
 /// long at most.
@@ -119,9 +108,7 @@ const CONTENDED_HOLD: Duration = Duration::from_millis(250);
 /// `spin_limit` (work keeps coming); otherwise it parks at once. At rest (heartbeats every 100 ms),
 /// or with bursts further apart than `spin_limit`, it never polls; under a steady load
 /// (a burst every millisecond) it never parks. A `spin_limit` of zero never polls:
-/// [`IdleStrategy::Block`]. Polling needs a CPU to spare: when a yield between polls
-/// returns [`KEPT_OFF_CPU`] late, other threads wanted the CPU, and the policy parks
-/// for [`CONTENDED_HOLD`] ([`SpinThenPark::after_yield`]).
+/// [`IdleStrategy::Block`].
 #[derive(Debug, Clone)]
 pub struct SpinThenPark {
     spin_limit: Duration,
@@ -133,14 +120,10 @@ pub struct SpinThenPark {
     polled_last: bool,
     /// The next park's length.
     park: Duration,
-    /// No polling before this: the thread was kept off the CPU while it polled.
-    contended_until: Option<Instant>,
     /// Turns that polled again rather than park.
     pub polls: u64,
     /// Turns that parked.
     pub parks: u64,
-    /// Times polling stopped because the thread was kept off the CPU.
-    pub contended: u64,
 }
 
 /// What the thread does after a turn.
@@ -161,10 +144,8 @@ impl SpinThenPark {
             short_pauses: 0,
             polled_last: false,
             park: FIRST_PARK,
-            contended_until: None,
             polls: 0,
             parks: 0,
-            contended: 0,
         }
     }
 
@@ -206,34 +187,10 @@ impl SpinThenPark {
         Wait::Park(park)
     }
 
-    /// After the thread gave up its CPU to poll again (`std::thread::yield_now`): a
-    /// yield that took [`KEPT_OFF_CPU`] or more let another thread run for a slice, so
-    /// the machine has no CPU to spare, and the policy parks instead of polling for
-    /// [`CONTENDED_HOLD`].
-    pub fn after_yield(&mut self, now: Instant, took: Duration) {
-        if took < KEPT_OFF_CPU {
-            return;
-        }
-        self.contended_until = Some(now + CONTENDED_HOLD);
-        self.contended += 1;
-        // Said the first time and every power of two: an operator sees that the
-        // machine has no CPU to spare, without a line per episode.
-        if self.contended.is_power_of_two() {
-            log::info!(
-                "backbone: the thread running the driver gave up its CPU to poll again and got it back {} µs later; it parks instead of polling for {} ms, as other threads need the CPUs ({} times so far)",
-                took.as_micros(),
-                CONTENDED_HOLD.as_millis(),
-                self.contended
-            );
-        }
-    }
-
     /// Whether work keeps coming at `now`: the last work is less than `spin_limit`
-    /// ago, and so were the pauses before it; and the CPU has been there for the
-    /// thread lately.
+    /// ago, and so were the pauses before it.
     pub fn polling(&self, now: Instant) -> bool {
-        self.contended_until.is_none_or(|until| now >= until)
-            && self.short_pauses >= SHORT_PAUSES_TO_POLL
+        self.short_pauses >= SHORT_PAUSES_TO_POLL
             && self
                 .last_work
                 .is_some_and(|work| now.saturating_duration_since(work) < self.spin_limit)
@@ -275,8 +232,8 @@ mod tests {
         let start = Instant::now();
         run(&mut p, start, Duration::from_millis(1), 40);
         let last = start + Duration::from_millis(40);
-        assert_eq!(p.after_turn(last, 1), Wait::Poll);
-        assert!(p.polling(last + SPIN / 2));
+        p.after_turn(last, 1);
+        assert_eq!(p.after_turn(last + SPIN / 2, 0), Wait::Poll);
         (p, last)
     }
 
@@ -335,34 +292,13 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_kept_off_the_cpu_while_polling_parks_for_a_while_then_polls_again() {
+    fn a_thread_kept_off_the_cpu_while_polling_goes_on_polling() {
         let (mut p, last) = polling_after_a_steady_load();
-        // The yield before the next turn returns 5 ms later: the scheduler ran another
-        // thread for a slice. The load goes on (a burst every millisecond), but the policy
-        // parks through the hold instead of taking the CPU from that thread...
+        // The next turn comes 5 ms later, with work: the scheduler, not the work,
+        // paused (a pause of the work would have been parked in).
         let late = last + Duration::from_millis(5);
-        p.after_yield(late, Duration::from_millis(5));
-        assert!(matches!(p.after_turn(late, 1), Wait::Park(_)));
-        assert_eq!(p.contended, 1);
-        let pause = run(&mut p, late, Duration::from_millis(1), 100);
-        assert!(
-            pause.iter().all(|w| matches!(w, Wait::Park(_))),
-            "{pause:?}"
-        );
-        // ...and polls the steady load again once the hold is over.
-        let pause = run(&mut p, late + CONTENDED_HOLD, Duration::from_millis(1), 5);
-        assert!(pause.iter().all(|w| *w == Wait::Poll), "{pause:?}");
-        assert_eq!(p.contended, 1);
-    }
-
-    #[test]
-    fn a_short_wait_for_the_cpu_goes_on_polling() {
-        let (mut p, last) = polling_after_a_steady_load();
-        // Another thread woke and ran briefly (a publisher's write): 100 µs late.
-        let late = last + Duration::from_micros(100);
-        p.after_yield(late, Duration::from_micros(100));
-        assert_eq!(p.after_turn(late, 1), Wait::Poll);
-        assert_eq!(p.contended, 0);
+        p.after_turn(late, 1);
+        assert_eq!(p.after_turn(late + SPIN / 2, 0), Wait::Poll);
     }
 
     #[test]
@@ -372,11 +308,7 @@ mod tests {
         run(&mut p, start, Duration::from_millis(1), 10);
         // The load stops: polled for the spin limit, then parked...
         let last = start + Duration::from_millis(9);
-        let mut t = start + Duration::from_millis(10);
-        while p.after_turn(t, 0) == Wait::Poll {
-            t += Duration::from_micros(10);
-        }
-        assert!(t >= last + SPIN && t <= last + SPIN + Duration::from_micros(10));
+        assert!(matches!(p.after_turn(last + SPIN, 0), Wait::Park(_)));
         // ...until it comes back, then every 1 ms.
         let back = start + Duration::from_millis(20);
         assert!(matches!(p.after_turn(back, 1), Wait::Park(_)));

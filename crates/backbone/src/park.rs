@@ -99,10 +99,7 @@ impl Parker {
     pub(crate) fn wait(&mut self, work: usize, duty_cycle: impl FnOnce() -> usize) {
         let timeout = match self.policy.after_turn(Instant::now(), work) {
             Wait::Poll => {
-                let before = Instant::now();
                 std::thread::yield_now();
-                let now = Instant::now();
-                self.policy.after_yield(now, now - before);
                 return;
             }
             Wait::Park(d) => d,

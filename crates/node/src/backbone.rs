@@ -75,8 +75,7 @@ pub struct BackboneSection {
     pub driver: String,
     /// How the thread running the driver waits when idle: `adaptive` (default: polls
     /// through pauses shorter than `spin_us` while work keeps coming, else parks in
-    /// epoll on the driver's sockets and the node's: no CPU at rest; parks while other
-    /// threads keep it off the CPU), `block` (always
+    /// epoll on the driver's sockets and the node's: no CPU at rest), `block` (always
     /// parks), `yield` (polls, yielding the CPU: a CPU busy at rest too), `backoff`
     /// (spins, yields, then sleeps up to `max_park_us`), `sleep` (1 ms sleeps) or `spin`
     /// (a core of its own). docs/OPERATIONS.md, "Waiting: what idle costs".
