@@ -180,9 +180,7 @@ impl Lab {
     }
 
     fn seconds(&self) -> f64 {
-        self.args
-            .step_seconds
-            .unwrap_or(if self.quick { 2.0 } else { 10.0 })
+        step_seconds(&self.args, self.quick)
     }
 
     fn bisections(&self) -> u32 {
@@ -620,10 +618,7 @@ impl Lab {
             }
         };
         let rate = rate.min(self.args.max_rate);
-        let phase = self
-            .args
-            .stall_phase_seconds
-            .unwrap_or(if self.quick { 2.0 } else { 3.0 });
+        let phase = stall_phase_seconds(&self.args, self.quick);
         let plan = StallPlan {
             rate,
             items: self.args.stall_items,
@@ -718,6 +713,18 @@ fn stop_rigs(rigs: Vec<Rig>) -> Result<()> {
     Ok(())
 }
 
+/// How long each rate is held: `--step-seconds`, or 2 s in `quick` and 10 s elsewhere.
+fn step_seconds(args: &BenchArgs, quick: bool) -> f64 {
+    args.step_seconds.unwrap_or(if quick { 2.0 } else { 10.0 })
+}
+
+/// Each phase of the stall scenario: `--stall-phase-seconds`, or 2 s in `quick` and 3 s
+/// elsewhere.
+fn stall_phase_seconds(args: &BenchArgs, quick: bool) -> f64 {
+    args.stall_phase_seconds
+        .unwrap_or(if quick { 2.0 } else { 3.0 })
+}
+
 /// When a rate counts as sustained (`results.json` `settings.pass_criteria`).
 const PASS_CRITERIA: &str = "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, no update conflated, publisher within 1% of its schedule";
 
@@ -798,7 +805,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             machine: Some(machine_with_wake_probe()),
             settings: Settings {
                 items: args.items,
-                step_seconds: args.step_seconds.unwrap_or(if quick { 2.0 } else { 10.0 }),
+                step_seconds: step_seconds(&args, quick),
                 rates: args.rates.clone(),
                 fanout_items: args.fanout_items,
                 connections: args.connections,
@@ -815,11 +822,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 stall_subscribers: args.stall_subscribers,
                 stall_seconds: args.stall_seconds,
                 node_pause_ms: args.node_pause_ms,
-                stall_phase_seconds: args.stall_phase_seconds.unwrap_or(if quick {
-                    2.0
-                } else {
-                    3.0
-                }),
+                stall_phase_seconds: stall_phase_seconds(&args, quick),
                 stall_interval_ms: args.stall_interval_ms,
                 memory_connections: args.memory_connections,
                 memory_items: args.memory_items,
