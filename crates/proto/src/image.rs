@@ -6,8 +6,10 @@
 //! update once an item's image has reached its size. An image is one heap block, plus an
 //! index once it is large.
 
+mod index;
+
 use crate::field::{FieldList, FieldListWriter, Value};
-use std::collections::BTreeMap;
+use index::Index;
 
 /// In an entry header, a length byte with this value is followed by the length as 4
 /// bytes (little-endian); any smaller value is the length itself.
@@ -23,7 +25,9 @@ const DEAD: u8 = u8::MAX;
 /// block; crates/proto/benches/image.rs (10-field updates into n-field images, ns per
 /// field, walk vs index): in image order 7 vs 13 at 32 fields, 13 vs 11 at 48, 14 vs 13
 /// at 64, 23 vs 16 at 128; shuffled, the walk loses from 32 fields (28 vs 11) and is 4x
-/// slower at 64. Above 64 the walk's O(fields) per field no longer pays.
+/// slower at 64. Above 64 the walk's O(fields) per field no longer pays. (Measured with
+/// the B-tree index the keyed hash of `image/index.rs` replaced; the hash is faster, so
+/// the thresholds here lean towards the walk.)
 const INDEX_MIN_FIELDS: u32 = 64;
 
 /// An image of at least this many fields is indexed as soon as an update comes out of
@@ -36,10 +40,6 @@ const INDEX_OUT_OF_ORDER_MIN_FIELDS: u32 = 16;
 /// An image larger than this keeps an index too: without one, a length change moves
 /// the tail of the image, and a few fields of long strings make that O(bytes) per field.
 const INDEX_MIN_BYTES: usize = 16 * 1024;
-
-/// Heap bytes per field of an [`Index`] (an estimate for [`FieldImage::heap_bytes`]:
-/// B-tree leaves of 11 (i16, usize) pairs, about 2/3 full, and their parents).
-const INDEX_BYTES_PER_FIELD: usize = 20;
 
 /// One heap block holding every field of an item.
 ///
@@ -57,8 +57,9 @@ const INDEX_BYTES_PER_FIELD: usize = 20;
 /// A larger image keeps an index (fid -> offset) and never moves the tail: a field whose
 /// length changes is appended and its old entry marked dead (so it goes last in the
 /// image's order), and the entries are compacted in place when dead bytes exceed live
-/// ones. Every field of an update then costs O(log n) plus amortised O(its bytes),
-/// whatever the order, lengths or repetitions a publisher sends.
+/// ones. Every field of an update then costs one lookup in a keyed hash (expected O(1),
+/// see `image/index.rs`) plus amortised O(its bytes), whatever the order, lengths or
+/// repetitions a publisher sends.
 #[derive(Debug, Clone, Default)]
 pub struct FieldImage {
     data: Vec<u8>,
@@ -67,18 +68,6 @@ pub struct FieldImage {
     /// `None` while the image is small. Boxed: most images are small, and the node keeps
     /// one per item.
     index: Option<Box<Index>>,
-}
-
-/// Where each field of a large image is.
-#[derive(Debug, Clone, Default)]
-struct Index {
-    /// fid -> offset of its live entry. A B-tree rather than a hash map: field ids are
-    /// chosen by the publisher, and a fixed hash over 65,536 possible keys can be made to
-    /// collide (then every lookup of a repeated field walks the collisions); the tree is
-    /// O(log n) for any ids.
-    at: BTreeMap<i16, usize>,
-    /// Bytes of dead entries in `data`.
-    dead: usize,
 }
 
 /// The entry at `pos`, whose length byte is `n`: where its encoded value starts and ends.
@@ -183,13 +172,12 @@ fn tally(_n: usize) {
 /// Sets a field of an indexed image.
 fn set_indexed(data: &mut Vec<u8>, count: &mut u32, index: &mut Index, fid: i16, encoded: &[u8]) {
     tally(1);
-    let Some(at) = index.at.get_mut(&fid) else {
-        index.at.insert(fid, data.len());
+    let Some(pos) = index.get(fid) else {
+        index.set(fid, data.len());
         push_entry(data, fid, encoded);
         *count += 1;
         return;
     };
-    let pos = *at;
     let (_, start, end) = entry(data, pos);
     if end - start == encoded.len() {
         copy_short(&mut data[start..end], encoded);
@@ -203,7 +191,7 @@ fn set_indexed(data: &mut Vec<u8>, count: &mut u32, index: &mut Index, fid: i16,
         // append the new one.
         kill(data, pos);
         index.dead += end - pos;
-        *at = data.len();
+        index.set(fid, data.len());
     }
     push_entry(data, fid, encoded);
     if index.dead > data.len() - index.dead {
@@ -223,7 +211,7 @@ fn compact(data: &mut Vec<u8>, index: &mut Index) {
             if write != read {
                 data.copy_within(read..end, write);
                 tally(1);
-                *index.at.get_mut(&fid).expect("a live entry is indexed") = write;
+                index.set(fid, write);
             }
             write += end - read;
         }
@@ -266,10 +254,7 @@ impl FieldImage {
     /// Bytes of memory held (for the memory accounting in docs/BENCHMARKS.md); the index
     /// of a large image is estimated.
     pub fn heap_bytes(&self) -> usize {
-        self.data.capacity()
-            + self.index.as_ref().map_or(0, |_| {
-                std::mem::size_of::<Index>() + self.len() * INDEX_BYTES_PER_FIELD
-            })
+        self.data.capacity() + self.index.as_ref().map_or(0, |i| i.heap_bytes())
     }
 
     /// Starts loading the image's memory into the CPU cache (a hint; see
@@ -423,12 +408,12 @@ impl FieldImage {
     /// Indexes a small image (which has no dead entries).
     #[cold]
     fn build_index(&mut self) {
-        let mut index = Index::default();
+        let mut index = Index::with_capacity(self.count as usize);
         let mut pos = 0;
         while pos < self.data.len() {
             let (fid, _, end) = entry(&self.data, pos);
             tally(1);
-            index.at.insert(fid, pos);
+            index.set(fid, pos);
             pos = end;
         }
         self.index = Some(Box::new(index));
@@ -444,7 +429,7 @@ impl FieldImage {
     /// The encoded tag+value of a field.
     pub fn get_raw(&self, fid: i16) -> Option<&[u8]> {
         let pos = match &self.index {
-            Some(index) => *index.at.get(&fid)?,
+            Some(index) => index.get(fid)?,
             None => self.find_from(fid, 0, &mut 0)?,
         };
         let (_, start, end) = entry(&self.data, pos);
@@ -805,7 +790,7 @@ mod tests {
                 let (fid, _, end) = any_entry(&img.data, pos);
                 match fid {
                     Some(fid) => {
-                        assert_eq!(index.at.get(&fid), Some(&pos));
+                        assert_eq!(index.get(fid), Some(pos));
                         live += end - pos;
                         entries += 1;
                     }
@@ -815,7 +800,7 @@ mod tests {
             }
             assert_eq!(pos, img.data.len());
             assert_eq!(entries, model.len());
-            assert_eq!(index.at.len(), model.len());
+            assert_eq!(index.len(), model.len());
             assert_eq!(dead, index.dead);
             assert!(dead <= live, "dead {dead} > live {live}");
         }
