@@ -217,6 +217,54 @@ fn open_fds(pid: u32) -> usize {
         .count()
 }
 
+/// Waits until the node holds at most `most` descriptors; returns what it holds.
+fn wait_for_fds_at_most(pid: u32, most: usize) -> usize {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let mut fds = open_fds(pid);
+    while fds > most && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        fds = open_fds(pid);
+    }
+    fds
+}
+
+/// The node stops reading a plain socket at a read shorter than it asked for (the next
+/// read would only say "nothing more"); a peer whose last bytes and close come in one
+/// readiness event must still be seen closing: its socket is closed, on the node's own
+/// port and on the WebSocket port alike.
+#[test]
+fn peers_that_send_a_few_bytes_and_close_at_once_are_let_go() {
+    const PEERS: usize = 200;
+    let cfg = std::env::temp_dir().join(format!("tickwire-hangup-{}.toml", std::process::id()));
+    std::fs::write(&cfg, "[limits]\nmax_pending_logins = 512\n").expect("write config");
+    let (mut node, ws) = Node::start_ws(&["--config", cfg.to_str().expect("utf-8 path")]);
+    let ws: std::net::SocketAddr = ws.parse().expect("the WebSocket address");
+    let fds_before = open_fds(node.proc.pid());
+    let login_bytes = encode(&[login(Role::Subscriber)]);
+    let half_login = &login_bytes[..login_bytes.len() / 2];
+    let half_upgrade = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n";
+    for i in 0..PEERS {
+        use std::io::Write;
+        let (to, bytes): (_, &[u8]) = if i % 2 == 0 {
+            (node.addr, half_login)
+        } else {
+            (ws, half_upgrade)
+        };
+        let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+        // Bytes and close back to back: they often reach the node as one event.
+        s.write_all(bytes).expect("write");
+        s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    }
+    let fds = wait_for_fds_at_most(node.proc.pid(), fds_before);
+    assert!(
+        fds <= fds_before,
+        "the node holds {fds} descriptors after {PEERS} peers closed, {fds_before} before"
+    );
+    assert!(node.is_running(), "node died\n{}", node.proc.log());
+    let _ = std::fs::remove_file(&cfg);
+}
+
 #[test]
 fn connection_storm_leaves_memory_bounded_and_the_node_serving() {
     const TOTAL: usize = 10_000;

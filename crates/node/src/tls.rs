@@ -163,6 +163,13 @@ impl Transport {
         }
     }
 
+    /// Whether a read that returned less than asked emptied the socket: true without
+    /// TLS (the kernel gave all it held; bytes arriving later raise a new readiness
+    /// event), false with TLS (a short plaintext read may leave records in the socket).
+    pub fn short_read_drains(&self) -> bool {
+        matches!(self, Transport::Plain(_))
+    }
+
     /// Reads plaintext. `WouldBlock` only when the socket has nothing more; `Ok(0)` at
     /// the end of the stream.
     #[inline]

@@ -239,16 +239,24 @@ impl Translate for WsTranslate<'_> {
 }
 
 /// Reads what the socket holds (up to `limit` bytes). Ok(true) if the peer closed.
+/// With `short_read_drains` (see `Transport::short_read_drains`), a read shorter than
+/// asked ends it rather than the `WouldBlock` after it.
 pub(crate) fn read_into(
     stream: &mut Transport,
     buf: &mut Vec<u8>,
     limit: usize,
+    short_read_drains: bool,
 ) -> std::io::Result<bool> {
     let mut chunk = [0u8; 16 * 1024];
     while buf.len() < limit {
         match stream.read(&mut chunk) {
             Ok(0) => return Ok(true),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if short_read_drains && n < chunk.len() {
+                    break;
+                }
+            }
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),

@@ -169,6 +169,7 @@ impl EventLoop {
                     sniffing: listener == Listener::Native,
                     refused_http: false,
                     lingering: false,
+                    hung_up: false,
                 },
             );
         }

@@ -13,6 +13,17 @@ const RSSL_TICK: Duration = Duration::from_millis(500);
 /// How often lingering connections are looked at while nothing else happens.
 const LINGER_CHECK: Duration = Duration::from_millis(10);
 
+/// What a readiness event said of a connection.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Readiness {
+    /// Something to read (data, the peer's close, an error).
+    pub(super) readable: bool,
+    /// Room to write.
+    pub(super) writable: bool,
+    /// The peer closed its side or the socket failed.
+    pub(super) hung_up: bool,
+}
+
 pub(super) struct Connections {
     /// By connection id (the core's).
     sockets: Vec<Option<Socket>>,
@@ -81,18 +92,24 @@ impl Connections {
         self.ready.len()
     }
 
-    /// Readiness of connection `id`: read later this turn, written now.
+    /// Readiness of connection `id`: read later this turn, written now. `hung_up`: the
+    /// event said the peer closed or the socket failed (see `Socket::hung_up`).
     pub(super) fn handle_io(
         &mut self,
         core: &mut Node,
         id: ConnId,
-        readable: bool,
-        writable: bool,
+        readiness: Readiness,
         now: Instant,
     ) {
-        if readable {
+        if readiness.hung_up {
+            if let Some(s) = self.sockets.get_mut(id).and_then(|s| s.as_mut()) {
+                s.hung_up = true;
+            }
+        }
+        if readiness.readable {
             self.ready.push(id);
         }
+        let writable = readiness.writable;
         if writable {
             self.flush(core, id, now);
         }

@@ -3,7 +3,7 @@
 //! the connections; every part's input and deadlines; the core's and the node's own
 //! timers; every part's output; write the connections; close what is gone.
 
-use super::connections::Connections;
+use super::connections::{Connections, Readiness};
 use super::parts::{DriverPace, Parts, BACKBONE_DRIVER, RSSL_PROVIDERS};
 use super::socket_io::Gateways;
 use super::{Listener, NodeServer, LISTENER, RSSL_LISTENER, WAKER, WS_LISTENER};
@@ -217,8 +217,13 @@ impl EventLoop {
                 .parts
                 .handle_io(&mut cx, token, readable, event.is_writable())
             {
+                let readiness = Readiness {
+                    readable,
+                    writable: event.is_writable(),
+                    hung_up: event.is_read_closed() || event.is_error(),
+                };
                 self.conns
-                    .handle_io(&mut self.core, token.0, readable, event.is_writable(), now);
+                    .handle_io(&mut self.core, token.0, readiness, now);
             }
         }
         self.events = events;

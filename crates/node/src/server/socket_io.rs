@@ -47,6 +47,19 @@ pub(super) struct Socket {
     /// Already in the lingering list (closing): it must be there once only, or a
     /// second expiry would disconnect whoever reuses the id.
     pub(super) lingering: bool,
+    /// The peer closed or the socket failed (the readiness event said so): each read
+    /// goes on to `WouldBlock` or the end of the stream, never stopping at a short read,
+    /// as no later event would come for what is left.
+    pub(super) hung_up: bool,
+}
+
+impl Socket {
+    /// Whether reading may stop at a read shorter than asked (the socket is then
+    /// empty, and whatever comes next raises a new event): saves the read that would
+    /// only say `WouldBlock`, one system call in four at a low update rate.
+    fn short_read_drains(&self) -> bool {
+        !self.hung_up && self.transport.short_read_drains()
+    }
 }
 
 /// What the protocols translated to the node's own share across connections.
@@ -113,10 +126,11 @@ pub(super) fn read_some(
         }
         return false;
     }
+    let drains = sock.short_read_drains();
     if let Some(r) = sock.rssl.as_mut() {
         let mut bytes = Vec::new();
-        let closed =
-            crate::ws::read_into(&mut sock.transport, &mut bytes, READ_SHARE).unwrap_or(true);
+        let closed = crate::ws::read_into(&mut sock.transport, &mut bytes, READ_SHARE, drains)
+            .unwrap_or(true);
         let mut wrote = Ok(());
         if !bytes.is_empty() {
             if !r.close_after_flush {
@@ -131,8 +145,8 @@ pub(super) fn read_some(
     if let Some(w) = sock.ws.as_mut() {
         let mut bytes = Vec::new();
         // A read error ends the connection like a close.
-        let closed =
-            crate::ws::read_into(&mut sock.transport, &mut bytes, READ_SHARE).unwrap_or(true);
+        let closed = crate::ws::read_into(&mut sock.transport, &mut bytes, READ_SHARE, drains)
+            .unwrap_or(true);
         let mut wrote = Ok(());
         if !bytes.is_empty() {
             // What a peer sends after its connection started closing does not keep
@@ -160,6 +174,7 @@ pub(super) fn read_some(
         let want = sock.read_size;
         let buf = sock.reader.spare(want);
         let full = buf.len();
+        let emptied;
         match sock.transport.read(buf) {
             Ok(0) => {
                 sock.dead = true;
@@ -172,6 +187,7 @@ pub(super) fn read_some(
                 }
                 sock.reader.filled(n);
                 total += n;
+                emptied = drains && n < full;
                 if sock.sniffing {
                     // HTTP by mistake (curl, a browser, a WebSocket client): told where
                     // HTTP is, in HTTP.
@@ -235,6 +251,9 @@ pub(super) fn read_some(
         }
         if total >= READ_SHARE {
             return true;
+        }
+        if emptied {
+            break;
         }
     }
     // Also while the first bytes are still undecided: a frame length no frame can have
