@@ -177,6 +177,27 @@ fn main() {
         black_box(&images);
     }
 
+    // The same out of every cache: 100,000 items (about 200 MB of images), as a node's
+    // cache of that many wide items holds them; each image is loaded 4 updates ahead
+    // with `FieldImage::prefetch`, as the node's merge does (SETTLE_IMAGE_AHEAD).
+    let name = "many/100000_images_83_fields/23_shuffled_prefetched";
+    if wanted(name) {
+        let mut images: Vec<FieldImage> = (0..100_000).map(|_| image_of(83)).collect();
+        let updates = updates_of(83, 23, true, false, &mut rng);
+        let lists: Vec<FieldList<'_>> = updates
+            .iter()
+            .map(|u| FieldList::decode(u).expect("update"))
+            .collect();
+        let item_of = |n: usize| n.wrapping_mul(2_654_435_761) % 100_000;
+        let mut next = 0usize;
+        measure(name, 23, short, || {
+            images[item_of(next + 4)].prefetch();
+            images[item_of(next)].apply(black_box(lists[next % lists.len()]));
+            next += 1;
+        });
+        black_box(&images);
+    }
+
     // The attack: a 60,000-field image, 15,000-field updates in reverse field order; the
     // same with every value changing length. Each sample is at least one update.
     let long = Duration::from_secs(2);

@@ -65,9 +65,9 @@ pub struct FieldImage {
     data: Vec<u8>,
     /// Number of fields (live entries in `data`).
     count: u32,
-    /// `None` while the image is small. Boxed: most images are small, and the node keeps
-    /// one per item.
-    index: Option<Box<Index>>,
+    /// `None` while the image is small. One pointer (the index is one heap block):
+    /// most images are small, and the node keeps one per item.
+    index: Option<Index>,
 }
 
 /// The entry at `pos`, whose length byte is `n`: where its encoded value starts and ends.
@@ -190,11 +190,11 @@ fn set_indexed(data: &mut Vec<u8>, count: &mut u32, index: &mut Index, fid: i16,
         // Moving the tail would cost O(image) per field: leave the old entry dead and
         // append the new one.
         kill(data, pos);
-        index.dead += end - pos;
+        index.set_dead(index.dead() + end - pos);
         index.set(fid, data.len());
     }
     push_entry(data, fid, encoded);
-    if index.dead > data.len() - index.dead {
+    if index.dead() > data.len() - index.dead() {
         compact(data, index);
     }
 }
@@ -218,7 +218,7 @@ fn compact(data: &mut Vec<u8>, index: &mut Index) {
         read = end;
     }
     data.truncate(write);
-    index.dead = 0;
+    index.set_dead(0);
 }
 
 impl FieldImage {
@@ -248,7 +248,7 @@ impl FieldImage {
     /// (what a refresh of it carries), whatever dead entries a large image holds.
     #[inline]
     pub fn encoded_len(&self) -> usize {
-        self.data.len() - self.index.as_ref().map_or(0, |i| i.dead)
+        self.data.len() - self.index.as_ref().map_or(0, |i| i.dead())
     }
 
     /// Bytes of memory held (for the memory accounting in docs/BENCHMARKS.md); the index
@@ -259,10 +259,20 @@ impl FieldImage {
 
     /// Starts loading the image's memory into the CPU cache (a hint; see
     /// [`crate::wire::prefetch`]): a node about to merge an update into an item it has
-    /// not touched lately calls this a little ahead.
+    /// not touched lately calls this a little ahead. A small image: its first 256
+    /// bytes (an update's fields are found by a walk from the start); an indexed one: its
+    /// index's slots and its first 1 KiB (each field of an update is a load of its slot
+    /// and then of its entry, anywhere in the image).
     #[inline]
     pub fn prefetch(&self) {
-        let len = self.data.len().min(256);
+        let most = match &self.index {
+            None => 256,
+            Some(index) => {
+                index.prefetch();
+                1024
+            }
+        };
+        let len = self.data.len().min(most);
         let p = self.data.as_ptr();
         let mut off = 0;
         while off < len {
@@ -317,7 +327,7 @@ impl FieldImage {
         encoded: &[u8],
         behind: &mut usize,
     ) -> usize {
-        match self.index.as_deref_mut() {
+        match self.index.as_mut() {
             Some(index) => {
                 set_indexed(&mut self.data, &mut self.count, index, fid, encoded);
                 0
@@ -416,7 +426,7 @@ impl FieldImage {
             index.set(fid, pos);
             pos = end;
         }
-        self.index = Some(Box::new(index));
+        self.index = Some(index);
     }
 
     /// Sets one field from a value.
@@ -489,7 +499,7 @@ impl FieldImage {
     /// The image as an encoded field list in a new vector.
     pub fn to_field_list_bytes(&self) -> Vec<u8> {
         // Entry headers are at least as long as the field ids they become.
-        let dead = self.index.as_ref().map_or(0, |i| i.dead);
+        let dead = self.index.as_ref().map_or(0, |i| i.dead());
         let mut out = Vec::with_capacity(self.data.len() - dead + 2);
         self.write(&mut out, None);
         out
@@ -693,7 +703,7 @@ mod tests {
             Value::Ascii(&"u".repeat(width(round + i))).encode(&mut enc);
             assert_eq!(img.get_raw(fid_at(i * 4 + 1)), Some(&enc[..]));
         }
-        assert!(img.index.as_ref().unwrap().dead <= img.data.len() / 2);
+        assert!(img.index.as_ref().unwrap().dead() <= img.data.len() / 2);
         // A lookup per field, plus compactions paid for by the bytes the updates wrote
         // (each compaction scans the image once; it runs when the dead bytes, all
         // written by updates, exceed the live ones). The old code: 1.9e10.
@@ -801,7 +811,7 @@ mod tests {
             assert_eq!(pos, img.data.len());
             assert_eq!(entries, model.len());
             assert_eq!(index.len(), model.len());
-            assert_eq!(dead, index.dead);
+            assert_eq!(dead, index.dead());
             assert!(dead <= live, "dead {dead} > live {live}");
         }
     }
