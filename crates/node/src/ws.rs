@@ -40,6 +40,8 @@ pub(crate) struct WsConn {
     /// `GET /metrics`, `/healthz`, `/readyz` or `/items` came: the caller writes the
     /// answer (it knows more than the core) into `conn.out`.
     pub(crate) node_request: Option<crate::node_http::NodeRequest>,
+    /// The peer's address, for logs (asked of the socket once, at accept).
+    peer: String,
 }
 
 /// What a WebSocket connection asks of the node: one connection of the core, now.
@@ -121,16 +123,17 @@ impl WsConn {
     /// (and from programs that send no `Origin`).
     #[cfg(test)]
     pub(crate) fn new() -> Self {
-        Self::with_allowed_origins(&[])
+        Self::with_allowed_origins(&[], "peer".into())
     }
 
     /// A connection that also accepts upgrades from pages of these origins
-    /// (`websocket.allowed_origins`).
-    pub(crate) fn with_allowed_origins(allowed_origins: &[String]) -> Self {
+    /// (`websocket.allowed_origins`). `peer`: its address, for logs.
+    pub(crate) fn with_allowed_origins(allowed_origins: &[String], peer: String) -> Self {
         WsConn {
             conn: Connection::new(allowed_origins),
             fin_sent: false,
             node_request: None,
+            peer,
         }
     }
 
@@ -142,13 +145,12 @@ impl WsConn {
         core: &mut Node,
         id: ConnId,
         now: Instant,
-        peer: &str,
     ) {
         let mut host = NodeHost {
             core,
             id,
             now,
-            peer,
+            peer: &self.peer,
             node_request: &mut self.node_request,
         };
         self.conn.handle_bytes(bytes, cfg, &mut host);
@@ -238,18 +240,19 @@ impl Translate for WsTranslate<'_> {
     }
 }
 
-/// Reads what the socket holds (up to `limit` bytes). Ok(true) if the peer closed.
+/// Reads what the socket holds (up to `limit` bytes) into `buf`, a `chunk` at a time.
+/// Ok(true) if the peer closed.
 /// With `short_read_drains` (see `Transport::short_read_drains`), a read shorter than
 /// asked ends it rather than the `WouldBlock` after it.
 pub(crate) fn read_into(
     stream: &mut Transport,
+    chunk: &mut [u8],
     buf: &mut Vec<u8>,
     limit: usize,
     short_read_drains: bool,
 ) -> std::io::Result<bool> {
-    let mut chunk = [0u8; 16 * 1024];
     while buf.len() < limit {
-        match stream.read(&mut chunk) {
+        match stream.read(chunk) {
             Ok(0) => return Ok(true),
             Ok(n) => {
                 buf.extend_from_slice(&chunk[..n]);
@@ -337,12 +340,12 @@ mod tests {
         ] {
             let (mut core, id, now) = core(1 << 20);
             let mut w = WsConn::new();
-            w.on_bytes(UPGRADE, &cfg(), &mut core, id, now, "peer");
+            w.on_bytes(UPGRADE, &cfg(), &mut core, id, now);
             let mut bytes = client_frame(0x1, b"not json");
             bytes.extend(client_frame(0x9, b"p"));
             bytes.extend(last);
             bytes.extend(client_frame(0x9, b"after the close"));
-            w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
+            w.on_bytes(&bytes, &cfg(), &mut core, id, now);
             assert_eq!(
                 opcodes(&w.conn.out),
                 [0xA, 0x1, 0x8],
@@ -359,11 +362,11 @@ mod tests {
         let max_out = 256 * 1024;
         let (mut core, id, now) = core(max_out);
         let mut w = WsConn::new();
-        w.on_bytes(UPGRADE, &cfg(), &mut core, id, now, "peer");
+        w.on_bytes(UPGRADE, &cfg(), &mut core, id, now);
         assert!(w.conn.out.starts_with(b"HTTP/1.1 101"));
         let batch: Vec<u8> = ping().repeat(2_000); // 262 KB, a read share
         for _ in 0..40 {
-            w.on_bytes(&batch, &cfg(), &mut core, id, now, "peer");
+            w.on_bytes(&batch, &cfg(), &mut core, id, now);
         }
         let limit = OUT_HIGH + max_out + 4 * core.config().limits.max_frame;
         assert!(
@@ -382,7 +385,7 @@ mod tests {
         assert!(reason.contains("not read"), "{reason}");
         // Nothing is answered after the close frame.
         let n = w.conn.out.len();
-        w.on_bytes(&batch, &cfg(), &mut core, id, now, "peer");
+        w.on_bytes(&batch, &cfg(), &mut core, id, now);
         assert_eq!(w.conn.out.len(), n);
     }
 
@@ -422,7 +425,7 @@ mod tests {
             let (mut core, id, now) = core(1 << 20);
             let (mut server, mut client) = pair();
             let mut w = WsConn::new();
-            w.on_bytes(request, &cfg(), &mut core, id, now, "peer");
+            w.on_bytes(request, &cfg(), &mut core, id, now);
             w.write(&mut server).unwrap();
             let got = read_to_eof(&mut client);
             let text = String::from_utf8_lossy(&got);
@@ -452,10 +455,11 @@ mod tests {
     fn an_upgrade_from_another_origin_gets_403_and_eof() {
         let (mut core, id, now) = core(1 << 20);
         let (mut server, mut client) = pair();
-        let mut w = WsConn::with_allowed_origins(&["https://dash.example.com:8443".into()]);
+        let mut w =
+            WsConn::with_allowed_origins(&["https://dash.example.com:8443".into()], "peer".into());
         let mut bytes = upgrade_from(Some("http://evil.example"));
         bytes.extend(client_frame(0x9, b"p"));
-        w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
+        w.on_bytes(&bytes, &cfg(), &mut core, id, now);
         assert!(w.conn.close_after_flush);
         assert!(
             !w.conn.takes_node_messages(),
@@ -487,9 +491,9 @@ mod tests {
             (&["*".to_string()][..], Some("http://evil.example")),
         ] {
             let (mut core, id, now) = core(1 << 20);
-            let mut w = WsConn::with_allowed_origins(allowed);
+            let mut w = WsConn::with_allowed_origins(allowed, "peer".into());
             let bytes = upgrade_from(origin);
-            w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
+            w.on_bytes(&bytes, &cfg(), &mut core, id, now);
             assert!(
                 w.conn
                     .out
@@ -503,7 +507,7 @@ mod tests {
         let (mut core, id, now) = core(1 << 20);
         let mut w = WsConn::new();
         let bytes = upgrade_from(Some("https://dash.example.com:8443"));
-        w.on_bytes(&bytes, &cfg(), &mut core, id, now, "peer");
+        w.on_bytes(&bytes, &cfg(), &mut core, id, now);
         assert!(w.conn.out.starts_with(b"HTTP/1.1 403"));
     }
 
@@ -514,7 +518,7 @@ mod tests {
         let (mut core, id, now) = core(1 << 20);
         let mut w = WsConn::new();
         let req = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:15000\r\nOrigin: http://evil.example\r\n\r\n";
-        w.on_bytes(req, &cfg(), &mut core, id, now, "peer");
+        w.on_bytes(req, &cfg(), &mut core, id, now);
         assert!(w.conn.out.starts_with(b"HTTP/1.1 200 OK\r\n"));
     }
 
@@ -592,8 +596,8 @@ mod tests {
         let mut w = WsConn::new();
         let post = token_post("username=alice&password=p%40ss", "");
         let (a, b) = post.split_at(post.len() - 5);
-        w.on_bytes(a, &cfg(), &mut core, id, now, "peer");
-        w.on_bytes(b, &cfg(), &mut core, id, now, "peer");
+        w.on_bytes(a, &cfg(), &mut core, id, now);
+        w.on_bytes(b, &cfg(), &mut core, id, now);
         assert!(w.conn.out.is_empty() && !w.conn.close_after_flush);
         let mut reqs = Vec::new();
         core.take_auth_requests(&mut reqs);
@@ -634,7 +638,7 @@ mod tests {
                 "\r\n\r\n",
                 &format!("\r\nCookie: AuthToken={cookie};AuthPosition=10.0.0.9;applicationId=555;\r\n\r\n"),
             );
-            ws.on_bytes(upgrade.as_bytes(), &cfg(), &mut core, ws_id, now, "peer");
+            ws.on_bytes(upgrade.as_bytes(), &cfg(), &mut core, ws_id, now);
             assert!(
                 ws.conn.out.starts_with(b"HTTP/1.1 101"),
                 "{}",
@@ -690,7 +694,7 @@ mod tests {
         for (tls, peer, request, status) in cases {
             let (mut core, id, now) = secured_core(tls, peer);
             let mut w = WsConn::new();
-            w.on_bytes(&request, &cfg(), &mut core, id, now, "peer");
+            w.on_bytes(&request, &cfg(), &mut core, id, now);
             let got = text(&w.conn.out);
             assert!(got.starts_with(&format!("HTTP/1.1 {status}")), "{got}");
             assert!(
@@ -711,7 +715,6 @@ mod tests {
             &mut core,
             id,
             now,
-            "peer",
         );
         let mut reqs = Vec::new();
         core.take_auth_requests(&mut reqs);
@@ -741,7 +744,7 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: x\r\nX-Filler: {}\r\n\r\n",
             "a".repeat(100_000)
         );
-        w.on_bytes(head.as_bytes(), &cfg(), &mut core, id, now, "peer");
+        w.on_bytes(head.as_bytes(), &cfg(), &mut core, id, now);
         w.write(&mut server).unwrap();
         let got = read_to_eof(&mut client);
         let text = String::from_utf8_lossy(&got);

@@ -158,6 +158,7 @@ impl EventLoop {
                     ws: (listener == Listener::WebSocket).then(|| {
                         Box::new(WsConn::with_allowed_origins(
                             &server.cfg.websocket.allowed_origins,
+                            peer.to_string(),
                         ))
                     }),
                     rssl: match (&server.rssl, listener) {

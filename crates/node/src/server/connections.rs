@@ -132,7 +132,7 @@ impl Connections {
                 id,
                 now,
                 &mut self.dead,
-                &self.gateways,
+                &mut self.gateways,
                 view,
             ) {
                 self.carry.push(id);

@@ -5,7 +5,7 @@
 
 use super::connections::{Connections, Readiness};
 use super::parts::{DriverPace, Parts, BACKBONE_DRIVER, RSSL_PROVIDERS};
-use super::socket_io::Gateways;
+use super::socket_io::{GatewayInput, Gateways};
 use super::{Listener, NodeServer, LISTENER, RSSL_LISTENER, WAKER, WS_LISTENER};
 use crate::config::{RsslAt, WaitStrategy};
 use crate::part::Cx;
@@ -96,6 +96,7 @@ impl EventLoop {
             rssl,
             rssl_shared,
             http_answer: crate::wrong_port::http_answer(server.ws_addr, rssl_shared),
+            input: GatewayInput::new(),
         };
         let conns = Connections::new(
             gateways,

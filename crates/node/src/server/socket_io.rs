@@ -70,6 +70,44 @@ pub(super) struct Gateways {
     pub rssl_shared: bool,
     /// The answer to HTTP on the node's own port.
     pub http_answer: Vec<u8>,
+    /// The buffers gateway connections are read through.
+    pub input: GatewayInput,
+}
+
+/// The buffers a gateway connection's read (RSSL, WebSocket) goes through, one set for
+/// every connection, kept across reads so that a read neither allocates nor zeroes
+/// memory.
+pub(super) struct GatewayInput {
+    /// What each read system call fills: zeroed once.
+    chunk: Box<[u8]>,
+    /// What one connection's read gathered this turn (at most a read share).
+    bytes: Vec<u8>,
+}
+
+impl GatewayInput {
+    pub(super) fn new() -> Self {
+        GatewayInput {
+            chunk: vec![0; 16 * 1024].into_boxed_slice(),
+            bytes: Vec::new(),
+        }
+    }
+
+    /// Reads what the connection holds (up to a read share) into `self.bytes`.
+    /// Ok(true) if the peer closed.
+    fn read(&mut self, sock: &mut Socket) -> std::io::Result<bool> {
+        self.bytes.clear();
+        if self.bytes.capacity() > KEEP_BUFFER {
+            self.bytes = Vec::new();
+        }
+        let drains = sock.short_read_drains();
+        crate::ws::read_into(
+            &mut sock.transport,
+            &mut self.chunk,
+            &mut self.bytes,
+            READ_SHARE,
+            drains,
+        )
+    }
 }
 
 /// The end of a gateway's read (RSSL, WebSocket): a failed write or the peer's close
@@ -98,7 +136,7 @@ pub(super) fn read_some(
     id: ConnId,
     now: Instant,
     dead: &mut Vec<ConnId>,
-    gateways: &Gateways,
+    gateways: &mut Gateways,
     metrics: &crate::metrics::Extra<'_>,
 ) -> bool {
     let Gateways {
@@ -106,6 +144,7 @@ pub(super) fn read_some(
         rssl,
         rssl_shared,
         http_answer,
+        input,
     } = gateways;
     let rssl_shared = *rssl_shared;
     let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
@@ -126,27 +165,26 @@ pub(super) fn read_some(
         }
         return false;
     }
-    let drains = sock.short_read_drains();
-    if let Some(r) = sock.rssl.as_mut() {
-        let mut bytes = Vec::new();
-        let closed = crate::ws::read_into(&mut sock.transport, &mut bytes, READ_SHARE, drains)
-            .unwrap_or(true);
+    if sock.rssl.is_some() {
+        let closed = input.read(sock).unwrap_or(true);
+        let bytes = &input.bytes;
+        let r = sock.rssl.as_mut().expect("an RSSL connection");
         let mut wrote = Ok(());
         if !bytes.is_empty() {
             if !r.close_after_flush {
                 core.on_bytes_received(id, now);
                 core.set_wall_clock(unix_now_ns());
             }
-            r.on_bytes(&bytes, core, id, now);
+            r.on_bytes(bytes, core, id, now);
             wrote = r.write(&mut sock.transport);
         }
         return gateway_read_end(sock, id, dead, closed, wrote, bytes.len());
     }
-    if let Some(w) = sock.ws.as_mut() {
-        let mut bytes = Vec::new();
+    if sock.ws.is_some() {
         // A read error ends the connection like a close.
-        let closed = crate::ws::read_into(&mut sock.transport, &mut bytes, READ_SHARE, drains)
-            .unwrap_or(true);
+        let closed = input.read(sock).unwrap_or(true);
+        let bytes = &input.bytes;
+        let w = sock.ws.as_mut().expect("a WebSocket connection");
         let mut wrote = Ok(());
         if !bytes.is_empty() {
             // What a peer sends after its connection started closing does not keep
@@ -154,12 +192,7 @@ pub(super) fn read_some(
             if !w.conn.close_after_flush {
                 core.on_bytes_received(id, now);
             }
-            let peer = sock
-                .transport
-                .tcp()
-                .peer_addr()
-                .map_or_else(|_| "?".to_string(), |a| a.to_string());
-            w.on_bytes(&bytes, ws_cfg, core, id, now, &peer);
+            w.on_bytes(bytes, ws_cfg, core, id, now);
             if let Some(asked) = w.node_request.take() {
                 let (status, content_type, body) = crate::node_http::answer(asked, core, metrics);
                 w.conn.out =
@@ -169,6 +202,7 @@ pub(super) fn read_some(
         }
         return gateway_read_end(sock, id, dead, closed, wrote, bytes.len());
     }
+    let drains = sock.short_read_drains();
     let mut total = 0;
     loop {
         let want = sock.read_size;
