@@ -19,6 +19,18 @@ pub(crate) struct Cx<'a> {
     pub now: Instant,
 }
 
+/// What a readiness event said of a socket.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Readiness {
+    /// Something to read (data, the peer's close, an error).
+    pub readable: bool,
+    /// Room to write.
+    pub writable: bool,
+    /// The peer closed its side or the socket failed: a read goes on to the end of the
+    /// stream, never stopping at a short read (no later event would come for the rest).
+    pub hung_up: bool,
+}
+
 pub(crate) trait Part {
     /// When the part next needs a turn with nothing to read: `None` while it waits for
     /// input only; a time already past when it has more to do at once.
@@ -26,7 +38,7 @@ pub(crate) trait Part {
 
     /// Readiness of the part's own socket (an event with its token). What is readable
     /// is read in [`Part::handle_input`], in the same turn.
-    fn handle_io(&mut self, _cx: &mut Cx<'_>, _readable: bool, _writable: bool) {}
+    fn handle_io(&mut self, _cx: &mut Cx<'_>, _readiness: Readiness) {}
 
     /// What arrived for the part since the last turn (from its socket, from its thread)
     /// goes into the core; a due connection attempt is made.

@@ -7,7 +7,7 @@
 //! connection puts the services down (their items go suspect) and is retried with a
 //! back-off; back up, the core asks again for every item still watched.
 
-use crate::part::{Cx, Part};
+use crate::part::{Cx, Part, Readiness};
 use log::{info, warn};
 use mio::net::TcpStream;
 use mio::{Registry, Token};
@@ -37,6 +37,9 @@ pub(crate) struct ProviderConn {
     channel: Option<Channel>,
     connecting: bool,
     more_to_read: bool,
+    /// The provider closed its side or the socket failed (an event said so): reads go
+    /// to the end of the stream.
+    hung_up: bool,
     next_try: Instant,
     backoff: Duration,
     to_node: Vec<u8>,
@@ -76,6 +79,7 @@ impl ProviderConn {
             channel: None,
             connecting: false,
             more_to_read: false,
+            hung_up: false,
             next_try: now,
             backoff: RECONNECT_MIN,
             to_node: Vec::new(),
@@ -144,6 +148,7 @@ impl ProviderConn {
         self.channel = None;
         self.connecting = false;
         self.more_to_read = false;
+        self.hung_up = false;
     }
 
     fn read(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
@@ -168,6 +173,11 @@ impl ProviderConn {
                 Ok(n) => {
                     ch.handle_bytes(&buf[..n], now);
                     total += n;
+                    // Shorter than asked: the socket is empty, and what comes later
+                    // raises a new event (unless the provider hung up: then to the end).
+                    if n < buf.len() && !self.hung_up {
+                        break;
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -257,7 +267,13 @@ impl Part for ProviderConn {
         }
     }
 
-    fn handle_io(&mut self, cx: &mut Cx<'_>, readable: bool, writable: bool) {
+    fn handle_io(&mut self, cx: &mut Cx<'_>, readiness: Readiness) {
+        let Readiness {
+            readable,
+            writable,
+            hung_up,
+        } = readiness;
+        self.hung_up |= hung_up;
         if self.connecting && (writable || readable) {
             self.connect_done(cx.core, cx.registry, cx.now);
         }

@@ -4,7 +4,7 @@
 //! upstream to connect to.
 
 use crate::config_error::{invalid, ConfigError};
-use crate::part::{Cx, Part};
+use crate::part::{Cx, Part, Readiness};
 use log::{info, warn};
 use mio::net::TcpStream;
 use mio::{Registry, Token};
@@ -346,7 +346,10 @@ impl Part for UpstreamLink {
         self.relay.poll_timeout()
     }
 
-    fn handle_io(&mut self, cx: &mut Cx<'_>, readable: bool, writable: bool) {
+    fn handle_io(&mut self, cx: &mut Cx<'_>, readiness: Readiness) {
+        let Readiness {
+            readable, writable, ..
+        } = readiness;
         // A connect ends with the socket writable, or in error (`readable` includes
         // errors and hang-ups).
         if self.connecting && (writable || readable) {

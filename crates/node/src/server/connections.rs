@@ -3,6 +3,7 @@
 //! which are gone, and the RIPC pings of the RSSL ones.
 
 use super::socket_io::{flush, read_some, Gateways, Socket};
+use crate::part::Readiness;
 use mio::Registry;
 use std::time::{Duration, Instant};
 use tickwire_core::{ConnId, Node};
@@ -12,17 +13,6 @@ use tickwire_gateway::UpdateCache;
 const RSSL_TICK: Duration = Duration::from_millis(500);
 /// How often lingering connections are looked at while nothing else happens.
 const LINGER_CHECK: Duration = Duration::from_millis(10);
-
-/// What a readiness event said of a connection.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Readiness {
-    /// Something to read (data, the peer's close, an error).
-    pub(super) readable: bool,
-    /// Room to write.
-    pub(super) writable: bool,
-    /// The peer closed its side or the socket failed.
-    pub(super) hung_up: bool,
-}
 
 pub(super) struct Connections {
     /// By connection id (the core's).

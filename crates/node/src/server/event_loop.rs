@@ -3,12 +3,12 @@
 //! the connections; every part's input and deadlines; the core's and the node's own
 //! timers; every part's output; write the connections; close what is gone.
 
-use super::connections::{Connections, Readiness};
+use super::connections::Connections;
 use super::parts::{DriverPace, Parts, BACKBONE_DRIVER, RSSL_PROVIDERS};
 use super::socket_io::{GatewayInput, Gateways};
 use super::{Listener, NodeServer, LISTENER, RSSL_LISTENER, WAKER, WS_LISTENER};
 use crate::config::{RsslAt, WaitStrategy};
-use crate::part::Cx;
+use crate::part::{Cx, Readiness};
 use log::{info, warn};
 use mio::{Events, Token};
 use std::io::{self, ErrorKind};
@@ -214,15 +214,12 @@ impl EventLoop {
                 registry: self.server.poll.registry(),
                 now,
             };
-            if !self
-                .parts
-                .handle_io(&mut cx, token, readable, event.is_writable())
-            {
-                let readiness = Readiness {
-                    readable,
-                    writable: event.is_writable(),
-                    hung_up: event.is_read_closed() || event.is_error(),
-                };
+            let readiness = Readiness {
+                readable,
+                writable: event.is_writable(),
+                hung_up: event.is_read_closed() || event.is_error(),
+            };
+            if !self.parts.handle_io(&mut cx, token, readiness) {
                 self.conns
                     .handle_io(&mut self.core, token.0, readiness, now);
             }

@@ -10,7 +10,7 @@ use crate::files::FilesThread;
 use crate::journal::JournalThread;
 use crate::node_item::NodeItem;
 use crate::node_view::Extra;
-use crate::part::{Cx, Part};
+use crate::part::{Cx, Part, Readiness};
 use crate::rssl_provider::ProviderConn;
 use crate::upstream::UpstreamLink;
 use mio::{Registry, Token};
@@ -259,8 +259,7 @@ impl Parts {
         &mut self,
         cx: &mut Cx<'_>,
         token: Token,
-        readable: bool,
-        writable: bool,
+        readiness: Readiness,
     ) -> bool {
         let part: &mut dyn Part = match token {
             BACKBONE_DRIVER => return true, // the driver's duty cycle looks itself
@@ -273,7 +272,7 @@ impl Parts {
             }
             _ => return false,
         };
-        part.handle_io(cx, readable, writable);
+        part.handle_io(cx, readiness);
         true
     }
 
