@@ -25,6 +25,7 @@ mod journal_scenario;
 mod peers_scenario;
 mod rssl_scenario;
 mod tree_scenario;
+mod two_nodes;
 mod wait_scenario;
 
 /// perf-pub's `--flush-every` in the latency ladders: at 100,000/s a burst of 100

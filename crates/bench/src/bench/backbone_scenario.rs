@@ -81,82 +81,24 @@ impl Lab {
         } else {
             self.args.items
         };
-        let (secs, bisect) = (self.seconds(), self.bisections());
+        let two = self.two_nodes("backbone", items, "off", &|lab, label, cache, items| {
+            lab.backbone_spec(label, cache, items)
+        })?;
         let mut r = BackboneResult {
             transport: self.backbone_transport(),
-            ..BackboneResult::default()
+            single_node_updates_per_s: two.single_node_updates_per_s,
+            throughput: two.throughput,
+            fanout: two.fanout,
+            latency: two.latency,
+            single_node_latency: two.single_node_latency,
+            loss: Vec::new(),
         };
-
-        let single = RigSpec::new("backbone single-node cache=off", "off", items);
-        let first = (self.args.max_rate / 4).clamp(1_000, 250_000);
-        let (max, _) = self.search_one_rig("backbone", &single, first, secs, bisect)?;
-        r.single_node_updates_per_s = max;
-        // The backbone's searches start at half the single node's rate.
-        let start = (max / 2).clamp(1_000, self.args.max_rate);
-
-        for cache in ["off", "on"] {
-            let spec = self.backbone_spec(&format!("backbone cache={cache}"), cache, items)?;
-            let (max, steps) = self.search_one_rig("backbone", &spec, start, secs, bisect)?;
-            r.throughput.push(Throughput {
-                cache: cache.into(),
-                items,
-                max_sustainable_updates_per_s: max,
-                limited_by: limit_reason(&steps, max),
-                steps,
-            });
-        }
-
-        // `bench quick` keeps it short: no fan-out row, 1% loss only.
-        if !self.quick {
-            r.fanout = Some(self.backbone_fanout()?);
-        }
-        let ladder = self.ladder();
-        let single = RigSpec::new("backbone single-node latency cache=off", "off", items);
-        r.single_node_latency = self.latency_ladder(&single, "backbone", &ladder)?;
-        let spec = self.backbone_spec("backbone latency cache=off", "off", items)?;
-        r.latency = self.latency_ladder(&spec, "backbone", &ladder)?;
-
         let losses: &[f64] = if self.quick { &[0.01] } else { &[0.001, 0.01] };
         for &loss in losses {
-            r.loss.push(self.backbone_loss(loss, items, start)?);
+            r.loss.push(self.backbone_loss(loss, items, two.start)?);
         }
         self.results.backbone = Some(r);
         Ok(())
-    }
-
-    /// An edge with many subscriber connections, producer 50/50, fed from the backbone.
-    fn backbone_fanout(&mut self) -> Result<Fanout> {
-        let (secs, bisect) = (self.seconds(), self.bisections());
-        let conns = self.args.connections.max(1);
-        let f_items = self.args.fanout_items;
-        let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns);
-        let spec = RigSpec {
-            connections: conns,
-            commonality: "producer-50-50",
-            fanout,
-            ..self.backbone_spec(
-                &format!("backbone fanout {conns} connections"),
-                "off",
-                f_items,
-            )?
-        };
-        let (max, steps) = self.search_one_rig("backbone", &spec, 10_000, secs, bisect)?;
-        let best = steps
-            .iter()
-            .filter(|s| s.pass && s.target_rate == max)
-            .map(|s| s.delivered_per_s)
-            .fold(0.0, f64::max);
-        Ok(Fanout {
-            limited_by: limit_reason(&steps, max),
-            connections: conns,
-            items: f_items,
-            commonality: "producer-50-50".into(),
-            fanout,
-            cache: "off".into(),
-            input_updates_per_s: max,
-            output_updates_per_s: best.round() as u64,
-            steps,
-        })
     }
 
     /// One rig with `loss` at the edge: latency at 10,000 updates/s, then the highest
