@@ -110,6 +110,34 @@ fn bench_updates(name: &str, img: &mut FieldImage, updates: &[Vec<u8>], target: 
     black_box(&*img);
 }
 
+/// 23-field updates, out of image order, to `items` images of 83 fields picked at
+/// random; with `prefetch_ahead`, the image of the update that many ahead is loaded
+/// first (`FieldImage::prefetch`).
+fn bench_many(
+    name: &str,
+    items: usize,
+    prefetch_ahead: Option<usize>,
+    rng: &mut FeedRng,
+    target: Duration,
+) {
+    let mut images: Vec<FieldImage> = (0..items).map(|_| image_of(83)).collect();
+    let updates = updates_of(83, 23, true, false, rng);
+    let lists: Vec<FieldList<'_>> = updates
+        .iter()
+        .map(|u| FieldList::decode(u).expect("update"))
+        .collect();
+    let item_of = |n: usize| n.wrapping_mul(2_654_435_761) % items;
+    let mut next = 0usize;
+    measure(name, 23, target, || {
+        if let Some(ahead) = prefetch_ahead {
+            images[item_of(next + ahead)].prefetch();
+        }
+        images[item_of(next)].apply(black_box(lists[next % lists.len()]));
+        next += 1;
+    });
+    black_box(&images);
+}
+
 fn main() {
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let wanted = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
@@ -162,40 +190,14 @@ fn main() {
     // each update finds its image and index out of the CPU's nearer caches.
     let name = "many/1000_images_83_fields/23_shuffled";
     if wanted(name) {
-        let mut images: Vec<FieldImage> = (0..1000).map(|_| image_of(83)).collect();
-        let updates = updates_of(83, 23, true, false, &mut rng);
-        let lists: Vec<FieldList<'_>> = updates
-            .iter()
-            .map(|u| FieldList::decode(u).expect("update"))
-            .collect();
-        let mut next = 0usize;
-        measure(name, 23, short, || {
-            let item = (next.wrapping_mul(2_654_435_761)) % images.len();
-            images[item].apply(black_box(lists[next % lists.len()]));
-            next += 1;
-        });
-        black_box(&images);
+        bench_many(name, 1_000, None, &mut rng, short);
     }
-
     // The same out of every cache: 100,000 items (about 200 MB of images), as a node's
     // cache of that many wide items holds them; each image is loaded 4 updates ahead
     // with `FieldImage::prefetch`, as the node's merge does (SETTLE_IMAGE_AHEAD).
     let name = "many/100000_images_83_fields/23_shuffled_prefetched";
     if wanted(name) {
-        let mut images: Vec<FieldImage> = (0..100_000).map(|_| image_of(83)).collect();
-        let updates = updates_of(83, 23, true, false, &mut rng);
-        let lists: Vec<FieldList<'_>> = updates
-            .iter()
-            .map(|u| FieldList::decode(u).expect("update"))
-            .collect();
-        let item_of = |n: usize| n.wrapping_mul(2_654_435_761) % 100_000;
-        let mut next = 0usize;
-        measure(name, 23, short, || {
-            images[item_of(next + 4)].prefetch();
-            images[item_of(next)].apply(black_box(lists[next % lists.len()]));
-            next += 1;
-        });
-        black_box(&images);
+        bench_many(name, 100_000, Some(4), &mut rng, short);
     }
 
     // The attack: a 60,000-field image, 15,000-field updates in reverse field order; the

@@ -82,8 +82,8 @@ impl Connections {
         self.ready.len()
     }
 
-    /// Readiness of connection `id`: read later this turn, written now. `hung_up`: the
-    /// event said the peer closed or the socket failed (see `Socket::hung_up`).
+    /// Readiness of connection `id`: read later this turn, written now; a hang-up is
+    /// remembered on its socket (see `Socket::hung_up`).
     pub(super) fn handle_io(
         &mut self,
         core: &mut Node,
