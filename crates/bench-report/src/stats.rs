@@ -13,12 +13,12 @@ pub fn node_us_per_update(step: &Step, cpu: impl Fn(&ProcessUsage) -> f64) -> Op
     (step.delivered > 0).then(|| cpu(node) * 1e6 / step.delivered as f64)
 }
 
-/// The node's CPU (user + system) microseconds per update delivered in a step.
+/// The node's CPU microseconds per update delivered in a step ([`ProcessUsage::cpu_s`]).
 pub fn node_cpu_us_per_update(step: &Step) -> Option<f64> {
-    node_us_per_update(step, |p| p.cpu_user_s + p.cpu_sys_s)
+    node_us_per_update(step, ProcessUsage::cpu_s)
 }
 
-/// The user-mode part of [`node_cpu_us_per_update`].
+/// The node's user-mode CPU microseconds per update delivered (from clock ticks).
 pub fn node_user_us_per_update(step: &Step) -> Option<f64> {
     node_us_per_update(step, |p| p.cpu_user_s)
 }
@@ -42,7 +42,7 @@ pub fn cpu_ns_per_update(step: &Step, p: &ProcessUsage) -> f64 {
     if step.offered == 0 {
         return 0.0;
     }
-    (p.cpu_user_s + p.cpu_sys_s) * 1e9 / step.offered as f64
+    p.cpu_s() * 1e9 / step.offered as f64
 }
 
 /// The node processes' wait for a CPU per run in a step (their total wait over their

@@ -930,7 +930,9 @@ pub fn hold(
             .filter(|u| {
                 u.name == rig.node.name || rig.edge.as_ref().is_some_and(|e| e.name == u.name)
             })
-            .map(|u| u.cpu_user_s + u.cpu_sys_s)
+            // The exact count where there is one: a node at a low rate runs in bursts
+            // shorter than a clock tick.
+            .map(ProcessUsage::cpu_s)
             .sum();
         let node_cpu_ns_per_update = if offered > 0 {
             node_cpu_s * 1e9 / offered as f64

@@ -10,7 +10,8 @@ pub struct ThreadUsage {
     pub tid: u32,
     /// Thread name.
     pub name: String,
-    /// CPU seconds (user + system) in the window.
+    /// CPU seconds in the window (schedstat's exact count where the kernel has it,
+    /// else user + system clock ticks).
     pub cpu_s: f64,
     /// CPU time as a percentage of one core over the window.
     pub cpu_percent: f64,
@@ -34,8 +35,15 @@ pub struct ProcessUsage {
     pub cpu_user_s: f64,
     /// Kernel-mode CPU seconds in the window.
     pub cpu_sys_s: f64,
-    /// CPU time as a percentage of one core over the window (200 = two cores busy).
+    /// CPU time ([`ProcessUsage::cpu_s`]) as a percentage of one core over the window
+    /// (200 = two cores busy).
     pub cpu_percent: f64,
+    /// Seconds on a CPU in the window, every thread's, by the scheduler's own count
+    /// (schedstat, in ns), if the kernel exposes it. `cpu_user_s` and `cpu_sys_s` come
+    /// from clock ticks, which sample rather than count: a process that runs in short
+    /// bursts (a node at 1,000 updates/s) can be charged half or twice its time.
+    #[serde(default)]
+    pub on_cpu_s: Option<f64>,
     /// Peak resident set size of the process's life up to the window's end (VmHWM).
     pub peak_rss_bytes: u64,
     /// Resident set size at the window's end.
@@ -66,6 +74,14 @@ pub struct ProcessUsage {
     pub exited: bool,
     /// Per-thread usage, busiest first.
     pub thread_usage: Vec<ThreadUsage>,
+}
+
+impl ProcessUsage {
+    /// CPU seconds in the window: the scheduler's exact count where there is one, else
+    /// user + system from clock ticks.
+    pub fn cpu_s(&self) -> f64 {
+        self.on_cpu_s.unwrap_or(self.cpu_user_s + self.cpu_sys_s)
+    }
 }
 
 /// Utilisation of one CPU (or all, `cpu: None`) over a window, in percent of that CPU's

@@ -28,6 +28,10 @@ pub struct ThreadSample {
     /// Runs on a CPU (schedstat's third field).
     #[serde(default)]
     pub runs: Option<u64>,
+    /// Time on a CPU (ns; schedstat's first field): exact, where the clock ticks of
+    /// `utime_ticks` and `stime_ticks` are samples.
+    #[serde(default)]
+    pub on_cpu_ns: Option<u64>,
 }
 
 /// A snapshot of one process's counters, from /proc/PID/stat, /proc/PID/status and
@@ -95,6 +99,7 @@ fn read_thread(pid: u32, tid: u32) -> Option<ThreadSample> {
         migrations,
         run_delay_ns: schedstat.map(|(_, delay, _)| delay),
         runs: schedstat.map(|(_, _, runs)| runs),
+        on_cpu_ns: schedstat.map(|(on_cpu, _, _)| on_cpu),
     })
 }
 

@@ -216,6 +216,8 @@ fn usage_between_computes_deltas() {
         // 10 µs waited per run, runs counted by the voluntary switches.
         run_delay_ns: Some(vol * 10_000),
         runs: Some(vol),
+        // The exact count says 25% more than the ticks sampled.
+        on_cpu_ns: Some(u * 1_250_000_000 / clock_ticks_per_sec()),
     };
     let tck = clock_ticks_per_sec();
     let mut a = empty_sample(7);
@@ -241,7 +243,8 @@ fn usage_between_computes_deltas() {
     assert!((u.wall_s - 2.0).abs() < 1e-9);
     assert!((u.cpu_user_s - 2.0).abs() < 1e-9);
     assert!((u.cpu_sys_s - 1.0).abs() < 1e-9);
-    assert!((u.cpu_percent - 150.0).abs() < 1e-9);
+    // Of the exact time (below), over 2 s.
+    assert!((u.cpu_percent - 187.5).abs() < 1e-9, "{u:?}");
     assert_eq!(u.peak_rss_bytes, 5000);
     assert_eq!(u.max_sampled_rss_bytes, 4000);
     assert_eq!(u.voluntary_ctx_switches, 30 + 20);
@@ -256,11 +259,14 @@ fn usage_between_computes_deltas() {
         (u.run_delay_us_per_run.unwrap() - 10.0).abs() < 1e-9,
         "{u:?}"
     );
+    // Exact time: thread 7's 2.5 s and the new thread 9's 1.25 s.
+    assert!((u.on_cpu_s.unwrap() - 3.75).abs() < 1e-9, "{u:?}");
+    assert!((u.cpu_s() - 3.75).abs() < 1e-9);
     assert_eq!(u.syscalls, None);
     assert!(!u.exited);
     assert_eq!(u.thread_usage.len(), 2);
     assert_eq!(u.thread_usage[0].tid, 7);
-    assert!((u.thread_usage[0].cpu_percent - 100.0).abs() < 1e-9);
+    assert!((u.thread_usage[0].cpu_percent - 125.0).abs() < 1e-9);
     // Identical samples: zero, no NaN.
     let z = usage_between("x", &a, &a);
     assert_eq!(z.cpu_percent, 0.0);

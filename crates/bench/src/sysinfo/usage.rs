@@ -50,6 +50,8 @@ pub fn usage_between(name: &str, a: &ProcSample, b: &ProcSample) -> ProcessUsage
         (None, Some(_)) => None,
     };
     let have_schedstat = b.thread_samples.iter().any(|t| t.run_delay_ns.is_some());
+    let on_cpu_s =
+        have_schedstat.then(|| thread_delta(a, b, |t| t.on_cpu_ns.unwrap_or(0)) as f64 / 1e9);
     let (run_delay_s, run_delay_us_per_run) = if have_schedstat {
         let delay_ns = thread_delta(a, b, |t| t.run_delay_ns.unwrap_or(0));
         let runs = thread_delta(a, b, |t| t.runs.unwrap_or(0));
@@ -66,9 +68,16 @@ pub fn usage_between(name: &str, a: &ProcSample, b: &ProcSample) -> ProcessUsage
         .iter()
         .map(|t| {
             let old = before.get(&t.tid);
-            let ticks = (t.utime_ticks + t.stime_ticks)
-                .saturating_sub(old.map(|o| o.utime_ticks + o.stime_ticks).unwrap_or(0));
-            let cpu_s = ticks as f64 / tck;
+            let cpu_s = match t.on_cpu_ns {
+                Some(ns) => {
+                    ns.saturating_sub(old.and_then(|o| o.on_cpu_ns).unwrap_or(0)) as f64 / 1e9
+                }
+                None => {
+                    let ticks = (t.utime_ticks + t.stime_ticks)
+                        .saturating_sub(old.map(|o| o.utime_ticks + o.stime_ticks).unwrap_or(0));
+                    ticks as f64 / tck
+                }
+            };
             ThreadUsage {
                 tid: t.tid,
                 name: t.comm.clone(),
@@ -88,7 +97,8 @@ pub fn usage_between(name: &str, a: &ProcSample, b: &ProcSample) -> ProcessUsage
         wall_s,
         cpu_user_s: user_s,
         cpu_sys_s: sys_s,
-        cpu_percent: percent(user_s + sys_s),
+        cpu_percent: percent(on_cpu_s.unwrap_or(user_s + sys_s)),
+        on_cpu_s,
         peak_rss_bytes: b.vm_hwm_bytes.max(a.vm_hwm_bytes),
         rss_bytes: b.vm_rss_bytes,
         max_sampled_rss_bytes: a.vm_rss_bytes.max(b.vm_rss_bytes),
