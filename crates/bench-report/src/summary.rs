@@ -159,6 +159,36 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
             "RSSL: NIProvPerf -> node -> ConsPerf (updates/s)".into(),
             m.through_node_niprovperf as f64,
         );
+        // The goals, rate by rate: the node's CPU per update over its native
+        // path's, and what the node adds to ConsPerf's mean latency.
+        for t in x.through_node.iter().filter(|t| t.sustained) {
+            let rate = number(t.rate as f64);
+            let native = x
+                .native
+                .iter()
+                .find(|n| n.rate == t.rate && n.node_cpu_ns_per_update > 0.0);
+            if let (Some(cpu), Some(native)) = (t.node_cpu_ns_per_update, native) {
+                put(
+                    format!(
+                        "RSSL: node CPU per update over native, {} at {rate}/s (x)",
+                        t.provider
+                    ),
+                    cpu / native.node_cpu_ns_per_update,
+                );
+            }
+            let direct = x.direct.iter().find(|d| d.rate == t.rate && d.sustained);
+            if let (Some(via), Some(direct)) =
+                (t.latency_avg_us, direct.and_then(|d| d.latency_avg_us))
+            {
+                put(
+                    format!(
+                        "RSSL: mean latency added by the node, {} at {rate}/s (µs)",
+                        t.provider
+                    ),
+                    via - direct,
+                );
+            }
+        }
     }
     let files = |put: &mut dyn FnMut(String, f64), who: &str, rows: &[FilesRow]| {
         for f in rows.iter().filter(|f| f.unavailable.is_none()) {
@@ -307,6 +337,7 @@ fn number(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::{RsslResult, RsslStep};
 
     #[test]
     fn numbers_read_as_a_table_shows_them() {
@@ -372,5 +403,44 @@ mod tests {
             .to_string()
             .contains("different scenarios"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_rssl_goals_are_figures_of_their_own() {
+        let step = |provider: &str, cpu: Option<f64>, latency: f64, sustained: bool| RsslStep {
+            rate: 10_000,
+            provider: provider.into(),
+            latency_avg_us: Some(latency),
+            sustained,
+            node_cpu_ns_per_update: cpu,
+            ..Default::default()
+        };
+        let r = Results {
+            rssl: Some(RsslResult {
+                direct: vec![step("ProvPerf", None, 50.0, true)],
+                through_node: vec![
+                    step("ProvPerf", Some(6_000.0), 130.0, true),
+                    // Not sustained: a queue, not the path.
+                    step("NIProvPerf", Some(9_000.0), 900.0, false),
+                ],
+                native: vec![LatencyStep {
+                    rate: 10_000,
+                    node_cpu_ns_per_update: 4_000.0,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let f: BTreeMap<String, f64> = figures(&r).into_iter().collect();
+        assert_eq!(
+            f.get("RSSL: node CPU per update over native, ProvPerf at 10,000/s (x)"),
+            Some(&1.5)
+        );
+        assert_eq!(
+            f.get("RSSL: mean latency added by the node, ProvPerf at 10,000/s (µs)"),
+            Some(&80.0)
+        );
+        assert!(!f.keys().any(|k| k.contains("NIProvPerf at")), "{f:?}");
     }
 }

@@ -43,7 +43,7 @@ pub struct Fanout {
 }
 
 /// One rung of a latency ladder: the step's latency and outcome, flattened.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct LatencyStep {
     /// Updates per second asked of the publisher (0: the nodes at rest).
     pub rate: u64,

@@ -5,7 +5,7 @@ use super::{LatencySummary, ProcessUsage, SystemUsage};
 use serde::{Deserialize, Serialize};
 
 /// Why a step passed or failed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Step {
     /// The rig's label (scenario, cache, rate).
     pub label: String,
