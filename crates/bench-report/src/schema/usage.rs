@@ -38,8 +38,9 @@ pub struct ProcessUsage {
     /// CPU time ([`ProcessUsage::cpu_s`]) as a percentage of one core over the window
     /// (200 = two cores busy).
     pub cpu_percent: f64,
-    /// Seconds on a CPU in the window, every thread's, by the scheduler's own count
-    /// (schedstat, in ns), if the kernel exposes it. `cpu_user_s` and `cpu_sys_s` come
+    /// Seconds on a CPU in the window by the scheduler's own count (schedstat, in ns),
+    /// if the kernel exposes it: every thread alive at the window's end (one that ended
+    /// inside the window is not counted). `cpu_user_s` and `cpu_sys_s` come
     /// from clock ticks, which sample rather than count: a process that runs in short
     /// bursts (a node at 1,000 updates/s) can be charged half or twice its time.
     #[serde(default)]
