@@ -48,9 +48,10 @@ impl Lab {
             });
         }
         // `bench quick` keeps it short: no fan-out row.
-        let fanout = match self.quick {
-            true => None,
-            false => Some(self.two_node_fanout(scenario, fanout_cache, rig)?),
+        let fanout = if self.quick {
+            None
+        } else {
+            Some(self.two_node_fanout(scenario, fanout_cache, rig)?)
         };
         let ladder = self.ladder();
         let single = RigSpec::new(
