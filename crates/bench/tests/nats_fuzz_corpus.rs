@@ -2,31 +2,22 @@
 //! Rust, through the same logic (`fuzz_logic/mod.rs`).
 
 mod fuzz_logic;
+#[path = "../../../fuzz/replay.rs"]
+mod replay;
 
-use std::path::Path;
+use fuzz_logic::Outcome;
+use replay::Seed;
 
 #[test]
 fn the_nats_corpus_replays_without_a_panic() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/nats_frames");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {} is missing: {e}", dir.display()))
-        .map(|e| e.expect("entry").path())
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 8,
-        "corpus {} has too few inputs",
-        dir.display()
-    );
-    for f in files {
-        let data = std::fs::read(&f).expect("read");
-        let outcome = fuzz_logic::nats_frames(&data);
-        let name = f.file_name().unwrap().to_string_lossy().to_string();
-        // Hand-written seeds say what they must give.
-        if name.starts_with("seed-valid-") {
-            assert_eq!(outcome, fuzz_logic::Outcome::Whole, "{name}");
-        } else if name.starts_with("seed-invalid-") {
-            assert_eq!(outcome, fuzz_logic::Outcome::Refused, "{name}");
+    for input in replay::inputs("nats_frames", 8) {
+        let outcome = fuzz_logic::nats_frames(&input.data);
+        // Hand-written seeds say what they must give: a valid one whole frames, an
+        // invalid one a refusal (not merely an incomplete frame).
+        match input.seed() {
+            Seed::Valid => assert_eq!(outcome, Outcome::Whole, "{}", input.name),
+            Seed::Invalid => assert_eq!(outcome, Outcome::Refused, "{}", input.name),
+            Seed::Found => {}
         }
     }
 }

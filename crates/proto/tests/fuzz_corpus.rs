@@ -7,86 +7,64 @@
 //! as a whole, `seed-invalid-*` must be rejected (with an error, not a panic).
 
 mod fuzz_logic;
+#[path = "../../../fuzz/replay.rs"]
+mod replay;
 
+use replay::Seed;
 use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-
-fn corpus_root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
-    assert!(
-        root.is_dir(),
-        "fuzz corpus directory {} is missing: the corpus is part of the repository",
-        root.display()
-    );
-    root
-}
 
 /// Runs every file of one target's corpus directory; returns how many there were.
-fn replay(target: &str) -> usize {
-    let dir = corpus_root().join(target);
-    assert!(
-        dir.is_dir(),
-        "corpus directory {} for fuzz target {target} is missing",
-        dir.display()
-    );
-    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|entry| entry.expect("directory entry").path())
-        .collect();
-    files.sort();
-    let mut count = 0;
+fn replay_target(target: &str) -> usize {
+    let inputs = replay::inputs(target, 1);
     let mut failures = Vec::new();
-    for path in &files {
-        assert!(path.is_file(), "{} is not a file", path.display());
-        let data = fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        match catch_unwind(AssertUnwindSafe(|| fuzz_logic::run(target, &data))) {
+    for input in &inputs {
+        let name = &input.name;
+        match catch_unwind(AssertUnwindSafe(|| fuzz_logic::run(target, &input.data))) {
             Err(_) => failures.push(format!("{name}: panicked (see the message above)")),
-            Ok(Err(why)) if name.starts_with("seed-valid") => {
+            Ok(Err(why)) if input.seed() == Seed::Valid => {
                 failures.push(format!("{name}: valid seed rejected: {why}"))
             }
-            Ok(Ok(())) if name.starts_with("seed-invalid") => {
+            Ok(Ok(())) if input.seed() == Seed::Invalid => {
                 failures.push(format!("{name}: invalid seed accepted"))
             }
             Ok(_) => {}
         }
-        count += 1;
     }
     assert!(
         failures.is_empty(),
-        "fuzz target {target}: {} of {count} corpus files failed:\n{}",
+        "fuzz target {target}: {} of {} corpus files failed:\n{}",
         failures.len(),
+        inputs.len(),
         failures.join("\n")
     );
-    assert!(count > 0, "corpus directory {} is empty", dir.display());
-    count
+    inputs.len()
 }
 
 #[test]
 fn frame_decoder_corpus() {
-    replay("frame_decoder");
+    replay_target("frame_decoder");
 }
 
 #[test]
 fn message_decoder_corpus() {
-    replay("message_decoder");
+    replay_target("message_decoder");
 }
 
 #[test]
 fn field_list_corpus() {
-    replay("field_list");
+    replay_target("field_list");
 }
 
 #[test]
 fn dictionary_corpus() {
-    replay("dictionary");
+    replay_target("dictionary");
 }
 
 /// Every directory under the corpus belongs to a known target, and every target has one.
 #[test]
 fn corpus_directories_match_the_targets() {
-    let root = corpus_root();
+    let root = replay::root();
     let mut dirs: Vec<String> = fs::read_dir(&root)
         .unwrap_or_else(|e| panic!("reading {}: {e}", root.display()))
         .map(|entry| {

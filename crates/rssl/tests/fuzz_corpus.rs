@@ -4,23 +4,12 @@
 //! watchlist consumer, the NIProvider), captured on loopback.
 
 mod fuzz_logic;
-
-use std::path::Path;
+#[path = "../../../fuzz/replay.rs"]
+mod replay;
 
 #[test]
 fn the_rssl_corpus_replays_without_a_panic() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/rssl_connection");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {} is missing: {e}", dir.display()))
-        .map(|e| e.expect("entry").path())
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 5,
-        "corpus {} has too few inputs",
-        dir.display()
-    );
-    for f in files {
-        fuzz_logic::rssl_connection(&std::fs::read(&f).expect("read"));
+    for input in replay::inputs("rssl_connection", 5) {
+        fuzz_logic::rssl_connection(&input.data);
     }
 }
