@@ -202,6 +202,32 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
                 );
             }
         }
+        // The floor of any one hop on this machine, for the latency rows above.
+        for relayed in x.relayed.iter().filter(|t| t.sustained) {
+            let rate = number(relayed.rate as f64);
+            let direct = x
+                .direct
+                .iter()
+                .find(|d| d.rate == relayed.rate && d.sustained);
+            if let (Some(via), Some(direct)) = (
+                relayed.latency_avg_us,
+                direct.and_then(|d| d.latency_avg_us),
+            ) {
+                put(
+                    format!("RSSL: mean latency added by a byte relay, at {rate}/s (µs)"),
+                    via - direct,
+                );
+            }
+            let seconds = |s: &RsslStep| s.latency_median_of_seconds_us;
+            if let (Some(via), Some(direct)) = (seconds(relayed), direct.and_then(seconds)) {
+                put(
+                    format!(
+                        "RSSL: latency added by a byte relay, median of 1-s means, at {rate}/s (µs)"
+                    ),
+                    via - direct,
+                );
+            }
+        }
     }
     let files = |put: &mut dyn FnMut(String, f64), who: &str, rows: &[FilesRow]| {
         for f in rows.iter().filter(|f| f.unavailable.is_none()) {
@@ -432,6 +458,7 @@ mod tests {
         let r = Results {
             rssl: Some(RsslResult {
                 direct: vec![step("ProvPerf", None, 50.0, true)],
+                relayed: vec![step("ProvPerf", None, 78.0, true)],
                 through_node: vec![
                     step("ProvPerf", Some(6_000.0), 130.0, true),
                     // Not sustained: a queue, not the path.
@@ -462,5 +489,13 @@ mod tests {
             Some(&40.0)
         );
         assert!(!f.keys().any(|k| k.contains("NIProvPerf at")), "{f:?}");
+        assert_eq!(
+            f.get("RSSL: mean latency added by a byte relay, at 10,000/s (µs)"),
+            Some(&28.0)
+        );
+        assert_eq!(
+            f.get("RSSL: latency added by a byte relay, median of 1-s means, at 10,000/s (µs)"),
+            Some(&14.0)
+        );
     }
 }

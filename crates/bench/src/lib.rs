@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod byte_relay;
 pub mod lab;
 pub mod memory;
 pub mod nats;

@@ -11,7 +11,8 @@ pub(crate) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
     writeln!(
         md,
         "\n## RSSL: LSEG's perf tools through Tickwire\n\n\
-         {}; {} items. \"direct\": ProvPerf -> ConsPerf, no infrastructure. Through the \
+         {}; {} items. \"direct\": ProvPerf -> ConsPerf, no infrastructure; \"relayed\": \
+         ProvPerf -> a byte relay -> ConsPerf, the cost of one more hop. Through the \
          node: ProvPerf -> node -> ConsPerf (the node a consumer of ProvPerf), and \
          NIProvPerf -> node -> ConsPerf. Rate and latency are ConsPerf's steady-state \
          figures (mean latency, µs, from the providers' latency-stamped updates); CPU is the \
@@ -25,8 +26,11 @@ pub(crate) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
         fmt_rate(m.through_node as f64),
         fmt_rate(m.through_node_niprovperf as f64),
     )?;
-    writeln!(md, "| rate/s | direct rate | direct latency | node (ProvPerf) rate | latency | added | node (NIProvPerf) rate | latency | median of 1-s means: direct / ProvPerf / NIProvPerf | node CPU/update (ProvPerf) | (NIProvPerf) | native | ProvPerf/native |")?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(md, "| rate/s | direct rate | direct latency | relayed latency | node (ProvPerf) rate | latency | added | node (NIProvPerf) rate | latency | median of 1-s means: direct / relayed / ProvPerf / NIProvPerf | node CPU/update (ProvPerf) | (NIProvPerf) | native | ProvPerf/native |")?;
+    writeln!(
+        md,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )?;
     for d in &r.direct {
         let via = |p: &str| {
             r.through_node
@@ -34,6 +38,7 @@ pub(crate) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
                 .find(|t| t.rate == d.rate && t.provider == p)
         };
         let (i, n) = (via(PROVPERF), via(NIPROVPERF));
+        let relayed = r.relayed.iter().find(|x| x.rate == d.rate);
         let native = r
             .native
             .iter()
@@ -60,10 +65,11 @@ pub(crate) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
         };
         writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} / {} | {} | {} | {} | {} |",
             fmt_rate(d.rate as f64),
             rate_cell(Some(d)),
             us_or_dash(d.latency_avg_us),
+            lat(relayed),
             rate_cell(i),
             lat(i),
             match (i.and_then(|i| i.latency_avg_us), d.latency_avg_us) {
@@ -73,6 +79,7 @@ pub(crate) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
             rate_cell(n),
             lat(n),
             sec(Some(d)),
+            sec(relayed),
             sec(i),
             sec(n),
             cpu(i),

@@ -12,6 +12,10 @@ pub struct RsslResult {
     pub items: usize,
     /// ProvPerf -> ConsPerf.
     pub direct: Vec<RsslStep>,
+    /// ProvPerf -> a byte relay -> ConsPerf: what one more hop costs on this machine
+    /// (a thread per direction copying bytes as they come, no decoding).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relayed: Vec<RsslStep>,
     /// ProvPerf -> node -> ConsPerf (the node a consumer of ProvPerf, an interactive
     /// provider) and NIProvPerf -> node -> ConsPerf; `provider` says which.
     pub through_node: Vec<RsslStep>,

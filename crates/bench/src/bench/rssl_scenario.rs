@@ -3,6 +3,8 @@
 //!
 //! - direct: ProvPerf (an interactive provider) -> ConsPerf, no infrastructure: the
 //!   tools' own floor on this machine;
+//! - relayed: ProvPerf -> a byte relay (`crate::byte_relay`) -> ConsPerf: what one more
+//!   hop costs, the floor of anything between them;
 //! - through a node: NIProvPerf (a non-interactive provider) -> `tickwire node` ->
 //!   ConsPerf.
 //!
@@ -275,13 +277,16 @@ impl Lab {
         let mut doublings = 0;
         while i < rungs.len() {
             let rate = rungs[i];
-            let direct = self.rssl_direct(&tools, rate, items, secs)?;
+            let direct = self.rssl_direct(&tools, rate, items, secs, false)?;
+            let relayed = self.rssl_direct(&tools, rate, items, secs, true)?;
             let interactive = self.rssl_through_node(&tools, rate, items, secs, true)?;
             let non_interactive = self.rssl_through_node(&tools, rate, items, secs, false)?;
             eprintln!(
-                "bench rssl: {rate}/s: direct {:.0}/s {} µs; through the node: ProvPerf {:.0}/s {} µs, NIProvPerf {:.0}/s {} µs",
+                "bench rssl: {rate}/s: direct {:.0}/s {} µs; relayed {:.0}/s {} µs; through the node: ProvPerf {:.0}/s {} µs, NIProvPerf {:.0}/s {} µs",
                 direct.update_rate,
                 us_or_dash(direct.latency_avg_us),
+                relayed.update_rate,
+                us_or_dash(relayed.latency_avg_us),
                 interactive.update_rate,
                 us_or_dash(interactive.latency_avg_us),
                 non_interactive.update_rate,
@@ -289,6 +294,7 @@ impl Lab {
             );
             let direct_ok = direct.sustained;
             r.direct.push(direct);
+            r.relayed.push(relayed);
             r.through_node.push(interactive);
             r.through_node.push(non_interactive);
             if i + 1 == rungs.len()
@@ -346,15 +352,21 @@ impl Lab {
         Ok((p, port))
     }
 
-    /// ProvPerf -> ConsPerf.
+    /// ProvPerf -> ConsPerf, or with `relayed` ProvPerf -> a byte relay -> ConsPerf.
     fn rssl_direct(
         &mut self,
         tools: &Tools,
         rate: u64,
         items: usize,
         secs: f64,
+        relayed: bool,
     ) -> Result<RsslStep> {
         let (_provider, port) = self.start_provperf(tools, rate, secs)?;
+        let relay = relayed
+            .then(|| crate::byte_relay::ByteRelay::start(([127, 0, 0, 1], port).into()))
+            .transpose()
+            .context("cannot start the byte relay")?;
+        let port = relay.as_ref().map_or(port, |r| r.addr().port());
         let c = self.consperf(tools, port, items, secs, None)?;
         Ok(step(rate, PROVPERF, items, &c, None))
     }
