@@ -838,6 +838,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 backbone_auth: args.backbone_auth.clone(),
                 journal_posts_only: args.journal_posts_only,
                 rssl_items: args.rssl_items,
+                rssl_ticks: args.rssl_ticks,
                 files_scale: args.files_scale,
                 files_large_mb: args.files_large_mb,
                 files_rate_mb: args.files_rate_mb,

@@ -122,8 +122,8 @@ fn scenarios(md: &mut String, r: &Results) -> Result<()> {
         files::market_data_report(md, &r.files_market_data)?;
         files::faults_report(md, &r.files_faults)?;
     }
-    if let Some(r) = &r.rssl {
-        rssl::report(md, r)?;
+    if let Some(x) = &r.rssl {
+        rssl::report(md, x, r.settings.rssl_ticks)?;
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use anyhow::Result;
 use std::fmt::Write as _;
 
 /// report.md's section: the paths and the native path side by side.
-pub(crate) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
+pub(crate) fn report(md: &mut String, r: &RsslResult, ticks: Option<u64>) -> Result<()> {
     let m = &r.max_sustained_updates_per_s;
     writeln!(
         md,
@@ -18,10 +18,12 @@ pub(crate) fn report(md: &mut String, r: &RsslResult) -> Result<()> {
          figures (mean latency, µs, from the providers' latency-stamped updates); CPU is the \
          node's per update it sent, beside the native path's (perf-pub -> node -> perf-sub, \
          cache on, items of the perf tools' shape: 83-field images, 23-field updates) at \
-         the same rate. Highest rate with every update: direct {}, through \
+         the same rate. The providers send {} bursts a second (rate / bursts updates \
+         each). Highest rate with every update: direct {}, through \
          the node from ProvPerf {}, from NIProvPerf {}.\n",
         r.tools,
         r.items,
+        ticks.map_or("1,000 (or rate)".into(), |t| fmt_rate(t as f64)),
         fmt_rate(m.direct as f64),
         fmt_rate(m.through_node as f64),
         fmt_rate(m.through_node_niprovperf as f64),

@@ -79,6 +79,9 @@ pub struct Settings {
     pub journal_posts_only: bool,
     /// `--rssl-items` (absent before it was recorded).
     pub rssl_items: usize,
+    /// `--rssl-ticks` (none: the tools' 1,000 a second, or the rate when lower).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rssl_ticks: Option<u64>,
     /// `--files-scale`.
     pub files_scale: f64,
     /// `--files-large-mb`.

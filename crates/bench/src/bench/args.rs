@@ -234,6 +234,11 @@ pub(crate) struct RsslFlags {
     /// RSSL scenario: items ConsPerf requests and the providers publish.
     #[arg(long, value_name = "N", default_value_t = 1_000)]
     pub(crate) rssl_items: usize,
+    /// RSSL scenario: the providers' ticks per second, each tick a burst of rate / ticks
+    /// updates (default: 1,000, the tools' own, or the rate when lower). More ticks,
+    /// smaller bursts: what a burst's length adds to the latency.
+    #[arg(long, value_name = "N")]
+    pub(crate) rssl_ticks: Option<u64>,
 }
 
 // The files scenario.
@@ -376,6 +381,7 @@ impl AllFlags {
             rtsdk: rssl.rtsdk,
             rtsdk_lib: rssl.rtsdk_lib,
             rssl_items: rssl.rssl_items,
+            rssl_ticks: rssl.rssl_ticks,
             files_scale: files.files_scale,
             files_large_mb: files.files_large_mb,
             files_rate_mb: files.files_rate_mb,
@@ -427,6 +433,7 @@ pub(crate) struct BenchArgs {
     pub(crate) rtsdk: PathBuf,
     pub(crate) rtsdk_lib: PathBuf,
     pub(crate) rssl_items: usize,
+    pub(crate) rssl_ticks: Option<u64>,
     pub(crate) files_scale: f64,
     pub(crate) files_large_mb: u64,
     pub(crate) files_rate_mb: u64,
@@ -745,6 +752,7 @@ mod tests {
             "--rtsdk",
             "--rtsdk-lib",
             "--rssl-items",
+            "--rssl-ticks",
             "--files-scale",
             "--files-large-mb",
             "--files-rate-mb",
@@ -800,6 +808,7 @@ mod tests {
             rtsdk: PathBuf::from("../shared/interop/rtsdk"),
             rtsdk_lib: PathBuf::from("target/rtsdk-lib"),
             rssl_items: 1_000,
+            rssl_ticks: None,
             files_scale: 1.0,
             files_large_mb: 200,
             files_rate_mb: 200,

@@ -213,10 +213,10 @@ fn median_of_seconds(out: &str) -> Option<f64> {
     (!means.is_empty()).then(|| super::median(means))
 }
 
-/// The tools' ticks per second: 1,000, or the rate when lower (they refuse fewer
-/// updates than ticks).
-fn tick_rate(rate: u64) -> u64 {
-    rate.clamp(1, 1000)
+/// The tools' ticks per second: `--rssl-ticks`, or 1,000; never more than the rate
+/// (they refuse fewer updates than ticks).
+fn tick_rate(rate: u64, ticks: Option<u64>) -> u64 {
+    ticks.unwrap_or(1000).min(rate).max(1)
 }
 
 /// A free loopback port (taken, then let go for the tool to listen on).
@@ -338,7 +338,7 @@ impl Lab {
             "-updateRate".into(),
             rate.to_string(),
             "-tickRate".into(),
-            tick_rate(rate).to_string(),
+            tick_rate(rate, self.args.rssl_ticks).to_string(),
             "-runTime".into(),
             ((secs as u64) + 120).to_string(),
         ];
@@ -429,7 +429,7 @@ impl Lab {
                 "-updateRate".into(),
                 rate.to_string(),
                 "-tickRate".into(),
-                tick_rate(rate).to_string(),
+                tick_rate(rate, self.args.rssl_ticks).to_string(),
                 "-runTime".into(),
                 ((secs as u64) + 120).to_string(),
             ];
