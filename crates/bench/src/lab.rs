@@ -618,43 +618,26 @@ pub fn start_rig(programs: &Programs, spec: &RigSpec, log_dir: &Path) -> Result<
             .ws_addr
             .clone()
             .ok_or_else(|| anyhow!("the node serves no WebSocket API"))?;
-        [
+        controlled(
             "perf-ws-sub",
-            "--ws",
-            &ws,
-            "--items",
-            &items,
-            "--connections",
-            &conns,
-            "--control",
-            "--json",
-            "--duration",
-            "86400",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+            &["--ws", &ws, "--items", &items, "--connections", &conns],
+        )
     } else {
-        [
+        controlled(
             "perf-sub",
-            "--node",
-            &addr,
-            "--items",
-            &items,
-            "--connections",
-            &conns,
-            "--commonality",
-            spec.commonality,
-            "--wait",
-            &spec.sub_wait,
-            "--control",
-            "--json",
-            "--duration",
-            "86400",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+            &[
+                "--node",
+                &addr,
+                "--items",
+                &items,
+                "--connections",
+                &conns,
+                "--commonality",
+                spec.commonality,
+                "--wait",
+                &spec.sub_wait,
+            ],
+        )
     };
     sub_args.extend(pin(2));
     let mut subscriber = Proc::spawn(
@@ -689,29 +672,37 @@ pub fn start_rig(programs: &Programs, spec: &RigSpec, log_dir: &Path) -> Result<
     })
 }
 
+/// A load tool's command line under the lab's control: `TOOL ARGS... --control --json
+/// --duration 86400`. It runs until told to quit, takes its marks and rates on standard
+/// input and answers in JSON lines.
+pub fn controlled(tool: &str, args: &[&str]) -> Vec<String> {
+    std::iter::once(tool)
+        .chain(args.iter().copied())
+        .chain(["--control", "--json", "--duration", "86400"])
+        .map(String::from)
+        .collect()
+}
+
 /// perf-pub's command line in a rig: `system` at `addr`, controlled by the lab, at the
 /// spec's first rate.
 fn perf_pub_args(spec: &RigSpec, system: &str, addr: &str) -> Vec<String> {
-    let args = [
+    let mut args = controlled(
         "perf-pub",
-        "--system",
-        system,
-        "--node",
-        addr,
-        "--items",
-        &spec.items.to_string(),
-        "--control",
-        "--json",
-        "--duration",
-        "86400",
-        "--update-rate",
-        &spec.start_rate.to_string(),
-        "--tick-rate",
-        &spec.tick_rate.to_string(),
-        "--latency-rate",
-        &spec.latency_rate,
-    ];
-    let mut args = args.map(String::from).to_vec();
+        &[
+            "--system",
+            system,
+            "--node",
+            addr,
+            "--items",
+            &spec.items.to_string(),
+            "--update-rate",
+            &spec.start_rate.to_string(),
+            "--tick-rate",
+            &spec.tick_rate.to_string(),
+            "--latency-rate",
+            &spec.latency_rate,
+        ],
+    );
     if spec.flush_every > 0 {
         args.extend(["--flush-every".into(), spec.flush_every.to_string()]);
     }
@@ -757,19 +748,7 @@ fn start_nats_rig(bin: &Path, server: &Path, spec: &RigSpec, log_dir: &Path) -> 
         std::thread::sleep(Duration::from_millis(20));
     }
     let items = spec.items.to_string();
-    let mut sub_args: Vec<String> = [
-        "perf-nats-sub",
-        "--nats",
-        &addr,
-        "--items",
-        &items,
-        "--control",
-        "--json",
-        "--duration",
-        "86400",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut sub_args = controlled("perf-nats-sub", &["--nats", &addr, "--items", &items]);
     if let Some((_, _, cpus)) = &spec.cpus {
         sub_args.extend(["--cpus".into(), cpus.clone()]);
     }

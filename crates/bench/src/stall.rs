@@ -7,7 +7,7 @@
 //! (perf-sub `--interval-ms`) shows whether one stopped consumer or a short node pause
 //! hurts the others, and for how long. docs/BENCHMARKS.md defines every figure.
 
-use crate::lab::{start_node, wait_for_images, Proc};
+use crate::lab::{controlled, start_node, wait_for_images, Proc};
 use crate::perf_sub::{Interval, Mark as SubMark, SubSummary};
 use crate::stats::realtime_ns;
 use crate::sysinfo::{sample_process, MonitorOptions, ProcessMonitor};
@@ -246,49 +246,39 @@ pub fn run(
     let items = plan.items.to_string();
     // The publisher starts at rate 0: nothing is sent before the first (quiet) mark, so
     // sent and received counts of the whole scenario can be compared exactly.
-    let pub_args: Vec<String> = [
+    let pub_args = controlled(
         "perf-pub",
-        "--node",
-        &addr,
-        "--items",
-        &items,
-        "--control",
-        "--json",
-        "--duration",
-        "86400",
-        "--update-rate",
-        "0",
-        "--tick-rate",
-        "1000",
-        "--latency-rate",
-        &plan.latency_rate.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+        &[
+            "--node",
+            &addr,
+            "--items",
+            &items,
+            "--update-rate",
+            "0",
+            "--tick-rate",
+            "1000",
+            "--latency-rate",
+            &plan.latency_rate.to_string(),
+        ],
+    );
     let mut publisher = Proc::spawn(&programs.lab, "perf-pub-stall", &pub_args, logs)?;
     publisher.expect("second", Duration::from_secs(120))?;
     let interval = plan.interval_ms.to_string();
-    let sub_args: Vec<String> = [
+    let sub_args = controlled(
         "perf-sub",
-        "--node",
-        &addr,
-        "--items",
-        &items,
-        "--connections",
-        "1",
-        "--commonality",
-        "all",
-        "--control",
-        "--json",
-        "--duration",
-        "86400",
-        "--interval-ms",
-        &interval,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+        &[
+            "--node",
+            &addr,
+            "--items",
+            &items,
+            "--connections",
+            "1",
+            "--commonality",
+            "all",
+            "--interval-ms",
+            &interval,
+        ],
+    );
     let mut subs = Vec::with_capacity(plan.subscribers);
     for i in 0..plan.subscribers {
         subs.push(Proc::spawn(
