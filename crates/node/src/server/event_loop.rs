@@ -18,6 +18,16 @@ use std::time::{Duration, Instant};
 use tickwire_core::{Node, Stats};
 use tickwire_gateway::{SessionConfig, UpdateCache};
 
+/// How long epoll may wait for `deadline`, measured from now, after every part has
+/// given its deadline: a part with more to do at once says so with `Instant::now()`,
+/// taken after the loop's own `now`, and must get no wait at all. (A wait of a few
+/// nanoseconds would not do: epoll counts in milliseconds, and mio rounds a wait up
+/// to the next one, so the part would wait a whole millisecond.)
+fn timeout_until(deadline: Option<Instant>) -> Option<Duration> {
+    let now = Instant::now();
+    deadline.map(|t| t.saturating_duration_since(now))
+}
+
 /// The node's own chores (idle buffers released) this often.
 const CHORES_EVERY: Duration = Duration::from_secs(1);
 /// How long a shutting-down node waits for its connections' last bytes.
@@ -148,7 +158,7 @@ impl EventLoop {
         .into_iter()
         .flatten()
         .min();
-        let mut timeout = deadline.map(|t| t.saturating_duration_since(now));
+        let mut timeout = timeout_until(deadline);
         let wait = self.server.cfg.node.wait;
         let pace = self.parts.driver_pace(self.server.poll.registry());
         let spinning = match pace {
@@ -341,5 +351,23 @@ impl EventLoop {
             }
             Err(e) => log::error!("users file not reloaded, the previous one stays in force: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_with_more_to_do_at_once_gets_no_wait() {
+        // As a carried connection or a provider with more to read asks for its turn.
+        let asap = Some(Instant::now());
+        assert_eq!(timeout_until(asap), Some(Duration::ZERO));
+        let later = timeout_until(Some(Instant::now() + Duration::from_secs(60)));
+        assert!(
+            later.is_some_and(|t| t > Duration::from_secs(59)),
+            "{later:?}"
+        );
+        assert_eq!(timeout_until(None), None);
     }
 }
