@@ -162,6 +162,16 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
             "RSSL: NIProvPerf -> node -> ConsPerf (updates/s)".into(),
             m.through_node_niprovperf as f64,
         );
+        // What a path adds to the direct path's latency at the same rate, by `latency`.
+        let added = |s: &RsslStep, latency: fn(&RsslStep) -> Option<f64>| {
+            let direct = x.direct.iter().find(|d| d.rate == s.rate && d.sustained)?;
+            Some(latency(s)? - latency(direct)?)
+        };
+        let mean = |s: &RsslStep| s.latency_avg_us;
+        // ConsPerf's mean counts the few latency-stamped updates held behind the burst
+        // of images at its start (tens of ms each, about ten stamped updates a second):
+        // the median of its one-second means is the steady path.
+        let seconds = |s: &RsslStep| s.latency_median_of_seconds_us;
         // The goals, rate by rate: the node's CPU per update over its native
         // path's, and what the node adds to ConsPerf's mean latency.
         for t in x.through_node.iter().filter(|t| t.sustained) {
@@ -179,29 +189,22 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
                     cpu / native.node_cpu_ns_per_update,
                 );
             }
-            let direct = x.direct.iter().find(|d| d.rate == t.rate && d.sustained);
-            if let (Some(via), Some(direct)) =
-                (t.latency_avg_us, direct.and_then(|d| d.latency_avg_us))
-            {
+            if let Some(v) = added(t, mean) {
                 put(
                     format!(
                         "RSSL: mean latency added by the node, {} at {rate}/s (µs)",
                         t.provider
                     ),
-                    via - direct,
+                    v,
                 );
             }
-            // ConsPerf's mean counts the few latency-stamped updates held behind the
-            // burst of images at its start (tens of ms each, about ten stamped updates a
-            // second): the median of its one-second means is the steady path.
-            let seconds = |s: &RsslStep| s.latency_median_of_seconds_us;
-            if let (Some(via), Some(direct)) = (seconds(t), direct.and_then(seconds)) {
+            if let Some(v) = added(t, seconds) {
                 put(
                     format!(
                         "RSSL: latency added by the node, median of 1-s means, {} at {rate}/s (µs)",
                         t.provider
                     ),
-                    via - direct,
+                    v,
                 );
             }
         }
@@ -214,26 +217,18 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
             .filter(|t| t.sustained && t.rate <= RELAY_ROWS_UP_TO)
         {
             let rate = number(relayed.rate as f64);
-            let direct = x
-                .direct
-                .iter()
-                .find(|d| d.rate == relayed.rate && d.sustained);
-            if let (Some(via), Some(direct)) = (
-                relayed.latency_avg_us,
-                direct.and_then(|d| d.latency_avg_us),
-            ) {
+            if let Some(v) = added(relayed, mean) {
                 put(
                     format!("RSSL: mean latency added by a byte relay, at {rate}/s (µs)"),
-                    via - direct,
+                    v,
                 );
             }
-            let seconds = |s: &RsslStep| s.latency_median_of_seconds_us;
-            if let (Some(via), Some(direct)) = (seconds(relayed), direct.and_then(seconds)) {
+            if let Some(v) = added(relayed, seconds) {
                 put(
                     format!(
                         "RSSL: latency added by a byte relay, median of 1-s means, at {rate}/s (µs)"
                     ),
-                    via - direct,
+                    v,
                 );
             }
         }
