@@ -245,6 +245,22 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
         }
     };
     files(&mut put, "Tickwire", &r.files);
+    // The goal of one file to N sites in about the time to one, beside what it would
+    // take on this machine if time followed the CPU every process used (report.md has
+    // every class).
+    for (f, x) in r
+        .files
+        .iter()
+        .filter(|f| f.files == 1)
+        .filter_map(|f| Some((f, f.against_one_site(&r.files)?)))
+    {
+        let row = format!(
+            "files Tickwire: {} to {} sites against 1, fsync {}",
+            f.class, f.sites, f.fsync
+        );
+        put(format!("{row}: time (x)"), x.time);
+        put(format!("{row}: CPU of every process (x)"), x.cpu);
+    }
     for m in &r.files_market_data {
         let when = if m.queued_first {
             "queued first"
@@ -446,6 +462,51 @@ mod tests {
             .to_string()
             .contains("different scenarios"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn files_to_several_sites_are_set_beside_one_site_in_time_and_cpu() {
+        let row = |sites: usize, seconds: f64, cpu: &[(&str, f64)]| FilesRow {
+            class: "large".into(),
+            files: 1,
+            sites,
+            fsync: "never".into(),
+            seconds,
+            cpu_s: cpu.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            ..Default::default()
+        };
+        let r = Results {
+            files: vec![
+                row(
+                    1,
+                    2.0,
+                    &[("node src", 1.5), ("node site1", 1.0), ("send", 0.5)],
+                ),
+                row(4, 3.0, &[("node src", 1.5), ("sites", 4.0), ("send", 0.5)]),
+                // Without CPU figures (older results): no CPU row, nor a time row.
+                FilesRow {
+                    class: "16KB".into(),
+                    files: 1,
+                    sites: 4,
+                    seconds: 1.0,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let f: BTreeMap<String, f64> = figures(&r).into_iter().collect();
+        let against = "files Tickwire: large to 4 sites against 1, fsync never";
+        assert_eq!(f.get(&format!("{against}: time (x)")), Some(&1.5));
+        assert_eq!(
+            f.get(&format!("{against}: CPU of every process (x)")),
+            Some(&2.0)
+        );
+        assert!(
+            !f.keys().any(|k| k.contains("16KB to 4 sites against")),
+            "{f:?}"
+        );
+        assert_eq!(r.files[1].cpu_busy(2), Some(1.0));
+        assert_eq!(r.files[2].cpu_busy(2), None);
     }
 
     #[test]

@@ -118,7 +118,13 @@ fn scenarios(md: &mut String, r: &Results) -> Result<()> {
             .peers
             .as_ref()
             .map_or((&[][..], &[][..]), |p| (&p.uftp[..], &p.rsync[..]));
-        files::report(md, &r.files, uftp, rsync)?;
+        files::report(
+            md,
+            &r.files,
+            uftp,
+            rsync,
+            r.machine.as_ref().map(|m| m.cpus),
+        )?;
         files::market_data_report(md, &r.files_market_data)?;
         files::faults_report(md, &r.files_faults)?;
     }

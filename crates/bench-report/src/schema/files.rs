@@ -35,6 +35,54 @@ pub struct FilesRow {
     pub unavailable: Option<String>,
 }
 
+impl FilesRow {
+    /// CPU seconds of every process of the row (0 in results that did not record them).
+    pub fn cpu_s_total(&self) -> f64 {
+        self.cpu_s.values().sum()
+    }
+
+    /// The share of the machine's CPU time (`cpus` CPUs over the row's seconds) its
+    /// processes used: near 1, the row measured the CPUs more than the software.
+    pub fn cpu_busy(&self, cpus: usize) -> Option<f64> {
+        let capacity = self.seconds * cpus as f64;
+        (capacity > 0.0 && !self.cpu_s.is_empty()).then(|| self.cpu_s_total() / capacity)
+    }
+
+    /// The same class, fsync and system to one site, for a row to more than one: its
+    /// time and its processes' CPU over that row's (`None` for a row to one site, or
+    /// where either did not run or recorded no CPU).
+    pub fn against_one_site<'a>(&self, rows: &'a [FilesRow]) -> Option<AgainstOneSite<'a>> {
+        if self.sites <= 1 || self.unavailable.is_some() {
+            return None;
+        }
+        let one = rows.iter().find(|r| {
+            r.sites == 1
+                && r.class == self.class
+                && r.fsync == self.fsync
+                && r.unavailable.is_none()
+        })?;
+        let (cpu, cpu_one) = (self.cpu_s_total(), one.cpu_s_total());
+        (one.seconds > 0.0 && cpu > 0.0 && cpu_one > 0.0).then(|| AgainstOneSite {
+            one,
+            time: self.seconds / one.seconds,
+            cpu: cpu / cpu_one,
+        })
+    }
+}
+
+/// A row to N sites beside the same class to one ([`FilesRow::against_one_site`]). On
+/// one machine every site's work adds up: where both rows keep the CPUs busy, `time`
+/// follows `cpu`, which sites on machines of their own would not pay.
+#[derive(Debug, Clone, Copy)]
+pub struct AgainstOneSite<'a> {
+    /// The row to one site.
+    pub one: &'a FilesRow,
+    /// Seconds over the one-site row's.
+    pub time: f64,
+    /// CPU seconds of every process over the one-site row's.
+    pub cpu: f64,
+}
+
 /// `results.json` → `files_market_data`: one per files share.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct FilesMarketData {
