@@ -11,6 +11,7 @@
 #   bash scripts/files_to_sites.sh                      # 50 x 635,000 bytes to 4 sites
 #   SITES=1 COUNT=2000 SIZE=16000 bash scripts/files_to_sites.sh
 #   EXTRA_BACKBONE='files_flow_control = "fastest"' bash scripts/files_to_sites.sh
+#   FSYNC=always SITES=1 COUNT=2000 SIZE=16000 bash scripts/files_to_sites.sh
 #
 # TICKWIRE_BIN names the node binary (default target/release/tickwire); KEEP=1 keeps the
 # work directory (configs, logs, the source's audit log with each site's times).
@@ -21,6 +22,7 @@ SITES=${SITES:-4}
 COUNT=${COUNT:-50}
 SIZE=${SIZE:-635000}
 RATE_MB=${RATE_MB:-200}
+FSYNC=${FSYNC:-never}   # the sites' [files] fsync: always, batch or never
 EXTRA_BACKBONE=${EXTRA_BACKBONE:-}
 [ -x "$BIN" ] || { echo "no node binary at $BIN (cargo build --release -p tickwire-cli)" >&2; exit 1; }
 work=$(mktemp -d /tmp/tickwire-files-to-sites.XXXX)
@@ -45,7 +47,7 @@ node_config src "$(printf 'spool = "%s"\nrate_mb_per_s = %s\nchunk_kib = 62\n' "
 pids+=($!)
 names=()
 for i in $(seq 1 "$SITES"); do
-    node_config "site$i" "$(printf 'inbox = "%s"\nfsync = "never"\n' "$work/site$i-inbox")" > "$work/site$i.toml"
+    node_config "site$i" "$(printf 'inbox = "%s"\nfsync = "%s"\n' "$work/site$i-inbox" "$FSYNC")" > "$work/site$i.toml"
     "$BIN" node --listen 127.0.0.1:0 --config "$work/site$i.toml" --backbone "$channel" --role edge > "$work/site$i.log" 2>&1 &
     pids+=($!)
     names+=("site$i")

@@ -232,6 +232,9 @@ pub struct Hub {
     id_state: u64,
     t0: Instant,
     wall0_ms: u64,
+    /// When the completed files waiting in the inbox are synced (its fsync policy's
+    /// delay after the first of them).
+    commit_due: Option<Instant>,
     stats: HubStats,
     buf: Vec<u8>,
 }
@@ -263,6 +266,7 @@ impl Hub {
             id_state: seed,
             t0: now,
             wall0_ms: wall_ms,
+            commit_due: None,
             stats: HubStats::default(),
             buf: Vec::new(),
         }
@@ -283,6 +287,11 @@ impl Hub {
     /// Its receiver's counters, where the node has an inbox.
     pub fn receiver_stats(&self) -> Option<ReceiverStats> {
         self.receiver.as_ref().map(|(rx, _)| rx.stats())
+    }
+
+    /// Its inbox's writes, syncs and renames, where the node has an inbox.
+    pub fn inbox_counts(&self) -> Option<crate::inbox::InboxCounts> {
+        self.receiver.as_ref().map(|(_, inbox)| inbox.counts())
     }
 
     /// Its settings.
@@ -1046,9 +1055,23 @@ impl Hub {
         if let Some((rx, inbox)) = self.receiver.as_mut() {
             rx.handle_timeout(now, inbox);
             if inbox.has_pending() {
-                for (t, r) in inbox.flush() {
-                    rx.handle_committed(t, r, now, inbox);
+                let due = *self
+                    .commit_due
+                    .get_or_insert(now + inbox.fsync().commit_delay());
+                if now >= due {
+                    self.commit_pending(now);
                 }
+            }
+        }
+    }
+
+    /// Commits the completed files waiting for their sync now (their delay is up, or
+    /// the node stops).
+    pub fn commit_pending(&mut self, now: Instant) {
+        self.commit_due = None;
+        if let Some((rx, inbox)) = self.receiver.as_mut() {
+            for (t, r) in inbox.flush() {
+                rx.handle_committed(t, r, now, inbox);
             }
         }
     }
@@ -1070,7 +1093,8 @@ impl Hub {
                 .min(),
         );
         if self.receiver.as_ref().is_some_and(|(_, i)| i.has_pending()) {
-            earliest(Some(self.t0)); // a batch to commit: at once
+            // Files to commit: when their delay is up (at once, to start it).
+            earliest(Some(self.commit_due.unwrap_or(self.t0)));
         }
         at
     }

@@ -16,17 +16,21 @@
 //! A commit renames the partial file to its name (same file system: atomic), creating
 //! the directories of the name, refusing any symbolic link on the way (a link could
 //! lead out of the inbox). It replaces a file of the same name. The fsync policy says
-//! when the bytes are durable: `always` syncs the file before the rename and the
-//! directory after; `batch` defers commits to [`Inbox::flush`], which syncs every
-//! pending file, renames them, and syncs each directory once; `never` leaves it to the
-//! kernel. Only the receiver's `done` follows a commit, so a site says `done` only for
-//! bytes as durable as its policy.
+//! when the bytes are durable. `always` and `batch` defer a commit to [`Inbox::flush`],
+//! which syncs each pending file, renames it, then syncs each directory once: a group
+//! commit, every file synced before its rename and its directory after, before the site
+//! says done. They differ in when the flush comes ([`Fsync::commit_delay`]): `always` at
+//! the end of the receiver's turn (the files completed in one turn share a directory's
+//! sync), `batch` up to 10 ms later (more files to a sync). `never` renames at once and
+//! leaves the rest to the kernel. Only the receiver's `done` follows a commit, so a site
+//! says `done` only for bytes as durable as its policy.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::chunk_map::ChunkMap;
 use crate::manifest::Manifest;
@@ -39,18 +43,31 @@ pub const PARTIAL_DIR: &str = ".tickwire-partial";
 /// Partial files kept open at once (the least recently used is closed first).
 const OPEN_FILES: usize = 64;
 
+/// How long `batch` lets completed files gather before they are synced together.
+pub const BATCH_DELAY: Duration = Duration::from_millis(10);
+
 /// When a site's received files are made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fsync {
-    /// Each file and its directory, before the site says done.
+    /// Each file and its directory, before the site says done, as soon as the turn
+    /// that completed it ends.
     Always,
-    /// Files committed together by [`Inbox::flush`].
+    /// As `always`, the files completed within [`BATCH_DELAY`] synced together.
     Batch,
     /// Never by Tickwire (the kernel writes back in its own time).
     Never,
 }
 
 impl Fsync {
+    /// How long after a file is complete its commit may wait for others (see the
+    /// module doc).
+    pub fn commit_delay(self) -> Duration {
+        match self {
+            Fsync::Batch => BATCH_DELAY,
+            Fsync::Always | Fsync::Never => Duration::ZERO,
+        }
+    }
+
     /// A policy from its config spelling.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
@@ -230,8 +247,8 @@ impl Inbox {
         Ok(to)
     }
 
-    /// Commits every file waiting for a batch sync (`Fsync::Batch`): syncs them,
-    /// renames them, syncs each directory once. Returns each transfer's result, for
+    /// Commits every file waiting for its sync (`always`, `batch`): syncs them, renames
+    /// them, syncs each directory once. Returns each transfer's result, for
     /// `Receiver::handle_committed`.
     pub fn flush(&mut self) -> Vec<(u64, io::Result<()>)> {
         let pending = std::mem::take(&mut self.pending);
@@ -275,6 +292,11 @@ impl Inbox {
     /// Whether commits wait for [`Inbox::flush`].
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// Its fsync policy.
+    pub fn fsync(&self) -> Fsync {
+        self.fsync
     }
 }
 
@@ -345,16 +367,7 @@ impl Store for Inbox {
                 self.install(m)?;
                 Ok(true)
             }
-            Fsync::Always => {
-                self.file(m.transfer)?.sync_all()?;
-                self.counts.syncs += 1;
-                let to = self.install(m)?;
-                if let Some(parent) = to.parent() {
-                    self.sync_dir(parent)?;
-                }
-                Ok(true)
-            }
-            Fsync::Batch => {
+            Fsync::Always | Fsync::Batch => {
                 self.pending.push(m.clone());
                 Ok(false)
             }

@@ -282,7 +282,9 @@ impl Receiver {
             }
             inc.sent_through = inc.sent_through.max(o.sent_through);
             inc.last_offer = now;
-            if inc.since_save > 0 {
+            // A whole file waiting for its commit needs no map (its commit is a
+            // moment away): saving one would create two files for nothing.
+            if inc.since_save > 0 && !inc.committing {
                 inc.since_save = 0;
                 if let Err(e) = store.save_map(&inc.m, &inc.map) {
                     self.fail(

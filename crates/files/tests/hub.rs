@@ -320,49 +320,63 @@ fn after_a_restart_the_report_lists_the_audit_logs_past_files_and_the_spools_que
     );
 }
 
-#[test]
-fn a_site_that_only_receives_keeps_no_more_records_than_it_is_told() {
-    use tickwire_files::inbox::{Fsync, Inbox};
+/// A hub that only receives (site `edge1` of FILES), its inbox syncing by `fsync`.
+fn receiving_hub(
+    dir: &std::path::Path,
+    fsync: tickwire_files::inbox::Fsync,
+    keep_records: usize,
+    now: Instant,
+) -> Hub {
+    use tickwire_files::inbox::Inbox;
     use tickwire_files::{Receiver, ReceiverConfig};
-    let dir = tempfile::tempdir().unwrap();
-    let now = Instant::now();
-    let inbox = Inbox::new(&dir.path().join("inbox"), Fsync::Never).unwrap();
+    let inbox = Inbox::new(&dir.join("inbox"), fsync).unwrap();
     let receiver = Receiver::new(ReceiverConfig::new("edge1", vec!["FILES".into()]), now);
     let mut cfg = HubConfig::new("edge1", vec!["FILES".into()]);
-    cfg.keep_records = 3;
-    let mut h = Hub::new(
+    cfg.keep_records = keep_records;
+    Hub::new(
         cfg,
         None,
         Some((receiver, inbox)),
         now,
         1_790_000_000_000,
         7,
-    );
+    )
+}
+
+/// Transfer `t`, a file of one chunk named `name`, offered and sent whole to `h`.
+fn send_whole(h: &mut Hub, t: u64, name: &str, now: Instant) {
+    let data = format!("file {t}").into_bytes();
+    let offer = FilesMessage::Offer(tickwire_files::wire::Offer {
+        transfer: t,
+        sender: "src",
+        service: "FILES",
+        name,
+        size: data.len() as u64,
+        chunk_size: 1024,
+        sha256: Sha256::digest(&data).into(),
+        sent_through: 1,
+        expires_ms: u64::MAX,
+        open: true,
+        targets: vec![],
+    });
+    let chunk = FilesMessage::Chunk {
+        transfer: t,
+        index: 0,
+        data: &data,
+    };
+    for m in [offer, chunk] {
+        h.handle(Peer::Backbone, "", Rights::default(), &encode(&m), now);
+        h.pump(now);
+    }
+}
+
+#[test]
+fn a_site_that_only_receives_keeps_no_more_records_than_it_is_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let mut h = receiving_hub(dir.path(), tickwire_files::inbox::Fsync::Never, 3, now);
     for t in 1..=10u64 {
-        let data = format!("file {t}").into_bytes();
-        let name = format!("f{t}.txt");
-        let offer = FilesMessage::Offer(tickwire_files::wire::Offer {
-            transfer: t,
-            sender: "src",
-            service: "FILES",
-            name: &name,
-            size: data.len() as u64,
-            chunk_size: 1024,
-            sha256: Sha256::digest(&data).into(),
-            sent_through: 1,
-            expires_ms: u64::MAX,
-            open: true,
-            targets: vec![],
-        });
-        let chunk = FilesMessage::Chunk {
-            transfer: t,
-            index: 0,
-            data: &data,
-        };
-        for m in [offer, chunk] {
-            h.handle(Peer::Backbone, "", Rights::default(), &encode(&m), now);
-            h.pump(now);
-        }
+        send_whole(&mut h, t, &format!("f{t}.txt"), now);
     }
     assert_eq!(
         std::fs::read_dir(dir.path().join("inbox"))
@@ -451,4 +465,57 @@ fn uploads_keep_to_their_window() {
     assert_eq!(a[0].0, PutState::Go, "{a:?}");
     assert_eq!(a[1].0, PutState::Refused, "{a:?}");
     assert!(a[1].1.starts_with("bytes beyond the window"), "{a:?}");
+}
+
+/// A receiving hub whose inbox syncs by `fsync`, and three one-chunk files for
+/// `eod/` offered and sent to it (not yet committed: no turn has ended).
+fn three_files_whole(
+    dir: &std::path::Path,
+    fsync: tickwire_files::inbox::Fsync,
+    now: Instant,
+) -> Hub {
+    let mut h = receiving_hub(dir, fsync, 100, now);
+    for t in 1..=3u64 {
+        send_whole(&mut h, t, &format!("eod/f{t}.txt"), now);
+    }
+    h
+}
+
+fn in_eod(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir.join("inbox/eod")).map_or(0, |d| d.count())
+}
+
+/// `always`: the files whole in one turn are each synced, renamed, and share one sync
+/// of their directory when the turn ends (before, a directory sync each); nothing is
+/// visible before.
+#[test]
+fn always_commits_the_files_of_a_turn_with_one_directory_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let mut h = three_files_whole(dir.path(), tickwire_files::inbox::Fsync::Always, now);
+    assert_eq!(in_eod(dir.path()), 0);
+    assert_eq!(h.poll_timeout().map(|at| at <= now), Some(true));
+    h.handle_timeout(now);
+    assert_eq!(in_eod(dir.path()), 3);
+    let c = h.inbox_counts().unwrap();
+    assert_eq!((c.syncs, c.renames), (4, 3), "{c:?}");
+    assert_eq!(h.receiver_stats().unwrap().files, 3);
+}
+
+/// `batch`: the files wait up to 10 ms for others, then commit as `always` does.
+#[test]
+fn batch_commits_what_became_whole_within_its_delay() {
+    use tickwire_files::inbox::{Fsync, BATCH_DELAY};
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let mut h = three_files_whole(dir.path(), Fsync::Batch, now);
+    h.handle_timeout(now);
+    assert_eq!(in_eod(dir.path()), 0, "committed before its delay");
+    // The hub asks for a turn by then (its receiver may want one sooner).
+    assert!(h.poll_timeout().is_some_and(|at| at <= now + BATCH_DELAY));
+    h.handle_timeout(now + BATCH_DELAY - std::time::Duration::from_millis(1));
+    assert_eq!(in_eod(dir.path()), 0);
+    h.handle_timeout(now + BATCH_DELAY);
+    assert_eq!(in_eod(dir.path()), 3);
+    assert_eq!(h.inbox_counts().unwrap().syncs, 4);
 }

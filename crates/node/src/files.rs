@@ -46,7 +46,8 @@ pub struct FilesSection {
     /// "": none. Needs files.spool.
     pub outbox: String,
     /// When a received file is on the disk before the site says done: "always" (each
-    /// file and its directory synced), "batch" (files synced together, every 10 ms),
+    /// file and its directory synced as soon as it is whole; files whole at once share
+    /// a directory's sync), "batch" (the same, for the files whole within 10 ms),
     /// "never" (left to the kernel).
     pub fsync: FsyncSetting,
     /// The files' share of the network, MB a second (market data keeps the rest).
@@ -817,7 +818,12 @@ fn run(
         let first = match input.recv_timeout(wait) {
             Ok(i) => Some(i),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => return log_totals(&hub),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // What is whole is committed (and recorded) before the node goes.
+                hub.commit_pending(Instant::now());
+                drain_events(&mut hub, &mut audit, &mut audit_failed);
+                return log_totals(&hub);
+            }
         };
         let now = Instant::now();
         let mut next = first;
@@ -865,31 +871,36 @@ fn run(
             }
         }
         figures.publish(&hub);
-        while let Some(e) = hub.poll_event() {
-            match &e {
-                HubEvent::Arrived { manifest } => info!(
-                    "files: {} arrived from {} ({} bytes, sha256 {})",
-                    manifest.name,
-                    manifest.sender,
-                    manifest.size,
-                    hex(&manifest.sha256)
-                ),
-                HubEvent::Failed { manifest, reason } => {
-                    warn!(
-                        "files: {} from {} not taken: {reason}",
-                        manifest.name, manifest.sender
-                    )
-                }
-                HubEvent::SpoolError { reason } => error!("files: {reason}"),
-                _ => {}
+        drain_events(&mut hub, &mut audit, &mut audit_failed);
+    }
+}
+
+/// The hub's events to the log and the audit log (a failing audit log is said once).
+fn drain_events(hub: &mut Hub, audit: &mut std::fs::File, audit_failed: &mut bool) {
+    while let Some(e) = hub.poll_event() {
+        match &e {
+            HubEvent::Arrived { manifest } => info!(
+                "files: {} arrived from {} ({} bytes, sha256 {})",
+                manifest.name,
+                manifest.sender,
+                manifest.size,
+                hex(&manifest.sha256)
+            ),
+            HubEvent::Failed { manifest, reason } => {
+                warn!(
+                    "files: {} from {} not taken: {reason}",
+                    manifest.name, manifest.sender
+                )
             }
-            let mut line = audit::line(&e, wall_ms()).to_string();
-            line.push('\n');
-            if let Err(err) = audit.write_all(line.as_bytes()) {
-                if !audit_failed {
-                    error!("files: cannot write the audit log: {err}");
-                    audit_failed = true;
-                }
+            HubEvent::SpoolError { reason } => error!("files: {reason}"),
+            _ => {}
+        }
+        let mut line = audit::line(&e, wall_ms()).to_string();
+        line.push('\n');
+        if let Err(err) = audit.write_all(line.as_bytes()) {
+            if !*audit_failed {
+                error!("files: cannot write the audit log: {err}");
+                *audit_failed = true;
             }
         }
     }
