@@ -262,6 +262,9 @@ const MAX_SITES_PER_TRANSFER: usize = 2 * MAX_TARGETS;
 const MAX_KNOWN_SITES: usize = 4096;
 /// How often the queue is scanned (expiry, window, parked offers).
 const SCAN_INTERVAL: Duration = Duration::from_millis(100);
+/// Transfers looked at, oldest first, to fill the window when one finishes (the scan
+/// looks at all): bounds what a status costs while a long queue waits for absent sites.
+const FILL_LOOKS: usize = 1024;
 /// Parked transfers offered per scan at most (640 a second).
 const PARKED_OFFERS_PER_SCAN: usize = 64;
 
@@ -541,10 +544,18 @@ impl Sender {
     }
 
     fn heard(&mut self, service: &str, site: &str, now: Instant) {
+        let timeout = self.cfg.site_timeout;
         if let Some(at) = self.sites.get_mut(service).and_then(|m| m.get_mut(site)) {
+            if now.saturating_duration_since(*at) >= timeout {
+                // Back after an absence: what waits for it is looked at now.
+                self.next_scan = now;
+            }
             *at = now;
             return;
         }
+        // A site first heard: the transfers that wait for it start now, not at the
+        // next scan.
+        self.next_scan = now;
         if self.known_sites >= MAX_KNOWN_SITES {
             let oldest = self
                 .sites
@@ -635,14 +646,17 @@ impl Sender {
                 reason: reason.to_owned(),
             });
         }
-        if state == Delivery::Done {
-            self.finish_if_delivered(s.transfer);
+        if state == Delivery::Done && self.finish_if_delivered(s.transfer) {
+            // Its place in the window goes to the next file now, not at the next scan
+            // (which looks further down a long queue than this does).
+            self.fill_window(now, FILL_LOOKS);
         }
     }
 
-    fn finish_if_delivered(&mut self, transfer: u64) {
+    /// Removes the transfer if every site it is for has it; whether it did.
+    fn finish_if_delivered(&mut self, transfer: u64) -> bool {
         let Some(t) = self.transfers.get(&transfer) else {
-            return;
+            return false;
         };
         if t.unresolved
             || !t
@@ -651,13 +665,33 @@ impl Sender {
                 .filter(|r| r.target)
                 .all(|r| r.state == Delivery::Done)
         {
-            return;
+            return false;
         }
         self.remove(transfer);
         self.events.push_back(SenderEvent::Finished {
             transfer,
             delivered: true,
         });
+        true
+    }
+
+    /// Activates the oldest transfers a present site needs while the window has room,
+    /// looking at the first `looks` of the queue.
+    fn fill_window(&mut self, now: Instant, looks: usize) {
+        for i in 0..self.order.len().min(looks) {
+            if self.active.len() >= self.cfg.window {
+                break;
+            }
+            let id = self.order[i];
+            // `order` keeps finished transfers until the next scan: skipped.
+            let waiting = self
+                .transfers
+                .get(&id)
+                .is_some_and(|t| !t.active && self.needy(t, now));
+            if waiting {
+                self.activate(id, now);
+            }
+        }
     }
 
     fn remove(&mut self, transfer: u64) {
@@ -706,16 +740,7 @@ impl Sender {
         self.order.retain(|id| self.transfers.contains_key(id));
         let mut parked_offers = 0;
         let len = self.order.len();
-        for i in 0..len {
-            if self.active.len() >= self.cfg.window {
-                break;
-            }
-            let id = self.order[i];
-            let t = &self.transfers[&id];
-            if !t.active && self.needy(t, now) {
-                self.activate(id, now);
-            }
-        }
+        self.fill_window(now, len);
         // Offer a few parked transfers that were sent before, in turn, so failed and
         // busy sites may ask again. One never sent waits for the window: a site that
         // opened a partial file for it would hold a place the window's transfers need.

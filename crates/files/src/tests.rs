@@ -590,6 +590,29 @@ fn an_absent_site_never_holds_the_window_the_others_need() {
     assert_eq!(net.sites[1].store.inbox.len(), 10);
 }
 
+/// A transfer done frees its place in the window at once: the next file is offered
+/// straight away, not at the sender's next look at its queue (every 100 ms), which held
+/// small files to a window's worth per 100 ms.
+#[test]
+fn a_finished_transfer_makes_room_in_the_window_at_once() {
+    let mut cfg = sender_config();
+    cfg.window = 1;
+    let mut net = Net::new(1, cfg);
+    let ids: Vec<u64> = (0..5)
+        .map(|i| {
+            net.send(300 + i, &format!("f{i}"), bytes(500, i as u8), targets(1))
+                .unwrap()
+        })
+        .collect();
+    let t0 = net.now;
+    net.run_until(Duration::from_secs(10), |n| n.all_finished(&ids));
+    assert!(
+        net.now - t0 < Duration::from_millis(50),
+        "5 files one after another took {:?}",
+        net.now - t0
+    );
+}
+
 #[test]
 fn a_transfer_whose_site_never_comes_expires() {
     let mut cfg = sender_config();
