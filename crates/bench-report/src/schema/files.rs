@@ -51,7 +51,7 @@ impl FilesRow {
     /// The same class, fsync and system to one site, for a row to more than one: its
     /// time and its processes' CPU over that row's (`None` for a row to one site, or
     /// where either did not run or recorded no CPU).
-    pub fn against_one_site<'a>(&self, rows: &'a [FilesRow]) -> Option<AgainstOneSite<'a>> {
+    pub fn against_one_site(&self, rows: &[FilesRow]) -> Option<AgainstOneSite> {
         if self.sites <= 1 || self.unavailable.is_some() {
             return None;
         }
@@ -63,7 +63,6 @@ impl FilesRow {
         })?;
         let (cpu, cpu_one) = (self.cpu_s_total(), one.cpu_s_total());
         (one.seconds > 0.0 && cpu > 0.0 && cpu_one > 0.0).then(|| AgainstOneSite {
-            one,
             time: self.seconds / one.seconds,
             cpu: cpu / cpu_one,
         })
@@ -74,9 +73,7 @@ impl FilesRow {
 /// one machine every site's work adds up: where both rows keep the CPUs busy, `time`
 /// follows `cpu`, which sites on machines of their own would not pay.
 #[derive(Debug, Clone, Copy)]
-pub struct AgainstOneSite<'a> {
-    /// The row to one site.
-    pub one: &'a FilesRow,
+pub struct AgainstOneSite {
     /// Seconds over the one-site row's.
     pub time: f64,
     /// CPU seconds of every process over the one-site row's.
