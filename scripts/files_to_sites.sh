@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Files from a source node to N edge nodes on a loopback backbone, outside the lab: one
 # class of files (COUNT files of SIZE bytes), the seconds until every site has them all,
-# and what each node said when it stopped (the source's sender totals, each site's
-# receiver and backbone totals: NAKs, retransmissions, chunks dropped or not known).
+# what each node said when it stopped (the source's sender totals, each site's
+# receiver and backbone totals: NAKs, retransmissions, chunks dropped or not known), and
+# each node's CPU by thread over its run (the event loop is `tickwire`, the files thread
+# `tickwire-files`).
 # For looking into one class at a time, e.g. the 635 KB files to 4 sites that sometimes
 # take seconds instead of a fraction of one (a site silent for about 4 s: see
 # docs/BENCHMARKS.md, changelog of 2026-11-26).
@@ -12,6 +14,8 @@
 #   SITES=1 COUNT=2000 SIZE=16000 bash scripts/files_to_sites.sh
 #   EXTRA_BACKBONE='files_flow_control = "fastest"' bash scripts/files_to_sites.sh
 #   FSYNC=always SITES=1 COUNT=2000 SIZE=16000 bash scripts/files_to_sites.sh
+#   tickwire backbone keygen > /tmp/bb.keys && chmod 600 /tmp/bb.keys
+#   EXTRA_BACKBONE='key_file = "/tmp/bb.keys"' SITES=1 COUNT=1 SIZE=200000000 bash scripts/files_to_sites.sh
 #
 # TICKWIRE_BIN names the node binary (default target/release/tickwire); KEEP=1 keeps the
 # work directory (configs, logs, the source's audit log with each site's times).
@@ -84,6 +88,19 @@ done
 t1=$(date +%s.%N)
 got=$(delivered '*.dat' class)
 echo "$COUNT files of $SIZE bytes to $SITES sites: $(echo "$t0 $t1" | awk '{printf "%.2f", $2 - $1}') s ($got of $want delivered)"
+# Each node's CPU by thread, read before it stops: where the work was done.
+cpu_by_thread() { # pid, name
+    local hz t s f
+    hz=$(getconf CLK_TCK)
+    for t in /proc/"$1"/task/*; do
+        s=$(cat "$t/stat" 2>/dev/null) || continue
+        read -r -a f <<< "${s##*) }"
+        echo "$(tr ' ' '_' < "$t/comm" 2>/dev/null) $((f[11] + f[12]))"
+    done | awk -v n="$2" -v hz="$hz" '{c[$1] += $2}
+        END {for (k in c) if (c[k] > 0) printf "%s: CPU %s %.2f s\n", n, k, c[k] / hz}' | sort
+}
+node_names=(src "${names[@]}")
+for i in "${!pids[@]}"; do cpu_by_thread "${pids[$i]}" "${node_names[$i]}"; done
 for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
 wait 2>/dev/null || true
 pids=()

@@ -220,19 +220,26 @@ impl Sealer {
     /// with the wall clock `now_ns` when that is ahead, so that a receiver hearing this
     /// origin for the first time finds it near its own clock.
     pub fn seal(&mut self, key: &Key, msg: &[u8], now_ns: u64) -> &[u8] {
-        self.counter = (self.counter + 1).max(now_ns);
-        let s = &mut self.scratch;
+        let mut s = std::mem::take(&mut self.scratch);
         s.clear();
         s.extend_from_slice(msg);
-        if s.len() > 1 {
-            s[1] |= SEALED;
+        self.seal_in_place(key, &mut s, now_ns);
+        self.scratch = s;
+        &self.scratch
+    }
+
+    /// Seals `msg` where it is (its trailer appended), for a message built to be sent
+    /// once: no copy of it is made.
+    pub fn seal_in_place(&mut self, key: &Key, msg: &mut Vec<u8>, now_ns: u64) {
+        self.counter = (self.counter + 1).max(now_ns);
+        if msg.len() > 1 {
+            msg[1] |= SEALED;
         }
-        s.extend_from_slice(&key.id.to_be_bytes());
-        s.extend_from_slice(&self.origin.to_be_bytes());
-        s.extend_from_slice(&self.counter.to_be_bytes());
-        let t = tag(key, s);
-        s.extend_from_slice(&t);
-        s
+        msg.extend_from_slice(&key.id.to_be_bytes());
+        msg.extend_from_slice(&self.origin.to_be_bytes());
+        msg.extend_from_slice(&self.counter.to_be_bytes());
+        let t = tag(key, msg);
+        msg.extend_from_slice(&t);
     }
 }
 

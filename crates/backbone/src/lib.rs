@@ -18,6 +18,7 @@
 pub mod auth;
 mod dense;
 pub mod edge;
+mod files_wire;
 mod idle;
 mod key_file;
 pub mod link;
@@ -31,6 +32,7 @@ pub mod wire;
 mod tests;
 
 pub use edge::{Edge, EdgeConfig, EdgeStats};
+pub use files_wire::{FilesFraming, FilesIn, FilesStream, FilesWire};
 pub use idle::{IdleStrategy, SpinThenPark, Wait};
 pub use key_file::KeyFile;
 pub use link::{
@@ -135,15 +137,16 @@ pub enum BackboneError {
 
 /// With `[backbone] key_file`: what the backbone seals and checks (module [`auth`]).
 /// Each stream has its own origin and counter: a receiver of both would otherwise see
-/// one origin's counters out of order across them.
+/// one origin's counters out of order across them. The files stream is sealed and
+/// checked by the files thread ([`FilesWire`]).
 struct Sealing {
     file: KeyFile,
+    /// Times the key file was read again with new keys (for [`Backbone::files_keys`]).
+    keys_version: u64,
     data_out: auth::Sealer,
     requests_out: auth::Sealer,
-    files_out: auth::Sealer,
     data_in: auth::Verifier,
     requests_in: auth::Verifier,
-    files_in: auth::Verifier,
 }
 
 impl Sealing {
@@ -151,13 +154,11 @@ impl Sealing {
         let now = auth::wall_clock_ns();
         Sealing {
             file,
+            keys_version: 0,
             data_out: auth::Sealer::new(random_id(), now),
             requests_out: auth::Sealer::new(random_id(), now),
-            // An origin of its own: a stream's counters grow in the order it is sent.
-            files_out: auth::Sealer::new(random_id(), now),
             data_in: auth::Verifier::default(),
             requests_in: auth::Verifier::default(),
-            files_in: auth::Verifier::default(),
         }
     }
 }
@@ -272,17 +273,6 @@ pub struct BackboneSetup {
     pub key_file: Option<KeyFile>,
 }
 
-/// Which way a file-transfer message leaves this node on the backbone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FilesRoute {
-    /// From a source to every edge, on its files publication.
-    Down,
-    /// From an edge to the sources, on its files publication.
-    UpFiles,
-    /// From an edge to the sources, on its requests publication.
-    UpRequests,
-}
-
 /// The backbone of one node: its roles and its Aeron link, driven by the event loop.
 pub struct Backbone {
     /// The source role, if the node has it.
@@ -305,11 +295,12 @@ pub struct Backbone {
     /// None: the backbone is not authenticated.
     sealing: Option<Sealing>,
     rejections: Rejections,
+    /// Messages of the files stream the files thread refused ([`FilesWire::rejected`]).
+    files_rejected: [u64; 5],
     /// File-transfer messages received (offers and chunks at an edge, statuses and
     /// presences at a source), for the node's files thread, and their bytes.
-    files_in: Vec<Vec<u8>>,
+    files_in: Vec<FilesIn>,
     files_in_bytes: usize,
-    scratch: Vec<u8>,
     /// File-transfer messages dropped: the files thread was behind.
     pub files_dropped: u64,
 }
@@ -357,89 +348,61 @@ impl Backbone {
             excluded_version: 0,
             sealing: key_file.map(Sealing::new),
             rejections: Rejections::default(),
+            files_rejected: [0; 5],
             files_in: Vec::new(),
             files_in_bytes: 0,
-            scratch: Vec::new(),
             files_dropped: 0,
         })
     }
 
     /// Takes the file-transfer messages the backbone brought.
-    pub fn take_files(&mut self, into: &mut Vec<Vec<u8>>) {
+    pub fn take_files(&mut self, into: &mut Vec<FilesIn>) {
         self.files_in_bytes = 0;
         into.append(&mut self.files_in);
     }
 
-    /// Which way a file-transfer message goes on the backbone from this node, if it has
-    /// a way: a sender's message (`senders`: offers, chunks, cancels) goes down from a
-    /// source on its files stream and up from an edge that is not one on its own files
-    /// stream; a site's (statuses, presences) goes up from an edge on the requests
-    /// stream, and down from a source that is not one.
-    fn files_route(&self, senders: bool) -> Option<FilesRoute> {
+    /// How the files thread frames its messages for the backbone now
+    /// ([`FilesWire::set_framing`]); None while the node has no files stream or its
+    /// link is down.
+    pub fn files_framing(&self) -> Option<FilesFraming> {
         self.link_cfg.files_stream?;
-        match (self.source.is_some(), self.edge.is_some(), senders) {
-            (true, _, true) | (true, false, false) => Some(FilesRoute::Down),
-            (false, true, true) => Some(FilesRoute::UpFiles),
-            (_, true, false) => Some(FilesRoute::UpRequests),
-            (false, false, _) => None,
-        }
+        self.link.as_ref()?;
+        Some(FilesFraming {
+            source: self.source.as_ref().map(|s| s.id()),
+            edge: self.edge.as_ref().map(|e| e.id()),
+        })
     }
 
-    /// Whether `body` is a sender's file-transfer message (offer, chunk, cancel).
-    fn is_senders(body: &[u8]) -> bool {
-        matches!(body.get(2), Some(1 | 2 | 5))
-    }
-
-    /// Whether this node has a way to send `body` on the backbone and a link up.
-    pub fn has_files_route(&self, body: &[u8]) -> bool {
-        self.link.is_some() && self.files_route(Self::is_senders(body)).is_some()
+    /// With a key file: its keys, and how many times they changed since the start (the
+    /// files thread seals with them, [`FilesWire::set_keys`]).
+    pub fn files_keys(&self) -> Option<(u64, &auth::Keys)> {
+        self.sealing
+            .as_ref()
+            .map(|s| (s.keys_version, &s.file.keys))
     }
 
     /// Whether this node's own files (its sender's chunks) go on the backbone.
     pub fn sends_files(&self) -> bool {
-        self.link.is_some() && self.files_route(true).is_some()
+        self.files_framing()
+            .is_some_and(|f| f.route(true).is_some())
     }
 
-    /// Puts a file-transfer message on the backbone (see `files_route`). False when
-    /// the node has no way for it or Aeron refuses it now (the transfer sends it
-    /// again).
-    pub fn send_files(&mut self, body: &[u8]) -> bool {
-        let Some(route) = self.files_route(Self::is_senders(body)) else {
+    /// Offers a message [`FilesWire::frame`] made. False when Aeron refuses it now (it
+    /// is offered again) or the link is down.
+    pub fn offer_files(&mut self, stream: FilesStream, msg: &[u8]) -> bool {
+        let Some(link) = self.link.as_mut() else {
             return false;
         };
-        let (Some(link), msg) = (self.link.as_mut(), &mut self.scratch) else {
-            return false;
+        let out = match stream {
+            FilesStream::Files => link.files_out(),
+            FilesStream::Requests => link.request_out(),
         };
-        msg.clear();
-        let m = match (route, self.source.as_ref(), self.edge.as_ref()) {
-            (FilesRoute::Down, Some(src), _) => wire::BackboneMessage::Files {
-                source: src.id(),
-                body,
-            },
-            (FilesRoute::UpFiles | FilesRoute::UpRequests, _, Some(e)) => {
-                wire::BackboneMessage::EdgeFiles { edge: e.id(), body }
-            }
-            _ => return false,
-        };
-        if m.encode(msg).is_err() {
-            return false;
-        }
-        let out = match route {
-            FilesRoute::Down | FilesRoute::UpFiles => link.files_out(),
-            FilesRoute::UpRequests => link.request_out(),
-        };
-        let Some(out) = out else { return false };
-        match self.sealing.as_mut() {
-            None => out.offer(msg),
-            Some(sealing) => {
-                let sealer = match route {
-                    FilesRoute::Down | FilesRoute::UpFiles => &mut sealing.files_out,
-                    FilesRoute::UpRequests => &mut sealing.requests_out,
-                };
-                let sealed = sealer.seal(sealing.file.keys.signing(), msg, auth::wall_clock_ns());
-                out.offer(sealed)
-            }
-        }
+        out.is_some_and(|o| o.offer(msg))
+    }
+
+    /// What the files thread refused of the files stream so far, for the node's figures.
+    pub fn set_files_rejected(&mut self, by_reason: [u64; 5]) {
+        self.files_rejected = by_reason;
     }
 
     /// Whether `conn` is one of the backbone's own connections to the core.
@@ -469,12 +432,14 @@ impl Backbone {
         let now_ns = sealing.as_ref().map_or(0, |_| auth::wall_clock_ns());
         link.drain(|kind, session, msg| {
             work.messages += 1;
+            // The files stream's seals are checked on the files thread.
+            let seal_to_check = sealing.is_some() && kind == Received::Files;
             let msg = match sealing.as_mut() {
+                Some(_) if seal_to_check => msg,
                 Some(s) => {
                     let verifier = match kind {
                         Received::Data => &mut s.data_in,
-                        Received::Request => &mut s.requests_in,
-                        Received::Files => &mut s.files_in,
+                        Received::Request | Received::Files => &mut s.requests_in,
                     };
                     match verifier.verify(&s.file.keys, msg, now_ns) {
                         Ok(plain) => plain.body,
@@ -507,9 +472,13 @@ impl Backbone {
                 (_, None) => None,
             };
             if let Some(body) = files {
-                if *files_in_bytes + body.len() <= MAX_FILES_IN_BYTES {
-                    *files_in_bytes += body.len();
-                    files_in.push(body.to_vec());
+                let bytes = if seal_to_check { msg } else { body };
+                if *files_in_bytes + bytes.len() <= MAX_FILES_IN_BYTES {
+                    *files_in_bytes += bytes.len();
+                    files_in.push(FilesIn {
+                        bytes: bytes.to_vec(),
+                        seal_to_check,
+                    });
                 } else {
                     *files_dropped += 1;
                 }
@@ -625,9 +594,13 @@ impl Backbone {
         self.sealing.is_some()
     }
 
-    /// Messages dropped by the checks since the start.
-    pub fn rejections(&self) -> &Rejections {
-        &self.rejections
+    /// Messages dropped by the checks since the start (the files thread's included).
+    pub fn rejections(&self) -> Rejections {
+        let mut r = self.rejections.clone();
+        for (total, files) in r.by_reason.iter_mut().zip(self.files_rejected) {
+            *total += files;
+        }
+        r
     }
 
     /// The roles' heartbeats and timeouts, and the link's restart when it died.
@@ -645,7 +618,9 @@ impl Backbone {
             s.handle_timeout(core, now);
         }
         if let Some(s) = self.sealing.as_mut() {
-            s.file.refresh(now);
+            if s.file.refresh(now) {
+                s.keys_version += 1;
+            }
         }
         self.restart_dead_link(core, now);
     }
@@ -736,7 +711,7 @@ impl Backbone {
             sources_lost,
             link_restarts: self.link_restarts,
             authenticated: self.sealing.is_some(),
-            rejections: self.rejections.clone(),
+            rejections: self.rejections(),
         }
     }
 }

@@ -395,6 +395,67 @@ fn an_edge_sends_files_up_to_the_source_while_the_source_sends_down() {
     assert_eq!(got, up_bytes);
 }
 
+/// A key file of one new key (`tickwire backbone keygen`), readable by its owner only.
+fn key_file(dir: &Path, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let out = run(&["backbone", "keygen"], T);
+    assert!(out.status.success(), "{}", out.stderr);
+    let path = dir.join(format!("{name}.keys"));
+    std::fs::write(&path, out.stdout).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// On an authenticated backbone the files thread seals and checks the files stream:
+/// files go both ways between nodes holding the key; a node with another key is not
+/// heard and hears nothing (what it refused is said and counted).
+#[test]
+fn files_cross_an_authenticated_backbone_only_between_holders_of_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ch = channel(92);
+    let (key, other) = (key_file(d, "ours"), key_file(d, "theirs"));
+    let toml = |name: &str, key: &Path| {
+        format!(
+            "[backbone]\nkey_file = {:?}\n[files]\nservices = [\"FILES\"]\nspool = \"{}\"\ninbox = \"{}\"\n",
+            key.display().to_string(),
+            d.join(format!("{name}-spool")).display(),
+            d.join(format!("{name}-inbox")).display()
+        )
+    };
+    let src = backbone_files_node(d, "src", &toml("src", &key), &ch, "source");
+    let edge = backbone_files_node(d, "edge", &toml("edge", &key), &ch, "edge");
+    let mut stranger = backbone_files_node(d, "stranger", &toml("stranger", &other), &ch, "edge");
+    let (down, down_bytes) = write(d, "eod-prices.csv", 1_500_000, 21);
+    let (up, up_bytes) = write(d, "site-positions.csv", 700_000, 22);
+    let out = send(&src, &["--to", "edge,stranger", down.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let out = send(&edge, &["--to", "src", up.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    wait_done(&src, "eod-prices.csv", &["edge"]);
+    wait_done(&edge, "site-positions.csv", &["src"]);
+    assert_eq!(
+        std::fs::read(d.join("edge-inbox/eod-prices.csv")).unwrap(),
+        down_bytes
+    );
+    assert_eq!(
+        std::fs::read(d.join("src-inbox/site-positions.csv")).unwrap(),
+        up_bytes
+    );
+    // The stranger refused the source's offers and chunks on its files thread.
+    stranger
+        .proc
+        .wait_for_line("backbone: dropped a files message: sealed with a key", T);
+    assert!(!d.join("stranger-inbox/eod-prices.csv").exists());
+    let rows = status(&src);
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r["site"] == "stranger" && r["state"] == "done"),
+        "{rows:#?}"
+    );
+}
+
 /// Where there is no multicast, the source's files reach its edges by
 /// multi-destination-cast on a control port of their own (the data's plus one).
 #[test]

@@ -19,6 +19,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tickwire_auth::Action;
+use tickwire_backbone::{auth::Keys, FilesFraming, FilesStream, FilesWire};
 use tickwire_core::{ConnId, FilesIn, Node};
 use tickwire_files::audit;
 use tickwire_files::inbox::{Fsync, Inbox};
@@ -202,12 +203,27 @@ enum Input {
         rights: Rights,
         body: Vec<u8>,
     },
+    /// A message the backbone brought (its seal checked here, see [`FilesWire`]).
+    FromBackbone(tickwire_backbone::FilesIn),
+    /// How to frame messages for the backbone now, and its keys when they changed.
+    Wire {
+        framing: Option<FilesFraming>,
+        keys: Option<Keys>,
+    },
     Gone(ConnId),
     /// The backbone driver's totals: NAKs received, datagrams sent.
     Network {
         naks: u64,
         datagrams: u64,
     },
+}
+
+/// What the files thread hands the event loop.
+enum ToLoop {
+    /// For a peer's connection or the upstream link.
+    Peer(Output),
+    /// A message for the backbone, framed (and sealed) by the thread.
+    Backbone { stream: FilesStream, bytes: Vec<u8> },
 }
 
 /// How often the backbone driver's loss is read for the sender's rate.
@@ -263,6 +279,9 @@ pub struct FilesFigures {
     pub malformed: AtomicU64,
     /// Uploads refused.
     pub uploads_refused: AtomicU64,
+    /// Messages of the backbone's files stream refused by their seals, by
+    /// [`tickwire_backbone::auth::Rejected`] (added to the backbone's rejections).
+    pub backbone_rejected: [AtomicU64; 5],
 }
 
 impl FilesFigures {
@@ -287,6 +306,12 @@ impl FilesFigures {
         self.malformed.store(h.malformed, Relaxed);
         self.uploads_refused.store(h.uploads_refused, Relaxed);
     }
+
+    fn publish_wire(&self, wire: &FilesWire) {
+        for (to, n) in self.backbone_rejected.iter().zip(wire.rejected()) {
+            to.store(n, Relaxed);
+        }
+    }
 }
 
 /// Backbone messages that wait in the event loop for room in the files thread's queue,
@@ -295,7 +320,7 @@ impl FilesFigures {
 /// chunks that must be sent again to every site; for `HOLD_LIMIT` at most.
 #[derive(Default)]
 struct Backlog {
-    queue: std::collections::VecDeque<Vec<u8>>,
+    queue: std::collections::VecDeque<tickwire_backbone::FilesIn>,
     bytes: usize,
     behind_since: Option<Instant>,
 }
@@ -305,26 +330,26 @@ impl Backlog {
         self.queue.is_empty()
     }
 
-    /// Keeps `body` last; false (it is dropped) past `BACKLOG_BYTES`.
-    fn push_back(&mut self, body: Vec<u8>) -> bool {
-        if self.bytes + body.len() > BACKLOG_BYTES {
+    /// Keeps `m` last; false (it is dropped) past `BACKLOG_BYTES`.
+    fn push_back(&mut self, m: tickwire_backbone::FilesIn) -> bool {
+        if self.bytes + m.bytes.len() > BACKLOG_BYTES {
             return false;
         }
-        self.bytes += body.len();
-        self.queue.push_back(body);
+        self.bytes += m.bytes.len();
+        self.queue.push_back(m);
         true
     }
 
     /// Puts back the first one, which the thread had no room for.
-    fn push_front(&mut self, body: Vec<u8>) {
-        self.bytes += body.len();
-        self.queue.push_front(body);
+    fn push_front(&mut self, m: tickwire_backbone::FilesIn) {
+        self.bytes += m.bytes.len();
+        self.queue.push_front(m);
     }
 
-    fn pop_front(&mut self) -> Option<Vec<u8>> {
-        let body = self.queue.pop_front()?;
-        self.bytes -= body.len();
-        Some(body)
+    fn pop_front(&mut self) -> Option<tickwire_backbone::FilesIn> {
+        let m = self.queue.pop_front()?;
+        self.bytes -= m.bytes.len();
+        Some(m)
     }
 
     /// Whether the backbone holds the files stream: while messages wait, for
@@ -344,13 +369,17 @@ impl Backlog {
 pub struct FilesThread {
     services: Vec<String>,
     input: Option<SyncSender<Input>>,
-    output: Receiver<Output>,
+    output: Receiver<ToLoop>,
     thread: Option<std::thread::JoinHandle<()>>,
     taken: Vec<FilesIn>,
     gone: Vec<ConnId>,
     from_upstream: Vec<Vec<u8>>,
+    from_backbone: Vec<tickwire_backbone::FilesIn>,
+    /// What the thread was last told of the backbone's framing and keys (the keys'
+    /// version); None: nothing yet.
+    wire_given: Option<(Option<FilesFraming>, Option<u64>)>,
     /// A message for the backbone that Aeron could not take yet.
-    held: Option<Output>,
+    held: Option<(FilesStream, Vec<u8>)>,
     /// Messages from the backbone waiting for room in the thread's queue.
     backlog: Backlog,
     /// Messages the loop could not hand over (the thread was behind).
@@ -450,7 +479,7 @@ impl FilesThread {
             Some(Outbox::new(PathBuf::from(&cfg.outbox)))
         };
         let (input, inbox_rx) = mpsc::sync_channel::<Input>(IN_QUEUE);
-        let (out_tx, output) = mpsc::sync_channel::<Output>(OUT_QUEUE);
+        let (out_tx, output) = mpsc::sync_channel::<ToLoop>(OUT_QUEUE);
         let figures = Arc::new(FilesFigures {
             sends: !cfg.spool.is_empty(),
             receives: !cfg.inbox.is_empty(),
@@ -470,6 +499,8 @@ impl FilesThread {
             taken: Vec::new(),
             gone: Vec::new(),
             from_upstream: Vec::new(),
+            from_backbone: Vec::new(),
+            wire_given: None,
             held: None,
             backlog: Backlog::default(),
             dropped: 0,
@@ -539,39 +570,78 @@ impl FilesThread {
         }
         let mut bb = backbone;
         if let Some(b) = bb.as_deref_mut() {
+            self.tell_wire(b);
             self.sample_network(b);
             self.submit_backlog();
-            let mut from_backbone = std::mem::take(&mut self.from_upstream);
+            let mut from_backbone = std::mem::take(&mut self.from_backbone);
             b.take_files(&mut from_backbone);
-            for body in from_backbone.drain(..) {
-                self.submit_from_backbone(body);
+            for m in from_backbone.drain(..) {
+                self.submit_from_backbone(m);
             }
-            self.from_upstream = from_backbone;
+            self.from_backbone = from_backbone;
             b.hold_files(self.backlog.holds(Instant::now()));
+            let rejected = self
+                .figures
+                .backbone_rejected
+                .each_ref()
+                .map(|n| n.load(Relaxed));
+            b.set_files_rejected(rejected);
         }
         // The backbone is one stream for every site: what Aeron cannot take now waits
         // (and with it the files thread, whose queue to here is bounded), rather than
         // being lost and sent again. A peer's connection or the upstream link that is
         // busy drops a chunk (it is repaired): one slow peer must not hold the others.
-        while let Some(o) = self.held.take().or_else(|| self.output.try_recv().ok()) {
-            match o.to {
-                Peer::Conn(c) => {
-                    core.send_files(c, &o.body, o.droppable.then_some(ROOM));
-                }
-                Peer::Upstream => {
-                    if let Some(u) = up.as_deref_mut() {
-                        u.send_files(&o.body);
+        loop {
+            let o = match self.held.take() {
+                Some((stream, bytes)) => ToLoop::Backbone { stream, bytes },
+                None => match self.output.try_recv() {
+                    Ok(o) => o,
+                    Err(_) => break,
+                },
+            };
+            match o {
+                ToLoop::Peer(o) => match o.to {
+                    Peer::Conn(c) => {
+                        core.send_files(c, &o.body, o.droppable.then_some(ROOM));
                     }
-                }
-                Peer::Backbone => {
+                    Peer::Upstream => {
+                        if let Some(u) = up.as_deref_mut() {
+                            u.send_files(&o.body);
+                        }
+                    }
+                    // Framed by the thread: never here.
+                    Peer::Backbone => {}
+                },
+                ToLoop::Backbone { stream, bytes } => {
                     if let Some(b) = bb.as_deref_mut() {
-                        if !b.send_files(&o.body) && b.has_files_route(&o.body) {
-                            self.held = Some(o);
+                        if !b.offer_files(stream, &bytes) && b.files_framing().is_some() {
+                            self.held = Some((stream, bytes));
                             break;
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// Tells the thread how to frame and seal for the backbone when that changed: at
+    /// the first turn, when the link went down or came back (a source under a new id),
+    /// when the key file was read again. Told again next turn if its queue was full.
+    fn tell_wire(&mut self, b: &tickwire_backbone::Backbone) {
+        let framing = b.files_framing();
+        let keys = b.files_keys();
+        let now = (framing, keys.map(|(version, _)| version));
+        if self.wire_given == Some(now) {
+            return;
+        }
+        let keys_changed = self.wire_given.is_none_or(|(_, version)| version != now.1);
+        let Some(tx) = &self.input else { return };
+        let input = Input::Wire {
+            framing,
+            keys: keys.filter(|_| keys_changed).map(|(_, k)| k.clone()),
+        };
+        if tx.try_send(input).is_ok() {
+            self.wire_given = Some(now);
         }
     }
 
@@ -604,42 +674,39 @@ impl FilesThread {
 
     /// A message from the backbone to the thread: behind those waiting, if any; kept
     /// when the thread's queue is full (the backbone then holds the rest in Aeron).
-    fn submit_from_backbone(&mut self, body: Vec<u8>) {
-        let body = match self.backlog.is_empty() {
-            true => match self.try_submit_backbone(body) {
+    fn submit_from_backbone(&mut self, m: tickwire_backbone::FilesIn) {
+        let m = match self.backlog.is_empty() {
+            true => match self.try_submit_backbone(m) {
                 Ok(()) => return,
-                Err(body) => body,
+                Err(m) => m,
             },
-            false => body,
+            false => m,
         };
-        if !self.backlog.push_back(body) {
+        if !self.backlog.push_back(m) {
             self.dropped += 1;
         }
     }
 
     /// Hands the thread what waits for it, in order, while its queue has room.
     fn submit_backlog(&mut self) {
-        while let Some(body) = self.backlog.pop_front() {
-            if let Err(body) = self.try_submit_backbone(body) {
-                self.backlog.push_front(body);
+        while let Some(m) = self.backlog.pop_front() {
+            if let Err(m) = self.try_submit_backbone(m) {
+                self.backlog.push_front(m);
                 return;
             }
         }
     }
 
     /// The message back when the thread's queue is full (dropped if the thread is gone).
-    fn try_submit_backbone(&mut self, body: Vec<u8>) -> Result<(), Vec<u8>> {
+    fn try_submit_backbone(
+        &mut self,
+        m: tickwire_backbone::FilesIn,
+    ) -> Result<(), tickwire_backbone::FilesIn> {
         let Some(tx) = &self.input else {
             return Ok(());
         };
-        let input = Input::Message {
-            from: Peer::Backbone,
-            user: String::new(),
-            rights: Rights::default(),
-            body,
-        };
-        match tx.try_send(input) {
-            Err(TrySendError::Full(Input::Message { body, .. })) => Err(body),
+        match tx.try_send(Input::FromBackbone(m)) {
+            Err(TrySendError::Full(Input::FromBackbone(m))) => Err(m),
             _ => Ok(()),
         }
     }
@@ -799,7 +866,7 @@ fn log_totals(hub: &Hub) {
 fn run(
     mut hub: Hub,
     input: Receiver<Input>,
-    output: SyncSender<Output>,
+    output: SyncSender<ToLoop>,
     waker: Arc<Waker>,
     mut audit: std::fs::File,
     mut outbox: Option<Outbox>,
@@ -807,6 +874,7 @@ fn run(
 ) {
     yield_to_market_data();
     let mut audit_failed = false;
+    let mut wire = FilesWire::new();
     loop {
         let now = Instant::now();
         let wait = hub
@@ -836,6 +904,19 @@ fn run(
                     rights,
                     body,
                 } => hub.handle(from, &user, rights, &body, now),
+                Input::FromBackbone(m) if m.seal_to_check => match wire.open(&m.bytes) {
+                    Ok(body) => hub.handle(Peer::Backbone, "", Rights::default(), body, now),
+                    Err(why) => log_rejected(&wire, why),
+                },
+                Input::FromBackbone(m) => {
+                    hub.handle(Peer::Backbone, "", Rights::default(), &m.bytes, now)
+                }
+                Input::Wire { framing, keys } => {
+                    wire.set_framing(framing);
+                    if let Some(k) = keys {
+                        wire.set_keys(k);
+                    }
+                }
                 Input::Gone(c) => hub.handle_gone(c),
                 Input::Network { naks, datagrams } => {
                     hub.handle_network_counters(naks, datagrams, now)
@@ -858,7 +939,15 @@ fn run(
             let more = hub.pump(now);
             let mut sent = false;
             while let Some(o) = hub.poll_output() {
-                if output.send(o).is_err() {
+                let to_loop = match o.to {
+                    Peer::Backbone => match wire.frame(&o.body) {
+                        Some((stream, bytes)) => ToLoop::Backbone { stream, bytes },
+                        // No way on the backbone now: lost, as a transfer expects.
+                        None => continue,
+                    },
+                    _ => ToLoop::Peer(o),
+                };
+                if output.send(to_loop).is_err() {
                     return;
                 }
                 sent = true;
@@ -871,7 +960,20 @@ fn run(
             }
         }
         figures.publish(&hub);
+        figures.publish_wire(&wire);
         drain_events(&mut hub, &mut audit, &mut audit_failed);
+    }
+}
+
+/// A message of the backbone's files stream refused by its seal: the first and then
+/// every power of two of a reason is logged (a flood of forgeries does not flood the log).
+fn log_rejected(wire: &FilesWire, why: tickwire_backbone::auth::Rejected) {
+    let n = wire.rejected()[why as usize];
+    if n.is_power_of_two() {
+        warn!(
+            "backbone: dropped a files message: {} ({n} so far for this reason)",
+            why.text()
+        );
     }
 }
 
@@ -911,39 +1013,46 @@ mod backlog_tests {
     use super::{Backlog, BACKLOG_BYTES, HOLD_LIMIT};
     use std::time::{Duration, Instant};
 
+    fn m(byte: u8, len: usize) -> tickwire_backbone::FilesIn {
+        tickwire_backbone::FilesIn {
+            bytes: vec![byte; len],
+            seal_to_check: false,
+        }
+    }
+
     #[test]
     fn the_backbone_is_held_while_messages_wait_for_a_second_at_most() {
         let t0 = Instant::now();
         let mut b = Backlog::default();
         assert!(!b.holds(t0));
-        assert!(b.push_back(vec![1; 10]));
-        assert!(b.push_back(vec![2; 20]));
+        assert!(b.push_back(m(1, 10)));
+        assert!(b.push_back(m(2, 20)));
         assert!(b.holds(t0));
         assert!(b.holds(t0 + HOLD_LIMIT - Duration::from_millis(1)));
         // A thread stuck that long stops holding the sender and the other sites.
         assert!(!b.holds(t0 + HOLD_LIMIT));
         // In order; one put back stays first.
         let first = b.pop_front().unwrap();
-        assert_eq!(first, vec![1; 10]);
+        assert_eq!(first, m(1, 10));
         b.push_front(first);
-        assert_eq!(b.pop_front().unwrap(), vec![1; 10]);
-        assert_eq!(b.pop_front().unwrap(), vec![2; 20]);
+        assert_eq!(b.pop_front().unwrap(), m(1, 10));
+        assert_eq!(b.pop_front().unwrap(), m(2, 20));
         assert!(b.is_empty());
         // Emptied, it starts again from the next message.
         let later = t0 + 3 * HOLD_LIMIT;
         assert!(!b.holds(later));
-        assert!(b.push_back(vec![3; 5]));
+        assert!(b.push_back(m(3, 5)));
         assert!(b.holds(later + Duration::from_millis(500)));
     }
 
     #[test]
     fn past_its_bytes_a_message_is_dropped_not_kept() {
         let mut b = Backlog::default();
-        assert!(b.push_back(vec![0; BACKLOG_BYTES - 10]));
-        assert!(!b.push_back(vec![0; 11]));
-        assert!(b.push_back(vec![0; 10]));
-        assert!(!b.push_back(vec![0; 1]));
+        assert!(b.push_back(m(0, BACKLOG_BYTES - 10)));
+        assert!(!b.push_back(m(0, 11)));
+        assert!(b.push_back(m(0, 10)));
+        assert!(!b.push_back(m(0, 1)));
         b.pop_front();
-        assert!(b.push_back(vec![0; 1]));
+        assert!(b.push_back(m(0, 1)));
     }
 }
