@@ -1,7 +1,8 @@
 //! `tickwire-bench summary DIR...`: the current table of a scenario from several runs of
 //! it (docs/BENCHMARKS.md opens with these): every headline figure's median, its spread
 //! (lowest to highest) and the number of runs that have it, under the commit, machine
-//! and command the runs came from.
+//! and command the runs came from. Figures measured alike (a latency ladder's rungs, the
+//! files' classes) are cells of tables of their own, a row a rate or a class.
 
 use crate::compare::read_results;
 use crate::schema::{Fanout, FilesRow, LatencyStep, Results, RsslStep, Throughput};
@@ -340,22 +341,210 @@ pub fn summary(dirs: &[PathBuf]) -> Result<String> {
             format!("`{}`", with_out_dir(&r.command))
         }),
     )?;
-    writeln!(md, "| figure | median | spread | runs |")?;
-    writeln!(md, "|---|---:|---:|---:|")?;
-    for name in &order {
+    let cell = |name: &str| {
         let mut v = values[name].clone();
         v.sort_by(f64::total_cmp);
-        let (lo, hi) = (v[0], v[v.len() - 1]);
+        (median(v.clone()), v[0], v[v.len() - 1], v.len())
+    };
+    // Figures of a rate ladder (and the files' classes) go in tables of their own, a
+    // row a rate (a class); the rest in one.
+    let (in_grids, single): (Vec<&String>, Vec<&String>) =
+        order.iter().partition(|n| grid_cell(n).is_some());
+    if !single.is_empty() {
+        writeln!(md, "| figure | median | spread | runs |")?;
+        writeln!(md, "|---|---:|---:|---:|")?;
+    }
+    for name in &single {
+        let (mid, lo, hi, n) = cell(name);
         writeln!(
             md,
-            "| {name} | {} | {} – {} | {} |",
-            number(median(v.clone())),
+            "| {name} | {} | {} – {} | {n} |",
+            number(mid),
             number(lo),
             number(hi),
-            v.len()
         )?;
     }
+    let cells: Vec<(&String, GridCell)> = in_grids
+        .iter()
+        .filter_map(|n| grid_cell(n).map(|c| (*n, c)))
+        .collect();
+    // Groups measured alike (the wait strategies, the peers) share one table, a column
+    // saying which; the files' tools share one whatever they measured.
+    let mut groups: Vec<(&str, &str)> = Vec::new();
+    for (_, c) in &cells {
+        if !groups.contains(&(c.row_label, c.group.as_str())) {
+            groups.push((c.row_label, &c.group));
+        }
+    }
+    let mut tables: Vec<Grid> = Vec::new();
+    for (row_label, group) in groups {
+        let mut columns: Vec<&str> = Vec::new();
+        for (_, c) in cells.iter().filter(|(_, c)| c.group == group) {
+            if !columns.contains(&c.column.as_str()) {
+                columns.push(&c.column);
+            }
+        }
+        let joins = |t: &Grid| {
+            t.row_label == row_label && (row_label == FILES_ROWS || t.columns == columns)
+        };
+        match tables.iter_mut().find(|t| joins(t)) {
+            Some(t) => {
+                for c in columns {
+                    if !t.columns.contains(&c) {
+                        t.columns.push(c);
+                    }
+                }
+                t.groups.push(group);
+            }
+            None => tables.push(Grid {
+                row_label,
+                columns,
+                groups: vec![group],
+            }),
+        }
+    }
+    let mut after_a_table = !single.is_empty();
+    for t in tables {
+        let named = t.groups.iter().any(|g| !g.is_empty());
+        writeln!(
+            md,
+            "{}| {}{} | {} |",
+            if after_a_table { "\n" } else { "" },
+            if named { "set-up | " } else { "" },
+            t.row_label,
+            t.columns.join(" | ")
+        )?;
+        writeln!(
+            md,
+            "|{}---:|{}",
+            if named { "---|" } else { "" },
+            "---:|".repeat(t.columns.len())
+        )?;
+        for group in t.groups {
+            let of_group: Vec<&(&String, GridCell)> =
+                cells.iter().filter(|(_, c)| c.group == group).collect();
+            let mut rows: Vec<&str> = Vec::new();
+            for (_, c) in &of_group {
+                if !rows.contains(&c.row) {
+                    rows.push(c.row);
+                }
+            }
+            for row in rows {
+                let line: Vec<String> = t
+                    .columns
+                    .iter()
+                    .map(|col| {
+                        let found = of_group
+                            .iter()
+                            .find(|(_, c)| c.row == row && c.column == *col);
+                        let Some((name, _)) = found else {
+                            return "–".into();
+                        };
+                        let (mid, lo, hi, n) = cell(name);
+                        let fewer = match n {
+                            _ if n == runs.len() => String::new(),
+                            1 => "; 1 run".into(),
+                            _ => format!("; {n} runs"),
+                        };
+                        format!("{} ({} – {}{fewer})", number(mid), number(lo), number(hi))
+                    })
+                    .collect();
+                let first = if named {
+                    format!("{group} | ")
+                } else {
+                    String::new()
+                };
+                writeln!(md, "| {first}{row} | {} |", line.join(" | "))?;
+            }
+        }
+        after_a_table = true;
+    }
     Ok(md)
+}
+
+/// The first column of the files' table.
+const FILES_ROWS: &str = "class";
+
+/// One table of [`GridCell`]s.
+struct Grid<'a> {
+    row_label: &'static str,
+    columns: Vec<&'a str>,
+    groups: Vec<&'a str>,
+}
+
+/// A figure that is one cell of a table: a rung of a rate ladder, "GROUP: MEASURE at
+/// RATE/s (UNIT)" (the group may be absent; a measure that ends in ", WHO", one word
+/// such as "ProvPerf", is WHO's, in the group), or a files class, "files TOOL: CLASS to
+/// N site(s), fsync F (UNIT)".
+struct GridCell<'a> {
+    group: String,
+    /// The row: the rate, or the class.
+    row: &'a str,
+    /// What the first column says the rows are.
+    row_label: &'static str,
+    /// The column: the measure with its unit ("latency p99 (µs)"), or where the class
+    /// went ("to 4 site(s), fsync never (files/min)").
+    column: String,
+}
+
+fn grid_cell(name: &str) -> Option<GridCell<'_>> {
+    rung(name)
+        .or_else(|| files_class(name))
+        .or_else(|| by_kind(name))
+}
+
+/// "KIND ROW: MEASURE" for the kinds whose rows are measured alike: the files' faults,
+/// the journal's fsync policies.
+fn by_kind(name: &str) -> Option<GridCell<'_>> {
+    let (head, measure) = name.split_once(": ")?;
+    let (kind, row) = head.rsplit_once(' ')?;
+    let row_label = match kind {
+        "files fault" => "fault",
+        "journal" if ["always", "batch", "never", "off"].contains(&row) => "fsync",
+        _ => return None,
+    };
+    Some(GridCell {
+        group: kind.to_string(),
+        row,
+        row_label,
+        column: measure.to_string(),
+    })
+}
+
+fn rung(name: &str) -> Option<GridCell<'_>> {
+    let (head, tail) = name.rsplit_once(" at ")?;
+    let (rate, unit) = tail.split_once("/s")?;
+    if rate.is_empty() || !rate.chars().all(|c| c.is_ascii_digit() || c == ',') {
+        return None;
+    }
+    let (group, measure) = head.split_once(": ").unwrap_or(("", head));
+    let measure = measure.trim_end_matches(',');
+    let (group, measure) = match measure.rsplit_once(", ") {
+        Some((m, who)) if !who.is_empty() && !who.contains(' ') => {
+            (format!("{group} {who}").trim().to_string(), m)
+        }
+        _ => (group.to_string(), measure),
+    };
+    Some(GridCell {
+        group,
+        row: rate,
+        row_label: "rate (updates/s)",
+        column: format!("{measure}{unit}"),
+    })
+}
+
+fn files_class(name: &str) -> Option<GridCell<'_>> {
+    let (group, rest) = name.split_once(": ")?;
+    let (class, to) = rest.split_once(" to ")?;
+    if !group.starts_with("files ") || !to.contains(" site(s), fsync ") {
+        return None;
+    }
+    Some(GridCell {
+        group: group.to_string(),
+        row: class,
+        row_label: FILES_ROWS,
+        column: format!("to {to}"),
+    })
 }
 
 /// A command line with its `--out` folder as `DIR`: the runs of one table differ only
@@ -462,6 +651,108 @@ mod tests {
             .to_string()
             .contains("different scenarios"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_latency_ladder_is_a_table_of_its_own_with_a_row_a_rate() {
+        let dir = std::env::temp_dir().join(format!("tickwire-ladder-{}", std::process::id()));
+        let step = |rate: u64, p50_us: u64, sustained: bool| LatencyStep {
+            rate,
+            count: 1000,
+            p50_ns: p50_us * 1000,
+            p99_ns: p50_us * 3000,
+            sustained,
+            ..Default::default()
+        };
+        let mut dirs = Vec::new();
+        for (i, base) in [40u64, 50, 60].into_iter().enumerate() {
+            let d = dir.join(format!("run-{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let r = Results {
+                scenario: "latency".into(),
+                git_commit: "0123456789abcdef".into(),
+                throughput: vec![Throughput {
+                    cache: "on".into(),
+                    items: 10,
+                    max_sustainable_updates_per_s: 1000,
+                    limited_by: None,
+                    steps: vec![],
+                }],
+                // The last run did not sustain 5,000/s: that rung has two runs.
+                latency: vec![step(1_000, base, true), step(5_000, base + 10, i < 2)],
+                ..Default::default()
+            };
+            std::fs::write(d.join("results.json"), serde_json::to_string(&r).unwrap()).unwrap();
+            dirs.push(d);
+        }
+        let md = summary(&dirs).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            md.contains("| throughput, cache on (updates/s) | 1,000 | 1,000 – 1,000 | 3 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| rate (updates/s) | latency p50 (µs) | latency p99 (µs) |\n|---:|---:|---:|\n"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1,000 | 50.0 (40.0 – 60.0) | 150 (120 – 180) |\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 5,000 | 55.0 (50.0 – 60.0; 2 runs) | 165 (150 – 180; 2 runs) |"),
+            "{md}"
+        );
+        assert!(!md.contains("latency p50 at"), "{md}");
+    }
+
+    #[test]
+    fn figures_measured_alike_are_cells_of_one_table_and_the_rest_stay_whole() {
+        let r = rung("NATS: latency p99 at 10,000/s (µs)").unwrap();
+        // Tickwire and NATS measured alike: one table, a row a set-up and rate.
+        assert_eq!(
+            (r.group.as_str(), r.column.as_str(), r.row),
+            ("NATS", "latency p99 (µs)", "10,000")
+        );
+        let r =
+            rung("RSSL: latency added by the node, median of 1-s means, ProvPerf at 1,000/s (µs)")
+                .unwrap();
+        assert_eq!(
+            (r.group.as_str(), r.column.as_str()),
+            (
+                "RSSL ProvPerf",
+                "latency added by the node, median of 1-s means (µs)"
+            )
+        );
+        let r = rung("RSSL: mean latency added by a byte relay, at 10,000/s (µs)").unwrap();
+        assert_eq!(r.column, "mean latency added by a byte relay (µs)");
+        assert!(
+            grid_cell("files at 50 MB/s (queued first): market data p99 during / without")
+                .is_none()
+        );
+        let c = grid_cell("journal always: posts acked/s").unwrap();
+        assert_eq!(
+            (c.row_label, c.row, c.column.as_str()),
+            ("fsync", "always", "posts acked/s")
+        );
+        let c = grid_cell("files fault kill_site: seconds to whole").unwrap();
+        assert_eq!(
+            (c.row, c.column.as_str()),
+            ("kill_site", "seconds to whole")
+        );
+        assert!(grid_cell("journal of updates: cost to the sustained rate (%)").is_none());
+        let c =
+            grid_cell("files uftp: 63KB-both-ways to 4 site(s), fsync never (files/min)").unwrap();
+        assert_eq!(
+            (c.group.as_str(), c.row, c.column.as_str()),
+            (
+                "files uftp",
+                "63KB-both-ways",
+                "to 4 site(s), fsync never (files/min)"
+            )
+        );
     }
 
     #[test]
