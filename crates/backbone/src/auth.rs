@@ -326,9 +326,7 @@ impl Verifier {
         msg: &'a [u8],
         now_ns: u64,
     ) -> Result<Plain<'a>, Rejected> {
-        if msg.len() < HEADER_LEN + TRAILER_LEN || msg[1] & SEALED == 0 {
-            return Err(Rejected::Unsealed);
-        }
+        precheck(keys, msg)?;
         let (signed, got) = msg.split_at(msg.len() - TAG_LEN);
         let trailer = &signed[signed.len() - (TRAILER_LEN - TAG_LEN)..];
         let word = |at: usize, n: usize| {
@@ -370,6 +368,17 @@ impl Verifier {
     pub fn rejected_total(&self) -> u64 {
         self.rejected.iter().sum()
     }
+}
+
+/// What can be told of `msg` without hashing it: that it is sealed, and with a key id of
+/// `keys`. Key ids are not secret: a message that passes may still be forged.
+pub fn precheck(keys: &Keys, msg: &[u8]) -> Result<(), Rejected> {
+    if msg.len() < HEADER_LEN + TRAILER_LEN || msg[1] & SEALED == 0 {
+        return Err(Rejected::Unsealed);
+    }
+    let at = msg.len() - TRAILER_LEN;
+    let id = u32::from_be_bytes([msg[at], msg[at + 1], msg[at + 2], msg[at + 3]]);
+    keys.get(id).map(|_| ()).ok_or(Rejected::UnknownKey)
 }
 
 /// A verified message: the plain bytes (the `SEALED` bit still set: the decoder
@@ -439,6 +448,24 @@ mod tests {
             BackboneMessage::decode(p.body).unwrap(),
             BackboneMessage::decode(&plain).unwrap()
         );
+    }
+
+    #[test]
+    fn the_precheck_tells_unsealed_and_strangers_keys_without_hashing() {
+        let k = keys(&[(7, 1)]);
+        let sealed = Sealer::new(42, NOW)
+            .seal(k.signing(), &heartbeat(), NOW)
+            .to_vec();
+        assert_eq!(precheck(&k, &sealed), Ok(()));
+        assert_eq!(precheck(&k, &heartbeat()), Err(Rejected::Unsealed));
+        assert_eq!(
+            precheck(&keys(&[(8, 1)]), &sealed),
+            Err(Rejected::UnknownKey)
+        );
+        // Key ids are not secret: a forgery with a known id passes the precheck only.
+        let mut forged = sealed.clone();
+        forged[5] ^= 1;
+        assert_eq!(precheck(&k, &forged), Ok(()));
     }
 
     #[test]

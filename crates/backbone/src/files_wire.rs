@@ -80,6 +80,8 @@ struct Seals {
 pub struct FilesWire {
     framing: Option<FilesFraming>,
     seals: Option<Seals>,
+    /// Messages to check that came before the keys did.
+    before_keys: u64,
 }
 
 impl Default for FilesWire {
@@ -95,6 +97,7 @@ impl FilesWire {
         FilesWire {
             framing: None,
             seals: None,
+            before_keys: 0,
         }
     }
 
@@ -158,6 +161,7 @@ impl FilesWire {
     /// [`FilesWire::rejected`]). Without keys, nothing sealed is accepted.
     pub fn open<'a>(&mut self, msg: &'a [u8]) -> Result<&'a [u8], Rejected> {
         let Some(s) = self.seals.as_mut() else {
+            self.before_keys += 1;
             return Err(Rejected::UnknownKey);
         };
         let plain = s.files_in.verify(&s.keys, msg, auth::wall_clock_ns())?;
@@ -168,7 +172,9 @@ impl FilesWire {
 
     /// Messages [`FilesWire::open`] refused, by [`Rejected`] in its order.
     pub fn rejected(&self) -> [u64; 5] {
-        self.seals.as_ref().map_or([0; 5], |s| s.files_in.rejected)
+        let mut r = self.seals.as_ref().map_or([0; 5], |s| s.files_in.rejected);
+        r[Rejected::UnknownKey as usize] += self.before_keys;
+        r
     }
 }
 
@@ -176,8 +182,13 @@ impl FilesWire {
 mod tests {
     use super::*;
 
-    fn keys(byte: u8) -> Keys {
-        Keys::parse(&format!("0000002a {}\n", format!("{byte:02x}").repeat(32))).unwrap()
+    /// A key file of keys (id, byte repeated): the first signs.
+    fn keys(lines: &[(u32, u8)]) -> Keys {
+        let text: String = lines
+            .iter()
+            .map(|(id, b)| format!("{id:08x} {}\n", format!("{b:02x}").repeat(32)))
+            .collect();
+        Keys::parse(&text).unwrap()
     }
 
     fn source() -> FilesFraming {
@@ -201,14 +212,14 @@ mod tests {
     fn a_sealed_chunk_opens_at_a_node_with_the_key_and_nowhere_else() {
         let mut at_source = FilesWire::new();
         at_source.set_framing(Some(source()));
-        at_source.set_keys(keys(1));
+        at_source.set_keys(keys(&[(1, 1)]));
         let (stream, sent) = at_source.frame(CHUNK).unwrap();
         assert_eq!(stream, FilesStream::Files);
         assert!(BackboneMessage::decode_files(&sent).is_some_and(|(senders, _)| senders));
 
         let mut at_edge = FilesWire::new();
         at_edge.set_framing(Some(edge()));
-        at_edge.set_keys(keys(1));
+        at_edge.set_keys(keys(&[(1, 1)]));
         assert_eq!(at_edge.open(&sent), Ok(CHUNK));
         assert_eq!(at_edge.open(&sent), Err(Rejected::Replayed));
         let mut forged = sent.clone();
@@ -217,7 +228,7 @@ mod tests {
         assert_eq!(at_edge.open(&forged), Err(Rejected::BadMac));
 
         let mut other_key = FilesWire::new();
-        other_key.set_keys(keys(2));
+        other_key.set_keys(keys(&[(1, 2)]));
         assert_eq!(other_key.open(&sent), Err(Rejected::BadMac));
         assert_eq!(FilesWire::new().open(&sent), Err(Rejected::UnknownKey));
         assert_eq!(at_edge.rejected(), [0, 0, 1, 1, 0]);
@@ -246,16 +257,31 @@ mod tests {
     fn rotated_keys_seal_with_the_new_key_and_keep_the_counters() {
         let mut tx = FilesWire::new();
         tx.set_framing(Some(source()));
-        tx.set_keys(keys(1));
+        tx.set_keys(keys(&[(1, 1)]));
         let mut rx = FilesWire::new();
-        rx.set_keys(keys(1));
+        rx.set_keys(keys(&[(1, 1)]));
         let first = tx.frame(CHUNK).unwrap().1;
-        tx.set_keys(keys(3));
-        let second = tx.frame(CHUNK).unwrap().1;
         assert_eq!(rx.open(&first), Ok(CHUNK));
-        assert_eq!(rx.open(&second), Err(Rejected::BadMac));
-        rx.set_keys(keys(3));
-        let third = tx.frame(CHUNK).unwrap().1;
-        assert_eq!(rx.open(&third), Ok(CHUNK));
+        // The documented rotation: every node accepts the new key, then signs with it.
+        rx.set_keys(keys(&[(1, 1), (2, 2)]));
+        tx.set_keys(keys(&[(2, 2), (1, 1)]));
+        let second = tx.frame(CHUNK).unwrap().1;
+        assert_eq!(rx.open(&second), Ok(CHUNK));
+        // The counters survive the new keys: the first message is still a replay.
+        assert_eq!(rx.open(&first), Err(Rejected::Replayed));
+        let mut old_only = FilesWire::new();
+        old_only.set_keys(keys(&[(1, 1)]));
+        assert_eq!(old_only.open(&second), Err(Rejected::UnknownKey));
+    }
+
+    #[test]
+    fn a_message_before_the_keys_is_refused_and_counted() {
+        let mut tx = FilesWire::new();
+        tx.set_framing(Some(source()));
+        tx.set_keys(keys(&[(1, 1)]));
+        let sent = tx.frame(CHUNK).unwrap().1;
+        let mut rx = FilesWire::new();
+        assert_eq!(rx.open(&sent), Err(Rejected::UnknownKey));
+        assert_eq!(rx.rejected(), [0, 1, 0, 0, 0]);
     }
 }

@@ -137,8 +137,9 @@ pub enum BackboneError {
 
 /// With `[backbone] key_file`: what the backbone seals and checks (module [`auth`]).
 /// Each stream has its own origin and counter: a receiver of both would otherwise see
-/// one origin's counters out of order across them. The files stream is sealed and
-/// checked by the files thread ([`FilesWire`]).
+/// one origin's counters out of order across them. File transfer's messages are sealed
+/// by the files thread, with origins of its own ([`FilesWire`]), and those of the files
+/// stream checked there too; the requests stream is checked here.
 struct Sealing {
     file: KeyFile,
     /// Times the key file was read again with new keys (for [`Backbone::files_keys`]).
@@ -432,10 +433,18 @@ impl Backbone {
         let now_ns = sealing.as_ref().map_or(0, |_| auth::wall_clock_ns());
         link.drain(|kind, session, msg| {
             work.messages += 1;
-            // The files stream's seals are checked on the files thread.
+            // The files stream's seals are checked on the files thread; what can be told
+            // without hashing (not sealed, a key this node does not have) is dropped here,
+            // so that a stranger's messages do not take the files thread's queue.
             let seal_to_check = sealing.is_some() && kind == Received::Files;
             let msg = match sealing.as_mut() {
-                Some(_) if seal_to_check => msg,
+                Some(s) if seal_to_check => match auth::precheck(&s.file.keys, msg) {
+                    Ok(()) => msg,
+                    Err(why) => {
+                        rejected(rejections, why as usize, why.text(), session);
+                        return;
+                    }
+                },
                 Some(s) => {
                     let verifier = match kind {
                         Received::Data => &mut s.data_in,

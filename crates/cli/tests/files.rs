@@ -406,15 +406,32 @@ fn key_file(dir: &Path, name: &str) -> PathBuf {
     path
 }
 
+/// The same key id with other bytes: a node so configured passes the event loop's
+/// cheap check, and its files thread's check of the seal refuses it.
+fn key_file_of_same_id(dir: &Path, name: &str, like: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let text = std::fs::read_to_string(like).unwrap();
+    let line = text
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .unwrap();
+    let id = line.split_whitespace().next().unwrap();
+    let path = dir.join(format!("{name}.keys"));
+    std::fs::write(&path, format!("{id} {}\n", "5a".repeat(32))).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
 /// On an authenticated backbone the files thread seals and checks the files stream:
 /// files go both ways between nodes holding the key; a node with another key is not
-/// heard and hears nothing (what it refused is said and counted).
+/// heard and hears nothing (what it refused is said and counted in /metrics).
 #[test]
 fn files_cross_an_authenticated_backbone_only_between_holders_of_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let ch = channel(92);
-    let (key, other) = (key_file(d, "ours"), key_file(d, "theirs"));
+    let key = key_file(d, "ours");
+    let other = key_file_of_same_id(d, "theirs", &key);
     let toml = |name: &str, key: &Path| {
         format!(
             "[backbone]\nkey_file = {:?}\n[files]\nservices = [\"FILES\"]\nspool = \"{}\"\ninbox = \"{}\"\n",
@@ -425,7 +442,21 @@ fn files_cross_an_authenticated_backbone_only_between_holders_of_the_key() {
     };
     let src = backbone_files_node(d, "src", &toml("src", &key), &ch, "source");
     let edge = backbone_files_node(d, "edge", &toml("edge", &key), &ch, "edge");
-    let mut stranger = backbone_files_node(d, "stranger", &toml("stranger", &other), &ch, "edge");
+    let stranger_cfg = d.join("stranger.toml");
+    std::fs::write(
+        &stranger_cfg,
+        format!("[node]\nname = \"stranger\"\n{}", toml("stranger", &other)),
+    )
+    .unwrap();
+    let (mut stranger, stranger_http) = Node::start_ws(&[
+        "--config",
+        stranger_cfg.to_str().unwrap(),
+        "--backbone",
+        &ch,
+        "--role",
+        "edge",
+    ]);
+    stranger.proc.wait_for_line("backbone: edge on", T);
     let (down, down_bytes) = write(d, "eod-prices.csv", 1_500_000, 21);
     let (up, up_bytes) = write(d, "site-positions.csv", 700_000, 22);
     let out = send(&src, &["--to", "edge,stranger", down.to_str().unwrap()]);
@@ -443,9 +474,16 @@ fn files_cross_an_authenticated_backbone_only_between_holders_of_the_key() {
         up_bytes
     );
     // The stranger refused the source's offers and chunks on its files thread.
-    stranger
-        .proc
-        .wait_for_line("backbone: dropped a files message: sealed with a key", T);
+    stranger.proc.wait_for_line(
+        "backbone: dropped a files message: its MAC does not match",
+        T,
+    );
+    wait_for_metric(
+        &stranger_http,
+        "tickwire_backbone_rejected_by_reason_total{reason=\"bad_mac\"}",
+        T,
+        |n| n > 0.0,
+    );
     assert!(!d.join("stranger-inbox/eod-prices.csv").exists());
     let rows = status(&src);
     assert!(

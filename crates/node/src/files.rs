@@ -222,9 +222,19 @@ enum Input {
 enum ToLoop {
     /// For a peer's connection or the upstream link.
     Peer(Output),
-    /// A message for the backbone, framed (and sealed) by the thread.
-    Backbone { stream: FilesStream, bytes: Vec<u8> },
+    /// A message for the backbone, framed (and sealed) by the thread at `framed`.
+    Backbone {
+        stream: FilesStream,
+        bytes: Vec<u8>,
+        framed: Instant,
+    },
 }
+
+/// How long a message framed for the backbone may wait for Aeron (a peer not there
+/// yet, back pressure) before it is dropped, not offered: its seal's counter follows
+/// the clock, and a receiver that has not heard its sender yet refuses one more than
+/// 60 s off as a recording. The transfers send what matters again.
+const FRAMED_LIFETIME: Duration = Duration::from_secs(10);
 
 /// How often the backbone driver's loss is read for the sender's rate.
 const NETWORK_SAMPLE: Duration = Duration::from_millis(50);
@@ -378,8 +388,10 @@ pub struct FilesThread {
     /// What the thread was last told of the backbone's framing and keys (the keys'
     /// version); None: nothing yet.
     wire_given: Option<(Option<FilesFraming>, Option<u64>)>,
-    /// A message for the backbone that Aeron could not take yet.
-    held: Option<(FilesStream, Vec<u8>)>,
+    /// A message for the backbone that Aeron could not take yet, and when it was framed.
+    held: Option<(FilesStream, Vec<u8>, Instant)>,
+    /// Messages for the backbone dropped after waiting `FRAMED_LIFETIME`.
+    expired: u64,
     /// Messages from the backbone waiting for room in the thread's queue.
     backlog: Backlog,
     /// Messages the loop could not hand over (the thread was behind).
@@ -399,8 +411,20 @@ impl Drop for FilesThread {
                 self.dropped
             );
         }
+        if self.expired > 0 {
+            info!(
+                "files: {} messages for the backbone dropped after waiting {FRAMED_LIFETIME:?} for it",
+                self.expired
+            );
+        }
         self.input = None;
         if let Some(t) = self.thread.take() {
+            // The thread may be waiting for room to hand over its output: take it until
+            // the thread has seen its input close and gone.
+            while !t.is_finished() {
+                while self.output.try_recv().is_ok() {}
+                std::thread::sleep(Duration::from_millis(1));
+            }
             let _ = t.join();
         }
     }
@@ -502,6 +526,7 @@ impl FilesThread {
             from_backbone: Vec::new(),
             wire_given: None,
             held: None,
+            expired: 0,
             backlog: Backlog::default(),
             dropped: 0,
             figures,
@@ -593,7 +618,11 @@ impl FilesThread {
         // busy drops a chunk (it is repaired): one slow peer must not hold the others.
         loop {
             let o = match self.held.take() {
-                Some((stream, bytes)) => ToLoop::Backbone { stream, bytes },
+                Some((stream, bytes, framed)) => ToLoop::Backbone {
+                    stream,
+                    bytes,
+                    framed,
+                },
                 None => match self.output.try_recv() {
                     Ok(o) => o,
                     Err(_) => break,
@@ -612,10 +641,18 @@ impl FilesThread {
                     // Framed by the thread: never here.
                     Peer::Backbone => {}
                 },
-                ToLoop::Backbone { stream, bytes } => {
+                ToLoop::Backbone {
+                    stream,
+                    bytes,
+                    framed,
+                } => {
+                    if framed.elapsed() > FRAMED_LIFETIME {
+                        self.expired += 1;
+                        continue;
+                    }
                     if let Some(b) = bb.as_deref_mut() {
                         if !b.offer_files(stream, &bytes) && b.files_framing().is_some() {
-                            self.held = Some((stream, bytes));
+                            self.held = Some((stream, bytes, framed));
                             break;
                         }
                     }
@@ -941,7 +978,11 @@ fn run(
             while let Some(o) = hub.poll_output() {
                 let to_loop = match o.to {
                     Peer::Backbone => match wire.frame(&o.body) {
-                        Some((stream, bytes)) => ToLoop::Backbone { stream, bytes },
+                        Some((stream, bytes)) => ToLoop::Backbone {
+                            stream,
+                            bytes,
+                            framed: Instant::now(),
+                        },
                         // No way on the backbone now: lost, as a transfer expects.
                         None => continue,
                     },
