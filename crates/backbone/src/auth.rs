@@ -408,13 +408,14 @@ pub fn wall_clock_ns() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::wire::BackboneMessage;
 
     const NOW: u64 = 1_800_000_000_000_000_000;
 
-    fn keys(lines: &[(u32, u8)]) -> Keys {
+    /// A key file of keys (id, byte repeated): the first signs.
+    pub(crate) fn keys(lines: &[(u32, u8)]) -> Keys {
         let text: String = lines
             .iter()
             .map(|(id, b)| format!("{id:08x} {}\n", format!("{b:02x}").repeat(32)))

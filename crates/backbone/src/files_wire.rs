@@ -181,15 +181,7 @@ impl FilesWire {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A key file of keys (id, byte repeated): the first signs.
-    fn keys(lines: &[(u32, u8)]) -> Keys {
-        let text: String = lines
-            .iter()
-            .map(|(id, b)| format!("{id:08x} {}\n", format!("{b:02x}").repeat(32)))
-            .collect();
-        Keys::parse(&text).unwrap()
-    }
+    use crate::auth::tests::keys;
 
     fn source() -> FilesFraming {
         FilesFraming {
