@@ -571,6 +571,11 @@ impl FilesThread {
         upstream: Option<&mut crate::upstream::UpstreamLink>,
         backbone: Option<&mut tickwire_backbone::Backbone>,
     ) {
+        // First, so that a change of framing or keys has the queue's room before peers'
+        // messages take it.
+        if let Some(b) = backbone.as_deref() {
+            self.tell_wire(b);
+        }
         let mut taken = std::mem::take(&mut self.taken);
         let mut gone = std::mem::take(&mut self.gone);
         core.take_files(&mut taken, &mut gone);
@@ -595,7 +600,6 @@ impl FilesThread {
         }
         let mut bb = backbone;
         if let Some(b) = bb.as_deref_mut() {
-            self.tell_wire(b);
             self.sample_network(b);
             self.submit_backlog();
             let mut from_backbone = std::mem::take(&mut self.from_backbone);
