@@ -494,6 +494,65 @@ fn files_cross_an_authenticated_backbone_only_between_holders_of_the_key() {
     );
 }
 
+/// One new key line (`tickwire backbone keygen` without its comments).
+fn key_line() -> String {
+    let out = run(&["backbone", "keygen"], T);
+    assert!(out.status.success(), "{}", out.stderr);
+    out.stdout
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .expect("a key line")
+        .to_string()
+}
+
+/// Rewrites a key file at once (a node never reads half of it), readable by its owner.
+fn write_keys(path: &Path, lines: &[&String]) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension("new");
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Keys rotate without a restart for files too: once the new key signs alone, files
+/// still cross, so each node's files thread seals and checks with the keys its event
+/// loop read again.
+#[test]
+fn files_cross_with_the_keys_of_a_rotated_key_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ch = channel(93);
+    let (old, new) = (key_line(), key_line());
+    let key = d.join("backbone.keys");
+    write_keys(&key, &[&old]);
+    let toml = |name: &str| {
+        format!(
+            "[backbone]\nkey_file = {:?}\n[files]\nservices = [\"FILES\"]\nspool = \"{}\"\ninbox = \"{}\"\n",
+            key.display().to_string(),
+            d.join(format!("{name}-spool")).display(),
+            d.join(format!("{name}-inbox")).display()
+        )
+    };
+    let mut src = backbone_files_node(d, "src", &toml("src"), &ch, "source");
+    let mut edge = backbone_files_node(d, "edge", &toml("edge"), &ch, "edge");
+    // The documented rotation: the new key accepted everywhere, then signing, then alone.
+    for lines in [vec![&old, &new], vec![&new, &old], vec![&new]] {
+        write_keys(&key, &lines);
+        for node in [&mut src, &mut edge] {
+            node.proc.wait_for_line("read again", T);
+        }
+    }
+    let (f, bytes) = write(d, "after-rotation.csv", 300_000, 31);
+    let out = send(&src, &["--to", "edge", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    wait_done(&src, "after-rotation.csv", &["edge"]);
+    assert_eq!(
+        std::fs::read(d.join("edge-inbox/after-rotation.csv")).unwrap(),
+        bytes
+    );
+}
+
 /// Where there is no multicast, the source's files reach its edges by
 /// multi-destination-cast on a control port of their own (the data's plus one).
 #[test]
