@@ -326,7 +326,7 @@ impl Verifier {
         msg: &'a [u8],
         now_ns: u64,
     ) -> Result<Plain<'a>, Rejected> {
-        precheck(keys, msg)?;
+        let key = sealing_key(keys, msg)?;
         let (signed, got) = msg.split_at(msg.len() - TAG_LEN);
         let trailer = &signed[signed.len() - (TRAILER_LEN - TAG_LEN)..];
         let word = |at: usize, n: usize| {
@@ -334,8 +334,7 @@ impl Verifier {
                 .iter()
                 .fold(0u64, |v, &b| v << 8 | u64::from(b))
         };
-        let (id, origin, counter) = (word(0, 4) as u32, word(4, 8), word(12, 8));
-        let key = keys.get(id).ok_or(Rejected::UnknownKey)?;
+        let (origin, counter) = (word(4, 8), word(12, 8));
         let want = tag(key, signed);
         // Constant time: a forger learns nothing from how long the check took.
         if want.iter().zip(got).fold(0u8, |d, (a, b)| d | (a ^ b)) != 0 {
@@ -373,12 +372,17 @@ impl Verifier {
 /// What can be told of `msg` without hashing it: that it is sealed, and with a key id of
 /// `keys`. Key ids are not secret: a message that passes may still be forged.
 pub fn precheck(keys: &Keys, msg: &[u8]) -> Result<(), Rejected> {
+    sealing_key(keys, msg).map(|_| ())
+}
+
+/// The key of `keys` that `msg` names, if it is sealed.
+fn sealing_key<'k>(keys: &'k Keys, msg: &[u8]) -> Result<&'k Key, Rejected> {
     if msg.len() < HEADER_LEN + TRAILER_LEN || msg[1] & SEALED == 0 {
         return Err(Rejected::Unsealed);
     }
     let at = msg.len() - TRAILER_LEN;
     let id = u32::from_be_bytes([msg[at], msg[at + 1], msg[at + 2], msg[at + 3]]);
-    keys.get(id).map(|_| ()).ok_or(Rejected::UnknownKey)
+    keys.get(id).ok_or(Rejected::UnknownKey)
 }
 
 /// A verified message: the plain bytes (the `SEALED` bit still set: the decoder

@@ -448,6 +448,7 @@ impl Backbone {
                 Some(s) => {
                     let verifier = match kind {
                         Received::Data => &mut s.data_in,
+                        // The files stream's went to the files thread above.
                         Received::Request | Received::Files => &mut s.requests_in,
                     };
                     match verifier.verify(&s.file.keys, msg, now_ns) {

@@ -395,31 +395,35 @@ fn an_edge_sends_files_up_to_the_source_while_the_source_sends_down() {
     assert_eq!(got, up_bytes);
 }
 
-/// A key file of one new key (`tickwire backbone keygen`), readable by its owner only.
-fn key_file(dir: &Path, name: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
+/// One new key line (`tickwire backbone keygen` without its comments).
+fn key_line() -> String {
     let out = run(&["backbone", "keygen"], T);
     assert!(out.status.success(), "{}", out.stderr);
-    let path = dir.join(format!("{name}.keys"));
-    std::fs::write(&path, out.stdout).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
-}
-
-/// The same key id with other bytes: a node so configured passes the event loop's
-/// cheap check, and its files thread's check of the seal refuses it.
-fn key_file_of_same_id(dir: &Path, name: &str, like: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let text = std::fs::read_to_string(like).unwrap();
-    let line = text
+    out.stdout
         .lines()
         .find(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .unwrap();
-    let id = line.split_whitespace().next().unwrap();
-    let path = dir.join(format!("{name}.keys"));
-    std::fs::write(&path, format!("{id} {}\n", "5a".repeat(32))).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
+        .expect("a key line")
+        .to_string()
+}
+
+/// Rewrites a key file at once (a node never reads half of it), readable by its owner.
+fn write_keys(path: &Path, lines: &[&String]) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension("new");
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A node's config on a backbone sealed with `key`, with a spool and an inbox.
+fn keyed_files_toml(dir: &Path, name: &str, key: &Path) -> String {
+    format!(
+        "[backbone]\nkey_file = {:?}\n[files]\nservices = [\"FILES\"]\nspool = \"{}\"\ninbox = \"{}\"\n",
+        key.display().to_string(),
+        dir.join(format!("{name}-spool")).display(),
+        dir.join(format!("{name}-inbox")).display()
+    )
 }
 
 /// On an authenticated backbone the files thread seals and checks the files stream:
@@ -430,16 +434,15 @@ fn files_cross_an_authenticated_backbone_only_between_holders_of_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let ch = channel(92);
-    let key = key_file(d, "ours");
-    let other = key_file_of_same_id(d, "theirs", &key);
-    let toml = |name: &str, key: &Path| {
-        format!(
-            "[backbone]\nkey_file = {:?}\n[files]\nservices = [\"FILES\"]\nspool = \"{}\"\ninbox = \"{}\"\n",
-            key.display().to_string(),
-            d.join(format!("{name}-spool")).display(),
-            d.join(format!("{name}-inbox")).display()
-        )
-    };
+    let ours = key_line();
+    // The same key id with other bytes: the event loop's cheap check passes it, the
+    // files thread's check of the seal refuses it.
+    let id = ours.split_whitespace().next().unwrap();
+    let theirs = format!("{id} {}", "5a".repeat(32));
+    let (key, other) = (d.join("ours.keys"), d.join("theirs.keys"));
+    write_keys(&key, &[&ours]);
+    write_keys(&other, &[&theirs]);
+    let toml = |name: &str, key: &Path| keyed_files_toml(d, name, key);
     let src = backbone_files_node(d, "src", &toml("src", &key), &ch, "source");
     let edge = backbone_files_node(d, "edge", &toml("edge", &key), &ch, "edge");
     let stranger_cfg = d.join("stranger.toml");
@@ -494,27 +497,6 @@ fn files_cross_an_authenticated_backbone_only_between_holders_of_the_key() {
     );
 }
 
-/// One new key line (`tickwire backbone keygen` without its comments).
-fn key_line() -> String {
-    let out = run(&["backbone", "keygen"], T);
-    assert!(out.status.success(), "{}", out.stderr);
-    out.stdout
-        .lines()
-        .find(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .expect("a key line")
-        .to_string()
-}
-
-/// Rewrites a key file at once (a node never reads half of it), readable by its owner.
-fn write_keys(path: &Path, lines: &[&String]) {
-    use std::os::unix::fs::PermissionsExt;
-    let tmp = path.with_extension("new");
-    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
 /// Keys rotate without a restart for files too: once the new key signs alone, files
 /// still cross, so each node's files thread seals and checks with the keys its event
 /// loop read again.
@@ -526,14 +508,7 @@ fn files_cross_with_the_keys_of_a_rotated_key_file() {
     let (old, new) = (key_line(), key_line());
     let key = d.join("backbone.keys");
     write_keys(&key, &[&old]);
-    let toml = |name: &str| {
-        format!(
-            "[backbone]\nkey_file = {:?}\n[files]\nservices = [\"FILES\"]\nspool = \"{}\"\ninbox = \"{}\"\n",
-            key.display().to_string(),
-            d.join(format!("{name}-spool")).display(),
-            d.join(format!("{name}-inbox")).display()
-        )
-    };
+    let toml = |name: &str| keyed_files_toml(d, name, &key);
     let mut src = backbone_files_node(d, "src", &toml("src"), &ch, "source");
     let mut edge = backbone_files_node(d, "edge", &toml("edge"), &ch, "edge");
     // The documented rotation: the new key accepted everywhere, then signing, then alone.
