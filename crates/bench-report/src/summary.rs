@@ -293,78 +293,278 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
     v
 }
 
-/// The markdown table of `dirs` (runs of one scenario).
-pub fn summary(dirs: &[PathBuf]) -> Result<String> {
-    let runs: Vec<Results> = dirs
-        .iter()
-        .map(|d| read_results(d))
-        .collect::<Result<_>>()?;
-    let first = runs
-        .first()
-        .context("summary needs at least one result directory")?;
-    if let Some(other) = runs.iter().find(|r| r.scenario != first.scenario) {
-        bail!(
-            "the runs are of different scenarios ({} and {}): a table is of one",
-            first.scenario,
-            other.scenario
-        );
-    }
-    let mut order: Vec<String> = Vec::new();
-    let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for r in &runs {
-        for (name, value) in figures(r) {
-            if !values.contains_key(&name) {
-                order.push(name.clone());
-            }
-            values.entry(name).or_default().push(value);
+/// The runs of one scenario and their figures, matched by name.
+struct Runs {
+    runs: Vec<Results>,
+    /// Figure names in the order the runs first gave them.
+    order: Vec<String>,
+    values: BTreeMap<String, Vec<f64>>,
+}
+
+/// One figure over the runs: median, lowest, highest and how many runs have it.
+struct Cell {
+    median: f64,
+    lowest: f64,
+    highest: f64,
+    runs: usize,
+}
+
+impl Runs {
+    fn read(dirs: &[PathBuf]) -> Result<Runs> {
+        let runs: Vec<Results> = dirs
+            .iter()
+            .map(|d| read_results(d))
+            .collect::<Result<_>>()?;
+        let first = runs
+            .first()
+            .context("summary needs at least one result directory")?;
+        if let Some(other) = runs.iter().find(|r| r.scenario != first.scenario) {
+            bail!(
+                "the runs are of different scenarios ({} and {}): a table is of one",
+                first.scenario,
+                other.scenario
+            );
         }
+        let mut order: Vec<String> = Vec::new();
+        let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for r in &runs {
+            for (name, value) in figures(r) {
+                if !values.contains_key(&name) {
+                    order.push(name.clone());
+                }
+                values.entry(name).or_default().push(value);
+            }
+        }
+        Ok(Runs {
+            runs,
+            order,
+            values,
+        })
     }
-    let distinct = |f: &dyn Fn(&Results) -> String| {
-        let mut seen: Vec<String> = runs.iter().map(f).collect();
+
+    fn scenario(&self) -> &str {
+        &self.runs[0].scenario
+    }
+
+    /// What the runs say of `f`, each value once ("a, b" where runs differ).
+    fn distinct(&self, f: &dyn Fn(&Results) -> String) -> String {
+        let mut seen: Vec<String> = self.runs.iter().map(f).collect();
         seen.dedup();
         seen.join(", ")
-    };
+    }
+
+    fn commit(&self) -> String {
+        self.distinct(&|r| r.git_commit.chars().take(7).collect())
+    }
+
+    fn machine(&self) -> String {
+        self.distinct(&|r| match &r.machine {
+            Some(m) => format!("{}, {} CPUs", m.cpu_model, m.cpus),
+            None => "machine not recorded".into(),
+        })
+    }
+
+    fn command(&self) -> String {
+        self.distinct(&|r| {
+            if r.command.is_empty() {
+                "command not recorded".into()
+            } else {
+                format!("`{}`", with_out_dir(&r.command))
+            }
+        })
+    }
+
+    fn cell(&self, name: &str) -> Cell {
+        let mut v = self.values[name].clone();
+        v.sort_by(f64::total_cmp);
+        Cell {
+            median: median(v.clone()),
+            lowest: v[0],
+            highest: v[v.len() - 1],
+            runs: v.len(),
+        }
+    }
+
+    /// A figure as a grid shows it: "median (lowest – highest)", with the number of
+    /// runs where fewer than all have it.
+    fn grid_text(&self, name: &str) -> String {
+        let c = self.cell(name);
+        let fewer = match c.runs {
+            n if n == self.runs.len() => String::new(),
+            1 => "; 1 run".into(),
+            n => format!("; {n} runs"),
+        };
+        format!(
+            "{} ({} – {}{fewer})",
+            number(c.median),
+            number(c.lowest),
+            number(c.highest)
+        )
+    }
+
+    /// The figures that stand alone, and those that are cells of a grid.
+    fn split(&self) -> (Vec<&String>, Vec<&String>) {
+        self.order.iter().partition(|n| grid_cell(n).is_none())
+    }
+}
+
+/// The markdown table of `dirs` (runs of one scenario).
+pub fn summary(dirs: &[PathBuf]) -> Result<String> {
+    let runs = Runs::read(dirs)?;
     let mut md = String::new();
     writeln!(
         md,
         "`{}`, {} run(s); commit {}; {}; {}.\n",
-        first.scenario,
-        runs.len(),
-        distinct(&|r| r.git_commit.chars().take(7).collect()),
-        distinct(&|r| match &r.machine {
-            Some(m) => format!("{}, {} CPUs", m.cpu_model, m.cpus),
-            None => "machine not recorded".into(),
-        }),
-        distinct(&|r| if r.command.is_empty() {
-            "command not recorded".into()
-        } else {
-            format!("`{}`", with_out_dir(&r.command))
-        }),
+        runs.scenario(),
+        runs.runs.len(),
+        runs.commit(),
+        runs.machine(),
+        runs.command(),
     )?;
-    let cell = |name: &str| {
-        let mut v = values[name].clone();
-        v.sort_by(f64::total_cmp);
-        (median(v.clone()), v[0], v[v.len() - 1], v.len())
-    };
-    // Figures of a rate ladder (and the files' classes) go in tables of their own, a
-    // row a rate (a class); the rest in one.
-    let (in_grids, single): (Vec<&String>, Vec<&String>) =
-        order.iter().partition(|n| grid_cell(n).is_some());
+    let (single, in_grids) = runs.split();
     if !single.is_empty() {
         writeln!(md, "| figure | median | spread | runs |")?;
         writeln!(md, "|---|---:|---:|---:|")?;
     }
     for name in &single {
-        let (mid, lo, hi, n) = cell(name);
+        let c = runs.cell(name);
         writeln!(
             md,
-            "| {name} | {} | {} – {} | {n} |",
-            number(mid),
-            number(lo),
-            number(hi),
+            "| {name} | {} | {} – {} | {} |",
+            number(c.median),
+            number(c.lowest),
+            number(c.highest),
+            c.runs,
         )?;
     }
-    let cells: Vec<(&String, GridCell)> = in_grids
+    write_grids(&mut md, &runs, &in_grids, !single.is_empty())?;
+    Ok(md)
+}
+
+/// The measure of the rate ladders a digest sets side by side.
+const DIGEST_LADDER: &str = "latency p99 (µs)";
+
+/// The digest of several scenarios, each a folder of runs (`SCENARIO/run-N`), in the
+/// order given: which runs (commit, machine, command), every figure that stands alone,
+/// the latency p99 of every ladder a row a rate, and the files a row a class.
+/// docs/BENCHMARKS.md opens with it; `summary` of one scenario has all its tables.
+pub fn digest(scenarios: &[PathBuf]) -> Result<String> {
+    let mut all: Vec<Runs> = Vec::new();
+    for dir in scenarios {
+        let mut runs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("results.json").is_file())
+            .collect();
+        if runs.is_empty() {
+            bail!(
+                "{} holds no run (a folder with results.json)",
+                dir.display()
+            );
+        }
+        runs.sort();
+        all.push(Runs::read(&runs)?);
+    }
+    let mut md = String::new();
+    writeln!(md, "| scenario | runs | commit | machine | command |")?;
+    writeln!(md, "|---|---:|---|---|---|")?;
+    for r in &all {
+        writeln!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            r.scenario(),
+            r.runs.len(),
+            r.commit(),
+            r.machine(),
+            r.command()
+        )?;
+    }
+    writeln!(md, "\n| scenario | figure | median (lowest – highest) |")?;
+    writeln!(md, "|---|---|---:|")?;
+    for r in &all {
+        for name in r.split().0 {
+            writeln!(md, "| {} | {name} | {} |", r.scenario(), r.grid_text(name))?;
+        }
+    }
+    // Every ladder's p99, a column a ladder (its group, or its scenario's name).
+    let mut columns: Vec<LadderColumn> = Vec::new();
+    let mut rates: Vec<(u64, &str)> = Vec::new();
+    for r in &all {
+        for name in r.split().1 {
+            let Some(c) = rung(name).filter(|c| c.column == DIGEST_LADDER) else {
+                continue;
+            };
+            // Named by its scenario, and its group where the scenario has several.
+            let label = match c.group.as_str() {
+                "" => r.scenario().to_string(),
+                g if g.starts_with(r.scenario()) => g.to_string(),
+                g => format!("{}: {g}", r.scenario()),
+            };
+            let rate: u64 = c.row.replace(',', "").parse().unwrap_or(0);
+            if !rates.iter().any(|(x, _)| *x == rate) {
+                rates.push((rate, c.row));
+            }
+            match columns.iter_mut().find(|l| l.label == label) {
+                Some(l) => l.rungs.push((c.row, name)),
+                None => columns.push(LadderColumn {
+                    label,
+                    runs: r,
+                    rungs: vec![(c.row, name)],
+                }),
+            }
+        }
+    }
+    if !columns.is_empty() {
+        rates.sort();
+        let labels: Vec<&str> = columns.iter().map(|l| l.label.as_str()).collect();
+        writeln!(
+            md,
+            "\n| {DIGEST_LADDER} at rate (updates/s) | {} |",
+            labels.join(" | ")
+        )?;
+        writeln!(md, "|---:|{}", "---:|".repeat(labels.len()))?;
+        for (_, row) in rates {
+            let line: Vec<String> = columns
+                .iter()
+                .map(|l| {
+                    l.rungs
+                        .iter()
+                        .find(|(at, _)| *at == row)
+                        .map_or("–".into(), |(_, name)| l.runs.grid_text(name))
+                })
+                .collect();
+            writeln!(md, "| {row} | {} |", line.join(" | "))?;
+        }
+    }
+    for r in &all {
+        let classes: Vec<&String> = r
+            .split()
+            .1
+            .into_iter()
+            .filter(|n| files_class(n).is_some())
+            .collect();
+        if !classes.is_empty() {
+            write_grids(&mut md, r, &classes, true)?;
+        }
+    }
+    Ok(md)
+}
+
+/// One ladder's column of the digest: its label, its runs, and its rungs (rate, figure).
+struct LadderColumn<'a> {
+    label: String,
+    runs: &'a Runs,
+    rungs: Vec<(&'a str, &'a String)>,
+}
+
+/// The cells of grids, `names`, as tables: a row a rate (a class, a fault...).
+fn write_grids(
+    md: &mut String,
+    runs: &Runs,
+    names: &[&String],
+    mut after_a_table: bool,
+) -> Result<()> {
+    let cells: Vec<(&String, GridCell)> = names
         .iter()
         .filter_map(|n| grid_cell(n).map(|c| (*n, c)))
         .collect();
@@ -403,7 +603,6 @@ pub fn summary(dirs: &[PathBuf]) -> Result<String> {
             }),
         }
     }
-    let mut after_a_table = !single.is_empty();
     for t in tables {
         let named = t.groups.iter().any(|g| !g.is_empty());
         writeln!(
@@ -434,19 +633,10 @@ pub fn summary(dirs: &[PathBuf]) -> Result<String> {
                     .columns
                     .iter()
                     .map(|col| {
-                        let found = of_group
+                        of_group
                             .iter()
-                            .find(|(_, c)| c.row == row && c.column == *col);
-                        let Some((name, _)) = found else {
-                            return "–".into();
-                        };
-                        let (mid, lo, hi, n) = cell(name);
-                        let fewer = match n {
-                            _ if n == runs.len() => String::new(),
-                            1 => "; 1 run".into(),
-                            _ => format!("; {n} runs"),
-                        };
-                        format!("{} ({} – {}{fewer})", number(mid), number(lo), number(hi))
+                            .find(|(_, c)| c.row == row && c.column == *col)
+                            .map_or("–".into(), |(name, _)| runs.grid_text(name))
                     })
                     .collect();
                 let first = if named {
@@ -459,7 +649,7 @@ pub fn summary(dirs: &[PathBuf]) -> Result<String> {
         }
         after_a_table = true;
     }
-    Ok(md)
+    Ok(())
 }
 
 /// The first column of the files' table.
@@ -585,7 +775,7 @@ fn number(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::RsslResult;
+    use crate::schema::{PeersResult, RsslResult};
 
     #[test]
     fn numbers_read_as_a_table_shows_them() {
@@ -853,5 +1043,93 @@ mod tests {
             f.get("RSSL: latency added by a byte relay, median of 1-s means, at 10,000/s (µs)"),
             Some(&14.0)
         );
+    }
+
+    #[test]
+    fn a_digest_sets_every_scenario_and_every_ladder_side_by_side() {
+        let root = std::env::temp_dir().join(format!("tickwire-digest-{}", std::process::id()));
+        let step = |rate: u64, p99_us: u64| LatencyStep {
+            rate,
+            count: 1000,
+            p50_ns: p99_us * 300,
+            p99_ns: p99_us * 1000,
+            sustained: true,
+            ..Default::default()
+        };
+        let write = |scenario: &str, run: usize, r: Results| {
+            let d = root.join(scenario).join(format!("run-{run}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let r = Results {
+                scenario: scenario.into(),
+                git_commit: "0123456789abcdef".into(),
+                command: format!("tickwire-bench {scenario} --out {}", d.display()),
+                ..r
+            };
+            std::fs::write(d.join("results.json"), serde_json::to_string(&r).unwrap()).unwrap();
+        };
+        for run in 1..=3 {
+            let k = run as u64;
+            write(
+                "latency",
+                run,
+                Results {
+                    throughput: vec![Throughput {
+                        cache: "on".into(),
+                        items: 10,
+                        max_sustainable_updates_per_s: 1000 * k,
+                        limited_by: None,
+                        steps: vec![],
+                    }],
+                    latency: vec![step(1_000, 100 + k), step(10_000, 200 + k)],
+                    ..Default::default()
+                },
+            );
+            let mut peers = PeersResult::default();
+            peers.nats.available = true;
+            peers.nats.max_sustainable_updates_per_s = 500 * k;
+            peers.nats.latency = vec![step(10_000, 300 + k), step(50_000, 400 + k)];
+            write(
+                "peers",
+                run,
+                Results {
+                    peers: Some(peers),
+                    ..Default::default()
+                },
+            );
+        }
+        // A folder with no run is an error, not an empty row.
+        std::fs::create_dir_all(root.join("empty")).unwrap();
+        let err = digest(&[root.join("latency"), root.join("empty")]).unwrap_err();
+        assert!(err.to_string().contains("holds no run"), "{err}");
+
+        let md = digest(&[root.join("peers"), root.join("latency")]).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        // The scenarios in the order given, each with its commit and command.
+        let peers_at = md.find("| peers | 3 | 0123456 |").expect(&md);
+        let latency_at = md.find("| latency | 3 | 0123456 |").expect(&md);
+        assert!(peers_at < latency_at, "{md}");
+        assert!(md.contains("`tickwire-bench latency --out DIR` |"), "{md}");
+        // The figures that stand alone, a row each with its scenario.
+        assert!(
+            md.contains("| latency | throughput, cache on (updates/s) | 2,000 (1,000 – 3,000) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| peers | NATS: highest rate (updates/s) | 1,000 (500 – 1,500) |"),
+            "{md}"
+        );
+        // One table of every ladder's p99, the rates of all of them in order.
+        assert!(
+            md.contains("| latency p99 (µs) at rate (updates/s) | peers: NATS | latency |\n"),
+            "{md}"
+        );
+        assert!(md.contains("| 1,000 | – | 102 (101 – 103) |\n"), "{md}");
+        assert!(
+            md.contains("| 10,000 | 302 (301 – 303) | 202 (201 – 203) |\n"),
+            "{md}"
+        );
+        assert!(md.contains("| 50,000 | 402 (401 – 403) | – |\n"), "{md}");
+        // The p50s stay in the scenario's own tables.
+        assert!(!md.contains("p50"), "{md}");
     }
 }

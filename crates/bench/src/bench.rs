@@ -96,11 +96,18 @@ pub enum BenchCommand {
     Files(FilesArgs),
     /// The current table of a scenario from several runs of it: each headline figure's
     /// median, spread and number of runs, under the runs' commit, machine and command
-    /// (markdown on standard output; docs/BENCHMARKS.md opens with these).
+    /// (markdown on standard output). With `--digest`, the digest docs/BENCHMARKS.md
+    /// opens with, of several scenarios.
     Summary {
-        /// Directories holding results.json, runs of one scenario.
+        /// Directories holding results.json, runs of one scenario; with `--digest`,
+        /// scenario folders each holding its runs (`SCENARIO/run-N/results.json`).
         #[arg(required = true, value_name = "DIR")]
         dirs: Vec<PathBuf>,
+        /// One digest of the scenarios DIR... in the order given: which runs, every
+        /// figure that stands alone, every ladder's latency p99 a row a rate, the files
+        /// a row a class (the tables of one scenario: `summary` of its runs).
+        #[arg(long)]
+        digest: bool,
     },
     /// Compare result directories: the first is base 100.
     Compare {
@@ -739,8 +746,14 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             );
             return Ok(());
         }
-        BenchCommand::Summary { dirs } => {
-            print!("{}", tickwire_bench_report::summary::summary(&dirs)?);
+        BenchCommand::Summary { dirs, digest } => {
+            use tickwire_bench_report::summary::{digest as digest_of, summary};
+            let md = if digest {
+                digest_of(&dirs)?
+            } else {
+                summary(&dirs)?
+            };
+            print!("{md}");
             return Ok(());
         }
         BenchCommand::Throughput(a) => ("throughput", a.into()),
