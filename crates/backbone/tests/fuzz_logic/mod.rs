@@ -4,8 +4,9 @@
 //! bug; ignoring the input is fine.
 
 use std::time::Instant;
-use tickwire_backbone::auth::{Keys, Sealer, Verifier};
+use tickwire_backbone::auth::{precheck, Keys, Sealer, Verifier};
 use tickwire_backbone::wire::{data_header, BackboneMessage, DataMessages};
+use tickwire_backbone::FilesWire;
 use tickwire_backbone::{Edge, EdgeConfig, Source, SourceConfig};
 use tickwire_core::{CoreConfig, Node};
 
@@ -55,7 +56,17 @@ fn sealing(data: &[u8]) {
     let keys = Keys::parse(&format!("00000001 {}\n", "ab".repeat(32))).expect("a key");
     const NOW: u64 = 1_800_000_000_000_000_000;
     let mut v = Verifier::default();
-    let _ = v.verify(&keys, data, NOW);
+    let checked = v.verify(&keys, data, NOW);
+    // The event loop's look without hashing refuses only what the check refuses, and
+    // for the same reason.
+    if let Err(why) = precheck(&keys, data) {
+        assert_eq!(checked, Err(why), "the precheck and the check disagree");
+    }
+    // What the files thread opens: checked the same way, whatever it holds.
+    let mut files = FilesWire::new();
+    files.set_keys(keys.clone());
+    let opened = files.open(data);
+    assert_eq!(opened.is_ok(), checked.is_ok());
     if data.len() < tickwire_backbone::wire::HEADER_LEN {
         return;
     }
