@@ -6,22 +6,8 @@ mod common;
 
 use common::*;
 use std::time::Duration;
-use tickwire_client::{Event, RequestOptions};
+use tickwire_client::Event;
 use tickwire_proto::{DataState, StreamState};
-
-/// A subscriber of FEED/SYM0 at `node`, once its refresh and an update have come.
-fn watching_sym0(node: &Node) -> tickwire_client::Subscriber {
-    let mut sub = subscriber(node.addr);
-    sub.subscribe("FEED", "SYM0", RequestOptions::default())
-        .expect("subscribe");
-    expect_event(&mut sub, T, "the refresh", |e| {
-        matches!(e, Event::Refresh { .. })
-    });
-    expect_event(&mut sub, T, "an update", |e| {
-        matches!(e, Event::Update { .. })
-    });
-    sub
-}
 
 /// A node on the backbone, once it has joined it.
 fn backbone_node(channel: &str, role: &str, name: &str) -> Node {
@@ -54,6 +40,55 @@ fn backbone_node_with_a_driver_thread(channel: &str, role: &str, name: &str) -> 
 
 const T: Duration = Duration::from_secs(20);
 
+/// The config files of a source and of an edge (`TAG-source`, `TAG-edge`) that share the
+/// `[backbone]` lines `section`.
+fn source_and_edge_configs(tag: &str, section: &str) -> (TempConfig, TempConfig) {
+    let config = |role: &str| {
+        TempConfig::new(
+            &format!("{tag}-{role}"),
+            &format!("[backbone]\nrole = \"{role}\"\n{section}"),
+        )
+    };
+    (config("source"), config("edge"))
+}
+
+/// A node started with `config`, whose `[backbone]` makes it a `role`, once it has
+/// joined the backbone.
+fn configured_backbone_node(config: &TempConfig, role: &str, name: &str) -> Node {
+    let mut node = Node::start(&["--config", config.path(), "--name", name]);
+    node.proc.wait_for_line(&format!("backbone: {role} on"), T);
+    node
+}
+
+/// Waits until `edge`'s figures list the source `name` among those it hears.
+fn wait_until_the_edge_hears(edge: &Node, name: &str) {
+    let listed = format!("{name} (");
+    let deadline = std::time::Instant::now() + T;
+    while !node_figures(edge)["TW_BB_SOURCES"]
+        .as_str()
+        .is_some_and(|s| s.contains(&listed))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the edge never saw {name}\n--- edge\n{}",
+            edge.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The source `sub` is served from was killed: its stream goes suspect, then the
+/// standby's image brings data ok again.
+fn expect_suspect_then_the_standbys_image(sub: &mut tickwire_client::Subscriber) {
+    expect_event(
+        sub,
+        T,
+        "open/suspect",
+        |e| matches!(e, Event::Status { state, .. } if state.data == DataState::Suspect),
+    );
+    expect_ok_refresh(sub, T, "a refresh from the standby");
+}
+
 #[test]
 fn a_publisher_on_the_source_reaches_subscribers_on_two_edges() {
     let ch = channel(40);
@@ -68,8 +103,7 @@ fn a_publisher_on_the_source_reaches_subscribers_on_two_edges() {
     );
     let _feed = start_publisher(&source, "FEED", 20, 200, false);
     for edge in [&edge_a, &edge_b] {
-        wait_for_image(edge.addr, "FEED", "SYM3", T)
-            .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+        wait_for_feed_image(edge, "edge", "SYM3");
     }
     // The command-line subscriber on an edge: a refresh, then updates.
     let out = run(
@@ -123,8 +157,7 @@ fn a_publisher_on_the_source_reaches_subscribers_on_two_edges() {
 
     // An edge joining late is imaged from the source's cache.
     let late = backbone_node(&ch, "edge", "edge-late");
-    wait_for_image(late.addr, "FEED", "SYM7", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- late edge\n{}", late.proc.log()));
+    wait_for_feed_image(&late, "late edge", "SYM7");
     assert_serves(late.addr, "FEED", "SYM7", 3);
 
     // An edge killed with SIGKILL says nothing: the source forgets it once it has
@@ -153,8 +186,7 @@ fn a_killed_source_makes_edge_streams_suspect_within_the_liveness_time_and_its_r
     let source = backbone_node(&ch, "source", "src");
     let edge = backbone_node(&ch, "edge", "edge");
     let mut feed = start_publisher(&source, "FEED", 5, 100, false);
-    wait_for_image(edge.addr, "FEED", "SYM0", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    wait_for_feed_image(&edge, "edge", "SYM0");
     let mut sub = watching_sym0(&edge);
 
     source.proc.signal(libc::SIGKILL);
@@ -172,13 +204,7 @@ fn a_killed_source_makes_edge_streams_suspect_within_the_liveness_time_and_its_r
 
     let source = backbone_node(&ch, "source", "src-again");
     let _feed = start_publisher(&source, "FEED", 5, 100, false);
-    let refresh = expect_event(&mut sub, T, "a refresh from the new source", |e| {
-        matches!(e, Event::Refresh { .. })
-    });
-    let Event::Refresh { state, .. } = refresh else {
-        unreachable!()
-    };
-    assert_eq!(state.data, DataState::Ok);
+    expect_ok_refresh(&mut sub, T, "a refresh from the new source");
     expect_event(&mut sub, T, "an update after recovery", |e| {
         matches!(e, Event::Update { .. })
     });
@@ -211,51 +237,6 @@ fn bad_backbone_settings_are_refused_with_the_key_and_the_allowed_values() {
     assert!(out.stderr.contains("--role"), "{}", out.stderr);
 }
 
-/// Subscribes to `items` items at `node` and checks, for `for_how_long`, that every
-/// update follows the one before it (a conflated update stands for its count):
-/// returns (updates, gaps).
-fn count_gaps(node: std::net::SocketAddr, items: usize, for_how_long: Duration) -> (u64, u64) {
-    let mut sub = subscriber(node);
-    for i in 0..items {
-        sub.subscribe("FEED", &format!("SYM{i}"), RequestOptions::default())
-            .expect("subscribe");
-    }
-    let mut seq: std::collections::HashMap<String, u32> = Default::default();
-    let (mut updates, mut gaps) = (0u64, 0u64);
-    let end = std::time::Instant::now() + for_how_long;
-    while std::time::Instant::now() < end {
-        match sub.next_event(Duration::from_millis(100)) {
-            Ok(Some(Event::Refresh { name, seq: s, .. })) => {
-                seq.insert(name, s);
-            }
-            Ok(Some(Event::Update {
-                name,
-                seq: s,
-                conflation_count: k,
-                ..
-            })) => {
-                updates += 1;
-                match seq.get(&name) {
-                    Some(&prev) if k != u16::MAX && k != 0 => {
-                        if s != prev.wrapping_add(u32::from(k.max(1))) {
-                            gaps += 1;
-                        }
-                    }
-                    Some(_) => {}
-                    None => gaps += 1, // an update before any image
-                }
-                seq.insert(name, s);
-            }
-            Ok(Some(Event::Status { name, state, .. })) => {
-                panic!("status for {name} while the source runs: {state:?}")
-            }
-            Ok(_) => {}
-            Err(e) => panic!("subscriber failed: {e}"),
-        }
-    }
-    (updates, gaps)
-}
-
 #[test]
 fn one_percent_loss_at_an_edge_is_recovered_by_aeron_with_no_gap_at_its_subscribers() {
     loss_is_recovered_without_a_gap(43, "0.01");
@@ -282,9 +263,8 @@ fn loss_is_recovered_without_a_gap(group: u8, rate: &str) {
         },
     );
     let _feed = start_publisher(&source, "FEED", 50, 2000, false);
-    wait_for_image(edge.addr, "FEED", "SYM49", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
-    let (updates, gaps) = count_gaps(edge.addr, 50, Duration::from_secs(4));
+    wait_for_feed_image(&edge, "edge", "SYM49");
+    let (updates, gaps) = SequenceWatcher::new(edge.addr, 50).follow(Duration::from_secs(4));
     eprintln!("{updates} updates through loss {rate}, {gaps} gaps");
     assert!(updates > 1000, "only {updates} updates in 4 s");
     assert_eq!(gaps, 0, "{updates} updates");
@@ -315,21 +295,15 @@ fn a_stopped_edge_slows_neither_the_source_nor_the_other_edge_and_recovers_when_
     stopped.proc.wait_for_line("backbone: edge on", T);
     let _feed = start_publisher(&source, "FEED", 20, 2000, false);
     for e in [&healthy, &stopped] {
-        wait_for_image(e.addr, "FEED", "SYM19", T)
-            .unwrap_or_else(|err| panic!("{err}\n--- edge\n{}", e.proc.log()));
+        wait_for_feed_image(e, "edge", "SYM19");
     }
     // The stopped edge has every item flowing to it, then stops reading anything.
-    let mut watcher = subscriber(stopped.addr);
-    for i in 0..20 {
-        watcher
-            .subscribe("FEED", &format!("SYM{i}"), RequestOptions::default())
-            .expect("subscribe");
-    }
+    let mut watcher = subscribed_to_feed(stopped.addr, 20);
     expect_event(&mut watcher, T, "data at the edge to stop", |e| {
         matches!(e, Event::Update { .. })
     });
     stopped.proc.signal(libc::SIGSTOP);
-    let (updates, gaps) = count_gaps(healthy.addr, 20, Duration::from_secs(4));
+    let (updates, gaps) = SequenceWatcher::new(healthy.addr, 20).follow(Duration::from_secs(4));
     stopped.proc.signal(libc::SIGCONT);
     eprintln!("healthy edge while the other was stopped: {updates} updates, {gaps} gaps");
     // 20 items at 2,000 updates/s in all: well over half must arrive in 4 s.
@@ -363,40 +337,17 @@ fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
     let first = backbone_node(&ch, "source", "src-1");
     let edge = backbone_node(&ch, "edge", "edge");
     let mut feed_1 = start_publisher(&first, "FEED", 5, 100, false);
-    wait_for_image(edge.addr, "FEED", "SYM0", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    wait_for_feed_image(&edge, "edge", "SYM0");
     let mut sub = watching_sym0(&edge);
     let second = backbone_node(&ch, "source", "src-2");
     let _feed_2 = start_publisher(&second, "FEED", 5, 100, false);
-    let deadline = std::time::Instant::now() + T;
-    while !node_figures(&edge)["TW_BB_SOURCES"]
-        .as_str()
-        .is_some_and(|s| s.contains("src-2 ("))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the edge never saw src-2"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until_the_edge_hears(&edge, "src-2");
     first.proc.signal(libc::SIGKILL);
     feed_1.kill();
     let killed = std::time::Instant::now();
-    expect_event(
-        &mut sub,
-        T,
-        "open/suspect",
-        |e| matches!(e, Event::Status { state, .. } if state.data == DataState::Suspect),
-    );
-    let refresh = expect_event(&mut sub, T, "a refresh from the standby", |e| {
-        matches!(e, Event::Refresh { .. })
-    });
+    expect_suspect_then_the_standbys_image(&mut sub);
     let took = killed.elapsed();
     eprintln!("back to ok {took:?} after the source was killed");
-    let Event::Refresh { state, .. } = refresh else {
-        unreachable!()
-    };
-    assert_eq!(state.data, DataState::Ok);
     expect_event(&mut sub, T, "updates from the standby", |e| {
         matches!(e, Event::Update { .. })
     });
@@ -458,8 +409,7 @@ fn junk_is_ignored() {
     let source = backbone_node(&ch, "source", "src");
     let mut edge = backbone_node(&ch, "edge", "edge");
     let _feed = start_publisher(&source, "FEED", 5, 200, false);
-    wait_for_image(edge.addr, "FEED", "SYM0", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    wait_for_feed_image(&edge, "edge", "SYM0");
     // A rogue Aeron publisher on the data stream: random bytes, and random bytes behind
     // a valid data header, as messages of every size.
     let mut cfg = tickwire_backbone::LinkConfig::new(&ch);
@@ -502,21 +452,11 @@ fn where_there_is_no_multicast_a_source_and_an_edge_work_over_unicast() {
         free_udp_port(),
         free_udp_port()
     );
-    let src_cfg = TempConfig::new(
-        "unicast-source",
-        &format!("[backbone]\nrole = \"source\"\n{section}"),
-    );
-    let edge_cfg = TempConfig::new(
-        "unicast-edge",
-        &format!("[backbone]\nrole = \"edge\"\n{section}"),
-    );
-    let mut source = Node::start(&["--config", src_cfg.path(), "--name", "src"]);
-    source.proc.wait_for_line("backbone: source on", T);
-    let mut edge = Node::start(&["--config", edge_cfg.path(), "--name", "edge"]);
-    edge.proc.wait_for_line("backbone: edge on", T);
+    let (src_cfg, edge_cfg) = source_and_edge_configs("unicast", &section);
+    let source = configured_backbone_node(&src_cfg, "source", "src");
+    let edge = configured_backbone_node(&edge_cfg, "edge", "edge");
     let _feed = start_publisher(&source, "FEED", 5, 200, false);
-    wait_for_image(edge.addr, "FEED", "SYM2", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    wait_for_feed_image(&edge, "edge", "SYM2");
     assert_serves(edge.addr, "FEED", "SYM2", 5);
 }
 
@@ -530,26 +470,15 @@ fn where_there_is_no_multicast_several_edges_join_a_source_by_multi_destination_
         free_udp_port(),
         free_udp_port()
     );
-    let src_cfg = TempConfig::new(
-        "mdc-source",
-        &format!("[backbone]\nrole = \"source\"\n{section}"),
-    );
-    let edge_cfg = TempConfig::new(
-        "mdc-edge",
-        &format!("[backbone]\nrole = \"edge\"\n{section}"),
-    );
-    let mut source = Node::start(&["--config", src_cfg.path(), "--name", "src"]);
-    source.proc.wait_for_line("backbone: source on", T);
-    let mut edges = Vec::new();
-    for name in ["edge-a", "edge-b"] {
-        let mut edge = Node::start(&["--config", edge_cfg.path(), "--name", name]);
-        edge.proc.wait_for_line("backbone: edge on", T);
-        edges.push(edge);
-    }
+    let (src_cfg, edge_cfg) = source_and_edge_configs("mdc", &section);
+    let source = configured_backbone_node(&src_cfg, "source", "src");
+    let edges: Vec<Node> = ["edge-a", "edge-b"]
+        .into_iter()
+        .map(|name| configured_backbone_node(&edge_cfg, "edge", name))
+        .collect();
     let _feed = start_publisher(&source, "FEED", 5, 200, false);
     for edge in &edges {
-        wait_for_image(edge.addr, "FEED", "SYM3", T)
-            .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+        wait_for_feed_image(edge, "edge", "SYM3");
         assert_serves(edge.addr, "FEED", "SYM3", 5);
     }
 }
@@ -608,44 +537,17 @@ fn without_multicast_an_edge_moves_to_its_standby_source_when_the_one_it_uses_is
             requests(b_req)
         ),
     );
-    let mut first = Node::start(&["--config", a_cfg.path(), "--name", "src-1"]);
-    first.proc.wait_for_line("backbone: source on", T);
-    let mut edge = Node::start(&["--config", edge_cfg.path(), "--name", "edge"]);
-    edge.proc.wait_for_line("backbone: edge on", T);
+    let first = configured_backbone_node(&a_cfg, "source", "src-1");
+    let edge = configured_backbone_node(&edge_cfg, "edge", "edge");
     let mut feed_1 = start_publisher(&first, "FEED", 5, 100, false);
-    wait_for_image(edge.addr, "FEED", "SYM0", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    wait_for_feed_image(&edge, "edge", "SYM0");
     let mut sub = watching_sym0(&edge);
-    let mut second = Node::start(&["--config", b_cfg.path(), "--name", "src-2"]);
-    second.proc.wait_for_line("backbone: source on", T);
+    let second = configured_backbone_node(&b_cfg, "source", "src-2");
     let _feed_2 = start_publisher(&second, "FEED", 5, 100, false);
-    let deadline = std::time::Instant::now() + T;
-    while !node_figures(&edge)["TW_BB_SOURCES"]
-        .as_str()
-        .is_some_and(|s| s.contains("src-2 ("))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the edge never saw src-2\n--- edge\n{}",
-            edge.proc.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until_the_edge_hears(&edge, "src-2");
     first.proc.signal(libc::SIGKILL);
     feed_1.kill();
-    expect_event(
-        &mut sub,
-        T,
-        "open/suspect",
-        |e| matches!(e, Event::Status { state, .. } if state.data == DataState::Suspect),
-    );
-    let refresh = expect_event(&mut sub, T, "a refresh from the standby", |e| {
-        matches!(e, Event::Refresh { .. })
-    });
-    let Event::Refresh { state, .. } = refresh else {
-        unreachable!()
-    };
-    assert_eq!(state.data, DataState::Ok);
+    expect_suspect_then_the_standbys_image(&mut sub);
     expect_event(&mut sub, T, "updates from the standby", |e| {
         matches!(e, Event::Update { .. })
     });

@@ -108,8 +108,7 @@ fn nodes_without_the_key_are_not_heard_and_what_they_send_is_counted() {
     let _feed = start_publisher(&source, "FEED", 3, 100, false);
     let _feed2 = start_publisher(&other, "FEED2", 3, 100, false);
     let _feed3 = start_publisher(&open, "FEED3", 3, 100, false);
-    wait_for_image(edge.addr, "FEED", "SYM2", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    wait_for_feed_image(&edge, "edge", "SYM2");
     // The backbone's figures are taken once a second.
     wait_for_metric(&edge_http, "tickwire_backbone_authenticated", T, |v| {
         v == 1.0
@@ -152,8 +151,7 @@ fn keys_rotate_without_a_restart_and_no_update_is_lost() {
     let (mut source, source_http, _c1) = node(&ch, "source", "src", Some(&key_s));
     let (mut edge, edge_http, _c2) = node(&ch, "edge", "edge", Some(&key_e));
     let _feed = start_publisher(&source, "FEED", 1, 200, false);
-    wait_for_image(edge.addr, "FEED", "SYM0", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    wait_for_feed_image(&edge, "edge", "SYM0");
     let mut sub = subscriber(edge.addr);
     sub.subscribe("FEED", "SYM0", RequestOptions::default())
         .unwrap();
@@ -321,8 +319,7 @@ fn forgeries() {
     let (source, _, _c1) = node(&ch, "source", "src", Some(&key_file));
     let (mut edge, edge_http, _c2) = node(&ch, "edge", "edge", Some(&key_file));
     let mut feed = start_publisher(&source, "FEED", 3, 200, false);
-    wait_for_image(edge.addr, "FEED", "SYM0", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    wait_for_feed_image(&edge, "edge", "SYM0");
 
     // The attacker: an Aeron client on the channel, hearing the source's data and
     // sending its own, with no key.

@@ -62,8 +62,7 @@ fn flood() {
         Node::start_ws(&["--backbone", &ch, "--role", "edge", "--name", "edge"]);
     edge.proc.wait_for_line("backbone: edge on", T);
     let _feed = start_publisher(&source, "FEED", 3, 200, false);
-    wait_for_image(edge.addr, "FEED", "SYM0", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
+    wait_for_feed_image(&edge, "edge", "SYM0");
     let mut sub = subscriber(edge.addr);
     sub.subscribe("FEED", "SYM0", RequestOptions::default())
         .unwrap();

@@ -207,6 +207,21 @@ fn bad_config_files_are_named_with_the_offending_key() {
     check("missing.toml", None, &[]);
 }
 
+/// `tickwire subscribe --node ADDR ARGS...`, given 20 s.
+fn subscribe(addr: &str, args: &[&str]) -> common::Output {
+    let mut all = vec!["subscribe", "--node", addr];
+    all.extend_from_slice(args);
+    run(&all, T)
+}
+
+/// `subscribe --node ADDR ARGS...` with `--json` among ARGS, which must exit 0: the
+/// objects it printed.
+fn subscribe_json(addr: &str, args: &[&str]) -> Vec<Json> {
+    let out = subscribe(addr, args);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    json_lines(&out.stdout)
+}
+
 /// Parses `--json` output: one object per line.
 fn json_lines(stdout: &str) -> Vec<Json> {
     stdout
@@ -220,11 +235,9 @@ fn subscribe_json_prints_refreshes_then_updates() {
     let node = Node::start(&[]);
     let addr = node.addr_str();
     let _feed = start_publisher(&node, "FEED", 10, 200, false);
-    let out = run(
+    let lines = subscribe_json(
+        &addr,
         &[
-            "subscribe",
-            "--node",
-            &addr,
             "--service",
             "FEED",
             "--json",
@@ -235,11 +248,8 @@ fn subscribe_json_prints_refreshes_then_updates() {
             "SYM0",
             "SYM1",
         ],
-        T,
     );
-    assert_eq!(out.code(), Some(0), "{out:?}");
-    let lines = json_lines(&out.stdout);
-    assert_eq!(lines.len(), 5, "expected exactly 5 lines:\n{}", out.stdout);
+    assert_eq!(lines.len(), 5, "expected exactly 5 lines:\n{lines:#?}");
     let mut seen = BTreeSet::new();
     for m in &lines {
         let ty = m["type"].as_str().unwrap_or("");
@@ -268,32 +278,16 @@ fn subscribe_snapshot_view_and_unknown_service() {
     let _feed = start_publisher(&node, "FEED", 10, 200, false);
 
     // A snapshot: one non-streaming refresh, then exit 0.
-    let out = run(
-        &[
-            "subscribe",
-            "--node",
-            &addr,
-            "--json",
-            "--snapshot",
-            "--timeout",
-            "15",
-            "SYM3",
-        ],
-        T,
-    );
-    assert_eq!(out.code(), Some(0), "{out:?}");
-    let lines = json_lines(&out.stdout);
-    assert_eq!(lines.len(), 1, "{}", out.stdout);
+    let lines = subscribe_json(&addr, &["--json", "--snapshot", "--timeout", "15", "SYM3"]);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
     assert_eq!(lines[0]["type"], "refresh", "{}", lines[0]);
     assert_eq!(lines[0]["item"], "SYM3", "{}", lines[0]);
     assert_eq!(lines[0]["state"]["stream"], "non-streaming", "{}", lines[0]);
 
     // A view: only the fields asked for, in the refresh and in every update.
-    let out = run(
+    let lines = subscribe_json(
+        &addr,
         &[
-            "subscribe",
-            "--node",
-            &addr,
             "--view",
             "BID,ASK",
             "--json",
@@ -303,11 +297,8 @@ fn subscribe_snapshot_view_and_unknown_service() {
             "15",
             "SYM2",
         ],
-        T,
     );
-    assert_eq!(out.code(), Some(0), "{out:?}");
-    let lines = json_lines(&out.stdout);
-    assert_eq!(lines.len(), 3, "{}", out.stdout);
+    assert_eq!(lines.len(), 3, "{lines:#?}");
     assert_eq!(lines[0]["type"], "refresh", "{}", lines[0]);
     for m in &lines {
         let fields = m["fields"].as_object().unwrap_or_else(|| panic!("{m}"));
@@ -323,19 +314,9 @@ fn subscribe_snapshot_view_and_unknown_service() {
 
 /// `subscribe --json SERVICE ITEM` prints one closed status and exits with status 1.
 fn assert_closed_with_exit_1(addr: &str, service: &str, item: &str) {
-    let out = run(
-        &[
-            "subscribe",
-            "--node",
-            addr,
-            "--service",
-            service,
-            "--json",
-            "--timeout",
-            "5",
-            item,
-        ],
-        T,
+    let out = subscribe(
+        addr,
+        &["--service", service, "--json", "--timeout", "5", item],
     );
     assert_eq!(out.code(), Some(1), "{service}/{item}: {out:?}");
     let lines = json_lines(&out.stdout);
@@ -360,23 +341,8 @@ fn subscribe_unknown_item_is_closed_with_exit_1() {
 
 /// `subscribe --json --count N ITEM`: a refresh then updates, exit 0.
 fn assert_cli_gets_refresh_and_updates(addr: &str, item: &str) {
-    let out = run(
-        &[
-            "subscribe",
-            "--node",
-            addr,
-            "--json",
-            "--count",
-            "4",
-            "--timeout",
-            "15",
-            item,
-        ],
-        T,
-    );
-    assert_eq!(out.code(), Some(0), "{out:?}");
-    let lines = json_lines(&out.stdout);
-    assert_eq!(lines.len(), 4, "{}", out.stdout);
+    let lines = subscribe_json(addr, &["--json", "--count", "4", "--timeout", "15", item]);
+    assert_eq!(lines.len(), 4, "{lines:#?}");
     assert_eq!(lines[0]["type"], "refresh", "{}", lines[0]);
     assert_eq!(lines[0]["state"]["data"], "ok", "{}", lines[0]);
     for m in &lines {
@@ -573,6 +539,14 @@ fn a_bad_flag_value_names_the_flag_and_the_key_it_sets() {
     }
 }
 
+/// The first record of a JSON log that `pred` picks; panics naming `what` if none does.
+fn json_record(log: &str, what: &str, pred: impl Fn(&Json) -> bool) -> Json {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Json>(l).ok())
+        .find(|v| pred(v))
+        .unwrap_or_else(|| panic!("no {what} record:\n{log}"))
+}
+
 #[test]
 fn log_lines_carry_the_date_and_can_be_json_and_a_bad_level_is_an_error() {
     // Text: an RFC 3339 date and time, the level, where from.
@@ -605,11 +579,9 @@ fn log_lines_carry_the_date_and_can_be_json_and_a_bad_level_is_an_error() {
         .wait_for_line("\"disconnected\"", Duration::from_secs(20));
     node.stop(Duration::from_secs(10));
     let log = node.proc.log();
-    let login: serde_json::Value = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["fields"]["message"] == "logged in" && v["fields"]["role"] == "Subscriber")
-        .unwrap_or_else(|| panic!("no subscriber login record:\n{log}"));
+    let login = json_record(&log, "subscriber login", |v| {
+        v["fields"]["message"] == "logged in" && v["fields"]["role"] == "Subscriber"
+    });
     let peer = login["fields"]["peer"].as_str().unwrap_or("");
     assert!(peer.starts_with("127.0.0.1:"), "{login}");
     // Strings as they are, not quoted a second time.
@@ -618,20 +590,16 @@ fn log_lines_carry_the_date_and_can_be_json_and_a_bad_level_is_an_error() {
         assert!(!v.starts_with('"') && !v.is_empty(), "{key}: {login}");
     }
     // The subscriber leaving is logged with the reason and who it was.
-    let gone = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["fields"]["message"] == "disconnected")
-        .unwrap_or_else(|| panic!("no disconnection record:\n{log}"));
+    let gone = json_record(&log, "disconnection", |v| {
+        v["fields"]["message"] == "disconnected"
+    });
     assert_eq!(gone["fields"]["reason"], "closed by the peer", "{gone}");
     assert_eq!(gone["fields"]["peer"], login["fields"]["peer"], "{gone}");
     assert_eq!(gone["fields"]["role"], "Subscriber", "{gone}");
     // The shutdown's totals are typed fields, not prose.
-    let stopped = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["fields"]["message"] == "node stopped")
-        .unwrap_or_else(|| panic!("no shutdown record:\n{log}"));
+    let stopped = json_record(&log, "shutdown", |v| {
+        v["fields"]["message"] == "node stopped"
+    });
     assert!(
         stopped["fields"]["connections_accepted"].as_u64() >= Some(1),
         "{stopped}"

@@ -48,22 +48,8 @@ impl Driver {
         d
     }
 
-    /// The id of the element `css` selects in session `id`.
-    fn element(&self, id: &str, css: &str) -> String {
-        let el = self.call(
-            "POST",
-            &format!("/session/{id}/element"),
-            Some(json!({"using": "css selector", "value": css})),
-        );
-        el.as_object()
-            .and_then(|o| o.values().next())
-            .and_then(Value::as_str)
-            .unwrap_or_else(|| panic!("no element {css}: {el}"))
-            .to_string()
-    }
-
-    /// A headless chromium session; its id.
-    fn new_session(&self) -> String {
+    /// A new headless chromium session, showing `url`.
+    fn open(&self, url: &str) -> Session<'_> {
         let session = self.call(
             "POST",
             "/session",
@@ -74,10 +60,16 @@ impl Driver {
                 }}}}),
             ),
         );
-        session["sessionId"]
+        let id = session["sessionId"]
             .as_str()
             .expect("a session")
-            .to_string()
+            .to_string();
+        self.call(
+            "POST",
+            &format!("/session/{id}/url"),
+            Some(json!({"url": url})),
+        );
+        Session { driver: self, id }
     }
 
     /// One WebDriver call (HTTP/1.1, Connection: close); the response's `value`.
@@ -127,6 +119,59 @@ impl Driver {
     }
 }
 
+/// A chromium session of a [`Driver`], on a page.
+struct Session<'d> {
+    driver: &'d Driver,
+    id: String,
+}
+
+impl Session<'_> {
+    /// What `script` returns, run in the page.
+    fn script(&self, script: &str) -> Value {
+        self.driver.call(
+            "POST",
+            &format!("/session/{}/execute/sync", self.id),
+            Some(json!({"script": script, "args": []})),
+        )
+    }
+
+    /// `GET /session/ID/WHAT`'s value.
+    fn get(&self, what: &str) -> Value {
+        self.driver
+            .call("GET", &format!("/session/{}/{what}", self.id), None)
+    }
+
+    /// The id of the element `css` selects.
+    fn element(&self, css: &str) -> String {
+        let el = self.driver.call(
+            "POST",
+            &format!("/session/{}/element", self.id),
+            Some(json!({"using": "css selector", "value": css})),
+        );
+        el.as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("no element {css}: {el}"))
+            .to_string()
+    }
+
+    /// Types `text` into the element `css` selects, key by key, as a user would.
+    fn type_into(&self, css: &str, text: &str) {
+        let eid = self.element(css);
+        self.driver.call(
+            "POST",
+            &format!("/session/{}/element/{eid}/value", self.id),
+            Some(json!({"text": text})),
+        );
+    }
+
+    /// Ends the session (the browser goes).
+    fn close(self) {
+        self.driver
+            .call("DELETE", &format!("/session/{}", self.id), None);
+    }
+}
+
 /// Debian's chromium binary.
 fn chromium_binary() -> String {
     ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
@@ -141,32 +186,17 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
     let (node, host) = Node::start_ws(&[]);
     let _feed = start_publisher(&node, "FEED", 2, 400, false);
     let driver = Driver::start();
-    let id = driver.new_session();
-    driver.call(
-        "POST",
-        &format!("/session/{id}/url"),
-        Some(json!({"url": format!("http://{host}/?items=SYM0,SYM1")})),
-    );
+    let page = driver.open(&format!("http://{host}/?items=SYM0,SYM1"));
     // The page's rows, as the browser shows them.
     let read_rows = || {
-        driver.call(
-            "POST",
-            &format!("/session/{id}/execute/sync"),
-            Some(json!({"script": "return [...document.querySelectorAll('#board tr')].map(tr => ({item: tr.dataset.item, refreshed: tr.dataset.refreshed || null, firstBid: tr.dataset.firstBid || null, bid: tr.dataset.bid || null, updates: Number(tr.dataset.updates), bidCell: tr.querySelector('[data-field=bid]').textContent, prices: ['bid','ask','last'].map(f => tr.querySelector('[data-field=' + f + ']').textContent), spark: [...tr.querySelectorAll('svg.spark polyline')].map(l => (l.getAttribute('points') || '').split(' ').filter(Boolean).length)}))", "args": []})),
-        )
+        page.script("return [...document.querySelectorAll('#board tr')].map(tr => ({item: tr.dataset.item, refreshed: tr.dataset.refreshed || null, firstBid: tr.dataset.firstBid || null, bid: tr.dataset.bid || null, updates: Number(tr.dataset.updates), bidCell: tr.querySelector('[data-field=bid]').textContent, prices: ['bid','ask','last'].map(f => tr.querySelector('[data-field=' + f + ']').textContent), spark: [...tr.querySelectorAll('svg.spark polyline')].map(l => (l.getAttribute('points') || '').split(' ').filter(Boolean).length)}))")
     };
     // The node panel: the node's own item (updated once a second), over the same API.
     let read_node_panel = || {
-        driver.call(
-            "POST",
-            &format!("/session/{id}/execute/sync"),
-            Some(json!({"script": "return {services: document.getElementById('n_services').dataset.value || '', subs: Number(document.getElementById('n_conns').dataset.subs || 0), latency: document.getElementById('lat').textContent, chart: [...document.querySelectorAll('#nodechart polyline')].map(l => (l.getAttribute('points') || '').split(' ').filter(Boolean).length), icon: (document.querySelector('link[rel=icon]') || {}).href || '', yaxis: document.getElementById('n_yrates').children[0].textContent, slowWho: document.getElementById('n_slow_who').textContent, serviceOptions: [...document.querySelectorAll('#service-list option')].map(o => o.value)}", "args": []})),
-        )
+        page.script("return {services: document.getElementById('n_services').dataset.value || '', subs: Number(document.getElementById('n_conns').dataset.subs || 0), latency: document.getElementById('lat').textContent, chart: [...document.querySelectorAll('#nodechart polyline')].map(l => (l.getAttribute('points') || '').split(' ').filter(Boolean).length), icon: (document.querySelector('link[rel=icon]') || {}).href || '', yaxis: document.getElementById('n_yrates').children[0].textContent, slowWho: document.getElementById('n_slow_who').textContent, serviceOptions: [...document.querySelectorAll('#service-list option')].map(o => o.value)}")
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (rows, node_panel) = loop {
-        let rows = read_rows();
-        let node_panel = read_node_panel();
+    let read = || (read_rows(), read_node_panel());
+    let done = |(rows, node_panel): &(Value, Value)| {
         let node_done = node_panel["services"]
             .as_str()
             .is_some_and(|s| s.contains("FEED up"))
@@ -186,45 +216,37 @@ fn the_dashboard_shows_refreshes_then_updates_in_a_real_browser() {
                         && row["spark"][0].as_u64().unwrap_or(0) >= 3
                 })
         });
-        if (done && node_done) || Instant::now() > deadline {
-            break (rows, node_panel);
-        }
-        std::thread::sleep(Duration::from_millis(250));
+        done && node_done
     };
-    let title = driver.call("GET", &format!("/session/{id}/title"), None);
+    let (rows, node_panel) = poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        read,
+        done,
+    );
+    let title = page.get("title");
     // The charts as the browser drew them: the first row's (bid green, ask red) and
     // the node's (updates in, blue).
     let shot = |css: &str| -> Vec<[u8; 3]> {
-        let eid = driver.element(&id, css);
-        let b64 = driver.call(
-            "GET",
-            &format!("/session/{id}/element/{eid}/screenshot"),
-            None,
-        );
+        let eid = page.element(css);
+        let b64 = page.get(&format!("element/{eid}/screenshot"));
         png_pixels(b64.as_str().expect("a base64 PNG"))
     };
     let spark = shot("#board tr svg.spark");
     let node_chart = shot("#nodechart");
     // The item picker: typing offers the node's items (GET /items) to pick from.
-    let input = driver.element(&id, "#items");
-    driver.call(
-        "POST",
-        &format!("/session/{id}/element/{input}/value"),
-        Some(json!({"text": "SYM"})),
+    page.type_into("#items", "SYM");
+    let offered = poll_until(
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || {
+            page.script(
+                "return [...document.querySelectorAll('#item-list option')].map(o => o.value)",
+            )
+        },
+        |offered| offered.as_array().is_some_and(|o| o.len() >= 2),
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let offered = loop {
-        let offered = driver.call(
-            "POST",
-            &format!("/session/{id}/execute/sync"),
-            Some(json!({"script": "return [...document.querySelectorAll('#item-list option')].map(o => o.value)", "args": []})),
-        );
-        if offered.as_array().is_some_and(|o| o.len() >= 2) || Instant::now() > deadline {
-            break offered;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    driver.call("DELETE", &format!("/session/{id}"), None);
+    page.close();
     assert_eq!(offered, json!(["SYM0", "SYM1"]), "the item picker's names");
     // The node chart's axis is labelled (updates/s flow, so its top is above 0); the
     // subscribers behind are named (none here); the services are offered to pick.
@@ -318,25 +340,16 @@ fn the_dashboard_opened_bare_shows_the_first_items_of_a_service() {
     let (node, host) = Node::start_ws(&[]);
     let _feed = start_publisher(&node, "FEED", 3, 50, false);
     let driver = Driver::start();
-    let id = driver.new_session();
-    driver.call(
-        "POST",
-        &format!("/session/{id}/url"),
-        Some(json!({"url": format!("http://{host}/")})),
+    let page = driver.open(&format!("http://{host}/"));
+    let shown = poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        || {
+            page.script("return [...document.querySelectorAll('#board tr')].filter(tr => tr.dataset.refreshed === '1').map(tr => tr.dataset.item)")
+        },
+        |shown| shown.as_array().is_some_and(|a| a.len() == 3),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let shown = loop {
-        let shown = driver.call(
-            "POST",
-            &format!("/session/{id}/execute/sync"),
-            Some(json!({"script": "return [...document.querySelectorAll('#board tr')].filter(tr => tr.dataset.refreshed === '1').map(tr => tr.dataset.item)", "args": []})),
-        );
-        if shown.as_array().is_some_and(|a| a.len() == 3) || Instant::now() > deadline {
-            break shown;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    };
-    driver.call("DELETE", &format!("/session/{id}"), None);
+    page.close();
     assert_eq!(
         shown,
         json!(["SYM0", "SYM1", "SYM2"]),
@@ -370,72 +383,43 @@ fn the_dashboard_logs_in_with_the_credentials_the_user_types() {
     .expect("config");
     let (node, host) = Node::start_ws(&["--config", cfg.to_str().unwrap()]);
     let addr = node.addr_str();
-    let _feed = Proc::spawn_with(
-        &[
-            "publish",
-            "--node",
-            &addr,
-            "--service",
-            "FEED",
-            "--items",
-            "2",
-            "--rate",
-            "200",
-            "--user",
-            "feed",
-        ],
-        |cmd| {
-            cmd.env("TICKWIRE_PASSWORD", "feed-token");
-        },
+    let _feed = publish_as(
+        "feed",
+        "feed-token",
+        &addr,
+        &["--service", "FEED", "--items", "2", "--rate", "200"],
     );
     let driver = Driver::start();
-    let id = driver.new_session();
-    driver.call(
-        "POST",
-        &format!("/session/{id}/url"),
-        Some(json!({"url": format!("http://{host}/?items=SYM0,SYM1")})),
-    );
-    let script = |s: &str| {
-        driver.call(
-            "POST",
-            &format!("/session/{id}/execute/sync"),
-            Some(json!({"script": s, "args": []})),
-        )
-    };
+    let page = driver.open(&format!("http://{host}/?items=SYM0,SYM1"));
     // Refused without a secret, the page shows its login form.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while script("return document.getElementById('loginform').style.display") != "flex" {
-        assert!(
-            Instant::now() < deadline,
-            "no login form shown\n{}",
-            node.proc.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let display = poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || page.script("return document.getElementById('loginform').style.display"),
+        |display| display == "flex",
+    );
+    assert!(
+        display == "flex",
+        "no login form shown\n{}",
+        node.proc.log()
+    );
     // Typed, key by key, as a user would.
     for (css, text) in [("#user", "trader"), ("#password", "trader pw\u{E007}")] {
-        let eid = driver.element(&id, css);
-        driver.call(
-            "POST",
-            &format!("/session/{id}/element/{eid}/value"),
-            Some(json!({"text": text})),
-        );
+        page.type_into(css, text);
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let rows = loop {
-        let rows = script(
-            "return [...document.querySelectorAll('#board tr')].map(tr => Number(tr.dataset.updates))",
-        );
-        let done = rows
-            .as_array()
-            .is_some_and(|r| r.len() == 2 && r.iter().all(|n| n.as_u64().unwrap_or(0) > 5));
-        if done || Instant::now() > deadline {
-            break rows;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    };
-    let password_left = script("return document.getElementById('password').value");
-    driver.call("DELETE", &format!("/session/{id}"), None);
+    let rows = poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        || {
+            page.script("return [...document.querySelectorAll('#board tr')].map(tr => Number(tr.dataset.updates))")
+        },
+        |rows| {
+            rows.as_array()
+                .is_some_and(|r| r.len() == 2 && r.iter().all(|n| n.as_u64().unwrap_or(0) > 5))
+        },
+    );
+    let password_left = page.script("return document.getElementById('password').value");
+    page.close();
     let log = node.proc.log();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
@@ -454,37 +438,26 @@ fn the_dashboard_of_a_node_in_a_tree_shows_its_upstream() {
     let top = Node::start(&["--name", "top"]);
     let _feed = start_publisher(&top, "FEED", 2, 400, false);
     let (pop, host) = Node::start_ws(&["--upstream", &top.addr_str(), "--name", "pop"]);
-    wait_for_image(pop.addr, "FEED", "SYM1", Duration::from_secs(20))
-        .unwrap_or_else(|e| panic!("{e}\n--- pop\n{}", pop.proc.log()));
+    wait_for_feed_image(&pop, "pop", "SYM1");
     let driver = Driver::start();
-    let id = driver.new_session();
-    driver.call(
-        "POST",
-        &format!("/session/{id}/url"),
-        Some(json!({"url": format!("http://{host}/?items=SYM0,SYM1")})),
-    );
+    let page = driver.open(&format!("http://{host}/?items=SYM0,SYM1"));
     let read = || {
-        driver.call(
-            "POST",
-            &format!("/session/{id}/execute/sync"),
-            Some(json!({"script": "return {from: document.getElementById('u_from').textContent, chain: document.getElementById('u_chain').textContent, shown: !document.getElementById('upstream').hidden, updates: [...document.querySelectorAll('#board tr')].map(tr => Number(tr.dataset.updates))}", "args": []})),
-        )
+        page.script("return {from: document.getElementById('u_from').textContent, chain: document.getElementById('u_chain').textContent, shown: !document.getElementById('upstream').hidden, updates: [...document.querySelectorAll('#board tr')].map(tr => Number(tr.dataset.updates))}")
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let seen = loop {
-        let v = read();
-        let done = v["shown"] == true
-            && v["from"].as_str().is_some_and(|f| f.starts_with("top ("))
-            && v["chain"] == "pop \u{2190} top"
-            && v["updates"]
-                .as_array()
-                .is_some_and(|u| u.len() == 2 && u.iter().all(|n| n.as_u64() > Some(10)));
-        if done || Instant::now() > deadline {
-            break v;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    };
-    driver.call("DELETE", &format!("/session/{id}"), None);
+    let seen = poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        read,
+        |v| {
+            v["shown"] == true
+                && v["from"].as_str().is_some_and(|f| f.starts_with("top ("))
+                && v["chain"] == "pop \u{2190} top"
+                && v["updates"]
+                    .as_array()
+                    .is_some_and(|u| u.len() == 2 && u.iter().all(|n| n.as_u64() > Some(10)))
+        },
+    );
+    page.close();
     assert_eq!(seen["shown"], true, "{seen}");
     assert!(
         seen["from"].as_str().unwrap_or("").starts_with("top ("),

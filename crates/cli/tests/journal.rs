@@ -46,6 +46,21 @@ fn config(listen: &str, journal_dir: &str, sync: &str) -> String {
     )
 }
 
+/// A node journaling FEED's updates as well as its posts (in a directory of its own,
+/// named after `tag`), with the directory and the config file it uses.
+fn node_journaling_updates(tag: &str) -> (TempDir, TempConfig, Node) {
+    let dir = TempDir::new(tag);
+    let cfg = TempConfig::new(
+        &format!("journal-{tag}"),
+        &format!(
+            "{}updates = true\n",
+            config("127.0.0.1:0", dir.path(), "batch")
+        ),
+    );
+    let node = Node::start(&["--config", cfg.path()]);
+    (dir, cfg, node)
+}
+
 /// `tickwire publish --accept-posts` of SYM0..SYM2, posts logged (debug), and it
 /// reconnects to a node that comes back.
 fn posting_feed(node: &str) -> Proc {
@@ -721,15 +736,7 @@ fn assert_no_gap_no_repeat(msgs: &[Value], first: u64) -> usize {
 
 #[test]
 fn a_replay_gives_the_history_from_a_seq_or_a_time_then_live_with_no_gap_or_repeat() {
-    let dir = TempDir::new("replay");
-    let cfg = TempConfig::new(
-        "journal-replay",
-        &format!(
-            "{}updates = true\n",
-            config("127.0.0.1:0", dir.path(), "batch")
-        ),
-    );
-    let node = Node::start(&["--config", cfg.path()]);
+    let (dir, _cfg, node) = node_journaling_updates("replay");
     let addr = node.addr_str();
     let _feed = Proc::spawn(&["publish", "--node", &addr, "--items", "3", "--rate", "600"]);
     wait_for_image(node.addr, "FEED", "SYM2", T).expect("the feed");
@@ -827,15 +834,7 @@ fn a_replay_gives_the_history_from_a_seq_or_a_time_then_live_with_no_gap_or_repe
 /// checked in crates/node/src/journal.rs, where the timing is the test's own.)
 #[test]
 fn a_clean_stop_keeps_every_journaled_update() {
-    let dir = TempDir::new("clean-stop");
-    let cfg = TempConfig::new(
-        "journal-clean-stop",
-        &format!(
-            "{}updates = true\n",
-            config("127.0.0.1:0", dir.path(), "batch")
-        ),
-    );
-    let mut node = Node::start(&["--config", cfg.path()]);
+    let (dir, _cfg, mut node) = node_journaling_updates("clean-stop");
     let addr = node.addr_str();
     let mut feed = Proc::spawn(&["publish", "--node", &addr, "--items", "3", "--rate", "3000"]);
     wait_for_image(node.addr, "FEED", "SYM1", T).expect("the feed");

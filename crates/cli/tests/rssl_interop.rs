@@ -107,29 +107,126 @@ fn java_on_loopback(
     java(main, &all, dir, timeout)
 }
 
+/// LSEG's ETA Consumer example pointed at 127.0.0.1:`port` with `args`, given a minute:
+/// its exit code (none if it was killed) and what it printed.
+fn eta_consumer(port: &str, args: &[&str], dir: &Path) -> (Option<i32>, String) {
+    java_on_loopback(CONSUMER, port, args, dir, Duration::from_secs(60))
+}
+
+/// As [`eta_consumer`], for a run that must end with exit code 0: what it printed.
+fn eta_consumer_output(port: &str, args: &[&str], dir: &Path) -> String {
+    let (code, out) = eta_consumer(port, args, dir);
+    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
+    out
+}
+
+/// Checks that `out` holds every one of `expected`.
+fn assert_says_all(out: &str, expected: &[&str]) {
+    for expected in expected {
+        assert!(out.contains(expected), "no {expected:?} in:\n{out}");
+    }
+}
+
+/// `items.xml` in `dir`: the perf tools' item list, MarketPrice items RDT`i` for each `i`.
+fn write_item_list(dir: &Path, numbers: impl Iterator<Item = u32>) {
+    let items: String = numbers
+        .map(|i| format!("<item domain=\"MarketPrice\" name=\"RDT{i}\" />"))
+        .collect();
+    std::fs::write(
+        dir.join("items.xml"),
+        format!("<itemList>{items}</itemList>"),
+    )
+    .expect("item file");
+}
+
+/// LSEG's ConsPerf pointed at 127.0.0.1:`port` (over `connection`, e.g. WebSocket, if
+/// not RSSL), reading the 10 items of `items.xml` with statistics every second and a
+/// steady state of `steady_state_secs`: what it printed (it must end with exit code 0).
+fn consperf(port: &str, connection: &[&str], steady_state_secs: &str, dir: &Path) -> String {
+    let mut args = connection.to_vec();
+    args.extend_from_slice(&[
+        "-itemFile",
+        "items.xml",
+        "-itemCount",
+        "10",
+        "-writeStatsInterval",
+        "1",
+        "-steadyStateTime",
+        steady_state_secs,
+        "-msgFile",
+        "MsgData.xml",
+    ]);
+    let (code, out) = java_on_loopback(
+        "com.refinitiv.eta.perftools.consperf.ConsPerf",
+        port,
+        &args,
+        dir,
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, Some(0), "ConsPerf failed:\n{out}");
+    out
+}
+
+/// A config file giving a node the SDK's field dictionary (the perf tools' fields),
+/// then `extra`.
+fn rdm_config(extra: &str) -> tempfile::NamedTempFile {
+    let cfg = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(
+        cfg.path(),
+        format!(
+            "[rssl]\nfield_dictionary = {:?}\n{extra}",
+            rtsdk().join("etc").join("RDMFieldDictionary")
+        ),
+    )
+    .expect("write config");
+    cfg
+}
+
+/// `tickwire publish` of `names` as service DIRECT_FEED (from an item file in `dir`) at
+/// `rate` updates a second, once the last name can be had from `node`.
+fn direct_feed(node: &Node, names: &[String], rate: &str, dir: &Path) -> common::Proc {
+    let file = dir.join("names.txt");
+    let lines: String = names.iter().map(|n| format!("{n}\n")).collect();
+    std::fs::write(&file, lines).expect("names");
+    let addr = node.addr_str();
+    let feed = common::Proc::spawn(&[
+        "publish",
+        "--node",
+        &addr,
+        "--service",
+        "DIRECT_FEED",
+        "--item-file",
+        file.to_str().expect("utf-8 path"),
+        "--rate",
+        rate,
+    ]);
+    let last = names.last().expect("a name");
+    common::wait_for_image(node.addr, "DIRECT_FEED", last, Duration::from_secs(10))
+        .expect("the feed");
+    feed
+}
+
 #[test]
 fn the_eta_consumer_streams_an_item_from_a_plain_node() {
     let mut node = Node::start(&[]);
     let _feed = start_publisher(&node, "FEED", 3, 50, false);
     let dir = workdir();
     let port = node.addr.port().to_string();
-    let (code, out) = java_on_loopback(
-        CONSUMER,
+    let out = eta_consumer_output(
         &port,
         &["-s", "FEED", "-mp", "SYM1", "-runtime", "5"],
         dir.path(),
-        Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
-    for expected in [
-        "State: Open/Ok/None - text: \"Login accepted by",
-        "serviceName: FEED",
-        "SYM1",
-        "22/BID:",
-        "UPDATE TYPE:",
-    ] {
-        assert!(out.contains(expected), "no {expected:?} in:\n{out}");
-    }
+    assert_says_all(
+        &out,
+        &[
+            "State: Open/Ok/None - text: \"Login accepted by",
+            "serviceName: FEED",
+            "SYM1",
+            "22/BID:",
+            "UPDATE TYPE:",
+        ],
+    );
     assert!(!out.contains("Exception"), "{out}");
     // Sizes are reals to the SDK's dictionary: sent as such, not as raw integers.
     let size = out
@@ -152,16 +249,13 @@ fn a_batch_with_a_view_and_a_snapshot_from_the_eta_consumer() {
     let dir = workdir();
     let port = node.addr.port().to_string();
     // Two items in one batch request, with the example's view (BID, ASK, TRDPRC_1, ...).
-    let (code, out) = java_on_loopback(
-        CONSUMER,
+    let out = eta_consumer_output(
         &port,
         &[
             "-s", "FEED", "-mp", "SYM1", "-mp", "SYM2", "-view", "-runtime", "4",
         ],
         dir.path(),
-        Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
     assert!(out.contains("hasView: true"), "{out}");
     assert!(out.contains("itemNames: [SYM1, SYM2]"), "{out}");
     for item in ["SYM1", "SYM2"] {
@@ -176,14 +270,11 @@ fn a_batch_with_a_view_and_a_snapshot_from_the_eta_consumer() {
         "BIDSIZE is outside the view, yet came:\n{out}"
     );
     // A snapshot: one refresh, non-streaming.
-    let (code, out) = java_on_loopback(
-        CONSUMER,
+    let out = eta_consumer_output(
         &port,
         &["-s", "FEED", "-mp", "SYM0", "-snapshot", "-runtime", "3"],
         dir.path(),
-        Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
     assert!(
         out.contains("Non-streaming/Ok"),
         "no non-streaming refresh:\n{out}"
@@ -201,12 +292,10 @@ fn rssl_can_be_moved_to_a_port_of_its_own_or_turned_off() {
     let mut node = Node::start(&["--rssl", "off"]);
     let dir = workdir();
     let port = node.addr.port().to_string();
-    let (_, out) = java_on_loopback(
-        CONSUMER,
+    let (_, out) = eta_consumer(
         &port,
         &["-s", "FEED", "-mp", "SYM1", "-runtime", "3"],
         dir.path(),
-        Duration::from_secs(60),
     );
     assert!(!out.contains("Received Login Response"), "{out}");
     node.stop(Duration::from_secs(10));
@@ -220,14 +309,11 @@ fn rssl_can_be_moved_to_a_port_of_its_own_or_turned_off() {
     // Logged before the node's address, which Node::start waited for.
     let said = format!("RSSL (LSEG Real-Time SDK applications) on {at}");
     assert!(node.proc.log().contains(&said), "{}", node.proc.log());
-    let (code, out) = java_on_loopback(
-        CONSUMER,
+    let out = eta_consumer_output(
         &rssl_port.to_string(),
         &["-s", "TICKWIRE", "-mp", "NODE", "-runtime", "3"],
         dir.path(),
-        Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("Received Login Response"), "{out}");
     node.stop(Duration::from_secs(10));
 }
@@ -239,29 +325,19 @@ fn empty_workdir() -> tempfile::TempDir {
 
 #[test]
 fn the_eta_consumer_downloads_the_dictionaries_a_node_is_given() {
-    let etc = rtsdk().join("etc");
-    let cfg = tempfile::NamedTempFile::new().expect("config file");
-    std::fs::write(
-        cfg.path(),
-        format!(
-            "[rssl]\nfield_dictionary = {:?}\nenum_dictionary = {:?}\n",
-            etc.join("RDMFieldDictionary"),
-            etc.join("enumtype.def")
-        ),
-    )
-    .expect("write config");
+    let cfg = rdm_config(&format!(
+        "enum_dictionary = {:?}\n",
+        rtsdk().join("etc").join("enumtype.def")
+    ));
     let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
     let _feed = start_publisher(&node, "FEED", 3, 20, false);
     let dir = empty_workdir();
     let port = node.addr.port().to_string();
-    let (code, out) = java_on_loopback(
-        CONSUMER,
+    let out = eta_consumer_output(
         &port,
         &["-s", "FEED", "-mp", "SYM1", "-runtime", "5"],
         dir.path(),
-        Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
     assert!(
         out.contains("Will attempt to download from provider"),
         "{out}"
@@ -284,21 +360,7 @@ fn ema_with_its_default_configuration_reads_a_plain_node() {
     }
     let mut node = Node::start(&["--listen", "127.0.0.1:14002"]);
     let dir = empty_workdir();
-    let items = dir.path().join("items.txt");
-    std::fs::write(&items, "IBM.N\n").expect("items");
-    let mut feed = common::Proc::spawn(&[
-        "publish",
-        "--node",
-        "127.0.0.1:14002",
-        "--service",
-        "DIRECT_FEED",
-        "--item-file",
-        items.to_str().expect("utf-8 path"),
-        "--rate",
-        "20",
-    ]);
-    common::wait_for_image(node.addr, "DIRECT_FEED", "IBM.N", Duration::from_secs(10))
-        .expect("the feed");
+    let mut feed = direct_feed(&node, &["IBM.N".to_string()], "20", dir.path());
     // ex100 prints what it gets for 60 s: stopped once an update is in.
     let out = java_until(
         "com.refinitiv.ema.examples.training.consumer.series100.ex100_MP_Streaming.Consumer",
@@ -318,30 +380,18 @@ fn ema_with_its_default_configuration_reads_a_plain_node() {
 
 #[test]
 fn posts_from_the_eta_consumer_reach_the_publisher_and_its_answer_comes_back() {
-    let etc = rtsdk().join("etc");
-    let cfg = tempfile::NamedTempFile::new().expect("config file");
-    std::fs::write(
-        cfg.path(),
-        format!(
-            "[rssl]\nfield_dictionary = {:?}\n[posts]\nservices = [\"FEED\"]\n",
-            etc.join("RDMFieldDictionary")
-        ),
-    )
-    .expect("write config");
+    let cfg = rdm_config("[posts]\nservices = [\"FEED\"]\n");
     let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
     // The feed applies posted BID and ASK and refuses other fields, with its reason:
     // the example posts more fields, so its Acks carry the feed's refusal.
     let _feed = common::accepting_feed(&node, 3, 20);
     let dir = workdir();
     let port = node.addr.port().to_string();
-    let (code, out) = java_on_loopback(
-        CONSUMER,
+    let out = eta_consumer_output(
         &port,
         &["-s", "FEED", "-mp", "SYM1", "-post", "-runtime", "12"],
         dir.path(),
-        Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
     assert!(
         out.contains("Received AckMsg for stream 5"),
         "no Ack on the item's stream:\n{out}"
@@ -351,14 +401,11 @@ fn posts_from_the_eta_consumer_reach_the_publisher_and_its_answer_comes_back() {
         "the feed's answer did not come back:\n{out}"
     );
     // Off-stream, on the login stream, naming an item the feed does not have.
-    let (code, out) = java_on_loopback(
-        CONSUMER,
+    let out = eta_consumer_output(
         &port,
         &["-s", "FEED", "-mp", "SYM1", "-offpost", "-runtime", "12"],
         dir.path(),
-        Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
     assert!(
         out.contains("Received AckMsg for stream 1"),
         "no Ack on the login stream:\n{out}"
@@ -390,6 +437,13 @@ struct JavaProc {
 }
 
 impl JavaProc {
+    /// `main` pointed at 127.0.0.1:`port` (`-h`, `-p`), with `args` after them.
+    fn start_on_loopback(main: &str, port: &str, args: &[&str], dir: &Path) -> JavaProc {
+        let mut all = vec!["-h", "127.0.0.1", "-p", port];
+        all.extend_from_slice(args);
+        JavaProc::start(main, &all, dir)
+    }
+
     fn start(main: &str, args: &[&str], dir: &Path) -> JavaProc {
         use std::io::Read;
         let mut child = Command::new("java")
@@ -453,18 +507,10 @@ fn the_eta_niprovider_publishes_to_native_subscribers() {
     let mut node = Node::start(&["--config", cfg.path()]);
     let dir = workdir();
     let port = node.addr.port().to_string();
-    let _nip = JavaProc::start(
+    let _nip = JavaProc::start_on_loopback(
         "com.refinitiv.eta.examples.niprovider.NIProvider",
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-mp",
-            "TRI.N",
-            "-runtime",
-            "300",
-        ],
+        &port,
+        &["-mp", "TRI.N", "-runtime", "300"],
         dir.path(),
     );
     common::wait_for_image(node.addr, "NI_PUB", "TRI.N", Duration::from_secs(JVM_START))
@@ -513,20 +559,6 @@ fn the_eta_niprovider_publishes_to_native_subscribers() {
     node.stop(Duration::from_secs(10));
 }
 
-/// A config file giving a node the SDK's field dictionary (the perf tools' fields).
-fn rdm_config() -> tempfile::NamedTempFile {
-    let cfg = tempfile::NamedTempFile::new().expect("config file");
-    std::fs::write(
-        cfg.path(),
-        format!(
-            "[rssl]\nfield_dictionary = {:?}\n",
-            rtsdk().join("etc").join("RDMFieldDictionary")
-        ),
-    )
-    .expect("write config");
-    cfg
-}
-
 /// NIProvPerf publishes 10 items at 1,000 updates/s to `source`; ConsPerf reads them
 /// from `reader` for 5 s: every refresh, the updates, and a latency. (Every ConsPerf
 /// here writes its statistics each second: its steady state starts when they first
@@ -534,21 +566,11 @@ fn rdm_config() -> tempfile::NamedTempFile {
 /// never starts.)
 fn niprovperf_to_consperf(source: &Node, reader: &Node) {
     let dir = workdir();
-    let items: String = (1..=10)
-        .map(|i| format!("<item domain=\"MarketPrice\" name=\"RDT{i}\" />"))
-        .collect();
-    std::fs::write(
-        dir.path().join("items.xml"),
-        format!("<itemList>{items}</itemList>"),
-    )
-    .expect("item file");
-    let _nip = JavaProc::start(
+    write_item_list(dir.path(), 1..=10);
+    let _nip = JavaProc::start_on_loopback(
         "com.refinitiv.eta.perftools.niprovperf.NIProvPerf",
+        &source.addr.port().to_string(),
         &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &source.addr.port().to_string(),
             "-itemFile",
             "items.xml",
             "-itemCount",
@@ -567,25 +589,7 @@ fn niprovperf_to_consperf(source: &Node, reader: &Node) {
         Duration::from_secs(JVM_START),
     )
     .expect("NIProvPerf's items where ConsPerf reads");
-    let (code, out) = java_on_loopback(
-        "com.refinitiv.eta.perftools.consperf.ConsPerf",
-        &reader.addr.port().to_string(),
-        &[
-            "-itemFile",
-            "items.xml",
-            "-itemCount",
-            "10",
-            "-writeStatsInterval",
-            "1",
-            "-steadyStateTime",
-            "5",
-            "-msgFile",
-            "MsgData.xml",
-        ],
-        dir.path(),
-        Duration::from_secs(90),
-    );
-    assert_eq!(code, Some(0), "ConsPerf failed:\n{out}");
+    let out = consperf(&reader.addr.port().to_string(), &[], "5", dir.path());
     let count = |what: &str| -> u64 {
         out.lines()
             .find_map(|l| l.trim().strip_prefix(what))
@@ -607,7 +611,7 @@ fn niprovperf_to_consperf(source: &Node, reader: &Node) {
 
 #[test]
 fn niprovperf_through_a_node_to_consperf() {
-    let cfg = rdm_config();
+    let cfg = rdm_config("");
     let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
     niprovperf_to_consperf(&node, &node);
     node.stop(Duration::from_secs(10));
@@ -615,7 +619,7 @@ fn niprovperf_through_a_node_to_consperf() {
 
 #[test]
 fn niprovperf_on_a_source_node_to_consperf_on_an_edge_across_the_backbone() {
-    let cfg = rdm_config();
+    let cfg = rdm_config("");
     let cfg = cfg.path().to_str().expect("utf-8 path");
     let ch = common::channel(80);
     let start = |role: &str, name: &str| {
@@ -642,7 +646,7 @@ fn niprovperf_on_a_source_node_to_consperf_on_an_edge_across_the_backbone() {
 
 #[test]
 fn niprovperf_on_an_upstream_node_to_consperf_on_a_node_it_feeds() {
-    let cfg = rdm_config();
+    let cfg = rdm_config("");
     let cfg = cfg.path().to_str().expect("utf-8 path");
     let mut top = Node::start(&["--config", cfg, "--name", "top"]);
     let upstream = top.addr_str();
@@ -733,7 +737,6 @@ fn an_interactive_provider_started_long_after_the_node_is_served() {
 
 #[test]
 fn provperf_through_a_node_to_consperf() {
-    let etc = rtsdk().join("etc");
     let dir = workdir();
     let port = common::free_port_for_tests().to_string();
     let _provperf = JavaProc::start(
@@ -741,15 +744,9 @@ fn provperf_through_a_node_to_consperf() {
         &["-p", &port, "-updateRate", "1000", "-runTime", "120"],
         dir.path(),
     );
-    let cfg = tempfile::NamedTempFile::new().expect("config file");
-    std::fs::write(
-        cfg.path(),
-        format!(
-            "[rssl]\nfield_dictionary = {:?}\n[[rssl.providers]]\naddress = \"127.0.0.1:{port}\"\n",
-            etc.join("RDMFieldDictionary")
-        ),
-    )
-    .expect("write config");
+    let cfg = rdm_config(&format!(
+        "[[rssl.providers]]\naddress = \"127.0.0.1:{port}\"\n"
+    ));
     let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
     common::wait_for_image(
         node.addr,
@@ -758,34 +755,9 @@ fn provperf_through_a_node_to_consperf() {
         Duration::from_secs(JVM_START),
     )
     .expect("ProvPerf's items through the node");
-    let items: String = (0..10)
-        .map(|i| format!("<item domain=\"MarketPrice\" name=\"RDT{i}\" />"))
-        .collect();
-    std::fs::write(
-        dir.path().join("items.xml"),
-        format!("<itemList>{items}</itemList>"),
-    )
-    .expect("item file");
+    write_item_list(dir.path(), 0..10);
     let node_port = node.addr.port().to_string();
-    let (code, out) = java_on_loopback(
-        "com.refinitiv.eta.perftools.consperf.ConsPerf",
-        &node_port,
-        &[
-            "-itemFile",
-            "items.xml",
-            "-itemCount",
-            "10",
-            "-writeStatsInterval",
-            "1",
-            "-steadyStateTime",
-            "6",
-            "-msgFile",
-            "MsgData.xml",
-        ],
-        dir.path(),
-        Duration::from_secs(90),
-    );
-    assert_eq!(code, Some(0), "ConsPerf failed:\n{out}");
+    let out = consperf(&node_port, &[], "6", dir.path());
     assert!(out.contains("Refreshes received: 10"), "{out}");
     assert!(
         out.contains("Latency avg (usec):"),
@@ -798,61 +770,19 @@ fn provperf_through_a_node_to_consperf() {
 fn consperf_over_websocket_reads_the_source_directory_and_items() {
     let (mut node, ws) = Node::start_ws(&[]);
     let dir = workdir();
-    let names: String = (1..=10).map(|i| format!("RDT{i}\n")).collect();
-    std::fs::write(dir.path().join("names.txt"), names).expect("names");
-    let addr = node.addr_str();
-    let names_path = dir.path().join("names.txt");
-    let mut feed = common::Proc::spawn(&[
-        "publish",
-        "--node",
-        &addr,
-        "--service",
-        "DIRECT_FEED",
-        "--item-file",
-        names_path.to_str().expect("utf-8 path"),
-        "--rate",
-        "200",
-    ]);
-    common::wait_for_image(node.addr, "DIRECT_FEED", "RDT10", Duration::from_secs(10))
-        .expect("the feed");
-    let items: String = (1..=10)
-        .map(|i| format!("<item domain=\"MarketPrice\" name=\"RDT{i}\" />"))
-        .collect();
-    std::fs::write(
-        dir.path().join("items.xml"),
-        format!("<itemList>{items}</itemList>"),
-    )
-    .expect("item file");
+    let names: Vec<String> = (1..=10).map(|i| format!("RDT{i}")).collect();
+    let mut feed = direct_feed(&node, &names, "200", dir.path());
+    write_item_list(dir.path(), 1..=10);
     let port = ws.rsplit(':').next().expect("port").to_string();
-    let (code, out) = java(
-        "com.refinitiv.eta.perftools.consperf.ConsPerf",
-        &[
-            "-connType",
-            "websocket",
-            "-pl",
-            "tr_json2",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-itemFile",
-            "items.xml",
-            "-itemCount",
-            "10",
-            "-writeStatsInterval",
-            "1",
-            // Also ConsPerf's limit for every image to come (it gives up after it):
-            // over WebSocket JSON, with the test file's other JVMs sharing two CPUs,
-            // they took over 3 s once.
-            "-steadyStateTime",
-            "10",
-            "-msgFile",
-            "MsgData.xml",
-        ],
+    // The steady state's 10 s are also ConsPerf's limit for every image to come (it
+    // gives up after it): over WebSocket JSON, with the test file's other JVMs sharing
+    // two CPUs, they took over 3 s once.
+    let out = consperf(
+        &port,
+        &["-connType", "websocket", "-pl", "tr_json2"],
+        "10",
         dir.path(),
-        Duration::from_secs(90),
     );
-    assert_eq!(code, Some(0), "ConsPerf failed:\n{out}");
     assert!(out.contains("Refreshes received: 10"), "{out}");
     let updates: u64 = out
         .lines()
@@ -886,14 +816,12 @@ fn an_rssl_login_is_held_to_the_users_file() {
     write_cfg("none");
     let mut node = Node::start(&["--config", cfg.to_str().expect("utf-8 path")]);
     let port = node.addr.port().to_string();
-    let (_, out) = java_on_loopback(
-        CONSUMER,
+    let (_, out) = eta_consumer(
         &port,
         &[
             "-s", "FEED", "-mp", "SYM1", "-uname", "mallory", "-runtime", "5",
         ],
         dir.path(),
-        Duration::from_secs(60),
     );
     assert!(out.contains("Closed/Suspect"), "no refusal:\n{out}");
     assert!(
@@ -905,26 +833,21 @@ fn an_rssl_login_is_held_to_the_users_file() {
     write_cfg("subscribe");
     let mut node = Node::start(&["--config", cfg.to_str().expect("utf-8 path")]);
     let addr = node.addr_str();
-    let mut feed_proc = common::Proc::spawn_with(
-        &[
-            "publish", "--node", &addr, "--user", "feed", "--items", "3", "--rate", "20",
-        ],
-        |c| {
-            c.env("TICKWIRE_PASSWORD", "feed-token-0123456789");
-        },
+    let mut feed_proc = common::publish_as(
+        "feed",
+        "feed-token-0123456789",
+        &addr,
+        &["--items", "3", "--rate", "20"],
     );
     common::wait_for_image(node.addr, "FEED", "SYM2", Duration::from_secs(10)).expect("the feed");
     let port = node.addr.port().to_string();
-    let (code, out) = java_on_loopback(
-        CONSUMER,
+    let out = eta_consumer_output(
         &port,
         &[
             "-s", "FEED", "-mp", "SYM1", "-uname", "mallory", "-runtime", "4",
         ],
         dir.path(),
-        Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "{out}");
     assert!(
         out.contains("22/BID:"),
         "no data for an anonymous subscriber:\n{out}"
@@ -940,20 +863,10 @@ fn the_watchlist_consumer_recovers_its_item_across_a_node_restart() {
     let mut node = Node::start(&["--listen", &listen]);
     let mut feed = start_publisher(&node, "DIRECT_FEED", 3, 50, false);
     let dir = workdir();
-    let consumer = JavaProc::start(
+    let consumer = JavaProc::start_on_loopback(
         "com.refinitiv.eta.valueadd.examples.watchlistconsumer.WatchlistConsumer",
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-s",
-            "DIRECT_FEED",
-            "-mp",
-            "SYM1",
-            "-runTime",
-            "120",
-        ],
+        &port.to_string(),
+        &["-s", "DIRECT_FEED", "-mp", "SYM1", "-runTime", "120"],
         dir.path(),
     );
     let wait = |needle: &str, from: usize, secs: u64| {
@@ -1004,8 +917,7 @@ fn the_eta_consumer_reads_a_tls_node_over_the_sdks_encrypted_connection_type() {
         .expect("run keytool (part of the JRE .ci/test installs)");
     assert!(keytool.status.success(), "keytool: {keytool:?}");
     let port = node.addr.port().to_string();
-    let (code, out) = java_on_loopback(
-        CONSUMER,
+    let out = eta_consumer_output(
         &port,
         &[
             "-connectionType",
@@ -1024,19 +936,18 @@ fn the_eta_consumer_reads_a_tls_node_over_the_sdks_encrypted_connection_type() {
             "4",
         ],
         dir.path(),
-        Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "the consumer failed:\n{out}");
     // RIPC inside TLS: the handshake, the login, the dictionaries downloaded (no files
     // in its folder), and the node's own item with every field known.
-    for expected in [
-        "Connected component version: tickwire",
-        "State: Open/Ok/None - text: \"Login accepted by",
-        "Field Dictionary complete",
-        "NODE\nDOMAIN: MARKET_PRICE\nState: Open/Ok",
-    ] {
-        assert!(out.contains(expected), "no {expected:?} in:\n{out}");
-    }
+    assert_says_all(
+        &out,
+        &[
+            "Connected component version: tickwire",
+            "State: Open/Ok/None - text: \"Login accepted by",
+            "Field Dictionary complete",
+            "NODE\nDOMAIN: MARKET_PRICE\nState: Open/Ok",
+        ],
+    );
     assert!(!out.contains("not found in dictionary"), "{out}");
     assert!(!out.contains("Exception"), "{out}");
     node.stop(Duration::from_secs(10));
@@ -1047,15 +958,7 @@ fn posts_reach_an_interactive_provider_and_its_acks_come_back() {
     let port = common::free_port_for_tests();
     let dir = workdir();
     let provider = eta_provider(port, 300, dir.path());
-    let cfg = tempfile::NamedTempFile::new().expect("config file");
-    std::fs::write(
-        cfg.path(),
-        format!(
-            "[rssl]\nfield_dictionary = {:?}\n[posts]\nservices = [\"DIRECT_FEED\"]\n",
-            rtsdk().join("etc").join("RDMFieldDictionary")
-        ),
-    )
-    .expect("write config");
+    let cfg = rdm_config("[posts]\nservices = [\"DIRECT_FEED\"]\n");
     let at = format!("127.0.0.1:{port}");
     let mut node = Node::start(&[
         "--config",
@@ -1080,14 +983,11 @@ fn posts_reach_an_interactive_provider_and_its_acks_come_back() {
         ),
     ];
     for (flag, stream, answer) in answers {
-        let (code, out) = java_on_loopback(
-            CONSUMER,
+        let out = eta_consumer_output(
             &node_port,
             &["-s", "DIRECT_FEED", "-mp", "TRI.N", flag, "-runtime", "7"],
             dir.path(),
-            Duration::from_secs(60),
         );
-        assert_eq!(code, Some(0), "the consumer failed:\n{out}");
         let acked = format!("Received AckMsg for stream {stream}");
         assert!(out.contains(&acked), "{flag}: no {acked:?} in:\n{out}");
         assert!(out.contains(answer), "{flag}: no {answer:?} in:\n{out}");

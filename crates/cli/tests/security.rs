@@ -82,39 +82,27 @@ fn secured(name: &str) -> Secured {
 /// items can be had.
 fn start_feed(s: &Secured) -> Proc {
     let addr = s.node.addr_str();
-    let p = Proc::spawn_with(
-        &[
-            "publish",
-            "--node",
-            &addr,
-            "--service",
-            "FEED",
-            "--items",
-            "5",
-            "--rate",
-            "50",
-            "--user",
-            "feed",
-        ],
-        |cmd| {
-            cmd.env("TICKWIRE_PASSWORD", "feed-token-0123456789");
-        },
+    let p = publish_as(
+        "feed",
+        "feed-token-0123456789",
+        &addr,
+        &["--service", "FEED", "--items", "5", "--rate", "50"],
     );
     let pw = s.dir.write("alice.pw", "alice pass\n");
-    let deadline = Instant::now() + T;
-    loop {
-        let out = snapshot_as(s, "alice", &pw, "SYM4");
-        if out.code() == Some(0) && out.stdout.contains("\"refresh\"") {
-            return p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the feed never became available: {}\n{}",
-            out.stderr,
-            s.node.proc.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let refreshed = |out: &Output| out.code() == Some(0) && out.stdout.contains("\"refresh\"");
+    let out = poll_until(
+        T,
+        Duration::from_millis(200),
+        || snapshot_as(s, "alice", &pw, "SYM4"),
+        refreshed,
+    );
+    assert!(
+        refreshed(&out),
+        "the feed never became available: {}\n{}",
+        out.stderr,
+        s.node.proc.log()
+    );
+    p
 }
 
 fn snapshot_as(s: &Secured, user: &str, password_file: &str, item: &str) -> Output {
@@ -202,19 +190,20 @@ fn nobody_but_the_entitled_publisher_can_take_a_service_over() {
     let addr = s.node.addr_str();
     // alice, a real user, tries to publish FEED with her own password.
     let alice_pw = s.dir.write("alice.pw", "alice pass\n");
-    let mut impostor = Proc::spawn(&[
-        "publish",
-        "--node",
-        &addr,
-        "--service",
-        "FEED",
-        "--items",
-        "5",
-        "--user",
-        "alice",
-        "--password-file",
-        &alice_pw,
-    ]);
+    let publish_feed_as = |login: &[&str]| {
+        let mut args = vec![
+            "publish",
+            "--node",
+            &addr,
+            "--service",
+            "FEED",
+            "--items",
+            "5",
+        ];
+        args.extend_from_slice(login);
+        Proc::spawn(&args)
+    };
+    let mut impostor = publish_feed_as(&["--user", "alice", "--password-file", &alice_pw]);
     s.node.proc.log(); // (drained by its thread)
     let deadline = Instant::now() + T;
     while !s
@@ -232,17 +221,7 @@ fn nobody_but_the_entitled_publisher_can_take_a_service_over() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // An anonymous one is refused at login.
-    let mut anon = Proc::spawn(&[
-        "publish",
-        "--node",
-        &addr,
-        "--service",
-        "FEED",
-        "--items",
-        "5",
-        "--user",
-        "x",
-    ]);
+    let mut anon = publish_feed_as(&["--user", "x"]);
     // Its stderr is read by a thread: wait for the line, not only for the exit.
     anon.wait_for_line("a secret is required", T);
     let ended = anon.wait_exit(T);
@@ -317,6 +296,33 @@ fn print_config_never_shows_a_secret() {
     );
 }
 
+type Ws = tungstenite::WebSocket<std::net::TcpStream>;
+
+/// A tr_json2 WebSocket client of the node's WebSocket API at `ws_addr`.
+fn ws_client(ws_addr: &str) -> Ws {
+    ws_connect(&format!("ws://{ws_addr}/WebSocket"), "tr_json2").0
+}
+
+fn ws_send(ws: &mut Ws, v: &serde_json::Value) {
+    ws.send(tungstenite::Message::text(v.to_string()))
+        .expect("send");
+}
+
+/// Reads one frame's messages into `got` (none if the read timed out); an error is the
+/// connection's end.
+fn ws_read_into(ws: &mut Ws, got: &mut Vec<serde_json::Value>) -> Result<(), tungstenite::Error> {
+    match ws.read() {
+        Ok(tungstenite::Message::Text(t)) => {
+            let v: serde_json::Value = serde_json::from_str(&t).expect("JSON");
+            got.extend(v.as_array().cloned().unwrap_or_default());
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(e) if ws_read_timed_out(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// One WebSocket JSON session: sends `msgs`, then collects what arrives until `done`
 /// says so or the node closes (bounded).
 fn ws_session(
@@ -324,38 +330,15 @@ fn ws_session(
     msgs: &[serde_json::Value],
     done: impl Fn(&[serde_json::Value]) -> bool,
 ) -> Vec<serde_json::Value> {
-    use tungstenite::client::IntoClientRequest;
-    let mut req = format!("ws://{ws_addr}/WebSocket")
-        .into_client_request()
-        .expect("request");
-    req.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        tungstenite::http::HeaderValue::from_static("tr_json2"),
-    );
-    let stream = std::net::TcpStream::connect(ws_addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let (mut ws, _) = tungstenite::client(req, stream).expect("WebSocket handshake");
+    let mut ws = ws_client(ws_addr);
     for m in msgs {
-        ws.send(tungstenite::Message::text(m.to_string()))
-            .expect("send");
+        ws_send(&mut ws, m);
     }
     let deadline = Instant::now() + T;
     let mut got = Vec::new();
     while Instant::now() < deadline && !done(&got) {
-        match ws.read() {
-            Ok(tungstenite::Message::Text(t)) => {
-                let v: serde_json::Value = serde_json::from_str(&t).expect("JSON");
-                got.extend(v.as_array().cloned().unwrap_or_default());
-            }
-            Ok(_) => {}
-            Err(tungstenite::Error::Io(e))
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => break, // closed by the node
+        if ws_read_into(&mut ws, &mut got).is_err() {
+            break; // closed by the node
         }
     }
     got
@@ -446,23 +429,11 @@ fn a_user_sees_only_the_services_they_may_read_in_the_directory() {
     let mut bob = login("bob");
     let mut feeds = Vec::new();
     for service in ["ALPHA", "FEED"] {
-        feeds.push(Proc::spawn_with(
-            &[
-                "publish",
-                "--node",
-                &node.addr_str(),
-                "--service",
-                service,
-                "--items",
-                "2",
-                "--rate",
-                "20",
-                "--user",
-                "feed",
-            ],
-            |cmd| {
-                cmd.env("TICKWIRE_PASSWORD", "feed-token-0123456789");
-            },
+        feeds.push(publish_as(
+            "feed",
+            "feed-token-0123456789",
+            &node.addr_str(),
+            &["--service", service, "--items", "2", "--rate", "20"],
         ));
         let deadline = Instant::now() + T;
         loop {
@@ -502,54 +473,28 @@ fn a_user_sees_only_the_services_they_may_read_in_the_directory() {
     // Over the WebSocket API: a request without a service is FEED's for alice (ALPHA,
     // first in the node's directory, is not in hers). Sent once the login Refresh is
     // in, as applications do: the directory comes with the login.
-    use tungstenite::client::IntoClientRequest;
-    let mut req = format!("ws://{ws_addr}/WebSocket")
-        .into_client_request()
-        .expect("request");
-    req.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        tungstenite::http::HeaderValue::from_static("tr_json2"),
-    );
-    let stream = std::net::TcpStream::connect(&ws_addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let (mut ws, _) = tungstenite::client(req, stream).expect("WebSocket handshake");
-    let read_until = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>, id: i64| {
+    let mut ws = ws_client(&ws_addr);
+    let read_until = |ws: &mut Ws, id: i64| {
         let deadline = Instant::now() + T;
         let mut got: Vec<serde_json::Value> = Vec::new();
         while !got.iter().any(|m| m["ID"] == id) {
             assert!(Instant::now() < deadline, "no answer on ID {id}: {got:?}");
-            match ws.read() {
-                Ok(tungstenite::Message::Text(t)) => {
-                    let v: serde_json::Value = serde_json::from_str(&t).expect("JSON");
-                    got.extend(v.as_array().cloned().unwrap_or_default());
-                }
-                Ok(_) => {}
-                Err(tungstenite::Error::Io(e))
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => panic!("WebSocket: {e}; got {got:?}"),
+            if let Err(e) = ws_read_into(ws, &mut got) {
+                panic!("WebSocket: {e}; got {got:?}");
             }
         }
         got.into_iter().find(|m| m["ID"] == id).unwrap()
     };
-    let send = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>, v: serde_json::Value| {
-        ws.send(tungstenite::Message::text(v.to_string()))
-            .expect("send")
-    };
-    send(
+    ws_send(
         &mut ws,
-        serde_json::json!({"ID": 1, "Domain": "Login", "Key": {"Name": "alice",
+        &serde_json::json!({"ID": 1, "Domain": "Login", "Key": {"Name": "alice",
             "Elements": {"Password": "alice pass"}}}),
     );
     let login = read_until(&mut ws, 1);
     assert_eq!(login["Type"], "Refresh", "{login}");
-    send(
+    ws_send(
         &mut ws,
-        serde_json::json!({"ID": 2, "Key": {"Name": "SYM0"}}),
+        &serde_json::json!({"ID": 2, "Key": {"Name": "SYM0"}}),
     );
     let answer = read_until(&mut ws, 2);
     assert_eq!(answer["Type"], "Refresh", "{answer}");

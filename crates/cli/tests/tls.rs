@@ -14,8 +14,6 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tungstenite::client::IntoClientRequest;
-use tungstenite::http::HeaderValue;
 use tungstenite::Message;
 
 /// A node with `[tls]` and the WebSocket API on, and the WebSocket address it logged
@@ -24,36 +22,37 @@ fn start_tls_node(certs: &Certs) -> (Node, String) {
     certs.start_node("")
 }
 
+/// `tickwire subscribe --node ADDR ARGS...`, given 15 s.
+fn subscribe(addr: &str, args: &[&str]) -> Output {
+    let mut all = vec!["subscribe", "--node", addr];
+    all.extend_from_slice(args);
+    run(&all, Duration::from_secs(15))
+}
+
 /// `tickwire subscribe --tls --ca CERT --snapshot SYM0` until it answers (the
 /// publisher's images may still be on their way), at most 20 s.
 fn tls_snapshot(node: &Node, ca: &str) -> Output {
     let addr = node.addr_str();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = run(
-            &[
-                "subscribe",
-                "--node",
-                &addr,
-                "--tls",
-                "--ca",
-                ca,
-                "--snapshot",
-                "--json",
-                "--timeout",
-                "5",
-                "SYM0",
-            ],
-            Duration::from_secs(15),
-        );
-        if out.code() == Some(0) || Instant::now() >= deadline {
-            return out;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let args = [
+        "--tls",
+        "--ca",
+        ca,
+        "--snapshot",
+        "--json",
+        "--timeout",
+        "5",
+        "SYM0",
+    ];
+    poll_until(
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || subscribe(&addr, &args),
+        |out| out.code() == Some(0),
+    )
 }
 
-fn start_tls_publisher(node: &Node, ca: &str) -> Proc {
+/// `tickwire publish --tls --ca CA` of `items` items of FEED at `rate` updates a second.
+fn start_tls_publisher(node: &Node, ca: &str, items: &str, rate: &str) -> Proc {
     let addr = node.addr_str();
     Proc::spawn(&[
         "publish",
@@ -65,10 +64,16 @@ fn start_tls_publisher(node: &Node, ca: &str) -> Proc {
         "--service",
         "FEED",
         "--items",
-        "5",
+        items,
         "--rate",
-        "200",
+        rate,
     ])
+}
+
+/// The snapshot of the publisher's SYM0 over TLS answers at last.
+fn assert_tls_snapshot_answers(node: &Node, ca: &str, feed: &Proc) {
+    let out = tls_snapshot(node, ca);
+    assert_eq!(out.code(), Some(0), "{}\n{}", out.stderr, feed.log());
 }
 
 #[test]
@@ -77,7 +82,7 @@ fn publish_and_subscribe_over_tls_and_clients_that_cannot_are_refused_clearly() 
     let other = Certs::new("other");
     let (mut node, _) = start_tls_node(&certs);
     let ca = certs.cert_str();
-    let mut feed = start_tls_publisher(&node, &ca);
+    let mut feed = start_tls_publisher(&node, &ca, "5", "200");
 
     // End to end: publisher and subscriber over TLS.
     let out = tls_snapshot(&node, &ca);
@@ -141,18 +146,7 @@ fn publish_and_subscribe_over_tls_and_clients_that_cannot_are_refused_clearly() 
     assert!(updates >= 50, "{updates} updates\n{}", out.stdout);
 
     // A plain client on the TLS port: a clear error, at once.
-    let out = run(
-        &[
-            "subscribe",
-            "--node",
-            &addr,
-            "--snapshot",
-            "--timeout",
-            "5",
-            "SYM0",
-        ],
-        Duration::from_secs(15),
-    );
+    let out = subscribe(&addr, &["--snapshot", "--timeout", "5", "SYM0"]);
     assert_ne!(out.code(), Some(0));
     assert!(
         out.stderr.contains("TLS") && out.stderr.contains("--tls"),
@@ -173,11 +167,9 @@ fn publish_and_subscribe_over_tls_and_clients_that_cannot_are_refused_clearly() 
 
     // A client that trusts another certificate: refused with a certificate error.
     let other_ca = other.cert_str();
-    let out = run(
+    let out = subscribe(
+        &addr,
         &[
-            "subscribe",
-            "--node",
-            &addr,
             "--tls",
             "--ca",
             &other_ca,
@@ -186,7 +178,6 @@ fn publish_and_subscribe_over_tls_and_clients_that_cannot_are_refused_clearly() 
             "5",
             "SYM0",
         ],
-        Duration::from_secs(15),
     );
     assert_ne!(out.code(), Some(0));
     assert!(
@@ -196,30 +187,16 @@ fn publish_and_subscribe_over_tls_and_clients_that_cannot_are_refused_clearly() 
     );
 
     // --tls without --ca says what is missing.
-    let out = run(
-        &["subscribe", "--node", &addr, "--tls", "SYM0"],
-        Duration::from_secs(15),
-    );
+    let out = subscribe(&addr, &["--tls", "SYM0"]);
     assert_ne!(out.code(), Some(0));
     assert!(out.stderr.contains("--ca"), "{}", out.stderr);
 
     // A TLS client on a node without TLS: says so.
     let plain = Node::start(&[]);
     let plain_addr = plain.addr_str();
-    let out = run(
-        &[
-            "subscribe",
-            "--node",
-            &plain_addr,
-            "--tls",
-            "--ca",
-            &ca,
-            "--snapshot",
-            "--timeout",
-            "5",
-            "SYM0",
-        ],
-        Duration::from_secs(15),
+    let out = subscribe(
+        &plain_addr,
+        &["--tls", "--ca", &ca, "--snapshot", "--timeout", "5", "SYM0"],
     );
     assert_ne!(out.code(), Some(0));
     assert!(
@@ -292,15 +269,9 @@ fn websocket_over_wss_logs_in_and_gets_a_refresh_and_the_dashboard_is_served_ove
     let certs = Certs::new("wss");
     let (node, url) = start_tls_node(&certs);
     let ca = certs.cert_str();
-    let mut feed = start_tls_publisher(&node, &ca);
-    let out = tls_snapshot(&node, &ca);
-    assert_eq!(out.code(), Some(0), "{}\n{}", out.stderr, feed.log());
-    let hostport = url
-        .trim_start_matches("wss://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let mut feed = start_tls_publisher(&node, &ca, "5", "200");
+    assert_tls_snapshot_answers(&node, &ca, &feed);
+    let hostport = host_port(&url).to_string();
 
     // https GET of the dashboard page.
     let mut s = tls_connect(&hostport, &certs.cert());
@@ -335,13 +306,8 @@ fn websocket_over_wss_logs_in_and_gets_a_refresh_and_the_dashboard_is_served_ove
     );
 
     // wss: the WebSocket API over TLS.
-    let mut req = url.as_str().into_client_request().expect("request");
-    req.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        HeaderValue::from_static("tr_json2"),
-    );
     let stream = tls_connect(&hostport, &certs.cert());
-    let (mut ws, _) = tungstenite::client(req, stream).expect("WebSocket handshake over TLS");
+    let (mut ws, _) = ws_handshake(&url, "tr_json2", stream);
     let send = |ws: &mut tungstenite::WebSocket<TlsStream>, v: Value| {
         ws.send(Message::text(v.to_string())).expect("send")
     };
@@ -373,11 +339,7 @@ fn websocket_over_wss_logs_in_and_gets_a_refresh_and_the_dashboard_is_served_ove
                 }
             }
             Ok(_) => {}
-            Err(tungstenite::Error::Io(e))
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
+            Err(e) if ws_read_timed_out(&e) => {}
             Err(e) => panic!("wss read: {e}"),
         }
     }
@@ -397,36 +359,15 @@ fn websocket_over_wss_logs_in_and_gets_a_refresh_and_the_dashboard_is_served_ove
 fn a_tls_subscriber_that_stops_reading_is_conflated_and_catches_up() {
     use tickwire_client::{ConnectOptions, Event, RequestOptions, Subscriber};
     let certs = Certs::new("slow");
-    let config = certs.dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[tls]\ncert = {:?}\nkey = {:?}\n[limits]\nsocket_send_buffer_bytes = 65536\n\
-             [slow_consumer]\npolicy = \"conflate\"\nconflate_above_bytes = 65536\n",
-            certs.cert_str(),
-            certs.key().display().to_string()
-        ),
-    )
-    .unwrap();
-    let config = config.display().to_string();
+    let config = certs.tls_config(
+        "[limits]\nsocket_send_buffer_bytes = 65536\n\
+         [slow_consumer]\npolicy = \"conflate\"\nconflate_above_bytes = 65536\n",
+    );
     let node = Node::start(&["--config", &config]);
     let ca = certs.cert_str();
     let addr = node.addr_str();
-    let feed = Proc::spawn(&[
-        "publish",
-        "--node",
-        &addr,
-        "--tls",
-        "--ca",
-        &ca,
-        "--service",
-        "FEED",
-        "--items",
-        "20",
-        "--rate",
-        "5000",
-    ]);
-    assert_eq!(tls_snapshot(&node, &ca).code(), Some(0), "{}", feed.log());
+    let feed = start_tls_publisher(&node, &ca, "20", "5000");
+    assert_tls_snapshot_answers(&node, &ca, &feed);
 
     let mut opts = ConnectOptions::new(addr.clone());
     opts.tls = Some(client_config(&certs.cert()));
@@ -483,15 +424,9 @@ fn the_lab_websocket_subscriber_measures_over_wss() {
     let certs = Certs::new("perf-wss");
     let (node, url) = start_tls_node(&certs);
     let ca = certs.cert_str();
-    let feed = start_tls_publisher(&node, &ca);
-    let out = tls_snapshot(&node, &ca);
-    assert_eq!(out.code(), Some(0), "{}\n{}", out.stderr, feed.log());
-    let hostport = url
-        .trim_start_matches("wss://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let feed = start_tls_publisher(&node, &ca, "5", "200");
+    assert_tls_snapshot_answers(&node, &ca, &feed);
+    let hostport = host_port(&url).to_string();
     let out = run(
         &[
             "perf-ws-sub",

@@ -7,7 +7,7 @@ use common::*;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use tickwire_client::{Event, RequestOptions, Subscriber};
+use tickwire_client::{Event, RequestOptions};
 use tickwire_proto::{code, DataState, StreamState};
 
 const T: Duration = Duration::from_secs(20);
@@ -38,78 +38,6 @@ fn wait_for_figures(node: &Node, what: &str, pred: impl Fn(&serde_json::Value) -
     );
 }
 
-/// A subscriber and the last sequence number of each of its items.
-struct Watcher {
-    sub: Subscriber,
-    seq: HashMap<String, u32>,
-    /// Updates that stood for several (conflated on the way).
-    conflated: u64,
-}
-
-/// Follows the sequence numbers of every item for `for_how_long`: returns (updates,
-/// gaps). A conflated update stands for its count.
-fn follow(w: &mut Watcher, for_how_long: Duration) -> (u64, u64) {
-    let Watcher {
-        sub,
-        seq,
-        conflated,
-    } = w;
-    let (mut updates, mut gaps) = (0u64, 0u64);
-    let end = Instant::now() + for_how_long;
-    while Instant::now() < end {
-        match sub.next_event(Duration::from_millis(100)) {
-            Ok(Some(Event::Refresh { name, seq: s, .. })) => {
-                seq.insert(name, s);
-            }
-            Ok(Some(Event::Update {
-                name,
-                seq: s,
-                conflation_count: k,
-                ..
-            })) => {
-                updates += 1;
-                *conflated += u64::from(k > 1);
-                match seq.get(&name) {
-                    Some(&prev) if k != u16::MAX && k != 0 => {
-                        if s != prev.wrapping_add(u32::from(k.max(1))) {
-                            if gaps < 3 {
-                                eprintln!("gap: {name} seq {prev} then {s} (count {k})");
-                            }
-                            gaps += 1;
-                        }
-                    }
-                    Some(_) => {}
-                    None => gaps += 1, // an update before any image
-                }
-                seq.insert(name, s);
-            }
-            Ok(Some(Event::Status { name, state, .. })) => {
-                panic!("status for {name} while everything runs: {state:?}")
-            }
-            Ok(_) => {}
-            Err(e) => panic!("subscriber failed: {e}"),
-        }
-    }
-    (updates, gaps)
-}
-
-fn watching(node: SocketAddr, items: usize) -> Subscriber {
-    let mut sub = subscriber(node);
-    for i in 0..items {
-        sub.subscribe("FEED", &format!("SYM{i}"), RequestOptions::default())
-            .expect("subscribe");
-    }
-    sub
-}
-
-fn watcher(node: SocketAddr, items: usize) -> Watcher {
-    Watcher {
-        sub: watching(node, items),
-        seq: HashMap::new(),
-        conflated: 0,
-    }
-}
-
 fn is_suspect(e: &Event) -> bool {
     matches!(e, Event::Status { state, .. }
         if state.stream == StreamState::Open && state.data == DataState::Suspect)
@@ -129,13 +57,13 @@ fn a_chain_of_three_nodes_serves_every_level_in_order_and_each_knows_its_chain()
         )
     });
     // Every update of every item reaches the leaf, in order.
-    let mut at_leaf = watcher(c.addr, 20);
-    let mut at_middle = watcher(b.addr, 5);
-    let (updates, gaps) = follow(&mut at_leaf, Duration::from_secs(3));
+    let mut at_leaf = SequenceWatcher::new(c.addr, 20);
+    let mut at_middle = SequenceWatcher::new(b.addr, 5);
+    let (updates, gaps) = at_leaf.follow(Duration::from_secs(3));
     eprintln!("leaf: {updates} updates, {gaps} gaps");
     assert!(updates > 300, "only {updates} updates at the leaf in 3 s");
     assert_eq!(gaps, 0);
-    let (updates, gaps) = follow(&mut at_middle, Duration::from_secs(1));
+    let (updates, gaps) = at_middle.follow(Duration::from_secs(1));
     assert!(updates > 20 && gaps == 0, "{updates} updates, {gaps} gaps");
     // Each node knows the chain above it; the leaf's says where it is fed from.
     wait_for_figures(&c, "the whole chain", |f| {
@@ -170,15 +98,8 @@ fn a_killed_upstream_makes_streams_suspect_and_the_link_moves_to_the_next_one() 
     let mut feed1 = start_publisher(&first, "FEED", 5, 100, false);
     let _feed2 = start_publisher(&second, "FEED", 5, 100, false);
     let edge = downstream(&[first.addr, second.addr], "edge", &[]);
-    wait_for_image(edge.addr, "FEED", "SYM0", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
-    let mut sub = watching(edge.addr, 1);
-    expect_event(&mut sub, T, "the refresh", |e| {
-        matches!(e, Event::Refresh { .. })
-    });
-    expect_event(&mut sub, T, "an update", |e| {
-        matches!(e, Event::Update { .. })
-    });
+    wait_for_feed_image(&edge, "edge", "SYM0");
+    let mut sub = watching_sym0(&edge);
     wait_for_figures(&edge, "the primary as upstream", |f| {
         f["TW_UPSTREAM"]
             .as_str()
@@ -194,13 +115,7 @@ fn a_killed_upstream_makes_streams_suspect_and_the_link_moves_to_the_next_one() 
     };
     assert_eq!(state.code, code::CONNECTION_LOST, "{state:?}");
     // The standby's image returns the stream to ok, then its updates flow.
-    let refresh = expect_event(&mut sub, T, "a refresh from the standby", |e| {
-        matches!(e, Event::Refresh { .. })
-    });
-    let Event::Refresh { state, .. } = refresh else {
-        unreachable!()
-    };
-    assert_eq!(state.data, DataState::Ok);
+    expect_ok_refresh(&mut sub, T, "a refresh from the standby");
     expect_event(&mut sub, T, "an update after the move", |e| {
         matches!(e, Event::Update { .. })
     });
@@ -220,9 +135,8 @@ fn an_upstream_that_comes_back_gets_the_whole_watchlist_asked_again() {
     let top = Node::start(&["--listen", &listen, "--name", "top"]);
     let mut feed = start_publisher(&top, "FEED", 10, 100, false);
     let edge = downstream(&[upstream_addr], "edge", &[]);
-    wait_for_image(edge.addr, "FEED", "SYM9", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- edge\n{}", edge.proc.log()));
-    let mut sub = watching(edge.addr, 10);
+    wait_for_feed_image(&edge, "edge", "SYM9");
+    let mut sub = subscribed_to_feed(edge.addr, 10);
     let mut refreshed = 0;
     expect_event(&mut sub, T, "ten refreshes", |e| {
         refreshed += matches!(e, Event::Refresh { .. }) as usize;
@@ -260,12 +174,7 @@ fn an_upstream_that_comes_back_gets_the_whole_watchlist_asked_again() {
         }
         back.len() == 10
     });
-    let mut w = Watcher {
-        sub,
-        seq: back,
-        conflated: 0,
-    };
-    let (updates, gaps) = follow(&mut w, Duration::from_secs(2));
+    let (updates, gaps) = SequenceWatcher::of(sub, back).follow(Duration::from_secs(2));
     assert!(updates > 20 && gaps == 0, "{updates} updates, {gaps} gaps");
 }
 
@@ -316,17 +225,16 @@ fn a_stopped_downstream_node_does_not_slow_its_upstream_and_catches_up_when_resu
     let top = Node::start(&["--name", "top", "--config", cfg.path()]);
     let _feed = start_publisher(&top, "FEED", 20, 20_000, false);
     let mut stopped = downstream(&[top.addr], "stopped", &[]);
-    wait_for_image(stopped.addr, "FEED", "SYM19", T)
-        .unwrap_or_else(|e| panic!("{e}\n--- downstream\n{}", stopped.proc.log()));
-    let mut behind = watcher(stopped.addr, 20);
-    let (updates, gaps) = follow(&mut behind, Duration::from_secs(1));
+    wait_for_feed_image(&stopped, "downstream", "SYM19");
+    let mut behind = SequenceWatcher::new(stopped.addr, 20);
+    let (updates, gaps) = behind.follow(Duration::from_secs(1));
     assert!(updates > 100 && gaps == 0, "{updates} updates, {gaps} gaps");
 
     // Stopped for 3 s (under the 15 s in which three missed heartbeats drop it): the
     // top node conflates for it and its own subscriber keeps the full rate.
     stopped.proc.signal(libc::SIGSTOP);
-    let mut direct = watcher(top.addr, 20);
-    let (updates, gaps) = follow(&mut direct, Duration::from_secs(3));
+    let mut direct = SequenceWatcher::new(top.addr, 20);
+    let (updates, gaps) = direct.follow(Duration::from_secs(3));
     stopped.proc.signal(libc::SIGCONT);
     eprintln!("direct subscriber while the downstream node was stopped: {updates} updates");
     assert!(
@@ -335,7 +243,7 @@ fn a_stopped_downstream_node_does_not_slow_its_upstream_and_catches_up_when_resu
     );
     // Resumed: its subscriber catches up, conflated updates counting for what they
     // stand for, never a gap.
-    let (updates, gaps) = follow(&mut behind, Duration::from_secs(3));
+    let (updates, gaps) = behind.follow(Duration::from_secs(3));
     eprintln!(
         "after resuming: {updates} updates, {gaps} gaps, {} conflated",
         behind.conflated

@@ -8,8 +8,6 @@ use common::*;
 use serde_json::{json, Value};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use tungstenite::client::IntoClientRequest;
-use tungstenite::http::HeaderValue;
 use tungstenite::{Message, WebSocket};
 
 /// A client and the messages it has received but not looked at yet.
@@ -18,35 +16,8 @@ struct Ws {
     queue: std::collections::VecDeque<Value>,
 }
 
-/// `tickwire node --ws 127.0.0.1:0` and the WebSocket address it logged.
-fn start_node_ws(extra: &[&str]) -> (Node, String) {
-    let mut args = vec!["--ws", "127.0.0.1:0"];
-    args.extend_from_slice(extra);
-    let mut node = Node::start(&args);
-    let line = node
-        .proc
-        .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
-    let url = line
-        .split("WebSocket API on ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .expect("url in the log line")
-        .to_string();
-    (node, url)
-}
-
 fn connect(url: &str, protocol: &str) -> Ws {
-    let mut req = url.into_client_request().expect("request");
-    req.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        HeaderValue::from_str(protocol).unwrap(),
-    );
-    let host = url.trim_start_matches("ws://").split('/').next().unwrap();
-    let stream = TcpStream::connect(host).expect("tcp connect");
-    stream
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let (ws, resp) = tungstenite::client(req, stream).expect("WebSocket handshake");
+    let (ws, resp) = ws_connect(url, protocol);
     let ws = Ws {
         ws,
         queue: Default::default(),
@@ -79,11 +50,7 @@ fn next_frame(ws: &mut Ws, timeout: Duration) -> Option<Vec<Value>> {
             }
             Ok(Message::Close(_)) => return None,
             Ok(_) => {}
-            Err(tungstenite::Error::Io(e))
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
+            Err(e) if ws_read_timed_out(&e) => {}
             Err(e) => panic!("WebSocket read failed: {e}"),
         }
     }
@@ -139,7 +106,7 @@ fn login(ws: &mut Ws) -> Value {
 
 #[test]
 fn login_items_batch_view_snapshot_and_close_work_like_the_published_api() {
-    let (node, url) = start_node_ws(&[]);
+    let (node, url) = Node::start_ws_url(&[]);
     let _feed = start_publisher(&node, "FEED", 20, 2_000, false);
     let mut ws = connect(&url, "tr_json2");
 
@@ -270,7 +237,7 @@ fn login_items_batch_view_snapshot_and_close_work_like_the_published_api() {
 
 #[test]
 fn bad_input_gets_an_error_or_a_status_and_the_session_goes_on() {
-    let (node, url) = start_node_ws(&["--heartbeat-ms", "1000"]);
+    let (node, url) = Node::start_ws_url(&["--heartbeat-ms", "1000"]);
     let _feed = start_publisher(&node, "FEED", 5, 500, false);
     let mut ws = connect(&url, "rssl.json.v2");
     login(&mut ws);
@@ -341,7 +308,7 @@ fn bad_input_gets_an_error_or_a_status_and_the_session_goes_on() {
     send(&mut ws, json!({"Type": "Pong"}));
 
     // A WebSocket request on another path, or without the subprotocol, is refused.
-    let host = url.trim_start_matches("ws://").split('/').next().unwrap();
+    let host = host_port(&url);
     let wrong = format!("ws://{host}/other");
     let stream = TcpStream::connect(host).unwrap();
     assert!(tungstenite::client(wrong.as_str(), stream).is_err());
@@ -359,7 +326,7 @@ fn a_websocket_client_that_stops_reading_gets_conflated_updates() {
         "[limits]\nsocket_send_buffer_bytes = 65536\n[slow_consumer]\nconflate_above_bytes = 65536\n",
     )
     .unwrap();
-    let (mut node, url) = start_node_ws(&["--config", dir.to_str().unwrap()]);
+    let (mut node, url) = Node::start_ws_url(&["--config", dir.to_str().unwrap()]);
     let _feed = start_publisher(&node, "FEED", 100, 10_000, false);
     let names: Vec<String> = (0..100).map(|i| format!("SYM{i}")).collect();
     let open_all = |ws: &mut Ws| {
@@ -428,7 +395,7 @@ fn a_websocket_client_that_stops_reading_gets_conflated_updates() {
 /// with a view.
 #[test]
 fn a_python_websocket_client_written_like_the_published_examples_works_unchanged() {
-    let (node, url) = start_node_ws(&["--heartbeat-ms", "1000"]);
+    let (node, url) = Node::start_ws_url(&["--heartbeat-ms", "1000"]);
     let _feed = start_publisher(&node, "FEED", 10, 2_000, false);
     let py = python_with_websocket_client();
     let script =
@@ -487,86 +454,47 @@ fn a_python_websocket_client_written_like_the_published_examples_works_unchanged
     }
 }
 
-/// A Python child whose stdout lines arrive on a channel; killed on drop.
-struct PyApp {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<String>,
-    stderr: std::thread::JoinHandle<String>,
-}
-
-impl PyApp {
-    fn spawn(script: &str, args: &[&str]) -> PyApp {
-        use std::io::{BufRead, Read};
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/clients")
-            .join(script);
-        let mut child = std::process::Command::new(python_with_websocket_client())
+/// A Python application of tests/clients, running: its stdout lines as they come.
+fn python_app(script: &str, args: &[&str]) -> ChildLines {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(script);
+    ChildLines::spawn(
+        std::process::Command::new(python_with_websocket_client())
             .arg(&script)
             .args(args)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("run the Python application");
-        let (tx, lines) = std::sync::mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                let _ = tx.send(line);
-            }
-        });
-        let mut err = child.stderr.take().unwrap();
-        let stderr = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
-        PyApp {
-            child,
-            lines,
-            stderr,
-        }
-    }
-
-    /// The next stdout line that is a JSON object satisfying `pred`, within `timeout`.
-    fn expect_line(
-        &mut self,
-        timeout: Duration,
-        what: &str,
-        pred: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let deadline = Instant::now() + timeout;
-        let mut seen = Vec::new();
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                        if pred(&v) {
-                            return v;
-                        }
-                    }
-                    seen.push(line);
-                }
-                Err(_) => break,
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let stderr = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new))
-            .join()
-            .unwrap_or_default();
-        panic!("no {what} from the application within {timeout:?}; stdout: {seen:#?}\nstderr:\n{stderr}");
-    }
+            .stdin(std::process::Stdio::null()),
+        "run the Python application",
+    )
 }
 
-impl Drop for PyApp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// The next stdout line of `app` that is a JSON object satisfying `pred`, within
+/// `timeout`.
+fn expect_line(
+    app: &mut ChildLines,
+    timeout: Duration,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    let mut seen = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match app.lines.recv_timeout(left) {
+            Ok(line) => {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if pred(&v) {
+                        return v;
+                    }
+                }
+                seen.push(line);
+            }
+            Err(_) => break,
+        }
     }
+    let stderr = app.kill_for_stderr();
+    panic!(
+        "no {what} from the application within {timeout:?}; stdout: {seen:#?}\nstderr:\n{stderr}"
+    );
 }
 
 /// LSEG's own Python library (lseg-data, Apache-2.0, from PyPI), unmodified, pointed at the
@@ -575,12 +503,12 @@ impl Drop for PyApp {
 /// contribution. Its last values must equal the node's cache.
 #[test]
 fn lsegs_own_python_library_streams_from_the_node_unchanged() {
-    let (node, url) = start_node_ws(&["--heartbeat-ms", "1000"]);
+    let (node, url) = Node::start_ws_url(&["--heartbeat-ms", "1000"]);
     let feed = start_publisher(&node, "FEED", 10, 2_000, false);
-    let host = url.trim_start_matches("ws://").split('/').next().unwrap();
+    let host = host_port(&url);
     let items = ["SYM0", "SYM1", "SYM2"];
     let fields = ["BID", "ASK", "TRDPRC_1", "ACVOL_1"];
-    let mut app = PyApp::spawn(
+    let mut app = python_app(
         "lseg_data_app.py",
         &[
             "--host",
@@ -595,13 +523,13 @@ fn lsegs_own_python_library_streams_from_the_node_unchanged() {
             "30",
         ],
     );
-    let streaming = app.expect_line(Duration::from_secs(90), "streaming event", |v| {
+    let streaming = expect_line(&mut app, Duration::from_secs(90), "streaming event", |v| {
         v["event"] == "streaming"
     });
     assert_eq!(streaming["ok"], true, "every item had 20 updates");
     // The feed goes away: the node must tell the library's streams their data is stale.
     drop(feed);
-    let v = app.expect_line(Duration::from_secs(90), "summary", |v| {
+    let v = expect_line(&mut app, Duration::from_secs(90), "summary", |v| {
         v.get("session").is_some()
     });
     let status = wait_timeout(&mut app.child, Duration::from_secs(30));
@@ -674,9 +602,8 @@ fn a_websocket_client_at_the_bottom_of_a_node_tree_streams_and_reads_the_figures
     let top = Node::start(&["--name", "top"]);
     let _feed = start_publisher(&top, "FEED", 20, 2_000, false);
     let middle = Node::start(&["--upstream", &top.addr_str(), "--name", "middle"]);
-    let (leaf, url) = start_node_ws(&["--upstream", &middle.addr_str(), "--name", "leaf"]);
-    wait_for_image(leaf.addr, "FEED", "SYM0", Duration::from_secs(20))
-        .unwrap_or_else(|e| panic!("{e}\n--- leaf\n{}", leaf.proc.log()));
+    let (leaf, url) = Node::start_ws_url(&["--upstream", &middle.addr_str(), "--name", "leaf"]);
+    wait_for_feed_image(&leaf, "leaf", "SYM0");
     let mut ws = connect(&url, "tr_json2");
     login(&mut ws);
     send(
@@ -718,7 +645,7 @@ fn a_websocket_client_at_the_bottom_of_a_node_tree_streams_and_reads_the_figures
 /// quote is what the item's subscribers see.
 #[test]
 fn a_python_client_posting_like_the_published_example_gets_positive_acks() {
-    let (node, url) = start_node_ws(&["--posts", "FEED"]);
+    let (node, url) = Node::start_ws_url(&["--posts", "FEED"]);
     let _feed = accepting_feed(&node, 3, 0);
     let out = std::process::Command::new(python_with_websocket_client())
         .arg(

@@ -11,9 +11,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(20);
@@ -41,19 +39,14 @@ fn setup(tag: &str) -> Setup {
         ),
     );
     let (node, url) = certs.start_node(&format!("[security]\nusers_file = {users:?}\n"));
-    let hostport = url
-        .trim_start_matches("wss://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let hostport = host_port(&url).to_string();
     let items = certs.write("items.txt", "TRI.N\n");
     let (addr, ca) = (node.addr_str(), certs.cert_str());
-    let feed = Proc::spawn_with(
+    let feed = publish_as(
+        "feed",
+        FEED_TOKEN,
+        &addr,
         &[
-            "publish",
-            "--node",
-            &addr,
             "--tls",
             "--ca",
             &ca,
@@ -63,18 +56,12 @@ fn setup(tag: &str) -> Setup {
             &items,
             "--rate",
             "20",
-            "--user",
-            "feed",
         ],
-        |cmd| {
-            cmd.env("TICKWIRE_PASSWORD", FEED_TOKEN);
-        },
     );
     // TRI.N can be had once a snapshot of it, as alice, answers with a refresh.
     let pw = certs.write("alice.pw", &format!("{ALICE_PASSWORD}\n"));
-    let deadline = Instant::now() + T;
-    loop {
-        let out = run(
+    let snapshot = || {
+        run(
             &[
                 "subscribe",
                 "--node",
@@ -93,19 +80,17 @@ fn setup(tag: &str) -> Setup {
                 "TRI.N",
             ],
             T,
-        );
-        if out.code() == Some(0) && out.stdout.contains("\"refresh\"") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "TRI.N never became available: {}\n--- publisher\n{}\n--- node\n{}",
-            out.stderr,
-            feed.log(),
-            node.proc.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        )
+    };
+    let refreshed = |out: &Output| out.code() == Some(0) && out.stdout.contains("\"refresh\"");
+    let out = poll_until(T, Duration::from_millis(200), snapshot, refreshed);
+    assert!(
+        refreshed(&out),
+        "TRI.N never became available: {}\n--- publisher\n{}\n--- node\n{}",
+        out.stderr,
+        feed.log(),
+        node.proc.log()
+    );
     Setup {
         certs,
         node,
@@ -130,11 +115,9 @@ fn python(s: &Setup) -> Command {
 /// The token-login client, running: what it prints, a JSON document at a time (it
 /// pretty-prints every message it sends and receives, one key per line).
 struct Example {
-    child: Child,
-    lines: mpsc::Receiver<String>,
+    app: ChildLines,
     /// Everything it printed so far.
     printed: Vec<String>,
-    stderr: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Example {
@@ -142,32 +125,18 @@ impl Example {
         let script =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/token_login.py");
         let (host, port) = s.hostport.rsplit_once(':').unwrap();
-        let mut child = python(s)
-            .arg(script)
-            .args(["--hostname", host, "--port", port])
-            .args(["--auth_hostname", host, "--auth_port", port])
-            .args(["--user", user, "--password", password])
-            .args(["--app_id", "555", "--position", "127.0.0.1"])
-            .spawn()
-            .expect("run the token-login client");
-        let (tx, lines) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let mut err = child.stderr.take().unwrap();
-        let stderr = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
+        let app = ChildLines::spawn(
+            python(s)
+                .arg(script)
+                .args(["--hostname", host, "--port", port])
+                .args(["--auth_hostname", host, "--auth_port", port])
+                .args(["--user", user, "--password", password])
+                .args(["--app_id", "555", "--position", "127.0.0.1"]),
+            "run the token-login client",
+        );
         Example {
-            child,
-            lines,
+            app,
             printed: Vec::new(),
-            stderr: Some(stderr),
         }
     }
 
@@ -177,7 +146,7 @@ impl Example {
         let deadline = Instant::now() + timeout;
         let mut doc: Option<String> = None;
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            let Ok(line) = self.lines.recv_timeout(left) else {
+            let Ok(line) = self.app.lines.recv_timeout(left) else {
                 break;
             };
             self.printed.push(line.clone());
@@ -206,10 +175,10 @@ impl Example {
 
     /// Waits for it to exit by itself; its output.
     fn finish(&mut self, timeout: Duration) -> String {
-        let Some(status) = wait_timeout(&mut self.child, timeout) else {
+        let Some(status) = wait_timeout(&mut self.app.child, timeout) else {
             self.fail(&format!("still running after {timeout:?}"))
         };
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+        while let Ok(line) = self.app.lines.recv_timeout(Duration::from_secs(5)) {
             self.printed.push(line);
         }
         assert!(
@@ -221,24 +190,11 @@ impl Example {
     }
 
     fn fail(&mut self, why: &str) -> ! {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let stderr = self
-            .stderr
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default();
+        let stderr = self.app.kill_for_stderr();
         panic!(
             "the token-login client: {why}\n--- stdout\n{}\n--- stderr\n{stderr}",
             self.printed.join("\n")
         );
-    }
-}
-
-impl Drop for Example {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

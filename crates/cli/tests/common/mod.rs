@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use tickwire_client::{ConnectOptions, Event, OwnedState, RequestOptions, Subscriber};
 use tickwire_proto::frame::{FrameReader, FrameWriter};
 use tickwire_proto::{
-    DecodeError, Login, Message, MessageIter, MessageType, Request, Role, StreamState,
+    DataState, DecodeError, Login, Message, MessageIter, MessageType, Request, Role, StreamState,
     DEFAULT_MAX_FRAME, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 
@@ -109,6 +110,24 @@ pub(crate) fn run(args: &[&str], timeout: Duration) -> Output {
         status,
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// Takes a reading every `pause` until `done` holds of one or `timeout` has passed; the
+/// last reading either way, for the caller to assert on.
+pub(crate) fn poll_until<T>(
+    timeout: Duration,
+    pause: Duration,
+    mut read: impl FnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let reading = read();
+        if done(&reading) || Instant::now() > deadline {
+            return reading;
+        }
+        std::thread::sleep(pause);
     }
 }
 
@@ -343,19 +362,31 @@ impl Node {
     /// `tickwire node --listen 127.0.0.1:0 --ws 127.0.0.1:0 EXTRA...`, and its WebSocket
     /// address (host:port), once it has logged it.
     pub(crate) fn start_ws(extra: &[&str]) -> (Node, String) {
+        let (node, url) = Node::start_ws_url(extra);
+        let addr = host_port(&url).to_string();
+        (node, addr)
+    }
+
+    /// As [`Node::start_ws`], with the whole URL it logged (`ws://HOST:PORT/WebSocket`).
+    pub(crate) fn start_ws_url(extra: &[&str]) -> (Node, String) {
         let mut args = vec!["--ws", "127.0.0.1:0"];
         args.extend_from_slice(extra);
         let mut node = Node::start(&args);
-        let line = node
+        let url = node.logged_ws_url("ws://");
+        (node, url)
+    }
+
+    /// The URL of the node's `WebSocket API on URL` log line, whose scheme starts with
+    /// `scheme`, once it has logged it.
+    pub(crate) fn logged_ws_url(&mut self, scheme: &str) -> String {
+        let line = self
             .proc
-            .wait_for_line("WebSocket API on ws://", START_TIMEOUT);
-        let addr = line
-            .split("ws://")
+            .wait_for_line(&format!("WebSocket API on {scheme}"), START_TIMEOUT);
+        line.split("WebSocket API on ")
             .nth(1)
-            .and_then(|r| r.split('/').next())
-            .expect("address in the log line")
-            .to_string();
-        (node, addr)
+            .and_then(|r| r.split_whitespace().next())
+            .expect("url in the log line")
+            .to_string()
     }
 
     pub(crate) fn is_running(&mut self) -> bool {
@@ -558,6 +589,123 @@ pub(crate) fn assert_serves(node: SocketAddr, service: &str, item: &str, updates
             &format!("update {}", i + 1),
             |e| matches!(e, Event::Update { name, .. } if name == item),
         );
+    }
+}
+
+/// `tickwire publish --node NODE ARGS... --user USER`, logging in with `token` (given in
+/// TICKWIRE_PASSWORD, so that it stays off the command line).
+pub(crate) fn publish_as(user: &str, token: &str, node: &str, args: &[&str]) -> Proc {
+    let mut all = vec!["publish", "--node", node];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--user", user]);
+    Proc::spawn_with(&all, |cmd| {
+        cmd.env("TICKWIRE_PASSWORD", token);
+    })
+}
+
+/// Waits (20 s at most) until FEED's `item` can be had from `node`, a node fed from
+/// elsewhere (an upstream, the backbone); panics with its log, headed `who`, if not.
+pub(crate) fn wait_for_feed_image(node: &Node, who: &str, item: &str) {
+    wait_for_image(node.addr, "FEED", item, Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}\n--- {who}\n{}", node.proc.log()));
+}
+
+/// A subscriber to FEED's SYM0..SYM{items-1} at `node`.
+pub(crate) fn subscribed_to_feed(node: SocketAddr, items: usize) -> Subscriber {
+    let mut sub = subscriber(node);
+    for i in 0..items {
+        sub.subscribe("FEED", &format!("SYM{i}"), RequestOptions::default())
+            .expect("subscribe");
+    }
+    sub
+}
+
+/// A subscriber of FEED/SYM0 at `node`, once its refresh and an update have come.
+pub(crate) fn watching_sym0(node: &Node) -> Subscriber {
+    let t = Duration::from_secs(20);
+    let mut sub = subscribed_to_feed(node.addr, 1);
+    expect_event(&mut sub, t, "the refresh", |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    expect_event(&mut sub, t, "an update", |e| {
+        matches!(e, Event::Update { .. })
+    });
+    sub
+}
+
+/// Waits for the next refresh and checks that its data is ok (a stream recovered).
+pub(crate) fn expect_ok_refresh(sub: &mut Subscriber, timeout: Duration, what: &str) {
+    let refresh = expect_event(sub, timeout, what, |e| matches!(e, Event::Refresh { .. }));
+    let Event::Refresh { state, .. } = refresh else {
+        unreachable!()
+    };
+    assert_eq!(state.data, DataState::Ok);
+}
+
+/// A subscriber to FEED's items and the last sequence number of each.
+pub(crate) struct SequenceWatcher {
+    pub sub: Subscriber,
+    pub seq: HashMap<String, u32>,
+    /// Updates that stood for several (conflated on the way).
+    pub conflated: u64,
+}
+
+impl SequenceWatcher {
+    /// Watches SYM0..SYM{items-1} of FEED at `node`.
+    pub(crate) fn new(node: SocketAddr, items: usize) -> SequenceWatcher {
+        SequenceWatcher::of(subscribed_to_feed(node, items), HashMap::new())
+    }
+
+    /// Watches what `sub` has asked for, its items' sequence numbers so far in `seq`.
+    pub(crate) fn of(sub: Subscriber, seq: HashMap<String, u32>) -> SequenceWatcher {
+        SequenceWatcher {
+            sub,
+            seq,
+            conflated: 0,
+        }
+    }
+
+    /// Follows the sequence numbers of every item for `for_how_long`: returns (updates,
+    /// gaps). A conflated update stands for its count; a status panics, as nothing
+    /// should interrupt the streams meanwhile.
+    pub(crate) fn follow(&mut self, for_how_long: Duration) -> (u64, u64) {
+        let (mut updates, mut gaps) = (0u64, 0u64);
+        let end = Instant::now() + for_how_long;
+        while Instant::now() < end {
+            match self.sub.next_event(Duration::from_millis(100)) {
+                Ok(Some(Event::Refresh { name, seq: s, .. })) => {
+                    self.seq.insert(name, s);
+                }
+                Ok(Some(Event::Update {
+                    name,
+                    seq: s,
+                    conflation_count: k,
+                    ..
+                })) => {
+                    updates += 1;
+                    self.conflated += u64::from(k > 1);
+                    match self.seq.get(&name) {
+                        Some(&prev) if k != u16::MAX && k != 0 => {
+                            if s != prev.wrapping_add(u32::from(k.max(1))) {
+                                if gaps < 3 {
+                                    eprintln!("gap: {name} seq {prev} then {s} (count {k})");
+                                }
+                                gaps += 1;
+                            }
+                        }
+                        Some(_) => {}
+                        None => gaps += 1, // an update before any image
+                    }
+                    self.seq.insert(name, s);
+                }
+                Ok(Some(Event::Status { name, state, .. })) => {
+                    panic!("status for {name} while everything runs: {state:?}")
+                }
+                Ok(_) => {}
+                Err(e) => panic!("subscriber failed: {e}"),
+            }
+        }
+        (updates, gaps)
     }
 }
 
@@ -833,27 +981,27 @@ impl Certs {
         p.display().to_string()
     }
 
-    /// A node with `[tls]` (this certificate), the WebSocket API on, and `extra`
-    /// config; the WebSocket URL it logged (`wss://...`).
-    pub(crate) fn start_node(&self, extra: &str) -> (Node, String) {
-        let config = self.write(
+    /// `node.toml` in the directory: `[tls]` with this certificate, then `extra`; its
+    /// path.
+    pub(crate) fn tls_config(&self, extra: &str) -> String {
+        self.write(
             "node.toml",
             &format!(
                 "[tls]\ncert = {:?}\nkey = {:?}\n{extra}",
                 self.cert_str(),
                 self.key().display().to_string()
             ),
-        );
+        )
+    }
+
+    /// A node with `[tls]` (this certificate), the WebSocket API on, and `extra`
+    /// config; the WebSocket URL it logged (`wss://...`).
+    pub(crate) fn start_node(&self, extra: &str) -> (Node, String) {
+        let config = self.tls_config(extra);
         let mut node = Node::start(&["--config", &config, "--ws", "127.0.0.1:0"]);
         assert!(node.line.contains("TLS only"), "{}", node.line);
-        let line = node.proc.wait_for_line("WebSocket API on ", START_TIMEOUT);
-        let url = line
-            .split("WebSocket API on ")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .expect("url in the log line")
-            .to_string();
-        assert!(url.starts_with("wss://"), "{line}");
+        let url = node.logged_ws_url("");
+        assert!(url.starts_with("wss://"), "{url}");
         (node, url)
     }
 }
@@ -893,6 +1041,55 @@ pub(crate) fn python_with_websocket_client() -> std::path::PathBuf {
         py.display()
     );
     py
+}
+
+/// A child (a Python client, say) whose stdout lines arrive on a channel as it prints
+/// them and whose stderr a thread gathers; killed on drop.
+pub(crate) struct ChildLines {
+    pub child: Child,
+    pub lines: mpsc::Receiver<String>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl ChildLines {
+    /// Spawns `cmd` (`what` names it if it cannot start) with stdout and stderr piped.
+    pub(crate) fn spawn(cmd: &mut Command, what: &str) -> ChildLines {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let stderr = collect(child.stderr.take().expect("stderr"));
+        ChildLines {
+            child,
+            lines,
+            stderr: Some(stderr),
+        }
+    }
+
+    /// Kills the child; what it wrote to stderr (once: empty after).
+    pub(crate) fn kill_for_stderr(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ChildLines {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The node's own figures (service TICKWIRE, item NODE), as `subscribe --json` prints
@@ -948,6 +1145,57 @@ pub(crate) fn in_network_namespace<T: Send + 'static>(f: impl FnOnce() -> T + Se
     thread
         .join()
         .unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
+// ---------------------------------------------------------------------------------------
+// WebSocket clients
+// ---------------------------------------------------------------------------------------
+
+/// HOST:PORT of a URL (`ws://HOST:PORT/WebSocket`, `wss://...`).
+pub(crate) fn host_port(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split('/').next().unwrap_or(rest)
+}
+
+/// A WebSocket client of `url` over `stream` (plain or TLS), asking for the subprotocol
+/// `protocol`; with the server's answer to the handshake.
+pub(crate) fn ws_handshake<S: Read + Write>(
+    url: &str,
+    protocol: &str,
+    stream: S,
+) -> (
+    tungstenite::WebSocket<S>,
+    tungstenite::handshake::client::Response,
+) {
+    use tungstenite::client::IntoClientRequest;
+    let mut req = url.into_client_request().expect("request");
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        tungstenite::http::HeaderValue::from_str(protocol).expect("a header value"),
+    );
+    tungstenite::client(req, stream).expect("WebSocket handshake")
+}
+
+/// A WebSocket client of `url` (`ws://HOST:PORT/...`) over TCP, asking for `protocol`;
+/// its reads give up after 200 ms (see [`ws_read_timed_out`]).
+pub(crate) fn ws_connect(
+    url: &str,
+    protocol: &str,
+) -> (
+    tungstenite::WebSocket<TcpStream>,
+    tungstenite::handshake::client::Response,
+) {
+    let stream = TcpStream::connect(host_port(url)).expect("tcp connect");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("read timeout");
+    ws_handshake(url, protocol, stream)
+}
+
+/// True for the error of a WebSocket read that found nothing to read within the
+/// socket's read timeout: not an end, read again.
+pub(crate) fn ws_read_timed_out(e: &tungstenite::Error) -> bool {
+    matches!(e, tungstenite::Error::Io(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
 }
 
 /// One sample of the node's `GET /metrics` at `http` (its --ws address), named as
