@@ -426,33 +426,34 @@ fn labels_width(labels: &[String]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// Writes a line from `from` to `to` in `stroke`.
+fn svg_line(out: &mut String, from: (f64, f64), to: (f64, f64), stroke: &str) {
+    let _ = writeln!(
+        out,
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{stroke}\"/>",
+        px(from.0),
+        px(from.1),
+        px(to.0),
+        px(to.1)
+    );
+}
+
 /// Draws the y axis: gridlines, ticks, labels and the rotated axis title.
 fn draw_y_axis(out: &mut String, f: &Frame, axis: &Axis, label: &str) {
     for &v in &axis.minor {
         let y = f.y(axis, v);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"#f1f1f1\"/>",
-            px(f.left),
-            px(f.right),
-            y = px(y)
-        );
+        svg_line(out, (f.left, y), (f.right, y), "#f1f1f1");
     }
     for &v in &axis.ticks {
         let y = f.y(axis, v);
+        svg_line(out, (f.left, y), (f.right, y), "#dddddd");
+        svg_line(out, (f.left - 5.0, y), (f.left, y), "#333");
         let _ = writeln!(
             out,
-            "<line x1=\"{}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"#dddddd\"/>\n\
-             <line x1=\"{}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"#333\"/>\n\
-             <text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#333\">{}</text>",
-            px(f.left),
-            px(f.right),
-            px(f.left - 5.0),
-            px(f.left),
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#333\">{}</text>",
             px(f.left - 8.0),
             px(y + 4.0),
             escape_xml(&axis.label(v)),
-            y = px(y)
         );
     }
     if !label.is_empty() {
@@ -471,28 +472,18 @@ fn draw_y_axis(out: &mut String, f: &Frame, axis: &Axis, label: &str) {
 fn draw_x_axis(out: &mut String, f: &Frame, axis: &Axis, label: &str) {
     for &v in &axis.minor {
         let x = f.x(axis, v);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{}\" stroke=\"#f1f1f1\"/>",
-            px(f.top),
-            px(f.bottom),
-            x = px(x)
-        );
+        svg_line(out, (x, f.top), (x, f.bottom), "#f1f1f1");
     }
     for &v in &axis.ticks {
         let x = f.x(axis, v);
+        svg_line(out, (x, f.top), (x, f.bottom), "#dddddd");
+        svg_line(out, (x, f.bottom), (x, f.bottom + 5.0), "#333");
         let _ = writeln!(
             out,
-            "<line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{}\" stroke=\"#dddddd\"/>\n\
-             <line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{}\" stroke=\"#333\"/>\n\
-             <text x=\"{x}\" y=\"{}\" text-anchor=\"middle\" fill=\"#333\">{}</text>",
-            px(f.top),
-            px(f.bottom),
-            px(f.bottom),
-            px(f.bottom + 5.0),
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#333\">{}</text>",
+            px(x),
             px(f.bottom + 18.0),
             escape_xml(&axis.label(v)),
-            x = px(x)
         );
     }
     if !label.is_empty() {
@@ -585,6 +576,20 @@ enum Swatch {
     Line(usize),
     /// A filled square.
     Block,
+}
+
+/// Ends a chart's SVG: its legend in a column from (x, top) down to the foot of the
+/// image, then the closing tag.
+fn end_with_legend(
+    mut out: String,
+    x: f64,
+    top: f64,
+    legend: &[(String, Swatch)],
+    max_chars: usize,
+) -> String {
+    draw_legend(&mut out, x, top, HEIGHT - 10.0, legend, max_chars);
+    out.push_str("</svg>\n");
+    out
 }
 
 /// Draws a legend in a column starting at (x, y), one entry per name, at most as many
@@ -832,16 +837,8 @@ impl LineChart {
             .enumerate()
             .map(|(i, s)| (s.name.clone(), Swatch::Line(i / PALETTE.len() + i)))
             .collect();
-        draw_legend(
-            &mut out,
-            frame.right + right_pad.max(16.0) - 4.0,
-            frame.top,
-            HEIGHT - 10.0,
-            &legend,
-            max_chars,
-        );
-        out.push_str("</svg>\n");
-        out
+        let x = frame.right + right_pad.max(16.0) - 4.0;
+        end_with_legend(out, x, frame.top, &legend, max_chars)
     }
 
     /// Writes [`LineChart::to_svg`] to `path`.
@@ -1041,12 +1038,11 @@ impl BarChart {
         }
         // Zero line when the axis spans negatives.
         if ya.lo < 0.0 {
-            let _ = writeln!(
-                out,
-                "<line x1=\"{}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"#333\"/>",
-                px(frame.left),
-                px(frame.right),
-                y = px(zero_y)
+            svg_line(
+                &mut out,
+                (frame.left, zero_y),
+                (frame.right, zero_y),
+                "#333",
             );
         }
         if let Some(r) = reference {
@@ -1067,16 +1063,8 @@ impl BarChart {
         out.push_str(&value_labels);
         let legend: Vec<(String, Swatch)> =
             names.iter().map(|n| (n.clone(), Swatch::Block)).collect();
-        draw_legend(
-            &mut out,
-            frame.right + ref_w + 12.0,
-            frame.top,
-            HEIGHT - 10.0,
-            &legend,
-            max_chars,
-        );
-        out.push_str("</svg>\n");
-        out
+        let x = frame.right + ref_w + 12.0;
+        end_with_legend(out, x, frame.top, &legend, max_chars)
     }
 
     /// Writes [`BarChart::to_svg`] to `path`.
@@ -1306,21 +1294,25 @@ mod tests {
 
     #[test]
     fn formats_numbers() {
-        assert_eq!(format_number(0.0), "0");
-        assert_eq!(format_number(950.0), "950");
-        assert_eq!(format_number(1000.0), "1k");
-        assert_eq!(format_number(1500.0), "1.5k");
-        assert_eq!(format_number(12_345.0), "12.3k");
-        assert_eq!(format_number(2_000_000.0), "2M");
-        assert_eq!(format_number(2_345_678.0), "2.35M");
-        assert_eq!(format_number(3e9), "3G");
-        assert_eq!(format_number(0.25), "0.25");
-        assert_eq!(format_number(0.0123), "0.0123");
-        assert_eq!(format_number(99.96), "100");
-        assert_eq!(format_number(999.7), "1k");
-        assert_eq!(format_number(-1500.0), "-1.5k");
-        assert_eq!(format_number(0.00001), "1e-5");
-        assert_eq!(format_number(f64::NAN), "–");
+        for (v, want) in [
+            (0.0, "0"),
+            (950.0, "950"),
+            (1000.0, "1k"),
+            (1500.0, "1.5k"),
+            (12_345.0, "12.3k"),
+            (2_000_000.0, "2M"),
+            (2_345_678.0, "2.35M"),
+            (3e9, "3G"),
+            (0.25, "0.25"),
+            (0.0123, "0.0123"),
+            (99.96, "100"),
+            (999.7, "1k"),
+            (-1500.0, "-1.5k"),
+            (0.00001, "1e-5"),
+            (f64::NAN, "–"),
+        ] {
+            assert_eq!(format_number(v), want, "{v}");
+        }
         assert_eq!(format_tick(0.2, 0.2), "0.2");
         assert_eq!(format_tick(1200.0, 200.0), "1.2k");
         assert_eq!(format_tick(1_050_000.0, 50_000.0), "1.05M");

@@ -777,6 +777,23 @@ mod tests {
     use super::*;
     use crate::schema::{PeersResult, RsslResult};
 
+    /// Writes `r` as the results.json of run folder `dir` (made with its parents).
+    fn write_run(dir: &std::path::Path, r: &Results) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("results.json"), serde_json::to_string(r).unwrap()).unwrap();
+    }
+
+    /// A throughput entry of 10 items that sustained `rate`.
+    fn throughput(cache: &str, rate: u64) -> Throughput {
+        Throughput {
+            cache: cache.into(),
+            items: 10,
+            max_sustainable_updates_per_s: rate,
+            limited_by: None,
+            steps: vec![],
+        }
+    }
+
     #[test]
     fn numbers_read_as_a_table_shows_them() {
         assert_eq!(number(1_234_567.4), "1,234,567");
@@ -792,21 +809,14 @@ mod tests {
         let mut dirs = Vec::new();
         for (i, rate) in [300_000u64, 100_000, 200_000].into_iter().enumerate() {
             let d = dir.join(format!("run-{i}"));
-            std::fs::create_dir_all(&d).unwrap();
             let r = Results {
                 scenario: "throughput".into(),
                 git_commit: "0123456789abcdef".into(),
                 command: format!("tickwire-bench throughput --out /tmp/run-{i} --step-seconds 3"),
-                throughput: vec![Throughput {
-                    cache: "off".into(),
-                    items: 10,
-                    max_sustainable_updates_per_s: rate,
-                    limited_by: None,
-                    steps: vec![],
-                }],
+                throughput: vec![throughput("off", rate)],
                 ..Default::default()
             };
-            std::fs::write(d.join("results.json"), serde_json::to_string(&r).unwrap()).unwrap();
+            write_run(&d, &r);
             dirs.push(d);
         }
         let md = summary(&dirs).unwrap();
@@ -829,12 +839,7 @@ mod tests {
         };
         other.git_commit = "x".into();
         let d = dir.join("other");
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(
-            d.join("results.json"),
-            serde_json::to_string(&other).unwrap(),
-        )
-        .unwrap();
+        write_run(&d, &other);
         dirs.push(d);
         assert!(summary(&dirs)
             .unwrap_err()
@@ -857,22 +862,15 @@ mod tests {
         let mut dirs = Vec::new();
         for (i, base) in [40u64, 50, 60].into_iter().enumerate() {
             let d = dir.join(format!("run-{i}"));
-            std::fs::create_dir_all(&d).unwrap();
             let r = Results {
                 scenario: "latency".into(),
                 git_commit: "0123456789abcdef".into(),
-                throughput: vec![Throughput {
-                    cache: "on".into(),
-                    items: 10,
-                    max_sustainable_updates_per_s: 1000,
-                    limited_by: None,
-                    steps: vec![],
-                }],
+                throughput: vec![throughput("on", 1000)],
                 // The last run did not sustain 5,000/s: that rung has two runs.
                 latency: vec![step(1_000, base, true), step(5_000, base + 10, i < 2)],
                 ..Default::default()
             };
-            std::fs::write(d.join("results.json"), serde_json::to_string(&r).unwrap()).unwrap();
+            write_run(&d, &r);
             dirs.push(d);
         }
         let md = summary(&dirs).unwrap();
@@ -1058,14 +1056,13 @@ mod tests {
         };
         let write = |scenario: &str, run: usize, r: Results| {
             let d = root.join(scenario).join(format!("run-{run}"));
-            std::fs::create_dir_all(&d).unwrap();
             let r = Results {
                 scenario: scenario.into(),
                 git_commit: "0123456789abcdef".into(),
                 command: format!("tickwire-bench {scenario} --out {}", d.display()),
                 ..r
             };
-            std::fs::write(d.join("results.json"), serde_json::to_string(&r).unwrap()).unwrap();
+            write_run(&d, &r);
         };
         for run in 1..=3 {
             let k = run as u64;
@@ -1073,13 +1070,7 @@ mod tests {
                 "latency",
                 run,
                 Results {
-                    throughput: vec![Throughput {
-                        cache: "on".into(),
-                        items: 10,
-                        max_sustainable_updates_per_s: 1000 * k,
-                        limited_by: None,
-                        steps: vec![],
-                    }],
+                    throughput: vec![throughput("on", 1000 * k)],
                     latency: vec![step(1_000, 100 + k), step(10_000, 200 + k)],
                     ..Default::default()
                 },

@@ -239,6 +239,24 @@ impl Lab {
         Ok(())
     }
 
+    /// [`find_max`] from `start` up to --max-rate, the steps of each rate tried told on
+    /// the progress line as `describe` puts them.
+    fn find_max_rate(
+        &mut self,
+        rigs: &mut [Rig],
+        start: u64,
+        bisect: u32,
+        secs: f64,
+        monitor: &ProcessMonitor,
+        describe: impl Fn(&[Step]) -> String,
+    ) -> Result<(u64, Vec<Vec<Step>>)> {
+        let progress = &mut self.progress;
+        let limit = self.args.max_rate;
+        find_max(rigs, start, limit, bisect, secs, monitor, &mut |s| {
+            progress.line(&describe(s), 1.0)
+        })
+    }
+
     /// One rig: ramp then bisect to its highest sustained rate, each rate held `secs`;
     /// the rig is stopped after.
     fn search_one_rig(
@@ -253,16 +271,9 @@ impl Lab {
         self.results.commands.extend(rigs[0].commands());
         let monitor = self.monitor(&rigs);
         let start = self.args.start_rate.unwrap_or(default_start);
-        let progress = &mut self.progress;
-        let (max, steps) = find_max(
-            &mut rigs,
-            start,
-            self.args.max_rate,
-            bisect,
-            secs,
-            &monitor,
-            &mut |s| progress.line(&step_text(&s[0]), 1.0),
-        )?;
+        let (max, steps) = self.find_max_rate(&mut rigs, start, bisect, secs, &monitor, |s| {
+            step_text(&s[0])
+        })?;
         let steps: Vec<Step> = steps.into_iter().flatten().collect();
         self.record_processes(scenario, &steps);
         stop_rigs(rigs)?;
@@ -321,9 +332,14 @@ impl Lab {
                 1_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000,
             ]
         };
-        let mut ladder = self.args.rates.clone().unwrap_or(default);
-        ladder.sort_unstable();
-        ladder
+        self.rates_or(&default)
+    }
+
+    /// The --rates, sorted; `default` without them.
+    fn rates_or(&self, default: &[u64]) -> Vec<u64> {
+        let mut rates = self.args.rates.clone().unwrap_or_else(|| default.to_vec());
+        rates.sort_unstable();
+        rates
     }
 
     /// Climbs `ladder` on one rig built from `spec`, then doubles until a step is not
@@ -409,30 +425,19 @@ impl Lab {
             let monitor = self.monitor(&rigs);
             let (secs, bisect) = (self.seconds(), self.bisections());
             let start = self.args.start_rate.unwrap_or(100_000);
-            let progress = &mut self.progress;
-            let (max, steps) = find_max(
-                &mut rigs,
-                start,
-                self.args.max_rate,
-                bisect,
-                secs,
-                &monitor,
-                &mut |s| {
+            let (max, steps) =
+                self.find_max_rate(&mut rigs, start, bisect, secs, &monitor, |s| {
                     let agg: f64 = s.iter().map(|x| x.delivered_per_s).sum();
                     let ok = s.iter().all(|x| x.pass);
-                    progress.line(
-                        &format!(
-                            "{} instances {}: {} updates/s each, {:.0}/s aggregate: {}",
-                            s.len(),
-                            if pinned { "pinned" } else { "unpinned" },
-                            s[0].target_rate,
-                            agg,
-                            if ok { "pass" } else { "FAIL" }
-                        ),
-                        1.0,
+                    format!(
+                        "{} instances {}: {} updates/s each, {:.0}/s aggregate: {}",
+                        s.len(),
+                        if pinned { "pinned" } else { "unpinned" },
+                        s[0].target_rate,
+                        agg,
+                        if ok { "pass" } else { "FAIL" }
                     )
-                },
-            )?;
+                })?;
             for s in &steps {
                 self.record_processes("instances", s);
             }

@@ -972,15 +972,19 @@ pub fn find_max(
     progress: &mut dyn FnMut(&[Step]),
 ) -> Result<(u64, Vec<Vec<Step>>)> {
     let mut all = Vec::new();
-    let mut lo = 0u64;
-    let mut hi = 0u64;
-    let mut rate = start;
-    while rate <= limit {
+    // Holds `rate` on every rig and keeps the steps: whether every rig passed.
+    let mut passes = |rigs: &mut [Rig], rate: u64| -> Result<bool> {
         let steps = hold(rigs, rate, seconds, 1.0, monitor)?;
         progress(&steps);
         let pass = steps.iter().all(|s| s.pass);
         all.push(steps);
-        if pass {
+        Ok(pass)
+    };
+    let mut lo = 0u64;
+    let mut hi = 0u64;
+    let mut rate = start;
+    while rate <= limit {
+        if passes(rigs, rate)? {
             lo = rate;
             rate *= 2;
         } else {
@@ -995,11 +999,7 @@ pub fn find_max(
             if mid <= lo || mid >= hi {
                 break;
             }
-            let steps = hold(rigs, mid, seconds, 1.0, monitor)?;
-            progress(&steps);
-            let pass = steps.iter().all(|s| s.pass);
-            all.push(steps);
-            if pass {
+            if passes(rigs, mid)? {
                 lo = mid;
             } else {
                 hi = mid;

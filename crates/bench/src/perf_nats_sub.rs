@@ -6,7 +6,7 @@
 //! same `--control` and `--json` lines as perf-sub, so `tickwire bench` drives either.
 
 use crate::nats::{Connection, Frame};
-use crate::perf_sub::{control_channel, read_update, Counts, Reports};
+use crate::perf_sub::{control_channel, print_stand_in_summary, read_update, Counts, Reports};
 use crate::stats::{pin, Latency};
 use anyhow::{bail, Result};
 use serde_json::json;
@@ -133,14 +133,7 @@ pub fn run(args: PerfNatsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
     let summary = json!({"items": args.items, "updates": c.updates, "gaps": c.gaps,
         "junk": junk, "reconnects": reconnects, "checksum": checksum,
         "seconds": start.elapsed().as_secs_f64(), "latency": overall.summary()});
-    if args.json {
-        println!(
-            "{}",
-            json!({"type": "summary", "role": "perf-sub", "summary": summary})
-        );
-    } else {
-        println!("perf-nats-sub: {summary}");
-    }
+    print_stand_in_summary(args.json, "perf-nats-sub", summary);
     Ok(())
 }
 

@@ -658,6 +658,20 @@ impl Series {
     }
 }
 
+/// Prints the summary of a tool that stands in for perf-sub (perf-ws-sub,
+/// perf-nats-sub): with `json`, the JSON line perf-sub's summary comes in, else
+/// `TOOL: SUMMARY`.
+pub(crate) fn print_stand_in_summary(json: bool, tool: &str, summary: serde_json::Value) {
+    if json {
+        println!(
+            "{}",
+            json!({"type": "summary", "role": "perf-sub", "summary": summary})
+        );
+    } else {
+        println!("{tool}: {summary}");
+    }
+}
+
 /// With `--control`: a thread reading `mark NAME` / `quit` lines from standard input.
 pub(crate) fn control_channel(
     enabled: bool,

@@ -5,7 +5,7 @@
 //! TIM_TRK_1 (the publisher's intended send time) to now. It speaks the same `--control`
 //! and `--json` lines as perf-sub, so `tickwire bench` drives either.
 
-use crate::perf_sub::{control_channel, Counts, Reports};
+use crate::perf_sub::{control_channel, print_stand_in_summary, Counts, Reports};
 use crate::stats::{realtime_ns, Latency, TIMESTAMP_FLOOR};
 use anyhow::{bail, Context, Result};
 use serde::de::IgnoredAny;
@@ -241,14 +241,7 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
     let summary = json!({"connections": args.connections, "items": args.items,
         "updates": c.updates, "images": c.images, "gaps": c.gaps, "conflated": c.conflated,
         "seconds": start.elapsed().as_secs_f64(), "latency": s});
-    if args.json {
-        println!(
-            "{}",
-            json!({"type": "summary", "role": "perf-sub", "summary": summary})
-        );
-    } else {
-        println!("perf-ws-sub: {summary}");
-    }
+    print_stand_in_summary(args.json, "perf-ws-sub", summary);
     Ok(())
 }
 

@@ -196,6 +196,11 @@ fn take_marks(
     Ok((PubMark { total, max_lag_ms }, marks))
 }
 
+/// The highest p99 latency among the healthy subscribers' marks, ns.
+fn healthy_p99_ns(marks: &[SubMark]) -> u64 {
+    marks.iter().map(|x| x.latency.p99_ns).max().unwrap_or(0)
+}
+
 /// Asks a perf-sub to quit and returns its summary (with the interval series).
 fn quit_with_summary(sub: &mut Proc) -> Result<SubSummary> {
     sub.send("quit")?;
@@ -317,11 +322,13 @@ pub fn run(
     let (p, mut m) = take_marks(&mut publisher, &mut subs, "baseline")?;
     bounds.push((Instant::now(), monitor.mark()));
     let stopped_baseline = m.remove(0);
-    progress(&format!(
-        "stall: baseline at {} updates/s, healthy p99 {:.0} µs",
-        plan.rate,
-        m.iter().map(|x| x.latency.p99_ns).max().unwrap_or(0) as f64 / 1e3
-    ));
+    let mut phase_progress = |what: &str, m: &[SubMark]| {
+        progress(&format!(
+            "stall: {what}, healthy p99 {:.0} µs",
+            healthy_p99_ns(m) as f64 / 1e3
+        ))
+    };
+    phase_progress(&format!("baseline at {} updates/s", plan.rate), &m);
     phase_marks.push(("baseline", p, m));
 
     let stopped = Stopped::stop(subs[0].pid(), &subs[0].name)?;
@@ -340,11 +347,8 @@ pub fn run(
         name: "subscriber SIGCONT".into(),
         t_ms: t_ms(sub_cont_ns),
     });
-    progress(&format!(
-        "stall: subscriber 0 stopped {:.1} s, healthy p99 {:.0} µs",
-        (sub_cont_ns - sub_stop_ns) as f64 / 1e9,
-        m.iter().map(|x| x.latency.p99_ns).max().unwrap_or(0) as f64 / 1e3
-    ));
+    let stopped_s = (sub_cont_ns - sub_stop_ns) as f64 / 1e9;
+    phase_progress(&format!("subscriber 0 stopped {stopped_s:.1} s"), &m);
     phase_marks.push(("subscriber_stall", p, m));
 
     sleep_s(plan.after_s);
@@ -367,11 +371,8 @@ pub fn run(
     sleep_s(plan.pause_tail_s);
     let (p, m) = take_marks(&mut publisher, &mut subs[1..], "node_pause")?;
     bounds.push((Instant::now(), monitor.mark()));
-    progress(&format!(
-        "stall: node stopped {:.0} ms, healthy p99 {:.0} µs",
-        (node_cont_ns - node_stop_ns) as f64 / 1e6,
-        m.iter().map(|x| x.latency.p99_ns).max().unwrap_or(0) as f64 / 1e3
-    ));
+    let stopped_ms = (node_cont_ns - node_stop_ns) as f64 / 1e6;
+    phase_progress(&format!("node stopped {stopped_ms:.0} ms"), &m);
     phase_marks.push(("node_pause", p, m));
 
     sleep_s(plan.after_s);
@@ -418,7 +419,7 @@ pub fn run(
             healthy_updates: m.iter().map(|x| x.updates).sum(),
             healthy_gaps: m.iter().map(|x| x.gaps).sum(),
             healthy_conflated: m.iter().map(|x| x.conflated).sum(),
-            healthy_p99_ns: m.iter().map(|x| x.latency.p99_ns).max().unwrap_or(0),
+            healthy_p99_ns: healthy_p99_ns(m),
             healthy_max_ns: m.iter().map(|x| x.latency.max_ns).max().unwrap_or(0),
             node_max_rss_bytes: node_usage.map_or(0, |u| u.max_sampled_rss_bytes),
             node_cpu_percent: node_usage.map_or(0.0, |u| u.cpu_percent),

@@ -9,6 +9,7 @@ use common::Node;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tickwire_proto::{
@@ -60,6 +61,29 @@ fn json_lines(args: &[&str], timeout: Duration) -> Vec<Value> {
     }
 }
 
+/// `tickwire-bench TOOL --node ADDR FLAGS... --json` (`flags` split at white space), as
+/// [`json_lines`] runs it.
+fn json_tool_lines(tool: &str, addr: &str, flags: &str, timeout: Duration) -> Vec<Value> {
+    let mut args = vec![tool, "--node", addr];
+    args.extend(flags.split_whitespace());
+    args.push("--json");
+    json_lines(&args, timeout)
+}
+
+/// The summary of a tool's JSON lines (`expect` names the tool when it has none).
+fn summary<'a>(lines: &'a [Value], expect: &str) -> &'a Value {
+    &lines.iter().find(|v| v["type"] == "summary").expect(expect)["summary"]
+}
+
+/// `key` summed over a tool's per-second JSON lines.
+fn per_second_total(lines: &[Value], key: &str) -> u64 {
+    lines
+        .iter()
+        .filter(|v| v["type"] == "second")
+        .map(|v| v[key].as_u64().unwrap())
+        .sum()
+}
+
 #[test]
 fn perf_pub_and_perf_sub_counts_are_consistent() {
     let node = Node::start(&[]);
@@ -67,51 +91,23 @@ fn perf_pub_and_perf_sub_counts_are_consistent() {
     let publisher = {
         let addr = addr.clone();
         std::thread::spawn(move || {
-            json_lines(
-                &[
-                    "perf-pub",
-                    "--node",
-                    &addr,
-                    "--items",
-                    "200",
-                    "--update-rate",
-                    "2000",
-                    "--duration",
-                    "4",
-                    "--json",
-                ],
+            json_tool_lines(
+                "perf-pub",
+                &addr,
+                "--items 200 --update-rate 2000 --duration 4",
                 Duration::from_secs(60),
             )
         })
     };
     std::thread::sleep(Duration::from_millis(800));
-    let sub = json_lines(
-        &[
-            "perf-sub",
-            "--node",
-            &addr,
-            "--items",
-            "200",
-            "--connections",
-            "3",
-            "--commonality",
-            "producer-50-50",
-            "--duration",
-            "2",
-            "--json",
-        ],
+    let sub = json_tool_lines(
+        "perf-sub",
+        &addr,
+        "--items 200 --connections 3 --commonality producer-50-50 --duration 2",
         Duration::from_secs(60),
     );
     let publ = publisher.join().unwrap();
-    let ps = publ
-        .iter()
-        .find(|v| v["type"] == "summary")
-        .expect("pub summary");
-    let ss = sub
-        .iter()
-        .find(|v| v["type"] == "summary")
-        .expect("sub summary");
-    let (s, p) = (&ss["summary"], &ps["summary"]);
+    let (p, s) = (summary(&publ, "pub summary"), summary(&sub, "sub summary"));
     // 3 connections producer 50/50 over 200 items: 100 + 67 + 33... streams = sum over
     // items of (j mod 3) + 1.
     let streams: u64 = (0..200u64).map(|j| j % 3 + 1).sum();
@@ -153,18 +149,8 @@ fn perf_pub_and_perf_sub_counts_are_consistent() {
         s["overall"]["latency"]
     );
     // The per-second lines add up to the total.
-    let per_second: u64 = sub
-        .iter()
-        .filter(|v| v["type"] == "second")
-        .map(|v| v["updates"].as_u64().unwrap())
-        .sum();
-    assert!(per_second <= updates);
-    let pub_seconds: u64 = publ
-        .iter()
-        .filter(|v| v["type"] == "second")
-        .map(|v| v["sent"].as_u64().unwrap())
-        .sum();
-    assert!(pub_seconds <= sent);
+    assert!(per_second_total(&sub, "updates") <= updates);
+    assert!(per_second_total(&publ, "sent") <= sent);
 }
 
 /// Sends messages in one frame on a raw socket.
@@ -225,17 +211,10 @@ fn perf_sub_fed(updates: &[(u32, u16)]) -> Value {
     let addr = node.addr.to_string();
     let mut sock = raw_publisher(&node);
     let sub = std::thread::spawn(move || {
-        json_lines(
-            &[
-                "perf-sub",
-                "--node",
-                &addr,
-                "--items",
-                "1",
-                "--duration",
-                "3",
-                "--json",
-            ],
+        json_tool_lines(
+            "perf-sub",
+            &addr,
+            "--items 1 --duration 3",
             Duration::from_secs(30),
         )
     });
@@ -255,12 +234,7 @@ fn perf_sub_fed(updates: &[(u32, u16)]) -> Value {
         })
         .collect();
     send_frame(&mut sock, &msgs);
-    let lines = sub.join().unwrap();
-    lines
-        .iter()
-        .find(|v| v["type"] == "summary")
-        .expect("summary")["summary"]
-        .clone()
+    summary(&sub.join().unwrap(), "summary").clone()
 }
 
 /// A raw publisher that skips sequence number 3: perf-sub must count one gap.
@@ -289,9 +263,21 @@ fn conflation_counts_are_summed_and_a_saturated_count_is_not_a_gap() {
     assert_eq!(s["conflated"], 2 + 65_534, "{s}");
 }
 
-fn read_results(dir: &std::path::Path) -> Value {
+fn read_results(dir: &Path) -> Value {
     let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
     serde_json::from_str(&text).expect("valid JSON")
+}
+
+fn read_report(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("report.md")).unwrap()
+}
+
+/// An empty directory for a test's outputs, `tickwire-NAME-PID` under the temporary
+/// directory.
+fn out_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tickwire-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
 }
 
 fn run_bench(args: &[&str]) {
@@ -304,26 +290,24 @@ fn run_bench(args: &[&str]) {
     assert!(status.success(), "{args:?}: {status}");
 }
 
+/// `tickwire-bench SCENARIO --out DIR FLAGS...` (`flags` split at white space), which
+/// must succeed; its results.json.
+fn run_scenario(scenario: &str, dir: &Path, flags: &str) -> Value {
+    let mut args = vec![scenario, "--out", dir.to_str().unwrap()];
+    args.extend(flags.split_whitespace());
+    run_bench(&args);
+    read_results(dir)
+}
+
 #[test]
 fn bench_scenarios_write_complete_results_reports_and_plots() {
-    let dir = std::env::temp_dir().join(format!("tickwire-lab-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = out_dir("lab");
     let lat = dir.join("latency");
-    let lat_s = lat.to_str().unwrap();
-    run_bench(&[
+    let r = run_scenario(
         "latency",
-        "--out",
-        lat_s,
-        "--items",
-        "500",
-        "--rates",
-        "500,1000",
-        "--step-seconds",
-        "1",
-        "--max-rate",
-        "1000",
-    ]);
-    let r = read_results(&lat);
+        &lat,
+        "--items 500 --rates 500,1000 --step-seconds 1 --max-rate 1000",
+    );
     let steps = r["latency"].as_array().expect("latency list");
     assert_eq!(steps.len(), 2, "{steps:?}");
     for (s, rate) in steps.iter().zip([500, 1000]) {
@@ -407,7 +391,7 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
             assert!(p.get(key).is_some(), "process lacks {key}: {p}");
         }
     }
-    let report = std::fs::read_to_string(lat.join("report.md")).unwrap();
+    let report = read_report(&lat);
     assert!(report.contains("| rate/s | mean |"), "{report}");
     assert!(report.contains("node CPU per update"), "{report}");
     assert!(report.contains("woken and answering"), "{report}");
@@ -425,20 +409,11 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     );
 
     let thr = dir.join("throughput");
-    run_bench(&[
+    let r = run_scenario(
         "throughput",
-        "--out",
-        thr.to_str().unwrap(),
-        "--items",
-        "500",
-        "--start-rate",
-        "500",
-        "--max-rate",
-        "1000",
-        "--step-seconds",
-        "1",
-    ]);
-    let r = read_results(&thr);
+        &thr,
+        "--items 500 --start-rate 500 --max-rate 1000 --step-seconds 1",
+    );
     let t = r["throughput"].as_array().unwrap();
     assert_eq!(t.len(), 2);
     for (entry, cache) in t.iter().zip(["off", "on"]) {
@@ -458,26 +433,12 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
 
     // A WebSocket subscriber (perf-ws-sub over the tr_json2 API).
     let ws = dir.join("ws");
-    run_bench(&[
+    let r = run_scenario(
         "ws",
-        "--out",
-        ws.to_str().unwrap(),
-        "--ws-items",
-        "50",
-        "--start-rate",
-        "500",
-        "--max-rate",
-        "1000",
-        "--step-seconds",
-        "1",
-        "--ws-connections",
-        "4",
-        "--ws-fanout-items",
-        "20",
-        "--ws-fanout-rate",
-        "400",
-    ]);
-    let r = read_results(&ws);
+        &ws,
+        "--ws-items 50 --start-rate 500 --max-rate 1000 --step-seconds 1 \
+         --ws-connections 4 --ws-fanout-items 20 --ws-fanout-rate 400",
+    );
     let w = &r["websocket"];
     // Fan-out: every run delivers the rate times the connections; the nodes that share
     // encodings reused them, the others encoded every update themselves.
@@ -519,9 +480,7 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
     assert!(!lat.is_empty());
     assert!(lat[0]["latency"]["count"].as_u64().unwrap() > 0, "{lat:?}");
     assert_eq!(lat[0]["gaps"], 0);
-    assert!(std::fs::read_to_string(ws.join("report.md"))
-        .unwrap()
-        .contains("WebSocket subscriber"));
+    assert!(read_report(&ws).contains("WebSocket subscriber"));
 
     // Compare a run with itself: every index is 100.
     let cmp = dir.join("cmp");
@@ -543,28 +502,14 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
 /// complete and its figures agree with each other (no figure is judged for speed).
 #[test]
 fn bench_stall_reports_every_phase_and_loses_nothing() {
-    let dir = std::env::temp_dir().join(format!("tickwire-stall-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = dir.to_str().unwrap();
+    let dir = out_dir("stall");
     let started = std::time::Instant::now();
-    run_bench(&[
+    let r = run_scenario(
         "stall",
-        "--out",
-        out,
-        "--stall-rate",
-        "2000",
-        "--stall-items",
-        "100",
-        "--stall-subscribers",
-        "3",
-        "--stall-seconds",
-        "1",
-        "--node-pause-ms",
-        "200",
-        "--stall-phase-seconds",
-        "1",
-    ]);
-    let r = read_results(&dir);
+        &dir,
+        "--stall-rate 2000 --stall-items 100 --stall-subscribers 3 --stall-seconds 1 \
+         --node-pause-ms 200 --stall-phase-seconds 1",
+    );
     let s = &r["stall"];
     assert!(s.is_object(), "no stall object: {r}");
     let n = |k: &str| {
@@ -660,14 +605,20 @@ fn bench_stall_reports_every_phase_and_loses_nothing() {
         procs.iter().filter(|p| p["scenario"] == "stall").count(),
         5 * 5
     );
-    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let report = read_report(&dir);
     assert!(report.contains("## Stall"), "{report}");
     assert!(report.contains("| target | required | measured | result |"));
     let svg = std::fs::read_to_string(dir.join("stall.svg")).unwrap();
     assert!(svg.contains("<svg"), "{}", &svg[..80.min(svg.len())]);
     // Fewer than 2 subscribers leaves none healthy: refused with a clear message.
     let bad = Command::new(bin())
-        .args(["stall", "--out", out, "--stall-rate", "100"])
+        .args([
+            "stall",
+            "--out",
+            dir.to_str().unwrap(),
+            "--stall-rate",
+            "100",
+        ])
         .args(["--stall-subscribers", "1"])
         .output()
         .unwrap();
@@ -693,28 +644,13 @@ fn data_went_through_both_nodes(scenario: &Value) {
 
 #[test]
 fn bench_tree_writes_the_two_node_results() {
-    let dir = std::env::temp_dir().join(format!("tickwire-tree-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    run_bench(&[
+    let dir = out_dir("tree");
+    let r = run_scenario(
         "tree",
-        "--out",
-        dir.to_str().unwrap(),
-        "--items",
-        "200",
-        "--fanout-items",
-        "50",
-        "--connections",
-        "4",
-        "--start-rate",
-        "500",
-        "--max-rate",
-        "1000",
-        "--rates",
-        "500",
-        "--step-seconds",
-        "1",
-    ]);
-    let r = read_results(&dir);
+        &dir,
+        "--items 200 --fanout-items 50 --connections 4 --start-rate 500 --max-rate 1000 \
+         --rates 500 --step-seconds 1",
+    );
     let t = &r["tree"];
     assert!(t["single_node_updates_per_s"].as_u64().is_some(), "{t}");
     let thr = t["throughput"].as_array().expect("throughput list");
@@ -740,7 +676,7 @@ fn bench_tree_writes_the_two_node_results() {
     let lat = t["latency"].as_array().expect("latency ladder");
     assert_eq!(lat[0]["rate"], 500, "{lat:?}");
     assert!(lat[0]["p50_ns"].as_u64().unwrap() > 0);
-    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let md = read_report(&dir);
     assert!(md.contains("## Through two nodes"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -749,22 +685,12 @@ fn bench_tree_writes_the_two_node_results() {
 /// every process; the report has its table. No figure is judged for speed.
 #[test]
 fn bench_wait_measures_each_idle_strategy_at_rest_and_under_load() {
-    let dir = std::env::temp_dir().join(format!("tickwire-wait-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    run_bench(&[
+    let dir = out_dir("wait");
+    let r = run_scenario(
         "wait",
-        "--out",
-        dir.to_str().unwrap(),
-        "--items",
-        "100",
-        "--wait-strategies",
-        "adaptive,block",
-        "--rates",
-        "1000",
-        "--step-seconds",
-        "1",
-    ]);
-    let r = read_results(&dir);
+        &dir,
+        "--items 100 --wait-strategies adaptive,block --rates 1000 --step-seconds 1",
+    );
     assert_eq!(
         r["settings"]["wait_strategies"],
         json!(["adaptive", "block"])
@@ -811,7 +737,7 @@ fn bench_wait_measures_each_idle_strategy_at_rest_and_under_load() {
             }
         }
     }
-    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let md = read_report(&dir);
     assert!(md.contains("## What waiting costs"), "{md}");
     assert!(md.contains("| adaptive | at rest |"), "{md}");
     assert!(md.contains("| block | 1,000 |"), "{md}");
@@ -820,22 +746,12 @@ fn bench_wait_measures_each_idle_strategy_at_rest_and_under_load() {
 
 #[test]
 fn bench_journal_writes_one_line_per_sync_policy() {
-    let dir = std::env::temp_dir().join(format!("tickwire-journal-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    run_bench(&[
+    let dir = out_dir("journal-bench");
+    let r = run_scenario(
         "journal",
-        "--out",
-        dir.to_str().unwrap(),
-        "--step-seconds",
-        "1",
-        "--items",
-        "200",
-        "--start-rate",
-        "500",
-        "--max-rate",
-        "1000",
-    ]);
-    let r = read_results(&dir);
+        &dir,
+        "--step-seconds 1 --items 200 --start-rate 500 --max-rate 1000",
+    );
     let steps = r["journal"].as_array().expect("a journal list");
     let syncs: Vec<&str> = steps.iter().map(|s| s["sync"].as_str().unwrap()).collect();
     assert_eq!(syncs, ["always", "batch", "never", "off"]);
@@ -871,14 +787,13 @@ fn bench_journal_writes_one_line_per_sync_policy() {
         c["with_journal_updates_per_s"].as_u64().unwrap() >= 500,
         "{c}"
     );
-    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let report = read_report(&dir);
     assert!(report.contains("## Posts and the journal"), "{report}");
     assert!(report.contains("Journaling every update"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn run_peers(dir: &std::path::Path, nats_server: Option<&str>) -> Value {
-    let _ = std::fs::remove_dir_all(dir);
+fn run_peers(dir: &Path, nats_server: Option<&str>) -> Value {
     let mut cmd = Command::new(bin());
     cmd.args(["peers", "--out", dir.to_str().unwrap()])
         .args(["--items", "200", "--rates", "500", "--step-seconds", "1"])
@@ -913,7 +828,7 @@ fn assert_peer_measured(p: &Value, name: &str) {
 /// same procedure in one run, side by side in the report.
 #[test]
 fn bench_peers_measures_tickwire_and_nats_side_by_side() {
-    let dir = std::env::temp_dir().join(format!("tickwire-peers-{}", std::process::id()));
+    let dir = out_dir("peers");
     let r = run_peers(&dir, None);
     let p = &r["peers"];
     assert_peer_measured(&p["tickwire"], "tickwire");
@@ -925,7 +840,7 @@ fn bench_peers_measures_tickwire_and_nats_side_by_side() {
         .as_str()
         .unwrap()
         .contains("nats-server"));
-    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let md = read_report(&dir);
     assert!(md.contains("## Peers"), "{md}");
     assert!(md.contains("perf-nats-sub --nats"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -934,14 +849,14 @@ fn bench_peers_measures_tickwire_and_nats_side_by_side() {
 /// Without the peer's server the scenario says so, still measures Tickwire and exits 0.
 #[test]
 fn bench_peers_without_nats_says_so_and_measures_tickwire() {
-    let dir = std::env::temp_dir().join(format!("tickwire-peers-none-{}", std::process::id()));
+    let dir = out_dir("peers-none");
     let r = run_peers(&dir, Some("/nonexistent/nats-server"));
     let p = &r["peers"];
     assert_peer_measured(&p["tickwire"], "tickwire");
     assert_eq!(p["nats"]["available"], false, "{p}");
     let why = p["nats"]["unavailable"].as_str().unwrap();
     assert!(why.contains("TICKWIRE_NATS_SERVER"), "{why}");
-    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let md = read_report(&dir);
     assert!(md.contains("**nats** was not measured"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
 }

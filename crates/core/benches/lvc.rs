@@ -11,40 +11,18 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use tickwire_core::{CoreConfig, Node};
+use support::{announce_feed, encode, login};
+use tickwire_core::Node;
 use tickwire_proto::reference::{typical, write_level1, write_level1_image, FeedRng, Level1};
-use tickwire_proto::{
-    Directory, FieldImage, FieldList, Login, Message, Refresh, Request, Role, ServiceEntry,
-    ServiceState, State, Update, UpdateType,
-};
+use tickwire_proto::{FieldImage, FieldList, Message, Request, Role, Update, UpdateType};
+
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 const ITEMS: u32 = 100_000;
 const UPDATES_PER_FRAME: usize = 1_000;
 const FRAMES: usize = 128;
 const WATCHED: u32 = 1_000;
-
-fn encode(msgs: &[Message<'_>]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for m in msgs {
-        m.encode(&mut out).expect("encodes");
-    }
-    out
-}
-
-fn login(node: &mut Node, role: Role, now: Instant) -> usize {
-    let c = node.connect("bench", now);
-    let f = encode(&[Message::Login(Login {
-        version_min: 1,
-        version_max: 1,
-        role,
-        application: "lvc-bench",
-        user: "bench",
-        token: "",
-        slow_consumer: None,
-    })]);
-    node.on_frame(c, &f, now);
-    c
-}
 
 fn drain(node: &mut Node, dirty: &mut Vec<usize>) {
     node.take_dirty(dirty);
@@ -68,42 +46,17 @@ struct Setup {
 
 fn setup(cache: bool, subscriber: bool, watched: u32) -> Setup {
     let now = Instant::now();
-    let mut node = Node::new(
-        CoreConfig {
-            cache,
-            ..CoreConfig::default()
-        },
-        now,
-    );
+    let mut node = support::node(cache, now);
     let mut dirty = Vec::new();
     let p = login(&mut node, Role::Publisher, now);
-    let announce = encode(&[Message::Directory(Directory {
-        services: vec![ServiceEntry {
-            name: "FEED",
-            state: ServiceState::Up,
-            interactive: false,
-            item_count: ITEMS,
-        }],
-    })]);
-    node.on_frame(p, &announce, now);
+    announce_feed(&mut node, p, ITEMS, now);
     let mut rng = FeedRng::new(0x9e37_79b9_7f4a_7c15);
     let mut quotes = vec![typical(); ITEMS as usize];
     let refresh = |node: &mut Node, sid: u32, q: &Level1, solicited: bool| {
         let name = format!("SYM{}", sid - 1);
         let mut img = Vec::new();
         write_level1_image(&mut img, &name, q.last, q);
-        let f = encode(&[Message::Refresh(Refresh {
-            stream_id: sid,
-            seq: 0,
-            complete: true,
-            solicited,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "FEED",
-            name: &name,
-            fields: FieldList::decode(&img).expect("image"),
-        })]);
-        node.on_frame(p, &f, now);
+        support::send_image(node, p, sid, &name, &img, solicited, now);
     };
     for (i, q) in quotes.iter().enumerate() {
         refresh(&mut node, i as u32 + 1, q, false);
@@ -167,6 +120,21 @@ fn setup(cache: bool, subscriber: bool, watched: u32) -> Setup {
     }
 }
 
+impl Setup {
+    /// Hands the node the next update frame (the frames are cycled); with `dirty`, then
+    /// takes its output as subscribers that keep up would, else only lets it settle.
+    fn replay_next_frame(&mut self, next: &mut usize, dirty: Option<&mut Vec<usize>>) {
+        let frame = &self.frames[*next % FRAMES];
+        *next += 1;
+        self.node
+            .on_frame(self.publisher, black_box(frame), self.now);
+        match dirty {
+            Some(dirty) => drain(&mut self.node, dirty),
+            None => self.node.settle(),
+        }
+    }
+}
+
 fn on_frame(c: &mut Criterion) {
     for subscriber in [false, true] {
         let mut group = c.benchmark_group(if subscriber {
@@ -187,16 +155,7 @@ fn on_frame(c: &mut Criterion) {
                     let before = s.node.stats().updates_in;
                     (s, before)
                 });
-                b.iter(|| {
-                    let frame = &s.frames[next % FRAMES];
-                    next += 1;
-                    s.node.on_frame(s.publisher, black_box(frame), s.now);
-                    if subscriber {
-                        drain(&mut s.node, &mut dirty);
-                    } else {
-                        s.node.settle();
-                    }
-                })
+                b.iter(|| s.replay_next_frame(&mut next, subscriber.then_some(&mut dirty)))
             });
             if let Some((s, before)) = state {
                 let stats = s.node.stats();
@@ -228,16 +187,7 @@ fn slow_subscriber(c: &mut Criterion) {
         let name = if reading { "reading" } else { "conflating" };
         group.bench_function(BenchmarkId::from_parameter(name), |b| {
             let s = state.get_or_insert_with(|| setup(true, true, ITEMS));
-            b.iter(|| {
-                let frame = &s.frames[next % FRAMES];
-                next += 1;
-                s.node.on_frame(s.publisher, black_box(frame), s.now);
-                if reading {
-                    drain(&mut s.node, &mut dirty);
-                } else {
-                    s.node.settle();
-                }
-            })
+            b.iter(|| s.replay_next_frame(&mut next, reading.then_some(&mut dirty)))
         });
         // Checked after a measured run only: criterion's test mode (`cargo test
         // --benches`) makes one iteration, too few to fill a subscriber's output.

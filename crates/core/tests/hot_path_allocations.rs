@@ -5,11 +5,13 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Instant;
-use tickwire_core::{CoreConfig, Node};
+use support::{announce_feed, encode, login, send_image};
+use tickwire_core::Node;
 use tickwire_proto::{
-    encode_field_list, Directory, FieldList, Login, Message, Real, Refresh, Request, Role,
-    ServiceEntry, ServiceState, State, Update, UpdateType, Value, View,
+    encode_field_list, FieldList, Message, Real, Request, Role, Update, UpdateType, Value, View,
 };
+
+mod support;
 
 struct Counting;
 
@@ -38,29 +40,6 @@ fn allocations() -> u64 {
     ALLOCS.with(|a| a.get())
 }
 
-fn frame(msgs: &[Message<'_>]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for m in msgs {
-        m.encode(&mut out).unwrap();
-    }
-    out
-}
-
-fn login(node: &mut Node, role: Role, now: Instant) -> usize {
-    let c = node.connect("test", now);
-    let f = frame(&[Message::Login(Login {
-        version_min: 1,
-        version_max: 1,
-        role,
-        application: "a",
-        user: "u",
-        token: "",
-        slow_consumer: None,
-    })]);
-    node.on_frame(c, &f, now);
-    c
-}
-
 fn drain(node: &mut Node, dirty: &mut Vec<usize>) {
     node.take_dirty(dirty);
     for &c in dirty.iter() {
@@ -71,50 +50,37 @@ fn drain(node: &mut Node, dirty: &mut Vec<usize>) {
     node.settle();
 }
 
+/// Has publisher `p` send `img` as the image of each of `names`, on its streams 1, 2, ...
+fn image_each(
+    node: &mut Node,
+    p: usize,
+    names: &[&str],
+    img: &[u8],
+    solicited: bool,
+    now: Instant,
+) {
+    for (i, name) in names.iter().enumerate() {
+        send_image(node, p, i as u32 + 1, name, img, solicited, now);
+    }
+}
+
 fn allocations_per_update(cache: bool) -> (u64, u64) {
     let now = Instant::now();
-    let mut node = Node::new(
-        CoreConfig {
-            cache,
-            ..CoreConfig::default()
-        },
-        now,
-    );
+    let mut node = support::node(cache, now);
     let p = login(&mut node, Role::Publisher, now);
-    let announce = frame(&[Message::Directory(Directory {
-        services: vec![ServiceEntry {
-            name: "FEED",
-            state: ServiceState::Up,
-            interactive: false,
-            item_count: 0,
-        }],
-    })]);
-    node.on_frame(p, &announce, now);
+    announce_feed(&mut node, p, 0, now);
     let img = encode_field_list([
         (22, Value::Real(Real::new(100, 0))),
         (25, Value::Real(Real::new(101, 0))),
     ]);
     let names = ["A", "B", "C", "D"];
-    for (i, name) in names.iter().enumerate() {
-        let f = frame(&[Message::Refresh(Refresh {
-            stream_id: i as u32 + 1,
-            seq: 0,
-            complete: true,
-            solicited: false,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "FEED",
-            name,
-            fields: FieldList::decode(&img).unwrap(),
-        })]);
-        node.on_frame(p, &f, now);
-    }
+    image_each(&mut node, p, &names, &img, false, now);
     let view = [25i16];
     let mut subs = Vec::new();
     for k in 0..3 {
         let s = login(&mut node, Role::Subscriber, now);
         for (i, name) in names.iter().enumerate() {
-            let f = frame(&[Message::Request(Request {
+            let f = encode(&[Message::Request(Request {
                 stream_id: i as u32 + 1,
                 streaming: true,
                 service: "FEED",
@@ -126,20 +92,7 @@ fn allocations_per_update(cache: bool) -> (u64, u64) {
         subs.push(s);
     }
     // With the cache off, the publisher answers the forwarded requests.
-    for (i, name) in names.iter().enumerate() {
-        let f = frame(&[Message::Refresh(Refresh {
-            stream_id: i as u32 + 1,
-            seq: 0,
-            complete: true,
-            solicited: true,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "FEED",
-            name,
-            fields: FieldList::decode(&img).unwrap(),
-        })]);
-        node.on_frame(p, &f, now);
-    }
+    image_each(&mut node, p, &names, &img, true, now);
     // A frame of 400 updates spread over the items, encoded once up front.
     let mut updates = Vec::new();
     for seq in 1..=400u32 {

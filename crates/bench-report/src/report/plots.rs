@@ -2,9 +2,19 @@
 
 use super::stall::stall_plot;
 use crate::plot::{BarChart, LineChart};
-use crate::schema::{LatencyStep, Results};
+use crate::schema::{LatencyStep, Results, Step};
 use anyhow::Result;
 use std::path::Path;
+
+/// The steps' (asked rate, delivered per second) points, by rate.
+fn delivered_by_rate(steps: &[Step]) -> Vec<(f64, f64)> {
+    let mut pts: Vec<(f64, f64)> = steps
+        .iter()
+        .map(|s| (s.target_rate as f64, s.delivered_per_s))
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    pts
+}
 
 /// Writes the plots of the scenarios that ran: latency.svg, throughput.svg,
 /// fanout.svg, stall.svg, instances.svg.
@@ -37,23 +47,12 @@ pub(crate) fn write(dir: &Path, r: &Results) -> Result<()> {
         )
         .with_log(true, true);
         for t in &r.throughput {
-            let mut pts: Vec<(f64, f64)> = t
-                .steps
-                .iter()
-                .map(|s| (s.target_rate as f64, s.delivered_per_s))
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            chart = chart.with_series(format!("cache {}", t.cache), pts);
+            chart = chart.with_series(format!("cache {}", t.cache), delivered_by_rate(&t.steps));
         }
         chart.save(dir.join("throughput.svg"))?;
     }
     if let Some(f) = &r.fanout {
-        let mut pts: Vec<(f64, f64)> = f
-            .steps
-            .iter()
-            .map(|s| (s.target_rate as f64, s.delivered_per_s))
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let pts = delivered_by_rate(&f.steps);
         LineChart::new(
             "Fan-out: output vs input",
             "input updates/s",

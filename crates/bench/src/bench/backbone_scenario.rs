@@ -117,10 +117,9 @@ impl Lab {
         let held = hold(&mut rigs, latency_rate, secs, 1.0, &monitor)?;
         let at = held.into_iter().next().expect("one rig");
         self.progress.line(&step_text(&at), 1.0);
-        let (limit, bisect) = (self.args.max_rate, self.bisections());
-        let progress = &mut self.progress;
-        let (max, steps) = find_max(&mut rigs, start, limit, bisect, secs, &monitor, &mut |s| {
-            progress.line(&step_text(&s[0]), 1.0)
+        let bisect = self.bisections();
+        let (max, steps) = self.find_max_rate(&mut rigs, start, bisect, secs, &monitor, |s| {
+            step_text(&s[0])
         })?;
         let mut steps: Vec<Step> = steps.into_iter().flatten().collect();
         steps.insert(0, at.clone());

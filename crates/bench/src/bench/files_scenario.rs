@@ -263,11 +263,6 @@ fn row(
     let delivered = c.size as f64 * c.delivered(sites) as f64;
     let total_cpu: f64 = cpu.values().sum();
     FilesRow {
-        class: c.name.into(),
-        files: c.moved(),
-        bytes: c.size * c.moved() as u64,
-        sites,
-        fsync: fsync.into(),
         files_per_min: c.moved() as f64 * 60.0 / seconds.max(1e-9),
         mb_per_s: (c.size * c.moved() as u64) as f64 / 1e6 / seconds.max(1e-9),
         cpu_s_per_gb: total_cpu / (delivered / 1e9).max(1e-12),
@@ -275,30 +270,33 @@ fn row(
         seconds,
         cpu_s: cpu,
         unavailable: None,
+        ..row_of(c, sites, fsync)
     }
 }
 
 fn unavailable(c: &Class, sites: usize, fsync: &str, why: &str) -> FilesRow {
+    FilesRow {
+        unavailable: Some(why.into()),
+        ..row_of(c, sites, fsync)
+    }
+}
+
+/// The row of class `c` sent to `sites` sites with `fsync`, before any figure.
+fn row_of(c: &Class, sites: usize, fsync: &str) -> FilesRow {
     FilesRow {
         class: c.name.into(),
         files: c.moved(),
         bytes: c.size * c.moved() as u64,
         sites,
         fsync: fsync.into(),
-        unavailable: Some(why.into()),
         ..FilesRow::default()
     }
 }
 
-/// Waits until every directory in `dirs` holds `files` files of `bytes` bytes under
-/// `sub`.
-fn wait_delivered(
-    dirs: &[PathBuf],
-    sub: &str,
-    files: usize,
-    bytes: u64,
-    limit: Duration,
-) -> Result<()> {
+/// Waits until every directory in `dirs` holds all of class `c`'s files, whole, under
+/// the class's name.
+fn wait_delivered(dirs: &[PathBuf], c: &Class, limit: Duration) -> Result<()> {
+    let (sub, files, bytes) = (c.name, c.files, c.size * c.files as u64);
     let deadline = Instant::now() + limit;
     loop {
         let done = dirs.iter().all(|d| count(&d.join(sub)) == (files, bytes));
@@ -416,13 +414,7 @@ impl Lab {
                 cpu.insert("tickwire files send (up)".to_string(), up_cpu);
                 receivers.extend(rig.src_inbox.clone());
             }
-            wait_delivered(
-                &receivers,
-                c.name,
-                c.files,
-                c.size * c.files as u64,
-                Duration::from_secs(900),
-            )?;
+            wait_delivered(&receivers, c, Duration::from_secs(900))?;
             let seconds = t0.elapsed().as_secs_f64();
             let syscalls = calls.finish();
             cpu.insert("tickwire files send".to_string(), send_cpu);
@@ -550,13 +542,7 @@ impl Lab {
                 }
                 client_cpu += cpu;
             }
-            wait_delivered(
-                &dests[receivers..],
-                c.name,
-                c.files,
-                c.size * c.files as u64,
-                Duration::from_secs(60),
-            )?;
+            wait_delivered(&dests[receivers..], c, Duration::from_secs(60))?;
             let seconds = t0.elapsed().as_secs_f64();
             let syscalls = calls.finish();
             let mut cpu = BTreeMap::new();

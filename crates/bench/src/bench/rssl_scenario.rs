@@ -258,12 +258,7 @@ impl Lab {
     pub(super) fn rssl(&mut self) -> Result<()> {
         let items = self.args.rssl_items.max(1);
         let tools = Tools::find(&self.args, &self.logs, items)?;
-        let mut rungs = self
-            .args
-            .rates
-            .clone()
-            .unwrap_or_else(|| DEFAULT_RUNGS.to_vec());
-        rungs.sort_unstable();
+        let mut rungs = self.rates_or(&DEFAULT_RUNGS);
         rungs.dedup();
         // ProvPerf sends no latency-stamped update in a steady state under 5 s.
         let secs = self.seconds().max(MIN_STEADY_SECONDS);
@@ -329,19 +324,24 @@ impl Lab {
         Ok(())
     }
 
-    /// ProvPerf publishing `items` at `rate` on a free port: its port.
-    fn start_provperf(&mut self, tools: &Tools, rate: u64, secs: f64) -> Result<(Running, u16)> {
-        let port = free_port()?;
-        let args = vec![
-            "-p".into(),
-            port.to_string(),
+    /// A provider's (ProvPerf's, NIProvPerf's) flags for `rate` in ticks of
+    /// `--rssl-ticks`, running 2 minutes longer than the `secs` measured.
+    fn provider_rate_args(&self, rate: u64, secs: f64) -> [String; 6] {
+        [
             "-updateRate".into(),
             rate.to_string(),
             "-tickRate".into(),
             tick_rate(rate, self.args.rssl_ticks).to_string(),
             "-runTime".into(),
             ((secs as u64) + 120).to_string(),
-        ];
+        ]
+    }
+
+    /// ProvPerf publishing `items` at `rate` on a free port: its port.
+    fn start_provperf(&mut self, tools: &Tools, rate: u64, secs: f64) -> Result<(Running, u16)> {
+        let port = free_port()?;
+        let mut args = vec!["-p".into(), port.to_string()];
+        args.extend(self.provider_rate_args(rate, secs));
         let p = self.start_tool(
             tools,
             "com.refinitiv.eta.perftools.provperf.ProvPerf",
@@ -417,7 +417,7 @@ impl Lab {
         let _niprovperf = if interactive {
             None
         } else {
-            let args = vec![
+            let mut args: Vec<String> = vec![
                 "-h".into(),
                 "127.0.0.1".into(),
                 "-p".into(),
@@ -426,13 +426,8 @@ impl Lab {
                 "items.xml".into(),
                 "-itemCount".into(),
                 items.to_string(),
-                "-updateRate".into(),
-                rate.to_string(),
-                "-tickRate".into(),
-                tick_rate(rate, self.args.rssl_ticks).to_string(),
-                "-runTime".into(),
-                ((secs as u64) + 120).to_string(),
             ];
+            args.extend(self.provider_rate_args(rate, secs));
             Some(self.start_tool(
                 tools,
                 "com.refinitiv.eta.perftools.niprovperf.NIProvPerf",

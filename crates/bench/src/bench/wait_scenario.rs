@@ -22,12 +22,7 @@ impl Lab {
                 );
             }
         }
-        let mut rungs = self
-            .args
-            .rates
-            .clone()
-            .unwrap_or_else(|| DEFAULT_RUNGS.to_vec());
-        rungs.sort_unstable();
+        let mut rungs = self.rates_or(&DEFAULT_RUNGS);
         // These rungs only: no doubling to saturation after them.
         self.args.max_rate = rungs.last().copied().unwrap_or(0);
         // First the nodes at rest: publisher and subscriber connected, every image

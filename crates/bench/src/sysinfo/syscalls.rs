@@ -89,13 +89,7 @@ pub fn parse_strace_summary(text: &str) -> Option<u64> {
 /// Runs a command with captured stderr, killing it after `timeout`. Returns the exit
 /// success and stderr, or `None` if it could not be spawned or timed out.
 fn run_briefly(cmd: &mut Command, timeout: Duration) -> Option<(bool, String)> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .ok()?;
-    let reader = spawn_reader(&mut child);
+    let (mut child, reader) = spawn_reading_stderr(cmd)?;
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -110,6 +104,19 @@ fn run_briefly(cmd: &mut Command, timeout: Duration) -> Option<(bool, String)> {
     };
     let err = reader.and_then(|r| r.join().ok()).unwrap_or_default();
     status.map(|s| (s.success(), err))
+}
+
+/// Starts `cmd` without standard input or output, its standard error read to the end on
+/// a thread of its own (joined for the text). `None` if it could not be started.
+fn spawn_reading_stderr(cmd: &mut Command) -> Option<(Child, Option<JoinHandle<String>>)> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    let reader = spawn_reader(&mut child);
+    Some((child, reader))
 }
 
 fn spawn_reader(child: &mut Child) -> Option<JoinHandle<String>> {
@@ -188,13 +195,7 @@ pub fn start_syscall_count(pid: u32, allow_strace: bool) -> Option<SyscallCount>
         }
         SyscallTool::None => return None,
     };
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .ok()?;
-    let reader = spawn_reader(&mut child);
+    let (child, reader) = spawn_reading_stderr(&mut cmd)?;
     Some(SyscallCount {
         tool,
         pid,

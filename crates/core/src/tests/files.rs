@@ -18,7 +18,7 @@ fn a_node_without_files_says_so_and_closes_the_connection() {
     h.send(c, &[Message::Files(b"F\x01\x04")]);
     let got = h.recv(c);
     assert!(
-        matches!(&got[..], [Got::Status { code: code::PROTOCOL, text, .. }] if text.contains("this node takes no files")),
+        only_status(&got, code::PROTOCOL, "this node takes no files"),
         "{got:?}"
     );
 }

@@ -5,37 +5,12 @@
 use super::*;
 
 fn announce(h: &mut Harness, p: ConnId, names: &[String], up: bool) {
-    let services = names
-        .iter()
-        .map(|n| ServiceEntry {
-            name: n,
-            state: if up {
-                ServiceState::Up
-            } else {
-                ServiceState::Down
-            },
-            interactive: false,
-            item_count: 0,
-        })
-        .collect();
-    h.send(p, &[Message::Directory(Directory { services })]);
+    h.send(p, &[directory(names.iter().map(|n| (n.as_str(), up)))]);
 }
 
 /// Logs in and returns what followed the Welcome (the directory).
 fn login_seeing(h: &mut Harness, role: Role) -> (ConnId, Vec<Got>) {
-    let c = h.node.connect("test", h.now);
-    h.send(
-        c,
-        &[Message::Login(Login {
-            version_min: 1,
-            version_max: 1,
-            role,
-            application: "test",
-            user: "u",
-            token: "",
-            slow_consumer: None,
-        })],
-    );
+    let c = h.connect_with(client_login(role, "u", ""));
     let mut got = h.recv(c);
     assert!(matches!(got.first(), Some(Got::Welcome { .. })), "{got:?}");
     got.remove(0);
@@ -56,7 +31,7 @@ fn directory_changes_go_out_as_deltas_and_repeats_send_nothing() {
     let mut h = Harness::new(true);
     let p = h.publisher("FEED", false);
     let (sub, got) = login_seeing(&mut h, Role::Subscriber);
-    assert_eq!(got, vec![Got::Directory(vec![(s("FEED"), true)])]);
+    assert_eq!(got, vec![dir(&[("FEED", true)])]);
     // The same announcement again and again changes nothing: nothing is sent.
     for _ in 0..1000 {
         announce(&mut h, p, &[s("FEED")], true);
@@ -64,10 +39,10 @@ fn directory_changes_go_out_as_deltas_and_repeats_send_nothing() {
     assert_eq!(h.recv(sub), vec![]);
     // A second service: only it is sent.
     let p2 = h.publisher("NEWS", false);
-    assert_eq!(h.recv(sub), vec![Got::Directory(vec![(s("NEWS"), true)])]);
+    assert_eq!(h.recv(sub), vec![dir(&[("NEWS", true)])]);
     // Its publisher leaves: only its entry, now down.
     h.node.on_disconnect(p2, h.now);
-    assert_eq!(h.recv(sub), vec![Got::Directory(vec![(s("NEWS"), false)])]);
+    assert_eq!(h.recv(sub), vec![dir(&[("NEWS", false)])]);
     assert_eq!(h.recv(p), vec![]);
 }
 
@@ -123,12 +98,9 @@ fn a_directory_larger_than_one_message_is_sent_in_several() {
 
 #[test]
 fn services_past_the_limit_and_overlong_names_are_refused_with_a_reason() {
-    let mut h = Harness::with_config(CoreConfig {
-        limits: Limits {
-            max_services: 3,
-            ..Limits::default()
-        },
-        ..CoreConfig::default()
+    let mut h = Harness::with_limits(Limits {
+        max_services: 3,
+        ..Limits::default()
     });
     let p = h.publisher("A", false);
     announce(&mut h, p, &[s("B"), s("C")], true);
@@ -151,13 +123,10 @@ fn services_past_the_limit_and_overlong_names_are_refused_with_a_reason() {
 
 #[test]
 fn a_service_without_publisher_or_watcher_is_removed_after_its_retention() {
-    let mut h = Harness::with_config(CoreConfig {
-        limits: Limits {
-            service_retention: Duration::from_secs(60),
-            heartbeat: Duration::from_secs(1000),
-            ..Limits::default()
-        },
-        ..CoreConfig::default()
+    let mut h = Harness::with_limits(Limits {
+        service_retention: Duration::from_secs(60),
+        heartbeat: Duration::from_secs(1000),
+        ..Limits::default()
     });
     let img = bid_ask(1, 2);
     let image = |service: &'static str, name: &'static str, seq: u32| {
@@ -201,18 +170,15 @@ fn a_service_without_publisher_or_watcher_is_removed_after_its_retention() {
         "{got:?}"
     );
     let (_, got) = login_seeing(&mut h, Role::Subscriber);
-    assert_eq!(got, vec![Got::Directory(vec![(s("KEPT"), true)])]);
+    assert_eq!(got, vec![dir(&[("KEPT", true)])]);
 }
 
 #[test]
 fn a_connection_that_never_logs_in_is_dropped_at_the_login_deadline() {
-    let mut h = Harness::with_config(CoreConfig {
-        limits: Limits {
-            login_timeout: Duration::from_secs(2),
-            heartbeat: Duration::from_secs(1),
-            ..Limits::default()
-        },
-        ..CoreConfig::default()
+    let mut h = Harness::with_limits(Limits {
+        login_timeout: Duration::from_secs(2),
+        heartbeat: Duration::from_secs(1),
+        ..Limits::default()
     });
     let c = h.node.connect("dribbler", h.now);
     assert_eq!(h.node.awaiting_login_count(), 1);
@@ -252,12 +218,9 @@ fn pings_before_login_are_refused() {
 
 #[test]
 fn a_publisher_that_pings_and_never_reads_is_dropped_at_the_hard_bound() {
-    let mut h = Harness::with_config(CoreConfig {
-        limits: Limits {
-            max_output_bytes: 64 * 1024,
-            ..Limits::default()
-        },
-        ..CoreConfig::default()
+    let mut h = Harness::with_limits(Limits {
+        max_output_bytes: 64 * 1024,
+        ..Limits::default()
     });
     let p = h.publisher("FEED", false);
     let pings: Vec<Message<'_>> = (0..1000).map(Message::Ping).collect();
@@ -279,16 +242,11 @@ fn a_publisher_that_pings_and_never_reads_is_dropped_at_the_hard_bound() {
 fn thousands_of_streams_on_one_item_open_and_close_in_any_order() {
     // Closing a stream finds it through its slot (O(1)); the stream moved into its
     // place must keep receiving, whichever connection it belongs to.
-    let mut h = Harness::with_config(CoreConfig {
-        limits: Limits {
-            max_streams_per_connection: 100_000,
-            ..Limits::default()
-        },
-        ..CoreConfig::default()
+    let mut h = Harness::with_limits(Limits {
+        max_streams_per_connection: 100_000,
+        ..Limits::default()
     });
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(1, 2);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let p = h.publisher_of(1, "SYM0", &bid_ask(1, 2));
     let a = h.login(Role::Subscriber);
     let b = h.login(Role::Subscriber);
     for sid in 1..=3_000 {
@@ -334,19 +292,15 @@ fn thousands_of_streams_on_one_item_open_and_close_in_any_order() {
 #[test]
 fn an_image_larger_than_a_queue_can_hold_is_refused_not_served() {
     // Hard bound 128 KiB: images up to 64 KiB are cached.
-    let mut h = Harness::with_config(CoreConfig {
-        limits: Limits {
-            max_output_bytes: 128 * 1024,
-            ..Limits::default()
-        },
-        ..CoreConfig::default()
+    let mut h = Harness::with_limits(Limits {
+        max_output_bytes: 128 * 1024,
+        ..Limits::default()
     });
     let p = h.publisher("FEED", false);
     let text = "x".repeat(40_000);
     let half = encode_field_list([(1000, Value::Ascii(&text))]);
     h.send(p, &[refresh(1, 1, "BIG", &half, false)]);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 1, "FEED", "BIG", true, None);
+    let sub = h.subscriber_to(1, "BIG");
     assert!(h
         .recv(sub)
         .iter()

@@ -5,6 +5,14 @@ use super::*;
 use tickwire_proto::frame::FrameReader;
 use tickwire_proto::{encode_field_list, NakCode, Real, UpdateType, Value};
 
+/// Asserts that one of the messages in `got` matches `pattern`; a failure shows them all.
+macro_rules! assert_any {
+    ($got:expr, $pattern:pat) => {{
+        let got = &$got;
+        assert!(got.iter().any(|m| matches!(m, $pattern)), "{got:?}");
+    }};
+}
+
 #[derive(Debug, Clone, PartialEq)]
 enum Got {
     Welcome {
@@ -168,6 +176,14 @@ impl Harness {
         Harness::with_config(cfg)
     }
 
+    /// A node with the default configuration but for `limits`.
+    fn with_limits(limits: Limits) -> Self {
+        Harness::with_config(CoreConfig {
+            limits,
+            ..CoreConfig::default()
+        })
+    }
+
     fn with_config(cfg: CoreConfig) -> Self {
         let now = Instant::now();
         Harness {
@@ -245,20 +261,18 @@ impl Harness {
         got
     }
 
-    fn login(&mut self, role: Role) -> ConnId {
+    /// Connects a peer and sends it `login`; what the node answers is left unread.
+    fn connect_with(&mut self, login: Login<'_>) -> ConnId {
         let c = self.node.connect("test", self.now);
-        self.send(
-            c,
-            &[Message::Login(Login {
-                version_min: 1,
-                version_max: 3,
-                role,
-                application: "test",
-                user: "u",
-                token: "",
-                slow_consumer: None,
-            })],
-        );
+        self.send(c, &[Message::Login(login)]);
+        c
+    }
+
+    fn login(&mut self, role: Role) -> ConnId {
+        let c = self.connect_with(Login {
+            version_max: 3,
+            ..client_login(role, "u", "")
+        });
         let got = self.recv(c);
         assert!(matches!(got[0], Got::Welcome { .. }), "{got:?}");
         c
@@ -300,6 +314,72 @@ impl Harness {
             })],
         );
     }
+
+    /// Moves the clock to the core's next deadline and handles it, as a driver that ticks
+    /// only when told does.
+    fn tick_when_due(&mut self) {
+        self.now = self
+            .node
+            .poll_timeout()
+            .expect("the core always has a deadline");
+        self.node.handle_timeout(self.now);
+    }
+
+    /// A non-interactive publisher of FEED that has sent `img` as the image of `name` on
+    /// its stream `psid`.
+    fn publisher_of(&mut self, psid: u32, name: &str, img: &[u8]) -> ConnId {
+        let p = self.publisher("FEED", false);
+        self.send(p, &[refresh(psid, 1, name, img, false)]);
+        p
+    }
+
+    /// A new subscriber that asked for a stream of FEED's `name` on its stream `sid`; what
+    /// the node sent it is left unread.
+    fn subscriber_to(&mut self, sid: u32, name: &str) -> ConnId {
+        let sub = self.login(Role::Subscriber);
+        self.request(sub, sid, "FEED", name, true, None);
+        sub
+    }
+
+    /// As [`Harness::subscriber_to`], with the image it was sent read and dropped.
+    fn watcher_of(&mut self, sid: u32, name: &str) -> ConnId {
+        let sub = self.subscriber_to(sid, name);
+        self.recv(sub);
+        sub
+    }
+}
+
+/// The login of a protocol-1 client called "test", asking for the node's slow-consumer
+/// policy.
+fn client_login<'a>(role: Role, user: &'a str, token: &'a str) -> Login<'a> {
+    Login {
+        version_min: 1,
+        version_max: 1,
+        role,
+        application: "test",
+        user,
+        token,
+        slow_consumer: None,
+    }
+}
+
+/// A directory announcing non-interactive services, each up (`true`) or down.
+fn directory<'a>(services: impl IntoIterator<Item = (&'a str, bool)>) -> Message<'a> {
+    Message::Directory(Directory {
+        services: services
+            .into_iter()
+            .map(|(name, up)| ServiceEntry {
+                name,
+                state: if up {
+                    ServiceState::Up
+                } else {
+                    ServiceState::Down
+                },
+                interactive: false,
+                item_count: 0,
+            })
+            .collect(),
+    })
 }
 
 fn bid_ask(bid: i64, ask: i64) -> Vec<u8> {
@@ -344,14 +424,52 @@ fn s(v: &str) -> String {
     v.to_string()
 }
 
+/// A node (cache on or off, see [`Harness::new`]) whose FEED publisher has imaged `name`
+/// as `img` on its stream 1: the node and the publisher.
+fn node_with_item(cache: bool, name: &str, img: &[u8]) -> (Harness, ConnId) {
+    let mut h = Harness::new(cache);
+    let p = h.publisher_of(1, name, img);
+    (h, p)
+}
+
+/// A [`node_with_item`] of SYM0, and a subscriber that asked for a snapshot of it on its
+/// stream 1: the node, the publisher and the subscriber.
+fn snapshot_requested(cache: bool, img: &[u8]) -> (Harness, ConnId, ConnId) {
+    let (mut h, p) = node_with_item(cache, "SYM0", img);
+    let sub = h.login(Role::Subscriber);
+    h.recv(sub);
+    h.request(sub, 1, "FEED", "SYM0", false, None);
+    (h, p, sub)
+}
+
+/// Whether `got` is exactly one non-streaming refresh: the answer to a snapshot request.
+fn is_snapshot(got: &[Got]) -> bool {
+    matches!(
+        got,
+        [Got::Refresh {
+            stream: StreamState::NonStreaming,
+            ..
+        }]
+    )
+}
+
+/// Whether `got` is one status, with `code` and a text that contains `says`.
+fn only_status(got: &[Got], code: u16, says: &str) -> bool {
+    matches!(got, [Got::Status { code: c, text, .. }] if *c == code && text.contains(says))
+}
+
+/// The directory message a subscriber receives listing `entries`, each up or down.
+fn dir(entries: &[(&str, bool)]) -> Got {
+    Got::Directory(entries.iter().map(|&(n, up)| (s(n), up)).collect())
+}
+
 #[test]
 fn cached_item_is_served_at_once_then_updates_follow_with_the_subscribers_stream_id() {
     let mut h = Harness::new(true);
     let p = h.publisher("FEED", false);
     let img = bid_ask(10000, 10010);
     h.send(p, &[refresh(1, 5, "SYM0", &img, false)]);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 42, "FEED", "SYM0", true, None);
+    let sub = h.subscriber_to(42, "SYM0");
     let got = h.recv(sub);
     assert_eq!(
         got,
@@ -388,9 +506,7 @@ fn updates_go_out_before_their_merge_and_a_new_subscriber_still_gets_them_in_its
     let mut h = Harness::new(true);
     let p = h.publisher("FEED", false);
     h.send(p, &[refresh(1, 5, "SYM0", &bid_ask(10000, 10010), false)]);
-    let first = h.login(Role::Subscriber);
-    h.request(first, 1, "FEED", "SYM0", true, None);
-    h.recv(first);
+    let first = h.watcher_of(1, "SYM0");
     let bids: Vec<Vec<u8>> = (1..=3)
         .map(|i| encode_field_list([(22, Value::Real(Real::new(10000 + i, -2)))]))
         .collect();
@@ -406,8 +522,7 @@ fn updates_go_out_before_their_merge_and_a_new_subscriber_still_gets_them_in_its
     assert_eq!(h.recv(first).len(), 3);
     assert_eq!(h.node.unsettled_updates(), 3);
     // A request is not an update: the image catches up before it is read.
-    let second = h.login(Role::Subscriber);
-    h.request(second, 9, "FEED", "SYM0", true, None);
+    let second = h.subscriber_to(9, "SYM0");
     assert_eq!(h.node.unsettled_updates(), 0);
     assert!(matches!(
         &h.recv(second)[..],
@@ -439,9 +554,8 @@ fn updates_waiting_for_their_merge_are_bounded_when_the_driver_never_settles() {
 #[test]
 fn cache_off_forwards_every_request_to_the_publisher_and_holds_updates_until_the_refresh() {
     let mut h = Harness::new(false);
-    let p = h.publisher("FEED", false);
     let img = bid_ask(10000, 10010);
-    h.send(p, &[refresh(7, 1, "SYM0", &img, false)]);
+    let p = h.publisher_of(7, "SYM0", &img);
     assert!(h.node.cached_image("FEED", "SYM0").is_none());
     let sub = h.login(Role::Subscriber);
     h.recv(sub);
@@ -525,57 +639,43 @@ fn interactive_publisher_is_asked_for_items_and_told_when_the_last_subscriber_cl
 
 #[test]
 fn publisher_loss_turns_streams_suspect_and_its_return_makes_them_ok() {
-    let mut h = Harness::new(true);
-    let p = h.publisher("FEED", false);
     let img = bid_ask(10000, 10010);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 3, "FEED", "SYM0", true, None);
-    h.recv(sub);
+    let (mut h, p) = node_with_item(true, "SYM0", &img);
+    let sub = h.watcher_of(3, "SYM0");
     h.node.on_disconnect(p, h.now);
     let got = h.recv(sub);
-    assert!(
-        got.iter().any(|m| matches!(
-            m,
-            Got::Status {
-                sid: 3,
-                stream: StreamState::Open,
-                data: DataState::Suspect,
-                ..
-            }
-        )),
-        "{got:?}"
+    assert_any!(
+        got,
+        Got::Status {
+            sid: 3,
+            stream: StreamState::Open,
+            data: DataState::Suspect,
+            ..
+        }
     );
-    assert!(
-        got.contains(&Got::Directory(vec![(s("FEED"), false)])),
-        "{got:?}"
-    );
+    assert!(got.contains(&dir(&[("FEED", false)])), "{got:?}");
     // A new subscriber is still served from the cache, marked suspect.
-    let late = h.login(Role::Subscriber);
-    h.request(late, 1, "FEED", "SYM0", true, None);
-    assert!(h.recv(late).iter().any(|m| matches!(
-        m,
+    let late = h.subscriber_to(1, "SYM0");
+    assert_any!(
+        h.recv(late),
         Got::Refresh {
             data: DataState::Suspect,
             ..
         }
-    )));
+    );
     // Once nobody watches it, the stale image still stays in the cache.
     h.send(late, &[Message::Close { stream_id: 1 }]);
     h.send(sub, &[Message::Close { stream_id: 3 }]);
     let third = h.login(Role::Subscriber);
     h.request(third, 1, "FEED", "SYM0", false, None);
     let got = h.recv(third);
-    assert!(
-        got.iter().any(|m| matches!(
-            m,
-            Got::Refresh {
-                stream: StreamState::NonStreaming,
-                data: DataState::Suspect,
-                ..
-            }
-        )),
-        "{got:?}"
+    assert_any!(
+        got,
+        Got::Refresh {
+            stream: StreamState::NonStreaming,
+            data: DataState::Suspect,
+            ..
+        }
     );
     h.request(sub, 3, "FEED", "SYM0", true, None);
     h.recv(sub);
@@ -583,17 +683,14 @@ fn publisher_loss_turns_streams_suspect_and_its_return_makes_them_ok() {
     let p2 = h.publisher("FEED", false);
     h.send(p2, &[refresh(1, 1, "SYM0", &img, false)]);
     let got = h.recv(sub);
-    assert!(
-        got.iter().any(|m| matches!(
-            m,
-            Got::Refresh {
-                sid: 3,
-                data: DataState::Ok,
-                solicited: false,
-                ..
-            }
-        )),
-        "{got:?}"
+    assert_any!(
+        got,
+        Got::Refresh {
+            sid: 3,
+            data: DataState::Ok,
+            solicited: false,
+            ..
+        }
     );
 }
 
@@ -603,13 +700,8 @@ fn publisher_loss_turns_streams_suspect_and_its_return_makes_them_ok() {
 #[test]
 fn stale_images_nobody_watches_go_when_the_service_comes_back() {
     for interactive_on_return in [false, true] {
-        let mut h = Harness::new(true);
-        let p = h.publisher("FEED", false);
-        let img = bid_ask(10000, 10010);
-        h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-        let sub = h.login(Role::Subscriber);
-        h.request(sub, 3, "FEED", "SYM0", true, None);
-        h.recv(sub);
+        let (mut h, p) = node_with_item(true, "SYM0", &bid_ask(10000, 10010));
+        let sub = h.watcher_of(3, "SYM0");
         h.node.on_disconnect(p, h.now);
         h.send(sub, &[Message::Close { stream_id: 3 }]);
         h.recv(sub);
@@ -646,13 +738,8 @@ fn stale_images_nobody_watches_go_when_the_service_comes_back() {
 
 #[test]
 fn a_services_update_counts_survive_its_items_going() {
-    let mut h = Harness::new(true);
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(10000, 10010);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 3, "FEED", "SYM0", true, None);
-    h.recv(sub);
+    let (mut h, p) = node_with_item(true, "SYM0", &bid_ask(10000, 10010));
+    let sub = h.watcher_of(3, "SYM0");
     for seq in 2..5 {
         h.send(p, &[update(1, seq, &bid_ask(10000 + seq as i64, 10010))]);
     }
@@ -673,58 +760,28 @@ fn a_services_update_counts_survive_its_items_going() {
 
 #[test]
 fn snapshot_gets_one_non_streaming_refresh_and_no_updates() {
-    let mut h = Harness::new(true);
-    let p = h.publisher("FEED", false);
     let img = bid_ask(10000, 10010);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let sub = h.login(Role::Subscriber);
-    h.recv(sub);
-    h.request(sub, 1, "FEED", "SYM0", false, None);
+    let (mut h, p, sub) = snapshot_requested(true, &img);
     let got = h.recv(sub);
-    assert!(
-        matches!(
-            &got[..],
-            [Got::Refresh {
-                stream: StreamState::NonStreaming,
-                ..
-            }]
-        ),
-        "{got:?}"
-    );
+    assert!(is_snapshot(&got), "{got:?}");
     h.send(p, &[update(1, 2, &img)]);
     assert!(h.recv(sub).is_empty());
 }
 
 #[test]
 fn snapshot_with_cache_off_waits_for_the_publisher_then_closes() {
-    let mut h = Harness::new(false);
-    let p = h.publisher("FEED", false);
     let img = bid_ask(10000, 10010);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let sub = h.login(Role::Subscriber);
-    h.recv(sub);
-    h.request(sub, 1, "FEED", "SYM0", false, None);
+    let (mut h, p, sub) = snapshot_requested(false, &img);
     h.send(p, &[refresh(1, 1, "SYM0", &img, true)]);
     h.send(p, &[update(1, 2, &img)]);
     let got = h.recv(sub);
-    assert!(
-        matches!(
-            &got[..],
-            [Got::Refresh {
-                stream: StreamState::NonStreaming,
-                ..
-            }]
-        ),
-        "{got:?}"
-    );
+    assert!(is_snapshot(&got), "{got:?}");
 }
 
 #[test]
 fn view_filters_refresh_and_updates() {
-    let mut h = Harness::new(true);
-    let p = h.publisher("FEED", false);
     let img = bid_ask(10000, 10010);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let (mut h, p) = node_with_item(true, "SYM0", &img);
     let sub = h.login(Role::Subscriber);
     h.recv(sub);
     h.request(sub, 1, "FEED", "SYM0", true, Some(&[25]));
@@ -766,13 +823,9 @@ fn unknown_service_and_unknown_item_are_closed_with_a_reason() {
 
 #[test]
 fn malformed_input_gets_a_reason_and_only_that_connection_is_closed() {
-    let mut h = Harness::new(true);
-    let p = h.publisher("FEED", false);
     let img = bid_ask(10000, 10010);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let good = h.login(Role::Subscriber);
-    h.request(good, 1, "FEED", "SYM0", true, None);
-    h.recv(good);
+    let (mut h, p) = node_with_item(true, "SYM0", &img);
+    let good = h.watcher_of(1, "SYM0");
     let bad = h.login(Role::Subscriber);
     h.node.on_frame(bad, &[99, 0, 0], h.now);
     let got = h.recv(bad);
@@ -794,7 +847,7 @@ fn request_before_login_is_refused() {
     h.request(c, 1, "FEED", "A", true, None);
     let got = h.recv(c);
     assert!(
-        matches!(&got[..], [Got::Status { code: code::PROTOCOL, text, .. }] if text.contains("login required")),
+        only_status(&got, code::PROTOCOL, "login required"),
         "{got:?}"
     );
 }
@@ -808,18 +861,12 @@ fn incompatible_version_is_refused_with_both_ranges() {
         &[Message::Login(Login {
             version_min: 7,
             version_max: 9,
-            role: Role::Subscriber,
             application: "a",
-            user: "u",
-            token: "",
-            slow_consumer: None,
+            ..client_login(Role::Subscriber, "u", "")
         })],
     );
     let got = h.recv(c);
-    assert!(
-        matches!(&got[..], [Got::Status { code: code::LOGIN_REJECTED, text, .. }] if text.contains("7..=9")),
-        "{got:?}"
-    );
+    assert!(only_status(&got, code::LOGIN_REJECTED, "7..=9"), "{got:?}");
 }
 
 #[test]
@@ -841,15 +888,12 @@ fn heartbeats_are_sent_when_idle_and_silent_peers_are_dropped() {
     h.now += Duration::from_millis(200);
     h.node.handle_timeout(h.now);
     let got = h.recv(sub);
-    assert!(
-        got.iter().any(|m| matches!(
-            m,
-            Got::Status {
-                code: code::TIMEOUT,
-                ..
-            }
-        )),
-        "{got:?}"
+    assert_any!(
+        got,
+        Got::Status {
+            code: code::TIMEOUT,
+            ..
+        }
     );
     assert_eq!(h.node.stats().heartbeat_timeouts, 1);
 }
@@ -914,9 +958,8 @@ fn a_subscriber_that_never_reads_is_disconnected_at_its_output_limit() {
         },
         ..CoreConfig::default()
     });
-    let p = h.publisher("FEED", false);
     let img = bid_ask(10000, 10010);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let p = h.publisher_of(1, "SYM0", &img);
     let slow = h.login(Role::Subscriber);
     let fast = h.login(Role::Subscriber);
     h.request(slow, 1, "FEED", "SYM0", true, None);
@@ -947,13 +990,8 @@ fn a_subscriber_that_never_reads_is_disconnected_at_its_output_limit() {
 
 #[test]
 fn shutdown_sends_closed_recover_on_every_stream() {
-    let mut h = Harness::new(true);
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(1, 2);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 5, "FEED", "SYM0", true, None);
-    h.recv(sub);
+    let (mut h, p) = node_with_item(true, "SYM0", &bid_ask(1, 2));
+    let sub = h.watcher_of(5, "SYM0");
     h.node.shutdown(h.now);
     let got = h.recv(sub);
     assert!(
@@ -1014,19 +1052,8 @@ fn large_images_go_out_as_multi_part_refreshes() {
 fn requests_wait_while_a_service_is_down_and_missing_items_are_closed_when_it_comes_up() {
     let mut h = Harness::new(true);
     let p = h.login(Role::Publisher);
-    let announce = |state| {
-        Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "FEED",
-                state,
-                interactive: false,
-                item_count: 0,
-            }],
-        })
-    };
-    h.send(p, &[announce(ServiceState::Down)]);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 1, "FEED", "SYM0", true, None);
+    h.send(p, &[directory([("FEED", false)])]);
+    let sub = h.subscriber_to(1, "SYM0");
     h.request(sub, 2, "FEED", "NEVER", true, None);
     let got = h.recv(sub);
     assert!(
@@ -1046,45 +1073,35 @@ fn requests_wait_while_a_service_is_down_and_missing_items_are_closed_when_it_co
         p,
         &[
             refresh(1, 1, "SYM0", &img, false),
-            announce(ServiceState::Up),
+            directory([("FEED", true)]),
         ],
     );
     let got = h.recv(sub);
-    assert!(
-        got.iter().any(|m| matches!(
-            m,
-            Got::Refresh {
-                sid: 1,
-                data: DataState::Ok,
-                ..
-            }
-        )),
-        "{got:?}"
+    assert_any!(
+        got,
+        Got::Refresh {
+            sid: 1,
+            data: DataState::Ok,
+            ..
+        }
     );
-    assert!(
-        got.iter().any(|m| matches!(
-            m,
-            Got::Status {
-                sid: 2,
-                stream: StreamState::Closed,
-                code: code::NOT_FOUND,
-                ..
-            }
-        )),
-        "{got:?}"
+    assert_any!(
+        got,
+        Got::Status {
+            sid: 2,
+            stream: StreamState::Closed,
+            code: code::NOT_FOUND,
+            ..
+        }
     );
-    assert!(
-        got.contains(&Got::Directory(vec![(s("FEED"), true)])),
-        "{got:?}"
-    );
+    assert!(got.contains(&dir(&[("FEED", true)])), "{got:?}");
 }
 
 #[test]
 fn an_interactive_publishers_return_re_images_live_streams() {
     let mut h = Harness::new(true);
     let p = h.publisher("FEED", true);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 1, "FEED", "X", true, None);
+    let sub = h.subscriber_to(1, "X");
     let Some(Got::Request { sid, .. }) = h
         .recv(p)
         .into_iter()
@@ -1096,13 +1113,13 @@ fn an_interactive_publishers_return_re_images_live_streams() {
     h.send(p, &[refresh(sid, 1, "X", &img, true)]);
     h.recv(sub);
     h.node.on_disconnect(p, h.now);
-    assert!(h.recv(sub).iter().any(|m| matches!(
-        m,
+    assert_any!(
+        h.recv(sub),
         Got::Status {
             data: DataState::Suspect,
             ..
         }
-    )));
+    );
     let p2 = h.publisher("FEED", true);
     let reqs: Vec<Got> = h
         .recv(p2)
@@ -1127,48 +1144,31 @@ fn an_interactive_publishers_return_re_images_live_streams() {
 
 #[test]
 fn a_service_announced_down_turns_its_streams_suspect() {
-    let mut h = Harness::new(true);
-    let p = h.publisher("FEED", false);
     let img = bid_ask(100, 101);
-    h.send(p, &[refresh(1, 1, "A", &img, false)]);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 1, "FEED", "A", true, None);
-    h.recv(sub);
-    h.send(
-        p,
-        &[Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "FEED",
-                state: ServiceState::Down,
-                interactive: false,
-                item_count: 0,
-            }],
-        })],
-    );
+    let (mut h, p) = node_with_item(true, "A", &img);
+    let sub = h.watcher_of(1, "A");
+    h.send(p, &[directory([("FEED", false)])]);
     let got = h.recv(sub);
-    assert!(
-        got.iter().any(|m| matches!(
-            m,
-            Got::Status {
-                sid: 1,
-                stream: StreamState::Open,
-                data: DataState::Suspect,
-                code: code::SERVICE_DOWN,
-                ..
-            }
-        )),
-        "{got:?}"
+    assert_any!(
+        got,
+        Got::Status {
+            sid: 1,
+            stream: StreamState::Open,
+            data: DataState::Suspect,
+            code: code::SERVICE_DOWN,
+            ..
+        }
     );
     // Its re-image brings the stream back to ok.
     h.send(p, &[refresh(1, 2, "A", &img, false)]);
-    assert!(h.recv(sub).iter().any(|m| matches!(
-        m,
+    assert_any!(
+        h.recv(sub),
         Got::Refresh {
             sid: 1,
             data: DataState::Ok,
             ..
         }
-    )));
+    );
 }
 
 // ---- slow consumers ----
@@ -1191,6 +1191,15 @@ fn slow_harness(cache: bool, policy: SlowConsumerPolicy) -> Harness {
         },
         ..CoreConfig::default()
     })
+}
+
+/// A conflating [`slow_harness`] whose FEED publisher has imaged SYM0 on its stream 1, and
+/// a subscriber that asked for SYM0 on its stream 1 and has read nothing yet.
+fn slow_subscriber_to_sym0() -> (Harness, ConnId, ConnId) {
+    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
+    let p = h.publisher_of(1, "SYM0", &bid_ask(100, 101));
+    let slow = h.subscriber_to(1, "SYM0");
+    (h, p, slow)
 }
 
 fn trade(sid: u32, seq: u32, price: i64) -> Vec<u8> {
@@ -1219,6 +1228,13 @@ struct Replica {
 }
 
 impl Replica {
+    /// A replica of everything `c` can read now.
+    fn read_from(h: &mut Harness, c: ConnId) -> Self {
+        let mut replica = Replica::default();
+        replica.apply(&h.read_all(c));
+        replica
+    }
+
     fn apply(&mut self, got: &[Got]) {
         for g in got {
             match g {
@@ -1337,13 +1353,9 @@ fn merging_updates_that_already_stand_for_several_adds_their_counts() {
     // already merged: a merge of those stands for the sum, or a subscriber checking
     // sequence numbers would see gaps that are not there.
     let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(10000, 10010);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let slow = h.login(Role::Subscriber);
-    h.request(slow, 1, "FEED", "SYM0", true, None);
-    let mut replica = Replica::default();
-    replica.apply(&h.read_all(slow));
+    let p = h.publisher_of(1, "SYM0", &bid_ask(10000, 10010));
+    let slow = h.subscriber_to(1, "SYM0");
+    let mut replica = Replica::read_from(&mut h, slow);
     let mut seq = 1u32;
     for k in 0..2_000u32 {
         let fields = bid_ask(10000 + k as i64, 10100 + k as i64);
@@ -1367,9 +1379,8 @@ fn merging_updates_that_already_stand_for_several_adds_their_counts() {
 #[test]
 fn conflation_works_with_the_cache_off_and_respects_views() {
     let mut h = slow_harness(false, SlowConsumerPolicy::Conflate);
-    let p = h.publisher("FEED", false);
     let img = bid_ask(100, 101);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let p = h.publisher_of(1, "SYM0", &img);
     let slow = h.login(Role::Subscriber);
     h.request(slow, 7, "FEED", "SYM0", true, Some(&[22]));
     // Cache off: the node asks the publisher for the image.
@@ -1378,8 +1389,7 @@ fn conflation_works_with_the_cache_off_and_respects_views() {
         [Got::Request { sid: 1, .. }]
     ));
     h.send(p, &[refresh(1, 1, "SYM0", &img, true)]);
-    let mut replica = Replica::default();
-    replica.apply(&h.read_all(slow));
+    let mut replica = Replica::read_from(&mut h, slow);
     assert!(replica.images.contains_key(&7));
     for k in 0..5_000u32 {
         h.send(
@@ -1396,12 +1406,7 @@ fn conflation_works_with_the_cache_off_and_respects_views() {
 
 #[test]
 fn do_not_conflate_updates_are_never_merged_while_there_is_room() {
-    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(100, 101);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let slow = h.login(Role::Subscriber);
-    h.request(slow, 1, "FEED", "SYM0", true, None);
+    let (mut h, p, slow) = slow_subscriber_to_sym0();
     h.read_all(slow);
     // Quotes and trades interleaved; the trades must each arrive, in order.
     let mut trades = Vec::new();
@@ -1448,14 +1453,8 @@ fn do_not_conflate_updates_are_never_merged_while_there_is_room() {
 
 #[test]
 fn do_not_conflate_updates_without_room_are_reported_not_silently_lost() {
-    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(100, 101);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let slow = h.login(Role::Subscriber);
-    h.request(slow, 1, "FEED", "SYM0", true, None);
-    let mut replica = Replica::default();
-    replica.apply(&h.read_all(slow));
+    let (mut h, p, slow) = slow_subscriber_to_sym0();
+    let mut replica = Replica::read_from(&mut h, slow);
     // Far more trades than the 5,000-message bound holds.
     for k in 0..12_000u32 {
         let f = trade(1, k, 1000 + k as i64);
@@ -1499,23 +1498,12 @@ fn policy_comes_from_the_login_then_the_user_then_the_node() {
         .per_user
         .insert("strict".into(), SlowConsumerPolicy::Disconnect);
     let mut h = Harness::with_config(cfg);
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(100, 101);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
+    let p = h.publisher_of(1, "SYM0", &bid_ask(100, 101));
     let login = |h: &mut Harness, user: &str, asked: Option<SlowConsumerPolicy>| {
-        let c = h.node.connect("test", h.now);
-        h.send(
-            c,
-            &[Message::Login(Login {
-                version_min: 1,
-                version_max: 1,
-                role: Role::Subscriber,
-                application: "test",
-                user,
-                token: "",
-                slow_consumer: asked,
-            })],
-        );
+        let c = h.connect_with(Login {
+            slow_consumer: asked,
+            ..client_login(Role::Subscriber, user, "")
+        });
         h.request(c, 1, "FEED", "SYM0", true, None);
         h.recv(c);
         c
@@ -1556,12 +1544,7 @@ fn policy_comes_from_the_login_then_the_user_then_the_node() {
 
 #[test]
 fn a_status_on_a_stream_with_a_pending_update_comes_after_it() {
-    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(100, 101);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let slow = h.login(Role::Subscriber);
-    h.request(slow, 1, "FEED", "SYM0", true, None);
+    let (mut h, p, slow) = slow_subscriber_to_sym0();
     h.read_all(slow);
     for k in 0..2_000u32 {
         h.send(p, &[update(1, k + 2, &bid_ask(k as i64, 1))]);
@@ -1594,14 +1577,8 @@ fn a_status_on_a_stream_with_a_pending_update_comes_after_it() {
 #[test]
 fn a_subscriber_behind_by_messages_stays_conflated_until_it_drains() {
     // Small updates: the 200-message threshold is passed long before the 8 KiB one.
-    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(100, 101);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let slow = h.login(Role::Subscriber);
-    h.request(slow, 1, "FEED", "SYM0", true, None);
-    let mut replica = Replica::default();
-    replica.apply(&h.read_all(slow));
+    let (mut h, p, slow) = slow_subscriber_to_sym0();
+    let mut replica = Replica::read_from(&mut h, slow);
     let mut max_messages = 0;
     for k in 0..3_000u32 {
         let f = encode_field_list([(22, Value::Real(Real::new(k as i64, -2)))]);
@@ -1622,15 +1599,12 @@ fn a_subscriber_behind_by_messages_stays_conflated_until_it_drains() {
 #[test]
 fn pending_updates_keep_flowing_while_trades_keep_the_queue_high() {
     let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
-    let p = h.publisher("FEED", false);
     let img = bid_ask(100, 101);
-    h.send(p, &[refresh(1, 1, "QUOTES", &img, false)]);
+    let p = h.publisher_of(1, "QUOTES", &img);
     h.send(p, &[refresh(2, 1, "TRADES", &img, false)]);
-    let slow = h.login(Role::Subscriber);
-    h.request(slow, 1, "FEED", "QUOTES", true, None);
+    let slow = h.subscriber_to(1, "QUOTES");
     h.request(slow, 2, "FEED", "TRADES", true, None);
-    let mut replica = Replica::default();
-    replica.apply(&h.read_all(slow));
+    let mut replica = Replica::read_from(&mut h, slow);
     // It reads less than the trades take: the queue stays high (about 140 quote
     // updates get through before it falls behind; with no pending update written
     // alongside the trades, none after; with one per 16 trades, about 110 more).
@@ -1660,14 +1634,8 @@ fn pending_updates_keep_flowing_while_trades_keep_the_queue_high() {
 
 #[test]
 fn an_item_closed_by_its_publisher_delivers_the_pending_values_first() {
-    let mut h = slow_harness(true, SlowConsumerPolicy::Conflate);
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(100, 101);
-    h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
-    let slow = h.login(Role::Subscriber);
-    h.request(slow, 1, "FEED", "SYM0", true, None);
-    let mut replica = Replica::default();
-    replica.apply(&h.read_all(slow));
+    let (mut h, p, slow) = slow_subscriber_to_sym0();
+    let mut replica = Replica::read_from(&mut h, slow);
     for k in 0..2_000u32 {
         h.send(p, &[update(1, k + 2, &bid_ask(k as i64, k as i64 + 7))]);
     }
@@ -1710,13 +1678,9 @@ fn a_merge_larger_than_a_message_goes_out_in_parts() {
         },
         ..CoreConfig::default()
     });
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(100, 101);
-    h.send(p, &[refresh(1, 1, "WIDE", &img, false)]);
-    let slow = h.login(Role::Subscriber);
-    h.request(slow, 1, "FEED", "WIDE", true, None);
-    let mut replica = Replica::default();
-    replica.apply(&h.read_all(slow));
+    let p = h.publisher_of(1, "WIDE", &bid_ask(100, 101));
+    let slow = h.subscriber_to(1, "WIDE");
+    let mut replica = Replica::read_from(&mut h, slow);
     // 40 updates of 2 different 3,000-byte text fields each: 80 fields, 240 KB merged.
     let text = "t".repeat(3_000);
     let mut k = 0;
@@ -1754,8 +1718,7 @@ fn an_unwatched_interactive_item_lingers_in_the_cache_and_a_quick_re_request_is_
         ..CoreConfig::default()
     });
     let p = h.publisher("FEED", true);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 1, "FEED", "A", true, None);
+    let sub = h.subscriber_to(1, "A");
     let asked = h.recv(p);
     let Some(Got::Request { sid: psid, .. }) = asked.first().cloned() else {
         panic!("{asked:?}")
@@ -1773,8 +1736,7 @@ fn an_unwatched_interactive_item_lingers_in_the_cache_and_a_quick_re_request_is_
     h.send(p, &[update(psid, 2, &upd)]);
     h.now += Duration::from_secs(2);
     h.node.handle_timeout(h.now);
-    let again = h.login(Role::Subscriber);
-    h.request(again, 4, "FEED", "A", true, None);
+    let again = h.subscriber_to(4, "A");
     let got = h.recv(again);
     assert!(
         got.iter()
@@ -1806,8 +1768,7 @@ fn an_unwatched_interactive_item_lingers_in_the_cache_and_a_quick_re_request_is_
 fn without_a_linger_time_an_unwatched_interactive_item_is_closed_at_once() {
     let mut h = Harness::new(true);
     let p = h.publisher("FEED", true);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 1, "FEED", "A", true, None);
+    let sub = h.subscriber_to(1, "A");
     let Some(Got::Request { sid: psid, .. }) = h.recv(p).first().cloned() else {
         panic!()
     };
@@ -1833,11 +1794,7 @@ fn the_core_says_when_it_needs_a_tick_and_ticking_only_then_keeps_heartbeats_and
     let mut ticks = 0;
     let mut pings = 0;
     while h.node.is_live(sub) {
-        h.now = h
-            .node
-            .poll_timeout()
-            .expect("the core always has a deadline");
-        h.node.handle_timeout(h.now);
+        h.tick_when_due();
         ticks += 1;
         pings += h.recv(sub).iter().filter(|g| **g == Got::Ping).count();
         assert!(ticks < 20, "ticked {ticks} times");
@@ -1855,11 +1812,7 @@ fn the_core_says_when_it_needs_a_tick_and_ticking_only_then_keeps_heartbeats_and
     let due = limits.login_timeout.min(limits.heartbeat * 3);
     let opened = h.now;
     while h.node.is_live(c) {
-        h.now = h
-            .node
-            .poll_timeout()
-            .expect("the core always has a deadline");
-        h.node.handle_timeout(h.now);
+        h.tick_when_due();
     }
     assert_eq!(h.now - opened, due);
 }
@@ -1870,13 +1823,8 @@ fn an_in_process_peer_speaks_to_the_core_in_messages_not_bytes() {
     let p = h.node.connect_internal("own publisher", h.now);
     for m in [
         Message::Login(Login {
-            version_min: 1,
-            version_max: 1,
-            role: Role::Publisher,
             application: "in-process",
-            user: "node",
-            token: "",
-            slow_consumer: None,
+            ..client_login(Role::Publisher, "node", "")
         }),
         Message::Directory(Directory {
             services: vec![ServiceEntry {

@@ -17,17 +17,13 @@ fn harness(posts: PostServices) -> Harness {
     })
 }
 
-/// A publisher of FEED with SYM0 on its stream 7, and a subscriber watching SYM0 on its
-/// stream 42.
-fn feed_and_watcher(h: &mut Harness) -> (ConnId, ConnId) {
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(10000, 10010);
-    h.send(p, &[refresh(7, 1, "SYM0", &img, false)]);
-    let sub = h.login(Role::Subscriber);
-    h.request(sub, 42, "FEED", "SYM0", true, None);
-    h.recv(sub);
+/// `h` with a publisher of FEED with SYM0 on its stream 7, and a subscriber watching SYM0 on
+/// its stream 42.
+fn feed_and_watcher(mut h: Harness) -> (Harness, ConnId, ConnId) {
+    let p = h.publisher_of(7, "SYM0", &bid_ask(10000, 10010));
+    let sub = h.watcher_of(42, "SYM0");
     h.recv(p);
-    (p, sub)
+    (h, p, sub)
 }
 
 fn post<'a>(sid: u32, post_id: u32, service: &'a str, name: &'a str, f: &'a [u8]) -> Message<'a> {
@@ -41,6 +37,14 @@ fn post<'a>(sid: u32, post_id: u32, service: &'a str, name: &'a str, f: &'a [u8]
         name,
         fields: FieldList::decode(f).unwrap(),
     })
+}
+
+/// A post on the subscriber's stream 42 that asks for no answer.
+fn post_without_ack(post_id: u32, f: &[u8]) -> Message<'_> {
+    let Message::Post(p) = post(42, post_id, "", "", f) else {
+        unreachable!()
+    };
+    Message::Post(Post { ack: false, ..p })
 }
 
 fn ack(post_id: u32, nak: Option<NakCode>, text: &str) -> Message<'_> {
@@ -78,8 +82,7 @@ fn nak_of(got: &[Got]) -> (NakCode, String) {
 
 #[test]
 fn an_on_stream_post_reaches_the_publisher_on_its_stream_and_its_ack_comes_back() {
-    let mut h = harness(PostServices::from_list(&[s("FEED")]));
-    let (p, sub) = feed_and_watcher(&mut h);
+    let (mut h, p, sub) = feed_and_watcher(harness(PostServices::from_list(&[s("FEED")])));
     let f = bid_ask(9990, 10000);
     h.send(sub, &[post(42, 1001, "", "", &f)]);
     let got = h.recv(p);
@@ -116,8 +119,7 @@ fn an_on_stream_post_reaches_the_publisher_on_its_stream_and_its_ack_comes_back(
 
 #[test]
 fn an_off_stream_post_names_its_item_and_the_publishers_nak_passes_through() {
-    let mut h = harness(PostServices::All);
-    let (p, _) = feed_and_watcher(&mut h);
+    let (mut h, p, _) = feed_and_watcher(harness(PostServices::All));
     let poster = h.login(Role::Subscriber);
     h.recv(poster);
     let f = bid_ask(1, 2);
@@ -143,8 +145,8 @@ fn an_off_stream_post_names_its_item_and_the_publishers_nak_passes_through() {
 
 #[test]
 fn the_node_refuses_what_no_publisher_could_take_and_says_why() {
-    let mut h = harness(PostServices::from_list(&[s("FEED"), s("GONE")]));
-    let (p, sub) = feed_and_watcher(&mut h);
+    let (mut h, p, sub) =
+        feed_and_watcher(harness(PostServices::from_list(&[s("FEED"), s("GONE")])));
     let f = bid_ask(1, 2);
     let cases: Vec<(Message<'_>, NakCode, &str)> = vec![
         (
@@ -188,8 +190,7 @@ fn the_node_refuses_what_no_publisher_could_take_and_says_why() {
 
 #[test]
 fn an_unanswered_post_is_refused_at_its_deadline_and_the_core_asks_to_be_woken_for_it() {
-    let mut h = harness(PostServices::All);
-    let (p, sub) = feed_and_watcher(&mut h);
+    let (mut h, p, sub) = feed_and_watcher(harness(PostServices::All));
     let f = bid_ask(1, 2);
     h.node.handle_timeout(h.now);
     h.send(sub, &[post(42, 9, "", "", &f)]);
@@ -209,8 +210,7 @@ fn an_unanswered_post_is_refused_at_its_deadline_and_the_core_asks_to_be_woken_f
 
 #[test]
 fn posts_waiting_when_their_publisher_leaves_are_refused_in_order() {
-    let mut h = harness(PostServices::All);
-    let (p, sub) = feed_and_watcher(&mut h);
+    let (mut h, p, sub) = feed_and_watcher(harness(PostServices::All));
     let f = bid_ask(1, 2);
     h.send(
         sub,
@@ -237,8 +237,7 @@ fn posts_waiting_when_their_publisher_leaves_are_refused_in_order() {
 
 #[test]
 fn a_poster_may_have_only_so_many_posts_waiting_and_a_gone_poster_gets_nothing() {
-    let mut h = harness(PostServices::All);
-    let (p, sub) = feed_and_watcher(&mut h);
+    let (mut h, p, sub) = feed_and_watcher(harness(PostServices::All));
     let f = bid_ask(1, 2);
     h.send(
         sub,
@@ -297,10 +296,21 @@ fn journal_requests(h: &mut Harness) -> Vec<JournalRequest> {
     v
 }
 
+/// The received record's seq and the nak, when `reqs` is one request to record a post's
+/// answer.
+fn completion(reqs: &[JournalRequest]) -> Option<(u64, Option<NakCode>)> {
+    match reqs {
+        [JournalRequest {
+            write: JournalWrite::Completed { received, nak, .. },
+            ..
+        }] => Some((*received, *nak)),
+        _ => None,
+    }
+}
+
 #[test]
 fn a_journaled_post_goes_on_only_once_kept_and_its_answer_only_once_recorded() {
-    let mut h = journaled();
-    let (p, sub) = feed_and_watcher(&mut h);
+    let (mut h, p, sub) = feed_and_watcher(journaled());
     let f = bid_ask(9990, 10000);
     h.send(sub, &[post(42, 77, "", "", &f)]);
     assert!(
@@ -360,8 +370,7 @@ fn a_journaled_post_goes_on_only_once_kept_and_its_answer_only_once_recorded() {
 
 #[test]
 fn a_post_the_journal_cannot_keep_is_refused_with_the_journals_reason() {
-    let mut h = journaled();
-    let (p, sub) = feed_and_watcher(&mut h);
+    let (mut h, p, sub) = feed_and_watcher(journaled());
     let f = bid_ask(1, 2);
     h.send(sub, &[post(42, 5, "", "", &f)]);
     let reqs = journal_requests(&mut h);
@@ -382,38 +391,19 @@ fn a_post_the_journal_cannot_keep_is_refused_with_the_journals_reason() {
 
 #[test]
 fn the_nodes_own_answer_to_a_journaled_post_is_recorded_too() {
-    let mut h = journaled();
-    let (p, sub) = feed_and_watcher(&mut h);
+    let (mut h, p, sub) = feed_and_watcher(journaled());
     let f = bid_ask(1, 2);
     // Without "ack": the publisher is asked for an answer anyway (it is recorded).
-    h.send(
-        sub,
-        &[Message::Post(Post {
-            ack: false,
-            ..match post(42, 6, "", "", &f) {
-                Message::Post(p) => p,
-                _ => unreachable!(),
-            }
-        })],
-    );
+    h.send(sub, &[post_without_ack(6, &f)]);
     let reqs = journal_requests(&mut h);
     h.node.on_journaled(reqs[0].ticket, Ok(1), h.now);
     assert!(matches!(&h.recv(p)[..], [Got::Post { ack: true, .. }]));
     h.now += Duration::from_millis(500);
     h.node.handle_timeout(h.now);
     let reqs = journal_requests(&mut h);
-    assert!(
-        matches!(
-            &reqs[..],
-            [JournalRequest {
-                write: JournalWrite::Completed {
-                    received: 1,
-                    nak: Some(NakCode::NoResponse),
-                    ..
-                },
-                ..
-            }]
-        ),
+    assert_eq!(
+        completion(&reqs),
+        Some((1, Some(NakCode::NoResponse))),
         "{reqs:?}"
     );
     h.node.on_journaled(reqs[0].ticket, Ok(2), h.now);
@@ -434,7 +424,7 @@ fn posts_left_in_the_journal_are_delivered_again_marked_once_their_service_is_up
         fields: bid_ask(5, 6),
     }]);
     h.node.handle_timeout(h.now);
-    let (p, _) = feed_and_watcher(&mut h);
+    let (mut h, p, _) = feed_and_watcher(h);
     h.node.handle_timeout(h.now);
     let got = h.recv(p);
     let id = match &got[..] {
@@ -450,25 +440,12 @@ fn posts_left_in_the_journal_are_delivered_again_marked_once_their_service_is_up
     assert_eq!(h.node.stats().posts.redelivered, 1);
     h.send(p, &[ack(id, None, "")]);
     let reqs = journal_requests(&mut h);
-    assert!(
-        matches!(
-            &reqs[..],
-            [JournalRequest {
-                write: JournalWrite::Completed {
-                    received: 9,
-                    nak: None,
-                    ..
-                },
-                ..
-            }]
-        ),
-        "{reqs:?}"
-    );
+    assert_eq!(completion(&reqs), Some((9, None)), "{reqs:?}");
 }
 
 #[test]
 fn a_publisher_that_does_not_read_its_posts_gets_no_more_once_its_queue_is_long() {
-    let mut h = Harness::with_config(CoreConfig {
+    let h = Harness::with_config(CoreConfig {
         posts: PostServices::All,
         limits: Limits {
             max_output_bytes: 64 * 1024,
@@ -477,21 +454,12 @@ fn a_publisher_that_does_not_read_its_posts_gets_no_more_once_its_queue_is_long(
         },
         ..CoreConfig::default()
     });
-    let (p, sub) = feed_and_watcher(&mut h);
+    let (mut h, p, sub) = feed_and_watcher(h);
     let f = bid_ask(1, 2);
-    let no_ack = |id| {
-        Message::Post(Post {
-            ack: false,
-            ..match post(42, id, "", "", &f) {
-                Message::Post(p) => p,
-                _ => unreachable!(),
-            }
-        })
-    };
     // The publisher never reads: posts that ask for no answer pile up in its queue ...
     let mut refused = None;
     for id in 0..10_000 {
-        h.send(sub, &[no_ack(id)]);
+        h.send(sub, &[post_without_ack(id, &f)]);
         let got = h.recv(sub);
         if let Some(g) = got.into_iter().find(|g| matches!(g, Got::Ack { .. })) {
             refused = Some((id, g));
@@ -529,9 +497,7 @@ fn a_replay_catches_up_with_an_item_that_moves_on_then_joins_it_live() {
         journal_updates: true,
         ..CoreConfig::default()
     });
-    let p = h.publisher("FEED", false);
-    let img = bid_ask(1, 2);
-    h.send(p, &[refresh(7, 1, "SYM0", &img, false)]);
+    let p = h.publisher_of(7, "SYM0", &bid_ask(1, 2));
     for seq in 2..=5 {
         h.send(p, &[update(7, seq, &bid_ask(seq as i64, 9))]);
     }

@@ -11,7 +11,19 @@ fn users(text_rights: &str) -> Arc<Users> {
         hash_token("alice-secret"),
         hash_token("feed-secret"),
     );
-    Arc::new(Users::parse(&text, "users.toml").unwrap())
+    users_file(&text)
+}
+
+fn users_file(text: &str) -> Arc<Users> {
+    Arc::new(Users::parse(text, "users.toml").unwrap())
+}
+
+/// A users file where alice, with `secret`, is the only user and may do nothing.
+fn only_alice(secret: &str) -> Arc<Users> {
+    users_file(&format!(
+        "[users.alice]\ntoken_hash = \"{}\"\n",
+        hash_token(secret)
+    ))
 }
 
 fn secured(anonymous: Anonymous) -> Harness {
@@ -22,21 +34,16 @@ fn secured(anonymous: Anonymous) -> Harness {
     })
 }
 
+/// A [`secured`] node where the feed user publishes FEED, with SYM0.
+fn secured_feed(anonymous: Anonymous) -> Harness {
+    let mut h = secured(anonymous);
+    publish_feed(&mut h);
+    h
+}
+
 /// Logs in with a secret; the harness plays the verification thread.
 fn login_as(h: &mut Harness, role: Role, user: &str, secret: &str) -> (ConnId, Vec<Got>) {
-    let c = h.node.connect("test", h.now);
-    h.send(
-        c,
-        &[Message::Login(Login {
-            version_min: 1,
-            version_max: 1,
-            role,
-            application: "test",
-            user,
-            token: secret,
-            slow_consumer: None,
-        })],
-    );
+    let c = h.connect_with(client_login(role, user, secret));
     verify_pending(h);
     let got = h.recv(c);
     (c, got)
@@ -56,17 +63,7 @@ fn verify_pending(h: &mut Harness) {
 fn publish_feed(h: &mut Harness) -> ConnId {
     let (p, got) = login_as(h, Role::Publisher, "feed", "feed-secret");
     assert!(matches!(got[..], [Got::Welcome { .. }]), "{got:?}");
-    h.send(
-        p,
-        &[Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "FEED",
-                state: ServiceState::Up,
-                interactive: false,
-                item_count: 0,
-            }],
-        })],
-    );
+    h.send(p, &[directory([("FEED", true)])]);
     let img = bid_ask(1, 2);
     h.send(p, &[refresh(1, 1, "SYM0", &img, false)]);
     p
@@ -74,22 +71,13 @@ fn publish_feed(h: &mut Harness) -> ConnId {
 
 #[test]
 fn a_login_waits_for_its_secret_and_keeps_what_came_meanwhile() {
-    let mut h = secured(Anonymous::None);
-    publish_feed(&mut h);
+    let mut h = secured_feed(Anonymous::None);
     let c = h.node.connect("test", h.now);
     // Login and a request in one frame, as a client that does not wait may send them.
     h.send(
         c,
         &[
-            Message::Login(Login {
-                version_min: 1,
-                version_max: 1,
-                role: Role::Subscriber,
-                application: "test",
-                user: "alice",
-                token: "alice-secret",
-                slow_consumer: None,
-            }),
+            Message::Login(client_login(Role::Subscriber, "alice", "alice-secret")),
             Message::Request(Request {
                 stream_id: 1,
                 streaming: true,
@@ -128,23 +116,21 @@ fn wrong_secrets_unknown_users_and_anonymous_logins_are_refused_with_a_reason() 
 
 #[test]
 fn anonymous_logins_may_subscribe_when_allowed_and_never_publish() {
-    let mut h = secured(Anonymous::Subscribe);
-    publish_feed(&mut h);
+    let mut h = secured_feed(Anonymous::Subscribe);
     let (sub, got) = login_as(&mut h, Role::Subscriber, "", "");
     assert!(matches!(got[0], Got::Welcome { .. }), "{got:?}");
     h.request(sub, 1, "FEED", "SYM0", true, None);
     assert!(matches!(h.recv(sub)[..], [Got::Refresh { sid: 1, .. }]));
     let (_, got) = login_as(&mut h, Role::Publisher, "", "");
     assert!(
-        matches!(&got[..], [Got::Status { code: code::LOGIN_REJECTED, text, .. }] if text.contains("may only subscribe")),
+        only_status(&got, code::LOGIN_REJECTED, "may only subscribe"),
         "{got:?}"
     );
 }
 
 #[test]
 fn entitlements_decide_who_subscribes_and_who_publishes_which_service() {
-    let mut h = secured(Anonymous::None);
-    publish_feed(&mut h);
+    let mut h = secured_feed(Anonymous::None);
     // alice may subscribe to FEED only.
     let (sub, _) = login_as(&mut h, Role::Subscriber, "alice", "alice-secret");
     h.request(sub, 1, "FEED", "SYM0", true, None);
@@ -162,17 +148,7 @@ fn entitlements_decide_who_subscribes_and_who_publishes_which_service() {
         ("feed", "feed-secret", "NEWS"),
     ] {
         let (p, _) = login_as(&mut h, Role::Publisher, user, secret);
-        h.send(
-            p,
-            &[Message::Directory(Directory {
-                services: vec![ServiceEntry {
-                    name: service,
-                    state: ServiceState::Up,
-                    interactive: false,
-                    item_count: 0,
-                }],
-            })],
-        );
+        h.send(p, &[directory([(service, true)])]);
         let got = h.recv(p);
         assert!(
             matches!(got.last(), Some(Got::Status { sid: 0, code: code::NOT_ENTITLED, text, .. })
@@ -184,24 +160,17 @@ fn entitlements_decide_who_subscribes_and_who_publishes_which_service() {
 
 #[test]
 fn shrunk_permissions_close_what_was_lost_on_reload() {
-    let mut h = secured(Anonymous::None);
-    publish_feed(&mut h);
+    let mut h = secured_feed(Anonymous::None);
     let (sub, _) = login_as(&mut h, Role::Subscriber, "alice", "alice-secret");
     h.request(sub, 1, "FEED", "SYM0", true, None);
     h.recv(sub);
     // alice loses FEED; the publisher keeps it.
-    let fewer = Arc::new(
-        Users::parse(
-            &format!(
-                "[users.alice]\ntoken_hash = \"{}\"\nsubscribe = [\"OTHER\"]\n\
-                 [users.feed]\ntoken_hash = \"{}\"\npublish = [\"FEED\"]\n",
-                hash_token("alice-secret"),
-                hash_token("feed-secret")
-            ),
-            "users.toml",
-        )
-        .unwrap(),
-    );
+    let fewer = users_file(&format!(
+        "[users.alice]\ntoken_hash = \"{}\"\nsubscribe = [\"OTHER\"]\n\
+         [users.feed]\ntoken_hash = \"{}\"\npublish = [\"FEED\"]\n",
+        hash_token("alice-secret"),
+        hash_token("feed-secret")
+    ));
     h.node.set_users(Some(fewer), h.now);
     let got = h.recv(sub);
     // The stream is closed, and FEED leaves alice's directory.
@@ -223,17 +192,7 @@ fn shrunk_permissions_close_what_was_lost_on_reload() {
     h.send(p, &[update(1, 2, &upd)]);
     assert_eq!(h.recv(sub), vec![]);
     // The feed user removed: its connection goes.
-    let none = Arc::new(
-        Users::parse(
-            &format!(
-                "[users.alice]\ntoken_hash = \"{}\"\n",
-                hash_token("alice-secret")
-            ),
-            "users.toml",
-        )
-        .unwrap(),
-    );
-    h.node.set_users(Some(none), h.now);
+    h.node.set_users(Some(only_alice("alice-secret")), h.now);
     let got = h.recv(p);
     assert!(
         matches!(got.last(), Some(Got::Status { sid: 0, code: code::NOT_ENTITLED, text, .. }) if text.contains("removed")),
@@ -244,19 +203,7 @@ fn shrunk_permissions_close_what_was_lost_on_reload() {
 #[test]
 fn an_answer_for_a_connection_that_went_away_reaches_no_one_else() {
     let mut h = secured(Anonymous::None);
-    let c = h.node.connect("test", h.now);
-    h.send(
-        c,
-        &[Message::Login(Login {
-            version_min: 1,
-            version_max: 1,
-            role: Role::Subscriber,
-            application: "test",
-            user: "alice",
-            token: "alice-secret",
-            slow_consumer: None,
-        })],
-    );
+    let c = h.connect_with(client_login(Role::Subscriber, "alice", "alice-secret"));
     let mut reqs = Vec::new();
     h.node.take_auth_requests(&mut reqs);
     h.node.on_disconnect(c, h.now);
@@ -323,13 +270,8 @@ fn cookie_login(
     h.send(
         c,
         &[Message::Login(Login {
-            version_min: 1,
-            version_max: 1,
-            role: Role::Subscriber,
             application: "ws:555",
-            user,
-            token: "",
-            slow_consumer: None,
+            ..client_login(Role::Subscriber, user, "")
         })],
     );
     let got = h.recv(c);
@@ -431,8 +373,7 @@ fn tokens_go_with_their_user_when_the_users_file_changes_it() {
     let alice = issued(get_token(&mut h, "10.0.0.9:4000", "alice", "alice-secret"));
     let feed = issued(get_token(&mut h, "10.0.0.9:4000", "feed", "feed-secret"));
     let reload = |h: &mut Harness, text: &str| {
-        let users = Arc::new(Users::parse(text, "users.toml").unwrap());
-        h.node.set_users(Some(users), h.now);
+        h.node.set_users(Some(users_file(text)), h.now);
     };
     // alice's secret changed, feed unchanged.
     let feed_line = format!(
@@ -486,15 +427,8 @@ fn a_change_to_the_user_during_the_check_refuses_the_token() {
     h.node.take_auth_requests(&mut reqs);
     // The users file is reloaded with alice's secret changed while hers is checked
     // (against the old file, which says yes).
-    let new = Users::parse(
-        &format!(
-            "[users.alice]\ntoken_hash = \"{}\"\n",
-            hash_token("stolen-and-changed")
-        ),
-        "users.toml",
-    )
-    .unwrap();
-    h.node.set_users(Some(Arc::new(new)), h.now);
+    h.node
+        .set_users(Some(only_alice("stolen-and-changed")), h.now);
     h.node.on_auth_result(c, reqs[0].ticket, Ok(()), h.now);
     let a = h.node.take_token_answer(c);
     assert!(
@@ -585,24 +519,11 @@ fn directory_users(alice_rights: &str) -> Arc<Users> {
         hash_token("bob-secret"),
         hash_token("feed-secret"),
     );
-    Arc::new(Users::parse(&text, "users.toml").unwrap())
+    users_file(&text)
 }
 
 fn announce(h: &mut Harness, p: ConnId, services: &[(&str, bool)]) {
-    let entries = services
-        .iter()
-        .map(|&(name, up)| ServiceEntry {
-            name,
-            state: if up {
-                ServiceState::Up
-            } else {
-                ServiceState::Down
-            },
-            interactive: false,
-            item_count: 0,
-        })
-        .collect();
-    h.send(p, &[Message::Directory(Directory { services: entries })]);
+    h.send(p, &[directory(services.iter().copied())]);
 }
 
 /// What `c` received of the directory since the last call (pings left out).
@@ -611,10 +532,6 @@ fn directory_seen(h: &mut Harness, c: ConnId) -> Vec<Got> {
         .into_iter()
         .filter(|g| matches!(g, Got::Directory(_) | Got::Removed(_)))
         .collect()
-}
-
-fn dir(entries: &[(&str, bool)]) -> Got {
-    Got::Directory(entries.iter().map(|&(n, up)| (s(n), up)).collect())
 }
 
 #[test]
