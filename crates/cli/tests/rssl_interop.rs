@@ -932,8 +932,10 @@ fn the_eta_consumer_reads_a_tls_node_over_the_sdks_encrypted_connection_type() {
             "TICKWIRE",
             "-mp",
             "NODE",
+            // Its run ends at this time whatever it has done: room for the TLS
+            // handshake and the dictionaries on a busy machine.
             "-runtime",
-            "4",
+            "10",
         ],
         dir.path(),
     );
@@ -985,7 +987,9 @@ fn posts_reach_an_interactive_provider_and_its_acks_come_back() {
     for (flag, stream, answer) in answers {
         let out = eta_consumer_output(
             &node_port,
-            &["-s", "DIRECT_FEED", "-mp", "TRI.N", flag, "-runtime", "7"],
+            // A post 5 s after the item's refresh, another at 10: the first one's
+            // answer has room to arrive before the run ends on a busy machine.
+            &["-s", "DIRECT_FEED", "-mp", "TRI.N", flag, "-runtime", "12"],
             dir.path(),
         );
         let acked = format!("Received AckMsg for stream {stream}");

@@ -265,26 +265,13 @@ impl Transport {
         if proto.pending_output() > 0 || self.stream.has_pending() {
             events |= libc::POLLOUT;
         }
-        let mut pfd = libc::pollfd {
-            fd: self.raw_fd(),
-            events,
-            revents: 0,
+        let Some(revents) = poll_fd(self.raw_fd(), events, timeout)? else {
+            return Ok(Io::Idle);
         };
-        // Round up: truncating a sub-millisecond wait to poll(0) would spin.
-        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == ErrorKind::Interrupted {
-                return Ok(Io::Idle);
-            }
-            return Err(e.into());
-        }
-        if pfd.revents & libc::POLLOUT != 0 {
+        if revents & libc::POLLOUT != 0 {
             self.flush_some(proto)?;
         }
-        if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+        if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
             return self.read_available(proto);
         }
         Ok(Io::Idle)
@@ -429,6 +416,32 @@ fn http_answer(first: &[u8], addr: &str) -> Option<ClientError> {
     })
 }
 
+/// Waits up to `timeout` for `events` on `fd`: the events that came (empty on a
+/// timeout), or `None` when a signal cut the wait short.
+fn poll_fd(
+    fd: std::os::fd::RawFd,
+    events: libc::c_short,
+    timeout: Duration,
+) -> std::io::Result<Option<libc::c_short>> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // Round up: truncating a sub-millisecond wait to poll(0) would spin.
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == ErrorKind::Interrupted {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    Ok(Some(pfd.revents))
+}
+
 /// The TLS handshake over a connected non-blocking socket, within `deadline`.
 fn handshake(
     tcp: TcpStream,
@@ -455,22 +468,10 @@ fn handshake(
         if s.tls.wants_write() {
             events |= libc::POLLOUT;
         }
-        let mut pfd = libc::pollfd {
-            fd: s.tcp.as_raw_fd(),
-            events,
-            revents: 0,
+        let Some(revents) = poll_fd(s.tcp.as_raw_fd(), events, left)? else {
+            continue;
         };
-        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e.into());
-        }
-        if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
+        if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
             continue;
         }
         match s.tls.read_tls(&mut s.tcp) {

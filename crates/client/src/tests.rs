@@ -64,6 +64,42 @@ fn node_with_publisher(now: Instant) -> (Node, ConnId) {
     (core, publisher)
 }
 
+/// Moves what each side has ready to the other, once: the session's bytes framed into
+/// the core (`to_core` keeps a partial frame), the core's into the session (dropped
+/// while it has no connection). Whether any bytes moved.
+fn exchange(
+    core: &mut Node,
+    conn_id: ConnId,
+    to_core: &mut FrameReader,
+    mut conn: Option<&mut crate::Connection>,
+    now: Instant,
+) -> bool {
+    let mut moved = false;
+    if let Some(c) = conn.as_deref_mut() {
+        let out = c.transmit().to_vec();
+        c.sent(out.len(), now);
+        if !out.is_empty() {
+            moved = true;
+            to_core.extend(&out);
+            while let Some(frame) = to_core.next_frame().unwrap() {
+                let frame = frame.to_vec();
+                core.on_frame(conn_id, &frame, now);
+            }
+        }
+    }
+    if let Some(w) = core.output(conn_id) {
+        let bytes = w.sealed_bytes().to_vec();
+        w.consume(bytes.len());
+        if !bytes.is_empty() {
+            moved = true;
+            if let Some(c) = conn {
+                c.receive(&bytes, now);
+            }
+        }
+    }
+    moved
+}
+
 impl Lab {
     fn new() -> Lab {
         let now = Instant::now();
@@ -155,29 +191,13 @@ impl Lab {
             return Ok(events);
         };
         for _ in 0..10 {
-            let mut moved = false;
-            if let Some(c) = self.session.connection() {
-                let out = c.transmit().to_vec();
-                c.sent(out.len(), self.now);
-                if !out.is_empty() {
-                    moved = true;
-                    self.to_core.extend(&out);
-                    while let Some(frame) = self.to_core.next_frame().unwrap() {
-                        let frame = frame.to_vec();
-                        self.core.on_frame(conn_id, &frame, self.now);
-                    }
-                }
-            }
-            if let Some(w) = self.core.output(conn_id) {
-                let bytes = w.sealed_bytes().to_vec();
-                w.consume(bytes.len());
-                if !bytes.is_empty() {
-                    moved = true;
-                    if let Some(c) = self.session.connection() {
-                        c.receive(&bytes, self.now);
-                    }
-                }
-            }
+            let moved = exchange(
+                &mut self.core,
+                conn_id,
+                &mut self.to_core,
+                self.session.connection(),
+                self.now,
+            );
             self.session.poll_events(self.now, |e, raw| {
                 events.push((Event::from(&e), !raw.is_empty()))
             })?;
@@ -186,6 +206,13 @@ impl Lab {
             }
         }
         Ok(events)
+    }
+
+    /// Opens a stream for `service`'s `name` with the default options.
+    fn subscribe(&mut self, service: &str, name: &str) -> crate::StreamId {
+        self.session
+            .subscribe(service, name, RequestOptions::default())
+            .unwrap()
     }
 
     /// The connection breaks: the core forgets it, the session is told.
@@ -225,10 +252,7 @@ fn logs_in_subscribes_and_streams_with_the_node_own_encoding() {
         matches!(&events[..], [(Event::Directory(d), true)] if d.iter().any(|(n, st)| n == "FEED" && *st == ServiceState::Up)),
         "{events:?}"
     );
-    let sid = lab
-        .session
-        .subscribe("FEED", "A", RequestOptions::default())
-        .unwrap();
+    let sid = lab.subscribe("FEED", "A");
     let events = lab.pump().unwrap();
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(
@@ -292,14 +316,8 @@ fn a_lost_connection_makes_every_stream_suspect_then_recovers_the_watchlist() {
     lab.refresh("B", 2, 200.0);
     lab.connect();
     lab.pump().unwrap();
-    let a = lab
-        .session
-        .subscribe("FEED", "A", RequestOptions::default())
-        .unwrap();
-    let b = lab
-        .session
-        .subscribe("FEED", "B", RequestOptions::default())
-        .unwrap();
+    let a = lab.subscribe("FEED", "A");
+    let b = lab.subscribe("FEED", "B");
     assert_eq!(lab.pump().unwrap().len(), 2);
 
     lab.break_connection();
@@ -397,14 +415,8 @@ fn streams_of_several_services_keep_their_service_name_and_view() {
     news(&mut lab, 7.0);
     lab.connect();
     lab.pump().unwrap();
-    let feed_a = lab
-        .session
-        .subscribe("FEED", "A", RequestOptions::default())
-        .unwrap();
-    let news_a = lab
-        .session
-        .subscribe("NEWS", "A", RequestOptions::default())
-        .unwrap();
+    let feed_a = lab.subscribe("FEED", "A");
+    let news_a = lab.subscribe("NEWS", "A");
     let viewed = RequestOptions {
         view: Some(vec![23]), // not the bid (22): the refresh must carry no bid
         ..RequestOptions::default()
@@ -467,10 +479,7 @@ fn a_closed_recover_stream_is_requested_again_after_the_delay() {
     let mut lab = Lab::new();
     lab.connect();
     lab.pump().unwrap();
-    let a = lab
-        .session
-        .subscribe("FEED", "A", RequestOptions::default())
-        .unwrap();
+    let a = lab.subscribe("FEED", "A");
     lab.pump().unwrap();
     // The node closes the stream as recoverable (as a node does for a stream it
     // cannot serve for now).
@@ -585,26 +594,14 @@ impl PubLab {
     fn pump(&mut self) -> Vec<crate::PublisherEvent> {
         let conn_id = self.conn.expect("connected");
         for _ in 0..10 {
-            let mut moved = false;
             let c = self.session.connection().expect("connection");
-            let out = c.transmit().to_vec();
-            c.sent(out.len(), self.now);
-            if !out.is_empty() {
-                moved = true;
-                self.to_core.extend(&out);
-                while let Some(frame) = self.to_core.next_frame().unwrap() {
-                    let frame = frame.to_vec();
-                    self.core.on_frame(conn_id, &frame, self.now);
-                }
-            }
-            if let Some(w) = self.core.output(conn_id) {
-                let bytes = w.sealed_bytes().to_vec();
-                w.consume(bytes.len());
-                if !bytes.is_empty() {
-                    moved = true;
-                    self.session.connection().unwrap().receive(&bytes, self.now);
-                }
-            }
+            let moved = exchange(
+                &mut self.core,
+                conn_id,
+                &mut self.to_core,
+                Some(c),
+                self.now,
+            );
             self.session.poll(self.now).unwrap();
             if !moved {
                 break;

@@ -332,6 +332,29 @@ fn put_name(out: &mut Vec<u8>, s: &str, what: &'static str, max: usize) -> Resul
     put_str16(out, s, what)
 }
 
+/// A list's u16 count, refused past `max`.
+fn put_count(
+    out: &mut Vec<u8>,
+    len: usize,
+    what: &'static str,
+    max: usize,
+) -> Result<(), EncodeError> {
+    if len > max {
+        return Err(EncodeError::TooLong { what, len, max });
+    }
+    put_u16(out, len as u16);
+    Ok(())
+}
+
+/// An offer's or upload's target sites.
+fn put_targets(out: &mut Vec<u8>, targets: &[&str]) -> Result<(), EncodeError> {
+    put_count(out, targets.len(), "targets", MAX_TARGETS)?;
+    for t in targets {
+        put_name(out, t, "target site", MAX_SITE)?;
+    }
+    Ok(())
+}
+
 fn put_reason(out: &mut Vec<u8>, s: &str) -> Result<(), EncodeError> {
     // A reason is ours to write: cut it at a character boundary rather than fail.
     let mut end = s.len().min(MAX_REASON);
@@ -379,17 +402,7 @@ impl<'a> FilesMessage<'a> {
                 put_u32(out, o.sent_through);
                 put_u64(out, o.expires_ms);
                 out.push(if o.open { FLAG_OPEN } else { 0 });
-                if o.targets.len() > MAX_TARGETS {
-                    return Err(EncodeError::TooLong {
-                        what: "targets",
-                        len: o.targets.len(),
-                        max: MAX_TARGETS,
-                    });
-                }
-                put_u16(out, o.targets.len() as u16);
-                for t in &o.targets {
-                    put_name(out, t, "target site", MAX_SITE)?;
-                }
+                put_targets(out, &o.targets)?;
             }
             FilesMessage::Chunk {
                 transfer,
@@ -402,14 +415,7 @@ impl<'a> FilesMessage<'a> {
                 put_name(out, s.site, "site", MAX_SITE)?;
                 out.push(s.state.to_u8());
                 put_u32(out, s.have);
-                if s.missing.len() > MAX_RANGES {
-                    return Err(EncodeError::TooLong {
-                        what: "missing ranges",
-                        len: s.missing.len(),
-                        max: MAX_RANGES,
-                    });
-                }
-                put_u16(out, s.missing.len() as u16);
+                put_count(out, s.missing.len(), "missing ranges", MAX_RANGES)?;
                 for r in &s.missing {
                     put_u32(out, r.start);
                     put_u32(out, r.end);
@@ -433,17 +439,7 @@ impl<'a> FilesMessage<'a> {
                 put_name(out, p.name, "file name", crate::name::MAX_NAME)?;
                 put_u64(out, p.size);
                 out.extend_from_slice(&p.sha256);
-                if p.to.len() > MAX_TARGETS {
-                    return Err(EncodeError::TooLong {
-                        what: "targets",
-                        len: p.to.len(),
-                        max: MAX_TARGETS,
-                    });
-                }
-                put_u16(out, p.to.len() as u16);
-                for t in &p.to {
-                    put_name(out, t, "target site", MAX_SITE)?;
-                }
+                put_targets(out, &p.to)?;
             }
             FilesMessage::PutData {
                 request,
@@ -483,14 +479,7 @@ impl<'a> FilesMessage<'a> {
                 header(out, KIND_REPORT);
                 put_u32(out, *request);
                 out.push(u8::from(*last));
-                if entries.len() > u16::MAX as usize {
-                    return Err(EncodeError::TooLong {
-                        what: "report entries",
-                        len: entries.len(),
-                        max: u16::MAX as usize,
-                    });
-                }
-                put_u16(out, entries.len() as u16);
+                put_count(out, entries.len(), "report entries", u16::MAX as usize)?;
                 for e in entries {
                     put_u64(out, e.transfer);
                     put_name(out, e.service, "service", MAX_SITE)?;
@@ -537,7 +526,7 @@ impl<'a> FilesMessage<'a> {
                     what: "file size (too many chunks)",
                     value: size,
                 })?;
-                let sha256: [u8; 32] = r.bytes(32)?.try_into().expect("32 bytes");
+                let sha256 = sha256(&mut r)?;
                 let sent_through = r.u32()?;
                 if sent_through > chunks {
                     return Err(WireError::Invalid {
@@ -547,18 +536,7 @@ impl<'a> FilesMessage<'a> {
                 }
                 let expires_ms = r.u64()?;
                 let flags = r.u8()?;
-                let count = r.u16()? as usize;
-                if count > MAX_TARGETS {
-                    return Err(WireError::Length {
-                        what: "targets",
-                        len: count,
-                        max: MAX_TARGETS,
-                    });
-                }
-                let mut targets = Vec::with_capacity(count);
-                for _ in 0..count {
-                    targets.push(name(&mut r, "target site", MAX_SITE)?);
-                }
+                let targets = targets(&mut r)?;
                 FilesMessage::Offer(Offer {
                     transfer,
                     sender,
@@ -599,14 +577,7 @@ impl<'a> FilesMessage<'a> {
                 let site = name(&mut r, "site", MAX_SITE)?;
                 let state = SiteState::from_u8(r.u8()?);
                 let have = r.u32()?;
-                let count = r.u16()? as usize;
-                if count > MAX_RANGES {
-                    return Err(WireError::Length {
-                        what: "missing ranges",
-                        len: count,
-                        max: MAX_RANGES,
-                    });
-                }
+                let count = count(&mut r, "missing ranges", MAX_RANGES)?;
                 let mut missing = Vec::with_capacity(count);
                 for _ in 0..count {
                     let start = r.u32()?;
@@ -619,14 +590,7 @@ impl<'a> FilesMessage<'a> {
                     }
                     missing.push(start..end);
                 }
-                let reason = r.str16("reason")?;
-                if reason.len() > MAX_REASON {
-                    return Err(WireError::Length {
-                        what: "reason",
-                        len: reason.len(),
-                        max: MAX_REASON,
-                    });
-                }
+                let reason = reason(&mut r)?;
                 FilesMessage::Status(Status {
                     transfer,
                     site,
@@ -642,14 +606,7 @@ impl<'a> FilesMessage<'a> {
             },
             KIND_CANCEL => {
                 let transfer = r.u64()?;
-                let reason = r.str16("reason")?;
-                if reason.len() > MAX_REASON {
-                    return Err(WireError::Length {
-                        what: "reason",
-                        len: reason.len(),
-                        max: MAX_REASON,
-                    });
-                }
+                let reason = reason(&mut r)?;
                 FilesMessage::Cancel { transfer, reason }
             }
             KIND_PUT => {
@@ -657,19 +614,8 @@ impl<'a> FilesMessage<'a> {
                 let service = name(&mut r, "service", MAX_SITE)?;
                 let file = name(&mut r, "file name", crate::name::MAX_NAME)?;
                 let size = r.u64()?;
-                let sha256: [u8; 32] = r.bytes(32)?.try_into().expect("32 bytes");
-                let count = r.u16()? as usize;
-                if count > MAX_TARGETS {
-                    return Err(WireError::Length {
-                        what: "targets",
-                        len: count,
-                        max: MAX_TARGETS,
-                    });
-                }
-                let mut to = Vec::with_capacity(count);
-                for _ in 0..count {
-                    to.push(name(&mut r, "target site", MAX_SITE)?);
-                }
+                let sha256 = sha256(&mut r)?;
+                let to = targets(&mut r)?;
                 FilesMessage::Put(Put {
                     request,
                     service,
@@ -732,7 +678,7 @@ impl<'a> FilesMessage<'a> {
                     let service = name(&mut r, "service", MAX_SITE)?;
                     let file = name(&mut r, "file name", crate::name::MAX_NAME)?;
                     let size = r.u64()?;
-                    let sha256: [u8; 32] = r.bytes(32)?.try_into().expect("32 bytes");
+                    let sha256 = sha256(&mut r)?;
                     let site = r.str16("site")?;
                     if site.len() > MAX_SITE {
                         return Err(WireError::Length {
@@ -778,6 +724,33 @@ fn reason<'a>(r: &mut Reader<'a>) -> Result<&'a str, WireError> {
         });
     }
     Ok(s)
+}
+
+/// A list's u16 count, refused past `max`.
+fn count(r: &mut Reader<'_>, what: &'static str, max: usize) -> Result<usize, WireError> {
+    let count = r.u16()? as usize;
+    if count > max {
+        return Err(WireError::Length {
+            what,
+            len: count,
+            max,
+        });
+    }
+    Ok(count)
+}
+
+/// An offer's or upload's target sites.
+fn targets<'a>(r: &mut Reader<'a>) -> Result<Vec<&'a str>, WireError> {
+    let count = count(r, "targets", MAX_TARGETS)?;
+    let mut targets = Vec::with_capacity(count);
+    for _ in 0..count {
+        targets.push(name(r, "target site", MAX_SITE)?);
+    }
+    Ok(targets)
+}
+
+fn sha256(r: &mut Reader<'_>) -> Result<[u8; 32], WireError> {
+    Ok(r.bytes(32)?.try_into().expect("32 bytes"))
 }
 
 fn name<'a>(r: &mut Reader<'a>, what: &'static str, max: usize) -> Result<&'a str, WireError> {

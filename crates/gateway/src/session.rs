@@ -464,6 +464,20 @@ fn write_status(
     o.push(b'}');
 }
 
+/// Refuses request `id` (a login when `login`): its stream closes, suspect.
+fn write_refusal(out: &mut JsonOut, id: i64, login: bool, c: u16, text: &str) {
+    write_status(
+        out,
+        id,
+        login,
+        None,
+        StreamState::Closed,
+        DataState::Suspect,
+        c,
+        text,
+    );
+}
+
 impl Session {
     /// A service's state as the node last said (Down for one never heard of).
     fn service_state(&self, name: &str) -> ServiceState {
@@ -628,13 +642,10 @@ impl Session {
             "Login" => self.on_login(id, obj, to_node, out),
             "MarketPrice" => self.on_item_request(id, obj, to_node, out, &text),
             "Source" => self.on_directory_request(id, obj, out),
-            other => write_status(
+            other => write_refusal(
                 out,
                 id,
                 false,
-                None,
-                StreamState::Closed,
-                DataState::Suspect,
                 code::PROTOCOL,
                 &format!("domain {other:?} is not supported (MarketPrice only)"),
             ),
@@ -697,13 +708,10 @@ impl Session {
             }
             LoginState::None => {}
             _ => {
-                write_status(
+                write_refusal(
                     out,
                     id,
                     true,
-                    None,
-                    StreamState::Closed,
-                    DataState::Suspect,
                     code::PROTOCOL,
                     "a login is already open on this connection",
                 );
@@ -720,16 +728,7 @@ impl Session {
             slow_consumer: None::<SlowConsumerPolicy>,
         });
         if msg.encode(to_node).is_err() {
-            write_status(
-                out,
-                id,
-                true,
-                None,
-                StreamState::Closed,
-                DataState::Suspect,
-                code::LOGIN_REJECTED,
-                "login fields too long",
-            );
+            write_refusal(out, id, true, code::LOGIN_REJECTED, "login fields too long");
             return;
         }
         self.user = user.clone();
@@ -808,13 +807,10 @@ impl Session {
         text: &dyn Fn() -> String,
     ) {
         if self.logged_in().is_none() {
-            write_status(
+            write_refusal(
                 out,
                 id,
                 false,
-                None,
-                StreamState::Closed,
-                DataState::Suspect,
                 code::PROTOCOL,
                 "login required before any other message",
             );
@@ -824,16 +820,7 @@ impl Session {
         let service = match self.resolve_service(key.and_then(|k| k.get("Service"))) {
             Ok(s) => s,
             Err(why) => {
-                write_status(
-                    out,
-                    id,
-                    false,
-                    None,
-                    StreamState::Closed,
-                    DataState::Suspect,
-                    code::NOT_FOUND,
-                    &why,
-                );
+                write_refusal(out, id, false, code::NOT_FOUND, &why);
                 return;
             }
         };

@@ -5,6 +5,7 @@
 use crate::rwf::container::{map_action, ElementIter, FilterIter, MapIter};
 use crate::rwf::primitive;
 use crate::rwf::RwfError;
+use tickwire_proto::{Directory, Message, ServiceEntry, ServiceState};
 
 /// Directory filter ids.
 const FILTER_INFO: u8 = 1;
@@ -21,6 +22,36 @@ pub struct ServiceInfo {
     pub up: Option<bool>,
     /// The map entry deletes the service.
     pub deleted: bool,
+}
+
+impl ServiceInfo {
+    /// The state the node is told: down once deleted or said to be down.
+    pub fn state(&self) -> ServiceState {
+        if self.deleted || self.up == Some(false) {
+            ServiceState::Down
+        } else {
+            ServiceState::Up
+        }
+    }
+}
+
+/// Tells the node the state of services a provider publishes, with no item counts
+/// (the node keeps its own); `interactive`: the node may ask for their items.
+pub(crate) fn encode_node_directory<'a>(
+    services: impl IntoIterator<Item = (&'a str, ServiceState)>,
+    interactive: bool,
+    to_node: &mut Vec<u8>,
+) {
+    let services = services
+        .into_iter()
+        .map(|(name, state)| ServiceEntry {
+            name,
+            state,
+            interactive,
+            item_count: 0,
+        })
+        .collect();
+    let _ = Message::Directory(Directory { services }).encode(to_node);
 }
 
 /// The services of a directory message's map.

@@ -11,6 +11,7 @@
 //! come up again and the node asks for every item still watched.
 
 use crate::dictionary::RwfDictionary;
+use crate::directory::encode_node_directory;
 use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
@@ -19,8 +20,8 @@ use crate::session::{native_state, native_update_type, Outbox};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_proto::{
-    code, Ack, DataState, Directory, FieldList, Message, NakCode, Post, Refresh, ServiceEntry,
-    ServiceState, State, Status, StreamState, Update,
+    code, Ack, DataState, FieldList, Message, NakCode, Post, Refresh, ServiceState, State, Status,
+    StreamState, Update,
 };
 
 const LOGIN_STREAM: i32 = 1;
@@ -141,17 +142,8 @@ impl ProviderLink {
         if self.services.is_empty() {
             return;
         }
-        let services = self
-            .services
-            .values()
-            .map(|name| ServiceEntry {
-                name,
-                state,
-                interactive: true,
-                item_count: 0,
-            })
-            .collect();
-        let _ = Message::Directory(Directory { services }).encode(to_node);
+        let services = self.services.values().map(|name| (name.as_str(), state));
+        encode_node_directory(services, true, to_node);
     }
 
     /// The provider's names of its services, for logs.
@@ -296,28 +288,16 @@ impl ProviderLink {
         };
         let mut changed: Vec<(String, ServiceState)> = Vec::new();
         for e in entries {
+            let state = e.state();
             let Some(name) = e.name.or_else(|| self.services.get(&e.id).cloned()) else {
                 continue;
             };
             self.services.insert(e.id, name.clone());
             self.by_name.insert(name.clone(), e.id);
-            let state = if e.deleted || e.up == Some(false) {
-                ServiceState::Down
-            } else {
-                ServiceState::Up
-            };
             changed.push((name, state));
         }
-        let services = changed
-            .iter()
-            .map(|(name, state)| ServiceEntry {
-                name,
-                state: *state,
-                interactive: true,
-                item_count: 0,
-            })
-            .collect();
-        let _ = Message::Directory(Directory { services }).encode(to_node);
+        let services = changed.iter().map(|(name, state)| (name.as_str(), *state));
+        encode_node_directory(services, true, to_node);
     }
 
     /// The provider's fields in `self.fields` as the node's; false if malformed.

@@ -117,6 +117,15 @@ struct ItemStream {
     private: bool,
 }
 
+/// What an item request asks of each item it opens (a batch names several items).
+struct ItemRequest<'a> {
+    service_id: u16,
+    service: &'a str,
+    streaming: bool,
+    private: bool,
+    view: Option<&'a [i16]>,
+}
+
 /// A service as the session numbers it.
 #[derive(Debug)]
 struct Service {
@@ -232,11 +241,10 @@ impl Session {
                 } else {
                     (domain::LOGIN, 0)
                 };
-                self.status(
+                self.close_stream(
                     out,
                     dom,
                     sid,
-                    stream::CLOSED,
                     code::INVALID_ARGUMENT,
                     &format!("malformed message: {e}"),
                 );
@@ -253,11 +261,9 @@ impl Session {
             }
             (class::GENERIC, domain::LOGIN) => {} // RTT and the like: nothing to do
             (_, _) if !matches!(self.login, LoginState::Open { .. }) => {
-                self.status(
+                self.refuse(
                     out,
-                    m.domain,
-                    m.stream_id,
-                    stream::CLOSED,
+                    &m,
                     code::NOT_ENTITLED,
                     "log in first (a Login request on its own stream)",
                 );
@@ -279,28 +285,14 @@ impl Session {
                     "the {} domain is not carried: Tickwire serves MarketPrice items",
                     domain::name(other)
                 );
-                self.status(
-                    out,
-                    other,
-                    m.stream_id,
-                    stream::CLOSED,
-                    code::USAGE_ERROR,
-                    &text,
-                );
+                self.refuse(out, &m, code::USAGE_ERROR, &text);
             }
             (class::CLOSE, _) => self.on_close(m.stream_id, to_node),
             (class::POST, _) => self.on_post(&m, to_node, out),
             (class::GENERIC, _) => {}
-            (c, d) => {
+            (c, _) => {
                 let text = format!("a message of class {c} is not expected from a consumer");
-                self.status(
-                    out,
-                    d,
-                    m.stream_id,
-                    stream::CLOSED,
-                    code::USAGE_ERROR,
-                    &text,
-                );
+                self.refuse(out, &m, code::USAGE_ERROR, &text);
             }
         }
     }
@@ -315,11 +307,9 @@ impl Session {
                     return;
                 }
             }
-            self.status(
+            self.refuse(
                 out,
-                domain::LOGIN,
-                m.stream_id,
-                stream::CLOSED,
+                m,
                 code::USAGE_ERROR,
                 "a login is already open on this connection",
             );
@@ -365,14 +355,7 @@ impl Session {
             slow_consumer: None,
         });
         if login.encode(to_node).is_err() {
-            self.status(
-                out,
-                domain::LOGIN,
-                m.stream_id,
-                stream::CLOSED,
-                code::INVALID_ARGUMENT,
-                "login fields too long",
-            );
+            self.refuse(out, m, code::INVALID_ARGUMENT, "login fields too long");
             self.finished = true;
             return;
         }
@@ -549,28 +532,14 @@ impl Session {
                     "no dictionary {:?}: the node serves RWFFld and RWFEnum",
                     String::from_utf8_lossy(other)
                 );
-                self.status(
-                    out,
-                    m.domain,
-                    m.stream_id,
-                    stream::CLOSED,
-                    code::NOT_FOUND,
-                    &text,
-                );
+                self.refuse(out, m, code::NOT_FOUND, &text);
                 return;
             }
         };
         self.downloads.retain(|d| d.stream != m.stream_id);
         if self.downloads.len() >= MAX_DOWNLOADS {
             let text = format!("at most {MAX_DOWNLOADS} dictionary downloads at once");
-            self.status(
-                out,
-                m.domain,
-                m.stream_id,
-                stream::CLOSED,
-                code::NO_RESOURCES,
-                &text,
-            );
+            self.refuse(out, m, code::NO_RESOURCES, &text);
             return;
         }
         let filter = key.filter.unwrap_or(0x7);
@@ -651,11 +620,9 @@ impl Session {
         let streaming = m.flags & request::STREAMING != 0;
         let private = m.flags & request::PRIVATE_STREAM != 0;
         let Some(service_id) = key.service_id else {
-            self.status(
+            self.refuse(
                 out,
-                m.domain,
-                m.stream_id,
-                stream::CLOSED,
+                m,
                 code::SOURCE_UNKNOWN,
                 "the request names no service id (see the source directory)",
             );
@@ -666,11 +633,9 @@ impl Session {
             .iter()
             .find(|s| s.id == service_id && s.state != ServiceState::Removed)
         else {
-            self.status(
+            self.refuse(
                 out,
-                m.domain,
-                m.stream_id,
-                stream::CLOSED,
+                m,
                 code::SOURCE_UNKNOWN,
                 &format!("service id {service_id} is not in the source directory"),
             );
@@ -681,35 +646,36 @@ impl Session {
         let mut batch: Vec<Vec<u8>> = Vec::new();
         if m.flags & (request::HAS_VIEW | request::HAS_BATCH) != 0 {
             if let Err(e) = parse_request_payload(m, &mut view, &mut batch) {
-                self.status(
+                self.refuse(
                     out,
-                    m.domain,
-                    m.stream_id,
-                    stream::CLOSED,
+                    m,
                     code::INVALID_ARGUMENT,
                     &format!("malformed request payload: {e}"),
                 );
                 return;
             }
             if m.flags & request::HAS_VIEW != 0 && view.is_none() {
-                self.status(
+                self.refuse(
                     out,
-                    m.domain,
-                    m.stream_id,
-                    stream::CLOSED,
+                    m,
                     code::INVALID_VIEW,
                     "a view request needs :ViewType 1 and :ViewData (field ids)",
                 );
                 return;
             }
         }
+        let item_req = ItemRequest {
+            service_id,
+            service: &service_name,
+            streaming,
+            private,
+            view: view.as_deref(),
+        };
         if m.flags & request::HAS_BATCH != 0 {
             if batch.len() > self.cfg.max_batch {
-                self.status(
+                self.refuse(
                     out,
-                    m.domain,
-                    m.stream_id,
-                    stream::CLOSED,
+                    m,
                     code::TOO_MANY_ITEMS,
                     &format!(
                         "a batch of {} items exceeds the limit of {}",
@@ -725,78 +691,35 @@ impl Session {
                 batch.len(),
                 m.stream_id as i64 + 1
             );
-            self.status(
-                out,
-                m.domain,
-                m.stream_id,
-                stream::CLOSED,
-                code::NONE,
-                &text,
-            );
+            self.close_stream(out, m.domain, m.stream_id, code::NONE, &text);
             for (i, name) in batch.iter().enumerate() {
                 let sid = m.stream_id.wrapping_add(1 + i as i32);
-                self.open_item(
-                    sid,
-                    service_id,
-                    &service_name,
-                    name,
-                    streaming,
-                    private,
-                    view.as_deref(),
-                    to_node,
-                );
+                self.open_item(sid, name, &item_req, to_node);
             }
             return;
         }
         let Some(name) = key.name else {
-            self.status(
-                out,
-                m.domain,
-                m.stream_id,
-                stream::CLOSED,
-                code::INVALID_ARGUMENT,
-                "the request names no item",
-            );
+            self.refuse(out, m, code::INVALID_ARGUMENT, "the request names no item");
             return;
         };
-        self.open_item(
-            m.stream_id,
-            service_id,
-            &service_name,
-            name,
-            streaming,
-            private,
-            view.as_deref(),
-            to_node,
-        );
+        self.open_item(m.stream_id, name, &item_req, to_node);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn open_item(
-        &mut self,
-        rssl: i32,
-        service_id: u16,
-        service: &str,
-        name: &[u8],
-        streaming: bool,
-        private: bool,
-        view: Option<&[i16]>,
-        to_node: &mut Vec<u8>,
-    ) {
+    fn open_item(&mut self, rssl: i32, name: &[u8], req: &ItemRequest<'_>, to_node: &mut Vec<u8>) {
         // A request on an open stream changes it (a new view, say): the node's stream
         // is replaced.
         self.on_close(rssl, to_node);
         let native = self.next_native;
         self.next_native = self.next_native.wrapping_add(1).max(1);
         let name_text = String::from_utf8_lossy(name);
-        let req = Message::Request(Request {
+        let request = Message::Request(Request {
             stream_id: native,
-            streaming,
-            service,
+            streaming: req.streaming,
+            service: req.service,
             name: &name_text,
-            view: view.map(View::Fids),
+            view: req.view.map(View::Fids),
         });
-        if req.encode(to_node).is_err() {
+        if request.encode(to_node).is_err() {
             return;
         }
         self.by_rssl.insert(rssl, native);
@@ -804,10 +727,10 @@ impl Session {
             native,
             ItemStream {
                 rssl,
-                service_id,
+                service_id: req.service_id,
                 name: name.to_vec(),
-                streaming,
-                private,
+                streaming: req.streaming,
+                private: req.private,
             },
         );
     }
@@ -825,13 +748,19 @@ impl Session {
         }
     }
 
-    fn status(&mut self, out: &mut impl Outbox, dom: u8, sid: i32, st: u8, code: u8, text: &str) {
+    /// Refuses the consumer's message `m`: closes its stream.
+    fn refuse(&mut self, out: &mut impl Outbox, m: &Msg<'_>, code: u8, text: &str) {
+        self.close_stream(out, m.domain, m.stream_id, code, text);
+    }
+
+    /// Closes a consumer's stream, data suspect: a refused request's, or a batch's own.
+    fn close_stream(&mut self, out: &mut impl Outbox, dom: u8, sid: i32, code: u8, text: &str) {
         self.buf.clear();
         put_status(
             &mut self.buf,
             dom,
             sid,
-            &RwfState::new(st, data::SUSPECT, code, text),
+            &RwfState::new(stream::CLOSED, data::SUSPECT, code, text),
             None,
             false,
         );

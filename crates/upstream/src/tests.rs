@@ -45,6 +45,17 @@ enum Got {
     Other,
 }
 
+/// Item A's first image (bid 100, as the tree publishes it), solicited on `sid`.
+fn image_of_a(sid: u32, data: DataState) -> Got {
+    Got::Refresh {
+        sid,
+        seq: 1,
+        solicited: true,
+        data,
+        bid: 100,
+    }
+}
+
 fn bid_of(f: FieldList<'_>) -> i64 {
     match f.get(22) {
         Some(Value::Real(r)) => r.mantissa,
@@ -377,26 +388,8 @@ fn an_item_is_asked_upstream_once_for_every_local_subscriber_and_closed_with_the
     t.request(s2, 9, "A");
     t.settle().unwrap();
     let (g1, g2) = (recv(&mut t.down, s1), recv(&mut t.down, s2));
-    assert!(
-        g1.contains(&Got::Refresh {
-            sid: 7,
-            seq: 1,
-            solicited: true,
-            data: DataState::Ok,
-            bid: 100
-        }),
-        "{g1:?}"
-    );
-    assert!(
-        g2.contains(&Got::Refresh {
-            sid: 9,
-            seq: 1,
-            solicited: true,
-            data: DataState::Ok,
-            bid: 100
-        }),
-        "{g2:?}"
-    );
+    assert!(g1.contains(&image_of_a(7, DataState::Ok)), "{g1:?}");
+    assert!(g2.contains(&image_of_a(9, DataState::Ok)), "{g2:?}");
     // The upstream's core was asked once, by the link (its publisher not at all: the
     // upstream's cache answered).
     assert_eq!(t.relay.stats().requests_sent, 1);
@@ -453,13 +446,7 @@ fn a_subscriber_joining_at_a_cache_off_node_costs_the_ones_in_step_no_update() {
     t.request(s1, 7, "A");
     t.settle().unwrap();
     assert!(
-        recv(&mut t.down, s1).contains(&Got::Refresh {
-            sid: 7,
-            seq: 1,
-            solicited: true,
-            data: DataState::Ok,
-            bid: 100
-        }),
+        recv(&mut t.down, s1).contains(&image_of_a(7, DataState::Ok)),
         "s1's image"
     );
     // s2 joins: the core asks the link, which asks upstream (not sent yet)...
@@ -573,16 +560,7 @@ fn a_lost_upstream_makes_items_suspect_and_the_reconnect_reimages_them() {
     t.request(s, 6, "C");
     t.relay.pump(&mut t.down, t.now);
     let got = recv(&mut t.down, s);
-    assert!(
-        got.contains(&Got::Refresh {
-            sid: 5,
-            seq: 1,
-            solicited: true,
-            data: DataState::Suspect,
-            bid: 100
-        }),
-        "{got:?}"
-    );
+    assert!(got.contains(&image_of_a(5, DataState::Suspect)), "{got:?}");
     assert!(
         got.contains(&Got::Status {
             sid: 6,

@@ -43,22 +43,10 @@ pub struct Downloads {
 impl Downloads {
     /// Parts of about `part_bytes` each (a table of enumerations is never split).
     pub fn build(d: &RwfDictionary, part_bytes: usize) -> Downloads {
-        let field_summary = summary(|o, el| {
-            el.element(o, "Type", dt::INT, |o| {
-                primitive::put_int(o, TYPE_FIELD_DEFINITIONS as i64)
-            });
-            el.element(o, "DictionaryId", dt::INT, |o| {
-                primitive::put_int(o, d.fields.dictionary_id)
-            });
+        let field_summary = summary(TYPE_FIELD_DEFINITIONS, d.fields.dictionary_id, |o, el| {
             el.ascii(o, "Version", d.fields.version.as_bytes());
         });
-        let enum_summary = summary(|o, el| {
-            el.element(o, "Type", dt::INT, |o| {
-                primitive::put_int(o, TYPE_ENUM_TABLES as i64)
-            });
-            el.element(o, "DictionaryId", dt::INT, |o| {
-                primitive::put_int(o, d.enums.dictionary_id)
-            });
+        let enum_summary = summary(TYPE_ENUM_TABLES, d.enums.dictionary_id, |o, el| {
             el.ascii(o, "RT_Version", d.enums.rt_version.as_bytes());
             el.ascii(o, "DT_Version", d.enums.dt_version.as_bytes());
             el.ascii(o, "Version", d.enums.dt_version.as_bytes());
@@ -96,10 +84,22 @@ impl Downloads {
     }
 }
 
-fn summary(f: impl FnOnce(&mut Vec<u8>, &mut ElementListWriter)) -> Vec<u8> {
+/// A dictionary's summary data: its `Type` and `DictionaryId` lead, as consumers
+/// expect, then what `rest` puts (the versions).
+fn summary(
+    dictionary_type: u64,
+    dictionary_id: i64,
+    rest: impl FnOnce(&mut Vec<u8>, &mut ElementListWriter),
+) -> Vec<u8> {
     let mut o = Vec::new();
     let mut el = ElementListWriter::begin(&mut o);
-    f(&mut o, &mut el);
+    el.element(&mut o, "Type", dt::INT, |o| {
+        primitive::put_int(o, dictionary_type as i64)
+    });
+    el.element(&mut o, "DictionaryId", dt::INT, |o| {
+        primitive::put_int(o, dictionary_id)
+    });
+    rest(&mut o, &mut el);
     el.end(&mut o);
     o
 }

@@ -9,12 +9,12 @@
 //! comes back on the provider's stream.
 
 use super::{native_state, native_update_type, Outbox, Session};
+use crate::directory::encode_node_directory;
 use crate::rwf::msg::{self, class, domain, put_status, refresh, update, Msg, RwfState};
 use crate::rwf::primitive::dt;
 use rustc_hash::FxHashMap;
 use tickwire_proto::{
-    DataState, Directory, FieldList, Message, Refresh, ServiceEntry, ServiceState, State, Status,
-    StreamState, Update,
+    DataState, FieldList, Message, Refresh, ServiceState, State, Status, StreamState, Update,
 };
 
 /// What a provider connection publishes.
@@ -58,18 +58,12 @@ impl Session {
                 self.on_provider_directory(m, to_node)
             }
             (class::CLOSE, domain::SOURCE) => {
-                let p = self.provider.as_mut().expect("a provider");
-                let names: Vec<String> = p.services.values().cloned().collect();
-                let services = names.iter().map(|n| ServiceEntry {
-                    name: n,
-                    state: ServiceState::Down,
-                    interactive: false,
-                    item_count: 0,
-                });
-                let _ = Message::Directory(Directory {
-                    services: services.collect(),
-                })
-                .encode(to_node);
+                let p = self.provider.as_ref().expect("a provider");
+                let services = p
+                    .services
+                    .values()
+                    .map(|n| (n.as_str(), ServiceState::Down));
+                encode_node_directory(services, false, to_node);
             }
             (class::REFRESH, domain::MARKET_PRICE) => self.on_provider_refresh(m, to_node, out),
             (class::UPDATE, domain::MARKET_PRICE) => self.on_provider_update(m, to_node),
@@ -86,25 +80,11 @@ impl Session {
                     "the {} domain is not carried: Tickwire carries MarketPrice items",
                     domain::name(d)
                 );
-                self.status(
-                    out,
-                    d,
-                    m.stream_id,
-                    msg::stream::CLOSED,
-                    msg::code::USAGE_ERROR,
-                    &text,
-                );
+                self.refuse(out, m, msg::code::USAGE_ERROR, &text);
             }
-            (c, d) => {
+            (c, _) => {
                 let text = format!("a message of class {c} is not expected from a provider");
-                self.status(
-                    out,
-                    d,
-                    m.stream_id,
-                    msg::stream::CLOSED,
-                    msg::code::USAGE_ERROR,
-                    &text,
-                );
+                self.refuse(out, m, msg::code::USAGE_ERROR, &text);
             }
         }
     }
@@ -119,6 +99,7 @@ impl Session {
         let p = self.provider.as_mut().expect("a provider");
         let mut announced: Vec<(String, ServiceState)> = Vec::new();
         for e in entries {
+            let state = e.state();
             let Some(name) = e.name.or_else(|| p.services.get(&e.id).cloned()) else {
                 continue;
             };
@@ -126,11 +107,6 @@ impl Session {
                 continue;
             }
             p.services.insert(e.id, name.clone());
-            let state = if e.deleted || e.up == Some(false) {
-                ServiceState::Down
-            } else {
-                ServiceState::Up
-            };
             announced.push((name, state));
         }
         if announced.is_empty() {
@@ -138,14 +114,8 @@ impl Session {
         }
         let services = announced
             .iter()
-            .map(|(name, state)| ServiceEntry {
-                name,
-                state: *state,
-                interactive: false,
-                item_count: 0,
-            })
-            .collect();
-        let _ = Message::Directory(Directory { services }).encode(to_node);
+            .map(|(name, state)| (name.as_str(), *state));
+        encode_node_directory(services, false, to_node);
     }
 
     fn on_provider_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
@@ -155,14 +125,7 @@ impl Session {
         let (Some(service), Some(name)) = (service, key.name) else {
             let text =
                 "a refresh needs a key with a service id from the provider's directory and a name";
-            self.status(
-                out,
-                m.domain,
-                m.stream_id,
-                msg::stream::CLOSED,
-                msg::code::USAGE_ERROR,
-                text,
-            );
+            self.refuse(out, m, msg::code::USAGE_ERROR, text);
             return;
         };
         let native = match p.items.get(&m.stream_id) {
