@@ -904,6 +904,52 @@ fn log_totals(hub: &Hub) {
     }
 }
 
+/// Backbone messages the hub writes before the event loop has first told the thread how
+/// to frame them: the thread starts before the loop's first turn, so a site's first
+/// presence (and a restarted sender's first offers) would be lost and the other side
+/// would learn of it only at the next one, a second later. Kept until then, the first
+/// ones only (at most `BEFORE_FRAMING` messages and `BEFORE_FRAMING_BYTES`); once the
+/// backbone has framed, a message it cannot frame (its link down) is lost, as the
+/// transfers expect.
+struct BeforeFraming {
+    kept: Option<Vec<Vec<u8>>>,
+    bytes: usize,
+}
+
+const BEFORE_FRAMING: usize = 64;
+const BEFORE_FRAMING_BYTES: usize = 1 << 20;
+
+impl BeforeFraming {
+    fn new() -> BeforeFraming {
+        BeforeFraming {
+            kept: Some(Vec::new()),
+            bytes: 0,
+        }
+    }
+
+    /// A message that could not be framed: kept while the backbone has never framed
+    /// and there is room.
+    fn keep(&mut self, body: Vec<u8>) {
+        let Some(kept) = self.kept.as_mut() else {
+            return;
+        };
+        if kept.len() < BEFORE_FRAMING && self.bytes + body.len() <= BEFORE_FRAMING_BYTES {
+            self.bytes += body.len();
+            kept.push(body);
+        }
+    }
+
+    /// The framing told (`framed`: the backbone has a way now): the messages kept, in
+    /// order, the first time it has; nothing is kept after that.
+    fn release(&mut self, framed: bool) -> Vec<Vec<u8>> {
+        if !framed {
+            return Vec::new();
+        }
+        self.bytes = 0;
+        self.kept.take().unwrap_or_default()
+    }
+}
+
 fn run(
     mut hub: Hub,
     input: Receiver<Input>,
@@ -916,6 +962,7 @@ fn run(
     yield_to_market_data();
     let mut audit_failed = false;
     let mut wire = FilesWire::new();
+    let mut before_framing = BeforeFraming::new();
     loop {
         let now = Instant::now();
         let wait = hub
@@ -953,9 +1000,27 @@ fn run(
                     hub.handle(Peer::Backbone, "", Rights::default(), &m.bytes, now)
                 }
                 Input::Wire { framing, keys } => {
+                    let has_way = framing.is_some();
                     wire.set_framing(framing);
                     if let Some(k) = keys {
                         wire.set_keys(k);
+                    }
+                    let mut sent = false;
+                    for body in before_framing.release(has_way) {
+                        if let Some((stream, bytes)) = wire.frame(&body) {
+                            let o = ToLoop::Backbone {
+                                stream,
+                                bytes,
+                                framed: Instant::now(),
+                            };
+                            if output.send(o).is_err() {
+                                return;
+                            }
+                            sent = true;
+                        }
+                    }
+                    if sent {
+                        let _ = waker.wake();
                     }
                 }
                 Input::Gone(c) => hub.handle_gone(c),
@@ -987,8 +1052,12 @@ fn run(
                             bytes,
                             framed: Instant::now(),
                         },
-                        // No way on the backbone now: lost, as a transfer expects.
-                        None => continue,
+                        // No way on the backbone yet: kept for the first framing;
+                        // after it, none now: lost, as a transfer expects.
+                        None => {
+                            before_framing.keep(o.body);
+                            continue;
+                        }
                     },
                     _ => ToLoop::Peer(o),
                 };
@@ -1099,5 +1168,43 @@ mod backlog_tests {
         assert!(!b.push_back(m(0, 1)));
         b.pop_front();
         assert!(b.push_back(m(0, 1)));
+    }
+}
+
+#[cfg(test)]
+mod before_framing_tests {
+    use super::{BeforeFraming, BEFORE_FRAMING, BEFORE_FRAMING_BYTES};
+
+    #[test]
+    fn what_comes_before_the_first_framing_waits_for_it_and_nothing_after() {
+        let mut b = BeforeFraming::new();
+        b.keep(vec![1]);
+        b.keep(vec![2]);
+        // Told there is no way yet: still kept.
+        assert!(b.release(false).is_empty());
+        b.keep(vec![3]);
+        assert_eq!(b.release(true), vec![vec![1], vec![2], vec![3]]);
+        // Framed once, a message that cannot be framed (the link down) is lost.
+        b.keep(vec![4]);
+        assert!(b.release(true).is_empty());
+    }
+
+    #[test]
+    fn before_the_first_framing_the_first_messages_are_kept_within_bounds() {
+        let mut b = BeforeFraming::new();
+        for i in 0..BEFORE_FRAMING + 10 {
+            b.keep(vec![i as u8]);
+        }
+        let kept = b.release(true);
+        assert_eq!(kept.len(), BEFORE_FRAMING);
+        assert_eq!(kept[0], vec![0]);
+        assert_eq!(kept[BEFORE_FRAMING - 1], vec![(BEFORE_FRAMING - 1) as u8]);
+        let mut b = BeforeFraming::new();
+        b.keep(vec![0; BEFORE_FRAMING_BYTES - 10]);
+        b.keep(vec![1; 11]);
+        b.keep(vec![2; 10]);
+        let kept = b.release(true);
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept[1], vec![2; 10]);
     }
 }
