@@ -14,7 +14,7 @@
 //! same source when it is back; its services go down when no live source has them.
 
 use crate::dense::DenseMap;
-use crate::plumbing::{self, frames, messages, stream_id, ControlQueue};
+use crate::plumbing::{self, decode_message, frames, messages, stream_id, ControlQueue};
 use crate::wire::{BackboneMessage, DataMessages};
 use crate::Outbox;
 use log::{info, warn};
@@ -22,7 +22,7 @@ use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use tickwire_core::{ConnId, Node};
-use tickwire_proto::message::{write_readdressed, MESSAGE_HEADER_LEN};
+use tickwire_proto::message::write_readdressed;
 use tickwire_proto::{
     code, Ack, DataState, Directory, Message, MessageType, NakCode, Role, ServiceEntry,
     ServiceState, State, Status, StreamState,
@@ -506,10 +506,7 @@ impl Edge {
                     // Decoded here, not by the core (which gets the batch as checked):
                     // one bad message costs its item an image, not the edge its
                     // connection to the core.
-                    let hole = match Message::decode_body(
-                        m.message_type,
-                        &m.encoded[MESSAGE_HEADER_LEN..],
-                    ) {
+                    let hole = match decode_message(m.message_type, m.encoded) {
                         Ok(Message::Update(u)) => {
                             // Updates the source did not send on this stream (its core
                             // held them for an image that this edge, in step, would not
@@ -538,9 +535,7 @@ impl Edge {
                 }
                 Some(MessageType::Update) => false,
                 Some(MessageType::Refresh) => {
-                    let Ok(Message::Refresh(r)) =
-                        Message::decode_body(m.message_type, &m.encoded[MESSAGE_HEADER_LEN..])
-                    else {
+                    let Ok(Message::Refresh(r)) = decode_message(m.message_type, m.encoded) else {
                         bad = Some("a refresh that does not decode".into());
                         break;
                     };
@@ -599,9 +594,7 @@ impl Edge {
                     }
                 }
                 Some(MessageType::Status) => {
-                    let Ok(Message::Status(st)) =
-                        Message::decode_body(m.message_type, &m.encoded[MESSAGE_HEADER_LEN..])
-                    else {
+                    let Ok(Message::Status(st)) = decode_message(m.message_type, m.encoded) else {
                         bad = Some("a status that does not decode".into());
                         break;
                     };
@@ -833,9 +826,7 @@ impl Edge {
                 for (payload, frame_len) in frames(bytes) {
                     for (ty, encoded) in messages(payload) {
                         if ty == MessageType::Request as u8 {
-                            if let Ok(Message::Request(r)) =
-                                Message::decode_body(ty, &encoded[MESSAGE_HEADER_LEN..])
-                            {
+                            if let Ok(Message::Request(r)) = decode_message(ty, encoded) {
                                 requests.push((r.stream_id, r.service.into(), r.name.into()));
                             }
                         } else if ty == MessageType::Close as u8 {
@@ -845,9 +836,7 @@ impl Edge {
                         } else if ty == MessageType::Post as u8 {
                             // The backbone carries data one way: a post is refused at
                             // once rather than left to time out.
-                            if let Ok(Message::Post(p)) =
-                                Message::decode_body(ty, &encoded[MESSAGE_HEADER_LEN..])
-                            {
+                            if let Ok(Message::Post(p)) = decode_message(ty, encoded) {
                                 let _ = Message::Ack(Ack {
                                     stream_id: p.stream_id,
                                     post_id: p.post_id,

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 use tickwire_core::{ConnId, InternalPeer, Node};
 use tickwire_proto::message::MESSAGE_HEADER_LEN;
-use tickwire_proto::{Role, SlowConsumerPolicy};
+use tickwire_proto::{DecodeError, Message, Role, SlowConsumerPolicy};
 
 /// Joins `core` as one of its in-process peers with `role`.
 pub(crate) fn connect(core: &mut Node, peer: &str, role: Role, now: Instant) -> ConnId {
@@ -30,6 +30,13 @@ pub(crate) fn connect(core: &mut Node, peer: &str, role: Role, now: Instant) -> 
 pub(crate) fn stream_id(encoded: &[u8]) -> Option<u32> {
     let b = encoded.get(MESSAGE_HEADER_LEN..MESSAGE_HEADER_LEN + 4)?;
     Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// A whole encoded message (header included, as `messages` and a data message give
+/// them) decoded as its type says: its body starts past the header.
+#[inline]
+pub(crate) fn decode_message(ty: u8, encoded: &[u8]) -> Result<Message<'_>, DecodeError> {
+    Message::decode_body(ty, &encoded[MESSAGE_HEADER_LEN..])
 }
 
 pub(crate) use tickwire_proto::frame::frames;

@@ -10,7 +10,7 @@
 //! the core's slow-consumer policy (conflation) applies: a slow backbone never blocks a
 //! publisher.
 
-use crate::plumbing::{self, frames, messages, stream_id, ControlQueue};
+use crate::plumbing::{self, decode_message, frames, messages, stream_id, ControlQueue};
 use crate::wire::{data_header, BackboneMessage, ServiceInfo, DATA_HEADER_LEN};
 use crate::Outbox;
 use log::{info, warn};
@@ -18,7 +18,6 @@ use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 use tickwire_core::{ConnId, Node};
-use tickwire_proto::message::MESSAGE_HEADER_LEN;
 use tickwire_proto::{
     code, DataState, Message, MessageType, Request, Role, ServiceState, State, Status, StreamState,
 };
@@ -642,9 +641,7 @@ impl Source {
                         }
                     }
                     Some(MessageType::Status) => {
-                        if let Ok(Message::Status(s)) =
-                            Message::decode_body(ty, &encoded[MESSAGE_HEADER_LEN..])
-                        {
+                        if let Ok(Message::Status(s)) = decode_message(ty, encoded) {
                             if s.state.stream != StreamState::Open {
                                 closed.push(s.stream_id);
                             }
@@ -719,8 +716,7 @@ impl Source {
 
     /// The core's directory (whole at login, then changes) becomes the backbone's.
     fn on_core_directory(&mut self, encoded: &[u8]) {
-        let body = &encoded[tickwire_proto::message::MESSAGE_HEADER_LEN..];
-        let Ok(Message::Directory(d)) = Message::decode_body(MessageType::Directory as u8, body)
+        let Ok(Message::Directory(d)) = decode_message(MessageType::Directory as u8, encoded)
         else {
             return;
         };

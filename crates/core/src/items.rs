@@ -1,7 +1,7 @@
 //! The item table: items addressed by a dense integer handle, slots reused.
 
 use tickwire_proto::wire::prefetch;
-use tickwire_proto::{DataState, FieldImage};
+use tickwire_proto::{DataState, FieldImage, StreamState};
 
 pub(crate) type ItemHandle = u32;
 
@@ -27,6 +27,17 @@ pub(crate) struct SubEntry {
 }
 
 impl SubEntry {
+    /// The stream state its refreshes carry (the cached image's and a publisher's
+    /// forwarded alike): open, or non-streaming for a snapshot request.
+    #[inline]
+    pub(crate) fn stream_state(&self) -> StreamState {
+        if self.streaming {
+            StreamState::Open
+        } else {
+            StreamState::NonStreaming
+        }
+    }
+
     pub(crate) fn clone_meta(&self) -> SubEntry {
         SubEntry {
             conn: self.conn,

@@ -1306,23 +1306,7 @@ impl Node {
     /// to filter it by (an open node, the node's own peers, a user or an anonymous
     /// login entitled to subscribe to `"*"`).
     fn sees_every_service(&self, conn: ConnId) -> bool {
-        let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
-            return false;
-        };
-        match c.identity {
-            Identity::Open | Identity::Internal => true,
-            Identity::Anonymous => self
-                .cfg
-                .anonymous
-                .entitlements()
-                .is_some_and(|e| e.subscribe == Services::All),
-            Identity::User => self
-                .cfg
-                .users
-                .as_ref()
-                .and_then(|u| u.entitlements(&c.user))
-                .is_some_and(|e| e.subscribe == Services::All),
-        }
+        self.entitlements_pass(conn, |e| e.subscribe == Services::All)
     }
 
     /// The whole directory, to a subscriber that just logged in or caught up: the
@@ -1578,18 +1562,7 @@ impl Node {
                 "service {:?} is down; waiting for its publisher",
                 req.service
             );
-            self.send(
-                conn,
-                &Message::Status(Status {
-                    stream_id: sid,
-                    state: State {
-                        stream: StreamState::Open,
-                        data: DataState::Suspect,
-                        code: code::SERVICE_DOWN,
-                        text: &text,
-                    },
-                }),
-            );
+            self.send_service_down(conn, sid, &text);
             return;
         }
         self.request_from_publisher(handle);
@@ -2051,20 +2024,27 @@ impl Node {
             let subs: Vec<(ConnId, u32)> =
                 item.subs.iter().map(|s| (s.conn, s.stream_id)).collect();
             for (c, sid) in subs {
-                self.send(
-                    c,
-                    &Message::Status(Status {
-                        stream_id: sid,
-                        state: State {
-                            stream: StreamState::Open,
-                            data: DataState::Suspect,
-                            code: code::SERVICE_DOWN,
-                            text: &text,
-                        },
-                    }),
-                );
+                self.send_service_down(c, sid, &text);
             }
         }
+    }
+
+    /// Tells a subscriber stream its service is down (`text` says which): the stream
+    /// stays open, its data suspect, until a publisher brings the service back (a
+    /// request that finds the service down and a service that goes down alike).
+    fn send_service_down(&mut self, conn: ConnId, stream_id: u32, text: &str) {
+        self.send(
+            conn,
+            &Message::Status(Status {
+                stream_id,
+                state: State {
+                    stream: StreamState::Open,
+                    data: DataState::Suspect,
+                    code: code::SERVICE_DOWN,
+                    text,
+                },
+            }),
+        );
     }
 
     /// Sends `state` to every stream of an item and forgets the item.
@@ -2302,11 +2282,7 @@ impl Node {
         };
         let service = &self.services[item.service];
         let state = State {
-            stream: if sub.streaming {
-                StreamState::Open
-            } else {
-                StreamState::NonStreaming
-            },
+            stream: sub.stream_state(),
             data: item.data_state,
             code: code::NONE,
             text: "",
@@ -2343,10 +2319,7 @@ impl Node {
                 warn!("refresh for {} not encoded: {e}", item.name);
             }
         }
-        self.scratch = fields;
-        self.stats.refreshes_out += 1;
-        self.mark_dirty(sub.conn);
-        self.check_overflow(sub.conn);
+        self.refresh_queued(sub.conn, fields);
     }
 
     /// An image grew past what a subscriber's queue can ever hold: no subscriber could
@@ -2396,11 +2369,7 @@ impl Node {
             solicited: r.solicited || sub.awaiting_refresh,
             clear_cache: r.clear_cache,
             state: State {
-                stream: if sub.streaming {
-                    StreamState::Open
-                } else {
-                    StreamState::NonStreaming
-                },
+                stream: sub.stream_state(),
                 data: item.data_state,
                 code: r.state.code,
                 text: r.state.text,
@@ -2412,10 +2381,18 @@ impl Node {
         if let Err(e) = c.out.push(&msg) {
             warn!("refresh for {} not forwarded: {e}", item.name);
         }
-        self.scratch = fields;
+        self.refresh_queued(sub.conn, fields);
+    }
+
+    /// After a refresh went into a subscriber's queue (from the cache or forwarded):
+    /// the field scratch back for the next one, the refresh counted, the connection
+    /// due a flush and checked for overflow.
+    #[inline]
+    fn refresh_queued(&mut self, conn: ConnId, scratch: Vec<u8>) {
+        self.scratch = scratch;
         self.stats.refreshes_out += 1;
-        self.mark_dirty(sub.conn);
-        self.check_overflow(sub.conn);
+        self.mark_dirty(conn);
+        self.check_overflow(conn);
     }
 
     fn check_overflow(&mut self, conn: ConnId) {
@@ -2606,10 +2583,7 @@ impl Node {
                 if let Some(p) = cf.pending.remove(&s.stream_id) {
                     let view = s.view.as_deref();
                     slow::write_pending(&mut c.out, scratch, s.stream_id, &p, view, data_state);
-                    let merged_away = u64::from(p.count.saturating_sub(1));
-                    stats.conflated_updates += merged_away;
-                    c.conflated_updates += merged_away;
-                    cf.written += 1;
+                    slow::count_written(cf, &p, stats, &mut c.conflated_updates);
                 }
                 if !cf.pending.is_empty() {
                     cf.direct_since_check += 1;

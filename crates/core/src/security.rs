@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tickwire_auth::{Action, Users};
+use tickwire_auth::{Action, Entitlements, Users};
 use tickwire_proto::{code, Message, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, Status};
 use tracing::{info, warn};
 
@@ -565,21 +565,31 @@ impl Node {
 
     /// May this connection do `action` to `service`?
     pub(crate) fn may(&self, conn: ConnId, action: Action, service: &str) -> bool {
+        self.entitlements_pass(conn, |e| e.allows(action, service))
+    }
+
+    /// Whether the connection's entitlements pass `test`: one place that knows whose
+    /// entitlements a connection has (open and internal ones pass any test; an
+    /// anonymous login has the node's anonymous rights, a user theirs, an unknown user
+    /// none). A connection that is gone passes nothing.
+    #[inline]
+    pub(crate) fn entitlements_pass(
+        &self,
+        conn: ConnId,
+        test: impl Fn(&Entitlements) -> bool,
+    ) -> bool {
         let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
             return false;
         };
         match c.identity {
             Identity::Open | Identity::Internal => true,
-            Identity::Anonymous => self
-                .cfg
-                .anonymous
-                .entitlements()
-                .is_some_and(|e| e.allows(action, service)),
+            Identity::Anonymous => self.cfg.anonymous.entitlements().is_some_and(|e| test(&e)),
             Identity::User => self
                 .cfg
                 .users
                 .as_ref()
-                .is_some_and(|u| u.may(&c.user, action, service)),
+                .and_then(|u| u.entitlements(&c.user))
+                .is_some_and(test),
         }
     }
 

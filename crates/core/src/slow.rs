@@ -23,7 +23,7 @@
 //! subscriber is behind: the hot path only compares its queue with the threshold.
 
 use crate::items::ItemHandle;
-use crate::{ConnId, ConnRole, Node};
+use crate::{ConnId, ConnRole, Node, Stats};
 use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -201,6 +201,22 @@ pub(crate) fn merge(cf: &mut Conflation, item: ItemHandle, stream_id: u32, u: &U
         p.dropped += 1;
     }
     cf.merged += 1;
+}
+
+/// Counts a pending update just written (by the fan-out or by catching up): one more
+/// for the episode, and the updates it stood for beyond itself as conflated away,
+/// node-wide and for the connection.
+#[inline]
+pub(crate) fn count_written(
+    cf: &mut Conflation,
+    p: &PendingUpdate,
+    stats: &mut Stats,
+    conn_conflated: &mut u64,
+) {
+    let merged_away = u64::from(p.count.saturating_sub(1));
+    stats.conflated_updates += merged_away;
+    *conn_conflated += merged_away;
+    cf.written += 1;
 }
 
 /// Writes a stream's pending update: first, if do-not-conflate updates were dropped, a
@@ -524,10 +540,7 @@ impl Node {
                 continue;
             };
             write_pending(&mut c.out, scratch, sid, &p, view, item.data_state);
-            let merged_away = u64::from(p.count.saturating_sub(1));
-            stats.conflated_updates += merged_away;
-            c.conflated_updates += merged_away;
-            cf.written += 1;
+            count_written(cf, &p, stats, &mut c.conflated_updates);
             wrote += 1;
         }
         if wrote > 0 {
@@ -594,10 +607,7 @@ impl Node {
         let at = c.sub_streams.get(&stream_id).filter(|at| at.item == p.item);
         if let Some(view) = at.and_then(|&at| items.view_of(at)) {
             write_pending(&mut c.out, scratch, stream_id, &p, view, item.data_state);
-            let merged_away = u64::from(p.count.saturating_sub(1));
-            stats.conflated_updates += merged_away;
-            c.conflated_updates += merged_away;
-            cf.written += 1;
+            count_written(cf, &p, stats, &mut c.conflated_updates);
         }
     }
 

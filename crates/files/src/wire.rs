@@ -364,6 +364,19 @@ fn put_reason(out: &mut Vec<u8>, s: &str) -> Result<(), EncodeError> {
     put_str16(out, &s[..end], "reason")
 }
 
+/// A chunk's or an upload's bytes, refused past [`MAX_CHUNK`] (both go in one
+/// message of the native protocol).
+fn check_chunk_bytes(data: &[u8], what: &'static str) -> Result<(), EncodeError> {
+    if data.len() > MAX_CHUNK as usize {
+        return Err(EncodeError::TooLong {
+            what,
+            len: data.len(),
+            max: MAX_CHUNK as usize,
+        });
+    }
+    Ok(())
+}
+
 /// Appends a chunk message for `data` (its CRC-32 computed here).
 pub fn encode_chunk(
     out: &mut Vec<u8>,
@@ -371,13 +384,7 @@ pub fn encode_chunk(
     index: u32,
     data: &[u8],
 ) -> Result<(), EncodeError> {
-    if data.len() > MAX_CHUNK as usize {
-        return Err(EncodeError::TooLong {
-            what: "chunk",
-            len: data.len(),
-            max: MAX_CHUNK as usize,
-        });
-    }
+    check_chunk_bytes(data, "chunk")?;
     header(out, KIND_CHUNK);
     put_u64(out, transfer);
     put_u32(out, index);
@@ -446,13 +453,7 @@ impl<'a> FilesMessage<'a> {
                 offset,
                 data,
             } => {
-                if data.len() > MAX_CHUNK as usize {
-                    return Err(EncodeError::TooLong {
-                        what: "upload data",
-                        len: data.len(),
-                        max: MAX_CHUNK as usize,
-                    });
-                }
+                check_chunk_bytes(data, "upload data")?;
                 header(out, KIND_PUT_DATA);
                 put_u32(out, *request);
                 put_u64(out, *offset);
@@ -555,14 +556,7 @@ impl<'a> FilesMessage<'a> {
                 let transfer = r.u64()?;
                 let index = r.u32()?;
                 let crc = r.u32()?;
-                let data = r.rest();
-                if data.len() > MAX_CHUNK as usize {
-                    return Err(WireError::Length {
-                        what: "chunk",
-                        len: data.len(),
-                        max: MAX_CHUNK as usize,
-                    });
-                }
+                let data = chunk_bytes(&r, "chunk")?;
                 if crc32fast::hash(data) != crc {
                     return Err(WireError::BadCrc { transfer, index });
                 }
@@ -628,14 +622,7 @@ impl<'a> FilesMessage<'a> {
             KIND_PUT_DATA => {
                 let request = r.u32()?;
                 let offset = r.u64()?;
-                let data = r.rest();
-                if data.len() > MAX_CHUNK as usize {
-                    return Err(WireError::Length {
-                        what: "upload data",
-                        len: data.len(),
-                        max: MAX_CHUNK as usize,
-                    });
-                }
+                let data = chunk_bytes(&r, "upload data")?;
                 return Ok(FilesMessage::PutData {
                     request,
                     offset,
@@ -679,14 +666,8 @@ impl<'a> FilesMessage<'a> {
                     let file = name(&mut r, "file name", crate::name::MAX_NAME)?;
                     let size = r.u64()?;
                     let sha256 = sha256(&mut r)?;
-                    let site = r.str16("site")?;
-                    if site.len() > MAX_SITE {
-                        return Err(WireError::Length {
-                            what: "site",
-                            len: site.len(),
-                            max: MAX_SITE,
-                        });
-                    }
+                    // Empty: no site yet.
+                    let site = str_at_most(&mut r, "site", MAX_SITE)?;
                     let state = name(&mut r, "state", 16)?;
                     let since_ms = r.u64()?;
                     entries.push(ReportEntry {
@@ -715,15 +696,38 @@ impl<'a> FilesMessage<'a> {
 }
 
 fn reason<'a>(r: &mut Reader<'a>) -> Result<&'a str, WireError> {
-    let s = r.str16("reason")?;
-    if s.len() > MAX_REASON {
+    str_at_most(r, "reason", MAX_REASON)
+}
+
+/// A string of at most `max` bytes, maybe empty: every bounded string is checked
+/// alike (a name also refuses an empty one).
+fn str_at_most<'a>(
+    r: &mut Reader<'a>,
+    what: &'static str,
+    max: usize,
+) -> Result<&'a str, WireError> {
+    let s = r.str16(what)?;
+    if s.len() > max {
         return Err(WireError::Length {
-            what: "reason",
+            what,
             len: s.len(),
-            max: MAX_REASON,
+            max,
         });
     }
     Ok(s)
+}
+
+/// A chunk's or an upload's bytes: the rest of the message, at most [`MAX_CHUNK`].
+fn chunk_bytes<'a>(r: &Reader<'a>, what: &'static str) -> Result<&'a [u8], WireError> {
+    let data = r.rest();
+    if data.len() > MAX_CHUNK as usize {
+        return Err(WireError::Length {
+            what,
+            len: data.len(),
+            max: MAX_CHUNK as usize,
+        });
+    }
+    Ok(data)
 }
 
 /// A list's u16 count, refused past `max`.
@@ -754,13 +758,9 @@ fn sha256(r: &mut Reader<'_>) -> Result<[u8; 32], WireError> {
 }
 
 fn name<'a>(r: &mut Reader<'a>, what: &'static str, max: usize) -> Result<&'a str, WireError> {
-    let s = r.str16(what)?;
-    if s.is_empty() || s.len() > max {
-        return Err(WireError::Length {
-            what,
-            len: s.len(),
-            max,
-        });
+    let s = str_at_most(r, what, max)?;
+    if s.is_empty() {
+        return Err(WireError::Length { what, len: 0, max });
     }
     Ok(s)
 }

@@ -16,12 +16,12 @@ use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
 use crate::sequence::ItemSeq;
-use crate::session::{native_state, native_update_type, Outbox};
+use crate::session::{native_state, native_update, Outbox};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_proto::{
     code, Ack, DataState, FieldList, Message, NakCode, Post, Refresh, ServiceState, State, Status,
-    StreamState, Update,
+    StreamState,
 };
 
 const LOGIN_STREAM: i32 = 1;
@@ -360,15 +360,7 @@ impl ProviderLink {
             return;
         };
         let (native, seq) = (*native, item_seq.update(m.seq, m.conflation_count));
-        let _ = Message::Update(Update {
-            stream_id: native,
-            seq,
-            update_type: native_update_type(m.update_type),
-            do_not_conflate: m.flags & msg::update::DO_NOT_CONFLATE != 0,
-            conflation_count: m.conflation_count.max(1),
-            fields: FieldList::from_trusted(&self.fields),
-        })
-        .encode(to_node);
+        let _ = Message::Update(native_update(m, native, seq, &self.fields)).encode(to_node);
     }
 
     fn on_status(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {

@@ -282,13 +282,8 @@ impl Channel {
             m.extend_from_slice(t);
         }
         m[header_len_at] = m.len() as u8;
-        let comp = c.settings.component.as_bytes();
-        let comp = &comp[..comp.len().min(253)];
-        m.push(comp.len() as u8 + 1);
-        m.push(comp.len() as u8);
-        m.extend_from_slice(comp);
-        let len = m.len() as u16;
-        m[..2].copy_from_slice(&len.to_be_bytes());
+        put_component_version(&mut m, &c.settings.component);
+        set_handshake_len(&mut m);
         c.out = m;
         c.state = State::AwaitConnectAck;
         c.version = Some(Version::V14);
@@ -361,28 +356,22 @@ impl Channel {
                     return Ok(Some(Input::Connected));
                 }
                 State::AwaitConnectAck => {
-                    let Some(len) = self.whole_message()? else {
+                    let Some(ack) = self.take_handshake_message()? else {
                         return Ok(None);
                     };
-                    let ack = self.input[self.pos..self.pos + len].to_vec();
-                    self.pos += len;
                     self.on_connect_ack(&ack)?;
                     self.state = State::Established;
                 }
                 State::AwaitConnectReq => {
-                    let Some(len) = self.whole_message()? else {
+                    let Some(req) = self.take_handshake_message()? else {
                         return Ok(None);
                     };
-                    let req = self.input[self.pos..self.pos + len].to_vec();
-                    self.pos += len;
                     self.on_connect_req(&req)?;
                 }
                 State::AwaitClientKey { p, secret } => {
-                    let Some(len) = self.whole_message()? else {
+                    let Some(key) = self.take_handshake_message()? else {
                         return Ok(None);
                     };
-                    let key = self.input[self.pos..self.pos + len].to_vec();
-                    self.pos += len;
                     self.on_client_key(&key, p, secret)?;
                     self.state = State::Established;
                 }
@@ -401,6 +390,17 @@ impl Channel {
                 }
             }
         }
+    }
+
+    /// The next whole handshake message, taken out of the input (a copy: handling it
+    /// writes to the channel).
+    fn take_handshake_message(&mut self) -> Result<Option<Vec<u8>>, RipcError> {
+        let Some(len) = self.whole_message()? else {
+            return Ok(None);
+        };
+        let m = self.input[self.pos..self.pos + len].to_vec();
+        self.pos += len;
+        Ok(Some(m))
     }
 
     /// The length of the RIPC message at the front of `input`, once all of it is there.
@@ -480,14 +480,9 @@ impl Channel {
             self.state = State::Established;
         }
         if version >= Version::V13 {
-            let c = self.settings.component.as_bytes();
-            let c = &c[..c.len().min(253)];
-            ack.push(c.len() as u8 + 1);
-            ack.push(c.len() as u8);
-            ack.extend_from_slice(c);
+            put_component_version(&mut ack, &self.settings.component);
         }
-        let len = ack.len() as u16;
-        ack[..2].copy_from_slice(&len.to_be_bytes());
+        set_handshake_len(&mut ack);
         self.out.extend_from_slice(&ack);
         Ok(())
     }
@@ -950,6 +945,23 @@ pub fn looks_like_connect_req(first: &[u8]) -> Option<bool> {
     }
     let v = u32::from_be_bytes([first[3], first[4], first[5], first[6]]);
     Some(first[2] == 0 && (0x10..=0x20).contains(&v))
+}
+
+/// The component version a handshake ends with (the client's ConnectReq and the
+/// server's ConnectAck alike): its length plus one, its length, the text (at most 253
+/// bytes, so that both lengths fit a byte).
+fn put_component_version(out: &mut Vec<u8>, component: &str) {
+    let c = &component.as_bytes()[..component.len().min(253)];
+    out.push(c.len() as u8 + 1);
+    out.push(c.len() as u8);
+    out.extend_from_slice(c);
+}
+
+/// A whole handshake message's length, into its first two bytes (left zero until the
+/// rest is written).
+fn set_handshake_len(m: &mut [u8]) {
+    let len = m.len() as u16;
+    m[..2].copy_from_slice(&len.to_be_bytes());
 }
 
 fn random_u63() -> u64 {

@@ -30,8 +30,9 @@ use crate::rwf::RwfError;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_proto::{
-    code as ncode, DataState, Login, Message, Request, Role, ServiceState, State, Status,
-    StreamState, UpdateType, Value, View, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    code as ncode, DataState, FieldList, Login, Message, Request, Role, ServiceState, State,
+    Status, StreamState, Update, UpdateType, Value, View, PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
 };
 
 /// Where the session's RWF messages go (the RIPC channel, or a test's list).
@@ -1051,6 +1052,26 @@ pub(crate) fn put_fields<'a>(
 /// they are, so they come out of every protocol unchanged.
 pub(crate) fn native_update_type(t: u8) -> UpdateType {
     UpdateType::from_u8(t)
+}
+
+/// A provider's RWF update as the node's, on the node's stream at `seq`, with its
+/// fields already in the node's encoding: one mapping of the update's type and flags
+/// for the node's provider links and its provider sessions alike.
+#[inline]
+pub(crate) fn native_update<'a>(
+    m: &Msg<'_>,
+    stream_id: u32,
+    seq: u32,
+    fields: &'a [u8],
+) -> Update<'a> {
+    Update {
+        stream_id,
+        seq,
+        update_type: native_update_type(m.update_type),
+        do_not_conflate: m.flags & msg::update::DO_NOT_CONFLATE != 0,
+        conflation_count: m.conflation_count.max(1),
+        fields: FieldList::from_trusted(fields),
+    }
 }
 
 /// An RWF state as the node's (stream and data state, the codes the node has, text).

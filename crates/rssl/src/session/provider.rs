@@ -8,13 +8,13 @@
 //! the field dictionary. What the node sends a publisher (a refused item's status)
 //! comes back on the provider's stream.
 
-use super::{native_state, native_update_type, Outbox, Session};
+use super::{native_state, native_update, Outbox, Session};
 use crate::directory::encode_node_directory;
-use crate::rwf::msg::{self, class, domain, put_status, refresh, update, Msg, RwfState};
+use crate::rwf::msg::{self, class, domain, put_status, refresh, Msg, RwfState};
 use crate::rwf::primitive::dt;
 use rustc_hash::FxHashMap;
 use tickwire_proto::{
-    DataState, FieldList, Message, Refresh, ServiceState, State, Status, StreamState, Update,
+    DataState, FieldList, Message, Refresh, ServiceState, State, Status, StreamState,
 };
 
 /// What a provider connection publishes.
@@ -179,15 +179,7 @@ impl Session {
             .items
             .get_mut(&m.stream_id)
             .map_or(0, |i| i.seq.update(m.seq, m.conflation_count));
-        let _ = Message::Update(Update {
-            stream_id: native,
-            seq,
-            update_type: native_update_type(m.update_type),
-            do_not_conflate: m.flags & update::DO_NOT_CONFLATE != 0,
-            conflation_count: m.conflation_count.max(1),
-            fields: FieldList::from_trusted(&p.fields),
-        })
-        .encode(to_node);
+        let _ = Message::Update(native_update(m, native, seq, &p.fields)).encode(to_node);
     }
 
     fn on_provider_close(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
