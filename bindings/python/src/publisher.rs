@@ -56,6 +56,20 @@ impl Publisher {
         Ok(guard)
     }
 
+    /// Runs `f` on the open publisher with the GIL released, so that Python's other
+    /// threads go on while it waits (for the driver thread's turn, or for the socket); a
+    /// ConnectionError once closed or failed.
+    fn with_open<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut tickwire_client::Publisher) -> PyResult<T> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let mut guard = self.lock()?;
+            f(guard.as_mut().expect("locked open"))
+        })
+    }
+
     fn encode(&self, fields: &Bound<'_, PyDict>) -> PyResult<Vec<u8>> {
         let mut out = Vec::with_capacity(16 + fields.len() * 12);
         encode_dict(fields, &self.dictionary, &mut out)?;
@@ -164,9 +178,7 @@ impl Publisher {
     /// Sets an item's whole image (a dict of field name -> value) and sends it.
     fn refresh(&self, py: Python<'_>, item: &str, fields: &Bound<'_, PyDict>) -> PyResult<()> {
         let encoded = self.encode(fields)?;
-        py.detach(|| {
-            let mut guard = self.lock()?;
-            let p = guard.as_mut().expect("locked open");
+        self.with_open(py, |p| {
             p.publish_refresh(item, FieldList::from_trusted(&encoded))
                 .map_err(errors::publish)?;
             p.write_pending().map_err(errors::publish)
@@ -186,9 +198,7 @@ impl Publisher {
     ) -> PyResult<()> {
         let kind = self::update_type(update_type)?;
         let encoded = self.encode(fields)?;
-        py.detach(|| {
-            let mut guard = self.lock()?;
-            let p = guard.as_mut().expect("locked open");
+        self.with_open(py, |p| {
             let id = p.item(item).ok_or_else(|| {
                 PyKeyError::new_err(format!(
                     "{item:?} has no image yet: publish a refresh of it first"
@@ -202,22 +212,14 @@ impl Publisher {
 
     /// Announces the service up (or down).
     fn set_service_up(&self, py: Python<'_>, up: bool) -> PyResult<()> {
-        py.detach(|| {
-            let mut guard = self.lock()?;
-            let p = guard.as_mut().expect("locked open");
-            p.set_service_up(up).map_err(errors::publish)
-        })
+        self.with_open(py, |p| p.set_service_up(up).map_err(errors::publish))
     }
 
     /// Waits up to `timeout` seconds until everything published is written.
     #[pyo3(signature = (timeout=5.0))]
     fn flush(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
         let timeout = seconds("timeout", timeout)?;
-        py.detach(|| {
-            let mut guard = self.lock()?;
-            let p = guard.as_mut().expect("locked open");
-            p.flush(timeout).map_err(errors::publish)
-        })
+        self.with_open(py, |p| p.flush(timeout).map_err(errors::publish))
     }
 
     /// Connected now (False while the library reconnects).

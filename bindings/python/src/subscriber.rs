@@ -54,9 +54,7 @@ impl Subscriber {
     ) -> PyResult<u32> {
         let mut encoded = Vec::new();
         crate::values::encode_dict(fields, &self.dictionary, &mut encoded)?;
-        py.detach(|| {
-            let mut guard = self.lock()?;
-            let c = guard.as_mut().expect("locked connected");
+        self.with_connected(py, |c| {
             let id = c.next_post_id;
             c.next_post_id = c.next_post_id.wrapping_add(1).max(1);
             let to = tickwire_client::PostTo::Item {
@@ -73,7 +71,21 @@ impl Subscriber {
                 c.unanswered
                     .insert(id, (service.to_string(), item.to_string()));
             }
-            Ok::<_, PyErr>(id)
+            Ok(id)
+        })
+    }
+
+    /// Runs `f` on the connection with the GIL released, so that Python's other threads
+    /// go on while it waits (for the lock, or for the node); a ConnectionError once
+    /// disconnected.
+    fn with_connected<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Connected) -> PyResult<T> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let mut guard = self.lock()?;
+            f(guard.as_mut().expect("locked connected"))
         })
     }
 
@@ -159,9 +171,7 @@ impl Subscriber {
         snapshot: bool,
     ) -> PyResult<Vec<StreamId>> {
         let view = self.view(view)?;
-        py.detach(|| {
-            let mut guard = self.lock()?;
-            let c = guard.as_mut().expect("locked connected");
+        self.with_connected(py, |c| {
             let mut ids = Vec::with_capacity(items.len());
             for item in items {
                 let key = (service.to_string(), item);
@@ -189,9 +199,7 @@ impl Subscriber {
 
     /// Closes the streams of these items; an item with no open stream is a KeyError.
     fn close(&self, py: Python<'_>, service: &str, items: Vec<String>) -> PyResult<()> {
-        py.detach(|| {
-            let mut guard = self.lock()?;
-            let c = guard.as_mut().expect("locked connected");
+        self.with_connected(py, |c| {
             for item in items {
                 let key = (service.to_string(), item);
                 let Some(sid) = c.streams.remove(&key) else {
@@ -220,9 +228,7 @@ impl Subscriber {
                 d.saturating_duration_since(Instant::now())
                     .min(SIGNAL_CHECK)
             });
-            let (got, mut named) = py.detach(|| {
-                let mut guard = self.lock()?;
-                let c = guard.as_mut().expect("locked connected");
+            let (got, mut named) = self.with_connected(py, |c| {
                 let mut got: Vec<ClientEvent> = c.backlog.drain(..).collect();
                 let wait = if got.is_empty() {
                     slice
@@ -266,7 +272,7 @@ impl Subscriber {
                         }
                     }
                 }
-                Ok::<_, PyErr>((got, named))
+                Ok((got, named))
             })?;
             let events = got
                 .into_iter()
@@ -307,9 +313,7 @@ impl Subscriber {
             return Ok(None);
         }
         loop {
-            let answer = py.detach(|| {
-                let mut guard = self.lock()?;
-                let c = guard.as_mut().expect("locked connected");
+            let answer = self.with_connected(py, |c| {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let mut got = Vec::new();
                 c.sub
@@ -322,7 +326,7 @@ impl Subscriber {
                         other => c.backlog.push_back(other),
                     }
                 }
-                Ok::<_, PyErr>(answer)
+                Ok(answer)
             })?;
             if let Some(a) = answer {
                 let mut ev = Event::from_client(py, a, &self.names)?.expect("an ack");

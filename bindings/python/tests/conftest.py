@@ -4,12 +4,13 @@ system picks."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pathlib
 import subprocess
 import threading
 import time
-from typing import Iterator, List, Optional
+from typing import Any, AsyncIterator, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -65,6 +66,10 @@ class Proc:
                     )
                 self._new_line.wait(min(left, 0.5))
 
+    def listening_address(self) -> str:
+        """A node's address, from the line it logs once it listens."""
+        return self.wait_for_line("listening on ").split("listening on ")[1].split()[0]
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -80,8 +85,7 @@ def node() -> Iterator[str]:
     """A node on a loopback port; yields its address."""
     proc = Proc(["node", "--listen", "127.0.0.1:0"])
     try:
-        line = proc.wait_for_line("listening on ")
-        yield line.split("listening on ")[1].split()[0]
+        yield proc.listening_address()
     finally:
         proc.stop()
 
@@ -95,6 +99,47 @@ def feed(node: str) -> Iterator[Proc]:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def posts_node() -> Iterator[str]:
+    """A node that takes posts for FEED, and a feed there (items SYM0..SYM2, no updates
+    of its own) that accepts them; yields the node's address."""
+    node = Proc(["node", "--listen", "127.0.0.1:0", "--posts", "FEED"])
+    try:
+        addr = node.listening_address()
+        feed = Proc(["publish", "--node", addr, "--items", "3", "--rate", "0", "--accept-posts"])
+        try:
+            feed.wait_for_line("published 3 images")
+            yield addr
+        finally:
+            feed.stop()
+    finally:
+        node.stop()
+
+
+async def events_while_ticking(events: AsyncIterator[Any], count: int, pause: float) -> Tuple[List[Any], int]:
+    """The next `count` events of an async iterator, and how many turns another task of
+    the event loop had meanwhile (sleeping `pause` s each): none means the iteration
+    held the loop."""
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def ticker():
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(pause)
+
+    task = asyncio.create_task(ticker())
+    got = []
+    async for event in events:
+        got.append(event)
+        if len(got) == count:
+            break
+    stop.set()
+    await task
+    return got, ticks
 
 
 def wait_until(what: str, check, timeout: float = START_TIMEOUT) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 import tickwire
 import tickwire.aio
-from conftest import Proc
+from conftest import Proc, events_while_ticking
 
 
 class CountingExecutor:
@@ -33,28 +33,14 @@ def test_connect_snapshot_and_iterate_without_a_waiting_thread(node, feed):
         executor = CountingExecutor(asyncio.get_running_loop())
         images = await s.snapshot("FEED", ["SYM1", "SYM2"])
         s.subscribe("FEED", ["SYM3"])
-        ticks = 0
-        stop = asyncio.Event()
-
-        async def ticker():
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                await asyncio.sleep(0.001)
-
-        task = asyncio.create_task(ticker())
-        got = []
-        async for event in s:
-            assert event.item == "SYM3", event
-            got.append(event.type)
-            if len(got) == 20:
-                break
-        stop.set()
-        await task
+        events, ticks = await events_while_ticking(s, 20, 0.001)
         s.disconnect()
-        return images, got, ticks, executor.calls
+        return images, events, ticks, executor.calls
 
-    images, got, ticks, executor_calls = asyncio.run(asyncio.wait_for(main(), 60))
+    images, events, ticks, executor_calls = asyncio.run(asyncio.wait_for(main(), 60))
+    for event in events:
+        assert event.item == "SYM3", event
+    got = [event.type for event in events]
     assert set(images) == {"SYM1", "SYM2"}
     assert "BID" in images["SYM1"] and "ASK" in images["SYM2"], images
     assert got[0] == "refresh" and set(got[1:]) == {"update"}, got
@@ -74,27 +60,16 @@ def test_a_snapshot_names_the_items_the_node_could_not_give(node, feed):
         asyncio.run(main())
 
 
-def test_a_post_is_answered_and_named():
-    node = Proc(["node", "--listen", "127.0.0.1:0", "--posts", "FEED"])
-    try:
-        addr = node.wait_for_line("listening on ").split("listening on ")[1].split()[0]
-        feed = Proc(["publish", "--node", addr, "--items", "3", "--rate", "0", "--accept-posts"])
-        try:
-            feed.wait_for_line("published 3 images")
+def test_a_post_is_answered_and_named(posts_node):
+    async def main():
+        s = await tickwire.aio.connect(posts_node)
+        accepted = await s.post("FEED", "SYM1", {"BID": 101.25, "ASK": 101.30})
+        refused = await s.post("FEED", "SYM1", {"TRDPRC_1": 5.0})
+        sent = await s.post("FEED", "SYM2", {"BID": 1.0, "ASK": 2.0}, ack=False)
+        s.disconnect()
+        return accepted, refused, sent
 
-            async def main():
-                s = await tickwire.aio.connect(addr)
-                accepted = await s.post("FEED", "SYM1", {"BID": 101.25, "ASK": 101.30})
-                refused = await s.post("FEED", "SYM1", {"TRDPRC_1": 5.0})
-                sent = await s.post("FEED", "SYM2", {"BID": 1.0, "ASK": 2.0}, ack=False)
-                s.disconnect()
-                return accepted, refused, sent
-
-            accepted, refused, sent = asyncio.run(asyncio.wait_for(main(), 60))
-        finally:
-            feed.stop()
-    finally:
-        node.stop()
+    accepted, refused, sent = asyncio.run(asyncio.wait_for(main(), 60))
     assert accepted.type == "ack" and accepted.accepted, accepted
     assert (accepted.service, accepted.item) == ("FEED", "SYM1"), accepted
     assert refused.accepted is False and refused.nak and refused.text, refused
@@ -103,7 +78,7 @@ def test_a_post_is_answered_and_named():
 
 def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_loop():
     node = Proc(["node", "--listen", "127.0.0.1:0"])
-    addr = node.wait_for_line("listening on ").split("listening on ")[1].split()[0]
+    addr = node.listening_address()
     feed = Proc(["publish", "--node", addr, "--items", "3", "--rate", "50"])
     feed.wait_for_line("published 3 images")
     host, port = addr.rsplit(":", 1)

@@ -124,34 +124,22 @@ def test_a_python_publisher_feeds_a_rust_subscriber(node):
         assert [u["update_type"] for u in updates] == ["quote", "quote"]
 
 
-def test_a_post_gets_the_publishers_answer(tmp_path):
-    from conftest import Proc, first
-
-    node = Proc(["node", "--listen", "127.0.0.1:0", "--posts", "FEED"])
-    feed = None
-    try:
-        addr = node.wait_for_line("listening on ").split("listening on ")[1].split()[0]
-        feed = Proc(["publish", "--node", addr, "--items", "3", "--rate", "0", "--accept-posts"])
-        feed.wait_for_line("published 3 images")
-        s = tickwire.Subscriber(addr)
-        s.subscribe("FEED", ["SYM1"])
-        assert first(s, "refresh", "SYM1").fields["BID"] != 101.25
-        ack = s.post("FEED", "SYM1", {"BID": 101.25, "ASK": 101.30})
-        assert ack.type == "ack" and ack.accepted, ack
-        assert (ack.service, ack.item, ack.nak) == ("FEED", "SYM1", None)
-        # The feed applied it: every subscriber sees the posted quote.
-        update = first(s, "update", "SYM1")
-        assert (update.fields["BID"], update.fields["ASK"]) == (101.25, 101.3)
-        # A field the feed does not take: refused with its reason.
-        refused = s.post("FEED", "SYM1", {"TRDPRC_1": 5.0})
-        assert refused.accepted is False and refused.nak == "InvalidContent", refused
-        assert "only BID and ASK" in refused.text
-        # Without an answer asked for: sent, nothing awaited.
-        assert s.post("FEED", "SYM2", {"BID": 1.0, "ASK": 2.0}, ack=False) is None
-    finally:
-        if feed is not None:
-            feed.stop()
-        node.stop()
+def test_a_post_gets_the_publishers_answer(posts_node):
+    s = tickwire.Subscriber(posts_node)
+    s.subscribe("FEED", ["SYM1"])
+    assert first(s, "refresh", "SYM1").fields["BID"] != 101.25
+    ack = s.post("FEED", "SYM1", {"BID": 101.25, "ASK": 101.30})
+    assert ack.type == "ack" and ack.accepted, ack
+    assert (ack.service, ack.item, ack.nak) == ("FEED", "SYM1", None)
+    # The feed applied it: every subscriber sees the posted quote.
+    update = first(s, "update", "SYM1")
+    assert (update.fields["BID"], update.fields["ASK"]) == (101.25, 101.3)
+    # A field the feed does not take: refused with its reason.
+    refused = s.post("FEED", "SYM1", {"TRDPRC_1": 5.0})
+    assert refused.accepted is False and refused.nak == "InvalidContent", refused
+    assert "only BID and ASK" in refused.text
+    # Without an answer asked for: sent, nothing awaited.
+    assert s.post("FEED", "SYM2", {"BID": 1.0, "ASK": 2.0}, ack=False) is None
 
 
 def test_dates_with_times_and_buffers_arrive_unchanged(node, tmp_path):

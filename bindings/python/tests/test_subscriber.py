@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import tickwire
-from conftest import first
+from conftest import events_while_ticking, first
 
 
 def test_streaming_gives_the_image_then_updates_in_order(node, feed):
@@ -79,24 +79,8 @@ def test_asyncio_iteration_lets_the_loop_run(node, feed):
     async def main():
         s = tickwire.Subscriber(node)
         s.subscribe("FEED", ["SYM1"])
-        ticks = 0
-        stop = asyncio.Event()
-
-        async def ticker():
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.create_task(ticker())
-        got = []
-        async for event in s:
-            got.append(event.type)
-            if len(got) == 3:
-                break
-        stop.set()
-        await task
-        return got, ticks
+        events, ticks = await events_while_ticking(s, 3, 0)
+        return [event.type for event in events], ticks
 
     got, ticks = asyncio.run(main())
     assert got == ["refresh", "update", "update"]
@@ -153,7 +137,7 @@ def test_a_refused_login_raises_login_error_with_the_nodes_reason(tmp_path):
     config.write_text(f'[security]\nusers_file = "{users}"\n')
     proc = Proc(["node", "--listen", "127.0.0.1:0", "--config", str(config)])
     try:
-        addr = proc.wait_for_line("listening on ").split("listening on ")[1].split()[0]
+        addr = proc.listening_address()
         with pytest.raises(tickwire.LoginError, match="wrong secret"):
             tickwire.Subscriber(addr, user="alice", token="not-it")
         # The right secret logs in (the node's reason above was about the secret).

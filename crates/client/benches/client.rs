@@ -204,30 +204,27 @@ fn bench_subscriber(c: &mut Criterion) {
     sub.connecting(now).unwrap();
     let sub_conn = core.connect("subscriber", now);
     let mut to_core = FrameReader::new(1 << 24);
-    pump(
-        &mut core,
-        sub_conn,
-        &mut to_core,
-        sub.connection().unwrap(),
-        now,
-    );
-    sub.poll_events(now, |_, _| {}).unwrap();
+    // Moves the subscriber's requests to the node and the node's answers back, then
+    // hands what arrived to `f`.
+    let mut exchange = |sub: &mut SubscriberSession, f: &mut dyn FnMut(EventRef<'_>)| {
+        pump(
+            &mut core,
+            sub_conn,
+            &mut to_core,
+            sub.connection().unwrap(),
+            now,
+        );
+        sub.poll_events(now, |e, _| f(e)).unwrap();
+    };
+    exchange(&mut sub, &mut |_| {});
     for i in 0..WATCHED {
         sub.subscribe("FEED", &format!("SYM{i}"), RequestOptions::default())
             .unwrap();
     }
-    pump(
-        &mut core,
-        sub_conn,
-        &mut to_core,
-        sub.connection().unwrap(),
-        now,
-    );
     let mut refreshes = 0;
-    sub.poll_events(now, |e, _| {
+    exchange(&mut sub, &mut |e| {
         refreshes += matches!(e, EventRef::Refresh(..)) as usize
-    })
-    .unwrap();
+    });
     assert_eq!(refreshes, WATCHED, "every item's refresh");
     // One batch of updates as the node sends them to this subscriber.
     let mut rng = FeedRng::new(0x1234_5678_9abc_def1);

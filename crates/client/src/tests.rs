@@ -43,23 +43,58 @@ fn fields(bid: f64) -> Vec<u8> {
     encode_field_list([(22, Value::Real(tickwire_proto::Real::new(cents, -2)))])
 }
 
-fn node_with_publisher(now: Instant) -> (Node, ConnId) {
+/// The back-off both labs' sessions reconnect with.
+fn policy() -> ReconnectPolicy {
+    ReconnectPolicy {
+        reconnect: true,
+        backoff_min: Duration::from_millis(100),
+        backoff_max: Duration::from_secs(1),
+        retry_rejected: false,
+    }
+}
+
+/// A core that pings idle connections every `HB`, as both labs' nodes do.
+fn node(now: Instant) -> Node {
     let mut cfg = CoreConfig::default();
     cfg.limits.heartbeat = HB;
-    let mut core = Node::new(cfg, now);
-    let publisher = core.connect("publisher", now);
-    let mut frame = Vec::new();
+    Node::new(cfg, now)
+}
+
+/// The Login a peer of the core's sends, with `name` as its application and user.
+fn login_message(role: Role, name: &str) -> Message<'_> {
     Message::Login(Login {
         version_min: PROTOCOL_VERSION_MIN,
         version_max: PROTOCOL_VERSION_MAX,
-        role: Role::Publisher,
-        application: "feed",
-        user: "feed",
+        role,
+        application: name,
+        user: name,
         token: "",
         slow_consumer: None,
     })
-    .encode(&mut frame)
-    .unwrap();
+}
+
+/// A complete, unsolicited image of `service`'s `name` on the publisher's stream `sid`.
+fn image<'a>(service: &'a str, name: &'a str, sid: u32, fields: &'a [u8]) -> Message<'a> {
+    Message::Refresh(Refresh {
+        stream_id: sid,
+        seq: 1,
+        complete: true,
+        solicited: false,
+        clear_cache: true,
+        state: State::OPEN_OK,
+        service,
+        name,
+        fields: FieldList::from_trusted(fields),
+    })
+}
+
+fn node_with_publisher(now: Instant) -> (Node, ConnId) {
+    let mut core = node(now);
+    let publisher = core.connect("publisher", now);
+    let mut frame = Vec::new();
+    login_message(Role::Publisher, "feed")
+        .encode(&mut frame)
+        .unwrap();
     core.on_frame(publisher, &frame, now);
     (core, publisher)
 }
@@ -104,16 +139,7 @@ impl Lab {
     fn new() -> Lab {
         let now = Instant::now();
         let (core, publisher) = node_with_publisher(now);
-        let session = SubscriberSession::new(
-            login(Role::Subscriber),
-            ReconnectPolicy {
-                reconnect: true,
-                backoff_min: Duration::from_millis(100),
-                backoff_max: Duration::from_secs(1),
-                retry_rejected: false,
-            },
-            now,
-        );
+        let session = SubscriberSession::new(login(Role::Subscriber), policy(), now);
         let mut lab = Lab {
             core,
             now,
@@ -122,16 +148,22 @@ impl Lab {
             sub_conn: None,
             to_core: FrameReader::new(1 << 20),
         };
-        lab.publish(&[Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "FEED",
-                state: ServiceState::Up,
-                interactive: false,
-                item_count: 0,
-            }],
-        })]);
+        lab.announce(&["FEED"]);
         lab.refresh("A", 1, 100.0);
         lab
+    }
+
+    /// The publisher's directory: these services, up.
+    fn announce(&mut self, services: &[&str]) {
+        let up = |name| ServiceEntry {
+            name,
+            state: ServiceState::Up,
+            interactive: false,
+            item_count: 0,
+        };
+        self.publish(&[Message::Directory(Directory {
+            services: services.iter().copied().map(up).collect(),
+        })]);
     }
 
     fn publish(&mut self, msgs: &[Message<'_>]) {
@@ -147,18 +179,7 @@ impl Lab {
     }
 
     fn refresh(&mut self, name: &str, sid: u32, bid: f64) {
-        let f = fields(bid);
-        self.publish(&[Message::Refresh(Refresh {
-            stream_id: sid,
-            seq: 1,
-            complete: true,
-            solicited: false,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "FEED",
-            name,
-            fields: FieldList::from_trusted(&f),
-        })]);
+        self.publish(&[image("FEED", name, sid, &fields(bid))]);
     }
 
     fn update(&mut self, sid: u32, seq: u32, bid: f64) {
@@ -355,14 +376,7 @@ fn a_lost_connection_makes_every_stream_suspect_then_recovers_the_watchlist() {
             .all(|(e, _)| !matches!(e, Event::Refresh { .. })),
         "{events:?}"
     );
-    lab.publish(&[Message::Directory(Directory {
-        services: vec![ServiceEntry {
-            name: "FEED",
-            state: ServiceState::Up,
-            interactive: false,
-            item_count: 0,
-        }],
-    })]);
+    lab.announce(&["FEED"]);
     lab.refresh("A", 1, 110.0);
     lab.refresh("B", 2, 210.0);
     let events = lab.pump().unwrap();
@@ -386,32 +400,8 @@ fn a_lost_connection_makes_every_stream_suspect_then_recovers_the_watchlist() {
 #[test]
 fn streams_of_several_services_keep_their_service_name_and_view() {
     let mut lab = Lab::new();
-    let news = |lab: &mut Lab, bid: f64| {
-        let f = fields(bid);
-        lab.publish(&[Message::Refresh(Refresh {
-            stream_id: 3,
-            seq: 1,
-            complete: true,
-            solicited: false,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "NEWS",
-            name: "A",
-            fields: FieldList::from_trusted(&f),
-        })]);
-    };
-    let directory = |lab: &mut Lab| {
-        let up = |name| ServiceEntry {
-            name,
-            state: ServiceState::Up,
-            interactive: false,
-            item_count: 0,
-        };
-        lab.publish(&[Message::Directory(Directory {
-            services: vec![up("FEED"), up("NEWS")],
-        })]);
-    };
-    directory(&mut lab);
+    let news = |lab: &mut Lab, bid: f64| lab.publish(&[image("NEWS", "A", 3, &fields(bid))]);
+    lab.announce(&["FEED", "NEWS"]);
     news(&mut lab, 7.0);
     lab.connect();
     lab.pump().unwrap();
@@ -468,7 +458,7 @@ fn streams_of_several_services_keep_their_service_name_and_view() {
     lab.advance(Duration::from_millis(100));
     (lab.core, lab.publisher) = node_with_publisher(lab.now);
     lab.connect();
-    directory(&mut lab);
+    lab.announce(&["FEED", "NEWS"]);
     lab.refresh("A", 1, 110.0);
     news(&mut lab, 8.0);
     assert_eq!(named(&lab.pump().unwrap()), want("110.00", "8.00"));
@@ -543,6 +533,15 @@ enum Seen {
     Other,
 }
 
+/// A complete image with ok data, as a subscriber of the node sees one.
+fn ok_refresh(seq: u32, solicited: bool) -> Seen {
+    Seen::Refresh {
+        seq,
+        solicited,
+        ok: true,
+    }
+}
+
 /// A publisher session on its own node (the lab's publisher connection unused).
 struct PubLab {
     core: Node,
@@ -555,16 +554,9 @@ struct PubLab {
 impl PubLab {
     fn new(interactive: bool) -> PubLab {
         let now = Instant::now();
-        let mut cfg = CoreConfig::default();
-        cfg.limits.heartbeat = HB;
         let session = crate::PublisherSession::new(
             login(Role::Publisher),
-            ReconnectPolicy {
-                reconnect: true,
-                backoff_min: Duration::from_millis(100),
-                backoff_max: Duration::from_secs(1),
-                retry_rejected: false,
-            },
+            policy(),
             crate::ServiceOptions {
                 service: "FEED".into(),
                 interactive,
@@ -574,7 +566,7 @@ impl PubLab {
             now,
         );
         PubLab {
-            core: Node::new(cfg, now),
+            core: node(now),
             now,
             session,
             conn: None,
@@ -615,15 +607,7 @@ impl PubLab {
         let sub = self.core.connect("subscriber", self.now);
         let mut frame = Vec::new();
         for m in [
-            Message::Login(Login {
-                version_min: PROTOCOL_VERSION_MIN,
-                version_max: PROTOCOL_VERSION_MAX,
-                role: Role::Subscriber,
-                application: "app",
-                user: "app",
-                token: "",
-                slow_consumer: None,
-            }),
+            login_message(Role::Subscriber, "app"),
             Message::Request(tickwire_proto::Request {
                 stream_id: 1,
                 streaming: true,
@@ -661,6 +645,50 @@ impl PubLab {
         }
         v
     }
+
+    /// A non-interactive publisher session, logged in, with item A published (bid 100)
+    /// and a subscriber of the node's asking for it: the lab, A's id and the subscriber.
+    fn publishing_a_to_a_subscriber() -> (PubLab, crate::ItemId, ConnId) {
+        let mut lab = PubLab::new(false);
+        lab.connect();
+        let id = lab.refresh("A", 100.0);
+        lab.pump();
+        let sub = lab.subscribe("A");
+        (lab, id, sub)
+    }
+
+    /// Publishes `name`'s whole image, with this bid.
+    fn refresh(&mut self, name: &str, bid: f64) -> crate::ItemId {
+        self.session
+            .publish_refresh(name, FieldList::from_trusted(&fields(bid)))
+            .unwrap()
+    }
+
+    /// Publishes a quote of this bid to an item that has its image.
+    fn update(&mut self, id: crate::ItemId, bid: f64) {
+        self.session
+            .publish_update(
+                id,
+                UpdateType::Quote,
+                FieldList::from_trusted(&fields(bid)),
+                false,
+            )
+            .unwrap();
+    }
+
+    /// The bid in the session's own image of an item.
+    fn image_bid(&mut self, id: crate::ItemId) -> Option<String> {
+        let img = self.session.image(id).expect("an image");
+        FieldList::from_trusted(&img.to_field_list_bytes())
+            .get(22)
+            .map(|v| v.to_string())
+    }
+
+    /// The bid in the node's cached image of FEED's `name` (`None` if it has none).
+    fn node_bid(&mut self, name: &str) -> Option<String> {
+        let img = self.core.cached_image("FEED", name)?;
+        FieldList::from_trusted(&img).get(22).map(|v| v.to_string())
+    }
 }
 
 #[test]
@@ -668,70 +696,31 @@ fn a_publisher_session_announces_publishes_and_updates_its_service() {
     let mut lab = PubLab::new(false);
     lab.connect();
     assert_eq!(lab.core.services(), [("FEED".to_string(), true)]);
-    let f = fields(100.0);
-    let id = lab
-        .session
-        .publish_refresh("A", FieldList::from_trusted(&f))
-        .unwrap();
-    let f = fields(101.0);
-    lab.session
-        .publish_update(id, UpdateType::Quote, FieldList::from_trusted(&f), false)
-        .unwrap();
+    let id = lab.refresh("A", 100.0);
+    lab.update(id, 101.0);
     lab.pump();
-    let img = lab.core.cached_image("FEED", "A").expect("cached");
-    assert_eq!(
-        FieldList::from_trusted(&img).get(22).map(|v| v.to_string()),
-        Some("101.00".into())
-    );
+    assert_eq!(lab.node_bid("A"), Some("101.00".into()), "cached");
     assert_eq!(lab.session.updates_sent(), 1);
 }
 
 #[test]
 fn queued_updates_go_out_in_order_with_the_sessions_other_messages() {
-    let mut lab = PubLab::new(false);
-    lab.connect();
-    let id = lab
-        .session
-        .publish_refresh("A", FieldList::from_trusted(&fields(100.0)))
-        .unwrap();
-    lab.pump();
-    let sub = lab.subscribe("A");
+    let (mut lab, id, sub) = PubLab::publishing_a_to_a_subscriber();
     lab.pump();
     let got = lab.received(sub);
-    assert_eq!(
-        got.last(),
-        Some(&Seen::Refresh {
-            seq: 0,
-            solicited: true,
-            ok: true
-        })
-    );
+    assert_eq!(got.last(), Some(&ok_refresh(0, true)));
     // Three updates (queued), a new image (which must follow them), one more update,
     // and an update too large for one message (refused at once, the queue kept).
     for bid in [101.0, 102.0, 103.0] {
-        let f = fields(bid);
-        lab.session
-            .publish_update(id, UpdateType::Quote, FieldList::from_trusted(&f), false)
-            .unwrap();
+        lab.update(id, bid);
     }
-    lab.session
-        .publish_refresh("A", FieldList::from_trusted(&fields(110.0)))
-        .unwrap();
-    let bid = |lab: &mut PubLab| {
-        let img = lab.session.image(id).unwrap();
-        FieldList::from_trusted(&img.to_field_list_bytes())
-            .get(22)
-            .map(|v| v.to_string())
-    };
+    lab.refresh("A", 110.0);
     assert_eq!(
-        bid(&mut lab),
+        lab.image_bid(id),
         Some("110.00".into()),
         "the image replaces the updates before it"
     );
-    let f = fields(111.0);
-    lab.session
-        .publish_update(id, UpdateType::Quote, FieldList::from_trusted(&f), false)
-        .unwrap();
+    lab.update(id, 111.0);
     let huge = "x".repeat(65_535);
     let too_large = encode_field_list([
         (1, Value::Utf8(&huge)),
@@ -755,11 +744,7 @@ fn queued_updates_go_out_in_order_with_the_sessions_other_messages() {
             Seen::Update { seq: 1 },
             Seen::Update { seq: 2 },
             Seen::Update { seq: 3 },
-            Seen::Refresh {
-                seq: 3,
-                solicited: false,
-                ok: true
-            },
+            ok_refresh(3, false),
             Seen::Update { seq: 4 },
         ]
     );
@@ -778,19 +763,11 @@ fn an_interactive_publisher_session_is_asked_answers_and_is_told_when_nobody_wat
         events,
         [crate::PublisherEvent::Request { name: "A".into() }]
     );
-    let f = fields(100.0);
-    let id = lab
-        .session
-        .publish_refresh("A", FieldList::from_trusted(&f))
-        .unwrap();
+    let id = lab.refresh("A", 100.0);
     lab.pump();
     let got = lab.received(sub);
     assert!(
-        got.contains(&Seen::Refresh {
-            seq: 0,
-            solicited: true,
-            ok: true
-        }),
+        got.contains(&ok_refresh(0, true)),
         "a solicited refresh: {got:?}"
     );
     assert!(lab.session.is_open(id));
@@ -804,15 +781,7 @@ fn an_interactive_publisher_session_is_asked_answers_and_is_told_when_nobody_wat
 
 #[test]
 fn a_publisher_session_re_images_everything_after_a_reconnect() {
-    let mut lab = PubLab::new(false);
-    lab.connect();
-    let f = fields(100.0);
-    let id = lab
-        .session
-        .publish_refresh("A", FieldList::from_trusted(&f))
-        .unwrap();
-    lab.pump();
-    let sub = lab.subscribe("A");
+    let (mut lab, id, sub) = PubLab::publishing_a_to_a_subscriber();
     lab.received(sub);
 
     // The connection drops; updates go on into the image meanwhile.
@@ -820,10 +789,7 @@ fn a_publisher_session_re_images_everything_after_a_reconnect() {
     lab.session
         .connection_lost(ClientError::Disconnected("test".into()), lab.now)
         .unwrap();
-    let f = fields(105.0);
-    lab.session
-        .publish_update(id, UpdateType::Quote, FieldList::from_trusted(&f), false)
-        .unwrap();
+    lab.update(id, 105.0);
     assert_eq!(
         lab.session.updates_sent(),
         0,
@@ -838,21 +804,10 @@ fn a_publisher_session_re_images_everything_after_a_reconnect() {
     lab.now += Duration::from_millis(100);
     assert_eq!(lab.connect(), [crate::PublisherEvent::Reconnected]);
     // The subscriber that stayed gets the current image, ok again.
-    let img = lab.core.cached_image("FEED", "A").expect("re-imaged");
-    assert_eq!(
-        FieldList::from_trusted(&img).get(22).map(|v| v.to_string()),
-        Some("105.00".into())
-    );
+    assert_eq!(lab.node_bid("A"), Some("105.00".into()), "re-imaged");
     assert_eq!(lab.core.services(), [("FEED".to_string(), true)]);
     let got = lab.received(sub);
-    assert!(
-        got.contains(&Seen::Refresh {
-            seq: 1,
-            solicited: false,
-            ok: true
-        }),
-        "{got:?}"
-    );
+    assert!(got.contains(&ok_refresh(1, false)), "{got:?}");
 }
 
 #[test]
@@ -861,66 +816,30 @@ fn updates_merged_in_batches_leave_every_image_as_if_merged_one_by_one() {
     lab.connect();
     let ids: Vec<_> = ["A", "B", "C"]
         .iter()
-        .map(|n| {
-            let f = fields(100.0);
-            lab.session
-                .publish_refresh(n, FieldList::from_trusted(&f))
-                .unwrap()
-        })
+        .map(|n| lab.refresh(n, 100.0))
         .collect();
     // More than one batch, interleaved, ending part-way through a batch.
     let mut last = [0.0; 3];
     for i in 0..200 {
         let k = (i * 7) % 3;
         let bid = 100.0 + i as f64 / 100.0;
-        let f = fields(bid);
-        lab.session
-            .publish_update(
-                ids[k],
-                UpdateType::Quote,
-                FieldList::from_trusted(&f),
-                false,
-            )
-            .unwrap();
+        lab.update(ids[k], bid);
         last[k] = bid;
     }
-    let bid_of = |lab: &mut PubLab, id| {
-        let mut out = Vec::new();
-        lab.session
-            .image(id)
-            .expect("an image")
-            .write(&mut out, None);
-        FieldList::from_trusted(&out).get(22).map(|v| v.to_string())
-    };
     for (k, &id) in ids.iter().enumerate() {
         assert_eq!(
-            bid_of(&mut lab, id),
+            lab.image_bid(id),
             Some(format!("{:.2}", last[k])),
             "item {k}"
         );
     }
     // A refresh after pending updates replaces them: its image is what stays.
     for i in 0..10 {
-        let f = fields(200.0 + i as f64);
-        lab.session
-            .publish_update(
-                ids[0],
-                UpdateType::Quote,
-                FieldList::from_trusted(&f),
-                false,
-            )
-            .unwrap();
+        lab.update(ids[0], 200.0 + i as f64);
     }
-    let f = fields(50.0);
-    lab.session
-        .publish_refresh("A", FieldList::from_trusted(&f))
-        .unwrap();
-    assert_eq!(bid_of(&mut lab, ids[0]), Some("50.00".into()));
+    lab.refresh("A", 50.0);
+    assert_eq!(lab.image_bid(ids[0]), Some("50.00".into()));
     // The node got every update in order: its image is the last one sent.
     lab.pump();
-    let img = lab.core.cached_image("FEED", "B").expect("cached");
-    assert_eq!(
-        FieldList::from_trusted(&img).get(22).map(|v| v.to_string()),
-        Some(format!("{:.2}", last[1]))
-    );
+    assert_eq!(lab.node_bid("B"), Some(format!("{:.2}", last[1])), "cached");
 }

@@ -262,6 +262,12 @@ impl Tree {
         self.to_up = FrameReader::new(1 << 24);
     }
 
+    /// The link connects and the two nodes exchange everything they have to say.
+    fn link_up(&mut self) {
+        self.connect();
+        self.settle().unwrap();
+    }
+
     fn lose_link(&mut self) {
         if let Some(l) = self.link.take() {
             self.up.on_disconnect(l, self.now);
@@ -310,6 +316,17 @@ impl Tree {
 
     fn subscriber(&mut self) -> ConnId {
         login(&mut self.down, Role::Subscriber, "app", self.now)
+    }
+
+    /// A local subscriber with FEED's items open on these streams, their images taken.
+    fn watching(&mut self, streams: &[(u32, &str)]) -> ConnId {
+        let s = self.subscriber();
+        for &(sid, name) in streams {
+            self.request(s, sid, name);
+        }
+        self.settle().unwrap();
+        recv(&mut self.down, s);
+        s
     }
 
     fn request(&mut self, c: ConnId, sid: u32, name: &str) {
@@ -375,8 +392,7 @@ fn upstream_figures(t: &mut Tree, path: Option<&str>) {
 #[test]
 fn an_item_is_asked_upstream_once_for_every_local_subscriber_and_closed_with_the_last() {
     let mut t = Tree::new(None);
-    t.connect();
-    t.settle().unwrap();
+    t.link_up();
     let (s1, s2) = (t.subscriber(), t.subscriber());
     let dir = recv(&mut t.down, s1);
     assert!(
@@ -440,8 +456,7 @@ fn an_item_is_asked_upstream_once_for_every_local_subscriber_and_closed_with_the
 #[test]
 fn a_subscriber_joining_at_a_cache_off_node_costs_the_ones_in_step_no_update() {
     let mut t = Tree::with_cache(None, false);
-    t.connect();
-    t.settle().unwrap();
+    t.link_up();
     let (s1, s2) = (t.subscriber(), t.subscriber());
     t.request(s1, 7, "A");
     t.settle().unwrap();
@@ -481,12 +496,8 @@ fn a_subscriber_joining_at_a_cache_off_node_costs_the_ones_in_step_no_update() {
 #[test]
 fn conflation_counts_and_statuses_pass_through() {
     let mut t = Tree::new(None);
-    t.connect();
-    t.settle().unwrap();
-    let s = t.subscriber();
-    t.request(s, 3, "A");
-    t.settle().unwrap();
-    recv(&mut t.down, s);
+    t.link_up();
+    let s = t.watching(&[(3, "A")]);
     // An update that already stands for several (conflated upstream) keeps its count.
     let f = quote(150);
     send(
@@ -533,13 +544,8 @@ fn conflation_counts_and_statuses_pass_through() {
 #[test]
 fn a_lost_upstream_makes_items_suspect_and_the_reconnect_reimages_them() {
     let mut t = Tree::new(None);
-    t.connect();
-    t.settle().unwrap();
-    let s = t.subscriber();
-    t.request(s, 3, "A");
-    t.request(s, 4, "B");
-    t.settle().unwrap();
-    recv(&mut t.down, s);
+    t.link_up();
+    let s = t.watching(&[(3, "A"), (4, "B")]);
 
     t.lose_link();
     let got = recv(&mut t.down, s);
@@ -574,8 +580,7 @@ fn a_lost_upstream_makes_items_suspect_and_the_reconnect_reimages_them() {
     // Meanwhile the item moved on upstream.
     t.publish_update(1, 2, 111);
     t.now += Duration::from_millis(100);
-    t.connect();
-    t.settle().unwrap();
+    t.link_up();
     let got = recv(&mut t.down, s);
     // Each stream gets the new image as an unsolicited refresh, ok again; nothing
     // before it is ok data.
@@ -607,8 +612,7 @@ fn only_the_chosen_services_are_taken_and_never_the_upstream_figures_service() {
     let mut t = Tree::new(Some(&["OTHER"]));
     // The upstream has its own figures service too.
     upstream_figures(&mut t, None);
-    t.connect();
-    t.settle().unwrap();
+    t.link_up();
     let services = t.down.services();
     assert_eq!(services, [("OTHER".to_string(), true)], "{services:?}");
 }
@@ -633,8 +637,7 @@ fn an_upstream_announcing_more_services_than_the_link_takes_has_the_rest_left_ou
         };
         Relay::start(&mut t.down, cfg, t.now)
     };
-    t.connect();
-    t.settle().unwrap();
+    t.link_up();
     // The upstream has FEED and OTHER: one is taken, the other left out and counted.
     let services = t.down.services();
     assert_eq!(services.len(), 1, "{services:?}");
@@ -664,8 +667,7 @@ fn the_chain_above_is_learned_and_logins_from_it_are_refused_by_the_core() {
     let mut t = Tree::new(None);
     let path = NodePath::default().below(0xa, "top").below(0xb, "up");
     upstream_figures(&mut t, Some(&path.to_string()));
-    t.connect();
-    t.settle().unwrap();
+    t.link_up();
     assert_eq!(t.relay.above(), &path);
     t.down.set_upstream_chain(path.0.clone());
     // "top", two levels up, logs in to this node as a downstream: refused.
@@ -702,8 +704,7 @@ fn the_chain_above_is_learned_and_logins_from_it_are_refused_by_the_core() {
 #[test]
 fn services_the_next_upstream_lacks_are_down_here() {
     let mut t = Tree::new(None);
-    t.connect();
-    t.settle().unwrap();
+    t.link_up();
     let mut services = t.down.services();
     services.sort();
     assert_eq!(
@@ -729,8 +730,7 @@ fn services_the_next_upstream_lacks_are_down_here() {
     );
     (t.up, t.publisher) = (up, publisher);
     t.now += Duration::from_millis(100);
-    t.connect();
-    t.settle().unwrap();
+    t.link_up();
     let mut services = t.down.services();
     services.sort();
     assert_eq!(

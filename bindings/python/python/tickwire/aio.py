@@ -28,8 +28,8 @@ import functools
 from typing import Any, AsyncIterator, Deque, Dict, List, Optional, Sequence, Union
 
 from . import _native
-from ._native import Event, TickwireError
-from .subscriber import Fields, Items, _names
+from ._native import Event, TickwireError  # noqa: F401 (tickwire.aio.TickwireError stays)
+from .subscriber import Fields, Items, _Images, _names
 
 # How often the library's timers (its heartbeats, a reconnection's back-off) are run
 # when nothing arrives: the node's own heartbeats wake the reader more often than this.
@@ -46,25 +46,17 @@ async def connect(address: str, **connect: Any) -> "Subscriber":
     return Subscriber(native, loop)
 
 
-class _Snapshot:
+class _Snapshot(_Images):
+    """A snapshot's images, and a future resolved once none is awaited."""
+
     def __init__(self, service: str, names: Dict[int, str]) -> None:
-        self.service = service
-        self.waiting = dict(names)
-        self.images: Dict[str, Dict[str, Any]] = {name: {} for name in names.values()}
-        self.failed: Dict[str, str] = {}
+        super().__init__(service, names)
         self.done: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
 
     def take(self, event: Event) -> None:
-        name = self.waiting.get(event.stream)
-        if name is None:
+        if event.stream not in self.waiting:
             return
-        if event.type == "refresh":
-            self.images[name].update(event.fields)
-            if event.complete:
-                del self.waiting[event.stream]
-        elif event.type == "status" and event.stream_state != "open":
-            self.failed[name] = event.text or event.stream_state or "closed"
-            del self.waiting[event.stream]
+        super().take(event)
         if not self.waiting and not self.done.done():
             self.done.set_result(None)
 
@@ -202,16 +194,11 @@ class Subscriber:
         try:
             await asyncio.wait_for(asyncio.shield(snapshot.done), timeout)
         except asyncio.TimeoutError:
-            raise TimeoutError(
-                f"no complete image of {sorted(snapshot.waiting.values())} from {service} within {timeout} s"
-            ) from None
+            raise snapshot.timed_out(timeout) from None
         finally:
             for sid in sids:
                 self._snapshots.pop(sid, None)
-        if snapshot.failed:
-            reasons = "; ".join(f"{n}: {why}" for n, why in sorted(snapshot.failed.items()))
-            raise TickwireError(f"{service}: no image of {len(snapshot.failed)} item(s): {reasons}")
-        return snapshot.images
+        return snapshot.result()
 
     async def post(
         self,

@@ -31,6 +31,42 @@ def _names(items: Items) -> List[str]:
     return names
 
 
+class _Images:
+    """What a snapshot has gathered so far: the streams still awaited (stream id ->
+    item), the items' images, and the items the node could not give (item -> why). The
+    blocking snapshot and the asyncio one (``tickwire.aio``) keep it the same way."""
+
+    def __init__(self, service: str, names: Dict[int, str]) -> None:
+        self.service = service
+        self.waiting = dict(names)
+        self.images: Dict[str, Dict[str, Any]] = {name: {} for name in names.values()}
+        self.failed: Dict[str, str] = {}
+
+    def take(self, event: Event) -> None:
+        """An event of an awaited stream: its image's fields, or the reason it ended."""
+        name = self.waiting[event.stream]
+        if event.type == "refresh":
+            self.images[name].update(event.fields)
+            if event.complete:
+                del self.waiting[event.stream]
+        elif event.type == "status" and event.stream_state != "open":
+            self.failed[name] = event.text or event.stream_state or "closed"
+            del self.waiting[event.stream]
+
+    def timed_out(self, timeout: float) -> TimeoutError:
+        return TimeoutError(
+            f"no complete image of {sorted(self.waiting.values())} from {self.service} within {timeout} s"
+        )
+
+    def result(self) -> Dict[str, Dict[str, Any]]:
+        """The images, once none is awaited; ``TickwireError`` naming every item the
+        node could not give."""
+        if self.failed:
+            reasons = "; ".join(f"{n}: {why}" for n, why in sorted(self.failed.items()))
+            raise TickwireError(f"{self.service}: no image of {len(self.failed)} item(s): {reasons}")
+        return self.images
+
+
 class Subscriber:
     """A connection to a node that subscribes to items and delivers their events.
 
@@ -101,31 +137,18 @@ class Subscriber:
         sids = self._native.subscribe(
             service, names, view=list(view) if view is not None else None, snapshot=True
         )
-        waiting = dict(zip(sids, names))
-        images: Dict[str, Dict[str, Any]] = {name: {} for name in names}
-        failed: Dict[str, str] = {}
+        gathered = _Images(service, dict(zip(sids, names)))
         deadline = time.monotonic() + timeout
-        while waiting:
+        while gathered.waiting:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(
-                    f"no complete image of {sorted(waiting.values())} from {service} within {timeout} s"
-                )
+                raise gathered.timed_out(timeout)
             for event in self._native.next_events(left):
-                name = waiting.get(event.stream)
-                if name is None or event.service != service:
+                if event.stream in gathered.waiting and event.service == service:
+                    gathered.take(event)
+                else:
                     self._buffer.append(event)
-                elif event.type == "refresh":
-                    images[name].update(event.fields)
-                    if event.complete:
-                        del waiting[event.stream]
-                elif event.type == "status" and event.stream_state != "open":
-                    failed[name] = event.text or event.stream_state or "closed"
-                    del waiting[event.stream]
-        if failed:
-            reasons = "; ".join(f"{n}: {why}" for n, why in sorted(failed.items()))
-            raise TickwireError(f"{service}: no image of {len(failed)} item(s): {reasons}")
-        return images
+        return gathered.result()
 
     def snapshot_frame(
         self,
