@@ -185,7 +185,6 @@ impl Record<'_> {
 #[non_exhaustive]
 pub enum RecordError {
     /// Fewer bytes than the record says it has: the end of a write a crash cut short.
-    /// Fewer bytes than the record says it has.
     #[error("record cut short: {have} of {need} bytes")]
     Short {
         /// Bytes there are.
