@@ -118,8 +118,7 @@ fn set_defs(entries: &[(&str, u8)]) -> Vec<u8> {
 
 fn field_entry(f: &FieldEntry) -> Vec<u8> {
     let mut o = vec![EL_HAS_SET_DATA];
-    put_u16ob(&mut o, f.name.len().min(0xFFFF) as u16);
-    o.extend_from_slice(f.name.as_bytes());
+    put_text16(&mut o, &f.name);
     put_u16(&mut o, f.fid as u16);
     put_u16(&mut o, f.ripple_to as u16);
     o.push(f.mf_type as u8);
@@ -127,9 +126,16 @@ fn field_entry(f: &FieldEntry) -> Vec<u8> {
     o.push(f.rwf_type);
     put_u16(&mut o, f.rwf_length);
     o.push(f.enum_length);
-    put_u16ob(&mut o, f.long_name.len().min(0xFFFF) as u16);
-    o.extend_from_slice(f.long_name.as_bytes());
+    put_text16(&mut o, &f.long_name);
     o
+}
+
+/// A name with its length, cut at 65,535 bytes so that the length and the bytes agree
+/// (a dictionary file may have a longer one).
+fn put_text16(o: &mut Vec<u8>, text: &str) {
+    let b = &text.as_bytes()[..text.len().min(0xFFFF)];
+    put_u16ob(o, b.len() as u16);
+    o.extend_from_slice(b);
 }
 
 fn enum_entry(t: &EnumTable) -> Vec<u8> {
@@ -139,8 +145,9 @@ fn enum_entry(t: &EnumTable) -> Vec<u8> {
     let slot = LenSlot::u16ob(&mut o);
     o.push(dt::INT);
     put_u16ob(&mut o, 2);
-    put_u16(&mut o, t.fids.len().min(0xFFFF) as u16);
-    for fid in &t.fids {
+    let fids = &t.fids[..t.fids.len().min(0xFFFF)];
+    put_u16(&mut o, fids.len() as u16);
+    for fid in fids {
         put_u16(&mut o, *fid as u16);
     }
     let _ = slot.finish(&mut o);
@@ -257,6 +264,31 @@ fn put_u30rb(o: &mut Vec<u8>, v: u32) {
 mod tests {
     use super::*;
     use crate::rwf::wire::Reader;
+
+    #[test]
+    fn a_name_too_long_for_its_length_is_cut_where_the_length_says() {
+        let f = FieldEntry {
+            name: "N".repeat(70_000),
+            long_name: "L".into(),
+            fid: 22,
+            ripple_to: 0,
+            mf_type: 4,
+            length: 17,
+            enum_length: 0,
+            rwf_type: dt::REAL,
+            rwf_length: 7,
+        };
+        let o = field_entry(&f);
+        // Set data, then the name's length (0xFE: two bytes follow) and as many bytes.
+        assert_eq!(o[1..4], [0xFE, 0xFF, 0xFF]);
+        let after = 4 + 0xFFFF;
+        assert!(o[4..after].iter().all(|&b| b == b'N'));
+        assert_eq!(
+            o[after..after + 2],
+            22u16.to_be_bytes(),
+            "the field id follows"
+        );
+    }
 
     #[test]
     fn the_node_dictionary_splits_into_parts_that_all_hold_whole_entries() {
