@@ -57,18 +57,25 @@ fn workdir() -> tempfile::TempDir {
     dir
 }
 
-/// Runs a Java main class to its end (its own `-runtime`), killed after `timeout`.
-fn java(main: &str, args: &[&str], dir: &Path, timeout: Duration) -> (Option<i32>, String) {
-    let mut child = Command::new("java")
+/// `java -cp <the class path> main args` started in `dir`, its standard output piped
+/// and its standard error to `stderr`: how every SDK tool here is started, whether run
+/// to its end ([`java`]) or beside the test ([`JavaProc`]).
+fn spawn_java(main: &str, args: &[&str], dir: &Path, stderr: Stdio) -> std::process::Child {
+    Command::new("java")
         .arg("-cp")
         .arg(classpath())
         .arg(main)
         .args(args)
         .current_dir(dir)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
-        .expect("start java (is a JRE installed? .ci/test installs one)");
+        .expect("start java (is a JRE installed? .ci/test installs one)")
+}
+
+/// Runs a Java main class to its end (its own `-runtime`), killed after `timeout`.
+fn java(main: &str, args: &[&str], dir: &Path, timeout: Duration) -> (Option<i32>, String) {
+    let mut child = spawn_java(main, args, dir, Stdio::piped());
     let status = common::wait_timeout(&mut child, timeout);
     if status.is_none() {
         let _ = child.kill();
@@ -206,17 +213,32 @@ fn direct_feed(node: &Node, names: &[String], rate: &str, dir: &Path) -> common:
     feed
 }
 
+/// A node started with `args`, publishing FEED's three items at `rate` updates a second,
+/// and the folder LSEG's ETA Consumer runs in: the set-up of the tests that read FEED
+/// with the consumer, alike but for these three.
+struct FeedNode {
+    node: Node,
+    _feed: common::Proc,
+    dir: tempfile::TempDir,
+}
+
+impl FeedNode {
+    fn start(args: &[&str], rate: u64, dir: tempfile::TempDir) -> FeedNode {
+        let node = Node::start(args);
+        let _feed = start_publisher(&node, "FEED", 3, rate, false);
+        FeedNode { node, _feed, dir }
+    }
+
+    /// The ETA Consumer run against the node with `args`, as [`eta_consumer_output`].
+    fn consumer(&self, args: &[&str]) -> String {
+        eta_consumer_output(&self.node.addr.port().to_string(), args, self.dir.path())
+    }
+}
+
 #[test]
 fn the_eta_consumer_streams_an_item_from_a_plain_node() {
-    let mut node = Node::start(&[]);
-    let _feed = start_publisher(&node, "FEED", 3, 50, false);
-    let dir = workdir();
-    let port = node.addr.port().to_string();
-    let out = eta_consumer_output(
-        &port,
-        &["-s", "FEED", "-mp", "SYM1", "-runtime", "5"],
-        dir.path(),
-    );
+    let mut feed = FeedNode::start(&[], 50, workdir());
+    let out = feed.consumer(&["-s", "FEED", "-mp", "SYM1", "-runtime", "5"]);
     assert_says_all(
         &out,
         &[
@@ -237,25 +259,19 @@ fn the_eta_consumer_streams_an_item_from_a_plain_node() {
         size.ends_with(".0"),
         "BIDSIZE {size:?} is not a whole real:\n{out}"
     );
-    node.proc
+    feed.node
+        .proc
         .wait_for_line("RSSL connection (RIPC 14", Duration::from_secs(5));
-    node.stop(Duration::from_secs(10));
+    feed.node.stop(Duration::from_secs(10));
 }
 
 #[test]
 fn a_batch_with_a_view_and_a_snapshot_from_the_eta_consumer() {
-    let mut node = Node::start(&[]);
-    let _feed = start_publisher(&node, "FEED", 3, 20, false);
-    let dir = workdir();
-    let port = node.addr.port().to_string();
+    let mut feed = FeedNode::start(&[], 20, workdir());
     // Two items in one batch request, with the example's view (BID, ASK, TRDPRC_1, ...).
-    let out = eta_consumer_output(
-        &port,
-        &[
-            "-s", "FEED", "-mp", "SYM1", "-mp", "SYM2", "-view", "-runtime", "4",
-        ],
-        dir.path(),
-    );
+    let out = feed.consumer(&[
+        "-s", "FEED", "-mp", "SYM1", "-mp", "SYM2", "-view", "-runtime", "4",
+    ]);
     assert!(out.contains("hasView: true"), "{out}");
     assert!(out.contains("itemNames: [SYM1, SYM2]"), "{out}");
     for item in ["SYM1", "SYM2"] {
@@ -270,11 +286,7 @@ fn a_batch_with_a_view_and_a_snapshot_from_the_eta_consumer() {
         "BIDSIZE is outside the view, yet came:\n{out}"
     );
     // A snapshot: one refresh, non-streaming.
-    let out = eta_consumer_output(
-        &port,
-        &["-s", "FEED", "-mp", "SYM0", "-snapshot", "-runtime", "3"],
-        dir.path(),
-    );
+    let out = feed.consumer(&["-s", "FEED", "-mp", "SYM0", "-snapshot", "-runtime", "3"]);
     assert!(
         out.contains("Non-streaming/Ok"),
         "no non-streaming refresh:\n{out}"
@@ -283,7 +295,7 @@ fn a_batch_with_a_view_and_a_snapshot_from_the_eta_consumer() {
         !out.contains("UPDATE TYPE:"),
         "updates after a snapshot:\n{out}"
     );
-    node.stop(Duration::from_secs(10));
+    feed.node.stop(Duration::from_secs(10));
 }
 
 #[test]
@@ -329,15 +341,9 @@ fn the_eta_consumer_downloads_the_dictionaries_a_node_is_given() {
         "enum_dictionary = {:?}\n",
         rtsdk().join("etc").join("enumtype.def")
     ));
-    let mut node = Node::start(&["--config", cfg.path().to_str().expect("utf-8 path")]);
-    let _feed = start_publisher(&node, "FEED", 3, 20, false);
-    let dir = empty_workdir();
-    let port = node.addr.port().to_string();
-    let out = eta_consumer_output(
-        &port,
-        &["-s", "FEED", "-mp", "SYM1", "-runtime", "5"],
-        dir.path(),
-    );
+    let config = ["--config", cfg.path().to_str().expect("utf-8 path")];
+    let mut feed = FeedNode::start(&config, 20, empty_workdir());
+    let out = feed.consumer(&["-s", "FEED", "-mp", "SYM1", "-runtime", "5"]);
     assert!(
         out.contains("Will attempt to download from provider"),
         "{out}"
@@ -348,7 +354,7 @@ fn the_eta_consumer_downloads_the_dictionaries_a_node_is_given() {
     assert!(out.contains("Field Dictionary complete"), "{out}");
     // The enumeration tables decode the currency.
     assert!(out.contains("15/CURRENCY: USD(840)"), "{out}");
-    node.stop(Duration::from_secs(10));
+    feed.node.stop(Duration::from_secs(10));
 }
 
 #[test]
@@ -386,32 +392,33 @@ fn posts_from_the_eta_consumer_reach_the_publisher_and_its_answer_comes_back() {
     // the example posts more fields, so its Acks carry the feed's refusal.
     let _feed = common::accepting_feed(&node, 3, 20);
     let dir = workdir();
-    let port = node.addr.port().to_string();
-    let out = eta_consumer_output(
-        &port,
-        &["-s", "FEED", "-mp", "SYM1", "-post", "-runtime", "12"],
-        dir.path(),
-    );
-    assert!(
-        out.contains("Received AckMsg for stream 5"),
-        "no Ack on the item's stream:\n{out}"
-    );
-    assert!(
-        out.contains("ackId=1\tseqNum=1\tnakCode=12\ttext=only BID and ASK may be posted"),
-        "the feed's answer did not come back:\n{out}"
-    );
-    // Off-stream, on the login stream, naming an item the feed does not have.
-    let out = eta_consumer_output(
-        &port,
-        &["-s", "FEED", "-mp", "SYM1", "-offpost", "-runtime", "12"],
-        dir.path(),
-    );
-    assert!(
-        out.contains("Received AckMsg for stream 1"),
-        "no Ack on the login stream:\n{out}"
-    );
-    assert!(out.contains("ackId=1\tseqNum=1\tnakCode=10"), "{out}");
+    // Off-stream, on the login stream, it names an item the feed does not have.
+    let answers = [
+        "ackId=1\tseqNum=1\tnakCode=12\ttext=only BID and ASK may be posted",
+        "ackId=1\tseqNum=1\tnakCode=10",
+    ];
+    assert_posts_answered(&node, "FEED", "SYM1", answers, dir.path());
     node.stop(Duration::from_secs(10));
+}
+
+/// LSEG's ETA Consumer posts every 5 s to `item` of `service` at `node`: on the item's
+/// stream (`-post`, stream 5), then, in another run, on its login stream naming an item
+/// of its own (`-offpost`, stream 1). Each post's answer comes back on the stream it
+/// came on: an Ack holding `answers[0]`, then one holding `answers[1]`.
+fn assert_posts_answered(node: &Node, service: &str, item: &str, answers: [&str; 2], dir: &Path) {
+    let port = node.addr.port().to_string();
+    for (flag, stream, answer) in [("-post", 5, answers[0]), ("-offpost", 1, answers[1])] {
+        let out = eta_consumer_output(
+            &port,
+            // A post 5 s after the item's refresh, another at 10: the first one's
+            // answer has room to arrive before the run ends on a busy machine.
+            &["-s", service, "-mp", item, flag, "-runtime", "12"],
+            dir,
+        );
+        let acked = format!("Received AckMsg for stream {stream}");
+        assert!(out.contains(&acked), "{flag}: no {acked:?} in:\n{out}");
+        assert!(out.contains(answer), "{flag}: no {answer:?} in:\n{out}");
+    }
 }
 
 /// How long a test waits for a Java provider's items to reach the node: its JVM's start,
@@ -427,6 +434,27 @@ fn eta_provider(port: u16, seconds: u32, dir: &Path) -> JavaProc {
         &["-p", &port.to_string(), "-runtime", &seconds.to_string()],
         dir,
     )
+}
+
+/// LSEG's ETA Provider example on a free port, and a node started with `args` taking its
+/// service, DIRECT_FEED (`--rssl-provider`), once the provider's TRI.N can be had through
+/// the node (it connects, retrying while the provider's JVM starts): the node, the
+/// provider and its port. The set-up of the tests with an interactive provider.
+fn node_on_an_eta_provider(args: &[&str], dir: &Path) -> (Node, JavaProc, u16) {
+    let port = common::free_port_for_tests();
+    let provider = eta_provider(port, 300, dir);
+    let at = format!("127.0.0.1:{port}");
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--rssl-provider", &at]);
+    let node = Node::start(&all);
+    common::wait_for_image(
+        node.addr,
+        "DIRECT_FEED",
+        "TRI.N",
+        Duration::from_secs(JVM_START),
+    )
+    .expect("the provider's item through the node");
+    (node, provider, port)
 }
 
 /// A Java tool running beside the test, its standard output gathered as it comes;
@@ -446,16 +474,7 @@ impl JavaProc {
 
     fn start(main: &str, args: &[&str], dir: &Path) -> JavaProc {
         use std::io::Read;
-        let mut child = Command::new("java")
-            .arg("-cp")
-            .arg(classpath())
-            .arg(main)
-            .args(args)
-            .current_dir(dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start java (is a JRE installed? .ci/test installs one)");
+        let mut child = spawn_java(main, args, dir, Stdio::null());
         let stdout = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let mut pipe = child.stdout.take().expect("stdout");
         let gathered = stdout.clone();
@@ -660,20 +679,9 @@ fn niprovperf_on_an_upstream_node_to_consperf_on_a_node_it_feeds() {
 fn an_interactive_provider_restarts_and_its_items_recover() {
     use tickwire_client::{Event, RequestOptions};
     use tickwire_proto::{DataState, StreamState};
-    let port = common::free_port_for_tests();
     let dir = workdir();
-    let provider = eta_provider(port, 300, dir.path());
-    let at = format!("127.0.0.1:{port}");
-    let mut node = Node::start(&["--rssl-provider", &at]);
-    // The node connects (retrying while the provider's JVM starts) and serves its
-    // service: a subscriber's request goes to the provider.
-    common::wait_for_image(
-        node.addr,
-        "DIRECT_FEED",
-        "TRI.N",
-        Duration::from_secs(JVM_START),
-    )
-    .expect("the provider's item through the node");
+    // The node serves the provider's service: a subscriber's request goes to it.
+    let (mut node, provider, port) = node_on_an_eta_provider(&[], dir.path());
     let mut sub = common::subscriber(node.addr);
     sub.subscribe("DIRECT_FEED", "TRI.N", RequestOptions::default())
         .expect("subscribe");
@@ -957,45 +965,18 @@ fn the_eta_consumer_reads_a_tls_node_over_the_sdks_encrypted_connection_type() {
 
 #[test]
 fn posts_reach_an_interactive_provider_and_its_acks_come_back() {
-    let port = common::free_port_for_tests();
     let dir = workdir();
-    let provider = eta_provider(port, 300, dir.path());
     let cfg = rdm_config("[posts]\nservices = [\"DIRECT_FEED\"]\n");
-    let at = format!("127.0.0.1:{port}");
-    let mut node = Node::start(&[
-        "--config",
-        cfg.path().to_str().expect("utf-8 path"),
-        "--rssl-provider",
-        &at,
-    ]);
-    common::wait_for_image(node.addr, "DIRECT_FEED", "TRI.N", Duration::from_secs(30))
-        .expect("the provider's item through the node");
-    // The ETA Consumer posts every 5 s on the item's stream, then (another run) on its
-    // login stream naming an item of its own, OFFPOST; the node passes them on to the
-    // provider, whose answers come back on the stream each post came on: an Ack, and a
-    // Nak with the provider's code and reason (it takes no posts for items it has not
-    // been asked for).
-    let node_port = node.addr.port().to_string();
+    let config = ["--config", cfg.path().to_str().expect("utf-8 path")];
+    let (mut node, provider, _) = node_on_an_eta_provider(&config, dir.path());
+    // The consumer's posts (the off-stream one for OFFPOST) go through the node to the
+    // provider, whose answers come back: an Ack, and a Nak with the provider's code and
+    // reason (it takes no posts for items it has not been asked for).
     let answers = [
-        ("-post", 5, "ackId=1\tseqNum=1\n"),
-        (
-            "-offpost",
-            1,
-            "ackId=1\tseqNum=1\tnakCode=10\ttext=Received an off-stream post message for an unknown item",
-        ),
+        "ackId=1\tseqNum=1\n",
+        "ackId=1\tseqNum=1\tnakCode=10\ttext=Received an off-stream post message for an unknown item",
     ];
-    for (flag, stream, answer) in answers {
-        let out = eta_consumer_output(
-            &node_port,
-            // A post 5 s after the item's refresh, another at 10: the first one's
-            // answer has room to arrive before the run ends on a busy machine.
-            &["-s", "DIRECT_FEED", "-mp", "TRI.N", flag, "-runtime", "12"],
-            dir.path(),
-        );
-        let acked = format!("Received AckMsg for stream {stream}");
-        assert!(out.contains(&acked), "{flag}: no {acked:?} in:\n{out}");
-        assert!(out.contains(answer), "{flag}: no {answer:?} in:\n{out}");
-    }
+    assert_posts_answered(&node, "DIRECT_FEED", "TRI.N", answers, dir.path());
     let said = provider.output();
     for expected in [
         "Received an on-stream post for item= TRI.N",

@@ -116,14 +116,10 @@ fn publish_and_subscribe_over_tls_and_clients_that_cannot_are_refused_clearly() 
 
     // Streaming: refreshes, then updates as they come.
     let addr = node.addr_str();
-    let out = run(
+    let out = subscribe_over_tls(
+        &addr,
+        &ca,
         &[
-            "subscribe",
-            "--node",
-            &addr,
-            "--tls",
-            "--ca",
-            &ca,
             "--json",
             "--count",
             "60",

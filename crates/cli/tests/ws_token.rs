@@ -61,14 +61,10 @@ fn setup(tag: &str) -> Setup {
     // TRI.N can be had once a snapshot of it, as alice, answers with a refresh.
     let pw = certs.write("alice.pw", &format!("{ALICE_PASSWORD}\n"));
     let snapshot = || {
-        run(
+        subscribe_over_tls(
+            &addr,
+            &ca,
             &[
-                "subscribe",
-                "--node",
-                &addr,
-                "--tls",
-                "--ca",
-                &ca,
                 "--user",
                 "alice",
                 "--password-file",

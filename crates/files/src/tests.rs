@@ -277,6 +277,38 @@ impl Net {
     fn all_finished(&self, ids: &[u64]) -> bool {
         ids.iter().all(|id| self.finished(*id).is_some())
     }
+
+    /// Queues `count` files of `size` bytes for the first `sites` sites, as transfers
+    /// `first`, `first + 1`, ... named `{prefix}0`, `{prefix}1`, ... (file i's bytes
+    /// seeded with i): their transfer ids. How the tests that fill a window queue files.
+    fn send_many(
+        &mut self,
+        count: u64,
+        first: u64,
+        prefix: &str,
+        size: usize,
+        sites: usize,
+    ) -> Vec<u64> {
+        (0..count)
+            .map(|i| {
+                let name = format!("{prefix}{i}");
+                self.send(first + i, &name, bytes(size, i as u8), targets(sites))
+                    .unwrap()
+            })
+            .collect()
+    }
+}
+
+/// One site with room for `max_partials` partial files, and a sender with a window of
+/// `window`: the set-up of the tests of a site's room against the sender's window.
+fn one_site_with_partials(window: usize, max_partials: usize) -> Net {
+    let mut cfg = sender_config();
+    cfg.window = window;
+    let mut net = Net::new(1, cfg);
+    let mut rc = ReceiverConfig::new(site_name(0), vec![SERVICE.into()]);
+    rc.max_partials = max_partials;
+    net.sites[0].rx = Receiver::new(rc, net.now);
+    net
 }
 
 fn bytes(len: usize, seed: u8) -> Vec<u8> {
@@ -567,12 +599,7 @@ fn an_absent_site_never_holds_the_window_the_others_need() {
     cfg.window = 2;
     let mut net = Net::new(2, cfg);
     net.sites[1].up = false;
-    let ids: Vec<u64> = (0..10)
-        .map(|i| {
-            net.send(200 + i, &format!("f{i}"), bytes(5_000, i as u8), targets(2))
-                .unwrap()
-        })
-        .collect();
+    let ids = net.send_many(10, 200, "f", 5_000, 2);
     net.run_until(Duration::from_secs(30), |n| {
         n.sites[0].store.inbox.len() == 10
     });
@@ -598,12 +625,7 @@ fn a_finished_transfer_makes_room_in_the_window_at_once() {
     let mut cfg = sender_config();
     cfg.window = 1;
     let mut net = Net::new(1, cfg);
-    let ids: Vec<u64> = (0..5)
-        .map(|i| {
-            net.send(300 + i, &format!("f{i}"), bytes(500, i as u8), targets(1))
-                .unwrap()
-        })
-        .collect();
+    let ids = net.send_many(5, 300, "f", 500, 1);
     let t0 = net.now;
     net.run_until(Duration::from_secs(10), |n| n.all_finished(&ids));
     assert!(
@@ -713,19 +735,9 @@ fn a_site_that_holds_all_the_partial_files_it_may_still_finishes_every_file() {
     // Small files, lost chunks, a site with room for 4 partial files and a window of 8:
     // the site's partial files are repaired even when their transfers are not in the
     // window, so neither side waits on the other for ever.
-    let mut cfg = sender_config();
-    cfg.window = 8;
-    let mut net = Net::new(1, cfg);
-    let mut rc = ReceiverConfig::new(site_name(0), vec![SERVICE.into()]);
-    rc.max_partials = 4;
-    net.sites[0].rx = Receiver::new(rc, net.now);
+    let mut net = one_site_with_partials(8, 4);
     net.loss.per_mille = 300;
-    let ids: Vec<u64> = (0..40)
-        .map(|i| {
-            net.send(500 + i, &format!("s{i}"), bytes(700, i as u8), targets(1))
-                .unwrap()
-        })
-        .collect();
+    let ids = net.send_many(40, 500, "s", 700, 1);
     net.run_until(Duration::from_secs(300), |n| n.all_finished(&ids));
     assert_eq!(net.sites[0].store.inbox.len(), 40);
 }
@@ -735,18 +747,8 @@ fn a_long_queue_never_fills_a_site_with_files_not_yet_sent() {
     // More files queued than the site has room for partial files, and a window smaller
     // than that room: the transfers waiting for the window are not offered, so the
     // site's room stays for the ones being sent.
-    let mut cfg = sender_config();
-    cfg.window = 4;
-    let mut net = Net::new(1, cfg);
-    let mut rc = ReceiverConfig::new(site_name(0), vec![SERVICE.into()]);
-    rc.max_partials = 8;
-    net.sites[0].rx = Receiver::new(rc, net.now);
-    let ids: Vec<u64> = (0..200)
-        .map(|i| {
-            net.send(900 + i, &format!("q{i}"), bytes(700, i as u8), targets(1))
-                .unwrap()
-        })
-        .collect();
+    let mut net = one_site_with_partials(4, 8);
+    let ids = net.send_many(200, 900, "q", 700, 1);
     net.run_until(Duration::from_secs(120), |n| n.all_finished(&ids));
     assert_eq!(net.sites[0].store.inbox.len(), 200);
 }

@@ -3,7 +3,7 @@
 //! out of an inbox. Messages go through the wire in memory, on a fake clock.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tickwire_files::inbox::{Fsync, Inbox, PARTIAL_DIR};
@@ -146,7 +146,17 @@ fn spooled_files(dir: &Path) -> usize {
         .count()
 }
 
-fn write_file(dir: &Path, name: &str, len: usize, seed: u8) -> (std::path::PathBuf, Vec<u8>) {
+/// A spool in a fresh temporary folder: the folder (the test's files go there too), the
+/// spool's directory (to open it again, as after a restart) and the spool. The spool
+/// tests start so.
+fn fresh_spool() -> (tempfile::TempDir, PathBuf, Spool) {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("spool");
+    let spool = Spool::new(&dir).unwrap();
+    (root, dir, spool)
+}
+
+fn write_file(dir: &Path, name: &str, len: usize, seed: u8) -> (PathBuf, Vec<u8>) {
     let data: Vec<u8> = (0..len)
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
         .collect();
@@ -275,9 +285,7 @@ fn a_restarted_site_resumes_from_the_partial_files_it_left() {
 
 #[test]
 fn the_spool_keeps_a_queue_through_a_restart() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("spool");
-    let mut spool = Spool::new(&dir).unwrap();
+    let (root, dir, mut spool) = fresh_spool();
     let (src, data) = write_file(root.path(), "q.src", 10_000, 5);
     let (size, sha) = spool.copy_in(7, &src).unwrap();
     assert_eq!(size, 10_000);
@@ -350,9 +358,7 @@ fn the_spool_keeps_a_queue_through_a_restart() {
 
 #[test]
 fn the_spool_log_keeps_only_what_is_live() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("spool");
-    let mut spool = Spool::new(&dir).unwrap();
+    let (root, dir, mut spool) = fresh_spool();
     let (src, _) = write_file(root.path(), "s.src", 100, 9);
     let manifest = |transfer: u64| Manifest {
         transfer,
@@ -391,8 +397,7 @@ fn the_spool_log_keeps_only_what_is_live() {
 
 #[test]
 fn a_source_that_is_not_a_stable_regular_file_is_refused() {
-    let root = tempfile::tempdir().unwrap();
-    let mut spool = Spool::new(&root.path().join("spool")).unwrap();
+    let (root, dir, mut spool) = fresh_spool();
     let err = spool.copy_in(1, root.path()).unwrap_err();
     assert!(err.to_string().contains("is not a regular file"), "{err}");
     // /proc says 0 bytes and gives more: the bytes read do not match the size.
@@ -403,14 +408,12 @@ fn a_source_that_is_not_a_stable_regular_file_is_refused() {
         err.to_string().contains("changed while it was copied"),
         "{err}"
     );
-    assert_eq!(spooled_files(&root.path().join("spool")), 0);
+    assert_eq!(spooled_files(&dir), 0);
 }
 
 #[test]
 fn small_files_share_segments_that_are_emptied_and_removed() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("spool");
-    let mut spool = Spool::new(&dir).unwrap();
+    let (root, dir, mut spool) = fresh_spool();
     let manifest = |transfer: u64, size: u64| Manifest {
         transfer,
         sender: "src".into(),

@@ -754,6 +754,16 @@ fn stream_message() -> impl Strategy<Value = OMsg> {
 // Helpers.
 // ---------------------------------------------------------------------------------------
 
+/// The messages encoded one after another, as a frame's payload holds them: what the
+/// properties that read a packed payload back start from.
+fn packed(msgs: &[OMsg]) -> Vec<u8> {
+    let mut payload = Vec::new();
+    for m in msgs {
+        m.message().encode(&mut payload).unwrap();
+    }
+    payload
+}
+
 /// Splits a frame stream into payloads, checking every length prefix.
 fn split_frames(mut bytes: &[u8], max: usize) -> Vec<&[u8]> {
     let mut frames = Vec::new();
@@ -858,10 +868,7 @@ proptest! {
     /// again (`MessageIter::already_checked`, for in-process forwarding).
     #[test]
     fn checked_messages_read_the_same_without_walking_their_fields(msgs in vec(message_maybe_bulky(), 0..20)) {
-        let mut payload = Vec::new();
-        for m in &msgs {
-            m.message().encode(&mut payload).unwrap();
-        }
+        let payload = packed(&msgs);
         let full: Vec<_> = MessageIter::new(&payload).map(|r| r.unwrap().message).collect();
         let again: Vec<_> = MessageIter::already_checked(&payload)
             .map(|r| r.unwrap().message)
@@ -876,10 +883,7 @@ proptest! {
 
     #[test]
     fn packed_messages_round_trip(msgs in vec(message(), 0..20)) {
-        let mut payload = Vec::new();
-        for m in &msgs {
-            m.message().encode(&mut payload).unwrap();
-        }
+        let payload = packed(&msgs);
         let mut n = 0;
         let mut offset = 0;
         for (raw, m) in MessageIter::new(&payload).zip(&msgs) {

@@ -113,6 +113,14 @@ pub(crate) fn run(args: &[&str], timeout: Duration) -> Output {
     }
 }
 
+/// `tickwire subscribe --node ADDR --tls --ca CA ARGS...` run to its end within
+/// `timeout`: the one way the tests subscribe at a TLS node, trusting its certificate.
+pub(crate) fn subscribe_over_tls(addr: &str, ca: &str, args: &[&str], timeout: Duration) -> Output {
+    let mut all = vec!["subscribe", "--node", addr, "--tls", "--ca", ca];
+    all.extend_from_slice(args);
+    run(&all, timeout)
+}
+
 /// Takes a reading every `pause` until `done` holds of one or `timeout` has passed; the
 /// last reading either way, for the caller to assert on.
 pub(crate) fn poll_until<T>(

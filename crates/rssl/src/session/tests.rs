@@ -80,16 +80,22 @@ fn logged_in() -> (Session, Vec<Vec<u8>>) {
     (s, out)
 }
 
+/// The ETA Consumer's directory request (filter 7), as captured: the one way the tests
+/// open a session's directory stream.
+fn request_directory(s: &mut Session, to_node: &mut Vec<u8>, out: &mut Vec<Vec<u8>>) {
+    s.on_client_message(
+        &hex("000f 01 04 00000002 04 00 80 05 08 00 00 00 07"),
+        to_node,
+        out,
+    );
+}
+
 #[test]
 fn a_consumer_logs_in_reads_the_directory_and_gets_an_item() {
     let (mut s, mut out) = logged_in();
     let mut to_node = Vec::new();
-    // The ETA Consumer's directory request (filter 7) and item request for TRI.N.
-    s.on_client_message(
-        &hex("000f 01 04 00000002 04 00 80 05 08 00 00 00 07"),
-        &mut to_node,
-        &mut out,
-    );
+    // The ETA Consumer's directory request and item request for TRI.N.
+    request_directory(&mut s, &mut to_node, &mut out);
     let dir = Msg::decode(&out[0]).unwrap();
     assert_eq!(
         (dir.class, dir.domain, dir.container),
@@ -294,11 +300,7 @@ fn a_batch_opens_one_stream_per_item_after_its_own_and_a_view_is_passed_on() {
 fn the_directory_stream_follows_services_up_down_and_new() {
     let (mut s, mut out) = logged_in();
     let mut to_node = Vec::new();
-    s.on_client_message(
-        &hex("000f 01 04 00000002 04 00 80 05 08 00 00 00 07"),
-        &mut to_node,
-        &mut out,
-    );
+    request_directory(&mut s, &mut to_node, &mut out);
     out.clear();
     deliver(
         &mut s,
