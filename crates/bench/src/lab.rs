@@ -189,22 +189,12 @@ pub fn start_node(
     extra: &[String],
     log_dir: &Path,
 ) -> Result<(Proc, String)> {
-    start_node_env(bin, name, extra, log_dir, &[])
+    start_node_wrapped(&[], bin, name, extra, log_dir, &[])
 }
 
-/// [`start_node`] with extra environment variables (e.g. Aeron's loss generator).
-pub fn start_node_env(
-    bin: &Path,
-    name: &str,
-    extra: &[String],
-    log_dir: &Path,
-    env: &[(String, String)],
-) -> Result<(Proc, String)> {
-    start_node_wrapped(&[], bin, name, extra, log_dir, env)
-}
-
-/// [`start_node_env`] run through `wrapper` (a command that ends by executing its
-/// arguments, e.g. `unshare` giving the node a mount namespace of its own): the
+/// [`start_node`] run through `wrapper` (a command that ends by executing its
+/// arguments, e.g. `unshare` giving the node a mount namespace of its own; none if
+/// empty) with extra environment variables `env` (e.g. Aeron's loss generator): the
 /// process is still the node's, so signals and CPU figures reach it.
 pub fn start_node_wrapped(
     wrapper: &[String],
@@ -589,20 +579,20 @@ pub fn start_rig(programs: &Programs, spec: &RigSpec, log_dir: &Path) -> Result<
                 ],
                 None => vec![],
             };
+            let edge_name = format!("node-edge-{tag}");
             let (edge, edge_addr) =
-                start_node_env(bin, &format!("node-edge-{tag}"), &edge_args, log_dir, &env)?;
+                start_node_wrapped(&[], bin, &edge_name, &edge_args, log_dir, &env)?;
             (node, addr, Some(edge), edge_addr)
         }
     };
     let items = spec.items.to_string();
+    // The load tools are this program's, named after their role and the rig.
+    let spawn_tool = |role: &str, args: &[String]| {
+        Proc::spawn(&programs.lab, &format!("{role}-{tag}"), args, log_dir)
+    };
     let mut pub_args = perf_pub_args(spec, "tickwire", &addr);
     pub_args.extend(pin(1));
-    let mut publisher = Proc::spawn(
-        &programs.lab,
-        &format!("perf-pub-{tag}"),
-        &pub_args,
-        log_dir,
-    )?;
+    let mut publisher = spawn_tool("perf-pub", &pub_args)?;
     // The publisher prints its first second once its images are out.
     publisher.expect("second", Duration::from_secs(120))?;
     if spec.backbone.is_some() || spec.upstream {
@@ -623,29 +613,16 @@ pub fn start_rig(programs: &Programs, spec: &RigSpec, log_dir: &Path) -> Result<
             &["--ws", &ws, "--items", &items, "--connections", &conns],
         )
     } else {
-        controlled(
-            "perf-sub",
-            &[
-                "--node",
-                &addr,
-                "--items",
-                &items,
-                "--connections",
-                &conns,
-                "--commonality",
-                spec.commonality,
-                "--wait",
-                &spec.sub_wait,
-            ],
+        controlled_perf_sub(
+            &addr,
+            &items,
+            &conns,
+            spec.commonality,
+            &["--wait", &spec.sub_wait],
         )
     };
     sub_args.extend(pin(2));
-    let mut subscriber = Proc::spawn(
-        &programs.lab,
-        &format!("perf-sub-{tag}"),
-        &sub_args,
-        log_dir,
-    )?;
+    let mut subscriber = spawn_tool("perf-sub", &sub_args)?;
     let commonality =
         <crate::perf_sub::Commonality as clap::ValueEnum>::from_str(spec.commonality, false)
             .map_err(|e| anyhow!("commonality {:?}: {e}", spec.commonality))?;
@@ -681,6 +658,29 @@ pub fn controlled(tool: &str, args: &[&str]) -> Vec<String> {
         .chain(["--control", "--json", "--duration", "86400"])
         .map(String::from)
         .collect()
+}
+
+/// perf-sub's command line under the lab's control ([`controlled`]): `connections`
+/// connections to the node at `addr` sharing `items` items per `commonality`, then
+/// `extra` flags. The rigs and the stall scenario start their subscribers alike.
+pub fn controlled_perf_sub(
+    addr: &str,
+    items: &str,
+    connections: &str,
+    commonality: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let common = [
+        "--node",
+        addr,
+        "--items",
+        items,
+        "--connections",
+        connections,
+        "--commonality",
+        commonality,
+    ];
+    controlled("perf-sub", &[&common[..], extra].concat())
 }
 
 /// perf-pub's command line in a rig: `system` at `addr`, controlled by the lab, at the

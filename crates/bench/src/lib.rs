@@ -14,6 +14,7 @@
 pub mod bench;
 pub mod byte_relay;
 pub mod lab;
+pub mod load_flags;
 pub mod memory;
 pub mod nats;
 pub mod perf_nats_sub;

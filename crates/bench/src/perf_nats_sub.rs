@@ -5,6 +5,7 @@
 //! so a message the server dropped (a slow consumer) is counted as a gap. It speaks the
 //! same `--control` and `--json` lines as perf-sub, so `tickwire bench` drives either.
 
+use crate::load_flags::{FeedFlags, RunFlags};
 use crate::nats::{Connection, Frame};
 use crate::perf_sub::{control_channel, print_stand_in_summary, read_update, Counts, Reports};
 use crate::stats::{pin, Latency};
@@ -21,21 +22,13 @@ pub struct PerfNatsSubArgs {
     /// The NATS server (host:port).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:4222")]
     pub nats: String,
-    /// Subjects SERVICE.SYM0 .. SERVICE.SYM{N-1} (one wildcard subscription).
-    #[arg(long, value_name = "NAME", default_value = "FEED")]
-    pub service: String,
-    /// Items published (messages for higher numbers are counted as junk).
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub items: usize,
-    /// Seconds to run.
-    #[arg(long, value_name = "S", default_value_t = 10.0)]
-    pub duration: f64,
-    /// Pin to these CPUs, e.g. `0` or `0,1`.
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub cpus: Vec<usize>,
-    /// One JSON object per line (`ready` once subscribed, then as perf-sub).
-    #[arg(long)]
-    pub json: bool,
+    /// The subjects (one wildcard subscription; messages for items past `--items` are
+    /// counted as junk).
+    #[command(flatten)]
+    pub feed: FeedFlags,
+    /// With `--json`, a `ready` line once subscribed, then perf-sub's lines.
+    #[command(flatten)]
+    pub run: RunFlags,
     /// Read `mark NAME` / `quit` from standard input (as perf-sub).
     #[arg(long)]
     pub control: bool,
@@ -47,7 +40,7 @@ struct Subscription {
 
 fn subscribe(args: &PerfNatsSubArgs) -> Result<Subscription> {
     let mut conn = Connection::connect(&args.nats, "perf-nats-sub", Duration::from_secs(10))?;
-    conn.subscribe(&format!("{}.>", args.service), 1);
+    conn.subscribe(&format!("{}.>", args.feed.service), 1);
     // The PONG comes after the server has registered the subscription.
     conn.ping(Duration::from_secs(10))?;
     Ok(Subscription { conn })
@@ -56,24 +49,24 @@ fn subscribe(args: &PerfNatsSubArgs) -> Result<Subscription> {
 /// Runs the subscriber until `--duration` ends, `stop` is raised or `quit` comes on
 /// the control input; prints per-second lines and a summary.
 pub fn run(args: PerfNatsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
-    pin(&args.cpus)?;
+    pin(&args.run.cpus)?;
     crate::stats::precise_timers();
-    if args.items == 0 {
+    if args.feed.items == 0 {
         bail!("--items must be at least 1");
     }
     let mut sub = subscribe(&args)?;
-    if args.json {
+    if args.run.json {
         println!("{}", json!({"type": "ready", "role": "perf-sub"}));
     }
-    let prefix = format!("{}.SYM", args.service);
+    let prefix = format!("{}.SYM", args.feed.service);
     let marks = control_channel(args.control, stop.clone());
     let start = Instant::now();
-    let end = start + Duration::from_secs_f64(args.duration.max(0.0));
+    let end = start + Duration::from_secs_f64(args.run.duration.max(0.0));
     let mut c = Counts::default();
-    let mut seqs: Vec<Option<u32>> = vec![None; args.items];
+    let mut seqs: Vec<Option<u32>> = vec![None; args.feed.items];
     let (mut overall, mut since_mark, mut second) =
         (Latency::default(), Latency::default(), Latency::default());
-    let mut reports = Reports::new("perf-nats-sub", args.json, start);
+    let mut reports = Reports::new("perf-nats-sub", args.run.json, start);
     let (mut junk, mut reconnects, mut checksum) = (0u64, 0u64, 0i64);
     while Instant::now() < end && !stop.load(Ordering::Relaxed) {
         let read = sub.conn.read(Duration::from_millis(10), |frame| {
@@ -83,7 +76,7 @@ pub fn run(args: PerfNatsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
             else {
                 return;
             };
-            let Some(idx) = item_index(subject, prefix.as_bytes(), args.items) else {
+            let Some(idx) = item_index(subject, prefix.as_bytes(), args.feed.items) else {
                 junk += 1;
                 return;
             };
@@ -130,10 +123,10 @@ pub fn run(args: PerfNatsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
         }
         reports.second_if_due(Instant::now(), c, &mut second);
     }
-    let summary = json!({"items": args.items, "updates": c.updates, "gaps": c.gaps,
+    let summary = json!({"items": args.feed.items, "updates": c.updates, "gaps": c.gaps,
         "junk": junk, "reconnects": reconnects, "checksum": checksum,
         "seconds": start.elapsed().as_secs_f64(), "latency": overall.summary()});
-    print_stand_in_summary(args.json, "perf-nats-sub", summary);
+    print_stand_in_summary(args.run.json, "perf-nats-sub", summary);
     Ok(())
 }
 

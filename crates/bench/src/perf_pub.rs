@@ -10,6 +10,7 @@ mod shape;
 
 pub use shape::Shape;
 
+use crate::load_flags::{FeedFlags, RunFlags};
 use crate::stats::{pin, realtime_ns, self_usage, NO_TIMESTAMP};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -46,12 +47,9 @@ pub struct PerfPubArgs {
     /// Who it logs in as and how it reaches a TLS node (not used with `--system nats`).
     #[command(flatten)]
     pub credentials: tickwire_client::Credentials,
-    /// Service to publish.
-    #[arg(long, value_name = "NAME", default_value = "FEED")]
-    pub service: String,
-    /// Items SYM0 .. SYM{N-1}; each gets an image, then updates at random.
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub items: usize,
+    /// The service and items published: each item gets an image, then updates at random.
+    #[command(flatten)]
+    pub feed: FeedFlags,
     /// Updates per second across all items.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub update_rate: u64,
@@ -85,15 +83,9 @@ pub struct PerfPubArgs {
     /// Updates per second that carry a latency timestamp (TIM_TRK_1), or `all`.
     #[arg(long, value_name = "N|all", default_value = "1000")]
     pub latency_rate: String,
-    /// Seconds to send updates for (after the images).
-    #[arg(long, value_name = "S", default_value_t = 10.0)]
-    pub duration: f64,
-    /// Pin to these CPUs, e.g. `0` or `0,1`.
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub cpus: Vec<usize>,
-    /// Print JSON lines (one per second, then a summary) instead of text.
-    #[arg(long)]
-    pub json: bool,
+    /// `--duration` is the seconds of updates, after the images.
+    #[command(flatten)]
+    pub run: RunFlags,
     /// Read commands from standard input while running: `rate N` changes the update
     /// rate, `mark` prints (JSON) the updates sent so far and the largest lag since the
     /// previous mark, `quit` stops (used by `tickwire bench`).
@@ -152,9 +144,9 @@ pub struct PubSummary {
 /// Publishes every image, then updates on schedule until `--duration` ends (or
 /// `quit` with `--control`); prints a line a second and the summary it returns.
 pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
-    pin(&args.cpus)?;
+    pin(&args.run.cpus)?;
     crate::stats::precise_timers();
-    if args.items == 0 {
+    if args.feed.items == 0 {
         bail!("--items must be at least 1");
     }
     if args.tick_rate == 0 || args.tick_rate > 100_000 {
@@ -192,7 +184,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     }
 
     let image_start = Instant::now();
-    let mut quotes: Vec<Level1> = (0..args.items).map(level1).collect();
+    let mut quotes: Vec<Level1> = (0..args.feed.items).map(level1).collect();
     let mut sink: Box<dyn Sink> = match args.system {
         System::Tickwire => Box::new(TickwireSink::connect(&args, &quotes)?),
         System::Nats => Box::new(NatsSink::connect(&args)?),
@@ -200,10 +192,10 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     let mut buf = Vec::with_capacity(256);
     let mut shaped = Vec::with_capacity(512);
     let image_seconds = image_start.elapsed().as_secs_f64();
-    if !args.json {
+    if !args.run.json {
         println!(
             "perf-pub: {} images in {:.2} s; sending {} updates/s in {} bursts/s",
-            args.items, image_seconds, args.update_rate, args.tick_rate
+            args.feed.items, image_seconds, args.update_rate, args.tick_rate
         );
     }
 
@@ -212,7 +204,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     let start = Instant::now();
     let start_realtime = realtime_ns();
     let tick_ns = 1_000_000_000 / args.tick_rate;
-    let end = start + Duration::from_secs_f64(args.duration.max(0.0));
+    let end = start + Duration::from_secs_f64(args.run.duration.max(0.0));
     let mut tick: u64 = 0;
     let mut sent: u64 = 0;
     let mut timestamped: u64 = 0;
@@ -273,7 +265,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             nanos_since_midnight: intended % tickwire_proto::field::NANOS_PER_DAY,
         };
         for k in 1..=n {
-            let i = (rng.next_u64() % args.items as u64) as usize;
+            let i = (rng.next_u64() % args.feed.items as u64) as usize;
             let q = &mut quotes[i];
             let step = (rng.next_u64() % 3) as i64 - 1;
             q.bid = (q.bid + step * 100).max(100);
@@ -309,7 +301,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             second += 1;
             let in_second = sent - sent_at_report;
             sent_at_report = sent;
-            if args.json {
+            if args.run.json {
                 println!(
                     "{}",
                     json!({"type": "second", "role": "perf-pub", "t": second, "sent": in_second,
@@ -330,7 +322,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     let seconds = start.elapsed().as_secs_f64();
     let u = self_usage();
     let summary = PubSummary {
-        items: args.items,
+        items: args.feed.items,
         image_seconds,
         sent,
         timestamped,
@@ -339,7 +331,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
         max_lag_ms: max_lag.as_secs_f64() * 1e3,
         usage: crate::stats::ToolUsage::between(&usage0, &u, seconds),
     };
-    if args.json {
+    if args.run.json {
         println!(
             "{}",
             json!({"type": "summary", "role": "perf-pub", "summary": summary})
@@ -386,7 +378,7 @@ impl TickwireSink {
             .map_err(anyhow::Error::msg)?;
         let mut publisher = Publisher::connect(PublisherOptions {
             start_down: true,
-            ..PublisherOptions::new(connect, args.service.clone())
+            ..PublisherOptions::new(connect, args.feed.service.clone())
         })
         .with_context(|| format!("perf-pub: cannot connect to {}", args.node))?;
         // Images: the Level 1 fields plus a display name.
@@ -449,10 +441,10 @@ impl NatsSink {
             crate::nats::Connection::connect(&args.node, "perf-pub", Duration::from_secs(10))?;
         Ok(NatsSink {
             conn,
-            subjects: (0..args.items)
-                .map(|i| format!("{}.SYM{i}", args.service).into_bytes())
+            subjects: (0..args.feed.items)
+                .map(|i| format!("{}.SYM{i}", args.feed.service).into_bytes())
                 .collect(),
-            seqs: vec![0; args.items],
+            seqs: vec![0; args.feed.items],
         })
     }
 }

@@ -8,6 +8,7 @@
 //! intended send time) into HdrHistograms. With `--interval-ms` it also keeps a latency
 //! time series (count, p50, p99 and max per interval) for the stall scenario.
 
+use crate::load_flags::{FeedFlags, RunFlags};
 use crate::stats::{pin, realtime_ns, self_usage, Latency, TIMESTAMP_FLOOR};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -71,12 +72,9 @@ pub struct PerfSubArgs {
     /// Who it logs in as and how it reaches a TLS node.
     #[command(flatten)]
     pub credentials: tickwire_client::Credentials,
-    /// Service of the items.
-    #[arg(long, value_name = "NAME", default_value = "FEED")]
-    pub service: String,
-    /// Items SYM0 .. SYM{N-1} (the watchlist, shared per --commonality).
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub items: usize,
+    /// The watchlist, shared across the connections per `--commonality`.
+    #[command(flatten)]
+    pub feed: FeedFlags,
     /// Subscriber connections (mounts), all driven from one thread.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub connections: usize,
@@ -86,15 +84,9 @@ pub struct PerfSubArgs {
     /// Requests per second (0: all at once).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub request_rate: u64,
-    /// Seconds to run after connecting.
-    #[arg(long, value_name = "S", default_value_t = 10.0)]
-    pub duration: f64,
-    /// Pin to these CPUs, e.g. `1`.
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub cpus: Vec<usize>,
-    /// Print JSON lines (one per second, then a summary) instead of text.
-    #[arg(long)]
-    pub json: bool,
+    /// `--duration` counts from connecting.
+    #[command(flatten)]
+    pub run: RunFlags,
     /// How to wait for data: `block` in poll(2), or `spin` (poll without sleeping: lower
     /// latency, one CPU busy).
     #[arg(long, value_name = "block|spin", default_value = "block")]
@@ -347,9 +339,9 @@ impl Reports {
 /// `--duration` ends, `stop` is raised or `quit` comes on the control input; prints
 /// per-second lines and the summary it returns.
 pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
-    pin(&args.cpus)?;
+    pin(&args.run.cpus)?;
     crate::stats::precise_timers();
-    if args.connections == 0 || args.items == 0 {
+    if args.connections == 0 || args.feed.items == 0 {
         bail!("--connections and --items must be at least 1");
     }
     let mut subs = Vec::with_capacity(args.connections);
@@ -364,7 +356,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     }
     // Requests in item order, round-robin over connections, paced by --request-rate.
     let mut plan: Vec<(usize, usize)> = Vec::new();
-    for j in 0..args.items {
+    for j in 0..args.feed.items {
         for c in 0..args.connections {
             if args.commonality.watches(c, args.connections, j) {
                 plan.push((c, j));
@@ -375,7 +367,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     let mut state: Vec<Vec<StreamState>> = vec![vec![StreamState::default(); 1]; args.connections];
     let usage0 = self_usage();
     let start = Instant::now();
-    let end = start + Duration::from_secs_f64(args.duration.max(0.0));
+    let end = start + Duration::from_secs_f64(args.run.duration.max(0.0));
     let mut requested = 0usize;
     let mut c = Counters {
         updates: 0,
@@ -393,7 +385,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     );
     let mut images_done_at: Option<Instant> = None;
     let mut at_images_done = (0u64, 0u64); // updates, gaps when the last image came
-    let mut reports = Reports::new("perf-sub", args.json, start);
+    let mut reports = Reports::new("perf-sub", args.run.json, start);
     let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(args.connections);
     let marks = control_channel(args.control, stop.clone());
     let mut since_mark = Latency::default();
@@ -417,7 +409,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         while requested < due {
             let (conn, j) = plan[requested];
             let sid = subs[conn].subscribe(
-                &args.service,
+                &args.feed.service,
                 &format!("SYM{j}"),
                 RequestOptions::default(),
             )?;
@@ -567,7 +559,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         overall: phase(total_s, c.updates, c.images, c.gaps, &overall),
         usage: crate::stats::ToolUsage::between(&usage0, &u, total_s),
     };
-    if args.json {
+    if args.run.json {
         println!(
             "{}",
             json!({"type": "summary", "role": "perf-sub", "summary": summary, "checksum": c.checksum})

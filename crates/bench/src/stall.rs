@@ -7,7 +7,7 @@
 //! (perf-sub `--interval-ms`) shows whether one stopped consumer or a short node pause
 //! hurts the others, and for how long. docs/BENCHMARKS.md defines every figure.
 
-use crate::lab::{controlled, start_node, wait_for_images, Proc};
+use crate::lab::{controlled, controlled_perf_sub, start_node, wait_for_images, Proc};
 use crate::perf_sub::{Interval, Mark as SubMark, SubSummary};
 use crate::stats::realtime_ns;
 use crate::sysinfo::{sample_process, MonitorOptions, ProcessMonitor};
@@ -269,21 +269,7 @@ pub fn run(
     let mut publisher = Proc::spawn(&programs.lab, "perf-pub-stall", &pub_args, logs)?;
     publisher.expect("second", Duration::from_secs(120))?;
     let interval = plan.interval_ms.to_string();
-    let sub_args = controlled(
-        "perf-sub",
-        &[
-            "--node",
-            &addr,
-            "--items",
-            &items,
-            "--connections",
-            "1",
-            "--commonality",
-            "all",
-            "--interval-ms",
-            &interval,
-        ],
-    );
+    let sub_args = controlled_perf_sub(&addr, &items, "1", "all", &["--interval-ms", &interval]);
     let mut subs = Vec::with_capacity(plan.subscribers);
     for i in 0..plan.subscribers {
         subs.push(Proc::spawn(
