@@ -88,19 +88,34 @@ fn display(s: &str) -> Option<Vec<u8>> {
     if let Some(q) = s.strip_prefix('"') {
         return q.split_once('"').map(|(t, _)| t.as_bytes().to_vec());
     }
-    let hex = s.strip_prefix('#')?.split_once('#')?.0;
+    // Bytes, not text: a character of several bytes between the #s is not a digit (and
+    // must not be cut in two).
+    let hex = s.strip_prefix('#')?.split_once('#')?.0.as_bytes();
     if hex.len() % 2 != 0 {
         return None;
     }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
+    let digit = |b: u8| (b as char).to_digit(16);
+    hex.chunks(2)
+        .map(|p| Some((digit(p[0])? * 16 + digit(p[1])?) as u8))
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hex_display_is_two_hex_digits_a_byte_and_nothing_else() {
+        assert_eq!(display("#DE01# x"), Some(vec![0xDE, 0x01]));
+        assert_eq!(display("#de#"), Some(vec![0xDE]));
+        // Not digits: a sign, a character of two bytes, an odd count.
+        assert_eq!(display("#+F#"), None);
+        assert_eq!(display("#4\u{5a1}5#"), None);
+        assert_eq!(display("#\u{5a1}\u{5a1}#"), None);
+        assert_eq!(display("#ABC#"), None);
+        let text = "RDN_EXCHID 4\n 1 #4\u{5a1}5# x\n";
+        assert!(EnumFile::parse(text, "t").is_err());
+    }
 
     #[test]
     fn tables_with_shared_fields_text_and_hex_displays() {
