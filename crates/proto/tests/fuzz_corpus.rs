@@ -89,6 +89,10 @@ fn corpus_directories_match_the_targets() {
     targets.push("rssl_connection".to_string());
     // File transfer's messages, replayed by crates/files/tests/fuzz_corpus.rs.
     targets.push("files_messages".to_string());
+    // The journal's segments, replayed by crates/journal/tests/fuzz_corpus.rs.
+    targets.push("journal_segment".to_string());
+    // The RSSL dictionary files, replayed by crates/rssl/tests/fuzz_rdm_corpus.rs.
+    targets.push("rdm_dictionary".to_string());
     targets.sort();
     assert_eq!(
         dirs, targets,
