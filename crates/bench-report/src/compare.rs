@@ -28,12 +28,12 @@ pub fn headline(r: &Results) -> Vec<(String, Option<f64>, bool)> {
     let at = |rate: u64| r.latency.iter().find(|l| l.rate == rate);
     v.push((
         "latency mean at 100k/s (µs)".into(),
-        at(100_000).map(|l| l.mean_ns / 1e3),
+        at(100_000).map(|l| l.latency.mean_ns / 1e3),
         false,
     ));
     v.push((
         "latency p99 at 100k/s (µs)".into(),
-        at(100_000).map(|l| l.p99_ns as f64 / 1e3),
+        at(100_000).map(|l| l.latency.p99_ns as f64 / 1e3),
         false,
     ));
     let node_cpu = r

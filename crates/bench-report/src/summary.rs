@@ -23,14 +23,14 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
     let us = |ns: f64| ns / 1e3;
     let ladder = |put: &mut dyn FnMut(String, f64), prefix: &str, steps: &[LatencyStep]| {
         // Rungs past saturation measure a queue, not the path: only sustained ones.
-        for l in steps.iter().filter(|l| l.count > 0 && l.sustained) {
+        for l in steps.iter().filter(|l| l.latency.count > 0 && l.sustained) {
             put(
                 format!("{prefix}latency p50 at {}/s (µs)", number(l.rate as f64)),
-                us(l.p50_ns as f64),
+                us(l.latency.p50_ns as f64),
             );
             put(
                 format!("{prefix}latency p99 at {}/s (µs)", number(l.rate as f64)),
-                us(l.p99_ns as f64),
+                us(l.latency.p99_ns as f64),
             );
         }
     };
@@ -775,7 +775,7 @@ fn number(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{PeersResult, RsslResult};
+    use crate::schema::{LatencySummary, PeersResult, RsslResult};
 
     /// Writes `r` as the results.json of run folder `dir` (made with its parents).
     fn write_run(dir: &std::path::Path, r: &Results) {
@@ -853,9 +853,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tickwire-ladder-{}", std::process::id()));
         let step = |rate: u64, p50_us: u64, sustained: bool| LatencyStep {
             rate,
-            count: 1000,
-            p50_ns: p50_us * 1000,
-            p99_ns: p50_us * 3000,
+            latency: LatencySummary {
+                count: 1000,
+                p50_ns: p50_us * 1000,
+                p99_ns: p50_us * 3000,
+                ..Default::default()
+            },
             sustained,
             ..Default::default()
         };
@@ -1048,9 +1051,12 @@ mod tests {
         let root = std::env::temp_dir().join(format!("tickwire-digest-{}", std::process::id()));
         let step = |rate: u64, p99_us: u64| LatencyStep {
             rate,
-            count: 1000,
-            p50_ns: p99_us * 300,
-            p99_ns: p99_us * 1000,
+            latency: LatencySummary {
+                count: 1000,
+                p50_ns: p99_us * 300,
+                p99_ns: p99_us * 1000,
+                ..Default::default()
+            },
             sustained: true,
             ..Default::default()
         };

@@ -698,19 +698,9 @@ fn limit_reason(steps: &[Step], max: u64) -> Option<String> {
 }
 
 fn latency_step(rate: u64, s: Step) -> LatencyStep {
-    let l = s.latency;
     LatencyStep {
         rate,
-        mean_ns: l.mean_ns,
-        stddev_ns: l.stddev_ns,
-        min_ns: l.min_ns,
-        max_ns: l.max_ns,
-        p50_ns: l.p50_ns,
-        p90_ns: l.p90_ns,
-        p99_ns: l.p99_ns,
-        p999_ns: l.p999_ns,
-        p9999_ns: l.p9999_ns,
-        count: l.count,
+        latency: s.latency,
         gaps: s.gaps,
         delivered_ratio: s.delivered_ratio,
         sustained: s.pass,

@@ -67,9 +67,9 @@ pub(crate) fn report(md: &mut String, p: &PeersResult) -> Result<()> {
                 Some(l) => (
                     format!(
                         "{} / {} / {}{}",
-                        us(l.p50_ns as f64),
-                        us(l.p99_ns as f64),
-                        us(l.max_ns as f64),
+                        us(l.latency.p50_ns as f64),
+                        us(l.latency.p99_ns as f64),
+                        us(l.latency.max_ns as f64),
                         if l.sustained { "" } else { " (not sustained)" }
                     ),
                     ns(l.node_cpu_ns_per_update),

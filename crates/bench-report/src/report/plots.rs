@@ -32,11 +32,11 @@ pub(crate) fn write(dir: &Path, r: &Results) -> Result<()> {
             "latency (µs)",
         )
         .with_log(true, true)
-        .with_series("mean", pts(&|l| l.mean_ns))
-        .with_series("p50", pts(&|l| l.p50_ns as f64))
-        .with_series("p90", pts(&|l| l.p90_ns as f64))
-        .with_series("p99", pts(&|l| l.p99_ns as f64))
-        .with_series("p99.9", pts(&|l| l.p999_ns as f64))
+        .with_series("mean", pts(&|l| l.latency.mean_ns))
+        .with_series("p50", pts(&|l| l.latency.p50_ns as f64))
+        .with_series("p90", pts(&|l| l.latency.p90_ns as f64))
+        .with_series("p99", pts(&|l| l.latency.p99_ns as f64))
+        .with_series("p99.9", pts(&|l| l.latency.p999_ns as f64))
         .save(dir.join("latency.svg"))?;
     }
     if !r.throughput.is_empty() {

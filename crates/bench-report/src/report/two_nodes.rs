@@ -28,18 +28,20 @@ fn latency_beside_single(
     for l in ladder {
         let s = single.iter().find(|x| x.rate == l.rate);
         let opt = |f: &dyn Fn(&LatencyStep) -> f64| s.map_or("-".to_string(), |x| us(f(x)));
-        let added = s.map_or("-".to_string(), |x| us(l.p50_ns as f64 - x.p50_ns as f64));
+        let added = s.map_or("-".to_string(), |x| {
+            us(l.latency.p50_ns as f64 - x.latency.p50_ns as f64)
+        });
         writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             fmt_rate(l.rate as f64),
-            opt(&|x| x.p50_ns as f64),
-            us(l.p50_ns as f64),
+            opt(&|x| x.latency.p50_ns as f64),
+            us(l.latency.p50_ns as f64),
             added,
-            opt(&|x| x.p99_ns as f64),
-            us(l.p99_ns as f64),
-            us(l.mean_ns),
-            us(l.max_ns as f64),
+            opt(&|x| x.latency.p99_ns as f64),
+            us(l.latency.p99_ns as f64),
+            us(l.latency.mean_ns),
+            us(l.latency.max_ns as f64),
             if l.sustained { "yes" } else { "no" }
         )?;
     }

@@ -22,7 +22,13 @@ pub(crate) fn report(md: &mut String, w: &WaitResult) -> Result<()> {
     for s in &w.strategies {
         for l in &s.latency {
             let cpu = |prefix: &str| process_cpu(&l.step, prefix);
-            let latency = |ns: f64| if l.count > 0 { us(ns) } else { "-".into() };
+            let latency = |ns: f64| {
+                if l.latency.count > 0 {
+                    us(ns)
+                } else {
+                    "-".into()
+                }
+            };
             writeln!(
                 md,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -32,9 +38,9 @@ pub(crate) fn report(md: &mut String, w: &WaitResult) -> Result<()> {
                 } else {
                     fmt_rate(l.rate as f64)
                 },
-                latency(l.p50_ns as f64),
-                latency(l.p99_ns as f64),
-                latency(l.mean_ns),
+                latency(l.latency.p50_ns as f64),
+                latency(l.latency.p99_ns as f64),
+                latency(l.latency.mean_ns),
                 cpu("node-source"),
                 cpu("node-edge"),
                 cpu("perf-pub"),

@@ -1,6 +1,6 @@
 //! The single-node scenarios: throughput, fan-out, the latency ladder and instances.
 
-use super::Step;
+use super::{LatencySummary, Step};
 use serde::{Deserialize, Serialize};
 
 /// The highest rate one node sustains with no fan-out, for one cache setting.
@@ -47,26 +47,9 @@ pub struct Fanout {
 pub struct LatencyStep {
     /// Updates per second asked of the publisher (0: the nodes at rest).
     pub rate: u64,
-    /// Mean end-to-end latency (ns).
-    pub mean_ns: f64,
-    /// Standard deviation of the latency (ns).
-    pub stddev_ns: f64,
-    /// Lowest latency (ns).
-    pub min_ns: u64,
-    /// Highest latency (ns).
-    pub max_ns: u64,
-    /// Median latency (ns).
-    pub p50_ns: u64,
-    /// 90th percentile latency (ns).
-    pub p90_ns: u64,
-    /// 99th percentile latency (ns).
-    pub p99_ns: u64,
-    /// 99.9th percentile latency (ns).
-    pub p999_ns: u64,
-    /// 99.99th percentile latency (ns).
-    pub p9999_ns: u64,
-    /// Latency samples (timestamped updates received).
-    pub count: u64,
+    /// The step's end-to-end latency, its keys at this level in JSON.
+    #[serde(flatten)]
+    pub latency: LatencySummary,
     /// Sequence gaps the subscriber saw.
     pub gaps: u64,
     /// delivered / (offered x fan-out).
