@@ -150,8 +150,11 @@ pub enum BackboneMessage<'a> {
     },
 }
 
-fn header(out: &mut Vec<u8>, kind: u8) {
+/// Starts a message: magic, version, kind and the id of its sender (the source or
+/// the edge), which every kind carries first.
+fn header(out: &mut Vec<u8>, kind: u8, sender: u64) {
     out.extend_from_slice(&[MAGIC, VERSION, kind]);
+    put_u64(out, sender);
 }
 
 fn read_name<'a>(r: &mut Reader<'a>, what: &'static str) -> Result<&'a str, DecodeError> {
@@ -163,6 +166,15 @@ fn read_name<'a>(r: &mut Reader<'a>, what: &'static str) -> Result<&'a str, Deco
         });
     }
     Ok(s)
+}
+
+/// The rest of a message whose last field runs to its end (a data message's Tickwire
+/// messages, a file-transfer body), leaving nothing after it.
+#[inline]
+fn read_to_end<'a>(r: &mut Reader<'a>) -> &'a [u8] {
+    let rest = r.rest();
+    *r = Reader::new(&[], "backbone message");
+    rest
 }
 
 fn service_state(v: u8) -> Result<ServiceState, DecodeError> {
@@ -184,13 +196,9 @@ impl<'a> BackboneMessage<'a> {
     /// for a source's (`Files`), `(false, body)` for an edge's (`EdgeFiles`).
     pub fn decode_files(buf: &'a [u8]) -> Option<(bool, &'a [u8])> {
         match buf {
-            [MAGIC, v, KIND_FILES, ..] if v & !SEALED == VERSION && buf.len() >= HEADER_LEN + 8 => {
-                Some((true, &buf[HEADER_LEN + 8..]))
-            }
-            [MAGIC, v, KIND_EDGE_FILES, ..]
-                if v & !SEALED == VERSION && buf.len() >= HEADER_LEN + 8 =>
-            {
-                Some((false, &buf[HEADER_LEN + 8..]))
+            [MAGIC, v, kind @ (KIND_FILES | KIND_EDGE_FILES), ..] if v & !SEALED == VERSION => {
+                // After the header, the sender's id.
+                Some((*kind == KIND_FILES, buf.get(HEADER_LEN + 8..)?))
             }
             _ => None,
         }
@@ -275,12 +283,10 @@ impl<'a> BackboneMessage<'a> {
                 service: read_name(&mut r, "service name")?,
                 item: read_name(&mut r, "item name")?,
             },
-            KIND_DATA => {
-                let source = r.u64()?;
-                let messages = r.rest();
-                r = Reader::new(&[], "backbone message");
-                BackboneMessage::Data { source, messages }
-            }
+            KIND_DATA => BackboneMessage::Data {
+                source: r.u64()?,
+                messages: read_to_end(&mut r),
+            },
             KIND_EDGE_HEARTBEAT => BackboneMessage::EdgeHeartbeat {
                 edge: r.u64()?,
                 name: read_name(&mut r, "edge name")?,
@@ -304,16 +310,14 @@ impl<'a> BackboneMessage<'a> {
                 source: r.u64()?,
                 edge: r.u64()?,
             },
-            KIND_FILES | KIND_EDGE_FILES => {
-                let id = r.u64()?;
-                let body = r.rest();
-                r = Reader::new(&[], "backbone message");
-                if kind == KIND_FILES {
-                    BackboneMessage::Files { source: id, body }
-                } else {
-                    BackboneMessage::EdgeFiles { edge: id, body }
-                }
-            }
+            KIND_FILES => BackboneMessage::Files {
+                source: r.u64()?,
+                body: read_to_end(&mut r),
+            },
+            KIND_EDGE_FILES => BackboneMessage::EdgeFiles {
+                edge: r.u64()?,
+                body: read_to_end(&mut r),
+            },
             other => {
                 return Err(DecodeError::InvalidValue {
                     what: "backbone message kind",
@@ -338,8 +342,7 @@ impl<'a> BackboneMessage<'a> {
                 name,
                 directory_version,
             } => {
-                header(out, KIND_HEARTBEAT);
-                put_u64(out, *source);
+                header(out, KIND_HEARTBEAT, *source);
                 put_name(out, name, "source name")?;
                 put_u32(out, *directory_version);
             }
@@ -350,8 +353,7 @@ impl<'a> BackboneMessage<'a> {
                 parts,
                 services,
             } => {
-                header(out, KIND_DIRECTORY);
-                put_u64(out, *source);
+                header(out, KIND_DIRECTORY, *source);
                 put_u32(out, *version);
                 put_u16(out, *part);
                 put_u16(out, *parts);
@@ -373,19 +375,16 @@ impl<'a> BackboneMessage<'a> {
                 service,
                 item,
             } => {
-                header(out, KIND_OPENED);
-                put_u64(out, *source);
+                header(out, KIND_OPENED, *source);
                 put_u32(out, *stream);
-                put_name(out, service, "service name")?;
-                put_name(out, item, "item name")?;
+                put_item(out, service, item)?;
             }
             BackboneMessage::Data { source, messages } => {
                 data_header(out, *source);
                 out.extend_from_slice(messages);
             }
             BackboneMessage::EdgeHeartbeat { edge, name } => {
-                header(out, KIND_EDGE_HEARTBEAT);
-                put_u64(out, *edge);
+                header(out, KIND_EDGE_HEARTBEAT, *edge);
                 put_name(out, name, "edge name")?;
             }
             BackboneMessage::Subscribe {
@@ -394,40 +393,33 @@ impl<'a> BackboneMessage<'a> {
                 service,
                 item,
             } => {
-                header(out, KIND_SUBSCRIBE);
-                put_u64(out, *edge);
+                header(out, KIND_SUBSCRIBE, *edge);
                 put_u64(out, *source);
-                put_name(out, service, "service name")?;
-                put_name(out, item, "item name")?;
+                put_item(out, service, item)?;
             }
             BackboneMessage::Unsubscribe {
                 edge,
                 source,
                 stream,
             } => {
-                header(out, KIND_UNSUBSCRIBE);
-                put_u64(out, *edge);
+                header(out, KIND_UNSUBSCRIBE, *edge);
                 put_u64(out, *source);
                 put_u32(out, *stream);
             }
             BackboneMessage::DirectoryRequest { edge, source } => {
-                header(out, KIND_DIRECTORY_REQUEST);
-                put_u64(out, *edge);
+                header(out, KIND_DIRECTORY_REQUEST, *edge);
                 put_u64(out, *source);
             }
             BackboneMessage::EdgeJoined { source, edge } => {
-                header(out, KIND_EDGE_JOINED);
-                put_u64(out, *source);
+                header(out, KIND_EDGE_JOINED, *source);
                 put_u64(out, *edge);
             }
             BackboneMessage::Files { source, body } => {
-                header(out, KIND_FILES);
-                put_u64(out, *source);
+                header(out, KIND_FILES, *source);
                 out.extend_from_slice(body);
             }
             BackboneMessage::EdgeFiles { edge, body } => {
-                header(out, KIND_EDGE_FILES);
-                put_u64(out, *edge);
+                header(out, KIND_EDGE_FILES, *edge);
                 out.extend_from_slice(body);
             }
         }
@@ -437,8 +429,7 @@ impl<'a> BackboneMessage<'a> {
 
 /// Starts a data message in `out` (cleared first); Tickwire messages are appended after.
 pub fn data_header(out: &mut Vec<u8>, source: u64) {
-    header(out, KIND_DATA);
-    put_u64(out, source);
+    header(out, KIND_DATA, source);
 }
 
 fn put_name(out: &mut Vec<u8>, s: &str, what: &'static str) -> Result<(), EncodeError> {
@@ -450,6 +441,12 @@ fn put_name(out: &mut Vec<u8>, s: &str, what: &'static str) -> Result<(), Encode
         });
     }
     put_str16(out, s, what)
+}
+
+/// An item's service and name, as `Opened` and `Subscribe` carry them.
+fn put_item(out: &mut Vec<u8>, service: &str, item: &str) -> Result<(), EncodeError> {
+    put_name(out, service, "service name")?;
+    put_name(out, item, "item name")
 }
 
 /// Walks the Tickwire messages of a data message, reading only their headers: the

@@ -219,6 +219,23 @@ pub(crate) fn count_written(
     cf.written += 1;
 }
 
+/// The status that tells a subscriber `dropped` do-not-conflate updates of a stream
+/// were dropped while it was behind (the data suspect); `then` ends the text.
+fn push_dropped_status(out: &mut FrameWriter, stream_id: u32, dropped: u32, then: &str) {
+    let text = format!(
+        "{dropped} do-not-conflate updates dropped: the subscriber fell too far behind{then}"
+    );
+    let _ = out.push(&Message::Status(Status {
+        stream_id,
+        state: State {
+            stream: StreamState::Open,
+            data: DataState::Suspect,
+            code: code::UPDATES_DROPPED,
+            text: &text,
+        },
+    }));
+}
+
 /// Writes a stream's pending update: first, if do-not-conflate updates were dropped, a
 /// status saying so; then one update with the latest value of every field merged (its
 /// conflation count saturates at 65,535, read "that many or more"; a merge too large
@@ -236,24 +253,12 @@ pub(crate) fn write_pending(
     scratch.clear();
     let n = p.fields.write(scratch, view);
     if p.dropped > 0 {
-        let text = format!(
-            "{} do-not-conflate updates dropped: the subscriber fell too far behind{}",
-            p.dropped,
-            if n > 0 {
-                "; their latest values follow in a conflated update"
-            } else {
-                ""
-            }
-        );
-        let _ = out.push(&Message::Status(Status {
-            stream_id,
-            state: State {
-                stream: StreamState::Open,
-                data: DataState::Suspect,
-                code: code::UPDATES_DROPPED,
-                text: &text,
-            },
-        }));
+        let then = if n > 0 {
+            "; their latest values follow in a conflated update"
+        } else {
+            ""
+        };
+        push_dropped_status(out, stream_id, p.dropped, then);
     }
     if n > 0 {
         let count = p.count.clamp(1, u16::MAX as u32) as u16;
@@ -624,19 +629,7 @@ impl Node {
             return;
         };
         if p.dropped > 0 {
-            let text = format!(
-                "{} do-not-conflate updates dropped: the subscriber fell too far behind",
-                p.dropped
-            );
-            let _ = c.out.push(&Message::Status(Status {
-                stream_id,
-                state: State {
-                    stream: StreamState::Open,
-                    data: DataState::Suspect,
-                    code: code::UPDATES_DROPPED,
-                    text: &text,
-                },
-            }));
+            push_dropped_status(&mut c.out, stream_id, p.dropped, "");
         }
     }
 

@@ -1103,6 +1103,7 @@ impl Hub {
     /// record. Returns whether the sender has more to send now (call again).
     pub fn pump(&mut self, now: Instant) -> bool {
         let mut more = false;
+        let wall = self.wall_ms(now);
         if let Some((tx, spool)) = self.sender.as_mut() {
             let mut n = 0;
             while n < PUMP_BATCH && tx.poll_transmit(now, spool, &mut self.buf) {
@@ -1131,26 +1132,9 @@ impl Hub {
                 }
             }
             more = n == PUMP_BATCH;
-            let wall = self.wall0_ms + now.saturating_duration_since(self.t0).as_millis() as u64;
             while let Some(e) = tx.poll_event() {
-                // The spool keeps what a restart needs: each site's state, and the
-                // bytes until the transfer is over.
-                match &e {
-                    SenderEvent::Site {
-                        transfer,
-                        site,
-                        state,
-                        reason,
-                    } => {
-                        if let Err(err) = spool.record(*transfer, site, *state, reason) {
-                            self.events.push_back(HubEvent::SpoolError {
-                                reason: format!("cannot record a site's state in the spool: {err}"),
-                            });
-                        }
-                    }
-                    SenderEvent::Finished { transfer, .. } => spool.remove(*transfer),
-                }
                 Self::sender_event(
+                    spool,
                     &mut self.records,
                     &mut self.finished_order,
                     &mut self.events,
@@ -1180,8 +1164,6 @@ impl Hub {
             while let Some(e) = rx.poll_event() {
                 match e {
                     ReceiverEvent::Arrived { manifest } => {
-                        let wall = self.wall0_ms
-                            + now.saturating_duration_since(self.t0).as_millis() as u64;
                         let mut sites = BTreeMap::new();
                         sites.insert(
                             self.cfg.site.clone(),
@@ -1218,13 +1200,17 @@ impl Hub {
         more
     }
 
+    /// One of the sender's events: into the spool, the records and the audit events.
     fn sender_event(
+        spool: &mut Spool,
         records: &mut BTreeMap<u64, Record>,
         finished_order: &mut VecDeque<u64>,
         events: &mut VecDeque<HubEvent>,
         e: SenderEvent,
         wall: u64,
     ) {
+        // The spool keeps what a restart needs: each site's state, and the bytes until
+        // the transfer is over.
         match e {
             SenderEvent::Site {
                 transfer,
@@ -1232,6 +1218,11 @@ impl Hub {
                 state,
                 reason,
             } => {
+                if let Err(err) = spool.record(transfer, &site, state, &reason) {
+                    events.push_back(HubEvent::SpoolError {
+                        reason: format!("cannot record a site's state in the spool: {err}"),
+                    });
+                }
                 if let Some(rec) = records.get_mut(&transfer) {
                     rec.sites.insert(
                         site.clone(),
@@ -1253,6 +1244,7 @@ impl Hub {
                 transfer,
                 delivered,
             } => {
+                spool.remove(transfer);
                 if let Some(rec) = records.get_mut(&transfer) {
                     rec.finished = true;
                     finished_order.push_back(transfer);

@@ -464,6 +464,33 @@ fn write_status(
     o.push(b'}');
 }
 
+/// The node's state of a stream as a `Status` on a client ID.
+fn write_node_status(
+    out: &mut JsonOut,
+    id: i64,
+    login: bool,
+    key: Option<(&str, &str)>,
+    st: &State<'_>,
+) {
+    write_status(out, id, login, key, st.stream, st.data, st.code, st.text);
+}
+
+/// The one `Status` that answers a batch (of item names, or of IDs to close) as a
+/// whole, its first ID closed: every one of the `n` was taken (`what` says what the
+/// batch was).
+fn write_batch_status(out: &mut JsonOut, id: i64, n: usize, what: &str) {
+    write_status(
+        out,
+        id,
+        false,
+        None,
+        StreamState::Closed,
+        DataState::Ok,
+        code::NONE,
+        &format!("Processed {n} total {what}. {n} Ok."),
+    );
+}
+
 /// Refuses request `id` (a login when `login`): its stream closes, suspect.
 fn write_refusal(out: &mut JsonOut, id: i64, login: bool, c: u16, text: &str) {
     write_status(
@@ -902,20 +929,7 @@ impl Session {
             }
             Some(Json::Array(names)) => {
                 let names: Vec<&str> = names.iter().filter_map(Json::as_str).collect();
-                write_status(
-                    out,
-                    id,
-                    false,
-                    None,
-                    StreamState::Closed,
-                    DataState::Ok,
-                    code::NONE,
-                    &format!(
-                        "Processed {} total items from Batch Request. {} Ok.",
-                        names.len(),
-                        names.len()
-                    ),
-                );
+                write_batch_status(out, id, names.len(), "items from Batch Request");
                 for (i, name) in names.iter().enumerate() {
                     self.open_item(
                         id + 1 + i as i64,
@@ -1031,19 +1045,11 @@ impl Session {
             }
         }
         if ids.len() > 1 {
-            write_status(
+            write_batch_status(
                 out,
                 ids[0],
-                false,
-                None,
-                StreamState::Closed,
-                DataState::Ok,
-                code::NONE,
-                &format!(
-                    "Processed {} total stream ids from Batch Close Request. {} Ok.",
-                    ids.len(),
-                    ids.len()
-                ),
+                ids.len(),
+                "stream ids from Batch Close Request",
             );
         }
     }
@@ -1181,18 +1187,9 @@ impl Session {
             }
             Message::Ack(a) => self.on_node_ack(a, out),
             Message::Status(st) if st.stream_id == 0 => {
-                let id = match self.login {
-                    LoginState::Open { id } | LoginState::Pending { id, .. } => id,
-                    LoginState::None => 0,
-                };
-                let State {
-                    stream,
-                    data,
-                    code: c,
-                    text,
-                } = st.state;
-                write_status(out, id, true, None, stream, data, c, text);
-                if stream != StreamState::Open {
+                let id = self.logged_in().unwrap_or(0);
+                write_node_status(out, id, true, None, &st.state);
+                if st.state.stream != StreamState::Open {
                     self.finished = true;
                 }
             }
@@ -1200,25 +1197,11 @@ impl Session {
                 let Some(s) = self.streams.get(&st.stream_id) else {
                     return;
                 };
-                let State {
-                    stream,
-                    data,
-                    code: c,
-                    text,
-                } = st.state;
-                write_status(
-                    out,
-                    s.json_id,
-                    false,
-                    Some((&s.service, &s.name)),
-                    stream,
-                    data,
-                    c,
-                    text,
-                );
+                let key = Some((s.service.as_str(), s.name.as_str()));
+                write_node_status(out, s.json_id, false, key, &st.state);
                 // The client library recovers closed-recover streams by itself; a JSON
                 // client is told and decides.
-                if stream != StreamState::Open {
+                if st.state.stream != StreamState::Open {
                     self.forget(st.stream_id);
                 }
             }
@@ -1285,6 +1268,19 @@ mod tests {
         }))
     }
 
+    /// A session whose client has sent its Login (ID 1, user "u"), with what it sent
+    /// the node and what it wrote the client.
+    fn logged_in_session() -> (Session, Vec<u8>, JsonOut) {
+        let mut s = session();
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        s.on_client_text(
+            r#"{"ID":1,"Domain":"Login","Key":{"Name":"u"}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        (s, to_node, out)
+    }
+
     fn messages(bytes: &[u8]) -> Vec<String> {
         MessageIterNames(bytes).collect()
     }
@@ -1343,13 +1339,7 @@ mod tests {
 
     #[test]
     fn requests_sent_right_after_the_login_are_passed_on_in_order() {
-        let mut s = session();
-        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
-        s.on_client_text(
-            r#"{"ID":1,"Domain":"Login","Key":{"Name":"u"}}"#,
-            &mut to_node,
-            &mut out,
-        );
+        let (mut s, mut to_node, mut out) = logged_in_session();
         s.on_client_text(r#"{"ID":2,"Key":{"Name":"SYM0"}}"#, &mut to_node, &mut out);
         assert_eq!(messages(&to_node), ["Login", "Request"]);
         assert!(out.is_empty(), "no status: the request is not refused");
@@ -1369,10 +1359,8 @@ mod tests {
 
     /// Two sessions watching SYM0 and SYM1 (client IDs 2 and 3, node streams 1 and 2).
     fn watching_two_items() -> Session {
-        let mut s = session();
-        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        let (mut s, mut to_node, mut out) = logged_in_session();
         for text in [
-            r#"{"ID":1,"Domain":"Login","Key":{"Name":"u"}}"#,
             r#"{"ID":2,"Key":{"Name":"SYM0"}}"#,
             r#"{"ID":3,"Key":{"Name":"SYM1"}}"#,
         ] {
@@ -1476,13 +1464,7 @@ mod tests {
                     .collect(),
             })
         }
-        let mut s = session();
-        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
-        s.on_client_text(
-            r#"{"ID":1,"Domain":"Login","Key":{"Name":"u"}}"#,
-            &mut to_node,
-            &mut out,
-        );
+        let (mut s, mut to_node, _) = logged_in_session();
         node_says(&mut s, &welcome());
         node_says(
             &mut s,

@@ -16,12 +16,13 @@ use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
 use crate::sequence::ItemSeq;
-use crate::session::{native_state, native_update, Outbox};
+use crate::session::{
+    native_refresh, native_state, native_update, provider_fields_to_native, Outbox,
+};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_proto::{
-    code, Ack, DataState, FieldList, Message, NakCode, Post, Refresh, ServiceState, State, Status,
-    StreamState,
+    code, Ack, DataState, Message, NakCode, Post, ServiceState, State, Status, StreamState,
 };
 
 const LOGIN_STREAM: i32 = 1;
@@ -302,20 +303,13 @@ impl ProviderLink {
 
     /// The provider's fields in `self.fields` as the node's; false if malformed.
     fn fields(&mut self, rwf: &[u8]) -> bool {
-        self.fields.clear();
-        let (mut n, mut first) = (0u64, None);
-        let ok = self
-            .dict
-            .to_native(rwf, &mut self.fields, |fid| {
-                n += 1;
-                first.get_or_insert(fid);
-            })
-            .is_ok();
-        self.skipped_fields += n;
-        if self.first_skipped.is_none() {
-            self.first_skipped = first;
-        }
-        ok
+        provider_fields_to_native(
+            &self.dict,
+            rwf,
+            &mut self.fields,
+            &mut self.skipped_fields,
+            &mut self.first_skipped,
+        )
     }
 
     fn on_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
@@ -335,19 +329,9 @@ impl ProviderLink {
             .cloned()
             .unwrap_or_default();
         let name = String::from_utf8_lossy(key.name.unwrap_or(b"")).into_owned();
-        let state = m.state.map_or(State::OPEN_OK, |s| native_state(&s));
-        let _ = Message::Refresh(Refresh {
-            stream_id: native,
-            seq,
-            complete: m.flags & msg::refresh::REFRESH_COMPLETE != 0,
-            solicited: m.flags & msg::refresh::SOLICITED != 0,
-            clear_cache: m.flags & msg::refresh::CLEAR_CACHE != 0,
-            state,
-            service: &service,
-            name: &name,
-            fields: FieldList::from_trusted(&self.fields),
-        })
-        .encode(to_node);
+        let solicited = m.flags & msg::refresh::SOLICITED != 0;
+        let refresh = native_refresh(m, native, seq, solicited, &service, &name, &self.fields);
+        let _ = Message::Refresh(refresh).encode(to_node);
     }
 
     fn on_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
@@ -447,7 +431,7 @@ mod tests {
     };
     use crate::rwf::msg::{begin_refresh, refresh, stream, RwfState};
     use crate::rwf::primitive::{self, RwfReal};
-    use tickwire_proto::{MessageIter, Real, Request};
+    use tickwire_proto::{FieldList, MessageIter, Real, Request};
 
     fn native(bytes: &[u8]) -> Vec<String> {
         MessageIter::new(bytes)

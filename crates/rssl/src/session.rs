@@ -30,8 +30,8 @@ use crate::rwf::RwfError;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_proto::{
-    code as ncode, DataState, FieldList, Login, Message, Request, Role, ServiceState, State,
-    Status, StreamState, Update, UpdateType, Value, View, PROTOCOL_VERSION_MAX,
+    code as ncode, DataState, FieldList, Login, Message, Refresh, Request, Role, ServiceState,
+    State, Status, StreamState, Update, UpdateType, Value, View, PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
 };
 
@@ -1072,6 +1072,50 @@ pub(crate) fn native_update<'a>(
         conflation_count: m.conflation_count.max(1),
         fields: FieldList::from_trusted(fields),
     }
+}
+
+/// A provider's RWF refresh as the node's, on the node's stream at `seq`, for
+/// `service`/`name`, its fields already in the node's encoding (as [`native_update`]);
+/// `solicited` is the provider's own flag, or false where the node asked for nothing.
+#[inline]
+pub(crate) fn native_refresh<'a>(
+    m: &Msg<'a>,
+    stream_id: u32,
+    seq: u32,
+    solicited: bool,
+    service: &'a str,
+    name: &'a str,
+    fields: &'a [u8],
+) -> Refresh<'a> {
+    Refresh {
+        stream_id,
+        seq,
+        complete: m.flags & refresh::REFRESH_COMPLETE != 0,
+        solicited,
+        clear_cache: m.flags & refresh::CLEAR_CACHE != 0,
+        state: m.state.map_or(State::OPEN_OK, |s| native_state(&s)),
+        service,
+        name,
+        fields: FieldList::from_trusted(fields),
+    }
+}
+
+/// A provider's RWF field list as the node's, in `out` (cleared first). The fields the
+/// dictionary leaves out are counted in `skipped`, and the first of them ever is kept
+/// in `first_skipped` (the node logs it once). False if the field list is malformed.
+pub(crate) fn provider_fields_to_native(
+    dict: &RwfDictionary,
+    rwf: &[u8],
+    out: &mut Vec<u8>,
+    skipped: &mut u64,
+    first_skipped: &mut Option<i16>,
+) -> bool {
+    out.clear();
+    dict.to_native(rwf, out, |fid| {
+        *skipped += 1;
+        first_skipped.get_or_insert(fid);
+    })
+    .is_ok()
 }
 
 /// An RWF state as the node's (stream and data state, the codes the node has, text).

@@ -8,14 +8,14 @@
 //! the field dictionary. What the node sends a publisher (a refused item's status)
 //! comes back on the provider's stream.
 
-use super::{native_state, native_update, Outbox, Session};
+use super::{
+    native_refresh, native_state, native_update, provider_fields_to_native, Outbox, Session,
+};
 use crate::directory::encode_node_directory;
-use crate::rwf::msg::{self, class, domain, put_status, refresh, Msg, RwfState};
+use crate::rwf::msg::{self, class, domain, put_status, Msg, RwfState};
 use crate::rwf::primitive::dt;
 use rustc_hash::FxHashMap;
-use tickwire_proto::{
-    DataState, FieldList, Message, Refresh, ServiceState, State, Status, StreamState,
-};
+use tickwire_proto::{DataState, Message, ServiceState, State, Status, StreamState};
 
 /// What a provider connection publishes.
 #[derive(Debug, Default)]
@@ -146,24 +146,14 @@ impl Session {
             return;
         }
         let p = self.provider.as_mut().expect("a provider");
-        let state = m.state.map_or(State::OPEN_OK, |s| native_state(&s));
         let name = String::from_utf8_lossy(name);
         let seq = p
             .items
             .get_mut(&m.stream_id)
             .map_or(0, |i| i.seq.refresh(m.seq));
-        let _ = Message::Refresh(Refresh {
-            stream_id: native,
-            seq,
-            complete: m.flags & refresh::REFRESH_COMPLETE != 0,
-            solicited: false,
-            clear_cache: m.flags & refresh::CLEAR_CACHE != 0,
-            state,
-            service: &service,
-            name: &name,
-            fields: FieldList::from_trusted(&p.fields),
-        })
-        .encode(to_node);
+        // Unasked: the node requested nothing of a non-interactive provider.
+        let refresh = native_refresh(m, native, seq, false, &service, &name, &p.fields);
+        let _ = Message::Refresh(refresh).encode(to_node);
     }
 
     fn on_provider_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
@@ -211,19 +201,14 @@ impl Session {
     /// The provider's field list in `provider.fields` as the node's; false if it is
     /// malformed (the item is refused with the reason).
     fn provider_fields(&mut self, rwf: &[u8]) -> bool {
-        let dict = self.cfg.dictionary.clone();
         let p = self.provider.as_mut().expect("a provider");
-        p.fields.clear();
-        let (mut skipped, mut first) = (0u64, None);
-        let r = dict.to_native(rwf, &mut p.fields, |fid| {
-            skipped += 1;
-            first.get_or_insert(fid);
-        });
-        p.skipped_fields += skipped;
-        if p.first_skipped.is_none() {
-            p.first_skipped = first;
-        }
-        r.is_ok()
+        provider_fields_to_native(
+            &self.cfg.dictionary,
+            rwf,
+            &mut p.fields,
+            &mut p.skipped_fields,
+            &mut p.first_skipped,
+        )
     }
 
     /// A status the node sends the provider about one of its items.
