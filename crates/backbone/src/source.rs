@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 use tickwire_core::{ConnId, Node};
 use tickwire_proto::{
-    code, DataState, Message, MessageType, Request, Role, ServiceState, State, Status, StreamState,
+    code, Message, MessageType, Request, Role, ServiceState, State, Status, StreamState,
 };
 
 /// Settings of the source role.
@@ -417,12 +417,7 @@ impl Source {
         data_header(&mut buf, self.id);
         let _ = Message::Status(Status {
             stream_id: sid,
-            state: State {
-                stream: StreamState::Closed,
-                data: DataState::Suspect,
-                code: code::NOT_FOUND,
-                text,
-            },
+            state: State::closed(code::NOT_FOUND, text),
         })
         .encode(&mut buf);
         self.control.push_encoded(buf);

@@ -427,7 +427,8 @@ impl<'a> BackboneMessage<'a> {
     }
 }
 
-/// Starts a data message in `out` (cleared first); Tickwire messages are appended after.
+/// Appends a data message's header to `out` (callers start from an empty buffer); Tickwire
+/// messages are appended after.
 pub fn data_header(out: &mut Vec<u8>, source: u64) {
     header(out, KIND_DATA, source);
 }

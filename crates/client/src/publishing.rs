@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 use thiserror::Error;
 use tickwire_proto::{
-    code, Ack, DataState, Directory, FieldImage, FieldList, Message, MessageIter, NakCode, Refresh,
+    code, Ack, Directory, FieldImage, FieldList, Message, MessageIter, NakCode, Refresh,
     ServiceEntry, ServiceState, State, Status, StreamState, Update, UpdateType,
 };
 
@@ -533,15 +533,7 @@ impl PublisherSession {
             return Ok(());
         };
         if let Some(w) = self.writer() {
-            w.push(&Message::Status(Status {
-                stream_id: sid,
-                state: State {
-                    stream: StreamState::Closed,
-                    data: DataState::Suspect,
-                    code: code::NOT_FOUND,
-                    text,
-                },
-            }))?;
+            push_not_found(w, sid, text)?;
         }
         Ok(())
     }
@@ -642,15 +634,7 @@ impl PublisherSession {
                 self.events.push(PublisherEvent::Request { name });
             } else if let Some(w) = self.writer() {
                 let text = format!("{name:?} is not published by this publisher");
-                w.push(&Message::Status(Status {
-                    stream_id: sid,
-                    state: State {
-                        stream: StreamState::Closed,
-                        data: DataState::Suspect,
-                        code: code::NOT_FOUND,
-                        text: &text,
-                    },
-                }))?;
+                push_not_found(w, sid, &text)?;
             }
         }
         for mut post in posts {
@@ -784,6 +768,20 @@ fn logged_in_writer(
         Some(c) if c.session().is_some() && welcomed => Some(c.writer()),
         _ => None,
     }
+}
+
+/// Answers the node's request on stream `sid` for an item that is not here (the one
+/// answer both for an unknown item and for one the application rejected).
+fn push_not_found(
+    w: &mut tickwire_proto::FrameWriter,
+    sid: u32,
+    text: &str,
+) -> Result<(), ClientError> {
+    w.push(&Message::Status(Status {
+        stream_id: sid,
+        state: State::closed(code::NOT_FOUND, text),
+    }))?;
+    Ok(())
 }
 
 fn own_stream(id: ItemId) -> u32 {

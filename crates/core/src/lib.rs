@@ -408,16 +408,6 @@ pub struct Node {
 const SETTLE_IMAGE_AHEAD: usize = 4;
 const SETTLE_ITEM_AHEAD: usize = 8;
 
-/// How a stream-level failure is reported to a subscriber.
-fn closed(code: u16, text: &str) -> State<'_> {
-    State {
-        stream: StreamState::Closed,
-        data: DataState::Suspect,
-        code,
-        text,
-    }
-}
-
 impl Node {
     /// A node with no connection, its clock at `now`.
     pub fn new(cfg: CoreConfig, now: Instant) -> Self {
@@ -1507,7 +1497,7 @@ impl Node {
                     conn,
                     &Message::Status(Status {
                         stream_id: sid,
-                        state: closed(c, &text),
+                        state: State::closed(c, &text),
                     }),
                 );
                 return;
@@ -1532,7 +1522,7 @@ impl Node {
                         conn,
                         &Message::Status(Status {
                             stream_id: sid,
-                            state: closed(code::NOT_FOUND, &text),
+                            state: State::closed(code::NOT_FOUND, &text),
                         }),
                     );
                     return;
@@ -2006,7 +1996,7 @@ impl Node {
                         "item {name:?} not found in service {:?}",
                         self.services[svc].name
                     );
-                    self.close_item(h, closed(code::NOT_FOUND, &text));
+                    self.close_item(h, State::closed(code::NOT_FOUND, &text));
                 }
             }
         }
@@ -2340,7 +2330,7 @@ impl Node {
         );
         let sid = item.publisher.filter(|(c, _)| *c == conn).map(|(_, s)| s);
         warn!("{text}: item closed");
-        self.close_item(h, closed(code::TOO_LARGE, &text));
+        self.close_item(h, State::closed(code::TOO_LARGE, &text));
         if let Some(sid) = sid {
             self.send(conn, &Message::Close { stream_id: sid });
         }

@@ -11,7 +11,7 @@
 
 use crate::items::{ItemHandle, SubEntry};
 use crate::posts::{JournalRequest, JournalWrite};
-use crate::{closed, ConnId, Node};
+use crate::{ConnId, Node};
 use rustc_hash::FxHashMap;
 use tickwire_journal::History;
 use tickwire_proto::{
@@ -60,7 +60,7 @@ impl Node {
                 conn,
                 &Message::Status(Status {
                     stream_id: sid,
-                    state: closed(c, &text),
+                    state: State::closed(c, &text),
                 }),
             ),
         }
@@ -143,7 +143,7 @@ impl Node {
                     p.conn,
                     &Message::Status(Status {
                         stream_id: p.stream,
-                        state: closed(code::NOT_FOUND, &text),
+                        state: State::closed(code::NOT_FOUND, &text),
                     }),
                 );
                 return;

@@ -14,13 +14,15 @@
 //! random token, which a WebSocket upgrade presents as a cookie
 //! ([`Node::present_session_token`]) to log in without the password.
 
-use crate::{closed, encode_directory, ConnId, ConnRole, Encoded, Node};
+use crate::{encode_directory, ConnId, ConnRole, Encoded, Node};
 use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_auth::{Action, Entitlements, Users};
-use tickwire_proto::{code, Message, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, Status};
+use tickwire_proto::{
+    code, Message, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, State, Status,
+};
 use tracing::{info, warn};
 
 /// Who a logged-in connection is.
@@ -742,7 +744,7 @@ impl Node {
                 conn,
                 &Message::Status(Status {
                     stream_id: sid,
-                    state: closed(code::NOT_ENTITLED, &text),
+                    state: State::closed(code::NOT_ENTITLED, &text),
                 }),
             );
         }

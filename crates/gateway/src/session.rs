@@ -1556,12 +1556,10 @@ mod tests {
             &mut s,
             &Message::Status(tickwire_proto::Status {
                 stream_id: 0,
-                state: State {
-                    stream: StreamState::Closed,
-                    data: DataState::Suspect,
-                    code: code::LOGIN_REJECTED,
-                    text: "login rejected: unknown or expired session token",
-                },
+                state: State::closed(
+                    code::LOGIN_REJECTED,
+                    "login rejected: unknown or expired session token",
+                ),
             }),
         );
         assert_eq!(got.len(), 1, "{got:?}");

@@ -246,6 +246,19 @@ impl State<'static> {
     };
 }
 
+impl<'a> State<'a> {
+    /// Closed, data suspect, with a code and why: how a stream is refused or ended
+    /// (e.g. `code::NOT_FOUND` for an item that is not there).
+    pub const fn closed(code: u16, text: &'a str) -> State<'a> {
+        State {
+            stream: StreamState::Closed,
+            data: DataState::Suspect,
+            code,
+            text,
+        }
+    }
+}
+
 /// What the node does with a subscriber that reads slower than its items update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]

@@ -21,9 +21,7 @@ use crate::session::{
 };
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
-use tickwire_proto::{
-    code, Ack, DataState, Message, NakCode, Post, ServiceState, State, Status, StreamState,
-};
+use tickwire_proto::{code, Ack, Message, NakCode, Post, ServiceState, State, Status, StreamState};
 
 const LOGIN_STREAM: i32 = 1;
 const DIRECTORY_STREAM: i32 = 2;
@@ -376,12 +374,7 @@ impl ProviderLink {
                 let Some(&service_id) = self.by_name.get(r.service) else {
                     let _ = Message::Status(Status {
                         stream_id: r.stream_id,
-                        state: State {
-                            stream: StreamState::Closed,
-                            data: DataState::Suspect,
-                            code: code::NOT_FOUND,
-                            text: "the provider has no such service",
-                        },
+                        state: State::closed(code::NOT_FOUND, "the provider has no such service"),
                     })
                     .encode(to_node);
                     return;

@@ -1644,7 +1644,7 @@ fn an_item_closed_by_its_publisher_delivers_the_pending_values_first() {
         p,
         &[Message::Status(Status {
             stream_id: 1,
-            state: closed(code::NOT_FOUND, "delisted"),
+            state: State::closed(code::NOT_FOUND, "delisted"),
         })],
     );
     let got = h.read_all(slow);

@@ -14,7 +14,7 @@ use std::io::{self, ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use tickwire_proto::frame::{FrameReader, FrameWriter};
-use tickwire_proto::{code, DataState, Message, State, Status, StreamState};
+use tickwire_proto::{code, Message, State, Status};
 
 /// The node's listening sockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,12 +211,7 @@ fn refuse(stream: &mut TcpStream, text: &str, tls: bool) {
     let mut w = FrameWriter::new(tickwire_proto::frame::MIN_MAX_FRAME);
     let _ = w.push(&Message::Status(Status {
         stream_id: 0,
-        state: State {
-            stream: StreamState::Closed,
-            data: DataState::Suspect,
-            code: code::TOO_MANY_CONNECTIONS,
-            text,
-        },
+        state: State::closed(code::TOO_MANY_CONNECTIONS, text),
     }));
     let _ = stream.write(w.sealed_bytes());
     let _ = stream.shutdown(std::net::Shutdown::Both);

@@ -180,12 +180,10 @@ impl Session {
         let native = item.native;
         let state = match (m.class, m.state) {
             (class::STATUS, Some(s)) => native_state(&s),
-            _ => State {
-                stream: StreamState::Closed,
-                data: DataState::Suspect,
-                code: tickwire_proto::code::NOT_FOUND,
-                text: "the provider closed the item",
-            },
+            _ => State::closed(
+                tickwire_proto::code::NOT_FOUND,
+                "the provider closed the item",
+            ),
         };
         if state.stream != StreamState::Open {
             p.items.remove(&m.stream_id);
