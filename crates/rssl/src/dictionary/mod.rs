@@ -16,7 +16,7 @@ pub use download::Downloads;
 pub use enum_file::{EnumFile, EnumTable};
 pub use field_file::{FieldEntry, FieldFile};
 
-use crate::rwf::primitive::{self, dt, RwfReal};
+use crate::rwf::primitive::{self, dt};
 use crate::rwf::RwfError;
 use tickwire_proto::{Dictionary, FieldType, Real, Value};
 
@@ -158,12 +158,14 @@ impl RwfDictionary {
     /// The RWF body of a node value for this field; the value's own type where the
     /// dictionary has no type for it. A value that cannot be the field's type (text
     /// for a number) is sent blank.
+    #[inline]
     pub fn put_value(&self, out: &mut Vec<u8>, fid: i16, v: &Value<'_>) {
         put_as(out, self.rwf_type(fid), v);
     }
 
     /// A node value from an RWF body of this field. `Ok(None)`: the dictionary does
     /// not know the field, or its type has no node value (arrays, nested containers).
+    #[inline]
     pub fn value<'a>(&self, fid: i16, body: &'a [u8]) -> Result<Option<Value<'a>>, RwfError> {
         let t = self.rwf_type(fid);
         if body.is_empty() && t != 0 {
@@ -172,10 +174,7 @@ impl RwfDictionary {
         Ok(Some(match t {
             dt::INT => Value::Int(primitive::int(body)?.unwrap_or(0)),
             dt::UINT => Value::UInt(primitive::uint(body)?.unwrap_or(0)),
-            dt::REAL => match primitive::real(body)?.to_decimal() {
-                Some(r) => Value::Real(r),
-                None => Value::Blank,
-            },
+            dt::REAL => primitive::real_decimal(body)?.map_or(Value::Blank, Value::Real),
             dt::DATE => primitive::date(body)?.map_or(Value::Blank, Value::Date),
             dt::TIME => primitive::time(body)?.map_or(Value::Blank, Value::Time),
             dt::ENUM => primitive::enumerated(body)?.map_or(Value::Blank, Value::Enum),
@@ -298,22 +297,25 @@ pub fn rwf_type_name(t: u8) -> &'static str {
 }
 
 /// A value's body as RWF type `t` (0: its own type).
+#[inline(always)]
 pub fn put_as(out: &mut Vec<u8>, t: u8, v: &Value<'_>) {
+    // Not recursive, so that it inlines where a field list is written (the value then
+    // stays in registers instead of going through memory).
+    let t = if t == 0 {
+        native_rwf_type(v.field_type())
+    } else {
+        t
+    };
     match (t, *v) {
         (_, Value::Blank) => {}
-        (0, v) => put_own(out, &v),
-        (dt::REAL, Value::Real(r)) => primitive::put_real(out, RwfReal::from_decimal(r)),
+        (dt::REAL, Value::Real(r)) => primitive::put_decimal(out, r),
         (dt::REAL, Value::UInt(u)) => {
             if let Ok(i) = i64::try_from(u) {
-                primitive::put_real(out, RwfReal::from_decimal(Real::new(i, 0)));
+                primitive::put_decimal(out, Real::new(i, 0));
             }
         }
-        (dt::REAL, Value::Int(i)) => {
-            primitive::put_real(out, RwfReal::from_decimal(Real::new(i, 0)))
-        }
-        (dt::REAL, Value::Enum(e)) => {
-            primitive::put_real(out, RwfReal::from_decimal(Real::new(e as i64, 0)))
-        }
+        (dt::REAL, Value::Int(i)) => primitive::put_decimal(out, Real::new(i, 0)),
+        (dt::REAL, Value::Enum(e)) => primitive::put_decimal(out, Real::new(e as i64, 0)),
         (dt::UINT | dt::INT | dt::ENUM, Value::Real(r)) => {
             if let Some(i) = integral(r) {
                 match t {
@@ -345,7 +347,11 @@ pub fn put_as(out: &mut Vec<u8>, t: u8, v: &Value<'_>) {
         (dt::DOUBLE, Value::Int(i)) => primitive::put_double(out, Real::new(i, 0)),
         (dt::FLOAT | dt::DOUBLE, Value::UInt(u)) => {
             if let Ok(i) = i64::try_from(u) {
-                put_as(out, t, &Value::Real(Real::new(i, 0)));
+                if t == dt::FLOAT {
+                    primitive::put_float(out, Real::new(i, 0));
+                } else {
+                    primitive::put_double(out, Real::new(i, 0));
+                }
             }
         }
         (dt::DATE, Value::Date(d) | Value::DateTime(d, _)) => primitive::put_date(out, d),
@@ -360,10 +366,6 @@ pub fn put_as(out: &mut Vec<u8>, t: u8, v: &Value<'_>) {
         // Not this field's type: blank rather than bytes the consumer would misread.
         _ => {}
     }
-}
-
-fn put_own(out: &mut Vec<u8>, v: &Value<'_>) {
-    put_as(out, native_rwf_type(v.field_type()), v);
 }
 
 /// A decimal's integer value, if it has no fraction.

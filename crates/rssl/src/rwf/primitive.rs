@@ -71,57 +71,77 @@ impl RwfReal {
         let RwfReal::Value { value, hint } = self else {
             return None;
         };
-        if hint < HINT_FRACTION_1 {
-            return Some(Real::new(value, hint as i8 - HINT_EXPONENT_0));
-        }
-        let k = (hint - HINT_FRACTION_1) as u32;
-        let m = value.checked_mul(5i64.pow(k))?;
-        Some(Real::new(m, -(k as i8)))
+        decimal_of(value, hint)
     }
 
     /// From the node's decimal: exponents -14..=7 keep their value and hint; others
     /// are scaled into that range (dropping digits below 10^-14 and rounding toward
     /// zero, or multiplying up to 10^7).
     pub fn from_decimal(r: Real) -> RwfReal {
-        let (mut m, mut e) = (r.mantissa, r.exponent as i32);
-        while e < -14 {
-            m /= 10;
-            e += 1;
-        }
-        while e > 7 {
-            match m.checked_mul(10) {
-                Some(v) => m = v,
-                None => return RwfReal::Infinity,
-            }
-            e -= 1;
-        }
-        RwfReal::Value {
-            value: m,
-            hint: (e + HINT_EXPONENT_0 as i32) as u8,
+        match value_and_hint(r) {
+            Some((value, hint)) => RwfReal::Value { value, hint },
+            None => RwfReal::Infinity,
         }
     }
+}
+
+/// A Real's value and hint (0..=30) as the node's decimal, exactly: a fraction
+/// `v / 2^k` is `v * 5^k / 10^k`. `None` if too large for the decimal.
+#[inline]
+fn decimal_of(value: i64, hint: u8) -> Option<Real> {
+    if hint < HINT_FRACTION_1 {
+        return Some(Real::new(value, hint as i8 - HINT_EXPONENT_0));
+    }
+    let k = (hint - HINT_FRACTION_1) as u32;
+    let m = value.checked_mul(5i64.pow(k))?;
+    Some(Real::new(m, -(k as i8)))
+}
+
+/// The node's decimal as a Real's value and exponent hint: exponents -14..=7 keep
+/// their value; others are scaled into that range (dropping digits below 10^-14 and
+/// rounding toward zero, or multiplying up to 10^7). `None`: too large (infinity).
+#[inline]
+fn value_and_hint(r: Real) -> Option<(i64, u8)> {
+    let (mut m, mut e) = (r.mantissa, r.exponent as i32);
+    while e < -14 {
+        m /= 10;
+        e += 1;
+    }
+    while e > 7 {
+        m = m.checked_mul(10)?;
+        e -= 1;
+    }
+    Some((m, (e + HINT_EXPONENT_0 as i32) as u8))
 }
 
 /// Minimal two's-complement bytes of `v`.
+#[inline]
 pub fn put_int(out: &mut Vec<u8>, v: i64) {
-    let b = v.to_be_bytes();
-    let mut skip = 0;
-    while skip < 7 {
-        let (this, next) = (b[skip], b[skip + 1]);
-        if (this == 0 && next & 0x80 == 0) || (this == 0xFF && next & 0x80 != 0) {
-            skip += 1;
-        } else {
-            break;
-        }
-    }
-    out.extend_from_slice(&b[skip..]);
+    // The bits that differ from the sign, plus the sign bit, in whole bytes: counted,
+    // not searched for a byte at a time (this runs for every price a consumer gets).
+    let redundant = if v < 0 {
+        v.leading_ones()
+    } else {
+        v.leading_zeros()
+    };
+    let bytes = ((64 - redundant) / 8 + 1).min(8) as usize;
+    put_top_bytes(out, (v as u64) << (8 * (8 - bytes)), bytes);
+}
+
+/// The first `n` (1 to 8) big-endian bytes of `word`: one 8-byte store and a cut,
+/// not a copy of a length known only at run time.
+#[inline]
+fn put_top_bytes(out: &mut Vec<u8>, word: u64, n: usize) {
+    let len = out.len();
+    out.extend_from_slice(&word.to_be_bytes());
+    out.truncate(len + n);
 }
 
 /// Minimal unsigned bytes of `v` (at least one).
+#[inline]
 pub fn put_uint(out: &mut Vec<u8>, v: u64) {
-    let b = v.to_be_bytes();
     let skip = (v.leading_zeros() / 8).min(7) as usize;
-    out.extend_from_slice(&b[skip..]);
+    put_top_bytes(out, v << (8 * skip), 8 - skip);
 }
 
 /// An Int (blank: `None`).
@@ -162,26 +182,59 @@ pub fn put_real(out: &mut Vec<u8>, r: RwfReal) {
     }
 }
 
+/// Writes the node's decimal as a Real, as [`put_real`] of [`RwfReal::from_decimal`]
+/// writes it, without the `RwfReal` between them: every price a consumer gets goes
+/// this way.
+#[inline]
+pub fn put_decimal(out: &mut Vec<u8>, r: Real) {
+    match value_and_hint(r) {
+        Some((value, hint)) => {
+            out.push(hint);
+            put_int(out, value);
+        }
+        None => out.push(HINT_INFINITY),
+    }
+}
+
 /// Reads a Real.
 pub fn real(body: &[u8]) -> Result<RwfReal, RwfError> {
-    let Some(&first) = body.first() else {
-        return Ok(RwfReal::Blank);
-    };
-    match first & 0x3F {
-        HINT_INFINITY => return Ok(RwfReal::Infinity),
-        HINT_NEG_INFINITY => return Ok(RwfReal::NegInfinity),
-        HINT_NAN => return Ok(RwfReal::NaN),
-        _ => {}
+    match body.first().map(|first| first & 0x3F) {
+        Some(HINT_INFINITY) => Ok(RwfReal::Infinity),
+        Some(HINT_NEG_INFINITY) => Ok(RwfReal::NegInfinity),
+        Some(HINT_NAN) => Ok(RwfReal::NaN),
+        _ => Ok(
+            real_parts(body)?.map_or(RwfReal::Blank, |(value, hint)| RwfReal::Value {
+                value,
+                hint,
+            }),
+        ),
     }
-    if first & HINT_BLANK_BIT != 0 || body.len() == 1 {
-        return Ok(RwfReal::Blank);
+}
+
+/// A Real read straight into the node's decimal, as [`real`] then
+/// [`RwfReal::to_decimal`] read it (`None`: blank, infinite, not a number, or too large
+/// for the decimal), without the `RwfReal` between them: every price a provider
+/// publishes comes this way.
+#[inline]
+pub fn real_decimal(body: &[u8]) -> Result<Option<Real>, RwfError> {
+    Ok(real_parts(body)?.and_then(|(value, hint)| decimal_of(value, hint)))
+}
+
+/// A Real's value and hint; `None` for a blank one (infinity, -infinity and NaN,
+/// 0x21-0x23, carry the blank bit too: [`real`] reads them first).
+#[inline]
+fn real_parts(body: &[u8]) -> Result<Option<(i64, u8)>, RwfError> {
+    let [first, rest @ ..] = body else {
+        return Ok(None);
+    };
+    if first & HINT_BLANK_BIT != 0 || rest.is_empty() {
+        return Ok(None);
     }
     let hint = first & 0x1F;
     if hint > HINT_FRACTION_256 {
         return Err(RwfError::invalid("a Real", format!("hint {hint}")));
     }
-    let value = int(&body[1..])?.expect("not empty");
-    Ok(RwfReal::Value { value, hint })
+    Ok(Some((int(rest)?.expect("not empty"), hint)))
 }
 
 /// Writes a Date.
@@ -375,6 +428,7 @@ pub const QOS_REALTIME_TICK_BY_TICK: u8 = 0x22;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     fn body(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
         let mut v = Vec::new();
@@ -408,6 +462,71 @@ mod tests {
         assert_eq!(b, [0x15, 0x00, 0x01, 0x01, 0xF4, 0x18, 0x07, 0xE7]);
         assert_eq!(time(&b), Ok(Some(t)));
         assert_eq!(body(|o| put_enum(o, 840)), [0x03, 0x48]);
+    }
+
+    proptest::proptest! {
+        /// Every Int comes back, in the fewest bytes that keep its sign (one fewer
+        /// would read back as another number), edges included.
+        #[test]
+        fn ints_take_the_fewest_bytes_that_keep_them(
+            v in proptest::prop_oneof![
+                proptest::num::i64::ANY,
+                (0u32..64).prop_map(|k| 1i64 << k),
+                (0u32..64).prop_map(|k| (1i64 << k).wrapping_sub(1)),
+                (0u32..64).prop_map(|k| (1i64 << k).wrapping_neg()),
+                (0u32..64).prop_map(|k| (1i64 << k).wrapping_neg().wrapping_sub(1)),
+            ]
+        ) {
+            let b = body(|o| put_int(o, v));
+            proptest::prop_assert_eq!(int(&b), Ok(Some(v)));
+            if b.len() > 1 {
+                proptest::prop_assert_ne!(int(&b[1..]), Ok(Some(v)), "{:?} is not minimal", b);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Every UInt comes back in the fewest bytes (one at least).
+        #[test]
+        fn uints_take_the_fewest_bytes(
+            v in proptest::prop_oneof![
+                proptest::num::u64::ANY,
+                (0u32..64).prop_map(|k| 1u64 << k),
+                (0u32..64).prop_map(|k| (1u64 << k) - 1),
+            ]
+        ) {
+            let b = body(|o| put_uint(o, v));
+            proptest::prop_assert_eq!(uint(&b), Ok(Some(v)));
+            proptest::prop_assert!(b.len() == 1 || b[0] != 0, "{:?} is not minimal", b);
+        }
+    }
+
+    proptest::proptest! {
+        /// The one-step writing of a decimal is the two-step one, for any decimal.
+        #[test]
+        fn a_decimal_written_as_a_real_is_the_real_made_from_it(
+            mantissa in proptest::num::i64::ANY,
+            exponent in proptest::num::i8::ANY,
+        ) {
+            let r = Real::new(mantissa, exponent);
+            proptest::prop_assert_eq!(
+                body(|o| put_decimal(o, r)),
+                body(|o| put_real(o, RwfReal::from_decimal(r)))
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// The one-step reading of a Real is the two-step one, for any bytes.
+        #[test]
+        fn a_real_read_as_a_decimal_is_the_real_made_one(
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..12)
+        ) {
+            proptest::prop_assert_eq!(
+                real_decimal(&body),
+                real(&body).map(RwfReal::to_decimal)
+            );
+        }
     }
 
     #[test]
