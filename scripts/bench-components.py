@@ -23,6 +23,7 @@ BENCHES = [  # (package, bench target)
     ("tickwire-client", "client"),
     ("tickwire-gateway", "ws_framing"),
     ("tickwire-backbone", "seal"),
+    ("tickwire-rssl", "session"),
 ]  # (tickwire-proto's `image` prints its own medians: no criterion)
 CRITERION_ARGS = ["--warm-up-time", "1", "--measurement-time", "3"]
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
