@@ -653,7 +653,8 @@ pub struct FieldListWriter<'b> {
 }
 
 impl<'b> FieldListWriter<'b> {
-    /// A real from its mantissa and exponent.
+    /// A writer appending a field list to `out` (its count is written by
+    /// [`finish`](Self::finish)).
     pub fn new(out: &'b mut Vec<u8>) -> Self {
         let count_at = out.len();
         out.extend_from_slice(&[0, 0]);
