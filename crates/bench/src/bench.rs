@@ -17,6 +17,7 @@ use tickwire_bench_report::stats::{median, node_cpu_us_per_update, node_user_us_
 
 mod args;
 mod backbone_scenario;
+mod child_cpu;
 mod files_faults;
 mod files_market_data;
 mod files_rig;

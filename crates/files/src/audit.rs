@@ -3,12 +3,58 @@
 //! happens and read back when the node starts, so that `files status` still lists what
 //! was sent and received before a restart (the spool keeps only what is still queued).
 
-use crate::hub::HubEvent;
 use crate::manifest::{hex, unhex, Manifest};
 use crate::sender::Delivery;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
 use std::io::BufRead;
+
+/// What happened, for the audit log (one JSON line each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HubEvent {
+    /// A client's file was queued (by `user`).
+    Queued {
+        /// The file.
+        manifest: Manifest,
+        /// Who queued it.
+        user: String,
+    },
+    /// A site's delivery of one of this node's files changed.
+    Site {
+        /// The file.
+        manifest: Manifest,
+        /// The site (a node name).
+        site: String,
+        /// Where it stands.
+        state: Delivery,
+        /// Why (empty when there is nothing to say).
+        reason: String,
+    },
+    /// One of this node's transfers is over.
+    Finished {
+        /// The file.
+        manifest: Manifest,
+        /// Every site named has it.
+        delivered: bool,
+    },
+    /// A file arrived in this node's inbox.
+    Arrived {
+        /// The file.
+        manifest: Manifest,
+    },
+    /// A file could not be taken here.
+    Failed {
+        /// The file.
+        manifest: Manifest,
+        /// Why (empty when there is nothing to say).
+        reason: String,
+    },
+    /// The spool could not be written (the queue may not survive a restart).
+    SpoolError {
+        /// Why (empty when there is nothing to say).
+        reason: String,
+    },
+}
 
 /// One audit line for `event`, which happened at `at_ms` (milliseconds since 1970).
 pub fn line(event: &HubEvent, at_ms: u64) -> Value {

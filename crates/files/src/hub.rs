@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::audit::PastFile;
+use crate::audit::{HubEvent, PastFile};
 use crate::inbox::Inbox;
 use crate::manifest::Manifest;
 use crate::name::check_name;
@@ -106,53 +106,6 @@ pub struct Output {
     /// Sent only if the peer has room: an offer or chunk the sites ask for again,
     /// or a status or presence sent again, rather than market data waiting.
     pub droppable: bool,
-}
-
-/// What happened, for the audit log (one JSON line each).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HubEvent {
-    /// A client's file was queued (by `user`).
-    Queued {
-        /// The file.
-        manifest: Manifest,
-        /// Who queued it.
-        user: String,
-    },
-    /// A site's delivery of one of this node's files changed.
-    Site {
-        /// The file.
-        manifest: Manifest,
-        /// The site (a node name).
-        site: String,
-        /// Where it stands.
-        state: Delivery,
-        /// Why (empty when there is nothing to say).
-        reason: String,
-    },
-    /// One of this node's transfers is over.
-    Finished {
-        /// The file.
-        manifest: Manifest,
-        /// Every site named has it.
-        delivered: bool,
-    },
-    /// A file arrived in this node's inbox.
-    Arrived {
-        /// The file.
-        manifest: Manifest,
-    },
-    /// A file could not be taken here.
-    Failed {
-        /// The file.
-        manifest: Manifest,
-        /// Why (empty when there is nothing to say).
-        reason: String,
-    },
-    /// The spool could not be written (the queue may not survive a restart).
-    SpoolError {
-        /// Why (empty when there is nothing to say).
-        reason: String,
-    },
 }
 
 /// Counters for metrics and tests.

@@ -38,8 +38,9 @@ mod sender;
 pub mod spool;
 pub mod wire;
 
+pub use audit::HubEvent;
 pub use chunk_map::ChunkMap;
-pub use hub::{Hub, HubConfig, HubEvent, HubStats, Output, Peer, Rights};
+pub use hub::{Hub, HubConfig, HubStats, Output, Peer, Rights};
 pub use manifest::{hex, Manifest};
 pub use receiver::{Receiver, ReceiverConfig, ReceiverEvent, ReceiverStats, Store, HASH_READ_BACK};
 pub use sender::{

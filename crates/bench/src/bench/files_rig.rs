@@ -2,7 +2,7 @@
 //! with inboxes on a loopback backbone (one Aeron stream to every site), each of which
 //! can be killed and started again (the faults do).
 
-use super::files_scenario::run_timed;
+use super::child_cpu::run_timed;
 use super::*;
 use serde_json::Value;
 use std::process::Command;
