@@ -8,8 +8,8 @@ use std::time::Duration;
 use tickwire_core::CoreConfig;
 use tickwire_proto::{
     encode_field_list, DataState, Directory, FieldList, Login, Message, MessageIter, MessageType,
-    Real, Refresh, Request, Role as ProtoRole, ServiceEntry, ServiceState, State, StreamState,
-    Update, UpdateType, Value, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    Real, Refresh, Request, Role as ProtoRole, ServiceState, State, StreamState, Update,
+    UpdateType, Value, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 
 struct Queue<'a> {
@@ -160,14 +160,7 @@ impl World {
         let p = self.src_core.connect("publisher", self.now);
         let mut msgs = vec![
             login(ProtoRole::Publisher),
-            Message::Directory(Directory {
-                services: vec![ServiceEntry {
-                    name: "FEED",
-                    state: ServiceState::Up,
-                    interactive: false,
-                    item_count: items as u32,
-                }],
-            }),
+            Message::Directory(Directory::one_service("FEED", items as u32)),
         ];
         let names: Vec<String> = (0..items).map(|i| format!("SYM{i}")).collect();
         let img = image(10000);

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tickwire_proto::{
-    encode_field_list, Directory, FieldList, Login, Message, Real, Refresh, Role, ServiceEntry,
-    ServiceState, State, Update, UpdateType, Value as FieldValue,
+    encode_field_list, Directory, FieldList, Login, Message, Real, Refresh, Role, State, Update,
+    UpdateType, Value as FieldValue,
 };
 
 /// The lab's own program (its nodes come from the `tickwire` beside it).
@@ -180,14 +180,7 @@ fn raw_publisher(node: &Node) -> TcpStream {
                 token: "",
                 slow_consumer: None,
             }),
-            Message::Directory(Directory {
-                services: vec![ServiceEntry {
-                    name: "FEED",
-                    state: ServiceState::Up,
-                    interactive: false,
-                    item_count: 1,
-                }],
-            }),
+            Message::Directory(Directory::one_service("FEED", 1)),
             Message::Refresh(Refresh {
                 stream_id: 1,
                 seq: 0,

@@ -6,8 +6,8 @@
 use std::time::Instant;
 use tickwire_core::{ConnId, Node};
 use tickwire_proto::{
-    FieldList, FieldListWriter, Message, MessageIter, Refresh, Role, ServiceEntry, ServiceState,
-    State, Update, UpdateType, Value,
+    FieldList, FieldListWriter, Message, MessageIter, Refresh, Role, State, Update, UpdateType,
+    Value,
 };
 
 /// The service of the node's own item.
@@ -90,14 +90,7 @@ impl NodeItem {
             upstream: None,
             journal: None,
         };
-        let directory = Message::Directory(tickwire_proto::Directory {
-            services: vec![ServiceEntry {
-                name: NODE_SERVICE,
-                state: ServiceState::Up,
-                interactive: false,
-                item_count: 1,
-            }],
-        });
+        let directory = Message::Directory(tickwire_proto::Directory::one_service(NODE_SERVICE, 1));
         core.on_message(conn, &directory, now);
         me.refresh(core, now, STREAM, false);
         me

@@ -363,6 +363,21 @@ pub struct Directory<'a> {
     pub services: Vec<ServiceEntry<'a>>,
 }
 
+impl<'a> Directory<'a> {
+    /// One service, up and not interactive, with `item_count` items: what a publisher of
+    /// one feed announces.
+    pub fn one_service(name: &'a str, item_count: u32) -> Self {
+        Directory {
+            services: vec![ServiceEntry {
+                name,
+                state: ServiceState::Up,
+                interactive: false,
+                item_count,
+            }],
+        }
+    }
+}
+
 /// A list of field ids (a view), kept encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FidList<'a> {

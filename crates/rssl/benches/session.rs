@@ -11,8 +11,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::sync::Arc;
 use tickwire_proto::{
-    Date, Directory, FieldList, FieldListWriter, Message, MessageIter, Real, Refresh, ServiceEntry,
-    ServiceState, State, Time, Update, UpdateType, Value, Welcome, PROTOCOL_VERSION_MAX,
+    Date, Directory, FieldList, FieldListWriter, Message, MessageIter, Real, Refresh, State, Time,
+    Update, UpdateType, Value, Welcome, PROTOCOL_VERSION_MAX,
 };
 use tickwire_rssl::dictionary::RwfDictionary;
 use tickwire_rssl::rwf::container::FieldListWriter as RwfFields;
@@ -130,16 +130,9 @@ fn consumer_with_an_item(fields: &[u8]) -> Session {
     })
     .encode(&mut node)
     .unwrap();
-    Message::Directory(Directory {
-        services: vec![ServiceEntry {
-            name: "FEED",
-            state: ServiceState::Up,
-            interactive: false,
-            item_count: 1,
-        }],
-    })
-    .encode(&mut node)
-    .unwrap();
+    Message::Directory(Directory::one_service("FEED", 1))
+        .encode(&mut node)
+        .unwrap();
     deliver(&mut s, &node, &mut out);
     // The directory, then a streaming request for TRI.N (service 1) on stream 5.
     s.on_client_message(

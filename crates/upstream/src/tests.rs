@@ -359,14 +359,7 @@ fn upstream_figures(t: &mut Tree, path: Option<&str>) {
     send(
         &mut t.up,
         figures,
-        &[Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "TICKWIRE",
-                state: ServiceState::Up,
-                interactive: false,
-                item_count: 1,
-            }],
-        })],
+        &[Message::Directory(Directory::one_service("TICKWIRE", 1))],
         t.now,
     );
     let Some(path) = path else { return };
@@ -718,14 +711,7 @@ fn services_the_next_upstream_lacks_are_down_here() {
     send(
         &mut up,
         publisher,
-        &[Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "FEED",
-                state: ServiceState::Up,
-                interactive: false,
-                item_count: 0,
-            }],
-        })],
+        &[Message::Directory(Directory::one_service("FEED", 0))],
         t.now,
     );
     (t.up, t.publisher) = (up, publisher);

@@ -1826,14 +1826,7 @@ fn an_in_process_peer_speaks_to_the_core_in_messages_not_bytes() {
             application: "in-process",
             ..client_login(Role::Publisher, "node", "")
         }),
-        Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "FEED",
-                state: ServiceState::Up,
-                interactive: false,
-                item_count: 1,
-            }],
-        }),
+        Message::Directory(Directory::one_service("FEED", 1)),
     ] {
         h.node.on_message(p, &m, h.now);
     }

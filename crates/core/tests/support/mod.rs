@@ -3,9 +3,7 @@
 
 use std::time::Instant;
 use tickwire_core::{CoreConfig, Node};
-use tickwire_proto::{
-    Directory, FieldList, Login, Message, Refresh, Role, ServiceEntry, ServiceState, State,
-};
+use tickwire_proto::{Directory, FieldList, Login, Message, Refresh, Role, State};
 
 /// A node with the default configuration, its cache on or off.
 pub(crate) fn node(cache: bool, now: Instant) -> Node {
@@ -45,14 +43,9 @@ pub(crate) fn login(node: &mut Node, role: Role, now: Instant) -> usize {
 
 /// Has publisher `p` announce FEED, up, with `item_count` items.
 pub(crate) fn announce_feed(node: &mut Node, p: usize, item_count: u32, now: Instant) {
-    let f = encode(&[Message::Directory(Directory {
-        services: vec![ServiceEntry {
-            name: "FEED",
-            state: ServiceState::Up,
-            interactive: false,
-            item_count,
-        }],
-    })]);
+    let f = encode(&[Message::Directory(Directory::one_service(
+        "FEED", item_count,
+    ))]);
     node.on_frame(p, &f, now);
 }
 

@@ -7,7 +7,7 @@
 //! node decodes. Nothing may panic, and what the channel holds stays bounded.
 
 use std::time::{Duration, Instant};
-use tickwire_proto::{Directory, Message, ServiceEntry, ServiceState, Welcome};
+use tickwire_proto::{Directory, Message, Welcome};
 use tickwire_rssl::dictionary::RwfDictionary;
 use tickwire_rssl::ripc::{Channel, Input, Settings};
 use tickwire_rssl::rwf::container::{ArrayIter, ElementIter, FieldIter};
@@ -26,15 +26,7 @@ fn node_messages() -> Vec<u8> {
         node_name: "fuzz",
     })
     .encode(&mut b);
-    let _ = Message::Directory(Directory {
-        services: vec![ServiceEntry {
-            name: "FEED",
-            state: ServiceState::Up,
-            interactive: false,
-            item_count: 1,
-        }],
-    })
-    .encode(&mut b);
+    let _ = Message::Directory(Directory::one_service("FEED", 1)).encode(&mut b);
     b
 }
 
