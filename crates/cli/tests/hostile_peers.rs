@@ -94,7 +94,14 @@ impl Drop for Watcher {
 fn a_peer_dropping_200000_streams_on_one_item_does_not_freeze_the_node() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     const STREAMS: u32 = 200_000;
-    let node = Node::start(&[]);
+    // Room to queue every refresh (200,000 of about 90 bytes): on a busy machine the
+    // attacker reads slower than the node answers, and under the default bound of
+    // 8 MiB the node would cut it as a slow consumer before it had asked for them all.
+    let cfg = TempConfig::new(
+        "hostile-streams",
+        "[limits]\nmax_output_bytes = 67108864\nmax_output_messages = 400000\n",
+    );
+    let node = Node::start(&["--config", cfg.path()]);
     // 1,000 items at 200 updates/s: the watcher sees one every 5 ms or so; the
     // attacker's item updates about once in 5 s.
     let _feed = start_publisher(&node, "FEED", 1_000, 200, false);
