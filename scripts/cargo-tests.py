@@ -15,11 +15,21 @@ that selection alone, and rebuild part of the workspace.) A binary run in the
 background writes to target/test-NAME.log, printed when it ends. It fails if any test
 fails, after every run has ended.
 
-    python3 scripts/cargo-tests.py
+With `--clippy`, the same build is also `cargo clippy --workspace --all-targets --
+-D warnings`: the workspace's crates are compiled by clippy-driver, the program
+`cargo clippy` runs in place of rustc, which reads its lint options from CLIPPY_ARGS
+as `cargo clippy` passes them. Its lints are errors, and the dependencies are built
+once rather than once for clippy and once for the tests. Packages with no Rust test
+(the Python package) are linted by `cargo clippy -p` instead.
+
+    python3 scripts/cargo-tests.py [--clippy]
 """
 
+import argparse
 import json
+import os
 import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -44,21 +54,53 @@ class Binary(NamedTuple):
     package_dir: str
 
 
-def test_binaries():
-    """Builds every test binary; returns them in cargo's order (by package, then
-    target)."""
-    build = subprocess.run(
-        ["cargo", "test", "--workspace", "--locked", "--no-run",
-         "--message-format=json-render-diagnostics"],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )
+def clippy_env():
+    """The environment in which cargo compiles the workspace's crates with clippy-driver,
+    clippy's lints as errors; checked first on a crate clippy must refuse, so that the
+    gate cannot pass by doing nothing."""
+    sysroot = subprocess.run(["rustc", "--print", "sysroot"], check=True,
+                             stdout=subprocess.PIPE, text=True).stdout.strip()
+    driver = str(Path(sysroot) / "bin" / "clippy-driver")
+    env = dict(os.environ, RUSTC_WORKSPACE_WRAPPER=driver, CLIPPY_ARGS="-Dwarnings")
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe.rs"
+        probe.write_text("pub fn copied() -> u32 {\n    let x = 5u32;\n    x.clone()\n}\n")
+        refused = subprocess.run(
+            [driver, "rustc", "--crate-type", "lib", "--edition", "2021",
+             "--out-dir", tmp, str(probe)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+    if refused.returncode == 0 or "clone_on_copy" not in refused.stderr:
+        sys.exit(f"{driver} with CLIPPY_ARGS=-Dwarnings did not refuse clone_on_copy:\n"
+                 f"{refused.stderr}")
+    return env
+
+
+def packages_without_tests():
+    """Packages none of whose targets is a Rust test (the Python package)."""
+    metadata = json.loads(subprocess.run(
+        ["cargo", "metadata", "--no-deps", "--format-version", "1", "--locked"],
+        cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    return [p["name"] for p in metadata["packages"]
+            if not any(t["test"] for t in p["targets"])]
+
+
+def test_binaries(packages, env, all_targets):
+    """Builds every test binary (with `all_targets`, the benchmarks too); returns the
+    test binaries in cargo's order (by package, then target)."""
+    command = ["cargo", "test", *packages, "--locked", "--no-run",
+               "--message-format=json-render-diagnostics"]
+    if all_targets:
+        command.append("--all-targets")
+    build = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     if build.returncode != 0:
         sys.exit(build.returncode)
     binaries = []
     for line in build.stdout.splitlines():
         msg = json.loads(line)
+        # Benchmarks built by `--all-targets` are linted, not run (as by `cargo test`).
         if (msg.get("reason") == "compiler-artifact" and msg.get("executable")
-                and msg["profile"]["test"]):
+                and msg["profile"]["test"] and msg["target"]["kind"] != ["bench"]):
             binaries.append(Binary(
                 package=msg["package_id"],
                 name=msg["target"]["name"],
@@ -95,9 +137,24 @@ def finish(background, failed):
 
 
 def main():
-    say("building")
-    binaries = test_binaries()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clippy", action="store_true",
+                        help="lint the build as `cargo clippy --workspace --all-targets "
+                             "-- -D warnings` does")
+    args = parser.parse_args()
     failed = []
+    # What every cargo command below selects, in which environment: the doc tests
+    # must resolve features as the build did, or cargo would rebuild.
+    packages, env = ["--workspace"], None
+    if args.clippy:
+        env = clippy_env()
+        for package in packages_without_tests():
+            say(f"cargo clippy -p {package}")
+            subprocess.run(["cargo", "clippy", "-p", package, "--all-targets", "--locked",
+                            "--", "-D", "warnings"], cwd=ROOT, check=True)
+            packages += ["--exclude", package]
+    say("building" + (", linted by clippy" if args.clippy else ""))
+    binaries = test_binaries(packages, env, all_targets=args.clippy)
     say(f"{', '.join(BESIDE_THE_REST)} beside the other tests")
     background = [run_in_background(b) for b in binaries if b.name in BESIDE_THE_REST]
     for b in binaries:
@@ -106,8 +163,8 @@ def main():
         print(f"     Running {b.name} ({b.executable})", flush=True)
         if subprocess.run([b.executable], cwd=b.package_dir).returncode != 0:
             failed.append(b.name)
-    if subprocess.run(["cargo", "test", "--workspace", "--locked", "--doc"],
-                      cwd=ROOT).returncode != 0:
+    if subprocess.run(["cargo", "test", *packages, "--locked", "--doc"],
+                      cwd=ROOT, env=env).returncode != 0:
         failed.append("doc tests")
     finish(background, failed)
     say(f"{' beside '.join(LAB)}")
