@@ -29,8 +29,8 @@ import argparse
 import json
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -150,8 +150,10 @@ def main():
         env = clippy_env()
         for package in packages_without_tests():
             say(f"cargo clippy -p {package}")
-            subprocess.run(["cargo", "clippy", "-p", package, "--all-targets", "--locked",
-                            "--", "-D", "warnings"], cwd=ROOT, check=True)
+            linted = subprocess.run(["cargo", "clippy", "-p", package, "--all-targets",
+                                     "--locked", "--", "-D", "warnings"], cwd=ROOT)
+            if linted.returncode != 0:
+                sys.exit(f"FAILED: cargo clippy -p {package}")
             packages += ["--exclude", package]
     say("building" + (", linted by clippy" if args.clippy else ""))
     binaries = test_binaries(packages, env, all_targets=args.clippy)
@@ -162,7 +164,8 @@ def main():
             continue
         print(f"     Running {b.name} ({b.executable})", flush=True)
         if subprocess.run([b.executable], cwd=b.package_dir).returncode != 0:
-            failed.append(b.name)
+            # Several packages have a binary of the same name (fuzz_corpus).
+            failed.append(f"{b.name} of {Path(b.package_dir).name}")
     if subprocess.run(["cargo", "test", *packages, "--locked", "--doc"],
                       cwd=ROOT, env=env).returncode != 0:
         failed.append("doc tests")
