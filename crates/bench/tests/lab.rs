@@ -771,12 +771,12 @@ fn bench_journal_writes_one_line_per_sync_policy() {
     assert!(per_post(2) > 0.0, "never writes: {}", per_post(2));
     assert_eq!(per_post(3), 0.0, "no journal, no journal calls");
     // What journaling every update costs the sustained rate: both searches ran.
-    // A rate of 0 (a machine too busy for the lowest rung) comes with its reason.
+    // A rate below the first rung (a machine too busy for it: 0, or what the search
+    // found under it) comes with its reason.
     let c = &r["journal_updates"];
     for side in ["without", "with"] {
         let rate = c[format!("{side}_journal_updates_per_s")].as_u64().unwrap();
-        assert!(rate == 0 || rate >= 500, "{side}: {c}");
-        if rate == 0 {
+        if rate < 500 {
             assert!(
                 c[format!("{side}_limited_by")]
                     .as_str()
