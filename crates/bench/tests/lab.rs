@@ -94,12 +94,14 @@ fn perf_pub_and_perf_sub_counts_are_consistent() {
             json_tool_lines(
                 "perf-pub",
                 &addr,
-                "--items 200 --update-rate 2000 --duration 4",
+                "--items 200 --update-rate 2000 --duration 6",
                 Duration::from_secs(60),
             )
         })
     };
-    std::thread::sleep(Duration::from_millis(800));
+    // Every item published before perf-sub asks for them (its last one last).
+    common::wait_for_image(node.addr, "FEED", "SYM199", Duration::from_secs(30))
+        .expect("perf-pub's items");
     let sub = json_tool_lines(
         "perf-sub",
         &addr,
@@ -197,21 +199,87 @@ fn raw_publisher(node: &Node) -> TcpStream {
     sock
 }
 
-/// perf-sub on one item for 3 s, fed `updates` (seq, conflation count) by a raw
-/// publisher once it has subscribed; returns its summary.
+/// A lab tool running with `--json --control`, its lines read as they come.
+struct ToolLines {
+    child: std::process::Child,
+    /// Its control input (`quit`; closing it stops the tool too).
+    control: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl ToolLines {
+    /// `tickwire-bench TOOL --node ADDR FLAGS... --json --control` (`flags` split at
+    /// white space).
+    fn start(tool: &str, addr: &str, flags: &str) -> ToolLines {
+        use std::io::BufRead;
+        let mut child = Command::new(bin())
+            .args([tool, "--node", addr])
+            .args(flags.split_whitespace())
+            .args(["--json", "--control"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str(&line) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let control = child.stdin.take().expect("stdin");
+        ToolLines {
+            child,
+            control,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits (up to `timeout`) until the lines so far satisfy `done`.
+    fn wait_until(&mut self, what: &str, timeout: Duration, done: impl Fn(&[Value]) -> bool) {
+        let deadline = std::time::Instant::now() + timeout;
+        while !done(&self.seen) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => self.seen.push(v),
+                Err(_) => panic!("no {what} within {timeout:?}: {:?}", self.seen),
+            }
+        }
+    }
+
+    /// Asks the tool to stop, and returns every line once it has (within `timeout`).
+    fn quit(mut self, timeout: Duration) -> Vec<Value> {
+        writeln!(self.control, "quit").expect("the tool's control input");
+        let status = common::wait_timeout(&mut self.child, timeout);
+        if status.is_none() {
+            let _ = self.child.kill();
+            panic!("the tool did not end within {timeout:?}: {:?}", self.seen);
+        }
+        assert!(status.is_some_and(|s| s.success()), "{status:?}");
+        self.seen.extend(self.lines.iter());
+        self.seen
+    }
+}
+
+/// perf-sub on one item, fed `updates` (seq, conflation count) by a raw publisher once
+/// it has the item's image, and stopped once it has counted as many updates (both seen
+/// in its per-second lines); returns its summary.
 fn perf_sub_fed(updates: &[(u32, u16)]) -> Value {
     let node = Node::start(&[]);
     let addr = node.addr.to_string();
     let mut sock = raw_publisher(&node);
-    let sub = std::thread::spawn(move || {
-        json_tool_lines(
-            "perf-sub",
-            &addr,
-            "--items 1 --duration 3",
-            Duration::from_secs(30),
-        )
+    // --duration is a bound: the test stops it.
+    let mut sub = ToolLines::start("perf-sub", &addr, "--items 1 --duration 120");
+    sub.wait_until("image", Duration::from_secs(30), |lines| {
+        per_second_total(lines, "images") >= 1
     });
-    std::thread::sleep(Duration::from_millis(1500));
     let upd = encode_field_list([(22, FieldValue::Real(Real::new(101, 0)))]);
     let msgs: Vec<Message<'_>> = updates
         .iter()
@@ -227,7 +295,10 @@ fn perf_sub_fed(updates: &[(u32, u16)]) -> Value {
         })
         .collect();
     send_frame(&mut sock, &msgs);
-    summary(&sub.join().unwrap(), "summary").clone()
+    sub.wait_until("updates", Duration::from_secs(30), |lines| {
+        per_second_total(lines, "updates") >= updates.len() as u64
+    });
+    summary(&sub.quit(Duration::from_secs(30)), "summary").clone()
 }
 
 /// A raw publisher that skips sequence number 3: perf-sub must count one gap.
@@ -810,12 +881,13 @@ fn run_peers(dir: &Path, nats_server: Option<&str>) -> Value {
 /// single node's, every update delivered.
 fn assert_peer_measured(p: &Value, name: &str) {
     assert_eq!(p["available"], true, "{name}: {p}");
-    // The search ran; a rate of 0 is the lab's honest verdict on a machine too busy
-    // to hold even the lowest rung (other tests share these CPUs): then it says why.
+    // The search ran. A rate below the first rung (500) is the lab's honest verdict on
+    // a machine too busy to hold it (other tests share these CPUs): 0, or what the
+    // search found under it (430/s once, beside lab_files and two CPU hogs); then it
+    // says why.
     let max = p["max_sustainable_updates_per_s"].as_u64().unwrap();
-    assert!(max == 0 || max >= 500, "{name}: {p}");
     assert!(!p["steps"].as_array().unwrap().is_empty(), "{name}: {p}");
-    if max == 0 {
+    if max < 500 {
         assert!(
             p["limited_by"].as_str().is_some_and(|w| !w.is_empty()),
             "{name}: {p}"

@@ -378,7 +378,9 @@ fn a_websocket_client_that_stops_reading_gets_conflated_updates() {
             }
         }
     }
-    assert!(healthy_updates > 5_000, "{healthy_updates} updates in 2 s");
+    // Held back by the slow one, it would get next to none; a tenth of the feed's rate
+    // leaves room for a busy machine (this client decodes JSON in a debug build).
+    assert!(healthy_updates > 2_000, "{healthy_updates} updates in 2 s");
     let conflated = expect(&mut slow, "a conflated update", |m| {
         m["ConflationInfo"]["Count"].as_u64().is_some_and(|n| n > 1)
     });
