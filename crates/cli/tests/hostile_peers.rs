@@ -139,9 +139,10 @@ fn a_peer_dropping_200000_streams_on_one_item_does_not_freeze_the_node() {
     watcher.wait_for_updates(100, Duration::from_secs(30));
     let gap = watcher.longest_gap_ms.load(Ordering::Relaxed);
     // Closing each stream costs O(1): the node goes on serving within milliseconds.
-    // (Searching the item's list for each stream took 15-18 s in a release build.)
+    // (Searching the item's list for each stream took 15-18 s in a release build; the
+    // bound leaves a busy machine room and still tells the two apart.)
     assert!(
-        gap < 3_000,
+        gap < 8_000,
         "the watcher waited {gap} ms for an update while the node dropped the streams\n{}",
         node.proc.log()
     );
@@ -236,11 +237,13 @@ fn connect_from(from: std::net::Ipv4Addr, to: std::net::SocketAddr) -> std::net:
 /// limits (64 pending logins, 8 from one address): every real login still gets in,
 /// at once, because the oldest connection that never sent a login is closed to make
 /// room for it. Before, the 65th such connection locked every login out until the
-/// login deadline (10 s), and again as they reconnected.
+/// login deadline (10 s by default), and again as they reconnected. Here the deadline
+/// is 120 s, so a machine slow to make 220 connections is not taken for that lock-out.
 #[test]
 fn slow_connections_cannot_lock_real_logins_out() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut node = Node::start(&[]);
+    let cfg = TempConfig::new("slow-logins", "[limits]\nlogin_timeout_ms = 120000\n");
+    let mut node = Node::start(&["--config", cfg.path()]);
     let _feed = start_publisher(&node, "FEED", 5, 0, false);
     let started = Instant::now();
     let mut attackers = Vec::new();
@@ -256,7 +259,7 @@ fn slow_connections_cannot_lock_real_logins_out() {
         attackers.push(s);
     }
     // Every real login from 127.0.0.1 gets in while the attackers hold on (well
-    // within the 10 s login deadline that would free their slots anyway).
+    // within the 120 s login deadline that would free their slots anyway).
     let mut slowest = Duration::ZERO;
     for n in 0..20 {
         let t = Instant::now();
@@ -266,8 +269,8 @@ fn slow_connections_cannot_lock_real_logins_out() {
         slowest = slowest.max(t.elapsed());
     }
     assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "the logins took until the attackers' login deadline: {:?}",
+        started.elapsed() < Duration::from_secs(60),
+        "the logins took until about the attackers' login deadline: {:?}",
         started.elapsed()
     );
     eprintln!("20 real logins among 200 slow connections: the slowest took {slowest:?}");
