@@ -384,10 +384,14 @@ fn counts_syscalls_when_perf_can() {
     }
     let count = start_syscall_count(std::process::id(), false).unwrap();
     assert_eq!(count.tool(), SyscallTool::Perf);
-    std::thread::sleep(Duration::from_millis(300)); // let perf attach
-    for _ in 0..2000 {
-        // SAFETY: getppid has no preconditions.
-        std::hint::black_box(unsafe { libc::getppid() });
+    // 20,000 calls spread over about 2 s: perf, attaching meanwhile (it says nothing
+    // when it has), counts at least 2,000 of them unless it takes 1.8 s to attach.
+    for _ in 0..200 {
+        for _ in 0..100 {
+            // SAFETY: getppid has no preconditions.
+            std::hint::black_box(unsafe { libc::getppid() });
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
     let n = count.finish().unwrap();
     eprintln!("syscalls counted by perf: {n}");
@@ -459,8 +463,19 @@ fn monitor_measures_cpu_and_syscalls_of_a_busy_process() {
         // SAFETY: getppid has no preconditions.
         std::hint::black_box(unsafe { libc::getppid() });
     }
-    std::thread::sleep(Duration::from_millis(100)); // let perf report
-    let u = mon.usage_since(m);
+    // perf reports each interval once it has attached: a few more calls, and a look,
+    // until it has (10 s at most).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut u = mon.usage_since(m);
+    while mon.syscalls_counted()
+        && u.first().and_then(|p| p.syscalls).is_none_or(|n| n == 0)
+        && Instant::now() < deadline
+    {
+        // SAFETY: getppid has no preconditions.
+        std::hint::black_box(unsafe { libc::getppid() });
+        std::thread::sleep(Duration::from_millis(50));
+        u = mon.usage_since(m);
+    }
     eprintln!("{:?}", u);
     eprintln!("{:?}", mon.system_since(m));
     assert_eq!(u.len(), 1);
