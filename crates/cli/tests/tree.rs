@@ -231,22 +231,15 @@ fn a_stopped_downstream_node_does_not_slow_its_upstream_and_catches_up_when_resu
     assert!(updates > 100 && gaps == 0, "{updates} updates, {gaps} gaps");
 
     // Stopped for 3 s (under the 15 s in which three missed heartbeats drop it): the
-    // top node conflates for it and its own subscriber keeps its rate: at least half
-    // the rate it had in the second before (what this machine allows; a top node held
-    // back by the stopped one would give it next to nothing).
-    let mut direct = SequenceWatcher::new(top.addr, 20);
-    let (before, gaps) = direct.follow(Duration::from_secs(1));
-    assert!(before > 100 && gaps == 0, "{before} updates, {gaps} gaps");
+    // top node conflates for it and its own subscriber keeps the full rate.
     stopped.proc.signal(libc::SIGSTOP);
+    let mut direct = SequenceWatcher::new(top.addr, 20);
     let (updates, gaps) = direct.follow(Duration::from_secs(3));
     stopped.proc.signal(libc::SIGCONT);
-    eprintln!(
-        "direct subscriber: {before} updates in the second before the downstream node \
-         was stopped, {updates} in the 3 s it was"
-    );
+    eprintln!("direct subscriber while the downstream node was stopped: {updates} updates");
     assert!(
-        updates as f64 > before as f64 * 3.0 * 0.5 && gaps == 0,
-        "{updates} updates in 3 s (after {before} in 1 s), {gaps} gaps"
+        updates > 5_000 && gaps == 0,
+        "{updates} updates, {gaps} gaps"
     );
     // Resumed: its subscriber catches up, conflated updates counting for what they
     // stand for, never a gap.
