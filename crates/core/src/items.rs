@@ -73,6 +73,9 @@ pub(crate) struct Item {
     pub linger_until: Option<std::time::Instant>,
     /// Its refreshes and updates go into the node's journal (`[journal] updates`).
     pub journaled: bool,
+    /// Replays of it are waiting for their history: its messages are kept meanwhile
+    /// (replay.rs).
+    pub capturing: bool,
 }
 
 impl Item {
@@ -90,6 +93,7 @@ impl Item {
             recovering: false,
             linger_until: None,
             journaled: false,
+            capturing: false,
         }
     }
 }

@@ -2205,6 +2205,9 @@ impl Node {
                     update_type: 0,
                     fields: r.fields,
                 });
+            if item.capturing {
+                self.replays.capture(h, r.seq, true, 0, r.fields.as_bytes());
+            }
         }
         // Who gets this refresh: a solicited one goes to the streams waiting for an
         // image; an unsolicited one (a re-image) or a recovery to every stream.
@@ -2530,6 +2533,7 @@ impl Node {
             scratch,
             services,
             posts,
+            replays,
             ..
         } = self;
         let Some(item) = items.get_mut(h) else { return };
@@ -2544,6 +2548,9 @@ impl Node {
                 update_type: u.update_type.to_u8(),
                 fields: u.fields,
             });
+            if item.capturing {
+                replays.capture(h, u.seq, false, u.update_type.to_u8(), u.fields.as_bytes());
+            }
         }
         let data_state = item.data_state;
         for s in &item.subs {

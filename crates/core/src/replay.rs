@@ -3,23 +3,22 @@
 //!
 //! The core asks the journal thread for the item's journaled messages up to the item's
 //! sequence number *now* (every refresh and update up to it has been handed to the
-//! journal before the question: [`crate::posts::Posts::flush_item_messages`]). When the
-//! answer comes, the item may have moved on: the core asks again from where the answer
-//! ended, and attaches the stream to the live item in the turn an answer reaches the
-//! item's current sequence number. The event loop is single-threaded, so no update can
-//! slip between the last replayed message and the first live one.
+//! journal before the question: [`crate::posts::Posts::flush_item_messages`]). From the
+//! question on, the core keeps the item's live messages itself (a [`LiveLog`]), so when
+//! the answer comes, however late, the stream gets the history, then what the item did
+//! meanwhile, and is attached to the live item in the same turn. The event loop is
+//! single-threaded, so no update can slip between the last replayed message and the
+//! first live one. Only a log that passes its bound (a busy item and a journal slow to
+//! answer) makes the stream join from the item's image instead, and it is told so.
 
 use crate::items::{ItemHandle, SubEntry};
 use crate::posts::{JournalRequest, JournalWrite};
 use crate::{ConnId, Node};
 use rustc_hash::FxHashMap;
-use tickwire_journal::History;
+use tickwire_journal::{History, PastMessage};
 use tickwire_proto::{
     code, FieldList, Message, Refresh, Replay, ReplayFrom, State, Status, Update, UpdateType,
 };
-
-/// Rounds of catching up before the stream joins from the current image instead.
-const MAX_ROUNDS: u32 = 8;
 
 /// A stream waiting for (part of) its history.
 struct Replaying {
@@ -29,18 +28,112 @@ struct Replaying {
     service: String,
     name: String,
     from: ReplayFrom,
-    /// The item's seq the current question goes up to.
+    /// The item's seq the question goes up to.
     until: u32,
-    rounds: u32,
-    /// Messages replayed so far.
-    sent: u64,
-    truncated: bool,
+    /// Where its item's live log stood when the question was asked (an index counted
+    /// from the log's start, dropped messages included).
+    log_from: u64,
+}
+
+/// The live messages of an item that has replays waiting, kept from the first question
+/// on and dropped when the last answer has come.
+struct LiveLog {
+    waiters: u32,
+    /// The index of `messages[0]` (messages dropped at an overflow are counted).
+    base: u64,
+    messages: Vec<PastMessage>,
+    bytes: usize,
+    /// Waiters whose question came before this index lost messages to an overflow.
+    lost_before: u64,
+    max_messages: usize,
+    max_bytes: usize,
+}
+
+impl LiveLog {
+    fn end(&self) -> u64 {
+        self.base + self.messages.len() as u64
+    }
 }
 
 #[derive(Default)]
 pub(crate) struct Replays {
     /// By the journal's ticket.
     waiting: FxHashMap<u64, Replaying>,
+    /// By item: only items with a replay waiting.
+    logs: FxHashMap<ItemHandle, LiveLog>,
+}
+
+impl Replays {
+    /// Items keeping a live log now.
+    #[cfg(test)]
+    pub(crate) fn logging(&self) -> usize {
+        self.logs.len()
+    }
+
+    /// A refresh or update of an item that has replays waiting (`Item::capturing`).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn capture(
+        &mut self,
+        h: ItemHandle,
+        seq: u32,
+        refresh: bool,
+        update_type: u8,
+        fields: &[u8],
+    ) {
+        let Some(log) = self.logs.get_mut(&h) else {
+            return;
+        };
+        if log.messages.len() >= log.max_messages || log.bytes + fields.len() > log.max_bytes {
+            // Those waiting will join from the image; later questions start afresh.
+            log.base = log.end();
+            log.lost_before = log.base;
+            log.messages = Vec::new();
+            log.bytes = 0;
+        }
+        log.bytes += fields.len();
+        log.messages.push(PastMessage {
+            time_ns: 0,
+            seq,
+            refresh,
+            update_type,
+            fields: fields.to_vec(),
+        });
+    }
+
+    /// One more waiter on an item's log: where the log stands.
+    fn join(&mut self, h: ItemHandle, max_messages: usize, max_bytes: usize) -> u64 {
+        let log = self.logs.entry(h).or_insert_with(|| LiveLog {
+            waiters: 0,
+            base: 0,
+            messages: Vec::new(),
+            bytes: 0,
+            lost_before: 0,
+            max_messages,
+            max_bytes,
+        });
+        log.waiters += 1;
+        log.end()
+    }
+
+    /// A waiter leaves its item's log: what the item did since its question, or `None`
+    /// if some of it was dropped. The log goes with its last waiter (and the item
+    /// stops capturing: `true` in the second place).
+    fn leave(&mut self, p: &Replaying) -> (Option<Vec<PastMessage>>, bool) {
+        let Some(log) = self.logs.get_mut(&p.item) else {
+            return (None, false);
+        };
+        let since = (p.log_from >= log.lost_before).then(|| {
+            let skip = (p.log_from - log.base) as usize;
+            log.messages[skip..].to_vec()
+        });
+        log.waiters -= 1;
+        let last = log.waiters == 0;
+        if last {
+            self.logs.remove(&p.item);
+        }
+        (since, last)
+    }
 }
 
 impl Node {
@@ -85,7 +178,14 @@ impl Node {
             ));
         }
         let until = item.seq;
-        self.ask_history(Replaying {
+        // A history (and what the item does while it is read) must fit in the
+        // subscriber's queue with room to spare.
+        let max = (self.cfg.limits.max_output_bytes / 512).max(64);
+        let log_from = self
+            .replays
+            .join(h, max, self.cfg.limits.max_output_bytes / 2);
+        self.items.get_mut(h).expect("a listed item").capturing = true;
+        let p = Replaying {
             conn,
             stream: r.stream_id,
             item: h,
@@ -93,20 +193,11 @@ impl Node {
             name: r.name.to_string(),
             from: r.from,
             until,
-            rounds: 0,
-            sent: 0,
-            truncated: false,
-        });
-        Ok(())
-    }
-
-    fn ask_history(&mut self, mut p: Replaying) {
+            log_from,
+        };
         // Everything journaled so far goes before the question.
         self.posts.flush_item_messages();
         let ticket = self.posts.new_ticket();
-        p.rounds += 1;
-        // A history must fit in the subscriber's queue with room to spare.
-        let max = (self.cfg.limits.max_output_bytes / 512).max(64);
         self.posts.push_request(JournalRequest {
             ticket,
             write: JournalWrite::History {
@@ -118,6 +209,7 @@ impl Node {
             },
         });
         self.replays.waiting.insert(ticket, p);
+        Ok(())
     }
 
     /// The journal's answer to a history question.
@@ -129,9 +221,10 @@ impl Node {
     ) {
         self.merge_deferred();
         self.now = now;
-        let Some(mut p) = self.replays.waiting.remove(&ticket) else {
+        let Some(p) = self.replays.waiting.remove(&ticket) else {
             return;
         };
+        let since = self.leave_live_log(&p);
         if !self.is_live(p.conn) {
             return;
         }
@@ -149,46 +242,28 @@ impl Node {
                 return;
             }
         };
-        p.truncated |= history.truncated;
-        for m in &history.messages {
-            let fields = FieldList::from_trusted(&m.fields);
-            let msg = if m.refresh {
-                Message::Refresh(Refresh {
+        // The item went (and its slot may hold another one now).
+        let Some(current) = self
+            .items
+            .get(p.item)
+            .filter(|i| *i.name == *p.name)
+            .map(|i| i.seq)
+        else {
+            let text = format!("{}/{} went while its history was read", p.service, p.name);
+            self.send(
+                p.conn,
+                &Message::Status(Status {
                     stream_id: p.stream,
-                    seq: m.seq,
-                    complete: true,
-                    solicited: false,
-                    clear_cache: true,
-                    state: State::OPEN_OK,
-                    service: &p.service,
-                    name: &p.name,
-                    fields,
-                })
-            } else {
-                Message::Update(Update {
-                    stream_id: p.stream,
-                    seq: m.seq,
-                    update_type: UpdateType::from_u8(m.update_type),
-                    do_not_conflate: false,
-                    conflation_count: 1,
-                    fields,
-                })
-            };
-            self.send(p.conn, &msg);
-            p.sent += 1;
-        }
-        let Some(item) = self.items.get(p.item) else {
+                    state: State::closed(code::NOT_FOUND, &text),
+                }),
+            );
             return;
         };
-        let current = item.seq;
-        if current != p.until && p.rounds < MAX_ROUNDS {
-            // The item moved on meanwhile: the rest of its history, then live.
-            p.from = ReplayFrom::Seq(p.until.wrapping_add(1));
-            p.until = current;
-            self.ask_history(p);
-            return;
+        let mut sent = 0u64;
+        for m in &history.messages {
+            self.send_past(&p, m);
+            sent += 1;
         }
-        let caught_up = current == p.until;
         let entry = SubEntry {
             conn: p.conn,
             stream_id: p.stream,
@@ -196,15 +271,22 @@ impl Node {
             awaiting_refresh: false,
             streaming: true,
         };
-        if !caught_up {
-            // Still moving after every round: from the current image on instead.
-            self.write_image_refresh(p.item, &entry, false);
+        let caught_up = since.is_some();
+        match since {
+            // What the item did while the history was read, then live.
+            Some(since) => {
+                for m in &since {
+                    self.send_past(&p, m);
+                    sent += 1;
+                }
+            }
+            // Too much of it to keep: from the current image on instead.
+            None => self.write_image_refresh(p.item, &entry, false),
         }
         self.attach(p.item, entry);
         let text = format!(
-            "replayed {} messages{}; live from seq {}{}",
-            p.sent,
-            if p.truncated {
+            "replayed {sent} messages{}; live from seq {}{}",
+            if history.truncated {
                 " (the latest only: the history is longer)"
             } else {
                 ""
@@ -229,10 +311,65 @@ impl Node {
         self.handle_overflows();
     }
 
+    /// One journaled (or logged) message, readdressed to the replaying stream.
+    fn send_past(&mut self, p: &Replaying, m: &PastMessage) {
+        let fields = FieldList::from_trusted(&m.fields);
+        let msg = if m.refresh {
+            Message::Refresh(Refresh {
+                stream_id: p.stream,
+                seq: m.seq,
+                complete: true,
+                solicited: false,
+                clear_cache: true,
+                state: State::OPEN_OK,
+                service: &p.service,
+                name: &p.name,
+                fields,
+            })
+        } else {
+            Message::Update(Update {
+                stream_id: p.stream,
+                seq: m.seq,
+                update_type: UpdateType::from_u8(m.update_type),
+                do_not_conflate: false,
+                conflation_count: 1,
+                fields,
+            })
+        };
+        self.send(p.conn, &msg);
+    }
+
+    /// A replay stops waiting: what its item did since the question (see
+    /// [`Replays::leave`]); the item stops capturing with the last one.
+    fn leave_live_log(&mut self, p: &Replaying) -> Option<Vec<PastMessage>> {
+        let (since, last) = self.replays.leave(p);
+        // An item that went and came back in the same slot did not capture throughout.
+        let item = self
+            .items
+            .get_mut(p.item)
+            .filter(|i| i.capturing && *i.name == *p.name)?;
+        if last {
+            item.capturing = false;
+        }
+        since
+    }
+
     /// Replays that no longer have anyone to go to.
     fn cancel_replays(&mut self, gone: impl Fn(&Replaying) -> bool) {
-        if !self.replays.waiting.is_empty() {
-            self.replays.waiting.retain(|_, p| !gone(p));
+        if self.replays.waiting.is_empty() {
+            return;
+        }
+        let tickets: Vec<u64> = self
+            .replays
+            .waiting
+            .iter()
+            .filter(|(_, p)| gone(p))
+            .map(|(t, _)| *t)
+            .collect();
+        for t in tickets {
+            if let Some(p) = self.replays.waiting.remove(&t) {
+                self.leave_live_log(&p);
+            }
         }
     }
 

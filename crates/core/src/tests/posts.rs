@@ -542,6 +542,8 @@ fn a_replay_catches_up_with_an_item_that_moves_on_then_joins_it_live() {
         truncated: false,
     };
     h.node.on_history(*ticket, Ok(history), h.now);
+    // The history, then what the item did while it was read (kept by the core, not
+    // asked of the journal again), then the join.
     let got = h.recv(sub);
     let seqs: Vec<u32> = got
         .iter()
@@ -550,40 +552,21 @@ fn a_replay_catches_up_with_an_item_that_moves_on_then_joins_it_live() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        seqs,
-        [3, 4, 5],
-        "the history, and nothing live yet: {got:?}"
-    );
-    // The item moved on: the rest of its history is asked for (after what it journaled).
-    let reqs = journal_requests(&mut h);
-    let ticket = match &reqs[..] {
-        [JournalRequest {
-            write: JournalWrite::ItemMessages { count: 2, .. },
-            ..
-        }, JournalRequest {
-            ticket,
-            write:
-                JournalWrite::History {
-                    from: tickwire_proto::ReplayFrom::Seq(6),
-                    until: 7,
-                    ..
-                },
-        }] => *ticket,
-        other => panic!("{other:?}"),
-    };
-    h.node.on_history(
-        ticket,
-        Ok(tickwire_journal::History {
-            messages: vec![past(6), past(7)],
-            truncated: false,
-        }),
-        h.now,
-    );
-    let got = h.recv(sub);
+    assert_eq!(seqs, [3, 4, 5, 6, 7], "{got:?}");
     assert!(
-        matches!(&got[..], [Got::Update { seq: 6, .. }, Got::Update { seq: 7, .. }, Got::Status { text, .. }] if text.contains("live from seq 8")),
+        matches!(got.last(), Some(Got::Status { text, .. }) if text.contains("replayed 5 messages; live from seq 8")),
         "{got:?}"
+    );
+    assert!(
+        matches!(&got[3], Got::Update { fields, .. } if fields.contains(&(25, "0.09".to_string()))),
+        "the live update's own values: {got:?}"
+    );
+    // Nothing more was asked of the journal.
+    let reqs = journal_requests(&mut h);
+    assert!(
+        reqs.iter()
+            .all(|r| !matches!(r.write, JournalWrite::History { .. })),
+        "{reqs:?}"
     );
     // Live now.
     h.send(p, &[update(7, 8, &bid_ask(8, 9))]);
@@ -591,4 +574,88 @@ fn a_replay_catches_up_with_an_item_that_moves_on_then_joins_it_live() {
         &h.recv(sub)[..],
         [Got::Update { sid: 3, seq: 8, .. }]
     ));
+}
+
+#[test]
+fn a_replay_whose_item_outruns_the_kept_log_joins_from_the_image_and_says_so() {
+    // 64 KiB of output: the log keeps 128 messages (a history's bound) at most.
+    let mut h = Harness::with_config(CoreConfig {
+        journal: PostServices::All,
+        journal_updates: true,
+        limits: Limits {
+            max_output_bytes: 64 * 1024,
+            ..Limits::default()
+        },
+        ..CoreConfig::default()
+    });
+    let p = h.publisher_of(7, "SYM0", &bid_ask(1, 2));
+    let sub = h.login(Role::Subscriber);
+    h.recv(sub);
+    let replay = |sid| {
+        Message::Replay(tickwire_proto::Replay {
+            stream_id: sid,
+            from: tickwire_proto::ReplayFrom::Seq(1),
+            service: "FEED",
+            name: "SYM0",
+        })
+    };
+    let history_ticket = |h: &mut Harness| {
+        let reqs = journal_requests(h);
+        reqs.iter()
+            .find_map(|r| matches!(r.write, JournalWrite::History { .. }).then_some(r.ticket))
+            .unwrap_or_else(|| panic!("{reqs:?}"))
+    };
+    h.send(sub, &[replay(3)]);
+    let first = history_ticket(&mut h);
+    // More than the log keeps, before the journal answers.
+    for seq in 2..=140 {
+        h.send(p, &[update(7, seq, &bid_ask(seq as i64, 9))]);
+    }
+    // A second replay asked after the overflow keeps what follows it whole.
+    h.send(sub, &[replay(4)]);
+    let second = history_ticket(&mut h);
+    for seq in 141..=143 {
+        h.send(p, &[update(7, seq, &bid_ask(seq as i64, 9))]);
+    }
+    h.node.on_history(
+        first,
+        Ok(tickwire_journal::History {
+            messages: vec![past(1)],
+            truncated: false,
+        }),
+        h.now,
+    );
+    let got = h.recv(sub);
+    assert!(
+        matches!(&got[..], [Got::Update { sid: 3, seq: 1, .. }, Got::Refresh { sid: 3, seq: 143, .. }, Got::Status { sid: 3, text, .. }] if text.contains("live from seq 144") && text.contains("an image came first")),
+        "{got:?}"
+    );
+    h.node.on_history(
+        second,
+        Ok(tickwire_journal::History {
+            messages: (1..=140).map(past).collect(),
+            truncated: false,
+        }),
+        h.now,
+    );
+    let got = h.recv(sub);
+    let seqs: Vec<u32> = got
+        .iter()
+        .filter_map(|g| match g {
+            Got::Update { sid: 4, seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, (1..=143).collect::<Vec<_>>(), "{got:?}");
+    assert!(
+        matches!(got.last(), Some(Got::Status { sid: 4, text, .. }) if text.contains("live from seq 144") && !text.contains("image")),
+        "{got:?}"
+    );
+    // Both live, and the item no longer keeps a log.
+    h.send(p, &[update(7, 144, &bid_ask(144, 9))]);
+    assert!(matches!(
+        &h.recv(sub)[..],
+        [Got::Update { seq: 144, .. }, Got::Update { seq: 144, .. }]
+    ));
+    assert_eq!(h.node.replays.logging(), 0);
 }
