@@ -232,14 +232,7 @@ impl Node {
             Ok(h) => h,
             Err(why) => {
                 let text = format!("the journal cannot replay {}/{}: {why}", p.service, p.name);
-                self.send(
-                    p.conn,
-                    &Message::Status(Status {
-                        stream_id: p.stream,
-                        state: State::closed(code::NOT_FOUND, &text),
-                    }),
-                );
-                return;
+                return self.close_replay(&p, &text);
             }
         };
         // The item went (and its slot may hold another one now).
@@ -250,14 +243,7 @@ impl Node {
             .map(|i| i.seq)
         else {
             let text = format!("{}/{} went while its history was read", p.service, p.name);
-            self.send(
-                p.conn,
-                &Message::Status(Status {
-                    stream_id: p.stream,
-                    state: State::closed(code::NOT_FOUND, &text),
-                }),
-            );
-            return;
+            return self.close_replay(&p, &text);
         };
         let mut sent = 0u64;
         for m in &history.messages {
@@ -309,6 +295,17 @@ impl Node {
             }),
         );
         self.handle_overflows();
+    }
+
+    /// Ends a replay that cannot go on, saying why.
+    fn close_replay(&mut self, p: &Replaying, text: &str) {
+        self.send(
+            p.conn,
+            &Message::Status(Status {
+                stream_id: p.stream,
+                state: State::closed(code::NOT_FOUND, text),
+            }),
+        );
     }
 
     /// One journaled (or logged) message, readdressed to the replaying stream.
