@@ -125,13 +125,10 @@ pub struct HubStats {
     pub relayed_up: u64,
 }
 
+/// An upload in progress: its transfer is queued already (`Sender::enqueue_arriving`).
 struct Upload {
-    put_service: String,
-    name: String,
     size: u64,
     sha256: [u8; 32],
-    to: Option<Vec<String>>,
-    user: String,
     transfer: u64,
     writer: SpoolWriter,
     acked: u64,
@@ -620,7 +617,8 @@ impl Hub {
             return self.refuse(conn, p.request, &reason);
         }
         let transfer = self.next_id();
-        let (_, spool) = self.sender.as_mut().expect("checked");
+        let wall = self.wall_ms(now);
+        let (tx, spool) = self.sender.as_mut().expect("checked");
         let writer = match spool.begin(transfer, p.size) {
             Ok(w) => w,
             Err(e) => {
@@ -631,15 +629,30 @@ impl Hub {
                 )
             }
         };
+        // Queued now, its chunks sent as they arrive (the sites check the SHA-256
+        // announced; the last chunk waits until the node has checked it too).
+        let file = NewFile {
+            transfer,
+            service: p.service.to_owned(),
+            name: p.name.to_owned(),
+            size: p.size,
+            sha256: p.sha256,
+            to: (!p.to.is_empty()).then(|| p.to.iter().map(|s| (*s).to_owned()).collect()),
+            expires_ms: wall + self.cfg.expire_after.as_millis() as u64,
+        };
+        let m = match tx.enqueue_arriving(file, now) {
+            Ok(t) => tx.transfer(t).expect("queued").0.clone(),
+            Err(e) => {
+                spool.remove(transfer);
+                return self.refuse(conn, p.request, &e.to_string());
+            }
+        };
+        self.record_queued(&m, user.to_owned(), now);
         self.uploads.insert(
             (conn, p.request),
             Upload {
-                put_service: p.service.to_owned(),
-                name: p.name.to_owned(),
                 size: p.size,
                 sha256: p.sha256,
-                to: (!p.to.is_empty()).then(|| p.to.iter().map(|s| (*s).to_owned()).collect()),
-                user: user.to_owned(),
                 transfer,
                 writer,
                 acked: 0,
@@ -666,12 +679,19 @@ impl Hub {
 
     fn drop_upload(&mut self, conn: usize, request: u32, reason: &str) {
         if let Some(u) = self.uploads.remove(&(conn, request)) {
-            drop(u.writer);
-            if let Some((_, spool)) = self.sender.as_mut() {
-                spool.remove(u.transfer);
-            }
+            self.withdraw_upload(u, reason);
         }
         self.refuse(conn, request, reason);
+    }
+
+    /// An upload that will not be whole: its bytes go, and its transfer is withdrawn
+    /// from the sites that started on it.
+    fn withdraw_upload(&mut self, u: Upload, reason: &str) {
+        drop(u.writer);
+        if let Some((tx, spool)) = self.sender.as_mut() {
+            spool.remove(u.transfer);
+            tx.withdraw(u.transfer, &format!("the upload failed: {reason}"));
+        }
     }
 
     fn on_put_data(&mut self, conn: usize, request: u32, offset: u64, data: &[u8], now: Instant) {
@@ -709,6 +729,11 @@ impl Hub {
         if received == u.size {
             return self.finish_upload(conn, request, now);
         }
+        let transfer = u.transfer;
+        if let Some((tx, _)) = self.sender.as_mut() {
+            tx.handle_uploaded(transfer, received, false, now);
+        }
+        let u = self.uploads.get_mut(&(conn, request)).expect("live");
         if received - u.acked >= self.cfg.upload_window / 2 {
             u.acked = received;
             let (transfer, window) = (u.transfer, self.cfg.upload_window);
@@ -729,44 +754,44 @@ impl Hub {
     fn finish_upload(&mut self, conn: usize, request: u32, now: Instant) {
         let u = self.uploads.remove(&(conn, request)).expect("an upload");
         let (size, sha) = u.writer.finish();
-        let wall = self.wall_ms(now);
+        let transfer = u.transfer;
         let (tx, spool) = self.sender.as_mut().expect("uploads need a sender");
-        if sha != u.sha256 {
-            spool.remove(u.transfer);
-            return self.refuse(
-                conn,
-                request,
-                "the bytes received do not match the SHA-256 announced",
-            );
-        }
-        let file = NewFile {
-            transfer: u.transfer,
-            service: u.put_service.clone(),
-            name: u.name.clone(),
-            size,
-            sha256: sha,
-            to: u.to.clone(),
-            expires_ms: wall + self.cfg.expire_after.as_millis() as u64,
-        };
-        let queued = tx
-            .enqueue(file, now)
-            .map_err(|e| e.to_string())
-            .and_then(|t| {
-                let m = tx.transfer(t).expect("queued").0.clone();
-                spool
-                    .save(&m)
-                    .map(|()| m)
-                    .map_err(|e| format!("the node cannot keep the file's manifest: {e}"))
-            });
-        let m = match queued {
-            Ok(m) => m,
-            Err(reason) => {
-                if let Some((_, spool)) = self.sender.as_mut() {
-                    spool.remove(u.transfer);
+        let reason = if sha != u.sha256 {
+            "the bytes received do not match the SHA-256 announced".to_string()
+        } else {
+            tx.handle_uploaded(transfer, size, true, now);
+            let m = tx.transfer(transfer).expect("queued at its put").0;
+            match spool.save(m) {
+                Ok(()) => {
+                    // What its sites said meanwhile, for a restart.
+                    for (site, r) in tx.transfer(transfer).expect("queued").1 {
+                        if r.state != Delivery::Queued {
+                            let _ = spool.record(transfer, site, r.state, &r.reason);
+                        }
+                    }
+                    return self.answer(
+                        conn,
+                        PutAnswer {
+                            request,
+                            state: PutState::Queued,
+                            transfer,
+                            received: size,
+                            window: 0,
+                            reason: "",
+                        },
+                    );
                 }
-                return self.refuse(conn, request, &reason);
+                Err(e) => format!("the node cannot keep the file's manifest: {e}"),
             }
         };
+        spool.remove(transfer);
+        tx.withdraw(transfer, &format!("the upload failed: {reason}"));
+        self.refuse(conn, request, &reason);
+    }
+
+    /// A queued file into the record (and the audit log): its target sites queued.
+    fn record_queued(&mut self, m: &Manifest, user: String, now: Instant) {
+        let wall = self.wall_ms(now);
         let sites = m
             .targets
             .iter()
@@ -781,13 +806,11 @@ impl Hub {
                 )
             })
             .collect();
+        self.record_seq += 1;
         self.records.insert(
             m.transfer,
             Record {
-                seq: {
-                    self.record_seq += 1;
-                    self.record_seq
-                },
+                seq: self.record_seq,
                 manifest: m.clone(),
                 sites,
                 finished: false,
@@ -795,19 +818,8 @@ impl Hub {
         );
         self.events.push_back(HubEvent::Queued {
             manifest: m.clone(),
-            user: u.user,
+            user,
         });
-        self.answer(
-            conn,
-            PutAnswer {
-                request,
-                state: PutState::Queued,
-                transfer: m.transfer,
-                received: size,
-                window: 0,
-                reason: "",
-            },
-        );
     }
 
     fn on_query(&mut self, conn: usize, rights: Rights, request: u32) {
@@ -944,20 +956,7 @@ impl Hub {
                 reason: format!("cannot keep the manifest of {name}: {e}"),
             });
         }
-        self.record_seq += 1;
-        self.records.insert(
-            transfer,
-            Record {
-                seq: self.record_seq,
-                manifest: m.clone(),
-                sites: BTreeMap::new(),
-                finished: false,
-            },
-        );
-        self.events.push_back(HubEvent::Queued {
-            manifest: m.clone(),
-            user: "outbox".into(),
-        });
+        self.record_queued(&m, "outbox".into(), now);
         Ok(m)
     }
 
@@ -971,9 +970,7 @@ impl Hub {
             .collect();
         for r in mine {
             if let Some(u) = self.uploads.remove(&(conn, r)) {
-                if let Some((_, spool)) = self.sender.as_mut() {
-                    spool.remove(u.transfer);
-                }
+                self.withdraw_upload(u, "the uploading client went away");
             }
         }
         self.routes.remove(&Peer::Conn(conn));

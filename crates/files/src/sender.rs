@@ -11,6 +11,13 @@
 //! - finished: every target site done (or the transfer expired: the sites without it
 //!   failed "expired").
 //!
+//! A file may be queued while its bytes still arrive (an upload,
+//! [`Sender::enqueue_arriving`]): its first pass goes as far as they have, every chunk
+//! but the last until the caller says the file is whole and checked
+//! ([`Sender::handle_uploaded`]), so no site can finish a file whose hash the sender has
+//! not seen; an upload that fails is withdrawn ([`Sender::withdraw`]: a cancel to the
+//! sites, which drop what they hold).
+//!
 //! A transfer stays active only while a target site that is present (heard within
 //! `site_timeout`) still needs it: one absent, full or failed site parks its
 //! transfers (offered every `park_offer_interval` so that site can try again) and
@@ -271,6 +278,8 @@ const PARKED_OFFERS_PER_SCAN: usize = 64;
 struct Outgoing {
     m: Manifest,
     chunks: u32,
+    /// Chunks whose bytes the source has (all but while the file arrives).
+    available: u32,
     /// Targets not resolved yet (sent to every site of the service: resolved when it
     /// starts).
     unresolved: bool,
@@ -290,6 +299,18 @@ struct Outgoing {
     active: bool,
 }
 
+/// An arriving file that has sent all it has: it holds no place in the window (so
+/// uploads that trickle cannot keep the other files waiting).
+fn waiting_for_bytes(t: &Outgoing) -> bool {
+    t.available < t.chunks && t.first_pass >= t.available && t.repairs.held() == 0
+}
+
+/// A message that goes before any chunk.
+enum Urgent {
+    Offer(u64),
+    Cancel(u64, Box<str>),
+}
+
 /// The sending side (see the module doc).
 pub struct Sender {
     cfg: SenderConfig,
@@ -304,7 +325,7 @@ pub struct Sender {
     loss: LossControl,
     events: VecDeque<SenderEvent>,
     /// Offers and cancels to send before any chunk.
-    urgent: VecDeque<(u64, bool)>,
+    urgent: VecDeque<Urgent>,
     /// Parked transfers with repairs a site asked for, oldest first.
     parked_repairs: VecDeque<u64>,
     started: Instant,
@@ -379,6 +400,69 @@ impl Sender {
 
     /// Queues a file; refused at once (never waits) when the queue is full.
     pub fn enqueue(&mut self, file: NewFile, now: Instant) -> Result<u64, QueueError> {
+        self.enqueue_with(file, now)
+    }
+
+    /// Queues a file whose bytes are still arriving in the sender's [`ChunkSource`]
+    /// (checked as [`Sender::enqueue`] checks): nothing of it goes out before
+    /// [`Sender::handle_uploaded`] says how much has arrived.
+    pub fn enqueue_arriving(&mut self, file: NewFile, now: Instant) -> Result<u64, QueueError> {
+        let id = self.enqueue_with(file, now)?;
+        self.transfers.get_mut(&id).expect("just queued").available = 0;
+        Ok(id)
+    }
+
+    /// `bytes` of an arriving file are in its source; `whole`: all of it, and its
+    /// SHA-256 checked. Until then its last chunk is held back.
+    pub fn handle_uploaded(&mut self, transfer: u64, bytes: u64, whole: bool, now: Instant) {
+        let Some(t) = self.transfers.get_mut(&transfer) else {
+            return;
+        };
+        if !t.active && waiting_for_bytes(t) {
+            // It may take a place in the window now.
+            self.next_scan = self.next_scan.min(now);
+        }
+        t.available = if whole {
+            t.chunks
+        } else {
+            let full = bytes / u64::from(t.m.chunk_size.max(1));
+            (full.min(u64::from(t.chunks.saturating_sub(1)))) as u32
+        };
+    }
+
+    /// Takes back a queued file (its upload failed): every site that does not have it
+    /// fails with `reason`, and the sites are told to drop what they hold.
+    pub fn withdraw(&mut self, transfer: u64, reason: &str) {
+        if self.transfers.contains_key(&transfer) {
+            self.fail_transfer(transfer, reason);
+        }
+    }
+
+    /// Fails a transfer at every site that does not have it, cancels it at the sites
+    /// and removes it.
+    fn fail_transfer(&mut self, id: u64, reason: &str) {
+        let Some(t) = self.transfers.get(&id) else {
+            return;
+        };
+        for (site, r) in &t.sites {
+            if r.target && r.state != Delivery::Done {
+                self.events.push_back(SenderEvent::Site {
+                    transfer: id,
+                    site: site.clone(),
+                    state: Delivery::Failed,
+                    reason: reason.to_owned(),
+                });
+            }
+        }
+        self.remove(id);
+        self.urgent.push_back(Urgent::Cancel(id, reason.into()));
+        self.events.push_back(SenderEvent::Finished {
+            transfer: id,
+            delivered: false,
+        });
+    }
+
+    fn enqueue_with(&mut self, file: NewFile, now: Instant) -> Result<u64, QueueError> {
         check_name(&file.name).map_err(|reason| QueueError::BadName {
             name: file.name.clone(),
             reason,
@@ -505,6 +589,7 @@ impl Sender {
             m.transfer,
             Outgoing {
                 chunks,
+                available: chunks,
                 unresolved,
                 sites,
                 first_pass: 0,
@@ -687,7 +772,7 @@ impl Sender {
             let waiting = self
                 .transfers
                 .get(&id)
-                .is_some_and(|t| !t.active && self.needy(t, now));
+                .is_some_and(|t| !t.active && !waiting_for_bytes(t) && self.needy(t, now));
             if waiting {
                 self.activate(id, now);
             }
@@ -719,7 +804,7 @@ impl Sender {
         self.next_scan = now + SCAN_INTERVAL;
         self.expire(now);
         self.resolve_open(now);
-        // Park what no present site needs, and what no site answers (a site whose
+        // Park what no present site needs, what waits for its bytes, and what no site answers (a site whose
         // partial files are all taken ignores new offers until one is done: waiting
         // for it must not hold the window); fill the window, oldest first.
         let quiet = self.cfg.offer_interval * 4;
@@ -728,6 +813,7 @@ impl Sender {
             let needy = self.transfers.get(&id).is_some_and(|t| {
                 let sending = t.first_pass < t.chunks || t.repairs.held() > 0;
                 self.needy(t, now)
+                    && !waiting_for_bytes(t)
                     && (sending || now.saturating_duration_since(t.last_progress) < quiet)
             });
             if needy {
@@ -756,7 +842,7 @@ impl Sender {
                 .expect("order holds live transfers");
             if !t.active && !t.unresolved && t.first_pass > 0 && t.offer_at <= now {
                 t.offer_at = now + self.cfg.park_offer_interval;
-                self.urgent.push_back((id, false));
+                self.urgent.push_back(Urgent::Offer(id));
                 parked_offers += 1;
             }
         }
@@ -799,23 +885,7 @@ impl Sender {
             .map(|(id, _)| *id)
             .collect();
         for id in expired {
-            let t = &self.transfers[&id];
-            for (site, r) in &t.sites {
-                if r.target && r.state != Delivery::Done {
-                    self.events.push_back(SenderEvent::Site {
-                        transfer: id,
-                        site: site.clone(),
-                        state: Delivery::Failed,
-                        reason: "expired".into(),
-                    });
-                }
-            }
-            self.remove(id);
-            self.urgent.push_back((id, true));
-            self.events.push_back(SenderEvent::Finished {
-                transfer: id,
-                delivered: false,
-            });
+            self.fail_transfer(id, "expired");
         }
     }
 
@@ -874,7 +944,7 @@ impl Sender {
         for id in &self.active {
             let t = &self.transfers[id];
             earliest(t.offer_at);
-            chunk_work |= t.repairs.held() > 0 || t.first_pass < t.chunks;
+            chunk_work |= t.repairs.held() > 0 || t.first_pass < t.available;
         }
         if !self.urgent.is_empty() {
             earliest(self.started); // at once
@@ -898,16 +968,19 @@ impl Sender {
         out: &mut Vec<u8>,
     ) -> bool {
         out.clear();
-        while let Some((id, cancel)) = self.urgent.pop_front() {
-            if cancel {
-                FilesMessage::Cancel {
-                    transfer: id,
-                    reason: "expired",
+        while let Some(u) = self.urgent.pop_front() {
+            let id = match u {
+                Urgent::Cancel(transfer, reason) => {
+                    FilesMessage::Cancel {
+                        transfer,
+                        reason: &reason,
+                    }
+                    .encode(out)
+                    .expect("a cancel always encodes");
+                    return true;
                 }
-                .encode(out)
-                .expect("a cancel always encodes");
-                return true;
-            }
+                Urgent::Offer(id) => id,
+            };
             if let Some(t) = self.transfers.get(&id) {
                 self.stats.offers += 1;
                 FilesMessage::Offer(t.m.offer(t.first_pass))
@@ -956,7 +1029,7 @@ impl Sender {
                 .iter()
                 .find(|id| {
                     let t = &self.transfers[id];
-                    t.first_pass < t.chunks
+                    t.first_pass < t.available
                 })
                 .map(|id| (*id, false))
         });
@@ -982,22 +1055,7 @@ impl Sender {
             // The spool lost the file: nobody can get it any more.
             self.stats.read_errors += 1;
             let reason = format!("the sender cannot read its copy: {e}");
-            for (site, r) in &t.sites {
-                if r.state != Delivery::Done {
-                    self.events.push_back(SenderEvent::Site {
-                        transfer: id,
-                        site: site.clone(),
-                        state: Delivery::Failed,
-                        reason: reason.clone(),
-                    });
-                }
-            }
-            self.remove(id);
-            self.urgent.push_back((id, true));
-            self.events.push_back(SenderEvent::Finished {
-                transfer: id,
-                delivered: false,
-            });
+            self.fail_transfer(id, &reason);
             return self.poll_transmit(now, src, out);
         }
         wire::encode_chunk(out, id, index, &self.buf).expect("chunks are at most MAX_CHUNK");
@@ -1013,7 +1071,7 @@ impl Sender {
                 } else {
                     t.repair_queued = false;
                     self.parked_repairs.retain(|x| *x != id);
-                    self.urgent.push_back((id, false));
+                    self.urgent.push_back(Urgent::Offer(id));
                 }
             }
         } else {

@@ -752,3 +752,91 @@ fn a_long_queue_never_fills_a_site_with_files_not_yet_sent() {
     net.run_until(Duration::from_secs(120), |n| n.all_finished(&ids));
     assert_eq!(net.sites[0].store.inbox.len(), 200);
 }
+
+impl Net {
+    /// Queues `bytes` as a file still arriving: the spool holds only what
+    /// [`Net::arrive`] has put in, so a read beyond it fails the transfer.
+    fn send_arriving(&mut self, id: u64, name: &str, bytes: &[u8], sites: usize) -> u64 {
+        let file = NewFile {
+            transfer: id,
+            service: SERVICE.into(),
+            name: name.into(),
+            size: bytes.len() as u64,
+            sha256: Sha256::digest(bytes).into(),
+            to: targets(sites),
+            expires_ms: 0,
+        };
+        self.spool.0.insert(id, Vec::new());
+        self.tx.enqueue_arriving(file, self.now).unwrap()
+    }
+
+    /// The first `len` bytes of `bytes` are in the spool (`whole`: all, and checked).
+    fn arrive(&mut self, id: u64, bytes: &[u8], len: usize, whole: bool) {
+        self.spool.0.insert(id, bytes[..len].to_vec());
+        self.tx.handle_uploaded(id, len as u64, whole, self.now);
+    }
+}
+
+#[test]
+fn a_file_still_arriving_goes_out_as_its_bytes_come_and_no_site_has_it_before_it_is_checked() {
+    let mut net = Net::new(2, sender_config());
+    let file = bytes(100_000, 3); // 98 chunks of 1,024 bytes
+    let id = net.send_arriving(7, "big.bin", &file, 2);
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.chunks_to, vec![0, 0], "nothing before its bytes");
+    // Half of it: the chunks it holds whole, nothing beyond.
+    net.arrive(id, &file, 50_000, false);
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.chunks_to, vec![48, 48]);
+    // All of it, not yet checked: every chunk but the last.
+    net.arrive(id, &file, 100_000, false);
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.chunks_to, vec![97, 97]);
+    assert!(net.finished(id).is_none());
+    assert!(net.sites.iter().all(|s| s.store.inbox.is_empty()));
+    // Checked: the last chunk goes and every site has the file, in one pass.
+    net.arrive(id, &file, 100_000, true);
+    net.run_until(Duration::from_secs(10), |n| n.finished(id).is_some());
+    assert_eq!(net.finished(id), Some(true));
+    for site in &net.sites {
+        assert_eq!(site.store.inbox.get("big.bin"), Some(&file));
+    }
+    let stats = net.tx.stats();
+    assert_eq!((stats.chunks, stats.repairs, stats.read_errors), (98, 0, 0));
+}
+
+#[test]
+fn an_upload_that_fails_is_withdrawn_and_every_site_drops_what_it_holds() {
+    let mut net = Net::new(2, sender_config());
+    let file = bytes(100_000, 4);
+    let id = net.send_arriving(9, "big.bin", &file, 2);
+    net.arrive(id, &file, 60_000, false);
+    net.run_for(Duration::from_millis(500));
+    assert!(net.sites.iter().all(|s| s.store.partial.contains_key(&id)));
+    net.tx
+        .withdraw(id, "the upload failed: the client went away");
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.finished(id), Some(false));
+    let failed: Vec<&str> = net
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            SenderEvent::Site {
+                state: Delivery::Failed,
+                reason,
+                ..
+            } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, ["the upload failed: the client went away"; 2]);
+    for site in &net.sites {
+        assert!(site.store.partial.is_empty() && site.store.inbox.is_empty());
+        assert!(
+            site.events.iter().any(|e| matches!(e, ReceiverEvent::Cancelled { transfer, reason } if *transfer == id && reason.contains("client went away"))),
+            "{:?}",
+            site.events
+        );
+    }
+    assert_eq!((net.tx.queued_files(), net.tx.queued_bytes()), (0, 0));
+}

@@ -519,3 +519,79 @@ fn batch_commits_what_became_whole_within_its_delay() {
     assert_eq!(in_eod(dir.path()), 3);
     assert_eq!(h.inbox_counts().unwrap().syncs, 4);
 }
+
+/// The hub's messages to the backbone, decoded: (offers, chunks, cancels' reasons).
+fn to_backbone(h: &mut Hub, now: Instant) -> (usize, usize, Vec<String>) {
+    let (mut offers, mut chunks, mut cancels) = (0, 0, Vec::new());
+    h.handle_timeout(now);
+    while h.pump(now) {}
+    for o in outputs(h).into_iter().filter(|o| o.to == Peer::Backbone) {
+        match FilesMessage::decode(&o.body).unwrap() {
+            FilesMessage::Offer(_) => offers += 1,
+            FilesMessage::Chunk { .. } => chunks += 1,
+            FilesMessage::Cancel { reason, .. } => cancels.push(reason.to_string()),
+            _ => {}
+        }
+    }
+    (offers, chunks, cancels)
+}
+
+/// `range` of request 1's bytes, in messages of 50,000.
+fn upload(h: &mut Hub, data: &[u8], range: std::ops::Range<usize>, now: Instant) {
+    for at in range.clone().step_by(50_000) {
+        let d = FilesMessage::PutData {
+            request: 1,
+            offset: at as u64,
+            data: &data[at..(at + 50_000).min(range.end)],
+        };
+        h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), now);
+    }
+}
+
+#[test]
+fn an_upload_goes_to_its_sites_as_it_arrives_and_one_whose_hash_is_wrong_is_withdrawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let t0 = Instant::now();
+    let present = FilesMessage::Present {
+        site: "edge1",
+        service: "FILES",
+    };
+    h.handle(Peer::Backbone, "", Rights::default(), &encode(&present), t0);
+    // 800 KB (50 chunks of 16 KiB) announced with a hash it does not have.
+    let data = vec![7u8; 800_000];
+    let p = FilesMessage::Put(Put {
+        request: 1,
+        service: "FILES",
+        name: "big.bin",
+        size: data.len() as u64,
+        sha256: [0; 32],
+        to: vec!["edge1"],
+    });
+    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), t0);
+    upload(&mut h, &data, 0..400_000, t0);
+    let t1 = t0 + std::time::Duration::from_millis(200);
+    let (offers, chunks, cancels) = to_backbone(&mut h, t1);
+    // Offered, and the 24 whole chunks it has go out before the rest is uploaded.
+    assert!(offers >= 1);
+    assert_eq!((chunks, cancels.len()), (24, 0));
+    upload(&mut h, &data, 400_000..800_000, t1);
+    let a = answers(&mut h);
+    assert!(
+        a.contains(&(
+            PutState::Refused,
+            "the bytes received do not match the SHA-256 announced".into()
+        )),
+        "{a:?}"
+    );
+    // The sites are told to drop it, and never got its last chunk.
+    let (_, chunks, cancels) = to_backbone(&mut h, t1 + std::time::Duration::from_millis(200));
+    assert_eq!(chunks, 0);
+    assert_eq!(
+        cancels,
+        ["the upload failed: the bytes received do not match the SHA-256 announced"]
+    );
+    let r = report(&mut h);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].2.as_str(), r[0].3.as_str()), ("edge1", "failed"));
+}
