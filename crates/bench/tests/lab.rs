@@ -373,7 +373,14 @@ fn bench_scenarios_write_complete_results_reports_and_plots() {
         "--items 500 --rates 500,1000 --step-seconds 1 --max-rate 1000",
     );
     let steps = r["latency"].as_array().expect("latency list");
-    assert_eq!(steps.len(), 2, "{steps:?}");
+    // Both rates, unless the first was not sustained (a busy machine): then the
+    // ladder stops there and says why.
+    let stopped_early = steps.len() == 1
+        && steps[0]["step"]["pass"] == false
+        && steps[0]["step"]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty());
+    assert!(steps.len() == 2 || stopped_early, "{steps:?}");
     for (s, rate) in steps.iter().zip([500, 1000]) {
         assert_eq!(s["rate"], rate);
         for key in [

@@ -1031,12 +1031,19 @@ fn run(
             taken += 1;
             // A disk that syncs slowly must not hold back the presences and statuses
             // the other sites and senders wait for: at most 50 ms of input per turn.
-            next = if taken < 1024 && now.elapsed() < Duration::from_millis(50) {
+            // Nor may input (an upload) hold back the sender past its next deadline:
+            // its pace keeps a burst of a few ms, and what it does not use is lost.
+            next = if taken < 1024
+                && now.elapsed() < Duration::from_millis(50)
+                && hub.poll_timeout().is_none_or(|at| at > Instant::now())
+            {
                 input.try_recv().ok()
             } else {
                 None
             };
         }
+        // The input may have taken a while: the deadlines and the pace go by the clock.
+        let now = Instant::now();
         hub.handle_timeout(now);
         if let Some(o) = outbox.as_mut() {
             o.look(&mut hub, now);
