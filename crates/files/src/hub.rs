@@ -159,6 +159,9 @@ const MAX_ROUTES_PER_PEER: usize = 256;
 const MAX_RELAYED: usize = 65_536;
 /// Report bytes per message (the native protocol's bodies are at most 65,535).
 const REPORT_BYTES: usize = 60_000;
+/// Why an upload ends whose transfer the sender gave up first.
+const ENDED_BEFORE_UPLOAD: &str =
+    "the sender gave the file up before its upload ended (tickwire files status says why)";
 /// Messages a sender may produce per pump (the thread then looks at its input).
 const PUMP_BATCH: usize = 256;
 
@@ -758,9 +761,11 @@ impl Hub {
         let (tx, spool) = self.sender.as_mut().expect("uploads need a sender");
         let reason = if sha != u.sha256 {
             "the bytes received do not match the SHA-256 announced".to_string()
+        } else if tx.transfer(transfer).is_none() {
+            ENDED_BEFORE_UPLOAD.to_string()
         } else {
             tx.handle_uploaded(transfer, size, true, now);
-            let m = tx.transfer(transfer).expect("queued at its put").0;
+            let m = tx.transfer(transfer).expect("checked").0;
             match spool.save(m) {
                 Ok(()) => {
                     // What its sites said meanwhile, for a restart.
@@ -1026,6 +1031,15 @@ impl Hub {
         }
     }
 
+    /// Whether the sender may send a chunk now: input should wait for it (the pace
+    /// keeps only a short burst of what it allows).
+    pub fn chunk_due(&self, now: Instant) -> bool {
+        self.sender
+            .as_ref()
+            .and_then(|(tx, _)| tx.next_chunk_at())
+            .is_some_and(|at| at <= now)
+    }
+
     /// When `handle_timeout` is next needed.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut at: Option<Instant> = None;
@@ -1053,6 +1067,8 @@ impl Hub {
     /// record. Returns whether the sender has more to send now (call again).
     pub fn pump(&mut self, now: Instant) -> bool {
         let mut more = false;
+        // Transfers the sender gave up (expired): an upload still bringing one ends.
+        let mut ended = Vec::new();
         let wall = self.wall_ms(now);
         if let Some((tx, spool)) = self.sender.as_mut() {
             let mut n = 0;
@@ -1083,6 +1099,13 @@ impl Hub {
             }
             more = n == PUMP_BATCH;
             while let Some(e) = tx.poll_event() {
+                if let SenderEvent::Finished {
+                    transfer,
+                    delivered: false,
+                } = e
+                {
+                    ended.push(transfer);
+                }
                 Self::sender_event(
                     spool,
                     &mut self.records,
@@ -1143,6 +1166,17 @@ impl Hub {
                     }
                     ReceiverEvent::Cancelled { .. } => {}
                 }
+            }
+        }
+        for t in ended {
+            let key = self
+                .uploads
+                .iter()
+                .find(|(_, u)| u.transfer == t)
+                .map(|(k, _)| *k);
+            if let Some((conn, request)) = key {
+                self.uploads.remove(&(conn, request));
+                self.refuse(conn, request, ENDED_BEFORE_UPLOAD);
             }
         }
         // A site's received files too: a node that only receives keeps no more.

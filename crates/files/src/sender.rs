@@ -940,23 +940,29 @@ impl Sender {
             Some(self.next_scan)
         };
         let mut earliest = |t: Instant| at = Some(at.map_or(t, |a: Instant| a.min(t)));
-        let mut chunk_work = false;
         for id in &self.active {
-            let t = &self.transfers[id];
-            earliest(t.offer_at);
-            chunk_work |= t.repairs.held() > 0 || t.first_pass < t.available;
+            earliest(self.transfers[id].offer_at);
         }
         if !self.urgent.is_empty() {
             earliest(self.started); // at once
         }
-        chunk_work |= !self.parked_repairs.is_empty();
-        if chunk_work {
-            earliest(
-                self.pace
-                    .ready_at(u64::from(self.cfg.chunk_size) + CHUNK_HEADER_LEN as u64),
-            );
+        if let Some(ready) = self.next_chunk_at() {
+            earliest(ready);
         }
         at
+    }
+
+    /// When the pace lets the next chunk go, if a transfer has one to send.
+    pub fn next_chunk_at(&self) -> Option<Instant> {
+        let work = !self.parked_repairs.is_empty()
+            || self.active.iter().any(|id| {
+                let t = &self.transfers[id];
+                t.repairs.held() > 0 || t.first_pass < t.available
+            });
+        work.then(|| {
+            self.pace
+                .ready_at(u64::from(self.cfg.chunk_size) + CHUNK_HEADER_LEN as u64)
+        })
     }
 
     /// Writes the next message to send into `out` (cleared first); false when there

@@ -595,3 +595,53 @@ fn an_upload_goes_to_its_sites_as_it_arrives_and_one_whose_hash_is_wrong_is_with
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!((r[0].2.as_str(), r[0].3.as_str()), ("edge1", "failed"));
 }
+
+#[test]
+fn an_upload_whose_file_expires_at_the_sender_first_is_ended_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let spool = Spool::new(&dir.path().join("spool")).unwrap();
+    let mut sc = SenderConfig::new("src");
+    sc.expire_after = std::time::Duration::from_secs(1);
+    let cfg = HubConfig::new("src", vec!["FILES".into()]);
+    let mut h = Hub::new(
+        cfg,
+        Some((Sender::new(sc, t0), spool)),
+        None,
+        t0,
+        1_790_000_000_000,
+        42,
+    );
+    let data = vec![1u8; 200_000];
+    let p = FilesMessage::Put(Put {
+        request: 1,
+        service: "FILES",
+        name: "slow.bin",
+        size: data.len() as u64,
+        sha256: Sha256::digest(&data).into(),
+        to: vec!["edge1"],
+    });
+    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), t0);
+    upload(&mut h, &data, 0..100_000, t0);
+    assert_eq!(answers(&mut h), [(PutState::Go, String::new())]);
+    // Its upload outlives the file's time at the sender.
+    let t1 = t0 + std::time::Duration::from_secs(2);
+    h.handle_timeout(t1);
+    while h.pump(t1) {}
+    assert_eq!(
+        answers(&mut h),
+        [(
+            PutState::Refused,
+            "the sender gave the file up before its upload ended (tickwire files status says why)"
+                .to_string()
+        )]
+    );
+    // The rest of it is ignored, and nothing of it stays in the spool.
+    upload(&mut h, &data, 100_000..200_000, t1);
+    assert!(answers(&mut h).is_empty());
+    let log = std::fs::read_to_string(dir.path().join("spool/queue.log")).unwrap();
+    assert!(!log.contains("\"queued\""), "{log}");
+    let r = report(&mut h);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].2.as_str(), r[0].3.as_str()), ("edge1", "failed"));
+}

@@ -1031,11 +1031,11 @@ fn run(
             taken += 1;
             // A disk that syncs slowly must not hold back the presences and statuses
             // the other sites and senders wait for: at most 50 ms of input per turn.
-            // Nor may input (an upload) hold back the sender past its next deadline:
-            // its pace keeps a burst of a few ms, and what it does not use is lost.
+            // Nor may input (an upload) hold back a chunk the sender may send: its
+            // pace keeps a burst of a few ms, and what it does not use is lost.
             next = if taken < 1024
                 && now.elapsed() < Duration::from_millis(50)
-                && hub.poll_timeout().is_none_or(|at| at > Instant::now())
+                && !hub.chunk_due(Instant::now())
             {
                 input.try_recv().ok()
             } else {
