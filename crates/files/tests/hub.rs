@@ -536,6 +536,19 @@ fn to_backbone(h: &mut Hub, now: Instant) -> (usize, usize, Vec<String>) {
     (offers, chunks, cancels)
 }
 
+/// Request 1: a Put of `size` bytes named `name` in FILES, for edge1.
+fn put_to_edge1(h: &mut Hub, name: &str, size: usize, sha256: [u8; 32], now: Instant) {
+    let p = FilesMessage::Put(Put {
+        request: 1,
+        service: "FILES",
+        name,
+        size: size as u64,
+        sha256,
+        to: vec!["edge1"],
+    });
+    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), now);
+}
+
 /// `range` of request 1's bytes, in messages of 50,000.
 fn upload(h: &mut Hub, data: &[u8], range: std::ops::Range<usize>, now: Instant) {
     for at in range.clone().step_by(50_000) {
@@ -560,15 +573,7 @@ fn an_upload_goes_to_its_sites_as_it_arrives_and_one_whose_hash_is_wrong_is_with
     h.handle(Peer::Backbone, "", Rights::default(), &encode(&present), t0);
     // 800 KB (50 chunks of 16 KiB) announced with a hash it does not have.
     let data = vec![7u8; 800_000];
-    let p = FilesMessage::Put(Put {
-        request: 1,
-        service: "FILES",
-        name: "big.bin",
-        size: data.len() as u64,
-        sha256: [0; 32],
-        to: vec!["edge1"],
-    });
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), t0);
+    put_to_edge1(&mut h, "big.bin", data.len(), [0; 32], t0);
     upload(&mut h, &data, 0..400_000, t0);
     let t1 = t0 + std::time::Duration::from_millis(200);
     let (offers, chunks, cancels) = to_backbone(&mut h, t1);
@@ -613,15 +618,13 @@ fn an_upload_whose_file_expires_at_the_sender_first_is_ended_with_the_reason() {
         42,
     );
     let data = vec![1u8; 200_000];
-    let p = FilesMessage::Put(Put {
-        request: 1,
-        service: "FILES",
-        name: "slow.bin",
-        size: data.len() as u64,
-        sha256: Sha256::digest(&data).into(),
-        to: vec!["edge1"],
-    });
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), t0);
+    put_to_edge1(
+        &mut h,
+        "slow.bin",
+        data.len(),
+        Sha256::digest(&data).into(),
+        t0,
+    );
     upload(&mut h, &data, 0..100_000, t0);
     assert_eq!(answers(&mut h), [(PutState::Go, String::new())]);
     // Its upload outlives the file's time at the sender.
