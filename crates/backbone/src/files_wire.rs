@@ -5,6 +5,7 @@
 //! made and hands what came on the files stream over unopened ([`FilesIn`]).
 
 use crate::auth::{self, Keys, Rejected, Sealer, Verifier};
+use crate::chunk_buffers;
 use crate::wire::{BackboneMessage, HEADER_LEN};
 
 /// Which way a file-transfer message leaves this node on the backbone.
@@ -140,7 +141,7 @@ impl FilesWire {
             },
         };
         // Built once, sealed where it is: a chunk is copied only into this message.
-        let mut msg = Vec::with_capacity(HEADER_LEN + 8 + body.len() + auth::TRAILER_LEN);
+        let mut msg = chunk_buffers::SHARED.take(HEADER_LEN + 8 + body.len() + auth::TRAILER_LEN);
         m.encode(&mut msg).ok()?;
         let stream = match route {
             FilesRoute::Down | FilesRoute::UpFiles => FilesStream::Files,

@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod chunk_buffers;
 mod dense;
 pub mod edge;
 mod files_wire;
@@ -486,7 +487,7 @@ impl Backbone {
                 if *files_in_bytes + bytes.len() <= MAX_FILES_IN_BYTES {
                     *files_in_bytes += bytes.len();
                     files_in.push(FilesIn {
-                        bytes: bytes.to_vec(),
+                        bytes: chunk_buffers::SHARED.copy_of(bytes, 0),
                         seal_to_check,
                     });
                 } else {

@@ -19,6 +19,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tickwire_auth::Action;
+use tickwire_backbone::chunk_buffers;
 use tickwire_backbone::{auth::Keys, FilesFraming, FilesStream, FilesWire};
 use tickwire_core::{ConnId, FilesIn, Node};
 use tickwire_files::audit;
@@ -660,6 +661,7 @@ impl FilesThread {
                             break;
                         }
                     }
+                    chunk_buffers::SHARED.give_back(bytes);
                 }
             }
         }
@@ -992,12 +994,17 @@ fn run(
                     rights,
                     body,
                 } => hub.handle(from, &user, rights, &body, now),
-                Input::FromBackbone(m) if m.seal_to_check => match wire.open(&m.bytes) {
-                    Ok(body) => hub.handle(Peer::Backbone, "", Rights::default(), body, now),
-                    Err(why) => log_rejected(&wire, why),
-                },
                 Input::FromBackbone(m) => {
-                    hub.handle(Peer::Backbone, "", Rights::default(), &m.bytes, now)
+                    match m.seal_to_check {
+                        true => match wire.open(&m.bytes) {
+                            Ok(body) => {
+                                hub.handle(Peer::Backbone, "", Rights::default(), body, now)
+                            }
+                            Err(why) => log_rejected(&wire, why),
+                        },
+                        false => hub.handle(Peer::Backbone, "", Rights::default(), &m.bytes, now),
+                    }
+                    chunk_buffers::SHARED.give_back(m.bytes);
                 }
                 Input::Wire { framing, keys } => {
                     let has_way = framing.is_some();
