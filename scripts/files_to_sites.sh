@@ -18,7 +18,12 @@
 #   EXTRA_BACKBONE='key_file = "/tmp/bb.keys"' SITES=1 COUNT=1 SIZE=200000000 bash scripts/files_to_sites.sh
 #
 # TICKWIRE_BIN names the node binary (default target/release/tickwire); KEEP=1 keeps the
-# work directory (configs, logs, the source's audit log with each site's times).
+# work directory (configs, logs, the source's audit log with each site's times); WORK_BASE
+# is where it is made (default /tmp; /dev/shm leaves the disk out of a profile).
+# Runs of thousands of small files back to back slow down on ext4 without a journal: the
+# kernel does not hand out an inode deleted in the last minutes, and each file created
+# after thousands were deleted looks past them (`recently_deleted` in a profile). Compare
+# binaries run by run, alternated, or on /dev/shm.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${TICKWIRE_BIN:-$here/target/release/tickwire}
@@ -29,7 +34,7 @@ RATE_MB=${RATE_MB:-200}
 FSYNC=${FSYNC:-never}   # the sites' [files] fsync: always, batch or never
 EXTRA_BACKBONE=${EXTRA_BACKBONE:-}
 [ -x "$BIN" ] || { echo "no node binary at $BIN (cargo build --release -p tickwire-cli)" >&2; exit 1; }
-work=$(mktemp -d /tmp/tickwire-files-to-sites.XXXX)
+work=$(mktemp -d "${WORK_BASE:-/tmp}"/tickwire-files-to-sites.XXXX)
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
