@@ -182,15 +182,21 @@ fn files_travel_down_a_node_tree_whole_to_every_site_named() {
     );
 }
 
+/// Starts the sender `src` (its `[files]` with `extra`), on the same port each time: a
+/// sender its sites find again when it is started after a kill.
+fn restartable_sender(d: &Path, extra: &str) -> impl Fn() -> Node {
+    let listen = format!("127.0.0.1:{}", free_port_for_tests());
+    let toml = sender_toml(d, extra);
+    let d = d.to_path_buf();
+    move || files_node(&d, "src", &toml, &["--listen", &listen])
+}
+
 #[test]
 fn a_site_killed_mid_file_resumes_where_it_was_and_the_sender_continues_after_its_own_kill() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // 2 MB/s: a 6 MB file takes about 3 s, time to kill processes in the middle.
-    let port = free_port_for_tests().to_string();
-    let src_toml = sender_toml(d, "rate_mb_per_s = 2\nchunk_kib = 32");
-    let listen = format!("127.0.0.1:{port}");
-    let start_src = || files_node(d, "src", &src_toml, &["--listen", &listen]);
+    let start_src = restartable_sender(d, "rate_mb_per_s = 2\nchunk_kib = 32");
     let mut src = start_src();
     let site = site_toml(d, "edge1", &src, "");
     let mut edge1 = files_node(d, "edge1", &site, &[]);
@@ -249,6 +255,97 @@ fn a_site_killed_mid_file_resumes_where_it_was_and_the_sender_continues_after_it
             && r["site"] == "edge1"
             && r["state"] == "done"
             && r["sha256"].as_str().is_some_and(|h| h.len() == 64)),
+        "{rows:#?}"
+    );
+}
+
+/// Entries in edge1's folder of partial files.
+fn edge1_partials(d: &Path) -> usize {
+    std::fs::read_dir(
+        d.join("edge1-inbox")
+            .join(tickwire_files::inbox::PARTIAL_DIR),
+    )
+    .map(|r| r.filter_map(|e| e.ok()).count())
+    .unwrap_or(0)
+}
+
+#[test]
+fn a_sender_killed_mid_upload_has_its_sites_drop_what_they_got_once_it_is_back() {
+    use tickwire_client::{ConnectOptions, Subscriber};
+    use tickwire_files::wire::{FilesMessage, Put};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let start_src = restartable_sender(d, "chunk_kib = 32");
+    let mut src = start_src();
+    let site = site_toml(d, "edge1", &src, "");
+    let edge1 = files_node(d, "edge1", &site, &[]);
+    // A client that announces a 6 MB file, uploads its first 60 KB, and stalls: the
+    // node sends the chunks it has to edge1 meanwhile.
+    let (path, data) = write(d, "half.bin", 6_000_000, 3);
+    let (size, sha256) = tickwire_files::spool::sha256_file(&path).unwrap();
+    let mut opts = ConnectOptions::new(src.addr_str());
+    opts.reconnect = false;
+    let mut client = Subscriber::connect(opts).expect("connect");
+    let mut body = Vec::new();
+    let put = FilesMessage::Put(Put {
+        request: 1,
+        service: "FILES",
+        name: "half.bin",
+        size,
+        sha256,
+        to: vec!["edge1"],
+    });
+    put.encode(&mut body).unwrap();
+    client.send_files(&body).unwrap();
+    body.clear();
+    let first = FilesMessage::PutData {
+        request: 1,
+        offset: 0,
+        data: &data[..60_000],
+    };
+    first.encode(&mut body).unwrap();
+    client.send_files(&body).unwrap();
+    let deadline = Instant::now() + T;
+    while edge1_partials(d) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "edge1 got nothing of the file\n--- src\n{}\n--- edge1\n{}",
+            src.proc.log(),
+            edge1.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The sender dies mid-upload; back, it tells edge1 to drop the part it holds.
+    src.proc.signal(libc::SIGKILL);
+    src.proc.wait_exit(T);
+    drop(client);
+    let src = start_src();
+    let deadline = Instant::now() + T;
+    while edge1_partials(d) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "edge1 still holds the part\n--- src\n{}\n--- edge1\n{}",
+            src.proc.log(),
+            edge1.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!d.join("edge1-inbox/half.bin").exists());
+    let why = "half.bin from src not taken: cancelled by its sender: the sending node stopped \
+               before the file was uploaded whole";
+    let deadline = Instant::now() + T;
+    while !edge1.proc.log().contains(why) {
+        assert!(Instant::now() < deadline, "{}", edge1.proc.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let rows = status(&src);
+    assert!(
+        rows.iter().any(|r| r["file"] == "half.bin"
+            && r["site"] == "edge1"
+            && r["state"] == "failed"
+            && r["reason"]
+                .as_str()
+                .is_some_and(|why| why.contains("stopped before the file was uploaded whole"))),
         "{rows:#?}"
     );
 }

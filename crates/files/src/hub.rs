@@ -25,7 +25,7 @@ use crate::name::check_name;
 use crate::receiver::{Receiver, ReceiverEvent, ReceiverStats};
 use crate::sender::{Delivery, NewFile, Sender, SenderEvent, SenderStats};
 use crate::spool::{Spool, SpoolWriter};
-use crate::wire::{FilesMessage, Put, PutAnswer, PutState, ReportEntry};
+use crate::wire::{FilesMessage, Put, PutAnswer, PutState, ReportEntry, PUT_FIRST_WINDOW};
 
 /// Where a message comes from or goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -58,6 +58,10 @@ impl Rights {
         subscribe: u64::MAX,
     };
 }
+
+/// Why a file whose upload a restart interrupted is cancelled at the sites.
+const UNFINISHED: &str =
+    "the sending node stopped before the file was uploaded whole: send it again";
 
 /// Most file services a node has (the bits of [`Rights`]).
 pub const MAX_SERVICES: usize = 64;
@@ -188,9 +192,31 @@ pub struct Hub {
     /// When the completed files waiting in the inbox are synced (its fsync policy's
     /// delay after the first of them).
     commit_due: Option<Instant>,
+    /// Uploads the last run never finished, cancelled at each site as it says it is
+    /// there (after a restart no site is known until it does).
+    restart_cancels: Vec<RestartCancel>,
     stats: HubStats,
     buf: Vec<u8>,
 }
+
+/// A file whose upload a restart interrupted: the sites that got its first chunks are
+/// told to drop them, each when it is heard.
+struct RestartCancel {
+    transfer: u64,
+    /// Its service's index.
+    service: usize,
+    /// Until when sites are told (one that comes back later drops the part when it
+    /// gives the file up, `abandon_after`).
+    until: Instant,
+    /// The sites told, and how often (a few times: the first may go before the way to
+    /// the site is up).
+    told: HashMap<String, u8>,
+}
+
+/// How long after a restart the sites are told of the uploads it interrupted.
+const RESTART_CANCEL_FOR: Duration = Duration::from_secs(600);
+/// How many times each site is told.
+const RESTART_CANCEL_TIMES: u8 = 3;
 
 impl Hub {
     /// A hub for the node; `sender` and `receiver` are there when the node has a spool
@@ -220,6 +246,7 @@ impl Hub {
             t0: now,
             wall0_ms: wall_ms,
             commit_due: None,
+            restart_cancels: Vec::new(),
             stats: HubStats::default(),
             buf: Vec::new(),
         }
@@ -334,6 +361,32 @@ impl Hub {
                 self.finished_order.retain(|t| *t != m.transfer);
             }
             sender.restore(m, sites, now + left, now);
+        }
+        // Uploads the last run began and never finished: their bytes are gone, and
+        // the sites are told to drop what they got.
+        for m in spool.take_unfinished() {
+            self.record_seq += 1;
+            let rec = Record {
+                seq: self.record_seq,
+                manifest: m.clone(),
+                sites: Default::default(),
+                finished: false,
+            };
+            if self.records.insert(m.transfer, rec).is_some() {
+                self.finished_order.retain(|t| *t != m.transfer);
+            }
+            let transfer = m.transfer;
+            if let Some(service) = self.cfg.services.iter().position(|s| *s == m.service) {
+                self.restart_cancels.push(RestartCancel {
+                    transfer,
+                    service,
+                    until: now + RESTART_CANCEL_FOR,
+                    told: HashMap::new(),
+                });
+            }
+            // The record says why it failed at its sites.
+            sender.restore(m, [], now, now);
+            sender.withdraw(transfer, UNFINISHED);
         }
         Ok(n)
     }
@@ -502,6 +555,7 @@ impl Hub {
         if let Some((tx, _)) = self.sender.as_mut() {
             tx.handle_present(site, service, now);
         }
+        self.tell_restart_cancels(from, i, site, now);
         // Senders above learn of the site through this node.
         for to in UP.into_iter().filter(|p| *p != from) {
             self.stats.relayed_up += 1;
@@ -510,6 +564,37 @@ impl Hub {
                 body: body.to_vec(),
                 droppable: true,
             });
+        }
+    }
+
+    /// Cancels the uploads the last run never finished at `site` (of service `i`),
+    /// which was just heard from `from`.
+    fn tell_restart_cancels(&mut self, from: Peer, i: usize, site: &str, now: Instant) {
+        if self.restart_cancels.is_empty() {
+            return;
+        }
+        self.restart_cancels.retain(|c| c.until > now);
+        for c in self.restart_cancels.iter_mut().filter(|c| c.service == i) {
+            if !c.told.contains_key(site) && c.told.len() >= MAX_ROUTES_PER_PEER {
+                continue;
+            }
+            let told = c.told.entry(site.to_owned()).or_default();
+            if *told >= RESTART_CANCEL_TIMES {
+                continue;
+            }
+            *told += 1;
+            let mut body = Vec::new();
+            let cancel = FilesMessage::Cancel {
+                transfer: c.transfer,
+                reason: UNFINISHED,
+            };
+            if cancel.encode(&mut body).is_ok() {
+                self.out.push_back(Output {
+                    to: from,
+                    body,
+                    droppable: true,
+                });
+            }
         }
     }
 
@@ -650,6 +735,13 @@ impl Hub {
                 return self.refuse(conn, p.request, &e.to_string());
             }
         };
+        // Chunks of a file larger than what comes with its Put reach the sites before
+        // it is whole here: logged, so that a restart in between cancels it at the
+        // sites rather than leaving them its first part until they give it up. Best
+        // effort: a spool that cannot log fails the upload at its end anyway.
+        if p.size > PUT_FIRST_WINDOW {
+            let _ = spool.note_arriving(&m);
+        }
         self.record_queued(&m, user.to_owned(), now);
         self.uploads.insert(
             (conn, p.request),
@@ -1161,10 +1253,10 @@ impl Hub {
                         }
                         self.events.push_back(HubEvent::Arrived { manifest });
                     }
-                    ReceiverEvent::Failed { manifest, reason } => {
+                    ReceiverEvent::Failed { manifest, reason }
+                    | ReceiverEvent::Cancelled { manifest, reason } => {
                         self.events.push_back(HubEvent::Failed { manifest, reason })
                     }
-                    ReceiverEvent::Cancelled { .. } => {}
                 }
             }
         }

@@ -104,11 +104,12 @@ pub enum ReceiverEvent {
         /// Why (empty when there is nothing to say).
         reason: String,
     },
-    /// The sender gave the transfer up; the partial file is gone.
+    /// The sender gave the transfer up (or it was not offered for `abandon_after`);
+    /// the partial file is gone.
     Cancelled {
-        /// The transfer's id (the sending node's).
-        transfer: u64,
-        /// Why (empty when there is nothing to say).
+        /// The file.
+        manifest: Manifest,
+        /// Why.
         reason: String,
     },
 }
@@ -241,11 +242,11 @@ impl Receiver {
             } => self.handle_chunk(*transfer, *index, data, now, store),
             FilesMessage::Cancel { transfer, reason } => {
                 self.failed.remove(transfer);
-                if self.incoming.remove(transfer).is_some() {
+                if let Some(inc) = self.incoming.remove(transfer) {
                     store.discard(*transfer);
                     self.events.push_back(ReceiverEvent::Cancelled {
-                        transfer: *transfer,
-                        reason: (*reason).to_owned(),
+                        manifest: inc.m,
+                        reason: format!("cancelled by its sender: {reason}"),
                     });
                 }
             }
@@ -535,10 +536,12 @@ impl Receiver {
             .map(|(t, _)| *t)
             .collect();
         for t in stale {
-            self.incoming.remove(&t);
+            let Some(inc) = self.incoming.remove(&t) else {
+                continue;
+            };
             store.discard(t);
             self.events.push_back(ReceiverEvent::Cancelled {
-                transfer: t,
+                manifest: inc.m,
                 reason: "not offered for abandon_after".into(),
             });
         }

@@ -833,7 +833,7 @@ fn an_upload_that_fails_is_withdrawn_and_every_site_drops_what_it_holds() {
     for site in &net.sites {
         assert!(site.store.partial.is_empty() && site.store.inbox.is_empty());
         assert!(
-            site.events.iter().any(|e| matches!(e, ReceiverEvent::Cancelled { transfer, reason } if *transfer == id && reason.contains("client went away"))),
+            site.events.iter().any(|e| matches!(e, ReceiverEvent::Cancelled { manifest, reason } if manifest.transfer == id && reason == "cancelled by its sender: the upload failed: the client went away")),
             "{:?}",
             site.events
         );

@@ -377,6 +377,9 @@ fn the_spool_log_keeps_only_what_is_live() {
     let keep = manifest(1);
     spool.copy_in(1, &src).unwrap();
     spool.save(&keep).unwrap();
+    // An upload under way all along (its note survives the rewrites), never finished.
+    let _arriving = spool.begin(7000, 100).unwrap();
+    spool.note_arriving(&manifest(7000)).unwrap();
     for t in 2..6000u64 {
         spool.copy_in(t, &src).unwrap();
         spool.save(&manifest(t)).unwrap();
@@ -393,6 +396,11 @@ fn the_spool_log_keeps_only_what_is_live() {
     let mut spool = Spool::new(&dir).unwrap();
     let loaded: Vec<Manifest> = spool.load().unwrap().into_iter().map(|(m, _)| m).collect();
     assert_eq!(loaded, vec![keep, last]);
+    // The unfinished upload is told once, to the run after the one that began it.
+    assert_eq!(spool.take_unfinished(), vec![manifest(7000)]);
+    assert!(spool.take_unfinished().is_empty());
+    drop(spool);
+    assert!(Spool::new(&dir).unwrap().take_unfinished().is_empty());
 }
 
 #[test]

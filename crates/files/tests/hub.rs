@@ -648,3 +648,126 @@ fn an_upload_whose_file_expires_at_the_sender_first_is_ended_with_the_reason() {
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!((r[0].2.as_str(), r[0].3.as_str()), ("edge1", "failed"));
 }
+
+/// edge1 says it takes FILES.
+fn edge1_present(h: &mut Hub, now: Instant) {
+    let present = FilesMessage::Present {
+        site: "edge1",
+        service: "FILES",
+    };
+    h.handle(
+        Peer::Backbone,
+        "",
+        Rights::default(),
+        &encode(&present),
+        now,
+    );
+}
+
+#[test]
+fn a_restart_mid_upload_cancels_the_file_at_each_site_heard_and_a_finished_one_stays_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let ms = std::time::Duration::from_millis;
+    let whole = vec![5u8; 700_000];
+    let half = vec![3u8; 800_000];
+    let queued = {
+        let mut before = hub(dir.path(), &["FILES"]);
+        edge1_present(&mut before, t0);
+        put_to_edge1(
+            &mut before,
+            "whole.bin",
+            whole.len(),
+            Sha256::digest(&whole).into(),
+            t0,
+        );
+        upload(&mut before, &whole, 0..whole.len(), t0);
+        let queued = outputs(&mut before)
+            .into_iter()
+            .find_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+                FilesMessage::PutAnswer(a) if a.state == PutState::Queued => Some(a.transfer),
+                _ => None,
+            })
+            .expect("the first file queued");
+        // The second is half uploaded, and its first chunks are out, when the node
+        // stops (dropped without a word, as kill -9 leaves it).
+        let p = FilesMessage::Put(Put {
+            request: 2,
+            service: "FILES",
+            name: "half.bin",
+            size: half.len() as u64,
+            sha256: Sha256::digest(&half).into(),
+            to: vec!["edge1"],
+        });
+        before.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), t0);
+        for at in (0..400_000).step_by(50_000) {
+            let d = FilesMessage::PutData {
+                request: 2,
+                offset: at as u64,
+                data: &half[at..at + 50_000],
+            };
+            before.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), t0);
+        }
+        let (offers, chunks, cancels) = to_backbone(&mut before, t0 + ms(200));
+        assert!(offers >= 2 && chunks > 0 && cancels.is_empty());
+        queued
+    };
+    let t1 = t0 + ms(1000);
+    let mut after = hub(dir.path(), &["FILES"]);
+    assert_eq!(
+        after.restore(t1).unwrap(),
+        1,
+        "the whole file is queued again"
+    );
+    // No site is known yet: edge1 is told as it is heard, a few times (the first may
+    // go before the way to it is up), and no more.
+    let unfinished = "the sending node stopped before the file was uploaded whole: send it again";
+    assert!(to_backbone(&mut after, t1).2.is_empty());
+    for n in 0..5 {
+        let t = t1 + ms(1000 * n);
+        edge1_present(&mut after, t);
+        let (_, _, cancels) = to_backbone(&mut after, t);
+        let want: &[&str] = if n < 3 { &[unfinished] } else { &[] };
+        assert_eq!(cancels, want, "present {n}");
+    }
+    let rows = report(&mut after);
+    assert!(
+        rows.iter()
+            .any(|r| r.1 == "half.bin" && r.2 == "edge1" && r.3 == "failed"),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().any(|r| r.0 == queued && r.1 == "whole.bin"),
+        "{rows:?}"
+    );
+    drop(after);
+    // Said once: the run after that has nothing to cancel, and still the whole file.
+    let mut third = hub(dir.path(), &["FILES"]);
+    assert_eq!(third.restore(t1).unwrap(), 1);
+    edge1_present(&mut third, t1);
+    let (_, _, cancels) = to_backbone(&mut third, t1);
+    assert!(cancels.is_empty(), "{cancels:?}");
+    let log = std::fs::read_to_string(dir.path().join("spool").join("queue.log")).unwrap();
+    assert!(!log.contains("arriving"), "{log}");
+}
+
+#[test]
+fn an_upload_that_failed_or_finished_is_not_cancelled_again_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let data = vec![9u8; 300_000];
+    {
+        let mut before = hub(dir.path(), &["FILES"]);
+        edge1_present(&mut before, t0);
+        // Its hash is wrong: withdrawn (and cancelled at the sites) at its end.
+        put_to_edge1(&mut before, "bad.bin", data.len(), [0; 32], t0);
+        upload(&mut before, &data, 0..data.len(), t0);
+        let (_, _, cancels) = to_backbone(&mut before, t0);
+        assert_eq!(cancels.len(), 1, "{cancels:?}");
+    }
+    let mut after = hub(dir.path(), &["FILES"]);
+    assert_eq!(after.restore(t0).unwrap(), 0);
+    edge1_present(&mut after, t0);
+    let (_, _, cancels) = to_backbone(&mut after, t0);
+    assert!(cancels.is_empty(), "{cancels:?}");
+}

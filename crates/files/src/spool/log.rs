@@ -1,6 +1,7 @@
 //! The spool's log: one JSON object per line. A transfer queued (its manifest, an
-//! encoded Offer in hex, and where its bytes are), a site's new state, a transfer
-//! removed. Replayed when the spool opens; a line that does not parse (a crash
+//! encoded Offer in hex, and where its bytes are), a large upload begun (its manifest:
+//! if the node stops before the file is whole, the next run tells the sites to drop
+//! what they got of it), a site's new state, a transfer removed. Replayed when the spool opens; a line that does not parse (a crash
 //! mid-append) is skipped.
 
 use std::io;
@@ -21,6 +22,8 @@ pub(super) enum Place {
 /// One line of the log.
 pub(super) enum LogLine {
     Queued(Manifest, Place),
+    /// An upload begun, its file queued as it arrives: not whole yet.
+    Arriving(Manifest),
     Site {
         transfer: u64,
         site: String,
@@ -40,10 +43,7 @@ impl LogLine {
     pub(super) fn to_json(&self) -> io::Result<String> {
         let v = match self {
             LogLine::Queued(m, place) => {
-                let mut bytes = Vec::new();
-                FilesMessage::Offer(m.offer(0))
-                    .encode(&mut bytes)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+                let bytes = offer_bytes(m)?;
                 match place {
                     Place::Own => serde_json::json!({ "queued": hex(&bytes) }),
                     Place::Segment { id, at } => {
@@ -51,6 +51,7 @@ impl LogLine {
                     }
                 }
             }
+            LogLine::Arriving(m) => serde_json::json!({ "arriving": hex(&offer_bytes(m)?) }),
             LogLine::Site {
                 transfer,
                 site,
@@ -80,11 +81,10 @@ impl LogLine {
         let v: serde_json::Value = serde_json::from_str(line).ok()?;
         let id = |key: &str| u64::from_str_radix(v[key].as_str()?, 16).ok();
         if let Some(h) = v["queued"].as_str() {
-            let bytes = unhex(h)?;
-            let FilesMessage::Offer(o) = FilesMessage::decode(&bytes).ok()? else {
-                return None;
-            };
-            return Some(LogLine::Queued(Manifest::from_offer(&o), place(&v)?));
+            return Some(LogLine::Queued(manifest_of(h)?, place(&v)?));
+        }
+        if let Some(h) = v["arriving"].as_str() {
+            return Some(LogLine::Arriving(manifest_of(h)?));
         }
         if let Some(transfer) = id("moved") {
             return Some(LogLine::Moved {
@@ -102,6 +102,24 @@ impl LogLine {
             reason: v["reason"].as_str().unwrap_or("").to_owned(),
         })
     }
+}
+
+/// A manifest as the log keeps it: an encoded Offer.
+fn offer_bytes(m: &Manifest) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    FilesMessage::Offer(m.offer(0))
+        .encode(&mut bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    Ok(bytes)
+}
+
+/// The manifest of an encoded Offer in hex.
+fn manifest_of(h: &str) -> Option<Manifest> {
+    let bytes = unhex(h)?;
+    let FilesMessage::Offer(o) = FilesMessage::decode(&bytes).ok()? else {
+        return None;
+    };
+    Some(Manifest::from_offer(&o))
 }
 
 /// The place a line gives: a segment and offset, else a file of its own.

@@ -88,6 +88,11 @@ pub struct Spool {
     log: File,
     /// What the log holds that is still live, to rewrite it without the rest.
     live: HashMap<u64, Kept>,
+    /// Large uploads this run began and logged ([`Spool::note_arriving`]), not yet
+    /// queued whole nor removed.
+    begun: HashMap<u64, Manifest>,
+    /// Uploads a previous run began and never finished ([`Spool::take_unfinished`]).
+    unfinished: Vec<Manifest>,
     /// Order of queuing, for the live transfers.
     seq: u64,
     live_lines: usize,
@@ -152,6 +157,7 @@ impl Spool {
             io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display()))
         })?;
         let mut live: HashMap<u64, Kept> = HashMap::new();
+        let mut begun: HashMap<u64, Manifest> = HashMap::new();
         let mut seq = 0;
         match File::open(dir.join(LOG)) {
             Ok(f) => {
@@ -162,13 +168,16 @@ impl Spool {
                         continue;
                     };
                     seq += 1;
-                    Self::replay(&mut live, l, seq);
+                    Self::replay(&mut live, &mut begun, l, seq);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let log = Self::rewrite(dir, &live)?;
+        // Uploads the last run began and never finished: said once, then forgotten.
+        let mut unfinished: Vec<Manifest> = begun.into_values().collect();
+        unfinished.sort_by_key(|m| m.transfer);
+        let log = Self::rewrite(dir, &live, &HashMap::new())?;
         let live_lines = live.values().map(|k| 1 + k.sites.len()).sum();
         Ok(Spool {
             dir: dir.to_path_buf(),
@@ -177,15 +186,26 @@ impl Spool {
             arriving: HashMap::new(),
             log,
             live,
+            begun: HashMap::new(),
+            unfinished,
             seq,
             live_lines,
             dead_lines: 0,
         })
     }
 
-    fn replay(live: &mut HashMap<u64, Kept>, l: LogLine, seq: u64) {
+    fn replay(
+        live: &mut HashMap<u64, Kept>,
+        begun: &mut HashMap<u64, Manifest>,
+        l: LogLine,
+        seq: u64,
+    ) {
         match l {
+            LogLine::Arriving(m) => {
+                begun.insert(m.transfer, m);
+            }
             LogLine::Queued(manifest, place) => {
+                begun.remove(&manifest.transfer);
                 let sites = live.remove(&manifest.transfer).map(|k| k.sites);
                 live.insert(
                     manifest.transfer,
@@ -217,16 +237,24 @@ impl Spool {
             }
             LogLine::Removed(t) => {
                 live.remove(&t);
+                begun.remove(&t);
             }
         }
     }
 
     /// Writes the live transfers to a new log and puts it in place of the old one;
     /// returns it open for appending.
-    fn rewrite(dir: &Path, live: &HashMap<u64, Kept>) -> io::Result<File> {
+    fn rewrite(
+        dir: &Path,
+        live: &HashMap<u64, Kept>,
+        begun: &HashMap<u64, Manifest>,
+    ) -> io::Result<File> {
         let mut kept: Vec<&Kept> = live.values().collect();
         kept.sort_by_key(|k| k.seq);
         let mut text = String::new();
+        for m in begun.values() {
+            text.push_str(&LogLine::Arriving(m.clone()).to_json()?);
+        }
         for k in kept {
             text.push_str(&LogLine::Queued(k.manifest.clone(), k.place).to_json()?);
             for (site, state, reason) in &k.sites {
@@ -250,7 +278,7 @@ impl Spool {
     fn append(&mut self, l: LogLine) -> io::Result<()> {
         self.log.write_all(l.to_json()?.as_bytes())?;
         self.seq += 1;
-        Self::replay(&mut self.live, l, self.seq);
+        Self::replay(&mut self.live, &mut self.begun, l, self.seq);
         Ok(())
     }
 
@@ -363,8 +391,31 @@ impl Spool {
         }
     }
 
+    /// Logs that the upload of `m` (begun with [`Spool::begin`]) is under way, so that
+    /// if this node stops before the file is whole, its next run knows the transfer
+    /// ([`Spool::take_unfinished`]) and can tell the sites to drop what they hold of
+    /// it. For uploads that take more than a message or two: a small file is whole
+    /// before anything of it is sent.
+    pub fn note_arriving(&mut self, m: &Manifest) -> io::Result<()> {
+        if !self.arriving.contains_key(&m.transfer) {
+            return Ok(());
+        }
+        self.live_lines += 1;
+        self.append(LogLine::Arriving(m.clone()))
+    }
+
+    /// The uploads the previous run of the node began and never finished (their bytes
+    /// are gone): given once.
+    pub fn take_unfinished(&mut self) -> Vec<Manifest> {
+        std::mem::take(&mut self.unfinished)
+    }
+
     /// Queues a transfer whose bytes are in: its manifest goes into the log.
     pub fn save(&mut self, m: &Manifest) -> io::Result<()> {
+        if self.begun.contains_key(&m.transfer) {
+            self.live_lines -= 1;
+            self.dead_lines += 1;
+        }
         let place = match self.arriving.remove(&m.transfer) {
             Some((place, _)) => place,
             None => match self.live.get(&m.transfer) {
@@ -473,6 +524,11 @@ impl Spool {
     pub fn remove(&mut self, transfer: u64) {
         if let Some((place, size)) = self.arriving.remove(&transfer) {
             self.release(transfer, place, size);
+            if self.begun.contains_key(&transfer) {
+                self.live_lines -= 1;
+                self.dead_lines += 2;
+                let _ = self.append(LogLine::Removed(transfer));
+            }
         }
         if let Some((place, size)) = self.live.get(&transfer).map(|k| (k.place, k.manifest.size)) {
             self.release(transfer, place, size);
@@ -480,7 +536,7 @@ impl Spool {
         }
         self.move_out_of_sparse_segment();
         if self.dead_lines > COMPACT_AFTER_DEAD && self.dead_lines > 2 * self.live_lines {
-            if let Ok(log) = Self::rewrite(&self.dir, &self.live) {
+            if let Ok(log) = Self::rewrite(&self.dir, &self.live, &self.begun) {
                 self.log = log;
                 self.dead_lines = 0;
             }
