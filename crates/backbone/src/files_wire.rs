@@ -5,8 +5,8 @@
 //! made and hands what came on the files stream over unopened ([`FilesIn`]).
 
 use crate::auth::{self, Keys, Rejected, Sealer, Verifier};
-use crate::chunk_buffers;
 use crate::wire::{BackboneMessage, HEADER_LEN};
+use tickwire_core::chunk_buffers;
 
 /// Which way a file-transfer message leaves this node on the backbone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

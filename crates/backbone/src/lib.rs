@@ -16,7 +16,6 @@
 #![warn(missing_docs)]
 
 pub mod auth;
-pub mod chunk_buffers;
 mod dense;
 pub mod edge;
 mod files_wire;
@@ -487,7 +486,7 @@ impl Backbone {
                 if *files_in_bytes + bytes.len() <= MAX_FILES_IN_BYTES {
                     *files_in_bytes += bytes.len();
                     files_in.push(FilesIn {
-                        bytes: chunk_buffers::SHARED.copy_of(bytes, 0),
+                        bytes: tickwire_core::chunk_buffers::SHARED.copy_of(bytes, 0),
                         seal_to_check,
                     });
                 } else {

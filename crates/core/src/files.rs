@@ -40,7 +40,7 @@ impl Node {
         self.files_in_bytes += body.len();
         self.files_in.push(FilesIn {
             conn,
-            body: body.to_vec(),
+            body: crate::chunk_buffers::SHARED.copy_of(body, 0),
         });
     }
 

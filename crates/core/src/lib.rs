@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 mod admission;
+pub mod chunk_buffers;
 mod deferred;
 mod files;
 mod items;

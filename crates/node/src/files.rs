@@ -19,9 +19,8 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tickwire_auth::Action;
-use tickwire_backbone::chunk_buffers;
 use tickwire_backbone::{auth::Keys, FilesFraming, FilesStream, FilesWire};
-use tickwire_core::{ConnId, FilesIn, Node};
+use tickwire_core::{chunk_buffers, ConnId, FilesIn, Node};
 use tickwire_files::audit;
 use tickwire_files::inbox::{Fsync, Inbox};
 use tickwire_files::spool::Spool;
@@ -634,18 +633,21 @@ impl FilesThread {
                 },
             };
             match o {
-                ToLoop::Peer(o) => match o.to {
-                    Peer::Conn(c) => {
-                        core.send_files(c, &o.body, o.droppable.then_some(ROOM));
-                    }
-                    Peer::Upstream => {
-                        if let Some(u) = up.as_deref_mut() {
-                            u.send_files(&o.body);
+                ToLoop::Peer(o) => {
+                    match o.to {
+                        Peer::Conn(c) => {
+                            core.send_files(c, &o.body, o.droppable.then_some(ROOM));
                         }
+                        Peer::Upstream => {
+                            if let Some(u) = up.as_deref_mut() {
+                                u.send_files(&o.body);
+                            }
+                        }
+                        // Framed by the thread: never here.
+                        Peer::Backbone => {}
                     }
-                    // Framed by the thread: never here.
-                    Peer::Backbone => {}
-                },
+                    chunk_buffers::SHARED.give_back(o.body);
+                }
                 ToLoop::Backbone {
                     stream,
                     bytes,
@@ -993,7 +995,10 @@ fn run(
                     user,
                     rights,
                     body,
-                } => hub.handle(from, &user, rights, &body, now),
+                } => {
+                    hub.handle(from, &user, rights, &body, now);
+                    chunk_buffers::SHARED.give_back(body);
+                }
                 Input::FromBackbone(m) => {
                     match m.seal_to_check {
                         true => match wire.open(&m.bytes) {

@@ -370,7 +370,7 @@ impl Relay {
                 EventRef::Files(body) => {
                     if *files_in_bytes + body.len() <= MAX_FILES_IN_BYTES {
                         *files_in_bytes += body.len();
-                        files_in.push(body.to_vec());
+                        files_in.push(tickwire_core::chunk_buffers::SHARED.copy_of(body, 0));
                     } else {
                         stats.files_dropped += 1;
                     }
