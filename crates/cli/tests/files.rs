@@ -320,6 +320,14 @@ fn a_sender_killed_mid_upload_has_its_sites_drop_what_they_got_once_it_is_back()
     src.proc.wait_exit(T);
     drop(client);
     let src = start_src();
+    let said = "files: 1 uploads the last run did not finish";
+    let log = poll_until(
+        T,
+        Duration::from_millis(20),
+        || src.proc.log(),
+        |l| l.contains(said),
+    );
+    assert!(log.contains(said), "{log}");
     let deadline = Instant::now() + T;
     while edge1_partials(d) > 0 {
         assert!(

@@ -391,6 +391,12 @@ impl Hub {
         Ok(n)
     }
 
+    /// Uploads the last run began and never finished, whose sites are still to be told
+    /// to drop what they got ([`Hub::restore`] found them).
+    pub fn interrupted_uploads(&self) -> usize {
+        self.restart_cancels.len()
+    }
+
     /// Partial files a previous run of the receiver left, reopened; and the transfers
     /// it finished (from the audit log), answered "done" when offered again.
     pub fn resume_receiver(

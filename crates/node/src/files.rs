@@ -479,6 +479,13 @@ impl FilesThread {
         let queued = hub
             .restore(now)
             .map_err(|e| format!("files.spool {}: {e}", cfg.spool))?;
+        let interrupted = hub.interrupted_uploads();
+        if interrupted > 0 {
+            warn!(
+                "files: {interrupted} uploads the last run did not finish: failed at their sites, \
+                 which are told to drop what they got as they are heard (send them again)"
+            );
+        }
         let partial = hub
             .resume_receiver(history.arrived, now)
             .map_err(|e| format!("files.inbox {}: {e}", cfg.inbox))?;
