@@ -4,11 +4,10 @@
 //! other: at a site the event loop copies it out of Aeron and the files thread writes it;
 //! at a source the event loop takes an upload's bytes from the client and the files
 //! thread spools them, then the files thread frames chunks and the event loop offers
-//! them. Freed that way,
-//! at 200 MB/s, glibc kept giving the top of its heap back to the kernel and the next
-//! chunk faulted in fresh zeroed pages: about a tenth of each node's CPU on a large file
-//! (`scripts/files_to_sites.sh` with `perf record`). A few spare buffers, shared by the
-//! two threads, end that.
+//! them. Freed that way, at 200 MB/s, glibc kept giving the top of its heap back to the
+//! kernel and the next chunk faulted in fresh zeroed pages: about a tenth of each
+//! node's CPU on a large file (`scripts/files_to_sites.sh` with `perf record`). A few
+//! spare buffers, shared by the threads, end that.
 
 use std::sync::Mutex;
 

@@ -580,27 +580,23 @@ impl Hub {
             return;
         }
         self.restart_cancels.retain(|c| c.until > now);
+        let mut due = Vec::new();
         for c in self.restart_cancels.iter_mut().filter(|c| c.service == i) {
             if !c.told.contains_key(site) && c.told.len() >= MAX_ROUTES_PER_PEER {
                 continue;
             }
             let told = c.told.entry(site.to_owned()).or_default();
-            if *told >= RESTART_CANCEL_TIMES {
-                continue;
+            if *told < RESTART_CANCEL_TIMES {
+                *told += 1;
+                due.push(c.transfer);
             }
-            *told += 1;
-            let mut body = Vec::new();
+        }
+        for transfer in due {
             let cancel = FilesMessage::Cancel {
-                transfer: c.transfer,
+                transfer,
                 reason: UNFINISHED,
             };
-            if cancel.encode(&mut body).is_ok() {
-                self.out.push_back(Output {
-                    to: from,
-                    body,
-                    droppable: true,
-                });
-            }
+            self.send(from, &cancel, true);
         }
     }
 

@@ -1,8 +1,8 @@
 //! The spool's log: one JSON object per line. A transfer queued (its manifest, an
 //! encoded Offer in hex, and where its bytes are), a large upload begun (its manifest:
 //! if the node stops before the file is whole, the next run tells the sites to drop
-//! what they got of it), a site's new state, a transfer removed. Replayed when the spool opens; a line that does not parse (a crash
-//! mid-append) is skipped.
+//! what they got of it), a site's new state, a transfer removed. Replayed when the
+//! spool opens; a line that does not parse (a crash mid-append) is skipped.
 
 use std::io;
 
