@@ -22,8 +22,8 @@ use crate::setup_guard;
 use crate::{BackboneError, IdleStrategy, Outbox, SpinThenPark};
 use log::{info, warn};
 use rusteron_client::{
-    Aeron, AeronContext, AeronExclusivePublication, AeronFragmentClosureAssembler, AeronHeader,
-    AeronSubscription, Handlers, IntoCString,
+    Aeron, AeronCError, AeronContext, AeronErrorType, AeronExclusivePublication,
+    AeronFragmentClosureAssembler, AeronHeader, AeronSubscription, Handlers, IntoCString,
 };
 use rusteron_media_driver::bindings::aeron_threading_mode_enum;
 use rusteron_media_driver::{AeronDriver, AeronDriverContext};
@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Which thread runs the embedded media driver's duty cycle and the backbone's
 /// receiver.
@@ -599,6 +599,30 @@ impl Outbox for Publication {
     }
 }
 
+/// How often [`wait_added`] asks whether the driver has added a publication or a
+/// subscription.
+const ADD_POLL: Duration = Duration::from_millis(1);
+
+/// Waits for an asynchronous add (a publication or a subscription) until `timeout`,
+/// asking every [`ADD_POLL`]. rusteron's `poll_blocking` asks without pause in a
+/// release build: its spin took a CPU from the driver's own threads, which do the work
+/// it waits for, at every start and restart of the link.
+fn wait_added<T>(
+    mut poll: impl FnMut() -> Result<Option<T>, AeronCError>,
+    timeout: Duration,
+) -> Result<T, AeronCError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(added) = poll()? {
+            return Ok(added);
+        }
+        if Instant::now() >= deadline {
+            return Err(AeronErrorType::TimedOut.into());
+        }
+        std::thread::sleep(ADD_POLL);
+    }
+}
+
 impl Link {
     /// Starts the driver, the client, the publications and the receiver.
     /// `wake` is called (from the driver's thread) when received messages wait.
@@ -644,7 +668,7 @@ impl Link {
         let add_pub = |ch: &std::ffi::CStr, stream: i32, what: &'static str| {
             aeron
                 .async_add_exclusive_publication(ch, stream)
-                .and_then(|a| a.poll_blocking(timeout))
+                .and_then(|a| wait_added(|| a.poll(), timeout))
                 .map(|publication| Publication {
                     publication,
                     offers: 0,
@@ -655,7 +679,7 @@ impl Link {
         let add_sub = |ch: &std::ffi::CStr, stream: i32, what: &'static str| {
             aeron
                 .async_add_subscription(ch, stream, Handlers::NONE, Handlers::NONE)
-                .and_then(|a| a.poll_blocking(timeout))
+                .and_then(|a| wait_added(|| a.poll(), timeout))
                 .map_err(|e| BackboneError::channel(what, &cfg.channel, e))
         };
         let data_out = if cfg.source {
