@@ -46,11 +46,7 @@ pub fn hash_password(password: &str) -> Result<String, SecretError> {
 /// Hashes a token for the users file: `sha256:` and 64 hex digits.
 pub fn hash_token(token: &str) -> String {
     let digest = Sha256::digest(token.as_bytes());
-    let mut out = String::from("sha256:");
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    format!("sha256:{}", hex::encode(digest))
 }
 
 impl Secret {
@@ -67,17 +63,14 @@ impl Secret {
     }
 
     pub(crate) fn token(text: &str) -> Result<Secret, SecretError> {
-        let hex = text
+        let digits = text
             .strip_prefix("sha256:")
             .ok_or(SecretError::BadTokenHash)?;
-        if hex.len() != 64 {
+        if digits.len() != 64 {
             return Err(SecretError::BadTokenHash);
         }
         let mut out = [0u8; 32];
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
-                .map_err(|_| SecretError::BadTokenHash)?;
-        }
+        hex::decode_to_slice(digits, &mut out).map_err(|_| SecretError::BadTokenHash)?;
         Ok(Secret::Token(out))
     }
 
@@ -107,6 +100,36 @@ impl Secret {
         });
         if let Some(d) = dummy {
             let _ = d.matches(given);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hashed_token_matches_its_token_and_no_other() {
+        let secret = Secret::token(&hash_token("s3cret")).expect("a hash we wrote reads back");
+        assert!(secret.matches("s3cret"));
+        assert!(!secret.matches("s3cret "));
+    }
+
+    #[test]
+    fn a_token_hash_is_64_hex_digits_and_nothing_else() {
+        let good = hash_token("x");
+        let digits = &good["sha256:".len()..];
+        for bad in [
+            digits.to_string(),                    // no prefix
+            format!("sha256:{}", &digits[..62]),   // short
+            format!("sha256:{digits}00"),          // long
+            format!("sha256:{}zz", &digits[2..]),  // not hex
+            format!("sha256:{}", "+f".repeat(32)), // a sign is not a digit
+        ] {
+            assert!(
+                matches!(Secret::token(&bad), Err(SecretError::BadTokenHash)),
+                "{bad} was taken"
+            );
         }
     }
 }

@@ -72,7 +72,7 @@ impl SessionTokens {
         }
         let mut bytes = [0u8; 32];
         OsRng.fill_bytes(&mut bytes);
-        let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let token = hex::encode(bytes);
         let key = key_of(&token);
         let expires = now + lifetime;
         self.by_key.insert(

@@ -96,29 +96,6 @@ pub enum KeyFileError {
     TooMany,
 }
 
-fn hex_nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
-fn hex_decode(s: &str, out: &mut [u8]) -> bool {
-    let b = s.as_bytes();
-    if b.len() != out.len() * 2 {
-        return false;
-    }
-    for (i, o) in out.iter_mut().enumerate() {
-        match (hex_nibble(b[2 * i]), hex_nibble(b[2 * i + 1])) {
-            (Some(h), Some(l)) => *o = h << 4 | l,
-            _ => return false,
-        }
-    }
-    true
-}
-
 impl Keys {
     /// Reads a key file's text: one key per line, `<id> <key>` in hex; `#` starts a
     /// comment.
@@ -138,11 +115,11 @@ impl Keys {
                 return Err(bad("two words expected"));
             };
             let mut id_bytes = [0u8; 4];
-            if !hex_decode(id, &mut id_bytes) {
+            if hex::decode_to_slice(id, &mut id_bytes).is_err() {
                 return Err(bad("the key id is not 8 hex digits"));
             }
             let mut bytes = [0u8; KEY_LEN];
-            if !hex_decode(key, &mut bytes) {
+            if hex::decode_to_slice(key, &mut bytes).is_err() {
                 return Err(bad("the key is not 64 hex digits (32 bytes)"));
             }
             let id = u32::from_be_bytes(id_bytes);
@@ -162,7 +139,6 @@ impl Keys {
 
     /// A key file's text with one new key from `random` (32 bytes of key, 4 of id).
     pub fn generate(random: [u8; KEY_LEN + 4]) -> String {
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         format!(
             "# Tickwire backbone key file (tickwire backbone keygen). Keep it secret: every\n\
              # node of the backbone needs the same file, readable by the node only.\n\
@@ -171,8 +147,8 @@ impl Keys {
              # key as a second line on every node, then move it first on every node, then\n\
              # remove the old one (nodes re-read the file within a second of a change).\n\
              {} {}\n",
-            hex(&random[KEY_LEN..]),
-            hex(&random[..KEY_LEN])
+            hex::encode(&random[KEY_LEN..]),
+            hex::encode(&random[..KEY_LEN])
         )
     }
 

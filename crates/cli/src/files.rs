@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tickwire_client::files::{self, FileStatus};
 use tickwire_client::Subscriber;
-use tickwire_files::hex;
 
 #[derive(clap::Subcommand)]
 pub(crate) enum FilesCommand {
@@ -112,13 +111,13 @@ fn send(args: SendArgs) -> Result<()> {
             match outcome {
                 Ok(q) if args.json => println!(
                     "{}",
-                    json!({"file": name, "transfer": format!("{:016x}", q.transfer), "sha256": hex(&q.sha256), "size": q.size})
+                    json!({"file": name, "transfer": format!("{:016x}", q.transfer), "sha256": hex::encode(q.sha256), "size": q.size})
                 ),
                 Ok(q) => println!(
                     "queued {name} ({} bytes) as {:016x}, sha256 {}",
                     q.size,
                     q.transfer,
-                    hex(&q.sha256)
+                    hex::encode(q.sha256)
                 ),
                 Err(reason) => {
                     eprintln!(
@@ -157,7 +156,7 @@ fn status_json(s: &FileStatus) -> serde_json::Value {
         "file": s.file,
         "site": s.site,
         "state": s.state,
-        "sha256": hex(&s.sha256),
+        "sha256": hex::encode(s.sha256),
         "transfer": format!("{:016x}", s.transfer),
         "service": s.service,
         "size": s.size,
@@ -191,7 +190,7 @@ fn status(args: StatusArgs) -> Result<()> {
                 site,
                 s.file,
                 s.size,
-                &hex(&s.sha256)[..16]
+                &hex::encode(s.sha256)[..16]
             );
         }
     }

@@ -3,7 +3,7 @@
 //! happens and read back when the node starts, so that `files status` still lists what
 //! was sent and received before a restart (the spool keeps only what is still queued).
 
-use crate::manifest::{hex, unhex, Manifest};
+use crate::manifest::Manifest;
 use crate::sender::Delivery;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
@@ -110,7 +110,7 @@ fn file(m: &Manifest) -> Value {
         "file": m.name,
         "service": m.service,
         "size": m.size,
-        "sha256": hex(&m.sha256),
+        "sha256": hex::encode(m.sha256),
         "sender": m.sender,
     })
 }
@@ -237,7 +237,7 @@ fn parse(text: &str) -> Option<(String, u64, Manifest, Value)> {
     let event = v["event"].as_str()?.to_string();
     let at_ms = v["time_ms"].as_u64()?;
     let transfer = u64::from_str_radix(v["transfer"].as_str()?, 16).ok()?;
-    let sha256: [u8; 32] = unhex(v["sha256"].as_str()?)?.try_into().ok()?;
+    let sha256: [u8; 32] = hex::decode(v["sha256"].as_str()?).ok()?.try_into().ok()?;
     let m = Manifest {
         transfer,
         sender: v["sender"].as_str()?.to_string(),

@@ -41,7 +41,7 @@ pub mod wire;
 pub use audit::HubEvent;
 pub use chunk_map::ChunkMap;
 pub use hub::{Hub, HubConfig, HubStats, Output, Peer, Rights};
-pub use manifest::{hex, Manifest};
+pub use manifest::Manifest;
 pub use receiver::{Receiver, ReceiverConfig, ReceiverEvent, ReceiverStats, Store, HASH_READ_BACK};
 pub use sender::{
     ChunkSource, Delivery, NewFile, QueueError, Sender, SenderConfig, SenderEvent, SenderStats,

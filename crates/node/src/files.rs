@@ -25,7 +25,7 @@ use tickwire_files::audit;
 use tickwire_files::inbox::{Fsync, Inbox};
 use tickwire_files::spool::Spool;
 use tickwire_files::{
-    hex, Hub, HubConfig, HubEvent, Output, Peer, Receiver as FileReceiver, ReceiverConfig, Rights,
+    Hub, HubConfig, HubEvent, Output, Peer, Receiver as FileReceiver, ReceiverConfig, Rights,
     Sender, SenderConfig,
 };
 
@@ -1126,7 +1126,7 @@ fn drain_events(hub: &mut Hub, audit: &mut std::fs::File, audit_failed: &mut boo
                 manifest.name,
                 manifest.sender,
                 manifest.size,
-                hex(&manifest.sha256)
+                hex::encode(manifest.sha256)
             ),
             HubEvent::Failed { manifest, reason } => {
                 warn!(

@@ -6,7 +6,7 @@
 
 use std::io;
 
-use crate::manifest::{hex, unhex, Manifest};
+use crate::manifest::Manifest;
 use crate::sender::Delivery;
 use crate::wire::FilesMessage;
 
@@ -45,13 +45,13 @@ impl LogLine {
             LogLine::Queued(m, place) => {
                 let bytes = offer_bytes(m)?;
                 match place {
-                    Place::Own => serde_json::json!({ "queued": hex(&bytes) }),
+                    Place::Own => serde_json::json!({ "queued": hex::encode(&bytes) }),
                     Place::Segment { id, at } => {
-                        serde_json::json!({ "queued": hex(&bytes), "segment": id, "at": at })
+                        serde_json::json!({ "queued": hex::encode(&bytes), "segment": id, "at": at })
                     }
                 }
             }
-            LogLine::Arriving(m) => serde_json::json!({ "arriving": hex(&offer_bytes(m)?) }),
+            LogLine::Arriving(m) => serde_json::json!({ "arriving": hex::encode(offer_bytes(m)?) }),
             LogLine::Site {
                 transfer,
                 site,
@@ -115,7 +115,7 @@ fn offer_bytes(m: &Manifest) -> io::Result<Vec<u8>> {
 
 /// The manifest of an encoded Offer in hex.
 fn manifest_of(h: &str) -> Option<Manifest> {
-    let bytes = unhex(h)?;
+    let bytes = hex::decode(h).ok()?;
     let FilesMessage::Offer(o) = FilesMessage::decode(&bytes).ok()? else {
         return None;
     };
