@@ -9,9 +9,10 @@
 //! first (a file changed while it was sent).
 
 use crate::{ClientError, Event, Subscriber};
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tickwire_files::wire::{FilesMessage, Put, PutState, PUT_FIRST_WINDOW};
@@ -89,10 +90,50 @@ pub struct Upload<'a> {
     pub path: &'a Path,
 }
 
+/// Where an upload's bytes come from.
+enum Bytes {
+    /// A file that goes whole with its `Put`, read once (its hash taken from memory).
+    Held(Vec<u8>),
+    /// A larger file, read once for its hash and again as the node's window allows.
+    Open(File),
+}
+
+impl Bytes {
+    /// Opens the file at `path` and takes its size and SHA-256: one open and, for a
+    /// file that fits the first window, one read (thousands of small files cost a
+    /// system call or two each, not a second open and read).
+    fn open(path: &Path) -> std::io::Result<(Bytes, u64, [u8; 32])> {
+        let mut file = File::open(path)?;
+        let mut held = Vec::new();
+        (&mut file)
+            .take(PUT_FIRST_WINDOW + 1)
+            .read_to_end(&mut held)?;
+        if held.len() as u64 <= PUT_FIRST_WINDOW {
+            let (size, sha256) = (held.len() as u64, Sha256::digest(&held).into());
+            return Ok((Bytes::Held(held), size, sha256));
+        }
+        file.seek(SeekFrom::Start(0))?;
+        let (size, sha256) = tickwire_files::spool::sha256_reader(&mut file)?;
+        file.seek(SeekFrom::Start(0))?;
+        Ok((Bytes::Open(file), size, sha256))
+    }
+
+    /// Fills `buf` with the bytes at `at` (the next ones: uploads go in order).
+    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        match self {
+            Bytes::Held(b) => {
+                buf.copy_from_slice(&b[at as usize..at as usize + buf.len()]);
+                Ok(())
+            }
+            Bytes::Open(f) => f.read_exact(buf),
+        }
+    }
+}
+
 /// One upload on its way.
 struct InFlight {
     index: usize,
-    file: File,
+    bytes: Bytes,
     size: u64,
     sha256: [u8; 32],
     sent: u64,
@@ -123,7 +164,7 @@ pub fn send_files(
     loop {
         while flying.len() < FILES_IN_FLIGHT && next < files.len() {
             let f = &files[next];
-            let (size, sha256) = tickwire_files::spool::sha256_file(f.path)?;
+            let (bytes, size, sha256) = Bytes::open(f.path)?;
             let request = next as u32 + 1;
             let put = FilesMessage::Put(Put {
                 request,
@@ -136,7 +177,7 @@ pub fn send_files(
             sub.send_files(&encode(&put)?)?;
             let mut up = InFlight {
                 index: next,
-                file: File::open(f.path)?,
+                bytes,
                 size,
                 sha256,
                 sent: 0,
@@ -221,7 +262,7 @@ fn pump(
         let n = (up.size - up.sent)
             .min(buf.len() as u64)
             .min(up.allowed - up.sent) as usize;
-        up.file.read_exact(&mut buf[..n]).map_err(|e| {
+        up.bytes.read_at(up.sent, &mut buf[..n]).map_err(|e| {
             ClientError::Io(std::io::Error::new(
                 e.kind(),
                 format!("{} changed while it was sent: {e}", path.display()),
@@ -279,5 +320,75 @@ pub fn status(
         if last {
             return Ok(out);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of `len` bytes (a pattern that differs at every offset of interest) in a
+    /// directory of this test's own.
+    fn file_of(test: &str, len: usize) -> (std::path::PathBuf, Vec<u8>) {
+        let dir =
+            std::env::temp_dir().join(format!("tickwire-client-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+        let path = dir.join("f.dat");
+        std::fs::write(&path, &bytes).unwrap();
+        (path, bytes)
+    }
+
+    /// What an upload of `b` sends, read as `pump` reads it.
+    fn read_all(b: &mut Bytes, size: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; DATA_BYTES];
+        while (out.len() as u64) < size {
+            let n = (size - out.len() as u64).min(DATA_BYTES as u64) as usize;
+            b.read_at(out.len() as u64, &mut buf[..n]).unwrap();
+            out.extend_from_slice(&buf[..n]);
+        }
+        out
+    }
+
+    #[test]
+    fn a_file_that_fits_the_first_window_is_read_once_and_hashed_from_memory() {
+        for len in [0, 1, 16_000, PUT_FIRST_WINDOW as usize] {
+            let (path, bytes) = file_of(&format!("small{len}"), len);
+            let (mut b, size, sha256) = Bytes::open(&path).unwrap();
+            assert!(matches!(b, Bytes::Held(_)), "{len} bytes are held");
+            assert_eq!(size, len as u64);
+            assert_eq!(sha256, <[u8; 32]>::from(Sha256::digest(&bytes)));
+            // Gone from the disk, still sent whole: the upload never reads it again.
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(read_all(&mut b, size), bytes);
+        }
+    }
+
+    #[test]
+    fn a_larger_file_is_hashed_then_sent_from_its_start() {
+        for len in [PUT_FIRST_WINDOW as usize + 1, 3 * DATA_BYTES + 17] {
+            let (path, bytes) = file_of(&format!("large{len}"), len);
+            let (mut b, size, sha256) = Bytes::open(&path).unwrap();
+            assert!(matches!(b, Bytes::Open(_)), "{len} bytes are read as sent");
+            assert_eq!(size, len as u64);
+            assert_eq!(sha256, <[u8; 32]>::from(Sha256::digest(&bytes)));
+            assert_eq!(read_all(&mut b, size), bytes);
+        }
+    }
+
+    #[test]
+    fn a_larger_file_cut_short_after_its_hash_is_an_error_not_a_short_upload() {
+        let (path, _) = file_of("cut", PUT_FIRST_WINDOW as usize + 100);
+        let (mut b, size, _) = Bytes::open(&path).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(10)
+            .unwrap();
+        let mut buf = vec![0u8; size as usize];
+        let e = b.read_at(0, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
     }
 }

@@ -49,12 +49,16 @@ const SEGMENT_FILE_MAX: u64 = 1 << 20;
 
 /// A file's size and SHA-256, read through once.
 pub fn sha256_file(path: &Path) -> io::Result<(u64, [u8; 32])> {
-    let mut f = File::open(path)?;
+    sha256_reader(&mut File::open(path)?)
+}
+
+/// The size and SHA-256 of what `r` gives until its end.
+pub fn sha256_reader(r: &mut impl Read) -> io::Result<(u64, [u8; 32])> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut size = 0u64;
     loop {
-        let n = match f.read(&mut buf) {
+        let n = match r.read(&mut buf) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
