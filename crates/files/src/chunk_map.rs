@@ -61,13 +61,20 @@ impl ChunkMap {
 
     /// The first chunk at or after `from` that is not held, if any before `below`.
     pub fn next_missing(&self, from: u32, below: u32) -> Option<u32> {
-        let below = below.min(self.chunks);
-        let mut i = from;
+        self.next_where(from, below, |w| !w)
+    }
+
+    /// The first chunk at or after `from` whose bit, in the word `bits` makes of each
+    /// word, is set, if any before `below`. Indices step in u64: the word after the
+    /// last one of a map of `u32::MAX` chunks starts past `u32::MAX`.
+    fn next_where(&self, from: u32, below: u32, bits: impl Fn(u64) -> u64) -> Option<u32> {
+        let below = u64::from(below.min(self.chunks));
+        let mut i = u64::from(from);
         while i < below {
-            let w = self.words[(i / 64) as usize] | ((1u64 << (i % 64)) - 1);
-            if w != u64::MAX {
-                let found = (i / 64) * 64 + (!w).trailing_zeros();
-                return (found < below).then_some(found);
+            let w = bits(self.words[(i / 64) as usize]) & (u64::MAX << (i % 64));
+            if w != 0 {
+                let found = (i / 64) * 64 + u64::from(w.trailing_zeros());
+                return (found < below).then_some(found as u32);
             }
             i = (i / 64 + 1) * 64;
         }
@@ -86,8 +93,8 @@ impl ChunkMap {
 
     /// Marks every chunk of `range` held (clamped to the map), a word at a time.
     pub fn insert_range(&mut self, range: std::ops::Range<u32>) {
-        let end = range.end.min(self.chunks);
-        let mut i = range.start;
+        let end = u64::from(range.end.min(self.chunks));
+        let mut i = u64::from(range.start);
         while i < end {
             let word = (i / 64) as usize;
             let hi = (end - (i / 64) * 64).min(64);
@@ -105,17 +112,7 @@ impl ChunkMap {
 
     /// The first chunk at or after `from` that is held, if any before `below`.
     pub fn next_held(&self, from: u32, below: u32) -> Option<u32> {
-        let below = below.min(self.chunks);
-        let mut i = from;
-        while i < below {
-            let w = self.words[(i / 64) as usize] & !((1u64 << (i % 64)) - 1);
-            if w != 0 {
-                let found = (i / 64) * 64 + w.trailing_zeros();
-                return (found < below).then_some(found);
-            }
-            i = (i / 64 + 1) * 64;
-        }
-        None
+        self.next_where(from, below, |w| w)
     }
 
     /// Up to `max` ranges of chunks not held below `below`, in order.
@@ -216,6 +213,21 @@ mod tests {
         assert!(m.remove(6) && !m.remove(6));
         assert_eq!(m.next_held(0, 300), Some(5));
         assert_eq!(m.next_held(141, 300), Some(290));
+    }
+
+    #[test]
+    fn a_map_of_u32_max_chunks_is_searched_to_its_end() {
+        // The words are zeroed pages the kernel hands out as they are touched: only
+        // the last ones are.
+        let mut m = ChunkMap::new(u32::MAX);
+        let last = u32::MAX - 1;
+        assert_eq!(m.next_held(last - 200, u32::MAX), None);
+        assert_eq!(m.missing(u32::MAX, 8).len(), 1);
+        assert_eq!(m.next_missing(last, u32::MAX), Some(last));
+        m.insert_range(last - 3..u32::MAX);
+        assert_eq!(m.held(), 4);
+        assert_eq!(m.next_held(last - 200, u32::MAX), Some(last - 3));
+        assert_eq!(m.next_missing(last - 3, u32::MAX), None);
     }
 
     proptest! {

@@ -35,6 +35,7 @@ use crate::name::{check_name, NameError};
 use crate::pace::Pace;
 use crate::wire::{
     self, chunk_count, FilesMessage, SiteState, Status, CHUNK_HEADER_LEN, MAX_CHUNK, MAX_TARGETS,
+    MIN_CHUNK,
 };
 
 /// Where a sender reads the bytes of the files it sends (the node's spool).
@@ -339,7 +340,7 @@ pub struct Sender {
 impl Sender {
     /// Settings for a sender at `site`, with the defaults.
     pub fn new(mut cfg: SenderConfig, now: Instant) -> Self {
-        cfg.chunk_size = cfg.chunk_size.clamp(1, MAX_CHUNK);
+        cfg.chunk_size = cfg.chunk_size.clamp(MIN_CHUNK, MAX_CHUNK);
         cfg.window = cfg.window.max(1);
         let burst = cfg
             .burst

@@ -23,6 +23,9 @@ pub const CHUNK_HEADER_LEN: usize = HEADER_LEN + 8 + 4 + 4;
 /// Largest chunk a transfer may use: a chunk message fits one message of the native
 /// protocol (bodies of at most 65,535 bytes) with room to spare.
 pub const MAX_CHUNK: u32 = 64_000;
+/// Smallest chunk a transfer may use (a node's `chunk_kib` is at least 1): with it a
+/// site's map of a file's chunks takes at most a bit per KiB of the file.
+pub const MIN_CHUNK: u32 = 1024;
 /// Longest site, sender or service name.
 pub const MAX_SITE: usize = 256;
 /// Longest reason text in a status or a cancel.
@@ -104,7 +107,7 @@ pub struct Offer<'a> {
     pub name: &'a str,
     /// The file's size in bytes.
     pub size: u64,
-    /// Bytes per chunk (the last may be shorter).
+    /// Bytes per chunk, [`MIN_CHUNK`] to [`MAX_CHUNK`] (the last may be shorter).
     pub chunk_size: u32,
     /// The file's SHA-256.
     pub sha256: [u8; 32],
@@ -517,7 +520,7 @@ impl<'a> FilesMessage<'a> {
                 let file = name(&mut r, "file name", crate::name::MAX_NAME)?;
                 let size = r.u64()?;
                 let chunk_size = r.u32()?;
-                if chunk_size == 0 || chunk_size > MAX_CHUNK {
+                if !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk_size) {
                     return Err(WireError::Invalid {
                         what: "chunk size",
                         value: chunk_size.into(),
@@ -940,8 +943,17 @@ mod tests {
         o.sent_through = 5; // 100,000 bytes are 4 chunks of 32 KiB
         assert!(matches!(encode(o), Err(WireError::Invalid { .. })));
         let mut o = offer();
-        o.chunk_size = 1;
-        o.size = u64::from(u32::MAX) + 1;
+        o.chunk_size = MIN_CHUNK - 1;
+        assert!(matches!(
+            encode(o),
+            Err(WireError::Invalid {
+                what: "chunk size",
+                ..
+            })
+        ));
+        let mut o = offer();
+        o.chunk_size = MIN_CHUNK;
+        o.size = u64::from(u32::MAX) * u64::from(MIN_CHUNK) + 1;
         o.sent_through = 0;
         assert!(matches!(encode(o), Err(WireError::Invalid { .. })));
     }
