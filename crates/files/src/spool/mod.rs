@@ -90,6 +90,9 @@ pub struct Spool {
     arriving: HashMap<u64, (Place, u64)>,
     /// The log, open for appending.
     log: File,
+    /// Its length after the last line written whole: a line a failed write left in
+    /// part is cut back to here, so that the next line does not continue it.
+    log_len: u64,
     /// What the log holds that is still live, to rewrite it without the rest.
     live: HashMap<u64, Kept>,
     /// Large uploads this run began and logged ([`Spool::note_arriving`]), not yet
@@ -182,6 +185,7 @@ impl Spool {
         let mut unfinished: Vec<Manifest> = begun.into_values().collect();
         unfinished.sort_by_key(|m| m.transfer);
         let log = Self::rewrite(dir, &live, &HashMap::new())?;
+        let log_len = log.metadata()?.len();
         let live_lines = live.values().map(|k| 1 + k.sites.len()).sum();
         Ok(Spool {
             dir: dir.to_path_buf(),
@@ -189,6 +193,7 @@ impl Spool {
             segments: Segments::new(dir)?,
             arriving: HashMap::new(),
             log,
+            log_len,
             live,
             begun: HashMap::new(),
             unfinished,
@@ -280,7 +285,13 @@ impl Spool {
     }
 
     fn append(&mut self, l: LogLine) -> io::Result<()> {
-        self.log.write_all(l.to_json()?.as_bytes())?;
+        let line = l.to_json()?;
+        if let Err(e) = self.log.write_all(line.as_bytes()) {
+            // A full or failing disk may have taken part of the line.
+            let _ = self.log.set_len(self.log_len);
+            return Err(e);
+        }
+        self.log_len += line.len() as u64;
         self.seq += 1;
         Self::replay(&mut self.live, &mut self.begun, l, self.seq);
         Ok(())
@@ -540,8 +551,11 @@ impl Spool {
         }
         self.move_out_of_sparse_segment();
         if self.dead_lines > COMPACT_AFTER_DEAD && self.dead_lines > 2 * self.live_lines {
-            if let Ok(log) = Self::rewrite(&self.dir, &self.live, &self.begun) {
+            let rewritten = Self::rewrite(&self.dir, &self.live, &self.begun)
+                .and_then(|log| Ok((log.metadata()?.len(), log)));
+            if let Ok((len, log)) = rewritten {
                 self.log = log;
+                self.log_len = len;
                 self.dead_lines = 0;
             }
         }
