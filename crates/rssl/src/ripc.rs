@@ -320,14 +320,16 @@ impl Channel {
         if bytes.is_empty() {
             return;
         }
-        if self.pos > 0 {
-            // What was parsed goes, once per read rather than once per message.
-            self.input.drain(..self.pos);
+        // What was parsed goes, once per read rather than once per message; a packed
+        // message's entries not handed out yet stay.
+        let done = self.packed.map_or(self.pos, |(at, _)| at.min(self.pos));
+        if done > 0 {
+            self.input.drain(..done);
             if let Some((at, end)) = &mut self.packed {
-                *at -= self.pos;
-                *end -= self.pos;
+                *at -= done;
+                *end -= done;
             }
-            self.pos = 0;
+            self.pos -= done;
         }
         self.input.extend_from_slice(bytes);
         self.last_received = now;

@@ -646,7 +646,7 @@ impl Session {
         let mut view: Option<Vec<i16>> = None;
         let mut batch: Vec<Vec<u8>> = Vec::new();
         if m.flags & (request::HAS_VIEW | request::HAS_BATCH) != 0 {
-            if let Err(e) = parse_request_payload(m, &mut view, &mut batch) {
+            if let Err(e) = parse_request_payload(m, &mut view, &mut batch, self.cfg.max_batch) {
                 self.refuse(
                     out,
                     m,
@@ -679,8 +679,7 @@ impl Session {
                     m,
                     code::TOO_MANY_ITEMS,
                     &format!(
-                        "a batch of {} items exceeds the limit of {}",
-                        batch.len(),
+                        "a batch of more than {} items exceeds the limit",
                         self.cfg.max_batch
                     ),
                 );
@@ -829,7 +828,7 @@ impl Session {
                 let Some(s) = self.streams.get(&r.stream_id) else {
                     return;
                 };
-                let st = rwf_stream_state(r.state.stream, s.streaming && r.complete);
+                let st = rwf_stream_state(r.state.stream, s.streaming);
                 let mut flags = 0;
                 if r.solicited {
                     flags |= refresh::SOLICITED;
@@ -983,11 +982,13 @@ impl Session {
     }
 }
 
-/// The view and batch a request's element list carries.
+/// The view and batch a request's element list carries; a batch's names are taken up
+/// to one past `max_batch` (enough to refuse it, without copying the rest).
 fn parse_request_payload(
     m: &Msg<'_>,
     view: &mut Option<Vec<i16>>,
     batch: &mut Vec<Vec<u8>>,
+    max_batch: usize,
 ) -> Result<(), RwfError> {
     if m.container != dt::ELEMENT_LIST {
         return Err(RwfError::invalid(
@@ -1001,7 +1002,7 @@ fn parse_request_payload(
         let e = e?;
         match e.name {
             EL_ITEM_LIST if e.data_type == dt::ARRAY => {
-                for item in ArrayIter::new(e.value)? {
+                for item in ArrayIter::new(e.value)?.take(max_batch.saturating_add(1)) {
                     batch.push(item?.to_vec());
                 }
             }

@@ -375,7 +375,7 @@ fn integral(r: Real) -> Option<i64> {
             .mantissa
             .checked_mul(10i64.checked_pow(r.exponent as u32)?);
     }
-    let d = 10i64.checked_pow((-r.exponent) as u32)?;
+    let d = 10i64.checked_pow(u32::from(r.exponent.unsigned_abs()))?;
     (r.mantissa % d == 0).then_some(r.mantissa / d)
 }
 
@@ -402,6 +402,15 @@ fn dict_lines(text: &str) -> impl Iterator<Item = DictLine<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_decimal_is_integral_only_where_it_has_no_fraction_down_to_the_smallest_exponent() {
+        assert_eq!(integral(Real::new(12_300, -2)), Some(123));
+        assert_eq!(integral(Real::new(12_345, -2)), None);
+        assert_eq!(integral(Real::new(7, 2)), Some(700));
+        assert_eq!(integral(Real::new(1, i8::MIN)), None);
+        assert_eq!(integral(Real::new(1, i8::MAX)), None);
+    }
 
     #[test]
     fn the_nodes_own_fields_are_typed_as_the_standard_ones() {

@@ -165,6 +165,28 @@ fn plain_packed_and_fragmented_messages_come_out_whole() {
 }
 
 #[test]
+fn bytes_read_while_a_packed_message_is_handed_out_keep_its_entries() {
+    let now = Instant::now();
+    let mut c = active(Settings::default(), now);
+    let mut packed = Vec::new();
+    for m in [&b"two"[..], b"three"] {
+        packed.extend_from_slice(&(m.len() as u16).to_be_bytes());
+        packed.extend_from_slice(m);
+    }
+    c.handle_bytes(&data(FLAG_DATA | FLAG_PACKING, &packed), now);
+    let mut msg = Vec::new();
+    assert_eq!(c.poll(&mut msg), Ok(Some(Input::Message)));
+    assert_eq!(msg, b"two");
+    // The next read comes before the second entry is taken.
+    c.handle_bytes(&data(FLAG_DATA, b"four"), now);
+    let mut got = Vec::new();
+    while let Some(Input::Message) = c.poll(&mut msg).unwrap() {
+        got.push(String::from_utf8(msg.clone()).unwrap());
+    }
+    assert_eq!(got, ["three", "four"]);
+}
+
+#[test]
 fn a_turns_messages_are_packed_and_a_long_one_fragmented() {
     let now = Instant::now();
     let settings = Settings {

@@ -581,6 +581,16 @@ mod tests {
     use crate::rwf::hex;
 
     #[test]
+    fn a_length_byte_of_ff_is_255_bytes_as_the_sdk_reads_it() {
+        // One field (fid 3) of 255 bytes whose length is the single byte FF; the SDK
+        // takes the three-byte form only after FE.
+        let mut b = hex("08 00 01 00 03 FF");
+        b.extend([b'a'; 255]);
+        let fields: Vec<_> = FieldIter::new(&b).unwrap().map(Result::unwrap).collect();
+        assert_eq!(fields, vec![(3, &[b'a'; 255][..])]);
+    }
+
+    #[test]
     fn field_lists_both_ways() {
         let mut out = Vec::new();
         let mut w = FieldListWriter::begin(&mut out);

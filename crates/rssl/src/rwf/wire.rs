@@ -125,10 +125,11 @@ impl<'a> Reader<'a> {
         Ok(((v << 1) as i16) >> 1)
     }
 
-    /// A length of one byte below 0xFE, else 0xFE and a u16.
+    /// A length of one byte, or 0xFE and a u16 (0xFF is a length of 255, as the SDK
+    /// reads it, though it never writes one).
     pub fn u16ob(&mut self, what: &'static str) -> Result<u16, RwfError> {
         let b = self.u8(what)?;
-        if b < 0xFE {
+        if b != 0xFE {
             return Ok(b as u16);
         }
         self.u16(what)

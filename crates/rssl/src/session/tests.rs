@@ -245,15 +245,13 @@ fn unknown_services_other_domains_and_junk_are_refused_with_a_reason() {
     assert!(texts[2].2.contains("malformed"), "{texts:?}");
 }
 
-#[test]
-fn a_batch_opens_one_stream_per_item_after_its_own_and_a_view_is_passed_on() {
-    let (mut s, mut out) = logged_in();
-    let mut to_node = Vec::new();
-    // Payload: {:ItemList [A, B], :ViewType 1, :ViewData [22, 25]}.
+/// A streaming batch request of FEED's `items` on stream 10, with a view of BID and ASK.
+fn batch_request(items: &[&str]) -> Vec<u8> {
+    // Payload: {:ItemList [items], :ViewType 1, :ViewData [22, 25]}.
     let mut payload = Vec::new();
     let mut el = ElementListWriter::begin(&mut payload);
     el.element(&mut payload, ":ItemList", dt::ARRAY, |o| {
-        put_array(o, dt::ASCII_STRING, &["A", "B"], |o, v| {
+        put_array(o, dt::ASCII_STRING, items, |o, v| {
             o.extend_from_slice(v.as_bytes())
         })
     });
@@ -278,6 +276,33 @@ fn a_batch_opens_one_stream_per_item_after_its_own_and_a_view_is_passed_on() {
     key.encode(&mut req);
     w.end_header(&mut req);
     req.extend_from_slice(&payload);
+    req
+}
+
+#[test]
+fn a_batch_over_the_limit_is_refused_whole() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    let names: Vec<String> = (0..=SessionConfig::default().max_batch)
+        .map(|i| format!("I{i}"))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    s.on_client_message(&batch_request(&names), &mut to_node, &mut out);
+    assert!(node_messages(&to_node).is_empty(), "no item is asked for");
+    let refused = Msg::decode(&out[0]).unwrap();
+    let state = refused.state.unwrap();
+    assert_eq!(
+        (refused.class, refused.stream_id, state.code),
+        (class::STATUS, 10, code::TOO_MANY_ITEMS)
+    );
+    assert_eq!(s.stream_count(), 0);
+}
+
+#[test]
+fn a_batch_opens_one_stream_per_item_after_its_own_and_a_view_is_passed_on() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    let req = batch_request(&["A", "B"]);
     s.on_client_message(&req, &mut to_node, &mut out);
     let sent = node_messages(&to_node);
     assert_eq!(sent.len(), 2, "{sent:?}");
@@ -317,4 +342,57 @@ fn the_directory_stream_follows_services_up_down_and_new() {
     }
     assert!(out[0].windows(3).any(|w| w == b"NEW"));
     assert!(out[1].windows(12).any(|w| w == b"ServiceState"));
+}
+
+#[test]
+fn every_part_of_a_streaming_items_refresh_says_open() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    request_directory(&mut s, &mut to_node, &mut out);
+    let mut b = Vec::new();
+    let key = MsgKey {
+        service_id: Some(1),
+        name: Some(b"TRI.N"),
+        name_type: Some(1),
+        ..MsgKey::default()
+    };
+    msg::put_request(
+        &mut b,
+        domain::MARKET_PRICE,
+        5,
+        request::STREAMING,
+        &key,
+        false,
+    );
+    s.on_client_message(&b, &mut to_node, &mut out);
+    let empty = [0u8, 0];
+    let mut node = Vec::new();
+    for complete in [false, true] {
+        Message::Refresh(Refresh {
+            stream_id: 1,
+            seq: 1,
+            complete,
+            solicited: true,
+            clear_cache: !complete,
+            state: State::OPEN_OK,
+            service: "FEED",
+            name: "TRI.N",
+            fields: tickwire_proto::FieldList::from_trusted(&empty),
+        })
+        .encode(&mut node)
+        .unwrap();
+    }
+    out.clear();
+    deliver(&mut s, &node, &mut out);
+    let states: Vec<(bool, u8)> = out
+        .iter()
+        .map(|m| Msg::decode(m).unwrap())
+        .map(|m| {
+            (
+                m.flags & refresh::REFRESH_COMPLETE != 0,
+                m.state.unwrap().stream,
+            )
+        })
+        .collect();
+    assert_eq!(states, [(false, stream::OPEN), (true, stream::OPEN)]);
 }
