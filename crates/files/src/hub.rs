@@ -999,9 +999,9 @@ impl Hub {
         }
     }
 
-    /// Queues a file of this node's outbox for every site of the first service: moved
-    /// into the spool (it leaves the outbox), hashed, queued. An error leaves it where
-    /// it is (it is tried again at the next look).
+    /// Queues a file of this node's outbox for every site of the first service: hashed,
+    /// queued, then moved into the spool (it leaves the outbox). An error leaves it
+    /// where it is (it is tried again at the next look).
     pub fn enqueue_local(
         &mut self,
         path: &std::path::Path,
@@ -1031,7 +1031,9 @@ impl Hub {
                 tx.queued_bytes()
             ));
         }
-        let (size, sha256) = spool.adopt(transfer, path).map_err(|e| e.to_string())?;
+        let (size, sha256) = spool
+            .hash_in_place(transfer, path)
+            .map_err(|e| e.to_string())?;
         let file = NewFile {
             transfer,
             service,
@@ -1044,16 +1046,18 @@ impl Hub {
         let m = match tx.enqueue(file, now) {
             Ok(t) => tx.transfer(t).expect("queued").0.clone(),
             Err(e) => {
-                // Put it back where it was, not lost in the spool.
-                let _ = std::fs::rename(spool.data_path(transfer), path);
                 spool.remove(transfer);
                 return Err(e.to_string());
             }
         };
-        if let Err(e) = spool.save(&m) {
-            self.events.push_back(HubEvent::SpoolError {
-                reason: format!("cannot keep the manifest of {name}: {e}"),
-            });
+        // The manifest first, then the file: see `Spool::hash_in_place`.
+        if let Err(e) = spool
+            .save(&m)
+            .and_then(|()| spool.move_in(transfer, path, size))
+        {
+            spool.remove(transfer);
+            tx.withdraw(transfer, "it could not be taken into the spool");
+            return Err(format!("cannot take it into the spool: {e}"));
         }
         self.record_queued(&m, "outbox".into(), now);
         Ok(m)

@@ -484,3 +484,69 @@ fn small_files_share_segments_that_are_emptied_and_removed() {
     assert_eq!(spool.segment_bytes(), 0);
     assert_eq!(spooled_files(&dir), 0);
 }
+
+/// The manifest the outbox gives a file of `size` bytes queued as `transfer`.
+fn outbox_manifest(transfer: u64, size: u64, sha256: [u8; 32]) -> Manifest {
+    Manifest {
+        transfer,
+        sender: "src".into(),
+        service: SERVICE.into(),
+        name: "eod.csv".into(),
+        size,
+        chunk_size: 4096,
+        sha256,
+        expires_ms: 1,
+        open: false,
+        targets: vec!["site-0".into()],
+    }
+}
+
+#[test]
+fn an_outbox_file_is_in_the_outbox_or_queued_whichever_step_the_node_stops_at() {
+    let (root, dir, mut spool) = fresh_spool();
+    let (src, data) = write_file(root.path(), "eod.csv", 10_000, 3);
+    let reopen = |spool: Spool| {
+        drop(spool); // as kill -9 leaves it: nothing of the spool is only in memory
+        let mut spool = Spool::new(&dir).unwrap();
+        let queued: Vec<u64> = spool
+            .load()
+            .unwrap()
+            .iter()
+            .map(|(m, _)| m.transfer)
+            .collect();
+        (spool, queued)
+    };
+    // Stopped after the hash.
+    spool.hash_in_place(1, &src).unwrap();
+    let (mut spool, queued) = reopen(spool);
+    assert!(queued.is_empty());
+    assert_eq!(fs::read(&src).unwrap(), data, "still in the outbox");
+    // Stopped after the manifest was saved, before the file moved in.
+    let (size, sha256) = spool.hash_in_place(2, &src).unwrap();
+    spool.save(&outbox_manifest(2, size, sha256)).unwrap();
+    let (mut spool, queued) = reopen(spool);
+    assert!(queued.is_empty(), "a manifest without its bytes is dropped");
+    assert_eq!(fs::read(&src).unwrap(), data, "still in the outbox");
+    // Every step done.
+    let (size, sha256) = spool.hash_in_place(3, &src).unwrap();
+    spool.save(&outbox_manifest(3, size, sha256)).unwrap();
+    spool.move_in(3, &src, size).unwrap();
+    let (mut spool, queued) = reopen(spool);
+    assert_eq!(queued, [3]);
+    assert!(!src.exists(), "it left the outbox");
+    let mut buf = vec![0; 4096];
+    spool.read_chunk(3, 4096, &mut buf).unwrap();
+    assert_eq!(buf, data[4096..8192]);
+    // A file that grew after its hash stays in the outbox, grown.
+    let (src, _) = write_file(root.path(), "late.csv", 5_000, 9);
+    let (size, sha256) = spool.hash_in_place(4, &src).unwrap();
+    spool.save(&outbox_manifest(4, size, sha256)).unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&src)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"more"))
+        .unwrap();
+    let e = spool.move_in(4, &src, size).unwrap_err();
+    assert!(e.to_string().contains("changed since it was hashed"), "{e}");
+    assert_eq!(fs::metadata(&src).unwrap().len(), 5_004);
+}

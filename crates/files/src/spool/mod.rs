@@ -386,21 +386,44 @@ impl Spool {
         Ok(w.finish())
     }
 
-    /// Moves the file at `src` in as `transfer` (a rename: it leaves `src`; a copy when
-    /// `src` is on another file system), and hashes it. Returns size and SHA-256.
-    pub fn adopt(&mut self, transfer: u64, src: &Path) -> io::Result<(u64, [u8; 32])> {
+    /// Hashes the outbox file at `src` where it is, to be queued as `transfer` with its
+    /// bytes in a file of its own: [`Spool::save`] its manifest, then [`Spool::move_in`]
+    /// the file. In that order a node stopped at any point leaves the file in the
+    /// outbox, or queued with its bytes here: never neither. Returns size and SHA-256.
+    pub fn hash_in_place(&mut self, transfer: u64, src: &Path) -> io::Result<(u64, [u8; 32])> {
+        let got = sha256_file(src)?;
+        self.arriving.insert(transfer, (Place::Own, got.0));
+        Ok(got)
+    }
+
+    /// Moves the outbox file at `src` in as the bytes of `transfer`, whose manifest is
+    /// saved with `size` bytes: a rename, or a copy and then a removal when `src` is
+    /// on another file system. A file of another size changed since it was hashed:
+    /// it stays in (or goes back to) the outbox, and this is an error.
+    pub fn move_in(&mut self, transfer: u64, src: &Path, size: u64) -> io::Result<()> {
         let to = self.own_path(transfer);
+        let changed = || {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} changed since it was hashed", src.display()),
+            )
+        };
         match fs::rename(src, &to) {
             Ok(()) => {
-                let got = sha256_file(&to)?;
-                self.arriving.insert(transfer, (Place::Own, got.0));
-                Ok(got)
+                if fs::metadata(&to)?.len() != size {
+                    fs::rename(&to, src)?;
+                    return Err(changed());
+                }
+                Ok(())
             }
             // EXDEV: another file system.
             Err(e) if e.raw_os_error() == Some(18) => {
-                let got = self.copy_in(transfer, src)?;
-                fs::remove_file(src)?;
-                Ok(got)
+                let copied = fs::copy(src, &to);
+                if !copied.as_ref().is_ok_and(|n| *n == size) {
+                    let _ = fs::remove_file(&to);
+                    return Err(copied.err().unwrap_or_else(changed));
+                }
+                fs::remove_file(src)
             }
             Err(e) => Err(e),
         }
