@@ -1322,6 +1322,16 @@ impl Hub {
                     });
                 }
             }
+            SenderEvent::Targets { transfer, targets } => {
+                if let Some(rec) = records.get_mut(&transfer) {
+                    rec.manifest.targets = targets;
+                    if let Err(err) = spool.resave(&rec.manifest) {
+                        events.push_back(HubEvent::SpoolError {
+                            reason: format!("cannot keep the sites of a file in the spool: {err}"),
+                        });
+                    }
+                }
+            }
             SenderEvent::Finished {
                 transfer,
                 delivered,

@@ -231,6 +231,14 @@ pub enum SenderEvent {
         /// Why (empty when there is nothing to say).
         reason: String,
     },
+    /// A file for every site present now has its sites: they are its targets from
+    /// here on, through a restart too (the spool keeps them with its manifest).
+    Targets {
+        /// The transfer's id (the sending node's).
+        transfer: u64,
+        /// The sites named.
+        targets: Vec<String>,
+    },
     /// The transfer is over: every target has the file (`delivered`), or it expired.
     /// Its bytes may leave the spool.
     Finished {
@@ -926,8 +934,12 @@ impl Sender {
                 });
                 rec.target = true;
             }
-            t.m.targets = targets;
+            t.m.targets = targets.clone();
             t.unresolved = false;
+            self.events.push_back(SenderEvent::Targets {
+                transfer: id,
+                targets,
+            });
             // Sites that answered before it was resolved may be done already.
             self.finish_if_delivered(id);
         }

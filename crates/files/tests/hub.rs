@@ -771,3 +771,78 @@ fn an_upload_that_failed_or_finished_is_not_cancelled_again_after_a_restart() {
     let (_, _, cancels) = to_backbone(&mut after, t0);
     assert!(cancels.is_empty(), "{cancels:?}");
 }
+
+/// `site` on the backbone says it takes FILES.
+fn present(h: &mut Hub, site: &str, now: Instant) {
+    let p = FilesMessage::Present {
+        site,
+        service: "FILES",
+    };
+    h.handle(Peer::Backbone, "", Rights::ALL, &encode(&p), now);
+}
+
+/// Runs the hub at `now` until it has nothing more to send.
+fn run(h: &mut Hub, now: Instant) {
+    h.handle_timeout(now);
+    while h.pump(now) {}
+    outputs(h);
+}
+
+#[test]
+fn a_file_for_every_site_keeps_the_sites_it_was_given_through_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let t0 = Instant::now();
+    present(&mut h, "a", t0);
+    present(&mut h, "b", t0);
+    let data = b"every site\n".to_vec();
+    let p = FilesMessage::Put(Put {
+        request: 1,
+        service: "FILES",
+        name: "all.csv",
+        size: data.len() as u64,
+        sha256: Sha256::digest(&data).into(),
+        to: vec![],
+    });
+    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), t0);
+    let d = FilesMessage::PutData {
+        request: 1,
+        offset: 0,
+        data: &data,
+    };
+    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), t0);
+    assert_eq!(answers(&mut h).last().unwrap().0, PutState::Queued);
+    // Past the sender's first listening: the file is for a and b.
+    let t1 = t0 + std::time::Duration::from_secs(4);
+    present(&mut h, "a", t1);
+    present(&mut h, "b", t1);
+    run(&mut h, t1);
+    let transfer = report(&mut h)[0].0;
+    let done = FilesMessage::Status(tickwire_files::wire::Status {
+        transfer,
+        site: "a",
+        state: tickwire_files::wire::SiteState::Done,
+        have: 1,
+        missing: vec![],
+        reason: "",
+    });
+    h.handle(Peer::Backbone, "", Rights::ALL, &encode(&done), t1);
+    run(&mut h, t1);
+    drop(h);
+
+    // Restarted while b is away for a moment: a is there, b is still owed the file.
+    let mut h = hub(dir.path(), &["FILES"]);
+    let t2 = Instant::now() + std::time::Duration::from_secs(4);
+    assert_eq!(h.restore(t2).unwrap(), 1);
+    present(&mut h, "a", t2);
+    run(&mut h, t2);
+    let mut sites: Vec<(String, String)> = report(&mut h)
+        .into_iter()
+        .map(|(_, _, site, state)| (site, state))
+        .collect();
+    sites.sort();
+    assert_eq!(sites.len(), 2, "{sites:?}");
+    assert_eq!(sites[0], ("a".into(), "done".into()));
+    assert!(sites[1].0 == "b" && sites[1].1 != "done", "{sites:?}");
+    assert_eq!(h.sender_figures().unwrap().1, 1, "still queued for b");
+}

@@ -448,6 +448,19 @@ impl Spool {
         std::mem::take(&mut self.unfinished)
     }
 
+    /// Writes the manifest of a queued transfer again (its targets resolved); one
+    /// still arriving is left alone: its [`Spool::save`] at the end writes it.
+    pub fn resave(&mut self, m: &Manifest) -> io::Result<()> {
+        match self.live.get(&m.transfer) {
+            Some(k) if !self.arriving.contains_key(&m.transfer) => {
+                let place = k.place;
+                self.dead_lines += 1;
+                self.append(LogLine::Queued(m.clone(), place))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Queues a transfer whose bytes are in: its manifest goes into the log.
     pub fn save(&mut self, m: &Manifest) -> io::Result<()> {
         if self.begun.contains_key(&m.transfer) {
