@@ -10,6 +10,11 @@
 //! token_hash = "sha256:9f86d0..."                        # tickwire users hash --token
 //! publish = ["FEED"]
 //!
+//! [users.edge-ldn]                                       # a downstream node's login
+//! token_hash = "sha256:60303a..."
+//! subscribe = ["*"]
+//! sites = ["ldn-1", "ldn-2"]                             # files sites it speaks for
+//!
 //! [groups.traders]
 //! subscribe = ["*"]
 //! post = ["ORDERS"]
@@ -77,6 +82,8 @@ struct UserModel {
     publish: Vec<String>,
     #[serde(default)]
     post: Vec<String>,
+    #[serde(default)]
+    sites: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -88,6 +95,8 @@ struct RightsModel {
     publish: Vec<String>,
     #[serde(default)]
     post: Vec<String>,
+    #[serde(default)]
+    sites: Vec<String>,
 }
 
 impl RightsModel {
@@ -95,6 +104,7 @@ impl RightsModel {
         e.subscribe.add(&self.subscribe);
         e.publish.add(&self.publish);
         e.post.add(&self.post);
+        e.sites.add(&self.sites);
     }
 
     fn check(&self, path: &str, key: &str) -> Result<(), UsersError> {
@@ -102,12 +112,14 @@ impl RightsModel {
             ("subscribe", &self.subscribe),
             ("publish", &self.publish),
             ("post", &self.post),
+            ("sites", &self.sites),
         ] {
             if let Some(bad) = list.iter().find(|s| s.is_empty()) {
+                let named = if what == "sites" { "site" } else { "service" };
                 return Err(UsersError::Invalid {
                     path: path.into(),
                     key: format!("{key}.{what}"),
-                    reason: format!("{bad:?}: a service name or \"*\" for all"),
+                    reason: format!("{bad:?}: a {named} name or \"*\" for all"),
                 });
             }
         }
@@ -161,6 +173,7 @@ impl Users {
                 subscribe: u.subscribe,
                 publish: u.publish,
                 post: u.post,
+                sites: u.sites,
             };
             own.check(origin, &key)?;
             let mut rights = Entitlements::default();

@@ -89,9 +89,18 @@ pub struct Entitlements {
     pub publish: Services,
     /// Services the user may post to.
     pub post: Services,
+    /// Files sites a connection of the user may speak for (say it is there, say what
+    /// it has): the downstream node that logs in as the user and the sites below it.
+    /// A user may always speak for the site of its own name.
+    pub sites: Services,
 }
 
 impl Entitlements {
+    /// Whether `user`, with these rights, may speak for the files site `site`.
+    pub fn may_be_site(&self, user: &str, site: &str) -> bool {
+        user == site || self.sites.contains(site)
+    }
+
     /// Whether the user may do `action` to `service`.
     pub fn allows(&self, action: Action, service: &str) -> bool {
         match action {

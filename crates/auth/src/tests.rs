@@ -13,11 +13,21 @@ subscribe = ["FEED"]
 token_hash = "{}"
 publish = ["FEED", "NEWS"]
 
+[users.edge-ldn]
+token_hash = "{}"
+subscribe = ["FILES"]
+groups = ["london"]
+sites = ["ldn-1"]
+
 [groups.traders]
 subscribe = ["*"]
 post = ["ORDERS"]
+
+[groups.london]
+sites = ["ldn-2"]
 "#,
-        hash_token("tok-123")
+        hash_token("tok-123"),
+        hash_token("tok-456")
     );
     Users::parse(&text, "users.toml").unwrap()
 }
@@ -54,6 +64,26 @@ fn rights_join_the_users_own_and_their_groups() {
 }
 
 #[test]
+fn a_user_speaks_for_the_files_sites_it_is_given_and_the_one_of_its_name() {
+    let u = users();
+    let may = |user: &str, site: &str| {
+        u.entitlements(user)
+            .is_some_and(|e| e.may_be_site(user, site))
+    };
+    assert!(may("edge-ldn", "ldn-1"), "its own list");
+    assert!(may("edge-ldn", "ldn-2"), "its group's");
+    assert!(may("edge-ldn", "edge-ldn"), "its own name");
+    assert!(!may("edge-ldn", "nyc-1"));
+    // Subscribing to every service (the files service too) names no site.
+    assert!(!may("alice", "ldn-1"));
+    assert!(!may("nobody", "nobody"), "an unknown user speaks for none");
+    assert_eq!(
+        Anonymous::Subscribe.entitlements().unwrap().sites,
+        Services::None
+    );
+}
+
+#[test]
 fn bad_files_name_the_file_the_key_and_what_is_allowed() {
     let cases = [
         ("[users.a]\nsubscribe = []\n", "users.a: needs exactly one of password_hash or token_hash"),
@@ -65,6 +95,7 @@ fn bad_files_name_the_file_the_key_and_what_is_allowed() {
         ),
         ("[users.a]\npasword_hash = \"x\"\n", "unknown field `pasword_hash`"),
         ("[groups.g]\nsubscribe = [\"\"]\n", "groups.g.subscribe: \"\": a service name or \"*\" for all"),
+        ("[groups.g]\nsites = [\"\"]\n", "groups.g.sites: \"\": a site name or \"*\" for all"),
     ];
     for (text, want) in cases {
         let e = Users::parse(text, "u.toml").unwrap_err().to_string();

@@ -745,3 +745,121 @@ fn only_users_entitled_to_publish_the_files_service_send() {
     assert_ne!(out.code(), Some(0), "{}{}", out.stdout, out.stderr);
     assert!(out.stderr.contains("login"), "{}", out.stderr);
 }
+
+/// On a node with a users file, a downstream connection speaks for the files sites of
+/// its user's name and the user's `sites`, and no others: a user who may subscribe to
+/// every service (the files service too) cannot say it is another site, so it can
+/// neither take that site's files nor report them delivered.
+#[test]
+fn a_downstream_node_speaks_only_for_the_sites_its_user_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let users = d.join("users.toml");
+    let token = |name: &str| {
+        let p = d.join(format!("{name}.token"));
+        std::fs::write(&p, format!("{name}-token")).unwrap();
+        p
+    };
+    std::fs::write(
+        &users,
+        format!(
+            "[users.alice]\n{}\npublish = [\"FILES\"]\n\n\
+             [users.edge1]\n{}\nsubscribe = [\"FILES\"]\n\n\
+             [users.ldn]\n{}\nsubscribe = [\"FILES\"]\nsites = [\"edge2\"]\n\n\
+             [users.mallory]\n{}\nsubscribe = [\"*\"]\n",
+            hash_line("alice-token", true),
+            hash_line("edge1-token", true),
+            hash_line("ldn-token", true),
+            hash_line("mallory-token", true),
+        ),
+    )
+    .unwrap();
+    let toml = format!(
+        "[security]\nusers_file = \"{}\"\n{}",
+        users.display(),
+        sender_toml(d, "")
+    );
+    let mut src = files_node(d, "src", &toml, &[]);
+    // edge1 logs in as its own name, edge2 as a user given it, edge9 as mallory.
+    let site = |name: &str, user: &str| {
+        let toml = format!(
+            "[upstream]\nnodes = [\"{}\"]\nuser = \"{user}\"\npassword_file = \"{}\"\n\
+             [files]\nservices = [\"FILES\"]\ninbox = \"{}\"\n",
+            src.addr,
+            token(user).display(),
+            d.join(format!("{name}-inbox")).display()
+        );
+        files_node(d, name, &toml, &[])
+    };
+    let _edge1 = site("edge1", "edge1");
+    let _edge2 = site("edge2", "ldn");
+    let _edge9 = site("edge9", "mallory");
+    let (f, bytes) = write(d, "eod.csv", 20_000, 4);
+    let alice = token("alice");
+    let alice = alice.to_str().unwrap();
+    let out = send(
+        &src,
+        &[
+            "--user",
+            "alice",
+            "--password-file",
+            alice,
+            "--to",
+            "edge1,edge2,edge9",
+            f.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    src.proc
+        .wait_for_line("user \"mallory\" may not speak for site \"edge9\"", T);
+    let rows = |src: &Node| -> Vec<serde_json::Value> {
+        let addr = src.addr_str();
+        let out = run(
+            &[
+                "files",
+                "status",
+                "--node",
+                &addr,
+                "--json",
+                "--user",
+                "alice",
+                "--password-file",
+                alice,
+            ],
+            T,
+        );
+        assert!(out.status.success(), "{}", out.stderr);
+        out.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let state = |rows: &[serde_json::Value], site: &str| {
+        rows.iter()
+            .find(|r| r["site"] == site)
+            .map(|r| r["state"].as_str().unwrap().to_string())
+    };
+    let rows = poll_until(
+        T,
+        Duration::from_millis(100),
+        || rows(&src),
+        |rows| {
+            state(rows, "edge1").as_deref() == Some("done")
+                && state(rows, "edge2").as_deref() == Some("done")
+        },
+    );
+    assert_eq!(state(&rows, "edge1").as_deref(), Some("done"), "{rows:#?}");
+    assert_eq!(state(&rows, "edge2").as_deref(), Some("done"), "{rows:#?}");
+    assert_eq!(
+        state(&rows, "edge9").as_deref(),
+        Some("queued"),
+        "{rows:#?}"
+    );
+    for site in ["edge1", "edge2"] {
+        assert_eq!(
+            std::fs::read(d.join(format!("{site}-inbox/eod.csv"))).unwrap(),
+            bytes
+        );
+    }
+    assert!(!d.join("edge9-inbox/eod.csv").exists());
+}

@@ -60,6 +60,17 @@ impl Node {
         ) && self.may(conn, action, service)
     }
 
+    /// Whether a logged-in connection may speak for the files site `site` (say it is
+    /// there and what it has): on a node with a users file, the site of its user's
+    /// name and the user's `sites`; on an open node, any.
+    pub fn may_be_site(&self, conn: ConnId, site: &str) -> bool {
+        let user = self.user_of(conn).unwrap_or("");
+        matches!(
+            self.role(conn),
+            Some(ConnRole::Subscriber | ConnRole::Publisher)
+        ) && self.entitlements_pass(conn, |e| e.may_be_site(user, site))
+    }
+
     /// The user a connection logged in as.
     pub fn user_of(&self, conn: ConnId) -> Option<&str> {
         self.conns.get(conn)?.as_ref().map(|c| c.user.as_str())

@@ -396,6 +396,8 @@ pub struct FilesThread {
     backlog: Backlog,
     /// Messages the loop could not hand over (the thread was behind).
     pub dropped: u64,
+    /// (user, site) pairs refused and said in the log (each once).
+    sites_refused: std::collections::HashSet<(String, String)>,
     /// What the thread has done, for /metrics.
     pub figures: Arc<FilesFigures>,
     /// The backbone's datagram payload, to count datagrams from bytes.
@@ -536,6 +538,7 @@ impl FilesThread {
             expired: 0,
             backlog: Backlog::default(),
             dropped: 0,
+            sites_refused: Default::default(),
             figures,
             backbone_mtu: backbone_mtu.max(1) as u64,
             next_network_sample: now,
@@ -553,10 +556,10 @@ impl FilesThread {
     /// What the connection may do with each file service, for the messages that ask.
     fn rights(&self, core: &Node, conn: ConnId, kind: Option<u8>) -> Rights {
         let (publish, subscribe) = match kind {
-            Some(16) => (true, false),     // Put
-            Some(19) => (true, true),      // Query
-            Some(4) => (false, true),      // Present
-            _ => return Rights::default(), // the rest need none (or are routed by site)
+            Some(16) => (true, false),      // Put
+            Some(19) => (true, true),       // Query
+            Some(PRESENT) => (false, true), // Present
+            _ => return Rights::default(),  // the rest need none (or are routed by site)
         };
         let mut r = Rights::default();
         for (i, s) in self.services.iter().enumerate() {
@@ -568,6 +571,22 @@ impl FilesThread {
             }
         }
         r
+    }
+
+    /// The site a peer's Present names, if the peer may not speak for it: what it
+    /// says of a site it is not (present, done) would be believed.
+    fn site_refused(&self, core: &Node, conn: ConnId, body: &[u8]) -> Option<String> {
+        if body.get(2) != Some(&PRESENT) {
+            return None;
+        }
+        match tickwire_files::wire::FilesMessage::decode(body) {
+            Ok(tickwire_files::wire::FilesMessage::Present { site, .. })
+                if !core.may_be_site(conn, site) =>
+            {
+                Some(site.to_owned())
+            }
+            _ => None,
+        }
     }
 
     /// One turn of the event loop: peers' and the upstream's messages to the thread,
@@ -590,6 +609,17 @@ impl FilesThread {
             self.submit(Input::Gone(conn));
         }
         for m in taken.drain(..) {
+            if let Some(site) = self.site_refused(core, m.conn, &m.body) {
+                let user = core.user_of(m.conn).unwrap_or("");
+                if self.sites_refused.len() < SITES_REFUSED_TOLD
+                    && self.sites_refused.insert((user.to_owned(), site.clone()))
+                {
+                    warn!(
+                        "files: user {user:?} may not speak for site {site:?}: its Present is ignored (the users file's `sites`)"
+                    );
+                }
+                continue;
+            }
             let rights = self.rights(core, m.conn, m.body.get(2).copied());
             let user = core.user_of(m.conn).unwrap_or("").to_owned();
             self.submit(Input::Message {
@@ -813,6 +843,12 @@ struct Outbox {
     told: std::collections::HashSet<String>,
     next: Instant,
 }
+
+/// The kind byte of a files Present message.
+const PRESENT: u8 = 4;
+
+/// (user, site) pairs whose refusal is logged at most (each once).
+const SITES_REFUSED_TOLD: usize = 1000;
 
 /// Files taken from the outbox per look at most (the rest at the next).
 const OUTBOX_BATCH: usize = 1000;
