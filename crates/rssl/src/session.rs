@@ -152,8 +152,8 @@ pub struct Session {
     downloads: Vec<Download>,
     /// A non-interactive provider's publishing (its login said role 1).
     provider: Option<Box<provider::Provider>>,
-    /// Posts waiting for the node's answer, by the stream they came on and their id.
-    pending_posts: FxHashMap<(i32, u32), post::PendingPost>,
+    /// Posts waiting for the node's answer.
+    pending_posts: post::PendingPosts,
     /// The consumer logged out, or its login was refused: close once written.
     pub finished: bool,
     /// The session's own answers to the node's messages (a non-interactive provider's
@@ -202,7 +202,7 @@ impl Session {
             next_native: 1,
             buf: Vec::with_capacity(1024),
             downloads: Vec::new(),
-            pending_posts: FxHashMap::default(),
+            pending_posts: post::PendingPosts::default(),
             answers: Vec::new(),
             provider: None,
             finished: false,
@@ -738,6 +738,7 @@ impl Session {
     fn on_close(&mut self, rssl: i32, to_node: &mut Vec<u8>) {
         if let Some(native) = self.by_rssl.remove(&rssl) {
             self.streams.remove(&native);
+            self.pending_posts.forget_stream(native);
             let _ = Message::Close { stream_id: native }.encode(to_node);
         }
     }
@@ -745,6 +746,7 @@ impl Session {
     fn forget(&mut self, native: u32) {
         if let Some(s) = self.streams.remove(&native) {
             self.by_rssl.remove(&s.rssl);
+            self.pending_posts.forget_stream(native);
         }
     }
 

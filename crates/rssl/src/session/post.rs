@@ -3,17 +3,20 @@
 //! payload a field list or a nested Update or Refresh holding one. The fields are read
 //! by the RWF dictionary into the node's own values; the node's answer comes back as
 //! an AckMsg on the stream the post came on, in the post's domain, with a Nak code and
-//! text when refused.
+//! text when refused (an off-stream post may come on any stream with a key: its Ack
+//! goes back on that stream).
 
 use super::{Outbox, Session};
 use crate::rwf::container::FieldIter;
 use crate::rwf::msg::{self, post, Msg};
 use crate::rwf::primitive::dt;
+use rustc_hash::FxHashMap;
 use tickwire_proto::{Ack, FieldList, FieldListWriter, Message, NakCode, Post};
 
 /// A post waiting for the node's answer: where its Ack goes.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PendingPost {
+    /// The consumer's stream it came on.
     stream: i32,
     domain: u8,
     seq: Option<u32>,
@@ -23,45 +26,94 @@ pub(super) struct PendingPost {
 /// sequence number (its stream and domain are still right for on-stream posts).
 const MAX_PENDING_POSTS: usize = 65_536;
 
+/// Posts waiting for the node's answer, by the node's stream they went on (0: off-stream)
+/// and their id: the node's Ack names that stream. An item stream's posts go with it.
+#[derive(Debug, Default)]
+pub(super) struct PendingPosts {
+    by_stream: FxHashMap<u32, FxHashMap<u32, PendingPost>>,
+    count: usize,
+}
+
+impl PendingPosts {
+    fn insert(&mut self, native: u32, post_id: u32, p: PendingPost) {
+        if self.count >= MAX_PENDING_POSTS {
+            return;
+        }
+        if self
+            .by_stream
+            .entry(native)
+            .or_default()
+            .insert(post_id, p)
+            .is_none()
+        {
+            self.count += 1;
+        }
+    }
+
+    fn take(&mut self, native: u32, post_id: u32) -> Option<PendingPost> {
+        let posts = self.by_stream.get_mut(&native)?;
+        let p = posts.remove(&post_id)?;
+        self.count -= 1;
+        if posts.is_empty() {
+            self.by_stream.remove(&native);
+        }
+        Some(p)
+    }
+
+    /// The node's stream `native` is closed: its posts will not be answered on it.
+    pub(super) fn forget_stream(&mut self, native: u32) {
+        if let Some(posts) = self.by_stream.remove(&native) {
+            self.count -= posts.len();
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.count
+    }
+}
+
 impl Session {
     pub(super) fn on_post(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         let wants_ack = m.flags & post::ACK != 0;
         let post_id = m.post_id.unwrap_or(0);
-        if let Err((code, text)) = self.send_post(m, wants_ack, post_id, to_node) {
-            if wants_ack {
-                self.buf.clear();
-                msg::put_ack(
-                    &mut self.buf,
-                    m.domain,
-                    m.stream_id,
-                    post_id,
-                    Some(code.to_u8()),
-                    text.as_bytes(),
-                    m.seq,
-                );
-                out.send(&self.buf);
+        match self.send_post(m, wants_ack, post_id, to_node) {
+            Err((code, text)) => {
+                if wants_ack {
+                    self.buf.clear();
+                    msg::put_ack(
+                        &mut self.buf,
+                        m.domain,
+                        m.stream_id,
+                        post_id,
+                        Some(code.to_u8()),
+                        text.as_bytes(),
+                        m.seq,
+                    );
+                    out.send(&self.buf);
+                }
             }
-            return;
-        }
-        if wants_ack && self.pending_posts.len() < MAX_PENDING_POSTS {
-            self.pending_posts.insert(
-                (m.stream_id, post_id),
+            Ok(native) if wants_ack => self.pending_posts.insert(
+                native,
+                post_id,
                 PendingPost {
                     stream: m.stream_id,
                     domain: m.domain,
                     seq: m.seq,
                 },
-            );
+            ),
+            Ok(_) => {}
         }
     }
 
+    /// Sends the post to the node; returns the node's stream it went on (0: off-stream).
     fn send_post(
         &mut self,
         m: &Msg<'_>,
         ack: bool,
         post_id: u32,
         to_node: &mut Vec<u8>,
-    ) -> Result<(), (NakCode, String)> {
+    ) -> Result<u32, (NakCode, String)> {
         let refuse = |code, text: &str| Err((code, text.to_string()));
         if m.domain != super::domain::MARKET_PRICE {
             return refuse(NakCode::DeniedBySrc, "only MarketPrice items take posts");
@@ -157,26 +209,26 @@ impl Session {
                 NakCode::InvalidContent,
                 format!("the post is too large: {e}"),
             )
-        })
+        })?;
+        Ok(stream_id)
     }
 
-    /// The node's answer to a post.
+    /// The node's answer to a post: on the consumer's stream the post came on, in its
+    /// domain, with its sequence number. One not remembered (over the limit) goes on the
+    /// item's stream, or the login stream for an off-stream post.
     pub(super) fn on_node_ack(&mut self, a: &Ack<'_>, out: &mut impl Outbox) {
-        // On-stream posts are answered on the consumer's stream of the item, off-stream
-        // ones on its login stream.
-        let stream = if a.stream_id == 0 {
-            self.login_stream().unwrap_or(1)
-        } else {
-            match self.streams.get(&a.stream_id) {
-                Some(s) => s.rssl,
+        let (stream, domain, seq) = match self.pending_posts.take(a.stream_id, a.post_id) {
+            Some(p) => (p.stream, p.domain, p.seq),
+            None if a.stream_id == 0 => (
+                self.login_stream().unwrap_or(1),
+                super::domain::MARKET_PRICE,
+                None,
+            ),
+            None => match self.streams.get(&a.stream_id) {
+                Some(s) => (s.rssl, super::domain::MARKET_PRICE, None),
                 None => return,
-            }
+            },
         };
-        let pending = self.pending_posts.remove(&(stream, a.post_id));
-        let (domain, seq) = pending.map_or((super::domain::MARKET_PRICE, None), |p| {
-            debug_assert_eq!(p.stream, stream);
-            (p.domain, p.seq)
-        });
         self.buf.clear();
         msg::put_ack(
             &mut self.buf,

@@ -396,3 +396,98 @@ fn every_part_of_a_streaming_items_refresh_says_open() {
         .collect();
     assert_eq!(states, [(false, stream::OPEN), (true, stream::OPEN)]);
 }
+
+/// A PostMsg on `stream` (id 7, sequence number 9, asking for an Ack) of an empty field
+/// list, with `key` naming the item when off-stream.
+fn post_msg(stream: i32, key: Option<&MsgKey<'_>>) -> Vec<u8> {
+    let mut b = Vec::new();
+    let mut flags =
+        msg::post::HAS_POST_ID | msg::post::ACK | msg::post::POST_COMPLETE | msg::post::HAS_SEQ_NUM;
+    if key.is_some() {
+        flags |= msg::post::HAS_MSG_KEY;
+    }
+    let w = msg::MsgWriter::begin(
+        &mut b,
+        class::POST,
+        domain::MARKET_PRICE,
+        stream,
+        flags,
+        dt::FIELD_LIST,
+    );
+    b.extend_from_slice(&[0; 8]); // the post's user: address and id
+    b.extend_from_slice(&9u32.to_be_bytes());
+    b.extend_from_slice(&7u32.to_be_bytes());
+    if let Some(k) = key {
+        k.encode(&mut b);
+    }
+    w.end_header(&mut b);
+    let fl = FieldListWriter::begin(&mut b);
+    fl.end(&mut b);
+    b
+}
+
+fn node_ack(stream_id: u32) -> Vec<u8> {
+    let mut b = Vec::new();
+    Message::Ack(tickwire_proto::Ack {
+        stream_id,
+        post_id: 7,
+        nak: None,
+        text: "",
+    })
+    .encode(&mut b)
+    .unwrap();
+    b
+}
+
+#[test]
+fn an_off_stream_post_is_acked_on_the_stream_it_came_on_with_its_sequence_number() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    request_directory(&mut s, &mut to_node, &mut out);
+    to_node.clear();
+    out.clear();
+    let key = MsgKey {
+        service_id: Some(1),
+        name: Some(b"TRI.N"),
+        name_type: Some(1),
+        ..MsgKey::default()
+    };
+    // On the directory's stream 2: not an item stream, so the key names the item.
+    s.on_client_message(&post_msg(2, Some(&key)), &mut to_node, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    let sent = node_messages(&to_node);
+    assert!(
+        sent[0].contains("name: \"TRI.N\"") && sent[0].contains("stream_id: 0"),
+        "{sent:?}"
+    );
+    deliver(&mut s, &node_ack(0), &mut out);
+    let a = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (a.class, a.stream_id, a.post_id, a.seq),
+        (class::ACK, 2, Some(7), Some(9))
+    );
+    assert_eq!(s.pending_posts.len(), 0);
+}
+
+#[test]
+fn an_item_streams_unanswered_posts_go_when_it_closes() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    request_directory(&mut s, &mut to_node, &mut out);
+    s.on_client_message(
+        &hex("0016 01 06 00000005 46 00 01 01 22 80 09 07 01 05 54 52 49 2E 4E 01"),
+        &mut to_node,
+        &mut out,
+    );
+    out.clear();
+    s.on_client_message(&post_msg(5, None), &mut to_node, &mut out);
+    assert_eq!(s.pending_posts.len(), 1);
+    // The consumer closes the item before the node answers.
+    s.on_client_message(&hex("0008 05 06 00000005 00 00"), &mut to_node, &mut out);
+    assert_eq!(s.pending_posts.len(), 0);
+    deliver(&mut s, &node_ack(1), &mut out);
+    assert!(
+        out.is_empty(),
+        "no Ack on a stream the consumer closed: {out:?}"
+    );
+}
