@@ -42,8 +42,9 @@ struct ProviderItem {
 }
 
 /// Most services and item streams one provider may hold (the node's own limits apply
-/// behind these too).
+/// behind these too: an item the node refuses or closes is dropped here as well).
 const MAX_PROVIDER_SERVICES: usize = 1024;
+const MAX_PROVIDER_ITEMS: usize = 1 << 20;
 
 impl Session {
     /// A message from a provider.
@@ -130,6 +131,11 @@ impl Session {
         };
         let native = match p.items.get(&m.stream_id) {
             Some(i) => i.native,
+            None if p.items.len() >= MAX_PROVIDER_ITEMS => {
+                let text = format!("a provider may publish at most {MAX_PROVIDER_ITEMS} items");
+                self.refuse(out, m, msg::code::TOO_MANY_ITEMS, &text);
+                return;
+            }
             None => {
                 p.next_native += 1;
                 let native = p.next_native;
@@ -225,34 +231,48 @@ impl Session {
             }
             return;
         }
-        if let Message::Status(s) = m {
-            let p = self.provider.as_ref().expect("a provider");
-            if let Some(&stream) = p.by_native.get(&s.stream_id) {
-                let state = RwfState {
-                    stream: if s.state.stream == StreamState::Open {
-                        msg::stream::OPEN
-                    } else {
-                        msg::stream::CLOSED
-                    },
-                    data: if s.state.data == DataState::Ok {
-                        msg::data::OK
-                    } else {
-                        msg::data::SUSPECT
-                    },
-                    code: msg::code::NONE,
-                    text: s.state.text.as_bytes(),
-                };
-                self.buf.clear();
-                put_status(
-                    &mut self.buf,
-                    domain::MARKET_PRICE,
-                    stream,
-                    &state,
-                    None,
-                    false,
-                );
-                out.send(&self.buf);
-            }
+        // The node closed an item (it refused its image): the provider is told, and
+        // the item is forgotten here, so its updates stop going to a dead stream.
+        let (native, state) = match m {
+            Message::Status(s) => (s.stream_id, s.state),
+            Message::Close { stream_id } => (
+                *stream_id,
+                State::closed(tickwire_proto::code::NONE, "closed by the node"),
+            ),
+            _ => return,
+        };
+        let p = self.provider.as_mut().expect("a provider");
+        let Some(&stream) = p.by_native.get(&native) else {
+            return;
+        };
+        let open = state.stream == StreamState::Open;
+        if !open {
+            p.by_native.remove(&native);
+            p.items.remove(&stream);
         }
+        let state = RwfState {
+            stream: if open {
+                msg::stream::OPEN
+            } else {
+                msg::stream::CLOSED
+            },
+            data: if state.data == DataState::Ok {
+                msg::data::OK
+            } else {
+                msg::data::SUSPECT
+            },
+            code: msg::code::NONE,
+            text: state.text.as_bytes(),
+        };
+        self.buf.clear();
+        put_status(
+            &mut self.buf,
+            domain::MARKET_PRICE,
+            stream,
+            &state,
+            None,
+            false,
+        );
+        out.send(&self.buf);
     }
 }

@@ -491,3 +491,110 @@ fn an_item_streams_unanswered_posts_go_when_it_closes() {
         "no Ack on a stream the consumer closed: {out:?}"
     );
 }
+
+/// A session logged in as a non-interactive provider (the ETA Consumer's login with
+/// role 1) that announced service 7, PROV, and published item X on its stream -5.
+fn provider_with_an_item() -> (Session, Vec<u8>, Vec<Vec<u8>>) {
+    let mut s = Session::new(Arc::new(SessionConfig::default()));
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    let login = hex("0063 01 01 00000001 04 00 80 59 26 04 72 6f 6f 74 01 05 80 4f 08 00 04 0d 41 70 70 6c 69 63 61 74 69 6f 6e 49 64 11 03 32 35 36 0f 41 70 70 6c 69 63 61 74 69 6f 6e 4e 61 6d 65 11 08 43 6f 6e 73 75 6d 65 72 08 50 6f 73 69 74 69 6f 6e 11 0c 31 32 37 2e 30 2e 30 2e 31 2f 76 6d 04 52 6f 6c 65 04 01 01");
+    s.on_client_message(&login, &mut to_node, &mut out);
+    deliver(&mut s, &welcome(), &mut out);
+    let ok = RwfState::new(stream::OPEN, data::OK, code::NONE, "");
+    let mut dir = Vec::new();
+    begin_refresh(
+        &mut dir,
+        domain::SOURCE,
+        -1,
+        refresh::REFRESH_COMPLETE,
+        dt::MAP,
+        None,
+        &ok,
+        None,
+        None,
+        false,
+    );
+    let mut map = MapWriter::begin(&mut dir, dt::UINT, dt::FILTER_LIST);
+    map.entry(&mut dir, map_action::ADD, &[7], |o| {
+        let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
+        fl.entry(o, filter_action::SET, 1, |o| {
+            let mut el = ElementListWriter::begin(o);
+            el.ascii(o, "Name", b"PROV");
+            el.end(o);
+        });
+        fl.entry(o, filter_action::SET, 2, |o| {
+            let mut el = ElementListWriter::begin(o);
+            el.uint(o, "ServiceState", 1);
+            el.end(o);
+        });
+        fl.end(o);
+    });
+    map.end(&mut dir);
+    s.on_client_message(&dir, &mut to_node, &mut out);
+    let key = MsgKey {
+        service_id: Some(7),
+        name: Some(b"X"),
+        name_type: Some(1),
+        ..MsgKey::default()
+    };
+    let mut item = Vec::new();
+    begin_refresh(
+        &mut item,
+        domain::MARKET_PRICE,
+        -5,
+        refresh::REFRESH_COMPLETE,
+        dt::FIELD_LIST,
+        None,
+        &ok,
+        Some(&key),
+        None,
+        false,
+    );
+    let fl = FieldListWriter::begin(&mut item);
+    fl.end(&mut item);
+    to_node.clear();
+    s.on_client_message(&item, &mut to_node, &mut out);
+    let sent = node_messages(&to_node);
+    assert!(
+        sent.iter()
+            .any(|m| m.contains("name: \"X\"") && m.contains("stream_id: 1")),
+        "{sent:?}"
+    );
+    out.clear();
+    (s, to_node, out)
+}
+
+#[test]
+fn a_provider_item_the_node_refuses_or_closes_is_closed_at_the_provider_and_forgotten() {
+    let update = |s: &mut Session| {
+        let mut u = Vec::new();
+        begin_update(&mut u, domain::MARKET_PRICE, -5, 1, None, 0, false);
+        let fl = FieldListWriter::begin(&mut u);
+        fl.end(&mut u);
+        let (mut to_node, mut out) = (Vec::new(), Vec::new());
+        s.on_client_message(&u, &mut to_node, &mut out);
+        node_messages(&to_node)
+    };
+    let refused = Message::Status(Status {
+        stream_id: 1,
+        state: State::closed(tickwire_proto::code::NOT_ENTITLED, "no"),
+    });
+    let closed = Message::Close { stream_id: 1 };
+    for from_node in [refused, closed] {
+        let (mut s, _, mut out) = provider_with_an_item();
+        assert_eq!(update(&mut s).len(), 1, "an update goes to the node");
+        let mut b = Vec::new();
+        from_node.encode(&mut b).unwrap();
+        deliver(&mut s, &b, &mut out);
+        let st = Msg::decode(&out[0]).unwrap();
+        assert_eq!(
+            (st.class, st.stream_id, st.state.unwrap().stream),
+            (class::STATUS, -5, stream::CLOSED),
+            "{from_node:?}"
+        );
+        assert!(
+            update(&mut s).is_empty(),
+            "{from_node:?}: later updates go nowhere"
+        );
+    }
+}
