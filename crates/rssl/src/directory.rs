@@ -25,12 +25,24 @@ pub struct ServiceInfo {
 }
 
 impl ServiceInfo {
-    /// The state the node is told: down once deleted or said to be down.
-    pub fn state(&self) -> ServiceState {
+    /// The state the message gives the service: down once deleted or said to be down,
+    /// up when said to be up; None when it says nothing of it (an update of its load or
+    /// its groups alone), so the last state known stands.
+    pub fn state(&self) -> Option<ServiceState> {
         if self.deleted || self.up == Some(false) {
-            ServiceState::Down
+            Some(ServiceState::Down)
         } else {
-            ServiceState::Up
+            self.up.map(|_| ServiceState::Up)
+        }
+    }
+
+    /// The state the node is told of a service: a new one whose state is not given is
+    /// taken as up; a known one keeps its state (None: nothing to tell).
+    pub fn state_to_tell(&self, known: bool) -> Option<ServiceState> {
+        match self.state() {
+            None if known => None,
+            None => Some(ServiceState::Up),
+            said => said,
         }
     }
 }
@@ -86,4 +98,39 @@ pub fn services(map: &[u8]) -> Result<Vec<ServiceInfo>, RwfError> {
         out.push(s);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(up: Option<bool>, deleted: bool) -> ServiceInfo {
+        ServiceInfo {
+            id: 7,
+            name: None,
+            up,
+            deleted,
+        }
+    }
+
+    #[test]
+    fn a_message_that_says_nothing_of_a_known_services_state_leaves_it() {
+        assert_eq!(info(None, false).state_to_tell(true), None);
+        assert_eq!(
+            info(None, false).state_to_tell(false),
+            Some(ServiceState::Up)
+        );
+        assert_eq!(
+            info(Some(false), false).state_to_tell(true),
+            Some(ServiceState::Down)
+        );
+        assert_eq!(
+            info(Some(true), false).state_to_tell(true),
+            Some(ServiceState::Up)
+        );
+        assert_eq!(
+            info(None, true).state_to_tell(true),
+            Some(ServiceState::Down)
+        );
+    }
 }

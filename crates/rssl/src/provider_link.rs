@@ -287,13 +287,18 @@ impl ProviderLink {
         };
         let mut changed: Vec<(String, ServiceState)> = Vec::new();
         for e in entries {
-            let state = e.state();
+            let state = e.state_to_tell(self.services.contains_key(&e.id));
             let Some(name) = e.name.or_else(|| self.services.get(&e.id).cloned()) else {
                 continue;
             };
             self.services.insert(e.id, name.clone());
             self.by_name.insert(name.clone(), e.id);
-            changed.push((name, state));
+            if let Some(state) = state {
+                changed.push((name, state));
+            }
+        }
+        if changed.is_empty() {
+            return;
         }
         let services = changed.iter().map(|(name, state)| (name.as_str(), *state));
         encode_node_directory(services, true, to_node);
@@ -493,6 +498,71 @@ mod tests {
         let mut out = Vec::new();
         link.on_connected(&mut out);
         (link, Vec::new(), out)
+    }
+
+    /// A provider's directory update of service 7: `state` in its STATE filter, or
+    /// only its LOAD filter.
+    fn directory_update(state: Option<u64>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let w = msg::MsgWriter::begin(
+            &mut out,
+            class::UPDATE,
+            domain::SOURCE,
+            DIRECTORY_STREAM,
+            0,
+            dt::MAP,
+        );
+        out.push(0); // update type: unspecified
+        w.end_header(&mut out);
+        let mut map = MapWriter::begin(&mut out, dt::UINT, dt::FILTER_LIST);
+        map.entry(&mut out, map_action::UPDATE, &[7], |o| {
+            let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
+            match state {
+                Some(st) => fl.entry(o, filter_action::SET, 2, |o| {
+                    let mut el = ElementListWriter::begin(o);
+                    el.uint(o, "ServiceState", st);
+                    el.end(o);
+                }),
+                None => fl.entry(o, filter_action::SET, 4, |o| {
+                    let mut el = ElementListWriter::begin(o);
+                    el.uint(o, "LoadFactor", 5);
+                    el.end(o);
+                }),
+            }
+            fl.end(o);
+        });
+        map.end(&mut out);
+        out
+    }
+
+    #[test]
+    fn a_directory_update_of_a_services_load_alone_leaves_its_state() {
+        let (mut link, mut to_node, mut out) = connected();
+        link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
+            .unwrap();
+        link.on_provider_message(&directory(), &mut to_node, &mut out)
+            .unwrap();
+        let said = |to_node: &[u8]| -> Vec<String> {
+            MessageIter::new(to_node)
+                .map(|m| format!("{:?}", m.unwrap().message))
+                .collect()
+        };
+        to_node.clear();
+        link.on_provider_message(&directory_update(Some(0)), &mut to_node, &mut out)
+            .unwrap();
+        assert!(
+            said(&to_node)[0].contains("state: Down"),
+            "{:?}",
+            said(&to_node)
+        );
+        to_node.clear();
+        link.on_provider_message(&directory_update(None), &mut to_node, &mut out)
+            .unwrap();
+        assert!(
+            said(&to_node).is_empty(),
+            "still down: {:?}",
+            said(&to_node)
+        );
     }
 
     #[test]

@@ -100,15 +100,18 @@ impl Session {
         let p = self.provider.as_mut().expect("a provider");
         let mut announced: Vec<(String, ServiceState)> = Vec::new();
         for e in entries {
-            let state = e.state();
+            let known = p.services.contains_key(&e.id);
+            let state = e.state_to_tell(known);
             let Some(name) = e.name.or_else(|| p.services.get(&e.id).cloned()) else {
                 continue;
             };
-            if !p.services.contains_key(&e.id) && p.services.len() >= MAX_PROVIDER_SERVICES {
+            if !known && p.services.len() >= MAX_PROVIDER_SERVICES {
                 continue;
             }
             p.services.insert(e.id, name.clone());
-            announced.push((name, state));
+            if let Some(state) = state {
+                announced.push((name, state));
+            }
         }
         if announced.is_empty() {
             return;
