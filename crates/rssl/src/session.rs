@@ -691,6 +691,8 @@ impl Session {
                 batch.len(),
                 m.stream_id as i64 + 1
             );
+            // A batch on an item's open stream closes that item too, in the node.
+            self.on_close(m.stream_id, to_node);
             self.close_stream(out, m.domain, m.stream_id, code::NONE, &text);
             for (i, name) in batch.iter().enumerate() {
                 let sid = m.stream_id.wrapping_add(1 + i as i32);

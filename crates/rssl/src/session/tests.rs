@@ -299,6 +299,34 @@ fn a_batch_over_the_limit_is_refused_whole() {
 }
 
 #[test]
+fn a_batch_on_an_items_open_stream_closes_that_item_in_the_node_too() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    let key = MsgKey {
+        service_id: Some(1),
+        name: Some(b"TRI.N"),
+        name_type: Some(1),
+        ..MsgKey::default()
+    };
+    let mut b = Vec::new();
+    msg::put_request(
+        &mut b,
+        domain::MARKET_PRICE,
+        10,
+        request::STREAMING,
+        &key,
+        false,
+    );
+    s.on_client_message(&b, &mut to_node, &mut out);
+    to_node.clear();
+    s.on_client_message(&batch_request(&["A", "B"]), &mut to_node, &mut out);
+    let sent = node_messages(&to_node);
+    assert_eq!(sent[0], "Close { stream_id: 1 }", "{sent:?}");
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(s.stream_count(), 2, "A and B, not TRI.N");
+}
+
+#[test]
 fn a_batch_opens_one_stream_per_item_after_its_own_and_a_view_is_passed_on() {
     let (mut s, mut out) = logged_in();
     let mut to_node = Vec::new();
