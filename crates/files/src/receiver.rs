@@ -162,6 +162,9 @@ pub struct Receiver {
     done_order: VecDeque<u64>,
     /// Failed transfers: until when they are refused, and why.
     failed: HashMap<u64, (Instant, String)>,
+    /// The order they failed in, with their `until` (an entry whose `until` is not the
+    /// map's any more was removed or failed again since): oldest forgotten first.
+    failed_order: VecDeque<(u64, Instant)>,
     /// Transfers whose status is due (each once).
     due: VecDeque<u64>,
     due_set: HashSet<u64>,
@@ -181,6 +184,7 @@ impl Receiver {
             done: HashSet::new(),
             done_order: VecDeque::new(),
             failed: HashMap::new(),
+            failed_order: VecDeque::new(),
             due: VecDeque::new(),
             due_set: HashSet::new(),
             present_at: now,
@@ -505,18 +509,17 @@ impl Receiver {
     fn refuse(&mut self, m: Manifest, reason: String, now: Instant) {
         self.stats.failures += 1;
         // Bounded like the done set: the oldest failure is forgotten first.
-        if self.failed.len() >= self.cfg.remember {
-            if let Some(old) = self
-                .failed
-                .iter()
-                .min_by_key(|(_, (until, _))| *until)
-                .map(|(t, _)| *t)
-            {
+        while self.failed.len() >= self.cfg.remember.max(1) {
+            let Some((old, until)) = self.failed_order.pop_front() else {
+                break;
+            };
+            if self.failed.get(&old).is_some_and(|(u, _)| *u == until) {
                 self.failed.remove(&old);
             }
         }
-        self.failed
-            .insert(m.transfer, (now + self.cfg.retry_after, reason.clone()));
+        let until = now + self.cfg.retry_after;
+        self.failed.insert(m.transfer, (until, reason.clone()));
+        self.failed_order.push_back((m.transfer, until));
         self.status_due(m.transfer);
         self.events.push_back(ReceiverEvent::Failed {
             manifest: m,
@@ -546,6 +549,9 @@ impl Receiver {
             });
         }
         self.failed.retain(|_, (until, _)| *until + abandon > now);
+        let failed = &self.failed;
+        self.failed_order
+            .retain(|(t, until)| failed.get(t).is_some_and(|(u, _)| u == until));
     }
 
     /// When `handle_timeout` is next needed.
@@ -609,5 +615,37 @@ impl Receiver {
             return true;
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_failures_are_forgotten_first_and_one_failed_again_counts_as_new() {
+        let now = Instant::now();
+        let mut cfg = ReceiverConfig::new("site", vec!["FILES".into()]);
+        cfg.remember = 3;
+        let mut rx = Receiver::new(cfg, now);
+        let m = |transfer| Manifest {
+            transfer,
+            sender: "src".into(),
+            service: "FILES".into(),
+            name: "f".into(),
+            size: 1,
+            chunk_size: 1024,
+            sha256: [0; 32],
+            expires_ms: 0,
+            open: false,
+            targets: vec![],
+        };
+        let t = |s: u64| now + Duration::from_millis(s);
+        for (i, transfer) in [1, 2, 3, 1, 4, 5].into_iter().enumerate() {
+            rx.refuse(m(transfer), "no".into(), t(i as u64));
+        }
+        let mut kept: Vec<u64> = rx.failed.keys().copied().collect();
+        kept.sort();
+        assert_eq!(kept, [1, 4, 5], "1 failed again after 2 and 3");
     }
 }
