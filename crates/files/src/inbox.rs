@@ -149,11 +149,16 @@ impl Inbox {
     /// The manifests of the partial files a previous run left, to resume them
     /// (`Receiver::resume`). Unreadable ones are removed with their files.
     /// Partial files with no manifest (their map was never saved) cannot be resumed
-    /// and are removed.
+    /// and are removed, as are maps a stop left half written (the map they were to
+    /// replace is still there).
     pub fn partial_manifests(&mut self) -> io::Result<Vec<Manifest>> {
         let mut out = Vec::new();
         for entry in fs::read_dir(&self.partial)? {
             let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) == Some("tmp") {
+                let _ = fs::remove_file(&path);
+                continue;
+            }
             if path.extension().and_then(|e| e.to_str()) == Some("part")
                 && !path.with_extension("manifest").exists()
             {

@@ -313,7 +313,13 @@ impl Receiver {
         if self.incoming.contains_key(&m.transfer) || self.done.contains(&m.transfer) {
             return;
         }
+        let transfer = m.transfer;
         self.start(m, 0, now, store);
+        // Refused now (its name, or a size over a limit lowered since): what it left
+        // on the disk goes.
+        if !self.incoming.contains_key(&transfer) && self.failed.contains_key(&transfer) {
+            store.discard(transfer);
+        }
     }
 
     fn start(&mut self, m: Manifest, sent_through: u32, now: Instant, store: &mut dyn Store) {

@@ -550,3 +550,42 @@ fn an_outbox_file_is_in_the_outbox_or_queued_whichever_step_the_node_stops_at() 
     assert!(e.to_string().contains("changed since it was hashed"), "{e}");
     assert_eq!(fs::metadata(&src).unwrap().len(), 5_004);
 }
+
+#[test]
+fn a_partial_file_a_restarted_site_refuses_and_a_half_written_map_leave_the_disk() {
+    let root = tempfile::tempdir().unwrap();
+    let mut net = Net::new(root.path(), 1, Fsync::Never);
+    let (src, _) = write_file(root.path(), "big.src", 2_000_000, 4);
+    let mut cfg = SenderConfig::new("src");
+    cfg.chunk_size = 4096;
+    cfg.rate = 1_000_000;
+    cfg.burst = 64 * 1024;
+    net.tx = Sender::new(cfg, net.now);
+    let id = net.send(9, "big.bin", &src);
+    net.run_until(Duration::from_secs(10), |n| {
+        n.sites[0].rx.stats().chunks >= 250
+    });
+    let inbox_dir = net.sites[0].inbox.dir().to_path_buf();
+    let partial = inbox_dir.join(PARTIAL_DIR);
+    let left = || -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(&partial)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    fs::write(partial.join(format!("{id:016x}.map.tmp")), b"cut").unwrap();
+    // It starts again with a limit below the file's size.
+    let mut inbox = Inbox::new(&inbox_dir, Fsync::Never).unwrap();
+    let mut small = site_config(0);
+    small.max_file_bytes = 1_000_000;
+    let mut rx = Receiver::new(small, net.now);
+    let partials = inbox.partial_manifests().unwrap();
+    assert_eq!(partials.len(), 1);
+    assert!(!left().iter().any(|f| f.ends_with(".tmp")), "{:?}", left());
+    for m in partials {
+        rx.resume(m, net.now, &mut inbox);
+    }
+    assert_eq!(left(), Vec::<String>::new());
+}
