@@ -104,7 +104,9 @@ impl Bytes {
     /// system call or two each, not a second open and read).
     fn open(path: &Path) -> std::io::Result<(Bytes, u64, [u8; 32])> {
         let mut file = File::open(path)?;
-        let mut held = Vec::new();
+        // Room for the whole window: the file comes in one read, and the next says
+        // it ended (an empty vector would be read into a few bytes at a time).
+        let mut held = Vec::with_capacity(PUT_FIRST_WINDOW as usize + 1);
         (&mut file)
             .take(PUT_FIRST_WINDOW + 1)
             .read_to_end(&mut held)?;
