@@ -444,7 +444,8 @@ impl Connection {
             match decoder.next_frame() {
                 Ok(None) => break,
                 Ok(Some(Frame::Text(text))) => {
-                    session.on_client_text(&text, &mut self.to_node, &mut self.json);
+                    let room = limit.saturating_sub(self.out.len() + self.json.len());
+                    session.on_client_text_within(&text, &mut self.to_node, &mut self.json, room);
                 }
                 Ok(Some(Frame::Binary(_))) => {
                     session.on_client_text(

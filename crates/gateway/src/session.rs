@@ -172,7 +172,8 @@ struct ItemStream {
     json_id: i64,
     service: String,
     name: String,
-    view: Option<Vec<i16>>,
+    /// Shared by a batch's items.
+    view: Option<Arc<[i16]>>,
     streaming: bool,
     key_in_updates: bool,
 }
@@ -251,6 +252,9 @@ pub struct Session {
     /// Off-stream posts waiting for their answer: PostID -> the ID they came on.
     off_stream_posts: FxHashMap<u32, i64>,
 }
+
+/// Most names a batch request may hold (as an RSSL consumer's batch on the node).
+pub const MAX_BATCH: usize = 10_000;
 
 /// The ID of a login the server makes itself (from the upgrade's cookie), as LSEG's
 /// servers number it: negative, so it never meets a client's own IDs.
@@ -582,6 +586,21 @@ impl Session {
     /// A text message from the client. Messages for the node are appended (encoded) to
     /// `to_node`; answers the session gives itself go to `out`.
     pub fn on_client_text(&mut self, text: &str, to_node: &mut Vec<u8>, out: &mut JsonOut) {
+        self.on_client_text_within(text, to_node, out, usize::MAX);
+    }
+
+    /// As [`Session::on_client_text`], reading an array's messages only while their
+    /// answers take at most `room` bytes of `out`: a frame of thousands of small
+    /// requests each answered at length (a directory refresh per `{"ID":7,"Domain":
+    /// "Source"}`) must not queue more than the connection may hold. The messages
+    /// left are not read, and the client is told so.
+    pub fn on_client_text_within(
+        &mut self,
+        text: &str,
+        to_node: &mut Vec<u8>,
+        out: &mut JsonOut,
+        room: usize,
+    ) {
         let json: Json = match serde_json::from_str(text) {
             Ok(j) => j,
             Err(e) => {
@@ -589,9 +608,18 @@ impl Session {
                 return;
             }
         };
+        let before = out.len();
         match json {
             Json::Array(msgs) => {
-                for m in &msgs {
+                for (i, m) in msgs.iter().enumerate() {
+                    if out.len() - before > room {
+                        let why = format!(
+                            "the answers to the first {i} of the {} messages of this frame fill the connection's output; the rest were not read",
+                            msgs.len()
+                        );
+                        write_error(out, 0, &why, "");
+                        break;
+                    }
                     self.on_client_message(m, to_node, out);
                 }
             }
@@ -713,12 +741,17 @@ impl Session {
             self.cookie_login && token.is_empty() && named.is_none_or(|n| n == self.user);
         match &self.login {
             LoginState::Open { id: open } if *open == id => {
-                // A reissue: answer it again.
-                let user = if self.cookie_login {
-                    self.user.clone()
-                } else {
-                    user
-                };
+                // A reissue: answered again, for the user logged in (it changes nothing
+                // at the node, so it may not name another).
+                if named.is_some_and(|n| n != self.user) {
+                    let why = format!(
+                        "a login reissue may not change the user: logged in as {:?}",
+                        self.user
+                    );
+                    write_error(out, id, &why, "");
+                    return;
+                }
+                let user = self.user.clone();
                 self.write_login_refresh(id, &user, &login_echo(&user, elements), out);
                 return;
             }
@@ -914,12 +947,17 @@ impl Session {
         };
         match key.and_then(|k| k.get("Name")) {
             Some(Json::String(name)) => {
+                if let Some(taken) = self.reserved_id_in(id, id) {
+                    let why = format!("ID {taken} is the login's or the directory's stream");
+                    write_error(out, id, &why, &text());
+                    return;
+                }
                 let name = name.clone();
                 self.open_item(
                     id,
                     &service,
                     &name,
-                    view,
+                    view.map(Arc::from),
                     streaming,
                     key_in_updates,
                     replay,
@@ -929,10 +967,37 @@ impl Session {
             }
             Some(Json::Array(names)) => {
                 let names: Vec<&str> = names.iter().filter_map(Json::as_str).collect();
+                if names.len() > MAX_BATCH {
+                    let why = format!(
+                        "a batch of {} names is more than the {MAX_BATCH} a request may hold",
+                        names.len()
+                    );
+                    write_error(out, id, &why, &text());
+                    return;
+                }
+                // Item i takes ID id + 1 + i: each must exist and be no other stream's.
+                let ids = id.checked_add(1).zip(id.checked_add(names.len() as i64));
+                let Some((first, last)) = ids else {
+                    write_error(
+                        out,
+                        id,
+                        "a batch's item IDs would pass the largest ID",
+                        &text(),
+                    );
+                    return;
+                };
+                if let Some(taken) = self.reserved_id_in(first, last) {
+                    let why = format!(
+                        "a batch's item IDs would take ID {taken}, the login's or the directory's"
+                    );
+                    write_error(out, id, &why, &text());
+                    return;
+                }
                 write_batch_status(out, id, names.len(), "items from Batch Request");
+                let view: Option<Arc<[i16]>> = view.map(Arc::from);
                 for (i, name) in names.iter().enumerate() {
                     self.open_item(
-                        id + 1 + i as i64,
+                        first + i as i64,
                         &service,
                         name,
                         view.clone(),
@@ -953,13 +1018,27 @@ impl Session {
         }
     }
 
+    /// The login's or the open directory's ID, if it is in `first..=last`: an item may
+    /// not take it (a Close of the item would end the login).
+    fn reserved_id_in(&self, first: i64, last: i64) -> Option<i64> {
+        let login = match self.login {
+            LoginState::Pending { id, .. } | LoginState::Open { id } => Some(id),
+            LoginState::None => None,
+        };
+        let directory = self.directory.map(|(id, _)| id);
+        [login, directory]
+            .into_iter()
+            .flatten()
+            .find(|id| (first..=last).contains(id))
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn open_item(
         &mut self,
         json_id: i64,
         service: &str,
         name: &str,
-        view: Option<Vec<i16>>,
+        view: Option<Arc<[i16]>>,
         streaming: bool,
         key_in_updates: bool,
         replay: Option<ReplayFrom>,
@@ -1042,6 +1121,10 @@ impl Session {
             if let Some(sid) = self.by_json.remove(&id) {
                 self.streams.remove(&sid);
                 let _ = Message::Close { stream_id: sid }.encode(to_node);
+            }
+            // The directory's stream: no more updates on it.
+            if self.directory.is_some_and(|(d, _)| d == id) {
+                self.directory = None;
             }
         }
         if ids.len() > 1 {
@@ -1426,6 +1509,10 @@ mod tests {
         while !frames.is_empty() {
             let (len, hdr) = match frames[1] {
                 126 => (u16::from_be_bytes([frames[2], frames[3]]) as usize, 4),
+                127 => (
+                    u64::from_be_bytes(frames[2..10].try_into().unwrap()) as usize,
+                    10,
+                ),
                 n => (n as usize, 2),
             };
             let arr: Vec<Json> = serde_json::from_slice(&frames[hdr..hdr + len]).unwrap();
@@ -1801,5 +1888,162 @@ mod tests {
             assert!(text.contains(why), "{text} / {why}");
         }
         assert_eq!(msgs[cases.len()]["Type"], "Error");
+    }
+
+    /// The answers a session wrote for the client, as JSON.
+    fn answers(out: &mut JsonOut) -> Vec<Json> {
+        let mut frames = Vec::new();
+        out.take(&mut frames);
+        client_json(&frames)
+    }
+
+    fn ready_session() -> (Session, Vec<u8>) {
+        use tickwire_proto::{Directory, ServiceEntry, ServiceState};
+        let (mut s, to_node, _) = logged_in_session();
+        node_says(&mut s, &welcome());
+        let services = ["FEED", "OTHER"].map(|name| ServiceEntry {
+            name,
+            state: ServiceState::Up,
+            interactive: false,
+            item_count: 0,
+        });
+        node_says(
+            &mut s,
+            &Message::Directory(Directory {
+                services: services.to_vec(),
+            }),
+        );
+        (s, to_node)
+    }
+
+    #[test]
+    fn a_frame_stops_being_read_once_its_answers_fill_the_room_the_connection_has() {
+        let (mut s, mut to_node) = ready_session();
+        let one = r#"{"ID":7,"Domain":"Source"}"#;
+        let frame = format!("[{}]", vec![one; 1000].join(","));
+        let mut out = JsonOut::default();
+        s.on_client_text_within(&frame, &mut to_node, &mut out, 2_000);
+        let got = answers(&mut out);
+        assert!(got.len() < 20, "{} answers", got.len());
+        let last = got.last().unwrap();
+        assert_eq!(last["Type"], "Error", "{last}");
+        assert!(
+            last["Text"]
+                .as_str()
+                .unwrap()
+                .contains("the rest were not read"),
+            "{last}"
+        );
+    }
+
+    #[test]
+    fn a_batch_whose_item_ids_overflow_or_take_the_logins_or_pass_the_limit_is_refused() {
+        let (mut s, mut to_node) = ready_session();
+        to_node.clear();
+        let too_many: Vec<String> = (0..=MAX_BATCH).map(|i| format!("\"I{i}\"")).collect();
+        let overflow = r#"{"ID":9223372036854775807,"Key":{"Name":["A","B"]}}"#.to_string();
+        let takes_login = r#"{"ID":-1,"Key":{"Name":["A","B"]}}"#.to_string();
+        let single_on_login = r#"{"ID":1,"Key":{"Name":"A"}}"#.to_string();
+        let large = format!(r#"{{"ID":100,"Key":{{"Name":[{}]}}}}"#, too_many.join(","));
+        for (request, why) in [
+            (overflow, "pass the largest ID"),
+            (takes_login, "would take ID 1"),
+            (single_on_login, "ID 1 is the login's"),
+            (large, "is more than the 10000"),
+        ] {
+            let mut out = JsonOut::default();
+            s.on_client_text(&request, &mut to_node, &mut out);
+            let got = answers(&mut out);
+            assert_eq!(got[0]["Type"], "Error", "{got:?}");
+            assert!(got[0]["Text"].as_str().unwrap().contains(why), "{got:?}");
+            assert!(
+                messages(&to_node).is_empty(),
+                "{why}: nothing asked of the node"
+            );
+        }
+        assert!(s.logged_in().is_some(), "still logged in");
+    }
+
+    #[test]
+    fn a_closed_directory_stream_gets_no_more_updates() {
+        use tickwire_proto::{Directory, ServiceEntry, ServiceState};
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(r#"{"ID":7,"Domain":"Source"}"#, &mut to_node, &mut out);
+        s.on_client_text(r#"{"ID":7,"Type":"Close"}"#, &mut to_node, &mut out);
+        let down = Message::Directory(Directory {
+            services: vec![ServiceEntry {
+                name: "FEED",
+                state: ServiceState::Down,
+                interactive: false,
+                item_count: 0,
+            }],
+        });
+        assert!(node_says(&mut s, &down).is_empty());
+    }
+
+    #[test]
+    fn a_login_reissue_answers_for_the_user_logged_in_and_may_not_name_another() {
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(
+            r#"{"ID":1,"Domain":"Login","Key":{"Name":"admin","Elements":{"Password":"x"}}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let got = answers(&mut out);
+        assert_eq!(got[0]["Type"], "Error", "{got:?}");
+        assert!(
+            got[0]["Text"]
+                .as_str()
+                .unwrap()
+                .contains("logged in as \"u\""),
+            "{got:?}"
+        );
+        s.on_client_text(
+            r#"{"ID":1,"Domain":"Login","Key":{"Name":"u"}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let got = answers(&mut out);
+        assert_eq!(
+            (got[0]["Type"].as_str(), got[0]["Key"]["Name"].as_str()),
+            (Some("Refresh"), Some("u"))
+        );
+    }
+
+    #[test]
+    fn an_off_stream_post_id_waiting_for_its_ack_is_not_taken_again() {
+        let (mut s, mut to_node) = ready_session();
+        to_node.clear();
+        let post = |id: i64| {
+            format!(
+                r#"{{"ID":{id},"Type":"Post","Domain":"MarketPrice","Ack":true,"PostID":5,"Key":{{"Name":"X","Service":"FEED"}},"Message":{{"ID":0,"Type":"Update","Fields":{{"BID":1.5}}}}}}"#
+            )
+        };
+        let mut out = JsonOut::default();
+        s.on_client_text(&post(10), &mut to_node, &mut out);
+        s.on_client_text(&post(11), &mut to_node, &mut out);
+        assert_eq!(posts_sent(&to_node).len(), 1, "the second is refused");
+        let got = answers(&mut out);
+        assert_eq!(
+            (got[0]["ID"].as_i64(), got[0]["Type"].as_str()),
+            (Some(11), Some("Ack")),
+            "{got:?}"
+        );
+        assert!(got[0]["NakCode"].is_string(), "{got:?}");
+        let acked = node_says(
+            &mut s,
+            &Message::Ack(Ack {
+                stream_id: 0,
+                post_id: 5,
+                nak: None,
+                text: "",
+            }),
+        );
+        assert_eq!(
+            acked,
+            vec![serde_json::json!({"ID":10,"Type":"Ack","AckID":5})]
+        );
     }
 }

@@ -136,6 +136,14 @@ impl Session {
                 ))
             }
         };
+        // The node answers an off-stream post by its PostID alone: two waiting at once
+        // with one PostID could not be told apart.
+        if stream_id == 0 && self.off_stream_posts.contains_key(&post_id) {
+            return Err(refuse(
+                NakCode::InvalidContent,
+                format!("PostID {post_id} is already waiting for its Ack: give each post its own"),
+            ));
+        }
         let msg = Message::Post(Post {
             stream_id,
             post_id,
