@@ -243,8 +243,9 @@ pub struct Session {
     next_sid: u32,
     /// Services in the node's directory (numeric service ids are positions in it).
     services: ServiceList,
-    /// The client's open Source Directory stream and its filter.
-    directory: Option<(i64, u64)>,
+    /// The client's open Source Directory stream: its ID, filter and service (if it
+    /// asked about one).
+    directory: Option<(i64, u64, Option<u64>)>,
     /// Logged in from a session token at the upgrade ([`Session::cookie_login`]).
     cookie_login: bool,
     /// The client logged out or the node ended the session: close after sending.
@@ -1025,7 +1026,7 @@ impl Session {
             LoginState::Pending { id, .. } | LoginState::Open { id } => Some(id),
             LoginState::None => None,
         };
-        let directory = self.directory.map(|(id, _)| id);
+        let directory = self.directory.map(|(id, _, _)| id);
         [login, directory]
             .into_iter()
             .flatten()
@@ -1123,7 +1124,7 @@ impl Session {
                 let _ = Message::Close { stream_id: sid }.encode(to_node);
             }
             // The directory's stream: no more updates on it.
-            if self.directory.is_some_and(|(d, _)| d == id) {
+            if self.directory.is_some_and(|(d, _, _)| d == id) {
                 self.directory = None;
             }
         }
@@ -2045,5 +2046,45 @@ mod tests {
             acked,
             vec![serde_json::json!({"ID":10,"Type":"Ack","AckID":5})]
         );
+    }
+
+    #[test]
+    fn a_directory_stream_of_one_service_hears_only_of_it_and_none_opens_before_a_login() {
+        use tickwire_proto::{Directory, ServiceEntry, ServiceState};
+        let mut fresh = session();
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        fresh.on_client_text(r#"{"ID":7,"Domain":"Source"}"#, &mut to_node, &mut out);
+        let got = answers(&mut out);
+        assert!(
+            got[0]["State"]["Text"]
+                .as_str()
+                .unwrap()
+                .contains("login required"),
+            "{got:?}"
+        );
+        let (mut s, mut to_node) = ready_session();
+        // Service 2 is OTHER.
+        s.on_client_text(
+            r#"{"ID":7,"Domain":"Source","Key":{"Service":2}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        answers(&mut out);
+        let down = |name: &'static str| {
+            Message::Directory(Directory {
+                services: vec![ServiceEntry {
+                    name,
+                    state: ServiceState::Down,
+                    interactive: false,
+                    item_count: 0,
+                }],
+            })
+        };
+        assert!(
+            node_says(&mut s, &down("FEED")).is_empty(),
+            "not the service asked about"
+        );
+        let got = node_says(&mut s, &down("OTHER"));
+        assert_eq!(got[0]["Map"]["Entries"][0]["Key"], 2, "{got:?}");
     }
 }

@@ -20,6 +20,16 @@ impl Session {
         obj: &serde_json::Map<String, Json>,
         out: &mut JsonOut,
     ) {
+        if self.logged_in().is_none() {
+            super::write_refusal(
+                out,
+                id,
+                false,
+                super::code::PROTOCOL,
+                "login required before any other message",
+            );
+            return;
+        }
         let key = obj.get("Key");
         let filter = key
             .and_then(|k| k.get("Filter"))
@@ -28,7 +38,7 @@ impl Session {
         let only = key.and_then(|k| k.get("Service")).and_then(Json::as_u64);
         let streaming = obj.get("Streaming").and_then(Json::as_bool).unwrap_or(true);
         if streaming {
-            self.directory = Some((id, filter));
+            self.directory = Some((id, filter, only));
         }
         let entries: Vec<Json> = self
             .services
@@ -111,12 +121,15 @@ impl Session {
         changed: &[usize],
         out: &mut JsonOut,
     ) {
-        let Some((id, filter)) = self.directory else {
+        let Some((id, filter, only)) = self.directory else {
             return;
         };
         let mut entries: Vec<Json> = Vec::new();
         for (list, action) in [(adds, "Add"), (changed, "Update")] {
             for &i in list {
+                if only.is_some_and(|s| s != i as u64 + 1) {
+                    continue;
+                }
                 if let Some(name) = self.services.get(i) {
                     entries.push(self.directory_entry(i, name, filter, action));
                 }
