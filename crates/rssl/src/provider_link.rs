@@ -130,9 +130,13 @@ impl ProviderLink {
         out.send(&self.buf);
     }
 
-    /// The connection is gone: the provider's services are down until it is back.
+    /// The connection is gone: the provider's services are down until it is back, and
+    /// what it said of them is forgotten (its next directory says it again: a service
+    /// whose state it does not give is up, as at the first connection).
     pub fn on_lost(&mut self, to_node: &mut Vec<u8>) {
         self.announce(ServiceState::Down, to_node);
+        self.services.clear();
+        self.by_name.clear();
         self.streams.clear();
         self.by_rssl.clear();
     }
@@ -457,6 +461,12 @@ mod tests {
 
     /// A provider's directory refresh: service 7, "PROV", up.
     fn directory() -> Vec<u8> {
+        directory_refresh(true)
+    }
+
+    /// A provider's directory refresh of service 7, "PROV": up in its STATE filter, or
+    /// with no STATE filter at all.
+    fn directory_refresh(with_state: bool) -> Vec<u8> {
         let mut out = Vec::new();
         begin_refresh(
             &mut out,
@@ -478,11 +488,13 @@ mod tests {
                 el.ascii(o, "Name", b"PROV");
                 el.end(o);
             });
-            fl.entry(o, filter_action::SET, 2, |o| {
-                let mut el = ElementListWriter::begin(o);
-                el.uint(o, "ServiceState", 1);
-                el.end(o);
-            });
+            if with_state {
+                fl.entry(o, filter_action::SET, 2, |o| {
+                    let mut el = ElementListWriter::begin(o);
+                    el.uint(o, "ServiceState", 1);
+                    el.end(o);
+                });
+            }
             fl.end(o);
         });
         map.end(&mut out);
@@ -533,6 +545,39 @@ mod tests {
         });
         map.end(&mut out);
         out
+    }
+
+    #[test]
+    fn a_provider_back_after_a_loss_is_taken_as_new_its_services_up_unless_it_says_otherwise() {
+        let (mut link, mut to_node, mut out) = connected();
+        link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
+            .unwrap();
+        link.on_provider_message(&directory(), &mut to_node, &mut out)
+            .unwrap();
+        let said = |to_node: &[u8]| -> Vec<String> {
+            MessageIter::new(to_node)
+                .map(|m| format!("{:?}", m.unwrap().message))
+                .collect()
+        };
+        to_node.clear();
+        link.on_lost(&mut to_node);
+        assert!(
+            said(&to_node)[0].contains("state: Down"),
+            "{:?}",
+            said(&to_node)
+        );
+        to_node.clear();
+        link.on_connected(&mut out);
+        link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
+            .unwrap();
+        link.on_provider_message(&directory_refresh(false), &mut to_node, &mut out)
+            .unwrap();
+        let said = said(&to_node);
+        assert!(
+            said.iter()
+                .any(|m| m.contains("\"PROV\"") && m.contains("state: Up")),
+            "{said:?}"
+        );
     }
 
     #[test]
