@@ -164,20 +164,18 @@ impl RsslConn {
     }
 
     /// Writes what the socket takes. Err: the socket failed.
+    ///
+    /// A dictionary download goes on while the socket takes all of it: a write that
+    /// never meets a full socket brings no writable event, and its parts come from the
+    /// session, not the core, so nothing else would bring the connection back for
+    /// them before a heartbeat. (A dictionary is a few MiB at most: its parts go a
+    /// quarter MiB at a time, within `DOWNLOAD_ROUNDS`.)
     pub(crate) fn write(&mut self, t: &mut Transport) -> std::io::Result<()> {
-        self.channel.end_batch();
-        loop {
-            let bytes = self.channel.transmit();
-            if bytes.is_empty() {
+        for _ in 0..DOWNLOAD_ROUNDS {
+            if !self.write_channel(t)? || !self.session.downloading() || self.close_after_flush {
                 break;
             }
-            match t.write(bytes) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => self.channel.consume(n),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
+            self.session.pump_downloads(&mut self.channel);
         }
         if self.close_after_flush && !self.fin_sent {
             t.shutdown_write();
@@ -185,7 +183,28 @@ impl RsslConn {
         }
         Ok(())
     }
+
+    /// Writes what the channel holds; true if the socket took all of it.
+    fn write_channel(&mut self, t: &mut Transport) -> std::io::Result<bool> {
+        self.channel.end_batch();
+        loop {
+            let bytes = self.channel.transmit();
+            if bytes.is_empty() {
+                return Ok(true);
+            }
+            match t.write(bytes) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => self.channel.consume(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
+
+/// Rounds of dictionary parts one write may send while the socket takes them all.
+const DOWNLOAD_ROUNDS: usize = 64;
 
 /// The most an RSSL connection may hold for its socket before a consumer that keeps
 /// sending is closed (as for WebSocket connections).

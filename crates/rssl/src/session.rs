@@ -557,6 +557,11 @@ impl Session {
         self.pump_downloads(out);
     }
 
+    /// Dictionary parts are still to be sent ([`Session::pump_downloads`]).
+    pub fn downloading(&self) -> bool {
+        !self.downloads.is_empty()
+    }
+
     /// Sends dictionary parts while the connection has room: call again when it drains.
     pub fn pump_downloads(&mut self, out: &mut impl Outbox) {
         let all = self.cfg.downloads.clone();
