@@ -362,3 +362,34 @@ fn the_publisher_library_refuses_an_image_no_subscriber_could_receive() {
     );
     assert_eq!(publisher.item_count(), 0, "nothing kept for it");
 }
+
+/// An interactive RSSL provider whose kernel takes the connection but which never
+/// answers (hung, or a middlebox holding the connection): the node gives it up at its
+/// login deadline, says why, and connects again, rather than wait for TCP to give up.
+#[test]
+fn an_rssl_provider_that_takes_the_connection_but_never_answers_is_given_up_and_tried_again() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let provider = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let count = accepted.clone();
+    // Holds each connection open and silent; ends with the test's process.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().take(8).flatten() {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(s);
+        }
+    });
+    let mut node = Node::start(&["--rssl-provider", &provider]);
+    node.proc.wait_for_line(
+        "no login accepted within 10 s of the connect",
+        Duration::from_secs(60),
+    );
+    let again = poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || accepted.load(Ordering::SeqCst),
+        |n| *n >= 2,
+    );
+    assert!(again >= 2, "connected {again} time(s)\n{}", node.proc.log());
+}

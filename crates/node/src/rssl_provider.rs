@@ -24,6 +24,13 @@ use tickwire_rssl::ripc::{Channel, Input, Settings};
 const READ_SHARE: usize = 256 * 1024;
 const RECONNECT_MIN: Duration = Duration::from_millis(200);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// From the connect to the provider's login refresh at most: a provider whose kernel
+/// accepts but which never answers is given up and tried again.
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes for the provider (requests, closes, posts) the connection holds at most: the
+/// rest waits in the core, whose limits see it (posts to a publisher that does not
+/// read them are refused there).
+const OUT_HIGH: usize = 256 * 1024;
 
 /// One provider: where it is, the connection, and the node's side of it.
 pub(crate) struct ProviderConn {
@@ -42,6 +49,8 @@ pub(crate) struct ProviderConn {
     hung_up: bool,
     next_try: Instant,
     backoff: Duration,
+    /// Until the provider accepts the login: when it is given up.
+    login_deadline: Option<Instant>,
     to_node: Vec<u8>,
     msg: Vec<u8>,
     skipped_logged: bool,
@@ -82,6 +91,7 @@ impl ProviderConn {
             hung_up: false,
             next_try: now,
             backoff: RECONNECT_MIN,
+            login_deadline: None,
             to_node: Vec::new(),
             msg: Vec::new(),
             skipped_logged: false,
@@ -100,6 +110,7 @@ impl ProviderConn {
             Ok(s) => {
                 self.socket = Some(s);
                 self.connecting = true;
+                self.login_deadline = Some(now + LOGIN_TIMEOUT);
             }
             Err(why) => self.failed(&why, now),
         }
@@ -129,16 +140,28 @@ impl ProviderConn {
             self.address,
             self.backoff.as_millis()
         );
+        self.retry_later(now);
+    }
+
+    /// The next attempt after the back-off, which doubles up to its most; it starts
+    /// again from the least once a provider accepts the login (not at a bare connect:
+    /// a provider that refuses every login is not asked five times a second).
+    fn retry_later(&mut self, now: Instant) {
         self.next_try = now + self.backoff;
         self.backoff = (self.backoff * 2).min(RECONNECT_MAX);
+        self.login_deadline = None;
     }
 
     fn lost(&mut self, core: &mut Node, registry: &Registry, why: &str, now: Instant) {
-        warn!("RSSL provider {}: connection lost: {why}", self.address);
+        warn!(
+            "RSSL provider {}: connection lost: {why}; again in {} ms",
+            self.address,
+            self.backoff.as_millis()
+        );
         self.close_socket(registry);
         self.link.on_lost(&mut self.to_node);
         self.deliver(core, now);
-        self.failed("(reconnecting)", now);
+        self.retry_later(now);
     }
 
     fn close_socket(&mut self, registry: &Registry) {
@@ -192,7 +215,6 @@ impl ProviderConn {
                 Ok(None) => break,
                 Ok(Some(Input::Connected)) => {
                     info!("RSSL provider {}: connected; logging in", self.address);
-                    self.backoff = RECONNECT_MIN;
                     self.link.on_connected(ch);
                 }
                 Ok(Some(Input::Message)) => {
@@ -202,6 +224,10 @@ impl ProviderConn {
                     {
                         closed = Some(e.to_string());
                         break;
+                    }
+                    if self.login_deadline.is_some() && self.link.logged_in() {
+                        self.login_deadline = None;
+                        self.backoff = RECONNECT_MIN;
                     }
                 }
                 Err(e) => {
@@ -260,11 +286,12 @@ impl Part for ProviderConn {
         if self.more_to_read {
             return Some(Instant::now());
         }
-        match &self.channel {
+        let at = match &self.channel {
             Some(c) => c.poll_timeout(),
             None if self.socket.is_none() => Some(self.next_try),
             None => None,
-        }
+        };
+        [at, self.login_deadline].into_iter().flatten().min()
     }
 
     fn handle_io(&mut self, cx: &mut Cx<'_>, readiness: Readiness) {
@@ -295,6 +322,13 @@ impl Part for ProviderConn {
 
     /// RIPC's pings, and a provider silent past its ping timeout.
     fn handle_timeout(&mut self, cx: &mut Cx<'_>) {
+        if self.login_deadline.is_some_and(|at| cx.now >= at) {
+            let why = format!(
+                "no login accepted within {} s of the connect",
+                LOGIN_TIMEOUT.as_secs()
+            );
+            return self.lost(cx.core, cx.registry, &why, cx.now);
+        }
         let timed_out = match self.channel.as_mut() {
             Some(c) => c.handle_timeout(cx.now).err(),
             None => None,
@@ -312,6 +346,14 @@ impl Part for ProviderConn {
                 let bytes = w.sealed_bytes();
                 let mut at = 0;
                 for (payload, frame_len) in tickwire_proto::frame::frames(bytes) {
+                    // A provider that reads slowly: the rest waits in the core.
+                    if self
+                        .channel
+                        .as_ref()
+                        .is_some_and(|ch| ch.is_active() && ch.pending() >= OUT_HIGH)
+                    {
+                        break;
+                    }
                     for raw in MessageIter::new(payload).flatten() {
                         match self.channel.as_mut() {
                             Some(ch) if ch.is_active() => {

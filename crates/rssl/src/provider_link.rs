@@ -98,6 +98,11 @@ impl ProviderLink {
         }
     }
 
+    /// The provider accepted the login (its directory is asked for).
+    pub fn logged_in(&self) -> bool {
+        self.phase == Phase::Open
+    }
+
     /// RIPC is up: log in (as a consumer, role 0).
     pub fn on_connected(&mut self, out: &mut impl Outbox) {
         self.phase = Phase::LoggingIn;
