@@ -51,6 +51,8 @@ pub(crate) struct ProviderConn {
     backoff: Duration,
     /// Until the provider accepts the login: when it is given up.
     login_deadline: Option<Instant>,
+    /// Connects that failed: which of the address's resolutions is tried next.
+    attempts: usize,
     to_node: Vec<u8>,
     msg: Vec<u8>,
     skipped_logged: bool,
@@ -92,6 +94,7 @@ impl ProviderConn {
             next_try: now,
             backoff: RECONNECT_MIN,
             login_deadline: None,
+            attempts: 0,
             to_node: Vec::new(),
             msg: Vec::new(),
             skipped_logged: false,
@@ -106,7 +109,7 @@ impl ProviderConn {
     }
 
     fn connect(&mut self, registry: &Registry, now: Instant) {
-        match crate::outbound::connect(&self.address, registry, self.token) {
+        match crate::outbound::connect(&self.address, registry, self.token, self.attempts) {
             Ok(s) => {
                 self.socket = Some(s);
                 self.connecting = true;
@@ -147,6 +150,7 @@ impl ProviderConn {
     /// again from the least once a provider accepts the login (not at a bare connect:
     /// a provider that refuses every login is not asked five times a second).
     fn retry_later(&mut self, now: Instant) {
+        self.attempts = self.attempts.wrapping_add(1);
         self.next_try = now + self.backoff;
         self.backoff = (self.backoff * 2).min(RECONNECT_MAX);
         self.login_deadline = None;

@@ -146,6 +146,8 @@ pub struct UpstreamLink {
     nodes: Vec<String>,
     /// Index in `nodes` of the upstream connected or tried last.
     current: usize,
+    /// Rounds of connects that failed: which of an upstream's addresses is tried.
+    attempts: usize,
     socket: Option<TcpStream>,
     /// A non-blocking connect in progress (done when the socket turns writable).
     connecting: bool,
@@ -171,6 +173,7 @@ impl UpstreamLink {
             relay: Relay::start(core, cfg, now),
             nodes,
             current: 0,
+            attempts: 0,
             socket: None,
             connecting: false,
             more_to_read: false,
@@ -210,7 +213,7 @@ impl UpstreamLink {
 
     fn connect(&mut self, registry: &Registry, now: Instant) {
         let addr = self.nodes[self.current].clone();
-        match crate::outbound::connect(&addr, registry, self.token) {
+        match crate::outbound::connect(&addr, registry, self.token, self.attempts) {
             Ok(s) => {
                 self.socket = Some(s);
                 self.connecting = true;
@@ -246,6 +249,10 @@ impl UpstreamLink {
     fn failed(&mut self, addr: &str, why: String, now: Instant) {
         warn!("upstream: cannot connect to {addr}: {why}");
         self.current = (self.current + 1) % self.nodes.len();
+        if self.current == 0 {
+            // Every upstream tried: next time, each at its next address.
+            self.attempts = self.attempts.wrapping_add(1);
+        }
         self.relay.connect_failed(
             ClientError::Connect {
                 addr: addr.to_string(),
