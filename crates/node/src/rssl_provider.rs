@@ -365,8 +365,8 @@ impl Part for ProviderConn {
                                     .on_node_message(&raw.message, &mut self.to_node, ch)
                             }
                             // Not connected: the services are down, the core asks again
-                            // when they are back.
-                            _ => {}
+                            // when they are back; a post is answered at once.
+                            _ => refuse_post(&raw.message, &mut self.to_node),
                         }
                     }
                     at += frame_len;
@@ -376,5 +376,21 @@ impl Part for ProviderConn {
         }
         self.deliver(core, now);
         self.write(core, registry, now);
+    }
+}
+
+/// A post for a provider that is not connected: refused at once (`SourceDown`) where it
+/// asked for an Ack, rather than left to the node's post timeout.
+fn refuse_post(m: &tickwire_proto::Message<'_>, to_node: &mut Vec<u8>) {
+    if let tickwire_proto::Message::Post(p) = m {
+        if p.ack {
+            let _ = tickwire_proto::Message::Ack(tickwire_proto::Ack {
+                stream_id: p.stream_id,
+                post_id: p.post_id,
+                nak: Some(tickwire_proto::NakCode::SourceDown),
+                text: "the interactive provider is not connected",
+            })
+            .encode(to_node);
+        }
     }
 }
