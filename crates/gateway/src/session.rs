@@ -1071,6 +1071,12 @@ impl Session {
             }),
         };
         if let Err(e) = msg.encode(to_node) {
+            // A reissue that cannot be sent closes the stream it would have changed:
+            // the client is told it is closed, so it is, in the node too.
+            if self.by_json.remove(&json_id).is_some() {
+                self.streams.remove(&sid);
+                let _ = Message::Close { stream_id: sid }.encode(to_node);
+            }
             write_status(
                 out,
                 json_id,
@@ -2086,5 +2092,28 @@ mod tests {
         );
         let got = node_says(&mut s, &down("OTHER"));
         assert_eq!(got[0]["Map"]["Entries"][0]["Key"], 2, "{got:?}");
+    }
+
+    #[test]
+    fn a_reissue_that_cannot_be_sent_closes_the_stream_in_the_node_too() {
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(r#"{"ID":5,"Key":{"Name":"A"}}"#, &mut to_node, &mut out);
+        to_node.clear();
+        answers(&mut out);
+        let long = "X".repeat(70_000);
+        s.on_client_text(
+            &format!(r#"{{"ID":5,"Key":{{"Name":"{long}"}}}}"#),
+            &mut to_node,
+            &mut out,
+        );
+        assert_eq!(messages(&to_node), ["Close"]);
+        let got = answers(&mut out);
+        assert_eq!(
+            (got[0]["ID"].as_i64(), got[0]["State"]["Stream"].as_str()),
+            (Some(5), Some("Closed")),
+            "{got:?}"
+        );
+        assert!(s.streams.is_empty() && s.by_json.is_empty());
     }
 }
