@@ -140,8 +140,9 @@ pub struct Session {
     cfg: Arc<SessionConfig>,
     login: LoginState,
     services: Vec<Service>,
-    /// The consumer's directory stream and the filter it asked for.
-    directory: Option<(i32, u32)>,
+    /// The consumer's directory stream, the filter it asked for, and the service (if it
+    /// asked about one).
+    directory: Option<(i32, u32, Option<u16>)>,
     /// Open item streams by the node's stream id.
     streams: FxHashMap<u32, ItemStream>,
     /// The node's stream id of each of the consumer's item streams.
@@ -272,7 +273,7 @@ impl Session {
             _ if self.provider.is_some() => self.on_provider_message(&m, to_node, out),
             (class::REQUEST, domain::SOURCE) => self.on_directory_request(&m, out),
             (class::CLOSE, domain::SOURCE) => {
-                if self.directory.is_some_and(|(s, _)| s == m.stream_id) {
+                if self.directory.is_some_and(|(s, _, _)| s == m.stream_id) {
                     self.directory = None;
                 }
             }
@@ -421,7 +422,7 @@ impl Session {
         let filter = m.key.as_ref().and_then(|k| k.filter).unwrap_or(0x3F);
         let only = m.key.as_ref().and_then(|k| k.service_id);
         if m.flags & request::STREAMING != 0 {
-            self.directory = Some((m.stream_id, filter));
+            self.directory = Some((m.stream_id, filter, only));
         }
         let services: Vec<usize> = (0..self.services.len())
             .filter(|&i| self.services[i].state != ServiceState::Removed)
@@ -972,11 +973,17 @@ impl Session {
 
     /// The directory stream hears of services added and changed.
     fn directory_update(&mut self, adds: &[usize], updates: &[usize], out: &mut impl Outbox) {
-        let Some((sid, filter)) = self.directory else {
+        let Some((sid, filter, only)) = self.directory else {
             return;
         };
         let mut buf = std::mem::take(&mut self.buf);
         for (services, action) in [(adds, map_action::ADD), (updates, map_action::UPDATE)] {
+            // A stream of one service hears only of it.
+            let services: Vec<usize> = services
+                .iter()
+                .copied()
+                .filter(|&i| only.is_none_or(|id| self.services[i].id == id))
+                .collect();
             if services.is_empty() {
                 continue;
             }
@@ -984,7 +991,7 @@ impl Session {
             let w = msg::MsgWriter::begin(&mut buf, class::UPDATE, domain::SOURCE, sid, 0, dt::MAP);
             buf.push(0); // update type: unspecified
             w.end_header(&mut buf);
-            self.directory_map(&mut buf, services, filter, action);
+            self.directory_map(&mut buf, &services, filter, action);
             out.send(&buf);
         }
         self.buf = buf;

@@ -626,3 +626,41 @@ fn a_provider_item_the_node_refuses_or_closes_is_closed_at_the_provider_and_forg
         );
     }
 }
+
+#[test]
+fn a_directory_stream_of_one_service_hears_only_of_it() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    deliver(
+        &mut s,
+        &directory(&[("FEED", ServiceState::Up), ("OTHER", ServiceState::Up)]),
+        &mut out,
+    );
+    // Streaming, filter 7, about service 2 (OTHER) only.
+    let key = MsgKey {
+        service_id: Some(2),
+        filter: Some(7),
+        ..MsgKey::default()
+    };
+    let mut b = Vec::new();
+    msg::put_request(&mut b, domain::SOURCE, 2, request::STREAMING, &key, false);
+    s.on_client_message(&b, &mut to_node, &mut out);
+    out.clear();
+    deliver(
+        &mut s,
+        &directory(&[("FEED", ServiceState::Down)]),
+        &mut out,
+    );
+    assert!(out.is_empty(), "not the service asked about: {out:?}");
+    deliver(
+        &mut s,
+        &directory(&[("OTHER", ServiceState::Down)]),
+        &mut out,
+    );
+    assert_eq!(out.len(), 1);
+    let u = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (u.class, u.domain, u.stream_id),
+        (class::UPDATE, domain::SOURCE, 2)
+    );
+}
