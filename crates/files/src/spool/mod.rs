@@ -410,11 +410,16 @@ impl Spool {
         };
         match fs::rename(src, &to) {
             Ok(()) => {
-                if fs::metadata(&to)?.len() != size {
-                    fs::rename(&to, src)?;
-                    return Err(changed());
+                let moved = fs::metadata(&to).map_or(size, |m| m.len());
+                if moved == size {
+                    return Ok(());
                 }
-                Ok(())
+                match fs::rename(&to, src) {
+                    Ok(()) => Err(changed()),
+                    // It cannot go back: it stays queued, not lost (its sites find
+                    // its hash wrong and say so).
+                    Err(_) => Ok(()),
+                }
             }
             // EXDEV: another file system.
             Err(e) if e.raw_os_error() == Some(18) => {
