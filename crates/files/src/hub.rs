@@ -15,7 +15,7 @@
 //! Every table is bounded: uploads at once, routes per connection, transfers relayed,
 //! records kept.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::audit::{HubEvent, PastFile};
@@ -159,6 +159,9 @@ struct Record {
 
 /// Most sites one connection may be a route to.
 const MAX_ROUTES_PER_PEER: usize = 256;
+/// A route to a site not heard from for this long is forgotten (sites say they are
+/// there every second; one silent for 5 s is absent already).
+const ROUTE_FORGOTTEN: Duration = Duration::from_secs(60);
 /// Relayed transfers whose service is remembered (for their chunks) at most.
 const MAX_RELAYED: usize = 65_536;
 /// Report bytes per message (the native protocol's bodies are at most 65,535).
@@ -175,7 +178,7 @@ pub struct Hub {
     sender: Option<(Sender, Spool)>,
     receiver: Option<(Receiver, Inbox)>,
     uploads: HashMap<(usize, u32), Upload>,
-    routes: HashMap<Peer, BTreeSet<(usize, String)>>,
+    routes: HashMap<Peer, BTreeMap<(usize, String), Instant>>,
     /// Transfers relayed down (or received): their service's index, and where they
     /// came from (their sites' statuses go back that way).
     relayed: HashMap<u64, (usize, Peer)>,
@@ -500,7 +503,7 @@ impl Hub {
                 let routed = self
                     .routes
                     .get(&from)
-                    .is_some_and(|r| r.iter().any(|(_, site)| site == s.site));
+                    .is_some_and(|r| r.keys().any(|(_, site)| site == s.site));
                 if !routed {
                     self.stats.ignored += 1;
                     return;
@@ -551,13 +554,26 @@ impl Hub {
             return;
         }
         let routes = self.routes.entry(from).or_default();
-        if !routes.contains(&(i, site.to_owned())) {
-            if routes.len() >= MAX_ROUTES_PER_PEER {
-                self.stats.ignored += 1;
-                return;
+        let key = (i, site.to_owned());
+        if !routes.contains_key(&key) && routes.len() >= MAX_ROUTES_PER_PEER {
+            // Full: the route heard from least recently goes, if it is no longer heard
+            // (live routes are not pushed out by a flood of new names).
+            let oldest = routes
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .filter(|(_, at)| now.saturating_duration_since(**at) >= ROUTE_FORGOTTEN)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => {
+                    routes.remove(&k);
+                }
+                None => {
+                    self.stats.ignored += 1;
+                    return;
+                }
             }
-            routes.insert((i, site.to_owned()));
         }
+        routes.insert(key, now);
         if let Some((tx, _)) = self.sender.as_mut() {
             tx.handle_present(site, service, now);
         }
@@ -635,7 +651,7 @@ impl Hub {
         let down: Vec<Peer> = self
             .routes
             .iter()
-            .filter(|(p, r)| **p != from && r.iter().any(|(s, _)| *s == service))
+            .filter(|(p, r)| **p != from && r.keys().any(|(s, _)| *s == service))
             .map(|(p, _)| *p)
             .collect();
         for to in down {
@@ -1089,6 +1105,10 @@ impl Hub {
 
     /// Its deadlines passed by `now` (the sender's pacing and repairs, the receiver's).
     pub fn handle_timeout(&mut self, now: Instant) {
+        for r in self.routes.values_mut() {
+            r.retain(|_, at| now.saturating_duration_since(*at) < ROUTE_FORGOTTEN);
+        }
+        self.routes.retain(|_, r| !r.is_empty());
         let stale: Vec<(usize, u32)> = self
             .uploads
             .iter()
@@ -1186,7 +1206,7 @@ impl Hub {
                     continue;
                 };
                 for (peer, r) in &self.routes {
-                    if r.iter().any(|(s, _)| *s == i) {
+                    if r.keys().any(|(s, _)| *s == i) {
                         self.out.push_back(Output {
                             to: *peer,
                             body: self.buf.clone(),

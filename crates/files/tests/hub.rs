@@ -846,3 +846,35 @@ fn a_file_for_every_site_keeps_the_sites_it_was_given_through_a_restart() {
     assert!(sites[1].0 == "b" && sites[1].1 != "done", "{sites:?}");
     assert_eq!(h.sender_figures().unwrap().1, 1, "still queued for b");
 }
+
+#[test]
+fn a_full_table_of_routes_makes_room_for_a_new_site_once_an_old_one_is_silent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let t0 = Instant::now();
+    let names: Vec<String> = (0..256).map(|i| format!("site{i}")).collect();
+    for n in &names {
+        present(&mut h, n, t0);
+    }
+    let ignored = h.stats().ignored;
+    // Every route is live: a flood of new names pushes none out.
+    present(&mut h, "late", t0);
+    assert_eq!(h.stats().ignored, ignored + 1);
+    // A minute on, all but one have gone silent: the new site takes a silent one's room.
+    let t1 = t0 + std::time::Duration::from_secs(61);
+    present(&mut h, "site0", t1);
+    present(&mut h, "late", t1);
+    assert_eq!(h.stats().ignored, ignored + 1, "late is routed now");
+    // And the silent ones are forgotten at the next timeout.
+    h.handle_timeout(t1);
+    let status = FilesMessage::Status(tickwire_files::wire::Status {
+        transfer: 1,
+        site: "site9",
+        state: tickwire_files::wire::SiteState::Done,
+        have: 1,
+        missing: vec![],
+        reason: "",
+    });
+    h.handle(Peer::Backbone, "", Rights::ALL, &encode(&status), t1);
+    assert_eq!(h.stats().ignored, ignored + 2, "site9's route is gone");
+}

@@ -396,6 +396,8 @@ pub struct FilesThread {
     backlog: Backlog,
     /// Messages the loop could not hand over (the thread was behind).
     pub dropped: u64,
+    /// Connections gone whose end the thread had no room for yet.
+    gone_unsent: Vec<ConnId>,
     /// (user, site) pairs refused and said in the log (each once).
     sites_refused: std::collections::HashSet<(String, String)>,
     /// What the thread has done, for /metrics.
@@ -538,6 +540,7 @@ impl FilesThread {
             expired: 0,
             backlog: Backlog::default(),
             dropped: 0,
+            gone_unsent: Vec::new(),
             sites_refused: Default::default(),
             figures,
             backbone_mtu: backbone_mtu.max(1) as u64,
@@ -546,10 +549,22 @@ impl FilesThread {
     }
 
     fn submit(&mut self, input: Input) {
-        let Some(tx) = &self.input else { return };
+        if self.queue_full_for(input) {
+            self.dropped += 1;
+        }
+    }
+
+    /// Hands `input` to the thread: true if its queue has no room now (a thread that
+    /// is gone takes nothing, and is not waited for).
+    fn queue_full_for(&mut self, input: Input) -> bool {
+        let Some(tx) = &self.input else { return false };
         match tx.try_send(input) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.dropped += 1,
+            Ok(()) => false,
+            Err(TrySendError::Full(_)) => true,
+            Err(TrySendError::Disconnected(_)) => {
+                self.dropped += 1;
+                false
+            }
         }
     }
 
@@ -605,10 +620,18 @@ impl FilesThread {
         let mut taken = std::mem::take(&mut self.taken);
         let mut gone = std::mem::take(&mut self.gone);
         core.take_files(&mut taken, &mut gone);
-        for conn in gone.drain(..) {
-            self.submit(Input::Gone(conn));
-        }
+        // A connection's end is never dropped: its routes would pass to the next
+        // connection given its id. What the thread has no room for now goes next turn
+        // (and that id's messages wait behind it, dropped as a full queue drops them).
+        self.gone_unsent.append(&mut gone);
+        let mut unsent = std::mem::take(&mut self.gone_unsent);
+        unsent.retain(|&conn| self.queue_full_for(Input::Gone(conn)));
+        self.gone_unsent = unsent;
         for m in taken.drain(..) {
+            if self.gone_unsent.contains(&m.conn) {
+                self.dropped += 1;
+                continue;
+            }
             if let Some(site) = self.site_refused(core, m.conn, &m.body) {
                 let user = core.user_of(m.conn).unwrap_or("");
                 if self.sites_refused.len() < SITES_REFUSED_TOLD
