@@ -37,8 +37,8 @@ pub use idle::{IdleStrategy, SpinThenPark, Wait};
 pub use key_file::KeyFile;
 pub use link::{
     channel_param, edge_data_channel, files_channel_of, is_dynamic_mdc, DriverCounters,
-    DriverPlacement, FilesFlowControl, Link, LinkConfig, Received, DEFAULT_MTU, FILES_EDGE_TIMEOUT,
-    FRAME_HEADER_BYTES,
+    DriverPlacement, FilesFlowControl, FilesOffer, Link, LinkConfig, Received, DEFAULT_MTU,
+    FILES_EDGE_TIMEOUT, FRAME_HEADER_BYTES,
 };
 pub use source::{Source, SourceConfig, SourceStats};
 
@@ -388,17 +388,17 @@ impl Backbone {
             .is_some_and(|f| f.route(true).is_some())
     }
 
-    /// Offers a message [`FilesWire::frame`] made. False when Aeron refuses it now (it
-    /// is offered again) or the link is down.
-    pub fn offer_files(&mut self, stream: FilesStream, msg: &[u8]) -> bool {
+    /// Offers a message [`FilesWire::frame`] made: taken, refused for now (offer it
+    /// again), or with no one to take it (the link down, no subscriber: drop it).
+    pub fn offer_files(&mut self, stream: FilesStream, msg: &[u8]) -> FilesOffer {
         let Some(link) = self.link.as_mut() else {
-            return false;
+            return FilesOffer::NoOne;
         };
         let out = match stream {
             FilesStream::Files => link.files_out(),
             FilesStream::Requests => link.request_out(),
         };
-        out.is_some_and(|o| o.offer(msg))
+        out.map_or(FilesOffer::NoOne, |o| o.offer_file(msg))
     }
 
     /// What the files thread refused of the files stream so far, for the node's figures.

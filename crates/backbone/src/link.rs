@@ -584,6 +584,39 @@ pub struct Publication {
     pub refused: u64,
 }
 
+/// What became of a file-transfer message offered to the backbone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilesOffer {
+    /// Taken.
+    Taken,
+    /// Not now (back-pressure, or the driver busy): offer it again.
+    Busy,
+    /// No subscriber is connected (or there is no link): offering again does not help
+    /// until one is; the message is the caller's to drop.
+    NoOne,
+}
+
+impl Publication {
+    /// Offers a file-transfer message, saying whether waiting could help.
+    pub(crate) fn offer_file(&mut self, msg: &[u8]) -> FilesOffer {
+        match self.publication.offer(msg) {
+            Ok(_) => {
+                self.offers += 1;
+                FilesOffer::Taken
+            }
+            Err(e) => {
+                self.refused += 1;
+                use rusteron_client::AeronOfferError::{AdminAction, BackPressured};
+                if matches!(e, BackPressured | AdminAction) {
+                    FilesOffer::Busy
+                } else {
+                    FilesOffer::NoOne
+                }
+            }
+        }
+    }
+}
+
 impl Outbox for Publication {
     fn offer(&mut self, msg: &[u8]) -> bool {
         match self.publication.offer(msg) {

@@ -19,7 +19,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tickwire_auth::Action;
-use tickwire_backbone::{auth::Keys, FilesFraming, FilesStream, FilesWire};
+use tickwire_backbone::{auth::Keys, FilesFraming, FilesOffer, FilesStream, FilesWire};
 use tickwire_core::{chunk_buffers, ConnId, FilesIn, Node};
 use tickwire_files::audit;
 use tickwire_files::inbox::{Fsync, Inbox};
@@ -392,6 +392,8 @@ pub struct FilesThread {
     held: Option<(FilesStream, Vec<u8>, Instant)>,
     /// Messages for the backbone dropped after waiting `FRAMED_LIFETIME`.
     expired: u64,
+    /// Messages for the backbone dropped because no one was there to take them.
+    no_one: u64,
     /// Messages from the backbone waiting for room in the thread's queue.
     backlog: Backlog,
     /// Messages the loop could not hand over (the thread was behind).
@@ -419,6 +421,12 @@ impl Drop for FilesThread {
             info!(
                 "files: {} messages for the backbone dropped after waiting {FRAMED_LIFETIME:?} for it",
                 self.expired
+            );
+        }
+        if self.no_one > 0 {
+            info!(
+                "files: {} messages for the backbone dropped with no node connected to take them",
+                self.no_one
             );
         }
         self.input = None;
@@ -538,6 +546,7 @@ impl FilesThread {
             wire_given: None,
             held: None,
             expired: 0,
+            no_one: 0,
             backlog: Backlog::default(),
             dropped: 0,
             gone_unsent: Vec::new(),
@@ -718,9 +727,16 @@ impl FilesThread {
                         continue;
                     }
                     if let Some(b) = bb.as_deref_mut() {
-                        if !b.offer_files(stream, &bytes) && b.files_framing().is_some() {
-                            self.held = Some((stream, bytes, framed));
-                            break;
+                        match b.offer_files(stream, &bytes) {
+                            FilesOffer::Taken => {}
+                            FilesOffer::Busy if b.files_framing().is_some() => {
+                                self.held = Some((stream, bytes, framed));
+                                break;
+                            }
+                            // No one to take it (no source up, no edge yet): waiting
+                            // would hold every message behind it; the protocol repeats
+                            // what matters (presences, offers, statuses).
+                            FilesOffer::Busy | FilesOffer::NoOne => self.no_one += 1,
                         }
                     }
                     chunk_buffers::SHARED.give_back(bytes);
