@@ -245,11 +245,11 @@ fn a_symbolic_link_or_the_partial_directory_in_a_name_is_refused() {
     assert_eq!(fs::read_dir(partial).unwrap().count(), 0);
 }
 
-#[test]
-fn a_restarted_site_resumes_from_the_partial_files_it_left() {
-    let root = tempfile::tempdir().unwrap();
-    let mut net = Net::new(root.path(), 1, Fsync::Never);
-    let (src, data) = write_file(root.path(), "big.src", 2_000_000, 4);
+/// One site, 250 chunks of 4 KiB into a file of 2,000,000 bytes (transfer 9): the net,
+/// the transfer and the file's bytes.
+fn partway_through_a_big_file(root: &Path) -> (Net, u64, Vec<u8>) {
+    let mut net = Net::new(root, 1, Fsync::Never);
+    let (src, data) = write_file(root, "big.src", 2_000_000, 4);
     let mut cfg = SenderConfig::new("src");
     cfg.chunk_size = 4096;
     cfg.rate = 1_000_000;
@@ -259,6 +259,13 @@ fn a_restarted_site_resumes_from_the_partial_files_it_left() {
     net.run_until(Duration::from_secs(10), |n| {
         n.sites[0].rx.stats().chunks >= 250
     });
+    (net, id, data)
+}
+
+#[test]
+fn a_restarted_site_resumes_from_the_partial_files_it_left() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut net, id, data) = partway_through_a_big_file(root.path());
     // The site stops (its receiver and open files gone) and starts again.
     let inbox_dir = net.sites[0].inbox.dir().to_path_buf();
     let mut inbox = Inbox::new(&inbox_dir, Fsync::Never).unwrap();
@@ -554,17 +561,7 @@ fn an_outbox_file_is_in_the_outbox_or_queued_whichever_step_the_node_stops_at() 
 #[test]
 fn a_partial_file_a_restarted_site_refuses_and_a_half_written_map_leave_the_disk() {
     let root = tempfile::tempdir().unwrap();
-    let mut net = Net::new(root.path(), 1, Fsync::Never);
-    let (src, _) = write_file(root.path(), "big.src", 2_000_000, 4);
-    let mut cfg = SenderConfig::new("src");
-    cfg.chunk_size = 4096;
-    cfg.rate = 1_000_000;
-    cfg.burst = 64 * 1024;
-    net.tx = Sender::new(cfg, net.now);
-    let id = net.send(9, "big.bin", &src);
-    net.run_until(Duration::from_secs(10), |n| {
-        n.sites[0].rx.stats().chunks >= 250
-    });
+    let (net, id, _) = partway_through_a_big_file(root.path());
     let inbox_dir = net.sites[0].inbox.dir().to_path_buf();
     let partial = inbox_dir.join(PARTIAL_DIR);
     let left = || -> Vec<String> {

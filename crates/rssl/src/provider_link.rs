@@ -552,18 +552,26 @@ mod tests {
         out
     }
 
-    #[test]
-    fn a_provider_back_after_a_loss_is_taken_as_new_its_services_up_unless_it_says_otherwise() {
+    /// A link logged in whose provider's directory gave service 7, PROV, up.
+    fn serving_prov() -> (ProviderLink, Vec<u8>, Vec<Vec<u8>>) {
         let (mut link, mut to_node, mut out) = connected();
         link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
             .unwrap();
         link.on_provider_message(&directory(), &mut to_node, &mut out)
             .unwrap();
-        let said = |to_node: &[u8]| -> Vec<String> {
-            MessageIter::new(to_node)
-                .map(|m| format!("{:?}", m.unwrap().message))
-                .collect()
-        };
+        (link, to_node, out)
+    }
+
+    /// The node's messages a link sent, decoded.
+    fn said(to_node: &[u8]) -> Vec<String> {
+        MessageIter::new(to_node)
+            .map(|m| format!("{:?}", m.unwrap().message))
+            .collect()
+    }
+
+    #[test]
+    fn a_provider_back_after_a_loss_is_taken_as_new_its_services_up_unless_it_says_otherwise() {
+        let (mut link, mut to_node, mut out) = serving_prov();
         to_node.clear();
         link.on_lost(&mut to_node);
         assert!(
@@ -587,16 +595,7 @@ mod tests {
 
     #[test]
     fn a_directory_update_of_a_services_load_alone_leaves_its_state() {
-        let (mut link, mut to_node, mut out) = connected();
-        link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
-            .unwrap();
-        link.on_provider_message(&directory(), &mut to_node, &mut out)
-            .unwrap();
-        let said = |to_node: &[u8]| -> Vec<String> {
-            MessageIter::new(to_node)
-                .map(|m| format!("{:?}", m.unwrap().message))
-                .collect()
-        };
+        let (mut link, mut to_node, mut out) = serving_prov();
         to_node.clear();
         link.on_provider_message(&directory_update(Some(0)), &mut to_node, &mut out)
             .unwrap();
