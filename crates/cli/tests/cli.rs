@@ -702,11 +702,24 @@ fn bench_without_the_lab_beside_says_how_to_get_it() {
     // A copy, not a link: the program finds the lab beside its own path.
     let alone = dir.join("tickwire");
     std::fs::copy(common::node_program(), &alone).unwrap();
-    let out = std::process::Command::new(&alone)
-        .args(["bench", "quick", "--out", dir.join("out").to_str().unwrap()])
-        .env("PATH", "/nonexistent")
-        .output()
-        .unwrap();
+    // Another test's fork may hold the copy's descriptor open for a moment (an exec
+    // then fails with "Text file busy") until that child execs or exits.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let out = loop {
+        match std::process::Command::new(&alone)
+            .args(["bench", "quick", "--out", dir.join("out").to_str().unwrap()])
+            .env("PATH", "/nonexistent")
+            .output()
+        {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ExecutableFileBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            other => break other.unwrap(),
+        }
+    };
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
