@@ -258,6 +258,9 @@ pub struct BackboneFigures {
     pub authenticated: bool,
     /// Messages dropped: not sealed with a key of the node, replayed, stale.
     pub rejections: Rejections,
+    /// File-transfer messages dropped because the files thread had not taken the ones
+    /// before (the transfer repairs them).
+    pub files_dropped: u64,
 }
 
 /// What a node's backbone is made of (its `[backbone]` settings).
@@ -722,6 +725,7 @@ impl Backbone {
             link_restarts: self.link_restarts,
             authenticated: self.sealing.is_some(),
             rejections: self.rejections(),
+            files_dropped: self.files_dropped,
         }
     }
 }

@@ -517,6 +517,23 @@ fn the_files_figures_follow_a_file_from_sender_to_site() {
         !sent.contains_key("tickwire_files_received_total{result=\"whole\"}"),
         "{sent:?}"
     );
+    // Both files threads run; nothing was dropped on the way, and the site, fed by an
+    // upstream node, counts that link's queue too.
+    for m in [&sent, &received] {
+        assert_eq!(m["tickwire_files_thread_running"], 1.0, "{m:?}");
+        assert_eq!(m["tickwire_files_thread_restarts_total"], 0.0, "{m:?}");
+        for at in ["from_peers", "to_files_thread", "to_peers"] {
+            let key = format!("tickwire_files_dropped_total{{at=\"{at}\"}}");
+            assert_eq!(
+                m.get(&key).and_then(Value::as_f64),
+                Some(0.0),
+                "{key}: {m:?}"
+            );
+        }
+    }
+    let from_upstream = "tickwire_files_dropped_total{at=\"from_upstream\"}";
+    assert_eq!(received[from_upstream], 0.0, "{received:?}");
+    assert!(!sent.contains_key(from_upstream), "{sent:?}");
 }
 
 /// `GET` of an HTTP API on loopback: the JSON it answers (asked in HTTP/1.0, so the

@@ -216,6 +216,9 @@ enum Input {
         naks: u64,
         datagrams: u64,
     },
+    /// Stops the thread as a defect would.
+    #[cfg(test)]
+    Panic,
 }
 
 /// What the files thread hands the event loop.
@@ -394,6 +397,8 @@ pub struct FilesThread {
     expired: u64,
     /// Messages for the backbone dropped because no one was there to take them.
     no_one: u64,
+    /// Messages for a peer's connection or the upstream link dropped: it was busy.
+    to_peers: u64,
     /// Messages from the backbone waiting for room in the thread's queue.
     backlog: Backlog,
     /// Messages the loop could not hand over (the thread was behind).
@@ -407,6 +412,46 @@ pub struct FilesThread {
     /// The backbone's datagram payload, to count datagrams from bytes.
     backbone_mtu: u64,
     next_network_sample: Instant,
+    /// Times the thread stopped (a panic) and was started again.
+    pub restarts: u64,
+    /// What starting the thread again needs, and when it may be tried.
+    again: Again,
+}
+
+/// What a stopped files thread is started again from: the same settings, its spool,
+/// inbox and audit log (as after a kill -9 of the node).
+struct Again {
+    cfg: FilesSection,
+    site: String,
+    seed: u64,
+    waker: Arc<Waker>,
+    /// When the running thread started (a thread that ran long enough resets the
+    /// back-off).
+    started: Instant,
+    /// While stopped: when to try next.
+    next_try: Option<Instant>,
+    back_off: Duration,
+}
+
+/// The first wait before a stopped files thread is started again, doubled at each stop
+/// that follows soon after (one bad message or file must not spin the node).
+const RESTART_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between two starts.
+const RESTART_MAX: Duration = Duration::from_secs(60);
+/// A thread that ran this long resets the back-off.
+const RESTART_FORGOTTEN: Duration = Duration::from_secs(300);
+
+/// File-transfer messages the loop dropped, by where (for /metrics).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FilesDrops {
+    /// For the files thread, whose queue was full (or which was stopped).
+    pub to_thread: u64,
+    /// For a peer's connection or the upstream link, which was busy.
+    pub to_peers: u64,
+    /// For the backbone, after waiting `FRAMED_LIFETIME` for Aeron.
+    pub expired: u64,
+    /// For the backbone, with no node there to take them.
+    pub no_one: u64,
 }
 
 impl Drop for FilesThread {
@@ -442,6 +487,103 @@ impl Drop for FilesThread {
     }
 }
 
+/// A started files thread: its input, its output, and the thread.
+type Spawned = (
+    SyncSender<Input>,
+    Receiver<ToLoop>,
+    std::thread::JoinHandle<()>,
+);
+
+/// Opens the spool, inbox and audit log, puts back what a previous run left, and
+/// starts the thread.
+fn spawn(
+    cfg: &FilesSection,
+    site: &str,
+    seed: u64,
+    waker: Arc<Waker>,
+    figures: Arc<FilesFigures>,
+) -> Result<Spawned, String> {
+    let now = Instant::now();
+    let mut hub_cfg = HubConfig::new(site, cfg.services.clone());
+    hub_cfg.expire_after = Duration::from_secs(cfg.expire_h * 3600);
+    let sender = if cfg.spool.is_empty() {
+        None
+    } else {
+        let spool = Spool::new(Path::new(&cfg.spool)).map_err(|e| format!("files.spool: {e}"))?;
+        let mut sc = SenderConfig::new(site);
+        sc.chunk_size = cfg.chunk_kib * 1024;
+        sc.rate = cfg.rate_mb_per_s * 1_000_000;
+        sc.max_files = cfg.max_files;
+        sc.max_bytes = cfg.max_queue_mb * 1_000_000;
+        sc.expire_after = hub_cfg.expire_after;
+        Some((Sender::new(sc, now), spool))
+    };
+    let receiver = if cfg.inbox.is_empty() {
+        None
+    } else {
+        let inbox = Inbox::new(Path::new(&cfg.inbox), cfg.fsync.policy())
+            .map_err(|e| format!("files.inbox: {e}"))?;
+        let mut rc = ReceiverConfig::new(site, cfg.services.clone());
+        rc.max_file_bytes = cfg.max_file_mb * 1_000_000;
+        Some((FileReceiver::new(rc, now), inbox))
+    };
+    let audit_path = cfg.audit_path();
+    let history = read_history(&audit_path, site, hub_cfg.keep_records);
+    let mut hub = Hub::new(hub_cfg, sender, receiver, now, wall_ms(), seed);
+    let past = history.files.len();
+    hub.restore_history(history.files);
+    let queued = hub
+        .restore(now)
+        .map_err(|e| format!("files.spool {}: {e}", cfg.spool))?;
+    let interrupted = hub.interrupted_uploads();
+    if interrupted > 0 {
+        warn!(
+            "files: {interrupted} uploads the last run did not finish: failed at their sites, \
+                 which are told to drop what they got as they are heard (send them again)"
+        );
+    }
+    let partial = hub
+        .resume_receiver(history.arrived, now)
+        .map_err(|e| format!("files.inbox {}: {e}", cfg.inbox))?;
+    let audit = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&audit_path)
+        .map_err(|e| format!("files audit log {}: {e}", audit_path.display()))?;
+    info!(
+            "files: services {:?}, spool {}, inbox {} (fsync {}), audit log {}; {queued} files queued from before, {partial} partial files resumed, {past} finished files back in the record",
+            cfg.services,
+            if cfg.spool.is_empty() { "none (sends no files)" } else { &cfg.spool },
+            if cfg.inbox.is_empty() { "none (receives no files)" } else { &cfg.inbox },
+            format!("{:?}", cfg.fsync).to_lowercase(),
+            audit_path.display()
+        );
+    let outbox = if cfg.outbox.is_empty() {
+        None
+    } else {
+        std::fs::create_dir_all(&cfg.outbox)
+            .map_err(|e| format!("files.outbox {}: {e}", cfg.outbox))?;
+        Some(Outbox::new(PathBuf::from(&cfg.outbox)))
+    };
+    let (input, inbox_rx) = mpsc::sync_channel::<Input>(IN_QUEUE);
+    let (out_tx, output) = mpsc::sync_channel::<ToLoop>(OUT_QUEUE);
+    figures.publish(&hub);
+    let thread = std::thread::Builder::new()
+        .name("tickwire-files".into())
+        .spawn(move || run(hub, inbox_rx, out_tx, waker, audit, outbox, figures))
+        .map_err(|e| format!("cannot start the files thread: {e}"))?;
+    Ok((input, output, thread))
+}
+
+/// What a panic said, when it said it as text.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    match (p.downcast_ref::<&str>(), p.downcast_ref::<String>()) {
+        (Some(s), _) => format!("panic: {s}"),
+        (_, Some(s)) => format!("panic: {s}"),
+        _ => "panic".to_owned(),
+    }
+}
+
 fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -459,81 +601,12 @@ impl FilesThread {
         waker: Arc<Waker>,
     ) -> Result<FilesThread, String> {
         let now = Instant::now();
-        let mut hub_cfg = HubConfig::new(site, cfg.services.clone());
-        hub_cfg.expire_after = Duration::from_secs(cfg.expire_h * 3600);
-        let sender = if cfg.spool.is_empty() {
-            None
-        } else {
-            let spool =
-                Spool::new(Path::new(&cfg.spool)).map_err(|e| format!("files.spool: {e}"))?;
-            let mut sc = SenderConfig::new(site);
-            sc.chunk_size = cfg.chunk_kib * 1024;
-            sc.rate = cfg.rate_mb_per_s * 1_000_000;
-            sc.max_files = cfg.max_files;
-            sc.max_bytes = cfg.max_queue_mb * 1_000_000;
-            sc.expire_after = hub_cfg.expire_after;
-            Some((Sender::new(sc, now), spool))
-        };
-        let receiver = if cfg.inbox.is_empty() {
-            None
-        } else {
-            let inbox = Inbox::new(Path::new(&cfg.inbox), cfg.fsync.policy())
-                .map_err(|e| format!("files.inbox: {e}"))?;
-            let mut rc = ReceiverConfig::new(site, cfg.services.clone());
-            rc.max_file_bytes = cfg.max_file_mb * 1_000_000;
-            Some((FileReceiver::new(rc, now), inbox))
-        };
-        let audit_path = cfg.audit_path();
-        let history = read_history(&audit_path, site, hub_cfg.keep_records);
-        let mut hub = Hub::new(hub_cfg, sender, receiver, now, wall_ms(), seed);
-        let past = history.files.len();
-        hub.restore_history(history.files);
-        let queued = hub
-            .restore(now)
-            .map_err(|e| format!("files.spool {}: {e}", cfg.spool))?;
-        let interrupted = hub.interrupted_uploads();
-        if interrupted > 0 {
-            warn!(
-                "files: {interrupted} uploads the last run did not finish: failed at their sites, \
-                 which are told to drop what they got as they are heard (send them again)"
-            );
-        }
-        let partial = hub
-            .resume_receiver(history.arrived, now)
-            .map_err(|e| format!("files.inbox {}: {e}", cfg.inbox))?;
-        let audit = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&audit_path)
-            .map_err(|e| format!("files audit log {}: {e}", audit_path.display()))?;
-        info!(
-            "files: services {:?}, spool {}, inbox {} (fsync {}), audit log {}; {queued} files queued from before, {partial} partial files resumed, {past} finished files back in the record",
-            cfg.services,
-            if cfg.spool.is_empty() { "none (sends no files)" } else { &cfg.spool },
-            if cfg.inbox.is_empty() { "none (receives no files)" } else { &cfg.inbox },
-            format!("{:?}", cfg.fsync).to_lowercase(),
-            audit_path.display()
-        );
-        let outbox = if cfg.outbox.is_empty() {
-            None
-        } else {
-            std::fs::create_dir_all(&cfg.outbox)
-                .map_err(|e| format!("files.outbox {}: {e}", cfg.outbox))?;
-            Some(Outbox::new(PathBuf::from(&cfg.outbox)))
-        };
-        let (input, inbox_rx) = mpsc::sync_channel::<Input>(IN_QUEUE);
-        let (out_tx, output) = mpsc::sync_channel::<ToLoop>(OUT_QUEUE);
         let figures = Arc::new(FilesFigures {
             sends: !cfg.spool.is_empty(),
             receives: !cfg.inbox.is_empty(),
             ..FilesFigures::default()
         });
-        figures.publish(&hub);
-        let thread_figures = figures.clone();
-        let thread = std::thread::Builder::new()
-            .name("tickwire-files".into())
-            .spawn(move || run(hub, inbox_rx, out_tx, waker, audit, outbox, thread_figures))
-            .map_err(|e| format!("cannot start the files thread: {e}"))?;
+        let (input, output, thread) = spawn(cfg, site, seed, waker.clone(), figures.clone())?;
         Ok(FilesThread {
             services: cfg.services.clone(),
             input: Some(input),
@@ -547,6 +620,7 @@ impl FilesThread {
             held: None,
             expired: 0,
             no_one: 0,
+            to_peers: 0,
             backlog: Backlog::default(),
             dropped: 0,
             gone_unsent: Vec::new(),
@@ -554,7 +628,92 @@ impl FilesThread {
             figures,
             backbone_mtu: backbone_mtu.max(1) as u64,
             next_network_sample: now,
+            restarts: 0,
+            again: Again {
+                cfg: cfg.clone(),
+                site: site.to_owned(),
+                seed,
+                waker,
+                started: now,
+                next_try: None,
+                back_off: RESTART_FIRST,
+            },
         })
+    }
+
+    /// Whether the files thread runs (false between a panic and its start again).
+    pub fn is_running(&self) -> bool {
+        self.thread.is_some()
+    }
+
+    /// The messages the loop dropped so far, by where.
+    pub fn drops(&self) -> FilesDrops {
+        FilesDrops {
+            to_thread: self.dropped,
+            to_peers: self.to_peers,
+            expired: self.expired,
+            no_one: self.no_one,
+        }
+    }
+
+    /// Notices a thread that stopped (only a panic stops it while the node runs) and
+    /// starts it again from disk, as a node restarted after a kill -9 would: files
+    /// queued stay queued, partial files resume. Sites say again where they are.
+    fn watch_thread(&mut self, now: Instant) {
+        if let Some(t) = self.thread.take_if(|t| t.is_finished()) {
+            let why = match t.join() {
+                Err(p) => panic_text(&*p),
+                Ok(()) => "it returned".to_owned(),
+            };
+            let quick = now.duration_since(self.again.started) < RESTART_FORGOTTEN;
+            self.again.back_off = if quick && self.restarts > 0 {
+                (self.again.back_off * 2).min(RESTART_MAX)
+            } else {
+                RESTART_FIRST
+            };
+            error!(
+                "files: the files thread stopped ({why}); starting it again from its spool and inbox in {:?}",
+                self.again.back_off
+            );
+            self.input = None;
+            self.again.next_try = Some(now + self.again.back_off);
+        }
+        let Some(at) = self.again.next_try.filter(|&at| now >= at) else {
+            return;
+        };
+        let a = &self.again;
+        match spawn(
+            &a.cfg,
+            &a.site,
+            a.seed,
+            a.waker.clone(),
+            self.figures.clone(),
+        ) {
+            Ok((input, output, thread)) => {
+                self.input = Some(input);
+                self.output = output;
+                self.thread = Some(thread);
+                self.restarts += 1;
+                self.again.started = now;
+                self.again.next_try = None;
+                // The new thread knows nothing of the old one's wire or connections.
+                self.wire_given = None;
+                self.held = None;
+                self.gone_unsent.clear();
+                info!(
+                    "files: the files thread runs again (restart {})",
+                    self.restarts
+                );
+            }
+            Err(e) => {
+                self.again.back_off = (self.again.back_off * 2).min(RESTART_MAX);
+                self.again.next_try = Some(at.max(now) + self.again.back_off);
+                error!(
+                    "files: cannot start the files thread again: {e}; trying again in {:?}",
+                    self.again.back_off
+                );
+            }
+        }
     }
 
     fn submit(&mut self, input: Input) {
@@ -566,7 +725,10 @@ impl FilesThread {
     /// Hands `input` to the thread: true if its queue has no room now (a thread that
     /// is gone takes nothing, and is not waited for).
     fn queue_full_for(&mut self, input: Input) -> bool {
-        let Some(tx) = &self.input else { return false };
+        let Some(tx) = &self.input else {
+            self.dropped += 1;
+            return false;
+        };
         match tx.try_send(input) {
             Ok(()) => false,
             Err(TrySendError::Full(_)) => true,
@@ -621,6 +783,7 @@ impl FilesThread {
         upstream: Option<&mut crate::upstream::UpstreamLink>,
         backbone: Option<&mut tickwire_backbone::Backbone>,
     ) {
+        self.watch_thread(Instant::now());
         // First, so that a change of framing or keys has the queue's room before peers'
         // messages take it.
         if let Some(b) = backbone.as_deref() {
@@ -704,12 +867,20 @@ impl FilesThread {
             match o {
                 ToLoop::Peer(o) => {
                     match o.to {
+                        // Counted when the peer is there but busy (to one gone, a
+                        // message is moot).
                         Peer::Conn(c) => {
-                            core.send_files(c, &o.body, o.droppable.then_some(ROOM));
+                            if !core.send_files(c, &o.body, o.droppable.then_some(ROOM))
+                                && core.user_of(c).is_some()
+                            {
+                                self.to_peers += 1;
+                            }
                         }
                         Peer::Upstream => {
                             if let Some(u) = up.as_deref_mut() {
-                                u.send_files(&o.body);
+                                if !u.send_files(&o.body) && u.is_connected() {
+                                    self.to_peers += 1;
+                                }
                             }
                         }
                         // Framed by the thread: never here.
@@ -790,7 +961,9 @@ impl FilesThread {
     /// When the loop must come back for a message the backbone could not take yet,
     /// or to hand the thread its backlog.
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
-        (self.held.is_some() || !self.backlog.is_empty()).then(|| now + Duration::from_millis(1))
+        let soon = (self.held.is_some() || !self.backlog.is_empty())
+            .then(|| now + Duration::from_millis(1));
+        soon.into_iter().chain(self.again.next_try).min()
     }
 
     /// A message from the backbone to the thread: behind those waiting, if any; kept
@@ -1121,6 +1294,8 @@ fn run(
                 Input::Network { naks, datagrams } => {
                     hub.handle_network_counters(naks, datagrams, now)
                 }
+                #[cfg(test)]
+                Input::Panic => panic!("asked to by a test"),
             }
             taken += 1;
             // A disk that syncs slowly must not hold back the presences and statuses
@@ -1307,5 +1482,74 @@ mod before_framing_tests {
         let kept = b.release(true);
         assert_eq!(kept.len(), 2);
         assert_eq!(kept[1], vec![2; 10]);
+    }
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::{FilesSection, FilesThread, Input, RESTART_FIRST};
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// Waits (bounded) until `done` holds, turning the watchdog at `now`.
+    fn until(t: &mut FilesThread, now: Instant, done: impl Fn(&FilesThread) -> bool) {
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while !done(t) {
+            assert!(
+                Instant::now() < give_up,
+                "the files thread did not get there"
+            );
+            t.watch_thread(now);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn a_files_thread_that_panics_starts_again_from_its_spool_with_a_back_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |d: &str| dir.path().join(d).to_str().unwrap().to_owned();
+        let cfg = FilesSection {
+            services: vec!["FILES".into()],
+            spool: path("spool"),
+            inbox: path("inbox"),
+            outbox: path("outbox"),
+            ..FilesSection::default()
+        };
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
+        let mut t = FilesThread::start(&cfg, "source", 7, 1400, waker).unwrap();
+        // A file the outbox hands to the queue: the queue must outlive the thread.
+        std::fs::write(dir.path().join("outbox/eod.csv"), b"a,b\n1,2\n").unwrap();
+        let t0 = Instant::now();
+        until(&mut t, t0, |t| t.figures.queued_files.load(Relaxed) == 1);
+
+        t.submit(Input::Panic);
+        until(&mut t, t0, |t| !t.is_running());
+        // Stopped: what comes meanwhile is dropped and counted, not queued for no one.
+        t.submit(Input::Network {
+            naks: 0,
+            datagrams: 0,
+        });
+        assert_eq!(t.drops().to_thread, 1);
+        // Started again after the first wait, not before, from the spool.
+        let stopped = t.again.next_try.unwrap();
+        t.watch_thread(stopped - Duration::from_millis(1));
+        assert!(!t.is_running());
+        t.figures.queued_files.store(0, Relaxed);
+        t.watch_thread(stopped);
+        assert!(t.is_running());
+        assert_eq!(t.restarts, 1);
+        assert_eq!(t.figures.queued_files.load(Relaxed), 1);
+
+        // Stopped again soon after: the wait doubles.
+        t.submit(Input::Panic);
+        until(&mut t, stopped, |t| !t.is_running());
+        let next = t.again.next_try.unwrap();
+        assert_eq!(next, stopped + 2 * RESTART_FIRST);
+        t.watch_thread(next);
+        assert!(t.is_running());
+        assert_eq!(t.restarts, 2);
+        assert_eq!(t.figures.queued_files.load(Relaxed), 1);
     }
 }

@@ -205,6 +205,12 @@ impl UpstreamLink {
         self.relay.take_files(into);
     }
 
+    /// File-transfer messages from the upstream dropped because the files thread had
+    /// not taken the ones before (`MAX_FILES_IN_BYTES`).
+    pub fn files_dropped(&self) -> u64 {
+        self.relay.stats().files_dropped
+    }
+
     /// A file-transfer message for the upstream (written with the link's next bytes);
     /// false when not connected or busy.
     pub fn send_files(&mut self, body: &[u8]) -> bool {

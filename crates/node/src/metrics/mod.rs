@@ -51,6 +51,11 @@ struct ResultLabel {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WhereLabel {
+    at: String,
+}
+
 /// One of the connections with the longest queues: its place (1 the longest), user and
 /// role. Not its address: a label whose values are every peer's ephemeral port would
 /// make a new series for every connection (the logs and the dashboard name the peer).
@@ -412,6 +417,7 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
     );
     if let Some(f) = extra.files {
         files(r, f);
+        files_dropped(r, f, core, extra);
     }
     if let Some(j) = extra.journal.map(|j| &*j.figures) {
         counter(
@@ -580,16 +586,69 @@ fn files(r: &mut Registry, thread: &crate::files::FilesThread) {
         }
     }
     for (name, help, v) in [
-        ("files_malformed", "File-transfer messages that did not decode", load(&f.malformed)),
-        ("files_uploads_refused", "Uploads (files send) refused", load(&f.uploads_refused)),
         (
-            "files_dropped",
-            "File-transfer messages dropped because the files thread was behind (chunks are repaired)",
-            thread.dropped,
+            "files_malformed",
+            "File-transfer messages that did not decode",
+            load(&f.malformed),
+        ),
+        (
+            "files_uploads_refused",
+            "Uploads (files send) refused",
+            load(&f.uploads_refused),
         ),
     ] {
         counter(r, name, help, v);
     }
+    counter(
+        r,
+        "files_thread_restarts",
+        "Times the files thread stopped (a panic) and was started again from its spool and inbox",
+        thread.restarts,
+    );
+    gauge(
+        r,
+        "files_thread_running",
+        "1 while the files thread runs (0: stopped, waiting to be started again)",
+        i64::from(thread.is_running()),
+    );
+}
+
+/// File-transfer messages dropped on their way, by where: each queue is bounded and
+/// drops rather than holds the node (the transfers repair or repeat what was lost).
+fn files_dropped(
+    r: &mut Registry,
+    thread: &crate::files::FilesThread,
+    core: &Node,
+    extra: &Extra<'_>,
+) {
+    let d = thread.drops();
+    let mut at = vec![
+        ("from_peers", core.stats().files_dropped),
+        ("to_files_thread", d.to_thread),
+        ("to_peers", d.to_peers),
+    ];
+    if extra.upstream.is_some() {
+        at.push((
+            "from_upstream",
+            extra.upstream.map_or(0, |u| u.files_dropped()),
+        ));
+    }
+    if extra.backbone.is_some() {
+        at.extend([
+            (
+                "from_backbone",
+                extra.backbone.map_or(0, |b| b.files_dropped),
+            ),
+            ("to_backbone_expired", d.expired),
+            ("to_backbone_no_one", d.no_one),
+        ]);
+    }
+    counter_family(
+        r,
+        "files_dropped",
+        "File-transfer messages dropped, by where: a full queue from peers, the upstream or the backbone, the files thread behind (or stopped), a busy peer, a backbone message too old or with no node to take it (chunks are repaired; the rest is sent again)",
+        at.into_iter().map(|(k, v)| (WhereLabel { at: k.into() }, v)),
+    );
 }
 
 fn backbone(r: &mut Registry, b: &tickwire_backbone::BackboneFigures) {
