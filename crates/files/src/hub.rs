@@ -200,6 +200,8 @@ pub struct Hub {
     restart_cancels: Vec<RestartCancel>,
     stats: HubStats,
     buf: Vec<u8>,
+    /// Status queries answered to each connection at most once per gap.
+    queries: crate::query_pace::QueryPace,
 }
 
 /// A file whose upload a restart interrupted: the sites that got its first chunks are
@@ -252,6 +254,7 @@ impl Hub {
             restart_cancels: Vec::new(),
             stats: HubStats::default(),
             buf: Vec::new(),
+            queries: Default::default(),
         }
     }
 
@@ -491,7 +494,11 @@ impl Hub {
                     data,
                 },
             ) => self.on_put_data(c, request, offset, data, now),
-            (Peer::Conn(c), FilesMessage::Query { request }) => self.on_query(c, rights, request),
+            (Peer::Conn(c), FilesMessage::Query { request }) => {
+                if let Some(r) = self.queries.ask(c, request, rights, now) {
+                    self.on_query(c, rights, &[r]);
+                }
+            }
             (Peer::Conn(_), FilesMessage::Present { site, service }) => {
                 self.on_present(from, rights, site, service, body, now)
             }
@@ -937,10 +944,11 @@ impl Hub {
         });
     }
 
-    fn on_query(&mut self, conn: usize, rights: Rights, request: u32) {
+    /// Answers `requests` of `conn` (one walk of the record, a report for each).
+    fn on_query(&mut self, conn: usize, rights: Rights, requests: &[u32]) {
         let visible = rights.publish | rights.subscribe;
         let mut entries: Vec<ReportEntry> = Vec::new();
-        let mut bodies = Vec::new();
+        let mut parts = Vec::new();
         let mut size = 0;
         // A file for every site, before it starts, has no site yet.
         let queued = SiteLine {
@@ -982,29 +990,27 @@ impl Hub {
                 };
                 let len = 80 + m.service.len() + m.name.len() + site.len() + line.reason.len();
                 if size + len > REPORT_BYTES && !entries.is_empty() {
-                    let mut body = Vec::new();
-                    let part = FilesMessage::Report {
-                        request,
-                        last: false,
-                        entries: std::mem::take(&mut entries),
-                    };
-                    if part.encode(&mut body).is_ok() {
-                        bodies.push(body);
-                    }
+                    parts.push(std::mem::take(&mut entries));
                     size = 0;
                 }
                 size += len;
                 entries.push(e);
             }
         }
-        let mut body = Vec::new();
-        let last = FilesMessage::Report {
-            request,
-            last: true,
-            entries,
-        };
-        if last.encode(&mut body).is_ok() {
-            bodies.push(body);
+        parts.push(entries);
+        let mut bodies = Vec::new();
+        for &request in requests {
+            for (i, part) in parts.iter().enumerate() {
+                let mut body = Vec::new();
+                let report = FilesMessage::Report {
+                    request,
+                    last: i + 1 == parts.len(),
+                    entries: part.clone(),
+                };
+                if report.encode(&mut body).is_ok() {
+                    bodies.push(body);
+                }
+            }
         }
         for body in bodies {
             self.out.push_back(Output {
@@ -1093,6 +1099,7 @@ impl Hub {
             }
         }
         self.routes.remove(&Peer::Conn(conn));
+        self.queries.forget(conn);
     }
 
     /// The backbone driver's totals so far (NAKs received, datagrams sent): the
@@ -1105,6 +1112,9 @@ impl Hub {
 
     /// Its deadlines passed by `now` (the sender's pacing and repairs, the receiver's).
     pub fn handle_timeout(&mut self, now: Instant) {
+        for (conn, rights, requests) in self.queries.due(now) {
+            self.on_query(conn, rights, &requests);
+        }
         for r in self.routes.values_mut() {
             r.retain(|_, at| now.saturating_duration_since(*at) < ROUTE_FORGOTTEN);
         }
@@ -1168,6 +1178,7 @@ impl Hub {
         };
         earliest(self.sender.as_ref().and_then(|(tx, _)| tx.poll_timeout()));
         earliest(self.receiver.as_ref().and_then(|(rx, _)| rx.poll_timeout()));
+        earliest(self.queries.poll_timeout());
         earliest(
             self.uploads
                 .values()

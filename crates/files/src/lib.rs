@@ -33,6 +33,7 @@ mod manifest;
 pub mod name;
 mod open_files;
 pub mod pace;
+mod query_pace;
 mod receiver;
 mod sender;
 pub mod spool;
@@ -42,6 +43,7 @@ pub use audit::HubEvent;
 pub use chunk_map::ChunkMap;
 pub use hub::{Hub, HubConfig, HubStats, Output, Peer, Rights};
 pub use manifest::Manifest;
+pub use query_pace::QUERY_GAP;
 pub use receiver::{Receiver, ReceiverConfig, ReceiverEvent, ReceiverStats, Store, HASH_READ_BACK};
 pub use sender::{
     ChunkSource, Delivery, NewFile, QueueError, Sender, SenderConfig, SenderEvent, SenderStats,

@@ -204,8 +204,10 @@ fn a_report_shows_only_the_services_a_user_may_see() {
     put(&mut h, Rights::ALL, 2, "REF", &data, sha);
     outputs(&mut h);
     let query = encode(&FilesMessage::Query { request: 9 });
+    // Each user on a connection of its own (one connection is answered once a gap).
     let seen = |h: &mut Hub, rights: Rights| -> Vec<String> {
-        h.handle(Peer::Conn(CLIENT), "bob", rights, &query, Instant::now());
+        let conn = CLIENT + rights.subscribe.count_ones() as usize;
+        h.handle(Peer::Conn(conn), "bob", rights, &query, Instant::now());
         outputs(h)
             .into_iter()
             .flat_map(|o| match FilesMessage::decode(&o.body).unwrap() {
@@ -224,6 +226,52 @@ fn a_report_shows_only_the_services_a_user_may_see() {
     };
     assert_eq!(seen(&mut h, only_ref), vec!["REF"]);
     assert!(seen(&mut h, Rights::default()).is_empty());
+}
+
+/// The reports sent: (connection, request, last).
+fn reports(h: &mut Hub) -> Vec<(Peer, u32, bool)> {
+    outputs(h)
+        .into_iter()
+        .filter_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+            FilesMessage::Report { request, last, .. } => Some((o.to, request, last)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_connection_flooding_status_queries_is_answered_once_a_gap_and_never_left_unanswered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let data = b"x".to_vec();
+    let sha: [u8; 32] = Sha256::digest(&data).into();
+    put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
+    outputs(&mut h);
+    let t0 = Instant::now();
+    let ask = |h: &mut Hub, request: u32, now: Instant| {
+        let q = encode(&FilesMessage::Query { request });
+        h.handle(Peer::Conn(CLIENT), "bob", Rights::ALL, &q, now);
+    };
+    ask(&mut h, 0, t0);
+    assert_eq!(reports(&mut h), vec![(Peer::Conn(CLIENT), 0, true)]);
+    for r in 1..=10_000 {
+        ask(&mut h, r, t0);
+    }
+    // None answered before the gap; the loop is told when to come back.
+    assert!(reports(&mut h).is_empty());
+    let due = t0 + tickwire_files::QUERY_GAP;
+    assert!(h.poll_timeout().is_some_and(|at| at <= due));
+    h.handle_timeout(due - std::time::Duration::from_millis(1));
+    assert!(reports(&mut h).is_empty());
+    // At the gap, the newest few, one walk of the record for all of them.
+    h.handle_timeout(due);
+    let answered: Vec<u32> = reports(&mut h).into_iter().map(|(_, r, _)| r).collect();
+    assert_eq!(answered, (9_993..=10_000).collect::<Vec<_>>());
+    // A connection that goes takes its waiting queries with it.
+    ask(&mut h, 20_000, due);
+    h.handle_gone(CLIENT);
+    h.handle_timeout(due + tickwire_files::QUERY_GAP);
+    assert!(reports(&mut h).is_empty());
 }
 
 #[test]
