@@ -91,7 +91,7 @@ pub enum BenchCommand {
     /// path's.
     Rssl(RsslArgs),
     /// Files from one site to 1 and to 4 sites over the backbone (classes of 16 KB, 63
-    /// KB and 635 KB files and one large file; the sites' fsync always and never), and
+    /// KB and 635 KB files and one large file; fsync always and never at every node), and
     /// the same files with rsync and uftp: files/minute, MB/s, CPU seconds per GB and
     /// system calls per file (docs/FILES.md).
     Files(FilesArgs),

@@ -127,6 +127,11 @@ pub struct HubStats {
     pub relayed_down: u64,
     /// Messages passed on to the sender above.
     pub relayed_up: u64,
+    /// Syncs of the spool (files' bytes, its log, its directory) before files were
+    /// said queued.
+    pub spool_syncs: u64,
+    /// Spool syncs that failed (the uploads waiting for them refused).
+    pub spool_sync_failures: u64,
 }
 
 /// An upload in progress: its transfer is queued already (`Sender::enqueue_arriving`).
@@ -202,6 +207,12 @@ pub struct Hub {
     buf: Vec<u8>,
     /// Status queries answered to each connection at most once per gap.
     queries: crate::query_pace::QueryPace,
+    /// Uploads whole and logged, whose `queued` answer waits for the spool's sync:
+    /// (connection, request, transfer, size).
+    queued_unsynced: Vec<(usize, u32, u64, u64)>,
+    /// When the spool is synced next (its fsync policy's delay after the first file
+    /// that waits for it).
+    spool_sync_due: Option<Instant>,
 }
 
 /// A file whose upload a restart interrupted: the sites that got its first chunks are
@@ -255,6 +266,8 @@ impl Hub {
             stats: HubStats::default(),
             buf: Vec::new(),
             queries: Default::default(),
+            queued_unsynced: Vec::new(),
+            spool_sync_due: None,
         }
     }
 
@@ -891,6 +904,14 @@ impl Hub {
                             let _ = spool.record(transfer, site, r.state, &r.reason);
                         }
                     }
+                    let fsync = spool.fsync();
+                    if fsync != crate::inbox::Fsync::Never {
+                        // Said queued once it is on the disk.
+                        self.queued_unsynced.push((conn, request, transfer, size));
+                        self.spool_sync_due
+                            .get_or_insert(now + fsync.commit_delay());
+                        return;
+                    }
                     return self.answer(
                         conn,
                         PutAnswer {
@@ -1081,6 +1102,11 @@ impl Hub {
             tx.withdraw(transfer, "it could not be taken into the spool");
             return Err(format!("cannot take it into the spool: {e}"));
         }
+        let fsync = spool.fsync();
+        if fsync != crate::inbox::Fsync::Never {
+            self.spool_sync_due
+                .get_or_insert(now + fsync.commit_delay());
+        }
         self.record_queued(&m, "outbox".into(), now);
         Ok(m)
     }
@@ -1112,6 +1138,9 @@ impl Hub {
 
     /// Its deadlines passed by `now` (the sender's pacing and repairs, the receiver's).
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.spool_sync_due.is_some_and(|at| now >= at) {
+            self.sync_spool();
+        }
         for (conn, rights, requests) in self.queries.due(now) {
             self.on_query(conn, rights, &requests);
         }
@@ -1148,9 +1177,53 @@ impl Hub {
         }
     }
 
+    /// Syncs the spool (under its fsync policy) and tells the uploads that waited for
+    /// it that their files are queued; if the sync fails, they are refused (a file
+    /// the node cannot keep is not one it may say it has) and withdrawn at the sites.
+    fn sync_spool(&mut self) {
+        self.spool_sync_due = None;
+        let Some((tx, spool)) = self.sender.as_mut() else {
+            return;
+        };
+        let synced = spool.sync();
+        let waiting = std::mem::take(&mut self.queued_unsynced);
+        match synced {
+            Ok(n) => {
+                self.stats.spool_syncs += n as u64;
+                for (conn, request, transfer, size) in waiting {
+                    self.answer(
+                        conn,
+                        PutAnswer {
+                            request,
+                            state: PutState::Queued,
+                            transfer,
+                            received: size,
+                            window: 0,
+                            reason: "",
+                        },
+                    );
+                }
+            }
+            Err(e) => {
+                self.stats.spool_sync_failures += 1;
+                let reason = format!("the node cannot sync its spool: {e}");
+                for (_, _, transfer, _) in &waiting {
+                    spool.remove(*transfer);
+                    tx.withdraw(*transfer, &format!("the upload failed: {reason}"));
+                }
+                for (conn, request, _, _) in waiting {
+                    self.refuse(conn, request, &reason);
+                }
+            }
+        }
+    }
+
     /// Commits the completed files waiting for their sync now (their delay is up, or
     /// the node stops).
     pub fn commit_pending(&mut self, now: Instant) {
+        if self.spool_sync_due.is_some() {
+            self.sync_spool();
+        }
         self.commit_due = None;
         if let Some((rx, inbox)) = self.receiver.as_mut() {
             for (t, r) in inbox.flush() {
@@ -1179,6 +1252,7 @@ impl Hub {
         earliest(self.sender.as_ref().and_then(|(tx, _)| tx.poll_timeout()));
         earliest(self.receiver.as_ref().and_then(|(rx, _)| rx.poll_timeout()));
         earliest(self.queries.poll_timeout());
+        earliest(self.spool_sync_due);
         earliest(
             self.uploads
                 .values()

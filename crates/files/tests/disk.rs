@@ -428,7 +428,58 @@ fn a_source_that_is_not_a_stable_regular_file_is_refused() {
 
 #[test]
 fn small_files_share_segments_that_are_emptied_and_removed() {
-    let (root, dir, mut spool) = fresh_spool();
+    for fsync in [Fsync::Never, Fsync::Always] {
+        small_files_share_segments(fsync);
+    }
+}
+
+/// With a policy, each sync covers what was written since the last one: the files'
+/// bytes, the log, and the directory when a name was made.
+#[test]
+fn a_syncing_spool_syncs_bytes_log_and_directory_once_for_what_they_hold() {
+    let (root, _dir, spool) = fresh_spool();
+    let mut spool = spool.syncing(Fsync::Batch);
+    assert!(!spool.needs_sync());
+    let manifest = |transfer: u64, size: u64| Manifest {
+        size,
+        ..outbox_manifest(transfer, size, [0; 32])
+    };
+    // The first small file opens a segment: its bytes, the log, the new name.
+    let (src, _) = write_file(root.path(), "a", 10_000, 1);
+    spool.copy_in(1, &src).unwrap();
+    spool.save(&manifest(1, 10_000)).unwrap();
+    assert!(spool.needs_sync());
+    assert_eq!(spool.sync().unwrap(), 3);
+    assert!(!spool.needs_sync());
+    // Two more in the same segment: its bytes once, the log once.
+    for t in [2, 3] {
+        spool.copy_in(t, &src).unwrap();
+        spool.save(&manifest(t, 10_000)).unwrap();
+    }
+    assert_eq!(spool.sync().unwrap(), 2);
+    // A large file has a file of its own: its bytes, the log, its name.
+    let (big, _) = write_file(root.path(), "b", 2 << 20, 2);
+    spool.copy_in(4, &big).unwrap();
+    spool.save(&manifest(4, 2 << 20)).unwrap();
+    assert_eq!(spool.sync().unwrap(), 3);
+    // So does an outbox file moved in.
+    let (out, _) = write_file(root.path(), "c", 100, 3);
+    spool.hash_in_place(5, &out).unwrap();
+    spool.save(&manifest(5, 100)).unwrap();
+    spool.move_in(5, &out, 100).unwrap();
+    assert_eq!(spool.sync().unwrap(), 3);
+    assert_eq!(spool.sync().unwrap(), 0);
+    // Without a policy nothing waits for a sync.
+    let (root, _dir, mut spool) = fresh_spool();
+    let (src, _) = write_file(root.path(), "a", 10_000, 1);
+    spool.copy_in(1, &src).unwrap();
+    spool.save(&manifest(1, 10_000)).unwrap();
+    assert!(!spool.needs_sync());
+}
+
+fn small_files_share_segments(fsync: Fsync) {
+    let (root, dir, spool) = fresh_spool();
+    let mut spool = spool.syncing(fsync);
     let manifest = |transfer: u64, size: u64| Manifest {
         transfer,
         sender: "src".into(),

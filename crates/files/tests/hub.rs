@@ -228,6 +228,38 @@ fn a_report_shows_only_the_services_a_user_may_see() {
     assert!(seen(&mut h, Rights::default()).is_empty());
 }
 
+#[test]
+fn with_an_fsync_policy_a_file_is_said_queued_only_once_the_spool_is_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let spool = Spool::new(&dir.path().join("spool"))
+        .unwrap()
+        .syncing(tickwire_files::inbox::Fsync::Batch);
+    let sender = Sender::new(SenderConfig::new("src"), now);
+    let cfg = HubConfig::new("src", vec!["FILES".into()]);
+    let mut h = Hub::new(cfg, Some((sender, spool)), None, now, 1_790_000_000_000, 42);
+    let data = b"a,b\n1,2\n".to_vec();
+    let sha: [u8; 32] = Sha256::digest(&data).into();
+    put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
+    let put_at = Instant::now();
+    // Whole and checked, not yet on the disk: go, and no queued yet.
+    let states = |a: Vec<(PutState, String)>| a.into_iter().map(|(s, _)| s).collect::<Vec<_>>();
+    assert_eq!(states(answers(&mut h)), vec![PutState::Go]);
+    let due = put_at + tickwire_files::inbox::BATCH_DELAY;
+    assert!(h.poll_timeout().is_some_and(|at| at <= due));
+    assert_eq!(h.stats().spool_syncs, 0);
+    // Another file whole meanwhile shares the sync.
+    put(&mut h, Rights::ALL, 2, "FILES", &data, sha);
+    assert_eq!(states(answers(&mut h)), vec![PutState::Go]);
+    h.handle_timeout(due);
+    assert_eq!(
+        states(answers(&mut h)),
+        vec![PutState::Queued, PutState::Queued]
+    );
+    // The segment's bytes, the log, the segment's name: once for both files.
+    assert_eq!(h.stats().spool_syncs, 3);
+}
+
 /// The reports sent: (connection, request, last).
 fn reports(h: &mut Hub) -> Vec<(Peer, u32, bool)> {
     outputs(h)

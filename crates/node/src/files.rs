@@ -46,9 +46,10 @@ pub struct FilesSection {
     /// Names starting with "." are left alone (write under such a name, then rename);
     /// "": none. Needs files.spool.
     pub outbox: String,
-    /// When a received file is on the disk before the site says done: "always" (each
-    /// file and its directory synced as soon as it is whole; files whole at once share
-    /// a directory's sync), "batch" (the same, for the files whole within 10 ms),
+    /// When a received file is on the disk before the site says done, and a sent file
+    /// in the spool before the client is told it is queued: "always" (each file and its
+    /// directory synced as soon as it is whole; files whole at once share a
+    /// directory's sync), "batch" (the same, for the files whole within 10 ms),
     /// "never" (left to the kernel).
     pub fsync: FsyncSetting,
     /// The files' share of the network, MB a second (market data keeps the rest).
@@ -509,7 +510,9 @@ fn spawn(
     let sender = if cfg.spool.is_empty() {
         None
     } else {
-        let spool = Spool::new(Path::new(&cfg.spool)).map_err(|e| format!("files.spool: {e}"))?;
+        let spool = Spool::new(Path::new(&cfg.spool))
+            .map_err(|e| format!("files.spool: {e}"))?
+            .syncing(cfg.fsync.policy());
         let mut sc = SenderConfig::new(site);
         sc.chunk_size = cfg.chunk_kib * 1024;
         sc.rate = cfg.rate_mb_per_s * 1_000_000;

@@ -264,7 +264,8 @@ pub(crate) struct FilesFlags {
     /// again.
     #[arg(long, value_name = "MB", default_value_t = 200)]
     pub(crate) files_rate_mb: u64,
-    /// Files scenario: the sites' fsync policies (always, never; comma-separated).
+    /// Files scenario: the fsync policies of every node, its inbox and spool (always,
+    /// never; comma-separated).
     #[arg(
         long,
         value_name = "POLICY,...",

@@ -12,11 +12,11 @@ pub(super) struct RigSpec {
     /// Names the nodes' logs.
     pub(super) tag: String,
     pub(super) sites: usize,
-    /// The sites' `[files] fsync`.
+    /// Every node's `[files] fsync` (the sites' inboxes, the spools).
     pub(super) fsync: String,
     /// The source's `[files] rate_mb_per_s`.
     pub(super) rate_mb: u64,
-    /// Files go the other way too: the source has an inbox (with the sites' fsync) and
+    /// Files go the other way too: the source has an inbox (with the same fsync) and
     /// the first site a spool (at the source's rate).
     pub(super) both_ways: bool,
 }
@@ -75,13 +75,13 @@ impl FilesRig {
         std::fs::create_dir_all(dir)?;
         let src_cfg = dir.join("src.toml");
         let src_inbox = spec.both_ways.then(|| dir.join("src-inbox"));
-        let inbox_line = |inbox: &Path| {
-            format!(
-                "inbox = {:?}\nfsync = \"{}\"\n",
-                inbox.display().to_string(),
-                spec.fsync
-            )
-        };
+        // One policy for every node: the sites' inboxes, and the spools (a file is said
+        // queued once synced).
+        let files = format!(
+            "[files]\nservices = [\"FILES\"]\nfsync = \"{}\"\n",
+            spec.fsync
+        );
+        let inbox_line = |inbox: &Path| format!("inbox = {:?}\n", inbox.display().to_string());
         let spool_line = |spool: &Path| {
             format!(
                 "spool = {:?}\nrate_mb_per_s = {}\nchunk_kib = 62\n",
@@ -92,7 +92,7 @@ impl FilesRig {
         std::fs::write(
             &src_cfg,
             format!(
-                "[node]\nname = \"src\"\n{BACKBONE}[files]\nservices = [\"FILES\"]\n{}{}",
+                "[node]\nname = \"src\"\n{BACKBONE}{files}{}{}",
                 spool_line(&dir.join("spool")),
                 src_inbox.as_deref().map(inbox_line).unwrap_or_default()
             ),
@@ -111,7 +111,7 @@ impl FilesRig {
             std::fs::write(
                 &cfg,
                 format!(
-                    "[node]\nname = \"{name}\"\n{BACKBONE}[files]\nservices = [\"FILES\"]\n{}{spool}",
+                    "[node]\nname = \"{name}\"\n{BACKBONE}{files}{}{spool}",
                     inbox_line(&inbox)
                 ),
             )?;

@@ -15,6 +15,13 @@
 //! costs appends, no file created or removed. The log is rewritten with only what is
 //! live when it is opened and when removed transfers dominate it. The [`ChunkSource`]
 //! the sender reads through.
+//!
+//! Under an fsync policy other than `never` ([`Spool::syncing`]), what was written since
+//! the last [`Spool::sync`] (files' bytes, log lines, names in the directory) is synced
+//! together, bytes before the log and the directory last: the node tells a client its
+//! file is queued only after that, so a queued file survives a power loss. The log's
+//! rewrite is synced before it replaces the old one, and bytes a compaction moves before
+//! the old ones go.
 
 mod log;
 mod segments;
@@ -28,6 +35,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+use crate::inbox::Fsync;
 use crate::manifest::Manifest;
 use crate::open_files::OpenFiles;
 use crate::sender::{ChunkSource, Delivery};
@@ -104,6 +112,30 @@ pub struct Spool {
     seq: u64,
     live_lines: usize,
     dead_lines: usize,
+    /// When written bytes reach the disk (`never`: left to the kernel).
+    fsync: Fsync,
+    /// What was written since the last [`Spool::sync`] (with a policy).
+    unsynced: Unsynced,
+}
+
+/// What a sync must cover: files written, the log, the directory's names.
+#[derive(Default)]
+struct Unsynced {
+    files: Vec<Arc<File>>,
+    log: bool,
+    dir: bool,
+}
+
+impl Unsynced {
+    fn file(&mut self, f: &Arc<File>) {
+        if !self.files.iter().any(|g| Arc::ptr_eq(f, g)) {
+            self.files.push(f.clone());
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.files.is_empty() && !self.log && !self.dir
+    }
 }
 
 /// A live transfer as the log holds it.
@@ -184,7 +216,7 @@ impl Spool {
         // Uploads the last run began and never finished: said once, then forgotten.
         let mut unfinished: Vec<Manifest> = begun.into_values().collect();
         unfinished.sort_by_key(|m| m.transfer);
-        let log = Self::rewrite(dir, &live, &HashMap::new())?;
+        let log = Self::rewrite(dir, &live, &HashMap::new(), Fsync::Never)?;
         let log_len = log.metadata()?.len();
         let live_lines = live.values().map(|k| 1 + k.sites.len()).sum();
         Ok(Spool {
@@ -200,7 +232,46 @@ impl Spool {
             seq,
             live_lines,
             dead_lines: 0,
+            fsync: Fsync::Never,
+            unsynced: Unsynced::default(),
         })
+    }
+
+    /// The spool under `fsync`: with `always` or `batch`, [`Spool::sync`] makes what
+    /// was written durable (the node calls it before it says a file is queued).
+    pub fn syncing(mut self, fsync: Fsync) -> Self {
+        self.fsync = fsync;
+        self
+    }
+
+    /// Its fsync policy.
+    pub fn fsync(&self) -> Fsync {
+        self.fsync
+    }
+
+    /// Whether something written waits for [`Spool::sync`].
+    pub fn needs_sync(&self) -> bool {
+        !self.unsynced.is_empty()
+    }
+
+    /// Syncs what was written since the last sync: the files' bytes, then the log,
+    /// then the directory (new files, renames). Returns how many syncs it made.
+    pub fn sync(&mut self) -> io::Result<usize> {
+        let u = std::mem::take(&mut self.unsynced);
+        let mut syncs = 0;
+        for f in &u.files {
+            f.sync_data()?;
+            syncs += 1;
+        }
+        if u.log {
+            self.log.sync_data()?;
+            syncs += 1;
+        }
+        if u.dir {
+            File::open(&self.dir)?.sync_all()?;
+            syncs += 1;
+        }
+        Ok(syncs)
     }
 
     fn replay(
@@ -257,6 +328,7 @@ impl Spool {
         dir: &Path,
         live: &HashMap<u64, Kept>,
         begun: &HashMap<u64, Manifest>,
+        fsync: Fsync,
     ) -> io::Result<File> {
         let mut kept: Vec<&Kept> = live.values().collect();
         kept.sort_by_key(|k| k.seq);
@@ -279,8 +351,17 @@ impl Spool {
             }
         }
         let tmp = dir.join(format!("{LOG}.tmp"));
-        fs::write(&tmp, text)?;
+        let mut f = File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        if fsync != Fsync::Never {
+            // The new log on the disk before it replaces the old one, and its name
+            // after: a crash leaves one log or the other, whole.
+            f.sync_data()?;
+        }
         fs::rename(&tmp, dir.join(LOG))?;
+        if fsync != Fsync::Never {
+            File::open(dir)?.sync_all()?;
+        }
         OpenOptions::new().append(true).open(dir.join(LOG))
     }
 
@@ -292,6 +373,7 @@ impl Spool {
             return Err(e);
         }
         self.log_len += line.len() as u64;
+        self.unsynced.log = self.fsync != Fsync::Never;
         self.seq += 1;
         Self::replay(&mut self.live, &mut self.begun, l, self.seq);
         Ok(())
@@ -319,6 +401,11 @@ impl Spool {
             (Arc::new(file), 0, Place::Own)
         };
         self.arriving.insert(transfer, (place, size));
+        if self.fsync != Fsync::Never {
+            self.unsynced.file(&file);
+            // A new file's name (its own, or a new segment's).
+            self.unsynced.dir |= matches!(place, Place::Own | Place::Segment { at: 0, .. });
+        }
         Ok(SpoolWriter {
             file,
             base,
@@ -402,36 +489,16 @@ impl Spool {
     /// it stays in (or goes back to) the outbox, and this is an error.
     pub fn move_in(&mut self, transfer: u64, src: &Path, size: u64) -> io::Result<()> {
         let to = self.own_path(transfer);
-        let changed = || {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{} changed since it was hashed", src.display()),
-            )
-        };
-        match fs::rename(src, &to) {
-            Ok(()) => {
-                let moved = fs::metadata(&to).map_or(size, |m| m.len());
-                if moved == size {
-                    return Ok(());
-                }
-                match fs::rename(&to, src) {
-                    Ok(()) => Err(changed()),
-                    // It cannot go back: it stays queued, not lost (its sites find
-                    // its hash wrong and say so).
-                    Err(_) => Ok(()),
-                }
+        rename_or_copy(src, &to, size)?;
+        if self.fsync != Fsync::Never {
+            // Its bytes were written by whoever put it in the outbox (a file that
+            // cannot be opened now is read by no one: its sites will say so).
+            if let Ok(f) = File::open(&to) {
+                self.unsynced.file(&Arc::new(f));
             }
-            // EXDEV: another file system.
-            Err(e) if e.raw_os_error() == Some(18) => {
-                let copied = fs::copy(src, &to);
-                if !copied.as_ref().is_ok_and(|n| *n == size) {
-                    let _ = fs::remove_file(&to);
-                    return Err(copied.err().unwrap_or_else(changed));
-                }
-                fs::remove_file(src)
-            }
-            Err(e) => Err(e),
+            self.unsynced.dir = true;
         }
+        Ok(())
     }
 
     /// Logs that the upload of `m` (begun with [`Spool::begin`]) is under way, so that
@@ -592,7 +659,7 @@ impl Spool {
         }
         self.move_out_of_sparse_segment();
         if self.dead_lines > COMPACT_AFTER_DEAD && self.dead_lines > 2 * self.live_lines {
-            let rewritten = Self::rewrite(&self.dir, &self.live, &self.begun)
+            let rewritten = Self::rewrite(&self.dir, &self.live, &self.begun, self.fsync)
                 .and_then(|log| Ok((log.metadata()?.len(), log)));
             if let Ok((len, log)) = rewritten {
                 self.log = log;
@@ -619,7 +686,11 @@ impl Spool {
             .map(|(t, k)| (k.seq, *t))
             .collect();
         moving.sort_unstable();
+        // Copied first; then (with a policy) the copies synced; then the moves logged
+        // (and the log synced); only then the old bytes let go: a crash at any point
+        // leaves every file's bytes where the log says they are.
         let mut buf = vec![0u8; 256 * 1024];
+        let mut copies: Vec<(u64, u64, Place, Arc<File>)> = Vec::new();
         for (_, t) in moving {
             let k = &self.live[&t];
             let (old, size) = (k.place, k.manifest.size);
@@ -627,7 +698,7 @@ impl Spool {
                 continue;
             };
             let Ok((new_id, at, to)) = self.segments.reserve(size) else {
-                return;
+                break;
             };
             let copied = (|| -> io::Result<()> {
                 let src = self.segments.file(id).ok_or(io::ErrorKind::NotFound)?;
@@ -640,28 +711,102 @@ impl Spool {
                 }
                 Ok(())
             })();
-            let new = Place::Segment { id: new_id, at };
             if copied.is_err() {
                 // Left where it was; the reservation is given back.
                 self.segments.release(new_id, size, 1);
+                break;
+            }
+            copies.push((t, size, Place::Segment { id: new_id, at }, to));
+        }
+        let give_back = |segments: &mut Segments, copies: &[(u64, u64, Place, Arc<File>)]| {
+            for (_, size, new, _) in copies {
+                if let Place::Segment { id, .. } = new {
+                    segments.release(*id, *size, 1);
+                }
+            }
+        };
+        if self.fsync != Fsync::Never {
+            let mut files: Vec<&Arc<File>> = Vec::new();
+            for (_, _, _, f) in &copies {
+                if !files.iter().any(|g| Arc::ptr_eq(f, g)) {
+                    files.push(f);
+                }
+            }
+            let new_segment = copies
+                .iter()
+                .any(|(_, _, p, _)| matches!(p, Place::Segment { at: 0, .. }));
+            let synced = files.iter().try_for_each(|f| f.sync_data()).and_then(|()| {
+                if new_segment {
+                    File::open(&self.dir)?.sync_all()?;
+                }
+                Ok(())
+            });
+            if synced.is_err() {
+                give_back(&mut self.segments, &copies);
                 return;
             }
+        }
+        let mut logged = 0;
+        for (t, _, new, _) in &copies {
             self.dead_lines += 1;
             let moved = LogLine::Moved {
-                transfer: t,
-                place: new,
+                transfer: *t,
+                place: *new,
             };
             if self.append(moved).is_err() {
-                self.segments.release(new_id, size, 1);
-                return;
+                break;
             }
-            self.segments.release(id, size, 1);
+            logged += 1;
+        }
+        give_back(&mut self.segments, &copies[logged..]);
+        // Moves the log may not hold after a crash keep their old bytes as well.
+        if self.fsync != Fsync::Never && self.log.sync_data().is_err() {
+            return;
+        }
+        for (_, size, _, _) in &copies[..logged] {
+            self.segments.release(id, *size, 1);
         }
     }
 
     /// Bytes the spool holds on disk in segments (for the lab and tests).
     pub fn segment_bytes(&self) -> u64 {
         self.segments.bytes()
+    }
+}
+
+/// Moves `src` to `to`: a rename, or a copy and then a removal when `src` is on another
+/// file system. A file whose size is no longer `size` goes back (or stays) where it
+/// was, and this is an error.
+fn rename_or_copy(src: &Path, to: &Path, size: u64) -> io::Result<()> {
+    let changed = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} changed since it was hashed", src.display()),
+        )
+    };
+    match fs::rename(src, to) {
+        Ok(()) => {
+            let moved = fs::metadata(to).map_or(size, |m| m.len());
+            if moved == size {
+                return Ok(());
+            }
+            match fs::rename(to, src) {
+                Ok(()) => Err(changed()),
+                // It cannot go back: it stays queued, not lost (its sites find
+                // its hash wrong and say so).
+                Err(_) => Ok(()),
+            }
+        }
+        // EXDEV: another file system.
+        Err(e) if e.raw_os_error() == Some(18) => {
+            let copied = fs::copy(src, to);
+            if !copied.as_ref().is_ok_and(|n| *n == size) {
+                let _ = fs::remove_file(to);
+                return Err(copied.err().unwrap_or_else(changed));
+            }
+            fs::remove_file(src)
+        }
+        Err(e) => Err(e),
     }
 }
 
