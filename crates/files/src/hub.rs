@@ -467,6 +467,18 @@ impl Hub {
         self.send(Peer::Conn(conn), &FilesMessage::PutAnswer(a), false);
     }
 
+    fn answer_queued(&mut self, conn: usize, request: u32, transfer: u64, size: u64) {
+        let a = PutAnswer {
+            request,
+            state: PutState::Queued,
+            transfer,
+            received: size,
+            window: 0,
+            reason: "",
+        };
+        self.answer(conn, a);
+    }
+
     fn refuse(&mut self, conn: usize, request: u32, reason: &str) {
         self.stats.uploads_refused += 1;
         self.answer(
@@ -912,17 +924,7 @@ impl Hub {
                             .get_or_insert(now + fsync.commit_delay());
                         return;
                     }
-                    return self.answer(
-                        conn,
-                        PutAnswer {
-                            request,
-                            state: PutState::Queued,
-                            transfer,
-                            received: size,
-                            window: 0,
-                            reason: "",
-                        },
-                    );
+                    return self.answer_queued(conn, request, transfer, size);
                 }
                 Err(e) => format!("the node cannot keep the file's manifest: {e}"),
             }
@@ -1191,17 +1193,7 @@ impl Hub {
             Ok(n) => {
                 self.stats.spool_syncs += n as u64;
                 for (conn, request, transfer, size) in waiting {
-                    self.answer(
-                        conn,
-                        PutAnswer {
-                            request,
-                            state: PutState::Queued,
-                            transfer,
-                            received: size,
-                            window: 0,
-                            reason: "",
-                        },
-                    );
+                    self.answer_queued(conn, request, transfer, size);
                 }
             }
             Err(e) => {
