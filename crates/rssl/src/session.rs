@@ -116,6 +116,14 @@ struct ItemStream {
     name: Vec<u8>,
     streaming: bool,
     private: bool,
+    /// Opened with a view (a reissue without one widens it to every field).
+    has_view: bool,
+    /// Paused by the consumer (`PAUSE`): its updates are not sent until a reissue
+    /// without it resumes the stream.
+    paused: bool,
+    /// Reissued with `NO_REFRESH` and a new view: the node's refresh of the new
+    /// stream is not passed on.
+    skip_refresh: bool,
 }
 
 /// What an item request asks of each item it opens (a batch names several items).
@@ -125,6 +133,8 @@ struct ItemRequest<'a> {
     streaming: bool,
     private: bool,
     view: Option<&'a [i16]>,
+    paused: bool,
+    skip_refresh: bool,
 }
 
 /// A service as the session numbers it.
@@ -623,9 +633,24 @@ impl Session {
     }
 
     fn on_item_request(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
-        let key = m.key.clone().unwrap_or_default();
+        let mut key = m.key.clone().unwrap_or_default();
         let streaming = m.flags & request::STREAMING != 0;
         let private = m.flags & request::PRIVATE_STREAM != 0;
+        let paused = m.flags & request::PAUSE != 0;
+        // A reissue (a request on an open item stream) may leave out what it keeps.
+        let open = self
+            .by_rssl
+            .get(&m.stream_id)
+            .and_then(|n| self.streams.get(n))
+            .filter(|_| m.flags & request::HAS_BATCH == 0);
+        let reissued = open.map(|s| (s.service_id, s.name.clone(), s.has_view));
+        if let Some((id, name, _)) = &reissued {
+            key.service_id = key.service_id.or(Some(*id));
+            if key.name.is_none() {
+                key.name = Some(name);
+            }
+        }
+        let key = key;
         let Some(service_id) = key.service_id else {
             self.refuse(
                 out,
@@ -671,12 +696,27 @@ impl Session {
                 return;
             }
         }
+        // A reissue that wants no refresh: only its pause changes, unless its view
+        // does (then the node's stream is replaced, and its refresh not passed on).
+        let no_refresh = reissued.is_some() && m.flags & request::NO_REFRESH != 0;
+        if no_refresh && view.is_none() && reissued.as_ref().is_some_and(|r| !r.2) {
+            if let Some(s) = self
+                .by_rssl
+                .get(&m.stream_id)
+                .and_then(|n| self.streams.get_mut(n))
+            {
+                s.paused = paused;
+            }
+            return;
+        }
         let item_req = ItemRequest {
             service_id,
             service: &service_name,
             streaming,
             private,
             view: view.as_deref(),
+            paused,
+            skip_refresh: no_refresh,
         };
         if m.flags & request::HAS_BATCH != 0 {
             if batch.len() > self.cfg.max_batch {
@@ -739,6 +779,9 @@ impl Session {
                 name: name.to_vec(),
                 streaming: req.streaming,
                 private: req.private,
+                has_view: req.view.is_some(),
+                paused: req.paused,
+                skip_refresh: req.skip_refresh,
             },
         );
     }
@@ -835,10 +878,17 @@ impl Session {
                 self.directory_update(&adds, &updates, out);
             }
             Message::Refresh(r) => {
-                let Some(s) = self.streams.get(&r.stream_id) else {
+                let Some(s) = self.streams.get_mut(&r.stream_id) else {
                     return;
                 };
                 let st = rwf_stream_state(r.state.stream, s.streaming);
+                if s.skip_refresh {
+                    s.skip_refresh = !r.complete;
+                    if r.complete && st != stream::OPEN {
+                        self.forget(r.stream_id);
+                    }
+                    return;
+                }
                 let mut flags = 0;
                 if r.solicited {
                     flags |= refresh::SOLICITED;
@@ -884,7 +934,7 @@ impl Session {
                 }
             }
             Message::Update(u) => {
-                let Some(s) = self.streams.get(&u.stream_id) else {
+                let Some(s) = self.streams.get(&u.stream_id).filter(|s| !s.paused) else {
                     return;
                 };
                 self.buf.clear();

@@ -121,30 +121,7 @@ fn a_consumer_logs_in_reads_the_directory_and_gets_an_item() {
     assert!(w.push(3, Value::Ascii("TRI")));
     w.finish();
     let fl = tickwire_proto::FieldList::decode(&fields).unwrap();
-    let mut node = Vec::new();
-    Message::Refresh(Refresh {
-        stream_id: 1,
-        seq: 1,
-        complete: true,
-        solicited: true,
-        clear_cache: true,
-        state: State::OPEN_OK,
-        service: "FEED",
-        name: "TRI.N",
-        fields: fl,
-    })
-    .encode(&mut node)
-    .unwrap();
-    Message::Update(Update {
-        stream_id: 1,
-        seq: 2,
-        update_type: UpdateType::Quote,
-        do_not_conflate: false,
-        conflation_count: 1,
-        fields: fl,
-    })
-    .encode(&mut node)
-    .unwrap();
+    let node = refresh_and_update(1, fl);
     out.clear();
     deliver(&mut s, &node, &mut out);
     let r = Msg::decode(&out[0]).unwrap();
@@ -662,5 +639,158 @@ fn a_directory_stream_of_one_service_hears_only_of_it() {
     assert_eq!(
         (u.class, u.domain, u.stream_id),
         (class::UPDATE, domain::SOURCE, 2)
+    );
+}
+
+/// A request for MarketPrice on `stream` with `flags`, naming `name` on service 1 (or
+/// no key at all), with a view of `view`'s field ids when there are any.
+fn item_request(stream: i32, flags: u16, name: Option<&[u8]>, view: &[i64]) -> Vec<u8> {
+    let mut payload = Vec::new();
+    let flags = if view.is_empty() {
+        flags
+    } else {
+        let mut el = ElementListWriter::begin(&mut payload);
+        el.uint(&mut payload, ":ViewType", 1);
+        el.element(&mut payload, ":ViewData", dt::ARRAY, |o| {
+            put_array(o, dt::INT, view, |o, v| primitive::put_int(o, *v))
+        });
+        el.end(&mut payload);
+        flags | request::HAS_VIEW
+    };
+    let key = MsgKey {
+        service_id: name.map(|_| 1),
+        name,
+        name_type: name.map(|_| 1),
+        ..MsgKey::default()
+    };
+    let container = if view.is_empty() {
+        dt::NO_DATA
+    } else {
+        dt::ELEMENT_LIST
+    };
+    let mut req = Vec::new();
+    let w = msg::MsgWriter::begin(
+        &mut req,
+        class::REQUEST,
+        domain::MARKET_PRICE,
+        stream,
+        flags,
+        container,
+    );
+    key.encode(&mut req);
+    w.end_header(&mut req);
+    req.extend_from_slice(&payload);
+    req
+}
+
+/// The node's refresh (complete, TRI.N of FEED) and one update (a quote, sequence
+/// number 2) of its stream `native`, both of `fields`.
+fn refresh_and_update(native: u32, fields: tickwire_proto::FieldList<'_>) -> Vec<u8> {
+    let mut node = Vec::new();
+    Message::Refresh(Refresh {
+        stream_id: native,
+        seq: 1,
+        complete: true,
+        solicited: true,
+        clear_cache: true,
+        state: State::OPEN_OK,
+        service: "FEED",
+        name: "TRI.N",
+        fields,
+    })
+    .encode(&mut node)
+    .unwrap();
+    Message::Update(Update {
+        stream_id: native,
+        seq: 2,
+        update_type: UpdateType::Quote,
+        do_not_conflate: false,
+        conflation_count: 1,
+        fields,
+    })
+    .encode(&mut node)
+    .unwrap();
+    node
+}
+
+/// An empty field list.
+fn no_fields() -> tickwire_proto::FieldList<'static> {
+    tickwire_proto::FieldList::from_trusted(&[0, 0])
+}
+
+/// The classes of the messages sent to the consumer, on which stream.
+fn classes(out: &[Vec<u8>]) -> Vec<(u8, i32)> {
+    out.iter()
+        .map(|m| Msg::decode(m).unwrap())
+        .map(|m| (m.class, m.stream_id))
+        .collect()
+}
+
+/// A consumer with TRI.N open on its stream 5 (the node's stream 1), with `view`, its
+/// image and an update delivered.
+fn tri_open(view: &[i64]) -> Session {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    request_directory(&mut s, &mut to_node, &mut out);
+    let first = item_request(5, request::STREAMING, Some(b"TRI.N"), view);
+    s.on_client_message(&first, &mut to_node, &mut out);
+    out.clear();
+    deliver(&mut s, &refresh_and_update(1, no_fields()), &mut out);
+    assert_eq!(classes(&out), [(class::REFRESH, 5), (class::UPDATE, 5)]);
+    s
+}
+
+/// The consumer's request on stream 5 again: what the session asked of the node.
+fn reissue(s: &mut Session, flags: u16, name: Option<&[u8]>, view: &[i64]) -> Vec<String> {
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(&item_request(5, flags, name, view), &mut to_node, &mut out);
+    assert!(out.is_empty(), "nothing refused");
+    node_messages(&to_node)
+}
+
+/// What the consumer gets of the node's refresh and update on its stream `native`.
+fn passed_on(s: &mut Session, native: u32) -> Vec<(u8, i32)> {
+    let mut out = Vec::new();
+    deliver(s, &refresh_and_update(native, no_fields()), &mut out);
+    classes(&out)
+}
+
+#[test]
+fn a_paused_stream_gets_no_updates_until_a_reissue_resumes_it_with_a_refresh() {
+    let mut s = tri_open(&[]);
+    // Paused, as EMA reissues it: no key, no refresh wanted. The node's stream stays.
+    let pause = request::STREAMING | request::PAUSE | request::NO_REFRESH;
+    assert!(reissue(&mut s, pause, None, &[]).is_empty());
+    assert_eq!(
+        passed_on(&mut s, 1),
+        [(class::REFRESH, 5)],
+        "no update while paused"
+    );
+    // Resumed, asking for a refresh: a new image, then updates again.
+    let sent = reissue(&mut s, request::STREAMING, None, &[]);
+    assert_eq!(sent[0], "Close { stream_id: 1 }", "{sent:?}");
+    assert!(sent[1].contains("name: \"TRI.N\""), "{sent:?}");
+    assert_eq!(
+        passed_on(&mut s, 2),
+        [(class::REFRESH, 5), (class::UPDATE, 5)]
+    );
+    assert_eq!(s.stream_count(), 1);
+}
+
+#[test]
+fn a_reissue_with_a_new_view_and_no_refresh_changes_the_view_without_an_image() {
+    let mut s = tri_open(&[22]);
+    // A new view, no refresh wanted: the node's stream is replaced with the new view,
+    // and its refresh is kept from the consumer; the updates come.
+    let flags = request::STREAMING | request::NO_REFRESH;
+    let sent = reissue(&mut s, flags, Some(b"TRI.N"), &[22, 25]);
+    assert_eq!(sent[0], "Close { stream_id: 1 }", "{sent:?}");
+    assert!(sent[1].contains("[0, 22, 0, 25]"), "{sent:?}");
+    assert_eq!(passed_on(&mut s, 2), [(class::UPDATE, 5)]);
+    // A reissue without NO_REFRESH gets its image as before.
+    reissue(&mut s, request::STREAMING, Some(b"TRI.N"), &[22]);
+    assert_eq!(
+        passed_on(&mut s, 3),
+        [(class::REFRESH, 5), (class::UPDATE, 5)]
     );
 }
