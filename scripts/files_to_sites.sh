@@ -31,7 +31,7 @@ SITES=${SITES:-4}
 COUNT=${COUNT:-50}
 SIZE=${SIZE:-635000}
 RATE_MB=${RATE_MB:-200}
-FSYNC=${FSYNC:-never}   # the sites' [files] fsync: always, batch or never
+FSYNC=${FSYNC:-never}   # every node's [files] fsync (sites' inboxes, the source's spool): always, batch or never
 EXTRA_BACKBONE=${EXTRA_BACKBONE:-}
 [ -x "$BIN" ] || { echo "no node binary at $BIN (cargo build --release -p tickwire-cli)" >&2; exit 1; }
 work=$(mktemp -d "${WORK_BASE:-/tmp}"/tickwire-files-to-sites.XXXX)
@@ -51,7 +51,7 @@ node_config() { # name, [files] lines
     printf '[node]\nname = "%s"\n[backbone]\nmtu = 8192\n%s\n[files]\nservices = ["FILES"]\n%s' \
         "$1" "$EXTRA_BACKBONE" "$2"
 }
-node_config src "$(printf 'spool = "%s"\nrate_mb_per_s = %s\nchunk_kib = 62\n' "$work/spool" "$RATE_MB")" > "$work/src.toml"
+node_config src "$(printf 'spool = "%s"\nrate_mb_per_s = %s\nchunk_kib = 62\nfsync = "%s"\n' "$work/spool" "$RATE_MB" "$FSYNC")" > "$work/src.toml"
 "$BIN" node --listen 127.0.0.1:0 --config "$work/src.toml" --backbone "$channel" --role source > "$work/src.log" 2>&1 &
 pids+=($!)
 names=()

@@ -6,22 +6,113 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-/// Starts connecting to `addr` (`host:port`), the socket registered under `token` for
-/// reading and writing; why not, if it cannot even start. A name that resolves to
-/// several addresses (`localhost`: ::1 and 127.0.0.1) is tried at each in turn, one
-/// per `attempt`, so a peer listening on only one of them is reached.
+/// How long a name's addresses are used before it is resolved again (at the next
+/// connect after that).
+const RESOLVED_FOR: Duration = Duration::from_secs(30);
+
+/// How often the event loop looks whether a lookup has finished.
+pub(crate) const LOOKUP_POLL: Duration = Duration::from_millis(5);
+
+/// A peer's `host:port`, resolved off the event loop: `getaddrinfo` blocks, for
+/// seconds when a name server is slow or gone, and the loop serves every client
+/// meanwhile. An IP address is never looked up. The addresses of a name are kept for
+/// [`RESOLVED_FOR`], then looked up again at the next connect.
+pub(crate) struct Resolver {
+    addr: String,
+    state: Lookup,
+}
+
+enum Lookup {
+    /// Nothing yet, or what was known is stale.
+    Due,
+    /// A thread is looking the name up.
+    Asking(mpsc::Receiver<Result<Vec<SocketAddr>, String>>),
+    /// The addresses, and since when (`None`: an IP address, for good).
+    Known(Vec<SocketAddr>, Option<Instant>),
+}
+
+impl Resolver {
+    pub(crate) fn new(addr: &str) -> Self {
+        let state = match addr.parse::<SocketAddr>() {
+            Ok(a) => Lookup::Known(vec![a], None),
+            Err(_) => Lookup::Due,
+        };
+        Resolver {
+            addr: addr.to_owned(),
+            state,
+        }
+    }
+
+    /// Whether a lookup is under way (the loop should look again in [`LOOKUP_POLL`]).
+    pub(crate) fn is_looking_up(&self) -> bool {
+        matches!(self.state, Lookup::Asking(_))
+    }
+
+    /// The addresses, or why there are none; `None` while the lookup runs (it is
+    /// started here when due).
+    pub(crate) fn addresses(&mut self, now: Instant) -> Option<Result<Vec<SocketAddr>, String>> {
+        match &self.state {
+            Lookup::Known(a, since)
+                if since.is_none_or(|t| now.saturating_duration_since(t) < RESOLVED_FOR) =>
+            {
+                return Some(Ok(a.clone()));
+            }
+            Lookup::Asking(rx) => match rx.try_recv() {
+                Ok(Ok(a)) => {
+                    self.state = Lookup::Known(a.clone(), Some(now));
+                    return Some(Ok(a));
+                }
+                Ok(Err(why)) => {
+                    self.state = Lookup::Due;
+                    return Some(Err(why));
+                }
+                Err(mpsc::TryRecvError::Empty) => return None,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.state = Lookup::Due;
+                    return Some(Err("the lookup of the name stopped".into()));
+                }
+            },
+            Lookup::Known(..) | Lookup::Due => {}
+        }
+        let (tx, rx) = mpsc::channel();
+        let addr = self.addr.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tickwire-resolve".into())
+            .spawn(move || {
+                let found = match addr.to_socket_addrs() {
+                    Ok(a) => Ok(a.collect::<Vec<_>>()),
+                    Err(e) => Err(format!("the address does not resolve: {e}")),
+                };
+                let _ = tx.send(found);
+            });
+        if let Err(e) = spawned {
+            return Some(Err(format!("cannot look the name up: {e}")));
+        }
+        self.state = Lookup::Asking(rx);
+        None
+    }
+}
+
+/// Starts connecting to the resolver's address, the socket registered under `token`
+/// for reading and writing; `Ok(None)` while its name is looked up (try again);
+/// why not, if it cannot even start. A name that resolves to several addresses
+/// (`localhost`: ::1 and 127.0.0.1) is tried at each in turn, one per `attempt`, so a
+/// peer listening on only one of them is reached.
 pub(crate) fn connect(
-    addr: &str,
+    to: &mut Resolver,
     registry: &Registry,
     token: Token,
     attempt: usize,
-) -> Result<TcpStream, String> {
-    let all: Vec<SocketAddr> = match addr.to_socket_addrs() {
-        Ok(a) => a.collect(),
-        Err(e) => return Err(format!("the address does not resolve: {e}")),
-    };
-    connect_one_of(&all, registry, token, attempt)
+    now: Instant,
+) -> Result<Option<TcpStream>, String> {
+    match to.addresses(now) {
+        None => Ok(None),
+        Some(Err(why)) => Err(why),
+        Some(Ok(all)) => connect_one_of(&all, registry, token, attempt).map(Some),
+    }
 }
 
 /// Starts connecting to `all[attempt % all.len()]`.
@@ -68,7 +159,6 @@ pub(crate) fn close(mut s: TcpStream, registry: &Registry) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
 
     /// Connects to `all` at `attempt` and waits for the outcome.
     fn reaches(all: &[SocketAddr], attempt: usize) -> bool {
@@ -99,5 +189,45 @@ mod tests {
         assert!(!reaches(&all, 0), "the first address refuses");
         assert!(reaches(&all, 1), "the next attempt tries the second");
         assert!(!reaches(&all, 2), "and round again");
+    }
+
+    #[test]
+    fn an_ip_address_is_never_looked_up_and_a_name_is_looked_up_off_the_caller() {
+        let t0 = Instant::now();
+        let mut ip = Resolver::new("127.0.0.1:14002");
+        let want: SocketAddr = "127.0.0.1:14002".parse().unwrap();
+        assert_eq!(ip.addresses(t0), Some(Ok(vec![want])));
+        assert_eq!(ip.addresses(t0 + RESOLVED_FOR * 10), Some(Ok(vec![want])));
+        assert!(!ip.is_looking_up());
+        // A name: the first call starts the lookup and returns at once.
+        let mut name = Resolver::new("localhost:14002");
+        assert_eq!(name.addresses(t0), None);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let found = loop {
+            assert!(name.is_looking_up());
+            if let Some(r) = name.addresses(t0) {
+                break r.unwrap();
+            }
+            assert!(Instant::now() < deadline, "the lookup did not end");
+            std::thread::sleep(LOOKUP_POLL);
+        };
+        assert!(found
+            .iter()
+            .all(|a| a.ip().is_loopback() && a.port() == 14002));
+        // Kept, then looked up again once stale.
+        assert_eq!(name.addresses(t0 + RESOLVED_FOR / 2), Some(Ok(found)));
+        assert_eq!(name.addresses(t0 + RESOLVED_FOR), None);
+        // An address that cannot resolve says why (no port: refused before any
+        // name server is asked).
+        let mut bad = Resolver::new("localhost");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let why = loop {
+            if let Some(r) = bad.addresses(t0) {
+                break r.unwrap_err();
+            }
+            assert!(Instant::now() < deadline, "the lookup did not end");
+            std::thread::sleep(LOOKUP_POLL);
+        };
+        assert!(why.contains("does not resolve"), "{why}");
     }
 }

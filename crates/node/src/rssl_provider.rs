@@ -18,7 +18,7 @@ use tickwire_core::{ConnId, InternalPeer, Node};
 use tickwire_proto::{MessageIter, Role};
 use tickwire_rssl::dictionary::RwfDictionary;
 use tickwire_rssl::provider_link::ProviderLink;
-use tickwire_rssl::ripc::{Channel, Input, Settings};
+use tickwire_rssl::ripc::{Channel, Input, RipcError, Settings, Version};
 
 /// Bytes read from a provider per loop turn before the rest of the node gets a turn.
 const READ_SHARE: usize = 256 * 1024;
@@ -35,6 +35,8 @@ const OUT_HIGH: usize = 256 * 1024;
 /// One provider: where it is, the connection, and the node's side of it.
 pub(crate) struct ProviderConn {
     address: String,
+    /// Its address, looked up off the event loop.
+    resolver: crate::outbound::Resolver,
     token: Token,
     /// The in-process publisher connection the provider's services belong to.
     conn: ConnId,
@@ -53,6 +55,9 @@ pub(crate) struct ProviderConn {
     login_deadline: Option<Instant>,
     /// Connects that failed: which of the address's resolutions is tried next.
     attempts: usize,
+    /// The RIPC version asked for next: 14, lower while the provider closes before its
+    /// ConnectAck (as the SDK's clients fall back), kept once one is accepted.
+    ripc_version: Version,
     to_node: Vec<u8>,
     msg: Vec<u8>,
     skipped_logged: bool,
@@ -82,6 +87,7 @@ impl ProviderConn {
         info!("RSSL: serving the services of the interactive provider at {address}");
         ProviderConn {
             address: address.to_string(),
+            resolver: crate::outbound::Resolver::new(address),
             token,
             conn,
             link: ProviderLink::new(dict, user),
@@ -95,6 +101,7 @@ impl ProviderConn {
             backoff: RECONNECT_MIN,
             login_deadline: None,
             attempts: 0,
+            ripc_version: Version::V14,
             to_node: Vec::new(),
             msg: Vec::new(),
             skipped_logged: false,
@@ -109,12 +116,14 @@ impl ProviderConn {
     }
 
     fn connect(&mut self, registry: &Registry, now: Instant) {
-        match crate::outbound::connect(&self.address, registry, self.token, self.attempts) {
-            Ok(s) => {
+        let to = &mut self.resolver;
+        match crate::outbound::connect(to, registry, self.token, self.attempts, now) {
+            Ok(Some(s)) => {
                 self.socket = Some(s);
                 self.connecting = true;
                 self.login_deadline = Some(now + LOGIN_TIMEOUT);
             }
+            Ok(None) => {} // its name is being looked up: again next turn
             Err(why) => self.failed(&why, now),
         }
     }
@@ -133,7 +142,12 @@ impl ProviderConn {
             }
         }
         self.connecting = false;
-        self.channel = Some(Channel::connect(self.ripc.clone(), "tickwire", now));
+        self.channel = Some(Channel::connect_at(
+            self.ripc.clone(),
+            "tickwire",
+            self.ripc_version,
+            now,
+        ));
         self.write(core, registry, now);
     }
 
@@ -187,6 +201,7 @@ impl ProviderConn {
         let mut total = 0;
         let mut buf = [0u8; 16 * 1024];
         let mut closed = None;
+        let mut version_refused = false;
         loop {
             if total >= READ_SHARE {
                 self.more_to_read = true;
@@ -235,10 +250,28 @@ impl ProviderConn {
                     }
                 }
                 Err(e) => {
+                    version_refused = matches!(e, RipcError::UnsupportedVersion(_));
                     closed = Some(e.to_string());
                     break;
                 }
             }
+        }
+        version_refused |= closed.is_some() && ch.awaits_connect_ack();
+        if version_refused {
+            if let Some(lower) = self.ripc_version.lower() {
+                info!(
+                    "RSSL provider {}: closed at RIPC {} before its ConnectAck; trying RIPC {}",
+                    self.address,
+                    self.ripc_version.number(),
+                    lower.number()
+                );
+                self.ripc_version = lower;
+                self.close_socket(registry);
+                self.next_try = now;
+                return;
+            }
+            // No version was taken: from the top again after the back-off.
+            self.ripc_version = Version::V14;
         }
         if !self.skipped_logged {
             if let Some(fid) = self.link.first_skipped {
@@ -292,6 +325,9 @@ impl Part for ProviderConn {
         }
         let at = match &self.channel {
             Some(c) => c.poll_timeout(),
+            None if self.resolver.is_looking_up() => {
+                Some(Instant::now() + crate::outbound::LOOKUP_POLL)
+            }
             None if self.socket.is_none() => Some(self.next_try),
             None => None,
         };

@@ -144,6 +144,8 @@ const READ_SHARE: usize = 1 << 20;
 pub struct UpstreamLink {
     relay: Relay,
     nodes: Vec<String>,
+    /// Each node's address, looked up off the event loop.
+    resolvers: Vec<crate::outbound::Resolver>,
     /// Index in `nodes` of the upstream connected or tried last.
     current: usize,
     /// Rounds of connects that failed: which of an upstream's addresses is tried.
@@ -171,6 +173,10 @@ impl UpstreamLink {
         info!("upstream: fed by {} (in this order)", nodes.join(", "));
         UpstreamLink {
             relay: Relay::start(core, cfg, now),
+            resolvers: nodes
+                .iter()
+                .map(|n| crate::outbound::Resolver::new(n))
+                .collect(),
             nodes,
             current: 0,
             attempts: 0,
@@ -218,13 +224,17 @@ impl UpstreamLink {
     }
 
     fn connect(&mut self, registry: &Registry, now: Instant) {
-        let addr = self.nodes[self.current].clone();
-        match crate::outbound::connect(&addr, registry, self.token, self.attempts) {
-            Ok(s) => {
+        let to = &mut self.resolvers[self.current];
+        match crate::outbound::connect(to, registry, self.token, self.attempts, now) {
+            Ok(Some(s)) => {
                 self.socket = Some(s);
                 self.connecting = true;
             }
-            Err(why) => self.failed(&addr, why, now),
+            Ok(None) => {} // its name is being looked up: again next turn
+            Err(why) => {
+                let addr = self.nodes[self.current].clone();
+                self.failed(&addr, why, now)
+            }
         }
     }
 
@@ -356,7 +366,13 @@ impl Part for UpstreamLink {
         if self.more_to_read {
             return Some(Instant::now());
         }
-        self.relay.poll_timeout()
+        let lookup = self.resolvers[self.current]
+            .is_looking_up()
+            .then(|| Instant::now() + crate::outbound::LOOKUP_POLL);
+        [self.relay.poll_timeout(), lookup]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn handle_io(&mut self, cx: &mut Cx<'_>, readiness: Readiness) {

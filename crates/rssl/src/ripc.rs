@@ -73,6 +73,26 @@ impl Version {
         })
     }
 
+    /// The connection version a ConnectReq carries.
+    fn connection_version(self) -> u32 {
+        match self {
+            Version::V11 => 0x14,
+            Version::V12 => 0x15,
+            Version::V13 => 0x16,
+            Version::V14 => 0x17,
+        }
+    }
+
+    /// The version a client tries next when a server refuses this one.
+    pub fn lower(self) -> Option<Version> {
+        match self {
+            Version::V14 => Some(Version::V13),
+            Version::V13 => Some(Version::V12),
+            Version::V12 => Some(Version::V11),
+            Version::V11 => None,
+        }
+    }
+
     /// The RIPC version number a ConnectAck carries.
     fn ripc_version(self) -> u32 {
         match self {
@@ -264,16 +284,24 @@ impl Channel {
     /// The client side of a connection (the node connecting to an interactive
     /// provider): a RIPC 14 ConnectReq (no key exchange, no compression) is queued.
     pub fn connect(settings: Settings, host: &str, now: Instant) -> Self {
+        Channel::connect_at(settings, host, Version::V14, now)
+    }
+
+    /// As [`Channel::connect`], at RIPC `version` (a server that closes at one version
+    /// is tried at the next lower one, on a new connection, as the SDK's clients do).
+    pub fn connect_at(settings: Settings, host: &str, version: Version, now: Instant) -> Self {
         let mut c = Channel::new(settings, now);
         let mut m = vec![0, 0, 0];
-        m.extend_from_slice(&0x17u32.to_be_bytes());
+        m.extend_from_slice(&version.connection_version().to_be_bytes());
         m.push(0); // no key exchange
         let header_len_at = m.len();
         m.push(0);
         m.push(0); // no compression bitmap
         m.push(c.settings.max_ping_timeout_s.max(1));
         m.push(0); // session flags
-        m.push(PROTOCOL_RWF);
+        if version >= Version::V12 {
+            m.push(PROTOCOL_RWF);
+        }
         m.push(RWF_MAJOR);
         m.push(RWF_MINOR);
         for text in [host, "127.0.0.1"] {
@@ -282,12 +310,20 @@ impl Channel {
             m.extend_from_slice(t);
         }
         m[header_len_at] = m.len() as u8;
-        put_component_version(&mut m, &c.settings.component);
+        if version >= Version::V13 {
+            put_component_version(&mut m, &c.settings.component);
+        }
         set_handshake_len(&mut m);
         c.out = m;
         c.state = State::AwaitConnectAck;
-        c.version = Some(Version::V14);
+        c.version = Some(version);
         c
+    }
+
+    /// A client still waiting for the server's ConnectAck (a server that closes now
+    /// may not speak this RIPC version).
+    pub fn awaits_connect_ack(&self) -> bool {
+        matches!(self.state, State::AwaitConnectAck)
     }
 
     /// The version the handshake settled on.
@@ -512,7 +548,8 @@ impl Channel {
             return Err(cut());
         }
         let ripc = u32::from_be_bytes([m[6], m[7], m[8], m[9]]);
-        if ripc != Version::V14.ripc_version() {
+        let asked = self.version.unwrap_or(Version::V14);
+        if ripc != asked.ripc_version() {
             return Err(RipcError::UnsupportedVersion(ripc));
         }
         let max = u16::from_be_bytes([m[10], m[11]]);

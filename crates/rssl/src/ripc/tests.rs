@@ -330,3 +330,58 @@ fn a_client_connects_to_a_server_of_our_own() {
         Err(RipcError::Refused("not today".into()))
     );
 }
+
+#[test]
+fn a_client_speaks_each_ripc_version_down_to_11_and_refuses_an_ack_of_another() {
+    let now = Instant::now();
+    let mut msg = Vec::new();
+    let mut version = Some(Version::V14);
+    while let Some(v) = version {
+        let mut client = Channel::connect_at(Settings::default(), "node", v, now);
+        let mut server = Channel::new(
+            Settings {
+                max_msg_size: 1000,
+                ..Settings::default()
+            },
+            now,
+        );
+        assert!(client.awaits_connect_ack());
+        server.handle_bytes(client.transmit(), now);
+        let n = client.transmit().len();
+        client.consume(n);
+        assert_eq!(server.poll(&mut msg), Ok(Some(Input::Connected)), "{v:?}");
+        assert_eq!(server.version(), Some(v));
+        client.handle_bytes(server.transmit(), now);
+        let n = server.transmit().len();
+        server.consume(n);
+        assert_eq!(client.poll(&mut msg), Ok(Some(Input::Connected)), "{v:?}");
+        assert!(!client.awaits_connect_ack());
+        assert_eq!(client.version(), Some(v));
+        // Fragmented both ways with the version's fragment ids.
+        let long: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        client.send(&long);
+        client.end_batch();
+        server.handle_bytes(client.transmit(), now);
+        assert_eq!(server.poll(&mut msg), Ok(Some(Input::Message)), "{v:?}");
+        assert_eq!(msg, long, "{v:?}");
+        server.send(&long);
+        server.end_batch();
+        let n = client.transmit().len();
+        client.consume(n);
+        client.handle_bytes(server.transmit(), now);
+        assert_eq!(client.poll(&mut msg), Ok(Some(Input::Message)), "{v:?}");
+        assert_eq!(msg, long, "{v:?}");
+        version = v.lower();
+    }
+    // A client that asked for 13 does not take an ack of 14.
+    let v14 = Channel::connect(Settings::default(), "node", now);
+    let mut server = Channel::new(Settings::default(), now);
+    server.handle_bytes(v14.transmit(), now);
+    assert_eq!(server.poll(&mut msg), Ok(Some(Input::Connected)));
+    let mut v13 = Channel::connect_at(Settings::default(), "node", Version::V13, now);
+    v13.handle_bytes(server.transmit(), now);
+    assert!(matches!(
+        v13.poll(&mut msg),
+        Err(RipcError::UnsupportedVersion(_))
+    ));
+}

@@ -1,0 +1,95 @@
+//! An interactive provider that speaks only an older RIPC closes the node's connections
+//! at the versions it does not know (as the SDK's servers do); the node asks again one
+//! version lower each time, on a new connection, and logs in at the one it takes.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use tickwire_node::config::{NodeConfig, RsslProviderSection};
+use tickwire_node::NodeServer;
+use tickwire_rssl::ripc::{Channel, Input, Settings};
+use tickwire_rssl::rwf::msg::{class, domain, Msg};
+
+/// RIPC 12's connection version: the newest this provider takes.
+const NEWEST_TAKEN: u32 = 0x15;
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Reads what the peer sends until `done` says it is enough, or `LIMIT`.
+fn read_until(s: &mut TcpStream, got: &mut Vec<u8>, done: impl Fn(&[u8]) -> bool) -> bool {
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    while !done(got) {
+        if start.elapsed() > LIMIT {
+            return false;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+#[test]
+fn the_node_falls_back_to_the_ripc_version_an_older_provider_takes() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let (seen_tx, seen) = mpsc::channel::<u32>();
+    let (login_tx, login) = mpsc::channel::<(u8, u8)>();
+    std::thread::spawn(move || {
+        for s in listener.incoming().take(8) {
+            let Ok(mut s) = s else { continue };
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            // The ConnectReq's length (2 bytes) and, after its flags, its version.
+            let mut got = Vec::new();
+            let whole =
+                |b: &[u8]| b.len() >= 2 && b.len() >= u16::from_be_bytes([b[0], b[1]]) as usize;
+            if !read_until(&mut s, &mut got, whole) || got.len() < 7 {
+                continue;
+            }
+            let version = u32::from_be_bytes([got[3], got[4], got[5], got[6]]);
+            let _ = seen_tx.send(version);
+            if version > NEWEST_TAKEN {
+                continue; // closed, as a server that does not know the version
+            }
+            let mut ch = Channel::new(Settings::default(), Instant::now());
+            ch.handle_bytes(&got, Instant::now());
+            let mut msg = Vec::new();
+            let start = Instant::now();
+            while start.elapsed() < LIMIT {
+                while let Ok(Some(input)) = ch.poll(&mut msg) {
+                    if input == Input::Message {
+                        let m = Msg::decode(&msg).unwrap();
+                        let _ = login_tx.send((m.domain, m.class));
+                        return;
+                    }
+                }
+                ch.end_batch();
+                while !ch.transmit().is_empty() {
+                    let n = s.write(ch.transmit()).unwrap();
+                    ch.consume(n);
+                }
+                let mut more = Vec::new();
+                if read_until(&mut s, &mut more, |b| !b.is_empty()) {
+                    ch.handle_bytes(&more, Instant::now());
+                }
+            }
+        }
+    });
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.rssl.providers = vec![RsslProviderSection {
+        address,
+        ..RsslProviderSection::default()
+    }];
+    let _node = NodeServer::spawn(cfg).unwrap();
+    let first = login
+        .recv_timeout(LIMIT)
+        .expect("the node logged in at no version");
+    assert_eq!(first, (domain::LOGIN, class::REQUEST));
+    let versions: Vec<u32> = seen.try_iter().collect();
+    assert_eq!(versions, [0x17, 0x16, 0x15], "RIPC 14, 13, then 12");
+}
