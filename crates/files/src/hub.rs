@@ -207,9 +207,9 @@ pub struct Hub {
     buf: Vec<u8>,
     /// Status queries answered to each connection at most once per gap.
     queries: crate::query_pace::QueryPace,
-    /// Uploads whole and logged, whose `queued` answer waits for the spool's sync:
-    /// (connection, request, transfer, size).
-    queued_unsynced: Vec<(usize, u32, u64, u64)>,
+    /// Uploads whole and checked, waiting for the spool's sync to be logged queued and
+    /// then answered.
+    queued_unsynced: Vec<UnsyncedUpload>,
     /// When the spool is synced next (its fsync policy's delay after the first file
     /// that waits for it).
     spool_sync_due: Option<Instant>,
@@ -227,6 +227,32 @@ struct RestartCancel {
     /// The sites told, and how often (a few times: the first may go before the way to
     /// the site is up).
     told: HashMap<String, u8>,
+}
+
+/// An upload whole and checked whose bytes wait for the spool's sync.
+struct UnsyncedUpload {
+    /// The client's connection (none once it is gone: the file is queued all the same).
+    conn: Option<usize>,
+    request: u32,
+    transfer: u64,
+    size: u64,
+}
+
+/// Logs a transfer whose bytes are in the spool as queued, with what its sites said
+/// meanwhile (for a restart); the reason if the log cannot take it.
+fn save_queued(tx: &Sender, spool: &mut Spool, transfer: u64) -> Result<(), String> {
+    let Some((m, sites)) = tx.transfer(transfer) else {
+        return Err(ENDED_BEFORE_UPLOAD.to_string());
+    };
+    spool
+        .save(m)
+        .map_err(|e| format!("the node cannot keep the file's manifest: {e}"))?;
+    for (site, r) in sites {
+        if r.state != Delivery::Queued {
+            let _ = spool.record(transfer, site, r.state, &r.reason);
+        }
+    }
+    Ok(())
 }
 
 /// How long after a restart the sites are told of the uploads it interrupted.
@@ -907,26 +933,23 @@ impl Hub {
             ENDED_BEFORE_UPLOAD.to_string()
         } else {
             tx.handle_uploaded(transfer, size, true, now);
-            let m = tx.transfer(transfer).expect("checked").0;
-            match spool.save(m) {
-                Ok(()) => {
-                    // What its sites said meanwhile, for a restart.
-                    for (site, r) in tx.transfer(transfer).expect("queued").1 {
-                        if r.state != Delivery::Queued {
-                            let _ = spool.record(transfer, site, r.state, &r.reason);
-                        }
-                    }
-                    let fsync = spool.fsync();
-                    if fsync != crate::inbox::Fsync::Never {
-                        // Said queued once it is on the disk.
-                        self.queued_unsynced.push((conn, request, transfer, size));
-                        self.spool_sync_due
-                            .get_or_insert(now + fsync.commit_delay());
-                        return;
-                    }
-                    return self.answer_queued(conn, request, transfer, size);
-                }
-                Err(e) => format!("the node cannot keep the file's manifest: {e}"),
+            let fsync = spool.fsync();
+            if fsync != crate::inbox::Fsync::Never {
+                // Logged queued once its bytes are on the disk, said queued once the
+                // log is (`sync_spool`).
+                self.queued_unsynced.push(UnsyncedUpload {
+                    conn: Some(conn),
+                    request,
+                    transfer,
+                    size,
+                });
+                self.spool_sync_due
+                    .get_or_insert(now + fsync.commit_delay());
+                return;
+            }
+            match save_queued(tx, spool, transfer) {
+                Ok(()) => return self.answer_queued(conn, request, transfer, size),
+                Err(e) => e,
             }
         };
         spool.remove(transfer);
@@ -1095,9 +1118,15 @@ impl Hub {
                 return Err(e.to_string());
             }
         };
-        // The manifest first, then the file: see `Spool::hash_in_place`.
+        // The manifest first, then the file: see `Spool::hash_in_place`. With a policy
+        // the manifest is on the disk before the move is.
+        let synced = |spool: &mut Spool| match spool.fsync() {
+            crate::inbox::Fsync::Never => Ok(()),
+            _ => spool.sync_log().map(|_| ()),
+        };
         if let Err(e) = spool
             .save(&m)
+            .and_then(|()| synced(spool))
             .and_then(|()| spool.move_in(transfer, path, size))
         {
             spool.remove(transfer);
@@ -1128,6 +1157,12 @@ impl Hub {
         }
         self.routes.remove(&Peer::Conn(conn));
         self.queries.forget(conn);
+        // Its whole uploads are queued all the same; no one is there to be told.
+        for w in &mut self.queued_unsynced {
+            if w.conn == Some(conn) {
+                w.conn = None;
+            }
+        }
     }
 
     /// The backbone driver's totals so far (NAKs received, datagrams sent): the
@@ -1179,33 +1214,56 @@ impl Hub {
         }
     }
 
-    /// Syncs the spool (under its fsync policy) and tells the uploads that waited for
-    /// it that their files are queued; if the sync fails, they are refused (a file
-    /// the node cannot keep is not one it may say it has) and withdrawn at the sites.
+    /// Syncs the spool (under its fsync policy): the bytes of the uploads that waited
+    /// and the directory, then their manifests into the log, then the log; then tells
+    /// their clients that the files are queued. In that order a power loss leaves no
+    /// manifest without its bytes and no client told of a file the log lacks. An upload
+    /// the spool cannot sync or log is refused (a file the node cannot keep is not one
+    /// it may say it has) and withdrawn at the sites.
     fn sync_spool(&mut self) {
         self.spool_sync_due = None;
         let Some((tx, spool)) = self.sender.as_mut() else {
             return;
         };
-        let synced = spool.sync();
         let waiting = std::mem::take(&mut self.queued_unsynced);
-        match synced {
+        let mut failed: Vec<(UnsyncedUpload, String)> = Vec::new();
+        let mut saved = Vec::new();
+        match spool.sync_data() {
             Ok(n) => {
                 self.stats.spool_syncs += n as u64;
-                for (conn, request, transfer, size) in waiting {
-                    self.answer_queued(conn, request, transfer, size);
+                for w in waiting {
+                    match save_queued(tx, spool, w.transfer) {
+                        Ok(()) => saved.push(w),
+                        Err(e) => failed.push((w, e)),
+                    }
+                }
+                match spool.sync_log() {
+                    Ok(n) => self.stats.spool_syncs += n as u64,
+                    Err(e) => {
+                        self.stats.spool_sync_failures += 1;
+                        let why = format!("the node cannot sync its spool: {e}");
+                        failed.extend(saved.drain(..).map(|w| (w, why.clone())));
+                    }
                 }
             }
             Err(e) => {
                 self.stats.spool_sync_failures += 1;
-                let reason = format!("the node cannot sync its spool: {e}");
-                for (_, _, transfer, _) in &waiting {
-                    spool.remove(*transfer);
-                    tx.withdraw(*transfer, &format!("the upload failed: {reason}"));
-                }
-                for (conn, request, _, _) in waiting {
-                    self.refuse(conn, request, &reason);
-                }
+                let why = format!("the node cannot sync its spool: {e}");
+                failed.extend(waiting.into_iter().map(|w| (w, why.clone())));
+            }
+        }
+        for (w, why) in &failed {
+            spool.remove(w.transfer);
+            tx.withdraw(w.transfer, &format!("the upload failed: {why}"));
+        }
+        for (w, why) in failed {
+            if let Some(conn) = w.conn {
+                self.refuse(conn, w.request, &why);
+            }
+        }
+        for w in saved {
+            if let Some(conn) = w.conn {
+                self.answer_queued(conn, w.request, w.transfer, w.size);
             }
         }
     }

@@ -1,9 +1,10 @@
 //! How often each connection's status queries are answered. A query is a few bytes to
 //! send and a walk of every file and site to answer: one connection asking without
 //! pause would keep the files thread from the transfers. Each connection is answered
-//! at most once per [`QUERY_GAP`]; a query that comes sooner waits for the gap (no
-//! client is left without its answer), and the queries that wait together share one
-//! walk of the record.
+//! at most once per [`QUERY_GAP`]; a query that comes sooner waits for the gap, and the
+//! queries that wait together (the newest [`WAITING_MAX`] of a connection; a client
+//! that asked more often meanwhile loses the older answers) share one walk of the
+//! record.
 
 use crate::hub::Rights;
 use std::collections::HashMap;

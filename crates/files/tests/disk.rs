@@ -437,8 +437,9 @@ fn small_files_share_segments_that_are_emptied_and_removed() {
 /// bytes, the log, and the directory when a name was made.
 #[test]
 fn a_syncing_spool_syncs_bytes_log_and_directory_once_for_what_they_hold() {
-    let (root, _dir, spool) = fresh_spool();
-    let mut spool = spool.syncing(Fsync::Batch);
+    let (root, dir, spool) = fresh_spool();
+    drop(spool);
+    let mut spool = Spool::open(&dir, Fsync::Batch).unwrap();
     assert!(!spool.needs_sync());
     let manifest = |transfer: u64, size: u64| Manifest {
         size,
@@ -462,12 +463,18 @@ fn a_syncing_spool_syncs_bytes_log_and_directory_once_for_what_they_hold() {
     spool.copy_in(4, &big).unwrap();
     spool.save(&manifest(4, 2 << 20)).unwrap();
     assert_eq!(spool.sync().unwrap(), 3);
-    // So does an outbox file moved in.
+    // An outbox file is synced when it is hashed; its log line and its new name then.
     let (out, _) = write_file(root.path(), "c", 100, 3);
     spool.hash_in_place(5, &out).unwrap();
     spool.save(&manifest(5, 100)).unwrap();
     spool.move_in(5, &out, 100).unwrap();
-    assert_eq!(spool.sync().unwrap(), 3);
+    assert_eq!(spool.sync().unwrap(), 2);
+    // An upload given up: its own file is not held open (nor synced) for nothing.
+    let mut w = spool.begin(6, 2 << 20).unwrap();
+    w.write(&[1; 1000]).unwrap();
+    drop(w);
+    spool.remove(6);
+    assert_eq!(spool.sync_data().unwrap(), 1, "its name's removal only");
     assert_eq!(spool.sync().unwrap(), 0);
     // Without a policy nothing waits for a sync.
     let (root, _dir, mut spool) = fresh_spool();
@@ -479,7 +486,8 @@ fn a_syncing_spool_syncs_bytes_log_and_directory_once_for_what_they_hold() {
 
 fn small_files_share_segments(fsync: Fsync) {
     let (root, dir, spool) = fresh_spool();
-    let mut spool = spool.syncing(fsync);
+    drop(spool);
+    let mut spool = Spool::open(&dir, fsync).unwrap();
     let manifest = |transfer: u64, size: u64| Manifest {
         transfer,
         sender: "src".into(),

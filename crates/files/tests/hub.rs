@@ -232,9 +232,11 @@ fn a_report_shows_only_the_services_a_user_may_see() {
 fn with_an_fsync_policy_a_file_is_said_queued_only_once_the_spool_is_synced() {
     let dir = tempfile::tempdir().unwrap();
     let now = Instant::now();
-    let spool = Spool::new(&dir.path().join("spool"))
-        .unwrap()
-        .syncing(tickwire_files::inbox::Fsync::Batch);
+    let spool = Spool::open(
+        &dir.path().join("spool"),
+        tickwire_files::inbox::Fsync::Batch,
+    )
+    .unwrap();
     let sender = Sender::new(SenderConfig::new("src"), now);
     let cfg = HubConfig::new("src", vec!["FILES".into()]);
     let mut h = Hub::new(cfg, Some((sender, spool)), None, now, 1_790_000_000_000, 42);
@@ -251,7 +253,12 @@ fn with_an_fsync_policy_a_file_is_said_queued_only_once_the_spool_is_synced() {
     // Another file whole meanwhile shares the sync.
     put(&mut h, Rights::ALL, 2, "FILES", &data, sha);
     assert_eq!(states(answers(&mut h)), vec![PutState::Go]);
+    // Not in the log before their bytes are on the disk.
+    let log = dir.path().join("spool/queue.log");
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), 0);
     h.handle_timeout(due);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(logged.lines().count(), 2, "{logged}");
     assert_eq!(
         states(answers(&mut h)),
         vec![PutState::Queued, PutState::Queued]

@@ -293,6 +293,10 @@ pub struct FilesFigures {
     pub malformed: AtomicU64,
     /// Uploads refused.
     pub uploads_refused: AtomicU64,
+    /// The spool's syncs before files were said queued (`fsync` always or batch).
+    pub spool_syncs: AtomicU64,
+    /// Spool syncs that failed (the uploads waiting for them refused).
+    pub spool_sync_failures: AtomicU64,
     /// Messages of the backbone's files stream refused by their seals, by
     /// [`tickwire_backbone::auth::Rejected`] (added to the backbone's rejections).
     pub backbone_rejected: [AtomicU64; 5],
@@ -319,6 +323,9 @@ impl FilesFigures {
         let h = hub.stats();
         self.malformed.store(h.malformed, Relaxed);
         self.uploads_refused.store(h.uploads_refused, Relaxed);
+        self.spool_syncs.store(h.spool_syncs, Relaxed);
+        self.spool_sync_failures
+            .store(h.spool_sync_failures, Relaxed);
     }
 
     fn publish_wire(&self, wire: &FilesWire) {
@@ -384,7 +391,7 @@ pub struct FilesThread {
     services: Vec<String>,
     input: Option<SyncSender<Input>>,
     output: Receiver<ToLoop>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
     taken: Vec<FilesIn>,
     gone: Vec<ConnId>,
     from_upstream: Vec<Vec<u8>>,
@@ -424,7 +431,6 @@ pub struct FilesThread {
 struct Again {
     cfg: FilesSection,
     site: String,
-    seed: u64,
     waker: Arc<Waker>,
     /// When the running thread started (a thread that ran long enough resets the
     /// back-off).
@@ -488,31 +494,73 @@ impl Drop for FilesThread {
     }
 }
 
-/// A started files thread: its input, its output, and the thread.
+/// A started files thread: its input, its output, and the thread (which ends with why
+/// it could not open its directories, if it could not).
 type Spawned = (
     SyncSender<Input>,
     Receiver<ToLoop>,
-    std::thread::JoinHandle<()>,
+    std::thread::JoinHandle<Result<(), String>>,
 );
 
-/// Opens the spool, inbox and audit log, puts back what a previous run left, and
-/// starts the thread.
+/// The hub and what it writes to, opened from disk with what a previous run left put
+/// back (the queue, partial files, the record).
+struct Opened {
+    hub: Hub,
+    audit: std::fs::File,
+    outbox: Option<Outbox>,
+}
+
+/// Where the thread's directories are opened.
+enum Opening {
+    /// At the node's start, by the caller: an error stops the node.
+    Done(Box<Opened>),
+    /// When the thread starts again after a stop, by the new thread: the event loop
+    /// does not read the audit log and the spool meanwhile, and an error ends the
+    /// thread (tried again after the back-off).
+    OnThread { cfg: FilesSection, site: String },
+}
+
+/// Starts the thread on what `opening` gives it.
 fn spawn(
-    cfg: &FilesSection,
-    site: &str,
-    seed: u64,
+    opening: Opening,
     waker: Arc<Waker>,
     figures: Arc<FilesFigures>,
 ) -> Result<Spawned, String> {
+    let (input, inbox_rx) = mpsc::sync_channel::<Input>(IN_QUEUE);
+    let (out_tx, output) = mpsc::sync_channel::<ToLoop>(OUT_QUEUE);
+    let thread = std::thread::Builder::new()
+        .name("tickwire-files".into())
+        .spawn(move || {
+            let o = match opening {
+                Opening::Done(o) => *o,
+                // A new seed: the transfer ids the stopped thread gave out are not
+                // given again (sites remember the ones they finished).
+                Opening::OnThread { cfg, site } => {
+                    open(&cfg, &site, tickwire_backbone::random_id(), &figures)?
+                }
+            };
+            run(o.hub, inbox_rx, out_tx, waker, o.audit, o.outbox, figures);
+            Ok(())
+        })
+        .map_err(|e| format!("cannot start the files thread: {e}"))?;
+    Ok((input, output, thread))
+}
+
+/// Opens the spool, inbox and audit log and puts back what a previous run left.
+fn open(
+    cfg: &FilesSection,
+    site: &str,
+    seed: u64,
+    figures: &FilesFigures,
+) -> Result<Opened, String> {
     let now = Instant::now();
     let mut hub_cfg = HubConfig::new(site, cfg.services.clone());
     hub_cfg.expire_after = Duration::from_secs(cfg.expire_h * 3600);
     let sender = if cfg.spool.is_empty() {
         None
     } else {
-        let spool = Spool::new(Path::new(&cfg.spool))
-            .map_err(|e| format!("files.spool: {e}"))?
-            .syncing(cfg.fsync.policy());
+        let spool = Spool::open(Path::new(&cfg.spool), cfg.fsync.policy())
+            .map_err(|e| format!("files.spool: {e}"))?;
         let mut sc = SenderConfig::new(site);
         sc.chunk_size = cfg.chunk_kib * 1024;
         sc.rate = cfg.rate_mb_per_s * 1_000_000;
@@ -568,14 +616,8 @@ fn spawn(
             .map_err(|e| format!("files.outbox {}: {e}", cfg.outbox))?;
         Some(Outbox::new(PathBuf::from(&cfg.outbox)))
     };
-    let (input, inbox_rx) = mpsc::sync_channel::<Input>(IN_QUEUE);
-    let (out_tx, output) = mpsc::sync_channel::<ToLoop>(OUT_QUEUE);
     figures.publish(&hub);
-    let thread = std::thread::Builder::new()
-        .name("tickwire-files".into())
-        .spawn(move || run(hub, inbox_rx, out_tx, waker, audit, outbox, figures))
-        .map_err(|e| format!("cannot start the files thread: {e}"))?;
-    Ok((input, output, thread))
+    Ok(Opened { hub, audit, outbox })
 }
 
 /// What a panic said, when it said it as text.
@@ -609,7 +651,12 @@ impl FilesThread {
             receives: !cfg.inbox.is_empty(),
             ..FilesFigures::default()
         });
-        let (input, output, thread) = spawn(cfg, site, seed, waker.clone(), figures.clone())?;
+        let opened = open(cfg, site, seed, &figures)?;
+        let (input, output, thread) = spawn(
+            Opening::Done(Box::new(opened)),
+            waker.clone(),
+            figures.clone(),
+        )?;
         Ok(FilesThread {
             services: cfg.services.clone(),
             input: Some(input),
@@ -635,7 +682,6 @@ impl FilesThread {
             again: Again {
                 cfg: cfg.clone(),
                 site: site.to_owned(),
-                seed,
                 waker,
                 started: now,
                 next_try: None,
@@ -666,7 +712,8 @@ impl FilesThread {
         if let Some(t) = self.thread.take_if(|t| t.is_finished()) {
             let why = match t.join() {
                 Err(p) => panic_text(&*p),
-                Ok(()) => "it returned".to_owned(),
+                Ok(Err(e)) => e,
+                Ok(Ok(())) => "it returned".to_owned(),
             };
             let quick = now.duration_since(self.again.started) < RESTART_FORGOTTEN;
             self.again.back_off = if quick && self.restarts > 0 {
@@ -685,13 +732,11 @@ impl FilesThread {
             return;
         };
         let a = &self.again;
-        match spawn(
-            &a.cfg,
-            &a.site,
-            a.seed,
-            a.waker.clone(),
-            self.figures.clone(),
-        ) {
+        let opening = Opening::OnThread {
+            cfg: a.cfg.clone(),
+            site: a.site.clone(),
+        };
+        match spawn(opening, a.waker.clone(), self.figures.clone()) {
             Ok((input, output, thread)) => {
                 self.input = Some(input);
                 self.output = output;
@@ -704,7 +749,7 @@ impl FilesThread {
                 self.held = None;
                 self.gone_unsent.clear();
                 info!(
-                    "files: the files thread runs again (restart {})",
+                    "files: the files thread starts again (restart {}): it opens its spool and inbox",
                     self.restarts
                 );
             }
@@ -1543,16 +1588,40 @@ mod restart_tests {
         t.watch_thread(stopped);
         assert!(t.is_running());
         assert_eq!(t.restarts, 1);
-        assert_eq!(t.figures.queued_files.load(Relaxed), 1);
+        // The new thread opens the spool itself, and finds the file there.
+        until(&mut t, stopped, |t| {
+            t.figures.queued_files.load(Relaxed) == 1
+        });
 
         // Stopped again soon after: the wait doubles.
         t.submit(Input::Panic);
         until(&mut t, stopped, |t| !t.is_running());
         let next = t.again.next_try.unwrap();
         assert_eq!(next, stopped + 2 * RESTART_FIRST);
+        t.figures.queued_files.store(0, Relaxed);
         t.watch_thread(next);
         assert!(t.is_running());
         assert_eq!(t.restarts, 2);
-        assert_eq!(t.figures.queued_files.load(Relaxed), 1);
+        until(&mut t, next, |t| t.figures.queued_files.load(Relaxed) == 1);
+
+        // A spool that cannot be opened ends the new thread, which is tried again
+        // later (the wait doubling), and runs once the spool is back.
+        t.submit(Input::Panic);
+        until(&mut t, next, |t| !t.is_running());
+        let spool = dir.path().join("spool");
+        std::fs::rename(&spool, dir.path().join("spool.away")).unwrap();
+        std::fs::write(&spool, b"not a directory").unwrap();
+        let at = t.again.next_try.unwrap();
+        t.watch_thread(at);
+        assert_eq!(t.restarts, 3);
+        until(&mut t, at, |t| !t.is_running());
+        let again = t.again.next_try.unwrap();
+        assert_eq!(again, at + 8 * RESTART_FIRST);
+        std::fs::remove_file(&spool).unwrap();
+        std::fs::rename(dir.path().join("spool.away"), &spool).unwrap();
+        t.figures.queued_files.store(0, Relaxed);
+        t.watch_thread(again);
+        until(&mut t, again, |t| t.figures.queued_files.load(Relaxed) == 1);
+        assert!(t.is_running());
     }
 }

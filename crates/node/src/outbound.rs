@@ -16,20 +16,28 @@ const RESOLVED_FOR: Duration = Duration::from_secs(30);
 /// How often the event loop looks whether a lookup has finished.
 pub(crate) const LOOKUP_POLL: Duration = Duration::from_millis(5);
 
+/// How long a lookup may take before the connect counts as failed (the lookup goes on,
+/// and its answer is used at a later connect).
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A peer's `host:port`, resolved off the event loop: `getaddrinfo` blocks, for
 /// seconds when a name server is slow or gone, and the loop serves every client
 /// meanwhile. An IP address is never looked up. The addresses of a name are kept for
-/// [`RESOLVED_FOR`], then looked up again at the next connect.
+/// [`RESOLVED_FOR`], then looked up again at the next connect; while a new lookup
+/// fails or takes longer than [`LOOKUP_TIMEOUT`], the last addresses found are used.
+/// One lookup at a time: a lookup that hangs is not started again.
 pub(crate) struct Resolver {
     addr: String,
     state: Lookup,
+    /// The addresses the last lookup that succeeded found.
+    last: Option<Vec<SocketAddr>>,
 }
 
 enum Lookup {
     /// Nothing yet, or what was known is stale.
     Due,
-    /// A thread is looking the name up.
-    Asking(mpsc::Receiver<Result<Vec<SocketAddr>, String>>),
+    /// A thread is looking the name up, since then.
+    Asking(mpsc::Receiver<Result<Vec<SocketAddr>, String>>, Instant),
     /// The addresses, and since when (`None`: an IP address, for good).
     Known(Vec<SocketAddr>, Option<Instant>),
 }
@@ -43,12 +51,14 @@ impl Resolver {
         Resolver {
             addr: addr.to_owned(),
             state,
+            last: None,
         }
     }
 
-    /// Whether a lookup is under way (the loop should look again in [`LOOKUP_POLL`]).
+    /// Whether a lookup is under way and not yet past its time-out (the loop should
+    /// look again in [`LOOKUP_POLL`]).
     pub(crate) fn is_looking_up(&self) -> bool {
-        matches!(self.state, Lookup::Asking(_))
+        matches!(self.state, Lookup::Asking(_, t) if t.elapsed() < LOOKUP_TIMEOUT)
     }
 
     /// The addresses, or why there are none; `None` while the lookup runs (it is
@@ -60,21 +70,41 @@ impl Resolver {
             {
                 return Some(Ok(a.clone()));
             }
-            Lookup::Asking(rx) => match rx.try_recv() {
-                Ok(Ok(a)) => {
-                    self.state = Lookup::Known(a.clone(), Some(now));
-                    return Some(Ok(a));
-                }
-                Ok(Err(why)) => {
-                    self.state = Lookup::Due;
-                    return Some(Err(why));
-                }
-                Err(mpsc::TryRecvError::Empty) => return None,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    self.state = Lookup::Due;
-                    return Some(Err("the lookup of the name stopped".into()));
-                }
-            },
+            Lookup::Asking(rx, started) => {
+                let answer = match rx.try_recv() {
+                    Ok(r) => r,
+                    Err(mpsc::TryRecvError::Empty)
+                        if now.saturating_duration_since(*started) < LOOKUP_TIMEOUT =>
+                    {
+                        return None;
+                    }
+                    // Still asking: it stays the one lookup, answered later.
+                    Err(mpsc::TryRecvError::Empty) => {
+                        return Some(self.last.clone().ok_or_else(|| {
+                            format!("no answer from the name lookup in {LOOKUP_TIMEOUT:?}")
+                        }));
+                    }
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        Err("the lookup of the name stopped".into())
+                    }
+                };
+                return Some(match (answer, self.last.clone()) {
+                    (Ok(a), _) => {
+                        self.last = Some(a.clone());
+                        self.state = Lookup::Known(a.clone(), Some(now));
+                        Ok(a)
+                    }
+                    // The name no longer resolves: what it was, until the next try.
+                    (Err(_), Some(last)) => {
+                        self.state = Lookup::Known(last.clone(), Some(now));
+                        Ok(last)
+                    }
+                    (Err(why), None) => {
+                        self.state = Lookup::Due;
+                        Err(why)
+                    }
+                });
+            }
             Lookup::Known(..) | Lookup::Due => {}
         }
         let (tx, rx) = mpsc::channel();
@@ -91,7 +121,7 @@ impl Resolver {
         if let Err(e) = spawned {
             return Some(Err(format!("cannot look the name up: {e}")));
         }
-        self.state = Lookup::Asking(rx);
+        self.state = Lookup::Asking(rx, now);
         None
     }
 }
@@ -229,5 +259,28 @@ mod tests {
             std::thread::sleep(LOOKUP_POLL);
         };
         assert!(why.contains("does not resolve"), "{why}");
+    }
+
+    #[test]
+    fn a_lookup_past_its_time_fails_the_connect_or_uses_the_last_addresses() {
+        let t0 = Instant::now();
+        let was: Vec<SocketAddr> = vec!["127.0.0.1:14002".parse().unwrap()];
+        // A lookup that does not answer (its sender held here).
+        let (tx, rx) = mpsc::channel();
+        let mut r = Resolver::new("localhost:14002");
+        r.state = Lookup::Asking(rx, t0);
+        assert_eq!(r.addresses(t0 + LOOKUP_TIMEOUT / 2), None);
+        let e = r.addresses(t0 + LOOKUP_TIMEOUT).unwrap().unwrap_err();
+        assert!(e.contains("no answer from the name lookup"), "{e}");
+        // Still the one lookup: no second thread, its answer used when it comes.
+        assert!(matches!(r.state, Lookup::Asking(..)));
+        r.last = Some(was.clone());
+        assert_eq!(r.addresses(t0 + LOOKUP_TIMEOUT), Some(Ok(was.clone())));
+        // A failed lookup after a good one: the addresses it had, until the next try.
+        tx.send(Err("the address does not resolve".into())).unwrap();
+        let later = t0 + 2 * LOOKUP_TIMEOUT;
+        assert_eq!(r.addresses(later), Some(Ok(was.clone())));
+        assert_eq!(r.addresses(later + RESOLVED_FOR / 2), Some(Ok(was)));
+        assert_eq!(r.addresses(later + RESOLVED_FOR), None, "looked up again");
     }
 }

@@ -56,7 +56,8 @@ pub(crate) struct ProviderConn {
     /// Connects that failed: which of the address's resolutions is tried next.
     attempts: usize,
     /// The RIPC version asked for next: 14, lower while the provider closes before its
-    /// ConnectAck (as the SDK's clients fall back), kept once one is accepted.
+    /// ConnectAck (as the SDK's clients fall back), 14 again once a connection that got
+    /// its ConnectAck is lost.
     ripc_version: Version,
     to_node: Vec<u8>,
     msg: Vec<u8>,
@@ -171,6 +172,16 @@ impl ProviderConn {
     }
 
     fn lost(&mut self, core: &mut Node, registry: &Registry, why: &str, now: Instant) {
+        // A connection that got as far as its ConnectAck: the next starts from RIPC 14
+        // again (a version stepped down for a provider that was only restarting would
+        // otherwise stay).
+        if self
+            .channel
+            .as_ref()
+            .is_some_and(|c| !c.awaits_connect_ack())
+        {
+            self.ripc_version = Version::V14;
+        }
         warn!(
             "RSSL provider {}: connection lost: {why}; again in {} ms",
             self.address,

@@ -116,8 +116,6 @@ struct ItemStream {
     name: Vec<u8>,
     streaming: bool,
     private: bool,
-    /// Opened with a view (a reissue without one widens it to every field).
-    has_view: bool,
     /// Paused by the consumer (`PAUSE`): its updates are not sent until a reissue
     /// without it resumes the stream.
     paused: bool,
@@ -643,8 +641,8 @@ impl Session {
             .get(&m.stream_id)
             .and_then(|n| self.streams.get(n))
             .filter(|_| m.flags & request::HAS_BATCH == 0);
-        let reissued = open.map(|s| (s.service_id, s.name.clone(), s.has_view));
-        if let Some((id, name, _)) = &reissued {
+        let reissued = open.map(|s| (s.service_id, s.name.clone()));
+        if let Some((id, name)) = &reissued {
             key.service_id = key.service_id.or(Some(*id));
             if key.name.is_none() {
                 key.name = Some(name);
@@ -696,10 +694,12 @@ impl Session {
                 return;
             }
         }
-        // A reissue that wants no refresh: only its pause changes, unless its view
-        // does (then the node's stream is replaced, and its refresh not passed on).
+        // A reissue that wants no refresh and names no view changes only its pause
+        // (the stream keeps its view: a pause or resume is not a request for every
+        // field); with a new view, the node's stream is replaced and its refresh is not
+        // passed on.
         let no_refresh = reissued.is_some() && m.flags & request::NO_REFRESH != 0;
-        if no_refresh && view.is_none() && reissued.as_ref().is_some_and(|r| !r.2) {
+        if no_refresh && view.is_none() {
             if let Some(s) = self
                 .by_rssl
                 .get(&m.stream_id)
@@ -779,7 +779,6 @@ impl Session {
                 name: name.to_vec(),
                 streaming: req.streaming,
                 private: req.private,
-                has_view: req.view.is_some(),
                 paused: req.paused,
                 skip_refresh: req.skip_refresh,
             },
@@ -882,11 +881,31 @@ impl Session {
                     return;
                 };
                 let st = rwf_stream_state(r.state.stream, s.streaming);
-                if s.skip_refresh {
+                if s.skip_refresh && st == stream::OPEN {
                     s.skip_refresh = !r.complete;
-                    if r.complete && st != stream::OPEN {
-                        self.forget(r.stream_id);
-                    }
+                    return;
+                }
+                if s.skip_refresh {
+                    // The stream ends (closed, or to be recovered): the consumer must
+                    // hear it, as a status, not as the image it said it did not want.
+                    let (rssl, private) = (s.rssl, s.private);
+                    let state = RwfState {
+                        stream: st,
+                        data: rwf_data_state(r.state.data),
+                        code: rwf_code(r.state.code),
+                        text: r.state.text.as_bytes(),
+                    };
+                    self.buf.clear();
+                    put_status(
+                        &mut self.buf,
+                        domain::MARKET_PRICE,
+                        rssl,
+                        &state,
+                        None,
+                        private,
+                    );
+                    out.send(&self.buf);
+                    self.forget(r.stream_id);
                     return;
                 }
                 let mut flags = 0;

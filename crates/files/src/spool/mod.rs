@@ -121,16 +121,22 @@ pub struct Spool {
 /// What a sync must cover: files written, the log, the directory's names.
 #[derive(Default)]
 struct Unsynced {
-    files: Vec<Arc<File>>,
+    /// Each with its transfer when it is that transfer's own (none: a segment).
+    files: Vec<(Option<u64>, Arc<File>)>,
     log: bool,
     dir: bool,
 }
 
 impl Unsynced {
-    fn file(&mut self, f: &Arc<File>) {
-        if !self.files.iter().any(|g| Arc::ptr_eq(f, g)) {
-            self.files.push(f.clone());
+    fn file(&mut self, transfer: Option<u64>, f: &Arc<File>) {
+        if !self.files.iter().any(|(_, g)| Arc::ptr_eq(f, g)) {
+            self.files.push((transfer, f.clone()));
         }
+    }
+
+    /// A transfer's own file went: it is not kept open (nor synced) for nothing.
+    fn forget(&mut self, transfer: u64) {
+        self.files.retain(|(t, _)| *t != Some(transfer));
     }
 
     fn is_empty(&self) -> bool {
@@ -190,8 +196,16 @@ impl SpoolWriter {
 
 impl Spool {
     /// Opens (creating) the spool at `dir`, reading its log and rewriting it with only
-    /// what is live.
+    /// what is live; no fsync policy (see [`Spool::open`]).
     pub fn new(dir: &Path) -> io::Result<Self> {
+        Spool::open(dir, Fsync::Never)
+    }
+
+    /// As [`Spool::new`], under `fsync`: with `always` or `batch` the rewritten log is
+    /// synced before it replaces the old one, and [`Spool::sync_data`] and
+    /// [`Spool::sync_log`] make what was written durable (the node calls them before it
+    /// logs a file queued and before it says so).
+    pub fn open(dir: &Path, fsync: Fsync) -> io::Result<Self> {
         fs::create_dir_all(dir).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display()))
         })?;
@@ -216,7 +230,7 @@ impl Spool {
         // Uploads the last run began and never finished: said once, then forgotten.
         let mut unfinished: Vec<Manifest> = begun.into_values().collect();
         unfinished.sort_by_key(|m| m.transfer);
-        let log = Self::rewrite(dir, &live, &HashMap::new(), Fsync::Never)?;
+        let log = Self::rewrite(dir, &live, &HashMap::new(), fsync)?;
         let log_len = log.metadata()?.len();
         let live_lines = live.values().map(|k| 1 + k.sites.len()).sum();
         Ok(Spool {
@@ -232,16 +246,9 @@ impl Spool {
             seq,
             live_lines,
             dead_lines: 0,
-            fsync: Fsync::Never,
+            fsync,
             unsynced: Unsynced::default(),
         })
-    }
-
-    /// The spool under `fsync`: with `always` or `batch`, [`Spool::sync`] makes what
-    /// was written durable (the node calls it before it says a file is queued).
-    pub fn syncing(mut self, fsync: Fsync) -> Self {
-        self.fsync = fsync;
-        self
     }
 
     /// Its fsync policy.
@@ -249,29 +256,43 @@ impl Spool {
         self.fsync
     }
 
-    /// Whether something written waits for [`Spool::sync`].
+    /// Whether something written waits for a sync.
     pub fn needs_sync(&self) -> bool {
         !self.unsynced.is_empty()
     }
 
-    /// Syncs what was written since the last sync: the files' bytes, then the log,
-    /// then the directory (new files, renames). Returns how many syncs it made.
-    pub fn sync(&mut self) -> io::Result<usize> {
-        let u = std::mem::take(&mut self.unsynced);
+    /// Syncs the bytes written since the last sync, then the directory (new files,
+    /// renames): before the log names them. Returns how many syncs it made; what failed
+    /// stays to sync.
+    pub fn sync_data(&mut self) -> io::Result<usize> {
         let mut syncs = 0;
-        for f in &u.files {
+        while let Some((_, f)) = self.unsynced.files.last() {
             f.sync_data()?;
+            self.unsynced.files.pop();
             syncs += 1;
         }
-        if u.log {
-            self.log.sync_data()?;
-            syncs += 1;
-        }
-        if u.dir {
+        if self.unsynced.dir {
             File::open(&self.dir)?.sync_all()?;
+            self.unsynced.dir = false;
             syncs += 1;
         }
         Ok(syncs)
+    }
+
+    /// Syncs the log's lines written since the last sync. Returns how many syncs it
+    /// made (0 or 1).
+    pub fn sync_log(&mut self) -> io::Result<usize> {
+        if !self.unsynced.log {
+            return Ok(0);
+        }
+        self.log.sync_data()?;
+        self.unsynced.log = false;
+        Ok(1)
+    }
+
+    /// [`Spool::sync_data`], then [`Spool::sync_log`].
+    pub fn sync(&mut self) -> io::Result<usize> {
+        Ok(self.sync_data()? + self.sync_log()?)
     }
 
     fn replay(
@@ -402,7 +423,8 @@ impl Spool {
         };
         self.arriving.insert(transfer, (place, size));
         if self.fsync != Fsync::Never {
-            self.unsynced.file(&file);
+            let own = matches!(place, Place::Own).then_some(transfer);
+            self.unsynced.file(own, &file);
             // A new file's name (its own, or a new segment's).
             self.unsynced.dir |= matches!(place, Place::Own | Place::Segment { at: 0, .. });
         }
@@ -479,6 +501,11 @@ impl Spool {
     /// outbox, or queued with its bytes here: never neither. Returns size and SHA-256.
     pub fn hash_in_place(&mut self, transfer: u64, src: &Path) -> io::Result<(u64, [u8; 32])> {
         let got = sha256_file(src)?;
+        if self.fsync != Fsync::Never {
+            // Whoever wrote it may not have synced it: its bytes on the disk before
+            // its manifest is.
+            File::open(src)?.sync_data()?;
+        }
         self.arriving.insert(transfer, (Place::Own, got.0));
         Ok(got)
     }
@@ -489,15 +516,10 @@ impl Spool {
     /// it stays in (or goes back to) the outbox, and this is an error.
     pub fn move_in(&mut self, transfer: u64, src: &Path, size: u64) -> io::Result<()> {
         let to = self.own_path(transfer);
-        rename_or_copy(src, &to, size)?;
-        if self.fsync != Fsync::Never {
-            // Its bytes were written by whoever put it in the outbox (a file that
-            // cannot be opened now is read by no one: its sites will say so).
-            if let Ok(f) = File::open(&to) {
-                self.unsynced.file(&Arc::new(f));
-            }
-            self.unsynced.dir = true;
-        }
+        // Its bytes were synced when it was hashed; a copy is synced before the
+        // original goes.
+        rename_or_copy(src, &to, size, self.fsync != Fsync::Never)?;
+        self.unsynced.dir |= self.fsync != Fsync::Never;
         Ok(())
     }
 
@@ -624,6 +646,7 @@ impl Spool {
         match place {
             Place::Own => {
                 self.own_open.remove(transfer);
+                self.unsynced.forget(transfer);
                 let _ = fs::remove_file(self.own_path(transfer));
             }
             Place::Segment { id, .. } => self.segments.release(id, size, 1),
@@ -777,7 +800,7 @@ impl Spool {
 /// Moves `src` to `to`: a rename, or a copy and then a removal when `src` is on another
 /// file system. A file whose size is no longer `size` goes back (or stays) where it
 /// was, and this is an error.
-fn rename_or_copy(src: &Path, to: &Path, size: u64) -> io::Result<()> {
+fn rename_or_copy(src: &Path, to: &Path, size: u64, sync: bool) -> io::Result<()> {
     let changed = || {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -803,6 +826,12 @@ fn rename_or_copy(src: &Path, to: &Path, size: u64) -> io::Result<()> {
             if !copied.as_ref().is_ok_and(|n| *n == size) {
                 let _ = fs::remove_file(to);
                 return Err(copied.err().unwrap_or_else(changed));
+            }
+            if sync {
+                if let Err(e) = File::open(to).and_then(|f| f.sync_data()) {
+                    let _ = fs::remove_file(to);
+                    return Err(e);
+                }
             }
             fs::remove_file(src)
         }

@@ -553,6 +553,16 @@ fn files(r: &mut Registry, thread: &crate::files::FilesThread) {
                 "Times the files' rate was cut for the backbone's loss",
                 &f.rate_cuts,
             ),
+            (
+                "files_spool_syncs",
+                "Syncs of the spool (bytes, directory, log) before files were said queued (fsync always or batch)",
+                &f.spool_syncs,
+            ),
+            (
+                "files_spool_sync_failures",
+                "Spool syncs that failed: the uploads waiting for them were refused",
+                &f.spool_sync_failures,
+            ),
         ] {
             counter(r, name, help, load(v));
         }

@@ -794,3 +794,53 @@ fn a_reissue_with_a_new_view_and_no_refresh_changes_the_view_without_an_image() 
         [(class::REFRESH, 5), (class::UPDATE, 5)]
     );
 }
+
+#[test]
+fn a_pause_without_a_view_keeps_the_streams_view() {
+    let mut s = tri_open(&[22]);
+    let pause = request::STREAMING | request::PAUSE | request::NO_REFRESH;
+    assert!(
+        reissue(&mut s, pause, None, &[]).is_empty(),
+        "the view's stream stays"
+    );
+    assert_eq!(
+        passed_on(&mut s, 1),
+        [(class::REFRESH, 5)],
+        "no update while paused"
+    );
+    // Resumed without a refresh: the same stream, updates again.
+    let resume = request::STREAMING | request::NO_REFRESH;
+    assert!(reissue(&mut s, resume, None, &[]).is_empty());
+    assert_eq!(
+        passed_on(&mut s, 1),
+        [(class::REFRESH, 5), (class::UPDATE, 5)]
+    );
+}
+
+#[test]
+fn a_stream_that_closes_while_its_image_is_held_back_closes_at_the_consumer() {
+    let mut s = tri_open(&[22]);
+    let flags = request::STREAMING | request::NO_REFRESH;
+    reissue(&mut s, flags, Some(b"TRI.N"), &[22, 25]);
+    // The node's new stream ends in its refresh: closed, not entitled (say).
+    let mut node = Vec::new();
+    Message::Refresh(Refresh {
+        stream_id: 2,
+        seq: 1,
+        complete: true,
+        solicited: true,
+        clear_cache: true,
+        state: State::closed(tickwire_proto::message::code::NOT_ENTITLED, "no"),
+        service: "FEED",
+        name: "TRI.N",
+        fields: no_fields(),
+    })
+    .encode(&mut node)
+    .unwrap();
+    let mut out = Vec::new();
+    deliver(&mut s, &node, &mut out);
+    assert_eq!(classes(&out), [(class::STATUS, 5)]);
+    let st = Msg::decode(&out[0]).unwrap().state.unwrap();
+    assert_eq!(st.stream, stream::CLOSED);
+    assert_eq!(s.stream_count(), 0);
+}
