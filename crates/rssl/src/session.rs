@@ -888,24 +888,7 @@ impl Session {
                 if s.skip_refresh {
                     // The stream ends (closed, or to be recovered): the consumer must
                     // hear it, as a status, not as the image it said it did not want.
-                    let (rssl, private) = (s.rssl, s.private);
-                    let state = RwfState {
-                        stream: st,
-                        data: rwf_data_state(r.state.data),
-                        code: rwf_code(r.state.code),
-                        text: r.state.text.as_bytes(),
-                    };
-                    self.buf.clear();
-                    put_status(
-                        &mut self.buf,
-                        domain::MARKET_PRICE,
-                        rssl,
-                        &state,
-                        None,
-                        private,
-                    );
-                    out.send(&self.buf);
-                    self.forget(r.stream_id);
+                    self.item_status(r.stream_id, &r.state, out);
                     return;
                 }
                 let mut flags = 0;
@@ -971,31 +954,7 @@ impl Session {
                 out.send(&self.buf);
             }
             Message::Status(st) if st.stream_id == 0 => self.on_connection_status(&st.state, out),
-            Message::Status(st) => {
-                let Some(s) = self.streams.get(&st.stream_id) else {
-                    return;
-                };
-                let state = RwfState {
-                    stream: rwf_stream_state(st.state.stream, s.streaming),
-                    data: rwf_data_state(st.state.data),
-                    code: rwf_code(st.state.code),
-                    text: st.state.text.as_bytes(),
-                };
-                let (rssl, private) = (s.rssl, s.private);
-                self.buf.clear();
-                put_status(
-                    &mut self.buf,
-                    domain::MARKET_PRICE,
-                    rssl,
-                    &state,
-                    None,
-                    private,
-                );
-                out.send(&self.buf);
-                if state.stream != stream::OPEN {
-                    self.forget(st.stream_id);
-                }
-            }
+            Message::Status(st) => self.item_status(st.stream_id, &st.state, out),
             Message::Close { stream_id } => {
                 if let Some(s) = self.streams.get(stream_id) {
                     let rssl = s.rssl;
@@ -1009,6 +968,34 @@ impl Session {
             // RIPC keeps the connection alive with pings of its own.
             Message::Ping(_) | Message::Pong(_) => {}
             _ => {}
+        }
+    }
+
+    /// The node's state of its item stream `native`, to the consumer as a StatusMsg;
+    /// a stream it ends is forgotten.
+    fn item_status(&mut self, native: u32, state: &State<'_>, out: &mut impl Outbox) {
+        let Some(s) = self.streams.get(&native) else {
+            return;
+        };
+        let state = RwfState {
+            stream: rwf_stream_state(state.stream, s.streaming),
+            data: rwf_data_state(state.data),
+            code: rwf_code(state.code),
+            text: state.text.as_bytes(),
+        };
+        let (rssl, private) = (s.rssl, s.private);
+        self.buf.clear();
+        put_status(
+            &mut self.buf,
+            domain::MARKET_PRICE,
+            rssl,
+            &state,
+            None,
+            private,
+        );
+        out.send(&self.buf);
+        if state.stream != stream::OPEN {
+            self.forget(native);
         }
     }
 
