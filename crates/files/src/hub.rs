@@ -924,19 +924,20 @@ impl Hub {
 
     fn finish_upload(&mut self, conn: usize, request: u32, now: Instant) {
         let u = self.uploads.remove(&(conn, request)).expect("an upload");
-        let (size, sha) = u.writer.finish();
         let transfer = u.transfer;
         let (tx, spool) = self.sender.as_mut().expect("uploads need a sender");
+        spool.written(transfer, &u.writer);
+        let (size, sha) = u.writer.finish();
         let reason = if sha != u.sha256 {
             "the bytes received do not match the SHA-256 announced".to_string()
         } else if tx.transfer(transfer).is_none() {
             ENDED_BEFORE_UPLOAD.to_string()
         } else {
-            tx.handle_uploaded(transfer, size, true, now);
             let fsync = spool.fsync();
             if fsync != crate::inbox::Fsync::Never {
-                // Logged queued once its bytes are on the disk, said queued once the
-                // log is (`sync_spool`).
+                // Logged queued once its bytes are on the disk, said queued (and its
+                // last chunk sent: no site can finish it before) once the log is
+                // (`sync_spool`).
                 self.queued_unsynced.push(UnsyncedUpload {
                     conn: Some(conn),
                     request,
@@ -947,6 +948,7 @@ impl Hub {
                     .get_or_insert(now + fsync.commit_delay());
                 return;
             }
+            tx.handle_uploaded(transfer, size, true, now);
             match save_queued(tx, spool, transfer) {
                 Ok(()) => return self.answer_queued(conn, request, transfer, size),
                 Err(e) => e,
@@ -1176,7 +1178,7 @@ impl Hub {
     /// Its deadlines passed by `now` (the sender's pacing and repairs, the receiver's).
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.spool_sync_due.is_some_and(|at| now >= at) {
-            self.sync_spool();
+            self.sync_spool(now);
         }
         for (conn, rights, requests) in self.queries.due(now) {
             self.on_query(conn, rights, &requests);
@@ -1220,7 +1222,7 @@ impl Hub {
     /// manifest without its bytes and no client told of a file the log lacks. An upload
     /// the spool cannot sync or log is refused (a file the node cannot keep is not one
     /// it may say it has) and withdrawn at the sites.
-    fn sync_spool(&mut self) {
+    fn sync_spool(&mut self, now: Instant) {
         self.spool_sync_due = None;
         let Some((tx, spool)) = self.sender.as_mut() else {
             return;
@@ -1256,6 +1258,9 @@ impl Hub {
             spool.remove(w.transfer);
             tx.withdraw(w.transfer, &format!("the upload failed: {why}"));
         }
+        for w in &saved {
+            tx.handle_uploaded(w.transfer, w.size, true, now);
+        }
         for (w, why) in failed {
             if let Some(conn) = w.conn {
                 self.refuse(conn, w.request, &why);
@@ -1272,7 +1277,7 @@ impl Hub {
     /// the node stops).
     pub fn commit_pending(&mut self, now: Instant) {
         if self.spool_sync_due.is_some() {
-            self.sync_spool();
+            self.sync_spool(now);
         }
         self.commit_due = None;
         if let Some((rx, inbox)) = self.receiver.as_mut() {

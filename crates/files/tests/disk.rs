@@ -469,6 +469,18 @@ fn a_syncing_spool_syncs_bytes_log_and_directory_once_for_what_they_hold() {
     spool.save(&manifest(5, 100)).unwrap();
     spool.move_in(5, &out, 100).unwrap();
     assert_eq!(spool.sync().unwrap(), 2);
+    // Bytes written after a sync took the file are synced again once the upload is
+    // whole (`written`).
+    let mut w = spool.begin(7, 2 << 20).unwrap();
+    w.write(&[1; 1000]).unwrap();
+    assert_eq!(spool.sync_data().unwrap(), 2, "its bytes so far, its name");
+    w.write(&[2; 1000]).unwrap();
+    assert_eq!(spool.sync_data().unwrap(), 0);
+    spool.written(7, &w);
+    assert_eq!(spool.sync_data().unwrap(), 1);
+    drop(w);
+    spool.remove(7);
+    spool.sync().unwrap();
     // An upload given up: its own file is not held open (nor synced) for nothing.
     let mut w = spool.begin(6, 2 << 20).unwrap();
     w.write(&[1; 1000]).unwrap();

@@ -650,8 +650,9 @@ impl Session {
         }
         let key = key;
         let Some(service_id) = key.service_id else {
-            self.refuse(
+            self.refuse_item(
                 out,
+                to_node,
                 m,
                 code::SOURCE_UNKNOWN,
                 "the request names no service id (see the source directory)",
@@ -663,8 +664,9 @@ impl Session {
             .iter()
             .find(|s| s.id == service_id && s.state != ServiceState::Removed)
         else {
-            self.refuse(
+            self.refuse_item(
                 out,
+                to_node,
                 m,
                 code::SOURCE_UNKNOWN,
                 &format!("service id {service_id} is not in the source directory"),
@@ -676,8 +678,9 @@ impl Session {
         let mut batch: Vec<Vec<u8>> = Vec::new();
         if m.flags & (request::HAS_VIEW | request::HAS_BATCH) != 0 {
             if let Err(e) = parse_request_payload(m, &mut view, &mut batch, self.cfg.max_batch) {
-                self.refuse(
+                self.refuse_item(
                     out,
+                    to_node,
                     m,
                     code::INVALID_ARGUMENT,
                     &format!("malformed request payload: {e}"),
@@ -685,8 +688,9 @@ impl Session {
                 return;
             }
             if m.flags & request::HAS_VIEW != 0 && view.is_none() {
-                self.refuse(
+                self.refuse_item(
                     out,
+                    to_node,
                     m,
                     code::INVALID_VIEW,
                     "a view request needs :ViewType 1 and :ViewData (field ids)",
@@ -720,8 +724,9 @@ impl Session {
         };
         if m.flags & request::HAS_BATCH != 0 {
             if batch.len() > self.cfg.max_batch {
-                self.refuse(
+                self.refuse_item(
                     out,
+                    to_node,
                     m,
                     code::TOO_MANY_ITEMS,
                     &format!(
@@ -747,7 +752,13 @@ impl Session {
             return;
         }
         let Some(name) = key.name else {
-            self.refuse(out, m, code::INVALID_ARGUMENT, "the request names no item");
+            self.refuse_item(
+                out,
+                to_node,
+                m,
+                code::INVALID_ARGUMENT,
+                "the request names no item",
+            );
             return;
         };
         self.open_item(m.stream_id, name, &item_req, to_node);
@@ -798,6 +809,20 @@ impl Session {
             self.by_rssl.remove(&s.rssl);
             self.pending_posts.forget_stream(native);
         }
+    }
+
+    /// Refuses the consumer's item request `m`: closes its stream, at the node too when
+    /// it was open (a refused reissue ends the stream it was for).
+    fn refuse_item(
+        &mut self,
+        out: &mut impl Outbox,
+        to_node: &mut Vec<u8>,
+        m: &Msg<'_>,
+        code: u8,
+        text: &str,
+    ) {
+        self.on_close(m.stream_id, to_node);
+        self.refuse(out, m, code, text);
     }
 
     /// Refuses the consumer's message `m`: closes its stream.

@@ -557,23 +557,38 @@ impl Spool {
 
     /// Queues a transfer whose bytes are in: its manifest goes into the log.
     pub fn save(&mut self, m: &Manifest) -> io::Result<()> {
-        if self.begun.contains_key(&m.transfer) {
-            self.live_lines -= 1;
-            self.dead_lines += 1;
-        }
-        let place = match self.arriving.remove(&m.transfer) {
-            Some((place, _)) => place,
+        let place = match self.arriving.get(&m.transfer) {
+            Some((place, _)) => *place,
             None => match self.live.get(&m.transfer) {
                 Some(k) => k.place,
                 None => Place::Own,
             },
         };
-        if self.live.contains_key(&m.transfer) {
+        let was_live = self.live.contains_key(&m.transfer);
+        let was_begun = self.begun.contains_key(&m.transfer);
+        // Still arriving if the log does not take it: `remove` then finds its bytes.
+        self.append(LogLine::Queued(m.clone(), place))?;
+        self.arriving.remove(&m.transfer);
+        if was_begun {
+            self.live_lines -= 1;
+            self.dead_lines += 1;
+        }
+        if was_live {
             self.dead_lines += 1;
         } else {
             self.live_lines += 1;
         }
-        self.append(LogLine::Queued(m.clone(), place))
+        Ok(())
+    }
+
+    /// An upload's bytes are all written (by `w`): they are synced at the next
+    /// [`Spool::sync_data`], whatever an earlier sync took of them.
+    pub fn written(&mut self, transfer: u64, w: &SpoolWriter) {
+        if self.fsync == Fsync::Never {
+            return;
+        }
+        let own = matches!(self.arriving.get(&transfer), Some((Place::Own, _)));
+        self.unsynced.file(own.then_some(transfer), &w.file);
     }
 
     /// Appends what a site said of a transfer.
@@ -828,7 +843,12 @@ fn rename_or_copy(src: &Path, to: &Path, size: u64, sync: bool) -> io::Result<()
                 return Err(copied.err().unwrap_or_else(changed));
             }
             if sync {
-                if let Err(e) = File::open(to).and_then(|f| f.sync_data()) {
+                // The copy and its name on the disk before the original goes.
+                let dir = to.parent().unwrap_or(Path::new("."));
+                let synced = File::open(to)
+                    .and_then(|f| f.sync_data())
+                    .and_then(|()| File::open(dir)?.sync_all());
+                if let Err(e) = synced {
                     let _ = fs::remove_file(to);
                     return Err(e);
                 }

@@ -844,3 +844,20 @@ fn a_stream_that_closes_while_its_image_is_held_back_closes_at_the_consumer() {
     assert_eq!(st.stream, stream::CLOSED);
     assert_eq!(s.stream_count(), 0);
 }
+
+#[test]
+fn a_refused_reissue_closes_the_items_stream_at_the_node_too() {
+    let mut s = tri_open(&[]);
+    // A view asked for with none given.
+    let b = item_request(
+        5,
+        request::STREAMING | request::HAS_VIEW,
+        Some(b"TRI.N"),
+        &[],
+    );
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(&b, &mut to_node, &mut out);
+    assert_eq!(classes(&out), [(class::STATUS, 5)]);
+    assert_eq!(node_messages(&to_node), ["Close { stream_id: 1 }"]);
+    assert_eq!(s.stream_count(), 0);
+}
