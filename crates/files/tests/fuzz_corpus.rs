@@ -13,3 +13,10 @@ fn the_files_corpus_replays_without_a_panic() {
         input.check(decoded.is_ok(), &decoded);
     }
 }
+
+#[test]
+fn the_hub_corpus_replays_without_a_panic() {
+    for input in replay::inputs("files_hub", 4) {
+        fuzz_logic::files_hub(&input.data);
+    }
+}

@@ -1,8 +1,12 @@
-//! What the `files_messages` fuzz target does with an input, shared with the
+//! What the `files_messages` fuzz target does with an input (and, in `hub.rs`, the
+//! `files_hub` target), shared with the
 //! stable-Rust corpus replay test: anything a peer sends goes through the decoder
 //! (a decoded message must encode back to the same message), then to a receiving
 //! site that was offered a file (so chunks for it are taken) and to a sender with a
 //! file queued. A panic is a bug; ignoring the input is fine.
+
+mod hub;
+pub(crate) use hub::files_hub;
 
 use std::collections::HashMap;
 use std::io;
