@@ -531,6 +531,13 @@ fn the_files_figures_follow_a_file_from_sender_to_site() {
             );
         }
     }
+    // The sender's spool (fsync batch by default) was synced before the file was said
+    // queued, and nothing failed.
+    at_least(&sent, "tickwire_files_spool_syncs_total", 2.0);
+    assert_eq!(
+        sent["tickwire_files_spool_sync_failures_total"], 0.0,
+        "{sent:?}"
+    );
     let from_upstream = "tickwire_files_dropped_total{at=\"from_upstream\"}";
     assert_eq!(received[from_upstream], 0.0, "{received:?}");
     assert!(!sent.contains_key(from_upstream), "{sent:?}");
@@ -685,6 +692,9 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
         "tickwire_backbone_sources_lost_total",
         "tickwire_backbone_rejected_total",
         "tickwire_journal_failures_total",
+        "tickwire_files_thread_restarts_total",
+        "tickwire_files_thread_running",
+        "tickwire_files_spool_sync_failures_total",
         "process_open_fds",
         "process_max_fds",
     ];
