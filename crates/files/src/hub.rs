@@ -507,17 +507,7 @@ impl Hub {
 
     fn refuse(&mut self, conn: usize, request: u32, reason: &str) {
         self.stats.uploads_refused += 1;
-        self.answer(
-            conn,
-            PutAnswer {
-                request,
-                state: PutState::Refused,
-                transfer: 0,
-                received: 0,
-                window: 0,
-                reason,
-            },
-        );
+        self.answer(conn, PutAnswer::refused(request, reason));
     }
 
     /// A message from `from`, whose user is `user` with `rights`.

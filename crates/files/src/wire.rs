@@ -232,6 +232,20 @@ pub struct PutAnswer<'a> {
     pub reason: &'a str,
 }
 
+impl<'a> PutAnswer<'a> {
+    /// The upload `request` refused, with why.
+    pub fn refused(request: u32, reason: &'a str) -> Self {
+        PutAnswer {
+            request,
+            state: PutState::Refused,
+            transfer: 0,
+            received: 0,
+            window: 0,
+            reason,
+        }
+    }
+}
+
 /// One file at one site, in a node's report (`tickwire files status`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportEntry<'a> {

@@ -422,6 +422,9 @@ pub struct FilesThread {
     next_network_sample: Instant,
     /// Times the thread stopped (a panic) and was started again.
     pub restarts: u64,
+    /// Uploads handed to the thread and not answered `queued` or `refused` yet, by
+    /// connection and request: refused at once if the thread stops.
+    unanswered: Unanswered,
     /// What starting the thread again needs, and when it may be tried.
     again: Again,
 }
@@ -447,6 +450,83 @@ const RESTART_FIRST: Duration = Duration::from_secs(1);
 const RESTART_MAX: Duration = Duration::from_secs(60);
 /// A thread that ran this long resets the back-off.
 const RESTART_FORGOTTEN: Duration = Duration::from_secs(300);
+
+/// Uploads (a client's Put) the files thread has not answered for good yet. A thread
+/// that stops answers none of them: the loop refuses them, so that no client waits for
+/// its time-out.
+#[derive(Default)]
+struct Unanswered {
+    uploads: std::collections::HashSet<(ConnId, u32)>,
+}
+
+/// Uploads followed at most (a node takes 64 at once per connection).
+const UNANSWERED_MAX: usize = 100_000;
+
+/// Why an upload that comes while the thread is stopped is refused.
+const THREAD_DOWN: &str =
+    "the node's files thread is not running (it starts again shortly): send the file again";
+
+/// Why an upload whose start the thread had no room for is refused.
+const THREAD_BEHIND: &str = "the node's files thread is behind: send the file again";
+
+/// Why the uploads the stopped thread had not answered are refused.
+const THREAD_STOPPED: &str =
+    "the node's files thread stopped before it answered: the file may be queued all the same (see files status)";
+
+impl Unanswered {
+    /// A message from a client on its way to the thread: its request when it is an
+    /// upload's start.
+    fn sent(&mut self, conn: ConnId, body: &[u8]) -> Option<u32> {
+        if body.get(2) != Some(&PUT) {
+            return None;
+        }
+        let Ok(tickwire_files::wire::FilesMessage::Put(p)) =
+            tickwire_files::wire::FilesMessage::decode(body)
+        else {
+            return None;
+        };
+        if self.uploads.len() < UNANSWERED_MAX {
+            self.uploads.insert((conn, p.request));
+        }
+        Some(p.request)
+    }
+
+    /// An upload the thread will not answer (its start was not handed over): the
+    /// client's refusal, at once.
+    fn refuse(&mut self, conn: ConnId, request: u32, reason: &str) -> Vec<u8> {
+        use tickwire_files::wire::{FilesMessage, PutAnswer};
+        self.uploads.remove(&(conn, request));
+        let mut body = Vec::new();
+        // A reason of this length always encodes.
+        let _ = FilesMessage::PutAnswer(PutAnswer::refused(request, reason)).encode(&mut body);
+        body
+    }
+
+    /// A message from the thread on its way to a client.
+    fn answered(&mut self, conn: ConnId, body: &[u8]) {
+        use tickwire_files::wire::{FilesMessage, PutState};
+        if body.get(2) != Some(&PUT_ANSWER) {
+            return;
+        }
+        if let Ok(FilesMessage::PutAnswer(a)) = FilesMessage::decode(body) {
+            if matches!(a.state, PutState::Queued | PutState::Refused) {
+                self.uploads.remove(&(conn, a.request));
+            }
+        }
+    }
+
+    fn gone(&mut self, conn: ConnId) {
+        self.uploads.retain(|(c, _)| *c != conn);
+    }
+
+    /// The refusals of every upload still unanswered, for their connections.
+    fn refuse_all(&mut self) -> Vec<(ConnId, Vec<u8>)> {
+        let all: Vec<(ConnId, u32)> = self.uploads.drain().collect();
+        all.into_iter()
+            .map(|(conn, request)| (conn, self.refuse(conn, request, THREAD_STOPPED)))
+            .collect()
+    }
+}
 
 /// File-transfer messages the loop dropped, by where (for /metrics).
 #[derive(Debug, Clone, Copy, Default)]
@@ -679,6 +759,7 @@ impl FilesThread {
             backbone_mtu: backbone_mtu.max(1) as u64,
             next_network_sample: now,
             restarts: 0,
+            unanswered: Unanswered::default(),
             again: Again {
                 cfg: cfg.clone(),
                 site: site.to_owned(),
@@ -708,7 +789,9 @@ impl FilesThread {
     /// Notices a thread that stopped (only a panic stops it while the node runs) and
     /// starts it again from disk, as a node restarted after a kill -9 would: files
     /// queued stay queued, partial files resume. Sites say again where they are.
-    fn watch_thread(&mut self, now: Instant) {
+    /// True when it found the thread stopped.
+    fn watch_thread(&mut self, now: Instant) -> bool {
+        let stopped = self.thread.as_ref().is_some_and(|t| t.is_finished());
         if let Some(t) = self.thread.take_if(|t| t.is_finished()) {
             let why = match t.join() {
                 Err(p) => panic_text(&*p),
@@ -729,7 +812,7 @@ impl FilesThread {
             self.again.next_try = Some(now + self.again.back_off);
         }
         let Some(at) = self.again.next_try.filter(|&at| now >= at) else {
-            return;
+            return stopped;
         };
         let a = &self.again;
         let opening = Opening::OnThread {
@@ -762,6 +845,7 @@ impl FilesThread {
                 );
             }
         }
+        stopped
     }
 
     fn submit(&mut self, input: Input) {
@@ -831,7 +915,11 @@ impl FilesThread {
         upstream: Option<&mut crate::upstream::UpstreamLink>,
         backbone: Option<&mut tickwire_backbone::Backbone>,
     ) {
-        self.watch_thread(Instant::now());
+        if self.watch_thread(Instant::now()) {
+            for (conn, body) in self.unanswered.refuse_all() {
+                core.send_files(conn, &body, None);
+            }
+        }
         // First, so that a change of framing or keys has the queue's room before peers'
         // messages take it.
         if let Some(b) = backbone.as_deref() {
@@ -843,6 +931,9 @@ impl FilesThread {
         // A connection's end is never dropped: its routes would pass to the next
         // connection given its id. What the thread has no room for now goes next turn
         // (and that id's messages wait behind it, dropped as a full queue drops them).
+        for &conn in &gone {
+            self.unanswered.gone(conn);
+        }
         self.gone_unsent.append(&mut gone);
         let mut unsent = std::mem::take(&mut self.gone_unsent);
         unsent.retain(|&conn| self.queue_full_for(Input::Gone(conn)));
@@ -865,12 +956,23 @@ impl FilesThread {
             }
             let rights = self.rights(core, m.conn, m.body.get(2).copied());
             let user = core.user_of(m.conn).unwrap_or("").to_owned();
-            self.submit(Input::Message {
+            let upload = self.unanswered.sent(m.conn, &m.body);
+            let stopped = self.input.is_none();
+            let full = self.queue_full_for(Input::Message {
                 from: Peer::Conn(m.conn),
                 user,
                 rights,
                 body: m.body,
             });
+            if full {
+                self.dropped += 1;
+            }
+            // An upload's start the thread never sees gets no answer from it.
+            if let Some(request) = upload.filter(|_| full || stopped) {
+                let why = if stopped { THREAD_DOWN } else { THREAD_BEHIND };
+                let body = self.unanswered.refuse(m.conn, request, why);
+                core.send_files(m.conn, &body, None);
+            }
         }
         self.taken = taken;
         self.gone = gone;
@@ -918,6 +1020,7 @@ impl FilesThread {
                         // Counted when the peer is there but busy (to one gone, a
                         // message is moot).
                         Peer::Conn(c) => {
+                            self.unanswered.answered(c, &o.body);
                             if !core.send_files(c, &o.body, o.droppable.then_some(ROOM))
                                 && core.user_of(c).is_some()
                             {
@@ -1106,6 +1209,9 @@ struct Outbox {
 
 /// The kind byte of a files Present message.
 const PRESENT: u8 = 4;
+/// The kind bytes of a client's Put and of the node's answer to it.
+const PUT: u8 = 16;
+const PUT_ANSWER: u8 = 18;
 
 /// (user, site) pairs whose refusal is logged at most (each once).
 const SITES_REFUSED_TOLD: usize = 1000;
@@ -1623,5 +1729,79 @@ mod restart_tests {
         t.watch_thread(again);
         until(&mut t, again, |t| t.figures.queued_files.load(Relaxed) == 1);
         assert!(t.is_running());
+    }
+}
+
+#[cfg(test)]
+mod unanswered_tests {
+    use super::{Unanswered, THREAD_STOPPED};
+    use tickwire_core::ConnId;
+    use tickwire_files::wire::{FilesMessage, Put, PutAnswer, PutState};
+
+    fn put(request: u32) -> Vec<u8> {
+        let mut b = Vec::new();
+        FilesMessage::Put(Put {
+            request,
+            service: "FILES",
+            name: "f.csv",
+            size: 10,
+            sha256: [0; 32],
+            to: vec![],
+        })
+        .encode(&mut b)
+        .unwrap();
+        b
+    }
+
+    fn answer(request: u32, state: PutState) -> Vec<u8> {
+        let mut b = Vec::new();
+        let a = PutAnswer {
+            request,
+            state,
+            transfer: 1,
+            received: 0,
+            window: 0,
+            reason: "",
+        };
+        FilesMessage::PutAnswer(a).encode(&mut b).unwrap();
+        b
+    }
+
+    #[test]
+    fn uploads_the_thread_has_not_answered_are_refused_when_it_stops() {
+        let (a, b): (ConnId, ConnId) = (1, 2);
+        let mut u = Unanswered::default();
+        assert_eq!(u.sent(a, &put(7)), Some(7));
+        assert_eq!(u.sent(a, &put(8)), Some(8));
+        assert_eq!(u.sent(b, &put(7)), Some(7));
+        assert_eq!(
+            u.sent(a, &answer(9, PutState::Go)),
+            None,
+            "not an upload's start"
+        );
+        // Go and progress leave them unanswered; queued and refused answer them.
+        u.answered(a, &answer(7, PutState::Go));
+        u.answered(a, &answer(7, PutState::Progress));
+        u.answered(a, &answer(8, PutState::Queued));
+        // A connection gone takes its uploads with it.
+        assert_eq!(u.sent(3, &put(1)), Some(1));
+        u.gone(3);
+        let mut refused: Vec<(ConnId, u32, String)> = u
+            .refuse_all()
+            .into_iter()
+            .map(|(conn, body)| match FilesMessage::decode(&body).unwrap() {
+                FilesMessage::PutAnswer(a) => {
+                    assert_eq!(a.state, PutState::Refused);
+                    (conn, a.request, a.reason.to_string())
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        refused.sort();
+        assert_eq!(
+            refused,
+            [(a, 7, THREAD_STOPPED.into()), (b, 7, THREAD_STOPPED.into())]
+        );
+        assert!(u.refuse_all().is_empty(), "each refused once");
     }
 }
