@@ -87,8 +87,9 @@ fn corpus_directories_match_the_targets() {
     targets.push("nats_frames".to_string());
     // RSSL (RIPC and RWF, both sides), replayed by crates/rssl/tests/fuzz_corpus.rs.
     targets.push("rssl_connection".to_string());
-    // File transfer's messages, replayed by crates/files/tests/fuzz_corpus.rs.
-    targets.push("files_messages".to_string());
+    // File transfer's messages and a node's hub, replayed by
+    // crates/files/tests/fuzz_corpus.rs.
+    targets.extend(["files_messages".to_string(), "files_hub".to_string()]);
     // The journal's segments, replayed by crates/journal/tests/fuzz_corpus.rs.
     targets.push("journal_segment".to_string());
     // The RSSL dictionary files, replayed by crates/rssl/tests/fuzz_rdm_corpus.rs.

@@ -1246,12 +1246,19 @@ pub(crate) fn wait_for_metric(
 /// A free UDP port on loopback whose next port is free too (a backbone's files go on
 /// its channel's port plus one).
 pub(crate) fn free_udp_port() -> u16 {
-    for _ in 0..100 {
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .and_then(|s| s.local_addr())
-            .map(|a| a.port())
-            .expect("a free UDP port");
-        if port < u16::MAX && std::net::UdpSocket::bind(("127.0.0.1", port + 1)).is_ok() {
+    // Below the kernel's ephemeral range (32768 and up on Linux): a port the kernel hands
+    // out for a bind to port 0, here or in any other process, is never one of these, so
+    // none is taken between this check and the node's own bind. Each test process
+    // starts at a place of its own and moves on with each pick.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const PAIRS: u32 = 6_000;
+    let start = std::process::id().wrapping_mul(2_654_435_761) % PAIRS;
+    for _ in 0..PAIRS {
+        let pair = (start + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % PAIRS;
+        let port = (LOW + 2 * pair) as u16;
+        let free = |p: u16| std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 1) {
             return port;
         }
     }
