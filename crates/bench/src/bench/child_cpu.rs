@@ -23,6 +23,45 @@ pub(super) fn cpu_with_children(pid: u32) -> f64 {
     ticks as f64 / crate::sysinfo::clock_ticks_per_sec() as f64
 }
 
+/// Waits (up to `limit`) until no process has `pid` as its parent: a daemon that forks
+/// a child per connection (rsync's) adds the child's CPU to its own only once it has
+/// reaped it, which it does some time after the client is done. Returns whether it
+/// got there.
+pub(super) fn wait_children_reaped(pid: u32, limit: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if !has_children(pid) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Whether any process (a zombie too: not reaped yet) has `pid` as its parent.
+fn has_children(pid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .any(|stat| parent_of(&stat) == Some(pid))
+}
+
+/// The parent pid in a `/proc/PID/stat` line (the field after the state).
+fn parent_of(stat: &str) -> Option<u32> {
+    let close = stat.rfind(')')?;
+    stat[close + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Runs a command to its end; returns whether it succeeded and its CPU seconds.
 pub(super) fn run_timed(cmd: &mut Command) -> Result<(bool, f64, String)> {
     let child = cmd
@@ -65,4 +104,56 @@ pub(super) fn run_timed(cmd: &mut Command) -> Result<(bool, f64, String)> {
     let cpu = secs(usage.ru_utime) + secs(usage.ru_stime);
     let ok = std::process::ExitStatus::from_raw(status).success();
     Ok((ok, cpu, output))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_is_read_past_a_name_with_spaces_and_parentheses() {
+        assert_eq!(parent_of("42 (rsync (x) y) S 17 42 42 0 -1"), Some(17));
+        assert_eq!(parent_of("42 (rsync) Z 1 0"), Some(1));
+        assert_eq!(parent_of("garbage"), None);
+    }
+
+    /// Waits (bounded) until `pid` has forked a child.
+    fn until_it_has_a_child(pid: u32) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !has_children(pid) {
+            assert!(std::time::Instant::now() < deadline, "no child within 10 s");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_parent_that_reaps_its_child_is_waited_for() {
+        let mut sh = Command::new("sh")
+            .args(["-c", "sleep 0.2 & wait"])
+            .spawn()
+            .expect("sh");
+        until_it_has_a_child(sh.id());
+        assert!(wait_children_reaped(
+            sh.id(),
+            std::time::Duration::from_secs(10)
+        ));
+        assert!(sh.wait().expect("wait").success());
+    }
+
+    #[test]
+    fn a_child_not_reaped_yet_still_counts() {
+        // The shell's place is taken by a sleep that never waits: its child, once
+        // done, stays a zombie, still its child.
+        let mut parent = Command::new("sh")
+            .args(["-c", "sleep 0.05 & exec sleep 30"])
+            .spawn()
+            .expect("sh");
+        until_it_has_a_child(parent.id());
+        assert!(!wait_children_reaped(
+            parent.id(),
+            std::time::Duration::from_millis(500)
+        ));
+        parent.kill().expect("kill");
+        parent.wait().expect("wait");
+    }
 }

@@ -27,8 +27,7 @@ impl Lab {
         shares.dedup();
         // The classes before left gigabytes of dirty pages: written back while the
         // latency is held without files, they would make that baseline the slow one.
-        let t0 = Instant::now();
-        let synced = Command::new("sync").status().is_ok_and(|s| s.success());
+        let (synced, seconds) = super::files_scenario::settle_disk();
         self.progress.line(
             &format!(
                 "files: the disk {} in {:.1} s before market data",
@@ -37,7 +36,7 @@ impl Lab {
                 } else {
                     "NOT synced (sync failed)"
                 },
-                t0.elapsed().as_secs_f64()
+                seconds
             ),
             0.0,
         );

@@ -20,7 +20,7 @@
 //! while a row runs, so every process of each system is counted the same way (forks
 //! of the rsync daemon too); the lab's own look at the inboxes adds a few hundred.
 
-use super::child_cpu::{cpu_with_children, run_timed};
+use super::child_cpu::{cpu_with_children, run_timed, wait_children_reaped};
 use super::files_rig::{FilesRig, RigSpec};
 use super::*;
 use std::collections::BTreeMap;
@@ -158,6 +158,16 @@ pub(super) fn count(dir: &Path) -> (usize, u64) {
         }
     }
     (files, bytes)
+}
+
+/// Writes every dirty page back (`sync`) before a row is timed, so that no row pays for
+/// the kernel writing back what came before it: the 300 MB of files the lab has just
+/// made (before Tickwire's first row), or the row before's files with fsync `never`.
+/// Returns whether it synced and how long it took.
+pub(super) fn settle_disk() -> (bool, f64) {
+    let t0 = Instant::now();
+    let synced = Command::new("sync").status().is_ok_and(|s| s.success());
+    (synced, t0.elapsed().as_secs_f64())
 }
 
 /// `perf stat -a` counting every system call on the machine until `finish`.
@@ -325,6 +335,7 @@ impl Lab {
         let inboxes: Vec<PathBuf> = rig.sites.iter().map(|s| s.inbox.clone()).collect();
         let mut rows = Vec::new();
         for (c, paths) in classes.iter().zip(sources) {
+            settle_disk();
             let pids = rig.pids();
             let before: Vec<f64> = pids.iter().map(|(_, p)| cpu_with_children(*p)).collect();
             let calls = SystemCalls::start();
@@ -454,6 +465,7 @@ impl Lab {
         let mut rows = Vec::new();
         for c in classes {
             let src = work.join("src").join(c.name);
+            settle_disk();
             let before: Vec<f64> = daemons.iter().map(|d| cpu_with_children(d.id())).collect();
             let calls = SystemCalls::start();
             let t0 = Instant::now();
@@ -486,6 +498,13 @@ impl Lab {
             let syscalls = calls.finish();
             let mut cpu = BTreeMap::new();
             cpu.insert("rsync clients".to_string(), client_cpu);
+            // Each daemon counts a connection's CPU once it has reaped the child that
+            // served it: read too soon, the daemons cost nothing.
+            for d in &daemons {
+                if !wait_children_reaped(d.id(), Duration::from_secs(10)) {
+                    bail!("an rsync daemon did not reap its children within 10 s");
+                }
+            }
             let daemon_cpu: f64 = daemons
                 .iter()
                 .zip(before)
@@ -548,6 +567,7 @@ impl Lab {
                 &work.join("src"),
                 &dir,
             );
+            settle_disk();
             let calls = SystemCalls::start();
             let (ok, uftp_cpu, out) =
                 run_timed(Command::new("unshare").args(["-n", "bash", "-c", &script]))?;
