@@ -1,19 +1,37 @@
 //! A provider's Source Directory: the services in a directory refresh or update's map
-//! (keyed by service id), with the name from their INFO filter and the state from
-//! their STATE filter when the message carries them.
+//! (keyed by service id), with the name from their INFO filter, the state from their
+//! STATE filter and the item groups' news from their GROUP filters when the message
+//! carries them.
 
 use crate::rwf::container::{map_action, ElementIter, FilterIter, MapIter};
-use crate::rwf::primitive;
+use crate::rwf::msg::RwfState;
+use crate::rwf::primitive::{self, dt};
 use crate::rwf::RwfError;
 use tickwire_proto::{Directory, Message, ServiceEntry, ServiceState};
 
 /// Directory filter ids.
 const FILTER_INFO: u8 = 1;
 const FILTER_STATE: u8 = 2;
+const FILTER_GROUP: u8 = 3;
+/// Group entries read from one service's entry of one message; more are left out (a
+/// provider says a few at a time: each costs the link a look at every item).
+pub const MAX_GROUP_CHANGES: usize = 64;
+
+/// One GROUP filter entry: news of an item group of the service (RDM: `Group`, and
+/// `MergedToGroup` or `Status` or both).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupChange<'a> {
+    /// The group the news is about (an item's group id, from its refresh or status).
+    pub group: &'a [u8],
+    /// Its items now belong to this group.
+    pub merged_to: Option<&'a [u8]>,
+    /// Every item of the group has this state now.
+    pub state: Option<RwfState<'a>>,
+}
 
 /// One service as a directory message gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceInfo {
+pub struct ServiceInfo<'a> {
     /// The service id.
     pub id: u16,
     /// The INFO filter's `Name`, when the message has it.
@@ -22,9 +40,12 @@ pub struct ServiceInfo {
     pub up: Option<bool>,
     /// The map entry deletes the service.
     pub deleted: bool,
+    /// Its GROUP filter entries, in the message's order (at most
+    /// [`MAX_GROUP_CHANGES`]).
+    pub groups: Vec<GroupChange<'a>>,
 }
 
-impl ServiceInfo {
+impl ServiceInfo<'_> {
     /// The state the message gives the service: down once deleted or said to be down,
     /// up when said to be up; None when it says nothing of it (an update of its load or
     /// its groups alone), so the last state known stands.
@@ -67,7 +88,7 @@ pub(crate) fn encode_node_directory<'a>(
 }
 
 /// The services of a directory message's map.
-pub fn services(map: &[u8]) -> Result<Vec<ServiceInfo>, RwfError> {
+pub fn services(map: &[u8]) -> Result<Vec<ServiceInfo<'_>>, RwfError> {
     let mut out = Vec::new();
     for entry in MapIter::new(map)? {
         let (action, key, value) = entry?;
@@ -79,10 +100,19 @@ pub fn services(map: &[u8]) -> Result<Vec<ServiceInfo>, RwfError> {
             name: None,
             up: None,
             deleted: action == map_action::DELETE,
+            groups: Vec::new(),
         };
         if !s.deleted {
             for filter in FilterIter::new(value)? {
                 let (_, filter, body) = filter?;
+                if filter == FILTER_GROUP {
+                    if let Some(g) = group_change(body)? {
+                        if s.groups.len() < MAX_GROUP_CHANGES {
+                            s.groups.push(g);
+                        }
+                    }
+                    continue;
+                }
                 for el in ElementIter::new(body)? {
                     let el = el?;
                     match (filter, el.name) {
@@ -100,16 +130,38 @@ pub fn services(map: &[u8]) -> Result<Vec<ServiceInfo>, RwfError> {
     Ok(out)
 }
 
+/// A GROUP filter entry's elements; None without a `Group` (nothing to apply it to).
+fn group_change(body: &[u8]) -> Result<Option<GroupChange<'_>>, RwfError> {
+    let mut group = None;
+    let mut merged_to = None;
+    let mut state = None;
+    for el in ElementIter::new(body)? {
+        let el = el?;
+        match el.name {
+            b"Group" => group = el.text(),
+            b"MergedToGroup" => merged_to = el.text(),
+            b"Status" if el.data_type == dt::STATE => state = Some(RwfState::from_value(el.value)?),
+            _ => {}
+        }
+    }
+    Ok(group.map(|group| GroupChange {
+        group,
+        merged_to,
+        state,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn info(up: Option<bool>, deleted: bool) -> ServiceInfo {
+    fn info(up: Option<bool>, deleted: bool) -> ServiceInfo<'static> {
         ServiceInfo {
             id: 7,
             name: None,
             up,
             deleted,
+            groups: Vec::new(),
         }
     }
 
@@ -132,5 +184,52 @@ mod tests {
             info(None, true).state_to_tell(true),
             Some(ServiceState::Down)
         );
+    }
+
+    #[test]
+    fn a_services_group_entries_are_read_in_order_up_to_the_limit() {
+        use crate::rwf::container::{
+            filter_action, ElementListWriter, FilterListWriter, MapWriter,
+        };
+        use crate::rwf::msg::{data, stream};
+        let mut map = Vec::new();
+        let mut m = MapWriter::begin(&mut map, dt::UINT, dt::FILTER_LIST);
+        m.entry(&mut map, map_action::UPDATE, &[7], |o| {
+            let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
+            // One without a Group first: nothing to apply it to.
+            fl.entry(o, filter_action::SET, FILTER_GROUP, |o| {
+                let mut el = ElementListWriter::begin(o);
+                el.element(o, "MergedToGroup", dt::BUFFER, |o| o.push(9));
+                el.end(o);
+            });
+            for g in 0..MAX_GROUP_CHANGES as u8 + 6 {
+                fl.entry(o, filter_action::SET, FILTER_GROUP, |o| {
+                    let mut el = ElementListWriter::begin(o);
+                    el.element(o, "Group", dt::BUFFER, |o| o.push(g));
+                    el.element(o, "Status", dt::STATE, |o| {
+                        RwfState::new(stream::OPEN, data::SUSPECT, 0, "down").encode(o)
+                    });
+                    el.end(o);
+                });
+            }
+            fl.end(o);
+        });
+        m.end(&mut map);
+        let got = services(&map).unwrap();
+        let groups = &got[0].groups;
+        assert_eq!(groups.len(), MAX_GROUP_CHANGES);
+        assert_eq!(groups[0].group, &[0]);
+        assert_eq!(groups[0].merged_to, None);
+        let state = groups[0].state.unwrap();
+        assert_eq!(
+            (state.stream, state.data, state.text),
+            (stream::OPEN, data::SUSPECT, &b"down"[..])
+        );
+        assert_eq!(
+            groups[MAX_GROUP_CHANGES - 1].group,
+            &[MAX_GROUP_CHANGES as u8 - 1]
+        );
+        // A service's state and name are none of the group entries' business.
+        assert_eq!((got[0].up, got[0].name.as_deref()), (None, None));
     }
 }

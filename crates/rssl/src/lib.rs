@@ -11,6 +11,7 @@
 
 pub mod dictionary;
 pub mod directory;
+mod item_groups;
 pub mod provider_link;
 pub mod ripc;
 pub mod rwf;

@@ -12,6 +12,8 @@
 
 use crate::dictionary::RwfDictionary;
 use crate::directory::encode_node_directory;
+use crate::directory::GroupChange;
+use crate::item_groups::{self, ItemGroup};
 use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
@@ -55,6 +57,15 @@ enum Phase {
     Open,
 }
 
+/// One item stream to the provider.
+struct ItemStream {
+    /// The node's stream it serves.
+    native: u32,
+    seq: ItemSeq,
+    /// Its service and item group (the directory's GROUP filter speaks of groups).
+    group: ItemGroup,
+}
+
 /// One provider connection's translation, without I/O.
 pub struct ProviderLink {
     dict: Arc<RwfDictionary>,
@@ -65,7 +76,7 @@ pub struct ProviderLink {
     by_name: FxHashMap<String, u16>,
     /// Item streams: the node's stream to the provider's, and back.
     streams: FxHashMap<u32, i32>,
-    by_rssl: FxHashMap<i32, (u32, ItemSeq)>,
+    by_rssl: FxHashMap<i32, ItemStream>,
     next_stream: i32,
     buf: Vec<u8>,
     fields: Vec<u8>,
@@ -295,6 +306,7 @@ impl ProviderLink {
             return;
         };
         let mut changed: Vec<(String, ServiceState)> = Vec::new();
+        let groups = item_groups::news(&entries);
         for e in entries {
             let state = e.state_to_tell(self.services.contains_key(&e.id));
             let Some(name) = e.name.or_else(|| self.services.get(&e.id).cloned()) else {
@@ -306,11 +318,26 @@ impl ProviderLink {
                 changed.push((name, state));
             }
         }
-        if changed.is_empty() {
-            return;
+        if !changed.is_empty() {
+            let services = changed.iter().map(|(name, state)| (name.as_str(), *state));
+            encode_node_directory(services, true, to_node);
         }
-        let services = changed.iter().map(|(name, state)| (name.as_str(), *state));
-        encode_node_directory(services, true, to_node);
+        if !groups.is_empty() {
+            self.apply_groups(&groups, to_node);
+        }
+    }
+
+    /// The directory's news of item groups (`item_groups`): the items it closes are
+    /// forgotten.
+    fn apply_groups(&mut self, changes: &[(u16, GroupChange<'_>)], to_node: &mut Vec<u8>) {
+        let items = self
+            .by_rssl
+            .iter_mut()
+            .map(|(&rssl, item)| (rssl, item.native, &mut item.group));
+        for (rssl, native) in item_groups::apply(items, changes, to_node) {
+            self.by_rssl.remove(&rssl);
+            self.streams.remove(&native);
+        }
     }
 
     /// The provider's fields in `self.fields` as the node's; false if malformed.
@@ -330,10 +357,11 @@ impl ProviderLink {
         if !self.fields(m.payload) {
             return;
         }
-        let Some((native, item_seq)) = self.by_rssl.get_mut(&m.stream_id) else {
+        let Some(item) = self.by_rssl.get_mut(&m.stream_id) else {
             return;
         };
-        let (native, seq) = (*native, item_seq.refresh(m.seq));
+        item.group.set(m.group_id);
+        let (native, seq) = (item.native, item.seq.refresh(m.seq));
         let key = m.key.clone().unwrap_or_default();
         let service = key
             .service_id
@@ -352,17 +380,19 @@ impl ProviderLink {
         if !self.fields(m.payload) {
             return;
         }
-        let Some((native, item_seq)) = self.by_rssl.get_mut(&m.stream_id) else {
+        let Some(item) = self.by_rssl.get_mut(&m.stream_id) else {
             return;
         };
-        let (native, seq) = (*native, item_seq.update(m.seq, m.conflation_count));
+        let (native, seq) = (item.native, item.seq.update(m.seq, m.conflation_count));
         let _ = Message::Update(native_update(m, native, seq, &self.fields)).encode(to_node);
     }
 
     fn on_status(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
-        let Some(&(native, _)) = self.by_rssl.get(&m.stream_id) else {
+        let Some(item) = self.by_rssl.get_mut(&m.stream_id) else {
             return;
         };
+        item.group.set(m.group_id);
+        let native = item.native;
         let Some(s) = m.state else { return };
         let state = native_state(&s);
         if state.stream != StreamState::Open {
@@ -401,7 +431,14 @@ impl ProviderLink {
                         self.next_stream =
                             self.next_stream.checked_add(1).unwrap_or(FIRST_ITEM_STREAM);
                         self.streams.insert(r.stream_id, s);
-                        self.by_rssl.insert(s, (r.stream_id, ItemSeq::default()));
+                        self.by_rssl.insert(
+                            s,
+                            ItemStream {
+                                native: r.stream_id,
+                                seq: ItemSeq::default(),
+                                group: ItemGroup::new(service_id),
+                            },
+                        );
                         s
                     }
                 };
@@ -433,6 +470,7 @@ impl ProviderLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::item_groups::tests::{group_update, GroupNews};
     use crate::rwf::container::{
         filter_action, map_action, ElementListWriter, FieldListWriter, FilterListWriter, MapWriter,
     };
@@ -517,9 +555,8 @@ mod tests {
         (link, Vec::new(), out)
     }
 
-    /// A provider's directory update of service 7: `state` in its STATE filter, or
-    /// only its LOAD filter.
-    fn directory_update(state: Option<u64>) -> Vec<u8> {
+    /// A provider's directory update of service 7 whose filter entries `filters` writes.
+    fn directory_update_of(filters: impl FnOnce(&mut Vec<u8>, &mut FilterListWriter)) -> Vec<u8> {
         let mut out = Vec::new();
         let w = msg::MsgWriter::begin(
             &mut out,
@@ -534,22 +571,28 @@ mod tests {
         let mut map = MapWriter::begin(&mut out, dt::UINT, dt::FILTER_LIST);
         map.entry(&mut out, map_action::UPDATE, &[7], |o| {
             let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
-            match state {
-                Some(st) => fl.entry(o, filter_action::SET, 2, |o| {
-                    let mut el = ElementListWriter::begin(o);
-                    el.uint(o, "ServiceState", st);
-                    el.end(o);
-                }),
-                None => fl.entry(o, filter_action::SET, 4, |o| {
-                    let mut el = ElementListWriter::begin(o);
-                    el.uint(o, "LoadFactor", 5);
-                    el.end(o);
-                }),
-            }
+            filters(o, &mut fl);
             fl.end(o);
         });
         map.end(&mut out);
         out
+    }
+
+    /// A provider's directory update of service 7: `state` in its STATE filter, or
+    /// only its LOAD filter.
+    fn directory_update(state: Option<u64>) -> Vec<u8> {
+        directory_update_of(|o, fl| match state {
+            Some(st) => fl.entry(o, filter_action::SET, 2, |o| {
+                let mut el = ElementListWriter::begin(o);
+                el.uint(o, "ServiceState", st);
+                el.end(o);
+            }),
+            None => fl.entry(o, filter_action::SET, 4, |o| {
+                let mut el = ElementListWriter::begin(o);
+                el.uint(o, "LoadFactor", 5);
+                el.end(o);
+            }),
+        })
     }
 
     /// A link logged in whose provider's directory gave service 7, PROV, up.
@@ -793,5 +836,158 @@ mod tests {
             link.on_provider_message(&st, &mut to_node, &mut out),
             Err(LinkError::LoginRefused("no".into()))
         );
+    }
+
+    /// The item `name` asked for on the node's stream `native`.
+    fn ask(link: &mut ProviderLink, native: u32, name: &str, out: &mut Vec<Vec<u8>>) {
+        let req = Message::Request(Request {
+            stream_id: native,
+            streaming: true,
+            service: "PROV",
+            name,
+            view: None,
+        });
+        link.on_node_message(&req, &mut Vec::new(), out);
+    }
+
+    /// A provider's refresh on its stream `rssl`, the item in `group`.
+    fn refresh_in_group(rssl: i32, group: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let w = msg::MsgWriter::begin(
+            &mut out,
+            class::REFRESH,
+            domain::MARKET_PRICE,
+            rssl,
+            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
+            dt::FIELD_LIST,
+        );
+        RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "").encode(&mut out);
+        out.push(group.len() as u8);
+        out.extend_from_slice(group);
+        w.end_header(&mut out);
+        let mut f = FieldListWriter::begin(&mut out);
+        f.field(&mut out, 22, |o| {
+            primitive::put_real(o, RwfReal::from_decimal(Real::new(1, 0)))
+        });
+        f.end(&mut out);
+        out
+    }
+
+    /// A provider's status on its stream `rssl`: open, ok, the item now in `group`.
+    fn status_moving_to(rssl: i32, group: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let w = msg::MsgWriter::begin(
+            &mut out,
+            class::STATUS,
+            domain::MARKET_PRICE,
+            rssl,
+            msg::status::HAS_STATE | msg::status::HAS_GROUP_ID,
+            dt::NO_DATA,
+        );
+        RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "").encode(&mut out);
+        out.push(group.len() as u8);
+        out.extend_from_slice(group);
+        w.end_header(&mut out);
+        out
+    }
+
+    /// The node's streams told a status, with its stream state and data state.
+    fn statuses(to_node: &[u8]) -> Vec<(u32, StreamState, tickwire_proto::DataState)> {
+        MessageIter::new(to_node)
+            .filter_map(|m| match m.unwrap().message {
+                Message::Status(s) => Some((s.stream_id, s.state.stream, s.state.data)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Items A1 and A2 (node streams 901, 902) in group 1, B (903) in group 2.
+    fn serving_three_items() -> (ProviderLink, Vec<u8>, Vec<Vec<u8>>) {
+        let (mut link, mut to_node, mut out) = serving_prov();
+        for (native, name) in [(901, "A1"), (902, "A2"), (903, "B")] {
+            ask(&mut link, native, name, &mut out);
+        }
+        for (rssl, group) in [(5, &[0, 1]), (6, &[0, 1]), (7, &[0, 2])] {
+            link.on_provider_message(&refresh_in_group(rssl, group), &mut to_node, &mut out)
+                .unwrap();
+        }
+        to_node.clear();
+        (link, to_node, out)
+    }
+
+    /// What the node's streams are told of `news` from the directory, by stream.
+    fn hear(
+        link: &mut ProviderLink,
+        news: &[GroupNews<'_>],
+    ) -> Vec<(u32, StreamState, tickwire_proto::DataState)> {
+        let mut to_node = Vec::new();
+        let update = group_update(DIRECTORY_STREAM, 7, news);
+        link.on_provider_message(&update, &mut to_node, &mut Vec::new())
+            .unwrap();
+        let mut got = statuses(&to_node);
+        got.sort_by_key(|g| g.0);
+        got
+    }
+
+    const SUSPECT: Option<(u8, u8)> = Some((stream::OPEN, msg::data::SUSPECT));
+
+    #[test]
+    fn a_groups_state_in_the_directory_goes_to_each_of_its_items_alone() {
+        use tickwire_proto::DataState::{Ok as Fine, Suspect};
+        let (mut link, ..) = serving_three_items();
+        let open = StreamState::Open;
+        let got = hear(&mut link, &[(&[0, 1], None, SUSPECT)]);
+        assert_eq!(got, [(901, open, Suspect), (902, open, Suspect)]);
+        let ok = Some((stream::OPEN, msg::data::OK));
+        let got = hear(&mut link, &[(&[0, 1], None, ok)]);
+        assert_eq!(got, [(901, open, Fine), (902, open, Fine)]);
+    }
+
+    #[test]
+    fn a_merged_group_takes_the_news_of_the_group_it_joined_and_a_closed_item_is_forgotten() {
+        use tickwire_proto::DataState::Suspect;
+        let (mut link, mut to_node, mut out) = serving_three_items();
+        // Group 1 merges into 2, then group 2 closes (recoverable), in one message:
+        // every item hears it once.
+        let closed = Some((stream::CLOSED_RECOVER, msg::data::SUSPECT));
+        let got = hear(
+            &mut link,
+            &[(&[0, 1], Some(&[0, 2]), None), (&[0, 2], None, closed)],
+        );
+        let gone = StreamState::ClosedRecover;
+        assert_eq!(
+            got,
+            [
+                (901, gone, Suspect),
+                (902, gone, Suspect),
+                (903, gone, Suspect)
+            ]
+        );
+        // Closed: the provider's later messages on those streams reach no one.
+        link.on_provider_message(&refresh_in_group(5, &[0, 2]), &mut to_node, &mut out)
+            .unwrap();
+        assert!(to_node.is_empty(), "{:?}", said(&to_node));
+        // The news of a group before the merge into it does not reach the newcomers.
+        let (mut link, ..) = serving_three_items();
+        let got = hear(
+            &mut link,
+            &[(&[0, 2], None, SUSPECT), (&[0, 1], Some(&[0, 2]), None)],
+        );
+        assert_eq!(got, [(903, StreamState::Open, Suspect)]);
+    }
+
+    #[test]
+    fn an_items_own_status_can_move_it_to_another_group() {
+        use tickwire_proto::DataState::Suspect;
+        let (mut link, mut to_node, mut out) = serving_three_items();
+        link.on_provider_message(&status_moving_to(5, &[0, 3]), &mut to_node, &mut out)
+            .unwrap();
+        // A1 by group 3, A2 by group 1, each once; B in group 2 hears nothing.
+        let got = hear(
+            &mut link,
+            &[(&[0, 1], None, SUSPECT), (&[0, 3], None, SUSPECT)],
+        );
+        let open = StreamState::Open;
+        assert_eq!(got, [(901, open, Suspect), (902, open, Suspect)]);
     }
 }

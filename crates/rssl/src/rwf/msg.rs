@@ -89,6 +89,7 @@ pub mod status {
     // Each constant is the wire's number, under the name the SDK's public code gives it.
     #![allow(missing_docs)]
     pub const HAS_MSG_KEY: u16 = 0x008;
+    pub const HAS_GROUP_ID: u16 = 0x010;
     pub const HAS_STATE: u16 = 0x020;
     pub const PRIVATE_STREAM: u16 = 0x080;
 }
@@ -305,6 +306,11 @@ impl<'a> RwfState<'a> {
         }
     }
 
+    /// A state primitive's bytes (an element's or a field's value).
+    pub fn from_value(bytes: &'a [u8]) -> Result<Self, RwfError> {
+        Self::decode(&mut Reader::new(bytes))
+    }
+
     fn decode(r: &mut Reader<'a>) -> Result<Self, RwfError> {
         let b = r.u8("a state")?;
         Ok(RwfState {
@@ -353,6 +359,9 @@ pub struct Msg<'a> {
     pub key: Option<MsgKey<'a>>,
     /// Refresh and Status.
     pub state: Option<RwfState<'a>>,
+    /// Refresh, and Status when it has one: the item group the item is in (the
+    /// provider's directory may give a whole group a state, or merge it into another).
+    pub group_id: Option<&'a [u8]>,
     /// Refresh, Update, Post, Ack.
     pub seq: Option<u32>,
     /// Update: the update type.
@@ -390,6 +399,7 @@ impl<'a> Msg<'a> {
             container,
             key: None,
             state: None,
+            group_id: None,
             seq: None,
             update_type: 0,
             post_id: None,
@@ -417,7 +427,7 @@ impl<'a> Msg<'a> {
                     m.seq = Some(h.u32("a sequence number")?);
                 }
                 m.state = Some(RwfState::decode(&mut h)?);
-                h.buf8("a group id")?;
+                m.group_id = Some(h.buf8("a group id")?);
                 if flags & 0x0002 != 0 {
                     h.buf15("permission data")?;
                 }
@@ -432,8 +442,8 @@ impl<'a> Msg<'a> {
                 if flags & status::HAS_STATE != 0 {
                     m.state = Some(RwfState::decode(&mut h)?);
                 }
-                if flags & 0x010 != 0 {
-                    h.buf8("a group id")?;
+                if flags & status::HAS_GROUP_ID != 0 {
+                    m.group_id = Some(h.buf8("a group id")?);
                 }
                 if flags & 0x002 != 0 {
                     h.buf15("permission data")?;

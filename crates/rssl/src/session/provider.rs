@@ -12,6 +12,7 @@ use super::{
     native_refresh, native_state, native_update, provider_fields_to_native, Outbox, Session,
 };
 use crate::directory::encode_node_directory;
+use crate::item_groups::{self, ItemGroup};
 use crate::rwf::msg::{self, class, domain, put_status, Msg, RwfState};
 use crate::rwf::primitive::dt;
 use rustc_hash::FxHashMap;
@@ -39,6 +40,8 @@ pub(super) struct Provider {
 struct ProviderItem {
     native: u32,
     seq: crate::sequence::ItemSeq,
+    /// Its service and item group (the directory's GROUP filter speaks of groups).
+    group: ItemGroup,
 }
 
 /// Most services and item streams one provider may hold (the node's own limits apply
@@ -98,6 +101,7 @@ impl Session {
             return;
         };
         let p = self.provider.as_mut().expect("a provider");
+        let groups = item_groups::news(&entries);
         let mut announced: Vec<(String, ServiceState)> = Vec::new();
         for e in entries {
             let known = p.services.contains_key(&e.id);
@@ -113,13 +117,22 @@ impl Session {
                 announced.push((name, state));
             }
         }
-        if announced.is_empty() {
-            return;
+        if !announced.is_empty() {
+            let services = announced
+                .iter()
+                .map(|(name, state)| (name.as_str(), *state));
+            encode_node_directory(services, false, to_node);
         }
-        let services = announced
-            .iter()
-            .map(|(name, state)| (name.as_str(), *state));
-        encode_node_directory(services, false, to_node);
+        if !groups.is_empty() {
+            let items = p
+                .items
+                .iter_mut()
+                .map(|(&stream, item)| (stream, item.native, &mut item.group));
+            for (stream, native) in item_groups::apply(items, &groups, to_node) {
+                p.items.remove(&stream);
+                p.by_native.remove(&native);
+            }
+        }
     }
 
     fn on_provider_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
@@ -145,6 +158,7 @@ impl Session {
                 let item = ProviderItem {
                     native,
                     seq: Default::default(),
+                    group: ItemGroup::new(key.service_id.unwrap_or_default()),
                 };
                 p.items.insert(m.stream_id, item);
                 p.by_native.insert(native, m.stream_id);
@@ -156,10 +170,10 @@ impl Session {
         }
         let p = self.provider.as_mut().expect("a provider");
         let name = String::from_utf8_lossy(name);
-        let seq = p
-            .items
-            .get_mut(&m.stream_id)
-            .map_or(0, |i| i.seq.refresh(m.seq));
+        let seq = p.items.get_mut(&m.stream_id).map_or(0, |i| {
+            i.group.set(m.group_id);
+            i.seq.refresh(m.seq)
+        });
         // Unasked: the node requested nothing of a non-interactive provider.
         let refresh = native_refresh(m, native, seq, false, &service, &name, &p.fields);
         let _ = Message::Refresh(refresh).encode(to_node);
@@ -183,9 +197,10 @@ impl Session {
 
     fn on_provider_close(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
         let p = self.provider.as_mut().expect("a provider");
-        let Some(item) = p.items.get(&m.stream_id) else {
+        let Some(item) = p.items.get_mut(&m.stream_id) else {
             return;
         };
+        item.group.set(m.group_id);
         let native = item.native;
         let state = match (m.class, m.state) {
             (class::STATUS, Some(s)) => native_state(&s),

@@ -861,3 +861,63 @@ fn a_refused_reissue_closes_the_items_stream_at_the_node_too() {
     assert_eq!(node_messages(&to_node), ["Close { stream_id: 1 }"]);
     assert_eq!(s.stream_count(), 0);
 }
+
+#[test]
+fn a_providers_group_news_reaches_the_items_of_the_group() {
+    use crate::item_groups::tests::group_update;
+    let (mut s, _, mut out) = provider_with_an_item();
+    let hear = |s: &mut Session, news: &[crate::item_groups::tests::GroupNews<'_>]| {
+        let mut to_node = Vec::new();
+        s.on_client_message(&group_update(-1, 7, news), &mut to_node, &mut Vec::new());
+        node_messages(&to_node)
+    };
+    // X's refresh named the default group (two zero bytes): news of another group, or
+    // of its group at another service, is not for it.
+    assert!(hear(
+        &mut s,
+        &[(&[0, 9], None, Some((stream::OPEN, data::SUSPECT)))]
+    )
+    .is_empty());
+    let mut other = Vec::new();
+    s.on_client_message(
+        &group_update(
+            -1,
+            8,
+            &[(&[0, 0], None, Some((stream::OPEN, data::SUSPECT)))],
+        ),
+        &mut other,
+        &mut out,
+    );
+    assert!(
+        node_messages(&other).is_empty(),
+        "{:?}",
+        node_messages(&other)
+    );
+    let said = hear(
+        &mut s,
+        &[(&[0, 0], None, Some((stream::OPEN, data::SUSPECT)))],
+    );
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("stream_id: 1") && said[0].contains("data: Suspect"),
+        "{said:?}"
+    );
+    // Merged away, then closed in its new group: the item is gone.
+    let said = hear(
+        &mut s,
+        &[
+            (&[0, 0], Some(&[0, 4]), None),
+            (&[0, 4], None, Some((stream::CLOSED, data::SUSPECT))),
+        ],
+    );
+    assert!(
+        said.len() == 1 && said[0].contains("stream: Closed"),
+        "{said:?}"
+    );
+    let mut u = Vec::new();
+    begin_update(&mut u, domain::MARKET_PRICE, -5, 1, None, 0, false);
+    FieldListWriter::begin(&mut u).end(&mut u);
+    let mut to_node = Vec::new();
+    s.on_client_message(&u, &mut to_node, &mut out);
+    assert!(to_node.is_empty(), "{:?}", node_messages(&to_node));
+}

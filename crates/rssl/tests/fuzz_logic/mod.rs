@@ -93,6 +93,7 @@ fn as_provider(data: &[u8], now: Instant) {
     let mut ch = Channel::connect(Settings::default(), "fuzz", now);
     let mut link = tickwire_rssl::provider_link::ProviderLink::new(dict, "fuzz");
     let (mut to_node, mut msg) = (Vec::new(), Vec::new());
+    let mut asked = false;
     ch.handle_bytes(data, now);
     loop {
         match ch.poll(&mut msg) {
@@ -104,6 +105,22 @@ fn as_provider(data: &[u8], now: Instant) {
                     .is_err()
                 {
                     break;
+                }
+                // Once the provider names a service, the node asks for two items
+                // (streams 5 and 6 at the provider), so that what it says of
+                // items (their refreshes, statuses, groups) finds some.
+                if let Some(service) = link.service_names().first().filter(|_| !asked) {
+                    asked = true;
+                    for (stream_id, name) in [(1, "A"), (2, "B")] {
+                        let request = tickwire_proto::Message::Request(tickwire_proto::Request {
+                            stream_id,
+                            streaming: true,
+                            service,
+                            name,
+                            view: None,
+                        });
+                        link.on_node_message(&request, &mut to_node, &mut ch);
+                    }
                 }
                 for m in tickwire_proto::MessageIter::new(&to_node) {
                     assert!(m.is_ok(), "the link wrote a bad message: {:?}", m.err());
