@@ -305,36 +305,119 @@ pub struct FilesFigures {
     pub backbone_rejected: [AtomicU64; 5],
 }
 
+/// The counters a files thread left in [`FilesFigures`] when it stopped: the thread
+/// started in its place counts on from them, so that /metrics' totals never go back.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counted {
+    chunks_sent: u64,
+    chunks_repaired: u64,
+    bytes_sent: u64,
+    rate_cuts: u64,
+    files_received: u64,
+    files_failed: u64,
+    chunks_received: u64,
+    chunks_duplicate: u64,
+    bytes_received: u64,
+    malformed: u64,
+    uploads_refused: u64,
+    spool_syncs: u64,
+    spool_sync_failures: u64,
+    backbone_rejected: [u64; 5],
+}
+
 impl FilesFigures {
-    fn publish(&self, hub: &Hub) {
+    /// The counters as they stand (the gauges left out).
+    fn counted(&self) -> Counted {
+        Counted {
+            chunks_sent: self.chunks_sent.load(Relaxed),
+            chunks_repaired: self.chunks_repaired.load(Relaxed),
+            bytes_sent: self.bytes_sent.load(Relaxed),
+            rate_cuts: self.rate_cuts.load(Relaxed),
+            files_received: self.files_received.load(Relaxed),
+            files_failed: self.files_failed.load(Relaxed),
+            chunks_received: self.chunks_received.load(Relaxed),
+            chunks_duplicate: self.chunks_duplicate.load(Relaxed),
+            bytes_received: self.bytes_received.load(Relaxed),
+            malformed: self.malformed.load(Relaxed),
+            uploads_refused: self.uploads_refused.load(Relaxed),
+            spool_syncs: self.spool_syncs.load(Relaxed),
+            spool_sync_failures: self.spool_sync_failures.load(Relaxed),
+            backbone_rejected: self.backbone_rejected.each_ref().map(|a| a.load(Relaxed)),
+        }
+    }
+
+    /// The hub's figures, its counters added to `base` (the threads before it).
+    fn publish(&self, hub: &Hub, base: &Counted) {
         if let Some((tx, files, bytes)) = hub.sender_figures() {
             self.queued_files.store(files as u64, Relaxed);
             self.queued_bytes.store(bytes, Relaxed);
-            self.chunks_sent.store(tx.chunks + tx.repairs, Relaxed);
-            self.chunks_repaired.store(tx.repairs, Relaxed);
-            self.bytes_sent.store(tx.bytes, Relaxed);
+            self.chunks_sent
+                .store(base.chunks_sent + tx.chunks + tx.repairs, Relaxed);
+            self.chunks_repaired
+                .store(base.chunks_repaired + tx.repairs, Relaxed);
+            self.bytes_sent.store(base.bytes_sent + tx.bytes, Relaxed);
             self.rate.store(tx.rate, Relaxed);
-            self.rate_cuts.store(tx.rate_cuts, Relaxed);
+            self.rate_cuts.store(base.rate_cuts + tx.rate_cuts, Relaxed);
         }
         if let Some(rx) = hub.receiver_stats() {
-            self.files_received.store(rx.files, Relaxed);
-            self.files_failed.store(rx.failures, Relaxed);
-            self.chunks_received.store(rx.chunks, Relaxed);
-            self.chunks_duplicate.store(rx.duplicate_chunks, Relaxed);
-            self.bytes_received.store(rx.bytes, Relaxed);
+            self.files_received
+                .store(base.files_received + rx.files, Relaxed);
+            self.files_failed
+                .store(base.files_failed + rx.failures, Relaxed);
+            self.chunks_received
+                .store(base.chunks_received + rx.chunks, Relaxed);
+            self.chunks_duplicate
+                .store(base.chunks_duplicate + rx.duplicate_chunks, Relaxed);
+            self.bytes_received
+                .store(base.bytes_received + rx.bytes, Relaxed);
         }
         let h = hub.stats();
-        self.malformed.store(h.malformed, Relaxed);
-        self.uploads_refused.store(h.uploads_refused, Relaxed);
-        self.spool_syncs.store(h.spool_syncs, Relaxed);
+        self.malformed.store(base.malformed + h.malformed, Relaxed);
+        self.uploads_refused
+            .store(base.uploads_refused + h.uploads_refused, Relaxed);
+        self.spool_syncs
+            .store(base.spool_syncs + h.spool_syncs, Relaxed);
         self.spool_sync_failures
-            .store(h.spool_sync_failures, Relaxed);
+            .store(base.spool_sync_failures + h.spool_sync_failures, Relaxed);
+    }
+
+    fn publish_wire(&self, wire: &FilesWire, base: &Counted) {
+        let counters = self.backbone_rejected.iter().zip(base.backbone_rejected);
+        for ((to, before), n) in counters.zip(wire.rejected()) {
+            to.store(before + n, Relaxed);
+        }
+    }
+}
+
+/// One files thread's figures: what it has done, added to what the threads before it
+/// did.
+struct ThreadFigures {
+    shared: Arc<FilesFigures>,
+    base: Counted,
+}
+
+impl ThreadFigures {
+    /// The node's first files thread: it counts from nothing.
+    fn first(shared: Arc<FilesFigures>) -> Self {
+        ThreadFigures {
+            shared,
+            base: Counted::default(),
+        }
+    }
+
+    /// A thread started after one stopped: it counts on from what the stopped one
+    /// published last (which stopped changing with it).
+    fn after_a_stop(shared: Arc<FilesFigures>) -> Self {
+        let base = shared.counted();
+        ThreadFigures { shared, base }
+    }
+
+    fn publish(&self, hub: &Hub) {
+        self.shared.publish(hub, &self.base);
     }
 
     fn publish_wire(&self, wire: &FilesWire) {
-        for (to, n) in self.backbone_rejected.iter().zip(wire.rejected()) {
-            to.store(n, Relaxed);
-        }
+        self.shared.publish_wire(wire, &self.base);
     }
 }
 
@@ -537,12 +620,14 @@ fn spawn(
     let thread = std::thread::Builder::new()
         .name("tickwire-files".into())
         .spawn(move || {
-            let o = match opening {
-                Opening::Done(o) => *o,
+            let (o, figures) = match opening {
+                Opening::Done(o) => (*o, ThreadFigures::first(figures)),
                 // A new seed: the transfer ids the stopped thread gave out are not
                 // given again (sites remember the ones they finished).
                 Opening::OnThread { cfg, site } => {
-                    open(&cfg, &site, tickwire_backbone::random_id(), &figures)?
+                    let figures = ThreadFigures::after_a_stop(figures);
+                    let seed = tickwire_backbone::random_id();
+                    (open(&cfg, &site, seed, &figures)?, figures)
                 }
             };
             run(o.hub, inbox_rx, out_tx, waker, o.audit, o.outbox, figures);
@@ -557,7 +642,7 @@ fn open(
     cfg: &FilesSection,
     site: &str,
     seed: u64,
-    figures: &FilesFigures,
+    figures: &ThreadFigures,
 ) -> Result<Opened, String> {
     let now = Instant::now();
     let mut hub_cfg = HubConfig::new(site, cfg.services.clone());
@@ -657,7 +742,7 @@ impl FilesThread {
             receives: !cfg.inbox.is_empty(),
             ..FilesFigures::default()
         });
-        let opened = open(cfg, site, seed, &figures)?;
+        let opened = open(cfg, site, seed, &ThreadFigures::first(figures.clone()))?;
         let (input, output, thread) = spawn(
             Opening::Done(Box::new(opened)),
             waker.clone(),
@@ -1297,7 +1382,7 @@ fn run(
     waker: Arc<Waker>,
     mut audit: std::fs::File,
     mut outbox: Option<Outbox>,
-    figures: Arc<FilesFigures>,
+    figures: ThreadFigures,
 ) {
     yield_to_market_data();
     let mut audit_failed = false;
@@ -1656,5 +1741,41 @@ mod restart_tests {
         t.watch_thread(again);
         until(&mut t, again, |t| t.figures.queued_files.load(Relaxed) == 1);
         assert!(t.is_running());
+    }
+
+    #[test]
+    fn the_counters_of_a_restarted_files_thread_go_on_from_the_stopped_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = FilesSection {
+            services: vec!["FILES".into()],
+            inbox: dir.path().join("inbox").to_str().unwrap().to_owned(),
+            ..FilesSection::default()
+        };
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
+        let mut t = FilesThread::start(&cfg, "site", 7, 1400, waker).unwrap();
+        let junk = |t: &mut FilesThread| {
+            t.submit(Input::Message {
+                from: tickwire_files::Peer::Conn(3),
+                user: "u".into(),
+                rights: tickwire_files::Rights::ALL,
+                body: vec![0xEE; 5],
+            })
+        };
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            junk(&mut t);
+        }
+        until(&mut t, t0, |t| t.figures.malformed.load(Relaxed) == 3);
+        t.submit(Input::Panic);
+        until(&mut t, t0, |t| !t.is_running());
+        let at = t.again.next_try.unwrap();
+        t.watch_thread(at);
+        assert!(t.is_running());
+        // The new thread's first figures (published as it opens) do not go back to 0,
+        // and what it counts is added.
+        junk(&mut t);
+        until(&mut t, at, |t| t.figures.malformed.load(Relaxed) == 4);
+        assert_eq!(t.figures.malformed.load(Relaxed), 4);
     }
 }
