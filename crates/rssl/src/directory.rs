@@ -13,9 +13,6 @@ use tickwire_proto::{Directory, Message, ServiceEntry, ServiceState};
 const FILTER_INFO: u8 = 1;
 const FILTER_STATE: u8 = 2;
 const FILTER_GROUP: u8 = 3;
-/// Group entries read from one service's entry of one message; more are left out (a
-/// provider says a few at a time: each costs the link a look at every item).
-pub const MAX_GROUP_CHANGES: usize = 64;
 
 /// One GROUP filter entry: news of an item group of the service (RDM: `Group`, and
 /// `MergedToGroup` or `Status` or both).
@@ -40,8 +37,7 @@ pub struct ServiceInfo<'a> {
     pub up: Option<bool>,
     /// The map entry deletes the service.
     pub deleted: bool,
-    /// Its GROUP filter entries, in the message's order (at most
-    /// [`MAX_GROUP_CHANGES`]).
+    /// Its GROUP filter entries, in the message's order.
     pub groups: Vec<GroupChange<'a>>,
 }
 
@@ -106,11 +102,7 @@ pub fn services(map: &[u8]) -> Result<Vec<ServiceInfo<'_>>, RwfError> {
             for filter in FilterIter::new(value)? {
                 let (_, filter, body) = filter?;
                 if filter == FILTER_GROUP {
-                    if let Some(g) = group_change(body)? {
-                        if s.groups.len() < MAX_GROUP_CHANGES {
-                            s.groups.push(g);
-                        }
-                    }
+                    s.groups.extend(group_change(body)?);
                     continue;
                 }
                 for el in ElementIter::new(body)? {
@@ -130,7 +122,9 @@ pub fn services(map: &[u8]) -> Result<Vec<ServiceInfo<'_>>, RwfError> {
     Ok(out)
 }
 
-/// A GROUP filter entry's elements; None without a `Group` (nothing to apply it to).
+/// A GROUP filter entry's elements; None without a `Group` (nothing to apply it to). A
+/// `Status` that is blank (or not a state) is taken as absent: the rest of the entry,
+/// and of the message, still counts.
 fn group_change(body: &[u8]) -> Result<Option<GroupChange<'_>>, RwfError> {
     let mut group = None;
     let mut merged_to = None;
@@ -140,7 +134,7 @@ fn group_change(body: &[u8]) -> Result<Option<GroupChange<'_>>, RwfError> {
         match el.name {
             b"Group" => group = el.text(),
             b"MergedToGroup" => merged_to = el.text(),
-            b"Status" if el.data_type == dt::STATE => state = Some(RwfState::from_value(el.value)?),
+            b"Status" if el.data_type == dt::STATE => state = RwfState::from_value(el.value).ok(),
             _ => {}
         }
     }
@@ -187,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn a_services_group_entries_are_read_in_order_up_to_the_limit() {
+    fn a_services_group_entries_are_read_in_order_and_a_blank_status_is_no_status() {
         use crate::rwf::container::{
             filter_action, ElementListWriter, FilterListWriter, MapWriter,
         };
@@ -202,34 +196,38 @@ mod tests {
                 el.element(o, "MergedToGroup", dt::BUFFER, |o| o.push(9));
                 el.end(o);
             });
-            for g in 0..MAX_GROUP_CHANGES as u8 + 6 {
+            for g in 0..200u8 {
                 fl.entry(o, filter_action::SET, FILTER_GROUP, |o| {
                     let mut el = ElementListWriter::begin(o);
                     el.element(o, "Group", dt::BUFFER, |o| o.push(g));
                     el.element(o, "Status", dt::STATE, |o| {
-                        RwfState::new(stream::OPEN, data::SUSPECT, 0, "down").encode(o)
+                        // Blank (no bytes) for the last one: as if absent.
+                        if g < 199 {
+                            RwfState::new(stream::OPEN, data::SUSPECT, 0, "down").encode(o)
+                        }
                     });
                     el.end(o);
                 });
             }
+            // The same message says the service is down: that still counts.
+            fl.entry(o, filter_action::SET, FILTER_STATE, |o| {
+                let mut el = ElementListWriter::begin(o);
+                el.uint(o, "ServiceState", 0);
+                el.end(o);
+            });
             fl.end(o);
         });
         m.end(&mut map);
         let got = services(&map).unwrap();
         let groups = &got[0].groups;
-        assert_eq!(groups.len(), MAX_GROUP_CHANGES);
-        assert_eq!(groups[0].group, &[0]);
-        assert_eq!(groups[0].merged_to, None);
+        assert_eq!(groups.len(), 200);
+        assert_eq!((groups[0].group, groups[0].merged_to), (&[0][..], None));
         let state = groups[0].state.unwrap();
         assert_eq!(
             (state.stream, state.data, state.text),
             (stream::OPEN, data::SUSPECT, &b"down"[..])
         );
-        assert_eq!(
-            groups[MAX_GROUP_CHANGES - 1].group,
-            &[MAX_GROUP_CHANGES as u8 - 1]
-        );
-        // A service's state and name are none of the group entries' business.
-        assert_eq!((got[0].up, got[0].name.as_deref()), (None, None));
+        assert_eq!((groups[199].group, groups[199].state), (&[199][..], None));
+        assert_eq!((got[0].up, got[0].name.as_deref()), (Some(false), None));
     }
 }

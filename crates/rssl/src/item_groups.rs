@@ -3,36 +3,271 @@
 //! groups at once: a state for every item of a group, or a group merged into another.
 //! Used by both kinds of provider: the interactive ones the node connects to
 //! (`provider_link`) and the non-interactive ones that connect to the node
-//! (`session::provider`).
+//! (`session::provider`), each keying its items by the provider's stream id.
+//!
+//! The groups are indexed, so that a message's news costs what it changes, not the
+//! number of items: a state is noted on the group (one status per item comes out at the
+//! end of the message, the same as if the provider had sent each), a merge moves the
+//! smaller group's items into the larger (an item moves only into a group at least
+//! twice the size it left), a closing state detaches its group at once.
 
 use crate::directory::{GroupChange, ServiceInfo};
+use crate::rwf::msg::{stream, RwfState};
 use crate::session::native_state;
-use rustc_hash::{FxHashMap, FxHasher};
-use std::hash::{Hash, Hasher};
+use rustc_hash::FxHashMap;
 use tickwire_proto::{Message, Status, StreamState};
 
-/// Where one item is: its provider's service id and its group.
-#[derive(Debug, Default)]
-pub(crate) struct ItemGroup {
-    service: u16,
-    /// Empty until the provider names it.
-    group: Box<[u8]>,
+/// An item's place: its group's slot, its place in the slot's list, and when it joined
+/// (a state noted on the group before that is not its own).
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    slot: u32,
+    pos: u32,
+    joined: u64,
 }
 
-impl ItemGroup {
-    /// An item of `service`, in no group yet.
-    pub(crate) fn new(service: u16) -> Self {
-        ItemGroup {
-            service,
-            group: Box::default(),
+#[derive(Debug, Default)]
+struct Slot {
+    service: u16,
+    group: Box<[u8]>,
+    /// The provider's stream ids of its items.
+    members: Vec<i32>,
+}
+
+/// Every item's group, indexed both ways (see the module doc).
+#[derive(Debug, Default)]
+pub(crate) struct ItemGroups {
+    items: FxHashMap<i32, Member>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_key: FxHashMap<u16, FxHashMap<Box<[u8]>, u32>>,
+    /// Counts changes applied, to order states and joins.
+    stamp: u64,
+    /// Items moved by merges (what a merge costs).
+    #[cfg(test)]
+    moved: u64,
+}
+
+/// A state noted at a stamp.
+type Noted<'a> = (u64, RwfState<'a>);
+
+impl ItemGroups {
+    /// The item on the provider's stream `item` is in `group` of `service` now, when a
+    /// refresh or status names one.
+    pub(crate) fn set(&mut self, item: i32, service: u16, group: Option<&[u8]>) {
+        let Some(group) = group else { return };
+        if let Some(m) = self.items.get(&item) {
+            let s = &self.slots[m.slot as usize];
+            if s.service == service && *s.group == *group {
+                return;
+            }
+        }
+        self.remove(item);
+        let slot = self.slot_of(service, group);
+        let joined = self.stamp;
+        self.join(item, slot, joined);
+    }
+
+    /// The item is gone (closed by either side).
+    pub(crate) fn remove(&mut self, item: i32) {
+        let Some(m) = self.items.remove(&item) else {
+            return;
+        };
+        let members = &mut self.slots[m.slot as usize].members;
+        members.swap_remove(m.pos as usize);
+        if let Some(&moved) = members.get(m.pos as usize) {
+            if let Some(mm) = self.items.get_mut(&moved) {
+                mm.pos = m.pos;
+            }
+        }
+        if members.is_empty() {
+            self.free_slot(m.slot);
         }
     }
 
-    /// The group a refresh or status names, if any (allocates only when it changes).
-    pub(crate) fn set(&mut self, group: Option<&[u8]>) {
-        if let Some(g) = group.filter(|g| **g != *self.group) {
-            self.group = g.into();
+    /// Every item gone (the connection).
+    pub(crate) fn clear(&mut self) {
+        let stamp = self.stamp;
+        *self = ItemGroups::default();
+        self.stamp = stamp;
+    }
+
+    fn slot_of(&mut self, service: u16, group: &[u8]) -> u32 {
+        if let Some(&slot) = self.by_key.get(&service).and_then(|g| g.get(group)) {
+            return slot;
         }
+        let new = Slot {
+            service,
+            group: group.into(),
+            members: Vec::new(),
+        };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = new;
+                s
+            }
+            None => {
+                self.slots.push(new);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.by_key
+            .entry(service)
+            .or_default()
+            .insert(group.into(), slot);
+        slot
+    }
+
+    fn join(&mut self, item: i32, slot: u32, joined: u64) {
+        let members = &mut self.slots[slot as usize].members;
+        let pos = members.len() as u32;
+        members.push(item);
+        self.items.insert(item, Member { slot, pos, joined });
+    }
+
+    fn free_slot(&mut self, slot: u32) {
+        let s = std::mem::take(&mut self.slots[slot as usize]);
+        if let Some(groups) = self.by_key.get_mut(&s.service) {
+            groups.remove(&s.group);
+            if groups.is_empty() {
+                self.by_key.remove(&s.service);
+            }
+        }
+        self.free.push(slot);
+    }
+
+    /// Applies `changes` (in the message's order): returns each item's new state, one
+    /// at most an item, as if the provider had sent it a status. An item whose state
+    /// closes its stream has left the index; the caller forgets it too.
+    pub(crate) fn apply<'a>(
+        &mut self,
+        changes: &[(u16, GroupChange<'a>)],
+    ) -> Vec<(i32, RwfState<'a>)> {
+        // States noted on groups (slot: the last one) and on items that moved away
+        // from a group with one.
+        let mut on_groups: FxHashMap<u32, Noted<'a>> = FxHashMap::default();
+        let mut on_items: FxHashMap<i32, Noted<'a>> = FxHashMap::default();
+        let mut out = Vec::new();
+        for (service, c) in changes {
+            self.stamp += 1;
+            let now = self.stamp;
+            let Some(&slot) = self.by_key.get(service).and_then(|g| g.get(c.group)) else {
+                continue;
+            };
+            if let Some(state) = c.state {
+                if state.stream != stream::OPEN {
+                    // Closed: its items leave now, whatever comes after.
+                    on_groups.remove(&slot);
+                    for item in std::mem::take(&mut self.slots[slot as usize].members) {
+                        self.items.remove(&item);
+                        on_items.remove(&item);
+                        out.push((item, state));
+                    }
+                    self.free_slot(slot);
+                    continue;
+                }
+                on_groups.insert(slot, (now, state));
+            }
+            if let Some(to) = c.merged_to {
+                self.merge(slot, *service, to, now, &mut on_groups, &mut on_items);
+            }
+        }
+        for (slot, (at, state)) in on_groups {
+            let members = &self.slots[slot as usize].members;
+            out.reserve(members.len());
+            for &item in members {
+                // Most messages move no item: nothing of its own to look up then.
+                let own = match on_items.is_empty() {
+                    true => None,
+                    false => on_items.remove(&item),
+                };
+                let joined = self.items.get(&item).map_or(0, |m| m.joined);
+                let group = (joined < at).then_some((at, state));
+                if let Some((_, s)) = later(own, group) {
+                    out.push((item, s));
+                }
+            }
+        }
+        out.extend(on_items.into_iter().map(|(item, (_, s))| (item, s)));
+        out
+    }
+
+    /// Applies `changes` and writes each item's status for the node:
+    /// `node_stream(item, closed)` gives the item's stream at the node (None: the item
+    /// is not served), and forgets the item where its stream is `closed`.
+    pub(crate) fn apply_to_node(
+        &mut self,
+        changes: &[(u16, GroupChange<'_>)],
+        to_node: &mut Vec<u8>,
+        mut node_stream: impl FnMut(i32, bool) -> Option<u32>,
+    ) {
+        for (item, state) in self.apply(changes) {
+            let state = native_state(&state);
+            let Some(stream_id) = node_stream(item, state.stream != StreamState::Open) else {
+                continue;
+            };
+            let _ = Message::Status(Status { stream_id, state }).encode(to_node);
+        }
+    }
+
+    /// Moves the items of `slot` into `to` of the same service: the smaller group's
+    /// items move, each taking the state noted on the group it leaves.
+    fn merge<'a>(
+        &mut self,
+        slot: u32,
+        service: u16,
+        to: &[u8],
+        now: u64,
+        on_groups: &mut FxHashMap<u32, Noted<'a>>,
+        on_items: &mut FxHashMap<i32, Noted<'a>>,
+    ) {
+        let target = self.slot_of(service, to);
+        if target == slot {
+            return;
+        }
+        let (stays, goes) = if self.slots[slot as usize].members.len()
+            > self.slots[target as usize].members.len()
+        {
+            (slot, target)
+        } else {
+            (target, slot)
+        };
+        let noted = on_groups.remove(&goes);
+        for item in std::mem::take(&mut self.slots[goes as usize].members) {
+            let joined = self.items.get(&item).map_or(0, |m| m.joined);
+            if let Some(n) = noted.filter(|&(at, _)| joined < at) {
+                let own = on_items.remove(&item);
+                if let Some(l) = later(own, Some(n)) {
+                    on_items.insert(item, l);
+                }
+            }
+            self.join(item, stays, now);
+            #[cfg(test)]
+            {
+                self.moved += 1;
+            }
+        }
+        if stays == slot {
+            // The larger group takes the name it merged into.
+            self.free_slot(goes);
+            let key: Box<[u8]> = to.into();
+            if let Some(groups) = self.by_key.get_mut(&service) {
+                let old = std::mem::replace(&mut self.slots[slot as usize].group, key.clone());
+                groups.remove(&old);
+                groups.insert(key, slot);
+            }
+        } else {
+            self.free_slot(goes);
+        }
+    }
+}
+
+/// The later of two noted states.
+fn later<'a>(a: Option<Noted<'a>>, b: Option<Noted<'a>>) -> Option<Noted<'a>> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if x.0 >= y.0 { x } else { y }),
+        (x, None) => x,
+        (None, y) => y,
     }
 }
 
@@ -42,69 +277,6 @@ pub(crate) fn news<'a>(entries: &[ServiceInfo<'a>]) -> Vec<(u16, GroupChange<'a>
         .iter()
         .flat_map(|e| e.groups.iter().map(|g| (e.id, g.clone())))
         .collect()
-}
-
-/// Applies `changes` (in the message's order) to `items`: a group's state goes to each
-/// of its items as a status on its node stream, as if the provider had sent each one;
-/// a merge moves its items into the other group, where the news after it may find
-/// them. One look at each item and one status at most for it, whatever the number of
-/// changes. Returns the items whose stream the news closed (key and node stream), for
-/// the caller to forget.
-pub(crate) fn apply<'i, K: Copy>(
-    items: impl Iterator<Item = (K, u32, &'i mut ItemGroup)>,
-    changes: &[(u16, GroupChange<'_>)],
-    to_node: &mut Vec<u8>,
-) -> Vec<(K, u32)> {
-    let key = |service: u16, group: &[u8]| {
-        let mut h = FxHasher::default();
-        (service, group).hash(&mut h);
-        h.finish()
-    };
-    // The changes of each (service, group), by the key's hash, in order.
-    let mut by_group: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
-    for (i, (service, c)) in changes.iter().enumerate() {
-        by_group.entry(key(*service, c.group)).or_default().push(i);
-    }
-    let mut closed = Vec::new();
-    for (k, native, item) in items {
-        // The next change, from `next` on, of the group the item is in now.
-        let mut next = 0;
-        let mut last_state = None;
-        while let Some(i) = by_group
-            .get(&key(item.service, &item.group))
-            .and_then(|list| {
-                list[list.partition_point(|&i| i < next)..]
-                    .iter()
-                    .copied()
-                    .find(|&i| changes[i].0 == item.service && *changes[i].1.group == *item.group)
-            })
-        {
-            next = i + 1;
-            let c = &changes[i].1;
-            if let Some(s) = &c.state {
-                let state = native_state(s);
-                let open = state.stream == StreamState::Open;
-                last_state = Some(state);
-                if !open {
-                    break;
-                }
-            }
-            if let Some(to) = c.merged_to {
-                item.group = to.into();
-            }
-        }
-        if let Some(state) = last_state {
-            if state.stream != StreamState::Open {
-                closed.push((k, native));
-            }
-            let _ = Message::Status(Status {
-                stream_id: native,
-                state,
-            })
-            .encode(to_node);
-        }
-    }
-    closed
 }
 
 #[cfg(test)]
@@ -148,5 +320,161 @@ pub(crate) mod tests {
         });
         map.end(&mut out);
         out
+    }
+
+    use super::{GroupChange, ItemGroups};
+    use crate::rwf::msg::{data, stream as st};
+
+    fn change<'a>(
+        group: &'a [u8],
+        merged_to: Option<&'a [u8]>,
+        state: Option<(u8, u8)>,
+    ) -> (u16, GroupChange<'a>) {
+        let state = state.map(|(s, d)| RwfState::new(s, d, 0, ""));
+        (
+            7,
+            GroupChange {
+                group,
+                merged_to,
+                state,
+            },
+        )
+    }
+
+    /// What `apply` said, sorted: (item, stream state, data state).
+    fn said(g: &mut ItemGroups, changes: &[(u16, GroupChange<'_>)]) -> Vec<(i32, u8, u8)> {
+        let mut out: Vec<_> = g
+            .apply(changes)
+            .into_iter()
+            .map(|(i, s)| (i, s.stream, s.data))
+            .collect();
+        out.sort();
+        out
+    }
+
+    const SUSPECT: Option<(u8, u8)> = Some((st::OPEN, data::SUSPECT));
+    const OK: Option<(u8, u8)> = Some((st::OPEN, data::OK));
+    const CLOSED: Option<(u8, u8)> = Some((st::CLOSED_RECOVER, data::SUSPECT));
+
+    #[test]
+    fn states_and_merges_follow_the_messages_order_each_item_hearing_once() {
+        let mut g = ItemGroups::default();
+        for (item, group) in [(1, 1u8), (2, 1), (3, 2), (4, 3)] {
+            g.set(item, 7, Some(&[group]));
+        }
+        g.set(9, 8, Some(&[1])); // another service's group 1
+                                 // Group 1 suspect, then merged into 2, then 2 ok: 1 and 2 end ok, 3 ok; group
+                                 // 3 suspect alone; the other service's group 1 hears nothing.
+        let got = said(
+            &mut g,
+            &[
+                change(&[1], None, SUSPECT),
+                change(&[1], Some(&[2]), None),
+                change(&[2], None, OK),
+                change(&[3], None, SUSPECT),
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                (1, st::OPEN, data::OK),
+                (2, st::OPEN, data::OK),
+                (3, st::OPEN, data::OK),
+                (4, st::OPEN, data::SUSPECT)
+            ]
+        );
+        // Group 2 (now 1, 2 and 3) suspect, then merged into 3: those keep suspect;
+        // group 3's ok before the merge is 4's alone.
+        let got = said(
+            &mut g,
+            &[
+                change(&[3], None, OK),
+                change(&[2], None, SUSPECT),
+                change(&[2], Some(&[3]), None),
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                (1, st::OPEN, data::SUSPECT),
+                (2, st::OPEN, data::SUSPECT),
+                (3, st::OPEN, data::SUSPECT),
+                (4, st::OPEN, data::OK)
+            ]
+        );
+        // All four are in group 3 now; a closing state takes them out for good: the
+        // news after it in the same message and in the next do not reach them.
+        let got = said(
+            &mut g,
+            &[change(&[3], None, CLOSED), change(&[3], None, OK)],
+        );
+        assert_eq!(got.len(), 4);
+        assert!(
+            got.iter().all(|&(_, s, _)| s == st::CLOSED_RECOVER),
+            "{got:?}"
+        );
+        assert!(said(&mut g, &[change(&[3], None, OK)]).is_empty());
+        assert_eq!(
+            said(
+                &mut g,
+                &[(
+                    8,
+                    GroupChange {
+                        group: &[1],
+                        merged_to: None,
+                        state: OK.map(|(s, d)| RwfState::new(s, d, 0, ""))
+                    }
+                )]
+            ),
+            [(9, st::OPEN, data::OK)]
+        );
+    }
+
+    #[test]
+    fn items_leave_and_change_groups_and_the_index_follows() {
+        let mut g = ItemGroups::default();
+        for item in 0..1000 {
+            g.set(item, 7, Some(&[(item % 3) as u8]));
+        }
+        // Every even item leaves; every fifth moves to group 9.
+        for item in (0..1000).step_by(2) {
+            g.remove(item);
+        }
+        for item in (0..1000).step_by(5) {
+            g.set(item, 7, Some(&[9]));
+        }
+        let got: Vec<i32> = said(&mut g, &[change(&[1], None, SUSPECT)])
+            .into_iter()
+            .map(|(i, ..)| i)
+            .collect();
+        let want: Vec<i32> = (0..1000)
+            .filter(|i| i % 3 == 1 && i % 2 == 1 && i % 5 != 0)
+            .collect();
+        assert_eq!(got, want);
+        let got: Vec<i32> = said(&mut g, &[change(&[9], None, SUSPECT)])
+            .into_iter()
+            .map(|(i, ..)| i)
+            .collect();
+        assert_eq!(got, (0..1000).step_by(5).collect::<Vec<_>>());
+        g.clear();
+        assert!(said(&mut g, &[change(&[9], None, SUSPECT)]).is_empty());
+    }
+
+    #[test]
+    fn a_merge_moves_the_smaller_groups_items_only() {
+        let mut g = ItemGroups::default();
+        for item in 0..100_000 {
+            g.set(item, 7, Some(&[0]));
+        }
+        g.set(-1, 7, Some(&[1]));
+        // Merged back and forth 64 times in one message, the large group never moves.
+        let mut news = Vec::new();
+        for _ in 0..32 {
+            news.push(change(&[0], Some(&[1]), None));
+            news.push(change(&[1], Some(&[0]), None));
+        }
+        news.push(change(&[0], None, SUSPECT));
+        assert_eq!(g.apply(&news).len(), 100_001);
+        assert!(g.moved <= 64, "{} items moved", g.moved);
     }
 }

@@ -13,7 +13,7 @@
 use crate::dictionary::RwfDictionary;
 use crate::directory::encode_node_directory;
 use crate::directory::GroupChange;
-use crate::item_groups::{self, ItemGroup};
+use crate::item_groups::{self, ItemGroups};
 use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
@@ -62,8 +62,8 @@ struct ItemStream {
     /// The node's stream it serves.
     native: u32,
     seq: ItemSeq,
-    /// Its service and item group (the directory's GROUP filter speaks of groups).
-    group: ItemGroup,
+    /// The provider's service id.
+    service: u16,
 }
 
 /// One provider connection's translation, without I/O.
@@ -77,6 +77,8 @@ pub struct ProviderLink {
     /// Item streams: the node's stream to the provider's, and back.
     streams: FxHashMap<u32, i32>,
     by_rssl: FxHashMap<i32, ItemStream>,
+    /// The items' groups, by the provider's stream (its directory speaks of groups).
+    groups: ItemGroups,
     next_stream: i32,
     buf: Vec<u8>,
     fields: Vec<u8>,
@@ -100,6 +102,7 @@ impl ProviderLink {
             by_name: FxHashMap::default(),
             streams: FxHashMap::default(),
             by_rssl: FxHashMap::default(),
+            groups: ItemGroups::default(),
             next_stream: FIRST_ITEM_STREAM,
             buf: Vec::new(),
             fields: Vec::new(),
@@ -119,6 +122,7 @@ impl ProviderLink {
         self.phase = Phase::LoggingIn;
         self.streams.clear();
         self.by_rssl.clear();
+        self.groups.clear();
         self.posts.clear();
         self.next_stream = FIRST_ITEM_STREAM;
         let mut attrib = Vec::new();
@@ -155,6 +159,7 @@ impl ProviderLink {
         self.by_name.clear();
         self.streams.clear();
         self.by_rssl.clear();
+        self.groups.clear();
     }
 
     fn announce(&self, state: ServiceState, to_node: &mut Vec<u8>) {
@@ -327,17 +332,18 @@ impl ProviderLink {
         }
     }
 
-    /// The directory's news of item groups (`item_groups`): the items it closes are
-    /// forgotten.
+    /// The directory's news of item groups (`item_groups`): a status to each item
+    /// whose state it gives; the items it closes are forgotten.
     fn apply_groups(&mut self, changes: &[(u16, GroupChange<'_>)], to_node: &mut Vec<u8>) {
-        let items = self
-            .by_rssl
-            .iter_mut()
-            .map(|(&rssl, item)| (rssl, item.native, &mut item.group));
-        for (rssl, native) in item_groups::apply(items, changes, to_node) {
-            self.by_rssl.remove(&rssl);
-            self.streams.remove(&native);
-        }
+        let (by_rssl, streams) = (&mut self.by_rssl, &mut self.streams);
+        self.groups.apply_to_node(changes, to_node, |rssl, closed| {
+            let native = by_rssl.get(&rssl)?.native;
+            if closed {
+                by_rssl.remove(&rssl);
+                streams.remove(&native);
+            }
+            Some(native)
+        });
     }
 
     /// The provider's fields in `self.fields` as the node's; false if malformed.
@@ -360,7 +366,7 @@ impl ProviderLink {
         let Some(item) = self.by_rssl.get_mut(&m.stream_id) else {
             return;
         };
-        item.group.set(m.group_id);
+        self.groups.set(m.stream_id, item.service, m.group_id);
         let (native, seq) = (item.native, item.seq.refresh(m.seq));
         let key = m.key.clone().unwrap_or_default();
         let service = key
@@ -391,12 +397,13 @@ impl ProviderLink {
         let Some(item) = self.by_rssl.get_mut(&m.stream_id) else {
             return;
         };
-        item.group.set(m.group_id);
+        self.groups.set(m.stream_id, item.service, m.group_id);
         let native = item.native;
         let Some(s) = m.state else { return };
         let state = native_state(&s);
         if state.stream != StreamState::Open {
             self.by_rssl.remove(&m.stream_id);
+            self.groups.remove(m.stream_id);
             self.streams.remove(&native);
         }
         let _ = Message::Status(Status {
@@ -436,7 +443,7 @@ impl ProviderLink {
                             ItemStream {
                                 native: r.stream_id,
                                 seq: ItemSeq::default(),
-                                group: ItemGroup::new(service_id),
+                                service: service_id,
                             },
                         );
                         s
@@ -457,6 +464,7 @@ impl ProviderLink {
             Message::Close { stream_id } => {
                 if let Some(rssl) = self.streams.remove(stream_id) {
                     self.by_rssl.remove(&rssl);
+                    self.groups.remove(rssl);
                     self.buf.clear();
                     put_close(&mut self.buf, domain::MARKET_PRICE, rssl);
                     out.send(&self.buf);

@@ -42,18 +42,21 @@ pub(super) fn wait_children_reaped(pid: u32, limit: std::time::Duration) -> bool
 
 /// Whether any process (a zombie too: not reaped yet) has `pid` as its parent.
 fn has_children(pid: u32) -> bool {
+    !children_of(pid).is_empty()
+}
+
+/// The processes (zombies too) whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
+        return Vec::new();
     };
     dir.flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .is_ok_and(|stat| parent_of(&stat) == Some(pid))
         })
-        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .any(|stat| parent_of(&stat) == Some(pid))
+        .collect()
 }
 
 /// The parent pid in a `/proc/PID/stat` line (the field after the state).
@@ -117,42 +120,61 @@ mod tests {
         assert_eq!(parent_of("garbage"), None);
     }
 
-    /// Waits (bounded) until `pid` has forked a child.
-    fn until_it_has_a_child(pid: u32) {
+    /// Waits (bounded) until `pid` has forked a child; its pid.
+    fn its_child(pid: u32) -> u32 {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !has_children(pid) {
+        loop {
+            if let Some(&child) = children_of(pid).first() {
+                return child;
+            }
             assert!(std::time::Instant::now() < deadline, "no child within 10 s");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 
+    fn kill(pid: u32) {
+        // SAFETY: kill has no memory-safety preconditions; the pid is a child the
+        // test started (or its own child).
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+
     #[test]
     fn a_parent_that_reaps_its_child_is_waited_for() {
+        // The child lives until the test kills it, once seen: the shell then reaps it.
         let mut sh = Command::new("sh")
-            .args(["-c", "sleep 0.2 & wait"])
+            .args(["-c", "sleep 30 & wait"])
             .spawn()
             .expect("sh");
-        until_it_has_a_child(sh.id());
+        let child = its_child(sh.id());
+        assert!(!wait_children_reaped(
+            sh.id(),
+            std::time::Duration::from_millis(50)
+        ));
+        kill(child);
         assert!(wait_children_reaped(
             sh.id(),
             std::time::Duration::from_secs(10)
         ));
-        assert!(sh.wait().expect("wait").success());
+        sh.wait().expect("wait");
     }
 
     #[test]
     fn a_child_not_reaped_yet_still_counts() {
-        // The shell's place is taken by a sleep that never waits: its child, once
-        // done, stays a zombie, still its child.
+        // The shell's place is taken by a sleep that never waits: its child, killed,
+        // stays a zombie, still its child.
         let mut parent = Command::new("sh")
-            .args(["-c", "sleep 0.05 & exec sleep 30"])
+            .args(["-c", "sleep 30 & exec sleep 30"])
             .spawn()
             .expect("sh");
-        until_it_has_a_child(parent.id());
+        let child = its_child(parent.id());
+        kill(child);
         assert!(!wait_children_reaped(
             parent.id(),
-            std::time::Duration::from_millis(500)
+            std::time::Duration::from_millis(200)
         ));
+        assert_eq!(children_of(parent.id()), [child]);
         parent.kill().expect("kill");
         parent.wait().expect("wait");
     }

@@ -500,7 +500,11 @@ impl Lab {
             cpu.insert("rsync clients".to_string(), client_cpu);
             // Each daemon counts a connection's CPU once it has reaped the child that
             // served it: read too soon, the daemons cost nothing.
-            for d in &daemons {
+            for d in &mut daemons {
+                // A daemon that died has no children either, and counts nothing.
+                if let Ok(Some(status)) = d.try_wait() {
+                    bail!("an rsync daemon exited during the run ({status})");
+                }
                 if !wait_children_reaped(d.id(), Duration::from_secs(10)) {
                     bail!("an rsync daemon did not reap its children within 10 s");
                 }

@@ -12,7 +12,7 @@ use super::{
     native_refresh, native_state, native_update, provider_fields_to_native, Outbox, Session,
 };
 use crate::directory::encode_node_directory;
-use crate::item_groups::{self, ItemGroup};
+use crate::item_groups::{self, ItemGroups};
 use crate::rwf::msg::{self, class, domain, put_status, Msg, RwfState};
 use crate::rwf::primitive::dt;
 use rustc_hash::FxHashMap;
@@ -27,6 +27,8 @@ pub(super) struct Provider {
     items: FxHashMap<i32, ProviderItem>,
     /// The node's stream ids back to the provider's.
     by_native: FxHashMap<u32, i32>,
+    /// The items' groups, by the provider's stream (its directory speaks of groups).
+    groups: ItemGroups,
     next_native: u32,
     /// Scratch for a field list in the node's encoding.
     fields: Vec<u8>,
@@ -40,8 +42,8 @@ pub(super) struct Provider {
 struct ProviderItem {
     native: u32,
     seq: crate::sequence::ItemSeq,
-    /// Its service and item group (the directory's GROUP filter speaks of groups).
-    group: ItemGroup,
+    /// The provider's service id.
+    service: u16,
 }
 
 /// Most services and item streams one provider may hold (the node's own limits apply
@@ -124,14 +126,15 @@ impl Session {
             encode_node_directory(services, false, to_node);
         }
         if !groups.is_empty() {
-            let items = p
-                .items
-                .iter_mut()
-                .map(|(&stream, item)| (stream, item.native, &mut item.group));
-            for (stream, native) in item_groups::apply(items, &groups, to_node) {
-                p.items.remove(&stream);
-                p.by_native.remove(&native);
-            }
+            let (items, by_native) = (&mut p.items, &mut p.by_native);
+            p.groups.apply_to_node(&groups, to_node, |stream, closed| {
+                let native = items.get(&stream)?.native;
+                if closed {
+                    items.remove(&stream);
+                    by_native.remove(&native);
+                }
+                Some(native)
+            });
         }
     }
 
@@ -158,7 +161,7 @@ impl Session {
                 let item = ProviderItem {
                     native,
                     seq: Default::default(),
-                    group: ItemGroup::new(key.service_id.unwrap_or_default()),
+                    service: key.service_id.unwrap_or_default(),
                 };
                 p.items.insert(m.stream_id, item);
                 p.by_native.insert(native, m.stream_id);
@@ -171,7 +174,7 @@ impl Session {
         let p = self.provider.as_mut().expect("a provider");
         let name = String::from_utf8_lossy(name);
         let seq = p.items.get_mut(&m.stream_id).map_or(0, |i| {
-            i.group.set(m.group_id);
+            p.groups.set(m.stream_id, i.service, m.group_id);
             i.seq.refresh(m.seq)
         });
         // Unasked: the node requested nothing of a non-interactive provider.
@@ -200,7 +203,7 @@ impl Session {
         let Some(item) = p.items.get_mut(&m.stream_id) else {
             return;
         };
-        item.group.set(m.group_id);
+        p.groups.set(m.stream_id, item.service, m.group_id);
         let native = item.native;
         let state = match (m.class, m.state) {
             (class::STATUS, Some(s)) => native_state(&s),
@@ -211,6 +214,7 @@ impl Session {
         };
         if state.stream != StreamState::Open {
             p.items.remove(&m.stream_id);
+            p.groups.remove(m.stream_id);
             p.by_native.remove(&native);
         }
         let _ = Message::Status(Status {
@@ -267,6 +271,7 @@ impl Session {
         if !open {
             p.by_native.remove(&native);
             p.items.remove(&stream);
+            p.groups.remove(stream);
         }
         let state = RwfState {
             stream: if open {
