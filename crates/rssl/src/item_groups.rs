@@ -251,11 +251,10 @@ impl ItemGroups {
             // The larger group takes the name it merged into.
             self.free_slot(goes);
             let key: Box<[u8]> = to.into();
-            if let Some(groups) = self.by_key.get_mut(&service) {
-                let old = std::mem::replace(&mut self.slots[slot as usize].group, key.clone());
-                groups.remove(&old);
-                groups.insert(key, slot);
-            }
+            let old = std::mem::replace(&mut self.slots[slot as usize].group, key.clone());
+            let groups = self.by_key.entry(service).or_default();
+            groups.remove(&old);
+            groups.insert(key, slot);
         } else {
             self.free_slot(goes);
         }
@@ -476,5 +475,173 @@ pub(crate) mod tests {
         news.push(change(&[0], None, SUSPECT));
         assert_eq!(g.apply(&news).len(), 100_001);
         assert!(g.moved <= 64, "{} items moved", g.moved);
+    }
+}
+
+/// The index against a naive model of the same rules (each entry applied to every item
+/// in turn), over random items, groups and news, checking the index's own invariants
+/// after every message.
+#[cfg(test)]
+mod model_tests {
+    use super::{GroupChange, ItemGroups};
+    use crate::rwf::msg::{data, stream as st, RwfState};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const GROUPS: [&[u8]; 5] = [b"a", b"b", b"c", b"d", b""];
+    const STATES: [(u8, u8); 4] = [
+        (st::OPEN, data::OK),
+        (st::OPEN, data::SUSPECT),
+        (st::CLOSED_RECOVER, data::SUSPECT),
+        (st::NON_STREAMING, data::OK),
+    ];
+
+    /// Each item's (service, group), news applied entry by entry to every item.
+    #[derive(Default)]
+    struct Model {
+        items: BTreeMap<i32, (u16, Vec<u8>)>,
+    }
+
+    impl Model {
+        /// Each item's last state: (item, stream state, data state, code).
+        fn apply(&mut self, changes: &[(u16, GroupChange<'_>)]) -> Vec<(i32, u8, u8, u8)> {
+            let mut last: BTreeMap<i32, (u8, u8, u8)> = BTreeMap::new();
+            for (service, c) in changes {
+                let members: Vec<i32> = self
+                    .items
+                    .iter()
+                    .filter(|(_, (s, g))| s == service && g[..] == *c.group)
+                    .map(|(&i, _)| i)
+                    .collect();
+                if let Some(s) = c.state {
+                    for &m in &members {
+                        last.insert(m, (s.stream, s.data, s.code));
+                        if s.stream != st::OPEN {
+                            self.items.remove(&m);
+                        }
+                    }
+                    if s.stream != st::OPEN {
+                        continue;
+                    }
+                }
+                if let Some(to) = c.merged_to {
+                    for m in &members {
+                        if let Some(item) = self.items.get_mut(m) {
+                            item.1 = to.to_vec();
+                        }
+                    }
+                }
+            }
+            last.into_iter()
+                .map(|(i, (a, b, c))| (i, a, b, c))
+                .collect()
+        }
+    }
+
+    /// Every item where its slot says, every named slot holding items, freed ones empty.
+    fn check_index(g: &ItemGroups) {
+        for (&item, m) in &g.items {
+            let s = &g.slots[m.slot as usize];
+            assert_eq!(s.members[m.pos as usize], item, "the place of {item}");
+            assert_eq!(g.by_key[&s.service][&s.group], m.slot);
+        }
+        let mut n = 0;
+        for (service, groups) in &g.by_key {
+            assert!(!groups.is_empty());
+            for (name, &slot) in groups {
+                let s = &g.slots[slot as usize];
+                assert_eq!((s.service, &s.group), (*service, name));
+                assert!(!s.members.is_empty(), "an empty slot is named");
+                assert!(!g.free.contains(&slot));
+                n += s.members.len();
+            }
+        }
+        assert_eq!(n, g.items.len());
+        for &f in &g.free {
+            assert!(g.slots[f as usize].members.is_empty());
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Set(i32, u16, usize),
+        Remove(i32),
+        Clear,
+    }
+
+    /// One entry: service, group, merged into, state (an index into `STATES`).
+    type Entry = (u16, usize, Option<usize>, Option<usize>);
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (0..40i32, 7..9u16, 0..5usize).prop_map(|(i, s, g)| Op::Set(i, s, g)),
+            2 => (0..40i32).prop_map(Op::Remove),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    fn entry() -> impl Strategy<Value = Entry> {
+        (
+            prop_oneof![4 => Just(7u16), 1 => Just(8u16)],
+            0..5usize,
+            proptest::option::of(0..5usize),
+            proptest::option::of(0..4usize),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+        #[test]
+        fn the_index_agrees_with_a_naive_model(
+            rounds in proptest::collection::vec(
+                (proptest::collection::vec(op(), 0..10), proptest::collection::vec(entry(), 0..14)),
+                1..6,
+            )
+        ) {
+            let mut g = ItemGroups::default();
+            let mut m = Model::default();
+            for (ops, entries) in rounds {
+                for op in ops {
+                    match op {
+                        Op::Set(item, service, group) => {
+                            g.set(item, service, Some(GROUPS[group]));
+                            m.items.insert(item, (service, GROUPS[group].to_vec()));
+                        }
+                        Op::Remove(item) => {
+                            g.remove(item);
+                            m.items.remove(&item);
+                        }
+                        Op::Clear => {
+                            g.clear();
+                            m.items.clear();
+                        }
+                    }
+                }
+                // Each entry's state carries the entry's place as its code: which
+                // entry an item's state came from shows.
+                let changes: Vec<(u16, GroupChange<'_>)> = entries
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &(service, group, to, state))| {
+                        let state = state.map(|s| RwfState::new(STATES[s].0, STATES[s].1, k as u8, ""));
+                        let merged_to = to.map(|t| GROUPS[t]);
+                        (service, GroupChange { group: GROUPS[group], merged_to, state })
+                    })
+                    .collect();
+                let mut got: Vec<_> = g
+                    .apply(&changes)
+                    .into_iter()
+                    .map(|(i, s)| (i, s.stream, s.data, s.code))
+                    .collect();
+                got.sort();
+                prop_assert_eq!(got, m.apply(&changes));
+                check_index(&g);
+                for (&i, place) in &g.items {
+                    let s = &g.slots[place.slot as usize];
+                    prop_assert_eq!(m.items.get(&i), Some(&(s.service, s.group.to_vec())));
+                }
+                prop_assert_eq!(g.items.len(), m.items.len());
+            }
+        }
     }
 }
