@@ -796,23 +796,44 @@ fn a_reissue_with_a_new_view_and_no_refresh_changes_the_view_without_an_image() 
 }
 
 #[test]
-fn a_pause_without_a_view_keeps_the_streams_view() {
-    let mut s = tri_open(&[22]);
+fn a_reissue_without_a_view_asks_for_every_field_even_without_a_refresh() {
+    // A stream without a view: a pause and resume wanting no refresh change nothing
+    // at the node.
+    let mut s = tri_open(&[]);
     let pause = request::STREAMING | request::PAUSE | request::NO_REFRESH;
-    assert!(
-        reissue(&mut s, pause, None, &[]).is_empty(),
-        "the view's stream stays"
-    );
+    assert!(reissue(&mut s, pause, None, &[]).is_empty());
     assert_eq!(
         passed_on(&mut s, 1),
         [(class::REFRESH, 5)],
         "no update while paused"
     );
-    // Resumed without a refresh: the same stream, updates again.
     let resume = request::STREAMING | request::NO_REFRESH;
     assert!(reissue(&mut s, resume, None, &[]).is_empty());
     assert_eq!(
         passed_on(&mut s, 1),
+        [(class::REFRESH, 5), (class::UPDATE, 5)]
+    );
+    // A stream with a view: the same pause discards the view (RWF: no HAS_VIEW, no
+    // view), so the node's stream is replaced by one of every field, whose refresh is
+    // not passed on; paused, its updates neither.
+    let mut s = tri_open(&[22]);
+    let said = reissue(&mut s, pause, None, &[]);
+    assert!(
+        said.iter()
+            .any(|m| m.starts_with("Close") && m.contains("stream_id: 1")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter().any(|m| m.starts_with("Request")
+            && m.contains("stream_id: 2")
+            && m.contains("view: None")),
+        "{said:?}"
+    );
+    assert_eq!(passed_on(&mut s, 2), [], "its refresh held back, paused");
+    // Resumed without a refresh: no view left, so only the pause changes.
+    assert!(reissue(&mut s, resume, None, &[]).is_empty());
+    assert_eq!(
+        passed_on(&mut s, 2),
         [(class::REFRESH, 5), (class::UPDATE, 5)]
     );
 }
