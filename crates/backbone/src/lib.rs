@@ -22,6 +22,7 @@ mod files_wire;
 mod idle;
 mod key_file;
 pub mod link;
+pub mod loopback;
 mod park;
 mod plumbing;
 mod setup_guard;

@@ -415,17 +415,8 @@ impl BackboneSpec {
     /// files go) and a group of its own per rig.
     pub fn loopback() -> Result<BackboneSpec> {
         static GROUP: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-        let mut port = 0;
-        for _ in 0..100 {
-            let p = std::net::UdpSocket::bind("127.0.0.1:0")?
-                .local_addr()?
-                .port();
-            if p < u16::MAX && std::net::UdpSocket::bind(("127.0.0.1", p + 1)).is_ok() {
-                port = p;
-                break;
-            }
-        }
-        anyhow::ensure!(port != 0, "no two free UDP ports side by side on loopback");
+        let port = tickwire_backbone::loopback::free_port_pair()
+            .ok_or_else(|| anyhow::anyhow!("no two free UDP ports side by side on loopback"))?;
         let g = 101 + 2 * (GROUP.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 60);
         Ok(BackboneSpec {
             channel: format!("aeron:udp?endpoint=239.20.31.{g}:{port}|interface=127.0.0.1"),

@@ -159,9 +159,9 @@ fn start_nodes(args: &DemoArgs) -> Result<Nodes> {
             _key_file: None,
         });
     }
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    // The data's port and the files' above it, both free.
+    let port = tickwire_backbone::loopback::free_port_pair()
+        .ok_or_else(|| anyhow::anyhow!("no two free UDP ports side by side on loopback"))?;
     let channel = format!("aeron:udp?endpoint=239.20.30.41:{port}|interface=127.0.0.1");
     let key_file = DemoKeyFile::new()?;
     let node = |name: &str, role: &str, listen: std::net::SocketAddr, ws: String| {

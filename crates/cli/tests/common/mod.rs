@@ -1246,23 +1246,10 @@ pub(crate) fn wait_for_metric(
 /// A free UDP port on loopback whose next port is free too (a backbone's files go on
 /// its channel's port plus one).
 pub(crate) fn free_udp_port() -> u16 {
-    // Below the kernel's ephemeral range (32768 and up on Linux): a port the kernel hands
-    // out for a bind to port 0, here or in any other process, is never one of these, so
-    // none is taken between this check and the node's own bind. Each test process
-    // starts at a place of its own and moves on with each pick.
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    const LOW: u32 = 20_000;
-    const PAIRS: u32 = 6_000;
-    let start = std::process::id().wrapping_mul(2_654_435_761) % PAIRS;
-    for _ in 0..PAIRS {
-        let pair = (start + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % PAIRS;
-        let port = (LOW + 2 * pair) as u16;
-        let free = |p: u16| std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok();
-        if free(port) && free(port + 1) {
-            return port;
-        }
-    }
-    panic!("no two free UDP ports side by side on loopback")
+    // Below the kernel's ephemeral range (see the function): none is taken between this
+    // check and the node's own bind.
+    tickwire_backbone::loopback::free_port_pair()
+        .expect("no two free UDP ports side by side on loopback")
 }
 
 /// A backbone channel: multicast on loopback, with a free port and a group of its own
