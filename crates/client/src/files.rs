@@ -296,20 +296,13 @@ pub fn status(
                 "waiting for the node's files report".into(),
             ));
         };
-        let (r, last, entries) = match FilesMessage::decode(&body) {
-            Ok(FilesMessage::Report {
-                request: r,
-                last,
-                entries,
-            }) => (r, last, entries),
-            // The node could not take the query (its files thread stopped or is
-            // behind): it says why under the query's number.
-            Ok(FilesMessage::PutAnswer(a))
-                if a.request == request && a.state == PutState::Refused =>
-            {
-                return Err(ClientError::Refused(a.reason.to_owned()));
-            }
-            _ => continue,
+        let Ok(FilesMessage::Report {
+            request: r,
+            last,
+            entries,
+        }) = FilesMessage::decode(&body)
+        else {
+            continue;
         };
         if r != request {
             continue;

@@ -140,18 +140,6 @@ pub fn transfer_of(buf: &[u8]) -> Option<u64> {
     }
 }
 
-/// A report's request and whether it is the last part, read from its first bytes
-/// (its entries not decoded): for following which queries are answered.
-pub fn report_head(buf: &[u8]) -> Option<(u32, bool)> {
-    match buf {
-        [MAGIC, VERSION, KIND_REPORT, rest @ ..] => {
-            let request = u32::from_be_bytes(*rest.first_chunk::<4>()?);
-            Some((request, *rest.get(4)? == 1))
-        }
-        _ => None,
-    }
-}
-
 /// Chunks of a file of `size` bytes in chunks of `chunk_size`, if that fits a u32.
 pub fn chunk_count(size: u64, chunk_size: u32) -> Option<u32> {
     if chunk_size == 0 {
@@ -798,25 +786,6 @@ fn name<'a>(r: &mut Reader<'a>, what: &'static str, max: usize) -> Result<&'a st
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn a_reports_head_is_read_without_its_entries() {
-        let mut b = Vec::new();
-        for (request, last) in [(4, true), (70_000, false)] {
-            b.clear();
-            let report = FilesMessage::Report {
-                request,
-                last,
-                entries: vec![],
-            };
-            report.encode(&mut b).unwrap();
-            assert_eq!(report_head(&b), Some((request, last)));
-            assert_eq!(report_head(&b[..7]), None, "cut short");
-        }
-        b.clear();
-        FilesMessage::Query { request: 4 }.encode(&mut b).unwrap();
-        assert_eq!(report_head(&b), None, "not a report");
-    }
 
     fn round_trip(m: &FilesMessage) {
         let mut buf = Vec::new();

@@ -968,7 +968,7 @@ impl FilesThread {
             }
             let rights = self.rights(core, m.conn, m.body.get(2).copied());
             let user = core.user_of(m.conn).unwrap_or("").to_owned();
-            let asked = self.unanswered.sent(m.conn, &m.body);
+            let upload = self.unanswered.sent(m.conn, &m.body);
             let stopped = self.input.is_none();
             let full = self.queue_full_for(Input::Message {
                 from: Peer::Conn(m.conn),
@@ -979,8 +979,8 @@ impl FilesThread {
             if full {
                 self.dropped += 1;
             }
-            // An upload's start or a query the thread never sees gets no answer from it.
-            if let Some(request) = asked.filter(|_| full || stopped) {
+            // An upload's start the thread never sees gets no answer from it.
+            if let Some(request) = upload.filter(|_| full || stopped) {
                 let why = if stopped { THREAD_DOWN } else { THREAD_BEHIND };
                 let body = self.unanswered.refuse(m.conn, request, why);
                 core.send_files(m.conn, &body, None);
@@ -1224,9 +1224,6 @@ const PRESENT: u8 = 4;
 /// The kind bytes of a client's Put and of the node's answer to it.
 const PUT: u8 = 16;
 const PUT_ANSWER: u8 = 18;
-/// The kind bytes of a client's status query and of the node's report.
-const QUERY: u8 = 19;
-const REPORT: u8 = 20;
 
 /// (user, site) pairs whose refusal is logged at most (each once).
 const SITES_REFUSED_TOLD: usize = 1000;

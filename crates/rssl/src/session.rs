@@ -122,8 +122,6 @@ struct ItemStream {
     /// Reissued with `NO_REFRESH` and a new view: the node's refresh of the new
     /// stream is not passed on.
     skip_refresh: bool,
-    /// Opened with a view (a field id list).
-    viewed: bool,
 }
 
 /// What an item request asks of each item it opens (a batch names several items).
@@ -689,6 +687,11 @@ impl Session {
                 );
                 return;
             }
+            // A view in a batch's payload counts only when the request says so (RWF:
+            // without HAS_VIEW, no view).
+            if m.flags & request::HAS_VIEW == 0 {
+                view = None;
+            }
             if m.flags & request::HAS_VIEW != 0 && view.is_none() {
                 self.refuse_item(
                     out,
@@ -700,22 +703,20 @@ impl Session {
                 return;
             }
         }
-        // A reissue without a view asks for every field (RWF: a request without
-        // HAS_VIEW discards any view, whatever else it says). One that wants no
-        // refresh changes only its pause on a stream without a view; on one with a
-        // view, or with a new view, the node's stream is replaced and its refresh is
-        // not passed on.
+        // A reissue that wants no refresh and names no view changes only its pause
+        // (the stream keeps its view: a pause or resume is not a request for every
+        // field); with a new view, the node's stream is replaced and its refresh is not
+        // passed on.
         let no_refresh = reissued.is_some() && m.flags & request::NO_REFRESH != 0;
         if no_refresh && view.is_none() {
             if let Some(s) = self
                 .by_rssl
                 .get(&m.stream_id)
                 .and_then(|n| self.streams.get_mut(n))
-                .filter(|s| !s.viewed)
             {
                 s.paused = paused;
-                return;
             }
+            return;
         }
         let item_req = ItemRequest {
             service_id,
@@ -796,7 +797,6 @@ impl Session {
                 private: req.private,
                 paused: req.paused,
                 skip_refresh: req.skip_refresh,
-                viewed: req.view.is_some(),
             },
         );
     }

@@ -1,76 +1,48 @@
-//! Uploads and status queries the files thread has not answered yet, followed by the
-//! event loop: a thread that stops answers none of them, so the loop refuses them at
-//! once rather than leave their clients to their time-outs. A refusal is a Put's answer
-//! (`refused`, with the reason) under the request's number, for a query too.
+//! Uploads the files thread has not answered yet, followed by the event loop: a thread
+//! that stops answers none of them, so the loop refuses them at once rather than leave
+//! their clients to their time-outs.
 
-use super::{PUT, PUT_ANSWER, QUERY, REPORT};
-use std::collections::{HashMap, HashSet, VecDeque};
+use super::{PUT, PUT_ANSWER};
 use tickwire_core::ConnId;
 
-/// Uploads (a client's Put) and queries the files thread has not answered for good
-/// yet. A thread that stops answers none of them: the loop refuses them, so that no
-/// client waits for its time-out.
+/// Uploads (a client's Put) the files thread has not answered for good yet. A thread
+/// that stops answers none of them: the loop refuses them, so that no client waits for
+/// its time-out.
 #[derive(Default)]
 pub(super) struct Unanswered {
-    uploads: HashSet<(ConnId, u32)>,
-    /// Each connection's newest queries not answered (the thread answers only the
-    /// newest of those that wait: the older ones are forgotten here too).
-    queries: HashMap<ConnId, VecDeque<u32>>,
+    uploads: std::collections::HashSet<(ConnId, u32)>,
 }
 
 /// Uploads followed at most (a node takes 64 at once per connection).
 const UNANSWERED_MAX: usize = 100_000;
-/// Queries followed per connection at most (the thread keeps the newest 8 waiting).
-const QUERIES_PER_CONN: usize = 16;
 
-/// Why an upload or query that comes while the thread is stopped is refused.
+/// Why an upload that comes while the thread is stopped is refused.
 pub(super) const THREAD_DOWN: &str =
-    "the node's files thread is not running (it starts again shortly): try again";
+    "the node's files thread is not running (it starts again shortly): send the file again";
 
-/// Why an upload (its start) or a query the thread had no room for is refused.
-pub(super) const THREAD_BEHIND: &str = "the node's files thread is behind: try again";
+/// Why an upload whose start the thread had no room for is refused.
+pub(super) const THREAD_BEHIND: &str = "the node's files thread is behind: send the file again";
 
-/// Why the uploads and queries the stopped thread had not answered are refused.
+/// Why the uploads the stopped thread had not answered are refused.
 const THREAD_STOPPED: &str =
-    "the node's files thread stopped before it answered: an upload may be queued all the same (see files status)";
+    "the node's files thread stopped before it answered: the file may be queued all the same (see files status)";
 
 impl Unanswered {
     /// A message from a client on its way to the thread: its request when it is an
-    /// upload's start or a query (what the thread must answer).
+    /// upload's start.
     pub(super) fn sent(&mut self, conn: ConnId, body: &[u8]) -> Option<u32> {
-        use tickwire_files::wire::FilesMessage;
-        match body.get(2) {
-            Some(&PUT) => {
-                let Ok(FilesMessage::Put(p)) = FilesMessage::decode(body) else {
-                    return None;
-                };
-                if self.uploads.len() < UNANSWERED_MAX {
-                    self.uploads.insert((conn, p.request));
-                }
-                Some(p.request)
-            }
-            Some(&QUERY) => {
-                let Ok(FilesMessage::Query { request }) = FilesMessage::decode(body) else {
-                    return None;
-                };
-                let waiting = self.queries.entry(conn).or_default();
-                if waiting.len() == QUERIES_PER_CONN {
-                    waiting.pop_front();
-                }
-                waiting.push_back(request);
-                Some(request)
-            }
-            _ => None,
+        if body.get(2) != Some(&PUT) {
+            return None;
         }
-    }
-
-    fn forget_query(&mut self, conn: ConnId, request: u32) {
-        if let Some(waiting) = self.queries.get_mut(&conn) {
-            waiting.retain(|&r| r != request);
-            if waiting.is_empty() {
-                self.queries.remove(&conn);
-            }
+        let Ok(tickwire_files::wire::FilesMessage::Put(p)) =
+            tickwire_files::wire::FilesMessage::decode(body)
+        else {
+            return None;
+        };
+        if self.uploads.len() < UNANSWERED_MAX {
+            self.uploads.insert((conn, p.request));
         }
+        Some(p.request)
     }
 
     /// An upload the thread will not answer (its start was not handed over): the
@@ -78,7 +50,6 @@ impl Unanswered {
     pub(super) fn refuse(&mut self, conn: ConnId, request: u32, reason: &str) -> Vec<u8> {
         use tickwire_files::wire::{FilesMessage, PutAnswer};
         self.uploads.remove(&(conn, request));
-        self.forget_query(conn, request);
         let mut body = Vec::new();
         // A reason of this length always encodes.
         let _ = FilesMessage::PutAnswer(PutAnswer::refused(request, reason)).encode(&mut body);
@@ -87,35 +58,24 @@ impl Unanswered {
 
     /// A message from the thread on its way to a client.
     pub(super) fn answered(&mut self, conn: ConnId, body: &[u8]) {
-        use tickwire_files::wire::{report_head, FilesMessage, PutState};
-        match body.get(2) {
-            Some(&PUT_ANSWER) => {
-                if let Ok(FilesMessage::PutAnswer(a)) = FilesMessage::decode(body) {
-                    if matches!(a.state, PutState::Queued | PutState::Refused) {
-                        self.uploads.remove(&(conn, a.request));
-                    }
-                }
+        use tickwire_files::wire::{FilesMessage, PutState};
+        if body.get(2) != Some(&PUT_ANSWER) {
+            return;
+        }
+        if let Ok(FilesMessage::PutAnswer(a)) = FilesMessage::decode(body) {
+            if matches!(a.state, PutState::Queued | PutState::Refused) {
+                self.uploads.remove(&(conn, a.request));
             }
-            Some(&REPORT) => {
-                if let Some((request, true)) = report_head(body) {
-                    self.forget_query(conn, request);
-                }
-            }
-            _ => {}
         }
     }
 
     pub(super) fn gone(&mut self, conn: ConnId) {
         self.uploads.retain(|(c, _)| *c != conn);
-        self.queries.remove(&conn);
     }
 
-    /// The refusals of every upload and query still unanswered, for their connections.
+    /// The refusals of every upload still unanswered, for their connections.
     pub(super) fn refuse_all(&mut self) -> Vec<(ConnId, Vec<u8>)> {
-        let mut all: Vec<(ConnId, u32)> = self.uploads.drain().collect();
-        for (conn, waiting) in self.queries.drain() {
-            all.extend(waiting.into_iter().map(|r| (conn, r)));
-        }
+        let all: Vec<(ConnId, u32)> = self.uploads.drain().collect();
         all.into_iter()
             .map(|(conn, request)| (conn, self.refuse(conn, request, THREAD_STOPPED)))
             .collect()
@@ -192,61 +152,6 @@ mod unanswered_tests {
             refused,
             [(a, 7, THREAD_STOPPED.into()), (b, 7, THREAD_STOPPED.into())]
         );
-        assert!(u.refuse_all().is_empty(), "each refused once");
-    }
-
-    fn query(request: u32) -> Vec<u8> {
-        let mut b = Vec::new();
-        FilesMessage::Query { request }.encode(&mut b).unwrap();
-        b
-    }
-
-    fn report(request: u32, last: bool) -> Vec<u8> {
-        let mut b = Vec::new();
-        let r = FilesMessage::Report {
-            request,
-            last,
-            entries: vec![],
-        };
-        r.encode(&mut b).unwrap();
-        b
-    }
-
-    #[test]
-    fn queries_the_thread_has_not_answered_are_refused_when_it_stops() {
-        let (a, b): (ConnId, ConnId) = (1, 2);
-        let mut u = Unanswered::default();
-        assert_eq!(u.sent(a, &query(1)), Some(1));
-        assert_eq!(u.sent(a, &query(2)), Some(2));
-        // Answered in parts: only the last part answers it.
-        u.answered(a, &report(1, false));
-        u.answered(a, &report(2, true));
-        // A connection that asks without pause: only its newest are followed.
-        for r in 100..100 + super::QUERIES_PER_CONN as u32 + 5 {
-            u.sent(b, &query(r));
-        }
-        // Refused one by one (the thread had no room): no longer followed.
-        let newest = 100 + super::QUERIES_PER_CONN as u32 + 4;
-        let refusal = u.refuse(b, newest, "behind");
-        assert!(matches!(
-            FilesMessage::decode(&refusal).unwrap(),
-            FilesMessage::PutAnswer(PutAnswer { request, state: PutState::Refused, .. })
-                if request == newest
-        ));
-        let mut refused: Vec<(ConnId, u32)> = u
-            .refuse_all()
-            .into_iter()
-            .map(|(conn, body)| match FilesMessage::decode(&body).unwrap() {
-                FilesMessage::PutAnswer(p) => (conn, p.request),
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        refused.sort();
-        // Query 1 had only a first part; of b's 21, the 16 newest were followed and
-        // the newest refused already.
-        let mut expected = vec![(a, 1)];
-        expected.extend((newest - 15..newest).map(|r| (b, r)));
-        assert_eq!(refused, expected);
         assert!(u.refuse_all().is_empty(), "each refused once");
     }
 }

@@ -224,6 +224,12 @@ fn unknown_services_other_domains_and_junk_are_refused_with_a_reason() {
 
 /// A streaming batch request of FEED's `items` on stream 10, with a view of BID and ASK.
 fn batch_request(items: &[&str]) -> Vec<u8> {
+    batch_request_with(items, request::HAS_VIEW)
+}
+
+/// A batch of `items` whose payload carries a view too, `view_flag` (`HAS_VIEW` or 0)
+/// saying whether the request asks for it.
+fn batch_request_with(items: &[&str], view_flag: u16) -> Vec<u8> {
     // Payload: {:ItemList [items], :ViewType 1, :ViewData [22, 25]}.
     let mut payload = Vec::new();
     let mut el = ElementListWriter::begin(&mut payload);
@@ -247,7 +253,7 @@ fn batch_request(items: &[&str]) -> Vec<u8> {
         class::REQUEST,
         domain::MARKET_PRICE,
         10,
-        request::STREAMING | request::HAS_BATCH | request::HAS_VIEW,
+        request::STREAMING | request::HAS_BATCH | view_flag,
         dt::ELEMENT_LIST,
     );
     key.encode(&mut req);
@@ -324,6 +330,16 @@ fn a_batch_opens_one_stream_per_item_after_its_own_and_a_view_is_passed_on() {
             .collect::<std::collections::BTreeSet<_>>(),
         [11, 12].into()
     );
+}
+
+#[test]
+fn a_batch_without_the_view_flag_opens_its_items_without_a_view() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    s.on_client_message(&batch_request_with(&["A", "B"], 0), &mut to_node, &mut out);
+    let sent = node_messages(&to_node);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(sent.iter().all(|m| m.contains("view: None")), "{sent:?}");
 }
 
 #[test]
@@ -796,44 +812,23 @@ fn a_reissue_with_a_new_view_and_no_refresh_changes_the_view_without_an_image() 
 }
 
 #[test]
-fn a_reissue_without_a_view_asks_for_every_field_even_without_a_refresh() {
-    // A stream without a view: a pause and resume wanting no refresh change nothing
-    // at the node.
-    let mut s = tri_open(&[]);
+fn a_pause_without_a_view_keeps_the_streams_view() {
+    let mut s = tri_open(&[22]);
     let pause = request::STREAMING | request::PAUSE | request::NO_REFRESH;
-    assert!(reissue(&mut s, pause, None, &[]).is_empty());
+    assert!(
+        reissue(&mut s, pause, None, &[]).is_empty(),
+        "the view's stream stays"
+    );
     assert_eq!(
         passed_on(&mut s, 1),
         [(class::REFRESH, 5)],
         "no update while paused"
     );
+    // Resumed without a refresh: the same stream, updates again.
     let resume = request::STREAMING | request::NO_REFRESH;
     assert!(reissue(&mut s, resume, None, &[]).is_empty());
     assert_eq!(
         passed_on(&mut s, 1),
-        [(class::REFRESH, 5), (class::UPDATE, 5)]
-    );
-    // A stream with a view: the same pause discards the view (RWF: no HAS_VIEW, no
-    // view), so the node's stream is replaced by one of every field, whose refresh is
-    // not passed on; paused, its updates neither.
-    let mut s = tri_open(&[22]);
-    let said = reissue(&mut s, pause, None, &[]);
-    assert!(
-        said.iter()
-            .any(|m| m.starts_with("Close") && m.contains("stream_id: 1")),
-        "{said:?}"
-    );
-    assert!(
-        said.iter().any(|m| m.starts_with("Request")
-            && m.contains("stream_id: 2")
-            && m.contains("view: None")),
-        "{said:?}"
-    );
-    assert_eq!(passed_on(&mut s, 2), [], "its refresh held back, paused");
-    // Resumed without a refresh: no view left, so only the pause changes.
-    assert!(reissue(&mut s, resume, None, &[]).is_empty());
-    assert_eq!(
-        passed_on(&mut s, 2),
         [(class::REFRESH, 5), (class::UPDATE, 5)]
     );
 }
