@@ -11,8 +11,7 @@
 //! come up again and the node asks for every item still watched.
 
 use crate::dictionary::RwfDictionary;
-use crate::directory::encode_node_directory;
-use crate::directory::GroupChange;
+use crate::directory::{encode_node_directory, GroupChange};
 use crate::item_groups::{self, ItemGroups};
 use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
