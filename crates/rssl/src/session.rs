@@ -641,6 +641,12 @@ impl Session {
             .get(&m.stream_id)
             .and_then(|n| self.streams.get(n))
             .filter(|_| m.flags & request::HAS_BATCH == 0);
+        if let Some(why) = open.and_then(|s| reissue_mismatch(s, &key, private)) {
+            // As the SDK's providers answer: the stream is the item's, not another's.
+            let text = format!("item request rejected for stream id {}: {why}", m.stream_id);
+            self.refuse_item(out, to_node, m, code::USAGE_ERROR, &text);
+            return;
+        }
         let reissued = open.map(|s| (s.service_id, s.name.clone()));
         if let Some((id, name)) = &reissued {
             key.service_id = key.service_id.or(Some(*id));
@@ -1086,6 +1092,29 @@ impl Session {
 
 /// The view and batch a request's element list carries; a batch's names are taken up
 /// to one past `max_batch` (enough to refuse it, without copying the rest).
+/// Why a reissue on the open stream `open` cannot be taken as one: its key names another
+/// item or service, or it adds the private flag (both name another stream). A reissue
+/// may leave its key out; what it names must be the stream's.
+fn reissue_mismatch(open: &ItemStream, key: &MsgKey<'_>, private: bool) -> Option<String> {
+    if let Some(id) = key.service_id.filter(|&id| id != open.service_id) {
+        return Some(format!(
+            "the stream is open on service id {}, not {id}; a reissue cannot change its key",
+            open.service_id
+        ));
+    }
+    if let Some(name) = key.name.filter(|&n| n != open.name.as_slice()) {
+        return Some(format!(
+            "the stream is open for {:?}, not {:?}; a reissue cannot change its key",
+            String::from_utf8_lossy(&open.name),
+            String::from_utf8_lossy(name)
+        ));
+    }
+    if private && !open.private {
+        return Some("a reissue cannot make an open stream private".to_owned());
+    }
+    None
+}
+
 fn parse_request_payload(
     m: &Msg<'_>,
     view: &mut Option<Vec<i16>>,

@@ -937,3 +937,73 @@ fn a_providers_group_news_reaches_the_items_of_the_group() {
     s.on_client_message(&u, &mut to_node, &mut out);
     assert!(to_node.is_empty(), "{:?}", node_messages(&to_node));
 }
+
+/// The consumer's request on stream 5 (open for TRI.N): what it gets back, and what
+/// the session asked of the node.
+fn refused_reissue(s: &mut Session, request: &[u8]) -> ((u8, u8, String), Vec<String>) {
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(request, &mut to_node, &mut out);
+    assert_eq!(classes(&out), [(class::STATUS, 5)]);
+    let st = Msg::decode(&out[0]).unwrap().state.unwrap();
+    let text = String::from_utf8_lossy(st.text).into_owned();
+    ((st.stream, st.code, text), node_messages(&to_node))
+}
+
+#[test]
+fn a_reissue_naming_another_item_or_service_is_refused_and_ends_the_stream() {
+    for (what, request) in [
+        (
+            "another item",
+            item_request(5, request::STREAMING, Some(b"IBM.N"), &[]),
+        ),
+        ("another service", {
+            let mut on_service_2 = Vec::new();
+            let w = msg::MsgWriter::begin(
+                &mut on_service_2,
+                class::REQUEST,
+                domain::MARKET_PRICE,
+                5,
+                request::STREAMING,
+                dt::NO_DATA,
+            );
+            let key = MsgKey {
+                service_id: Some(2),
+                name: Some(b"TRI.N"),
+                name_type: Some(1),
+                ..MsgKey::default()
+            };
+            key.encode(&mut on_service_2);
+            w.end_header(&mut on_service_2);
+            on_service_2
+        }),
+        (
+            "a private stream",
+            item_request(
+                5,
+                request::STREAMING | request::PRIVATE_STREAM,
+                Some(b"TRI.N"),
+                &[],
+            ),
+        ),
+    ] {
+        let mut s = tri_open(&[]);
+        let ((state, code, text), sent) = refused_reissue(&mut s, &request);
+        assert_eq!((state, code), (stream::CLOSED, code::USAGE_ERROR), "{what}");
+        assert!(
+            text.starts_with("item request rejected for stream id 5"),
+            "{what}: {text}"
+        );
+        assert_eq!(
+            sent,
+            ["Close { stream_id: 1 }"],
+            "{what}: the node's stream ends"
+        );
+        assert_eq!(s.stream_count(), 0, "{what}");
+    }
+    // The same key, or none, is a reissue as before.
+    let mut s = tri_open(&[]);
+    let sent = reissue(&mut s, request::STREAMING, Some(b"TRI.N"), &[]);
+    assert_eq!(sent[0], "Close { stream_id: 1 }", "{sent:?}");
+    assert!(sent[1].contains("name: \"TRI.N\""), "{sent:?}");
+    assert_eq!(s.stream_count(), 1);
+}
