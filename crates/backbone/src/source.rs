@@ -431,6 +431,7 @@ impl Source {
             service,
             name: item,
             view: None,
+            refresh: true,
         })
         .encode(&mut self.to_core);
         core.on_frame(self.conn, &self.to_core, now);

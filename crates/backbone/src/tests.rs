@@ -212,6 +212,7 @@ impl World {
             service: "FEED",
             name: item,
             view: None,
+            refresh: true,
         })]);
         self.edges[edge].core.on_frame(conn, &f, self.now);
         self.settle();
@@ -468,6 +469,7 @@ fn a_subscriber_joining_at_a_cache_off_edge_costs_the_ones_in_step_no_update() {
         service: "FEED",
         name: "SYM0",
         view: None,
+        refresh: true,
     })]);
     w.edges[edge].core.on_frame(b, &f, w.now);
     // The edge passes its core's request on; it is held here, not yet at the source.
@@ -958,6 +960,7 @@ fn a_large_watchlist_is_imaged_as_the_backbone_takes_it_never_past_the_hard_boun
             service: "FEED",
             name: &format!("SYM{i}"),
             view: None,
+            refresh: true,
         })]);
         w.edges[0].core.on_frame(a, &f, w.now);
     }

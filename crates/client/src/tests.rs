@@ -614,6 +614,7 @@ impl PubLab {
                 service: "FEED",
                 name,
                 view: None,
+                refresh: true,
             }),
         ] {
             m.encode(&mut frame).unwrap();

@@ -509,6 +509,7 @@ fn push_request(
         service,
         name: &watch.name,
         view: view.map(View::Fids),
+        refresh: true,
     }))?;
     Ok(())
 }

@@ -73,6 +73,7 @@ fn setup(cache: bool, subscriber: bool, watched: u32) -> Setup {
                 service: "FEED",
                 name: &name,
                 view: None,
+                refresh: true,
             })]);
             node.on_frame(s, &f, now);
             // Read as it goes: 100,000 images at once would pass the output bound.

@@ -1489,6 +1489,10 @@ impl Node {
             fids.dedup();
             fids.into_boxed_slice()
         });
+        if !req.refresh {
+            self.change_view_in_place(conn, req, view);
+            return;
+        }
         // A request on an open stream re-issues it (a new view, a fresh image).
         self.unsubscribe(conn, sid);
         let svc = match self.admit_stream(conn, req.service, "request") {
@@ -1605,6 +1609,7 @@ impl Node {
                 service: &svc_name,
                 name: &name,
                 view: None,
+                refresh: true,
             }),
         );
     }
@@ -1616,6 +1621,43 @@ impl Node {
         item.journaled =
             self.cfg.journal_updates && self.cfg.journal.takes(&self.services[svc].name);
         self.items.insert(item)
+    }
+
+    /// A request without a refresh: the stream open for this item takes the new view
+    /// where it stands, so an image still arriving and the updates that follow are cut
+    /// to it; nothing else changes and no image is sent. On a stream not open for this
+    /// item there is nothing to change: the stream is closed with the reason.
+    fn change_view_in_place(&mut self, conn: ConnId, req: &Request<'_>, view: Option<Box<[i16]>>) {
+        let sid = req.stream_id;
+        let at = self
+            .conns
+            .get(conn)
+            .and_then(|c| c.as_ref())
+            .and_then(|c| c.sub_streams.get(&sid))
+            .copied();
+        let entry = at.and_then(|at| {
+            let item = self.items.get_mut(at.item)?;
+            let same = &*item.name == req.name
+                && self.services.get(item.service).map(|s| &*s.name) == Some(req.service);
+            same.then(|| item.subs.get_mut(at.slot as usize)).flatten()
+        });
+        if let Some(entry) = entry {
+            entry.view = view;
+            return;
+        }
+        self.unsubscribe(conn, sid);
+        let text = format!(
+            "stream {sid} is not open for item {:?} of service {:?}: a request without a \
+             refresh only changes an open stream",
+            req.name, req.service
+        );
+        self.send(
+            conn,
+            &Message::Status(Status {
+                stream_id: sid,
+                state: State::closed(code::NOT_FOUND, &text),
+            }),
+        );
     }
 
     fn attach(&mut self, h: ItemHandle, entry: SubEntry) {

@@ -86,6 +86,7 @@ fn allocations_per_update(cache: bool) -> (u64, u64) {
                 service: "FEED",
                 name,
                 view: (k == 2).then_some(View::Fids(&view)),
+                refresh: true,
             })]);
             node.on_frame(s, &f, now);
         }

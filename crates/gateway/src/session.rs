@@ -954,6 +954,14 @@ impl Session {
                     return;
                 }
                 let name = name.clone();
+                // `"Refresh": false` on an open ID changes its view where it stands.
+                let refresh = obj.get("Refresh").and_then(Json::as_bool).unwrap_or(true);
+                if !refresh
+                    && replay.is_none()
+                    && self.change_in_place(id, &service, &name, view.as_deref(), to_node)
+                {
+                    return;
+                }
                 self.open_item(
                     id,
                     &service,
@@ -1019,6 +1027,40 @@ impl Session {
         }
     }
 
+    /// A request without a refresh on the open ID `json_id`: the node's stream takes
+    /// `view` where it stands (docs/PROTOCOL.md 6.8), no image comes. False when the ID
+    /// is not open (such a request opens the stream, with its image, as any other).
+    fn change_in_place(
+        &mut self,
+        json_id: i64,
+        service: &str,
+        name: &str,
+        view: Option<&[i16]>,
+        to_node: &mut Vec<u8>,
+    ) -> bool {
+        let Some(&sid) = self.by_json.get(&json_id) else {
+            return false;
+        };
+        let Some(s) = self.streams.get_mut(&sid) else {
+            return false;
+        };
+        let request = Message::Request(Request {
+            stream_id: sid,
+            streaming: s.streaming,
+            service,
+            name,
+            view: view.map(View::Fids),
+            refresh: false,
+        });
+        if request.encode(to_node).is_err() {
+            return false;
+        }
+        s.view = view.map(Arc::from);
+        s.service = service.to_string();
+        s.name = name.to_string();
+        true
+    }
+
     /// The login's or the open directory's ID, if it is in `first..=last`: an item may
     /// not take it (a Close of the item would end the login).
     fn reserved_id_in(&self, first: i64, last: i64) -> Option<i64> {
@@ -1068,6 +1110,7 @@ impl Session {
                 service,
                 name,
                 view: view.as_deref().map(View::Fids),
+                refresh: true,
             }),
         };
         if let Err(e) = msg.encode(to_node) {
@@ -2115,5 +2158,50 @@ mod tests {
             "{got:?}"
         );
         assert!(s.streams.is_empty() && s.by_json.is_empty());
+    }
+
+    /// The requests the session sent the node: (stream id, view, refresh).
+    fn requests(bytes: &[u8]) -> Vec<(u32, Option<Vec<i16>>, bool)> {
+        tickwire_proto::MessageIter::new(bytes)
+            .filter_map(|m| match m.unwrap().message {
+                Message::Request(r) => Some((r.stream_id, r.view.map(|v| v.fids()), r.refresh)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn refresh_false_on_an_open_id_changes_its_view_in_place() {
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(
+            r#"{"ID":5,"Key":{"Name":"A"},"View":["BID"]}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let opened = requests(&to_node);
+        assert_eq!(opened.len(), 1);
+        let (sid, _, _) = opened[0];
+        to_node.clear();
+        answers(&mut out);
+        // The same stream, the new view, no refresh; nothing closed.
+        s.on_client_text(
+            r#"{"ID":5,"Key":{"Name":"A"},"View":["BID","ASK"],"Refresh":false}"#,
+            &mut to_node,
+            &mut out,
+        );
+        assert_eq!(requests(&to_node), [(sid, Some(vec![22, 25]), false)]);
+        assert_eq!(messages(&to_node), ["Request"]);
+        assert!(answers(&mut out).is_empty());
+        assert_eq!(s.streams[&sid].view.as_deref(), Some(&[22, 25][..]));
+        // On an ID not open, `"Refresh": false` opens it as any request, with its image.
+        to_node.clear();
+        s.on_client_text(
+            r#"{"ID":6,"Key":{"Name":"B"},"Refresh":false}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let opened = requests(&to_node);
+        assert!(matches!(&opened[..], [(_, None, true)]), "{opened:?}");
     }
 }

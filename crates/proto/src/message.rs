@@ -433,6 +433,10 @@ pub struct Request<'a> {
     pub name: &'a str,
     /// The fields wanted (`None`: all).
     pub view: Option<View<'a>>,
+    /// false: change an open stream of this item in place (its view, nothing else)
+    /// without a new image, as RWF's `NO_REFRESH` reissue does. On a stream that is not
+    /// open for this item it is refused with a closed status.
+    pub refresh: bool,
 }
 
 /// An item's image.
@@ -630,6 +634,7 @@ pub enum Message<'a> {
 
 const REQ_STREAMING: u8 = 1;
 const REQ_VIEW: u8 = 2;
+const REQ_NO_REFRESH: u8 = 4;
 const REF_COMPLETE: u8 = 1;
 const REF_SOLICITED: u8 = 2;
 const REF_CLEAR: u8 = 4;
@@ -798,7 +803,11 @@ impl<'a> Message<'a> {
             MessageType::Request => {
                 let stream_id = r.u32()?;
                 let flags = r.u8()?;
-                check_flags(flags, REQ_STREAMING | REQ_VIEW, "request flags")?;
+                check_flags(
+                    flags,
+                    REQ_STREAMING | REQ_VIEW | REQ_NO_REFRESH,
+                    "request flags",
+                )?;
                 let service = r.str16("service name")?;
                 let name = r.str16("item name")?;
                 let view = if flags & REQ_VIEW != 0 {
@@ -821,6 +830,7 @@ impl<'a> Message<'a> {
                     service,
                     name,
                     view,
+                    refresh: flags & REQ_NO_REFRESH == 0,
                 })
             }
             MessageType::Refresh => {
@@ -1012,6 +1022,9 @@ impl<'a> Message<'a> {
                 }
                 if m.view.is_some() {
                     flags |= REQ_VIEW;
+                }
+                if !m.refresh {
+                    flags |= REQ_NO_REFRESH;
                 }
                 out.push(flags);
                 put_str16(out, m.service, "service name")?;

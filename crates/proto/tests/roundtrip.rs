@@ -124,6 +124,7 @@ enum OMsg {
         service: String,
         name: String,
         view: Option<Vec<i16>>,
+        refresh: bool,
     },
     Refresh {
         stream_id: u32,
@@ -230,12 +231,14 @@ impl OMsg {
                 service,
                 name,
                 view,
+                refresh,
             } => Message::Request(Request {
                 stream_id: *stream_id,
                 streaming: *streaming,
                 service,
                 name,
                 view: view.as_deref().map(View::Fids),
+                refresh: *refresh,
             }),
             OMsg::Refresh {
                 stream_id,
@@ -663,15 +666,24 @@ fn message() -> impl Strategy<Value = OMsg> {
                 }
             ),
         vec(service(), 0..8).prop_map(OMsg::Directory),
-        (any::<u32>(), any::<bool>(), text(), text(), view()).prop_map(
-            |(stream_id, streaming, service, name, view)| OMsg::Request {
-                stream_id,
-                streaming,
-                service,
-                name,
-                view,
-            }
-        ),
+        (
+            any::<u32>(),
+            any::<bool>(),
+            text(),
+            text(),
+            view(),
+            any::<bool>()
+        )
+            .prop_map(|(stream_id, streaming, service, name, view, refresh)| {
+                OMsg::Request {
+                    stream_id,
+                    streaming,
+                    service,
+                    name,
+                    view,
+                    refresh,
+                }
+            }),
         refresh(fields(24).boxed()),
         update(fields(24).boxed()),
         (any::<u32>(), state()).prop_map(|(stream_id, state)| OMsg::Status { stream_id, state }),
@@ -1346,6 +1358,7 @@ fn too_long_values_are_encode_errors_and_leave_the_buffer() {
         service: "S",
         name: "N",
         view: Some(View::Fids(&fids)),
+        refresh: true,
     });
     assert!(req.encode(&mut out).is_err());
     assert_eq!(out, [42]);
@@ -1468,6 +1481,7 @@ fn invalid_values_are_refused() {
         service: "",
         name: "",
         view: None,
+        refresh: true,
     });
     let mut enc = Vec::new();
     req.encode(&mut enc).unwrap();

@@ -118,6 +118,7 @@ fn link_with_items() -> ProviderLink {
             service: "PROV",
             name: &name,
             view: None,
+            refresh: true,
         });
         link.on_node_message(&req, &mut to_node, &mut out);
         // The provider's refresh on its stream (5 on): the item's group.

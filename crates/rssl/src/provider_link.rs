@@ -699,6 +699,7 @@ mod tests {
             service: "PROV",
             name: "ITEM",
             view: None,
+            refresh: true,
         });
         link.on_node_message(&req, &mut to_node, &mut out);
         let r = Msg::decode(&out[2]).unwrap();
@@ -853,6 +854,7 @@ mod tests {
             service: "PROV",
             name,
             view: None,
+            refresh: true,
         });
         link.on_node_message(&req, &mut Vec::new(), out);
     }

@@ -119,9 +119,8 @@ struct ItemStream {
     /// Paused by the consumer (`PAUSE`): its updates are not sent until a reissue
     /// without it resumes the stream.
     paused: bool,
-    /// Reissued with `NO_REFRESH` and a new view: the node's refresh of the new
-    /// stream is not passed on.
-    skip_refresh: bool,
+    /// The view the node's stream has (`None`: every field).
+    view: Option<Vec<i16>>,
 }
 
 /// What an item request asks of each item it opens (a batch names several items).
@@ -132,7 +131,6 @@ struct ItemRequest<'a> {
     private: bool,
     view: Option<&'a [i16]>,
     paused: bool,
-    skip_refresh: bool,
 }
 
 /// A service as the session numbers it.
@@ -709,19 +707,11 @@ impl Session {
                 return;
             }
         }
-        // A reissue that wants no refresh and names no view changes only its pause
-        // (the stream keeps its view: a pause or resume is not a request for every
-        // field); with a new view, the node's stream is replaced and its refresh is not
-        // passed on.
-        let no_refresh = reissued.is_some() && m.flags & request::NO_REFRESH != 0;
-        if no_refresh && view.is_none() {
-            if let Some(s) = self
-                .by_rssl
-                .get(&m.stream_id)
-                .and_then(|n| self.streams.get_mut(n))
-            {
-                s.paused = paused;
-            }
+        // A reissue that wants no refresh changes the stream where it stands: its pause,
+        // and its view (RWF: without `HAS_VIEW`, every field), which the node changes
+        // in place; no image comes.
+        if reissued.is_some() && m.flags & request::NO_REFRESH != 0 {
+            self.change_in_place(m.stream_id, &service_name, view, paused, to_node);
             return;
         }
         let item_req = ItemRequest {
@@ -731,7 +721,6 @@ impl Session {
             private,
             view: view.as_deref(),
             paused,
-            skip_refresh: no_refresh,
         };
         if m.flags & request::HAS_BATCH != 0 {
             if batch.len() > self.cfg.max_batch {
@@ -788,6 +777,7 @@ impl Session {
             service: req.service,
             name: &name_text,
             view: req.view.map(View::Fids),
+            refresh: true,
         });
         if request.encode(to_node).is_err() {
             return;
@@ -802,9 +792,43 @@ impl Session {
                 streaming: req.streaming,
                 private: req.private,
                 paused: req.paused,
-                skip_refresh: req.skip_refresh,
+                view: req.view.map(<[i16]>::to_vec),
             },
         );
+    }
+
+    /// A `NO_REFRESH` reissue on the open stream `rssl`: its pause is taken, and a view
+    /// other than the stream's is sent to the node as a request without a refresh.
+    fn change_in_place(
+        &mut self,
+        rssl: i32,
+        service: &str,
+        view: Option<Vec<i16>>,
+        paused: bool,
+        to_node: &mut Vec<u8>,
+    ) {
+        let Some(&native) = self.by_rssl.get(&rssl) else {
+            return;
+        };
+        let Some(s) = self.streams.get_mut(&native) else {
+            return;
+        };
+        s.paused = paused;
+        if s.view == view {
+            return;
+        }
+        let name = String::from_utf8_lossy(&s.name);
+        let request = Message::Request(Request {
+            stream_id: native,
+            streaming: s.streaming,
+            service,
+            name: &name,
+            view: view.as_deref().map(View::Fids),
+            refresh: false,
+        });
+        if request.encode(to_node).is_ok() {
+            s.view = view;
+        }
     }
 
     fn on_close(&mut self, rssl: i32, to_node: &mut Vec<u8>) {
@@ -917,16 +941,6 @@ impl Session {
                     return;
                 };
                 let st = rwf_stream_state(r.state.stream, s.streaming);
-                if s.skip_refresh && st == stream::OPEN {
-                    s.skip_refresh = !r.complete;
-                    return;
-                }
-                if s.skip_refresh {
-                    // The stream ends (closed, or to be recovered): the consumer must
-                    // hear it, as a status, not as the image it said it did not want.
-                    self.item_status(r.stream_id, &r.state, out);
-                    return;
-                }
                 let mut flags = 0;
                 if r.solicited {
                     flags |= refresh::SOLICITED;

@@ -339,6 +339,7 @@ impl Tree {
                 service: "FEED",
                 name,
                 view: None,
+                refresh: true,
             })],
             self.now,
         );

@@ -758,6 +758,7 @@ pub(crate) fn request<'a>(stream_id: u32, service: &'a str, name: &'a str) -> Me
         service,
         name,
         view: None,
+        refresh: true,
     })
 }
 

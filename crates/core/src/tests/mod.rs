@@ -311,6 +311,23 @@ impl Harness {
                 service,
                 name,
                 view: view.map(View::Fids),
+                refresh: true,
+            })],
+        );
+    }
+
+    /// A request without a refresh on `sid` (for FEED's `name`): the open stream's view
+    /// changes in place.
+    fn change_view(&mut self, c: ConnId, sid: u32, name: &str, view: Option<&[i16]>) {
+        self.send(
+            c,
+            &[Message::Request(Request {
+                stream_id: sid,
+                streaming: true,
+                service: "FEED",
+                name,
+                view: view.map(View::Fids),
+                refresh: false,
             })],
         );
     }
@@ -800,6 +817,87 @@ fn view_filters_refresh_and_updates() {
             fields: vec![(25, s("100.10"))]
         }]
     );
+}
+
+#[test]
+fn a_request_without_a_refresh_changes_the_view_in_place_and_sends_no_image() {
+    let img = bid_ask(10000, 10010);
+    let (mut h, p) = node_with_item(true, "SYM0", &img);
+    let sub = h.login(Role::Subscriber);
+    h.recv(sub);
+    h.request(sub, 1, "FEED", "SYM0", true, Some(&[25]));
+    assert_eq!(h.recv(sub).len(), 1, "the image of the first view");
+    h.change_view(sub, 1, "SYM0", Some(&[22]));
+    assert!(
+        h.recv(sub).is_empty(),
+        "no image for a view changed in place"
+    );
+    h.send(p, &[update(1, 2, &img)]);
+    assert_eq!(
+        h.recv(sub),
+        [Got::Update {
+            sid: 1,
+            seq: 2,
+            fields: vec![(22, s("100.00"))]
+        }]
+    );
+    // No view: every field again, on the same stream.
+    h.change_view(sub, 1, "SYM0", None);
+    h.send(p, &[update(1, 3, &img)]);
+    assert_eq!(
+        h.recv(sub),
+        [Got::Update {
+            sid: 1,
+            seq: 3,
+            fields: vec![(22, s("100.00")), (25, s("100.10"))]
+        }]
+    );
+}
+
+#[test]
+fn a_view_changed_while_the_image_is_awaited_cuts_the_image_that_comes() {
+    let mut h = Harness::new(false);
+    let img = bid_ask(10000, 10010);
+    let p = h.publisher_of(7, "SYM0", &img);
+    let sub = h.login(Role::Subscriber);
+    h.recv(sub);
+    h.request(sub, 1, "FEED", "SYM0", true, None);
+    assert_eq!(h.recv(p).len(), 1, "the publisher is asked for the image");
+    h.change_view(sub, 1, "SYM0", Some(&[25]));
+    assert!(h.recv(p).is_empty(), "nothing more asked of the publisher");
+    h.send(p, &[refresh(7, 2, "SYM0", &img, true)]);
+    let got = h.recv(sub);
+    assert!(
+        matches!(&got[..], [Got::Refresh { sid: 1, solicited: true, fields, .. }]
+            if fields == &vec![(25, s("100.10"))]),
+        "the awaited image, in the new view: {got:?}"
+    );
+}
+
+#[test]
+fn a_request_without_a_refresh_on_a_stream_not_open_for_the_item_is_closed() {
+    let img = bid_ask(10000, 10010);
+    let (mut h, p) = node_with_item(true, "SYM0", &img);
+    let sub = h.watcher_of(1, "SYM0");
+    // Not open at all.
+    h.change_view(sub, 2, "SYM0", Some(&[22]));
+    assert!(
+        only_status(
+            &h.recv(sub),
+            code::NOT_FOUND,
+            "stream 2 is not open for item \"SYM0\""
+        ),
+        "a stream that is not open"
+    );
+    // Open for another item: the stream ends.
+    h.change_view(sub, 1, "SYM1", Some(&[22]));
+    assert!(only_status(
+        &h.recv(sub),
+        code::NOT_FOUND,
+        "only changes an open stream"
+    ));
+    h.send(p, &[update(1, 2, &img)]);
+    assert!(h.recv(sub).is_empty(), "stream 1 is closed");
 }
 
 #[test]

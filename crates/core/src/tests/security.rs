@@ -84,6 +84,7 @@ fn a_login_waits_for_its_secret_and_keeps_what_came_meanwhile() {
                 service: "FEED",
                 name: "SYM0",
                 view: None,
+                refresh: true,
             }),
         ],
     );

@@ -794,71 +794,55 @@ fn a_paused_stream_gets_no_updates_until_a_reissue_resumes_it_with_a_refresh() {
 }
 
 #[test]
-fn a_reissue_with_a_new_view_and_no_refresh_changes_the_view_without_an_image() {
+fn a_reissue_with_a_new_view_and_no_refresh_changes_the_nodes_stream_in_place() {
     let mut s = tri_open(&[22]);
-    // A new view, no refresh wanted: the node's stream is replaced with the new view,
-    // and its refresh is kept from the consumer; the updates come.
+    // A new view, no refresh wanted: the node's stream 1 takes the view where it stands
+    // (its image, posts and sequence go on); no image comes.
     let flags = request::STREAMING | request::NO_REFRESH;
     let sent = reissue(&mut s, flags, Some(b"TRI.N"), &[22, 25]);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(
+        sent[0].contains("stream_id: 1,") && sent[0].contains("[0, 22, 0, 25]"),
+        "{sent:?}"
+    );
+    assert!(sent[0].contains("refresh: false"), "{sent:?}");
+    // The same view again changes nothing.
+    assert!(reissue(&mut s, flags, Some(b"TRI.N"), &[22, 25]).is_empty());
+    // A reissue without NO_REFRESH gets its image on a new node stream, as before.
+    let sent = reissue(&mut s, request::STREAMING, Some(b"TRI.N"), &[22]);
     assert_eq!(sent[0], "Close { stream_id: 1 }", "{sent:?}");
-    assert!(sent[1].contains("[0, 22, 0, 25]"), "{sent:?}");
-    assert_eq!(passed_on(&mut s, 2), [(class::UPDATE, 5)]);
-    // A reissue without NO_REFRESH gets its image as before.
-    reissue(&mut s, request::STREAMING, Some(b"TRI.N"), &[22]);
+    assert!(sent[1].contains("refresh: true"), "{sent:?}");
     assert_eq!(
-        passed_on(&mut s, 3),
+        passed_on(&mut s, 2),
         [(class::REFRESH, 5), (class::UPDATE, 5)]
     );
 }
 
 #[test]
-fn a_pause_without_a_view_keeps_the_streams_view() {
+fn a_pause_without_a_view_asks_for_every_field_as_rwf_says() {
+    // RWF: a request without HAS_VIEW discards the stream's view, NO_REFRESH or not.
     let mut s = tri_open(&[22]);
     let pause = request::STREAMING | request::PAUSE | request::NO_REFRESH;
+    let sent = reissue(&mut s, pause, None, &[]);
+    assert_eq!(sent.len(), 1, "{sent:?}");
     assert!(
-        reissue(&mut s, pause, None, &[]).is_empty(),
-        "the view's stream stays"
+        sent[0].contains("stream_id: 1,") && sent[0].contains("view: None"),
+        "{sent:?}"
     );
+    assert!(sent[0].contains("refresh: false"), "{sent:?}");
     assert_eq!(
         passed_on(&mut s, 1),
         [(class::REFRESH, 5)],
         "no update while paused"
     );
-    // Resumed without a refresh: the same stream, updates again.
+    // Resumed without a refresh: the stream has no view, so nothing goes to the node.
     let resume = request::STREAMING | request::NO_REFRESH;
     assert!(reissue(&mut s, resume, None, &[]).is_empty());
     assert_eq!(
         passed_on(&mut s, 1),
         [(class::REFRESH, 5), (class::UPDATE, 5)]
     );
-}
-
-#[test]
-fn a_stream_that_closes_while_its_image_is_held_back_closes_at_the_consumer() {
-    let mut s = tri_open(&[22]);
-    let flags = request::STREAMING | request::NO_REFRESH;
-    reissue(&mut s, flags, Some(b"TRI.N"), &[22, 25]);
-    // The node's new stream ends in its refresh: closed, not entitled (say).
-    let mut node = Vec::new();
-    Message::Refresh(Refresh {
-        stream_id: 2,
-        seq: 1,
-        complete: true,
-        solicited: true,
-        clear_cache: true,
-        state: State::closed(tickwire_proto::message::code::NOT_ENTITLED, "no"),
-        service: "FEED",
-        name: "TRI.N",
-        fields: no_fields(),
-    })
-    .encode(&mut node)
-    .unwrap();
-    let mut out = Vec::new();
-    deliver(&mut s, &node, &mut out);
-    assert_eq!(classes(&out), [(class::STATUS, 5)]);
-    let st = Msg::decode(&out[0]).unwrap().state.unwrap();
-    assert_eq!(st.stream, stream::CLOSED);
-    assert_eq!(s.stream_count(), 0);
+    assert_eq!(s.stream_count(), 1);
 }
 
 #[test]

@@ -118,6 +118,7 @@ fn as_provider(data: &[u8], now: Instant) {
                             service,
                             name,
                             view: None,
+                            refresh: true,
                         });
                         link.on_node_message(&request, &mut to_node, &mut ch);
                     }
