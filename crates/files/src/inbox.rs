@@ -100,6 +100,9 @@ pub struct Inbox {
     counts: InboxCounts,
     /// Partial files whose manifest (and map) are on disk.
     saved: HashSet<u64>,
+    /// Directory syncs fail (an unwritable disk, which a test cannot make).
+    #[cfg(test)]
+    pub(crate) fail_dir_syncs: bool,
 }
 
 /// A partial file's path, or its map's or manifest's (`ext`).
@@ -129,6 +132,8 @@ impl Inbox {
             pending: Vec::new(),
             counts: InboxCounts::default(),
             saved: HashSet::new(),
+            #[cfg(test)]
+            fail_dir_syncs: false,
         })
     }
 
@@ -236,6 +241,10 @@ impl Inbox {
 
     fn sync_dir(&mut self, dir: &Path) -> io::Result<()> {
         self.counts.syncs += 1;
+        #[cfg(test)]
+        if self.fail_dir_syncs {
+            return Err(io::Error::other("a directory sync failed (test)"));
+        }
         File::open(dir)?.sync_all()
     }
 
@@ -254,42 +263,42 @@ impl Inbox {
 
     /// Commits every file waiting for its sync (`always`, `batch`): syncs them, renames
     /// them, syncs each directory once. Returns each transfer's result, for
-    /// `Receiver::handle_committed`.
+    /// `Receiver::handle_committed`. A directory that cannot be synced fails the files
+    /// renamed into it, and they are taken out of it again: a file the site says it
+    /// does not have is not left visible (it comes again when the site retries).
     pub fn flush(&mut self) -> Vec<(u64, io::Result<()>)> {
         let pending = std::mem::take(&mut self.pending);
         let mut results = Vec::with_capacity(pending.len());
-        let mut dirs: Vec<PathBuf> = Vec::new();
-        let mut installed = Vec::new();
+        // Each directory renamed into, with the files renamed there.
+        let mut dirs: Vec<(PathBuf, Vec<(u64, PathBuf)>)> = Vec::new();
         for m in pending {
             let synced = self.file(m.transfer).and_then(|f| f.sync_all());
             self.counts.syncs += 1;
             match synced.and_then(|()| self.install(&m)) {
                 Ok(to) => {
-                    if let Some(parent) = to.parent() {
-                        if !dirs.iter().any(|d| d == parent) {
-                            dirs.push(parent.to_path_buf());
-                        }
+                    let parent = to.parent().unwrap_or(&self.dir).to_path_buf();
+                    match dirs.iter_mut().find(|(d, _)| *d == parent) {
+                        Some((_, files)) => files.push((m.transfer, to)),
+                        None => dirs.push((parent, vec![(m.transfer, to)])),
                     }
-                    installed.push(m.transfer);
                 }
                 Err(e) => results.push((m.transfer, Err(e))),
             }
         }
-        let mut dir_error = None;
-        for d in dirs {
-            if let Err(e) = self.sync_dir(&d) {
-                dir_error = Some(e);
+        for (dir, files) in dirs {
+            match self.sync_dir(&dir) {
+                Ok(()) => results.extend(files.into_iter().map(|(t, _)| (t, Ok(())))),
+                Err(e) => {
+                    for (t, path) in files {
+                        let _ = fs::remove_file(&path);
+                        let why = format!(
+                            "cannot sync the inbox directory {}: {e}; the file was taken out",
+                            dir.display()
+                        );
+                        results.push((t, Err(io::Error::new(e.kind(), why))));
+                    }
+                }
             }
-        }
-        for t in installed {
-            let r = match &dir_error {
-                None => Ok(()),
-                Some(e) => Err(io::Error::new(
-                    e.kind(),
-                    format!("cannot sync the inbox: {e}"),
-                )),
-            };
-            results.push((t, r));
         }
         results
     }
@@ -386,5 +395,64 @@ impl Store for Inbox {
         for ext in ["part", "map", "manifest", "map.tmp"] {
             let _ = fs::remove_file(self.path(transfer, ext));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(transfer: u64, name: &str) -> Manifest {
+        Manifest {
+            transfer,
+            sender: "src".into(),
+            service: "FILES".into(),
+            name: name.into(),
+            size: 3,
+            chunk_size: 4096,
+            sha256: [0; 32],
+            expires_ms: 1,
+            open: false,
+            targets: Vec::new(),
+        }
+    }
+
+    /// An inbox under `fsync` with files `names` written whole and waiting for their sync.
+    fn committed(dir: &Path, names: &[&str]) -> Inbox {
+        let mut inbox = Inbox::new(dir, Fsync::Always).unwrap();
+        for (i, name) in names.iter().enumerate() {
+            let m = manifest(i as u64 + 1, name);
+            assert_eq!(inbox.open(&m).unwrap(), None);
+            inbox.write(m.transfer, 0, b"abc").unwrap();
+            assert!(!inbox.commit(&m).unwrap(), "waits for the sync");
+        }
+        inbox
+    }
+
+    #[test]
+    fn files_a_directory_sync_fails_for_are_failed_and_not_left_visible() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("sub")).unwrap();
+        let mut inbox = committed(dir.path(), &["a.csv", "sub/b.csv"]);
+        inbox.fail_dir_syncs = true;
+        let results = inbox.flush();
+        assert_eq!(results.len(), 2);
+        for (t, r) in results {
+            let e = r.expect_err("a directory that cannot be synced fails its files");
+            assert!(e.to_string().contains("the file was taken out"), "{t}: {e}");
+        }
+        assert!(!dir.path().join("a.csv").exists(), "not left visible");
+        assert!(!dir.path().join("sub/b.csv").exists(), "not left visible");
+    }
+
+    #[test]
+    fn files_whose_directory_syncs_are_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut inbox = committed(dir.path(), &["a.csv", "b.csv"]);
+        let results = inbox.flush();
+        assert!(results.iter().all(|(_, r)| r.is_ok()), "{results:?}");
+        assert_eq!(fs::read(dir.path().join("b.csv")).unwrap(), b"abc");
+        // One sync per file and one for the directory they share.
+        assert_eq!(inbox.counts().syncs, 3);
     }
 }
