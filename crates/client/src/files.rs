@@ -296,13 +296,17 @@ pub fn status(
                 "waiting for the node's files report".into(),
             ));
         };
-        let Ok(FilesMessage::Report {
-            request: r,
-            last,
-            entries,
-        }) = FilesMessage::decode(&body)
-        else {
-            continue;
+        let (r, last, entries) = match FilesMessage::decode(&body) {
+            Ok(FilesMessage::Report {
+                request: r,
+                last,
+                entries,
+            }) => (r, last, entries),
+            // The node will not answer it (its files thread stopped or is behind).
+            Ok(FilesMessage::QueryRefused { request: r, reason }) if r == request => {
+                return Err(ClientError::Refused(reason.to_owned()));
+            }
+            _ => continue,
         };
         if r != request {
             continue;

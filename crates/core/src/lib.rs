@@ -1107,8 +1107,7 @@ impl Node {
             }
             (ConnRole::Subscriber, Message::Request(req)) => self.on_subscriber_request(conn, req),
             (ConnRole::Subscriber, Message::Close { stream_id }) => {
-                self.unsubscribe(conn, *stream_id);
-                self.replay_stream_closed(conn, *stream_id);
+                self.end_stream(conn, *stream_id)
             }
             (ConnRole::Subscriber, Message::Replay(r)) => self.on_subscriber_replay(conn, r),
             (ConnRole::Subscriber | ConnRole::Publisher, Message::Files(body)) => {
@@ -1493,8 +1492,9 @@ impl Node {
             self.change_view_in_place(conn, req, view);
             return;
         }
-        // A request on an open stream re-issues it (a new view, a fresh image).
-        self.unsubscribe(conn, sid);
+        // A request on an open stream (or one replaying) re-issues it (a new view, a
+        // fresh image).
+        self.end_stream(conn, sid);
         let svc = match self.admit_stream(conn, req.service, "request") {
             Ok(svc) => svc,
             Err((c, text)) => {
@@ -1645,9 +1645,11 @@ impl Node {
             entry.view = view;
             return;
         }
-        self.unsubscribe(conn, sid);
+        // Not open (a replay still reading its history is not yet), or open for
+        // another item: it ends, whatever it was.
+        self.end_stream(conn, sid);
         let text = format!(
-            "stream {sid} is not open for item {:?} of service {:?}: a request without a \
+            "the stream is not open for item {:?} of service {:?}: a request without a \
              refresh only changes an open stream",
             req.name, req.service
         );
@@ -1670,6 +1672,12 @@ impl Node {
         if let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
             c.sub_streams.insert(sid, StreamRef { item: h, slot });
         }
+    }
+
+    /// Ends a subscriber stream, open or replaying its item's history.
+    fn end_stream(&mut self, conn: ConnId, sid: u32) {
+        self.unsubscribe(conn, sid);
+        self.replay_stream_closed(conn, sid);
     }
 
     /// Removes one subscriber stream (if open) from its item in O(1), releasing the

@@ -145,8 +145,7 @@ impl Node {
         }
         self.stats.requests += 1;
         // A replay on an open stream (or one replaying) starts it again.
-        self.unsubscribe(conn, sid);
-        self.cancel_replays(|p| p.conn == conn && p.stream == sid);
+        self.end_stream(conn, sid);
         match self.start_replay(conn, r) {
             Ok(()) => {}
             Err((c, text)) => self.send(

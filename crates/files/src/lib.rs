@@ -43,7 +43,7 @@ pub use audit::HubEvent;
 pub use chunk_map::ChunkMap;
 pub use hub::{Hub, HubConfig, HubStats, Output, Peer, Rights};
 pub use manifest::Manifest;
-pub use query_pace::QUERY_GAP;
+pub use query_pace::{QUERY_GAP, WAITING_MAX as QUERIES_WAITING_MAX};
 pub use receiver::{Receiver, ReceiverConfig, ReceiverEvent, ReceiverStats, Store, HASH_READ_BACK};
 pub use sender::{
     ChunkSource, Delivery, NewFile, QueueError, Sender, SenderConfig, SenderEvent, SenderStats,

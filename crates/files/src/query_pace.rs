@@ -15,7 +15,7 @@ pub const QUERY_GAP: Duration = Duration::from_millis(250);
 
 /// Queries of one connection waiting at most; an older one beyond is dropped (its
 /// client asked again).
-pub(crate) const WAITING_MAX: usize = 8;
+pub const WAITING_MAX: usize = 8;
 
 #[derive(Default)]
 pub(crate) struct QueryPace {

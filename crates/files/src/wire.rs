@@ -45,6 +45,7 @@ const KIND_PUT_DATA: u8 = 17;
 const KIND_PUT_ANSWER: u8 = 18;
 const KIND_QUERY: u8 = 19;
 const KIND_REPORT: u8 = 20;
+const KIND_QUERY_REFUSED: u8 = 21;
 
 /// Offer flag: every site that takes the service may receive the file, not only
 /// those named.
@@ -135,6 +136,18 @@ pub fn transfer_of(buf: &[u8]) -> Option<u64> {
     match buf {
         [MAGIC, VERSION, KIND_OFFER | KIND_CHUNK | KIND_STATUS | KIND_CANCEL, rest @ ..] => {
             rest.first_chunk::<8>().map(|b| u64::from_be_bytes(*b))
+        }
+        _ => None,
+    }
+}
+
+/// A report's request and whether it is the last part, read from its first bytes
+/// (its entries not decoded): for following which queries are answered.
+pub fn report_head(buf: &[u8]) -> Option<(u32, bool)> {
+    match buf {
+        [MAGIC, VERSION, KIND_REPORT, rest @ ..] => {
+            let request = u32::from_be_bytes(*rest.first_chunk::<4>()?);
+            Some((request, *rest.get(4)? == 1))
         }
         _ => None,
     }
@@ -327,6 +340,14 @@ pub enum FilesMessage<'a> {
         /// One per file and site.
         entries: Vec<ReportEntry<'a>>,
     },
+    /// Node to client: the query will get no report (the node's files thread is not
+    /// running, is behind, or stopped before it answered), and why.
+    QueryRefused {
+        /// The query's number.
+        request: u32,
+        /// Why, for the user.
+        reason: &'a str,
+    },
 }
 
 /// Bytes of an upload a client may send after its `Put` without waiting for the
@@ -488,6 +509,11 @@ impl<'a> FilesMessage<'a> {
             FilesMessage::Query { request } => {
                 header(out, KIND_QUERY);
                 put_u32(out, *request);
+            }
+            FilesMessage::QueryRefused { request, reason } => {
+                header(out, KIND_QUERY_REFUSED);
+                put_u32(out, *request);
+                put_reason(out, reason)?;
             }
             FilesMessage::Report {
                 request,
@@ -655,6 +681,10 @@ impl<'a> FilesMessage<'a> {
                 reason: reason(&mut r)?,
             }),
             KIND_QUERY => FilesMessage::Query { request: r.u32()? },
+            KIND_QUERY_REFUSED => FilesMessage::QueryRefused {
+                request: r.u32()?,
+                reason: reason(&mut r)?,
+            },
             KIND_REPORT => {
                 let request = r.u32()?;
                 let last = match r.u8()? {
@@ -787,6 +817,25 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn a_reports_head_is_read_without_its_entries() {
+        let mut b = Vec::new();
+        for (request, last) in [(4, true), (70_000, false)] {
+            b.clear();
+            let report = FilesMessage::Report {
+                request,
+                last,
+                entries: vec![],
+            };
+            report.encode(&mut b).unwrap();
+            assert_eq!(report_head(&b), Some((request, last)));
+            assert_eq!(report_head(&b[..7]), None, "cut short");
+        }
+        b.clear();
+        FilesMessage::Query { request: 4 }.encode(&mut b).unwrap();
+        assert_eq!(report_head(&b), None, "not a report");
+    }
+
     fn round_trip(m: &FilesMessage) {
         let mut buf = Vec::new();
         m.encode(&mut buf).expect("encode");
@@ -873,6 +922,10 @@ mod tests {
             reason: "the send queue is full",
         }));
         round_trip(&FilesMessage::Query { request: 4 });
+        round_trip(&FilesMessage::QueryRefused {
+            request: 4,
+            reason: "the node's files thread is behind",
+        });
         round_trip(&FilesMessage::Report {
             request: 4,
             last: true,

@@ -1027,9 +1027,10 @@ impl Session {
         }
     }
 
-    /// A request without a refresh on the open ID `json_id`: the node's stream takes
-    /// `view` where it stands (docs/PROTOCOL.md 6.8), no image comes. False when the ID
-    /// is not open (such a request opens the stream, with its image, as any other).
+    /// A request without a refresh on the open ID `json_id` of the same item: the node's
+    /// stream takes `view` where it stands (docs/PROTOCOL.md 6.8), no image comes. False
+    /// when the ID is not open for that item (such a request opens the stream, with its
+    /// image, as any other).
     fn change_in_place(
         &mut self,
         json_id: i64,
@@ -1041,7 +1042,13 @@ impl Session {
         let Some(&sid) = self.by_json.get(&json_id) else {
             return false;
         };
-        let Some(s) = self.streams.get_mut(&sid) else {
+        // Another item on the ID is a request for it, with its image, as without
+        // `"Refresh": false`.
+        let Some(s) = self
+            .streams
+            .get_mut(&sid)
+            .filter(|s| s.service == service && s.name == name)
+        else {
             return false;
         };
         let request = Message::Request(Request {
@@ -1056,8 +1063,6 @@ impl Session {
             return false;
         }
         s.view = view.map(Arc::from);
-        s.service = service.to_string();
-        s.name = name.to_string();
         true
     }
 
@@ -2203,5 +2208,14 @@ mod tests {
         );
         let opened = requests(&to_node);
         assert!(matches!(&opened[..], [(_, None, true)]), "{opened:?}");
+        // Another item on an open ID is a request for it, with its image.
+        to_node.clear();
+        s.on_client_text(
+            r#"{"ID":5,"Key":{"Name":"C"},"Refresh":false}"#,
+            &mut to_node,
+            &mut out,
+        );
+        assert_eq!(requests(&to_node), [(sid, None, true)]);
+        assert_eq!(s.streams[&sid].name, "C");
     }
 }

@@ -220,7 +220,7 @@ enum Input {
         naks: u64,
         datagrams: u64,
     },
-    /// Stops the thread as a defect would.
+    /// Stops the thread as a defect would, once it has sent what this turn made.
     #[cfg(test)]
     Panic,
 }
@@ -508,9 +508,12 @@ pub struct FilesThread {
     next_network_sample: Instant,
     /// Times the thread stopped (a panic) and was started again.
     pub restarts: u64,
-    /// Uploads handed to the thread and not answered `queued` or `refused` yet, by
-    /// connection and request: refused at once if the thread stops.
+    /// Uploads and queries handed to the thread and not answered yet, by connection
+    /// and request: refused if the thread stops.
     unanswered: Unanswered,
+    /// The thread stopped: what it left unanswered is refused once its last answers
+    /// (still in its queue to the loop) are out.
+    refuse_unanswered: bool,
     /// What starting the thread again needs, and when it may be tried.
     again: Again,
 }
@@ -771,6 +774,7 @@ impl FilesThread {
             next_network_sample: now,
             restarts: 0,
             unanswered: Unanswered::default(),
+            refuse_unanswered: false,
             again: Again {
                 cfg: cfg.clone(),
                 site: site.to_owned(),
@@ -928,9 +932,12 @@ impl FilesThread {
         backbone: Option<&mut tickwire_backbone::Backbone>,
     ) {
         if self.watch_thread(Instant::now()) {
-            for (conn, body) in self.unanswered.refuse_all() {
-                core.send_files(conn, &body, None);
-            }
+            self.refuse_unanswered = true;
+        }
+        if self.refuse_unanswered && self.input.is_some() {
+            // Started again before the stopped thread's queue was out: what was left in
+            // it went with it, and what is asked from now on is the new thread's.
+            self.refuse_all_unanswered(core);
         }
         // First, so that a change of framing or keys has the queue's room before peers'
         // messages take it.
@@ -968,7 +975,7 @@ impl FilesThread {
             }
             let rights = self.rights(core, m.conn, m.body.get(2).copied());
             let user = core.user_of(m.conn).unwrap_or("").to_owned();
-            let upload = self.unanswered.sent(m.conn, &m.body);
+            let asked = self.unanswered.sent(m.conn, &m.body);
             let stopped = self.input.is_none();
             let full = self.queue_full_for(Input::Message {
                 from: Peer::Conn(m.conn),
@@ -979,10 +986,10 @@ impl FilesThread {
             if full {
                 self.dropped += 1;
             }
-            // An upload's start the thread never sees gets no answer from it.
-            if let Some(request) = upload.filter(|_| full || stopped) {
+            // An upload's start or a query the thread never sees gets no answer from it.
+            if let Some(asked) = asked.filter(|_| full || stopped) {
                 let why = if stopped { THREAD_DOWN } else { THREAD_BEHIND };
-                let body = self.unanswered.refuse(m.conn, request, why);
+                let body = self.unanswered.refuse(m.conn, asked, why);
                 core.send_files(m.conn, &body, None);
             }
         }
@@ -1077,6 +1084,18 @@ impl FilesThread {
                 }
             }
         }
+        // After the stopped thread's last answers, so that no refusal overtakes one.
+        if self.refuse_unanswered && self.held.is_none() {
+            self.refuse_all_unanswered(core);
+        }
+    }
+
+    /// Refuses every upload and query the stopped thread left unanswered.
+    fn refuse_all_unanswered(&mut self, core: &mut Node) {
+        for (conn, body) in self.unanswered.refuse_all() {
+            core.send_files(conn, &body, None);
+        }
+        self.refuse_unanswered = false;
     }
 
     /// Tells the thread how to frame and seal for the backbone when that changed: at
@@ -1224,6 +1243,8 @@ const PRESENT: u8 = 4;
 /// The kind bytes of a client's Put and of the node's answer to it.
 const PUT: u8 = 16;
 const PUT_ANSWER: u8 = 18;
+/// The kind byte of a client's status query.
+const QUERY: u8 = 19;
 
 /// (user, site) pairs whose refusal is logged at most (each once).
 const SITES_REFUSED_TOLD: usize = 1000;
@@ -1409,6 +1430,8 @@ fn run(
         let now = Instant::now();
         let mut next = first;
         let mut taken = 0;
+        #[cfg(test)]
+        let mut panic_after_turn = false;
         while let Some(i) = next {
             match i {
                 Input::Message {
@@ -1461,7 +1484,7 @@ fn run(
                     hub.handle_network_counters(naks, datagrams, now)
                 }
                 #[cfg(test)]
-                Input::Panic => panic!("asked to by a test"),
+                Input::Panic => panic_after_turn = true,
             }
             taken += 1;
             // A disk that syncs slowly must not hold back the presences and statuses
@@ -1514,6 +1537,10 @@ fn run(
             if !more {
                 break;
             }
+        }
+        #[cfg(test)]
+        if panic_after_turn {
+            panic!("asked to by a test");
         }
         figures.publish(&hub);
         figures.publish_wire(&wire);
@@ -1658,6 +1685,23 @@ mod restart_tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    /// A files thread of the service FILES at `site`, its spool, inbox and outbox under
+    /// `dir`, with the poll its waker wakes.
+    fn started(dir: &std::path::Path, site: &str) -> (mio::Poll, FilesThread) {
+        let path = |d: &str| dir.join(d).to_str().unwrap().to_owned();
+        let cfg = FilesSection {
+            services: vec!["FILES".into()],
+            spool: path("spool"),
+            inbox: path("inbox"),
+            outbox: path("outbox"),
+            ..FilesSection::default()
+        };
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
+        let t = FilesThread::start(&cfg, site, 7, 1400, waker).unwrap();
+        (poll, t)
+    }
+
     /// Waits (bounded) until `done` holds, turning the watchdog at `now`.
     fn until(t: &mut FilesThread, now: Instant, done: impl Fn(&FilesThread) -> bool) {
         let give_up = Instant::now() + Duration::from_secs(20);
@@ -1674,17 +1718,7 @@ mod restart_tests {
     #[test]
     fn a_files_thread_that_panics_starts_again_from_its_spool_with_a_back_off() {
         let dir = tempfile::tempdir().unwrap();
-        let path = |d: &str| dir.path().join(d).to_str().unwrap().to_owned();
-        let cfg = FilesSection {
-            services: vec!["FILES".into()],
-            spool: path("spool"),
-            inbox: path("inbox"),
-            outbox: path("outbox"),
-            ..FilesSection::default()
-        };
-        let poll = mio::Poll::new().unwrap();
-        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
-        let mut t = FilesThread::start(&cfg, "source", 7, 1400, waker).unwrap();
+        let (_poll, mut t) = started(dir.path(), "source");
         // A file the outbox hands to the queue: the queue must outlive the thread.
         std::fs::write(dir.path().join("outbox/eod.csv"), b"a,b\n1,2\n").unwrap();
         let t0 = Instant::now();
@@ -1743,17 +1777,91 @@ mod restart_tests {
         assert!(t.is_running());
     }
 
+    /// The files messages a client of `core` was sent, in order, as (what, request).
+    fn files_answers(core: &mut tickwire_core::Node, conn: usize) -> Vec<(&'static str, u32)> {
+        use tickwire_files::wire::FilesMessage;
+        use tickwire_proto::{FrameReader, Message};
+        let mut bytes = Vec::new();
+        if let Some(out) = core.output(conn) {
+            out.take_all(&mut bytes);
+        }
+        let mut frames = FrameReader::new(1 << 20);
+        frames.extend(&bytes);
+        let mut got = Vec::new();
+        while let Some(frame) = frames.next_frame().unwrap() {
+            for m in tickwire_proto::MessageIter::new(frame) {
+                if let Message::Files(body) = m.unwrap().message {
+                    match FilesMessage::decode(body).unwrap() {
+                        FilesMessage::Report {
+                            request,
+                            last: true,
+                            ..
+                        } => got.push(("report", request)),
+                        FilesMessage::QueryRefused { request, .. } => {
+                            got.push(("refused", request))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn a_stopped_threads_last_answers_go_out_before_the_refusals_of_what_it_left() {
+        use tickwire_files::wire::FilesMessage;
+        use tickwire_proto::{Login, Message, Role};
+        let dir = tempfile::tempdir().unwrap();
+        let (_poll, mut t) = started(dir.path(), "source");
+        let now = Instant::now();
+        let core_cfg = tickwire_core::CoreConfig {
+            files: true,
+            ..tickwire_core::CoreConfig::default()
+        };
+        let mut core = tickwire_core::Node::new(core_cfg, now);
+        let conn = core.connect("client", now);
+        let login = Login {
+            version_min: 1,
+            version_max: 1,
+            role: Role::Subscriber,
+            application: "test",
+            user: "",
+            token: "",
+            slow_consumer: None,
+        };
+        core.on_message(conn, &Message::Login(login), now);
+        files_answers(&mut core, conn);
+        // Two queries: the first answered at once, the second waiting for the gap
+        // between a connection's answers; then the thread stops.
+        for request in [1, 2] {
+            let mut body = Vec::new();
+            FilesMessage::Query { request }.encode(&mut body).unwrap();
+            core.on_message(conn, &Message::Files(&body), now);
+        }
+        t.turn(&mut core, None, None);
+        t.submit(Input::Panic);
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while !t.thread.as_ref().is_some_and(|h| h.is_finished()) {
+            assert!(Instant::now() < give_up, "the files thread did not stop");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // The stop is seen with the first answer still in the thread's queue to the
+        // loop: it goes out first, and only what stayed unanswered is refused.
+        t.turn(&mut core, None, None);
+        let got = files_answers(&mut core, conn);
+        assert_eq!(got.first(), Some(&("report", 1)), "{got:?}");
+        for request in [1, 2] {
+            let answers = got.iter().filter(|(_, r)| *r == request).count();
+            assert_eq!(answers, 1, "query {request} answered once: {got:?}");
+        }
+        assert!(!t.refuse_unanswered, "nothing left to refuse");
+    }
+
     #[test]
     fn the_counters_of_a_restarted_files_thread_go_on_from_the_stopped_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = FilesSection {
-            services: vec!["FILES".into()],
-            inbox: dir.path().join("inbox").to_str().unwrap().to_owned(),
-            ..FilesSection::default()
-        };
-        let poll = mio::Poll::new().unwrap();
-        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
-        let mut t = FilesThread::start(&cfg, "site", 7, 1400, waker).unwrap();
+        let (_poll, mut t) = started(dir.path(), "site");
         let junk = |t: &mut FilesThread| {
             t.submit(Input::Message {
                 from: tickwire_files::Peer::Conn(3),

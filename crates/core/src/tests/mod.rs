@@ -885,7 +885,7 @@ fn a_request_without_a_refresh_on_a_stream_not_open_for_the_item_is_closed() {
         only_status(
             &h.recv(sub),
             code::NOT_FOUND,
-            "stream 2 is not open for item \"SYM0\""
+            "the stream is not open for item \"SYM0\""
         ),
         "a stream that is not open"
     );

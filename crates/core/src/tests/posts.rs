@@ -492,6 +492,54 @@ fn past(seq: u32) -> tickwire_journal::PastMessage {
 
 #[test]
 fn a_replay_catches_up_with_an_item_that_moves_on_then_joins_it_live() {
+    let (mut h, p, sub, ticket) = replaying();
+    // Two more updates before the journal answers.
+    h.send(
+        p,
+        &[update(7, 6, &bid_ask(6, 9)), update(7, 7, &bid_ask(7, 9))],
+    );
+    let history = tickwire_journal::History {
+        messages: vec![past(3), past(4), past(5)],
+        truncated: false,
+    };
+    h.node.on_history(ticket, Ok(history), h.now);
+    // The history, then what the item did while it was read (kept by the core, not
+    // asked of the journal again), then the join.
+    let got = h.recv(sub);
+    let seqs: Vec<u32> = got
+        .iter()
+        .filter_map(|g| match g {
+            Got::Update { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, [3, 4, 5, 6, 7], "{got:?}");
+    assert!(
+        matches!(got.last(), Some(Got::Status { text, .. }) if text.contains("replayed 5 messages; live from seq 8")),
+        "{got:?}"
+    );
+    assert!(
+        matches!(&got[3], Got::Update { fields, .. } if fields.contains(&(25, "0.09".to_string()))),
+        "the live update's own values: {got:?}"
+    );
+    // Nothing more was asked of the journal.
+    let reqs = journal_requests(&mut h);
+    assert!(
+        reqs.iter()
+            .all(|r| !matches!(r.write, JournalWrite::History { .. })),
+        "{reqs:?}"
+    );
+    // Live now.
+    h.send(p, &[update(7, 8, &bid_ask(8, 9))]);
+    assert!(matches!(
+        &h.recv(sub)[..],
+        [Got::Update { sid: 3, seq: 8, .. }]
+    ));
+}
+
+/// A journaled SYM0 (published on stream 7, four updates) and a subscriber replaying
+/// it from seq 3 on its stream 3: the harness, publisher, subscriber, history ticket.
+fn replaying() -> (Harness, ConnId, ConnId, u64) {
     let mut h = Harness::with_config(CoreConfig {
         journal: PostServices::All,
         journal_updates: true,
@@ -532,48 +580,54 @@ fn a_replay_catches_up_with_an_item_that_moves_on_then_joins_it_live() {
     else {
         panic!("{reqs:?}")
     };
-    // Two more updates before the journal answers.
-    h.send(
-        p,
-        &[update(7, 6, &bid_ask(6, 9)), update(7, 7, &bid_ask(7, 9))],
-    );
+    (h, p, sub, *ticket)
+}
+
+/// The journal's answer to `ticket`: seqs 3 to 5.
+fn history_3_to_5(h: &mut Harness, ticket: u64) {
     let history = tickwire_journal::History {
         messages: vec![past(3), past(4), past(5)],
         truncated: false,
     };
-    h.node.on_history(*ticket, Ok(history), h.now);
-    // The history, then what the item did while it was read (kept by the core, not
-    // asked of the journal again), then the join.
-    let got = h.recv(sub);
-    let seqs: Vec<u32> = got
-        .iter()
-        .filter_map(|g| match g {
-            Got::Update { seq, .. } => Some(*seq),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(seqs, [3, 4, 5, 6, 7], "{got:?}");
+    let now = h.now;
+    h.node.on_history(ticket, Ok(history), now);
+}
+
+#[test]
+fn a_stream_still_reading_its_history_that_is_asked_again_ends_its_replay() {
+    // A request: the stream is the request's alone, its history never comes.
+    let (mut h, p, sub, ticket) = replaying();
+    h.request(sub, 3, "FEED", "SYM0", true, None);
+    assert!(matches!(&h.recv(sub)[..], [Got::Refresh { sid: 3, .. }]));
+    history_3_to_5(&mut h, ticket);
     assert!(
-        matches!(got.last(), Some(Got::Status { text, .. }) if text.contains("replayed 5 messages; live from seq 8")),
+        h.recv(sub).is_empty(),
+        "no history on the re-requested stream"
+    );
+    h.send(p, &[update(7, 6, &bid_ask(6, 9))]);
+    assert_eq!(h.recv(sub).len(), 1, "one stream 3, not two");
+    h.send(sub, &[Message::Close { stream_id: 3 }]);
+    h.send(p, &[update(7, 7, &bid_ask(7, 9))]);
+    assert!(h.recv(sub).is_empty(), "closed, all of it");
+
+    // A view changed in place: not open yet, so it ends, replay and all.
+    let (mut h, p, sub, ticket) = replaying();
+    h.change_view(sub, 3, "SYM0", Some(&[22]));
+    let got = h.recv(sub);
+    assert!(
+        matches!(
+            &got[..],
+            [Got::Status {
+                sid: 3,
+                stream: StreamState::Closed,
+                ..
+            }]
+        ),
         "{got:?}"
     );
-    assert!(
-        matches!(&got[3], Got::Update { fields, .. } if fields.contains(&(25, "0.09".to_string()))),
-        "the live update's own values: {got:?}"
-    );
-    // Nothing more was asked of the journal.
-    let reqs = journal_requests(&mut h);
-    assert!(
-        reqs.iter()
-            .all(|r| !matches!(r.write, JournalWrite::History { .. })),
-        "{reqs:?}"
-    );
-    // Live now.
-    h.send(p, &[update(7, 8, &bid_ask(8, 9))]);
-    assert!(matches!(
-        &h.recv(sub)[..],
-        [Got::Update { sid: 3, seq: 8, .. }]
-    ));
+    history_3_to_5(&mut h, ticket);
+    h.send(p, &[update(7, 6, &bid_ask(6, 9))]);
+    assert!(h.recv(sub).is_empty(), "nothing after the close");
 }
 
 #[test]
