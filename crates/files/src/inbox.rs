@@ -105,6 +105,14 @@ pub struct Inbox {
     pub(crate) fail_dir_syncs: bool,
 }
 
+/// A file renamed into the inbox, waiting for its directory's sync.
+struct Installed {
+    transfer: u64,
+    to: PathBuf,
+    /// The file it replaced, linked aside (in the partial directory).
+    previous: Option<PathBuf>,
+}
+
 /// A partial file's path, or its map's or manifest's (`ext`).
 fn partial_path(partial: &Path, transfer: u64, ext: &str) -> PathBuf {
     partial.join(format!("{}.{ext}", hex_id(transfer)))
@@ -155,12 +163,16 @@ impl Inbox {
     /// (`Receiver::resume`). Unreadable ones are removed with their files.
     /// Partial files with no manifest (their map was never saved) cannot be resumed
     /// and are removed, as are maps a stop left half written (the map they were to
-    /// replace is still there).
+    /// replace is still there) and files a stop left linked aside during a flush.
     pub fn partial_manifests(&mut self) -> io::Result<Vec<Manifest>> {
         let mut out = Vec::new();
         for entry in fs::read_dir(&self.partial)? {
             let path = entry?.path();
-            if path.extension().and_then(|e| e.to_str()) == Some("tmp") {
+            // A map half written, or a file a stop left linked aside (`flush`).
+            if matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("tmp" | "previous")
+            ) {
                 let _ = fs::remove_file(&path);
                 continue;
             }
@@ -250,36 +262,62 @@ impl Inbox {
 
     /// Renames a checked partial file to its name and forgets its map and manifest.
     fn install(&mut self, m: &Manifest) -> io::Result<PathBuf> {
+        Ok(self.install_keeping(m, false)?.0)
+    }
+
+    /// As [`Inbox::install`]; with `keep`, a file it replaces is first linked aside in
+    /// the partial directory (its path returned), so that it can be put back.
+    fn install_keeping(
+        &mut self,
+        m: &Manifest,
+        keep: bool,
+    ) -> io::Result<(PathBuf, Option<PathBuf>)> {
         let to = self.destination(&m.name)?;
         self.open.remove(m.transfer);
-        fs::rename(self.path(m.transfer, "part"), &to)?;
+        let aside = self.path(m.transfer, "previous");
+        let kept = keep
+            && fs::symlink_metadata(&to).is_ok_and(|meta| meta.is_file())
+            && fs::hard_link(&to, &aside).is_ok();
+        if let Err(e) = fs::rename(self.path(m.transfer, "part"), &to) {
+            if kept {
+                let _ = fs::remove_file(&aside);
+            }
+            return Err(e);
+        }
         self.counts.renames += 1;
         if self.saved.remove(&m.transfer) {
             let _ = fs::remove_file(self.path(m.transfer, "map"));
             let _ = fs::remove_file(self.path(m.transfer, "manifest"));
         }
-        Ok(to)
+        Ok((to, kept.then_some(aside)))
     }
 
     /// Commits every file waiting for its sync (`always`, `batch`): syncs them, renames
     /// them, syncs each directory once. Returns each transfer's result, for
     /// `Receiver::handle_committed`. A directory that cannot be synced fails the files
-    /// renamed into it, and they are taken out of it again: a file the site says it
-    /// does not have is not left visible (it comes again when the site retries).
+    /// renamed into it, and they are taken out of it again (a file one replaced is put
+    /// back): a site does not show a file it says it does not have, nor lose one it
+    /// had; it takes the file again when it retries.
     pub fn flush(&mut self) -> Vec<(u64, io::Result<()>)> {
         let pending = std::mem::take(&mut self.pending);
         let mut results = Vec::with_capacity(pending.len());
-        // Each directory renamed into, with the files renamed there.
-        let mut dirs: Vec<(PathBuf, Vec<(u64, PathBuf)>)> = Vec::new();
+        // Each directory renamed into, with the files renamed there (and what each
+        // replaced), in the order renamed.
+        let mut dirs: Vec<(PathBuf, Vec<Installed>)> = Vec::new();
         for m in pending {
             let synced = self.file(m.transfer).and_then(|f| f.sync_all());
             self.counts.syncs += 1;
-            match synced.and_then(|()| self.install(&m)) {
-                Ok(to) => {
+            match synced.and_then(|()| self.install_keeping(&m, true)) {
+                Ok((to, previous)) => {
                     let parent = to.parent().unwrap_or(&self.dir).to_path_buf();
+                    let installed = Installed {
+                        transfer: m.transfer,
+                        to,
+                        previous,
+                    };
                     match dirs.iter_mut().find(|(d, _)| *d == parent) {
-                        Some((_, files)) => files.push((m.transfer, to)),
-                        None => dirs.push((parent, vec![(m.transfer, to)])),
+                        Some((_, files)) => files.push(installed),
+                        None => dirs.push((parent, vec![installed])),
                     }
                 }
                 Err(e) => results.push((m.transfer, Err(e))),
@@ -287,15 +325,26 @@ impl Inbox {
         }
         for (dir, files) in dirs {
             match self.sync_dir(&dir) {
-                Ok(()) => results.extend(files.into_iter().map(|(t, _)| (t, Ok(())))),
+                Ok(()) => {
+                    for f in files {
+                        if let Some(p) = f.previous {
+                            let _ = fs::remove_file(p);
+                        }
+                        results.push((f.transfer, Ok(())));
+                    }
+                }
                 Err(e) => {
-                    for (t, path) in files {
-                        let _ = fs::remove_file(&path);
+                    // Last renamed first: each puts back what it replaced.
+                    for f in files.into_iter().rev() {
+                        let _ = match &f.previous {
+                            Some(p) => fs::rename(p, &f.to),
+                            None => fs::remove_file(&f.to),
+                        };
                         let why = format!(
                             "cannot sync the inbox directory {}: {e}; the file was taken out",
                             dir.display()
                         );
-                        results.push((t, Err(io::Error::new(e.kind(), why))));
+                        results.push((f.transfer, Err(io::Error::new(e.kind(), why))));
                     }
                 }
             }
@@ -443,6 +492,30 @@ mod tests {
         }
         assert!(!dir.path().join("a.csv").exists(), "not left visible");
         assert!(!dir.path().join("sub/b.csv").exists(), "not left visible");
+    }
+
+    #[test]
+    fn a_file_a_withdrawn_one_replaced_is_put_back() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.csv"), b"old").unwrap();
+        // Two transfers of the same name in one flush, over an earlier file.
+        let mut inbox = committed(dir.path(), &["a.csv", "a.csv"]);
+        inbox.fail_dir_syncs = true;
+        assert!(inbox.flush().iter().all(|(_, r)| r.is_err()));
+        assert_eq!(fs::read(dir.path().join("a.csv")).unwrap(), b"old");
+        let left: Vec<_> = fs::read_dir(dir.path().join(PARTIAL_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "nothing left aside: {left:?}");
+        // Synced: the new file stays, and nothing is left aside.
+        let mut inbox = committed(dir.path(), &["a.csv"]);
+        assert!(inbox.flush().iter().all(|(_, r)| r.is_ok()));
+        assert_eq!(fs::read(dir.path().join("a.csv")).unwrap(), b"abc");
+        assert_eq!(
+            fs::read_dir(dir.path().join(PARTIAL_DIR)).unwrap().count(),
+            0
+        );
     }
 
     #[test]

@@ -975,7 +975,7 @@ impl FilesThread {
             }
             let rights = self.rights(core, m.conn, m.body.get(2).copied());
             let user = core.user_of(m.conn).unwrap_or("").to_owned();
-            let asked = self.unanswered.sent(m.conn, &m.body);
+            let asked = Unanswered::asked(&m.body);
             let stopped = self.input.is_none();
             let full = self.queue_full_for(Input::Message {
                 from: Peer::Conn(m.conn),
@@ -986,11 +986,15 @@ impl FilesThread {
             if full {
                 self.dropped += 1;
             }
-            // An upload's start or a query the thread never sees gets no answer from it.
-            if let Some(asked) = asked.filter(|_| full || stopped) {
-                let why = if stopped { THREAD_DOWN } else { THREAD_BEHIND };
-                let body = self.unanswered.refuse(m.conn, asked, why);
-                core.send_files(m.conn, &body, None);
+            // An upload's start or a query the thread never sees gets no answer from it:
+            // refused now. One it sees is followed until answered.
+            match asked {
+                Some(asked) if full || stopped => {
+                    let why = if stopped { THREAD_DOWN } else { THREAD_BEHIND };
+                    core.send_files(m.conn, &unanswered::refusal(asked, why), None);
+                }
+                Some(asked) => self.unanswered.follow(m.conn, asked),
+                None => {}
             }
         }
         self.taken = taken;

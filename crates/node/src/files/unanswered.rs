@@ -50,22 +50,27 @@ const THREAD_STOPPED: &str =
     "the node's files thread stopped before it answered: an upload may be queued all the same (see files status)";
 
 impl Unanswered {
-    /// A message from a client on its way to the thread: what it asks, when it is an
-    /// upload's start or a query.
-    pub(super) fn sent(&mut self, conn: ConnId, body: &[u8]) -> Option<Asked> {
-        let asked = match body.get(2) {
+    /// What a client's message asks of the thread, when it is an upload's start or a
+    /// query (a Put too malformed to read is refused by the thread under number 0).
+    pub(super) fn asked(body: &[u8]) -> Option<Asked> {
+        match body.get(2) {
             Some(&PUT) => match FilesMessage::decode(body) {
-                Ok(FilesMessage::Put(p)) => Asked::Upload(p.request),
-                _ => return None,
+                Ok(FilesMessage::Put(p)) => Some(Asked::Upload(p.request)),
+                Ok(_) => None,
+                Err(_) => Some(Asked::Upload(0)),
             },
             Some(&QUERY) => match FilesMessage::decode(body) {
-                Ok(FilesMessage::Query { request }) => Asked::Query(request),
-                _ => return None,
+                Ok(FilesMessage::Query { request }) => Some(Asked::Query(request)),
+                _ => None,
             },
-            _ => return None,
-        };
+            _ => None,
+        }
+    }
+
+    /// `asked` was handed to the thread: followed until it is answered.
+    pub(super) fn follow(&mut self, conn: ConnId, asked: Asked) {
         if self.followed >= UNANSWERED_MAX {
-            return Some(asked);
+            return;
         }
         match asked {
             Asked::Upload(request) => {
@@ -83,14 +88,6 @@ impl Unanswered {
                 waiting.push_back(request);
             }
         }
-        Some(asked)
-    }
-
-    /// An upload or a query the thread will not answer (it was not handed over): the
-    /// client's refusal, at once.
-    pub(super) fn refuse(&mut self, conn: ConnId, asked: Asked, reason: &str) -> Vec<u8> {
-        self.forget(conn, asked);
-        refusal(asked, reason)
     }
 
     /// One of `asked` is answered (or refused): no longer followed.
@@ -165,7 +162,7 @@ impl Unanswered {
 }
 
 /// The answer that refuses `asked`, with `reason`.
-fn refusal(asked: Asked, reason: &str) -> Vec<u8> {
+pub(super) fn refusal(asked: Asked, reason: &str) -> Vec<u8> {
     let msg = match asked {
         Asked::Upload(request) => FilesMessage::PutAnswer(PutAnswer::refused(request, reason)),
         Asked::Query(request) => FilesMessage::QueryRefused { request, reason },
@@ -178,7 +175,7 @@ fn refusal(asked: Asked, reason: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod unanswered_tests {
-    use super::{Asked, Unanswered, THREAD_STOPPED};
+    use super::{refusal, Asked, Unanswered, THREAD_STOPPED};
     use tickwire_core::ConnId;
     use tickwire_files::wire::{FilesMessage, Put, PutAnswer, PutState};
     use tickwire_files::QUERIES_WAITING_MAX;
@@ -243,6 +240,15 @@ mod unanswered_tests {
         all
     }
 
+    /// A client's message handed to the thread: what it asks, now followed.
+    fn sent(u: &mut Unanswered, conn: ConnId, body: &[u8]) -> Option<Asked> {
+        let asked = Unanswered::asked(body);
+        if let Some(a) = asked {
+            u.follow(conn, a);
+        }
+        asked
+    }
+
     fn stopped(conn: ConnId, asked: Asked) -> (ConnId, Asked, String) {
         (conn, asked, THREAD_STOPPED.to_string())
     }
@@ -251,11 +257,11 @@ mod unanswered_tests {
     fn uploads_the_thread_has_not_answered_are_refused_when_it_stops() {
         let (a, b): (ConnId, ConnId) = (1, 2);
         let mut u = Unanswered::default();
-        assert_eq!(u.sent(a, &put(7)), Some(Asked::Upload(7)));
-        assert_eq!(u.sent(a, &put(8)), Some(Asked::Upload(8)));
-        assert_eq!(u.sent(b, &put(7)), Some(Asked::Upload(7)));
+        assert_eq!(sent(&mut u, a, &put(7)), Some(Asked::Upload(7)));
+        assert_eq!(sent(&mut u, a, &put(8)), Some(Asked::Upload(8)));
+        assert_eq!(sent(&mut u, b, &put(7)), Some(Asked::Upload(7)));
         assert_eq!(
-            u.sent(a, &answer(9, PutState::Go)),
+            sent(&mut u, a, &answer(9, PutState::Go)),
             None,
             "not an upload's start"
         );
@@ -264,7 +270,7 @@ mod unanswered_tests {
         u.answered(a, &answer(7, PutState::Progress));
         u.answered(a, &answer(8, PutState::Queued));
         // A connection gone takes its uploads with it.
-        assert_eq!(u.sent(3, &put(1)), Some(Asked::Upload(1)));
+        assert_eq!(sent(&mut u, 3, &put(1)), Some(Asked::Upload(1)));
         u.gone(3);
         assert_eq!(
             refused(&mut u),
@@ -275,10 +281,22 @@ mod unanswered_tests {
     }
 
     #[test]
+    fn a_malformed_put_is_followed_as_the_thread_answers_it_under_number_0() {
+        let mut u = Unanswered::default();
+        sent(&mut u, 1, &put(0));
+        let mut junk = put(5);
+        junk.truncate(8);
+        assert_eq!(sent(&mut u, 1, &junk), Some(Asked::Upload(0)));
+        // The thread refuses the junk under 0: the real upload 0 is still followed.
+        u.answered(1, &answer(0, PutState::Refused));
+        assert_eq!(refused(&mut u), [stopped(1, Asked::Upload(0))]);
+    }
+
+    #[test]
     fn a_repeated_upload_number_refused_by_the_thread_leaves_the_first_followed() {
         let mut u = Unanswered::default();
-        u.sent(1, &put(7));
-        u.sent(1, &put(7));
+        sent(&mut u, 1, &put(7));
+        sent(&mut u, 1, &put(7));
         // The thread refuses the repeat ("in progress"); the first is still under way.
         u.answered(1, &answer(7, PutState::Refused));
         assert_eq!(refused(&mut u), [stopped(1, Asked::Upload(7))]);
@@ -287,10 +305,10 @@ mod unanswered_tests {
     #[test]
     fn queries_are_followed_until_their_last_report_and_refused_under_their_own_kind() {
         let mut u = Unanswered::default();
-        assert_eq!(u.sent(1, &query(7)), Some(Asked::Query(7)));
-        u.sent(1, &put(7));
-        u.sent(1, &query(8));
-        u.sent(2, &query(8));
+        assert_eq!(sent(&mut u, 1, &query(7)), Some(Asked::Query(7)));
+        sent(&mut u, 1, &put(7));
+        sent(&mut u, 1, &query(8));
+        sent(&mut u, 2, &query(8));
         // A report's first part leaves the query waiting; its last answers it.
         u.answered(1, &report(8, false));
         u.answered(2, &report(8, true));
@@ -302,9 +320,9 @@ mod unanswered_tests {
                 stopped(1, Asked::Upload(7)),
             ]
         );
-        // A query refused at once (the thread had no room) is no longer followed.
-        u.sent(3, &query(1));
-        let body = u.refuse(3, Asked::Query(1), "behind");
+        // A query refused at once (the thread had no room) is never followed, and
+        // pushes out none that is.
+        let body = refusal(Asked::Query(1), "behind");
         assert!(matches!(
             FilesMessage::decode(&body).unwrap(),
             FilesMessage::QueryRefused {
@@ -320,9 +338,9 @@ mod unanswered_tests {
         let mut u = Unanswered::default();
         let asked = QUERIES_WAITING_MAX as u32 + 3;
         for r in 0..asked {
-            u.sent(1, &query(r));
+            sent(&mut u, 1, &query(r));
         }
-        u.sent(2, &query(0));
+        sent(&mut u, 2, &query(0));
         u.gone(2);
         let left: Vec<_> = refused(&mut u).into_iter().map(|(_, a, _)| a).collect();
         let mut newest: Vec<Asked> = (3..asked).map(Asked::Query).collect();
