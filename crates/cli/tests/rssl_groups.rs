@@ -13,120 +13,45 @@ use std::time::{Duration, Instant};
 use tickwire_client::{Event, RequestOptions};
 use tickwire_proto::{DataState, StreamState};
 use tickwire_rssl::ripc::{Channel, Input, Settings};
-use tickwire_rssl::rwf::container::{
-    filter_action, map_action, ElementListWriter, FieldListWriter, FilterListWriter, MapWriter,
-};
-use tickwire_rssl::rwf::msg::{
-    self, begin_refresh, class, data, domain, refresh, stream, Msg, MsgKey, RwfState,
-};
-use tickwire_rssl::rwf::primitive::{self, dt, RwfReal};
+use tickwire_rssl::rwf::msg::{class, data, domain, stream, Msg, MsgKey};
+use tickwire_rssl::rwf::primitive::{self, RwfReal};
+use tickwire_rssl::testing::{self, DirectoryMsg};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const GROUP: [u8; 2] = [0, 1];
 
-/// A directory message of service 7 (a refresh with its name and state, or an update
-/// with one GROUP entry giving group 1 `data_state`), on the provider's `stream_id`.
-fn directory(stream_id: i32, group_state: Option<u8>) -> Vec<u8> {
-    let mut out = Vec::new();
-    let ok = RwfState::new(stream::OPEN, data::OK, msg::code::NONE, "");
-    match group_state {
-        None => {
-            let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE;
-            begin_refresh(
-                &mut out,
-                domain::SOURCE,
-                stream_id,
-                flags,
-                dt::MAP,
-                None,
-                &ok,
-                None,
-                None,
-                false,
-            );
-        }
-        Some(_) => {
-            let w = msg::MsgWriter::begin(
-                &mut out,
-                class::UPDATE,
-                domain::SOURCE,
-                stream_id,
-                0,
-                dt::MAP,
-            );
-            out.push(0);
-            w.end_header(&mut out);
-        }
-    }
-    let mut map = MapWriter::begin(&mut out, dt::UINT, dt::FILTER_LIST);
-    map.entry(&mut out, map_action::ADD, &[7], |o| {
-        let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
-        match group_state {
-            None => {
-                fl.entry(o, filter_action::SET, 1, |o| {
-                    let mut el = ElementListWriter::begin(o);
-                    el.ascii(o, "Name", b"PROV");
-                    el.end(o);
-                });
-                fl.entry(o, filter_action::SET, 2, |o| {
-                    let mut el = ElementListWriter::begin(o);
-                    el.uint(o, "ServiceState", 1);
-                    el.end(o);
-                });
-            }
-            Some(d) => fl.entry(o, filter_action::SET, 3, |o| {
-                let mut el = ElementListWriter::begin(o);
-                el.element(o, "Group", dt::BUFFER, |o| o.extend_from_slice(&GROUP));
-                el.element(o, "Status", dt::STATE, |o| {
-                    RwfState::new(stream::OPEN, d, msg::code::NONE, "the group's feed").encode(o)
-                });
-                el.end(o);
-            }),
-        }
-        fl.end(o);
-    });
-    map.end(&mut out);
-    out
-}
-
 /// The item's refresh on the provider's `stream_id`, the item in group 1.
 fn item_refresh(stream_id: i32, name: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
     let key = MsgKey {
         service_id: Some(7),
         name: Some(name),
         name_type: Some(1),
         ..MsgKey::default()
     };
-    let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE | refresh::HAS_MSG_KEY;
-    let w = msg::MsgWriter::begin(
-        &mut out,
-        class::REFRESH,
-        domain::MARKET_PRICE,
+    testing::refresh_in_group(stream_id, true, &GROUP, Some(&key), |o, f| {
+        f.field(o, 22, |o| {
+            primitive::put_real(
+                o,
+                RwfReal::from_decimal(tickwire_proto::Real::new(10_125, -2)),
+            )
+        });
+    })
+}
+
+/// The provider's directory update on `stream_id`: group 1 is `data_state` now.
+fn group_news(stream_id: i32, data_state: u8) -> Vec<u8> {
+    testing::group_update(
         stream_id,
-        flags,
-        dt::FIELD_LIST,
-    );
-    RwfState::new(stream::OPEN, data::OK, msg::code::NONE, "").encode(&mut out);
-    out.push(GROUP.len() as u8);
-    out.extend_from_slice(&GROUP);
-    key.encode(&mut out);
-    w.end_header(&mut out);
-    let mut f = FieldListWriter::begin(&mut out);
-    f.field(&mut out, 22, |o| {
-        primitive::put_real(
-            o,
-            RwfReal::from_decimal(tickwire_proto::Real::new(10_125, -2)),
-        )
-    });
-    f.end(&mut out);
-    out
+        7,
+        &[(&GROUP, None, Some((stream::OPEN, data_state)))],
+    )
 }
 
 /// Serves one connection of the node: its login, its directory request, its item
 /// requests (each item in group 1); `news` gives the directory updates to send once
-/// ITEM is served, one each time it returns one (None: nothing now).
-fn provide(listener: TcpListener, mut news: impl FnMut() -> Option<Vec<u8>>) {
+/// ITEM is served (given the directory's stream), one each time it returns one (None:
+/// nothing now).
+fn provide(listener: TcpListener, mut news: impl FnMut(i32) -> Option<Vec<u8>>) {
     let (mut s, _) = listener.accept().unwrap();
     s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
     let mut ch = Channel::new(Settings::default(), Instant::now());
@@ -146,27 +71,10 @@ fn provide(listener: TcpListener, mut news: impl FnMut() -> Option<Vec<u8>>) {
             }
             let m = Msg::decode(&msg).unwrap();
             let answer = match (m.class, m.domain) {
-                (class::REQUEST, domain::LOGIN) => {
-                    let mut lr = Vec::new();
-                    let ok = RwfState::new(stream::OPEN, data::OK, msg::code::NONE, "welcome");
-                    let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE;
-                    begin_refresh(
-                        &mut lr,
-                        domain::LOGIN,
-                        m.stream_id,
-                        flags,
-                        dt::NO_DATA,
-                        None,
-                        &ok,
-                        None,
-                        None,
-                        false,
-                    );
-                    lr
-                }
+                (class::REQUEST, domain::LOGIN) => testing::login_accepted(m.stream_id),
                 (class::REQUEST, domain::SOURCE) => {
                     directory_stream = Some(m.stream_id);
-                    directory(m.stream_id, None)
+                    testing::service_up(m.stream_id, DirectoryMsg::Solicited, 7, b"PROV")
                 }
                 (class::REQUEST, domain::MARKET_PRICE) => {
                     let name = m.key.as_ref().and_then(|k| k.name).unwrap_or(b"");
@@ -178,11 +86,7 @@ fn provide(listener: TcpListener, mut news: impl FnMut() -> Option<Vec<u8>>) {
             ch.send(&answer);
         }
         if served {
-            if let (Some(d), Some(update)) = (directory_stream, news()) {
-                let mut update = update;
-                // The directory stream's id is the node's: patched into the header
-                // (its bytes 3-6, after the header length, class and domain).
-                update[4..8].copy_from_slice(&d.to_be_bytes());
+            if let Some(update) = directory_stream.and_then(&mut news) {
                 ch.send(&update);
             }
         }
@@ -219,14 +123,14 @@ fn a_providers_group_status_reaches_the_subscribers_of_its_items() {
     let (recover_tx, recover) = std::sync::mpsc::channel::<()>();
     let mut said = 0;
     let provider = std::thread::spawn(move || {
-        provide(listener, move || match said {
+        provide(listener, move |stream_id| match said {
             0 => {
                 said = 1;
-                Some(directory(0, Some(data::SUSPECT)))
+                Some(group_news(stream_id, data::SUSPECT))
             }
             1 if recover.try_recv().is_ok() => {
                 said = 2;
-                Some(directory(0, Some(data::OK)))
+                Some(group_news(stream_id, data::OK))
             }
             _ => None,
         })

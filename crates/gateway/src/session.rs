@@ -1443,20 +1443,12 @@ mod tests {
     /// `Service` still means the same service after a repeated or grown directory.
     #[test]
     fn a_large_directory_is_taken_in_one_pass_and_keeps_its_positions() {
-        use tickwire_proto::{Directory, ServiceEntry, ServiceState};
+        use tickwire_proto::{Directory, ServiceState};
         let names: Vec<String> = (0..100_000).map(|i| format!("SVC{i}")).collect();
         fn dir(names: &[String]) -> Message<'_> {
-            Message::Directory(Directory {
-                services: names
-                    .iter()
-                    .map(|n| ServiceEntry {
-                        name: n,
-                        state: ServiceState::Up,
-                        interactive: false,
-                        item_count: 0,
-                    })
-                    .collect(),
-            })
+            Message::Directory(Directory::of(
+                names.iter().map(|n| (n.as_str(), ServiceState::Up)),
+            ))
         }
         let mut s = session();
         let mut cache = UpdateCache::new(true);
@@ -1579,12 +1571,9 @@ mod tests {
 
     fn welcome() -> Message<'static> {
         Message::Welcome(tickwire_proto::Welcome {
-            version: 1,
-            heartbeat_ms: 5000,
-            max_frame: 1 << 20,
-            max_streams: 1000,
             max_output_bytes: 1 << 20,
             node_name: "n",
+            ..Default::default()
         })
     }
 
@@ -1592,19 +1581,9 @@ mod tests {
     /// WebSocket read before asking for items), and its updates on the open stream.
     #[test]
     fn the_source_directory_lists_services_by_position_and_follows_their_state() {
-        use tickwire_proto::{Directory, ServiceEntry, ServiceState};
+        use tickwire_proto::{Directory, ServiceState};
         fn dir(services: &[(&'static str, ServiceState)]) -> Message<'static> {
-            Message::Directory(Directory {
-                services: services
-                    .iter()
-                    .map(|(name, state)| ServiceEntry {
-                        name,
-                        state: *state,
-                        interactive: false,
-                        item_count: 0,
-                    })
-                    .collect(),
-            })
+            Message::Directory(Directory::of(services.iter().copied()))
         }
         let (mut s, mut to_node, _) = logged_in_session();
         node_says(&mut s, &welcome());
@@ -1953,21 +1932,11 @@ mod tests {
     }
 
     fn ready_session() -> (Session, Vec<u8>) {
-        use tickwire_proto::{Directory, ServiceEntry, ServiceState};
+        use tickwire_proto::{Directory, ServiceState};
         let (mut s, to_node, _) = logged_in_session();
         node_says(&mut s, &welcome());
-        let services = ["FEED", "OTHER"].map(|name| ServiceEntry {
-            name,
-            state: ServiceState::Up,
-            interactive: false,
-            item_count: 0,
-        });
-        node_says(
-            &mut s,
-            &Message::Directory(Directory {
-                services: services.to_vec(),
-            }),
-        );
+        let services = ["FEED", "OTHER"].map(|name| (name, ServiceState::Up));
+        node_says(&mut s, &Message::Directory(Directory::of(services)));
         (s, to_node)
     }
 
@@ -2021,19 +1990,12 @@ mod tests {
 
     #[test]
     fn a_closed_directory_stream_gets_no_more_updates() {
-        use tickwire_proto::{Directory, ServiceEntry, ServiceState};
+        use tickwire_proto::{Directory, ServiceState};
         let (mut s, mut to_node) = ready_session();
         let mut out = JsonOut::default();
         s.on_client_text(r#"{"ID":7,"Domain":"Source"}"#, &mut to_node, &mut out);
         s.on_client_text(r#"{"ID":7,"Type":"Close"}"#, &mut to_node, &mut out);
-        let down = Message::Directory(Directory {
-            services: vec![ServiceEntry {
-                name: "FEED",
-                state: ServiceState::Down,
-                interactive: false,
-                item_count: 0,
-            }],
-        });
+        let down = Message::Directory(Directory::of([("FEED", ServiceState::Down)]));
         assert!(node_says(&mut s, &down).is_empty());
     }
 
@@ -2104,7 +2066,7 @@ mod tests {
 
     #[test]
     fn a_directory_stream_of_one_service_hears_only_of_it_and_none_opens_before_a_login() {
-        use tickwire_proto::{Directory, ServiceEntry, ServiceState};
+        use tickwire_proto::{Directory, ServiceState};
         let mut fresh = session();
         let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
         fresh.on_client_text(r#"{"ID":7,"Domain":"Source"}"#, &mut to_node, &mut out);
@@ -2124,16 +2086,8 @@ mod tests {
             &mut out,
         );
         answers(&mut out);
-        let down = |name: &'static str| {
-            Message::Directory(Directory {
-                services: vec![ServiceEntry {
-                    name,
-                    state: ServiceState::Down,
-                    interactive: false,
-                    item_count: 0,
-                }],
-            })
-        };
+        let down =
+            |name: &'static str| Message::Directory(Directory::of([(name, ServiceState::Down)]));
         assert!(
             node_says(&mut s, &down("FEED")).is_empty(),
             "not the service asked about"

@@ -334,6 +334,22 @@ pub struct Welcome<'a> {
     pub node_name: &'a str,
 }
 
+impl Default for Welcome<'_> {
+    /// The newest version, a 5 s heartbeat, 1 MiB frames, 1,000 streams, 16 MiB queued,
+    /// no name: a node's answer with ordinary limits (for tests and tools; a node says
+    /// its own).
+    fn default() -> Self {
+        Welcome {
+            version: PROTOCOL_VERSION_MAX,
+            heartbeat_ms: 5000,
+            max_frame: 1 << 20,
+            max_streams: 1000,
+            max_output_bytes: 1 << 24,
+            node_name: "",
+        }
+    }
+}
+
 /// The largest item image (encoded field list, bytes) a node with this
 /// `max_output_bytes` (its Welcome says it) accepts: half the hard bound on a
 /// subscriber's queue, so a whole image always fits in the queue with room for what
@@ -374,6 +390,21 @@ impl<'a> Directory<'a> {
                 interactive: false,
                 item_count,
             }],
+        }
+    }
+
+    /// Services in the states given, none interactive, no item count.
+    pub fn of(services: impl IntoIterator<Item = (&'a str, ServiceState)>) -> Self {
+        Directory {
+            services: services
+                .into_iter()
+                .map(|(name, state)| ServiceEntry {
+                    name,
+                    state,
+                    interactive: false,
+                    item_count: 0,
+                })
+                .collect(),
         }
     }
 }

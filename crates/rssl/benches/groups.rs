@@ -14,68 +14,10 @@ use std::sync::Arc;
 use tickwire_proto::{Dictionary, Message, Request};
 use tickwire_rssl::dictionary::RwfDictionary;
 use tickwire_rssl::provider_link::ProviderLink;
-use tickwire_rssl::rwf::container::{
-    filter_action, map_action, ElementListWriter, FieldListWriter, FilterListWriter, MapWriter,
-};
-use tickwire_rssl::rwf::msg::{
-    self, begin_refresh, class, data, domain, refresh, stream, RwfState,
-};
-use tickwire_rssl::rwf::primitive::dt;
+use tickwire_rssl::rwf::msg::{data, stream};
+use tickwire_rssl::testing::{self, group_update, DirectoryMsg, GroupNews};
 
 const ITEMS: i32 = 200_000;
-
-/// A directory message (refresh or update) for service 7 whose filter entries `put`
-/// writes.
-fn directory(update: bool, put: impl FnOnce(&mut Vec<u8>, &mut FilterListWriter)) -> Vec<u8> {
-    let mut out = Vec::new();
-    let ok = RwfState::new(stream::OPEN, data::OK, msg::code::NONE, "");
-    if update {
-        let w = msg::MsgWriter::begin(&mut out, class::UPDATE, domain::SOURCE, 2, 0, dt::MAP);
-        out.push(0);
-        w.end_header(&mut out);
-    } else {
-        let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE;
-        begin_refresh(
-            &mut out,
-            domain::SOURCE,
-            2,
-            flags,
-            dt::MAP,
-            None,
-            &ok,
-            None,
-            None,
-            false,
-        );
-    }
-    let mut map = MapWriter::begin(&mut out, dt::UINT, dt::FILTER_LIST);
-    map.entry(&mut out, map_action::ADD, &[7], |o| {
-        let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
-        put(o, &mut fl);
-        fl.end(o);
-    });
-    map.end(&mut out);
-    out
-}
-
-/// One GROUP entry: the group, where it merges, its state (data state).
-fn group(o: &mut Vec<u8>, fl: &mut FilterListWriter, g: u8, to: Option<u8>, state: Option<u8>) {
-    fl.entry(o, filter_action::SET, 3, |o| {
-        let mut el = ElementListWriter::begin(o);
-        el.element(o, "Group", dt::BUFFER, |o| o.extend_from_slice(&[0, g]));
-        if let Some(t) = to {
-            el.element(o, "MergedToGroup", dt::BUFFER, |o| {
-                o.extend_from_slice(&[0, t])
-            });
-        }
-        if let Some(d) = state {
-            el.element(o, "Status", dt::STATE, |o| {
-                RwfState::new(stream::OPEN, d, msg::code::NONE, "group").encode(o)
-            });
-        }
-        el.end(o);
-    });
-}
 
 /// A link serving service 7 with `ITEMS` items open: all in group 0 but the last,
 /// in group 1.
@@ -84,29 +26,11 @@ fn link_with_items() -> ProviderLink {
     let mut link = ProviderLink::new(dict, "bench");
     let (mut to_node, mut out) = (Vec::new(), Vec::<Vec<u8>>::new());
     link.on_connected(&mut out);
-    let mut login = Vec::new();
-    let ok = RwfState::new(stream::OPEN, data::OK, msg::code::NONE, "");
-    let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE;
-    begin_refresh(
-        &mut login,
-        domain::LOGIN,
-        1,
-        flags,
-        dt::NO_DATA,
-        None,
-        &ok,
-        None,
-        None,
-        false,
-    );
+    let login = testing::login_accepted(1);
     link.on_provider_message(&login, &mut to_node, &mut out)
         .unwrap();
-    let dir = directory(false, |o, fl| {
-        fl.entry(o, filter_action::SET, 1, |o| {
-            let mut el = ElementListWriter::begin(o);
-            el.ascii(o, "Name", b"PROV");
-            el.end(o);
-        })
+    let dir = testing::source_directory(2, DirectoryMsg::Solicited, 7, |o, fl| {
+        testing::info(o, fl, b"PROV")
     });
     link.on_provider_message(&dir, &mut to_node, &mut out)
         .unwrap();
@@ -122,19 +46,8 @@ fn link_with_items() -> ProviderLink {
         });
         link.on_node_message(&req, &mut to_node, &mut out);
         // The provider's refresh on its stream (5 on): the item's group.
-        let mut rf = Vec::new();
-        let w = msg::MsgWriter::begin(
-            &mut rf,
-            class::REFRESH,
-            domain::MARKET_PRICE,
-            i + 5,
-            flags,
-            dt::FIELD_LIST,
-        );
-        ok.encode(&mut rf);
-        rf.extend_from_slice(&[2, 0, u8::from(i == ITEMS - 1)]);
-        w.end_header(&mut rf);
-        FieldListWriter::begin(&mut rf).end(&mut rf);
+        let group = [0, u8::from(i == ITEMS - 1)];
+        let rf = testing::refresh_in_group(i + 5, true, &group, None, |_, _| {});
         link.on_provider_message(&rf, &mut to_node, &mut out)
             .unwrap();
         to_node.clear();
@@ -152,13 +65,14 @@ fn bench_groups(c: &mut Criterion) {
 
     // 64 merges back and forth between the large group and the small one, then a
     // state for the small one (one item): what a message of many entries costs.
-    let merges = directory(true, |o, fl| {
-        for _ in 0..32 {
-            group(o, fl, 0, Some(1), None);
-            group(o, fl, 1, Some(0), None);
-        }
-        group(o, fl, 2, None, Some(data::SUSPECT));
-    });
+    let suspect = Some((stream::OPEN, data::SUSPECT));
+    let mut news: Vec<GroupNews<'_>> = Vec::new();
+    for _ in 0..32 {
+        news.push((&[0, 0], Some(&[0, 1]), None));
+        news.push((&[0, 1], Some(&[0, 0]), None));
+    }
+    news.push((&[0, 2], None, suspect));
+    let merges = group_update(2, 7, &news);
     g.bench_function("merges_64_of_200k_items", |b| {
         b.iter(|| {
             to_node.clear();
@@ -168,7 +82,7 @@ fn bench_groups(c: &mut Criterion) {
     });
 
     // A state for the group of every item: a status for each (200,000).
-    let state = directory(true, |o, fl| group(o, fl, 0, None, Some(data::SUSPECT)));
+    let state = group_update(2, 7, &[(&[0, 0], None, suspect)]);
     link.on_provider_message(&state, &mut to_node, &mut out)
         .unwrap();
     assert!(to_node.len() > ITEMS as usize, "a status for each item");

@@ -12,12 +12,13 @@ use std::hint::black_box;
 use std::sync::Arc;
 use tickwire_proto::{
     Date, Directory, FieldList, FieldListWriter, Message, MessageIter, Real, Refresh, State, Time,
-    Update, UpdateType, Value, Welcome, PROTOCOL_VERSION_MAX,
+    Update, UpdateType, Value, Welcome,
 };
 use tickwire_rssl::dictionary::RwfDictionary;
 use tickwire_rssl::rwf::container::FieldListWriter as RwfFields;
 use tickwire_rssl::rwf::msg::{self, domain, Msg};
 use tickwire_rssl::session::{Outbox, Session, SessionConfig};
+use tickwire_rssl::testing::{self, hex};
 
 /// An update of 23 fields, as the vendor's perf tools' MarketPrice updates carry:
 /// prices (reals of several hints), sizes and volumes, a date, times, an enumeration.
@@ -85,16 +86,6 @@ fn rwf_update(dict: &RwfDictionary) -> Vec<u8> {
     out
 }
 
-/// Bytes from hex pairs, spaces anywhere: how the session's tests write what the SDK's
-/// codec sends.
-fn hex(s: &str) -> Vec<u8> {
-    let digits: String = s.split_whitespace().collect();
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
-        .collect()
-}
-
 /// Counts what the session writes, keeping no copy (the node's writer copies once).
 #[derive(Default)]
 struct Written(usize);
@@ -117,16 +108,13 @@ fn consumer_with_an_item(fields: &[u8]) -> Session {
     let mut s = Session::new(Arc::new(SessionConfig::default()));
     let (mut to_node, mut out) = (Vec::new(), Vec::<Vec<u8>>::new());
     // The ETA Consumer's own login request (user "root").
-    let login = hex("0063 01 01 00000001 04 00 80 59 26 04 72 6f 6f 74 01 05 80 4f 08 00 04 0d 41 70 70 6c 69 63 61 74 69 6f 6e 49 64 11 03 32 35 36 0f 41 70 70 6c 69 63 61 74 69 6f 6e 4e 61 6d 65 11 08 43 6f 6e 73 75 6d 65 72 08 50 6f 73 69 74 69 6f 6e 11 0c 31 32 37 2e 30 2e 30 2e 31 2f 76 6d 04 52 6f 6c 65 04 01 00");
+    let login = testing::eta_login(0);
     s.on_client_message(&login, &mut to_node, &mut out);
     let mut node = Vec::new();
     Message::Welcome(Welcome {
-        version: PROTOCOL_VERSION_MAX,
         heartbeat_ms: 1000,
-        max_frame: 1 << 20,
-        max_streams: 1000,
-        max_output_bytes: 1 << 24,
         node_name: "n",
+        ..Welcome::default()
     })
     .encode(&mut node)
     .unwrap();

@@ -279,47 +279,8 @@ pub(crate) fn news<'a>(entries: &[ServiceInfo<'a>]) -> Vec<(u16, GroupChange<'a>
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use crate::rwf::container::{
-        filter_action, map_action, ElementListWriter, FilterListWriter, MapWriter,
-    };
-    use crate::rwf::msg::{self, class, domain, RwfState};
-    use crate::rwf::primitive::dt;
-
-    /// One GROUP filter entry: the group, the group it merges into, its new state
-    /// (stream state, data state).
-    pub(crate) type GroupNews<'a> = (&'a [u8], Option<&'a [u8]>, Option<(u8, u8)>);
-
-    /// A provider's directory update on its `stream` with GROUP filter entries for
-    /// `service`.
-    pub(crate) fn group_update(stream: i32, service: u8, news: &[GroupNews<'_>]) -> Vec<u8> {
-        let mut out = Vec::new();
-        let w = msg::MsgWriter::begin(&mut out, class::UPDATE, domain::SOURCE, stream, 0, dt::MAP);
-        out.push(0); // update type: unspecified
-        w.end_header(&mut out);
-        let mut map = MapWriter::begin(&mut out, dt::UINT, dt::FILTER_LIST);
-        map.entry(&mut out, map_action::UPDATE, &[service], |o| {
-            let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
-            for &(group, merged_to, state) in news {
-                fl.entry(o, filter_action::SET, 3, |o| {
-                    let mut el = ElementListWriter::begin(o);
-                    el.element(o, "Group", dt::BUFFER, |o| o.extend_from_slice(group));
-                    if let Some(to) = merged_to {
-                        el.element(o, "MergedToGroup", dt::BUFFER, |o| o.extend_from_slice(to));
-                    }
-                    if let Some((st, data)) = state {
-                        el.element(o, "Status", dt::STATE, |o| {
-                            RwfState::new(st, data, msg::code::NONE, "group news").encode(o)
-                        });
-                    }
-                    el.end(o);
-                });
-            }
-            fl.end(o);
-        });
-        map.end(&mut out);
-        out
-    }
+mod tests {
+    use crate::rwf::msg::RwfState;
 
     use super::{GroupChange, ItemGroups};
     use crate::rwf::msg::{data, stream as st};

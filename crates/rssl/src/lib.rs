@@ -17,3 +17,5 @@ pub mod ripc;
 pub mod rwf;
 pub mod sequence;
 pub mod session;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

@@ -477,12 +477,12 @@ impl ProviderLink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::item_groups::tests::{group_update, GroupNews};
     use crate::rwf::container::{
-        filter_action, map_action, ElementListWriter, FieldListWriter, FilterListWriter, MapWriter,
+        filter_action, ElementListWriter, FieldListWriter, FilterListWriter,
     };
     use crate::rwf::msg::{begin_refresh, refresh, stream, RwfState};
     use crate::rwf::primitive::{self, RwfReal};
+    use crate::testing::{self, group_update, DirectoryMsg, GroupNews};
     use tickwire_proto::{FieldList, MessageIter, Real, Request};
 
     fn native(bytes: &[u8]) -> Vec<String> {
@@ -493,20 +493,7 @@ mod tests {
 
     /// A provider's answer to the link's login: accepted.
     fn login_refresh() -> Vec<u8> {
-        let mut lr = Vec::new();
-        begin_refresh(
-            &mut lr,
-            domain::LOGIN,
-            1,
-            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
-            dt::NO_DATA,
-            None,
-            &RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "ok"),
-            None,
-            None,
-            false,
-        );
-        lr
+        testing::login_accepted(1)
     }
 
     /// A provider's directory refresh: service 7, "PROV", up.
@@ -517,38 +504,12 @@ mod tests {
     /// A provider's directory refresh of service 7, "PROV": up in its STATE filter, or
     /// with no STATE filter at all.
     fn directory_refresh(with_state: bool) -> Vec<u8> {
-        let mut out = Vec::new();
-        begin_refresh(
-            &mut out,
-            domain::SOURCE,
-            DIRECTORY_STREAM,
-            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
-            dt::MAP,
-            None,
-            &RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, ""),
-            None,
-            None,
-            false,
-        );
-        let mut map = MapWriter::begin(&mut out, dt::UINT, dt::FILTER_LIST);
-        map.entry(&mut out, map_action::ADD, &[7], |o| {
-            let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
-            fl.entry(o, filter_action::SET, 1, |o| {
-                let mut el = ElementListWriter::begin(o);
-                el.ascii(o, "Name", b"PROV");
-                el.end(o);
-            });
+        testing::source_directory(DIRECTORY_STREAM, DirectoryMsg::Solicited, 7, |o, fl| {
+            testing::info(o, fl, b"PROV");
             if with_state {
-                fl.entry(o, filter_action::SET, 2, |o| {
-                    let mut el = ElementListWriter::begin(o);
-                    el.uint(o, "ServiceState", 1);
-                    el.end(o);
-                });
+                testing::state(o, fl, 1);
             }
-            fl.end(o);
-        });
-        map.end(&mut out);
-        out
+        })
     }
 
     /// A link on the node's own dictionary, connected: its login request sent.
@@ -564,36 +525,14 @@ mod tests {
 
     /// A provider's directory update of service 7 whose filter entries `filters` writes.
     fn directory_update_of(filters: impl FnOnce(&mut Vec<u8>, &mut FilterListWriter)) -> Vec<u8> {
-        let mut out = Vec::new();
-        let w = msg::MsgWriter::begin(
-            &mut out,
-            class::UPDATE,
-            domain::SOURCE,
-            DIRECTORY_STREAM,
-            0,
-            dt::MAP,
-        );
-        out.push(0); // update type: unspecified
-        w.end_header(&mut out);
-        let mut map = MapWriter::begin(&mut out, dt::UINT, dt::FILTER_LIST);
-        map.entry(&mut out, map_action::UPDATE, &[7], |o| {
-            let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
-            filters(o, &mut fl);
-            fl.end(o);
-        });
-        map.end(&mut out);
-        out
+        testing::source_directory(DIRECTORY_STREAM, DirectoryMsg::Update, 7, filters)
     }
 
     /// A provider's directory update of service 7: `state` in its STATE filter, or
     /// only its LOAD filter.
     fn directory_update(state: Option<u64>) -> Vec<u8> {
         directory_update_of(|o, fl| match state {
-            Some(st) => fl.entry(o, filter_action::SET, 2, |o| {
-                let mut el = ElementListWriter::begin(o);
-                el.uint(o, "ServiceState", st);
-                el.end(o);
-            }),
+            Some(st) => testing::state(o, fl, st),
             None => fl.entry(o, filter_action::SET, 4, |o| {
                 let mut el = ElementListWriter::begin(o);
                 el.uint(o, "LoadFactor", 5);
@@ -861,25 +800,11 @@ mod tests {
 
     /// A provider's refresh on its stream `rssl`, the item in `group`.
     fn refresh_in_group(rssl: i32, group: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        let w = msg::MsgWriter::begin(
-            &mut out,
-            class::REFRESH,
-            domain::MARKET_PRICE,
-            rssl,
-            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
-            dt::FIELD_LIST,
-        );
-        RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "").encode(&mut out);
-        out.push(group.len() as u8);
-        out.extend_from_slice(group);
-        w.end_header(&mut out);
-        let mut f = FieldListWriter::begin(&mut out);
-        f.field(&mut out, 22, |o| {
-            primitive::put_real(o, RwfReal::from_decimal(Real::new(1, 0)))
-        });
-        f.end(&mut out);
-        out
+        testing::refresh_in_group(rssl, true, group, None, |o, f| {
+            f.field(o, 22, |o| {
+                primitive::put_real(o, RwfReal::from_decimal(Real::new(1, 0)))
+            });
+        })
     }
 
     /// A provider's status on its stream `rssl`: open, ok, the item now in `group`.

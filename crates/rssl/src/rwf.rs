@@ -12,13 +12,5 @@ pub mod wire;
 
 pub use wire::RwfError;
 
-/// Bytes from hex pairs, spaces anywhere ("08 00 03", "0800 03"): how the tests write
-/// the bytes the SDK's codec makes.
 #[cfg(test)]
-pub(crate) fn hex(s: &str) -> Vec<u8> {
-    let digits: String = s.split_whitespace().collect();
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
-        .collect()
-}
+pub(crate) use crate::testing::hex;

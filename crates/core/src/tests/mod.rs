@@ -382,21 +382,16 @@ fn client_login<'a>(role: Role, user: &'a str, token: &'a str) -> Login<'a> {
 
 /// A directory announcing non-interactive services, each up (`true`) or down.
 fn directory<'a>(services: impl IntoIterator<Item = (&'a str, bool)>) -> Message<'a> {
-    Message::Directory(Directory {
-        services: services
-            .into_iter()
-            .map(|(name, up)| ServiceEntry {
-                name,
-                state: if up {
-                    ServiceState::Up
-                } else {
-                    ServiceState::Down
-                },
-                interactive: false,
-                item_count: 0,
-            })
-            .collect(),
-    })
+    let state = |up| {
+        if up {
+            ServiceState::Up
+        } else {
+            ServiceState::Down
+        }
+    };
+    Message::Directory(Directory::of(
+        services.into_iter().map(|(name, up)| (name, state(up))),
+    ))
 }
 
 fn bid_ask(bid: i64, ask: i64) -> Vec<u8> {

@@ -144,12 +144,10 @@ fn json_session_output(data: &[u8], mut cache: UpdateCache) -> Vec<u8> {
     );
     s.on_node_message(
         &Message::Welcome(Welcome {
-            version: 1,
-            heartbeat_ms: 5000,
             max_frame: 262_144,
-            max_streams: 1000,
             max_output_bytes: 1 << 20,
             node_name: "fuzz",
+            ..Welcome::default()
         }),
         &mut cache,
         &mut out,

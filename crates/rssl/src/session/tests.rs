@@ -1,9 +1,9 @@
 use super::*;
 use crate::rwf::container::FieldIter;
 use crate::rwf::hex;
+use crate::testing;
 use tickwire_proto::{
-    Directory, FieldListWriter as NativeFields, MessageIter, Real, Refresh, ServiceEntry, Status,
-    Update, Welcome,
+    Directory, FieldListWriter as NativeFields, MessageIter, Real, Refresh, Status, Update, Welcome,
 };
 
 /// The node's messages a session sent, decoded.
@@ -16,12 +16,9 @@ fn node_messages(to_node: &[u8]) -> Vec<String> {
 fn welcome() -> Vec<u8> {
     let mut b = Vec::new();
     Message::Welcome(Welcome {
-        version: PROTOCOL_VERSION_MAX,
         heartbeat_ms: 1000,
-        max_frame: 1 << 20,
-        max_streams: 1000,
-        max_output_bytes: 1 << 24,
         node_name: "n",
+        ..Welcome::default()
     })
     .encode(&mut b)
     .unwrap();
@@ -36,19 +33,9 @@ fn deliver(s: &mut Session, encoded: &[u8], out: &mut Vec<Vec<u8>>) {
 
 fn directory(services: &[(&str, ServiceState)]) -> Vec<u8> {
     let mut b = Vec::new();
-    Message::Directory(Directory {
-        services: services
-            .iter()
-            .map(|(name, state)| ServiceEntry {
-                name,
-                state: *state,
-                interactive: false,
-                item_count: 1,
-            })
-            .collect(),
-    })
-    .encode(&mut b)
-    .unwrap();
+    Message::Directory(Directory::of(services.iter().copied()))
+        .encode(&mut b)
+        .unwrap();
     b
 }
 
@@ -58,7 +45,7 @@ fn logged_in() -> (Session, Vec<Vec<u8>>) {
     let mut to_node = Vec::new();
     let mut out = Vec::new();
     // The ETA Consumer's own login request (user "root", captured).
-    let login = hex("0063 01 01 00000001 04 00 80 59 26 04 72 6f 6f 74 01 05 80 4f 08 00 04 0d 41 70 70 6c 69 63 61 74 69 6f 6e 49 64 11 03 32 35 36 0f 41 70 70 6c 69 63 61 74 69 6f 6e 4e 61 6d 65 11 08 43 6f 6e 73 75 6d 65 72 08 50 6f 73 69 74 69 6f 6e 11 0c 31 32 37 2e 30 2e 30 2e 31 2f 76 6d 04 52 6f 6c 65 04 01 00");
+    let login = testing::eta_login(0);
     s.on_client_message(&login, &mut to_node, &mut out);
     let sent = node_messages(&to_node);
     assert!(sent[0].contains("user: \"root\""), "{sent:?}");
@@ -518,39 +505,10 @@ fn an_item_streams_unanswered_posts_go_when_it_closes() {
 fn provider_with_an_item() -> (Session, Vec<u8>, Vec<Vec<u8>>) {
     let mut s = Session::new(Arc::new(SessionConfig::default()));
     let (mut to_node, mut out) = (Vec::new(), Vec::new());
-    let login = hex("0063 01 01 00000001 04 00 80 59 26 04 72 6f 6f 74 01 05 80 4f 08 00 04 0d 41 70 70 6c 69 63 61 74 69 6f 6e 49 64 11 03 32 35 36 0f 41 70 70 6c 69 63 61 74 69 6f 6e 4e 61 6d 65 11 08 43 6f 6e 73 75 6d 65 72 08 50 6f 73 69 74 69 6f 6e 11 0c 31 32 37 2e 30 2e 30 2e 31 2f 76 6d 04 52 6f 6c 65 04 01 01");
+    let login = testing::eta_login(1);
     s.on_client_message(&login, &mut to_node, &mut out);
     deliver(&mut s, &welcome(), &mut out);
-    let ok = RwfState::new(stream::OPEN, data::OK, code::NONE, "");
-    let mut dir = Vec::new();
-    begin_refresh(
-        &mut dir,
-        domain::SOURCE,
-        -1,
-        refresh::REFRESH_COMPLETE,
-        dt::MAP,
-        None,
-        &ok,
-        None,
-        None,
-        false,
-    );
-    let mut map = MapWriter::begin(&mut dir, dt::UINT, dt::FILTER_LIST);
-    map.entry(&mut dir, map_action::ADD, &[7], |o| {
-        let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
-        fl.entry(o, filter_action::SET, 1, |o| {
-            let mut el = ElementListWriter::begin(o);
-            el.ascii(o, "Name", b"PROV");
-            el.end(o);
-        });
-        fl.entry(o, filter_action::SET, 2, |o| {
-            let mut el = ElementListWriter::begin(o);
-            el.uint(o, "ServiceState", 1);
-            el.end(o);
-        });
-        fl.end(o);
-    });
-    map.end(&mut dir);
+    let dir = testing::service_up(-1, testing::DirectoryMsg::Unsolicited, 7, b"PROV");
     s.on_client_message(&dir, &mut to_node, &mut out);
     let key = MsgKey {
         service_id: Some(7),
@@ -558,21 +516,7 @@ fn provider_with_an_item() -> (Session, Vec<u8>, Vec<Vec<u8>>) {
         name_type: Some(1),
         ..MsgKey::default()
     };
-    let mut item = Vec::new();
-    begin_refresh(
-        &mut item,
-        domain::MARKET_PRICE,
-        -5,
-        refresh::REFRESH_COMPLETE,
-        dt::FIELD_LIST,
-        None,
-        &ok,
-        Some(&key),
-        None,
-        false,
-    );
-    let fl = FieldListWriter::begin(&mut item);
-    fl.end(&mut item);
+    let item = testing::refresh_in_group(-5, false, testing::DEFAULT_GROUP, Some(&key), |_, _| {});
     to_node.clear();
     s.on_client_message(&item, &mut to_node, &mut out);
     let sent = node_messages(&to_node);
@@ -864,9 +808,9 @@ fn a_refused_reissue_closes_the_items_stream_at_the_node_too() {
 
 #[test]
 fn a_providers_group_news_reaches_the_items_of_the_group() {
-    use crate::item_groups::tests::group_update;
+    use crate::testing::{group_update, GroupNews};
     let (mut s, _, mut out) = provider_with_an_item();
-    let hear = |s: &mut Session, news: &[crate::item_groups::tests::GroupNews<'_>]| {
+    let hear = |s: &mut Session, news: &[GroupNews<'_>]| {
         let mut to_node = Vec::new();
         s.on_client_message(&group_update(-1, 7, news), &mut to_node, &mut Vec::new());
         node_messages(&to_node)

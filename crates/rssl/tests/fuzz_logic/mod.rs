@@ -18,12 +18,9 @@ use tickwire_rssl::session::{Session, SessionConfig};
 fn node_messages() -> Vec<u8> {
     let mut b = Vec::new();
     let _ = Message::Welcome(Welcome {
-        version: tickwire_proto::PROTOCOL_VERSION_MAX,
-        heartbeat_ms: 5000,
         max_frame: 1 << 18,
-        max_streams: 1000,
-        max_output_bytes: 1 << 24,
         node_name: "fuzz",
+        ..Welcome::default()
     })
     .encode(&mut b);
     let _ = Message::Directory(Directory::one_service("FEED", 1)).encode(&mut b);
