@@ -105,7 +105,9 @@ impl HubConfig {
 pub struct Output {
     /// Where it goes.
     pub to: Peer,
-    /// The message.
+    /// The message. Empty: no message, but the end of a gone connection's
+    /// ([`Hub::handle_gone`]): what comes for its id after it is for a new connection
+    /// under the same id, what came before it for the gone one.
     pub body: Vec<u8>,
     /// Sent only if the peer has room: an offer or chunk the sites ask for again,
     /// or a status or presence sent again, rather than market data waiting.
@@ -1155,6 +1157,12 @@ impl Hub {
                 w.conn = None;
             }
         }
+        // Nothing more for it: the end of its messages, for whoever delivers them.
+        self.out.push_back(Output {
+            to: Peer::Conn(conn),
+            body: Vec::new(),
+            droppable: false,
+        });
     }
 
     /// The backbone driver's totals so far (NAKs received, datagrams sent): the

@@ -23,12 +23,35 @@ fn encode(m: &FilesMessage) -> Vec<u8> {
     b
 }
 
+/// The messages the hub sends (not the end of a gone connection's: see below).
 fn outputs(h: &mut Hub) -> Vec<Output> {
     let mut v = Vec::new();
     while let Some(o) = h.poll_output() {
-        v.push(o);
+        if !o.body.is_empty() {
+            v.push(o);
+        }
     }
     v
+}
+
+#[test]
+fn a_gone_connections_messages_end_with_an_empty_one_after_all_it_was_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let q = encode(&FilesMessage::Query { request: 3 });
+    h.handle(Peer::Conn(CLIENT), "bob", Rights::ALL, &q, Instant::now());
+    h.handle_gone(CLIENT);
+    let mut to_client = Vec::new();
+    while let Some(o) = h.poll_output() {
+        if o.to == Peer::Conn(CLIENT) {
+            to_client.push(o.body);
+        }
+    }
+    assert!(to_client.len() >= 2, "its report, then the end");
+    assert!(to_client.last().unwrap().is_empty(), "the end comes last");
+    assert!(to_client[..to_client.len() - 1]
+        .iter()
+        .all(|b| !b.is_empty()));
 }
 
 /// The upload answers sent to the client: (state, reason).

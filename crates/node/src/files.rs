@@ -514,6 +514,11 @@ pub struct FilesThread {
     /// The thread stopped: what it left unanswered is refused once its last answers
     /// (still in its queue to the loop) are out.
     refuse_unanswered: bool,
+    /// Connections gone whose last messages from the thread may still come, by id (a
+    /// count: an id is reused at once, and may go again): what the thread sends to
+    /// such an id before the end it marks (`Hub::handle_gone`) was for the gone
+    /// connection, and is dropped, not given to a new one under its id.
+    departed: std::collections::HashMap<ConnId, u32>,
     /// What starting the thread again needs, and when it may be tried.
     again: Again,
 }
@@ -775,6 +780,7 @@ impl FilesThread {
             restarts: 0,
             unanswered: Unanswered::default(),
             refuse_unanswered: false,
+            departed: std::collections::HashMap::new(),
             again: Again {
                 cfg: cfg.clone(),
                 site: site.to_owned(),
@@ -843,10 +849,12 @@ impl FilesThread {
                 self.restarts += 1;
                 self.again.started = now;
                 self.again.next_try = None;
-                // The new thread knows nothing of the old one's wire or connections.
+                // The new thread knows nothing of the old one's wire or connections,
+                // and sends nothing for those gone before it.
                 self.wire_given = None;
                 self.held = None;
                 self.gone_unsent.clear();
+                self.departed.clear();
                 info!(
                     "files: the files thread starts again (restart {}): it opens its spool and inbox",
                     self.restarts
@@ -952,6 +960,7 @@ impl FilesThread {
         // (and that id's messages wait behind it, dropped as a full queue drops them).
         for &conn in &gone {
             self.unanswered.gone(conn);
+            *self.departed.entry(conn).or_default() += 1;
         }
         self.gone_unsent.append(&mut gone);
         let mut unsent = std::mem::take(&mut self.gone_unsent);
@@ -1042,6 +1051,13 @@ impl FilesThread {
                     match o.to {
                         // Counted when the peer is there but busy (to one gone, a
                         // message is moot).
+                        Peer::Conn(c) if self.departed.contains_key(&c) => {
+                            // A gone connection's: dropped (its end counted).
+                            if o.body.is_empty() {
+                                self.end_of_departed(c);
+                            }
+                        }
+                        Peer::Conn(_) if o.body.is_empty() => {}
                         Peer::Conn(c) => {
                             self.unanswered.answered(c, &o.body);
                             if !core.send_files(c, &o.body, o.droppable.then_some(ROOM))
@@ -1091,6 +1107,16 @@ impl FilesThread {
         // After the stopped thread's last answers, so that no refusal overtakes one.
         if self.refuse_unanswered && self.held.is_none() {
             self.refuse_all_unanswered(core);
+        }
+    }
+
+    /// The thread's messages to a gone connection `conn` have all come.
+    fn end_of_departed(&mut self, conn: ConnId) {
+        if let Some(n) = self.departed.get_mut(&conn) {
+            *n -= 1;
+            if *n == 0 {
+                self.departed.remove(&conn);
+            }
         }
     }
 
@@ -1781,6 +1807,32 @@ mod restart_tests {
         assert!(t.is_running());
     }
 
+    /// A new client of `core`, logged in.
+    fn log_in(core: &mut tickwire_core::Node, now: Instant) -> usize {
+        use tickwire_proto::{Login, Message, Role};
+        let conn = core.connect("client", now);
+        let login = Login {
+            version_min: 1,
+            version_max: 1,
+            role: Role::Subscriber,
+            application: "test",
+            user: "",
+            token: "",
+            slow_consumer: None,
+        };
+        core.on_message(conn, &Message::Login(login), now);
+        files_answers(core, conn);
+        conn
+    }
+
+    /// A status query from `conn` under `request`.
+    fn ask(core: &mut tickwire_core::Node, conn: usize, request: u32) {
+        use tickwire_files::wire::FilesMessage;
+        let mut body = Vec::new();
+        FilesMessage::Query { request }.encode(&mut body).unwrap();
+        core.on_message(conn, &tickwire_proto::Message::Files(&body), Instant::now());
+    }
+
     /// The files messages a client of `core` was sent, in order, as (what, request).
     fn files_answers(core: &mut tickwire_core::Node, conn: usize) -> Vec<(&'static str, u32)> {
         use tickwire_files::wire::FilesMessage;
@@ -1814,34 +1866,14 @@ mod restart_tests {
 
     #[test]
     fn a_stopped_threads_last_answers_go_out_before_the_refusals_of_what_it_left() {
-        use tickwire_files::wire::FilesMessage;
-        use tickwire_proto::{Login, Message, Role};
         let dir = tempfile::tempdir().unwrap();
         let (_poll, mut t) = started(dir.path(), "source");
         let now = Instant::now();
-        let core_cfg = tickwire_core::CoreConfig {
-            files: true,
-            ..tickwire_core::CoreConfig::default()
-        };
-        let mut core = tickwire_core::Node::new(core_cfg, now);
-        let conn = core.connect("client", now);
-        let login = Login {
-            version_min: 1,
-            version_max: 1,
-            role: Role::Subscriber,
-            application: "test",
-            user: "",
-            token: "",
-            slow_consumer: None,
-        };
-        core.on_message(conn, &Message::Login(login), now);
-        files_answers(&mut core, conn);
+        let (mut core, conn) = core_with_client(now);
         // Two queries: the first answered at once, the second waiting for the gap
         // between a connection's answers; then the thread stops.
         for request in [1, 2] {
-            let mut body = Vec::new();
-            FilesMessage::Query { request }.encode(&mut body).unwrap();
-            core.on_message(conn, &Message::Files(&body), now);
+            ask(&mut core, conn, request);
         }
         t.turn(&mut core, None, None);
         t.submit(Input::Panic);
@@ -1860,6 +1892,58 @@ mod restart_tests {
             assert_eq!(answers, 1, "query {request} answered once: {got:?}");
         }
         assert!(!t.refuse_unanswered, "nothing left to refuse");
+    }
+
+    /// A core that takes files, with a client logged in on it.
+    fn core_with_client(now: Instant) -> (tickwire_core::Node, usize) {
+        let core_cfg = tickwire_core::CoreConfig {
+            files: true,
+            ..tickwire_core::CoreConfig::default()
+        };
+        let mut core = tickwire_core::Node::new(core_cfg, now);
+        let conn = log_in(&mut core, now);
+        (core, conn)
+    }
+
+    #[test]
+    fn an_answer_to_a_gone_connection_never_reaches_a_new_one_under_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_poll, mut t) = started(dir.path(), "source");
+        let now = Instant::now();
+        let (mut core, old) = core_with_client(now);
+        ask(&mut core, old, 1);
+        t.turn(&mut core, None, None);
+        // It goes with its query unanswered (or answered, still on its way), and a new
+        // client takes its id at once.
+        core.on_disconnect(old, now);
+        let new = log_in(&mut core, now);
+        assert_eq!(new, old, "the id is reused");
+        files_answers(&mut core, new);
+        let give_up = Instant::now() + Duration::from_secs(20);
+        t.turn(&mut core, None, None);
+        while !t.departed.is_empty() {
+            assert!(
+                Instant::now() < give_up,
+                "the gone connection's end never came"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+            t.turn(&mut core, None, None);
+        }
+        assert_eq!(
+            files_answers(&mut core, new),
+            [],
+            "nothing of the old one's"
+        );
+        // Its own query is answered.
+        ask(&mut core, new, 1);
+        let mut got = Vec::new();
+        while got.is_empty() {
+            assert!(Instant::now() < give_up, "no answer");
+            std::thread::sleep(Duration::from_millis(2));
+            t.turn(&mut core, None, None);
+            got = files_answers(&mut core, new);
+        }
+        assert_eq!(got, [("report", 1)]);
     }
 
     #[test]
