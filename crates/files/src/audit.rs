@@ -258,18 +258,7 @@ mod tests {
     use super::*;
 
     fn manifest(transfer: u64, name: &str) -> Manifest {
-        Manifest {
-            transfer,
-            sender: "src".into(),
-            service: "FILES".into(),
-            name: name.into(),
-            size: 12,
-            chunk_size: 65_536,
-            sha256: [0xab; 32],
-            expires_ms: 9_000_000,
-            open: false,
-            targets: vec!["edge1".into(), "edge2".into()],
-        }
+        Manifest::sample(transfer, name, 12)
     }
 
     fn site(m: &Manifest, to: &str, state: Delivery, reason: &str) -> HubEvent {

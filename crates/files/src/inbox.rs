@@ -452,18 +452,7 @@ mod tests {
     use super::*;
 
     fn manifest(transfer: u64, name: &str) -> Manifest {
-        Manifest {
-            transfer,
-            sender: "src".into(),
-            service: "FILES".into(),
-            name: name.into(),
-            size: 3,
-            chunk_size: 4096,
-            sha256: [0; 32],
-            expires_ms: 1,
-            open: false,
-            targets: Vec::new(),
-        }
+        Manifest::sample(transfer, name, 3)
     }
 
     /// An inbox under `fsync` with files `names` written whole and waiting for their sync.

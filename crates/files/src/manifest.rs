@@ -29,6 +29,24 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// A file of `size` bytes named `name` from "src" in service FILES, to edge1 and
+    /// edge2, for tests.
+    #[cfg(test)]
+    pub(crate) fn sample(transfer: u64, name: &str, size: u64) -> Manifest {
+        Manifest {
+            transfer,
+            sender: "src".into(),
+            service: "FILES".into(),
+            name: name.into(),
+            size,
+            chunk_size: 65_536,
+            sha256: [0xab; 32],
+            expires_ms: 9_000_000,
+            open: false,
+            targets: vec!["edge1".into(), "edge2".into()],
+        }
+    }
+
     /// Chunks in the file (the sender refuses files with more than `u32::MAX`).
     pub fn chunks(&self) -> u32 {
         chunk_count(self.size, self.chunk_size).unwrap_or(0)

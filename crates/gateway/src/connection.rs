@@ -493,7 +493,7 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tickwire_proto::{Dictionary, MessageIter};
+    use tickwire_proto::MessageIter;
 
     /// A node as the connection sees it: what it was handed and asked, recorded.
     #[derive(Default)]
@@ -536,13 +536,7 @@ mod tests {
     }
 
     fn cfg() -> Arc<SessionConfig> {
-        Arc::new(SessionConfig {
-            ping_timeout_s: 15,
-            max_msg_size: 61_440,
-            default_service: None,
-            node_service: None,
-            dictionary: Arc::new(Dictionary::market_price()),
-        })
+        Arc::new(SessionConfig::default())
     }
 
     fn upgrade(extra: &str) -> Vec<u8> {

@@ -43,6 +43,20 @@ pub struct SessionConfig {
     pub dictionary: Arc<Dictionary>,
 }
 
+impl Default for SessionConfig {
+    /// A node's defaults: 15 s without traffic (three 5 s heartbeats), messages of up to
+    /// 61,440 bytes, no default or node service, the MarketPrice dictionary.
+    fn default() -> Self {
+        SessionConfig {
+            ping_timeout_s: 15,
+            max_msg_size: 61_440,
+            default_service: None,
+            node_service: None,
+            dictionary: Arc::new(Dictionary::market_price()),
+        }
+    }
+}
+
 /// Encoded update tails, shared by the sessions during one turn of the event loop.
 pub struct UpdateCache {
     /// Off, every session encodes its own updates: only to measure what sharing saves
@@ -1398,11 +1412,8 @@ mod tests {
 
     fn session() -> Session {
         Session::new(Arc::new(SessionConfig {
-            ping_timeout_s: 15,
-            max_msg_size: 61_440,
             default_service: Some("FEED".into()),
-            node_service: None,
-            dictionary: Arc::new(Dictionary::market_price()),
+            ..SessionConfig::default()
         }))
     }
 

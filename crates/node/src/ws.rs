@@ -277,13 +277,7 @@ mod tests {
     use tickwire_core::CoreConfig;
 
     fn cfg() -> Arc<SessionConfig> {
-        Arc::new(SessionConfig {
-            ping_timeout_s: 15,
-            max_msg_size: 61_440,
-            default_service: None,
-            node_service: None,
-            dictionary: Arc::new(tickwire_proto::Dictionary::market_price()),
-        })
+        Arc::new(SessionConfig::default())
     }
 
     /// A core with a small per-subscriber output bound, and one connection in it.

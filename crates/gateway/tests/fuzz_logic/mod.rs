@@ -10,7 +10,7 @@ use tickwire_gateway::session::JsonOut;
 use tickwire_gateway::ws::{parse_request, Frame, FrameDecoder, MAX_HEAD};
 use tickwire_gateway::{Session, SessionConfig, UpdateCache};
 use tickwire_proto::{
-    Dictionary, FieldList, Message, MessageIter, Refresh, State, Update, UpdateType, Welcome,
+    FieldList, Message, MessageIter, Refresh, State, Update, UpdateType, Welcome,
 };
 
 pub(crate) const TARGETS: [&str; 2] = ["ws_frames", "json_session"];
@@ -128,11 +128,8 @@ pub(crate) fn json_session(data: &[u8]) -> Result<(), String> {
 
 fn json_session_output(data: &[u8], mut cache: UpdateCache) -> Vec<u8> {
     let cfg = Arc::new(SessionConfig {
-        ping_timeout_s: 15,
-        max_msg_size: 61_440,
         default_service: Some("FEED".into()),
-        node_service: None,
-        dictionary: Arc::new(Dictionary::market_price()),
+        ..SessionConfig::default()
     });
     let mut s = Session::new(cfg);
     let mut out = JsonOut::default();
