@@ -214,6 +214,34 @@ impl Subscriber {
         })
     }
 
+    /// Changes the view of the items' open streams where they stand (None: every
+    /// field), with no new image; an item with no open stream is a KeyError.
+    #[pyo3(signature = (service, items, *, view=None))]
+    fn change_view(
+        &self,
+        py: Python<'_>,
+        service: &str,
+        items: Vec<String>,
+        view: Option<Vec<Bound<'_, PyAny>>>,
+    ) -> PyResult<()> {
+        let view = self.view(view)?;
+        self.with_connected(py, |c| {
+            for item in items {
+                let key = (service.to_string(), item);
+                let Some(&sid) = c.streams.get(&key) else {
+                    return Err(PyKeyError::new_err(format!(
+                        "no open stream for {}/{}",
+                        key.0, key.1
+                    )));
+                };
+                c.sub
+                    .change_view(sid, view.clone())
+                    .map_err(errors::client)?;
+            }
+            Ok(())
+        })
+    }
+
     /// Waits up to `timeout` seconds (forever with None) for events and returns every
     /// one available then (an empty list if none came). The GIL is released while
     /// waiting; Ctrl-C interrupts the wait.

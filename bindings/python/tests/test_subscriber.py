@@ -54,6 +54,25 @@ def test_a_view_carries_only_its_fields(node, feed):
         assert set(first(s, "update", "SYM3").fields) <= {"BID", "ASK"}
 
 
+def test_a_view_changed_in_place_brings_no_new_image(node, feed):
+    s = tickwire.Subscriber(node)
+    s.view("FEED", ["SYM3"], ["BID", "ASK"])
+    first(s, "refresh", "SYM3")
+    s.change_view("FEED", ["SYM3"], view=["BID"])
+    # Updates sent before the node took the change may still carry ASK; later ones
+    # carry the bid alone, and no image comes.
+    seen = []
+    while len([e for e in seen if e.type == "update"]) < 12:
+        event = s.next(timeout=10)
+        assert event is not None, "the feed goes on"
+        if event.item == "SYM3":
+            seen.append(event)
+    assert all(e.type == "update" for e in seen), [e.type for e in seen]
+    assert all(set(e.fields) <= {"BID"} for e in seen[-4:]), [e.fields for e in seen[-4:]]
+    with pytest.raises(KeyError):
+        s.change_view("FEED", ["NOPE"], view=None)
+
+
 def test_snapshot_gives_every_image_and_names_what_the_node_refused(node, feed):
     s = tickwire.Subscriber(node)
     images = s.snapshot("FEED", ["SYM4", "SYM5", "SYM6"])

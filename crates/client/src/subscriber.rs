@@ -123,6 +123,17 @@ impl Subscriber {
         self.driver.write_some()
     }
 
+    /// Changes an open stream's view where it stands, with no new image (see
+    /// [`SubscriberSession::change_view`]).
+    pub fn change_view(
+        &mut self,
+        sid: StreamId,
+        view: Option<Vec<i16>>,
+    ) -> Result<(), ClientError> {
+        self.driver.session.change_view(sid, view)?;
+        self.driver.write_some()
+    }
+
     /// Writes any queued requests, waiting up to `timeout`.
     pub fn flush(&mut self, timeout: Duration) -> Result<(), ClientError> {
         self.driver.flush(timeout)

@@ -10,8 +10,8 @@ use tickwire_core::{ConnId, CoreConfig, Node};
 use tickwire_proto::frame::FrameReader;
 use tickwire_proto::{
     code, encode_field_list, DataState, Directory, FieldList, Login, Message, Refresh, Role,
-    ServiceEntry, ServiceState, State, StreamState, Update, UpdateType, Value,
-    PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    ServiceState, State, StreamState, Update, UpdateType, Value, PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
 };
 
 const HB: Duration = Duration::from_secs(1);
@@ -155,15 +155,8 @@ impl Lab {
 
     /// The publisher's directory: these services, up.
     fn announce(&mut self, services: &[&str]) {
-        let up = |name| ServiceEntry {
-            name,
-            state: ServiceState::Up,
-            interactive: false,
-            item_count: 0,
-        };
-        self.publish(&[Message::Directory(Directory {
-            services: services.iter().copied().map(up).collect(),
-        })]);
+        let up = services.iter().map(|&name| (name, ServiceState::Up));
+        self.publish(&[Message::Directory(Directory::of(up))]);
     }
 
     fn publish(&mut self, msgs: &[Message<'_>]) {
@@ -392,6 +385,44 @@ fn a_lost_connection_makes_every_stream_suspect_then_recovers_the_watchlist() {
         [(a, Some("110.00".into())), (b, Some("210.00".into()))]
     );
     assert_eq!(lab.session.reconnects(), 1);
+}
+
+#[test]
+fn a_view_changed_in_place_brings_no_image_and_holds_across_a_reconnect() {
+    let mut lab = Lab::new();
+    lab.connect();
+    lab.pump().unwrap();
+    let a = lab.subscribe("FEED", "A");
+    assert_eq!(bid(&lab.pump().unwrap()[0].0).as_deref(), Some("100.00"));
+    // A view without the bid: no image, and an update of the bid alone is not sent.
+    lab.session.change_view(a, Some(vec![23])).unwrap();
+    assert!(lab.pump().unwrap().is_empty(), "no image");
+    lab.update(1, 2, 101.0);
+    assert!(lab.pump().unwrap().is_empty());
+    // Every field again: the next update comes, on the same stream, with no image.
+    lab.session.change_view(a, None).unwrap();
+    assert!(lab.pump().unwrap().is_empty(), "no image");
+    lab.update(1, 3, 102.0);
+    let got = lab.pump().unwrap();
+    assert!(
+        matches!(&got[..], [(Event::Update { stream, .. }, _)] if *stream == a),
+        "{got:?}"
+    );
+    assert_eq!(bid(&got[0].0).as_deref(), Some("102.00"));
+    // The view is the stream's: after a lost connection it is asked for with it.
+    lab.session.change_view(a, Some(vec![23])).unwrap();
+    lab.pump().unwrap();
+    lab.break_connection();
+    lab.now += Duration::from_secs(2);
+    lab.connect();
+    let again = lab.pump().unwrap();
+    let refresh = again
+        .iter()
+        .find(|(e, _)| matches!(e, Event::Refresh { stream, .. } if *stream == a))
+        .expect("the stream's new image");
+    assert_eq!(bid(&refresh.0), None, "in the view: no bid");
+    // Not open: refused.
+    assert!(lab.session.change_view(999, None).is_err());
 }
 
 /// Streams refer to their service by an index into names the session keeps once:

@@ -352,6 +352,49 @@ impl SubscriberSession {
         Ok(())
     }
 
+    /// Changes the view of an open stream where it stands (`None`: every field), with
+    /// no new image: the updates from now on carry the new view (as RWF's `NO_REFRESH`
+    /// reissue; docs/PROTOCOL.md 6.8). A stream that is reopened after a lost
+    /// connection is asked for with it. `Err` for a stream not open, or a replay's
+    /// (which takes no view).
+    pub fn change_view(
+        &mut self,
+        sid: StreamId,
+        view: Option<Vec<i16>>,
+    ) -> Result<(), ClientError> {
+        let Some(w) = self.watch.get_mut(sid as usize).and_then(|w| w.as_mut()) else {
+            return Err(ClientError::Protocol(format!("stream {sid} is not open")));
+        };
+        if w.replay().is_some() {
+            return Err(ClientError::Protocol(format!(
+                "stream {sid} is a replay: it takes no view"
+            )));
+        }
+        match (&mut w.extra, view) {
+            (Some(x), view) => x.view = view,
+            (None, None) => {}
+            (extra @ None, view) => {
+                *extra = Some(Box::new(WatchExtra { view, replay: None }));
+            }
+        }
+        // Held (not asked for yet), or to be asked for again: the request will carry it.
+        if self.held.contains(&sid) || self.recover.iter().any(|&(s, _)| s == sid) {
+            return Ok(());
+        }
+        if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
+            let view = w.extra.as_ref().and_then(|x| x.view.as_deref());
+            conn.writer().push(&Message::Request(Request {
+                stream_id: sid,
+                streaming: w.streaming,
+                service: self.services.name(w.service),
+                name: &w.name,
+                view: view.map(View::Fids),
+                refresh: false,
+            }))?;
+        }
+        Ok(())
+    }
+
     /// When [`SubscriberSession::handle_timeout`] is next needed.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let Some(conn) = &self.conn else {

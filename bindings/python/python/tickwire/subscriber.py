@@ -119,6 +119,12 @@ class Subscriber:
         """Closes the items' streams (``KeyError`` for one that is not open)."""
         self._native.close(service, _names(items))
 
+    def change_view(self, service: str, items: Items, *, view: Optional[Fields] = None) -> None:
+        """Changes the view of the items' open streams where they stand (``None``: every
+        field), with no new image: the updates from now on carry the new view
+        (``KeyError`` for an item that is not open)."""
+        self._native.change_view(service, _names(items), view=list(view) if view is not None else None)
+
     def snapshot(
         self,
         service: str,
