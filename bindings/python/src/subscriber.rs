@@ -226,6 +226,8 @@ impl Subscriber {
     ) -> PyResult<()> {
         let view = self.view(view)?;
         self.with_connected(py, |c| {
+            // Every item first: an unknown one changes none.
+            let mut sids = Vec::with_capacity(items.len());
             for item in items {
                 let key = (service.to_string(), item);
                 let Some(&sid) = c.streams.get(&key) else {
@@ -234,6 +236,9 @@ impl Subscriber {
                         key.0, key.1
                     )));
                 };
+                sids.push(sid);
+            }
+            for sid in sids {
                 c.sub
                     .change_view(sid, view.clone())
                     .map_err(errors::client)?;

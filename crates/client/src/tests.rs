@@ -425,6 +425,45 @@ fn a_view_changed_in_place_brings_no_image_and_holds_across_a_reconnect() {
     assert!(lab.session.change_view(999, None).is_err());
 }
 
+#[test]
+fn a_view_change_that_crosses_a_recoverable_close_keeps_the_stream() {
+    let mut lab = Lab::new();
+    lab.connect();
+    lab.pump().unwrap();
+    let a = lab.subscribe("FEED", "A");
+    lab.pump().unwrap();
+    // The item's publisher closes it, recoverable; the client changes the view before
+    // it reads that: the node, with no stream left, refuses the change with a close.
+    lab.publish(&[Message::Status(tickwire_proto::Status {
+        stream_id: 1,
+        state: State {
+            stream: StreamState::ClosedRecover,
+            data: DataState::Suspect,
+            code: 0,
+            text: "feed restarting",
+        },
+    })]);
+    lab.session.change_view(a, Some(vec![23])).unwrap();
+    lab.pump().unwrap();
+    assert!(lab.session.item(a).is_some(), "still to be asked for again");
+    // Asked for again, with the view.
+    lab.refresh("A", 1, 100.0);
+    let give_up = lab.now + Duration::from_secs(60);
+    let refresh = loop {
+        assert!(lab.now < give_up, "the stream was never asked for again");
+        lab.advance(Duration::from_millis(100));
+        lab.session.handle_timeout(lab.now).unwrap();
+        let got = lab.pump().unwrap();
+        if let Some((e, _)) = got
+            .into_iter()
+            .find(|(e, _)| matches!(e, Event::Refresh { stream, .. } if *stream == a))
+        {
+            break e;
+        }
+    };
+    assert_eq!(bid(&refresh), None, "in the view: no bid");
+}
+
 /// Streams refer to their service by an index into names the session keeps once:
 /// every event, `item()` and the requests sent again after a reconnect must still name
 /// the right service, views included.

@@ -679,6 +679,14 @@ fn handle_payload(
                     ctx.recover.push((sid, ctx.recover_at));
                     continue;
                 }
+                // Closed at the node already, and to be asked for again: a close now is
+                // the node's answer to a view change that crossed the close
+                // (`change_view`), not the end of the stream.
+                if s.state.stream == StreamState::Closed
+                    && ctx.recover.iter().any(|&(r, _)| r == sid)
+                {
+                    continue;
+                }
                 let done = s.state.stream != StreamState::Open;
                 f(EventRef::Status(item, s), encoded);
                 n += 1;

@@ -44,6 +44,22 @@ impl Node {
         });
     }
 
+    /// Drops what a connection that went sent and the files thread has not taken yet:
+    /// it would reach the thread after the connection's end, and its answers would go
+    /// to the next connection given its id.
+    pub(crate) fn forget_files_of(&mut self, conn: ConnId) {
+        let mut kept = Vec::with_capacity(self.files_in.len());
+        for m in self.files_in.drain(..) {
+            if m.conn == conn {
+                self.files_in_bytes -= m.body.len();
+                crate::chunk_buffers::SHARED.give_back(m.body);
+            } else {
+                kept.push(m);
+            }
+        }
+        self.files_in = kept;
+    }
+
     /// Takes the file-transfer messages peers sent since the last call, and the
     /// connections gone since (in `gone`; their uploads and routes are over).
     pub fn take_files(&mut self, into: &mut Vec<FilesIn>, gone: &mut Vec<ConnId>) {

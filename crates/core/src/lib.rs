@@ -693,6 +693,7 @@ impl Node {
         }
         self.detach(conn, "connection lost");
         if self.cfg.files {
+            self.forget_files_of(conn);
             self.files_gone.push(conn);
         }
         self.closing.retain(|&c| c != conn);

@@ -105,6 +105,14 @@ pub struct Inbox {
     pub(crate) fail_dir_syncs: bool,
 }
 
+/// How the file an install replaces was kept aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Previous {
+    None,
+    Linked,
+    Moved,
+}
+
 /// A file renamed into the inbox, waiting for its directory's sync.
 struct Installed {
     transfer: u64,
@@ -275,15 +283,23 @@ impl Inbox {
         let to = self.destination(&m.name)?;
         self.open.remove(m.transfer);
         let aside = self.path(m.transfer, "previous");
-        let kept = keep
-            && fs::symlink_metadata(&to).is_ok_and(|meta| meta.is_file())
-            && fs::hard_link(&to, &aside).is_ok();
+        // Linked aside (a link to a symbolic link is to the link itself), else moved
+        // aside (the name is empty until the rename below).
+        let previous = match keep && fs::symlink_metadata(&to).is_ok() {
+            false => Previous::None,
+            true if fs::hard_link(&to, &aside).is_ok() => Previous::Linked,
+            true if fs::rename(&to, &aside).is_ok() => Previous::Moved,
+            true => Previous::None,
+        };
         if let Err(e) = fs::rename(self.path(m.transfer, "part"), &to) {
-            if kept {
-                let _ = fs::remove_file(&aside);
-            }
+            let _ = match previous {
+                Previous::Linked => fs::remove_file(&aside),
+                Previous::Moved => fs::rename(&aside, &to),
+                Previous::None => Ok(()),
+            };
             return Err(e);
         }
+        let kept = previous != Previous::None;
         self.counts.renames += 1;
         if self.saved.remove(&m.transfer) {
             let _ = fs::remove_file(self.path(m.transfer, "map"));
@@ -505,6 +521,17 @@ mod tests {
             fs::read_dir(dir.path().join(PARTIAL_DIR)).unwrap().count(),
             0
         );
+    }
+
+    #[test]
+    fn a_symbolic_link_a_withdrawn_file_replaced_is_put_back() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("elsewhere", dir.path().join("a.csv")).unwrap();
+        let mut inbox = committed(dir.path(), &["a.csv"]);
+        inbox.fail_dir_syncs = true;
+        assert!(inbox.flush().iter().all(|(_, r)| r.is_err()));
+        let back = fs::read_link(dir.path().join("a.csv")).unwrap();
+        assert_eq!(back, std::path::Path::new("elsewhere"));
     }
 
     #[test]

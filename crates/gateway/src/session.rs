@@ -44,8 +44,9 @@ pub struct SessionConfig {
 }
 
 impl Default for SessionConfig {
-    /// A node's defaults: 15 s without traffic (three 5 s heartbeats), messages of up to
-    /// 61,440 bytes, no default or node service, the MarketPrice dictionary.
+    /// Ordinary settings: 15 s without traffic (three 5 s heartbeats, the node's
+    /// default), messages of up to 61,440 bytes, no default service, no node service
+    /// (a node names its own), the MarketPrice dictionary.
     fn default() -> Self {
         SessionConfig {
             ping_timeout_s: 15,

@@ -968,7 +968,13 @@ impl FilesThread {
         self.gone_unsent = unsent;
         for m in taken.drain(..) {
             if self.gone_unsent.contains(&m.conn) {
+                // A new connection under the id of one whose end the thread has not
+                // had yet: its message cannot go before that end. An upload or a
+                // query is refused now rather than left to its time-out.
                 self.dropped += 1;
+                if let Some(asked) = Unanswered::asked(&m.body) {
+                    core.send_files(m.conn, &unanswered::refusal(asked, THREAD_BEHIND), None);
+                }
                 continue;
             }
             if let Some(site) = self.site_refused(core, m.conn, &m.body) {
@@ -1944,6 +1950,29 @@ mod restart_tests {
             got = files_answers(&mut core, new);
         }
         assert_eq!(got, [("report", 1)]);
+    }
+
+    #[test]
+    fn a_query_sent_just_before_its_connection_went_is_not_answered_to_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_poll, mut t) = started(dir.path(), "source");
+        let now = Instant::now();
+        let (mut core, old) = core_with_client(now);
+        // Asked, and gone, before the loop took the query to the thread.
+        ask(&mut core, old, 7);
+        core.on_disconnect(old, now);
+        let new = log_in(&mut core, now);
+        assert_eq!(new, old, "the id is reused");
+        ask(&mut core, new, 1);
+        let give_up = Instant::now() + Duration::from_secs(20);
+        let mut got = Vec::new();
+        while !got.iter().any(|&(_, r)| r == 1) {
+            assert!(Instant::now() < give_up, "no answer to the new connection");
+            t.turn(&mut core, None, None);
+            got.extend(files_answers(&mut core, new));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(got, [("report", 1)], "only its own answer");
     }
 
     #[test]

@@ -48,6 +48,32 @@ fn files_messages_reach_the_files_thread_only_after_login_and_within_a_bound() {
 }
 
 #[test]
+fn what_a_gone_connection_sent_never_reaches_the_files_thread() {
+    let mut h = files_harness();
+    let gone = h.login(Role::Subscriber);
+    let stays = h.login(Role::Subscriber);
+    // The gone one filled the bound before it went.
+    let big = vec![0u8; 60_000];
+    for _ in 0..FILES_IN_BYTES / big.len() {
+        h.send(gone, &[Message::Files(&big)]);
+    }
+    let now = h.now;
+    h.node.on_disconnect(gone, now);
+    // Its id is given to the next connection at once: what it sent must not reach
+    // the files thread after its end, as if the new one had sent it; and it no longer
+    // takes room.
+    let next = h.login(Role::Subscriber);
+    assert_eq!(next, gone, "the id is reused");
+    h.send(stays, &[Message::Files(&big)]);
+    assert_eq!(h.node.stats().files_dropped, 0);
+    let (mut got, mut ended) = (Vec::new(), Vec::new());
+    h.node.take_files(&mut got, &mut ended);
+    let from: Vec<ConnId> = got.iter().map(|f| f.conn).collect();
+    assert_eq!(from, vec![stays]);
+    assert_eq!(ended, vec![gone]);
+}
+
+#[test]
 fn files_go_out_through_the_peers_queue_and_wait_when_it_is_full() {
     let mut h = files_harness();
     let c = h.login(Role::Subscriber);
