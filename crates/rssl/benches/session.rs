@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use tickwire_proto::{
     Date, Directory, FieldList, FieldListWriter, Message, MessageIter, Real, Refresh, State, Time,
-    Update, UpdateType, Value, Welcome,
+    Update, UpdateType, Value,
 };
 use tickwire_rssl::dictionary::RwfDictionary;
 use tickwire_rssl::rwf::container::FieldListWriter as RwfFields;
@@ -110,14 +110,7 @@ fn consumer_with_an_item(fields: &[u8]) -> Session {
     // The ETA Consumer's own login request (user "root").
     let login = testing::eta_login(0);
     s.on_client_message(&login, &mut to_node, &mut out);
-    let mut node = Vec::new();
-    Message::Welcome(Welcome {
-        heartbeat_ms: 1000,
-        node_name: "n",
-        ..Welcome::default()
-    })
-    .encode(&mut node)
-    .unwrap();
+    let mut node = testing::node_welcome();
     Message::Directory(Directory::one_service("FEED", 1))
         .encode(&mut node)
         .unwrap();

@@ -47,6 +47,20 @@ pub fn eta_login(role: u8) -> Vec<u8> {
     b
 }
 
+/// The node's Welcome to a session it accepted (a 1 s heartbeat, named "n"), encoded
+/// as the node sends it.
+pub fn node_welcome() -> Vec<u8> {
+    let mut b = Vec::new();
+    tickwire_proto::Message::Welcome(tickwire_proto::Welcome {
+        heartbeat_ms: 1000,
+        node_name: "n",
+        ..tickwire_proto::Welcome::default()
+    })
+    .encode(&mut b)
+    .expect("a Welcome encodes");
+    b
+}
+
 /// A provider's answer to a login on `stream`: a complete, solicited refresh, open and ok.
 pub fn login_accepted(stream_id: i32) -> Vec<u8> {
     let mut out = Vec::new();

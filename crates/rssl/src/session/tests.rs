@@ -3,7 +3,7 @@ use crate::rwf::container::FieldIter;
 use crate::rwf::hex;
 use crate::testing;
 use tickwire_proto::{
-    Directory, FieldListWriter as NativeFields, MessageIter, Real, Refresh, Status, Update, Welcome,
+    Directory, FieldListWriter as NativeFields, MessageIter, Real, Refresh, Status, Update,
 };
 
 /// The node's messages a session sent, decoded.
@@ -14,15 +14,7 @@ fn node_messages(to_node: &[u8]) -> Vec<String> {
 }
 
 fn welcome() -> Vec<u8> {
-    let mut b = Vec::new();
-    Message::Welcome(Welcome {
-        heartbeat_ms: 1000,
-        node_name: "n",
-        ..Welcome::default()
-    })
-    .encode(&mut b)
-    .unwrap();
-    b
+    testing::node_welcome()
 }
 
 fn deliver(s: &mut Session, encoded: &[u8], out: &mut Vec<Vec<u8>>) {
