@@ -8,8 +8,8 @@ use std::time::Duration;
 use tickwire_core::CoreConfig;
 use tickwire_proto::{
     encode_field_list, DataState, Directory, FieldList, Login, Message, MessageIter, MessageType,
-    Real, Refresh, Request, Role as ProtoRole, ServiceState, State, StreamState, Update,
-    UpdateType, Value, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    Real, Refresh, Request, Role as ProtoRole, ServiceState, StreamState, Update, UpdateType,
+    Value, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 
 struct Queue<'a> {
@@ -165,17 +165,13 @@ impl World {
         let names: Vec<String> = (0..items).map(|i| format!("SYM{i}")).collect();
         let img = image(10000);
         for (i, n) in names.iter().enumerate() {
-            msgs.push(Message::Refresh(Refresh {
-                stream_id: i as u32 + 1,
-                seq: 1,
-                complete: true,
-                solicited: false,
-                clear_cache: true,
-                state: State::OPEN_OK,
-                service: "FEED",
-                name: n,
-                fields: FieldList::decode(&img).unwrap(),
-            }));
+            msgs.push(Message::Refresh(Refresh::whole(
+                i as u32 + 1,
+                1,
+                "FEED",
+                n,
+                FieldList::decode(&img).unwrap(),
+            )));
         }
         let f = frame(&msgs);
         self.src_core.on_frame(p, &f, self.now);
@@ -656,15 +652,8 @@ fn an_image_for_another_edge_is_passed_on_only_where_the_edge_is_not_in_step_wit
     fn refresh(seq: u32, img: &[u8]) -> Message<'_> {
         let fields = FieldList::decode(img).unwrap();
         Message::Refresh(Refresh {
-            stream_id: 1,
-            seq,
-            complete: true,
             solicited: true,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "FEED",
-            name: "SYM0",
-            fields,
+            ..Refresh::whole(1, seq, "FEED", "SYM0", fields)
         })
     }
     // In step (the edge has seq 2): another edge's image changes nothing here.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tickwire_proto::{
-    encode_field_list, Directory, FieldList, Login, Message, Real, Refresh, Role, State, Update,
+    encode_field_list, Directory, FieldList, Login, Message, Real, Refresh, Role, Update,
     UpdateType, Value as FieldValue,
 };
 
@@ -183,17 +183,13 @@ fn raw_publisher(node: &Node) -> TcpStream {
                 slow_consumer: None,
             }),
             Message::Directory(Directory::one_service("FEED", 1)),
-            Message::Refresh(Refresh {
-                stream_id: 1,
-                seq: 0,
-                complete: true,
-                solicited: false,
-                clear_cache: true,
-                state: State::OPEN_OK,
-                service: "FEED",
-                name: "SYM0",
-                fields: FieldList::decode(&img).unwrap(),
-            }),
+            Message::Refresh(Refresh::whole(
+                1,
+                0,
+                "FEED",
+                "SYM0",
+                FieldList::decode(&img).unwrap(),
+            )),
         ],
     );
     sock

@@ -75,17 +75,13 @@ fn login_message(role: Role, name: &str) -> Message<'_> {
 
 /// A complete, unsolicited image of `service`'s `name` on the publisher's stream `sid`.
 fn image<'a>(service: &'a str, name: &'a str, sid: u32, fields: &'a [u8]) -> Message<'a> {
-    Message::Refresh(Refresh {
-        stream_id: sid,
-        seq: 1,
-        complete: true,
-        solicited: false,
-        clear_cache: true,
-        state: State::OPEN_OK,
+    Message::Refresh(Refresh::whole(
+        sid,
+        1,
         service,
         name,
-        fields: FieldList::from_trusted(fields),
-    })
+        FieldList::from_trusted(fields),
+    ))
 }
 
 fn node_with_publisher(now: Instant) -> (Node, ConnId) {

@@ -311,17 +311,7 @@ impl Node {
     fn send_past(&mut self, p: &Replaying, m: &PastMessage) {
         let fields = FieldList::from_trusted(&m.fields);
         let msg = if m.refresh {
-            Message::Refresh(Refresh {
-                stream_id: p.stream,
-                seq: m.seq,
-                complete: true,
-                solicited: false,
-                clear_cache: true,
-                state: State::OPEN_OK,
-                service: &p.service,
-                name: &p.name,
-                fields,
-            })
+            Message::Refresh(Refresh::whole(p.stream, m.seq, &p.service, &p.name, fields))
         } else {
             Message::Update(Update {
                 stream_id: p.stream,

@@ -493,6 +493,30 @@ pub struct Refresh<'a> {
     pub fields: FieldList<'a>,
 }
 
+impl<'a> Refresh<'a> {
+    /// A whole image in one part, unsolicited, open and ok, replacing what was cached:
+    /// what a publisher sends of an item it images (set `solicited` for an answer).
+    pub fn whole(
+        stream_id: u32,
+        seq: u32,
+        service: &'a str,
+        name: &'a str,
+        fields: FieldList<'a>,
+    ) -> Self {
+        Refresh {
+            stream_id,
+            seq,
+            complete: true,
+            solicited: false,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service,
+            name,
+            fields,
+        }
+    }
+}
+
 /// An item's update.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Update<'a> {

@@ -11,8 +11,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::sync::Arc;
 use tickwire_proto::{
-    Date, Directory, FieldList, FieldListWriter, Message, MessageIter, Real, Refresh, State, Time,
-    Update, UpdateType, Value,
+    Date, Directory, FieldList, FieldListWriter, Message, MessageIter, Real, Refresh, Time, Update,
+    UpdateType, Value,
 };
 use tickwire_rssl::dictionary::RwfDictionary;
 use tickwire_rssl::rwf::container::FieldListWriter as RwfFields;
@@ -135,15 +135,8 @@ fn consumer_with_an_item(fields: &[u8]) -> Session {
     );
     let mut node = Vec::new();
     Message::Refresh(Refresh {
-        stream_id: 1,
-        seq: 1,
-        complete: true,
         solicited: true,
-        clear_cache: true,
-        state: State::OPEN_OK,
-        service: "FEED",
-        name: "TRI.N",
-        fields: FieldList::decode(fields).unwrap(),
+        ..Refresh::whole(1, 1, "FEED", "TRI.N", FieldList::decode(fields).unwrap())
     })
     .encode(&mut node)
     .unwrap();

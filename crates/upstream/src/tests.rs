@@ -9,7 +9,7 @@ use tickwire_core::{ConnId, CoreConfig, Node};
 use tickwire_proto::frame::FrameReader;
 use tickwire_proto::{
     code, encode_field_list, DataState, Directory, FieldList, Login, Message, MessageIter, Refresh,
-    Request, Role, ServiceEntry, ServiceState, State, StreamState, Update, UpdateType, Value,
+    Request, Role, ServiceEntry, ServiceState, StreamState, Update, UpdateType, Value,
 };
 
 /// What a peer received, reduced to what the tests look at.
@@ -222,17 +222,13 @@ impl Tree {
         send(
             &mut self.up,
             self.publisher,
-            &[Message::Refresh(Refresh {
-                stream_id: sid,
-                seq: 1,
-                complete: true,
-                solicited: false,
-                clear_cache: true,
-                state: State::OPEN_OK,
-                service: "FEED",
+            &[Message::Refresh(Refresh::whole(
+                sid,
+                1,
+                "FEED",
                 name,
-                fields: FieldList::from_trusted(&f),
-            })],
+                FieldList::from_trusted(&f),
+            ))],
             self.now,
         );
     }
@@ -368,17 +364,13 @@ fn upstream_figures(t: &mut Tree, path: Option<&str>) {
     send(
         &mut t.up,
         figures,
-        &[Message::Refresh(Refresh {
-            stream_id: 1,
-            seq: 1,
-            complete: true,
-            solicited: false,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "TICKWIRE",
-            name: "NODE",
-            fields: FieldList::from_trusted(&f),
-        })],
+        &[Message::Refresh(Refresh::whole(
+            1,
+            1,
+            "TICKWIRE",
+            "NODE",
+            FieldList::from_trusted(&f),
+        ))],
         t.now,
     );
 }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 use tickwire_core::{CoreConfig, Node};
-use tickwire_proto::{Directory, FieldList, Login, Message, Refresh, Role, State};
+use tickwire_proto::{Directory, FieldList, Login, Message, Refresh, Role};
 
 /// A node with the default configuration, its cache on or off.
 pub(crate) fn node(cache: bool, now: Instant) -> Node {
@@ -61,15 +61,14 @@ pub(crate) fn send_image(
     now: Instant,
 ) {
     let f = encode(&[Message::Refresh(Refresh {
-        service: "FEED",
-        name,
-        stream_id: sid,
-        seq: 0,
-        state: State::OPEN_OK,
         solicited,
-        complete: true,
-        clear_cache: true,
-        fields: FieldList::decode(fields).expect("image"),
+        ..Refresh::whole(
+            sid,
+            0,
+            "FEED",
+            name,
+            FieldList::decode(fields).expect("image"),
+        )
     })]);
     node.on_frame(p, &f, now);
 }

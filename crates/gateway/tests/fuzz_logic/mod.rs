@@ -9,9 +9,7 @@ use std::sync::Arc;
 use tickwire_gateway::session::JsonOut;
 use tickwire_gateway::ws::{parse_request, Frame, FrameDecoder, MAX_HEAD};
 use tickwire_gateway::{Session, SessionConfig, UpdateCache};
-use tickwire_proto::{
-    FieldList, Message, MessageIter, Refresh, State, Update, UpdateType, Welcome,
-};
+use tickwire_proto::{FieldList, Message, MessageIter, Refresh, Update, UpdateType, Welcome};
 
 pub(crate) const TARGETS: [&str; 2] = ["ws_frames", "json_session"];
 
@@ -172,15 +170,8 @@ fn json_session_output(data: &[u8], mut cache: UpdateCache) -> Vec<u8> {
         let fl = FieldList::decode(&fields).expect("valid");
         s.on_node_message(
             &Message::Refresh(Refresh {
-                stream_id: *sid,
-                seq: 1,
-                complete: true,
                 solicited: true,
-                clear_cache: true,
-                state: State::OPEN_OK,
-                service,
-                name,
-                fields: fl,
+                ..Refresh::whole(*sid, 1, service, name, fl)
             }),
             &mut cache,
             &mut out,

@@ -640,15 +640,8 @@ fn item_request(stream: i32, flags: u16, name: Option<&[u8]>, view: &[i64]) -> V
 fn refresh_and_update(native: u32, fields: tickwire_proto::FieldList<'_>) -> Vec<u8> {
     let mut node = Vec::new();
     Message::Refresh(Refresh {
-        stream_id: native,
-        seq: 1,
-        complete: true,
         solicited: true,
-        clear_cache: true,
-        state: State::OPEN_OK,
-        service: "FEED",
-        name: "TRI.N",
-        fields,
+        ..Refresh::whole(native, 1, "FEED", "TRI.N", fields)
     })
     .encode(&mut node)
     .unwrap();
