@@ -181,14 +181,12 @@ impl World {
 
     fn publish(&mut self, p: ConnId, item: u32, seq: u32, bid: i64) {
         let img = image(bid);
-        let f = frame(&[Message::Update(Update {
-            stream_id: item + 1,
+        let f = frame(&[Message::Update(Update::new(
+            item + 1,
             seq,
-            update_type: UpdateType::Quote,
-            do_not_conflate: false,
-            conflation_count: 1,
-            fields: FieldList::decode(&img).unwrap(),
-        })]);
+            UpdateType::Quote,
+            FieldList::decode(&img).unwrap(),
+        ))]);
         self.src_core.on_frame(p, &f, self.now);
         self.settle();
     }
@@ -542,14 +540,12 @@ fn an_update_that_skips_sequence_numbers_is_held_back_and_the_item_re_imaged() {
     from_source(
         &mut w,
         0,
-        &[Message::Update(Update {
-            stream_id: 1,
-            seq: 4,
-            update_type: UpdateType::Quote,
-            do_not_conflate: false,
-            conflation_count: 1,
-            fields: FieldList::decode(&img).unwrap(),
-        })],
+        &[Message::Update(Update::new(
+            1,
+            4,
+            UpdateType::Quote,
+            FieldList::decode(&img).unwrap(),
+        ))],
     );
     // Suspect at once, then the source's image (here from its cache, at 2) and live.
     assert_eq!(
@@ -595,14 +591,12 @@ fn a_malformed_update_costs_its_item_an_image_not_the_edge_its_connection() {
     m.extend_from_slice(&(body.len() as u16).to_be_bytes());
     m.extend_from_slice(&body);
     let img = image(10002);
-    Message::Update(Update {
-        stream_id: 2,
-        seq: 2,
-        update_type: UpdateType::Quote,
-        do_not_conflate: false,
-        conflation_count: 1,
-        fields: FieldList::decode(&img).unwrap(),
-    })
+    Message::Update(Update::new(
+        2,
+        2,
+        UpdateType::Quote,
+        FieldList::decode(&img).unwrap(),
+    ))
     .encode(&mut m)
     .unwrap();
     from_source_raw(&mut w, 0, &m);
@@ -703,14 +697,12 @@ fn a_lost_source_turns_items_suspect_and_its_return_brings_them_back_without_a_g
     assert!(!got.iter().any(|g| matches!(g, Got::Update { .. })));
     w.src_core.on_bytes_received(p, w.now);
     let img = image(10777);
-    let f = frame(&[Message::Update(Update {
-        stream_id: 1,
-        seq: 2,
-        update_type: UpdateType::Quote,
-        do_not_conflate: false,
-        conflation_count: 1,
-        fields: FieldList::decode(&img).unwrap(),
-    })]);
+    let f = frame(&[Message::Update(Update::new(
+        1,
+        2,
+        UpdateType::Quote,
+        FieldList::decode(&img).unwrap(),
+    ))]);
     w.src_core.on_frame(p, &f, w.now);
     // Back: the edge asks again and gets an image with what it missed.
     w.source_up = true;

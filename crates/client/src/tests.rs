@@ -173,14 +173,12 @@ impl Lab {
 
     fn update(&mut self, sid: u32, seq: u32, bid: f64) {
         let f = fields(bid);
-        self.publish(&[Message::Update(Update {
-            stream_id: sid,
+        self.publish(&[Message::Update(Update::new(
+            sid,
             seq,
-            update_type: UpdateType::Quote,
-            do_not_conflate: false,
-            conflation_count: 1,
-            fields: FieldList::from_trusted(&f),
-        })]);
+            UpdateType::Quote,
+            FieldList::from_trusted(&f),
+        ))]);
     }
 
     /// The transport opens: a new connection at the core.

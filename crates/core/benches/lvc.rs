@@ -100,14 +100,12 @@ fn setup(cache: bool, subscriber: bool, watched: u32) -> Setup {
             fields.clear();
             write_level1(&mut fields, &quotes[i]);
             seq = seq.wrapping_add(1);
-            Message::Update(Update {
-                stream_id: i as u32 + 1,
+            Message::Update(Update::new(
+                i as u32 + 1,
                 seq,
-                update_type: UpdateType::Quote,
-                do_not_conflate: false,
-                conflation_count: 1,
-                fields: FieldList::decode(&fields).expect("update"),
-            })
+                UpdateType::Quote,
+                FieldList::decode(&fields).expect("update"),
+            ))
             .encode(&mut frame)
             .expect("encodes");
         }

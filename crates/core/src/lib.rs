@@ -2871,14 +2871,12 @@ mod lookahead_tests {
                 Message::Ping(i as u64).encode(&mut payload).unwrap();
                 expected.push(None);
             } else {
-                Message::Update(Update {
-                    stream_id: 1000 + i,
-                    seq: i,
-                    update_type: UpdateType::Quote,
-                    do_not_conflate: false,
-                    conflation_count: 1,
-                    fields: FieldList::decode(&fields).unwrap(),
-                })
+                Message::Update(Update::new(
+                    1000 + i,
+                    i,
+                    UpdateType::Quote,
+                    FieldList::decode(&fields).unwrap(),
+                ))
                 .encode(&mut payload)
                 .unwrap();
                 expected.push(Some(1000 + i));

@@ -313,14 +313,12 @@ impl Node {
         let msg = if m.refresh {
             Message::Refresh(Refresh::whole(p.stream, m.seq, &p.service, &p.name, fields))
         } else {
-            Message::Update(Update {
-                stream_id: p.stream,
-                seq: m.seq,
-                update_type: UpdateType::from_u8(m.update_type),
-                do_not_conflate: false,
-                conflation_count: 1,
+            Message::Update(Update::new(
+                p.stream,
+                m.seq,
+                UpdateType::from_u8(m.update_type),
                 fields,
-            })
+            ))
         };
         self.send(p.conn, &msg);
     }

@@ -101,14 +101,12 @@ fn allocations_per_update(cache: bool) -> (u64, u64) {
             (22, Value::Real(Real::new(100 + seq as i64 % 7, 0))),
             (25, Value::Real(Real::new(101 + seq as i64 % 5, 0))),
         ]);
-        Message::Update(Update {
-            stream_id: seq % 4 + 1,
+        Message::Update(Update::new(
+            seq % 4 + 1,
             seq,
-            update_type: UpdateType::Quote,
-            do_not_conflate: false,
-            conflation_count: 1,
-            fields: FieldList::decode(&fields).unwrap(),
-        })
+            UpdateType::Quote,
+            FieldList::decode(&fields).unwrap(),
+        ))
         .encode(&mut updates)
         .unwrap();
     }

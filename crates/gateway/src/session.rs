@@ -1513,14 +1513,7 @@ mod tests {
 
     fn update_json(s: &mut Session, cache: &mut UpdateCache, sid: u32, bytes: &[u8]) -> Json {
         let mut out = JsonOut::default();
-        let u = Update {
-            stream_id: sid,
-            seq: 7,
-            update_type: UpdateType::Quote,
-            do_not_conflate: false,
-            conflation_count: 1,
-            fields: FieldList::decode(bytes).unwrap(),
-        };
+        let u = Update::new(sid, 7, UpdateType::Quote, FieldList::decode(bytes).unwrap());
         s.on_node_message(&Message::Update(u), cache, &mut out);
         let mut frames = Vec::new();
         out.take(&mut frames);

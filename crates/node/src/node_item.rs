@@ -216,14 +216,12 @@ impl NodeItem {
         }
         self.seq = self.seq.wrapping_add(1);
         self.write_fields(core, now);
-        let update = Message::Update(Update {
-            stream_id: STREAM,
-            seq: self.seq,
-            update_type: UpdateType::Other,
-            do_not_conflate: false,
-            conflation_count: 1,
-            fields: FieldList::from_trusted(&self.fields),
-        });
+        let update = Message::Update(Update::new(
+            STREAM,
+            self.seq,
+            UpdateType::Other,
+            FieldList::from_trusted(&self.fields),
+        ));
         core.on_message(self.conn, &update, now);
     }
 }

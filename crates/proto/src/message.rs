@@ -534,6 +534,21 @@ pub struct Update<'a> {
     pub fields: FieldList<'a>,
 }
 
+impl<'a> Update<'a> {
+    /// A publisher's update as it sends it: one update (not conflated), which a node
+    /// may conflate for a slow subscriber.
+    pub fn new(stream_id: u32, seq: u32, update_type: UpdateType, fields: FieldList<'a>) -> Self {
+        Update {
+            stream_id,
+            seq,
+            update_type,
+            do_not_conflate: false,
+            conflation_count: 1,
+            fields,
+        }
+    }
+}
+
 /// A stream's state changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status<'a> {

@@ -155,14 +155,12 @@ fn bench_rssl(c: &mut Criterion) {
     // The node's update (23 fields) to a consumer as RWF.
     let mut s = consumer_with_an_item(&fields);
     let mut update = Vec::new();
-    Message::Update(Update {
-        stream_id: 1,
-        seq: 2,
-        update_type: UpdateType::Quote,
-        do_not_conflate: false,
-        conflation_count: 1,
-        fields: FieldList::decode(&fields).unwrap(),
-    })
+    Message::Update(Update::new(
+        1,
+        2,
+        UpdateType::Quote,
+        FieldList::decode(&fields).unwrap(),
+    ))
     .encode(&mut update)
     .unwrap();
     let node_update = MessageIter::new(&update).next().unwrap().unwrap().message;
@@ -190,14 +188,12 @@ fn bench_rssl(c: &mut Criterion) {
             native.clear();
             dict.to_native(m.payload, &mut native, |_| {}).unwrap();
             to_node.clear();
-            Message::Update(Update {
-                stream_id: 1,
-                seq: m.seq.unwrap_or(0),
-                update_type: UpdateType::from_u8(m.update_type),
-                do_not_conflate: false,
-                conflation_count: 1,
-                fields: FieldList::from_trusted(&native),
-            })
+            Message::Update(Update::new(
+                1,
+                m.seq.unwrap_or(0),
+                UpdateType::from_u8(m.update_type),
+                FieldList::from_trusted(&native),
+            ))
             .encode(&mut to_node)
             .unwrap();
             black_box(to_node.len())

@@ -238,14 +238,12 @@ impl Tree {
         send(
             &mut self.up,
             self.publisher,
-            &[Message::Update(Update {
-                stream_id: sid,
+            &[Message::Update(Update::new(
+                sid,
                 seq,
-                update_type: UpdateType::Quote,
-                do_not_conflate: false,
-                conflation_count: 1,
-                fields: FieldList::from_trusted(&f),
-            })],
+                UpdateType::Quote,
+                FieldList::from_trusted(&f),
+            ))],
             self.now,
         );
     }

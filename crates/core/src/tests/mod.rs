@@ -422,14 +422,12 @@ fn refresh<'a>(
 }
 
 fn update(sid: u32, seq: u32, fields: &[u8]) -> Message<'_> {
-    Message::Update(Update {
-        stream_id: sid,
+    Message::Update(Update::new(
+        sid,
         seq,
-        update_type: UpdateType::Quote,
-        do_not_conflate: false,
-        conflation_count: 1,
-        fields: FieldList::decode(fields).unwrap(),
-    })
+        UpdateType::Quote,
+        FieldList::decode(fields).unwrap(),
+    ))
 }
 
 fn s(v: &str) -> String {

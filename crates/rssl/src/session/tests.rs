@@ -645,16 +645,9 @@ fn refresh_and_update(native: u32, fields: tickwire_proto::FieldList<'_>) -> Vec
     })
     .encode(&mut node)
     .unwrap();
-    Message::Update(Update {
-        stream_id: native,
-        seq: 2,
-        update_type: UpdateType::Quote,
-        do_not_conflate: false,
-        conflation_count: 1,
-        fields,
-    })
-    .encode(&mut node)
-    .unwrap();
+    Message::Update(Update::new(native, 2, UpdateType::Quote, fields))
+        .encode(&mut node)
+        .unwrap();
     node
 }
 
