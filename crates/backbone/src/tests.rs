@@ -9,7 +9,7 @@ use tickwire_core::CoreConfig;
 use tickwire_proto::{
     encode_field_list, DataState, Directory, FieldList, Login, Message, MessageIter, MessageType,
     Real, Refresh, Request, Role as ProtoRole, ServiceState, StreamState, Update, UpdateType,
-    Value, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    Value,
 };
 
 struct Queue<'a> {
@@ -85,15 +85,7 @@ fn frame(msgs: &[Message<'_>]) -> Vec<u8> {
 }
 
 fn login(role: ProtoRole) -> Message<'static> {
-    Message::Login(Login {
-        version_min: PROTOCOL_VERSION_MIN,
-        version_max: PROTOCOL_VERSION_MAX,
-        role,
-        application: "test",
-        user: "test",
-        token: "",
-        slow_consumer: None,
-    })
+    Message::Login(Login::new(role, "test", "test", ""))
 }
 
 fn image(bid: i64) -> Vec<u8> {

@@ -173,15 +173,7 @@ fn raw_publisher(node: &Node) -> TcpStream {
     send_frame(
         &mut sock,
         &[
-            Message::Login(Login {
-                version_min: 1,
-                version_max: 1,
-                role: Role::Publisher,
-                application: "gap-test",
-                user: "t",
-                token: "",
-                slow_consumer: None,
-            }),
+            Message::Login(Login::new(Role::Publisher, "gap-test", "t", "")),
             Message::Directory(Directory::one_service("FEED", 1)),
             Message::Refresh(Refresh::whole(
                 1,

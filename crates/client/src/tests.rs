@@ -10,8 +10,7 @@ use tickwire_core::{ConnId, CoreConfig, Node};
 use tickwire_proto::frame::FrameReader;
 use tickwire_proto::{
     code, encode_field_list, DataState, Directory, FieldList, Login, Message, Refresh, Role,
-    ServiceState, State, StreamState, Update, UpdateType, Value, PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
+    ServiceState, State, StreamState, Update, UpdateType, Value,
 };
 
 const HB: Duration = Duration::from_secs(1);
@@ -62,15 +61,7 @@ fn node(now: Instant) -> Node {
 
 /// The Login a peer of the core's sends, with `name` as its application and user.
 fn login_message(role: Role, name: &str) -> Message<'_> {
-    Message::Login(Login {
-        version_min: PROTOCOL_VERSION_MIN,
-        version_max: PROTOCOL_VERSION_MAX,
-        role,
-        application: name,
-        user: name,
-        token: "",
-        slow_consumer: None,
-    })
+    Message::Login(Login::new(role, name, name, ""))
 }
 
 /// A complete, unsolicited image of `service`'s `name` on the publisher's stream `sid`.

@@ -22,8 +22,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use tickwire_proto::{
     code, DataState, Dictionary, FieldList, Login, Message, Replay, ReplayFrom, Request, Role,
-    ServiceState, SlowConsumerPolicy, State, StreamState, Update, UpdateType, Value, View,
-    PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    ServiceState, State, StreamState, Update, UpdateType, Value, View,
 };
 
 /// Settings shared by every session of a node.
@@ -573,15 +572,8 @@ impl Session {
             elements.insert("Position".into(), Json::String(p.into()));
         }
         let elements = Json::Object(elements);
-        let msg = Message::Login(Login {
-            version_min: PROTOCOL_VERSION_MIN,
-            version_max: PROTOCOL_VERSION_MAX,
-            role: Role::Subscriber,
-            application: &format!("ws:{}", application_id.unwrap_or("256")),
-            user,
-            token: "",
-            slow_consumer: None::<SlowConsumerPolicy>,
-        });
+        let application = format!("ws:{}", application_id.unwrap_or("256"));
+        let msg = Message::Login(Login::new(Role::Subscriber, &application, user, ""));
         // A name too long to encode leaves the login to fail at the node's deadline;
         // user names come from the node's own users file, so this does not happen.
         if msg.encode(to_node).is_ok() {
@@ -794,15 +786,8 @@ impl Session {
                 return;
             }
         }
-        let msg = Message::Login(Login {
-            version_min: PROTOCOL_VERSION_MIN,
-            version_max: PROTOCOL_VERSION_MAX,
-            role: Role::Subscriber,
-            application: &format!("ws:{app}"),
-            user: &user,
-            token,
-            slow_consumer: None::<SlowConsumerPolicy>,
-        });
+        let application = format!("ws:{app}");
+        let msg = Message::Login(Login::new(Role::Subscriber, &application, &user, token));
         if msg.encode(to_node).is_err() {
             write_refusal(out, id, true, code::LOGIN_REJECTED, "login fields too long");
             return;

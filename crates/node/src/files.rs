@@ -1817,15 +1817,7 @@ mod restart_tests {
     fn log_in(core: &mut tickwire_core::Node, now: Instant) -> usize {
         use tickwire_proto::{Login, Message, Role};
         let conn = core.connect("client", now);
-        let login = Login {
-            version_min: 1,
-            version_max: 1,
-            role: Role::Subscriber,
-            application: "test",
-            user: "",
-            token: "",
-            slow_consumer: None,
-        };
+        let login = Login::new(Role::Subscriber, "test", "", "");
         core.on_message(conn, &Message::Login(login), now);
         files_answers(core, conn);
         conn

@@ -317,6 +317,22 @@ pub struct Login<'a> {
     pub slow_consumer: Option<SlowConsumerPolicy>,
 }
 
+impl<'a> Login<'a> {
+    /// A login speaking every version this build speaks, leaving the slow-consumer
+    /// policy to the node.
+    pub fn new(role: Role, application: &'a str, user: &'a str, token: &'a str) -> Self {
+        Login {
+            version_min: PROTOCOL_VERSION_MIN,
+            version_max: PROTOCOL_VERSION_MAX,
+            role,
+            application,
+            user,
+            token,
+            slow_consumer: None,
+        }
+    }
+}
+
 /// The node's answer to a login.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Welcome<'a> {

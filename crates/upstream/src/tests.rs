@@ -110,17 +110,9 @@ fn decode(bytes: &[u8]) -> Vec<Got> {
 fn login(core: &mut Node, role: Role, application: &str, now: Instant) -> ConnId {
     let c = core.connect("test", now);
     let mut frame = Vec::new();
-    Message::Login(Login {
-        version_min: 1,
-        version_max: 1,
-        role,
-        application,
-        user: "u",
-        token: "",
-        slow_consumer: None,
-    })
-    .encode(&mut frame)
-    .unwrap();
+    Message::Login(Login::new(role, application, "u", ""))
+        .encode(&mut frame)
+        .unwrap();
     core.on_frame(c, &frame, now);
     c
 }

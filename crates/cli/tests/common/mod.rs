@@ -18,7 +18,7 @@ use tickwire_client::{ConnectOptions, Event, OwnedState, RequestOptions, Subscri
 use tickwire_proto::frame::{FrameReader, FrameWriter};
 use tickwire_proto::{
     DataState, DecodeError, Login, Message, MessageIter, MessageType, Request, Role, StreamState,
-    DEFAULT_MAX_FRAME, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    DEFAULT_MAX_FRAME,
 };
 
 /// The node's program under test. Cargo names it to the tests of its own package; the
@@ -740,15 +740,7 @@ pub(crate) fn encode(msgs: &[Message<'_>]) -> Vec<u8> {
 }
 
 pub(crate) fn login(role: Role) -> Message<'static> {
-    Message::Login(Login {
-        version_min: PROTOCOL_VERSION_MIN,
-        version_max: PROTOCOL_VERSION_MAX,
-        role,
-        application: "tickwire-cli-tests",
-        user: "tests",
-        token: "",
-        slow_consumer: None,
-    })
+    Message::Login(Login::new(role, "tickwire-cli-tests", "tests", ""))
 }
 
 pub(crate) fn request<'a>(stream_id: u32, service: &'a str, name: &'a str) -> Message<'a> {

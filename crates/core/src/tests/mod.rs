@@ -369,15 +369,7 @@ impl Harness {
 /// The login of a protocol-1 client called "test", asking for the node's slow-consumer
 /// policy.
 fn client_login<'a>(role: Role, user: &'a str, token: &'a str) -> Login<'a> {
-    Login {
-        version_min: 1,
-        version_max: 1,
-        role,
-        application: "test",
-        user,
-        token,
-        slow_consumer: None,
-    }
+    Login::new(role, "test", user, token)
 }
 
 /// A directory announcing non-interactive services, each up (`true`) or down.

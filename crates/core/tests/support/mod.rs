@@ -28,15 +28,7 @@ pub(crate) fn encode(msgs: &[Message<'_>]) -> Vec<u8> {
 /// Connects a peer and logs it in as `role`.
 pub(crate) fn login(node: &mut Node, role: Role, now: Instant) -> usize {
     let c = node.connect("in-process", now);
-    let f = encode(&[Message::Login(Login {
-        version_min: 1,
-        version_max: 1,
-        role,
-        application: "in-process",
-        user: "u",
-        token: "",
-        slow_consumer: None,
-    })]);
+    let f = encode(&[Message::Login(Login::new(role, "in-process", "u", ""))]);
     node.on_frame(c, &f, now);
     c
 }
