@@ -48,6 +48,24 @@ def test_connect_snapshot_and_iterate_without_a_waiting_thread(node, feed):
     assert executor_calls == 0, "a connected subscriber waits on its socket, not in threads"
 
 
+def test_a_view_changed_in_place_brings_no_new_image(node, feed):
+    async def main():
+        s = await tickwire.aio.connect(node)
+        s.subscribe("FEED", ["SYM4"], view=["BID", "ASK"])
+        events, _ = await events_while_ticking(s, 3, 0.001)
+        s.change_view("FEED", ["SYM4"], view=["BID"])
+        later, _ = await events_while_ticking(s, 12, 0.001)
+        s.disconnect()
+        return events, later
+
+    events, later = asyncio.run(asyncio.wait_for(main(), 60))
+    assert events[0].type == "refresh"
+    # Updates the node sent before it took the change may carry ASK; the last ones
+    # carry the bid alone, and no image comes.
+    assert all(e.type == "update" for e in later), [e.type for e in later]
+    assert all(set(e.fields) <= {"BID"} for e in later[-4:]), [e.fields for e in later[-4:]]
+
+
 def test_a_snapshot_names_the_items_the_node_could_not_give(node, feed):
     async def main():
         s = await tickwire.aio.connect(node)
