@@ -425,15 +425,7 @@ impl Source {
 
     fn request(&mut self, core: &mut Node, sid: u32, service: &str, item: &str, now: Instant) {
         self.to_core.clear();
-        let _ = Message::Request(Request {
-            stream_id: sid,
-            streaming: true,
-            service,
-            name: item,
-            view: None,
-            refresh: true,
-        })
-        .encode(&mut self.to_core);
+        let _ = Message::Request(Request::streaming(sid, service, item)).encode(&mut self.to_core);
         core.on_frame(self.conn, &self.to_core, now);
     }
 

@@ -192,14 +192,7 @@ impl World {
     }
 
     fn request(&mut self, edge: usize, conn: ConnId, sid: u32, item: &str) {
-        let f = frame(&[Message::Request(Request {
-            stream_id: sid,
-            streaming: true,
-            service: "FEED",
-            name: item,
-            view: None,
-            refresh: true,
-        })]);
+        let f = frame(&[Message::Request(Request::streaming(sid, "FEED", item))]);
         self.edges[edge].core.on_frame(conn, &f, self.now);
         self.settle();
     }
@@ -449,14 +442,7 @@ fn a_subscriber_joining_at_a_cache_off_edge_costs_the_ones_in_step_no_update() {
     w.publish(p, 0, 2, 10002);
     assert_eq!(w.recv(edge, a).len(), 2, "image and update 2");
     let b = w.subscriber(edge);
-    let f = frame(&[Message::Request(Request {
-        stream_id: 2,
-        streaming: true,
-        service: "FEED",
-        name: "SYM0",
-        view: None,
-        refresh: true,
-    })]);
+    let f = frame(&[Message::Request(Request::streaming(2, "FEED", "SYM0"))]);
     w.edges[edge].core.on_frame(b, &f, w.now);
     // The edge passes its core's request on; it is held here, not yet at the source.
     {
@@ -927,14 +913,11 @@ fn a_large_watchlist_is_imaged_as_the_backbone_takes_it_never_past_the_hard_boun
     w.advance(Duration::from_millis(500));
     let a = w.subscriber(0);
     for i in 0..20_000u32 {
-        let f = frame(&[Message::Request(Request {
-            stream_id: i + 1,
-            streaming: true,
-            service: "FEED",
-            name: &format!("SYM{i}"),
-            view: None,
-            refresh: true,
-        })]);
+        let f = frame(&[Message::Request(Request::streaming(
+            i + 1,
+            "FEED",
+            &format!("SYM{i}"),
+        ))]);
         w.edges[0].core.on_frame(a, &f, w.now);
     }
     let mut max_queued = 0;

@@ -663,14 +663,7 @@ impl PubLab {
         let mut frame = Vec::new();
         for m in [
             login_message(Role::Subscriber, "app"),
-            Message::Request(tickwire_proto::Request {
-                stream_id: 1,
-                streaming: true,
-                service: "FEED",
-                name,
-                view: None,
-                refresh: true,
-            }),
+            Message::Request(tickwire_proto::Request::streaming(1, "FEED", name)),
         ] {
             m.encode(&mut frame).unwrap();
         }

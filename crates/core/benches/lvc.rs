@@ -67,14 +67,7 @@ fn setup(cache: bool, subscriber: bool, watched: u32) -> Setup {
         let step_by = ITEMS / watched;
         for k in 0..watched {
             let name = format!("SYM{}", k * step_by);
-            let f = encode(&[Message::Request(Request {
-                stream_id: k + 1,
-                streaming: true,
-                service: "FEED",
-                name: &name,
-                view: None,
-                refresh: true,
-            })]);
+            let f = encode(&[Message::Request(Request::streaming(k + 1, "FEED", &name))]);
             node.on_frame(s, &f, now);
             // Read as it goes: 100,000 images at once would pass the output bound.
             drain(&mut node, &mut dirty);

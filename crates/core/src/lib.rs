@@ -1604,14 +1604,7 @@ impl Node {
         let (svc_name, name) = (service.name.clone(), item.name.clone());
         self.send(
             pconn,
-            &Message::Request(Request {
-                stream_id: pub_sid,
-                streaming: true,
-                service: &svc_name,
-                name: &name,
-                view: None,
-                refresh: true,
-            }),
+            &Message::Request(Request::streaming(pub_sid, &svc_name, &name)),
         );
     }
 

@@ -486,6 +486,20 @@ pub struct Request<'a> {
     pub refresh: bool,
 }
 
+impl<'a> Request<'a> {
+    /// A streaming request for every field of `service`'s `name`, with its image.
+    pub fn streaming(stream_id: u32, service: &'a str, name: &'a str) -> Self {
+        Request {
+            stream_id,
+            streaming: true,
+            service,
+            name,
+            view: None,
+            refresh: true,
+        }
+    }
+}
+
 /// An item's image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refresh<'a> {

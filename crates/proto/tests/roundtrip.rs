@@ -1475,14 +1475,7 @@ fn invalid_values_are_refused() {
     let mut enc = Vec::new();
     close.encode(&mut enc).unwrap();
     assert_eq!(enc, [MessageType::Close as u8, 0, 4, 0, 0, 0, 1]);
-    let req = Message::Request(Request {
-        stream_id: 1,
-        streaming: true,
-        service: "",
-        name: "",
-        view: None,
-        refresh: true,
-    });
+    let req = Message::Request(Request::streaming(1, "", ""));
     let mut enc = Vec::new();
     req.encode(&mut enc).unwrap();
     enc[MESSAGE_HEADER_LEN + 4] |= 0x80;

@@ -36,14 +36,7 @@ fn link_with_items() -> ProviderLink {
         .unwrap();
     for i in 0..ITEMS {
         let name = format!("I{i}");
-        let req = Message::Request(Request {
-            stream_id: i as u32 + 1,
-            streaming: true,
-            service: "PROV",
-            name: &name,
-            view: None,
-            refresh: true,
-        });
+        let req = Message::Request(Request::streaming(i as u32 + 1, "PROV", &name));
         link.on_node_message(&req, &mut to_node, &mut out);
         // The provider's refresh on its stream (5 on): the item's group.
         let group = [0, u8::from(i == ITEMS - 1)];

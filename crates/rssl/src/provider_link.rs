@@ -632,14 +632,7 @@ mod tests {
         );
         to_node.clear();
         // The node asks for an item on its stream 900: the provider is asked on 5.
-        let req = Message::Request(Request {
-            stream_id: 900,
-            streaming: true,
-            service: "PROV",
-            name: "ITEM",
-            view: None,
-            refresh: true,
-        });
+        let req = Message::Request(Request::streaming(900, "PROV", "ITEM"));
         link.on_node_message(&req, &mut to_node, &mut out);
         let r = Msg::decode(&out[2]).unwrap();
         assert_eq!((r.class, r.stream_id), (class::REQUEST, 5));
@@ -787,14 +780,7 @@ mod tests {
 
     /// The item `name` asked for on the node's stream `native`.
     fn ask(link: &mut ProviderLink, native: u32, name: &str, out: &mut Vec<Vec<u8>>) {
-        let req = Message::Request(Request {
-            stream_id: native,
-            streaming: true,
-            service: "PROV",
-            name,
-            view: None,
-            refresh: true,
-        });
+        let req = Message::Request(Request::streaming(native, "PROV", name));
         link.on_node_message(&req, &mut Vec::new(), out);
     }
 

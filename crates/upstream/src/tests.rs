@@ -319,14 +319,7 @@ impl Tree {
         send(
             &mut self.down,
             c,
-            &[Message::Request(Request {
-                stream_id: sid,
-                streaming: true,
-                service: "FEED",
-                name,
-                view: None,
-                refresh: true,
-            })],
+            &[Message::Request(Request::streaming(sid, "FEED", name))],
             self.now,
         );
     }

@@ -744,14 +744,7 @@ pub(crate) fn login(role: Role) -> Message<'static> {
 }
 
 pub(crate) fn request<'a>(stream_id: u32, service: &'a str, name: &'a str) -> Message<'a> {
-    Message::Request(Request {
-        stream_id,
-        streaming: true,
-        service,
-        name,
-        view: None,
-        refresh: true,
-    })
+    Message::Request(Request::streaming(stream_id, service, name))
 }
 
 /// One message received, owned: its type, stream id (0 if none) and state (if any).

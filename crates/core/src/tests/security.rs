@@ -78,14 +78,7 @@ fn a_login_waits_for_its_secret_and_keeps_what_came_meanwhile() {
         c,
         &[
             Message::Login(client_login(Role::Subscriber, "alice", "alice-secret")),
-            Message::Request(Request {
-                stream_id: 1,
-                streaming: true,
-                service: "FEED",
-                name: "SYM0",
-                view: None,
-                refresh: true,
-            }),
+            Message::Request(Request::streaming(1, "FEED", "SYM0")),
         ],
     );
     assert_eq!(h.recv(c), vec![], "nothing before the secret is checked");

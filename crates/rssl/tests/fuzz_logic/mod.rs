@@ -109,14 +109,9 @@ fn as_provider(data: &[u8], now: Instant) {
                 if let Some(service) = link.service_names().first().filter(|_| !asked) {
                     asked = true;
                     for (stream_id, name) in [(1, "A"), (2, "B")] {
-                        let request = tickwire_proto::Message::Request(tickwire_proto::Request {
-                            stream_id,
-                            streaming: true,
-                            service,
-                            name,
-                            view: None,
-                            refresh: true,
-                        });
+                        let request = tickwire_proto::Message::Request(
+                            tickwire_proto::Request::streaming(stream_id, service, name),
+                        );
                         link.on_node_message(&request, &mut to_node, &mut ch);
                     }
                 }
