@@ -182,7 +182,7 @@ impl Lab {
     /// Starts a rig as `spec` says, scraped when the run asks for it.
     fn start_rig(&self, spec: &RigSpec) -> Result<Rig> {
         let spec = RigSpec {
-            scrape_metrics: spec.scrape_metrics || self.args.scrape_metrics,
+            scrape_metrics: spec.scrape_metrics || self.args.limit.scrape_metrics,
             ..spec.clone()
         };
         start_rig(&self.programs, &spec, &self.logs)
@@ -226,12 +226,16 @@ impl Lab {
 
     fn throughput(&mut self) -> Result<()> {
         for cache in ["off", "on"] {
-            let spec = RigSpec::new(format!("throughput cache={cache}"), cache, self.args.items);
+            let spec = RigSpec::new(
+                format!("throughput cache={cache}"),
+                cache,
+                self.args.watchlist.items,
+            );
             let (secs, bisect) = (self.seconds(), self.bisections());
             let (max, steps) = self.search_one_rig("throughput", &spec, 250_000, secs, bisect)?;
             self.results.throughput.push(Throughput {
                 cache: cache.into(),
-                items: self.args.items,
+                items: self.args.watchlist.items,
                 max_sustainable_updates_per_s: max,
                 limited_by: limit_reason(&steps, max),
                 steps,
@@ -252,7 +256,7 @@ impl Lab {
         describe: impl Fn(&[Step]) -> String,
     ) -> Result<(u64, Vec<Vec<Step>>)> {
         let progress = &mut self.progress;
-        let limit = self.args.max_rate;
+        let limit = self.args.limit.max_rate;
         find_max(rigs, start, limit, bisect, secs, monitor, &mut |s| {
             progress.line(&describe(s), 1.0)
         })
@@ -271,7 +275,7 @@ impl Lab {
         let mut rigs = vec![self.start_rig(spec)?];
         self.results.commands.extend(rigs[0].commands());
         let monitor = self.monitor(&rigs);
-        let start = self.args.start_rate.unwrap_or(default_start);
+        let start = self.args.start.start_rate.unwrap_or(default_start);
         let (max, steps) = self.find_max_rate(&mut rigs, start, bisect, secs, &monitor, |s| {
             step_text(&s[0])
         })?;
@@ -282,11 +286,11 @@ impl Lab {
     }
 
     fn fanout(&mut self) -> Result<()> {
-        let conns = self.args.connections.max(1);
+        let conns = self.args.fanout.connections.max(1);
         let items = if self.quick {
-            self.args.fanout_items.min(2_000)
+            self.args.fanout.fanout_items.min(2_000)
         } else {
-            self.args.fanout_items
+            self.args.fanout.fanout_items
         };
         let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns);
         let spec = RigSpec {
@@ -317,7 +321,7 @@ impl Lab {
     }
 
     fn latency(&mut self) -> Result<()> {
-        let spec = RigSpec::new("latency cache=off", "off", self.args.items);
+        let spec = RigSpec::new("latency cache=off", "off", self.args.watchlist.items);
         let ladder = self.ladder();
         let steps = self.latency_ladder(&spec, "latency", &ladder)?;
         self.results.latency = steps;
@@ -338,7 +342,12 @@ impl Lab {
 
     /// The --rates, sorted; `default` without them.
     fn rates_or(&self, default: &[u64]) -> Vec<u64> {
-        let mut rates = self.args.rates.clone().unwrap_or_else(|| default.to_vec());
+        let mut rates = self
+            .args
+            .ladder
+            .rates
+            .clone()
+            .unwrap_or_else(|| default.to_vec());
         rates.sort_unstable();
         rates
     }
@@ -356,7 +365,7 @@ impl Lab {
         scenario: &str,
         ladder: &[u64],
     ) -> Result<Vec<LatencyStep>> {
-        let node_config = match self.args.node_wait.as_str() {
+        let node_config = match self.args.ladder.node_wait.as_str() {
             "block" => spec.node_config.clone(),
             wait => Some(format!(
                 "{}[node]\nwait = \"{wait}\"\n",
@@ -365,9 +374,9 @@ impl Lab {
         };
         let spec = &RigSpec {
             flush_every: LATENCY_FLUSH_EVERY,
-            spin_us: self.args.pub_spin_us,
-            yield_after_write: self.args.pub_yield == "on",
-            sub_wait: self.args.sub_wait.clone(),
+            spin_us: self.args.ladder.pub_spin_us,
+            yield_after_write: self.args.ladder.pub_yield == "on",
+            sub_wait: self.args.ladder.sub_wait.clone(),
             node_config,
             ..spec.clone()
         };
@@ -381,7 +390,7 @@ impl Lab {
         loop {
             let rate = match rate_iter.next() {
                 Some(r) => r,
-                None if last > 0 && last * 2 <= self.args.max_rate => last * 2,
+                None if last > 0 && last * 2 <= self.args.limit.max_rate => last * 2,
                 None => break,
             };
             let steps = hold(&mut rigs, rate, secs, 1.0, &monitor)?;
@@ -404,9 +413,9 @@ impl Lab {
         let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
         let n = ncpu.max(2);
         let items = if self.quick {
-            self.args.items.min(10_000)
+            self.args.watchlist.items.min(10_000)
         } else {
-            self.args.items
+            self.args.watchlist.items
         };
         for pinned in [false, true] {
             let mut rigs = Vec::new();
@@ -425,7 +434,7 @@ impl Lab {
             }
             let monitor = self.monitor(&rigs);
             let (secs, bisect) = (self.seconds(), self.bisections());
-            let start = self.args.start_rate.unwrap_or(100_000);
+            let start = self.args.start.start_rate.unwrap_or(100_000);
             let (max, steps) =
                 self.find_max_rate(&mut rigs, start, bisect, secs, &monitor, |s| {
                     let agg: f64 = s.iter().map(|x| x.delivered_per_s).sum();
@@ -459,7 +468,7 @@ impl Lab {
     /// One WebSocket subscriber watching --ws-items: its highest sustained rate and its
     /// latency at 1,000 and 10,000 updates/s; then the fan-out comparison.
     fn ws(&mut self) -> Result<()> {
-        let items = self.args.ws_items;
+        let items = self.args.ws.ws_items;
         let mut spec = RigSpec::new("websocket 1 connection", "on", items);
         spec.websocket = true;
         let secs = self.seconds();
@@ -495,9 +504,9 @@ impl Lab {
     /// rigs with `websocket.share_encoding` on and off in turn (on, off, off, on, ...
     /// so that drift in the machine's speed does not favour either).
     fn ws_fanout(&mut self) -> Result<WsFanout> {
-        let conns = self.args.ws_connections.max(1);
-        let items = self.args.ws_fanout_items.max(1);
-        let rate = self.args.ws_fanout_rate;
+        let conns = self.args.ws.ws_connections.max(1);
+        let items = self.args.ws.ws_fanout_items.max(1);
+        let rate = self.args.ws.ws_fanout_rate;
         let runs = if self.quick { 2 } else { 4 };
         let secs = self.seconds();
         let (mut shared, mut unshared) = (Vec::new(), Vec::new());
@@ -581,8 +590,8 @@ impl Lab {
         let m = crate::memory::run(
             &programs,
             &logs,
-            self.args.memory_connections,
-            self.args.memory_items,
+            self.args.memory.memory_connections,
+            self.args.memory.memory_items,
             &mut |text| progress.line(text, 1.0),
         )?;
         self.progress.line(
@@ -605,7 +614,7 @@ impl Lab {
     /// same rig (2 s steps, one bisection), unless `--stall-rate` says.
     fn stall(&mut self) -> Result<()> {
         let mut search_steps = Vec::new();
-        let (rate, max, source) = match self.args.stall_rate {
+        let (rate, max, source) = match self.args.stall.stall_rate {
             Some(r) => (r, None, "--stall-rate".to_string()),
             None => {
                 let known = self
@@ -617,8 +626,12 @@ impl Lab {
                 let (max, source) = match known {
                     Some(m) => (m, "50% of the throughput scenario's max (cache on)"),
                     None => {
-                        let spec = RigSpec::new("stall max search cache=on", "on", self.args.items);
-                        let secs = self.args.step_seconds.unwrap_or(2.0);
+                        let spec = RigSpec::new(
+                            "stall max search cache=on",
+                            "on",
+                            self.args.watchlist.items,
+                        );
+                        let secs = self.args.step.step_seconds.unwrap_or(2.0);
                         let (m, steps) =
                             self.search_one_rig("stall-search", &spec, 250_000, secs, 1)?;
                         search_steps = steps;
@@ -631,19 +644,19 @@ impl Lab {
                 (round_rate(max / 2).max(1), Some(max), source.to_string())
             }
         };
-        let rate = rate.min(self.args.max_rate);
+        let rate = rate.min(self.args.limit.max_rate);
         let phase = stall_phase_seconds(&self.args, self.quick);
         let plan = StallPlan {
             rate,
-            items: self.args.stall_items,
-            subscribers: self.args.stall_subscribers,
+            items: self.args.stall.stall_items,
+            subscribers: self.args.stall.stall_subscribers,
             settle_s: 1.0,
             baseline_s: phase,
-            stall_s: self.args.stall_seconds,
+            stall_s: self.args.stall.stall_seconds,
             after_s: phase,
-            node_pause_ms: self.args.node_pause_ms,
+            node_pause_ms: self.args.stall.node_pause_ms,
             pause_tail_s: 1.0,
-            interval_ms: self.args.stall_interval_ms,
+            interval_ms: self.args.stall.stall_interval_ms,
             latency_rate: 10_000,
         };
         let options = MonitorOptions {
@@ -719,13 +732,16 @@ fn stop_rigs(rigs: Vec<Rig>) -> Result<()> {
 
 /// How long each rate is held: `--step-seconds`, or 2 s in `quick` and 10 s elsewhere.
 fn step_seconds(args: &BenchArgs, quick: bool) -> f64 {
-    args.step_seconds.unwrap_or(if quick { 2.0 } else { 10.0 })
+    args.step
+        .step_seconds
+        .unwrap_or(if quick { 2.0 } else { 10.0 })
 }
 
 /// Each phase of the stall scenario: `--stall-phase-seconds`, or 2 s in `quick` and 3 s
 /// elsewhere.
 fn stall_phase_seconds(args: &BenchArgs, quick: bool) -> f64 {
-    args.stall_phase_seconds
+    args.stall
+        .stall_phase_seconds
         .unwrap_or(if quick { 2.0 } else { 3.0 })
 }
 
@@ -797,7 +813,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         "files" => 2.0,
         _ => 40.0,
     };
-    let count_syscalls = args.syscalls && crate::sysinfo::perf_can_count_syscalls();
+    let count_syscalls = args.limit.syscalls && crate::sysinfo::perf_can_count_syscalls();
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -814,46 +830,46 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             started_unix_s: started,
             machine: Some(machine_with_wake_probe()),
             settings: Settings {
-                items: args.items,
+                items: args.watchlist.items,
                 step_seconds: step_seconds(&args, quick),
-                rates: args.rates.clone(),
-                fanout_items: args.fanout_items,
-                connections: args.connections,
-                start_rate: args.start_rate,
-                max_rate: args.max_rate,
-                ladder_pub_spin_us: args.pub_spin_us,
-                ladder_pub_yield: args.pub_yield.clone(),
-                ladder_node_wait: args.node_wait.clone(),
-                ladder_sub_wait: args.sub_wait.clone(),
+                rates: args.ladder.rates.clone(),
+                fanout_items: args.fanout.fanout_items,
+                connections: args.fanout.connections,
+                start_rate: args.start.start_rate,
+                max_rate: args.limit.max_rate,
+                ladder_pub_spin_us: args.ladder.pub_spin_us,
+                ladder_pub_yield: args.ladder.pub_yield.clone(),
+                ladder_node_wait: args.ladder.node_wait.clone(),
+                ladder_sub_wait: args.ladder.sub_wait.clone(),
                 syscalls_counted: count_syscalls,
-                metrics_scraped_every_s: args.scrape_metrics.then_some(1),
-                stall_rate: args.stall_rate,
-                stall_items: args.stall_items,
-                stall_subscribers: args.stall_subscribers,
-                stall_seconds: args.stall_seconds,
-                node_pause_ms: args.node_pause_ms,
+                metrics_scraped_every_s: args.limit.scrape_metrics.then_some(1),
+                stall_rate: args.stall.stall_rate,
+                stall_items: args.stall.stall_items,
+                stall_subscribers: args.stall.stall_subscribers,
+                stall_seconds: args.stall.stall_seconds,
+                node_pause_ms: args.stall.node_pause_ms,
                 stall_phase_seconds: stall_phase_seconds(&args, quick),
-                stall_interval_ms: args.stall_interval_ms,
-                memory_connections: args.memory_connections,
-                memory_items: args.memory_items,
-                ws_items: args.ws_items,
-                ws_connections: args.ws_connections,
-                ws_fanout_items: args.ws_fanout_items,
-                ws_fanout_rate: args.ws_fanout_rate,
-                backbone_driver: args.backbone_driver.clone(),
-                backbone_idle: args.backbone_idle.clone(),
-                backbone_max_park_us: args.backbone_max_park_us,
-                backbone_mtu: args.backbone_mtu,
-                backbone_auth: args.backbone_auth.clone(),
-                journal_posts_only: args.journal_posts_only,
-                rssl_items: args.rssl_items,
-                rssl_ticks: args.rssl_ticks,
-                files_scale: args.files_scale,
-                files_large_mb: args.files_large_mb,
-                files_rate_mb: args.files_rate_mb,
-                files_sites: args.files_sites.clone(),
-                files_fsync: args.files_fsync.clone(),
-                wait_strategies: args.wait_strategies.clone(),
+                stall_interval_ms: args.stall.stall_interval_ms,
+                memory_connections: args.memory.memory_connections,
+                memory_items: args.memory.memory_items,
+                ws_items: args.ws.ws_items,
+                ws_connections: args.ws.ws_connections,
+                ws_fanout_items: args.ws.ws_fanout_items,
+                ws_fanout_rate: args.ws.ws_fanout_rate,
+                backbone_driver: args.backbone.backbone_driver.clone(),
+                backbone_idle: args.backbone.backbone_idle.clone(),
+                backbone_max_park_us: args.backbone.backbone_max_park_us,
+                backbone_mtu: args.backbone.backbone_mtu,
+                backbone_auth: args.backbone.backbone_auth.clone(),
+                journal_posts_only: args.journal.journal_posts_only,
+                rssl_items: args.rssl.rssl_items,
+                rssl_ticks: args.rssl.rssl_ticks,
+                files_scale: args.files.files_scale,
+                files_large_mb: args.files.files_large_mb,
+                files_rate_mb: args.files.files_rate_mb,
+                files_sites: args.files.files_sites.clone(),
+                files_fsync: args.files.files_fsync.clone(),
+                wait_strategies: args.wait.wait_strategies.clone(),
                 pass_criteria: PASS_CRITERIA.into(),
             },
             commands: vec![std::env::args().collect::<Vec<_>>().join(" ")],

@@ -4,9 +4,10 @@
 //! The flags are defined once, in small groups (`*Flags`); each scenario's args struct
 //! (`ThroughputArgs`, ...) flattens `OutFlags` and the groups that scenario reads, and
 //! `quick`, which runs the scenarios one after the other, flattens them all
-//! (`AllFlags`). Every scenario's args become the flat `BenchArgs` the scenario code
-//! reads; the groups a scenario does not take hold their clap defaults there (parsed
-//! from an empty command line, so the defaults are written only in the `#[arg]`s).
+//! (`AllFlags`). Every scenario's args become the `BenchArgs` the scenario code reads
+//! (`--out` and every group); the groups a scenario does not take hold their clap
+//! defaults there (parsed from an empty command line, so the defaults are written only
+//! in the `#[arg]`s).
 
 use std::path::PathBuf;
 
@@ -280,7 +281,7 @@ pub(crate) struct FilesFlags {
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub(crate) struct AllFlags {
     #[command(flatten)]
-    pub(crate) items: ItemsFlags,
+    pub(crate) watchlist: ItemsFlags,
     #[command(flatten)]
     pub(crate) step: StepFlags,
     #[command(flatten)]
@@ -326,120 +327,35 @@ impl Default for AllFlags {
 }
 
 impl AllFlags {
-    /// The flat `BenchArgs` of these flags and `--out`.
+    /// The `BenchArgs` of these flags and `--out`.
     pub(crate) fn with_out(self, out: OutFlags) -> BenchArgs {
-        let AllFlags {
-            items,
-            step,
-            ladder,
-            fanout,
-            start,
-            limit,
-            stall,
-            ws,
-            backbone,
-            wait,
-            memory,
-            journal,
-            rssl,
-            files,
-        } = self;
         BenchArgs {
             out: out.out,
-            items: items.items,
-            step_seconds: step.step_seconds,
-            rates: ladder.rates,
-            pub_spin_us: ladder.pub_spin_us,
-            pub_yield: ladder.pub_yield,
-            node_wait: ladder.node_wait,
-            sub_wait: ladder.sub_wait,
-            fanout_items: fanout.fanout_items,
-            connections: fanout.connections,
-            start_rate: start.start_rate,
-            max_rate: limit.max_rate,
-            syscalls: limit.syscalls,
-            scrape_metrics: limit.scrape_metrics,
-            stall_rate: stall.stall_rate,
-            stall_items: stall.stall_items,
-            stall_subscribers: stall.stall_subscribers,
-            stall_seconds: stall.stall_seconds,
-            node_pause_ms: stall.node_pause_ms,
-            stall_phase_seconds: stall.stall_phase_seconds,
-            stall_interval_ms: stall.stall_interval_ms,
-            ws_items: ws.ws_items,
-            ws_connections: ws.ws_connections,
-            ws_fanout_items: ws.ws_fanout_items,
-            ws_fanout_rate: ws.ws_fanout_rate,
-            backbone_driver: backbone.backbone_driver,
-            backbone_idle: backbone.backbone_idle,
-            backbone_max_park_us: backbone.backbone_max_park_us,
-            backbone_mtu: backbone.backbone_mtu,
-            backbone_auth: backbone.backbone_auth,
-            wait_strategies: wait.wait_strategies,
-            memory_connections: memory.memory_connections,
-            memory_items: memory.memory_items,
-            journal_posts_only: journal.journal_posts_only,
-            rtsdk: rssl.rtsdk,
-            rtsdk_lib: rssl.rtsdk_lib,
-            rssl_items: rssl.rssl_items,
-            rssl_ticks: rssl.rssl_ticks,
-            files_scale: files.files_scale,
-            files_large_mb: files.files_large_mb,
-            files_rate_mb: files.files_rate_mb,
-            files_sites: files.files_sites,
-            files_fsync: files.files_fsync,
+            flags: self,
         }
     }
 }
 
-/// Every scenario's settings in one flat struct, as the scenario code reads them (and
-/// `results.json` records them). Each field is the flag of the same name (help in the
-/// `*Flags` groups); a flag its scenario does not take holds its default.
+/// Every scenario's settings, as the scenario code reads them (and `results.json`
+/// records them): `--out` and every flag group, read through `Deref`
+/// (`args.stall.stall_rate`); a group its scenario does not take holds its defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct BenchArgs {
     pub(crate) out: PathBuf,
-    pub(crate) items: usize,
-    pub(crate) step_seconds: Option<f64>,
-    pub(crate) rates: Option<Vec<u64>>,
-    pub(crate) pub_spin_us: u64,
-    pub(crate) pub_yield: String,
-    pub(crate) node_wait: String,
-    pub(crate) sub_wait: String,
-    pub(crate) fanout_items: usize,
-    pub(crate) connections: usize,
-    pub(crate) start_rate: Option<u64>,
-    pub(crate) max_rate: u64,
-    pub(crate) syscalls: bool,
-    pub(crate) scrape_metrics: bool,
-    pub(crate) stall_rate: Option<u64>,
-    pub(crate) stall_items: usize,
-    pub(crate) stall_subscribers: usize,
-    pub(crate) stall_seconds: f64,
-    pub(crate) node_pause_ms: u64,
-    pub(crate) stall_phase_seconds: Option<f64>,
-    pub(crate) stall_interval_ms: u64,
-    pub(crate) ws_items: usize,
-    pub(crate) ws_connections: usize,
-    pub(crate) ws_fanout_items: usize,
-    pub(crate) ws_fanout_rate: u64,
-    pub(crate) backbone_driver: String,
-    pub(crate) backbone_idle: String,
-    pub(crate) backbone_max_park_us: Option<u64>,
-    pub(crate) backbone_mtu: usize,
-    pub(crate) backbone_auth: String,
-    pub(crate) wait_strategies: Vec<String>,
-    pub(crate) memory_connections: usize,
-    pub(crate) memory_items: usize,
-    pub(crate) journal_posts_only: bool,
-    pub(crate) rtsdk: PathBuf,
-    pub(crate) rtsdk_lib: PathBuf,
-    pub(crate) rssl_items: usize,
-    pub(crate) rssl_ticks: Option<u64>,
-    pub(crate) files_scale: f64,
-    pub(crate) files_large_mb: u64,
-    pub(crate) files_rate_mb: u64,
-    pub(crate) files_sites: Vec<usize>,
-    pub(crate) files_fsync: Vec<String>,
+    pub(crate) flags: AllFlags,
+}
+
+impl std::ops::Deref for BenchArgs {
+    type Target = AllFlags;
+    fn deref(&self) -> &AllFlags {
+        &self.flags
+    }
+}
+
+impl std::ops::DerefMut for BenchArgs {
+    fn deref_mut(&mut self) -> &mut AllFlags {
+        &mut self.flags
+    }
 }
 
 /// A scenario's args struct: `--out` and the flag groups named (field: type, in the
@@ -477,7 +393,7 @@ macro_rules! scenario_args {
 // process monitor --syscalls).
 scenario_args! {
     ThroughputArgs {
-        items: ItemsFlags,
+        watchlist: ItemsFlags,
         step: StepFlags,
         start: StartRateFlags,
         limit: LimitFlags,
@@ -489,13 +405,13 @@ scenario_args! {
         limit: LimitFlags,
     }
     LatencyArgs {
-        items: ItemsFlags,
+        watchlist: ItemsFlags,
         step: StepFlags,
         ladder: LadderFlags,
         limit: LimitFlags,
     }
     InstancesArgs {
-        items: ItemsFlags,
+        watchlist: ItemsFlags,
         step: StepFlags,
         start: StartRateFlags,
         limit: LimitFlags,
@@ -503,7 +419,7 @@ scenario_args! {
     // The throughput, fan-out (no row in `quick`) and latency procedures across the
     // backbone.
     BackboneArgs {
-        items: ItemsFlags,
+        watchlist: ItemsFlags,
         step: StepFlags,
         ladder: LadderFlags,
         fanout: FanoutFlags,
@@ -514,7 +430,7 @@ scenario_args! {
     // The backbone's latency ladder once per idle strategy (--items at most 10,000;
     // --max-rate is the highest rung).
     WaitArgs {
-        items: ItemsFlags,
+        watchlist: ItemsFlags,
         step: StepFlags,
         ladder: LadderFlags,
         limit: LimitFlags,
@@ -523,7 +439,7 @@ scenario_args! {
     }
     // The same through two nodes.
     TreeArgs {
-        items: ItemsFlags,
+        watchlist: ItemsFlags,
         step: StepFlags,
         ladder: LadderFlags,
         fanout: FanoutFlags,
@@ -532,7 +448,7 @@ scenario_args! {
     }
     // Tickwire (cache off) and NATS: a max search and the latency ladder each.
     PeersArgs {
-        items: ItemsFlags,
+        watchlist: ItemsFlags,
         step: StepFlags,
         ladder: LadderFlags,
         start: StartRateFlags,
@@ -541,7 +457,7 @@ scenario_args! {
     // Posts; then, unless --journal-posts-only, a max search with and without the
     // journal on a throughput rig (--items at most 10,000).
     JournalArgs {
-        items: ItemsFlags,
+        watchlist: ItemsFlags,
         step: StepFlags,
         start: StartRateFlags,
         limit: LimitFlags,
@@ -550,7 +466,7 @@ scenario_args! {
     // Without --stall-rate, a short max search on a throughput rig (--items,
     // --step-seconds, --start-rate); the rate is capped at --max-rate.
     StallArgs {
-        items: ItemsFlags,
+        watchlist: ItemsFlags,
         step: StepFlags,
         start: StartRateFlags,
         limit: LimitFlags,
@@ -714,7 +630,7 @@ mod tests {
                 "bench {s} has flags quick lacks: {f:?}"
             );
         }
-        // Every field of BenchArgs is a flag of quick.
+        // Every field of BenchArgs's groups is a flag of quick.
         let all = [
             "--out",
             "--items",
@@ -769,52 +685,77 @@ mod tests {
         let d = AllFlags::default().with_out(OutFlags {
             out: PathBuf::from("d"),
         });
+        let flags = AllFlags {
+            watchlist: ItemsFlags { items: 100_000 },
+            step: StepFlags { step_seconds: None },
+            ladder: LadderFlags {
+                rates: None,
+                pub_spin_us: 200,
+                pub_yield: "on".into(),
+                node_wait: "block".into(),
+                sub_wait: "block".into(),
+            },
+            fanout: FanoutFlags {
+                fanout_items: 10_000,
+                connections: 100,
+            },
+            start: StartRateFlags { start_rate: None },
+            limit: LimitFlags {
+                max_rate: 16_000_000,
+                syscalls: false,
+                scrape_metrics: false,
+            },
+            stall: StallFlags {
+                stall_rate: None,
+                stall_items: 1_000,
+                stall_subscribers: 4,
+                stall_seconds: 3.0,
+                node_pause_ms: 500,
+                stall_phase_seconds: None,
+                stall_interval_ms: 50,
+            },
+            ws: WsFlags {
+                ws_items: 1_000,
+                ws_connections: 50,
+                ws_fanout_items: 100,
+                ws_fanout_rate: 2_000,
+            },
+            backbone: BackboneFlags {
+                backbone_driver: "event-loop".into(),
+                backbone_idle: "adaptive".into(),
+                backbone_max_park_us: None,
+                backbone_mtu: 8192,
+                backbone_auth: "on".into(),
+            },
+            wait: WaitFlags {
+                wait_strategies: ["block", "adaptive", "backoff", "yield", "spin"]
+                    .map(String::from)
+                    .to_vec(),
+            },
+            memory: MemoryFlags {
+                memory_connections: 1_000,
+                memory_items: 100,
+            },
+            journal: JournalFlags {
+                journal_posts_only: false,
+            },
+            rssl: RsslFlags {
+                rtsdk: PathBuf::from("../shared/interop/rtsdk"),
+                rtsdk_lib: PathBuf::from("target/rtsdk-lib"),
+                rssl_items: 1_000,
+                rssl_ticks: None,
+            },
+            files: FilesFlags {
+                files_scale: 1.0,
+                files_large_mb: 200,
+                files_rate_mb: 200,
+                files_sites: vec![1, 4],
+                files_fsync: vec!["always".into(), "never".into()],
+            },
+        };
         let want = BenchArgs {
             out: PathBuf::from("d"),
-            items: 100_000,
-            step_seconds: None,
-            rates: None,
-            pub_spin_us: 200,
-            pub_yield: "on".into(),
-            node_wait: "block".into(),
-            sub_wait: "block".into(),
-            fanout_items: 10_000,
-            connections: 100,
-            start_rate: None,
-            max_rate: 16_000_000,
-            syscalls: false,
-            scrape_metrics: false,
-            stall_rate: None,
-            stall_items: 1_000,
-            stall_subscribers: 4,
-            stall_seconds: 3.0,
-            node_pause_ms: 500,
-            stall_phase_seconds: None,
-            stall_interval_ms: 50,
-            ws_items: 1_000,
-            ws_connections: 50,
-            ws_fanout_items: 100,
-            ws_fanout_rate: 2_000,
-            backbone_driver: "event-loop".into(),
-            backbone_idle: "adaptive".into(),
-            backbone_max_park_us: None,
-            backbone_mtu: 8192,
-            backbone_auth: "on".into(),
-            wait_strategies: ["block", "adaptive", "backoff", "yield", "spin"]
-                .map(String::from)
-                .to_vec(),
-            memory_connections: 1_000,
-            memory_items: 100,
-            journal_posts_only: false,
-            rtsdk: PathBuf::from("../shared/interop/rtsdk"),
-            rtsdk_lib: PathBuf::from("target/rtsdk-lib"),
-            rssl_items: 1_000,
-            rssl_ticks: None,
-            files_scale: 1.0,
-            files_large_mb: 200,
-            files_rate_mb: 200,
-            files_sites: vec![1, 4],
-            files_fsync: vec!["always".into(), "never".into()],
+            flags,
         };
         assert_eq!(d, want);
         // Every scenario with only --out: all defaults.
@@ -841,13 +782,11 @@ mod tests {
             "--items",
             "500",
         ]);
-        let want = BenchArgs {
-            stall_rate: Some(5_000),
-            stall_seconds: 1.5,
-            node_pause_ms: 200,
-            items: 500,
-            ..defaults.clone()
-        };
+        let mut want = defaults.clone();
+        want.stall.stall_rate = Some(5_000);
+        want.stall.stall_seconds = 1.5;
+        want.stall.node_pause_ms = 200;
+        want.watchlist.items = 500;
         assert_eq!(got, want);
 
         // A flag of another scenario is refused.
@@ -877,12 +816,12 @@ mod tests {
             "--syscalls",
         ]);
         assert_eq!(got.out, PathBuf::from("q"));
-        assert_eq!(got.rates, Some(vec![1_000, 2_000]));
-        assert_eq!(got.ws_items, 7);
-        assert_eq!(got.memory_items, 20);
-        assert_eq!(got.backbone_idle, "spin");
-        assert_eq!(got.backbone_driver, "thread");
-        assert_eq!(got.backbone_mtu, 1408);
-        assert!(got.journal_posts_only && got.syscalls);
+        assert_eq!(got.ladder.rates, Some(vec![1_000, 2_000]));
+        assert_eq!(got.ws.ws_items, 7);
+        assert_eq!(got.memory.memory_items, 20);
+        assert_eq!(got.backbone.backbone_idle, "spin");
+        assert_eq!(got.backbone.backbone_driver, "thread");
+        assert_eq!(got.backbone.backbone_mtu, 1408);
+        assert!(got.journal.journal_posts_only && got.limit.syscalls);
     }
 }

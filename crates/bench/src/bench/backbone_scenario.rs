@@ -14,14 +14,14 @@ impl Lab {
         cache: &'static str,
         items: usize,
     ) -> Result<RigSpec> {
-        if tickwire_backbone::IdleStrategy::parse(&self.args.backbone_idle).is_none() {
+        if tickwire_backbone::IdleStrategy::parse(&self.args.backbone.backbone_idle).is_none() {
             bail!(
                 "--backbone-idle {:?}: allowed values are {}",
-                self.args.backbone_idle,
+                self.args.backbone.backbone_idle,
                 tickwire_backbone::IdleStrategy::NAMES
             );
         }
-        let key_file = match self.args.backbone_auth.as_str() {
+        let key_file = match self.args.backbone.backbone_auth.as_str() {
             "on" => format!("key_file = {:?}\n", self.backbone_key_file()?.display()),
             _ => String::new(),
         };
@@ -29,10 +29,11 @@ impl Lab {
             backbone: Some(BackboneSpec::loopback()?),
             node_config: Some(format!(
                 "[backbone]\ndriver = {:?}\nidle = {:?}\nmtu = {}\n{}{key_file}",
-                self.args.backbone_driver,
-                self.args.backbone_idle,
-                self.args.backbone_mtu,
+                self.args.backbone.backbone_driver,
+                self.args.backbone.backbone_idle,
+                self.args.backbone.backbone_mtu,
                 self.args
+                    .backbone
                     .backbone_max_park_us
                     .map_or(String::new(), |us| format!("max_park_us = {us}\n"))
             )),
@@ -59,16 +60,16 @@ impl Lab {
     pub(super) fn backbone_transport(&self) -> String {
         format!(
             "Aeron UDP multicast on loopback, {}-byte datagrams, embedded media drivers (shared threading, run by the {}, {} idle), {}",
-            self.args.backbone_mtu,
-            self.args.backbone_driver,
-            self.args.backbone_idle,
+            self.args.backbone.backbone_mtu,
+            self.args.backbone.backbone_driver,
+            self.args.backbone.backbone_idle,
             self.backbone_auth_text()
         )
     }
 
     /// Whether the rigs' backbone is authenticated, as the reports say it.
     pub(super) fn backbone_auth_text(&self) -> &'static str {
-        if self.args.backbone_auth == "on" {
+        if self.args.backbone.backbone_auth == "on" {
             "authenticated (HMAC-SHA256 per message)"
         } else {
             "not authenticated"
@@ -77,9 +78,9 @@ impl Lab {
 
     pub(super) fn backbone(&mut self) -> Result<()> {
         let items = if self.quick {
-            self.args.items.min(10_000)
+            self.args.watchlist.items.min(10_000)
         } else {
-            self.args.items
+            self.args.watchlist.items
         };
         let two = self.two_nodes("backbone", items, "off", &|lab, label, cache, items| {
             lab.backbone_spec(label, cache, items)

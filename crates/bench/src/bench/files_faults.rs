@@ -24,7 +24,7 @@ impl Lab {
     pub(super) fn files_faults(&mut self, large: &Path, work: &Path) -> Result<Vec<FilesFault>> {
         let bytes = std::fs::metadata(large)?.len();
         // At least 3 s a transfer: time to kill a node in the middle of it.
-        let rate_mb = self.args.files_rate_mb.min(bytes / 3_000_000).max(1);
+        let rate_mb = self.args.files.files_rate_mb.min(bytes / 3_000_000).max(1);
         let mut rows: Vec<FilesFault> = Vec::new();
         for fault in FAULTS {
             self.progress.line(&format!("files: fault {fault}"), 0.02);

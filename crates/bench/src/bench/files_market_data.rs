@@ -23,7 +23,7 @@ impl Lab {
         large: &Path,
         work: &Path,
     ) -> Result<Vec<FilesMarketData>> {
-        let mut shares = vec![DEFAULT_SHARE_MB, self.args.files_rate_mb];
+        let mut shares = vec![DEFAULT_SHARE_MB, self.args.files.files_rate_mb];
         shares.dedup();
         // The classes before left gigabytes of dirty pages: written back while the
         // latency is held without files, they would make that baseline the slow one.

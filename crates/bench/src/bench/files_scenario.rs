@@ -262,7 +262,7 @@ fn wait_delivered(dirs: &[PathBuf], c: &Class, limit: Duration) -> Result<()> {
 
 impl Lab {
     pub(super) fn files(&mut self) -> Result<()> {
-        let classes = classes(self.args.files_scale, self.args.files_large_mb);
+        let classes = classes(self.args.files.files_scale, self.args.files.files_large_mb);
         let work = self.logs.join("files-work");
         let _ = std::fs::remove_dir_all(&work);
         let mut sources = Vec::new();
@@ -276,8 +276,8 @@ impl Lab {
         let mut tw = Vec::new();
         let mut rsync = Vec::new();
         let mut uftp = Vec::new();
-        let sites_list = self.args.files_sites.clone();
-        let fsyncs = self.args.files_fsync.clone();
+        let sites_list = self.args.files.files_sites.clone();
+        let fsyncs = self.args.files.files_fsync.clone();
         for &sites in &sites_list {
             for fsync in &fsyncs {
                 self.progress.line(
@@ -327,7 +327,7 @@ impl Lab {
             tag: format!("{sites}-{fsync}"),
             sites,
             fsync: fsync.to_string(),
-            rate_mb: self.args.files_rate_mb,
+            rate_mb: self.args.files.files_rate_mb,
             both_ways: true,
         };
         let mut rig = FilesRig::start(self, &dir, &spec, &[])?;

@@ -28,7 +28,7 @@ impl Lab {
             steps.push(self.journal_step(sync, secs)?);
         }
         self.results.journal = steps;
-        if !self.args.journal_posts_only {
+        if !self.args.journal.journal_posts_only {
             self.results.journal_updates = Some(self.journal_update_cost()?);
         }
         Ok(())
@@ -37,9 +37,9 @@ impl Lab {
     /// The highest sustained update rate (cache on) with and without every update of the
     /// service journaled.
     fn journal_update_cost(&mut self) -> Result<JournalUpdateCost> {
-        let items = self.args.items.min(10_000);
+        let items = self.args.watchlist.items.min(10_000);
         let (secs, bisect) = (self.seconds(), self.bisections());
-        let first = (self.args.max_rate / 4).clamp(1_000, 250_000);
+        let first = (self.args.limit.max_rate / 4).clamp(1_000, 250_000);
         let plain = RigSpec::new("journal updates off cache=on", "on", items);
         let (without, steps_without) =
             self.search_one_rig("journal", &plain, first, secs, bisect)?;

@@ -47,9 +47,9 @@ fn version_of(program: &Path) -> String {
 impl Lab {
     pub(super) fn peers(&mut self) -> Result<()> {
         let items = if self.quick {
-            self.args.items.min(10_000)
+            self.args.watchlist.items.min(10_000)
         } else {
-            self.args.items
+            self.args.watchlist.items
         };
         let tickwire = RigSpec::new("peers tickwire cache=off", "off", items);
         let mut r = PeersResult {
@@ -81,7 +81,7 @@ impl Lab {
     /// One system: the max search, then the latency ladder on a fresh rig.
     fn peer(&mut self, spec: &RigSpec, version: String) -> Result<PeerResult> {
         let (secs, bisect) = (self.seconds(), self.bisections());
-        let first = (self.args.max_rate / 4).clamp(1_000, 250_000);
+        let first = (self.args.limit.max_rate / 4).clamp(1_000, 250_000);
         let (max, steps) = self.search_one_rig("peers", spec, first, secs, bisect)?;
         let ladder = self.ladder();
         let latency = self.latency_ladder(spec, "peers", &ladder)?;

@@ -44,7 +44,7 @@ struct Tools {
 
 impl Tools {
     fn find(args: &BenchArgs, logs: &Path, items: usize) -> Result<Tools> {
-        let dir = &args.rtsdk;
+        let dir = &args.rssl.rtsdk;
         if !dir.join("jars/eta-perftools.jar").is_file() {
             bail!(
                 "LSEG's Real-Time SDK tools are not in {} (--rtsdk DIR): the folder needs jars/ \
@@ -58,7 +58,7 @@ impl Tools {
         if !java.is_ok_and(|o| o.status.success()) {
             bail!("no Java runtime (java): the tools need Java 11 or later (Debian: apt-get install openjdk-17-jre-headless)");
         }
-        let lib = std::path::absolute(&args.rtsdk_lib)?;
+        let lib = std::path::absolute(&args.rssl.rtsdk_lib)?;
         if !lib.join(".complete").is_file() {
             eprintln!(
                 "bench rssl: fetching the tools' third-party jars into {}",
@@ -256,7 +256,7 @@ fn wait_service(log: &Path, timeout: Duration) -> Result<()> {
 
 impl Lab {
     pub(super) fn rssl(&mut self) -> Result<()> {
-        let items = self.args.rssl_items.max(1);
+        let items = self.args.rssl.rssl_items.max(1);
         let tools = Tools::find(&self.args, &self.logs, items)?;
         let mut rungs = self.rates_or(&DEFAULT_RUNGS);
         rungs.dedup();
@@ -295,7 +295,7 @@ impl Lab {
             if i + 1 == rungs.len()
                 && direct_ok
                 && doublings < MAX_DOUBLINGS
-                && self.args.rates.is_none()
+                && self.args.ladder.rates.is_none()
             {
                 rungs.push(rate * 2);
                 doublings += 1;
@@ -316,7 +316,7 @@ impl Lab {
             through_node_niprovperf: max(&r.through_node, NIPROVPERF),
         };
         // The native path at the same rates, for the node's CPU per update.
-        self.args.max_rate = rungs.last().copied().unwrap_or(0);
+        self.args.limit.max_rate = rungs.last().copied().unwrap_or(0);
         let mut spec = RigSpec::new("rssl native cache=on", "on", items);
         spec.shape = "wide";
         r.native = self.latency_ladder(&spec, "rssl", &rungs)?;
@@ -331,7 +331,7 @@ impl Lab {
             "-updateRate".into(),
             rate.to_string(),
             "-tickRate".into(),
-            tick_rate(rate, self.args.rssl_ticks).to_string(),
+            tick_rate(rate, self.args.rssl.rssl_ticks).to_string(),
             "-runTime".into(),
             ((secs as u64) + 120).to_string(),
         ]

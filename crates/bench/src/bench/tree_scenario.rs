@@ -15,9 +15,9 @@ impl Lab {
 
     pub(super) fn tree(&mut self) -> Result<()> {
         let items = if self.quick {
-            self.args.items.min(10_000)
+            self.args.watchlist.items.min(10_000)
         } else {
-            self.args.items
+            self.args.watchlist.items
         };
         let two = self.two_nodes("tree", items, "on", &|_, label, cache, items| {
             Ok(Self::tree_spec(label, cache, items))

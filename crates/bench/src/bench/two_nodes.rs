@@ -31,9 +31,9 @@ impl Lab {
     ) -> Result<TwoNodes> {
         let (secs, bisect) = (self.seconds(), self.bisections());
         let single = RigSpec::new(format!("{scenario} single-node cache=off"), "off", items);
-        let first = (self.args.max_rate / 4).clamp(1_000, 250_000);
+        let first = (self.args.limit.max_rate / 4).clamp(1_000, 250_000);
         let (single_max, _) = self.search_one_rig(scenario, &single, first, secs, bisect)?;
-        let start = (single_max / 2).clamp(1_000, self.args.max_rate);
+        let start = (single_max / 2).clamp(1_000, self.args.limit.max_rate);
 
         let mut throughput = Vec::new();
         for cache in ["off", "on"] {
@@ -80,8 +80,8 @@ impl Lab {
         rig: TwoNodeRig<'_>,
     ) -> Result<Fanout> {
         let (secs, bisect) = (self.seconds(), self.bisections());
-        let conns = self.args.connections.max(1);
-        let f_items = self.args.fanout_items;
+        let conns = self.args.fanout.connections.max(1);
+        let f_items = self.args.fanout.fanout_items;
         let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns);
         let label = format!("{scenario} fanout {conns} connections");
         let spec = RigSpec {

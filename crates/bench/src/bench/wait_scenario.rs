@@ -13,7 +13,7 @@ const MAX_ITEMS: usize = 10_000;
 
 impl Lab {
     pub(super) fn wait(&mut self) -> Result<()> {
-        let strategies = self.args.wait_strategies.clone();
+        let strategies = self.args.wait.wait_strategies.clone();
         for s in &strategies {
             if tickwire_backbone::IdleStrategy::parse(s).is_none() {
                 bail!(
@@ -24,24 +24,24 @@ impl Lab {
         }
         let mut rungs = self.rates_or(&DEFAULT_RUNGS);
         // These rungs only: no doubling to saturation after them.
-        self.args.max_rate = rungs.last().copied().unwrap_or(0);
+        self.args.limit.max_rate = rungs.last().copied().unwrap_or(0);
         // First the nodes at rest: publisher and subscriber connected, every image
         // out, no update.
         if rungs.first() != Some(&0) {
             rungs.insert(0, 0);
         }
-        let items = self.args.items.min(MAX_ITEMS);
+        let items = self.args.watchlist.items.min(MAX_ITEMS);
         let mut r = WaitResult {
             transport: format!(
                 "Aeron UDP multicast on loopback, {}-byte datagrams, embedded media drivers run by the {}, {}",
-                self.args.backbone_mtu,
-                self.args.backbone_driver,
+                self.args.backbone.backbone_mtu,
+                self.args.backbone.backbone_driver,
                 self.backbone_auth_text()
             ),
             ..WaitResult::default()
         };
         for strategy in strategies {
-            self.args.backbone_idle = strategy.clone();
+            self.args.backbone.backbone_idle = strategy.clone();
             let spec =
                 self.backbone_spec(&format!("wait {strategy} latency cache=off"), "off", items)?;
             let latency = self.latency_ladder(&spec, "wait", &rungs)?;
