@@ -7,7 +7,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
-use tickwire_backbone::auth::{Keys, Sealer, Verifier, TRAILER_LEN};
+use tickwire_backbone::auth::{Keys, Lane, Sealer, Verifier, TRAILER_LEN};
 use tickwire_backbone::wire::data_header;
 
 /// A data message of `len` bytes (a data header, then filler standing for updates).
@@ -27,12 +27,18 @@ fn seal(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(len as u64));
         let mut sealer = Sealer::new(1, 1);
         g.bench_with_input(BenchmarkId::new("seal", len), &msg, |b, msg| {
-            b.iter(|| black_box(sealer.seal(keys.signing(), black_box(msg), 0).len()))
+            b.iter(|| {
+                black_box(
+                    sealer
+                        .seal(keys.signing(), Lane::Data, black_box(msg), 0)
+                        .len(),
+                )
+            })
         });
         // Every check passes: the counter grows as the sender's would.
         let mut sealer = Sealer::new(2, 1);
         let sealed: Vec<Vec<u8>> = (0..4096)
-            .map(|_| sealer.seal(keys.signing(), &msg, 0).to_vec())
+            .map(|_| sealer.seal(keys.signing(), Lane::Data, &msg, 0).to_vec())
             .collect();
         g.bench_with_input(BenchmarkId::new("verify", len), &sealed, |b, sealed| {
             let mut i = 0;
@@ -43,7 +49,9 @@ fn seal(c: &mut Criterion) {
                     v = Verifier::default();
                     i = 0;
                 }
-                let ok = v.verify(&keys, black_box(&sealed[i]), 1).is_ok();
+                let ok = v
+                    .verify(&keys, Lane::Data, black_box(&sealed[i]), 1)
+                    .is_ok();
                 i += 1;
                 assert!(ok);
             })

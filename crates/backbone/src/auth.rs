@@ -8,8 +8,9 @@
 //! key id u32 | origin u64 | counter u64 | tag (16 bytes)
 //! ```
 //!
-//! `tag` is HMAC-SHA256 (the key named by `key id`) of every byte before it, cut to 16
-//! bytes. `origin` is random for each run of a node's backbone; `counter` grows with
+//! `tag` is HMAC-SHA256 (the key named by `key id`) of the message's [`Lane`] (one
+//! byte, not sent) and every byte before the tag, cut to 16 bytes: a message sealed for
+//! one stream fails its check on another, so that no one can replay it there. `origin` is random for each run of a node's backbone; `counter` grows with
 //! every message an origin sends and starts from the wall clock in nanoseconds, so
 //! that a receiver can tell a replayed message (a counter it has passed) and, for an
 //! origin it has not heard yet, a recorded one (a counter far from its own clock).
@@ -167,8 +168,29 @@ impl Keys {
     }
 }
 
-fn tag(key: &Key, signed: &[u8]) -> [u8; TAG_LEN] {
-    let full = hmac::sign(&key.hmac, signed);
+/// The stream a message is sealed for. Its byte is signed, not sent: the receiver knows
+/// it from the stream the message came on (and, on the files streams, from the message:
+/// a source's down, an edge's up). A stream has one lane and one [`Verifier`] at a
+/// receiver, except the files streams of a node that is both source and edge, whose one
+/// verifier catches a copy of a message taken from the other stream as a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Lane {
+    /// The sources' data stream.
+    Data = 1,
+    /// The edges' request stream (requests, and the sites' file-transfer answers).
+    Requests = 2,
+    /// A source's files stream (its file-transfer messages, down to the edges).
+    FilesDown = 3,
+    /// An edge's files stream (its file-transfer messages as a sender, up).
+    FilesUp = 4,
+}
+
+fn tag(key: &Key, lane: Lane, signed: &[u8]) -> [u8; TAG_LEN] {
+    let mut ctx = hmac::Context::with_key(&key.hmac);
+    ctx.update(&[lane as u8]);
+    ctx.update(signed);
+    let full = ctx.sign();
     let mut t = [0u8; TAG_LEN];
     t.copy_from_slice(&full.as_ref()[..TAG_LEN]);
     t
@@ -195,18 +217,18 @@ impl Sealer {
     /// `msg` sealed with `key` (borrowed until the next call). The counter advances
     /// with the wall clock `now_ns` when that is ahead, so that a receiver hearing this
     /// origin for the first time finds it near its own clock.
-    pub fn seal(&mut self, key: &Key, msg: &[u8], now_ns: u64) -> &[u8] {
+    pub fn seal(&mut self, key: &Key, lane: Lane, msg: &[u8], now_ns: u64) -> &[u8] {
         let mut s = std::mem::take(&mut self.scratch);
         s.clear();
         s.extend_from_slice(msg);
-        self.seal_in_place(key, &mut s, now_ns);
+        self.seal_in_place(key, lane, &mut s, now_ns);
         self.scratch = s;
         &self.scratch
     }
 
     /// Seals `msg` where it is (its trailer appended), for a message built to be sent
     /// once: no copy of it is made.
-    pub fn seal_in_place(&mut self, key: &Key, msg: &mut Vec<u8>, now_ns: u64) {
+    pub fn seal_in_place(&mut self, key: &Key, lane: Lane, msg: &mut Vec<u8>, now_ns: u64) {
         self.counter = (self.counter + 1).max(now_ns);
         if msg.len() > 1 {
             msg[1] |= SEALED;
@@ -214,7 +236,7 @@ impl Sealer {
         msg.extend_from_slice(&key.id.to_be_bytes());
         msg.extend_from_slice(&self.origin.to_be_bytes());
         msg.extend_from_slice(&self.counter.to_be_bytes());
-        let t = tag(key, msg);
+        let t = tag(key, lane, msg);
         msg.extend_from_slice(&t);
     }
 }
@@ -226,7 +248,7 @@ pub enum Rejected {
     Unsealed,
     /// Sealed with a key this node does not have.
     UnknownKey,
-    /// The MAC does not match: forged or damaged.
+    /// The MAC does not match: forged, damaged, or sealed for another stream.
     BadMac,
     /// A counter this origin has already passed: a replay.
     Replayed,
@@ -260,7 +282,7 @@ impl Rejected {
         match self {
             Rejected::Unsealed => "not sealed (a sender with no key_file, or a stranger)",
             Rejected::UnknownKey => "sealed with a key this node does not have",
-            Rejected::BadMac => "its MAC does not match (forged or damaged)",
+            Rejected::BadMac => "its MAC does not match (forged, damaged, or sealed for another stream)",
             Rejected::Replayed => "a replay (a counter its sender has passed)",
             Rejected::Stale => "the first heard from its sender, and more than 60 s from this node's clock (a recording, or clocks that disagree)",
         }
@@ -281,15 +303,16 @@ pub struct Verifier {
 }
 
 impl Verifier {
-    /// The plain message inside `msg` if it is sealed with one of `keys`, fresh and not
-    /// seen before; else why not (counted).
+    /// The plain message inside `msg` if it is sealed with one of `keys` for `lane`,
+    /// fresh and not seen before; else why not (counted).
     pub fn verify<'a>(
         &mut self,
         keys: &Keys,
+        lane: Lane,
         msg: &'a [u8],
         now_ns: u64,
     ) -> Result<Plain<'a>, Rejected> {
-        let r = self.check(keys, msg, now_ns);
+        let r = self.check(keys, lane, msg, now_ns);
         if let Err(why) = r {
             self.rejected[why.index()] += 1;
         }
@@ -299,6 +322,7 @@ impl Verifier {
     fn check<'a>(
         &mut self,
         keys: &Keys,
+        lane: Lane,
         msg: &'a [u8],
         now_ns: u64,
     ) -> Result<Plain<'a>, Rejected> {
@@ -311,7 +335,7 @@ impl Verifier {
                 .fold(0u64, |v, &b| v << 8 | u64::from(b))
         };
         let (origin, counter) = (word(4, 8), word(12, 8));
-        let want = tag(key, signed);
+        let want = tag(key, lane, signed);
         // Constant time: a forger learns nothing from how long the check took.
         if want.iter().zip(got).fold(0u8, |d, (a, b)| d | (a ^ b)) != 0 {
             return Err(Rejected::BadMac);
@@ -420,10 +444,10 @@ pub(crate) mod tests {
         let k = keys(&[(1, 0xaa)]);
         let mut s = Sealer::new(42, NOW);
         let plain = heartbeat();
-        let sealed = s.seal(k.signing(), &plain, NOW).to_vec();
+        let sealed = s.seal(k.signing(), Lane::Data, &plain, NOW).to_vec();
         assert_eq!(sealed.len(), plain.len() + TRAILER_LEN);
         let mut v = Verifier::default();
-        let p = v.verify(&k, &sealed, NOW).unwrap();
+        let p = v.verify(&k, Lane::Data, &sealed, NOW).unwrap();
         assert_eq!(p.origin, 42);
         assert_eq!(
             BackboneMessage::decode(p.body).unwrap(),
@@ -435,7 +459,7 @@ pub(crate) mod tests {
     fn the_precheck_tells_unsealed_and_strangers_keys_without_hashing() {
         let k = keys(&[(7, 1)]);
         let sealed = Sealer::new(42, NOW)
-            .seal(k.signing(), &heartbeat(), NOW)
+            .seal(k.signing(), Lane::Data, &heartbeat(), NOW)
             .to_vec();
         assert_eq!(precheck(&k, &sealed), Ok(()));
         assert_eq!(precheck(&k, &heartbeat()), Err(Rejected::Unsealed));
@@ -455,36 +479,73 @@ pub(crate) mod tests {
         let other = keys(&[(1, 0xbb)]);
         let mut v = Verifier::default();
         let mut s = Sealer::new(42, NOW);
-        let first = s.seal(k.signing(), &heartbeat(), NOW).to_vec();
-        assert!(v.verify(&k, &first, NOW).is_ok());
+        let first = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        assert!(v.verify(&k, Lane::Data, &first, NOW).is_ok());
         // The same bytes again.
-        assert_eq!(v.verify(&k, &first, NOW), Err(Rejected::Replayed));
+        assert_eq!(
+            v.verify(&k, Lane::Data, &first, NOW),
+            Err(Rejected::Replayed)
+        );
         // A plain message.
-        assert_eq!(v.verify(&k, &heartbeat(), NOW), Err(Rejected::Unsealed));
+        assert_eq!(
+            v.verify(&k, Lane::Data, &heartbeat(), NOW),
+            Err(Rejected::Unsealed)
+        );
         // Sealed with another key that has the same id.
         let mut forger = Sealer::new(43, NOW);
-        let forged = forger.seal(other.signing(), &heartbeat(), NOW).to_vec();
-        assert_eq!(v.verify(&k, &forged, NOW), Err(Rejected::BadMac));
+        let forged = forger
+            .seal(other.signing(), Lane::Data, &heartbeat(), NOW)
+            .to_vec();
+        assert_eq!(
+            v.verify(&k, Lane::Data, &forged, NOW),
+            Err(Rejected::BadMac)
+        );
         // One bit changed anywhere.
-        let mut flipped = s.seal(k.signing(), &heartbeat(), NOW).to_vec();
+        let mut flipped = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
         flipped[5] ^= 1;
-        assert_eq!(v.verify(&k, &flipped, NOW), Err(Rejected::BadMac));
+        assert_eq!(
+            v.verify(&k, Lane::Data, &flipped, NOW),
+            Err(Rejected::BadMac)
+        );
         // An unknown key id.
-        let mut unknown = s.seal(k.signing(), &heartbeat(), NOW).to_vec();
+        let mut unknown = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
         let at = unknown.len() - TRAILER_LEN;
         unknown[at] ^= 0xff;
-        assert_eq!(v.verify(&k, &unknown, NOW), Err(Rejected::UnknownKey));
+        assert_eq!(
+            v.verify(&k, Lane::Data, &unknown, NOW),
+            Err(Rejected::UnknownKey)
+        );
         // A recording of an origin this receiver has not heard: two minutes old.
         let mut old = Sealer::new(44, NOW - 120_000_000_000);
         let rec = old
-            .seal(k.signing(), &heartbeat(), NOW - 120_000_000_000)
+            .seal(k.signing(), Lane::Data, &heartbeat(), NOW - 120_000_000_000)
             .to_vec();
-        assert_eq!(v.verify(&k, &rec, NOW), Err(Rejected::Stale));
+        assert_eq!(v.verify(&k, Lane::Data, &rec, NOW), Err(Rejected::Stale));
         assert_eq!(v.rejected, [1, 1, 2, 1, 1]);
         assert_eq!(v.rejected_total(), 6);
         // The origin goes on: later counters pass.
-        let next = s.seal(k.signing(), &heartbeat(), NOW).to_vec();
-        assert!(v.verify(&k, &next, NOW).is_ok());
+        let next = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        assert!(v.verify(&k, Lane::Data, &next, NOW).is_ok());
+    }
+
+    #[test]
+    fn a_message_sealed_for_one_stream_fails_on_another() {
+        let k = keys(&[(1, 0xaa)]);
+        let mut s = Sealer::new(42, NOW);
+        let on_data = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        // A copy put on another stream: that stream's verifier never heard the origin,
+        // so only the lane can tell it from a first message.
+        for other in [Lane::Requests, Lane::FilesDown, Lane::FilesUp] {
+            let mut v = Verifier::default();
+            assert_eq!(
+                v.verify(&k, other, &on_data, NOW),
+                Err(Rejected::BadMac),
+                "{other:?}"
+            );
+        }
+        assert!(Verifier::default()
+            .verify(&k, Lane::Data, &on_data, NOW)
+            .is_ok());
     }
 
     #[test]
@@ -495,13 +556,22 @@ pub(crate) mod tests {
         let mut v = Verifier::default();
         let mut a = Sealer::new(1, NOW);
         let mut b = Sealer::new(2, NOW);
-        let by_old = a.seal(old.signing(), &heartbeat(), NOW).to_vec();
-        let by_new = b.seal(both.signing(), &heartbeat(), NOW).to_vec();
-        assert!(v.verify(&both, &by_old, NOW).is_ok());
-        assert!(v.verify(&both, &by_new, NOW).is_ok());
+        let by_old = a
+            .seal(old.signing(), Lane::Data, &heartbeat(), NOW)
+            .to_vec();
+        let by_new = b
+            .seal(both.signing(), Lane::Data, &heartbeat(), NOW)
+            .to_vec();
+        assert!(v.verify(&both, Lane::Data, &by_old, NOW).is_ok());
+        assert!(v.verify(&both, Lane::Data, &by_new, NOW).is_ok());
         // A node still on the old file does not hear the new key.
-        let by_new = b.seal(both.signing(), &heartbeat(), NOW).to_vec();
-        assert_eq!(v.verify(&old, &by_new, NOW), Err(Rejected::UnknownKey));
+        let by_new = b
+            .seal(both.signing(), Lane::Data, &heartbeat(), NOW)
+            .to_vec();
+        assert_eq!(
+            v.verify(&old, Lane::Data, &by_new, NOW),
+            Err(Rejected::UnknownKey)
+        );
     }
 
     #[test]
@@ -511,7 +581,12 @@ pub(crate) mod tests {
         for o in 0..MAX_ORIGINS as u64 + 10 {
             let mut s = Sealer::new(o, NOW + o);
             assert!(v
-                .verify(&k, s.seal(k.signing(), &heartbeat(), NOW + o), NOW)
+                .verify(
+                    &k,
+                    Lane::Data,
+                    s.seal(k.signing(), Lane::Data, &heartbeat(), NOW + o),
+                    NOW
+                )
                 .is_ok());
         }
         assert_eq!(v.seen.len(), MAX_ORIGINS);

@@ -4,7 +4,7 @@
 //! loop that carries the market data. The event loop only offers what [`FilesWire::frame`]
 //! made and hands what came on the files stream over unopened ([`FilesIn`]).
 
-use crate::auth::{self, Keys, Rejected, Sealer, Verifier};
+use crate::auth::{self, Keys, Lane, Rejected, Sealer, Verifier};
 use crate::wire::{BackboneMessage, HEADER_LEN};
 use tickwire_core::chunk_buffers;
 
@@ -148,11 +148,12 @@ impl FilesWire {
             FilesRoute::UpRequests => FilesStream::Requests,
         };
         if let Some(s) = self.seals.as_mut() {
-            let sealer = match stream {
-                FilesStream::Files => &mut s.files_out,
-                FilesStream::Requests => &mut s.requests_out,
+            let (sealer, lane) = match route {
+                FilesRoute::Down => (&mut s.files_out, Lane::FilesDown),
+                FilesRoute::UpFiles => (&mut s.files_out, Lane::FilesUp),
+                FilesRoute::UpRequests => (&mut s.requests_out, Lane::Requests),
             };
-            sealer.seal_in_place(s.keys.signing(), &mut msg, auth::wall_clock_ns());
+            sealer.seal_in_place(s.keys.signing(), lane, &mut msg, auth::wall_clock_ns());
         }
         Some((stream, msg))
     }
@@ -165,7 +166,15 @@ impl FilesWire {
             self.before_keys += 1;
             return Err(Rejected::UnknownKey);
         };
-        let plain = s.files_in.verify(&s.keys, msg, auth::wall_clock_ns())?;
+        // Only file transfer comes on the files streams: a source's down, an edge's up.
+        // A message of the requests stream put on one fails its lane's check.
+        let lane = match BackboneMessage::decode_files(msg) {
+            Some((true, _)) => Lane::FilesDown,
+            _ => Lane::FilesUp,
+        };
+        let plain = s
+            .files_in
+            .verify(&s.keys, lane, msg, auth::wall_clock_ns())?;
         // The event loop routed it by its header: a body follows. A key holder's
         // message too short for one is junk the transfer refuses.
         Ok(BackboneMessage::decode_files(plain.body).map_or(&[][..], |(_, body)| body))
@@ -244,6 +253,25 @@ mod tests {
         assert_eq!(w.frame(STATUS).unwrap().0, FilesStream::Files);
         w.set_framing(None);
         assert!(w.frame(STATUS).is_none());
+    }
+
+    #[test]
+    fn an_edges_status_put_on_the_files_up_stream_is_refused_there() {
+        let mut at_edge = FilesWire::new();
+        at_edge.set_framing(Some(edge()));
+        at_edge.set_keys(keys(&[(1, 1)]));
+        let (stream, status) = at_edge.frame(STATUS).unwrap();
+        assert_eq!(stream, FilesStream::Requests);
+        let (stream, chunk) = at_edge.frame(CHUNK).unwrap();
+        assert_eq!(stream, FilesStream::Files);
+        // A source opens what its files streams bring: the edge's chunk, not a copy of
+        // its status taken from the requests stream (whose origin the files thread
+        // never heard, so only the seal's lane tells it from a first message).
+        let mut at_source = FilesWire::new();
+        at_source.set_framing(Some(source()));
+        at_source.set_keys(keys(&[(1, 1)]));
+        assert_eq!(at_source.open(&status), Err(Rejected::BadMac));
+        assert_eq!(at_source.open(&chunk), Ok(CHUNK));
     }
 
     #[test]

@@ -170,12 +170,13 @@ struct SealedOutbox<'a, O: Outbox> {
     out: &'a mut O,
     sealer: &'a mut auth::Sealer,
     key: &'a auth::Key,
+    lane: auth::Lane,
     now_ns: u64,
 }
 
 impl<O: Outbox> Outbox for SealedOutbox<'_, O> {
     fn offer(&mut self, msg: &[u8]) -> bool {
-        let sealed = self.sealer.seal(self.key, msg, self.now_ns);
+        let sealed = self.sealer.seal(self.key, self.lane, msg, self.now_ns);
         self.out.offer(sealed)
     }
 }
@@ -450,12 +451,14 @@ impl Backbone {
                     }
                 },
                 Some(s) => {
-                    let verifier = match kind {
-                        Received::Data => &mut s.data_in,
+                    let (verifier, lane) = match kind {
+                        Received::Data => (&mut s.data_in, auth::Lane::Data),
                         // The files stream's went to the files thread above.
-                        Received::Request | Received::Files => &mut s.requests_in,
+                        Received::Request | Received::Files => {
+                            (&mut s.requests_in, auth::Lane::Requests)
+                        }
                     };
-                    match verifier.verify(&s.file.keys, msg, now_ns) {
+                    match verifier.verify(&s.file.keys, lane, msg, now_ns) {
                         Ok(plain) => plain.body,
                         Err(why) => {
                             rejected(rejections, why as usize, why.text(), session);
@@ -586,6 +589,7 @@ impl Backbone {
                         out,
                         sealer: &mut sealing.requests_out,
                         key,
+                        lane: auth::Lane::Requests,
                         now_ns,
                     };
                     e.pump(core, &mut out, now);
@@ -595,6 +599,7 @@ impl Backbone {
                         out,
                         sealer: &mut sealing.data_out,
                         key,
+                        lane: auth::Lane::Data,
                         now_ns,
                     };
                     s.pump(core, &mut out, now);

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tickwire_backbone::auth::{Key, Keys, Sealer, TRAILER_LEN};
+use tickwire_backbone::auth::{Key, Keys, Lane, Sealer, TRAILER_LEN};
 use tickwire_backbone::wire::{self, BackboneMessage};
 use tickwire_backbone::{DriverPlacement, Link, LinkConfig, Outbox, Received};
 use tickwire_client::{Event, RequestOptions};
@@ -316,7 +316,7 @@ fn forgeries() {
     let ch = channel(73);
     let key = keygen();
     let key_file = KeyFile::new("forgeries", &[&key]);
-    let (source, _, _c1) = node(&ch, "source", "src", Some(&key_file));
+    let (source, source_http, _c1) = node(&ch, "source", "src", Some(&key_file));
     let (mut edge, edge_http, _c2) = node(&ch, "edge", "edge", Some(&key_file));
     let mut feed = start_publisher(&source, "FEED", 3, 200, false);
     wait_for_feed_image(&edge, "edge", "SYM0");
@@ -363,6 +363,7 @@ fn forgeries() {
             guess
                 .seal(
                     &wrong_key,
+                    Lane::Data,
                     &forged,
                     tickwire_backbone::auth::wall_clock_ns(),
                 )
@@ -375,6 +376,21 @@ fn forgeries() {
     wait_rejected(&edge_http, "unsealed", |v| v >= 200.0);
     wait_rejected(&edge_http, "bad_mac", |v| v >= 200.0);
     wait_rejected(&edge_http, "replayed", |v| v >= replays);
+    // The source's own messages put on the request stream, which the source reads: that
+    // stream never heard their origin, so only the seal's lane refuses them.
+    let mut up = 0;
+    let deadline = Instant::now() + T;
+    for m in &heard.sealed {
+        while Instant::now() < deadline {
+            if rogue.request_out().expect("the rogue asks").offer(m) {
+                up += 1;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(up, heard.sealed.len());
+    wait_rejected(&source_http, "bad_mac", |v| v >= replays);
     // The subscriber of SYM1 saw none of it: what it has had since, and its next
     // updates (5 of them, however long a busy machine takes, within 20 s), stay in
     // sequence and none is the attacker's.

@@ -113,8 +113,8 @@ pub struct BackboneSection {
     pub max_sessions_per_stream: u32,
     /// The backbone's key file (`tickwire backbone keygen > FILE`, the same file on
     /// every node): every message sent is sealed with a MAC, and every message received
-    /// that is not sealed with one of its keys, or is replayed, is dropped and counted.
-    /// Empty: no authentication (anyone who can send to the channel is heard).
+    /// that is not sealed with one of its keys for the stream it came on, or is replayed,
+    /// is dropped and counted. Empty: no authentication (anyone who can send to the channel is heard).
     pub key_file: String,
 }
 

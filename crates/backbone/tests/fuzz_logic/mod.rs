@@ -4,7 +4,7 @@
 //! bug; ignoring the input is fine.
 
 use std::time::Instant;
-use tickwire_backbone::auth::{precheck, Keys, Sealer, Verifier};
+use tickwire_backbone::auth::{precheck, Keys, Lane, Rejected, Sealer, Verifier};
 use tickwire_backbone::wire::{data_header, BackboneMessage, DataMessages};
 use tickwire_backbone::FilesWire;
 use tickwire_backbone::{Edge, EdgeConfig, Source, SourceConfig};
@@ -56,7 +56,12 @@ fn sealing(data: &[u8]) {
     let keys = Keys::parse(&format!("00000001 {}\n", "ab".repeat(32))).expect("a key");
     const NOW: u64 = 1_800_000_000_000_000_000;
     let mut v = Verifier::default();
-    let checked = v.verify(&keys, data, NOW);
+    // The lane the files thread checks a message of the files streams against.
+    let files_lane = match BackboneMessage::decode_files(data) {
+        Some((true, _)) => Lane::FilesDown,
+        _ => Lane::FilesUp,
+    };
+    let checked = v.verify(&keys, files_lane, data, NOW);
     // The event loop's look without hashing refuses only what the check refuses, and
     // for the same reason.
     if let Err(why) = precheck(&keys, data) {
@@ -71,11 +76,19 @@ fn sealing(data: &[u8]) {
         return;
     }
     let mut s = Sealer::new(9, NOW);
-    let sealed = s.seal(keys.signing(), data, NOW).to_vec();
+    let sealed = s.seal(keys.signing(), Lane::Data, data, NOW).to_vec();
+    assert_eq!(
+        Verifier::default().verify(&keys, Lane::Requests, &sealed, NOW),
+        Err(Rejected::BadMac),
+        "a message sealed for one stream passes on another"
+    );
     let plain = v
-        .verify(&keys, &sealed, NOW)
+        .verify(&keys, Lane::Data, &sealed, NOW)
         .expect("a sealed message verifies");
     assert_eq!(plain.body.len(), data.len());
     assert_eq!(&plain.body[2..], data.get(2..).unwrap_or_default());
-    assert!(v.verify(&keys, &sealed, NOW).is_err(), "a replay passes");
+    assert!(
+        v.verify(&keys, Lane::Data, &sealed, NOW).is_err(),
+        "a replay passes"
+    );
 }
