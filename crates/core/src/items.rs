@@ -18,8 +18,9 @@ pub(crate) struct StreamRef {
 pub(crate) struct SubEntry {
     pub conn: usize,
     pub stream_id: u32,
-    /// Field ids the subscriber wants; `None` for all.
-    pub view: Option<Box<[i16]>>,
+    /// Field ids the subscriber wants (sorted); `None` for all. Shared by streams
+    /// requested in a row with the same view.
+    pub view: Option<std::sync::Arc<[i16]>>,
     /// Opened but not yet sent its image: updates are held back until the refresh.
     pub awaiting_refresh: bool,
     /// false for a snapshot request: closed after its refresh.

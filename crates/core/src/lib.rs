@@ -268,6 +268,9 @@ struct Conn {
     last_tx: Instant,
     /// When the node last pinged it.
     last_ping: Instant,
+    /// How long it may be silent before it is dropped, where its transport agreed on
+    /// one ([`Node::set_silence_limit`]); else 3 heartbeat intervals.
+    silence_limit: Option<Duration>,
     dirty: bool,
     /// Subscriber: stream id -> its item and its slot among the item's streams.
     sub_streams: FxHashMap<u32, StreamRef>,
@@ -356,6 +359,9 @@ pub const MAX_TICK_INTERVAL: Duration = Duration::from_secs(1);
 /// (`output`, `poll_timeout`) come out.
 pub struct Node {
     cfg: CoreConfig,
+    /// The last view a request asked for: requests in a row with the same view (a
+    /// batch's items, a client opening many items alike) share one copy of it.
+    last_view: Option<Arc<[i16]>>,
     /// See [`Node::set_upstream_chain`].
     upstream_chain: Vec<(u64, String)>,
     /// Items kept after their last subscriber left (`CoreConfig::interactive_linger`).
@@ -417,6 +423,7 @@ impl Node {
         Node {
             cfg,
             upstream_chain: Vec::new(),
+            last_view: None,
             lingering: Vec::new(),
             next_tick: now + MAX_TICK_INTERVAL,
             scratch_message: Vec::new(),
@@ -575,6 +582,7 @@ impl Node {
             last_rx: now,
             last_tx: now,
             last_ping: now,
+            silence_limit: None,
             dirty: false,
             sub_streams: FxHashMap::default(),
             pub_streams: StreamMap::default(),
@@ -736,6 +744,15 @@ impl Node {
         }
     }
 
+    /// The connection's transport agreed with its peer how often the peer speaks (an
+    /// RSSL consumer's RIPC ping timeout, whole seconds): it is dropped when silent for
+    /// `limit`, not for 3 heartbeat intervals.
+    pub fn set_silence_limit(&mut self, conn: ConnId, limit: Duration) {
+        if let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
+            c.silence_limit = Some(limit);
+        }
+    }
+
     /// The connection's bytes could not be framed (bad length prefix): tell it and close.
     pub fn on_frame_error(&mut self, conn: ConnId, err: &DecodeError, now: Instant) {
         self.merge_deferred();
@@ -872,18 +889,19 @@ impl Node {
             }
             // This connection's next deadline, as it stands after this tick (traffic
             // meanwhile only moves it later: a tick then finds nothing to do).
-            next = next.min(c.last_rx + hb * 3);
+            let silence = c.silence_limit.unwrap_or(hb * 3);
+            next = next.min(c.last_rx + silence);
             if c.role == ConnRole::AwaitingLogin {
                 next = next.min(c.connected_at + login_timeout);
             }
-            if now.saturating_duration_since(c.last_rx) >= hb * 3 {
-                timed_out.push((id, false));
+            if now.saturating_duration_since(c.last_rx) >= silence {
+                timed_out.push((id, Some(silence), c.silence_limit.is_some()));
                 continue;
             }
             if c.role == ConnRole::AwaitingLogin
                 && now.saturating_duration_since(c.connected_at) >= self.cfg.limits.login_timeout
             {
-                timed_out.push((id, true));
+                timed_out.push((id, None, false));
                 continue;
             }
             // A ping when the node has sent nothing for an interval, or has received
@@ -914,18 +932,20 @@ impl Node {
         self.expire_posts(now);
         self.redeliver_ready();
         self.sessions.expire(now);
-        for (id, login) in timed_out {
-            let text = if login {
-                format!(
+        for (id, silence, agreed) in timed_out {
+            let text = match silence {
+                None => format!(
                     "no login within {} ms (limits.login_timeout_ms)",
                     self.cfg.limits.login_timeout.as_millis()
-                )
-            } else {
-                self.stats.heartbeat_timeouts += 1;
-                format!(
-                    "nothing received for {} ms (3 heartbeat intervals)",
-                    (hb * 3).as_millis()
-                )
+                ),
+                Some(silence) => {
+                    self.stats.heartbeat_timeouts += 1;
+                    let why = match agreed {
+                        true => "the ping timeout agreed",
+                        false => "3 heartbeat intervals",
+                    };
+                    format!("nothing received for {} ms ({why})", silence.as_millis())
+                }
             };
             self.reject(id, code::TIMEOUT, &text);
         }
@@ -1480,14 +1500,21 @@ impl Node {
         }
         // Views are kept sorted and without repeats: every field of every update is
         // looked up in them by binary search.
-        let view: Option<Box<[i16]>> = req.view.as_ref().map(|v| {
+        let view: Option<Arc<[i16]>> = req.view.as_ref().map(|v| {
             let mut fids: Vec<i16> = match v {
                 View::Encoded(l) => l.iter().collect(),
                 View::Fids(f) => f.to_vec(),
             };
             fids.sort_unstable();
             fids.dedup();
-            fids.into_boxed_slice()
+            match &self.last_view {
+                Some(last) if **last == *fids => last.clone(),
+                _ => {
+                    let view: Arc<[i16]> = fids.into();
+                    self.last_view = Some(view.clone());
+                    view
+                }
+            }
         });
         if !req.refresh {
             self.change_view_in_place(conn, req, view);
@@ -1621,7 +1648,7 @@ impl Node {
     /// where it stands, so an image still arriving and the updates that follow are cut
     /// to it; nothing else changes and no image is sent. On a stream not open for this
     /// item there is nothing to change: the stream is closed with the reason.
-    fn change_view_in_place(&mut self, conn: ConnId, req: &Request<'_>, view: Option<Box<[i16]>>) {
+    fn change_view_in_place(&mut self, conn: ConnId, req: &Request<'_>, view: Option<Arc<[i16]>>) {
         let sid = req.stream_id;
         let at = self
             .conns

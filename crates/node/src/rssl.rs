@@ -20,6 +20,12 @@ use tickwire_rssl::session::{Session, SessionConfig};
 /// RWF waiting for the socket above which no more is translated from the core.
 const RSSL_OUT_HIGH: usize = 256 * 1024;
 
+/// The node's messages one connection's input may make in a turn (a native connection
+/// reads as much): past it, what the peer sent waits in the channel for the next turn,
+/// and its socket is not read meanwhile. A message can fan out (a provider's group
+/// state reaches every item of the group), so the bytes read are no measure of the work.
+const TO_NODE_SHARE: usize = 256 * 1024;
+
 /// What every RSSL connection of a node shares.
 pub(crate) struct RsslShared {
     pub ripc: Settings,
@@ -37,6 +43,9 @@ pub(crate) struct RsslConn {
     fin_sent: bool,
     /// A provider's unknown fields were logged (once per connection).
     skipped_logged: bool,
+    /// The last turn stopped at its share ([`TO_NODE_SHARE`]): the channel may hold
+    /// messages not handled yet.
+    backlog: bool,
     /// The peer's address, for logs.
     peer: String,
 }
@@ -51,18 +60,38 @@ impl RsslConn {
             close_after_flush: false,
             fin_sent: false,
             skipped_logged: false,
+            backlog: false,
             peer,
         }
     }
 
     /// Bytes read from the socket.
     pub(crate) fn on_bytes(&mut self, bytes: &[u8], core: &mut Node, id: ConnId, now: Instant) {
-        let peer = &self.peer;
         if self.close_after_flush {
             return;
         }
         self.channel.handle_bytes(bytes, now);
+        self.handle_messages(core, id, now);
+    }
+
+    /// Whether messages may wait in the channel from a turn that used its share: the
+    /// loop hands them on ([`RsslConn::handle_messages`]) before it reads the socket
+    /// again.
+    pub(crate) fn backlog(&self) -> bool {
+        self.backlog && !self.close_after_flush
+    }
+
+    /// Hands the channel's messages to the session and what it makes of them to the
+    /// core, until their share of the turn is used.
+    pub(crate) fn handle_messages(&mut self, core: &mut Node, id: ConnId, now: Instant) {
+        let peer = &self.peer;
+        let mut made = 0;
+        self.backlog = false;
         loop {
+            if made >= TO_NODE_SHARE {
+                self.backlog = true;
+                break;
+            }
             if self.channel.pending() > out_limit(core) {
                 // Sending without reading what it is sent: its answers would grow
                 // without bound.
@@ -76,6 +105,9 @@ impl RsslConn {
             match self.channel.poll(&mut self.msg) {
                 Ok(None) => break,
                 Ok(Some(Input::Connected)) => {
+                    // RIPC's pings keep it alive: the core drops it when silent for the
+                    // timeout agreed, which is at least 3 s whatever the heartbeat.
+                    core.set_silence_limit(id, self.channel.ping_timeout());
                     let c = self.channel.client();
                     info!(
                         "{peer}: RSSL connection (RIPC {}, ping timeout {} s, {} on {})",
@@ -96,6 +128,7 @@ impl RsslConn {
                     // encoders: their field lists need no second walk (the fuzz target
                     // checks that every one of them decodes).
                     if !self.to_node.is_empty() {
+                        made += self.to_node.len();
                         core.on_translated_frame(id, &self.to_node, now);
                         self.to_node.clear();
                     }
@@ -227,5 +260,85 @@ impl Translate for RsslTranslate<'_> {
 
     fn message(&mut self, m: &tickwire_proto::Message<'_>) {
         self.session.on_node_message(m, self.channel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tickwire_core::CoreConfig;
+    use tickwire_rssl::testing;
+
+    /// What `conn` queued for its socket, to the client (as the socket would take it).
+    fn to_client(conn: &mut RsslConn, client: &mut Channel, now: Instant) {
+        conn.channel.end_batch();
+        let n = conn.channel.transmit().len();
+        client.handle_bytes(conn.channel.transmit(), now);
+        conn.channel.consume(n);
+        while let Ok(Some(_)) = client.poll(&mut Vec::new()) {}
+    }
+
+    /// What the client queued, as one read of the socket.
+    fn from_client(client: &mut Channel) -> Vec<u8> {
+        client.end_batch();
+        let bytes = client.transmit().to_vec();
+        client.consume(bytes.len());
+        bytes
+    }
+
+    /// A non-interactive provider whose one read holds 20,000 items' refreshes: the
+    /// node takes a share of them a turn, the rest wait in the channel (the socket not
+    /// read meanwhile), and every one arrives.
+    #[test]
+    fn a_read_that_makes_much_for_the_core_is_handled_a_share_a_turn() {
+        let now = Instant::now();
+        let mut core = Node::new(CoreConfig::default(), now);
+        let id = core.connect("provider", now);
+        let shared = RsslShared {
+            ripc: Settings::default(),
+            session: Arc::new(SessionConfig::default()),
+        };
+        let mut conn = RsslConn::new(&shared, "test".into(), now);
+        let mut client = Channel::connect(Settings::default(), "test", now);
+        conn.on_bytes(&from_client(&mut client), &mut core, id, now);
+        to_client(&mut conn, &mut client, now);
+        client.send(&testing::eta_login(1));
+        conn.on_bytes(&from_client(&mut client), &mut core, id, now);
+        conn.pull_from_core(&mut core, id, now);
+        client.send(&testing::service_up(
+            -1,
+            testing::DirectoryMsg::Unsolicited,
+            7,
+            b"PROV",
+        ));
+        conn.on_bytes(&from_client(&mut client), &mut core, id, now);
+        assert!(!conn.backlog());
+        let before = core.item_count();
+
+        const ITEMS: i32 = 20_000;
+        for i in 0..ITEMS {
+            let refresh = testing::item_refresh(-10 - i, 7, &format!("ITEM{i}"));
+            client.send(&refresh);
+        }
+        let read = from_client(&mut client);
+        conn.on_bytes(&read, &mut core, id, now);
+        let first = core.item_count() - before;
+        assert!(conn.backlog(), "one turn took all {first} items");
+        assert!(
+            first > 0 && first < ITEMS as usize,
+            "{first} items in the first turn"
+        );
+        let mut turns = 1;
+        while conn.backlog() {
+            conn.handle_messages(&mut core, id, now);
+            turns += 1;
+            assert!(turns < 100, "the backlog never ends");
+        }
+        assert_eq!(
+            core.item_count() - before,
+            ITEMS as usize,
+            "every item arrived"
+        );
+        assert!(turns > 2, "{turns} turns");
     }
 }

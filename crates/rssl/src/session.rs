@@ -82,6 +82,12 @@ impl Default for SessionConfig {
 }
 
 /// Directory filter ids (and their bits in a request's filter).
+/// Most fields a batch's view may name over all its items (items x the view's fields):
+/// each item's request to the node carries the view, so a batch of 10,000 items with
+/// a view of 1,024 fields would be 20 MB of requests made of one 60 KB message. A
+/// million: 2 MB at most, and any batch of up to 1,000 items with the largest view.
+pub const MAX_BATCH_VIEW_FIELDS: usize = 1 << 20;
+
 const FILTER_INFO: u8 = 1;
 const FILTER_STATE: u8 = 2;
 /// Login element names.
@@ -119,8 +125,9 @@ struct ItemStream {
     /// Paused by the consumer (`PAUSE`): its updates are not sent until a reissue
     /// without it resumes the stream.
     paused: bool,
-    /// The view the node's stream has (`None`: every field).
-    view: Option<Vec<i16>>,
+    /// The view the node's stream has (`None`: every field); the items of one batch
+    /// share their request's.
+    view: Option<Arc<[i16]>>,
 }
 
 /// What an item request asks of each item it opens (a batch names several items).
@@ -129,7 +136,7 @@ struct ItemRequest<'a> {
     service: &'a str,
     streaming: bool,
     private: bool,
-    view: Option<&'a [i16]>,
+    view: Option<Arc<[i16]>>,
     paused: bool,
 }
 
@@ -145,7 +152,11 @@ struct Service {
 pub struct Session {
     cfg: Arc<SessionConfig>,
     login: LoginState,
+    /// The node's services as this session numbers them: service id `i + 1` is
+    /// `services[i]`, in the order first heard; a removed service keeps its id.
     services: Vec<Service>,
+    /// `services` by name.
+    service_by_name: FxHashMap<Box<str>, usize>,
     /// The consumer's directory stream, the filter it asked for, and the service (if it
     /// asked about one).
     directory: Option<(i32, u32, Option<u16>)>,
@@ -197,12 +208,18 @@ impl Session {
         to_node.append(&mut self.answers);
     }
 
+    /// The service this session numbers `id`.
+    fn service(&self, id: u16) -> Option<&Service> {
+        self.services.get(usize::from(id).checked_sub(1)?)
+    }
+
     /// A session before the consumer's login.
     pub fn new(cfg: Arc<SessionConfig>) -> Self {
         Session {
             cfg,
             login: LoginState::None,
             services: Vec::new(),
+            service_by_name: FxHashMap::default(),
             directory: None,
             streams: FxHashMap::default(),
             by_rssl: FxHashMap::default(),
@@ -664,9 +681,8 @@ impl Session {
             return;
         };
         let Some(service) = self
-            .services
-            .iter()
-            .find(|s| s.id == service_id && s.state != ServiceState::Removed)
+            .service(service_id)
+            .filter(|s| s.state != ServiceState::Removed)
         else {
             self.refuse_item(
                 out,
@@ -710,16 +726,38 @@ impl Session {
         // A reissue that wants no refresh changes the stream where it stands: its pause,
         // and its view (RWF: without `HAS_VIEW`, every field), which the node changes
         // in place; no image comes.
+        let view: Option<Arc<[i16]>> = view.map(Into::into);
         if reissued.is_some() && m.flags & request::NO_REFRESH != 0 {
             self.change_in_place(m.stream_id, &service_name, view, paused, to_node);
             return;
+        }
+        if m.flags & request::HAS_BATCH != 0 {
+            // Each item's request to the node carries the view: what one batch may make
+            // of it is held to what a large message would carry.
+            let fields = batch
+                .len()
+                .saturating_mul(view.as_ref().map_or(0, |v| v.len()));
+            if fields > MAX_BATCH_VIEW_FIELDS {
+                self.refuse_item(
+                    out,
+                    to_node,
+                    m,
+                    code::TOO_MANY_ITEMS,
+                    &format!(
+                        "a batch of {} items with a view of {} fields names {fields} fields in all, more than {MAX_BATCH_VIEW_FIELDS}: split the batch",
+                        batch.len(),
+                        view.as_ref().map_or(0, |v| v.len())
+                    ),
+                );
+                return;
+            }
         }
         let item_req = ItemRequest {
             service_id,
             service: &service_name,
             streaming,
             private,
-            view: view.as_deref(),
+            view,
             paused,
         };
         if m.flags & request::HAS_BATCH != 0 {
@@ -768,15 +806,21 @@ impl Session {
         // A request on an open stream changes it (a new view, say): the node's stream
         // is replaced.
         self.on_close(rssl, to_node);
-        let native = self.next_native;
-        self.next_native = self.next_native.wrapping_add(1).max(1);
+        // Past a wrap, the ids still open are skipped.
+        let native = loop {
+            let n = self.next_native;
+            self.next_native = n.wrapping_add(1).max(1);
+            if !self.streams.contains_key(&n) {
+                break n;
+            }
+        };
         let name_text = String::from_utf8_lossy(name);
         let request = Message::Request(Request {
             stream_id: native,
             streaming: req.streaming,
             service: req.service,
             name: &name_text,
-            view: req.view.map(View::Fids),
+            view: req.view.as_deref().map(View::Fids),
             refresh: true,
         });
         if request.encode(to_node).is_err() {
@@ -792,7 +836,7 @@ impl Session {
                 streaming: req.streaming,
                 private: req.private,
                 paused: req.paused,
-                view: req.view.map(<[i16]>::to_vec),
+                view: req.view.clone(),
             },
         );
     }
@@ -803,7 +847,7 @@ impl Session {
         &mut self,
         rssl: i32,
         service: &str,
-        view: Option<Vec<i16>>,
+        view: Option<Arc<[i16]>>,
         paused: bool,
         to_node: &mut Vec<u8>,
     ) {
@@ -913,8 +957,11 @@ impl Session {
                 // its id for the session.
                 let (mut adds, mut updates) = (Vec::new(), Vec::new());
                 for e in &d.services {
-                    match self.services.iter().position(|s| s.name == e.name) {
+                    match self.service_by_name.get(e.name).copied() {
                         None if e.state == ServiceState::Removed => {}
+                        // Every id is taken (65,535 names heard by this session): the
+                        // service is not offered to it.
+                        None if self.services.len() >= usize::from(u16::MAX) => {}
                         None => {
                             let id = self.services.len() as u16 + 1;
                             self.services.push(Service {
@@ -922,6 +969,8 @@ impl Session {
                                 id,
                                 state: e.state,
                             });
+                            self.service_by_name
+                                .insert(e.name.into(), self.services.len() - 1);
                             adds.push(self.services.len() - 1);
                         }
                         Some(i) => {

@@ -225,6 +225,18 @@ pub fn refresh_in_group(
     out
 }
 
+/// A non-interactive provider's first refresh of item `name` of its service `service`
+/// on its `stream`, in the default group, with no fields.
+pub fn item_refresh(stream_id: i32, service: u16, name: &str) -> Vec<u8> {
+    let key = MsgKey {
+        service_id: Some(service),
+        name: Some(name.as_bytes()),
+        name_type: Some(1),
+        ..MsgKey::default()
+    };
+    refresh_in_group(stream_id, false, DEFAULT_GROUP, Some(&key), |_, _| {})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -804,6 +804,36 @@ fn view_filters_refresh_and_updates() {
     );
 }
 
+/// Streams requested in a row with the same view (in any order, with repeats) share
+/// one copy of it; another view is a copy of its own, and each filters as its own.
+#[test]
+fn requests_in_a_row_with_one_view_share_it() {
+    let img = bid_ask(10000, 10010);
+    let (mut h, _p) = node_with_item(true, "SYM0", &img);
+    let sub = h.login(Role::Subscriber);
+    h.recv(sub);
+    // (The harness's connections hold 3 streams.)
+    for sid in 1..=2 {
+        h.request(sub, sid, "FEED", "SYM0", true, Some(&[25, 22, 25]));
+    }
+    h.request(sub, 3, "FEED", "SYM0", true, Some(&[25]));
+    let got = h.recv(sub);
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(
+        matches!(&got[2], Got::Refresh { fields, .. } if fields == &vec![(25, s("100.10"))]),
+        "{got:?}"
+    );
+    let item = *h.node.services[0].items.get("SYM0").expect("the item");
+    let subs = &h.node.items.get(item).expect("the item").subs;
+    let views: Vec<&std::sync::Arc<[i16]>> = subs.iter().filter_map(|e| e.view.as_ref()).collect();
+    assert_eq!(views.len(), 3);
+    let shared: Vec<_> = views.iter().filter(|v| v[..] == [22, 25]).collect();
+    assert_eq!(shared.len(), 2);
+    assert!(shared
+        .windows(2)
+        .all(|w| std::sync::Arc::ptr_eq(w[0], w[1])));
+}
+
 #[test]
 fn a_request_without_a_refresh_changes_the_view_in_place_and_sends_no_image() {
     let img = bid_ask(10000, 10010);
@@ -979,6 +1009,32 @@ fn heartbeats_are_sent_when_idle_and_silent_peers_are_dropped() {
         }
     );
     assert_eq!(h.node.stats().heartbeat_timeouts, 1);
+}
+
+/// A connection whose transport agreed on a silence limit (an RSSL consumer's ping
+/// timeout) is dropped when silent for that long, not for 3 heartbeat intervals.
+#[test]
+fn a_silence_limit_agreed_replaces_the_three_heartbeats() {
+    let mut h = Harness::new(true);
+    let sub = h.login(Role::Subscriber);
+    h.recv(sub);
+    h.node.set_silence_limit(sub, Duration::from_secs(5));
+    h.now += Duration::from_millis(4900);
+    h.node.handle_timeout(h.now);
+    assert!(
+        h.recv(sub).iter().all(|m| !matches!(m, Got::Status { .. })),
+        "4.9 s silent is within the 5 s agreed (3 heartbeats are 3 s)"
+    );
+    h.now += Duration::from_millis(200);
+    h.node.handle_timeout(h.now);
+    let got = h.recv(sub);
+    assert!(
+        got.iter().any(
+            |m| matches!(m, Got::Status { code: code::TIMEOUT, text, .. }
+            if text.contains("5000 ms (the ping timeout agreed)"))
+        ),
+        "{got:?}"
+    );
 }
 
 #[test]

@@ -221,8 +221,9 @@ impl NodeServer {
             Arc::new(RsslShared {
                 ripc: tickwire_rssl::ripc::Settings {
                     max_msg_size: cfg.rssl.max_msg_size,
-                    // A consumer pings every third of its timeout; the core drops a peer
-                    // silent for 3 heartbeats, so the timeout granted is at most that.
+                    // A consumer pings every third of its timeout: at most 3 heartbeats,
+                    // as native peers get, and at least RIPC's 3 s (whole seconds); the
+                    // core drops the connection when silent for the timeout granted.
                     max_ping_timeout_s: (cfg.limits.heartbeat_ms * 3 / 1000).clamp(3, 255) as u8,
                     max_message: cfg.limits.max_frame_bytes,
                     ..tickwire_rssl::ripc::Settings::default()

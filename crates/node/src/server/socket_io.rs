@@ -165,6 +165,15 @@ pub(super) fn read_some(
         }
         return false;
     }
+    if let Some(r) = sock.rssl.as_mut().filter(|r| r.backlog()) {
+        // What the last turn left: handled before the socket is read again, so that a
+        // peer whose messages fan out is held back by its own socket.
+        core.set_wall_clock(unix_now_ns());
+        r.handle_messages(core, id, now);
+        let wrote = r.write(&mut sock.transport);
+        let more = r.backlog();
+        return gateway_read_end(sock, id, dead, false, wrote, 0) || more;
+    }
     if sock.rssl.is_some() {
         let closed = input.read(sock).unwrap_or(true);
         let bytes = &input.bytes;
@@ -176,9 +185,15 @@ pub(super) fn read_some(
                 core.set_wall_clock(unix_now_ns());
             }
             r.on_bytes(bytes, core, id, now);
+            // A peer that closed has sent its last: all of it is handled now (at most a
+            // read share of bytes), none left behind with the connection.
+            while closed && r.backlog() {
+                r.handle_messages(core, id, now);
+            }
             wrote = r.write(&mut sock.transport);
         }
-        return gateway_read_end(sock, id, dead, closed, wrote, bytes.len());
+        let more = r.backlog();
+        return gateway_read_end(sock, id, dead, closed, wrote, bytes.len()) || more;
     }
     if sock.ws.is_some() {
         // A read error ends the connection like a close.

@@ -60,6 +60,13 @@ impl PendingPosts {
         Some(p)
     }
 
+    /// Whether a post `post_id` on the node's stream `native` waits for its answer.
+    fn waits(&self, native: u32, post_id: u32) -> bool {
+        self.by_stream
+            .get(&native)
+            .is_some_and(|p| p.contains_key(&post_id))
+    }
+
     /// The node's stream `native` is closed: its posts will not be answered on it.
     pub(super) fn forget_stream(&mut self, native: u32) {
         if let Some(posts) = self.by_stream.remove(&native) {
@@ -178,7 +185,7 @@ impl Session {
                         "an off-stream post names no service id",
                     );
                 };
-                let Some(s) = self.services.iter().find(|s| s.id == service_id) else {
+                let Some(s) = self.service(service_id) else {
                     return refuse(
                         NakCode::SourceUnknown,
                         &format!("service id {service_id} is not in the source directory"),
@@ -187,6 +194,14 @@ impl Session {
                 let Some(name) = key.name else {
                     return refuse(NakCode::SymbolUnknown, "an off-stream post names no item");
                 };
+                // The node answers an off-stream post by its post id alone: two waiting
+                // at once with one id could not be told apart (as on the WebSocket API).
+                if ack && self.pending_posts.waits(0, post_id) {
+                    return refuse(
+                        NakCode::InvalidContent,
+                        &format!("post id {post_id} is already waiting for its Ack: give each post its own"),
+                    );
+                }
                 (
                     0,
                     s.name.clone(),

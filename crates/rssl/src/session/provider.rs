@@ -29,7 +29,8 @@ pub(super) struct Provider {
     by_native: FxHashMap<u32, i32>,
     /// The items' groups, by the provider's stream (its directory speaks of groups).
     groups: ItemGroups,
-    next_native: u32,
+    /// The last of the node's stream ids handed out.
+    pub(super) next_native: u32,
     /// Scratch for a field list in the node's encoding.
     fields: Vec<u8>,
     /// Fields left out because the dictionary does not know them: how many, and the
@@ -156,8 +157,17 @@ impl Session {
                 return;
             }
             None => {
-                p.next_native += 1;
-                let native = p.next_native;
+                // The publisher's own stream ids stay below the node's (from 2^31), and
+                // past a wrap skip the ids still open.
+                let native = loop {
+                    p.next_native = match p.next_native.wrapping_add(1) {
+                        n if n == 0 || n >= 0x8000_0000 => 1,
+                        n => n,
+                    };
+                    if !p.by_native.contains_key(&p.next_native) {
+                        break p.next_native;
+                    }
+                };
                 let item = ProviderItem {
                     native,
                     seq: Default::default(),

@@ -203,13 +203,13 @@ fn unknown_services_other_domains_and_junk_are_refused_with_a_reason() {
 
 /// A streaming batch request of FEED's `items` on stream 10, with a view of BID and ASK.
 fn batch_request(items: &[&str]) -> Vec<u8> {
-    batch_request_with(items, request::HAS_VIEW)
+    batch_request_with(items, request::HAS_VIEW, &[22, 25])
 }
 
-/// A batch of `items` whose payload carries a view too, `view_flag` (`HAS_VIEW` or 0)
-/// saying whether the request asks for it.
-fn batch_request_with(items: &[&str], view_flag: u16) -> Vec<u8> {
-    // Payload: {:ItemList [items], :ViewType 1, :ViewData [22, 25]}.
+/// A batch of `items` whose payload carries the view `fids` too, `view_flag`
+/// (`HAS_VIEW` or 0) saying whether the request asks for it.
+fn batch_request_with(items: &[&str], view_flag: u16, fids: &[i64]) -> Vec<u8> {
+    // Payload: {:ItemList [items], :ViewType 1, :ViewData [fids]}.
     let mut payload = Vec::new();
     let mut el = ElementListWriter::begin(&mut payload);
     el.element(&mut payload, ":ItemList", dt::ARRAY, |o| {
@@ -219,7 +219,7 @@ fn batch_request_with(items: &[&str], view_flag: u16) -> Vec<u8> {
     });
     el.uint(&mut payload, ":ViewType", 1);
     el.element(&mut payload, ":ViewData", dt::ARRAY, |o| {
-        put_array(o, dt::INT, &[22i64, 25], |o, v| primitive::put_int(o, *v))
+        put_array(o, dt::INT, fids, |o, v| primitive::put_int(o, *v))
     });
     el.end(&mut payload);
     let mut req = Vec::new();
@@ -241,15 +241,11 @@ fn batch_request_with(items: &[&str], view_flag: u16) -> Vec<u8> {
     req
 }
 
-#[test]
-fn a_batch_over_the_limit_is_refused_whole() {
-    let (mut s, mut out) = logged_in();
-    let mut to_node = Vec::new();
-    let names: Vec<String> = (0..=SessionConfig::default().max_batch)
-        .map(|i| format!("I{i}"))
-        .collect();
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    s.on_client_message(&batch_request(&names), &mut to_node, &mut out);
+/// Sends the batch request (on stream 10) and checks it is refused whole: no item asked
+/// of the node, its stream closed with `TooManyItems`, no stream open. Returns the text.
+fn batch_refused_whole(s: &mut Session, request: &[u8]) -> String {
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(request, &mut to_node, &mut out);
     assert!(node_messages(&to_node).is_empty(), "no item is asked for");
     let refused = Msg::decode(&out[0]).unwrap();
     let state = refused.state.unwrap();
@@ -258,6 +254,18 @@ fn a_batch_over_the_limit_is_refused_whole() {
         (class::STATUS, 10, code::TOO_MANY_ITEMS)
     );
     assert_eq!(s.stream_count(), 0);
+    String::from_utf8_lossy(state.text).into_owned()
+}
+
+#[test]
+fn a_batch_over_the_limit_is_refused_whole() {
+    let (mut s, _) = logged_in();
+    let names: Vec<String> = (0..=SessionConfig::default().max_batch)
+        .map(|i| format!("I{i}"))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let text = batch_refused_whole(&mut s, &batch_request(&names));
+    assert!(text.contains("exceeds the limit"), "{text}");
 }
 
 #[test]
@@ -315,7 +323,11 @@ fn a_batch_opens_one_stream_per_item_after_its_own_and_a_view_is_passed_on() {
 fn a_batch_without_the_view_flag_opens_its_items_without_a_view() {
     let (mut s, mut out) = logged_in();
     let mut to_node = Vec::new();
-    s.on_client_message(&batch_request_with(&["A", "B"], 0), &mut to_node, &mut out);
+    s.on_client_message(
+        &batch_request_with(&["A", "B"], 0, &[22, 25]),
+        &mut to_node,
+        &mut out,
+    );
     let sent = node_messages(&to_node);
     assert_eq!(sent.len(), 2, "{sent:?}");
     assert!(sent.iter().all(|m| m.contains("view: None")), "{sent:?}");
@@ -439,19 +451,30 @@ fn node_ack(stream_id: u32) -> Vec<u8> {
     b
 }
 
-#[test]
-fn an_off_stream_post_is_acked_on_the_stream_it_came_on_with_its_sequence_number() {
+/// A consumer logged in that has read the directory, nothing sent or answered since.
+fn directory_read() -> (Session, Vec<u8>, Vec<Vec<u8>>) {
     let (mut s, mut out) = logged_in();
     let mut to_node = Vec::new();
     request_directory(&mut s, &mut to_node, &mut out);
     to_node.clear();
     out.clear();
-    let key = MsgKey {
+    (s, to_node, out)
+}
+
+/// The key of TRI.N of service 1.
+fn tri_n_key() -> MsgKey<'static> {
+    MsgKey {
         service_id: Some(1),
         name: Some(b"TRI.N"),
         name_type: Some(1),
         ..MsgKey::default()
-    };
+    }
+}
+
+#[test]
+fn an_off_stream_post_is_acked_on_the_stream_it_came_on_with_its_sequence_number() {
+    let (mut s, mut to_node, mut out) = directory_read();
+    let key = tri_n_key();
     // On the directory's stream 2: not an item stream, so the key names the item.
     s.on_client_message(&post_msg(2, Some(&key)), &mut to_node, &mut out);
     assert!(out.is_empty(), "{out:?}");
@@ -912,4 +935,180 @@ fn a_reissue_naming_another_item_or_service_is_refused_and_ends_the_stream() {
     assert_eq!(sent[0], "Close { stream_id: 1 }", "{sent:?}");
     assert!(sent[1].contains("name: \"TRI.N\""), "{sent:?}");
     assert_eq!(s.stream_count(), 1);
+}
+
+/// A provider repeating its group's state makes nothing of it for the node: the first
+/// message reaches each item, the repeats none, until an item has a state of its own
+/// (its refresh) and the group's state is news for it again.
+#[test]
+fn a_group_state_repeated_reaches_the_items_once() {
+    use crate::testing::group_update;
+    let (mut s, _, mut out) = provider_with_an_item();
+    const ITEMS: i32 = 2_000;
+    let refresh = |i: i32| testing::item_refresh(-10 - i, 7, &format!("I{i}"));
+    let mut to_node = Vec::new();
+    for i in 0..ITEMS {
+        s.on_client_message(&refresh(i), &mut to_node, &mut out);
+    }
+    let suspect = group_update(
+        -1,
+        7,
+        &[(
+            testing::DEFAULT_GROUP,
+            None,
+            Some((stream::OPEN, data::SUSPECT)),
+        )],
+    );
+    let statuses = |s: &mut Session, msgs: &[&[u8]]| {
+        let mut to_node = Vec::new();
+        for m in msgs {
+            s.on_client_message(m, &mut to_node, &mut Vec::new());
+        }
+        node_messages(&to_node)
+    };
+    // X and the 2,000 items.
+    assert_eq!(statuses(&mut s, &[&suspect]).len(), ITEMS as usize + 1);
+    assert!(statuses(&mut s, &[suspect.as_slice(); 20]).is_empty());
+    let again = statuses(&mut s, &[&refresh(7), &suspect]);
+    assert_eq!(
+        again.len(),
+        ITEMS as usize + 2,
+        "the refresh, then every item's status"
+    );
+    assert!(again[1].contains("data: Suspect"), "{:?}", &again[..2]);
+}
+
+/// A batch whose view, times its items, names more than `MAX_BATCH_VIEW_FIELDS` fields
+/// is refused whole; one within it opens its items, which share one copy of the view.
+#[test]
+fn a_batch_whose_view_names_too_many_fields_in_all_is_refused() {
+    let fids: Vec<i64> = (1..=1024).collect();
+    let names: Vec<String> = (0..2_000).map(|i| format!("I{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    let too_many = batch_request_with(&names, request::HAS_VIEW, &fids);
+    let text = batch_refused_whole(&mut s, &too_many);
+    assert!(text.contains("split the batch"), "{text}");
+
+    let within = batch_request_with(&names[..1_000], request::HAS_VIEW, &fids);
+    s.on_client_message(&within, &mut to_node, &mut out);
+    assert_eq!(node_messages(&to_node).len(), 1_000);
+    assert_eq!(s.stream_count(), 1_000);
+    let views: Vec<&Arc<[i16]>> = s
+        .streams
+        .values()
+        .filter_map(|st| st.view.as_ref())
+        .collect();
+    assert_eq!(views.len(), 1_000);
+    assert!(views.windows(2).all(|w| Arc::ptr_eq(w[0], w[1])));
+}
+
+/// A session numbers each service name it hears once, for its life (a removed service
+/// keeps its id): past 65,535 names a new one is not offered to it, and the names it
+/// has keep their ids.
+#[test]
+fn a_session_numbers_at_most_65535_services() {
+    let (mut s, mut out) = logged_in();
+    let before = s.services.len();
+    let names: Vec<String> = (0..=u16::MAX as usize)
+        .map(|i| format!("S{i:05}"))
+        .collect();
+    for chunk in names.chunks(4_000) {
+        let entries: Vec<(&str, ServiceState)> = chunk
+            .iter()
+            .map(|n| (n.as_str(), ServiceState::Up))
+            .collect();
+        deliver(&mut s, &directory(&entries), &mut out);
+    }
+    assert_eq!(s.services.len(), u16::MAX as usize);
+    let last = u16::MAX as usize - before - 1;
+    let name = |id: u16| s.service(id).map(|x| x.name.clone());
+    assert_eq!(name(u16::MAX), Some(names[last].clone()));
+    assert_eq!(
+        s.service_by_name.get(names[last + 1].as_str()),
+        None,
+        "one name too many"
+    );
+    assert_eq!(name(before as u16 + 1), Some("S00000".to_string()));
+    assert!(s.service(0).is_none());
+}
+
+/// A second off-stream post under a post id still waiting for its Ack is refused (the
+/// node answers off-stream posts by id alone): the first one's Ack still finds its
+/// stream.
+#[test]
+fn an_off_stream_post_under_a_waiting_post_id_is_refused() {
+    let (mut s, mut to_node, mut out) = directory_read();
+    let key = tri_n_key();
+    s.on_client_message(&post_msg(2, Some(&key)), &mut to_node, &mut out);
+    s.on_client_message(&post_msg(1, Some(&key)), &mut to_node, &mut out);
+    assert_eq!(
+        node_messages(&to_node).len(),
+        1,
+        "one post reaches the node"
+    );
+    let nak = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (nak.class, nak.stream_id, nak.post_id),
+        (class::ACK, 1, Some(7))
+    );
+    assert!(nak.nak_code.is_some(), "{nak:?}");
+    out.clear();
+    deliver(&mut s, &node_ack(0), &mut out);
+    let a = Msg::decode(&out[0]).unwrap();
+    assert_eq!((a.class, a.stream_id, a.post_id), (class::ACK, 2, Some(7)));
+}
+
+/// The node's stream ids a consumer session hands out wrap past u32::MAX, skipping 0
+/// and the ids still open.
+#[test]
+fn the_nodes_stream_ids_wrap_around_the_open_ones() {
+    let (mut s, mut out) = logged_in();
+    let opened = |s: &mut Session, stream: i32, name: &[u8]| {
+        let mut to_node = Vec::new();
+        let req = item_request(stream, request::STREAMING, Some(name), &[]);
+        s.on_client_message(&req, &mut to_node, &mut Vec::new());
+        node_messages(&to_node)
+    };
+    let first = opened(&mut s, 5, b"A");
+    assert!(first[0].contains("stream_id: 1,"), "{first:?}");
+    s.next_native = u32::MAX;
+    let last = opened(&mut s, 6, b"B");
+    assert!(
+        last[0].contains(&format!("stream_id: {},", u32::MAX)),
+        "{last:?}"
+    );
+    let wrapped = opened(&mut s, 7, b"C");
+    assert!(
+        wrapped[0].contains("stream_id: 2,"),
+        "1 is A's: {wrapped:?}"
+    );
+    assert_eq!(s.stream_count(), 3);
+    out.clear();
+}
+
+/// A provider's items get the node's publisher stream ids below 2^31 (the node's own
+/// start there), wrapping around the ids still open.
+#[test]
+fn a_providers_stream_ids_stay_below_the_nodes_and_wrap_around_the_open_ones() {
+    let (mut s, _, mut out) = provider_with_an_item();
+    let published = |s: &mut Session, stream: i32, name: &str| {
+        let item = testing::item_refresh(stream, 7, name);
+        let mut to_node = Vec::new();
+        s.on_client_message(&item, &mut to_node, &mut Vec::new());
+        node_messages(&to_node)
+    };
+    s.provider.as_mut().unwrap().next_native = 0x7fff_fffe;
+    let last = published(&mut s, -6, "Y");
+    assert!(
+        last[0].contains(&format!("stream_id: {},", 0x7fff_ffffu32)),
+        "{last:?}"
+    );
+    let wrapped = published(&mut s, -7, "Z");
+    assert!(
+        wrapped[0].contains("stream_id: 2,"),
+        "1 is X's: {wrapped:?}"
+    );
+    out.clear();
 }
