@@ -20,6 +20,7 @@ use serde_json::Value as Json;
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use tickwire_proto::message::MAX_BATCH_VIEW_FIELDS;
 use tickwire_proto::{
     code, DataState, Dictionary, FieldList, Login, Message, Replay, ReplayFrom, Request, Role,
     ServiceState, State, StreamState, Update, UpdateType, Value, View,
@@ -980,6 +981,19 @@ impl Session {
                     let why = format!(
                         "a batch of {} names is more than the {MAX_BATCH} a request may hold",
                         names.len()
+                    );
+                    write_error(out, id, &why, &text());
+                    return;
+                }
+                // Each item's request to the node carries the view.
+                let fields = names
+                    .len()
+                    .saturating_mul(view.as_ref().map_or(0, Vec::len));
+                if fields > MAX_BATCH_VIEW_FIELDS {
+                    let why = format!(
+                        "a batch of {} names with a view of {} fields names {fields} fields in all, more than {MAX_BATCH_VIEW_FIELDS}: split the batch",
+                        names.len(),
+                        view.as_ref().map_or(0, Vec::len)
                     );
                     write_error(out, id, &why, &text());
                     return;
@@ -1959,11 +1973,19 @@ mod tests {
         let takes_login = r#"{"ID":-1,"Key":{"Name":["A","B"]}}"#.to_string();
         let single_on_login = r#"{"ID":1,"Key":{"Name":"A"}}"#.to_string();
         let large = format!(r#"{{"ID":100,"Key":{{"Name":[{}]}}}}"#, too_many.join(","));
+        // 2,000 names with a view of 1,024 fields: 2,048,000 fields in all.
+        let view: Vec<&str> = vec!["\"BID\""; 1024];
+        let viewed = format!(
+            r#"{{"ID":100,"Key":{{"Name":[{}]}},"View":[{}]}}"#,
+            too_many[..2000].join(","),
+            view.join(",")
+        );
         for (request, why) in [
             (overflow, "pass the largest ID"),
             (takes_login, "would take ID 1"),
             (single_on_login, "ID 1 is the login's"),
             (large, "is more than the 10000"),
+            (viewed, "2048000 fields in all"),
         ] {
             let mut out = JsonOut::default();
             s.on_client_text(&request, &mut to_node, &mut out);

@@ -746,6 +746,13 @@ const POST_REDELIVERED: u8 = 4;
 /// Largest number of field ids in a view.
 pub const MAX_VIEW_FIDS: usize = 1024;
 
+/// Most field ids a batch request of the gateways (RSSL, WebSocket) may name over all
+/// its items (items x the view's fields): each item's Request to the core carries the
+/// view, so a batch of 10,000 items with a view of 1,024 fields would be 20 MB of
+/// requests made of one message of tens of KB. A million: 2 MB at most, and any batch
+/// of up to 1,000 items with the largest view.
+pub const MAX_BATCH_VIEW_FIELDS: usize = 1 << 20;
+
 fn stream_state(v: u8) -> Result<StreamState, DecodeError> {
     Ok(match v {
         1 => StreamState::Open,

@@ -82,12 +82,6 @@ impl Default for SessionConfig {
 }
 
 /// Directory filter ids (and their bits in a request's filter).
-/// Most fields a batch's view may name over all its items (items x the view's fields):
-/// each item's request to the node carries the view, so a batch of 10,000 items with
-/// a view of 1,024 fields would be 20 MB of requests made of one 60 KB message. A
-/// million: 2 MB at most, and any batch of up to 1,000 items with the largest view.
-pub const MAX_BATCH_VIEW_FIELDS: usize = 1 << 20;
-
 const FILTER_INFO: u8 = 1;
 const FILTER_STATE: u8 = 2;
 /// Login element names.
@@ -737,16 +731,17 @@ impl Session {
             let fields = batch
                 .len()
                 .saturating_mul(view.as_ref().map_or(0, |v| v.len()));
-            if fields > MAX_BATCH_VIEW_FIELDS {
+            if fields > tickwire_proto::message::MAX_BATCH_VIEW_FIELDS {
                 self.refuse_item(
                     out,
                     to_node,
                     m,
                     code::TOO_MANY_ITEMS,
                     &format!(
-                        "a batch of {} items with a view of {} fields names {fields} fields in all, more than {MAX_BATCH_VIEW_FIELDS}: split the batch",
+                        "a batch of {} items with a view of {} fields names {fields} fields in all, more than {}: split the batch",
                         batch.len(),
-                        view.as_ref().map_or(0, |v| v.len())
+                        view.as_ref().map_or(0, |v| v.len()),
+                        tickwire_proto::message::MAX_BATCH_VIEW_FIELDS
                     ),
                 );
                 return;

@@ -978,7 +978,7 @@ fn a_group_state_repeated_reaches_the_items_once() {
     assert!(again[1].contains("data: Suspect"), "{:?}", &again[..2]);
 }
 
-/// A batch whose view, times its items, names more than `MAX_BATCH_VIEW_FIELDS` fields
+/// A batch whose view, times its items, names more than 2^20 fields
 /// is refused whole; one within it opens its items, which share one copy of the view.
 #[test]
 fn a_batch_whose_view_names_too_many_fields_in_all_is_refused() {
