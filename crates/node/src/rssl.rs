@@ -86,6 +86,12 @@ impl RsslConn {
     pub(crate) fn handle_messages(&mut self, core: &mut Node, id: ConnId, now: Instant) {
         let peer = &self.peer;
         let mut made = 0;
+        if self.backlog {
+            // The node chose not to read: what the peer sent since (its pings among it)
+            // waits in the socket, so RIPC counts it as heard from. (The core does: each
+            // of its messages handed on counts.)
+            self.channel.hold_alive(now);
+        }
         self.backlog = false;
         loop {
             if made >= TO_NODE_SHARE {
@@ -266,6 +272,7 @@ impl Translate for RsslTranslate<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use tickwire_core::CoreConfig;
     use tickwire_rssl::testing;
 
@@ -328,9 +335,21 @@ mod tests {
             first > 0 && first < ITEMS as usize,
             "{first} items in the first turn"
         );
+        // Each turn long after the last, as on a busy machine: the provider is not
+        // silent meanwhile (what it sent waits unread), and neither RIPC's timeout
+        // (60 s here) nor the core's drops it.
         let mut turns = 1;
+        let mut t = now;
         while conn.backlog() {
-            conn.handle_messages(&mut core, id, now);
+            t += Duration::from_secs(40);
+            conn.handle_messages(&mut core, id, t);
+            conn.handle_timeout(t);
+            core.handle_timeout(t);
+            assert!(!conn.close_after_flush, "closed after {turns} turns");
+            assert!(
+                core.connection_count() >= 1,
+                "the core dropped the provider"
+            );
             turns += 1;
             assert!(turns < 100, "the backlog never ends");
         }

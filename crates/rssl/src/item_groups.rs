@@ -10,8 +10,9 @@
 //! end of the message, the same as if the provider had sent each), a merge moves the
 //! smaller group's items into the larger (an item moves only into a group at least
 //! twice the size it left), a closing state detaches its group at once. A state the
-//! group already has, with no item come or changed since, is not news: it reaches no
-//! item (a provider repeating its group's state costs nothing).
+//! group already has, with no item come or changed since (nor its service by the
+//! node), is not news: it reaches no item (a provider repeating its group's state
+//! costs nothing).
 
 use crate::directory::{GroupChange, ServiceInfo};
 use crate::rwf::msg::{stream, RwfState};
@@ -72,6 +73,10 @@ pub(crate) struct ItemGroups {
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_key: FxHashMap<u16, FxHashMap<Box<[u8]>, u32>>,
+    /// When the node last changed a service's items on its own (the service went down
+    /// or up, the provider's directory closed): a group state given before then may no
+    /// longer be its items'.
+    services_changed: FxHashMap<u16, u64>,
     /// Counts changes applied, to order states and joins.
     stamp: u64,
     /// Items moved by merges (what a merge costs).
@@ -115,6 +120,13 @@ impl ItemGroups {
         if members.is_empty() {
             self.free_slot(m.slot);
         }
+    }
+
+    /// The node changed the items of `service` on its own (their state follows the
+    /// service's): the next group state is news for them, whatever was given before.
+    pub(crate) fn service_changed(&mut self, service: u16) {
+        self.stamp += 1;
+        self.services_changed.insert(service, self.stamp);
     }
 
     /// Every item gone (the connection).
@@ -201,10 +213,11 @@ impl ItemGroups {
                     continue;
                 }
                 let s = &self.slots[slot as usize];
+                let since = self.services_changed.get(service).copied().unwrap_or(0);
                 let known = s
                     .applied
                     .as_ref()
-                    .is_some_and(|(a, at)| a.is(&state) && s.changed < *at);
+                    .is_some_and(|(a, at)| a.is(&state) && s.changed.max(since) < *at);
                 if known {
                     // Every item has it: only a state noted earlier in this message
                     // would be undone, and that one is dropped as the later wins.

@@ -319,6 +319,7 @@ impl ProviderLink {
             self.services.insert(e.id, name.clone());
             self.by_name.insert(name.clone(), e.id);
             if let Some(state) = state {
+                self.groups.service_changed(e.id);
                 changed.push((name, state));
             }
         }

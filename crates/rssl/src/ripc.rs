@@ -854,6 +854,12 @@ impl Channel {
         }
     }
 
+    /// The peer counts as heard from at `now`: the node holds back reading its socket
+    /// (what it sent before waits to be handled), so its pings may be there, unread.
+    pub fn hold_alive(&mut self, now: Instant) {
+        self.last_received = self.last_received.max(now);
+    }
+
     /// Bytes queued and not yet written.
     pub fn pending(&self) -> usize {
         self.out.len() - self.sent

@@ -167,12 +167,14 @@ pub(super) fn read_some(
     }
     if let Some(r) = sock.rssl.as_mut().filter(|r| r.backlog()) {
         // What the last turn left: handled before the socket is read again, so that a
-        // peer whose messages fan out is held back by its own socket.
+        // peer whose messages fan out is held back by its own socket. The peer is not
+        // silent meanwhile (its pings wait unread), and its socket is read next turn
+        // whatever: its readiness was taken by the turn that left the backlog.
         core.set_wall_clock(unix_now_ns());
         r.handle_messages(core, id, now);
         let wrote = r.write(&mut sock.transport);
-        let more = r.backlog();
-        return gateway_read_end(sock, id, dead, false, wrote, 0) || more;
+        gateway_read_end(sock, id, dead, false, wrote, 0);
+        return !sock.dead;
     }
     if sock.rssl.is_some() {
         let closed = input.read(sock).unwrap_or(true);

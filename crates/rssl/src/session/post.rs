@@ -36,7 +36,7 @@ pub(super) struct PendingPosts {
 
 impl PendingPosts {
     fn insert(&mut self, native: u32, post_id: u32, p: PendingPost) {
-        if self.count >= MAX_PENDING_POSTS {
+        if self.is_full() {
             return;
         }
         if self
@@ -58,6 +58,11 @@ impl PendingPosts {
             self.by_stream.remove(&native);
         }
         Some(p)
+    }
+
+    /// Whether no more posts are remembered.
+    fn is_full(&self) -> bool {
+        self.count >= MAX_PENDING_POSTS
     }
 
     /// Whether a post `post_id` on the node's stream `native` waits for its answer.
@@ -200,6 +205,13 @@ impl Session {
                     return refuse(
                         NakCode::InvalidContent,
                         &format!("post id {post_id} is already waiting for its Ack: give each post its own"),
+                    );
+                }
+                // Nor could one be told from another once none is remembered.
+                if ack && self.pending_posts.is_full() {
+                    return refuse(
+                        NakCode::NoResources,
+                        &format!("{MAX_PENDING_POSTS} posts wait for their Acks: wait for some"),
                     );
                 }
                 (

@@ -65,7 +65,10 @@ impl Session {
                 self.on_provider_directory(m, to_node)
             }
             (class::CLOSE, domain::SOURCE) => {
-                let p = self.provider.as_ref().expect("a provider");
+                let p = self.provider.as_mut().expect("a provider");
+                for &id in p.services.keys() {
+                    p.groups.service_changed(id);
+                }
                 let services = p
                     .services
                     .values()
@@ -117,6 +120,7 @@ impl Session {
             }
             p.services.insert(e.id, name.clone());
             if let Some(state) = state {
+                p.groups.service_changed(e.id);
                 announced.push((name, state));
             }
         }

@@ -412,6 +412,12 @@ fn every_part_of_a_streaming_items_refresh_says_open() {
 /// A PostMsg on `stream` (id 7, sequence number 9, asking for an Ack) of an empty field
 /// list, with `key` naming the item when off-stream.
 fn post_msg(stream: i32, key: Option<&MsgKey<'_>>) -> Vec<u8> {
+    post_msg_with_id(stream, key, 7)
+}
+
+/// A post (sequence number 9, post id `post_id`, asking for an Ack) of no fields on
+/// `stream`, with `key` when given.
+fn post_msg_with_id(stream: i32, key: Option<&MsgKey<'_>>, post_id: u32) -> Vec<u8> {
     let mut b = Vec::new();
     let mut flags =
         msg::post::HAS_POST_ID | msg::post::ACK | msg::post::POST_COMPLETE | msg::post::HAS_SEQ_NUM;
@@ -428,7 +434,7 @@ fn post_msg(stream: i32, key: Option<&MsgKey<'_>>) -> Vec<u8> {
     );
     b.extend_from_slice(&[0; 8]); // the post's user: address and id
     b.extend_from_slice(&9u32.to_be_bytes());
-    b.extend_from_slice(&7u32.to_be_bytes());
+    b.extend_from_slice(&post_id.to_be_bytes());
     if let Some(k) = key {
         k.encode(&mut b);
     }
@@ -1111,4 +1117,64 @@ fn a_providers_stream_ids_stay_below_the_nodes_and_wrap_around_the_open_ones() {
         "1 is X's: {wrapped:?}"
     );
     out.clear();
+}
+
+/// The node marks every item of a service suspect when the service goes down: the
+/// provider's group state after the service comes back reaches the items, although it
+/// is the state the group last had.
+#[test]
+fn a_group_state_after_its_service_went_down_and_up_reaches_the_items() {
+    use crate::testing::{group_update, source_directory, state, DirectoryMsg};
+    let (mut s, _, _) = provider_with_an_item();
+    let hear = |s: &mut Session, m: &[u8]| {
+        let mut to_node = Vec::new();
+        s.on_client_message(m, &mut to_node, &mut Vec::new());
+        node_messages(&to_node)
+    };
+    let group = |d| {
+        group_update(
+            -1,
+            7,
+            &[(testing::DEFAULT_GROUP, None, Some((stream::OPEN, d)))],
+        )
+    };
+    assert_eq!(hear(&mut s, &group(data::SUSPECT)).len(), 1);
+    assert_eq!(hear(&mut s, &group(data::OK)).len(), 1);
+    assert!(hear(&mut s, &group(data::OK)).is_empty(), "a repeat");
+    let down = source_directory(-1, DirectoryMsg::Update, 7, |o, fl| state(o, fl, 0));
+    let said = hear(&mut s, &down);
+    assert!(said.iter().any(|m| m.contains("Down")), "{said:?}");
+    let up = source_directory(-1, DirectoryMsg::Update, 7, |o, fl| state(o, fl, 1));
+    let said = hear(&mut s, &up);
+    assert!(said.iter().any(|m| m.contains("Up")), "{said:?}");
+    let said = hear(&mut s, &group(data::OK));
+    assert_eq!(said.len(), 1, "X stays suspect at the node: {said:?}");
+}
+
+/// Off-stream posts past the 65,536 the session remembers for their Acks are refused:
+/// none could be told apart from a repeat of a post id.
+#[test]
+fn off_stream_posts_past_those_remembered_are_refused() {
+    let (mut s, mut to_node, mut out) = directory_read();
+    let key = tri_n_key();
+    for id in 0..65_536 {
+        s.on_client_message(&post_msg_with_id(2, Some(&key), id), &mut to_node, &mut out);
+    }
+    assert!(out.is_empty(), "{} refused", out.len());
+    to_node.clear();
+    s.on_client_message(
+        &post_msg_with_id(2, Some(&key), 65_536),
+        &mut to_node,
+        &mut out,
+    );
+    assert!(to_node.is_empty(), "the post reached the node");
+    let nak = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (nak.class, nak.post_id, nak.nak_code),
+        (
+            class::ACK,
+            Some(65_536),
+            Some(tickwire_proto::NakCode::NoResources.to_u8())
+        )
+    );
 }
