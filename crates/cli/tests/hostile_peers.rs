@@ -393,3 +393,67 @@ fn an_rssl_provider_that_takes_the_connection_but_never_answers_is_given_up_and_
     );
     assert!(again >= 2, "connected {again} time(s)\n{}", node.proc.log());
 }
+
+/// One address opening connections that never log in, each past its cap of pending
+/// logins closing its own oldest, which then lingers (60 s here: it never closes its
+/// end): the closing connections do not count against the connection limit, so real
+/// logins still get in. Before, the lingering ones filled `max_connections` and every
+/// newcomer was refused.
+#[test]
+fn connections_closed_before_login_do_not_fill_the_connection_limit() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = TempConfig::new(
+        "linger-flood",
+        "[limits]\nmax_connections = 10\nmax_pending_logins_per_address = 2\nclose_linger_ms = 60000\nlogin_timeout_ms = 120000\n",
+    );
+    let mut node = Node::start(&["--config", cfg.path()]);
+    let _feed = start_publisher(&node, "FEED", 5, 0, false);
+    let attacker = std::net::Ipv4Addr::new(127, 0, 0, 9);
+    let held: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| connect_from(attacker, node.addr))
+        .collect();
+    node.proc.wait_for_line(
+        "newer connections are waiting to log in",
+        Duration::from_secs(10),
+    );
+    for n in 0..5 {
+        let mut sub = subscriber(node.addr);
+        sub.subscribe("FEED", "SYM0", RequestOptions::default())
+            .unwrap_or_else(|e| panic!("real login {n} refused: {e}\n{}", node.proc.log()));
+    }
+    drop(held);
+}
+
+/// A connection over the limit on the WebSocket port is told why in HTTP (503), not in
+/// the native protocol's bytes.
+#[test]
+fn a_connection_over_the_limit_on_the_websocket_port_gets_an_http_503() {
+    let cfg = TempConfig::new("ws-limit", "[limits]\nmax_connections = 3\n");
+    let (node, ws) = Node::start_ws(&["--config", cfg.path()]);
+    // Subscribers until the node is full (its own in-process peers count too).
+    let mut subs = Vec::new();
+    let full = loop {
+        let mut opts = tickwire_client::ConnectOptions::new(node.addr.to_string());
+        opts.connect_timeout = Duration::from_secs(5);
+        match tickwire_client::Subscriber::connect(opts) {
+            Ok(s) if subs.len() < 3 => subs.push(s),
+            Ok(_) => panic!("more than 3 connections taken"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(
+        full.contains("connection limit reached: 3 connections"),
+        "{full}"
+    );
+    let mut s = std::net::TcpStream::connect(&ws).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /healthz HTTP/1.1\r\nHost: {ws}\r\n\r\n").unwrap();
+    let mut got = String::new();
+    let _ = std::io::Read::read_to_string(&mut s, &mut got);
+    assert!(got.starts_with("HTTP/1.1 503"), "{got:?}");
+    assert!(
+        got.contains("connection limit reached: 3 connections"),
+        "{got:?}"
+    );
+    drop(subs);
+}

@@ -123,6 +123,8 @@ pub(crate) struct LoginGuard {
     queue: VecDeque<(ConnId, Instant)>,
     by_address: Failures<IpAddr>,
     by_user: Failures<String>,
+    /// Warnings about connections closed before they logged in.
+    pub(crate) prelogin_log: QuietLog,
 }
 
 impl Default for LoginGuard {
@@ -132,7 +134,41 @@ impl Default for LoginGuard {
             queue: VecDeque::new(),
             by_address: Failures::new(MAX_ADDRESS_DELAY),
             by_user: Failures::new(MAX_USER_DELAY),
+            prelogin_log: QuietLog::default(),
         }
+    }
+}
+
+/// How many warnings a [`QuietLog`] lets through a window.
+const QUIET_LOG_PER_WINDOW: u32 = 20;
+const QUIET_LOG_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Warnings of one kind that a peer can cause at will (a connection closed before it
+/// logged in): at most 20 each 10 s, the rest counted and said with the next one logged,
+/// so that a flood of connections does not flood the log.
+#[derive(Debug, Default)]
+pub(crate) struct QuietLog {
+    window: Option<Instant>,
+    logged: u32,
+    held: u64,
+}
+
+impl QuietLog {
+    /// Whether to log one now; if so, how many were held back since the last logged.
+    pub(crate) fn allow(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .window
+            .is_none_or(|w| now.saturating_duration_since(w) >= QUIET_LOG_WINDOW)
+        {
+            self.window = Some(now);
+            self.logged = 0;
+        }
+        if self.logged < QUIET_LOG_PER_WINDOW {
+            self.logged += 1;
+            return Some(std::mem::take(&mut self.held));
+        }
+        self.held += 1;
+        None
     }
 }
 

@@ -390,6 +390,8 @@ pub struct Node {
     max_image: usize,
     /// Connections that have not logged in yet.
     awaiting_login: usize,
+    /// Connections closing: detached, their socket not yet gone.
+    closing_conns: usize,
     /// Pending logins per address, failed logins ([`Node::admit`]).
     guard: admission::LoginGuard,
     /// Secrets to check off the event loop.
@@ -443,6 +445,7 @@ impl Node {
             shutting_down: false,
             max_image,
             awaiting_login: 0,
+            closing_conns: 0,
             guard: admission::LoginGuard::default(),
             auth_requests: Vec::new(),
             next_ticket: 0,
@@ -474,6 +477,13 @@ impl Node {
     /// Connections that have not logged in yet (they have `Limits::login_timeout`).
     pub fn awaiting_login_count(&self) -> usize {
         self.awaiting_login
+    }
+
+    /// Connections logged in: not waiting to log in, not closing. What the node's
+    /// connection limit counts: a closing connection lingers until its peer has read
+    /// why, and one waiting to log in is held to the caps on pending logins.
+    pub fn logged_in_count(&self) -> usize {
+        self.connection_count() - self.awaiting_login - self.closing_conns
     }
 
     /// Every service the node knows, with whether it is up (a publisher announced it up).
@@ -716,6 +726,7 @@ impl Node {
             return;
         }
         self.conns[conn] = None;
+        self.closing_conns -= 1;
         // The id is reused by the next connection: nothing queued for this one may
         // reach it.
         self.free_conns.push(conn);
@@ -733,6 +744,7 @@ impl Node {
             .is_some_and(|c| c.internal && c.role == ConnRole::Closing);
         if closed_internal {
             self.conns[conn] = None;
+            self.closing_conns -= 1;
             self.free_conns.push(conn);
         }
     }
@@ -1041,13 +1053,23 @@ impl Node {
         if code == code::LOGIN_REJECTED {
             self.stats.logins_refused += 1;
         }
-        if code != code::SHUTDOWN {
-            if let Some(c) = self.conns[conn].as_ref() {
-                warn!(
-                    peer = %c.peer, ?role, user = %c.user, application = %c.application,
-                    reason = %text, "disconnecting"
-                );
-            }
+        // A peer can have its connections closed before login at will: those warnings
+        // are held to a few a window.
+        let held = match role {
+            ConnRole::AwaitingLogin => self.guard.prelogin_log.allow(self.now),
+            _ => Some(0),
+        };
+        let c = self.conns[conn].as_ref();
+        match (code != code::SHUTDOWN, held, c) {
+            (true, Some(0), Some(c)) => warn!(
+                peer = %c.peer, ?role, user = %c.user, application = %c.application,
+                reason = %text, "disconnecting"
+            ),
+            (true, Some(held), Some(c)) => warn!(
+                peer = %c.peer, ?role, user = %c.user, application = %c.application,
+                reason = %text, closed_before_login_not_logged = held, "disconnecting"
+            ),
+            _ => {}
         }
         let stream = if code == code::SHUTDOWN || code == code::SLOW_CONSUMER {
             StreamState::ClosedRecover
@@ -1082,6 +1104,9 @@ impl Node {
         c.role = ConnRole::Closing;
         if role == ConnRole::AwaitingLogin {
             self.awaiting_login -= 1;
+        }
+        if role != ConnRole::Closing {
+            self.closing_conns += 1;
         }
         match role {
             ConnRole::Subscriber => {

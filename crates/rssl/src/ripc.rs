@@ -578,15 +578,7 @@ impl Channel {
     /// Refuses the connection with a reason (a ConnectNak); only before the handshake
     /// is complete.
     pub fn nak(&mut self, text: &str) {
-        let text = &text.as_bytes()[..text.len().min(1000)];
-        let mut nak = Vec::with_capacity(16 + text.len());
-        let len = (8 + text.len() + 1) as u16;
-        nak.extend_from_slice(&len.to_be_bytes());
-        nak.extend_from_slice(&[FLAG_EXTENDED, EXT_CONNECT_NAK, 8, 0]);
-        nak.extend_from_slice(&((text.len() + 1) as u16).to_be_bytes());
-        nak.extend_from_slice(text);
-        nak.push(0);
-        self.out.extend_from_slice(&nak);
+        self.out.extend_from_slice(&connect_nak(text));
         self.state = State::Closed;
     }
 
@@ -1032,6 +1024,21 @@ fn mod_pow(base: u64, mut exp: u64, m: u64) -> u64 {
         exp >>= 1;
     }
     r as u64
+}
+
+/// A ConnectNak with a reason (the first 1,000 bytes of `text`): what refuses a client
+/// before its handshake, also where the node refuses it before reading anything (a
+/// connection over the node's limits).
+pub fn connect_nak(text: &str) -> Vec<u8> {
+    let text = &text.as_bytes()[..text.len().min(1000)];
+    let mut nak = Vec::with_capacity(16 + text.len());
+    let len = (8 + text.len() + 1) as u16;
+    nak.extend_from_slice(&len.to_be_bytes());
+    nak.extend_from_slice(&[FLAG_EXTENDED, EXT_CONNECT_NAK, 8, 0]);
+    nak.extend_from_slice(&((text.len() + 1) as u16).to_be_bytes());
+    nak.extend_from_slice(text);
+    nak.push(0);
+    nak
 }
 
 #[cfg(test)]

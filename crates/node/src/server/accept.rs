@@ -116,13 +116,14 @@ impl EventLoop {
             };
             // Room among the pending logins (the oldest idle one may be closed for it).
             if let tickwire_core::Admission::Refuse(text) = core.admit(&peer.to_string(), now) {
-                refuse(&mut stream, &text, server.tls.is_some());
+                refuse(&mut stream, &text, server.tls.is_some(), listener);
                 continue;
             }
-            let pending = core.awaiting_login_count();
-            if core.connection_count() - pending >= max_conns {
+            // The limit counts connections logged in: not those waiting to log in
+            // (held to their own caps above), nor those closing.
+            if core.logged_in_count() >= max_conns {
                 let text = format!("connection limit reached: {max_conns} connections");
-                refuse(&mut stream, &text, server.tls.is_some());
+                refuse(&mut stream, &text, server.tls.is_some(), listener);
                 continue;
             }
             let _ = stream.set_nodelay(true);
@@ -199,20 +200,34 @@ fn set_send_buffer(stream: &TcpStream, bytes: usize) {
     }
 }
 
-/// Tells a connection over a limit why it is refused (best effort) and drops it.
-/// With TLS the status cannot be sent before a handshake the node will not spend on a
-/// connection it refuses: the client sees the connection closed; the node logs why.
-fn refuse(stream: &mut TcpStream, text: &str, tls: bool) {
+/// Tells a connection over a limit why it is refused (best effort), in its listener's
+/// protocol, and drops it: a native Status, an HTTP 503 on the WebSocket port, a RIPC
+/// ConnectNak on RSSL's own port (on the native port, where RSSL may come too, its
+/// protocol is not known yet: a native Status). With TLS nothing can be sent before a
+/// handshake the node will not spend on a connection it refuses: the client sees the
+/// connection closed; the node logs why.
+fn refuse(stream: &mut TcpStream, text: &str, tls: bool, listener: Listener) {
     if tls {
         debug!("connection refused before the TLS handshake: {text}");
         let _ = stream.shutdown(std::net::Shutdown::Both);
         return;
     }
-    let mut w = FrameWriter::new(tickwire_proto::frame::MIN_MAX_FRAME);
-    let _ = w.push(&Message::Status(Status {
-        stream_id: 0,
-        state: State::closed(code::TOO_MANY_CONNECTIONS, text),
-    }));
-    let _ = stream.write(w.sealed_bytes());
+    let bytes = match listener {
+        Listener::WebSocket => tickwire_gateway::ws::http_response(
+            "503 Service Unavailable",
+            "text/plain; charset=utf-8",
+            format!("{text}\n").as_bytes(),
+        ),
+        Listener::Rssl => tickwire_rssl::ripc::connect_nak(text),
+        Listener::Native => {
+            let mut w = FrameWriter::new(tickwire_proto::frame::MIN_MAX_FRAME);
+            let _ = w.push(&Message::Status(Status {
+                stream_id: 0,
+                state: State::closed(code::TOO_MANY_CONNECTIONS, text),
+            }));
+            w.sealed_bytes().to_vec()
+        }
+    };
+    let _ = stream.write(&bytes);
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }

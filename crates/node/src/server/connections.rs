@@ -11,6 +11,12 @@ use tickwire_gateway::UpdateCache;
 
 /// How often RSSL connections' pings are seen to (their intervals are seconds).
 const RSSL_TICK: Duration = Duration::from_millis(500);
+/// Most connections lingering at once: past it the oldest are closed at once, so that
+/// a peer opening connections only to have them closed (each new one from an address
+/// at its cap of pending logins closes that address's oldest) cannot hold thousands of
+/// sockets for the linger time.
+const MAX_LINGERING: usize = 1024;
+
 /// How often lingering connections are looked at while nothing else happens.
 const LINGER_CHECK: Duration = Duration::from_millis(10);
 
@@ -210,9 +216,13 @@ impl Connections {
     /// among it. Connections whose peer went away go now.
     pub(super) fn reap(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
         let sockets = &mut self.sockets;
+        // The oldest past the cap are closed now, their linger cut short.
+        let mut excess = self.lingering.len().saturating_sub(MAX_LINGERING);
         self.lingering.retain(|&(id, deadline)| {
             let sock = sockets.get_mut(id).and_then(|s| s.as_mut());
-            if let Some(s) = sock.filter(|s| !s.dead) {
+            let cut = excess > 0;
+            excess = excess.saturating_sub(1);
+            if let Some(s) = sock.filter(|s| !s.dead && !cut) {
                 if now < deadline {
                     let ws_pending = s.ws.as_ref().is_some_and(|w| !w.conn.out.is_empty())
                         || s.rssl.as_ref().is_some_and(|r| r.pending() > 0);
