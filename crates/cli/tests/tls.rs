@@ -454,3 +454,33 @@ fn the_lab_websocket_subscriber_measures_over_wss() {
         node.proc.log()
     );
 }
+
+/// A connection the node closes while its TLS handshake has not even begun (here: one
+/// address over its cap of pending logins, whose oldest is closed for the newcomer) is
+/// closed at once: no reason could reach it, and lingering would keep reading it, and
+/// so keep doing its handshake's crypto for a peer that opens connections only to have
+/// them closed. The linger time here is a minute: a close seen within seconds is not it.
+#[test]
+fn a_connection_closed_during_its_tls_handshake_does_not_linger() {
+    let certs = Certs::new("handshake-linger");
+    let (node, _) =
+        certs.start_node("[limits]\nmax_pending_logins_per_address = 1\nclose_linger_ms = 60000\n");
+    let mut first = TcpStream::connect(node.addr).unwrap();
+    // The newcomer from the same address closes the first (it sent nothing yet).
+    let _second = TcpStream::connect(node.addr).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let got = first.read(&mut buf);
+    assert!(
+        matches!(got, Ok(0)) || got.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the node kept the connection"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "closed only after {:?}",
+        started.elapsed()
+    );
+}

@@ -392,6 +392,8 @@ pub struct Node {
     awaiting_login: usize,
     /// Connections closing: detached, their socket not yet gone.
     closing_conns: usize,
+    /// What the item name queries may still look at ([`Node::service_item_names`]).
+    item_scans: ScanShare,
     /// Pending logins per address, failed logins ([`Node::admit`]).
     guard: admission::LoginGuard,
     /// Secrets to check off the event loop.
@@ -416,6 +418,47 @@ pub struct Node {
 /// a load from memory, so a few merges must cover one.
 const SETTLE_IMAGE_AHEAD: usize = 4;
 const SETTLE_ITEM_AHEAD: usize = 8;
+
+/// Item names the HTTP item queries (`GET /items`) may look at a second, all of them
+/// together: each looks at every item of its service on the event loop (about 40 ns a
+/// name), so two million a second cost the loop a few percent at most.
+pub const ITEM_NAMES_SCANNED_PER_S: f64 = 2_000_000.0;
+
+/// The names of a service's items a query found, and whether more match.
+pub type ItemNames = (Vec<String>, bool);
+
+/// The item queries' share of the loop: names they may look at, refilled at
+/// [`ITEM_NAMES_SCANNED_PER_S`] up to a second's worth; a query goes while the share is
+/// not spent, and may take it below zero (a service larger than a second's worth).
+#[derive(Debug)]
+struct ScanShare {
+    names: f64,
+    at: Instant,
+}
+
+impl ScanShare {
+    fn new(now: Instant) -> Self {
+        ScanShare {
+            names: ITEM_NAMES_SCANNED_PER_S,
+            at: now,
+        }
+    }
+
+    /// Takes `cost` names if the share is not spent; else how long until it is not.
+    fn take(&mut self, cost: f64, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = self.at.max(now);
+        self.names =
+            (self.names + elapsed * ITEM_NAMES_SCANNED_PER_S).min(ITEM_NAMES_SCANNED_PER_S);
+        if self.names < 0.0 {
+            return Err(Duration::from_secs_f64(
+                -self.names / ITEM_NAMES_SCANNED_PER_S,
+            ));
+        }
+        self.names -= cost;
+        Ok(())
+    }
+}
 
 impl Node {
     /// A node with no connection, its clock at `now`.
@@ -446,6 +489,7 @@ impl Node {
             max_image,
             awaiting_login: 0,
             closing_conns: 0,
+            item_scans: ScanShare::new(now),
             guard: admission::LoginGuard::default(),
             auth_requests: Vec::new(),
             next_ticket: 0,
@@ -527,17 +571,25 @@ impl Node {
     }
 
     /// The first `limit` names (in order) of a service's items that start with
-    /// `prefix`, and whether more match; `None` for a service the node does not have.
-    /// One pass over the service's items, keeping the `limit` smallest: bounded work
-    /// for a browser's item picker.
+    /// `prefix`, and whether more match; `None` for a service the node does not have,
+    /// `Some(Err(wait))` when the queries have used their share of the loop (try again
+    /// after `wait`). One pass over the service's items, keeping the `limit` smallest:
+    /// a query costs its service's item count, and the queries together may look at
+    /// [`ITEM_NAMES_SCANNED_PER_S`] names a second (a query goes while the share is not
+    /// spent, whatever it costs, and the next waits for what it took).
     pub fn service_item_names(
         &mut self,
         service: &str,
         prefix: &str,
         limit: usize,
-    ) -> Option<(Vec<String>, bool)> {
+        now: Instant,
+    ) -> Option<Result<ItemNames, Duration>> {
         self.merge_deferred();
         let s = self.service_by_name.get(service)?;
+        let cost = self.services[*s].items.len() as f64;
+        if let Err(wait) = self.item_scans.take(cost, now) {
+            return Some(Err(wait));
+        }
         let mut smallest: std::collections::BinaryHeap<&str> = Default::default();
         let mut matching = 0usize;
         for name in self.services[*s].items.keys() {
@@ -558,7 +610,7 @@ impl Node {
             .map(str::to_string)
             .collect();
         let more = matching > names.len();
-        Some((names, more))
+        Some(Ok((names, more)))
     }
 
     /// The node checks logins against a users file.

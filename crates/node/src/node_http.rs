@@ -83,6 +83,7 @@ pub(crate) fn answer(
     asked: NodeRequest,
     core: &mut Node,
     extra: &Extra<'_>,
+    now: std::time::Instant,
 ) -> (&'static str, &'static str, String) {
     const TEXT: &str = "text/plain; charset=utf-8";
     const JSON: &str = "application/json";
@@ -103,12 +104,20 @@ pub(crate) fn answer(
                         .into(),
                 );
             }
-            match core.service_item_names(&service, &prefix, limit) {
-                Some((items, more)) => (
+            match core.service_item_names(&service, &prefix, limit, now) {
+                Some(Ok((items, more))) => (
                     "200 OK",
                     JSON,
                     serde_json::json!({"service": service, "items": items, "more": more})
                         .to_string(),
+                ),
+                Some(Err(wait)) => (
+                    "503 Service Unavailable",
+                    TEXT,
+                    format!(
+                        "the item queries have used their share of the node for now: try again in {} ms\n",
+                        wait.as_millis() + 1
+                    ),
                 ),
                 None => (
                     "404 Not Found",

@@ -206,6 +206,15 @@ impl Transport {
         }
     }
 
+    /// A TLS handshake is under way: nothing the node says reaches the peer before it
+    /// ends (and going on with it costs the node its key exchange).
+    pub fn handshaking(&self) -> bool {
+        match self {
+            Transport::Plain(_) => false,
+            Transport::Tls(t) => t.s.tls.is_handshaking(),
+        }
+    }
+
     /// Bytes are waiting in the transport for the socket (TLS records not yet written).
     #[inline]
     pub fn has_pending(&self) -> bool {

@@ -1994,3 +1994,27 @@ fn an_in_process_peer_speaks_to_the_core_in_messages_not_bytes() {
         "{got:?}"
     );
 }
+
+/// The item name queries' share of the loop: a query goes while the share is not
+/// spent (one larger than a second's worth too, taking it below zero), and the next
+/// waits for what it took.
+#[test]
+fn item_name_queries_share_the_loop() {
+    let t0 = Instant::now();
+    let mut share = crate::ScanShare::new(t0);
+    let per_s = crate::ITEM_NAMES_SCANNED_PER_S;
+    assert!(share.take(per_s / 2.0, t0).is_ok());
+    assert!(share.take(per_s, t0).is_ok(), "half is left: it goes");
+    let wait = share.take(1.0, t0).expect_err("spent");
+    assert!(
+        (wait.as_secs_f64() - 0.5).abs() < 1e-6,
+        "half a second's worth taken beyond the share: {wait:?}"
+    );
+    assert!(share.take(1.0, t0 + wait / 2).is_err());
+    assert!(
+        share.take(per_s * 3.0, t0 + wait).is_ok(),
+        "a large service, once not spent"
+    );
+    assert!(share.take(1.0, t0 + wait + Duration::from_secs(1)).is_err());
+    assert!(share.take(1.0, t0 + wait + Duration::from_secs(3)).is_ok());
+}

@@ -278,9 +278,16 @@ impl Connections {
     }
 
     /// Puts a connection the node is closing in the lingering list, once: a second
-    /// expiry would disconnect whoever reuses the id.
+    /// expiry would disconnect whoever reuses the id. One still in its TLS handshake
+    /// is closed at once: the reason could not reach it, and finishing the handshake
+    /// would cost the node a key exchange for nothing (a peer that has its connections
+    /// closed as fast as it opens them would keep the event loop at its crypto).
     fn start_linger(&mut self, id: ConnId, now: Instant) {
-        let deadline = now + self.linger;
+        let socket = self.sockets.get(id).and_then(|s| s.as_ref());
+        let deadline = match socket.is_some_and(|s| s.transport.handshaking()) {
+            true => now,
+            false => now + self.linger,
+        };
         match self.sockets.get_mut(id).and_then(|s| s.as_mut()) {
             Some(s) if s.lingering => {}
             Some(s) => {

@@ -211,7 +211,8 @@ pub(super) fn read_some(
             }
             w.on_bytes(bytes, ws_cfg, core, id, now);
             if let Some(asked) = w.node_request.take() {
-                let (status, content_type, body) = crate::node_http::answer(asked, core, metrics);
+                let (status, content_type, body) =
+                    crate::node_http::answer(asked, core, metrics, now);
                 w.conn.out =
                     tickwire_gateway::ws::http_response(status, content_type, body.as_bytes());
             }
