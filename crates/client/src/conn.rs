@@ -478,7 +478,9 @@ fn handshake(
             Ok(0) => {
                 return Err(fail(
                     "the node closed the connection during the TLS handshake \
-                     (does it speak TLS on this port?)"
+                     (does it speak TLS on this port? A TLS node that refuses a \
+                     connection, at its limits or shutting down, closes it unanswered: \
+                     its log says why)"
                         .into(),
                 ))
             }

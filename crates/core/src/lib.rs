@@ -271,6 +271,8 @@ struct Conn {
     /// How long it may be silent before it is dropped, where its transport agreed on
     /// one ([`Node::set_silence_limit`]); else 3 heartbeat intervals.
     silence_limit: Option<Duration>,
+    /// It logged in (it may be closing now).
+    logged_in: bool,
     dirty: bool,
     /// Subscriber: stream id -> its item and its slot among the item's streams.
     sub_streams: FxHashMap<u32, StreamRef>,
@@ -523,6 +525,16 @@ impl Node {
         self.awaiting_login
     }
 
+    /// Whether `conn` logged in at some time (it may be closing now): a connection that
+    /// never did (an HTTP request, a login refused or never sent) is one a peer can have
+    /// the node open and close at will.
+    pub fn ever_logged_in(&self, conn: ConnId) -> bool {
+        self.conns
+            .get(conn)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| c.logged_in)
+    }
+
     /// Connections logged in: not waiting to log in, not closing. What the node's
     /// connection limit counts: a closing connection lingers until its peer has read
     /// why, and one waiting to log in is held to the caps on pending logins.
@@ -645,6 +657,7 @@ impl Node {
             last_tx: now,
             last_ping: now,
             silence_limit: None,
+            logged_in: false,
             dirty: false,
             sub_streams: FxHashMap::default(),
             pub_streams: StreamMap::default(),
@@ -1354,6 +1367,7 @@ impl Node {
             Role::Subscriber => ConnRole::Subscriber,
             Role::Publisher => ConnRole::Publisher,
         };
+        c.logged_in = true;
         c.identity = identity;
         c.user = user.to_string();
         c.application = application.to_string();

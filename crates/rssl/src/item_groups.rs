@@ -18,7 +18,7 @@ use crate::directory::{GroupChange, ServiceInfo};
 use crate::rwf::msg::{stream, RwfState};
 use crate::session::native_state;
 use rustc_hash::FxHashMap;
-use tickwire_proto::{Message, Status, StreamState};
+use tickwire_proto::{Message, ServiceState, Status, StreamState};
 
 /// An item's place: its group's slot, its place in the slot's list, and when it joined
 /// (a state noted on the group before that is not its own).
@@ -77,6 +77,8 @@ pub(crate) struct ItemGroups {
     /// or up, the provider's directory closed): a group state given before then may no
     /// longer be its items'.
     services_changed: FxHashMap<u16, u64>,
+    /// Each service's state as last told to the node.
+    services_told: FxHashMap<u16, ServiceState>,
     /// Counts changes applied, to order states and joins.
     stamp: u64,
     /// Items moved by merges (what a merge costs).
@@ -122,9 +124,22 @@ impl ItemGroups {
         }
     }
 
-    /// The node changed the items of `service` on its own (their state follows the
-    /// service's): the next group state is news for them, whatever was given before.
-    pub(crate) fn service_changed(&mut self, service: u16) {
+    /// The node was told `service` is in `state`: where that changes it, the node
+    /// changed the service's items on its own (their state follows the service's), and
+    /// the next group state is news for them, whatever was given before.
+    pub(crate) fn service_told(&mut self, service: u16, state: ServiceState) {
+        if self
+            .services_told
+            .insert(service, state)
+            .is_some_and(|was| was != state)
+        {
+            self.service_changed(service);
+        }
+    }
+
+    /// The node changed the items of `service` on its own (the provider's directory
+    /// closed, its services down): as [`ItemGroups::service_told`] with a change.
+    fn service_changed(&mut self, service: u16) {
         self.stamp += 1;
         self.services_changed.insert(service, self.stamp);
     }

@@ -319,7 +319,7 @@ impl ProviderLink {
             self.services.insert(e.id, name.clone());
             self.by_name.insert(name.clone(), e.id);
             if let Some(state) = state {
-                self.groups.service_changed(e.id);
+                self.groups.service_told(e.id, state);
                 changed.push((name, state));
             }
         }

@@ -11,11 +11,13 @@ use tickwire_gateway::UpdateCache;
 
 /// How often RSSL connections' pings are seen to (their intervals are seconds).
 const RSSL_TICK: Duration = Duration::from_millis(500);
-/// Most connections lingering at once: past it the oldest are closed at once, so that
-/// a peer opening connections only to have them closed (each new one from an address
-/// at its cap of pending logins closes that address's oldest) cannot hold thousands of
-/// sockets for the linger time.
-const MAX_LINGERING: usize = 1024;
+/// Most connections that never logged in lingering at once: past it the oldest of
+/// them are closed at once, so that a peer opening connections only to have them
+/// closed (HTTP requests, each new one from an address at its cap of pending logins
+/// closing that address's oldest) cannot hold thousands of sockets for the linger
+/// time. A connection that logged in (a slow consumer's last status, a logout) keeps
+/// its linger.
+const MAX_LINGERING_UNLOGGED: usize = 1024;
 
 /// How often lingering connections are looked at while nothing else happens.
 const LINGER_CHECK: Duration = Duration::from_millis(10);
@@ -215,18 +217,14 @@ impl Connections {
     /// kernel send RST), and a reset loses what the peer had not read yet: the status
     /// among it. Connections whose peer went away go now.
     pub(super) fn reap(&mut self, core: &mut Node, registry: &Registry, now: Instant) {
+        let over = self.over_the_cap(core, now);
         let sockets = &mut self.sockets;
-        // The oldest past the cap are closed now, their linger cut short.
-        let mut excess = self.lingering.len().saturating_sub(MAX_LINGERING);
         self.lingering.retain(|&(id, deadline)| {
+            let cut = over.contains(&id);
             let sock = sockets.get_mut(id).and_then(|s| s.as_mut());
-            let cut = excess > 0;
-            excess = excess.saturating_sub(1);
             if let Some(s) = sock.filter(|s| !s.dead && !cut) {
                 if now < deadline {
-                    let ws_pending = s.ws.as_ref().is_some_and(|w| !w.conn.out.is_empty())
-                        || s.rssl.as_ref().is_some_and(|r| r.pending() > 0);
-                    if core.pending_output(id) > 0 || ws_pending || s.transport.has_pending() {
+                    if unsent(core, s, id) {
                         return true;
                     }
                     if !s.fin_sent {
@@ -250,6 +248,32 @@ impl Connections {
                 core.on_disconnect(id, now);
             }
         }
+    }
+
+    /// The lingering connections that never logged in and would stay, past
+    /// [`MAX_LINGERING_UNLOGGED`]: those done writing (waiting only for their peer's
+    /// close: it has all the node had for it) first, then those still writing (a slow
+    /// reader of a page), the oldest first in each.
+    fn over_the_cap(&self, core: &Node, now: Instant) -> std::collections::HashSet<ConnId> {
+        if self.lingering.len() <= MAX_LINGERING_UNLOGGED {
+            return Default::default();
+        }
+        let (mut done, mut writing) = (Vec::new(), Vec::new());
+        for &(id, deadline) in &self.lingering {
+            let socket = self.sockets.get(id).and_then(|s| s.as_ref());
+            let Some(s) = socket.filter(|s| !s.dead) else {
+                continue;
+            };
+            if now >= deadline || core.ever_logged_in(id) {
+                continue;
+            }
+            match unsent(core, s, id) {
+                true => writing.push(id),
+                false => done.push(id),
+            }
+        }
+        let excess = (done.len() + writing.len()).saturating_sub(MAX_LINGERING_UNLOGGED);
+        done.into_iter().chain(writing).take(excess).collect()
     }
 
     /// Writes what connection `id` has pending, as far as its socket takes it.
@@ -297,4 +321,12 @@ impl Connections {
             None => self.lingering.push((id, deadline)),
         }
     }
+}
+
+/// Whether anything for connection `id` is still to be written: the core's queue, its
+/// gateway's, or TLS records.
+fn unsent(core: &Node, s: &Socket, id: ConnId) -> bool {
+    let gateway = s.ws.as_ref().is_some_and(|w| !w.conn.out.is_empty())
+        || s.rssl.as_ref().is_some_and(|r| r.pending() > 0);
+    core.pending_output(id) > 0 || gateway || s.transport.has_pending()
 }

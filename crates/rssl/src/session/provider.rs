@@ -67,7 +67,7 @@ impl Session {
             (class::CLOSE, domain::SOURCE) => {
                 let p = self.provider.as_mut().expect("a provider");
                 for &id in p.services.keys() {
-                    p.groups.service_changed(id);
+                    p.groups.service_told(id, ServiceState::Down);
                 }
                 let services = p
                     .services
@@ -120,7 +120,7 @@ impl Session {
             }
             p.services.insert(e.id, name.clone());
             if let Some(state) = state {
-                p.groups.service_changed(e.id);
+                p.groups.service_told(e.id, state);
                 announced.push((name, state));
             }
         }

@@ -1126,11 +1126,6 @@ fn a_providers_stream_ids_stay_below_the_nodes_and_wrap_around_the_open_ones() {
 fn a_group_state_after_its_service_went_down_and_up_reaches_the_items() {
     use crate::testing::{group_update, source_directory, state, DirectoryMsg};
     let (mut s, _, _) = provider_with_an_item();
-    let hear = |s: &mut Session, m: &[u8]| {
-        let mut to_node = Vec::new();
-        s.on_client_message(m, &mut to_node, &mut Vec::new());
-        node_messages(&to_node)
-    };
     let group = |d| {
         group_update(
             -1,
@@ -1138,16 +1133,19 @@ fn a_group_state_after_its_service_went_down_and_up_reaches_the_items() {
             &[(testing::DEFAULT_GROUP, None, Some((stream::OPEN, d)))],
         )
     };
-    assert_eq!(hear(&mut s, &group(data::SUSPECT)).len(), 1);
-    assert_eq!(hear(&mut s, &group(data::OK)).len(), 1);
-    assert!(hear(&mut s, &group(data::OK)).is_empty(), "a repeat");
+    assert_eq!(provider_says(&mut s, &group(data::SUSPECT)).len(), 1);
+    assert_eq!(provider_says(&mut s, &group(data::OK)).len(), 1);
+    assert!(
+        provider_says(&mut s, &group(data::OK)).is_empty(),
+        "a repeat"
+    );
     let down = source_directory(-1, DirectoryMsg::Update, 7, |o, fl| state(o, fl, 0));
-    let said = hear(&mut s, &down);
+    let said = provider_says(&mut s, &down);
     assert!(said.iter().any(|m| m.contains("Down")), "{said:?}");
     let up = source_directory(-1, DirectoryMsg::Update, 7, |o, fl| state(o, fl, 1));
-    let said = hear(&mut s, &up);
+    let said = provider_says(&mut s, &up);
     assert!(said.iter().any(|m| m.contains("Up")), "{said:?}");
-    let said = hear(&mut s, &group(data::OK));
+    let said = provider_says(&mut s, &group(data::OK));
     assert_eq!(said.len(), 1, "X stays suspect at the node: {said:?}");
 }
 
@@ -1177,4 +1175,29 @@ fn off_stream_posts_past_those_remembered_are_refused() {
             Some(tickwire_proto::NakCode::NoResources.to_u8())
         )
     );
+}
+
+/// A provider's periodic directory update that repeats its service's state (up) and
+/// its group's state is no news: no item hears anything.
+#[test]
+fn a_periodic_directory_update_repeating_its_states_reaches_no_item() {
+    use crate::testing::{group, group_update, source_directory, state, DirectoryMsg};
+    let (mut s, _, _) = provider_with_an_item();
+    let ok = (testing::DEFAULT_GROUP, None, Some((stream::OPEN, data::OK)));
+    assert_eq!(provider_says(&mut s, &group_update(-1, 7, &[ok])).len(), 1);
+    let periodic = source_directory(-1, DirectoryMsg::Update, 7, |o, fl| {
+        state(o, fl, 1);
+        group(o, fl, ok);
+    });
+    for _ in 0..3 {
+        let said = provider_says(&mut s, &periodic);
+        assert!(said.iter().all(|m| !m.contains("Status")), "{said:?}");
+    }
+}
+
+/// What the session tells the node of one message from its provider.
+fn provider_says(s: &mut Session, m: &[u8]) -> Vec<String> {
+    let mut to_node = Vec::new();
+    s.on_client_message(m, &mut to_node, &mut Vec::new());
+    node_messages(&to_node)
 }
