@@ -765,6 +765,11 @@ impl Node {
         let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
             return;
         };
+        // An in-process peer's id, let go of (`release_internal`), may be its new link's
+        // by now: a late end of the old one does not end it.
+        if c.internal && c.role != ConnRole::Closing {
+            return;
+        }
         // A session its peer ended (the node's own closings were logged with their
         // reason when it decided them; connections that never logged in, such as HTTP
         // requests, are not sessions).
@@ -810,6 +815,9 @@ impl Node {
         if closed_internal {
             self.conns[conn] = None;
             self.closing_conns -= 1;
+            // Its id may be the next connection's: the caller is not to close it.
+            self.closing.retain(|&c| c != conn);
+            self.dirty.retain(|&c| c != conn);
             self.free_conns.push(conn);
         }
     }

@@ -1060,6 +1060,38 @@ fn the_nodes_own_parts_are_neither_pinged_nor_timed_out() {
     assert_eq!(h.node.stats().heartbeat_timeouts, 0);
 }
 
+/// An in-process peer whose link the core closed lets it go and joins again at once,
+/// getting the same id back: the end the event loop then gives the closed link (from
+/// the core's closing list) does not end the new one. Before, it did, and the peer
+/// joined a third time.
+#[test]
+fn a_late_end_of_a_released_internal_link_does_not_end_its_next() {
+    let mut h = Harness::new(true);
+    let peer = crate::InternalPeer {
+        peer: "a link",
+        role: Role::Subscriber,
+        application: "test",
+        user: "node",
+        slow_consumer: None,
+    };
+    let old = h.node.join_internal(&peer, h.now);
+    h.node
+        .reject(old, code::SLOW_CONSUMER, "its queue passed the hard bound");
+    assert!(!h.node.is_live(old));
+    h.node.release_internal(old);
+    let new = h.node.join_internal(&peer, h.now);
+    assert_eq!(new, old, "the id is given again");
+    // The event loop's turn: what the core closed is written, then ended.
+    let mut closing = Vec::new();
+    h.node.take_closing(&mut closing);
+    for id in closing {
+        h.node.on_disconnect(id, h.now);
+    }
+    h.node.on_disconnect(old, h.now);
+    assert!(h.node.is_live(new), "the new link was ended");
+    assert_eq!(h.node.logged_in_count(), h.node.connection_count());
+}
+
 #[test]
 fn stream_limit_refuses_the_extra_stream_only() {
     let mut h = Harness::new(true);

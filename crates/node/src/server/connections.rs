@@ -62,8 +62,11 @@ impl Connections {
         }
     }
 
-    /// A newly accepted connection (its id is the core's).
+    /// A newly accepted connection (its id is the core's). The id may have been an
+    /// in-process peer's, closed and let go of: what was left of that one here is not
+    /// this connection's.
     pub(super) fn insert(&mut self, id: ConnId, socket: Socket) {
+        self.lingering.retain(|&(l, _)| l != id);
         if self.sockets.len() <= id {
             self.sockets.resize_with(id + 1, || None);
         }
