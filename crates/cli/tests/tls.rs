@@ -484,3 +484,48 @@ fn a_connection_closed_during_its_tls_handshake_does_not_linger() {
         started.elapsed()
     );
 }
+
+/// `[tls] max_handshakes_per_s`: past it a new connection is closed unanswered, before
+/// any of its crypto; the next second's connections are taken again.
+#[test]
+fn new_tls_connections_past_their_rate_are_closed_unanswered() {
+    let certs = Certs::new("handshake-rate");
+    // (Room for all twenty among the pending logins: none is closed for another.)
+    let (mut node, _) = certs
+        .start_node("max_handshakes_per_s = 1\n[limits]\nmax_pending_logins_per_address = 64\n");
+    let mut conns: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(node.addr).unwrap())
+        .collect();
+    let mut closed = 0;
+    for c in &mut conns {
+        c.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        if matches!(c.read(&mut buf), Ok(0))
+            || matches!(c.read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+        {
+            closed += 1;
+        }
+    }
+    // A second's worth in hand (one), then one a second: twenty at once, most closed.
+    assert!(closed >= 15, "{closed} of 20 closed");
+    assert!(closed < 20, "none was taken");
+    node.proc
+        .wait_for_line("max_handshakes_per_s", Duration::from_secs(10));
+    drop(conns);
+    // A client a moment later gets in.
+    let ca = certs.cert_str();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = subscribe(
+            &node.addr_str(),
+            &["--tls", "--ca", &ca, "--snapshot", "NONE"],
+        );
+        let text = out.stderr.clone();
+        if !text.contains("during the TLS handshake") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no TLS client got in: {text}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -152,13 +152,27 @@ impl Default for PostsSection {
 
 /// `[tls]`: when both are set, the node's TCP port and its WebSocket/HTTP port speak
 /// TLS only (docs/OPERATIONS.md, "Security").
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TlsSection {
     /// PEM file of the certificate chain (the node's certificate first).
     pub cert: String,
     /// PEM file of the certificate's private key.
     pub key: String,
+    /// New TLS connections a second at most, every port together: each costs the event
+    /// loop a key exchange and a signature. Past it a new connection is closed
+    /// unanswered, as any refusal over TLS is.
+    pub max_handshakes_per_s: u32,
+}
+
+impl Default for TlsSection {
+    fn default() -> Self {
+        TlsSection {
+            cert: String::new(),
+            key: String::new(),
+            max_handshakes_per_s: 250,
+        }
+    }
 }
 
 impl TlsSection {
@@ -768,6 +782,12 @@ impl NodeConfig {
             sec.max_session_tokens.to_string(),
             "allowed: 1 or more".into(),
         )?;
+        check(
+            (1..=1_000_000).contains(&self.tls.max_handshakes_per_s),
+            "tls.max_handshakes_per_s",
+            self.tls.max_handshakes_per_s.to_string(),
+            "allowed: 1 to 1,000,000".into(),
+        )?;
         match (self.tls.cert.is_empty(), self.tls.key.is_empty()) {
             (false, true) => {
                 return Err(ConfigError::Invalid {
@@ -993,5 +1013,11 @@ mod tests {
         );
         let e = NodeConfig::parse("[node]\ncpus = [4096]\n", "n.toml").unwrap_err();
         assert!(e.to_string().contains("CPU 4096 does not exist"), "{e}");
+        let e = NodeConfig::parse("[tls]\nmax_handshakes_per_s = 0\n", "n.toml").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("tls.max_handshakes_per_s = 0: allowed: 1 to 1,000,000"),
+            "{e}"
+        );
     }
 }

@@ -76,6 +76,58 @@ impl AcceptTrouble {
     }
 }
 
+/// New TLS connections allowed a second (`[tls] max_handshakes_per_s`), with a
+/// second's worth in hand: each costs the event loop its handshake's key exchange and
+/// signature (about 0.8 ms with an RSA-2048 key), so a peer opening connections as fast
+/// as it can (even replaying one recorded ClientHello, which costs it nothing) could
+/// otherwise keep the loop at its crypto.
+pub(super) struct HandshakeShare {
+    per_s: f64,
+    in_hand: f64,
+    at: Instant,
+    /// Connections closed for want of it, since the last time the node said so.
+    refused: u64,
+    said_at: Option<Instant>,
+}
+
+impl HandshakeShare {
+    pub(super) fn new(per_s: u32, now: Instant) -> Self {
+        let per_s = f64::from(per_s.max(1));
+        HandshakeShare {
+            per_s,
+            in_hand: per_s,
+            at: now,
+            refused: 0,
+            said_at: None,
+        }
+    }
+
+    /// Takes one handshake if one is in hand.
+    fn take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = self.at.max(now);
+        self.in_hand = (self.in_hand + elapsed * self.per_s).min(self.per_s);
+        if self.in_hand >= 1.0 {
+            self.in_hand -= 1.0;
+            return true;
+        }
+        self.refused += 1;
+        // Said at most every 10 s: a flood of them must not flood the log too.
+        if self
+            .said_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= ACCEPT_LOG_EVERY)
+        {
+            warn!(
+                "new TLS connections closed unanswered: {} a second at most ([tls] max_handshakes_per_s); {} since the last report",
+                self.per_s, self.refused
+            );
+            self.refused = 0;
+            self.said_at = Some(now);
+        }
+        false
+    }
+}
+
 impl EventLoop {
     /// Accepts from listeners whose retry after a failed accept is due.
     pub(super) fn accept_due(&mut self, now: Instant) {
@@ -114,6 +166,11 @@ impl EventLoop {
                     return;
                 }
             };
+            // Before anything else: a handshake the loop may spend on it.
+            if server.tls.is_some() && !server.handshakes.take(now) {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+                continue;
+            }
             // Room among the pending logins (the oldest idle one may be closed for it).
             if let tickwire_core::Admission::Refuse(text) = core.admit(&peer.to_string(), now) {
                 refuse(&mut stream, &text, server.tls.is_some(), listener);

@@ -85,6 +85,8 @@ pub struct NodeServer {
     users: Option<Arc<tickwire_core::Users>>,
     /// `[tls]`: both ports speak TLS only.
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// New TLS connections allowed now (`[tls] max_handshakes_per_s`).
+    handshakes: accept::HandshakeShare,
     /// `[files]`: the files thread, started with its directories opened.
     files: Option<crate::files::FilesThread>,
 }
@@ -280,6 +282,7 @@ impl NodeServer {
         } else {
             None
         };
+        let handshakes = accept::HandshakeShare::new(cfg.tls.max_handshakes_per_s, Instant::now());
         Ok(NodeServer {
             files,
             cfg,
@@ -299,6 +302,7 @@ impl NodeServer {
             accept_trouble: AcceptTrouble::default(),
             users,
             tls,
+            handshakes,
         })
     }
 
