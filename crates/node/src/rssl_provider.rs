@@ -22,6 +22,10 @@ use tickwire_rssl::ripc::{Channel, Input, RipcError, Settings, Version};
 
 /// Bytes read from a provider per loop turn before the rest of the node gets a turn.
 const READ_SHARE: usize = 256 * 1024;
+/// The node's messages a provider's input may make in a turn: past it, what was read
+/// waits in the channel for the next turn, the socket not read meanwhile (a provider's
+/// group state reaches every item of the group: the bytes read are no measure).
+const TO_NODE_SHARE: usize = 256 * 1024;
 const RECONNECT_MIN: Duration = Duration::from_millis(200);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
 /// From the connect to the provider's login refresh at most: a provider whose kernel
@@ -46,6 +50,9 @@ pub(crate) struct ProviderConn {
     channel: Option<Channel>,
     connecting: bool,
     more_to_read: bool,
+    /// The last turn stopped at [`TO_NODE_SHARE`]: the channel may hold messages not
+    /// handled yet, handled before the socket is read again.
+    backlog: bool,
     /// The provider closed its side or the socket failed (an event said so): reads go
     /// to the end of the stream.
     hung_up: bool,
@@ -97,6 +104,7 @@ impl ProviderConn {
             channel: None,
             connecting: false,
             more_to_read: false,
+            backlog: false,
             hung_up: false,
             next_try: now,
             backoff: RECONNECT_MIN,
@@ -200,6 +208,7 @@ impl ProviderConn {
         self.channel = None;
         self.connecting = false;
         self.more_to_read = false;
+        self.backlog = false;
         self.hung_up = false;
     }
 
@@ -213,7 +222,17 @@ impl ProviderConn {
         let mut buf = [0u8; 16 * 1024];
         let mut closed = None;
         let mut version_refused = false;
+        let backlog = std::mem::take(&mut self.backlog);
+        if backlog {
+            // What the socket holds is read next turn; the provider is not silent
+            // meanwhile (its pings may be there, unread).
+            ch.hold_alive(now);
+            self.more_to_read = true;
+        }
         loop {
+            if backlog {
+                break;
+            }
             if total >= READ_SHARE {
                 self.more_to_read = true;
                 break;
@@ -240,7 +259,17 @@ impl ProviderConn {
                 }
             }
         }
+        // A provider that closed has sent its last: all of it is handled now.
+        let share = match closed {
+            Some(_) => usize::MAX,
+            None => TO_NODE_SHARE,
+        };
         loop {
+            if self.to_node.len() >= share {
+                self.backlog = true;
+                self.more_to_read = true;
+                break;
+            }
             match ch.poll(&mut self.msg) {
                 Ok(None) => break,
                 Ok(Some(Input::Connected)) => {
