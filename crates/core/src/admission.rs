@@ -190,28 +190,12 @@ impl Node {
             }
         }
         let max = self.cfg.limits.max_pending_logins;
-        if self.awaiting_login >= max && !self.close_idle_login_of_the_busiest_address() {
+        if self.awaiting_login >= max && !self.close_oldest_idle_login(None) {
             return Admission::Refuse(format!(
                 "too many connections waiting to log in: {max} (limits.max_pending_logins)"
             ));
         }
         Admission::Admit
-    }
-
-    /// At the cap on pending logins in all: closes the oldest idle pending login of the
-    /// address holding the most pending logins (a peer spreading connections over a few
-    /// addresses, rather than a lone client's one), or else the oldest of any address;
-    /// false if there is none.
-    fn close_idle_login_of_the_busiest_address(&mut self) -> bool {
-        let busiest = self
-            .guard
-            .pending_by_address
-            .iter()
-            .max_by_key(|&(ip, n)| (*n, *ip))
-            .filter(|&(_, n)| *n > 1)
-            .map(|(ip, _)| *ip);
-        busiest.is_some_and(|ip| self.close_oldest_idle_login(Some(ip)))
-            || self.close_oldest_idle_login(None)
     }
 
     /// Closes the oldest pending login (of `ip`, if given) that has not sent a whole

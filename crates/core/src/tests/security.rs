@@ -682,33 +682,3 @@ fn only_users_entitled_to_post_to_a_service_have_their_posts_forwarded() {
         "the entitled poster's post is forwarded"
     );
 }
-
-/// At the cap on pending logins in all, the connection closed for a newcomer is the
-/// oldest idle one of the address holding the most pending logins: a peer spreading
-/// connections over a few addresses cannot push out a lone client that has not sent
-/// its login yet (a TLS handshake, a WebSocket upgrade under way).
-#[test]
-fn at_the_cap_the_busiest_address_gives_way_not_a_lone_client() {
-    let now = Instant::now();
-    let mut cfg = CoreConfig::default();
-    cfg.limits.max_pending_logins = 4;
-    let mut node = Node::new(cfg, now);
-    let connect = |node: &mut Node, peer: &str| {
-        assert_eq!(node.admit(peer, now), crate::Admission::Admit, "{peer}");
-        node.connect(peer, now)
-    };
-    let lone = connect(&mut node, "10.0.0.1:1000");
-    let mut peer = Vec::new();
-    for i in 0..10 {
-        peer.push(connect(
-            &mut node,
-            &format!("10.0.0.{}:{}", 2 + i % 2, 2000 + i),
-        ));
-    }
-    assert!(
-        node.is_live(lone),
-        "the lone client's pending login was closed"
-    );
-    assert_eq!(node.awaiting_login_count(), 4);
-    assert_eq!(peer.iter().filter(|&&c| node.is_live(c)).count(), 3);
-}
