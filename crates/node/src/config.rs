@@ -159,9 +159,9 @@ pub struct TlsSection {
     pub cert: String,
     /// PEM file of the certificate's private key.
     pub key: String,
-    /// New TLS connections a second at most, every port together: each costs the event
-    /// loop a key exchange and a signature. Past it a new connection is closed
-    /// unanswered, as any refusal over TLS is.
+    /// New TLS connections a second at most, every port together, a quarter of them
+    /// from one address: each costs the event loop a key exchange and a signature. Past
+    /// it a new connection is closed unanswered, as any refusal over TLS is.
     pub max_handshakes_per_s: u32,
 }
 

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use tickwire_node::config::NodeConfig;
 use tickwire_node::{NodeServer, RunningNode};
 
+/// The tests count this process's descriptors: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The node's cap (connections.rs), and a flood past it.
 const CAP: usize = 1024;
 const FLOOD: usize = 1100;
@@ -72,6 +75,21 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
 
+/// Waits (20 s at most) until this process holds at most `others` descriptors plus the
+/// node's lingering sockets up to the cap (and a few of its own), or panics.
+fn assert_node_holds_at_most_the_cap(others: usize) {
+    let most = others + CAP + 16;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while open_fds() > most && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let node = open_fds().saturating_sub(others);
+    assert!(
+        open_fds() <= most,
+        "the node holds {node} sockets: more than {CAP} linger"
+    );
+}
+
 /// Reads until the peer closes (or resets, or 20 s pass): what came.
 fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -100,6 +118,7 @@ fn body_and_length(answer: &[u8]) -> (usize, usize) {
 
 #[test]
 fn the_linger_cap_closes_finished_floods_not_a_slow_reader() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (_node, ws) = node();
     let before = open_fds();
     // The dashboard page to a reader that takes it slowly: the node has the rest to
@@ -127,15 +146,36 @@ fn the_linger_cap_closes_finished_floods_not_a_slow_reader() {
     assert_eq!(body, length, "the page was cut short by the linger cap");
     // And the flood was held to the cap: the node closed its sockets past it (this
     // process holds both ends: the flood's and the node's).
-    let most = before + FLOOD + 1 + CAP + 16;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while open_fds() > most && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        open_fds() <= most,
-        "{} descriptors open: more than {CAP} of the flood linger",
-        open_fds() - before - FLOOD
-    );
+    assert_node_holds_at_most_the_cap(before + FLOOD + 1);
     drop(flood);
+}
+
+/// Connections that logged in and were closed by the node (here: a login broken on
+/// purpose by a second one) are held to the cap too: a peer that never closes its side
+/// cannot make the node hold a socket each for the linger time.
+#[test]
+fn connections_closed_after_their_login_are_held_to_the_cap_too() {
+    use tickwire_proto::frame::FrameWriter;
+    use tickwire_proto::{Login, Message, Role};
+    const MANY: usize = 1500;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (node, _) = node();
+    let mut w = FrameWriter::new(1 << 20);
+    let login = Message::Login(Login::new(Role::Subscriber, "flood", "anyone", ""));
+    w.push(&login).unwrap();
+    w.push(&login).unwrap();
+    let bytes = w.sealed_bytes().to_vec();
+    let before = open_fds();
+    // One at a time: each is answered (its welcome, then why it is closed) and its
+    // writing side closed by the node (its FIN); the socket is kept open.
+    let mut held = Vec::new();
+    for _ in 0..MANY {
+        let mut s = TcpStream::connect(node.addr).unwrap();
+        s.write_all(&bytes).unwrap();
+        let answer = read_to_close(&mut s);
+        assert!(!answer.is_empty(), "no answer");
+        held.push(s);
+    }
+    assert_node_holds_at_most_the_cap(before + MANY);
+    drop(held);
 }

@@ -1277,3 +1277,36 @@ pub(crate) fn free_port_for_tests() -> u16 {
     }
     panic!("no free loopback port between {low} and {high}")
 }
+
+/// A TCP connection to `to` from the local address `from` (any of 127.0.0.0/8).
+pub(crate) fn connect_from(
+    from: std::net::Ipv4Addr,
+    to: std::net::SocketAddr,
+) -> std::net::TcpStream {
+    use std::os::fd::FromRawFd;
+    let std::net::SocketAddr::V4(to) = to else {
+        panic!("an IPv4 node address")
+    };
+    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a new socket, owned at once; the addresses live across the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let stream = std::net::TcpStream::from_raw_fd(fd);
+        let local = sockaddr(from, 0);
+        let rc = libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len);
+        assert_eq!(rc, 0, "bind {from}: {}", std::io::Error::last_os_error());
+        let remote = sockaddr(*to.ip(), to.port());
+        let rc = libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len);
+        assert_eq!(rc, 0, "connect {to}: {}", std::io::Error::last_os_error());
+        stream
+    }
+}

@@ -80,35 +80,75 @@ impl AcceptTrouble {
 /// second's worth in hand: each costs the event loop its handshake's key exchange and
 /// signature (about 0.8 ms with an RSA-2048 key), so a peer opening connections as fast
 /// as it can (even replaying one recorded ClientHello, which costs it nothing) could
-/// otherwise keep the loop at its crypto.
+/// otherwise keep the loop at its crypto. One address may take a quarter of it at most,
+/// so that one host opening connections as fast as it can does not lock the others out.
 pub(super) struct HandshakeShare {
-    per_s: f64,
-    in_hand: f64,
-    at: Instant,
+    all: Bucket,
+    by_address: std::collections::HashMap<std::net::IpAddr, Bucket>,
     /// Connections closed for want of it, since the last time the node said so.
     refused: u64,
     said_at: Option<Instant>,
 }
 
-impl HandshakeShare {
-    pub(super) fn new(per_s: u32, now: Instant) -> Self {
-        let per_s = f64::from(per_s.max(1));
-        HandshakeShare {
+/// Addresses a [`HandshakeShare`] keeps a share for at most (the longest unheard
+/// forgotten past it: its share was whole again anyway after a second).
+const HANDSHAKE_ADDRESSES: usize = 4096;
+
+/// Tokens refilled at `per_s`, up to a second's worth.
+struct Bucket {
+    per_s: f64,
+    in_hand: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(per_s: f64, now: Instant) -> Self {
+        Bucket {
             per_s,
             in_hand: per_s,
             at: now,
+        }
+    }
+
+    /// Whether one is in hand at `now` (not taken).
+    fn has_one(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = self.at.max(now);
+        self.in_hand = (self.in_hand + elapsed * self.per_s).min(self.per_s);
+        self.in_hand >= 1.0
+    }
+}
+
+impl HandshakeShare {
+    pub(super) fn new(per_s: u32, now: Instant) -> Self {
+        HandshakeShare {
+            all: Bucket::new(f64::from(per_s.max(1)), now),
+            by_address: Default::default(),
             refused: 0,
             said_at: None,
         }
     }
 
-    /// Takes one handshake if one is in hand.
-    fn take(&mut self, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.at = self.at.max(now);
-        self.in_hand = (self.in_hand + elapsed * self.per_s).min(self.per_s);
-        if self.in_hand >= 1.0 {
-            self.in_hand -= 1.0;
+    /// Whether a connection from `ip` may have a handshake: both its address's share
+    /// and the node's have one in hand (taken by [`HandshakeShare::spend`] once the
+    /// connection is admitted).
+    fn allows(&mut self, ip: std::net::IpAddr, now: Instant) -> bool {
+        let per_address = (self.all.per_s / 4.0).max(1.0);
+        if !self.by_address.contains_key(&ip) && self.by_address.len() >= HANDSHAKE_ADDRESSES {
+            if let Some(oldest) = self
+                .by_address
+                .iter()
+                .min_by_key(|(_, b)| b.at)
+                .map(|(a, _)| *a)
+            {
+                self.by_address.remove(&oldest);
+            }
+        }
+        let mine = self
+            .by_address
+            .entry(ip)
+            .or_insert_with(|| Bucket::new(per_address, now));
+        if mine.has_one(now) && self.all.has_one(now) {
             return true;
         }
         self.refused += 1;
@@ -118,13 +158,21 @@ impl HandshakeShare {
             .is_none_or(|t| now.saturating_duration_since(t) >= ACCEPT_LOG_EVERY)
         {
             warn!(
-                "new TLS connections closed unanswered: {} a second at most ([tls] max_handshakes_per_s); {} since the last report",
-                self.per_s, self.refused
+                "new TLS connections closed unanswered: {} a second at most, a quarter of it from one address ([tls] max_handshakes_per_s); {} since the last report",
+                self.all.per_s, self.refused
             );
             self.refused = 0;
             self.said_at = Some(now);
         }
         false
+    }
+
+    /// Takes the handshake [`HandshakeShare::allows`] said `ip` may have.
+    fn spend(&mut self, ip: std::net::IpAddr) {
+        if let Some(mine) = self.by_address.get_mut(&ip) {
+            mine.in_hand -= 1.0;
+        }
+        self.all.in_hand -= 1.0;
     }
 }
 
@@ -166,8 +214,10 @@ impl EventLoop {
                     return;
                 }
             };
-            // Before anything else: a handshake the loop may spend on it.
-            if server.tls.is_some() && !server.handshakes.take(now) {
+            // A handshake the loop may spend on it: asked first, so that no pending
+            // login is closed for a newcomer refused anyway.
+            let tls = server.tls.is_some();
+            if tls && !server.handshakes.allows(peer.ip(), now) {
                 let _ = stream.shutdown(std::net::Shutdown::Both);
                 continue;
             }
@@ -182,6 +232,9 @@ impl EventLoop {
                 let text = format!("connection limit reached: {max_conns} connections");
                 refuse(&mut stream, &text, server.tls.is_some(), listener);
                 continue;
+            }
+            if tls {
+                server.handshakes.spend(peer.ip());
             }
             let _ = stream.set_nodelay(true);
             if server.cfg.limits.socket_send_buffer_bytes > 0 {

@@ -11,13 +11,14 @@ use tickwire_gateway::UpdateCache;
 
 /// How often RSSL connections' pings are seen to (their intervals are seconds).
 const RSSL_TICK: Duration = Duration::from_millis(500);
-/// Most connections that never logged in lingering at once: past it the oldest of
-/// them are closed at once, so that a peer opening connections only to have them
-/// closed (HTTP requests, each new one from an address at its cap of pending logins
-/// closing that address's oldest) cannot hold thousands of sockets for the linger
-/// time. A connection that logged in (a slow consumer's last status, a logout) keeps
-/// its linger.
-const MAX_LINGERING_UNLOGGED: usize = 1024;
+/// Most connections lingering at once: past it some are closed at once, so that a
+/// peer having the node close its connections (HTTP requests, each new one from an
+/// address at its cap of pending logins closing that address's oldest, a login broken
+/// on purpose) cannot hold thousands of sockets and their queues for the linger time.
+/// Those that never logged in go first, then those that did; in each, those that have
+/// all the node had for them (waiting only for their peer's close) before those still
+/// receiving (a slow reader of a page, a slow consumer's last status); the oldest first.
+const MAX_LINGERING: usize = 1024;
 
 /// How often lingering connections are looked at while nothing else happens.
 const LINGER_CHECK: Duration = Duration::from_millis(10);
@@ -62,11 +63,8 @@ impl Connections {
         }
     }
 
-    /// A newly accepted connection (its id is the core's). The id may have been an
-    /// in-process peer's, closed and let go of: what was left of that one here is not
-    /// this connection's.
+    /// A newly accepted connection (its id is the core's).
     pub(super) fn insert(&mut self, id: ConnId, socket: Socket) {
-        self.lingering.retain(|&(l, _)| l != id);
         if self.sockets.len() <= id {
             self.sockets.resize_with(id + 1, || None);
         }
@@ -253,30 +251,28 @@ impl Connections {
         }
     }
 
-    /// The lingering connections that never logged in and would stay, past
-    /// [`MAX_LINGERING_UNLOGGED`]: those done writing (waiting only for their peer's
-    /// close: it has all the node had for it) first, then those still writing (a slow
-    /// reader of a page), the oldest first in each.
+    /// The lingering connections that would stay, past [`MAX_LINGERING`], in the order
+    /// they give way (see there).
     fn over_the_cap(&self, core: &Node, now: Instant) -> std::collections::HashSet<ConnId> {
-        if self.lingering.len() <= MAX_LINGERING_UNLOGGED {
+        if self.lingering.len() <= MAX_LINGERING {
             return Default::default();
         }
-        let (mut done, mut writing) = (Vec::new(), Vec::new());
+        // [never logged in, logged in] x [all written, still receiving].
+        let mut ranks: [Vec<ConnId>; 4] = Default::default();
         for &(id, deadline) in &self.lingering {
             let socket = self.sockets.get(id).and_then(|s| s.as_ref());
             let Some(s) = socket.filter(|s| !s.dead) else {
                 continue;
             };
-            if now >= deadline || core.ever_logged_in(id) {
+            if now >= deadline {
                 continue;
             }
-            match unsent(core, s, id) {
-                true => writing.push(id),
-                false => done.push(id),
-            }
+            let rank = 2 * usize::from(core.ever_logged_in(id)) + usize::from(unsent(core, s, id));
+            ranks[rank].push(id);
         }
-        let excess = (done.len() + writing.len()).saturating_sub(MAX_LINGERING_UNLOGGED);
-        done.into_iter().chain(writing).take(excess).collect()
+        let staying: usize = ranks.iter().map(Vec::len).sum();
+        let excess = staying.saturating_sub(MAX_LINGERING);
+        ranks.into_iter().flatten().take(excess).collect()
     }
 
     /// Writes what connection `id` has pending, as far as its socket takes it.
