@@ -26,6 +26,7 @@ mod deferred;
 mod files;
 mod items;
 pub mod latency;
+mod loop_share;
 mod posts;
 mod replay;
 mod security;
@@ -34,6 +35,7 @@ mod streams;
 
 pub use admission::Admission;
 pub use files::{FilesIn, FILES_IN_BYTES};
+pub use loop_share::LoopShare;
 
 /// Who one of the node's own in-process parts is, as its core sees it
 /// ([`Node::join_internal`]): its figures item, a backbone role, an upstream link.
@@ -395,7 +397,7 @@ pub struct Node {
     /// Connections closing: detached, their socket not yet gone.
     closing_conns: usize,
     /// What the item name queries may still look at ([`Node::service_item_names`]).
-    item_scans: ScanShare,
+    item_scans: LoopShare,
     /// Pending logins per address, failed logins ([`Node::admit`]).
     guard: admission::LoginGuard,
     /// Secrets to check off the event loop.
@@ -429,39 +431,6 @@ pub const ITEM_NAMES_SCANNED_PER_S: f64 = 2_000_000.0;
 /// The names of a service's items a query found, and whether more match.
 pub type ItemNames = (Vec<String>, bool);
 
-/// The item queries' share of the loop: names they may look at, refilled at
-/// [`ITEM_NAMES_SCANNED_PER_S`] up to a second's worth; a query goes while the share is
-/// not spent, and may take it below zero (a service larger than a second's worth).
-#[derive(Debug)]
-struct ScanShare {
-    names: f64,
-    at: Instant,
-}
-
-impl ScanShare {
-    fn new(now: Instant) -> Self {
-        ScanShare {
-            names: ITEM_NAMES_SCANNED_PER_S,
-            at: now,
-        }
-    }
-
-    /// Takes `cost` names if the share is not spent; else how long until it is not.
-    fn take(&mut self, cost: f64, now: Instant) -> Result<(), Duration> {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.at = self.at.max(now);
-        self.names =
-            (self.names + elapsed * ITEM_NAMES_SCANNED_PER_S).min(ITEM_NAMES_SCANNED_PER_S);
-        if self.names < 0.0 {
-            return Err(Duration::from_secs_f64(
-                -self.names / ITEM_NAMES_SCANNED_PER_S,
-            ));
-        }
-        self.names -= cost;
-        Ok(())
-    }
-}
-
 impl Node {
     /// A node with no connection, its clock at `now`.
     pub fn new(cfg: CoreConfig, now: Instant) -> Self {
@@ -491,7 +460,7 @@ impl Node {
             max_image,
             awaiting_login: 0,
             closing_conns: 0,
-            item_scans: ScanShare::new(now),
+            item_scans: LoopShare::new(ITEM_NAMES_SCANNED_PER_S, now),
             guard: admission::LoginGuard::default(),
             auth_requests: Vec::new(),
             next_ticket: 0,

@@ -2033,8 +2033,8 @@ fn an_in_process_peer_speaks_to_the_core_in_messages_not_bytes() {
 #[test]
 fn item_name_queries_share_the_loop() {
     let t0 = Instant::now();
-    let mut share = crate::ScanShare::new(t0);
     let per_s = crate::ITEM_NAMES_SCANNED_PER_S;
+    let mut share = crate::LoopShare::new(per_s, t0);
     assert!(share.take(per_s / 2.0, t0).is_ok());
     assert!(share.take(per_s, t0).is_ok(), "half is left: it goes");
     let wait = share.take(1.0, t0).expect_err("spent");

@@ -13,6 +13,7 @@ use mio::{Interest, Token};
 use std::io::{self, ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+use tickwire_core::LoopShare;
 use tickwire_proto::frame::{FrameReader, FrameWriter};
 use tickwire_proto::{code, Message, State, Status};
 
@@ -83,8 +84,8 @@ impl AcceptTrouble {
 /// otherwise keep the loop at its crypto. One address may take a quarter of it at most,
 /// so that one host opening connections as fast as it can does not lock the others out.
 pub(super) struct HandshakeShare {
-    all: Bucket,
-    by_address: std::collections::HashMap<std::net::IpAddr, Bucket>,
+    all: LoopShare,
+    by_address: std::collections::HashMap<std::net::IpAddr, LoopShare>,
     /// Connections closed for want of it, since the last time the node said so.
     refused: u64,
     said_at: Option<Instant>,
@@ -94,35 +95,10 @@ pub(super) struct HandshakeShare {
 /// forgotten past it: its share was whole again anyway after a second).
 const HANDSHAKE_ADDRESSES: usize = 4096;
 
-/// Tokens refilled at `per_s`, up to a second's worth.
-struct Bucket {
-    per_s: f64,
-    in_hand: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn new(per_s: f64, now: Instant) -> Self {
-        Bucket {
-            per_s,
-            in_hand: per_s,
-            at: now,
-        }
-    }
-
-    /// Whether one is in hand at `now` (not taken).
-    fn has_one(&mut self, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.at = self.at.max(now);
-        self.in_hand = (self.in_hand + elapsed * self.per_s).min(self.per_s);
-        self.in_hand >= 1.0
-    }
-}
-
 impl HandshakeShare {
     pub(super) fn new(per_s: u32, now: Instant) -> Self {
         HandshakeShare {
-            all: Bucket::new(f64::from(per_s.max(1)), now),
+            all: LoopShare::new(f64::from(per_s.max(1)), now),
             by_address: Default::default(),
             refused: 0,
             said_at: None,
@@ -133,12 +109,12 @@ impl HandshakeShare {
     /// and the node's have one in hand (taken by [`HandshakeShare::spend`] once the
     /// connection is admitted).
     fn allows(&mut self, ip: std::net::IpAddr, now: Instant) -> bool {
-        let per_address = (self.all.per_s / 4.0).max(1.0);
+        let per_address = (self.all.per_s() / 4.0).max(1.0);
         if !self.by_address.contains_key(&ip) && self.by_address.len() >= HANDSHAKE_ADDRESSES {
             if let Some(oldest) = self
                 .by_address
                 .iter()
-                .min_by_key(|(_, b)| b.at)
+                .min_by_key(|(_, s)| s.last_asked())
                 .map(|(a, _)| *a)
             {
                 self.by_address.remove(&oldest);
@@ -147,8 +123,8 @@ impl HandshakeShare {
         let mine = self
             .by_address
             .entry(ip)
-            .or_insert_with(|| Bucket::new(per_address, now));
-        if mine.has_one(now) && self.all.has_one(now) {
+            .or_insert_with(|| LoopShare::new(per_address, now));
+        if mine.has(1.0, now).is_ok() && self.all.has(1.0, now).is_ok() {
             return true;
         }
         self.refused += 1;
@@ -159,7 +135,8 @@ impl HandshakeShare {
         {
             warn!(
                 "new TLS connections closed unanswered: {} a second at most, a quarter of it from one address ([tls] max_handshakes_per_s); {} since the last report",
-                self.all.per_s, self.refused
+                self.all.per_s(),
+                self.refused
             );
             self.refused = 0;
             self.said_at = Some(now);
@@ -170,9 +147,9 @@ impl HandshakeShare {
     /// Takes the handshake [`HandshakeShare::allows`] said `ip` may have.
     fn spend(&mut self, ip: std::net::IpAddr) {
         if let Some(mine) = self.by_address.get_mut(&ip) {
-            mine.in_hand -= 1.0;
+            mine.spend(1.0);
         }
-        self.all.in_hand -= 1.0;
+        self.all.spend(1.0);
     }
 }
 
