@@ -37,6 +37,9 @@ pub struct ServiceInfo<'a> {
     pub up: Option<bool>,
     /// The map entry deletes the service.
     pub deleted: bool,
+    /// The map entry adds the service (every refresh's entries, and a service back
+    /// after its deletion): it describes the service in full.
+    pub added: bool,
     /// Its GROUP filter entries, in the message's order.
     pub groups: Vec<GroupChange<'a>>,
 }
@@ -54,10 +57,12 @@ impl ServiceInfo<'_> {
     }
 
     /// The state the node is told of a service: a new one whose state is not given is
-    /// taken as up; a known one keeps its state (None: nothing to tell).
+    /// taken as up, and so is one added anew (a deleted service's id may come back
+    /// without a STATE filter); a known one updated keeps its state (None: nothing to
+    /// tell).
     pub fn state_to_tell(&self, known: bool) -> Option<ServiceState> {
         match self.state() {
-            None if known => None,
+            None if known && !self.added => None,
             None => Some(ServiceState::Up),
             said => said,
         }
@@ -96,6 +101,7 @@ pub fn services(map: &[u8]) -> Result<Vec<ServiceInfo<'_>>, RwfError> {
             name: None,
             up: None,
             deleted: action == map_action::DELETE,
+            added: action == map_action::ADD,
             groups: Vec::new(),
         };
         if !s.deleted {
@@ -155,6 +161,7 @@ mod tests {
             name: None,
             up,
             deleted,
+            added: false,
             groups: Vec::new(),
         }
     }
@@ -178,6 +185,20 @@ mod tests {
             info(None, true).state_to_tell(true),
             Some(ServiceState::Down)
         );
+    }
+
+    #[test]
+    fn a_known_service_added_anew_without_its_state_is_up() {
+        let added = ServiceInfo {
+            added: true,
+            ..info(None, false)
+        };
+        assert_eq!(added.state_to_tell(true), Some(ServiceState::Up));
+        let added_down = ServiceInfo {
+            added: true,
+            ..info(Some(false), false)
+        };
+        assert_eq!(added_down.state_to_tell(true), Some(ServiceState::Down));
     }
 
     #[test]

@@ -584,6 +584,35 @@ mod tests {
     }
 
     #[test]
+    fn a_deleted_service_added_back_without_a_state_is_up_again() {
+        let (mut link, mut to_node, mut out) = serving_prov();
+        to_node.clear();
+        let deletion =
+            testing::source_directory(DIRECTORY_STREAM, DirectoryMsg::Deletion, 7, |_, _| {});
+        link.on_provider_message(&deletion, &mut to_node, &mut out)
+            .unwrap();
+        assert!(
+            said(&to_node)[0].contains("state: Down"),
+            "{:?}",
+            said(&to_node)
+        );
+        to_node.clear();
+        // Back in an unsolicited refresh, INFO alone.
+        let back =
+            testing::source_directory(DIRECTORY_STREAM, DirectoryMsg::Unsolicited, 7, |o, fl| {
+                testing::info(o, fl, b"PROV")
+            });
+        link.on_provider_message(&back, &mut to_node, &mut out)
+            .unwrap();
+        let said = said(&to_node);
+        assert!(
+            said.iter()
+                .any(|m| m.contains("\"PROV\"") && m.contains("state: Up")),
+            "{said:?}"
+        );
+    }
+
+    #[test]
     fn a_directory_update_of_a_services_load_alone_leaves_its_state() {
         let (mut link, mut to_node, mut out) = serving_prov();
         to_node.clear();

@@ -18,6 +18,8 @@ pub enum DirectoryMsg {
     Unsolicited,
     /// An update.
     Update,
+    /// An update whose map entry deletes the service (its filters are not written).
+    Deletion,
 }
 
 /// One GROUP filter entry: the group, the group it merges into, its new state (stream
@@ -91,9 +93,9 @@ pub fn source_directory(
     let flags = match kind {
         DirectoryMsg::Solicited => refresh::SOLICITED | refresh::REFRESH_COMPLETE,
         DirectoryMsg::Unsolicited => refresh::REFRESH_COMPLETE,
-        DirectoryMsg::Update => 0,
+        DirectoryMsg::Update | DirectoryMsg::Deletion => 0,
     };
-    let action = if kind == DirectoryMsg::Update {
+    let action = if matches!(kind, DirectoryMsg::Update | DirectoryMsg::Deletion) {
         let w = msg::MsgWriter::begin(
             &mut out,
             class::UPDATE,
@@ -104,7 +106,11 @@ pub fn source_directory(
         );
         out.push(0); // update type: unspecified
         w.end_header(&mut out);
-        map_action::UPDATE
+        if kind == DirectoryMsg::Deletion {
+            map_action::DELETE
+        } else {
+            map_action::UPDATE
+        }
     } else {
         let ok = ok();
         msg::begin_refresh(

@@ -1149,6 +1149,26 @@ fn a_group_state_after_its_service_went_down_and_up_reaches_the_items() {
     assert_eq!(said.len(), 1, "X stays suspect at the node: {said:?}");
 }
 
+/// A non-interactive provider that deletes its service and adds it back with its INFO
+/// filter alone has it up again (its id was known: it stayed down).
+#[test]
+fn a_providers_service_deleted_and_added_back_without_a_state_is_up() {
+    use crate::testing::{info, source_directory, DirectoryMsg};
+    let (mut s, _, _) = provider_with_an_item();
+    let deletion = source_directory(-1, DirectoryMsg::Deletion, 7, |_, _| {});
+    let said = provider_says(&mut s, &deletion);
+    assert!(said.iter().any(|m| m.contains("Down")), "{said:?}");
+    let back = source_directory(-1, DirectoryMsg::Unsolicited, 7, |o, fl| {
+        info(o, fl, b"PROV")
+    });
+    let said = provider_says(&mut s, &back);
+    assert!(
+        said.iter()
+            .any(|m| m.contains("\"PROV\"") && m.contains("Up")),
+        "{said:?}"
+    );
+}
+
 /// Off-stream posts past the 65,536 the session remembers for their Acks are refused:
 /// none could be told apart from a repeat of a post id.
 #[test]
