@@ -552,6 +552,18 @@ mod tests {
         (link, to_node, out)
     }
 
+    /// The link told the node that `service` is in `state` (as the node's directory
+    /// message prints it).
+    fn assert_told(to_node: &[u8], service: &str, state: &str) {
+        let said = said(to_node);
+        let service = format!("{service:?}");
+        assert!(
+            said.iter()
+                .any(|m| m.contains(&service) && m.contains(state)),
+            "{said:?}"
+        );
+    }
+
     /// The node's messages a link sent, decoded.
     fn said(to_node: &[u8]) -> Vec<String> {
         MessageIter::new(to_node)
@@ -564,23 +576,14 @@ mod tests {
         let (mut link, mut to_node, mut out) = serving_prov();
         to_node.clear();
         link.on_lost(&mut to_node);
-        assert!(
-            said(&to_node)[0].contains("state: Down"),
-            "{:?}",
-            said(&to_node)
-        );
+        assert_told(&to_node, "PROV", "state: Down");
         to_node.clear();
         link.on_connected(&mut out);
         link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
             .unwrap();
         link.on_provider_message(&directory_refresh(false), &mut to_node, &mut out)
             .unwrap();
-        let said = said(&to_node);
-        assert!(
-            said.iter()
-                .any(|m| m.contains("\"PROV\"") && m.contains("state: Up")),
-            "{said:?}"
-        );
+        assert_told(&to_node, "PROV", "state: Up");
     }
 
     #[test]
@@ -591,11 +594,7 @@ mod tests {
             testing::source_directory(DIRECTORY_STREAM, DirectoryMsg::Deletion, 7, |_, _| {});
         link.on_provider_message(&deletion, &mut to_node, &mut out)
             .unwrap();
-        assert!(
-            said(&to_node)[0].contains("state: Down"),
-            "{:?}",
-            said(&to_node)
-        );
+        assert_told(&to_node, "PROV", "state: Down");
         to_node.clear();
         // Back in an unsolicited refresh, INFO alone.
         let back =
@@ -604,12 +603,7 @@ mod tests {
             });
         link.on_provider_message(&back, &mut to_node, &mut out)
             .unwrap();
-        let said = said(&to_node);
-        assert!(
-            said.iter()
-                .any(|m| m.contains("\"PROV\"") && m.contains("state: Up")),
-            "{said:?}"
-        );
+        assert_told(&to_node, "PROV", "state: Up");
     }
 
     #[test]
@@ -618,11 +612,7 @@ mod tests {
         to_node.clear();
         link.on_provider_message(&directory_update(Some(0)), &mut to_node, &mut out)
             .unwrap();
-        assert!(
-            said(&to_node)[0].contains("state: Down"),
-            "{:?}",
-            said(&to_node)
-        );
+        assert_told(&to_node, "PROV", "state: Down");
         to_node.clear();
         link.on_provider_message(&directory_update(None), &mut to_node, &mut out)
             .unwrap();
