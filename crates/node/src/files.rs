@@ -1343,26 +1343,6 @@ impl Outbox {
     }
 }
 
-/// The files thread's nice value: below the event loop's and the backbone's threads,
-/// so on a busy machine files wait for a CPU and market data does not.
-const FILES_NICE: i32 = 10;
-
-/// Lowers this thread's scheduling priority to [`FILES_NICE`] (a thread's nice value
-/// is its own on Linux). Raising it back would need a privilege, lowering never does.
-fn yield_to_market_data() {
-    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
-    let r = unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, FILES_NICE)
-    };
-    if r != 0 {
-        warn!(
-            "files: cannot lower the files thread's priority: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 /// What the files did over the node's run, when it stops (`scripts/files_to_sites.sh`
 /// prints it).
 fn log_totals(hub: &Hub) {
@@ -1441,7 +1421,7 @@ fn run(
     mut outbox: Option<Outbox>,
     figures: ThreadFigures,
 ) {
-    yield_to_market_data();
+    crate::background::yield_to_market_data("files thread");
     let mut audit_failed = false;
     let mut wire = FilesWire::new();
     let mut before_framing = BeforeFraming::new();

@@ -9,6 +9,7 @@
 
 mod auth;
 pub mod backbone;
+mod background;
 pub mod config;
 mod config_error;
 mod core_output;

@@ -5,7 +5,7 @@
 //! take it.
 //!
 //! What each end adds stays with it: the node logs a failed session once with its peer
-//! and closes politely (`crates/node/src/tls.rs`); the client explains a certificate it
+//! and closes politely (`crates/node/src/tls/`); the client explains a certificate it
 //! refuses (`crates/client/src/tls.rs`).
 
 #![forbid(unsafe_code)]

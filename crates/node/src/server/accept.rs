@@ -78,10 +78,10 @@ impl AcceptTrouble {
 }
 
 /// New TLS connections allowed a second (`[tls] max_handshakes_per_s`), with a
-/// second's worth in hand: each costs the event loop its handshake's key exchange and
-/// signature (about 0.8 ms with an RSA-2048 key), so a peer opening connections as fast
-/// as it can (even replaying one recorded ClientHello, which costs it nothing) could
-/// otherwise keep the loop at its crypto. One address may take a quarter of it at most,
+/// second's worth in hand: each costs the node its handshake's key exchange and
+/// signature (about 0.9 ms with an RSA-2048 key, on the handshakes' thread), so a peer
+/// opening connections as fast as it can (even replaying one recorded ClientHello,
+/// which costs it nothing) could otherwise keep a CPU at its crypto. One address may take a quarter of it at most,
 /// so that one host opening connections as fast as it can does not lock the others out.
 pub(super) struct HandshakeShare {
     all: LoopShare,
@@ -227,7 +227,7 @@ impl EventLoop {
                 core.on_disconnect(id, now);
                 continue;
             }
-            let transport = match Transport::new(stream, peer, server.tls.as_ref()) {
+            let transport = match Transport::accepted(stream, peer, id, server.tls.as_ref()) {
                 Ok(t) => t,
                 Err(e) => {
                     warn!("cannot start TLS with {peer}: {e}");

@@ -114,6 +114,27 @@ impl Connections {
         }
     }
 
+    /// TLS sessions back from the handshakes' thread: each connection is read this
+    /// turn (its handshake may have failed, or plaintext came with its last records)
+    /// and written (what the core queued meanwhile).
+    pub(super) fn handshakes_back(
+        &mut self,
+        core: &mut Node,
+        sessions: impl Iterator<Item = crate::tls::handshakes::HandshakeJob>,
+        now: Instant,
+    ) {
+        for job in sessions {
+            let id = job.conn;
+            let Some(s) = self.sockets.get_mut(id).and_then(|s| s.as_mut()) else {
+                continue;
+            };
+            if s.transport.handshake_back(job) {
+                self.ready.push(id);
+                self.flush(core, id, now);
+            }
+        }
+    }
+
     /// Reads every readable connection (a fair share each) into the core.
     pub(super) fn read_ready(
         &mut self,
@@ -304,7 +325,7 @@ impl Connections {
     /// expiry would disconnect whoever reuses the id. One still in its TLS handshake
     /// is closed at once: the reason could not reach it, and finishing the handshake
     /// would cost the node a key exchange for nothing (a peer that has its connections
-    /// closed as fast as it opens them would keep the event loop at its crypto).
+    /// closed as fast as it opens them would keep a CPU at its crypto).
     fn start_linger(&mut self, id: ConnId, now: Instant) {
         let socket = self.sockets.get(id).and_then(|s| s.as_ref());
         let deadline = match socket.is_some_and(|s| s.transport.handshaking()) {

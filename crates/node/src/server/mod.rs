@@ -84,7 +84,7 @@ pub struct NodeServer {
     accept_trouble: AcceptTrouble,
     users: Option<Arc<tickwire_core::Users>>,
     /// `[tls]`: both ports speak TLS only.
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<crate::tls::TlsServer>,
     /// New TLS connections allowed now (`[tls] max_handshakes_per_s`).
     handshakes: accept::HandshakeShare,
     /// `[files]`: the files thread, started with its directories opened.
@@ -239,9 +239,19 @@ impl NodeServer {
             })
         });
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let tls = cfg
+        let tls = match cfg
             .load_tls()
-            .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
+            .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?
+        {
+            Some(config) => Some(crate::tls::TlsServer {
+                config,
+                handshakes: crate::tls::handshakes::Handshakes::start(
+                    waker.clone(),
+                    cfg.limits.max_pending_logins,
+                )?,
+            }),
+            None => None,
+        };
         if tls.is_some() {
             info!(
                 "TLS on (certificate {}): {} TLS clients only",
