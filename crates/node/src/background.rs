@@ -1,6 +1,6 @@
-//! Threads that work beside the event loop (the files, the TLS handshakes' crypto) run
-//! at a lower scheduling priority: on a busy machine they wait for a CPU, and market
-//! data does not.
+//! Threads whose work may wait (the files) run at a lower scheduling priority than the
+//! event loop: on a busy machine they wait for a CPU, and market data does not. (Not
+//! the TLS handshakes' thread: a client waits for it, `tls/handshakes.rs`.)
 
 use log::warn;
 

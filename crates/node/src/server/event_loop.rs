@@ -242,9 +242,10 @@ impl EventLoop {
 
     /// Reads every readable connection into the core.
     pub(super) fn read_connections(&mut self, now: Instant) {
-        if let Some(tls) = &self.server.tls {
+        if let Some(tls) = &mut self.server.tls {
             self.conns
                 .handshakes_back(&mut self.core, tls.handshakes.finished(), now);
+            tls.handshakes.report(now);
         }
         let (encoded, reused) = (self.conns.ws_cache.misses, self.conns.ws_cache.hits);
         let view = self.parts.view(encoded, reused);

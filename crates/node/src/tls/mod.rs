@@ -32,6 +32,7 @@ use rustls::{ServerConfig, ServerConnection};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tickwire_core::ConnId;
 
@@ -158,6 +159,15 @@ struct Offload {
     stand_in: Option<ServerConnection>,
     /// Trips to the thread so far.
     trips: u32,
+    /// Set when this session is dropped (its connection closed): a job still queued
+    /// for it is skipped.
+    closed: Arc<AtomicBool>,
+}
+
+impl Drop for Offload {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Trips to the handshakes' thread a handshake may take: TLS 1.3 takes two (the
@@ -199,6 +209,7 @@ impl Transport {
             config: tls.config.clone(),
             stand_in: None,
             trips: 0,
+            closed: Arc::new(AtomicBool::new(false)),
         };
         TlsStream::transport(tcp, peer, &tls.config, Some(offload))
     }
@@ -367,10 +378,15 @@ impl TlsStream {
                 "TLS {what} with {} failed: {e}{hint}; closing the connection",
                 self.peer
             );
-            self.s.send_alert();
-            let _ = self.s.tcp.shutdown(Shutdown::Write);
+            self.close_failed();
         }
         io::Error::new(ErrorKind::InvalidData, format!("TLS {what} failed: {e}"))
+    }
+
+    /// The alert rustls queued, if the socket takes it, then the end of the write side.
+    fn close_failed(&mut self) {
+        self.s.send_alert();
+        let _ = self.s.tcp.shutdown(Shutdown::Write);
     }
 
     fn failed_error(&self) -> io::Error {
@@ -411,6 +427,9 @@ impl TlsStream {
         let mut got = false;
         loop {
             match self.s.tls.read_tls(&mut self.s.tcp) {
+                // The end after records (a client's Finished, a request and its FIN
+                // in one write): they are processed first, rustls reports the end after.
+                Ok(0) if got => break,
                 Ok(0) => return Ok(0),
                 Ok(_) => got = true,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -439,6 +458,7 @@ impl TlsStream {
             ticket: off.ticket,
             tls: Box::new(std::mem::replace(&mut self.s.tls, stand_in)),
             result: Ok(()),
+            closed: off.closed.clone(),
         };
         match off.queue.submit(job) {
             Ok(()) => {
@@ -446,10 +466,15 @@ impl TlsStream {
                 Err(ErrorKind::WouldBlock.into())
             }
             Err(NotTaken::Full(job)) => {
+                // Counted and reported by the loop (`Handshakes::report`), not logged
+                // one by one.
                 self.s.tls = *job.tls;
-                let why = "the node has as many TLS handshakes under way as connections may \
-                           wait to log in ([limits] max_pending_logins)";
-                Err(self.fail("handshake (the node is busy)", &why))
+                self.failed = true;
+                self.close_failed();
+                Err(io::Error::new(
+                    ErrorKind::InvalidData,
+                    "TLS handshake refused: the handshakes' thread is behind",
+                ))
             }
             Err(NotTaken::Gone(job)) => {
                 // The thread died: this connection and the next do theirs here.
@@ -588,6 +613,12 @@ mod tests {
     /// A TLS server for the tests, its handshakes' thread running; the certificate's
     /// directory and PEM.
     fn started(tag: &str) -> (std::path::PathBuf, TlsServer, String) {
+        let (dir, server, pem, _) = started_with_poll(tag);
+        (dir, server, pem)
+    }
+
+    /// As [`started`], with the poll the thread wakes (its waker's token is 0).
+    fn started_with_poll(tag: &str) -> (std::path::PathBuf, TlsServer, String, mio::Poll) {
         let (dir, cert, key, pem) = cert_files(tag);
         let poll = mio::Poll::new().unwrap();
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
@@ -595,7 +626,7 @@ mod tests {
             config: server_config(&cert, &key).unwrap(),
             handshakes: Handshakes::start(waker, 4).unwrap(),
         };
-        (dir, server, pem)
+        (dir, server, pem, poll)
     }
 
     /// A TLS server whose handshakes' queue (of `capacity`) no thread reads, and the
@@ -708,13 +739,21 @@ mod tests {
     /// handshake goes on, then the session carries data both ways.
     #[test]
     fn a_handshake_is_processed_on_the_handshakes_thread() {
-        let (dir, server, pem) = started("thread");
+        let (dir, server, pem, mut poll) = started_with_poll("thread");
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let client = tls_client(l.local_addr().unwrap(), client_config(&pem));
         let mut t = accept(&l, 3, &server);
         // The ClientHello read, its session handed over: nothing to read or write.
         hand_over(&mut t);
         assert!(t.handshaking());
+        // Its return wakes the loop.
+        let mut events = mio::Events::with_capacity(4);
+        poll.poll(&mut events, Some(Duration::from_secs(20)))
+            .unwrap();
+        assert!(
+            events.iter().any(|e| e.token() == mio::Token(0)),
+            "the loop is woken"
+        );
         let w = t.write(b"early");
         assert!(w.is_err_and(|e| e.kind() == ErrorKind::WouldBlock));
         assert!(!t.has_pending());
@@ -723,6 +762,106 @@ mod tests {
         assert!(back >= 1, "{back} sessions back");
         assert!(!t.handshaking());
         answer(&mut t, client);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// What the peer sends while its session is away stays in the socket: it is read
+    /// into the session once back, never into the stand-in.
+    #[test]
+    fn bytes_that_come_while_the_session_is_away_stay_in_the_socket() {
+        use std::os::fd::AsRawFd;
+        let (dir, server, pem, _inbox) = unstarted("stays", 4);
+        let mut client =
+            rustls::ClientConnection::new(client_config(&pem), "127.0.0.1".try_into().unwrap())
+                .unwrap();
+        let mut hello = Vec::new();
+        client.write_tls(&mut hello).unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        peer.write_all(&hello).unwrap();
+        let mut t = accept(&l, 4, &server);
+        hand_over(&mut t);
+        peer.write_all(b"sixsix").unwrap();
+        let fd = t.tcp().as_raw_fd();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut peek = [0u8; 16];
+        let waiting = loop {
+            let mut buf = [0u8; 16];
+            let r = t.read(&mut buf);
+            assert!(
+                r.as_ref().is_err_and(|e| e.kind() == ErrorKind::WouldBlock),
+                "{r:?}"
+            );
+            // SAFETY: a valid socket and a buffer of the length given.
+            let n = unsafe {
+                libc::recv(
+                    fd,
+                    peek.as_mut_ptr().cast(),
+                    peek.len(),
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            if n == 6 || Instant::now() > deadline {
+                break n;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(waiting, 6, "the bytes are still in the socket");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A client whose Finished, first request and end of stream come in one write: the
+    /// request is read, then the end (the records are processed before the end is
+    /// said).
+    #[test]
+    fn a_request_that_comes_with_the_end_of_the_stream_is_read_before_it() {
+        let (dir, server, pem) = started("fin");
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let cfg = client_config(&pem);
+        let addr = l.local_addr().unwrap();
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel();
+        let client = std::thread::spawn(move || {
+            let tcp = std::net::TcpStream::connect(addr).unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut conn =
+                rustls::ClientConnection::new(cfg, "127.0.0.1".try_into().unwrap()).unwrap();
+            let mut tcp = tcp;
+            // The ClientHello, then the server's flight read.
+            while conn.is_handshaking() {
+                if conn.wants_write() {
+                    conn.write_tls(&mut tcp).unwrap();
+                } else {
+                    conn.read_tls(&mut tcp).unwrap();
+                    conn.process_new_packets().unwrap();
+                }
+            }
+            // Finished (queued by the last step), the request, and the FIN at once.
+            conn.writer().write_all(b"ping").unwrap();
+            let mut out = Vec::new();
+            while conn.wants_write() {
+                conn.write_tls(&mut out).unwrap();
+            }
+            tcp.write_all(&out).unwrap();
+            tcp.shutdown(std::net::Shutdown::Write).unwrap();
+            sent_tx.send(()).unwrap();
+        });
+        let mut t = accept(&l, 6, &server);
+        // The ClientHello's session back, its answer written.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut buf = [0u8; 16];
+        loop {
+            assert!(Instant::now() < deadline, "no answer to the ClientHello");
+            let _ = t.read(&mut buf);
+            if server.handshakes.finished().any(|j| t.handshake_back(j)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        sent_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        let (got, _) = read_through_the_thread(&mut t, &server, 4);
+        assert_eq!(got, b"ping");
+        assert_eq!(t.read(&mut buf).unwrap(), 0, "then the end");
+        client.join().unwrap();
         std::fs::remove_dir_all(dir).unwrap();
     }
 
