@@ -245,7 +245,7 @@ impl EventLoop {
         if let Some(tls) = &mut self.server.tls {
             self.conns
                 .handshakes_back(&mut self.core, tls.handshakes.finished(), now);
-            tls.handshakes.report(now);
+            let _ = tls.handshakes.report(now);
         }
         let (encoded, reused) = (self.conns.ws_cache.misses, self.conns.ws_cache.hits);
         let view = self.parts.view(encoded, reused);

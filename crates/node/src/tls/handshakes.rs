@@ -148,13 +148,13 @@ impl Handshakes {
     }
 
     /// Says how many handshakes a full queue failed, at most every 10 s (a flood of
-    /// them must not flood the log too).
-    pub fn report(&mut self, now: Instant) {
+    /// them must not flood the log too); the count it said, if it did.
+    pub fn report(&mut self, now: Instant) -> Option<u64> {
         if self
             .said_at
             .is_some_and(|t| now.saturating_duration_since(t) < REPORT_EVERY)
         {
-            return;
+            return None;
         }
         let refused = self.queue.shared.refused.swap(0, Ordering::Relaxed);
         if refused > 0 {
@@ -163,7 +163,9 @@ impl Handshakes {
                 self.capacity
             );
             self.said_at = Some(now);
+            return Some(refused);
         }
+        None
     }
 }
 
@@ -194,6 +196,35 @@ mod tests {
             .with_single_cert(vec![cert], key)
             .unwrap();
         Arc::new(cfg)
+    }
+
+    /// Handshakes a full queue failed are said at most every 10 s, each counted once.
+    #[test]
+    fn refused_handshakes_are_counted_and_said_at_most_every_ten_seconds() {
+        let (mut handshakes, _inbox) = unstarted(1);
+        let config = config();
+        let job = || HandshakeJob {
+            conn: 1,
+            ticket: 1,
+            tls: Box::new(ServerConnection::new(config.clone()).unwrap()),
+            result: Ok(()),
+            closed: Arc::new(AtomicBool::new(false)),
+        };
+        let refuse = |h: &Handshakes, n: usize| {
+            for _ in 0..n {
+                assert!(matches!(h.queue().submit(job()), Err(NotTaken::Full(_))));
+            }
+        };
+        assert!(handshakes.queue().submit(job()).is_ok());
+        let t0 = Instant::now();
+        assert_eq!(handshakes.report(t0), None, "nothing refused yet");
+        refuse(&handshakes, 2);
+        assert_eq!(handshakes.report(t0), Some(2));
+        refuse(&handshakes, 3);
+        assert_eq!(handshakes.report(t0 + Duration::from_secs(9)), None);
+        refuse(&handshakes, 1);
+        assert_eq!(handshakes.report(t0 + Duration::from_secs(10)), Some(4));
+        assert_eq!(handshakes.report(t0 + Duration::from_secs(30)), None);
     }
 
     /// A session whose connection closed while it waited is not processed (nor sent

@@ -425,11 +425,14 @@ impl TlsStream {
     /// back (the loop reads again then).
     fn read_handshake(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let mut got = false;
+        // A handshake cannot end on its first records (the client's Finished follows the
+        // node's answer): a ClientHello with the end of the stream costs no crypto.
+        let could_end = self.offload.as_ref().is_some_and(|o| o.trips > 0);
         loop {
             match self.s.tls.read_tls(&mut self.s.tcp) {
                 // The end after records (a client's Finished, a request and its FIN
                 // in one write): they are processed first, rustls reports the end after.
-                Ok(0) if got => break,
+                Ok(0) if got && could_end => break,
                 Ok(0) => return Ok(0),
                 Ok(_) => got = true,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -602,6 +605,16 @@ mod tests {
         })
     }
 
+    /// A client's first flight (its ClientHello) for a node with the certificate `pem`.
+    fn client_hello(pem: &str) -> Vec<u8> {
+        let mut client =
+            rustls::ClientConnection::new(client_config(pem), "127.0.0.1".try_into().unwrap())
+                .unwrap();
+        let mut hello = Vec::new();
+        client.write_tls(&mut hello).unwrap();
+        hello
+    }
+
     /// An accepted connection `conn` on `l`, its handshake's crypto for `server`'s
     /// thread.
     fn accept(l: &std::net::TcpListener, conn: ConnId, server: &TlsServer) -> Transport {
@@ -771,11 +784,7 @@ mod tests {
     fn bytes_that_come_while_the_session_is_away_stay_in_the_socket() {
         use std::os::fd::AsRawFd;
         let (dir, server, pem, _inbox) = unstarted("stays", 4);
-        let mut client =
-            rustls::ClientConnection::new(client_config(&pem), "127.0.0.1".try_into().unwrap())
-                .unwrap();
-        let mut hello = Vec::new();
-        client.write_tls(&mut hello).unwrap();
+        let hello = client_hello(&pem);
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         peer.write_all(&hello).unwrap();
@@ -807,6 +816,33 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         };
         assert_eq!(waiting, 6, "the bytes are still in the socket");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A ClientHello followed by the end of the stream is not worth a key exchange: the
+    /// read says the end, nothing goes to the thread.
+    #[test]
+    fn a_client_hello_with_the_end_of_the_stream_costs_no_crypto() {
+        let (dir, server, pem, inbox) = unstarted("hello-fin", 4);
+        let hello = client_hello(&pem);
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        peer.write_all(&hello).unwrap();
+        peer.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut t = accept(&l, 8, &server);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut buf = [0u8; 8];
+        let end = loop {
+            assert!(Instant::now() < deadline, "never ended");
+            match t.read(&mut buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock && !is_away(&t) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                r => break r,
+            }
+        };
+        assert_eq!(end.unwrap(), 0);
+        assert!(inbox.try_recv().is_err(), "nothing for the thread");
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -865,8 +901,9 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    /// A session back for an id another connection now has (the first closed while
-    /// its session was away) is not taken by it.
+    /// A connection closed while its session is away marks the session for the thread
+    /// to skip; a session back for an id another connection now has is not taken by
+    /// it.
     #[test]
     fn a_session_is_taken_back_by_its_own_connection_only() {
         let (dir, server, pem, inbox) = unstarted("ticket", 4);
@@ -876,6 +913,10 @@ mod tests {
         hand_over(&mut first);
         let job = inbox.recv().unwrap();
         assert_eq!(job.conn, 5);
+        // The first closes: its session, still queued, is marked for the thread to skip.
+        assert!(!job.closed.load(Ordering::Relaxed));
+        drop(first);
+        assert!(job.closed.load(Ordering::Relaxed));
         // Id 5 again, another connection, its session away too.
         let _c2 = tls_client(l.local_addr().unwrap(), client_config(&pem));
         let mut second = accept(&l, 5, &server);
@@ -923,11 +964,7 @@ mod tests {
     #[test]
     fn a_handshake_sent_a_byte_at_a_time_is_cut_off() {
         let (dir, server, pem) = started("bytes");
-        let mut client =
-            rustls::ClientConnection::new(client_config(&pem), "127.0.0.1".try_into().unwrap())
-                .unwrap();
-        let mut hello = Vec::new();
-        client.write_tls(&mut hello).unwrap();
+        let hello = client_hello(&pem);
         assert!(hello.len() > MAX_HANDSHAKE_TRIPS as usize + 1);
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
