@@ -260,19 +260,11 @@ fn tls_connect(hostport: &str, ca: &Path) -> TlsStream {
     rustls::StreamOwned::new(conn, tcp)
 }
 
-#[test]
-fn websocket_over_wss_logs_in_and_gets_a_refresh_and_the_dashboard_is_served_over_https() {
-    let certs = Certs::new("wss");
-    let (node, url) = start_tls_node(&certs);
-    let ca = certs.cert_str();
-    let mut feed = start_tls_publisher(&node, &ca, "5", "200");
-    assert_tls_snapshot_answers(&node, &ca, &feed);
-    let hostport = host_port(&url).to_string();
-
-    // https GET of the dashboard page.
-    let mut s = tls_connect(&hostport, &certs.cert());
-    s.write_all(format!("GET / HTTP/1.1\r\nHost: {hostport}\r\n\r\n").as_bytes())
-        .unwrap();
+/// An https GET of `path` on the node's HTTP port: the whole answer, or the error of
+/// a connection that did not get one (the handshake refused, say).
+fn https_get(hostport: &str, ca: &Path, path: &str) -> Result<String, std::io::Error> {
+    let mut s = tls_connect(hostport, ca);
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {hostport}\r\n\r\n").as_bytes())?;
     let mut page = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -286,11 +278,24 @@ fn websocket_over_wss_logs_in_and_gets_a_refresh_and_the_dashboard_is_served_ove
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-            Err(e) => panic!("reading the page: {e}"),
+            Err(e) => return Err(e),
         }
-        assert!(Instant::now() < deadline, "no end of the page");
+        assert!(Instant::now() < deadline, "no end of {path}");
     }
-    let page = String::from_utf8_lossy(&page);
+    Ok(String::from_utf8_lossy(&page).into_owned())
+}
+
+#[test]
+fn websocket_over_wss_logs_in_and_gets_a_refresh_and_the_dashboard_is_served_over_https() {
+    let certs = Certs::new("wss");
+    let (node, url) = start_tls_node(&certs);
+    let ca = certs.cert_str();
+    let mut feed = start_tls_publisher(&node, &ca, "5", "200");
+    assert_tls_snapshot_answers(&node, &ca, &feed);
+    let hostport = host_port(&url).to_string();
+
+    // https GET of the dashboard page.
+    let page = https_get(&hostport, &certs.cert(), "/").expect("the page");
     assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page:.200}");
     assert!(
         page.contains("<html") || page.contains("<!DOCTYPE"),
@@ -492,7 +497,7 @@ fn a_connection_closed_during_its_tls_handshake_does_not_linger() {
 fn new_tls_connections_past_their_rate_are_closed_unanswered() {
     let certs = Certs::new("handshake-rate");
     // (Room for all twenty among the pending logins: none is closed for another.)
-    let (mut node, _) = certs
+    let (mut node, url) = certs
         .start_node("max_handshakes_per_s = 8\n[limits]\nmax_pending_logins_per_address = 64\n");
     // Closed at once (its peer sees the end of the stream) or kept.
     let closed = |c: &mut TcpStream| {
@@ -540,4 +545,28 @@ fn new_tls_connections_past_their_rate_are_closed_unanswered() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // /metrics counts the connections closed for the rate, and the sessions the
+    // handshakes' thread processed (the clients that got in: two each at least).
+    let hostport = host_port(&url).to_string();
+    let metrics = loop {
+        match https_get(&hostport, &certs.cert(), "/metrics") {
+            Ok(page) if page.starts_with("HTTP/1.1 200") => break page,
+            other => assert!(Instant::now() < deadline, "no /metrics: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let value = |name: &str| -> u64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let for_rate = value("tickwire_tls_handshakes_refused_total{reason=\"rate\"}");
+    assert!(for_rate >= shut as u64, "{for_rate} counted, {shut} closed");
+    assert_eq!(
+        value("tickwire_tls_handshakes_refused_total{reason=\"thread_behind\"}"),
+        0
+    );
+    assert!(value("tickwire_tls_handshake_sessions_processed_total") >= 4);
 }

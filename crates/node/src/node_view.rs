@@ -17,4 +17,6 @@ pub(crate) struct Extra<'a> {
     /// client's encoding of the same update (`websocket.share_encoding`).
     pub websocket_updates_encoded: u64,
     pub websocket_updates_reused: u64,
+    /// With `[tls]`: its figures.
+    pub tls: Option<crate::tls::TlsFigures>,
 }

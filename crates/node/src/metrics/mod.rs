@@ -415,6 +415,24 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
         ]
         .map(|(k, v)| (ResultLabel { result: k.into() }, v)),
     );
+    if let Some(t) = extra.tls {
+        counter_family(
+            r,
+            "tls_handshakes_refused",
+            "New TLS connections closed before or in their handshake: past [tls] max_handshakes_per_s (rate), or because the handshakes' thread was behind (thread_behind)",
+            [
+                ("rate", t.refused_for_rate),
+                ("thread_behind", t.refused_for_thread_behind),
+            ]
+            .map(|(k, v)| (ReasonLabel { reason: k.into() }, v)),
+        );
+        counter(
+            r,
+            "tls_handshake_sessions_processed",
+            "Sessions the TLS handshakes' thread processed (a handshake takes two or three)",
+            t.sessions_processed,
+        );
+    }
     if let Some(f) = extra.files {
         files(r, f);
         files_dropped(r, f, core, extra);

@@ -88,6 +88,8 @@ pub(super) struct HandshakeShare {
     by_address: std::collections::HashMap<std::net::IpAddr, LoopShare>,
     /// Connections closed for want of it, since the last time the node said so.
     refused: u64,
+    /// The same, since the start.
+    pub(super) refused_total: u64,
     said_at: Option<Instant>,
 }
 
@@ -101,6 +103,7 @@ impl HandshakeShare {
             all: LoopShare::new(f64::from(per_s.max(1)), now),
             by_address: Default::default(),
             refused: 0,
+            refused_total: 0,
             said_at: None,
         }
     }
@@ -128,6 +131,7 @@ impl HandshakeShare {
             return true;
         }
         self.refused += 1;
+        self.refused_total += 1;
         // Said at most every 10 s: a flood of them must not flood the log too.
         if self
             .said_at

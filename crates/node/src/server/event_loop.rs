@@ -248,7 +248,8 @@ impl EventLoop {
             let _ = tls.handshakes.report(now);
         }
         let (encoded, reused) = (self.conns.ws_cache.misses, self.conns.ws_cache.hits);
-        let view = self.parts.view(encoded, reused);
+        let mut view = self.parts.view(encoded, reused);
+        view.tls = self.server.tls_figures();
         self.conns.read_ready(&mut self.core, &view, now);
     }
 

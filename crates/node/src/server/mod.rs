@@ -326,6 +326,17 @@ impl NodeServer {
         self.ws_addr
     }
 
+    /// With `[tls]`: its figures since the start.
+    fn tls_figures(&self) -> Option<crate::tls::TlsFigures> {
+        let tls = self.tls.as_ref()?;
+        let (refused_for_thread_behind, sessions_processed) = tls.handshakes.figures();
+        Some(crate::tls::TlsFigures {
+            refused_for_rate: self.handshakes.refused_total,
+            refused_for_thread_behind,
+            sessions_processed,
+        })
+    }
+
     /// Whether both ports speak TLS (`[tls]`).
     pub fn tls(&self) -> bool {
         self.tls.is_some()

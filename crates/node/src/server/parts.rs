@@ -339,6 +339,7 @@ impl Parts {
             upstream: self.upstream.as_ref(),
             websocket_updates_encoded: ws_encoded,
             websocket_updates_reused: ws_reused,
+            tls: None,
         }
     }
 }

@@ -45,6 +45,10 @@ struct Shared {
     tickets: AtomicU64,
     /// Handshakes failed because the queue was full, since the last report.
     refused: AtomicU64,
+    /// The same, since the start.
+    refused_total: AtomicU64,
+    /// Sessions the thread processed (a handshake takes two or three).
+    processed: AtomicU64,
     /// The thread was found gone (said once).
     gone_said: AtomicBool,
 }
@@ -76,6 +80,7 @@ impl HandshakeQueue {
         self.jobs.try_send(job).map_err(|e| match e {
             TrySendError::Full(j) => {
                 self.shared.refused.fetch_add(1, Ordering::Relaxed);
+                self.shared.refused_total.fetch_add(1, Ordering::Relaxed);
                 NotTaken::Full(j)
             }
             TrySendError::Disconnected(j) => {
@@ -105,6 +110,8 @@ impl Handshakes {
     pub fn start(waker: Arc<Waker>, capacity: usize) -> io::Result<Handshakes> {
         let (jobs, inbox) = mpsc::sync_channel::<HandshakeJob>(capacity.max(1));
         let (outbox, done) = mpsc::channel::<HandshakeJob>();
+        let handshakes = Handshakes::with(jobs, done, capacity);
+        let shared = handshakes.queue.shared.clone();
         std::thread::Builder::new()
             .name("tickwire-tls".into())
             .spawn(move || {
@@ -113,13 +120,14 @@ impl Handshakes {
                         continue;
                     }
                     job.result = job.tls.process_new_packets().map(|_| ());
+                    shared.processed.fetch_add(1, Ordering::Relaxed);
                     if outbox.send(job).is_err() {
                         break;
                     }
                     let _ = waker.wake();
                 }
             })?;
-        Ok(Handshakes::with(jobs, done, capacity))
+        Ok(handshakes)
     }
 
     fn with(jobs: SyncSender<HandshakeJob>, done: Receiver<HandshakeJob>, capacity: usize) -> Self {
@@ -135,6 +143,16 @@ impl Handshakes {
             capacity,
             said_at: None,
         }
+    }
+
+    /// Handshakes failed because the thread was behind, and sessions it processed,
+    /// since the start.
+    pub fn figures(&self) -> (u64, u64) {
+        let s = &self.queue.shared;
+        (
+            s.refused_total.load(Ordering::Relaxed),
+            s.processed.load(Ordering::Relaxed),
+        )
     }
 
     /// Where connections send their sessions.

@@ -39,6 +39,17 @@ use tickwire_core::ConnId;
 use handshakes::{HandshakeJob, HandshakeQueue, Handshakes, NotTaken};
 pub use tickwire_tls::TLS_BUFFER;
 
+/// The node's TLS figures for `/metrics`, since its start.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TlsFigures {
+    /// New connections closed before their handshake, past `[tls] max_handshakes_per_s`.
+    pub refused_for_rate: u64,
+    /// Handshakes failed because the handshakes' thread was behind (its queue full).
+    pub refused_for_thread_behind: u64,
+    /// Sessions the handshakes' thread processed (a handshake takes two or three).
+    pub sessions_processed: u64,
+}
+
 /// What the node's TLS connections share: the server configuration, and the thread
 /// their handshakes' crypto runs on.
 pub struct TlsServer {
