@@ -188,19 +188,6 @@ impl Drop for Offload {
 const MAX_HANDSHAKE_TRIPS: u32 = 32;
 
 impl Transport {
-    /// Wraps an accepted socket: TLS if the node has a TLS configuration, its
-    /// handshake done on the loop.
-    pub fn new(
-        tcp: TcpStream,
-        peer: SocketAddr,
-        tls: Option<&Arc<ServerConfig>>,
-    ) -> io::Result<Self> {
-        match tls {
-            None => Ok(Transport::Plain(tcp)),
-            Some(cfg) => TlsStream::transport(tcp, peer, cfg, None),
-        }
-    }
-
     /// Wraps connection `conn`'s socket: TLS if the node has `[tls]`, its handshake's
     /// crypto on the handshakes' thread.
     pub fn accepted(
@@ -222,7 +209,7 @@ impl Transport {
             trips: 0,
             closed: Arc::new(AtomicBool::new(false)),
         };
-        TlsStream::transport(tcp, peer, &tls.config, Some(offload))
+        TlsStream::transport(tcp, peer, &tls.config, offload)
     }
 
     /// A session back from the handshakes' thread: put back, the records it has for
@@ -361,7 +348,7 @@ impl TlsStream {
         tcp: TcpStream,
         peer: SocketAddr,
         cfg: &Arc<ServerConfig>,
-        offload: Option<Offload>,
+        offload: Offload,
     ) -> io::Result<Transport> {
         let conn = ServerConnection::new(cfg.clone()).map_err(io::Error::other)?;
         Ok(Transport::Tls(Box::new(TlsStream {
@@ -370,7 +357,7 @@ impl TlsStream {
             failed: false,
             fin_wanted: false,
             fin_done: false,
-            offload,
+            offload: Some(offload),
             away: false,
         })))
     }
@@ -1045,8 +1032,7 @@ mod tests {
     #[test]
     fn tls_transport_never_buffers_more_than_its_bound_when_the_peer_does_not_read() {
         use std::os::fd::AsRawFd;
-        let (dir, cert, key, pem) = cert_files("bound");
-        let server_cfg = server_config(&cert, &key).unwrap();
+        let (dir, server, pem) = started("bound");
         let client_cfg = client_config(&pem);
 
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1072,23 +1058,13 @@ mod tests {
                 }
             }
         });
-        let (tcp, peer) = l.accept().unwrap();
-        tcp.set_nonblocking(true).unwrap();
-        let mut t = Transport::new(TcpStream::from_std(tcp), peer, Some(&server_cfg)).unwrap();
+        let mut t = accept(&l, 1, &server);
         let fd = t.tcp().as_raw_fd();
         let deadline = Instant::now() + Duration::from_secs(20);
 
         // Handshake and the client's byte.
-        let mut buf = [0u8; 16];
-        loop {
-            assert!(Instant::now() < deadline, "no handshake");
-            match t.read(&mut buf) {
-                Ok(1) => break,
-                Ok(n) => panic!("read {n}"),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => wait_fd(fd, libc::POLLIN),
-                Err(e) => panic!("{e}"),
-            }
-        }
+        let (got, _) = read_through_the_thread(&mut t, &server, 1);
+        assert_eq!(got, b"!");
 
         // Write until the transport refuses three times in a row (the socket full each
         // time, a writable poll in between finding nothing more to do).
