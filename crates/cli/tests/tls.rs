@@ -420,6 +420,120 @@ fn a_tls_subscriber_that_stops_reading_is_conflated_and_catches_up() {
     assert!(!feed.log().contains("reconnect"), "{}", feed.log());
 }
 
+/// Bytes of records the peer below writes: tens of loop turns' worth of reading.
+const KEY_UPDATE_ATTACK_BYTES: usize = 12 << 20;
+
+/// A peer can make its plaintext cost a hundred times its size: each byte in a TLS
+/// record of its own, behind 31 key updates (rustls takes 32 in a row). The node's fair
+/// share of a loop turn counts the records it reads, not the plaintext in them, so while
+/// it still reads such a peer it answers the others. Before, it read that peer until its
+/// socket was empty, and no one else until then.
+#[test]
+fn a_peer_wrapping_each_byte_in_key_updates_does_not_hold_the_event_loop() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tickwire_proto::{FrameWriter, Login, Message as Native, Role};
+    let certs = Certs::new("key-updates");
+    let (node, url) = start_tls_node(&certs);
+    let hostport = host_port(&url).to_string();
+    let ca = certs.cert();
+    // Logged in, then Pings a byte a record, each behind 31 key updates, all written
+    // ahead into one buffer: sending them costs the peer nothing.
+    let mut s = tls_connect(&node.addr_str(), &ca);
+    let mut frames = FrameWriter::new(1 << 16);
+    frames
+        .push(&Native::Login(Login::new(
+            Role::Subscriber,
+            "test",
+            "key-updates",
+            "",
+        )))
+        .unwrap();
+    s.write_all(frames.sealed_bytes()).unwrap();
+    s.flush().unwrap();
+    let mut frames = FrameWriter::new(1 << 16);
+    frames.push(&Native::Ping(1)).unwrap();
+    let ping = frames.sealed_bytes().to_vec();
+    let mut attack = Vec::with_capacity(KEY_UPDATE_ATTACK_BYTES + 4096);
+    while attack.len() < KEY_UPDATE_ATTACK_BYTES {
+        for &b in &ping {
+            for _ in 0..31 {
+                s.conn.refresh_traffic_keys().unwrap();
+            }
+            s.conn.writer().write_all(&[b]).unwrap();
+            while s.conn.wants_write() {
+                s.conn.write_tls(&mut attack).unwrap();
+            }
+        }
+    }
+    let (peer, node_side) = (s.sock.local_addr().unwrap(), s.sock.peer_addr().unwrap());
+    let mut tcp = s.sock.try_clone().unwrap();
+    tcp.set_write_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let written = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let written = written.clone();
+        std::thread::spawn(move || {
+            let r = tcp.write_all(&attack);
+            written.store(true, Ordering::SeqCst);
+            r
+        })
+    };
+    // The node is reading it: its socket holds some of it.
+    let queued = || tcp_receive_queue(node_side, peer).unwrap_or(0);
+    let first = poll_until(
+        Duration::from_secs(20),
+        Duration::from_millis(5),
+        queued,
+        |q| *q > 0,
+    );
+    assert!(first > 0, "the attack never reached the node's socket");
+    // Asked again if the handshake waits past the client's 200 ms read time-out.
+    let health = poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(10),
+        || https_get(&hostport, &ca, "/healthz"),
+        |answer| answer.is_ok(),
+    )
+    .expect("an answer to /healthz");
+    assert!(health.contains("200 OK"), "{health}");
+    let left = queued();
+    assert!(
+        !written.load(Ordering::SeqCst) || left > 0,
+        "the node answered only once it had read the whole {KEY_UPDATE_ATTACK_BYTES} bytes \
+         of records\n{}",
+        node.proc.log()
+    );
+    drop(s);
+    drop(node);
+    let _ = writer.join();
+}
+
+/// Bytes waiting in the receive queue of the loopback TCP socket from `local` to
+/// `remote` (IPv4), from /proc/net/tcp.
+fn tcp_receive_queue(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<u64> {
+    fn hex(a: std::net::SocketAddr) -> String {
+        let std::net::SocketAddr::V4(a) = a else {
+            return String::new();
+        };
+        format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(a.ip().octets()),
+            a.port()
+        )
+    }
+    let (local, remote) = (hex(local), hex(remote));
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() > 4 && cols[1] == local && cols[2] == remote {
+            let (_, rx) = cols[4].split_once(':')?;
+            u64::from_str_radix(rx, 16).ok()
+        } else {
+            None
+        }
+    })
+}
+
 #[test]
 fn the_lab_websocket_subscriber_measures_over_wss() {
     let certs = Certs::new("perf-wss");

@@ -474,7 +474,7 @@ fn handshake(
         if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
             continue;
         }
-        match s.tls.read_tls(&mut s.tcp) {
+        match s.read_tls() {
             Ok(0) => {
                 return Err(fail(
                     "the node closed the connection during the TLS handshake \

@@ -240,34 +240,6 @@ impl Translate for WsTranslate<'_> {
     }
 }
 
-/// Reads what the socket holds (up to `limit` bytes) into `buf`, a `chunk` at a time.
-/// Ok(true) if the peer closed.
-/// With `short_read_drains` (see `Transport::short_read_drains`), a read shorter than
-/// asked ends it rather than the `WouldBlock` after it.
-pub(crate) fn read_into(
-    stream: &mut Transport,
-    chunk: &mut [u8],
-    buf: &mut Vec<u8>,
-    limit: usize,
-    short_read_drains: bool,
-) -> std::io::Result<bool> {
-    while buf.len() < limit {
-        match stream.read(chunk) {
-            Ok(0) => return Ok(true),
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                if short_read_drains && n < chunk.len() {
-                    break;
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,40 +92,67 @@ impl GatewayInput {
         }
     }
 
-    /// Reads what the connection holds (up to a read share) into `self.bytes`.
-    /// Ok(true) if the peer closed.
-    fn read(&mut self, sock: &mut Socket) -> std::io::Result<bool> {
+    /// Reads what the connection holds (up to a read share) into `self.bytes`, a
+    /// `chunk` at a time.
+    fn read(&mut self, sock: &mut Socket) -> std::io::Result<GatewayRead> {
         self.bytes.clear();
         if self.bytes.capacity() > KEEP_BUFFER {
             self.bytes = Vec::new();
         }
         let drains = sock.short_read_drains();
-        crate::ws::read_into(
-            &mut sock.transport,
-            &mut self.chunk,
-            &mut self.bytes,
-            READ_SHARE,
-            drains,
-        )
+        let stream = &mut sock.transport;
+        let tls_cost_at = stream.tls_read_cost();
+        loop {
+            if stream.share_used(self.bytes.len(), tls_cost_at) >= READ_SHARE {
+                return Ok(GatewayRead::ShareUsed);
+            }
+            match stream.read(&mut self.chunk) {
+                Ok(0) => return Ok(GatewayRead::Closed),
+                Ok(n) => {
+                    self.bytes.extend_from_slice(&self.chunk[..n]);
+                    // A short read emptied the socket (see `Transport::short_read_drains`):
+                    // the `WouldBlock` after it is not asked for.
+                    if drains && n < self.chunk.len() {
+                        return Ok(GatewayRead::Emptied);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(GatewayRead::Emptied),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
-/// The end of a gateway's read (RSSL, WebSocket): a failed write or the peer's close
-/// ends the connection; else true if the read used its whole share (more may wait).
+/// How a gateway connection's read ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GatewayRead {
+    /// The socket has nothing more for now (a readiness event follows new bytes).
+    Emptied,
+    /// The read share is used: the socket may hold more, read next turn.
+    ShareUsed,
+    /// The peer closed.
+    Closed,
+}
+
+/// The end of a gateway's read (RSSL, WebSocket): a failed read or write, or the
+/// peer's close, ends the connection; else true if the read used its whole share (more
+/// may wait).
 fn gateway_read_end(
     sock: &mut Socket,
     id: ConnId,
     dead: &mut Vec<ConnId>,
-    closed: bool,
+    read: std::io::Result<GatewayRead>,
     wrote: std::io::Result<()>,
-    read: usize,
 ) -> bool {
-    if wrote.is_err() || closed {
-        sock.dead = true;
-        dead.push(id);
-        return false;
+    match (read, wrote) {
+        (Ok(GatewayRead::Closed) | Err(_), _) | (_, Err(_)) => {
+            sock.dead = true;
+            dead.push(id);
+            false
+        }
+        (Ok(read), Ok(())) => read == GatewayRead::ShareUsed,
     }
-    read >= READ_SHARE
 }
 
 /// Reads up to a fair share from one connection and hands whole frames to the core.
@@ -173,11 +200,12 @@ pub(super) fn read_some(
         core.set_wall_clock(unix_now_ns());
         r.handle_messages(core, id, now);
         let wrote = r.write(&mut sock.transport);
-        gateway_read_end(sock, id, dead, false, wrote, 0);
+        gateway_read_end(sock, id, dead, Ok(GatewayRead::Emptied), wrote);
         return !sock.dead;
     }
     if sock.rssl.is_some() {
-        let closed = input.read(sock).unwrap_or(true);
+        let read = input.read(sock);
+        let closed = read.as_ref().map_or(true, |r| *r == GatewayRead::Closed);
         let bytes = &input.bytes;
         let r = sock.rssl.as_mut().expect("an RSSL connection");
         let mut wrote = Ok(());
@@ -195,11 +223,11 @@ pub(super) fn read_some(
             wrote = r.write(&mut sock.transport);
         }
         let more = r.backlog();
-        return gateway_read_end(sock, id, dead, closed, wrote, bytes.len()) || more;
+        return gateway_read_end(sock, id, dead, read, wrote) || more;
     }
     if sock.ws.is_some() {
         // A read error ends the connection like a close.
-        let closed = input.read(sock).unwrap_or(true);
+        let read = input.read(sock);
         let bytes = &input.bytes;
         let w = sock.ws.as_mut().expect("a WebSocket connection");
         let mut wrote = Ok(());
@@ -218,9 +246,10 @@ pub(super) fn read_some(
             }
             wrote = w.write(&mut sock.transport);
         }
-        return gateway_read_end(sock, id, dead, closed, wrote, bytes.len());
+        return gateway_read_end(sock, id, dead, read, wrote);
     }
     let drains = sock.short_read_drains();
+    let tls_cost_at = sock.transport.tls_read_cost();
     let mut total = 0;
     loop {
         let want = sock.read_size;
@@ -301,7 +330,7 @@ pub(super) fn read_some(
         if !deliver_frames(core, sock, id, now) {
             return false;
         }
-        if total >= READ_SHARE {
+        if sock.transport.share_used(total, tls_cost_at) >= READ_SHARE {
             return true;
         }
         if emptied {

@@ -267,6 +267,25 @@ impl Transport {
         matches!(self, Transport::Plain(_))
     }
 
+    /// What the records taken from the socket since the start cost (TLS: their bytes
+    /// and a fixed cost each, `tickwire_tls::TlsStream::read_cost`); 0 without TLS,
+    /// where what [`Transport::read`] returns is what the socket gave.
+    pub fn tls_read_cost(&self) -> u64 {
+        match self {
+            Transport::Plain(_) => 0,
+            Transport::Tls(t) => t.s.read_cost(),
+        }
+    }
+
+    /// What a read of `plaintext` bytes, since [`Transport::tls_read_cost`] was
+    /// `tls_cost_at`, counts against a fair share: the plaintext, or the cost of the
+    /// records that carried it where that is more (a peer can put each byte in a record
+    /// of its own, behind key updates).
+    pub fn share_used(&self, plaintext: usize, tls_cost_at: u64) -> usize {
+        let records = self.tls_read_cost().saturating_sub(tls_cost_at);
+        plaintext.max(usize::try_from(records).unwrap_or(usize::MAX))
+    }
+
     /// Reads plaintext. `WouldBlock` only when the socket has nothing more; `Ok(0)` at
     /// the end of the stream.
     #[inline]
@@ -427,7 +446,7 @@ impl TlsStream {
         // node's answer): a ClientHello with the end of the stream costs no crypto.
         let could_end = self.offload.as_ref().is_some_and(|o| o.trips > 0);
         loop {
-            match self.s.tls.read_tls(&mut self.s.tcp) {
+            match self.s.read_tls() {
                 // The end after records (a client's Finished, a request and its FIN
                 // in one write): they are processed first, rustls reports the end after.
                 Ok(0) if got && could_end => break,
