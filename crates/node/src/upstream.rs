@@ -363,7 +363,7 @@ impl UpstreamLink {
 impl Part for UpstreamLink {
     /// Sooner than the relay's deadlines while the socket may hold more to read.
     fn poll_timeout(&self) -> Option<Instant> {
-        if self.more_to_read {
+        if self.more_to_read && self.socket.is_some() {
             return Some(Instant::now());
         }
         let lookup = self.resolvers[self.current]
@@ -384,8 +384,10 @@ impl Part for UpstreamLink {
         if self.connecting && (writable || readable) {
             self.connect_done(cx.registry, cx.now);
         }
-        // Read in this turn (edge-triggered: this event is the only notice).
-        self.more_to_read |= readable;
+        // Read in this turn (edge-triggered: this event is the only notice). A refused
+        // connect is readable too, and leaves no socket to read: nothing is due then
+        // until the next attempt.
+        self.more_to_read |= readable && self.socket.is_some();
         if writable {
             self.write(cx.core, cx.registry, cx.now);
         }
