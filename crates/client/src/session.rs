@@ -145,9 +145,12 @@ impl Connection {
         self.reader.buffered()
     }
 
-    /// Whether the caller should read more now (or first take the frames it has).
+    /// Whether the caller should read more now (or first take the frames it has). Up
+    /// to `max_buffered`, and always up to a whole frame of the largest size the node
+    /// announced: a frame larger than `max_buffered` would otherwise never complete.
     pub fn wants_input(&self) -> bool {
-        self.reader.buffered() < self.max_buffered
+        let whole_frame = self.reader.max_frame() + tickwire_proto::FRAME_HEADER_LEN;
+        self.reader.buffered() < self.max_buffered.max(whole_frame)
     }
 
     /// The next whole frame payload after the Welcome. The Welcome itself is taken
@@ -173,7 +176,12 @@ impl Connection {
             return Ok(false);
         };
         let (session, rest) = welcome(frame)?;
-        let max = session.max_frame.max(tickwire_proto::frame::MIN_MAX_FRAME);
+        // A node announces 64 KiB to 16 MiB; a larger figure (a peer posing as a node)
+        // is held to 16 MiB, and larger frames are refused as malformed.
+        let max = session.max_frame.clamp(
+            tickwire_proto::frame::MIN_MAX_FRAME,
+            tickwire_proto::frame::MAX_MAX_FRAME,
+        );
         self.reader.set_max_frame(max.max(FIRST_MAX_FRAME));
         self.writer.set_max_frame(max);
         self.session = Some(session);
@@ -293,6 +301,69 @@ mod welcome_tests {
         .encode(&mut frame)
         .unwrap();
         welcome(&frame).expect("a welcome").0.heartbeat
+    }
+
+    /// A connection that got a Welcome announcing `max_frame`.
+    fn welcomed_connection(max_frame: u32) -> Connection {
+        let login = LoginOptions {
+            role: tickwire_proto::Role::Subscriber,
+            application: "test".into(),
+            user: "test".into(),
+            token: String::new(),
+            slow_consumer: None,
+            welcome_timeout: Duration::from_secs(5),
+        };
+        let now = Instant::now();
+        let mut c = Connection::new(&login, now).unwrap();
+        let mut w = FrameWriter::new(FIRST_MAX_FRAME);
+        w.push(&Message::Welcome(Welcome {
+            version: 1,
+            heartbeat_ms: 1000,
+            max_frame,
+            max_streams: 10,
+            max_output_bytes: 1 << 20,
+            node_name: "n",
+        }))
+        .unwrap();
+        c.receive(w.sealed_bytes(), now);
+        assert!(c.take_welcome().unwrap());
+        c
+    }
+
+    /// A frame larger than what the connection buffers before its frames are taken
+    /// (`max_buffered`), within what the node announced, is read whole: input is wanted
+    /// until it is complete. (A reader that stopped at `max_buffered` waited for the
+    /// rest forever.)
+    #[test]
+    fn a_frame_larger_than_the_buffered_bound_is_read_whole() {
+        let mut c = welcomed_connection(16 << 20);
+        assert_eq!(c.max_buffered, 4 << 20);
+        let payload = 6 << 20;
+        let mut frame = (payload as u32).to_be_bytes().to_vec();
+        frame.resize(4 + payload, 0);
+        let now = Instant::now();
+        let mut at = 0;
+        while at < frame.len() {
+            assert!(
+                c.wants_input(),
+                "input refused at {at} of {} bytes",
+                frame.len()
+            );
+            let n = (frame.len() - at).min(64 * 1024);
+            c.receive(&frame[at..at + n], now);
+            at += n;
+        }
+        // Whole: taken as a frame (whose bytes are not a message: that is the caller's).
+        assert_eq!(c.next_frame().unwrap().map(|f| f.len()), Some(payload));
+        assert!(c.wants_input());
+    }
+
+    /// A peer posing as a node cannot make the connection take frames above the
+    /// protocol's 16 MiB by announcing more.
+    #[test]
+    fn a_max_frame_above_the_protocols_is_held_to_it() {
+        let c = welcomed_connection(u32::MAX);
+        assert_eq!(c.reader.max_frame(), tickwire_proto::frame::MAX_MAX_FRAME);
     }
 
     #[test]

@@ -596,7 +596,8 @@ impl NodeConfig {
             }
         };
         check(
-            l.max_frame_bytes >= min_frame && l.max_frame_bytes <= 16 * 1024 * 1024,
+            l.max_frame_bytes >= min_frame
+                && l.max_frame_bytes <= tickwire_proto::frame::MAX_MAX_FRAME,
             "limits.max_frame_bytes",
             l.max_frame_bytes.to_string(),
             format!("allowed: {min_frame} to 16777216"),

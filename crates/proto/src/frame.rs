@@ -17,6 +17,9 @@ pub const DEFAULT_MAX_FRAME: usize = 256 * 1024;
 pub const MIN_MAX_FRAME: usize =
     crate::message::MAX_MESSAGE_BODY + crate::message::MESSAGE_HEADER_LEN;
 
+/// Largest maximum a node may announce (`limits.max_frame_bytes`): 16 MiB.
+pub const MAX_MAX_FRAME: usize = 16 * 1024 * 1024;
+
 /// Bytes waiting to be written to a peer, with the frame being built at the end.
 ///
 /// Written bytes are consumed from the front; the buffer keeps its capacity, so a
@@ -274,6 +277,11 @@ impl FrameReader {
     /// Frames at most `max_frame` bytes from now on.
     pub fn set_max_frame(&mut self, max_frame: usize) {
         self.max_frame = max_frame;
+    }
+
+    /// The largest frame payload taken.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
     }
 
     /// Bytes received but not yet returned as frames.
