@@ -635,3 +635,49 @@ fn a_publisher_refused_its_service_for_lack_of_rights_stops_with_the_reason() {
     let refusals = s.node.proc.log().matches("publisher refused").count();
     assert_eq!(refusals, 1, "{}", s.node.proc.log());
 }
+
+/// A downstream node's link logs in as a user who may read FEED but not the upstream's
+/// own TICKWIRE service, where a node says which nodes feed it: the link still serves
+/// FEED, and its node says that a loop through this link could not be seen.
+#[test]
+fn a_node_link_that_may_not_read_tickwire_says_loops_through_it_cannot_be_seen() {
+    let s = secured("link-rights");
+    let _feed = start_feed(&s);
+    let pw = s.dir.write("link.pw", "alice pass\n");
+    let cfg = s.dir.write(
+        "edge.toml",
+        &format!(
+            "[upstream]\nnodes = [\"{}\"]\nuser = \"alice\"\npassword_file = \"{pw}\"\n",
+            s.node.addr_str()
+        ),
+    );
+    let mut edge = Node::start(&["--config", &cfg, "--name", "edge"]);
+    edge.proc
+        .wait_for_line("does not let user \"alice\" read its TICKWIRE service", T);
+    let out = poll_until(
+        T,
+        Duration::from_millis(200),
+        || {
+            run(
+                &[
+                    "subscribe",
+                    "--node",
+                    &edge.addr_str(),
+                    "--service",
+                    "FEED",
+                    "--snapshot",
+                    "--json",
+                    "SYM1",
+                ],
+                T,
+            )
+        },
+        |out| out.code() == Some(0),
+    );
+    assert!(
+        out.stdout.contains("\"refresh\""),
+        "{}\n{}",
+        out.stderr,
+        edge.proc.log()
+    );
+}

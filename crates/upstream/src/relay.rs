@@ -127,7 +127,13 @@ pub struct Relay {
     files_in: Vec<Vec<u8>>,
     files_in_bytes: usize,
     stats: RelayStats,
+    /// Services left out since the last time the log said so, and when that was.
+    left_out_unsaid: u64,
+    left_out_said_at: Option<Instant>,
 }
+
+/// How often services left out are said in the log at most.
+const LEFT_OUT_REPORT_EVERY: Duration = Duration::from_secs(10);
 
 /// File-transfer bytes from the upstream held for the files thread at most; past it a
 /// message is dropped and counted (a lost chunk is repaired).
@@ -184,6 +190,8 @@ impl Relay {
             files_in: Vec::new(),
             files_in_bytes: 0,
             stats: RelayStats::default(),
+            left_out_unsaid: 0,
+            left_out_said_at: None,
         }
     }
 
@@ -414,6 +422,16 @@ impl Relay {
         }
         if !directory.is_empty() {
             if std::mem::take(&mut self.first_directory) {
+                if !directory.iter().any(|(n, _)| n == NODE_SERVICE) {
+                    warn!(
+                        "upstream: {} does not let user {:?} read its {NODE_SERVICE} service, \
+                         where a node says which nodes feed it: a loop through this link \
+                         cannot be seen and refused (give the user subscribe = \
+                         [\"{NODE_SERVICE}\", ...] in the upstream's users file)",
+                        self.upstream_name().unwrap_or("the upstream"),
+                        self.cfg.user
+                    );
+                }
                 // A new upstream (or the same one restarted) may lack services the
                 // last one had: they are down until it announces them.
                 for name in self.announced.keys() {
@@ -495,10 +513,19 @@ impl Relay {
         }
         if over_limit > 0 {
             self.stats.services_left_out += over_limit as u64;
-            warn!(
-                "upstream: {over_limit} services left out: this link takes at most {} (upstream.max_services)",
-                self.cfg.max_services
-            );
+            self.left_out_unsaid += over_limit as u64;
+            // Said at most every 10 s: how often is the upstream's choice.
+            if self
+                .left_out_said_at
+                .is_none_or(|t| now.saturating_duration_since(t) >= LEFT_OUT_REPORT_EVERY)
+            {
+                warn!(
+                    "upstream: {} services left out (since the last report): this link takes at most {} (upstream.max_services)",
+                    std::mem::take(&mut self.left_out_unsaid),
+                    self.cfg.max_services
+                );
+                self.left_out_said_at = Some(now);
+            }
         }
         if changed.is_empty() {
             return;
