@@ -27,6 +27,7 @@ mod publisher;
 pub mod publishing;
 mod reconnect;
 pub mod session;
+mod stream_ids;
 mod subscriber;
 pub mod tls;
 pub mod watchlist;

@@ -892,3 +892,46 @@ fn updates_merged_in_batches_leave_every_image_as_if_merged_one_by_one() {
     lab.pump();
     assert_eq!(lab.node_bid("B"), Some(format!("{:.2}", last[1])), "cached");
 }
+
+/// With ids handed out again (as a node's upstream link has them), a session that opens
+/// and closes streams for ever keeps to a few ids, and an update of a closed stream
+/// still on its way never reaches the stream that takes its id next.
+#[test]
+fn reused_stream_ids_stay_few_and_a_late_update_never_reaches_the_next_stream() {
+    let mut lab = Lab::new();
+    lab.refresh("B", 2, 200.0);
+    lab.session.reuse_stream_ids();
+    lab.connect();
+    lab.pump().unwrap();
+    let mut most = 0;
+    let mut seq = 1;
+    for round in 0..500u32 {
+        let a = lab.subscribe("FEED", "A");
+        let got = lab.pump().unwrap();
+        assert!(
+            got.iter()
+                .any(|(e, _)| matches!(e, Event::Refresh { name, .. } if name == "A")),
+            "round {round}: {got:?}"
+        );
+        // An update of A is on its way when A is closed and B opened at once.
+        seq += 1;
+        lab.update(1, seq, 100.0 + f64::from(round % 50));
+        lab.session.unsubscribe(a).unwrap();
+        let b = lab.subscribe("FEED", "B");
+        for (e, _) in lab.pump().unwrap() {
+            if let Event::Refresh { name, .. } | Event::Update { name, .. } = &e {
+                assert!(
+                    name != "B" || bid(&e).and_then(|b| b.parse::<f64>().ok()) == Some(200.0),
+                    "round {round}: A's update on B's stream {b}: {e:?}"
+                );
+                assert!(name != "A", "round {round}: A after its close: {e:?}");
+            }
+        }
+        lab.session.unsubscribe(b).unwrap();
+        most = most.max(a).max(b);
+    }
+    assert!(
+        most <= 8,
+        "1,000 streams opened and closed took ids up to {most}"
+    );
+}

@@ -9,6 +9,7 @@ use crate::events::{EventRef, ItemRef};
 pub use crate::reconnect::ReconnectPolicy;
 use crate::reconnect::Reconnection;
 use crate::session::{is_fatal, Connection, LoginOptions, Session};
+use crate::stream_ids::IdPool;
 use crate::ClientError;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -136,6 +137,9 @@ pub struct SubscriberSession {
     recover: Vec<(u32, Instant)>,
     /// After a reconnect: streams waiting for their service to appear in the directory.
     held: Vec<u32>,
+    /// Ids of ended streams to hand out again (`reuse_stream_ids`); `None`: every id
+    /// is new.
+    ids: Option<IdPool>,
 }
 
 impl SubscriberSession {
@@ -154,7 +158,17 @@ impl SubscriberSession {
             directory: BTreeMap::new(),
             recover: Vec::new(),
             held: Vec::new(),
+            ids: None,
         }
+    }
+
+    /// Hands out the ids of ended streams again, once nothing more can come for their
+    /// old streams (`stream_ids`): the session then holds memory for the streams open,
+    /// not for every stream it ever opened. For a session that opens and closes streams
+    /// for as long as it lives, and reads each event as it comes (an event read later
+    /// may name an id already given to another stream).
+    pub fn reuse_stream_ids(&mut self) {
+        self.ids.get_or_insert_with(IdPool::default);
     }
 
     /// The driver opened a transport to the node: the Login is queued on a new
@@ -164,8 +178,11 @@ impl SubscriberSession {
         self.reconnection.connected(now);
         self.recover.clear(); // everything is requested again
         self.directory.clear(); // the node's directory follows its welcome
-                                // A restarted node may not know a service until its publisher is back: each
-                                // request waits until the directory lists the service.
+        if let Some(ids) = self.ids.as_mut() {
+            ids.new_connection();
+        }
+        // A restarted node may not know a service until its publisher is back: each
+        // request waits until the directory lists the service.
         self.held = (0..self.watch.len() as u32)
             .filter(|&sid| self.watch[sid as usize].is_some())
             .collect();
@@ -255,8 +272,16 @@ impl SubscriberSession {
         name: &str,
         options: RequestOptions,
     ) -> Result<StreamId, ClientError> {
-        let sid = self.next_sid;
-        self.next_sid += 1;
+        let sid = match self.ids.as_mut().and_then(|ids| ids.take()) {
+            Some(sid) => sid,
+            None => {
+                let sid = self.next_sid;
+                self.next_sid = sid.checked_add(1).ok_or_else(|| {
+                    ClientError::Protocol("every stream id of the session is used".into())
+                })?;
+                sid
+            }
+        };
         let extra = (options.view.is_some() || options.replay.is_some()).then(|| {
             Box::new(WatchExtra {
                 view: options.view,
@@ -347,6 +372,15 @@ impl SubscriberSession {
             self.recover.retain(|&(s, _)| s != sid);
             if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
                 conn.writer().push(&Message::Close { stream_id: sid })?;
+                if let Some(ids) = self.ids.as_mut() {
+                    ids.give_up(sid);
+                    if let Some(token) = ids.fence_due() {
+                        conn.writer().push(&Message::Ping(token))?;
+                    }
+                }
+            } else if let Some(ids) = self.ids.as_mut() {
+                // Nothing of it is on its way: free with the next connection.
+                ids.give_up(sid);
             }
         }
         Ok(())
@@ -440,6 +474,7 @@ impl SubscriberSession {
             directory: &mut self.directory,
             recover: &mut self.recover,
             recover_at: now + recover_delay,
+            ids: self.ids.as_mut(),
         };
         // Pings are answered after the frames (which borrow the connection's input).
         let mut pings = Vec::new();
@@ -448,6 +483,9 @@ impl SubscriberSession {
         }
         for t in pings {
             conn.writer().push(&Message::Pong(t))?;
+        }
+        if let Some(token) = self.ids.as_mut().and_then(|ids| ids.fence_due()) {
+            conn.writer().push(&Message::Ping(token))?;
         }
         if conn.session().is_some() {
             self.release_held()?;
@@ -565,12 +603,16 @@ struct Ctx<'s> {
     directory: &'s mut BTreeMap<String, ServiceState>,
     recover: &'s mut Vec<(u32, Instant)>,
     recover_at: Instant,
+    ids: Option<&'s mut IdPool>,
 }
 
 impl Ctx<'_> {
     fn close(&mut self, sid: u32) {
         if self.watch[sid as usize].take().is_some() {
             *self.open_streams -= 1;
+            if let Some(ids) = self.ids.as_deref_mut() {
+                ids.give_up(sid);
+            }
         }
     }
 }
@@ -714,7 +756,11 @@ fn handle_payload(
                 n += 1;
             }
             Message::Ping(t) => pings.push(t),
-            Message::Pong(_) => {}
+            Message::Pong(t) => {
+                if let Some(ids) = ctx.ids.as_deref_mut() {
+                    ids.pong(t);
+                }
+            }
             other => {
                 return Err(ClientError::Protocol(format!(
                     "unexpected {:?} message from the node",

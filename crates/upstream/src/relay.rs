@@ -172,6 +172,8 @@ impl Relay {
             retry_rejected: true,
         };
         let mut session = SubscriberSession::new(login, policy, now);
+        // The link opens and closes streams for as long as the node runs.
+        session.reuse_stream_ids();
         let node_stream = session
             .subscribe(NODE_SERVICE, NODE_ITEM, RequestOptions::default())
             .expect("no connection yet: nothing is encoded");
@@ -661,9 +663,10 @@ impl Relay {
 }
 
 /// The upstream stream id -> the core's stream id, and the sequence number of the last
-/// image or update passed on from it. The session numbers its streams densely from 1
-/// and never reuses one, so a vector indexed by it is one load per update (the core's
-/// ids are never 0: that marks a free slot).
+/// image or update passed on from it. The session numbers its streams densely from 1,
+/// handing out the ids of ended streams again, so a vector indexed by it is one load per
+/// update and as long as the most streams open at once (the core's ids are never 0:
+/// that marks a free slot).
 #[derive(Default)]
 struct UpstreamStreams(Vec<(u32, u32)>);
 
