@@ -66,10 +66,21 @@ impl SegmentFile {
             .mode(0o640)
             .open(&path)?;
         counts.writes += 1;
-        file.write_all(header)?;
-        counts.syncs += 1;
-        file.sync_data()?;
-        sync_dir(dir, counts)?;
+        let written = file
+            .write_all(header)
+            .and_then(|()| {
+                counts.syncs += 1;
+                file.sync_data()
+            })
+            .and_then(|()| sync_dir(dir, counts));
+        if let Err(e) = written {
+            // A full disk: the segment is not left behind, or the journal would hold
+            // segments that do not follow each other (the current one goes on, and the
+            // next try starts at a later seq), which a restart refuses.
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
         Ok(SegmentFile {
             file,
             path,

@@ -81,12 +81,17 @@ pub enum HeaderError {
     },
 }
 
-/// Whether a bad record at the start of `rest` is what an interrupted last write
-/// leaves: cut short, or followed by nothing but zeros (a file system may extend a file
-/// before its data reaches the disk), or zeros itself.
-fn is_last_write(rest: &[u8], e: &RecordError) -> bool {
-    if matches!(e, RecordError::Short { .. }) || rest.iter().all(|&b| b == 0) {
+/// Whether a bad record at the start of `rest` (the one of seq `due`) is what an
+/// interrupted last write leaves: cut short, or followed by nothing but zeros (a file
+/// system may extend a file before its data reaches the disk), or zeros itself.
+fn is_last_write(rest: &[u8], e: &RecordError, due: u64) -> bool {
+    if rest.iter().all(|&b| b == 0) {
         return true;
+    }
+    if matches!(e, RecordError::Short { .. }) {
+        // Its length is outside the checksum: a flipped bit there also makes a record
+        // look cut short. Whole, checked records after it say it was not the last write.
+        return !a_later_record_follows(rest, due);
     }
     let len = u32::from_be_bytes(rest[0..4].try_into().expect("a header was read")) as usize;
     let end = record::RECORD_HEADER_LEN.saturating_add(len);
@@ -96,6 +101,28 @@ fn is_last_write(rest: &[u8], e: &RecordError) -> bool {
     ) && rest
         .get(end..)
         .is_none_or(|after| after.iter().all(|&b| b == 0))
+}
+
+/// Whether a whole record with a checksum that holds and a seq after `due` starts
+/// anywhere in `rest` past its first header. Only on a damaged tail, which is shorter
+/// than one record: its cost is bounded by that, and most offsets fail the cheap
+/// checks before the checksum.
+fn a_later_record_follows(rest: &[u8], due: u64) -> bool {
+    /// Stream (1) and seq (8): the start of every body.
+    const BODY_START: usize = 9;
+    (record::RECORD_HEADER_LEN..rest.len()).any(|at| {
+        let r = &rest[at..];
+        if r.len() < record::RECORD_HEADER_LEN + BODY_START {
+            return false;
+        }
+        let len = u32::from_be_bytes(r[0..4].try_into().expect("4 bytes")) as usize;
+        let body = record::RECORD_HEADER_LEN;
+        if !(BODY_START..=record::MAX_BODY).contains(&len) || r.len() < body + len {
+            return false;
+        }
+        let seq = u64::from_be_bytes(r[body + 1..body + 9].try_into().expect("8 bytes"));
+        seq > due && record::decode(r).is_ok_and(|(rec, _)| rec.seq == seq)
+    })
 }
 
 /// Reads a segment whose name says `first_seq`: its records up to the first thing that
@@ -136,7 +163,7 @@ pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan<'_>, HeaderError> {
                 })
             }
             Err(e) => {
-                let torn = is_last_write(rest, &e);
+                let torn = is_last_write(rest, &e, next);
                 break Some(Stop {
                     offset: at,
                     why: e.to_string(),

@@ -176,6 +176,36 @@ fn a_flipped_byte_before_the_end_is_corruption_not_a_torn_write() {
     assert_eq!(std::fs::read(path).unwrap(), bytes);
 }
 
+/// A record's length is outside its checksum: one flipped bit there makes the record
+/// look longer than the file, as a torn last write does. The whole records after it say
+/// it is not: the journal is refused and left as it was, not cut (which would drop
+/// every record after it, acknowledged posts among them).
+#[test]
+fn a_length_made_longer_than_the_file_by_a_flipped_bit_is_corruption_not_a_torn_write() {
+    let dir = TempDir::new("length");
+    let f = bid(1);
+    {
+        let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+        for i in 0..20 {
+            j.received(&post("SYM0", i, &f), 0).unwrap();
+        }
+        j.commit().unwrap();
+    }
+    let path = &segments(&dir.0)[0];
+    let mut bytes = std::fs::read(path).unwrap();
+    let (_, one) = record::decode(&bytes[segment::HEADER_LEN..]).unwrap();
+    // The 11th record's length, bit 16: longer than the 9 records left after it.
+    let at = segment::HEADER_LEN + 10 * one;
+    bytes[at + 1] ^= 0x01;
+    std::fs::write(path, &bytes).unwrap();
+    let err = Journal::open(&dir.0, opts(SyncPolicy::Never))
+        .err()
+        .expect("corruption is an error");
+    let text = err.to_string();
+    assert!(text.contains(&format!("corrupt at byte {at}")), "{text}");
+    assert_eq!(std::fs::read(path).unwrap(), bytes);
+}
+
 #[test]
 fn a_segment_whose_header_never_reached_the_disk_is_removed() {
     let dir = TempDir::new("header");

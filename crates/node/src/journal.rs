@@ -310,6 +310,7 @@ fn run(
     let mut waiting_since: Option<Instant> = None;
     // Their answers (a failure is news to the core), sent once they are committed.
     let mut held: Vec<Answer> = Vec::new();
+    let mut rolls = RollWatch::default();
     // Ends when the event loop drops its sender.
     loop {
         let first = match waiting_since {
@@ -324,7 +325,7 @@ fn run(
                     Err(mpsc::RecvTimeoutError::Timeout) => {
                         commit(&mut journal, &mut held, &figures);
                         waiting_since = None;
-                        publish_figures(&journal, &figures);
+                        publish_figures(&journal, &figures, &mut rolls);
                         if !deliver(&mut held, &outbox, &waker) {
                             return;
                         }
@@ -419,7 +420,7 @@ fn run(
                 answers.extend(others);
             }
         }
-        publish_figures(&journal, &figures);
+        publish_figures(&journal, &figures, &mut rolls);
         if !deliver(&mut answers, &outbox, &waker) {
             return;
         }
@@ -449,7 +450,40 @@ fn deliver(answers: &mut Vec<Answer>, outbox: &Sender<Answer>, waker: &Waker) ->
     true
 }
 
-fn publish_figures(journal: &Journal, figures: &JournalFigures) {
+/// Whether the journal could start its next segment, as last said in the log.
+#[derive(Default)]
+struct RollWatch {
+    failures: u64,
+    /// Failing since the journal had this many segments.
+    failing_at: Option<u64>,
+}
+
+impl RollWatch {
+    /// Says when starting new segments begins to fail (a full disk: the current segment
+    /// goes on past its size, nothing is lost) and when it works again; not each try.
+    fn look(&mut self, journal: &Journal) {
+        let s = journal.stats();
+        match self.failing_at {
+            None if s.roll_failures > self.failures => {
+                warn!(
+                    "journal: cannot start the next segment in {} (a full disk?): the \
+                     current one grows past its size until it can",
+                    journal.dir().display()
+                );
+                self.failing_at = Some(s.segments);
+            }
+            Some(at) if s.segments > at => {
+                info!("journal: the next segment is started again");
+                self.failing_at = None;
+            }
+            _ => {}
+        }
+        self.failures = s.roll_failures;
+    }
+}
+
+fn publish_figures(journal: &Journal, figures: &JournalFigures, rolls: &mut RollWatch) {
+    rolls.look(journal);
     let s = journal.stats();
     figures.records.store(s.records, Ordering::Relaxed);
     figures.commits.store(s.commits, Ordering::Relaxed);

@@ -1,0 +1,115 @@
+//! A disk that fills when the journal starts its next segment, on a tmpfs of its own:
+//! this test runs itself again inside a mount namespace (`unshare -m`, root), where it
+//! mounts one.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tickwire_journal::{segment, Journal, JournalOptions, Received, SyncPolicy};
+use tickwire_proto::{encode_field_list, FieldList, Real, Value};
+
+const INSIDE: &str = "TICKWIRE_JOURNAL_FULL_DISK_DIR";
+const TEST: &str = "a_segment_a_full_disk_cannot_start_is_not_left_behind";
+
+fn opts() -> JournalOptions {
+    // Every commit starts a new segment: each is a roll on a full disk.
+    JournalOptions {
+        sync: SyncPolicy::Always,
+        segment_bytes: 1,
+    }
+}
+
+fn post(post_id: u32, fields: &[u8]) -> Received<'_> {
+    Received {
+        service: "FEED",
+        item: "SYM0",
+        user: "alice",
+        post_id,
+        image: false,
+        fields: FieldList::decode(fields).unwrap(),
+    }
+}
+
+/// The segment files in `dir`, with their sizes.
+fn segment_sizes(dir: &Path) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".twj"))
+        .map(|e| {
+            let len = e.metadata().unwrap().len();
+            (e.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Inside the namespace, the journal in `dir` on a tmpfs: the disk is filled, commits
+/// go on in the current segment as far as its last page holds them while every new
+/// segment fails; none of those is left behind, and the journal opens again with every
+/// record it committed.
+fn on_a_full_disk(dir: &Path) {
+    let journal = dir.join("journal");
+    let fields = encode_field_list([(22, Value::Real(Real::new(1, -2)))]);
+    let (mut j, _) = Journal::open(&journal, opts()).unwrap();
+    let mut committed = 0u64;
+    for i in 0..4 {
+        j.received(&post(i, &fields), 0).unwrap();
+        j.commit().unwrap();
+        committed += 1;
+    }
+    // Fill the disk.
+    let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
+    let chunk = vec![7u8; 4096];
+    while std::io::Write::write_all(&mut filler, &chunk).is_ok() {}
+    drop(filler);
+    let mut roll_failed = 0;
+    for i in 4..10_000 {
+        j.received(&post(i, &fields), 0).unwrap();
+        if j.commit().is_err() {
+            break;
+        }
+        committed += 1;
+        roll_failed = j.stats().roll_failures;
+    }
+    assert!(roll_failed > 0, "no segment failed to start");
+    for (name, len) in segment_sizes(&journal) {
+        assert!(
+            len >= segment::HEADER_LEN as u64,
+            "{name} left behind with {len} bytes (roll failures: {roll_failed})"
+        );
+    }
+    drop(j);
+    std::fs::remove_file(dir.join("filler")).unwrap();
+    let (_, recovery) = Journal::open(&journal, opts()).expect("the journal opens again");
+    assert_eq!(recovery.records, committed);
+}
+
+#[test]
+fn a_segment_a_full_disk_cannot_start_is_not_left_behind() {
+    if let Ok(dir) = std::env::var(INSIDE) {
+        on_a_full_disk(Path::new(&dir));
+        return;
+    }
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("tickwire-journal-full-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size=64k tmpfs '{}' && exec '{}' --exact {TEST} --nocapture",
+        dir.display(),
+        exe.display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env(INSIDE, &dir)
+        .output()
+        .expect("this test needs `unshare -m` and tmpfs mounts (root)");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
