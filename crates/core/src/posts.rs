@@ -335,17 +335,8 @@ impl Node {
         let Some(publisher) = self.up_publisher(&service) else {
             return Err((NakCode::SourceDown, format!("service {service:?} is down")));
         };
-        // A publisher that does not read its posts must not make the node queue them
-        // without end (a flood of posts that ask for no answer is counted nowhere else).
-        let backlog = self.pending_output(publisher);
-        let most = self.cfg.limits.max_output_bytes / 4;
-        if backlog > most {
-            return Err((
-                NakCode::NoResources,
-                format!(
-                    "the publisher of {service:?} is not keeping up: {backlog} bytes wait for it"
-                ),
-            ));
+        if let Some(why) = self.publisher_behind(publisher, &service) {
+            return Err((NakCode::NoResources, why));
         }
         let max = self.cfg.limits.max_pending_posts;
         let waiting = self.posts.per_poster.get(&conn).copied().unwrap_or(0);
@@ -399,6 +390,17 @@ impl Node {
         Ok(())
     }
 
+    /// Why `publisher` takes no more posts now, if it does not: it is not reading them.
+    /// A publisher that does not read its posts must not make the node queue them
+    /// without end (a flood of posts that ask for no answer is counted nowhere else),
+    /// nor be disconnected for it as a slow reader.
+    fn publisher_behind(&self, publisher: ConnId, service: &str) -> Option<String> {
+        let backlog = self.pending_output(publisher);
+        (backlog > self.cfg.limits.max_output_bytes / 4).then(|| {
+            format!("the publisher of {service:?} is not keeping up: {backlog} bytes wait for it")
+        })
+    }
+
     /// The publisher of `service`, if it has one and it is up.
     fn up_publisher(&self, service: &str) -> Option<ConnId> {
         let &svc = self.service_by_name.get(service)?;
@@ -417,6 +419,14 @@ impl Node {
                 "the service went down",
             );
         };
+        // Checked again here: the journal may hand back thousands of posts at once, all
+        // checked while the publisher's queue was short. (Posts delivered again after a
+        // restart have no poster to tell: they go.)
+        if !o.redelivered {
+            if let Some(why) = self.publisher_behind(publisher, o.service) {
+                return self.finish(o.poster, o.journal_seq, Some(NakCode::NoResources), &why);
+            }
+        }
         let pub_stream = self
             .service_by_name
             .get(o.service)

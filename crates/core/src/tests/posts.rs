@@ -476,6 +476,72 @@ fn a_publisher_that_does_not_read_its_posts_gets_no_more_once_its_queue_is_long(
     assert!(h.node.pending_output(p) <= 64 * 1024 / 4 + 1024);
 }
 
+/// Journaled posts are checked against the publisher's queue when they come back from
+/// the journal too: a thousand kept at once, all checked while its queue was short, do
+/// not land in it together (which made the node drop the publisher as a slow reader and
+/// take its service down). Those past the bound are refused, their refusal recorded.
+#[test]
+fn journaled_posts_kept_together_do_not_flood_a_publisher_that_does_not_read() {
+    let h = Harness::with_config(CoreConfig {
+        posts: PostServices::All,
+        journal: PostServices::from_list(&[s("FEED")]),
+        limits: Limits {
+            max_output_bytes: 64 * 1024,
+            max_frame: 16 * 1024,
+            max_pending_posts: 2_000,
+            ..Limits::default()
+        },
+        ..CoreConfig::default()
+    });
+    let (mut h, p, sub) = feed_and_watcher(h);
+    let f = bid_ask(1, 2);
+    for id in 0..1_000 {
+        h.send(sub, &[post(42, id, "", "", &f)]);
+    }
+    let reqs = journal_requests(&mut h);
+    assert_eq!(reqs.len(), 1_000, "every post went to the journal first");
+    for (seq, r) in reqs.iter().enumerate() {
+        h.node.on_journaled(r.ticket, Ok(seq as u64 + 1), h.now);
+    }
+    // The publisher never reads: its queue stays within the bound.
+    assert!(
+        h.node.pending_output(p) <= 64 * 1024 / 4 + 1024,
+        "{} bytes queued for the publisher",
+        h.node.pending_output(p)
+    );
+    assert_eq!(
+        h.node.stats().protocol_disconnects,
+        0,
+        "the publisher was dropped"
+    );
+    // The others' refusals are recorded before the posters hear of them.
+    let refusals: Vec<JournalRequest> = journal_requests(&mut h)
+        .into_iter()
+        .filter(|r| {
+            matches!(&r.write, JournalWrite::Completed { nak: Some(NakCode::NoResources), text, .. }
+                if text.contains("not keeping up"))
+        })
+        .collect();
+    assert!(refusals.len() > 500, "{} refused", refusals.len());
+    for r in &refusals {
+        h.node.on_journaled(r.ticket, Ok(0), h.now);
+    }
+    let told = h
+        .recv(sub)
+        .iter()
+        .filter(|g| {
+            matches!(
+                g,
+                Got::Ack {
+                    nak: Some(NakCode::NoResources),
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(told, refusals.len());
+}
+
 // ---------------------------------------------------------------------------------------
 // Replay then join: the harness plays the journal's history.
 // ---------------------------------------------------------------------------------------
