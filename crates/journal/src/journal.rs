@@ -522,6 +522,15 @@ impl Journal {
                 offset: 0,
                 why: e.to_string(),
             })?;
+            // A history with a hole in it would be a replay with a gap, which a replay
+            // promises not to have: refused instead, with where and why.
+            if let Some(stop) = &scan.stopped {
+                return Err(JournalError::Corrupt {
+                    path: path.clone(),
+                    offset: stop.offset as u64,
+                    why: stop.why.clone(),
+                });
+            }
             for r in &scan.records {
                 let Body::Update(m) = &r.body else { continue };
                 if m.service != service || m.item != item || m.seq > until {

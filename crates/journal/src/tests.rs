@@ -309,6 +309,34 @@ fn item_part(item: &str, seq: u32, refresh: bool, fields: &[u8]) -> Vec<u8> {
 }
 
 #[test]
+fn a_history_across_a_damaged_segment_is_refused_not_given_with_a_hole() {
+    let dir = TempDir::new("history-damaged");
+    let opts = JournalOptions {
+        sync: SyncPolicy::Never,
+        segment_bytes: 400,
+    };
+    let (mut j, _) = Journal::open(&dir.0, opts.clone()).unwrap();
+    for seq in 1..=30u32 {
+        let f = bid(seq as i64);
+        j.item_message(&item_part("SYM0", seq, seq == 1, &f), 1_000 * seq as u64)
+            .unwrap();
+        j.commit().unwrap();
+    }
+    let all = segments(&dir.0);
+    assert!(all.len() > 3);
+    // A byte of a record in the second segment flips while the node runs.
+    let mut bytes = std::fs::read(&all[1]).unwrap();
+    bytes[segment::HEADER_LEN + 20] ^= 0x40;
+    std::fs::write(&all[1], &bytes).unwrap();
+    let Err(err) = j.history("FEED", "SYM0", tickwire_proto::ReplayFrom::Seq(1), 30, 100) else {
+        panic!("a history with a hole is refused");
+    };
+    let text = err.to_string();
+    assert!(text.contains("corrupt at byte"), "{text}");
+    assert!(text.contains(&all[1].display().to_string()), "{text}");
+}
+
+#[test]
 fn the_history_of_an_item_is_its_journaled_messages_in_order_from_a_seq_or_a_time() {
     let dir = TempDir::new("history");
     let (mut j, _) = Journal::open(

@@ -383,11 +383,14 @@ fn run(
                     until,
                     max,
                 } => {
-                    // What was appended before it is committed first (by `history`).
-                    let h = journal.history(service, item, *from, *until, *max);
-                    if h.is_err() {
+                    // What was appended before it is committed first: a failure there
+                    // fails those records too; one in reading the history only it.
+                    if let Err(e) = journal.commit() {
                         fail_pending(&mut answers);
+                        answers.push(Answer::History(req.ticket, Err(e.to_string())));
+                        continue;
                     }
+                    let h = journal.history(service, item, *from, *until, *max);
                     answers.push(Answer::History(req.ticket, h.map_err(|e| e.to_string())));
                     continue;
                 }
