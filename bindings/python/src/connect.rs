@@ -41,8 +41,10 @@ impl ConnectArgs {
 
 /// A timeout in seconds from Python: finite and not negative.
 pub(crate) fn seconds(what: &str, s: f64) -> PyResult<Duration> {
+    /// A century: longer waits are that (a Duration or an Instant cannot hold any).
+    const LONGEST: f64 = 100.0 * 365.0 * 24.0 * 3600.0;
     if s.is_finite() && s >= 0.0 {
-        Ok(Duration::from_secs_f64(s))
+        Ok(Duration::from_secs_f64(s.min(LONGEST)))
     } else {
         Err(PyValueError::new_err(format!(
             "{what} must be a number of seconds, 0 or more (got {s})"

@@ -193,7 +193,7 @@ impl Transport {
         if let Some(bytes) = opts.receive_buffer_bytes {
             set_receive_buffer(&stream, bytes)?;
         }
-        let deadline = Instant::now() + opts.connect_timeout;
+        let deadline = crate::driver::deadline_after(opts.connect_timeout);
         let stream = match &opts.tls {
             None => Stream::Plain(stream),
             Some(cfg) => Stream::Tls(Box::new(handshake(stream, cfg, node, deadline)?)),

@@ -167,7 +167,7 @@ impl<S: ClientSession> Driver<S> {
         if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
             let res = t
                 .flush_some(c)
-                .and_then(|_| t.flush_until(c, Instant::now() + timeout));
+                .and_then(|_| t.flush_until(c, deadline_after(timeout)));
             if let Err(e) = res {
                 self.lost(e)?;
             }
@@ -196,7 +196,7 @@ impl<S: ClientSession> Driver<S> {
             let i = (self.current + step) % n;
             match Transport::open(&self.opts, &self.nodes[i]) {
                 Ok(t) => {
-                    self.session.connecting(now)?;
+                    self.session.connecting(Instant::now())?;
                     self.transport = Some(t);
                     self.current = i;
                     info!("{} reconnected to {}", self.what, self.nodes[i]);
@@ -205,6 +205,10 @@ impl<S: ClientSession> Driver<S> {
                 Err(e) => last_error = Some(e),
             }
         }
+        // The attempts took time (a connect waits up to its time-out): the back-off
+        // counts from their end, or a node that never answers would be tried again at
+        // once, for as long as it does not.
+        let now = Instant::now().max(now);
         match last_error {
             None => Ok(()),
             Some(e) => {
@@ -233,7 +237,10 @@ impl<S: ClientSession> Driver<S> {
         timeout: Duration,
         mut deliver: impl FnMut(&mut S, Instant) -> Result<Option<T>, ClientError>,
     ) -> Result<Option<T>, ClientError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
+        // Reads after the deadline: one more is handled (a zero-timeout call delivers
+        // what it read), then the call returns however much keeps coming.
+        let mut reads_past_deadline = 0;
         loop {
             let now = Instant::now();
             match deliver(&mut self.session, now) {
@@ -281,6 +288,12 @@ impl<S: ClientSession> Driver<S> {
                 t.wait(c, left.min(until_timer).max(Duration::from_micros(100)))
             };
             match res {
+                Ok(Io::Read) if left.is_zero() => {
+                    reads_past_deadline += 1;
+                    if reads_past_deadline > 1 {
+                        return Ok(None);
+                    }
+                }
                 Ok(Io::Read) => continue,
                 Ok(Io::Idle) if left.is_zero() => return Ok(None),
                 Ok(Io::Idle) => continue,
@@ -288,4 +301,11 @@ impl<S: ClientSession> Driver<S> {
             }
         }
     }
+}
+
+/// `timeout` from now; a time-out too long to add (`Duration::MAX`, say) is a century.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }

@@ -289,7 +289,7 @@ pub fn status(
 ) -> Result<Vec<FileStatus>, ClientError> {
     sub.send_files(&encode(&FilesMessage::Query { request })?)?;
     let mut out = Vec::new();
-    let mut deadline = Instant::now() + timeout;
+    let mut deadline = crate::driver::deadline_after(timeout);
     loop {
         let Some(body) = next_files(sub, deadline)? else {
             return Err(ClientError::Timeout(
@@ -311,7 +311,7 @@ pub fn status(
         if r != request {
             continue;
         }
-        deadline = Instant::now() + timeout;
+        deadline = crate::driver::deadline_after(timeout);
         out.extend(entries.into_iter().map(|e| FileStatus {
             transfer: e.transfer,
             service: e.service.to_owned(),
