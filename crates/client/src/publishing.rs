@@ -649,7 +649,10 @@ impl PublisherSession {
                 )?;
             }
         }
-        Ok(())
+        match self.conn.as_ref() {
+            Some(c) => c.check_output(),
+            None => Ok(()),
+        }
     }
 
     /// Answers a post that asked for it (`post.ack`): `None` accepts it, a code

@@ -61,7 +61,17 @@ pub struct Connection {
     after_welcome_ready: bool,
     /// Input read beyond this waits for the caller to take frames.
     pub max_buffered: usize,
+    /// Output the node may leave unread before the connection fails
+    /// ([`Connection::check_output`]).
+    pub max_unread_output: usize,
 }
+
+/// Output a node may leave unread (256 MiB) by default. Far above what a node that
+/// reads leaves waiting (an interactive publisher answering 100,000 requests at once
+/// with 1 KB images queues 100 MB, which the node reads as it comes); a node, or a peer
+/// posing as one, that asks for image after image and reads none would otherwise make
+/// the client hold every one of them.
+pub const MAX_UNREAD_OUTPUT: usize = 256 << 20;
 
 /// Frame payloads go up to this size before the Welcome says the node's maximum.
 const FIRST_MAX_FRAME: usize = tickwire_proto::DEFAULT_MAX_FRAME;
@@ -89,6 +99,7 @@ impl Connection {
             after_welcome: Vec::new(),
             after_welcome_ready: false,
             max_buffered: 4 * 1024 * 1024,
+            max_unread_output: MAX_UNREAD_OUTPUT,
         })
     }
 
@@ -118,6 +129,20 @@ impl Connection {
     /// Output queued and not yet written.
     pub fn pending_output(&self) -> usize {
         self.writer.pending_len()
+    }
+
+    /// An error when more output waits than `max_unread_output`: what the node asked
+    /// for (images, answers to its pings) piles up because it does not read it.
+    pub fn check_output(&self) -> Result<(), ClientError> {
+        let waiting = self.writer.pending_len();
+        if waiting > self.max_unread_output {
+            return Err(ClientError::Disconnected(format!(
+                "the node does not read what this connection sends: {waiting} bytes wait \
+                 (at most {})",
+                self.max_unread_output
+            )));
+        }
+        Ok(())
     }
 
     /// Room to read into (zero-copy input): fill it, then call [`Connection::received`].

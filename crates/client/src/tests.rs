@@ -935,3 +935,46 @@ fn reused_stream_ids_stay_few_and_a_late_update_never_reaches_the_next_stream() 
         "1,000 streams opened and closed took ids up to {most}"
     );
 }
+
+/// A node (or a peer posing as one) that asks for the same large image again and again
+/// and reads none of the answers: the publisher holds at most its bound of unread
+/// output (`max_unread_output`), then fails the connection saying why.
+#[test]
+fn a_node_that_asks_for_images_and_reads_none_cannot_make_the_publisher_hold_them_all() {
+    let mut lab = PubLab::new(false);
+    lab.connect();
+    // A 50 KB image.
+    let big = "x".repeat(50_000);
+    let image = encode_field_list([(3, Value::Ascii(&big))]);
+    lab.session
+        .publish_refresh("A", FieldList::from_trusted(&image))
+        .unwrap();
+    lab.pump();
+    let c = lab.session.connection().unwrap();
+    c.max_unread_output = 4 << 20;
+    let mut requests = tickwire_proto::FrameWriter::new(1 << 20);
+    for sid in 0..100u32 {
+        requests
+            .push(&Message::Request(tickwire_proto::Request::streaming(
+                0x8000_0000 + sid,
+                "FEED",
+                "A",
+            )))
+            .unwrap();
+    }
+    let requests = requests.sealed_bytes().to_vec();
+    let mut failed = None;
+    for round in 0..100 {
+        let c = lab.session.connection().unwrap();
+        c.receive(&requests, lab.now);
+        if let Err(e) = lab.session.poll(lab.now) {
+            failed = Some((round, e));
+            break;
+        }
+        let waiting = lab.session.connection().unwrap().pending_output();
+        assert!(waiting <= (4 << 20) + 60_000 * 100, "{waiting} bytes held");
+    }
+    let (round, e) = failed.expect("the connection failed");
+    assert!(round < 10, "after {round} rounds of 100 requests");
+    assert!(e.to_string().contains("does not read"), "{e}");
+}

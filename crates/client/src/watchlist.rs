@@ -487,6 +487,7 @@ impl SubscriberSession {
         if let Some(token) = self.ids.as_mut().and_then(|ids| ids.fence_due()) {
             conn.writer().push(&Message::Ping(token))?;
         }
+        conn.check_output()?;
         if conn.session().is_some() {
             self.release_held()?;
         }
