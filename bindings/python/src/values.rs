@@ -86,17 +86,21 @@ fn value_to_py<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, Py
         Value::Enum(e) => e.into_pyobject(py)?.into_any(),
         Value::Real(r) => r.to_f64().into_pyobject(py)?.into_any(),
         Value::Ascii(s) | Value::Utf8(s) => PyString::new(py, s).into_any(),
-        Value::Date(d) if d.is_valid() => {
-            PyDate::new(py, d.year.into(), d.month, d.day)?.into_any()
-        }
+        // A date or time Python cannot hold (year 0 or after 9999, both allowed on the
+        // wire, or an invalid one) is None, as a blank is: one such value must not cost
+        // the whole batch of events it came in.
+        Value::Date(d) if d.is_valid() => PyDate::new(py, d.year.into(), d.month, d.day)
+            .map_or_else(|_| py.None().into_bound(py), |d| d.into_any()),
         Value::Date(_) => py.None().into_bound(py),
         Value::Time(t) => {
             let (h, m, s, us) = hms_micros(t);
-            PyTime::new(py, h, m, s, us, None)?.into_any()
+            PyTime::new(py, h, m, s, us, None)
+                .map_or_else(|_| py.None().into_bound(py), |t| t.into_any())
         }
         Value::DateTime(d, t) if d.is_valid() => {
             let (h, m, s, us) = hms_micros(t);
-            PyDateTime::new(py, d.year.into(), d.month, d.day, h, m, s, us, None)?.into_any()
+            PyDateTime::new(py, d.year.into(), d.month, d.day, h, m, s, us, None)
+                .map_or_else(|_| py.None().into_bound(py), |d| d.into_any())
         }
         Value::DateTime(..) => py.None().into_bound(py),
         Value::Buffer(b) => PyBytes::new(py, b).into_any(),

@@ -177,3 +177,55 @@ def test_a_list_of_nodes_skips_one_that_is_down(node, feed):
     s.disconnect()
     with pytest.raises(ConnectionError, match="ws:// is not this client's protocol"):
         tickwire.Subscriber("ws://127.0.0.1:15000/WebSocket")
+
+
+def _raw_publisher(node: str, service: str, item: str, fields: bytes) -> socket.socket:
+    """A publisher speaking the node's protocol by hand (docs/PROTOCOL.md): logged in,
+    `service` up, `item`'s image with `fields` (an encoded field list's entries, two)."""
+    import struct
+
+    def s16(s: str) -> bytes:
+        b = s.encode()
+        return struct.pack(">H", len(b)) + b
+
+    def msg(kind: int, body: bytes) -> bytes:
+        return struct.pack(">BH", kind, len(body)) + body
+
+    def frame(payload: bytes) -> bytes:
+        return struct.pack(">I", len(payload)) + payload
+
+    host, port = node.rsplit(":", 1)
+    c = socket.create_connection((host, int(port)), timeout=10)
+    login = msg(1, struct.pack(">HHB", 1, 1, 2) + s16("raw") + s16("raw") + s16("") + b"\0")
+    c.sendall(frame(login))
+    length = struct.unpack(">I", c.recv(4, socket.MSG_WAITALL))[0]
+    c.recv(length, socket.MSG_WAITALL)  # the Welcome
+    directory = msg(3, struct.pack(">H", 1) + s16(service) + struct.pack(">BBI", 1, 0, 0))
+    state = struct.pack(">BBH", 1, 1, 0) + s16("")
+    image = msg(
+        5,
+        struct.pack(">IIB", 1, 1, 0x05) + state + s16(service) + s16(item)
+        + struct.pack(">H", 2) + fields,
+    )
+    c.sendall(frame(directory) + frame(image))
+    return c
+
+
+def test_a_date_python_cannot_hold_is_none_and_costs_nothing_else(node):
+    """Year 0 is a date on the wire (0 to 65535) but not in Python (1 to 9999): it comes
+    as None, as a blank would, and the rest of the image and of the batch as they are.
+    (It once raised ValueError and lost the whole batch.)"""
+    import struct
+
+    bid = struct.pack(">hBb", 22, 3, -2) + bytes([200, 1])  # 1.00: 100 as a zigzag varint
+    year0 = struct.pack(">hB", 16, 4) + struct.pack(">HBB", 0, 1, 1)
+    pub = _raw_publisher(node, "RAW", "Z", bid + year0)
+    try:
+        sub = tickwire.Subscriber(node)
+        sub.subscribe("RAW", ["Z"])
+        refresh = first(sub, "refresh")
+        assert refresh.fields["BID"] == 1.0, refresh.fields
+        assert "TRADE_DATE" in refresh.fields and refresh.fields["TRADE_DATE"] is None, refresh.fields
+        sub.disconnect()
+    finally:
+        pub.close()
