@@ -153,3 +153,26 @@ def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_
     assert suspect is not None and suspect.item == "SYM1", suspect
     assert longest < 1.5, f"the event loop was held {longest:.2f} s while the library reconnected"
     assert not connected
+
+
+def test_an_application_that_takes_no_events_leaves_them_in_the_socket(node, feed, monkeypatch):
+    """Past `_MAX_WAITING` events waiting for the application, the socket is not read
+    (the node sees a slow consumer) until the application has taken half; then events
+    flow again. (They once piled up in the process without end.)"""
+    monkeypatch.setattr(tickwire.aio, "_MAX_WAITING", 40)
+
+    async def main():
+        s = await tickwire.aio.connect(node)
+        s.subscribe("FEED", [f"SYM{i}" for i in range(10)])
+        # 200 updates a second arrive; nobody takes them for 3 s.
+        await asyncio.sleep(3)
+        held = len(s._events)
+        first = await s.next_batch()
+        later = await asyncio.wait_for(s.next_batch(), 10)
+        s.disconnect()
+        return held, first, later
+
+    held, first, later = asyncio.run(asyncio.wait_for(main(), 60))
+    # One read's events beyond the bound at most (a read takes what the socket has).
+    assert 40 <= held < 200, held
+    assert later, "events flow again once taken"

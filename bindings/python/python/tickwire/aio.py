@@ -34,6 +34,11 @@ from .subscriber import Fields, Items, _Images, _names
 # How often the library's timers (its heartbeats, a reconnection's back-off) are run
 # when nothing arrives: the node's own heartbeats wake the reader more often than this.
 _TIMERS_EVERY = 0.5
+# Events that may wait for the application; past it the socket is not read until the
+# application has taken half of them, so that the node sees a slow consumer (and
+# conflates or, past its bounds, disconnects it) instead of this process holding
+# everything it sent.
+_MAX_WAITING = 100_000
 
 
 async def connect(address: str, **connect: Any) -> "Subscriber":
@@ -78,6 +83,7 @@ class Subscriber:
         self._fd: Optional[int] = None
         self._reconnecting = False
         self._closed = False
+        self._paused = False
         self._watch()
         self._timer = loop.call_later(_TIMERS_EVERY, self._on_timer)
 
@@ -91,12 +97,18 @@ class Subscriber:
         if self._fd is not None:
             self._loop.remove_reader(self._fd)
         self._fd = fd
-        if fd is not None:
+        if fd is not None and not self._paused:
             self._loop.add_reader(fd, self._read)
 
     def _read(self) -> None:
         """The socket is readable (or a timer is due): what arrived, without waiting."""
         if self._closed:
+            return
+        if len(self._events) >= _MAX_WAITING:
+            # The application is behind: the socket waits until it takes events.
+            if not self._paused and self._fd is not None:
+                self._loop.remove_reader(self._fd)
+            self._paused = True
             return
         try:
             events = self._native.next_events(0)
@@ -156,7 +168,8 @@ class Subscriber:
 
     def _stop_watching(self) -> None:
         if self._fd is not None:
-            self._loop.remove_reader(self._fd)
+            if not self._paused:
+                self._loop.remove_reader(self._fd)
             self._fd = None
         self._timer.cancel()
 
@@ -248,12 +261,23 @@ class Subscriber:
         await self._arrived()
         batch = list(self._events)
         self._events.clear()
+        self._resume_if_drained()
         return batch
 
     async def next(self) -> Event:
         """The next event."""
         await self._arrived()
-        return self._events.popleft()
+        event = self._events.popleft()
+        self._resume_if_drained()
+        return event
+
+    def _resume_if_drained(self) -> None:
+        """Reads the socket again once the application took half of what waited."""
+        if self._paused and len(self._events) <= _MAX_WAITING // 2:
+            self._paused = False
+            if self._fd is not None and not self._closed:
+                self._loop.add_reader(self._fd, self._read)
+                self._loop.call_soon(self._read)
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self
