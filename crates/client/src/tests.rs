@@ -978,3 +978,57 @@ fn a_node_that_asks_for_images_and_reads_none_cannot_make_the_publisher_hold_the
     assert!(round < 10, "after {round} rounds of 100 requests");
     assert!(e.to_string().contains("does not read"), "{e}");
 }
+
+/// A request that cannot be encoded (a name longer than the protocol takes) is refused
+/// when made, connected or not: held for later, it failed every reconnection, and the
+/// other streams never came back.
+#[test]
+fn a_request_that_cannot_be_sent_is_refused_even_while_disconnected() {
+    let mut lab = Lab::new();
+    let long = "x".repeat(70_000);
+    let err = lab
+        .session
+        .subscribe("FEED", &long, RequestOptions::default())
+        .expect_err("refused before any connection");
+    assert!(
+        err.to_string().contains("too long") || err.to_string().contains("exceeds"),
+        "{err}"
+    );
+    let a = lab.subscribe("FEED", "A");
+    lab.connect();
+    let got = lab.pump().unwrap();
+    assert!(
+        got.iter()
+            .any(|(e, _)| matches!(e, Event::Refresh { stream, .. } if *stream == a)),
+        "{got:?}"
+    );
+}
+
+/// A directory of more services than any node holds is kept only up to
+/// `MAX_DIRECTORY`: a peer posing as a node cannot make the session hold names without
+/// end.
+#[test]
+fn the_directory_a_session_keeps_is_bounded() {
+    let mut lab = Lab::new();
+    lab.connect();
+    lab.pump().unwrap();
+    let names: Vec<String> = (0..crate::watchlist::MAX_DIRECTORY + 10)
+        .map(|i| format!("S{i}"))
+        .collect();
+    for chunk in names.chunks(2_000) {
+        let mut payload = Vec::new();
+        Message::Directory(Directory::of(
+            chunk.iter().map(|n| (n.as_str(), ServiceState::Up)),
+        ))
+        .encode(&mut payload)
+        .unwrap();
+        let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&payload);
+        lab.session.connection().unwrap().receive(&frame, lab.now);
+        lab.session.poll_events(lab.now, |_, _| {}).unwrap();
+    }
+    assert_eq!(
+        lab.session.directory().len(),
+        crate::watchlist::MAX_DIRECTORY
+    );
+}

@@ -112,6 +112,12 @@ impl Services {
     }
 }
 
+/// Services the session keeps in its directory at most: ten times what a node holds by
+/// default (`limits.max_services`), so that a peer posing as a node cannot make it hold
+/// names without end (2,000,000 took 250 MB); past it new ones are not kept, and a
+/// request for one waits, as for a service the node does not have.
+pub const MAX_DIRECTORY: usize = 100_000;
+
 /// A status made up here (the connection was lost), not yet delivered.
 struct Synthetic {
     stream: u32,
@@ -203,7 +209,13 @@ impl SubscriberSession {
             return Err(err);
         }
         if had {
-            let text = format!("connection to the node lost ({err}); reconnecting");
+            // The reason, without a "connection to the node lost" of its own.
+            let text = match &err {
+                ClientError::Disconnected(why) => {
+                    format!("connection to the node lost ({why}); reconnecting")
+                }
+                other => format!("connection to the node lost ({other}); reconnecting"),
+            };
             for (sid, w) in self.watch.iter().enumerate() {
                 if w.is_some() {
                     self.synthetic.push_back(Synthetic {
@@ -296,8 +308,14 @@ impl SubscriberSession {
         };
         if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
             push_request(conn.writer(), sid, &w, &self.services)?;
-        } else if self.conn.is_some() {
-            self.held.push(sid);
+        } else {
+            // Sent later (held, or with the whole watchlist after a reconnect): a request
+            // that cannot be encoded (a name or a view too long) is refused now, or it
+            // would fail every connection from then on.
+            push_request(&mut FrameWriter::new(0), sid, &w, &self.services)?;
+            if self.conn.is_some() {
+                self.held.push(sid);
+            }
         }
         if self.watch.len() <= sid as usize {
             self.watch.resize_with(sid as usize + 1, || None);
@@ -741,7 +759,9 @@ fn handle_payload(
                 for e in &d.services {
                     if e.state == ServiceState::Removed {
                         ctx.directory.remove(e.name);
-                    } else {
+                    } else if let Some(state) = ctx.directory.get_mut(e.name) {
+                        *state = e.state;
+                    } else if ctx.directory.len() < MAX_DIRECTORY {
                         ctx.directory.insert(e.name.to_string(), e.state);
                     }
                 }
