@@ -502,63 +502,20 @@ impl Journal {
         until: u32,
         max: usize,
     ) -> Result<History, JournalError> {
+        self.history_source()?.read(service, item, from, until, max)
+    }
+
+    /// What a history is read from, as the journal is now (what was appended is
+    /// committed first): readable on another thread while the journal goes on, as
+    /// segments are only appended to, and the last is read only as far as it was
+    /// committed.
+    pub fn history_source(&mut self) -> Result<HistorySource, JournalError> {
         self.commit()?;
-        let list =
+        let segments =
             files::list_segments(&self.dir).map_err(|e| JournalError::io("list", &self.dir, e))?;
-        let mut out = std::collections::VecDeque::new();
-        let mut truncated = false;
-        for (i, (first, path)) in list.iter().enumerate() {
-            // From a time: a segment whose successor was created before it holds
-            // nothing as late (records are written in time order).
-            if let (tickwire_proto::ReplayFrom::Time(t), Some((_, next))) = (from, list.get(i + 1))
-            {
-                if segment_created(next).is_some_and(|c| c < t) {
-                    continue;
-                }
-            }
-            let bytes = files::read_file(path).map_err(|e| JournalError::io("read", path, e))?;
-            let scan = segment::scan(&bytes, *first).map_err(|e| JournalError::Corrupt {
-                path: path.clone(),
-                offset: 0,
-                why: e.to_string(),
-            })?;
-            // A history with a hole in it would be a replay with a gap, which a replay
-            // promises not to have: refused instead, with where and why.
-            if let Some(stop) = &scan.stopped {
-                return Err(JournalError::Corrupt {
-                    path: path.clone(),
-                    offset: stop.offset as u64,
-                    why: stop.why.clone(),
-                });
-            }
-            for r in &scan.records {
-                let Body::Update(m) = &r.body else { continue };
-                if m.service != service || m.item != item || m.seq > until {
-                    continue;
-                }
-                let wanted = match from {
-                    tickwire_proto::ReplayFrom::Seq(s) => m.seq >= s,
-                    tickwire_proto::ReplayFrom::Time(t) => r.time_ns >= t,
-                };
-                if !wanted {
-                    continue;
-                }
-                if out.len() == max {
-                    out.pop_front();
-                    truncated = true;
-                }
-                out.push_back(PastMessage {
-                    time_ns: r.time_ns,
-                    seq: m.seq,
-                    refresh: m.refresh,
-                    update_type: m.update_type,
-                    fields: m.fields.as_bytes().to_vec(),
-                });
-            }
-        }
-        Ok(History {
-            messages: out.into(),
-            truncated,
+        Ok(HistorySource {
+            segments,
+            last: (self.seg.path.clone(), self.seg.len),
         })
     }
 
@@ -612,6 +569,89 @@ fn apply(pending: &mut BTreeMap<u64, PendingPost>, r: &Record<'_>) {
             pending.remove(&c.received);
         }
         Body::Update(_) => {}
+    }
+}
+
+/// The segments a history is read from ([`Journal::history_source`]).
+#[derive(Debug, Clone)]
+pub struct HistorySource {
+    segments: Vec<(u64, PathBuf)>,
+    /// The segment being appended to, and its committed length then.
+    last: (PathBuf, u64),
+}
+
+impl HistorySource {
+    /// The history of one item (see [`Journal::history`]).
+    pub fn read(
+        &self,
+        service: &str,
+        item: &str,
+        from: tickwire_proto::ReplayFrom,
+        until: u32,
+        max: usize,
+    ) -> Result<History, JournalError> {
+        let mut out = std::collections::VecDeque::new();
+        let mut truncated = false;
+        for (i, (first, path)) in self.segments.iter().enumerate() {
+            // From a time: a segment whose successor was created before it holds
+            // nothing as late (records are written in time order).
+            if let (tickwire_proto::ReplayFrom::Time(t), Some((_, next))) =
+                (from, self.segments.get(i + 1))
+            {
+                if segment_created(next).is_some_and(|c| c < t) {
+                    continue;
+                }
+            }
+            let mut bytes =
+                files::read_file(path).map_err(|e| JournalError::io("read", path, e))?;
+            if *path == self.last.0 {
+                // Only what was committed when the source was taken: the journal may be
+                // appending after it.
+                bytes.truncate(self.last.1 as usize);
+            }
+            let scan = segment::scan(&bytes, *first).map_err(|e| JournalError::Corrupt {
+                path: path.clone(),
+                offset: 0,
+                why: e.to_string(),
+            })?;
+            // A history with a hole in it would be a replay with a gap, which a replay
+            // promises not to have: refused instead, with where and why.
+            if let Some(stop) = &scan.stopped {
+                return Err(JournalError::Corrupt {
+                    path: path.clone(),
+                    offset: stop.offset as u64,
+                    why: stop.why.clone(),
+                });
+            }
+            for r in &scan.records {
+                let Body::Update(m) = &r.body else { continue };
+                if m.service != service || m.item != item || m.seq > until {
+                    continue;
+                }
+                let wanted = match from {
+                    tickwire_proto::ReplayFrom::Seq(s) => m.seq >= s,
+                    tickwire_proto::ReplayFrom::Time(t) => r.time_ns >= t,
+                };
+                if !wanted {
+                    continue;
+                }
+                if out.len() == max {
+                    out.pop_front();
+                    truncated = true;
+                }
+                out.push_back(PastMessage {
+                    time_ns: r.time_ns,
+                    seq: m.seq,
+                    refresh: m.refresh,
+                    update_type: m.update_type,
+                    fields: m.fields.as_bytes().to_vec(),
+                });
+            }
+        }
+        Ok(History {
+            messages: out.into(),
+            truncated,
+        })
     }
 }
 

@@ -14,7 +14,7 @@ use mio::Waker;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
 use tickwire_core::{JournalRequest, JournalWrite, Node, Redelivery};
@@ -105,6 +105,55 @@ enum Answer {
 enum Kind {
     Record,
     History,
+}
+
+/// Replays waiting for the replays' thread at most; past it a replay is refused at once.
+const MAX_REPLAYS_WAITING: usize = 16;
+
+/// A history to read, and where its answer goes (the core's ticket).
+struct ReplayJob {
+    ticket: u64,
+    source: tickwire_journal::HistorySource,
+    service: String,
+    item: String,
+    from: tickwire_proto::ReplayFrom,
+    until: u32,
+    max: usize,
+}
+
+impl ReplayJob {
+    fn read(&self) -> Result<tickwire_journal::History, String> {
+        self.source
+            .read(&self.service, &self.item, self.from, self.until, self.max)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The thread that reads replays' histories (`tickwire-replay`), beside the journal's:
+/// answers go to the event loop as the journal's do. `None` if it cannot start (the
+/// journal thread then reads them itself).
+fn start_replays(outbox: Sender<Answer>, waker: Arc<Waker>) -> Option<SyncSender<ReplayJob>> {
+    let (jobs, inbox) = mpsc::sync_channel::<ReplayJob>(MAX_REPLAYS_WAITING);
+    let spawned = std::thread::Builder::new()
+        .name("tickwire-replay".into())
+        .spawn(move || {
+            for job in inbox {
+                if outbox
+                    .send(Answer::History(job.ticket, job.read()))
+                    .is_err()
+                {
+                    break;
+                }
+                let _ = waker.wake();
+            }
+        });
+    match spawned {
+        Ok(_) => Some(jobs),
+        Err(e) => {
+            warn!("journal: cannot start the replays' thread ({e}): the journal thread reads replays itself");
+            None
+        }
+    }
 }
 
 /// Records for the journal thread at most in one commit.
@@ -303,6 +352,7 @@ fn run(
     figures: Arc<JournalFigures>,
 ) {
     let always = journal.options().sync == SyncPolicy::Always;
+    let replays = start_replays(outbox.clone(), waker.clone());
     let mut batch: Vec<JournalRequest> = Vec::new();
     let mut answers: Vec<Answer> = Vec::new();
     // Since when refreshes and updates have waited, uncommitted, for more to share
@@ -390,8 +440,41 @@ fn run(
                         answers.push(Answer::History(req.ticket, Err(e.to_string())));
                         continue;
                     }
-                    let h = journal.history(service, item, *from, *until, *max);
-                    answers.push(Answer::History(req.ticket, h.map_err(|e| e.to_string())));
+                    let job = match journal.history_source() {
+                        Ok(source) => ReplayJob {
+                            ticket: req.ticket,
+                            source,
+                            service: service.clone(),
+                            item: item.clone(),
+                            from: *from,
+                            until: *until,
+                            max: *max,
+                        },
+                        Err(e) => {
+                            answers.push(Answer::History(req.ticket, Err(e.to_string())));
+                            continue;
+                        }
+                    };
+                    // Read on the replays' thread: a history reads every segment, and
+                    // posts must not wait behind it for their records.
+                    let read_here = match &replays {
+                        Some(r) => match r.try_send(job) {
+                            Ok(()) => None,
+                            Err(TrySendError::Full(job)) => {
+                                let why = format!(
+                                    "{MAX_REPLAYS_WAITING} replays are being read already: ask again later"
+                                );
+                                answers.push(Answer::History(job.ticket, Err(why)));
+                                None
+                            }
+                            // The replays' thread ended.
+                            Err(TrySendError::Disconnected(job)) => Some(job),
+                        },
+                        None => Some(job),
+                    };
+                    if let Some(job) = read_here {
+                        answers.push(Answer::History(job.ticket, job.read()));
+                    }
                     continue;
                 }
             };
