@@ -224,29 +224,35 @@ impl Publisher {
 
     /// Connected now (False while the library reconnects).
     #[getter]
-    fn connected(&self) -> bool {
-        let guard = self
-            .shared
-            .publisher
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        guard.as_ref().is_some_and(|p| p.is_connected())
+    fn connected(&self, py: Python<'_>) -> bool {
+        // The thread that answers the node may hold the lock while the library
+        // reconnects: waited for without the GIL.
+        py.detach(|| {
+            let guard = self
+                .shared
+                .publisher
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            guard.as_ref().is_some_and(|p| p.is_connected())
+        })
     }
 
     /// Updates sent to the node so far.
     #[getter]
-    fn updates_sent(&self) -> PyResult<u64> {
-        Ok(self.lock()?.as_mut().expect("open").updates_sent())
+    fn updates_sent(&self, py: Python<'_>) -> PyResult<u64> {
+        py.detach(|| Ok(self.lock()?.as_mut().expect("open").updates_sent()))
     }
 
     /// The names of the items published.
     #[getter]
-    fn items(&self) -> PyResult<Vec<String>> {
-        let guard = self.lock()?;
-        let p = guard.as_ref().expect("open");
-        Ok((0..p.item_count())
-            .filter_map(|id| p.item_name(id).map(str::to_string))
-            .collect())
+    fn items(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        py.detach(|| {
+            let guard = self.lock()?;
+            let p = guard.as_ref().expect("open");
+            Ok((0..p.item_count())
+                .filter_map(|id| p.item_name(id).map(str::to_string))
+                .collect())
+        })
     }
 
     /// Writes what is queued (up to `timeout` seconds), stops the thread that answers

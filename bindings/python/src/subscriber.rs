@@ -393,38 +393,44 @@ impl Subscriber {
 
     /// The connection's socket (for an event loop to watch), `None` while the library
     /// reconnects.
-    fn fileno(&self) -> PyResult<Option<i32>> {
-        Ok(self.lock()?.as_ref().and_then(|c| c.sub.raw_fd()))
+    fn fileno(&self, py: Python<'_>) -> PyResult<Option<i32>> {
+        py.detach(|| Ok(self.lock()?.as_ref().and_then(|c| c.sub.raw_fd())))
     }
 
     /// The node's services and their state ("up" or "down"), as its directory says.
-    fn services(&self) -> PyResult<HashMap<String, &'static str>> {
-        let guard = self.lock()?;
-        let c = guard.as_ref().expect("locked connected");
-        Ok(c.sub
-            .directory()
-            .iter()
-            .map(|(name, state)| {
-                let s = match state {
-                    ServiceState::Up => "up",
-                    _ => "down",
-                };
-                (name.clone(), s)
-            })
-            .collect())
+    fn services(&self, py: Python<'_>) -> PyResult<HashMap<String, &'static str>> {
+        py.detach(|| {
+            let guard = self.lock()?;
+            let c = guard.as_ref().expect("locked connected");
+            Ok(c.sub
+                .directory()
+                .iter()
+                .map(|(name, state)| {
+                    let s = match state {
+                        ServiceState::Up => "up",
+                        _ => "down",
+                    };
+                    (name.clone(), s)
+                })
+                .collect())
+        })
     }
 
     /// Connected now (False while the library reconnects).
     #[getter]
-    fn connected(&self) -> bool {
-        let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        guard.as_ref().is_some_and(|c| c.sub.is_connected())
+    fn connected(&self, py: Python<'_>) -> bool {
+        // Another thread's call may hold the lock while the library reconnects: waited
+        // for without the GIL, so the interpreter's other threads go on.
+        py.detach(|| {
+            let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            guard.as_ref().is_some_and(|c| c.sub.is_connected())
+        })
     }
 
     /// Times the connection was re-established.
     #[getter]
-    fn reconnects(&self) -> PyResult<u64> {
-        Ok(self.lock()?.as_ref().expect("connected").sub.reconnects())
+    fn reconnects(&self, py: Python<'_>) -> PyResult<u64> {
+        py.detach(|| Ok(self.lock()?.as_ref().expect("connected").sub.reconnects()))
     }
 
     /// Closes the connection; the subscriber cannot be used afterwards.
