@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tickwire_client::{ItemId, Publisher, PublisherEvent, PublisherOptions, ReceivedPost};
+use tickwire_client::{
+    ClientError, ItemId, PublishError, Publisher, PublisherEvent, PublisherOptions, ReceivedPost,
+};
 use tickwire_proto::reference::FeedRng;
 use tickwire_proto::{FieldList, NakCode, UpdateType};
 
@@ -101,12 +103,12 @@ pub(crate) fn run_feed(
             let id = publisher.publish_refresh(&inst.name, FieldList::from_trusted(&buf))?;
             live.push((id, i));
             if i % 1000 == 999 {
-                publisher.flush(Duration::from_secs(10))?;
+                keep_up(&mut publisher)?;
             }
         }
         // Up only now: no request is answered "not found" for an image on its way.
         publisher.set_service_up(true)?;
-        publisher.flush(Duration::from_secs(10))?;
+        keep_up(&mut publisher)?;
         log::info!(
             "published {} images to service {:?}",
             live.len(),
@@ -194,7 +196,7 @@ pub(crate) fn run_feed(
         if due > sent + args.rate {
             sent = due - args.rate; // a long pause: forget the backlog beyond one second
         }
-        publisher.flush(Duration::from_secs(10))?;
+        keep_up(&mut publisher)?;
     }
     publisher.flush(Duration::from_secs(5))?;
     Ok(publisher.updates_sent())
@@ -265,4 +267,17 @@ pub(crate) fn run(args: PublishArgs) -> Result<()> {
     let sent = run_feed(&args, stop, Arc::new(AtomicBool::new(false)))?;
     log::info!("publisher stopped after {sent} updates");
     Ok(())
+}
+
+/// Writes what is queued, waiting up to 10 s. A node that takes none of it meanwhile
+/// (stopped, say) does not end the feed: publishing goes on, and the library's back-pressure
+/// takes the node as lost and reconnects if it stays so.
+fn keep_up(publisher: &mut Publisher) -> std::result::Result<(), PublishError> {
+    match publisher.flush(Duration::from_secs(10)) {
+        Err(PublishError::Client(ClientError::Timeout(why))) => {
+            log::warn!("the node took nothing for 10 s ({why}); publishing goes on");
+            Ok(())
+        }
+        other => other,
+    }
 }

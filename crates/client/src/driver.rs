@@ -162,14 +162,18 @@ impl<S: ClientSession> Driver<S> {
         Ok(())
     }
 
-    /// Writes everything queued, waiting for the socket up to `timeout`.
+    /// Writes everything queued, waiting for the socket up to `timeout`: a `Timeout`
+    /// error when it could not (the connection stays, with what is still queued); a
+    /// failed connection is lost as anywhere else.
     pub(crate) fn flush(&mut self, timeout: Duration) -> Result<(), ClientError> {
         if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
             let res = t
                 .flush_some(c)
                 .and_then(|_| t.flush_until(c, deadline_after(timeout)));
-            if let Err(e) = res {
-                self.lost(e)?;
+            match res {
+                Ok(()) => {}
+                Err(e @ ClientError::Timeout(_)) => return Err(e),
+                Err(e) => self.lost(e)?,
             }
         }
         Ok(())

@@ -206,7 +206,8 @@ impl Publisher {
     }
 
     /// Writes everything queued, waiting up to `timeout` (reconnecting first when a
-    /// reconnect is due).
+    /// reconnect is due); `ClientError::Timeout` when the node did not take it all in
+    /// time (the rest stays queued).
     pub fn flush(&mut self, timeout: Duration) -> Result<(), PublishError> {
         if !self.driver.is_connected() {
             self.driver.run(Duration::ZERO, |_, _| Ok(None::<()>))?;
@@ -226,11 +227,16 @@ impl Publisher {
         Ok(got.unwrap_or_default())
     }
 
-    /// Past the high-water mark, what is queued is written before going on.
+    /// Past the high-water mark, what is queued is written before going on. A node that
+    /// takes none of it for 10 s is taken as lost (reconnected, and every image sent
+    /// again), so that what waits for it stays bounded.
     fn back_pressure(&mut self) -> Result<(), ClientError> {
         if self.driver.session.pending_output() < HIGH_WATER {
             return Ok(());
         }
-        self.driver.flush(Duration::from_secs(10))
+        match self.driver.flush(Duration::from_secs(10)) {
+            Err(e @ ClientError::Timeout(_)) => self.driver.lost(e),
+            other => other,
+        }
     }
 }
