@@ -37,17 +37,36 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
     // received seq -> (post_id, service, item), to name what a completed record completes.
     let mut posts: HashMap<u64, (u32, String, String)> = HashMap::new();
     let mut corrupt = false;
+    // The seq the next segment must start at, as the node checks it.
+    let mut next_seq: Option<u64> = None;
     for (i, (first, path)) in list.iter().enumerate() {
+        let last = i + 1 == list.len();
+        if let Some(next) = next_seq.filter(|n| n != first) {
+            eprintln!(
+                "tickwire journal: {}: segments do not follow each other: it starts at seq {first}, the one before ends at {}",
+                path.display(),
+                next.saturating_sub(1)
+            );
+            corrupt = true;
+        }
         let bytes =
             files::read_file(path).with_context(|| format!("cannot read {}", path.display()))?;
         let scan = match segment::scan(&bytes, *first) {
             Ok(s) => s,
+            Err(e) if last && segment::header_cut_short(&bytes) => {
+                eprintln!(
+                    "tickwire journal: {}: a segment whose header never reached the disk ({e}); the node removes it at its next start",
+                    path.display()
+                );
+                continue;
+            }
             Err(e) => {
                 eprintln!("tickwire journal: {}: {e}", path.display());
                 corrupt = true;
                 continue;
             }
         };
+        next_seq = Some(first + scan.records.len() as u64);
         for r in &scan.records {
             let mut o = json!({
                 "seq": r.seq,
@@ -96,7 +115,6 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
             writeln!(out, "{o}")?;
         }
         if let Some(stop) = &scan.stopped {
-            let last = i + 1 == list.len();
             if last && stop.torn {
                 eprintln!(
                     "tickwire journal: {}: an interrupted last write at byte {} ({}); the node cuts it at its next start",

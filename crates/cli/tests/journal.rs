@@ -875,3 +875,58 @@ fn a_clean_stop_keeps_every_journaled_update() {
         "the last update of SYM1 is in the journal"
     );
 }
+
+/// `journal inspect` holds a journal to what the node does at its start: a missing
+/// segment is an error (the node refuses the journal), and a last segment whose header
+/// never reached the disk is not (the node removes it).
+#[test]
+fn journal_inspect_judges_segments_as_the_node_does() {
+    use tickwire_journal::{segment, Journal, JournalOptions, Received, SyncPolicy};
+    let dir = TempDir::new("inspect-segments");
+    let f = encode_field_list([(22, FieldValue::Real(Real::new(1, -2)))]);
+    {
+        let opts = JournalOptions {
+            sync: SyncPolicy::Never,
+            segment_bytes: 1,
+        };
+        let (mut j, _) = Journal::open(&dir.0, opts).unwrap();
+        for post_id in 0..4 {
+            j.received(
+                &Received {
+                    service: "FEED",
+                    item: "SYM0",
+                    user: "",
+                    post_id,
+                    image: false,
+                    fields: FieldList::decode(&f).unwrap(),
+                },
+                0,
+            )
+            .unwrap();
+            j.commit().unwrap();
+        }
+    }
+    // Each commit started a segment: 1..=4 hold a record each, 5 is the empty current.
+    let seg = |seq: u64| dir.0.join(segment::file_name(seq));
+    assert!(seg(5).exists() && !seg(6).exists());
+    // The current segment as a crash leaves it before its header reached the disk: not
+    // corruption.
+    std::fs::write(seg(5), b"").unwrap();
+    let out = run(&["journal", "inspect", dir.path()], T);
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("header never reached the disk"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stdout.lines().count(), 4);
+    // A segment missing in the middle: the node refuses the journal, and so does inspect.
+    std::fs::remove_file(seg(2)).unwrap();
+    let out = run(&["journal", "inspect", dir.path()], T);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("do not follow each other"),
+        "{}",
+        out.stderr
+    );
+}

@@ -255,7 +255,7 @@ impl Journal {
                 Ok(s) => s,
                 // A segment created by a crashed node before its header reached the
                 // disk: nothing was ever written to it after the header.
-                Err(e) if is_last && header_cut_short(&bytes) => {
+                Err(e) if is_last && segment::header_cut_short(&bytes) => {
                     std::fs::remove_file(path).map_err(|e| JournalError::io("remove", path, e))?;
                     recovery.cut = Some((path.clone(), 0, bytes.len() as u64, e.to_string()));
                     recovery.segments -= 1;
@@ -542,12 +542,6 @@ impl Journal {
 
 /// A segment's bytes are what an interrupted creation leaves: zeros, or the start of a
 /// header.
-fn header_cut_short(bytes: &[u8]) -> bool {
-    bytes.iter().all(|&b| b == 0)
-        || (bytes.len() < segment::HEADER_LEN
-            && segment::MAGIC.starts_with(&bytes[..bytes.len().min(8)]))
-}
-
 fn apply(pending: &mut BTreeMap<u64, PendingPost>, r: &Record<'_>) {
     match &r.body {
         Body::Received(p) => {

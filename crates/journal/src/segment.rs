@@ -103,6 +103,14 @@ fn is_last_write(rest: &[u8], e: &RecordError, due: u64) -> bool {
         .is_none_or(|after| after.iter().all(|&b| b == 0))
 }
 
+/// Whether a segment's bytes are what a crash leaves when it came before the header
+/// reached the disk: nothing but zeros, or a beginning of the header and no more. As
+/// the last segment, such a file held nothing and is removed at the next start.
+pub fn header_cut_short(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0)
+        || (bytes.len() < HEADER_LEN && MAGIC.starts_with(&bytes[..bytes.len().min(8)]))
+}
+
 /// Whether a whole record with a checksum that holds and a seq after `due` starts
 /// anywhere in `rest` past its first header. Only on a damaged tail, which is shorter
 /// than one record: its cost is bounded by that, and most offsets fail the cheap
