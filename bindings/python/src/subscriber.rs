@@ -197,6 +197,17 @@ impl Subscriber {
         })
     }
 
+    /// Closes streams by id: those of a snapshot given up on (left open, each would be
+    /// asked for again after every reconnection). An id not open is skipped.
+    fn close_ids(&self, py: Python<'_>, sids: Vec<u32>) -> PyResult<()> {
+        self.with_connected(py, |c| {
+            for sid in sids {
+                c.sub.unsubscribe(sid).map_err(errors::client)?;
+            }
+            Ok(())
+        })
+    }
+
     /// Closes the streams of these items; an item with no open stream is a KeyError.
     fn close(&self, py: Python<'_>, service: &str, items: Vec<String>) -> PyResult<()> {
         self.with_connected(py, |c| {

@@ -229,3 +229,30 @@ def test_a_date_python_cannot_hold_is_none_and_costs_nothing_else(node):
         sub.disconnect()
     finally:
         pub.close()
+
+
+def test_a_snapshot_given_up_on_leaves_no_stream_behind(node):
+    """A snapshot that times out closes its streams: left open, each brought a stray
+    image when its answer came late, and was asked for again after every reconnection."""
+    import signal
+
+    from conftest import Proc
+
+    feed = Proc(["publish", "--node", node, "--service", "SLOW", "--items", "3", "--rate", "0", "--interactive"])
+    s = tickwire.Subscriber(node)
+    try:
+        feed.wait_for_line("items available on request")
+        assert s.snapshot("SLOW", ["SYM0"], timeout=10)["SYM0"]
+        # The publisher stops answering: the next snapshot times out...
+        feed.proc.send_signal(signal.SIGSTOP)
+        with pytest.raises(TimeoutError):
+            s.snapshot("SLOW", ["SYM1"], timeout=0.5)
+        # ...and its answer, when the publisher resumes, reaches no stream.
+        feed.proc.send_signal(signal.SIGCONT)
+        assert s.snapshot("SLOW", ["SYM2"], timeout=10)["SYM2"]
+        stray = [e for e in s.next_batch(1.0) if e.type == "refresh"]
+        assert stray == [], stray
+    finally:
+        feed.proc.send_signal(signal.SIGCONT)
+        feed.stop()
+        s.disconnect()

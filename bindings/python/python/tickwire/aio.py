@@ -213,6 +213,9 @@ class Subscriber:
         try:
             await asyncio.wait_for(asyncio.shield(snapshot.done), timeout)
         except asyncio.TimeoutError:
+            # Their streams are closed (see tickwire.Subscriber.snapshot).
+            if not self._closed and self._error is None:
+                self._native.close_ids(list(snapshot.waiting))
             raise snapshot.timed_out(timeout) from None
         finally:
             for sid in sids:

@@ -148,6 +148,9 @@ class Subscriber:
         while gathered.waiting:
             left = deadline - time.monotonic()
             if left <= 0:
+                # Their streams are closed: left open, each would be asked for again
+                # after every reconnection, and its late image come as an event.
+                self._native.close_ids(list(gathered.waiting))
                 raise gathered.timed_out(timeout)
             for event in self._native.next_events(left):
                 if event.stream in gathered.waiting and event.service == service:
