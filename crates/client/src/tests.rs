@@ -1032,3 +1032,46 @@ fn the_directory_a_session_keeps_is_bounded() {
         crate::watchlist::MAX_DIRECTORY
     );
 }
+
+/// A recoverable close repeated (by a peer posing as a node, say) is one stream to ask
+/// for again, not one request per copy.
+#[test]
+fn a_repeated_recoverable_close_asks_for_the_stream_again_once() {
+    let mut lab = Lab::new();
+    lab.connect();
+    lab.pump().unwrap();
+    let a = lab.subscribe("FEED", "A");
+    lab.pump().unwrap();
+    let mut payload = Vec::new();
+    for _ in 0..100 {
+        Message::Status(tickwire_proto::Status {
+            stream_id: a,
+            state: State {
+                stream: StreamState::ClosedRecover,
+                data: DataState::Suspect,
+                code: code::SHUTDOWN,
+                text: "try again",
+            },
+        })
+        .encode(&mut payload)
+        .unwrap();
+    }
+    let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&payload);
+    lab.session.connection().unwrap().receive(&frame, lab.now);
+    lab.session.poll_events(lab.now, |_, _| {}).unwrap();
+    lab.now += Duration::from_millis(500);
+    lab.session.handle_timeout(lab.now).unwrap();
+    let sent = lab.session.connection().unwrap().transmit().to_vec();
+    let mut reader = FrameReader::new(1 << 20);
+    reader.extend(&sent);
+    let mut requests = 0;
+    while let Some(f) = reader.next_frame().unwrap() {
+        for m in tickwire_proto::MessageIter::new(f) {
+            if matches!(m.unwrap().message, Message::Request(r) if r.stream_id == a) {
+                requests += 1;
+            }
+        }
+    }
+    assert_eq!(requests, 1);
+}

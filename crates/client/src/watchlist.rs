@@ -737,7 +737,10 @@ fn handle_payload(
                     };
                     f(EventRef::Status(item, shown), &[]);
                     n += 1;
-                    ctx.recover.push((sid, ctx.recover_at));
+                    // Once: a peer repeating the status must not multiply the requests.
+                    if !ctx.recover.iter().any(|&(r, _)| r == sid) {
+                        ctx.recover.push((sid, ctx.recover_at));
+                    }
                     continue;
                 }
                 // Closed at the node already, and to be asked for again: a close now is
