@@ -27,6 +27,12 @@ impl ConnectArgs {
         if let Some(token) = self.token {
             opts.token = token;
         }
+        if self.connect_timeout <= 0.0 {
+            return Err(PyValueError::new_err(format!(
+                "connect_timeout must be more than 0 seconds (got {})",
+                self.connect_timeout
+            )));
+        }
         opts.connect_timeout = seconds("connect_timeout", self.connect_timeout)?;
         opts.reconnect = self.reconnect;
         if let Some(ca) = self.ca_file {

@@ -126,6 +126,11 @@ def test_errors_are_exceptions_with_the_reason(node):
         s.view("FEED", ["SYM1"], ["NOT_A_FIELD"])
     with pytest.raises(ValueError, match="timeout"):
         s.next(timeout=-1)
+    with pytest.raises(ValueError, match="connect_timeout must be more than 0"):
+        tickwire.Subscriber(node, connect_timeout=0)
+    # A wait too long for the clock is a very long one, not a crash (PanicException).
+    with pytest.raises(tickwire.TickwireError, match="NOPE"):
+        s.snapshot("NOPE", ["X"], timeout=1e300)
     s.disconnect()
     with pytest.raises(ConnectionError, match="disconnected"):
         s.subscribe("FEED", ["SYM1"])
