@@ -1075,3 +1075,38 @@ fn a_repeated_recoverable_close_asks_for_the_stream_again_once() {
     }
     assert_eq!(requests, 1);
 }
+
+/// After a reconnection to a node that does not know the service yet, the streams wait
+/// for it; one closed meanwhile is not asked for when the service appears, the others
+/// are.
+#[test]
+fn a_stream_closed_while_it_waits_for_its_service_is_not_asked_for() {
+    let mut lab = Lab::new();
+    lab.refresh("B", 2, 200.0);
+    lab.connect();
+    lab.pump().unwrap();
+    let a = lab.subscribe("FEED", "A");
+    let b = lab.subscribe("FEED", "B");
+    assert_eq!(lab.pump().unwrap().len(), 2);
+    lab.break_connection();
+    lab.pump().unwrap();
+    // The node restarted: its publisher is back, FEED not announced yet.
+    let (core, publisher) = node_with_publisher(lab.now);
+    (lab.core, lab.publisher) = (core, publisher);
+    lab.now += Duration::from_secs(2);
+    lab.connect();
+    lab.pump().unwrap();
+    lab.session.unsubscribe(a).unwrap();
+    lab.announce(&["FEED"]);
+    lab.refresh("A", 1, 101.0);
+    lab.refresh("B", 2, 201.0);
+    let events = lab.pump().unwrap();
+    let refreshed: Vec<u32> = events
+        .iter()
+        .filter_map(|(e, _)| match e {
+            Event::Refresh { stream, .. } => Some(*stream),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refreshed, vec![b], "{events:?}");
+}

@@ -57,6 +57,9 @@ struct Watch {
     /// Index in the session's [`Services`].
     service: u32,
     streaming: bool,
+    /// Waiting in `held` to be asked for (the list is cleaned lazily: a stream closed
+    /// meanwhile, or whose id went to another, is skipped there by this flag).
+    held: bool,
     /// A view or a replay: few streams have one, so it is kept out of line.
     extra: Option<Box<WatchExtra>>,
 }
@@ -189,9 +192,13 @@ impl SubscriberSession {
         }
         // A restarted node may not know a service until its publisher is back: each
         // request waits until the directory lists the service.
-        self.held = (0..self.watch.len() as u32)
-            .filter(|&sid| self.watch[sid as usize].is_some())
-            .collect();
+        self.held.clear();
+        for (sid, w) in self.watch.iter_mut().enumerate() {
+            if let Some(w) = w {
+                w.held = true;
+                self.held.push(sid as u32);
+            }
+        }
         Ok(())
     }
 
@@ -300,10 +307,11 @@ impl SubscriberSession {
                 replay: options.replay,
             })
         });
-        let w = Watch {
+        let mut w = Watch {
             name: name.into(),
             service: self.services.intern(service),
             streaming: !options.snapshot,
+            held: false,
             extra,
         };
         if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
@@ -314,6 +322,7 @@ impl SubscriberSession {
             // would fail every connection from then on.
             push_request(&mut FrameWriter::new(0), sid, &w, &self.services)?;
             if self.conn.is_some() {
+                w.held = true;
                 self.held.push(sid);
             }
         }
@@ -386,7 +395,8 @@ impl SubscriberSession {
             .is_some()
         {
             self.open_streams -= 1;
-            self.held.retain(|&s| s != sid);
+            // Its place in `held`, if any, goes with the next release (its flag went
+            // with it): no walk of the list per close.
             self.recover.retain(|&(s, _)| s != sid);
             if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
                 conn.writer().push(&Message::Close { stream_id: sid })?;
@@ -430,7 +440,7 @@ impl SubscriberSession {
             }
         }
         // Held (not asked for yet), or to be asked for again: the request will carry it.
-        if self.held.contains(&sid) || self.recover.iter().any(|&(s, _)| s == sid) {
+        if w.held || self.recover.iter().any(|&(s, _)| s == sid) {
             return Ok(());
         }
         if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
@@ -520,15 +530,19 @@ impl SubscriberSession {
         let Some(conn) = self.conn.as_mut() else {
             return Ok(());
         };
-        let (watch, directory, services) = (&self.watch, &self.directory, &self.services);
+        let (watch, directory, services) = (&mut self.watch, &self.directory, &self.services);
         let mut err = None;
         self.held.retain(|&sid| {
-            let Some(Some(w)) = watch.get(sid as usize) else {
+            let Some(Some(w)) = watch.get_mut(sid as usize) else {
                 return false;
             };
+            if !w.held {
+                return false; // closed, or its id given to a stream asked for already
+            }
             if !directory.contains_key(services.name(w.service)) {
                 return true;
             }
+            w.held = false;
             if let Err(e) = push_request(conn.writer(), sid, w, services) {
                 err = Some(e);
             }
