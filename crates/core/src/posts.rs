@@ -421,7 +421,7 @@ impl Node {
         };
         // Checked again here: the journal may hand back thousands of posts at once, all
         // checked while the publisher's queue was short. (Posts delivered again after a
-        // restart have no poster to tell: they go.)
+        // restart have no poster to tell: `redeliver_ready` holds them back instead.)
         if !o.redelivered {
             if let Some(why) = self.publisher_behind(publisher, o.service) {
                 return self.finish(o.poster, o.journal_seq, Some(NakCode::NoResources), &why);
@@ -635,14 +635,20 @@ impl Node {
         self.redeliver_ready();
     }
 
-    /// Sends the redeliveries whose service is up now.
+    /// Sends the redeliveries whose service is up now, as far as its publisher reads
+    /// them: the rest wait for a later tick (at least one a second). A restart with
+    /// thousands of posts to deliver again must not flood the publisher, which the node
+    /// would then drop as a slow reader, refusing every post it had.
     pub(crate) fn redeliver_ready(&mut self) {
         if self.posts.redeliver.is_empty() {
             return;
         }
         let all = std::mem::take(&mut self.posts.redeliver);
         for r in all {
-            if self.up_publisher(&r.service).is_none() {
+            let ready = self
+                .up_publisher(&r.service)
+                .is_some_and(|p| self.publisher_behind(p, &r.service).is_none());
+            if !ready {
                 self.posts.redeliver.push(r);
                 continue;
             }

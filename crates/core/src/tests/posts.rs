@@ -443,6 +443,73 @@ fn posts_left_in_the_journal_are_delivered_again_marked_once_their_service_is_up
     assert_eq!(completion(&reqs), Some((9, None)), "{reqs:?}");
 }
 
+/// Thousands of posts to deliver again after a restart go to the publisher as it reads
+/// them, a tick at a time: all at once, they made the node drop it as a slow reader and
+/// record every one of them refused.
+#[test]
+fn posts_delivered_again_after_a_restart_go_as_the_publisher_reads_them() {
+    let mut h = Harness::with_config(CoreConfig {
+        posts: PostServices::All,
+        journal: PostServices::from_list(&[s("FEED")]),
+        limits: Limits {
+            max_output_bytes: 1 << 20,
+            ..Limits::default()
+        },
+        ..CoreConfig::default()
+    });
+    let text = "x".repeat(1_000);
+    let fields = tickwire_proto::encode_field_list([(3, tickwire_proto::Value::Ascii(&text))]);
+    h.node.redeliver_posts(
+        (1..=2_000)
+            .map(|seq| Redelivery {
+                seq,
+                service: s("FEED"),
+                item: s("SYM0"),
+                image: false,
+                fields: fields.clone(),
+            })
+            .collect(),
+    );
+    let (mut h, p, _) = feed_and_watcher(h);
+    let mut delivered = 0;
+    for _ in 0..100 {
+        h.now += Duration::from_secs(1);
+        h.node.handle_timeout(h.now);
+        assert!(
+            h.node.pending_output(p) <= (1 << 20) / 4 + 2_048,
+            "{} bytes queued for the publisher",
+            h.node.pending_output(p)
+        );
+        // The publisher reads and answers what came.
+        let answers: Vec<u32> = h
+            .recv(p)
+            .iter()
+            .filter_map(|g| match g {
+                Got::Post {
+                    post_id,
+                    redelivered: true,
+                    ..
+                } => Some(*post_id),
+                _ => None,
+            })
+            .collect();
+        delivered += answers.len();
+        for id in answers {
+            h.send(p, &[ack(id, None, "")]);
+        }
+        if delivered == 2_000 {
+            break;
+        }
+    }
+    assert_eq!(delivered, 2_000);
+    assert_eq!(h.node.stats().protocol_disconnects, 0);
+    let refused = journal_requests(&mut h)
+        .iter()
+        .filter(|r| matches!(r.write, JournalWrite::Completed { nak: Some(_), .. }))
+        .count();
+    assert_eq!(refused, 0);
+}
+
 #[test]
 fn a_publisher_that_does_not_read_its_posts_gets_no_more_once_its_queue_is_long() {
     let h = Harness::with_config(CoreConfig {
