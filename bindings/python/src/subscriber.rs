@@ -446,7 +446,10 @@ impl Subscriber {
 
     /// Closes the connection; the subscriber cannot be used afterwards.
     fn disconnect(&self, py: Python<'_>) {
-        let taken = self.state.lock().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(|| drop(taken));
+        // The lock is waited for without the GIL, as in every call that may wait for it.
+        py.detach(|| {
+            let taken = self.state.lock().unwrap_or_else(|p| p.into_inner()).take();
+            drop(taken);
+        });
     }
 }

@@ -176,3 +176,31 @@ def test_an_application_that_takes_no_events_leaves_them_in_the_socket(node, fee
     # One read's events beyond the bound at most (a read takes what the socket has).
     assert 40 <= held < 200, held
     assert later, "events flow again once taken"
+
+
+def test_a_paused_subscriber_still_gets_its_snapshots_and_post_answers(monkeypatch):
+    """Past `_MAX_WAITING` events the socket is left unread, but a snapshot or a post's
+    answer awaited meanwhile is read all the same: only reading can bring it."""
+    monkeypatch.setattr(tickwire.aio, "_MAX_WAITING", 40)
+    node_proc = Proc(["node", "--listen", "127.0.0.1:0", "--posts", "FEED"])
+    node = node_proc.listening_address()
+    feed = Proc(["publish", "--node", node, "--items", "3", "--rate", "200", "--accept-posts"])
+
+    async def main():
+        s = await tickwire.aio.connect(node)
+        s.subscribe("FEED", [f"SYM{i}" for i in range(3)])
+        while len(s._events) < 40:  # paused once this many wait
+            await asyncio.sleep(0.05)
+        image = await s.snapshot("FEED", ["SYM1"], timeout=10)
+        ack = await s.post("FEED", "SYM1", {"BID": 101.25}, timeout=10)
+        s.disconnect()
+        return image, ack
+
+    try:
+        feed.wait_for_line("published 3 images")
+        image, ack = asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        feed.stop()
+        node_proc.stop()
+    assert image["SYM1"], image
+    assert ack is not None and ack.accepted, ack

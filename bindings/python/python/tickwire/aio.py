@@ -104,8 +104,9 @@ class Subscriber:
         """The socket is readable (or a timer is due): what arrived, without waiting."""
         if self._closed:
             return
-        if len(self._events) >= _MAX_WAITING:
-            # The application is behind: the socket waits until it takes events.
+        if len(self._events) >= _MAX_WAITING and not self._awaited():
+            # The application is behind: the socket waits until it takes events (or
+            # awaits a snapshot or a post's answer, which only reading can bring).
             if not self._paused and self._fd is not None:
                 self._loop.remove_reader(self._fd)
             self._paused = True
@@ -210,6 +211,7 @@ class Subscriber:
         snapshot = _Snapshot(service, dict(zip(sids, names)))
         for sid in sids:
             self._snapshots[sid] = snapshot
+        self._resume_if_drained()
         try:
             await asyncio.wait_for(asyncio.shield(snapshot.done), timeout)
         except asyncio.TimeoutError:
@@ -240,6 +242,7 @@ class Subscriber:
             return None
         answer: "asyncio.Future[Event]" = self._loop.create_future()
         self._answers[post_id] = answer
+        self._resume_if_drained()
         try:
             return await asyncio.wait_for(answer, timeout)
         except asyncio.TimeoutError:
@@ -274,9 +277,14 @@ class Subscriber:
         self._resume_if_drained()
         return event
 
+    def _awaited(self) -> bool:
+        """A snapshot or a post's answer is awaited: the socket must be read for it."""
+        return bool(self._snapshots or self._answers)
+
     def _resume_if_drained(self) -> None:
-        """Reads the socket again once the application took half of what waited."""
-        if self._paused and len(self._events) <= _MAX_WAITING // 2:
+        """Reads the socket again once the application took half of what waited, or
+        awaits what only reading brings (a snapshot, a post's answer)."""
+        if self._paused and (len(self._events) <= _MAX_WAITING // 2 or self._awaited()):
             self._paused = False
             if self._fd is not None and not self._closed:
                 self._loop.add_reader(self._fd, self._read)
