@@ -61,7 +61,17 @@ pub(crate) struct Replays {
     waiting: FxHashMap<u64, Replaying>,
     /// By item: only items with a replay waiting.
     logs: FxHashMap<ItemHandle, LiveLog>,
+    /// Questions at the journal, by ticket, with the connection that asked: counted
+    /// until their answer comes, even when the stream has gone meanwhile (the journal
+    /// reads them all the same).
+    asked: FxHashMap<u64, ConnId>,
+    /// The same, counted by connection.
+    asked_by: FxHashMap<ConnId, u32>,
 }
+
+/// Histories one connection may have the journal read at once: the node reads few at a
+/// time for everyone (16 wait at most), and one connection must not take them all.
+pub(crate) const MAX_REPLAYS_PER_CONNECTION: u32 = 2;
 
 impl Replays {
     /// Items keeping a live log now.
@@ -176,6 +186,15 @@ impl Node {
                 ),
             ));
         }
+        let asked = self.replays.asked_by.get(&conn).copied().unwrap_or(0);
+        if asked >= MAX_REPLAYS_PER_CONNECTION {
+            return Err((
+                code::TOO_MANY_STREAMS,
+                format!(
+                    "{asked} replays of this connection are being read already: ask again once one has come"
+                ),
+            ));
+        }
         let until = item.seq;
         // A history (and what the item does while it is read) must fit in the
         // subscriber's queue with room to spare.
@@ -208,6 +227,8 @@ impl Node {
             },
         });
         self.replays.waiting.insert(ticket, p);
+        self.replays.asked.insert(ticket, conn);
+        *self.replays.asked_by.entry(conn).or_default() += 1;
         Ok(())
     }
 
@@ -220,6 +241,14 @@ impl Node {
     ) {
         self.merge_deferred();
         self.now = now;
+        if let Some(conn) = self.replays.asked.remove(&ticket) {
+            if let Some(n) = self.replays.asked_by.get_mut(&conn) {
+                *n -= 1;
+                if *n == 0 {
+                    self.replays.asked_by.remove(&conn);
+                }
+            }
+        }
         let Some(p) = self.replays.waiting.remove(&ticket) else {
             return;
         };

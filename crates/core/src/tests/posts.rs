@@ -763,6 +763,49 @@ fn a_stream_still_reading_its_history_that_is_asked_again_ends_its_replay() {
     assert!(h.recv(sub).is_empty(), "nothing after the close");
 }
 
+/// A connection has two histories read at a time at most, closed streams included (the
+/// journal reads them all the same): a third is refused at once, and accepted again
+/// once an answer has come.
+#[test]
+fn a_connection_has_two_histories_read_at_a_time_at_most() {
+    let (mut h, _p, sub, first) = replaying();
+    let replay = |sid: u32| {
+        Message::Replay(tickwire_proto::Replay {
+            stream_id: sid,
+            from: tickwire_proto::ReplayFrom::Seq(3),
+            service: "FEED",
+            name: "SYM0",
+        })
+    };
+    // Asked, then closed: still read by the journal, still counted.
+    h.send(sub, &[replay(4)]);
+    h.send(sub, &[Message::Close { stream_id: 4 }]);
+    let second = journal_requests(&mut h);
+    assert_eq!(second.len(), 1, "{second:?}");
+    h.recv(sub);
+    h.send(sub, &[replay(5)]);
+    assert!(journal_requests(&mut h).is_empty(), "a third is not asked");
+    let got = h.recv(sub);
+    assert!(
+        matches!(&got[..], [Got::Status { sid: 5, stream: StreamState::Closed, code: c, text, .. }]
+            if *c == code::TOO_MANY_STREAMS && text.contains("replays of this connection")),
+        "{got:?}"
+    );
+    // The closed stream's answer comes: room for one more.
+    let now = h.now;
+    h.node.on_history(
+        second[0].ticket,
+        Ok(tickwire_journal::History {
+            messages: vec![],
+            truncated: false,
+        }),
+        now,
+    );
+    h.send(sub, &[replay(6)]);
+    assert_eq!(journal_requests(&mut h).len(), 1);
+    history_3_to_5(&mut h, first);
+}
+
 #[test]
 fn a_replay_whose_item_outruns_the_kept_log_joins_from_the_image_and_says_so() {
     // 64 KiB of output: the log keeps 128 messages (a history's bound) at most.
