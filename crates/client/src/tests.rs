@@ -1110,3 +1110,31 @@ fn a_stream_closed_while_it_waits_for_its_service_is_not_asked_for() {
         .collect();
     assert_eq!(refreshed, vec![b], "{events:?}");
 }
+
+/// With ids handed out again, a stream closed after its connection was lost (its
+/// "connection lost" status not taken yet) leaves no status to the stream that takes
+/// its id on the next connection.
+#[test]
+fn a_made_up_status_of_a_closed_stream_never_reaches_the_stream_with_its_id_next() {
+    let mut lab = Lab::new();
+    lab.refresh("B", 2, 200.0);
+    lab.session.reuse_stream_ids();
+    lab.connect();
+    lab.pump().unwrap();
+    let a = lab.subscribe("FEED", "A");
+    lab.pump().unwrap();
+    lab.break_connection();
+    lab.session.unsubscribe(a).unwrap();
+    lab.now += Duration::from_secs(2);
+    lab.connect();
+    let b = lab.subscribe("FEED", "B");
+    assert_eq!(b, a, "the id is handed out again on the new connection");
+    for (e, _) in lab.pump().unwrap() {
+        if let Event::Status { name, state, .. } = &e {
+            assert!(
+                !(name == "B" && state.code == code::CONNECTION_LOST),
+                "A's made-up status on B: {e:?}"
+            );
+        }
+    }
+}

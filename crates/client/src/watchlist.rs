@@ -398,6 +398,11 @@ impl SubscriberSession {
             // Its place in `held`, if any, goes with the next release (its flag went
             // with it): no walk of the list per close.
             self.recover.retain(|&(s, _)| s != sid);
+            // A status made up for it and not delivered yet would reach the stream that
+            // takes its id next.
+            if !self.synthetic.is_empty() {
+                self.synthetic.retain(|s| s.stream != sid);
+            }
             if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
                 conn.writer().push(&Message::Close { stream_id: sid })?;
                 if let Some(ids) = self.ids.as_mut() {
