@@ -91,7 +91,7 @@ fn is_last_write(rest: &[u8], e: &RecordError, due: u64) -> bool {
     if matches!(e, RecordError::Short { .. }) {
         // Its length is outside the checksum: a flipped bit there also makes a record
         // look cut short. Whole, checked records after it say it was not the last write.
-        return !a_later_record_follows(rest, due);
+        return !the_next_record_follows(rest, due);
     }
     let len = u32::from_be_bytes(rest[0..4].try_into().expect("a header was read")) as usize;
     let end = record::RECORD_HEADER_LEN.saturating_add(len);
@@ -111,11 +111,13 @@ pub fn header_cut_short(bytes: &[u8]) -> bool {
         || (bytes.len() < HEADER_LEN && MAGIC.starts_with(&bytes[..bytes.len().min(8)]))
 }
 
-/// Whether a whole record with a checksum that holds and a seq after `due` starts
-/// anywhere in `rest` past its first header. Only on a damaged tail, which is shorter
-/// than one record: its cost is bounded by that, and most offsets fail the cheap
-/// checks before the checksum.
-fn a_later_record_follows(rest: &[u8], due: u64) -> bool {
+/// Whether the record after `due` (seq `due + 1`), whole and with a checksum that holds,
+/// starts anywhere in `rest` past its first header: the bad record is then not the last
+/// one written. Only that seq: bytes inside a post cut short by a crash would have to
+/// carry the very next seq, which a poster does not know, to be taken for it. Only on a
+/// damaged tail, which is shorter than one record: its cost is bounded by that, and most
+/// offsets fail the cheap checks before the checksum.
+fn the_next_record_follows(rest: &[u8], due: u64) -> bool {
     /// Stream (1) and seq (8): the start of every body.
     const BODY_START: usize = 9;
     (record::RECORD_HEADER_LEN..rest.len()).any(|at| {
@@ -129,7 +131,7 @@ fn a_later_record_follows(rest: &[u8], due: u64) -> bool {
             return false;
         }
         let seq = u64::from_be_bytes(r[body + 1..body + 9].try_into().expect("8 bytes"));
-        seq > due && record::decode(r).is_ok_and(|(rec, _)| rec.seq == seq)
+        seq == due + 1 && record::decode(r).is_ok_and(|(rec, _)| rec.seq == seq)
     })
 }
 
