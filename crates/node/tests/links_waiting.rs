@@ -1,0 +1,87 @@
+//! A node's links to the nodes and providers it is fed by (an upstream node, an
+//! interactive RSSL provider), in this process, over real sockets: what they cost while
+//! the other side cannot be reached.
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+use tickwire_node::config::NodeConfig;
+use tickwire_node::NodeServer;
+
+/// CPU time (clock ticks) of this process's threads named `name` (every node of the
+/// tests running side by side: each must be idle), if there is one.
+fn thread_ticks(name: &str) -> Option<u64> {
+    let mut total = None;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = task.ok()?.path();
+        if std::fs::read_to_string(dir.join("comm")).ok()?.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let (user, system) = (fields.get(11)?, fields.get(12)?);
+        *total.get_or_insert(0) += user.parse::<u64>().ok()? + system.parse::<u64>().ok()?;
+    }
+    total
+}
+
+/// The event loop's CPU ticks over one second, from a moment well after the node
+/// started (its first connects made and refused).
+fn loop_ticks_over_a_second() -> (u64, u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while thread_ticks("tickwire-node").is_none() {
+        assert!(Instant::now() < deadline, "no thread tickwire-node");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let from = thread_ticks("tickwire-node").unwrap();
+    let window = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let used = thread_ticks("tickwire-node").unwrap() - from;
+    (used, window.elapsed().as_millis() as u64 / 10)
+}
+
+/// An address nothing listens on.
+fn refused_address() -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The same for an interactive RSSL provider the node connects to as a consumer.
+#[test]
+fn a_node_whose_rssl_provider_refuses_connections_is_idle_between_attempts() {
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.rssl.providers = vec![tickwire_node::config::RsslProviderSection {
+        address: refused_address().to_string(),
+        ..Default::default()
+    }];
+    let _node = NodeServer::spawn(cfg).unwrap();
+    let (used, wall) = loop_ticks_over_a_second();
+    assert!(
+        used * 5 < wall,
+        "the event loop used {used} of {wall} clock ticks while waiting to reconnect"
+    );
+}
+
+/// A refused connect leaves the link waiting for its next attempt, not polling a socket
+/// it no longer has: the event loop is idle between attempts. (It once took a whole CPU
+/// for as long as the upstream was down.)
+#[test]
+fn a_node_whose_upstream_refuses_connections_is_idle_between_attempts() {
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.upstream.nodes = vec![refused_address().to_string()];
+    cfg.upstream.reconnect_min_ms = 5_000;
+    cfg.upstream.reconnect_max_ms = 5_000;
+    let _node = NodeServer::spawn(cfg).unwrap();
+    // The first attempt is made at once and refused within milliseconds; the second
+    // second is well inside the 5 s backoff, with nothing to do. A spinning loop takes
+    // every tick it is given (a third of them even with two CPU hogs beside it); an
+    // idle one next to none.
+    let (used, wall) = loop_ticks_over_a_second();
+    assert!(
+        used * 5 < wall,
+        "the event loop used {used} of {wall} clock ticks while waiting to reconnect"
+    );
+}
