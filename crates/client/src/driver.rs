@@ -193,7 +193,7 @@ impl<S: ClientSession> Driver<S> {
     /// it are handled as input, by `run`.
     /// With several nodes, the one after the node lost is tried first, then the others
     /// in turn (that one last).
-    fn reconnect(&mut self, now: Instant) -> Result<(), ClientError> {
+    fn reconnect(&mut self) -> Result<(), ClientError> {
         let n = self.nodes.len();
         let mut last_error = None;
         for step in 1..=n {
@@ -212,7 +212,7 @@ impl<S: ClientSession> Driver<S> {
         // The attempts took time (a connect waits up to its time-out): the back-off
         // counts from their end, or a node that never answers would be tried again at
         // once, for as long as it does not.
-        let now = Instant::now().max(now);
+        let now = Instant::now();
         match last_error {
             None => Ok(()),
             Some(e) => {
@@ -262,7 +262,7 @@ impl<S: ClientSession> Driver<S> {
                 // A reconnect that is due is tried even by a zero-timeout call (an
                 // application polling with Duration::ZERO would otherwise never get one).
                 if self.session.wants_connect(now) {
-                    self.reconnect(now)?;
+                    self.reconnect()?;
                     continue;
                 }
                 if now >= deadline {

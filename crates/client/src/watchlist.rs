@@ -217,12 +217,11 @@ impl SubscriberSession {
         }
         if had {
             // The reason, without a "connection to the node lost" of its own.
-            let text = match &err {
-                ClientError::Disconnected(why) => {
-                    format!("connection to the node lost ({why}); reconnecting")
-                }
-                other => format!("connection to the node lost ({other}); reconnecting"),
+            let why = match &err {
+                ClientError::Disconnected(why) => why.clone(),
+                other => other.to_string(),
             };
+            let text = format!("connection to the node lost ({why}); reconnecting");
             for (sid, w) in self.watch.iter().enumerate() {
                 if w.is_some() {
                     self.synthetic.push_back(Synthetic {
@@ -405,14 +404,10 @@ impl SubscriberSession {
             }
             if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
                 conn.writer().push(&Message::Close { stream_id: sid })?;
-                if let Some(ids) = self.ids.as_mut() {
-                    ids.give_up(sid);
-                    if let Some(token) = ids.fence_due() {
-                        conn.writer().push(&Message::Ping(token))?;
-                    }
-                }
-            } else if let Some(ids) = self.ids.as_mut() {
-                // Nothing of it is on its way: free with the next connection.
+            }
+            // Free once the fence the next poll sends is answered, or with the next
+            // connection.
+            if let Some(ids) = self.ids.as_mut() {
                 ids.give_up(sid);
             }
         }
