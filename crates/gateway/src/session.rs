@@ -436,11 +436,7 @@ fn write_error(out: &mut JsonOut, id: i64, text: &str, offending: &str) {
     let _ = write!(Bytes(o), "{{\"ID\":{id},\"Type\":\"Error\",\"Text\":");
     escape(o, text);
     o.extend_from_slice(b",\"Debug\":{\"Message\":");
-    let mut end = offending.len().min(1024);
-    while !offending.is_char_boundary(end) {
-        end -= 1;
-    }
-    escape(o, &offending[..end]);
+    escape(o, crate::ws::prefix_within(offending, 1024));
     o.extend_from_slice(b"}}");
 }
 

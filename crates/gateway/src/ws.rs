@@ -128,7 +128,7 @@ impl Request {
                 "400 Bad Request",
                 format!(
                     "Sec-WebSocket-Key must be 16 bytes in base64 (24 characters), not {:?}",
-                    &key[..key.len().min(64)]
+                    prefix_within(key, 64)
                 ),
             ));
         }
@@ -633,12 +633,18 @@ pub fn encode_pong(out: &mut Vec<u8>, payload: &[u8]) {
 /// Appends a close frame with a status code and reason (cut to fit a control frame).
 pub fn encode_close(out: &mut Vec<u8>, code: u16, reason: &str) {
     let mut p = code.to_be_bytes().to_vec();
-    let mut end = reason.len().min(123);
-    while !reason.is_char_boundary(end) {
+    p.extend_from_slice(prefix_within(reason, 123).as_bytes());
+    encode(out, OP_CLOSE, &p);
+}
+
+/// The longest start of `text` of at most `max` bytes that ends between characters (a
+/// peer's text quoted back, cut to fit: a cut inside a character would panic).
+pub(crate) fn prefix_within(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    p.extend_from_slice(&reason.as_bytes()[..end]);
-    encode(out, OP_CLOSE, &p);
+    &text[..end]
 }
 
 #[cfg(test)]

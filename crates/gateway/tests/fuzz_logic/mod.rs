@@ -6,17 +6,19 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
+use tickwire_gateway::connection::{Host, TokenAnswer};
 use tickwire_gateway::session::JsonOut;
 use tickwire_gateway::ws::{parse_request, Frame, FrameDecoder, MAX_HEAD};
-use tickwire_gateway::{Session, SessionConfig, UpdateCache};
+use tickwire_gateway::{Connection, Session, SessionConfig, UpdateCache};
 use tickwire_proto::{FieldList, Message, MessageIter, Refresh, Update, UpdateType, Welcome};
 
-pub(crate) const TARGETS: [&str; 2] = ["ws_frames", "json_session"];
+pub(crate) const TARGETS: [&str; 3] = ["ws_frames", "json_session", "ws_connection"];
 
 pub(crate) fn run(target: &str, data: &[u8]) -> Result<(), String> {
     match target {
         "ws_frames" => ws_frames(data),
         "json_session" => json_session(data),
+        "ws_connection" => ws_connection(data),
         other => panic!("no fuzz target named {other:?}"),
     }
 }
@@ -193,4 +195,99 @@ fn json_session_output(data: &[u8], mut cache: UpdateCache) -> Vec<u8> {
     out.take(&mut frames);
     check_frames(&frames);
     frames
+}
+
+/// A node as a fuzzed connection sees it: it takes what it is handed, issues tokens and
+/// serves `/metrics` (a fixed answer).
+struct FuzzHost;
+
+impl Host for FuzzHost {
+    fn to_node(&mut self, messages: &[u8]) {
+        for m in MessageIter::new(messages) {
+            if let Err(e) = m {
+                panic!("the connection handed the node a bad message: {e}");
+            }
+        }
+    }
+    fn output_limit(&self) -> usize {
+        64 * 1024
+    }
+    fn tls(&self) -> bool {
+        false
+    }
+    fn present_session_token(&mut self, token: &str) -> Option<Result<String, String>> {
+        Some(if token.len() % 2 == 0 {
+            Ok("alice".into())
+        } else {
+            Err("expired".into())
+        })
+    }
+    fn request_session_token(&mut self, user: &str, _password: &str) -> Option<TokenAnswer> {
+        Some(TokenAnswer::Issued {
+            token: "t0k".into(),
+            user: user.into(),
+            lifetime_s: 60,
+        })
+    }
+    fn node_endpoint(&mut self, target: &str, _accept: Option<&str>) -> bool {
+        target == "/metrics"
+    }
+    fn dashboard(&self) -> &'static str {
+        "<html></html>"
+    }
+    fn peer(&self) -> &str {
+        "127.0.0.1:1"
+    }
+}
+
+/// A connection on the node's WebSocket port fed what a client sends, in pieces whose
+/// size the first byte chooses; the first byte's two top bits choose what comes before
+/// the input: nothing (the raw request), an upgrade whose `Sec-WebSocket-Key` value is
+/// the input (a peer's text quoted back), or a whole upgrade the input's frames follow.
+/// No panic; what the connection answers is one HTTP answer, or a 101 and frames.
+/// `Ok` when the connection ended upgraded and open.
+pub(crate) fn ws_connection(data: &[u8]) -> Result<(), String> {
+    let Some((&first, rest)) = data.split_first() else {
+        return Err("empty".into());
+    };
+    let upgrade = |key: &[u8]| {
+        let mut head = b"GET /WebSocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+            Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+            Sec-WebSocket-Protocol: tr_json2\r\nSec-WebSocket-Key: "
+            .to_vec();
+        head.extend_from_slice(key);
+        head.extend_from_slice(b"\r\n\r\n");
+        head
+    };
+    let input = match first >> 6 {
+        0 => rest.to_vec(),
+        1 => upgrade(
+            &rest
+                .iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
+                .collect::<Vec<_>>(),
+        ),
+        _ => {
+            let mut v = upgrade(b"dGhlIHNhbXBsZSBub25jZQ==");
+            v.extend_from_slice(rest);
+            v
+        }
+    };
+    let step = (first as usize % 64) + 1;
+    let cfg = Arc::new(SessionConfig::default());
+    let mut host = FuzzHost;
+    let mut c = Connection::new(&["https://example.com".to_string()]);
+    for chunk in input.chunks(step) {
+        c.handle_bytes(chunk, &cfg, &mut host);
+    }
+    let out = &c.out;
+    if !out.is_empty() {
+        assert!(out.starts_with(b"HTTP/1.1 "), "an answer that is not HTTP");
+    }
+    if c.takes_node_messages() {
+        assert!(out.starts_with(b"HTTP/1.1 101 "), "open without a 101");
+        Ok(())
+    } else {
+        Err("not upgraded".into())
+    }
 }
