@@ -216,7 +216,7 @@ impl Host for FuzzHost {
         false
     }
     fn present_session_token(&mut self, token: &str) -> Option<Result<String, String>> {
-        Some(if token.len() % 2 == 0 {
+        Some(if token.len().is_multiple_of(2) {
             Ok("alice".into())
         } else {
             Err("expired".into())
