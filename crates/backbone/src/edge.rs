@@ -146,6 +146,10 @@ pub struct Edge {
     conn: ConnId,
     id: u64,
     cfg: EdgeConfig,
+    /// The id of the source role of this same node (a node that is both): its own
+    /// data comes back to it on the backbone and is not taken (the core already has
+    /// those services from their publishers).
+    own_source: Option<u64>,
     sources: FxHashMap<u64, SourceView>,
     /// The core's stream id -> the item.
     items: DenseMap<EdgeItem>,
@@ -181,7 +185,14 @@ impl Edge {
             to_core: Vec::new(),
             reject: Vec::new(),
             stats: EdgeStats::default(),
+            own_source: None,
         }
+    }
+
+    /// The id of this node's own source role (it changes when the transport is
+    /// rebuilt): that source is never taken as one of the edge's.
+    pub fn set_own_source(&mut self, id: Option<u64>) {
+        self.own_source = id;
     }
 
     /// Its connection in the core.
@@ -396,6 +407,9 @@ impl Edge {
     }
 
     fn on_heartbeat(&mut self, image: i32, source: u64, name: &str, version: u32, now: Instant) {
+        if self.own_source == Some(source) {
+            return;
+        }
         if !self.sources.contains_key(&source) {
             if self.sources.len() >= self.cfg.max_sources {
                 // Room is made by forgetting the longest-silent lost source (a live

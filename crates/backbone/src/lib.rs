@@ -297,7 +297,9 @@ pub struct Backbone {
     earlier: DriverCounters,
     last_counters: std::cell::Cell<DriverCounters>,
     /// The edge's services version last given to the source as excluded.
-    excluded_version: u64,
+    /// The edge's services and the source's directory, as last seen by [`Backbone::pump`]'s
+    /// exclusion (it is worked out again when either changes).
+    excluded_version: (u64, u32),
     /// None: the backbone is not authenticated.
     sealing: Option<Sealing>,
     rejections: Rejections,
@@ -351,7 +353,7 @@ impl Backbone {
             role,
             earlier: DriverCounters::default(),
             last_counters: Default::default(),
-            excluded_version: 0,
+            excluded_version: (0, 0),
             sealing: key_file.map(Sealing::new),
             rejections: Rejections::default(),
             files_rejected: [0; 5],
@@ -429,6 +431,10 @@ impl Backbone {
             messages: 0,
         };
         let (source, edge) = (&mut self.source, &mut self.edge);
+        if let Some(e) = edge.as_mut() {
+            // A node that is both hears its own source: not one of its edge's.
+            e.set_own_source(source.as_ref().map(Source::id));
+        }
         let (sealing, rejections) = (&mut self.sealing, &mut self.rejections);
         let (files_in, files_in_bytes, files_dropped) = (
             &mut self.files_in,
@@ -562,11 +568,16 @@ impl Backbone {
 
     /// What the roles have to send, onto Aeron (after the core has run).
     pub fn pump(&mut self, core: &mut Node, now: Instant) {
-        // A node that is both: what it receives from the backbone is not put back on it.
+        // A node that is both: what it receives from the backbone is not put back on it:
+        // the services its core has from the edge role. Not those its own publishers
+        // have (another source may also have them; the core refused them from the edge).
         if let (Some(s), Some(e)) = (self.source.as_mut(), self.edge.as_ref()) {
-            if e.services_version() != self.excluded_version {
-                self.excluded_version = e.services_version();
-                s.set_excluded(e.services());
+            let version = (e.services_version(), s.directory_version());
+            if version != self.excluded_version {
+                let mut from_edge = e.services();
+                from_edge.retain(|name| core.publishes(e.conn(), name));
+                s.set_excluded(from_edge);
+                self.excluded_version = (e.services_version(), s.directory_version());
             }
         }
         let Some(link) = self.link.as_mut() else {

@@ -184,6 +184,11 @@ impl Source {
         self.id
     }
 
+    /// Changes whenever the directory it puts on the backbone does.
+    pub fn directory_version(&self) -> u32 {
+        self.directory_version
+    }
+
     /// Its figures.
     pub fn stats(&self) -> SourceStats {
         let mut s = self.stats.clone();

@@ -353,6 +353,37 @@ fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
     });
 }
 
+/// A node that is both puts its own publishers' services on the backbone (it hears its
+/// own source on the channel: once it took that source for another, the core refused
+/// the services back from it and the source stopped putting them out) and serves the
+/// other sources' services to its own subscribers.
+#[test]
+fn a_node_that_is_both_serves_its_own_services_to_the_edges_and_the_others_to_its_subscribers() {
+    let ch = channel(74);
+    let both = backbone_node(&ch, "both", "both");
+    let _feed = start_publisher(&both, "FEED", 2, 200, false);
+    let other = backbone_node(&ch, "source", "other");
+    let _feed_2 = start_publisher(&other, "FEED2", 2, 200, false);
+    let edge = backbone_node(&ch, "edge", "edge");
+    wait_until_the_edge_hears(&edge, "both");
+    wait_for_feed_image(&edge, "edge", "SYM1");
+    // Updates for a second and more: the service stays up at the edge.
+    assert_serves(edge.addr, "FEED", "SYM1", 150);
+    assert_serves(edge.addr, "FEED2", "SYM1", 5);
+    assert_serves(both.addr, "FEED2", "SYM1", 5);
+    assert_serves(both.addr, "FEED", "SYM1", 5);
+    let f = node_figures(&both);
+    assert!(
+        !f["TW_BB_SOURCES"].as_str().unwrap_or("").contains("both ("),
+        "the node took its own source for one of its edge's: {f}"
+    );
+    assert!(
+        !both.proc.log().contains("already published"),
+        "{}",
+        both.proc.log()
+    );
+}
+
 /// The media driver's directories of this node process (in /dev/shm).
 fn driver_dirs(pid: u32) -> Vec<std::path::PathBuf> {
     let prefix = format!("tickwire-aeron-{pid}-");

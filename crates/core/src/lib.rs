@@ -546,6 +546,13 @@ impl Node {
             .collect()
     }
 
+    /// Whether `conn` is the publisher of the service named `name`.
+    pub fn publishes(&self, conn: ConnId, name: &str) -> bool {
+        self.service_by_name
+            .get(name)
+            .is_some_and(|&s| self.services[s].publisher == Some(conn))
+    }
+
     /// Items in the table.
     pub fn item_count(&self) -> usize {
         self.items.len()
