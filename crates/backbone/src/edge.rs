@@ -110,6 +110,9 @@ struct SourceView {
     services: BTreeMap<String, ServiceState>,
     /// The source's stream ids -> the core's stream ids (with this edge).
     streams: DenseMap<u32>,
+    /// Streams dropped while the source was lost: if it is heard again (it was only
+    /// paused), it is told this edge no longer takes them, or it would send them on.
+    released: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -445,6 +448,7 @@ impl Edge {
                     assembling: None,
                     services: BTreeMap::new(),
                     streams: DenseMap::new(1),
+                    released: Vec::new(),
                 },
             );
         }
@@ -455,6 +459,13 @@ impl Edge {
         if !s.live {
             s.live = true;
             info!("backbone: source {name:?} ({source:016x}) is live");
+            for stream in std::mem::take(&mut s.released) {
+                self.control.push(&BackboneMessage::Unsubscribe {
+                    edge: self.id,
+                    source,
+                    stream,
+                });
+            }
         }
         if s.directory_version != version && now >= s.next_directory_request {
             s.next_directory_request = now + Duration::from_millis(200);
@@ -740,6 +751,14 @@ impl Edge {
                 if let (Some(old), Some(stream)) = (it.source, it.source_stream.take()) {
                     if let Some(s) = self.sources.get_mut(&old) {
                         s.streams.remove(stream);
+                        if old != src {
+                            // The old source is still there: it stops sending the item.
+                            self.control.push(&BackboneMessage::Unsubscribe {
+                                edge: self.id,
+                                source: old,
+                                stream,
+                            });
+                        }
                     }
                 }
                 it.source = Some(src);
@@ -815,14 +834,39 @@ impl Edge {
             }
             self.announced = union;
         }
-        // Items without a source may have one now.
+        // Items without a source may have one now; items whose source no longer has
+        // their service up (its publisher left, the node stays) move to a source that
+        // has it, as when a source is lost.
         let orphans: Vec<u32> = self
             .items
             .iter()
-            .filter(|(_, it)| it.phase == Phase::NoSource)
+            .filter(|(_, it)| {
+                it.phase == Phase::NoSource
+                    || it.source.is_some_and(|src| {
+                        self.sources.get(&src).is_some_and(|s| {
+                            s.live && s.services.get(&it.service) != Some(&ServiceState::Up)
+                        })
+                    })
+            })
             .map(|(sid, _)| sid)
             .collect();
         for sid in orphans {
+            let Some(it) = self.items.get(sid) else {
+                continue;
+            };
+            if it.phase != Phase::NoSource {
+                let service = it.service.clone();
+                if self.pick_source(&service, None).is_none() {
+                    // No other source has it either: the item waits where it is
+                    // (the core has said the service is down).
+                    continue;
+                }
+                self.stats.reimages += 1;
+                let text = format!(
+                    "service {service:?} went down at its source; moving to another source"
+                );
+                self.status_to_core(core, sid, code::PUBLISHER_GONE, &text, now);
+            }
             self.route(core, sid, now);
         }
     }
@@ -992,6 +1036,8 @@ impl Edge {
             return;
         };
         s.live = false;
+        s.released
+            .extend(s.streams.iter().map(|(stream, _)| stream));
         s.streams.clear();
         self.reject.push(s.image);
         s.directory_version = 0;

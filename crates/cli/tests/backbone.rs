@@ -353,6 +353,84 @@ fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
     });
 }
 
+/// A hot standby whose node stays up takes over when the first source's publisher
+/// leaves: the items move to the source that still has the service up (they stayed
+/// suspect until the publisher came back).
+#[test]
+fn an_edge_moves_to_the_standby_source_when_the_service_goes_down_at_the_one_it_uses() {
+    let ch = channel(75);
+    let first = backbone_node(&ch, "source", "src-1");
+    let edge = backbone_node(&ch, "edge", "edge");
+    let mut feed_1 = start_publisher(&first, "FEED", 5, 100, false);
+    wait_for_feed_image(&edge, "edge", "SYM0");
+    let mut sub = watching_sym0(&edge);
+    let second = backbone_node(&ch, "source", "src-2");
+    let _feed_2 = start_publisher(&second, "FEED", 5, 100, false);
+    wait_until_the_edge_hears(&edge, "src-2");
+    feed_1.kill();
+    expect_suspect_then_the_standbys_image(&mut sub);
+    expect_event(&mut sub, T, "updates from the standby", |e| {
+        matches!(e, Event::Update { .. })
+    });
+    drop(first);
+}
+
+/// How many updates a second `node` sends its subscribers (the source role's stream of
+/// an item among them), from its figures.
+fn updates_out_per_s(node: &Node) -> u64 {
+    node_figures(node)["TW_UPD_OUT"].as_u64().unwrap_or(0)
+}
+
+/// A source that was only paused, long enough for the edge to move its items to the
+/// standby, is told the edge no longer takes them when it is heard again: it stops
+/// taking them from its core and offering them (it went on for as long as the edge ran).
+#[test]
+fn a_paused_source_stops_sending_the_items_the_edge_moved_away_when_it_is_heard_again() {
+    let ch = channel(76);
+    let first = backbone_node(&ch, "source", "src-1");
+    let edge = backbone_node(&ch, "edge", "edge");
+    let _feed_1 = start_publisher(&first, "FEED", 5, 500, false);
+    wait_for_feed_image(&edge, "edge", "SYM0");
+    let mut sub = subscribed_to_feed(edge.addr, 5);
+    expect_event(&mut sub, T, "an update", |e| {
+        matches!(e, Event::Update { .. })
+    });
+    let deadline = std::time::Instant::now() + T;
+    let busy = loop {
+        // The figure is a rate over the node's last second: it comes once one has passed.
+        let busy = updates_out_per_s(&first);
+        if busy > 100 {
+            break busy;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "src-1 sends {busy} updates/s to the edge"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let second = backbone_node(&ch, "source", "src-2");
+    let _feed_2 = start_publisher(&second, "FEED", 5, 100, false);
+    wait_until_the_edge_hears(&edge, "src-2");
+    // Paused past the edge's liveness time (1 s): the items move to src-2.
+    first.proc.signal(libc::SIGSTOP);
+    expect_suspect_then_the_standbys_image(&mut sub);
+    first.proc.signal(libc::SIGCONT);
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let now = updates_out_per_s(&first);
+        if now < busy / 10 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "src-1 still sends {now} updates/s (it sent {busy} to the edge)\n--- src-1\n{}\n--- edge\n{}",
+            first.proc.log(),
+            edge.proc.log()
+        );
+    }
+}
+
 /// A node that is both puts its own publishers' services on the backbone (it hears its
 /// own source on the channel: once it took that source for another, the core refused
 /// the services back from it and the source stopped putting them out) and serves the
