@@ -252,6 +252,65 @@ fn the_metrics_parse_and_move_while_data_flows() {
     }
 }
 
+/// Service and user names are the peers' own: quotes, backslashes and newlines in them
+/// are escaped in both formats, so the page stays readable to the scraper (one such
+/// name made it unreadable, losing every metric of the node, or added samples of the
+/// peer's making), and the names parse back as they were.
+#[test]
+fn names_a_peer_chose_are_escaped_in_both_formats() {
+    let (node, ws) = Node::start_ws(&[]);
+    let service = "FE\"ED\\\nfake_metric 1";
+    let user = "u\"x\nfake_user 2";
+    let _feed = publish_as(
+        user,
+        "",
+        &node.addr_str(),
+        &["--service", service, "--items", "2", "--rate", "100"],
+    );
+    // A subscriber under that name too: its queue is among those shown by user.
+    let _sub = Proc::spawn_with(
+        &[
+            "subscribe",
+            "--node",
+            &node.addr_str(),
+            "--service",
+            service,
+            "--user",
+            user,
+            "SYM0",
+            "SYM1",
+        ],
+        |cmd| {
+            cmd.env("TICKWIRE_PASSWORD", "");
+        },
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (expect_service, expect_user) = (
+        format!("tickwire_service_up{{service=\"{service}\"}}"),
+        format!("user=\"{user}\""),
+    );
+    loop {
+        let (_, body) = scrape(&ws);
+        let samples = parse(&body);
+        assert!(
+            samples.keys().all(|k| !k.starts_with("fake_")),
+            "a sample of the peer's making:\n{body}"
+        );
+        if samples.get(&expect_service).and_then(Value::as_f64) == Some(1.0)
+            && samples.keys().any(|k| k.contains(&expect_user))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{expect_service} and a queue of {user:?} not found:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, text) = get(&ws, "/metrics", None);
+    assert_eq!(promtool_complaints(&text), "", "\n{text}");
+}
+
 /// Every metric name the example Grafana dashboard's queries use.
 fn dashboard_metric_names() -> Vec<String> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

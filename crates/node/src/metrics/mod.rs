@@ -9,7 +9,9 @@
 //! per-connection figures are given for the [`TOP_QUEUES`] longest queues only.
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::encoding::{
+    EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
@@ -33,7 +35,29 @@ struct RoleLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServiceLabel {
-    service: String,
+    service: PeerText,
+}
+
+/// A label value a peer chose (a service's name, a user's): escaped as the text
+/// formats ask (`\\`, `\"`, `\n`). The `prometheus-client` crate writes label values
+/// as they are, so a name holding a quote or a newline made the whole page unreadable
+/// to the scraper, or added samples of the peer's making.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct PeerText(String);
+
+impl EncodeLabelValue for PeerText {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        for c in self.0.chars() {
+            match c {
+                '\\' => encoder.write_str("\\\\")?,
+                '"' => encoder.write_str("\\\"")?,
+                '\n' => encoder.write_str("\\n")?,
+                c => encoder.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -62,7 +86,7 @@ struct WhereLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConnectionLabel {
     rank: String,
-    user: String,
+    user: PeerText,
     role: String,
 }
 
@@ -248,7 +272,7 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
             .map(move |sf| {
                 (
                     ServiceLabel {
-                        service: sf.name.clone(),
+                        service: PeerText(sf.name.clone()),
                     },
                     f(sf),
                 )
@@ -274,7 +298,7 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
         services.iter().map(|sf| {
             (
                 ServiceLabel {
-                    service: sf.name.clone(),
+                    service: PeerText(sf.name.clone()),
                 },
                 sf.updates_in,
             )
@@ -287,7 +311,7 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
         services.iter().map(|sf| {
             (
                 ServiceLabel {
-                    service: sf.name.clone(),
+                    service: PeerText(sf.name.clone()),
                 },
                 sf.updates_out,
             )
@@ -364,7 +388,7 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
             (
                 ConnectionLabel {
                     rank: rank.to_string(),
-                    user: c.user.clone(),
+                    user: PeerText(c.user.clone()),
                     role: c.role.into(),
                 },
                 c.queued_bytes as i64,
@@ -386,7 +410,7 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
             (
                 ConnectionLabel {
                     rank: rank.to_string(),
-                    user: c.user.clone(),
+                    user: PeerText(c.user.clone()),
                     role: c.role.into(),
                 },
                 c.queued_bytes_high_water as i64,
