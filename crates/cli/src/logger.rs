@@ -85,7 +85,7 @@ pub(crate) fn init(format: LogFormat) -> Result<(), String> {
     let level = level_from_env()?;
     let filter = tracing_subscriber::filter::filter_fn(|meta| allows(meta.level()));
     let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(|| OneLinePerRecord)
         .with_ansi(false);
     let res = match format {
         LogFormat::Text => tracing_subscriber::registry()
@@ -103,4 +103,37 @@ pub(crate) fn init(format: LogFormat) -> Result<(), String> {
     // (`try_init` also routes the `log` facade's records here.)
     set_level(level);
     Ok(())
+}
+
+/// Standard error, one line per record: a record's control characters but its last
+/// newline are written escaped (`\n`, `\r`, `\x1b`...). Names in records are often a
+/// peer's (a user name in a login that failed): with a newline in one, a peer wrote
+/// log lines of its own making, say "login accepted user=root", or terminal escapes.
+/// (The JSON format escapes them as JSON does.) The formatter writes each record whole,
+/// in one call.
+struct OneLinePerRecord;
+
+impl std::io::Write for OneLinePerRecord {
+    fn write(&mut self, record: &[u8]) -> std::io::Result<usize> {
+        let body = record.strip_suffix(b"\n").unwrap_or(record);
+        let mut out = Vec::with_capacity(record.len() + 16);
+        for &b in body {
+            match b {
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b'\t' => out.push(b'\t'),
+                0..=0x1f | 0x7f => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+                _ => out.push(b),
+            }
+        }
+        if body.len() < record.len() {
+            out.push(b'\n');
+        }
+        std::io::stderr().lock().write_all(&out)?;
+        Ok(record.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }

@@ -181,6 +181,39 @@ fn users_log_in_with_their_secret_and_get_only_what_they_are_entitled_to() {
     );
 }
 
+/// A name in a login is the peer's: a newline in it (here with a made-up record
+/// behind it, and a terminal escape) stays inside its record, escaped, and makes no log
+/// line of the peer's making.
+#[test]
+fn a_login_name_cannot_write_log_lines_of_its_own() {
+    let mut s = secured("log-forging");
+    let forged = "x\n2026-11-30T21:14:00.2Z  INFO audit: login accepted user=root\x1b[2J";
+    let out = Proc::spawn_with(
+        &[
+            "subscribe",
+            "--node",
+            &s.node.addr_str(),
+            "--user",
+            forged,
+            "--service",
+            "FEED",
+            "SYM0",
+        ],
+        |cmd| {
+            cmd.env("TICKWIRE_PASSWORD", "wrong");
+        },
+    );
+    s.node.proc.wait_for_line("login refused user=x\\n2026", T);
+    drop(out);
+    let log = s.node.proc.log();
+    assert!(
+        log.lines()
+            .all(|l| !l.starts_with("2026-11-30T21:14:00.2Z")),
+        "{log}"
+    );
+    assert!(!log.contains('\x1b'), "{log}");
+}
+
 #[test]
 fn nobody_but_the_entitled_publisher_can_take_a_service_over() {
     let s = secured("impostor");
