@@ -25,6 +25,7 @@ pub mod link;
 pub mod loopback;
 mod park;
 mod plumbing;
+pub mod reassembly;
 mod setup_guard;
 pub mod source;
 pub mod wire;

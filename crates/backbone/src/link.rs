@@ -18,12 +18,13 @@
 //! (it sleeps between its rare duties). Offers write into shared memory, no syscall.
 
 use crate::park::{Parker, Unparker};
+use crate::reassembly::{Dropped, Reassembler, MAX_MESSAGE};
 use crate::setup_guard;
 use crate::{BackboneError, IdleStrategy, Outbox, SpinThenPark};
 use log::{info, warn};
 use rusteron_client::{
     Aeron, AeronCError, AeronContext, AeronErrorType, AeronExclusivePublication,
-    AeronFragmentClosureAssembler, AeronHeader, AeronSubscription, Handlers, IntoCString,
+    AeronFragmentHandlerCallback, AeronHeader, AeronSubscription, Handler, Handlers, IntoCString,
 };
 use rusteron_media_driver::bindings::aeron_threading_mode_enum;
 use rusteron_media_driver::{AeronDriver, AeronDriverContext};
@@ -1090,13 +1091,34 @@ struct Sink {
     kind: u8,
 }
 
-fn on_message(sink: &mut Sink, msg: &[u8], header: AeronHeader) {
+fn on_message(sink: &mut Sink, session: i32, msg: &[u8]) {
     sink.batch.push(sink.kind);
-    let session = header.session_id().unwrap_or(0);
     sink.batch.extend_from_slice(&session.to_be_bytes());
     sink.batch
         .extend_from_slice(&(msg.len() as u32).to_be_bytes());
     sink.batch.extend_from_slice(msg);
+}
+
+/// What the receiver's polls hand each fragment to: each stream's messages are put back
+/// together (bounded, [`crate::reassembly`]) into the batch being filled.
+struct Inbound {
+    sink: Sink,
+    /// By stream: data, requests, files (the sink's `kind`).
+    streams: [Reassembler; 3],
+}
+
+impl AeronFragmentHandlerCallback for Inbound {
+    fn handle_aeron_fragment_handler(&mut self, fragment: &[u8], header: AeronHeader) {
+        let Ok(values) = header.get_values() else {
+            return;
+        };
+        let frame = values.frame();
+        let (session, flags) = (frame.session_id(), frame.flags());
+        let Inbound { sink, streams } = self;
+        streams[usize::from(sink.kind)].fragment(session, flags, fragment, |msg| {
+            on_message(sink, session, msg)
+        });
+    }
 }
 
 /// What the receiver polls.
@@ -1121,10 +1143,12 @@ const FILES_FRAGMENTS: usize = 16;
 /// event loop.
 struct Receive {
     subs: Subscriptions,
-    data_asm: AeronFragmentClosureAssembler,
-    request_asm: AeronFragmentClosureAssembler,
-    files_asm: AeronFragmentClosureAssembler,
-    sink: Sink,
+    /// Called only from within this thread's polls; read and changed between them
+    /// ([`Receive::inbound`]).
+    inbound: Handler<Inbound>,
+    /// Fragments dropped by the reassembly, as last logged.
+    dropped_logged: u64,
+    dropped_logged_at: Option<std::time::Instant>,
     batches: SyncSender<Vec<u8>>,
     empties: Receiver<Vec<u8>>,
     rejects: Receiver<i32>,
@@ -1144,23 +1168,17 @@ impl Receive {
         wake: Box<dyn Fn() + Send>,
         counters: Arc<LinkCounters>,
     ) -> Option<Receive> {
-        let (Ok(data_asm), Ok(request_asm), Ok(files_asm)) = (
-            AeronFragmentClosureAssembler::new(),
-            AeronFragmentClosureAssembler::new(),
-            AeronFragmentClosureAssembler::new(),
-        ) else {
-            warn!("backbone: could not make the fragment assemblers; receiving nothing");
-            return None;
-        };
         Some(Receive {
             subs,
-            data_asm,
-            request_asm,
-            files_asm,
-            sink: Sink {
-                batch: Vec::with_capacity(BATCH_BYTES),
-                kind: 0,
-            },
+            inbound: Handler::new(Inbound {
+                sink: Sink {
+                    batch: Vec::with_capacity(BATCH_BYTES),
+                    kind: 0,
+                },
+                streams: Default::default(),
+            }),
+            dropped_logged: 0,
+            dropped_logged_at: None,
             batches,
             empties,
             rejects,
@@ -1173,20 +1191,50 @@ impl Receive {
     /// Hands over what was polled into the batch being filled, if anything (the
     /// event loop runs the receiver and drains it next).
     fn hand_over_partial(&mut self) -> usize {
-        if self.sink.batch.is_empty() || self.waiting.is_some() {
+        if self.inbound().sink.batch.is_empty() || self.waiting.is_some() {
             return 0;
         }
         let next = self
             .empties
             .try_recv()
             .unwrap_or_else(|_| Vec::with_capacity(BATCH_BYTES));
-        let full = std::mem::replace(&mut self.sink.batch, next);
+        let full = std::mem::replace(&mut self.inbound().sink.batch, next);
         self.counters.messages_in.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes_in
             .fetch_add(full.len() as u64, Ordering::Relaxed);
         self.hand_over(full);
         1
+    }
+
+    /// The polls' handler, between polls.
+    fn inbound(&mut self) -> &mut Inbound {
+        // SAFETY: the handler is called only from within `poll` on this thread, and the
+        // reference returned here is gone before the next poll (it borrows `self`).
+        unsafe { self.inbound.get_mut() }
+    }
+
+    /// Logs fragments the reassembly dropped (a forged or broken session), at most
+    /// every 10 s.
+    fn log_dropped(&mut self) {
+        let inbound = self.inbound();
+        let dropped: u64 = inbound.streams.iter().map(|r| r.dropped).sum();
+        let why = inbound.streams.iter().find_map(|r| r.last_dropped);
+        if dropped == self.dropped_logged
+            || self
+                .dropped_logged_at
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
+        {
+            return;
+        }
+        warn!(
+            "backbone: {} fragments dropped that made no message within {} KiB (the last for {}): a broken or forged sender",
+            dropped - self.dropped_logged,
+            MAX_MESSAGE / 1024,
+            why.map_or("?", Dropped::text)
+        );
+        self.dropped_logged = dropped;
+        self.dropped_logged_at = Some(std::time::Instant::now());
     }
 
     /// Hands `batch` to the event loop, or keeps it waiting; whether it went.
@@ -1232,38 +1280,31 @@ impl Agent for Receive {
             }
         }
         let mut work = 0usize;
-        self.sink.kind = 0;
-        for sub in &self.subs.data_in {
-            work += self
-                .data_asm
-                .poll(sub, &mut self.sink, on_message, 64)
-                .unwrap_or(0)
-                .max(0) as usize;
-        }
-        if let Some(sub) = &self.subs.request_in {
-            self.sink.kind = 1;
-            work += self
-                .request_asm
-                .poll(sub, &mut self.sink, on_message, 64)
-                .unwrap_or(0)
-                .max(0) as usize;
-        }
-        self.sink.kind = 2;
-        let files_in = match self.subs.files_hold.load(Ordering::Relaxed) {
-            true => &[][..],
-            false => &self.subs.files_in[..],
+        let poll = |r: &mut Receive, kind: u8, sub: usize, limit: usize| {
+            r.inbound().sink.kind = kind;
+            let sub = match kind {
+                0 => &r.subs.data_in[sub],
+                1 => r.subs.request_in.as_ref().expect("polled only when there"),
+                _ => &r.subs.files_in[sub],
+            };
+            sub.poll(Some(&r.inbound), limit).unwrap_or(0).max(0) as usize
         };
-        for sub in files_in {
-            work += self
-                .files_asm
-                .poll(sub, &mut self.sink, on_message, FILES_FRAGMENTS)
-                .unwrap_or(0)
-                .max(0) as usize;
+        for i in 0..self.subs.data_in.len() {
+            work += poll(self, 0, i, 64);
         }
-        let batch = &self.sink.batch;
-        if !batch.is_empty() && (work == 0 || batch.len() >= BATCH_BYTES / 2) {
+        if self.subs.request_in.is_some() {
+            work += poll(self, 1, 0, 64);
+        }
+        if !self.subs.files_hold.load(Ordering::Relaxed) {
+            for i in 0..self.subs.files_in.len() {
+                work += poll(self, 2, i, FILES_FRAGMENTS);
+            }
+        }
+        let filled = self.inbound().sink.batch.len();
+        if filled > 0 && (work == 0 || filled >= BATCH_BYTES / 2) {
             work += self.hand_over_partial();
         }
+        self.log_dropped();
         work
     }
 }

@@ -129,3 +129,142 @@ fn flood() {
         );
     }
 }
+
+/// A forged data frame (32-byte header) of `session` at `offset` of term `term`, with
+/// Aeron's fragment `flags` (0x80 BEGIN, 0x40 END, 0 a middle).
+fn fragment_frame(
+    session: i32,
+    stream: i32,
+    term: i32,
+    offset: i32,
+    flags: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut f = Vec::with_capacity(32 + payload.len());
+    f.extend_from_slice(&(32 + payload.len() as i32).to_le_bytes());
+    f.extend_from_slice(&[0, flags]);
+    f.extend_from_slice(&1u16.to_le_bytes());
+    for w in [offset, session, stream, term] {
+        f.extend_from_slice(&w.to_le_bytes());
+    }
+    f.extend_from_slice(&0i64.to_le_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// The node's anonymous memory (heap), from /proc, in bytes.
+fn anonymous_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("RssAnon in /proc/PID/status")
+        * 1024
+}
+
+/// Messages are put back together from Aeron's fragments before anything is checked
+/// (no key is needed to send datagrams): forged sessions that begin a message and never
+/// end it, each with a term of 64 MiB, grew an edge's heap by what they sent (four such
+/// sessions of 40 MiB took 164 MB, kept after they were gone). The node now holds at most
+/// 128 KiB of an unfinished message.
+#[test]
+fn forged_sessions_sending_messages_that_never_end_do_not_grow_the_heap() {
+    in_network_namespace(never_ending_messages);
+}
+
+fn never_ending_messages() {
+    let port = free_udp_port();
+    let config = TempConfig::new(
+        "never-ending",
+        &format!(
+            "[backbone]\nrole = \"edge\"\nchannel = \"aeron:udp?endpoint=127.0.0.1:{port}\"\n\
+             request_channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\n",
+            port + 1
+        ),
+    );
+    let mut edge = Node::start(&["--config", config.path(), "--name", "edge"]);
+    edge.proc.wait_for_line("backbone: edge on", T);
+    let before = anonymous_memory(edge.proc.pid());
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    let (mtu, term_length) = (1408usize, 64i32 << 20);
+    let payload = vec![b'x'; mtu - 32];
+    let per_session = 16 << 20;
+    let started = Instant::now();
+    for n in 0..3 {
+        let session = 0x5eed_0000 + n;
+        let term: i32 = 7;
+        // SETUP until the edge's driver answers with a status message (type 3), whose
+        // window says how far the forger may send.
+        let mut setup = setup_frame(session, 1001).to_vec();
+        setup[20..24].copy_from_slice(&term.to_le_bytes());
+        setup[24..28].copy_from_slice(&term.to_le_bytes());
+        setup[28..32].copy_from_slice(&term_length.to_le_bytes());
+        setup[32..36].copy_from_slice(&(mtu as i32).to_le_bytes());
+        let mut window_end = None;
+        let mut buf = [0u8; 2048];
+        while window_end.is_none() && started.elapsed() < T {
+            socket.send_to(&setup, to).unwrap();
+            while let Ok(n) = socket.recv(&mut buf) {
+                let kind = u16::from_le_bytes([buf[6], buf[7]]);
+                if n >= 28 && kind == 3 && buf[8..12] == session.to_le_bytes() {
+                    let at = |i: usize| i32::from_le_bytes(buf[i..i + 4].try_into().unwrap());
+                    window_end = Some(at(20) + at(24));
+                }
+            }
+        }
+        let mut window_end = window_end.expect("the edge's driver never answered the SETUP");
+        let (mut offset, mut sent) = (0i32, 0usize);
+        while sent < per_session && started.elapsed() < 2 * T {
+            while offset + mtu as i32 <= window_end && sent < per_session {
+                let flags = if offset == 0 { 0x80 } else { 0 };
+                let frame = fragment_frame(session, 1001, term, offset, flags, &payload);
+                socket.send_to(&frame, to).unwrap();
+                offset += mtu as i32;
+                sent += payload.len();
+            }
+            // The edge's status messages (type 3) move the window on; its NAKs (type
+            // 2) ask again for datagrams lost on the way, without which it waits.
+            while let Ok(n) = socket.recv(&mut buf) {
+                let kind = u16::from_le_bytes([buf[6], buf[7]]);
+                if n < 28 || buf[8..12] != session.to_le_bytes() {
+                    continue;
+                }
+                let at = |i: usize| i32::from_le_bytes(buf[i..i + 4].try_into().unwrap());
+                if kind == 3 {
+                    window_end = window_end.max(at(20) + at(24));
+                } else if kind == 2 {
+                    let (from, len) = (at(20), at(24));
+                    let mut o = from - from % mtu as i32;
+                    while o < from + len && o < offset {
+                        let flags = if o == 0 { 0x80 } else { 0 };
+                        let frame = fragment_frame(session, 1001, term, o, flags, &payload);
+                        socket.send_to(&frame, to).unwrap();
+                        o += mtu as i32;
+                    }
+                }
+            }
+        }
+        assert!(sent >= per_session, "session {n}: only {sent} bytes sent");
+    }
+    // What was sent is read by the edge's driver as it comes (the window moved on):
+    // the heap is looked at for a while after, as the node says what it dropped.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(2) {
+        let grown = anonymous_memory(edge.proc.pid()).saturating_sub(before);
+        assert!(
+            grown < 16 << 20,
+            "the edge's heap grew by {grown} bytes for 48 MiB of unfinished messages\n{}",
+            edge.proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    edge.proc
+        .wait_for_line("fragments dropped that made no message", T);
+    edge.proc.signal(libc::SIGTERM);
+    assert!(edge.proc.wait_exit(T).is_some(), "{}", edge.proc.log());
+}

@@ -313,11 +313,15 @@ impl BackboneSection {
                 &format!("allowed values are {}", FilesFlowControl::NAMES),
             ));
         }
-        if !self.term_length.is_power_of_two() || !(65_536..=1 << 30).contains(&self.term_length) {
+        // Aeron takes at most an eighth of the term in one message, and the backbone's
+        // largest messages (one Tickwire message of 64 KiB with its headers and seal, a
+        // file chunk) need 128 KiB: a smaller term stopped a source's data for good at
+        // the first large image.
+        if !self.term_length.is_power_of_two() || !(1 << 20..=1 << 30).contains(&self.term_length) {
             return Err(invalid(
                 "backbone.term_length",
                 self.term_length,
-                "allowed: a power of two from 65536 to 1073741824",
+                "allowed: a power of two from 1048576 (Aeron then takes messages of 128 KiB, the backbone's largest) to 1073741824",
             ));
         }
         if !(100..=60_000).contains(&self.liveness_ms) {
@@ -369,14 +373,11 @@ impl BackboneSection {
                 "allowed: 1 to 1000000 (1 s)",
             ));
         }
-        if self.batch_bytes != 0
-            && (!(256..=65_536).contains(&self.batch_bytes)
-                || self.batch_bytes > self.term_length / 8)
-        {
+        if self.batch_bytes != 0 && !(256..=65_536).contains(&self.batch_bytes) {
             return Err(invalid(
                 "backbone.batch_bytes",
                 self.batch_bytes,
-                "allowed: 0 (what one datagram carries), or 256 to 65536 and at most an eighth of backbone.term_length (Aeron's largest message)",
+                "allowed: 0 (what one datagram carries), or 256 to 65536",
             ));
         }
         if !(65_536..=1 << 30).contains(&self.socket_buffer_bytes) {
@@ -717,23 +718,14 @@ mod tests {
             ..edge()
         };
         assert_eq!(jumbo.batch_bytes(), 8160);
-        // Within Aeron's largest message, an eighth of the term.
-        let small_term = BackboneSection {
-            mtu: 16_384,
-            term_length: 65_536,
-            receiver_window_bytes: 16_384,
-            ..edge()
-        };
-        assert!(small_term.validate().is_ok());
-        assert_eq!(small_term.batch_bytes(), 8192);
         let set = BackboneSection {
             batch_bytes: 1000,
             ..jumbo.clone()
         };
         assert_eq!(set.batch_bytes(), 1000);
         match (BackboneSection {
-            batch_bytes: 16_384,
-            ..small_term
+            batch_bytes: 70_000,
+            ..jumbo.clone()
         })
         .validate()
         {
