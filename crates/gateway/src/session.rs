@@ -1103,10 +1103,21 @@ impl Session {
         to_node: &mut Vec<u8>,
         out: &mut JsonOut,
     ) {
-        // A request on an open ID re-issues it (new view, fresh image) on the same stream.
-        let sid = match self.by_json.get(&json_id) {
-            Some(&sid) => sid,
-            None => {
+        // A request on an open ID for the same item and mode re-issues it (new view,
+        // fresh image) on the same stream. For another item or mode (or a replay) the
+        // old stream is closed at the node and a new one opened: what was still on its
+        // way for the old one is dropped here, not shown under the new item's name, and
+        // the old one cannot stay open where no Close reaches it.
+        let same =
+            |s: &ItemStream| s.service == service && s.name == name && s.streaming == streaming;
+        let sid = match self.by_json.get(&json_id).copied() {
+            Some(sid) if replay.is_none() && self.streams.get(&sid).is_some_and(same) => sid,
+            old => {
+                if let Some(old) = old {
+                    self.by_json.remove(&json_id);
+                    self.streams.remove(&old);
+                    let _ = Message::Close { stream_id: old }.encode(to_node);
+                }
                 let sid = self.next_sid;
                 self.next_sid = self.next_sid.wrapping_add(1).max(1);
                 sid
@@ -2127,6 +2138,66 @@ mod tests {
         assert!(s.streams.is_empty() && s.by_json.is_empty());
     }
 
+    /// A request on an open ID for another item opens a new stream and closes the old
+    /// one at the node: what was still on its way for the old one is not shown under the
+    /// new item's name, and the old one's end does not end the new one.
+    #[test]
+    fn another_item_under_an_open_id_gets_a_stream_of_its_own() {
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(r#"{"ID":5,"Key":{"Name":"NOPE"}}"#, &mut to_node, &mut out);
+        let old = requests(&to_node)[0].0;
+        to_node.clear();
+        s.on_client_text(r#"{"ID":5,"Key":{"Name":"SYM7"}}"#, &mut to_node, &mut out);
+        answers(&mut out);
+        assert_eq!(messages(&to_node), ["Close", "Request"]);
+        let new = requests(&to_node)[0].0;
+        assert_ne!(old, new);
+        let fields = tickwire_proto::encode_field_list([(
+            22,
+            tickwire_proto::Value::Real(tickwire_proto::Real::new(16905, -2)),
+        )]);
+        let update = |sid| {
+            Message::Update(tickwire_proto::Update {
+                stream_id: sid,
+                seq: 2,
+                update_type: tickwire_proto::UpdateType::Quote,
+                do_not_conflate: false,
+                conflation_count: 0,
+                fields: tickwire_proto::FieldList::decode(&fields).unwrap(),
+            })
+        };
+        assert!(
+            node_says(&mut s, &update(old)).is_empty(),
+            "the old item's update"
+        );
+        let closed = Message::Status(tickwire_proto::Status {
+            stream_id: old,
+            state: tickwire_proto::State {
+                stream: StreamState::Closed,
+                data: DataState::Suspect,
+                code: code::NOT_FOUND,
+                text: "item \"NOPE\" not found",
+            },
+        });
+        assert!(node_says(&mut s, &closed).is_empty(), "the old item's end");
+        let got = node_says(&mut s, &update(new));
+        assert_eq!(got[0]["ID"], 5, "{got:?}");
+        // The new stream is still the ID's: a Close reaches it.
+        to_node.clear();
+        s.on_client_text(r#"{"ID":5,"Type":"Close"}"#, &mut to_node, &mut out);
+        assert_eq!(messages(&to_node), ["Close"]);
+        // The same item again under an open ID stays on its stream (a re-issue).
+        s.on_client_text(r#"{"ID":6,"Key":{"Name":"A"}}"#, &mut to_node, &mut out);
+        to_node.clear();
+        s.on_client_text(
+            r#"{"ID":6,"Key":{"Name":"A"},"View":["BID"]}"#,
+            &mut to_node,
+            &mut out,
+        );
+        assert_eq!(messages(&to_node), ["Request"]);
+    }
+
     /// The requests the session sent the node: (stream id, view, refresh).
     fn requests(bytes: &[u8]) -> Vec<(u32, Option<Vec<i16>>, bool)> {
         tickwire_proto::MessageIter::new(bytes)
@@ -2170,14 +2241,20 @@ mod tests {
         );
         let opened = requests(&to_node);
         assert!(matches!(&opened[..], [(_, None, true)]), "{opened:?}");
-        // Another item on an open ID is a request for it, with its image.
+        // Another item on an open ID is a request for it, with its image, on a stream
+        // of its own (the old one closed).
         to_node.clear();
         s.on_client_text(
             r#"{"ID":5,"Key":{"Name":"C"},"Refresh":false}"#,
             &mut to_node,
             &mut out,
         );
-        assert_eq!(requests(&to_node), [(sid, None, true)]);
-        assert_eq!(s.streams[&sid].name, "C");
+        let reopened = requests(&to_node);
+        assert!(
+            matches!(&reopened[..], [(new, None, true)] if *new != sid),
+            "{reopened:?}"
+        );
+        assert_eq!(messages(&to_node), ["Close", "Request"]);
+        assert_eq!(s.streams[&s.by_json[&5]].name, "C");
     }
 }
