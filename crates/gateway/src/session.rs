@@ -840,10 +840,16 @@ impl Session {
                 .default_service
                 .clone()
                 .or_else(|| {
+                    // Not one the user may no longer read (or that went): its Delete was
+                    // sent, and a request without a Service would be refused there.
                     self.services
                         .iter()
-                        .find(|s| Some(*s) != self.cfg.node_service.as_deref())
-                        .map(str::to_string)
+                        .zip(&self.services.states)
+                        .find(|&(s, &state)| {
+                            Some(s) != self.cfg.node_service.as_deref()
+                                && state != ServiceState::Removed
+                        })
+                        .map(|(s, _)| s.to_string())
                 })
                 .ok_or_else(|| "no service given and the node has none".to_string()),
             Some(Json::String(name)) => Ok(name.clone()),
@@ -1427,7 +1433,11 @@ mod tests {
     /// A session whose client has sent its Login (ID 1, user "u"), with what it sent
     /// the node and what it wrote the client.
     fn logged_in_session() -> (Session, Vec<u8>, JsonOut) {
-        let mut s = session();
+        logged_in(session())
+    }
+
+    /// `s` once its client has sent its Login (as [`logged_in_session`]).
+    fn logged_in(mut s: Session) -> (Session, Vec<u8>, JsonOut) {
         let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
         s.on_client_text(
             r#"{"ID":1,"Domain":"Login","Key":{"Name":"u"}}"#,
@@ -1943,8 +1953,13 @@ mod tests {
     }
 
     fn ready_session() -> (Session, Vec<u8>) {
+        ready(session())
+    }
+
+    /// `s` logged in, with the services FEED and OTHER up.
+    fn ready(s: Session) -> (Session, Vec<u8>) {
         use tickwire_proto::{Directory, ServiceState};
-        let (mut s, to_node, _) = logged_in_session();
+        let (mut s, to_node, _) = logged_in(s);
         node_says(&mut s, &welcome());
         let services = ["FEED", "OTHER"].map(|name| (name, ServiceState::Up));
         node_says(&mut s, &Message::Directory(Directory::of(services)));
@@ -2196,6 +2211,26 @@ mod tests {
             &mut out,
         );
         assert_eq!(messages(&to_node), ["Request"]);
+    }
+
+    /// A request without a Service goes to the first service the user may read: not to
+    /// one the node has since removed from the user's directory (a users file reload).
+    #[test]
+    fn a_request_without_a_service_skips_a_service_removed_since() {
+        use tickwire_proto::{Directory, ServiceState};
+        let (mut s, mut to_node) = ready(Session::new(Arc::new(SessionConfig::default())));
+        let mut out = JsonOut::default();
+        s.on_client_text(r#"{"ID":20,"Key":{"Name":"SYM1"}}"#, &mut to_node, &mut out);
+        let removed = Message::Directory(Directory::of([("FEED", ServiceState::Removed)]));
+        node_says(&mut s, &removed);
+        s.on_client_text(r#"{"ID":21,"Key":{"Name":"SYM1"}}"#, &mut to_node, &mut out);
+        let sent: Vec<String> = tickwire_proto::MessageIter::new(&to_node)
+            .filter_map(|m| match m.unwrap().message {
+                Message::Request(r) => Some(r.service.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sent, ["FEED", "OTHER"]);
     }
 
     /// The requests the session sent the node: (stream id, view, refresh).
