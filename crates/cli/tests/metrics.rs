@@ -893,3 +893,81 @@ fn items_lists_a_services_names_by_prefix_and_only_on_an_open_node() {
     assert!(body.contains("users file"), "{body}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `GET path` with `Authorization: Bearer token`: status line and headers, body.
+fn get_with_token(addr: &str, path: &str, token: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the HTTP port");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    let (head, body) = all.split_once("\r\n\r\n").expect("an HTTP answer");
+    (head.to_string(), body.to_string())
+}
+
+/// The figures name services and users: a node with a users file serves /metrics only
+/// to a scraper holding the token of `[websocket] metrics_token_file` (anyone reaching
+/// the port read them); /healthz stays open; a token file that is too short is refused
+/// at start.
+#[test]
+fn a_node_with_a_users_file_serves_metrics_only_with_the_token() {
+    let dir = std::env::temp_dir().join(format!("tickwire-metrics-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let users = dir.join("users.toml");
+    std::fs::write(
+        &users,
+        format!(
+            "[users.alice]\n{}\nsubscribe = [\"FEED\"]\n",
+            hash_line("pw", false)
+        ),
+    )
+    .unwrap();
+    let security = format!("[security]\nusers_file = \"{}\"\n", users.display());
+    let no_token = TempConfig::new("metrics-no-token", &security);
+    let (_node, ws) = Node::start_ws(&["--config", no_token.path()]);
+    let (head, body) = get(&ws, "/metrics", None);
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}\n{body}");
+    assert!(body.contains("metrics_token_file"), "{body}");
+    assert!(!body.contains("tickwire_"), "{body}");
+    let (head, _) = get(&ws, "/healthz", None);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+
+    let token = "0123456789abcdef0123456789abcdef";
+    let token_file = dir.join("metrics.token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let with_token = TempConfig::new(
+        "metrics-token",
+        &format!(
+            "[websocket]\nmetrics_token_file = \"{}\"\n{security}",
+            token_file.display()
+        ),
+    );
+    let (_node, ws) = Node::start_ws(&["--config", with_token.path()]);
+    for wrong in ["", "0123456789abcdef0123456789abcdeX"] {
+        let (head, body) = get_with_token(&ws, "/metrics", wrong);
+        assert!(
+            head.starts_with("HTTP/1.1 403"),
+            "{wrong:?}: {head}\n{body}"
+        );
+    }
+    let (head, body) = get_with_token(&ws, "/metrics", token);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    assert!(body.contains("tickwire_ready 1"), "{body}");
+
+    std::fs::write(&token_file, "short\n").unwrap();
+    let out = run(
+        &["node", "--config", with_token.path()],
+        Duration::from_secs(20),
+    );
+    assert_ne!(out.code(), Some(0));
+    assert!(
+        out.stderr.contains("websocket.metrics_token_file"),
+        "{}",
+        out.stderr
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

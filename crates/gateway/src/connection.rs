@@ -43,9 +43,15 @@ pub trait Host {
     /// A token request's credentials: the answer now, or `None` until the node has
     /// checked them ([`Connection::handle_token_answer`]).
     fn request_session_token(&mut self, user: &str, password: &str) -> Option<TokenAnswer>;
-    /// A GET of one of the node's own endpoints (`/metrics`...): true if it is one; the
-    /// node then puts its answer in [`Connection::out`].
-    fn node_endpoint(&mut self, target: &str, accept: Option<&str>) -> bool;
+    /// A GET of one of the node's own endpoints (`/metrics`...), with its `Accept` and
+    /// `Authorization` headers: true if it is one; the node then puts its answer in
+    /// [`Connection::out`].
+    fn node_endpoint(
+        &mut self,
+        target: &str,
+        accept: Option<&str>,
+        authorization: Option<&str>,
+    ) -> bool;
     /// The dashboard page, served at `/`.
     fn dashboard(&self) -> &'static str;
     /// The client's address, for the log.
@@ -237,7 +243,9 @@ impl Connection {
             self.on_upgrade(req, cfg, host);
             return;
         }
-        if req.method == "GET" && host.node_endpoint(&req.path, req.header("accept")) {
+        if req.method == "GET"
+            && host.node_endpoint(&req.path, req.header("accept"), req.header("authorization"))
+        {
             self.phase = Phase::Done;
             self.close_after_flush = true;
             return;
@@ -523,7 +531,7 @@ mod tests {
             self.token_requests.push((user.into(), password.into()));
             self.answer_now.take()
         }
-        fn node_endpoint(&mut self, target: &str, _accept: Option<&str>) -> bool {
+        fn node_endpoint(&mut self, target: &str, _accept: Option<&str>, _: Option<&str>) -> bool {
             self.endpoints.push(target.to_string());
             target == "/metrics"
         }

@@ -199,6 +199,10 @@ pub struct WebSocketSection {
     /// open WebSocket sessions; `*`: any. Upgrades without `Origin` (programs) are
     /// always allowed.
     pub allowed_origins: Vec<String>,
+    /// A file whose first line is the bearer token `GET /metrics` must present
+    /// (`Authorization: Bearer TOKEN`); empty: none. A node with a users file serves
+    /// `/metrics` only with one (the figures name its services and users).
+    pub metrics_token_file: String,
 }
 
 impl Default for WebSocketSection {
@@ -209,11 +213,36 @@ impl Default for WebSocketSection {
             max_msg_size: 61_440,
             share_encoding: true,
             allowed_origins: Vec::new(),
+            metrics_token_file: String::new(),
         }
     }
 }
 
+/// The shortest bearer token `/metrics` takes: it is compared as it is, not hashed.
+const MIN_METRICS_TOKEN: usize = 16;
+
 impl WebSocketSection {
+    /// The token from `metrics_token_file`'s first line, if one is set.
+    pub fn metrics_token(&self) -> Result<Option<String>, ConfigError> {
+        if self.metrics_token_file.is_empty() {
+            return Ok(None);
+        }
+        let invalid = |reason: String| ConfigError::Invalid {
+            key: "websocket.metrics_token_file",
+            value: self.metrics_token_file.clone(),
+            reason,
+        };
+        let text = std::fs::read_to_string(&self.metrics_token_file)
+            .map_err(|e| invalid(format!("cannot read it: {e}")))?;
+        let token = text.lines().next().unwrap_or("").trim();
+        if token.len() < MIN_METRICS_TOKEN || token.chars().any(|c| c.is_whitespace()) {
+            return Err(invalid(format!(
+                "its first line must be the token: at least {MIN_METRICS_TOKEN} characters, no spaces"
+            )));
+        }
+        Ok(Some(token.to_string()))
+    }
+
     /// The address to listen on, if the API is on.
     pub fn address(&self) -> Result<Option<SocketAddr>, ConfigError> {
         if self.listen.is_empty() {
@@ -716,6 +745,7 @@ impl NodeConfig {
             "allowed: 16 or more".into(),
         )?;
         self.websocket.address()?;
+        self.websocket.metrics_token()?;
         self.rssl.at(self.node.listen)?;
         for p in &self.rssl.providers {
             let ok = p

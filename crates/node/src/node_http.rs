@@ -9,7 +9,8 @@ use tickwire_core::Node;
 /// A request for the node's own figures or health.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NodeRequest {
-    Metrics(Format),
+    /// With the bearer token the request presented, if any.
+    Metrics(Format, Option<String>),
     Health,
     Ready,
     /// `/items?service=S&prefix=P&limit=N`.
@@ -26,10 +27,19 @@ const DEFAULT_ITEM_NAMES: usize = 100;
 
 impl NodeRequest {
     /// The request a GET of `target` (path and query) makes, if it is one of these.
-    pub(crate) fn parse(target: &str, accept: Option<&str>) -> Option<NodeRequest> {
+    pub(crate) fn parse(
+        target: &str,
+        accept: Option<&str>,
+        authorization: Option<&str>,
+    ) -> Option<NodeRequest> {
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         match path {
-            "/metrics" => Some(NodeRequest::Metrics(Format::negotiate(accept))),
+            "/metrics" => Some(NodeRequest::Metrics(
+                Format::negotiate(accept),
+                authorization
+                    .and_then(|a| a.trim().strip_prefix("Bearer "))
+                    .map(|t| t.trim().to_string()),
+            )),
             "/healthz" => Some(NodeRequest::Health),
             "/readyz" => Some(NodeRequest::Ready),
             "/items" => {
@@ -76,6 +86,12 @@ fn percent_decode(v: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether two secrets are the same, in a time that does not tell how much of one
+/// matched.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 /// The HTTP answer: status, content type, body.
@@ -128,11 +144,31 @@ pub(crate) fn answer(
                 ),
             }
         }
-        NodeRequest::Metrics(format) => (
-            "200 OK",
-            format.content_type(),
-            crate::metrics::render(core, extra, format),
-        ),
+        NodeRequest::Metrics(format, bearer) => {
+            // The figures name the node's services and its users: where a users file
+            // says who may see what, only a scraper holding the token sees them.
+            let refused = match (extra.metrics_token, bearer) {
+                (Some(token), Some(given)) if same_secret(token, &given) => None,
+                (Some(_), _) => Some(
+                    "GET /metrics needs the token of [websocket] metrics_token_file \
+                     (Authorization: Bearer TOKEN)\n",
+                ),
+                (None, _) if core.has_users() => Some(
+                    "this node has a users file: /metrics is served only to a scraper \
+                     holding the token of [websocket] metrics_token_file (the figures \
+                     name its services and users)\n",
+                ),
+                (None, _) => None,
+            };
+            match refused {
+                Some(why) => ("403 Forbidden", TEXT, why.into()),
+                None => (
+                    "200 OK",
+                    format.content_type(),
+                    crate::metrics::render(core, extra, format),
+                ),
+            }
+        }
         // Answered by the event loop itself: it is turning.
         NodeRequest::Health => ("200 OK", TEXT, "ok\n".into()),
         NodeRequest::Ready => {
@@ -162,7 +198,7 @@ mod tests {
     #[test]
     fn items_requests_take_their_query_decoded_and_bounded() {
         assert_eq!(
-            NodeRequest::parse("/items?service=FEED&prefix=EUR%3D+x&limit=5", None),
+            NodeRequest::parse("/items?service=FEED&prefix=EUR%3D+x&limit=5", None, None),
             Some(NodeRequest::Items {
                 service: "FEED".into(),
                 prefix: "EUR= x".into(),
@@ -170,7 +206,7 @@ mod tests {
             })
         );
         let Some(NodeRequest::Items { limit, .. }) =
-            NodeRequest::parse("/items?service=A&limit=999999", None)
+            NodeRequest::parse("/items?service=A&limit=999999", None, None)
         else {
             panic!()
         };
@@ -178,9 +214,9 @@ mod tests {
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
         assert_eq!(
-            NodeRequest::parse("/healthz?x=1", None),
+            NodeRequest::parse("/healthz?x=1", None, None),
             Some(NodeRequest::Health)
         );
-        assert_eq!(NodeRequest::parse("/nothing", None), None);
+        assert_eq!(NodeRequest::parse("/nothing", None, None), None);
     }
 }

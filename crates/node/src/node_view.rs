@@ -19,4 +19,6 @@ pub(crate) struct Extra<'a> {
     pub websocket_updates_reused: u64,
     /// With `[tls]`: its figures.
     pub tls: Option<crate::tls::TlsFigures>,
+    /// The token `GET /metrics` must present (`[websocket] metrics_token_file`).
+    pub metrics_token: Option<&'a str>,
 }

@@ -80,8 +80,13 @@ impl Host for NodeHost<'_> {
             .map(http_answer)
     }
 
-    fn node_endpoint(&mut self, target: &str, accept: Option<&str>) -> bool {
-        *self.node_request = crate::node_http::NodeRequest::parse(target, accept);
+    fn node_endpoint(
+        &mut self,
+        target: &str,
+        accept: Option<&str>,
+        authorization: Option<&str>,
+    ) -> bool {
+        *self.node_request = crate::node_http::NodeRequest::parse(target, accept, authorization);
         self.node_request.is_some()
     }
 

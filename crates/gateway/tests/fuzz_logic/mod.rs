@@ -229,7 +229,7 @@ impl Host for FuzzHost {
             lifetime_s: 60,
         })
     }
-    fn node_endpoint(&mut self, target: &str, _accept: Option<&str>) -> bool {
+    fn node_endpoint(&mut self, target: &str, _accept: Option<&str>, _: Option<&str>) -> bool {
         target == "/metrics"
     }
     fn dashboard(&self) -> &'static str {

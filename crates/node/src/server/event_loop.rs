@@ -117,7 +117,7 @@ impl EventLoop {
         let backbone = server.start_backbone(&mut core, start)?;
         let upstream = server.start_upstream(&mut core, node_id, start)?;
         let stats_every = Duration::from_secs(cfg.node.stats_interval_s);
-        let parts = Parts::new(
+        let mut parts = Parts::new(
             verifier,
             server.users.clone(),
             journal,
@@ -130,6 +130,10 @@ impl EventLoop {
             &server.cfg.node.name,
             start,
         );
+        parts.metrics_token = cfg
+            .websocket
+            .metrics_token()
+            .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
         Ok(EventLoop {
             stats_log: super::report::StatsLog::new(stats_every, &core, start),
             server,

@@ -181,6 +181,8 @@ pub(super) struct Parts {
     pub backbone: Option<BackbonePart>,
     pub files: Option<FilesThread>,
     pub figures: Figures,
+    /// `[websocket] metrics_token_file`'s token.
+    pub metrics_token: Option<String>,
 }
 
 impl Parts {
@@ -219,6 +221,7 @@ impl Parts {
                 node_id,
                 node_name: node_name.to_string(),
             },
+            metrics_token: None,
         }
     }
 
@@ -340,6 +343,7 @@ impl Parts {
             websocket_updates_encoded: ws_encoded,
             websocket_updates_reused: ws_reused,
             tls: None,
+            metrics_token: self.metrics_token.as_deref(),
         }
     }
 }
