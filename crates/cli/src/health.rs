@@ -39,7 +39,11 @@ pub(crate) fn run(a: HealthArgs) -> Result<()> {
         None => a.ws.clone(),
     };
     let path = if a.ready { "/readyz" } else { "/healthz" };
-    let timeout = Duration::from_secs_f64(a.timeout.max(0.001));
+    if !(a.timeout.is_finite() && a.timeout > 0.0) {
+        bail!("--timeout {}: give a number of seconds above 0", a.timeout);
+    }
+    // (A day at most: Duration cannot hold every float.)
+    let timeout = Duration::from_secs_f64(a.timeout.clamp(0.001, 86_400.0));
     let (status, body) =
         get(&addr, path, timeout).with_context(|| format!("no answer from http://{addr}{path}"))?;
     print!("{body}");
@@ -63,11 +67,12 @@ fn address_from_config(path: &std::path::Path) -> Result<String> {
             path.display()
         );
     }
+    // As the node reads it: an address, or a host name and port.
     let mut addr: SocketAddr = cfg
         .websocket
-        .listen
-        .parse()
-        .with_context(|| format!("{}: websocket.listen", path.display()))?;
+        .address()
+        .with_context(|| format!("{}: websocket.listen", path.display()))?
+        .context("websocket.listen is empty")?;
     if addr.ip().is_unspecified() {
         addr.set_ip(if addr.is_ipv4() {
             std::net::Ipv4Addr::LOCALHOST.into()

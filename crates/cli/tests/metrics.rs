@@ -844,6 +844,34 @@ fn readyz_waits_for_the_upstream_node_and_names_what_is_missing() {
     let _ = std::fs::remove_file(&file);
 }
 
+/// `tickwire health --config` reads `websocket.listen` as the node does (a host name
+/// and port too; it was refused, so a container's health check always failed), and
+/// `--timeout` takes any number of seconds without a panic.
+#[test]
+fn health_takes_the_address_from_a_config_as_the_node_reads_it() {
+    let port = free_port_for_tests();
+    let cfg = TempConfig::new(
+        "health-host-name",
+        &format!("[websocket]\nlisten = \"localhost:{port}\"\n"),
+    );
+    let mut node = Node::start(&["--config", cfg.path()]);
+    node.proc
+        .wait_for_line("WebSocket", Duration::from_secs(20));
+    let asked = run(&["health", "--config", cfg.path()], Duration::from_secs(20));
+    assert_eq!(asked.code(), Some(0), "{}{}", asked.stdout, asked.stderr);
+    let huge = run(
+        &["health", "--config", cfg.path(), "--timeout", "1e30"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(huge.code(), Some(0), "{}{}", huge.stdout, huge.stderr);
+    let nan = run(
+        &["health", "--ws", "127.0.0.1:1", "--timeout", "NaN"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(nan.code(), Some(1), "{}{}", nan.stdout, nan.stderr);
+    assert!(nan.stderr.contains("--timeout"), "{}", nan.stderr);
+}
+
 /// `GET /items`: a service's item names for the dashboard's picker, in order, bounded,
 /// by prefix; an unknown service is 404; a node with a users file lists none (403).
 #[test]
