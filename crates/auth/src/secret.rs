@@ -8,6 +8,13 @@ use argon2::Argon2;
 use sha2::{Digest, Sha256};
 use std::sync::OnceLock;
 
+/// The shortest argon2 output a password hash may hold.
+const MIN_HASH_BYTES: usize = 16;
+
+/// The most an argon2 hash in the users file may cost: memory in KiB (256 MiB), passes,
+/// lanes (`tickwire users hash` makes m=19456, t=2, p=1).
+const MAX_COST: [(&str, u32); 3] = [("m", 262_144), ("t", 16), ("p", 8)];
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Secret {
     /// An argon2 PHC string (`$argon2id$v=19$m=...,t=...,p=...$salt$hash`).
@@ -53,11 +60,24 @@ impl Secret {
     pub(crate) fn password(phc: &str) -> Result<Secret, SecretError> {
         let parsed =
             PasswordHash::new(phc).map_err(|e| SecretError::BadPasswordHash(e.to_string()))?;
-        if !parsed.algorithm.as_str().starts_with("argon2") {
-            return Err(SecretError::BadPasswordHash(format!(
-                "algorithm {}",
-                parsed.algorithm
-            )));
+        let bad = |why: String| Err(SecretError::BadPasswordHash(why));
+        if parsed.algorithm.as_str() != "argon2id" {
+            return bad(format!("algorithm {} (argon2id only)", parsed.algorithm));
+        }
+        // Without its output the hash matches no password: the user could never log in.
+        if parsed.hash.is_none_or(|h| h.len() < MIN_HASH_BYTES) {
+            return bad(format!("no hash output of {MIN_HASH_BYTES} bytes or more"));
+        }
+        // Every login naming the user (whoever sends it, whatever password) pays the
+        // hash's cost: a mistyped `m` made each one take a gigabyte.
+        for (name, most) in MAX_COST {
+            let value = parsed.params.get_decimal(name);
+            if value.is_none_or(|v| v > most) {
+                return bad(format!(
+                    "{name}={} (at most {most}: every login naming the user pays it)",
+                    value.map_or("?".to_string(), |v| v.to_string())
+                ));
+            }
         }
         Ok(Secret::Password(phc.to_string()))
     }
@@ -107,6 +127,28 @@ impl Secret {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hash that cannot match (no output), or costs without bound at each login
+    /// naming its user, is refused when the users file is read, saying why.
+    #[test]
+    fn a_password_hash_must_have_its_output_and_a_bounded_cost() {
+        let good = hash_password("pw").unwrap();
+        assert!(Secret::password(&good).unwrap().matches("pw"));
+        let (head, tail) = good.rsplit_once('$').unwrap();
+        for (phc, why) in [
+            (head.to_string(), "no hash output"),
+            (good.replace("m=19456", "m=1048576"), "m=1048576"),
+            (good.replace("t=2", "t=1000"), "t=1000"),
+            (good.replace("p=1", "p=64"), "p=64"),
+            (good.replace("$argon2id$", "$argon2i$"), "argon2id only"),
+            (format!("{head}${}", &tail[..16]), "no hash output"),
+        ] {
+            match Secret::password(&phc) {
+                Err(e) => assert!(e.to_string().contains(why), "{phc}: {e}"),
+                Ok(_) => panic!("{phc} accepted"),
+            }
+        }
+    }
 
     #[test]
     fn a_hashed_token_matches_its_token_and_no_other() {
