@@ -65,14 +65,14 @@ impl Secret {
             return bad(format!("algorithm {} (argon2id only)", parsed.algorithm));
         }
         // Without its output the hash matches no password: the user could never log in.
-        if parsed.hash.is_none_or(|h| h.len() < MIN_HASH_BYTES) {
+        if !parsed.hash.is_some_and(|h| h.len() >= MIN_HASH_BYTES) {
             return bad(format!("no hash output of {MIN_HASH_BYTES} bytes or more"));
         }
         // Every login naming the user (whoever sends it, whatever password) pays the
         // hash's cost: a mistyped `m` made each one take a gigabyte.
         for (name, most) in MAX_COST {
             let value = parsed.params.get_decimal(name);
-            if value.is_none_or(|v| v > most) {
+            if !value.is_some_and(|v| v <= most) {
                 return bad(format!(
                     "{name}={} (at most {most}: every login naming the user pays it)",
                     value.map_or("?".to_string(), |v| v.to_string())
