@@ -716,6 +716,24 @@ impl NodeConfig {
             format!("{:?}", self.journal.services),
             "needs journal.dir, the directory of the journal".into(),
         )?;
+        // A service journaled for its posts alone must take posts, or nothing of it is
+        // ever journaled (every post refused) while the journal looks ready.
+        let takes_posts = |name: &String| self.posts.services.iter().any(|p| p == "*" || p == name);
+        if let Some(name) = self
+            .journal
+            .services
+            .iter()
+            .find(|name| *name != "*" && !self.journal.updates && !takes_posts(name))
+        {
+            check(
+                false,
+                "journal.services",
+                format!("{:?}", self.journal.services),
+                format!(
+                    "service {name:?} does not take posts on this node: add it to posts.services, or set journal.updates = true to keep its refreshes and updates"
+                ),
+            )?;
+        }
         check(
             (1..=4096).contains(&self.journal.segment_mb),
             "journal.segment_mb",
@@ -825,17 +843,35 @@ impl NodeConfig {
             }
             _ => {}
         }
-        let ncpu = available_cpus();
-        for &c in &self.node.cpus {
-            check(
-                c < ncpu,
-                "node.cpus",
-                format!("{:?}", self.node.cpus),
-                format!(
-                    "CPU {c} does not exist: this machine has CPUs 0 to {}",
-                    ncpu - 1
-                ),
-            )?;
+        // A Welcome carries the name in a string of at most 65,535 bytes: a longer one
+        // made every login fail.
+        check(
+            !self.node.name.is_empty() && self.node.name.len() <= 256,
+            "node.name",
+            format!("{:?}", self.node.name),
+            "allowed: 1 to 256 bytes".into(),
+        )?;
+        check(
+            self.node.stats_interval_s <= 86_400,
+            "node.stats_interval_s",
+            self.node.stats_interval_s.to_string(),
+            "allowed: 0 (off) to 86400 (a day)".into(),
+        )?;
+        if !self.node.cpus.is_empty() {
+            // The CPUs this process may use, not how many there are: under `taskset`
+            // or a cgroup's cpuset, ids were refused that were allowed and taken that
+            // were not (the event loop then ran outside the operator's mask).
+            let allowed = crate::allowed_cpus().unwrap_or_default();
+            for &c in &self.node.cpus {
+                check(
+                    allowed.contains(&c),
+                    "node.cpus",
+                    format!("{:?}", self.node.cpus),
+                    format!(
+                        "CPU {c} is not one this process may run on: it may use CPUs {allowed:?}"
+                    ),
+                )?;
+            }
         }
         Ok(())
     }
@@ -975,6 +1011,37 @@ mod tests {
         );
     }
 
+    /// Settings each valid alone that broke the node: a name no Welcome can carry (every
+    /// login failed), a statistics interval that overflowed the clock (a panic after
+    /// start), a service journaled for posts it never takes (every post refused, the
+    /// journal looking ready), a CPU outside the process's affinity.
+    #[test]
+    fn settings_that_would_break_the_node_are_refused_naming_the_key() {
+        let refused = |text: &str, key: &str| {
+            let e = NodeConfig::parse(text, "n.toml").unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        };
+        refused(
+            &format!("[node]\nname = \"{}\"\n", "n".repeat(70_000)),
+            "node.name",
+        );
+        refused("[node]\nname = \"\"\n", "node.name");
+        refused(
+            "[node]\nstats_interval_s = 9223372036854775807\n",
+            "node.stats_interval_s",
+        );
+        refused("[node]\ncpus = [1023]\n", "node.cpus");
+        let journal =
+            |extra: &str| format!("[journal]\ndir = \"/tmp/j\"\nservices = [\"FEED\"]\n{extra}");
+        refused(&journal(""), "journal.services");
+        assert!(NodeConfig::parse(&journal("updates = true\n"), "n.toml").is_ok());
+        let with_posts = format!("[posts]\nservices = [\"FEED\"]\n{}", journal(""));
+        assert!(NodeConfig::parse(&with_posts, "n.toml").is_ok());
+        let allowed = crate::allowed_cpus().unwrap();
+        let cpus = format!("[node]\ncpus = [{}]\n", allowed[0]);
+        assert!(NodeConfig::parse(&cpus, "n.toml").is_ok());
+    }
+
     /// Aeron takes an eighth of the term in one message: a term under 1 MiB could not
     /// take the backbone's largest messages (an image's part of 64 KiB stopped a
     /// source's data for good), and is refused; the largest file chunk fits the
@@ -1030,7 +1097,7 @@ mod tests {
             "{e}"
         );
         let e = NodeConfig::parse("[node]\ncpus = [4096]\n", "n.toml").unwrap_err();
-        assert!(e.to_string().contains("CPU 4096 does not exist"), "{e}");
+        assert!(e.to_string().contains("CPU 4096 is not one this process may run on"), "{e}");
         let e = NodeConfig::parse("[tls]\nmax_handshakes_per_s = 0\n", "n.toml").unwrap_err();
         assert!(
             e.to_string()

@@ -41,6 +41,22 @@ pub use server::{NodeServer, RunningNode, ShutdownHandle};
 pub use tickwire_core::Stats;
 pub use upstream::UpstreamSection;
 
+/// The CPUs this process may run on (its affinity mask: `taskset`, a cgroup's cpuset),
+/// in order.
+pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data, filled by the kernel; CPU_ISSET reads within it
+    // for ids below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
 /// Pins the calling thread to the given CPUs.
 pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<()> {
     // SAFETY: cpu_set_t is plain data; CPU_SET writes within it for ids < CPU_SETSIZE,
