@@ -62,9 +62,14 @@ pub(crate) fn messages(payload: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
 
 /// Backbone messages waiting to be offered, in order, bounded: past `max` new ones are
 /// dropped and counted (their senders ask again: edges repeat requests, sources resend
-/// heartbeats and directories).
+/// heartbeats and directories). At most one heartbeat waits: while no one takes what a
+/// role offers (no edge yet, no source), the next heartbeat would only repeat it, and
+/// heartbeats piled up by the hour (36,000 an hour, up to the bound), then went out as
+/// a burst of stale ones ahead of anything new when a peer came.
 pub(crate) struct ControlQueue {
-    q: VecDeque<Vec<u8>>,
+    /// Each message, and whether it is a heartbeat.
+    q: VecDeque<(Vec<u8>, bool)>,
+    heartbeats: usize,
     max: usize,
     pub dropped: u64,
 }
@@ -73,32 +78,54 @@ impl ControlQueue {
     pub(crate) fn new(max: usize) -> Self {
         ControlQueue {
             q: VecDeque::new(),
+            heartbeats: 0,
             max,
             dropped: 0,
         }
     }
 
     pub(crate) fn push(&mut self, m: &BackboneMessage<'_>) {
+        let heartbeat = matches!(
+            m,
+            BackboneMessage::Heartbeat { .. } | BackboneMessage::EdgeHeartbeat { .. }
+        );
+        if heartbeat && self.heartbeats > 0 {
+            return;
+        }
         let mut buf = Vec::new();
-        if m.encode(&mut buf).is_ok() {
-            self.push_encoded(buf);
+        if m.encode(&mut buf).is_ok() && self.room() {
+            self.heartbeats += usize::from(heartbeat);
+            self.q.push_back((buf, heartbeat));
         }
     }
 
     pub(crate) fn push_encoded(&mut self, buf: Vec<u8>) {
-        if self.q.len() >= self.max {
-            self.dropped += 1;
-            return;
+        if self.room() {
+            self.q.push_back((buf, false));
         }
-        self.q.push_back(buf);
+    }
+
+    fn room(&mut self) -> bool {
+        let room = self.q.len() < self.max;
+        if !room {
+            self.dropped += 1;
+        }
+        room
+    }
+
+    /// Messages waiting.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.q.len()
     }
 
     /// Offers them in order; false if the backbone refused one (it stays first).
     pub(crate) fn flush(&mut self, out: &mut dyn Outbox) -> bool {
-        while let Some(m) = self.q.front() {
+        while let Some((m, heartbeat)) = self.q.front() {
             if !out.offer(m) {
                 return false;
             }
+            self.heartbeats -= usize::from(*heartbeat);
             self.q.pop_front();
         }
         true
@@ -106,5 +133,54 @@ impl ControlQueue {
 
     pub(crate) fn clear(&mut self) {
         self.q.clear();
+        self.heartbeats = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Backbone {
+        taken: Vec<Vec<u8>>,
+        open: bool,
+    }
+
+    impl Outbox for Backbone {
+        fn offer(&mut self, msg: &[u8]) -> bool {
+            if self.open {
+                self.taken.push(msg.to_vec());
+            }
+            self.open
+        }
+    }
+
+    #[test]
+    fn an_hour_with_no_one_to_take_them_leaves_one_heartbeat_waiting() {
+        let mut q = ControlQueue::new(1 << 20);
+        let mut no_one = Backbone {
+            taken: Vec::new(),
+            open: false,
+        };
+        let beat = |version| BackboneMessage::Heartbeat {
+            source: 7,
+            name: "src",
+            directory_version: version,
+        };
+        for second in 0..3600 {
+            for _ in 0..10 {
+                q.push(&beat(second));
+                assert!(!q.flush(&mut no_one));
+            }
+        }
+        q.push(&BackboneMessage::EdgeJoined { source: 7, edge: 9 });
+        assert_eq!(q.len(), 2);
+        no_one.open = true;
+        assert!(q.flush(&mut no_one));
+        assert_eq!(no_one.taken.len(), 2);
+        // Once out, the next heartbeat is queued again.
+        q.push(&beat(4000));
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.dropped, 0);
     }
 }
