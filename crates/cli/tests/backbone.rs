@@ -235,6 +235,14 @@ fn bad_backbone_settings_are_refused_with_the_key_and_the_allowed_values() {
     let out = run(&["node", "--backbone", ch], T);
     assert_ne!(out.code(), Some(0));
     assert!(out.stderr.contains("--role"), "{}", out.stderr);
+    // Each node runs its own media driver: shared memory reaches no other node.
+    let out = run(&["node", "--backbone", "aeron:ipc", "--role", "edge"], T);
+    assert_ne!(out.code(), Some(0));
+    assert!(
+        out.stderr.contains("backbone.channel") && out.stderr.contains("reaches no other node"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

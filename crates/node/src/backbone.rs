@@ -186,7 +186,16 @@ impl BackboneSection {
             if key == "backbone.request_channel" && ch.is_empty() {
                 continue;
             }
-            if !ch.starts_with("aeron:udp?") && !ch.starts_with("aeron:ipc") {
+            if ch.starts_with("aeron:ipc") {
+                // Every node embeds its own media driver: shared memory reaches no
+                // other node (the nodes started and never heard each other).
+                return Err(invalid(
+                    key,
+                    format!("{ch:?}"),
+                    "aeron:ipc reaches no other node (each node runs its own media driver): use aeron:udp, e.g. aeron:udp?endpoint=239.20.30.40:40456|interface=127.0.0.1 on one machine",
+                ));
+            }
+            if !ch.starts_with("aeron:udp?") {
                 return Err(invalid(
                     key,
                     format!("{ch:?}"),

@@ -1097,7 +1097,11 @@ mod tests {
             "{e}"
         );
         let e = NodeConfig::parse("[node]\ncpus = [4096]\n", "n.toml").unwrap_err();
-        assert!(e.to_string().contains("CPU 4096 is not one this process may run on"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("CPU 4096 is not one this process may run on"),
+            "{e}"
+        );
         let e = NodeConfig::parse("[tls]\nmax_handshakes_per_s = 0\n", "n.toml").unwrap_err();
         assert!(
             e.to_string()
