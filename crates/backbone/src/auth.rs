@@ -252,7 +252,8 @@ pub enum Rejected {
     BadMac,
     /// A counter this origin has already passed: a replay.
     Replayed,
-    /// The first message of an origin, far from this node's clock: a recording.
+    /// Sealed more than a minute before this node's clock says (or, the first of its
+    /// origin, as far after): a recording, or clocks that disagree.
     Stale,
 }
 
@@ -284,7 +285,7 @@ impl Rejected {
             Rejected::UnknownKey => "sealed with a key this node does not have",
             Rejected::BadMac => "its MAC does not match (forged, damaged, or sealed for another stream)",
             Rejected::Replayed => "a replay (a counter its sender has passed)",
-            Rejected::Stale => "the first heard from its sender, and more than 60 s from this node's clock (a recording, or clocks that disagree)",
+            Rejected::Stale => "sealed more than 60 s from this node's clock (a recording, or clocks that disagree)",
         }
     }
 
@@ -342,6 +343,12 @@ impl Verifier {
         }
         match self.seen.get_mut(&origin) {
             Some(last) if counter <= *last => return Err(Rejected::Replayed),
+            // Every message, not only the first: a recording begun within the minute
+            // passed whole, trickled for as long as it lasted (keeping a dead source
+            // live at a node that had just started).
+            Some(_) if now_ns.saturating_sub(counter) > MAX_CLOCK_SKEW_NS => {
+                return Err(Rejected::Stale)
+            }
             Some(last) => *last = counter,
             None => {
                 if counter.abs_diff(now_ns) > MAX_CLOCK_SKEW_NS {
@@ -526,6 +533,18 @@ pub(crate) mod tests {
         // The origin goes on: later counters pass.
         let next = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
         assert!(v.verify(&k, Lane::Data, &next, NOW).is_ok());
+        // A recording of a known origin, its first message fresh: what comes more than
+        // a minute after it was sealed is stale, however new its counter.
+        let mut recorded = Sealer::new(45, NOW);
+        let take = recorded.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        let later = recorded
+            .seal(k.signing(), Lane::Data, &heartbeat(), NOW + 1_000_000_000)
+            .to_vec();
+        assert!(v.verify(&k, Lane::Data, &take, NOW + 30_000_000_000).is_ok());
+        assert_eq!(
+            v.verify(&k, Lane::Data, &later, NOW + 90_000_000_000),
+            Err(Rejected::Stale)
+        );
     }
 
     #[test]
