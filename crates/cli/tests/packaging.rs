@@ -18,7 +18,7 @@ fn the_systemd_unit_verifies_and_is_hardened() {
     let unit =
         std::fs::read_to_string(repo().join("deploy/systemd/tickwire-node.service")).unwrap();
     for key in [
-        "DynamicUser=yes",
+        "User=tickwire",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
         "ProtectHome=yes",
