@@ -266,6 +266,12 @@ impl NodeServer {
         let users = cfg
             .load_users()
             .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
+        if users.is_some() && !cfg.security.login_token.is_empty() {
+            warn!(
+                "[security] login_token is ignored: the users file ({}) says who may log in",
+                cfg.security.users_file
+            );
+        }
         match &users {
             Some(u) => info!(
                 "{} users loaded from {}; anonymous logins: {:?}",
