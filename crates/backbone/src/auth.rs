@@ -536,11 +536,15 @@ pub(crate) mod tests {
         // A recording of a known origin, its first message fresh: what comes more than
         // a minute after it was sealed is stale, however new its counter.
         let mut recorded = Sealer::new(45, NOW);
-        let take = recorded.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        let take = recorded
+            .seal(k.signing(), Lane::Data, &heartbeat(), NOW)
+            .to_vec();
         let later = recorded
             .seal(k.signing(), Lane::Data, &heartbeat(), NOW + 1_000_000_000)
             .to_vec();
-        assert!(v.verify(&k, Lane::Data, &take, NOW + 30_000_000_000).is_ok());
+        assert!(v
+            .verify(&k, Lane::Data, &take, NOW + 30_000_000_000)
+            .is_ok());
         assert_eq!(
             v.verify(&k, Lane::Data, &later, NOW + 90_000_000_000),
             Err(Rejected::Stale)

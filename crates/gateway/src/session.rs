@@ -430,6 +430,18 @@ fn write_key(out: &mut Vec<u8>, service: &str, name: &str) {
     out.push(b'}');
 }
 
+/// A request's boolean key (`true` when absent); a value of another type is an error
+/// (the string "false" once streamed).
+fn flag(obj: &serde_json::Map<String, Json>, key: &str) -> Result<bool, String> {
+    match obj.get(key) {
+        None | Some(Json::Null) => Ok(true),
+        Some(Json::Bool(b)) => Ok(*b),
+        Some(other) => Err(format!(
+            "JSON Converter Token Type error: expected true or false for key '{key}', not {other}"
+        )),
+    }
+}
+
 /// An `Error` message: the offending ID (0 if unknown), a text, and the message.
 fn write_error(out: &mut JsonOut, id: i64, text: &str, offending: &str) {
     let o = out.begin();
@@ -694,10 +706,28 @@ impl Session {
             );
             return;
         }
-        let domain = obj
-            .get("Domain")
-            .and_then(Json::as_str)
-            .unwrap_or("MarketPrice");
+        // A name, or the RDM's number for it (1 Login, 4 Source, 6 MarketPrice).
+        let numbered;
+        let domain = match obj.get("Domain") {
+            None | Some(Json::Null) => "MarketPrice",
+            Some(Json::String(name)) => name.as_str(),
+            Some(Json::Number(n)) => match n.as_u64() {
+                Some(1) => "Login",
+                Some(4) => "Source",
+                Some(6) => "MarketPrice",
+                _ => {
+                    numbered = n.to_string();
+                    numbered.as_str()
+                }
+            },
+            Some(other) => {
+                let why = format!(
+                    "JSON Converter Token Type error: expected a name or a number for key 'Domain', not {other}"
+                );
+                write_error(out, id, &why, &text());
+                return;
+            }
+        };
         match domain {
             "Login" => self.on_login(id, obj, to_node, out),
             "MarketPrice" => self.on_item_request(id, obj, to_node, out, &text),
@@ -888,11 +918,17 @@ impl Session {
                 return;
             }
         };
-        let streaming = obj.get("Streaming").and_then(Json::as_bool).unwrap_or(true);
-        let key_in_updates = obj
-            .get("KeyInUpdates")
-            .and_then(Json::as_bool)
-            .unwrap_or(true);
+        let (streaming, key_in_updates, refresh) = match (
+            flag(obj, "Streaming"),
+            flag(obj, "KeyInUpdates"),
+            flag(obj, "Refresh"),
+        ) {
+            (Ok(s), Ok(k), Ok(r)) => (s, k, r),
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+                write_error(out, id, &why, &text());
+                return;
+            }
+        };
         let view = match obj.get("View") {
             None | Some(Json::Null) => None,
             Some(Json::Array(fields)) => {
@@ -958,7 +994,6 @@ impl Session {
                 }
                 let name = name.clone();
                 // `"Refresh": false` on an open ID changes its view where it stands.
-                let refresh = obj.get("Refresh").and_then(Json::as_bool).unwrap_or(true);
                 if !refresh
                     && replay.is_none()
                     && self.change_in_place(id, &service, &name, view.as_deref(), to_node)
@@ -978,7 +1013,21 @@ impl Session {
                 );
             }
             Some(Json::Array(names)) => {
-                let names: Vec<&str> = names.iter().filter_map(Json::as_str).collect();
+                // Item i takes ID id + 1 + i: an entry skipped would move every later
+                // item onto another ID than the client counts.
+                let Some(names) = names
+                    .iter()
+                    .map(Json::as_str)
+                    .collect::<Option<Vec<&str>>>()
+                else {
+                    write_error(
+                        out,
+                        id,
+                        "JSON Converter Token Type error: a batch's 'Name' holds names (strings) only",
+                        &text(),
+                    );
+                    return;
+                };
                 if names.len() > MAX_BATCH {
                     let why = format!(
                         "a batch of {} names is more than the {MAX_BATCH} a request may hold",
@@ -2231,6 +2280,44 @@ mod tests {
             })
             .collect();
         assert_eq!(sent, ["FEED", "OTHER"]);
+    }
+
+    /// Values of the wrong type are errors, not defaults or skips: a batch's non-string
+    /// entry moved every later item to another ID, and "Streaming":"false" streamed;
+    /// the RDM's domain numbers name their domains.
+    #[test]
+    fn values_of_the_wrong_type_are_errors_and_domain_numbers_name_their_domains() {
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        for bad in [
+            r#"{"ID":5,"Key":{"Name":["SYM0",5,"SYM2"]}}"#,
+            r#"{"ID":5,"Key":{"Name":"SYM0"},"Streaming":"false"}"#,
+            r#"{"ID":5,"Key":{"Name":"SYM0"},"KeyInUpdates":0}"#,
+            r#"{"ID":5,"Key":{"Name":"SYM0"},"Domain":[6]}"#,
+        ] {
+            to_node.clear();
+            s.on_client_text(bad, &mut to_node, &mut out);
+            let got = answers(&mut out);
+            assert_eq!(got[0]["Type"], "Error", "{bad}: {got:?}");
+            assert!(
+                to_node.is_empty(),
+                "{bad}: sent the node {:?}",
+                messages(&to_node)
+            );
+        }
+        s.on_client_text(
+            r#"{"ID":5,"Key":{"Name":"SYM0"},"Domain":6}"#,
+            &mut to_node,
+            &mut out,
+        );
+        assert_eq!(messages(&to_node), ["Request"]);
+        s.on_client_text(
+            r#"{"ID":6,"Key":{"Name":"SYM0"},"Domain":7}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let got = answers(&mut out);
+        assert_eq!(got.last().unwrap()["State"]["Stream"], "Closed", "{got:?}");
     }
 
     /// The requests the session sent the node: (stream id, view, refresh).

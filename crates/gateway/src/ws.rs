@@ -55,6 +55,10 @@ pub enum WsError {
     /// A 64-bit length with its top bit set.
     #[error("WebSocket frame length with the most significant bit set")]
     BadLength,
+    /// A close frame of one byte, with a code no endpoint may send, or a reason that is
+    /// not UTF-8 (RFC 6455 5.5.1, 7.4).
+    #[error("WebSocket close frame {0}")]
+    BadClose(&'static str),
 }
 
 impl WsError {
@@ -476,10 +480,7 @@ impl FrameDecoder {
                     return Ok(Some(match opcode {
                         OP_PING => Frame::Ping(payload),
                         OP_PONG => Frame::Pong(payload),
-                        _ => Frame::Close(
-                            (payload.len() >= 2)
-                                .then(|| u16::from_be_bytes([payload[0], payload[1]])),
-                        ),
+                        _ => Frame::Close(close_code(&payload)?),
                     }))
                 }
                 OP_TEXT | OP_BINARY => {
@@ -635,6 +636,26 @@ pub fn encode_close(out: &mut Vec<u8>, code: u16, reason: &str) {
     let mut p = code.to_be_bytes().to_vec();
     p.extend_from_slice(prefix_within(reason, 123).as_bytes());
     encode(out, OP_CLOSE, &p);
+}
+
+/// A close frame's status code, if it has one (RFC 6455 5.5.1: none, or a code of two
+/// bytes and a UTF-8 reason; 7.4: codes an endpoint may send).
+fn close_code(payload: &[u8]) -> Result<Option<u16>, WsError> {
+    match payload {
+        [] => Ok(None),
+        [_] => Err(WsError::BadClose("of one byte (a code takes two)")),
+        [a, b, reason @ ..] => {
+            let code = u16::from_be_bytes([*a, *b]);
+            let sendable = matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999);
+            if !sendable {
+                return Err(WsError::BadClose("with a status code no endpoint may send"));
+            }
+            if std::str::from_utf8(reason).is_err() {
+                return Err(WsError::BadClose("whose reason is not UTF-8"));
+            }
+            Ok(Some(code))
+        }
+    }
 }
 
 /// The longest start of `text` of at most `max` bytes that ends between characters (a
@@ -945,6 +966,8 @@ mod tests {
         let big = vec![b'x'; 70_000];
         bytes.extend(client_frame(true, OP_BINARY, &big));
         bytes.extend(client_frame(true, OP_CLOSE, &1000u16.to_be_bytes()));
+        bytes.extend(client_frame(true, OP_CLOSE, b""));
+        bytes.extend(client_frame(true, OP_CLOSE, b"\x0f\xa0bye"));
         let got = decode_in_chunks(&bytes, 100_000, 7);
         assert_eq!(
             got,
@@ -954,6 +977,8 @@ mod tests {
                 Frame::Text("world".into()),
                 Frame::Binary(big),
                 Frame::Close(Some(1000)),
+                Frame::Close(None),
+                Frame::Close(Some(4000)),
             ]
         );
     }
@@ -975,6 +1000,22 @@ mod tests {
             (
                 client_frame(true, OP_TEXT, &[0xff, 0xfe]),
                 WsError::InvalidUtf8,
+            ),
+            (
+                client_frame(true, OP_CLOSE, &[0x03]),
+                WsError::BadClose("of one byte (a code takes two)"),
+            ),
+            (
+                client_frame(true, OP_CLOSE, &999u16.to_be_bytes()),
+                WsError::BadClose("with a status code no endpoint may send"),
+            ),
+            (
+                client_frame(true, OP_CLOSE, &1005u16.to_be_bytes()),
+                WsError::BadClose("with a status code no endpoint may send"),
+            ),
+            (
+                client_frame(true, OP_CLOSE, &[0x03, 0xe8, 0xff]),
+                WsError::BadClose("whose reason is not UTF-8"),
             ),
         ];
         for (bytes, want) in cases {
