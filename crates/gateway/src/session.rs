@@ -2320,6 +2320,17 @@ mod tests {
         assert_eq!(got.last().unwrap()["State"]["Stream"], "Closed", "{got:?}");
     }
 
+    /// A directory on the login's ID is refused: closing it would end the login.
+    #[test]
+    fn the_directory_may_not_take_the_logins_id() {
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(r#"{"ID":1,"Domain":"Source"}"#, &mut to_node, &mut out);
+        let got = answers(&mut out);
+        assert_eq!(got[0]["Type"], "Error", "{got:?}");
+        assert!(s.directory.is_none());
+    }
+
     /// The requests the session sent the node: (stream id, view, refresh).
     fn requests(bytes: &[u8]) -> Vec<(u32, Option<Vec<i16>>, bool)> {
         tickwire_proto::MessageIter::new(bytes)

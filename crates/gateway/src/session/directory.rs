@@ -30,6 +30,16 @@ impl Session {
             );
             return;
         }
+        if self.logged_in() == Some(id) {
+            // A Close of it would end the login.
+            super::write_error(
+                out,
+                id,
+                &format!("ID {id} is the login's stream: open the directory on another"),
+                "",
+            );
+            return;
+        }
         let key = obj.get("Key");
         let filter = key
             .and_then(|k| k.get("Filter"))
