@@ -337,19 +337,45 @@ fn a_stopped_edge_slows_neither_the_source_nor_the_other_edge_and_recovers_when_
     });
 }
 
-#[test]
-fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
-    let ch = channel(47);
-    // The edge takes SYM0 from src-1 (the only source yet), then src-2 comes up with the
-    // same service (a hot standby with its own publisher) before src-1 is killed.
+/// An edge watching SYM0 from src-1 (the only source yet), then src-2 up with the same
+/// service (a hot standby with its own publisher), each source with its publisher.
+struct WithAStandby {
+    first: Node,
+    feed_1: Proc,
+    edge: Node,
+    sub: tickwire_client::Subscriber,
+    _second: (Node, Proc),
+}
+
+fn with_a_standby(group: u8) -> WithAStandby {
+    let ch = channel(group);
     let first = backbone_node(&ch, "source", "src-1");
     let edge = backbone_node(&ch, "edge", "edge");
-    let mut feed_1 = start_publisher(&first, "FEED", 5, 100, false);
+    let feed_1 = start_publisher(&first, "FEED", 5, 100, false);
     wait_for_feed_image(&edge, "edge", "SYM0");
-    let mut sub = watching_sym0(&edge);
+    let sub = watching_sym0(&edge);
     let second = backbone_node(&ch, "source", "src-2");
-    let _feed_2 = start_publisher(&second, "FEED", 5, 100, false);
+    let feed_2 = start_publisher(&second, "FEED", 5, 100, false);
     wait_until_the_edge_hears(&edge, "src-2");
+    WithAStandby {
+        first,
+        feed_1,
+        edge,
+        sub,
+        _second: (second, feed_2),
+    }
+}
+
+#[test]
+fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
+    // Every field bound: those left to `..` would be dropped (the nodes stopped) here.
+    let WithAStandby {
+        first,
+        mut feed_1,
+        mut sub,
+        edge: _edge,
+        _second: _standby,
+    } = with_a_standby(47);
     first.proc.signal(libc::SIGKILL);
     feed_1.kill();
     let killed = std::time::Instant::now();
@@ -366,21 +392,18 @@ fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
 /// suspect until the publisher came back).
 #[test]
 fn an_edge_moves_to_the_standby_source_when_the_service_goes_down_at_the_one_it_uses() {
-    let ch = channel(75);
-    let first = backbone_node(&ch, "source", "src-1");
-    let edge = backbone_node(&ch, "edge", "edge");
-    let mut feed_1 = start_publisher(&first, "FEED", 5, 100, false);
-    wait_for_feed_image(&edge, "edge", "SYM0");
-    let mut sub = watching_sym0(&edge);
-    let second = backbone_node(&ch, "source", "src-2");
-    let _feed_2 = start_publisher(&second, "FEED", 5, 100, false);
-    wait_until_the_edge_hears(&edge, "src-2");
+    let WithAStandby {
+        first: _first,
+        mut feed_1,
+        mut sub,
+        edge: _edge,
+        _second: _standby,
+    } = with_a_standby(75);
     feed_1.kill();
     expect_suspect_then_the_standbys_image(&mut sub);
     expect_event(&mut sub, T, "updates from the standby", |e| {
         matches!(e, Event::Update { .. })
     });
-    drop(first);
 }
 
 /// How many updates a second `node` sends its subscribers (the source role's stream of

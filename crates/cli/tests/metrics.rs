@@ -872,6 +872,21 @@ fn health_takes_the_address_from_a_config_as_the_node_reads_it() {
     assert!(nan.stderr.contains("--timeout"), "{}", nan.stderr);
 }
 
+/// A directory of its own (`tickwire-TAG-PID`) holding a users file in which alice may
+/// read FEED: the directory and the file.
+fn alice_may_read_feed(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tickwire-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let users = dir.join("users.toml");
+    let line = hash_line("pw", false);
+    std::fs::write(
+        &users,
+        format!("[users.alice]\n{line}\nsubscribe = [\"FEED\"]\n"),
+    )
+    .unwrap();
+    (dir, users)
+}
+
 /// `GET /items`: a service's item names for the dashboard's picker, in order, bounded,
 /// by prefix; an unknown service is 404; a node with a users file lists none (403).
 #[test]
@@ -900,17 +915,7 @@ fn items_lists_a_services_names_by_prefix_and_only_on_an_open_node() {
     assert!(head.starts_with("HTTP/1.1 404"), "{head}\n{body}");
     assert!(body.contains("no service \"NOPE\""), "{body}");
 
-    let dir = std::env::temp_dir().join(format!("tickwire-items-users-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let users = dir.join("users.toml");
-    std::fs::write(
-        &users,
-        format!(
-            "[users.alice]\n{}\nsubscribe = [\"FEED\"]\n",
-            hash_line("pw", false)
-        ),
-    )
-    .unwrap();
+    let (dir, users) = alice_may_read_feed("items-users");
     let cfg = TempConfig::new(
         "items-users",
         &format!("[security]\nusers_file = \"{}\"\n", users.display()),
@@ -943,17 +948,7 @@ fn get_with_token(addr: &str, path: &str, token: &str) -> (String, String) {
 /// at start.
 #[test]
 fn a_node_with_a_users_file_serves_metrics_only_with_the_token() {
-    let dir = std::env::temp_dir().join(format!("tickwire-metrics-token-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let users = dir.join("users.toml");
-    std::fs::write(
-        &users,
-        format!(
-            "[users.alice]\n{}\nsubscribe = [\"FEED\"]\n",
-            hash_line("pw", false)
-        ),
-    )
-    .unwrap();
+    let (dir, users) = alice_may_read_feed("metrics-token");
     let security = format!("[security]\nusers_file = \"{}\"\n", users.display());
     let no_token = TempConfig::new("metrics-no-token", &security);
     let (_node, ws) = Node::start_ws(&["--config", no_token.path()]);
