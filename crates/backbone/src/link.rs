@@ -18,7 +18,7 @@
 //! (it sleeps between its rare duties). Offers write into shared memory, no syscall.
 
 use crate::park::{Parker, Unparker};
-use crate::reassembly::{Dropped, Reassembler, MAX_MESSAGE};
+use crate::reassembly::{Dropped, Place, Reassembler, MAX_MESSAGE};
 use crate::setup_guard;
 use crate::{BackboneError, IdleStrategy, Outbox, SpinThenPark};
 use log::{info, warn};
@@ -1114,8 +1114,13 @@ impl AeronFragmentHandlerCallback for Inbound {
         };
         let frame = values.frame();
         let (session, flags) = (frame.session_id(), frame.flags());
+        let place = Place {
+            term_id: frame.term_id(),
+            term_offset: frame.term_offset(),
+            frame_length: frame.frame_length(),
+        };
         let Inbound { sink, streams } = self;
-        streams[usize::from(sink.kind)].fragment(session, flags, fragment, |msg| {
+        streams[usize::from(sink.kind)].fragment(session, place, flags, fragment, |msg| {
             on_message(sink, session, msg)
         });
     }

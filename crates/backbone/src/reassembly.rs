@@ -30,6 +30,26 @@ pub const MAX_PARTIAL: usize = 64;
 const BEGIN: u8 = 0x80;
 const END: u8 = 0x40;
 
+/// Where a fragment is in its session's stream: its term and offset, and its frame's
+/// length (header included). A message's fragments follow each other in one term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// The term's id.
+    pub term_id: i32,
+    /// The fragment's offset in the term.
+    pub term_offset: i32,
+    /// Its frame's length, header included.
+    pub frame_length: i32,
+}
+
+impl Place {
+    /// Where the fragment after this one starts (frames are 32-byte aligned).
+    fn next(self) -> (i32, i32) {
+        let aligned = (self.frame_length.max(0) + 31) & !31;
+        (self.term_id, self.term_offset.wrapping_add(aligned))
+    }
+}
+
 /// Why fragments were dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dropped {
@@ -41,6 +61,9 @@ pub enum Dropped {
     Unfinished,
     /// More than [`MAX_PARTIAL`] messages were being put together.
     Crowded,
+    /// A fragment that does not follow the last one (its image went and came back
+    /// within another message: putting them together would splice two messages).
+    Gap,
 }
 
 impl Dropped {
@@ -51,6 +74,7 @@ impl Dropped {
             Dropped::NoBeginning => "fragments without their beginning",
             Dropped::Unfinished => "a message begun again before it ended",
             Dropped::Crowded => "too many messages begun at once",
+            Dropped::Gap => "a fragment that does not follow the one before it",
         }
     }
 }
@@ -59,6 +83,8 @@ struct Partial {
     bytes: Vec<u8>,
     /// When it began (in fragments seen), to know which started longest ago.
     began: u64,
+    /// Where its next fragment must be: term id and offset.
+    next: (i32, i32),
 }
 
 /// Messages of one stream being put together, by Aeron session.
@@ -75,11 +101,12 @@ pub struct Reassembler {
 }
 
 impl Reassembler {
-    /// One fragment of `session` with Aeron's `flags`: a whole message goes to
-    /// `deliver` (a message in one fragment without being copied).
+    /// One fragment of `session` at `place` with Aeron's `flags`: a whole message goes
+    /// to `deliver` (a message in one fragment without being copied).
     pub fn fragment(
         &mut self,
         session: i32,
+        place: Place,
         flags: u8,
         payload: &[u8],
         deliver: impl FnOnce(&[u8]),
@@ -117,6 +144,7 @@ impl Reassembler {
                 Partial {
                     bytes,
                     began: self.fragments,
+                    next: place.next(),
                 },
             );
             return;
@@ -125,6 +153,13 @@ impl Reassembler {
             self.drop_counted(Dropped::NoBeginning);
             return;
         };
+        if p.next != (place.term_id, place.term_offset) {
+            let p = self.partial.remove(&session).expect("present");
+            self.drop_counted(Dropped::Gap);
+            self.recycle(p.bytes);
+            return;
+        }
+        p.next = place.next();
         if p.bytes.len() + payload.len() > MAX_MESSAGE {
             let p = self.partial.remove(&session).expect("present");
             self.drop_counted(Dropped::TooLong);
@@ -161,10 +196,65 @@ impl Reassembler {
 mod tests {
     use super::*;
 
+    /// Each session's fragments one after another in term 0, as Aeron lays them out.
     fn feed(r: &mut Reassembler, session: i32, flags: u8, payload: &[u8]) -> Option<Vec<u8>> {
+        use std::collections::HashMap;
+        thread_local!(static AT: std::cell::RefCell<HashMap<i32, i32>> = Default::default());
+        let frame_length = 32 + payload.len() as i32;
+        let term_offset = AT.with(|a| {
+            let mut a = a.borrow_mut();
+            let at = a.entry(session).or_insert(0);
+            let here = *at;
+            *at += (frame_length + 31) & !31;
+            here
+        });
+        let place = Place {
+            term_id: 0,
+            term_offset,
+            frame_length,
+        };
+        feed_at(r, session, place, flags, payload)
+    }
+
+    fn feed_at(
+        r: &mut Reassembler,
+        session: i32,
+        place: Place,
+        flags: u8,
+        payload: &[u8],
+    ) -> Option<Vec<u8>> {
         let mut got = None;
-        r.fragment(session, flags, payload, |m| got = Some(m.to_vec()));
+        r.fragment(session, place, flags, payload, |m| got = Some(m.to_vec()));
         got
+    }
+
+    /// The session's image went while a message was half there, and came back within
+    /// another message: its middle and end are not spliced onto the first one's head.
+    #[test]
+    fn fragments_after_a_gap_are_not_put_onto_another_messages_head() {
+        let mut r = Reassembler::default();
+        let at = |term_offset, len: usize| Place {
+            term_id: 3,
+            term_offset,
+            frame_length: 32 + len as i32,
+        };
+        assert_eq!(feed_at(&mut r, 5, at(0, 10), BEGIN, b"HEAD-OF-1|"), None);
+        assert_eq!(feed_at(&mut r, 5, at(4096, 8), 0, b"middle-9"), None);
+        assert_eq!(r.last_dropped, Some(Dropped::Gap));
+        assert_eq!(feed_at(&mut r, 5, at(4160, 8), END, b"end-of-9"), None);
+        // In another term at the offset that would follow: a gap too.
+        assert_eq!(feed_at(&mut r, 6, at(0, 3), BEGIN, b"abc"), None);
+        let other_term = Place {
+            term_id: 4,
+            ..at(64, 3)
+        };
+        assert_eq!(feed_at(&mut r, 6, other_term, END, b"def"), None);
+        // Fragments that follow each other make their message.
+        assert_eq!(feed_at(&mut r, 7, at(0, 3), BEGIN, b"abc"), None);
+        assert_eq!(
+            feed_at(&mut r, 7, at(64, 3), END, b"def"),
+            Some(b"abcdef".to_vec())
+        );
     }
 
     #[test]
@@ -232,7 +322,8 @@ mod tests {
                 let flags = [0, END, BEGIN, BEGIN | END][usize::from(f)];
                 let payload = vec![1u8; len];
                 let mut got = None;
-                r.fragment(session, flags, &payload, |m| got = Some(m.len()));
+                let place = Place { term_id: 0, term_offset: (len as i32) & !31, frame_length: 32 };
+                r.fragment(session, place, flags, &payload, |m| got = Some(m.len()));
                 proptest::prop_assert!(r.partial_count() <= MAX_PARTIAL);
                 proptest::prop_assert!(r.partial.values().all(|p| p.bytes.len() <= MAX_MESSAGE));
                 if let Some(n) = got {
