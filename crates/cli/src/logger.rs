@@ -106,7 +106,7 @@ pub(crate) fn init(format: LogFormat) -> Result<(), String> {
 }
 
 /// Standard error, one line per record: a record's control characters but its last
-/// newline are written escaped (`\n`, `\r`, `\x1b`...). Names in records are often a
+/// newline are written escaped (`\n`, `\r`, `\u{1b}`...). Names in records are often a
 /// peer's (a user name in a login that failed): with a newline in one, a peer wrote
 /// log lines of its own making, say "login accepted user=root", or terminal escapes.
 /// (The JSON format escapes them as JSON does.) The formatter writes each record whole,
@@ -116,20 +116,25 @@ struct OneLinePerRecord;
 impl std::io::Write for OneLinePerRecord {
     fn write(&mut self, record: &[u8]) -> std::io::Result<usize> {
         let body = record.strip_suffix(b"\n").unwrap_or(record);
-        let mut out = Vec::with_capacity(record.len() + 16);
-        for &b in body {
-            match b {
-                b'\n' => out.extend_from_slice(b"\\n"),
-                b'\r' => out.extend_from_slice(b"\\r"),
-                b'\t' => out.push(b'\t'),
-                0..=0x1f | 0x7f => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
-                _ => out.push(b),
+        let text = String::from_utf8_lossy(body);
+        let mut out = String::with_capacity(record.len() + 16);
+        for c in text.chars() {
+            match c {
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push('\t'),
+                // C0 and C1 controls (an 8-bit CSI is a terminal escape too) and
+                // Unicode's line and paragraph separators.
+                c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') => {
+                    out.push_str(&format!("\\u{{{:x}}}", c as u32))
+                }
+                c => out.push(c),
             }
         }
         if body.len() < record.len() {
-            out.push(b'\n');
+            out.push('\n');
         }
-        std::io::stderr().lock().write_all(&out)?;
+        std::io::stderr().lock().write_all(out.as_bytes())?;
         Ok(record.len())
     }
 

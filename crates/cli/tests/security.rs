@@ -182,36 +182,44 @@ fn users_log_in_with_their_secret_and_get_only_what_they_are_entitled_to() {
 }
 
 /// A name in a login is the peer's: a newline in it (here with a made-up record
-/// behind it, and a terminal escape) stays inside its record, escaped, and makes no log
-/// line of the peer's making.
+/// behind it, a terminal escape and an 8-bit CSI), or a `key=value` in it, stays inside
+/// its record, quoted and escaped, and makes no log line or field of the peer's making.
 #[test]
-fn a_login_name_cannot_write_log_lines_of_its_own() {
+fn a_login_name_cannot_write_log_lines_or_fields_of_its_own() {
     let mut s = secured("log-forging");
-    let forged = "x\n2026-11-30T21:14:00.2Z  INFO audit: login accepted user=root\x1b[2J";
-    let out = Proc::spawn_with(
-        &[
-            "subscribe",
-            "--node",
-            &s.node.addr_str(),
-            "--user",
-            forged,
-            "--service",
-            "FEED",
-            "SYM0",
-        ],
-        |cmd| {
-            cmd.env("TICKWIRE_PASSWORD", "wrong");
-        },
-    );
-    s.node.proc.wait_for_line("login refused user=x\\n2026", T);
-    drop(out);
+    let forged = "x\n2026-11-30T21:14:00.2Z  INFO audit: login accepted user=root\x1b[2J\u{9b}31m";
+    for name in [forged, "bob role=Publisher peer=10.9.9.9:1"] {
+        let out = Proc::spawn_with(
+            &[
+                "subscribe",
+                "--node",
+                &s.node.addr_str(),
+                "--user",
+                name,
+                "--service",
+                "FEED",
+                "SYM0",
+            ],
+            |cmd| {
+                cmd.env("TICKWIRE_PASSWORD", "wrong");
+            },
+        );
+        // Quoted as Rust quotes (a long one cut at 64 characters).
+        let quoted = format!("{:?}", name.chars().take(20).collect::<String>());
+        let start = quoted.trim_end_matches('"');
+        s.node
+            .proc
+            .wait_for_line(&format!("login refused user={start}"), T);
+        drop(out);
+    }
     let log = s.node.proc.log();
     assert!(
         log.lines()
             .all(|l| !l.starts_with("2026-11-30T21:14:00.2Z")),
         "{log}"
     );
-    assert!(!log.contains('\x1b'), "{log}");
+    assert!(!log.contains('\x1b') && !log.contains('\u{9b}'), "{log}");
+    assert!(!log.contains("user=bob "), "{log}");
 }
 
 #[test]

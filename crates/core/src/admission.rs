@@ -342,9 +342,48 @@ pub(crate) fn shown(name: &str) -> String {
     }
 }
 
+/// A peer's name (a user, an application) as a log field: as it is when it is plain,
+/// quoted and escaped as `shown` does when it holds a space, `=`, a quote, a backslash
+/// or a control character. Else a name such as `bob role=Publisher` added fields of the
+/// peer's making to the record, and a control character a line or a terminal escape.
+pub(crate) struct LogName<'a>(pub(crate) &'a str);
+
+impl std::fmt::Display for LogName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plain =
+            |c: char| !(c.is_whitespace() || c.is_control() || matches!(c, '=' | '"' | '\\'));
+        let short = self.0.chars().nth(SHOWN_CHARS).is_none();
+        if short && self.0.chars().all(plain) {
+            f.write_str(self.0)
+        } else {
+            f.write_str(&shown(self.0))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_name_is_plain_or_quoted_never_a_field_or_a_line_of_its_own() {
+        assert_eq!(LogName("alice").to_string(), "alice");
+        assert_eq!(LogName("ws:256").to_string(), "ws:256");
+        assert_eq!(LogName("").to_string(), "");
+        assert_eq!(
+            LogName("bob role=Publisher").to_string(),
+            "\"bob role=Publisher\""
+        );
+        assert_eq!(LogName("x\n2026 INFO").to_string(), "\"x\\n2026 INFO\"");
+        assert_eq!(
+            LogName("c1\u{9b}31m\u{85}").to_string(),
+            "\"c1\\u{9b}31m\\u{85}\""
+        );
+        assert_eq!(LogName("a\u{2028}b").to_string(), "\"a\\u{2028}b\"");
+        assert!(LogName(&"n".repeat(100))
+            .to_string()
+            .ends_with("(100 bytes)"));
+    }
 
     #[test]
     fn delays_double_from_a_quarter_second_to_their_ceiling_and_a_success_clears_them() {

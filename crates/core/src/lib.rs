@@ -52,6 +52,7 @@ pub struct InternalPeer<'a> {
     /// For a subscriber: what the core does when it falls behind (None: the node's).
     pub slow_consumer: Option<tickwire_proto::SlowConsumerPolicy>,
 }
+use crate::admission::LogName;
 use items::{Item, ItemHandle, ItemTable, StreamRef, SubEntry};
 pub use posts::{JournalRequest, JournalWrite, PostServices, PostStats, Redelivery};
 use rustc_hash::FxHashMap;
@@ -751,7 +752,7 @@ impl Node {
         // requests, are not sessions).
         if matches!(c.role, ConnRole::Subscriber | ConnRole::Publisher) && !c.internal {
             info!(
-                peer = %c.peer, role = ?c.role, user = %c.user, application = %c.application,
+                peer = %c.peer, role = ?c.role, user = %LogName(&c.user), application = %LogName(&c.application),
                 reason = "closed by the peer", "disconnected"
             );
         }
@@ -1111,11 +1112,11 @@ impl Node {
         let c = self.conns[conn].as_ref();
         match (code != code::SHUTDOWN, held, c) {
             (true, Some(0), Some(c)) => warn!(
-                peer = %c.peer, ?role, user = %c.user, application = %c.application,
+                peer = %c.peer, ?role, user = %LogName(&c.user), application = %LogName(&c.application),
                 reason = %text, "disconnecting"
             ),
             (true, Some(held), Some(c)) => warn!(
-                peer = %c.peer, ?role, user = %c.user, application = %c.application,
+                peer = %c.peer, ?role, user = %LogName(&c.user), application = %LogName(&c.application),
                 reason = %text, closed_before_login_not_logged = held, "disconnecting"
             ),
             _ => {}
@@ -1277,7 +1278,7 @@ impl Node {
             let peer = self.conns[conn].as_ref().map_or("", |c| c.peer.as_str());
             info!(
                 target: "audit",
-                user = %login.user, role = ?login.role, %peer, anonymous = true,
+                user = %LogName(login.user), role = ?login.role, %peer, anonymous = true,
                 "login accepted"
             );
         }
@@ -1356,7 +1357,7 @@ impl Node {
         c.user = user.to_string();
         c.application = application.to_string();
         info!(
-            peer = %c.peer, ?role, user = %c.user, application = %c.application,
+            peer = %c.peer, ?role, user = %LogName(&c.user), application = %LogName(&c.application),
             "logged in"
         );
         let welcome = Message::Welcome(Welcome {

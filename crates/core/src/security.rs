@@ -14,6 +14,7 @@
 //! random token, which a WebSocket upgrade presents as a cookie
 //! ([`Node::present_session_token`]) to log in without the password.
 
+use crate::admission::LogName;
 use crate::{encode_directory, ConnId, ConnRole, Encoded, Node};
 use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
@@ -202,7 +203,7 @@ impl Node {
                 self.login_succeeded(conn, &p.user);
                 info!(
                     target: "audit",
-                    user = %p.user, role = ?p.role, %peer, application = %p.application,
+                    user = %LogName(&p.user), role = ?p.role, %peer, application = %LogName(&p.application),
                     "login accepted"
                 );
                 self.finish_login(
@@ -224,7 +225,7 @@ impl Node {
                 }
                 warn!(
                     target: "audit",
-                    user = %p.user, role = ?p.role, %peer, reason = %text,
+                    user = %LogName(&p.user), role = ?p.role, %peer, reason = %text,
                     "login refused"
                 );
                 self.reject(conn, code::LOGIN_REJECTED, &text);
@@ -462,7 +463,7 @@ impl Node {
                     let peer = self.conns[conn].as_ref().map_or("", |c| c.peer.as_str());
                     info!(
                         target: "audit",
-                        user = %user, role = ?login.role, %peer, application = %login.application,
+                        user = %LogName(&user), role = ?login.role, %peer, application = %LogName(login.application),
                         session_token = true, "login accepted"
                     );
                     return Some(Identity::User);
@@ -537,7 +538,7 @@ impl Node {
             .map_or(String::new(), |c| c.peer.clone());
         warn!(
             target: "audit",
-            user = %login.user, role = ?login.role, %peer, reason = %text,
+            user = %LogName(login.user), role = ?login.role, %peer, reason = %text,
             "login refused"
         );
         self.reject(conn, code::LOGIN_REJECTED, text);

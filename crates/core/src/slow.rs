@@ -22,6 +22,7 @@
 //! bound disconnects the subscriber whatever its policy. Nothing here runs unless a
 //! subscriber is behind: the hot path only compares its queue with the threshold.
 
+use crate::admission::LogName;
 use crate::items::ItemHandle;
 use crate::{ConnId, ConnRole, Node, Stats};
 use rustc_hash::FxHashMap;
@@ -398,7 +399,7 @@ impl Node {
                 let items = self.item_names(conn, 5);
                 let c = self.conns[conn].as_ref().expect("live");
                 warn!(
-                    peer = %c.peer, user = %c.user, application = %c.application,
+                    peer = %c.peer, user = %LogName(&c.user), application = %LogName(&c.application),
                     "slow consumer: {bytes} bytes / {messages} messages queued; conflating its \
                      {} streams ({items})",
                     c.sub_streams.len()
@@ -416,7 +417,7 @@ impl Node {
             c.out.discard_unsent();
             c.conflation = None;
             warn!(
-                peer = %c.peer, user = %c.user, application = %c.application,
+                peer = %c.peer, user = %LogName(&c.user), application = %LogName(&c.application),
                 "disconnecting slow consumer (items {items}): {text}"
             );
         }
@@ -484,7 +485,7 @@ impl Node {
         let items = self.item_names(conn, 5);
         let c = self.conns[conn].as_ref().expect("live");
         info!(
-            peer = %c.peer, user = %c.user, application = %c.application,
+            peer = %c.peer, user = %LogName(&c.user), application = %LogName(&c.application),
             "slow consumer caught up after {ms} ms: {merged} updates merged into {written} \
              conflated updates ({items})"
         );

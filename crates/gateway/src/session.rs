@@ -430,11 +430,33 @@ fn write_key(out: &mut Vec<u8>, service: &str, name: &str) {
     out.push(b'}');
 }
 
-/// A request's boolean key (`true` when absent); a value of another type is an error
-/// (the string "false" once streamed).
-fn flag(obj: &serde_json::Map<String, Json>, key: &str) -> Result<bool, String> {
+/// A message's domain: a name, or the RDM's number for it (1 Login, 4 Source, 6
+/// MarketPrice; another number is named as it is, and refused as any unknown domain);
+/// MarketPrice when absent.
+pub(super) fn domain_of(
+    obj: &serde_json::Map<String, Json>,
+) -> Result<std::borrow::Cow<'_, str>, String> {
+    use std::borrow::Cow;
+    match obj.get("Domain") {
+        None | Some(Json::Null) => Ok(Cow::Borrowed("MarketPrice")),
+        Some(Json::String(name)) => Ok(Cow::Borrowed(name)),
+        Some(Json::Number(n)) => Ok(match n.as_u64() {
+            Some(1) => Cow::Borrowed("Login"),
+            Some(4) => Cow::Borrowed("Source"),
+            Some(6) => Cow::Borrowed("MarketPrice"),
+            _ => Cow::Owned(n.to_string()),
+        }),
+        Some(other) => Err(format!(
+            "JSON Converter Token Type error: expected a name or a number for key 'Domain', not {other}"
+        )),
+    }
+}
+
+/// A message's boolean key (`absent` when it is not there); a value of another type is
+/// an error (the string "false" once streamed).
+fn flag(obj: &serde_json::Map<String, Json>, key: &str, absent: bool) -> Result<bool, String> {
     match obj.get(key) {
-        None | Some(Json::Null) => Ok(true),
+        None | Some(Json::Null) => Ok(absent),
         Some(Json::Bool(b)) => Ok(*b),
         Some(other) => Err(format!(
             "JSON Converter Token Type error: expected true or false for key '{key}', not {other}"
@@ -706,29 +728,14 @@ impl Session {
             );
             return;
         }
-        // A name, or the RDM's number for it (1 Login, 4 Source, 6 MarketPrice).
-        let numbered;
-        let domain = match obj.get("Domain") {
-            None | Some(Json::Null) => "MarketPrice",
-            Some(Json::String(name)) => name.as_str(),
-            Some(Json::Number(n)) => match n.as_u64() {
-                Some(1) => "Login",
-                Some(4) => "Source",
-                Some(6) => "MarketPrice",
-                _ => {
-                    numbered = n.to_string();
-                    numbered.as_str()
-                }
-            },
-            Some(other) => {
-                let why = format!(
-                    "JSON Converter Token Type error: expected a name or a number for key 'Domain', not {other}"
-                );
+        let domain = match domain_of(obj) {
+            Ok(d) => d,
+            Err(why) => {
                 write_error(out, id, &why, &text());
                 return;
             }
         };
-        match domain {
+        match domain.as_ref() {
             "Login" => self.on_login(id, obj, to_node, out),
             "MarketPrice" => self.on_item_request(id, obj, to_node, out, &text),
             "Source" => self.on_directory_request(id, obj, out),
@@ -750,11 +757,17 @@ impl Session {
         out: &mut JsonOut,
     ) {
         let key = obj.get("Key");
-        let user = key
-            .and_then(|k| k.get("Name"))
-            .and_then(Json::as_str)
-            .unwrap_or("user")
-            .to_string();
+        let user = match key.and_then(|k| k.get("Name")) {
+            None | Some(Json::Null) => "user".to_string(),
+            Some(Json::String(name)) => name.clone(),
+            Some(other) => {
+                let why = format!(
+                    "JSON Converter Token Type error: expected a string for key 'Name', not {other}"
+                );
+                write_error(out, id, &why, "");
+                return;
+            }
+        };
         let elements = key.and_then(|k| k.get("Elements"));
         let app = elements
             .and_then(|e| e.get("ApplicationId"))
@@ -919,9 +932,9 @@ impl Session {
             }
         };
         let (streaming, key_in_updates, refresh) = match (
-            flag(obj, "Streaming"),
-            flag(obj, "KeyInUpdates"),
-            flag(obj, "Refresh"),
+            flag(obj, "Streaming", true),
+            flag(obj, "KeyInUpdates", true),
+            flag(obj, "Refresh", true),
         ) {
             (Ok(s), Ok(k), Ok(r)) => (s, k, r),
             (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
@@ -2318,6 +2331,39 @@ mod tests {
         );
         let got = answers(&mut out);
         assert_eq!(got.last().unwrap()["State"]["Stream"], "Closed", "{got:?}");
+        // The directory's Streaming, a post's Ack and Domain alike.
+        for bad in [
+            r#"{"ID":3,"Domain":"Source","Streaming":"false"}"#,
+            r#"{"ID":5,"Type":"Post","Ack":"true","PostID":7,"Message":{"Type":"Update","Fields":{"BID":1}}}"#,
+        ] {
+            s.on_client_text(bad, &mut to_node, &mut out);
+            let got = answers(&mut out);
+            assert_eq!(got[0]["Type"], "Error", "{bad}: {got:?}");
+        }
+        to_node.clear();
+        s.on_client_text(
+            r#"{"ID":5,"Type":"Post","Ack":true,"PostID":8,"Domain":7,"Message":{"Type":"Update","Fields":{"BID":1}}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let got = answers(&mut out);
+        assert_eq!(
+            (got[0]["Type"].as_str(), got[0]["AckID"].as_i64()),
+            (Some("Ack"), Some(8)),
+            "{got:?}"
+        );
+        assert!(got[0]["NakCode"].is_string(), "{got:?}");
+        assert!(to_node.is_empty());
+        // A login's user name is a string.
+        let mut fresh = session();
+        fresh.on_client_text(
+            r#"{"ID":1,"Domain":"Login","Key":{"Name":["alice"]}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let got = answers(&mut out);
+        assert_eq!(got[0]["Type"], "Error", "{got:?}");
+        assert!(to_node.is_empty());
     }
 
     /// A directory on the login's ID is refused: closing it would end the login.

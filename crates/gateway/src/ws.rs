@@ -646,7 +646,8 @@ fn close_code(payload: &[u8]) -> Result<Option<u16>, WsError> {
         [_] => Err(WsError::BadClose("of one byte (a code takes two)")),
         [a, b, reason @ ..] => {
             let code = u16::from_be_bytes([*a, *b]);
-            let sendable = matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999);
+            // 1012-1014 are registered since (service restart, try again later, bad gateway).
+            let sendable = matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999);
             if !sendable {
                 return Err(WsError::BadClose("with a status code no endpoint may send"));
             }
@@ -968,6 +969,7 @@ mod tests {
         bytes.extend(client_frame(true, OP_CLOSE, &1000u16.to_be_bytes()));
         bytes.extend(client_frame(true, OP_CLOSE, b""));
         bytes.extend(client_frame(true, OP_CLOSE, b"\x0f\xa0bye"));
+        bytes.extend(client_frame(true, OP_CLOSE, &1013u16.to_be_bytes()));
         let got = decode_in_chunks(&bytes, 100_000, 7);
         assert_eq!(
             got,
@@ -979,6 +981,7 @@ mod tests {
                 Frame::Close(Some(1000)),
                 Frame::Close(None),
                 Frame::Close(Some(4000)),
+                Frame::Close(Some(1013)),
             ]
         );
     }
@@ -1007,6 +1010,10 @@ mod tests {
             ),
             (
                 client_frame(true, OP_CLOSE, &999u16.to_be_bytes()),
+                WsError::BadClose("with a status code no endpoint may send"),
+            ),
+            (
+                client_frame(true, OP_CLOSE, &1015u16.to_be_bytes()),
                 WsError::BadClose("with a status code no endpoint may send"),
             ),
             (

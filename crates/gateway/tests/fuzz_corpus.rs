@@ -1,5 +1,5 @@
 //! Replays the committed fuzz corpus of the gateway's targets (`fuzz/corpus/ws_frames`,
-//! `fuzz/corpus/json_session`) on stable Rust, through the same logic as the cargo-fuzz
+//! `json_session`, `ws_connection`) on stable Rust, through the same logic as the cargo-fuzz
 //! targets (`fuzz_logic/mod.rs`). A panic is a bug; rejecting an input is fine, unless it is a hand-written seed whose name
 //! says otherwise (`seed-valid-*`, `seed-invalid-*`).
 

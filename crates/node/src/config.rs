@@ -763,7 +763,8 @@ impl NodeConfig {
             "allowed: 16 or more".into(),
         )?;
         self.websocket.address()?;
-        self.websocket.metrics_token()?;
+        // The token file itself is read by the node at start, not here: `tickwire
+        // health --config` reads this file too, and need not read a secret.
         self.rssl.at(self.node.listen)?;
         for p in &self.rssl.providers {
             let ok = p

@@ -36,9 +36,7 @@ impl NodeRequest {
         match path {
             "/metrics" => Some(NodeRequest::Metrics(
                 Format::negotiate(accept),
-                authorization
-                    .and_then(|a| a.trim().strip_prefix("Bearer "))
-                    .map(|t| t.trim().to_string()),
+                authorization.and_then(bearer_token),
             )),
             "/healthz" => Some(NodeRequest::Health),
             "/readyz" => Some(NodeRequest::Ready),
@@ -62,6 +60,15 @@ impl NodeRequest {
             _ => None,
         }
     }
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header (the scheme's case does not
+/// matter, RFC 7235 2.1).
+fn bearer_token(header: &str) -> Option<String> {
+    let (scheme, token) = header.trim().split_once([' ', '\t'])?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_string())
 }
 
 /// A query value with `%XX` escapes and `+` decoded (invalid escapes kept as they are).
@@ -194,6 +201,16 @@ pub(crate) fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bearer_token_is_read_whatever_the_schemes_case() {
+        for h in ["Bearer abc", "bearer abc", "BEARER\tabc ", " Bearer  abc"] {
+            assert_eq!(bearer_token(h).as_deref(), Some("abc"), "{h:?}");
+        }
+        for h in ["Basic abc", "Bearerabc", "abc"] {
+            assert_eq!(bearer_token(h), None, "{h:?}");
+        }
+    }
 
     #[test]
     fn items_requests_take_their_query_decoded_and_bounded() {

@@ -80,7 +80,7 @@ fn corpus_directories_match_the_targets() {
     dirs.sort();
     let mut targets: Vec<String> = fuzz_logic::TARGETS.iter().map(|t| t.to_string()).collect();
     // The WebSocket gateway's targets, replayed by crates/gateway/tests/fuzz_corpus.rs.
-    targets.extend(["ws_frames".to_string(), "json_session".to_string()]);
+    targets.extend(["ws_frames", "json_session", "ws_connection"].map(String::from));
     // The backbone's, replayed by crates/backbone/tests/fuzz_corpus.rs.
     targets.push("backbone_messages".to_string());
     // The lab's NATS client, replayed by crates/bench/tests/nats_fuzz_corpus.rs.

@@ -46,7 +46,13 @@ impl Session {
             .and_then(Json::as_u64)
             .unwrap_or(0x3F);
         let only = key.and_then(|k| k.get("Service")).and_then(Json::as_u64);
-        let streaming = obj.get("Streaming").and_then(Json::as_bool).unwrap_or(true);
+        let streaming = match super::flag(obj, "Streaming", true) {
+            Ok(s) => s,
+            Err(why) => {
+                super::write_error(out, id, &why, "");
+                return;
+            }
+        };
         if streaming {
             self.directory = Some((id, filter, only));
         }

@@ -32,7 +32,13 @@ impl Session {
         out: &mut JsonOut,
         offending: &str,
     ) {
-        let ack = post.get("Ack").and_then(Json::as_bool).unwrap_or(false);
+        let ack = match super::flag(post, "Ack", false) {
+            Ok(a) => a,
+            Err(why) => {
+                write_error(out, id, &why, offending);
+                return;
+            }
+        };
         let post_id = post.get("PostID").and_then(Json::as_i64);
         if let Err(r) = self.send_post(id, post, ack, post_id, to_node) {
             match post_id {
@@ -70,13 +76,12 @@ impl Session {
                 )),
                 None => 0,
             };
-        if let Some(d) = post.get("Domain").and_then(Json::as_str) {
-            if d != "MarketPrice" {
-                return Err(refuse(
-                    NakCode::InvalidContent,
-                    format!("domain {d:?} is not supported (MarketPrice only)"),
-                ));
-            }
+        let domain = super::domain_of(post).map_err(|why| refuse(NakCode::InvalidContent, why))?;
+        if domain != "MarketPrice" {
+            return Err(refuse(
+                NakCode::InvalidContent,
+                format!("domain {domain:?} is not supported (MarketPrice only)"),
+            ));
         }
         let Some(message) = post.get("Message").and_then(Json::as_object) else {
             return Err(refuse(
