@@ -141,6 +141,10 @@ struct EdgeItem {
     /// subscriber joining), not answered yet. Updates keep flowing to the subscribers
     /// in step meanwhile; the source's image goes to the core for the new one.
     image_asked: Option<Instant>,
+    /// A source the item was asked of and moved away from before it answered: its
+    /// Opened, when it comes, is answered with an Unsubscribe (it would keep the stream
+    /// for as long as this edge runs).
+    left_unanswered: Option<u64>,
 }
 
 /// The edge role without I/O: takes from the backbone what the node's subscribers
@@ -343,6 +347,14 @@ impl Edge {
                     return;
                 };
                 if it.source != Some(source) || !matches!(it.phase, Phase::Waiting { .. }) {
+                    if it.left_unanswered == Some(source) {
+                        it.left_unanswered = None;
+                        self.control.push(&BackboneMessage::Unsubscribe {
+                            edge: self.id,
+                            source,
+                            stream,
+                        });
+                    }
                     return;
                 }
                 if let Some(old) = it.source_stream.replace(stream) {
@@ -748,18 +760,24 @@ impl Edge {
         match self.pick_source(&service, prefer) {
             Some(src) => {
                 let it = self.items.get_mut(sid).expect("present");
-                if let (Some(old), Some(stream)) = (it.source, it.source_stream.take()) {
-                    if let Some(s) = self.sources.get_mut(&old) {
-                        s.streams.remove(stream);
-                        if old != src {
-                            // The old source is still there: it stops sending the item.
-                            self.control.push(&BackboneMessage::Unsubscribe {
-                                edge: self.id,
-                                source: old,
-                                stream,
-                            });
+                match (it.source, it.source_stream.take()) {
+                    (Some(old), Some(stream)) => {
+                        if let Some(s) = self.sources.get_mut(&old) {
+                            s.streams.remove(stream);
+                            if old != src {
+                                // The old source is still there: it stops sending the
+                                // item.
+                                self.control.push(&BackboneMessage::Unsubscribe {
+                                    edge: self.id,
+                                    source: old,
+                                    stream,
+                                });
+                            }
                         }
                     }
+                    // Asked and not answered yet: its answer is turned down when it comes.
+                    (Some(old), None) if old != src => it.left_unanswered = Some(old),
+                    _ => {}
                 }
                 it.source = Some(src);
                 it.phase = Phase::Waiting { since: now };
@@ -954,6 +972,7 @@ impl Edge {
                     imaged: false,
                     seq: 0,
                     image_asked: None,
+                    left_unanswered: None,
                 },
             );
             self.route(core, sid, now);

@@ -984,3 +984,102 @@ impl Outbox for Limited<'_, '_> {
         self.inner.offer(msg)
     }
 }
+
+/// An item asked of source A (Subscribe sent, Opened not back) moves to B when A's
+/// directory says its service went down; A's Opened then comes. The edge answers it
+/// with an Unsubscribe: A had opened a stream for this edge, and kept it (and sent its
+/// data once the service was back) for as long as the edge ran.
+#[test]
+fn an_opened_from_a_source_the_item_left_before_it_answered_is_unsubscribed() {
+    use crate::wire::{BackboneMessage, ServiceInfo};
+    let now = Instant::now();
+    let mut core = Node::new(core_config(true), now);
+    let mut edge = Edge::start(&mut core, EdgeConfig::default(), 0xED, now);
+    let send = |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| {
+        let mut b = Vec::new();
+        m.encode(&mut b).unwrap();
+        edge.on_data(core, 1, &b, now);
+        edge.flush(core, now);
+    };
+    let dir = |source: u64, version: u32, state: ServiceState| BackboneMessage::Directory {
+        source,
+        version,
+        part: 0,
+        parts: 1,
+        services: vec![ServiceInfo {
+            name: "FEED",
+            state,
+            interactive: true,
+        }],
+    };
+    let (a, b) = (0xA, 0xB);
+    for (id, name) in [(a, "a"), (b, "b")] {
+        let beat = BackboneMessage::Heartbeat {
+            source: id,
+            name,
+            directory_version: 1,
+        };
+        send(&mut edge, &mut core, beat);
+        send(&mut edge, &mut core, dir(id, 1, ServiceState::Up));
+    }
+    let mut out = VecDeque::new();
+    let mut pump = |edge: &mut Edge, core: &mut Node| -> Vec<BackboneMessage<'static>> {
+        edge.pump(
+            core,
+            &mut Queue {
+                q: &mut out,
+                open: true,
+            },
+            now,
+        );
+        out.drain(..)
+            .filter_map(|m| match BackboneMessage::decode(&m).unwrap() {
+                BackboneMessage::Subscribe { source, .. } => Some(BackboneMessage::Subscribe {
+                    edge: 0,
+                    source,
+                    service: "",
+                    item: "",
+                }),
+                BackboneMessage::Unsubscribe { source, stream, .. } => {
+                    Some(BackboneMessage::Unsubscribe {
+                        edge: 0,
+                        source,
+                        stream,
+                    })
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    pump(&mut edge, &mut core);
+    let c = core.connect("subscriber", now);
+    core.on_frame(c, &frame(&[login(ProtoRole::Subscriber)]), now);
+    let request = Message::Request(Request::streaming(1, "FEED", "SYM0"));
+    core.on_frame(c, &frame(&[request]), now);
+    let asked = |source| BackboneMessage::Subscribe {
+        edge: 0,
+        source,
+        service: "",
+        item: "",
+    };
+    assert_eq!(pump(&mut edge, &mut core), [asked(a)]);
+    send(&mut edge, &mut core, dir(a, 2, ServiceState::Down));
+    assert_eq!(pump(&mut edge, &mut core), [asked(b)]);
+    let opened = |source, stream| BackboneMessage::Opened {
+        source,
+        stream,
+        service: "FEED",
+        item: "SYM0",
+    };
+    send(&mut edge, &mut core, opened(a, 7));
+    send(&mut edge, &mut core, opened(b, 3));
+    let released = BackboneMessage::Unsubscribe {
+        edge: 0,
+        source: a,
+        stream: 7,
+    };
+    assert_eq!(pump(&mut edge, &mut core), [released]);
+    // Once: a second Opened of A (for another edge) is not answered again.
+    send(&mut edge, &mut core, opened(a, 7));
+    assert_eq!(pump(&mut edge, &mut core), []);
+}
