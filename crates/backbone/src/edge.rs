@@ -889,6 +889,27 @@ impl Edge {
         }
     }
 
+    /// Services the backbone has up that no one publishes in the core are announced
+    /// again. On a node that is both, the core refuses a service its own publisher has
+    /// (the edge's announcement is dropped, not kept): when that publisher leaves, the
+    /// service would stay down although another source has it up.
+    fn announce_unpublished(&mut self, core: &mut Node, now: Instant) {
+        let services: Vec<ServiceEntry<'_>> = self
+            .announced
+            .iter()
+            .filter(|(name, &up)| up && !core.has_publisher(name))
+            .map(|(name, _)| ServiceEntry {
+                name,
+                state: ServiceState::Up,
+                interactive: true,
+                item_count: 0,
+            })
+            .collect();
+        if !services.is_empty() {
+            core.on_message(self.conn, &Message::Directory(Directory { services }), now);
+        }
+    }
+
     /// Takes the core's requests and closes for the backbone's services, then moves
     /// the queued requests onto the backbone.
     pub fn pump(&mut self, core: &mut Node, out: &mut dyn Outbox, now: Instant) {
@@ -989,6 +1010,7 @@ impl Edge {
                 edge: self.id,
                 name: &name,
             });
+            self.announce_unpublished(core, now);
         }
         let liveness = self.cfg.liveness;
         let lost: Vec<u64> = self

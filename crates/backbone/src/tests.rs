@@ -1083,3 +1083,51 @@ fn an_opened_from_a_source_the_item_left_before_it_answered_is_unsubscribed() {
     send(&mut edge, &mut core, opened(a, 7));
     assert_eq!(pump(&mut edge, &mut core), []);
 }
+
+/// A node that is both: its own publisher has FEED, and so does another source B; the
+/// core takes FEED from its publisher and refuses it from the edge. When the publisher
+/// leaves, FEED comes from the backbone (it stayed down although B had it up).
+#[test]
+fn a_both_node_takes_a_service_from_the_backbone_when_its_own_publisher_leaves() {
+    use crate::wire::{BackboneMessage, ServiceInfo};
+    let now = Instant::now();
+    let mut core = Node::new(core_config(true), now);
+    let mut edge = Edge::start(&mut core, EdgeConfig::default(), 0xED, now);
+    let p = core.connect("publisher", now);
+    let feed = Message::Directory(Directory::one_service("FEED", 1));
+    core.on_frame(p, &frame(&[login(ProtoRole::Publisher), feed]), now);
+    let send = |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| {
+        let mut b = Vec::new();
+        m.encode(&mut b).unwrap();
+        edge.on_data(core, 1, &b, now);
+        edge.flush(core, now);
+    };
+    let beat = || BackboneMessage::Heartbeat {
+        source: 0xB,
+        name: "b",
+        directory_version: 1,
+    };
+    send(&mut edge, &mut core, beat());
+    let directory = BackboneMessage::Directory {
+        source: 0xB,
+        version: 1,
+        part: 0,
+        parts: 1,
+        services: vec![ServiceInfo {
+            name: "FEED",
+            state: ServiceState::Up,
+            interactive: false,
+        }],
+    };
+    send(&mut edge, &mut core, directory);
+    assert!(core.publishes(p, "FEED"));
+    core.on_disconnect(p, now);
+    let mut t = now;
+    for _ in 0..5 {
+        t += Duration::from_millis(150);
+        send(&mut edge, &mut core, beat());
+        edge.handle_timeout(&mut core, t);
+    }
+    assert!(core.publishes(edge.conn(), "FEED"), "{:?}", core.services());
+    assert!(core.services().contains(&("FEED".to_string(), true)));
+}

@@ -547,6 +547,13 @@ impl Node {
             .collect()
     }
 
+    /// Whether the service named `name` has a publisher now.
+    pub fn has_publisher(&self, name: &str) -> bool {
+        self.service_by_name
+            .get(name)
+            .is_some_and(|&s| self.services[s].publisher.is_some())
+    }
+
     /// Whether `conn` is the publisher of the service named `name`.
     pub fn publishes(&self, conn: ConnId, name: &str) -> bool {
         self.service_by_name
