@@ -889,15 +889,17 @@ impl Edge {
         }
     }
 
-    /// Services the backbone has up that no one publishes in the core are announced
+    /// Services the backbone has up that the core has with no publisher are announced
     /// again. On a node that is both, the core refuses a service its own publisher has
     /// (the edge's announcement is dropped, not kept): when that publisher leaves, the
-    /// service would stay down although another source has it up.
+    /// service would stay down although another source has it up. (Not one the core
+    /// does not have: a core at its service limit would refuse it, and say so, at
+    /// every heartbeat.)
     fn announce_unpublished(&mut self, core: &mut Node, now: Instant) {
         let services: Vec<ServiceEntry<'_>> = self
             .announced
             .iter()
-            .filter(|(name, &up)| up && !core.has_publisher(name))
+            .filter(|(name, &up)| up && core.lacks_publisher(name))
             .map(|(name, _)| ServiceEntry {
                 name,
                 state: ServiceState::Up,

@@ -547,11 +547,11 @@ impl Node {
             .collect()
     }
 
-    /// Whether the service named `name` has a publisher now.
-    pub fn has_publisher(&self, name: &str) -> bool {
+    /// Whether the node has the service named `name` and no one publishes it now.
+    pub fn lacks_publisher(&self, name: &str) -> bool {
         self.service_by_name
             .get(name)
-            .is_some_and(|&s| self.services[s].publisher.is_some())
+            .is_some_and(|&s| self.services[s].publisher.is_none())
     }
 
     /// Whether `conn` is the publisher of the service named `name`.
