@@ -261,6 +261,9 @@ pub struct Session {
     /// The client's open Source Directory stream: its ID, filter and service (if it
     /// asked about one).
     directory: Option<(i64, u64, Option<u64>)>,
+    /// A Source Directory request that came before the login was answered: answered
+    /// after it (a refused login answers it with nothing).
+    directory_asked_early: Option<(i64, serde_json::Map<String, Json>)>,
     /// Logged in from a session token at the upgrade ([`Session::cookie_login`]).
     cookie_login: bool,
     /// The client logged out or the node ended the session: close after sending.
@@ -575,6 +578,7 @@ impl Session {
             next_sid: 1,
             services: ServiceList::default(),
             directory: None,
+            directory_asked_early: None,
             cookie_login: false,
             finished: false,
             off_stream_posts: FxHashMap::default(),
@@ -1301,6 +1305,9 @@ impl Session {
                 {
                     self.write_login_refresh(id, &self.user.clone(), &echo, out);
                     self.login = LoginState::Open { id };
+                    if let Some((id, asked)) = self.directory_asked_early.take() {
+                        self.on_directory_request(id, &asked, out);
+                    }
                 }
             }
             Message::Directory(d) => {
@@ -2364,6 +2371,19 @@ mod tests {
         let got = answers(&mut out);
         assert_eq!(got[0]["Type"], "Error", "{got:?}");
         assert!(to_node.is_empty());
+    }
+
+    /// A Source Directory request sent with the Login is answered after the login is
+    /// (it was answered before, even for a login then refused).
+    #[test]
+    fn a_directory_asked_before_the_login_is_answered_after_it() {
+        let (mut s, mut to_node, mut out) = logged_in_session();
+        answers(&mut out);
+        s.on_client_text(r#"{"ID":2,"Domain":"Source"}"#, &mut to_node, &mut out);
+        assert!(answers(&mut out).is_empty(), "answered before the login");
+        let got = node_says(&mut s, &welcome());
+        let domains: Vec<&str> = got.iter().filter_map(|m| m["Domain"].as_str()).collect();
+        assert_eq!(domains, ["Login", "Source"], "{got:?}");
     }
 
     /// A directory on the login's ID is refused: closing it would end the login.

@@ -30,6 +30,11 @@ impl Session {
             );
             return;
         }
+        if matches!(self.login, super::LoginState::Pending { .. }) {
+            // Answered once the login is (it may yet be refused).
+            self.directory_asked_early = Some((id, obj.clone()));
+            return;
+        }
         if self.logged_in() == Some(id) {
             // A Close of it would end the login.
             super::write_error(
