@@ -2,13 +2,14 @@
 //! the flush ends at its time-out with `Timeout`, and the connection stays (what was
 //! not written stays queued). Real sockets on 127.0.0.1; the "node" is a listener here.
 
-use std::io::{Read, Write};
+mod fake_node;
+
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_client::{ClientError, ConnectOptions, PublishError, Publisher, PublisherOptions};
-use tickwire_proto::{encode_field_list, FieldList, FrameWriter, Message, Value, Welcome};
+use tickwire_proto::{encode_field_list, FieldList, Value};
 
 #[test]
 fn a_flush_the_node_does_not_read_ends_at_its_time_out_and_keeps_the_connection() {
@@ -32,20 +33,8 @@ fn a_flush_the_node_does_not_read_ends_at_its_time_out_and_keeps_the_connection(
         let stop = stop.clone();
         std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(200)))
-                .unwrap();
-            let _ = s.read(&mut [0u8; 4096]); // the Login (and perhaps more)
-            let mut w = FrameWriter::new(1 << 20);
-            w.push(&Message::Welcome(Welcome {
-                version: 1,
-                heartbeat_ms: 30_000,
-                max_frame: 1 << 20,
-                max_streams: 100,
-                max_output_bytes: 64 << 20,
-                node_name: "deaf",
-            }))
-            .unwrap();
-            s.write_all(w.sealed_bytes()).unwrap();
+            let patience = Duration::from_millis(200);
+            fake_node::welcome_the_login(&mut s, patience, 30_000, 64 << 20, "deaf");
             // Reads nothing more, for 30 s at most.
             let end = Instant::now() + Duration::from_secs(30);
             while Instant::now() < end && !stop.load(Ordering::Relaxed) {

@@ -4,6 +4,8 @@
 //! try at most (the back-off counts from the try's end, not its start, when the next
 //! try would already be due). Real sockets on 127.0.0.1, a node in this process.
 
+mod fake_node;
+
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -85,7 +87,7 @@ fn a_call_returns_near_its_time_out_while_the_next_node_never_answers() {
 #[test]
 fn a_call_returns_at_its_time_out_while_bytes_keep_coming() {
     use std::io::{Read, Write};
-    use tickwire_proto::{FrameWriter, Message, Welcome};
+    use tickwire_proto::{FrameWriter, Message};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -93,19 +95,8 @@ fn a_call_returns_at_its_time_out_while_bytes_keep_coming() {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-            let _ = s.read(&mut [0u8; 4096]); // the Login
-            let mut w = FrameWriter::new(1 << 20);
-            w.push(&Message::Welcome(Welcome {
-                version: 1,
-                heartbeat_ms: 5_000,
-                max_frame: 1 << 20,
-                max_streams: 100,
-                max_output_bytes: 1 << 20,
-                node_name: "flood",
-            }))
-            .unwrap();
-            s.write_all(w.sealed_bytes()).unwrap();
+            let patience = Duration::from_millis(50);
+            fake_node::welcome_the_login(&mut s, patience, 5_000, 1 << 20, "flood");
             let mut pings = FrameWriter::new(1 << 20);
             for i in 0..2_000 {
                 pings.push(&Message::Ping(i)).unwrap();
