@@ -208,6 +208,18 @@ impl Lab {
     }
 
     /// Opens a stream for `service`'s `name` with the default options.
+    /// A connected session with FEED's A and B open, their images taken.
+    fn watching_a_and_b() -> (Lab, crate::StreamId, crate::StreamId) {
+        let mut lab = Lab::new();
+        lab.refresh("B", 2, 200.0);
+        lab.connect();
+        lab.pump().unwrap();
+        let a = lab.subscribe("FEED", "A");
+        let b = lab.subscribe("FEED", "B");
+        assert_eq!(lab.pump().unwrap().len(), 2);
+        (lab, a, b)
+    }
+
     fn subscribe(&mut self, service: &str, name: &str) -> crate::StreamId {
         self.session
             .subscribe(service, name, RequestOptions::default())
@@ -311,13 +323,7 @@ fn a_node_that_does_not_welcome_in_time_is_a_failed_connection() {
 
 #[test]
 fn a_lost_connection_makes_every_stream_suspect_then_recovers_the_watchlist() {
-    let mut lab = Lab::new();
-    lab.refresh("B", 2, 200.0);
-    lab.connect();
-    lab.pump().unwrap();
-    let a = lab.subscribe("FEED", "A");
-    let b = lab.subscribe("FEED", "B");
-    assert_eq!(lab.pump().unwrap().len(), 2);
+    let (mut lab, a, b) = Lab::watching_a_and_b();
 
     lab.break_connection();
     let events = lab.pump().unwrap();
@@ -1081,13 +1087,7 @@ fn a_repeated_recoverable_close_asks_for_the_stream_again_once() {
 /// are.
 #[test]
 fn a_stream_closed_while_it_waits_for_its_service_is_not_asked_for() {
-    let mut lab = Lab::new();
-    lab.refresh("B", 2, 200.0);
-    lab.connect();
-    lab.pump().unwrap();
-    let a = lab.subscribe("FEED", "A");
-    let b = lab.subscribe("FEED", "B");
-    assert_eq!(lab.pump().unwrap().len(), 2);
+    let (mut lab, a, b) = Lab::watching_a_and_b();
     lab.break_connection();
     lab.pump().unwrap();
     // The node restarted: its publisher is back, FEED not announced yet.
