@@ -16,7 +16,7 @@ mod secret;
 mod sessions;
 
 pub use file::UsersError;
-pub use secret::{hash_password, hash_token, SecretError};
+pub use secret::{hash_password, hash_token, same_secret, SecretError};
 pub use sessions::SessionTokens;
 
 use rustc_hash::{FxHashMap, FxHashSet};

@@ -50,6 +50,12 @@ pub fn hash_password(password: &str) -> Result<String, SecretError> {
         .map_err(|e| SecretError::Hash(e.to_string()))
 }
 
+/// Whether two secrets (or their digests) are the same, in a time that does not tell
+/// how much of one matched (only whether their lengths differ).
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
 /// Hashes a token for the users file: `sha256:` and 64 hex digits.
 pub fn hash_token(token: &str) -> String {
     let digest = Sha256::digest(token.as_bytes());
@@ -105,7 +111,7 @@ impl Secret {
             Secret::Token(want) => {
                 let got = Sha256::digest(given.as_bytes());
                 // Constant time: every byte compared whatever differs first.
-                got.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+                same_secret(&got, want)
             }
         }
     }

@@ -95,12 +95,6 @@ fn percent_decode(v: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Whether two secrets are the same, in a time that does not tell how much of one
-/// matched.
-fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
-}
-
 /// The HTTP answer: status, content type, body.
 pub(crate) fn answer(
     asked: NodeRequest,
@@ -155,7 +149,11 @@ pub(crate) fn answer(
             // The figures name the node's services and its users: where a users file
             // says who may see what, only a scraper holding the token sees them.
             let refused = match (extra.metrics_token, bearer) {
-                (Some(token), Some(given)) if same_secret(token, &given) => None,
+                (Some(token), Some(given))
+                    if tickwire_auth::same_secret(token.as_bytes(), given.as_bytes()) =>
+                {
+                    None
+                }
                 (Some(_), _) => Some(
                     "GET /metrics needs the token of [websocket] metrics_token_file \
                      (Authorization: Bearer TOKEN)\n",
