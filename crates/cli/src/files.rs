@@ -174,21 +174,24 @@ fn status(args: StatusArgs) -> Result<()> {
         if args.json {
             println!("{}", status_json(s));
         } else {
+            // Sites, names and reasons come from other nodes: shown without the
+            // characters that would write on the terminal or forge a line.
+            use tickwire_files::name::printable;
             let site = if s.site.is_empty() {
-                "(every site)"
+                "(every site)".into()
             } else {
-                &s.site
+                printable(&s.site)
             };
             let reason = if s.reason.is_empty() {
                 String::new()
             } else {
-                format!(" ({})", s.reason)
+                format!(" ({})", printable(&s.reason))
             };
             println!(
                 "{:<8} {:<16} {} {} bytes  {}{reason}",
                 s.state,
                 site,
-                s.file,
+                printable(&s.file),
                 s.size,
                 &hex::encode(s.sha256)[..16]
             );

@@ -176,9 +176,11 @@ pub fn read_history(log: impl BufRead, site: &str, keep: usize) -> History {
     let mut open: HashMap<u64, PastFile> = HashMap::new();
     let mut over: VecDeque<PastFile> = VecDeque::new();
     let mut arrived: VecDeque<u64> = VecDeque::new();
-    for text in log.lines() {
-        let Ok(text) = text else { break };
-        let Some((event, at_ms, m, v)) = parse(&text) else {
+    for line in log.split(b'\n') {
+        let Ok(line) = line else { break };
+        // A line cut short (a crash or a full disk mid-write, perhaps inside a
+        // character) is counted and passed over, as is any line that is not a record.
+        let Some((event, at_ms, m, v)) = std::str::from_utf8(&line).ok().and_then(parse) else {
             history.unreadable += 1;
             continue;
         };
@@ -374,6 +376,34 @@ mod tests {
         let kept: Vec<u64> = h.files.iter().map(|f| f.manifest.transfer).collect();
         assert_eq!(kept, vec![45, 46, 47, 48, 49]);
         assert_eq!(h.arrived.len(), 50);
+    }
+
+    /// A line torn inside a UTF-8 character (a write cut short by a full disk or a crash,
+    /// with a name such as "café.csv") is counted and passed over like any torn line; the
+    /// lines after it are read.
+    #[test]
+    fn a_line_torn_inside_a_character_is_passed_over_and_the_rest_read() {
+        let mut text: Vec<u8> = log(&[(
+            HubEvent::Arrived {
+                manifest: manifest(1, "a.csv"),
+            },
+            10,
+        )])
+        .into_bytes();
+        // "café.csv" cut after the first byte of "é" (0xc3 0xa9).
+        text.extend_from_slice(b"{\"event\":\"arrived\",\"file\":\"caf\xc3\n");
+        text.extend_from_slice(
+            log(&[(
+                HubEvent::Arrived {
+                    manifest: manifest(2, "b.csv"),
+                },
+                20,
+            )])
+            .as_bytes(),
+        );
+        let h = read_history(&text[..], "here", 10);
+        assert_eq!(h.unreadable, 1, "the torn line is counted");
+        assert_eq!(h.arrived, vec![1, 2], "the line after the torn one is read");
     }
 
     #[test]

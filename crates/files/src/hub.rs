@@ -1355,11 +1355,9 @@ impl Hub {
             }
             more = n == PUMP_BATCH;
             while let Some(e) = tx.poll_event() {
-                if let SenderEvent::Finished {
-                    transfer,
-                    delivered: false,
-                } = e
-                {
+                // An upload still coming in for a transfer that is over (failed,
+                // expired, cancelled) ends with it: its spool space is given back now.
+                if let SenderEvent::Finished { transfer, .. } = e {
                     ended.push(transfer);
                 }
                 Self::sender_event(

@@ -2,8 +2,9 @@
 //!
 //! A name comes from another node and becomes a path on this one, so it is checked
 //! before anything is written: relative, `/`-separated, no `.` or `..` component, no
-//! empty component, no NUL, no control character, no backslash (a Windows separator
-//! that would mean something else there), at most [`MAX_NAME`] bytes in all and
+//! empty component, no NUL, no control character (C0 or C1), no character that turns
+//! the direction of text (a name that reads as another on screen), no backslash (a
+//! Windows separator that would mean something else there), at most [`MAX_NAME`] bytes in all and
 //! [`MAX_COMPONENT`] per component. Symbolic links inside the inbox are the disk
 //! side's concern (it never follows one); this check makes sure the name alone cannot
 //! leave the inbox.
@@ -42,6 +43,35 @@ pub enum NameError {
         /// The byte.
         byte: u8,
     },
+    /// A character not allowed in names (a C1 control, a direction control).
+    ForbiddenChar {
+        /// The character.
+        ch: char,
+    },
+}
+
+/// Characters that change the direction of the text after them (the Unicode bidi
+/// embeddings, overrides and isolates, and the marks): shown as-is, they make one
+/// name read as another.
+fn turns_text(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` from a peer (a name, a site, a reason) made safe to print on a terminal or
+/// a log line: control and direction characters written as `\u{..}`.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() || turns_text(c)) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() || turns_text(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
 }
 
 impl fmt::Display for NameError {
@@ -71,6 +101,11 @@ impl fmt::Display for NameError {
                     "the name holds the byte 0x{byte:02x} (a control character or a backslash)"
                 )
             }
+            NameError::ForbiddenChar { ch } => write!(
+                f,
+                "the name holds U+{:04X} (a control character or one that turns the text)",
+                *ch as u32
+            ),
         }
     }
 }
@@ -94,6 +129,9 @@ pub fn check_name(name: &str) -> Result<(), NameError> {
         .find(|&&b| b < 0x20 || b == 0x7f || b == b'\\')
     {
         return Err(NameError::Forbidden { byte });
+    }
+    if let Some(ch) = name.chars().find(|&c| c.is_control() || turns_text(c)) {
+        return Err(NameError::ForbiddenChar { ch });
     }
     for part in name.split('/') {
         if part.is_empty() {
@@ -141,6 +179,12 @@ mod tests {
             ("a\\..\\b", NameError::Forbidden { byte: b'\\' }),
             ("a\0b", NameError::Forbidden { byte: 0 }),
             ("a\nb", NameError::Forbidden { byte: b'\n' }),
+            ("a\u{85}b", NameError::ForbiddenChar { ch: '\u{85}' }),
+            (
+                "report\u{202e}vsc.exe",
+                NameError::ForbiddenChar { ch: '\u{202e}' },
+            ),
+            ("x\u{2066}y", NameError::ForbiddenChar { ch: '\u{2066}' }),
         ];
         for (name, want) in cases {
             assert_eq!(check_name(name).as_ref(), Err(want), "{name:?}");
@@ -157,6 +201,15 @@ mod tests {
         assert_eq!(
             check_name(&long),
             Err(NameError::TooLong { len: long.len() })
+        );
+    }
+
+    #[test]
+    fn text_from_peers_prints_without_its_control_and_direction_characters() {
+        assert_eq!(printable("disk full: café"), "disk full: café");
+        assert_eq!(
+            printable("\u{1b}]0;x\u{7}\ndone edge2\u{202e}"),
+            "\\u{1b}]0;x\\u{7}\\u{a}done edge2\\u{202e}"
         );
     }
 }

@@ -68,7 +68,9 @@ pub struct ReceiverConfig {
     pub abandon_after: Duration,
     /// Transfers remembered as done (so an offer again is answered "done").
     pub remember: usize,
-    /// Chunks between saves of a partial file's map.
+    /// Chunks between saves of a partial file's map, at least: a large file's map is
+    /// saved every 1/64 of its chunks (each save writes the whole map, so the map
+    /// bytes written per chunk stay bounded whatever the file's size).
     pub save_every: u32,
 }
 
@@ -87,6 +89,13 @@ impl ReceiverConfig {
             save_every: 64,
         }
     }
+}
+
+/// Chunks between saves of the map of a file of `chunks` chunks: a save writes the
+/// whole map (a bit per chunk), so at most 64 saves to a file, and then at least
+/// `save_every` chunks apart.
+fn save_interval(save_every: u32, chunks: u32) -> u32 {
+    save_every.max(chunks / 64).max(1)
 }
 
 /// What a receiver reports to its driver (the audit log).
@@ -289,7 +298,9 @@ impl Receiver {
             inc.last_offer = now;
             // A whole file waiting for its commit needs no map (its commit is a
             // moment away): saving one would create two files for nothing.
-            if inc.since_save > 0 && !inc.committing {
+            // Saved after a pass too, when an eighth of a save's worth has come since.
+            let interval = save_interval(self.cfg.save_every, inc.map.chunks());
+            if inc.since_save > 0 && inc.since_save >= interval / 8 && !inc.committing {
                 inc.since_save = 0;
                 if let Err(e) = store.save_map(&inc.m, &inc.map) {
                     self.fail(
@@ -410,7 +421,7 @@ impl Receiver {
         if inc.map.is_complete() {
             self.complete(transfer, now, store);
             self.status_due(transfer);
-        } else if inc.since_save >= self.cfg.save_every {
+        } else if inc.since_save >= save_interval(self.cfg.save_every, inc.map.chunks()) {
             inc.since_save = 0;
             if let Err(e) = store.save_map(&inc.m, &inc.map) {
                 self.fail(
@@ -627,6 +638,79 @@ impl Receiver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store that keeps nothing and counts the bytes of the chunk maps it is asked
+    /// to save.
+    #[derive(Default)]
+    struct MapBytes(u64);
+
+    impl Store for MapBytes {
+        fn open(&mut self, _: &Manifest) -> std::io::Result<Option<ChunkMap>> {
+            Ok(None)
+        }
+        fn write(&mut self, _: u64, _: u64, _: &[u8]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn read(&mut self, _: u64, _: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            buf.fill(0);
+            Ok(())
+        }
+        fn save_map(&mut self, _: &Manifest, map: &ChunkMap) -> std::io::Result<()> {
+            self.0 += map.to_bytes().len() as u64;
+            Ok(())
+        }
+        fn commit(&mut self, _: &Manifest) -> std::io::Result<bool> {
+            Ok(true)
+        }
+        fn discard(&mut self, _: u64) {}
+    }
+
+    /// Map bytes saved per chunk received, for a file of `chunks` chunks of 1 KiB (the
+    /// smallest chunk a sender may use); every chunk but the first arrives (so nothing is
+    /// hashed and the file never completes).
+    fn map_bytes_per_chunk(chunks: u32) -> u64 {
+        let now = Instant::now();
+        let mut rx = Receiver::new(ReceiverConfig::new("site", vec!["FILES".into()]), now);
+        let mut store = MapBytes::default();
+        let offer = Offer {
+            transfer: 1,
+            sender: "src",
+            service: "FILES",
+            name: "big.bin",
+            size: u64::from(chunks) * 1024,
+            chunk_size: 1024,
+            sha256: [0; 32],
+            sent_through: 0,
+            expires_ms: 0,
+            open: true,
+            targets: vec![],
+        };
+        rx.handle(&FilesMessage::Offer(offer), now, &mut store);
+        let data = [7u8; 1024];
+        for index in 1..chunks {
+            let chunk = FilesMessage::Chunk {
+                transfer: 1,
+                index,
+                data: &data,
+            };
+            rx.handle(&chunk, now, &mut store);
+        }
+        assert_eq!(rx.stats().chunks, u64::from(chunks - 1));
+        store.0 / u64::from(chunks - 1)
+    }
+
+    /// Each save writes the whole map (a bit per chunk): saved every `save_every`
+    /// chunks whatever the size, a 64 GiB file of 1 KiB chunks would write terabytes
+    /// of maps. The map bytes written per chunk do not grow with the file.
+    #[test]
+    fn map_bytes_written_per_chunk_do_not_grow_with_the_file() {
+        let small = map_bytes_per_chunk(4096);
+        let large = map_bytes_per_chunk(65_536);
+        assert!(
+            large <= 2 * small.max(1),
+            "map bytes per chunk: {small} for 4 MiB, {large} for 64 MiB"
+        );
+    }
 
     #[test]
     fn the_oldest_failures_are_forgotten_first_and_one_failed_again_counts_as_new() {

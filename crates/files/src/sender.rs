@@ -302,8 +302,11 @@ struct Outgoing {
     offer_at: Instant,
     /// Parked, with repairs a site asked for: in `Sender::parked_repairs`.
     repair_queued: bool,
-    /// When it was last activated or a site last answered for it.
+    /// When it was last activated or a site last got further with it (more chunks,
+    /// or done, or failed): a site that answers and gets nowhere is no progress.
     last_progress: Instant,
+    /// Parked for making no progress: not taken back into the window before this.
+    idle_until: Instant,
     expires_at: Instant,
     active: bool,
 }
@@ -326,6 +329,8 @@ pub struct Sender {
     transfers: HashMap<u64, Outgoing>,
     /// Transfer ids, oldest first (finished ones are dropped as they are met).
     order: VecDeque<u64>,
+    /// (service, name) -> the newest transfer of that file.
+    by_name: HashMap<(String, String), u64>,
     active: Vec<u64>,
     /// service -> site -> last heard.
     sites: HashMap<String, HashMap<String, Instant>>,
@@ -359,6 +364,7 @@ impl Sender {
             cfg,
             transfers: HashMap::new(),
             order: VecDeque::new(),
+            by_name: HashMap::new(),
             active: Vec::new(),
             sites: HashMap::new(),
             known_sites: 0,
@@ -527,7 +533,19 @@ impl Sender {
             targets,
         };
         let expires_at = now + self.cfg.expire_after;
+        let key = (m.service.clone(), m.name.clone());
         self.insert(m, expires_at, now);
+        // A file queued under a name replaces the one of that name still on its way:
+        // a site that took the older one later (after a full disk, say) would put the
+        // older bytes back over the newer.
+        let replaced = self.by_name.insert(key, file.transfer);
+        if let Some(old) = replaced.filter(|old| *old != file.transfer) {
+            let reason = format!(
+                "replaced by a newer file of the same name (transfer {:016x})",
+                file.transfer
+            );
+            self.fail_transfer(old, &reason);
+        }
         self.next_scan = now;
         Ok(file.transfer)
     }
@@ -594,6 +612,9 @@ impl Sender {
             .collect();
         self.queued_bytes += m.size;
         self.order.push_back(m.transfer);
+        self.by_name
+            .entry((m.service.clone(), m.name.clone()))
+            .or_insert(m.transfer);
         self.transfers.insert(
             m.transfer,
             Outgoing {
@@ -607,6 +628,7 @@ impl Sender {
                 offer_at: now,
                 repair_queued: false,
                 last_progress: now,
+                idle_until: now,
                 expires_at,
                 active: false,
                 m,
@@ -687,7 +709,10 @@ impl Sender {
             self.stats.ignored_statuses += 1;
             return;
         };
-        if !t.m.is_for(s.site) {
+        // No site can have a file whose upload is still coming in (its last chunk
+        // waits for the whole upload): such a `done` is not believed.
+        let uploading = t.available < t.chunks;
+        if !t.m.is_for(s.site) || (uploading && s.state == SiteState::Done) {
             self.stats.ignored_statuses += 1;
             return;
         }
@@ -710,7 +735,8 @@ impl Sender {
                 },
             );
         }
-        t.last_progress = now;
+        // A site's reason is shown to operators: kept printable.
+        let failed_reason = crate::name::printable(s.reason);
         let (state, reason) = match s.state {
             SiteState::Receiving => {
                 for r in &s.missing {
@@ -724,10 +750,13 @@ impl Sender {
                 (Delivery::Sending, "")
             }
             SiteState::Done => (Delivery::Done, ""),
-            SiteState::Failed => (Delivery::Failed, s.reason),
+            SiteState::Failed => (Delivery::Failed, &*failed_reason),
             SiteState::Unknown(_) => return,
         };
         let rec = t.sites.get_mut(s.site).expect("inserted above");
+        if s.have > rec.have || rec.state != state {
+            t.last_progress = now;
+        }
         rec.have = s.have;
         if rec.state != state || rec.reason != reason {
             rec.state = state;
@@ -778,10 +807,9 @@ impl Sender {
             }
             let id = self.order[i];
             // `order` keeps finished transfers until the next scan: skipped.
-            let waiting = self
-                .transfers
-                .get(&id)
-                .is_some_and(|t| !t.active && !waiting_for_bytes(t) && self.needy(t, now));
+            let waiting = self.transfers.get(&id).is_some_and(|t| {
+                !t.active && !waiting_for_bytes(t) && t.idle_until <= now && self.needy(t, now)
+            });
             if waiting {
                 self.activate(id, now);
             }
@@ -791,6 +819,10 @@ impl Sender {
     fn remove(&mut self, transfer: u64) {
         if let Some(t) = self.transfers.remove(&transfer) {
             self.queued_bytes -= t.m.size;
+            let key = (t.m.service, t.m.name);
+            if self.by_name.get(&key) == Some(&transfer) {
+                self.by_name.remove(&key);
+            }
         }
         self.active.retain(|id| *id != transfer);
     }
@@ -813,23 +845,28 @@ impl Sender {
         self.next_scan = now + SCAN_INTERVAL;
         self.expire(now);
         self.resolve_open(now);
-        // Park what no present site needs, what waits for its bytes, and what no site answers (a site whose
-        // partial files are all taken ignores new offers until one is done: waiting
-        // for it must not hold the window); fill the window, oldest first.
+        // Park what no present site needs, what waits for its bytes, and what gets no
+        // site further once its first pass is sent (a site whose partial files are all
+        // taken ignores new offers until one is done; one whose chunks never arrive
+        // asks for the same repairs again and again: waiting for either must not hold
+        // the window; their repairs still go, outside it); fill the window, oldest
+        // first.
         let quiet = self.cfg.offer_interval * 4;
         let active = std::mem::take(&mut self.active);
         for id in active {
-            let needy = self.transfers.get(&id).is_some_and(|t| {
-                let sending = t.first_pass < t.chunks || t.repairs.held() > 0;
-                self.needy(t, now)
-                    && !waiting_for_bytes(t)
-                    && (sending || now.saturating_duration_since(t.last_progress) < quiet)
-            });
-            if needy {
+            let Some(t) = self.transfers.get(&id) else {
+                continue;
+            };
+            let stalled =
+                t.first_pass >= t.chunks && now.saturating_duration_since(t.last_progress) >= quiet;
+            if self.needy(t, now) && !waiting_for_bytes(t) && !stalled {
                 self.active.push(id);
             } else if let Some(t) = self.transfers.get_mut(&id) {
                 t.active = false;
                 t.offer_at = now + self.cfg.park_offer_interval;
+                if stalled {
+                    t.idle_until = t.offer_at;
+                }
             }
         }
         self.order.retain(|id| self.transfers.contains_key(id));

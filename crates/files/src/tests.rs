@@ -840,3 +840,71 @@ fn an_upload_that_fails_is_withdrawn_and_every_site_drops_what_it_holds() {
     }
     assert_eq!((net.tx.queued_files(), net.tx.queued_bytes()), (0, 0));
 }
+
+/// A site that failed version 1 of a file (its disk was full) and then took version 2,
+/// queued later under the same name, keeps version 2: version 1 is replaced at the
+/// sender, not retried over it.
+#[test]
+fn an_older_version_retried_later_does_not_replace_a_newer_one() {
+    let mut net = Net::new(1, sender_config());
+    net.sites[0].store.full = true;
+    let v1 = bytes(20_000, 1);
+    let id1 = net.send(1, "eod.csv", v1, targets(1)).unwrap();
+    net.run_until(Duration::from_secs(10), |n| {
+        n.tx.transfer(id1)
+            .is_some_and(|(_, s)| s["site-0"].state == Delivery::Failed)
+    });
+    net.sites[0].store.full = false;
+    let v2 = bytes(20_000, 2);
+    let id2 = net.send(2, "eod.csv", v2.clone(), targets(1)).unwrap();
+    net.run_until(Duration::from_secs(10), |n| n.finished(id2).is_some());
+    assert!(net.sites[0].store.inbox.get("eod.csv") == Some(&v2));
+    // The sender keeps offering version 1 to the site that failed it.
+    net.run_until(Duration::from_secs(120), |n| n.finished(id1).is_some());
+    assert!(
+        net.sites[0].store.inbox.get("eod.csv") == Some(&v2),
+        "the site's eod.csv went back to version 1 (first byte {:?})",
+        net.sites[0].store.inbox.get("eod.csv").map(|b| b[0])
+    );
+}
+
+/// A site that is there and answers every offer but never gets a chunk (a tree link
+/// always full of market data, where files go only with room) does not hold a place in
+/// the window for as long as the file lives: a file for another site goes meanwhile.
+#[test]
+fn a_site_that_gets_no_further_does_not_hold_the_window_for_the_others() {
+    let mut cfg = sender_config();
+    cfg.window = 1;
+    let mut net = Net::new(2, cfg);
+    // Site 1's answers are written below; its receiver gets nothing.
+    net.sites[1].up = false;
+    let a = net.send(1, "a.bin", bytes(4096, 1), targets(2)).unwrap();
+    net.send(2, "b.bin", bytes(4096, 2), Some(vec![site_name(0)]))
+        .unwrap();
+    let stuck = site_name(1);
+    let end = net.now + Duration::from_secs(120);
+    while net.now < end && !net.sites[0].store.inbox.contains_key("b.bin") {
+        net.tx.handle_present(&stuck, SERVICE, net.now);
+        let status = wire::Status {
+            transfer: a,
+            site: &stuck,
+            state: wire::SiteState::Receiving,
+            have: 0,
+            missing: std::iter::once(0..4).collect(),
+            reason: "",
+        };
+        net.tx.handle_status(&status, net.now);
+        net.turn();
+        net.now += Duration::from_millis(50);
+    }
+    assert!(
+        net.sites[0].store.inbox.contains_key("a.bin"),
+        "site 0 has a.bin"
+    );
+    assert!(
+        net.sites[0].store.inbox.contains_key("b.bin"),
+        "after 120 s b.bin for site 0 still waits behind a.bin, which site 1 never completes \
+         ({} repairs sent)",
+        net.tx.stats().repairs
+    );
+}

@@ -657,3 +657,35 @@ fn a_partial_file_a_restarted_site_refuses_and_a_half_written_map_leave_the_disk
     }
     assert_eq!(left(), Vec::<String>::new());
 }
+
+/// A queue log line torn inside a UTF-8 character (site names and a site's reason come
+/// from peers and may be any UTF-8) is skipped like any torn line: the spool opens, with
+/// what the whole lines say.
+#[test]
+fn a_queue_log_line_torn_inside_a_character_does_not_stop_the_spool_opening() {
+    let (root, dir, mut spool) = fresh_spool();
+    let (src, _) = write_file(root.path(), "q.src", 10_000, 5);
+    let (size, sha) = spool.copy_in(7, &src).unwrap();
+    let m = Manifest {
+        transfer: 7,
+        sender: "src".into(),
+        service: SERVICE.into(),
+        name: "q.csv".into(),
+        size,
+        chunk_size: 4096,
+        sha256: sha,
+        expires_ms: 1,
+        open: false,
+        targets: vec!["site-0".into()],
+    };
+    spool.save(&m).unwrap();
+    drop(spool);
+    // A site's line cut in "é" (0xc3 0xa9) of its reason.
+    fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("queue.log"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"{\"reason\":\"disque plein: caf\xc3"))
+        .unwrap();
+    let mut spool = Spool::new(&dir).expect("a torn line is skipped");
+    assert_eq!(spool.load().unwrap().len(), 1);
+}

@@ -98,10 +98,12 @@ fn report(h: &mut Hub) -> Vec<(u64, String, String, String)> {
 
 fn put(h: &mut Hub, rights: Rights, request: u32, service: &str, data: &[u8], sha: [u8; 32]) {
     let now = Instant::now();
+    // A name of its own: a file of the same name replaces the one before.
+    let name = format!("f{request}.csv");
     let p = FilesMessage::Put(Put {
         request,
         service,
-        name: "f.csv",
+        name: &name,
         size: data.len() as u64,
         sha256: sha,
         to: vec!["edge1"],
@@ -416,7 +418,7 @@ fn after_a_restart_the_report_lists_the_audit_logs_past_files_and_the_spools_que
     // spool's queue wins.
     after.restore_history(vec![
         past(0x51, "old.csv", Delivery::Done),
-        past(queued, "f.csv", Delivery::Done),
+        past(queued, "f1.csv", Delivery::Done),
     ]);
     assert_eq!(after.restore(Instant::now()).unwrap(), 1);
     let rows = report(&mut after);
@@ -425,7 +427,7 @@ fn after_a_restart_the_report_lists_the_audit_logs_past_files_and_the_spools_que
         vec![
             (0x51, "old.csv".into(), "edge1".into(), "done".into()),
             // Not offered yet since the restart: no site has said anything.
-            (queued, "f.csv".into(), "".into(), "queued".into()),
+            (queued, "f1.csv".into(), "".into(), "queued".into()),
         ]
     );
 }
@@ -987,4 +989,187 @@ fn a_full_table_of_routes_makes_room_for_a_new_site_once_an_old_one_is_silent() 
     });
     h.handle(Peer::Backbone, "", Rights::ALL, &encode(&status), t1);
     assert_eq!(h.stats().ignored, ignored + 2, "site9's route is gone");
+}
+
+/// A site below (a downstream node's connection, allowed to speak for "edge1") fails a
+/// file with a reason holding terminal escapes and a newline: `files status` gets it
+/// without its control characters (it would write on the operator's terminal and forge
+/// lines of the listing).
+#[test]
+fn a_sites_reason_reaches_files_status_without_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let now = Instant::now();
+    let below = Rights {
+        publish: 0,
+        subscribe: 1,
+    };
+    let present = FilesMessage::Present {
+        site: "edge1",
+        service: "FILES",
+    };
+    h.handle(Peer::Conn(5), "edge1", below, &encode(&present), now);
+    let data = b"eod\n".to_vec();
+    put(
+        &mut h,
+        Rights::ALL,
+        1,
+        "FILES",
+        &data,
+        Sha256::digest(&data).into(),
+    );
+    let transfer = report(&mut h)[0].0;
+    let evil = "\u{1b}]0;owned\u{7}\u{1b}[2J\ndone     edge2            eod.csv 4 bytes";
+    let status = FilesMessage::Status(tickwire_files::wire::Status {
+        transfer,
+        site: "edge1",
+        state: tickwire_files::wire::SiteState::Failed,
+        have: 0,
+        missing: vec![],
+        reason: evil,
+    });
+    h.handle(
+        Peer::Conn(5),
+        "edge1",
+        Rights::default(),
+        &encode(&status),
+        now,
+    );
+    h.pump(now);
+    outputs(&mut h);
+    let query = encode(&FilesMessage::Query { request: 9 });
+    h.handle(
+        Peer::Conn(CLIENT),
+        "bob",
+        Rights::ALL,
+        &query,
+        now + std::time::Duration::from_secs(1),
+    );
+    let reasons: Vec<String> = outputs(&mut h)
+        .into_iter()
+        .flat_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+            FilesMessage::Report { entries, .. } => entries
+                .into_iter()
+                .map(|e| e.reason.to_string())
+                .collect::<Vec<_>>(),
+            _ => vec![],
+        })
+        .collect();
+    assert!(!reasons.is_empty());
+    for r in &reasons {
+        assert!(
+            !r.chars().any(char::is_control),
+            "a reason with control characters: {r:?}"
+        );
+    }
+}
+
+/// The Go answer's transfer id for `request` among `outs`.
+fn transfer_of_go(outs: &[Output], request: u32) -> u64 {
+    outs.iter()
+        .find_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+            FilesMessage::PutAnswer(a) if a.request == request && a.state == PutState::Go => {
+                Some(a.transfer)
+            }
+            _ => None,
+        })
+        .expect("a Go")
+}
+
+/// A target site that says `done` for a file still being uploaded (broken or lying: it
+/// cannot have the last chunk, which waits for the whole upload) is not believed. Were
+/// it, the transfer would finish, its spool space be given back and reused by the next
+/// upload, and the first upload's later bytes written over that one.
+#[test]
+fn a_site_saying_done_mid_upload_is_not_believed_and_no_upload_is_corrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let now = Instant::now();
+    edge1_present(&mut h, now);
+    outputs(&mut h);
+    // Alice's upload of 200,000 bytes: its first 64,000 arrive.
+    let a = vec![0xaau8; 200_000];
+    let put_a = FilesMessage::Put(Put {
+        request: 1,
+        service: "FILES",
+        name: "a.bin",
+        size: a.len() as u64,
+        sha256: Sha256::digest(&a).into(),
+        to: vec!["edge1"],
+    });
+    from_alice(&mut h, &encode(&put_a), now);
+    let first = FilesMessage::PutData {
+        request: 1,
+        offset: 0,
+        data: &a[..64_000],
+    };
+    from_alice(&mut h, &encode(&first), now);
+    let ta = transfer_of_go(&outputs(&mut h), 1);
+    // edge1 says it has it.
+    let done = FilesMessage::Status(tickwire_files::wire::Status {
+        transfer: ta,
+        site: "edge1",
+        state: tickwire_files::wire::SiteState::Done,
+        have: 0,
+        missing: vec![],
+        reason: "",
+    });
+    h.handle(Peer::Backbone, "", Rights::ALL, &encode(&done), now);
+    h.pump(now);
+    outputs(&mut h);
+    // Bob's file, whole.
+    let b: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let put_b = FilesMessage::Put(Put {
+        request: 2,
+        service: "FILES",
+        name: "b.bin",
+        size: b.len() as u64,
+        sha256: Sha256::digest(&b).into(),
+        to: vec!["edge1"],
+    });
+    h.handle(Peer::Conn(8), "bob", Rights::ALL, &encode(&put_b), now);
+    for (i, piece) in b.chunks(50_000).enumerate() {
+        let d = FilesMessage::PutData {
+            request: 2,
+            offset: i as u64 * 50_000,
+            data: piece,
+        };
+        h.handle(Peer::Conn(8), "bob", Rights::ALL, &encode(&d), now);
+    }
+    let outs = outputs(&mut h);
+    let tb = transfer_of_go(&outs, 2);
+    // Alice goes on with her upload.
+    let second = FilesMessage::PutData {
+        request: 1,
+        offset: 64_000,
+        data: &a[64_000..128_000],
+    };
+    from_alice(&mut h, &encode(&second), now);
+    // What the node sends of Bob's file.
+    let mut got = vec![None; 7];
+    let mut t = now;
+    for _ in 0..50 {
+        h.handle_timeout(t);
+        while h.pump(t) {}
+        for o in outputs(&mut h) {
+            if let Ok(FilesMessage::Chunk {
+                transfer,
+                index,
+                data,
+            }) = FilesMessage::decode(&o.body)
+            {
+                if transfer == tb {
+                    got[index as usize] = Some(data.to_vec());
+                }
+            }
+        }
+        t += std::time::Duration::from_millis(100);
+    }
+    let sent: Vec<u8> = got.into_iter().flatten().flatten().collect();
+    assert_eq!(sent.len(), b.len(), "all of bob's chunks went out");
+    let differ = sent.iter().zip(&b).filter(|(x, y)| x != y).count();
+    assert_eq!(
+        differ, 0,
+        "{differ} bytes of bob's file were overwritten by alice's upload"
+    );
 }

@@ -1598,7 +1598,13 @@ fn drain_events(hub: &mut Hub, audit: &mut std::fs::File, audit_failed: &mut boo
         }
         let mut line = audit::line(&e, wall_ms()).to_string();
         line.push('\n');
+        let whole = audit.metadata().map(|m| m.len());
         if let Err(err) = audit.write_all(line.as_bytes()) {
+            // A line written in part (a full disk) is taken back: the next record
+            // starts a line of its own.
+            if let Ok(len) = whole {
+                let _ = audit.set_len(len);
+            }
             if !*audit_failed {
                 error!("files: cannot write the audit log: {err}");
                 *audit_failed = true;

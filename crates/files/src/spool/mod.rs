@@ -214,10 +214,11 @@ impl Spool {
         let mut seq = 0;
         match File::open(dir.join(LOG)) {
             Ok(f) => {
-                for line in BufReader::new(f).lines() {
-                    // A torn line (a crash mid-append) is skipped; the rewrite below
-                    // drops it.
-                    let Some(l) = LogLine::parse(&line?) else {
+                for line in BufReader::new(f).split(b'\n') {
+                    // A torn line (a crash mid-append, perhaps inside a character) is
+                    // skipped; the rewrite below drops it.
+                    let line = line?;
+                    let Some(l) = std::str::from_utf8(&line).ok().and_then(LogLine::parse) else {
                         continue;
                     };
                     seq += 1;
