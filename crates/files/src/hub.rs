@@ -138,6 +138,8 @@ pub struct HubStats {
 
 /// An upload in progress: its transfer is queued already (`Sender::enqueue_arriving`).
 struct Upload {
+    /// Who uploads it: one user's uploads in progress hold at most half the node's.
+    user: Box<str>,
     size: u64,
     sha256: [u8; 32],
     transfer: u64,
@@ -772,6 +774,27 @@ impl Hub {
             );
             return self.refuse(conn, p.request, &reason);
         }
+        // One user (however slowly its bytes come) never holds every upload or the
+        // whole queue: the others can still send.
+        let (mine, my_bytes) = self
+            .uploads
+            .values()
+            .filter(|u| &*u.user == user)
+            .fold((0, 0u64), |(n, b), u| (n + 1, b.saturating_add(u.size)));
+        if mine >= (self.cfg.max_uploads / 2).max(1) {
+            let reason = format!(
+                "user {user:?} has {mine} uploads in progress, the most one user may have; try again when one is done"
+            );
+            return self.refuse(conn, p.request, &reason);
+        }
+        if my_bytes.saturating_add(p.size) > cfg.max_bytes / 2 {
+            let reason = format!(
+                "user {user:?}'s uploads in progress would hold {} bytes, more than half the send queue's limit of {}",
+                my_bytes.saturating_add(p.size),
+                cfg.max_bytes
+            );
+            return self.refuse(conn, p.request, &reason);
+        }
         let transfer = self.next_id();
         let wall = self.wall_ms(now);
         let (tx, spool) = self.sender.as_mut().expect("checked");
@@ -814,6 +837,7 @@ impl Hub {
         self.uploads.insert(
             (conn, p.request),
             Upload {
+                user: user.into(),
                 size: p.size,
                 sha256: p.sha256,
                 transfer,
@@ -887,7 +911,10 @@ impl Hub {
                 &format!("the node cannot spool the file: {e}"),
             );
         }
-        u.last_data = now;
+        // Bytes, not messages, keep an upload alive: empty ones would hold its place.
+        if !data.is_empty() {
+            u.last_data = now;
+        }
         let received = u.writer.len();
         if received == u.size {
             return self.finish_upload(conn, request, now);

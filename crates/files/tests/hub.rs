@@ -1173,3 +1173,104 @@ fn a_site_saying_done_mid_upload_is_not_believed_and_no_upload_is_corrupted() {
         "{differ} bytes of bob's file were overwritten by alice's upload"
     );
 }
+
+/// Answers to the client connection `conn`: (request, state, reason).
+fn answers_to(h: &mut Hub, conn: usize) -> Vec<(u32, PutState, String)> {
+    outputs(h)
+        .into_iter()
+        .filter(|o| o.to == Peer::Conn(conn))
+        .filter_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+            FilesMessage::PutAnswer(a) => Some((a.request, a.state, a.reason.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One user who opens uploads and brings their bytes slowly (or not at all) holds at
+/// most half of the node's uploads and half of its queue: refused beyond, with the
+/// reason, while another user's file still goes. Empty data messages do not keep an
+/// upload alive.
+#[test]
+fn one_slow_user_never_holds_every_upload_nor_the_whole_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES", "SCRATCH"]);
+    let t0 = Instant::now();
+    let scratch_only = publish(0b10);
+    let max_bytes = SenderConfig::new("src").max_bytes;
+    let upload = |h: &mut Hub, user: &str, request: u32, size: u64| {
+        let name = format!("never-{request}.bin");
+        let put = FilesMessage::Put(Put {
+            request,
+            service: "SCRATCH",
+            name: &name,
+            size,
+            sha256: [0; 32],
+            to: vec!["edge1"],
+        });
+        h.handle(Peer::Conn(CLIENT), user, scratch_only, &encode(&put), t0);
+        answers_to(h, CLIENT).pop().expect("an answer")
+    };
+    // Trudy: the whole queue at once, then half of it, then a third of it.
+    let (_, state, reason) = upload(&mut h, "trudy", 1, max_bytes);
+    assert_eq!(state, PutState::Refused);
+    assert!(reason.contains("more than half the send queue"), "{reason}");
+    assert_eq!(upload(&mut h, "trudy", 2, max_bytes / 2).1, PutState::Go);
+    assert_eq!(
+        upload(&mut h, "trudy", 3, max_bytes / 3).1,
+        PutState::Refused
+    );
+    // Mallory: small ones, up to half the node's uploads (trudy has one).
+    let max_uploads = HubConfig::new("src", vec![]).max_uploads as u32;
+    let answers: Vec<_> = (10..10 + max_uploads)
+        .map(|r| upload(&mut h, "mallory", r, 10))
+        .collect();
+    let went = answers.iter().filter(|a| a.1 == PutState::Go).count() as u32;
+    assert_eq!(went, max_uploads / 2);
+    let last = &answers.last().expect("answers").2;
+    assert!(last.contains("the most one user may have"), "{last}");
+    // Alice's file goes all the same.
+    let data = b"eod\n";
+    let p = FilesMessage::Put(Put {
+        request: 9,
+        service: "FILES",
+        name: "eod.csv",
+        size: data.len() as u64,
+        sha256: Sha256::digest(data).into(),
+        to: vec!["edge1"],
+    });
+    h.handle(Peer::Conn(8), "alice", publish(0b01), &encode(&p), t0);
+    let d = FilesMessage::PutData {
+        request: 9,
+        offset: 0,
+        data,
+    };
+    h.handle(Peer::Conn(8), "alice", publish(0b01), &encode(&d), t0);
+    let states: Vec<PutState> = answers_to(&mut h, 8).into_iter().map(|a| a.1).collect();
+    assert_eq!(states, vec![PutState::Go, PutState::Queued]);
+    // Trudy's big upload, kept "alive" by empty messages, times out.
+    let timeout = HubConfig::new("src", vec![]).upload_timeout;
+    let mut now = t0;
+    while now < t0 + timeout * 2 {
+        now += std::time::Duration::from_secs(1);
+        let empty = FilesMessage::PutData {
+            request: 2,
+            offset: 0,
+            data: b"",
+        };
+        h.handle(
+            Peer::Conn(CLIENT),
+            "trudy",
+            scratch_only,
+            &encode(&empty),
+            now,
+        );
+        h.handle_timeout(now);
+    }
+    let ended = answers_to(&mut h, CLIENT);
+    assert!(
+        ended
+            .iter()
+            .any(|(r, state, _)| *r == 2 && *state == PutState::Refused),
+        "{ended:?}"
+    );
+}
