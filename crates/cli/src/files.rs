@@ -36,8 +36,8 @@ pub(crate) struct SendArgs {
     /// the service present when the file starts.
     #[arg(long, value_name = "SITE,...", value_delimiter = ',')]
     to: Vec<String>,
-    /// The name the files get in each site's inbox: DIR/ before each file's own name
-    /// (default: the file's own name).
+    /// The name the files get in each site's inbox (under the service's directory):
+    /// DIR/ before each file's own name (default: the file's own name).
     #[arg(long, value_name = "DIR")]
     as_dir: Option<String>,
     /// Give up on the node after this many seconds without an answer.

@@ -130,7 +130,7 @@ fn files_travel_down_a_node_tree_whole_to_every_site_named() {
     }
     assert!(Instant::now() < deadline);
     for site in ["edge1", "edge2"] {
-        let inbox = d.join(format!("{site}-inbox/eod/2026-11-25"));
+        let inbox = d.join(format!("{site}-inbox/FILES/eod/2026-11-25"));
         assert_eq!(
             std::fs::read(inbox.join("big.bin")).unwrap(),
             big_bytes,
@@ -230,7 +230,7 @@ fn a_site_killed_mid_file_resumes_where_it_was_and_the_sender_continues_after_it
     let edge1 = files_node(d, "edge1", &site, &[]);
     wait_done(&src, "big.bin", &["edge1"]);
     assert_eq!(
-        std::fs::read(d.join("edge1-inbox/big.bin")).unwrap(),
+        std::fs::read(d.join("edge1-inbox/FILES/big.bin")).unwrap(),
         big_bytes
     );
     let log = edge1.proc.log();
@@ -338,7 +338,7 @@ fn a_sender_killed_mid_upload_has_its_sites_drop_what_they_got_once_it_is_back()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!d.join("edge1-inbox/half.bin").exists());
+    assert!(!d.join("edge1-inbox/FILES/half.bin").exists());
     let why = "half.bin from src not taken: cancelled by its sender: the sending node stopped \
                before the file was uploaded whole";
     let deadline = Instant::now() + T;
@@ -447,7 +447,7 @@ fn one_stream_on_the_backbone_reaches_every_edge_and_the_sites_below_them() {
     assert_eq!(rows.len(), 3, "{rows:#?}");
     for site in ["edge1", "edge2", "leaf"] {
         assert_eq!(
-            std::fs::read(d.join(format!("{site}-inbox/refdata.csv"))).unwrap(),
+            std::fs::read(d.join(format!("{site}-inbox/FILES/refdata.csv"))).unwrap(),
             bytes,
             "{site}"
         );
@@ -493,10 +493,10 @@ fn an_edge_sends_files_up_to_the_source_while_the_source_sends_down() {
         "the edge's file went to the source alone: {rows:#?}"
     );
     for site in ["edge1", "edge2"] {
-        let got = std::fs::read(d.join(format!("{site}-inbox/eod-prices.csv"))).unwrap();
+        let got = std::fs::read(d.join(format!("{site}-inbox/FILES/eod-prices.csv"))).unwrap();
         assert_eq!(got, down_bytes, "{site}");
     }
-    let got = std::fs::read(d.join("src-inbox/site-positions.csv")).unwrap();
+    let got = std::fs::read(d.join("src-inbox/FILES/site-positions.csv")).unwrap();
     assert_eq!(got, up_bytes);
 }
 
@@ -574,11 +574,11 @@ fn files_cross_an_authenticated_backbone_only_between_holders_of_the_key() {
     wait_done(&src, "eod-prices.csv", &["edge"]);
     wait_done(&edge, "site-positions.csv", &["src"]);
     assert_eq!(
-        std::fs::read(d.join("edge-inbox/eod-prices.csv")).unwrap(),
+        std::fs::read(d.join("edge-inbox/FILES/eod-prices.csv")).unwrap(),
         down_bytes
     );
     assert_eq!(
-        std::fs::read(d.join("src-inbox/site-positions.csv")).unwrap(),
+        std::fs::read(d.join("src-inbox/FILES/site-positions.csv")).unwrap(),
         up_bytes
     );
     // The stranger refused the source's offers and chunks on its files thread.
@@ -592,7 +592,7 @@ fn files_cross_an_authenticated_backbone_only_between_holders_of_the_key() {
         T,
         |n| n > 0.0,
     );
-    assert!(!d.join("stranger-inbox/eod-prices.csv").exists());
+    assert!(!d.join("stranger-inbox/FILES/eod-prices.csv").exists());
     let rows = status(&src);
     assert!(
         !rows
@@ -628,7 +628,7 @@ fn files_cross_with_the_keys_of_a_rotated_key_file() {
     assert!(out.status.success(), "{}", out.stderr);
     wait_done(&src, "after-rotation.csv", &["edge"]);
     assert_eq!(
-        std::fs::read(d.join("edge-inbox/after-rotation.csv")).unwrap(),
+        std::fs::read(d.join("edge-inbox/FILES/after-rotation.csv")).unwrap(),
         bytes
     );
 }
@@ -659,7 +659,8 @@ fn without_multicast_files_reach_the_edges_by_multi_destination_cast() {
     assert!(out.status.success(), "{}", out.stderr);
     wait_done(&src, "corporate-actions.csv", &["edge1", "edge2"]);
     for site in ["edge1", "edge2"] {
-        let got = std::fs::read(d.join(format!("{site}-inbox/corporate-actions.csv"))).unwrap();
+        let got =
+            std::fs::read(d.join(format!("{site}-inbox/FILES/corporate-actions.csv"))).unwrap();
         assert_eq!(got, bytes, "{site}");
     }
 }
@@ -682,7 +683,7 @@ fn a_file_dropped_in_the_outbox_goes_to_every_site() {
     .unwrap();
     wait_done(&src, "corp-actions.xml", &["edge1"]);
     assert_eq!(
-        std::fs::read(d.join("edge1-inbox/corp-actions.xml")).unwrap(),
+        std::fs::read(d.join("edge1-inbox/FILES/corp-actions.xml")).unwrap(),
         bytes
     );
     assert_eq!(
@@ -857,9 +858,9 @@ fn a_downstream_node_speaks_only_for_the_sites_its_user_is_given() {
     );
     for site in ["edge1", "edge2"] {
         assert_eq!(
-            std::fs::read(d.join(format!("{site}-inbox/eod.csv"))).unwrap(),
+            std::fs::read(d.join(format!("{site}-inbox/FILES/eod.csv"))).unwrap(),
             bytes
         );
     }
-    assert!(!d.join("edge9-inbox/eod.csv").exists());
+    assert!(!d.join("edge9-inbox/FILES/eod.csv").exists());
 }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! INBOX/
-//!   eod/2026-11-25.csv              files, visible only whole and checked
+//!   FILES/eod/2026-11-25.csv        files, by service, visible only whole and checked
 //!   .tickwire-partial/
 //!     00c0ffee00c0ffee.part         the file being received (sparse, full size)
 //!     00c0ffee00c0ffee.map          which chunks it holds (ChunkMap bytes)
@@ -13,8 +13,10 @@
 //! the map: a file that arrives before that (any file of one chunk) costs one file
 //! created and one rename, and a restart resumes only what a saved map vouches for.
 //!
-//! A commit renames the partial file to its name (same file system: atomic), creating
-//! the directories of the name, refusing any symbolic link on the way (a link could
+//! Each service has a directory of its own (its name): the right to send files of one
+//! service is never the right to replace a file of another. A commit renames the
+//! partial file to its name in its service's directory (same file system: atomic),
+//! creating the directories of the name, refusing any symbolic link on the way (a link could
 //! lead out of the inbox). It replaces a file of the same name. The fsync policy says
 //! when the bytes are durable. `always` and `batch` defer a commit to [`Inbox::flush`],
 //! which syncs each pending file, renames it, then syncs each directory once: a group
@@ -38,8 +40,26 @@ use crate::open_files::OpenFiles;
 use crate::receiver::Store;
 use crate::wire::FilesMessage;
 
-/// The directory of partial files inside the inbox (no file may be named into it).
+/// The directory of partial files inside the inbox (no service may be named so).
 pub const PARTIAL_DIR: &str = ".tickwire-partial";
+
+/// Whether `service` may name a directory of the inbox: one part of a file name
+/// (no `/`), not starting with `.` (the inbox's own directory, hidden files).
+pub fn check_service_dir(service: &str) -> io::Result<()> {
+    let refused = |why: String| {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("service {service:?} cannot name a directory of the inbox: {why}"),
+        ))
+    };
+    if let Err(e) = crate::name::check_name(service) {
+        return refused(e.to_string());
+    }
+    if service.contains('/') || service.starts_with('.') {
+        return refused("it holds a \"/\" or starts with \".\"".into());
+    }
+    Ok(())
+}
 /// Partial files kept open at once (the least recently used is closed first).
 const OPEN_FILES: usize = 64;
 
@@ -217,17 +237,14 @@ impl Inbox {
         })
     }
 
-    /// Creates the directories of `name` under the inbox, refusing symbolic links and
-    /// anything that is not a directory on the way; returns the file's full path.
-    fn destination(&self, name: &str) -> io::Result<PathBuf> {
+    /// Creates the directories of `name` under its service's directory in the inbox,
+    /// refusing symbolic links and anything that is not a directory on the way;
+    /// returns the file's full path.
+    fn destination(&self, service: &str, name: &str) -> io::Result<PathBuf> {
+        check_service_dir(service)?;
         let mut parts: Vec<&str> = name.split('/').collect();
         let file = parts.pop().unwrap_or(name);
-        if parts.first().copied().unwrap_or(file) == PARTIAL_DIR {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{PARTIAL_DIR} is the inbox's own directory"),
-            ));
-        }
+        parts.insert(0, service);
         let mut at = self.dir.clone();
         for part in parts {
             at.push(part);
@@ -280,7 +297,7 @@ impl Inbox {
         m: &Manifest,
         keep: bool,
     ) -> io::Result<(PathBuf, Option<PathBuf>)> {
-        let to = self.destination(&m.name)?;
+        let to = self.destination(&m.service, &m.name)?;
         self.open.remove(m.transfer);
         let aside = self.path(m.transfer, "previous");
         // Linked aside (a link to a symbolic link is to the link itself), else moved
@@ -381,13 +398,8 @@ impl Inbox {
 
 impl Store for Inbox {
     fn open(&mut self, m: &Manifest) -> io::Result<Option<ChunkMap>> {
-        // Refuse a name into the inbox's own directory before any byte is written.
-        if m.name.split('/').next() == Some(PARTIAL_DIR) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{PARTIAL_DIR} is the inbox's own directory"),
-            ));
-        }
+        // Refuse a service that cannot name a directory before any byte is written.
+        check_service_dir(&m.service)?;
         let part = self.path(m.transfer, "part");
         let saved = match fs::metadata(&part) {
             Ok(meta) if meta.len() == m.size => fs::read(self.path(m.transfer, "map"))
@@ -486,7 +498,7 @@ mod tests {
     #[test]
     fn files_a_directory_sync_fails_for_are_failed_and_not_left_visible() {
         let dir = tempfile::tempdir().unwrap();
-        fs::create_dir(dir.path().join("sub")).unwrap();
+        fs::create_dir_all(dir.path().join("FILES/sub")).unwrap();
         let mut inbox = committed(dir.path(), &["a.csv", "sub/b.csv"]);
         inbox.fail_dir_syncs = true;
         let results = inbox.flush();
@@ -495,19 +507,23 @@ mod tests {
             let e = r.expect_err("a directory that cannot be synced fails its files");
             assert!(e.to_string().contains("the file was taken out"), "{t}: {e}");
         }
-        assert!(!dir.path().join("a.csv").exists(), "not left visible");
-        assert!(!dir.path().join("sub/b.csv").exists(), "not left visible");
+        assert!(!dir.path().join("FILES/a.csv").exists(), "not left visible");
+        assert!(
+            !dir.path().join("FILES/sub/b.csv").exists(),
+            "not left visible"
+        );
     }
 
     #[test]
     fn a_file_a_withdrawn_one_replaced_is_put_back() {
         let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join("a.csv"), b"old").unwrap();
+        fs::create_dir(dir.path().join("FILES")).unwrap();
+        fs::write(dir.path().join("FILES/a.csv"), b"old").unwrap();
         // Two transfers of the same name in one flush, over an earlier file.
         let mut inbox = committed(dir.path(), &["a.csv", "a.csv"]);
         inbox.fail_dir_syncs = true;
         assert!(inbox.flush().iter().all(|(_, r)| r.is_err()));
-        assert_eq!(fs::read(dir.path().join("a.csv")).unwrap(), b"old");
+        assert_eq!(fs::read(dir.path().join("FILES/a.csv")).unwrap(), b"old");
         let left: Vec<_> = fs::read_dir(dir.path().join(PARTIAL_DIR))
             .unwrap()
             .map(|e| e.unwrap().file_name())
@@ -516,7 +532,7 @@ mod tests {
         // Synced: the new file stays, and nothing is left aside.
         let mut inbox = committed(dir.path(), &["a.csv"]);
         assert!(inbox.flush().iter().all(|(_, r)| r.is_ok()));
-        assert_eq!(fs::read(dir.path().join("a.csv")).unwrap(), b"abc");
+        assert_eq!(fs::read(dir.path().join("FILES/a.csv")).unwrap(), b"abc");
         assert_eq!(
             fs::read_dir(dir.path().join(PARTIAL_DIR)).unwrap().count(),
             0
@@ -526,11 +542,12 @@ mod tests {
     #[test]
     fn a_symbolic_link_a_withdrawn_file_replaced_is_put_back() {
         let dir = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink("elsewhere", dir.path().join("a.csv")).unwrap();
+        fs::create_dir(dir.path().join("FILES")).unwrap();
+        std::os::unix::fs::symlink("elsewhere", dir.path().join("FILES/a.csv")).unwrap();
         let mut inbox = committed(dir.path(), &["a.csv"]);
         inbox.fail_dir_syncs = true;
         assert!(inbox.flush().iter().all(|(_, r)| r.is_err()));
-        let back = fs::read_link(dir.path().join("a.csv")).unwrap();
+        let back = fs::read_link(dir.path().join("FILES/a.csv")).unwrap();
         assert_eq!(back, std::path::Path::new("elsewhere"));
     }
 
@@ -540,7 +557,7 @@ mod tests {
         let mut inbox = committed(dir.path(), &["a.csv", "b.csv"]);
         let results = inbox.flush();
         assert!(results.iter().all(|(_, r)| r.is_ok()), "{results:?}");
-        assert_eq!(fs::read(dir.path().join("b.csv")).unwrap(), b"abc");
+        assert_eq!(fs::read(dir.path().join("FILES/b.csv")).unwrap(), b"abc");
         // One sync per file and one for the directory they share.
         assert_eq!(inbox.counts().syncs, 3);
     }

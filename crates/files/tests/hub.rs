@@ -491,7 +491,7 @@ fn a_site_that_only_receives_keeps_no_more_records_than_it_is_told() {
         send_whole(&mut h, t, &format!("f{t}.txt"), now);
     }
     assert_eq!(
-        std::fs::read_dir(dir.path().join("inbox"))
+        std::fs::read_dir(dir.path().join("inbox/FILES"))
             .unwrap()
             .filter(|e| e.as_ref().unwrap().file_name() != ".tickwire-partial")
             .count(),
@@ -594,7 +594,7 @@ fn three_files_whole(
 }
 
 fn in_eod(dir: &std::path::Path) -> usize {
-    std::fs::read_dir(dir.join("inbox/eod")).map_or(0, |d| d.count())
+    std::fs::read_dir(dir.join("inbox/FILES/eod")).map_or(0, |d| d.count())
 }
 
 /// `always`: the files whole in one turn are each synced, renamed, and share one sync
@@ -1273,4 +1273,89 @@ fn one_slow_user_never_holds_every_upload_nor_the_whole_queue() {
             .any(|(r, state, _)| *r == 2 && *state == PutState::Refused),
         "{ended:?}"
     );
+}
+
+/// Transfer `t` of `service`, one chunk named `name` holding `data`, offered by
+/// `sender` and sent whole to `h` over the backbone.
+fn offer_whole(
+    h: &mut Hub,
+    t: u64,
+    sender: &str,
+    service: &str,
+    name: &str,
+    data: &[u8],
+    now: Instant,
+) {
+    let offer = FilesMessage::Offer(tickwire_files::wire::Offer {
+        transfer: t,
+        sender,
+        service,
+        name,
+        size: data.len() as u64,
+        chunk_size: 1024,
+        sha256: Sha256::digest(data).into(),
+        sent_through: 1,
+        expires_ms: u64::MAX,
+        open: true,
+        targets: vec![],
+    });
+    let chunk = FilesMessage::Chunk {
+        transfer: t,
+        index: 0,
+        data,
+    };
+    for m in [offer, chunk] {
+        h.handle(Peer::Backbone, "", Rights::default(), &encode(&m), now);
+        h.pump(now);
+    }
+}
+
+/// A site takes two services; a publisher allowed only SCRATCH sends a file under the
+/// name of one that came in FILES. Each service has a directory of its own in the
+/// inbox: the right to publish one service is not the right to replace the files of
+/// another.
+#[test]
+fn a_file_of_one_service_does_not_replace_a_file_of_another() {
+    use tickwire_files::inbox::{Fsync, Inbox};
+    use tickwire_files::{Receiver, ReceiverConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let services = vec!["FILES".to_string(), "SCRATCH".to_string()];
+    let inbox = Inbox::new(&dir.path().join("inbox"), Fsync::Never).unwrap();
+    let rx = Receiver::new(ReceiverConfig::new("edge1", services.clone()), now);
+    let mut h = Hub::new(
+        HubConfig::new("edge1", services),
+        None,
+        Some((rx, inbox)),
+        now,
+        1_790_000_000_000,
+        7,
+    );
+    offer_whole(
+        &mut h,
+        1,
+        "src",
+        "FILES",
+        "eod/prices.csv",
+        b"real prices\n",
+        now,
+    );
+    let path = dir.path().join("inbox/FILES/eod/prices.csv");
+    assert_eq!(std::fs::read(&path).unwrap(), b"real prices\n");
+    offer_whole(
+        &mut h,
+        2,
+        "other-src",
+        "SCRATCH",
+        "eod/prices.csv",
+        b"forged\n",
+        now,
+    );
+    assert_eq!(
+        String::from_utf8(std::fs::read(&path).unwrap()).unwrap(),
+        "real prices\n",
+        "a SCRATCH file replaced the FILES one"
+    );
+    let scratch = dir.path().join("inbox/SCRATCH/eod/prices.csv");
+    assert_eq!(std::fs::read(scratch).unwrap(), b"forged\n");
 }

@@ -1064,6 +1064,25 @@ mod tests {
         assert!(NodeConfig::parse(&cfg(1 << 20, 62), "n.toml").is_ok());
     }
 
+    /// A site's files arrive in a directory named after their service: a service
+    /// that cannot name one (a "/", a leading ".", a control character) is refused.
+    #[test]
+    fn a_files_service_that_cannot_name_an_inbox_directory_is_refused() {
+        let cfg = |service: &str| {
+            format!("[files]\nservices = [\"FILES\", {service:?}]\ninbox = \"/tmp/in\"\n")
+        };
+        for bad in ["a/b", ".tickwire-partial", "..", "x\ty"] {
+            let e = NodeConfig::parse(&cfg(bad), "n.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("files.services") && e.contains("cannot name a directory"),
+                "{bad:?}: {e}"
+            );
+        }
+        assert!(NodeConfig::parse(&cfg("REF-DATA_2"), "n.toml").is_ok());
+    }
+
     /// docs/OPERATIONS.md lists every key with its default: that block must parse and
     /// equal the defaults, so the documentation cannot drift from the code.
     #[test]

@@ -150,6 +150,14 @@ impl FilesSection {
                 "name the file services (e.g. [\"FILES\"]) when files.spool or files.inbox is set",
             ));
         }
+        if !self.inbox.is_empty() {
+            // Each service's files arrive in a directory of its own, named after it.
+            for service in &self.services {
+                if let Err(e) = tickwire_files::inbox::check_service_dir(service) {
+                    return Err(invalid("files.services", service, &e.to_string()));
+                }
+            }
+        }
         if !self.outbox.is_empty() && self.spool.is_empty() {
             return Err(invalid(
                 "files.outbox",

@@ -139,7 +139,7 @@ impl Lab {
         loop {
             let done = expected
                 .iter()
-                .all(|&i| count(&rig.sites[i].inbox.join("fault")) == (1, bytes));
+                .all(|&i| count(&rig.sites[i].files().join("fault")) == (1, bytes));
             let full_said = fault != "full_disk" || full_site_failed(&rig)?.is_some();
             if (done && full_said) || Instant::now() > deadline {
                 break;
@@ -148,7 +148,7 @@ impl Lab {
         }
         row.seconds = t0.elapsed().as_secs_f64();
         for i in expected {
-            if same_bytes(large, &rig.sites[i].inbox.join("fault").join(name))? {
+            if same_bytes(large, &rig.sites[i].files().join("fault").join(name))? {
                 row.sites_whole += 1;
             }
         }

@@ -106,7 +106,8 @@ impl Lab {
             let (bin, large, inbox) = (
                 self.programs.node.clone(),
                 large.to_path_buf(),
-                inbox.clone(),
+                // Files arrive in their service's directory.
+                inbox.join("FILES"),
             );
             std::thread::spawn(move || -> Result<()> {
                 let mut round = 0;

@@ -30,6 +30,10 @@ pub(super) struct SiteLaunch {
     pub(super) wrapper: Vec<String>,
 }
 
+/// The files service of every node of the rig (its files arrive in the inbox's
+/// directory of that name).
+pub(super) const SERVICE: &str = "FILES";
+
 /// One receiving site.
 pub(super) struct Site {
     pub(super) name: String,
@@ -41,6 +45,13 @@ pub(super) struct Site {
     /// None while it is down.
     pub(super) node: Option<lab::Proc>,
     starts: usize,
+}
+
+impl Site {
+    /// Where its files arrive: the inbox's directory of the rig's service.
+    pub(super) fn files(&self) -> PathBuf {
+        self.inbox.join(SERVICE)
+    }
 }
 
 /// A source and its sites.
@@ -78,7 +89,7 @@ impl FilesRig {
         // One policy for every node: the sites' inboxes, and the spools (a file is said
         // queued once synced).
         let files = format!(
-            "[files]\nservices = [\"FILES\"]\nfsync = \"{}\"\n",
+            "[files]\nservices = [{SERVICE:?}]\nfsync = \"{}\"\n",
             spec.fsync
         );
         let inbox_line = |inbox: &Path| format!("inbox = {:?}\n", inbox.display().to_string());

@@ -21,7 +21,7 @@
 //! of the rsync daemon too); the lab's own look at the inboxes adds a few hundred.
 
 use super::child_cpu::{cpu_with_children, run_timed, wait_children_reaped};
-use super::files_rig::{FilesRig, RigSpec};
+use super::files_rig::{FilesRig, RigSpec, SERVICE};
 use super::*;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -332,7 +332,8 @@ impl Lab {
         };
         let mut rig = FilesRig::start(self, &dir, &spec, &[])?;
         rig.warm_up(work)?;
-        let inboxes: Vec<PathBuf> = rig.sites.iter().map(|s| s.inbox.clone()).collect();
+        let inboxes: Vec<PathBuf> = rig.sites.iter().map(|s| s.files()).collect();
+        let src_files = rig.src_inbox.as_ref().map(|i| i.join(SERVICE));
         let mut rows = Vec::new();
         for (c, paths) in classes.iter().zip(sources) {
             settle_disk();
@@ -362,7 +363,7 @@ impl Lab {
                     bail!("tickwire files send ({}, up) failed: {out}", c.name);
                 }
                 cpu.insert("tickwire files send (up)".to_string(), up_cpu);
-                receivers.extend(rig.src_inbox.clone());
+                receivers.extend(src_files.clone());
             }
             wait_delivered(&receivers, c, Duration::from_secs(900))?;
             let seconds = t0.elapsed().as_secs_f64();
@@ -377,7 +378,7 @@ impl Lab {
             // thousands of files just before the next row would time the file system
             // reusing their inodes (on ext4 without a journal, each new file skips the
             // ones removed within the last minutes).
-            for inbox in inboxes.iter().chain(&rig.src_inbox) {
+            for inbox in inboxes.iter().chain(&src_files) {
                 clear_class(work, &inbox.join(c.name), c);
             }
         }
