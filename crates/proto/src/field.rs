@@ -105,17 +105,36 @@ impl Real {
         Real { mantissa, exponent }
     }
 
-    /// Lossy conversion for display and JSON; the wire keeps the exact decimal.
-    /// The nearest float to the decimal where it can be had cheaply (a mantissa below
-    /// 2^53 and up to 22 places: both operands exact, one rounding), so 111.225 is
-    /// 111.225 and not 111.22500000000001.
+    /// The nearest float to the decimal (for display, JSON and the Python package; the
+    /// wire keeps the exact decimal), so 111.225 is 111.225 and not
+    /// 111.22500000000001, and a float published as a real reads back equal. Cheap
+    /// where both operands are exact (a mantissa below 2^53, at most 22 places either
+    /// way: one rounding); else the decimal is parsed, which rounds correctly too.
     pub fn to_f64(self) -> f64 {
-        let m = self.mantissa as f64;
-        if self.exponent < 0 && self.exponent >= -22 {
-            m / 10f64.powi(-(self.exponent as i32))
-        } else {
-            m * 10f64.powi(self.exponent as i32)
+        const EXACT_MANTISSA: u64 = 1 << 53;
+        const POWERS: [f64; 23] = [
+            1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+            1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+        ];
+        let places = self.exponent.unsigned_abs() as usize;
+        if self.mantissa.unsigned_abs() < EXACT_MANTISSA && places < POWERS.len() {
+            let m = self.mantissa as f64;
+            return if self.exponent < 0 {
+                m / POWERS[places]
+            } else {
+                m * POWERS[places]
+            };
         }
+        // "-9223372036854775808e-128" at most: 25 bytes, on the stack.
+        let mut text = [0u8; 32];
+        let mut w = &mut text[..];
+        let _ =
+            std::io::Write::write_fmt(&mut w, format_args!("{}e{}", self.mantissa, self.exponent));
+        let len = 32 - w.len();
+        std::str::from_utf8(&text[..len])
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(f64::NAN)
     }
 }
 
@@ -788,6 +807,48 @@ mod tests {
             let r = Real::new(m, e);
             assert_eq!(r.to_f64(), r.to_string().parse::<f64>().unwrap(), "{r}");
         }
+        // Any mantissa, any exponent: the nearest float too.
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let r = Real::new(x as i64 >> (x % 60), (x >> 56) as i8);
+            assert_eq!(r.to_f64(), r.to_string().parse::<f64>().unwrap(), "{r}");
+        }
+        for r in [Real::new(i64::MIN, -128), Real::new(i64::MAX, 127)] {
+            assert_eq!(r.to_f64(), r.to_string().parse::<f64>().unwrap(), "{r}");
+        }
+    }
+
+    /// A float written as the real of its shortest decimal (as publishers of floats
+    /// do) reads back as the same float, whatever its digits.
+    #[test]
+    fn a_float_read_back_from_its_shortest_decimal_is_the_same_float() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let f = f64::from_bits(x >> 2) % 1e6;
+            if !f.is_finite() {
+                continue;
+            }
+            let (digits, exp) = format!("{f:e}")
+                .split_once('e')
+                .map(|(d, e)| (d.replace('.', ""), e.parse::<i32>().unwrap()))
+                .unwrap();
+            let places = digits.trim_start_matches('-').len() as i32 - 1;
+            let Ok(exponent) = i8::try_from(exp - places) else {
+                continue;
+            };
+            let r = Real::new(digits.parse().unwrap(), exponent);
+            assert_eq!(r.to_f64(), f, "{r}");
+        }
+        assert_eq!(
+            Real::new(10280011237530761, -15).to_f64(),
+            10.280011237530761
+        );
+        assert_eq!(Real::new(12345, -29).to_f64(), 1.2345e-25);
     }
 
     #[test]
