@@ -216,7 +216,7 @@ pub fn send_files(
         let path = files[up.index].path;
         match a.state {
             PutState::Go | PutState::Progress => {
-                up.allowed = up.allowed.max(a.received + a.window);
+                up.allowed = up.allowed.max(a.received.saturating_add(a.window));
                 pump(sub, a.request, up, path, &mut buf)?;
             }
             PutState::Queued => {

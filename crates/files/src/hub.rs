@@ -552,18 +552,23 @@ impl Hub {
                 self.on_present(from, Rights::ALL, site, service, body, now)
             }
             (Peer::Conn(_) | Peer::Backbone, FilesMessage::Status(s)) => {
-                let routed = self
-                    .routes
-                    .get(&from)
-                    .is_some_and(|r| r.keys().any(|(_, site)| site == s.site));
+                // The transfer's service: a peer speaks for a site in the services it
+                // was heard present for, not in every service of the node.
+                let own_service = self.sender.as_ref().and_then(|(tx, _)| {
+                    let (m, _) = tx.transfer(s.transfer)?;
+                    self.service_index(&m.service)
+                });
+                let service = own_service.or_else(|| self.relayed.get(&s.transfer).map(|r| r.0));
+                let routed = service.is_some_and(|i| {
+                    self.routes
+                        .get(&from)
+                        .is_some_and(|r| r.keys().any(|(j, site)| *j == i && site == s.site))
+                });
                 if !routed {
                     self.stats.ignored += 1;
                     return;
                 }
-                let own = self
-                    .sender
-                    .as_ref()
-                    .is_some_and(|(tx, _)| tx.transfer(s.transfer).is_some());
+                let own = own_service.is_some();
                 if own {
                     let (tx, _) = self.sender.as_mut().expect("checked");
                     tx.handle_status(&s, now);

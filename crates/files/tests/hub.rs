@@ -1359,3 +1359,50 @@ fn a_file_of_one_service_does_not_replace_a_file_of_another() {
     let scratch = dir.path().join("inbox/SCRATCH/eod/prices.csv");
     assert_eq!(std::fs::read(scratch).unwrap(), b"forged\n");
 }
+
+/// A peer speaks for a site only in the services it was heard present for: a
+/// connection present for edge1 in REF cannot say edge1 failed (or has) a FILES file.
+#[test]
+fn a_site_is_spoken_for_only_in_the_services_it_is_present_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES", "REF"]);
+    let now = Instant::now();
+    let in_ref = Rights {
+        publish: 0,
+        subscribe: 0b10,
+    };
+    let present = FilesMessage::Present {
+        site: "edge1",
+        service: "REF",
+    };
+    h.handle(Peer::Conn(5), "edge1", in_ref, &encode(&present), now);
+    let data = b"eod\n".to_vec();
+    put(
+        &mut h,
+        Rights::ALL,
+        1,
+        "FILES",
+        &data,
+        Sha256::digest(&data).into(),
+    );
+    let transfer = report(&mut h)[0].0;
+    let failed = FilesMessage::Status(tickwire_files::wire::Status {
+        transfer,
+        site: "edge1",
+        state: tickwire_files::wire::SiteState::Failed,
+        have: 0,
+        missing: vec![],
+        reason: "not from edge1's FILES route",
+    });
+    let ignored = h.stats().ignored;
+    h.handle(
+        Peer::Conn(5),
+        "edge1",
+        Rights::default(),
+        &encode(&failed),
+        now,
+    );
+    assert_eq!(h.stats().ignored, ignored + 1);
+    let states: Vec<String> = report(&mut h).into_iter().map(|r| r.3).collect();
+    assert!(!states.iter().any(|s| s == "failed"), "{states:?}");
+}

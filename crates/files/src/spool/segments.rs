@@ -126,7 +126,7 @@ impl Segments {
             );
         }
         let s = self.open.get_mut(&id).expect("opened above");
-        if at + size > s.end {
+        if !at.checked_add(size).is_some_and(|end| end <= s.end) {
             return false;
         }
         s.held += size;
