@@ -126,8 +126,9 @@ impl Segments {
             );
         }
         let s = self.open.get_mut(&id).expect("opened above");
-        if !at.checked_add(size).is_some_and(|end| end <= s.end) {
-            return false;
+        match at.checked_add(size) {
+            Some(end) if end <= s.end => {}
+            _ => return false,
         }
         s.held += size;
         s.files += 1;
