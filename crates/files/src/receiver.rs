@@ -321,10 +321,15 @@ impl Receiver {
     /// Reopens a partial file a previous run of this site left (its manifest kept by
     /// the driver beside it), so chunks that arrive before the next offer are taken.
     pub fn resume(&mut self, m: Manifest, now: Instant, store: &mut dyn Store) {
-        if self.incoming.contains_key(&m.transfer) || self.done.contains(&m.transfer) {
+        if self.incoming.contains_key(&m.transfer) {
             return;
         }
         let transfer = m.transfer;
+        if self.done.contains(&transfer) {
+            // Arrived before a crash that left its map and manifest behind: they go.
+            store.discard(transfer);
+            return;
+        }
         self.start(m, 0, now, store);
         // Refused now (its name, or a size over a limit lowered since): what it left
         // on the disk goes.
@@ -639,10 +644,10 @@ impl Receiver {
 mod tests {
     use super::*;
 
-    /// A store that keeps nothing and counts the bytes of the chunk maps it is asked
-    /// to save.
+    /// A store that keeps nothing, counts the bytes of the chunk maps it is asked to
+    /// save and notes the transfers it is told to discard.
     #[derive(Default)]
-    struct MapBytes(u64);
+    struct MapBytes(u64, Vec<u64>);
 
     impl Store for MapBytes {
         fn open(&mut self, _: &Manifest) -> std::io::Result<Option<ChunkMap>> {
@@ -662,7 +667,9 @@ mod tests {
         fn commit(&mut self, _: &Manifest) -> std::io::Result<bool> {
             Ok(true)
         }
-        fn discard(&mut self, _: u64) {}
+        fn discard(&mut self, transfer: u64) {
+            self.1.push(transfer);
+        }
     }
 
     /// Map bytes saved per chunk received, for a file of `chunks` chunks of 1 KiB (the
@@ -697,6 +704,19 @@ mod tests {
         }
         assert_eq!(rx.stats().chunks, u64::from(chunks - 1));
         store.0 / u64::from(chunks - 1)
+    }
+
+    /// A transfer that arrived before a crash which left its map and manifest behind is
+    /// not resumed: they are discarded.
+    #[test]
+    fn what_an_arrived_file_left_behind_is_discarded_on_resume() {
+        let now = Instant::now();
+        let mut rx = Receiver::new(ReceiverConfig::new("site", vec!["FILES".into()]), now);
+        rx.remember_done([7]);
+        let mut store = MapBytes::default();
+        rx.resume(Manifest::sample(7, "eod.csv", 3), now, &mut store);
+        assert_eq!(store.1, vec![7]);
+        assert_eq!(rx.partials(), 0);
     }
 
     /// Each save writes the whole map (a bit per chunk): saved every `save_every`
