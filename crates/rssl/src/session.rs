@@ -1072,7 +1072,9 @@ impl Session {
             return;
         };
         let state = RwfState {
-            stream: rwf_stream_state(state.stream, s.streaming),
+            // Open, even for a snapshot: the node still owes its image (its service is
+            // down, say), and RWF's NON_STREAMING would end the stream.
+            stream: rwf_stream_state(state.stream, true),
             data: rwf_data_state(state.data),
             code: rwf_code(state.code),
             text: state.text.as_bytes(),

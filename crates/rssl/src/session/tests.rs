@@ -1221,3 +1221,56 @@ fn provider_says(s: &mut Session, m: &[u8]) -> Vec<String> {
     s.on_client_message(m, &mut to_node, &mut Vec::new());
     node_messages(&to_node)
 }
+
+/// A consumer's snapshot request for TRI.N (its stream 5, the node's 1) whose service
+/// is down: the node's status says it waits, open and suspect. What the consumer got.
+fn snapshot_waiting() -> (Session, Vec<Vec<u8>>) {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    request_directory(&mut s, &mut to_node, &mut out);
+    s.on_client_message(
+        &item_request(5, 0, Some(b"TRI.N"), &[]),
+        &mut to_node,
+        &mut out,
+    );
+    assert!(node_messages(&to_node)[0].contains("streaming: false"));
+    out.clear();
+    let mut waiting = Vec::new();
+    Message::Status(Status {
+        stream_id: 1,
+        state: State {
+            stream: StreamState::Open,
+            data: DataState::Suspect,
+            code: ncode::SERVICE_DOWN,
+            text: "service \"FEED\" is down",
+        },
+    })
+    .encode(&mut waiting)
+    .unwrap();
+    deliver(&mut s, &waiting, &mut out);
+    (s, out)
+}
+
+/// RWF's NON_STREAMING would end the snapshot: its image would find no stream.
+#[test]
+fn a_snapshot_waiting_for_a_down_service_stays_open_for_its_image() {
+    let (mut s, mut out) = snapshot_waiting();
+    let st = Msg::decode(&out[0]).unwrap().state.unwrap();
+    assert_eq!((st.stream, st.data), (stream::OPEN, data::SUSPECT));
+    out.clear();
+    deliver(&mut s, &refresh_and_update(1, no_fields()), &mut out);
+    let image = Msg::decode(&out[0]).unwrap();
+    assert_eq!((image.class, image.stream_id), (class::REFRESH, 5));
+    assert_eq!(image.state.unwrap().stream, stream::NON_STREAMING);
+    assert_eq!(s.stream_count(), 0, "the image ends it");
+}
+
+#[test]
+fn a_snapshot_waiting_for_a_down_service_closed_by_the_consumer_is_closed_at_the_node() {
+    let (mut s, _) = snapshot_waiting();
+    let mut close = Vec::new();
+    put_close(&mut close, domain::MARKET_PRICE, 5);
+    let mut to_node = Vec::new();
+    s.on_client_message(&close, &mut to_node, &mut Vec::new());
+    assert_eq!(node_messages(&to_node), ["Close { stream_id: 1 }"]);
+}
