@@ -434,9 +434,14 @@ impl ProviderLink {
                 let rssl = match self.streams.get(&r.stream_id) {
                     Some(&s) => s,
                     None => {
-                        let s = self.next_stream;
-                        self.next_stream =
-                            self.next_stream.checked_add(1).unwrap_or(FIRST_ITEM_STREAM);
+                        // Past a wrap, the ids still open are skipped.
+                        let s = loop {
+                            let s = self.next_stream;
+                            self.next_stream = s.checked_add(1).unwrap_or(FIRST_ITEM_STREAM);
+                            if !self.by_rssl.contains_key(&s) {
+                                break s;
+                            }
+                        };
                         self.streams.insert(r.stream_id, s);
                         self.by_rssl.insert(
                             s,
@@ -929,5 +934,20 @@ mod tests {
         );
         let open = StreamState::Open;
         assert_eq!(got, [(901, open, Suspect), (902, open, Suspect)]);
+    }
+
+    #[test]
+    fn the_links_stream_ids_wrap_around_the_open_ones() {
+        let (mut link, _, mut out) = serving_prov();
+        ask(&mut link, 900, "A", &mut out); // on 5, still open
+        link.next_stream = i32::MAX;
+        ask(&mut link, 901, "B", &mut out);
+        ask(&mut link, 902, "C", &mut out);
+        let sids: Vec<i32> = out[out.len() - 2..]
+            .iter()
+            .map(|m| Msg::decode(m).unwrap().stream_id)
+            .collect();
+        assert_eq!(sids, [i32::MAX, 6]);
+        assert_eq!(link.by_rssl[&5].native, 900);
     }
 }
