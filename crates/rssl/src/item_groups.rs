@@ -16,7 +16,7 @@
 
 use crate::directory::{GroupChange, ServiceInfo};
 use crate::rwf::msg::{stream, RwfState};
-use crate::session::native_state;
+use crate::session::ProvidedItem;
 use rustc_hash::FxHashMap;
 use tickwire_proto::{Message, ServiceState, Status, StreamState};
 
@@ -126,15 +126,17 @@ impl ItemGroups {
 
     /// The node was told `service` is in `state`: where that changes it, the node
     /// changed the service's items on its own (their state follows the service's), and
-    /// the next group state is news for them, whatever was given before.
-    pub(crate) fn service_told(&mut self, service: u16, state: ServiceState) {
-        if self
+    /// the next group state is news for them, whatever was given before. True where it
+    /// changes it.
+    pub(crate) fn service_told(&mut self, service: u16, state: ServiceState) -> bool {
+        let changed = self
             .services_told
             .insert(service, state)
-            .is_some_and(|was| was != state)
-        {
+            .is_some_and(|was| was != state);
+        if changed {
             self.service_changed(service);
         }
+        changed
     }
 
     /// The node changed the items of `service` on its own (the provider's directory
@@ -267,20 +269,27 @@ impl ItemGroups {
         out
     }
 
-    /// Applies `changes` and writes each item's status for the node:
-    /// `node_stream(item, closed)` gives the item's stream at the node (None: the item
-    /// is not served), and forgets the item where its stream is `closed`.
+    /// Applies `changes` and writes each item's status for the node: `items` holds
+    /// the items served (an item not there is skipped), and loses those whose stream
+    /// the news closes; `closed(item)` is told of each of those.
     pub(crate) fn apply_to_node(
         &mut self,
         changes: &[(u16, GroupChange<'_>)],
         to_node: &mut Vec<u8>,
-        mut node_stream: impl FnMut(i32, bool) -> Option<u32>,
+        items: &mut FxHashMap<i32, ProvidedItem>,
+        mut closed: impl FnMut(&ProvidedItem),
     ) {
-        for (item, state) in self.apply(changes) {
-            let state = native_state(&state);
-            let Some(stream_id) = node_stream(item, state.stream != StreamState::Open) else {
+        for (id, state) in self.apply(changes) {
+            let Some(item) = items.get_mut(&id) else {
                 continue;
             };
+            let state = item.state(&state);
+            let stream_id = item.native;
+            if state.stream != StreamState::Open {
+                if let Some(item) = items.remove(&id) {
+                    closed(&item);
+                }
+            }
             let _ = Message::Status(Status { stream_id, state }).encode(to_node);
         }
     }

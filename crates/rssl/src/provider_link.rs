@@ -16,9 +16,8 @@ use crate::item_groups::{self, ItemGroups};
 use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
-use crate::sequence::ItemSeq;
 use crate::session::{
-    native_refresh, native_state, native_update, provider_fields_to_native, Outbox,
+    native_refresh, native_update, provider_fields_to_native, service_told, Outbox, ProvidedItem,
 };
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -56,15 +55,6 @@ enum Phase {
     Open,
 }
 
-/// One item stream to the provider.
-struct ItemStream {
-    /// The node's stream it serves.
-    native: u32,
-    seq: ItemSeq,
-    /// The provider's service id.
-    service: u16,
-}
-
 /// One provider connection's translation, without I/O.
 pub struct ProviderLink {
     dict: Arc<RwfDictionary>,
@@ -75,7 +65,7 @@ pub struct ProviderLink {
     by_name: FxHashMap<String, u16>,
     /// Item streams: the node's stream to the provider's, and back.
     streams: FxHashMap<u32, i32>,
-    by_rssl: FxHashMap<i32, ItemStream>,
+    by_rssl: FxHashMap<i32, ProvidedItem>,
     /// The items' groups, by the provider's stream (its directory speaks of groups).
     groups: ItemGroups,
     next_stream: i32,
@@ -319,7 +309,7 @@ impl ProviderLink {
             self.services.insert(e.id, name.clone());
             self.by_name.insert(name.clone(), e.id);
             if let Some(state) = state {
-                self.groups.service_told(e.id, state);
+                service_told(&mut self.groups, &mut self.by_rssl, e.id, state);
                 changed.push((name, state));
             }
         }
@@ -335,15 +325,11 @@ impl ProviderLink {
     /// The directory's news of item groups (`item_groups`): a status to each item
     /// whose state it gives; the items it closes are forgotten.
     fn apply_groups(&mut self, changes: &[(u16, GroupChange<'_>)], to_node: &mut Vec<u8>) {
-        let (by_rssl, streams) = (&mut self.by_rssl, &mut self.streams);
-        self.groups.apply_to_node(changes, to_node, |rssl, closed| {
-            let native = by_rssl.get(&rssl)?.native;
-            if closed {
-                by_rssl.remove(&rssl);
-                streams.remove(&native);
-            }
-            Some(native)
-        });
+        let streams = &mut self.streams;
+        self.groups
+            .apply_to_node(changes, to_node, &mut self.by_rssl, |item| {
+                streams.remove(&item.native);
+            });
     }
 
     /// The provider's fields in `self.fields` as the node's; false if malformed.
@@ -367,16 +353,14 @@ impl ProviderLink {
             return;
         };
         self.groups.set(m.stream_id, item.service, m.group_id);
-        let (native, seq) = (item.native, item.seq.refresh(m.seq));
         let key = m.key.clone().unwrap_or_default();
         let service = key
             .service_id
             .and_then(|id| self.services.get(&id))
-            .cloned()
-            .unwrap_or_default();
-        let name = String::from_utf8_lossy(key.name.unwrap_or(b"")).into_owned();
+            .map_or("", String::as_str);
+        let name = String::from_utf8_lossy(key.name.unwrap_or(b""));
         let solicited = m.flags & msg::refresh::SOLICITED != 0;
-        let refresh = native_refresh(m, native, seq, solicited, &service, &name, &self.fields);
+        let refresh = native_refresh(m, item, solicited, service, &name, &self.fields);
         let _ = Message::Refresh(refresh).encode(to_node);
     }
 
@@ -400,7 +384,7 @@ impl ProviderLink {
         self.groups.set(m.stream_id, item.service, m.group_id);
         let native = item.native;
         let Some(s) = m.state else { return };
-        let state = native_state(&s);
+        let state = item.state(&s);
         if state.stream != StreamState::Open {
             self.by_rssl.remove(&m.stream_id);
             self.groups.remove(m.stream_id);
@@ -443,14 +427,8 @@ impl ProviderLink {
                             }
                         };
                         self.streams.insert(r.stream_id, s);
-                        self.by_rssl.insert(
-                            s,
-                            ItemStream {
-                                native: r.stream_id,
-                                seq: ItemSeq::default(),
-                                service: service_id,
-                            },
-                        );
+                        self.by_rssl
+                            .insert(s, ProvidedItem::new(r.stream_id, service_id));
                         s
                     }
                 };
@@ -934,6 +912,45 @@ mod tests {
         );
         let open = StreamState::Open;
         assert_eq!(got, [(901, open, Suspect), (902, open, Suspect)]);
+    }
+
+    #[test]
+    fn a_status_with_data_state_no_change_leaves_the_items_data_state() {
+        use tickwire_proto::DataState::{Ok as Fine, Suspect};
+        let (mut link, mut to_node, mut out) = serving_three_items();
+        let mut status = |link: &mut ProviderLink, data: u8| {
+            let mut st = Vec::new();
+            let state = RwfState::new(stream::OPEN, data, msg::code::NONE, "text");
+            msg::put_status(&mut st, domain::MARKET_PRICE, 5, &state, None, false);
+            to_node.clear();
+            link.on_provider_message(&st, &mut to_node, &mut out)
+                .unwrap();
+            statuses(&to_node)
+        };
+        let open = StreamState::Open;
+        assert_eq!(
+            status(&mut link, msg::data::SUSPECT),
+            [(901, open, Suspect)]
+        );
+        assert_eq!(
+            status(&mut link, msg::data::NO_CHANGE),
+            [(901, open, Suspect)]
+        );
+        assert_eq!(status(&mut link, msg::data::OK), [(901, open, Fine)]);
+        assert_eq!(status(&mut link, msg::data::NO_CHANGE), [(901, open, Fine)]);
+        // The node makes the items of a service gone down suspect.
+        for state in [0, 1] {
+            link.on_provider_message(
+                &directory_update(Some(state)),
+                &mut Vec::new(),
+                &mut Vec::new(),
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            status(&mut link, msg::data::NO_CHANGE),
+            [(901, open, Suspect)]
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! same slow-consumer policy, same entitlements.
 
 use crate::dictionary::{Downloads, RwfDictionary};
+use crate::item_groups::ItemGroups;
 use crate::rwf::container::{
     filter_action, map_action, put_array, ArrayIter, ElementIter, ElementListWriter,
     FieldListWriter, FilterListWriter, MapWriter,
@@ -27,6 +28,7 @@ use crate::rwf::msg::{
 };
 use crate::rwf::primitive::{self, dt};
 use crate::rwf::RwfError;
+use crate::sequence::ItemSeq;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_proto::{
@@ -1266,29 +1268,74 @@ pub(crate) fn native_update<'a>(
     }
 }
 
-/// A provider's RWF refresh as the node's, on the node's stream at `seq`, for
-/// `service`/`name`, its fields already in the node's encoding (as [`native_update`]);
-/// `solicited` is the provider's own flag, or false where the node asked for nothing.
+/// A provider's RWF refresh of `item` as the node's, for `service`/`name`, its fields
+/// already in the node's encoding (as [`native_update`]); `solicited` is the provider's
+/// own flag, or false where the node asked for nothing.
 #[inline]
 pub(crate) fn native_refresh<'a>(
     m: &Msg<'a>,
-    stream_id: u32,
-    seq: u32,
+    item: &mut ProvidedItem,
     solicited: bool,
     service: &'a str,
     name: &'a str,
     fields: &'a [u8],
 ) -> Refresh<'a> {
     Refresh {
-        stream_id,
-        seq,
+        stream_id: item.native,
+        seq: item.seq.refresh(m.seq),
         complete: m.flags & refresh::REFRESH_COMPLETE != 0,
         solicited,
         clear_cache: m.flags & refresh::CLEAR_CACHE != 0,
-        state: m.state.map_or(State::OPEN_OK, |s| native_state(&s)),
+        state: m.state.map_or(State::OPEN_OK, |s| item.state(&s)),
         service,
         name,
         fields: FieldList::from_trusted(fields),
+    }
+}
+
+/// An item a provider publishes through the node, by either kind of provider.
+#[derive(Debug)]
+pub(crate) struct ProvidedItem {
+    /// The node's stream it is on.
+    pub(crate) native: u32,
+    pub(crate) seq: ItemSeq,
+    /// The provider's service id.
+    pub(crate) service: u16,
+    /// Its data state at the node: what RWF's NO_CHANGE leaves it.
+    pub(crate) data: DataState,
+}
+
+impl ProvidedItem {
+    /// An item on the node's stream `native`, suspect until a state says otherwise.
+    pub(crate) fn new(native: u32, service: u16) -> Self {
+        ProvidedItem {
+            native,
+            seq: ItemSeq::default(),
+            service,
+            data: DataState::Suspect,
+        }
+    }
+
+    /// A state the provider gives the item, as the node's.
+    pub(crate) fn state<'a>(&mut self, s: &RwfState<'a>) -> State<'a> {
+        let state = native_state(s, self.data);
+        self.data = state.data;
+        state
+    }
+}
+
+/// The node was told that the provider's `service` is in `state`: its groups hear of
+/// it, and a service gone down made its items suspect at the node.
+pub(crate) fn service_told(
+    groups: &mut ItemGroups,
+    items: &mut FxHashMap<i32, ProvidedItem>,
+    service: u16,
+    state: ServiceState,
+) {
+    if groups.service_told(service, state) && state == ServiceState::Down {
+        for item in items.values_mut().filter(|i| i.service == service) {
+            item.data = DataState::Suspect;
+        }
     }
 }
 
@@ -1310,8 +1357,9 @@ pub(crate) fn provider_fields_to_native(
     .is_ok()
 }
 
-/// An RWF state as the node's (stream and data state, the codes the node has, text).
-pub(crate) fn native_state<'a>(s: &RwfState<'a>) -> State<'a> {
+/// An RWF state as the node's (stream and data state, the codes the node has, text),
+/// for an item whose data state is `was` (RWF's NO_CHANGE keeps it).
+pub(crate) fn native_state<'a>(s: &RwfState<'a>, was: DataState) -> State<'a> {
     State {
         stream: match s.stream {
             stream::OPEN => StreamState::Open,
@@ -1319,10 +1367,10 @@ pub(crate) fn native_state<'a>(s: &RwfState<'a>) -> State<'a> {
             stream::CLOSED_RECOVER => StreamState::ClosedRecover,
             _ => StreamState::Closed,
         },
-        data: if s.data == data::SUSPECT {
-            DataState::Suspect
-        } else {
-            DataState::Ok
+        data: match s.data {
+            data::SUSPECT => DataState::Suspect,
+            data::NO_CHANGE => was,
+            _ => DataState::Ok,
         },
         code: match s.code {
             code::NOT_FOUND => ncode::NOT_FOUND,

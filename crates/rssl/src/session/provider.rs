@@ -9,7 +9,8 @@
 //! comes back on the provider's stream.
 
 use super::{
-    native_refresh, native_state, native_update, provider_fields_to_native, Outbox, Session,
+    native_refresh, native_update, provider_fields_to_native, service_told, Outbox, ProvidedItem,
+    Session,
 };
 use crate::directory::encode_node_directory;
 use crate::item_groups::{self, ItemGroups};
@@ -24,7 +25,7 @@ pub(super) struct Provider {
     /// Its services: its id to the name.
     services: FxHashMap<u16, String>,
     /// Its item streams (MarketPrice): its stream id to the node's.
-    items: FxHashMap<i32, ProviderItem>,
+    items: FxHashMap<i32, ProvidedItem>,
     /// The node's stream ids back to the provider's.
     by_native: FxHashMap<u32, i32>,
     /// The items' groups, by the provider's stream (its directory speaks of groups).
@@ -37,14 +38,6 @@ pub(super) struct Provider {
     /// first (the node logs it once).
     pub skipped_fields: u64,
     pub first_skipped: Option<i16>,
-}
-
-#[derive(Debug)]
-struct ProviderItem {
-    native: u32,
-    seq: crate::sequence::ItemSeq,
-    /// The provider's service id.
-    service: u16,
 }
 
 /// Most services and item streams one provider may hold (the node's own limits apply
@@ -67,7 +60,7 @@ impl Session {
             (class::CLOSE, domain::SOURCE) => {
                 let p = self.provider.as_mut().expect("a provider");
                 for &id in p.services.keys() {
-                    p.groups.service_told(id, ServiceState::Down);
+                    service_told(&mut p.groups, &mut p.items, id, ServiceState::Down);
                 }
                 let services = p
                     .services
@@ -120,7 +113,7 @@ impl Session {
             }
             p.services.insert(e.id, name.clone());
             if let Some(state) = state {
-                p.groups.service_told(e.id, state);
+                service_told(&mut p.groups, &mut p.items, e.id, state);
                 announced.push((name, state));
             }
         }
@@ -131,15 +124,11 @@ impl Session {
             encode_node_directory(services, false, to_node);
         }
         if !groups.is_empty() {
-            let (items, by_native) = (&mut p.items, &mut p.by_native);
-            p.groups.apply_to_node(&groups, to_node, |stream, closed| {
-                let native = items.get(&stream)?.native;
-                if closed {
-                    items.remove(&stream);
-                    by_native.remove(&native);
-                }
-                Some(native)
-            });
+            let by_native = &mut p.by_native;
+            p.groups
+                .apply_to_node(&groups, to_node, &mut p.items, |item| {
+                    by_native.remove(&item.native);
+                });
         }
     }
 
@@ -153,46 +142,38 @@ impl Session {
             self.refuse(out, m, msg::code::USAGE_ERROR, text);
             return;
         };
-        let native = match p.items.get(&m.stream_id) {
-            Some(i) => i.native,
-            None if p.items.len() >= MAX_PROVIDER_ITEMS => {
+        if !p.items.contains_key(&m.stream_id) {
+            if p.items.len() >= MAX_PROVIDER_ITEMS {
                 let text = format!("a provider may publish at most {MAX_PROVIDER_ITEMS} items");
                 self.refuse(out, m, msg::code::TOO_MANY_ITEMS, &text);
                 return;
             }
-            None => {
-                // The publisher's own stream ids stay below the node's (from 2^31), and
-                // past a wrap skip the ids still open.
-                let native = loop {
-                    p.next_native = match p.next_native.wrapping_add(1) {
-                        n if n == 0 || n >= 0x8000_0000 => 1,
-                        n => n,
-                    };
-                    if !p.by_native.contains_key(&p.next_native) {
-                        break p.next_native;
-                    }
+            // The publisher's own stream ids stay below the node's (from 2^31), and
+            // past a wrap skip the ids still open.
+            let native = loop {
+                p.next_native = match p.next_native.wrapping_add(1) {
+                    n if n == 0 || n >= 0x8000_0000 => 1,
+                    n => n,
                 };
-                let item = ProviderItem {
-                    native,
-                    seq: Default::default(),
-                    service: key.service_id.unwrap_or_default(),
-                };
-                p.items.insert(m.stream_id, item);
-                p.by_native.insert(native, m.stream_id);
-                native
-            }
-        };
+                if !p.by_native.contains_key(&p.next_native) {
+                    break p.next_native;
+                }
+            };
+            let item = ProvidedItem::new(native, key.service_id.unwrap_or_default());
+            p.items.insert(m.stream_id, item);
+            p.by_native.insert(native, m.stream_id);
+        }
         if !self.provider_fields(m.payload) {
             return;
         }
         let p = self.provider.as_mut().expect("a provider");
+        let Some(item) = p.items.get_mut(&m.stream_id) else {
+            return;
+        };
+        p.groups.set(m.stream_id, item.service, m.group_id);
         let name = String::from_utf8_lossy(name);
-        let seq = p.items.get_mut(&m.stream_id).map_or(0, |i| {
-            p.groups.set(m.stream_id, i.service, m.group_id);
-            i.seq.refresh(m.seq)
-        });
         // Unasked: the node requested nothing of a non-interactive provider.
-        let refresh = native_refresh(m, native, seq, false, &service, &name, &p.fields);
+        let refresh = native_refresh(m, item, false, &service, &name, &p.fields);
         let _ = Message::Refresh(refresh).encode(to_node);
     }
 
@@ -220,7 +201,7 @@ impl Session {
         p.groups.set(m.stream_id, item.service, m.group_id);
         let native = item.native;
         let state = match (m.class, m.state) {
-            (class::STATUS, Some(s)) => native_state(&s),
+            (class::STATUS, Some(s)) => item.state(&s),
             _ => State::closed(
                 tickwire_proto::code::NOT_FOUND,
                 "the provider closed the item",
