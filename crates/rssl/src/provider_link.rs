@@ -341,6 +341,7 @@ impl ProviderLink {
             &mut self.skipped_fields,
             &mut self.first_skipped,
         )
+        .is_ok()
     }
 
     fn on_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {

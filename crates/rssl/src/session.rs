@@ -1341,20 +1341,19 @@ pub(crate) fn service_told(
 
 /// A provider's RWF field list as the node's, in `out` (cleared first). The fields the
 /// dictionary leaves out are counted in `skipped`, and the first of them ever is kept
-/// in `first_skipped` (the node logs it once). False if the field list is malformed.
+/// in `first_skipped` (the node logs it once). An error if the field list is malformed.
 pub(crate) fn provider_fields_to_native(
     dict: &RwfDictionary,
     rwf: &[u8],
     out: &mut Vec<u8>,
     skipped: &mut u64,
     first_skipped: &mut Option<i16>,
-) -> bool {
+) -> Result<(), RwfError> {
     out.clear();
     dict.to_native(rwf, out, |fid| {
         *skipped += 1;
         first_skipped.get_or_insert(fid);
     })
-    .is_ok()
 }
 
 /// An RWF state as the node's (stream and data state, the codes the node has, text),

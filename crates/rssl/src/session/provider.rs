@@ -16,8 +16,10 @@ use crate::directory::encode_node_directory;
 use crate::item_groups::{self, ItemGroups};
 use crate::rwf::msg::{self, class, domain, put_status, Msg, RwfState};
 use crate::rwf::primitive::dt;
+use crate::rwf::RwfError;
 use rustc_hash::FxHashMap;
-use tickwire_proto::{DataState, Message, ServiceState, State, Status, StreamState};
+use std::collections::hash_map::Entry;
+use tickwire_proto::{code, DataState, Message, ServiceState, State, Status, StreamState};
 
 /// What a provider connection publishes.
 #[derive(Debug, Default)]
@@ -136,39 +138,41 @@ impl Session {
         let p = self.provider.as_mut().expect("a provider");
         let key = m.key.clone().unwrap_or_default();
         let service = key.service_id.and_then(|id| p.services.get(&id)).cloned();
-        let (Some(service), Some(name)) = (service, key.name) else {
+        let (Some(service), Some(service_id), Some(name)) = (service, key.service_id, key.name)
+        else {
             let text =
                 "a refresh needs a key with a service id from the provider's directory and a name";
             self.refuse(out, m, msg::code::USAGE_ERROR, text);
             return;
         };
-        if !p.items.contains_key(&m.stream_id) {
-            if p.items.len() >= MAX_PROVIDER_ITEMS {
-                let text = format!("a provider may publish at most {MAX_PROVIDER_ITEMS} items");
-                self.refuse(out, m, msg::code::TOO_MANY_ITEMS, &text);
-                return;
-            }
-            // The publisher's own stream ids stay below the node's (from 2^31), and
-            // past a wrap skip the ids still open.
-            let native = loop {
-                p.next_native = match p.next_native.wrapping_add(1) {
-                    n if n == 0 || n >= 0x8000_0000 => 1,
-                    n => n,
-                };
-                if !p.by_native.contains_key(&p.next_native) {
-                    break p.next_native;
-                }
-            };
-            let item = ProvidedItem::new(native, key.service_id.unwrap_or_default());
-            p.items.insert(m.stream_id, item);
-            p.by_native.insert(native, m.stream_id);
+        if !p.items.contains_key(&m.stream_id) && p.items.len() >= MAX_PROVIDER_ITEMS {
+            let text = format!("a provider may publish at most {MAX_PROVIDER_ITEMS} items");
+            self.refuse(out, m, msg::code::TOO_MANY_ITEMS, &text);
+            return;
         }
-        if !self.provider_fields(m.payload) {
+        // The fields before the item takes a stream.
+        if let Err(e) = self.provider_fields(m.payload) {
+            self.refuse_malformed(m, &e, to_node, out);
             return;
         }
         let p = self.provider.as_mut().expect("a provider");
-        let Some(item) = p.items.get_mut(&m.stream_id) else {
-            return;
+        let item = match p.items.entry(m.stream_id) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                // The publisher's own stream ids stay below the node's (from 2^31), and
+                // past a wrap skip the ids still open.
+                let native = loop {
+                    p.next_native = match p.next_native.wrapping_add(1) {
+                        n if n == 0 || n >= 0x8000_0000 => 1,
+                        n => n,
+                    };
+                    if !p.by_native.contains_key(&p.next_native) {
+                        break p.next_native;
+                    }
+                };
+                p.by_native.insert(native, m.stream_id);
+                v.insert(ProvidedItem::new(native, service_id))
+            }
         };
         p.groups.set(m.stream_id, item.service, m.group_id);
         let name = String::from_utf8_lossy(name);
@@ -177,12 +181,35 @@ impl Session {
         let _ = Message::Refresh(refresh).encode(to_node);
     }
 
+    /// A refresh whose fields do not decode: the provider's stream is closed with the
+    /// reason, and so is the item at the node if it had one.
+    fn refuse_malformed(
+        &mut self,
+        m: &Msg<'_>,
+        e: &RwfError,
+        to_node: &mut Vec<u8>,
+        out: &mut impl Outbox,
+    ) {
+        let text = format!("the refresh's field list does not decode: {e}");
+        let p = self.provider.as_mut().expect("a provider");
+        if let Some(item) = p.items.remove(&m.stream_id) {
+            p.by_native.remove(&item.native);
+            p.groups.remove(m.stream_id);
+            let _ = Message::Status(Status {
+                stream_id: item.native,
+                state: State::closed(code::MALFORMED, &text),
+            })
+            .encode(to_node);
+        }
+        self.refuse(out, m, msg::code::USAGE_ERROR, &text);
+    }
+
     fn on_provider_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
         let p = self.provider.as_ref().expect("a provider");
         let Some(native) = p.items.get(&m.stream_id).map(|i| i.native) else {
             return; // an update before its refresh: nothing to apply it to
         };
-        if !self.provider_fields(m.payload) {
+        if self.provider_fields(m.payload).is_err() {
             return;
         }
         let p = self.provider.as_mut().expect("a provider");
@@ -202,10 +229,9 @@ impl Session {
         let native = item.native;
         let state = match (m.class, m.state) {
             (class::STATUS, Some(s)) => item.state(&s),
-            _ => State::closed(
-                tickwire_proto::code::NOT_FOUND,
-                "the provider closed the item",
-            ),
+            // No state: the item only moved to another group (set above).
+            (class::STATUS, None) => return,
+            _ => State::closed(code::NOT_FOUND, "the provider closed the item"),
         };
         if state.stream != StreamState::Open {
             p.items.remove(&m.stream_id);
@@ -219,9 +245,9 @@ impl Session {
         .encode(to_node);
     }
 
-    /// The provider's field list in `provider.fields` as the node's; false if it is
-    /// malformed (the item is refused with the reason).
-    fn provider_fields(&mut self, rwf: &[u8]) -> bool {
+    /// The provider's field list in `provider.fields` as the node's; an error if it is
+    /// malformed.
+    fn provider_fields(&mut self, rwf: &[u8]) -> Result<(), RwfError> {
         let p = self.provider.as_mut().expect("a provider");
         provider_fields_to_native(
             &self.cfg.dictionary,
@@ -252,10 +278,9 @@ impl Session {
         // the item is forgotten here, so its updates stop going to a dead stream.
         let (native, state) = match m {
             Message::Status(s) => (s.stream_id, s.state),
-            Message::Close { stream_id } => (
-                *stream_id,
-                State::closed(tickwire_proto::code::NONE, "closed by the node"),
-            ),
+            Message::Close { stream_id } => {
+                (*stream_id, State::closed(code::NONE, "closed by the node"))
+            }
             _ => return,
         };
         let p = self.provider.as_mut().expect("a provider");

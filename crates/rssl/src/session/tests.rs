@@ -1274,3 +1274,72 @@ fn a_snapshot_waiting_for_a_down_service_closed_by_the_consumer_is_closed_at_the
     s.on_client_message(&close, &mut to_node, &mut Vec::new());
     assert_eq!(node_messages(&to_node), ["Close { stream_id: 1 }"]);
 }
+
+/// A non-interactive provider's refresh on its `stream` of item `name`, whose field
+/// list does not decode (a Real with hint 31).
+fn malformed_refresh(stream: i32, name: &[u8]) -> Vec<u8> {
+    let key = MsgKey {
+        service_id: Some(7),
+        name: Some(name),
+        name_type: Some(1),
+        ..MsgKey::default()
+    };
+    testing::refresh_in_group(stream, false, testing::DEFAULT_GROUP, Some(&key), |o, f| {
+        f.field(o, 22, |o| o.extend_from_slice(&[31, 1]))
+    })
+}
+
+#[test]
+fn a_providers_refresh_whose_fields_do_not_decode_is_refused_with_the_reason() {
+    let (mut s, _, _) = provider_with_an_item();
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(&malformed_refresh(-6, b"Y"), &mut to_node, &mut out);
+    assert!(to_node.is_empty(), "{:?}", node_messages(&to_node));
+    let refusal = Msg::decode(&out[0]).unwrap();
+    let st = refusal.state.unwrap();
+    assert_eq!(
+        (refusal.class, refusal.stream_id, st.stream),
+        (class::STATUS, -6, stream::CLOSED)
+    );
+    let text = String::from_utf8_lossy(st.text);
+    assert!(text.contains("does not decode"), "{text}");
+    // Y took no stream: the next item has the one after X's.
+    let said = provider_says(&mut s, &testing::item_refresh(-7, 7, "Z"));
+    assert!(said[0].contains("stream_id: 2,"), "{said:?}");
+    // X, published, is closed at the node too.
+    out.clear();
+    s.on_client_message(&malformed_refresh(-5, b"X"), &mut to_node, &mut out);
+    let said = node_messages(&to_node);
+    assert!(
+        said.len() == 1 && said[0].contains("stream_id: 1") && said[0].contains("Closed"),
+        "{said:?}"
+    );
+    assert_eq!(Msg::decode(&out[0]).unwrap().stream_id, -5);
+}
+
+#[test]
+fn a_providers_status_without_a_state_only_moves_the_item_to_another_group() {
+    let (mut s, _, _) = provider_with_an_item();
+    let mut st = Vec::new();
+    let w = msg::MsgWriter::begin(
+        &mut st,
+        class::STATUS,
+        domain::MARKET_PRICE,
+        -5,
+        msg::status::HAS_GROUP_ID,
+        dt::NO_DATA,
+    );
+    st.extend_from_slice(&[2, 0, 9]);
+    w.end_header(&mut st);
+    let said = provider_says(&mut s, &st);
+    assert!(said.is_empty(), "{said:?}");
+    let suspect = Some((stream::OPEN, data::SUSPECT));
+    let said = provider_says(
+        &mut s,
+        &testing::group_update(-1, 7, &[(&[0, 9], None, suspect)]),
+    );
+    assert!(
+        said.len() == 1 && said[0].contains("stream_id: 1"),
+        "X is in group 9: {said:?}"
+    );
+}
