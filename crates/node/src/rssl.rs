@@ -43,6 +43,8 @@ pub(crate) struct RsslConn {
     fin_sent: bool,
     /// A provider's unknown fields were logged (once per connection).
     skipped_logged: bool,
+    /// A provider's services past its most were logged (once per connection).
+    refused_logged: bool,
     /// The last turn stopped at its share ([`TO_NODE_SHARE`]): the channel may hold
     /// messages not handled yet.
     backlog: bool,
@@ -60,6 +62,7 @@ impl RsslConn {
             close_after_flush: false,
             fin_sent: false,
             skipped_logged: false,
+            refused_logged: false,
             backlog: false,
             peer,
         }
@@ -145,6 +148,13 @@ impl RsslConn {
                             );
                             self.skipped_logged = true;
                         }
+                    }
+                    if !self.refused_logged && self.session.refused_services() > 0 {
+                        warn!(
+                            "{peer}: RSSL provider announces more than {} services: those past it are left out",
+                            tickwire_rssl::directory::MAX_PROVIDER_SERVICES
+                        );
+                        self.refused_logged = true;
                     }
                     if self.session.finished {
                         debug!("{peer}: RSSL consumer logged out");

@@ -69,6 +69,7 @@ pub(crate) struct ProviderConn {
     to_node: Vec<u8>,
     msg: Vec<u8>,
     skipped_logged: bool,
+    refused_logged: bool,
 }
 
 impl ProviderConn {
@@ -114,6 +115,7 @@ impl ProviderConn {
             to_node: Vec::new(),
             msg: Vec::new(),
             skipped_logged: false,
+            refused_logged: false,
         }
     }
 
@@ -321,6 +323,14 @@ impl ProviderConn {
                 );
                 self.skipped_logged = true;
             }
+        }
+        if !self.refused_logged && self.link.refused_services() > 0 {
+            warn!(
+                "RSSL provider {}: announces more than {} services: those past it are left out",
+                self.address,
+                tickwire_rssl::directory::MAX_PROVIDER_SERVICES
+            );
+            self.refused_logged = true;
         }
         self.deliver(core, now);
         match closed {

@@ -4,9 +4,10 @@
 //! carries them.
 
 use crate::rwf::container::{map_action, ElementIter, FilterIter, MapIter};
-use crate::rwf::msg::RwfState;
+use crate::rwf::msg::{class, refresh, Msg, RwfState};
 use crate::rwf::primitive::{self, dt};
 use crate::rwf::RwfError;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tickwire_proto::{Directory, Message, ServiceEntry, ServiceState};
 
 /// Directory filter ids.
@@ -65,6 +66,120 @@ impl ServiceInfo<'_> {
             None if known && !self.added => None,
             None => Some(ServiceState::Up),
             said => said,
+        }
+    }
+}
+
+/// Most services one provider may announce: those past it are left out (the node's own
+/// limits apply behind this).
+pub const MAX_PROVIDER_SERVICES: usize = 1024;
+
+/// A provider's services as its directory messages gave them, for both kinds of
+/// provider: their names by the provider's ids, and back.
+#[derive(Debug, Default)]
+pub(crate) struct ProviderServices {
+    names: FxHashMap<u16, String>,
+    ids: FxHashMap<String, u16>,
+    /// The ids listed since a directory refresh that clears the cache began: the
+    /// services its last part leaves out are gone.
+    listed: Option<FxHashSet<u16>>,
+    /// Services left out at [`MAX_PROVIDER_SERVICES`] (the node logs it).
+    pub(crate) refused: u64,
+}
+
+impl ProviderServices {
+    /// The name of the provider's service `id`.
+    pub(crate) fn name(&self, id: u16) -> Option<&str> {
+        self.names.get(&id).map(String::as_str)
+    }
+
+    /// The provider's id of the service `name`.
+    pub(crate) fn id(&self, name: &str) -> Option<u16> {
+        self.ids.get(name).copied()
+    }
+
+    /// Whether it has no service.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Every service: its id and name.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u16, &str)> {
+        self.names.iter().map(|(&id, name)| (id, name.as_str()))
+    }
+
+    /// Every service forgotten (the connection is gone).
+    pub(crate) fn clear(&mut self) {
+        self.names.clear();
+        self.ids.clear();
+        self.listed = None;
+    }
+
+    /// Takes in a directory message `m` whose services are `entries`: what the node is
+    /// to be told, by id. A renamed service is down under its old name; a refresh that
+    /// clears the cache is the whole directory, and once complete the services it left
+    /// out are down and forgotten. `told` gives the state the node was last told of a
+    /// service, given again under its new name.
+    pub(crate) fn apply(
+        &mut self,
+        m: &Msg<'_>,
+        entries: &[ServiceInfo<'_>],
+        told: impl Fn(u16) -> Option<ServiceState>,
+    ) -> Vec<(u16, String, ServiceState)> {
+        let is_refresh = m.class == class::REFRESH;
+        if is_refresh && m.flags & refresh::CLEAR_CACHE != 0 {
+            self.listed = Some(FxHashSet::default());
+        }
+        let mut news = Vec::new();
+        for e in entries {
+            if let Some(listed) = &mut self.listed {
+                listed.insert(e.id);
+            }
+            let known = self.names.contains_key(&e.id);
+            let Some(name) = e.name.clone().or_else(|| self.names.get(&e.id).cloned()) else {
+                continue;
+            };
+            if !known && self.names.len() >= MAX_PROVIDER_SERVICES {
+                self.refused += 1;
+                continue;
+            }
+            let mut state = e.state_to_tell(known);
+            if let Some(old) = self.names.insert(e.id, name.clone()) {
+                if old != name {
+                    // Renamed: the new name is new to the node.
+                    self.name_gone(e.id, old, &mut news);
+                    state = state.or(told(e.id)).or(Some(ServiceState::Up));
+                }
+            }
+            self.ids.insert(name.clone(), e.id);
+            if let Some(state) = state {
+                news.push((e.id, name, state));
+            }
+        }
+        if is_refresh && m.flags & refresh::REFRESH_COMPLETE != 0 {
+            if let Some(listed) = self.listed.take() {
+                let gone: Vec<u16> = self
+                    .names
+                    .keys()
+                    .filter(|id| !listed.contains(id))
+                    .copied()
+                    .collect();
+                for id in gone {
+                    if let Some(name) = self.names.remove(&id) {
+                        self.name_gone(id, name, &mut news);
+                    }
+                }
+            }
+        }
+        news
+    }
+
+    /// `name` is no longer the service `id`'s: down at the node, unless another of the
+    /// provider's services has taken it.
+    fn name_gone(&mut self, id: u16, name: String, news: &mut Vec<(u16, String, ServiceState)>) {
+        if self.ids.get(&name) == Some(&id) {
+            self.ids.remove(&name);
+            news.push((id, name, ServiceState::Down));
         }
     }
 }

@@ -139,6 +139,11 @@ impl ItemGroups {
         changed
     }
 
+    /// The state the node was last told of `service`.
+    pub(crate) fn told(&self, service: u16) -> Option<ServiceState> {
+        self.services_told.get(&service).copied()
+    }
+
     /// The node changed the items of `service` on its own (the provider's directory
     /// closed, its services down): as [`ItemGroups::service_told`] with a change.
     fn service_changed(&mut self, service: u16) {

@@ -11,7 +11,7 @@
 //! come up again and the node asks for every item still watched.
 
 use crate::dictionary::RwfDictionary;
-use crate::directory::{encode_node_directory, GroupChange};
+use crate::directory::{encode_node_directory, GroupChange, ProviderServices};
 use crate::item_groups::{self, ItemGroups};
 use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
@@ -60,9 +60,8 @@ pub struct ProviderLink {
     dict: Arc<RwfDictionary>,
     user: String,
     phase: Phase,
-    /// The provider's services: its id to the name, and back.
-    services: FxHashMap<u16, String>,
-    by_name: FxHashMap<String, u16>,
+    /// The provider's services.
+    services: ProviderServices,
     /// Item streams: the node's stream to the provider's, and back.
     streams: FxHashMap<u32, i32>,
     by_rssl: FxHashMap<i32, ProvidedItem>,
@@ -87,8 +86,7 @@ impl ProviderLink {
             dict,
             user: user.to_string(),
             phase: Phase::LoggingIn,
-            services: FxHashMap::default(),
-            by_name: FxHashMap::default(),
+            services: ProviderServices::default(),
             streams: FxHashMap::default(),
             by_rssl: FxHashMap::default(),
             groups: ItemGroups::default(),
@@ -145,7 +143,6 @@ impl ProviderLink {
     pub fn on_lost(&mut self, to_node: &mut Vec<u8>) {
         self.announce(ServiceState::Down, to_node);
         self.services.clear();
-        self.by_name.clear();
         self.streams.clear();
         self.by_rssl.clear();
         self.groups.clear();
@@ -155,15 +152,20 @@ impl ProviderLink {
         if self.services.is_empty() {
             return;
         }
-        let services = self.services.values().map(|name| (name.as_str(), state));
+        let services = self.services.iter().map(|(_, name)| (name, state));
         encode_node_directory(services, true, to_node);
     }
 
     /// The provider's names of its services, for logs.
     pub fn service_names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.services.values().cloned().collect();
+        let mut v: Vec<String> = self.services.iter().map(|(_, n)| n.to_string()).collect();
         v.sort();
         v
+    }
+
+    /// Services left out because the provider announced more than a provider may.
+    pub fn refused_services(&self) -> u64 {
+        self.services.refused
     }
 
     /// One RWF message from the provider.
@@ -234,7 +236,7 @@ impl ProviderLink {
             })
             .encode(to_node);
         };
-        let Some(&service_id) = self.by_name.get(p.service) else {
+        let Some(service_id) = self.services.id(p.service) else {
             refuse(
                 to_node,
                 NakCode::SourceUnknown,
@@ -299,22 +301,13 @@ impl ProviderLink {
         let Ok(entries) = crate::directory::services(m.payload) else {
             return;
         };
-        let mut changed: Vec<(String, ServiceState)> = Vec::new();
         let groups = item_groups::news(&entries);
-        for e in entries {
-            let state = e.state_to_tell(self.services.contains_key(&e.id));
-            let Some(name) = e.name.or_else(|| self.services.get(&e.id).cloned()) else {
-                continue;
-            };
-            self.services.insert(e.id, name.clone());
-            self.by_name.insert(name.clone(), e.id);
-            if let Some(state) = state {
-                service_told(&mut self.groups, &mut self.by_rssl, e.id, state);
-                changed.push((name, state));
-            }
+        let news = self.services.apply(m, &entries, |id| self.groups.told(id));
+        for &(id, _, state) in &news {
+            service_told(&mut self.groups, &mut self.by_rssl, id, state);
         }
-        if !changed.is_empty() {
-            let services = changed.iter().map(|(name, state)| (name.as_str(), *state));
+        if !news.is_empty() {
+            let services = news.iter().map(|(_, name, state)| (name.as_str(), *state));
             encode_node_directory(services, true, to_node);
         }
         if !groups.is_empty() {
@@ -357,8 +350,8 @@ impl ProviderLink {
         let key = m.key.clone().unwrap_or_default();
         let service = key
             .service_id
-            .and_then(|id| self.services.get(&id))
-            .map_or("", String::as_str);
+            .and_then(|id| self.services.name(id))
+            .unwrap_or_default();
         let name = String::from_utf8_lossy(key.name.unwrap_or(b""));
         let solicited = m.flags & msg::refresh::SOLICITED != 0;
         let refresh = native_refresh(m, item, solicited, service, &name, &self.fields);
@@ -407,7 +400,7 @@ impl ProviderLink {
     ) {
         match m {
             Message::Request(r) => {
-                let Some(&service_id) = self.by_name.get(r.service) else {
+                let Some(service_id) = self.services.id(r.service) else {
                     let _ = Message::Status(Status {
                         stream_id: r.stream_id,
                         state: State::closed(code::NOT_FOUND, "the provider has no such service"),
@@ -540,12 +533,8 @@ mod tests {
     /// message prints it).
     fn assert_told(to_node: &[u8], service: &str, state: &str) {
         let said = said(to_node);
-        let service = format!("{service:?}");
-        assert!(
-            said.iter()
-                .any(|m| m.contains(&service) && m.contains(state)),
-            "{said:?}"
-        );
+        let entry = format!("name: {service:?}, {state}");
+        assert!(said.iter().any(|m| m.contains(&entry)), "{said:?}");
     }
 
     /// The node's messages a link sent, decoded.
@@ -913,6 +902,113 @@ mod tests {
         );
         let open = StreamState::Open;
         assert_eq!(got, [(901, open, Suspect), (902, open, Suspect)]);
+    }
+
+    /// The node's answer to its request for `name` of service `service`: what the link
+    /// sent the provider, and told the node.
+    fn request(link: &mut ProviderLink, service: &str, name: &str) -> (usize, Vec<String>) {
+        let (mut to_node, mut out) = (Vec::new(), Vec::new());
+        let req = Message::Request(Request::streaming(900, service, name));
+        link.on_node_message(&req, &mut to_node, &mut out);
+        (out.len(), said(&to_node))
+    }
+
+    #[test]
+    fn a_renamed_service_goes_down_under_its_old_name() {
+        let (mut link, mut to_node, mut out) = serving_prov();
+        to_node.clear();
+        let renamed = testing::service_up(DIRECTORY_STREAM, DirectoryMsg::Update, 7, b"PROV2");
+        link.on_provider_message(&renamed, &mut to_node, &mut out)
+            .unwrap();
+        assert_told(&to_node, "PROV", "state: Down");
+        assert_told(&to_node, "PROV2", "state: Up");
+        // The old name is no longer the provider's.
+        let (sent, told) = request(&mut link, "PROV", "ITEM");
+        assert_eq!(sent, 0);
+        assert!(
+            told[0].contains("the provider has no such service"),
+            "{told:?}"
+        );
+        assert_eq!(request(&mut link, "PROV2", "ITEM").0, 1);
+        assert_eq!(link.service_names(), ["PROV2"]);
+    }
+
+    #[test]
+    fn a_service_renamed_without_its_state_keeps_it_under_the_new_name() {
+        let (mut link, mut to_node, mut out) = serving_prov();
+        link.on_provider_message(&directory_update(Some(0)), &mut to_node, &mut out)
+            .unwrap();
+        to_node.clear();
+        let renamed = directory_update_of(|o, fl| testing::info(o, fl, b"PROV2"));
+        link.on_provider_message(&renamed, &mut to_node, &mut out)
+            .unwrap();
+        assert_told(&to_node, "PROV2", "state: Down");
+    }
+
+    #[test]
+    fn a_service_renamed_over_and_over_keeps_one_name() {
+        let (mut link, mut to_node, mut out) = serving_prov();
+        let name = |i: u32| format!("PROV{i}");
+        for i in 0..1000 {
+            let renamed = directory_update_of(|o, fl| testing::info(o, fl, name(i).as_bytes()));
+            link.on_provider_message(&renamed, &mut to_node, &mut out)
+                .unwrap();
+        }
+        assert_eq!(link.service_names(), [name(999)]);
+        assert!((0..999).all(|i| link.services.id(&name(i)).is_none()));
+    }
+
+    #[test]
+    fn a_service_left_out_of_a_new_directory_refresh_goes_down_and_is_forgotten() {
+        let (mut link, mut to_node, mut out) = serving_prov();
+        to_node.clear();
+        let only_other = testing::service_up(DIRECTORY_STREAM, DirectoryMsg::Anew, 8, b"OTHER");
+        link.on_provider_message(&only_other, &mut to_node, &mut out)
+            .unwrap();
+        assert_told(&to_node, "PROV", "state: Down");
+        assert_told(&to_node, "OTHER", "state: Up");
+        assert_eq!(request(&mut link, "PROV", "ITEM").0, 0);
+        assert_eq!(link.service_names(), ["OTHER"]);
+    }
+
+    #[test]
+    fn services_past_the_most_a_provider_may_announce_are_left_out() {
+        use crate::directory::MAX_PROVIDER_SERVICES;
+        use crate::rwf::container::{map_action, MapWriter};
+        let (mut link, mut to_node, mut out) = connected();
+        link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
+            .unwrap();
+        let mut dir = Vec::new();
+        let ok = testing::ok();
+        begin_refresh(
+            &mut dir,
+            domain::SOURCE,
+            DIRECTORY_STREAM,
+            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
+            dt::MAP,
+            None,
+            &ok,
+            None,
+            None,
+            false,
+        );
+        let mut map = MapWriter::begin(&mut dir, dt::UINT, dt::FILTER_LIST);
+        for id in 0..MAX_PROVIDER_SERVICES as u16 + 6 {
+            map.entry(&mut dir, map_action::ADD, &id.to_be_bytes(), |o| {
+                let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
+                testing::info(o, &mut fl, format!("S{id}").as_bytes());
+                fl.end(o);
+            });
+        }
+        map.end(&mut dir);
+        link.on_provider_message(&dir, &mut to_node, &mut out)
+            .unwrap();
+        assert_eq!(link.service_names().len(), MAX_PROVIDER_SERVICES);
+        assert_eq!(link.refused_services(), 6);
+        assert_eq!(
+            request(&mut link, &format!("S{MAX_PROVIDER_SERVICES}"), "X").0,
+            0
+        );
     }
 
     #[test]

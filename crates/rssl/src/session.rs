@@ -928,6 +928,11 @@ impl Session {
             .map_or((0, None), |p| (p.skipped_fields, p.first_skipped))
     }
 
+    /// Services a provider announced past the most it may (left out).
+    pub fn refused_services(&self) -> u64 {
+        self.provider.as_ref().map_or(0, |p| p.refused_services())
+    }
+
     /// One of the node's messages for this connection.
     pub fn on_node_message(&mut self, m: &Message<'_>, out: &mut impl Outbox) {
         if self.provider.is_some()

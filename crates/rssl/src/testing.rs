@@ -16,6 +16,9 @@ pub enum DirectoryMsg {
     Solicited,
     /// A complete refresh nobody asked for (a non-interactive provider's).
     Unsolicited,
+    /// A complete refresh nobody asked for that clears the cache: the provider's whole
+    /// directory anew (a service it leaves out is gone).
+    Anew,
     /// An update.
     Update,
     /// An update whose map entry deletes the service (its filters are not written).
@@ -93,6 +96,7 @@ pub fn source_directory(
     let flags = match kind {
         DirectoryMsg::Solicited => refresh::SOLICITED | refresh::REFRESH_COMPLETE,
         DirectoryMsg::Unsolicited => refresh::REFRESH_COMPLETE,
+        DirectoryMsg::Anew => refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE,
         DirectoryMsg::Update | DirectoryMsg::Deletion => 0,
     };
     let action = if matches!(kind, DirectoryMsg::Update | DirectoryMsg::Deletion) {

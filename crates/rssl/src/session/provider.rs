@@ -12,7 +12,7 @@ use super::{
     native_refresh, native_update, provider_fields_to_native, service_told, Outbox, ProvidedItem,
     Session,
 };
-use crate::directory::encode_node_directory;
+use crate::directory::{encode_node_directory, ProviderServices};
 use crate::item_groups::{self, ItemGroups};
 use crate::rwf::msg::{self, class, domain, put_status, Msg, RwfState};
 use crate::rwf::primitive::dt;
@@ -24,8 +24,8 @@ use tickwire_proto::{code, DataState, Message, ServiceState, State, Status, Stre
 /// What a provider connection publishes.
 #[derive(Debug, Default)]
 pub(super) struct Provider {
-    /// Its services: its id to the name.
-    services: FxHashMap<u16, String>,
+    /// Its services (their ids are its own).
+    services: ProviderServices,
     /// Its item streams (MarketPrice): its stream id to the node's.
     items: FxHashMap<i32, ProvidedItem>,
     /// The node's stream ids back to the provider's.
@@ -42,10 +42,16 @@ pub(super) struct Provider {
     pub first_skipped: Option<i16>,
 }
 
-/// Most services and item streams one provider may hold (the node's own limits apply
-/// behind these too: an item the node refuses or closes is dropped here as well).
-const MAX_PROVIDER_SERVICES: usize = 1024;
+/// Most item streams one provider may hold (the node's own limits apply behind this
+/// too: an item the node refuses or closes is dropped here as well).
 const MAX_PROVIDER_ITEMS: usize = 1 << 20;
+
+impl Provider {
+    /// Services it announced past the most it may (left out).
+    pub(super) fn refused_services(&self) -> u64 {
+        self.services.refused
+    }
+}
 
 impl Session {
     /// A message from a provider.
@@ -61,13 +67,10 @@ impl Session {
             }
             (class::CLOSE, domain::SOURCE) => {
                 let p = self.provider.as_mut().expect("a provider");
-                for &id in p.services.keys() {
+                for (id, _) in p.services.iter() {
                     service_told(&mut p.groups, &mut p.items, id, ServiceState::Down);
                 }
-                let services = p
-                    .services
-                    .values()
-                    .map(|n| (n.as_str(), ServiceState::Down));
+                let services = p.services.iter().map(|(_, n)| (n, ServiceState::Down));
                 encode_node_directory(services, false, to_node);
             }
             (class::REFRESH, domain::MARKET_PRICE) => self.on_provider_refresh(m, to_node, out),
@@ -103,26 +106,12 @@ impl Session {
         };
         let p = self.provider.as_mut().expect("a provider");
         let groups = item_groups::news(&entries);
-        let mut announced: Vec<(String, ServiceState)> = Vec::new();
-        for e in entries {
-            let known = p.services.contains_key(&e.id);
-            let state = e.state_to_tell(known);
-            let Some(name) = e.name.or_else(|| p.services.get(&e.id).cloned()) else {
-                continue;
-            };
-            if !known && p.services.len() >= MAX_PROVIDER_SERVICES {
-                continue;
-            }
-            p.services.insert(e.id, name.clone());
-            if let Some(state) = state {
-                service_told(&mut p.groups, &mut p.items, e.id, state);
-                announced.push((name, state));
-            }
+        let news = p.services.apply(m, &entries, |id| p.groups.told(id));
+        for &(id, _, state) in &news {
+            service_told(&mut p.groups, &mut p.items, id, state);
         }
-        if !announced.is_empty() {
-            let services = announced
-                .iter()
-                .map(|(name, state)| (name.as_str(), *state));
+        if !news.is_empty() {
+            let services = news.iter().map(|(_, name, state)| (name.as_str(), *state));
             encode_node_directory(services, false, to_node);
         }
         if !groups.is_empty() {
@@ -137,8 +126,9 @@ impl Session {
     fn on_provider_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         let p = self.provider.as_mut().expect("a provider");
         let key = m.key.clone().unwrap_or_default();
-        let service = key.service_id.and_then(|id| p.services.get(&id)).cloned();
-        let (Some(service), Some(service_id), Some(name)) = (service, key.service_id, key.name)
+        let service = key.service_id.and_then(|id| p.services.name(id));
+        let (Some(service), Some(service_id), Some(name)) =
+            (service.map(str::to_string), key.service_id, key.name)
         else {
             let text =
                 "a refresh needs a key with a service id from the provider's directory and a name";

@@ -1343,3 +1343,28 @@ fn a_providers_status_without_a_state_only_moves_the_item_to_another_group() {
         "X is in group 9: {said:?}"
     );
 }
+
+#[test]
+fn a_providers_service_left_out_of_its_new_directory_refresh_goes_down() {
+    let (mut s, _, _) = provider_with_an_item();
+    let only_other = testing::service_up(-1, testing::DirectoryMsg::Anew, 8, b"OTHER");
+    let said = provider_says(&mut s, &only_other);
+    assert!(
+        said.iter()
+            .any(|m| m.contains("name: \"PROV\", state: Down")),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn a_providers_renamed_service_goes_down_under_its_old_name() {
+    let (mut s, _, _) = provider_with_an_item();
+    let renamed = testing::service_up(-1, testing::DirectoryMsg::Update, 7, b"PROV2");
+    let said = provider_says(&mut s, &renamed);
+    assert!(
+        said.iter()
+            .any(|m| m.contains("name: \"PROV\", state: Down")
+                && m.contains("name: \"PROV2\", state: Up")),
+        "{said:?}"
+    );
+}
