@@ -28,6 +28,9 @@ const READ_SHARE: usize = 256 * 1024;
 const TO_NODE_SHARE: usize = 256 * 1024;
 const RECONNECT_MIN: Duration = Duration::from_millis(200);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// How long a connection must last after its login for the next to be tried at once:
+/// a provider that accepts the login and drops the connection keeps backing off.
+const RECONNECT_STEADY: Duration = Duration::from_secs(10);
 /// From the connect to the provider's login refresh at most: a provider whose kernel
 /// accepts but which never answers is given up and tried again.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,6 +63,8 @@ pub(crate) struct ProviderConn {
     backoff: Duration,
     /// Until the provider accepts the login: when it is given up.
     login_deadline: Option<Instant>,
+    /// When the provider accepted the login on this connection.
+    logged_in_at: Option<Instant>,
     /// Connects that failed: which of the address's resolutions is tried next.
     attempts: usize,
     /// The RIPC version asked for next: 14, lower while the provider closes before its
@@ -110,6 +115,7 @@ impl ProviderConn {
             next_try: now,
             backoff: RECONNECT_MIN,
             login_deadline: None,
+            logged_in_at: None,
             attempts: 0,
             ripc_version: Version::V14,
             to_node: Vec::new(),
@@ -172,8 +178,9 @@ impl ProviderConn {
     }
 
     /// The next attempt after the back-off, which doubles up to its most; it starts
-    /// again from the least once a provider accepts the login (not at a bare connect:
-    /// a provider that refuses every login is not asked five times a second).
+    /// again from the least once a connection lasted [`RECONNECT_STEADY`] after its
+    /// login (not at a bare connect or login: a provider that refuses every login, or
+    /// drops every connection once logged in, is not asked five times a second).
     fn retry_later(&mut self, now: Instant) {
         self.attempts = self.attempts.wrapping_add(1);
         self.next_try = now + self.backoff;
@@ -191,6 +198,13 @@ impl ProviderConn {
             .is_some_and(|c| !c.awaits_connect_ack())
         {
             self.ripc_version = Version::V14;
+        }
+        if self
+            .logged_in_at
+            .take()
+            .is_some_and(|at| now.saturating_duration_since(at) >= RECONNECT_STEADY)
+        {
+            self.backoff = RECONNECT_MIN;
         }
         warn!(
             "RSSL provider {}: connection lost: {why}; again in {} ms",
@@ -288,7 +302,7 @@ impl ProviderConn {
                     }
                     if self.login_deadline.is_some() && self.link.logged_in() {
                         self.login_deadline = None;
-                        self.backoff = RECONNECT_MIN;
+                        self.logged_in_at = Some(now);
                     }
                 }
                 Err(e) => {

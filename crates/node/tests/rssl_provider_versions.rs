@@ -1,6 +1,8 @@
-//! An interactive provider that speaks only an older RIPC closes the node's connections
-//! at the versions it does not know (as the SDK's servers do); the node asks again one
-//! version lower each time, on a new connection, and logs in at the one it takes.
+//! An interactive provider's connections, from the node: one that speaks only an older
+//! RIPC closes them at the versions it does not know (as the SDK's servers do), and the
+//! node asks again one version lower each time, on a new connection, and logs in at the
+//! one it takes; one that drops every connection once it accepted the login is tried
+//! again after a back-off that grows.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -10,6 +12,7 @@ use tickwire_node::config::{NodeConfig, RsslProviderSection};
 use tickwire_node::NodeServer;
 use tickwire_rssl::ripc::{Channel, Input, Settings};
 use tickwire_rssl::rwf::msg::{class, domain, Msg};
+use tickwire_rssl::testing;
 
 /// RIPC 12's connection version: the newest this provider takes.
 const NEWEST_TAKEN: u32 = 0x15;
@@ -92,4 +95,61 @@ fn the_node_falls_back_to_the_ripc_version_an_older_provider_takes() {
     assert_eq!(first, (domain::LOGIN, class::REQUEST));
     let versions: Vec<u32> = seen.try_iter().collect();
     assert_eq!(versions, [0x17, 0x16, 0x15], "RIPC 14, 13, then 12");
+}
+
+/// Serves one connection of the node's: its RIPC handshake, then `answer` for each
+/// message until it says the connection is done, or `LIMIT`.
+fn serve(mut s: TcpStream, mut answer: impl FnMut(&Msg<'_>, &mut Channel) -> bool) {
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let mut ch = Channel::new(Settings::default(), Instant::now());
+    let mut msg = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < LIMIT {
+        while let Ok(Some(input)) = ch.poll(&mut msg) {
+            if input == Input::Message && answer(&Msg::decode(&msg).unwrap(), &mut ch) {
+                ch.end_batch();
+                let _ = s.write_all(ch.transmit());
+                return;
+            }
+        }
+        ch.end_batch();
+        while !ch.transmit().is_empty() {
+            let n = s.write(ch.transmit()).unwrap();
+            ch.consume(n);
+        }
+        let mut more = Vec::new();
+        if read_until(&mut s, &mut more, |b| !b.is_empty()) {
+            ch.handle_bytes(&more, Instant::now());
+        }
+    }
+}
+
+#[test]
+fn a_provider_that_drops_the_connection_once_logged_in_is_tried_again_less_and_less_often() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let (dropped_tx, dropped) = mpsc::channel::<Instant>();
+    std::thread::spawn(move || {
+        for s in listener.incoming().take(4) {
+            // The login accepted, the connection dropped.
+            serve(s.unwrap(), |m, ch| {
+                ch.send(&testing::login_accepted(m.stream_id));
+                true
+            });
+            let _ = dropped_tx.send(Instant::now());
+        }
+    });
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.rssl.providers = vec![RsslProviderSection {
+        address,
+        ..RsslProviderSection::default()
+    }];
+    let _node = NodeServer::spawn(cfg).unwrap();
+    let at: Vec<Instant> = (0..4)
+        .map(|_| dropped.recv_timeout(LIMIT).expect("the node came back"))
+        .collect();
+    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    // 200, 400 and 800 ms, give or take the connects (every 200 ms without a back-off).
+    assert!(gaps[2] >= Duration::from_millis(700), "{gaps:?}");
 }
