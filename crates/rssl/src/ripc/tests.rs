@@ -385,3 +385,82 @@ fn a_client_speaks_each_ripc_version_down_to_11_and_refuses_an_ack_of_another() 
         Err(RipcError::UnsupportedVersion(_))
     ));
 }
+
+/// Handshakes, packed messages and fragments corrupted at random, read in random
+/// chunks by either side of a channel: refused or taken, never a panic.
+#[test]
+fn corrupted_bytes_never_make_a_channel_panic() {
+    let now = Instant::now();
+    let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    // A sender's bytes: packed and fragmented messages, pings.
+    let small = Settings {
+        max_msg_size: 512,
+        ..Settings::default()
+    };
+    let mut sender = active(small.clone(), now);
+    for n in [10usize, 40, 700, 3000, 0, 5] {
+        sender.send(&vec![0xAB; n]);
+    }
+    sender.end_batch();
+    let stream = sender.transmit().to_vec();
+    // A server's ConnectAck, with its key exchange.
+    let mut server_ack = Channel::new(Settings::default(), now);
+    server_ack.handle_bytes(&connect_req(0x17, true, 30), now);
+    let _ = server_ack.poll(&mut Vec::new());
+    let ack = server_ack.transmit().to_vec();
+    // Each round corrupts one of these in up to four places.
+    let seeds: Vec<Vec<u8>> = vec![
+        connect_req(0x14, false, 30),
+        connect_req(0x16, false, 30),
+        connect_req(0x17, true, 30),
+        stream,
+        ack,
+    ];
+    for round in 0..50_000 {
+        let mut m = seeds[(rnd() % seeds.len() as u64) as usize].clone();
+        for _ in 0..(1 + rnd() % 4) {
+            if m.is_empty() {
+                break;
+            }
+            let i = (rnd() % m.len() as u64) as usize;
+            match rnd() % 4 {
+                0 => m[i] = rnd() as u8,
+                1 => m[i] ^= 1 << (rnd() % 8),
+                2 => m.truncate(i),
+                _ => m.insert(i, rnd() as u8),
+            }
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut msg = Vec::new();
+            for mut c in [
+                Channel::new(small.clone(), now),
+                active(small.clone(), now),
+                Channel::connect_at(small.clone(), "h", Version::V11, now),
+                Channel::connect(small.clone(), "h", now),
+            ] {
+                let mut at = 0;
+                while at < m.len() {
+                    let n = 1 + (rnd() % 300) as usize;
+                    let end = (at + n).min(m.len());
+                    c.handle_bytes(&m[at..end], now);
+                    at = end;
+                    for _ in 0..64 {
+                        match c.poll(&mut msg) {
+                            Ok(Some(_)) => c.send(&msg),
+                            _ => break,
+                        }
+                    }
+                }
+                c.end_batch();
+                let _ = c.handle_timeout(now + std::time::Duration::from_secs(20));
+            }
+        }));
+        assert!(r.is_ok(), "round {round}: panicked on {m:02x?}");
+    }
+}
