@@ -74,7 +74,7 @@ impl Session {
                 encode_node_directory(services, false, to_node);
             }
             (class::REFRESH, domain::MARKET_PRICE) => self.on_provider_refresh(m, to_node, out),
-            (class::UPDATE, domain::MARKET_PRICE) => self.on_provider_update(m, to_node),
+            (class::UPDATE, domain::MARKET_PRICE) => self.on_provider_update(m, to_node, out),
             (class::STATUS | class::CLOSE, domain::MARKET_PRICE) => {
                 self.on_provider_close(m, to_node)
             }
@@ -142,7 +142,7 @@ impl Session {
         }
         // The fields before the item takes a stream.
         if let Err(e) = self.provider_fields(m.payload) {
-            self.refuse_malformed(m, &e, to_node, out);
+            self.refuse_malformed(m, "refresh", &e, to_node, out);
             return;
         }
         let p = self.provider.as_mut().expect("a provider");
@@ -171,16 +171,18 @@ impl Session {
         let _ = Message::Refresh(refresh).encode(to_node);
     }
 
-    /// A refresh whose fields do not decode: the provider's stream is closed with the
-    /// reason, and so is the item at the node if it had one.
+    /// A refresh or update whose fields do not decode: the provider's stream is closed
+    /// with the reason, and so is the item at the node if it had one (an update left
+    /// out would leave its subscribers' image wrong without a word).
     fn refuse_malformed(
         &mut self,
         m: &Msg<'_>,
+        what: &str,
         e: &RwfError,
         to_node: &mut Vec<u8>,
         out: &mut impl Outbox,
     ) {
-        let text = format!("the refresh's field list does not decode: {e}");
+        let text = format!("the {what}'s field list does not decode: {e}");
         let p = self.provider.as_mut().expect("a provider");
         if let Some(item) = p.items.remove(&m.stream_id) {
             p.by_native.remove(&item.native);
@@ -194,12 +196,13 @@ impl Session {
         self.refuse(out, m, msg::code::USAGE_ERROR, &text);
     }
 
-    fn on_provider_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+    fn on_provider_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         let p = self.provider.as_ref().expect("a provider");
         let Some(native) = p.items.get(&m.stream_id).map(|i| i.native) else {
             return; // an update before its refresh: nothing to apply it to
         };
-        if self.provider_fields(m.payload).is_err() {
+        if let Err(e) = self.provider_fields(m.payload) {
+            self.refuse_malformed(m, "update", &e, to_node, out);
             return;
         }
         let p = self.provider.as_mut().expect("a provider");

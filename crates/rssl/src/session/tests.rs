@@ -1317,6 +1317,43 @@ fn a_providers_refresh_whose_fields_do_not_decode_is_refused_with_the_reason() {
     assert_eq!(Msg::decode(&out[0]).unwrap().stream_id, -5);
 }
 
+/// An update whose fields do not decode is not left out without a word (the item's
+/// image would be wrong at every subscriber): the item is closed at the node and at
+/// the provider, with the reason.
+#[test]
+fn a_providers_update_whose_fields_do_not_decode_closes_the_item_with_the_reason() {
+    let (mut s, _, _) = provider_with_an_item();
+    let mut update = Vec::new();
+    let w = msg::MsgWriter::begin(
+        &mut update,
+        class::UPDATE,
+        domain::MARKET_PRICE,
+        -5,
+        0,
+        dt::FIELD_LIST,
+    );
+    update.push(0); // update type: unspecified
+    w.end_header(&mut update);
+    let mut f = FieldListWriter::begin(&mut update);
+    f.field(&mut update, 22, |o| o.extend_from_slice(&[31, 1]));
+    f.end(&mut update);
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(&update, &mut to_node, &mut out);
+    let said = node_messages(&to_node);
+    assert!(
+        said.len() == 1 && said[0].contains("stream_id: 1") && said[0].contains("Closed"),
+        "{said:?}"
+    );
+    let refusal = Msg::decode(&out[0]).unwrap();
+    let st = refusal.state.unwrap();
+    assert_eq!((refusal.stream_id, st.stream), (-5, stream::CLOSED));
+    let text = String::from_utf8_lossy(st.text);
+    assert!(
+        text.contains("update's field list does not decode"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_providers_status_without_a_state_only_moves_the_item_to_another_group() {
     let (mut s, _, _) = provider_with_an_item();
