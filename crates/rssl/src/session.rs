@@ -269,6 +269,10 @@ impl Session {
                     code::INVALID_ARGUMENT,
                     &format!("malformed message: {e}"),
                 );
+                // The login stream closed means the session is over, for both ends.
+                if dom == domain::LOGIN && self.login_stream() == Some(sid) {
+                    self.finished = true;
+                }
                 return;
             }
         };

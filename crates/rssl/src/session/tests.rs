@@ -1405,3 +1405,24 @@ fn a_providers_renamed_service_goes_down_under_its_old_name() {
         "{said:?}"
     );
 }
+
+/// A malformed message on the login stream closes that stream at the consumer, which
+/// ends its session: the node ends it too, rather than go on with a session the
+/// consumer holds closed.
+#[test]
+fn a_malformed_message_on_the_login_stream_ends_the_session() {
+    let (mut s, mut out) = logged_in();
+    // A Generic message's header on the login stream (1), cut short.
+    let bad = [0, 6, 7, domain::LOGIN, 0, 0, 0, 1, 0];
+    s.on_client_message(&bad, &mut Vec::new(), &mut out);
+    let st = Msg::decode(&out[0]).unwrap();
+    assert_eq!((st.domain, st.stream_id), (domain::LOGIN, 1));
+    assert_eq!(st.state.unwrap().stream, stream::CLOSED);
+    assert!(s.finished);
+    // On another stream, only that stream is closed.
+    let (mut s, mut out) = logged_in();
+    let bad = [0, 6, 7, domain::MARKET_PRICE, 0, 0, 0, 9, 0];
+    s.on_client_message(&bad, &mut Vec::new(), &mut out);
+    assert_eq!(Msg::decode(&out[0]).unwrap().stream_id, 9);
+    assert!(!s.finished);
+}
