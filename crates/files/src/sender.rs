@@ -588,6 +588,9 @@ impl Sender {
                 },
             );
         }
+        // Every target had it (the log lost the line saying it was over, a full disk
+        // say): over now, delivered, rather than kept until it expires undelivered.
+        self.finish_if_delivered(id);
         self.next_scan = now;
     }
 

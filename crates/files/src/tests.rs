@@ -452,6 +452,32 @@ fn a_sender_that_restarts_continues_its_queue() {
     }
 }
 
+/// A transfer restored with every target done (the line saying it was over was lost)
+/// finishes at once, delivered: it neither waits for its expiry nor is recorded as
+/// undelivered.
+#[test]
+fn a_restored_transfer_every_target_has_finishes_delivered() {
+    let now = Instant::now();
+    let mut tx = Sender::new(sender_config(), now);
+    let mut m = Manifest::sample(5, "eod.csv", 3);
+    m.targets = vec!["site-0".into(), "site-1".into()];
+    m.chunk_size = 16 * 1024;
+    let sites = ["site-0", "site-1"].map(|s| (s.to_string(), Delivery::Done, String::new()));
+    tx.restore(m, sites, now + Duration::from_secs(3600), now);
+    assert!(tx.transfer(5).is_none());
+    let finished: Vec<SenderEvent> = std::iter::from_fn(|| tx.poll_event()).collect();
+    assert!(
+        finished.iter().any(|e| matches!(
+            e,
+            SenderEvent::Finished {
+                transfer: 5,
+                delivered: true
+            }
+        )),
+        "{finished:?}"
+    );
+}
+
 #[test]
 fn a_full_disk_at_one_site_fails_there_only_and_the_site_tries_again_later() {
     let mut net = Net::new(3, sender_config());
