@@ -995,18 +995,25 @@ fn a_full_table_of_routes_makes_room_for_a_new_site_once_an_old_one_is_silent() 
 /// file with a reason holding terminal escapes and a newline: `files status` gets it
 /// without its control characters (it would write on the operator's terminal and forge
 /// lines of the listing).
-#[test]
-fn a_sites_reason_reaches_files_status_without_control_characters() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut h = hub(dir.path(), &["FILES"]);
+/// A hub taking `services`, a connection below (5) present for edge1 in the one of
+/// them whose bit is `present_in`, and a FILES file queued: edge1's status failing it
+/// for `reason`, sent over that connection (the hub, and its count of ignored
+/// messages before).
+fn edge1_fails_a_file_from_below(
+    dir: &std::path::Path,
+    services: &[&str],
+    present_in: u64,
+    reason: &str,
+) -> (Hub, u64) {
+    let mut h = hub(dir, services);
     let now = Instant::now();
     let below = Rights {
         publish: 0,
-        subscribe: 1,
+        subscribe: present_in,
     };
     let present = FilesMessage::Present {
         site: "edge1",
-        service: "FILES",
+        service: services[present_in.trailing_zeros() as usize],
     };
     h.handle(Peer::Conn(5), "edge1", below, &encode(&present), now);
     let data = b"eod\n".to_vec();
@@ -1019,15 +1026,15 @@ fn a_sites_reason_reaches_files_status_without_control_characters() {
         Sha256::digest(&data).into(),
     );
     let transfer = report(&mut h)[0].0;
-    let evil = "\u{1b}]0;owned\u{7}\u{1b}[2J\ndone     edge2            eod.csv 4 bytes";
     let status = FilesMessage::Status(tickwire_files::wire::Status {
         transfer,
         site: "edge1",
         state: tickwire_files::wire::SiteState::Failed,
         have: 0,
         missing: vec![],
-        reason: evil,
+        reason,
     });
+    let ignored = h.stats().ignored;
     h.handle(
         Peer::Conn(5),
         "edge1",
@@ -1035,6 +1042,15 @@ fn a_sites_reason_reaches_files_status_without_control_characters() {
         &encode(&status),
         now,
     );
+    (h, ignored)
+}
+
+#[test]
+fn a_sites_reason_reaches_files_status_without_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = "\u{1b}]0;owned\u{7}\u{1b}[2J\ndone     edge2            eod.csv 4 bytes";
+    let (mut h, _) = edge1_fails_a_file_from_below(dir.path(), &["FILES"], 1, evil);
+    let now = Instant::now();
     h.pump(now);
     outputs(&mut h);
     let query = encode(&FilesMessage::Query { request: 9 });
@@ -1365,43 +1381,9 @@ fn a_file_of_one_service_does_not_replace_a_file_of_another() {
 #[test]
 fn a_site_is_spoken_for_only_in_the_services_it_is_present_for() {
     let dir = tempfile::tempdir().unwrap();
-    let mut h = hub(dir.path(), &["FILES", "REF"]);
-    let now = Instant::now();
-    let in_ref = Rights {
-        publish: 0,
-        subscribe: 0b10,
-    };
-    let present = FilesMessage::Present {
-        site: "edge1",
-        service: "REF",
-    };
-    h.handle(Peer::Conn(5), "edge1", in_ref, &encode(&present), now);
-    let data = b"eod\n".to_vec();
-    put(
-        &mut h,
-        Rights::ALL,
-        1,
-        "FILES",
-        &data,
-        Sha256::digest(&data).into(),
-    );
-    let transfer = report(&mut h)[0].0;
-    let failed = FilesMessage::Status(tickwire_files::wire::Status {
-        transfer,
-        site: "edge1",
-        state: tickwire_files::wire::SiteState::Failed,
-        have: 0,
-        missing: vec![],
-        reason: "not from edge1's FILES route",
-    });
-    let ignored = h.stats().ignored;
-    h.handle(
-        Peer::Conn(5),
-        "edge1",
-        Rights::default(),
-        &encode(&failed),
-        now,
-    );
+    let reason = "not from edge1's FILES route";
+    let (mut h, ignored) =
+        edge1_fails_a_file_from_below(dir.path(), &["FILES", "REF"], 0b10, reason);
     assert_eq!(h.stats().ignored, ignored + 1);
     let states: Vec<String> = report(&mut h).into_iter().map(|r| r.3).collect();
     assert!(!states.iter().any(|s| s == "failed"), "{states:?}");
