@@ -439,11 +439,23 @@ fn receiving_hub(
     keep_records: usize,
     now: Instant,
 ) -> Hub {
+    receiving_hub_of(dir, &["FILES"], fsync, keep_records, now)
+}
+
+/// As [`receiving_hub`], taking `services`.
+fn receiving_hub_of(
+    dir: &std::path::Path,
+    services: &[&str],
+    fsync: tickwire_files::inbox::Fsync,
+    keep_records: usize,
+    now: Instant,
+) -> Hub {
     use tickwire_files::inbox::Inbox;
     use tickwire_files::{Receiver, ReceiverConfig};
+    let services: Vec<String> = services.iter().map(|s| s.to_string()).collect();
     let inbox = Inbox::new(&dir.join("inbox"), fsync).unwrap();
-    let receiver = Receiver::new(ReceiverConfig::new("edge1", vec!["FILES".into()]), now);
-    let mut cfg = HubConfig::new("edge1", vec!["FILES".into()]);
+    let receiver = Receiver::new(ReceiverConfig::new("edge1", services.clone()), now);
+    let mut cfg = HubConfig::new("edge1", services);
     cfg.keep_records = keep_records;
     Hub::new(
         cfg,
@@ -458,28 +470,7 @@ fn receiving_hub(
 /// Transfer `t`, a file of one chunk named `name`, offered and sent whole to `h`.
 fn send_whole(h: &mut Hub, t: u64, name: &str, now: Instant) {
     let data = format!("file {t}").into_bytes();
-    let offer = FilesMessage::Offer(tickwire_files::wire::Offer {
-        transfer: t,
-        sender: "src",
-        service: "FILES",
-        name,
-        size: data.len() as u64,
-        chunk_size: 1024,
-        sha256: Sha256::digest(&data).into(),
-        sent_through: 1,
-        expires_ms: u64::MAX,
-        open: true,
-        targets: vec![],
-    });
-    let chunk = FilesMessage::Chunk {
-        transfer: t,
-        index: 0,
-        data: &data,
-    };
-    for m in [offer, chunk] {
-        h.handle(Peer::Backbone, "", Rights::default(), &encode(&m), now);
-        h.pump(now);
-    }
+    offer_whole(h, t, "src", "FILES", name, &data, now);
 }
 
 #[test]
@@ -1332,21 +1323,10 @@ fn offer_whole(
 /// another.
 #[test]
 fn a_file_of_one_service_does_not_replace_a_file_of_another() {
-    use tickwire_files::inbox::{Fsync, Inbox};
-    use tickwire_files::{Receiver, ReceiverConfig};
     let dir = tempfile::tempdir().unwrap();
     let now = Instant::now();
-    let services = vec!["FILES".to_string(), "SCRATCH".to_string()];
-    let inbox = Inbox::new(&dir.path().join("inbox"), Fsync::Never).unwrap();
-    let rx = Receiver::new(ReceiverConfig::new("edge1", services.clone()), now);
-    let mut h = Hub::new(
-        HubConfig::new("edge1", services),
-        None,
-        Some((rx, inbox)),
-        now,
-        1_790_000_000_000,
-        7,
-    );
+    let never = tickwire_files::inbox::Fsync::Never;
+    let mut h = receiving_hub_of(dir.path(), &["FILES", "SCRATCH"], never, 100, now);
     offer_whole(
         &mut h,
         1,
