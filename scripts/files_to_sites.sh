@@ -70,10 +70,10 @@ for _ in $(seq 100); do
 done
 [ -n "$addr" ] || { echo "the source did not start: $(cat "$work/src.log")" >&2; exit 1; }
 
-delivered() { # files named $1 under each inbox's $2
+delivered() { # files named $1 under each inbox's $2 (in the FILES service's directory)
     local n=0
     for i in $(seq 1 "$SITES"); do
-        n=$((n + $(find "$work/site$i-inbox/$2" -name "$1" 2>/dev/null | wc -l)))
+        n=$((n + $(find "$work/site$i-inbox/FILES/$2" -name "$1" 2>/dev/null | wc -l)))
     done
     echo "$n"
 }

@@ -794,7 +794,7 @@ impl Hub {
         }
         if my_bytes.saturating_add(p.size) > cfg.max_bytes / 2 {
             let reason = format!(
-                "user {user:?}'s uploads in progress would hold {} bytes, more than half the send queue's limit of {}",
+                "user {user:?}'s uploads in progress would hold {} bytes, more than half the send queue's limit of {} (one user's uploads hold at most half of [files] max_queue_mb)",
                 my_bytes.saturating_add(p.size),
                 cfg.max_bytes
             );

@@ -329,8 +329,8 @@ pub struct Sender {
     transfers: HashMap<u64, Outgoing>,
     /// Transfer ids, oldest first (finished ones are dropped as they are met).
     order: VecDeque<u64>,
-    /// (service, name) -> the newest transfer of that file.
-    by_name: HashMap<(String, String), u64>,
+    /// (service, name) -> the live transfers of that file, oldest first.
+    by_name: HashMap<(String, String), Vec<u64>>,
     active: Vec<u64>,
     /// service -> site -> last heard.
     sites: HashMap<String, HashMap<String, Instant>>,
@@ -415,7 +415,9 @@ impl Sender {
 
     /// Queues a file; refused at once (never waits) when the queue is full.
     pub fn enqueue(&mut self, file: NewFile, now: Instant) -> Result<u64, QueueError> {
-        self.enqueue_with(file, now)
+        let id = self.enqueue_with(file, now)?;
+        self.replace_older(id, |_| true);
+        Ok(id)
     }
 
     /// Queues a file whose bytes are still arriving in the sender's [`ChunkSource`]
@@ -437,6 +439,13 @@ impl Sender {
             // It may take a place in the window now.
             self.next_scan = self.next_scan.min(now);
         }
+        if whole && t.available < t.chunks {
+            // Whole and checked: now it replaces the older file of its name (an upload
+            // that fails leaves the older one to its sites).
+            t.available = t.chunks;
+            self.replace_older(transfer, |_| true);
+            return;
+        }
         t.available = if whole {
             t.chunks
         } else {
@@ -450,6 +459,41 @@ impl Sender {
     pub fn withdraw(&mut self, transfer: u64, reason: &str) {
         if self.transfers.contains_key(&transfer) {
             self.fail_transfer(transfer, reason);
+        }
+    }
+
+    /// A file whole under a name replaces the older files of that name still on their
+    /// way (those `older` says are older) where it goes to every site they still need
+    /// to reach: a site that took an older one later (after a full disk, say) would
+    /// put its bytes back over the newer. An older file still due at a site the newer
+    /// one does not go to is left to go.
+    fn replace_older(&mut self, newer: u64, older: impl Fn(&Outgoing) -> bool) {
+        let Some(t) = self.transfers.get(&newer) else {
+            return;
+        };
+        let key = (t.m.service.clone(), t.m.name.clone());
+        // None: every site of the service (an open transfer).
+        let covers: Option<Vec<String>> = (!t.m.open).then(|| t.m.targets.clone());
+        let replaced: Vec<u64> = self.by_name[&key]
+            .iter()
+            .filter(|id| **id != newer)
+            .filter_map(|id| self.transfers.get(id).map(|o| (*id, o)))
+            .filter(|(_, o)| older(o))
+            .filter(|(_, o)| match &covers {
+                None => true,
+                Some(sites) => {
+                    !o.unresolved
+                        && o.sites
+                            .iter()
+                            .filter(|(_, r)| r.target && r.state != Delivery::Done)
+                            .all(|(site, _)| sites.contains(site))
+                }
+            })
+            .map(|(id, _)| id)
+            .collect();
+        let reason = format!("replaced by a newer file of the same name (transfer {newer:016x})");
+        for id in replaced {
+            self.fail_transfer(id, &reason);
         }
     }
 
@@ -533,19 +577,7 @@ impl Sender {
             targets,
         };
         let expires_at = now + self.cfg.expire_after;
-        let key = (m.service.clone(), m.name.clone());
         self.insert(m, expires_at, now);
-        // A file queued under a name replaces the one of that name still on its way:
-        // a site that took the older one later (after a full disk, say) would put the
-        // older bytes back over the newer.
-        let replaced = self.by_name.insert(key, file.transfer);
-        if let Some(old) = replaced.filter(|old| *old != file.transfer) {
-            let reason = format!(
-                "replaced by a newer file of the same name (transfer {:016x})",
-                file.transfer
-            );
-            self.fail_transfer(old, &reason);
-        }
         self.next_scan = now;
         Ok(file.transfer)
     }
@@ -591,6 +623,21 @@ impl Sender {
         // Every target had it (the log lost the line saying it was over, a full disk
         // say): over now, delivered, rather than kept until it expires undelivered.
         self.finish_if_delivered(id);
+        // Files of one name put back in any order: the later queued (the later expiry)
+        // replaces the earlier, as when they were queued.
+        if let Some(t) = self.transfers.get(&id) {
+            let (expires, key) = (t.m.expires_ms, (t.m.service.clone(), t.m.name.clone()));
+            self.replace_older(id, |o| o.m.expires_ms < expires);
+            let newer: Vec<u64> = self.by_name.get(&key).map_or(Vec::new(), |ids| {
+                ids.iter()
+                    .filter(|n| self.transfers[n].m.expires_ms > expires)
+                    .copied()
+                    .collect()
+            });
+            for n in newer {
+                self.replace_older(n, |o| o.m.transfer == id);
+            }
+        }
         self.next_scan = now;
     }
 
@@ -617,7 +664,8 @@ impl Sender {
         self.order.push_back(m.transfer);
         self.by_name
             .entry((m.service.clone(), m.name.clone()))
-            .or_insert(m.transfer);
+            .or_default()
+            .push(m.transfer);
         self.transfers.insert(
             m.transfer,
             Outgoing {
@@ -757,7 +805,7 @@ impl Sender {
             SiteState::Unknown(_) => return,
         };
         let rec = t.sites.get_mut(s.site).expect("inserted above");
-        if s.have > rec.have || rec.state != state {
+        if rec.target && (s.have > rec.have || rec.state != state) {
             t.last_progress = now;
         }
         rec.have = s.have;
@@ -823,8 +871,11 @@ impl Sender {
         if let Some(t) = self.transfers.remove(&transfer) {
             self.queued_bytes -= t.m.size;
             let key = (t.m.service, t.m.name);
-            if self.by_name.get(&key) == Some(&transfer) {
-                self.by_name.remove(&key);
+            if let Some(ids) = self.by_name.get_mut(&key) {
+                ids.retain(|id| *id != transfer);
+                if ids.is_empty() {
+                    self.by_name.remove(&key);
+                }
             }
         }
         self.active.retain(|id| *id != transfer);
@@ -869,6 +920,11 @@ impl Sender {
                 t.offer_at = now + self.cfg.park_offer_interval;
                 if stalled {
                     t.idle_until = t.offer_at;
+                }
+                // The repairs its sites asked for still go, outside the window.
+                if stalled && t.repairs.held() > 0 && !t.repair_queued {
+                    t.repair_queued = true;
+                    self.parked_repairs.push_back(id);
                 }
             }
         }

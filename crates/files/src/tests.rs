@@ -934,3 +934,186 @@ fn a_site_that_gets_no_further_does_not_hold_the_window_for_the_others() {
         net.tx.stats().repairs
     );
 }
+
+/// A file of the same name sent to other sites replaces nothing: the first file's
+/// sites still get it.
+#[test]
+fn a_file_of_the_same_name_for_other_sites_does_not_replace_the_first() {
+    let mut net = Net::new(2, sender_config());
+    let v1 = bytes(20_000, 1);
+    let id1 = net
+        .send(1, "eod.csv", v1.clone(), Some(vec![site_name(0)]))
+        .unwrap();
+    let id2 = net
+        .send(2, "eod.csv", bytes(20_000, 2), Some(vec![site_name(1)]))
+        .unwrap();
+    net.run_until(Duration::from_secs(30), |n| n.all_finished(&[id1, id2]));
+    assert_eq!(net.finished(id2), Some(true));
+    assert_eq!(
+        net.finished(id1),
+        Some(true),
+        "site-0's eod.csv was cancelled by a file for site-1 only"
+    );
+    assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&v1));
+}
+
+/// A newer upload of the same name that then fails has not taken the older file away
+/// from the sites still waiting for it: a file replaces another once it is whole.
+#[test]
+fn a_failed_upload_of_the_same_name_leaves_the_older_file_to_its_sites() {
+    let mut net = Net::new(1, sender_config());
+    net.sites[0].up = false;
+    let v1 = bytes(20_000, 1);
+    let id1 = net.send(1, "eod.csv", v1.clone(), targets(1)).unwrap();
+    let v2 = bytes(20_000, 2);
+    let file = NewFile {
+        transfer: 2,
+        service: SERVICE.into(),
+        name: "eod.csv".into(),
+        size: v2.len() as u64,
+        sha256: Sha256::digest(&v2).into(),
+        to: targets(1),
+        expires_ms: 0,
+    };
+    net.tx.enqueue_arriving(file, net.now).unwrap();
+    net.tx
+        .withdraw(2, "the upload failed: the client went away");
+    net.sites[0].up = true;
+    net.run_until(Duration::from_secs(30), |n| n.finished(id1).is_some());
+    assert_eq!(
+        net.finished(id1),
+        Some(true),
+        "eod.csv v1 was cancelled by an upload that never arrived"
+    );
+    assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&v1));
+}
+
+/// Two transfers of one name put back from the spool, in any order: the later queued
+/// (its later expiry) replaces the earlier, and a newer file replaces it in turn.
+#[test]
+fn restored_transfers_of_one_name_keep_only_the_newest() {
+    let now = Instant::now();
+    let later = now + Duration::from_secs(3600);
+    let manifest = |transfer: u64, expires_ms: u64| {
+        let mut m = Manifest::sample(transfer, "eod.csv", 3000);
+        m.chunk_size = 1024;
+        m.expires_ms = expires_ms;
+        m
+    };
+    for order in [[1, 2], [2, 1]] {
+        let mut tx = Sender::new(sender_config(), now);
+        for t in order {
+            tx.restore(manifest(t, 1000 * t), [], later, now);
+        }
+        let live: Vec<u64> = tx.transfers().map(|(m, _)| m.transfer).collect();
+        assert_eq!(live, vec![2], "restored in the order {order:?}");
+    }
+    let mut tx = Sender::new(sender_config(), now);
+    tx.restore(manifest(1, 1000), [], later, now);
+    tx.restore(manifest(2, 2000), [], later, now);
+    let file = NewFile {
+        transfer: 3,
+        service: SERVICE.into(),
+        name: "eod.csv".into(),
+        size: 10,
+        sha256: [1; 32],
+        to: Some(vec!["edge1".into(), "edge2".into()]),
+        expires_ms: 0,
+    };
+    tx.enqueue(file, now).unwrap();
+    let live: Vec<u64> = tx.transfers().map(|(m, _)| m.transfer).collect();
+    assert_eq!(
+        live,
+        vec![3],
+        "older transfers of eod.csv still queued after a newer one"
+    );
+}
+
+/// A transfer parked for getting no site further while repairs it was asked for are
+/// still held sends them as parked repairs (outside the window), not only after the
+/// site's next answer to a parked offer.
+#[test]
+fn repairs_held_when_a_transfer_is_parked_still_go() {
+    let t0 = Instant::now();
+    let mut cfg = sender_config();
+    cfg.rate = 4_000; // a few chunks a second: repairs stay held
+    cfg.burst = 8 * 1024;
+    let mut tx = Sender::new(cfg, t0);
+    let mut src = MemSpool::default();
+    let data = bytes(64 * 1024, 1);
+    tx.enqueue(
+        NewFile {
+            transfer: 1,
+            service: SERVICE.into(),
+            name: "a.bin".into(),
+            size: data.len() as u64,
+            sha256: Sha256::digest(&data).into(),
+            to: Some(vec!["s".into()]),
+            expires_ms: 0,
+        },
+        t0,
+    )
+    .unwrap();
+    src.0.insert(1, data);
+    let mut out = Vec::new();
+    let mut now = t0;
+    // The first pass.
+    while now < t0 + Duration::from_secs(60) {
+        tx.handle_present("s", SERVICE, now);
+        tx.handle_timeout(now);
+        while tx.poll_transmit(now, &mut src, &mut out) {}
+        // The site takes the second half as it comes.
+        let have = tx.stats().chunks.saturating_sub(32) as u32;
+        let status = wire::Status {
+            transfer: 1,
+            site: "s",
+            state: wire::SiteState::Receiving,
+            have,
+            missing: vec![],
+            reason: "",
+        };
+        tx.handle_status(&status, now);
+        if tx.stats().chunks == 64 {
+            break;
+        }
+        now += Duration::from_millis(50);
+    }
+    assert_eq!(tx.stats().chunks, 64);
+    // The first half was lost: the site asks for it, then gets nothing further and its
+    // answers are lost for a while (its link is busy).
+    let status = wire::Status {
+        transfer: 1,
+        site: "s",
+        state: wire::SiteState::Receiving,
+        have: 32,
+        missing: std::iter::once(0..32).collect(),
+        reason: "",
+    };
+    tx.handle_status(&status, now);
+    // Repairs go while it is active (the site's answers to offers lost on its busy
+    // link), until it is parked as stalled.
+    let parked_at = now + tx.config().offer_interval * 4;
+    while now <= parked_at {
+        tx.handle_present("s", SERVICE, now);
+        tx.handle_timeout(now);
+        while tx.poll_transmit(now, &mut src, &mut out) {}
+        now += Duration::from_millis(50);
+    }
+    let repairs_before = tx.stats().repairs;
+    assert!(
+        repairs_before > 0 && repairs_before < 32,
+        "{repairs_before}"
+    );
+    let end = now + Duration::from_millis(1900);
+    while now < end {
+        tx.handle_present("s", SERVICE, now);
+        tx.handle_timeout(now);
+        while tx.poll_transmit(now, &mut src, &mut out) {}
+        now += Duration::from_millis(50);
+    }
+    assert!(
+        tx.stats().repairs > repairs_before + 2,
+        "repairs held when the transfer was parked: {} sent in 1.9 s",
+        tx.stats().repairs - repairs_before
+    );
+}
