@@ -1425,12 +1425,12 @@ fn run(
     input: Receiver<Input>,
     output: SyncSender<ToLoop>,
     waker: Arc<Waker>,
-    mut audit: std::fs::File,
+    audit: std::fs::File,
     mut outbox: Option<Outbox>,
     figures: ThreadFigures,
 ) {
     crate::background::yield_to_market_data("files thread");
-    let mut audit_failed = false;
+    let mut audit = AuditLog::new(audit);
     let mut wire = FilesWire::new();
     let mut before_framing = BeforeFraming::new();
     loop {
@@ -1447,7 +1447,7 @@ fn run(
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 // What is whole is committed (and recorded) before the node goes.
                 hub.commit_pending(Instant::now());
-                drain_events(&mut hub, &mut audit, &mut audit_failed);
+                drain_events(&mut hub, &mut audit);
                 return log_totals(&hub);
             }
         };
@@ -1568,7 +1568,7 @@ fn run(
         }
         figures.publish(&hub);
         figures.publish_wire(&wire);
-        drain_events(&mut hub, &mut audit, &mut audit_failed);
+        drain_events(&mut hub, &mut audit);
     }
 }
 
@@ -1584,8 +1584,45 @@ fn log_rejected(wire: &FilesWire, why: tickwire_backbone::auth::Rejected) {
     }
 }
 
-/// The hub's events to the log and the audit log (a failing audit log is said once).
-fn drain_events(hub: &mut Hub, audit: &mut std::fs::File, audit_failed: &mut bool) {
+/// The audit log, appended a line at a time.
+struct AuditLog {
+    file: std::fs::File,
+    /// Its length after the last whole line (known without a system call per line).
+    len: Option<u64>,
+    /// A write failed (said once).
+    failed: bool,
+}
+
+impl AuditLog {
+    fn new(file: std::fs::File) -> Self {
+        let len = file.metadata().map(|m| m.len()).ok();
+        AuditLog {
+            file,
+            len,
+            failed: false,
+        }
+    }
+
+    fn append(&mut self, line: &[u8]) {
+        match self.file.write_all(line) {
+            Ok(()) => self.len = self.len.map(|l| l + line.len() as u64),
+            Err(err) => {
+                // A line written in part (a full disk) is taken back: the next record
+                // starts a line of its own.
+                if let Some(len) = self.len {
+                    let _ = self.file.set_len(len);
+                }
+                if !self.failed {
+                    error!("files: cannot write the audit log: {err}");
+                    self.failed = true;
+                }
+            }
+        }
+    }
+}
+
+/// The hub's events to the log and the audit log.
+fn drain_events(hub: &mut Hub, audit: &mut AuditLog) {
     while let Some(e) = hub.poll_event() {
         match &e {
             HubEvent::Arrived { manifest } => info!(
@@ -1606,18 +1643,7 @@ fn drain_events(hub: &mut Hub, audit: &mut std::fs::File, audit_failed: &mut boo
         }
         let mut line = audit::line(&e, wall_ms()).to_string();
         line.push('\n');
-        let whole = audit.metadata().map(|m| m.len());
-        if let Err(err) = audit.write_all(line.as_bytes()) {
-            // A line written in part (a full disk) is taken back: the next record
-            // starts a line of its own.
-            if let Ok(len) = whole {
-                let _ = audit.set_len(len);
-            }
-            if !*audit_failed {
-                error!("files: cannot write the audit log: {err}");
-                *audit_failed = true;
-            }
-        }
+        audit.append(line.as_bytes());
     }
 }
 
