@@ -26,6 +26,8 @@ pub trait ClientSession {
     fn wants_connect(&self, now: Instant) -> bool;
     /// While disconnected: when the next connection is due.
     fn retry_at(&self) -> Instant;
+    /// An error ended the session: it never connects again.
+    fn ended(&self) -> bool;
     /// The protocol state of the current connection, if any.
     fn connection(&mut self) -> Option<&mut Connection>;
     /// The next deadline while connected (heartbeats, the Welcome's).
@@ -59,6 +61,9 @@ macro_rules! client_session {
             }
             fn retry_at(&self) -> Instant {
                 <$t>::retry_at(self)
+            }
+            fn ended(&self) -> bool {
+                <$t>::ended(self)
             }
             fn connection(&mut self) -> Option<&mut Connection> {
                 <$t>::connection(self)
@@ -162,6 +167,24 @@ impl<S: ClientSession> Driver<S> {
         Ok(())
     }
 
+    /// As [`Driver::write_some`], but a connection lost on the way is an error even when
+    /// the session reconnects: what was queued (a post, say) went with it.
+    pub(crate) fn write_some_or_lost(&mut self) -> Result<(), ClientError> {
+        if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
+            if let Err(e) = t.flush_some(c) {
+                let why = match &e {
+                    ClientError::Disconnected(why) => why.clone(),
+                    other => other.to_string(),
+                };
+                self.lost(e)?;
+                return Err(ClientError::Disconnected(format!(
+                    "{why}: it was not written"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Writes everything queued, waiting for the socket up to `timeout`: a `Timeout`
     /// error when it could not (the connection stays, with what is still queued); a
     /// failed connection is lost as anywhere else.
@@ -259,6 +282,11 @@ impl<S: ClientSession> Driver<S> {
                 }
             }
             if self.transport.is_none() {
+                if self.session.ended() {
+                    return Err(ClientError::Disconnected(
+                        "the connection was lost and is not reconnected".into(),
+                    ));
+                }
                 // A reconnect that is due is tried even by a zero-timeout call (an
                 // application polling with Duration::ZERO would otherwise never get one).
                 if self.session.wants_connect(now) {
@@ -272,6 +300,14 @@ impl<S: ClientSession> Driver<S> {
                 continue;
             }
             if self.session.poll_timeout().is_some_and(|t| now >= t) {
+                // What waits in the socket shows the node alive: read it before its
+                // silence is judged (the application may not have called for a while).
+                if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
+                    if let Err(e) = t.read_available(c) {
+                        self.lost(e)?;
+                        continue;
+                    }
+                }
                 if let Err(e) = self.session.handle_timeout(now) {
                     self.lost(e)?;
                     continue;

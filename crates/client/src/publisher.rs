@@ -99,6 +99,12 @@ impl Publisher {
         self.driver.is_connected()
     }
 
+    /// An error ended the session (the connection lost without `reconnect`, a refused
+    /// login): it never connects again, and every call that needs the node fails.
+    pub fn is_ended(&self) -> bool {
+        self.driver.session.ended()
+    }
+
     /// The socket, for a caller that waits for input itself and then calls
     /// `dispatch(Duration::ZERO)`. `None` while reconnecting.
     pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {

@@ -242,7 +242,8 @@ impl PublisherSession {
         self.settle();
         let had = self.conn.take().is_some();
         if self.reconnection.ends_session(&err) {
-            return Err(err);
+            // Ended for good: no later call connects again.
+            return self.reconnection.failed(err, now);
         }
         if had {
             self.events.push(PublisherEvent::Disconnected {
@@ -267,6 +268,12 @@ impl PublisherSession {
     /// When the next connection is due (while disconnected).
     pub fn retry_at(&self) -> Instant {
         self.reconnection.retry_at()
+    }
+
+    /// An error ended the session (a lost connection without reconnecting, a refused
+    /// login): it never connects again.
+    pub fn ended(&self) -> bool {
+        self.reconnection.ended()
     }
 
     /// The connection, while connected.

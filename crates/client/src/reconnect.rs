@@ -25,6 +25,8 @@ pub(crate) struct Reconnection {
     /// While disconnected: when to try again.
     retry_at: Instant,
     connections: u64,
+    /// An error ended the session: it is never connected again.
+    ended: bool,
 }
 
 impl Reconnection {
@@ -35,6 +37,7 @@ impl Reconnection {
             policy,
             retry_at: now,
             connections: 0,
+            ended: false,
         }
     }
 
@@ -58,6 +61,7 @@ impl Reconnection {
     /// when the session ends.
     pub(crate) fn failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
         if self.ends_session(&err) {
+            self.ended = true;
             return Err(err);
         }
         self.retry_at = now + self.backoff.step(now);
@@ -65,7 +69,12 @@ impl Reconnection {
     }
 
     pub(crate) fn due(&self, now: Instant) -> bool {
-        now >= self.retry_at
+        !self.ended && now >= self.retry_at
+    }
+
+    /// The session ended (see [`Reconnection::ends_session`]).
+    pub(crate) fn ended(&self) -> bool {
+        self.ended
     }
 
     pub(crate) fn retry_at(&self) -> Instant {

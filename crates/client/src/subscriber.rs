@@ -61,6 +61,12 @@ impl Subscriber {
         self.driver.is_connected()
     }
 
+    /// An error ended the session (the connection lost without `reconnect`, a refused
+    /// login): it never connects again, and every call that needs the node fails.
+    pub fn is_ended(&self) -> bool {
+        self.driver.session.ended()
+    }
+
     /// Times the connection was re-established.
     pub fn reconnects(&self) -> u64 {
         self.driver.session.reconnects()
@@ -91,7 +97,8 @@ impl Subscriber {
 
     /// Sends a post (a contribution) to an item, on an open stream or by name; with
     /// `ack` its answer arrives through dispatch as an `Ack` event carrying `post_id`
-    /// (see [`SubscriberSession::post`]).
+    /// (see [`SubscriberSession::post`]). An error when the connection is lost before
+    /// the post is written, even if it is then re-established: the post is not sent.
     pub fn post(
         &mut self,
         to: PostTo<'_>,
@@ -100,7 +107,7 @@ impl Subscriber {
         ack: bool,
     ) -> Result<(), ClientError> {
         self.driver.session.post(to, post_id, fields, ack)?;
-        self.driver.write_some()
+        self.driver.write_some_or_lost()
     }
 
     /// Sends a file-transfer message to the node (`crate::files` uses it).

@@ -213,7 +213,8 @@ impl SubscriberSession {
     pub fn connection_lost(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
         let had = self.conn.take().is_some();
         if self.reconnection.ends_session(&err) {
-            return Err(err);
+            // Ended for good: no later call connects again.
+            return self.reconnection.failed(err, now);
         }
         if had {
             // The reason, without a "connection to the node lost" of its own.
@@ -248,6 +249,12 @@ impl SubscriberSession {
     /// When to try to connect again (meaningful while disconnected).
     pub fn retry_at(&self) -> Instant {
         self.reconnection.retry_at()
+    }
+
+    /// An error ended the session (a lost connection without reconnecting, a refused
+    /// login): it never connects again.
+    pub fn ended(&self) -> bool {
+        self.reconnection.ended()
     }
 
     /// The connection, while there is one (logged in or not yet).
