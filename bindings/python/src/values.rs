@@ -6,12 +6,13 @@
 //! natural values and a string in the form the command line takes (`"101.25"`,
 //! `"2026-11-24"`, `"14:30:00.25"`); a `float` keeps its shortest decimal form (101.25
 //! is sent as 10125e-2, not as the nearest binary fraction); INT/UINT fields take a
-//! `datetime` as nanoseconds since the Unix epoch (the latency stamp TIM_TRK_1).
+//! `datetime` as nanoseconds since the Unix epoch (the latency stamp TIM_TRK_1). A naive
+//! datetime is in UTC wherever it goes. numpy's numbers are taken as Python's.
 
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDate, PyDateTime, PyDict, PyFloat, PyInt, PyString, PyTime,
+    PyBool, PyByteArray, PyBytes, PyDate, PyDateTime, PyDict, PyFloat, PyString, PyTime,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -166,11 +167,19 @@ fn field_of(key: &Bound<'_, PyAny>, dictionary: &Dictionary) -> PyResult<(i16, S
         })?;
         return Ok((fid, name.to_string()));
     }
-    if let Ok(fid) = key.extract::<i16>() {
-        let def = dictionary.get(fid).ok_or_else(|| {
-            PyKeyError::new_err(format!("field id {fid} is not in the dictionary"))
-        })?;
-        return Ok((fid, def.name.clone()));
+    if key.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(
+            "a field is named by a str or an int id, not bool",
+        ));
+    }
+    if let Ok(id) = key.extract::<i128>() {
+        let def = i16::try_from(id)
+            .ok()
+            .and_then(|fid| dictionary.get(fid))
+            .ok_or_else(|| {
+                PyKeyError::new_err(format!("field id {id} is not in the dictionary"))
+            })?;
+        return Ok((def.fid, def.name.clone()));
     }
     Err(PyTypeError::new_err(format!(
         "a field is named by a str or an int id, not {}",
@@ -205,31 +214,32 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
     };
     match ty {
         FieldType::Real => {
-            if let Ok(f) = v.cast::<PyFloat>() {
-                let f = f.value();
+            // decimal.Decimal and the like: their text.
+            if type_name() == "Decimal" {
+                return Ok(Text(v.str().map_err(|e| e.to_string())?.to_string()));
+            }
+            // Ints, and numpy's (anything with __index__), exactly.
+            if let Ok(i) = v.extract::<i128>() {
+                let i = i64::try_from(i).map_err(|_| format!("{i} does not fit 64 bits"))?;
+                return Ok(V(Value::Real(Real::new(i, 0))));
+            }
+            // Floats, and numpy's (anything with __float__).
+            if v.is_instance_of::<PyFloat>() || v.hasattr("__float__").unwrap_or(false) {
+                let f = v.extract::<f64>().map_err(|e| e.to_string())?;
                 if !f.is_finite() {
                     return Err(format!("{f} is not a finite number"));
                 }
                 // `{:e}` is the shortest form that reads back as the same float.
                 return parse_real(&format!("{f:e}"))
                     .map(|r| V(Value::Real(r)))
-                    .ok_or_else(|| format!("{f} does not fit a decimal of 18 digits"));
-            }
-            if v.is_instance_of::<PyInt>() {
-                let i: i64 = v
-                    .extract()
-                    .map_err(|_| "does not fit 64 bits".to_string())?;
-                return Ok(V(Value::Real(Real::new(i, 0))));
-            }
-            // decimal.Decimal and the like: their text.
-            if type_name() == "Decimal" {
-                return Ok(Text(v.str().map_err(|e| e.to_string())?.to_string()));
+                    .ok_or_else(|| format!("{f:e} does not fit a decimal of 18 digits"));
             }
         }
         FieldType::Int | FieldType::UInt => {
             let n: Option<i128> = if let Ok(dt) = v.cast::<PyDateTime>() {
                 Some(epoch_nanos(dt).map_err(|e| e.to_string())?)
-            } else if v.is_instance_of::<PyInt>() {
+            } else if v.hasattr("__index__").unwrap_or(false) {
+                // An int, or numpy's.
                 Some(
                     v.extract()
                         .map_err(|_| "does not fit 64 bits".to_string())?,
@@ -250,7 +260,7 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
             }
         }
         FieldType::Enum => {
-            if v.is_instance_of::<PyInt>() {
+            if v.hasattr("__index__").unwrap_or(false) {
                 let e: u16 = v
                     .extract()
                     .map_err(|_| "is not an enumeration value (0 to 65535)".to_string())?;
@@ -273,6 +283,13 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
                 };
                 time_of(dt.as_any()).map_err(|e| e.to_string())?
             } else if let Ok(t) = v.cast::<PyTime>() {
+                if !t.getattr("tzinfo").map_err(|e| e.to_string())?.is_none() {
+                    return Err(
+                        "an aware datetime.time is not taken (its offset may depend on \
+                        the date): give the time in UTC, naive, or an aware datetime"
+                            .into(),
+                    );
+                }
                 time_of(t.as_any()).map_err(|e| e.to_string())?
             } else {
                 return Err(format!("expected a datetime.time, not {}", type_name()));
@@ -333,7 +350,7 @@ fn time_of(t: &Bound<'_, PyAny>) -> PyResult<(u8, u8, u8, u32)> {
     ))
 }
 
-/// The datetime in UTC (a naive one taken as local time, as `datetime.timestamp` does).
+/// An aware datetime in UTC.
 fn in_utc<'py>(dt: &Bound<'py, PyDateTime>) -> PyResult<Bound<'py, PyDateTime>> {
     let utc = dt
         .py()
@@ -345,9 +362,14 @@ fn in_utc<'py>(dt: &Bound<'py, PyDateTime>) -> PyResult<Bound<'py, PyDateTime>> 
         .cast_into::<PyDateTime>()?)
 }
 
-/// Nanoseconds since the Unix epoch, exactly (a float timestamp would round them).
+/// Nanoseconds since the Unix epoch, exactly (a float timestamp would round them). A
+/// naive datetime is in UTC, as a DATETIME field takes it (and reads it back).
 fn epoch_nanos(dt: &Bound<'_, PyDateTime>) -> PyResult<i128> {
-    let t = in_utc(dt)?;
+    let t = if dt.getattr("tzinfo")?.is_none() {
+        dt.clone()
+    } else {
+        in_utc(dt)?
+    };
     let date = date_of(t.as_any()).map_err(pyo3::exceptions::PyValueError::new_err)?;
     let (h, m, s, us) = time_of(t.as_any())?;
     let days = days_from_civil(date.year.into(), date.month.into(), date.day.into());

@@ -159,3 +159,50 @@ def test_dates_with_times_and_buffers_arrive_unchanged(node, tmp_path):
             assert images[name]["BLOB"] == b"\x00\xff\x1b", images
         with pytest.raises(ValueError, match="BLOB"):
             p.refresh("C", {"BLOB": "not base64!"})
+
+
+def test_a_naive_datetime_is_utc_in_every_field(node, tmp_path, monkeypatch):
+    """A naive datetime is UTC both in a DATETIME field (which reads back naive, in
+    UTC) and as nanoseconds since the epoch in an INT/UINT one (TIM_TRK_1), whatever the
+    local time zone."""
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        dictionary = tmp_path / "fields.dict"
+        dictionary.write_text("STAMP 9001 DATETIME\nTIM_TRK_1 3902 UINT\n")
+        naive = datetime.datetime(2026, 11, 24, 9, 30)
+        with tickwire.Publisher(node, "PYTIME", dictionary=str(dictionary)) as p:
+            p.refresh("A", {"STAMP": naive, "TIM_TRK_1": naive})
+            s = tickwire.Subscriber(node, dictionary=str(dictionary))
+            s.wait_for_service("PYTIME")
+            image = s.snapshot("PYTIME", ["A"])["A"]
+            s.disconnect()
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    utc = naive.replace(tzinfo=datetime.timezone.utc)
+    assert image["STAMP"] == naive, image
+    assert image["TIM_TRK_1"] == int(utc.timestamp()) * 10**9, image
+
+
+def test_numpy_numbers_are_taken_and_bad_keys_and_values_named(node):
+    import numpy as np
+
+    with tickwire.Publisher(node, "PYNUM") as p:
+        p.refresh("A", {"BID": np.float32(1.5), "ASK": np.int64(2), "BIDSIZE": np.int64(5), "CURRENCY": np.uint16(840)})
+        s = tickwire.Subscriber(node)
+        s.wait_for_service("PYNUM")
+        image = s.snapshot("PYNUM", ["A"])["A"]
+        s.disconnect()
+        assert (image["BID"], image["ASK"], image["BIDSIZE"], image["CURRENCY"]) == (1.5, 2.0, 5, 840), image
+        with pytest.raises(KeyError, match="40000"):
+            p.refresh("B", {40000: 1})
+        with pytest.raises(TypeError, match="bool"):
+            p.refresh("B", {True: 1})
+        with pytest.raises(ValueError, match="1e300"):
+            p.refresh("B", {"BID": 1e300})
+        aware = datetime.time(1, 2, 3, tzinfo=datetime.timezone(datetime.timedelta(hours=5)))
+        with pytest.raises(ValueError, match="TIMACT.*aware"):
+            p.refresh("B", {"TIMACT": aware})
