@@ -30,6 +30,9 @@ struct Shared {
 #[pyclass(frozen, module = "tickwire._native")]
 pub struct Publisher {
     shared: Arc<Shared>,
+    /// The error of a call that ended the session (a lost connection without
+    /// reconnecting): every later call raises it again.
+    ended: Mutex<Option<PyErr>>,
     driver: Mutex<Option<JoinHandle<()>>>,
     dictionary: Arc<Dictionary>,
 }
@@ -64,10 +67,24 @@ impl Publisher {
         py: Python<'_>,
         f: impl FnOnce(&mut tickwire_client::Publisher) -> PyResult<T> + Send,
     ) -> PyResult<T> {
-        py.detach(|| {
+        if let Some(e) = self
+            .ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            return Err(e.clone_ref(py));
+        }
+        let (result, ended) = py.detach(|| {
             let mut guard = self.lock()?;
-            f(guard.as_mut().expect("locked open"))
-        })
+            let p = guard.as_mut().expect("locked open");
+            let result = f(p);
+            Ok::<_, PyErr>((result, p.is_ended()))
+        })?;
+        if let (Err(e), true) = (&result, ended) {
+            *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone_ref(py));
+        }
+        result
     }
 
     fn encode(&self, fields: &Bound<'_, PyDict>) -> PyResult<Vec<u8>> {
@@ -170,6 +187,7 @@ impl Publisher {
         };
         Ok(Publisher {
             shared,
+            ended: Mutex::new(None),
             driver: Mutex::new(Some(driver)),
             dictionary,
         })

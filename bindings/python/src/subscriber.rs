@@ -7,6 +7,7 @@ use crate::event::Event;
 use crate::values::{load_dictionary, FieldNames};
 use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBool;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -36,6 +37,9 @@ const MAX_UNANSWERED: usize = 4096;
 pub struct Subscriber {
     /// `None` once disconnected.
     state: Mutex<Option<Connected>>,
+    /// The error that ended the session (a lost connection without reconnecting, a
+    /// refused login): every later call raises it again.
+    ended: Mutex<Option<PyErr>>,
     dictionary: Arc<Dictionary>,
     names: FieldNames,
 }
@@ -83,10 +87,24 @@ impl Subscriber {
         py: Python<'_>,
         f: impl FnOnce(&mut Connected) -> PyResult<T> + Send,
     ) -> PyResult<T> {
-        py.detach(|| {
+        if let Some(e) = self
+            .ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            return Err(e.clone_ref(py));
+        }
+        let (result, ended) = py.detach(|| {
             let mut guard = self.lock()?;
-            f(guard.as_mut().expect("locked connected"))
-        })
+            let c = guard.as_mut().expect("locked connected");
+            let result = f(c);
+            Ok::<_, PyErr>((result, c.sub.is_ended()))
+        })?;
+        if let (Err(e), true) = (&result, ended) {
+            *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone_ref(py));
+        }
+        result
     }
 
     fn lock(&self) -> PyResult<MutexGuard<'_, Option<Connected>>> {
@@ -105,9 +123,17 @@ impl Subscriber {
                     self.dictionary.fid(&name).ok_or_else(|| {
                         PyKeyError::new_err(format!("field {name:?} is not in the dictionary"))
                     })
+                } else if f.is_instance_of::<PyBool>() {
+                    Err(PyValueError::new_err(
+                        "a view lists field names or field ids",
+                    ))
                 } else {
-                    f.extract::<i16>()
-                        .map_err(|_| PyValueError::new_err("a view lists field names or field ids"))
+                    let id = f.extract::<i128>().map_err(|_| {
+                        PyValueError::new_err("a view lists field names or field ids")
+                    })?;
+                    i16::try_from(id).map_err(|_| {
+                        PyKeyError::new_err(format!("field id {id} is not in the dictionary"))
+                    })
                 }
             })
             .collect::<PyResult<Vec<i16>>>()
@@ -147,6 +173,7 @@ impl Subscriber {
             .detach(|| tickwire_client::Subscriber::connect(opts))
             .map_err(errors::client)?;
         Ok(Subscriber {
+            ended: Mutex::new(None),
             state: Mutex::new(Some(Connected {
                 sub,
                 streams: HashMap::new(),

@@ -32,3 +32,30 @@ def test_a_live_view_keeps_the_latest_values_and_their_state(node):
             assert view.error is None
     finally:
         feed.stop()
+
+
+def test_a_view_dropped_without_close_is_collected(node):
+    """Its thread holds it weakly: dropped without close(), the view is collected, its
+    thread ends and its connection closes (with a ResourceWarning)."""
+    import gc
+    import threading
+    import weakref
+
+    import pytest
+
+    feed = Proc(["publish", "--node", node, "--items", "2", "--rate", "50"])
+    try:
+        feed.wait_for_line("published 2 images")
+        view = tickwire.LiveView(node, "FEED", ["SYM1"])
+        view.wait_ready()
+        ref, thread, native = weakref.ref(view), view._thread, view._native
+        with pytest.warns(ResourceWarning):
+            del view
+            gc.collect()
+            wait_until("the view is collected", lambda: ref() is None, 10)
+        thread.join(10)
+        assert not thread.is_alive()
+        with pytest.raises(ConnectionError):
+            native.fileno()
+    finally:
+        feed.stop()

@@ -7,6 +7,7 @@ import datetime
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -260,4 +261,114 @@ def test_a_snapshot_given_up_on_leaves_no_stream_behind(node):
     finally:
         feed.proc.send_signal(signal.SIGCONT)
         feed.stop()
+        s.disconnect()
+
+
+def test_a_snapshot_interrupted_leaves_no_stream_behind(node):
+    """A snapshot given up by anything but its own timeout (here a signal handler
+    raising, as Ctrl-C does) closes its streams too; a timeout it cannot take is refused
+    before any stream opens."""
+    import math
+    import signal
+
+    from conftest import Proc
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_):
+        raise Interrupted()
+
+    feed = Proc(["publish", "--node", node, "--service", "SLOW", "--items", "3", "--rate", "0", "--interactive"])
+    s = tickwire.Subscriber(node)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        feed.wait_for_line("items available on request")
+        assert s.snapshot("SLOW", ["SYM0"], timeout=10)["SYM0"]
+        feed.proc.send_signal(signal.SIGSTOP)
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(Interrupted):
+            s.snapshot("SLOW", ["SYM1"], timeout=30)
+        with pytest.raises(ValueError, match="timeout"):
+            s.snapshot("SLOW", ["SYM2"], timeout=math.inf)
+        feed.proc.send_signal(signal.SIGCONT)
+        assert s.snapshot("SLOW", ["SYM0"], timeout=10)["SYM0"]
+        stray = s.next_batch(1.0)
+        assert stray == [], stray
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        feed.proc.send_signal(signal.SIGCONT)
+        feed.stop()
+        s.disconnect()
+
+
+def test_without_reconnect_a_lost_connection_is_raised_again_by_every_call():
+    """reconnect=False: once lost, the subscriber stays lost (a node back on the same
+    address is not reconnected to) and every call raises the loss again."""
+    from conftest import Proc
+
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    addr = node.listening_address()
+    s = tickwire.Subscriber(addr, reconnect=False)
+    try:
+        s.subscribe("FEED", ["SYM1"])
+        # The node goes, and another comes on its address.
+        node.stop()
+        node = Proc(["node", "--listen", addr])
+        node.listening_address()
+        with pytest.raises(ConnectionError) as lost:
+            while True:
+                s.next(timeout=20)
+        for _ in range(3):
+            with pytest.raises(ConnectionError) as again:
+                s.next(timeout=0.5)
+            assert again.value is lost.value
+        assert not s.connected and s.reconnects == 0
+    finally:
+        s.disconnect()
+        node.stop()
+
+
+def test_a_subscriber_that_writes_but_does_not_read_for_a_while_is_not_taken_for_lost(tmp_path):
+    """The node's data waiting in the socket shows it alive: a subscriber that only
+    wrote for longer than three of the node's heartbeats (100 ms here) reads it before
+    judging the node silent."""
+    from conftest import Proc
+
+    config = tmp_path / "node.toml"
+    config.write_text("[limits]\nheartbeat_ms = 100\n")
+    node = Proc(["node", "--listen", "127.0.0.1:0", "--config", str(config)])
+    s = tickwire.Subscriber(node.listening_address())
+    try:
+        # Requests keep the node hearing from it (its answers wait unread) for 1 s.
+        for i in range(10):
+            s.subscribe("FEED", [f"X{i}"])
+            time.sleep(0.1)
+        events = s.next_batch(0.5)
+        lost = [e for e in events if "lost" in (e.text or "")]
+        assert lost == [] and s.reconnects == 0, lost
+    finally:
+        s.disconnect()
+        node.stop()
+
+
+def test_keys_and_views_name_fields_clearly(node):
+    s = tickwire.Subscriber(node)
+    try:
+        with pytest.raises(KeyError, match="40000"):
+            s.subscribe("FEED", ["SYM1"], view=[40000])
+        with pytest.raises(ValueError):
+            s.subscribe("FEED", ["SYM1"], view=[True])
+    finally:
+        s.disconnect()
+
+
+def test_a_view_of_one_field_name_is_that_field(node, feed):
+    s = tickwire.Subscriber(node)
+    try:
+        s.subscribe("FEED", "SYM1", view="BID")
+        refresh = first(s, "refresh", "SYM1")
+        assert set(refresh.fields) == {"BID"}, refresh.fields
+    finally:
         s.disconnect()

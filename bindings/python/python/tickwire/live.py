@@ -14,14 +14,40 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+import warnings
+import weakref
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _native
 from ._native import Event
-from .subscriber import Items, _names
+from .subscriber import Items, _names, _view
 
 # How often the view's thread looks whether it should stop when nothing arrives.
 _STOP_CHECK = 0.2
+
+
+def _run(ref: "weakref.ReferenceType[LiveView]", native: "_native.Subscriber", stop: threading.Event) -> None:
+    """The view's thread: applies what arrives while the view is used."""
+    try:
+        while not stop.is_set():
+            events = native.next_events(_STOP_CHECK)
+            view = ref()
+            if view is None:
+                return
+            if events:
+                view._take(events)
+            del view
+    except BaseException as e:  # the connection is gone for good
+        view = ref()
+        if view is not None and not stop.is_set():
+            view._failed(e)
+
+
+def _collected(native: "_native.Subscriber", stop: threading.Event) -> None:
+    """A view dropped without close(): its thread stops and its connection closes."""
+    warnings.warn("a tickwire.LiveView was not closed", ResourceWarning)
+    stop.set()
+    native.disconnect()
 
 
 class LiveView(Mapping[str, Dict[str, Any]]):
@@ -55,25 +81,27 @@ class LiveView(Mapping[str, Dict[str, Any]]):
         self._partial: Dict[str, bool] = {}
         self._error: Optional[BaseException] = None
         self._stop = threading.Event()
-        self._native.subscribe(service, self._names, view=list(fields) if fields is not None else None)
-        self._thread = threading.Thread(target=self._run, name=f"tickwire-live-{service}", daemon=True)
+        self._native.subscribe(service, self._names, view=_view(fields))
+        # The thread holds the view weakly: a view dropped without close() is
+        # collected, which stops the thread and closes the connection.
+        self._thread = threading.Thread(
+            target=_run, args=(weakref.ref(self), self._native, self._stop), name=f"tickwire-live-{service}", daemon=True
+        )
+        self._finalizer = weakref.finalize(self, _collected, self._native, self._stop)
         self._thread.start()
 
     # -- the view's thread ---------------------------------------------------------
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                events = self._native.next_events(_STOP_CHECK)
-                if events:
-                    with self._changed:
-                        for event in events:
-                            self._apply(event)
-                        self._changed.notify_all()
-        except BaseException as e:  # the connection is gone for good
-            with self._changed:
-                self._error = e
-                self._changed.notify_all()
+    def _take(self, events: List[Event]) -> None:
+        with self._changed:
+            for event in events:
+                self._apply(event)
+            self._changed.notify_all()
+
+    def _failed(self, error: BaseException) -> None:
+        with self._changed:
+            self._error = error
+            self._changed.notify_all()
 
     def _apply(self, event: Event) -> None:
         name = event.item
@@ -162,6 +190,7 @@ class LiveView(Mapping[str, Dict[str, Any]]):
 
     def close(self) -> None:
         """Stops the thread and closes the connection."""
+        self._finalizer.detach()
         self._stop.set()
         self._thread.join()
         self._native.disconnect()

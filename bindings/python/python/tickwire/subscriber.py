@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import math
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -29,6 +31,21 @@ def _names(items: Items) -> List[str]:
     if not all(isinstance(n, str) for n in names):
         raise TypeError("items are names (str)")
     return names
+
+
+def _view(view: Optional[Fields]) -> Optional[List[Union[str, int]]]:
+    """A view's fields as a list; one field name alone is a view of that field."""
+    if view is None:
+        return None
+    if isinstance(view, str):
+        return [view]
+    return list(view)
+
+
+def _check_timeout(timeout: float) -> None:
+    """A snapshot's timeout is checked before its streams are opened."""
+    if not 0 <= timeout < math.inf:  # NaN too
+        raise ValueError(f"timeout must be a number of seconds, 0 or more (got {timeout!r})")
 
 
 class _Images:
@@ -109,7 +126,7 @@ class Subscriber:
     def subscribe(self, service: str, items: Items, *, view: Optional[Fields] = None) -> List[int]:
         """Opens a stream per item (a refresh, then updates); returns their stream ids.
         With ``view`` (field names or ids) only those fields are sent."""
-        return self._native.subscribe(service, _names(items), view=list(view) if view is not None else None)
+        return self._native.subscribe(service, _names(items), view=_view(view))
 
     def view(self, service: str, items: Items, fields: Fields) -> List[int]:
         """Subscribes to the items for these fields only."""
@@ -123,7 +140,7 @@ class Subscriber:
         """Changes the view of the items' open streams where they stand (``None``: every
         field), with no new image: the updates from now on carry the new view
         (``KeyError`` for an item that is not open)."""
-        self._native.change_view(service, _names(items), view=list(view) if view is not None else None)
+        self._native.change_view(service, _names(items), view=_view(view))
 
     def snapshot(
         self,
@@ -139,24 +156,28 @@ class Subscriber:
         (with its reason), and ``TimeoutError`` naming those still awaited after
         ``timeout`` seconds. Events of other streams that arrive meanwhile are kept
         for iteration."""
+        _check_timeout(timeout)
         names = _names(items)
-        sids = self._native.subscribe(
-            service, names, view=list(view) if view is not None else None, snapshot=True
-        )
+        sids = self._native.subscribe(service, names, view=_view(view), snapshot=True)
         gathered = _Images(service, dict(zip(sids, names)))
         deadline = time.monotonic() + timeout
-        while gathered.waiting:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                # Their streams are closed: left open, each would be asked for again
-                # after every reconnection, and its late image come as an event.
+        try:
+            while gathered.waiting:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise gathered.timed_out(timeout)
+                for event in self._native.next_events(left):
+                    if event.stream in gathered.waiting and event.service == service:
+                        gathered.take(event)
+                    else:
+                        self._buffer.append(event)
+        except BaseException:
+            # Given up (its timeout, Ctrl-C, an error): its streams are closed. Left
+            # open, each would be asked for again after every reconnection, and its
+            # late image come as an event.
+            with contextlib.suppress(ConnectionError):
                 self._native.close_ids(list(gathered.waiting))
-                raise gathered.timed_out(timeout)
-            for event in self._native.next_events(left):
-                if event.stream in gathered.waiting and event.service == service:
-                    gathered.take(event)
-                else:
-                    self._buffer.append(event)
+            raise
         return gathered.result()
 
     def snapshot_frame(
@@ -177,7 +198,7 @@ class Subscriber:
         images = self.snapshot(service, items, view=fields, timeout=timeout)
         frame = pandas.DataFrame.from_dict(images, orient="index")
         if fields is not None:
-            frame = frame.reindex(columns=list(fields))
+            frame = frame.reindex(columns=_view(fields))
         return frame
 
     def post(
