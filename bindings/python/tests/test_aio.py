@@ -4,7 +4,12 @@ the event loop watching the socket (no executor thread waits once connected)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import math
+import signal
 import socket
+import time
+import weakref
 
 import pytest
 
@@ -204,3 +209,225 @@ def test_a_paused_subscriber_still_gets_its_snapshots_and_post_answers(monkeypat
         node_proc.stop()
     assert image["SYM1"], image
     assert ack is not None and ack.accepted, ack
+
+
+def test_every_task_awaiting_the_subscriber_is_woken_and_failed_when_it_is_closed(node, feed):
+    """Two tasks awaiting one subscriber: both get events, both are failed by
+    disconnect() (the first one's wait was once replaced by the second's, for good)."""
+
+    async def main():
+        s = await tickwire.aio.connect(node)
+        s.subscribe("FEED", ["SYM1"])
+        woken = await asyncio.wait_for(asyncio.gather(s.next(), s.next()), 20)
+        idle = await tickwire.aio.connect(node)  # no stream: nothing comes
+        waiting = [asyncio.create_task(idle.next()) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        idle.disconnect()
+        failed = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 5)
+        s.disconnect()
+        return woken, failed
+
+    woken, failed = asyncio.run(asyncio.wait_for(main(), 60))
+    assert all(e.item == "SYM1" for e in woken), woken
+    assert all(isinstance(e, ConnectionError) for e in failed), failed
+
+
+def _slow_service(node: str) -> Proc:
+    """A publisher of SLOW that answers each request (stop it to leave one unanswered)."""
+    feed = Proc(["publish", "--node", node, "--service", "SLOW", "--items", "3", "--rate", "0", "--interactive"])
+    feed.wait_for_line("items available on request")
+    return feed
+
+
+def test_disconnect_fails_the_snapshot_awaited(node):
+    feed = _slow_service(node)
+
+    async def main():
+        s = await tickwire.aio.connect(node)
+        await s.snapshot("SLOW", ["SYM0"], timeout=20)
+        feed.proc.send_signal(signal.SIGSTOP)  # the next snapshot is not answered
+        task = asyncio.create_task(s.snapshot("SLOW", ["SYM1"], timeout=30))
+        await asyncio.sleep(0.3)
+        s.disconnect()
+        try:
+            await asyncio.wait_for(task, 5)
+        except Exception as e:  # noqa: BLE001 - what it raised is the result
+            return e
+
+    try:
+        raised = asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        feed.proc.send_signal(signal.SIGCONT)
+        feed.stop()
+    assert isinstance(raised, ConnectionError) and "closed" in str(raised), repr(raised)
+
+
+def test_a_snapshot_cancelled_leaves_no_stream_behind(node):
+    """A snapshot given up from outside (a cancellation) closes its streams as its own
+    timeout does: its late image is no stray event."""
+    feed = _slow_service(node)
+
+    async def main():
+        s = await tickwire.aio.connect(node)
+        await s.snapshot("SLOW", ["SYM0"], timeout=20)
+        feed.proc.send_signal(signal.SIGSTOP)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(s.snapshot("SLOW", ["SYM1"], timeout=30), 0.5)
+        with pytest.raises(ValueError):
+            await s.snapshot("SLOW", ["SYM2"], timeout=math.inf)
+        feed.proc.send_signal(signal.SIGCONT)
+        # Once the publisher answers again, a later snapshot comes, and no stray image.
+        assert (await s.snapshot("SLOW", ["SYM0"], timeout=20))["SYM0"]
+        try:
+            stray = await asyncio.wait_for(s.next(), 1.0)
+        except asyncio.TimeoutError:
+            stray = None
+        s.disconnect()
+        return stray
+
+    try:
+        stray = asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        feed.proc.send_signal(signal.SIGCONT)
+        feed.stop()
+    assert stray is None, stray
+
+
+def test_a_write_that_finds_the_connection_lost_while_paused_loses_no_event(monkeypatch):
+    """A call that writes can find the connection lost (the library then closes its
+    socket): reading resumes on the library's socket, not on the closed one, and the
+    events taken are all there."""
+    monkeypatch.setattr(tickwire.aio, "_MAX_WAITING", 40)
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    addr = node.listening_address()
+    feed = Proc(["publish", "--node", addr, "--items", "10", "--rate", "200"])
+
+    async def main():
+        s = await tickwire.aio.connect(addr)
+        s.subscribe("FEED", [f"SYM{i}" for i in range(10)])
+        while not s._paused:
+            await asyncio.sleep(0.05)
+        node.proc.kill()
+        node.proc.wait()
+        # Writes until one finds the socket dead.
+        for i in range(20):
+            s.subscribe("FEED", [f"X{i}"])
+            if s._native.fileno() is None:
+                break
+            time.sleep(0.1)
+        batch = await asyncio.wait_for(s.next_batch(), 10)
+        s.disconnect()
+        return batch
+
+    try:
+        feed.wait_for_line("published 10 images")
+        batch = asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        feed.stop()
+        node.stop()
+    assert len(batch) >= 40, len(batch)
+
+
+def test_a_post_that_finds_the_connection_lost_raises_and_the_loop_is_not_held():
+    """A post without ack whose write finds the connection lost raises (it was not
+    sent); the reconnections after it run in the executor, not on the loop, though
+    no read saw the loss."""
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    addr = node.listening_address()
+    host, port = addr.rsplit(":", 1)
+    silent = socket.socket()
+    fillers = []
+
+    async def main():
+        s = await tickwire.aio.connect(addr, connect_timeout=3.0)
+        await asyncio.sleep(0.2)
+        node.proc.kill()
+        node.proc.wait()
+        # A listener that never accepts, its queue full: each reconnection's TCP
+        # connect blocks for connect_timeout (3 s).
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        silent.bind((host, int(port)))
+        silent.listen(0)
+        for _ in range(3):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex((host, int(port)))
+            fillers.append(filler)
+        raised = None
+        for _ in range(20):  # the first write after the loss may still be taken
+            try:
+                await s.post("FEED", "X", {"BID": 1.0}, ack=False)
+            except ConnectionError as e:
+                raised = e
+                break
+            time.sleep(0.1)
+        loop = asyncio.get_running_loop()
+        last = start = loop.time()
+        longest = 0.0
+        while loop.time() - start < 4.0:
+            await asyncio.sleep(0.01)
+            now = loop.time()
+            longest = max(longest, now - last)
+            last = now
+        s.disconnect()
+        return raised, longest
+
+    try:
+        raised, longest = asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        for f in fillers:
+            f.close()
+        silent.close()
+        node.stop()
+    assert raised is not None, "a post lost with its connection raises"
+    assert longest < 1.5, f"the event loop was held {longest:.2f} s while the library reconnected"
+
+
+def test_without_reconnect_a_lost_connection_ends_the_subscriber_for_good():
+    """reconnect=False: the loss is raised, and again by every later call; nothing
+    reconnects, even with a node back on the address."""
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    addr = node.listening_address()
+
+    async def main():
+        nonlocal node
+        s = await tickwire.aio.connect(addr, reconnect=False)
+        s.subscribe("FEED", ["SYM1"])
+        node.stop()
+        node = Proc(["node", "--listen", addr])
+        node.listening_address()
+        with pytest.raises(ConnectionError) as lost:
+            await asyncio.wait_for(s.next(), 20)
+        await asyncio.sleep(1.5)  # timer turns in which a reconnection would come
+        with pytest.raises(ConnectionError) as again:
+            s.subscribe("FEED", ["SYM2"])
+        state = (s.connected, s._native.reconnects, s._handles.timer)
+        s.disconnect()
+        return lost.value, again.value, state
+
+    try:
+        lost, again, (connected, reconnects, timer) = asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        node.stop()
+    assert again is lost, (lost, again)
+    assert not connected and reconnects == 0 and timer is None
+
+
+def test_a_subscriber_dropped_without_disconnect_is_collected(node, feed):
+    """The loop's reader and timer do not keep a subscriber dropped without
+    disconnect(): it is collected, its connection closed (with a ResourceWarning)."""
+
+    async def main():
+        s = await tickwire.aio.connect(node)
+        s.subscribe("FEED", ["SYM1"])
+        await s.next()
+        native, ref = s._native, weakref.ref(s)
+        with pytest.warns(ResourceWarning):
+            del s
+            gc.collect()
+        await asyncio.sleep(0.1)
+        with pytest.raises(ConnectionError):
+            native.fileno()
+        return ref()
+
+    assert asyncio.run(asyncio.wait_for(main(), 60)) is None

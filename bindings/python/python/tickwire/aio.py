@@ -24,12 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
-from typing import Any, AsyncIterator, Deque, Dict, List, Optional, Sequence, Union
+import warnings
+import weakref
+from typing import Any, AsyncIterator, Callable, Deque, Dict, List, Optional, TypeVar, Union
 
 from . import _native
 from ._native import Event, TickwireError  # noqa: F401 (tickwire.aio.TickwireError stays)
-from .subscriber import Fields, Items, _Images, _names
+from .subscriber import Fields, Items, _check_timeout, _Images, _names, _view
+
+T = TypeVar("T")
 
 # How often the library's timers (its heartbeats, a reconnection's back-off) are run
 # when nothing arrives: the node's own heartbeats wake the reader more often than this.
@@ -66,6 +71,67 @@ class _Snapshot(_Images):
             self.done.set_result(None)
 
 
+def _weak_done(subscriber: "Subscriber") -> Callable[["asyncio.Future[List[Event]]"], None]:
+    """A reconnection's done-callback that does not keep the subscriber."""
+    ref = weakref.ref(subscriber)
+
+    def done(future: "asyncio.Future[List[Event]]") -> None:
+        target = ref()
+        if target is not None:
+            target._reconnected(future)
+
+    return done
+
+
+def _weak(obj: Any, method: str) -> Callable[[], None]:
+    """A callback for the event loop that calls ``obj.method()`` while ``obj`` lives:
+    the loop's handles do not keep a subscriber dropped without ``disconnect()``."""
+    ref = weakref.ref(obj)
+
+    def call() -> None:
+        target = ref()
+        if target is not None:
+            getattr(target, method)()
+
+    return call
+
+
+class _LoopHandles:
+    """What the event loop holds for a subscriber (its reader and its timer), released
+    when the subscriber is disconnected or collected."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.reader: Optional[int] = None
+        self.timer: Optional[asyncio.TimerHandle] = None
+
+    def read(self, fd: Optional[int], callback: Callable[[], None]) -> None:
+        if fd == self.reader:
+            return
+        if self.reader is not None:
+            self.loop.remove_reader(self.reader)
+            self.reader = None
+        if fd is not None:
+            self.loop.add_reader(fd, callback)
+            self.reader = fd
+
+    def release(self) -> None:
+        self.read(None, lambda: None)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+def _collected(handles: _LoopHandles, native: "_native.Subscriber") -> None:
+    """A subscriber dropped without ``disconnect()``: its loop handles and connection."""
+    warnings.warn("a tickwire.aio.Subscriber was not disconnected", ResourceWarning)
+    loop = handles.loop
+    if not loop.is_closed():
+        # Collected on any thread; the loop's handles are released on its own.
+        loop.call_soon_threadsafe(handles.release)
+    native.disconnect()
+
+
 class Subscriber:
     """An asyncio subscriber (make one with ``await tickwire.aio.connect(...)``).
 
@@ -76,41 +142,46 @@ class Subscriber:
         self._native = native
         self._loop = loop
         self._events: Deque[Event] = collections.deque()
-        self._waiter: Optional["asyncio.Future[None]"] = None
+        # Every task awaiting an event: all are woken by the events, and failed.
+        self._waiters: List["asyncio.Future[None]"] = []
         self._snapshots: Dict[int, _Snapshot] = {}
         self._answers: Dict[int, "asyncio.Future[Event]"] = {}
         self._error: Optional[BaseException] = None
+        # The socket watched (None while reconnecting); read again after any call that
+        # writes, which may find the connection lost (the library then closes it).
         self._fd: Optional[int] = None
         self._reconnecting = False
         self._closed = False
         self._paused = False
+        self._handles = _LoopHandles(loop)
+        self._on_readable = _weak(self, "_read")
+        self._finalizer = weakref.finalize(self, _collected, self._handles, native)
         self._watch()
-        self._timer = loop.call_later(_TIMERS_EVERY, self._on_timer)
+        self._arm_timer()
 
     # -- the loop's side -----------------------------------------------------------
 
+    def _arm_timer(self) -> None:
+        self._handles.timer = self._loop.call_later(_TIMERS_EVERY, _weak(self, "_on_timer"))
+
     def _watch(self) -> None:
-        """Watches the connection's socket (a reconnection makes a new one)."""
-        fd = None if self._closed else self._native.fileno()
-        if fd == self._fd:
-            return
-        if self._fd is not None:
-            self._loop.remove_reader(self._fd)
-        self._fd = fd
-        if fd is not None and not self._paused:
-            self._loop.add_reader(fd, self._read)
+        """Watches the connection's socket as the library has it now (a reconnection
+        makes a new one; a write that found the connection lost closed it)."""
+        self._fd = None if self._closed or self._error is not None else self._native.fileno()
+        self._handles.read(None if self._paused else self._fd, self._on_readable)
 
     def _read(self) -> None:
         """The socket is readable (or a timer is due): what arrived, without waiting."""
-        if self._closed:
+        if self._closed or self._error is not None:
             return
         if len(self._events) >= _MAX_WAITING and not self._awaited():
             # The application is behind: the socket waits until it takes events (or
             # awaits a snapshot or a post's answer, which only reading can bring).
-            if not self._paused and self._fd is not None:
-                self._loop.remove_reader(self._fd)
             self._paused = True
+            self._handles.read(None, self._on_readable)
             return
+        if self._fd is None:
+            return  # lost: the timer reconnects, in the executor
         try:
             events = self._native.next_events(0)
         except BaseException as e:  # the connection is gone for good
@@ -133,24 +204,30 @@ class Subscriber:
                     answer.set_result(event)
                 continue
             self._events.append(event)
-        if self._events and self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        if self._events:
+            for waiter in self._waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def _on_timer(self) -> None:
-        if self._closed:
+        if self._closed or self._error is not None:
             return
-        if self._fd is not None:
-            self._read()
-        elif not self._reconnecting:
-            # No socket: the library reconnects, which blocks; in the executor.
-            self._reconnecting = True
-            future = self._loop.run_in_executor(None, self._native.next_events, 0)
-            future.add_done_callback(self._reconnected)
-        self._timer = self._loop.call_later(_TIMERS_EVERY, self._on_timer)
+        # While the executor reconnects it holds the library: nothing is waited for.
+        if not self._reconnecting:
+            self._watch()
+            if self._fd is not None:
+                self._read()
+            else:
+                # No socket: the library reconnects, which blocks; in the executor.
+                self._reconnecting = True
+                future = self._loop.run_in_executor(None, self._native.next_events, 0)
+                future.add_done_callback(_weak_done(self))
+        if not self._closed and self._error is None:
+            self._arm_timer()
 
     def _reconnected(self, future: "asyncio.Future[List[Event]]") -> None:
         self._reconnecting = False
-        if self._closed:
+        if self._closed or self._error is not None:
             return
         if future.exception() is not None:
             self._fail(future.exception())
@@ -159,36 +236,44 @@ class Subscriber:
         self._watch()
 
     def _fail(self, error: BaseException) -> None:
-        self._error = error
-        for waiting in [self._waiter, *self._answers.values(), *(s.done for s in self._snapshots.values())]:
-            if waiting is not None and not waiting.done():
-                waiting.set_exception(error)
+        """Ends every wait with ``error``: the connection is gone for good (the error
+        is raised again by every later call), or closed."""
+        if self._error is None:
+            self._error = error
+        waiting = [*self._waiters, *self._answers.values(), *(s.done for s in self._snapshots.values())]
+        for future in waiting:
+            if not future.done():
+                future.set_exception(error)
         self._answers.clear()
         self._snapshots.clear()
-        self._stop_watching()
-
-    def _stop_watching(self) -> None:
-        if self._fd is not None:
-            if not self._paused:
-                self._loop.remove_reader(self._fd)
-            self._fd = None
-        self._timer.cancel()
+        self._fd = None
+        self._handles.release()
 
     # -- streams -------------------------------------------------------------------
 
+    def _writing(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A call that writes to the node: it may find the connection lost, after
+        which the socket watched is no longer the library's."""
+        self._raise_if_failed()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            if not self._closed:
+                self._watch()
+
     def subscribe(self, service: str, items: Items, *, view: Optional[Fields] = None) -> List[int]:
         """Opens a stream per item (a refresh, then updates); their stream ids."""
-        return self._native.subscribe(service, _names(items), view=list(view) if view is not None else None)
+        return self._writing(self._native.subscribe, service, _names(items), view=_view(view))
 
     def close(self, service: str, items: Items) -> None:
         """Closes the items' streams (``KeyError`` for one that is not open)."""
-        self._native.close(service, _names(items))
+        self._writing(self._native.close, service, _names(items))
 
     def change_view(self, service: str, items: Items, *, view: Optional[Fields] = None) -> None:
         """Changes the view of the items' open streams where they stand (``None``: every
         field), with no new image: the updates from now on carry the new view
         (``KeyError`` for an item that is not open)."""
-        self._native.change_view(service, _names(items), view=list(view) if view is not None else None)
+        self._writing(self._native.change_view, service, _names(items), view=_view(view))
 
     def services(self) -> Dict[str, str]:
         """The node's services and their state ("up" or "down"), as read so far."""
@@ -205,23 +290,28 @@ class Subscriber:
         """The current image of each item, as {item: {field: value}} (as
         ``tickwire.Subscriber.snapshot``: ``TickwireError`` naming the items the node
         could not give, ``TimeoutError`` after ``timeout`` seconds)."""
-        self._raise_if_failed()
+        _check_timeout(timeout)
         names = _names(items)
-        sids = self._native.subscribe(service, names, view=list(view) if view is not None else None, snapshot=True)
+        sids = self._writing(self._native.subscribe, service, names, view=_view(view), snapshot=True)
         snapshot = _Snapshot(service, dict(zip(sids, names)))
         for sid in sids:
             self._snapshots[sid] = snapshot
         self._resume_if_drained()
+        done = False
         try:
-            await asyncio.wait_for(asyncio.shield(snapshot.done), timeout)
-        except asyncio.TimeoutError:
-            # Their streams are closed (see tickwire.Subscriber.snapshot).
-            if not self._closed and self._error is None:
-                self._native.close_ids(list(snapshot.waiting))
-            raise snapshot.timed_out(timeout) from None
+            try:
+                await asyncio.wait_for(asyncio.shield(snapshot.done), timeout)
+            except asyncio.TimeoutError:
+                raise snapshot.timed_out(timeout) from None
+            done = True
         finally:
             for sid in sids:
                 self._snapshots.pop(sid, None)
+            # Given up (its timeout, a cancellation): its streams are closed (see
+            # tickwire.Subscriber.snapshot).
+            if not done and snapshot.waiting and not self._closed and self._error is None:
+                with contextlib.suppress(ConnectionError):
+                    self._writing(self._native.close_ids, list(snapshot.waiting))
         return snapshot.result()
 
     async def post(
@@ -236,8 +326,7 @@ class Subscriber:
         """Posts field values to an item; with ``ack`` awaits the answer (an "ack"
         event: ``accepted``, and for a refusal ``nak`` and ``text``; ``TimeoutError``
         after ``timeout`` seconds), else returns None once it is sent."""
-        self._raise_if_failed()
-        post_id = self._native.send_post(service, item, dict(fields), ack=ack)
+        post_id = self._writing(self._native.send_post, service, item, dict(fields), ack=ack)
         if not ack:
             return None
         answer: "asyncio.Future[Event]" = self._loop.create_future()
@@ -256,39 +345,42 @@ class Subscriber:
         """Awaits until an event is waiting."""
         while not self._events:
             self._raise_if_failed()
-            self._waiter = self._loop.create_future()
+            waiter: "asyncio.Future[None]" = self._loop.create_future()
+            self._waiters.append(waiter)
             try:
-                await self._waiter
+                await waiter
             finally:
-                self._waiter = None
+                self._waiters.remove(waiter)
 
     async def next_batch(self) -> List[Event]:
         """Every event that has arrived, awaiting the first."""
         await self._arrived()
+        # Taken once reading is resumed: an error there loses none of them.
+        self._resume_if_drained(waiting=0)
         batch = list(self._events)
         self._events.clear()
-        self._resume_if_drained()
         return batch
 
     async def next(self) -> Event:
         """The next event."""
         await self._arrived()
-        event = self._events.popleft()
-        self._resume_if_drained()
-        return event
+        self._resume_if_drained(waiting=len(self._events) - 1)
+        return self._events.popleft()
 
     def _awaited(self) -> bool:
         """A snapshot or a post's answer is awaited: the socket must be read for it."""
         return bool(self._snapshots or self._answers)
 
-    def _resume_if_drained(self) -> None:
-        """Reads the socket again once the application took half of what waited, or
-        awaits what only reading brings (a snapshot, a post's answer)."""
-        if self._paused and (len(self._events) <= _MAX_WAITING // 2 or self._awaited()):
+    def _resume_if_drained(self, waiting: Optional[int] = None) -> None:
+        """Reads the socket again once the application took half of what waited
+        (``waiting`` events are left), or awaits what only reading brings (a snapshot,
+        a post's answer)."""
+        left = len(self._events) if waiting is None else waiting
+        if self._paused and (left <= _MAX_WAITING // 2 or self._awaited()):
             self._paused = False
-            if self._fd is not None and not self._closed:
-                self._loop.add_reader(self._fd, self._read)
-                self._loop.call_soon(self._read)
+            if not self._closed and self._error is None:
+                self._watch()
+                self._loop.call_soon(self._on_readable)
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self
@@ -310,14 +402,14 @@ class Subscriber:
         return self._native.connected
 
     def disconnect(self) -> None:
-        """Closes the connection; awaiting anything of it afterwards raises."""
+        """Closes the connection; what is awaited of it (events, snapshots, posts'
+        answers) and anything awaited afterwards raises ``ConnectionError``."""
         if self._closed:
             return
         self._closed = True
-        self._stop_watching()
+        self._finalizer.detach()
+        self._fail(ConnectionError("the subscriber was closed"))
         self._native.disconnect()
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(ConnectionError("the subscriber was closed"))
 
     async def __aenter__(self) -> "Subscriber":
         return self
