@@ -80,11 +80,21 @@ pub const MAX_PROVIDER_SERVICES: usize = 1024;
 pub(crate) struct ProviderServices {
     names: FxHashMap<u16, String>,
     ids: FxHashMap<String, u16>,
-    /// The ids listed since a directory refresh that clears the cache began: the
-    /// services its last part leaves out are gone.
-    listed: Option<FxHashSet<u16>>,
+    /// While a directory refresh that clears the cache comes in: the services known
+    /// when it began that it has not listed yet (those its last part leaves out are
+    /// gone).
+    stale: Option<FxHashSet<u16>>,
     /// Services left out at [`MAX_PROVIDER_SERVICES`] (the node logs it).
     pub(crate) refused: u64,
+}
+
+/// What a directory message changed: what the node is to be told, by id, and the ids
+/// whose name went (renamed, deleted or left out): their items are no longer what
+/// their streams were opened for.
+#[derive(Debug, Default)]
+pub(crate) struct DirectoryNews {
+    pub(crate) told: Vec<(u16, String, ServiceState)>,
+    pub(crate) gone: FxHashSet<u16>,
 }
 
 impl ProviderServices {
@@ -112,34 +122,49 @@ impl ProviderServices {
     pub(crate) fn clear(&mut self) {
         self.names.clear();
         self.ids.clear();
-        self.listed = None;
+        self.stale = None;
     }
 
-    /// Takes in a directory message `m` whose services are `entries`: what the node is
-    /// to be told, by id. A renamed service is down under its old name; a refresh that
-    /// clears the cache is the whole directory, and once complete the services it left
-    /// out are down and forgotten. `told` gives the state the node was last told of a
-    /// service, given again under its new name.
+    /// The services that count toward [`MAX_PROVIDER_SERVICES`]: while a whole
+    /// directory comes in, not the old ones it has yet to list (it replaces them).
+    fn counted(&self) -> usize {
+        self.names.len() - self.stale.as_ref().map_or(0, |s| s.len())
+    }
+
+    /// Takes in a directory message `m` whose services are `entries`. A renamed
+    /// service is down under its old name; a deleted one is down and forgotten; a
+    /// refresh that clears the cache is the whole directory, and once complete the
+    /// services it left out are down and forgotten. `told` gives the state the node
+    /// was last told of a service, given again under its new name.
     pub(crate) fn apply(
         &mut self,
         m: &Msg<'_>,
         entries: &[ServiceInfo<'_>],
         told: impl Fn(u16) -> Option<ServiceState>,
-    ) -> Vec<(u16, String, ServiceState)> {
+    ) -> DirectoryNews {
         let is_refresh = m.class == class::REFRESH;
         if is_refresh && m.flags & refresh::CLEAR_CACHE != 0 {
-            self.listed = Some(FxHashSet::default());
+            self.stale = Some(self.names.keys().copied().collect());
         }
-        let mut news = Vec::new();
+        let mut news = DirectoryNews::default();
         for e in entries {
-            if let Some(listed) = &mut self.listed {
-                listed.insert(e.id);
+            // Only the refresh lists a service (an update in between does not).
+            if let (true, Some(stale)) = (is_refresh, &mut self.stale) {
+                stale.remove(&e.id);
+            }
+            if e.deleted {
+                self.forget(e.id, &mut news);
+                continue;
             }
             let known = self.names.contains_key(&e.id);
             let Some(name) = e.name.clone().or_else(|| self.names.get(&e.id).cloned()) else {
                 continue;
             };
-            if !known && self.names.len() >= MAX_PROVIDER_SERVICES {
+            // The old services a whole directory replaces are kept besides its own
+            // until it completes: never more than twice the most.
+            let full = self.counted() >= MAX_PROVIDER_SERVICES
+                || self.names.len() >= 2 * MAX_PROVIDER_SERVICES;
+            if !known && full {
                 self.refused += 1;
                 continue;
             }
@@ -153,33 +178,34 @@ impl ProviderServices {
             }
             self.ids.insert(name.clone(), e.id);
             if let Some(state) = state {
-                news.push((e.id, name, state));
+                news.told.push((e.id, name, state));
             }
         }
         if is_refresh && m.flags & refresh::REFRESH_COMPLETE != 0 {
-            if let Some(listed) = self.listed.take() {
-                let gone: Vec<u16> = self
-                    .names
-                    .keys()
-                    .filter(|id| !listed.contains(id))
-                    .copied()
-                    .collect();
-                for id in gone {
-                    if let Some(name) = self.names.remove(&id) {
-                        self.name_gone(id, name, &mut news);
-                    }
-                }
+            for id in self.stale.take().unwrap_or_default() {
+                self.forget(id, &mut news);
             }
         }
         news
     }
 
-    /// `name` is no longer the service `id`'s: down at the node, unless another of the
-    /// provider's services has taken it.
-    fn name_gone(&mut self, id: u16, name: String, news: &mut Vec<(u16, String, ServiceState)>) {
+    /// The service `id` is gone: down and forgotten, its place under the cap free.
+    fn forget(&mut self, id: u16, news: &mut DirectoryNews) {
+        if let Some(stale) = &mut self.stale {
+            stale.remove(&id);
+        }
+        if let Some(name) = self.names.remove(&id) {
+            self.name_gone(id, name, news);
+        }
+    }
+
+    /// `name` is no longer the service `id`'s: its items go, and the name is down at
+    /// the node unless another of the provider's services has taken it.
+    fn name_gone(&mut self, id: u16, name: String, news: &mut DirectoryNews) {
+        news.gone.insert(id);
         if self.ids.get(&name) == Some(&id) {
             self.ids.remove(&name);
-            news.push((id, name, ServiceState::Down));
+            news.told.push((id, name, ServiceState::Down));
         }
     }
 }

@@ -17,7 +17,8 @@ use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
 use crate::session::{
-    native_refresh, native_update, provider_fields_to_native, service_told, Outbox, ProvidedItem,
+    close_renamed_items, native_refresh, native_update, provider_fields_to_native, service_told,
+    Outbox, ProvidedItem,
 };
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -206,7 +207,7 @@ impl ProviderLink {
                     ));
                 }
             }
-            (class::REFRESH | class::UPDATE, domain::SOURCE) => self.on_directory(&m, to_node),
+            (class::REFRESH | class::UPDATE, domain::SOURCE) => self.on_directory(&m, to_node, out),
             (class::STATUS, domain::SOURCE) => {
                 if let Some(s) = m.state.filter(|s| s.stream != msg::stream::OPEN) {
                     return Err(LinkError::DirectoryClosed(
@@ -294,7 +295,7 @@ impl ProviderLink {
         .encode(to_node);
     }
 
-    fn on_directory(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+    fn on_directory(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         if m.container != dt::MAP {
             return;
         }
@@ -303,11 +304,30 @@ impl ProviderLink {
         };
         let groups = item_groups::news(&entries);
         let news = self.services.apply(m, &entries, |id| self.groups.told(id));
-        for &(id, _, state) in &news {
+        // A renamed or removed service's streams are closed at the provider too: the
+        // node's next request for their items opens a stream on the service that has
+        // the name.
+        let (streams, buf) = (&mut self.streams, &mut self.buf);
+        close_renamed_items(
+            &news.gone,
+            &mut self.groups,
+            &mut self.by_rssl,
+            to_node,
+            |rssl, item| {
+                streams.remove(&item.native);
+                buf.clear();
+                put_close(buf, domain::MARKET_PRICE, rssl);
+                out.send(buf);
+            },
+        );
+        for &(id, _, state) in &news.told {
             service_told(&mut self.groups, &mut self.by_rssl, id, state);
         }
-        if !news.is_empty() {
-            let services = news.iter().map(|(_, name, state)| (name.as_str(), *state));
+        if !news.told.is_empty() {
+            let services = news
+                .told
+                .iter()
+                .map(|(_, name, state)| (name.as_str(), *state));
             encode_node_directory(services, true, to_node);
         }
         if !groups.is_empty() {
@@ -1063,5 +1083,195 @@ mod tests {
             .collect();
         assert_eq!(sids, [i32::MAX, 6]);
         assert_eq!(link.by_rssl[&5].native, 900);
+    }
+
+    /// A directory message of `entries` (map action, service id, name, ServiceState):
+    /// a refresh with `refresh_flags`, or an update where None.
+    fn directory_of(
+        refresh_flags: Option<u16>,
+        entries: &[(u8, u16, Option<&str>, Option<u64>)],
+    ) -> Vec<u8> {
+        use crate::rwf::container::{map_action, MapWriter};
+        let mut dir = Vec::new();
+        match refresh_flags {
+            Some(flags) => {
+                let ok = testing::ok();
+                let (s, d) = (DIRECTORY_STREAM, domain::SOURCE);
+                begin_refresh(&mut dir, d, s, flags, dt::MAP, None, &ok, None, None, false);
+            }
+            None => {
+                let (s, d) = (DIRECTORY_STREAM, domain::SOURCE);
+                let w = msg::MsgWriter::begin(&mut dir, class::UPDATE, d, s, 0, dt::MAP);
+                dir.push(0);
+                w.end_header(&mut dir);
+            }
+        }
+        let mut map = MapWriter::begin(&mut dir, dt::UINT, dt::FILTER_LIST);
+        for &(action, id, name, state) in entries {
+            map.entry(&mut dir, action, &id.to_be_bytes(), |o| {
+                if action == map_action::DELETE {
+                    return;
+                }
+                let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
+                if let Some(name) = name {
+                    testing::info(o, &mut fl, name.as_bytes());
+                }
+                if let Some(state) = state {
+                    testing::state(o, &mut fl, state);
+                }
+                fl.end(o);
+            });
+        }
+        map.end(&mut dir);
+        dir
+    }
+
+    /// Services `ids` added, named S and their id, up.
+    fn services_added(ids: std::ops::Range<u16>) -> Vec<(u8, u16, Option<String>)> {
+        use crate::rwf::container::map_action;
+        ids.map(|i| (map_action::ADD, i, Some(format!("S{i}"))))
+            .collect()
+    }
+
+    /// A whole directory (a refresh that clears the cache) with `flags` besides.
+    fn whole_directory(flags: u16, services: &[(u8, u16, Option<String>)]) -> Vec<u8> {
+        let entries: Vec<_> = services
+            .iter()
+            .map(|(action, id, name)| (*action, *id, name.as_deref(), Some(1)))
+            .collect();
+        let flags = flags | refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE;
+        directory_of(Some(flags), &entries)
+    }
+
+    /// A link logged in whose provider announced as many services as it may: S0 to
+    /// S1023, ids 0 to 1023.
+    fn link_at_the_cap() -> ProviderLink {
+        use crate::directory::MAX_PROVIDER_SERVICES;
+        let (mut link, mut to_node, mut out) = connected();
+        link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
+            .unwrap();
+        let all = services_added(0..MAX_PROVIDER_SERVICES as u16);
+        let dir = whole_directory(refresh::SOLICITED, &all);
+        link.on_provider_message(&dir, &mut to_node, &mut out)
+            .unwrap();
+        assert_eq!(link.service_names().len(), MAX_PROVIDER_SERVICES);
+        link
+    }
+
+    /// A whole directory at the cap that keeps 24 services and lists 1,000 new ones
+    /// takes them all: the old services it replaces do not count toward the cap.
+    #[test]
+    fn a_new_whole_directory_at_the_cap_takes_its_new_services() {
+        use crate::directory::MAX_PROVIDER_SERVICES;
+        let mut link = link_at_the_cap();
+        let dir = whole_directory(0, &services_added(1000..2024));
+        link.on_provider_message(&dir, &mut Vec::new(), &mut Vec::new())
+            .unwrap();
+        assert_eq!(link.service_names().len(), MAX_PROVIDER_SERVICES);
+        assert_eq!(link.refused_services(), 0);
+    }
+
+    /// A service deleted at the cap is forgotten: another takes its place.
+    #[test]
+    fn a_deleted_service_leaves_room_under_the_cap() {
+        use crate::rwf::container::map_action;
+        let mut link = link_at_the_cap();
+        let delete = directory_of(None, &[(map_action::DELETE, 0, None, None)]);
+        link.on_provider_message(&delete, &mut Vec::new(), &mut Vec::new())
+            .unwrap();
+        let add = directory_of(None, &[(map_action::ADD, 5000, Some("NEW"), Some(1))]);
+        let mut to_node = Vec::new();
+        link.on_provider_message(&add, &mut to_node, &mut Vec::new())
+            .unwrap();
+        assert_eq!(link.refused_services(), 0);
+        assert_told(&to_node, "NEW", "state: Up");
+        assert_eq!(link.services.id("S0"), None);
+    }
+
+    /// PROV renamed PROV2, then PROV back on another id: the node's request for
+    /// PROV/ITEM on the stream it had goes to the new id on a stream of its own, not
+    /// on the renamed service's (whose stream is closed at the provider and ends at the
+    /// node as recoverable).
+    #[test]
+    fn a_request_for_a_name_back_on_another_id_is_not_sent_on_the_renamed_services_stream() {
+        use crate::rwf::container::map_action;
+        let (mut link, _, mut out) = serving_prov();
+        ask(&mut link, 900, "ITEM", &mut out);
+        assert_eq!(Msg::decode(out.last().unwrap()).unwrap().stream_id, 5);
+        let renamed = testing::service_up(DIRECTORY_STREAM, DirectoryMsg::Update, 7, b"PROV2");
+        let mut to_node = Vec::new();
+        out.clear();
+        link.on_provider_message(&renamed, &mut to_node, &mut out)
+            .unwrap();
+        let close = Msg::decode(&out[0]).unwrap();
+        assert_eq!((close.class, close.stream_id), (class::CLOSE, 5));
+        assert!(statuses(&to_node).contains(&(
+            900,
+            StreamState::ClosedRecover,
+            tickwire_proto::DataState::Suspect
+        )));
+        let back = directory_of(None, &[(map_action::ADD, 8, Some("PROV"), Some(1))]);
+        link.on_provider_message(&back, &mut Vec::new(), &mut out)
+            .unwrap();
+        out.clear();
+        ask(&mut link, 900, "ITEM", &mut out);
+        let req = Msg::decode(out.last().unwrap()).unwrap();
+        assert_eq!(req.key.unwrap().service_id, Some(8));
+        assert_eq!(
+            (req.stream_id, link.by_rssl[&req.stream_id].service),
+            (6, 8)
+        );
+    }
+
+    /// Two services swap names in one update: the items of both end at the node as
+    /// recoverable (none goes on getting the other service's data).
+    #[test]
+    fn services_swapping_names_end_the_items_of_both() {
+        use crate::rwf::container::map_action;
+        let (mut link, mut to_node, mut out) = serving_prov();
+        let other = directory_of(None, &[(map_action::ADD, 8, Some("OTHER"), Some(1))]);
+        link.on_provider_message(&other, &mut to_node, &mut out)
+            .unwrap();
+        ask(&mut link, 900, "ITEM", &mut out);
+        let req = Message::Request(Request::streaming(901, "OTHER", "ITEM"));
+        link.on_node_message(&req, &mut Vec::new(), &mut out);
+        to_node.clear();
+        let swap = directory_of(
+            None,
+            &[
+                (map_action::UPDATE, 7, Some("OTHER"), None),
+                (map_action::UPDATE, 8, Some("PROV"), None),
+            ],
+        );
+        link.on_provider_message(&swap, &mut to_node, &mut out)
+            .unwrap();
+        let mut ended: Vec<_> = statuses(&to_node)
+            .into_iter()
+            .filter(|s| s.1 == StreamState::ClosedRecover)
+            .map(|s| s.0)
+            .collect();
+        ended.sort();
+        assert_eq!(ended, [900, 901]);
+        assert!(link.streams.is_empty() && link.by_rssl.is_empty());
+    }
+
+    /// An update of PROV between the parts of a whole directory that leaves it out
+    /// does not list it: PROV goes down and is forgotten when the last part comes.
+    #[test]
+    fn an_update_between_a_whole_directorys_parts_lists_no_service() {
+        use crate::rwf::container::map_action;
+        let (mut link, mut to_node, mut out) = serving_prov();
+        let other = [(map_action::ADD, 8, Some("OTHER"), Some(1))];
+        let first = directory_of(Some(refresh::CLEAR_CACHE), &other);
+        link.on_provider_message(&first, &mut to_node, &mut out)
+            .unwrap();
+        link.on_provider_message(&directory_update(None), &mut to_node, &mut out)
+            .unwrap();
+        to_node.clear();
+        let last = directory_of(Some(refresh::REFRESH_COMPLETE), &[]);
+        link.on_provider_message(&last, &mut to_node, &mut out)
+            .unwrap();
+        assert_told(&to_node, "PROV", "state: Down");
+        assert_eq!(link.service_names(), ["OTHER"]);
     }
 }

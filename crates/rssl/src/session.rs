@@ -29,7 +29,7 @@ use crate::rwf::msg::{
 use crate::rwf::primitive::{self, dt};
 use crate::rwf::RwfError;
 use crate::sequence::ItemSeq;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 use tickwire_proto::{
     code as ncode, DataState, FieldList, Login, Message, Refresh, Request, Role, ServiceState,
@@ -1346,6 +1346,41 @@ pub(crate) fn service_told(
             item.data = DataState::Suspect;
         }
     }
+}
+
+/// The items of the provider's services whose name went (`gone`: renamed, deleted or
+/// left out): each was opened under the old name, so it ends at the node as
+/// recoverable (asked again, it comes from the service that has the name now) and is
+/// forgotten; `closed` gets each one's provider stream and item.
+pub(crate) fn close_renamed_items(
+    gone: &FxHashSet<u16>,
+    groups: &mut ItemGroups,
+    items: &mut FxHashMap<i32, ProvidedItem>,
+    to_node: &mut Vec<u8>,
+    mut closed: impl FnMut(i32, &ProvidedItem),
+) {
+    if gone.is_empty() {
+        return;
+    }
+    let state = State {
+        stream: StreamState::ClosedRecover,
+        data: DataState::Suspect,
+        code: ncode::NONE,
+        text: "the provider renamed or removed the item's service",
+    };
+    items.retain(|&stream, item| {
+        if !gone.contains(&item.service) {
+            return true;
+        }
+        groups.remove(stream);
+        closed(stream, item);
+        let _ = Message::Status(Status {
+            stream_id: item.native,
+            state,
+        })
+        .encode(to_node);
+        false
+    });
 }
 
 /// A provider's RWF field list as the node's, in `out` (cleared first). The fields the

@@ -9,8 +9,8 @@
 //! comes back on the provider's stream.
 
 use super::{
-    native_refresh, native_update, provider_fields_to_native, service_told, Outbox, ProvidedItem,
-    Session,
+    close_renamed_items, native_refresh, native_update, provider_fields_to_native, service_told,
+    Outbox, ProvidedItem, Session,
 };
 use crate::directory::{encode_node_directory, ProviderServices};
 use crate::item_groups::{self, ItemGroups};
@@ -107,11 +107,26 @@ impl Session {
         let p = self.provider.as_mut().expect("a provider");
         let groups = item_groups::news(&entries);
         let news = p.services.apply(m, &entries, |id| p.groups.told(id));
-        for &(id, _, state) in &news {
+        // The provider's next refresh of such an item opens a node stream under the
+        // service's new name.
+        let by_native = &mut p.by_native;
+        close_renamed_items(
+            &news.gone,
+            &mut p.groups,
+            &mut p.items,
+            to_node,
+            |_, item| {
+                by_native.remove(&item.native);
+            },
+        );
+        for &(id, _, state) in &news.told {
             service_told(&mut p.groups, &mut p.items, id, state);
         }
-        if !news.is_empty() {
-            let services = news.iter().map(|(_, name, state)| (name.as_str(), *state));
+        if !news.told.is_empty() {
+            let services = news
+                .told
+                .iter()
+                .map(|(_, name, state)| (name.as_str(), *state));
             encode_node_directory(services, false, to_node);
         }
         if !groups.is_empty() {
@@ -171,9 +186,8 @@ impl Session {
         let _ = Message::Refresh(refresh).encode(to_node);
     }
 
-    /// A refresh or update whose fields do not decode: the provider's stream is closed
-    /// with the reason, and so is the item at the node if it had one (an update left
-    /// out would leave its subscribers' image wrong without a word).
+    /// A refresh or update whose fields do not decode: refused (an update left out
+    /// would leave its subscribers' image wrong without a word).
     fn refuse_malformed(
         &mut self,
         m: &Msg<'_>,
@@ -183,17 +197,31 @@ impl Session {
         out: &mut impl Outbox,
     ) {
         let text = format!("the {what}'s field list does not decode: {e}");
+        self.refuse_published(m, code::MALFORMED, &text, to_node, out);
+    }
+
+    /// A refresh or update refused with `text`: the provider's stream is closed, and
+    /// so is the item at the node (with `node_code`) if it had one, and forgotten: the
+    /// provider may open the stream again for another item.
+    fn refuse_published(
+        &mut self,
+        m: &Msg<'_>,
+        node_code: u16,
+        text: &str,
+        to_node: &mut Vec<u8>,
+        out: &mut impl Outbox,
+    ) {
         let p = self.provider.as_mut().expect("a provider");
         if let Some(item) = p.items.remove(&m.stream_id) {
             p.by_native.remove(&item.native);
             p.groups.remove(m.stream_id);
             let _ = Message::Status(Status {
                 stream_id: item.native,
-                state: State::closed(code::MALFORMED, &text),
+                state: State::closed(node_code, text),
             })
             .encode(to_node);
         }
-        self.refuse(out, m, msg::code::USAGE_ERROR, &text);
+        self.refuse(out, m, msg::code::USAGE_ERROR, text);
     }
 
     fn on_provider_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {

@@ -1426,3 +1426,24 @@ fn a_malformed_message_on_the_login_stream_ends_the_session() {
     assert_eq!(Msg::decode(&out[0]).unwrap().stream_id, 9);
     assert!(!s.finished);
 }
+
+/// PROV (id 7) renamed PROV2: X ends at the node as recoverable, and its next
+/// refresh, now PROV2's, opens a node stream of its own (the node takes a known
+/// stream's refresh whatever service it names).
+#[test]
+fn a_renamed_services_item_is_not_left_on_the_old_names_stream() {
+    let (mut s, _, _) = provider_with_an_item();
+    let renamed = testing::service_up(-1, testing::DirectoryMsg::Update, 7, b"PROV2");
+    let at_rename = provider_says(&mut s, &renamed);
+    assert!(
+        at_rename
+            .iter()
+            .any(|m| m.contains("stream_id: 1,") && m.contains("ClosedRecover")),
+        "{at_rename:?}"
+    );
+    let said = provider_says(&mut s, &testing::item_refresh(-5, 7, "X"));
+    assert!(
+        said[0].contains("stream_id: 2,") && said[0].contains("\"PROV2\""),
+        "{said:?}"
+    );
+}
