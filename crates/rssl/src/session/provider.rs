@@ -147,7 +147,7 @@ impl Session {
         else {
             let text =
                 "a refresh needs a key with a service id from the provider's directory and a name";
-            self.refuse(out, m, msg::code::USAGE_ERROR, text);
+            self.refuse_published(m, code::NOT_FOUND, text, to_node, out);
             return;
         };
         if !p.items.contains_key(&m.stream_id) && p.items.len() >= MAX_PROVIDER_ITEMS {

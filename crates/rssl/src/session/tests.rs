@@ -1447,3 +1447,23 @@ fn a_renamed_services_item_is_not_left_on_the_old_names_stream() {
         "{said:?}"
     );
 }
+
+/// X's refresh naming a service not in the directory is refused, and X is closed at
+/// the node and forgotten: the provider's stream -5, opened again for Y, gets a node
+/// stream of its own.
+#[test]
+fn an_item_whose_refresh_is_refused_is_forgotten_at_the_node_too() {
+    let (mut s, _, _) = provider_with_an_item();
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(&testing::item_refresh(-5, 99, "X"), &mut to_node, &mut out);
+    let refusal = Msg::decode(&out[0]).unwrap();
+    let refused = (refusal.stream_id, refusal.state.unwrap().stream);
+    assert_eq!(refused, (-5, stream::CLOSED));
+    let closed = node_messages(&to_node);
+    assert!(
+        closed[0].contains("stream_id: 1,") && closed[0].contains("Closed"),
+        "{closed:?}"
+    );
+    let said = provider_says(&mut s, &testing::item_refresh(-5, 7, "Y"));
+    assert!(said[0].contains("stream_id: 2,"), "{said:?}");
+}
