@@ -11,13 +11,16 @@ use pyo3::types::PyDict;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tickwire_client::proto::{Dictionary, FieldList, UpdateType};
-use tickwire_client::PublisherOptions;
+use tickwire_client::{ClientError, PublishError, PublisherOptions};
 
 /// The longest the driver thread waits for the node before looking again (for a
 /// reconnect that is due, or for `close`).
 const DRIVER_WAIT: Duration = Duration::from_millis(50);
+/// A wait is cut in slices this long, Ctrl-C (Python's signal handlers) looked at
+/// between them.
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 struct Shared {
     /// `None` once closed.
@@ -236,8 +239,22 @@ impl Publisher {
     /// Waits up to `timeout` seconds until everything published is written.
     #[pyo3(signature = (timeout=5.0))]
     fn flush(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
-        let timeout = seconds("timeout", timeout)?;
-        self.with_open(py, |p| p.flush(timeout).map_err(errors::publish))
+        let deadline = Instant::now() + seconds("timeout", timeout)?;
+        loop {
+            let slice = deadline
+                .saturating_duration_since(Instant::now())
+                .min(SIGNAL_CHECK);
+            let last = Instant::now() + slice >= deadline;
+            let written = self.with_open(py, |p| match p.flush(slice) {
+                Ok(()) => Ok(true),
+                Err(PublishError::Client(ClientError::Timeout(_))) if !last => Ok(false),
+                Err(e) => Err(errors::publish(e)),
+            })?;
+            if written {
+                return Ok(());
+            }
+            py.check_signals()?;
+        }
     }
 
     /// Connected now (False while the library reconnects).

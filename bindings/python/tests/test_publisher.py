@@ -206,3 +206,43 @@ def test_numpy_numbers_are_taken_and_bad_keys_and_values_named(node):
         aware = datetime.time(1, 2, 3, tzinfo=datetime.timezone(datetime.timedelta(hours=5)))
         with pytest.raises(ValueError, match="TIMACT.*aware"):
             p.refresh("B", {"TIMACT": aware})
+
+
+def test_a_flush_waiting_for_a_stopped_node_is_interrupted_by_a_signal():
+    """Ctrl-C (here a SIGALRM handler that raises) ends a flush that waits for a node
+    that reads nothing, at once rather than at the flush's timeout."""
+    import signal
+    import time
+
+    from conftest import Proc
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_):
+        raise Interrupted()
+
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        p = tickwire.Publisher(node.listening_address(), "PYFEED")
+        node.proc.send_signal(signal.SIGSTOP)
+        big = "x" * 60000
+        for i in range(1000):  # until the socket's buffers are full
+            p.refresh(f"I{i}", {"DSPLY_NAME": big})
+            try:
+                p.flush(timeout=0.2)
+            except TimeoutError:
+                break
+        else:
+            pytest.fail("a stopped node took 60 MB")
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        start = time.monotonic()
+        with pytest.raises(Interrupted):
+            p.flush(timeout=30)
+        assert time.monotonic() - start < 10
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        node.proc.send_signal(signal.SIGCONT)
+        node.stop()
