@@ -41,3 +41,28 @@ pub(crate) fn publish(e: PublishError) -> PyErr {
         other => PyValueError::new_err(other.to_string()),
     }
 }
+
+/// The error that ended a session, raised again by every later call. It is kept as its
+/// type and text and raised new each time: a kept exception's traceback would hold the
+/// frames that raised it, and through them the object that keeps it, a cycle Python's
+/// collector cannot see through the native object.
+#[derive(Default)]
+pub(crate) struct EndedBy(std::sync::Mutex<Option<(pyo3::Py<pyo3::types::PyType>, String)>>);
+
+impl EndedBy {
+    /// `Err` with the ending error, if the session has ended.
+    pub(crate) fn check(&self, py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
+        let kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match kept.as_ref() {
+            Some((kind, text)) => Err(PyErr::from_type(kind.bind(py).clone(), text.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Keeps `e` as the error that ended the session.
+    pub(crate) fn keep(&self, py: pyo3::Python<'_>, e: &PyErr) {
+        let kind = e.get_type(py).unbind();
+        let text = e.value(py).to_string();
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((kind, text));
+    }
+}

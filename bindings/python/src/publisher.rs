@@ -35,7 +35,7 @@ pub struct Publisher {
     shared: Arc<Shared>,
     /// The error of a call that ended the session (a lost connection without
     /// reconnecting): every later call raises it again.
-    ended: Mutex<Option<PyErr>>,
+    ended: errors::EndedBy,
     driver: Mutex<Option<JoinHandle<()>>>,
     dictionary: Arc<Dictionary>,
 }
@@ -70,14 +70,7 @@ impl Publisher {
         py: Python<'_>,
         f: impl FnOnce(&mut tickwire_client::Publisher) -> PyResult<T> + Send,
     ) -> PyResult<T> {
-        if let Some(e) = self
-            .ended
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            return Err(e.clone_ref(py));
-        }
+        self.ended.check(py)?;
         let (result, ended) = py.detach(|| {
             let mut guard = self.lock()?;
             let p = guard.as_mut().expect("locked open");
@@ -85,7 +78,7 @@ impl Publisher {
             Ok::<_, PyErr>((result, p.is_ended()))
         })?;
         if let (Err(e), true) = (&result, ended) {
-            *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone_ref(py));
+            self.ended.keep(py, e);
         }
         result
     }
@@ -190,7 +183,7 @@ impl Publisher {
         };
         Ok(Publisher {
             shared,
-            ended: Mutex::new(None),
+            ended: errors::EndedBy::default(),
             driver: Mutex::new(Some(driver)),
             dictionary,
         })

@@ -39,7 +39,7 @@ pub struct Subscriber {
     state: Mutex<Option<Connected>>,
     /// The error that ended the session (a lost connection without reconnecting, a
     /// refused login): every later call raises it again.
-    ended: Mutex<Option<PyErr>>,
+    ended: errors::EndedBy,
     dictionary: Arc<Dictionary>,
     names: FieldNames,
 }
@@ -87,14 +87,7 @@ impl Subscriber {
         py: Python<'_>,
         f: impl FnOnce(&mut Connected) -> PyResult<T> + Send,
     ) -> PyResult<T> {
-        if let Some(e) = self
-            .ended
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            return Err(e.clone_ref(py));
-        }
+        self.ended.check(py)?;
         let (result, ended) = py.detach(|| {
             let mut guard = self.lock()?;
             let c = guard.as_mut().expect("locked connected");
@@ -102,7 +95,7 @@ impl Subscriber {
             Ok::<_, PyErr>((result, c.sub.is_ended()))
         })?;
         if let (Err(e), true) = (&result, ended) {
-            *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone_ref(py));
+            self.ended.keep(py, e);
         }
         result
     }
@@ -173,7 +166,7 @@ impl Subscriber {
             .detach(|| tickwire_client::Subscriber::connect(opts))
             .map_err(errors::client)?;
         Ok(Subscriber {
-            ended: Mutex::new(None),
+            ended: errors::EndedBy::default(),
             state: Mutex::new(Some(Connected {
                 sub,
                 streams: HashMap::new(),

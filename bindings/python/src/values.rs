@@ -203,15 +203,17 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
     if let Ok(s) = v.cast::<PyString>() {
         return Ok(Text(s.to_cow().map_err(|e| e.to_string())?.into_owned()));
     }
-    if v.is_instance_of::<PyBool>() {
-        return Err("a bool is not a field value".into());
-    }
     let type_name = || {
         v.get_type()
             .name()
             .map(|n| n.to_string())
             .unwrap_or_default()
     };
+    // Python's bool and numpy's (`bool_`, `bool` in numpy 2), which would pass for a
+    // number.
+    if v.is_instance_of::<PyBool>() || matches!(type_name().as_str(), "bool_" | "bool") {
+        return Err("a bool is not a field value".into());
+    }
     match ty {
         FieldType::Real => {
             // decimal.Decimal and the like: their text.
@@ -268,7 +270,16 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
             }
         }
         FieldType::Date => {
-            // A datetime is a date too: its date.
+            // A datetime is a date too: its date, in UTC when it is aware (as its
+            // instant is taken in a TIME or DATETIME field).
+            if let Ok(dt) = v.cast::<PyDateTime>() {
+                let dt = if dt.getattr("tzinfo").map_err(|e| e.to_string())?.is_none() {
+                    dt.clone()
+                } else {
+                    in_utc(dt).map_err(|e| e.to_string())?
+                };
+                return Ok(V(Value::Date(date_of(dt.as_any())?)));
+            }
             if let Ok(d) = v.cast::<PyDate>() {
                 return Ok(V(Value::Date(date_of(d.as_any())?)));
             }

@@ -431,3 +431,49 @@ def test_a_subscriber_dropped_without_disconnect_is_collected(node, feed):
         return ref()
 
     assert asyncio.run(asyncio.wait_for(main(), 60)) is None
+
+
+def test_dropping_a_subscriber_while_it_reconnects_does_not_hold_the_loop():
+    """A subscriber collected while its executor is in a reconnect's TCP connect (to an
+    address whose accept queue is full) is disconnected without the loop waiting for
+    that connect."""
+    import warnings
+
+    from conftest import Proc
+
+    async def main():
+        node = Proc(["node", "--listen", "127.0.0.1:0"])
+        addr = node.listening_address()
+        host, port = addr.rsplit(":", 1)
+        s = await tickwire.aio.connect(addr, reconnect=True, connect_timeout=3.0)
+        s.subscribe("FEED", ["SYM1"])
+        node.stop()
+        silent = socket.socket()
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        silent.bind((host, int(port)))
+        silent.listen(0)
+        fillers = []
+        try:
+            for _ in range(3):
+                c = socket.socket()
+                c.setblocking(False)
+                c.connect_ex((host, int(port)))
+                fillers.append(c)
+            deadline = time.monotonic() + 10
+            while not s._reconnecting and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert s._reconnecting
+            await asyncio.sleep(0.2)  # the executor is in its connect
+            start = time.monotonic()
+            del s
+            gc.collect()
+            return time.monotonic() - start
+        finally:
+            for c in fillers:
+                c.close()
+            silent.close()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        held = asyncio.run(main())
+    assert held < 0.5, f"the loop was held {held:.2f} s"

@@ -246,3 +246,28 @@ def test_a_flush_waiting_for_a_stopped_node_is_interrupted_by_a_signal():
         signal.signal(signal.SIGALRM, previous)
         node.proc.send_signal(signal.SIGCONT)
         node.stop()
+
+
+def test_a_numpy_bool_is_refused_as_a_bool_is(node):
+    import numpy as np
+
+    with tickwire.Publisher(node, "NP") as p:
+        for value in (True, np.True_):
+            with pytest.raises(ValueError, match="bool"):
+                p.refresh("X", {"BID": value})
+
+
+def test_an_aware_datetime_gives_a_date_field_its_utc_date(node):
+    """23:00 at UTC-5 is the next day in UTC: a DATE field takes that day, as a
+    TIM_TRK_1 (nanoseconds since the epoch) takes that instant."""
+    when = datetime.datetime(2026, 1, 1, 23, 0, tzinfo=datetime.timezone(datetime.timedelta(hours=-5)))
+    with tickwire.Publisher(node, "D") as p:
+        p.refresh("X", {"TRADE_DATE": when, "TIM_TRK_1": when})
+        p.flush()
+        s = tickwire.Subscriber(node)
+        try:
+            image = s.snapshot("D", ["X"], timeout=10)["X"]
+        finally:
+            s.disconnect()
+    instant = datetime.datetime.fromtimestamp(image["TIM_TRK_1"] / 1e9, datetime.timezone.utc)
+    assert image["TRADE_DATE"] == instant.date() == datetime.date(2026, 1, 2)

@@ -323,7 +323,7 @@ def test_without_reconnect_a_lost_connection_is_raised_again_by_every_call():
         for _ in range(3):
             with pytest.raises(ConnectionError) as again:
                 s.next(timeout=0.5)
-            assert again.value is lost.value
+            assert type(again.value) is type(lost.value) and str(again.value) == str(lost.value)
         assert not s.connected and s.reconnects == 0
     finally:
         s.disconnect()
@@ -372,3 +372,87 @@ def test_a_view_of_one_field_name_is_that_field(node, feed):
         assert set(refresh.fields) == {"BID"}, refresh.fields
     finally:
         s.disconnect()
+
+
+def test_a_login_held_off_for_a_while_does_not_end_a_reconnecting_subscriber(tmp_path):
+    """A node holds off logins from an address after failed ones ("try again in N
+    ms"): a subscriber reconnecting meanwhile is refused, then gets in once the
+    hold-off is over. Only a login refused on the first connection ends a session."""
+    from conftest import Proc
+
+    config = tmp_path / "node.toml"
+    config.write_text('[security]\nlogin_token = "good"\n')
+    node = Proc(["node", "--listen", "127.0.0.1:0", "--config", str(config)])
+    addr = node.listening_address()
+    s = tickwire.Subscriber(addr, token="good", reconnect=True)
+    try:
+        s.subscribe("FEED", ["SYM1"])
+        s.next_batch(0.5)
+        node.stop()
+        deadline = time.monotonic() + 30
+        while s.connected and time.monotonic() < deadline:
+            s.next_batch(0.2)  # until the loss is seen
+        assert not s.connected
+        node = Proc(["node", "--listen", addr, "--config", str(config)])
+        node.listening_address()
+        for _ in range(8):
+            with pytest.raises(tickwire.LoginError):
+                tickwire.Subscriber(addr, token="bad", user="other", reconnect=False)
+        deadline = time.monotonic() + 30
+        texts = []
+        while not s.connected and time.monotonic() < deadline:
+            texts += [e.text for e in s.next_batch(0.3) if e.type == "status"]
+        assert s.connected and s.reconnects >= 1, texts
+    finally:
+        s.disconnect()
+        node.stop()
+
+
+def test_a_zero_timeout_call_delivers_what_it_read_when_a_timer_was_due(tmp_path):
+    """Past a heartbeat interval (a ping due), a zero-timeout call reads what waits
+    before it sends the ping, and delivers it itself rather than leave it to the next."""
+    from conftest import Proc
+
+    config = tmp_path / "node.toml"
+    config.write_text("[limits]\nheartbeat_ms = 100\n")
+    node = Proc(["node", "--listen", "127.0.0.1:0", "--config", str(config)])
+    addr = node.listening_address()
+    feed = Proc(["publish", "--node", addr, "--items", "3", "--rate", "100"])
+    feed.wait_for_line("published 3 images")
+    s = tickwire.Subscriber(addr)
+    try:
+        s.subscribe("FEED", ["SYM0", "SYM1", "SYM2"])
+        deadline = time.monotonic() + 10
+        refreshed = set()
+        while len(refreshed) < 3 and time.monotonic() < deadline:
+            refreshed |= {e.item for e in s.next_batch(0.5) if e.type == "refresh"}
+        assert len(refreshed) == 3
+        for _ in range(5):
+            time.sleep(0.15)  # more than one heartbeat interval, less than three
+            assert [e for e in s.next_batch(0) if e.type == "update"], "updates waited unread"
+    finally:
+        s.disconnect()
+        feed.stop()
+        node.stop()
+
+def test_a_subscriber_dropped_after_its_session_ended_is_collected():
+    """The error that ended a session is raised again without keeping the subscriber
+    alive through its traceback: dropped, the subscriber is collected."""
+    import gc
+    import weakref
+
+    from conftest import Proc
+
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    s = tickwire.Subscriber(node.listening_address(), reconnect=False)
+    s.subscribe("FEED", ["SYM1"])
+    node.stop()
+    with pytest.raises(ConnectionError):
+        while True:
+            s.next(timeout=20)
+    with pytest.raises(ConnectionError):
+        s.next(timeout=0)
+    ref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert ref() is None

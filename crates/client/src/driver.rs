@@ -268,6 +268,9 @@ impl<S: ClientSession> Driver<S> {
         // Reads after the deadline: one more is handled (a zero-timeout call delivers
         // what it read), then the call returns however much keeps coming.
         let mut reads_past_deadline = 0;
+        // A timer's read was handed to `deliver` (once a call: a timer that stays due
+        // while bytes keep coming does not hold the call past its deadline).
+        let mut read_on_timer = false;
         loop {
             let now = Instant::now();
             match deliver(&mut self.session, now) {
@@ -302,14 +305,23 @@ impl<S: ClientSession> Driver<S> {
             if self.session.poll_timeout().is_some_and(|t| now >= t) {
                 // What waits in the socket shows the node alive: read it before its
                 // silence is judged (the application may not have called for a while).
+                let mut read = false;
                 if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
-                    if let Err(e) = t.read_available(c) {
-                        self.lost(e)?;
-                        continue;
+                    match t.read_available(c) {
+                        Ok(io) => read = matches!(io, Io::Read),
+                        Err(e) => {
+                            self.lost(e)?;
+                            continue;
+                        }
                     }
                 }
                 if let Err(e) = self.session.handle_timeout(now) {
                     self.lost(e)?;
+                    continue;
+                }
+                if read && !read_on_timer {
+                    // What was read is delivered by this call, not a later one.
+                    read_on_timer = true;
                     continue;
                 }
             }

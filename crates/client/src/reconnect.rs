@@ -51,10 +51,15 @@ impl Reconnection {
         self.connections += 1;
     }
 
-    /// Whether `err` ends the session rather than being tried again.
+    /// Whether `err` ends the session rather than being tried again: any error
+    /// without reconnecting; a refused login on the first connection (its credentials
+    /// are wrong). A login refused on a later connection is tried again after the
+    /// backoff: the same credentials were taken before, and the node refuses some
+    /// logins only for a while (failed logins from the same address held off, its
+    /// checks busy).
     pub(crate) fn ends_session(&self, err: &ClientError) -> bool {
         let rejected = matches!(err, ClientError::Rejected { .. });
-        !self.policy.reconnect || (rejected && !self.policy.retry_rejected)
+        !self.policy.reconnect || (rejected && !self.policy.retry_rejected && self.connections <= 1)
     }
 
     /// A try failed or a connection was lost: the next try after the backoff, or `Err`

@@ -586,6 +586,31 @@ fn a_refused_login_ends_the_session() {
     assert!(end.to_string().contains("bad token"), "{end}");
 }
 
+/// A login refused on a reconnect (a node holding off failed logins from the address,
+/// say) is tried again after the backoff: the same credentials were taken before.
+#[test]
+fn a_login_refused_on_a_reconnect_is_tried_again() {
+    let mut lab = Lab::new();
+    lab.connect();
+    lab.pump().unwrap();
+    lab.sub_conn = None;
+    let lost = ClientError::Disconnected("the node went away".into());
+    lab.session.connection_lost(lost, lab.now).unwrap();
+    let cfg = CoreConfig {
+        login_token: Some("secret".into()),
+        ..CoreConfig::default()
+    };
+    lab.core = Node::new(cfg, lab.now);
+    lab.now += Duration::from_secs(10);
+    lab.connect();
+    let err = lab.pump().unwrap_err();
+    assert!(matches!(err, ClientError::Rejected { .. }), "{err}");
+    lab.session.connection_lost(err, lab.now).unwrap();
+    assert!(!lab.session.ended());
+    lab.now += Duration::from_secs(60);
+    assert!(lab.session.wants_connect(lab.now));
+}
+
 /// What a subscriber of the publisher's node saw (what the tests look at).
 #[derive(Debug, PartialEq)]
 enum Seen {

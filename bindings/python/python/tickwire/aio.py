@@ -26,6 +26,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import threading
 import warnings
 import weakref
 from typing import Any, AsyncIterator, Callable, Deque, Dict, List, Optional, TypeVar, Union
@@ -129,7 +130,12 @@ def _collected(handles: _LoopHandles, native: "_native.Subscriber") -> None:
     if not loop.is_closed():
         # Collected on any thread; the loop's handles are released on its own.
         loop.call_soon_threadsafe(handles.release)
-    native.disconnect()
+    # On a thread of its own: the executor may hold the connection's lock through a
+    # reconnect (up to connect_timeout), and the collecting thread may be the loop's.
+    try:
+        threading.Thread(target=native.disconnect, name="tickwire-aio-disconnect", daemon=True).start()
+    except RuntimeError:  # the interpreter is shutting down: no new threads
+        native.disconnect()
 
 
 class Subscriber:
