@@ -300,24 +300,29 @@ fn a_restarted_site_resumes_from_the_partial_files_it_left() {
     assert!(after <= 489 - 192, "{after} chunks taken after the restart");
 }
 
-#[test]
-fn the_spool_keeps_a_queue_through_a_restart() {
-    let (root, dir, mut spool) = fresh_spool();
-    let (src, data) = write_file(root.path(), "q.src", 10_000, 5);
-    let (size, sha) = spool.copy_in(7, &src).unwrap();
-    assert_eq!(size, 10_000);
-    let m = Manifest {
+/// Transfer 7, "q.csv" of `size` bytes with `sha256`, to `targets`, as the spool keeps it.
+fn q_csv(size: u64, sha256: [u8; 32], targets: &[&str]) -> Manifest {
+    Manifest {
         transfer: 7,
         sender: "src".into(),
         service: SERVICE.into(),
         name: "q.csv".into(),
         size,
         chunk_size: 4096,
-        sha256: sha,
+        sha256,
         expires_ms: 1,
         open: false,
-        targets: vec!["site-0".into(), "site-1".into()],
-    };
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+    }
+}
+
+#[test]
+fn the_spool_keeps_a_queue_through_a_restart() {
+    let (root, dir, mut spool) = fresh_spool();
+    let (src, data) = write_file(root.path(), "q.src", 10_000, 5);
+    let (size, sha) = spool.copy_in(7, &src).unwrap();
+    assert_eq!(size, 10_000);
+    let m = q_csv(size, sha, &["site-0", "site-1"]);
     spool.save(&m).unwrap();
     spool.record(7, "site-0", Delivery::Sending, "").unwrap();
     spool.record(7, "site-0", Delivery::Done, "").unwrap();
@@ -676,18 +681,7 @@ fn a_queue_log_line_torn_inside_a_character_does_not_stop_the_spool_opening() {
     let (root, dir, mut spool) = fresh_spool();
     let (src, _) = write_file(root.path(), "q.src", 10_000, 5);
     let (size, sha) = spool.copy_in(7, &src).unwrap();
-    let m = Manifest {
-        transfer: 7,
-        sender: "src".into(),
-        service: SERVICE.into(),
-        name: "q.csv".into(),
-        size,
-        chunk_size: 4096,
-        sha256: sha,
-        expires_ms: 1,
-        open: false,
-        targets: vec!["site-0".into()],
-    };
+    let m = q_csv(size, sha, &["site-0"]);
     spool.save(&m).unwrap();
     drop(spool);
     // A site's line cut in "é" (0xc3 0xa9) of its reason.

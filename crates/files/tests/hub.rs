@@ -66,6 +66,17 @@ fn answers(h: &mut Hub) -> Vec<(PutState, String)> {
         .collect()
 }
 
+/// `f` of each entry of the reports among the hub's outputs.
+fn reported<T>(h: &mut Hub, f: impl Fn(&tickwire_files::wire::ReportEntry<'_>) -> T) -> Vec<T> {
+    outputs(h)
+        .into_iter()
+        .flat_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+            FilesMessage::Report { entries, .. } => entries.iter().map(&f).collect::<Vec<_>>(),
+            _ => vec![],
+        })
+        .collect()
+}
+
 /// What a user who may see everything gets from a query: (transfer, name, site, state).
 fn report(h: &mut Hub) -> Vec<(u64, String, String, String)> {
     outputs(h);
@@ -77,23 +88,14 @@ fn report(h: &mut Hub) -> Vec<(u64, String, String, String)> {
         &query,
         Instant::now(),
     );
-    outputs(h)
-        .into_iter()
-        .flat_map(|o| match FilesMessage::decode(&o.body).unwrap() {
-            FilesMessage::Report { entries, .. } => entries
-                .into_iter()
-                .map(|e| {
-                    (
-                        e.transfer,
-                        e.name.to_string(),
-                        e.site.to_string(),
-                        e.state.to_string(),
-                    )
-                })
-                .collect::<Vec<_>>(),
-            _ => vec![],
-        })
-        .collect()
+    reported(h, |e| {
+        (
+            e.transfer,
+            e.name.to_string(),
+            e.site.to_string(),
+            e.state.to_string(),
+        )
+    })
 }
 
 fn put(h: &mut Hub, rights: Rights, request: u32, service: &str, data: &[u8], sha: [u8; 32]) {
@@ -233,16 +235,7 @@ fn a_report_shows_only_the_services_a_user_may_see() {
     let seen = |h: &mut Hub, rights: Rights| -> Vec<String> {
         let conn = CLIENT + rights.subscribe.count_ones() as usize;
         h.handle(Peer::Conn(conn), "bob", rights, &query, Instant::now());
-        outputs(h)
-            .into_iter()
-            .flat_map(|o| match FilesMessage::decode(&o.body).unwrap() {
-                FilesMessage::Report { entries, .. } => entries
-                    .into_iter()
-                    .map(|e| e.service.to_string())
-                    .collect::<Vec<_>>(),
-                _ => vec![],
-            })
-            .collect()
+        reported(h, |e| e.service.to_string())
     };
     assert_eq!(seen(&mut h, Rights::ALL), vec!["FILES", "REF"]);
     let only_ref = Rights {
@@ -1052,16 +1045,7 @@ fn a_sites_reason_reaches_files_status_without_control_characters() {
         &query,
         now + std::time::Duration::from_secs(1),
     );
-    let reasons: Vec<String> = outputs(&mut h)
-        .into_iter()
-        .flat_map(|o| match FilesMessage::decode(&o.body).unwrap() {
-            FilesMessage::Report { entries, .. } => entries
-                .into_iter()
-                .map(|e| e.reason.to_string())
-                .collect::<Vec<_>>(),
-            _ => vec![],
-        })
-        .collect();
+    let reasons = reported(&mut h, |e| e.reason.to_string());
     assert!(!reasons.is_empty());
     for r in &reasons {
         assert!(

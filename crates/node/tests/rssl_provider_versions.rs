@@ -58,28 +58,11 @@ fn the_node_falls_back_to_the_ripc_version_an_older_provider_takes() {
             if version > NEWEST_TAKEN {
                 continue; // closed, as a server that does not know the version
             }
-            let mut ch = Channel::new(Settings::default(), Instant::now());
-            ch.handle_bytes(&got, Instant::now());
-            let mut msg = Vec::new();
-            let start = Instant::now();
-            while start.elapsed() < LIMIT {
-                while let Ok(Some(input)) = ch.poll(&mut msg) {
-                    if input == Input::Message {
-                        let m = Msg::decode(&msg).unwrap();
-                        let _ = login_tx.send((m.domain, m.class));
-                        return;
-                    }
-                }
-                ch.end_batch();
-                while !ch.transmit().is_empty() {
-                    let n = s.write(ch.transmit()).unwrap();
-                    ch.consume(n);
-                }
-                let mut more = Vec::new();
-                if read_until(&mut s, &mut more, |b| !b.is_empty()) {
-                    ch.handle_bytes(&more, Instant::now());
-                }
-            }
+            serve(s, &got, |m, _| {
+                let _ = login_tx.send((m.domain, m.class));
+                true
+            });
+            return;
         }
     });
     let mut cfg = NodeConfig::default();
@@ -97,11 +80,13 @@ fn the_node_falls_back_to_the_ripc_version_an_older_provider_takes() {
     assert_eq!(versions, [0x17, 0x16, 0x15], "RIPC 14, 13, then 12");
 }
 
-/// Serves one connection of the node's: its RIPC handshake, then `answer` for each
-/// message until it says the connection is done, or `LIMIT`.
-fn serve(mut s: TcpStream, mut answer: impl FnMut(&Msg<'_>, &mut Channel) -> bool) {
+/// Serves one connection of the node's, `first` its bytes already read: its RIPC
+/// handshake, then `answer` for each message until it says the connection is done, or
+/// `LIMIT`.
+fn serve(mut s: TcpStream, first: &[u8], mut answer: impl FnMut(&Msg<'_>, &mut Channel) -> bool) {
     s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
     let mut ch = Channel::new(Settings::default(), Instant::now());
+    ch.handle_bytes(first, Instant::now());
     let mut msg = Vec::new();
     let start = Instant::now();
     while start.elapsed() < LIMIT {
@@ -132,7 +117,7 @@ fn a_provider_that_drops_the_connection_once_logged_in_is_tried_again_less_and_l
     std::thread::spawn(move || {
         for s in listener.incoming().take(4) {
             // The login accepted, the connection dropped.
-            serve(s.unwrap(), |m, ch| {
+            serve(s.unwrap(), &[], |m, ch| {
                 ch.send(&testing::login_accepted(m.stream_id));
                 true
             });

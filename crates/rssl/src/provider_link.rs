@@ -994,33 +994,11 @@ mod tests {
     #[test]
     fn services_past_the_most_a_provider_may_announce_are_left_out() {
         use crate::directory::MAX_PROVIDER_SERVICES;
-        use crate::rwf::container::{map_action, MapWriter};
         let (mut link, mut to_node, mut out) = connected();
         link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
             .unwrap();
-        let mut dir = Vec::new();
-        let ok = testing::ok();
-        begin_refresh(
-            &mut dir,
-            domain::SOURCE,
-            DIRECTORY_STREAM,
-            refresh::SOLICITED | refresh::REFRESH_COMPLETE,
-            dt::MAP,
-            None,
-            &ok,
-            None,
-            None,
-            false,
-        );
-        let mut map = MapWriter::begin(&mut dir, dt::UINT, dt::FILTER_LIST);
-        for id in 0..MAX_PROVIDER_SERVICES as u16 + 6 {
-            map.entry(&mut dir, map_action::ADD, &id.to_be_bytes(), |o| {
-                let mut fl = FilterListWriter::begin(o, dt::ELEMENT_LIST);
-                testing::info(o, &mut fl, format!("S{id}").as_bytes());
-                fl.end(o);
-            });
-        }
-        map.end(&mut dir);
+        let all = services_added(0..MAX_PROVIDER_SERVICES as u16 + 6);
+        let dir = whole_directory(refresh::SOLICITED, &all);
         link.on_provider_message(&dir, &mut to_node, &mut out)
             .unwrap();
         assert_eq!(link.service_names().len(), MAX_PROVIDER_SERVICES);
