@@ -157,6 +157,17 @@ impl<S: ClientSession> Driver<S> {
         self.transport.as_ref().map(|t| t.raw_fd())
     }
 
+    /// `Err` once an error ended the session: a call that needs the node fails rather
+    /// than queueing what can never be sent.
+    pub(crate) fn not_ended(&self) -> Result<(), ClientError> {
+        if self.session.ended() {
+            return Err(ClientError::Disconnected(
+                "the connection was lost and is not reconnected".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Writes what the socket takes now.
     pub(crate) fn write_some(&mut self) -> Result<(), ClientError> {
         if let (Some(t), Some(c)) = (self.transport.as_mut(), self.session.connection()) {
@@ -285,11 +296,7 @@ impl<S: ClientSession> Driver<S> {
                 }
             }
             if self.transport.is_none() {
-                if self.session.ended() {
-                    return Err(ClientError::Disconnected(
-                        "the connection was lost and is not reconnected".into(),
-                    ));
-                }
+                self.not_ended()?;
                 // A reconnect that is due is tried even by a zero-timeout call (an
                 // application polling with Duration::ZERO would otherwise never get one).
                 if self.session.wants_connect(now) {

@@ -114,6 +114,7 @@ impl Publisher {
     /// Writes what is queued as far as the socket takes it now, without waiting (what
     /// it does not take goes with the next call, `flush` or `dispatch`).
     pub fn write_pending(&mut self) -> Result<(), PublishError> {
+        self.driver.not_ended()?;
         self.driver.write_some()?;
         Ok(())
     }
@@ -161,6 +162,7 @@ impl Publisher {
     /// Announces the service up (or down again). Subscriber requests wait at the node
     /// while the service is down.
     pub fn set_service_up(&mut self, up: bool) -> Result<(), PublishError> {
+        self.driver.not_ended()?;
         self.driver.session.set_service_up(up)?;
         self.driver.write_some()?;
         Ok(())
@@ -173,6 +175,7 @@ impl Publisher {
         name: &str,
         fields: FieldList<'_>,
     ) -> Result<ItemId, PublishError> {
+        self.driver.not_ended()?;
         let id = self.driver.session.publish_refresh(name, fields)?;
         self.back_pressure()?;
         Ok(id)
@@ -186,6 +189,7 @@ impl Publisher {
         fields: FieldList<'_>,
         do_not_conflate: bool,
     ) -> Result<(), PublishError> {
+        self.driver.not_ended()?;
         self.driver
             .session
             .publish_update(id, update_type, fields, do_not_conflate)?;
@@ -201,12 +205,14 @@ impl Publisher {
         nak: Option<NakCode>,
         text: &str,
     ) -> Result<(), PublishError> {
+        self.driver.not_ended()?;
         self.driver.session.answer_post(post, nak, text)?;
         Ok(())
     }
 
     /// Tells the node an item it asked for does not exist.
     pub fn reject_request(&mut self, name: &str, text: &str) -> Result<(), PublishError> {
+        self.driver.not_ended()?;
         self.driver.session.reject_request(name, text)?;
         Ok(())
     }
@@ -215,6 +221,7 @@ impl Publisher {
     /// reconnect is due); `ClientError::Timeout` when the node did not take it all in
     /// time (the rest stays queued).
     pub fn flush(&mut self, timeout: Duration) -> Result<(), PublishError> {
+        self.driver.not_ended()?;
         if !self.driver.is_connected() {
             self.driver.run(Duration::ZERO, |_, _| Ok(None::<()>))?;
         }

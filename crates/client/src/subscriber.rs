@@ -90,6 +90,7 @@ impl Subscriber {
         name: &str,
         options: RequestOptions,
     ) -> Result<StreamId, ClientError> {
+        self.driver.not_ended()?;
         let sid = self.driver.session.subscribe(service, name, options)?;
         self.driver.write_some()?;
         Ok(sid)
@@ -106,12 +107,14 @@ impl Subscriber {
         fields: FieldList<'_>,
         ack: bool,
     ) -> Result<(), ClientError> {
+        self.driver.not_ended()?;
         self.driver.session.post(to, post_id, fields, ack)?;
         self.driver.write_some_or_lost()
     }
 
     /// Sends a file-transfer message to the node (`crate::files` uses it).
     pub fn send_files(&mut self, body: &[u8]) -> Result<(), ClientError> {
+        self.driver.not_ended()?;
         self.driver.session.send_files(body)?;
         self.driver.write_some()
     }
@@ -137,12 +140,14 @@ impl Subscriber {
         sid: StreamId,
         view: Option<Vec<i16>>,
     ) -> Result<(), ClientError> {
+        self.driver.not_ended()?;
         self.driver.session.change_view(sid, view)?;
         self.driver.write_some()
     }
 
     /// Writes any queued requests, waiting up to `timeout`.
     pub fn flush(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        self.driver.not_ended()?;
         self.driver.flush(timeout)
     }
 
