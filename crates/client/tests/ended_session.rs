@@ -25,6 +25,12 @@ fn welcome_and_hang_up() -> (String, std::thread::JoinHandle<()>) {
     (addr, node)
 }
 
+/// Calls `step` until it says the session ended, for 10 s at most.
+fn until_ended(mut step: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !step() && Instant::now() < end {}
+}
+
 fn is_disconnected(e: &ClientError) -> bool {
     matches!(e, ClientError::Disconnected(_))
 }
@@ -36,10 +42,10 @@ fn an_ended_subscriber_refuses_what_needs_the_node() {
     opts.reconnect = false;
     let mut sub = Subscriber::connect(opts).expect("subscriber connects");
     node.join().unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    while !sub.is_ended() && Instant::now() < end {
+    until_ended(|| {
         let _ = sub.next_event(Duration::from_millis(100));
-    }
+        sub.is_ended()
+    });
     assert!(sub.is_ended(), "the hang-up did not end the session");
 
     let got = sub.subscribe("FEED", "X", RequestOptions::default());
@@ -62,10 +68,10 @@ fn an_ended_publisher_refuses_what_needs_the_node() {
     opts.connect.reconnect = false;
     let mut p = Publisher::connect(opts).expect("publisher connects");
     node.join().unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    while !p.is_ended() && Instant::now() < end {
+    until_ended(|| {
         let _ = p.dispatch(Duration::from_millis(100));
-    }
+        p.is_ended()
+    });
     assert!(p.is_ended(), "the hang-up did not end the session");
 
     let ended = |r: Result<(), PublishError>| {
