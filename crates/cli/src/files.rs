@@ -172,7 +172,9 @@ fn status(args: StatusArgs) -> Result<()> {
         .with_context(|| format!("asking {} for its files", args.conn.node))?;
     for s in &list {
         if args.json {
-            println!("{}", status_json(s));
+            // Escaped as the plain lines are (JSON lets C1 and bidi controls through).
+            let line = status_json(s).to_string();
+            println!("{}", tickwire_files::name::printable_json(&line));
         } else {
             // Sites, names and reasons come from other nodes: shown without the
             // characters that would write on the terminal or forge a line.

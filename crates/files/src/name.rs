@@ -74,6 +74,26 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     out.into()
 }
 
+/// A JSON text whose strings hold peers' text, made as safe to print as
+/// [`printable`] makes plain text: the control and direction characters JSON lets
+/// through (C1 controls, bidi controls; serializers escape only C0) written as
+/// `\uXXXX`, which decodes to the same string.
+pub fn printable_json(json: &str) -> std::borrow::Cow<'_, str> {
+    if !json.chars().any(|c| c.is_control() || turns_text(c)) {
+        return json.into();
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if c.is_control() || turns_text(c) {
+            // Every such character is in the Basic Multilingual Plane: one escape.
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
 impl fmt::Display for NameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -211,5 +231,20 @@ mod tests {
             printable("\u{1b}]0;x\u{7}\ndone edge2\u{202e}"),
             "\\u{1b}]0;x\\u{7}\\u{a}done edge2\\u{202e}"
         );
+    }
+
+    #[test]
+    fn json_from_peers_keeps_its_strings_and_prints_without_c1_and_direction_characters() {
+        let text = "edge2\u{202e}fdp.exe \u{9b}31m caf\u{e9}\n";
+        let raw = serde_json::json!({ "site": text }).to_string();
+        let safe = printable_json(&raw);
+        assert!(
+            !safe.chars().any(|c| c.is_control() || turns_text(c)),
+            "{safe:?}"
+        );
+        assert!(safe.contains("\\u202e") && safe.contains("\\u009b") && safe.contains("caf\u{e9}"));
+        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(back["site"], text);
+        assert_eq!(printable_json("{\"a\":1}"), "{\"a\":1}");
     }
 }
