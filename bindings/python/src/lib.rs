@@ -11,6 +11,7 @@
 mod connect;
 mod errors;
 mod event;
+mod fork;
 mod publisher;
 mod subscriber;
 mod values;
@@ -20,6 +21,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    fork::watch();
     m.add("TickwireError", py.get_type::<errors::TickwireError>())?;
     m.add("LoginError", py.get_type::<errors::LoginError>())?;
     m.add_class::<subscriber::Subscriber>()?;

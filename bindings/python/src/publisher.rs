@@ -4,6 +4,7 @@
 
 use crate::connect::{seconds, ConnectArgs};
 use crate::errors;
+use crate::fork;
 use crate::values::{encode_dict, load_dictionary};
 use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
@@ -38,10 +39,14 @@ pub struct Publisher {
     ended: errors::EndedBy,
     driver: Mutex<Option<JoinHandle<()>>>,
     dictionary: Arc<Dictionary>,
+    /// The process it was connected in (a forked child may not use it, nor join its
+    /// thread, which the child does not have).
+    born: fork::Born,
 }
 
 impl Publisher {
     fn lock(&self) -> PyResult<MutexGuard<'_, Option<tickwire_client::Publisher>>> {
+        self.born.check("publisher")?;
         if let Some(why) = self
             .shared
             .failed
@@ -182,6 +187,7 @@ impl Publisher {
                 .map_err(|e| PyConnectionError::new_err(format!("cannot start a thread: {e}")))?
         };
         Ok(Publisher {
+            born: fork::Born::now(),
             shared,
             ended: errors::EndedBy::default(),
             driver: Mutex::new(Some(driver)),
@@ -255,6 +261,9 @@ impl Publisher {
     fn connected(&self, py: Python<'_>) -> bool {
         // The thread that answers the node may hold the lock while the library
         // reconnects: waited for without the GIL.
+        if !self.born.here() {
+            return false;
+        }
         py.detach(|| {
             let guard = self
                 .shared
@@ -284,10 +293,15 @@ impl Publisher {
     }
 
     /// Writes what is queued (up to `timeout` seconds), stops the thread that answers
-    /// the node and closes the connection. The node marks the items suspect.
+    /// the node and closes the connection. The node marks the items suspect. In a
+    /// process forked after it connected, it does nothing (the connection is the
+    /// parent's).
     #[pyo3(signature = (timeout=5.0))]
     fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
         let timeout = seconds("timeout", timeout)?;
+        if !self.born.here() {
+            return Ok(());
+        }
         py.detach(|| {
             self.shared.stop.store(true, Ordering::Release);
             if let Some(driver) = self.driver.lock().unwrap_or_else(|p| p.into_inner()).take() {

@@ -4,6 +4,7 @@
 use crate::connect::{seconds, ConnectArgs};
 use crate::errors;
 use crate::event::Event;
+use crate::fork;
 use crate::values::{load_dictionary, FieldNames};
 use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
@@ -42,6 +43,8 @@ pub struct Subscriber {
     ended: errors::EndedBy,
     dictionary: Arc<Dictionary>,
     names: FieldNames,
+    /// The process it was connected in (a forked child may not use it).
+    born: fork::Born,
 }
 
 impl Subscriber {
@@ -101,6 +104,7 @@ impl Subscriber {
     }
 
     fn lock(&self) -> PyResult<MutexGuard<'_, Option<Connected>>> {
+        self.born.check("subscriber")?;
         let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             return Err(PyConnectionError::new_err("the subscriber is disconnected"));
@@ -166,6 +170,7 @@ impl Subscriber {
             .detach(|| tickwire_client::Subscriber::connect(opts))
             .map_err(errors::client)?;
         Ok(Subscriber {
+            born: fork::Born::now(),
             ended: errors::EndedBy::default(),
             state: Mutex::new(Some(Connected {
                 sub,
@@ -452,6 +457,9 @@ impl Subscriber {
     fn connected(&self, py: Python<'_>) -> bool {
         // Another thread's call may hold the lock while the library reconnects: waited
         // for without the GIL, so the interpreter's other threads go on.
+        if !self.born.here() {
+            return false;
+        }
         py.detach(|| {
             let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
             guard.as_ref().is_some_and(|c| c.sub.is_connected())
@@ -464,8 +472,12 @@ impl Subscriber {
         py.detach(|| Ok(self.lock()?.as_ref().expect("connected").sub.reconnects()))
     }
 
-    /// Closes the connection; the subscriber cannot be used afterwards.
+    /// Closes the connection; the subscriber cannot be used afterwards. In a process
+    /// forked after it connected, it does nothing (the connection is the parent's).
     fn disconnect(&self, py: Python<'_>) {
+        if !self.born.here() {
+            return;
+        }
         // The lock is waited for without the GIL, as in every call that may wait for it.
         py.detach(|| {
             let taken = self.state.lock().unwrap_or_else(|p| p.into_inner()).take();
