@@ -2,8 +2,10 @@
 //! statuses and post answers, its attributes `None` where they do not apply.
 
 use crate::values::{fields_to_dict, FieldNames};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use tickwire_client::proto::{DataState, NakCode, StreamState, UpdateType};
 use tickwire_client::{Event as ClientEvent, OwnedState};
 
 /// A refresh, update, status or ack of one item stream.
@@ -70,6 +72,104 @@ impl Event {
         }
         s + ")"
     }
+
+    /// Pickled as its attributes (to cross a `multiprocessing` queue, say).
+    fn __reduce__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyDict>,))> {
+        let state = PyDict::new(py);
+        state.set_item("type", self.kind)?;
+        state.set_item("service", &self.service)?;
+        state.set_item("item", &self.item)?;
+        state.set_item("stream", self.stream)?;
+        state.set_item("fields", self.fields.bind(py))?;
+        state.set_item("seq", self.seq)?;
+        state.set_item("complete", self.complete)?;
+        state.set_item("update_type", self.update_type)?;
+        state.set_item("stream_state", self.stream_state)?;
+        state.set_item("data_state", self.data_state)?;
+        state.set_item("code", self.code)?;
+        state.set_item("text", &self.text)?;
+        state.set_item("post_id", self.post_id)?;
+        state.set_item("accepted", self.accepted)?;
+        state.set_item("nak", self.nak)?;
+        let rebuild = py.import("tickwire._native")?.getattr("_event")?;
+        Ok((rebuild, (state,)))
+    }
+}
+
+/// An event from its pickled attributes ([`Event::__reduce__`]).
+#[pyfunction]
+pub(crate) fn _event(state: &Bound<'_, PyDict>) -> PyResult<Event> {
+    fn get<'py, T: pyo3::conversion::FromPyObjectOwned<'py>>(
+        d: &Bound<'py, PyDict>,
+        key: &str,
+    ) -> PyResult<T> {
+        match d.get_item(key)? {
+            Some(v) => v.extract().map_err(Into::into),
+            None => Err(PyValueError::new_err(format!("an event without {key:?}"))),
+        }
+    }
+    // The names an event holds are the library's own: found again among them.
+    fn one_of(
+        key: &str,
+        name: Option<String>,
+        names: impl IntoIterator<Item = &'static str>,
+    ) -> PyResult<Option<&'static str>> {
+        let Some(name) = name else { return Ok(None) };
+        names
+            .into_iter()
+            .find(|n| *n == name)
+            .map(Some)
+            .ok_or_else(|| PyValueError::new_err(format!("{name:?} is not an event's {key}")))
+    }
+    let every_u8 = || 0..=u8::MAX;
+    let kind = one_of(
+        "type",
+        Some(get(state, "type")?),
+        ["refresh", "update", "status", "ack"],
+    )?
+    .expect("given");
+    Ok(Event {
+        kind,
+        service: get(state, "service")?,
+        item: get(state, "item")?,
+        stream: get(state, "stream")?,
+        fields: get::<Bound<'_, PyDict>>(state, "fields")?.unbind(),
+        seq: get(state, "seq")?,
+        complete: get(state, "complete")?,
+        update_type: one_of(
+            "update_type",
+            get(state, "update_type")?,
+            every_u8().map(|v| UpdateType::from_u8(v).name()),
+        )?,
+        stream_state: one_of(
+            "stream_state",
+            get(state, "stream_state")?,
+            [
+                StreamState::Open,
+                StreamState::Closed,
+                StreamState::ClosedRecover,
+                StreamState::NonStreaming,
+            ]
+            .map(StreamState::name),
+        )?,
+        data_state: one_of(
+            "data_state",
+            get(state, "data_state")?,
+            [DataState::Ok, DataState::Suspect].map(DataState::name),
+        )?,
+        code: get(state, "code")?,
+        text: get(state, "text")?,
+        post_id: get(state, "post_id")?,
+        accepted: get(state, "accepted")?,
+        nak: one_of(
+            "nak",
+            get(state, "nak")?,
+            every_u8().map(|v| NakCode::from_u8(v).name()),
+        )?,
+    })
 }
 
 impl Event {

@@ -27,6 +27,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<subscriber::Subscriber>()?;
     m.add_class::<publisher::Publisher>()?;
     m.add_class::<event::Event>()?;
+    m.add_function(wrap_pyfunction!(event::_event, m)?)?;
     m.add_function(wrap_pyfunction!(values::field_names, m)?)?;
     Ok(())
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import pickle
 import subprocess
 
 import pytest
@@ -271,3 +272,24 @@ def test_an_aware_datetime_gives_a_date_field_its_utc_date(node):
             s.disconnect()
     instant = datetime.datetime.fromtimestamp(image["TIM_TRK_1"] / 1e9, datetime.timezone.utc)
     assert image["TRADE_DATE"] == instant.date() == datetime.date(2026, 1, 2)
+
+
+def test_events_of_every_kind_pickle_and_come_back_equal(posts_node):
+    s = tickwire.Subscriber(posts_node)
+    s.subscribe("FEED", ["SYM1", "NOPE"])
+    events = [first(s, "refresh", "SYM1"), first(s, "status", "NOPE")]
+    events.append(s.post("FEED", "SYM1", {"BID": 101.25, "ASK": 101.30}))
+    events.append(first(s, "update", "SYM1"))
+    events.append(s.post("FEED", "SYM1", {"TRDPRC_1": 5.0}))
+    names = ["type", "service", "item", "stream", "fields", "seq", "complete", "update_type",
+             "stream_state", "data_state", "code", "text", "post_id", "accepted", "nak"]
+    for event in events:
+        back = pickle.loads(pickle.dumps(event))
+        assert type(back) is type(event)
+        assert {n: getattr(back, n) for n in names} == {n: getattr(event, n) for n in names}, event
+        assert repr(back) == repr(event)
+    assert events[-1].nak == "InvalidContent" and events[1].stream_state == "closed"
+    # What no event holds is refused by name, not made up.
+    state = events[0].__reduce__()[1][0]
+    with pytest.raises(ValueError, match="not an event's data_state"):
+        tickwire._native._event({**state, "data_state": "stale"})

@@ -1,6 +1,6 @@
 """Type hints of the native extension (src/*.rs)."""
 
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 class TickwireError(Exception): ...
 class LoginError(TickwireError): ...
@@ -24,6 +24,8 @@ class Event:
     post_id: Optional[int]
     accepted: Optional[bool]
     nak: Optional[str]
+    def __reduce__(self) -> Tuple[Any, Tuple[Dict[str, Any]]]:
+        """Pickled as its attributes."""
 
 class Subscriber:
     def __init__(
@@ -112,3 +114,5 @@ class Publisher:
     def close(self, timeout: float = ...) -> None: ...
 
 def field_names() -> Dict[int, str]: ...
+def _event(state: Dict[str, Any]) -> Event:
+    """An event from its pickled attributes."""
