@@ -88,6 +88,19 @@ impl Publisher {
         result
     }
 
+    /// Without `room` (past the library's high-water mark), waits for the node to take what is queued,
+    /// in slices with Ctrl-C looked at between them (the library takes a node that
+    /// takes nothing for 10 s as lost).
+    fn make_room(&self, py: Python<'_>, mut room: bool) -> PyResult<()> {
+        while !room {
+            py.check_signals()?;
+            room = self.with_open(py, |p| {
+                p.wait_for_room(SIGNAL_CHECK).map_err(errors::client)
+            })?;
+        }
+        Ok(())
+    }
+
     fn encode(&self, fields: &Bound<'_, PyDict>) -> PyResult<Vec<u8>> {
         let mut out = Vec::with_capacity(16 + fields.len() * 12);
         encode_dict(fields, &self.dictionary, &mut out)?;
@@ -171,9 +184,11 @@ impl Publisher {
         let dictionary = load_dictionary(dictionary.as_deref())?;
         let mut opts = PublisherOptions::new(connect, service);
         opts.start_down = start_down;
-        let publisher = py
+        let mut publisher = py
             .detach(|| tickwire_client::Publisher::connect(opts))
             .map_err(errors::client)?;
+        // Waits for the node are made here, in slices that look at Ctrl-C.
+        publisher.set_wait_in_publish(false);
         let shared = Arc::new(Shared {
             publisher: Mutex::new(Some(publisher)),
             stop: AtomicBool::new(false),
@@ -198,11 +213,13 @@ impl Publisher {
     /// Sets an item's whole image (a dict of field name -> value) and sends it.
     fn refresh(&self, py: Python<'_>, item: &str, fields: &Bound<'_, PyDict>) -> PyResult<()> {
         let encoded = self.encode(fields)?;
-        self.with_open(py, |p| {
+        let room = self.with_open(py, |p| {
             p.publish_refresh(item, FieldList::from_trusted(&encoded))
                 .map_err(errors::publish)?;
-            p.write_pending().map_err(errors::publish)
-        })
+            p.write_pending().map_err(errors::publish)?;
+            p.wait_for_room(Duration::ZERO).map_err(errors::client)
+        })?;
+        self.make_room(py, room)
     }
 
     /// Merges the fields into the item's image and sends them as an update. The item
@@ -218,7 +235,7 @@ impl Publisher {
     ) -> PyResult<()> {
         let kind = self::update_type(update_type)?;
         let encoded = self.encode(fields)?;
-        self.with_open(py, |p| {
+        let room = self.with_open(py, |p| {
             let id = p.item(item).ok_or_else(|| {
                 PyKeyError::new_err(format!(
                     "{item:?} has no image yet: publish a refresh of it first"
@@ -226,8 +243,10 @@ impl Publisher {
             })?;
             p.publish_update(id, kind, FieldList::from_trusted(&encoded), do_not_conflate)
                 .map_err(errors::publish)?;
-            p.write_pending().map_err(errors::publish)
-        })
+            p.write_pending().map_err(errors::publish)?;
+            p.wait_for_room(Duration::ZERO).map_err(errors::client)
+        })?;
+        self.make_room(py, room)
     }
 
     /// Announces the service up (or down).

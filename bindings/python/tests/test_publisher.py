@@ -249,6 +249,51 @@ def test_a_flush_waiting_for_a_stopped_node_is_interrupted_by_a_signal():
         node.stop()
 
 
+def test_a_refresh_held_back_for_a_stopped_node_is_interrupted_by_a_signal():
+    """Past the library's high-water mark a refresh waits for the node to take what is
+    queued (10 s at most): Ctrl-C (here a SIGALRM handler that raises, every 0.5 s)
+    ends that wait at once."""
+    import signal
+    import time
+
+    from conftest import Proc
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_):
+        raise Interrupted()
+
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    interrupted, longest = 0, 0.0
+    try:
+        p = tickwire.Publisher(node.listening_address(), "PYFEED")
+        node.proc.send_signal(signal.SIGSTOP)
+        big = "x" * 60000
+        signal.setitimer(signal.ITIMER_REAL, 0.5, 0.5)
+        # 6 s of images of 60 KB: the sockets' buffers and then the library's 4 MiB
+        # fill within the first, and the library gives the node up only after 10 s.
+        end = time.monotonic() + 6
+        i = 0
+        while time.monotonic() < end:
+            start = time.monotonic()
+            try:
+                p.refresh(f"I{i % 300}", {"DSPLY_NAME": big})
+                i += 1
+            except Interrupted:
+                interrupted += 1
+            longest = max(longest, time.monotonic() - start)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        node.proc.send_signal(signal.SIGCONT)
+        node.stop()
+    assert interrupted >= 3, f"{i} images in 6 s, {interrupted} interrupted"
+    assert longest < 2, f"a refresh took {longest:.1f} s with a signal every 0.5 s"
+
+
 def test_a_numpy_bool_is_refused_as_a_bool_is(node):
     import numpy as np
 

@@ -45,11 +45,18 @@ impl PublisherOptions {
 
 /// Output queued beyond this is written before publishing more (back-pressure).
 const HIGH_WATER: usize = 4 * 1024 * 1024;
+/// A node that has not taken the output past the high-water mark after this long (in
+/// one wait or several) is taken as lost.
+const STALL_LIMIT: Duration = Duration::from_secs(10);
 
 /// Publishes the images and updates of one service's items to a node, and reconnects
 /// (re-announcing the service and re-sending every image) when the connection is lost.
 pub struct Publisher {
     driver: Driver<PublisherSession>,
+    /// Publishing waits for room itself (else the caller calls `wait_for_room`).
+    wait_in_publish: bool,
+    /// Since when output past the high-water mark has waited for the node.
+    stalled_since: Option<Instant>,
 }
 
 impl Publisher {
@@ -80,7 +87,11 @@ impl Publisher {
                 .session()
                 .map_or("", |s| s.node_name.as_str())
         );
-        Ok(Publisher { driver })
+        Ok(Publisher {
+            driver,
+            wait_in_publish: true,
+            stalled_since: None,
+        })
     }
 
     /// The node's Welcome, while connected.
@@ -240,16 +251,45 @@ impl Publisher {
         Ok(got.unwrap_or_default())
     }
 
-    /// Past the high-water mark, what is queued is written before going on. A node that
-    /// takes none of it for 10 s is taken as lost (reconnected, and every image sent
-    /// again), so that what waits for it stays bounded.
-    fn back_pressure(&mut self) -> Result<(), ClientError> {
+    /// With `false`, publishing never waits for the node: the caller calls
+    /// [`Publisher::wait_for_room`] after publishing (in short slices, say, to look at
+    /// signals between them). By default publishing waits itself.
+    pub fn set_wait_in_publish(&mut self, wait: bool) {
+        self.wait_in_publish = wait;
+    }
+
+    /// Past the high-water mark, what is queued is written before going on: waits up
+    /// to `timeout` for it, and says whether there is room now. A node that has taken
+    /// none of it for 10 s, over however many calls, is taken as lost (reconnected, and
+    /// every image sent again), so that what waits for it stays bounded.
+    pub fn wait_for_room(&mut self, timeout: Duration) -> Result<bool, ClientError> {
+        self.driver.not_ended()?;
         if self.driver.session.pending_output() < HIGH_WATER {
-            return Ok(());
+            self.stalled_since = None;
+            return Ok(true);
         }
-        match self.driver.flush(Duration::from_secs(10)) {
-            Err(e @ ClientError::Timeout(_)) => self.driver.lost(e),
-            other => other,
+        let now = Instant::now();
+        let since = *self.stalled_since.get_or_insert(now);
+        let left = (since + STALL_LIMIT).saturating_duration_since(now);
+        match self.driver.flush(timeout.min(left)) {
+            Ok(()) => {
+                self.stalled_since = None;
+                Ok(true)
+            }
+            Err(ClientError::Timeout(_)) if timeout < left => Ok(false),
+            Err(e @ ClientError::Timeout(_)) => {
+                self.stalled_since = None;
+                self.driver.lost(e)?;
+                Ok(true)
+            }
+            Err(e) => Err(e),
         }
+    }
+
+    fn back_pressure(&mut self) -> Result<(), ClientError> {
+        if self.wait_in_publish {
+            self.wait_for_room(STALL_LIMIT)?;
+        }
+        Ok(())
     }
 }
