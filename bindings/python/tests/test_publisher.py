@@ -3,16 +3,20 @@ subscribers (suspect, then ok), and a Rust subscriber (`tickwire subscribe`) rea
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 import json
 import pickle
+import signal
 import subprocess
+import time
+from typing import Iterator
 
 import pytest
 
 import tickwire
-from conftest import first, tickwire_bin
+from conftest import Proc, first, tickwire_bin
 
 
 def test_values_arrive_with_their_types(node):
@@ -166,8 +170,6 @@ def test_a_naive_datetime_is_utc_in_every_field(node, tmp_path, monkeypatch):
     """A naive datetime is UTC both in a DATETIME field (which reads back naive, in
     UTC) and as nanoseconds since the epoch in an INT/UINT one (TIM_TRK_1), whatever the
     local time zone."""
-    import time
-
     monkeypatch.setenv("TZ", "America/New_York")
     time.tzset()
     try:
@@ -209,17 +211,15 @@ def test_numpy_numbers_are_taken_and_bad_keys_and_values_named(node):
             p.refresh("B", {"TIMACT": aware})
 
 
-def test_a_flush_waiting_for_a_stopped_node_is_interrupted_by_a_signal():
-    """Ctrl-C (here a SIGALRM handler that raises) ends a flush that waits for a node
-    that reads nothing, at once rather than at the flush's timeout."""
-    import signal
-    import time
+class Interrupted(Exception):
+    """Raised by the SIGALRM handler of `publisher_of_a_stopped_node`, as Ctrl-C's
+    KeyboardInterrupt would be."""
 
-    from conftest import Proc
 
-    class Interrupted(Exception):
-        pass
-
+@contextlib.contextmanager
+def publisher_of_a_stopped_node() -> Iterator[tickwire.Publisher]:
+    """A publisher connected to a node whose process is then stopped (it reads
+    nothing), with SIGALRM raising `Interrupted`; the node goes on and ends after."""
     def interrupt(*_):
         raise Interrupted()
 
@@ -228,6 +228,18 @@ def test_a_flush_waiting_for_a_stopped_node_is_interrupted_by_a_signal():
     try:
         p = tickwire.Publisher(node.listening_address(), "PYFEED")
         node.proc.send_signal(signal.SIGSTOP)
+        yield p
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        node.proc.send_signal(signal.SIGCONT)
+        node.stop()
+
+
+def test_a_flush_waiting_for_a_stopped_node_is_interrupted_by_a_signal():
+    """Ctrl-C ends a flush that waits for a node that reads nothing, at once rather than
+    at the flush's timeout."""
+    with publisher_of_a_stopped_node() as p:
         big = "x" * 60000
         for i in range(1000):  # until the socket's buffers are full
             p.refresh(f"I{i}", {"DSPLY_NAME": big})
@@ -242,34 +254,13 @@ def test_a_flush_waiting_for_a_stopped_node_is_interrupted_by_a_signal():
         with pytest.raises(Interrupted):
             p.flush(timeout=30)
         assert time.monotonic() - start < 10
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        node.proc.send_signal(signal.SIGCONT)
-        node.stop()
 
 
 def test_a_refresh_held_back_for_a_stopped_node_is_interrupted_by_a_signal():
     """Past the library's high-water mark a refresh waits for the node to take what is
-    queued (10 s at most): Ctrl-C (here a SIGALRM handler that raises, every 0.5 s)
-    ends that wait at once."""
-    import signal
-    import time
-
-    from conftest import Proc
-
-    class Interrupted(Exception):
-        pass
-
-    def interrupt(*_):
-        raise Interrupted()
-
-    node = Proc(["node", "--listen", "127.0.0.1:0"])
-    previous = signal.signal(signal.SIGALRM, interrupt)
+    queued (10 s at most): Ctrl-C (here a signal every 0.5 s) ends that wait at once."""
     interrupted, longest = 0, 0.0
-    try:
-        p = tickwire.Publisher(node.listening_address(), "PYFEED")
-        node.proc.send_signal(signal.SIGSTOP)
+    with publisher_of_a_stopped_node() as p:
         big = "x" * 60000
         signal.setitimer(signal.ITIMER_REAL, 0.5, 0.5)
         # 6 s of images of 60 KB: the sockets' buffers and then the library's 4 MiB
@@ -285,11 +276,6 @@ def test_a_refresh_held_back_for_a_stopped_node_is_interrupted_by_a_signal():
                 interrupted += 1
             longest = max(longest, time.monotonic() - start)
         signal.setitimer(signal.ITIMER_REAL, 0)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        node.proc.send_signal(signal.SIGCONT)
-        node.stop()
     assert interrupted >= 3, f"{i} images in 6 s, {interrupted} interrupted"
     assert longest < 2, f"a refresh took {longest:.1f} s with a signal every 0.5 s"
 
