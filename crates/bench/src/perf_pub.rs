@@ -201,6 +201,9 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
 
     let usage0 = self_usage();
     let mut rng = FeedRng::new(args.seed);
+    // Where in a burst the timestamps go: a generator of its own, so that the items
+    // and prices do not depend on the latency rate.
+    let mut stamp_rng = FeedRng::new(args.seed ^ 0x5157_A4D5);
     let start = Instant::now();
     let start_realtime = realtime_ns();
     let tick_ns = 1_000_000_000 / args.tick_rate;
@@ -259,6 +262,9 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
         } else {
             latency_rate as f64 / args.tick_rate as f64
         };
+        let stamps = (stamp_credit as u64).min(n);
+        stamp_credit -= stamps as f64;
+        let stamp_offset = stamp_rng.next_u64();
         // The time this burst was meant to leave.
         let intended = start_realtime + tick * tick_ns;
         let tod = Time {
@@ -273,8 +279,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
             q.bid_size = 100 * (1 + rng.next_u64() % 50);
             q.ask_size = 100 * (1 + rng.next_u64() % 50);
             q.time_of_day = tod;
-            q.send_time_ns = if stamp_credit >= 1.0 {
-                stamp_credit -= 1.0;
+            q.send_time_ns = if is_stamped(k - 1, n, stamps, stamp_offset) {
                 timestamped += 1;
                 intended
             } else {
@@ -466,5 +471,51 @@ impl Sink for NatsSink {
         // Nothing arrives but pings (answered inside) and errors.
         self.conn.read(wait, |_| {})?;
         Ok(())
+    }
+}
+
+/// Whether update `k` (0-based) of a burst of `n` is one of the burst's `stamps`
+/// timestamped ones: the burst is cut into `stamps` stretches of about equal length and
+/// each is stamped at the same random `offset` into it. A burst is written in order,
+/// its later updates after its earlier ones: stamped always first, the samples would
+/// leave out the time an update waits behind the rest of its burst.
+fn is_stamped(k: u64, n: u64, stamps: u64, offset: u64) -> bool {
+    if stamps >= n {
+        return true;
+    }
+    if stamps == 0 {
+        return false;
+    }
+    // Stretch j is [ceil(j n / stamps), ceil((j + 1) n / stamps)).
+    let start = |j: u64| (j * n).div_ceil(stamps);
+    let j = k * stamps / n;
+    let (lo, hi) = (start(j), start(j + 1));
+    k == lo + offset % (hi - lo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_stamped;
+
+    #[test]
+    fn a_bursts_timestamps_fall_anywhere_in_it() {
+        // One stamp in a burst of 100, over many bursts: every position is sampled
+        // alike, not only the first update.
+        let mut seen = [0u32; 100];
+        for offset in 0..10_000u64 {
+            let stamped: Vec<u64> = (0..100)
+                .filter(|&k| is_stamped(k, 100, 1, offset))
+                .collect();
+            assert_eq!(stamped.len(), 1);
+            seen[stamped[0] as usize] += 1;
+        }
+        assert!(seen.iter().all(|&c| c == 100), "{seen:?}");
+        // Any number of stamps: exactly that many, one in each stretch.
+        for (n, stamps) in [(3, 2), (10, 3), (100, 7), (5, 5), (4, 9), (8, 0)] {
+            for offset in [0, 1, 2, 99] {
+                let count = (0..n).filter(|&k| is_stamped(k, n, stamps, offset)).count();
+                assert_eq!(count as u64, stamps.min(n), "n {n} stamps {stamps}");
+            }
+        }
     }
 }
