@@ -102,7 +102,9 @@ pub struct FilesMarketData {
     pub p99_ratio: f64,
     /// Market data delivered / offered during the transfer.
     pub delivered_ratio_during: f64,
-    /// File bytes delivered to the edge's inbox per second while the latency was held.
+    /// File bytes delivered to the edge's inbox per second while the latency was held:
+    /// the files whole after the first one whole in that window, over the time from it
+    /// to the last (0: fewer than two).
     pub files_mb_per_s: f64,
     /// How long the latency was held, each way (s).
     pub seconds: f64,

@@ -101,8 +101,9 @@ impl Lab {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let delivered = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let whole_at = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
         let sender = {
-            let (stop, delivered) = (stop.clone(), delivered.clone());
+            let (stop, delivered, whole_at) = (stop.clone(), delivered.clone(), whole_at.clone());
             let (bin, large, inbox) = (
                 self.programs.node.clone(),
                 large.to_path_buf(),
@@ -132,6 +133,9 @@ impl Lab {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     delivered.fetch_add(size, Ordering::Relaxed);
+                    if let Ok(mut w) = whole_at.lock() {
+                        w.push(Instant::now());
+                    }
                     // Room on the disk: the inbox keeps only the latest.
                     if round > 1 {
                         let _ = std::fs::remove_dir_all(inbox.join(format!("md-{}", round - 1)));
@@ -148,11 +152,9 @@ impl Lab {
         {
             std::thread::sleep(Duration::from_millis(50));
         }
-        let bytes0 = delivered.load(Ordering::Relaxed);
         let t0 = Instant::now();
         let during = hold(&mut rigs, RATE, secs, 1.0, &monitor);
-        let files_bytes = delivered.load(Ordering::Relaxed) - bytes0;
-        let window = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
         stop.store(true, Ordering::Relaxed);
         let sent = sender
             .join()
@@ -174,9 +176,31 @@ impl Lab {
             p99_us_during: us(during.latency.p99_ns),
             p99_ratio: during.latency.p99_ns as f64 / (without.latency.p99_ns as f64).max(1.0),
             delivered_ratio_during: during.delivered_ratio,
-            files_mb_per_s: files_bytes as f64 / 1e6 / window.max(1e-9),
+            files_mb_per_s: whole_at
+                .lock()
+                .map_or(0.0, |w| files_mb_per_s(&w, size, t0, t1)),
             seconds: secs,
         })
+    }
+}
+
+/// Megabytes per second of files of `size` bytes made whole at the times `whole_at`,
+/// within `from` to `to`: the files whole after the first one in it, over the time from
+/// that first one to the last. A file whole in the window was mostly sent before it
+/// when the window began in its middle: counting every file whole in the window over
+/// the window's length counts such a file whole, and reads up to a file (at 200 MB,
+/// 20 MB/s over 10 s) more or less as the window falls. 0 with fewer than two.
+fn files_mb_per_s(whole_at: &[Instant], size: u64, from: Instant, to: Instant) -> f64 {
+    let inside: Vec<Instant> = whole_at
+        .iter()
+        .copied()
+        .filter(|t| *t >= from && *t <= to)
+        .collect();
+    match (inside.first(), inside.last()) {
+        (Some(first), Some(last)) if inside.len() >= 2 && last > first => {
+            (inside.len() - 1) as f64 * size as f64 / 1e6 / (*last - *first).as_secs_f64()
+        }
+        _ => 0.0,
     }
 }
 
@@ -193,4 +217,25 @@ fn send_copy(bin: &Path, addr: &str, large: &Path, round: usize) -> Result<()> {
         bail!("tickwire files send failed: {status}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_files_rate_counts_only_what_was_sent_in_the_window() {
+        // 200 MB files whole every 4 s (50 MB/s); three of them in a window from 4 s to
+        // 14 s, the first of those mostly sent before it began.
+        let origin = Instant::now();
+        let at = |s: f64| origin + Duration::from_secs_f64(s);
+        let whole = [at(0.5), at(4.5), at(8.5), at(12.5), at(16.5)];
+        let rate = files_mb_per_s(&whole, 200_000_000, at(4.0), at(14.0));
+        assert!((rate - 50.0).abs() < 1e-6, "{rate}");
+        // Fewer than two files whole in the window: no rate.
+        assert_eq!(
+            files_mb_per_s(&whole[..2], 200_000_000, at(4.0), at(14.0)),
+            0.0
+        );
+    }
 }
