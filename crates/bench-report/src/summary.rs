@@ -180,7 +180,8 @@ fn figures(r: &Results) -> Vec<(String, f64)> {
             let native = x
                 .native
                 .iter()
-                .find(|n| n.rate == t.rate && n.node_cpu_ns_per_update > 0.0);
+                // A native rung past saturation measured a queue too.
+                .find(|n| n.rate == t.rate && n.sustained && n.node_cpu_ns_per_update > 0.0);
             if let (Some(cpu), Some(native)) = (t.node_cpu_ns_per_update, native) {
                 put(
                     format!(
@@ -1014,12 +1015,21 @@ mod tests {
                 native: vec![LatencyStep {
                     rate: 10_000,
                     node_cpu_ns_per_update: 4_000.0,
+                    sustained: true,
                     ..Default::default()
                 }],
                 ..Default::default()
             }),
             ..Default::default()
         };
+        // The native path not sustained at the rate: no ratio over it.
+        let mut unsustained = r.clone();
+        if let Some(x) = unsustained.rssl.as_mut() {
+            x.native[0].sustained = false;
+        }
+        assert!(!figures(&unsustained)
+            .iter()
+            .any(|(k, _)| k.contains("over native")));
         let f: BTreeMap<String, f64> = figures(&r).into_iter().collect();
         assert_eq!(
             f.get("RSSL: node CPU per update over native, ProvPerf at 10,000/s (x)"),

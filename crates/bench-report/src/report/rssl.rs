@@ -44,7 +44,8 @@ pub(crate) fn report(md: &mut String, r: &RsslResult, ticks: Option<u64>) -> Res
         let native = r
             .native
             .iter()
-            .find(|x| x.rate == d.rate)
+            // Past saturation the native rung measured a queue, not the path.
+            .find(|x| x.rate == d.rate && x.sustained)
             .map(|x| x.node_cpu_ns_per_update)
             .filter(|c| *c > 0.0);
         let rate_cell = |s: Option<&RsslStep>| {
