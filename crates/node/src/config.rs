@@ -646,11 +646,13 @@ impl NodeConfig {
             l.max_connections.to_string(),
             "allowed: 1 or more".into(),
         )?;
+        // The login checks' and TLS handshakes' queues take this many slots, allocated
+        // at start (10^8 of them aborted the node).
         check(
-            l.max_pending_logins >= 1,
+            (1..=100_000).contains(&l.max_pending_logins),
             "limits.max_pending_logins",
             l.max_pending_logins.to_string(),
-            "allowed: 1 or more".into(),
+            "allowed: 1 to 100000".into(),
         )?;
         check(
             l.max_pending_logins_per_address >= 1,
@@ -1041,6 +1043,17 @@ mod tests {
         let allowed = crate::allowed_cpus().unwrap();
         let cpus = format!("[node]\ncpus = [{}]\n", allowed[0]);
         assert!(NodeConfig::parse(&cpus, "n.toml").is_ok());
+    }
+
+    /// The login checks' and TLS handshakes' queues take max_pending_logins slots,
+    /// allocated whole at start: 10^8 of them aborted the node (8 GB).
+    #[test]
+    fn a_pending_login_limit_whose_queue_cannot_be_allocated_is_refused() {
+        let e = NodeConfig::parse("[limits]\nmax_pending_logins = 100000000\n", "n.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("limits.max_pending_logins = 100000000"), "{e}");
+        assert!(NodeConfig::parse("[limits]\nmax_pending_logins = 100000\n", "n.toml").is_ok());
     }
 
     /// Aeron takes an eighth of the term in one message: a term under 1 MiB could not
