@@ -1056,6 +1056,26 @@ mod tests {
         assert!(NodeConfig::parse("[limits]\nmax_pending_logins = 100000\n", "n.toml").is_ok());
     }
 
+    /// The files' MB are multiplied into bytes and their hours into milliseconds: past
+    /// u64 the node panicked at start (or, optimised, its limits wrapped round).
+    #[test]
+    fn files_sizes_and_hours_that_overflow_their_products_are_refused() {
+        let files = |extra: &str| {
+            format!(
+                "[files]\nservices = [\"FILES\"]\nspool = \"/tmp/s\"\ninbox = \"/tmp/i\"\n{extra}"
+            )
+        };
+        let refused = |text: &str, key: &str| {
+            let e = NodeConfig::parse(text, "n.toml").unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        };
+        for key in ["rate_mb_per_s", "max_queue_mb", "max_file_mb"] {
+            refused(&files(&format!("{key} = 20000000000000\n")), key);
+        }
+        refused(&files("expire_h = 5000000000000000\n"), "files.expire_h");
+        assert!(NodeConfig::parse(&files(""), "n.toml").is_ok());
+    }
+
     /// Aeron takes an eighth of the term in one message: a term under 1 MiB could not
     /// take the backbone's largest messages (an image's part of 64 KiB stopped a
     /// source's data for good), and is refused; the largest file chunk fits the

@@ -186,6 +186,18 @@ impl FilesSection {
                 "allowed: 1 or more",
             ));
         }
+        // MB are multiplied into bytes, hours into milliseconds: past these the
+        // products overflowed (a panic of the files thread, or a limit wrapped round).
+        for (key, value, most) in [
+            ("files.rate_mb_per_s", self.rate_mb_per_s, 1_000_000),
+            ("files.max_queue_mb", self.max_queue_mb, 1_000_000_000),
+            ("files.max_file_mb", self.max_file_mb, 1_000_000_000),
+            ("files.expire_h", self.expire_h, 87_600),
+        ] {
+            if value > most {
+                return Err(invalid(key, value, &format!("allowed: 1 to {most}")));
+            }
+        }
         Ok(())
     }
 
