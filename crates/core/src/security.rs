@@ -484,7 +484,9 @@ impl Node {
         }
         if self.cfg.users.is_none() {
             if let Some(token) = &self.cfg.login_token {
-                if login.token != token {
+                // Compared in constant time: a comparison that stops at the first
+                // differing byte tells a peer how much of its guess was right.
+                if !tickwire_auth::same_secret(login.token.as_bytes(), token.as_bytes()) {
                     self.login_failed(conn, login.user);
                     let text = format!("login rejected for user {:?}: bad token", login.user);
                     self.refuse_login(conn, login, &text);

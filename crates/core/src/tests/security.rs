@@ -682,3 +682,28 @@ fn only_users_entitled_to_post_to_a_service_have_their_posts_forwarded() {
         "the entitled poster's post is forwarded"
     );
 }
+
+/// Without a users file, a shared login token is the whole of the secret: only the
+/// token itself logs in, not a part of it nor more than it.
+#[test]
+fn a_shared_login_token_takes_that_token_only() {
+    let mut h = Harness::with_config(CoreConfig {
+        login_token: Some("shared-token-1234".into()),
+        ..CoreConfig::default()
+    });
+    for (token, ok) in [
+        ("shared-token-1234", true),
+        ("shared-token-123", false),
+        ("shared-token-12345", false),
+        ("shared-token-1235", false),
+        ("", false),
+    ] {
+        let c = h.connect_with(client_login(Role::Subscriber, "u", token));
+        let got = h.recv(c);
+        assert_eq!(
+            matches!(got[..], [Got::Welcome { .. }, ..]),
+            ok,
+            "{token:?}: {got:?}"
+        );
+    }
+}
