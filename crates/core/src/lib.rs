@@ -1371,8 +1371,10 @@ impl Node {
             version,
             heartbeat_ms: limits.heartbeat.as_millis() as u32,
             max_frame: limits.max_frame as u32,
-            max_streams: limits.max_streams_per_connection as u32,
-            max_output_bytes: limits.max_output_bytes as u32,
+            // Past what 32 bits say, the most they say: `as` kept the low bits (2^32
+            // streams were said as 0).
+            max_streams: u32::try_from(limits.max_streams_per_connection).unwrap_or(u32::MAX),
+            max_output_bytes: u32::try_from(limits.max_output_bytes).unwrap_or(u32::MAX),
             node_name: &self.cfg.node_name.clone(),
         });
         self.send(conn, &welcome);

@@ -17,6 +17,8 @@ macro_rules! assert_any {
 enum Got {
     Welcome {
         heartbeat_ms: u32,
+        max_streams: u32,
+        max_output_bytes: u32,
     },
     Directory(Vec<(String, bool)>),
     /// A Directory whose entries all say "removed".
@@ -89,6 +91,8 @@ fn own(m: &Message<'_>) -> Got {
     match m {
         Message::Welcome(w) => Got::Welcome {
             heartbeat_ms: w.heartbeat_ms,
+            max_streams: w.max_streams,
+            max_output_bytes: w.max_output_bytes,
         },
         Message::Directory(d) if d.services.iter().all(|s| s.state == ServiceState::Removed) => {
             Got::Removed(d.services.iter().map(|s| s.name.to_string()).collect())
@@ -932,6 +936,32 @@ fn unknown_service_and_unknown_item_are_closed_with_a_reason() {
         matches!(&got[1], Got::Status { sid: 2, stream: StreamState::Closed, code: code::NOT_FOUND, text, .. } if text.contains("MISSING")),
         "{got:?}"
     );
+}
+
+/// The Welcome's limits are 32-bit: limits past 4 GiB (or 2^32 streams) are said as
+/// the most it can say, not cut to their low bits (2^32 + 2048 output bytes were said
+/// as 2048, and publishers refused images over 1 KiB that the node would take).
+#[test]
+fn limits_past_what_a_welcome_can_say_are_said_as_its_most() {
+    let mut h = Harness::with_config(CoreConfig {
+        limits: Limits {
+            max_output_bytes: (1 << 32) + 2048,
+            max_streams_per_connection: 1 << 32,
+            ..Limits::default()
+        },
+        ..CoreConfig::default()
+    });
+    let c = h.connect_with(client_login(Role::Subscriber, "u", ""));
+    let got = h.recv(c);
+    let Some(Got::Welcome {
+        max_streams,
+        max_output_bytes,
+        ..
+    }) = got.first()
+    else {
+        panic!("{got:?}")
+    };
+    assert_eq!((*max_streams, *max_output_bytes), (u32::MAX, u32::MAX));
 }
 
 #[test]
