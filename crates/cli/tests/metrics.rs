@@ -927,6 +927,35 @@ fn items_lists_a_services_names_by_prefix_and_only_on_an_open_node() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A shared login token guards the node like a users file: its item names and figures
+/// are not shown to whoever reaches the HTTP port without it (they were: /items listed
+/// the names and /metrics the users of a node only token holders may log in to).
+#[test]
+fn a_node_with_a_login_token_lists_no_items_and_serves_metrics_only_with_the_token() {
+    let dir = std::env::temp_dir().join(format!("tickwire-login-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = "0123456789abcdef0123456789abcdef";
+    let token_file = dir.join("metrics.token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let cfg = TempConfig::new(
+        "login-token-http",
+        &format!(
+            "[websocket]\nmetrics_token_file = \"{}\"\n[security]\nlogin_token = \"shared-login-token\"\n",
+            token_file.display()
+        ),
+    );
+    let (_node, ws) = Node::start_ws(&["--config", cfg.path()]);
+    let (head, body) = get(&ws, "/items?service=TICKWIRE", None);
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}\n{body}");
+    assert!(body.contains("login token"), "{body}");
+    let (head, body) = get(&ws, "/metrics", None);
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}\n{body}");
+    assert!(!body.contains("tickwire_"), "{body}");
+    let (head, body) = get_with_token(&ws, "/metrics", token);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `GET path` with `Authorization: Bearer token`: status line and headers, body.
 fn get_with_token(addr: &str, path: &str, token: &str) -> (String, String) {
     let mut s = std::net::TcpStream::connect(addr).expect("connect to the HTTP port");

@@ -614,6 +614,12 @@ impl Node {
         self.cfg.users.is_some()
     }
 
+    /// Whether a login needs a secret the node knows: it has a users file or a shared
+    /// `login_token` (else anyone who reaches it may log in).
+    pub fn guards_logins(&self) -> bool {
+        self.cfg.users.is_some() || self.cfg.login_token.is_some()
+    }
+
     /// The cached image of an item as an encoded field list, if the node has one.
     pub fn cached_image(&mut self, service: &str, name: &str) -> Option<Vec<u8>> {
         self.merge_deferred();

@@ -200,8 +200,9 @@ pub struct WebSocketSection {
     /// always allowed.
     pub allowed_origins: Vec<String>,
     /// A file whose first line is the bearer token `GET /metrics` must present
-    /// (`Authorization: Bearer TOKEN`); empty: none. A node with a users file serves
-    /// `/metrics` only with one (the figures name its services and users).
+    /// (`Authorization: Bearer TOKEN`); empty: none. A node with a users file or a
+    /// login token serves `/metrics` only with one (the figures name its services and
+    /// users).
     pub metrics_token_file: String,
 }
 

@@ -111,13 +111,14 @@ pub(crate) fn answer(
             limit,
         } => {
             // Item names are listed to anyone who can reach this port: only where
-            // anyone may subscribe anyway.
-            if core.has_users() {
+            // anyone may subscribe anyway (a shared login token guards them too).
+            if core.guards_logins() {
                 return (
                     "403 Forbidden",
                     TEXT,
-                    "item names are listed only by a node without a users file \
-                     ([security] users_file): here anyone reaching this port would see them\n"
+                    "item names are listed only by a node without a users file or login \
+                     token ([security] users_file, login_token): here anyone reaching this \
+                     port would see them\n"
                         .into(),
                 );
             }
@@ -147,7 +148,8 @@ pub(crate) fn answer(
         }
         NodeRequest::Metrics(format, bearer) => {
             // The figures name the node's services and its users: where a users file
-            // says who may see what, only a scraper holding the token sees them.
+            // or a login token says who may log in, only a scraper holding the token
+            // sees them.
             let refused = match (extra.metrics_token, bearer) {
                 (Some(token), Some(given))
                     if tickwire_auth::same_secret(token.as_bytes(), given.as_bytes()) =>
@@ -158,10 +160,10 @@ pub(crate) fn answer(
                     "GET /metrics needs the token of [websocket] metrics_token_file \
                      (Authorization: Bearer TOKEN)\n",
                 ),
-                (None, _) if core.has_users() => Some(
-                    "this node has a users file: /metrics is served only to a scraper \
-                     holding the token of [websocket] metrics_token_file (the figures \
-                     name its services and users)\n",
+                (None, _) if core.guards_logins() => Some(
+                    "this node has a users file or a login token: /metrics is served only \
+                     to a scraper holding the token of [websocket] metrics_token_file (the \
+                     figures name its services and users)\n",
                 ),
                 (None, _) => None,
             };
