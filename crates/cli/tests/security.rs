@@ -323,6 +323,22 @@ fn a_reload_shrinks_permissions_and_closes_what_was_lost() {
     assert!(line.contains("nonsense"), "{line}");
 }
 
+/// A node with a login token and no users file says so at start, not that anyone who
+/// reaches it may publish and subscribe (which sent operators looking for a hole).
+#[test]
+fn a_node_with_a_login_token_does_not_say_it_is_open() {
+    let dir = TempDir::new("open-log");
+    let cfg = dir.write("node.toml", "[security]\nlogin_token = \"hunter2\"\n");
+    // Said before the node listens: in its log once it has started.
+    let log = Node::start(&["--config", &cfg]).proc.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("no users file"))
+        .unwrap_or("");
+    assert!(line.contains("login_token"), "{log}");
+    assert!(!line.contains("the node is open"), "{log}");
+}
+
 #[test]
 fn print_config_never_shows_a_secret() {
     let dir = TempDir::new("print");

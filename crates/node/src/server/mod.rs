@@ -279,6 +279,10 @@ impl NodeServer {
                 cfg.security.users_file,
                 cfg.security.anonymous
             ),
+            // Not open: only holders of the shared token log in.
+            None if !cfg.security.login_token.is_empty() => info!(
+                "no users file ([security] users_file): a login needs [security] login_token, and anyone holding it may publish and subscribe"
+            ),
             None => warn!(
                 "no users file ([security] users_file): the node is open, anyone who can reach {} may publish and subscribe{}",
                 local_addr,
