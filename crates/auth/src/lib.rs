@@ -174,11 +174,18 @@ impl Users {
     }
 
     /// Checks a login's secret (a password or a token). Slow on purpose for passwords
-    /// (argon2): call it off the event loop.
+    /// (argon2), and for every refusal: call it off the event loop.
     pub fn verify(&self, user: &str, secret: &str) -> Result<(), AuthError> {
         match self.users.get(user) {
             Some(u) if u.secret.matches(secret) => Ok(()),
-            Some(_) => Err(AuthError::BadCredentials(user.to_string())),
+            Some(u) => {
+                // A wrong token is seen in microseconds: it pays what an unknown user's
+                // refusal does, or the time would tell token users' names apart.
+                if matches!(u.secret, Secret::Token(_)) {
+                    Secret::burn_time(secret);
+                }
+                Err(AuthError::BadCredentials(user.to_string()))
+            }
             None => {
                 // As long as for a known user, so timing tells nothing either.
                 Secret::burn_time(secret);
