@@ -323,10 +323,22 @@ impl Node {
     }
 }
 
-/// The IP address of a peer described as "IP:port" (the node's own in-process peers
-/// have none).
+/// The address a peer described as "IP:port" is counted by (the node's own in-process
+/// peers have none): its IPv4 address, or its IPv6 address's /64, since one IPv6 host
+/// has a /64 of addresses to pick from (counted one by one, each new address came
+/// with pending logins and failed logins of its own).
 pub(crate) fn peer_ip(peer: &str) -> Option<IpAddr> {
-    peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
+    let ip = peer
+        .parse::<std::net::SocketAddr>()
+        .ok()?
+        .ip()
+        .to_canonical();
+    Some(match ip {
+        IpAddr::V6(v6) if !v6.is_loopback() => {
+            IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into())
+        }
+        ip => ip,
+    })
 }
 
 /// Longest user or application name shown in logs and refusals whole.
@@ -442,5 +454,33 @@ mod tests {
         );
         assert_eq!(peer_ip("[::1]:4000"), Some("::1".parse().unwrap()));
         assert_eq!(peer_ip("backbone"), None);
+    }
+
+    /// One IPv6 host has a /64 of addresses to pick from: counted one by one, each
+    /// new address had its own pending logins and free failures, and the failed-login
+    /// hold-off of an address never held such a host off. An IPv4 address in IPv6
+    /// form is its IPv4 address.
+    #[test]
+    fn ipv6_peers_are_counted_by_their_64_bit_prefix() {
+        assert_eq!(
+            peer_ip("[2001:db8:1:2:aaaa::1]:4000"),
+            peer_ip("[2001:db8:1:2::9]:5")
+        );
+        assert_eq!(
+            peer_ip("[2001:db8:1:2:aaaa::1]:4000"),
+            Some("2001:db8:1:2::".parse().unwrap())
+        );
+        assert_ne!(
+            peer_ip("[2001:db8:1:3::1]:4000"),
+            peer_ip("[2001:db8:1:2::1]:4000")
+        );
+        assert_eq!(
+            peer_ip("[::ffff:10.1.2.3]:4000"),
+            Some("10.1.2.3".parse().unwrap())
+        );
+        assert_ne!(
+            peer_ip("[::ffff:10.1.2.3]:1"),
+            peer_ip("[::ffff:10.1.2.4]:1")
+        );
     }
 }
