@@ -340,7 +340,8 @@ impl BackboneSection {
                 "allowed: 100 to 60000",
             ));
         }
-        if self.heartbeat_ms < 10 || self.heartbeat_ms * 3 > self.liveness_ms {
+        // Divided, not multiplied: three times a huge heartbeat overflowed.
+        if self.heartbeat_ms < 10 || self.heartbeat_ms > self.liveness_ms / 3 {
             return Err(invalid(
                 "backbone.heartbeat_ms",
                 self.heartbeat_ms,

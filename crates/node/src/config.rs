@@ -1098,6 +1098,17 @@ mod tests {
         assert!(NodeConfig::parse(&cfg(1 << 20, 62), "n.toml").is_ok());
     }
 
+    /// A backbone heartbeat so long that three of it overflow u64 panicked while the
+    /// config was checked (and, optimised, wrapped round to a few ms and passed).
+    #[test]
+    fn a_backbone_heartbeat_whose_triple_overflows_is_refused() {
+        let text =
+            "[backbone]\nrole = \"edge\"\nchannel = \"aeron:udp?endpoint=239.1.1.1:40456\"\n\
+                    heartbeat_ms = 6148914691236517206\n";
+        let e = NodeConfig::parse(text, "n.toml").unwrap_err().to_string();
+        assert!(e.contains("backbone.heartbeat_ms"), "{e}");
+    }
+
     /// A site's files arrive in a directory named after their service: a service
     /// that cannot name one (a "/", a leading ".", a control character) is refused.
     #[test]
