@@ -80,11 +80,21 @@ impl Node {
     /// there and what it has): on a node with a users file, the site of its user's
     /// name and the user's `sites`; on an open node, any.
     pub fn may_be_site(&self, conn: ConnId, site: &str) -> bool {
-        let user = self.user_of(conn).unwrap_or("");
+        // The site of its own name is a checked user's only: an anonymous login
+        // names itself as it likes.
+        let checked_user = self
+            .conns
+            .get(conn)
+            .and_then(|c| c.as_ref())
+            .filter(|c| c.identity == crate::security::Identity::User)
+            .map(|c| c.user.as_str());
         matches!(
             self.role(conn),
             Some(ConnRole::Subscriber | ConnRole::Publisher)
-        ) && self.entitlements_pass(conn, |e| e.may_be_site(user, site))
+        ) && self.entitlements_pass(conn, |e| match checked_user {
+            Some(user) => e.may_be_site(user, site),
+            None => e.sites.contains(site),
+        })
     }
 
     /// The user a connection logged in as.

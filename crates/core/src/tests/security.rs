@@ -707,3 +707,18 @@ fn a_shared_login_token_takes_that_token_only() {
         );
     }
 }
+
+/// A user may speak for the files site of its own name, a checked user: not an
+/// anonymous login that gives that name (it could say the site had files it never
+/// got, and their senders would stop sending them).
+#[test]
+fn an_anonymous_login_speaks_for_no_files_site_whatever_name_it_gives() {
+    let mut h = secured(Anonymous::Subscribe);
+    let c = h.connect_with(client_login(Role::Subscriber, "ldn-1", ""));
+    assert!(matches!(h.recv(c)[..], [Got::Welcome { .. }, ..]));
+    assert!(!h.node.may_be_site(c, "ldn-1"));
+    let (alice, got) = login_as(&mut h, Role::Subscriber, "alice", "alice-secret");
+    assert!(matches!(got[..], [Got::Welcome { .. }, ..]), "{got:?}");
+    assert!(h.node.may_be_site(alice, "alice"));
+    assert!(!h.node.may_be_site(alice, "ldn-1"));
+}
