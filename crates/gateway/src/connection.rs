@@ -292,7 +292,7 @@ impl Connection {
             // A page from another site, in a browser that can reach the node: it must
             // not get a session (browsers let any page open WebSockets anywhere and
             // send its origin; programs send none, or their own).
-            let origin = req.header("origin").unwrap_or("");
+            let origin = said_origin(req);
             warn!(
                 "{peer}: WebSocket upgrade refused (403): origin {origin:?} is not the node's own and not in websocket.allowed_origins"
             );
@@ -360,7 +360,7 @@ impl Connection {
         if !ws::check_origin(req, &self.allowed_origins).allowed() {
             // A page of another site posting a form (browsers send no preflight for
             // that): it could log the browser in as someone else.
-            let origin = req.header("origin").unwrap_or("");
+            let origin = said_origin(req);
             warn!("{}: token request refused (403): origin {origin:?} is not the node's own and not in websocket.allowed_origins", host.peer());
             let text = format!(
                 "origin not allowed: {origin} (not this node's own origin; to allow it, list \
@@ -498,6 +498,13 @@ impl Connection {
     }
 }
 
+/// A request's `Origin` as a refusal and the node's log say it: cut at 256 bytes (an
+/// origin is a scheme, a host name and a port), since each refused request logs a line
+/// and a peer sending 15 KB origins made each one that long.
+fn said_origin(req: &ws::Request) -> &str {
+    ws::prefix_within(req.header("origin").unwrap_or(""), 256)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,6 +580,30 @@ mod tests {
                 text.split(['(', ' ']).next().unwrap_or("").to_string()
             })
             .collect()
+    }
+
+    /// What a refused request sent is said cut short, in the answer and in the node's
+    /// log line alike (a client repeating an upgrade with an origin of 15 KB wrote
+    /// 4 MB a second of warnings).
+    #[test]
+    fn a_refusal_says_a_long_origin_or_version_cut_short() {
+        let origin = format!("http://{}.example", "a".repeat(15_000));
+        let token_request = format!(
+            "POST /getToken HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\nContent-Length: 0\r\n\r\n"
+        );
+        for request in [
+            upgrade(&format!("Origin: {origin}\r\n")),
+            String::from_utf8(upgrade(""))
+                .unwrap()
+                .replace("Version: 13", &format!("Version: {}", "9".repeat(15_000)))
+                .into_bytes(),
+            token_request.into_bytes(),
+        ] {
+            let mut c = Connection::new(&[]);
+            c.handle_bytes(&request, &cfg(), &mut Recorder::default());
+            assert!(c.out.starts_with(b"HTTP/1.1 4"), "{:?}", &c.out[..40]);
+            assert!(c.out.len() < 1024, "an answer of {} bytes", c.out.len());
+        }
     }
 
     #[test]

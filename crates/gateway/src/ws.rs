@@ -117,6 +117,8 @@ impl Request {
     pub fn upgrade_refusal(&self) -> Option<(&'static str, String)> {
         let version = self.header("sec-websocket-version").unwrap_or("").trim();
         if version != "13" {
+            // Said cut short: the refusal is logged too.
+            let version = prefix_within(version, 16);
             return Some((
                 "426 Upgrade Required",
                 format!(
