@@ -554,9 +554,11 @@ impl Hub {
             (Peer::Conn(_) | Peer::Backbone, FilesMessage::Status(s)) => {
                 // The transfer's service: a peer speaks for a site in the services it
                 // was heard present for, not in every service of the node.
+                // (A transfer that ended lately still has one: a site that missed its
+                // Cancel is told again.)
                 let own_service = self.sender.as_ref().and_then(|(tx, _)| {
-                    let (m, _) = tx.transfer(s.transfer)?;
-                    self.service_index(&m.service)
+                    let service = tx.service_of(s.transfer)?;
+                    self.service_index(service)
                 });
                 let service = own_service.or_else(|| self.relayed.get(&s.transfer).map(|r| r.0));
                 let routed = service.is_some_and(|i| {

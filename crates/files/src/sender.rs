@@ -317,6 +317,21 @@ fn waiting_for_bytes(t: &Outgoing) -> bool {
     t.available < t.chunks && t.first_pass >= t.available && t.repairs.held() == 0
 }
 
+/// Transfers that ended, remembered so that a site still asking about one is told
+/// again: it missed the Cancel (down or restarting when it was sent), or took up an
+/// open transfer after its targets were done, and would keep its partial file until
+/// `abandon_after`.
+const REMEMBER_ENDED: usize = 4096;
+/// A site's questions about an ended transfer are answered at most this often.
+const RETELL_EVERY: Duration = Duration::from_secs(1);
+
+/// An ended transfer (see [`REMEMBER_ENDED`]).
+struct Ended {
+    service: String,
+    reason: Box<str>,
+    told_at: Option<Instant>,
+}
+
 /// A message that goes before any chunk.
 enum Urgent {
     Offer(u64),
@@ -342,6 +357,9 @@ pub struct Sender {
     urgent: VecDeque<Urgent>,
     /// Parked transfers with repairs a site asked for, oldest first.
     parked_repairs: VecDeque<u64>,
+    /// Transfers that ended lately, oldest first in `ended_order`.
+    ended: HashMap<u64, Ended>,
+    ended_order: VecDeque<u64>,
     started: Instant,
     queued_bytes: u64,
     next_scan: Instant,
@@ -371,6 +389,8 @@ impl Sender {
             events: VecDeque::new(),
             urgent: VecDeque::new(),
             parked_repairs: VecDeque::new(),
+            ended: HashMap::new(),
+            ended_order: VecDeque::new(),
             started: now,
             queued_bytes: 0,
             next_scan: now,
@@ -513,7 +533,7 @@ impl Sender {
                 });
             }
         }
-        self.remove(id);
+        self.remove(id, reason);
         self.urgent.push_back(Urgent::Cancel(id, reason.into()));
         self.events.push_back(SenderEvent::Finished {
             transfer: id,
@@ -757,7 +777,9 @@ impl Sender {
     pub fn handle_status(&mut self, s: &Status, now: Instant) {
         self.stats.statuses += 1;
         let Some(t) = self.transfers.get(&s.transfer) else {
-            self.stats.ignored_statuses += 1;
+            if !self.retell_ended(s, now) {
+                self.stats.ignored_statuses += 1;
+            }
             return;
         };
         // No site can have a file whose upload is still coming in (its last chunk
@@ -841,7 +863,10 @@ impl Sender {
         {
             return false;
         }
-        self.remove(transfer);
+        self.remove(
+            transfer,
+            "the transfer is over: every site named has the file",
+        );
         self.events.push_back(SenderEvent::Finished {
             transfer,
             delivered: true,
@@ -867,7 +892,8 @@ impl Sender {
         }
     }
 
-    fn remove(&mut self, transfer: u64) {
+    /// Removes a transfer that ended (`why`, told to any site that asks about it later).
+    fn remove(&mut self, transfer: u64, why: &str) {
         if let Some(t) = self.transfers.remove(&transfer) {
             self.queued_bytes -= t.m.size;
             let key = (t.m.service, t.m.name);
@@ -877,8 +903,48 @@ impl Sender {
                     self.by_name.remove(&key);
                 }
             }
+            if self.ended_order.len() >= REMEMBER_ENDED {
+                if let Some(old) = self.ended_order.pop_front() {
+                    self.ended.remove(&old);
+                }
+            }
+            let ended = Ended {
+                service: key.0,
+                reason: why.into(),
+                told_at: None,
+            };
+            if self.ended.insert(transfer, ended).is_none() {
+                self.ended_order.push_back(transfer);
+            }
         }
         self.active.retain(|id| *id != transfer);
+    }
+
+    /// The service of a transfer, live or ended lately (a site's status about it is
+    /// taken in that service).
+    pub fn service_of(&self, transfer: u64) -> Option<&str> {
+        match self.transfers.get(&transfer) {
+            Some(t) => Some(&t.m.service),
+            None => self.ended.get(&transfer).map(|e| e.service.as_str()),
+        }
+    }
+
+    /// A site still receiving a transfer that ended: told again to drop it (at most
+    /// once per [`RETELL_EVERY`]).
+    fn retell_ended(&mut self, s: &Status, now: Instant) -> bool {
+        let Some(e) = self.ended.get_mut(&s.transfer) else {
+            return false;
+        };
+        let due = match e.told_at {
+            Some(at) => now.saturating_duration_since(at) >= RETELL_EVERY,
+            None => true,
+        };
+        if s.state == SiteState::Receiving && due {
+            e.told_at = Some(now);
+            self.urgent
+                .push_back(Urgent::Cancel(s.transfer, e.reason.clone()));
+        }
+        true
     }
 
     /// Whether the transfer has a present target site that still needs it.

@@ -259,6 +259,19 @@ impl Net {
         }
     }
 
+    /// Site `i` restarts: a new receiver over the same store, its partial files
+    /// reopened.
+    fn restart_site(&mut self, i: usize) {
+        let site = &mut self.sites[i];
+        site.rx = Receiver::new(
+            ReceiverConfig::new(site_name(i), vec![SERVICE.into()]),
+            self.now,
+        );
+        for m in site.store.manifests.values().cloned().collect::<Vec<_>>() {
+            site.rx.resume(m, self.now, &mut site.store);
+        }
+    }
+
     fn run_for(&mut self, d: Duration) {
         let end = self.now + d;
         self.run_until(d + Duration::from_secs(1), |n| n.now >= end);
@@ -394,17 +407,8 @@ fn a_site_that_restarts_mid_file_asks_only_for_what_it_lacks() {
         .map(|m| m.held())
         .expect("a map was saved");
     assert!(saved >= 128, "saved map holds {saved}");
-    // The site restarts: a new receiver over the same store, its partial files
-    // reopened.
-    let site = &mut net.sites[1];
-    site.rx = Receiver::new(
-        ReceiverConfig::new(site_name(1), vec![SERVICE.into()]),
-        net.now,
-    );
-    for m in site.store.manifests.values().cloned().collect::<Vec<_>>() {
-        site.rx.resume(m, net.now, &mut site.store);
-    }
-    assert_eq!(site.rx.partials(), 1);
+    net.restart_site(1);
+    assert_eq!(net.sites[1].rx.partials(), 1);
     let before = net.chunks_to[1];
     net.sites[1].up = true;
     net.run_until(Duration::from_secs(30), |n| n.finished(id).is_some());
@@ -831,13 +835,19 @@ fn a_file_still_arriving_goes_out_as_its_bytes_come_and_no_site_has_it_before_it
     assert_eq!((stats.chunks, stats.repairs, stats.read_errors), (98, 0, 0));
 }
 
-#[test]
-fn an_upload_that_fails_is_withdrawn_and_every_site_drops_what_it_holds() {
+/// Two sites that hold the first 60 KB of a 100 KB file still uploaded (transfer 9).
+fn two_sites_holding_part_of_an_upload() -> (Net, u64) {
     let mut net = Net::new(2, sender_config());
     let file = bytes(100_000, 4);
     let id = net.send_arriving(9, "big.bin", &file, 2);
     net.arrive(id, &file, 60_000, false);
     net.run_for(Duration::from_millis(500));
+    (net, id)
+}
+
+#[test]
+fn an_upload_that_fails_is_withdrawn_and_every_site_drops_what_it_holds() {
+    let (mut net, id) = two_sites_holding_part_of_an_upload();
     assert!(net.sites.iter().all(|s| s.store.partial.contains_key(&id)));
     net.tx
         .withdraw(id, "the upload failed: the client went away");
@@ -865,6 +875,34 @@ fn an_upload_that_fails_is_withdrawn_and_every_site_drops_what_it_holds() {
         );
     }
     assert_eq!((net.tx.queued_files(), net.tx.queued_bytes()), (0, 0));
+}
+
+/// A site down when its sender gave a transfer up (the Cancel never reached it) is
+/// told again when it comes back asking about the transfer: its partial file goes at
+/// once, not after `abandon_after` (an hour).
+#[test]
+fn a_site_that_missed_a_cancel_is_told_again_when_it_asks() {
+    let (mut net, id) = two_sites_holding_part_of_an_upload();
+    assert!(net.sites[1].store.partial.contains_key(&id));
+    net.sites[1].up = false;
+    net.tx
+        .withdraw(id, "the upload failed: the client went away");
+    net.run_for(Duration::from_millis(500));
+    assert!(net.sites[0].store.partial.is_empty());
+    assert!(
+        net.sites[1].store.partial.contains_key(&id),
+        "site-1 was down"
+    );
+    net.restart_site(1);
+    net.sites[1].up = true;
+    net.run_until(Duration::from_secs(5), |n| {
+        n.sites[1].store.partial.is_empty()
+    });
+    assert!(
+        net.sites[1].events.iter().any(|e| matches!(e, ReceiverEvent::Cancelled { manifest, reason } if manifest.transfer == id && reason == "cancelled by its sender: the upload failed: the client went away")),
+        "{:?}",
+        net.sites[1].events
+    );
 }
 
 /// A site that failed version 1 of a file (its disk was full) and then took version 2,

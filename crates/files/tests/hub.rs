@@ -4,7 +4,7 @@
 use sha2::{Digest, Sha256};
 use std::time::Instant;
 use tickwire_files::spool::Spool;
-use tickwire_files::wire::{FilesMessage, Put, PutState};
+use tickwire_files::wire::{FilesMessage, Put, PutState, SiteState, Status};
 use tickwire_files::{Hub, HubConfig, Output, Peer, Rights, Sender, SenderConfig};
 
 const CLIENT: usize = 7;
@@ -695,6 +695,23 @@ fn an_upload_goes_to_its_sites_as_it_arrives_and_one_whose_hash_is_wrong_is_with
     let r = report(&mut h);
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!((r[0].2.as_str(), r[0].3.as_str()), ("edge1", "failed"));
+    // edge1 missed the Cancel (it was restarting): asking about the transfer, it is
+    // told again.
+    let asking = FilesMessage::Status(Status {
+        transfer: r[0].0,
+        site: "edge1",
+        state: SiteState::Receiving,
+        have: 24,
+        missing: Vec::new(),
+        reason: "",
+    });
+    let t2 = t1 + std::time::Duration::from_secs(1);
+    h.handle(Peer::Backbone, "", Rights::default(), &encode(&asking), t2);
+    let (_, _, cancels) = to_backbone(&mut h, t2);
+    assert_eq!(
+        cancels,
+        ["the upload failed: the bytes received do not match the SHA-256 announced"]
+    );
 }
 
 #[test]
