@@ -1,7 +1,7 @@
 //! Browser safety of the WebSocket upgrade, against a real `tickwire node --ws` over
-//! 127.0.0.1: an upgrade whose `Origin` is neither the node's own nor listed in
-//! `websocket.allowed_origins` gets 403 and EOF (and a warning in the log); the node's
-//! own origin (the dashboard page) and a listed one get 101. Raw HTTP, every read
+//! 127.0.0.1: an upgrade whose `Origin` is neither the node's own (under one of its
+//! names) nor listed in `websocket.allowed_origins` gets 403 and EOF (and a warning in
+//! the log); the node's own origin (the dashboard page) and a listed one get 101. Raw HTTP, every read
 //! bounded in time; the node is killed on drop.
 
 mod common;
@@ -17,11 +17,17 @@ const WAIT: Duration = Duration::from_secs(10);
 /// Connects and sends a WebSocket upgrade for `Host: addr`, with this `Origin` header
 /// (none if `None`), as a browser would.
 fn send_upgrade(addr: &str, origin: Option<&str>) -> TcpStream {
+    send_upgrade_as(addr, addr, origin, "")
+}
+
+/// As [`send_upgrade`], for `Host: host` (the name the node was reached by), with
+/// `more` header lines.
+fn send_upgrade_as(addr: &str, host: &str, origin: Option<&str>, more: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(WAIT)).unwrap();
     let origin = origin.map_or(String::new(), |o| format!("Origin: {o}\r\n"));
     let head = format!(
-        "GET /WebSocket HTTP/1.1\r\nHost: {addr}\r\n{origin}Upgrade: websocket\r\n\
+        "GET /WebSocket HTTP/1.1\r\nHost: {host}\r\n{origin}{more}Upgrade: websocket\r\n\
          Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: tr_json2\r\n\r\n"
     );
@@ -144,4 +150,28 @@ fn an_origin_listed_in_allowed_origins_is_upgraded() {
 
     let mut s = send_upgrade(&addr, Some("http://other.example"));
     assert_refused(&mut s, "http://other.example");
+}
+
+/// A page of a site whose name an attacker points at the node's address (DNS
+/// rebinding) sends that name as both `Host` and `Origin`: from a browser (its
+/// `Sec-Fetch-*` headers), refused. The node's own names (localhost, its machine's host
+/// name) are its own origin; a program sending its URL's origin is its own under any.
+#[test]
+fn a_browsers_same_origin_under_a_name_not_the_nodes_gets_403() {
+    let (_node, addr) = Node::start_ws(&[]);
+    let port = addr.rsplit(':').next().expect("host:port");
+    let browser = "Sec-Fetch-Mode: websocket\r\nSec-Fetch-Site: same-origin\r\n";
+    let rebound = format!("rebind.evil.example:{port}");
+    let origin = format!("http://{rebound}");
+    let mut s = send_upgrade_as(&addr, &rebound, Some(&origin), browser);
+    assert_refused(&mut s, &origin);
+    let mut s = send_upgrade_as(&addr, &rebound, Some(&origin), "");
+    assert_upgraded(&mut s);
+
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("a host name");
+    for name in ["localhost", hostname.trim()] {
+        let host = format!("{name}:{port}");
+        let mut s = send_upgrade_as(&addr, &host, Some(&format!("http://{host}")), browser);
+        assert_upgraded(&mut s);
+    }
 }

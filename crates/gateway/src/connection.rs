@@ -105,22 +105,21 @@ pub struct Connection {
     pub close_after_flush: bool,
     json: JsonOut,
     to_node: Vec<u8>,
-    /// `websocket.allowed_origins`: browser origins, besides the node's own, whose
-    /// pages may upgrade (`*`: any).
-    allowed_origins: Vec<String>,
+    /// Which browser pages may upgrade (`websocket.allowed_origins`, the node's names).
+    origins: Arc<ws::OriginRules>,
 }
 
 impl Connection {
-    /// A connection that also accepts upgrades from pages of these origins (besides
-    /// the node's own, and programs that send no `Origin`).
-    pub fn new(allowed_origins: &[String]) -> Self {
+    /// A connection that accepts upgrades from pages `origins` allows (and from
+    /// programs that send no `Origin`).
+    pub fn new(origins: Arc<ws::OriginRules>) -> Self {
         Connection {
             phase: Phase::Handshake(Vec::new()),
             out: Vec::new(),
             close_after_flush: false,
             json: JsonOut::default(),
             to_node: Vec::new(),
-            allowed_origins: allowed_origins.to_vec(),
+            origins,
         }
     }
 
@@ -288,7 +287,7 @@ impl Connection {
             self.close_after_flush = true;
             return;
         }
-        if !ws::check_origin(req, &self.allowed_origins).allowed() {
+        if !ws::check_origin(req, &self.origins).allowed() {
             // A page from another site, in a browser that can reach the node: it must
             // not get a session (browsers let any page open WebSockets anywhere and
             // send its origin; programs send none, or their own).
@@ -297,8 +296,9 @@ impl Connection {
                 "{peer}: WebSocket upgrade refused (403): origin {origin:?} is not the node's own and not in websocket.allowed_origins"
             );
             let text = format!(
-                "WebSocket origin not allowed: {origin} (not this node's own origin; \
-                 to allow it, list it in websocket.allowed_origins in the node's config)"
+                "WebSocket origin not allowed: {origin} (not this node's own origin, which \
+                 is its address, localhost or its host name; to allow it, list it in \
+                 websocket.allowed_origins in the node's config)"
             );
             self.answer("403 Forbidden", text.as_bytes());
             return;
@@ -357,14 +357,15 @@ impl Connection {
             self.token_refused(&refused("405 Method Not Allowed", text));
             return;
         }
-        if !ws::check_origin(req, &self.allowed_origins).allowed() {
+        if !ws::check_origin(req, &self.origins).allowed() {
             // A page of another site posting a form (browsers send no preflight for
             // that): it could log the browser in as someone else.
             let origin = said_origin(req);
             warn!("{}: token request refused (403): origin {origin:?} is not the node's own and not in websocket.allowed_origins", host.peer());
             let text = format!(
-                "origin not allowed: {origin} (not this node's own origin; to allow it, list \
-                 it in websocket.allowed_origins in the node's config)"
+                "origin not allowed: {origin} (not this node's own origin, which is its \
+                 address, localhost or its host name; to allow it, list it in \
+                 websocket.allowed_origins in the node's config)"
             );
             self.token_refused(&refused("403 Forbidden", text));
             return;
@@ -599,7 +600,7 @@ mod tests {
                 .into_bytes(),
             token_request.into_bytes(),
         ] {
-            let mut c = Connection::new(&[]);
+            let mut c = Connection::new(Default::default());
             c.handle_bytes(&request, &cfg(), &mut Recorder::default());
             assert!(c.out.starts_with(b"HTTP/1.1 4"), "{:?}", &c.out[..40]);
             assert!(c.out.len() < 1024, "an answer of {} bytes", c.out.len());
@@ -609,7 +610,7 @@ mod tests {
     #[test]
     fn an_upgrade_and_a_login_reach_the_node_as_its_own_messages() {
         let mut host = Recorder::default();
-        let mut c = Connection::new(&[]);
+        let mut c = Connection::new(Default::default());
         let mut bytes = upgrade("");
         // The Login in the same segment as the upgrade: read as a frame after it.
         bytes.extend(text_frame(
@@ -624,7 +625,7 @@ mod tests {
     #[test]
     fn a_token_cookie_logs_the_upgrade_in_as_the_nodes_user() {
         let mut host = Recorder::default();
-        let mut c = Connection::new(&[]);
+        let mut c = Connection::new(Default::default());
         c.handle_bytes(&upgrade("Cookie: AuthToken=t0k\r\n"), &cfg(), &mut host);
         assert_eq!(host.tokens_presented, ["t0k"]);
         assert_eq!(
@@ -637,7 +638,7 @@ mod tests {
     #[test]
     fn a_token_request_is_answered_when_the_node_has_checked_it() {
         let mut host = Recorder::default();
-        let mut c = Connection::new(&[]);
+        let mut c = Connection::new(Default::default());
         let body = "username=alice&password=s3cret";
         let req = format!(
             "POST /getToken HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n\
@@ -663,7 +664,7 @@ mod tests {
     fn gets_go_to_the_nodes_endpoints_the_dashboard_or_404() {
         let get = |path: &str| {
             let mut host = Recorder::default();
-            let mut c = Connection::new(&[]);
+            let mut c = Connection::new(Default::default());
             let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
             c.handle_bytes(req.as_bytes(), &cfg(), &mut host);
             assert!(c.close_after_flush && !c.takes_node_messages());
@@ -681,7 +682,7 @@ mod tests {
     #[test]
     fn a_client_that_sends_pings_and_never_reads_is_closed_at_the_hosts_limit() {
         let mut host = Recorder::default();
-        let mut c = Connection::new(&[]);
+        let mut c = Connection::new(Default::default());
         c.handle_bytes(&upgrade(""), &cfg(), &mut host);
         let mask = [9u8, 9, 9, 9];
         let mut ping = vec![0x89, 0x80 | 100];

@@ -233,7 +233,8 @@ pub enum OriginCheck {
     /// No `Origin` header: not a browser (browsers send one on every upgrade).
     Absent,
     /// The origin is the request's own host and port (its `Host` header), as for the
-    /// node's dashboard page.
+    /// node's dashboard page, under one of the node's own names (an IP address,
+    /// `localhost`, or [`OriginRules::own_names`]).
     SameOrigin,
     /// Listed in the allowed origins (or `*` is).
     Listed,
@@ -248,14 +249,54 @@ impl OriginCheck {
     }
 }
 
+/// What a browser's page may do with the node: which origins besides the node's own
+/// may upgrade, and the names the node's own origin goes by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OriginRules {
+    /// `websocket.allowed_origins`: origins whose pages may upgrade besides the node's
+    /// own (`*`: any), as [`valid_allowed_origin`] takes them.
+    pub allowed_origins: Vec<String>,
+    /// Host names besides IP addresses and `localhost` under which a browser's page
+    /// is the node's own (its machine's name). A page whose origin matches the
+    /// request's `Host` under any other name is not: a site whose name an attacker
+    /// points at the node's address (DNS rebinding) sends its own name as `Host`.
+    /// (Programs that send the origin of the URL they connect to, as Python's
+    /// websocket-client does, are the node's own under any name: they are not pages.)
+    pub own_names: Vec<String>,
+}
+
+impl OriginRules {
+    /// The node's own origin (under its own names) and these origins.
+    pub fn new(allowed_origins: &[String], own_names: &[String]) -> Self {
+        OriginRules {
+            allowed_origins: allowed_origins.to_vec(),
+            own_names: own_names.iter().map(|n| n.to_ascii_lowercase()).collect(),
+        }
+    }
+
+    /// A host (lower-cased, an IPv6 address in brackets) that names the node: an IP
+    /// address, `localhost` (and names under it, which resolve to loopback), or one of
+    /// its own names.
+    fn is_own_name(&self, host: &str) -> bool {
+        host.starts_with('[')
+            || host.parse::<std::net::Ipv4Addr>().is_ok()
+            || host == "localhost"
+            || host.ends_with(".localhost")
+            || self.own_names.iter().any(|n| n == host)
+    }
+}
+
 /// Checks a WebSocket upgrade's `Origin` header against its `Host` header and the
-/// allowed origins (`*`, or origins as [`valid_allowed_origin`] takes them).
+/// rules' allowed origins (`*`, or origins as [`valid_allowed_origin`] takes them).
 ///
 /// Origins compare by scheme (`http` or `https`), host (without regard to case) and
 /// port, a port left out being the scheme's default (80, 443); a `Host` without a port
-/// takes the default of the origin's scheme. An origin that is not of that form
-/// (`null`, say) is allowed only by `*`.
-pub fn check_origin(req: &Request, allowed: &[String]) -> OriginCheck {
+/// takes the default of the origin's scheme. From a browser (it sends `Sec-Fetch-Mode`
+/// or `Sec-Fetch-Site`, as every current one does, and a page cannot leave them out),
+/// the same origin counts only under one of the node's own names ([`OriginRules`]).
+/// An origin that is not of that form (`null`, say) is allowed only by `*`.
+pub fn check_origin(req: &Request, rules: &OriginRules) -> OriginCheck {
+    let allowed = &rules.allowed_origins;
     let Some(origin) = req.header("origin") else {
         return OriginCheck::Absent;
     };
@@ -268,7 +309,11 @@ pub fn check_origin(req: &Request, allowed: &[String]) -> OriginCheck {
     let same = req
         .header("host")
         .and_then(|h| parse_host_port(h, if parsed.https { 443 } else { 80 }))
-        .is_some_and(|(host, port)| host == parsed.host && port == parsed.port);
+        .is_some_and(|(host, port)| {
+            let browser =
+                req.header("sec-fetch-mode").is_some() || req.header("sec-fetch-site").is_some();
+            host == parsed.host && port == parsed.port && (!browser || rules.is_own_name(&host))
+        });
     if same {
         return OriginCheck::SameOrigin;
     }
@@ -794,6 +839,16 @@ mod tests {
 
     /// An upgrade request with these `Host` and `Origin` headers (either absent).
     fn upgrade(host: Option<&str>, origin: Option<&str>) -> Request {
+        upgrade_with(host, origin, "")
+    }
+
+    /// An upgrade as a browser sends it (with its `Sec-Fetch-*` headers).
+    fn browser_upgrade(host: &str, origin: &str) -> Request {
+        let fetch = "Sec-Fetch-Mode: websocket\r\nSec-Fetch-Site: same-origin\r\n";
+        upgrade_with(Some(host), Some(origin), fetch)
+    }
+
+    fn upgrade_with(host: Option<&str>, origin: Option<&str>, more: &str) -> Request {
         let mut text = String::from("GET /WebSocket HTTP/1.1\r\n");
         if let Some(h) = host {
             text += &format!("Host: {h}\r\n");
@@ -801,20 +856,31 @@ mod tests {
         if let Some(o) = origin {
             text += &format!("Origin: {o}\r\n");
         }
+        text += more;
         text += "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: abc\r\n\r\n";
         parse_request(text.as_bytes()).unwrap().unwrap().0
     }
 
-    fn check(host: &str, origin: Option<&str>, allowed: &[&str]) -> OriginCheck {
+    /// The node's own names in these tests, besides addresses and `localhost`.
+    const OWN: &str = "Node.Example.com";
+
+    fn rules(allowed: &[&str]) -> OriginRules {
         let allowed: Vec<String> = allowed.iter().map(|s| s.to_string()).collect();
-        check_origin(&upgrade(Some(host), origin), &allowed)
+        OriginRules::new(&allowed, &[OWN.to_string()])
+    }
+
+    fn check(host: &str, origin: Option<&str>, allowed: &[&str]) -> OriginCheck {
+        check_origin(&upgrade(Some(host), origin), &rules(allowed))
     }
 
     /// Browsers send `Origin` on every WebSocket upgrade; other programs need not.
     #[test]
     fn an_upgrade_without_origin_is_allowed() {
         assert_eq!(check("127.0.0.1:15000", None, &[]), OriginCheck::Absent);
-        assert_eq!(check_origin(&upgrade(None, None), &[]), OriginCheck::Absent);
+        assert_eq!(
+            check_origin(&upgrade(None, None), &rules(&[])),
+            OriginCheck::Absent
+        );
         assert!(OriginCheck::Absent.allowed());
     }
 
@@ -826,7 +892,9 @@ mod tests {
             ("127.0.0.1:15000", "http://127.0.0.1:15000"),
             ("127.0.0.1:15000", "https://127.0.0.1:15000"),
             ("localhost:15000", "http://localhost:15000"),
+            ("dash.localhost:15000", "http://dash.localhost:15000"),
             ("[::1]:15000", "http://[::1]:15000"),
+            ("10.1.2.3:15000", "http://10.1.2.3:15000"),
             // Host names compare without regard to case.
             ("Node.Example.COM:15000", "http://node.example.com:15000"),
             ("node.example.com:15000", "HTTP://NODE.Example.com:15000"),
@@ -843,6 +911,56 @@ mod tests {
                 check(host, Some(origin), &[]),
                 OriginCheck::SameOrigin,
                 "Host {host}, Origin {origin}"
+            );
+        }
+    }
+
+    /// A page of a site whose name an attacker points at the node's address (DNS
+    /// rebinding) sends that name as both `Host` and `Origin`: from a browser, not the
+    /// node's own origin unless the name is one of the node's, or the origin is
+    /// listed. A program sending its URL's origin is the node's own under any name.
+    #[test]
+    fn a_browsers_same_origin_under_a_name_not_the_nodes_is_refused() {
+        let own = rules(&[]);
+        for host in [
+            "rebind.evil.example:14080",
+            "127.0.0.1.evil.example:14080",
+            "0x7f000001:14080",
+        ] {
+            let origin = format!("http://{host}");
+            let req = browser_upgrade(host, &origin);
+            assert_eq!(
+                check_origin(&req, &own),
+                OriginCheck::Refused,
+                "Host {host}"
+            );
+            // A program (no Sec-Fetch headers) under that name: its own URL's origin.
+            assert_eq!(
+                check(host, Some(&origin), &[]),
+                OriginCheck::SameOrigin,
+                "Host {host}"
+            );
+        }
+        let req = browser_upgrade(
+            "rebind.evil.example:14080",
+            "http://rebind.evil.example:14080",
+        );
+        assert_eq!(
+            check_origin(&req, &rules(&["http://rebind.evil.example:14080"])),
+            OriginCheck::Listed
+        );
+        let named = OriginRules::new(&[], &["Rebind.Evil.Example".to_string()]);
+        assert_eq!(check_origin(&req, &named), OriginCheck::SameOrigin);
+        for (host, origin) in [
+            ("127.0.0.1:14080", "http://127.0.0.1:14080"),
+            ("[::1]:14080", "http://[::1]:14080"),
+            ("localhost:14080", "http://localhost:14080"),
+            ("node.example.com:14080", "http://node.example.com:14080"),
+        ] {
+            assert_eq!(
+                check_origin(&browser_upgrade(host, origin), &own),
+                OriginCheck::SameOrigin,
+                "Host {host}"
             );
         }
     }
@@ -880,7 +998,7 @@ mod tests {
             );
         }
         assert_eq!(
-            check_origin(&upgrade(None, Some("http://127.0.0.1:15000")), &[]),
+            check_origin(&upgrade(None, Some("http://127.0.0.1:15000")), &rules(&[])),
             OriginCheck::Refused
         );
         assert!(!OriginCheck::Refused.allowed());

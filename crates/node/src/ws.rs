@@ -26,6 +26,31 @@ const DASHBOARD: &str = include_str!("../assets/index.html");
 /// (`limits.max_output_bytes`) of the connection's own answers. Without it a client
 /// sending pings and never reading grew the node by the size of its pings (110 MB of
 /// pings, 106 MiB).
+/// The machine's host name (and its first label, when it has several), lower-cased:
+/// the names besides its addresses and `localhost` under which a page is the node's
+/// own (its dashboard opened as `http://HOSTNAME:14080/`). Empty if it has none.
+pub(crate) fn machine_names() -> Vec<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer and its length; gethostname writes at most that much.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Vec::new();
+    }
+    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    let Ok(name) = std::str::from_utf8(&buf[..len]) else {
+        return Vec::new();
+    };
+    let name = name.to_ascii_lowercase();
+    let mut names = Vec::new();
+    if let Some((first, _)) = name.split_once('.') {
+        names.push(first.to_string());
+    }
+    if !name.is_empty() {
+        names.push(name);
+    }
+    names
+}
+
 fn out_limit(core: &Node) -> usize {
     let l = &core.config().limits;
     OUT_HIGH + 4 * l.max_frame + l.max_output_bytes
@@ -131,11 +156,23 @@ impl WsConn {
         Self::with_allowed_origins(&[], "peer".into())
     }
 
-    /// A connection that also accepts upgrades from pages of these origins
-    /// (`websocket.allowed_origins`). `peer`: its address, for logs.
+    /// As [`WsConn::with_origins`], allowing these origins besides the node's own
+    /// (under its addresses and `localhost`).
+    #[cfg(test)]
     pub(crate) fn with_allowed_origins(allowed_origins: &[String], peer: String) -> Self {
+        let rules = tickwire_gateway::ws::OriginRules::new(allowed_origins, &[]);
+        Self::with_origins(std::sync::Arc::new(rules), peer)
+    }
+
+    /// A connection that accepts upgrades from the pages `origins` allows
+    /// (`websocket.allowed_origins`, the node's own names). `peer`: its address, for
+    /// logs.
+    pub(crate) fn with_origins(
+        origins: std::sync::Arc<tickwire_gateway::ws::OriginRules>,
+        peer: String,
+    ) -> Self {
         WsConn {
-            conn: Connection::new(allowed_origins),
+            conn: Connection::new(origins),
             fin_sent: false,
             node_request: None,
             peer,

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use tickwire_gateway::connection::{Host, TokenAnswer};
 use tickwire_gateway::session::JsonOut;
-use tickwire_gateway::ws::{parse_request, Frame, FrameDecoder, MAX_HEAD};
+use tickwire_gateway::ws::{parse_request, Frame, FrameDecoder, OriginRules, MAX_HEAD};
 use tickwire_gateway::{Connection, Session, SessionConfig, UpdateCache};
 use tickwire_proto::{FieldList, Message, MessageIter, Refresh, Update, UpdateType, Welcome};
 
@@ -276,7 +276,8 @@ pub(crate) fn ws_connection(data: &[u8]) -> Result<(), String> {
     let step = (first as usize % 64) + 1;
     let cfg = Arc::new(SessionConfig::default());
     let mut host = FuzzHost;
-    let mut c = Connection::new(&["https://example.com".to_string()]);
+    let origins = OriginRules::new(&["https://example.com".to_string()], &["node".to_string()]);
+    let mut c = Connection::new(Arc::new(origins));
     for chunk in input.chunks(step) {
         c.handle_bytes(chunk, &cfg, &mut host);
     }

@@ -248,8 +248,8 @@ impl EventLoop {
                     fin_sent: false,
                     read_size: FIRST_READ,
                     ws: (listener == Listener::WebSocket).then(|| {
-                        Box::new(WsConn::with_allowed_origins(
-                            &server.cfg.websocket.allowed_origins,
+                        Box::new(WsConn::with_origins(
+                            server.origins.clone(),
                             peer.to_string(),
                         ))
                     }),

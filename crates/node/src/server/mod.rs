@@ -89,6 +89,9 @@ pub struct NodeServer {
     handshakes: accept::HandshakeShare,
     /// `[files]`: the files thread, started with its directories opened.
     files: Option<crate::files::FilesThread>,
+    /// Which browser pages may open WebSockets (`websocket.allowed_origins`, and the
+    /// names the node's own pages go by).
+    origins: Arc<tickwire_gateway::ws::OriginRules>,
 }
 
 /// A node running on its own thread.
@@ -303,8 +306,13 @@ impl NodeServer {
             None
         };
         let handshakes = accept::HandshakeShare::new(cfg.tls.max_handshakes_per_s, Instant::now());
+        let origins = Arc::new(tickwire_gateway::ws::OriginRules::new(
+            &cfg.websocket.allowed_origins,
+            &crate::ws::machine_names(),
+        ));
         Ok(NodeServer {
             files,
+            origins,
             cfg,
             poll,
             listener,
