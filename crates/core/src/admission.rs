@@ -328,17 +328,20 @@ impl Node {
 /// has a /64 of addresses to pick from (counted one by one, each new address came
 /// with pending logins and failed logins of its own).
 pub(crate) fn peer_ip(peer: &str) -> Option<IpAddr> {
-    let ip = peer
-        .parse::<std::net::SocketAddr>()
-        .ok()?
-        .ip()
-        .to_canonical();
-    Some(match ip {
+    let ip = peer.parse::<std::net::SocketAddr>().ok()?.ip();
+    Some(counted_address(ip))
+}
+
+/// The address a peer's share of a per-address limit is kept under: its IPv4 address
+/// (an IPv4 address in IPv6 form too), or its IPv6 address's /64, since one IPv6 host
+/// has a /64 of addresses to pick from.
+pub fn counted_address(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
         IpAddr::V6(v6) if !v6.is_loopback() => {
             IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into())
         }
         ip => ip,
-    })
+    }
 }
 
 /// Longest user or application name shown in logs and refusals whole.

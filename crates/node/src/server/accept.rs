@@ -82,7 +82,8 @@ impl AcceptTrouble {
 /// signature (about 0.9 ms with an RSA-2048 key, on the handshakes' thread), so a peer
 /// opening connections as fast as it can (even replaying one recorded ClientHello,
 /// which costs it nothing) could otherwise keep a CPU at its crypto. One address may take a quarter of it at most,
-/// so that one host opening connections as fast as it can does not lock the others out.
+/// so that one host opening connections as fast as it can does not lock the others out
+/// (an IPv6 host is one /64).
 pub(super) struct HandshakeShare {
     all: LoopShare,
     by_address: std::collections::HashMap<std::net::IpAddr, LoopShare>,
@@ -112,6 +113,8 @@ impl HandshakeShare {
     /// and the node's have one in hand (taken by [`HandshakeShare::spend`] once the
     /// connection is admitted).
     fn allows(&mut self, ip: std::net::IpAddr, now: Instant) -> bool {
+        // An IPv6 host by its /64, as for logins: it has that many addresses to use.
+        let ip = tickwire_core::counted_address(ip);
         let per_address = (self.all.per_s() / 4.0).max(1.0);
         if !self.by_address.contains_key(&ip) && self.by_address.len() >= HANDSHAKE_ADDRESSES {
             if let Some(oldest) = self
@@ -150,6 +153,7 @@ impl HandshakeShare {
 
     /// Takes the handshake [`HandshakeShare::allows`] said `ip` may have.
     fn spend(&mut self, ip: std::net::IpAddr) {
+        let ip = tickwire_core::counted_address(ip);
         if let Some(mine) = self.by_address.get_mut(&ip) {
             mine.spend(1.0);
         }
@@ -321,4 +325,27 @@ fn refuse(stream: &mut TcpStream, text: &str, tls: bool, listener: Listener) {
     };
     let _ = stream.write(&bytes);
     let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HandshakeShare;
+    use std::time::Instant;
+
+    /// One IPv6 host has a /64 of addresses: its new connections share one address's
+    /// quarter of the handshakes, whichever address of it they come from.
+    #[test]
+    fn an_ipv6_hosts_addresses_share_one_handshake_share() {
+        let now = Instant::now();
+        let mut share = HandshakeShare::new(8, now);
+        let host = |last: u16| std::net::IpAddr::from([0x2001, 0xdb8, 1, 2, 0, 0, 0, last]);
+        for last in [1, 2] {
+            assert!(share.allows(host(last), now));
+            share.spend(host(last));
+        }
+        // A quarter of 8 a second taken: the /64's next address waits.
+        assert!(!share.allows(host(3), now));
+        let other = std::net::IpAddr::from([0x2001, 0xdb8, 1, 3, 0, 0, 0, 1]);
+        assert!(share.allows(other, now), "another /64 is another host");
+    }
 }
