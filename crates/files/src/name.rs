@@ -57,16 +57,17 @@ fn turns_text(c: char) -> bool {
     matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
-/// `text` from a peer (a name, a site, a reason) made safe to print on a terminal or
-/// a log line: control and direction characters written as `\u{..}`.
-pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| c.is_control() || turns_text(c)) {
+/// `text` with its control and direction characters written by `escape` (the rest
+/// as it is; borrowed when there are none).
+fn escaped(text: &str, escape: fn(char) -> String) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() || turns_text(c);
+    if !text.chars().any(unsafe_char) {
         return text.into();
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c.is_control() || turns_text(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        if unsafe_char(c) {
+            out.push_str(&escape(c));
         } else {
             out.push(c);
         }
@@ -74,24 +75,19 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     out.into()
 }
 
+/// `text` from a peer (a name, a site, a reason) made safe to print on a terminal or
+/// a log line: control and direction characters written as `\u{..}`.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    escaped(text, |c| format!("\\u{{{:x}}}", c as u32))
+}
+
 /// A JSON text whose strings hold peers' text, made as safe to print as
 /// [`printable`] makes plain text: the control and direction characters JSON lets
 /// through (C1 controls, bidi controls; serializers escape only C0) written as
-/// `\uXXXX`, which decodes to the same string.
+/// `\uXXXX`, which decodes to the same string (every such character is in the Basic
+/// Multilingual Plane: one escape).
 pub fn printable_json(json: &str) -> std::borrow::Cow<'_, str> {
-    if !json.chars().any(|c| c.is_control() || turns_text(c)) {
-        return json.into();
-    }
-    let mut out = String::with_capacity(json.len() + 8);
-    for c in json.chars() {
-        if c.is_control() || turns_text(c) {
-            // Every such character is in the Basic Multilingual Plane: one escape.
-            out.push_str(&format!("\\u{:04x}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out.into()
+    escaped(json, |c| format!("\\u{:04x}", c as u32))
 }
 
 impl fmt::Display for NameError {
