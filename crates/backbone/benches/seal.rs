@@ -1,13 +1,14 @@
 //! What authenticating the backbone costs per message: a source seals each message it
-//! offers, an edge checks each it receives (HMAC-SHA256 over the whole message, ring's
-//! assembly). Messages of the sizes a source builds: one update, one 1,500-byte
-//! Ethernet datagram's worth, one 9,000-byte jumbo frame's (the lab's default).
+//! offers, an edge checks each it receives, with each MAC a key may use (keyed BLAKE3,
+//! what `tickwire backbone keygen` writes; HMAC-SHA256, ring's assembly). Messages of
+//! the sizes a source builds: one update, one 1,500-byte Ethernet datagram's worth, one
+//! 9,000-byte jumbo frame's (the lab's default), and a file chunk of the lab's 62 KiB.
 //! docs/BENCHMARKS.md ("An authenticated backbone") has the figures and the command:
 //! `cargo bench -p tickwire-backbone --bench seal`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
-use tickwire_backbone::auth::{Keys, Lane, Sealer, Verifier, TRAILER_LEN};
+use tickwire_backbone::auth::{Keys, Lane, Mac, Sealer, Verifier, TRAILER_LEN};
 use tickwire_backbone::wire::data_header;
 
 /// A data message of `len` bytes (a data header, then filler standing for updates).
@@ -19,10 +20,22 @@ fn message(len: usize) -> Vec<u8> {
 }
 
 fn seal(c: &mut Criterion) {
-    let keys = Keys::parse(&format!("00000001 {}\n", "ab".repeat(32))).unwrap();
-    let mut g = c.benchmark_group("backbone seal");
-    // One 74-byte update; what a 1408-byte and an 8192-byte datagram carry.
-    for len in [88usize, 1408 - 32 - TRAILER_LEN, 8192 - 32 - TRAILER_LEN] {
+    for mac in [Mac::Blake3, Mac::HmacSha256] {
+        let line = format!("00000001 {} {}\n", "ab".repeat(32), mac.name());
+        seal_with(c, &Keys::parse(&line).unwrap());
+    }
+}
+
+fn seal_with(c: &mut Criterion, keys: &Keys) {
+    let mut g = c.benchmark_group(format!("backbone seal {}", keys.signing().mac().name()));
+    // One 74-byte update; what a 1408-byte and an 8192-byte datagram carry; a files
+    // message of a 62 KiB chunk.
+    for len in [
+        88usize,
+        1408 - 32 - TRAILER_LEN,
+        8192 - 32 - TRAILER_LEN,
+        62 * 1024 + 30,
+    ] {
         let msg = message(len);
         g.throughput(Throughput::Bytes(len as u64));
         let mut sealer = Sealer::new(1, 1);
@@ -49,9 +62,7 @@ fn seal(c: &mut Criterion) {
                     v = Verifier::default();
                     i = 0;
                 }
-                let ok = v
-                    .verify(&keys, Lane::Data, black_box(&sealed[i]), 1)
-                    .is_ok();
+                let ok = v.verify(keys, Lane::Data, black_box(&sealed[i]), 1).is_ok();
                 i += 1;
                 assert!(ok);
             })

@@ -97,9 +97,10 @@ impl KeyFile {
             Ok((keys, _)) if keys == self.keys => false,
             Ok((keys, _)) => {
                 info!(
-                    "backbone: key file {} read again: signing with key {:08x}, accepting {}",
+                    "backbone: key file {} read again: signing with key {:08x} ({}), accepting {}",
                     self.path.display(),
                     keys.signing().id,
+                    keys.signing().mac().name(),
                     keys.ids()
                         .iter()
                         .map(|id| format!("{id:08x}"))

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tickwire_backbone::auth::{Key, Keys, Lane, Sealer, TRAILER_LEN};
+use tickwire_backbone::auth::{Key, Keys, Lane, Mac, Sealer, TRAILER_LEN};
 use tickwire_backbone::wire::{self, BackboneMessage};
 use tickwire_backbone::{DriverPlacement, Link, LinkConfig, Outbox, Received};
 use tickwire_client::{Event, RequestOptions};
@@ -143,7 +143,10 @@ fn nodes_without_the_key_are_not_heard_and_what_they_send_is_counted() {
 #[test]
 fn keys_rotate_without_a_restart_and_no_update_is_lost() {
     let ch = channel(72);
-    let (old, new) = (keygen(), keygen());
+    // From a line of a key file written before BLAKE3 (no MAC word: HMAC-SHA256) to a
+    // new one: a rotation moves a backbone to the other MAC too.
+    let (old, new) = (keygen().replace(" blake3", ""), keygen());
+    assert!(new.ends_with(" blake3") && old.split_whitespace().count() == 2);
     let (key_s, key_e) = (
         KeyFile::new("rotate-source", &[&old]),
         KeyFile::new("rotate-edge", &[&old]),
@@ -165,19 +168,19 @@ fn keys_rotate_without_a_restart_and_no_update_is_lost() {
     let old_id = &old[..8];
     // 1: the new key second everywhere; 2: first, the source before the edge (the
     // edge, still signing with the old key, is heard meanwhile); 3: the old one gone.
-    let both = format!("signing with key {old_id}, accepting {old_id}, {new_id}");
+    let both = format!("signing with key {old_id} (hmac-sha256), accepting {old_id}, {new_id}");
     let steps = [
         (true, vec![old.as_str(), &new], both.clone()),
         (false, vec![old.as_str(), &new], both),
         (
             true,
             vec![new.as_str(), &old],
-            format!("signing with key {new_id}"),
+            format!("signing with key {new_id} (blake3)"),
         ),
         (
             false,
             vec![new.as_str(), &old],
-            format!("signing with key {new_id}"),
+            format!("signing with key {new_id} (blake3)"),
         ),
         (true, vec![new.as_str()], format!("accepting {new_id}")),
     ];
@@ -356,7 +359,7 @@ fn forgeries() {
     let forged = spoofed_update(source_id, stream);
     let key_id = u32::from_str_radix(&key[..8], 16).unwrap();
     let mut guess = Sealer::new(1, tickwire_backbone::auth::wall_clock_ns());
-    let wrong_key = Key::new(key_id, [0x5a; 32]);
+    let wrong_key = Key::new(key_id, [0x5a; 32], Mac::Blake3);
     let mut msgs = vec![forged.clone(); 200];
     for _ in 0..200 {
         msgs.push(
