@@ -59,6 +59,34 @@ impl EndedBy {
         }
     }
 
+    /// Runs `f` on the session that `lock` guards, with the GIL released so that
+    /// Python's other threads go on while it waits (for the lock, or for the node). An
+    /// error after which `is_ended` says the session is over is kept; once kept, every
+    /// call raises it without running.
+    pub(crate) fn run<S, G, T>(
+        &self,
+        py: pyo3::Python<'_>,
+        lock: impl FnOnce() -> pyo3::PyResult<G> + Send,
+        is_ended: impl FnOnce(&S) -> bool + Send,
+        f: impl FnOnce(&mut S) -> pyo3::PyResult<T> + Send,
+    ) -> pyo3::PyResult<T>
+    where
+        G: std::ops::DerefMut<Target = Option<S>>,
+        T: Send,
+    {
+        self.check(py)?;
+        let (result, ended) = py.detach(|| {
+            let mut guard = lock()?;
+            let session = guard.as_mut().expect("locked: not closed");
+            let result = f(session);
+            Ok::<_, PyErr>((result, is_ended(session)))
+        })?;
+        if let (Err(e), true) = (&result, ended) {
+            self.keep(py, e);
+        }
+        result
+    }
+
     /// Keeps `e` as the error that ended the session.
     pub(crate) fn keep(&self, py: pyo3::Python<'_>, e: &PyErr) {
         let kind = e.get_type(py).unbind();

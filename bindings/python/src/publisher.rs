@@ -75,17 +75,8 @@ impl Publisher {
         py: Python<'_>,
         f: impl FnOnce(&mut tickwire_client::Publisher) -> PyResult<T> + Send,
     ) -> PyResult<T> {
-        self.ended.check(py)?;
-        let (result, ended) = py.detach(|| {
-            let mut guard = self.lock()?;
-            let p = guard.as_mut().expect("locked open");
-            let result = f(p);
-            Ok::<_, PyErr>((result, p.is_ended()))
-        })?;
-        if let (Err(e), true) = (&result, ended) {
-            self.ended.keep(py, e);
-        }
-        result
+        self.ended
+            .run(py, || self.lock(), tickwire_client::Publisher::is_ended, f)
     }
 
     /// Without `room` (past the library's high-water mark), waits for the node to take what is queued,

@@ -90,17 +90,8 @@ impl Subscriber {
         py: Python<'_>,
         f: impl FnOnce(&mut Connected) -> PyResult<T> + Send,
     ) -> PyResult<T> {
-        self.ended.check(py)?;
-        let (result, ended) = py.detach(|| {
-            let mut guard = self.lock()?;
-            let c = guard.as_mut().expect("locked connected");
-            let result = f(c);
-            Ok::<_, PyErr>((result, c.sub.is_ended()))
-        })?;
-        if let (Err(e), true) = (&result, ended) {
-            self.ended.keep(py, e);
-        }
-        result
+        self.ended
+            .run(py, || self.lock(), |c: &Connected| c.sub.is_ended(), f)
     }
 
     fn lock(&self) -> PyResult<MutexGuard<'_, Option<Connected>>> {
