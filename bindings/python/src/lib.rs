@@ -24,6 +24,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fork::watch();
     m.add("TickwireError", py.get_type::<errors::TickwireError>())?;
     m.add("LoginError", py.get_type::<errors::LoginError>())?;
+    m.add_class::<connect::Connect>()?;
     m.add_class::<subscriber::Subscriber>()?;
     m.add_class::<publisher::Publisher>()?;
     m.add_class::<event::Event>()?;

@@ -2,10 +2,10 @@
 //! own that answers the node (heartbeats, reconnection) while Python is busy elsewhere.
 //! Python's calls and that thread share the publisher through a mutex.
 
-use crate::connect::{seconds, ConnectArgs};
+use crate::connect::{seconds, Connect};
 use crate::errors;
 use crate::fork;
-use crate::values::{encode_dict, load_dictionary};
+use crate::values::encode_dict;
 use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -146,33 +146,9 @@ fn update_type(name: &str) -> PyResult<UpdateType> {
 #[pymethods]
 impl Publisher {
     #[new]
-    #[pyo3(signature = (address, service, *, user=None, token=None, application=None,
-        connect_timeout=5.0, reconnect=true, ca_file=None, dictionary=None, start_down=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        address: String,
-        service: String,
-        user: Option<String>,
-        token: Option<String>,
-        application: Option<String>,
-        connect_timeout: f64,
-        reconnect: bool,
-        ca_file: Option<String>,
-        dictionary: Option<String>,
-        start_down: bool,
-    ) -> PyResult<Self> {
-        let connect = ConnectArgs {
-            address,
-            user,
-            token,
-            application,
-            connect_timeout,
-            reconnect,
-            ca_file,
-        }
-        .options("tickwire-python-publisher")?;
-        let dictionary = load_dictionary(dictionary.as_deref())?;
+    #[pyo3(signature = (connect, service, *, start_down=false))]
+    fn new(py: Python<'_>, connect: &Connect, service: String, start_down: bool) -> PyResult<Self> {
+        let (connect, dictionary) = connect.options("tickwire-python-publisher");
         let mut opts = PublisherOptions::new(connect, service);
         opts.start_down = start_down;
         let mut publisher = py

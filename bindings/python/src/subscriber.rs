@@ -1,11 +1,11 @@
 //! `tickwire._native.Subscriber`: the library's blocking Subscriber behind a mutex, so
 //! the GIL can be released while it waits and an asyncio executor thread can drive it.
 
-use crate::connect::{seconds, ConnectArgs};
+use crate::connect::{seconds, Connect};
 use crate::errors;
 use crate::event::Event;
 use crate::fork;
-use crate::values::{load_dictionary, FieldNames};
+use crate::values::FieldNames;
 use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
@@ -132,31 +132,8 @@ impl Subscriber {
 #[pymethods]
 impl Subscriber {
     #[new]
-    #[pyo3(signature = (address, *, user=None, token=None, application=None,
-        connect_timeout=5.0, reconnect=true, ca_file=None, dictionary=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        address: String,
-        user: Option<String>,
-        token: Option<String>,
-        application: Option<String>,
-        connect_timeout: f64,
-        reconnect: bool,
-        ca_file: Option<String>,
-        dictionary: Option<String>,
-    ) -> PyResult<Self> {
-        let opts = ConnectArgs {
-            address,
-            user,
-            token,
-            application,
-            connect_timeout,
-            reconnect,
-            ca_file,
-        }
-        .options("tickwire-python")?;
-        let dictionary = load_dictionary(dictionary.as_deref())?;
+    fn new(py: Python<'_>, connect: &Connect) -> PyResult<Self> {
+        let (opts, dictionary) = connect.options("tickwire-python");
         let sub = py
             .detach(|| tickwire_client::Subscriber::connect(opts))
             .map_err(errors::client)?;

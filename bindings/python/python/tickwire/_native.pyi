@@ -2,6 +2,8 @@
 
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from typing_extensions import TypedDict, Unpack
+
 class TickwireError(Exception): ...
 class LoginError(TickwireError): ...
 
@@ -27,19 +29,25 @@ class Event:
     def __reduce__(self) -> Tuple[Any, Tuple[Dict[str, Any]]]:
         """Pickled as its attributes."""
 
+class ConnectArgs(TypedDict, total=False):
+    """``Connect``'s keyword arguments, which the classes that connect pass on (for type
+    checkers: there is no such class at run time)."""
+
+    user: Optional[str]
+    token: Optional[str]
+    application: Optional[str]
+    connect_timeout: float
+    reconnect: bool
+    ca_file: Optional[str]
+    dictionary: Optional[str]
+
+class Connect:
+    """Connection arguments, parsed; checked and loaded by the class that connects."""
+
+    def __init__(self, address: str, **connect: Unpack[ConnectArgs]) -> None: ...
+
 class Subscriber:
-    def __init__(
-        self,
-        address: str,
-        *,
-        user: Optional[str] = ...,
-        token: Optional[str] = ...,
-        application: Optional[str] = ...,
-        connect_timeout: float = ...,
-        reconnect: bool = ...,
-        ca_file: Optional[str] = ...,
-        dictionary: Optional[str] = ...,
-    ) -> None: ...
+    def __init__(self, connect: Connect) -> None: ...
     def subscribe(
         self,
         service: str,
@@ -80,20 +88,7 @@ class Subscriber:
     def disconnect(self) -> None: ...
 
 class Publisher:
-    def __init__(
-        self,
-        address: str,
-        service: str,
-        *,
-        user: Optional[str] = ...,
-        token: Optional[str] = ...,
-        application: Optional[str] = ...,
-        connect_timeout: float = ...,
-        reconnect: bool = ...,
-        ca_file: Optional[str] = ...,
-        dictionary: Optional[str] = ...,
-        start_down: bool = ...,
-    ) -> None: ...
+    def __init__(self, connect: Connect, service: str, *, start_down: bool = ...) -> None: ...
     def refresh(self, item: str, fields: Dict[Union[str, int], Any]) -> None: ...
     def update(
         self,

@@ -25,15 +25,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import functools
 import threading
 import warnings
 import weakref
-from typing import Any, AsyncIterator, Callable, Deque, Dict, List, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Deque, Dict, List, Optional, TypeVar, Union
 
 from . import _native
 from ._native import Event, TickwireError  # noqa: F401 (tickwire.aio.TickwireError stays)
 from .subscriber import Fields, Items, _check_timeout, _Images, _names, _view
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
+    from ._native import ConnectArgs
 
 T = TypeVar("T")
 
@@ -47,13 +51,14 @@ _TIMERS_EVERY = 0.5
 _MAX_WAITING = 100_000
 
 
-async def connect(address: str, **connect: Any) -> "Subscriber":
+async def connect(address: str, **connect: Unpack[ConnectArgs]) -> "Subscriber":
     """Connects and logs in without blocking the event loop. ``connect`` takes
     ``tickwire.Subscriber``'s arguments (user, token, application, connect_timeout,
     reconnect, ca_file, dictionary), and fails as it does (``ConnectionError``,
     ``tickwire.LoginError``)."""
     loop = asyncio.get_running_loop()
-    native = await loop.run_in_executor(None, functools.partial(_native.Subscriber, address, **connect))
+    # Connect loads its files (a CA file, a dictionary): in the executor too.
+    native = await loop.run_in_executor(None, lambda: _native.Subscriber(_native.Connect(address, **connect)))
     return Subscriber(native, loop)
 
 

@@ -16,11 +16,16 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _native
 from ._native import Event
 from .subscriber import Items, _names, _view
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
+    from ._native import ConnectArgs
 
 # How often the view's thread looks whether it should stop when nothing arrives.
 _STOP_CHECK = 0.2
@@ -67,11 +72,11 @@ class LiveView(Mapping[str, Dict[str, Any]]):
         items: Items,
         *,
         fields: Optional[Sequence[Union[str, int]]] = None,
-        **connect: Any,
+        **connect: Unpack[ConnectArgs],
     ) -> None:
         self._service = service
         self._names = _names(items)
-        self._native = _native.Subscriber(address, **connect)
+        self._native = _native.Subscriber(_native.Connect(address, **connect))
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._images: Dict[str, Dict[str, Any]] = {name: {} for name in self._names}

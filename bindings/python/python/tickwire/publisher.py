@@ -3,9 +3,14 @@ context-manager support and documentation."""
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, List, Mapping, Union
 
 from . import _native
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
+    from ._native import ConnectArgs
 
 FieldValues = Mapping[Union[str, int], Any]
 
@@ -24,36 +29,14 @@ class Publisher:
     With ``start_down`` the service is announced down until ``set_service_up(True)``,
     so subscribers wait for the first images instead of being told an item is not
     found. With ``reconnect`` (the default) a lost connection is re-established and
-    every image sent again.
+    every image sent again. Connection arguments are ``tickwire.Subscriber``'s.
     """
 
     def __init__(
-        self,
-        address: str,
-        service: str,
-        *,
-        user: Optional[str] = None,
-        token: Optional[str] = None,
-        application: Optional[str] = None,
-        connect_timeout: float = 5.0,
-        reconnect: bool = True,
-        ca_file: Optional[str] = None,
-        dictionary: Optional[str] = None,
-        start_down: bool = False,
+        self, address: str, service: str, *, start_down: bool = False, **connect: Unpack[ConnectArgs]
     ) -> None:
         self.service = service
-        self._native = _native.Publisher(
-            address,
-            service,
-            user=user,
-            token=token,
-            application=application,
-            connect_timeout=connect_timeout,
-            reconnect=reconnect,
-            ca_file=ca_file,
-            dictionary=dictionary,
-            start_down=start_down,
-        )
+        self._native = _native.Publisher(_native.Connect(address, **connect), service, start_down=start_down)
 
     def refresh(self, item: str, fields: FieldValues) -> None:
         """Sets the item's whole image and sends it to the node."""

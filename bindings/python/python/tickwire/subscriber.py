@@ -15,6 +15,9 @@ from ._native import Event, TickwireError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
+    from typing_extensions import Unpack
+
+    from ._native import ConnectArgs
 
 Items = Union[str, Iterable[str]]
 Fields = Sequence[Union[str, int]]
@@ -97,28 +100,8 @@ class Subscriber:
     reached, ``tickwire.LoginError`` if it refuses the login.
     """
 
-    def __init__(
-        self,
-        address: str,
-        *,
-        user: Optional[str] = None,
-        token: Optional[str] = None,
-        application: Optional[str] = None,
-        connect_timeout: float = 5.0,
-        reconnect: bool = True,
-        ca_file: Optional[str] = None,
-        dictionary: Optional[str] = None,
-    ) -> None:
-        self._native = _native.Subscriber(
-            address,
-            user=user,
-            token=token,
-            application=application,
-            connect_timeout=connect_timeout,
-            reconnect=reconnect,
-            ca_file=ca_file,
-            dictionary=dictionary,
-        )
+    def __init__(self, address: str, **connect: Unpack[ConnectArgs]) -> None:
+        self._native = _native.Subscriber(_native.Connect(address, **connect))
         self._buffer: Deque[Event] = collections.deque()
 
     # -- streams -----------------------------------------------------------------
