@@ -22,7 +22,7 @@ struct Connected {
     sub: tickwire_client::Subscriber,
     /// Open streams by (service, item), to close them by name.
     streams: HashMap<(String, String), StreamId>,
-    /// Events that arrived while `post` waited for its answer: delivered first.
+    /// Events that arrived while `answer` waited for a post's answer: delivered first.
     backlog: VecDeque<ClientEvent>,
     next_post_id: u32,
     /// The (service, item) of posts sent by `send_post` whose answer has not come, so
@@ -48,40 +48,6 @@ pub struct Subscriber {
 }
 
 impl Subscriber {
-    /// Encodes and sends a post; its id. With `name_answer` the answer's event will
-    /// carry the service and item.
-    fn post_now(
-        &self,
-        py: Python<'_>,
-        service: &str,
-        item: &str,
-        fields: &Bound<'_, pyo3::types::PyDict>,
-        ack: bool,
-        name_answer: bool,
-    ) -> PyResult<u32> {
-        let mut encoded = Vec::new();
-        crate::values::encode_dict(fields, &self.dictionary, &mut encoded)?;
-        self.with_connected(py, |c| {
-            let id = c.next_post_id;
-            c.next_post_id = c.next_post_id.wrapping_add(1).max(1);
-            let to = tickwire_client::PostTo::Item {
-                service,
-                name: item,
-            };
-            c.sub
-                .post(to, id, FieldList::from_trusted(&encoded), ack)
-                .map_err(errors::client)?;
-            if name_answer {
-                if c.unanswered.len() >= MAX_UNANSWERED {
-                    c.unanswered.pop_first();
-                }
-                c.unanswered
-                    .insert(id, (service.to_string(), item.to_string()));
-            }
-            Ok(id)
-        })
-    }
-
     /// Runs `f` on the connection with the GIL released, so that Python's other threads
     /// go on while it waits (for the lock, or for the node); a ConnectionError once
     /// disconnected.
@@ -330,25 +296,51 @@ impl Subscriber {
         }
     }
 
-    /// Posts (contributes) field values to an item of a service; with `ack`, waits up
-    /// to `timeout` seconds for the answer and returns it (an "ack" Event: `accepted`,
-    /// and for a refusal `nak` and `text`), else returns None at once. Events of the
-    /// streams that arrive meanwhile are kept for `next_events`.
-    #[pyo3(signature = (service, item, fields, *, ack=true, timeout=5.0))]
-    fn post(
+    /// Sends a post (contributes field values to an item) and returns its id at once.
+    /// With `ack` its answer is awaited with `answer`, or comes as an "ack" event from
+    /// `next_events` (with this service and item), the id in its `post_id`.
+    #[pyo3(signature = (service, item, fields, *, ack=true))]
+    fn send_post(
         &self,
         py: Python<'_>,
         service: &str,
         item: &str,
         fields: &Bound<'_, pyo3::types::PyDict>,
         ack: bool,
-        timeout: f64,
-    ) -> PyResult<Option<Event>> {
+    ) -> PyResult<u32> {
+        let mut encoded = Vec::new();
+        crate::values::encode_dict(fields, &self.dictionary, &mut encoded)?;
+        self.with_connected(py, |c| {
+            let id = c.next_post_id;
+            c.next_post_id = c.next_post_id.wrapping_add(1).max(1);
+            let to = tickwire_client::PostTo::Item {
+                service,
+                name: item,
+            };
+            c.sub
+                .post(to, id, FieldList::from_trusted(&encoded), ack)
+                .map_err(errors::client)?;
+            if ack {
+                if c.unanswered.len() >= MAX_UNANSWERED {
+                    c.unanswered.pop_first();
+                }
+                c.unanswered
+                    .insert(id, (service.to_string(), item.to_string()));
+            }
+            Ok(id)
+        })
+    }
+
+    /// Waits up to `timeout` seconds for the answer to a post that `send_post` sent with
+    /// `ack`, and returns it (an "ack" Event: `accepted`, and for a refusal `nak` and
+    /// `text`). Events of the streams that arrive meanwhile are kept for `next_events`;
+    /// a late answer comes from it, unnamed.
+    #[pyo3(signature = (post_id, timeout=5.0))]
+    fn answer(&self, py: Python<'_>, post_id: u32, timeout: f64) -> PyResult<Event> {
         let deadline = Instant::now() + seconds("timeout", timeout)?;
-        let post_id = self.post_now(py, service, item, fields, ack, false)?;
-        if !ack {
-            return Ok(None);
-        }
+        let (service, item) = self
+            .with_connected(py, |c| Ok(c.unanswered.remove(&post_id)))?
+            .ok_or_else(|| PyKeyError::new_err(format!("post {post_id} awaits no answer")))?;
         loop {
             let answer = self.with_connected(py, |c| {
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -367,9 +359,9 @@ impl Subscriber {
             })?;
             if let Some(a) = answer {
                 let mut ev = Event::from_client(py, a, &self.names)?.expect("an ack");
-                ev.service = service.to_string();
-                ev.item = item.to_string();
-                return Ok(Some(ev));
+                ev.service = service;
+                ev.item = item;
+                return Ok(ev);
             }
             if Instant::now() >= deadline {
                 return Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
@@ -378,21 +370,6 @@ impl Subscriber {
             }
             py.check_signals()?;
         }
-    }
-
-    /// Sends a post and returns its id at once; with `ack` its answer comes later as an
-    /// "ack" event from `next_events` (with this service and item), the id in its
-    /// `post_id`. (`tickwire.aio` waits for it without a thread.)
-    #[pyo3(signature = (service, item, fields, *, ack=true))]
-    fn send_post(
-        &self,
-        py: Python<'_>,
-        service: &str,
-        item: &str,
-        fields: &Bound<'_, pyo3::types::PyDict>,
-        ack: bool,
-    ) -> PyResult<u32> {
-        self.post_now(py, service, item, fields, ack, ack)
     }
 
     /// The connection's socket (for an event loop to watch), `None` while the library

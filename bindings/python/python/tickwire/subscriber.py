@@ -46,7 +46,7 @@ def _view(view: Optional[Fields]) -> Optional[List[Union[str, int]]]:
 
 
 def _check_timeout(timeout: float) -> None:
-    """A snapshot's timeout is checked before its streams are opened."""
+    """A timeout is checked before anything is sent (a snapshot's streams, a post)."""
     if not 0 <= timeout < math.inf:  # NaN too
         raise ValueError(f"timeout must be a number of seconds, 0 or more (got {timeout!r})")
 
@@ -201,7 +201,9 @@ class Subscriber:
         code name, e.g. "DeniedBySrc") and ``text`` (why). ``TimeoutError`` if none
         came in ``timeout`` seconds. Events of the streams that arrive meanwhile are
         kept for iteration. Without ``ack``, returns None once the post is sent."""
-        return self._native.post(service, item, dict(fields), ack=ack, timeout=timeout)
+        _check_timeout(timeout)
+        post_id = self._native.send_post(service, item, dict(fields), ack=ack)
+        return self._native.answer(post_id, timeout) if ack else None
 
     def services(self) -> Dict[str, str]:
         """The node's services and their state ("up" or "down"), as far as its
