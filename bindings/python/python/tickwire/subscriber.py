@@ -90,11 +90,14 @@ class _Images:
 class Subscriber:
     """A connection to a node that subscribes to items and delivers their events.
 
-    ``address`` is the node's ``host:port``. ``user`` and ``token`` log in (the node's
-    users file); ``ca_file`` connects with TLS, trusting that PEM file; ``dictionary``
-    is a field dictionary file (the built-in MarketPrice one by default). With
-    ``reconnect`` (the default) a lost connection is re-established with backoff: its
-    streams turn suspect, then each gets a new refresh.
+    ``address`` is the node's ``host:port``; the keyword arguments, all optional, are
+    those of every class that connects (``Publisher``, ``LiveView``, ``aio.connect``):
+    ``user`` and ``token`` log in (the node's users file); ``application`` is the name
+    the node's log gives the connection; ``connect_timeout`` (5.0 s) bounds the
+    connection and the login; ``ca_file`` connects with TLS, trusting that PEM file;
+    ``dictionary`` is a field dictionary file (the built-in MarketPrice one by default).
+    With ``reconnect`` (True by default) a lost connection is re-established with
+    backoff: its streams turn suspect, then each gets a new refresh.
 
     The constructor connects and raises ``ConnectionError`` if the node cannot be
     reached, ``tickwire.LoginError`` if it refuses the login.
