@@ -73,7 +73,7 @@ pub struct Settings {
     pub backbone_max_park_us: Option<u64>,
     /// `--backbone-mtu`.
     pub backbone_mtu: usize,
-    /// `--backbone-auth` (`on`, `off`).
+    /// `--backbone-auth` (`on`: a keyed BLAKE3 key, `hmac-sha256` (`on` before BLAKE3), `off`).
     pub backbone_auth: String,
     /// `--journal-posts-only` (absent before it was recorded).
     pub journal_posts_only: bool,

@@ -179,9 +179,15 @@ pub(crate) struct BackboneFlags {
     pub(crate) backbone_mtu: usize,
     /// Backbone scenario (and the files scenario's market data): whether the nodes'
     /// backbone is authenticated (`[backbone] key_file`, with a key made for the run in
-    /// --out's logs): `on`, as a production backbone should be, or `off`, to see what
-    /// the seals cost.
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    /// --out's logs): `on`, as a production backbone should be (a keyed BLAKE3 key, what
+    /// `tickwire backbone keygen` writes), `hmac-sha256` (a key of the MAC that key
+    /// files written before BLAKE3 use), or `off`, to see what the seals cost.
+    #[arg(
+        long,
+        value_name = "on|hmac-sha256|off",
+        default_value = "on",
+        value_parser = ["on", "hmac-sha256", "off"]
+    )]
     pub(crate) backbone_auth: String,
 }
 

@@ -6,6 +6,7 @@
 use super::*;
 use crate::lab::BackboneSpec;
 use crate::scraper::counter;
+use tickwire_backbone::auth::Mac;
 
 impl Lab {
     pub(super) fn backbone_spec(
@@ -21,9 +22,9 @@ impl Lab {
                 tickwire_backbone::IdleStrategy::NAMES
             );
         }
-        let key_file = match self.args.backbone.backbone_auth.as_str() {
-            "on" => format!("key_file = {:?}\n", self.backbone_key_file()?.display()),
-            _ => String::new(),
+        let key_file = match self.backbone_mac() {
+            Some(mac) => format!("key_file = {:?}\n", self.backbone_key_file(mac)?.display()),
+            None => String::new(),
         };
         Ok(RigSpec {
             backbone: Some(BackboneSpec::loopback()?),
@@ -41,14 +42,35 @@ impl Lab {
         })
     }
 
-    /// The run's backbone key file (`--backbone-auth on`), made once in --out's logs
+    /// The MAC of the rigs' backbone key (`--backbone-auth`), none without one.
+    fn backbone_mac(&self) -> Option<Mac> {
+        match self.args.backbone.backbone_auth.as_str() {
+            "on" => Some(Mac::Blake3),
+            "hmac-sha256" => Some(Mac::HmacSha256),
+            _ => None,
+        }
+    }
+
+    /// The run's backbone key file (`--backbone-auth`), made once in --out's logs
     /// (with the processes' logs, not with the results that are kept).
-    fn backbone_key_file(&self) -> Result<std::path::PathBuf> {
+    fn backbone_key_file(&self, mac: Mac) -> Result<std::path::PathBuf> {
         use std::os::unix::fs::PermissionsExt;
-        let path = self.logs.join("backbone.keys");
+        let path = self.logs.join(format!("backbone-{}.keys", mac.name()));
         if !path.exists() {
             let text = tickwire_backbone::auth::new_key_file()
                 .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
+            // keygen's line names BLAKE3; the other MAC is named in its place.
+            let text = text.replace(
+                &format!(" {}\n", Mac::Blake3.name()),
+                &format!(" {}\n", mac.name()),
+            );
+            let keys = tickwire_backbone::auth::Keys::parse(&text)
+                .map_err(|e| anyhow::anyhow!("the run's key file: {e}"))?;
+            anyhow::ensure!(
+                keys.signing().mac() == mac,
+                "the run's key is not {}",
+                mac.name()
+            );
             std::fs::write(&path, text)?;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         }
@@ -69,10 +91,10 @@ impl Lab {
 
     /// Whether the rigs' backbone is authenticated, as the reports say it.
     pub(super) fn backbone_auth_text(&self) -> &'static str {
-        if self.args.backbone.backbone_auth == "on" {
-            "authenticated (HMAC-SHA256 per message)"
-        } else {
-            "not authenticated"
+        match self.backbone_mac() {
+            Some(Mac::Blake3) => "authenticated (keyed BLAKE3 per message)",
+            Some(Mac::HmacSha256) => "authenticated (HMAC-SHA256 per message)",
+            None => "not authenticated",
         }
     }
 
