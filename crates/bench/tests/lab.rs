@@ -771,6 +771,13 @@ fn bench_wait_measures_each_idle_strategy_at_rest_and_under_load() {
     assert_eq!(r["settings"]["backbone_auth"], "on");
     assert!(!dir.join("backbone.keys").exists());
     let keys = std::fs::metadata(dir.join("logs/backbone.keys")).expect("the run's key file");
+    // Its key is keyed BLAKE3, as keygen writes (`--backbone-auth hmac-sha256` for the other).
+    let text = std::fs::read_to_string(dir.join("logs/backbone.keys")).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| !l.starts_with('#') && l.ends_with(" blake3")),
+        "{text}"
+    );
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&keys.permissions()) & 0o777,
         0o600

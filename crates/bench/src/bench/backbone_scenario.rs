@@ -55,7 +55,7 @@ impl Lab {
     /// (with the processes' logs, not with the results that are kept).
     fn backbone_key_file(&self, mac: Mac) -> Result<std::path::PathBuf> {
         use std::os::unix::fs::PermissionsExt;
-        let path = self.logs.join(format!("backbone-{}.keys", mac.name()));
+        let path = self.logs.join("backbone.keys");
         if !path.exists() {
             let text = tickwire_backbone::auth::new_key_file()
                 .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
