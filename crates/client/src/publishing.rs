@@ -8,7 +8,7 @@
 //! [`PublisherSession::wants_connect`].
 
 use crate::events::Fields;
-use crate::reconnect::{ReconnectPolicy, Reconnection};
+use crate::reconnect::{link_methods, Link, ReconnectPolicy};
 use crate::session::{is_fatal, Connection, LoginOptions, Session};
 use crate::ClientError;
 use std::collections::HashMap;
@@ -127,6 +127,36 @@ struct PubItem {
     stream: Option<u32>,
 }
 
+impl PubItem {
+    /// Takes an update: its next sequence number, sent with it through `w` (a
+    /// logged-in connection's writer) if the item is open, and merged into its image
+    /// (even when it could not be encoded). Whether it was sent.
+    #[inline]
+    fn take_update(
+        &mut self,
+        w: Option<&mut tickwire_proto::FrameWriter>,
+        u: UpdateOf,
+        fields: FieldList<'_>,
+    ) -> Result<bool, tickwire_proto::EncodeError> {
+        self.seq = self.seq.wrapping_add(1);
+        let sent = match (self.stream, w) {
+            (Some(sid), Some(w)) => w
+                .push(&Message::Update(Update {
+                    stream_id: sid,
+                    seq: self.seq,
+                    update_type: u.update_type,
+                    do_not_conflate: u.do_not_conflate,
+                    conflation_count: 1,
+                    fields,
+                }))
+                .map(|()| true),
+            _ => Ok(false),
+        };
+        self.image.apply(fields);
+        sent
+    }
+}
+
 /// Updates are queued by `publish_update` and sent and merged into their images in
 /// batches of this many, with each update's item and its image's data loaded a few
 /// updates ahead, as the node does. Done one at a time, each update waited on two or
@@ -143,14 +173,20 @@ const IMAGE_AHEAD: usize = 4;
 /// once, so that the error for one too large is the caller's.
 const QUEUED_FIELDS_MAX: usize = tickwire_proto::message::MAX_MESSAGE_BODY - 64;
 
-/// One queued update: its item, its field list in `PendingUpdates::fields`, its flags.
+/// An update as published, but for its fields: its item and its flags.
 #[derive(Clone, Copy)]
-struct QueuedUpdate {
+struct UpdateOf {
     id: ItemId,
-    start: u32,
-    end: u32,
     update_type: UpdateType,
     do_not_conflate: bool,
+}
+
+/// One queued update, its field list in `PendingUpdates::fields`.
+#[derive(Clone, Copy)]
+struct QueuedUpdate {
+    update: UpdateOf,
+    start: u32,
+    end: u32,
 }
 
 /// Updates published and not yet sent or merged into their images.
@@ -168,10 +204,8 @@ const REFRESH_PART: usize = 60_000;
 /// A service's items, their images and re-imaging, without I/O: what a
 /// [`crate::Publisher`] drives over a socket.
 pub struct PublisherSession {
-    login: LoginOptions,
-    reconnection: Reconnection,
+    link: Link,
     service: ServiceOptions,
-    conn: Option<Connection>,
     /// The current connection's Welcome has been acted on (service announced, images
     /// sent).
     welcomed: bool,
@@ -201,11 +235,9 @@ impl PublisherSession {
         now: Instant,
     ) -> Self {
         PublisherSession {
-            login,
-            reconnection: Reconnection::new(policy, now),
+            link: Link::new(login, policy, now),
             service_up: !service.start_down,
             service,
-            conn: None,
             welcomed: false,
             items: Vec::new(),
             names: Vec::new(),
@@ -225,71 +257,44 @@ impl PublisherSession {
     /// node instead of hearing "not found").
     pub fn connecting(&mut self, now: Instant) -> Result<(), ClientError> {
         self.settle();
-        self.conn = Some(Connection::new(&self.login, now)?);
+        self.link.connecting(now)?;
         self.welcomed = false;
-        self.reconnection.connected(now);
         Ok(())
-    }
-
-    /// The driver could not open a transport. `Err` when there is no retrying.
-    pub fn connect_failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
-        self.reconnection.failed(err, now)
     }
 
     /// The connection failed: streams the node opened are forgotten (its images are
     /// kept) and a reconnect is scheduled. `Err` when the session ends instead.
     pub fn connection_lost(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
         self.settle();
-        let had = self.conn.take().is_some();
-        if self.reconnection.ends_session(&err) {
-            // Ended for good: no later call connects again.
-            return self.reconnection.failed(err, now);
-        }
-        if had {
-            self.events.push(PublisherEvent::Disconnected {
-                reason: err.to_string(),
-            });
-        }
-        for st in &mut self.items {
-            if st.stream.is_some_and(|s| s >= NODE_STREAM_BASE) {
-                st.stream = None;
+        let (events, items) = (&mut self.events, &mut self.items);
+        let (by_stream, pending_requests) = (&mut self.by_stream, &mut self.pending_requests);
+        self.link.lost(err, now, |had, err| {
+            if had {
+                events.push(PublisherEvent::Disconnected {
+                    reason: err.to_string(),
+                });
             }
-        }
-        self.by_stream.retain(|&s, _| s < NODE_STREAM_BASE);
-        self.pending_requests.clear();
-        self.reconnection.failed(err, now)
+            for st in items {
+                if st.stream.is_some_and(|s| s >= NODE_STREAM_BASE) {
+                    st.stream = None;
+                }
+            }
+            by_stream.retain(|&s, _| s < NODE_STREAM_BASE);
+            pending_requests.clear();
+        })
     }
 
-    /// No connection, and it is time to open one.
-    pub fn wants_connect(&self, now: Instant) -> bool {
-        self.conn.is_none() && self.reconnection.due(now)
-    }
-
-    /// When the next connection is due (while disconnected).
-    pub fn retry_at(&self) -> Instant {
-        self.reconnection.retry_at()
-    }
-
-    /// An error ended the session (a lost connection without reconnecting, a refused
-    /// login): it never connects again.
-    pub fn ended(&self) -> bool {
-        self.reconnection.ended()
-    }
+    link_methods!();
 
     /// The connection, while connected.
     pub fn connection(&mut self) -> Option<&mut Connection> {
         self.settle();
-        self.conn.as_mut()
-    }
-
-    /// What the node said in its Welcome, while logged in.
-    pub fn session(&self) -> Option<&Session> {
-        self.conn.as_ref().and_then(|c| c.session())
+        self.link.connection()
     }
 
     /// Logged in now.
     pub fn is_connected(&self) -> bool {
-        self.conn.is_some()
+        self.link.is_connected()
     }
 
     /// The service it publishes.
@@ -342,32 +347,21 @@ impl PublisherSession {
             return;
         }
         // Borrowed apart from `items` (so not through `self.writer()`).
-        let mut writer = logged_in_writer(&mut self.conn, self.welcomed);
+        let mut writer = logged_in_writer(&mut self.link, self.welcomed);
         for i in 0..list.len() {
             if let Some(far) = list.get(i + ITEM_AHEAD) {
-                tickwire_proto::wire::prefetch((&self.items[far.id] as *const PubItem).cast());
+                let far = &self.items[far.update.id];
+                tickwire_proto::wire::prefetch((far as *const PubItem).cast());
             }
             if let Some(near) = list.get(i + IMAGE_AHEAD) {
-                self.items[near.id].image.prefetch();
+                self.items[near.update.id].image.prefetch();
             }
             let u = list[i];
             let update = FieldList::from_trusted(&fields[u.start as usize..u.end as usize]);
-            let st = &mut self.items[u.id];
-            st.seq = st.seq.wrapping_add(1);
-            if let (Some(sid), Some(w)) = (st.stream, writer.as_deref_mut()) {
-                let sent = w.push(&Message::Update(Update {
-                    stream_id: sid,
-                    seq: st.seq,
-                    update_type: u.update_type,
-                    do_not_conflate: u.do_not_conflate,
-                    conflation_count: 1,
-                    fields: update,
-                }));
-                // Cannot fail: only field lists of at most QUEUED_FIELDS_MAX are queued.
-                debug_assert!(sent.is_ok(), "a queued update failed to encode: {sent:?}");
-                self.updates_sent += sent.is_ok() as u64;
-            }
-            st.image.apply(update);
+            let sent = self.items[u.update.id].take_update(writer.as_deref_mut(), u.update, update);
+            // Cannot fail: only field lists of at most QUEUED_FIELDS_MAX are queued.
+            debug_assert!(sent.is_ok(), "a queued update failed to encode: {sent:?}");
+            self.updates_sent += matches!(sent, Ok(true)) as u64;
         }
         list.clear();
         fields.clear();
@@ -379,16 +373,11 @@ impl PublisherSession {
         self.updates_sent
     }
 
-    /// Connections opened after the first.
-    pub fn reconnects(&self) -> u64 {
-        self.reconnection.reconnects()
-    }
-
     /// Output queued and not yet written, including about what the queued updates
     /// will take.
     pub fn pending_output(&self) -> usize {
         let queued = self.pending.fields.len() + 16 * self.pending.list.len();
-        self.conn.as_ref().map_or(0, |c| c.pending_output()) + queued
+        self.link.pending_output() + queued
     }
 
     /// What needs the application since the last call.
@@ -403,7 +392,7 @@ impl PublisherSession {
 
     /// A logged-in connection's writer.
     fn writer(&mut self) -> Option<&mut tickwire_proto::FrameWriter> {
-        logged_in_writer(&mut self.conn, self.welcomed)
+        logged_in_writer(&mut self.link, self.welcomed)
     }
 
     /// Announces the service up (or down again). Subscriber requests wait at the node
@@ -482,20 +471,23 @@ impl PublisherSession {
         if id >= self.items.len() {
             return Err(PublishError::UnknownItem(id));
         }
+        let update = UpdateOf {
+            id,
+            update_type,
+            do_not_conflate,
+        };
         let bytes = fields.as_bytes();
         if bytes.len() > QUEUED_FIELDS_MAX {
-            return self.publish_large_update(id, update_type, fields, do_not_conflate);
+            return self.publish_large_update(update, fields);
         }
         // Queued (see UPDATE_BATCH): the item's state is not touched here.
         let p = &mut self.pending;
         let start = p.fields.len() as u32;
         p.fields.extend_from_slice(bytes);
         p.list.push(QueuedUpdate {
-            id,
+            update,
             start,
             end: p.fields.len() as u32,
-            update_type,
-            do_not_conflate,
         });
         if p.list.len() >= UPDATE_BATCH {
             self.settle();
@@ -507,29 +499,15 @@ impl PublisherSession {
     #[cold]
     fn publish_large_update(
         &mut self,
-        id: ItemId,
-        update_type: UpdateType,
+        u: UpdateOf,
         fields: FieldList<'_>,
-        do_not_conflate: bool,
     ) -> Result<(), PublishError> {
         self.settle();
-        let st = &mut self.items[id];
-        st.seq = st.seq.wrapping_add(1);
-        st.image.apply(fields);
-        let (stream, seq) = (st.stream, st.seq);
-        let (Some(sid), Some(w)) = (stream, self.writer()) else {
-            return Ok(());
-        };
-        w.push(&Message::Update(Update {
-            stream_id: sid,
-            seq,
-            update_type,
-            do_not_conflate,
-            conflation_count: 1,
-            fields,
-        }))
-        .map_err(ClientError::from)?;
-        self.updates_sent += 1;
+        let w = logged_in_writer(&mut self.link, self.welcomed);
+        let sent = self.items[u.id]
+            .take_update(w, u, fields)
+            .map_err(ClientError::from)?;
+        self.updates_sent += sent as u64;
         Ok(())
     }
 
@@ -547,17 +525,14 @@ impl PublisherSession {
 
     /// When [`PublisherSession::handle_timeout`] is next needed.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match &self.conn {
-            Some(c) => c.poll_timeout(),
-            None => Some(self.reconnection.retry_at()),
-        }
+        self.link.poll_timeout(None)
     }
 
     /// Heartbeats and the Welcome's deadline. An `Err`: the connection failed; pass it
     /// to [`PublisherSession::connection_lost`].
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
         self.settle();
-        match self.conn.as_mut() {
+        match self.link.connection() {
             Some(c) => c.handle_timeout(now),
             None => Ok(()),
         }
@@ -568,7 +543,7 @@ impl PublisherSession {
     /// connection failed; pass it to [`PublisherSession::connection_lost`].
     pub fn poll(&mut self, _now: Instant) -> Result<(), ClientError> {
         self.settle();
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.connection() else {
             return Ok(());
         };
         let mut requests: Vec<(u32, String)> = Vec::new();
@@ -656,7 +631,7 @@ impl PublisherSession {
                 )?;
             }
         }
-        match self.conn.as_ref() {
+        match self.link.connection() {
             Some(c) => c.check_output(),
             None => Ok(()),
         }
@@ -689,7 +664,7 @@ impl PublisherSession {
     /// The Welcome is in: the service down, every image, then the service as wanted.
     fn welcome(&mut self) -> Result<(), ClientError> {
         self.welcomed = true;
-        let first = self.reconnection.connections() == 1;
+        let first = self.link.connections() == 1;
         self.announce(if first { self.service_up } else { false })?;
         // Every item on its own stream is (re-)imaged, unsolicited.
         let own: Vec<ItemId> = self.by_stream.values().copied().collect();
@@ -714,7 +689,7 @@ impl PublisherSession {
 
     fn send_refresh(&mut self, id: ItemId, solicited: bool) -> Result<(), ClientError> {
         self.settle();
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.connection() else {
             return Ok(());
         };
         if conn.session().is_none() || !self.welcomed {
@@ -750,7 +725,7 @@ impl PublisherSession {
     }
 
     fn announce(&mut self, up: bool) -> Result<(), ClientError> {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.connection() else {
             return Ok(());
         };
         conn.writer().push(&Message::Directory(Directory {
@@ -770,12 +745,9 @@ impl PublisherSession {
 }
 
 /// The writer of a connection whose Welcome is in and acted on, if any.
-fn logged_in_writer(
-    conn: &mut Option<Connection>,
-    welcomed: bool,
-) -> Option<&mut tickwire_proto::FrameWriter> {
-    match conn.as_mut() {
-        Some(c) if c.session().is_some() && welcomed => Some(c.writer()),
+fn logged_in_writer(link: &mut Link, welcomed: bool) -> Option<&mut tickwire_proto::FrameWriter> {
+    match link.logged_in() {
+        Some(c) if welcomed => Some(c.writer()),
         _ => None,
     }
 }

@@ -1,6 +1,8 @@
 //! When a session connects again: the policy, the backoff between tries, and the count
-//! of connections. Shared by the subscriber's and the publisher's sessions.
+//! of connections, and the connection itself. Shared by the subscriber's and the
+//! publisher's sessions.
 
+use crate::session::{Connection, LoginOptions, Session};
 use crate::{Backoff, ClientError};
 use std::time::{Duration, Instant};
 
@@ -96,3 +98,153 @@ impl Reconnection {
         self.connections.saturating_sub(1)
     }
 }
+
+/// A session's connection that comes and goes: the one open now (logged in or not
+/// yet), the login each new one sends, and when the next is due. Both sessions keep
+/// theirs in one, so that connecting, losing and ending work alike for them.
+pub(crate) struct Link {
+    login: LoginOptions,
+    conn: Option<Connection>,
+    reconnection: Reconnection,
+}
+
+impl Link {
+    /// No connection yet; the first is due at once.
+    pub(crate) fn new(login: LoginOptions, policy: ReconnectPolicy, now: Instant) -> Self {
+        Link {
+            login,
+            conn: None,
+            reconnection: Reconnection::new(policy, now),
+        }
+    }
+
+    pub(crate) fn policy(&self) -> &ReconnectPolicy {
+        self.reconnection.policy()
+    }
+
+    /// A transport opened: a new connection, its Login queued.
+    pub(crate) fn connecting(&mut self, now: Instant) -> Result<(), ClientError> {
+        self.conn = Some(Connection::new(&self.login, now)?);
+        self.reconnection.connected(now);
+        Ok(())
+    }
+
+    /// The connection failed: it is dropped and the next one scheduled, after
+    /// `carry_on` (told whether there was one) has done what the session does for a
+    /// lost connection. `Err` when the error ends the session instead (then `carry_on`
+    /// is not called).
+    pub(crate) fn lost(
+        &mut self,
+        err: ClientError,
+        now: Instant,
+        carry_on: impl FnOnce(bool, &ClientError),
+    ) -> Result<(), ClientError> {
+        let had = self.conn.take().is_some();
+        if !self.reconnection.ends_session(&err) {
+            carry_on(had, &err);
+        }
+        self.reconnection.failed(err, now)
+    }
+
+    /// The connection, while there is one (logged in or not yet).
+    pub(crate) fn connection(&mut self) -> Option<&mut Connection> {
+        self.conn.as_mut()
+    }
+
+    /// The connection, once its Welcome is in.
+    pub(crate) fn logged_in(&mut self) -> Option<&mut Connection> {
+        self.conn.as_mut().filter(|c| c.session().is_some())
+    }
+
+    pub(crate) fn is_connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    pub(crate) fn pending_output(&self) -> usize {
+        self.conn.as_ref().map_or(0, |c| c.pending_output())
+    }
+
+    /// The connection's next deadline or any of `also`, whichever is first; while
+    /// disconnected, when the next connection is due.
+    pub(crate) fn poll_timeout(&self, also: impl IntoIterator<Item = Instant>) -> Option<Instant> {
+        match &self.conn {
+            Some(c) => c.poll_timeout().into_iter().chain(also).min(),
+            None => Some(self.reconnection.retry_at()),
+        }
+    }
+
+    /// Connections opened so far.
+    pub(crate) fn connections(&self) -> u64 {
+        self.reconnection.connections()
+    }
+
+    pub(crate) fn connect_failed(
+        &mut self,
+        err: ClientError,
+        now: Instant,
+    ) -> Result<(), ClientError> {
+        self.reconnection.failed(err, now)
+    }
+
+    pub(crate) fn wants_connect(&self, now: Instant) -> bool {
+        self.conn.is_none() && self.reconnection.due(now)
+    }
+
+    pub(crate) fn retry_at(&self) -> Instant {
+        self.reconnection.retry_at()
+    }
+
+    pub(crate) fn ended(&self) -> bool {
+        self.reconnection.ended()
+    }
+
+    pub(crate) fn session(&self) -> Option<&Session> {
+        self.conn.as_ref().and_then(|c| c.session())
+    }
+
+    pub(crate) fn reconnects(&self) -> u64 {
+        self.reconnection.reconnects()
+    }
+}
+
+/// The methods both sessions answer from their [`Link`] (a field `link`), written
+/// once.
+macro_rules! link_methods {
+    () => {
+        /// The driver could not open a transport. `Err` when there is no retrying.
+        pub fn connect_failed(
+            &mut self,
+            err: ClientError,
+            now: Instant,
+        ) -> Result<(), ClientError> {
+            self.link.connect_failed(err, now)
+        }
+
+        /// No connection, and it is time to open one.
+        pub fn wants_connect(&self, now: Instant) -> bool {
+            self.link.wants_connect(now)
+        }
+
+        /// When the next connection is due (meaningful while disconnected).
+        pub fn retry_at(&self) -> Instant {
+            self.link.retry_at()
+        }
+
+        /// An error ended the session (a lost connection without reconnecting, a
+        /// refused login): it never connects again.
+        pub fn ended(&self) -> bool {
+            self.link.ended()
+        }
+
+        /// What the node said in its Welcome, while logged in.
+        pub fn session(&self) -> Option<&Session> {
+            self.link.session()
+        }
+
+        /// Connections opened after the first.
+        pub fn reconnects(&self) -> u64 {
+            self.link.reconnects()
+        }
+    };
+}
+pub(crate) use link_methods;

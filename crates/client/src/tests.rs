@@ -833,6 +833,38 @@ fn queued_updates_go_out_in_order_with_the_sessions_other_messages() {
     assert_eq!(img.get_raw(1).map(|v| v.len()), Some(1 + 3 + 65_535));
 }
 
+/// An update too large to queue, but not for one message, goes at once, after the
+/// queued ones: sent, counted and merged into the image as any other.
+#[test]
+fn an_update_too_large_to_queue_is_sent_at_once_after_the_queued_ones() {
+    let (mut lab, id, sub) = PubLab::publishing_a_to_a_subscriber();
+    lab.pump();
+    lab.received(sub);
+    lab.update(id, 101.0);
+    let text = "x".repeat(65_480);
+    let large = encode_field_list([
+        (1, Value::Utf8(&text)),
+        (22, Value::Real(tickwire_proto::Real::new(10_200, -2))),
+    ]);
+    assert!(large.len() > tickwire_proto::message::MAX_MESSAGE_BODY - 64);
+    lab.session
+        .publish_update(
+            id,
+            UpdateType::Quote,
+            FieldList::from_trusted(&large),
+            false,
+        )
+        .unwrap();
+    assert_eq!(lab.session.updates_sent(), 2);
+    assert_eq!(lab.image_bid(id), Some("102.00".into()));
+    lab.pump();
+    assert_eq!(
+        lab.received(sub),
+        [Seen::Update { seq: 1 }, Seen::Update { seq: 2 }]
+    );
+    assert_eq!(lab.node_bid("A"), Some("102.00".into()));
+}
+
 #[test]
 fn an_interactive_publisher_session_is_asked_answers_and_is_told_when_nobody_watches() {
     let mut lab = PubLab::new(true);

@@ -7,7 +7,7 @@
 
 use crate::events::{EventRef, ItemRef};
 pub use crate::reconnect::ReconnectPolicy;
-use crate::reconnect::Reconnection;
+use crate::reconnect::{link_methods, Link};
 use crate::session::{is_fatal, Connection, LoginOptions, Session};
 use crate::stream_ids::IdPool;
 use crate::ClientError;
@@ -132,9 +132,7 @@ struct Synthetic {
 /// statuses of a lost connection, re-requests as services come back. What a
 /// [`crate::Subscriber`] drives over a socket.
 pub struct SubscriberSession {
-    login: LoginOptions,
-    reconnection: Reconnection,
-    conn: Option<Connection>,
+    link: Link,
     /// Indexed by stream id (ids are dense, from 1).
     watch: Vec<Option<Watch>>,
     services: Services,
@@ -156,9 +154,7 @@ impl SubscriberSession {
     /// [`SubscriberSession::wants_connect`] says so (at once, the first time).
     pub fn new(login: LoginOptions, policy: ReconnectPolicy, now: Instant) -> Self {
         SubscriberSession {
-            login,
-            reconnection: Reconnection::new(policy, now),
-            conn: None,
+            link: Link::new(login, policy, now),
             watch: vec![None],
             services: Services::default(),
             open_streams: 0,
@@ -183,8 +179,7 @@ impl SubscriberSession {
     /// The driver opened a transport to the node: the Login is queued on a new
     /// connection, and every stream of the watchlist waits to be requested again.
     pub fn connecting(&mut self, now: Instant) -> Result<(), ClientError> {
-        self.conn = Some(Connection::new(&self.login, now)?);
-        self.reconnection.connected(now);
+        self.link.connecting(now)?;
         self.recover.clear(); // everything is requested again
         self.directory.clear(); // the node's directory follows its welcome
         if let Some(ids) = self.ids.as_mut() {
@@ -202,30 +197,24 @@ impl SubscriberSession {
         Ok(())
     }
 
-    /// The driver could not open a transport. `Err` when there is no retrying.
-    pub fn connect_failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
-        self.reconnection.failed(err, now)
-    }
-
     /// The connection failed (a transport error, or an error this session returned):
     /// every open stream is told (open/suspect) and a reconnect is scheduled. `Err`
     /// when the session ends instead (a refused login, or no reconnecting).
     pub fn connection_lost(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
-        let had = self.conn.take().is_some();
-        if self.reconnection.ends_session(&err) {
-            // Ended for good: no later call connects again.
-            return self.reconnection.failed(err, now);
-        }
-        if had {
+        let (watch, synthetic) = (&self.watch, &mut self.synthetic);
+        self.link.lost(err, now, |had, err| {
+            if !had {
+                return;
+            }
             // The reason, without a "connection to the node lost" of its own.
-            let why = match &err {
+            let why = match err {
                 ClientError::Disconnected(why) => why.clone(),
                 other => other.to_string(),
             };
             let text = format!("connection to the node lost ({why}); reconnecting");
-            for (sid, w) in self.watch.iter().enumerate() {
+            for (sid, w) in watch.iter().enumerate() {
                 if w.is_some() {
-                    self.synthetic.push_back(Synthetic {
+                    synthetic.push_back(Synthetic {
                         stream: sid as u32,
                         state: State {
                             stream: StreamState::Open,
@@ -237,39 +226,14 @@ impl SubscriberSession {
                     });
                 }
             }
-        }
-        self.reconnection.failed(err, now)
+        })
     }
 
-    /// No connection, and it is time to open one.
-    pub fn wants_connect(&self, now: Instant) -> bool {
-        self.conn.is_none() && self.reconnection.due(now)
-    }
-
-    /// When to try to connect again (meaningful while disconnected).
-    pub fn retry_at(&self) -> Instant {
-        self.reconnection.retry_at()
-    }
-
-    /// An error ended the session (a lost connection without reconnecting, a refused
-    /// login): it never connects again.
-    pub fn ended(&self) -> bool {
-        self.reconnection.ended()
-    }
+    link_methods!();
 
     /// The connection, while there is one (logged in or not yet).
     pub fn connection(&mut self) -> Option<&mut Connection> {
-        self.conn.as_mut()
-    }
-
-    /// What the node said in its Welcome, while logged in.
-    pub fn session(&self) -> Option<&Session> {
-        self.conn.as_ref().and_then(|c| c.session())
-    }
-
-    /// Connections opened after the first.
-    pub fn reconnects(&self) -> u64 {
-        self.reconnection.reconnects()
+        self.link.connection()
     }
 
     /// Services and their state, as the node's directory messages left them.
@@ -320,14 +284,14 @@ impl SubscriberSession {
             held: false,
             extra,
         };
-        if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
+        if let Some(conn) = self.link.logged_in() {
             push_request(conn.writer(), sid, &w, &self.services)?;
         } else {
             // Sent later (held, or with the whole watchlist after a reconnect): a request
             // that cannot be encoded (a name or a view too long) is refused now, or it
             // would fail every connection from then on.
             push_request(&mut FrameWriter::new(0), sid, &w, &self.services)?;
-            if self.conn.is_some() {
+            if self.link.is_connected() {
                 w.held = true;
                 self.held.push(sid);
             }
@@ -363,7 +327,7 @@ impl SubscriberSession {
             }
             PostTo::Item { service, name } => (0, service, name),
         };
-        let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) else {
+        let Some(conn) = self.link.logged_in() else {
             return Err(ClientError::Disconnected(
                 "not logged in to a node: the post was not sent".into(),
             ));
@@ -384,9 +348,8 @@ impl SubscriberSession {
     /// Sends a file-transfer message (`tickwire-files`'s wire format) to the node.
     pub fn send_files(&mut self, body: &[u8]) -> Result<(), ClientError> {
         let conn = self
-            .conn
-            .as_mut()
-            .filter(|c| c.session().is_some())
+            .link
+            .logged_in()
             .ok_or_else(|| ClientError::Disconnected("not connected".into()))?;
         conn.writer().push(&Message::Files(body))?;
         Ok(())
@@ -409,7 +372,7 @@ impl SubscriberSession {
             if !self.synthetic.is_empty() {
                 self.synthetic.retain(|s| s.stream != sid);
             }
-            if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
+            if let Some(conn) = self.link.logged_in() {
                 conn.writer().push(&Message::Close { stream_id: sid })?;
             }
             // Free once the fence the next poll sends is answered, or with the next
@@ -450,7 +413,7 @@ impl SubscriberSession {
         if w.held || self.recover.iter().any(|&(s, _)| s == sid) {
             return Ok(());
         }
-        if let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) {
+        if let Some(conn) = self.link.logged_in() {
             let view = w.extra.as_ref().and_then(|x| x.view.as_deref());
             conn.writer().push(&Message::Request(Request {
                 stream_id: sid,
@@ -466,17 +429,13 @@ impl SubscriberSession {
 
     /// When [`SubscriberSession::handle_timeout`] is next needed.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let Some(conn) = &self.conn else {
-            return Some(self.reconnection.retry_at());
-        };
-        let recover = self.recover.iter().map(|&(_, t)| t);
-        conn.poll_timeout().into_iter().chain(recover).min()
+        self.link.poll_timeout(self.recover.iter().map(|&(_, t)| t))
     }
 
     /// Heartbeats, the Welcome's deadline, streams to request again. An `Err` means
     /// the connection failed: pass it to [`SubscriberSession::connection_lost`].
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ClientError> {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.connection() else {
             return Ok(());
         };
         conn.handle_timeout(now)?;
@@ -494,14 +453,14 @@ impl SubscriberSession {
         mut f: impl FnMut(EventRef<'_>, &[u8]),
     ) -> Result<usize, ClientError> {
         let mut n = self.deliver_synthetic(&mut f);
-        let Some(conn) = self.conn.as_mut() else {
-            return Ok(n);
-        };
         let recover_delay = self
-            .reconnection
+            .link
             .policy()
             .backoff_min
             .max(Duration::from_millis(500));
+        let Some(conn) = self.link.connection() else {
+            return Ok(n);
+        };
         let mut ctx = Ctx {
             watch: &mut self.watch,
             services: &self.services,
@@ -534,7 +493,7 @@ impl SubscriberSession {
         if self.held.is_empty() {
             return Ok(());
         }
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.connection() else {
             return Ok(());
         };
         let (watch, directory, services) = (&mut self.watch, &self.directory, &self.services);
@@ -560,7 +519,7 @@ impl SubscriberSession {
 
     /// Requests again the streams closed with closed-recover whose delay has passed.
     fn rerequest_recovered(&mut self, now: Instant) -> Result<(), ClientError> {
-        let Some(conn) = self.conn.as_mut().filter(|c| c.session().is_some()) else {
+        let Some(conn) = self.link.logged_in() else {
             return Ok(());
         };
         let mut i = 0;
