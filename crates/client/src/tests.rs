@@ -207,7 +207,32 @@ impl Lab {
         Ok(events)
     }
 
-    /// Opens a stream for `service`'s `name` with the default options.
+    /// A session logged in to the lab's node, nothing asked for yet.
+    fn connected() -> Lab {
+        let mut lab = Lab::new();
+        lab.connect();
+        lab.pump().unwrap();
+        lab
+    }
+
+    /// A connected session with FEED's A open, its image taken.
+    fn watching_a() -> (Lab, crate::StreamId) {
+        let mut lab = Lab::connected();
+        let a = lab.subscribe("FEED", "A");
+        lab.pump().unwrap();
+        (lab, a)
+    }
+
+    /// A connected session that hands ids out again, FEED's B published as well as A.
+    fn reusing_ids() -> Lab {
+        let mut lab = Lab::new();
+        lab.refresh("B", 2, 200.0);
+        lab.session.reuse_stream_ids();
+        lab.connect();
+        lab.pump().unwrap();
+        lab
+    }
+
     /// A connected session with FEED's A and B open, their images taken.
     fn watching_a_and_b() -> (Lab, crate::StreamId, crate::StreamId) {
         let mut lab = Lab::new();
@@ -220,10 +245,23 @@ impl Lab {
         (lab, a, b)
     }
 
+    /// Opens a stream for `service`'s `name` with the default options.
     fn subscribe(&mut self, service: &str, name: &str) -> crate::StreamId {
         self.session
             .subscribe(service, name, RequestOptions::default())
             .unwrap()
+    }
+
+    /// `msgs` in one frame, straight into the session's connection, as if the node sent
+    /// them.
+    fn receive(&mut self, msgs: &[Message<'_>]) {
+        let mut payload = Vec::new();
+        for m in msgs {
+            m.encode(&mut payload).unwrap();
+        }
+        let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&payload);
+        self.session.connection().unwrap().receive(&frame, self.now);
     }
 
     /// The connection breaks: the core forgets it, the session is told.
@@ -240,6 +278,20 @@ impl Lab {
         self.now += d;
         self.core.handle_timeout(self.now);
     }
+}
+
+/// The node closes stream `sid` as recoverable (as a node does for a stream it cannot
+/// serve for now).
+fn closed_recover(sid: u32) -> Message<'static> {
+    Message::Status(tickwire_proto::Status {
+        stream_id: sid,
+        state: State {
+            stream: StreamState::ClosedRecover,
+            data: DataState::Suspect,
+            code: code::SHUTDOWN,
+            text: "try again",
+        },
+    })
 }
 
 fn bid(e: &Event) -> Option<String> {
@@ -284,9 +336,7 @@ fn logs_in_subscribes_and_streams_with_the_node_own_encoding() {
 
 #[test]
 fn pings_when_idle_and_fails_when_the_node_is_silent() {
-    let mut lab = Lab::new();
-    lab.connect();
-    lab.pump().unwrap();
+    let mut lab = Lab::connected();
     let deadline = lab
         .session
         .poll_timeout()
@@ -380,9 +430,7 @@ fn a_lost_connection_makes_every_stream_suspect_then_recovers_the_watchlist() {
 
 #[test]
 fn a_view_changed_in_place_brings_no_image_and_holds_across_a_reconnect() {
-    let mut lab = Lab::new();
-    lab.connect();
-    lab.pump().unwrap();
+    let mut lab = Lab::connected();
     let a = lab.subscribe("FEED", "A");
     assert_eq!(bid(&lab.pump().unwrap()[0].0).as_deref(), Some("100.00"));
     // A view without the bid: no image, and an update of the bid alone is not sent.
@@ -418,11 +466,7 @@ fn a_view_changed_in_place_brings_no_image_and_holds_across_a_reconnect() {
 
 #[test]
 fn a_view_change_that_crosses_a_recoverable_close_keeps_the_stream() {
-    let mut lab = Lab::new();
-    lab.connect();
-    lab.pump().unwrap();
-    let a = lab.subscribe("FEED", "A");
-    lab.pump().unwrap();
+    let (mut lab, a) = Lab::watching_a();
     // The item's publisher closes it, recoverable; the client changes the view before
     // it reads that: the node, with no stream left, refuses the change with a close.
     lab.publish(&[Message::Status(tickwire_proto::Status {
@@ -527,28 +571,8 @@ fn streams_of_several_services_keep_their_service_name_and_view() {
 
 #[test]
 fn a_closed_recover_stream_is_requested_again_after_the_delay() {
-    let mut lab = Lab::new();
-    lab.connect();
-    lab.pump().unwrap();
-    let a = lab.subscribe("FEED", "A");
-    lab.pump().unwrap();
-    // The node closes the stream as recoverable (as a node does for a stream it
-    // cannot serve for now).
-    let mut frame = vec![0; 4];
-    Message::Status(tickwire_proto::Status {
-        stream_id: a,
-        state: State {
-            stream: StreamState::ClosedRecover,
-            data: DataState::Suspect,
-            code: code::SHUTDOWN,
-            text: "try again",
-        },
-    })
-    .encode(&mut frame)
-    .unwrap();
-    let len = (frame.len() - 4) as u32;
-    frame[..4].copy_from_slice(&len.to_be_bytes());
-    lab.session.connection().unwrap().receive(&frame, lab.now);
+    let (mut lab, a) = Lab::watching_a();
+    lab.receive(&[closed_recover(a)]);
     let events = lab.pump().unwrap();
     assert!(
         matches!(&events[..], [(Event::Status { stream, state, .. }, _)]
@@ -590,9 +614,7 @@ fn a_refused_login_ends_the_session() {
 /// say) is tried again after the backoff: the same credentials were taken before.
 #[test]
 fn a_login_refused_on_a_reconnect_is_tried_again() {
-    let mut lab = Lab::new();
-    lab.connect();
-    lab.pump().unwrap();
+    let mut lab = Lab::connected();
     lab.sub_conn = None;
     let lost = ClientError::Disconnected("the node went away".into());
     lab.session.connection_lost(lost, lab.now).unwrap();
@@ -961,11 +983,7 @@ fn updates_merged_in_batches_leave_every_image_as_if_merged_one_by_one() {
 /// still on its way never reaches the stream that takes its id next.
 #[test]
 fn reused_stream_ids_stay_few_and_a_late_update_never_reaches_the_next_stream() {
-    let mut lab = Lab::new();
-    lab.refresh("B", 2, 200.0);
-    lab.session.reuse_stream_ids();
-    lab.connect();
-    lab.pump().unwrap();
+    let mut lab = Lab::reusing_ids();
     let mut most = 0;
     let mut seq = 1;
     for round in 0..500u32 {
@@ -1072,22 +1090,14 @@ fn a_request_that_cannot_be_sent_is_refused_even_while_disconnected() {
 /// end.
 #[test]
 fn the_directory_a_session_keeps_is_bounded() {
-    let mut lab = Lab::new();
-    lab.connect();
-    lab.pump().unwrap();
+    let mut lab = Lab::connected();
     let names: Vec<String> = (0..crate::watchlist::MAX_DIRECTORY + 10)
         .map(|i| format!("S{i}"))
         .collect();
     for chunk in names.chunks(2_000) {
-        let mut payload = Vec::new();
-        Message::Directory(Directory::of(
+        lab.receive(&[Message::Directory(Directory::of(
             chunk.iter().map(|n| (n.as_str(), ServiceState::Up)),
-        ))
-        .encode(&mut payload)
-        .unwrap();
-        let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&payload);
-        lab.session.connection().unwrap().receive(&frame, lab.now);
+        ))]);
         lab.session.poll_events(lab.now, |_, _| {}).unwrap();
     }
     assert_eq!(
@@ -1100,28 +1110,8 @@ fn the_directory_a_session_keeps_is_bounded() {
 /// for again, not one request per copy.
 #[test]
 fn a_repeated_recoverable_close_asks_for_the_stream_again_once() {
-    let mut lab = Lab::new();
-    lab.connect();
-    lab.pump().unwrap();
-    let a = lab.subscribe("FEED", "A");
-    lab.pump().unwrap();
-    let mut payload = Vec::new();
-    for _ in 0..100 {
-        Message::Status(tickwire_proto::Status {
-            stream_id: a,
-            state: State {
-                stream: StreamState::ClosedRecover,
-                data: DataState::Suspect,
-                code: code::SHUTDOWN,
-                text: "try again",
-            },
-        })
-        .encode(&mut payload)
-        .unwrap();
-    }
-    let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&payload);
-    lab.session.connection().unwrap().receive(&frame, lab.now);
+    let (mut lab, a) = Lab::watching_a();
+    lab.receive(&vec![closed_recover(a); 100]);
     lab.session.poll_events(lab.now, |_, _| {}).unwrap();
     lab.now += Duration::from_millis(500);
     lab.session.handle_timeout(lab.now).unwrap();
@@ -1173,11 +1163,7 @@ fn a_stream_closed_while_it_waits_for_its_service_is_not_asked_for() {
 /// its id on the next connection.
 #[test]
 fn a_made_up_status_of_a_closed_stream_never_reaches_the_stream_with_its_id_next() {
-    let mut lab = Lab::new();
-    lab.refresh("B", 2, 200.0);
-    lab.session.reuse_stream_ids();
-    lab.connect();
-    lab.pump().unwrap();
+    let mut lab = Lab::reusing_ids();
     let a = lab.subscribe("FEED", "A");
     lab.pump().unwrap();
     lab.break_connection();
