@@ -1596,18 +1596,35 @@ fn log_rejected(wire: &FilesWire, why: tickwire_backbone::auth::Rejected) {
     }
 }
 
-/// The audit log, appended a line at a time.
-struct AuditLog {
-    file: std::fs::File,
+/// Where the audit log goes: a file (opened to append), which can be cut back.
+trait AuditFile: Write {
+    fn len(&self) -> Option<u64>;
+    fn set_len(&mut self, len: u64) -> std::io::Result<()>;
+}
+
+impl AuditFile for std::fs::File {
+    fn len(&self) -> Option<u64> {
+        self.metadata().map(|m| m.len()).ok()
+    }
+
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        std::fs::File::set_len(self, len)
+    }
+}
+
+/// The audit log, appended a turn's lines at a time (one write for them: a small file
+/// costs about four lines).
+struct AuditLog<F: AuditFile = std::fs::File> {
+    file: F,
     /// Its length after the last whole line (known without a system call per line).
     len: Option<u64>,
     /// A write failed (said once).
     failed: bool,
 }
 
-impl AuditLog {
-    fn new(file: std::fs::File) -> Self {
-        let len = file.metadata().map(|m| m.len()).ok();
+impl<F: AuditFile> AuditLog<F> {
+    fn new(file: F) -> Self {
+        let len = file.len();
         AuditLog {
             file,
             len,
@@ -1615,12 +1632,27 @@ impl AuditLog {
         }
     }
 
-    fn append(&mut self, line: &[u8]) {
-        match self.file.write_all(line) {
-            Ok(()) => self.len = self.len.map(|l| l + line.len() as u64),
+    /// Appends whole lines (`lines`, each ending in a newline). When they do not all
+    /// fit (a full disk), what was written of them is taken back and they go one by
+    /// one, so that every line that fits is kept and none is left in part.
+    fn append(&mut self, lines: &[u8]) {
+        if lines.is_empty() || self.write(lines) {
+            return;
+        }
+        for line in lines.split_inclusive(|&b| b == b'\n') {
+            self.write(line);
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> bool {
+        match self.file.write_all(bytes) {
+            Ok(()) => {
+                self.len = self.len.map(|l| l + bytes.len() as u64);
+                true
+            }
             Err(err) => {
-                // A line written in part (a full disk) is taken back: the next record
-                // starts a line of its own.
+                // Lines written in part are taken back: the next record starts a line
+                // of its own.
                 if let Some(len) = self.len {
                     let _ = self.file.set_len(len);
                 }
@@ -1628,6 +1660,7 @@ impl AuditLog {
                     error!("files: cannot write the audit log: {err}");
                     self.failed = true;
                 }
+                false
             }
         }
     }
@@ -1635,6 +1668,7 @@ impl AuditLog {
 
 /// The hub's events to the log and the audit log.
 fn drain_events(hub: &mut Hub, audit: &mut AuditLog) {
+    let mut lines = String::new();
     while let Some(e) = hub.poll_event() {
         match &e {
             HubEvent::Arrived { manifest } => info!(
@@ -1653,9 +1687,80 @@ fn drain_events(hub: &mut Hub, audit: &mut AuditLog) {
             HubEvent::SpoolError { reason } => error!("files: {reason}"),
             _ => {}
         }
-        let mut line = audit::line(&e, wall_ms()).to_string();
-        line.push('\n');
-        audit.append(line.as_bytes());
+        lines.push_str(&audit::line(&e, wall_ms()).to_string());
+        lines.push('\n');
+    }
+    audit.append(lines.as_bytes());
+}
+
+#[cfg(test)]
+mod audit_log_tests {
+    use super::{AuditFile, AuditLog};
+    use std::io::Write;
+
+    /// A disk with room for `room` bytes: a write past it takes what fits and fails.
+    struct SmallDisk {
+        bytes: Vec<u8>,
+        room: usize,
+        writes: usize,
+    }
+
+    impl Write for SmallDisk {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.writes += 1;
+            let n = buf.len().min(self.room - self.bytes.len());
+            if n == 0 && !buf.is_empty() {
+                return Err(std::io::ErrorKind::StorageFull.into());
+            }
+            self.bytes.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl AuditFile for SmallDisk {
+        fn len(&self) -> Option<u64> {
+            Some(self.bytes.len() as u64)
+        }
+
+        fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+            self.bytes.truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    fn disk(room: usize) -> AuditLog<SmallDisk> {
+        AuditLog::new(SmallDisk {
+            bytes: Vec::new(),
+            room,
+            writes: 0,
+        })
+    }
+
+    #[test]
+    fn a_turns_lines_go_in_one_write() {
+        let mut log = disk(1000);
+        log.append(b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
+        log.append(b"");
+        assert_eq!(log.file.writes, 1);
+        assert_eq!(log.file.bytes, b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
+        assert!(!log.failed);
+    }
+
+    #[test]
+    fn on_a_full_disk_every_whole_line_that_fits_is_kept_and_no_line_in_part() {
+        // Room for the first line and half of the second.
+        let mut log = disk(12);
+        log.append(b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
+        assert_eq!(log.file.bytes, b"{\"a\":1}\n");
+        assert!(log.failed);
+        // Room again (the disk cleaned): the next lines start lines of their own.
+        log.file.room = 1000;
+        log.append(b"{\"d\":4}\n");
+        assert_eq!(log.file.bytes, b"{\"a\":1}\n{\"d\":4}\n");
     }
 }
 
