@@ -46,8 +46,9 @@ pub const MAX_ORIGINS: usize = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mac {
     /// Keyed BLAKE3 (`blake3`): what `tickwire backbone keygen` writes. About three
-    /// times as fast as HMAC-SHA256 on a file chunk and twice on one update
-    /// (`cargo bench -p tickwire-backbone --bench seal`).
+    /// times as fast as HMAC-SHA256 on a files chunk and twice on one update, a fifth
+    /// slower on a full 1,500-byte datagram (one 1 KiB chunk hashed alone, against
+    /// SHA instructions): `cargo bench -p tickwire-backbone --bench seal`.
     Blake3,
     /// HMAC-SHA256 (`hmac-sha256`, or no third word: key files written before BLAKE3).
     HmacSha256,
