@@ -102,9 +102,10 @@ pub struct FilesMarketData {
     pub p99_ratio: f64,
     /// Market data delivered / offered during the transfer.
     pub delivered_ratio_during: f64,
-    /// File bytes delivered to the edge's inbox per second while the latency was held:
-    /// the files whole after the first one whole in that window, over the time from it
-    /// to the last (0: fewer than two).
+    /// File bytes the edge took per second while the latency was held: its
+    /// `tickwire_files_received_bytes_total` read before and after, over the time
+    /// between (runs before 2026-12-01 counted the files whole in the window, which
+    /// read copies sent side by side as faster than they went).
     pub files_mb_per_s: f64,
     /// How long the latency was held, each way (s).
     pub seconds: f64,
