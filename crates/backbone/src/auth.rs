@@ -212,8 +212,13 @@ impl Keys {
         Ok(Keys { keys })
     }
 
-    /// A key file's text with one new key from `random` (32 bytes of key, 4 of id).
-    pub fn generate(random: [u8; KEY_LEN + 4]) -> String {
+    /// A key file's text with one new key of `mac` from `random` (32 bytes of key, 4 of
+    /// id). An HMAC-SHA256 key's line names no MAC: nodes built before BLAKE3 read it.
+    pub fn generate(random: [u8; KEY_LEN + 4], mac: Mac) -> String {
+        let word = match mac {
+            Mac::Blake3 => " blake3",
+            Mac::HmacSha256 => "",
+        };
         format!(
             "# Tickwire backbone key file (tickwire backbone keygen). Keep it secret: every\n\
              # node of the backbone needs the same file, readable by the node only.\n\
@@ -222,7 +227,7 @@ impl Keys {
              # node sends; every key listed is accepted. To rotate without a restart: add the\n\
              # new key as a second line on every node, then move it first on every node, then\n\
              # remove the old one (nodes re-read the file within a second of a change).\n\
-             {} {} blake3\n",
+             {} {}{word}\n",
             hex::encode(&random[KEY_LEN..]),
             hex::encode(&random[..KEY_LEN])
         )
@@ -499,12 +504,13 @@ pub struct Plain<'a> {
     pub origin: u64,
 }
 
-/// A new key file's text, from the system's random number generator.
-pub fn new_key_file() -> Result<String, ring::error::Unspecified> {
+/// A new key file's text with a key of `mac`, from the system's random number
+/// generator.
+pub fn new_key_file(mac: Mac) -> Result<String, ring::error::Unspecified> {
     use ring::rand::SecureRandom;
     let mut random = [0u8; KEY_LEN + 4];
     ring::rand::SystemRandom::new().fill(&mut random)?;
-    Ok(Keys::generate(random))
+    Ok(Keys::generate(random, mac))
 }
 
 /// The wall clock in nanoseconds since 1970.
@@ -799,9 +805,14 @@ pub(crate) mod tests {
 
     #[test]
     fn key_files_are_checked_line_by_line() {
-        let gen = Keys::generate([7u8; 36]);
+        let gen = Keys::generate([7u8; 36], Mac::Blake3);
         let k = Keys::parse(&gen).unwrap();
         assert_eq!(k.ids(), vec![0x07070707]);
+        // An HMAC-SHA256 key's line has two words, as builds before BLAKE3 read.
+        let old = Keys::generate([7u8; 36], Mac::HmacSha256);
+        assert_eq!(Keys::parse(&old).unwrap().signing().mac(), Mac::HmacSha256);
+        let line = old.lines().find(|l| !l.starts_with('#')).unwrap();
+        assert_eq!(line.split_whitespace().count(), 2, "{line}");
         assert_eq!(Keys::parse("# nothing\n"), Err(KeyFileError::Empty));
         let e = Keys::parse("0000000g 00\n").unwrap_err();
         assert!(e.to_string().contains("line 1"), "{e}");

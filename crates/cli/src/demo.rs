@@ -97,7 +97,7 @@ impl DemoKeyFile {
             .create(&dir)
             .with_context(|| format!("cannot make {}", dir.display()))?;
         let path = dir.join("backbone.keys");
-        let text = tickwire_backbone::auth::new_key_file()
+        let text = tickwire_backbone::auth::new_key_file(tickwire_backbone::auth::Mac::Blake3)
             .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
         std::fs::OpenOptions::new()
             .write(true)

@@ -20,7 +20,17 @@ const T: Duration = Duration::from_secs(20);
 
 /// A new key file's one key line, from `tickwire backbone keygen`.
 fn keygen() -> String {
-    let out = run(&["backbone", "keygen"], T);
+    keygen_with(&[])
+}
+
+/// The same, with `extra` arguments (`--mac hmac-sha256`).
+fn keygen_with(extra: &[&str]) -> String {
+    let args: Vec<&str> = ["backbone", "keygen"]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect();
+    let out = run(&args, T);
     assert_eq!(out.code(), Some(0), "{out:?}");
     let keys: Vec<&str> = out
         .stdout
@@ -143,9 +153,10 @@ fn nodes_without_the_key_are_not_heard_and_what_they_send_is_counted() {
 #[test]
 fn keys_rotate_without_a_restart_and_no_update_is_lost() {
     let ch = channel(72);
-    // From a line of a key file written before BLAKE3 (no MAC word: HMAC-SHA256) to a
-    // new one: a rotation moves a backbone to the other MAC too.
-    let (old, new) = (keygen().replace(" blake3", ""), keygen());
+    // From an HMAC-SHA256 line (no MAC word, as key files written before BLAKE3 and
+    // `keygen --mac hmac-sha256` have) to a BLAKE3 one: a rotation moves a backbone to
+    // the other MAC too.
+    let (old, new) = (keygen_with(&["--mac", "hmac-sha256"]), keygen());
     assert!(new.ends_with(" blake3") && old.split_whitespace().count() == 2);
     let (key_s, key_e) = (
         KeyFile::new("rotate-source", &[&old]),

@@ -57,13 +57,8 @@ impl Lab {
         use std::os::unix::fs::PermissionsExt;
         let path = self.logs.join("backbone.keys");
         if !path.exists() {
-            let text = tickwire_backbone::auth::new_key_file()
+            let text = tickwire_backbone::auth::new_key_file(mac)
                 .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
-            // keygen's line names BLAKE3; the other MAC is named in its place.
-            let text = text.replace(
-                &format!(" {}\n", Mac::Blake3.name()),
-                &format!(" {}\n", mac.name()),
-            );
             let keys = tickwire_backbone::auth::Keys::parse(&text)
                 .map_err(|e| anyhow::anyhow!("the run's key file: {e}"))?;
             anyhow::ensure!(
