@@ -54,23 +54,7 @@ impl Lab {
     /// The run's backbone key file (`--backbone-auth`), made once in --out's logs
     /// (with the processes' logs, not with the results that are kept).
     fn backbone_key_file(&self, mac: Mac) -> Result<std::path::PathBuf> {
-        use std::os::unix::fs::PermissionsExt;
-        let path = self.logs.join("backbone.keys");
-        if !path.exists() {
-            let text = tickwire_backbone::auth::new_key_file(mac)
-                .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
-            let keys = tickwire_backbone::auth::Keys::parse(&text)
-                .map_err(|e| anyhow::anyhow!("the run's key file: {e}"))?;
-            anyhow::ensure!(
-                keys.signing().mac() == mac,
-                "the run's key is not {}",
-                mac.name()
-            );
-            std::fs::write(&path, text)?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        }
-        // The rigs' nodes run from the lab's own directory: the path must not depend on it.
-        Ok(std::fs::canonicalize(&path)?)
+        run_key_file(&self.logs.join("backbone.keys"), mac)
     }
 
     /// How the transport is described in the reports.
@@ -164,5 +148,71 @@ impl Lab {
             retransmits,
             steps,
         })
+    }
+}
+
+/// A key file of `mac` at `path`: the one there if its signing key is of `mac` (a run
+/// goes on with the key its earlier rigs had), else a new one in its place. An --out
+/// used before keeps its logs: a key file of another run, of the other MAC or from a
+/// build before BLAKE3, would otherwise seal this run's rigs with a MAC the reports do
+/// not name.
+fn run_key_file(path: &std::path::Path, mac: Mac) -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let reusable = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| tickwire_backbone::auth::Keys::parse(&text).ok())
+        .is_some_and(|keys| keys.signing().mac() == mac);
+    if !reusable {
+        let text = tickwire_backbone::auth::new_key_file(mac)
+            .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
+        let keys = tickwire_backbone::auth::Keys::parse(&text)
+            .map_err(|e| anyhow::anyhow!("the run's key file: {e}"))?;
+        anyhow::ensure!(
+            keys.signing().mac() == mac,
+            "the run's key is not {}",
+            mac.name()
+        );
+        std::fs::write(path, text)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    // The rigs' nodes run from the lab's own directory: the path must not depend on it.
+    Ok(std::fs::canonicalize(path)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mac_of(path: &std::path::Path) -> Mac {
+        let text = std::fs::read_to_string(path).unwrap();
+        tickwire_backbone::auth::Keys::parse(&text)
+            .unwrap()
+            .signing()
+            .mac()
+    }
+
+    #[test]
+    fn the_run_key_file_has_the_mac_asked_for_even_in_a_reused_out() {
+        let dir = std::env::temp_dir().join(format!("tw-run-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("backbone.keys");
+        let _ = std::fs::remove_file(&path);
+        // A run with --backbone-auth on, then one with hmac-sha256 in the same --out.
+        run_key_file(&path, Mac::Blake3).unwrap();
+        assert_eq!(mac_of(&path), Mac::Blake3);
+        let first = std::fs::read_to_string(&path).unwrap();
+        // The same MAC again: the same key (a run's rigs share it).
+        run_key_file(&path, Mac::Blake3).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), first);
+        run_key_file(&path, Mac::HmacSha256).unwrap();
+        assert_eq!(mac_of(&path), Mac::HmacSha256);
+        // A key file a build before BLAKE3 left (no MAC word: HMAC-SHA256), then `on`.
+        run_key_file(&path, Mac::Blake3).unwrap();
+        assert_eq!(mac_of(&path), Mac::Blake3);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
