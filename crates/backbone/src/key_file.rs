@@ -122,3 +122,33 @@ impl KeyFile {
         self.next_check
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Mac;
+
+    #[test]
+    fn a_key_whose_line_names_another_mac_is_a_change() {
+        let dir = std::env::temp_dir().join(format!("tw-key-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("backbone.keys");
+        let line = format!("00000001 {}", "ab".repeat(32));
+        std::fs::write(&path, format!("{line} hmac-sha256\n")).unwrap();
+        let t0 = Instant::now();
+        let mut f = KeyFile::load(&path, t0).unwrap();
+        assert_eq!(f.keys.signing().mac(), Mac::HmacSha256);
+        // The same id and bytes, the other MAC: what the node seals with changes.
+        std::fs::write(&path, format!("{line} blake3\n")).unwrap();
+        assert!(f.refresh(t0 + CHECK_EVERY));
+        assert_eq!(f.keys.signing().mac(), Mac::Blake3);
+        // No MAC word is HMAC-SHA256 again.
+        std::fs::write(&path, format!("{line}\n")).unwrap();
+        assert!(f.refresh(t0 + 2 * CHECK_EVERY));
+        assert_eq!(f.keys.signing().mac(), Mac::HmacSha256);
+        // The same key written another way (its MAC named) is no change.
+        std::fs::write(&path, format!("# a comment\n{line}   hmac-sha256\n")).unwrap();
+        assert!(!f.refresh(t0 + 3 * CHECK_EVERY));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
