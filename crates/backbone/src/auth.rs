@@ -1,5 +1,5 @@
 //! The backbone's keyed MACs: with a key file, a node hears only nodes that hold the
-//! backbone's key (docs/PROTOCOL.md, section 10, "Sealed messages").
+//! backbone's key (docs/PROTOCOL.md, section 11.0, "Sealed messages").
 //!
 //! A sealed message is the plain one with the `SEALED` bit set in its version byte and
 //! a trailer of 36 bytes:

@@ -164,6 +164,13 @@ fn keys_rotate_without_a_restart_and_no_update_is_lost() {
     );
     let (mut source, source_http, _c1) = node(&ch, "source", "src", Some(&key_s));
     let (mut edge, edge_http, _c2) = node(&ch, "edge", "edge", Some(&key_e));
+    let old_id = &old[..8];
+    // The start says which key signs and with which MAC (logged before it listens).
+    let start = format!(
+        "authenticated with the keys of {} (signing with key {old_id}, hmac-sha256)",
+        key_s.0.display()
+    );
+    assert!(source.proc.log().contains(&start), "{}", source.proc.log());
     let _feed = start_publisher(&source, "FEED", 1, 200, false);
     wait_for_feed_image(&edge, "edge", "SYM0");
     let mut sub = subscriber(edge.addr);
@@ -176,7 +183,6 @@ fn keys_rotate_without_a_restart_and_no_update_is_lost() {
         _ => unreachable!(),
     };
     let new_id = &new[..8];
-    let old_id = &old[..8];
     // 1: the new key second everywhere; 2: first, the source before the edge (the
     // edge, still signing with the old key, is heard meanwhile); 3: the old one gone.
     let both = format!("signing with key {old_id} (hmac-sha256), accepting {old_id}, {new_id}");

@@ -482,7 +482,16 @@ impl NodeServer {
                 String::new()
             },
             if b.authenticated() {
-                format!("authenticated with the keys of {}", cfg.key_file)
+                let signing = b.files_keys().map(|(_, k)| k.signing());
+                format!(
+                    "authenticated with the keys of {}{}",
+                    cfg.key_file,
+                    signing.map_or(String::new(), |k| format!(
+                        " (signing with key {:08x}, {})",
+                        k.id,
+                        k.mac().name()
+                    ))
+                )
             } else {
                 "NOT authenticated".into()
             }
