@@ -82,7 +82,8 @@ const BLAKE3_LANE_CONTEXT: &str = "Tickwire backbone 2026-12-01 seal key of one 
 /// A key made ready to seal: what each message's MAC starts from.
 #[derive(Clone)]
 enum Keyed {
-    Blake3([[u8; KEY_LEN]; Lane::COUNT]),
+    /// The key of each lane, by its byte less one.
+    Blake3([[u8; KEY_LEN]; LANES]),
     HmacSha256(hmac::Key),
 }
 
@@ -118,7 +119,7 @@ impl Key {
             Mac::Blake3 => Keyed::Blake3(std::array::from_fn(|i| {
                 let mut material = [0u8; KEY_LEN + 1];
                 material[..KEY_LEN].copy_from_slice(&bytes);
-                material[KEY_LEN] = Lane::ALL[i] as u8;
+                material[KEY_LEN] = (i + 1) as u8;
                 blake3::derive_key(BLAKE3_LANE_CONTEXT, &material)
             })),
             Mac::HmacSha256 => Keyed::HmacSha256(hmac::Key::new(hmac::HMAC_SHA256, &bytes)),
@@ -266,20 +267,8 @@ pub enum Lane {
     FilesUp = 4,
 }
 
-// A lane's byte less one is its place in `Lane::ALL` (its BLAKE3 key's index).
-const _: () = {
-    let mut i = 0;
-    while i < Lane::COUNT {
-        assert!(Lane::ALL[i] as usize == i + 1);
-        i += 1;
-    }
-};
-
-impl Lane {
-    const COUNT: usize = 4;
-    /// Every lane, in the order of their bytes (a BLAKE3 key's lane keys).
-    const ALL: [Lane; Lane::COUNT] = [Lane::Data, Lane::Requests, Lane::FilesDown, Lane::FilesUp];
-}
+/// Lanes, their bytes 1 to 4.
+const LANES: usize = 4;
 
 fn tag(key: &Key, lane: Lane, signed: &[u8]) -> [u8; TAG_LEN] {
     let mut t = [0u8; TAG_LEN];
@@ -528,6 +517,9 @@ pub(crate) mod tests {
 
     const NOW: u64 = 1_800_000_000_000_000_000;
 
+    /// Every lane (a BLAKE3 key holds one key for each).
+    const ALL: [Lane; LANES] = [Lane::Data, Lane::Requests, Lane::FilesDown, Lane::FilesUp];
+
     /// A key file of BLAKE3 keys (id, byte repeated): the first signs.
     pub(crate) fn keys(lines: &[(u32, u8)]) -> Keys {
         keys_with(Mac::Blake3, lines)
@@ -671,12 +663,12 @@ pub(crate) mod tests {
     fn a_message_sealed_for_one_stream_fails_on_another() {
         for mac in [Mac::Blake3, Mac::HmacSha256] {
             let k = keys_with(mac, &[(1, 0xaa)]);
-            for lane in Lane::ALL {
+            for lane in ALL {
                 let mut s = Sealer::new(42, NOW);
                 let sealed = s.seal(k.signing(), lane, &heartbeat(), NOW).to_vec();
                 // A copy put on another stream: that stream's verifier never heard the
                 // origin, so only the lane can tell it from a first message.
-                for other in Lane::ALL.into_iter().filter(|l| *l != lane) {
+                for other in ALL.into_iter().filter(|l| *l != lane) {
                     assert_eq!(
                         Verifier::default().verify(&k, other, &sealed, NOW),
                         Err(Rejected::BadMac),
