@@ -75,6 +75,18 @@ fn bench_files_writes_files_peers_and_market_data_beside_files() {
     for peer in ["uftp", "rsync"] {
         assert_eq!(classes(&r["peers"][peer]), ours, "{peer}: {}", r["peers"]);
     }
+    // The files rigs' backbone is sealed with the run's key, as the lab's other rigs'.
+    assert_eq!(
+        r["files_backbone_auth"], "blake3",
+        "{}",
+        r["files_backbone_auth"]
+    );
+    let src_log = std::fs::read_to_string(dir.join("logs").join("files-src-1-never-1.log"))
+        .expect("the files source's log");
+    assert!(
+        src_log.contains("signing with key") && src_log.contains("blake3)"),
+        "{src_log}"
+    );
     let md = r["files_market_data"]
         .as_array()
         .expect("files_market_data");
@@ -87,14 +99,9 @@ fn bench_files_writes_files_peers_and_market_data_beside_files() {
         assert!(row["p99_us_without"].as_f64() > Some(0.0), "{row}");
         assert!(row["p99_us_during"].as_f64() > Some(0.0), "{row}");
         assert!(row["delivered_ratio_during"].as_f64() > Some(0.0), "{row}");
-        // Files went while the latency was held. Copies queued first may all be whole
-        // before the window opens with a file this small (the lab queues them one
-        // upload at a time, while the first are already sent): 0 is then the truth.
-        let rate = row["files_mb_per_s"].as_f64().expect("files_mb_per_s");
-        match row["queued_first"].as_bool() {
-            Some(false) => assert!(rate > 0.0, "{row}"),
-            _ => assert!(rate >= 0.0, "{row}"),
-        }
+        // Files went while the latency was held, copies queued first too (all queued
+        // before the window, they take longer than it at the share).
+        assert!(row["files_mb_per_s"].as_f64() > Some(0.0), "{row}");
     }
     // Under every fault the file is whole, byte for byte, wherever it can be; each
     // node said what it did about it.

@@ -13,9 +13,15 @@ pub(crate) fn report(
     uftp: &[FilesRow],
     rsync: &[FilesRow],
     cpus: Option<usize>,
+    backbone_auth: Option<&str>,
 ) -> Result<()> {
     writeln!(md, "## Files\n")?;
-    writeln!(md, "Files from one site to N sites, all on this machine (loopback). Tickwire: a source node and N edge nodes on the backbone (Aeron multicast), `tickwire files send` to the source; a row ends when the last file is whole in the last inbox. rsync: one daemon per site, one client per site at once. uftp: one receiver in a network namespace (each site in its own with more). The class 63KB-both-ways sends its files down to every site and, at the same time, up from the first site to the source (files counts both). CPU: every process of the run, per GB delivered (bytes x sites); CPU busy: their CPU time over the machine's while the row ran; system calls: the whole machine's while the row ran, per file delivered.\n")?;
+    let sealed = match backbone_auth {
+        Some("blake3") => "sealed with keyed BLAKE3",
+        Some("hmac-sha256") => "sealed with HMAC-SHA256",
+        _ => "not authenticated",
+    };
+    writeln!(md, "Files from one site to N sites, all on this machine (loopback). Tickwire: a source node and N edge nodes on the backbone (Aeron multicast, {sealed}), `tickwire files send` to the source; a row ends when the last file is whole in the last inbox. rsync: one daemon per site, one client per site at once. uftp: one receiver in a network namespace (each site in its own with more). The class 63KB-both-ways sends its files down to every site and, at the same time, up from the first site to the source (files counts both). CPU: every process of the run, per GB delivered (bytes x sites); CPU busy: their CPU time over the machine's while the row ran; system calls: the whole machine's while the row ran, per file delivered.\n")?;
     writeln!(md, "| class | files | sites | fsync | system | files/min | MB/s | CPU s/GB | CPU busy | syscalls/file | s |")?;
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
     let mut all: Vec<(&str, &FilesRow)> = Vec::new();
@@ -89,7 +95,7 @@ pub(crate) fn market_data_report(md: &mut String, rows: &[FilesMarketData]) -> R
     let Some(first) = rows.first() else {
         return Ok(());
     };
-    writeln!(md, "Market data beside files: {} updates/s from a source node to an edge node on the backbone, held {:.0} s without files and {:.0} s while the large file goes to the edge again and again at the files' full share: uploaded meanwhile (`files send` uploads each copy to the source as the one before arrives) or queued first (the copies queued before, only their transfer runs). Goal: p99 during within 2x of p99 without.\n", first.rate, first.seconds, first.seconds)?;
+    writeln!(md, "Market data beside files: {} updates/s from a source node to an edge node on the backbone, held {:.0} s without files and {:.0} s while the large file goes to the edge again and again at the files' full share: uploaded meanwhile (`files send` uploads each copy to the source as the one before arrives) or queued first (every copy put in the source's outbox and queued before any is sent: only their transfer runs). Goal: p99 during within 2x of p99 without.\n", first.rate, first.seconds, first.seconds)?;
     writeln!(md, "| files share MB/s | files | p50 µs without | p99 µs without | p50 µs during | p99 µs during | p99 during / without | delivered during | files MB/s during |")?;
     writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
     for m in rows {

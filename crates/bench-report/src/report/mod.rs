@@ -124,6 +124,7 @@ fn scenarios(md: &mut String, r: &Results) -> Result<()> {
             uftp,
             rsync,
             r.machine.as_ref().map(|m| m.cpus),
+            r.files_backbone_auth.as_deref(),
         )?;
         files::market_data_report(md, &r.files_market_data)?;
         files::faults_report(md, &r.files_faults)?;

@@ -83,6 +83,11 @@ pub struct Results {
     /// `bench files`: the large file to two sites without a fault and under each fault.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files_faults: Vec<FilesFault>,
+    /// `bench files`: how the rigs of `files` and `files_faults` sealed their backbone
+    /// (as `--backbone-auth` says; absent before it was recorded, when they had no key
+    /// whatever the flag said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_backbone_auth: Option<String>,
 }
 
 /// One process's figures for one step, flattened for dashboards.

@@ -43,7 +43,7 @@ impl Lab {
     }
 
     /// The MAC of the rigs' backbone key (`--backbone-auth`), none without one.
-    fn backbone_mac(&self) -> Option<Mac> {
+    pub(super) fn backbone_mac(&self) -> Option<Mac> {
         match self.args.backbone.backbone_auth.as_str() {
             "on" => Some(Mac::Blake3),
             "hmac-sha256" => Some(Mac::HmacSha256),
@@ -53,7 +53,7 @@ impl Lab {
 
     /// The run's backbone key file (`--backbone-auth`), made once in --out's logs
     /// (with the processes' logs, not with the results that are kept).
-    fn backbone_key_file(&self, mac: Mac) -> Result<std::path::PathBuf> {
+    pub(super) fn backbone_key_file(&self, mac: Mac) -> Result<std::path::PathBuf> {
         run_key_file(&self.logs.join("backbone.keys"), mac)
     }
 

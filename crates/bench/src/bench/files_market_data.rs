@@ -72,8 +72,15 @@ impl Lab {
         let label = format!("files+market data, files at {share} MB/s, {how}");
         let mut spec = self.backbone_spec(&label, "off", 1000)?;
         let backbone = spec.node_config.clone().unwrap_or_default();
+        // Copies queued first come through the source's outbox: the files thread takes
+        // every copy there in one look, before it sends a chunk of any.
+        let outbox = dir.join("outbox");
+        let outbox_line = match queued_first {
+            true => format!("outbox = {:?}\n", outbox.display().to_string()),
+            false => String::new(),
+        };
         spec.node_config = Some(format!(
-            "{backbone}[files]\nservices = [\"FILES\"]\nspool = {:?}\nrate_mb_per_s = {}\nchunk_kib = 62\n",
+            "{backbone}[files]\nservices = [\"FILES\"]\nspool = {:?}\nrate_mb_per_s = {}\nchunk_kib = 62\n{outbox_line}",
             spool.display().to_string(),
             share
         ));
@@ -92,8 +99,13 @@ impl Lab {
 
         // Files at full speed for as long as the latency is held: the large file
         // queued, delivered, queued again; or, `queued_first`, enough copies queued
-        // before the latency is held that only their transfer runs while it is.
+        // together before the first is sent that only their transfer runs while it is.
         let size = std::fs::metadata(large)?.len();
+        let name = large
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("large")
+            .to_string();
         let ahead = if queued_first {
             let bytes = share as f64 * 1e6 * (secs + 3.0);
             (bytes / size as f64).ceil() as usize + 1
@@ -101,7 +113,7 @@ impl Lab {
             0
         };
         for round in 1..=ahead {
-            send_copy(&self.programs.node, &addr, large, round)?;
+            put_in_outbox(large, &outbox.join(queued_copy(round, &name)))?;
         }
         let stop = Arc::new(AtomicBool::new(false));
         let delivered = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -114,17 +126,14 @@ impl Lab {
                 inbox.join("FILES"),
             );
             std::thread::spawn(move || -> Result<()> {
+                if ahead > 0 {
+                    return collect_queued(&inbox, &name, size, ahead, &stop, &delivered);
+                }
                 let mut round = 0;
                 while !stop.load(Ordering::Relaxed) {
                     round += 1;
-                    if ahead == 0 {
-                        send_copy(&bin, &addr, &large, round)?;
-                    } else if round > ahead {
-                        break;
-                    }
-                    let file = inbox
-                        .join(format!("md-{round}"))
-                        .join(large.file_name().unwrap_or_default());
+                    send_copy(&bin, &addr, &large, round)?;
+                    let file = inbox.join(format!("md-{round}")).join(&name);
                     let deadline = Instant::now() + Duration::from_secs(120);
                     while std::fs::metadata(&file).map_or(true, |m| m.len() != size) {
                         if Instant::now() > deadline {
@@ -144,8 +153,20 @@ impl Lab {
                 Ok(())
             })
         };
-        // The first file on its way before the latency is held.
+        // The first file on its way before the latency is held; copies queued first
+        // all taken from the outbox (queued) before it is.
         let start = Instant::now();
+        if queued_first {
+            while std::fs::read_dir(&outbox).is_ok_and(|mut d| d.next().is_some()) {
+                if start.elapsed() > Duration::from_secs(60) {
+                    bail!(
+                        "the source did not take the copies from its outbox {} within 60 s",
+                        outbox.display()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         while delivered.load(Ordering::Relaxed) == 0
             && !inbox.exists()
             && start.elapsed() < Duration::from_secs(30)
@@ -195,6 +216,63 @@ fn mb_per_s(bytes_before: u64, bytes_after: u64, seconds: f64) -> f64 {
         true => bytes_after.saturating_sub(bytes_before) as f64 / 1e6 / seconds,
         false => 0.0,
     }
+}
+
+/// The name of copy `round` of the large file queued first.
+fn queued_copy(round: usize, name: &str) -> String {
+    format!("md-{round}-{name}")
+}
+
+/// Puts a copy of the large file in the source's outbox: a hard link (no bytes
+/// written; the source hashes it and moves it into its spool), or a copy where the
+/// file system has no links.
+fn put_in_outbox(large: &Path, to: &Path) -> Result<()> {
+    if let Some(dir) = to.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if std::fs::hard_link(large, to).is_err() {
+        std::fs::copy(large, to)
+            .with_context(|| format!("cannot put {} in the outbox", to.display()))?;
+    }
+    Ok(())
+}
+
+/// Waits for the `ahead` copies queued first to arrive whole in `inbox` (in any
+/// order: they are sent side by side), each removed once counted (room on the disk),
+/// until `stop`. Fails if none arrives for 120 s.
+fn collect_queued(
+    inbox: &Path,
+    name: &str,
+    size: u64,
+    ahead: usize,
+    stop: &AtomicBool,
+    delivered: &std::sync::atomic::AtomicU64,
+) -> Result<()> {
+    let mut waiting: Vec<usize> = (1..=ahead).collect();
+    let mut progress = Instant::now();
+    while !waiting.is_empty() && !stop.load(Ordering::Relaxed) {
+        let before = waiting.len();
+        waiting.retain(|&round| {
+            let file = inbox.join(queued_copy(round, name));
+            let whole = std::fs::metadata(&file).is_ok_and(|m| m.len() == size);
+            if whole {
+                delivered.fetch_add(size, Ordering::Relaxed);
+                let _ = std::fs::remove_file(&file);
+            }
+            !whole
+        });
+        if waiting.len() < before {
+            progress = Instant::now();
+        } else if progress.elapsed() > Duration::from_secs(120) {
+            bail!(
+                "no copy queued first arrived in {} within 120 s ({} of {ahead} left)",
+                inbox.display(),
+                waiting.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// Queues the large file at the source as `md-ROUND/NAME` for the edge.

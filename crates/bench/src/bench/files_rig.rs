@@ -71,8 +71,15 @@ pub(super) struct FilesRig {
     pub(super) sites: Vec<Site>,
 }
 
-/// Chunks of 62 KiB in datagrams of 8 KiB (as uftp's largest blocks).
-const BACKBONE: &str = "[backbone]\nmtu = 8192\n";
+/// The nodes' backbone: chunks of 62 KiB in datagrams of 8 KiB (as uftp's largest
+/// blocks), sealed with the run's key as the lab's other rigs are (`--backbone-auth`).
+fn backbone_section(lab: &Lab) -> Result<String> {
+    let key_file = match lab.backbone_mac() {
+        Some(mac) => format!("key_file = {:?}\n", lab.backbone_key_file(mac)?.display()),
+        None => String::new(),
+    };
+    Ok(format!("[backbone]\nmtu = 8192\n{key_file}"))
+}
 
 impl FilesRig {
     /// Writes the nodes' configs under `dir` and starts them; `launch` says how each
@@ -84,6 +91,7 @@ impl FilesRig {
         launch: &[SiteLaunch],
     ) -> Result<FilesRig> {
         std::fs::create_dir_all(dir)?;
+        let backbone = backbone_section(lab)?;
         let src_cfg = dir.join("src.toml");
         let src_inbox = spec.both_ways.then(|| dir.join("src-inbox"));
         // One policy for every node: the sites' inboxes, and the spools (a file is said
@@ -103,7 +111,7 @@ impl FilesRig {
         std::fs::write(
             &src_cfg,
             format!(
-                "[node]\nname = \"src\"\n{BACKBONE}{files}{}{}",
+                "[node]\nname = \"src\"\n{backbone}{files}{}{}",
                 spool_line(&dir.join("spool")),
                 src_inbox.as_deref().map(inbox_line).unwrap_or_default()
             ),
@@ -122,7 +130,7 @@ impl FilesRig {
             std::fs::write(
                 &cfg,
                 format!(
-                    "[node]\nname = \"{name}\"\n{BACKBONE}{files}{}{spool}",
+                    "[node]\nname = \"{name}\"\n{backbone}{files}{}{spool}",
                     inbox_line(&inbox)
                 ),
             )?;

@@ -263,6 +263,8 @@ fn wait_delivered(dirs: &[PathBuf], c: &Class, limit: Duration) -> Result<()> {
 impl Lab {
     pub(super) fn files(&mut self) -> Result<()> {
         let classes = classes(self.args.files.files_scale, self.args.files.files_large_mb);
+        self.results.files_backbone_auth =
+            Some(self.backbone_mac().map_or("off", |m| m.name()).to_string());
         let work = self.logs.join("files-work");
         let _ = std::fs::remove_dir_all(&work);
         let mut sources = Vec::new();
