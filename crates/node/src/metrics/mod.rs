@@ -140,6 +140,24 @@ fn family<
     r.register(name, help, f);
 }
 
+/// One value of each service, labelled with its name.
+fn by_service<T>(
+    services: &[tickwire_core::ServiceFigures],
+    f: impl Fn(&tickwire_core::ServiceFigures) -> T,
+) -> Vec<(ServiceLabel, T)> {
+    services
+        .iter()
+        .map(|sf| {
+            (
+                ServiceLabel {
+                    service: PeerText(sf.name.clone()),
+                },
+                f(sf),
+            )
+        })
+        .collect()
+}
+
 fn counter_family<
     L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
 >(
@@ -266,56 +284,29 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
 
     // Services and items.
     let services = core.service_figures();
-    let by_service = |f: fn(&tickwire_core::ServiceFigures) -> i64| {
-        services
-            .iter()
-            .map(move |sf| {
-                (
-                    ServiceLabel {
-                        service: PeerText(sf.name.clone()),
-                    },
-                    f(sf),
-                )
-            })
-            .collect::<Vec<_>>()
-    };
     family(
         r,
         "service_up",
         "1 when the service has a publisher and is up, else 0",
-        by_service(|sf| sf.up as i64),
+        by_service(&services, |sf| sf.up as i64),
     );
     family(
         r,
         "service_items",
         "Items the node holds for the service",
-        by_service(|sf| sf.items as i64),
+        by_service(&services, |sf| sf.items as i64),
     );
     counter_family(
         r,
         "service_updates_in",
         "Updates received from the service's publisher",
-        services.iter().map(|sf| {
-            (
-                ServiceLabel {
-                    service: PeerText(sf.name.clone()),
-                },
-                sf.updates_in,
-            )
-        }),
+        by_service(&services, |sf| sf.updates_in),
     );
     counter_family(
         r,
         "service_updates_out",
         "Updates of the service sent to subscribers",
-        services.iter().map(|sf| {
-            (
-                ServiceLabel {
-                    service: PeerText(sf.name.clone()),
-                },
-                sf.updates_out,
-            )
-        }),
+        by_service(&services, |sf| sf.updates_out),
     );
     gauge(r, "items", "Items the node holds", core.item_count() as i64);
 
