@@ -102,6 +102,22 @@ impl Publisher {
 /// Answers the node while nobody publishes: dispatch, then wait for input.
 fn drive(shared: Arc<Shared>) {
     while !shared.stop.load(Ordering::Acquire) {
+        // A reconnect that is due is made with the lock released (its connect waits
+        // up to the connect time-out per node): `update` and the rest go on meanwhile.
+        let reconnect = {
+            let mut guard = shared.publisher.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(p) = guard.as_mut() else { return };
+            p.take_reconnect()
+        };
+        if let Some(reconnect) = reconnect {
+            let made = reconnect.connect();
+            let mut guard = shared.publisher.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(p) = guard.as_mut() else { return };
+            if let Err(e) = p.finish_reconnect(made) {
+                *shared.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                return;
+            }
+        }
         let fd = {
             let mut guard = shared.publisher.lock().unwrap_or_else(|p| p.into_inner());
             let Some(p) = guard.as_mut() else { return };

@@ -60,6 +60,17 @@ impl Subscriber {
             .run(py, || self.lock(), |c: &Connected| c.sub.is_ended(), f)
     }
 
+    /// Makes a reconnect that is due with the lock released (its connect waits up to
+    /// the connect time-out per node): the subscriber's other calls, an asyncio
+    /// loop's among them, go on meanwhile.
+    fn reconnect_unlocked(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(reconnect) = self.with_connected(py, |c| Ok(c.sub.take_reconnect()))? else {
+            return Ok(());
+        };
+        let made = py.detach(|| reconnect.connect());
+        self.with_connected(py, |c| c.sub.finish_reconnect(made).map_err(errors::client))
+    }
+
     fn lock(&self) -> PyResult<MutexGuard<'_, Option<Connected>>> {
         self.born.check("subscriber")?;
         let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -231,6 +242,7 @@ impl Subscriber {
                 d.saturating_duration_since(Instant::now())
                     .min(SIGNAL_CHECK)
             });
+            self.reconnect_unlocked(py)?;
             let (got, mut named) = self.with_connected(py, |c| {
                 let mut got: Vec<ClientEvent> = c.backlog.drain(..).collect();
                 let wait = if got.is_empty() {
@@ -342,6 +354,7 @@ impl Subscriber {
             .with_connected(py, |c| Ok(c.unanswered.remove(&post_id)))?
             .ok_or_else(|| PyKeyError::new_err(format!("post {post_id} awaits no answer")))?;
         loop {
+            self.reconnect_unlocked(py)?;
             let answer = self.with_connected(py, |c| {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let mut got = Vec::new();

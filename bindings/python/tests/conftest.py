@@ -5,8 +5,10 @@ system picks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pathlib
+import socket
 import subprocess
 import threading
 import time
@@ -160,3 +162,27 @@ def first(sub, kind: str, item: Optional[str] = None, timeout: float = START_TIM
         event = sub.next(timeout=left)
         if event is not None and event.type == kind and (item is None or event.item == item):
             return event
+
+
+@contextlib.contextmanager
+def silent_address(addr: str) -> Iterator[None]:
+    """The address taken by a listener that never accepts, its queue full: the kernel
+    drops further connection attempts, so a TCP connect there blocks for its whole
+    connect_timeout."""
+    host, port = addr.rsplit(":", 1)
+    silent = socket.socket()
+    fillers = []
+    try:
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        silent.bind((host, int(port)))
+        silent.listen(0)
+        for _ in range(3):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex((host, int(port)))
+            fillers.append(filler)
+        yield
+    finally:
+        for filler in fillers:
+            filler.close()
+        silent.close()

@@ -17,7 +17,7 @@ import pytest
 
 import tickwire
 import tickwire.aio
-from conftest import Proc, events_while_ticking
+from conftest import Proc, events_while_ticking, silent_address
 
 
 class CountingExecutor:
@@ -33,30 +33,6 @@ class CountingExecutor:
 
         loop.run_in_executor = counted  # type: ignore[method-assign]
 
-
-
-@contextlib.contextmanager
-def silent_address(addr: str) -> Iterator[None]:
-    """The address taken by a listener that never accepts, its queue full: the kernel
-    drops further connection attempts, so a TCP connect there blocks for its whole
-    connect_timeout."""
-    host, port = addr.rsplit(":", 1)
-    silent = socket.socket()
-    fillers = []
-    try:
-        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        silent.bind((host, int(port)))
-        silent.listen(0)
-        for _ in range(3):
-            filler = socket.socket()
-            filler.setblocking(False)
-            filler.connect_ex((host, int(port)))
-            fillers.append(filler)
-        yield
-    finally:
-        for filler in fillers:
-            filler.close()
-        silent.close()
 
 
 async def longest_pause(seconds: float) -> float:
@@ -180,6 +156,59 @@ def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_
     assert suspect is not None and suspect.item == "SYM1", suspect
     assert longest < 1.5, f"the event loop was held {longest:.2f} s while the library reconnected"
     assert not connected
+
+
+def test_calls_on_the_loop_do_not_wait_for_a_reconnect_in_the_executor():
+    """While the executor reconnects, its TCP connect blocked for the whole
+    connect_timeout (10 s) by a listener that never accepts, the subscriber's calls on
+    the loop go on: they once waited for the library's lock, held through the connect."""
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    addr = node.listening_address()
+    feed = Proc(["publish", "--node", addr, "--items", "3", "--rate", "50"])
+    feed.wait_for_line("published 3 images")
+    stack = contextlib.ExitStack()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        s = await tickwire.aio.connect(addr, connect_timeout=10.0)
+        s.subscribe("FEED", ["SYM1"])
+        async for event in s:
+            if event.type == "refresh":
+                break
+        node.stop()
+        feed.stop()
+        async for event in s:
+            if event.type == "status" and event.data_state == "suspect":
+                break
+        stack.enter_context(silent_address(addr))
+        start = loop.time()
+        while not s._reconnecting:
+            assert loop.time() - start < 30, "the subscriber never began to reconnect"
+            await asyncio.sleep(0.01)
+        # Calls on the loop for 2 s of the reconnect: none waits for it.
+        longest, calls, sids = 0.0, 0, []
+        start = loop.time()
+        while loop.time() - start < 2.0:
+            t0 = time.monotonic()
+            sids = s.subscribe("FEED", ["SYM2"])
+            connected = s.connected
+            longest = max(longest, time.monotonic() - t0)
+            calls += 1
+            assert not connected
+            await asyncio.sleep(0.05)
+        reconnecting = s._reconnecting
+        s.disconnect()
+        return longest, calls, sids, reconnecting
+
+    try:
+        longest, calls, sids, reconnecting = asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        stack.close()
+        feed.stop()
+        node.stop()
+    assert longest < 5.0, f"a call on the loop waited {longest:.2f} s for the reconnect"
+    assert reconnecting, "the reconnect ended before the calls were made"
+    assert calls > 1 and len(sids) == 1, (calls, sids)
 
 
 def test_an_application_that_takes_no_events_leaves_them_in_the_socket(node, feed, monkeypatch):

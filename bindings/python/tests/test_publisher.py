@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 import tickwire
-from conftest import Proc, first, tickwire_bin
+from conftest import Proc, first, silent_address, tickwire_bin
 
 
 def test_values_arrive_with_their_types(node):
@@ -324,3 +324,36 @@ def test_events_of_every_kind_pickle_and_come_back_equal(posts_node):
     state = events[0].__reduce__()[1][0]
     with pytest.raises(ValueError, match="not an event's data_state"):
         tickwire._native._event({**state, "data_state": "stale"})
+
+
+def test_publishing_does_not_wait_for_a_reconnect():
+    """While the publisher's driver thread reconnects, its TCP connect blocked for the
+    whole connect_timeout (10 s) by a listener that never accepts, `update` goes on (the
+    library keeps the image for the next connection): it once waited for the lock,
+    held through the connect."""
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    addr = node.listening_address()
+    p = tickwire.Publisher(addr, "PYFEED", connect_timeout=10.0)
+    try:
+        p.refresh("EUR=", {"BID": 1.0})
+        p.flush()
+        node.stop()
+        deadline = time.monotonic() + 30
+        while p.connected:
+            assert time.monotonic() < deadline, "the publisher never saw the node go"
+            time.sleep(0.01)
+        with silent_address(addr):
+            longest, calls = 0.0, 0
+            start = time.monotonic()
+            while time.monotonic() - start < 3.0:
+                t0 = time.monotonic()
+                p.update("EUR=", {"BID": 1.0 + calls / 1000})
+                longest = max(longest, time.monotonic() - t0)
+                calls += 1
+                time.sleep(0.05)
+            connected = p.connected
+    finally:
+        p.close(timeout=0.1)
+        node.stop()
+    assert calls > 1 and not connected, (calls, connected)
+    assert longest < 5.0, f"an update waited {longest:.2f} s for the reconnect"

@@ -92,6 +92,49 @@ pub(crate) struct Driver<S> {
     transport: Option<Transport>,
     /// "subscriber" or "publisher", for the log.
     what: &'static str,
+    /// A reconnect is being made elsewhere ([`Driver::take_reconnect`]): `run` does
+    /// not open one of its own meanwhile.
+    reconnect_taken: bool,
+}
+
+/// How often `run` looks again, without a transport, while a reconnect taken out of
+/// it is being made.
+const RECONNECT_ELSEWHERE_POLL: Duration = Duration::from_millis(10);
+
+/// A reconnect taken out of a subscriber or publisher (`take_reconnect`), to be made
+/// where the caller holds no lock: [`Reconnect::connect`] blocks up to the connect
+/// time-out for each node it tries. Its outcome goes back through
+/// `finish_reconnect`; until then the session does not reconnect by itself.
+#[derive(Debug)]
+pub struct Reconnect {
+    opts: ConnectOptions,
+    nodes: Vec<String>,
+    /// The node lost (tried last).
+    lost: usize,
+}
+
+/// What a [`Reconnect`] made: a transport to one of the nodes and its index, or the
+/// last node's failure.
+pub struct Reconnected(Result<(Transport, usize), ClientError>);
+
+impl Reconnect {
+    /// Opens a transport: the node after the one lost first, then the others in turn
+    /// (that one last). Blocks while each is tried.
+    pub fn connect(self) -> Reconnected {
+        let n = self.nodes.len();
+        let mut last_error = None;
+        for step in 1..=n {
+            let i = (self.lost + step) % n;
+            match Transport::open(&self.opts, &self.nodes[i]) {
+                Ok(t) => return Reconnected(Ok((t, i))),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Reconnected(Err(last_error.unwrap_or_else(|| ClientError::Connect {
+            addr: self.opts.addr.clone(),
+            reason: "no node to connect to".into(),
+        })))
+    }
 }
 
 impl<S: ClientSession> Driver<S> {
@@ -123,6 +166,7 @@ impl<S: ClientSession> Driver<S> {
                         current: i,
                         transport: Some(transport),
                         what,
+                        reconnect_taken: false,
                     })
                 }
                 Err(e) => failures.push(e),
@@ -225,31 +269,50 @@ impl<S: ClientSession> Driver<S> {
 
     /// Opens a new transport when the session wants one. The Welcome and what follows
     /// it are handled as input, by `run`.
-    /// With several nodes, the one after the node lost is tried first, then the others
-    /// in turn (that one last).
     fn reconnect(&mut self) -> Result<(), ClientError> {
-        let n = self.nodes.len();
-        let mut last_error = None;
-        for step in 1..=n {
-            let i = (self.current + step) % n;
-            match Transport::open(&self.opts, &self.nodes[i]) {
-                Ok(t) => {
-                    self.session.connecting(Instant::now())?;
-                    self.transport = Some(t);
-                    self.current = i;
-                    info!("{} reconnected to {}", self.what, self.nodes[i]);
+        match self.take_reconnect(Instant::now()) {
+            Some(r) => self.finish_reconnect(r.connect()),
+            None => Ok(()),
+        }
+    }
+
+    /// The reconnect due at `now`, taken out to be made elsewhere (see [`Reconnect`]);
+    /// `None` when none is due, or one is already out.
+    pub(crate) fn take_reconnect(&mut self, now: Instant) -> Option<Reconnect> {
+        if self.transport.is_some()
+            || self.reconnect_taken
+            || self.session.ended()
+            || !self.session.wants_connect(now)
+        {
+            return None;
+        }
+        self.reconnect_taken = true;
+        Some(Reconnect {
+            opts: self.opts.clone(),
+            nodes: self.nodes.clone(),
+            lost: self.current,
+        })
+    }
+
+    /// Takes the outcome of a reconnect taken out: the new transport (unless one came
+    /// meanwhile or the session ended: it is then closed), or the failure, after which
+    /// the back-off counts from now (the attempts took time: a node that never answers
+    /// is not tried again at once).
+    pub(crate) fn finish_reconnect(&mut self, made: Reconnected) -> Result<(), ClientError> {
+        self.reconnect_taken = false;
+        match made.0 {
+            Ok((transport, i)) => {
+                if self.transport.is_some() || self.session.ended() {
                     return Ok(());
                 }
-                Err(e) => last_error = Some(e),
+                self.session.connecting(Instant::now())?;
+                self.transport = Some(transport);
+                self.current = i;
+                info!("{} reconnected to {}", self.what, self.nodes[i]);
+                Ok(())
             }
-        }
-        // The attempts took time (a connect waits up to its time-out): the back-off
-        // counts from their end, or a node that never answers would be tried again at
-        // once, for as long as it does not.
-        let now = Instant::now();
-        match last_error {
-            None => Ok(()),
-            Some(e) => {
+            Err(e) => {
+                let now = Instant::now();
                 let msg = e.to_string();
                 self.session.connect_failed(e, now)?;
                 warn!(
@@ -299,14 +362,18 @@ impl<S: ClientSession> Driver<S> {
                 self.not_ended()?;
                 // A reconnect that is due is tried even by a zero-timeout call (an
                 // application polling with Duration::ZERO would otherwise never get one).
-                if self.session.wants_connect(now) {
+                if !self.reconnect_taken && self.session.wants_connect(now) {
                     self.reconnect()?;
                     continue;
                 }
                 if now >= deadline {
                     return Ok(None);
                 }
-                std::thread::sleep(self.session.retry_at().min(deadline) - now);
+                let wake = match self.reconnect_taken {
+                    true => now + RECONNECT_ELSEWHERE_POLL,
+                    false => self.session.retry_at(),
+                };
+                std::thread::sleep(wake.min(deadline).saturating_duration_since(now));
                 continue;
             }
             if self.session.poll_timeout().is_some_and(|t| now >= t) {

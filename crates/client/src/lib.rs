@@ -38,7 +38,7 @@ mod tests;
 pub use conn::ConnectOptions;
 #[cfg(feature = "clap")]
 pub use credentials::Credentials;
-pub use driver::ClientSession;
+pub use driver::{ClientSession, Reconnect, Reconnected};
 pub use events::{Event, EventRef, Fields, ItemRef, OwnedState};
 pub use publisher::{Publisher, PublisherOptions};
 pub use publishing::{

@@ -1,7 +1,7 @@
 //! The blocking publisher: a [`PublisherSession`] driven over a socket.
 
 use crate::conn::ConnectOptions;
-use crate::driver::Driver;
+use crate::driver::{Driver, Reconnect, Reconnected};
 use crate::publishing::{
     ItemId, PublishError, PublisherEvent, PublisherSession, ReceivedPost, ServiceOptions,
 };
@@ -168,6 +168,22 @@ impl Publisher {
     /// Times it reconnected.
     pub fn reconnects(&self) -> u64 {
         self.driver.session.reconnects()
+    }
+
+    /// A reconnect that is due, taken out to be made without this publisher (see
+    /// [`Reconnect`]): for a caller that shares it behind a lock, so that the lock is
+    /// not held while the connect waits. Until [`finish_reconnect`](Self::finish_reconnect)
+    /// gets its outcome the publisher does not reconnect by itself. `None` when none is
+    /// due or one is already out.
+    pub fn take_reconnect(&mut self) -> Option<Reconnect> {
+        self.driver.take_reconnect(Instant::now())
+    }
+
+    /// Takes the outcome of [`Reconnect::connect`]: the new connection (its login and
+    /// what follows are handled by the next calls), or the failure (the back-off
+    /// starts now; `Err` when it ends the session).
+    pub fn finish_reconnect(&mut self, made: Reconnected) -> Result<(), ClientError> {
+        self.driver.finish_reconnect(made)
     }
 
     /// Announces the service up (or down again). Subscriber requests wait at the node

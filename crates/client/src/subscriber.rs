@@ -1,7 +1,7 @@
 //! The blocking subscriber: a [`SubscriberSession`] driven over a socket.
 
 use crate::conn::ConnectOptions;
-use crate::driver::Driver;
+use crate::driver::{Driver, Reconnect, Reconnected};
 use crate::events::{Event, EventRef};
 use crate::session::Session;
 use crate::watchlist::{PostTo, RequestOptions, StreamId, SubscriberSession};
@@ -70,6 +70,22 @@ impl Subscriber {
     /// Times the connection was re-established.
     pub fn reconnects(&self) -> u64 {
         self.driver.session.reconnects()
+    }
+
+    /// A reconnect that is due, taken out to be made without this subscriber (see
+    /// [`Reconnect`]): for a caller that shares it behind a lock, so that the lock is
+    /// not held while the connect waits. Until [`finish_reconnect`](Self::finish_reconnect)
+    /// gets its outcome the subscriber does not reconnect by itself. `None` when none is
+    /// due or one is already out.
+    pub fn take_reconnect(&mut self) -> Option<Reconnect> {
+        self.driver.take_reconnect(Instant::now())
+    }
+
+    /// Takes the outcome of [`Reconnect::connect`]: the new connection (its login and
+    /// what follows are handled by the next calls), or the failure (the back-off
+    /// starts now; `Err` when it ends the session).
+    pub fn finish_reconnect(&mut self, made: Reconnected) -> Result<(), ClientError> {
+        self.driver.finish_reconnect(made)
     }
 
     /// Services and their state, as the node's directory messages left them (each

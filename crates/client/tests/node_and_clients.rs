@@ -398,6 +398,68 @@ fn subscriber_reconnects_and_requests_its_watchlist_again() {
     node2.stop().unwrap();
 }
 
+/// A reconnect taken out of the subscriber (made by a caller that must not hold it
+/// meanwhile, as the Python binding's lock) is made by its taker alone: the
+/// subscriber's own calls neither reconnect nor hand out a second one until its
+/// outcome comes back; then the new connection serves the watchlist again.
+#[test]
+fn a_reconnect_taken_out_is_made_by_its_taker_alone() {
+    let node = start_node(CacheMode::On);
+    let addr = node.addr;
+    let mut p = publisher(&node, false);
+    publish_and_wait(&node, &mut p, "SYM4", 400);
+    let mut sub = Subscriber::connect(opts(&node)).unwrap();
+    sub.subscribe("FEED", "SYM4", RequestOptions::default())
+        .unwrap();
+    wait_for(&mut sub, Some(&mut p), |e| {
+        matches!(e, Event::Refresh { .. })
+    });
+    node.stop().unwrap();
+    wait_for(&mut sub, None, |e| matches!(e, Event::Status { .. }));
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = addr;
+    cfg.node.stats_interval_s = 0;
+    let node2 = NodeServer::spawn(cfg).expect("rebind the same port");
+    let deadline = Instant::now() + WAIT;
+    let reconnect = loop {
+        assert!(Instant::now() < deadline, "no reconnect became due");
+        if let Some(r) = sub.take_reconnect() {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // Out with its taker: the subscriber waits, it does not connect by itself.
+    assert!(sub.take_reconnect().is_none());
+    sub.dispatch(Duration::from_millis(200), |_| {}).unwrap();
+    assert!(!sub.is_connected());
+    sub.finish_reconnect(reconnect.connect()).unwrap();
+    assert!(sub.is_connected());
+    // The watchlist is asked again on the new connection; the publisher reconnects too.
+    let deadline = Instant::now() + WAIT;
+    let mut bid = None;
+    while bid.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no refresh on the new connection"
+        );
+        p.dispatch(Duration::ZERO).unwrap();
+        p.flush(Duration::from_secs(1)).unwrap();
+        sub.dispatch(Duration::from_millis(5), |e| {
+            if let tickwire_client::EventRef::Refresh(_, r) = e {
+                bid = r
+                    .fields
+                    .iter()
+                    .find(|(id, _)| *id == 22)
+                    .map(|(_, v)| v.to_string());
+            }
+        })
+        .unwrap();
+    }
+    assert_eq!(bid.as_deref(), Some("4.00"));
+    assert_eq!(sub.reconnects(), 1);
+    node2.stop().unwrap();
+}
+
 /// 100,000 images (about 5 MB) pushed in one burst while the service is down, then the
 /// service goes up: every image is taken in and the last one is served. (A node that
 /// stopped reading a connection after one loop turn's share once made this slow, not

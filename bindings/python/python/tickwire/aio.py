@@ -17,7 +17,8 @@ events as they come; ``async for`` awaits the next batch.
 
 Connecting (a TCP connect and a login) runs in the loop's default executor, once; so
 do the library's reconnections while the connection is lost (there is no socket to
-watch then), so that a slow or unreachable node never holds the loop.
+watch then), with the connection's lock released while the connect waits, so that a
+slow or unreachable node never holds the loop nor the calls made on it.
 """
 
 from __future__ import annotations
@@ -135,8 +136,8 @@ def _collected(handles: _LoopHandles, native: "_native.Subscriber") -> None:
     if not loop.is_closed():
         # Collected on any thread; the loop's handles are released on its own.
         loop.call_soon_threadsafe(handles.release)
-    # On a thread of its own: the executor may hold the connection's lock through a
-    # reconnect (up to connect_timeout), and the collecting thread may be the loop's.
+    # On a thread of its own: the executor may hold the connection's lock for a read
+    # (up to a reconnect's login), and the collecting thread may be the loop's.
     try:
         threading.Thread(target=native.disconnect, name="tickwire-aio-disconnect", daemon=True).start()
     except RuntimeError:  # the interpreter is shutting down: no new threads
