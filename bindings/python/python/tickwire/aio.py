@@ -136,8 +136,8 @@ def _collected(handles: _LoopHandles, native: "_native.Subscriber") -> None:
     if not loop.is_closed():
         # Collected on any thread; the loop's handles are released on its own.
         loop.call_soon_threadsafe(handles.release)
-    # On a thread of its own: the executor may hold the connection's lock for a read
-    # (up to a reconnect's login), and the collecting thread may be the loop's.
+    # On a thread of its own: the executor may hold the connection's lock (briefly,
+    # for a read), and the collecting thread may be the loop's.
     try:
         threading.Thread(target=native.disconnect, name="tickwire-aio-disconnect", daemon=True).start()
     except RuntimeError:  # the interpreter is shutting down: no new threads
