@@ -533,6 +533,16 @@ impl Sender {
                 });
             }
         }
+        if t.unresolved {
+            // A file for every site that ended before it had its sites: its record's
+            // one line, "every site" (the empty name), says it failed and why.
+            self.events.push_back(SenderEvent::Site {
+                transfer: id,
+                site: String::new(),
+                state: Delivery::Failed,
+                reason: reason.to_owned(),
+            });
+        }
         self.remove(id, reason);
         self.urgent.push_back(Urgent::Cancel(id, reason.into()));
         self.events.push_back(SenderEvent::Finished {

@@ -1369,3 +1369,41 @@ fn a_site_is_spoken_for_only_in_the_services_it_is_present_for() {
     let states: Vec<String> = report(&mut h).into_iter().map(|r| r.3).collect();
     assert!(!states.iter().any(|s| s == "failed"), "{states:?}");
 }
+
+#[test]
+fn a_file_for_every_site_that_fails_before_it_has_sites_is_reported_failed_with_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let data = b"a,b\n".to_vec();
+    let now = Instant::now();
+    // For every site (no --to), with a hash that does not match its bytes.
+    let p = FilesMessage::Put(Put {
+        request: 1,
+        service: "FILES",
+        name: "eod.csv",
+        size: data.len() as u64,
+        sha256: [0; 32],
+        to: vec![],
+    });
+    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), now);
+    let d = FilesMessage::PutData {
+        request: 1,
+        offset: 0,
+        data: &data,
+    };
+    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), now);
+    while h.pump(now) {}
+    outputs(&mut h);
+    let query = encode(&FilesMessage::Query { request: 9 });
+    h.handle(Peer::Conn(CLIENT), "bob", Rights::ALL, &query, now);
+    let r = reported(&mut h, |e| {
+        (
+            e.site.to_string(),
+            e.state.to_string(),
+            e.reason.to_string(),
+        )
+    });
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].1, "failed", "{r:?}");
+    assert!(r[0].2.contains("SHA-256"), "{r:?}");
+}
