@@ -696,7 +696,14 @@ impl Hub {
                 i
             }
             FilesMessage::Chunk { transfer, .. } | FilesMessage::Cancel { transfer, .. } => {
-                let Some(&(i, _)) = self.relayed.get(transfer) else {
+                // Or a partial file a previous run of this site left: no offer of it
+                // may come again (its sender gave it up and cancels it), and its
+                // chunks are taken before the next offer.
+                let known = self.relayed.get(transfer).map(|r| r.0).or_else(|| {
+                    let (rx, _) = self.receiver.as_ref()?;
+                    self.service_index(rx.partial_service(*transfer)?)
+                });
+                let Some(i) = known else {
                     self.stats.ignored += 1;
                     return;
                 };

@@ -214,6 +214,11 @@ impl Receiver {
         self.incoming.len()
     }
 
+    /// The service of a file partly received (one a previous run left included).
+    pub fn partial_service(&self, transfer: u64) -> Option<&str> {
+        self.incoming.get(&transfer).map(|i| i.m.service.as_str())
+    }
+
     /// Transfers a previous run finished (from the audit log), so that offers of them
     /// are answered "done" rather than received again.
     pub fn remember_done(&mut self, transfers: impl IntoIterator<Item = u64>) {

@@ -1407,3 +1407,54 @@ fn a_file_for_every_site_that_fails_before_it_has_sites_is_reported_failed_with_
     assert_eq!(r[0].1, "failed", "{r:?}");
     assert!(r[0].2.contains("SHA-256"), "{r:?}");
 }
+
+/// A site restarted with a partial file takes its sender's Cancel of it (the sender
+/// gave the file up meanwhile, and tells the site when it asks): the part goes at
+/// once, though no offer of it came in this run.
+#[test]
+fn a_restarted_site_drops_a_resumed_partial_file_its_sender_cancels() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let never = tickwire_files::inbox::Fsync::Never;
+    let data = vec![9u8; 200 * 1024];
+    let t = 0x5eed;
+    {
+        let mut h = receiving_hub(dir.path(), never, 100, now);
+        let offer = FilesMessage::Offer(tickwire_files::wire::Offer {
+            transfer: t,
+            sender: "src",
+            service: "FILES",
+            name: "big.bin",
+            size: data.len() as u64,
+            chunk_size: 1024,
+            sha256: Sha256::digest(&data).into(),
+            sent_through: 0,
+            expires_ms: u64::MAX,
+            open: true,
+            targets: vec![],
+        });
+        h.handle(Peer::Backbone, "", Rights::default(), &encode(&offer), now);
+        for index in 0..100u32 {
+            let chunk = FilesMessage::Chunk {
+                transfer: t,
+                index,
+                data: &data[index as usize * 1024..(index as usize + 1) * 1024],
+            };
+            h.handle(Peer::Backbone, "", Rights::default(), &encode(&chunk), now);
+        }
+        h.pump(now);
+    }
+    let partial = dir.path().join("inbox/.tickwire-partial");
+    let held = || std::fs::read_dir(&partial).unwrap().count();
+    assert!(held() > 0, "a map was saved");
+    // Started again: the partial file is reopened; then its sender cancels it.
+    let mut h = receiving_hub(dir.path(), never, 100, now);
+    assert_eq!(h.resume_receiver([], now).unwrap(), 1);
+    let cancel = FilesMessage::Cancel {
+        transfer: t,
+        reason: "the upload failed: the client went away",
+    };
+    h.handle(Peer::Backbone, "", Rights::default(), &encode(&cancel), now);
+    h.pump(now);
+    assert_eq!(held(), 0, "the partial file and its map are gone");
+}
