@@ -289,6 +289,9 @@ struct Outgoing {
     chunks: u32,
     /// Chunks whose bytes the source has (all but while the file arrives).
     available: u32,
+    /// The file is whole and checked (false while it arrives: an empty file has all
+    /// of its no chunks then, and is not whole for that).
+    whole: bool,
     /// Targets not resolved yet (sent to every site of the service: resolved when it
     /// starts).
     unresolved: bool,
@@ -314,7 +317,7 @@ struct Outgoing {
 /// An arriving file that has sent all it has: it holds no place in the window (so
 /// uploads that trickle cannot keep the other files waiting).
 fn waiting_for_bytes(t: &Outgoing) -> bool {
-    t.available < t.chunks && t.first_pass >= t.available && t.repairs.held() == 0
+    !t.whole && t.first_pass >= t.available && t.repairs.held() == 0
 }
 
 /// Transfers that ended, remembered so that a site still asking about one is told
@@ -445,7 +448,9 @@ impl Sender {
     /// [`Sender::handle_uploaded`] says how much has arrived.
     pub fn enqueue_arriving(&mut self, file: NewFile, now: Instant) -> Result<u64, QueueError> {
         let id = self.enqueue_with(file, now)?;
-        self.transfers.get_mut(&id).expect("just queued").available = 0;
+        let t = self.transfers.get_mut(&id).expect("just queued");
+        t.available = 0;
+        t.whole = false;
         Ok(id)
     }
 
@@ -459,19 +464,19 @@ impl Sender {
             // It may take a place in the window now.
             self.next_scan = self.next_scan.min(now);
         }
-        if whole && t.available < t.chunks {
+        if t.whole {
+            return;
+        }
+        if whole {
             // Whole and checked: now it replaces the older file of its name (an upload
             // that fails leaves the older one to its sites).
             t.available = t.chunks;
+            t.whole = true;
             self.replace_older(transfer, |_| true);
             return;
         }
-        t.available = if whole {
-            t.chunks
-        } else {
-            let full = bytes / u64::from(t.m.chunk_size.max(1));
-            (full.min(u64::from(t.chunks.saturating_sub(1)))) as u32
-        };
+        let full = bytes / u64::from(t.m.chunk_size.max(1));
+        t.available = (full.min(u64::from(t.chunks.saturating_sub(1)))) as u32;
     }
 
     /// Takes back a queued file (its upload failed): every site that does not have it
@@ -701,6 +706,7 @@ impl Sender {
             Outgoing {
                 chunks,
                 available: chunks,
+                whole: true,
                 unresolved,
                 sites,
                 first_pass: 0,
@@ -794,7 +800,7 @@ impl Sender {
         };
         // No site can have a file whose upload is still coming in (its last chunk
         // waits for the whole upload): such a `done` is not believed.
-        let uploading = t.available < t.chunks;
+        let uploading = !t.whole;
         if !t.m.is_for(s.site) || (uploading && s.state == SiteState::Done) {
             self.stats.ignored_statuses += 1;
             return;

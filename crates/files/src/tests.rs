@@ -1155,3 +1155,33 @@ fn repairs_held_when_a_transfer_is_parked_still_go() {
         tx.stats().repairs - repairs_before
     );
 }
+
+/// An empty file uploaded under the name of one still on its way replaces it once it
+/// is whole and checked, as any other file does; and no site has it before then.
+#[test]
+fn an_empty_upload_replaces_the_older_file_of_its_name_once_whole() {
+    let mut net = Net::new(1, sender_config());
+    net.sites[0].up = false;
+    let id1 = net
+        .send(1, "eod.csv", bytes(20_000, 1), targets(1))
+        .unwrap();
+    let id2 = net.send_arriving(2, "eod.csv", &[], 1);
+    net.arrive(id2, &[], 0, true);
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.finished(id1), Some(false), "replaced by the empty file");
+    net.sites[0].up = true;
+    net.run_until(Duration::from_secs(30), |n| n.finished(id2).is_some());
+    assert_eq!(net.finished(id2), Some(true));
+    assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&Vec::new()));
+    // Another, still arriving: no site has it before it is whole.
+    let id3 = net.send_arriving(3, "empty.csv", &[], 1);
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(
+        net.sites[0].store.inbox.get("empty.csv"),
+        None,
+        "the empty file reached a site before its upload was whole"
+    );
+    net.arrive(id3, &[], 0, true);
+    net.run_until(Duration::from_secs(30), |n| n.finished(id3).is_some());
+    assert_eq!(net.sites[0].store.inbox.get("empty.csv"), Some(&Vec::new()));
+}
