@@ -1371,14 +1371,14 @@ impl Hub {
             let mut n = 0;
             while n < PUMP_BATCH && tx.poll_transmit(now, spool, &mut self.buf) {
                 n += 1;
+                // A transfer that ended lately too (a Cancel told again), which the
+                // record may no longer list.
                 let service = crate::wire::transfer_of(&self.buf).and_then(|transfer| {
-                    tx.transfer(transfer)
-                        .map(|(m, _)| m.service.clone())
-                        .or_else(|| {
-                            self.records
-                                .get(&transfer)
-                                .map(|r| r.manifest.service.clone())
-                        })
+                    tx.service_of(transfer).map(str::to_owned).or_else(|| {
+                        self.records
+                            .get(&transfer)
+                            .map(|r| r.manifest.service.clone())
+                    })
                 });
                 let Some(i) = service.and_then(|s| self.cfg.services.iter().position(|x| *x == s))
                 else {

@@ -1458,3 +1458,44 @@ fn a_restarted_site_drops_a_resumed_partial_file_its_sender_cancels() {
     h.pump(now);
     assert_eq!(held(), 0, "the partial file and its map are gone");
 }
+
+/// A site still receiving a transfer that ended is told again to drop it, though the
+/// record (which keeps `keep_records` files) no longer lists the transfer.
+#[test]
+fn a_site_is_told_of_an_ended_transfer_the_record_no_longer_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let spool = Spool::new(&dir.path().join("spool")).unwrap();
+    let mut cfg = HubConfig::new("src", vec!["FILES".into()]);
+    cfg.keep_records = 1;
+    let sender = Sender::new(SenderConfig::new("src"), t0);
+    let mut h = Hub::new(cfg, Some((sender, spool)), None, t0, 1_790_000_000_000, 42);
+    edge1_present(&mut h, t0);
+    // Two uploads whose bytes do not match their hash: each withdrawn.
+    let data = vec![7u8; 200_000];
+    let mut ended = Vec::new();
+    for name in ["a.bin", "b.bin"] {
+        put_to_edge1(&mut h, name, data.len(), [0; 32], t0);
+        upload(&mut h, &data, 0..200_000, t0);
+        let go = outputs(&mut h);
+        ended.push(transfer_of_go(&go, 1));
+        to_backbone(&mut h, t0);
+    }
+    let listed: Vec<u64> = report(&mut h).into_iter().map(|r| r.0).collect();
+    assert_eq!(listed, [ended[1]], "the record keeps one file");
+    let asking = FilesMessage::Status(Status {
+        transfer: ended[0],
+        site: "edge1",
+        state: SiteState::Receiving,
+        have: 3,
+        missing: Vec::new(),
+        reason: "",
+    });
+    let t1 = t0 + std::time::Duration::from_secs(1);
+    h.handle(Peer::Backbone, "", Rights::default(), &encode(&asking), t1);
+    let (_, _, cancels) = to_backbone(&mut h, t1);
+    assert_eq!(
+        cancels,
+        ["the upload failed: the bytes received do not match the SHA-256 announced"]
+    );
+}
