@@ -496,23 +496,24 @@ impl Sender {
         let Some(t) = self.transfers.get(&newer) else {
             return;
         };
+        // A file for every site goes to the sites present when it starts: until it has
+        // them it replaces nothing (`resolve_open` comes back), then it covers those.
+        if t.unresolved {
+            return;
+        }
         let key = (t.m.service.clone(), t.m.name.clone());
-        // None: every site of the service (an open transfer).
-        let covers: Option<Vec<String>> = (!t.m.open).then(|| t.m.targets.clone());
+        let covers = &t.m.targets;
         let replaced: Vec<u64> = self.by_name[&key]
             .iter()
             .filter(|id| **id != newer)
             .filter_map(|id| self.transfers.get(id).map(|o| (*id, o)))
             .filter(|(_, o)| older(o))
-            .filter(|(_, o)| match &covers {
-                None => true,
-                Some(sites) => {
-                    !o.unresolved
-                        && o.sites
-                            .iter()
-                            .filter(|(_, r)| r.target && r.state != Delivery::Done)
-                            .all(|(site, _)| sites.contains(site))
-                }
+            .filter(|(_, o)| {
+                !o.unresolved
+                    && o.sites
+                        .iter()
+                        .filter(|(_, r)| r.target && r.state != Delivery::Done)
+                        .all(|(site, _)| covers.contains(site))
             })
             .map(|(id, _)| id)
             .collect();
@@ -1080,11 +1081,12 @@ impl Sender {
         if now.saturating_duration_since(self.started) < self.cfg.listen_first {
             return;
         }
+        // Oldest first: each, resolved, replaces the older ones of its name.
         let unresolved: Vec<u64> = self
-            .transfers
+            .order
             .iter()
-            .filter(|(_, t)| t.unresolved)
-            .map(|(id, _)| *id)
+            .filter(|id| self.transfers.get(id).is_some_and(|t| t.unresolved))
+            .copied()
             .collect();
         for id in unresolved {
             let service = self.transfers[&id].m.service.clone();
@@ -1120,6 +1122,16 @@ impl Sender {
             });
             // Sites that answered before it was resolved may be done already.
             self.finish_if_delivered(id);
+            // Whole, it now replaces the older files of its name where it goes.
+            if let Some(t) = self.transfers.get(&id).filter(|t| t.whole) {
+                let key = (t.m.service.clone(), t.m.name.clone());
+                let older: Vec<u64> = self.by_name[&key]
+                    .iter()
+                    .copied()
+                    .take_while(|x| *x != id)
+                    .collect();
+                self.replace_older(id, |o| older.contains(&o.m.transfer));
+            }
         }
     }
 

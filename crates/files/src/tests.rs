@@ -1185,3 +1185,80 @@ fn an_empty_upload_replaces_the_older_file_of_its_name_once_whole() {
     net.run_until(Duration::from_secs(30), |n| n.finished(id3).is_some());
     assert_eq!(net.sites[0].store.inbox.get("empty.csv"), Some(&Vec::new()));
 }
+
+/// A file for every site goes to the sites present when it starts: one queued while a
+/// site that still needs the older file of its name is away does not go to that site,
+/// so it does not replace the older file there. The site, back, gets the older file
+/// rather than neither.
+#[test]
+fn a_file_for_every_site_does_not_replace_the_older_one_at_a_site_away_when_it_starts() {
+    let mut net = Net::new(2, sender_config());
+    net.sites[1].up = false;
+    let v1 = bytes(20_000, 1);
+    let id1 = net.send(1, "eod.csv", v1.clone(), targets(2)).unwrap();
+    net.run_until(Duration::from_secs(10), |n| {
+        n.sites[0].store.inbox.contains_key("eod.csv")
+    });
+    let v2 = bytes(20_000, 2);
+    let id2 = net.send(2, "eod.csv", v2.clone(), None).unwrap();
+    net.run_until(Duration::from_secs(30), |n| n.finished(id2).is_some());
+    assert_eq!(net.finished(id2), Some(true));
+    assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&v2));
+    assert_eq!(net.finished(id1), None, "site-1 still waits for eod.csv");
+    net.sites[1].up = true;
+    net.run_until(Duration::from_secs(30), |n| n.finished(id1).is_some());
+    assert_eq!(net.finished(id1), Some(true));
+    assert_eq!(net.sites[1].store.inbox.get("eod.csv"), Some(&v1));
+}
+
+/// A file for every site replaces the older file of its name once it has its sites,
+/// where they are every site the older one has yet to reach.
+#[test]
+fn a_file_for_every_site_replaces_the_older_one_once_it_has_its_sites() {
+    let mut net = Net::new(1, sender_config());
+    net.sites[0].up = false;
+    let id1 = net
+        .send(1, "eod.csv", bytes(20_000, 1), targets(1))
+        .unwrap();
+    let v2 = bytes(20_000, 2);
+    let id2 = net.send(2, "eod.csv", v2.clone(), None).unwrap();
+    net.run_for(Duration::from_secs(4));
+    assert_eq!(
+        net.finished(id1),
+        None,
+        "no site is known to take the newer yet"
+    );
+    net.sites[0].up = true;
+    net.run_until(Duration::from_secs(30), |n| n.finished(id2).is_some());
+    assert_eq!(net.finished(id1), Some(false), "replaced by the newer");
+    assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&v2));
+}
+
+/// Files for every site of one name, queued while no site is there, take their sites
+/// together: the newer replaces the older, whichever order the sender looks at them.
+#[test]
+fn files_for_every_site_of_one_name_queued_before_any_site_keep_the_newer() {
+    for round in 0..8 {
+        let mut net = Net::new(1, sender_config());
+        net.sites[0].up = false;
+        let ids: Vec<u64> = (0..4)
+            .map(|i| {
+                net.send(10 + i, "eod.csv", bytes(5_000, i as u8), None)
+                    .unwrap()
+            })
+            .collect();
+        net.run_for(Duration::from_secs(4));
+        net.sites[0].up = true;
+        net.run_until(Duration::from_secs(30), |n| n.all_finished(&ids));
+        let delivered: Vec<Option<bool>> = ids.iter().map(|id| net.finished(*id)).collect();
+        assert_eq!(
+            delivered,
+            [Some(false), Some(false), Some(false), Some(true)],
+            "round {round}"
+        );
+        assert_eq!(
+            net.sites[0].store.inbox.get("eod.csv"),
+            Some(&bytes(5_000, 3))
+        );
+    }
+}
