@@ -298,6 +298,9 @@ struct Outgoing {
     sites: BTreeMap<String, SiteRecord>,
     /// The first pass's next chunk.
     first_pass: u32,
+    /// Its sites have been offered it (by this run, or by the run before a restart
+    /// when a site had said where it stands): offered while parked.
+    offered: bool,
     /// Chunks asked for again.
     repairs: ChunkMap,
     repair_cursor: u32,
@@ -639,6 +642,9 @@ impl Sender {
             if !target && t.sites.len() >= MAX_SITES_PER_TRANSFER {
                 continue;
             }
+            // A site that said where it stands was offered the file: a failed one
+            // may try again when it is offered, parked, as before the restart.
+            t.offered |= state != Delivery::Queued;
             // Sending resumes as queued: this run has sent nothing yet.
             let state = if state == Delivery::Sending {
                 Delivery::Queued
@@ -711,6 +717,7 @@ impl Sender {
                 unresolved,
                 sites,
                 first_pass: 0,
+                offered: false,
                 repairs: ChunkMap::new(chunks),
                 repair_cursor: 0,
                 offer_at: now,
@@ -1015,8 +1022,9 @@ impl Sender {
         let mut parked_offers = 0;
         let len = self.order.len();
         self.fill_window(now, len);
-        // Offer a few parked transfers that were sent before, in turn, so failed and
-        // busy sites may ask again. One never sent waits for the window: a site that
+        // Offer a few parked transfers that were offered before (by this run or the
+        // one before a restart), in turn, so failed and busy sites may ask again. One
+        // never offered waits for the window: a site that
         // opened a partial file for it would hold a place the window's transfers need.
         for _ in 0..len {
             if parked_offers >= PARKED_OFFERS_PER_SCAN {
@@ -1028,7 +1036,7 @@ impl Sender {
                 .transfers
                 .get_mut(&id)
                 .expect("order holds live transfers");
-            if !t.active && !t.unresolved && t.first_pass > 0 && t.offer_at <= now {
+            if !t.active && !t.unresolved && t.offered && t.offer_at <= now {
                 t.offer_at = now + self.cfg.park_offer_interval;
                 self.urgent.push_back(Urgent::Offer(id));
                 parked_offers += 1;
@@ -1049,6 +1057,7 @@ impl Sender {
         };
         let t = self.transfers.get_mut(&id).expect("live");
         t.active = true;
+        t.offered = true;
         t.last_progress = now;
         t.offer_at = now;
         for site in present {

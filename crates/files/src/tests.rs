@@ -1262,3 +1262,38 @@ fn files_for_every_site_of_one_name_queued_before_any_site_keep_the_newer() {
         );
     }
 }
+
+/// A site whose disk was full when its sender stopped is offered the file again once
+/// the sender is back, and takes it when its disk has room: the restarted sender does
+/// not leave the transfer waiting for its expiry.
+#[test]
+fn a_site_that_failed_before_its_sender_restarted_is_offered_the_file_again() {
+    let mut net = Net::new(1, sender_config());
+    net.sites[0].store.full = true;
+    let file = bytes(20_000, 7);
+    let id = net.send(1, "eod.csv", file.clone(), targets(1)).unwrap();
+    net.run_until(Duration::from_secs(10), |n| {
+        n.tx.transfer(id)
+            .is_some_and(|(_, s)| s["site-0"].state == Delivery::Failed)
+    });
+    let saved: Vec<(Manifest, SavedSites)> = net
+        .tx
+        .transfers()
+        .map(|(m, sites)| {
+            let sites = sites
+                .iter()
+                .map(|(s, r)| (s.clone(), r.state, r.reason.clone()))
+                .collect();
+            (m.clone(), sites)
+        })
+        .collect();
+    let mut tx = Sender::new(sender_config(), net.now);
+    for (m, sites) in saved {
+        tx.restore(m, sites, net.now + Duration::from_secs(3600), net.now);
+    }
+    net.tx = tx;
+    net.sites[0].store.full = false;
+    net.run_until(Duration::from_secs(120), |n| n.finished(id).is_some());
+    assert_eq!(net.finished(id), Some(true));
+    assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&file));
+}
