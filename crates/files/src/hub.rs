@@ -1411,6 +1411,7 @@ impl Hub {
                 );
             }
         }
+        let mut received = Vec::new();
         if let Some((rx, _)) = self.receiver.as_mut() {
             while rx.poll_transmit(now, &mut self.buf) {
                 // A status goes back the way its transfer came; a presence every way
@@ -1430,36 +1431,19 @@ impl Hub {
                 }
             }
             while let Some(e) = rx.poll_event() {
-                match e {
-                    ReceiverEvent::Arrived { manifest } => {
-                        let mut sites = BTreeMap::new();
-                        sites.insert(
-                            self.cfg.site.clone(),
-                            SiteLine {
-                                state: Delivery::Done,
-                                since_ms: wall,
-                                reason: String::new(),
-                            },
-                        );
-                        // A file this node both sent and received keeps its sender's record.
-                        if let std::collections::btree_map::Entry::Vacant(e) =
-                            self.records.entry(manifest.transfer)
-                        {
-                            self.record_seq += 1;
-                            e.insert(Record {
-                                seq: self.record_seq,
-                                manifest: manifest.clone(),
-                                sites,
-                                finished: true,
-                            });
-                            self.finished_order.push_back(manifest.transfer);
-                        }
-                        self.events.push_back(HubEvent::Arrived { manifest });
-                    }
-                    ReceiverEvent::Failed { manifest, reason }
-                    | ReceiverEvent::Cancelled { manifest, reason } => {
-                        self.events.push_back(HubEvent::Failed { manifest, reason })
-                    }
+                received.push(e);
+            }
+        }
+        for e in received {
+            match e {
+                ReceiverEvent::Arrived { manifest } => {
+                    self.record_received(&manifest, Delivery::Done, String::new(), wall);
+                    self.events.push_back(HubEvent::Arrived { manifest });
+                }
+                ReceiverEvent::Failed { manifest, reason }
+                | ReceiverEvent::Cancelled { manifest, reason } => {
+                    self.record_received(&manifest, Delivery::Failed, reason.clone(), wall);
+                    self.events.push_back(HubEvent::Failed { manifest, reason })
                 }
             }
         }
@@ -1477,6 +1461,37 @@ impl Hub {
         // A site's received files too: a node that only receives keeps no more.
         self.forget_beyond_keep();
         more
+    }
+
+    /// A file this site received, or could not take (as the audit log's history has
+    /// it after a restart): its line in the record. A file this node both sent and
+    /// received keeps its sender's record.
+    fn record_received(&mut self, m: &Manifest, state: Delivery, reason: String, wall: u64) {
+        let line = SiteLine {
+            state,
+            since_ms: wall,
+            reason,
+        };
+        match self.records.get_mut(&m.transfer) {
+            Some(rec) if rec.manifest.sender == self.cfg.site => {}
+            // Failed before, taken now (or failed again).
+            Some(rec) => {
+                rec.sites = BTreeMap::from([(self.cfg.site.clone(), line)]);
+            }
+            None => {
+                self.record_seq += 1;
+                self.records.insert(
+                    m.transfer,
+                    Record {
+                        seq: self.record_seq,
+                        manifest: m.clone(),
+                        sites: BTreeMap::from([(self.cfg.site.clone(), line)]),
+                        finished: true,
+                    },
+                );
+                self.finished_order.push_back(m.transfer);
+            }
+        }
     }
 
     /// One of the sender's events: into the spool, the records and the audit events.

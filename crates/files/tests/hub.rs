@@ -1499,3 +1499,65 @@ fn a_site_is_told_of_an_ended_transfer_the_record_no_longer_lists() {
         ["the upload failed: the bytes received do not match the SHA-256 announced"]
     );
 }
+
+/// A site's record lists a file it could not take, with why, as the audit log it reads
+/// back after a restart does; taken when tried again, the file is listed done.
+#[test]
+fn a_site_lists_a_file_it_could_not_take_and_then_took() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let never = tickwire_files::inbox::Fsync::Never;
+    let mut h = receiving_hub(dir.path(), never, 100, now);
+    // "eod" is a file where the name needs a directory.
+    std::fs::create_dir_all(dir.path().join("inbox/FILES")).unwrap();
+    std::fs::write(dir.path().join("inbox/FILES/eod"), b"x").unwrap();
+    offer_whole(
+        &mut h,
+        5,
+        "src",
+        "FILES",
+        "eod/prices.csv",
+        b"prices\n",
+        now,
+    );
+    let lines = |h: &mut Hub| {
+        outputs(h);
+        let query = encode(&FilesMessage::Query { request: 9 });
+        h.handle(Peer::Conn(CLIENT), "bob", Rights::ALL, &query, now);
+        h.handle_gone(CLIENT);
+        reported(h, |e| {
+            (
+                e.transfer,
+                e.site.to_string(),
+                e.state.to_string(),
+                e.reason.to_string(),
+            )
+        })
+    };
+    let r = lines(&mut h);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(
+        (r[0].0, r[0].1.as_str(), r[0].2.as_str()),
+        (5, "edge1", "failed")
+    );
+    assert!(r[0].3.contains("not a directory"), "{r:?}");
+    // Tried again once the way is clear: done.
+    std::fs::remove_file(dir.path().join("inbox/FILES/eod")).unwrap();
+    let later = now + std::time::Duration::from_secs(31);
+    offer_whole(
+        &mut h,
+        5,
+        "src",
+        "FILES",
+        "eod/prices.csv",
+        b"prices\n",
+        later,
+    );
+    let r = lines(&mut h);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(
+        (r[0].1.as_str(), r[0].2.as_str()),
+        ("edge1", "done"),
+        "{r:?}"
+    );
+}
