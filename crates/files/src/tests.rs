@@ -1297,3 +1297,39 @@ fn a_site_that_failed_before_its_sender_restarted_is_offered_the_file_again() {
     assert_eq!(net.finished(id), Some(true));
     assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&file));
 }
+
+/// A site away when a newer file for every site started, back while that file is still
+/// on its way, may take it as well as the older one it still needs: it ends with the
+/// newer, whichever of them it finishes last.
+#[test]
+fn a_site_back_while_a_newer_file_for_every_site_is_on_its_way_ends_with_the_newer() {
+    let mut net = Net::new(2, slow_sender_config());
+    net.sites[1].up = false;
+    let v1 = bytes(3_000_000, 1);
+    let id1 = net.send(1, "eod.csv", v1, targets(2)).unwrap();
+    net.run_until(Duration::from_secs(10), |n| {
+        n.sites[0].store.inbox.contains_key("eod.csv")
+    });
+    let v2 = bytes(600_000, 2);
+    let id2 = net.send(2, "eod.csv", v2.clone(), None).unwrap();
+    net.run_until(Duration::from_secs(10), |n| {
+        n.events
+            .iter()
+            .any(|e| matches!(e, SenderEvent::Targets { transfer, .. } if *transfer == id2))
+    });
+    net.run_for(Duration::from_millis(300));
+    assert_eq!(net.finished(id2), None, "still on its way");
+    net.sites[1].up = true;
+    net.run_until(Duration::from_secs(60), |n| n.all_finished(&[id1, id2]));
+    net.run_for(Duration::from_secs(5));
+    assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&v2));
+    assert!(
+        net.sites[1].store.inbox.get("eod.csv") == Some(&v2),
+        "site-1 ended with {} bytes",
+        net.sites[1]
+            .store
+            .inbox
+            .get("eod.csv")
+            .map_or(0, |b| b.len())
+    );
+}
