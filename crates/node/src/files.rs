@@ -717,6 +717,7 @@ fn open(
         .map_err(|e| format!("files.inbox {}: {e}", cfg.inbox))?;
     let audit = std::fs::OpenOptions::new()
         .create(true)
+        .read(true)
         .append(true)
         .open(&audit_path)
         .map_err(|e| format!("files audit log {}: {e}", audit_path.display()))?;
@@ -1600,6 +1601,10 @@ fn log_rejected(wire: &FilesWire, why: tickwire_backbone::auth::Rejected) {
 trait AuditFile: Write {
     fn len(&self) -> Option<u64>;
     fn set_len(&mut self, len: u64) -> std::io::Result<()>;
+    /// Its last byte, when it can be read.
+    fn last_byte(&self) -> Option<u8> {
+        None
+    }
 }
 
 impl AuditFile for std::fs::File {
@@ -1609,6 +1614,14 @@ impl AuditFile for std::fs::File {
 
     fn set_len(&mut self, len: u64) -> std::io::Result<()> {
         std::fs::File::set_len(self, len)
+    }
+
+    fn last_byte(&self) -> Option<u8> {
+        use std::os::unix::fs::FileExt;
+        let len = AuditFile::len(self)?.checked_sub(1)?;
+        let mut b = [0u8];
+        self.read_exact_at(&mut b, len).ok()?;
+        Some(b[0])
     }
 }
 
@@ -1625,11 +1638,17 @@ struct AuditLog<F: AuditFile = std::fs::File> {
 impl<F: AuditFile> AuditLog<F> {
     fn new(file: F) -> Self {
         let len = file.len();
-        AuditLog {
+        let mut log = AuditLog {
             file,
             len,
             failed: false,
+        };
+        // A line a crash cut short ends here: the next record starts a line of its
+        // own (else it would be read back as part of the cut one, and lost).
+        if log.file.last_byte().is_some_and(|b| b != b'\n') {
+            log.write(b"\n");
         }
+        log
     }
 
     /// Appends whole lines (`lines`, each ending in a newline). When they do not all
@@ -1738,6 +1757,33 @@ mod audit_log_tests {
             room,
             writes: 0,
         })
+    }
+
+    /// A log whose last line a crash cut short: the first record after it is read back
+    /// whole.
+    #[test]
+    fn a_record_after_a_line_cut_short_starts_a_line_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        std::fs::write(&path, b"{\"a\":1}\n{\"b\":").unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let mut log = AuditLog::new(file);
+        log.append(b"{\"c\":3}\n");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().last(), Some("{\"c\":3}"), "{text:?}");
+        // A log that ends its lines is left as it is.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        AuditLog::new(file).append(b"{\"d\":4}\n");
+        let again = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(again, text + "{\"d\":4}\n");
     }
 
     #[test]
