@@ -406,10 +406,28 @@ impl Hub {
                     .collect(),
                 finished: false,
             };
-            if self.records.insert(m.transfer, rec).is_some() {
-                self.finished_order.retain(|t| *t != m.transfer);
+            let transfer = m.transfer;
+            if self.records.insert(transfer, rec).is_some() {
+                self.finished_order.retain(|t| *t != transfer);
             }
             sender.restore(m, sites, now + left, now);
+            // As the sender has it now: its target sites that have said nothing yet
+            // too (queued), and a site that was being sent to queued again.
+            if let (Some((_, restored)), Some(rec)) =
+                (sender.transfer(transfer), self.records.get_mut(&transfer))
+            {
+                rec.sites = restored
+                    .iter()
+                    .map(|(site, r)| {
+                        let line = SiteLine {
+                            state: r.state,
+                            since_ms: wall,
+                            reason: r.reason.clone(),
+                        };
+                        (site.clone(), line)
+                    })
+                    .collect();
+            }
         }
         // Uploads the last run began and never finished: their bytes are gone, and
         // the sites are told to drop what they got.

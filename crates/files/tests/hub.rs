@@ -419,8 +419,8 @@ fn after_a_restart_the_report_lists_the_audit_logs_past_files_and_the_spools_que
         rows,
         vec![
             (0x51, "old.csv".into(), "edge1".into(), "done".into()),
-            // Not offered yet since the restart: no site has said anything.
-            (queued, "f1.csv".into(), "".into(), "queued".into()),
+            // Not offered yet since the restart: its site, queued (as before it).
+            (queued, "f1.csv".into(), "edge1".into(), "queued".into()),
         ]
     );
 }
@@ -1560,4 +1560,37 @@ fn a_site_lists_a_file_it_could_not_take_and_then_took() {
         ("edge1", "done"),
         "{r:?}"
     );
+}
+
+/// After a restart, a file queued for sites that have said nothing yet is listed for
+/// those sites, queued, as before: not as a file for every site.
+#[test]
+fn after_a_restart_a_queued_file_is_listed_for_its_sites() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let data = b"a,b\n".to_vec();
+    let sha: [u8; 32] = Sha256::digest(&data).into();
+    let before_rows = {
+        let mut h = hub(dir.path(), &["FILES"]);
+        put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
+        while h.pump(now) {}
+        report(&mut h)
+    };
+    let rows = |r: Vec<(u64, String, String, String)>| -> Vec<(String, String, String)> {
+        r.into_iter()
+            .map(|(_, name, site, state)| (name, site, state))
+            .collect()
+    };
+    let before_rows = rows(before_rows);
+    assert_eq!(
+        before_rows,
+        [(
+            "f1.csv".to_string(),
+            "edge1".to_string(),
+            "queued".to_string()
+        )]
+    );
+    let mut h = hub(dir.path(), &["FILES"]);
+    assert_eq!(h.restore(now).unwrap(), 1);
+    assert_eq!(rows(report(&mut h)), before_rows);
 }
