@@ -471,11 +471,12 @@ impl Sender {
             return;
         }
         if whole {
-            // Whole and checked: now it replaces the older file of its name (an upload
-            // that fails leaves the older one to its sites).
+            // Whole and checked: now it replaces the older files of its name (an upload
+            // that fails leaves the older one to its sites), not one queued after it.
             t.available = t.chunks;
             t.whole = true;
-            self.replace_older(transfer, |_| true);
+            let older = self.queued_before(transfer);
+            self.replace_older(transfer, |o| older.contains(&o.m.transfer));
             return;
         }
         let full = bytes / u64::from(t.m.chunk_size.max(1));
@@ -524,6 +525,17 @@ impl Sender {
         for id in replaced {
             self.fail_transfer(id, &reason);
         }
+    }
+
+    /// The live transfers of `transfer`'s name queued before it.
+    fn queued_before(&self, transfer: u64) -> Vec<u64> {
+        let Some(t) = self.transfers.get(&transfer) else {
+            return Vec::new();
+        };
+        let key = (t.m.service.clone(), t.m.name.clone());
+        self.by_name.get(&key).map_or(Vec::new(), |ids| {
+            ids.iter().copied().take_while(|x| *x != transfer).collect()
+        })
     }
 
     /// Fails a transfer at every site that does not have it, cancels it at the sites
@@ -1132,13 +1144,8 @@ impl Sender {
             // Sites that answered before it was resolved may be done already.
             self.finish_if_delivered(id);
             // Whole, it now replaces the older files of its name where it goes.
-            if let Some(t) = self.transfers.get(&id).filter(|t| t.whole) {
-                let key = (t.m.service.clone(), t.m.name.clone());
-                let older: Vec<u64> = self.by_name[&key]
-                    .iter()
-                    .copied()
-                    .take_while(|x| *x != id)
-                    .collect();
+            if self.transfers.get(&id).is_some_and(|t| t.whole) {
+                let older = self.queued_before(id);
                 self.replace_older(id, |o| older.contains(&o.m.transfer));
             }
         }

@@ -1333,3 +1333,22 @@ fn a_site_back_while_a_newer_file_for_every_site_is_on_its_way_ends_with_the_new
             .map_or(0, |b| b.len())
     );
 }
+
+/// Two uploads of one name at once: the one queued later replaces the earlier,
+/// whichever is whole first; the earlier, whole first, does not end the later's upload.
+#[test]
+fn of_two_uploads_of_one_name_the_later_queued_replaces_the_earlier_whichever_is_whole_first() {
+    let mut net = Net::new(1, sender_config());
+    let v1 = bytes(30_000, 1);
+    let v2 = bytes(30_000, 2);
+    let id1 = net.send_arriving(1, "eod.csv", &v1, 1);
+    let id2 = net.send_arriving(2, "eod.csv", &v2, 1);
+    net.arrive(id1, &v1, v1.len(), true);
+    net.run_for(Duration::from_millis(100));
+    assert_eq!(net.finished(id2), None, "the later upload goes on");
+    net.arrive(id2, &v2, v2.len(), true);
+    net.run_until(Duration::from_secs(30), |n| n.all_finished(&[id1, id2]));
+    assert_eq!(net.finished(id2), Some(true));
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&v2));
+}
