@@ -40,7 +40,7 @@ pub(crate) struct SendArgs {
     /// DIR/ before each file's own name (default: the file's own name).
     #[arg(long, value_name = "DIR")]
     as_dir: Option<String>,
-    /// Give up on the node after this many seconds without an answer.
+    /// Give up on the node after this many seconds without an answer (at most a day).
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     timeout: f64,
     /// Print one JSON object per file queued: "file", "transfer", "sha256", "size".
@@ -58,9 +58,22 @@ pub(crate) struct StatusArgs {
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
-    /// Give up after this many seconds without an answer.
+    /// Give up after this many seconds without an answer (at most a day).
     #[arg(long, value_name = "SECONDS", default_value_t = 15.0)]
     timeout: f64,
+}
+
+/// The longest `--timeout`: a day.
+const LONGEST_TIME_OUT: f64 = 86_400.0;
+
+/// A `--timeout` of `seconds`, from 0.1 s to a day (one past what a clock holds, or
+/// infinite, is a day).
+fn time_out(seconds: f64) -> Duration {
+    // (`clamp` keeps a NaN, which is no time.)
+    Duration::from_secs_f64(match seconds.is_nan() {
+        true => 0.1,
+        false => seconds.clamp(0.1, LONGEST_TIME_OUT),
+    })
 }
 
 fn connect(conn: &crate::node_args::NodeArgs, app: &str) -> Result<Subscriber> {
@@ -94,7 +107,7 @@ fn send(args: SendArgs) -> Result<()> {
         names.push(name);
     }
     let mut sub = connect(&args.conn, "tickwire-files")?;
-    let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
+    let timeout = time_out(args.timeout);
     let uploads: Vec<files::Upload> = args
         .paths
         .iter()
@@ -167,7 +180,7 @@ fn status_json(s: &FileStatus) -> serde_json::Value {
 
 fn status(args: StatusArgs) -> Result<()> {
     let mut sub = connect(&args.conn, "tickwire-files")?;
-    let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
+    let timeout = time_out(args.timeout);
     let list = files::status(&mut sub, 1, timeout)
         .with_context(|| format!("asking {} for its files", args.conn.node))?;
     for s in &list {

@@ -864,3 +864,33 @@ fn a_downstream_node_speaks_only_for_the_sites_its_user_is_given() {
     }
     assert!(!d.join("edge9-inbox/FILES/eod.csv").exists());
 }
+
+/// A time-out too large to be a time (or infinite) waits as long as the longest
+/// allowed, rather than stopping the command.
+#[test]
+fn a_time_out_past_what_a_clock_holds_is_the_longest_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (f, _) = write(d, "x.csv", 100, 5);
+    let src = files_node(d, "src", &sender_toml(d, ""), &[]);
+    for timeout in ["1e300", "inf"] {
+        let out = send(
+            &src,
+            &["--timeout", timeout, "--to", "edge1", f.to_str().unwrap()],
+        );
+        assert!(
+            out.status.success(),
+            "send --timeout {timeout}: {}",
+            out.stderr
+        );
+        let addr = src.addr_str();
+        let args = ["files", "status", "--node", &addr, "--timeout", timeout];
+        let out = run(&args, T);
+        assert!(
+            out.status.success(),
+            "status --timeout {timeout}: {}",
+            out.stderr
+        );
+        assert!(out.stdout.contains("x.csv"), "{}", out.stdout);
+    }
+}
