@@ -738,12 +738,13 @@ impl Hub {
             .filter(|(p, r)| **p != from && r.keys().any(|(s, _)| *s == service))
             .map(|(p, _)| *p)
             .collect();
+        let droppable = !matches!(m, FilesMessage::Cancel { .. });
         for to in down {
             self.stats.relayed_down += 1;
             self.out.push_back(Output {
                 to,
                 body: body.to_vec(),
-                droppable: true,
+                droppable,
             });
         }
     }
@@ -1402,12 +1403,13 @@ impl Hub {
                 else {
                     continue;
                 };
+                let droppable = !crate::wire::is_cancel(&self.buf);
                 for (peer, r) in &self.routes {
                     if r.keys().any(|(s, _)| *s == i) {
                         self.out.push_back(Output {
                             to: *peer,
                             body: self.buf.clone(),
-                            droppable: true,
+                            droppable,
                         });
                     }
                 }

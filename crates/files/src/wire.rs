@@ -141,6 +141,13 @@ pub fn transfer_of(buf: &[u8]) -> Option<u64> {
     }
 }
 
+/// Whether `buf` is a Cancel, read from its first bytes (no decode): one a node sends
+/// or relays goes even to a busy peer (it is not repaired or repeated as a chunk or an
+/// offer is).
+pub fn is_cancel(buf: &[u8]) -> bool {
+    matches!(buf, [MAGIC, VERSION, KIND_CANCEL, ..])
+}
+
 /// A report's request and whether it is the last part, read from its first bytes
 /// (its entries not decoded): for following which queries are answered.
 pub fn report_head(buf: &[u8]) -> Option<(u32, bool)> {

@@ -1594,3 +1594,48 @@ fn after_a_restart_a_queued_file_is_listed_for_its_sites() {
     assert_eq!(h.restore(now).unwrap(), 1);
     assert_eq!(rows(report(&mut h)), before_rows);
 }
+
+/// A Cancel goes to a site below even when its link is busy (sent once, it is not
+/// repaired as a chunk or repeated as an offer is): offers and chunks give way.
+#[test]
+fn a_cancel_to_a_site_below_is_not_dropped_for_a_busy_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let t0 = Instant::now();
+    const BELOW: usize = 3;
+    let present = FilesMessage::Present {
+        site: "edge1",
+        service: "FILES",
+    };
+    h.handle(
+        Peer::Conn(BELOW),
+        "edge1",
+        Rights::ALL,
+        &encode(&present),
+        t0,
+    );
+    let data = vec![7u8; 200_000];
+    put_to_edge1(&mut h, "big.bin", data.len(), [0; 32], t0);
+    // Half, sent on to the site; then the rest, whose hash is wrong.
+    upload(&mut h, &data, 0..100_000, t0);
+    let t1 = t0 + std::time::Duration::from_millis(200);
+    h.handle_timeout(t1);
+    while h.pump(t1) {}
+    upload(&mut h, &data, 100_000..200_000, t1);
+    h.handle_timeout(t1);
+    while h.pump(t1) {}
+    // (droppable, kind): 1 an offer, 2 a chunk, 5 a cancel.
+    let below: Vec<(bool, u8)> = outputs(&mut h)
+        .into_iter()
+        .filter(|o| o.to == Peer::Conn(BELOW))
+        .map(|o| {
+            FilesMessage::decode(&o.body).unwrap();
+            (o.droppable, o.body[2])
+        })
+        .collect();
+    assert!(below.iter().any(|(_, kind)| *kind == 1), "offered below");
+    assert!(below.iter().any(|(_, kind)| *kind == 5), "cancelled below");
+    for (droppable, kind) in &below {
+        assert_eq!(*droppable, *kind != 5, "kind {kind}");
+    }
+}
