@@ -324,11 +324,16 @@ impl Session {
 
     fn on_login(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         if !matches!(self.login, LoginState::None) {
-            // A reissue of the open login (a new token, a pause): nothing changes.
+            // A reissue of the open login (a new token, a pause): nothing changes. It
+            // is answered as a request is, with a solicited refresh (the SDK's
+            // watchlist takes no other as its answer, and asks again), unless it asks
+            // for none.
             if let LoginState::Open { stream, user } = &self.login {
                 if *stream == m.stream_id {
-                    let (stream, user) = (*stream, user.clone());
-                    self.login_refresh(stream, &user, false, out);
+                    if m.flags & request::NO_REFRESH == 0 {
+                        let (stream, user) = (*stream, user.clone());
+                        self.login_refresh(stream, &user, out);
+                    }
                     return;
                 }
             }
@@ -393,13 +398,8 @@ impl Session {
         }
     }
 
-    fn login_refresh(
-        &mut self,
-        stream_id: i32,
-        user: &str,
-        solicited: bool,
-        out: &mut impl Outbox,
-    ) {
+    /// The login Refresh: the answer to a Login request, the first or a reissue.
+    fn login_refresh(&mut self, stream_id: i32, user: &str, out: &mut impl Outbox) {
         self.buf.clear();
         let text = format!("Login accepted by {}", self.cfg.node_name);
         let mut attrib = Vec::new();
@@ -422,10 +422,7 @@ impl Session {
             attrib: Some((dt::ELEMENT_LIST, &attrib)),
             ..MsgKey::default()
         };
-        let mut flags = refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE;
-        if solicited {
-            flags |= refresh::SOLICITED;
-        }
+        let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE;
         begin_refresh(
             &mut self.buf,
             domain::LOGIN,
@@ -953,7 +950,7 @@ impl Session {
                 if let LoginState::Pending { stream, user } =
                     std::mem::replace(&mut self.login, LoginState::None)
                 {
-                    self.login_refresh(stream, &user, true, out);
+                    self.login_refresh(stream, &user, out);
                     self.login = LoginState::Open { stream, user };
                 }
             }

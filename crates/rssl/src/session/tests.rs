@@ -1467,3 +1467,37 @@ fn an_item_whose_refresh_is_refused_is_forgotten_at_the_node_too() {
     let said = provider_says(&mut s, &testing::item_refresh(-5, 7, "Y"));
     assert!(said[0].contains("stream_id: 2,"), "{said:?}");
 }
+
+/// A Login request again on the open login stream (a reissue) is answered as a request
+/// is: a refresh marked solicited (the SDK's watchlist takes only a solicited one as its
+/// answer, and asks again when none comes), and nothing when it asks for no refresh
+/// (as the watchlist's token renewals do).
+#[test]
+fn a_login_reissue_gets_a_solicited_refresh_unless_it_asks_for_none() {
+    let (mut s, mut out) = logged_in();
+    let key = MsgKey {
+        name: Some(b"root"),
+        name_type: Some(1),
+        ..MsgKey::default()
+    };
+    let login = |flags| {
+        let mut b = Vec::new();
+        msg::put_request(&mut b, domain::LOGIN, 1, flags, &key, false);
+        b
+    };
+    let mut to_node = Vec::new();
+    s.on_client_message(&login(request::STREAMING), &mut to_node, &mut out);
+    assert_eq!(out.len(), 1);
+    let r = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (r.class, r.domain, r.stream_id),
+        (class::REFRESH, domain::LOGIN, 1)
+    );
+    assert!(r.flags & refresh::SOLICITED != 0, "unsolicited");
+    assert_eq!(r.state.unwrap().stream, stream::OPEN);
+    out.clear();
+    let no_refresh = request::STREAMING | request::NO_REFRESH;
+    s.on_client_message(&login(no_refresh), &mut to_node, &mut out);
+    assert!(out.is_empty(), "{} messages", out.len());
+    assert!(to_node.is_empty() && !s.finished);
+}
