@@ -124,6 +124,9 @@ struct ItemStream {
     /// The view the node's stream has (`None`: every field); the items of one batch
     /// share their request's.
     view: Option<Arc<[i16]>>,
+    /// The node's streams this stream had before a reissue replaced them, whose posts
+    /// still wait for their Acks (the node answers a post on the stream it came on).
+    replaced: Vec<u32>,
 }
 
 /// What an item request asks of each item it opens (a batch names several items).
@@ -189,6 +192,10 @@ struct Download {
     filter: u32,
     streaming: bool,
 }
+
+/// Most node streams a consumer's item stream keeps, once replaced by reissues, for the
+/// Acks of the posts made on them.
+const MAX_REPLACED: usize = 16;
 
 /// The dictionaries' names in the Dictionary domain and the directory.
 const FIELD_DICTIONARY: &[u8] = b"RWFFld";
@@ -802,13 +809,13 @@ impl Session {
 
     fn open_item(&mut self, rssl: i32, name: &[u8], req: &ItemRequest<'_>, to_node: &mut Vec<u8>) {
         // A request on an open stream changes it (a new view, say): the node's stream
-        // is replaced.
-        self.on_close(rssl, to_node);
-        // Past a wrap, the ids still open are skipped.
+        // is replaced, and the consumer's goes on.
+        let replaced = self.replace(rssl, to_node);
+        // Past a wrap, the ids still open, or with posts waiting, are skipped.
         let native = loop {
             let n = self.next_native;
             self.next_native = n.wrapping_add(1).max(1);
-            if !self.streams.contains_key(&n) {
+            if !self.streams.contains_key(&n) && !self.pending_posts.has_stream(n) {
                 break n;
             }
         };
@@ -835,8 +842,32 @@ impl Session {
                 private: req.private,
                 paused: req.paused,
                 view: req.view.clone(),
+                replaced,
             },
         );
+    }
+
+    /// Closes the node's stream of the consumer's open stream `rssl`, which a request
+    /// on it replaces: its posts still waiting keep their way back to the consumer's
+    /// stream. Returns the node's streams of `rssl` with posts waiting.
+    fn replace(&mut self, rssl: i32, to_node: &mut Vec<u8>) -> Vec<u32> {
+        let Some(native) = self.by_rssl.remove(&rssl) else {
+            return Vec::new();
+        };
+        let _ = Message::Close { stream_id: native }.encode(to_node);
+        let Some(s) = self.streams.remove(&native) else {
+            return Vec::new();
+        };
+        let mut replaced = s.replaced;
+        replaced.push(native);
+        replaced.retain(|&n| self.pending_posts.has_stream(n));
+        // A stream reissued over and over while its posts wait keeps the latest few:
+        // the posts of older node streams get no Ack, and a reissue costs no more.
+        let past = replaced.len().saturating_sub(MAX_REPLACED);
+        for n in replaced.drain(..past) {
+            self.pending_posts.forget_stream(n);
+        }
+        replaced
     }
 
     /// A `NO_REFRESH` reissue on the open stream `rssl`: its pause is taken, and a view
@@ -875,16 +906,19 @@ impl Session {
 
     fn on_close(&mut self, rssl: i32, to_node: &mut Vec<u8>) {
         if let Some(native) = self.by_rssl.remove(&rssl) {
-            self.streams.remove(&native);
-            self.pending_posts.forget_stream(native);
+            self.forget(native);
             let _ = Message::Close { stream_id: native }.encode(to_node);
         }
     }
 
+    /// The consumer's stream on the node's `native` is gone: so are its posts' Acks.
     fn forget(&mut self, native: u32) {
         if let Some(s) = self.streams.remove(&native) {
             self.by_rssl.remove(&s.rssl);
             self.pending_posts.forget_stream(native);
+            for n in s.replaced {
+                self.pending_posts.forget_stream(n);
+            }
         }
     }
 

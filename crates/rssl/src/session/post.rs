@@ -72,6 +72,11 @@ impl PendingPosts {
             .is_some_and(|p| p.contains_key(&post_id))
     }
 
+    /// Whether posts on the node's stream `native` wait for their answers.
+    pub(super) fn has_stream(&self, native: u32) -> bool {
+        self.by_stream.contains_key(&native)
+    }
+
     /// The node's stream `native` is closed: its posts will not be answered on it.
     pub(super) fn forget_stream(&mut self, native: u32) {
         if let Some(posts) = self.by_stream.remove(&native) {

@@ -1501,3 +1501,65 @@ fn a_login_reissue_gets_a_solicited_refresh_unless_it_asks_for_none() {
     assert!(out.is_empty(), "{} messages", out.len());
     assert!(to_node.is_empty() && !s.finished);
 }
+
+/// A post on an item's stream, then a reissue of the stream that asks for a refresh
+/// (a new view, a priority, a resume): the node's stream the post went on is replaced,
+/// but the consumer's stream goes on, and the post's Ack still reaches it. Once the
+/// consumer closes the stream, the Acks of its earlier node streams go too.
+#[test]
+fn a_posts_ack_reaches_its_stream_after_a_reissue_replaced_the_nodes_stream() {
+    let mut s = tri_open(&[]);
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(&post_msg(5, None), &mut to_node, &mut out);
+    assert!(node_messages(&to_node)[0].contains("stream_id: 1,"));
+    let sent = reissue(&mut s, request::STREAMING, None, &[22]);
+    assert_eq!(sent[0], "Close { stream_id: 1 }", "{sent:?}");
+    // The node answers the post on the stream it came on.
+    deliver(&mut s, &node_ack(1), &mut out);
+    assert_eq!(out.len(), 1, "no Ack");
+    let ack = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (ack.class, ack.stream_id, ack.post_id, ack.seq),
+        (class::ACK, 5, Some(7), Some(9))
+    );
+    assert_eq!(s.pending_posts.len(), 0);
+    // A post before two reissues, the stream closed before its answer: none comes.
+    out.clear();
+    s.on_client_message(&post_msg(5, None), &mut to_node, &mut out);
+    reissue(&mut s, request::STREAMING, None, &[]);
+    reissue(&mut s, request::STREAMING, None, &[25]);
+    assert_eq!(s.pending_posts.len(), 1);
+    s.on_client_message(&hex("0008 05 06 00000005 00 00"), &mut to_node, &mut out);
+    assert_eq!(s.pending_posts.len(), 0);
+    deliver(&mut s, &node_ack(2), &mut out);
+    assert!(out.is_empty(), "an Ack on a closed stream: {out:?}");
+}
+
+/// A stream reissued over and over, a post waiting on each of its node streams: the
+/// posts kept for their Acks are those of the latest few node streams, so that neither
+/// they nor what a reissue costs grow with the reissues.
+#[test]
+fn the_posts_kept_across_reissues_of_a_stream_are_bounded() {
+    let mut s = tri_open(&[]);
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    for _ in 0..1000 {
+        s.on_client_message(&post_msg(5, None), &mut to_node, &mut out);
+        reissue(&mut s, request::STREAMING, None, &[]);
+    }
+    assert!(out.is_empty());
+    assert!(
+        s.pending_posts.len() <= MAX_REPLACED,
+        "{}",
+        s.pending_posts.len()
+    );
+    // The latest post's Ack still comes, with its sequence number (it went on the
+    // node's stream 1,000, replaced by 1,001); the first's does not.
+    deliver(&mut s, &node_ack(1000), &mut out);
+    deliver(&mut s, &node_ack(1), &mut out);
+    assert_eq!(out.len(), 1);
+    let ack = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (ack.class, ack.stream_id, ack.seq),
+        (class::ACK, 5, Some(9))
+    );
+}
