@@ -441,8 +441,10 @@ impl ProviderLink {
                             }
                         };
                         self.streams.insert(r.stream_id, s);
-                        self.by_rssl
-                            .insert(s, ProvidedItem::new(r.stream_id, service_id));
+                        self.by_rssl.insert(
+                            s,
+                            ProvidedItem::new(r.stream_id, service_id, r.name.as_bytes()),
+                        );
                         s
                     }
                 };

@@ -1341,17 +1341,21 @@ pub(crate) struct ProvidedItem {
     pub(crate) seq: ItemSeq,
     /// The provider's service id.
     pub(crate) service: u16,
+    /// The item's name.
+    pub(crate) name: Box<[u8]>,
     /// Its data state at the node: what RWF's NO_CHANGE leaves it.
     pub(crate) data: DataState,
 }
 
 impl ProvidedItem {
-    /// An item on the node's stream `native`, suspect until a state says otherwise.
-    pub(crate) fn new(native: u32, service: u16) -> Self {
+    /// Item `name` of the provider's `service` on the node's stream `native`, suspect
+    /// until a state says otherwise.
+    pub(crate) fn new(native: u32, service: u16, name: &[u8]) -> Self {
         ProvidedItem {
             native,
             seq: ItemSeq::default(),
             service,
+            name: name.into(),
             data: DataState::Suspect,
         }
     }

@@ -150,6 +150,21 @@ impl Session {
             self.refuse_published(m, code::NOT_FOUND, text, to_node, out);
             return;
         };
+        // A stream is one item's: a refresh on an open stream naming another (a
+        // stream reused without a close) would give the node's item another's image.
+        if let Some(item) = p.items.get(&m.stream_id) {
+            if item.service != service_id || *item.name != *name {
+                let text = format!(
+                    "stream {} is open for {:?} of service id {}, not {:?} of {service_id}: a refresh cannot change its key (close the stream first)",
+                    m.stream_id,
+                    String::from_utf8_lossy(&item.name),
+                    item.service,
+                    String::from_utf8_lossy(name),
+                );
+                self.refuse_published(m, code::PROTOCOL, &text, to_node, out);
+                return;
+            }
+        }
         if !p.items.contains_key(&m.stream_id) && p.items.len() >= MAX_PROVIDER_ITEMS {
             let text = format!("a provider may publish at most {MAX_PROVIDER_ITEMS} items");
             self.refuse(out, m, msg::code::TOO_MANY_ITEMS, &text);
@@ -176,7 +191,7 @@ impl Session {
                     }
                 };
                 p.by_native.insert(native, m.stream_id);
-                v.insert(ProvidedItem::new(native, service_id))
+                v.insert(ProvidedItem::new(native, service_id, name))
             }
         };
         p.groups.set(m.stream_id, item.service, m.group_id);

@@ -1563,3 +1563,43 @@ fn the_posts_kept_across_reissues_of_a_stream_are_bounded() {
         (class::ACK, 5, Some(9))
     );
 }
+
+/// A provider's refresh on its open stream -5 (item X) naming another item, Y: the
+/// node's X is not given Y's image under X's name. The stream is refused (a stream is
+/// one item's, as for a consumer's reissue): X is closed at the node, and the
+/// provider's stream -5, opened again for Y, gets a node stream of its own.
+#[test]
+fn a_providers_refresh_naming_another_item_on_an_open_stream_is_refused() {
+    let (mut s, _, _) = provider_with_an_item();
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(&testing::item_refresh(-5, 7, "Y"), &mut to_node, &mut out);
+    let said = node_messages(&to_node);
+    assert!(
+        !said.iter().any(|m| m.starts_with("Refresh")),
+        "Y's image went to the node: {said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|m| m.contains("stream_id: 1,") && m.contains("stream: Closed")),
+        "{said:?}"
+    );
+    let refusal = Msg::decode(&out[0]).unwrap();
+    let st = refusal.state.unwrap();
+    assert_eq!(
+        (refusal.stream_id, st.stream, st.code),
+        (-5, stream::CLOSED, code::USAGE_ERROR)
+    );
+    let said = provider_says(&mut s, &testing::item_refresh(-5, 7, "Y"));
+    assert!(
+        said[0].contains("stream_id: 2,") && said[0].contains("name: \"Y\""),
+        "{said:?}"
+    );
+    // X again on its own stream is X's refresh, as before.
+    let said = provider_says(&mut s, &testing::item_refresh(-6, 7, "X"));
+    assert!(said[0].contains("stream_id: 3,"), "{said:?}");
+    let said = provider_says(&mut s, &testing::item_refresh(-6, 7, "X"));
+    assert!(
+        said[0].starts_with("Refresh") && said[0].contains("stream_id: 3,"),
+        "{said:?}"
+    );
+}
