@@ -16,6 +16,7 @@ use crate::item_groups::{self, ItemGroups};
 use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
+use crate::rwf::RwfError;
 use crate::session::{
     close_renamed_items, native_refresh, native_update, provider_fields_to_native, service_told,
     Outbox, ProvidedItem,
@@ -215,8 +216,8 @@ impl ProviderLink {
                     ));
                 }
             }
-            (class::REFRESH, domain::MARKET_PRICE) => self.on_refresh(&m, to_node),
-            (class::UPDATE, domain::MARKET_PRICE) => self.on_update(&m, to_node),
+            (class::REFRESH, domain::MARKET_PRICE) => self.on_refresh(&m, to_node, out),
+            (class::UPDATE, domain::MARKET_PRICE) => self.on_update(&m, to_node, out),
             (class::STATUS, domain::MARKET_PRICE) => self.on_status(&m, to_node),
             (class::ACK, _) => self.on_ack(&m, to_node),
             _ => {}
@@ -345,8 +346,8 @@ impl ProviderLink {
             });
     }
 
-    /// The provider's fields in `self.fields` as the node's; false if malformed.
-    fn fields(&mut self, rwf: &[u8]) -> bool {
+    /// The provider's fields in `self.fields` as the node's; an error if malformed.
+    fn fields(&mut self, rwf: &[u8]) -> Result<(), RwfError> {
         provider_fields_to_native(
             &self.dict,
             rwf,
@@ -354,14 +355,40 @@ impl ProviderLink {
             &mut self.skipped_fields,
             &mut self.first_skipped,
         )
-        .is_ok()
     }
 
-    fn on_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+    /// A refresh or update of item stream `m.stream_id` whose field list does not
+    /// decode: left out, the item's image would be missing or wrong without a word. The
+    /// item ends at the node with the reason, and its stream at the provider.
+    fn malformed(
+        &mut self,
+        m: &Msg<'_>,
+        what: &str,
+        e: &RwfError,
+        to_node: &mut Vec<u8>,
+        out: &mut impl Outbox,
+    ) {
+        let Some(item) = self.by_rssl.remove(&m.stream_id) else {
+            return;
+        };
+        self.streams.remove(&item.native);
+        self.groups.remove(m.stream_id);
+        let text = format!("the provider's {what} does not decode: {e}");
+        let _ = Message::Status(Status {
+            stream_id: item.native,
+            state: State::closed(code::MALFORMED, &text),
+        })
+        .encode(to_node);
+        self.buf.clear();
+        put_close(&mut self.buf, domain::MARKET_PRICE, m.stream_id);
+        out.send(&self.buf);
+    }
+
+    fn on_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         // The fields first, so that the stream is looked up once (a message for a
         // stream the link does not have is rare: one just closed).
-        if !self.fields(m.payload) {
-            return;
+        if let Err(e) = self.fields(m.payload) {
+            return self.malformed(m, "refresh", &e, to_node, out);
         }
         let Some(item) = self.by_rssl.get_mut(&m.stream_id) else {
             return;
@@ -378,11 +405,11 @@ impl ProviderLink {
         let _ = Message::Refresh(refresh).encode(to_node);
     }
 
-    fn on_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
+    fn on_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         // The fields first, so that the stream is looked up once (a message for a
         // stream the link does not have is rare: one just closed).
-        if !self.fields(m.payload) {
-            return;
+        if let Err(e) = self.fields(m.payload) {
+            return self.malformed(m, "update", &e, to_node, out);
         }
         let Some(item) = self.by_rssl.get_mut(&m.stream_id) else {
             return;
@@ -1253,5 +1280,67 @@ mod tests {
             .unwrap();
         assert_told(&to_node, "PROV", "state: Down");
         assert_eq!(link.service_names(), ["OTHER"]);
+    }
+
+    /// A provider's refresh or update whose field list the node cannot read (here set
+    /// data, which the node does not decode) is not dropped without a word: the item
+    /// ends at the node with the reason (its subscribers would otherwise wait for an
+    /// image that never comes, or hold one that went wrong), and its stream is closed
+    /// at the provider.
+    #[test]
+    fn a_refresh_or_update_that_does_not_decode_ends_the_item_with_the_reason() {
+        for class in [class::REFRESH, class::UPDATE] {
+            let (mut link, mut to_node, mut out) = serving_prov();
+            ask(&mut link, 900, "ITEM", &mut out);
+            if class == class::UPDATE {
+                link.on_provider_message(&refresh_in_group(5, &[0, 1]), &mut to_node, &mut out)
+                    .unwrap();
+            }
+            to_node.clear();
+            out.clear();
+            let mut bad = Vec::new();
+            if class == class::REFRESH {
+                let ok = RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "");
+                let (d, f) = (
+                    domain::MARKET_PRICE,
+                    refresh::SOLICITED | refresh::REFRESH_COMPLETE,
+                );
+                begin_refresh(
+                    &mut bad,
+                    d,
+                    5,
+                    f,
+                    dt::FIELD_LIST,
+                    None,
+                    &ok,
+                    None,
+                    None,
+                    false,
+                );
+            } else {
+                msg::begin_update(&mut bad, domain::MARKET_PRICE, 5, 1, None, 0, false);
+            }
+            bad.push(0x02); // a field list of set data
+            link.on_provider_message(&bad, &mut to_node, &mut out)
+                .unwrap();
+            assert_eq!(
+                statuses(&to_node),
+                [(900, StreamState::Closed, tickwire_proto::DataState::Suspect)],
+                "{:?}",
+                said(&to_node)
+            );
+            assert!(
+                said(&to_node)[0].contains("set-defined data"),
+                "{:?}",
+                said(&to_node)
+            );
+            let close = Msg::decode(&out[0]).unwrap();
+            assert_eq!((close.class, close.stream_id), (class::CLOSE, 5));
+            // Forgotten: what else comes on the stream reaches no one.
+            to_node.clear();
+            link.on_provider_message(&refresh_in_group(5, &[0, 1]), &mut to_node, &mut out)
+                .unwrap();
+            assert!(to_node.is_empty(), "{:?}", said(&to_node));
+        }
     }
 }
