@@ -156,9 +156,9 @@ pub struct Session {
     services: Vec<Service>,
     /// `services` by name.
     service_by_name: FxHashMap<Box<str>, usize>,
-    /// The consumer's directory stream, the filter it asked for, and the service (if it
-    /// asked about one).
-    directory: Option<(i32, u32, Option<u16>)>,
+    /// The consumer's streaming directory streams: each one's id, the filter it asked
+    /// for, and the service (if it asked about one).
+    directories: Vec<(i32, u32, Option<u16>)>,
     /// Open item streams by the node's stream id.
     streams: FxHashMap<u32, ItemStream>,
     /// The node's stream id of each of the consumer's item streams.
@@ -200,6 +200,8 @@ const MAX_REPLACED: usize = 16;
 /// The dictionaries' names in the Dictionary domain and the directory.
 const FIELD_DICTIONARY: &[u8] = b"RWFFld";
 const ENUM_DICTIONARY: &[u8] = b"RWFEnum";
+/// At most this many streaming directory streams open on one connection.
+const MAX_DIRECTORY_STREAMS: usize = 16;
 /// At most this many downloads in progress on one connection (the two dictionaries,
 /// and a repeat of each).
 const MAX_DOWNLOADS: usize = 4;
@@ -223,7 +225,7 @@ impl Session {
             login: LoginState::None,
             services: Vec::new(),
             service_by_name: FxHashMap::default(),
-            directory: None,
+            directories: Vec::new(),
             streams: FxHashMap::default(),
             by_rssl: FxHashMap::default(),
             next_native: 1,
@@ -303,9 +305,7 @@ impl Session {
             _ if self.provider.is_some() => self.on_provider_message(&m, to_node, out),
             (class::REQUEST, domain::SOURCE) => self.on_directory_request(&m, out),
             (class::CLOSE, domain::SOURCE) => {
-                if self.directory.is_some_and(|(s, _, _)| s == m.stream_id) {
-                    self.directory = None;
-                }
+                self.directories.retain(|&(s, _, _)| s != m.stream_id);
             }
             (class::REQUEST, domain::DICTIONARY) => self.on_dictionary_request(&m, out),
             (class::CLOSE, domain::DICTIONARY) => {
@@ -448,8 +448,20 @@ impl Session {
     fn on_directory_request(&mut self, m: &Msg<'_>, out: &mut impl Outbox) {
         let filter = m.key.as_ref().and_then(|k| k.filter).unwrap_or(0x3F);
         let only = m.key.as_ref().and_then(|k| k.service_id);
-        if m.flags & request::STREAMING != 0 {
-            self.directory = Some((m.stream_id, filter, only));
+        // A request on an open directory stream changes it; one without streaming
+        // ends it with its refresh.
+        let open = self.directories.iter().position(|d| d.0 == m.stream_id);
+        match open {
+            _ if m.flags & request::STREAMING == 0 => {
+                self.directories.retain(|&(s, _, _)| s != m.stream_id)
+            }
+            Some(i) => self.directories[i] = (m.stream_id, filter, only),
+            None if self.directories.len() >= MAX_DIRECTORY_STREAMS => {
+                let text = format!("at most {MAX_DIRECTORY_STREAMS} directory streams at once");
+                self.refuse(out, m, code::NO_RESOURCES, &text);
+                return;
+            }
+            None => self.directories.push((m.stream_id, filter, only)),
         }
         let services: Vec<usize> = (0..self.services.len())
             .filter(|&i| self.services[i].state != ServiceState::Removed)
@@ -1165,28 +1177,28 @@ impl Session {
         }
     }
 
-    /// The directory stream hears of services added and changed.
+    /// The directory streams hear of services added and changed.
     fn directory_update(&mut self, adds: &[usize], updates: &[usize], out: &mut impl Outbox) {
-        let Some((sid, filter, only)) = self.directory else {
-            return;
-        };
         let mut buf = std::mem::take(&mut self.buf);
-        for (services, action) in [(adds, map_action::ADD), (updates, map_action::UPDATE)] {
-            // A stream of one service hears only of it.
-            let services: Vec<usize> = services
-                .iter()
-                .copied()
-                .filter(|&i| only.is_none_or(|id| self.services[i].id == id))
-                .collect();
-            if services.is_empty() {
-                continue;
+        for &(sid, filter, only) in &self.directories {
+            for (services, action) in [(adds, map_action::ADD), (updates, map_action::UPDATE)] {
+                // A stream of one service hears only of it.
+                let services: Vec<usize> = services
+                    .iter()
+                    .copied()
+                    .filter(|&i| only.is_none_or(|id| self.services[i].id == id))
+                    .collect();
+                if services.is_empty() {
+                    continue;
+                }
+                buf.clear();
+                let w =
+                    msg::MsgWriter::begin(&mut buf, class::UPDATE, domain::SOURCE, sid, 0, dt::MAP);
+                buf.push(0); // update type: unspecified
+                w.end_header(&mut buf);
+                self.directory_map(&mut buf, &services, filter, action);
+                out.send(&buf);
             }
-            buf.clear();
-            let w = msg::MsgWriter::begin(&mut buf, class::UPDATE, domain::SOURCE, sid, 0, dt::MAP);
-            buf.push(0); // update type: unspecified
-            w.end_header(&mut buf);
-            self.directory_map(&mut buf, &services, filter, action);
-            out.send(&buf);
         }
         self.buf = buf;
     }

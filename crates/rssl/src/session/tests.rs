@@ -1603,3 +1603,85 @@ fn a_providers_refresh_naming_another_item_on_an_open_stream_is_refused() {
         "{said:?}"
     );
 }
+
+/// Two streaming directory requests on streams of their own (one about every service,
+/// one about OTHER alone): each stream hears of the services it asked about; a close
+/// or a non-streaming request on one ends only that one; a stream past the most a
+/// connection may hold open is refused.
+#[test]
+fn each_directory_stream_hears_of_its_services() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    deliver(
+        &mut s,
+        &directory(&[("FEED", ServiceState::Up), ("OTHER", ServiceState::Up)]),
+        &mut out,
+    );
+    request_directory(&mut s, &mut to_node, &mut out);
+    let key = MsgKey {
+        service_id: Some(2),
+        filter: Some(7),
+        ..MsgKey::default()
+    };
+    let mut b = Vec::new();
+    msg::put_request(&mut b, domain::SOURCE, 3, request::STREAMING, &key, false);
+    s.on_client_message(&b, &mut to_node, &mut out);
+    out.clear();
+    deliver(
+        &mut s,
+        &directory(&[("OTHER", ServiceState::Down)]),
+        &mut out,
+    );
+    assert_eq!(classes(&out), [(class::UPDATE, 2), (class::UPDATE, 3)]);
+    out.clear();
+    deliver(
+        &mut s,
+        &directory(&[("FEED", ServiceState::Down)]),
+        &mut out,
+    );
+    assert_eq!(classes(&out), [(class::UPDATE, 2)]);
+    // Stream 2 closed: 3 goes on.
+    out.clear();
+    s.on_client_message(&hex("0008 05 04 00000002 00 00"), &mut to_node, &mut out);
+    deliver(&mut s, &directory(&[("OTHER", ServiceState::Up)]), &mut out);
+    assert_eq!(classes(&out), [(class::UPDATE, 3)]);
+    // Asked again without streaming: its refresh ends it, and nothing follows on it.
+    out.clear();
+    let mut b = Vec::new();
+    msg::put_request(&mut b, domain::SOURCE, 3, 0, &key, false);
+    s.on_client_message(&b, &mut to_node, &mut out);
+    assert_eq!(classes(&out), [(class::REFRESH, 3)]);
+    assert_eq!(
+        Msg::decode(&out[0]).unwrap().state.unwrap().stream,
+        stream::NON_STREAMING
+    );
+    out.clear();
+    deliver(
+        &mut s,
+        &directory(&[("OTHER", ServiceState::Down)]),
+        &mut out,
+    );
+    assert!(out.is_empty(), "{out:?}");
+    // As many streams as a connection may hold, and one more: refused.
+    for sid in 0..=MAX_DIRECTORY_STREAMS as i32 {
+        let mut b = Vec::new();
+        msg::put_request(
+            &mut b,
+            domain::SOURCE,
+            10 + sid,
+            request::STREAMING,
+            &key,
+            false,
+        );
+        s.on_client_message(&b, &mut to_node, &mut out);
+    }
+    let last = Msg::decode(out.last().unwrap()).unwrap();
+    assert_eq!(
+        (last.class, last.stream_id),
+        (class::STATUS, 10 + MAX_DIRECTORY_STREAMS as i32)
+    );
+    assert_eq!(last.state.unwrap().code, code::NO_RESOURCES);
+    out.clear();
+    deliver(&mut s, &directory(&[("OTHER", ServiceState::Up)]), &mut out);
+    assert_eq!(out.len(), MAX_DIRECTORY_STREAMS);
+}
