@@ -26,6 +26,10 @@ const RSSL_OUT_HIGH: usize = 256 * 1024;
 /// state reaches every item of the group), so the bytes read are no measure of the work.
 const TO_NODE_SHARE: usize = 256 * 1024;
 
+/// What a connection's message buffers keep between bursts (as a native connection's
+/// do): a large message's memory goes back once it is handled.
+const KEEP_BUFFER: usize = 64 * 1024;
+
 /// What every RSSL connection of a node shares.
 pub(crate) struct RsslShared {
     pub ripc: Settings,
@@ -168,6 +172,13 @@ impl RsslConn {
                     break;
                 }
             }
+        }
+        // A message reassembled from fragments, or the requests of a large batch.
+        if self.msg.capacity() > KEEP_BUFFER {
+            self.msg = Vec::new();
+        }
+        if self.to_node.capacity() > KEEP_BUFFER {
+            self.to_node = Vec::new();
         }
     }
 
@@ -366,5 +377,82 @@ mod tests {
             "every item arrived"
         );
         assert!(turns > 2, "{turns} turns");
+    }
+
+    /// What a batch of 5,000 items makes for the core (5,000 requests), and a message
+    /// of 200 KB reassembled from fragments, leave no buffer of their size with the
+    /// connection once handled.
+    #[test]
+    fn a_large_message_leaves_no_buffer_of_its_size_behind() {
+        use tickwire_rssl::rwf::container::{put_array, ElementListWriter};
+        use tickwire_rssl::rwf::msg::{class, domain, request, MsgKey, MsgWriter};
+        use tickwire_rssl::rwf::primitive::dt;
+        let now = Instant::now();
+        let mut core = Node::new(CoreConfig::default(), now);
+        let shared = RsslShared {
+            ripc: Settings::default(),
+            session: Arc::new(SessionConfig::default()),
+        };
+        // A provider of PROV, for the consumer to ask of.
+        let pid = core.connect("provider", now);
+        let mut provider = RsslConn::new(&shared, "provider".into(), now);
+        let mut pclient = Channel::connect(Settings::default(), "test", now);
+        provider.on_bytes(&from_client(&mut pclient), &mut core, pid, now);
+        to_client(&mut provider, &mut pclient, now);
+        pclient.send(&testing::eta_login(1));
+        provider.on_bytes(&from_client(&mut pclient), &mut core, pid, now);
+        provider.pull_from_core(&mut core, pid, now);
+        let up = testing::service_up(-1, testing::DirectoryMsg::Unsolicited, 7, b"PROV");
+        pclient.send(&up);
+        provider.on_bytes(&from_client(&mut pclient), &mut core, pid, now);
+        // The consumer, logged in, PROV its service 1.
+        let id = core.connect("consumer", now);
+        let mut conn = RsslConn::new(&shared, "consumer".into(), now);
+        let mut client = Channel::connect(Settings::default(), "test", now);
+        conn.on_bytes(&from_client(&mut client), &mut core, id, now);
+        to_client(&mut conn, &mut client, now);
+        client.send(&testing::eta_login(0));
+        conn.on_bytes(&from_client(&mut client), &mut core, id, now);
+        conn.pull_from_core(&mut core, id, now);
+        to_client(&mut conn, &mut client, now);
+        let mut batch = Vec::new();
+        let flags = request::STREAMING | request::HAS_BATCH;
+        let w = MsgWriter::begin(
+            &mut batch,
+            class::REQUEST,
+            domain::MARKET_PRICE,
+            5,
+            flags,
+            dt::ELEMENT_LIST,
+        );
+        let key = MsgKey {
+            service_id: Some(1),
+            ..MsgKey::default()
+        };
+        key.encode(&mut batch);
+        w.end_header(&mut batch);
+        let names: Vec<String> = (0..5_000).map(|i| format!("ITEM.{i:04}")).collect();
+        let mut el = ElementListWriter::begin(&mut batch);
+        el.element(&mut batch, ":ItemList", dt::ARRAY, |o| {
+            put_array(o, dt::ASCII_STRING, &names, |o, n| {
+                o.extend_from_slice(n.as_bytes())
+            })
+        });
+        el.end(&mut batch);
+        client.send(&batch);
+        conn.on_bytes(&from_client(&mut client), &mut core, id, now);
+        assert_eq!(conn.session.stream_count(), 5_000, "the batch was handled");
+        let held = conn.to_node.capacity();
+        assert!(held <= KEEP_BUFFER, "{held}");
+        // A Generic message on the login stream (nothing to do) of 200 KB.
+        let mut big = Vec::new();
+        let w = MsgWriter::begin(&mut big, class::GENERIC, domain::LOGIN, 1, 0, dt::OPAQUE);
+        w.end_header(&mut big);
+        big.resize(big.len() + 200_000, 7);
+        client.send(&big);
+        conn.on_bytes(&from_client(&mut client), &mut core, id, now);
+        assert!(!conn.close_after_flush);
+        let held = conn.msg.capacity();
+        assert!(held <= KEEP_BUFFER, "{held}");
     }
 }

@@ -230,6 +230,11 @@ struct Reassembly {
 /// Fragmented messages a client may have in progress at once.
 const MAX_REASSEMBLIES: usize = 8;
 
+/// What a connection's buffers keep between bursts: a burst's memory (megabytes for a
+/// consumer that did not read for a while, a dictionary download) goes back once it is
+/// written or handled, as a native connection's does.
+const KEEP_BUFFER: usize = 64 * 1024;
+
 /// One RSSL connection's RIPC layer.
 #[derive(Debug)]
 pub struct Channel {
@@ -381,6 +386,11 @@ impl Channel {
             self.input = Vec::new();
             self.pos = 0;
             self.packed = None;
+        } else if matches!(r, Ok(None)) && self.pos == self.input.len() && self.packed.is_none() {
+            // All of it handled.
+            self.input.clear();
+            self.pos = 0;
+            self.input.shrink_to(KEEP_BUFFER);
         }
         r
     }
@@ -840,6 +850,7 @@ impl Channel {
         if self.sent == self.out.len() {
             self.out.clear();
             self.sent = 0;
+            self.out.shrink_to(KEEP_BUFFER);
         } else if self.sent > 64 * 1024 && self.open.is_none() {
             self.out.drain(..self.sent);
             self.sent = 0;

@@ -464,3 +464,41 @@ fn corrupted_bytes_never_make_a_channel_panic() {
         assert!(r.is_ok(), "round {round}: panicked on {m:02x?}");
     }
 }
+
+/// A burst (megabytes for a consumer that did not read for a while, a dictionary
+/// download) does not leave its memory with the connection once written, nor does a
+/// large read once handled: the buffers go back to at most [`KEEP_BUFFER`], as a
+/// native connection's do.
+#[test]
+fn a_bursts_buffers_are_released_once_it_is_written_or_read() {
+    let now = Instant::now();
+    let mut c = active(Settings::default(), now);
+    let rwf = [7u8; 1000];
+    for _ in 0..4000 {
+        c.send(&rwf);
+    }
+    c.end_batch();
+    assert!(c.pending() > 4_000_000);
+    while !c.transmit().is_empty() {
+        let n = c.transmit().len().min(100_000);
+        c.consume(n);
+    }
+    assert!(c.out.capacity() <= KEEP_BUFFER, "{}", c.out.capacity());
+    // The same as read: 4,000 messages in one read, all handed out.
+    let mut read = Vec::new();
+    for _ in 0..4000 {
+        read.extend_from_slice(&data(FLAG_DATA, &rwf));
+    }
+    c.handle_bytes(&read, now);
+    let mut msg = Vec::new();
+    let mut n = 0;
+    while let Ok(Some(Input::Message)) = c.poll(&mut msg) {
+        n += 1;
+    }
+    assert_eq!(n, 4000);
+    assert!(c.input.capacity() <= KEEP_BUFFER, "{}", c.input.capacity());
+    // Still a channel: the next message comes whole.
+    c.handle_bytes(&data(FLAG_DATA, b"next"), now);
+    assert_eq!(c.poll(&mut msg), Ok(Some(Input::Message)));
+    assert_eq!(msg, b"next");
+}
