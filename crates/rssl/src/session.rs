@@ -271,13 +271,13 @@ impl Session {
                 } else {
                     (domain::LOGIN, 0)
                 };
-                self.close_stream(
-                    out,
-                    dom,
-                    sid,
-                    code::INVALID_ARGUMENT,
-                    &format!("malformed message: {e}"),
-                );
+                let text = format!("malformed message: {e}");
+                self.close_stream(out, dom, sid, code::INVALID_ARGUMENT, &text);
+                // What was open on the stream ends with it, at the node too.
+                self.on_close(sid, to_node);
+                self.end_published(sid, ncode::MALFORMED, &text, to_node);
+                self.directories.retain(|&(s, _, _)| s != sid);
+                self.downloads.retain(|d| d.stream != sid);
                 // The login stream closed means the session is over, for both ends.
                 if dom == domain::LOGIN && self.login_stream() == Some(sid) {
                     self.finished = true;

@@ -226,17 +226,31 @@ impl Session {
         to_node: &mut Vec<u8>,
         out: &mut impl Outbox,
     ) {
-        let p = self.provider.as_mut().expect("a provider");
-        if let Some(item) = p.items.remove(&m.stream_id) {
+        self.end_published(m.stream_id, node_code, text, to_node);
+        self.refuse(out, m, msg::code::USAGE_ERROR, text);
+    }
+
+    /// The item on the provider's `stream`, if it has one, is closed at the node (with
+    /// `node_code` and `text`) and forgotten.
+    pub(super) fn end_published(
+        &mut self,
+        stream: i32,
+        node_code: u16,
+        text: &str,
+        to_node: &mut Vec<u8>,
+    ) {
+        let Some(p) = self.provider.as_mut() else {
+            return;
+        };
+        if let Some(item) = p.items.remove(&stream) {
             p.by_native.remove(&item.native);
-            p.groups.remove(m.stream_id);
+            p.groups.remove(stream);
             let _ = Message::Status(Status {
                 stream_id: item.native,
                 state: State::closed(node_code, text),
             })
             .encode(to_node);
         }
-        self.refuse(out, m, msg::code::USAGE_ERROR, text);
     }
 
     fn on_provider_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {

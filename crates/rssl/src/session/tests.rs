@@ -1685,3 +1685,42 @@ fn each_directory_stream_hears_of_its_services() {
     deliver(&mut s, &directory(&[("OTHER", ServiceState::Up)]), &mut out);
     assert_eq!(out.len(), MAX_DIRECTORY_STREAMS);
 }
+
+/// A message that does not decode, on an open item stream: the consumer is told the
+/// stream is closed, and so it is, at the node too; its updates stop, and the stream
+/// id may be opened again, for another item.
+#[test]
+fn a_malformed_message_on_an_item_stream_closes_it_at_the_node_too() {
+    let mut s = tri_open(&[]);
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    let bad = [0, 6, 7, domain::MARKET_PRICE, 0, 0, 0, 5, 0];
+    s.on_client_message(&bad, &mut to_node, &mut out);
+    let st = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (st.class, st.stream_id, st.state.unwrap().stream),
+        (class::STATUS, 5, stream::CLOSED)
+    );
+    assert_eq!(node_messages(&to_node), ["Close { stream_id: 1 }"]);
+    assert_eq!(s.stream_count(), 0);
+    assert!(
+        passed_on(&mut s, 1).is_empty(),
+        "updates on a closed stream"
+    );
+    // Stream 5 again, for another item: a new stream, not a reissue refused.
+    out.clear();
+    to_node.clear();
+    let ibm = item_request(5, request::STREAMING, Some(b"IBM.N"), &[]);
+    s.on_client_message(&ibm, &mut to_node, &mut out);
+    assert!(out.is_empty(), "refused: {out:?}");
+    assert!(node_messages(&to_node)[0].contains("IBM.N"));
+    // A provider's item stream likewise: its item ends at the node.
+    let (mut s, _, _) = provider_with_an_item();
+    let bad = [0, 6, 7, domain::MARKET_PRICE, 0xFF, 0xFF, 0xFF, 0xFB, 0];
+    let said = provider_says(&mut s, &bad);
+    assert!(
+        said.len() == 1 && said[0].contains("stream_id: 1,") && said[0].contains("Closed"),
+        "{said:?}"
+    );
+    let said = provider_says(&mut s, &testing::item_refresh(-5, 7, "X"));
+    assert!(said[0].contains("stream_id: 2,"), "{said:?}");
+}
