@@ -273,15 +273,7 @@ impl Session {
                 };
                 let text = format!("malformed message: {e}");
                 self.close_stream(out, dom, sid, code::INVALID_ARGUMENT, &text);
-                // What was open on the stream ends with it, at the node too.
-                self.on_close(sid, to_node);
-                self.end_published(sid, ncode::MALFORMED, &text, to_node);
-                self.directories.retain(|&(s, _, _)| s != sid);
-                self.downloads.retain(|d| d.stream != sid);
-                // The login stream closed means the session is over, for both ends.
-                if dom == domain::LOGIN && self.login_stream() == Some(sid) {
-                    self.finished = true;
-                }
+                self.end_stream(dom, sid, ncode::MALFORMED, &text, to_node);
                 return;
             }
         };
@@ -297,17 +289,18 @@ impl Session {
             (_, _) if !matches!(self.login, LoginState::Open { .. }) => {
                 self.refuse(
                     out,
+                    to_node,
                     &m,
                     code::NOT_ENTITLED,
                     "log in first (a Login request on its own stream)",
                 );
             }
             _ if self.provider.is_some() => self.on_provider_message(&m, to_node, out),
-            (class::REQUEST, domain::SOURCE) => self.on_directory_request(&m, out),
+            (class::REQUEST, domain::SOURCE) => self.on_directory_request(&m, to_node, out),
             (class::CLOSE, domain::SOURCE) => {
                 self.directories.retain(|&(s, _, _)| s != m.stream_id);
             }
-            (class::REQUEST, domain::DICTIONARY) => self.on_dictionary_request(&m, out),
+            (class::REQUEST, domain::DICTIONARY) => self.on_dictionary_request(&m, to_node, out),
             (class::CLOSE, domain::DICTIONARY) => {
                 self.downloads.retain(|d| d.stream != m.stream_id)
             }
@@ -317,14 +310,14 @@ impl Session {
                     "the {} domain is not carried: Tickwire serves MarketPrice items",
                     domain::name(other)
                 );
-                self.refuse(out, &m, code::USAGE_ERROR, &text);
+                self.refuse(out, to_node, &m, code::USAGE_ERROR, &text);
             }
             (class::CLOSE, _) => self.on_close(m.stream_id, to_node),
             (class::POST, _) => self.on_post(&m, to_node, out),
             (class::GENERIC, _) => {}
             (c, _) => {
                 let text = format!("a message of class {c} is not expected from a consumer");
-                self.refuse(out, &m, code::USAGE_ERROR, &text);
+                self.refuse(out, to_node, &m, code::USAGE_ERROR, &text);
             }
         }
     }
@@ -346,6 +339,7 @@ impl Session {
             }
             self.refuse(
                 out,
+                to_node,
                 m,
                 code::USAGE_ERROR,
                 "a login is already open on this connection",
@@ -392,7 +386,13 @@ impl Session {
             slow_consumer: None,
         });
         if login.encode(to_node).is_err() {
-            self.refuse(out, m, code::INVALID_ARGUMENT, "login fields too long");
+            self.refuse(
+                out,
+                to_node,
+                m,
+                code::INVALID_ARGUMENT,
+                "login fields too long",
+            );
             self.finished = true;
             return;
         }
@@ -445,7 +445,7 @@ impl Session {
         out.send(&self.buf);
     }
 
-    fn on_directory_request(&mut self, m: &Msg<'_>, out: &mut impl Outbox) {
+    fn on_directory_request(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         let filter = m.key.as_ref().and_then(|k| k.filter).unwrap_or(0x3F);
         let only = m.key.as_ref().and_then(|k| k.service_id);
         // A request on an open directory stream changes it; one without streaming
@@ -458,7 +458,7 @@ impl Session {
             Some(i) => self.directories[i] = (m.stream_id, filter, only),
             None if self.directories.len() >= MAX_DIRECTORY_STREAMS => {
                 let text = format!("at most {MAX_DIRECTORY_STREAMS} directory streams at once");
-                self.refuse(out, m, code::NO_RESOURCES, &text);
+                self.refuse(out, to_node, m, code::NO_RESOURCES, &text);
                 return;
             }
             None => self.directories.push((m.stream_id, filter, only)),
@@ -562,7 +562,7 @@ impl Session {
         map.end(out);
     }
 
-    fn on_dictionary_request(&mut self, m: &Msg<'_>, out: &mut impl Outbox) {
+    fn on_dictionary_request(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         let key = m.key.clone().unwrap_or_default();
         let name = key.name.unwrap_or(b"");
         let fields = match name {
@@ -573,14 +573,14 @@ impl Session {
                     "no dictionary {:?}: the node serves RWFFld and RWFEnum",
                     String::from_utf8_lossy(other)
                 );
-                self.refuse(out, m, code::NOT_FOUND, &text);
+                self.refuse(out, to_node, m, code::NOT_FOUND, &text);
                 return;
             }
         };
         self.downloads.retain(|d| d.stream != m.stream_id);
         if self.downloads.len() >= MAX_DOWNLOADS {
             let text = format!("at most {MAX_DOWNLOADS} dictionary downloads at once");
-            self.refuse(out, m, code::NO_RESOURCES, &text);
+            self.refuse(out, to_node, m, code::NO_RESOURCES, &text);
             return;
         }
         let filter = key.filter.unwrap_or(0x7);
@@ -944,13 +944,34 @@ impl Session {
         code: u8,
         text: &str,
     ) {
-        self.on_close(m.stream_id, to_node);
-        self.refuse(out, m, code, text);
+        self.refuse(out, to_node, m, code, text);
     }
 
-    /// Refuses the consumer's message `m`: closes its stream.
-    fn refuse(&mut self, out: &mut impl Outbox, m: &Msg<'_>, code: u8, text: &str) {
+    /// Refuses the consumer's message `m`: closes its stream, and what was open on it.
+    fn refuse(
+        &mut self,
+        out: &mut impl Outbox,
+        to_node: &mut Vec<u8>,
+        m: &Msg<'_>,
+        code: u8,
+        text: &str,
+    ) {
         self.close_stream(out, m.domain, m.stream_id, code, text);
+        self.end_stream(m.domain, m.stream_id, ncode::PROTOCOL, text, to_node);
+    }
+
+    /// The consumer was told its stream `sid` (of domain `dom`) is closed: what was
+    /// open on it ends, at the node too (an item, a provider's item: with `node_code`
+    /// and `text`), and so do a directory stream and a download on it. The login
+    /// stream closed ends the session, for both ends.
+    fn end_stream(&mut self, dom: u8, sid: i32, node_code: u16, text: &str, to_node: &mut Vec<u8>) {
+        self.on_close(sid, to_node);
+        self.end_published(sid, node_code, text, to_node);
+        self.directories.retain(|&(s, _, _)| s != sid);
+        self.downloads.retain(|d| d.stream != sid);
+        if dom == domain::LOGIN && self.login_stream() == Some(sid) {
+            self.finished = true;
+        }
     }
 
     /// Closes a consumer's stream, data suspect: a refused request's, or a batch's own.

@@ -78,7 +78,7 @@ impl Session {
             (class::STATUS | class::CLOSE, domain::MARKET_PRICE) => {
                 self.on_provider_close(m, to_node)
             }
-            (class::REQUEST, domain::DICTIONARY) => self.on_dictionary_request(m, out),
+            (class::REQUEST, domain::DICTIONARY) => self.on_dictionary_request(m, to_node, out),
             (class::CLOSE, domain::DICTIONARY) => {
                 self.downloads.retain(|d| d.stream != m.stream_id)
             }
@@ -88,11 +88,11 @@ impl Session {
                     "the {} domain is not carried: Tickwire carries MarketPrice items",
                     domain::name(d)
                 );
-                self.refuse(out, m, msg::code::USAGE_ERROR, &text);
+                self.refuse(out, to_node, m, msg::code::USAGE_ERROR, &text);
             }
             (c, _) => {
                 let text = format!("a message of class {c} is not expected from a provider");
-                self.refuse(out, m, msg::code::USAGE_ERROR, &text);
+                self.refuse(out, to_node, m, msg::code::USAGE_ERROR, &text);
             }
         }
     }
@@ -167,7 +167,7 @@ impl Session {
         }
         if !p.items.contains_key(&m.stream_id) && p.items.len() >= MAX_PROVIDER_ITEMS {
             let text = format!("a provider may publish at most {MAX_PROVIDER_ITEMS} items");
-            self.refuse(out, m, msg::code::TOO_MANY_ITEMS, &text);
+            self.refuse(out, to_node, m, msg::code::TOO_MANY_ITEMS, &text);
             return;
         }
         // The fields before the item takes a stream.
@@ -227,7 +227,7 @@ impl Session {
         out: &mut impl Outbox,
     ) {
         self.end_published(m.stream_id, node_code, text, to_node);
-        self.refuse(out, m, msg::code::USAGE_ERROR, text);
+        self.refuse(out, to_node, m, msg::code::USAGE_ERROR, text);
     }
 
     /// The item on the provider's `stream`, if it has one, is closed at the node (with

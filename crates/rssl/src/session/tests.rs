@@ -1724,3 +1724,48 @@ fn a_malformed_message_on_an_item_stream_closes_it_at_the_node_too() {
     let said = provider_says(&mut s, &testing::item_refresh(-5, 7, "X"));
     assert!(said[0].contains("stream_id: 2,"), "{said:?}");
 }
+
+/// A request the node refuses on an open item stream (another domain on its id, a
+/// message of a class no consumer sends): the consumer is told the stream is closed,
+/// and so it is, at the node too.
+#[test]
+fn a_refused_message_on_an_open_item_stream_closes_it_at_the_node_too() {
+    let other_domain = {
+        let mut b = item_request(5, request::STREAMING, Some(b"TRI.N"), &[]);
+        b[3] = domain::MARKET_BY_ORDER;
+        b
+    };
+    let refresh_from_consumer = {
+        let mut b = Vec::new();
+        let ok = testing::ok();
+        begin_refresh(
+            &mut b,
+            domain::MARKET_PRICE,
+            5,
+            0,
+            dt::NO_DATA,
+            None,
+            &ok,
+            None,
+            None,
+            false,
+        );
+        b
+    };
+    for bad in [other_domain, refresh_from_consumer] {
+        let mut s = tri_open(&[]);
+        let (mut to_node, mut out) = (Vec::new(), Vec::new());
+        s.on_client_message(&bad, &mut to_node, &mut out);
+        let st = Msg::decode(&out[0]).unwrap();
+        assert_eq!(
+            (st.class, st.stream_id, st.state.unwrap().stream),
+            (class::STATUS, 5, stream::CLOSED)
+        );
+        assert_eq!(node_messages(&to_node), ["Close { stream_id: 1 }"]);
+        assert_eq!(s.stream_count(), 0);
+        assert!(
+            passed_on(&mut s, 1).is_empty(),
+            "updates on a closed stream"
+        );
+    }
+}
