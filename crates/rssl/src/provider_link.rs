@@ -402,7 +402,22 @@ impl ProviderLink {
         let name = String::from_utf8_lossy(key.name.unwrap_or(b""));
         let solicited = m.flags & msg::refresh::SOLICITED != 0;
         let refresh = native_refresh(m, item, solicited, service, &name, &self.fields);
+        let (native, state) = (item.native, refresh.state);
+        let ended = refresh.complete && state.stream != StreamState::Open;
         let _ = Message::Refresh(refresh).encode(to_node);
+        if ended {
+            // The provider ended the stream with its image (a non-streaming answer, a
+            // closed one): the node takes the image, then the end, which the node's
+            // refresh does not carry.
+            self.by_rssl.remove(&m.stream_id);
+            self.groups.remove(m.stream_id);
+            self.streams.remove(&native);
+            let _ = Message::Status(Status {
+                stream_id: native,
+                state,
+            })
+            .encode(to_node);
+        }
     }
 
     fn on_update(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
@@ -1336,6 +1351,54 @@ mod tests {
             );
             let close = Msg::decode(&out[0]).unwrap();
             assert_eq!((close.class, close.stream_id), (class::CLOSE, 5));
+            // Forgotten: what else comes on the stream reaches no one.
+            to_node.clear();
+            link.on_provider_message(&refresh_in_group(5, &[0, 1]), &mut to_node, &mut out)
+                .unwrap();
+            assert!(to_node.is_empty(), "{:?}", said(&to_node));
+        }
+    }
+
+    /// A provider that answers the node's request with a refresh that ends its stream
+    /// (non-streaming, or closed): the node gets the image, then hears that the stream
+    /// ended, rather than holding the item as live with nothing more to come.
+    #[test]
+    fn a_refresh_that_ends_its_stream_ends_the_item_at_the_node() {
+        for (st, node_st) in [
+            (stream::NON_STREAMING, StreamState::NonStreaming),
+            (stream::CLOSED_RECOVER, StreamState::ClosedRecover),
+        ] {
+            let (mut link, mut to_node, mut out) = serving_prov();
+            ask(&mut link, 900, "ITEM", &mut out);
+            to_node.clear();
+            let mut rf = Vec::new();
+            let state = RwfState::new(st, msg::data::OK, msg::code::NONE, "");
+            let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE;
+            begin_refresh(
+                &mut rf,
+                domain::MARKET_PRICE,
+                5,
+                flags,
+                dt::FIELD_LIST,
+                None,
+                &state,
+                None,
+                None,
+                false,
+            );
+            FieldListWriter::begin(&mut rf).end(&mut rf);
+            link.on_provider_message(&rf, &mut to_node, &mut out)
+                .unwrap();
+            let told = said(&to_node);
+            assert!(
+                told[0].starts_with("Refresh(Refresh { stream_id: 900"),
+                "{told:?}"
+            );
+            assert_eq!(
+                statuses(&to_node),
+                [(900, node_st, tickwire_proto::DataState::Ok)],
+                "{told:?}"
+            );
             // Forgotten: what else comes on the stream reaches no one.
             to_node.clear();
             link.on_provider_message(&refresh_in_group(5, &[0, 1]), &mut to_node, &mut out)
