@@ -18,8 +18,8 @@ use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg,
 use crate::rwf::primitive::dt;
 use crate::rwf::RwfError;
 use crate::session::{
-    close_renamed_items, native_refresh, native_update, provider_fields_to_native, service_told,
-    Outbox, ProvidedItem,
+    close_renamed_items, encode_refresh, encode_update, native_refresh, native_update,
+    provider_fields_to_native, service_told, Outbox, ProvidedItem,
 };
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -368,19 +368,32 @@ impl ProviderLink {
         to_node: &mut Vec<u8>,
         out: &mut impl Outbox,
     ) {
-        let Some(item) = self.by_rssl.remove(&m.stream_id) else {
+        let text = format!("the provider's {what} does not decode: {e}");
+        self.end_item(m.stream_id, code::MALFORMED, &text, to_node, out);
+    }
+
+    /// The item on the provider's stream `rssl` ends at the node (closed, with
+    /// `node_code` and `text`) and at the provider, and is forgotten.
+    fn end_item(
+        &mut self,
+        rssl: i32,
+        node_code: u16,
+        text: &str,
+        to_node: &mut Vec<u8>,
+        out: &mut impl Outbox,
+    ) {
+        let Some(item) = self.by_rssl.remove(&rssl) else {
             return;
         };
         self.streams.remove(&item.native);
-        self.groups.remove(m.stream_id);
-        let text = format!("the provider's {what} does not decode: {e}");
+        self.groups.remove(rssl);
         let _ = Message::Status(Status {
             stream_id: item.native,
-            state: State::closed(code::MALFORMED, &text),
+            state: State::closed(node_code, text),
         })
         .encode(to_node);
         self.buf.clear();
-        put_close(&mut self.buf, domain::MARKET_PRICE, m.stream_id);
+        put_close(&mut self.buf, domain::MARKET_PRICE, rssl);
         out.send(&self.buf);
     }
 
@@ -404,7 +417,7 @@ impl ProviderLink {
         let refresh = native_refresh(m, item, solicited, service, &name, &self.fields);
         let (native, state) = (item.native, refresh.state);
         let ended = refresh.complete && state.stream != StreamState::Open;
-        let _ = Message::Refresh(refresh).encode(to_node);
+        encode_refresh(refresh, to_node);
         if ended {
             // The provider ended the stream with its image (a non-streaming answer, a
             // closed one): the node takes the image, then the end, which the node's
@@ -430,7 +443,10 @@ impl ProviderLink {
             return;
         };
         let (native, seq) = (item.native, item.seq.update(m.seq, m.conflation_count));
-        let _ = Message::Update(native_update(m, native, seq, &self.fields)).encode(to_node);
+        if let Err(e) = encode_update(native_update(m, native, seq, &self.fields), to_node) {
+            let text = format!("the provider's update is too large for the node: {e}");
+            self.end_item(m.stream_id, code::TOO_LARGE, &text, to_node, out);
+        }
     }
 
     fn on_status(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
@@ -1405,5 +1421,62 @@ mod tests {
                 .unwrap();
             assert!(to_node.is_empty(), "{:?}", said(&to_node));
         }
+    }
+
+    /// An interactive provider's refresh too large for one of the node's messages
+    /// reaches the node in parts; an update that large ends the item with the reason,
+    /// and its stream at the provider.
+    #[test]
+    fn a_refresh_too_large_for_one_node_message_goes_in_parts() {
+        let (mut link, mut to_node, mut out) = serving_prov();
+        ask(&mut link, 900, "ITEM", &mut out);
+        to_node.clear();
+        let big = |o: &mut Vec<u8>, f: &mut FieldListWriter| {
+            f.field(o, 3, |o| o.extend_from_slice(&[b'A'; 40_000]));
+            f.field(o, 28, |o| o.extend_from_slice(&[b'B'; 40_000]));
+        };
+        let mut rf = Vec::new();
+        let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE;
+        let ok = testing::ok();
+        let d = domain::MARKET_PRICE;
+        begin_refresh(
+            &mut rf,
+            d,
+            5,
+            flags,
+            dt::FIELD_LIST,
+            None,
+            &ok,
+            None,
+            None,
+            false,
+        );
+        let mut fl = FieldListWriter::begin(&mut rf);
+        big(&mut rf, &mut fl);
+        fl.end(&mut rf);
+        link.on_provider_message(&rf, &mut to_node, &mut out)
+            .unwrap();
+        let parts: Vec<(u32, bool, bool)> = MessageIter::new(&to_node)
+            .map(|m| match m.unwrap().message {
+                Message::Refresh(r) => (r.stream_id, r.clear_cache, r.complete),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(parts, [(900, true, false), (900, false, true)]);
+        to_node.clear();
+        out.clear();
+        let mut u = Vec::new();
+        msg::begin_update(&mut u, domain::MARKET_PRICE, 5, 1, None, 0, false);
+        let mut fl = FieldListWriter::begin(&mut u);
+        big(&mut u, &mut fl);
+        fl.end(&mut u);
+        link.on_provider_message(&u, &mut to_node, &mut out)
+            .unwrap();
+        assert_eq!(
+            statuses(&to_node),
+            [(900, StreamState::Closed, tickwire_proto::DataState::Suspect)]
+        );
+        let close = Msg::decode(&out[0]).unwrap();
+        assert_eq!((close.class, close.stream_id), (class::CLOSE, 5));
     }
 }

@@ -1341,6 +1341,41 @@ pub(crate) fn native_update<'a>(
     }
 }
 
+/// The largest field list in one of the node's refresh messages: a larger image goes in
+/// parts, as the node's own publishers send one (docs/PROTOCOL.md 6.9).
+const REFRESH_PART: usize = 60_000;
+
+/// A provider's refresh for the node: in parts when its fields are more than one of the
+/// node's messages holds (the first part clears the image if the refresh does, the last
+/// completes it if the refresh does).
+pub(crate) fn encode_refresh(r: Refresh<'_>, to_node: &mut Vec<u8>) {
+    let fields = r.fields.as_bytes();
+    if fields.len() <= REFRESH_PART {
+        let _ = Message::Refresh(r).encode(to_node);
+        return;
+    }
+    let parts = tickwire_proto::field::split_field_list(fields, REFRESH_PART);
+    let n = parts.len();
+    for (i, part) in parts.iter().enumerate() {
+        let _ = Message::Refresh(Refresh {
+            complete: r.complete && i + 1 == n,
+            clear_cache: r.clear_cache && i == 0,
+            fields: FieldList::from_trusted(part),
+            ..r.clone()
+        })
+        .encode(to_node);
+    }
+}
+
+/// A provider's update for the node: an error when it is more than one of the node's
+/// messages holds (an update cannot go in parts).
+pub(crate) fn encode_update(
+    u: Update<'_>,
+    to_node: &mut Vec<u8>,
+) -> Result<(), tickwire_proto::EncodeError> {
+    Message::Update(u).encode(to_node)
+}
+
 /// A provider's RWF refresh of `item` as the node's, for `service`/`name`, its fields
 /// already in the node's encoding (as [`native_update`]); `solicited` is the provider's
 /// own flag, or false where the node asked for nothing.

@@ -9,8 +9,8 @@
 //! comes back on the provider's stream.
 
 use super::{
-    close_renamed_items, native_refresh, native_update, provider_fields_to_native, service_told,
-    Outbox, ProvidedItem, Session,
+    close_renamed_items, encode_refresh, encode_update, native_refresh, native_update,
+    provider_fields_to_native, service_told, Outbox, ProvidedItem, Session,
 };
 use crate::directory::{encode_node_directory, ProviderServices};
 use crate::item_groups::{self, ItemGroups};
@@ -198,7 +198,7 @@ impl Session {
         let name = String::from_utf8_lossy(name);
         // Unasked: the node requested nothing of a non-interactive provider.
         let refresh = native_refresh(m, item, false, &service, &name, &p.fields);
-        let _ = Message::Refresh(refresh).encode(to_node);
+        encode_refresh(refresh, to_node);
     }
 
     /// A refresh or update whose fields do not decode: refused (an update left out
@@ -267,7 +267,10 @@ impl Session {
             .items
             .get_mut(&m.stream_id)
             .map_or(0, |i| i.seq.update(m.seq, m.conflation_count));
-        let _ = Message::Update(native_update(m, native, seq, &p.fields)).encode(to_node);
+        if let Err(e) = encode_update(native_update(m, native, seq, &p.fields), to_node) {
+            let text = format!("the update is too large for the node: {e}");
+            self.refuse_published(m, code::TOO_LARGE, &text, to_node, out);
+        }
     }
 
     fn on_provider_close(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {

@@ -1769,3 +1769,81 @@ fn a_refused_message_on_an_open_item_stream_closes_it_at_the_node_too() {
         );
     }
 }
+
+/// A provider's refresh whose fields are too many for one of the node's messages (two
+/// texts of 40,000 bytes) reaches the node in parts, as the node's own publishers send
+/// a large image; an update that large, which no node message carries, ends the item
+/// with the reason rather than leave its image wrong without a word.
+#[test]
+fn a_providers_refresh_too_large_for_one_node_message_goes_in_parts() {
+    let (mut s, _, _) = provider_with_an_item();
+    let key = MsgKey {
+        service_id: Some(7),
+        name: Some(b"BIG"),
+        name_type: Some(1),
+        ..MsgKey::default()
+    };
+    let big = |o: &mut Vec<u8>, f: &mut FieldListWriter| {
+        f.field(o, 3, |o| o.extend_from_slice(&[b'A'; 40_000]));
+        f.field(o, 28, |o| o.extend_from_slice(&[b'B'; 40_000]));
+    };
+    let mut rf = Vec::new();
+    let flags = refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE;
+    let ok = testing::ok();
+    let d = domain::MARKET_PRICE;
+    begin_refresh(
+        &mut rf,
+        d,
+        -6,
+        flags,
+        dt::FIELD_LIST,
+        None,
+        &ok,
+        Some(&key),
+        None,
+        false,
+    );
+    let mut fl = FieldListWriter::begin(&mut rf);
+    big(&mut rf, &mut fl);
+    fl.end(&mut rf);
+    let mut to_node = Vec::new();
+    s.on_client_message(&rf, &mut to_node, &mut Vec::new());
+    let parts: Vec<Refresh<'_>> = MessageIter::new(&to_node)
+        .map(|m| match m.unwrap().message {
+            Message::Refresh(r) => r,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert!(parts.iter().all(|p| p.stream_id == 2 && p.name == "BIG"));
+    assert_eq!(
+        parts
+            .iter()
+            .map(|p| (p.clear_cache, p.complete))
+            .collect::<Vec<_>>(),
+        [(true, false), (false, true)]
+    );
+    let fields: Vec<i16> = parts
+        .iter()
+        .flat_map(|p| p.fields.iter().map(|f| f.0))
+        .collect();
+    assert_eq!(fields, [3, 28]);
+    // An update as large: the item ends at the node, and the provider hears why.
+    let mut u = Vec::new();
+    begin_update(&mut u, domain::MARKET_PRICE, -6, 1, None, 0, false);
+    let mut fl = FieldListWriter::begin(&mut u);
+    big(&mut u, &mut fl);
+    fl.end(&mut u);
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    s.on_client_message(&u, &mut to_node, &mut out);
+    let said = node_messages(&to_node);
+    assert!(
+        said.len() == 1 && said[0].contains("stream_id: 2,") && said[0].contains("Closed"),
+        "{said:?}"
+    );
+    let st = Msg::decode(&out[0]).unwrap();
+    assert_eq!(
+        (st.stream_id, st.state.unwrap().stream),
+        (-6, stream::CLOSED)
+    );
+}
