@@ -337,6 +337,10 @@ impl Session {
                     return;
                 }
             }
+            // Before the node accepted the login: its refresh answers this one too.
+            if matches!(self.login, LoginState::Pending { stream, .. } if stream == m.stream_id) {
+                return;
+            }
             self.refuse(
                 out,
                 to_node,

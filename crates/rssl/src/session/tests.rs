@@ -1847,3 +1847,24 @@ fn a_providers_refresh_too_large_for_one_node_message_goes_in_parts() {
         (-6, stream::CLOSED)
     );
 }
+
+/// A Login request again on the login stream before the node accepted the first (a
+/// reissue): it is not refused, which would tell the consumer its login is closed; the
+/// login's refresh, when the node accepts it, answers both.
+#[test]
+fn a_login_reissue_before_the_login_is_accepted_waits_for_its_refresh() {
+    let mut s = Session::new(Arc::new(SessionConfig::default()));
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    let login = testing::eta_login(0);
+    s.on_client_message(&login, &mut to_node, &mut out);
+    to_node.clear();
+    s.on_client_message(&login, &mut to_node, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    assert!(to_node.is_empty() && !s.finished);
+    deliver(&mut s, &welcome(), &mut out);
+    assert_eq!(classes(&out), [(class::REFRESH, 1)]);
+    assert_eq!(
+        Msg::decode(&out[0]).unwrap().state.unwrap().stream,
+        stream::OPEN
+    );
+}
