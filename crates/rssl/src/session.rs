@@ -452,14 +452,20 @@ impl Session {
     fn on_directory_request(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         let filter = m.key.as_ref().and_then(|k| k.filter).unwrap_or(0x3F);
         let only = m.key.as_ref().and_then(|k| k.service_id);
-        // A request on an open directory stream changes it; one without streaming
-        // ends it with its refresh.
+        // A request on an open directory stream changes it (with a refresh unless it
+        // asks for none); one without streaming ends it with its refresh.
         let open = self.directories.iter().position(|d| d.0 == m.stream_id);
         match open {
             _ if m.flags & request::STREAMING == 0 => {
                 self.directories.retain(|&(s, _, _)| s != m.stream_id)
             }
-            Some(i) => self.directories[i] = (m.stream_id, filter, only),
+            Some(i) => {
+                self.directories[i] = (m.stream_id, filter, only);
+                // A reissue that asks for no refresh gets none.
+                if m.flags & request::NO_REFRESH != 0 {
+                    return;
+                }
+            }
             None if self.directories.len() >= MAX_DIRECTORY_STREAMS => {
                 let text = format!("at most {MAX_DIRECTORY_STREAMS} directory streams at once");
                 self.refuse(out, to_node, m, code::NO_RESOURCES, &text);

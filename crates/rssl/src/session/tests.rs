@@ -1868,3 +1868,28 @@ fn a_login_reissue_before_the_login_is_accepted_waits_for_its_refresh() {
         stream::OPEN
     );
 }
+
+/// A directory request again on an open directory stream that asks for no refresh
+/// (RWF's `NO_REFRESH`) changes the stream and gets none; the stream goes on.
+#[test]
+fn a_directory_reissue_without_a_refresh_gets_none() {
+    let (mut s, mut out) = logged_in();
+    let mut to_node = Vec::new();
+    request_directory(&mut s, &mut to_node, &mut out);
+    out.clear();
+    let key = MsgKey {
+        filter: Some(3),
+        ..MsgKey::default()
+    };
+    let mut b = Vec::new();
+    let flags = request::STREAMING | request::NO_REFRESH;
+    msg::put_request(&mut b, domain::SOURCE, 2, flags, &key, false);
+    s.on_client_message(&b, &mut to_node, &mut out);
+    assert!(out.is_empty(), "{:?}", classes(&out));
+    deliver(
+        &mut s,
+        &directory(&[("FEED", ServiceState::Down)]),
+        &mut out,
+    );
+    assert_eq!(classes(&out), [(class::UPDATE, 2)]);
+}
