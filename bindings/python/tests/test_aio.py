@@ -115,6 +115,22 @@ def test_a_post_is_answered_and_named(posts_node):
     assert sent is None
 
 
+async def subscribed_then_lost(addr: str, node: Proc, feed: Proc, connect_timeout: float):
+    """A subscriber of FEED's SYM1, with its image, whose node and feed then stop; with
+    the suspect status it saw."""
+    s = await tickwire.aio.connect(addr, connect_timeout=connect_timeout)
+    s.subscribe("FEED", ["SYM1"])
+    async for event in s:
+        if event.type == "refresh":
+            break
+    node.stop()
+    feed.stop()
+    async for event in s:
+        if event.type == "status" and event.data_state == "suspect":
+            return s, event
+    return s, None
+
+
 def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_loop():
     node = Proc(["node", "--listen", "127.0.0.1:0"])
     addr = node.listening_address()
@@ -123,18 +139,7 @@ def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_
     stack = contextlib.ExitStack()
 
     async def main():
-        s = await tickwire.aio.connect(addr, connect_timeout=3.0)
-        s.subscribe("FEED", ["SYM1"])
-        async for event in s:
-            if event.type == "refresh":
-                break
-        node.stop()
-        feed.stop()
-        suspect = None
-        async for event in s:
-            if event.type == "status" and event.data_state == "suspect":
-                suspect = event
-                break
+        s, suspect = await subscribed_then_lost(addr, node, feed, 3.0)
         # The node's port now has a listener that never accepts, its queue full: the
         # kernel drops further connection attempts, so each reconnection's TCP connect
         # blocks for its connect_timeout (3 s). The loop must not: its longest pause
@@ -170,16 +175,7 @@ def test_calls_on_the_loop_do_not_wait_for_a_reconnect_in_the_executor():
 
     async def main():
         loop = asyncio.get_running_loop()
-        s = await tickwire.aio.connect(addr, connect_timeout=10.0)
-        s.subscribe("FEED", ["SYM1"])
-        async for event in s:
-            if event.type == "refresh":
-                break
-        node.stop()
-        feed.stop()
-        async for event in s:
-            if event.type == "status" and event.data_state == "suspect":
-                break
+        s, _ = await subscribed_then_lost(addr, node, feed, 10.0)
         stack.enter_context(silent_address(addr))
         start = loop.time()
         while not s._reconnecting:

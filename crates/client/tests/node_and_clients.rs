@@ -341,14 +341,16 @@ fn publisher_lost_turns_suspect_and_its_return_makes_streams_ok() {
     node.stop().unwrap();
 }
 
-#[test]
-fn subscriber_reconnects_and_requests_its_watchlist_again() {
+/// A publisher and a subscriber of `item` (its BID `bid` / 100) whose node went away
+/// and came back on the same address, before either was polled again: the subscriber
+/// saw its stream go suspect.
+fn node_lost_and_back(item: &str, bid: i64) -> (Publisher, Subscriber, RunningNode) {
     let node = start_node(CacheMode::On);
     let addr = node.addr;
     let mut p = publisher(&node, false);
-    publish_and_wait(&node, &mut p, "SYM3", 300);
+    publish_and_wait(&node, &mut p, item, bid);
     let mut sub = Subscriber::connect(opts(&node)).unwrap();
-    sub.subscribe("FEED", "SYM3", RequestOptions::default())
+    sub.subscribe("FEED", item, RequestOptions::default())
         .unwrap();
     wait_for(&mut sub, Some(&mut p), |e| {
         matches!(e, Event::Refresh { .. })
@@ -365,12 +367,16 @@ fn subscriber_reconnects_and_requests_its_watchlist_again() {
         unreachable!()
     };
     assert_eq!(data, DataState::Suspect);
-    // A node comes back on the same address; both clients reconnect by themselves.
     let mut cfg = NodeConfig::default();
     cfg.node.listen = addr;
     cfg.node.stats_interval_s = 0;
-    let node2 = NodeServer::spawn(cfg).expect("rebind the same port");
-    // Polled with a zero timeout, as a busy application would: it still reconnects.
+    let back = NodeServer::spawn(cfg).expect("rebind the same port");
+    (p, sub, back)
+}
+
+/// Polls both with a zero timeout, as a busy application would, until the
+/// subscriber's refresh comes again; its BID.
+fn bid_on_the_new_connection(p: &mut Publisher, sub: &mut Subscriber) -> Option<String> {
     let deadline = Instant::now() + WAIT;
     let mut bid = None;
     while bid.is_none() {
@@ -392,6 +398,14 @@ fn subscriber_reconnects_and_requests_its_watchlist_again() {
         .unwrap();
         std::thread::sleep(Duration::from_millis(5));
     }
+    bid
+}
+
+#[test]
+fn subscriber_reconnects_and_requests_its_watchlist_again() {
+    let (mut p, mut sub, node2) = node_lost_and_back("SYM3", 300);
+    // Both clients reconnect by themselves.
+    let bid = bid_on_the_new_connection(&mut p, &mut sub);
     assert_eq!(bid.as_deref(), Some("3.00"));
     assert!(sub.reconnects() >= 1);
     assert!(p.reconnects() >= 1);
@@ -404,22 +418,7 @@ fn subscriber_reconnects_and_requests_its_watchlist_again() {
 /// outcome comes back; then the new connection serves the watchlist again.
 #[test]
 fn a_reconnect_taken_out_is_made_by_its_taker_alone() {
-    let node = start_node(CacheMode::On);
-    let addr = node.addr;
-    let mut p = publisher(&node, false);
-    publish_and_wait(&node, &mut p, "SYM4", 400);
-    let mut sub = Subscriber::connect(opts(&node)).unwrap();
-    sub.subscribe("FEED", "SYM4", RequestOptions::default())
-        .unwrap();
-    wait_for(&mut sub, Some(&mut p), |e| {
-        matches!(e, Event::Refresh { .. })
-    });
-    node.stop().unwrap();
-    wait_for(&mut sub, None, |e| matches!(e, Event::Status { .. }));
-    let mut cfg = NodeConfig::default();
-    cfg.node.listen = addr;
-    cfg.node.stats_interval_s = 0;
-    let node2 = NodeServer::spawn(cfg).expect("rebind the same port");
+    let (mut p, mut sub, node2) = node_lost_and_back("SYM4", 400);
     let deadline = Instant::now() + WAIT;
     let reconnect = loop {
         assert!(Instant::now() < deadline, "no reconnect became due");
@@ -435,26 +434,7 @@ fn a_reconnect_taken_out_is_made_by_its_taker_alone() {
     sub.finish_reconnect(reconnect.connect()).unwrap();
     assert!(sub.is_connected());
     // The watchlist is asked again on the new connection; the publisher reconnects too.
-    let deadline = Instant::now() + WAIT;
-    let mut bid = None;
-    while bid.is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "no refresh on the new connection"
-        );
-        p.dispatch(Duration::ZERO).unwrap();
-        p.flush(Duration::from_secs(1)).unwrap();
-        sub.dispatch(Duration::from_millis(5), |e| {
-            if let tickwire_client::EventRef::Refresh(_, r) = e {
-                bid = r
-                    .fields
-                    .iter()
-                    .find(|(id, _)| *id == 22)
-                    .map(|(_, v)| v.to_string());
-            }
-        })
-        .unwrap();
-    }
+    let bid = bid_on_the_new_connection(&mut p, &mut sub);
     assert_eq!(bid.as_deref(), Some("4.00"));
     assert_eq!(sub.reconnects(), 1);
     node2.stop().unwrap();

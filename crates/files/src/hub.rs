@@ -348,22 +348,31 @@ impl Hub {
                     )
                 })
                 .collect();
-            self.record_seq += 1;
-            let old = self.records.insert(
-                transfer,
-                Record {
-                    seq: self.record_seq,
-                    manifest: file.manifest,
-                    sites,
-                    finished: true,
-                },
-            );
-            if old.is_some() {
-                self.finished_order.retain(|t| *t != transfer);
-            }
+            self.put_record(file.manifest, sites, true);
             self.finished_order.push_back(transfer);
         }
         self.forget_beyond_keep();
+    }
+
+    /// Puts a file's record in, after every record there (reports list them in this
+    /// order), in place of any of its transfer, which leaves the finished ones' order.
+    fn put_record(
+        &mut self,
+        manifest: Manifest,
+        sites: BTreeMap<String, SiteLine>,
+        finished: bool,
+    ) {
+        self.record_seq += 1;
+        let transfer = manifest.transfer;
+        let rec = Record {
+            seq: self.record_seq,
+            manifest,
+            sites,
+            finished,
+        };
+        if self.records.insert(transfer, rec).is_some() {
+            self.finished_order.retain(|t| *t != transfer);
+        }
     }
 
     /// Drops the oldest finished files from the record past `keep_records` (the audit
@@ -1028,16 +1037,7 @@ impl Hub {
                 )
             })
             .collect();
-        self.record_seq += 1;
-        self.records.insert(
-            m.transfer,
-            Record {
-                seq: self.record_seq,
-                manifest: m.clone(),
-                sites,
-                finished: false,
-            },
-        );
+        self.put_record(m.clone(), sites, false);
         self.events.push_back(HubEvent::Queued {
             manifest: m.clone(),
             user,
@@ -1499,16 +1499,8 @@ impl Hub {
                 rec.sites = BTreeMap::from([(self.cfg.site.clone(), line)]);
             }
             None => {
-                self.record_seq += 1;
-                self.records.insert(
-                    m.transfer,
-                    Record {
-                        seq: self.record_seq,
-                        manifest: m.clone(),
-                        sites: BTreeMap::from([(self.cfg.site.clone(), line)]),
-                        finished: true,
-                    },
-                );
+                let sites = BTreeMap::from([(self.cfg.site.clone(), line)]);
+                self.put_record(m.clone(), sites, true);
                 self.finished_order.push_back(m.transfer);
             }
         }

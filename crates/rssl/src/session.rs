@@ -685,7 +685,7 @@ impl Session {
         if let Some(why) = open.and_then(|s| reissue_mismatch(s, &key, private)) {
             // As the SDK's providers answer: the stream is the item's, not another's.
             let text = format!("item request rejected for stream id {}: {why}", m.stream_id);
-            self.refuse_item(out, to_node, m, code::USAGE_ERROR, &text);
+            self.refuse(out, to_node, m, code::USAGE_ERROR, &text);
             return;
         }
         let reissued = open.map(|s| (s.service_id, s.name.clone()));
@@ -697,7 +697,7 @@ impl Session {
         }
         let key = key;
         let Some(service_id) = key.service_id else {
-            self.refuse_item(
+            self.refuse(
                 out,
                 to_node,
                 m,
@@ -710,7 +710,7 @@ impl Session {
             .service(service_id)
             .filter(|s| s.state != ServiceState::Removed)
         else {
-            self.refuse_item(
+            self.refuse(
                 out,
                 to_node,
                 m,
@@ -724,7 +724,7 @@ impl Session {
         let mut batch: Vec<Vec<u8>> = Vec::new();
         if m.flags & (request::HAS_VIEW | request::HAS_BATCH) != 0 {
             if let Err(e) = parse_request_payload(m, &mut view, &mut batch, self.cfg.max_batch) {
-                self.refuse_item(
+                self.refuse(
                     out,
                     to_node,
                     m,
@@ -739,7 +739,7 @@ impl Session {
                 view = None;
             }
             if m.flags & request::HAS_VIEW != 0 && view.is_none() {
-                self.refuse_item(
+                self.refuse(
                     out,
                     to_node,
                     m,
@@ -764,7 +764,7 @@ impl Session {
                 .len()
                 .saturating_mul(view.as_ref().map_or(0, |v| v.len()));
             if fields > tickwire_proto::message::MAX_BATCH_VIEW_FIELDS {
-                self.refuse_item(
+                self.refuse(
                     out,
                     to_node,
                     m,
@@ -789,7 +789,7 @@ impl Session {
         };
         if m.flags & request::HAS_BATCH != 0 {
             if batch.len() > self.cfg.max_batch {
-                self.refuse_item(
+                self.refuse(
                     out,
                     to_node,
                     m,
@@ -817,7 +817,7 @@ impl Session {
             return;
         }
         let Some(name) = key.name else {
-            self.refuse_item(
+            self.refuse(
                 out,
                 to_node,
                 m,
@@ -944,20 +944,9 @@ impl Session {
         }
     }
 
-    /// Refuses the consumer's item request `m`: closes its stream, at the node too when
-    /// it was open (a refused reissue ends the stream it was for).
-    fn refuse_item(
-        &mut self,
-        out: &mut impl Outbox,
-        to_node: &mut Vec<u8>,
-        m: &Msg<'_>,
-        code: u8,
-        text: &str,
-    ) {
-        self.refuse(out, to_node, m, code, text);
-    }
-
-    /// Refuses the consumer's message `m`: closes its stream, and what was open on it.
+    /// Refuses the consumer's message `m`: closes its stream, and what was open on it
+    /// at the node too (a refused reissue of an item request ends the stream it was
+    /// for).
     fn refuse(
         &mut self,
         out: &mut impl Outbox,
