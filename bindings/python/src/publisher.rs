@@ -27,6 +27,9 @@ struct Shared {
     /// `None` once closed.
     publisher: Mutex<Option<tickwire_client::Publisher>>,
     stop: AtomicBool,
+    /// The driver thread is in a reconnect's connect (up to connect_timeout a node):
+    /// `close` does not wait for it.
+    connecting: AtomicBool,
     /// Why the driver thread stopped, if the connection failed for good.
     failed: Mutex<Option<String>>,
 }
@@ -110,7 +113,15 @@ fn drive(shared: Arc<Shared>) {
             p.take_reconnect()
         };
         if let Some(reconnect) = reconnect {
+            // `close` stores `stop` then reads `connecting`; this stores `connecting`
+            // then reads `stop` (all sequentially consistent): one of them sees the
+            // other's, so `close` never waits for a connect begun after it.
+            shared.connecting.store(true, Ordering::SeqCst);
+            if shared.stop.load(Ordering::SeqCst) {
+                return;
+            }
             let made = reconnect.connect();
+            shared.connecting.store(false, Ordering::SeqCst);
             let mut guard = shared.publisher.lock().unwrap_or_else(|p| p.into_inner());
             let Some(p) = guard.as_mut() else { return };
             if let Err(e) = p.finish_reconnect(made) {
@@ -175,6 +186,7 @@ impl Publisher {
         let shared = Arc::new(Shared {
             publisher: Mutex::new(Some(publisher)),
             stop: AtomicBool::new(false),
+            connecting: AtomicBool::new(false),
             failed: Mutex::new(None),
         });
         let driver = {
@@ -305,9 +317,13 @@ impl Publisher {
             return Ok(());
         }
         py.detach(|| {
-            self.shared.stop.store(true, Ordering::Release);
+            self.shared.stop.store(true, Ordering::SeqCst);
             if let Some(driver) = self.driver.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                let _ = driver.join();
+                // A thread in a connect ends by itself once it returns: it finds the
+                // publisher gone (taken below) and drops what it opened.
+                if !self.shared.connecting.load(Ordering::SeqCst) {
+                    let _ = driver.join();
+                }
             }
             let taken = self
                 .shared

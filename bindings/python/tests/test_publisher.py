@@ -329,8 +329,8 @@ def test_events_of_every_kind_pickle_and_come_back_equal(posts_node):
 def test_publishing_does_not_wait_for_a_reconnect():
     """While the publisher's driver thread reconnects, its TCP connect blocked for the
     whole connect_timeout (10 s) by a listener that never accepts, `update` goes on (the
-    library keeps the image for the next connection): it once waited for the lock,
-    held through the connect."""
+    library keeps the image for the next connection), and so does `close`: they once
+    waited for the lock, or the thread, held through the connect."""
     node = Proc(["node", "--listen", "127.0.0.1:0"])
     addr = node.listening_address()
     p = tickwire.Publisher(addr, "PYFEED", connect_timeout=10.0)
@@ -352,8 +352,13 @@ def test_publishing_does_not_wait_for_a_reconnect():
                 calls += 1
                 time.sleep(0.05)
             connected = p.connected
+            # Nor does closing it wait for the connect.
+            t0 = time.monotonic()
+            p.close(timeout=0.1)
+            closing = time.monotonic() - t0
     finally:
         p.close(timeout=0.1)
         node.stop()
     assert calls > 1 and not connected, (calls, connected)
     assert longest < 5.0, f"an update waited {longest:.2f} s for the reconnect"
+    assert closing < 5.0, f"close waited {closing:.2f} s for the reconnect"
