@@ -706,7 +706,9 @@ impl Channel {
                     max: self.settings.max_message,
                 });
             }
-            let mut buf = Vec::with_capacity(total);
+            // Room for what came, not for what is announced: a peer that announces
+            // a large message and sends no more holds no memory for it.
+            let mut buf = Vec::with_capacity(total.min(KEEP_BUFFER).max(data.len()));
             buf.extend_from_slice(data);
             self.reassembly.push(Reassembly {
                 id,

@@ -502,3 +502,38 @@ fn a_bursts_buffers_are_released_once_it_is_written_or_read() {
     assert_eq!(c.poll(&mut msg), Ok(Some(Input::Message)));
     assert_eq!(msg, b"next");
 }
+
+/// A first fragment announcing a large message: the channel holds room for what came
+/// (at most [`KEEP_BUFFER`]), not for what was announced, and the message still comes
+/// whole once its fragments do.
+#[test]
+fn an_announced_message_holds_no_room_before_its_fragments_come() {
+    let now = Instant::now();
+    let mut c = active(Settings::default(), now);
+    let total: u32 = 200_000;
+    let mut first = vec![EXT_FRAGMENT_HEADER];
+    first.extend_from_slice(&total.to_be_bytes());
+    first.extend_from_slice(&[0, 9]);
+    first.extend_from_slice(b"head");
+    c.handle_bytes(&data(FLAG_EXTENDED | FLAG_DATA, &first), now);
+    let mut msg = Vec::new();
+    assert_eq!(c.poll(&mut msg), Ok(None));
+    let held: usize = c.reassembly.iter().map(|r| r.data.capacity()).sum();
+    assert!(held <= KEEP_BUFFER, "{held} bytes held for 4 received");
+    // The rest, in fragments of 6,000 bytes: the message comes whole.
+    let mut sent = 4usize;
+    let mut got = None;
+    while sent < total as usize {
+        let n = (total as usize - sent).min(6000);
+        let mut frag = vec![EXT_FRAGMENT, 0, 9];
+        frag.extend(std::iter::repeat_n(b'x', n));
+        c.handle_bytes(&data(FLAG_EXTENDED | FLAG_DATA, &frag), now);
+        sent += n;
+        if let Ok(Some(Input::Message)) = c.poll(&mut msg) {
+            got = Some(msg.clone());
+        }
+    }
+    let got = got.expect("the whole message");
+    assert_eq!(got.len(), total as usize);
+    assert_eq!(&got[..4], b"head");
+}
