@@ -15,6 +15,7 @@ use crate::items::{ItemHandle, SubEntry};
 use crate::posts::{JournalRequest, JournalWrite};
 use crate::{ConnId, Node};
 use rustc_hash::FxHashMap;
+use tickwire_auth::Action;
 use tickwire_journal::{History, PastMessage};
 use tickwire_proto::{
     code, FieldList, Message, Refresh, Replay, ReplayFrom, State, Status, Update, UpdateType,
@@ -254,6 +255,19 @@ impl Node {
         };
         let since = self.leave_live_log(&p);
         if !self.is_live(p.conn) {
+            return;
+        }
+        // A reload may have taken the service away while the journal read.
+        if !self.may(p.conn, Action::Subscribe, &p.service) {
+            let text = self.not_entitled(p.conn, Action::Subscribe, &p.service);
+            tracing::info!(target: "audit", "permission withdrawn: {text} (replay on stream {} refused)", p.stream);
+            self.send(
+                p.conn,
+                &Message::Status(Status {
+                    stream_id: p.stream,
+                    state: State::closed(code::NOT_ENTITLED, &text),
+                }),
+            );
             return;
         }
         let history = match result {

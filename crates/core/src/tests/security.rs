@@ -722,3 +722,74 @@ fn an_anonymous_login_speaks_for_no_files_site_whatever_name_it_gives() {
     assert!(h.node.may_be_site(alice, "alice"));
     assert!(!h.node.may_be_site(alice, "ldn-1"));
 }
+
+/// A replay whose history is still being read when a reload takes its service away:
+/// when the history comes, the stream is refused, not given the history and joined
+/// to the live item.
+#[test]
+fn a_replay_waiting_for_its_history_is_refused_once_a_reload_takes_its_service_away() {
+    let mut h = Harness::with_config(CoreConfig {
+        users: Some(users("")),
+        journal: PostServices::All,
+        journal_updates: true,
+        ..CoreConfig::default()
+    });
+    let p = publish_feed(&mut h);
+    h.send(p, &[update(1, 2, &bid_ask(2, 3))]);
+    let (sub, _) = login_as(&mut h, Role::Subscriber, "alice", "alice-secret");
+    h.send(
+        sub,
+        &[Message::Replay(tickwire_proto::Replay {
+            stream_id: 3,
+            from: tickwire_proto::ReplayFrom::Seq(1),
+            service: "FEED",
+            name: "SYM0",
+        })],
+    );
+    let mut reqs = Vec::new();
+    h.node.take_journal_requests(&mut reqs);
+    let ticket = reqs
+        .iter()
+        .find_map(|r| match r.write {
+            crate::posts::JournalWrite::History { .. } => Some(r.ticket),
+            _ => None,
+        })
+        .expect("a history question");
+    // alice loses FEED while the journal reads.
+    let fewer = users_file(&format!(
+        "[users.alice]\ntoken_hash = \"{}\"\nsubscribe = [\"OTHER\"]\n\
+         [users.feed]\ntoken_hash = \"{}\"\npublish = [\"FEED\"]\n",
+        hash_token("alice-secret"),
+        hash_token("feed-secret")
+    ));
+    h.node.set_users(Some(fewer), h.now);
+    h.recv(sub);
+    let history = tickwire_journal::History {
+        messages: vec![tickwire_journal::PastMessage {
+            time_ns: 1,
+            seq: 2,
+            refresh: false,
+            update_type: 1,
+            fields: bid_ask(2, 3),
+        }],
+        truncated: false,
+    };
+    let now = h.now;
+    h.node.on_history(ticket, Ok(history), now);
+    let got = h.recv(sub);
+    assert!(
+        matches!(
+            &got[..],
+            [Got::Status {
+                sid: 3,
+                stream: StreamState::Closed,
+                code: code::NOT_ENTITLED,
+                ..
+            }]
+        ),
+        "{got:?}"
+    );
+    // Nor is it live.
+    h.send(p, &[update(1, 3, &bid_ask(3, 4))]);
+    assert_eq!(h.recv(sub), vec![]);
+}
