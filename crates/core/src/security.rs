@@ -64,6 +64,9 @@ pub(crate) struct PendingLogin {
     /// Frames the peer sent after its login, replayed once it is accepted.
     pub held: Vec<Vec<u8>>,
     pub held_bytes: usize,
+    /// The users file the secret is checked against: a reload since that changed or
+    /// removed the user must win over the check's answer.
+    pub checked_against: Option<Arc<Users>>,
 }
 
 /// What a peer may send after its login before the login is verified (a client may
@@ -198,6 +201,20 @@ impl Node {
         }
         let p = c.pending_login.take().expect("checked");
         let peer = c.peer.clone();
+        // The secret was checked against the users file of the login's time: a reload
+        // since then that changed or removed the user must win (as for a token).
+        let still_valid = match (&p.checked_against, &self.cfg.users) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a.unchanged(b, &p.user),
+            _ => false,
+        };
+        let stale = result.is_ok() && !still_valid;
+        let result = match result {
+            Ok(()) if stale => Err(format!(
+                "login rejected for user {:?}: the users file changed while the login was being checked; try again",
+                p.user
+            )),
+            other => other,
+        };
         match result {
             Ok(()) => {
                 self.login_succeeded(conn, &p.user);
@@ -220,7 +237,8 @@ impl Node {
                 }
             }
             Err(text) => {
-                if checked {
+                // Not a wrong secret when the file changed under a right one.
+                if checked && !stale {
                     self.login_failed(conn, &p.user);
                 }
                 warn!(
@@ -529,6 +547,7 @@ impl Node {
                 slow_consumer: login.slow_consumer,
                 held: Vec::new(),
                 held_bytes: 0,
+                checked_against: self.cfg.users.clone(),
             }));
         }
         None

@@ -793,3 +793,49 @@ fn a_replay_waiting_for_its_history_is_refused_once_a_reload_takes_its_service_a
     h.send(p, &[update(1, 3, &bid_ask(3, 4))]);
     assert_eq!(h.recv(sub), vec![]);
 }
+
+/// A login whose secret was being checked when a reload changed the user's secret (a
+/// leaked password replaced) is refused: it was checked against a secret that no
+/// longer holds. One whose user was left as it was goes on.
+#[test]
+fn a_login_checked_against_a_secret_a_reload_replaced_is_refused() {
+    let mut h = secured_feed(Anonymous::None);
+    let c = h.connect_with(client_login(Role::Subscriber, "alice", "alice-secret"));
+    let mut reqs = Vec::new();
+    h.node.take_auth_requests(&mut reqs);
+    let old = h.node.config().users.clone().unwrap();
+    let results: Vec<_> = reqs
+        .iter()
+        .map(|r| old.verify(&r.user, &r.secret).map_err(|e| e.to_string()))
+        .collect();
+    // The operator replaces alice's password while it is checked.
+    h.node.set_users(
+        Some(users_file(&format!(
+            "[users.alice]\ntoken_hash = \"{}\"\nsubscribe = [\"FEED\"]\n\
+             [users.feed]\ntoken_hash = \"{}\"\npublish = [\"FEED\"]\n",
+            hash_token("new-alice-secret"),
+            hash_token("feed-secret")
+        ))),
+        h.now,
+    );
+    for (r, res) in reqs.iter().zip(results) {
+        h.node.on_auth_result(r.conn, r.ticket, res, h.now);
+    }
+    let got = h.recv(c);
+    assert!(
+        matches!(got.last(), Some(Got::Status { sid: 0, code: code::LOGIN_REJECTED, text, .. })
+            if text.contains("users file changed")),
+        "{got:?}"
+    );
+    assert!(
+        !got.iter().any(|g| matches!(g, Got::Welcome { .. })),
+        "{got:?}"
+    );
+
+    // A reload that leaves alice as she was does not disturb her login.
+    let mut h = secured_feed(Anonymous::None);
+    let c = h.connect_with(client_login(Role::Subscriber, "alice", "alice-secret"));
+    h.node.set_users(Some(users("")), h.now);
+    verify_pending(&mut h);
+    assert!(matches!(h.recv(c)[..], [Got::Welcome { .. }, ..]));
+}
