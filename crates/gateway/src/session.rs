@@ -742,7 +742,14 @@ impl Session {
         match domain.as_ref() {
             "Login" => self.on_login(id, obj, to_node, out),
             "MarketPrice" => self.on_item_request(id, obj, to_node, out, &text),
-            "Source" => self.on_directory_request(id, obj, out),
+            "Source" => {
+                // The directory takes the ID: an item open on it is closed, as for a
+                // request for another item on it.
+                if self.logged_in().is_some() {
+                    self.close_item_id(id, to_node);
+                }
+                self.on_directory_request(id, obj, out)
+            }
             other => write_refusal(
                 out,
                 id,
@@ -1266,10 +1273,7 @@ impl Session {
                 self.finished = true;
                 continue;
             }
-            if let Some(sid) = self.by_json.remove(&id) {
-                self.streams.remove(&sid);
-                let _ = Message::Close { stream_id: sid }.encode(to_node);
-            }
+            self.close_item_id(id, to_node);
             // The directory's stream: no more updates on it.
             if self.directory.is_some_and(|(d, _, _)| d == id) {
                 self.directory = None;
@@ -1282,6 +1286,14 @@ impl Session {
                 ids.len(),
                 "stream ids from Batch Close Request",
             );
+        }
+    }
+
+    /// Closes the item stream open on client ID `id`, if there is one.
+    fn close_item_id(&mut self, id: i64, to_node: &mut Vec<u8>) {
+        if let Some(sid) = self.by_json.remove(&id) {
+            self.streams.remove(&sid);
+            let _ = Message::Close { stream_id: sid }.encode(to_node);
         }
     }
 
@@ -2280,6 +2292,40 @@ mod tests {
             &mut out,
         );
         assert_eq!(messages(&to_node), ["Request"]);
+    }
+
+    /// A Source Directory request on the ID of an open item stream takes the ID from
+    /// it, as a request for another item does: the item's stream is closed at the node,
+    /// so its updates do not come on the directory's ID, and a Close of the ID does not
+    /// leave it open where nothing reaches it.
+    #[test]
+    fn a_directory_request_on_an_open_items_id_closes_the_item() {
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(r#"{"ID":5,"Key":{"Name":"SYM7"}}"#, &mut to_node, &mut out);
+        let sid = requests(&to_node)[0].0;
+        to_node.clear();
+        s.on_client_text(r#"{"ID":5,"Domain":"Source"}"#, &mut to_node, &mut out);
+        assert_eq!(messages(&to_node), ["Close"]);
+        let got = answers(&mut out);
+        assert!(
+            got.iter().any(|m| m["ID"] == 5 && m["Domain"] == "Source"),
+            "{got:?}"
+        );
+        let fields = tickwire_proto::encode_field_list([(
+            22,
+            tickwire_proto::Value::Real(tickwire_proto::Real::new(16905, -2)),
+        )]);
+        let update = Message::Update(tickwire_proto::Update {
+            stream_id: sid,
+            seq: 2,
+            update_type: tickwire_proto::UpdateType::Quote,
+            do_not_conflate: false,
+            conflation_count: 0,
+            fields: tickwire_proto::FieldList::decode(&fields).unwrap(),
+        });
+        assert!(node_says(&mut s, &update).is_empty(), "the item's update");
+        assert_eq!(s.stream_count(), 0);
     }
 
     /// A request without a Service goes to the first service the user may read: not to
