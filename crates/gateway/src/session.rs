@@ -1084,13 +1084,16 @@ impl Session {
                     );
                     return;
                 };
-                if let Some(taken) = self.reserved_id_in(first, last) {
+                // The batch's own ID too: its Status closes it.
+                if let Some(taken) = self.reserved_id_in(id, last) {
                     let why = format!(
-                        "a batch's item IDs would take ID {taken}, the login's or the directory's"
+                        "a batch's IDs would take ID {taken}, the login's or the directory's"
                     );
                     write_error(out, id, &why, &text());
                     return;
                 }
+                // An item open on the batch's ID ends with it.
+                self.close_item_id(id, to_node);
                 write_batch_status(out, id, names.len(), "items from Batch Request");
                 let view: Option<Arc<[i16]>> = view.map(Arc::from);
                 for (i, name) in names.iter().enumerate() {
@@ -2326,6 +2329,50 @@ mod tests {
         });
         assert!(node_says(&mut s, &update).is_empty(), "the item's update");
         assert_eq!(s.stream_count(), 0);
+    }
+
+    /// A batch on the ID of an open item stream: the batch's Status closes that ID, so
+    /// the item's stream is closed at the node (its updates would otherwise go on
+    /// coming on an ID the client was told is closed). A batch on the login's ID is
+    /// refused, as a single request there is: its Status would close the login's ID.
+    #[test]
+    fn a_batch_on_an_open_items_id_closes_the_item_and_one_on_the_logins_id_is_refused() {
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(r#"{"ID":5,"Key":{"Name":"SYM7"}}"#, &mut to_node, &mut out);
+        let sid = requests(&to_node)[0].0;
+        to_node.clear();
+        s.on_client_text(
+            r#"{"ID":5,"Key":{"Name":["A","B"]}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        assert_eq!(messages(&to_node), ["Close", "Request", "Request"]);
+        answers(&mut out);
+        let fields = tickwire_proto::encode_field_list([(
+            22,
+            tickwire_proto::Value::Real(tickwire_proto::Real::new(16905, -2)),
+        )]);
+        let update = Message::Update(tickwire_proto::Update {
+            stream_id: sid,
+            seq: 2,
+            update_type: tickwire_proto::UpdateType::Quote,
+            do_not_conflate: false,
+            conflation_count: 0,
+            fields: tickwire_proto::FieldList::decode(&fields).unwrap(),
+        });
+        assert!(node_says(&mut s, &update).is_empty(), "the item's update");
+        assert_eq!(s.stream_count(), 2, "A and B");
+
+        to_node.clear();
+        s.on_client_text(
+            r#"{"ID":1,"Key":{"Name":["C","D"]}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let got = answers(&mut out);
+        assert_eq!(got[0]["Type"], "Error", "{got:?}");
+        assert!(messages(&to_node).is_empty());
     }
 
     /// A request without a Service goes to the first service the user may read: not to
