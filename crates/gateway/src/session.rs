@@ -1166,7 +1166,9 @@ impl Session {
             LoginState::None => None,
         };
         let directory = self.directory.map(|(id, _, _)| id);
-        [login, directory]
+        // A directory asked before the login holds its ID until it opens.
+        let asked_early = self.directory_asked_early.as_ref().map(|(id, _)| *id);
+        [login, directory, asked_early]
             .into_iter()
             .flatten()
             .find(|id| (first..=last).contains(id))
@@ -2477,6 +2479,21 @@ mod tests {
         let got = node_says(&mut s, &welcome());
         let domains: Vec<&str> = got.iter().filter_map(|m| m["Domain"].as_str()).collect();
         assert_eq!(domains, ["Login", "Source"], "{got:?}");
+    }
+
+    /// A directory asked before the login holds its ID already: an item may not take
+    /// it meanwhile (the directory would open on the item's ID once the login is).
+    #[test]
+    fn a_directory_asked_before_the_login_keeps_its_id_from_items() {
+        let (mut s, mut to_node, mut out) = logged_in_session();
+        answers(&mut out);
+        s.on_client_text(r#"{"ID":2,"Domain":"Source"}"#, &mut to_node, &mut out);
+        to_node.clear();
+        s.on_client_text(r#"{"ID":2,"Key":{"Name":"A"}}"#, &mut to_node, &mut out);
+        let got = answers(&mut out);
+        assert_eq!(got[0]["Type"], "Error", "{got:?}");
+        assert!(messages(&to_node).is_empty());
+        assert_eq!(s.stream_count(), 0);
     }
 
     /// A directory on the login's ID is refused: closing it would end the login.
