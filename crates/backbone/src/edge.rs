@@ -304,7 +304,10 @@ impl Edge {
                 parts,
                 services,
             } => {
-                let Some(s) = self.sources.get_mut(&source) else {
+                // A lost source's directory waits for its heartbeat: taken before it,
+                // the directory would count as had, and the heartbeat that brings the
+                // source back would neither ask for it nor announce its services.
+                let Some(s) = self.sources.get_mut(&source).filter(|s| s.live) else {
                     return;
                 };
                 s.last_heard = now;

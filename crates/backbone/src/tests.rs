@@ -1131,3 +1131,48 @@ fn a_both_node_takes_a_service_from_the_backbone_when_its_own_publisher_leaves()
     assert!(core.publishes(edge.conn(), "FEED"), "{:?}", core.services());
     assert!(core.services().contains(&("FEED".to_string(), true)));
 }
+
+#[test]
+fn a_directory_heard_from_a_lost_source_before_its_heartbeat_does_not_keep_its_services_down() {
+    let (mut w, _p) = ready(1, 1);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    w.recv(0, a);
+    w.source_up = false;
+    w.advance(Duration::from_millis(1200));
+    assert_eq!(w.edges[0].edge.stats().sources_live, 0);
+    // The source comes back; the first thing the edge hears from it is its directory
+    // (sent for another edge's request), before any heartbeat.
+    let mut m = Vec::new();
+    wire::BackboneMessage::Directory {
+        source: 0x5005,
+        version: w.source.directory_version(),
+        part: 0,
+        parts: 1,
+        services: vec![wire::ServiceInfo {
+            name: "FEED",
+            state: ServiceState::Up,
+            interactive: true,
+        }],
+    }
+    .encode(&mut m)
+    .unwrap();
+    let now = w.now;
+    let e = &mut w.edges[0];
+    e.edge.on_data(&mut e.core, 1, &m, now);
+    w.source_up = true;
+    w.advance(Duration::from_millis(1500));
+    assert_eq!(w.edges[0].edge.stats().sources_live, 1);
+    let got = w.recv(0, a);
+    assert!(
+        got.iter().any(|g| matches!(
+            g,
+            Got::Refresh {
+                sid: 1,
+                data: DataState::Ok,
+                ..
+            }
+        )),
+        "the item is imaged again once its source is back: {got:?}"
+    );
+}
