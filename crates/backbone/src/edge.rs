@@ -985,6 +985,13 @@ impl Edge {
             // A request on a stream the core already has open asks again (e.g. the
             // service came back up).
             let prefer = self.items.get(sid).and_then(|it| it.source);
+            // The core's subscribers of it have had an image (it is being imaged
+            // again, after a gap or its source's loss): the image asked for goes to
+            // all of them, those told it is suspect included.
+            let imaged = self
+                .items
+                .get(sid)
+                .is_some_and(|it| it.imaged && it.service == service && it.name == name);
             self.forget(sid);
             self.by_name.insert((service.clone(), name.clone()), sid);
             self.items.insert(
@@ -995,7 +1002,7 @@ impl Edge {
                     source: prefer,
                     source_stream: None,
                     phase: Phase::Waiting { since: now },
-                    imaged: false,
+                    imaged,
                     seq: 0,
                     image_asked: None,
                     left_unanswered: None,

@@ -1176,3 +1176,59 @@ fn a_directory_heard_from_a_lost_source_before_its_heartbeat_does_not_keep_its_s
         "the item is imaged again once its source is back: {got:?}"
     );
 }
+
+#[test]
+fn a_subscriber_joining_a_cache_off_edge_while_its_item_is_re_imaged_leaves_the_others_re_imaged_too(
+) {
+    let (mut w, p) = ready(0, 1);
+    let edge = w.add_edge_with_cache(false);
+    w.advance(Duration::from_millis(500));
+    let a = w.subscriber(edge);
+    w.request(edge, a, 1, "SYM0");
+    w.publish(p, 0, 2, 10002);
+    assert_eq!(w.recv(edge, a).len(), 2, "image and update 2");
+    // A gap (update 3 never came), and the edge's request for an image is held up.
+    w.requests_lost = true;
+    let img = image(10004);
+    from_source(
+        &mut w,
+        edge,
+        &[Message::Update(Update::new(
+            1,
+            4,
+            UpdateType::Quote,
+            FieldList::decode(&img).unwrap(),
+        ))],
+    );
+    assert_eq!(
+        w.recv(edge, a),
+        vec![Got::Status {
+            sid: 1,
+            stream: StreamState::Open,
+            data: DataState::Suspect
+        }]
+    );
+    // Another subscriber asks for the item meanwhile.
+    let b = w.subscriber(edge);
+    w.request(edge, b, 2, "SYM0");
+    w.requests_lost = false;
+    w.advance(Duration::from_millis(1500));
+    let got = w.recv(edge, a);
+    assert!(
+        got.iter().any(|g| matches!(
+            g,
+            Got::Refresh {
+                sid: 1,
+                data: DataState::Ok,
+                ..
+            }
+        )),
+        "the subscriber told its item was suspect gets the new image: {got:?}"
+    );
+    assert!(
+        w.recv(edge, b)
+            .iter()
+            .any(|g| matches!(g, Got::Refresh { sid: 2, .. })),
+        "the new subscriber got its image"
+    );
+}
