@@ -283,6 +283,11 @@ impl Relay {
         let _ = self.session.connection_lost(err, now);
         // Fed by no one until the next upstream says what is above it.
         self.above = NodePath::default();
+        // Every item turns suspect: the next image of each is for all its subscribers,
+        // however far it has moved, not an answer to a request made before the loss.
+        for link in self.links.values_mut() {
+            link.asked_again = None;
+        }
         let mut answers = Vec::new();
         for p in self.posts.take_all() {
             answer_to_core(

@@ -700,3 +700,52 @@ fn services_the_next_upstream_lacks_are_down_here() {
         [("FEED".to_string(), true), ("OTHER".to_string(), false)]
     );
 }
+
+/// A cache-off node asks the link again for an item it has when a subscriber joins; if
+/// the link drops before that image comes, the image after the reconnect is a re-image
+/// for every subscriber, even when the item has not moved meanwhile.
+#[test]
+fn a_link_lost_while_a_cache_off_node_asked_again_re_images_every_subscriber() {
+    let mut t = Tree::with_cache(None, false);
+    t.link_up();
+    let (s1, s2) = (t.subscriber(), t.subscriber());
+    t.request(s1, 7, "A");
+    t.settle().unwrap();
+    assert!(
+        recv(&mut t.down, s1).contains(&image_of_a(7, DataState::Ok)),
+        "s1's image"
+    );
+    // s2 joins: the core asks the link again; the link drops before the answer.
+    t.request(s2, 9, "A");
+    t.relay.pump(&mut t.down, t.now);
+    t.lose_link();
+    assert!(
+        recv(&mut t.down, s1).contains(&Got::Status {
+            sid: 7,
+            stream: StreamState::Open,
+            data: DataState::Suspect,
+            code: code::CONNECTION_LOST
+        }),
+        "s1 is told its item is suspect"
+    );
+    t.now += Duration::from_millis(100);
+    t.link_up();
+    let got = recv(&mut t.down, s1);
+    assert!(
+        got.iter().any(|g| matches!(
+            g,
+            Got::Refresh {
+                sid: 7,
+                data: DataState::Ok,
+                ..
+            }
+        )),
+        "s1 is imaged again, ok: {got:?}"
+    );
+    assert!(
+        recv(&mut t.down, s2)
+            .iter()
+            .any(|g| matches!(g, Got::Refresh { sid: 9, .. })),
+        "s2's image"
+    );
+}
