@@ -170,6 +170,10 @@ pub struct Edge {
     to_core: Vec<u8>,
     /// Images of lost sources, for the transport to drop (see `take_images_to_reject`).
     reject: Vec<i32>,
+    /// Items the core closed while their source had not answered yet: service and
+    /// name -> the source and when. Its Opened, when it comes, is answered with an
+    /// Unsubscribe (the source would keep the stream for as long as this edge runs).
+    closed_unanswered: HashMap<(String, String), (u64, Instant)>,
     stats: EdgeStats,
 }
 
@@ -191,6 +195,7 @@ impl Edge {
             next_heartbeat: now,
             to_core: Vec::new(),
             reject: Vec::new(),
+            closed_unanswered: HashMap::new(),
             stats: EdgeStats::default(),
             own_source: None,
         }
@@ -343,7 +348,28 @@ impl Edge {
                 service,
                 item,
             } => {
-                let Some(&sid) = self.by_name.get(&(service.to_string(), item.to_string())) else {
+                let key = (service.to_string(), item.to_string());
+                if self
+                    .closed_unanswered
+                    .get(&key)
+                    .is_some_and(|&(src, _)| src == source)
+                {
+                    self.closed_unanswered.remove(&key);
+                    let wanted = self
+                        .by_name
+                        .get(&key)
+                        .and_then(|&sid| self.items.get(sid))
+                        .is_some_and(|it| it.source == Some(source));
+                    if !wanted {
+                        self.control.push(&BackboneMessage::Unsubscribe {
+                            edge: self.id,
+                            source,
+                            stream,
+                        });
+                        return;
+                    }
+                }
+                let Some(&sid) = self.by_name.get(&key) else {
                     return;
                 };
                 let Some(it) = self.items.get_mut(sid) else {
@@ -960,12 +986,20 @@ impl Edge {
         }
         for sid in closes {
             if let Some(it) = self.items.get(sid) {
-                if let (Some(src), Some(stream)) = (it.source, it.source_stream) {
-                    self.queue_control(&BackboneMessage::Unsubscribe {
-                        edge: self.id,
-                        source: src,
-                        stream,
-                    });
+                match (it.source, it.source_stream) {
+                    (Some(src), Some(stream)) => {
+                        self.queue_control(&BackboneMessage::Unsubscribe {
+                            edge: self.id,
+                            source: src,
+                            stream,
+                        });
+                    }
+                    // Asked and not answered yet: its answer is turned down when it comes.
+                    (Some(src), None) if matches!(it.phase, Phase::Waiting { .. }) => {
+                        let key = (it.service.clone(), it.name.clone());
+                        self.closed_unanswered.insert(key, (src, now));
+                    }
+                    _ => {}
                 }
             }
             self.forget(sid);
@@ -1034,6 +1068,10 @@ impl Edge {
         for id in lost {
             self.source_lost(core, id, now);
         }
+        // An answer not come in three liveness times is not coming (the source forgot
+        // this edge's request, or it is lost).
+        self.closed_unanswered
+            .retain(|_, (_, at)| now.saturating_duration_since(*at) <= liveness * 3);
         // Sources gone for a long time are forgotten (a restarted source has a new id).
         let forget_after = liveness * 60;
         self.sources

@@ -1232,3 +1232,35 @@ fn a_subscriber_joining_a_cache_off_edge_while_its_item_is_re_imaged_leaves_the_
         "the new subscriber got its image"
     );
 }
+
+#[test]
+fn an_item_closed_before_its_source_answered_is_not_left_open_at_the_source() {
+    let (mut w, _p) = ready(1, 1);
+    let a = w.subscriber(0);
+    let f = frame(&[Message::Request(Request::streaming(1, "FEED", "SYM0"))]);
+    w.edges[0].core.on_frame(a, &f, w.now);
+    // The edge's subscribe is on its way to the source...
+    {
+        let e = &mut w.edges[0];
+        let mut q = Queue {
+            q: &mut w.requests,
+            open: true,
+        };
+        e.edge.pump(&mut e.core, &mut q, w.now);
+    }
+    let held: Vec<Vec<u8>> = w.requests.drain(..).collect();
+    assert!(!held.is_empty(), "the edge asked the source");
+    // ...when the subscriber closes the item.
+    w.close(0, a, 1);
+    for m in held {
+        w.source.on_request(&mut w.src_core, &m, w.now);
+    }
+    w.settle();
+    w.advance(Duration::from_millis(500));
+    assert_eq!(
+        w.source.stats().streams_open,
+        0,
+        "the source still sends an item no one at the edge wants"
+    );
+    assert_eq!(w.edges[0].edge.stats().items, 0);
+}
