@@ -808,6 +808,11 @@ impl Edge {
                     (Some(old), None) if old != src => it.left_unanswered = Some(old),
                     _ => {}
                 }
+                // Asked again where it was once left: that source's answers are wanted
+                // again (turning one down would unsubscribe the stream the item uses).
+                if it.left_unanswered == Some(src) {
+                    it.left_unanswered = None;
+                }
                 it.source = Some(src);
                 it.phase = Phase::Waiting { since: now };
                 // Its image, when it comes, goes to every subscriber (a re-image).

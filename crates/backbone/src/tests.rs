@@ -1264,3 +1264,93 @@ fn an_item_closed_before_its_source_answered_is_not_left_open_at_the_source() {
     );
     assert_eq!(w.edges[0].edge.stats().items, 0);
 }
+
+/// A second source, heard by edge 0 only (`World` has one real source): its heartbeat,
+/// and its directory (at `version`, FEED in `state`) with it.
+fn second_source(w: &mut World, version: u32, state: ServiceState) {
+    let mut hb = Vec::new();
+    wire::BackboneMessage::Heartbeat {
+        source: 0xB0B,
+        name: "standby",
+        directory_version: version,
+    }
+    .encode(&mut hb)
+    .unwrap();
+    let mut dir = Vec::new();
+    wire::BackboneMessage::Directory {
+        source: 0xB0B,
+        version,
+        part: 0,
+        parts: 1,
+        services: vec![wire::ServiceInfo {
+            name: "FEED",
+            state,
+            interactive: true,
+        }],
+    }
+    .encode(&mut dir)
+    .unwrap();
+    let now = w.now;
+    let e = &mut w.edges[0];
+    e.edge.on_data(&mut e.core, 2, &hb, now);
+    e.edge.on_data(&mut e.core, 2, &dir, now);
+    e.edge.flush(&mut e.core, now);
+}
+
+#[test]
+fn an_item_back_at_a_source_it_once_left_keeps_its_stream_when_that_source_answers_another_edge() {
+    let (mut w, p) = ready(2, 1);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    second_source(&mut w, 1, ServiceState::Up);
+    // The first source pauses: the item moves to the standby, which answers.
+    w.source_up = false;
+    for _ in 0..24 {
+        second_source(&mut w, 1, ServiceState::Up);
+        w.src_core.on_bytes_received(p, w.now);
+        w.advance(Duration::from_millis(50));
+    }
+    assert_eq!(w.edges[0].edge.stats().sources_live, 1);
+    let mut opened = Vec::new();
+    wire::BackboneMessage::Opened {
+        source: 0xB0B,
+        stream: 77,
+        service: "FEED",
+        item: "SYM0",
+    }
+    .encode(&mut opened)
+    .unwrap();
+    let now = w.now;
+    let e = &mut w.edges[0];
+    e.edge.on_data(&mut e.core, 2, &opened, now);
+    // The first source is back; then the standby's FEED goes down: the item moves back.
+    w.source_up = true;
+    for _ in 0..4 {
+        second_source(&mut w, 1, ServiceState::Up);
+        w.src_core.on_bytes_received(p, w.now);
+        w.advance(Duration::from_millis(50));
+    }
+    for _ in 0..10 {
+        second_source(&mut w, 2, ServiceState::Down);
+        w.src_core.on_bytes_received(p, w.now);
+        w.advance(Duration::from_millis(50));
+    }
+    w.publish(p, 0, 2, 10002);
+    let got = w.recv(0, a);
+    assert!(
+        got.iter()
+            .any(|g| matches!(g, Got::Update { sid: 1, seq: 2, .. })),
+        "the item is live at the first source again: {got:?}"
+    );
+    // Another edge takes the item, then lets it go.
+    let b = w.subscriber(1);
+    w.request(1, b, 1, "SYM0");
+    w.close(1, b, 1);
+    w.publish(p, 0, 3, 10003);
+    let got = w.recv(0, a);
+    assert!(
+        got.iter()
+            .any(|g| matches!(g, Got::Update { sid: 1, seq: 3, .. })),
+        "edge 0's subscriber still gets the item's updates: {got:?}"
+    );
+}
