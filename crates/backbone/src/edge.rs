@@ -949,8 +949,9 @@ impl Edge {
     /// Takes the core's requests and closes for the backbone's services, then moves
     /// the queued requests onto the backbone.
     pub fn pump(&mut self, core: &mut Node, out: &mut dyn Outbox, now: Instant) {
-        let mut requests: Vec<(u32, String, String)> = Vec::new();
-        let mut closes: Vec<u32> = Vec::new();
+        // The core's requests (service and name) and closes (none), in their order: an
+        // item requested and closed in one turn is closed.
+        let mut asks: Vec<(u32, Option<(String, String)>)> = Vec::new();
         let mut refusals: Vec<u8> = Vec::new();
         if let Some(w) = core.output(self.conn) {
             if !w.is_empty() {
@@ -960,11 +961,11 @@ impl Edge {
                     for (ty, encoded) in messages(payload) {
                         if ty == MessageType::Request as u8 {
                             if let Ok(Message::Request(r)) = decode_message(ty, encoded) {
-                                requests.push((r.stream_id, r.service.into(), r.name.into()));
+                                asks.push((r.stream_id, Some((r.service.into(), r.name.into()))));
                             }
                         } else if ty == MessageType::Close as u8 {
                             if let Some(sid) = stream_id(encoded) {
-                                closes.push(sid);
+                                asks.push((sid, None));
                             }
                         } else if ty == MessageType::Post as u8 {
                             // The backbone carries data one way: a post is refused at
@@ -989,27 +990,11 @@ impl Edge {
         if !refusals.is_empty() {
             core.on_checked_frame(self.conn, &refusals, now);
         }
-        for sid in closes {
-            if let Some(it) = self.items.get(sid) {
-                match (it.source, it.source_stream) {
-                    (Some(src), Some(stream)) => {
-                        self.queue_control(&BackboneMessage::Unsubscribe {
-                            edge: self.id,
-                            source: src,
-                            stream,
-                        });
-                    }
-                    // Asked and not answered yet: its answer is turned down when it comes.
-                    (Some(src), None) if matches!(it.phase, Phase::Waiting { .. }) => {
-                        let key = (it.service.clone(), it.name.clone());
-                        self.closed_unanswered.insert(key, (src, now));
-                    }
-                    _ => {}
-                }
-            }
-            self.forget(sid);
-        }
-        for (sid, service, name) in requests {
+        for (sid, request) in asks {
+            let Some((service, name)) = request else {
+                self.close_item(sid, now);
+                continue;
+            };
             // The core asks for an image of an item this edge streams in step (with its
             // cache off, it does so for every subscriber that joins): the source is asked
             // again, and the item stays live, so that the subscribers in step miss no
@@ -1050,6 +1035,29 @@ impl Edge {
             self.route(core, sid, now);
         }
         self.control.flush(out);
+    }
+
+    /// The core closed its stream `sid`: the source is told, or its answer is turned
+    /// down when it comes.
+    fn close_item(&mut self, sid: u32, now: Instant) {
+        if let Some(it) = self.items.get(sid) {
+            match (it.source, it.source_stream) {
+                (Some(src), Some(stream)) => {
+                    self.queue_control(&BackboneMessage::Unsubscribe {
+                        edge: self.id,
+                        source: src,
+                        stream,
+                    });
+                }
+                // Asked and not answered yet: its answer is turned down when it comes.
+                (Some(src), None) if matches!(it.phase, Phase::Waiting { .. }) => {
+                    let key = (it.service.clone(), it.name.clone());
+                    self.closed_unanswered.insert(key, (src, now));
+                }
+                _ => {}
+            }
+        }
+        self.forget(sid);
     }
 
     /// Heartbeats, lost sources, requests to repeat.

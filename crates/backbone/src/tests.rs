@@ -1354,3 +1354,26 @@ fn an_item_back_at_a_source_it_once_left_keeps_its_stream_when_that_source_answe
         "edge 0's subscriber still gets the item's updates: {got:?}"
     );
 }
+
+#[test]
+fn an_item_requested_and_closed_in_one_turn_is_not_asked_of_the_source() {
+    let (mut w, _p) = ready(1, 1);
+    let a = w.subscriber(0);
+    let f = frame(&[
+        Message::Request(Request::streaming(1, "FEED", "SYM0")),
+        Message::Close { stream_id: 1 },
+    ]);
+    w.edges[0].core.on_frame(a, &f, w.now);
+    w.settle();
+    w.advance(Duration::from_millis(2500));
+    assert_eq!(
+        w.edges[0].edge.stats().items,
+        0,
+        "the edge still has the item"
+    );
+    assert_eq!(
+        w.source.stats().streams_open,
+        0,
+        "the source still sends an item no one at the edge wants"
+    );
+}
