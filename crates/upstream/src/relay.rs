@@ -554,8 +554,9 @@ impl Relay {
     /// Takes the core's requests and closes for the upstream's services onto the
     /// upstream stream list.
     pub fn pump(&mut self, core: &mut Node, now: Instant) {
-        let mut requests: Vec<(u32, String, String)> = Vec::new();
-        let mut closes: Vec<u32> = Vec::new();
+        // The core's requests (service and name) and closes (none), in their order: an
+        // item requested and closed in one turn is closed.
+        let mut asks: Vec<(u32, Option<(String, String)>)> = Vec::new();
         let mut answers: Vec<u8> = Vec::new();
         if let Some(w) = core.output(self.conn) {
             if w.is_empty() {
@@ -567,9 +568,9 @@ impl Relay {
                 for raw in MessageIter::new(payload).flatten() {
                     match raw.message {
                         Message::Request(r) => {
-                            requests.push((r.stream_id, r.service.into(), r.name.into()))
+                            asks.push((r.stream_id, Some((r.service.into(), r.name.into()))))
                         }
-                        Message::Close { stream_id } => closes.push(stream_id),
+                        Message::Close { stream_id } => asks.push((stream_id, None)),
                         // Sent up at once: its fields live in the core's buffer.
                         Message::Post(p) => self.post_upstream(&p, &mut answers),
                         _ => {}
@@ -582,13 +583,14 @@ impl Relay {
         if !answers.is_empty() {
             core.on_checked_frame(self.conn, &answers, now);
         }
-        for csid in closes {
-            if let Some(link) = self.links.remove(&csid) {
-                self.by_up.remove(link.up);
-                let _ = self.session.unsubscribe(link.up);
-            }
-        }
-        for (csid, service, name) in requests {
+        for (csid, request) in asks {
+            let Some((service, name)) = request else {
+                if let Some(link) = self.links.remove(&csid) {
+                    self.by_up.remove(link.up);
+                    let _ = self.session.unsubscribe(link.up);
+                }
+                continue;
+            };
             // A request on a stream the core has open asks again: a new upstream
             // stream replaces it. Updates sent meanwhile on neither reach the core, so
             // the new image goes to every subscriber unless it follows what they had.

@@ -749,3 +749,21 @@ fn a_link_lost_while_a_cache_off_node_asked_again_re_images_every_subscriber() {
         "s2's image"
     );
 }
+
+#[test]
+fn an_item_requested_and_closed_in_one_turn_is_not_left_open_upstream() {
+    let mut t = Tree::new(None);
+    t.link_up();
+    let s = t.subscriber();
+    send(
+        &mut t.down,
+        s,
+        &[
+            Message::Request(Request::streaming(5, "FEED", "A")),
+            Message::Close { stream_id: 5 },
+        ],
+        t.now,
+    );
+    t.settle().unwrap();
+    assert_eq!(t.relay.stats().items, 0, "the link still has the item");
+}
