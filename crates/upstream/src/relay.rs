@@ -594,9 +594,12 @@ impl Relay {
             // A request on a stream the core has open asks again: a new upstream
             // stream replaces it. Updates sent meanwhile on neither reach the core, so
             // the new image goes to every subscriber unless it follows what they had.
-            let mut asked_again = None;
+            let (mut imaged, mut asked_again) = (false, None);
             if let Some(link) = self.links.remove(&csid) {
-                if link.imaged {
+                imaged = link.imaged;
+                // While no upstream is connected the item is suspect for every
+                // subscriber: its next image goes to all of them.
+                if link.imaged && self.is_connected() {
                     asked_again = self.by_up.last_forwarded(link.up);
                 }
                 self.by_up.remove(link.up);
@@ -613,7 +616,7 @@ impl Relay {
                 csid,
                 Link {
                     up,
-                    imaged: asked_again.is_some(),
+                    imaged,
                     asked_again,
                 },
             );

@@ -767,3 +767,43 @@ fn an_item_requested_and_closed_in_one_turn_is_not_left_open_upstream() {
     t.settle().unwrap();
     assert_eq!(t.relay.stats().items, 0, "the link still has the item");
 }
+
+/// As above, with the subscriber joining while the link is down.
+#[test]
+fn a_subscriber_joining_a_cache_off_node_while_its_link_is_down_leaves_every_subscriber_re_imaged()
+{
+    let mut t = Tree::with_cache(None, false);
+    t.link_up();
+    let (s1, s2) = (t.subscriber(), t.subscriber());
+    t.request(s1, 7, "A");
+    t.settle().unwrap();
+    assert!(
+        recv(&mut t.down, s1).contains(&image_of_a(7, DataState::Ok)),
+        "s1's image"
+    );
+    t.lose_link();
+    recv(&mut t.down, s1);
+    // s2 joins while the link is down: the core asks the link again.
+    t.request(s2, 9, "A");
+    t.relay.pump(&mut t.down, t.now);
+    t.now += Duration::from_millis(100);
+    t.link_up();
+    let got = recv(&mut t.down, s1);
+    assert!(
+        got.iter().any(|g| matches!(
+            g,
+            Got::Refresh {
+                sid: 7,
+                data: DataState::Ok,
+                ..
+            }
+        )),
+        "s1 is imaged again, ok: {got:?}"
+    );
+    assert!(
+        recv(&mut t.down, s2)
+            .iter()
+            .any(|g| matches!(g, Got::Refresh { sid: 9, .. })),
+        "s2's image"
+    );
+}
