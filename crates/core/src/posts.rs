@@ -116,6 +116,8 @@ pub enum JournalWrite {
         until: u32,
         /// Messages at most.
         max: usize,
+        /// Bytes of fields at most.
+        max_bytes: usize,
     },
 }
 

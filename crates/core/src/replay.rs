@@ -200,6 +200,9 @@ impl Node {
         // A history (and what the item does while it is read) must fit in the
         // subscriber's queue with room to spare.
         let max = (self.cfg.limits.max_output_bytes / 512).max(64);
+        // ...in bytes too: a few messages of large images would pass the queue's bound
+        // (and the subscriber be dropped as slow) long before their count does.
+        let max_bytes = self.cfg.limits.max_output_bytes / 4;
         let log_from = self
             .replays
             .join(h, max, self.cfg.limits.max_output_bytes / 2);
@@ -225,6 +228,7 @@ impl Node {
                 from: p.from,
                 until: p.until,
                 max,
+                max_bytes,
             },
         });
         self.replays.waiting.insert(ticket, p);

@@ -491,9 +491,10 @@ impl Journal {
     }
 
     /// The journaled refreshes and updates of one item from `from` (an item seq, or a
-    /// time) up to item seq `until`, oldest first, at most `max` (the latest ones when
-    /// there are more: `truncated`). What was appended and not committed is committed
-    /// first, so the history reaches everything handed to the journal before this call.
+    /// time) up to item seq `until`, oldest first, at most `max` of them and `max_bytes`
+    /// of fields (the latest ones when there are more: `truncated`). What was appended
+    /// and not committed is committed first, so the history reaches everything handed to
+    /// the journal before this call.
     pub fn history(
         &mut self,
         service: &str,
@@ -501,8 +502,10 @@ impl Journal {
         from: tickwire_proto::ReplayFrom,
         until: u32,
         max: usize,
+        max_bytes: usize,
     ) -> Result<History, JournalError> {
-        self.history_source()?.read(service, item, from, until, max)
+        self.history_source()?
+            .read(service, item, from, until, max, max_bytes)
     }
 
     /// What a history is read from, as the journal is now (what was appended is
@@ -583,8 +586,11 @@ impl HistorySource {
         from: tickwire_proto::ReplayFrom,
         until: u32,
         max: usize,
+        max_bytes: usize,
     ) -> Result<History, JournalError> {
-        let mut out = std::collections::VecDeque::new();
+        let mut out: std::collections::VecDeque<PastMessage> = std::collections::VecDeque::new();
+        // Bytes of fields in `out`.
+        let mut bytes_out = 0usize;
         let mut truncated = false;
         for (i, (first, path)) in self.segments.iter().enumerate() {
             // From a time: a segment whose successor was created before it holds
@@ -629,10 +635,18 @@ impl HistorySource {
                 if !wanted {
                     continue;
                 }
-                if out.len() == max {
-                    out.pop_front();
+                let size = m.fields.as_bytes().len();
+                while !out.is_empty() && (out.len() >= max || bytes_out + size > max_bytes) {
+                    if let Some(old) = out.pop_front() {
+                        bytes_out -= old.fields.len();
+                    }
                     truncated = true;
                 }
+                if max == 0 || size > max_bytes {
+                    truncated = true;
+                    continue;
+                }
+                bytes_out += size;
                 out.push_back(PastMessage {
                     time_ns: r.time_ns,
                     seq: m.seq,

@@ -328,7 +328,14 @@ fn a_history_across_a_damaged_segment_is_refused_not_given_with_a_hole() {
     let mut bytes = std::fs::read(&all[1]).unwrap();
     bytes[segment::HEADER_LEN + 20] ^= 0x40;
     std::fs::write(&all[1], &bytes).unwrap();
-    let Err(err) = j.history("FEED", "SYM0", tickwire_proto::ReplayFrom::Seq(1), 30, 100) else {
+    let Err(err) = j.history(
+        "FEED",
+        "SYM0",
+        tickwire_proto::ReplayFrom::Seq(1),
+        30,
+        100,
+        usize::MAX,
+    ) else {
         panic!("a history with a hole is refused");
     };
     let text = err.to_string();
@@ -366,7 +373,14 @@ fn the_history_of_an_item_is_its_journaled_messages_in_order_from_a_seq_or_a_tim
     j.item_message(&item_part("SYM0", 31, false, &f), 31_000)
         .unwrap();
     let h = j
-        .history("FEED", "SYM0", tickwire_proto::ReplayFrom::Seq(25), 31, 100)
+        .history(
+            "FEED",
+            "SYM0",
+            tickwire_proto::ReplayFrom::Seq(25),
+            31,
+            100,
+            usize::MAX,
+        )
         .unwrap();
     let seqs: Vec<u32> = h.messages.iter().map(|m| m.seq).collect();
     assert_eq!(seqs, (25..=31).collect::<Vec<_>>());
@@ -380,12 +394,20 @@ fn the_history_of_an_item_is_its_journaled_messages_in_order_from_a_seq_or_a_tim
             tickwire_proto::ReplayFrom::Time(5_000),
             20,
             100,
+            usize::MAX,
         )
         .unwrap();
     assert_eq!(h.messages.first().map(|m| m.seq), Some(5));
     assert_eq!(h.messages.last().map(|m| m.seq), Some(20));
     let h = j
-        .history("FEED", "SYM1", tickwire_proto::ReplayFrom::Seq(1), 30, 4)
+        .history(
+            "FEED",
+            "SYM1",
+            tickwire_proto::ReplayFrom::Seq(1),
+            30,
+            4,
+            usize::MAX,
+        )
         .unwrap();
     assert_eq!(
         h.messages.iter().map(|m| m.seq).collect::<Vec<_>>(),
@@ -394,7 +416,14 @@ fn the_history_of_an_item_is_its_journaled_messages_in_order_from_a_seq_or_a_tim
     assert!(h.truncated);
     assert!(h.messages.iter().all(|m| !m.refresh));
     let h = j
-        .history("FEED", "SYM1", tickwire_proto::ReplayFrom::Seq(1), 1, 10)
+        .history(
+            "FEED",
+            "SYM1",
+            tickwire_proto::ReplayFrom::Seq(1),
+            1,
+            10,
+            usize::MAX,
+        )
         .unwrap();
     assert!(h.messages[0].refresh);
     // Item messages are not posts: nothing pending but the one post.
@@ -402,4 +431,35 @@ fn the_history_of_an_item_is_its_journaled_messages_in_order_from_a_seq_or_a_tim
     let (j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
     assert_eq!(rec.records, 62);
     assert_eq!(j.pending_count(), 1);
+}
+
+/// A history of large messages is cut to what fits its bytes, not only its count: a
+/// subscriber's queue is bounded in bytes, and a replay of a few thousand large images
+/// must not pass it (nor the node hold them all).
+#[test]
+fn a_history_of_large_messages_is_cut_to_its_bytes_keeping_the_latest() {
+    let dir = TempDir::new("history-bytes");
+    let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+    let text = "x".repeat(10_000);
+    let big = encode_field_list([(25, Value::Ascii(&text))]);
+    for seq in 1..=50u32 {
+        j.item_message(&item_part("SYM0", seq, seq == 1, &big), 1_000 * seq as u64)
+            .unwrap();
+    }
+    let h = j
+        .history(
+            "FEED",
+            "SYM0",
+            tickwire_proto::ReplayFrom::Seq(1),
+            50,
+            1_000,
+            100_000,
+        )
+        .unwrap();
+    let bytes: usize = h.messages.iter().map(|m| m.fields.len()).sum();
+    assert!(bytes <= 100_000, "{bytes} bytes of fields");
+    assert!(h.truncated);
+    let seqs: Vec<u32> = h.messages.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, (50 - seqs.len() as u32 + 1..=50).collect::<Vec<_>>());
+    assert!(seqs.len() >= 9, "{seqs:?}");
 }

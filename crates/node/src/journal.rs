@@ -119,12 +119,20 @@ struct ReplayJob {
     from: tickwire_proto::ReplayFrom,
     until: u32,
     max: usize,
+    max_bytes: usize,
 }
 
 impl ReplayJob {
     fn read(&self) -> Result<tickwire_journal::History, String> {
         self.source
-            .read(&self.service, &self.item, self.from, self.until, self.max)
+            .read(
+                &self.service,
+                &self.item,
+                self.from,
+                self.until,
+                self.max,
+                self.max_bytes,
+            )
             .map_err(|e| e.to_string())
     }
 }
@@ -432,6 +440,7 @@ fn run(
                     from,
                     until,
                     max,
+                    max_bytes,
                 } => {
                     // What was appended before it is committed first: a failure there
                     // fails those records too; one in reading the history only it.
@@ -449,6 +458,7 @@ fn run(
                             from: *from,
                             until: *until,
                             max: *max,
+                            max_bytes: *max_bytes,
                         },
                         Err(e) => {
                             answers.push(Answer::History(req.ticket, Err(e.to_string())));
