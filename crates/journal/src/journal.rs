@@ -491,7 +491,8 @@ impl Journal {
     }
 
     /// The journaled refreshes and updates of one item from `from` (an item seq, or a
-    /// time) up to item seq `until`, oldest first, at most `max` of them and `max_bytes`
+    /// time) up to item seq `until` (the latest messages above it are left out; earlier
+    /// ones, from before its publisher started its seqs again, are not), oldest first, at most `max` of them and `max_bytes`
     /// of fields (the latest ones when there are more: `truncated`). What was appended
     /// and not committed is committed first, so the history reaches everything handed to
     /// the journal before this call.
@@ -588,10 +589,12 @@ impl HistorySource {
         max: usize,
         max_bytes: usize,
     ) -> Result<History, JournalError> {
-        let mut out: std::collections::VecDeque<PastMessage> = std::collections::VecDeque::new();
-        // Bytes of fields in `out`.
-        let mut bytes_out = 0usize;
-        let mut truncated = false;
+        // The history up to the last message that reaches `until`...
+        let mut out = Window::new(max, max_bytes);
+        // ...and the messages after it (seqs above `until`): part of the history only if
+        // one that reaches it comes later (an item's seqs start again when its publisher
+        // does, and the messages before that restart, with higher seqs, are part of it).
+        let mut tail = Window::new(max, max_bytes);
         for (i, (first, path)) in self.segments.iter().enumerate() {
             // From a time: a segment whose successor was created before it holds
             // nothing as late (records are written in time order).
@@ -625,7 +628,7 @@ impl HistorySource {
             }
             for r in &scan.records {
                 let Body::Update(m) = &r.body else { continue };
-                if m.service != service || m.item != item || m.seq > until {
+                if m.service != service || m.item != item {
                     continue;
                 }
                 let wanted = match from {
@@ -635,31 +638,76 @@ impl HistorySource {
                 if !wanted {
                     continue;
                 }
-                let size = m.fields.as_bytes().len();
-                while !out.is_empty() && (out.len() >= max || bytes_out + size > max_bytes) {
-                    if let Some(old) = out.pop_front() {
-                        bytes_out -= old.fields.len();
-                    }
-                    truncated = true;
-                }
-                if max == 0 || size > max_bytes {
-                    truncated = true;
-                    continue;
-                }
-                bytes_out += size;
-                out.push_back(PastMessage {
+                let past = PastMessage {
                     time_ns: r.time_ns,
                     seq: m.seq,
                     refresh: m.refresh,
                     update_type: m.update_type,
                     fields: m.fields.as_bytes().to_vec(),
-                });
+                };
+                if m.seq > until {
+                    tail.push(past);
+                    continue;
+                }
+                if tail.cut {
+                    // The tail alone was more than a history holds: all of `out` is older.
+                    out.msgs.clear();
+                    out.bytes = 0;
+                    out.cut = true;
+                }
+                tail.cut = false;
+                tail.bytes = 0;
+                for t in std::mem::take(&mut tail.msgs) {
+                    out.push(t);
+                }
+                out.push(past);
             }
         }
         Ok(History {
-            messages: out.into(),
-            truncated,
+            messages: out.msgs.into(),
+            truncated: out.cut,
         })
+    }
+}
+
+/// The latest messages of a history within its bounds.
+struct Window {
+    msgs: std::collections::VecDeque<PastMessage>,
+    /// Bytes of fields in `msgs`.
+    bytes: usize,
+    max: usize,
+    max_bytes: usize,
+    /// Older messages were left out.
+    cut: bool,
+}
+
+impl Window {
+    fn new(max: usize, max_bytes: usize) -> Self {
+        Window {
+            msgs: std::collections::VecDeque::new(),
+            bytes: 0,
+            max,
+            max_bytes,
+            cut: false,
+        }
+    }
+
+    fn push(&mut self, m: PastMessage) {
+        let size = m.fields.len();
+        while !self.msgs.is_empty()
+            && (self.msgs.len() >= self.max || self.bytes + size > self.max_bytes)
+        {
+            if let Some(old) = self.msgs.pop_front() {
+                self.bytes -= old.fields.len();
+            }
+            self.cut = true;
+        }
+        if self.max == 0 || size > self.max_bytes {
+            self.cut = true;
+            return;
+        }
+        self.bytes += size;
+        self.msgs.push_back(m);
     }
 }
 

@@ -463,3 +463,58 @@ fn a_history_of_large_messages_is_cut_to_its_bytes_keeping_the_latest() {
     assert_eq!(seqs, (50 - seqs.len() as u32 + 1..=50).collect::<Vec<_>>());
     assert!(seqs.len() >= 9, "{seqs:?}");
 }
+
+/// An item's seqs start again when its publisher restarts: a history from a time before
+/// that restart has the messages before it, whatever their seqs, then those after it.
+#[test]
+fn a_history_across_a_publisher_restart_keeps_the_messages_before_it() {
+    let dir = TempDir::new("history-restart");
+    let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+    let mut t = 0u64;
+    for seq in (1..=30u32).chain(1..=5) {
+        t += 1_000;
+        let f = bid(seq as i64);
+        j.item_message(&item_part("SYM0", seq, seq == 1, &f), t)
+            .unwrap();
+    }
+    let h = j
+        .history(
+            "FEED",
+            "SYM0",
+            tickwire_proto::ReplayFrom::Time(20_000),
+            5,
+            100,
+            usize::MAX,
+        )
+        .unwrap();
+    let seqs: Vec<u32> = h.messages.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, (20..=30).chain(1..=5).collect::<Vec<_>>());
+    assert!(!h.truncated);
+    // The latest few; and up to a seq the restart has not reached, the messages before it.
+    let h = j
+        .history(
+            "FEED",
+            "SYM0",
+            tickwire_proto::ReplayFrom::Seq(1),
+            5,
+            3,
+            usize::MAX,
+        )
+        .unwrap();
+    assert_eq!(
+        h.messages.iter().map(|m| m.seq).collect::<Vec<_>>(),
+        [3, 4, 5]
+    );
+    assert!(h.truncated);
+    let h = j
+        .history(
+            "FEED",
+            "SYM0",
+            tickwire_proto::ReplayFrom::Seq(1),
+            3,
+            2,
+            usize::MAX,
+        )
+        .unwrap();
+    assert_eq!(h.messages.iter().map(|m| m.seq).collect::<Vec<_>>(), [2, 3]);
+}
