@@ -479,6 +479,15 @@ impl Journal {
     /// Starts the next segment (the current one is complete and, unless `never`,
     /// synced).
     fn roll(&mut self) -> Result<(), JournalError> {
+        // With `never` the current segment's records were not synced: they are now, once
+        // per segment, or a crash of the machine could keep the next segment (its header
+        // is synced) and lose this one's last records, a gap that makes the journal
+        // refuse to open.
+        if self.opts.sync == SyncPolicy::Never {
+            self.seg
+                .sync(&mut self.stats.syscalls)
+                .map_err(|e| JournalError::io("sync", &self.seg.path, e))?;
+        }
         match create_segment(&self.dir, self.next_seq, &mut self.stats.syscalls) {
             Ok(seg) => {
                 self.seg = seg;

@@ -118,6 +118,39 @@ fn each_policy_makes_the_system_calls_it_says() {
     }
 }
 
+/// With `never`, a segment is synced once, when it is full and the next one starts:
+/// the next one's header is synced, and a machine crash must not keep it while this
+/// one's last records are lost (segments that do not follow each other, which a restart
+/// refuses).
+#[test]
+fn with_never_a_full_segment_is_synced_before_the_next_starts() {
+    let dir = TempDir::new("never-roll");
+    let (mut j, _) = Journal::open(
+        &dir.0,
+        JournalOptions {
+            sync: SyncPolicy::Never,
+            segment_bytes: 300,
+        },
+    )
+    .unwrap();
+    let f = bid(1);
+    let mut rolls = 0;
+    for i in 0..20 {
+        let (before, segs) = (j.stats().syscalls.syncs, j.stats().segments);
+        j.received(&post("SYM0", i, &f), 0).unwrap();
+        j.commit().unwrap();
+        let syncs = j.stats().syscalls.syncs - before;
+        if j.stats().segments > segs {
+            rolls += 1;
+            // The full segment, the new one's header, the directory.
+            assert_eq!(syncs, 3, "record {i}");
+        } else {
+            assert_eq!(syncs, 0, "record {i}");
+        }
+    }
+    assert!(rolls >= 3, "{rolls}");
+}
+
 #[test]
 fn segments_roll_and_a_missing_one_is_refused_by_name() {
     let dir = TempDir::new("roll");
