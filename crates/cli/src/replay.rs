@@ -80,8 +80,8 @@ fn parse_utc(s: &str) -> Result<u64> {
     let (h, mi, se): (u64, u64, u64) = (t[0].parse()?, t[1].parse()?, t[2].parse()?);
     let date_ok = tickwire_proto::Date {
         year: u16::try_from(y)?,
-        month: mo as u8,
-        day: da as u8,
+        month: u8::try_from(mo)?,
+        day: u8::try_from(da)?,
     }
     .is_valid();
     if !date_ok || h > 23 || mi > 59 || se > 59 || y < 1970 {
@@ -129,6 +129,9 @@ mod tests {
             "2026-11-24T04:00:00",
             "2023-02-29T00:00:00Z",
             "2026-11-24T25:00:00Z",
+            // A day or a month past 255 is not taken for its low byte.
+            "2026-01-257T00:00:00Z",
+            "2026-258-01T00:00:00Z",
         ] {
             assert!(parse_from(bad).is_err(), "{bad:?}");
         }
