@@ -363,6 +363,9 @@ fn run(
     let replays = start_replays(outbox.clone(), waker.clone());
     let mut batch: Vec<JournalRequest> = Vec::new();
     let mut answers: Vec<Answer> = Vec::new();
+    // Answers of this batch whose records are committed already (by a history's commit,
+    // or one by one with "always"): a later commit that fails does not undo them.
+    let mut settled: Vec<Answer> = Vec::new();
     // Since when refreshes and updates have waited, uncommitted, for more to share
     // their write and sync.
     let mut waiting_since: Option<Instant> = None;
@@ -449,6 +452,8 @@ fn run(
                         answers.push(Answer::History(req.ticket, Err(e.to_string())));
                         continue;
                     }
+                    settled.append(&mut held);
+                    settled.append(&mut answers);
                     let job = match journal.history_source() {
                         Ok(source) => ReplayJob {
                             ticket: req.ticket,
@@ -495,6 +500,7 @@ fn run(
             if always {
                 let last = answers.len() - 1;
                 commit(&mut journal, &mut answers[last..], &figures);
+                settled.append(&mut answers);
             }
         }
         // Group commit: one write and one sync for everything appended in this turn,
@@ -517,7 +523,8 @@ fn run(
             }
         }
         publish_figures(&journal, &figures, &mut rolls);
-        if !deliver(&mut answers, &outbox, &waker) {
+        settled.append(&mut answers);
+        if !deliver(&mut settled, &outbox, &waker) {
             return;
         }
     }
@@ -686,5 +693,101 @@ mod tests {
         let (_, recovery) = Journal::open(&dir, JournalOptions::default()).expect("reopens");
         assert_eq!(recovery.records, 3, "the three updates were committed");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    const FSIZE_INSIDE: &str = "TICKWIRE_JOURNAL_FSIZE_DIR";
+    const FSIZE_TEST: &str =
+        "journal::tests::a_failed_commit_does_not_refuse_a_post_a_history_committed_before_it";
+
+    /// One batch: a post, a history (whose commit writes the post), then a post too large
+    /// for the file size the process may write: the last commit fails. The first post is
+    /// in the journal (a restart delivers it again), so it must not be refused: it goes
+    /// on to its publisher. Runs itself again under a file size limit (`ulimit -f`).
+    #[test]
+    fn a_failed_commit_does_not_refuse_a_post_a_history_committed_before_it() {
+        let Ok(dir) = std::env::var(FSIZE_INSIDE) else {
+            let dir =
+                std::env::temp_dir().join(format!("tickwire-journal-fsize-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let exe = std::env::current_exe().expect("the test binary");
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                // Past the limit a write fails (EFBIG) instead of killing the process.
+                .arg("trap '' XFSZ; ulimit -f 64 && exec \"$0\" \"$@\"")
+                .arg(exe)
+                .args(["--exact", FSIZE_TEST, "--nocapture", "--test-threads=1"])
+                .env(FSIZE_INSIDE, &dir)
+                .output()
+                .expect("runs");
+            let _ = std::fs::remove_dir_all(&dir);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(text.contains("1 passed"), "{text}");
+            return;
+        };
+        let dir = PathBuf::from(dir);
+        let opts = JournalOptions {
+            sync: SyncPolicy::Batch,
+            segment_bytes: 1 << 20,
+        };
+        let (journal, _) = Journal::open(&dir, opts.clone()).expect("opens");
+        let post = |ticket, post_id, fields: Vec<u8>| JournalRequest {
+            ticket,
+            write: JournalWrite::Received {
+                service: "FEED".into(),
+                item: "SYM1".into(),
+                user: String::new(),
+                post_id,
+                image: false,
+                fields,
+            },
+        };
+        let text = "x".repeat(60_000);
+        let (tx, inbox) = mpsc::channel();
+        tx.send(post(1, 1, encode_field_list([(22, Value::Int(1))])))
+            .expect("sends");
+        tx.send(JournalRequest {
+            ticket: 2,
+            write: JournalWrite::History {
+                service: "FEED".into(),
+                item: "SYM1".into(),
+                from: tickwire_proto::ReplayFrom::Seq(1),
+                until: 0,
+                max: 10,
+                max_bytes: 1 << 20,
+            },
+        })
+        .expect("sends");
+        tx.send(post(3, 2, encode_field_list([(25, Value::Ascii(&text))])))
+            .expect("sends");
+        drop(tx);
+        let (outbox, answers) = mpsc::channel();
+        let poll = mio::Poll::new().expect("poll");
+        let waker = Arc::new(Waker::new(poll.registry(), mio::Token(0)).expect("waker"));
+        // All three are waiting: one batch.
+        run(journal, inbox, outbox, waker, Arc::default());
+        let kept: std::collections::HashMap<u64, Result<u64, String>> = answers
+            .try_iter()
+            .filter_map(|a| match a {
+                Answer::Kept(t, r) => Some((t, r)),
+                Answer::History(..) => None,
+            })
+            .collect();
+        assert!(
+            kept[&3].is_err(),
+            "the large post is not kept: {:?}",
+            kept[&3]
+        );
+        let (j, _) = Journal::open(&dir, opts).expect("reopens");
+        assert_eq!(j.pending().map(|p| p.post_id).collect::<Vec<_>>(), [1]);
+        assert!(
+            kept[&1].is_ok(),
+            "post 1 is in the journal, yet refused: {:?}",
+            kept[&1]
+        );
     }
 }
