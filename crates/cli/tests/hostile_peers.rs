@@ -428,3 +428,64 @@ fn a_connection_over_the_limit_on_the_websocket_port_gets_an_http_503() {
     );
     drop(subs);
 }
+
+/// A newcomer refused because the node is at its connection limit closes no one: not
+/// the connection from its address waiting to log in, which its arrival would
+/// otherwise have made room for (that address at its cap of pending logins). Before,
+/// each refused newcomer first closed the oldest such login, for nothing.
+#[test]
+fn a_newcomer_refused_at_the_connection_limit_closes_no_waiting_login() {
+    let cfg = TempConfig::new(
+        "full-and-pending",
+        "[limits]\nmax_connections = 3\nmax_pending_logins_per_address = 1\nlogin_timeout_ms = 120000\nclose_linger_ms = 0\n[rssl]\nlisten = \"off\"\n",
+    );
+    let node = Node::start(&["--config", cfg.path()]);
+    let connect = || {
+        let mut opts = tickwire_client::ConnectOptions::new(node.addr.to_string());
+        opts.connect_timeout = Duration::from_secs(5);
+        tickwire_client::Subscriber::connect(opts)
+    };
+    // A connection from another address waits to log in (accepted before the
+    // subscribers below: the node takes connections in order), then subscribers
+    // until the node is full (its own in-process peers count too).
+    let there = std::net::Ipv4Addr::new(127, 0, 0, 9);
+    let mut waiting = connect_from(there, node.addr);
+    // The start of a login, not all of it: the node knows the connection speaks its
+    // protocol (RSSL is off here), and it waits for the rest.
+    let login = encode(&[login(Role::Subscriber)]);
+    waiting.write_all(&login[..6]).unwrap();
+    let mut subs = Vec::new();
+    let full = loop {
+        match connect() {
+            Ok(s) if subs.len() < 3 => subs.push(s),
+            Ok(_) => panic!("more than 3 connections taken"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(full.contains("connection limit reached"), "{full}");
+    // Two newcomers from the waiting connection's address, one after the other, each
+    // refused for the connection limit: by the time the second is refused, the loop
+    // has closed the waiting connection (at once: no linger here) if the first's
+    // arrival closed it.
+    for _ in 0..2 {
+        let mut newcomer = connect_from(there, node.addr);
+        newcomer
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut newcomer, &mut got);
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.contains("connection limit reached"), "{got:?}");
+    }
+    waiting.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 256];
+    let read = std::io::Read::read(&mut waiting, &mut buf);
+    match read {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!(
+            "the connection waiting to log in was closed for a newcomer refused anyway: {other:?} {:?}",
+            String::from_utf8_lossy(&buf)
+        ),
+    }
+    drop(subs);
+}

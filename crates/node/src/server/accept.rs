@@ -206,15 +206,16 @@ impl EventLoop {
                 let _ = stream.shutdown(std::net::Shutdown::Both);
                 continue;
             }
-            // Room among the pending logins (the oldest idle one may be closed for it).
-            if let tickwire_core::Admission::Refuse(text) = core.admit(&peer.to_string(), now) {
+            // The limit counts connections logged in: not those waiting to log in
+            // (held to their own caps below), nor those closing. Asked before those
+            // caps, so that no pending login is closed for a newcomer refused anyway.
+            if core.logged_in_count() >= max_conns {
+                let text = format!("connection limit reached: {max_conns} connections");
                 refuse(&mut stream, &text, server.tls.is_some(), listener);
                 continue;
             }
-            // The limit counts connections logged in: not those waiting to log in
-            // (held to their own caps above), nor those closing.
-            if core.logged_in_count() >= max_conns {
-                let text = format!("connection limit reached: {max_conns} connections");
+            // Room among the pending logins (the oldest idle one may be closed for it).
+            if let tickwire_core::Admission::Refuse(text) = core.admit(&peer.to_string(), now) {
                 refuse(&mut stream, &text, server.tls.is_some(), listener);
                 continue;
             }
