@@ -489,3 +489,49 @@ fn a_newcomer_refused_at_the_connection_limit_closes_no_waiting_login() {
     }
     drop(subs);
 }
+
+/// Connections accepted while the node was short of its connection limit, logging in
+/// once it has reached it, are refused ("connection limit reached"): the limit holds
+/// whenever they log in. Before, it was asked at accept only, and every connection
+/// waiting to log in then got in past it.
+#[test]
+fn a_login_past_the_connection_limit_is_refused() {
+    let cfg = TempConfig::new(
+        "login-past-limit",
+        "[limits]\nmax_connections = 3\nlogin_timeout_ms = 120000\n[rssl]\nlisten = \"off\"\n",
+    );
+    let mut node = Node::start(&["--config", cfg.path()]);
+    let connect = || {
+        let mut opts = tickwire_client::ConnectOptions::new(node.addr.to_string());
+        opts.connect_timeout = Duration::from_secs(5);
+        tickwire_client::Subscriber::connect(opts)
+    };
+    // Connections that have not logged in yet, accepted first (the node takes them in
+    // order), then subscribers until the node is full.
+    let mut waiting: Vec<RawConn> = (0..3).map(|_| RawConn::connect(node.addr)).collect();
+    let mut subs = Vec::new();
+    let full = loop {
+        match connect() {
+            Ok(s) if subs.len() < 3 => subs.push(s),
+            Ok(_) => panic!("more than 3 connections taken"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(full.contains("connection limit reached"), "{full}");
+    for w in &mut waiting {
+        // Refused with the reason; the node may close before it has read the login.
+        let _ = w.send(&encode(&[login(Role::Subscriber)]));
+        w.read_until_end(Duration::from_secs(10));
+        assert!(
+            w.received.iter().any(|g| g.is_conn_status()
+                && g.state
+                    .as_ref()
+                    .is_some_and(|s| s.text.contains("connection limit reached"))),
+            "a login past the limit got {:?}\n{}",
+            w.received,
+            node.proc.log()
+        );
+    }
+    assert!(node.is_running());
+    drop(subs);
+}

@@ -99,6 +99,10 @@ pub struct Limits {
     pub heartbeat: Duration,
     /// A connection that has not logged in within this time is dropped.
     pub login_timeout: Duration,
+    /// Connections logged in at most (the node's own in-process peers among them): a
+    /// login past it is refused (`TOO_MANY_CONNECTIONS`), as the node's accept refuses
+    /// a connection at it.
+    pub max_connections: usize,
     /// Connections waiting to log in at most, in all and from one address (see
     /// [`Node::admit`]).
     pub max_pending_logins: usize,
@@ -124,6 +128,7 @@ impl Default for Limits {
             max_output_messages: 200_000,
             heartbeat: Duration::from_secs(5),
             login_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
             max_pending_logins: 64,
             max_pending_logins_per_address: 8,
             max_services: 10_000,
@@ -1349,6 +1354,19 @@ impl Node {
         identity: Identity,
     ) {
         if self.role(conn) != Some(ConnRole::AwaitingLogin) {
+            return;
+        }
+        // Connections waiting to log in are not counted at accept (so that they
+        // cannot crowd out real users): the limit holds at the login, or as many as
+        // were waiting when the node was short of it would all get in.
+        let max = self.cfg.limits.max_connections;
+        let internal = self.conns[conn].as_ref().is_some_and(|c| c.internal);
+        if !internal && self.logged_in_count() >= max {
+            self.reject(
+                conn,
+                code::TOO_MANY_CONNECTIONS,
+                &format!("connection limit reached: {max} connections"),
+            );
             return;
         }
         self.stats.logins += 1;

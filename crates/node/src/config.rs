@@ -931,6 +931,7 @@ impl NodeConfig {
                 max_output_messages: self.limits.max_output_messages,
                 heartbeat: Duration::from_millis(self.limits.heartbeat_ms),
                 login_timeout: Duration::from_millis(self.limits.login_timeout_ms),
+                max_connections: self.limits.max_connections,
                 max_pending_logins: self.limits.max_pending_logins,
                 max_pending_logins_per_address: self.limits.max_pending_logins_per_address,
                 max_services: self.limits.max_services,

@@ -324,3 +324,37 @@ fn an_image_larger_than_a_queue_can_hold_is_refused_not_served() {
     assert_eq!(h.node.item_count(), 0);
     assert_eq!(h.node.stats().slow_consumer_disconnects, 0);
 }
+
+/// Connections accepted while the node was short of its connection limit (they are
+/// not counted while waiting to log in) are held to it when they log in.
+#[test]
+fn logins_past_the_connection_limit_are_refused() {
+    let mut h = Harness::with_limits(Limits {
+        max_connections: 2,
+        ..Limits::default()
+    });
+    let waiting: Vec<ConnId> = (0..3).map(|_| h.node.connect("test", h.now)).collect();
+    for &c in &waiting {
+        h.send(
+            c,
+            &[Message::Login(Login {
+                version_max: 3,
+                ..client_login(Role::Subscriber, "u", "")
+            })],
+        );
+    }
+    for &c in &waiting[..2] {
+        let got = h.recv(c);
+        assert!(matches!(got[0], Got::Welcome { .. }), "{got:?}");
+    }
+    let got = h.recv(waiting[2]);
+    assert!(
+        only_status(
+            &got,
+            code::TOO_MANY_CONNECTIONS,
+            "connection limit reached: 2 connections"
+        ),
+        "{got:?}"
+    );
+    assert_eq!(h.node.logged_in_count(), 2);
+}
