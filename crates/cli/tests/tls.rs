@@ -684,3 +684,37 @@ fn new_tls_connections_past_their_rate_are_closed_unanswered() {
     );
     assert!(value("tickwire_tls_handshake_sessions_processed_total") >= 4);
 }
+
+/// Failed TLS handshakes, which any peer can cause at will (plaintext on the TLS port),
+/// are logged at most 20 each 10 s, not one line each: a peer opening such
+/// connections as fast as the handshake rate allows does not flood the log.
+#[test]
+fn failed_handshakes_do_not_flood_the_log() {
+    let certs = Certs::new("handshake-failures");
+    let (mut node, _) = certs.start_node(
+        "max_handshakes_per_s = 1000\n[limits]\nmax_pending_logins_per_address = 100\n",
+    );
+    for _ in 0..40 {
+        let mut c = TcpStream::connect(node.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        // The node's alert, then the end of the stream (or a reset).
+        let mut got = Vec::new();
+        let _ = c.read_to_end(&mut got);
+    }
+    // A client that gets in: its login is logged after every failure above.
+    let ca = certs.cert_str();
+    let out = subscribe(
+        &node.addr_str(),
+        &["--tls", "--ca", &ca, "--snapshot", "--timeout", "2", "NONE"],
+    );
+    node.proc
+        .wait_for_line("logged in peer=127.0.0.1", Duration::from_secs(10));
+    let log = node.proc.log();
+    let said = log.matches("TLS handshake with 127.0.0.1:").count();
+    assert!(
+        (1..=20).contains(&said),
+        "{said} failed handshakes logged\n{}\n{log}",
+        out.stderr
+    );
+}

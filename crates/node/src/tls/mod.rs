@@ -391,10 +391,22 @@ impl TlsStream {
             } else {
                 ""
             };
-            warn!(
-                "TLS {what} with {} failed: {e}{hint}; closing the connection",
-                self.peer
-            );
+            // Any peer can fail a handshake at will: those are held to a few a window.
+            let said = match (&self.offload, what) {
+                (Some(o), "handshake") => o.queue.failure_to_say(std::time::Instant::now()),
+                _ => Some(0),
+            };
+            match said {
+                Some(0) => warn!(
+                    "TLS {what} with {} failed: {e}{hint}; closing the connection",
+                    self.peer
+                ),
+                Some(held) => warn!(
+                    "TLS {what} with {} failed: {e}{hint}; closing the connection ({held} more failed handshakes not logged before this one)",
+                    self.peer
+                ),
+                None => {}
+            }
             self.close_failed();
         }
         io::Error::new(ErrorKind::InvalidData, format!("TLS {what} failed: {e}"))
