@@ -144,10 +144,10 @@ const QUIET_LOG_PER_WINDOW: u32 = 20;
 const QUIET_LOG_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Warnings of one kind that a peer can cause at will (a connection closed before it
-/// logged in): at most 20 each 10 s, the rest counted and said with the next one logged,
-/// so that a flood of connections does not flood the log.
+/// logged in, a failed TLS handshake): at most 20 each 10 s, the rest counted and said
+/// with the next one logged, so that a flood of connections does not flood the log.
 #[derive(Debug, Default)]
-pub(crate) struct QuietLog {
+pub struct QuietLog {
     window: Option<Instant>,
     logged: u32,
     held: u64,
@@ -155,7 +155,7 @@ pub(crate) struct QuietLog {
 
 impl QuietLog {
     /// Whether to log one now; if so, how many were held back since the last logged.
-    pub(crate) fn allow(&mut self, now: Instant) -> Option<u64> {
+    pub fn allow(&mut self, now: Instant) -> Option<u64> {
         if self
             .window
             .is_none_or(|w| now.saturating_duration_since(w) >= QUIET_LOG_WINDOW)

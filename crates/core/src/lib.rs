@@ -33,7 +33,7 @@ mod security;
 mod slow;
 mod streams;
 
-pub use admission::{counted_address, Admission};
+pub use admission::{counted_address, Admission, QuietLog};
 pub use files::{FilesIn, FILES_IN_BYTES};
 pub use loop_share::LoopShare;
 

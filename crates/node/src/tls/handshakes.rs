@@ -53,21 +53,9 @@ struct Shared {
     gone_said: AtomicBool,
     /// The failed handshakes logged in this window (the event loop's alone: a lock
     /// taken only when a handshake fails).
-    failures_said: std::sync::Mutex<QuietFailures>,
+    /// Failed handshakes (any peer can cause one at will: plaintext on the TLS port).
+    failures_said: std::sync::Mutex<tickwire_core::QuietLog>,
 }
-
-/// Failed handshakes (any peer can cause one at will: plaintext on the TLS port) are
-/// logged at most [`FAILURES_SAID_PER_WINDOW`] each [`FAILURES_WINDOW`]; the next one
-/// logged says how many were not.
-#[derive(Default)]
-struct QuietFailures {
-    window: Option<Instant>,
-    said: u32,
-    held: u64,
-}
-
-const FAILURES_WINDOW: Duration = Duration::from_secs(10);
-const FAILURES_SAID_PER_WINDOW: u32 = 20;
 
 /// The thread's side the connections hold: where their sessions go.
 #[derive(Clone)]
@@ -93,23 +81,11 @@ impl HandshakeQueue {
     /// Whether to log a failed handshake now; if so, how many were not logged since
     /// the last one that was.
     pub fn failure_to_say(&self, now: Instant) -> Option<u64> {
-        let mut q = self
-            .shared
+        self.shared
             .failures_said
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if q.window
-            .is_none_or(|w| now.saturating_duration_since(w) >= FAILURES_WINDOW)
-        {
-            q.window = Some(now);
-            q.said = 0;
-        }
-        if q.said < FAILURES_SAID_PER_WINDOW {
-            q.said += 1;
-            return Some(std::mem::take(&mut q.held));
-        }
-        q.held += 1;
-        None
+            .unwrap_or_else(|e| e.into_inner())
+            .allow(now)
     }
 
     /// Hands a session to the thread. A full queue is counted (and reported by
