@@ -405,59 +405,48 @@ fn the_history_of_an_item_is_its_journaled_messages_in_order_from_a_seq_or_a_tim
     let f = bid(31);
     j.item_message(&item_part("SYM0", 31, false, &f), 31_000)
         .unwrap();
-    let h = j
-        .history(
-            "FEED",
-            "SYM0",
-            tickwire_proto::ReplayFrom::Seq(25),
-            31,
-            100,
-            usize::MAX,
-        )
-        .unwrap();
-    let seqs: Vec<u32> = h.messages.iter().map(|m| m.seq).collect();
+    let h = history_of(
+        &mut j,
+        "SYM0",
+        tickwire_proto::ReplayFrom::Seq(25),
+        31,
+        100,
+        usize::MAX,
+    );
+    let seqs = seqs_of(&h);
     assert_eq!(seqs, (25..=31).collect::<Vec<_>>());
     assert_eq!(h.messages[0].fields, bid(25));
     assert!(!h.truncated);
     // From a time, up to a seq, at most a few (the latest).
-    let h = j
-        .history(
-            "FEED",
-            "SYM1",
-            tickwire_proto::ReplayFrom::Time(5_000),
-            20,
-            100,
-            usize::MAX,
-        )
-        .unwrap();
+    let h = history_of(
+        &mut j,
+        "SYM1",
+        tickwire_proto::ReplayFrom::Time(5_000),
+        20,
+        100,
+        usize::MAX,
+    );
     assert_eq!(h.messages.first().map(|m| m.seq), Some(5));
     assert_eq!(h.messages.last().map(|m| m.seq), Some(20));
-    let h = j
-        .history(
-            "FEED",
-            "SYM1",
-            tickwire_proto::ReplayFrom::Seq(1),
-            30,
-            4,
-            usize::MAX,
-        )
-        .unwrap();
-    assert_eq!(
-        h.messages.iter().map(|m| m.seq).collect::<Vec<_>>(),
-        [27, 28, 29, 30]
+    let h = history_of(
+        &mut j,
+        "SYM1",
+        tickwire_proto::ReplayFrom::Seq(1),
+        30,
+        4,
+        usize::MAX,
     );
+    assert_eq!(seqs_of(&h), [27, 28, 29, 30]);
     assert!(h.truncated);
     assert!(h.messages.iter().all(|m| !m.refresh));
-    let h = j
-        .history(
-            "FEED",
-            "SYM1",
-            tickwire_proto::ReplayFrom::Seq(1),
-            1,
-            10,
-            usize::MAX,
-        )
-        .unwrap();
+    let h = history_of(
+        &mut j,
+        "SYM1",
+        tickwire_proto::ReplayFrom::Seq(1),
+        1,
+        10,
+        usize::MAX,
+    );
     assert!(h.messages[0].refresh);
     // Item messages are not posts: nothing pending but the one post.
     drop(j);
@@ -479,20 +468,18 @@ fn a_history_of_large_messages_is_cut_to_its_bytes_keeping_the_latest() {
         j.item_message(&item_part("SYM0", seq, seq == 1, &big), 1_000 * seq as u64)
             .unwrap();
     }
-    let h = j
-        .history(
-            "FEED",
-            "SYM0",
-            tickwire_proto::ReplayFrom::Seq(1),
-            50,
-            1_000,
-            100_000,
-        )
-        .unwrap();
+    let h = history_of(
+        &mut j,
+        "SYM0",
+        tickwire_proto::ReplayFrom::Seq(1),
+        50,
+        1_000,
+        100_000,
+    );
     let bytes: usize = h.messages.iter().map(|m| m.fields.len()).sum();
     assert!(bytes <= 100_000, "{bytes} bytes of fields");
     assert!(h.truncated);
-    let seqs: Vec<u32> = h.messages.iter().map(|m| m.seq).collect();
+    let seqs = seqs_of(&h);
     assert_eq!(seqs, (50 - seqs.len() as u32 + 1..=50).collect::<Vec<_>>());
     assert!(seqs.len() >= 9, "{seqs:?}");
 }
@@ -510,44 +497,54 @@ fn a_history_across_a_publisher_restart_keeps_the_messages_before_it() {
         j.item_message(&item_part("SYM0", seq, seq == 1, &f), t)
             .unwrap();
     }
-    let h = j
-        .history(
-            "FEED",
-            "SYM0",
-            tickwire_proto::ReplayFrom::Time(20_000),
-            5,
-            100,
-            usize::MAX,
-        )
-        .unwrap();
-    let seqs: Vec<u32> = h.messages.iter().map(|m| m.seq).collect();
+    let h = history_of(
+        &mut j,
+        "SYM0",
+        tickwire_proto::ReplayFrom::Time(20_000),
+        5,
+        100,
+        usize::MAX,
+    );
+    let seqs = seqs_of(&h);
     assert_eq!(seqs, (20..=30).chain(1..=5).collect::<Vec<_>>());
     assert!(!h.truncated);
     // The latest few; and up to a seq the restart has not reached, the messages before it.
-    let h = j
-        .history(
-            "FEED",
-            "SYM0",
-            tickwire_proto::ReplayFrom::Seq(1),
-            5,
-            3,
-            usize::MAX,
-        )
-        .unwrap();
-    assert_eq!(
-        h.messages.iter().map(|m| m.seq).collect::<Vec<_>>(),
-        [3, 4, 5]
+    let h = history_of(
+        &mut j,
+        "SYM0",
+        tickwire_proto::ReplayFrom::Seq(1),
+        5,
+        3,
+        usize::MAX,
     );
+    assert_eq!(seqs_of(&h), [3, 4, 5]);
     assert!(h.truncated);
-    let h = j
-        .history(
-            "FEED",
-            "SYM0",
-            tickwire_proto::ReplayFrom::Seq(1),
-            3,
-            2,
-            usize::MAX,
-        )
-        .unwrap();
-    assert_eq!(h.messages.iter().map(|m| m.seq).collect::<Vec<_>>(), [2, 3]);
+    let h = history_of(
+        &mut j,
+        "SYM0",
+        tickwire_proto::ReplayFrom::Seq(1),
+        3,
+        2,
+        usize::MAX,
+    );
+    assert_eq!(seqs_of(&h), [2, 3]);
+}
+
+/// FEED's `item` from `from`, up to seq `until`, at most `max` messages and `max_bytes`
+/// of fields.
+fn history_of(
+    j: &mut Journal,
+    item: &str,
+    from: tickwire_proto::ReplayFrom,
+    until: u32,
+    max: usize,
+    max_bytes: usize,
+) -> crate::History {
+    j.history("FEED", item, from, until, max, max_bytes)
+        .unwrap()
+}
+
+/// The seqs of a history's messages, in order.
+fn seqs_of(h: &crate::History) -> Vec<u32> {
+    h.messages.iter().map(|m| m.seq).collect()
 }
