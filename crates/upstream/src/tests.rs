@@ -730,24 +730,7 @@ fn a_link_lost_while_a_cache_off_node_asked_again_re_images_every_subscriber() {
     );
     t.now += Duration::from_millis(100);
     t.link_up();
-    let got = recv(&mut t.down, s1);
-    assert!(
-        got.iter().any(|g| matches!(
-            g,
-            Got::Refresh {
-                sid: 7,
-                data: DataState::Ok,
-                ..
-            }
-        )),
-        "s1 is imaged again, ok: {got:?}"
-    );
-    assert!(
-        recv(&mut t.down, s2)
-            .iter()
-            .any(|g| matches!(g, Got::Refresh { sid: 9, .. })),
-        "s2's image"
-    );
+    both_imaged(&mut t, s1, s2);
 }
 
 #[test]
@@ -788,6 +771,11 @@ fn a_subscriber_joining_a_cache_off_node_while_its_link_is_down_leaves_every_sub
     t.relay.pump(&mut t.down, t.now);
     t.now += Duration::from_millis(100);
     t.link_up();
+    both_imaged(&mut t, s1, s2);
+}
+
+/// s1 (on stream 7) is imaged again, ok, and s2 (on stream 9) gets its image.
+fn both_imaged(t: &mut Tree, s1: ConnId, s2: ConnId) {
     let got = recv(&mut t.down, s1);
     assert!(
         got.iter().any(|g| matches!(
