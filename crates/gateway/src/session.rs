@@ -1649,6 +1649,23 @@ mod tests {
     }
 
     /// The node's answers to this session's login, as the client sees them.
+    /// What the session says of an update (BID 169.05, seq 2) on the node's stream `sid`.
+    fn update_says(s: &mut Session, sid: u32) -> Vec<Json> {
+        let fields = tickwire_proto::encode_field_list([(
+            22,
+            tickwire_proto::Value::Real(tickwire_proto::Real::new(16905, -2)),
+        )]);
+        let update = Message::Update(tickwire_proto::Update {
+            stream_id: sid,
+            seq: 2,
+            update_type: tickwire_proto::UpdateType::Quote,
+            do_not_conflate: false,
+            conflation_count: 0,
+            fields: tickwire_proto::FieldList::decode(&fields).unwrap(),
+        });
+        node_says(s, &update)
+    }
+
     fn node_says(s: &mut Session, m: &Message<'_>) -> Vec<Json> {
         let mut out = JsonOut::default();
         s.on_node_message(m, &mut UpdateCache::default(), &mut out);
@@ -2254,24 +2271,7 @@ mod tests {
         assert_eq!(messages(&to_node), ["Close", "Request"]);
         let new = requests(&to_node)[0].0;
         assert_ne!(old, new);
-        let fields = tickwire_proto::encode_field_list([(
-            22,
-            tickwire_proto::Value::Real(tickwire_proto::Real::new(16905, -2)),
-        )]);
-        let update = |sid| {
-            Message::Update(tickwire_proto::Update {
-                stream_id: sid,
-                seq: 2,
-                update_type: tickwire_proto::UpdateType::Quote,
-                do_not_conflate: false,
-                conflation_count: 0,
-                fields: tickwire_proto::FieldList::decode(&fields).unwrap(),
-            })
-        };
-        assert!(
-            node_says(&mut s, &update(old)).is_empty(),
-            "the old item's update"
-        );
+        assert!(update_says(&mut s, old).is_empty(), "the old item's update");
         let closed = Message::Status(tickwire_proto::Status {
             stream_id: old,
             state: tickwire_proto::State {
@@ -2282,7 +2282,7 @@ mod tests {
             },
         });
         assert!(node_says(&mut s, &closed).is_empty(), "the old item's end");
-        let got = node_says(&mut s, &update(new));
+        let got = update_says(&mut s, new);
         assert_eq!(got[0]["ID"], 5, "{got:?}");
         // The new stream is still the ID's: a Close reaches it.
         to_node.clear();
@@ -2317,19 +2317,7 @@ mod tests {
             got.iter().any(|m| m["ID"] == 5 && m["Domain"] == "Source"),
             "{got:?}"
         );
-        let fields = tickwire_proto::encode_field_list([(
-            22,
-            tickwire_proto::Value::Real(tickwire_proto::Real::new(16905, -2)),
-        )]);
-        let update = Message::Update(tickwire_proto::Update {
-            stream_id: sid,
-            seq: 2,
-            update_type: tickwire_proto::UpdateType::Quote,
-            do_not_conflate: false,
-            conflation_count: 0,
-            fields: tickwire_proto::FieldList::decode(&fields).unwrap(),
-        });
-        assert!(node_says(&mut s, &update).is_empty(), "the item's update");
+        assert!(update_says(&mut s, sid).is_empty(), "the item's update");
         assert_eq!(s.stream_count(), 0);
     }
 
@@ -2351,19 +2339,7 @@ mod tests {
         );
         assert_eq!(messages(&to_node), ["Close", "Request", "Request"]);
         answers(&mut out);
-        let fields = tickwire_proto::encode_field_list([(
-            22,
-            tickwire_proto::Value::Real(tickwire_proto::Real::new(16905, -2)),
-        )]);
-        let update = Message::Update(tickwire_proto::Update {
-            stream_id: sid,
-            seq: 2,
-            update_type: tickwire_proto::UpdateType::Quote,
-            do_not_conflate: false,
-            conflation_count: 0,
-            fields: tickwire_proto::FieldList::decode(&fields).unwrap(),
-        });
-        assert!(node_says(&mut s, &update).is_empty(), "the item's update");
+        assert!(update_says(&mut s, sid).is_empty(), "the item's update");
         assert_eq!(s.stream_count(), 2, "A and B");
 
         to_node.clear();
