@@ -199,7 +199,7 @@ struct PendingUpdates {
 /// First stream id the node uses for its own requests; the publisher's ids stay below.
 const NODE_STREAM_BASE: u32 = 0x8000_0000;
 /// Largest field list per refresh part.
-const REFRESH_PART: usize = 60_000;
+const REFRESH_PART: usize = tickwire_proto::field::PART_BYTES;
 
 /// A service's items, their images and re-imaging, without I/O: what a
 /// [`crate::Publisher`] drives over a socket.

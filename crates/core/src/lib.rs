@@ -2468,7 +2468,7 @@ impl Node {
         fields.clear();
         item.image.write(&mut fields, sub.view.as_deref());
         // An image too large for one message goes out in parts.
-        const PART: usize = 60_000;
+        const PART: usize = tickwire_proto::field::PART_BYTES;
         let split;
         let parts: Vec<&[u8]> = if fields.len() <= PART {
             vec![&fields[..]]

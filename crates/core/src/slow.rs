@@ -162,7 +162,7 @@ const DIRECT_PER_PENDING: u32 = 16;
 
 /// Largest field list sent in one conflated update; a larger merge goes out in parts
 /// (as refreshes do).
-const PART: usize = 60_000;
+const PART: usize = tickwire_proto::field::PART_BYTES;
 
 /// Keeps the order queue in step with the pending updates: entries for streams whose
 /// pending update was written or dropped elsewhere are removed once they outnumber

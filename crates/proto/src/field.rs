@@ -750,6 +750,11 @@ pub fn encode_field_list<'v>(fields: impl IntoIterator<Item = (i16, Value<'v>)>)
     out
 }
 
+/// The most field-list bytes one part of a multi-part refresh carries (or one piece of
+/// a conflated update too large for one message): room to spare under the native
+/// protocol's 65,535-byte bodies.
+pub const PART_BYTES: usize = 60_000;
+
 /// Splits an encoded field list into field lists of at most about `max` bytes each
 /// (images too large for one message go out as a multi-part refresh).
 pub fn split_field_list(encoded: &[u8], max: usize) -> Vec<Vec<u8>> {

@@ -1342,7 +1342,7 @@ pub(crate) fn native_update<'a>(
 
 /// The largest field list in one of the node's refresh messages: a larger image goes in
 /// parts, as the node's own publishers send one (docs/PROTOCOL.md 6.9).
-const REFRESH_PART: usize = 60_000;
+const REFRESH_PART: usize = tickwire_proto::field::PART_BYTES;
 
 /// A provider's refresh for the node: in parts when its fields are more than one of the
 /// node's messages holds (the first part clears the image if the refresh does, the last
