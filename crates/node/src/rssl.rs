@@ -26,9 +26,9 @@ const RSSL_OUT_HIGH: usize = 256 * 1024;
 /// state reaches every item of the group), so the bytes read are no measure of the work.
 const TO_NODE_SHARE: usize = 256 * 1024;
 
-/// What a connection's message buffers keep between bursts (as a native connection's
-/// do): a large message's memory goes back once it is handled.
-const KEEP_BUFFER: usize = 64 * 1024;
+// What a connection's message buffers keep between bursts, as a native connection's
+// do: a large message's memory goes back once it is handled.
+use crate::server::socket_io::KEEP_BUFFER;
 
 /// What every RSSL connection of a node shares.
 pub(crate) struct RsslShared {

@@ -18,7 +18,7 @@ mod connections;
 mod event_loop;
 mod parts;
 mod report;
-mod socket_io;
+pub(crate) mod socket_io;
 
 use crate::config::{NodeConfig, RsslAt, WaitStrategy};
 use crate::rssl::RsslShared;

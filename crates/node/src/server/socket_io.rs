@@ -15,8 +15,9 @@ use tickwire_proto::frame::FrameReader;
 
 /// Bytes read from one connection per loop turn before the others get their turn.
 pub(super) const READ_SHARE: usize = 256 * 1024;
-/// Idle buffers above this size are released, so memory follows the load back down.
-const KEEP_BUFFER: usize = 64 * 1024;
+/// Idle buffers above this size are released, so memory follows the load back down
+/// (an RSSL connection's message buffers too).
+pub(crate) const KEEP_BUFFER: usize = 64 * 1024;
 /// First and largest read sizes (see `Socket::read_size`).
 pub(super) const FIRST_READ: usize = 4 * 1024;
 const MAX_READ: usize = 64 * 1024;
