@@ -26,10 +26,11 @@ pub(super) enum Listener {
     Rssl = 2,
 }
 
-/// Accepting failed for want of resources (file descriptors, memory). Epoll is
-/// edge-triggered: the connections already queued would not be reported again until
-/// another arrives, so the node retries by itself after a short pause, and logs the
-/// condition once per interval rather than once per failed accept.
+/// Accepting failed for want of resources (file descriptors, memory), or stopped at a
+/// turn's share. Epoll is edge-triggered: the connections already queued would not be
+/// reported again until another arrives, so the node retries by itself: after a short
+/// pause after a failure (logged once per interval rather than once per failed accept),
+/// next turn after a full share.
 #[derive(Default)]
 pub(super) struct AcceptTrouble {
     /// When to try again, per listener.
@@ -40,6 +41,10 @@ pub(super) struct AcceptTrouble {
 
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Connections one listener takes from its queue in a turn at most: peers opening
+/// connections as fast as the node takes (or refuses) them must not keep the loop at
+/// its listener while the connections it serves wait. The rest are taken next turn.
+pub(super) const ACCEPTS_PER_TURN: usize = 64;
 
 impl AcceptTrouble {
     pub(super) fn failed(&mut self, listener: Listener, e: &io::Error, now: Instant) {
@@ -58,6 +63,13 @@ impl AcceptTrouble {
             self.failures = 0;
             self.last_log = Some(now);
         }
+    }
+
+    /// `listener` has more queued than a turn takes: it is due again next turn, which
+    /// comes without waiting (epoll would not say so again: it is edge-triggered).
+    pub(super) fn more_queued(&mut self, listener: Listener, now: Instant) {
+        // After `now`: not this turn's `due(now)`, but any later one.
+        self.retry_at[listener as usize] = Some(now + Duration::from_nanos(1));
     }
 
     /// The listeners due for another try.
@@ -167,38 +179,46 @@ impl EventLoop {
         let due = self.server.accept_trouble.due(now);
         for listener in [Listener::Native, Listener::WebSocket, Listener::Rssl] {
             if due[listener as usize] {
-                self.accept_all(listener, now);
+                let _ = self.accept_all(listener, now);
             }
         }
     }
 
-    /// Accepts every connection `listener` has queued (epoll is edge-triggered).
-    pub(super) fn accept_all(&mut self, listener: Listener, now: Instant) {
+    /// Accepts every connection `listener` has queued (epoll is edge-triggered), up to
+    /// [`ACCEPTS_PER_TURN`]: past that, the rest next turn. Returns how many it took
+    /// from the queue, refused ones included.
+    pub(super) fn accept_all(&mut self, listener: Listener, now: Instant) -> usize {
         let server = &mut self.server;
         let core = &mut self.core;
         let max_conns = server.cfg.limits.max_connections;
+        let mut taken = 0;
         loop {
+            if taken == ACCEPTS_PER_TURN {
+                server.accept_trouble.more_queued(listener, now);
+                return taken;
+            }
             let accepted = match listener {
                 Listener::Native => server.listener.accept(),
                 Listener::WebSocket => match &server.ws_listener {
                     Some(l) => l.accept(),
-                    None => return,
+                    None => return taken,
                 },
                 Listener::Rssl => match &server.rssl_listener {
                     Some(l) => l.accept(),
-                    None => return,
+                    None => return taken,
                 },
             };
             let (mut stream, peer) = match accepted {
                 Ok(x) => x,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return taken,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // Out of file descriptors and the like.
                     server.accept_trouble.failed(listener, &e, now);
-                    return;
+                    return taken;
                 }
             };
+            taken += 1;
             // A handshake the loop may spend on it: asked first, so that no pending
             // login is closed for a newcomer refused anyway.
             let tls = server.tls.is_some();

@@ -216,7 +216,7 @@ impl EventLoop {
             };
             if let Some(listener) = listener {
                 if self.stopping.is_none() {
-                    self.accept_all(listener, now);
+                    let _ = self.accept_all(listener, now);
                 }
                 continue;
             }
@@ -379,5 +379,44 @@ mod tests {
             "{later:?}"
         );
         assert_eq!(timeout_until(None), None);
+    }
+
+    /// Connections queued faster than a turn takes them: each turn takes its share, and
+    /// the loop comes back at once for the rest (epoll would not say so again), so that
+    /// a flood of connects cannot keep the loop at its listener.
+    #[test]
+    fn a_turn_takes_a_share_of_queued_connections_and_the_next_turn_the_rest() {
+        use super::super::accept::ACCEPTS_PER_TURN;
+        let mut cfg = crate::config::NodeConfig::default();
+        cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.rssl.listen = "off".into();
+        let mut lp = EventLoop::start(NodeServer::bind(cfg).unwrap()).unwrap();
+        let addr = lp.server.local_addr();
+        let queued = 2 * ACCEPTS_PER_TURN + 10;
+        let clients: Vec<_> = (0..queued)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        let mut taken = 0;
+        let mut turns = 0;
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while taken < queued {
+            assert!(Instant::now() < give_up, "{taken} of {queued} taken");
+            let now = Instant::now();
+            let this_turn = lp.accept_all(Listener::Native, now);
+            assert!(this_turn <= ACCEPTS_PER_TURN, "{this_turn} in one turn");
+            if this_turn == ACCEPTS_PER_TURN {
+                // The rest are due next turn, without a wait: not in this one.
+                assert!(!lp.server.accept_trouble.due(now)[Listener::Native as usize]);
+                assert_eq!(
+                    timeout_until(lp.server.accept_trouble.next_retry()),
+                    Some(Duration::ZERO)
+                );
+            }
+            taken += this_turn;
+            turns += 1;
+        }
+        assert_eq!(taken, queued);
+        assert!(turns >= 3, "{turns} turns");
+        drop(clients);
     }
 }
