@@ -239,8 +239,10 @@ impl Inbox {
 
     /// Creates the directories of `name` under its service's directory in the inbox,
     /// refusing symbolic links and anything that is not a directory on the way;
-    /// returns the file's full path.
-    fn destination(&self, service: &str, name: &str) -> io::Result<PathBuf> {
+    /// returns the file's full path. Under `always` and `batch` each directory made is
+    /// synced into its parent at once: a file synced into a directory whose own entry
+    /// a crash loses is lost with it.
+    fn destination(&mut self, service: &str, name: &str) -> io::Result<PathBuf> {
         check_service_dir(service)?;
         let mut parts: Vec<&str> = name.split('/').collect();
         let file = parts.pop().unwrap_or(name);
@@ -262,7 +264,23 @@ impl Inbox {
                     ))
                 }
                 Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir(&at)?,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    fs::create_dir(&at)?;
+                    if self.fsync != Fsync::Never {
+                        let parent = at.parent().unwrap_or(&self.dir).to_path_buf();
+                        if let Err(e) = self.sync_dir(&parent) {
+                            // Taken out again, so that the next try makes and syncs it.
+                            let _ = fs::remove_dir(&at);
+                            return Err(io::Error::new(
+                                e.kind(),
+                                format!(
+                                    "cannot sync the inbox directory {}: {e}",
+                                    parent.display()
+                                ),
+                            ));
+                        }
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -558,7 +576,45 @@ mod tests {
         let results = inbox.flush();
         assert!(results.iter().all(|(_, r)| r.is_ok()), "{results:?}");
         assert_eq!(fs::read(dir.path().join("FILES/b.csv")).unwrap(), b"abc");
-        // One sync per file and one for the directory they share.
-        assert_eq!(inbox.counts().syncs, 3);
+        // One sync per file, one for the directory they share, one for the inbox's
+        // entry of that directory (made for them).
+        assert_eq!(inbox.counts().syncs, 4);
+        // The directory there already: nothing but the files and it.
+        let mut inbox = committed(dir.path(), &["c.csv"]);
+        assert!(inbox.flush().iter().all(|(_, r)| r.is_ok()));
+        assert_eq!(inbox.counts().syncs, 2);
+    }
+
+    /// Directories made for a file are synced into their parents, each one, before the
+    /// file is acknowledged: a crash cannot take a synced file's directory away.
+    #[test]
+    fn directories_made_for_a_file_are_synced_into_their_parents() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut inbox = committed(dir.path(), &["sub/deeper/c.csv"]);
+        assert!(inbox.flush().iter().all(|(_, r)| r.is_ok()));
+        assert_eq!(
+            fs::read(dir.path().join("FILES/sub/deeper/c.csv")).unwrap(),
+            b"abc"
+        );
+        // The file; the inbox (for FILES), FILES (for sub), sub (for deeper); deeper.
+        assert_eq!(inbox.counts().syncs, 5);
+        // A directory that cannot be synced into its parent fails the file, and is
+        // taken out, to be made (and synced) again when the file comes again.
+        let mut inbox = committed(dir.path(), &["other/d.csv"]);
+        inbox.fail_dir_syncs = true;
+        let results = inbox.flush();
+        let e = results[0].1.as_ref().expect_err("not acknowledged");
+        assert!(
+            e.to_string().contains("cannot sync the inbox directory"),
+            "{e}"
+        );
+        assert!(!dir.path().join("FILES/other").exists(), "taken out");
+        // Under `never`, nothing is synced.
+        let mut inbox = Inbox::new(dir.path(), Fsync::Never).unwrap();
+        let m = manifest(9, "third/e.csv");
+        assert_eq!(inbox.open(&m).unwrap(), None);
+        inbox.write(m.transfer, 0, b"abc").unwrap();
+        assert!(inbox.commit(&m).unwrap());
+        assert_eq!(inbox.counts().syncs, 0);
     }
 }
