@@ -1121,28 +1121,17 @@ impl Hub {
         }
     }
 
-    /// Queues a file of this node's outbox for every site of the first service: hashed,
-    /// queued, then moved into the spool (it leaves the outbox). An error leaves it
-    /// where it is (it is tried again at the next look).
-    pub fn enqueue_local(
-        &mut self,
-        path: &std::path::Path,
-        name: &str,
-        now: Instant,
-    ) -> Result<Manifest, String> {
+    /// Whether a file of this node's outbox named `name`, of `size` bytes, could be
+    /// queued now (its name, a files service, a spool, room in the queue): asked
+    /// before it is hashed, which takes a while for a large one.
+    pub fn can_enqueue_local(&self, name: &str, size: u64) -> Result<(), String> {
         check_name(name).map_err(|e| format!("file name {name:?} refused: {e}"))?;
-        let service = self
-            .cfg
-            .services
-            .first()
-            .cloned()
-            .ok_or_else(|| "no files service".to_string())?;
-        let wall = self.wall_ms(now);
-        let transfer = self.next_id();
-        let Some((tx, spool)) = self.sender.as_mut() else {
+        if self.cfg.services.is_empty() {
+            return Err("no files service".into());
+        }
+        let Some((tx, _)) = self.sender.as_ref() else {
             return Err("this node sends no files ([files] spool is not set)".into());
         };
-        let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
         let cfg = tx.config();
         if tx.queued_files() >= cfg.max_files
             || tx.queued_bytes().saturating_add(size) > cfg.max_bytes
@@ -1153,9 +1142,39 @@ impl Hub {
                 tx.queued_bytes()
             ));
         }
-        let (size, sha256) = spool
-            .hash_in_place(transfer, path)
-            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Whether an outbox file is synced as it is hashed ([`hash_outbox_file`]'s
+    /// `sync`): the spool's fsync policy is not `never`.
+    ///
+    /// [`hash_outbox_file`]: crate::spool::hash_outbox_file
+    pub fn outbox_syncs(&self) -> bool {
+        self.sender
+            .as_ref()
+            .is_some_and(|(_, spool)| spool.fsync() != crate::inbox::Fsync::Never)
+    }
+
+    /// Queues a file of this node's outbox for every site of the first service, once
+    /// hashed (`hashed`: its size and SHA-256, from [`hash_outbox_file`] with
+    /// [`Hub::outbox_syncs`]): queued, then moved into the spool (it leaves the outbox).
+    /// An error leaves it where it is (it is tried again at the next look).
+    ///
+    /// [`hash_outbox_file`]: crate::spool::hash_outbox_file
+    pub fn enqueue_hashed(
+        &mut self,
+        path: &std::path::Path,
+        name: &str,
+        hashed: (u64, [u8; 32]),
+        now: Instant,
+    ) -> Result<Manifest, String> {
+        let (size, sha256) = hashed;
+        self.can_enqueue_local(name, size)?;
+        let service = self.cfg.services[0].clone();
+        let wall = self.wall_ms(now);
+        let transfer = self.next_id();
+        let (tx, spool) = self.sender.as_mut().expect("checked");
+        spool.hashed_in_place(transfer, size);
         let file = NewFile {
             transfer,
             service,

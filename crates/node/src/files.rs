@@ -1286,13 +1286,51 @@ fn read_history(path: &Path, site: &str, keep: usize) -> audit::History {
 }
 
 /// A watched outbox: what appeared, and whether it stood still since the last look.
+/// The files it takes are hashed on a thread of its own ([`OutboxHasher`]): a large
+/// one would hold the files thread, and every transfer with it, for seconds.
 struct Outbox {
     dir: PathBuf,
     /// name -> (size, modified) at the last look.
     seen: std::collections::HashMap<String, (u64, Option<SystemTime>)>,
     /// Files refused already (said once each).
     told: std::collections::HashSet<String>,
+    /// Files given to the hasher and not back yet.
+    hashing: std::collections::HashSet<String>,
+    hasher: Option<OutboxHasher>,
     next: Instant,
+}
+
+/// The outbox's hashing thread: a file's name and path in, its size and SHA-256 out.
+/// It ends when the [`Outbox`] is dropped (its job sender with it).
+struct OutboxHasher {
+    jobs: mpsc::Sender<(String, PathBuf, bool)>,
+    done: mpsc::Receiver<Hashed>,
+}
+
+/// A file the outbox's hasher read through.
+struct Hashed {
+    name: String,
+    path: PathBuf,
+    hash: std::io::Result<(u64, [u8; 32])>,
+}
+
+impl OutboxHasher {
+    fn start() -> std::io::Result<OutboxHasher> {
+        let (jobs, job_rx) = mpsc::channel::<(String, PathBuf, bool)>();
+        let (done_tx, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("tickwire-outbox-hash".into())
+            .spawn(move || {
+                crate::background::yield_to_market_data("outbox hashing thread");
+                for (name, path, sync) in job_rx {
+                    let hash = tickwire_files::spool::hash_outbox_file(&path, sync);
+                    if done_tx.send(Hashed { name, path, hash }).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(OutboxHasher { jobs, done })
+    }
 }
 
 /// The kind byte of a files Present message.
@@ -1306,21 +1344,42 @@ const QUERY: u8 = 19;
 /// (user, site) pairs whose refusal is logged at most (each once).
 const SITES_REFUSED_TOLD: usize = 1000;
 
-/// Files taken from the outbox per look at most (the rest at the next).
+/// Files of the outbox being hashed at most (the rest at a later look).
 const OUTBOX_BATCH: usize = 1000;
 
 impl Outbox {
     fn new(dir: PathBuf) -> Self {
+        let hasher = OutboxHasher::start()
+            .map_err(|e| error!("files: cannot start the outbox's hashing thread: {e}"))
+            .ok();
         Outbox {
             dir,
             seen: Default::default(),
             told: Default::default(),
+            hashing: Default::default(),
+            hasher,
             next: Instant::now(),
         }
     }
 
-    /// Once a second: files that did not change since the last look are queued.
+    /// Whether files are being hashed: the files thread looks again soon, rather than
+    /// at its next input or second.
+    fn busy(&self) -> bool {
+        !self.hashing.is_empty()
+    }
+
+    /// Queues the files hashed since the last call; once a second, files that did not
+    /// change since the last look go to be hashed.
     fn look(&mut self, hub: &mut Hub, now: Instant) {
+        let Some(hasher) = &self.hasher else { return };
+        while let Ok(done) = hasher.done.try_recv() {
+            self.hashing.remove(&done.name);
+            let queued = done
+                .hash
+                .map_err(|e| e.to_string())
+                .and_then(|h| hub.enqueue_hashed(&done.path, &done.name, h, now));
+            said(&mut self.told, &done.name, queued);
+        }
         if now < self.next {
             return;
         }
@@ -1328,8 +1387,8 @@ impl Outbox {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
+        let sync = hub.outbox_syncs();
         let mut now_seen = std::collections::HashMap::new();
-        let mut taken = 0;
         for entry in entries.flatten() {
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
@@ -1339,28 +1398,45 @@ impl Outbox {
                 continue;
             }
             let state = (meta.len(), meta.modified().ok());
-            if self.seen.get(&name) != Some(&state) || taken >= OUTBOX_BATCH {
-                now_seen.insert(name, state);
+            let stood_still = self.seen.get(&name) == Some(&state);
+            // Remembered until it leaves: tried again when hashing or queuing failed.
+            now_seen.insert(name.clone(), state);
+            if !stood_still || self.hashing.contains(&name) || self.hashing.len() >= OUTBOX_BATCH {
                 continue;
             }
-            taken += 1;
-            match hub.enqueue_local(&entry.path(), &name, now) {
-                Ok(m) => {
-                    self.told.remove(&name);
-                    info!(
-                        "files: {name} from the outbox queued as {:016x}",
-                        m.transfer
-                    );
-                }
-                Err(e) => {
-                    if self.told.insert(name.clone()) {
-                        warn!("files: {name} in the outbox is not queued yet: {e}");
-                    }
-                    now_seen.insert(name, state);
-                }
+            // Refused before it is read through, if it would be refused after.
+            if let Err(e) = hub.can_enqueue_local(&name, meta.len()) {
+                said(&mut self.told, &name, Err(e));
+                continue;
+            }
+            if hasher.jobs.send((name.clone(), entry.path(), sync)).is_ok() {
+                self.hashing.insert(name);
             }
         }
         self.seen = now_seen;
+    }
+}
+
+/// Logs what became of an outbox file: queued, or (once until it is queued, `told`
+/// remembering) why not.
+fn said(
+    told: &mut std::collections::HashSet<String>,
+    name: &str,
+    queued: Result<tickwire_files::Manifest, String>,
+) {
+    match queued {
+        Ok(m) => {
+            told.remove(name);
+            info!(
+                "files: {name} from the outbox queued as {:016x}",
+                m.transfer
+            );
+        }
+        Err(e) => {
+            if told.insert(name.to_owned()) {
+                warn!("files: {name} in the outbox is not queued yet: {e}");
+            }
+        }
     }
 }
 
@@ -1448,12 +1524,15 @@ fn run(
     let mut before_framing = BeforeFraming::new();
     loop {
         let now = Instant::now();
+        // While the outbox's files are hashed, it looks for them every 10 ms.
+        let at_most = match outbox.as_ref().is_some_and(Outbox::busy) {
+            true => Duration::from_millis(10),
+            false => Duration::from_secs(1),
+        };
         let wait = hub
             .poll_timeout()
-            .map_or(Duration::from_secs(1), |at| {
-                at.saturating_duration_since(now)
-            })
-            .min(Duration::from_secs(1));
+            .map_or(at_most, |at| at.saturating_duration_since(now))
+            .min(at_most);
         let first = match input.recv_timeout(wait) {
             Ok(i) => Some(i),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -1899,22 +1978,28 @@ mod before_framing_tests {
 
 #[cfg(test)]
 mod restart_tests {
-    use super::{FilesSection, FilesThread, Input, RESTART_FIRST};
+    use super::{
+        open, FilesFigures, FilesSection, FilesThread, Input, ThreadFigures, RESTART_FIRST,
+    };
     use std::sync::atomic::Ordering::Relaxed;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    /// A files thread of the service FILES at `site`, its spool, inbox and outbox under
-    /// `dir`, with the poll its waker wakes.
-    fn started(dir: &std::path::Path, site: &str) -> (mio::Poll, FilesThread) {
+    /// The service FILES, its spool, inbox and outbox under `dir`.
+    fn files_cfg(dir: &std::path::Path) -> FilesSection {
         let path = |d: &str| dir.join(d).to_str().unwrap().to_owned();
-        let cfg = FilesSection {
+        FilesSection {
             services: vec!["FILES".into()],
             spool: path("spool"),
             inbox: path("inbox"),
             outbox: path("outbox"),
             ..FilesSection::default()
-        };
+        }
+    }
+
+    /// A files thread of [`files_cfg`] at `site`, with the poll its waker wakes.
+    fn started(dir: &std::path::Path, site: &str) -> (mio::Poll, FilesThread) {
+        let cfg = files_cfg(dir);
         let poll = mio::Poll::new().unwrap();
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
         let t = FilesThread::start(&cfg, site, 7, 1400, waker).unwrap();
@@ -1932,6 +2017,37 @@ mod restart_tests {
             t.watch_thread(now);
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// An outbox file is hashed on the outbox's own thread: the look that takes it
+    /// returns before its hash is there (the files thread goes on with its transfers),
+    /// and a later look queues it.
+    #[test]
+    fn outbox_files_are_hashed_off_the_files_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let figures = ThreadFigures::first(Arc::new(FilesFigures::default()));
+        let opened = open(&files_cfg(dir.path()), "source", 9, &figures).unwrap();
+        let (mut hub, mut outbox) = (opened.hub, opened.outbox.unwrap());
+        let queued = |hub: &tickwire_files::Hub| hub.sender_figures().unwrap().1;
+        let file = dir.path().join("outbox/eod.csv");
+        std::fs::write(&file, vec![7u8; 1 << 20]).unwrap();
+        let t0 = Instant::now();
+        outbox.look(&mut hub, t0);
+        let t1 = t0 + Duration::from_secs(1);
+        // It stood still since the last look: it goes to be hashed, and the look
+        // returns without it queued.
+        outbox.look(&mut hub, t1);
+        assert!(outbox.busy());
+        assert_eq!(queued(&hub), 0, "hashed by the look itself");
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while queued(&hub) == 0 {
+            assert!(Instant::now() < give_up, "never queued");
+            std::thread::sleep(Duration::from_millis(2));
+            outbox.look(&mut hub, t1);
+        }
+        assert!(!outbox.busy());
+        assert!(!file.exists(), "it left the outbox");
+        assert_eq!(hub.sender_figures().unwrap().2, 1 << 20);
     }
 
     #[test]

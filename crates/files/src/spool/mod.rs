@@ -60,6 +60,27 @@ pub fn sha256_file(path: &Path) -> io::Result<(u64, [u8; 32])> {
     sha256_reader(&mut File::open(path)?)
 }
 
+/// An outbox file's size and SHA-256, and with `sync` its bytes synced (whoever wrote
+/// it may not have): the slow part of queuing it, which needs no spool, so that it can
+/// be done on a thread of its own. A file whose size or modification time changed
+/// while it was read is an error: it is still being written.
+pub fn hash_outbox_file(src: &Path, sync: bool) -> io::Result<(u64, [u8; 32])> {
+    let mut file = File::open(src)?;
+    let stamp = |f: &File| f.metadata().map(|m| (m.len(), m.modified().ok()));
+    let before = stamp(&file)?;
+    let got = sha256_reader(&mut file)?;
+    if sync {
+        file.sync_data()?;
+    }
+    if stamp(&file)? != before || got.0 != before.0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} changed while it was hashed", src.display()),
+        ));
+    }
+    Ok(got)
+}
+
 /// The size and SHA-256 of what `r` gives until its end.
 pub fn sha256_reader(r: &mut impl Read) -> io::Result<(u64, [u8; 32])> {
     let mut h = Sha256::new();
@@ -501,14 +522,16 @@ impl Spool {
     /// the file. In that order a node stopped at any point leaves the file in the
     /// outbox, or queued with its bytes here: never neither. Returns size and SHA-256.
     pub fn hash_in_place(&mut self, transfer: u64, src: &Path) -> io::Result<(u64, [u8; 32])> {
-        let got = sha256_file(src)?;
-        if self.fsync != Fsync::Never {
-            // Whoever wrote it may not have synced it: its bytes on the disk before
-            // its manifest is.
-            File::open(src)?.sync_data()?;
-        }
-        self.arriving.insert(transfer, (Place::Own, got.0));
+        // Its bytes on the disk before its manifest is.
+        let got = hash_outbox_file(src, self.fsync != Fsync::Never)?;
+        self.hashed_in_place(transfer, got.0);
         Ok(got)
+    }
+
+    /// As [`Spool::hash_in_place`], for a file [`hash_outbox_file`] hashed (and synced
+    /// as this spool's policy says) already: `size` bytes.
+    pub fn hashed_in_place(&mut self, transfer: u64, size: u64) {
+        self.arriving.insert(transfer, (Place::Own, size));
     }
 
     /// Moves the outbox file at `src` in as the bytes of `transfer`, whose manifest is
