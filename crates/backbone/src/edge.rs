@@ -95,6 +95,14 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// A directory part: (service, state) pairs.
 type DirectoryPart = Vec<(String, ServiceState)>;
 
+/// A source's directory being received in parts: the parts seen, and how many are not,
+/// so that each part costs the same however many there are.
+struct Assembling {
+    version: u32,
+    parts: Vec<Option<DirectoryPart>>,
+    missing: usize,
+}
+
 struct SourceView {
     name: String,
     /// The transport's id of the image this source's messages arrive on.
@@ -105,8 +113,8 @@ struct SourceView {
     directory_version: u32,
     announced_version: u32,
     next_directory_request: Instant,
-    /// Parts of a directory being received: version, parts seen.
-    assembling: Option<(u32, Vec<Option<DirectoryPart>>)>,
+    /// A directory being received in parts.
+    assembling: Option<Assembling>,
     services: BTreeMap<String, ServiceState>,
     /// The source's stream ids -> the core's stream ids (with this edge).
     streams: DenseMap<u32>,
@@ -323,20 +331,20 @@ impl Edge {
                     .iter()
                     .map(|e| (e.name.to_string(), e.state))
                     .collect();
-                let slot = match &mut s.assembling {
-                    Some((v, parts_seen))
-                        if *v == version && parts_seen.len() == parts as usize =>
-                    {
-                        parts_seen
-                    }
-                    _ => {
-                        s.assembling = Some((version, vec![None; parts as usize]));
-                        &mut s.assembling.as_mut().expect("just set").1
-                    }
+                let a = match &mut s.assembling {
+                    Some(a) if a.version == version && a.parts.len() == parts as usize => a,
+                    _ => s.assembling.insert(Assembling {
+                        version,
+                        parts: vec![None; parts as usize],
+                        missing: parts as usize,
+                    }),
                 };
-                slot[part as usize] = Some(entries);
-                if slot.iter().all(|p| p.is_some()) {
-                    let (_, all) = s.assembling.take().expect("assembling");
+                // A part repeated replaces the first, and is counted once.
+                if a.parts[part as usize].replace(entries).is_none() {
+                    a.missing -= 1;
+                }
+                if a.missing == 0 {
+                    let all = s.assembling.take().expect("assembling").parts;
                     s.services = all.into_iter().flatten().flatten().collect();
                     s.directory_version = version;
                     self.directory_updated(core, now);

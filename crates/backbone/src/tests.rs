@@ -1377,3 +1377,47 @@ fn an_item_requested_and_closed_in_one_turn_is_not_asked_of_the_source() {
         "the source still sends an item no one at the edge wants"
     );
 }
+
+/// A directory in parts, out of order and with a part repeated: the edge takes the
+/// services once every part is there, and not before (a repeated part counts once).
+#[test]
+fn a_directory_in_parts_is_taken_once_every_part_is_there() {
+    use crate::wire::{BackboneMessage, ServiceInfo};
+    let now = Instant::now();
+    let mut core = Node::new(core_config(true), now);
+    let mut edge = Edge::start(&mut core, EdgeConfig::default(), 0xED, now);
+    let send = |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| {
+        let mut b = Vec::new();
+        m.encode(&mut b).unwrap();
+        edge.on_data(core, 1, &b, now);
+        edge.flush(core, now);
+    };
+    send(
+        &mut edge,
+        &mut core,
+        BackboneMessage::Heartbeat {
+            source: 0xB,
+            name: "b",
+            directory_version: 1,
+        },
+    );
+    let names = ["P0", "P1", "P2"];
+    let part = |part: u16| BackboneMessage::Directory {
+        source: 0xB,
+        version: 1,
+        part,
+        parts: 3,
+        services: vec![ServiceInfo {
+            name: names[part as usize],
+            state: ServiceState::Up,
+            interactive: false,
+        }],
+    };
+    let publishes = |core: &Node, edge: &Edge| names.map(|n| core.publishes(edge.conn(), n));
+    for p in [2, 0, 2] {
+        send(&mut edge, &mut core, part(p));
+        assert_eq!(publishes(&core, &edge), [false; 3], "after part {p}");
+    }
+    send(&mut edge, &mut core, part(1));
+    assert_eq!(publishes(&core, &edge), [true; 3], "{:?}", core.services());
+}
