@@ -801,7 +801,23 @@ impl Session {
                 );
                 return;
             }
-            // The batch's own stream closes; each item gets the ids that follow it.
+            // The batch's own stream closes; each item gets the ids that follow it, which
+            // must stay a consumer's (positive) ids.
+            if i64::from(m.stream_id) + batch.len() as i64 > i64::from(i32::MAX) {
+                self.refuse(
+                    out,
+                    to_node,
+                    m,
+                    code::TOO_MANY_ITEMS,
+                    &format!(
+                        "a batch of {} items on stream {} would number its items past stream id {}",
+                        batch.len(),
+                        m.stream_id,
+                        i32::MAX
+                    ),
+                );
+                return;
+            }
             let text = format!(
                 "batch of {} items opened on streams {} and on",
                 batch.len(),
@@ -811,8 +827,10 @@ impl Session {
             self.on_close(m.stream_id, to_node);
             self.close_stream(out, m.domain, m.stream_id, code::NONE, &text);
             for (i, name) in batch.iter().enumerate() {
-                let sid = m.stream_id.wrapping_add(1 + i as i32);
-                self.open_item(sid, name, &item_req, to_node);
+                let sid = m.stream_id + 1 + i as i32;
+                if let Err(e) = self.open_item(sid, name, &item_req, to_node) {
+                    self.close_stream(out, m.domain, sid, code::INVALID_ARGUMENT, &e);
+                }
             }
             return;
         }
@@ -826,10 +844,20 @@ impl Session {
             );
             return;
         };
-        self.open_item(m.stream_id, name, &item_req, to_node);
+        if let Err(e) = self.open_item(m.stream_id, name, &item_req, to_node) {
+            self.close_stream(out, m.domain, m.stream_id, code::INVALID_ARGUMENT, &e);
+        }
     }
 
-    fn open_item(&mut self, rssl: i32, name: &[u8], req: &ItemRequest<'_>, to_node: &mut Vec<u8>) {
+    /// Asks the node for the item `name` on the consumer's stream `rssl`; an error is
+    /// what the consumer is told (nothing was asked of the node).
+    fn open_item(
+        &mut self,
+        rssl: i32,
+        name: &[u8],
+        req: &ItemRequest<'_>,
+        to_node: &mut Vec<u8>,
+    ) -> Result<(), String> {
         // A request on an open stream changes it (a new view, say): the node's stream
         // is replaced, and the consumer's goes on.
         let replaced = self.replace(rssl, to_node);
@@ -850,8 +878,10 @@ impl Session {
             view: req.view.as_deref().map(View::Fids),
             refresh: true,
         });
-        if request.encode(to_node).is_err() {
-            return;
+        // A name whose bytes are not UTF-8 grows as it is made text (each byte that is
+        // not, three): it may no longer fit a message.
+        if let Err(e) = request.encode(to_node) {
+            return Err(format!("the request cannot be passed on: {e}"));
         }
         self.by_rssl.insert(rssl, native);
         self.streams.insert(
@@ -867,6 +897,7 @@ impl Session {
                 replaced,
             },
         );
+        Ok(())
     }
 
     /// Closes the node's stream of the consumer's open stream `rssl`, which a request
@@ -1224,8 +1255,6 @@ impl Session {
     }
 }
 
-/// The view and batch a request's element list carries; a batch's names are taken up
-/// to one past `max_batch` (enough to refuse it, without copying the rest).
 /// Why a reissue on the open stream `open` cannot be taken as one: its key names another
 /// item or service, or it adds the private flag (both name another stream). A reissue
 /// may leave its key out; what it names must be the stream's.
@@ -1249,6 +1278,8 @@ fn reissue_mismatch(open: &ItemStream, key: &MsgKey<'_>, private: bool) -> Optio
     None
 }
 
+/// The view and batch a request's element list carries; a batch's names are taken up
+/// to one past `max_batch` (enough to refuse it, without copying the rest).
 fn parse_request_payload(
     m: &Msg<'_>,
     view: &mut Option<Vec<i16>>,
@@ -1279,7 +1310,10 @@ fn parse_request_payload(
     if let (Some(VIEW_FIELD_IDS) | None, Some(data)) = (view_type, view_data) {
         let mut fids = Vec::new();
         for item in ArrayIter::new(data)? {
-            let v = primitive::int(item?)?.unwrap_or(0);
+            // Blank names no field (a field id 0 would be taken for one).
+            let Some(v) = primitive::int(item?)? else {
+                return Err(RwfError::invalid("a view", "a blank field id"));
+            };
             fids.push(
                 i16::try_from(v)
                     .map_err(|_| RwfError::invalid("a view", format!("field id {v}")))?,

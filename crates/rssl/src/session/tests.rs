@@ -209,17 +209,28 @@ fn batch_request(items: &[&str]) -> Vec<u8> {
 /// A batch of `items` whose payload carries the view `fids` too, `view_flag`
 /// (`HAS_VIEW` or 0) saying whether the request asks for it.
 fn batch_request_with(items: &[&str], view_flag: u16, fids: &[i64]) -> Vec<u8> {
+    let items: Vec<&[u8]> = items.iter().map(|i| i.as_bytes()).collect();
+    batch_request_on(10, &items, view_flag, fids)
+}
+
+/// A view entry left blank, for [`batch_request_on`]'s `fids`.
+const BLANK_FID: i64 = i64::MIN;
+
+/// As [`batch_request_with`], on stream `stream`, with names of any bytes.
+fn batch_request_on(stream: i32, items: &[&[u8]], view_flag: u16, fids: &[i64]) -> Vec<u8> {
     // Payload: {:ItemList [items], :ViewType 1, :ViewData [fids]}.
     let mut payload = Vec::new();
     let mut el = ElementListWriter::begin(&mut payload);
     el.element(&mut payload, ":ItemList", dt::ARRAY, |o| {
-        put_array(o, dt::ASCII_STRING, items, |o, v| {
-            o.extend_from_slice(v.as_bytes())
-        })
+        put_array(o, dt::ASCII_STRING, items, |o, v| o.extend_from_slice(v))
     });
     el.uint(&mut payload, ":ViewType", 1);
     el.element(&mut payload, ":ViewData", dt::ARRAY, |o| {
-        put_array(o, dt::INT, fids, |o, v| primitive::put_int(o, *v))
+        put_array(o, dt::INT, fids, |o, v| {
+            if *v != BLANK_FID {
+                primitive::put_int(o, *v)
+            }
+        })
     });
     el.end(&mut payload);
     let mut req = Vec::new();
@@ -231,7 +242,7 @@ fn batch_request_with(items: &[&str], view_flag: u16, fids: &[i64]) -> Vec<u8> {
         &mut req,
         class::REQUEST,
         domain::MARKET_PRICE,
-        10,
+        stream,
         request::STREAMING | request::HAS_BATCH | view_flag,
         dt::ELEMENT_LIST,
     );
@@ -266,6 +277,86 @@ fn a_batch_over_the_limit_is_refused_whole() {
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let text = batch_refused_whole(&mut s, &batch_request(&names));
     assert!(text.contains("exceeds the limit"), "{text}");
+}
+
+/// A batch's items take the stream ids after its own: a batch whose ids would pass
+/// the largest a consumer may use (and wrap to a provider's) is refused whole.
+#[test]
+fn a_batch_whose_item_ids_would_pass_the_largest_stream_id_is_refused() {
+    let (mut s, _) = logged_in();
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    let items: [&[u8]; 3] = [b"A", b"B", b"C"];
+    let near_the_end = batch_request_on(i32::MAX - 2, &items, request::HAS_VIEW, &[22]);
+    s.on_client_message(&near_the_end, &mut to_node, &mut out);
+    assert!(node_messages(&to_node).is_empty(), "no item is asked for");
+    let refused = Msg::decode(&out[0]).unwrap();
+    let state = refused.state.unwrap();
+    assert_eq!(
+        (refused.class, refused.stream_id, state.code),
+        (class::STATUS, i32::MAX - 2, code::TOO_MANY_ITEMS)
+    );
+    assert!(String::from_utf8_lossy(state.text).contains("past stream id"));
+    assert_eq!(s.stream_count(), 0);
+    // The last ids that fit: each item on its own.
+    out.clear();
+    let to_the_end = batch_request_on(i32::MAX - 3, &items, request::HAS_VIEW, &[22]);
+    s.on_client_message(&to_the_end, &mut to_node, &mut out);
+    assert_eq!(node_messages(&to_node).len(), 3);
+    let mut ids: Vec<i32> = s.streams.values().map(|st| st.rssl).collect();
+    ids.sort();
+    assert_eq!(ids, [i32::MAX - 2, i32::MAX - 1, i32::MAX]);
+}
+
+/// A view whose field ids include a blank one is refused: blank names no field (it
+/// was taken for field id 0).
+#[test]
+fn a_view_with_a_blank_field_id_is_refused() {
+    let (mut s, _) = logged_in();
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    let request = batch_request_on(10, &[b"A"], request::HAS_VIEW, &[22, BLANK_FID]);
+    s.on_client_message(&request, &mut to_node, &mut out);
+    assert!(node_messages(&to_node).is_empty(), "no item is asked for");
+    let refused = Msg::decode(&out[0]).unwrap();
+    let state = refused.state.unwrap();
+    assert_eq!((refused.class, refused.stream_id), (class::STATUS, 10));
+    let text = String::from_utf8_lossy(state.text);
+    assert!(text.contains("a blank field id"), "{text}");
+}
+
+/// A name that cannot be passed on to the node (its bytes, not UTF-8, grow past a
+/// message as text) gets a status on its own stream; the batch's other items open.
+#[test]
+fn an_item_the_node_cannot_be_asked_for_gets_a_status() {
+    let (mut s, _) = logged_in();
+    let (mut to_node, mut out) = (Vec::new(), Vec::new());
+    let huge = vec![0xFFu8; 30_000];
+    let items: [&[u8]; 3] = [b"A", &huge, b"C"];
+    s.on_client_message(
+        &batch_request_on(10, &items, 0, &[]),
+        &mut to_node,
+        &mut out,
+    );
+    assert_eq!(node_messages(&to_node).len(), 2, "A and C are asked for");
+    assert_eq!(s.stream_count(), 2);
+    let statuses: Vec<(i32, u8, String)> = out
+        .iter()
+        .map(|b| Msg::decode(b).unwrap())
+        .filter(|m| m.class == class::STATUS)
+        .map(|m| {
+            let st = m.state.unwrap();
+            (
+                m.stream_id,
+                st.stream,
+                String::from_utf8_lossy(st.text).into_owned(),
+            )
+        })
+        .collect();
+    let item = statuses
+        .iter()
+        .find(|s| s.0 == 12)
+        .expect("a status on stream 12");
+    assert_eq!(item.1, stream::CLOSED);
+    assert!(item.2.contains("cannot be passed on"), "{statuses:?}");
 }
 
 #[test]
