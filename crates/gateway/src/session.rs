@@ -825,6 +825,21 @@ impl Session {
                 self.login = LoginState::Pending { id, echo };
                 return;
             }
+            LoginState::Pending { id: pending, .. } if *pending == id => {
+                // A reissue before the node answered the login: the login's refresh
+                // answers it (refused, it was no login open), with this one's echo.
+                if named.is_some_and(|n| n != self.user) {
+                    let why = format!(
+                        "a login reissue may not change the user: logging in as {:?}",
+                        self.user
+                    );
+                    write_error(out, id, &why, "");
+                    return;
+                }
+                let echo = login_echo(&self.user, elements);
+                self.login = LoginState::Pending { id, echo };
+                return;
+            }
             LoginState::None => {}
             _ => {
                 write_refusal(
@@ -2134,6 +2149,37 @@ mod tests {
         s.on_client_text(r#"{"ID":7,"Type":"Close"}"#, &mut to_node, &mut out);
         let down = Message::Directory(Directory::of([("FEED", ServiceState::Down)]));
         assert!(node_says(&mut s, &down).is_empty());
+    }
+
+    /// A login reissued before the node answered: the login's one refresh answers it,
+    /// rather than a refusal that closed the login stream the refresh then came on.
+    #[test]
+    fn a_login_reissued_before_its_answer_is_answered_by_the_logins_refresh() {
+        let (mut s, mut to_node, mut out) = logged_in(session());
+        let sent = to_node.len();
+        s.on_client_text(
+            r#"{"ID":1,"Domain":"Login","Key":{"Name":"u","Elements":{"ApplicationId":"257"}}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        assert!(answers(&mut out).is_empty(), "answered with the login");
+        assert_eq!(to_node.len(), sent, "nothing more asked of the node");
+        s.on_client_text(
+            r#"{"ID":1,"Domain":"Login","Key":{"Name":"other"}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let got = answers(&mut out);
+        assert_eq!(got[0]["Type"], "Error", "{got:?}");
+        let got = node_says(&mut s, &welcome());
+        let refreshes: Vec<_> = got.iter().filter(|m| m["Type"] == "Refresh").collect();
+        assert_eq!(refreshes.len(), 1, "{got:?}");
+        assert_eq!(refreshes[0]["ID"], 1);
+        assert_eq!(refreshes[0]["State"]["Stream"], "Open", "{got:?}");
+        assert_eq!(
+            refreshes[0]["Key"]["Elements"]["ApplicationId"], "257",
+            "{got:?}"
+        );
     }
 
     #[test]
