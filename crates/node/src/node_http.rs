@@ -95,11 +95,50 @@ fn percent_decode(v: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// How long a `/metrics` answer is given again rather than rendered anew.
+const METRICS_RENDER_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The last `/metrics` answer in each format: a render walks every connection and
+/// service, so scrapes within [`METRICS_RENDER_EVERY`] of one get it again, and no
+/// scraper (nor a peer posing as many) makes the loop render more than five times a
+/// second. Scrapers ask every few seconds; what they see is at most that old.
+#[derive(Default)]
+pub(crate) struct MetricsRenders {
+    /// By [`Format`]: when rendered, and the body.
+    last: [Option<(std::time::Instant, String)>; 2],
+    /// Renders made (for tests).
+    pub(crate) made: u64,
+}
+
+impl MetricsRenders {
+    fn get(
+        &mut self,
+        core: &Node,
+        extra: &Extra<'_>,
+        format: Format,
+        now: std::time::Instant,
+    ) -> String {
+        let slot = &mut self.last[format as usize];
+        match slot {
+            Some((at, body)) if now.saturating_duration_since(*at) < METRICS_RENDER_EVERY => {
+                body.clone()
+            }
+            _ => {
+                self.made += 1;
+                let body = crate::metrics::render(core, extra, format);
+                *slot = Some((now, body.clone()));
+                body
+            }
+        }
+    }
+}
+
 /// The HTTP answer: status, content type, body.
 pub(crate) fn answer(
     asked: NodeRequest,
     core: &mut Node,
     extra: &Extra<'_>,
+    renders: &mut MetricsRenders,
     now: std::time::Instant,
 ) -> (&'static str, &'static str, String) {
     const TEXT: &str = "text/plain; charset=utf-8";
@@ -172,7 +211,7 @@ pub(crate) fn answer(
                 None => (
                     "200 OK",
                     format.content_type(),
-                    crate::metrics::render(core, extra, format),
+                    renders.get(core, extra, format, now),
                 ),
             }
         }
@@ -201,6 +240,55 @@ pub(crate) fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Scrapes close together get one render, in each format; a scrape after the
+    /// render's time gets a new one, with what changed since.
+    #[test]
+    fn scrapes_close_together_share_one_render_of_the_figures() {
+        let t0 = std::time::Instant::now();
+        let mut core = Node::new(crate::config::NodeConfig::default().core_config(), t0);
+        let extra = Extra {
+            journal: None,
+            files: None,
+            backbone: None,
+            backbone_linked: None,
+            upstream: None,
+            websocket_updates_encoded: 0,
+            websocket_updates_reused: 0,
+            tls: None,
+            metrics_token: None,
+        };
+        let mut renders = MetricsRenders::default();
+        let mut scrape = |core: &mut Node, format, at| {
+            let asked = NodeRequest::Metrics(format, None);
+            answer(asked, core, &extra, &mut renders, at).2
+        };
+        let first = scrape(&mut core, Format::Text, t0);
+        assert!(
+            first.contains("tickwire_connections_accepted_total 0"),
+            "{first}"
+        );
+        let c = core.connect("peer", t0);
+        let soon = t0 + METRICS_RENDER_EVERY / 2;
+        assert_eq!(
+            scrape(&mut core, Format::Text, soon),
+            first,
+            "rendered again"
+        );
+        // Each format has its own.
+        let open = scrape(&mut core, Format::OpenMetrics, soon);
+        assert!(
+            open.contains("tickwire_connections_accepted_total 1"),
+            "{open}"
+        );
+        let later = scrape(&mut core, Format::Text, t0 + METRICS_RENDER_EVERY);
+        assert!(
+            later.contains("tickwire_connections_accepted_total 1"),
+            "{later}"
+        );
+        core.on_disconnect(c, t0);
+        assert_eq!(renders.made, 3);
+    }
 
     #[test]
     fn a_bearer_token_is_read_whatever_the_schemes_case() {

@@ -107,6 +107,7 @@ impl EventLoop {
             rssl_shared,
             http_answer: crate::wrong_port::http_answer(server.ws_addr, rssl_shared),
             input: GatewayInput::new(),
+            metrics_renders: Default::default(),
         };
         let conns = Connections::new(
             gateways,

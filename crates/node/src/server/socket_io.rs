@@ -73,6 +73,8 @@ pub(super) struct Gateways {
     pub http_answer: Vec<u8>,
     /// The buffers gateway connections are read through.
     pub input: GatewayInput,
+    /// The last `/metrics` answers, given again for a while.
+    pub metrics_renders: crate::node_http::MetricsRenders,
 }
 
 /// The buffers a gateway connection's read (RSSL, WebSocket) goes through, one set for
@@ -173,6 +175,7 @@ pub(super) fn read_some(
         rssl_shared,
         http_answer,
         input,
+        metrics_renders,
     } = gateways;
     let rssl_shared = *rssl_shared;
     let Some(sock) = sockets.get_mut(id).and_then(|s| s.as_mut()) else {
@@ -241,7 +244,7 @@ pub(super) fn read_some(
             w.on_bytes(bytes, ws_cfg, core, id, now);
             if let Some(asked) = w.node_request.take() {
                 let (status, content_type, body) =
-                    crate::node_http::answer(asked, core, metrics, now);
+                    crate::node_http::answer(asked, core, metrics, metrics_renders, now);
                 w.conn.out =
                     tickwire_gateway::ws::http_response(status, content_type, body.as_bytes());
             }
