@@ -1140,7 +1140,18 @@ impl Edge {
             self.source_lost(core, id, now);
         }
         self.reject.clear();
-        self.control.clear();
+        // What was not sent is dropped with the old publication, but an Unsubscribe
+        // is sent when its source is heard again: that source may only have been
+        // unreachable, and would go on sending the stream to this edge.
+        for m in self.control.take_all() {
+            if let Ok(BackboneMessage::Unsubscribe { source, stream, .. }) =
+                BackboneMessage::decode(&m)
+            {
+                if let Some(s) = self.sources.get_mut(&source) {
+                    s.released.push(stream);
+                }
+            }
+        }
     }
 
     fn source_lost(&mut self, core: &mut Node, id: u64, now: Instant) {

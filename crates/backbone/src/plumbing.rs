@@ -113,6 +113,12 @@ impl ControlQueue {
         room
     }
 
+    /// Takes every message waiting, in order.
+    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = Vec<u8>> {
+        self.heartbeats = 0;
+        std::mem::take(&mut self.q).into_iter().map(|(m, _)| m)
+    }
+
     /// Messages waiting.
     #[cfg(test)]
     fn len(&self) -> usize {

@@ -993,14 +993,9 @@ impl Outbox for Limited<'_, '_> {
 fn an_opened_from_a_source_the_item_left_before_it_answered_is_unsubscribed() {
     use crate::wire::{BackboneMessage, ServiceInfo};
     let now = Instant::now();
-    let mut core = Node::new(core_config(true), now);
-    let mut edge = Edge::start(&mut core, EdgeConfig::default(), 0xED, now);
-    let send = |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| {
-        let mut b = Vec::new();
-        m.encode(&mut b).unwrap();
-        edge.on_data(core, 1, &b, now);
-        edge.flush(core, now);
-    };
+    let (mut core, mut edge) = edge_in_core(now);
+    let send =
+        |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| edge_hears(edge, core, m, now);
     let dir = |source: u64, version: u32, state: ServiceState| BackboneMessage::Directory {
         source,
         version,
@@ -1022,35 +1017,7 @@ fn an_opened_from_a_source_the_item_left_before_it_answered_is_unsubscribed() {
         send(&mut edge, &mut core, beat);
         send(&mut edge, &mut core, dir(id, 1, ServiceState::Up));
     }
-    let mut out = VecDeque::new();
-    let mut pump = |edge: &mut Edge, core: &mut Node| -> Vec<BackboneMessage<'static>> {
-        edge.pump(
-            core,
-            &mut Queue {
-                q: &mut out,
-                open: true,
-            },
-            now,
-        );
-        out.drain(..)
-            .filter_map(|m| match BackboneMessage::decode(&m).unwrap() {
-                BackboneMessage::Subscribe { source, .. } => Some(BackboneMessage::Subscribe {
-                    edge: 0,
-                    source,
-                    service: "",
-                    item: "",
-                }),
-                BackboneMessage::Unsubscribe { source, stream, .. } => {
-                    Some(BackboneMessage::Unsubscribe {
-                        edge: 0,
-                        source,
-                        stream,
-                    })
-                }
-                _ => None,
-            })
-            .collect()
-    };
+    let pump = |edge: &mut Edge, core: &mut Node| edge_asks(edge, core, now);
     pump(&mut edge, &mut core);
     let c = core.connect("subscriber", now);
     core.on_frame(c, &frame(&[login(ProtoRole::Subscriber)]), now);
@@ -1384,14 +1351,9 @@ fn an_item_requested_and_closed_in_one_turn_is_not_asked_of_the_source() {
 fn a_directory_in_parts_is_taken_once_every_part_is_there() {
     use crate::wire::{BackboneMessage, ServiceInfo};
     let now = Instant::now();
-    let mut core = Node::new(core_config(true), now);
-    let mut edge = Edge::start(&mut core, EdgeConfig::default(), 0xED, now);
-    let send = |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| {
-        let mut b = Vec::new();
-        m.encode(&mut b).unwrap();
-        edge.on_data(core, 1, &b, now);
-        edge.flush(core, now);
-    };
+    let (mut core, mut edge) = edge_in_core(now);
+    let send =
+        |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| edge_hears(edge, core, m, now);
     send(
         &mut edge,
         &mut core,
@@ -1420,4 +1382,119 @@ fn a_directory_in_parts_is_taken_once_every_part_is_there() {
     }
     send(&mut edge, &mut core, part(1));
     assert_eq!(publishes(&core, &edge), [true; 3], "{:?}", core.services());
+}
+
+/// A core with an edge in it, as a node has them.
+fn edge_in_core(now: Instant) -> (Node, Edge) {
+    let mut core = Node::new(core_config(true), now);
+    let edge = Edge::start(&mut core, EdgeConfig::default(), 0xED, now);
+    (core, edge)
+}
+
+/// `m` comes to the edge from the backbone.
+fn edge_hears(edge: &mut Edge, core: &mut Node, m: crate::wire::BackboneMessage<'_>, now: Instant) {
+    let mut b = Vec::new();
+    m.encode(&mut b).unwrap();
+    edge.on_data(core, 1, &b, now);
+    edge.flush(core, now);
+}
+
+/// The Subscribes and Unsubscribes the edge sends its sources now (their edge, service
+/// and item left out).
+fn edge_asks(
+    edge: &mut Edge,
+    core: &mut Node,
+    now: Instant,
+) -> Vec<crate::wire::BackboneMessage<'static>> {
+    use crate::wire::BackboneMessage;
+    let mut out = VecDeque::new();
+    edge.pump(
+        core,
+        &mut Queue {
+            q: &mut out,
+            open: true,
+        },
+        now,
+    );
+    out.drain(..)
+        .filter_map(|m| match BackboneMessage::decode(&m).unwrap() {
+            BackboneMessage::Subscribe { source, .. } => Some(BackboneMessage::Subscribe {
+                edge: 0,
+                source,
+                service: "",
+                item: "",
+            }),
+            BackboneMessage::Unsubscribe { source, stream, .. } => {
+                Some(BackboneMessage::Unsubscribe {
+                    edge: 0,
+                    source,
+                    stream,
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// An item the core closed just before the transport was rebuilt: its Unsubscribe,
+/// not sent yet, is sent once the source is heard again (it was lost with the queue,
+/// and the source went on sending the item to this edge for as long as it ran).
+#[test]
+fn an_unsubscribe_not_sent_when_the_transport_is_rebuilt_is_sent_when_the_source_is_back() {
+    use crate::wire::{BackboneMessage, ServiceInfo};
+    let now = Instant::now();
+    let (mut core, mut edge) = edge_in_core(now);
+    let a = 0xA;
+    let beat = BackboneMessage::Heartbeat {
+        source: a,
+        name: "a",
+        directory_version: 1,
+    };
+    edge_hears(&mut edge, &mut core, beat.clone(), now);
+    let dir = BackboneMessage::Directory {
+        source: a,
+        version: 1,
+        part: 0,
+        parts: 1,
+        services: vec![ServiceInfo {
+            name: "FEED",
+            state: ServiceState::Up,
+            interactive: true,
+        }],
+    };
+    edge_hears(&mut edge, &mut core, dir, now);
+    let c = core.connect("subscriber", now);
+    core.on_frame(c, &frame(&[login(ProtoRole::Subscriber)]), now);
+    let request = Message::Request(Request::streaming(1, "FEED", "SYM0"));
+    core.on_frame(c, &frame(&[request]), now);
+    assert_eq!(edge_asks(&mut edge, &mut core, now).len(), 1, "subscribed");
+    let opened = BackboneMessage::Opened {
+        source: a,
+        stream: 7,
+        service: "FEED",
+        item: "SYM0",
+    };
+    edge_hears(&mut edge, &mut core, opened, now);
+    // The subscriber leaves; the edge's Unsubscribe waits (the backbone takes nothing),
+    // and the transport is rebuilt.
+    core.on_disconnect(c, now);
+    let mut refused = VecDeque::new();
+    let mut full = Queue {
+        q: &mut refused,
+        open: false,
+    };
+    edge.pump(&mut core, &mut full, now);
+    edge.all_sources_lost(&mut core, now);
+    assert_eq!(
+        edge_asks(&mut edge, &mut core, now),
+        [],
+        "no source to tell"
+    );
+    edge_hears(&mut edge, &mut core, beat, now);
+    let told = BackboneMessage::Unsubscribe {
+        edge: 0,
+        source: a,
+        stream: 7,
+    };
+    assert_eq!(edge_asks(&mut edge, &mut core, now), [told]);
 }
