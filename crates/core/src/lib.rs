@@ -2259,6 +2259,40 @@ impl Node {
         };
         let services = std::mem::take(&mut c.services);
         c.pub_streams.clear();
+        self.services_left(services, reason);
+    }
+
+    /// An in-process publisher (an upstream link, a backbone edge) no longer has the
+    /// services `names` of its own (where it takes them from removed them): they go as
+    /// if their publisher had left (their streams suspect, their caches kept), and
+    /// unless a publisher announces them again, are removed after
+    /// `service_retention` at this node and every node below it. A publisher may not
+    /// remove a service itself: a peer that left and comes back finds it.
+    pub fn release_services(&mut self, conn: ConnId, names: &[&str], reason: &str) {
+        let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let mine: Vec<usize> = names
+            .iter()
+            .filter_map(|n| self.service_by_name.get(*n).copied())
+            .filter(|svc| c.services.contains(svc))
+            .collect();
+        if mine.is_empty() {
+            return;
+        }
+        c.services.retain(|svc| !mine.contains(svc));
+        for &svc in &mine {
+            for h in self.services[svc].items.values() {
+                if let Some((_, sid)) = self.items.get(*h).and_then(|i| i.publisher) {
+                    c.pub_streams.remove(sid);
+                }
+            }
+        }
+        self.services_left(mine, reason);
+    }
+
+    /// The services `services` lost their publisher (`reason`, for the log).
+    fn services_left(&mut self, services: Vec<usize>, reason: &str) {
         let mut to_release = Vec::new();
         let now = self.now;
         for &svc in &services {

@@ -488,10 +488,19 @@ impl Relay {
         now: Instant,
     ) {
         let mut changed: Vec<(String, ServiceState)> = Vec::new();
+        let mut removed: Vec<String> = Vec::new();
         let mut over_limit = 0usize;
         for (name, state) in entries {
             if name == NODE_SERVICE {
                 continue; // every node has its own
+            }
+            // One the upstream removed is let go of here: it goes down, and is removed
+            // after this node's retention time, here and below, unless it comes back.
+            if state == ServiceState::Removed {
+                if self.announced.remove(&name).is_some() {
+                    removed.push(name);
+                }
+                continue;
             }
             if !self.announced.contains_key(&name) && self.announced.len() >= self.cfg.max_services
             {
@@ -506,13 +515,6 @@ impl Relay {
             {
                 continue;
             }
-            // A publisher may not remove a service (nodes do, after their retention
-            // time): one the upstream removed is down here, and goes the same way.
-            let state = match state {
-                ServiceState::Removed if !self.announced.contains_key(&name) => continue,
-                ServiceState::Removed => ServiceState::Down,
-                s => s,
-            };
             if self.announced.insert(name.clone(), state) == Some(state) {
                 continue;
             }
@@ -533,6 +535,10 @@ impl Relay {
                 );
                 self.left_out_said_at = Some(now);
             }
+        }
+        if !removed.is_empty() {
+            let names: Vec<&str> = removed.iter().map(String::as_str).collect();
+            core.release_services(self.conn, &names, "the upstream node removed it");
         }
         if changed.is_empty() {
             return;

@@ -795,3 +795,58 @@ fn both_imaged(t: &mut Tree, s1: ConnId, s2: ConnId) {
         "s2's image"
     );
 }
+
+/// A service the upstream node removed (its publisher gone past its retention time)
+/// is let go of here: down at once, and removed after this node's own retention time,
+/// here and so below. It was kept down here for as long as the link lasted.
+#[test]
+fn a_service_the_upstream_removes_goes_here_too_after_this_nodes_retention() {
+    let mut t = Tree::new(None);
+    let short = |node_id| CoreConfig {
+        node_id,
+        limits: tickwire_core::Limits {
+            service_retention: Duration::from_secs(1),
+            ..Default::default()
+        },
+        ..CoreConfig::default()
+    };
+    // Upstream: FEED from one publisher, GONE from another.
+    let mut up = Node::new(short(0), t.now);
+    let feed = login(&mut up, Role::Publisher, "feed", t.now);
+    let one = |name| [Message::Directory(Directory::one_service(name, 0))];
+    send(&mut up, feed, &one("FEED"), t.now);
+    let gone = login(&mut up, Role::Publisher, "gone", t.now);
+    send(&mut up, gone, &one("GONE"), t.now);
+    (t.up, t.publisher) = (up, feed);
+    t.down = Node::new(short(NODE_ID), t.now);
+    let cfg = RelayConfig {
+        node_id: NODE_ID,
+        node_name: "down".into(),
+        ..RelayConfig::default()
+    };
+    t.relay = Relay::start(&mut t.down, cfg, t.now);
+    t.link_up();
+    let has = |t: &Tree| {
+        let mut s = t.down.services();
+        s.sort();
+        s
+    };
+    let both = |gone_up| [("FEED".to_string(), true), ("GONE".to_string(), gone_up)];
+    assert_eq!(has(&t), both(true));
+    assert!(t.down.publishes(t.relay.conn(), "GONE"));
+    // GONE's publisher leaves: down there and here, and still the link's.
+    t.up.on_disconnect(gone, t.now);
+    t.settle().unwrap();
+    assert_eq!(has(&t), both(false));
+    assert!(t.down.publishes(t.relay.conn(), "GONE"));
+    // Past the upstream's retention, it removes GONE: the link lets go of it here.
+    t.now += Duration::from_millis(1500);
+    t.up.handle_timeout(t.now);
+    t.settle().unwrap();
+    assert_eq!(has(&t), both(false));
+    assert!(!t.down.publishes(t.relay.conn(), "GONE"), "let go of");
+    // Past this node's retention, it is removed here too.
+    t.now += Duration::from_millis(1500);
+    t.down.handle_timeout(t.now);
+    assert_eq!(has(&t), [("FEED".to_string(), true)]);
+}
