@@ -858,12 +858,38 @@ impl Edge {
         let mut union: BTreeMap<String, bool> = BTreeMap::new();
         for s in self.sources.values().filter(|s| s.live) {
             for (name, state) in &s.services {
+                if *state == ServiceState::Removed {
+                    continue;
+                }
                 let up = *state == ServiceState::Up;
                 let e = union.entry(name.clone()).or_insert(false);
                 *e |= up;
             }
         }
-        // Services no live source announces stay known, down.
+        // Services no live source lists, while one has told its whole directory (the
+        // sources removed them): let go of, so that they go down, and are removed
+        // after the node's retention time (here and below) unless a source has them
+        // again. While no source is heard, they stay known, down: the backbone may
+        // only be cut off.
+        let heard = self
+            .sources
+            .values()
+            .any(|s| s.live && s.directory_version != 0);
+        let gone: Vec<String> = match heard {
+            true => (self.announced.keys())
+                .filter(|n| !union.contains_key(*n))
+                .cloned()
+                .collect(),
+            false => Vec::new(),
+        };
+        if !gone.is_empty() {
+            for name in &gone {
+                self.announced.remove(name);
+            }
+            self.services_version += 1;
+            let names: Vec<&str> = gone.iter().map(String::as_str).collect();
+            core.release_services(self.conn, &names, "no source on the backbone has it");
+        }
         for name in self.announced.keys() {
             union.entry(name.clone()).or_insert(false);
         }

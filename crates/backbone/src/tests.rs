@@ -1498,3 +1498,53 @@ fn an_unsubscribe_not_sent_when_the_transport_is_rebuilt_is_sent_when_the_source
     };
     assert_eq!(edge_asks(&mut edge, &mut core, now), [told]);
 }
+
+/// A service no source on the backbone lists any more (its source removed it) is let
+/// go of by the edge: down, and no longer the edge's, so that the node removes it after
+/// its retention time. While no source is heard at all, the edge keeps its services.
+#[test]
+fn a_service_no_source_lists_any_more_is_let_go_of_by_the_edge() {
+    use crate::wire::{BackboneMessage, ServiceInfo};
+    let now = Instant::now();
+    let (mut core, mut edge) = edge_in_core(now);
+    let beat = |version| BackboneMessage::Heartbeat {
+        source: 0xA,
+        name: "a",
+        directory_version: version,
+    };
+    let dir = |version, names: &[&'static str]| BackboneMessage::Directory {
+        source: 0xA,
+        version,
+        part: 0,
+        parts: 1,
+        services: names
+            .iter()
+            .map(|&name| ServiceInfo {
+                name,
+                state: ServiceState::Up,
+                interactive: true,
+            })
+            .collect(),
+    };
+    edge_hears(&mut edge, &mut core, beat(1), now);
+    edge_hears(&mut edge, &mut core, dir(1, &["FEED", "GONE"]), now);
+    let edges = |core: &Node, edge: &Edge| ["FEED", "GONE"].map(|n| core.publishes(edge.conn(), n));
+    assert_eq!(edges(&core, &edge), [true, true]);
+    // The source is lost: its services stay the edge's, down.
+    edge.all_sources_lost(&mut core, now);
+    assert_eq!(edges(&core, &edge), [true, true]);
+    // Heard again, without GONE: let go of.
+    edge_hears(&mut edge, &mut core, beat(2), now);
+    edge_hears(&mut edge, &mut core, dir(2, &["FEED"]), now);
+    assert_eq!(edges(&core, &edge), [true, false]);
+    let mut services = core.services();
+    services.sort();
+    assert_eq!(
+        services,
+        [("FEED".to_string(), true), ("GONE".to_string(), false)]
+    );
+    // Listed again: the edge's again.
+    edge_hears(&mut edge, &mut core, beat(3), now);
+    edge_hears(&mut edge, &mut core, dir(3, &["FEED", "GONE"]), now);
+    assert_eq!(edges(&core, &edge), [true, true]);
+}

@@ -2281,12 +2281,22 @@ impl Node {
             return;
         }
         c.services.retain(|svc| !mine.contains(svc));
+        // Its streams of their items close, as for items nobody watches: it stops
+        // sending them, and takes them again as a publisher of the service.
+        let mut closed = Vec::new();
         for &svc in &mine {
             for h in self.services[svc].items.values() {
-                if let Some((_, sid)) = self.items.get(*h).and_then(|i| i.publisher) {
-                    c.pub_streams.remove(sid);
+                match self.items.get(*h).and_then(|i| i.publisher) {
+                    Some((p, sid)) if p == conn => {
+                        c.pub_streams.remove(sid);
+                        closed.push(sid);
+                    }
+                    _ => {}
                 }
             }
+        }
+        for sid in closed {
+            self.send(conn, &Message::Close { stream_id: sid });
         }
         self.services_left(mine, reason);
     }

@@ -643,6 +643,56 @@ fn interactive_publisher_is_asked_for_items_and_told_when_the_last_subscriber_cl
     assert_eq!(h.node.item_count(), 0);
 }
 
+/// A publisher that lets go of one of its services (an upstream link whose upstream
+/// removed it): its streams of that service close at it and turn suspect at the
+/// subscribers, its other services stay its own, and the service is taken again (and
+/// its watched items asked for again) when it announces it anew.
+#[test]
+fn a_service_let_go_of_is_down_its_streams_closed_at_the_publisher_and_taken_back_later() {
+    let mut h = Harness::new(true);
+    let p = h.publisher("FEED", true);
+    let a = h.login(Role::Subscriber);
+    h.request(a, 1, "FEED", "X", true, None);
+    let Some(Got::Request { sid: psid, .. }) = h
+        .recv(p)
+        .into_iter()
+        .find(|m| matches!(m, Got::Request { .. }))
+    else {
+        panic!("asked of the publisher")
+    };
+    h.send(p, &[refresh(psid, 1, "X", &bid_ask(1, 2), true)]);
+    h.recv(a);
+    h.node.release_services(p, &["FEED", "NOT-ITS-OWN"], "test");
+    assert_eq!(h.recv(p), vec![Got::Close { sid: psid }]);
+    let got = h.recv(a);
+    assert_any!(
+        got,
+        Got::Status {
+            sid: 1,
+            stream: StreamState::Open,
+            data: DataState::Suspect,
+            ..
+        }
+    );
+    assert!(got.contains(&dir(&[("FEED", false)])), "{got:?}");
+    assert!(!h.node.publishes(p, "FEED"));
+    // Announced again: its own again, and the watched item is asked for anew.
+    let again = ServiceEntry {
+        name: "FEED",
+        state: ServiceState::Up,
+        interactive: true,
+        item_count: 0,
+    };
+    h.send(
+        p,
+        &[Message::Directory(Directory {
+            services: vec![again],
+        })],
+    );
+    assert!(h.node.publishes(p, "FEED"));
+    assert_any!(h.recv(p), Got::Request { .. });
+}
+
 #[test]
 fn publisher_loss_turns_streams_suspect_and_its_return_makes_them_ok() {
     let img = bid_ask(10000, 10010);
