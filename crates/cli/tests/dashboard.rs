@@ -471,6 +471,88 @@ fn the_dashboard_of_a_node_in_a_tree_shows_its_upstream() {
     );
 }
 
+/// A node that goes away and comes back: the page logs in again and asks for every row
+/// again, each of the service it was added for (here one the page was not opened with).
+#[test]
+fn the_dashboard_asks_a_node_back_for_each_row_of_its_own_service() {
+    let (mut node, host) = Node::start_ws(&[]);
+    let addr = node.addr_str();
+    let feeds = |node: &Node| {
+        [
+            start_publisher(node, "FEED", 2, 20, false),
+            start_publisher(node, "OTHER", 4, 20, false),
+        ]
+    };
+    let mut running = feeds(&node);
+    let driver = Driver::start();
+    let page = driver.open(&format!("http://{host}/?items=SYM0&service=FEED"));
+    let read = || {
+        page.script("return {conn: document.getElementById('conn').textContent, rows: [...document.querySelectorAll('#board tr')].map(tr => ({item: tr.dataset.item, refreshed: tr.dataset.refreshed || null, state: tr.querySelector('td.state').textContent}))}")
+    };
+    let both_shown = |v: &Value| {
+        v["rows"].as_array().is_some_and(|r| {
+            r.len() == 2
+                && r.iter()
+                    .all(|row| row["refreshed"] == "1" && row["state"] == "Open/Ok")
+        })
+    };
+    poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || page.script("return document.querySelectorAll('#board tr[data-refreshed]').length"),
+        |n| n == 1,
+    );
+    // SYM3 is only OTHER's: added for that service, as a user would.
+    page.type_into("#service", "OTHER");
+    page.type_into("#items", "SYM3\u{E007}");
+    let before = poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        read,
+        both_shown,
+    );
+    assert!(both_shown(&before), "{before}");
+    // The node goes, and comes back on the same ports with the same services.
+    node.proc.kill();
+    for p in &mut running {
+        p.kill();
+    }
+    let gone = poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        read,
+        |v| {
+            v["conn"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("disconnected"))
+        },
+    );
+    assert!(
+        gone["conn"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("disconnected"),
+        "{gone}"
+    );
+    let node = Node::start(&["--listen", &addr, "--ws", &host]);
+    let _running = feeds(&node);
+    let after = poll_until(
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        read,
+        |v| both_shown(v) && v["conn"] == "connected",
+    );
+    page.close();
+    assert!(both_shown(&after), "{after}\n{}", node.proc.log());
+    let items: Vec<&str> = after["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["item"].as_str())
+        .collect();
+    assert_eq!(items, ["SYM0", "SYM3"], "{after}");
+}
+
 /// The RGB pixels of a base64 PNG (a WebDriver screenshot).
 fn png_pixels(b64: &str) -> Vec<[u8; 3]> {
     use base64::Engine;
