@@ -115,6 +115,26 @@ def test_a_post_is_answered_and_named(posts_node):
     assert sent is None
 
 
+def test_a_post_with_a_timeout_it_cannot_take_is_refused_before_it_is_sent(posts_node):
+    """As the blocking Subscriber's: a bad timeout is a ValueError, and the post is not
+    sent (its answer would then come as an event nobody awaits)."""
+
+    async def main():
+        s = await tickwire.aio.connect(posts_node)
+        for timeout in (-1.0, math.nan, math.inf):
+            with pytest.raises(ValueError, match="timeout"):
+                await s.post("FEED", "SYM1", {"BID": 1.0}, timeout=timeout)
+        accepted = await s.post("FEED", "SYM1", {"BID": 2.0})
+        # Any answer to a post sent above would have come before this one's.
+        stray = list(s._events)
+        s.disconnect()
+        return accepted, stray
+
+    accepted, stray = asyncio.run(asyncio.wait_for(main(), 60))
+    assert accepted.accepted, accepted
+    assert [e for e in stray if e.type == "ack"] == [], stray
+
+
 async def subscribed_then_lost(addr: str, node: Proc, feed: Proc, connect_timeout: float):
     """A subscriber of FEED's SYM1, with its image, whose node and feed then stop; with
     the suspect status it saw."""

@@ -338,6 +338,7 @@ class Subscriber:
         """Posts field values to an item; with ``ack`` awaits the answer (an "ack"
         event: ``accepted``, and for a refusal ``nak`` and ``text``; ``TimeoutError``
         after ``timeout`` seconds), else returns None once it is sent."""
+        _check_timeout(timeout)
         post_id = self._writing(self._native.send_post, service, item, dict(fields), ack=ack)
         if not ack:
             return None
