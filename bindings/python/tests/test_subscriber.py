@@ -107,6 +107,50 @@ def test_asyncio_iteration_lets_the_loop_run(node, feed):
     assert ticks > 0, "the event loop ran while the subscriber waited"
 
 
+def test_an_async_wait_cancelled_while_reconnecting_loses_no_event(node, feed):
+    """`async for` on the blocking Subscriber reads in the loop's executor while there is
+    no socket to watch (reconnecting). A wait cancelled meanwhile (a timeout around it)
+    must not lose what that read brings: the next wait gets it."""
+    s = tickwire.Subscriber(node)
+    real = s._native
+    release, first_read = threading.Event(), threading.Event()
+
+    class Reconnecting:
+        """The native subscriber, as while it reconnects: no socket; its first read
+        returns only once released."""
+
+        def fileno(self):
+            return None
+
+        def next_events(self, timeout):
+            if first_read.is_set():
+                return real.next_events(timeout)
+            release.wait(30)
+            try:
+                return real.next_events(timeout)
+            finally:
+                first_read.set()
+
+    s.subscribe("FEED", ["SYM1"])
+    s._native = Reconnecting()
+
+    async def main():
+        # The read is under way, held, when the wait times out.
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(s.__anext__(), 0.2)
+        release.set()
+        await asyncio.get_running_loop().run_in_executor(None, first_read.wait, 30)
+        return await asyncio.wait_for(s.__anext__(), 10)
+
+    try:
+        event = asyncio.run(main())
+    finally:
+        release.set()
+        s._native = real
+        s.disconnect()
+    assert (event.type, event.item) == ("refresh", "SYM1"), event
+
+
 def test_a_wait_releases_the_gil(node, feed):
     # The waiting thread can only get an event if this thread subscribes while it
     # waits: with the GIL held, the wait would end empty-handed after 60 s.

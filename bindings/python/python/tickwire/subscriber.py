@@ -106,6 +106,8 @@ class Subscriber:
     def __init__(self, address: str, **connect: Unpack[ConnectArgs]) -> None:
         self._native = _native.Subscriber(_native.Connect(address, **connect))
         self._buffer: Deque[Event] = collections.deque()
+        # An asyncio wait's read in the executor, while it runs or until it is taken.
+        self._reading: "Optional[asyncio.Future[List[Event]]]" = None
 
     # -- streams -----------------------------------------------------------------
 
@@ -271,8 +273,21 @@ class Subscriber:
         while not self._buffer:
             fd = self._native.fileno()
             if fd is None:
-                # Reconnecting, which blocks: in the loop's executor.
-                self._buffer.extend(await loop.run_in_executor(None, self._native.next_events, _TIMERS_EVERY))
+                # Reconnecting, which blocks: in the loop's executor. A wait cancelled
+                # meanwhile (a timeout around it) leaves the read running: what it
+                # brings is the next wait's, not lost.
+                if self._reading is None or self._reading.cancelled():
+                    self._reading = loop.run_in_executor(None, self._native.next_events, _TIMERS_EVERY)
+                reading = self._reading
+                try:
+                    events = await asyncio.shield(reading)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException:
+                    self._reading = None
+                    raise
+                self._reading = None
+                self._buffer.extend(events)
                 continue
             readable = loop.create_future()
             loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
