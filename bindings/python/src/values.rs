@@ -220,9 +220,17 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
             if type_name() == "Decimal" {
                 return Ok(Text(v.str().map_err(|e| e.to_string())?.to_string()));
             }
-            // Ints, and numpy's (anything with __index__), exactly.
-            if let Ok(i) = v.extract::<i128>() {
-                let i = i64::try_from(i).map_err(|_| format!("{i} does not fit 64 bits"))?;
+            // Ints, and numpy's (anything with __index__), exactly: one past 128 bits
+            // too is refused, not taken as the float below would round it.
+            if v.hasattr("__index__").unwrap_or(false) {
+                let i = v
+                    .extract::<i128>()
+                    .ok()
+                    .and_then(|i| i64::try_from(i).ok())
+                    .ok_or_else(|| {
+                        let text = v.str().map(|s| s.to_string()).unwrap_or_default();
+                        format!("{text} does not fit 64 bits")
+                    })?;
                 return Ok(V(Value::Real(Real::new(i, 0))));
             }
             // Floats, and numpy's (anything with __float__).

@@ -211,6 +211,16 @@ def test_numpy_numbers_are_taken_and_bad_keys_and_values_named(node):
             p.refresh("B", {"TIMACT": aware})
 
 
+def test_an_int_too_large_for_a_real_is_refused_however_large(node):
+    """An int is taken exactly or not at all: one past 64 bits is refused, even one
+    past 128 bits (which would otherwise pass as the nearest float)."""
+    with tickwire.Publisher(node, "PYBIG") as p:
+        for big in (2**70, 2**130, -(2**200)):
+            with pytest.raises(ValueError, match=r"field BID \(REAL\): -?\d+ does not fit 64 bits"):
+                p.refresh("A", {"BID": big})
+        assert p.items == []
+
+
 class Interrupted(Exception):
     """Raised by the SIGALRM handler of `publisher_of_a_stopped_node`, as Ctrl-C's
     KeyboardInterrupt would be."""
