@@ -598,13 +598,25 @@ impl PublisherSession {
         if conn.session().is_some() && !self.welcomed {
             self.welcome()?;
         }
+        // A stream the node closed is answered no more: a refresh on it after its
+        // Close is a protocol error at the node, which drops the connection. That
+        // covers a request closed in this same batch and one still waiting for the
+        // application's image.
+        let mut closed = std::collections::HashSet::new();
         for sid in closes {
+            closed.insert(sid);
             if let Some(id) = self.by_stream.remove(&sid) {
                 self.items[id].stream = None;
                 self.events.push(PublisherEvent::Closed { item: id });
             }
         }
+        if !closed.is_empty() && !self.pending_requests.is_empty() {
+            self.pending_requests.retain(|_, sid| !closed.contains(sid));
+        }
         for (sid, name) in requests {
+            if closed.contains(&sid) {
+                continue;
+            }
             if let Some(&id) = self.by_stream.get(&sid) {
                 // The node wants a fresh image of an open item (cache off, re-request).
                 self.send_refresh(id, true)?;

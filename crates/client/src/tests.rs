@@ -913,6 +913,46 @@ fn an_interactive_publisher_session_is_asked_answers_and_is_told_when_nobody_wat
     assert!(!lab.session.is_open(id));
 }
 
+/// A subscriber of the node's that asks for `name` on stream 1 and closes it at once.
+fn ask_and_close(lab: &mut PubLab, name: &str) {
+    let sub = lab.subscribe(name);
+    let mut frame = Vec::new();
+    Message::Close { stream_id: 1 }.encode(&mut frame).unwrap();
+    lab.core.on_frame(sub, &frame, lab.now);
+}
+
+/// The node closes a request before the image arrives (its only subscriber left): the
+/// image is not sent on the closed stream, which the node takes as a protocol error and
+/// drops the publisher for; the next request is answered as ever.
+#[test]
+fn a_request_the_node_closes_before_its_answer_is_not_answered() {
+    let mut lab = PubLab::new(true);
+    lab.connect();
+    // Asked, told to the application, closed before it answers.
+    let sub = lab.subscribe("A");
+    assert_eq!(
+        lab.pump(),
+        [crate::PublisherEvent::Request { name: "A".into() }]
+    );
+    let mut frame = Vec::new();
+    Message::Close { stream_id: 1 }.encode(&mut frame).unwrap();
+    lab.core.on_frame(sub, &frame, lab.now);
+    assert_eq!(lab.pump(), []);
+    let id = lab.refresh("A", 100.0);
+    assert_eq!(lab.pump(), []);
+    assert!(!lab.session.is_open(id));
+    // Asked and closed in one read, for an item the publisher has.
+    ask_and_close(&mut lab, "A");
+    lab.pump();
+    assert!(!lab.session.is_open(id));
+    // Still the service's publisher: a new request is answered from the image.
+    let sub = lab.subscribe("A");
+    lab.pump();
+    assert!(lab.session.is_open(id));
+    let got = lab.received(sub);
+    assert!(got.contains(&ok_refresh(0, true)), "{got:?}");
+}
+
 #[test]
 fn a_publisher_session_re_images_everything_after_a_reconnect() {
     let (mut lab, id, sub) = PubLab::publishing_a_to_a_subscriber();
