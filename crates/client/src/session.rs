@@ -73,6 +73,11 @@ pub struct Connection {
 /// the client hold every one of them.
 pub const MAX_UNREAD_OUTPUT: usize = 256 << 20;
 
+/// Input and output buffers keep up to this much memory once empty: what one large
+/// frame, a burst, or every image sent again after a reconnect made them grow to is
+/// released, not held for the life of the connection.
+const KEEP_BUFFER: usize = 256 * 1024;
+
 /// Frame payloads go up to this size before the Welcome says the node's maximum.
 const FIRST_MAX_FRAME: usize = tickwire_proto::DEFAULT_MAX_FRAME;
 
@@ -122,6 +127,7 @@ impl Connection {
     pub fn sent(&mut self, n: usize, now: Instant) {
         if n > 0 {
             self.writer.consume(n);
+            self.writer.shrink_if_idle(KEEP_BUFFER);
             self.last_tx = now;
         }
     }
@@ -188,6 +194,10 @@ impl Connection {
         if self.after_welcome_ready {
             self.after_welcome_ready = false;
             return Ok(Some(&self.after_welcome));
+        }
+        if self.reader.buffered() == 0 {
+            self.reader.shrink_if_idle(KEEP_BUFFER);
+            return Ok(None);
         }
         Ok(self.reader.next_frame()?)
     }
@@ -381,6 +391,32 @@ mod welcome_tests {
         // Whole: taken as a frame (whose bytes are not a message: that is the caller's).
         assert_eq!(c.next_frame().unwrap().map(|f| f.len()), Some(payload));
         assert!(c.wants_input());
+    }
+
+    /// A large frame in and a large burst out leave the connection's buffers at
+    /// [`KEEP_BUFFER`] once they are empty again, not at the size they grew to.
+    #[test]
+    fn buffers_grown_by_a_large_frame_are_released_once_empty() {
+        let mut c = welcomed_connection(16 << 20);
+        let now = Instant::now();
+        let payload = 6 << 20;
+        let mut frame = (payload as u32).to_be_bytes().to_vec();
+        frame.resize(4 + payload, 0);
+        for chunk in frame.chunks(64 * 1024) {
+            c.receive(chunk, now);
+        }
+        assert_eq!(c.next_frame().unwrap().map(|f| f.len()), Some(payload));
+        assert!(c.next_frame().unwrap().is_none());
+        let held = c.spare(0).len();
+        assert!(held <= KEEP_BUFFER, "{held} bytes held for no input");
+        for _ in 0..100 {
+            c.writer().push(&Message::Files(&[7; 60_000])).unwrap();
+        }
+        let n = c.transmit().len();
+        assert!(n > 6_000_000);
+        c.sent(n, now);
+        let held = c.writer.capacity();
+        assert!(held <= KEEP_BUFFER, "{held} bytes held for no output");
     }
 
     /// A peer posing as a node cannot make the connection take frames above the
