@@ -27,7 +27,7 @@ pub(crate) struct PostArgs {
     #[arg(long)]
     json: bool,
     /// Give up (exit status 3) if no answer came within this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 15.0)]
+    #[arg(long, value_name = "SECONDS", default_value = "15", value_parser = crate::subscribe::seconds)]
     timeout: f64,
     /// Field dictionary file (default: the built-in MarketPrice dictionary).
     #[arg(long, value_name = "FILE")]

@@ -40,7 +40,7 @@ pub(crate) struct PublishArgs {
     #[arg(long)]
     pub interactive: bool,
     /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = crate::subscribe::seconds)]
     pub duration: Option<f64>,
     /// Seed of the random walk (same seed, same prices).
     #[arg(long, default_value_t = 1)]

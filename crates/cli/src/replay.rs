@@ -27,7 +27,7 @@ pub(crate) struct ReplayArgs {
     #[arg(long, value_name = "N")]
     count: Option<u64>,
     /// Give up (exit status 3) if --count messages have not arrived within this many seconds.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = crate::subscribe::seconds)]
     timeout: Option<f64>,
     /// Field dictionary file (default: the built-in MarketPrice dictionary).
     #[arg(long, value_name = "FILE")]

@@ -44,7 +44,7 @@ pub(crate) struct SubscribeArgs {
     #[arg(long, value_name = "BYTES")]
     pub(crate) receive_buffer: Option<usize>,
     /// Give up (exit status 3) if --count messages have not arrived within this many seconds.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub(crate) timeout: Option<f64>,
     /// Set by `tickwire replay`: start with the items' history.
     #[arg(skip)]
@@ -62,6 +62,20 @@ impl std::fmt::Display for Exit {
 }
 
 impl std::error::Error for Exit {}
+
+/// The longest time a flag in seconds takes: ten years.
+const LONGEST_SECONDS: f64 = 315_360_000.0;
+
+/// A flag's number of seconds, from 0 to [`LONGEST_SECONDS`]: a negative, infinite or
+/// larger one is no time a clock can count to.
+pub(crate) fn seconds(s: &str) -> Result<f64, String> {
+    // (clap's message names the flag and the value before this.)
+    let range = format!("give a number of seconds from 0 to {LONGEST_SECONDS} (ten years)");
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=LONGEST_SECONDS).contains(&v) => Ok(v),
+        _ => Err(range),
+    }
+}
 
 /// The dictionary in `path`, or the built-in MarketPrice dictionary.
 pub(crate) fn load_dictionary(path: Option<&std::path::Path>) -> Result<Dictionary> {

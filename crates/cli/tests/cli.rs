@@ -539,6 +539,59 @@ fn a_bad_flag_value_names_the_flag_and_the_key_it_sets() {
     }
 }
 
+/// A number of seconds no clock can count to (negative, infinite, not a number, past
+/// what a time-out can hold) is refused naming the flag, before anything is connected:
+/// it used to end the command in a panic once it was.
+#[test]
+fn a_number_of_seconds_out_of_range_is_refused_naming_the_flag() {
+    let node = Node::start(&[]);
+    let addr = node.addr_str();
+    let a = addr.as_str();
+    for (args, flag) in [
+        (
+            &["subscribe", "--node", a, "--timeout", "1e30", "X"][..],
+            "--timeout",
+        ),
+        (
+            &["subscribe", "--node", a, "--timeout=-1", "X"],
+            "--timeout",
+        ),
+        (
+            &["subscribe", "--node", a, "--timeout", "NaN", "X"],
+            "--timeout",
+        ),
+        (
+            &[
+                "replay",
+                "--node",
+                a,
+                "--from",
+                "1",
+                "--timeout",
+                "inf",
+                "X",
+            ],
+            "--timeout",
+        ),
+        (
+            &["post", "--node", a, "--timeout", "1e30", "X", "BID=1"],
+            "--timeout",
+        ),
+        (
+            &["publish", "--node", a, "--items", "1", "--duration", "1e30"],
+            "--duration",
+        ),
+    ] {
+        let out = run(args, T);
+        assert_eq!(out.code(), Some(2), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains(flag) && out.stderr.contains("number of seconds"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+}
+
 /// The first record of a JSON log that `pred` picks; panics naming `what` if none does.
 fn json_record(log: &str, what: &str, pred: impl Fn(&Json) -> bool) -> Json {
     log.lines()
