@@ -118,7 +118,14 @@ fn fields_text(dict: &Dictionary, fields: FieldList<'_>) -> String {
             None => out.push_str(&fid.to_string()),
         }
         out.push('=');
-        out.push_str(&v.to_string());
+        match v {
+            // A publisher's text: shown without the characters that would write on the
+            // terminal or forge a line of output.
+            Value::Ascii(text) | Value::Utf8(text) => {
+                out.push_str(&tickwire_files::name::printable(text))
+            }
+            v => out.push_str(&v.to_string()),
+        }
     }
     out
 }
@@ -165,5 +172,39 @@ pub(crate) fn event_line(dict: &Dictionary, e: &EventRef<'_>) -> String {
             Some(code) => format!("NAK     post {} {} {:?}", a.post_id, code.name(), a.text),
         },
         EventRef::Files(body) => format!("FILES   {} bytes", body.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tickwire_client::ItemRef;
+    use tickwire_proto::{encode_field_list, Update, UpdateType};
+
+    #[test]
+    fn a_publishers_text_cannot_write_on_the_terminal_or_forge_a_line() {
+        let text = "X\nUPDATE  FEED/Y seq=9 Quote BID=1\u{1b}[2J\u{202e}";
+        let fields = encode_field_list([(3, Value::Utf8(text))]);
+        let e = EventRef::Update(
+            ItemRef {
+                stream: 1,
+                service: "FEED",
+                name: "X",
+            },
+            Update {
+                stream_id: 1,
+                seq: 1,
+                update_type: UpdateType::Quote,
+                do_not_conflate: false,
+                conflation_count: 1,
+                fields: FieldList::decode(&fields).unwrap(),
+            },
+        );
+        let line = event_line(&Dictionary::market_price(), &e);
+        assert!(!line.contains(['\n', '\u{1b}', '\u{202e}']), "{line:?}");
+        assert!(
+            line.ends_with("X\\u{a}UPDATE  FEED/Y seq=9 Quote BID=1\\u{1b}[2J\\u{202e}"),
+            "{line:?}"
+        );
     }
 }
