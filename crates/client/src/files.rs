@@ -193,7 +193,12 @@ pub fn send_files(
         let Some(oldest) = flying.values().min_by_key(|u| u.heard) else {
             return Ok(());
         };
-        let (deadline, index) = (oldest.heard + timeout, oldest.index);
+        // (A time-out too long to add, `Duration::MAX` say, is a century.)
+        let deadline = oldest
+            .heard
+            .checked_add(timeout)
+            .unwrap_or_else(|| crate::driver::deadline_after(timeout));
+        let index = oldest.index;
         let Some(body) = next_files(sub, deadline)? else {
             let u = &flying
                 .values()
