@@ -145,7 +145,9 @@ pub(crate) fn run(args: SubscribeArgs) -> Result<()> {
                 return;
             }
             if let EventRef::Status(_, s) = &e {
-                if matches!(s.state.stream, StreamState::Closed) {
+                // Closed-recover too: a snapshot the node ends so (shutting down) got
+                // no image. (A streaming stream's is shown open/suspect: it recovers.)
+                if s.state.stream != StreamState::Open {
                     failed = true;
                 }
             }

@@ -332,6 +332,65 @@ fn assert_closed_with_exit_1(addr: &str, service: &str, item: &str) {
     );
 }
 
+/// A snapshot the node ends closed-recover, without its image (the node stops while
+/// the item waits for its publisher), is no answer: exit status 1, as for a closed one.
+#[test]
+fn a_snapshot_ended_by_a_stopping_node_exits_1() {
+    use std::io::BufRead;
+    let node = Node::start(&[]);
+    // A publisher that announces FEED down and publishes nothing.
+    let mut feed = RawConn::connect(node.addr);
+    feed.send(&common::encode(&[
+        common::login(Role::Publisher),
+        tickwire_proto::Message::Directory(tickwire_proto::Directory {
+            services: vec![tickwire_proto::ServiceEntry {
+                name: "FEED",
+                state: tickwire_proto::ServiceState::Down,
+                interactive: false,
+                item_count: 0,
+            }],
+        }),
+    ]))
+    .unwrap();
+    let mut sub = common::tickwire()
+        .args([
+            "subscribe",
+            "--node",
+            &node.addr_str(),
+            "--snapshot",
+            "SYM0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = sub.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    // The item waits for its service, open/suspect.
+    let first = rx.recv_timeout(T);
+    if !first.as_ref().is_ok_and(|l| l.contains("waiting")) {
+        let _ = sub.kill();
+        panic!("no waiting status: {first:?}");
+    }
+    node.proc.signal(libc::SIGTERM);
+    let status = common::wait_timeout(&mut sub, T);
+    let _ = sub.kill();
+    let lines: Vec<String> = rx.try_iter().collect();
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains("closed-recover")),
+        "{lines:?}"
+    );
+}
+
 #[test]
 fn subscribe_unknown_item_is_closed_with_exit_1() {
     let node = Node::start(&[]);
