@@ -20,6 +20,9 @@ use tickwire_proto::{FieldList, Role, ServiceState};
 pub struct Subscriber {
     driver: Driver<SubscriberSession>,
     ready: VecDeque<Event>,
+    /// The error that ended a `next_event` call which had events in hand: returned
+    /// once they are.
+    ended_by: Option<ClientError>,
 }
 
 impl Subscriber {
@@ -42,6 +45,7 @@ impl Subscriber {
         Ok(Subscriber {
             driver,
             ready: VecDeque::new(),
+            ended_by: None,
         })
     }
 
@@ -172,9 +176,19 @@ impl Subscriber {
         if let Some(e) = self.ready.pop_front() {
             return Ok(Some(e));
         }
+        if let Some(err) = self.ended_by.take() {
+            return Err(err);
+        }
         let mut got = VecDeque::new();
-        self.dispatch(timeout, |e| got.push_back(Event::from(&e)))?;
+        let res = self.dispatch(timeout, |e| got.push_back(Event::from(&e)));
         self.ready = got;
+        if let Err(err) = res {
+            // What came before the end (the node's last words among it) goes first.
+            if self.ready.is_empty() {
+                return Err(err);
+            }
+            self.ended_by = Some(err);
+        }
         Ok(self.ready.pop_front())
     }
 

@@ -88,3 +88,67 @@ fn an_ended_publisher_refuses_what_needs_the_node() {
         "an update was taken"
     );
 }
+
+/// What the node sent before it closed the connection reaches `next_event` before the
+/// error that ended the session: its last update and its reason, then the error.
+#[test]
+fn next_event_delivers_what_came_before_the_end_then_the_error() {
+    use std::io::{Read, Write};
+    use tickwire_proto::{FrameWriter, Message, State, Status, Update};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let node = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        fake_node::welcome_the_login(&mut s, Duration::from_secs(2), 30_000, 64 << 20, "brief");
+        // Once the subscriber asked for its item: an update, then the end.
+        rx.recv().unwrap();
+        let _ = s.read(&mut [0u8; 4096]);
+        let fields = encode_field_list([(22, Value::Int(1))]);
+        let mut w = FrameWriter::new(1 << 20);
+        w.push(&Message::Update(Update::new(
+            1,
+            7,
+            UpdateType::Quote,
+            FieldList::from_trusted(&fields),
+        )))
+        .unwrap();
+        w.push(&Message::Status(Status {
+            stream_id: 0,
+            state: State::closed(tickwire_proto::code::SHUTDOWN, "going away"),
+        }))
+        .unwrap();
+        s.write_all(w.sealed_bytes()).unwrap();
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    });
+    let mut opts = ConnectOptions::new(addr);
+    opts.reconnect = false;
+    let mut sub = Subscriber::connect(opts).expect("subscriber connects");
+    sub.subscribe("FEED", "X", RequestOptions::default())
+        .unwrap();
+    sub.flush(Duration::from_secs(2)).unwrap();
+    tx.send(()).unwrap();
+    node.join().unwrap();
+    let mut got = Vec::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    let err = loop {
+        assert!(Instant::now() < end, "no end: {got:?}");
+        match sub.next_event(Duration::from_millis(100)) {
+            Ok(Some(e)) => got.push(e),
+            Ok(None) => {}
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(
+            got.first(),
+            Some(tickwire_client::Event::Update { seq: 7, .. })
+        ),
+        "{got:?}"
+    );
+    assert!(
+        got.iter().any(|e| matches!(e, tickwire_client::Event::Status { stream: 0, state, .. } if state.text == "going away")),
+        "{got:?}"
+    );
+    assert!(err.to_string().contains("going away"), "{err}");
+}
