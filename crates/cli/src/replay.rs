@@ -24,7 +24,7 @@ pub(crate) struct ReplayArgs {
     #[arg(long)]
     json: bool,
     /// Exit (status 0) after this many messages, history and live together.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
     /// Give up (exit status 3) if --count messages have not arrived within this many seconds.
     #[arg(long, value_name = "SECONDS", value_parser = crate::subscribe::seconds)]

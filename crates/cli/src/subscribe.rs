@@ -23,7 +23,7 @@ pub(crate) struct SubscribeArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// Exit (status 0) after this many messages.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) count: Option<u64>,
     /// Ask for one refresh per item; exit once every item has answered.
     #[arg(long)]

@@ -651,6 +651,44 @@ fn a_number_of_seconds_out_of_range_is_refused_naming_the_flag() {
     }
 }
 
+/// `--count 0` is refused naming the flag: it printed a message and exited 0 as if
+/// one had been asked for.
+#[test]
+fn a_count_of_0_is_refused_naming_the_flag() {
+    let node = Node::start(&[]);
+    let addr = node.addr_str();
+    let a = addr.as_str();
+    for args in [
+        &[
+            "subscribe",
+            "--node",
+            a,
+            "--count",
+            "0",
+            "--timeout",
+            "5",
+            "X",
+        ][..],
+        &[
+            "replay",
+            "--node",
+            a,
+            "--from",
+            "1",
+            "--count",
+            "0",
+            "--timeout",
+            "5",
+            "X",
+        ],
+    ] {
+        let out = run(args, T);
+        assert_eq!(out.code(), Some(2), "{args:?}: {out:?}");
+        assert!(out.stderr.contains("--count"), "{args:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
+    }
+}
+
 /// The first record of a JSON log that `pred` picks; panics naming `what` if none does.
 fn json_record(log: &str, what: &str, pred: impl Fn(&Json) -> bool) -> Json {
     log.lines()
