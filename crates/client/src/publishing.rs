@@ -676,6 +676,7 @@ impl PublisherSession {
     /// The Welcome is in: the service down, every image, then the service as wanted.
     fn welcome(&mut self) -> Result<(), ClientError> {
         self.welcomed = true;
+        let before = self.link.pending_output();
         let first = self.link.connections() == 1;
         self.announce(if first { self.service_up } else { false })?;
         // Every item on its own stream is (re-)imaged, unsolicited.
@@ -688,6 +689,11 @@ impl PublisherSession {
                 self.announce(true)?;
             }
             self.events.push(PublisherEvent::Reconnected);
+        }
+        // Every image is owed, however many: not held against the node as unread.
+        let queued = self.link.pending_output().saturating_sub(before);
+        if let Some(c) = self.link.connection() {
+            c.owe(queued);
         }
         Ok(())
     }

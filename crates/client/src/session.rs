@@ -64,6 +64,9 @@ pub struct Connection {
     /// Output the node may leave unread before the connection fails
     /// ([`Connection::check_output`]).
     pub max_unread_output: usize,
+    /// Output this side queued of its own accord and not yet written (a publisher's
+    /// images sent again after a reconnect): allowed beyond `max_unread_output`.
+    owed: usize,
 }
 
 /// Output a node may leave unread (256 MiB) by default. Far above what a node that
@@ -105,6 +108,7 @@ impl Connection {
             after_welcome_ready: false,
             max_buffered: 4 * 1024 * 1024,
             max_unread_output: MAX_UNREAD_OUTPUT,
+            owed: 0,
         })
     }
 
@@ -127,6 +131,7 @@ impl Connection {
     pub fn sent(&mut self, n: usize, now: Instant) {
         if n > 0 {
             self.writer.consume(n);
+            self.owed = self.owed.saturating_sub(n);
             self.writer.shrink_if_idle(KEEP_BUFFER);
             self.last_tx = now;
         }
@@ -137,11 +142,17 @@ impl Connection {
         self.writer.pending_len()
     }
 
+    /// `bytes` more of the output queued are this side's own (see [`Connection::check_output`]).
+    pub(crate) fn owe(&mut self, bytes: usize) {
+        self.owed = self.owed.saturating_add(bytes);
+    }
+
     /// An error when more output waits than `max_unread_output`: what the node asked
-    /// for (images, answers to its pings) piles up because it does not read it.
+    /// for (images, answers to its pings) piles up because it does not read it. What
+    /// this side queued of its own accord ([`Connection::owe`]) is allowed on top.
     pub fn check_output(&self) -> Result<(), ClientError> {
         let waiting = self.writer.pending_len();
-        if waiting > self.max_unread_output {
+        if waiting > self.max_unread_output.saturating_add(self.owed) {
             return Err(ClientError::Disconnected(format!(
                 "the node does not read what this connection sends: {waiting} bytes wait \
                  (at most {})",

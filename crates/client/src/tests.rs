@@ -1100,6 +1100,37 @@ fn a_node_that_asks_for_images_and_reads_none_cannot_make_the_publisher_hold_the
     assert!(e.to_string().contains("does not read"), "{e}");
 }
 
+/// The images a publisher sends again after a reconnect are its own to send, not what
+/// a node asked for and left unread: more of them than the unread bound (256 MiB by
+/// default, which a service of a million items passes) still go out, where the
+/// connection failed at once, and again at every reconnect.
+#[test]
+fn images_sent_again_after_a_reconnect_may_exceed_the_unread_output_bound() {
+    let mut lab = PubLab::new(false);
+    lab.connect();
+    let big = "x".repeat(50_000);
+    let image = encode_field_list([(3, Value::Ascii(&big))]);
+    for i in 0..100 {
+        lab.session
+            .publish_refresh(&format!("I{i}"), FieldList::from_trusted(&image))
+            .unwrap();
+        lab.pump();
+    }
+    lab.core.on_disconnect(lab.conn.take().unwrap(), lab.now);
+    lab.session
+        .connection_lost(ClientError::Disconnected("test".into()), lab.now)
+        .unwrap();
+    lab.session.take_events();
+    lab.now += Duration::from_millis(100);
+    lab.session.connecting(lab.now).unwrap();
+    // 5 MB of images against a bound of 1 MiB.
+    lab.session.connection().unwrap().max_unread_output = 1 << 20;
+    lab.conn = Some(lab.core.connect("publisher", lab.now));
+    lab.to_core = FrameReader::new(1 << 20);
+    assert_eq!(lab.pump(), [crate::PublisherEvent::Reconnected]);
+    assert!(lab.core.cached_image("FEED", "I99").is_some(), "re-imaged");
+}
+
 /// A request that cannot be encoded (a name longer than the protocol takes) is refused
 /// when made, connected or not: held for later, it failed every reconnection, and the
 /// other streams never came back.
