@@ -112,7 +112,9 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
                     o["fields"] = fields_json(&dict, m.fields);
                 }
             }
-            writeln!(out, "{o}")?;
+            if let Err(e) = writeln!(out, "{o}") {
+                return reader_gone(e);
+            }
         }
         if let Some(stop) = &scan.stopped {
             if last && stop.torn {
@@ -133,9 +135,20 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
             }
         }
     }
-    out.flush()?;
+    if let Err(e) = out.flush() {
+        return reader_gone(e);
+    }
     if corrupt {
         return Err(Exit(1).into());
     }
     Ok(())
+}
+
+/// A reader that stopped reading (`| head`) ends the listing quietly, as it ends
+/// `subscribe`; any other write error is one.
+fn reader_gone(e: std::io::Error) -> Result<()> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return Ok(());
+    }
+    Err(e.into())
 }

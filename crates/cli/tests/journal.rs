@@ -930,3 +930,37 @@ fn journal_inspect_judges_segments_as_the_node_does() {
         out.stderr
     );
 }
+
+/// `journal inspect DIR | head` ends quietly, with status 0, when its reader stops
+/// reading, as `subscribe` does: it failed with "Broken pipe".
+#[test]
+fn journal_inspect_ends_quietly_when_its_reader_stops_reading() {
+    let (dir, _cfg, node) = node_journaling_updates("closed-pipe");
+    let addr = node.addr_str();
+    let _feed = Proc::spawn(&["publish", "--node", &addr, "--items", "3", "--rate", "0"]);
+    wait_for_image(node.addr, "FEED", "SYM2", T).expect("the feed");
+    let journaled = || {
+        inspect(dir.path())
+            .iter()
+            .any(|r| r["stream"] == "update" && r["item"] == "SYM2")
+    };
+    let deadline = Instant::now() + T;
+    while !journaled() {
+        assert!(Instant::now() < deadline, "SYM2's image never journaled");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut child = tickwire()
+        .args(["journal", "inspect", dir.path()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes before the first line is written.
+    drop(child.stdout.take());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let status = wait_timeout(&mut child, T);
+    let _ = child.kill();
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
