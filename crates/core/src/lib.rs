@@ -240,6 +240,9 @@ pub struct Stats {
     pub heartbeat_timeouts: u64,
     /// Updates for streams the node does not know (dropped).
     pub updates_on_unknown_streams: u64,
+    /// Refreshes for node streams not open (dropped): mostly answers that crossed the
+    /// node's Close of the request on the way.
+    pub refreshes_on_closed_streams: u64,
     /// Logins refused (credentials, entitlement, protocol version, a loop).
     pub logins_refused: u64,
     /// Logins whose secret or token failed its check (each counts for the throttle).
@@ -2360,8 +2363,15 @@ impl Node {
         let h = match known {
             Some(h) => h,
             None => {
+                // A stream of the node's not open: the node closed the request while its
+                // answer was on the way (a subscriber left at once). The publisher could
+                // not know: the refresh is dropped, as an update would be.
+                if r.stream_id >= NODE_STREAM_BASE {
+                    self.stats.refreshes_on_closed_streams += 1;
+                    return;
+                }
                 // A non-interactive publisher pushing an item on a stream of its own.
-                if r.stream_id >= NODE_STREAM_BASE || r.stream_id == 0 {
+                if r.stream_id == 0 {
                     self.stats.protocol_disconnects += 1;
                     let text = format!(
                         "refresh on stream {} which the node never opened",

@@ -643,6 +643,32 @@ fn interactive_publisher_is_asked_for_items_and_told_when_the_last_subscriber_cl
     assert_eq!(h.node.item_count(), 0);
 }
 
+/// A subscriber that leaves before an interactive publisher answered: the node closes
+/// the request, and the answer that crossed the close is dropped (and counted), not
+/// taken for a protocol error that dropped the publisher and every subscriber with it.
+#[test]
+fn an_answer_that_crossed_the_nodes_close_is_dropped_and_the_publisher_stays() {
+    let mut h = Harness::new(true);
+    let p = h.publisher("FEED", true);
+    let a = h.login(Role::Subscriber);
+    h.request(a, 1, "FEED", "X", true, None);
+    let Some(Got::Request { sid: psid, .. }) = h
+        .recv(p)
+        .into_iter()
+        .find(|m| matches!(m, Got::Request { .. }))
+    else {
+        panic!("asked of the publisher")
+    };
+    h.send(a, &[Message::Close { stream_id: 1 }]);
+    assert_eq!(h.recv(p), vec![Got::Close { sid: psid }]);
+    h.send(p, &[refresh(psid, 1, "X", &bid_ask(1, 2), true)]);
+    assert!(h.node.publishes(p, "FEED"), "still the publisher");
+    assert_eq!(h.node.stats().refreshes_on_closed_streams, 1);
+    // Stream 0 is never an item's.
+    h.send(p, &[refresh(0, 1, "X", &bid_ask(1, 2), true)]);
+    assert!(!h.node.publishes(p, "FEED"), "a protocol error");
+}
+
 /// A publisher that lets go of one of its services (an upstream link whose upstream
 /// removed it): its streams of that service close at it and turn suspect at the
 /// subscribers, its other services stay its own, and the service is taken again (and

@@ -342,6 +342,12 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
         "Updates from publishers on streams the node does not know",
         s.updates_on_unknown_streams,
     );
+    counter(
+        r,
+        "refreshes_on_closed_streams",
+        "Refreshes from publishers on streams the node had closed (answers that crossed the close)",
+        s.refreshes_on_closed_streams,
+    );
 
     // Slow consumers.
     counter(
