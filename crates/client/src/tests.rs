@@ -1186,18 +1186,36 @@ fn a_repeated_recoverable_close_asks_for_the_stream_again_once() {
     lab.session.poll_events(lab.now, |_, _| {}).unwrap();
     lab.now += Duration::from_millis(500);
     lab.session.handle_timeout(lab.now).unwrap();
+    assert_eq!(requests_waiting(&mut lab, a), 1);
+}
+
+/// Requests for stream `sid` the session has to send.
+fn requests_waiting(lab: &mut Lab, sid: u32) -> usize {
     let sent = lab.session.connection().unwrap().transmit().to_vec();
     let mut reader = FrameReader::new(1 << 20);
     reader.extend(&sent);
     let mut requests = 0;
     while let Some(f) = reader.next_frame().unwrap() {
         for m in tickwire_proto::MessageIter::new(f) {
-            if matches!(m.unwrap().message, Message::Request(r) if r.stream_id == a) {
+            if matches!(m.unwrap().message, Message::Request(r) if r.stream_id == sid) {
                 requests += 1;
             }
         }
     }
-    assert_eq!(requests, 1);
+    requests
+}
+
+/// A stream closed while it waits to be asked for again is not asked for (its place
+/// in the list is left to be passed over).
+#[test]
+fn a_stream_closed_while_it_waits_to_be_asked_again_is_not_asked_for() {
+    let (mut lab, a) = Lab::watching_a();
+    lab.receive(&[closed_recover(a)]);
+    lab.session.poll_events(lab.now, |_, _| {}).unwrap();
+    lab.session.unsubscribe(a).unwrap();
+    lab.now += Duration::from_millis(500);
+    lab.session.handle_timeout(lab.now).unwrap();
+    assert_eq!(requests_waiting(&mut lab, a), 0);
 }
 
 /// After a reconnection to a node that does not know the service yet, the streams wait
