@@ -148,6 +148,10 @@ pub struct SubscriberSession {
     recover: Vec<(u32, Instant)>,
     /// After a reconnect: streams waiting for their service to appear in the directory.
     held: Vec<u32>,
+    /// A stream was held or the directory changed since `held` was last looked at:
+    /// it is walked then only, not at every poll (100,000 streams of a service that
+    /// never comes back would be walked at each).
+    held_look: bool,
     /// Ids of ended streams to hand out again (`reuse_stream_ids`); `None`: every id
     /// is new.
     ids: Option<IdPool>,
@@ -167,6 +171,7 @@ impl SubscriberSession {
             directory: BTreeMap::new(),
             recover: Vec::new(),
             held: Vec::new(),
+            held_look: false,
             ids: None,
         }
     }
@@ -199,6 +204,7 @@ impl SubscriberSession {
                 self.held.push(sid as u32);
             }
         }
+        self.held_look = true;
         Ok(())
     }
 
@@ -300,6 +306,7 @@ impl SubscriberSession {
             if self.link.is_connected() {
                 w.held = true;
                 self.held.push(sid);
+                self.held_look = true;
             }
         }
         if self.watch.len() <= sid as usize {
@@ -474,6 +481,7 @@ impl SubscriberSession {
             recover: &mut self.recover,
             recover_at: now + recover_delay,
             ids: self.ids.as_mut(),
+            directory_changed: &mut self.held_look,
         };
         // Pings are answered after the frames (which borrow the connection's input).
         let mut pings = Vec::new();
@@ -495,12 +503,13 @@ impl SubscriberSession {
 
     /// Sends the held requests whose service the directory now lists.
     fn release_held(&mut self) -> Result<(), ClientError> {
-        if self.held.is_empty() {
+        if self.held.is_empty() || !self.held_look {
             return Ok(());
         }
         let Some(conn) = self.link.connection() else {
             return Ok(());
         };
+        self.held_look = false;
         let (watch, directory, services) = (&mut self.watch, &self.directory, &self.services);
         let mut err = None;
         self.held.retain(|&sid| {
@@ -611,6 +620,8 @@ struct Ctx<'s> {
     recover: &'s mut Vec<(u32, Instant)>,
     recover_at: Instant,
     ids: Option<&'s mut IdPool>,
+    /// Set when a Directory comes.
+    directory_changed: &'s mut bool,
 }
 
 impl Ctx<'_> {
@@ -747,6 +758,7 @@ fn handle_payload(
                 }
             }
             Message::Directory(d) => {
+                *ctx.directory_changed = true;
                 for e in &d.services {
                     if e.state == ServiceState::Removed {
                         ctx.directory.remove(e.name);
