@@ -93,15 +93,14 @@ pub(crate) fn run_feed(
         .enumerate()
         .map(|(i, n)| (n, i))
         .collect();
-    // Publisher item id -> instrument index, for the items currently live.
-    let mut live: Vec<(usize, usize)> = Vec::new();
+    let mut live = LiveItems::default();
     let mut buf = Vec::with_capacity(256);
     if !args.interactive {
         for (i, inst) in instruments.iter().enumerate() {
             buf.clear();
             inst.write_image(&mut buf);
             let id = publisher.publish_refresh(&inst.name, FieldList::from_trusted(&buf))?;
-            live.push((id, i));
+            live.add(id, i);
             if i % 1000 == 999 {
                 keep_up(&mut publisher)?;
             }
@@ -146,13 +145,11 @@ pub(crate) fn run_feed(
                         buf.clear();
                         instruments[i].write_image(&mut buf);
                         let id = publisher.publish_refresh(&name, FieldList::from_trusted(&buf))?;
-                        if !live.iter().any(|&(l, _)| l == id) {
-                            live.push((id, i));
-                        }
+                        live.add(id, i);
                     }
                     None => publisher.reject_request(&name, "no such item in this feed")?,
                 },
-                PublisherEvent::Closed { item } => live.retain(|&(id, _)| id != item),
+                PublisherEvent::Closed { item } => live.remove(item),
                 PublisherEvent::Disconnected { reason } => log::warn!("publisher: {reason}"),
                 PublisherEvent::Reconnected => log::info!("publisher reconnected"),
                 PublisherEvent::Post(post) => {
@@ -179,7 +176,7 @@ pub(crate) fn run_feed(
         n = n.min(args.rate.max(1));
         let stamp = now_ns();
         for _ in 0..n {
-            let (id, i) = live[rng.below(live.len() as u64) as usize];
+            let (id, i) = live.items[rng.below(live.len() as u64) as usize];
             if instruments[i].step(&mut rng, stamp) {
                 buf.clear();
                 instruments[i].write_trade(&mut buf);
@@ -279,5 +276,64 @@ fn keep_up(publisher: &mut Publisher) -> std::result::Result<(), PublishError> {
             Ok(())
         }
         other => other,
+    }
+}
+
+/// The items live at the node: (publisher item id, instrument index), with where each
+/// id is, so that a request or a close costs the same however many are live.
+#[derive(Default)]
+struct LiveItems {
+    items: Vec<(usize, usize)>,
+    at: HashMap<usize, usize>,
+}
+
+impl LiveItems {
+    /// Item `id` (instrument `i`) is live; once, however often it is asked for.
+    fn add(&mut self, id: usize, i: usize) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.at.entry(id) {
+            e.insert(self.items.len());
+            self.items.push((id, i));
+        }
+    }
+
+    /// Item `id` is no longer live.
+    fn remove(&mut self, id: usize) {
+        let Some(pos) = self.at.remove(&id) else {
+            return;
+        };
+        self.items.swap_remove(pos);
+        if let Some(&(moved, _)) = self.items.get(pos) {
+            self.at.insert(moved, pos);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LiveItems;
+
+    #[test]
+    fn live_items_are_each_held_once_and_removed_wherever_they_are() {
+        let mut live = LiveItems::default();
+        for id in [10, 11, 12, 11] {
+            live.add(id, id * 2);
+        }
+        assert_eq!(live.len(), 3, "an item asked for twice is live once");
+        live.remove(10); // the last takes its place
+        live.remove(99); // not live: nothing
+        assert_eq!(live.items, [(12, 24), (11, 22)]);
+        live.remove(11);
+        live.remove(12);
+        assert!(live.is_empty() && live.at.is_empty());
+        live.add(11, 22);
+        assert_eq!(live.items, [(11, 22)]);
     }
 }
