@@ -25,7 +25,7 @@ pub(crate) fn run(cmd: BackboneCommand) -> Result<()> {
                 .map_err(|()| anyhow!("--mac {mac:?}: blake3 or hmac-sha256"))?;
             let text = tickwire_backbone::auth::new_key_file(mac)
                 .map_err(|_| anyhow!("the system's random number generator failed"))?;
-            print!("{text}");
+            crate::stdout::text(&text)?;
             Ok(())
         }
     }

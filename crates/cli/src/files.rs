@@ -122,16 +122,20 @@ fn send(args: SendArgs) -> Result<()> {
         while let Some(Some(outcome)) = outcomes.get_mut(printed).map(Option::take) {
             let name = &names[printed];
             match outcome {
-                Ok(q) if args.json => println!(
-                    "{}",
-                    json!({"file": name, "transfer": format!("{:016x}", q.transfer), "sha256": hex::encode(q.sha256), "size": q.size})
-                ),
-                Ok(q) => println!(
-                    "queued {name} ({} bytes) as {:016x}, sha256 {}",
-                    q.size,
-                    q.transfer,
-                    hex::encode(q.sha256)
-                ),
+                // Sent whether or not the report is read.
+                Ok(q) if args.json => {
+                    let _ = crate::stdout::line(
+                        json!({"file": name, "transfer": format!("{:016x}", q.transfer), "sha256": hex::encode(q.sha256), "size": q.size}),
+                    );
+                }
+                Ok(q) => {
+                    let _ = crate::stdout::line(format_args!(
+                        "queued {name} ({} bytes) as {:016x}, sha256 {}",
+                        q.size,
+                        q.transfer,
+                        hex::encode(q.sha256)
+                    ));
+                }
                 Err(reason) => {
                     eprintln!(
                         "tickwire files send: {name}: refused by {}: {reason}",
@@ -187,7 +191,7 @@ fn status(args: StatusArgs) -> Result<()> {
         if args.json {
             // Escaped as the plain lines are (JSON lets C1 and bidi controls through).
             let line = status_json(s).to_string();
-            println!("{}", tickwire_files::name::printable_json(&line));
+            crate::stdout::line(tickwire_files::name::printable_json(&line))?;
         } else {
             // Sites, names and reasons come from other nodes: shown without the
             // characters that would write on the terminal or forge a line.
@@ -202,18 +206,18 @@ fn status(args: StatusArgs) -> Result<()> {
             } else {
                 format!(" ({})", printable(&s.reason))
             };
-            println!(
+            crate::stdout::line(format_args!(
                 "{:<8} {:<16} {} {} bytes  {}{reason}",
                 s.state,
                 site,
                 printable(&s.file),
                 s.size,
                 &hex::encode(s.sha256)[..16]
-            );
+            ))?;
         }
     }
     if list.is_empty() && !args.json {
-        println!("no files");
+        crate::stdout::line("no files")?;
     }
     Ok(())
 }

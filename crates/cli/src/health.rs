@@ -46,7 +46,7 @@ pub(crate) fn run(a: HealthArgs) -> Result<()> {
     let timeout = Duration::from_secs_f64(a.timeout.clamp(0.001, 86_400.0));
     let (status, body) =
         get(&addr, path, timeout).with_context(|| format!("no answer from http://{addr}{path}"))?;
-    print!("{body}");
+    crate::stdout::text(&body)?;
     if status != 200 {
         bail!("http://{addr}{path} answered {status}");
     }

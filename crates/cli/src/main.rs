@@ -14,6 +14,7 @@ mod node_args;
 mod post;
 mod publish;
 mod replay;
+mod stdout;
 mod subscribe;
 mod users;
 
@@ -268,7 +269,7 @@ fn with_flag(e: tickwire_node::ConfigError) -> String {
 fn run_node(args: NodeArgs) -> Result<()> {
     let cfg = node_config(&args)?;
     if args.print_config {
-        print!("{}", cfg.to_toml());
+        stdout::text(&cfg.to_toml())?;
         return Ok(());
     }
     let cache = cfg.node.cache;

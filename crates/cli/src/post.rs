@@ -94,7 +94,7 @@ pub(crate) fn run(args: PostArgs) -> Result<()> {
             }
         })?;
         if let Some((line, ok)) = answer {
-            println!("{line}");
+            crate::stdout::line(line)?;
             return if ok { Ok(()) } else { Err(Exit(1).into()) };
         }
     }

@@ -29,10 +29,11 @@ pub(crate) fn run(cmd: UsersCommand) -> Result<()> {
                 bail!("no secret on standard input (expected it on the first line)");
             }
             if token {
-                println!("token_hash = \"{}\"", tickwire_auth::hash_token(secret));
+                let hash = tickwire_auth::hash_token(secret);
+                crate::stdout::line(format_args!("token_hash = \"{hash}\""))?;
             } else {
                 let hash = tickwire_auth::hash_password(secret)?;
-                println!("password_hash = \"{hash}\"");
+                crate::stdout::line(format_args!("password_hash = \"{hash}\""))?;
             }
             Ok(())
         }

@@ -158,6 +158,37 @@ fn print_config_prints_toml_and_reflects_flags() {
     assert!(out.stdout.contains("cache = \"off\""), "{}", out.stdout);
 }
 
+/// Commands whose report goes to a reader already gone (`| head -0`) end with their own
+/// status, not a panic (status 101) at the first line.
+#[test]
+fn a_report_to_a_reader_gone_is_no_failure() {
+    for args in [
+        &["node", "--print-config"][..],
+        &["backbone", "keygen"],
+        &["users", "hash", "--token"],
+    ] {
+        // The reading end is closed before the command starts: its first write fails.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut child = common::tickwire()
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            let _ = stdin.write_all(b"a secret\n");
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn bad_config_files_are_named_with_the_offending_key() {
     let dir = std::env::temp_dir().join(format!("tickwire-cli-test-{}", std::process::id()));
