@@ -45,6 +45,14 @@ fn state_json(s: &tickwire_proto::State<'_>) -> Json {
     })
 }
 
+/// [`event_json`] as one line of text, with the characters JSON lets through that
+/// would act on a terminal (C1 controls, bidi overrides) escaped too, as in
+/// `files status --json`.
+pub(crate) fn event_json_line(dict: &Dictionary, e: &EventRef<'_>) -> String {
+    let line = event_json(dict, e).to_string();
+    tickwire_files::name::printable_json(&line).into_owned()
+}
+
 pub(crate) fn event_json(dict: &Dictionary, e: &EventRef<'_>) -> Json {
     match e {
         EventRef::Refresh(i, r) => json!({
@@ -206,5 +214,10 @@ mod tests {
             line.ends_with("X\\u{a}UPDATE  FEED/Y seq=9 Quote BID=1\\u{1b}[2J\\u{202e}"),
             "{line:?}"
         );
+        // As JSON: escaped as JSON (the override too), and the same text once parsed.
+        let json = event_json_line(&Dictionary::market_price(), &e);
+        assert!(!json.contains(['\n', '\u{1b}', '\u{202e}']), "{json:?}");
+        let parsed: Json = serde_json::from_str(&json).unwrap();
+        assert_eq!(parsed["fields"]["DSPLY_NAME"], text, "{json}");
     }
 }

@@ -1,6 +1,6 @@
 //! `tickwire post`: contribute values to an item and wait for the answer.
 
-use crate::json::{event_json, event_line};
+use crate::json::{event_json_line, event_line};
 use crate::subscribe::{load_dictionary, Exit};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
@@ -85,7 +85,7 @@ pub(crate) fn run(args: PostArgs) -> Result<()> {
             if let EventRef::Ack(a) = &e {
                 if a.post_id == POST_ID {
                     let line = if args.json {
-                        event_json(&dict, &e).to_string()
+                        event_json_line(&dict, &e)
                     } else {
                         event_line(&dict, &e)
                     };

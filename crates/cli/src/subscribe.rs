@@ -1,6 +1,6 @@
 //! `tickwire subscribe`: print every refresh, update and status of some items.
 
-use crate::json::{event_json, event_line};
+use crate::json::{event_json_line, event_line};
 use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
@@ -152,7 +152,7 @@ pub(crate) fn run(args: SubscribeArgs) -> Result<()> {
                 }
             }
             let line = if args.json {
-                event_json(&dict, &e).to_string()
+                event_json_line(&dict, &e)
             } else {
                 event_line(&dict, &e)
             };
