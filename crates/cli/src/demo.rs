@@ -16,7 +16,7 @@ use tickwire_proto::{fid, DataState, FieldList, ServiceState, Value};
 #[derive(clap::Args)]
 pub(crate) struct DemoArgs {
     /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = crate::subscribe::seconds)]
     duration: Option<f64>,
     /// Address of the embedded node; if it is taken, a free port is used instead.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]

@@ -671,6 +671,7 @@ fn a_number_of_seconds_out_of_range_is_refused_naming_the_flag() {
             &["publish", "--node", a, "--items", "1", "--duration", "1e30"],
             "--duration",
         ),
+        (&["demo", "--duration", "1e30"], "--duration"),
     ] {
         let out = run(args, T);
         assert_eq!(out.code(), Some(2), "{args:?}: {out:?}");
