@@ -242,6 +242,23 @@ impl Connection {
             self.on_upgrade(req, cfg, host);
             return;
         }
+        // The dashboard page is the same under any name; what the node says of itself
+        // (its figures, its items) is not for a page under another site's name.
+        let page = path == "/" || path == "/index.html";
+        if req.method == "GET" && !page && self.origins.foreign_browser_host(req) {
+            let named = req.header("host").unwrap_or("");
+            warn!(
+                "{}: GET {path} from a browser under the name {named:?} refused (403): not one of the node's names",
+                host.peer()
+            );
+            let text = format!(
+                "{named} is not one of this node's names (its address, localhost, its host \
+                 name, or a host of websocket.allowed_origins): a page under it may not read \
+                 the node"
+            );
+            self.answer("403 Forbidden", text.as_bytes());
+            return;
+        }
         if req.method == "GET"
             && host.node_endpoint(&req.path, req.header("accept"), req.header("authorization"))
         {

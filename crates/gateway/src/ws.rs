@@ -274,6 +274,26 @@ impl OriginRules {
         }
     }
 
+    /// Whether `req` comes from a browser (it sends `Sec-Fetch-Mode` or
+    /// `Sec-Fetch-Site`, which a page cannot leave out) naming the node by a `Host`
+    /// that is neither one of its own names nor an allowed origin's: a site whose name
+    /// an attacker points at the node's address (DNS rebinding), whose page would read
+    /// what the node answers as if it were its own.
+    pub fn foreign_browser_host(&self, req: &Request) -> bool {
+        let browser =
+            req.header("sec-fetch-mode").is_some() || req.header("sec-fetch-site").is_some();
+        if !browser || self.allowed_origins.iter().any(|a| a == "*") {
+            return false;
+        }
+        let Some((host, _)) = req.header("host").and_then(|h| parse_host_port(h, 80)) else {
+            return true;
+        };
+        !self.is_own_name(&host)
+            && !(self.allowed_origins.iter())
+                .filter_map(|a| parse_origin(a))
+                .any(|o| o.host == host)
+    }
+
     /// A host (lower-cased, an IPv6 address in brackets) that names the node: an IP
     /// address, `localhost` (and names under it, which resolve to loopback), or one of
     /// its own names.

@@ -530,6 +530,43 @@ mod tests {
         assert!(w.conn.out.starts_with(b"HTTP/1.1 200 OK\r\n"));
     }
 
+    /// A browser's request for what the node says of itself (figures, items) under a
+    /// name that is not the node's (DNS rebinding: a site's name pointed at the node's
+    /// address) is refused; under the node's address, from a program, or for the page
+    /// itself, it is served.
+    #[test]
+    fn a_browser_under_another_sites_name_reads_nothing_of_the_node() {
+        let get = |path: &str, host: &str, browser: bool| {
+            let (mut core, id, now) = core(1 << 20);
+            let mut w = WsConn::new();
+            let fetch = if browser {
+                "Sec-Fetch-Site: same-origin\r\n"
+            } else {
+                ""
+            };
+            let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{fetch}\r\n");
+            w.on_bytes(req.as_bytes(), &cfg(), &mut core, id, now);
+            let head = String::from_utf8_lossy(&w.conn.out)
+                .lines()
+                .next()
+                .map(str::to_owned);
+            (w.node_request.is_some(), head.unwrap_or_default())
+        };
+        for path in ["/metrics", "/items?service=FEED", "/healthz"] {
+            let (asked, head) = get(path, "evil.example:15000", true);
+            assert!(!asked && head.starts_with("HTTP/1.1 403"), "{path}: {head}");
+            for (host, browser) in [
+                ("127.0.0.1:15000", true),
+                ("localhost:15000", true),
+                ("evil.example:15000", false),
+            ] {
+                assert!(get(path, host, browser).0, "{path} {host} {browser}");
+            }
+        }
+        let (_, head) = get("/", "evil.example:15000", true);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
+
     /// `[websocket] allowed_origins`: empty by default (the node's own origin only);
     /// entries must be `*` or an origin, and a bad one names the key and the form.
     #[test]
