@@ -183,6 +183,8 @@ impl Publisher {
             .map_err(errors::client)?;
         // Waits for the node are made here, in slices that look at Ctrl-C.
         publisher.set_wait_in_publish(false);
+        // Made by the driver thread with the lock released, never by a call holding it.
+        publisher.reconnect_when_taken_only();
         let shared = Arc::new(Shared {
             publisher: Mutex::new(Some(publisher)),
             stop: AtomicBool::new(false),

@@ -111,9 +111,11 @@ impl Subscriber {
     #[new]
     fn new(py: Python<'_>, connect: &Connect) -> PyResult<Self> {
         let (opts, dictionary) = connect.options("tickwire-python");
-        let sub = py
+        let mut sub = py
             .detach(|| tickwire_client::Subscriber::connect(opts))
             .map_err(errors::client)?;
+        // Made by `reconnect_unlocked` alone, never by a call holding the lock.
+        sub.reconnect_when_taken_only();
         Ok(Subscriber {
             born: fork::Born::now(),
             ended: errors::EndedBy::default(),

@@ -3,8 +3,41 @@ background, data states, an item the node does not have, and the DataFrame."""
 
 from __future__ import annotations
 
+import time
+
 import tickwire
-from conftest import Proc, wait_until
+from conftest import Proc, silent_address, wait_until
+
+
+def _syn_sent_to(port: int) -> int:
+    """Connections to `port` waiting for the answer to their SYN (/proc/net/tcp)."""
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return sum(1 for r in rows if r[3] == "02" and int(r[2].split(":")[1], 16) == port)
+
+
+def test_closing_a_view_does_not_wait_for_its_reconnect():
+    """A view whose thread is reconnecting, its TCP connect blocked for the whole
+    connect_timeout (10 s) by a listener that never accepts, closes at once: close()
+    waited for the thread, and so for the connect."""
+    node = Proc(["node", "--listen", "127.0.0.1:0"])
+    addr = node.listening_address()
+    port = int(addr.rsplit(":", 1)[1])
+    view = tickwire.LiveView(addr, "FEED", ["X"], connect_timeout=10.0)
+    try:
+        wait_until("the view to connect", lambda: view._native.connected)
+        node.stop()
+        with silent_address(addr):
+            # The view's connect is under way once one more SYN waits at the port.
+            waiting = _syn_sent_to(port)
+            wait_until("the view to reconnect", lambda: _syn_sent_to(port) > waiting, 30)
+            t0 = time.monotonic()
+            view.close()
+            closing = time.monotonic() - t0
+    finally:
+        view.close()
+        node.stop()
+    assert closing < 5.0, f"close waited {closing:.2f} s for the reconnect"
 
 
 def test_a_live_view_keeps_the_latest_values_and_their_state(node):

@@ -95,6 +95,9 @@ pub(crate) struct Driver<S> {
     /// A reconnect is being made elsewhere ([`Driver::take_reconnect`]): `run` does
     /// not open one of its own meanwhile.
     reconnect_taken: bool,
+    /// Reconnects are only ever taken out ([`Driver::reconnect_when_taken_only`]):
+    /// `run` returns when one is due instead of making it.
+    taken_only: bool,
 }
 
 /// How often `run` looks again, without a transport, while a reconnect taken out of
@@ -167,6 +170,7 @@ impl<S: ClientSession> Driver<S> {
                         transport: Some(transport),
                         what,
                         reconnect_taken: false,
+                        taken_only: false,
                     })
                 }
                 Err(e) => failures.push(e),
@@ -276,6 +280,13 @@ impl<S: ClientSession> Driver<S> {
         }
     }
 
+    /// From now on every reconnect is taken out ([`Driver::take_reconnect`]): `run`
+    /// never makes one (it would wait for the connect in a call of its caller's, a
+    /// lock held perhaps), and returns when one is due, for its caller to take.
+    pub(crate) fn reconnect_when_taken_only(&mut self) {
+        self.taken_only = true;
+    }
+
     /// The reconnect due at `now`, taken out to be made elsewhere (see [`Reconnect`]);
     /// `None` when none is due, or one is already out.
     pub(crate) fn take_reconnect(&mut self, now: Instant) -> Option<Reconnect> {
@@ -363,6 +374,9 @@ impl<S: ClientSession> Driver<S> {
                 // A reconnect that is due is tried even by a zero-timeout call (an
                 // application polling with Duration::ZERO would otherwise never get one).
                 if !self.reconnect_taken && self.session.wants_connect(now) {
+                    if self.taken_only {
+                        return Ok(None);
+                    }
                     self.reconnect()?;
                     continue;
                 }

@@ -179,6 +179,15 @@ impl Publisher {
         self.driver.take_reconnect(Instant::now())
     }
 
+    /// From now on the publisher never reconnects by itself: every reconnect is taken
+    /// out with [`take_reconnect`](Self::take_reconnect), and a call that waits returns
+    /// early when one comes due. For a caller that shares it behind a lock: any call
+    /// could otherwise make a reconnect that came due meanwhile, holding the lock
+    /// through the connect.
+    pub fn reconnect_when_taken_only(&mut self) {
+        self.driver.reconnect_when_taken_only();
+    }
+
     /// Takes the outcome of [`Reconnect::connect`]: the new connection (its login and
     /// what follows are handled by the next calls), or the failure (the back-off
     /// starts now; `Err` when it ends the session).

@@ -440,6 +440,27 @@ fn a_reconnect_taken_out_is_made_by_its_taker_alone() {
     node2.stop().unwrap();
 }
 
+/// A subscriber told to leave its reconnects to its caller never makes one in a call
+/// (one that came due returns the call early), however long it is driven with the node
+/// back: the caller takes it, and it is made there.
+#[test]
+fn a_subscriber_leaving_reconnects_to_its_caller_never_makes_one_itself() {
+    let (_p, mut sub, node2) = node_lost_and_back("SYM5", 500);
+    sub.reconnect_when_taken_only();
+    let deadline = Instant::now() + WAIT;
+    let reconnect = loop {
+        assert!(Instant::now() < deadline, "no reconnect became due");
+        sub.dispatch(Duration::from_millis(50), |_| {}).unwrap();
+        assert!(!sub.is_connected(), "it reconnected by itself");
+        if let Some(r) = sub.take_reconnect() {
+            break r;
+        }
+    };
+    sub.finish_reconnect(reconnect.connect()).unwrap();
+    assert!(sub.is_connected());
+    node2.stop().unwrap();
+}
+
 /// 100,000 images (about 5 MB) pushed in one burst while the service is down, then the
 /// service goes up: every image is taken in and the last one is served. (A node that
 /// stopped reading a connection after one loop turn's share once made this slow, not

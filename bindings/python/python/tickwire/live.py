@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # How often the view's thread looks whether it should stop when nothing arrives.
 _STOP_CHECK = 0.2
+# How long close() waits for the thread: a few of its looks (a thread still connecting
+# then is left to end by itself).
+_CLOSE_WAIT = 5 * _STOP_CHECK
 
 
 def _run(ref: "weakref.ReferenceType[LiveView]", native: "_native.Subscriber", stop: threading.Event) -> None:
@@ -194,11 +197,14 @@ class LiveView(Mapping[str, Dict[str, Any]]):
     # -- lifetime ------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stops the thread and closes the connection."""
+        """Stops the thread and closes the connection. A thread in the middle of a
+        reconnect (its connect may take ``connect_timeout`` for each node) is not waited
+        for: it ends by itself once its connect returns, finding the connection closed."""
         self._finalizer.detach()
         self._stop.set()
-        self._thread.join()
+        # Closed first: a thread waiting for events then ends within its next look.
         self._native.disconnect()
+        self._thread.join(timeout=_CLOSE_WAIT)
 
     def __enter__(self) -> "LiveView":
         return self
