@@ -677,7 +677,7 @@ impl PublisherSession {
     fn welcome(&mut self) -> Result<(), ClientError> {
         self.welcomed = true;
         let before = self.link.pending_output();
-        let first = self.link.connections() == 1;
+        let first = self.link.logged_in_count() == 1;
         self.announce(if first { self.service_up } else { false })?;
         // Every item on its own stream is (re-)imaged, unsolicited.
         let own: Vec<ItemId> = self.by_stream.values().copied().collect();

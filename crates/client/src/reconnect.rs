@@ -26,7 +26,8 @@ pub(crate) struct Reconnection {
     backoff: Backoff,
     /// While disconnected: when to try again.
     retry_at: Instant,
-    connections: u64,
+    /// Connections that were logged in (had their Welcome), the one open now left out.
+    logged_in_before: u64,
     /// An error ended the session: it is never connected again.
     ended: bool,
 }
@@ -38,7 +39,7 @@ impl Reconnection {
             backoff: Backoff::new(policy.backoff_min, policy.backoff_max),
             policy,
             retry_at: now,
-            connections: 0,
+            logged_in_before: 0,
             ended: false,
         }
     }
@@ -50,18 +51,24 @@ impl Reconnection {
     /// A connection opened.
     pub(crate) fn connected(&mut self, now: Instant) {
         self.backoff.connected(now);
-        self.connections += 1;
+    }
+
+    /// A connection that had its Welcome is gone.
+    pub(crate) fn logged_in_lost(&mut self) {
+        self.logged_in_before += 1;
     }
 
     /// Whether `err` ends the session rather than being tried again: any error
-    /// without reconnecting; a refused login on the first connection (its credentials
-    /// are wrong). A login refused on a later connection is tried again after the
-    /// backoff: the same credentials were taken before, and the node refuses some
-    /// logins only for a while (failed logins from the same address held off, its
-    /// checks busy).
+    /// without reconnecting; a refused login before any login was taken (its
+    /// credentials are wrong; a node of a failover list that took the connection and
+    /// never answered does not count). A login refused once one was taken is tried
+    /// again after the backoff: the same credentials were taken before, and the node
+    /// refuses some logins only for a while (failed logins from the same address held
+    /// off, its checks busy).
     pub(crate) fn ends_session(&self, err: &ClientError) -> bool {
         let rejected = matches!(err, ClientError::Rejected { .. });
-        !self.policy.reconnect || (rejected && !self.policy.retry_rejected && self.connections <= 1)
+        !self.policy.reconnect
+            || (rejected && !self.policy.retry_rejected && self.logged_in_before == 0)
     }
 
     /// A try failed or a connection was lost: the next try after the backoff, or `Err`
@@ -88,14 +95,9 @@ impl Reconnection {
         self.retry_at
     }
 
-    /// Connections opened so far.
-    pub(crate) fn connections(&self) -> u64 {
-        self.connections
-    }
-
-    /// Connections opened after the first.
-    pub(crate) fn reconnects(&self) -> u64 {
-        self.connections.saturating_sub(1)
+    /// Connections that were logged in and are gone.
+    pub(crate) fn logged_in_before(&self) -> u64 {
+        self.logged_in_before
     }
 }
 
@@ -139,7 +141,11 @@ impl Link {
         now: Instant,
         carry_on: impl FnOnce(bool, &ClientError),
     ) -> Result<(), ClientError> {
-        let had = self.conn.take().is_some();
+        let lost = self.conn.take();
+        let had = lost.is_some();
+        if lost.is_some_and(|c| c.session().is_some()) {
+            self.reconnection.logged_in_lost();
+        }
         if !self.reconnection.ends_session(&err) {
             carry_on(had, &err);
         }
@@ -173,9 +179,9 @@ impl Link {
         }
     }
 
-    /// Connections opened so far.
-    pub(crate) fn connections(&self) -> u64 {
-        self.reconnection.connections()
+    /// Connections that were logged in (had their Welcome), the one open now included.
+    pub(crate) fn logged_in_count(&self) -> u64 {
+        self.reconnection.logged_in_before() + u64::from(self.session().is_some())
     }
 
     pub(crate) fn connect_failed(
@@ -202,8 +208,9 @@ impl Link {
         self.conn.as_ref().and_then(|c| c.session())
     }
 
+    /// Connections logged in after the first.
     pub(crate) fn reconnects(&self) -> u64 {
-        self.reconnection.reconnects()
+        self.logged_in_count().saturating_sub(1)
     }
 }
 
@@ -241,7 +248,8 @@ macro_rules! link_methods {
             self.link.session()
         }
 
-        /// Connections opened after the first.
+        /// Connections logged in after the first (a node of a failover list that took
+        /// the connection and never answered its login does not count).
         pub fn reconnects(&self) -> u64 {
             self.link.reconnects()
         }

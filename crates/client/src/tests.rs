@@ -633,6 +633,44 @@ fn a_login_refused_on_a_reconnect_is_tried_again() {
     assert!(lab.session.wants_connect(lab.now));
 }
 
+/// A connection that never had its Welcome (a node of a failover list that took it
+/// and never answered) is no login: the next one to log in is the first, not a
+/// reconnect, and a login refused there ends the session as a first refusal does.
+#[test]
+fn a_connection_never_logged_in_is_neither_a_reconnect_nor_a_login_taken() {
+    let mut lab = Lab::new();
+    lab.connect();
+    lab.break_connection(); // before the Welcome
+    lab.now += Duration::from_secs(10);
+    lab.connect();
+    lab.pump().unwrap();
+    assert!(lab.session.session().is_some(), "logged in");
+    assert_eq!(lab.session.reconnects(), 0);
+    // Lost and back: that one is a reconnect.
+    lab.break_connection();
+    lab.now += Duration::from_secs(10);
+    lab.connect();
+    lab.pump().unwrap();
+    assert_eq!(lab.session.reconnects(), 1);
+    // Never logged in, then refused: the credentials are wrong, the session ends.
+    let mut lab = Lab::new();
+    lab.connect();
+    lab.break_connection();
+    lab.core = Node::new(
+        CoreConfig {
+            login_token: Some("secret".into()),
+            ..CoreConfig::default()
+        },
+        lab.now,
+    );
+    lab.now += Duration::from_secs(10);
+    lab.connect();
+    let err = lab.pump().unwrap_err();
+    assert!(matches!(err, ClientError::Rejected { .. }), "{err}");
+    assert!(lab.session.connection_lost(err, lab.now).is_err());
+    assert!(lab.session.ended());
+}
+
 /// What a subscriber of the publisher's node saw (what the tests look at).
 #[derive(Debug, PartialEq)]
 enum Seen {
