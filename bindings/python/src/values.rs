@@ -242,7 +242,7 @@ fn py_to_value(v: &Bound<'_, PyAny>, ty: FieldType) -> Result<Converted, String>
                 // `{:e}` is the shortest form that reads back as the same float.
                 return parse_real(&format!("{f:e}"))
                     .map(|r| V(Value::Real(r)))
-                    .ok_or_else(|| format!("{f:e} does not fit a decimal of 18 digits"));
+                    .ok_or_else(|| format!("{f:e} does not fit a decimal (at most 18 digits, times 10 to the power -128 to 127)"));
             }
         }
         FieldType::Int | FieldType::UInt => {

@@ -218,6 +218,9 @@ def test_an_int_too_large_for_a_real_is_refused_however_large(node):
         for big in (2**70, 2**130, -(2**200)):
             with pytest.raises(ValueError, match=r"field BID \(REAL\): -?\d+ does not fit 64 bits"):
                 p.refresh("A", {"BID": big})
+        # A float whose exponent does not fit says so, not only its digits.
+        with pytest.raises(ValueError, match=r"1e-200 does not fit a decimal \(at most 18 digits, times 10 to the power -128 to 127\)"):
+            p.refresh("A", {"BID": 1e-200})
         assert p.items == []
 
 
