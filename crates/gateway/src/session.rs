@@ -760,6 +760,26 @@ impl Session {
         }
     }
 
+    /// A login reissue naming a user other than the connection's (`as_user`: "logged
+    /// in" or "logging in"): told so, with an error; true if it was.
+    fn reissue_names_another(
+        &self,
+        named: Option<&str>,
+        as_user: &str,
+        id: i64,
+        out: &mut JsonOut,
+    ) -> bool {
+        if named.is_none_or(|n| n == self.user) {
+            return false;
+        }
+        let why = format!(
+            "a login reissue may not change the user: {as_user} as {:?}",
+            self.user
+        );
+        write_error(out, id, &why, "");
+        true
+    }
+
     fn on_login(
         &mut self,
         id: i64,
@@ -802,12 +822,7 @@ impl Session {
             LoginState::Open { id: open } if *open == id => {
                 // A reissue: answered again, for the user logged in (it changes nothing
                 // at the node, so it may not name another).
-                if named.is_some_and(|n| n != self.user) {
-                    let why = format!(
-                        "a login reissue may not change the user: logged in as {:?}",
-                        self.user
-                    );
-                    write_error(out, id, &why, "");
+                if self.reissue_names_another(named, "logged in", id, out) {
                     return;
                 }
                 let user = self.user.clone();
@@ -828,12 +843,7 @@ impl Session {
             LoginState::Pending { id: pending, .. } if *pending == id => {
                 // A reissue before the node answered the login: the login's refresh
                 // answers it (refused, it was no login open), with this one's echo.
-                if named.is_some_and(|n| n != self.user) {
-                    let why = format!(
-                        "a login reissue may not change the user: logging in as {:?}",
-                        self.user
-                    );
-                    write_error(out, id, &why, "");
+                if self.reissue_names_another(named, "logging in", id, out) {
                     return;
                 }
                 let echo = login_echo(&self.user, elements);

@@ -643,11 +643,9 @@ fn interactive_publisher_is_asked_for_items_and_told_when_the_last_subscriber_cl
     assert_eq!(h.node.item_count(), 0);
 }
 
-/// A subscriber that leaves before an interactive publisher answered: the node closes
-/// the request, and the answer that crossed the close is dropped (and counted), not
-/// taken for a protocol error that dropped the publisher and every subscriber with it.
-#[test]
-fn an_answer_that_crossed_the_nodes_close_is_dropped_and_the_publisher_stays() {
+/// An interactive publisher of FEED, a subscriber asking for FEED/X on its stream 1,
+/// and the node's stream of X at the publisher.
+fn item_asked_of_a_publisher() -> (Harness, ConnId, ConnId, u32) {
     let mut h = Harness::new(true);
     let p = h.publisher("FEED", true);
     let a = h.login(Role::Subscriber);
@@ -659,6 +657,15 @@ fn an_answer_that_crossed_the_nodes_close_is_dropped_and_the_publisher_stays() {
     else {
         panic!("asked of the publisher")
     };
+    (h, p, a, psid)
+}
+
+/// A subscriber that leaves before an interactive publisher answered: the node closes
+/// the request, and the answer that crossed the close is dropped (and counted), not
+/// taken for a protocol error that dropped the publisher and every subscriber with it.
+#[test]
+fn an_answer_that_crossed_the_nodes_close_is_dropped_and_the_publisher_stays() {
+    let (mut h, p, a, psid) = item_asked_of_a_publisher();
     h.send(a, &[Message::Close { stream_id: 1 }]);
     assert_eq!(h.recv(p), vec![Got::Close { sid: psid }]);
     h.send(p, &[refresh(psid, 1, "X", &bid_ask(1, 2), true)]);
@@ -675,17 +682,7 @@ fn an_answer_that_crossed_the_nodes_close_is_dropped_and_the_publisher_stays() {
 /// its watched items asked for again) when it announces it anew.
 #[test]
 fn a_service_let_go_of_is_down_its_streams_closed_at_the_publisher_and_taken_back_later() {
-    let mut h = Harness::new(true);
-    let p = h.publisher("FEED", true);
-    let a = h.login(Role::Subscriber);
-    h.request(a, 1, "FEED", "X", true, None);
-    let Some(Got::Request { sid: psid, .. }) = h
-        .recv(p)
-        .into_iter()
-        .find(|m| matches!(m, Got::Request { .. }))
-    else {
-        panic!("asked of the publisher")
-    };
+    let (mut h, p, a, psid) = item_asked_of_a_publisher();
     h.send(p, &[refresh(psid, 1, "X", &bid_ask(1, 2), true)]);
     h.recv(a);
     h.node.release_services(p, &["FEED", "NOT-ITS-OWN"], "test");
