@@ -141,8 +141,10 @@ struct InFlight {
     sent: u64,
     /// Bytes the node takes so far (its window beyond what it has acknowledged).
     allowed: u64,
-    /// When the node last answered about it.
+    /// When the node last moved it on (took more of it, or first let it go).
     heard: Instant,
+    /// Bytes the node said it had taken, at `heard`.
+    taken: u64,
 }
 
 /// Queues `files` at the node in `service`, for the sites `to` (empty: every site of
@@ -185,6 +187,7 @@ pub fn send_files(
                 sent: 0,
                 allowed: PUT_FIRST_WINDOW,
                 heard: Instant::now(),
+                taken: 0,
             };
             pump(sub, request, &mut up, f.path, &mut buf)?;
             flying.insert(request, up);
@@ -217,7 +220,12 @@ pub fn send_files(
         let Some(up) = flying.get_mut(&a.request) else {
             continue;
         };
-        up.heard = Instant::now();
+        // Only an answer that moves the upload on restarts its wait: a node repeating
+        // itself ("progress", nothing taken) would hold the call for ever.
+        if a.received > up.taken || a.state != PutState::Progress {
+            up.heard = Instant::now();
+            up.taken = up.taken.max(a.received);
+        }
         let path = files[up.index].path;
         match a.state {
             PutState::Go | PutState::Progress => {
