@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub(crate) struct HealthArgs {
@@ -83,21 +83,38 @@ fn address_from_config(path: &std::path::Path) -> Result<String> {
     Ok(addr.to_string())
 }
 
-/// One GET: the status code and the body (answers are small; at most 64 KiB is read).
+/// Bytes of an answer read at most (answers are small).
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// One GET, whole within `timeout`: the status code and the body (a peer that answers
+/// a byte at a time does not stretch it).
 fn get(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String)> {
+    let deadline = Instant::now() + timeout;
     let to = addr
         .to_socket_addrs()?
         .next()
         .context("the address resolves to nothing")?;
     let mut s = TcpStream::connect_timeout(&to, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )?;
     let mut answer = Vec::new();
-    s.take(64 * 1024).read_to_end(&mut answer)?;
+    let mut buf = [0u8; 4096];
+    while answer.len() < MAX_ANSWER {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            bail!("no whole answer within {} s", timeout.as_secs_f64());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n.min(MAX_ANSWER - answer.len())]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     let text = String::from_utf8_lossy(&answer);
     let (head, body) = text.split_once("\r\n\r\n").context("not an HTTP answer")?;
     let status = head

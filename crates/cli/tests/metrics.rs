@@ -1023,3 +1023,33 @@ fn a_node_with_a_users_file_serves_metrics_only_with_the_token() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tickwire health --timeout` bounds the whole request: a peer that answers a byte at
+/// a time (each read within the time-out) does not stretch it.
+#[test]
+fn health_gives_up_on_an_answer_that_comes_a_byte_at_a_time() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let peer = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let _ = s.read(&mut [0u8; 4096]);
+        // A good answer, a byte every 100 ms (about 3 s in all), until the reader goes.
+        for b in b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n" {
+            if s.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let asked = run(
+        &["health", "--ws", &addr, "--timeout", "1"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(asked.code(), Some(1), "{}{}", asked.stdout, asked.stderr);
+    assert!(
+        asked.stderr.contains("no whole answer within 1 s"),
+        "{}",
+        asked.stderr
+    );
+    peer.join().unwrap();
+}
