@@ -155,8 +155,8 @@ impl Connection {
         if waiting > self.max_unread_output.saturating_add(self.owed) {
             return Err(ClientError::Disconnected(format!(
                 "the node does not read what this connection sends: {waiting} bytes wait \
-                 (at most {})",
-                self.max_unread_output
+                 (at most {}, images sent again after a reconnect included)",
+                self.max_unread_output.saturating_add(self.owed)
             )));
         }
         Ok(())
