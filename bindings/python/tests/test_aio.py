@@ -10,6 +10,7 @@ import math
 import signal
 import socket
 import time
+import traceback
 import weakref
 from typing import Iterator
 
@@ -450,6 +451,13 @@ def test_without_reconnect_a_lost_connection_ends_the_subscriber_for_good():
         await asyncio.sleep(1.5)  # timer turns in which a reconnection would come
         with pytest.raises(ConnectionError) as again:
             s.subscribe("FEED", ["SYM2"])
+        # Raised again and again, it does not gather the frames of every raise.
+        depths = []
+        for _ in range(3):
+            with pytest.raises(ConnectionError) as more:
+                s.subscribe("FEED", ["SYM2"])
+            depths.append(len(traceback.extract_tb(more.value.__traceback__)))
+        assert depths[0] == depths[-1], depths
         state = (s.connected, s._native.reconnects, s._handles.timer)
         s.disconnect()
         return lost.value, again.value, state

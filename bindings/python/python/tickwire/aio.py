@@ -403,7 +403,9 @@ class Subscriber:
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
-            raise self._error
+            # The same error each time, its traceback from this raise only: raised
+            # again as it is, it would gather every earlier raise's frames.
+            raise self._error.with_traceback(None)
         if self._closed:
             raise ConnectionError("the subscriber was closed")
 

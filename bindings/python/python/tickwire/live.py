@@ -169,7 +169,8 @@ class LiveView(Mapping[str, Dict[str, Any]]):
         with self._changed:
             while True:
                 if self._error is not None:
-                    raise self._error
+                    # Its traceback from this raise only (see aio's `_raise_if_failed`).
+                    raise self._error.with_traceback(None)
                 pending = [n for n, s in self._states.items() if s == "pending"]
                 if not pending:
                     return
