@@ -471,8 +471,9 @@ fn the_dashboard_of_a_node_in_a_tree_shows_its_upstream() {
     );
 }
 
-/// A node that goes away and comes back: the page logs in again and asks for every row
-/// again, each of the service it was added for (here one the page was not opened with).
+/// A node that goes away and comes back: the rows say they may be stale meanwhile, an
+/// item added then waits, and the page logs in again and asks for every row again,
+/// each of the service it was added for (here one the page was not opened with).
 #[test]
 fn the_dashboard_asks_a_node_back_for_each_row_of_its_own_service() {
     let (mut node, host) = Node::start_ws(&[]);
@@ -489,13 +490,14 @@ fn the_dashboard_asks_a_node_back_for_each_row_of_its_own_service() {
     let read = || {
         page.script("return {conn: document.getElementById('conn').textContent, rows: [...document.querySelectorAll('#board tr')].map(tr => ({item: tr.dataset.item, refreshed: tr.dataset.refreshed || null, state: tr.querySelector('td.state').textContent}))}")
     };
-    let both_shown = |v: &Value| {
+    let all_shown = |v: &Value, n: usize| {
         v["rows"].as_array().is_some_and(|r| {
-            r.len() == 2
+            r.len() == n
                 && r.iter()
                     .all(|row| row["refreshed"] == "1" && row["state"] == "Open/Ok")
         })
     };
+    let both_shown = |v: &Value| all_shown(v, 2);
     poll_until(
         Duration::from_secs(30),
         Duration::from_millis(100),
@@ -534,23 +536,35 @@ fn the_dashboard_asks_a_node_back_for_each_row_of_its_own_service() {
             .starts_with("disconnected"),
         "{gone}"
     );
+    let states: Vec<&str> = (gone["rows"].as_array().unwrap().iter())
+        .filter_map(|r| r["state"].as_str())
+        .collect();
+    assert_eq!(states, ["disconnected", "disconnected"], "{gone}");
+    // An item added while the node is away waits for it.
+    page.type_into("#items", "SYM1\u{E007}");
+    let waiting = read();
+    assert_eq!(
+        waiting["rows"][2]["state"], "waiting for the node",
+        "{waiting}"
+    );
     let node = Node::start(&["--listen", &addr, "--ws", &host]);
     let _running = feeds(&node);
+    let three_shown = |v: &Value| all_shown(v, 3);
     let after = poll_until(
         Duration::from_secs(30),
         Duration::from_millis(250),
         read,
-        |v| both_shown(v) && v["conn"] == "connected",
+        |v| three_shown(v) && v["conn"] == "connected",
     );
     page.close();
-    assert!(both_shown(&after), "{after}\n{}", node.proc.log());
+    assert!(three_shown(&after), "{after}\n{}", node.proc.log());
     let items: Vec<&str> = after["rows"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|r| r["item"].as_str())
         .collect();
-    assert_eq!(items, ["SYM0", "SYM3"], "{after}");
+    assert_eq!(items, ["SYM0", "SYM3", "SYM1"], "{after}");
 }
 
 /// The RGB pixels of a base64 PNG (a WebDriver screenshot).
