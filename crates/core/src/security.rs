@@ -510,6 +510,8 @@ impl Node {
                     self.refuse_login(conn, login, &text);
                     return None;
                 }
+                // A right token clears the failures before it, as a right secret does.
+                self.login_succeeded(conn, login.user);
             }
             return Some(Identity::Open);
         }

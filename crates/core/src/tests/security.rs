@@ -708,6 +708,37 @@ fn a_shared_login_token_takes_that_token_only() {
     }
 }
 
+/// A right shared login token clears the failures before it, from its address and for
+/// its user, as a right secret does: else a client that mistyped a few times an hour
+/// ago and logged in since is held off at its next single mistake.
+#[test]
+fn a_right_shared_login_token_clears_the_failures_before_it() {
+    let mut h = Harness::with_config(CoreConfig {
+        login_token: Some("shared-token-1234".into()),
+        ..CoreConfig::default()
+    });
+    let attempt = |h: &mut Harness, token: &str| {
+        let c = h.node.connect("10.0.0.7:40000", h.now);
+        h.send(
+            c,
+            &[Message::Login(client_login(Role::Subscriber, "u", token))],
+        );
+        h.recv(c)
+    };
+    for _ in 0..4 {
+        let got = attempt(&mut h, "wrong");
+        assert!(refused_login(&got, "bad token"), "{got:?}");
+    }
+    h.now += Duration::from_secs(1);
+    let got = attempt(&mut h, "shared-token-1234");
+    assert!(matches!(got[..], [Got::Welcome { .. }, ..]), "{got:?}");
+    // One mistake after the success is the first of a new count: no hold-off.
+    let got = attempt(&mut h, "wrong");
+    assert!(refused_login(&got, "bad token"), "{got:?}");
+    let got = attempt(&mut h, "shared-token-1234");
+    assert!(matches!(got[..], [Got::Welcome { .. }, ..]), "{got:?}");
+}
+
 /// A user may speak for the files site of its own name, a checked user: not an
 /// anonymous login that gives that name (it could say the site had files it never
 /// got, and their senders would stop sending them).
