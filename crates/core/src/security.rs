@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use tickwire_auth::{Action, Entitlements, Users};
 use tickwire_proto::{
     code, Message, Role, ServiceEntry, ServiceState, SlowConsumerPolicy, State, Status,
+    FRAME_HEADER_LEN,
 };
 use tracing::{info, warn};
 
@@ -61,9 +62,10 @@ pub(crate) struct PendingLogin {
     pub user: String,
     pub application: String,
     pub slow_consumer: Option<SlowConsumerPolicy>,
-    /// Frames the peer sent after its login, replayed once it is accepted.
-    pub held: Vec<Vec<u8>>,
-    pub held_bytes: usize,
+    /// Frames the peer sent after its login, replayed once it is accepted: one buffer,
+    /// each frame with its length prefix (counted against the bound, so that frames of
+    /// a byte each cannot cost many times it).
+    pub held: Vec<u8>,
     /// The users file the secret is checked against: a reload since that changed or
     /// removed the user must win over the check's answer.
     pub checked_against: Option<Arc<Users>>,
@@ -232,8 +234,8 @@ impl Node {
                     p.slow_consumer,
                     Identity::User,
                 );
-                for frame in p.held {
-                    self.on_frame(conn, &frame, now);
+                for (frame, _) in tickwire_proto::frame::frames(&p.held) {
+                    self.on_frame(conn, frame, now);
                 }
             }
             Err(text) => {
@@ -548,7 +550,6 @@ impl Node {
                 application: login.application.to_string(),
                 slow_consumer: login.slow_consumer,
                 held: Vec::new(),
-                held_bytes: 0,
                 checked_against: self.cfg.users.clone(),
             }));
         }
@@ -576,7 +577,7 @@ impl Node {
         let Some(p) = c.pending_login.as_deref_mut() else {
             return false;
         };
-        if p.held_bytes + frame.len() > MAX_HELD_BEFORE_LOGIN {
+        if p.held.len() + FRAME_HEADER_LEN + frame.len() > MAX_HELD_BEFORE_LOGIN {
             let text = format!(
                 "more than {MAX_HELD_BEFORE_LOGIN} bytes sent before the login was verified"
             );
@@ -584,8 +585,9 @@ impl Node {
             self.reject(conn, code::PROTOCOL, &text);
             return true;
         }
-        p.held_bytes += frame.len();
-        p.held.push(frame.to_vec());
+        p.held
+            .extend_from_slice(&(frame.len() as u32).to_be_bytes());
+        p.held.extend_from_slice(frame);
         true
     }
 

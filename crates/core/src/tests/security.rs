@@ -91,6 +91,26 @@ fn a_login_waits_for_its_secret_and_keeps_what_came_meanwhile() {
     );
 }
 
+/// What a connection sends while its login is checked is held within its bound with
+/// each frame's framing counted: frames of a byte each, 20,000 of them (100,000 bytes
+/// on the wire), pass it; counted by their payloads alone they took 20 KB of the bound
+/// and about 60 bytes of memory each, a connection's bound many times over.
+#[test]
+fn frames_held_before_the_login_is_verified_count_their_framing() {
+    let mut h = secured_feed(Anonymous::None);
+    let c = h.connect_with(client_login(Role::Subscriber, "alice", "alice-secret"));
+    assert_eq!(h.recv(c), vec![], "nothing before the secret is checked");
+    for _ in 0..20_000 {
+        h.node.on_frame(c, &[0], h.now);
+    }
+    let got = h.recv(c);
+    assert!(
+        matches!(&got[..], [Got::Status { sid: 0, code: code::PROTOCOL, text, .. }]
+            if text.contains("bytes sent before the login was verified")),
+        "{got:?}"
+    );
+}
+
 #[test]
 fn wrong_secrets_unknown_users_and_anonymous_logins_are_refused_with_a_reason() {
     let mut h = secured(Anonymous::None);
