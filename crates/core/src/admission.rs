@@ -12,7 +12,8 @@
 //!   per address and per user: past a few free ones, after each failure the next
 //!   attempt from that address, or for that user, is refused without a check until a
 //!   delay has passed, doubling with each failure up to a ceiling. A success clears
-//!   them; so does a quiet hour.
+//!   them; so does a quiet hour. A user's hold-off spares the addresses it logged in
+//!   from lately: anyone may fail in its name, and would otherwise keep it out.
 
 use crate::{code, ConnId, ConnRole, Node};
 use rustc_hash::FxHashMap;
@@ -45,6 +46,40 @@ const FORGET_AFTER: Duration = Duration::from_secs(3600);
 /// Addresses and users with failures remembered at most (each side): past it the
 /// oldest are forgotten, so a flood of addresses costs bounded memory.
 const MAX_REMEMBERED: usize = 65_536;
+/// How long an address a user logged in from stays the user's own: failures in the
+/// user's name (which anyone may make, from anywhere) do not hold its logins from
+/// there off, or one wrong secret every few seconds would keep the user out for good.
+const KNOWN_FOR: Duration = Duration::from_secs(24 * 3600);
+
+/// The addresses users logged in from lately, with when (at most [`MAX_REMEMBERED`]).
+#[derive(Debug, Default)]
+struct KnownAddresses {
+    by_pair: FxHashMap<(IpAddr, String), Instant>,
+}
+
+impl KnownAddresses {
+    fn logged_in(&mut self, ip: IpAddr, user: &str, now: Instant) {
+        let key = (ip, user.to_string());
+        if self.by_pair.len() >= MAX_REMEMBERED && !self.by_pair.contains_key(&key) {
+            self.by_pair
+                .retain(|_, at| now.saturating_duration_since(*at) < KNOWN_FOR);
+            if self.by_pair.len() >= MAX_REMEMBERED {
+                // Still full of recent ones: forget the oldest half.
+                let mut ats: Vec<Instant> = self.by_pair.values().copied().collect();
+                let (_, median, _) = ats.select_nth_unstable(MAX_REMEMBERED / 2);
+                let median = *median;
+                self.by_pair.retain(|_, at| *at > median);
+            }
+        }
+        self.by_pair.insert(key, now);
+    }
+
+    fn knows(&self, ip: IpAddr, user: &str, now: Instant) -> bool {
+        self.by_pair
+            .get(&(ip, user.to_string()))
+            .is_some_and(|at| now.saturating_duration_since(*at) < KNOWN_FOR)
+    }
+}
 
 /// Failed logins of one kind of key (an address, a user).
 #[derive(Debug)]
@@ -123,6 +158,8 @@ pub(crate) struct LoginGuard {
     queue: VecDeque<(ConnId, Instant)>,
     by_address: Failures<IpAddr>,
     by_user: Failures<String>,
+    /// Where each user logged in from lately: not held off by the user's failures.
+    known: KnownAddresses,
     /// Warnings about connections closed before they logged in.
     pub(crate) prelogin_log: QuietLog,
 }
@@ -134,6 +171,7 @@ impl Default for LoginGuard {
             queue: VecDeque::new(),
             by_address: Failures::new(MAX_ADDRESS_DELAY),
             by_user: Failures::new(MAX_USER_DELAY),
+            known: KnownAddresses::default(),
             prelogin_log: QuietLog::default(),
         }
     }
@@ -278,6 +316,9 @@ impl Node {
                     wait.as_millis().max(1)
                 ));
             }
+            if self.guard.known.knows(ip, user, now) {
+                return None;
+            }
         }
         let (n, wait) = self.guard.by_user.held_off(&user.to_string(), now)?;
         Some(format!(
@@ -319,6 +360,7 @@ impl Node {
         self.guard.by_user.cleared(&user.to_string());
         if let Some(ip) = ip {
             self.guard.by_address.cleared(&ip);
+            self.guard.known.logged_in(ip, user, self.now);
         }
     }
 }

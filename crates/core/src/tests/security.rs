@@ -759,6 +759,42 @@ fn a_right_shared_login_token_clears_the_failures_before_it() {
     assert!(matches!(got[..], [Got::Welcome { .. }, ..]), "{got:?}");
 }
 
+/// Anyone may fail in a user's name, from addresses of their own: the user's hold-off
+/// that follows does not keep the user out where it logged in from before (else one
+/// wrong secret each 5 s, from anywhere, kept it out for good), while a stranger's
+/// address is held off all the same.
+#[test]
+fn failures_in_a_users_name_do_not_hold_it_off_where_it_logged_in_before() {
+    let mut h = secured(Anonymous::None);
+    let attempt = |h: &mut Harness, peer: &str, secret: &str| {
+        let c = h.node.connect(peer, h.now);
+        h.send(
+            c,
+            &[Message::Login(client_login(
+                Role::Subscriber,
+                "alice",
+                secret,
+            ))],
+        );
+        verify_pending(h);
+        h.recv(c)
+    };
+    let got = attempt(&mut h, "10.0.0.1:40000", "alice-secret");
+    assert!(matches!(got[..], [Got::Welcome { .. }, ..]), "{got:?}");
+    // Four wrong secrets, each from an address of its own: the user is held off.
+    for i in 0..4 {
+        let got = attempt(&mut h, &format!("10.9.9.{i}:40000"), "guess");
+        assert!(refused_login(&got, "wrong secret"), "{got:?}");
+    }
+    let got = attempt(&mut h, "10.0.0.2:40000", "alice-secret");
+    assert!(
+        refused_login(&got, "failed logins for user \"alice\""),
+        "{got:?}"
+    );
+    let got = attempt(&mut h, "10.0.0.1:40001", "alice-secret");
+    assert!(matches!(got[..], [Got::Welcome { .. }, ..]), "{got:?}");
+}
+
 /// A user may speak for the files site of its own name, a checked user: not an
 /// anonymous login that gives that name (it could say the site had files it never
 /// got, and their senders would stop sending them).
