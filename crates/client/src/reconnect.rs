@@ -74,7 +74,13 @@ impl Reconnection {
     /// A try failed or a connection was lost: the next try after the backoff, or `Err`
     /// when the session ends.
     pub(crate) fn failed(&mut self, err: ClientError, now: Instant) -> Result<(), ClientError> {
-        if self.ends_session(&err) {
+        let ends = self.ends_session(&err);
+        self.fail(err, now, ends)
+    }
+
+    /// As [`Reconnection::failed`], whether it ends the session decided already.
+    fn fail(&mut self, err: ClientError, now: Instant, ends: bool) -> Result<(), ClientError> {
+        if ends {
             self.ended = true;
             return Err(err);
         }
@@ -143,13 +149,16 @@ impl Link {
     ) -> Result<(), ClientError> {
         let lost = self.conn.take();
         let had = lost.is_some();
+        // Judged before this connection counts among those logged in: a refusal on
+        // the first one to log in (a service it may not publish) ends the session.
+        let ends = self.reconnection.ends_session(&err);
         if lost.is_some_and(|c| c.session().is_some()) {
             self.reconnection.logged_in_lost();
         }
-        if !self.reconnection.ends_session(&err) {
+        if !ends {
             carry_on(had, &err);
         }
-        self.reconnection.failed(err, now)
+        self.reconnection.fail(err, now, ends)
     }
 
     /// The connection, while there is one (logged in or not yet).
