@@ -127,7 +127,8 @@ pub fn render(runs: &[Results], names: &[String]) -> Result<Comparison> {
                 any = true;
                 chart_series[k].1.push(x);
             } else {
-                chart_series[k].1.push(0.0);
+                // No figure: no bar (a bar at 0 would read as a run that lost it all).
+                chart_series[k].1.push(f64::NAN);
             }
         }
         writeln!(md)?;
@@ -177,4 +178,40 @@ pub fn compare(dirs: &[PathBuf], out: Option<&Path>) -> Result<String> {
     chart.save(out.join("compare.svg"))?;
     std::fs::write(out.join("compare.md"), &markdown)?;
     Ok(markdown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Throughput;
+
+    fn run(cache_off: Option<u64>) -> Results {
+        Results {
+            throughput: cache_off
+                .map(|rate| Throughput {
+                    cache: "off".into(),
+                    items: 10,
+                    max_sustainable_updates_per_s: rate,
+                    limited_by: None,
+                    steps: vec![],
+                })
+                .into_iter()
+                .collect(),
+            ..Results::default()
+        }
+    }
+
+    #[test]
+    fn a_figure_a_run_lacks_has_no_bar() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let c = render(&[run(Some(1000)), run(None)], &names).unwrap();
+        assert_eq!(c.chart.categories, ["throughput cache off (updates/s)"]);
+        assert_eq!(c.chart.series[0].1, [100.0]);
+        assert!(c.chart.series[1].1[0].is_nan(), "{:?}", c.chart.series[1]);
+        assert!(
+            c.markdown.contains("| 1000.0 | 100 | - | - |"),
+            "{}",
+            c.markdown
+        );
+    }
 }
