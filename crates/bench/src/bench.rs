@@ -292,7 +292,7 @@ impl Lab {
         } else {
             self.args.fanout.fanout_items
         };
-        let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns);
+        let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns, items);
         let spec = RigSpec {
             connections: conns,
             commonality: "producer-50-50",

@@ -53,12 +53,15 @@ impl Commonality {
             .sum()
     }
 
-    /// Average number of connections watching an item.
-    pub fn fanout(self, conns: usize) -> f64 {
+    /// Average number of connections watching an item of `items` (perf-pub picks them
+    /// alike). Producer 50/50's (C + 1) / 2 holds only where C divides the items: with
+    /// 150 items and 100 connections it is 42.2, and 50.5 expected more than any node
+    /// can deliver.
+    pub fn fanout(self, conns: usize, items: usize) -> f64 {
         match self {
             Commonality::All => conns as f64,
             Commonality::Partition => 1.0,
-            Commonality::Producer5050 => (conns as f64 + 1.0) / 2.0,
+            Commonality::Producer5050 => self.streams(conns, items) as f64 / items.max(1) as f64,
         }
     }
 }
@@ -527,7 +530,7 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     let summary = SubSummary {
         connections: args.connections,
         streams,
-        fanout: args.commonality.fanout(args.connections),
+        fanout: args.commonality.fanout(args.connections, args.feed.items),
         image_retrieval_s: images_done_at.map(|t| (t - start).as_secs_f64()),
         images: c.images,
         updates: c.updates,
@@ -801,7 +804,7 @@ mod tests {
             })
             .sum();
         assert_eq!(streams as f64 / items as f64, 50.5);
-        assert_eq!(Commonality::Producer5050.fanout(conns), 50.5);
+        assert_eq!(Commonality::Producer5050.fanout(conns, items), 50.5);
         // Partition: every item exactly once.
         let once = (0..items).all(|j| {
             (0..conns)
@@ -810,6 +813,22 @@ mod tests {
                 == 1
         });
         assert!(once);
+    }
+
+    #[test]
+    fn the_fanout_is_what_the_connections_watch_of_the_items() {
+        // 100 items watched by 1..100 connections, 50 by 1..50: 6,325 streams.
+        let fanout = Commonality::Producer5050.fanout(100, 150);
+        assert!((fanout - 6_325.0 / 150.0).abs() < 1e-9, "{fanout}");
+        // Fewer items than connections: item j is watched by j + 1.
+        assert_eq!(Commonality::Producer5050.fanout(100, 10), 5.5);
+        for (conns, items) in [(100, 150), (7, 1000), (3, 2)] {
+            let c = Commonality::Producer5050;
+            let exact = c.streams(conns, items) as f64 / items as f64;
+            assert!((c.fanout(conns, items) - exact).abs() < 1e-9);
+        }
+        assert_eq!(Commonality::All.fanout(4, 9), 4.0);
+        assert_eq!(Commonality::Partition.fanout(4, 9), 1.0);
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl Lab {
         let (secs, bisect) = (self.seconds(), self.bisections());
         let conns = self.args.fanout.connections.max(1);
         let f_items = self.args.fanout.fanout_items;
-        let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns);
+        let fanout = crate::perf_sub::Commonality::Producer5050.fanout(conns, f_items);
         let label = format!("{scenario} fanout {conns} connections");
         let spec = RigSpec {
             connections: conns,
