@@ -170,7 +170,8 @@ pub(super) fn settle_disk() -> (bool, f64) {
     (synced, t0.elapsed().as_secs_f64())
 }
 
-/// `perf stat -a` counting every system call on the machine until `finish`.
+/// `perf stat -a` counting every system call on the machine until `finish`, or until
+/// dropped: a row that fails on its way must not leave it counting for ever.
 struct SystemCalls(Option<std::process::Child>);
 
 impl SystemCalls {
@@ -190,14 +191,33 @@ impl SystemCalls {
         SystemCalls(child)
     }
 
-    fn finish(self) -> Option<u64> {
-        let child = self.0?;
+    fn finish(mut self) -> Option<u64> {
+        let child = self.0.take()?;
         // SAFETY: kill has no memory-safety preconditions; the pid is our own child.
         unsafe {
             libc::kill(child.id() as libc::pid_t, libc::SIGINT);
         }
         let out = child.wait_with_output().ok()?;
         crate::sysinfo::parse_perf_stat(&String::from_utf8_lossy(&out.stderr))
+    }
+}
+
+impl Drop for SystemCalls {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            crate::sysinfo::interrupt_and_wait(&mut child, Duration::from_secs(2));
+        }
+    }
+}
+
+/// An rsync daemon (`--no-detach`), stopped when dropped: on every way out of the
+/// rsync rows, a failed one too.
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -451,7 +471,7 @@ impl Lab {
                 .stderr(log)
                 .spawn()
                 .context("cannot start the rsync daemon")?;
-            daemons.push(child);
+            daemons.push(Daemon(child));
             dests.push(dest);
             ports.push(port);
         }
@@ -469,7 +489,10 @@ impl Lab {
         for c in classes {
             let src = work.join("src").join(c.name);
             settle_disk();
-            let before: Vec<f64> = daemons.iter().map(|d| cpu_with_children(d.id())).collect();
+            let before: Vec<f64> = daemons
+                .iter()
+                .map(|d| cpu_with_children(d.0.id()))
+                .collect();
             let calls = SystemCalls::start();
             let t0 = Instant::now();
             let receivers = if c.both_ways { 0 } else { 1 };
@@ -505,17 +528,17 @@ impl Lab {
             // served it: read too soon, the daemons cost nothing.
             for d in &mut daemons {
                 // A daemon that died has no children either, and counts nothing.
-                if let Ok(Some(status)) = d.try_wait() {
+                if let Ok(Some(status)) = d.0.try_wait() {
                     bail!("an rsync daemon exited during the run ({status})");
                 }
-                if !wait_children_reaped(d.id(), Duration::from_secs(10)) {
+                if !wait_children_reaped(d.0.id(), Duration::from_secs(10)) {
                     bail!("an rsync daemon did not reap its children within 10 s");
                 }
             }
             let daemon_cpu: f64 = daemons
                 .iter()
                 .zip(before)
-                .map(|(d, b)| cpu_with_children(d.id()) - b)
+                .map(|(d, b)| cpu_with_children(d.0.id()) - b)
                 .sum();
             cpu.insert("rsync daemons".to_string(), daemon_cpu);
             rows.push(row(c, sites, fsync, seconds, cpu, syscalls));
@@ -523,10 +546,7 @@ impl Lab {
                 clear_class(work, &d.join(c.name), c);
             }
         }
-        for mut d in daemons {
-            let _ = d.kill();
-            let _ = d.wait();
-        }
+        drop(daemons);
         let _ = std::fs::remove_dir_all(&dir);
         Ok(rows)
     }
@@ -730,4 +750,36 @@ exit $RC
         },
         up_wait = if both_ways { "wait $UP || RC=$?" } else { "" },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process that would run for a minute.
+    fn sleeper() -> std::process::Child {
+        Command::new("sleep")
+            .arg("60")
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sleep")
+    }
+
+    /// Whether `pid` is still there (running, or exited and not waited for).
+    fn still_there(pid: u32) -> bool {
+        Path::new(&format!("/proc/{pid}")).exists()
+    }
+
+    #[test]
+    fn a_row_that_fails_leaves_no_counter_and_no_daemon_running() {
+        // What a row holds when an error takes it out early: each is dropped unfinished.
+        let (calls, daemon) = (sleeper(), sleeper());
+        let pids = [calls.id(), daemon.id()];
+        drop(SystemCalls(Some(calls)));
+        drop(Daemon(daemon));
+        for pid in pids {
+            assert!(!still_there(pid), "process {pid} left behind");
+        }
+    }
 }

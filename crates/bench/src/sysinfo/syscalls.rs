@@ -205,7 +205,7 @@ pub fn start_syscall_count(pid: u32, allow_strace: bool) -> Option<SyscallCount>
 }
 
 /// Sends SIGINT to a child, waits up to `timeout` for it, then kills it.
-fn interrupt_and_wait(child: &mut Child, timeout: Duration) {
+pub(crate) fn interrupt_and_wait(child: &mut Child, timeout: Duration) {
     if let Ok(None) = child.try_wait() {
         // SAFETY: kill has no memory-safety preconditions; the pid is our own child,
         // not yet reaped, so it cannot have been reused.
