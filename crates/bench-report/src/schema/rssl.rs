@@ -66,8 +66,9 @@ pub struct RsslStep {
     /// Every refresh, and at least 99% of the asked rate.
     pub sustained: bool,
     /// The node's CPU time per update it sent, over a window inside ConsPerf's steady
-    /// state (ns).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// state (ns); null without a node, or where the window could not be read (the key
+    /// is always there, as docs/BENCHMARKS.md lists it).
+    #[serde(default)]
     pub node_cpu_ns_per_update: Option<f64>,
 }
 
@@ -75,3 +76,45 @@ pub struct RsslStep {
 pub const PROVPERF: &str = "ProvPerf";
 /// `RsslStep::provider` of the non-interactive provider (NIProvPerf).
 pub const NIPROVPERF: &str = "NIProvPerf";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_step_has_the_node_cpu_key() {
+        let keys = |s: &RsslStep| {
+            let v = serde_json::to_value(s).unwrap();
+            v.as_object().unwrap().keys().cloned().collect::<Vec<_>>()
+        };
+        let direct = RsslStep {
+            rate: 1000,
+            provider: PROVPERF.into(),
+            ..RsslStep::default()
+        };
+        for key in [
+            "rate",
+            "provider",
+            "update_rate",
+            "latency_avg_us",
+            "latency_max_us",
+            "refreshes",
+            "updates",
+            "lost",
+            "sustained",
+            "node_cpu_ns_per_update",
+        ] {
+            assert!(keys(&direct).iter().any(|k| k == key), "{key}");
+        }
+        // A step through the node whose window was not read: null, not left out.
+        let v = serde_json::to_value(&direct).unwrap();
+        assert!(v["node_cpu_ns_per_update"].is_null());
+        let measured = RsslStep {
+            node_cpu_ns_per_update: Some(1500.0),
+            ..direct
+        };
+        let back: RsslStep =
+            serde_json::from_value(serde_json::to_value(&measured).unwrap()).unwrap();
+        assert_eq!(back.node_cpu_ns_per_update, Some(1500.0));
+    }
+}
