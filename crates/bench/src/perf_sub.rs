@@ -513,8 +513,11 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
     }
     let total_s = start.elapsed().as_secs_f64();
     let u = self_usage();
-    let (su, sg) = at_images_done;
-    let startup_s = images_done_at.map_or(total_s, |t| (t - start).as_secs_f64());
+    let (startup_part, steady_part) = split_at_images(
+        total_s,
+        (c.updates, c.gaps),
+        images_done_at.map(|t| ((t - start).as_secs_f64(), at_images_done)),
+    );
     let phase = |seconds: f64, updates: u64, images: u64, gaps: u64, lat: &Latency| Phase {
         seconds,
         updates,
@@ -542,23 +545,13 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         intervals,
         intervals_dropped,
         startup: phase(
-            startup_s,
-            if images_done_at.is_some() {
-                su
-            } else {
-                c.updates
-            },
+            startup_part.0,
+            startup_part.1,
             c.images,
-            if images_done_at.is_some() { sg } else { c.gaps },
+            startup_part.2,
             &startup,
         ),
-        steady: phase(
-            (total_s - startup_s).max(0.0),
-            c.updates - su,
-            0,
-            c.gaps - sg,
-            &steady,
-        ),
+        steady: phase(steady_part.0, steady_part.1, 0, steady_part.2, &steady),
         overall: phase(total_s, c.updates, c.images, c.gaps, &overall),
         usage: crate::stats::ToolUsage::between(&usage0, &u, total_s),
     };
@@ -571,6 +564,26 @@ pub fn run(args: PerfSubArgs, stop: Arc<AtomicBool>) -> Result<SubSummary> {
         print_summary(&summary);
     }
     Ok(summary)
+}
+
+/// A run's (seconds, updates, gaps) before and after its last image came: `totals` are
+/// the run's updates and gaps, `images_done` when the last image came (seconds from the
+/// start) and the totals then. A run that never had every image was all start-up: its
+/// steady phase is empty (not every update in no time).
+fn split_at_images(
+    total_s: f64,
+    totals: (u64, u64),
+    images_done: Option<(f64, (u64, u64))>,
+) -> ((f64, u64, u64), (f64, u64, u64)) {
+    let (done_s, (updates, gaps)) = images_done.unwrap_or((total_s, totals));
+    (
+        (done_s, updates, gaps),
+        (
+            (total_s - done_s).max(0.0),
+            totals.0 - updates,
+            totals.1 - gaps,
+        ),
+    )
 }
 
 /// The latency time series of `--interval-ms`: a fixed grid of intervals from the start,
@@ -813,6 +826,20 @@ mod tests {
                 == 1
         });
         assert!(once);
+    }
+
+    #[test]
+    fn a_run_without_every_image_has_no_steady_phase() {
+        // Images all in after 2 s, with 100 updates and 1 gap then.
+        assert_eq!(
+            split_at_images(10.0, (5_000, 3), Some((2.0, (100, 1)))),
+            ((2.0, 100, 1), (8.0, 4_900, 2))
+        );
+        // Never all in: everything was start-up.
+        assert_eq!(
+            split_at_images(10.0, (5_000, 3), None),
+            ((10.0, 5_000, 3), (0.0, 0, 0))
+        );
     }
 
     #[test]
