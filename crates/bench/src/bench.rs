@@ -746,7 +746,7 @@ fn stall_phase_seconds(args: &BenchArgs, quick: bool) -> f64 {
 }
 
 /// When a rate counts as sustained (`results.json` `settings.pass_criteria`).
-const PASS_CRITERIA: &str = "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, no update conflated, publisher within 1% of its schedule";
+const PASS_CRITERIA: &str = "delivered >= 99.5% of offered x fan-out over the step, backlog (sent x fan-out - received) grown by at most 0.5% of that (or 1,000 updates), zero sequence gaps, no update conflated, no subscriber connection re-established, publisher within 1% of its schedule";
 
 /// Runs a bench subcommand.
 pub fn run(cmd: BenchCommand) -> Result<()> {

@@ -851,41 +851,12 @@ pub fn hold(
         let (b, a) = (&before[i], &after[i]);
         let offered = a.pub_total.saturating_sub(b.pub_total);
         let delivered = a.sub.updates;
-        let expected = offered as f64 * rig.fanout;
-        let ratio = if expected > 0.0 {
-            delivered as f64 / expected
-        } else {
-            1.0
-        };
-        let pub_kept_up =
-            offered as f64 >= 0.99 * rate as f64 * a.sub.seconds.min(window).max(1e-9) || rate == 0;
-        let mut reasons = Vec::new();
-        if ratio < 0.995 {
-            reasons.push(format!("delivered {:.2}% of offered", ratio * 100.0));
-        }
-        // Updates sent before perf-sub connected are not expected: the backlog is taken
-        // relative to the start of the step.
-        let backlog = |m: &Marks| (m.pub_total as f64 * rig.fanout) as i64 - m.sub_total as i64;
-        let (backlog_start, backlog_end) = (backlog(b), backlog(a));
-        let growth = backlog_end - backlog_start;
-        if growth as f64 > (0.005 * expected).max(1000.0) {
-            reasons.push(format!("backlog grew by {growth} updates"));
-        }
-        if a.sub.gaps > 0 {
-            reasons.push(format!("{} sequence gaps", a.sub.gaps));
-        }
-        if a.sub.conflated > 0 {
-            reasons.push(format!(
-                "{} updates conflated (the subscriber fell behind)",
-                a.sub.conflated
-            ));
-        }
-        if !pub_kept_up {
-            reasons.push(format!(
-                "publisher sent {:.0}/s of {rate}/s asked (publisher-limited)",
-                offered as f64 / window
-            ));
-        }
+        let Verdict {
+            ratio,
+            backlog_start,
+            backlog_end,
+            mut reasons,
+        } = verdict(rate, window, rig.fanout, b, a);
         if !rig.node.is_running() {
             reasons.push("node exited".into());
         }
@@ -937,6 +908,67 @@ pub fn hold(
         });
     }
     Ok(steps)
+}
+
+/// A step's delivered ratio, backlog and reasons to fail (none: it passed).
+struct Verdict {
+    ratio: f64,
+    backlog_start: i64,
+    backlog_end: i64,
+    reasons: Vec<String>,
+}
+
+/// What the load tools' marks at a step's start (`b`) and end (`a`) say of it: `rate`
+/// asked, `window` seconds long, each update due to `fanout` streams.
+fn verdict(rate: u64, window: f64, fanout: f64, b: &Marks, a: &Marks) -> Verdict {
+    let offered = a.pub_total.saturating_sub(b.pub_total);
+    let expected = offered as f64 * fanout;
+    let ratio = if expected > 0.0 {
+        a.sub.updates as f64 / expected
+    } else {
+        1.0
+    };
+    let pub_kept_up =
+        offered as f64 >= 0.99 * rate as f64 * a.sub.seconds.min(window).max(1e-9) || rate == 0;
+    let mut reasons = Vec::new();
+    if ratio < 0.995 {
+        reasons.push(format!("delivered {:.2}% of offered", ratio * 100.0));
+    }
+    // Updates sent before perf-sub connected are not expected: the backlog is taken
+    // relative to the start of the step.
+    let backlog = |m: &Marks| (m.pub_total as f64 * fanout) as i64 - m.sub_total as i64;
+    let (backlog_start, backlog_end) = (backlog(b), backlog(a));
+    let growth = backlog_end - backlog_start;
+    if growth as f64 > (0.005 * expected).max(1000.0) {
+        reasons.push(format!("backlog grew by {growth} updates"));
+    }
+    if a.sub.gaps > 0 {
+        reasons.push(format!("{} sequence gaps", a.sub.gaps));
+    }
+    if a.sub.conflated > 0 {
+        reasons.push(format!(
+            "{} updates conflated (the subscriber fell behind)",
+            a.sub.conflated
+        ));
+    }
+    // A connection re-established re-images its streams: what it missed meanwhile
+    // shows as no gap, only as a shortfall the 0.5% tolerance can hide.
+    let reconnects = a.sub.reconnects.saturating_sub(b.sub.reconnects);
+    if reconnects > 0 {
+        reasons.push(format!("the subscriber reconnected {reconnects} times"));
+    }
+    if !pub_kept_up {
+        reasons.push(format!(
+            "publisher sent {:.0}/s of {rate}/s asked (publisher-limited)",
+            offered as f64 / window
+        ));
+    }
+    Verdict {
+        ratio,
+        backlog_start,
+        backlog_end,
+        reasons,
+    }
 }
 
 /// After a failed step: a low rate until the subscribers have caught up (bounded).
@@ -1025,6 +1057,46 @@ pub fn ensure_dir(dir: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Marks of a step's start and end: `sent` updates offered over 1 s at 1,000/s,
+    /// `received` delivered, the subscriber's running reconnect count at each.
+    fn marks(sent: u64, received: u64, reconnects: (u64, u64)) -> (Marks, Marks) {
+        let mark = |pub_total, sub_total, updates, reconnects| Marks {
+            pub_total,
+            sub_total,
+            pub_lag_ms: 0.0,
+            sub: SubMark {
+                seconds: 1.0,
+                updates,
+                reconnects,
+                ..SubMark::default()
+            },
+        };
+        (
+            mark(1_000, 1_000, 0, reconnects.0),
+            mark(1_000 + sent, 1_000 + received, received, reconnects.1),
+        )
+    }
+
+    #[test]
+    fn a_step_is_judged_by_its_marks() {
+        let (b, a) = marks(1_000, 1_000, (2, 2));
+        let v = verdict(1_000, 1.0, 1.0, &b, &a);
+        assert!(v.reasons.is_empty(), "{:?}", v.reasons);
+        assert_eq!((v.ratio, v.backlog_start, v.backlog_end), (1.0, 0, 0));
+        let (b, a) = marks(1_000, 900, (0, 0));
+        let v = verdict(1_000, 1.0, 1.0, &b, &a);
+        assert_eq!(v.reasons, ["delivered 90.00% of offered"]);
+    }
+
+    #[test]
+    fn a_step_in_which_the_subscriber_reconnected_fails() {
+        // 0.3% lost while it reconnected: within the delivery tolerance, and no gap (its
+        // streams were imaged again), but not every update delivered.
+        let (b, a) = marks(1_000, 997, (1, 2));
+        let v = verdict(1_000, 1.0, 1.0, &b, &a);
+        assert_eq!(v.reasons, ["the subscriber reconnected 1 times"]);
+    }
 
     #[test]
     fn rates_round_to_two_digits() {
