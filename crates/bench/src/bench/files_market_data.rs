@@ -193,6 +193,7 @@ impl Lab {
         stop_rigs(rigs)?;
         let _ = std::fs::remove_dir_all(&dir);
         sent?;
+        let p99_ratio = p99_ratio(without.latency.p99_ns, during.latency.p99_ns)?;
         let us = |ns: u64| ns as f64 / 1000.0;
         Ok(FilesMarketData {
             files_share_mb_per_s: share,
@@ -202,12 +203,26 @@ impl Lab {
             p99_us_without: us(without.latency.p99_ns),
             p50_us_during: us(during.latency.p50_ns),
             p99_us_during: us(during.latency.p99_ns),
-            p99_ratio: during.latency.p99_ns as f64 / (without.latency.p99_ns as f64).max(1.0),
+            p99_ratio,
             delivered_ratio_during: during.delivered_ratio,
             files_mb_per_s: mb_per_s(taken_before, taken_after, window),
             seconds: secs,
         })
     }
+}
+
+/// The market data's p99 during the files over its p99 without. A p99 of no samples
+/// (0) is no figure: a ratio of it would be made up (huge, or 0), so it is an error.
+fn p99_ratio(without_ns: u64, during_ns: u64) -> Result<f64> {
+    for (what, p99) in [
+        ("without files", without_ns),
+        ("during the files", during_ns),
+    ] {
+        if p99 == 0 {
+            bail!("the market data {what} took no latency samples: no p99 to compare");
+        }
+    }
+    Ok(during_ns as f64 / without_ns as f64)
 }
 
 /// Megabytes per second between two readings of a byte counter.
@@ -293,6 +308,15 @@ fn send_copy(bin: &Path, addr: &str, large: &Path, round: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_p99_of_no_samples_gives_no_ratio() {
+        assert_eq!(p99_ratio(100, 250).unwrap(), 2.5);
+        for (without, during) in [(0, 250), (100, 0)] {
+            let e = p99_ratio(without, during).unwrap_err().to_string();
+            assert!(e.contains("no latency samples"), "{e}");
+        }
+    }
 
     #[test]
     fn the_files_rate_is_the_bytes_taken_in_the_window_over_its_length() {
