@@ -349,8 +349,12 @@ impl Runs {
 
     /// What the runs say of `f`, each value once ("a, b" where runs differ).
     fn distinct(&self, f: &dyn Fn(&Results) -> String) -> String {
-        let mut seen: Vec<String> = self.runs.iter().map(f).collect();
-        seen.dedup();
+        let mut seen: Vec<String> = Vec::new();
+        for v in self.runs.iter().map(f) {
+            if !seen.contains(&v) {
+                seen.push(v);
+            }
+        }
         seen.join(", ")
     }
 
@@ -793,6 +797,20 @@ mod tests {
             limited_by: None,
             steps: vec![],
         }
+    }
+
+    #[test]
+    fn what_the_runs_say_is_each_value_once_in_the_order_first_said() {
+        let run = |commit: &str| Results {
+            git_commit: commit.into(),
+            ..Default::default()
+        };
+        let runs = Runs {
+            runs: vec![run("aaaaaaa1"), run("bbbbbbb2"), run("aaaaaaa3")],
+            order: vec![],
+            values: BTreeMap::new(),
+        };
+        assert_eq!(runs.commit(), "aaaaaaa, bbbbbbb");
     }
 
     #[test]
