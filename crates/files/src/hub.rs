@@ -635,7 +635,16 @@ impl Hub {
             self.stats.ignored += 1;
             return;
         };
-        if rights.subscribe & (1 << i) == 0 || site == self.cfg.site {
+        if rights.subscribe & (1 << i) == 0 {
+            // Its right taken (the users file reloaded): what it was routed for in this
+            // service goes now, not when its routes are forgotten a minute later.
+            if let Some(r) = self.routes.get_mut(&from) {
+                r.retain(|(j, _), _| *j != i);
+            }
+            self.stats.ignored += 1;
+            return;
+        }
+        if site == self.cfg.site {
             self.stats.ignored += 1;
             return;
         }

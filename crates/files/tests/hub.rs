@@ -368,6 +368,54 @@ fn a_site_is_routed_only_where_its_user_may_receive_and_presence_goes_up_every_w
     assert_eq!(ups, vec![Peer::Upstream]);
 }
 
+/// A connection whose right to receive a service was taken (the users file reloaded)
+/// is no route for it from its next presence on, rather than until the route is
+/// forgotten a minute later: what it says for the site is believed no longer.
+#[test]
+fn a_site_that_lost_its_right_to_receive_is_no_route_from_its_next_presence() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let data = b"a,b\n".to_vec();
+    let sha: [u8; 32] = Sha256::digest(&data).into();
+    put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
+    outputs(&mut h);
+    let query = encode(&FilesMessage::Query { request: 9 });
+    h.handle(
+        Peer::Conn(CLIENT),
+        "alice",
+        Rights::ALL,
+        &query,
+        Instant::now(),
+    );
+    let transfer = reported(&mut h, |e| e.transfer)[0];
+    let present = encode(&FilesMessage::Present {
+        site: "edge1",
+        service: "FILES",
+    });
+    let status = encode(&FilesMessage::Status(Status {
+        transfer,
+        site: "edge1",
+        state: SiteState::Receiving,
+        have: 0,
+        missing: vec![],
+        reason: "",
+    }));
+    let may = Rights {
+        publish: 0,
+        subscribe: 1,
+    };
+    let now = Instant::now();
+    h.handle(Peer::Conn(4), "edge", may, &present, now);
+    let ignored = h.stats().ignored;
+    h.handle(Peer::Conn(4), "edge", may, &status, now);
+    assert_eq!(h.stats().ignored, ignored, "routed: its status is taken");
+    // Its next presence comes without the right.
+    h.handle(Peer::Conn(4), "edge", Rights::default(), &present, now);
+    let ignored = h.stats().ignored;
+    h.handle(Peer::Conn(4), "edge", Rights::default(), &status, now);
+    assert_eq!(h.stats().ignored, ignored + 1, "no longer routed");
+}
+
 #[test]
 fn after_a_restart_the_report_lists_the_audit_logs_past_files_and_the_spools_queue_once() {
     use tickwire_files::audit::{PastFile, PastSite};
