@@ -176,7 +176,9 @@ struct NodeArgs {
 
 fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     let mut cfg = match &args.config {
-        Some(path) => NodeConfig::load(path)?,
+        // Checked once the flags are applied: a flag overrides a file's value, and a
+        // file may leave a key to a flag (a channel in the file, --role per host).
+        Some(path) => NodeConfig::read(path)?,
         None => NodeConfig::default(),
     };
     if let Some(l) = args.listen {
@@ -234,13 +236,14 @@ fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
             "--backbone needs --role source|edge|both (or backbone.role in the config file)"
         );
     }
-    cfg.validate().map_err(|e| anyhow::anyhow!(with_flag(e)))?;
+    cfg.validate()
+        .map_err(|e| anyhow::anyhow!(with_flag(e, args.config.as_deref())))?;
     Ok(cfg)
 }
 
-/// A config error, naming the flag that sets the key too (a flag's value is checked
-/// against the key it overrides).
-fn with_flag(e: tickwire_node::ConfigError) -> String {
+/// A config error, naming the config file, if any, and the flag that sets the key too
+/// (a flag's value is checked against the key it overrides).
+fn with_flag(e: tickwire_node::ConfigError, file: Option<&std::path::Path>) -> String {
     let flag = match &e {
         tickwire_node::ConfigError::Invalid { key, .. } => match *key {
             "limits.heartbeat_ms" => Some("--heartbeat-ms"),
@@ -260,9 +263,13 @@ fn with_flag(e: tickwire_node::ConfigError) -> String {
         },
         _ => None,
     };
+    let whence = match file {
+        Some(path) => format!("config file {}", path.display()),
+        None => "invalid node settings".into(),
+    };
     match flag {
-        Some(f) => format!("invalid node settings: {e} (set by {f} or in the config file)"),
-        None => format!("invalid node settings: {e}"),
+        Some(f) => format!("{whence}: {e} (set by {f} or in the config file)"),
+        None => format!("{whence}: {e}"),
     }
 }
 

@@ -238,6 +238,67 @@ fn bad_config_files_are_named_with_the_offending_key() {
     check("missing.toml", None, &[]);
 }
 
+/// Flags override the config file: a file's value a flag replaces is not refused, and
+/// a key a file leaves to a flag (the backbone channel in the file, `--role` per host)
+/// is taken; what is refused after the flags still names the file.
+#[test]
+fn flags_override_the_config_file_before_it_is_checked() {
+    let dir = std::env::temp_dir().join(format!("tickwire-cli-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(dir.clone());
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let channel = file(
+        "channel.toml",
+        "[backbone]\nchannel = \"aeron:udp?endpoint=239.1.1.1:40456|interface=127.0.0.1\"\n",
+    );
+    let out = run(
+        &[
+            "node",
+            "--config",
+            &channel,
+            "--role",
+            "edge",
+            "--print-config",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(out.stdout.contains("role = \"edge\""), "{}", out.stdout);
+
+    let heartbeat = file("heartbeat.toml", "[limits]\nheartbeat_ms = 50\n");
+    let out = run(
+        &[
+            "node",
+            "--config",
+            &heartbeat,
+            "--heartbeat-ms",
+            "1000",
+            "--print-config",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(out.stdout.contains("heartbeat_ms = 1000"), "{}", out.stdout);
+
+    let out = run(&["node", "--config", &heartbeat, "--print-config"], T);
+    assert_eq!(out.code(), Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains(&heartbeat) && out.stderr.contains("limits.heartbeat_ms = 50"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// `tickwire subscribe --node ADDR ARGS...`, given 20 s.
 fn subscribe(addr: &str, args: &[&str]) -> common::Output {
     let mut all = vec!["subscribe", "--node", addr];

@@ -591,19 +591,34 @@ impl Default for LimitsSection {
 impl NodeConfig {
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        let text = Self::read_text(path)?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Reads a config file without checking its values: for a caller that overrides
+    /// some of them first (`tickwire node`'s flags), then calls [`NodeConfig::validate`].
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = Self::read_text(path)?;
+        Self::parse_unchecked(&text, &path.display().to_string())
+    }
+
+    fn read_text(path: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.display().to_string(),
             reason: e.to_string(),
-        })?;
-        Self::parse(&text, &path.display().to_string())
+        })
+    }
+
+    fn parse_unchecked(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })
     }
 
     /// Parses TOML text; `origin` names the file in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let cfg: NodeConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: origin.to_string(),
-            message: e.to_string().trim_end().to_string(),
-        })?;
+        let cfg = Self::parse_unchecked(text, origin)?;
         cfg.validate().map_err(|e| ConfigError::Parse {
             path: origin.to_string(),
             message: e.to_string(),
