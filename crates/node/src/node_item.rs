@@ -96,7 +96,10 @@ impl NodeItem {
         me
     }
 
-    fn write_fields(&mut self, core: &Node, now: Instant) {
+    /// The figures; the rates since the last update, which `advance` (an update) makes
+    /// the start of the next (an image asked for between two leaves it: the update that
+    /// follows would have had rates over an instant).
+    fn write_fields(&mut self, core: &Node, now: Instant, advance: bool) {
         let reports = core.connection_reports();
         let count = |role: &str| reports.iter().filter(|r| r.role == role).count() as u64;
         let behind = reports.iter().filter(|r| r.behind).count() as u64;
@@ -121,7 +124,9 @@ impl NodeItem {
             .max(1e-3);
         let rate_in = ((s.updates_in - self.last.1) as f64 / secs) as u64;
         let rate_out = ((s.updates_out - self.last.2) as f64 / secs) as u64;
-        self.last = (now, s.updates_in, s.updates_out);
+        if advance {
+            self.last = (now, s.updates_in, s.updates_out);
+        }
         let services: Vec<String> = core
             .services()
             .into_iter()
@@ -180,7 +185,7 @@ impl NodeItem {
     }
 
     fn refresh(&mut self, core: &mut Node, now: Instant, stream_id: u32, solicited: bool) {
-        self.write_fields(core, now);
+        self.write_fields(core, now, false);
         let refresh = Message::Refresh(Refresh {
             stream_id,
             seq: self.seq,
@@ -215,7 +220,7 @@ impl NodeItem {
             self.refresh(core, now, sid, true);
         }
         self.seq = self.seq.wrapping_add(1);
-        self.write_fields(core, now);
+        self.write_fields(core, now, true);
         let update = Message::Update(Update::new(
             STREAM,
             self.seq,
@@ -223,5 +228,56 @@ impl NodeItem {
             FieldList::from_trusted(&self.fields),
         ));
         core.on_message(self.conn, &update, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tickwire_proto::{FrameReader, Login, Request};
+
+    /// The `TW_UPD_IN` of every update `conn` was sent.
+    fn updates_in_per_s(core: &mut Node, conn: ConnId) -> Vec<u64> {
+        let mut bytes = Vec::new();
+        if let Some(out) = core.output(conn) {
+            out.take_all(&mut bytes);
+        }
+        let mut frames = FrameReader::new(1 << 20);
+        frames.extend(&bytes);
+        let mut got = Vec::new();
+        while let Some(frame) = frames.next_frame().unwrap() {
+            for m in MessageIter::new(frame) {
+                if let Message::Update(u) = m.unwrap().message {
+                    if let Some(Value::UInt(n)) = u.fields.get(TW_UPD_IN) {
+                        got.push(n);
+                    }
+                }
+            }
+        }
+        got
+    }
+
+    /// On a cache-off node the item answers a request with a refresh, then sends its
+    /// update of that second: the update's rates are over the second too, not over
+    /// the instant since the refresh (which made them 0).
+    #[test]
+    fn the_update_after_an_asked_image_has_the_rates_of_the_last_second() {
+        let t0 = Instant::now();
+        let mut cfg = crate::config::NodeConfig::default();
+        cfg.node.cache = crate::config::CacheMode::Off;
+        let mut core = Node::new(cfg.core_config(), t0);
+        let mut item = NodeItem::start(&mut core, t0);
+        let sub = core.connect("127.0.0.1:4000", t0);
+        let login = Login::new(Role::Subscriber, "test", "", "");
+        core.on_message(sub, &Message::Login(login), t0);
+        // One update a second: the item's own.
+        let second = Duration::from_secs(1);
+        item.tick(&mut core, t0 + second);
+        let at = t0 + second * 3 / 2;
+        let request = Request::streaming(5, NODE_SERVICE, NODE_ITEM);
+        core.on_message(sub, &Message::Request(request), at);
+        item.tick(&mut core, t0 + 2 * second);
+        assert_eq!(updates_in_per_s(&mut core, sub), [1]);
     }
 }
