@@ -6,10 +6,35 @@ use tickwire_backbone::Backbone;
 use tickwire_core::{Node, Stats};
 use tickwire_gateway::UpdateCache;
 
+use crate::node_item::NODE_SERVICE;
+
 pub(super) struct StatsLog {
     every: Duration,
     next: Instant,
     last: Stats,
+}
+
+/// One stats line's figures.
+#[derive(Debug, PartialEq)]
+struct Line {
+    connections: usize,
+    items: usize,
+    updates_in_per_s: u64,
+    updates_out_per_s: u64,
+}
+
+/// The counters, less the updates of the node's own figures item: it publishes one
+/// every second, whether or not anything else moves (the line would never be quiet).
+fn counters(core: &Node) -> Stats {
+    let mut s = core.stats().clone();
+    let own = core
+        .service_figures()
+        .into_iter()
+        .find(|f| f.name == NODE_SERVICE);
+    if let Some(own) = own {
+        s.updates_in = s.updates_in.saturating_sub(own.updates_in);
+    }
+    s
 }
 
 impl StatsLog {
@@ -18,26 +43,20 @@ impl StatsLog {
         StatsLog {
             every,
             next: start + every,
-            last: core.stats().clone(),
+            last: counters(core),
         }
     }
 
     /// Logs the rates since the last line, when due and something changed.
     pub(super) fn handle_timeout(&mut self, core: &Node, now: Instant) {
-        if self.every == Duration::ZERO || now < self.next {
-            return;
-        }
-        let s = core.stats().clone();
-        let secs = (now - self.next + self.every).as_secs_f64();
-        if s != self.last {
+        if let Some(line) = self.due(core, now) {
+            let s = core.stats();
             let behind = behind_text(core.connection_reports());
-            let last = &self.last;
-            let per_s = |now: u64, then: u64| ((now - then) as f64 / secs).round() as u64;
             tracing::info!(
-                connections = core.connection_count(),
-                items = core.item_count(),
-                updates_in_per_s = per_s(s.updates_in, last.updates_in),
-                updates_out_per_s = per_s(s.updates_out, last.updates_out),
+                connections = line.connections,
+                items = line.items,
+                updates_in_per_s = line.updates_in_per_s,
+                updates_out_per_s = line.updates_out_per_s,
                 refreshes_out = s.refreshes_out,
                 conflated = s.conflated_updates,
                 slow_consumer_disconnects = s.slow_consumer_disconnects,
@@ -45,8 +64,29 @@ impl StatsLog {
                 "stats"
             );
         }
-        self.last = s;
+    }
+
+    /// The line to write now, if one is due and something changed.
+    fn due(&mut self, core: &Node, now: Instant) -> Option<Line> {
+        if self.every == Duration::ZERO || now < self.next {
+            return None;
+        }
+        let s = counters(core);
+        let secs = (now - self.next + self.every).as_secs_f64();
+        let last = std::mem::replace(&mut self.last, s);
         self.next = now + self.every;
+        let s = &self.last;
+        if *s == last {
+            return None;
+        }
+        let per_s = |now: u64, then: u64| ((now - then) as f64 / secs).round() as u64;
+        // The node's own figures item (its connection and item) is not the clients'.
+        Some(Line {
+            connections: core.connection_count().saturating_sub(1),
+            items: core.item_count().saturating_sub(1),
+            updates_in_per_s: per_s(s.updates_in, last.updates_in),
+            updates_out_per_s: per_s(s.updates_out, last.updates_out),
+        })
     }
 }
 
@@ -151,6 +191,56 @@ mod tests {
             conflated_updates: 0,
             do_not_conflate_dropped: 0,
         }
+    }
+
+    /// An idle node writes no stats line, though its own figures item updates every
+    /// second; a client's traffic makes one, the node's own connection and item left
+    /// out of it.
+    #[test]
+    fn the_nodes_own_figures_item_makes_no_stats_line() {
+        use tickwire_proto::{Directory, Login, Message, Refresh, Role, State, Update, UpdateType};
+        let t0 = Instant::now();
+        let mut core = Node::new(crate::config::NodeConfig::default().core_config(), t0);
+        let mut item = crate::node_item::NodeItem::start(&mut core, t0);
+        let second = Duration::from_secs(1);
+        let mut log = StatsLog::new(second, &core, t0);
+        for k in 1..=3 {
+            item.tick(&mut core, t0 + k * second);
+            assert_eq!(log.due(&core, t0 + k * second), None, "second {k}");
+        }
+        let publisher = core.connect("127.0.0.1:4000", t0);
+        let login = Login::new(Role::Publisher, "feed", "", "");
+        core.on_message(publisher, &Message::Login(login), t0);
+        let directory = Message::Directory(Directory::one_service("FEED", 1));
+        core.on_message(publisher, &directory, t0);
+        let fields = tickwire_proto::FieldList::from_trusted(&[]);
+        let refresh = Refresh {
+            stream_id: 1,
+            seq: 0,
+            complete: true,
+            solicited: false,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: "FEED",
+            name: "A",
+            fields,
+        };
+        core.on_message(publisher, &Message::Refresh(refresh), t0);
+        for seq in 1..=4 {
+            let update = Update::new(1, seq, UpdateType::Other, fields);
+            core.on_message(publisher, &Message::Update(update), t0);
+        }
+        item.tick(&mut core, t0 + 4 * second);
+        let line = log.due(&core, t0 + 4 * second);
+        assert_eq!(
+            line,
+            Some(Line {
+                connections: 1,
+                items: 1,
+                updates_in_per_s: 4,
+                updates_out_per_s: 0,
+            })
+        );
     }
 
     /// Thousands of subscribers behind at once make a stats line naming the ten with
