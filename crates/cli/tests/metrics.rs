@@ -872,6 +872,22 @@ fn health_takes_the_address_from_a_config_as_the_node_reads_it() {
     assert!(nan.stderr.contains("--timeout"), "{}", nan.stderr);
 }
 
+/// A config file the node's flags complete or override is one `tickwire health
+/// --config` takes too: the node runs with it, and its HTTP port is there to ask.
+#[test]
+fn health_takes_a_config_the_nodes_flags_override() {
+    let port = free_port_for_tests();
+    let cfg = TempConfig::new(
+        "health-flags",
+        &format!("[websocket]\nlisten = \"127.0.0.1:{port}\"\n[limits]\nheartbeat_ms = 50\n"),
+    );
+    let mut node = Node::start(&["--config", cfg.path(), "--heartbeat-ms", "1000"]);
+    node.proc
+        .wait_for_line("WebSocket", Duration::from_secs(20));
+    let asked = run(&["health", "--config", cfg.path()], Duration::from_secs(20));
+    assert_eq!(asked.code(), Some(0), "{}{}", asked.stdout, asked.stderr);
+}
+
 /// A directory of its own (`tickwire-TAG-PID`) holding a users file in which alice may
 /// read FEED: the directory and the file.
 fn alice_may_read_feed(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
