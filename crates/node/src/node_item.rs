@@ -49,6 +49,18 @@ const TW_SLOW_WHO: i16 = -1036;
 /// The subscribers behind named in `TW_SLOW_WHO`, at most (the most queued first).
 const SLOW_NAMED: usize = 10;
 
+/// Updates the node has received, less this item's own (one a second, whether or not
+/// any publisher sends anything).
+pub(crate) fn updates_in_from_publishers(core: &Node) -> u64 {
+    let own = core
+        .service_figures()
+        .into_iter()
+        .find(|f| f.name == NODE_SERVICE);
+    core.stats()
+        .updates_in
+        .saturating_sub(own.map_or(0, |f| f.updates_in))
+}
+
 pub(crate) struct NodeItem {
     conn: ConnId,
     seq: u32,
@@ -83,7 +95,11 @@ impl NodeItem {
             conn,
             seq: 0,
             started: now,
-            last: (now, core.stats().updates_in, core.stats().updates_out),
+            last: (
+                now,
+                updates_in_from_publishers(core),
+                core.stats().updates_out,
+            ),
             fields: Vec::new(),
             backbone: None,
             path: String::new(),
@@ -118,14 +134,15 @@ impl NodeItem {
             .collect::<Vec<_>>()
             .join("; ");
         let s = core.stats();
+        let updates_in = updates_in_from_publishers(core);
         let secs = now
             .saturating_duration_since(self.last.0)
             .as_secs_f64()
             .max(1e-3);
-        let rate_in = ((s.updates_in - self.last.1) as f64 / secs) as u64;
+        let rate_in = ((updates_in - self.last.1) as f64 / secs) as u64;
         let rate_out = ((s.updates_out - self.last.2) as f64 / secs) as u64;
         if advance {
-            self.last = (now, s.updates_in, s.updates_out);
+            self.last = (now, updates_in, s.updates_out);
         }
         let services: Vec<String> = core
             .services()
@@ -258,6 +275,35 @@ mod tests {
         got
     }
 
+    /// A publisher of FEED on `core`, its item A's image sent.
+    fn publisher(core: &mut Node, now: Instant) -> ConnId {
+        let conn = core.connect("127.0.0.1:4001", now);
+        let login = Login::new(Role::Publisher, "feed", "", "");
+        core.on_message(conn, &Message::Login(login), now);
+        let directory = tickwire_proto::Directory::one_service("FEED", 1);
+        core.on_message(conn, &Message::Directory(directory), now);
+        let refresh = Refresh {
+            stream_id: 1,
+            seq: 0,
+            complete: true,
+            solicited: false,
+            clear_cache: true,
+            state: State::OPEN_OK,
+            service: "FEED",
+            name: "A",
+            fields: FieldList::from_trusted(&[]),
+        };
+        core.on_message(conn, &Message::Refresh(refresh), now);
+        conn
+    }
+
+    fn publish(core: &mut Node, conn: ConnId, updates: u32, now: Instant) {
+        for seq in 1..=updates {
+            let u = Update::new(1, seq, UpdateType::Other, FieldList::from_trusted(&[]));
+            core.on_message(conn, &Message::Update(u), now);
+        }
+    }
+
     /// On a cache-off node the item answers a request with a refresh, then sends its
     /// update of that second: the update's rates are over the second too, not over
     /// the instant since the refresh (which made them 0).
@@ -268,16 +314,36 @@ mod tests {
         cfg.node.cache = crate::config::CacheMode::Off;
         let mut core = Node::new(cfg.core_config(), t0);
         let mut item = NodeItem::start(&mut core, t0);
+        let feed = publisher(&mut core, t0);
         let sub = core.connect("127.0.0.1:4000", t0);
         let login = Login::new(Role::Subscriber, "test", "", "");
         core.on_message(sub, &Message::Login(login), t0);
-        // One update a second: the item's own.
         let second = Duration::from_secs(1);
         item.tick(&mut core, t0 + second);
         let at = t0 + second * 3 / 2;
+        publish(&mut core, feed, 3, at);
         let request = Request::streaming(5, NODE_SERVICE, NODE_ITEM);
         core.on_message(sub, &Message::Request(request), at);
         item.tick(&mut core, t0 + 2 * second);
-        assert_eq!(updates_in_per_s(&mut core, sub), [1]);
+        assert_eq!(updates_in_per_s(&mut core, sub), [3]);
+    }
+
+    /// The item's own updates, one a second, are not counted as updates in: an idle
+    /// node says 0.
+    #[test]
+    fn the_items_own_updates_are_not_updates_in() {
+        let t0 = Instant::now();
+        let mut core = Node::new(crate::config::NodeConfig::default().core_config(), t0);
+        let mut item = NodeItem::start(&mut core, t0);
+        let sub = core.connect("127.0.0.1:4000", t0);
+        let login = Login::new(Role::Subscriber, "test", "", "");
+        core.on_message(sub, &Message::Login(login), t0);
+        let request = Request::streaming(5, NODE_SERVICE, NODE_ITEM);
+        core.on_message(sub, &Message::Request(request), t0);
+        let second = Duration::from_secs(1);
+        for k in 1..=3 {
+            item.tick(&mut core, t0 + k * second);
+        }
+        assert_eq!(updates_in_per_s(&mut core, sub), [0, 0, 0]);
     }
 }

@@ -6,7 +6,7 @@ use tickwire_backbone::Backbone;
 use tickwire_core::{Node, Stats};
 use tickwire_gateway::UpdateCache;
 
-use crate::node_item::NODE_SERVICE;
+use crate::node_item::updates_in_from_publishers;
 
 pub(super) struct StatsLog {
     every: Duration,
@@ -27,13 +27,7 @@ struct Line {
 /// every second, whether or not anything else moves (the line would never be quiet).
 fn counters(core: &Node) -> Stats {
     let mut s = core.stats().clone();
-    let own = core
-        .service_figures()
-        .into_iter()
-        .find(|f| f.name == NODE_SERVICE);
-    if let Some(own) = own {
-        s.updates_in = s.updates_in.saturating_sub(own.updates_in);
-    }
+    s.updates_in = updates_in_from_publishers(core);
     s
 }
 
