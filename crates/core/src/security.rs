@@ -254,6 +254,20 @@ impl Node {
         self.handle_overflows();
     }
 
+    /// Whether a connection still waits for the check of `ticket` (an
+    /// [`AuthRequest`]'s): not once it went away, though its id may be another's now.
+    pub fn awaits_check(&self, conn: ConnId, ticket: u64) -> bool {
+        self.conns
+            .get(conn)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| {
+                c.pending_login.as_ref().is_some_and(|p| p.ticket == ticket)
+                    || (c.http.as_ref())
+                        .and_then(|h| h.pending.as_ref())
+                        .is_some_and(|p| p.0 == ticket)
+            })
+    }
+
     /// A secret could not be checked at all (the verification queue is full, or its
     /// thread is gone): a login is refused with `text`; a token request is answered
     /// "unavailable", so an HTTP client sees a retryable status.

@@ -78,7 +78,7 @@ impl Verifier {
         now: Instant,
     ) {
         let (conn, ticket) = (req.conn, req.ticket);
-        if !core.is_live(conn) {
+        if !core.awaits_check(conn, ticket) {
             return; // gone in the turn it logged in: no one to answer
         }
         let Some(users) = users else {
@@ -115,8 +115,8 @@ impl Verifier {
             }
             core.on_auth_result(conn, ticket, result, now);
         }
-        for (conn, _, gone) in &self.waiting {
-            if !core.is_live(*conn) {
+        for (conn, ticket, gone) in &self.waiting {
+            if !core.awaits_check(*conn, *ticket) {
                 gone.store(true, Ordering::Relaxed);
             }
         }
@@ -185,6 +185,9 @@ mod tests {
             v.submit(&mut core, r, Some(users.clone()), now);
         }
         core.on_disconnect(gone, now);
+        // Its id is the next connection's (a peer doing this again and again).
+        let next = core.connect("10.0.0.1:4001", now);
+        assert_eq!(next, gone);
         v.deliver(&mut core, now);
         let first = inbox.try_recv().unwrap().answer();
         assert_eq!(first.0, gone);
