@@ -168,8 +168,16 @@ pub fn run(args: PerfPostArgs) -> Result<PostResult> {
         let (answered, records, syscalls) = node_counters(&mut sub)?;
         r.journal_records = records - records0;
         r.journal_syscalls = syscalls - syscalls0;
-        if answered - answered0 >= r.acked + r.nakked || Instant::now() > deadline {
+        let counted = answered - answered0;
+        if counted >= r.acked + r.nakked {
             break;
+        }
+        // Figures that never caught up would make the journal's cost per post short.
+        if Instant::now() > deadline {
+            bail!(
+                "the node's figures counted {counted} of the {} posts answered within 5 s: no journal figures per post",
+                r.acked + r.nakked
+            );
         }
         std::thread::sleep(Duration::from_millis(250));
     }
