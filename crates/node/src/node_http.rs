@@ -247,17 +247,7 @@ mod tests {
     fn scrapes_close_together_share_one_render_of_the_figures() {
         let t0 = std::time::Instant::now();
         let mut core = Node::new(crate::config::NodeConfig::default().core_config(), t0);
-        let extra = Extra {
-            journal: None,
-            files: None,
-            backbone: None,
-            backbone_linked: None,
-            upstream: None,
-            websocket_updates_encoded: 0,
-            websocket_updates_reused: 0,
-            tls: None,
-            metrics_token: None,
-        };
+        let extra = Extra::default();
         let mut renders = MetricsRenders::default();
         let mut scrape = |core: &mut Node, format, at| {
             let asked = NodeRequest::Metrics(format, None);

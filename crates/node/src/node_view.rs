@@ -21,4 +21,6 @@ pub(crate) struct Extra<'a> {
     pub tls: Option<crate::tls::TlsFigures>,
     /// The token `GET /metrics` must present (`[websocket] metrics_token_file`).
     pub metrics_token: Option<&'a str>,
+    /// The interactive RSSL providers the node is fed by (`[[rssl.providers]]`).
+    pub rssl_providers: &'a [crate::rssl_provider::ProviderConn],
 }

@@ -1,12 +1,13 @@
 //! Whether the node is ready: what it is configured to depend on (its backbone link,
-//! its upstream node, its journal) is there. `/readyz` answers it; `/metrics` gives it
+//! its upstream node, its interactive RSSL providers, its journal) is there. `/readyz` answers it; `/metrics` gives it
 //! as `tickwire_ready` and `tickwire_dependency_up`.
 
 use crate::node_view::Extra;
 
 /// One dependency of the node and its state.
 pub(crate) struct Check {
-    pub dependency: &'static str,
+    /// "backbone", "upstream", "journal", or "rssl_provider HOST:PORT" (one each).
+    pub dependency: String,
     pub up: bool,
     /// Said to people: "linked", "not logged in: connecting (host:port)".
     pub state: String,
@@ -22,7 +23,7 @@ pub(crate) fn checks(extra: &Extra<'_>) -> Vec<Check> {
             "not linked (its Aeron link is being rebuilt)"
         };
         checks.push(Check {
-            dependency: "backbone",
+            dependency: "backbone".into(),
             up: linked,
             state: state.into(),
         });
@@ -35,9 +36,17 @@ pub(crate) fn checks(extra: &Extra<'_>) -> Vec<Check> {
             format!("not logged in: {}", u.state_text())
         };
         checks.push(Check {
-            dependency: "upstream",
+            dependency: "upstream".into(),
             up,
             state,
+        });
+    }
+    for p in extra.rssl_providers {
+        let (up, state) = p.readiness();
+        checks.push(Check {
+            dependency: format!("rssl_provider {}", p.address()),
+            up,
+            state: state.into(),
         });
     }
     if let Some(j) = extra.journal {
@@ -46,7 +55,7 @@ pub(crate) fn checks(extra: &Extra<'_>) -> Vec<Check> {
             Err(why) => (false, format!("not writable: {why}")),
         };
         checks.push(Check {
-            dependency: "journal",
+            dependency: "journal".into(),
             up,
             state,
         });

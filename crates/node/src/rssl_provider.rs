@@ -188,6 +188,21 @@ impl ProviderConn {
         self.login_deadline = None;
     }
 
+    /// For `/readyz`: whether the provider has accepted the node's login on the
+    /// connection open now, and that said to people.
+    pub(crate) fn readiness(&self) -> (bool, &'static str) {
+        match (self.logged_in_at, &self.channel) {
+            (Some(_), Some(_)) => (true, "logged in"),
+            (_, Some(_)) => (false, "not logged in: logging in"),
+            _ => (false, "not logged in: connecting"),
+        }
+    }
+
+    /// Where the provider is (`[[rssl.providers]] address`).
+    pub(crate) fn address(&self) -> &str {
+        &self.address
+    }
+
     fn lost(&mut self, core: &mut Node, registry: &Registry, why: &str, now: Instant) {
         // A connection that got as far as its ConnectAck: the next starts from RIPC 14
         // again (a version stepped down for a provider that was only restarting would

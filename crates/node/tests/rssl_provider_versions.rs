@@ -2,7 +2,7 @@
 //! RIPC closes them at the versions it does not know (as the SDK's servers do), and the
 //! node asks again one version lower each time, on a new connection, and logs in at the
 //! one it takes; one that drops every connection once it accepted the login is tried
-//! again after a back-off that grows.
+//! again after a back-off that grows; `/readyz` waits for the node's login to each.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -137,4 +137,64 @@ fn a_provider_that_drops_the_connection_once_logged_in_is_tried_again_less_and_l
     let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
     // 200, 400 and 800 ms, give or take the connects (every 200 ms without a back-off).
     assert!(gaps[2] >= Duration::from_millis(700), "{gaps:?}");
+}
+
+/// `GET /readyz`: the status line and the body (the node answers and closes).
+fn readyz(ws: std::net::SocketAddr) -> (String, String) {
+    let mut s = TcpStream::connect(ws).unwrap();
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    write!(s, "GET /readyz HTTP/1.1\r\nHost: {ws}\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// Each interactive provider is a dependency of the node: not ready while it has not
+/// accepted the node's login, ready once it has.
+#[test]
+fn the_node_is_ready_once_its_providers_took_its_login() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let (go_tx, go) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        // Answers once the test has seen the node not ready (the node's connection
+        // waits in the listener's queue meanwhile).
+        let _ = go.recv_timeout(LIMIT);
+        if let Some(Ok(s)) = listener.incoming().next() {
+            serve(s, &[], |m, ch| {
+                if m.domain == domain::LOGIN {
+                    ch.send(&testing::login_accepted(m.stream_id));
+                }
+                false
+            });
+        }
+    });
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.websocket.listen = "127.0.0.1:0".into();
+    cfg.rssl.providers = vec![RsslProviderSection {
+        address: address.clone(),
+        ..RsslProviderSection::default()
+    }];
+    let node = NodeServer::spawn(cfg).unwrap();
+    let ws = node.ws_addr.expect("an HTTP port");
+    let line = format!("rssl_provider {address}: ");
+    let (status, body) = readyz(ws);
+    assert!(status.contains("503"), "{status}\n{body}");
+    assert!(body.contains(&format!("{line}not logged in")), "{body}");
+    go_tx.send(()).unwrap();
+    let start = Instant::now();
+    loop {
+        let (status, body) = readyz(ws);
+        if status.contains("200") {
+            assert!(body.contains(&format!("{line}logged in")), "{body}");
+            break;
+        }
+        assert!(start.elapsed() < LIMIT, "never ready: {status}\n{body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

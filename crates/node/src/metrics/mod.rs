@@ -201,7 +201,7 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
         checks.iter().map(|c| {
             (
                 DependencyLabel {
-                    dependency: c.dependency.into(),
+                    dependency: c.dependency.clone(),
                 },
                 i64::from(c.up),
             )

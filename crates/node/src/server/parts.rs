@@ -344,6 +344,7 @@ impl Parts {
             websocket_updates_reused: ws_reused,
             tls: None,
             metrics_token: self.metrics_token.as_deref(),
+            rssl_providers: &self.providers,
         }
     }
 }
