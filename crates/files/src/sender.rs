@@ -674,6 +674,12 @@ impl Sender {
                 },
             );
         }
+        // Sites that said where they stand may hold parts of it: rather than a first
+        // pass from chunk 0, its offers say every chunk went once, and each site
+        // answers with what it misses, which alone is sent again (as repairs).
+        if let Some(t) = self.transfers.get_mut(&id).filter(|t| t.offered) {
+            t.first_pass = t.chunks;
+        }
         // Every target had it (the log lost the line saying it was over, a full disk
         // say): over now, delivered, rather than kept until it expires undelivered.
         self.finish_if_delivered(id);

@@ -449,10 +449,21 @@ fn a_sender_that_restarts_continues_its_queue() {
         tx.restore(m, sites, net.now + Duration::from_secs(3600), net.now);
     }
     net.tx = tx;
+    let before = net.chunks_to.clone();
     net.run_until(Duration::from_secs(30), |n| n.all_finished(&[ia, ib]));
     for site in &net.sites {
         assert_eq!(site.store.inbox.get("a.bin"), Some(&a));
         assert_eq!(site.store.inbox.get("b.bin"), Some(&b));
+    }
+    // The sites' chunks of a.bin are not sent again: only what they missed.
+    let a_chunks = 300_000u64.div_ceil(u64::from(slow_sender_config().chunk_size));
+    let b_chunks = 5_000u64.div_ceil(u64::from(slow_sender_config().chunk_size));
+    for (i, had) in before.iter().enumerate() {
+        let again = net.chunks_to[i] - had;
+        assert!(
+            again <= a_chunks + b_chunks - had.min(&a_chunks),
+            "site {i}: {again} chunks after the restart, {had} before"
+        );
     }
 }
 
