@@ -734,14 +734,23 @@ fn a_number_of_seconds_out_of_range_is_refused_naming_the_flag() {
         ),
         (&["demo", "--duration", "1e30"], "--duration"),
     ] {
-        let out = run(args, T);
-        assert_eq!(out.code(), Some(2), "{args:?}: {out:?}");
+        refused_as_usage(args, &[flag, "number of seconds"]);
+    }
+}
+
+/// `args` end with the usage error status (2), their error saying each of `words` and
+/// nothing printed on standard output.
+fn refused_as_usage(args: &[&str], words: &[&str]) {
+    let out = run(args, T);
+    assert_eq!(out.code(), Some(2), "{args:?}: {out:?}");
+    for w in words {
         assert!(
-            out.stderr.contains(flag) && out.stderr.contains("number of seconds"),
-            "{args:?}: {}",
+            out.stderr.contains(w),
+            "{args:?}: {w:?} not in {}",
             out.stderr
         );
     }
+    assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
 }
 
 /// `--count 0` is refused naming the flag: it printed a message and exited 0 as if
@@ -775,10 +784,7 @@ fn a_count_of_0_is_refused_naming_the_flag() {
             "X",
         ],
     ] {
-        let out = run(args, T);
-        assert_eq!(out.code(), Some(2), "{args:?}: {out:?}");
-        assert!(out.stderr.contains("--count"), "{args:?}: {}", out.stderr);
-        assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
+        refused_as_usage(args, &["--count"]);
     }
 }
 

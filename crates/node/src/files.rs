@@ -2133,31 +2133,21 @@ mod restart_tests {
     /// The files messages a client of `core` was sent, in order, as (what, request).
     fn files_answers(core: &mut tickwire_core::Node, conn: usize) -> Vec<(&'static str, u32)> {
         use tickwire_files::wire::FilesMessage;
-        use tickwire_proto::{FrameReader, Message};
-        let mut bytes = Vec::new();
-        if let Some(out) = core.output(conn) {
-            out.take_all(&mut bytes);
-        }
-        let mut frames = FrameReader::new(1 << 20);
-        frames.extend(&bytes);
+        use tickwire_proto::Message;
         let mut got = Vec::new();
-        while let Some(frame) = frames.next_frame().unwrap() {
-            for m in tickwire_proto::MessageIter::new(frame) {
-                if let Message::Files(body) = m.unwrap().message {
-                    match FilesMessage::decode(body).unwrap() {
-                        FilesMessage::Report {
-                            request,
-                            last: true,
-                            ..
-                        } => got.push(("report", request)),
-                        FilesMessage::QueryRefused { request, .. } => {
-                            got.push(("refused", request))
-                        }
-                        _ => {}
-                    }
+        crate::test_support::each_message_to(core, conn, |m| {
+            if let Message::Files(body) = m {
+                match FilesMessage::decode(body).unwrap() {
+                    FilesMessage::Report {
+                        request,
+                        last: true,
+                        ..
+                    } => got.push(("report", request)),
+                    FilesMessage::QueryRefused { request, .. } => got.push(("refused", request)),
+                    _ => {}
                 }
             }
-        }
+        });
         got
     }
 

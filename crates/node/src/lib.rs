@@ -27,6 +27,8 @@ mod readiness;
 mod rssl;
 mod rssl_provider;
 mod server;
+#[cfg(test)]
+mod test_support;
 pub mod tls;
 pub mod upstream;
 mod wrong_port;

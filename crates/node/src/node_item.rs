@@ -252,49 +252,21 @@ impl NodeItem {
 mod tests {
     use super::*;
     use std::time::Duration;
-    use tickwire_proto::{FrameReader, Login, Request};
+    use tickwire_proto::{Login, Request};
+
+    use crate::test_support::{each_message_to, feed_publisher as publisher};
 
     /// The `TW_UPD_IN` of every update `conn` was sent.
     fn updates_in_per_s(core: &mut Node, conn: ConnId) -> Vec<u64> {
-        let mut bytes = Vec::new();
-        if let Some(out) = core.output(conn) {
-            out.take_all(&mut bytes);
-        }
-        let mut frames = FrameReader::new(1 << 20);
-        frames.extend(&bytes);
         let mut got = Vec::new();
-        while let Some(frame) = frames.next_frame().unwrap() {
-            for m in MessageIter::new(frame) {
-                if let Message::Update(u) = m.unwrap().message {
-                    if let Some(Value::UInt(n)) = u.fields.get(TW_UPD_IN) {
-                        got.push(n);
-                    }
+        each_message_to(core, conn, |m| {
+            if let Message::Update(u) = m {
+                if let Some(Value::UInt(n)) = u.fields.get(TW_UPD_IN) {
+                    got.push(n);
                 }
             }
-        }
+        });
         got
-    }
-
-    /// A publisher of FEED on `core`, its item A's image sent.
-    fn publisher(core: &mut Node, now: Instant) -> ConnId {
-        let conn = core.connect("127.0.0.1:4001", now);
-        let login = Login::new(Role::Publisher, "feed", "", "");
-        core.on_message(conn, &Message::Login(login), now);
-        let directory = tickwire_proto::Directory::one_service("FEED", 1);
-        core.on_message(conn, &Message::Directory(directory), now);
-        let refresh = Refresh {
-            stream_id: 1,
-            seq: 0,
-            complete: true,
-            solicited: false,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "FEED",
-            name: "A",
-            fields: FieldList::from_trusted(&[]),
-        };
-        core.on_message(conn, &Message::Refresh(refresh), now);
-        conn
     }
 
     fn publish(core: &mut Node, conn: ConnId, updates: u32, now: Instant) {

@@ -192,7 +192,7 @@ mod tests {
     /// out of it.
     #[test]
     fn the_nodes_own_figures_item_makes_no_stats_line() {
-        use tickwire_proto::{Directory, Login, Message, Refresh, Role, State, Update, UpdateType};
+        use tickwire_proto::{Message, Update, UpdateType};
         let t0 = Instant::now();
         let mut core = Node::new(crate::config::NodeConfig::default().core_config(), t0);
         let mut item = crate::node_item::NodeItem::start(&mut core, t0);
@@ -202,24 +202,8 @@ mod tests {
             item.tick(&mut core, t0 + k * second);
             assert_eq!(log.due(&core, t0 + k * second), None, "second {k}");
         }
-        let publisher = core.connect("127.0.0.1:4000", t0);
-        let login = Login::new(Role::Publisher, "feed", "", "");
-        core.on_message(publisher, &Message::Login(login), t0);
-        let directory = Message::Directory(Directory::one_service("FEED", 1));
-        core.on_message(publisher, &directory, t0);
+        let publisher = crate::test_support::feed_publisher(&mut core, t0);
         let fields = tickwire_proto::FieldList::from_trusted(&[]);
-        let refresh = Refresh {
-            stream_id: 1,
-            seq: 0,
-            complete: true,
-            solicited: false,
-            clear_cache: true,
-            state: State::OPEN_OK,
-            service: "FEED",
-            name: "A",
-            fields,
-        };
-        core.on_message(publisher, &Message::Refresh(refresh), t0);
         for seq in 1..=4 {
             let update = Update::new(1, seq, UpdateType::Other, fields);
             core.on_message(publisher, &Message::Update(update), t0);
