@@ -191,15 +191,8 @@ fn a_report_to_a_reader_gone_is_no_failure() {
 
 #[test]
 fn bad_config_files_are_named_with_the_offending_key() {
-    let dir = std::env::temp_dir().join(format!("tickwire-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    struct Cleanup(std::path::PathBuf);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let _cleanup = Cleanup(dir.clone());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
 
     let check = |name: &str, text: Option<&str>, must: &[&str]| {
         let path = dir.join(name);
@@ -243,15 +236,8 @@ fn bad_config_files_are_named_with_the_offending_key() {
 /// is taken; what is refused after the flags still names the file.
 #[test]
 fn flags_override_the_config_file_before_it_is_checked() {
-    let dir = std::env::temp_dir().join(format!("tickwire-cli-flags-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    struct Cleanup(std::path::PathBuf);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let _cleanup = Cleanup(dir.clone());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let file = |name: &str, text: &str| {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
