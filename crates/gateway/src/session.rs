@@ -1673,6 +1673,30 @@ mod tests {
         assert_eq!((own.hits, own.misses), (0, 1));
     }
 
+    proptest::proptest! {
+        /// Every real is written as a JSON number a client parses to its value: zero
+        /// with a positive exponent too (`0` and not `000`, which is no JSON).
+        #[test]
+        fn every_real_is_a_json_number_of_its_value(
+            mantissa in proptest::prop_oneof![
+                proptest::strategy::Just(0i64),
+                proptest::num::i64::ANY,
+            ],
+            exponent in proptest::num::i8::ANY,
+        ) {
+            let r = tickwire_proto::Real::new(mantissa, exponent);
+            let fields = tickwire_proto::encode_field_list([(22, Value::Real(r))]);
+            let u = Update::new(1, 7, UpdateType::Quote, FieldList::decode(&fields).unwrap());
+            let json = node_says(&mut watching_two_items(), &Message::Update(u));
+            let got = json[0]["Fields"]["BID"].as_f64();
+            let want = r.to_f64();
+            proptest::prop_assert!(
+                got.is_some_and(|g| (g - want).abs() <= want.abs() * 1e-15),
+                "{} read as {:?}", r, got
+            );
+        }
+    }
+
     /// The node's answers to this session's login, as the client sees them.
     /// What the session says of an update (BID 169.05, seq 2) on the node's stream `sid`.
     fn update_says(s: &mut Session, sid: u32) -> Vec<Json> {

@@ -142,6 +142,10 @@ impl fmt::Display for Real {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.exponent >= 0 {
             write!(f, "{}", self.mantissa)?;
+            // Zero is "0", not "000": JSON allows no leading zeros.
+            if self.mantissa == 0 {
+                return Ok(());
+            }
             for _ in 0..self.exponent {
                 f.write_str("0")?;
             }
@@ -822,6 +826,20 @@ mod tests {
         }
         for r in [Real::new(i64::MIN, -128), Real::new(i64::MAX, 127)] {
             assert_eq!(r.to_f64(), r.to_string().parse::<f64>().unwrap(), "{r}");
+        }
+    }
+
+    #[test]
+    fn a_real_prints_as_a_number_json_reads() {
+        for (m, e, text) in [
+            (0, 3, "0"),
+            (0, 0, "0"),
+            (0, -2, "0.00"),
+            (5, 3, "5000"),
+            (-5, 1, "-50"),
+            (-15, -3, "-0.015"),
+        ] {
+            assert_eq!(Real::new(m, e).to_string(), text);
         }
     }
 
