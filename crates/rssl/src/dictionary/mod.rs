@@ -361,8 +361,11 @@ pub fn put_as(out: &mut Vec<u8>, t: u8, v: &Value<'_>) {
             dt::ASCII_STRING | dt::RMTES_STRING | dt::UTF8_STRING | dt::BUFFER,
             Value::Ascii(s) | Value::Utf8(s),
         ) => out.extend_from_slice(s.as_bytes()),
-        // Bytes as they came: RMTES text the node could not read, or a buffer.
-        (dt::RMTES_STRING | dt::BUFFER, Value::Buffer(b)) => out.extend_from_slice(b),
+        // Bytes as they came: text the node could not read as UTF-8 (RMTES in a
+        // character set of its own, Latin-1 in an ASCII field), or a buffer.
+        (dt::ASCII_STRING | dt::RMTES_STRING | dt::UTF8_STRING | dt::BUFFER, Value::Buffer(b)) => {
+            out.extend_from_slice(b)
+        }
         // Not this field's type: blank rather than bytes the consumer would misread.
         _ => {}
     }
@@ -488,6 +491,22 @@ mod tests {
             d.value(9005, "café".as_bytes()),
             Ok(Some(Value::Utf8("café")))
         );
+    }
+
+    #[test]
+    fn text_fields_of_bytes_that_are_not_utf8_pass_on_as_they_came() {
+        // Latin-1 in an ASCII_STRING field, a cut UTF-8 sequence in a UTF8_STRING one.
+        let text = "\
+            ASC \"ASC\" 9101  NULL  ALPHANUMERIC 16 ASCII_STRING 16\n\
+            UTF \"UTF\" 9102  NULL  ALPHANUMERIC 16 UTF8_STRING  16\n";
+        let d = RwfDictionary::parse_rdm(text, "test").unwrap();
+        for (fid, body) in [(9101, &b"caf\xe9"[..]), (9102, &b"caf\xc3"[..])] {
+            let v = d.value(fid, body).unwrap().unwrap();
+            assert_eq!(v, Value::Buffer(body));
+            let mut again = Vec::new();
+            d.put_value(&mut again, fid, &v);
+            assert_eq!(again, body, "field {fid}");
+        }
     }
 
     #[test]
