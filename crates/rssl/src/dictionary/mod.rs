@@ -18,7 +18,7 @@ pub use field_file::{FieldEntry, FieldFile};
 
 use crate::rwf::primitive::{self, dt};
 use crate::rwf::RwfError;
-use tickwire_proto::{Dictionary, FieldType, Real, Value};
+use tickwire_proto::{Date, Dictionary, FieldType, Real, Value};
 
 /// The field and enumeration dictionaries RWF is encoded and decoded by, and
 /// downloaded from.
@@ -175,12 +175,16 @@ impl RwfDictionary {
             dt::INT => Value::Int(primitive::int(body)?.unwrap_or(0)),
             dt::UINT => Value::UInt(primitive::uint(body)?.unwrap_or(0)),
             dt::REAL => primitive::real_decimal(body)?.map_or(Value::Blank, Value::Real),
-            dt::DATE => primitive::date(body)?.map_or(Value::Blank, Value::Date),
+            // A date with a blank part (day or month 0, which the SDK sends) is no
+            // node date: blank, as an infinite float is, not the end of the list.
+            dt::DATE => primitive::date(body)?
+                .filter(Date::is_valid)
+                .map_or(Value::Blank, Value::Date),
             dt::TIME => primitive::time(body)?.map_or(Value::Blank, Value::Time),
             dt::ENUM => primitive::enumerated(body)?.map_or(Value::Blank, Value::Enum),
-            dt::DATETIME => {
-                primitive::datetime(body)?.map_or(Value::Blank, |(d, t)| Value::DateTime(d, t))
-            }
+            dt::DATETIME => primitive::datetime(body)?
+                .filter(|(d, _)| d.is_valid())
+                .map_or(Value::Blank, |(d, t)| Value::DateTime(d, t)),
             dt::FLOAT | dt::DOUBLE => {
                 primitive::float_or_double(body)?.map_or(Value::Blank, Value::Real)
             }
@@ -491,6 +495,37 @@ mod tests {
             d.value(9005, "café".as_bytes()),
             Ok(Some(Value::Utf8("café")))
         );
+    }
+
+    #[test]
+    fn a_date_with_a_blank_part_is_blank_and_its_field_list_goes_on() {
+        // The SDK sends a day or month of 0 (a date known to the month or year only);
+        // the node's dates are whole ones.
+        let d = RwfDictionary::from_native(&Dictionary::market_price());
+        let year_only = [0, 0, 0x07, 0xE8];
+        assert_eq!(d.value(16, &year_only), Ok(Some(Value::Blank)));
+        let mut rwf = Vec::new();
+        let mut w = crate::rwf::container::FieldListWriter::begin(&mut rwf);
+        w.field(&mut rwf, 16, |o| o.extend_from_slice(&year_only));
+        w.field(&mut rwf, 22, |o| o.extend_from_slice(&[0x0C, 0x04, 0xD2]));
+        w.end(&mut rwf);
+        let mut native = Vec::new();
+        d.to_native(&rwf, &mut native, |_| {}).unwrap();
+        let fields: Vec<_> = tickwire_proto::FieldList::decode(&native)
+            .unwrap()
+            .iter()
+            .map(|(fid, v)| format!("{fid}={v:?}"))
+            .collect();
+        assert_eq!(
+            fields,
+            ["16=Blank", "22=Real(Real { mantissa: 1234, exponent: -2 })"]
+        );
+        // In a date and time too.
+        let mut dt = year_only.to_vec();
+        dt.extend_from_slice(&[13, 45]);
+        let t = "DT \"DT\" 9001 NULL DATE 11 DATETIME 12\n";
+        let d = RwfDictionary::parse_rdm(t, "test").unwrap();
+        assert_eq!(d.value(9001, &dt), Ok(Some(Value::Blank)));
     }
 
     #[test]
