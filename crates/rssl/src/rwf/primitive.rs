@@ -319,14 +319,37 @@ pub fn time(body: &[u8]) -> Result<Option<Time>, RwfError> {
             us = w as u32;
         }
     }
+    // Minute to nanosecond as given, and their blank values: blank ones after the
+    // last part given are a time to a lesser precision (10:30 with its seconds and
+    // below blank, as the SDK writes one), and read as zeros.
+    let given = match body.len() {
+        2 => 1,
+        3 => 2,
+        5 => 3,
+        7 => 4,
+        _ => 5,
+    };
+    let mut parts = [m as u32, s as u32, ms as u32, us, ns];
+    let blank = [255, 255, 65_535, 2047, 2047];
+    if let Some(first) = (0..given).find(|&i| parts[i] == blank[i]) {
+        if (first..given).all(|i| parts[i] == blank[i]) {
+            parts[first..].fill(0);
+        }
+    }
+    let [m, s, ms, us, ns] = parts;
     if h > 23 || m > 59 || s > 60 || ms > 999 || us > 999 || ns > 999 {
         return Err(RwfError::invalid(
             "a Time",
             format!("{h}:{m}:{s}.{ms}.{us}.{ns} is not a time of day"),
         ));
     }
-    let nanos = ms as u32 * 1_000_000 + us * 1000 + ns;
-    Ok(Some(Time::from_hms_nanos(h, m, s.min(59), nanos)))
+    let nanos = ms * 1_000_000 + us * 1000 + ns;
+    Ok(Some(Time::from_hms_nanos(
+        h,
+        m as u8,
+        s.min(59) as u8,
+        nanos,
+    )))
 }
 
 /// A date and time: the date's 4 bytes, then the time in its shortest form.
@@ -549,6 +572,32 @@ mod tests {
         assert_eq!(real(&[]), Ok(RwfReal::Blank));
         assert_eq!(real(&[0x21]), Ok(RwfReal::Infinity));
         assert_eq!(real(&[0x2C, 0x01]), Ok(RwfReal::Blank));
+    }
+
+    #[test]
+    fn a_time_to_the_hour_minute_or_second_reads_with_zeros_below() {
+        // Parts at their blank values after the last one given: the SDK's time to a
+        // lesser precision (10:30 is written with its seconds and below blank).
+        let t = |h, m, s, nanos| Ok(Some(Time::from_hms_nanos(h, m, s, nanos)));
+        let minute = [10, 30, 255, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF];
+        assert_eq!(time(&minute), t(10, 30, 0, 0));
+        assert_eq!(time(&[10, 30, 255]), t(10, 30, 0, 0));
+        assert_eq!(time(&[10, 255]), t(10, 0, 0, 0));
+        assert_eq!(time(&[10, 30, 5, 0xFF, 0xFF]), t(10, 30, 5, 0));
+        assert_eq!(
+            time(&[10, 30, 5, 0, 7, 0x07, 0xFF]),
+            t(10, 30, 5, 7_000_000)
+        );
+        let no_ns = [10, 30, 5, 0, 7, 0x38, 0x08, 0xFF];
+        assert_eq!(time(&no_ns), t(10, 30, 5, 7_008_000));
+        // A blank part before one that is given is no time.
+        assert!(time(&[10, 30, 255, 0, 5]).is_err());
+        assert!(time(&[10, 255, 5]).is_err());
+        assert!(time(&[255, 30]).is_err());
+        assert!(
+            time(&[10, 30, 5, 0, 7, 0x3D, 0xDC, 0xFF]).is_err(),
+            "1500 µs"
+        );
     }
 
     #[test]
