@@ -25,6 +25,9 @@ pub(crate) struct SubEntry {
     pub awaiting_refresh: bool,
     /// false for a snapshot request: closed after its refresh.
     pub streaming: bool,
+    /// Cache off: opened while the publisher's refresh was between its parts. The rest
+    /// of that refresh is not a whole image for it: it waits for the next one.
+    pub joined_mid_refresh: bool,
 }
 
 impl SubEntry {
@@ -46,6 +49,7 @@ impl SubEntry {
             view: self.view.clone(),
             awaiting_refresh: self.awaiting_refresh,
             streaming: self.streaming,
+            joined_mid_refresh: self.joined_mid_refresh,
         }
     }
 }
@@ -65,6 +69,9 @@ pub(crate) struct Item {
     pub publisher: Option<(usize, u32)>,
     /// A request for a refresh is outstanding at the publisher.
     pub refresh_requested: bool,
+    /// Cache off: the publisher's refresh has come in part and its complete part is
+    /// still to come.
+    pub refresh_in_parts: bool,
     /// The outstanding request re-images live streams (an interactive publisher came
     /// back): its refresh goes to every stream, not only those waiting for an image.
     pub recovering: bool,
@@ -91,6 +98,7 @@ impl Item {
             subs: Vec::new(),
             publisher: None,
             refresh_requested: false,
+            refresh_in_parts: false,
             recovering: false,
             linger_until: None,
             journaled: false,

@@ -1654,6 +1654,7 @@ impl Node {
             view,
             awaiting_refresh: true,
             streaming: req.streaming,
+            joined_mid_refresh: false,
         };
         let handle = match self.services[svc].items.get(req.name) {
             Some(&h) => h,
@@ -1691,6 +1692,8 @@ impl Node {
             }
             return;
         }
+        let mut entry = entry;
+        entry.joined_mid_refresh = item.refresh_in_parts;
         self.attach(handle, entry);
         if !service_up {
             let text = format!(
@@ -2322,6 +2325,7 @@ impl Node {
                 };
                 item.publisher = None;
                 item.refresh_requested = false;
+                item.refresh_in_parts = false;
                 item.data_state = DataState::Suspect;
                 let subs: Vec<(ConnId, u32)> =
                     item.subs.iter().map(|s| (s.conn, s.stream_id)).collect();
@@ -2452,13 +2456,28 @@ impl Node {
             item.refresh_requested = false;
             item.recovering = false;
         }
+        if !cache {
+            item.refresh_in_parts = !r.complete;
+        }
+        // Streams opened between this refresh's parts get none of it (they missed its
+        // first parts); once it is complete the publisher is asked again for them.
+        let mut late = false;
         let targets: Vec<usize> = item
             .subs
-            .iter()
+            .iter_mut()
             .enumerate()
-            .filter(|(_, s)| s.awaiting_refresh || !solicited)
-            .map(|(i, _)| i)
+            .filter_map(|(i, s)| {
+                if s.joined_mid_refresh {
+                    s.joined_mid_refresh = !r.complete;
+                    late = true;
+                    return None;
+                }
+                (s.awaiting_refresh || !solicited).then_some(i)
+            })
             .collect();
+        if late && r.complete {
+            self.request_from_publisher(h);
+        }
         if targets.is_empty() {
             return;
         }

@@ -302,6 +302,7 @@ impl Node {
             view: None,
             awaiting_refresh: false,
             streaming: true,
+            joined_mid_refresh: false,
         };
         let caught_up = since.is_some();
         match since {

@@ -837,6 +837,61 @@ fn a_services_update_counts_survive_its_items_going() {
     assert_eq!(feed(&h), (0, 3, 3));
 }
 
+/// A refresh part of FEED's `name` on the publisher's stream `sid`.
+fn refresh_part<'a>(
+    sid: u32,
+    name: &'a str,
+    fields: &'a [u8],
+    first: bool,
+    last: bool,
+) -> Message<'a> {
+    Message::Refresh(Refresh {
+        stream_id: sid,
+        seq: 5,
+        complete: last,
+        solicited: true,
+        clear_cache: first,
+        state: State::OPEN_OK,
+        service: "FEED",
+        name,
+        fields: FieldList::decode(fields).unwrap(),
+    })
+}
+
+#[test]
+fn cache_off_a_stream_opened_between_the_parts_of_a_refresh_waits_for_a_whole_one() {
+    let mut h = Harness::new(false);
+    let p = h.publisher_of(7, "SYM0", &bid_ask(1, 2));
+    let first = h.watcher_of(1, "SYM0");
+    h.recv(p);
+    let bid = encode_field_list([(22, Value::Real(Real::new(100, -2)))]);
+    let ask = encode_field_list([(25, Value::Real(Real::new(101, -2)))]);
+    h.send(p, &[refresh_part(7, "SYM0", &bid, true, false)]);
+    assert_eq!(h.recv(first).len(), 1);
+    // Opened after the first part: the rest of this refresh is not an image for it.
+    let late = h.watcher_of(1, "SYM0");
+    h.send(p, &[refresh_part(7, "SYM0", &ask, false, true)]);
+    assert_eq!(h.recv(first).len(), 1);
+    let got = h.recv(late);
+    assert!(got.is_empty(), "no part without the first: {got:?}");
+    // The publisher is asked again, and its whole answer goes to the late stream only.
+    assert_any!(h.recv(p), Got::Request { sid: 7, .. });
+    h.send(p, &[refresh_part(7, "SYM0", &bid, true, false)]);
+    h.send(p, &[refresh_part(7, "SYM0", &ask, false, true)]);
+    assert!(h.recv(first).is_empty());
+    let got = h.recv(late);
+    let fields: Vec<i16> = got
+        .iter()
+        .flat_map(|m| match m {
+            Got::Refresh { fields, .. } => fields.iter().map(|f| f.0).collect(),
+            _ => vec![],
+        })
+        .collect();
+    assert_eq!(fields, vec![22, 25], "{got:?}");
+    h.send(p, &[update(7, 6, &ask)]);
+    assert_any!(h.recv(late), Got::Update { sid: 1, seq: 6, .. });
+}
+
 #[test]
 fn snapshot_gets_one_non_streaming_refresh_and_no_updates() {
     let img = bid_ask(10000, 10010);
