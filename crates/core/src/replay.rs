@@ -11,9 +11,9 @@
 //! first live one. Only a log that passes its bound (a busy item and a journal slow to
 //! answer) makes the stream join from the item's image instead, and it is told so.
 
-use crate::items::{ItemHandle, SubEntry};
+use crate::items::{Item, ItemHandle, SubEntry};
 use crate::posts::{JournalRequest, JournalWrite};
-use crate::{ConnId, Node};
+use crate::{ConnId, Node, Service};
 use rustc_hash::FxHashMap;
 use tickwire_auth::Action;
 use tickwire_journal::{History, PastMessage};
@@ -48,6 +48,14 @@ struct LiveLog {
     lost_before: u64,
     max_messages: usize,
     max_bytes: usize,
+}
+
+impl Replaying {
+    /// Whether `item` is still the item replayed: its slot may hold another one now,
+    /// perhaps of the same name in another service.
+    fn is(&self, item: &Item, services: &[Service]) -> bool {
+        *item.name == *self.name && services[item.service].name == self.service
+    }
 }
 
 impl LiveLog {
@@ -285,7 +293,7 @@ impl Node {
         let Some(current) = self
             .items
             .get(p.item)
-            .filter(|i| *i.name == *p.name)
+            .filter(|i| p.is(i, &self.services))
             .map(|i| i.seq)
         else {
             let text = format!("{}/{} went while its history was read", p.service, p.name);
@@ -376,10 +384,11 @@ impl Node {
     fn leave_live_log(&mut self, p: &Replaying) -> Option<Vec<PastMessage>> {
         let (since, last) = self.replays.leave(p);
         // An item that went and came back in the same slot did not capture throughout.
+        let services = &self.services;
         let item = self
             .items
             .get_mut(p.item)
-            .filter(|i| i.capturing && *i.name == *p.name)?;
+            .filter(|i| i.capturing && p.is(i, services))?;
         if last {
             item.capturing = false;
         }

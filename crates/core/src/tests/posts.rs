@@ -889,3 +889,38 @@ fn a_replay_whose_item_outruns_the_kept_log_joins_from_the_image_and_says_so() {
     ));
     assert_eq!(h.node.replays.logging(), 0);
 }
+
+#[test]
+fn a_replay_whose_item_went_does_not_join_an_item_of_the_same_name_in_another_service() {
+    let (mut h, p, sub, ticket) = replaying();
+    // The publisher ends SYM0 while its history is read; another service's SYM0 is
+    // made next (in the slot SYM0 left).
+    h.send(
+        p,
+        &[Message::Status(Status {
+            stream_id: 7,
+            state: State::closed(code::NOT_FOUND, "gone"),
+        })],
+    );
+    let other = h.publisher("FEED2", false);
+    let img = bid_ask(50, 51);
+    h.send(
+        other,
+        &[Message::Refresh(Refresh::whole(
+            1,
+            1,
+            "FEED2",
+            "SYM0",
+            FieldList::decode(&img).unwrap(),
+        ))],
+    );
+    h.recv(sub);
+    history_3_to_5(&mut h, ticket);
+    let got = h.recv(sub);
+    assert!(
+        matches!(got.last(), Some(Got::Status { sid: 3, stream: StreamState::Closed, text, .. }) if text.contains("went while its history was read")),
+        "{got:?}"
+    );
+    h.send(other, &[update(1, 2, &img)]);
+    assert!(h.recv(sub).is_empty(), "nothing of FEED2's SYM0");
+}
