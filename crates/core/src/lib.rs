@@ -2613,7 +2613,9 @@ impl Node {
             stream_id: sub.stream_id,
             seq: r.seq,
             complete: r.complete,
-            solicited: r.solicited || sub.awaiting_refresh,
+            // The answer to the stream's request; a re-image of a live stream is not,
+            // though it answers the node's own request (an interactive publisher back).
+            solicited: sub.awaiting_refresh,
             clear_cache: r.clear_cache,
             state: State {
                 stream: sub.stream_state(),
