@@ -197,6 +197,12 @@ pub(crate) struct Posts {
 }
 
 impl Posts {
+    /// Deadlines kept (of posts waiting, and of answered ones not yet passed).
+    #[cfg(test)]
+    pub(crate) fn deadlines_kept(&self) -> usize {
+        self.deadlines.len()
+    }
+
     /// Queues one refresh or update of a journaled item (on the update's path: one
     /// copy into a buffer handed over once per turn of the event loop).
     pub(crate) fn journal_item_message(&mut self, m: &tickwire_journal::ItemMessage<'_>) {
@@ -467,6 +473,17 @@ impl Node {
             },
         );
         self.posts.deadlines.push_back((deadline, publisher, id));
+        // An answered post leaves its deadline here until it passes: once those outnumber
+        // the posts waiting they go, so posts answered at once hold no memory for the
+        // timeout's length (amortized O(1) a post).
+        if self.posts.deadlines.len() > 2 * self.posts.pending.len() + 64 {
+            let pending = &self.posts.pending;
+            self.posts.deadlines.retain(|&(at, publisher, id)| {
+                pending
+                    .get(&(publisher, id))
+                    .is_some_and(|p| p.deadline == at)
+            });
+        }
         if let Some(p) = o.poster {
             // Journaled posts were counted when they went to the journal.
             if o.journal_seq.is_none() {

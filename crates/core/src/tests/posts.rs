@@ -924,3 +924,28 @@ fn a_replay_whose_item_went_does_not_join_an_item_of_the_same_name_in_another_se
     h.send(other, &[update(1, 2, &img)]);
     assert!(h.recv(sub).is_empty(), "nothing of FEED2's SYM0");
 }
+
+#[test]
+fn posts_answered_at_once_do_not_pile_up_deadlines() {
+    let (mut h, p, sub) = feed_and_watcher(harness(PostServices::All));
+    let f = bid_ask(9990, 10000);
+    for n in 0..1000 {
+        h.send(sub, &[post(42, n, "", "", &f)]);
+        let id = forwarded(&h.recv(p));
+        h.send(p, &[ack(id, None, "")]);
+        assert_eq!(h.recv(sub).len(), 1);
+    }
+    // One post waits at most: what is kept for deadlines is bounded by that, not by
+    // the posts answered within the timeout.
+    assert!(
+        h.node.posts.deadlines_kept() <= 100,
+        "{}",
+        h.node.posts.deadlines_kept()
+    );
+    // A post waiting is still refused at its deadline.
+    h.send(sub, &[post(42, 5000, "", "", &f)]);
+    h.recv(p);
+    h.now += Duration::from_millis(600);
+    h.node.handle_timeout(h.now);
+    assert_eq!(nak_of(&h.recv(sub)).0, NakCode::NoResponse);
+}
