@@ -43,7 +43,14 @@ pub struct LatencyHistogram {
     /// Stamps later than the node's clock (the publisher's clock is ahead): not
     /// counted in the buckets.
     pub ahead: u64,
+    /// Stamps more than [`STALE_NS`] old: not a send time (0, or a clock hours off),
+    /// not counted either (one such sample, 1.7e18 ns from a stamp of 0, would hold
+    /// the sum near its end for good).
+    pub stale: u64,
 }
+
+/// The oldest stamp taken for a send time: an hour.
+pub const STALE_NS: u64 = 3_600_000_000_000;
 
 impl LatencyHistogram {
     /// One update's latency: stamped `stamp_ns`, seen at `now_ns` (wall clock, ns).
@@ -52,6 +59,10 @@ impl LatencyHistogram {
             self.ahead += 1;
             return;
         };
+        if ns > STALE_NS {
+            self.stale += 1;
+            return;
+        }
         let bucket = BOUNDS_NS
             .iter()
             .position(|&b| ns <= b)
@@ -79,5 +90,19 @@ mod tests {
         assert_eq!(h.counts[BOUNDS_NS.len()], 1);
         assert_eq!((h.count, h.ahead), (3, 1));
         assert_eq!(h.sum_ns, 10_000 + 10_001 + 7_000_000_000);
+    }
+
+    /// A stamp that is no send time (0, or hours old) is counted apart: it would
+    /// otherwise hold the sum at its end, and the mean wrong, for good.
+    #[test]
+    fn stamps_hours_old_are_not_latencies() {
+        let mut h = LatencyHistogram::default();
+        let now = 1_764_000_000_000_000_000; // 2025, in ns
+        for _ in 0..20 {
+            h.record(0, now);
+        }
+        h.record(now - STALE_NS - 1, now);
+        h.record(now - 50_000, now);
+        assert_eq!((h.count, h.stale, h.sum_ns), (1, 21, 50_000));
     }
 }

@@ -520,6 +520,12 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
         "Sampled updates stamped later than the node's clock (the publisher's clock is ahead)",
         lat.ahead,
     );
+    counter(
+        r,
+        "update_stamps_stale",
+        "Sampled updates stamped more than an hour before the node's clock (no send time): not in the latency",
+        lat.stale,
+    );
 
     if let Some(b) = extra.backbone {
         backbone(r, b);
