@@ -2458,6 +2458,10 @@ impl Node {
         }
         if !cache {
             item.refresh_in_parts = !r.complete;
+        } else if !r.complete {
+            // Sent once whole, from the cache: a part costs no walk of the item's
+            // streams (a publisher's many small parts to an item of 100,000 streams).
+            return;
         }
         // Streams opened between this refresh's parts get none of it (they missed its
         // first parts); once it is complete the publisher is asked again for them.
@@ -2482,9 +2486,6 @@ impl Node {
             return;
         }
         if cache {
-            if !r.complete {
-                return; // sent once whole, from the cache
-            }
             for &i in &targets {
                 let entry = self.items.get(h).expect("live").subs[i].clone_meta();
                 self.write_image_refresh(h, &entry, solicited || entry.awaiting_refresh);
