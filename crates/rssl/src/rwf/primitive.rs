@@ -358,8 +358,10 @@ pub fn put_datetime(out: &mut Vec<u8>, d: Date, t: Time) {
     put_time(out, t);
 }
 
-/// A date and time (6, 7, 9, 11 or 12 bytes); `None` when both parts are blank. A
-/// blank part alone is taken as the day's start (time) or refused (date).
+/// A date and time (6, 7, 9, 11 or 12 bytes); `None` when the date is blank (a time
+/// of no date, which the SDK takes, is no node date and time: blank, as a date with a
+/// blank part is, rather than the end of its field list). A blank time is the day's
+/// start.
 pub fn datetime(body: &[u8]) -> Result<Option<(Date, Time)>, RwfError> {
     if body.is_empty() {
         return Ok(None);
@@ -372,14 +374,7 @@ pub fn datetime(body: &[u8]) -> Result<Option<(Date, Time)>, RwfError> {
     }
     let date = date(&body[..4])?;
     let time = time(&body[4..])?;
-    match (date, time) {
-        (None, None) => Ok(None),
-        (Some(d), t) => Ok(Some((d, t.unwrap_or(Time::from_hms_nanos(0, 0, 0, 0))))),
-        (None, Some(_)) => Err(RwfError::invalid(
-            "a DateTime",
-            "a time with a blank date".to_string(),
-        )),
-    }
+    Ok(date.map(|d| (d, time.unwrap_or(Time::from_hms_nanos(0, 0, 0, 0)))))
 }
 
 /// A binary float (4 bytes) or double (8 bytes), big-endian, as the decimal that
@@ -572,6 +567,34 @@ mod tests {
         assert_eq!(real(&[]), Ok(RwfReal::Blank));
         assert_eq!(real(&[0x21]), Ok(RwfReal::Infinity));
         assert_eq!(real(&[0x2C, 0x01]), Ok(RwfReal::Blank));
+    }
+
+    #[test]
+    fn a_date_and_time_of_a_blank_date_is_blank() {
+        let mut b = Vec::new();
+        put_date(
+            &mut b,
+            Date {
+                year: 0,
+                month: 0,
+                day: 0,
+            },
+        );
+        put_time(&mut b, Time::from_hms_nanos(10, 30, 5, 0));
+        assert_eq!(datetime(&b), Ok(None));
+        // The other way round: the day's start.
+        let mut b = Vec::new();
+        let d = Date {
+            year: 2026,
+            month: 12,
+            day: 1,
+        };
+        put_date(&mut b, d);
+        b.extend_from_slice(&[255, 255, 255]);
+        assert_eq!(
+            datetime(&b),
+            Ok(Some((d, Time::from_hms_nanos(0, 0, 0, 0))))
+        );
     }
 
     #[test]
