@@ -2173,6 +2173,10 @@ impl Node {
                 // Everything watched is asked for again; live streams (suspect since the
                 // old publisher left) get the new image too.
                 item.recovering = item.subs.iter().any(|s| !s.awaiting_refresh);
+                // So is an item whose request was unanswered when the service went
+                // down: the answer may have gone with it (an RSSL provider's lost
+                // connection), and the item would wait for it for good.
+                item.refresh_requested = false;
                 self.request_from_publisher(h);
             } else if waiting {
                 if item.publisher.is_some() {

@@ -2,7 +2,8 @@
 //! RIPC closes them at the versions it does not know (as the SDK's servers do), and the
 //! node asks again one version lower each time, on a new connection, and logs in at the
 //! one it takes; one that drops every connection once it accepted the login is tried
-//! again after a back-off that grows; `/readyz` waits for the node's login to each.
+//! again after a back-off that grows; `/readyz` waits for the node's login to each; an
+//! item asked for when the connection was lost is asked for again on the next.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -196,5 +197,74 @@ fn the_node_is_ready_once_its_providers_took_its_login() {
         }
         assert!(start.elapsed() < LIMIT, "never ready: {status}\n{body}");
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A provider lost while the node's request for an item is unanswered: back, it is
+/// asked for the item again, and the item's subscriber gets its image.
+#[test]
+fn an_item_asked_for_when_the_provider_was_lost_is_asked_for_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let (asked_tx, asked) = mpsc::channel::<usize>();
+    std::thread::spawn(move || {
+        for (n, s) in listener.incoming().take(2).enumerate() {
+            serve(s.unwrap(), &[], |m, ch| {
+                match (m.domain, m.class) {
+                    (domain::LOGIN, class::REQUEST) => {
+                        ch.send(&testing::login_accepted(m.stream_id))
+                    }
+                    (domain::SOURCE, class::REQUEST) => ch.send(&testing::service_up(
+                        m.stream_id,
+                        testing::DirectoryMsg::Solicited,
+                        7,
+                        b"PROV",
+                    )),
+                    (domain::MARKET_PRICE, class::REQUEST) => {
+                        let _ = asked_tx.send(n);
+                        // The first connection drops with the request unanswered.
+                        if n == 0 {
+                            return true;
+                        }
+                        ch.send(&testing::item_refresh(m.stream_id, 7, "ITEM"));
+                    }
+                    _ => {}
+                }
+                false
+            });
+        }
+    });
+    let mut cfg = NodeConfig::default();
+    cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.rssl.providers = vec![RsslProviderSection {
+        address,
+        ..RsslProviderSection::default()
+    }];
+    let node = NodeServer::spawn(cfg).unwrap();
+    let mut sub = tickwire_client::Subscriber::connect(tickwire_client::ConnectOptions::new(
+        node.addr.to_string(),
+    ))
+    .unwrap();
+    let start = Instant::now();
+    while sub.directory().get("PROV") != Some(&tickwire_proto::ServiceState::Up) {
+        assert!(start.elapsed() < LIMIT, "PROV never up");
+        let _ = sub.next_event(Duration::from_millis(50)).unwrap();
+    }
+    sub.subscribe("PROV", "ITEM", tickwire_client::RequestOptions::default())
+        .unwrap();
+    assert_eq!(asked.recv_timeout(LIMIT), Ok(0));
+    assert_eq!(
+        asked.recv_timeout(Duration::from_secs(20)),
+        Ok(1),
+        "not asked again once back"
+    );
+    loop {
+        assert!(start.elapsed() < LIMIT, "no image");
+        if let Some(tickwire_client::Event::Refresh { name, .. }) =
+            sub.next_event(Duration::from_millis(50)).unwrap()
+        {
+            assert_eq!(name, "ITEM");
+            break;
+        }
     }
 }
