@@ -144,6 +144,17 @@ impl ProviderLink {
     /// whose state it does not give is up, as at the first connection).
     pub fn on_lost(&mut self, to_node: &mut Vec<u8>) {
         self.announce(ServiceState::Down, to_node);
+        // Posts sent and not answered never will be: their posters hear it now, as
+        // those that find the provider not connected do, not at the post timeout.
+        for (post_id, stream_id) in self.posts.drain() {
+            let _ = Message::Ack(Ack {
+                stream_id,
+                post_id,
+                nak: Some(NakCode::SourceDown),
+                text: "the connection to the interactive provider was lost before its answer",
+            })
+            .encode(to_node);
+        }
         self.services.clear();
         self.streams.clear();
         self.by_rssl.clear();
@@ -826,6 +837,22 @@ mod tests {
         link.on_node_message(&post_to("OTHER"), &mut to_node, &mut out);
         assert_eq!(out.len(), 1);
         assert!(native(&to_node)[0].contains("nak: Some(SourceUnknown)"));
+        to_node.clear();
+        // One still waiting when the connection is lost is answered then, once.
+        link.on_node_message(&post_to("PROV"), &mut to_node, &mut out);
+        link.on_lost(&mut to_node);
+        let said = native(&to_node);
+        let acks: Vec<_> = said.iter().filter(|m| m.starts_with("Ack")).collect();
+        assert_eq!(acks.len(), 1, "{said:?}");
+        assert!(
+            acks[0].contains("post_id: 44, nak: Some(SourceDown)"),
+            "{said:?}"
+        );
+        to_node.clear();
+        link.on_connected(&mut out);
+        link.on_provider_message(&nak, &mut to_node, &mut out)
+            .unwrap();
+        assert!(to_node.is_empty(), "{:?}", native(&to_node));
     }
 
     #[test]
