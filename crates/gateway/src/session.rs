@@ -750,12 +750,12 @@ impl Session {
                 }
                 self.on_directory_request(id, obj, out)
             }
-            other => write_refusal(
-                out,
+            other => self.refuse_request(
                 id,
-                false,
                 code::PROTOCOL,
                 &format!("domain {other:?} is not supported (MarketPrice only)"),
+                to_node,
+                out,
             ),
         }
     }
@@ -963,7 +963,7 @@ impl Session {
         let service = match self.resolve_service(key.and_then(|k| k.get("Service"))) {
             Ok(s) => s,
             Err(why) => {
-                write_refusal(out, id, false, code::NOT_FOUND, &why);
+                self.refuse_request(id, code::NOT_FOUND, &why, to_node, out);
                 return;
             }
         };
@@ -1317,6 +1317,24 @@ impl Session {
                 "stream ids from Batch Close Request",
             );
         }
+    }
+
+    /// Refuses a request with a `Closed` Status on `id`: an item or directory stream
+    /// open on the ID closes with it (else its updates would go on coming on an ID the
+    /// client was told is closed).
+    fn refuse_request(
+        &mut self,
+        id: i64,
+        c: u16,
+        text: &str,
+        to_node: &mut Vec<u8>,
+        out: &mut JsonOut,
+    ) {
+        self.close_item_id(id, to_node);
+        if self.directory.is_some_and(|(d, _, _)| d == id) {
+            self.directory = None;
+        }
+        write_refusal(out, id, false, c, text);
     }
 
     /// Closes the item stream open on client ID `id`, if there is one.
@@ -2431,6 +2449,44 @@ mod tests {
         let got = answers(&mut out);
         assert_eq!(got[0]["Type"], "Error", "{got:?}");
         assert!(messages(&to_node).is_empty());
+    }
+
+    /// A request refused with a `Closed` Status on the ID of an open item stream (a
+    /// service id the directory does not have, a domain not served) closes that item:
+    /// its updates would otherwise go on coming on an ID the client was told is closed.
+    #[test]
+    fn a_request_refused_on_an_open_items_id_closes_the_item() {
+        for refused in [
+            r#"{"ID":5,"Key":{"Name":"SYM7","Service":99}}"#,
+            r#"{"ID":5,"Domain":"MarketByOrder","Key":{"Name":"SYM7"}}"#,
+        ] {
+            let (mut s, mut to_node) = ready_session();
+            let mut out = JsonOut::default();
+            s.on_client_text(r#"{"ID":5,"Key":{"Name":"SYM7"}}"#, &mut to_node, &mut out);
+            let sid = requests(&to_node)[0].0;
+            to_node.clear();
+            s.on_client_text(refused, &mut to_node, &mut out);
+            let got = answers(&mut out);
+            assert_eq!(got[0]["State"]["Stream"], "Closed", "{got:?}");
+            assert_eq!(messages(&to_node), ["Close"], "{refused}");
+            assert!(
+                update_says(&mut s, sid).is_empty(),
+                "{refused}: the item's update"
+            );
+            assert_eq!(s.stream_count(), 0);
+        }
+        // The directory's ID, refused another domain: no more updates on it.
+        use tickwire_proto::{Directory, ServiceState};
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(r#"{"ID":7,"Domain":"Source"}"#, &mut to_node, &mut out);
+        s.on_client_text(
+            r#"{"ID":7,"Domain":"MarketByOrder","Key":{"Name":"A"}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let down = Message::Directory(Directory::of([("FEED", ServiceState::Down)]));
+        assert!(node_says(&mut s, &down).is_empty());
     }
 
     /// A request without a Service goes to the first service the user may read: not to
