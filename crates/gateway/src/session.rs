@@ -1308,6 +1308,14 @@ impl Session {
             if self.directory.is_some_and(|(d, _, _)| d == id) {
                 self.directory = None;
             }
+            // One asked before the login was answered: it does not open after it.
+            if self
+                .directory_asked_early
+                .as_ref()
+                .is_some_and(|(d, _)| *d == id)
+            {
+                self.directory_asked_early = None;
+            }
         }
         if ids.len() > 1 {
             write_batch_status(
@@ -2606,6 +2614,26 @@ mod tests {
         assert_eq!(got[0]["Type"], "Error", "{got:?}");
         assert!(messages(&to_node).is_empty());
         assert_eq!(s.stream_count(), 0);
+    }
+
+    /// A directory asked before the login and closed before the login is answered: it
+    /// does not open once the login is, and its ID is free for an item.
+    #[test]
+    fn a_directory_asked_and_closed_before_the_login_does_not_open_after_it() {
+        use tickwire_proto::{Directory, ServiceState};
+        let (mut s, mut to_node, mut out) = logged_in_session();
+        s.on_client_text(r#"{"ID":2,"Domain":"Source"}"#, &mut to_node, &mut out);
+        s.on_client_text(r#"{"ID":2,"Type":"Close"}"#, &mut to_node, &mut out);
+        assert!(answers(&mut out).is_empty());
+        let got = node_says(&mut s, &welcome());
+        let domains: Vec<&str> = got.iter().filter_map(|m| m["Domain"].as_str()).collect();
+        assert_eq!(domains, ["Login"], "{got:?}");
+        let up = Message::Directory(Directory::of([("FEED", ServiceState::Up)]));
+        assert!(node_says(&mut s, &up).is_empty(), "an update on ID 2");
+        to_node.clear();
+        s.on_client_text(r#"{"ID":2,"Key":{"Name":"A"}}"#, &mut to_node, &mut out);
+        assert!(answers(&mut out).is_empty());
+        assert_eq!(messages(&to_node), ["Request"]);
     }
 
     /// A directory on the login's ID is refused: closing it would end the login.
