@@ -2636,6 +2636,25 @@ mod tests {
         assert_eq!(messages(&to_node), ["Request"]);
     }
 
+    /// A snapshot of the directory on the ID of its open stream: its `NonStreaming`
+    /// refresh ends the stream, so no update follows on that ID.
+    #[test]
+    fn a_directory_snapshot_on_the_open_directorys_id_ends_its_stream() {
+        use tickwire_proto::{Directory, ServiceState};
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(r#"{"ID":7,"Domain":"Source"}"#, &mut to_node, &mut out);
+        s.on_client_text(
+            r#"{"ID":7,"Domain":"Source","Streaming":false}"#,
+            &mut to_node,
+            &mut out,
+        );
+        let got = answers(&mut out);
+        assert_eq!(got[1]["State"]["Stream"], "NonStreaming", "{got:?}");
+        let down = Message::Directory(Directory::of([("FEED", ServiceState::Down)]));
+        assert!(node_says(&mut s, &down).is_empty(), "an update on ID 7");
+    }
+
     /// A directory on the login's ID is refused: closing it would end the login.
     #[test]
     fn the_directory_may_not_take_the_logins_id() {

@@ -60,6 +60,9 @@ impl Session {
         };
         if streaming {
             self.directory = Some((id, filter, only));
+        } else if self.directory.is_some_and(|(d, _, _)| d == id) {
+            // A snapshot on the open stream's ID: its NonStreaming refresh ends it.
+            self.directory = None;
         }
         let entries: Vec<Json> = self
             .services
