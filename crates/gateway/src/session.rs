@@ -1327,9 +1327,9 @@ impl Session {
         }
     }
 
-    /// Refuses a request with a `Closed` Status on `id`: an item or directory stream
-    /// open on the ID closes with it (else its updates would go on coming on an ID the
-    /// client was told is closed).
+    /// Refuses a request with a `Closed` Status on `id`: an item stream open on the ID
+    /// closes with it (else its updates would go on coming on an ID the client was told
+    /// is closed).
     fn refuse_request(
         &mut self,
         id: i64,
@@ -1338,10 +1338,14 @@ impl Session {
         to_node: &mut Vec<u8>,
         out: &mut JsonOut,
     ) {
-        self.close_item_id(id, to_node);
-        if self.directory.is_some_and(|(d, _, _)| d == id) {
-            self.directory = None;
+        if let Some(taken) = self.reserved_id_in(id, id) {
+            // Not on the login's ID (the client would take its login for closed), nor
+            // the directory's, which stays open: an Error, as for items there.
+            let why = format!("{text} (ID {taken} is the login's or the directory's stream)");
+            write_error(out, id, &why, "");
+            return;
         }
+        self.close_item_id(id, to_node);
         write_refusal(out, id, false, c, text);
     }
 
@@ -2483,18 +2487,37 @@ mod tests {
             );
             assert_eq!(s.stream_count(), 0);
         }
-        // The directory's ID, refused another domain: no more updates on it.
+    }
+
+    /// Such a request on the login's or the directory's ID is an Error, and both stay
+    /// open: a Closed Status on the login's ID ends the login for the client.
+    #[test]
+    fn a_request_refused_on_the_logins_or_the_directorys_id_is_an_error() {
         use tickwire_proto::{Directory, ServiceState};
         let (mut s, mut to_node) = ready_session();
         let mut out = JsonOut::default();
         s.on_client_text(r#"{"ID":7,"Domain":"Source"}"#, &mut to_node, &mut out);
-        s.on_client_text(
+        answers(&mut out);
+        to_node.clear();
+        for refused in [
+            r#"{"ID":1,"Domain":"MarketByOrder","Key":{"Name":"A"}}"#,
+            r#"{"ID":1,"Key":{"Name":"A","Service":99}}"#,
             r#"{"ID":7,"Domain":"MarketByOrder","Key":{"Name":"A"}}"#,
-            &mut to_node,
-            &mut out,
-        );
+            r#"{"ID":7,"Key":{"Name":"A","Service":99}}"#,
+        ] {
+            s.on_client_text(refused, &mut to_node, &mut out);
+            let got = answers(&mut out);
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(got[0]["Type"], "Error", "{refused}: {got:?}");
+        }
+        assert!(messages(&to_node).is_empty());
+        assert_eq!(s.logged_in(), Some(1));
         let down = Message::Directory(Directory::of([("FEED", ServiceState::Down)]));
-        assert!(node_says(&mut s, &down).is_empty());
+        assert_eq!(
+            node_says(&mut s, &down)[0]["ID"],
+            7,
+            "the directory's update"
+        );
     }
 
     /// A request without a Service goes to the first service the user may read: not to
