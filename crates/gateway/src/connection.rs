@@ -493,7 +493,7 @@ impl Connection {
                 Err(e) => {
                     debug!("{}: WebSocket: {e}", host.peer());
                     self.json.end_frame();
-                    ws::encode_close(&mut self.json.frames, 1002, &e.to_string());
+                    ws::encode_close(&mut self.json.frames, e.close_code(), &e.to_string());
                     self.close_after_flush = true;
                     break;
                 }
@@ -694,6 +694,36 @@ mod tests {
         assert!(out.starts_with("HTTP/1.1 200 OK") && out.ends_with("<html>dashboard</html>"));
         let (out, _) = get("/nothing");
         assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    }
+
+    /// The close code of a connection failed for the client's frames (RFC 6455
+    /// 7.4.1): 1007 for text that is not UTF-8 (a message, or a close frame's reason),
+    /// 1002 for other breaches of the protocol.
+    #[test]
+    fn text_that_is_not_utf8_is_closed_with_1007_other_breaches_with_1002() {
+        let masked = |opcode: u8, payload: &[u8]| {
+            let mask = [1u8, 2, 3, 4];
+            let mut f = vec![0x80 | opcode, 0x80 | payload.len() as u8];
+            f.extend_from_slice(&mask);
+            f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+            f
+        };
+        for (frame, code) in [
+            (masked(0x1, &[b'"', 0xff, b'"']), 1007u16),
+            (masked(0x8, &[0x03, 0xe8, 0xc3, 0x28]), 1007),
+            (masked(0x8, &1005u16.to_be_bytes()), 1002),
+            (vec![0x83, 0x80, 0, 0, 0, 0], 1002),
+        ] {
+            let mut c = Connection::new(Default::default());
+            let mut host = Recorder::default();
+            c.handle_bytes(&upgrade(""), &cfg(), &mut host);
+            let head = c.out.len();
+            c.handle_bytes(&frame, &cfg(), &mut host);
+            let close = &c.out[head..];
+            assert_eq!(close[0], 0x88, "{close:?}");
+            assert_eq!(u16::from_be_bytes([close[2], close[3]]), code, "{frame:?}");
+            assert!(c.close_after_flush);
+        }
     }
 
     #[test]

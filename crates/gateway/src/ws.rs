@@ -61,7 +61,21 @@ pub enum WsError {
     BadClose(&'static str),
 }
 
+/// Why a close frame is refused when its reason is not UTF-8.
+const CLOSE_REASON_NOT_UTF8: &str = "whose reason is not UTF-8";
+
 impl WsError {
+    /// The close code of a connection failed for this error (RFC 6455 7.4.1): 1007
+    /// for text that is not UTF-8 (a message, or a close frame's reason), 1002 for any
+    /// other breach of the protocol.
+    pub fn close_code(&self) -> u16 {
+        match self {
+            WsError::InvalidUtf8 => 1007,
+            WsError::BadClose(why) if *why == CLOSE_REASON_NOT_UTF8 => 1007,
+            _ => 1002,
+        }
+    }
+
     /// The HTTP status answering a request head that failed to parse.
     pub fn http_status(&self) -> &'static str {
         match self {
@@ -719,7 +733,7 @@ fn close_code(payload: &[u8]) -> Result<Option<u16>, WsError> {
                 return Err(WsError::BadClose("with a status code no endpoint may send"));
             }
             if std::str::from_utf8(reason).is_err() {
-                return Err(WsError::BadClose("whose reason is not UTF-8"));
+                return Err(WsError::BadClose(CLOSE_REASON_NOT_UTF8));
             }
             Ok(Some(code))
         }
