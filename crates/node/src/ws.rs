@@ -240,16 +240,25 @@ impl WsConn {
     /// connection open until the heartbeat timeout, as an idle socket gets none.)
     pub(crate) fn write(&mut self, stream: &mut Transport) -> std::io::Result<()> {
         let out = &mut self.conn.out;
-        while !out.is_empty() {
-            match stream.write(out) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    out.drain(..n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+        // What the socket took goes from the front once, not after each write (a
+        // large backlog taken in pieces would be moved again at every piece).
+        let mut written = 0;
+        let result = loop {
+            if written == out.len() {
+                break Ok(());
             }
+            match stream.write(&out[written..]) {
+                Ok(0) => break Err(ErrorKind::WriteZero.into()),
+                Ok(n) => written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        out.drain(..written);
+        result?;
+        if !out.is_empty() {
+            return Ok(());
         }
         if self.conn.close_after_flush && !self.fin_sent {
             // The peer closes in turn (read 0), which ends the connection. (TLS: after
