@@ -1282,13 +1282,25 @@ impl Session {
     }
 
     fn on_close(&mut self, id: Option<&Json>, to_node: &mut Vec<u8>, out: &mut JsonOut) {
-        let ids: Vec<i64> = match id {
-            Some(Json::Number(n)) => n.as_i64().into_iter().collect(),
-            Some(Json::Array(a)) => a.iter().filter_map(Json::as_i64).collect(),
-            _ => {
+        let ids: Option<Vec<i64>> = match id {
+            Some(Json::Number(n)) => n.as_i64().map(|i| vec![i]),
+            Some(Json::Array(a)) => a.iter().map(Json::as_i64).collect(),
+            None => {
                 write_error(out, 0, "JSON Missing required key 'ID'", "Close");
                 return;
             }
+            _ => None,
+        };
+        // An ID that is no integer (1.5, "x", one in a batch) closes nothing: said,
+        // rather than a batch whose count is off or no answer at all.
+        let Some(ids) = ids else {
+            write_error(
+                out,
+                0,
+                "JSON Converter Token Type error: expected an integer or an array of integers for key 'ID'",
+                "Close",
+            );
+            return;
         };
         for &id in &ids {
             if self.logged_in() == Some(id) {
@@ -2213,6 +2225,38 @@ mod tests {
         s.on_client_text(r#"{"ID":7,"Type":"Close"}"#, &mut to_node, &mut out);
         let down = Message::Directory(Directory::of([("FEED", ServiceState::Down)]));
         assert!(node_says(&mut s, &down).is_empty());
+    }
+
+    /// A Close whose ID is no integer (or a batch holding one) closes nothing and is
+    /// answered with an Error (it got no answer, or a batch status of the wrong count).
+    #[test]
+    fn a_close_of_an_id_that_is_no_integer_is_an_error_and_closes_nothing() {
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        s.on_client_text(r#"{"ID":5,"Key":{"Name":"A"}}"#, &mut to_node, &mut out);
+        answers(&mut out);
+        for close in [
+            r#"{"ID":1.5,"Type":"Close"}"#,
+            r#"{"ID":[5,"x"],"Type":"Close"}"#,
+        ] {
+            to_node.clear();
+            s.on_client_text(close, &mut to_node, &mut out);
+            assert!(
+                messages(&to_node).is_empty(),
+                "{close}: {:?}",
+                messages(&to_node)
+            );
+            let got = answers(&mut out);
+            assert_eq!(got.len(), 1, "{close}: {got:?}");
+            assert_eq!(got[0]["Type"], "Error", "{close}: {got:?}");
+            assert!(
+                got[0]["Text"].as_str().unwrap().contains("key 'ID'"),
+                "{got:?}"
+            );
+        }
+        // Whole, the batch closes its stream.
+        s.on_client_text(r#"{"ID":[5],"Type":"Close"}"#, &mut to_node, &mut out);
+        assert_eq!(messages(&to_node), ["Close"]);
     }
 
     /// A login reissued before the node answered: the login's one refresh answers it,
