@@ -130,6 +130,12 @@ impl ProviderConn {
             core.on_translated_frame(self.conn, &self.to_node, now);
             self.to_node.clear();
         }
+        // Services it no longer has leave the node after its retention time.
+        let gone = self.link.take_released();
+        if !gone.is_empty() {
+            let names: Vec<&str> = gone.iter().map(String::as_str).collect();
+            core.release_services(self.conn, &names, "the RSSL provider no longer has it");
+        }
     }
 
     fn connect(&mut self, registry: &Registry, now: Instant) {

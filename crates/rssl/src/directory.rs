@@ -95,6 +95,9 @@ pub(crate) struct ProviderServices {
 pub(crate) struct DirectoryNews {
     pub(crate) told: Vec<(u16, String, ServiceState)>,
     pub(crate) gone: FxHashSet<u16>,
+    /// Names no service of the provider's has any more (deleted, or left out of a
+    /// whole directory): the node lets go of them.
+    pub(crate) released: Vec<String>,
 }
 
 impl ProviderServices {
@@ -205,6 +208,7 @@ impl ProviderServices {
         news.gone.insert(id);
         if self.ids.get(&name) == Some(&id) {
             self.ids.remove(&name);
+            news.released.push(name.clone());
             news.told.push((id, name, ServiceState::Down));
         }
     }

@@ -75,6 +75,12 @@ pub struct ProviderLink {
     /// Posts sent to the provider and waiting for its Ack: the post id (the node's,
     /// used as the RWF post id too) to the node's stream it came on.
     posts: FxHashMap<u32, u32>,
+    /// Services the provider no longer has, for the node to let go of
+    /// ([`ProviderLink::take_released`]).
+    released: Vec<String>,
+    /// The provider's services when its connection was lost: those its next whole
+    /// directory leaves out are let go of then (a provider restarted without one).
+    before_loss: Vec<String>,
     /// Fields the dictionary does not know: how many, and the first.
     pub skipped_fields: u64,
     /// The first field left out, if any.
@@ -96,6 +102,8 @@ impl ProviderLink {
             buf: Vec::new(),
             fields: Vec::new(),
             posts: FxHashMap::default(),
+            released: Vec::new(),
+            before_loss: Vec::new(),
             skipped_fields: 0,
             first_skipped: None,
         }
@@ -155,10 +163,23 @@ impl ProviderLink {
             })
             .encode(to_node);
         }
+        // Remembered across the loss (the earlier ones' too, if it never answered).
+        for name in self.service_names() {
+            if !self.before_loss.contains(&name) {
+                self.before_loss.push(name);
+            }
+        }
         self.services.clear();
         self.streams.clear();
         self.by_rssl.clear();
         self.groups.clear();
+    }
+
+    /// Services the provider no longer has (deleted from its directory, or left out
+    /// of its whole directory after a reconnect), taken once: the node lets go of them,
+    /// so that they leave it after its retention time rather than stay down for good.
+    pub fn take_released(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.released)
     }
 
     fn announce(&self, state: ServiceState, to_node: &mut Vec<u8>) {
@@ -315,7 +336,17 @@ impl ProviderLink {
             return;
         };
         let groups = item_groups::news(&entries);
-        let news = self.services.apply(m, &entries, |id| self.groups.told(id));
+        let mut news = self.services.apply(m, &entries, |id| self.groups.told(id));
+        self.released.append(&mut news.released);
+        // The first whole directory since a reconnect: what it leaves out of the
+        // services the provider had is gone.
+        if m.class == class::REFRESH && m.flags & msg::refresh::REFRESH_COMPLETE != 0 {
+            for name in std::mem::take(&mut self.before_loss) {
+                if self.services.id(&name).is_none() && !self.released.contains(&name) {
+                    self.released.push(name);
+                }
+            }
+        }
         // A renamed or removed service's streams are closed at the provider too: the
         // node's next request for their items opens a stream on the service that has
         // the name.
@@ -648,6 +679,39 @@ mod tests {
         link.on_provider_message(&directory_refresh(false), &mut to_node, &mut out)
             .unwrap();
         assert_told(&to_node, "PROV", "state: Up");
+    }
+
+    /// Services the provider no longer has are for the node to let go of: one deleted
+    /// from its directory, and one its whole directory leaves out after a reconnect
+    /// (a provider restarted without it); a service it keeps is not.
+    #[test]
+    fn services_the_provider_no_longer_has_are_let_go_of() {
+        let (mut link, mut to_node, mut out) = connected();
+        link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
+            .unwrap();
+        let dir = whole_directory(refresh::SOLICITED, &services_added(0..3));
+        link.on_provider_message(&dir, &mut to_node, &mut out)
+            .unwrap();
+        assert!(link.take_released().is_empty());
+        // S2 deleted.
+        let deletion = directory_of(
+            None,
+            &[(crate::rwf::container::map_action::DELETE, 2, None, None)],
+        );
+        link.on_provider_message(&deletion, &mut to_node, &mut out)
+            .unwrap();
+        assert_eq!(link.take_released(), ["S2"]);
+        // Lost, and back with S0 only.
+        link.on_lost(&mut to_node);
+        link.on_connected(&mut out);
+        link.on_provider_message(&login_refresh(), &mut to_node, &mut out)
+            .unwrap();
+        assert!(link.take_released().is_empty(), "not before its directory");
+        let dir = whole_directory(refresh::SOLICITED, &services_added(0..1));
+        link.on_provider_message(&dir, &mut to_node, &mut out)
+            .unwrap();
+        assert_eq!(link.take_released(), ["S1"]);
+        assert_eq!(link.service_names(), ["S0"]);
     }
 
     #[test]
