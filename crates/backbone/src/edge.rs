@@ -833,7 +833,18 @@ impl Edge {
                     return;
                 }
                 it.phase = Phase::NoSource;
-                it.source_stream = None;
+                // Its stream at the source it was on is let go of: left mapped, that
+                // source's data on it would reach the item once it moves elsewhere.
+                if let (Some(old), Some(stream)) = (it.source, it.source_stream.take()) {
+                    if let Some(s) = self.sources.get_mut(&old) {
+                        s.streams.remove(stream);
+                        self.control.push(&BackboneMessage::Unsubscribe {
+                            edge: self.id,
+                            source: old,
+                            stream,
+                        });
+                    }
+                }
                 let text = format!("no source on the backbone has service {service:?} up");
                 self.status_to_core(core, sid, code::SERVICE_DOWN, &text, now);
             }

@@ -1548,3 +1548,86 @@ fn a_service_no_source_lists_any_more_is_let_go_of_by_the_edge() {
     edge_hears(&mut edge, &mut core, dir(3, &["FEED", "GONE"]), now);
     assert_eq!(edges(&core, &edge), [true, true]);
 }
+
+/// An item waiting at A for its image when A's service goes down, and no source has
+/// it up, has no source: A's stream is let go of. When B has the service, the item
+/// moves there, and A's data on that stream reaches it no more (it took A's updates
+/// as B's, found holes in them and was re-imaged over and over, and A sent the stream
+/// for as long as the edge ran).
+#[test]
+fn an_item_left_with_no_source_lets_go_of_its_stream_at_the_old_one() {
+    use crate::wire::{BackboneMessage, ServiceInfo};
+    let t0 = Instant::now();
+    let (mut core, mut edge) = edge_in_core(t0);
+    let dir = |source: u64, version: u32, state: ServiceState| BackboneMessage::Directory {
+        source,
+        version,
+        part: 0,
+        parts: 1,
+        services: vec![ServiceInfo {
+            name: "FEED",
+            state,
+            interactive: true,
+        }],
+    };
+    let beat = |source: u64, version: u32| BackboneMessage::Heartbeat {
+        source,
+        name: if source == 0xA { "a" } else { "b" },
+        directory_version: version,
+    };
+    let (a, b) = (0xA, 0xB);
+    edge_hears(&mut edge, &mut core, beat(a, 1), t0);
+    edge_hears(&mut edge, &mut core, dir(a, 1, ServiceState::Up), t0);
+    let c = core.connect("subscriber", t0);
+    core.on_frame(c, &frame(&[login(ProtoRole::Subscriber)]), t0);
+    let request = Message::Request(Request::streaming(1, "FEED", "SYM0"));
+    core.on_frame(c, &frame(&[request]), t0);
+    assert_eq!(edge_asks(&mut edge, &mut core, t0).len(), 1, "subscribed");
+    let opened = |source, stream| BackboneMessage::Opened {
+        source,
+        stream,
+        service: "FEED",
+        item: "SYM0",
+    };
+    edge_hears(&mut edge, &mut core, opened(a, 7), t0);
+    // A's FEED goes down before its image came; A stays live.
+    edge_hears(&mut edge, &mut core, beat(a, 2), t0);
+    edge_hears(&mut edge, &mut core, dir(a, 2, ServiceState::Down), t0);
+    let mut asks = Vec::new();
+    for ms in [400, 800, 1200] {
+        let now = t0 + Duration::from_millis(ms);
+        edge_hears(&mut edge, &mut core, beat(a, 2), now);
+        edge.handle_timeout(&mut core, now);
+        asks.extend(edge_asks(&mut edge, &mut core, now));
+    }
+    // B has it up: the item moves there and B answers.
+    let now = t0 + Duration::from_millis(1300);
+    edge_hears(&mut edge, &mut core, beat(b, 1), now);
+    edge_hears(&mut edge, &mut core, dir(b, 1, ServiceState::Up), now);
+    asks.extend(edge_asks(&mut edge, &mut core, now));
+    edge_hears(&mut edge, &mut core, opened(b, 3), now);
+    let img = image(10000);
+    let data = |source: u64, m: Message<'_>| {
+        let mut d = Vec::new();
+        wire::data_header(&mut d, source);
+        m.encode(&mut d).unwrap();
+        d
+    };
+    let mut refresh = Refresh::whole(3, 5, "FEED", "SYM0", FieldList::decode(&img).unwrap());
+    refresh.solicited = true;
+    edge.on_data(&mut core, 1, &data(b, Message::Refresh(refresh)), now);
+    edge.flush(&mut core, now);
+    assert!(
+        asks.contains(&BackboneMessage::Unsubscribe {
+            edge: 0,
+            source: a,
+            stream: 7
+        }),
+        "A was not told the edge no longer takes its stream: {asks:?}"
+    );
+    // A's update on its old stream is not the item's.
+    let update = Update::new(7, 40, UpdateType::Quote, FieldList::decode(&img).unwrap());
+    edge.on_data(&mut core, 1, &data(a, Message::Update(update)), now);
+    edge.flush(&mut core, now);
+    assert_eq!(edge.stats().gaps_repaired, 0, "A's data reached the item");
+}
