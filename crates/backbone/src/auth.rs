@@ -320,6 +320,14 @@ impl Sealer {
     /// Seals `msg` where it is (its trailer appended), for a message built to be sent
     /// once: no copy of it is made.
     pub fn seal_in_place(&mut self, key: &Key, lane: Lane, msg: &mut Vec<u8>, now_ns: u64) {
+        // The wall clock stepped back (NTP, a restored VM): counters kept that far ahead
+        // of it are stale to every receiver new to this origin until the clock catches
+        // up. A new origin starts from the clock again (the old one's counters stay
+        // passed where they were heard).
+        if self.counter > now_ns.saturating_add(MAX_CLOCK_SKEW_NS / 2) {
+            self.origin = crate::random_id();
+            self.counter = now_ns;
+        }
         self.counter = (self.counter + 1).max(now_ns);
         if msg.len() > 1 {
             msg[1] |= SEALED;
@@ -567,6 +575,29 @@ pub(crate) mod tests {
         assert_eq!(
             BackboneMessage::decode(p.body).unwrap(),
             BackboneMessage::decode(&plain).unwrap()
+        );
+    }
+
+    /// The sender's wall clock steps back past the skew (NTP, a restored VM): what it
+    /// seals then is heard by a receiver that has not heard it yet (its counters had
+    /// stayed ahead of every clock, stale to such a receiver until the clock caught up),
+    /// and still by one that has.
+    #[test]
+    fn a_sender_whose_clock_stepped_back_is_heard_by_a_receiver_new_to_it() {
+        let k = keys(&[(1, 0xaa)]);
+        let mut s = Sealer::new(42, NOW);
+        let mut known = Verifier::default();
+        let first = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        assert!(known.verify(&k, Lane::Data, &first, NOW).is_ok());
+        let back = NOW - 5 * MAX_CLOCK_SKEW_NS;
+        let later = s.seal(k.signing(), Lane::Data, &heartbeat(), back).to_vec();
+        let mut new = Verifier::default();
+        assert!(new.verify(&k, Lane::Data, &later, back).is_ok());
+        assert!(known.verify(&k, Lane::Data, &later, back).is_ok());
+        // Replays are still refused.
+        assert_eq!(
+            new.verify(&k, Lane::Data, &later, back),
+            Err(Rejected::Replayed)
         );
     }
 
