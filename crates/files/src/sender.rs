@@ -295,6 +295,9 @@ struct Outgoing {
     /// Targets not resolved yet (sent to every site of the service: resolved when it
     /// starts).
     unresolved: bool,
+    /// While unresolved: the sites newer files of its name (whole) went to, and the
+    /// newest of them; once it has its sites, it is replaced if they are all among them.
+    replaced_at: Option<(u64, Vec<String>)>,
     sites: BTreeMap<String, SiteRecord>,
     /// The first pass's next chunk.
     first_pass: u32,
@@ -521,6 +524,29 @@ impl Sender {
             })
             .map(|(id, _)| id)
             .collect();
+        // An older one with no sites yet cannot be replaced now: it remembers where the
+        // newer goes, so that it reaches no site after the newer (`resolve_open`).
+        let waiting: Vec<u64> = self.by_name[&key]
+            .iter()
+            .filter(|id| **id != newer)
+            .filter(|id| {
+                self.transfers
+                    .get(id)
+                    .is_some_and(|o| o.unresolved && older(o))
+            })
+            .copied()
+            .collect();
+        let covers = covers.clone();
+        for id in waiting {
+            let o = self.transfers.get_mut(&id).expect("live");
+            let (by, sites) = o.replaced_at.get_or_insert_with(|| (newer, Vec::new()));
+            *by = newer;
+            for site in &covers {
+                if !sites.contains(site) {
+                    sites.push(site.clone());
+                }
+            }
+        }
         let reason = format!("replaced by a newer file of the same name (transfer {newer:016x})");
         for id in replaced {
             self.fail_transfer(id, &reason);
@@ -733,6 +759,7 @@ impl Sender {
                 available: chunks,
                 whole: true,
                 unresolved,
+                replaced_at: None,
                 sites,
                 first_pass: 0,
                 offered: false,
@@ -1143,10 +1170,20 @@ impl Sender {
             }
             t.m.targets = targets.clone();
             t.unresolved = false;
+            let replaced = t
+                .replaced_at
+                .take()
+                .filter(|(_, at)| targets.iter().all(|s| at.contains(s)));
             self.events.push_back(SenderEvent::Targets {
                 transfer: id,
                 targets,
             });
+            if let Some((newer, _)) = replaced {
+                let reason =
+                    format!("replaced by a newer file of the same name (transfer {newer:016x})");
+                self.fail_transfer(id, &reason);
+                continue;
+            }
             // Sites that answered before it was resolved may be done already.
             self.finish_if_delivered(id);
             // Whole, it now replaces the older files of its name where it goes.

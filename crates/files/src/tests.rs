@@ -1363,3 +1363,19 @@ fn of_two_uploads_of_one_name_the_later_queued_replaces_the_earlier_whichever_is
     net.run_for(Duration::from_secs(1));
     assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&v2));
 }
+
+/// A file for every site queued before its sender knows any site, then a newer file
+/// of its name for a named site, which goes at once: once the older has its sites, the
+/// newer replaces it there, and the site keeps the newer (the older could not be
+/// replaced when the newer was queued: it had no sites yet).
+#[test]
+fn a_newer_file_replaces_an_older_one_for_every_site_once_the_older_has_its_sites() {
+    let mut net = Net::new(1, sender_config());
+    let id1 = net.send(1, "eod.csv", bytes(20_000, 1), None).unwrap();
+    let v2 = bytes(20_000, 2);
+    let id2 = net.send(2, "eod.csv", v2.clone(), targets(1)).unwrap();
+    net.run_until(Duration::from_secs(30), |n| n.all_finished(&[id1, id2]));
+    assert_eq!(net.finished(id2), Some(true));
+    assert_eq!(net.finished(id1), Some(false), "replaced by the newer");
+    assert_eq!(net.sites[0].store.inbox.get("eod.csv"), Some(&v2));
+}
