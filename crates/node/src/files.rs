@@ -1624,6 +1624,10 @@ fn run(
         }
         loop {
             let more = hub.pump(now);
+            // Recorded before a site's `done` or a client's `queued` goes out: a stop
+            // in between would leave a file said to be here and not in the audit log
+            // (a restarted site would take it again, and not list it).
+            drain_events(&mut hub, &mut audit);
             let mut sent = false;
             while let Some(o) = hub.poll_output() {
                 let to_loop = match o.to {
@@ -2110,6 +2114,61 @@ mod restart_tests {
         t.watch_thread(again);
         until(&mut t, again, |t| t.figures.queued_files.load(Relaxed) == 1);
         assert!(t.is_running());
+    }
+
+    /// A file whose `done` a site's thread sent is in the site's audit log, though the
+    /// thread stops right after (a defect, or a kill): a restarted site knows it has
+    /// the file (offered again, it answers done; `files status` lists it), rather than
+    /// taking it again from nothing.
+    #[test]
+    fn a_file_a_site_said_done_for_is_in_its_audit_log_when_its_thread_stops_then() {
+        use tickwire_files::wire::{encode_chunk, FilesMessage};
+        let dir = tempfile::tempdir().unwrap();
+        // Committed in the turn that completes it.
+        let cfg = FilesSection {
+            fsync: super::FsyncSetting::Always,
+            ..files_cfg(dir.path())
+        };
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
+        let mut t = FilesThread::start(&cfg, "edge", 7, 1400, waker).unwrap();
+        let bytes = b"a,b\n1,2\n".to_vec();
+        let m = tickwire_files::Manifest {
+            transfer: 0xfeed,
+            sender: "source".into(),
+            service: "FILES".into(),
+            name: "eod.csv".into(),
+            size: bytes.len() as u64,
+            chunk_size: 1024,
+            sha256: tickwire_files::spool::sha256_reader(&mut &bytes[..])
+                .unwrap()
+                .1,
+            expires_ms: u64::MAX,
+            open: true,
+            targets: vec![],
+        };
+        let mut offer = Vec::new();
+        FilesMessage::Offer(m.offer(1)).encode(&mut offer).unwrap();
+        let mut chunk = Vec::new();
+        encode_chunk(&mut chunk, m.transfer, 0, &bytes).unwrap();
+        for body in [offer, chunk] {
+            t.submit(Input::Message {
+                from: tickwire_files::Peer::Upstream,
+                user: String::new(),
+                rights: tickwire_files::Rights::ALL,
+                body,
+            });
+        }
+        // The file arrives, its done goes up, and the thread stops in that turn.
+        t.submit(Input::Panic);
+        let t0 = Instant::now();
+        until(&mut t, t0, |t| !t.is_running());
+        assert!(dir.path().join("inbox/FILES/eod.csv").exists());
+        let audit = std::fs::read_to_string(cfg.audit_path()).unwrap();
+        assert!(
+            audit.contains("\"event\":\"arrived\""),
+            "the site said done, and its audit log does not have the file: {audit:?}"
+        );
     }
 
     /// A new client of `core`, logged in.
