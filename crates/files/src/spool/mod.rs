@@ -656,7 +656,7 @@ impl Spool {
             }
         }
         for t in lost {
-            self.forget(t);
+            let _ = self.forget(t);
         }
         for entry in fs::read_dir(&self.dir)? {
             let path = entry?.path();
@@ -692,17 +692,20 @@ impl Spool {
         }
     }
 
-    /// Drops a live transfer from the log.
-    fn forget(&mut self, transfer: u64) {
+    /// Drops a live transfer from the log; false if the log could not say so (a full
+    /// disk): it is gone from memory all the same.
+    fn forget(&mut self, transfer: u64) -> bool {
         let Some(k) = self.live.get(&transfer) else {
-            return;
+            return true;
         };
         let lines = 1 + k.sites.len();
         self.live_lines -= lines;
         self.dead_lines += lines + 1;
-        // Best effort: a removal the log misses leaves a manifest whose bytes are
-        // gone, which the next load drops.
-        let _ = self.append(LogLine::Removed(transfer));
+        if self.append(LogLine::Removed(transfer)).is_err() {
+            self.live.remove(&transfer);
+            return false;
+        }
+        true
     }
 
     /// Forgets a transfer: its bytes and what the log says of it.
@@ -716,8 +719,12 @@ impl Spool {
             }
         }
         if let Some((place, size)) = self.live.get(&transfer).map(|k| (k.place, k.manifest.size)) {
-            self.release(transfer, place, size);
-            self.forget(transfer);
+            // Its bytes go only once the log says it is gone: a log that still holds it
+            // (a full disk took the line) must not find another file's bytes in its
+            // place at the next load. Kept instead, it is loaded whole, and sent again.
+            if self.forget(transfer) {
+                self.release(transfer, place, size);
+            }
         }
         self.move_out_of_sparse_segment();
         if self.dead_lines > COMPACT_AFTER_DEAD && self.dead_lines > 2 * self.live_lines {
@@ -900,5 +907,46 @@ impl ChunkSource for Spool {
         self.own_open
             .get(transfer, || File::open(own_path(dir, transfer)))?
             .read_exact_at(buf, offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transfer whose removal the log cannot take (a full disk) keeps its bytes: the
+    /// log still holds it, and the next load must find its own bytes there, not those
+    /// of a file that took its place meanwhile.
+    #[test]
+    fn a_removal_the_log_cannot_take_keeps_the_transfers_bytes() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("spool");
+        let mut spool = Spool::open(&dir, Fsync::Never).unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let src = root.path().join("a");
+        fs::write(&src, &data).unwrap();
+        let (size, sha256) = spool.copy_in(1, &src).unwrap();
+        let mut m = Manifest::sample(1, "a.csv", 3);
+        (m.size, m.sha256, m.chunk_size) = (size, sha256, 4096);
+        spool.save(&m).unwrap();
+        // The log fails from now on (as on a full disk).
+        spool.log = File::open(dir.join(LOG)).unwrap();
+        spool.remove(1);
+        // Another file, which may not take its place.
+        let other = root.path().join("b");
+        fs::write(&other, vec![0xEE; 10_000]).unwrap();
+        let _ = spool.copy_in(2, &other);
+        drop(spool);
+        let mut spool = Spool::open(&dir, Fsync::Never).unwrap();
+        let loaded: Vec<u64> = spool
+            .load()
+            .unwrap()
+            .iter()
+            .map(|(m, _)| m.transfer)
+            .collect();
+        assert_eq!(loaded, [1], "the log still holds it");
+        let mut buf = vec![0; 4096];
+        spool.read_chunk(1, 4096, &mut buf).unwrap();
+        assert!(buf == data[4096..8192], "another file's bytes in its place");
     }
 }
