@@ -991,22 +991,12 @@ impl Outbox for Limited<'_, '_> {
 /// data once the service was back) for as long as the edge ran.
 #[test]
 fn an_opened_from_a_source_the_item_left_before_it_answered_is_unsubscribed() {
-    use crate::wire::{BackboneMessage, ServiceInfo};
+    use crate::wire::BackboneMessage;
     let now = Instant::now();
     let (mut core, mut edge) = edge_in_core(now);
     let send =
         |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| edge_hears(edge, core, m, now);
-    let dir = |source: u64, version: u32, state: ServiceState| BackboneMessage::Directory {
-        source,
-        version,
-        part: 0,
-        parts: 1,
-        services: vec![ServiceInfo {
-            name: "FEED",
-            state,
-            interactive: true,
-        }],
-    };
+    let dir = feed_directory;
     let (a, b) = (0xA, 0xB);
     for (id, name) in [(a, "a"), (b, "b")] {
         let beat = BackboneMessage::Heartbeat {
@@ -1556,20 +1546,10 @@ fn a_service_no_source_lists_any_more_is_let_go_of_by_the_edge() {
 /// for as long as the edge ran).
 #[test]
 fn an_item_left_with_no_source_lets_go_of_its_stream_at_the_old_one() {
-    use crate::wire::{BackboneMessage, ServiceInfo};
+    use crate::wire::BackboneMessage;
     let t0 = Instant::now();
     let (mut core, mut edge) = edge_in_core(t0);
-    let dir = |source: u64, version: u32, state: ServiceState| BackboneMessage::Directory {
-        source,
-        version,
-        part: 0,
-        parts: 1,
-        services: vec![ServiceInfo {
-            name: "FEED",
-            state,
-            interactive: true,
-        }],
-    };
+    let dir = feed_directory;
     let beat = |source: u64, version: u32| BackboneMessage::Heartbeat {
         source,
         name: if source == 0xA { "a" } else { "b" },
@@ -1630,4 +1610,24 @@ fn an_item_left_with_no_source_lets_go_of_its_stream_at_the_old_one() {
     edge.on_data(&mut core, 1, &data(a, Message::Update(update)), now);
     edge.flush(&mut core, now);
     assert_eq!(edge.stats().gaps_repaired, 0, "A's data reached the item");
+}
+
+/// Source `source`'s whole directory (version `version`, one part): FEED, interactive,
+/// in `state`.
+fn feed_directory(
+    source: u64,
+    version: u32,
+    state: ServiceState,
+) -> crate::wire::BackboneMessage<'static> {
+    crate::wire::BackboneMessage::Directory {
+        source,
+        version,
+        part: 0,
+        parts: 1,
+        services: vec![crate::wire::ServiceInfo {
+            name: "FEED",
+            state,
+            interactive: true,
+        }],
+    }
 }
