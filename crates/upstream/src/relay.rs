@@ -98,6 +98,9 @@ struct Link {
     /// image answers the core's request when it follows what the core last got (the
     /// sequence number kept by `UpstreamStreams`), else it goes to every subscriber.
     asked_again: Option<u32>,
+    /// Made suspect by a lost connection and not imaged since: what the core's
+    /// subscribers have is no longer in step with any upstream stream.
+    stale: bool,
 }
 
 /// The upstream link of a node tree, without I/O: one internal interactive publisher in
@@ -287,6 +290,7 @@ impl Relay {
         // however far it has moved, not an answer to a request made before the loss.
         for link in self.links.values_mut() {
             link.asked_again = None;
+            link.stale = true;
         }
         let mut answers = Vec::new();
         for p in self.posts.take_all() {
@@ -366,6 +370,7 @@ impl Relay {
                     }
                     if r.complete {
                         link.imaged = true;
+                        link.stale = false;
                         link.asked_again = None;
                         if r.state.stream != StreamState::Open {
                             closed.push(csid);
@@ -600,12 +605,14 @@ impl Relay {
             // A request on a stream the core has open asks again: a new upstream
             // stream replaces it. Updates sent meanwhile on neither reach the core, so
             // the new image goes to every subscriber unless it follows what they had.
-            let (mut imaged, mut asked_again) = (false, None);
+            let (mut imaged, mut asked_again, mut stale) = (false, None, false);
             if let Some(link) = self.links.remove(&csid) {
                 imaged = link.imaged;
-                // While no upstream is connected the item is suspect for every
-                // subscriber: its next image goes to all of them.
-                if link.imaged && self.is_connected() {
+                stale = link.stale;
+                // Since a lost connection, until its re-image, the item is suspect for
+                // every subscriber (the upstream may be another node, or restarted,
+                // with the same sequence number): its next image goes to all of them.
+                if link.imaged && !link.stale && self.is_connected() {
                     asked_again = self.by_up.last_forwarded(link.up);
                 }
                 self.by_up.remove(link.up);
@@ -624,6 +631,7 @@ impl Relay {
                     up,
                     imaged,
                     asked_again,
+                    stale,
                 },
             );
             self.by_up.insert(up, csid);

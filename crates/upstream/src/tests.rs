@@ -268,36 +268,41 @@ impl Tree {
     /// One event-loop turn of the downstream node, repeated until nothing moves.
     fn settle(&mut self) -> Result<(), ClientError> {
         for _ in 0..20 {
-            self.relay.pump(&mut self.down, self.now);
-            let mut moved = false;
-            if let (Some(link), Some(c)) = (self.link, self.relay.connection()) {
-                let out = c.transmit().to_vec();
-                c.sent(out.len(), self.now);
-                if !out.is_empty() {
-                    moved = true;
-                    self.to_up.extend(&out);
-                    while let Some(f) = self.to_up.next_frame().unwrap() {
-                        let f = f.to_vec();
-                        self.up.on_frame(link, &f, self.now);
-                    }
-                }
-                if let Some(w) = self.up.output(link) {
-                    let bytes = w.sealed_bytes().to_vec();
-                    w.consume(bytes.len());
-                    if !bytes.is_empty() {
-                        moved = true;
-                        self.relay.connection().unwrap().receive(&bytes, self.now);
-                    }
-                }
-            }
-            let got = recv(&mut self.up, self.publisher);
-            self.publisher_got.extend(got);
-            self.relay.poll(&mut self.down, self.now)?;
-            if !moved {
+            if !self.turn()? {
                 return Ok(());
             }
         }
         Ok(())
+    }
+
+    /// One event-loop turn of the downstream node; whether any bytes moved.
+    fn turn(&mut self) -> Result<bool, ClientError> {
+        self.relay.pump(&mut self.down, self.now);
+        let mut moved = false;
+        if let (Some(link), Some(c)) = (self.link, self.relay.connection()) {
+            let out = c.transmit().to_vec();
+            c.sent(out.len(), self.now);
+            if !out.is_empty() {
+                moved = true;
+                self.to_up.extend(&out);
+                while let Some(f) = self.to_up.next_frame().unwrap() {
+                    let f = f.to_vec();
+                    self.up.on_frame(link, &f, self.now);
+                }
+            }
+            if let Some(w) = self.up.output(link) {
+                let bytes = w.sealed_bytes().to_vec();
+                w.consume(bytes.len());
+                if !bytes.is_empty() {
+                    moved = true;
+                    self.relay.connection().unwrap().receive(&bytes, self.now);
+                }
+            }
+        }
+        let got = recv(&mut self.up, self.publisher);
+        self.publisher_got.extend(got);
+        self.relay.poll(&mut self.down, self.now)?;
+        Ok(moved)
     }
 
     fn subscriber(&mut self) -> ConnId {
@@ -849,4 +854,35 @@ fn a_service_the_upstream_removes_goes_here_too_after_this_nodes_retention() {
     t.now += Duration::from_millis(1500);
     t.down.handle_timeout(t.now);
     assert_eq!(has(&t), [("FEED".to_string(), true)]);
+}
+
+/// A cache-off node asks the link again for an item when a subscriber joins just after
+/// the link is back, before the item's re-image came: the image the new stream brings
+/// is a re-image for the subscribers made suspect by the loss, even when the item has
+/// not moved meanwhile (its sequence number is the one they had).
+#[test]
+fn a_subscriber_joining_a_cache_off_node_just_after_its_link_is_back_leaves_every_subscriber_re_imaged(
+) {
+    let mut t = Tree::with_cache(None, false);
+    t.link_up();
+    let (s1, s2) = (t.subscriber(), t.subscriber());
+    t.request(s1, 7, "A");
+    t.settle().unwrap();
+    assert!(
+        recv(&mut t.down, s1).contains(&image_of_a(7, DataState::Ok)),
+        "s1's image"
+    );
+    t.lose_link();
+    recv(&mut t.down, s1);
+    t.now += Duration::from_millis(100);
+    // Logged in again (one turn: the login up, the welcome and directory down); the
+    // link's request for A is on its way up.
+    t.connect();
+    t.turn().unwrap();
+    assert!(t.relay.is_connected());
+    // s2 joins now: the core asks the link again.
+    t.request(s2, 9, "A");
+    t.relay.pump(&mut t.down, t.now);
+    t.settle().unwrap();
+    both_imaged(&mut t, s1, s2);
 }
