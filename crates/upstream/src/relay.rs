@@ -445,10 +445,11 @@ impl Relay {
                     );
                 }
                 // A new upstream (or the same one restarted) may lack services the
-                // last one had: they are down until it announces them.
+                // last one had: for this node it removed them (they go down, and
+                // leave after the retention time unless it announces them again).
                 for name in self.announced.keys() {
                     if !directory.iter().any(|(n, _)| n == name) {
-                        directory.push((name.clone(), ServiceState::Down));
+                        directory.push((name.clone(), ServiceState::Removed));
                     }
                 }
             }

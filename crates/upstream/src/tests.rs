@@ -886,3 +886,62 @@ fn a_subscriber_joining_a_cache_off_node_just_after_its_link_is_back_leaves_ever
     t.settle().unwrap();
     both_imaged(&mut t, s1, s2);
 }
+
+/// An upstream node restarted without a service (or the next one, lacking it) has
+/// removed it as far as this node can tell: it is let go of as one the upstream
+/// removes, and leaves after this node's retention time. It was kept down for good.
+#[test]
+fn a_service_the_next_upstream_lacks_goes_here_after_this_nodes_retention() {
+    let mut t = Tree::new(None);
+    t.down = Node::new(
+        CoreConfig {
+            node_id: NODE_ID,
+            limits: tickwire_core::Limits {
+                service_retention: Duration::from_secs(1),
+                ..Default::default()
+            },
+            ..CoreConfig::default()
+        },
+        t.now,
+    );
+    let cfg = RelayConfig {
+        node_id: NODE_ID,
+        node_name: "down".into(),
+        ..RelayConfig::default()
+    };
+    t.relay = Relay::start(&mut t.down, cfg, t.now);
+    t.link_up();
+    t.lose_link();
+    // The next upstream has FEED only.
+    let mut up = Node::new(CoreConfig::default(), t.now);
+    let publisher = login(&mut up, Role::Publisher, "feed", t.now);
+    send(
+        &mut up,
+        publisher,
+        &[Message::Directory(Directory::one_service("FEED", 0))],
+        t.now,
+    );
+    (t.up, t.publisher) = (up, publisher);
+    t.now += Duration::from_millis(100);
+    t.link_up();
+    let mut services = t.down.services();
+    services.sort();
+    assert_eq!(
+        services,
+        [("FEED".to_string(), true), ("OTHER".to_string(), false)]
+    );
+    assert!(!t.down.publishes(t.relay.conn(), "OTHER"), "let go of");
+    t.now += Duration::from_millis(1500);
+    t.down.handle_timeout(t.now);
+    assert_eq!(t.down.services(), [("FEED".to_string(), true)]);
+    // Should the upstream announce it again, it is the link's again.
+    let other = login(&mut t.up, Role::Publisher, "other", t.now);
+    send(
+        &mut t.up,
+        other,
+        &[Message::Directory(Directory::one_service("OTHER", 0))],
+        t.now,
+    );
+    t.settle().unwrap();
+    assert!(t.down.publishes(t.relay.conn(), "OTHER"));
+}
