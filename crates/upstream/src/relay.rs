@@ -508,17 +508,18 @@ impl Relay {
                 }
                 continue;
             }
-            if !self.announced.contains_key(&name) && self.announced.len() >= self.cfg.max_services
-            {
-                over_limit += 1;
-                continue;
-            }
+            // One not taken at all is none left out past the limit.
             if self
                 .cfg
                 .services
                 .as_ref()
                 .is_some_and(|s| !s.contains(&name))
             {
+                continue;
+            }
+            if !self.announced.contains_key(&name) && self.announced.len() >= self.cfg.max_services
+            {
+                over_limit += 1;
                 continue;
             }
             if self.announced.insert(name.clone(), state) == Some(state) {

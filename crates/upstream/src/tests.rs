@@ -945,3 +945,28 @@ fn a_service_the_next_upstream_lacks_goes_here_after_this_nodes_retention() {
     t.settle().unwrap();
     assert!(t.down.publishes(t.relay.conn(), "OTHER"));
 }
+
+/// A service the link does not take (`services`) is no service left out for the limit,
+/// even once the link has as many as it takes.
+#[test]
+fn services_not_chosen_are_not_counted_as_left_out_past_the_limit() {
+    let mut t = Tree::new(None);
+    t.down = Node::new(
+        CoreConfig {
+            node_id: NODE_ID,
+            ..CoreConfig::default()
+        },
+        t.now,
+    );
+    let cfg = RelayConfig {
+        node_id: NODE_ID,
+        node_name: "down".into(),
+        services: Some(["FEED".to_string()].into()),
+        max_services: 1,
+        ..RelayConfig::default()
+    };
+    t.relay = Relay::start(&mut t.down, cfg, t.now);
+    t.link_up();
+    assert_eq!(t.down.services(), [("FEED".to_string(), true)]);
+    assert_eq!(t.relay.stats().services_left_out, 0);
+}
