@@ -24,6 +24,12 @@ pub const TLS_BUFFER: usize = 64 * 1024;
 /// times that.
 pub const RECORD_COST: u64 = 1024;
 
+/// What one read may take from the socket in records that carry no plaintext before it
+/// returns `Interrupted`. rustls takes a key update and an empty record in turn without
+/// end (each resets its count of the other): a read that waited for plaintext would go
+/// on for as long as such a peer sends.
+pub const READ_COST_WITHOUT_PLAINTEXT: u64 = 64 * RECORD_COST;
+
 /// TLS record header: content type, version (2), length (2).
 const RECORD_HEADER_LEN: usize = 5;
 
@@ -141,8 +147,11 @@ where
     /// Plaintext from the peer. `Ok(0)` at the end: a close_notify, or the socket
     /// closed without one (for Tickwire's self-delimiting frames an end like any other:
     /// a cut frame is never handed on). `WouldBlock` only when the socket has nothing
-    /// more.
+    /// more. `Interrupted` when records costing [`READ_COST_WITHOUT_PLAINTEXT`] gave no
+    /// plaintext: the socket may hold more, to be read when the caller's fair share
+    /// (which counts them) allows.
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, ReadError> {
+        let cost_at = self.read_cost();
         loop {
             // Plaintext rustls already decrypted comes first: it must be drained before
             // more is read from the socket (rustls bounds what it holds decrypted).
@@ -151,6 +160,9 @@ where
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(0),
                 Err(e) => return Err(e.into()),
+            }
+            if self.read_cost() - cost_at >= READ_COST_WITHOUT_PLAINTEXT {
+                return Err(ReadError::Io(ErrorKind::Interrupted.into()));
             }
             match self.read_tls() {
                 Ok(0) => {
@@ -357,6 +369,173 @@ mod tests {
             cost >= 10 * 32 * RECORD_COST,
             "10 bytes in 320 records cost {cost}"
         );
+    }
+
+    /// A socket in memory: reads what `input` holds, then `WouldBlock`.
+    #[derive(Default)]
+    struct Mem {
+        input: std::collections::VecDeque<u8>,
+        output: Vec<u8>,
+    }
+
+    impl Read for Mem {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.input.is_empty() {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            self.input.read(buf)
+        }
+    }
+
+    impl Write for Mem {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.output.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The client's first application traffic secret, as rustls logs it.
+    #[derive(Debug, Default)]
+    struct ClientSecret(std::sync::Mutex<Vec<u8>>);
+
+    impl rustls::KeyLog for ClientSecret {
+        fn log(&self, label: &str, _client_random: &[u8], secret: &[u8]) {
+            if label == "CLIENT_TRAFFIC_SECRET_0" {
+                *self.0.lock().unwrap() = secret.to_vec();
+            }
+        }
+    }
+
+    /// HKDF-Expand-Label of TLS 1.3 (RFC 8446, 7.1) with SHA-256 and no context.
+    fn expand_label(secret: &[u8], label: &str, len: usize) -> Vec<u8> {
+        struct Len(usize);
+        impl ring::hkdf::KeyType for Len {
+            fn len(&self) -> usize {
+                self.0
+            }
+        }
+        let label = format!("tls13 {label}");
+        let info = [
+            &(len as u16).to_be_bytes()[..],
+            &[label.len() as u8],
+            label.as_bytes(),
+            &[0],
+        ];
+        let prk = ring::hkdf::Prk::new_less_safe(ring::hkdf::HKDF_SHA256, secret);
+        let mut out = vec![0; len];
+        prk.expand(&info, Len(len)).unwrap().fill(&mut out).unwrap();
+        out
+    }
+
+    /// Record `seq` of TLS 1.3 traffic secret `secret` (AES-128-GCM), holding `inner`
+    /// (the content, then its type).
+    fn seal(secret: &[u8], seq: u64, inner: &[u8]) -> Vec<u8> {
+        use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
+        let key = UnboundKey::new(&AES_128_GCM, &expand_label(secret, "key", 16)).unwrap();
+        let mut nonce = [0u8; 12];
+        nonce.copy_from_slice(&expand_label(secret, "iv", 12));
+        for (n, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
+            *n ^= s;
+        }
+        let len = inner.len() + 16;
+        let header = [23, 3, 3, (len >> 8) as u8, len as u8];
+        let mut record = inner.to_vec();
+        LessSafeKey::new(key)
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(header),
+                &mut record,
+            )
+            .unwrap();
+        [&header[..], &record].concat()
+    }
+
+    /// A client's records that carry no plaintext and that rustls takes without end: an
+    /// empty application data record then a key update, `n` times, from its traffic
+    /// secret `secret` (none of its records sent yet). Also the secret they end on.
+    fn empty_records_and_key_updates(secret: &[u8], n: usize) -> (Vec<u8>, Vec<u8>) {
+        let mut secret = secret.to_vec();
+        let mut records = Vec::new();
+        for _ in 0..n {
+            records.extend(seal(&secret, 0, &[23]));
+            // KeyUpdate, update_not_requested; of type handshake.
+            records.extend(seal(&secret, 1, &[24, 0, 0, 1, 0, 22]));
+            secret = expand_label(&secret, "traffic upd", 32);
+        }
+        (records, secret)
+    }
+
+    /// A peer sending an empty record and a key update in turn (each resets rustls's
+    /// count of the other, so it takes them without end) is read a bounded cost at a
+    /// time, not for as long as it sends: the read says `Interrupted` with the rest in
+    /// the socket, and reads go on from there, the plaintext after it intact.
+    #[test]
+    fn records_without_plaintext_are_read_a_bounded_cost_at_a_time() {
+        let (server_cfg, cert) = server_config();
+        let mut roots = RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let provider = rustls::crypto::CryptoProvider {
+            cipher_suites: vec![rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256],
+            ..rustls::crypto::ring::default_provider()
+        };
+        let mut cfg = ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let secret = Arc::new(ClientSecret::default());
+        cfg.key_log = secret.clone();
+        let name = ServerName::try_from("127.0.0.1").unwrap();
+        let mut client = ClientConnection::new(Arc::new(cfg), name).unwrap();
+        let mut server = TlsStream::new(ServerConnection::new(server_cfg).unwrap(), Mem::default());
+        let mut buf = [0u8; 4096];
+        let is = |r: &Result<usize, ReadError>, kind: ErrorKind| matches!(r, Err(ReadError::Io(e)) if e.kind() == kind);
+        for _ in 0..8 {
+            if !client.is_handshaking() && !server.tls.is_handshaking() {
+                break;
+            }
+            while client.wants_write() {
+                client.write_tls(&mut server.tcp.input).unwrap();
+            }
+            let r = server.read(&mut buf);
+            assert!(is(&r, ErrorKind::WouldBlock), "{r:?}");
+            let answer = std::mem::take(&mut server.tcp.output);
+            let mut answer = &answer[..];
+            while !answer.is_empty() {
+                client.read_tls(&mut answer).unwrap();
+                client.process_new_packets().unwrap();
+            }
+        }
+        assert!(!server.tls.is_handshaking());
+        let secret = secret.0.lock().unwrap().clone();
+        let (flood, last) = empty_records_and_key_updates(&secret, 2000);
+        server.tcp.input.extend(&flood);
+        server.tcp.input.extend(seal(&last, 0, b"z\x17"));
+        let before = server.read_cost();
+        let r = server.read(&mut buf);
+        assert!(is(&r, ErrorKind::Interrupted), "{r:?}");
+        assert!(
+            server.tcp.input.len() > flood.len() / 2,
+            "one read took {} of the {} bytes of records",
+            flood.len() + 22 - server.tcp.input.len(),
+            flood.len()
+        );
+        let mut reads = 1;
+        let got = loop {
+            assert!(reads < 4000, "{reads} reads");
+            match server.read(&mut buf) {
+                Ok(n) => break buf[..n].to_vec(),
+                r => assert!(is(&r, ErrorKind::Interrupted), "{r:?}"),
+            }
+            reads += 1;
+        };
+        assert_eq!(got, b"z");
+        assert!(server.read_cost() - before > 4000 * RECORD_COST);
+        let r = server.read(&mut buf);
+        assert!(is(&r, ErrorKind::WouldBlock), "{r:?}");
     }
 
     #[test]

@@ -323,7 +323,14 @@ pub(super) fn read_some(
                 core.set_wall_clock(unix_now_ns());
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {
+                // Also TLS records that carried no plaintext: they count against the
+                // share like any others.
+                if sock.transport.share_used(total, tls_cost_at) >= READ_SHARE {
+                    return true;
+                }
+                continue;
+            }
             Err(_) => {
                 sock.dead = true;
                 dead.push(id);

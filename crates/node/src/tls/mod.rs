@@ -287,7 +287,8 @@ impl Transport {
     }
 
     /// Reads plaintext. `WouldBlock` only when the socket has nothing more; `Ok(0)` at
-    /// the end of the stream.
+    /// the end of the stream; `Interrupted` after TLS records that gave no plaintext
+    /// (the socket may hold more: [`Transport::share_used`] counts them).
     #[inline]
     pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = match self {
