@@ -863,3 +863,51 @@ fn failed_handshakes_do_not_flood_the_log() {
         out.stderr
     );
 }
+
+/// A peer fails a session at will as cheaply as a handshake, once the handshake is done:
+/// a record the node cannot decrypt. Those failures are held to a few a window in the
+/// log too, with the handshakes' (each was logged).
+#[test]
+fn failed_sessions_do_not_flood_the_log() {
+    let certs = Certs::new("session-failures");
+    let (node, _) = certs.start_node(
+        "max_handshakes_per_s = 1000\n[limits]\nmax_pending_logins_per_address = 100\n",
+    );
+    let ca = certs.cert();
+    for _ in 0..30 {
+        let mut s = tls_connect(&node.addr_str(), &ca);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while s.conn.is_handshaking() {
+            assert!(Instant::now() < deadline, "no handshake");
+            match s.conn.complete_io(&mut s.sock) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("handshake: {e}"),
+            }
+        }
+        // Application data that is not encrypted with the session's keys.
+        let mut junk = vec![23, 3, 3, 0, 32];
+        junk.extend_from_slice(&[0; 32]);
+        s.sock.write_all(&junk).unwrap();
+        // The node's alert, then the end of the stream (or a reset).
+        s.sock
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        let _ = s.sock.read_to_end(&mut got);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !node.proc.log().contains("TLS session with 127.0.0.1:") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = node.proc.log();
+    let said = log.matches("TLS session with 127.0.0.1:").count();
+    assert!(
+        (1..=20).contains(&said),
+        "{said} failed sessions logged\n{log}"
+    );
+}

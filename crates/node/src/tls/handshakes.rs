@@ -53,7 +53,8 @@ struct Shared {
     gone_said: AtomicBool,
     /// The failed handshakes logged in this window (the event loop's alone: a lock
     /// taken only when a handshake fails).
-    /// Failed handshakes (any peer can cause one at will: plaintext on the TLS port).
+    /// Failed sessions, in their handshake or after (any peer can cause one at will:
+    /// plaintext on the TLS port, a record garbled).
     failures_said: std::sync::Mutex<tickwire_core::QuietLog>,
 }
 
@@ -78,8 +79,8 @@ impl HandshakeQueue {
         self.shared.tickets.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Whether to log a failed handshake now; if so, how many were not logged since
-    /// the last one that was.
+    /// Whether to log a failed session (in its handshake or after) now; if so, how many
+    /// were not logged since the last one that was.
     pub fn failure_to_say(&self, now: Instant) -> Option<u64> {
         self.shared
             .failures_said

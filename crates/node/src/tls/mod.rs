@@ -157,6 +157,8 @@ pub struct TlsStream {
     /// The session is at the handshakes' thread; `s.tls` is a new session standing in
     /// for it, never used, until it is back.
     away: bool,
+    /// Where failed sessions are counted for the log (any peer can fail one at will).
+    failures: HandshakeQueue,
 }
 
 /// A handshake's way to the handshakes' thread.
@@ -371,6 +373,7 @@ impl TlsStream {
         offload: Offload,
     ) -> io::Result<Transport> {
         let conn = ServerConnection::new(cfg.clone()).map_err(io::Error::other)?;
+        let failures = offload.queue.clone();
         Ok(Transport::Tls(Box::new(TlsStream {
             s: tickwire_tls::TlsStream::new(conn, tcp),
             peer,
@@ -379,6 +382,7 @@ impl TlsStream {
             fin_done: false,
             offload: Some(offload),
             away: false,
+            failures,
         })))
     }
 
@@ -392,18 +396,16 @@ impl TlsStream {
             } else {
                 ""
             };
-            // Any peer can fail a handshake at will: those are held to a few a window.
-            let said = match (&self.offload, what) {
-                (Some(o), "handshake") => o.queue.failure_to_say(std::time::Instant::now()),
-                _ => Some(0),
-            };
+            // Any peer can fail a handshake, or a session once the handshake is done
+            // (a record it garbles), at will: those are held to a few a window.
+            let said = self.failures.failure_to_say(std::time::Instant::now());
             match said {
                 Some(0) => warn!(
                     "TLS {what} with {} failed: {e}{hint}; closing the connection",
                     self.peer
                 ),
                 Some(held) => warn!(
-                    "TLS {what} with {} failed: {e}{hint}; closing the connection ({held} more failed handshakes not logged before this one)",
+                    "TLS {what} with {} failed: {e}{hint}; closing the connection ({held} more failed TLS handshakes or sessions not logged before this one)",
                     self.peer
                 ),
                 None => {}
