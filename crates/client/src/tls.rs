@@ -9,7 +9,7 @@
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore};
+use rustls::{CertificateError, ClientConfig, ClientConnection, RootCertStore};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::Path;
@@ -153,6 +153,17 @@ impl std::fmt::Display for TlsError {
                      with CA:FALSE, or one signed by that CA)"
                 )
             }
+            // The dates are checked first: whatever else is wrong, this is to be fixed.
+            rustls::Error::InvalidCertificate(
+                CertificateError::Expired
+                | CertificateError::ExpiredContext { .. }
+                | CertificateError::NotValidYet
+                | CertificateError::NotValidYetContext { .. },
+            ) => write!(
+                f,
+                " (the node's certificate is outside its dates of validity: renew it, or \
+                 set the clock right on this host or on the node's)"
+            ),
             rustls::Error::InvalidCertificate(_) => write!(
                 f,
                 " (the node's certificate is not one --ca trusts, or not for this host)"
@@ -185,5 +196,45 @@ mod tests {
             ServerName::DnsName(_)
         ));
         assert!(server_name("bad host:1").is_err());
+    }
+
+    /// A node whose certificate is out of its dates is refused, and the client says
+    /// so: not that --ca does not trust it, which sends the operator to the wrong file.
+    #[test]
+    fn an_expired_certificate_is_refused_as_expired() {
+        use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+        use std::time::Duration;
+        let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".into()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server_cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            )
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let node = std::thread::spawn(move || {
+            let (mut tcp, _) = listener.accept().unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut conn = rustls::ServerConnection::new(Arc::new(server_cfg)).unwrap();
+            while conn.is_handshaking() && conn.complete_io(&mut tcp).is_ok() {}
+        });
+        let mut opts = crate::ConnectOptions::new(addr.clone());
+        opts.tls = Some(client_config_from_ca_pem(cert.pem().as_bytes()).unwrap());
+        let e = match crate::conn::Transport::open(&opts, &addr) {
+            Ok(_) => panic!("an expired certificate was taken"),
+            Err(e) => e.to_string(),
+        };
+        node.join().unwrap();
+        assert!(e.contains("expired"), "{e}");
+        assert!(e.contains("clock") && !e.contains("--ca trusts"), "{e}");
     }
 }
