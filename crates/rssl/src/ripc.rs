@@ -411,6 +411,16 @@ impl Channel {
                     self.state = State::Established;
                 }
                 State::AwaitConnectReq => {
+                    // A TLS record of type handshake (a ClientHello) would read as a
+                    // ConnectReq of 5,635 bytes or more, waited for while the client
+                    // waits for the server's answer.
+                    if self.input[self.pos..].starts_with(&[0x16, 0x03]) {
+                        return Err(RipcError::NotRipc(
+                            "a TLS handshake, on a port without TLS (the node has no \
+                             [tls]): connect without encryption"
+                                .into(),
+                        ));
+                    }
                     let Some(req) = self.take_handshake_message()? else {
                         return Ok(None);
                     };

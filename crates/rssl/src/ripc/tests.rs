@@ -537,3 +537,24 @@ fn an_announced_message_holds_no_room_before_its_fragments_come() {
     assert_eq!(got.len(), total as usize);
     assert_eq!(&got[..4], b"head");
 }
+
+/// A TLS client on a port without TLS (the SDK's encrypted connection type to a node
+/// without `[tls]`): its ClientHello is refused at once. Read as a RIPC length (5,635
+/// bytes and more) it was waited for, and the client waited for the server's answer.
+#[test]
+fn a_tls_client_hello_is_refused_at_once() {
+    let now = Instant::now();
+    let mut c = Channel::new(Settings::default(), now);
+    // A TLS 1.2 record of type handshake, 300 bytes: a ClientHello.
+    let mut hello = vec![
+        0x16, 0x03, 0x01, 0x01, 0x27, 0x01, 0x00, 0x01, 0x23, 0x03, 0x03,
+    ];
+    hello.resize(300, 0x5a);
+    c.handle_bytes(&hello, now);
+    let mut msg = Vec::new();
+    let r = c.poll(&mut msg);
+    assert!(
+        matches!(&r, Err(RipcError::NotRipc(why)) if why.contains("TLS")),
+        "{r:?}"
+    );
+}
