@@ -95,17 +95,19 @@ fn percent_decode(v: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// How long a `/metrics` answer is given again rather than rendered anew.
-const METRICS_RENDER_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+/// `/metrics` renders a second at most, with a second's worth in hand.
+const METRICS_RENDERS_PER_S: f64 = 20.0;
 
-/// The last `/metrics` answer in each format: a render walks every connection and
-/// service, so scrapes within [`METRICS_RENDER_EVERY`] of one get it again, and no
-/// scraper (nor a peer posing as many) makes the loop render more than five times a
-/// second. Scrapers ask every few seconds; what they see is at most that old.
+/// The last `/metrics` answer in each format, and the renders' share of the loop: a
+/// render walks every connection and service, so past [`METRICS_RENDERS_PER_S`] a
+/// scrape gets the last answer again (at most 50 ms old at that rate), and no flood of
+/// scrapes (nor a peer posing as many scrapers) makes the loop render more. Within it,
+/// every scrape is rendered anew: what a scraper reads after an action reflects it.
 #[derive(Default)]
 pub(crate) struct MetricsRenders {
-    /// By [`Format`]: when rendered, and the body.
-    last: [Option<(std::time::Instant, String)>; 2],
+    share: Option<tickwire_core::LoopShare>,
+    /// By [`Format`]: the last render.
+    last: [Option<String>; 2],
     /// Renders made (for tests).
     pub(crate) made: u64,
 }
@@ -118,18 +120,18 @@ impl MetricsRenders {
         format: Format,
         now: std::time::Instant,
     ) -> String {
+        let share = self
+            .share
+            .get_or_insert_with(|| tickwire_core::LoopShare::new(METRICS_RENDERS_PER_S, now));
         let slot = &mut self.last[format as usize];
-        match slot {
-            Some((at, body)) if now.saturating_duration_since(*at) < METRICS_RENDER_EVERY => {
-                body.clone()
-            }
-            _ => {
-                self.made += 1;
-                let body = crate::metrics::render(core, extra, format);
-                *slot = Some((now, body.clone()));
-                body
-            }
+        if let (Err(_), Some(body)) = (share.has(1.0, now), slot.as_ref()) {
+            return body.clone();
         }
+        share.spend(1.0);
+        self.made += 1;
+        let body = crate::metrics::render(core, extra, format);
+        *slot = Some(body.clone());
+        body
     }
 }
 
@@ -241,10 +243,10 @@ pub(crate) fn answer(
 mod tests {
     use super::*;
 
-    /// Scrapes close together get one render, in each format; a scrape after the
-    /// render's time gets a new one, with what changed since.
+    /// Scrapes are rendered anew within the renders' share, and get the last render
+    /// past it; the share comes back with time.
     #[test]
-    fn scrapes_close_together_share_one_render_of_the_figures() {
+    fn scrapes_past_the_renders_share_get_the_last_render() {
         let t0 = std::time::Instant::now();
         let mut core = Node::new(crate::config::NodeConfig::default().core_config(), t0);
         let extra = Extra::default();
@@ -253,31 +255,24 @@ mod tests {
             let asked = NodeRequest::Metrics(format, None);
             answer(asked, core, &extra, &mut renders, at).2
         };
-        let first = scrape(&mut core, Format::Text, t0);
-        assert!(
-            first.contains("tickwire_connections_accepted_total 0"),
-            "{first}"
-        );
-        let c = core.connect("peer", t0);
-        let soon = t0 + METRICS_RENDER_EVERY / 2;
-        assert_eq!(
-            scrape(&mut core, Format::Text, soon),
-            first,
-            "rendered again"
-        );
-        // Each format has its own.
-        let open = scrape(&mut core, Format::OpenMetrics, soon);
-        assert!(
-            open.contains("tickwire_connections_accepted_total 1"),
-            "{open}"
-        );
-        let later = scrape(&mut core, Format::Text, t0 + METRICS_RENDER_EVERY);
-        assert!(
-            later.contains("tickwire_connections_accepted_total 1"),
-            "{later}"
-        );
-        core.on_disconnect(c, t0);
-        assert_eq!(renders.made, 3);
+        let accepted = |body: &str, n: u32| {
+            body.contains(&format!("tickwire_connections_accepted_total {n}\n"))
+        };
+        // A second's worth of renders, each fresh.
+        let per_s = METRICS_RENDERS_PER_S as u32;
+        for n in 0..per_s {
+            let body = scrape(&mut core, Format::Text, t0);
+            assert!(accepted(&body, n), "render {n}: {body}");
+            core.connect("peer", t0);
+        }
+        // Past it: the last render again.
+        let again = scrape(&mut core, Format::Text, t0);
+        assert!(accepted(&again, per_s - 1), "{again}");
+        // The share back with time: fresh again.
+        let later = t0 + std::time::Duration::from_secs(1);
+        let fresh = scrape(&mut core, Format::Text, later);
+        assert!(accepted(&fresh, per_s), "{fresh}");
+        assert_eq!(renders.made, u64::from(per_s) + 1);
     }
 
     #[test]
