@@ -690,7 +690,18 @@ impl Session {
             );
             return;
         };
-        let ty = obj.get("Type").and_then(Json::as_str).unwrap_or("Request");
+        let ty = match obj.get("Type") {
+            None | Some(Json::Null) => "Request",
+            Some(Json::String(t)) => t.as_str(),
+            // Not taken for a Request: a client that means something else (a Close
+            // spelt with a number) must not open a stream.
+            Some(other) => {
+                let why =
+                    format!("JSON Converter Token Type error: expected a string for key 'Type', not {other}");
+                write_error(out, 0, &why, "");
+                return;
+            }
+        };
         match ty {
             "Ping" => {
                 out.begin().extend_from_slice(b"{\"Type\":\"Pong\"}");
@@ -2225,6 +2236,26 @@ mod tests {
         s.on_client_text(r#"{"ID":7,"Type":"Close"}"#, &mut to_node, &mut out);
         let down = Message::Directory(Directory::of([("FEED", ServiceState::Down)]));
         assert!(node_says(&mut s, &down).is_empty());
+    }
+
+    /// A `Type` that is no string is an Error, not a Request.
+    #[test]
+    fn a_type_that_is_no_string_is_an_error_and_opens_nothing() {
+        let (mut s, mut to_node) = ready_session();
+        to_node.clear();
+        let mut out = JsonOut::default();
+        s.on_client_text(
+            r#"{"ID":5,"Type":5,"Key":{"Name":"A"}}"#,
+            &mut to_node,
+            &mut out,
+        );
+        assert!(messages(&to_node).is_empty(), "{:?}", messages(&to_node));
+        let got = answers(&mut out);
+        assert_eq!(got[0]["Type"], "Error", "{got:?}");
+        assert!(
+            got[0]["Text"].as_str().unwrap().contains("key 'Type'"),
+            "{got:?}"
+        );
     }
 
     /// A Close whose ID is no integer (or a batch holding one) closes nothing and is
