@@ -145,6 +145,11 @@ impl RsslConn {
                         core.on_translated_frame(id, &self.to_node, now);
                         self.to_node.clear();
                     }
+                    let gone = self.session.take_released();
+                    if !gone.is_empty() {
+                        let names: Vec<&str> = gone.iter().map(String::as_str).collect();
+                        core.release_services(id, &names, "the RSSL provider no longer has it");
+                    }
                     if !self.skipped_logged {
                         if let (n, Some(fid)) = self.session.skipped_fields() {
                             warn!(

@@ -1026,6 +1026,15 @@ impl Session {
             .map_or((0, None), |p| (p.skipped_fields, p.first_skipped))
     }
 
+    /// Services a non-interactive provider deleted or left out of its whole directory,
+    /// taken once: the node lets go of them, so that they leave it after its retention
+    /// time rather than stay down for as long as the provider is connected.
+    pub fn take_released(&mut self) -> Vec<String> {
+        self.provider
+            .as_mut()
+            .map_or(Vec::new(), |p| p.take_released())
+    }
+
     /// Services a provider announced past the most it may (left out).
     pub fn refused_services(&self) -> u64 {
         self.provider.as_ref().map_or(0, |p| p.refused_services())

@@ -40,6 +40,9 @@ pub(super) struct Provider {
     /// first (the node logs it once).
     pub skipped_fields: u64,
     pub first_skipped: Option<i16>,
+    /// Services it deleted or left out of a whole directory: for the node to let go
+    /// of ([`super::Session::take_released`]).
+    released: Vec<String>,
 }
 
 /// Most item streams one provider may hold (the node's own limits apply behind this
@@ -50,6 +53,10 @@ impl Provider {
     /// Services it announced past the most it may (left out).
     pub(super) fn refused_services(&self) -> u64 {
         self.services.refused
+    }
+
+    pub(super) fn take_released(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.released)
     }
 }
 
@@ -106,7 +113,8 @@ impl Session {
         };
         let p = self.provider.as_mut().expect("a provider");
         let groups = item_groups::news(&entries);
-        let news = p.services.apply(m, &entries, |id| p.groups.told(id));
+        let mut news = p.services.apply(m, &entries, |id| p.groups.told(id));
+        p.released.append(&mut news.released);
         // The provider's next refresh of such an item opens a node stream under the
         // service's new name.
         let by_native = &mut p.by_native;

@@ -1240,8 +1240,8 @@ fn a_group_state_after_its_service_went_down_and_up_reaches_the_items() {
     assert_eq!(said.len(), 1, "X stays suspect at the node: {said:?}");
 }
 
-/// A non-interactive provider that deletes its service and adds it back with its INFO
-/// filter alone has it up again (its id was known: it stayed down).
+/// A non-interactive provider that deletes its service has it let go of at the node,
+/// and adding it back with its INFO filter alone has it up again (its id was known).
 #[test]
 fn a_providers_service_deleted_and_added_back_without_a_state_is_up() {
     use crate::testing::{info, source_directory, DirectoryMsg};
@@ -1249,6 +1249,9 @@ fn a_providers_service_deleted_and_added_back_without_a_state_is_up() {
     let deletion = source_directory(-1, DirectoryMsg::Deletion, 7, |_, _| {});
     let said = provider_says(&mut s, &deletion);
     assert!(said.iter().any(|m| m.contains("Down")), "{said:?}");
+    // Deleted: for the node to let go of, once.
+    assert_eq!(s.take_released(), ["PROV"]);
+    assert!(s.take_released().is_empty());
     let back = source_directory(-1, DirectoryMsg::Unsolicited, 7, |o, fl| {
         info(o, fl, b"PROV")
     });
