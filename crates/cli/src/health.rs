@@ -114,6 +114,15 @@ fn get(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String)> {
             Ok(0) => break,
             Ok(n) => answer.extend_from_slice(&buf[..n.min(MAX_ANSWER - answer.len())]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // The read's own time-out (what is left of the request's) ran out.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                bail!("no whole answer within {} s", timeout.as_secs_f64());
+            }
             Err(e) => return Err(e.into()),
         }
     }
