@@ -430,7 +430,6 @@ const KEY_UPDATE_ATTACK_BYTES: usize = 12 << 20;
 /// socket was empty, and no one else until then.
 #[test]
 fn a_peer_wrapping_each_byte_in_key_updates_does_not_hold_the_event_loop() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     use tickwire_proto::{FrameWriter, Login, Message as Native, Role};
     let certs = Certs::new("key-updates");
     let (node, url) = start_tls_node(&certs);
@@ -465,11 +464,69 @@ fn a_peer_wrapping_each_byte_in_key_updates_does_not_hold_the_event_loop() {
             }
         }
     }
-    let (peer, node_side) = (s.sock.local_addr().unwrap(), s.sock.peer_addr().unwrap());
-    let mut tcp = s.sock.try_clone().unwrap();
+    let writer = answers_while_it_reads(&node, &hostport, &ca, &s.sock, attack);
+    drop(s);
+    drop(node);
+    let _ = writer.join();
+}
+
+/// rustls takes an empty record and a key update in turn without end (each resets its
+/// count of the other), and no plaintext comes of them. The node reads such a peer a
+/// share at a time, as any other, and answers the others meanwhile. Before, a read
+/// went on until plaintext came, and the event loop stayed in it for as long as the
+/// peer sent.
+#[test]
+fn a_peer_sending_records_without_plaintext_does_not_hold_the_event_loop() {
+    use rustls::pki_types::pem::PemObject;
+    use tickwire_tls::testing::{empty_records_and_key_updates, secret_logging_client};
+    let certs = Certs::new("empty-records");
+    let (node, url) = start_tls_node(&certs);
+    let hostport = host_port(&url).to_string();
+    let ca = certs.cert();
+    // TLS 1.3 with AES-128-GCM and the client's traffic secret logged: the records
+    // after the handshake are made by hand.
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(&ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let (cfg, logged) = secret_logging_client(roots);
+    let mut tcp = TcpStream::connect(node.addr_str()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).unwrap();
+    }
+    // An empty record and a key update, over and over, all written ahead into one
+    // buffer: sending them costs the peer nothing.
+    let secret = logged.get();
+    let pair = empty_records_and_key_updates(&secret, 1).0.len();
+    let (attack, _) =
+        empty_records_and_key_updates(&secret, KEY_UPDATE_ATTACK_BYTES.div_ceil(pair));
+    let writer = answers_while_it_reads(&node, &hostport, &ca, &tcp, attack);
+    drop(tcp);
+    drop(node);
+    let _ = writer.join();
+}
+
+/// Writes `attack` on `sock` (a TLS connection to `node`) from a thread of its own, and
+/// checks the node answers `/healthz` on another connection while it still reads the
+/// attack (its socket holds some of it then): it does not read one peer until that
+/// peer's socket is empty. Returns the writer, to join once the node is gone.
+fn answers_while_it_reads(
+    node: &Node,
+    hostport: &str,
+    ca: &Path,
+    sock: &TcpStream,
+    attack: Vec<u8>,
+) -> std::thread::JoinHandle<std::io::Result<()>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (peer, node_side) = (sock.local_addr().unwrap(), sock.peer_addr().unwrap());
+    let mut tcp = sock.try_clone().unwrap();
     tcp.set_write_timeout(Some(Duration::from_secs(120)))
         .unwrap();
     let written = Arc::new(AtomicBool::new(false));
+    let len = attack.len();
     let writer = {
         let written = written.clone();
         std::thread::spawn(move || {
@@ -491,7 +548,7 @@ fn a_peer_wrapping_each_byte_in_key_updates_does_not_hold_the_event_loop() {
     let health = poll_until(
         Duration::from_secs(30),
         Duration::from_millis(10),
-        || https_get(&hostport, &ca, "/healthz"),
+        || https_get(hostport, ca, "/healthz"),
         |answer| answer.is_ok(),
     )
     .expect("an answer to /healthz");
@@ -499,158 +556,10 @@ fn a_peer_wrapping_each_byte_in_key_updates_does_not_hold_the_event_loop() {
     let left = queued();
     assert!(
         !written.load(Ordering::SeqCst) || left > 0,
-        "the node answered only once it had read the whole {KEY_UPDATE_ATTACK_BYTES} bytes \
-         of records\n{}",
+        "the node answered only once it had read the whole {len} bytes of records\n{}",
         node.proc.log()
     );
-    drop(s);
-    drop(node);
-    let _ = writer.join();
-}
-
-/// The client's first application traffic secret, as rustls logs it.
-#[derive(Debug, Default)]
-struct ClientSecret(std::sync::Mutex<Vec<u8>>);
-
-impl rustls::KeyLog for ClientSecret {
-    fn log(&self, label: &str, _client_random: &[u8], secret: &[u8]) {
-        if label == "CLIENT_TRAFFIC_SECRET_0" {
-            *self.0.lock().unwrap() = secret.to_vec();
-        }
-    }
-}
-
-/// HKDF-Expand-Label of TLS 1.3 (RFC 8446, 7.1) with SHA-256 and no context.
-fn expand_label(secret: &[u8], label: &str, len: usize) -> Vec<u8> {
-    struct Len(usize);
-    impl ring::hkdf::KeyType for Len {
-        fn len(&self) -> usize {
-            self.0
-        }
-    }
-    let label = format!("tls13 {label}");
-    let info = [
-        &(len as u16).to_be_bytes()[..],
-        &[label.len() as u8],
-        label.as_bytes(),
-        &[0],
-    ];
-    let prk = ring::hkdf::Prk::new_less_safe(ring::hkdf::HKDF_SHA256, secret);
-    let mut out = vec![0; len];
-    prk.expand(&info, Len(len)).unwrap().fill(&mut out).unwrap();
-    out
-}
-
-/// Record `seq` of TLS 1.3 traffic secret `secret` (AES-128-GCM), holding `inner`
-/// (the content, then its type).
-fn seal(secret: &[u8], seq: u64, inner: &[u8]) -> Vec<u8> {
-    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
-    let key = UnboundKey::new(&AES_128_GCM, &expand_label(secret, "key", 16)).unwrap();
-    let mut nonce = [0u8; 12];
-    nonce.copy_from_slice(&expand_label(secret, "iv", 12));
-    for (n, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
-        *n ^= s;
-    }
-    let len = inner.len() + 16;
-    let header = [23, 3, 3, (len >> 8) as u8, len as u8];
-    let mut record = inner.to_vec();
-    LessSafeKey::new(key)
-        .seal_in_place_append_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(header),
-            &mut record,
-        )
-        .unwrap();
-    [&header[..], &record].concat()
-}
-
-/// rustls takes an empty record and a key update in turn without end (each resets its
-/// count of the other), and no plaintext comes of them. The node reads such a peer a
-/// share at a time, as any other, and answers the others meanwhile. Before, a read
-/// went on until plaintext came, and the event loop stayed in it for as long as the
-/// peer sent.
-#[test]
-fn a_peer_sending_records_without_plaintext_does_not_hold_the_event_loop() {
-    use rustls::pki_types::pem::PemObject;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let certs = Certs::new("empty-records");
-    let (node, url) = start_tls_node(&certs);
-    let hostport = host_port(&url).to_string();
-    let ca = certs.cert();
-    // TLS 1.3 with AES-128-GCM and the client's traffic secret logged: the records
-    // after the handshake are made by hand.
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_file_iter(&ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = rustls::crypto::CryptoProvider {
-        cipher_suites: vec![rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256],
-        ..rustls::crypto::ring::default_provider()
-    };
-    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let logged = Arc::new(ClientSecret::default());
-    cfg.key_log = logged.clone();
-    let mut tcp = TcpStream::connect(node.addr_str()).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let name = ServerName::try_from("127.0.0.1").unwrap();
-    let mut conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
-    while conn.is_handshaking() {
-        conn.complete_io(&mut tcp).unwrap();
-    }
-    // An empty record and a key update, over and over, all written ahead into one
-    // buffer: sending them costs the peer nothing.
-    let mut secret = logged.0.lock().unwrap().clone();
-    let mut attack = Vec::with_capacity(KEY_UPDATE_ATTACK_BYTES + 64);
-    while attack.len() < KEY_UPDATE_ATTACK_BYTES {
-        attack.extend(seal(&secret, 0, &[23]));
-        // KeyUpdate, update_not_requested; of type handshake.
-        attack.extend(seal(&secret, 1, &[24, 0, 0, 1, 0, 22]));
-        secret = expand_label(&secret, "traffic upd", 32);
-    }
-    let (peer, node_side) = (tcp.local_addr().unwrap(), tcp.peer_addr().unwrap());
-    tcp.set_write_timeout(Some(Duration::from_secs(120)))
-        .unwrap();
-    let written = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let written = written.clone();
-        let mut tcp = tcp.try_clone().unwrap();
-        std::thread::spawn(move || {
-            let r = tcp.write_all(&attack);
-            written.store(true, Ordering::SeqCst);
-            r
-        })
-    };
-    // The node is reading it: its socket holds some of it.
-    let queued = || tcp_receive_queue(node_side, peer).unwrap_or(0);
-    let first = poll_until(
-        Duration::from_secs(20),
-        Duration::from_millis(5),
-        queued,
-        |q| *q > 0,
-    );
-    assert!(first > 0, "the records never reached the node's socket");
-    let health = poll_until(
-        Duration::from_secs(30),
-        Duration::from_millis(10),
-        || https_get(&hostport, &ca, "/healthz"),
-        |answer| answer.is_ok(),
-    )
-    .expect("an answer to /healthz");
-    assert!(health.contains("200 OK"), "{health}");
-    let left = queued();
-    assert!(
-        !written.load(Ordering::SeqCst) || left > 0,
-        "the node answered only once it had read the whole {KEY_UPDATE_ATTACK_BYTES} bytes \
-         of records\n{}",
-        node.proc.log()
-    );
-    drop(tcp);
-    drop(node);
-    let _ = writer.join();
+    writer
 }
 
 /// Bytes waiting in the receive queue of the loopback TCP socket from `local` to

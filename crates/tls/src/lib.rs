@@ -235,6 +235,9 @@ where
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,77 +400,6 @@ mod tests {
         }
     }
 
-    /// The client's first application traffic secret, as rustls logs it.
-    #[derive(Debug, Default)]
-    struct ClientSecret(std::sync::Mutex<Vec<u8>>);
-
-    impl rustls::KeyLog for ClientSecret {
-        fn log(&self, label: &str, _client_random: &[u8], secret: &[u8]) {
-            if label == "CLIENT_TRAFFIC_SECRET_0" {
-                *self.0.lock().unwrap() = secret.to_vec();
-            }
-        }
-    }
-
-    /// HKDF-Expand-Label of TLS 1.3 (RFC 8446, 7.1) with SHA-256 and no context.
-    fn expand_label(secret: &[u8], label: &str, len: usize) -> Vec<u8> {
-        struct Len(usize);
-        impl ring::hkdf::KeyType for Len {
-            fn len(&self) -> usize {
-                self.0
-            }
-        }
-        let label = format!("tls13 {label}");
-        let info = [
-            &(len as u16).to_be_bytes()[..],
-            &[label.len() as u8],
-            label.as_bytes(),
-            &[0],
-        ];
-        let prk = ring::hkdf::Prk::new_less_safe(ring::hkdf::HKDF_SHA256, secret);
-        let mut out = vec![0; len];
-        prk.expand(&info, Len(len)).unwrap().fill(&mut out).unwrap();
-        out
-    }
-
-    /// Record `seq` of TLS 1.3 traffic secret `secret` (AES-128-GCM), holding `inner`
-    /// (the content, then its type).
-    fn seal(secret: &[u8], seq: u64, inner: &[u8]) -> Vec<u8> {
-        use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
-        let key = UnboundKey::new(&AES_128_GCM, &expand_label(secret, "key", 16)).unwrap();
-        let mut nonce = [0u8; 12];
-        nonce.copy_from_slice(&expand_label(secret, "iv", 12));
-        for (n, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
-            *n ^= s;
-        }
-        let len = inner.len() + 16;
-        let header = [23, 3, 3, (len >> 8) as u8, len as u8];
-        let mut record = inner.to_vec();
-        LessSafeKey::new(key)
-            .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(header),
-                &mut record,
-            )
-            .unwrap();
-        [&header[..], &record].concat()
-    }
-
-    /// A client's records that carry no plaintext and that rustls takes without end: an
-    /// empty application data record then a key update, `n` times, from its traffic
-    /// secret `secret` (none of its records sent yet). Also the secret they end on.
-    fn empty_records_and_key_updates(secret: &[u8], n: usize) -> (Vec<u8>, Vec<u8>) {
-        let mut secret = secret.to_vec();
-        let mut records = Vec::new();
-        for _ in 0..n {
-            records.extend(seal(&secret, 0, &[23]));
-            // KeyUpdate, update_not_requested; of type handshake.
-            records.extend(seal(&secret, 1, &[24, 0, 0, 1, 0, 22]));
-            secret = expand_label(&secret, "traffic upd", 32);
-        }
-        (records, secret)
-    }
-
     /// A peer sending an empty record and a key update in turn (each resets rustls's
     /// count of the other, so it takes them without end) is read a bounded cost at a
     /// time, not for as long as it sends: the read says `Interrupted` with the rest in
@@ -477,17 +409,7 @@ mod tests {
         let (server_cfg, cert) = server_config();
         let mut roots = RootCertStore::empty();
         roots.add(cert).unwrap();
-        let provider = rustls::crypto::CryptoProvider {
-            cipher_suites: vec![rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256],
-            ..rustls::crypto::ring::default_provider()
-        };
-        let mut cfg = ClientConfig::builder_with_provider(Arc::new(provider))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let secret = Arc::new(ClientSecret::default());
-        cfg.key_log = secret.clone();
+        let (cfg, secret) = crate::testing::secret_logging_client(roots);
         let name = ServerName::try_from("127.0.0.1").unwrap();
         let mut client = ClientConnection::new(Arc::new(cfg), name).unwrap();
         let mut server = TlsStream::new(ServerConnection::new(server_cfg).unwrap(), Mem::default());
@@ -510,10 +432,12 @@ mod tests {
             }
         }
         assert!(!server.tls.is_handshaking());
-        let secret = secret.0.lock().unwrap().clone();
-        let (flood, last) = empty_records_and_key_updates(&secret, 2000);
+        let (flood, last) = crate::testing::empty_records_and_key_updates(&secret.get(), 2000);
         server.tcp.input.extend(&flood);
-        server.tcp.input.extend(seal(&last, 0, b"z\x17"));
+        server
+            .tcp
+            .input
+            .extend(crate::testing::seal_record(&last, 0, b"z\x17"));
         let before = server.read_cost();
         let r = server.read(&mut buf);
         assert!(is(&r, ErrorKind::Interrupted), "{r:?}");
