@@ -305,6 +305,41 @@ impl Tree {
         Ok(moved)
     }
 
+    /// The downstream node's services and their state, by name.
+    fn down_services(&self) -> Vec<(String, bool)> {
+        let mut s = self.down.services();
+        s.sort();
+        s
+    }
+
+    /// A fresh downstream core whose services go 1 s after their publisher, and its link.
+    fn down_with_short_retention(&mut self) {
+        self.down = Node::new(short_retention(NODE_ID), self.now);
+        let cfg = RelayConfig {
+            node_id: NODE_ID,
+            node_name: "down".into(),
+            ..RelayConfig::default()
+        };
+        self.relay = Relay::start(&mut self.down, cfg, self.now);
+    }
+
+    /// The link is lost, and comes back 100 ms later to a next upstream that has FEED
+    /// only.
+    fn relink_to_an_upstream_of_feed_only(&mut self) {
+        self.lose_link();
+        let mut up = Node::new(CoreConfig::default(), self.now);
+        let publisher = login(&mut up, Role::Publisher, "feed", self.now);
+        send(
+            &mut up,
+            publisher,
+            &[Message::Directory(Directory::one_service("FEED", 0))],
+            self.now,
+        );
+        (self.up, self.publisher) = (up, publisher);
+        self.now += Duration::from_millis(100);
+        self.link_up();
+    }
+
     fn subscriber(&mut self) -> ConnId {
         login(&mut self.down, Role::Subscriber, "app", self.now)
     }
@@ -334,6 +369,18 @@ impl Tree {
             .iter()
             .filter(|g| matches!(g, Got::Request { .. }))
             .count()
+    }
+}
+
+/// A core config whose services go 1 s after their publisher left.
+fn short_retention(node_id: u64) -> CoreConfig {
+    CoreConfig {
+        node_id,
+        limits: tickwire_core::Limits {
+            service_retention: Duration::from_secs(1),
+            ..Default::default()
+        },
+        ..CoreConfig::default()
     }
 }
 
@@ -679,29 +726,13 @@ fn the_chain_above_is_learned_and_logins_from_it_are_refused_by_the_core() {
 fn services_the_next_upstream_lacks_are_down_here() {
     let mut t = Tree::new(None);
     t.link_up();
-    let mut services = t.down.services();
-    services.sort();
     assert_eq!(
-        services,
+        t.down_services(),
         [("FEED".to_string(), true), ("OTHER".to_string(), true)]
     );
-    t.lose_link();
-    // The next upstream has FEED only.
-    let mut up = Node::new(CoreConfig::default(), t.now);
-    let publisher = login(&mut up, Role::Publisher, "feed", t.now);
-    send(
-        &mut up,
-        publisher,
-        &[Message::Directory(Directory::one_service("FEED", 0))],
-        t.now,
-    );
-    (t.up, t.publisher) = (up, publisher);
-    t.now += Duration::from_millis(100);
-    t.link_up();
-    let mut services = t.down.services();
-    services.sort();
+    t.relink_to_an_upstream_of_feed_only();
     assert_eq!(
-        services,
+        t.down_services(),
         [("FEED".to_string(), true), ("OTHER".to_string(), false)]
     );
 }
@@ -807,35 +838,17 @@ fn both_imaged(t: &mut Tree, s1: ConnId, s2: ConnId) {
 #[test]
 fn a_service_the_upstream_removes_goes_here_too_after_this_nodes_retention() {
     let mut t = Tree::new(None);
-    let short = |node_id| CoreConfig {
-        node_id,
-        limits: tickwire_core::Limits {
-            service_retention: Duration::from_secs(1),
-            ..Default::default()
-        },
-        ..CoreConfig::default()
-    };
     // Upstream: FEED from one publisher, GONE from another.
-    let mut up = Node::new(short(0), t.now);
+    let mut up = Node::new(short_retention(0), t.now);
     let feed = login(&mut up, Role::Publisher, "feed", t.now);
     let one = |name| [Message::Directory(Directory::one_service(name, 0))];
     send(&mut up, feed, &one("FEED"), t.now);
     let gone = login(&mut up, Role::Publisher, "gone", t.now);
     send(&mut up, gone, &one("GONE"), t.now);
     (t.up, t.publisher) = (up, feed);
-    t.down = Node::new(short(NODE_ID), t.now);
-    let cfg = RelayConfig {
-        node_id: NODE_ID,
-        node_name: "down".into(),
-        ..RelayConfig::default()
-    };
-    t.relay = Relay::start(&mut t.down, cfg, t.now);
+    t.down_with_short_retention();
     t.link_up();
-    let has = |t: &Tree| {
-        let mut s = t.down.services();
-        s.sort();
-        s
-    };
+    let has = |t: &Tree| t.down_services();
     let both = |gone_up| [("FEED".to_string(), true), ("GONE".to_string(), gone_up)];
     assert_eq!(has(&t), both(true));
     assert!(t.down.publishes(t.relay.conn(), "GONE"));
@@ -893,41 +906,11 @@ fn a_subscriber_joining_a_cache_off_node_just_after_its_link_is_back_leaves_ever
 #[test]
 fn a_service_the_next_upstream_lacks_goes_here_after_this_nodes_retention() {
     let mut t = Tree::new(None);
-    t.down = Node::new(
-        CoreConfig {
-            node_id: NODE_ID,
-            limits: tickwire_core::Limits {
-                service_retention: Duration::from_secs(1),
-                ..Default::default()
-            },
-            ..CoreConfig::default()
-        },
-        t.now,
-    );
-    let cfg = RelayConfig {
-        node_id: NODE_ID,
-        node_name: "down".into(),
-        ..RelayConfig::default()
-    };
-    t.relay = Relay::start(&mut t.down, cfg, t.now);
+    t.down_with_short_retention();
     t.link_up();
-    t.lose_link();
-    // The next upstream has FEED only.
-    let mut up = Node::new(CoreConfig::default(), t.now);
-    let publisher = login(&mut up, Role::Publisher, "feed", t.now);
-    send(
-        &mut up,
-        publisher,
-        &[Message::Directory(Directory::one_service("FEED", 0))],
-        t.now,
-    );
-    (t.up, t.publisher) = (up, publisher);
-    t.now += Duration::from_millis(100);
-    t.link_up();
-    let mut services = t.down.services();
-    services.sort();
+    t.relink_to_an_upstream_of_feed_only();
     assert_eq!(
-        services,
+        t.down_services(),
         [("FEED".to_string(), true), ("OTHER".to_string(), false)]
     );
     assert!(!t.down.publishes(t.relay.conn(), "OTHER"), "let go of");
