@@ -179,12 +179,7 @@ fn shrunk_permissions_close_what_was_lost_on_reload() {
     h.request(sub, 1, "FEED", "SYM0", true, None);
     h.recv(sub);
     // alice loses FEED; the publisher keeps it.
-    let fewer = users_file(&format!(
-        "[users.alice]\ntoken_hash = \"{}\"\nsubscribe = [\"OTHER\"]\n\
-         [users.feed]\ntoken_hash = \"{}\"\npublish = [\"FEED\"]\n",
-        hash_token("alice-secret"),
-        hash_token("feed-secret")
-    ));
+    let fewer = alice_without_feed();
     h.node.set_users(Some(fewer), h.now);
     let got = h.recv(sub);
     // The stream is closed, and FEED leaves alice's directory.
@@ -843,12 +838,7 @@ fn a_replay_waiting_for_its_history_is_refused_once_a_reload_takes_its_service_a
         })
         .expect("a history question");
     // alice loses FEED while the journal reads.
-    let fewer = users_file(&format!(
-        "[users.alice]\ntoken_hash = \"{}\"\nsubscribe = [\"OTHER\"]\n\
-         [users.feed]\ntoken_hash = \"{}\"\npublish = [\"FEED\"]\n",
-        hash_token("alice-secret"),
-        hash_token("feed-secret")
-    ));
+    let fewer = alice_without_feed();
     h.node.set_users(Some(fewer), h.now);
     h.recv(sub);
     let history = tickwire_journal::History {
@@ -925,4 +915,15 @@ fn a_login_checked_against_a_secret_a_reload_replaced_is_refused() {
     h.node.set_users(Some(users("")), h.now);
     verify_pending(&mut h);
     assert!(matches!(h.recv(c)[..], [Got::Welcome { .. }, ..]));
+}
+
+/// The users file again with alice's FEED taken away (she keeps OTHER); the publisher
+/// `feed` keeps FEED.
+fn alice_without_feed() -> Arc<Users> {
+    users_file(&format!(
+        "[users.alice]\ntoken_hash = \"{}\"\nsubscribe = [\"OTHER\"]\n\
+         [users.feed]\ntoken_hash = \"{}\"\npublish = [\"FEED\"]\n",
+        hash_token("alice-secret"),
+        hash_token("feed-secret")
+    ))
 }
