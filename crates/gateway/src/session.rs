@@ -258,12 +258,12 @@ pub struct Session {
     next_sid: u32,
     /// Services in the node's directory (numeric service ids are positions in it).
     services: ServiceList,
-    /// The client's open Source Directory stream: its ID, filter and service (if it
-    /// asked about one).
-    directory: Option<(i64, u64, Option<u64>)>,
-    /// A Source Directory request that came before the login was answered: answered
-    /// after it (a refused login answers it with nothing).
-    directory_asked_early: Option<(i64, serde_json::Map<String, Json>)>,
+    /// The client's open Source Directory streams (one per service, say), at most
+    /// [`directory::MAX_DIRECTORY_STREAMS`].
+    directories: Vec<directory::DirectoryStream>,
+    /// Source Directory requests that came before the login was answered: answered
+    /// after it, in order (a refused login answers them with nothing).
+    directory_asked_early: Vec<(i64, serde_json::Map<String, Json>)>,
     /// Logged in from a session token at the upgrade ([`Session::cookie_login`]).
     cookie_login: bool,
     /// The client logged out or the node ended the session: close after sending.
@@ -577,8 +577,8 @@ impl Session {
             streams: FxHashMap::default(),
             next_sid: 1,
             services: ServiceList::default(),
-            directory: None,
-            directory_asked_early: None,
+            directories: Vec::new(),
+            directory_asked_early: Vec::new(),
             cookie_login: false,
             finished: false,
             off_stream_posts: FxHashMap::default(),
@@ -1201,12 +1201,13 @@ impl Session {
             LoginState::Pending { id, .. } | LoginState::Open { id } => Some(id),
             LoginState::None => None,
         };
-        let directory = self.directory.map(|(id, _, _)| id);
         // A directory asked before the login holds its ID until it opens.
-        let asked_early = self.directory_asked_early.as_ref().map(|(id, _)| *id);
-        [login, directory, asked_early]
+        let directories = self.directories.iter().map(|d| d.id);
+        let asked_early = self.directory_asked_early.iter().map(|(id, _)| *id);
+        login
             .into_iter()
-            .flatten()
+            .chain(directories)
+            .chain(asked_early)
             .find(|id| (first..=last).contains(id))
     }
 
@@ -1327,18 +1328,10 @@ impl Session {
                 continue;
             }
             self.close_item_id(id, to_node);
-            // The directory's stream: no more updates on it.
-            if self.directory.is_some_and(|(d, _, _)| d == id) {
-                self.directory = None;
-            }
+            // A directory's stream: no more updates on it.
+            self.directories.retain(|d| d.id != id);
             // One asked before the login was answered: it does not open after it.
-            if self
-                .directory_asked_early
-                .as_ref()
-                .is_some_and(|(d, _)| *d == id)
-            {
-                self.directory_asked_early = None;
-            }
+            self.directory_asked_early.retain(|(d, _)| *d != id);
         }
         if ids.len() > 1 {
             write_batch_status(
@@ -1400,7 +1393,7 @@ impl Session {
                 {
                     self.write_login_refresh(id, &self.user.clone(), &echo, out);
                     self.login = LoginState::Open { id };
-                    if let Some((id, asked)) = self.directory_asked_early.take() {
+                    for (id, asked) in std::mem::take(&mut self.directory_asked_early) {
                         self.on_directory_request(id, &asked, out);
                     }
                 }
@@ -2418,6 +2411,84 @@ mod tests {
         assert_eq!(got[0]["Map"]["Entries"][0]["Key"], 2, "{got:?}");
     }
 
+    /// Directory streams on two IDs (one per service, as RSSL consumers may open) each
+    /// hear of their own service; closing one leaves the other; past the bound a new
+    /// one is refused, a request on an open one's ID is not.
+    #[test]
+    fn directory_streams_on_two_ids_each_hear_of_their_service_up_to_a_bound() {
+        use tickwire_proto::{Directory, ServiceState};
+        let (mut s, mut to_node) = ready_session();
+        let mut out = JsonOut::default();
+        for (id, service) in [(7, 1), (8, 2)] {
+            s.on_client_text(
+                &format!(r#"{{"ID":{id},"Domain":"Source","Key":{{"Service":{service}}}}}"#),
+                &mut to_node,
+                &mut out,
+            );
+        }
+        let got = answers(&mut out);
+        assert_eq!(got.len(), 2, "{got:?}");
+        let down =
+            |name: &'static str| Message::Directory(Directory::of([(name, ServiceState::Down)]));
+        let got = node_says(&mut s, &down("FEED"));
+        assert_eq!((got.len(), got[0]["ID"].as_i64()), (1, Some(7)), "{got:?}");
+        let got = node_says(&mut s, &down("OTHER"));
+        assert_eq!((got.len(), got[0]["ID"].as_i64()), (1, Some(8)), "{got:?}");
+        s.on_client_text(r#"{"ID":7,"Type":"Close"}"#, &mut to_node, &mut out);
+        let up = |name: &'static str| Message::Directory(Directory::of([(name, ServiceState::Up)]));
+        assert!(node_says(&mut s, &up("FEED")).is_empty(), "7 was closed");
+        let got = node_says(&mut s, &up("OTHER"));
+        assert_eq!(got[0]["ID"], 8, "{got:?}");
+
+        for id in 100..100 + directory::MAX_DIRECTORY_STREAMS as i64 {
+            s.on_client_text(
+                &format!(r#"{{"ID":{id},"Domain":"Source"}}"#),
+                &mut to_node,
+                &mut out,
+            );
+        }
+        let got = answers(&mut out);
+        let refused: Vec<&Json> = got.iter().filter(|a| a["Type"] == "Status").collect();
+        assert_eq!(refused.len(), 1, "{got:?}");
+        assert_eq!(refused[0]["State"]["Stream"], "Closed", "{got:?}");
+        assert!(
+            refused[0]["State"]["Text"]
+                .as_str()
+                .unwrap()
+                .contains("close one first"),
+            "{got:?}"
+        );
+        s.on_client_text(r#"{"ID":8,"Domain":"Source"}"#, &mut to_node, &mut out);
+        let got = answers(&mut out);
+        assert_eq!(got[0]["Type"], "Refresh", "a reissue is answered: {got:?}");
+    }
+
+    /// Two directory requests made before the login was answered are both answered
+    /// after it (the second no longer replaced the first).
+    #[test]
+    fn directory_requests_before_the_logins_answer_are_all_answered_after_it() {
+        let (mut s, mut to_node, mut out) = logged_in_session();
+        answers(&mut out);
+        for id in [7, 8] {
+            s.on_client_text(
+                &format!(r#"{{"ID":{id},"Domain":"Source"}}"#),
+                &mut to_node,
+                &mut out,
+            );
+        }
+        assert!(
+            answers(&mut out).is_empty(),
+            "held until the login is answered"
+        );
+        let got = node_says(&mut s, &welcome());
+        let ids: Vec<_> = got
+            .iter()
+            .filter(|a| a["Domain"] == "Source")
+            .map(|a| a["ID"].as_i64())
+            .collect();
+        assert_eq!(ids, [Some(7), Some(8)], "{got:?}");
+    }
+
     #[test]
     fn a_reissue_that_cannot_be_sent_closes_the_stream_in_the_node_too() {
         let (mut s, mut to_node) = ready_session();
@@ -2761,7 +2832,7 @@ mod tests {
         s.on_client_text(r#"{"ID":1,"Domain":"Source"}"#, &mut to_node, &mut out);
         let got = answers(&mut out);
         assert_eq!(got[0]["Type"], "Error", "{got:?}");
-        assert!(s.directory.is_none());
+        assert!(s.directories.is_empty());
     }
 
     /// The requests the session sent the node: (stream id, view, refresh).

@@ -13,6 +13,20 @@ use tickwire_proto::ServiceState;
 const FILTER_INFO: u64 = 0x1;
 const FILTER_STATE: u64 = 0x2;
 
+/// Directory streams one session may hold open at once (with those asked before the
+/// login was answered). RSSL lets a consumer open several (one per service, say); each
+/// costs an update per change of the node's directory, so they are bounded.
+pub(super) const MAX_DIRECTORY_STREAMS: usize = 16;
+
+/// A client's open Source Directory stream.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DirectoryStream {
+    pub(super) id: i64,
+    filter: u64,
+    /// The service it asked about, if it asked about one.
+    only: Option<u64>,
+}
+
 impl Session {
     pub(super) fn on_directory_request(
         &mut self,
@@ -30,9 +44,24 @@ impl Session {
             );
             return;
         }
+        let reissue = self.directories.iter().any(|d| d.id == id)
+            || self.directory_asked_early.iter().any(|(d, _)| *d == id);
+        if !reissue
+            && self.directories.len() + self.directory_asked_early.len() >= MAX_DIRECTORY_STREAMS
+        {
+            super::write_refusal(
+                out,
+                id,
+                false,
+                super::code::TOO_MANY_STREAMS,
+                &format!("at most {MAX_DIRECTORY_STREAMS} Source Directory streams may be open at once: close one first"),
+            );
+            return;
+        }
         if matches!(self.login, super::LoginState::Pending { .. }) {
             // Answered once the login is (it may yet be refused).
-            self.directory_asked_early = Some((id, obj.clone()));
+            self.directory_asked_early.retain(|(d, _)| *d != id);
+            self.directory_asked_early.push((id, obj.clone()));
             return;
         }
         if self.logged_in() == Some(id) {
@@ -58,11 +87,11 @@ impl Session {
                 return;
             }
         };
+        // A request on an open directory stream's ID reissues it (a snapshot on it: its
+        // NonStreaming refresh ends it).
+        self.directories.retain(|d| d.id != id);
         if streaming {
-            self.directory = Some((id, filter, only));
-        } else if self.directory.is_some_and(|(d, _, _)| d == id) {
-            // A snapshot on the open stream's ID: its NonStreaming refresh ends it.
-            self.directory = None;
+            self.directories.push(DirectoryStream { id, filter, only });
         }
         let entries: Vec<Json> = self
             .services
@@ -138,16 +167,25 @@ impl Session {
         })
     }
 
-    /// The open directory stream hears of services added (`adds`) and changed.
+    /// The open directory streams hear of services added (`adds`) and changed.
     pub(super) fn directory_changed(
         &mut self,
         adds: &[usize],
         changed: &[usize],
         out: &mut JsonOut,
     ) {
-        let Some((id, filter, only)) = self.directory else {
-            return;
-        };
+        for d in self.directories.clone() {
+            self.directory_stream_changed(d, adds, changed, out);
+        }
+    }
+
+    fn directory_stream_changed(
+        &self,
+        DirectoryStream { id, filter, only }: DirectoryStream,
+        adds: &[usize],
+        changed: &[usize],
+        out: &mut JsonOut,
+    ) {
         let mut entries: Vec<Json> = Vec::new();
         for (list, action) in [(adds, "Add"), (changed, "Update")] {
             for &i in list {
