@@ -1571,7 +1571,9 @@ impl Node {
         what: &str,
     ) -> Result<usize, (u16, String)> {
         let max = self.cfg.limits.max_streams_per_connection;
-        let open = self.conn_mut(conn).map_or(0, |c| c.sub_streams.len());
+        // Replays waiting for their history count: each joins as a stream.
+        let open =
+            self.conn_mut(conn).map_or(0, |c| c.sub_streams.len()) + self.replays.waiting_of(conn);
         if open >= max {
             return Err((
                 code::TOO_MANY_STREAMS,

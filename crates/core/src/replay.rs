@@ -76,6 +76,9 @@ pub(crate) struct Replays {
     asked: FxHashMap<u64, ConnId>,
     /// The same, counted by connection.
     asked_by: FxHashMap<ConnId, u32>,
+    /// Replays in `waiting`, counted by connection: each will be a stream when it
+    /// joins, so each holds a place under the connection's stream limit meanwhile.
+    waiting_by: FxHashMap<ConnId, u32>,
 }
 
 /// Histories one connection may have the journal read at once: the node reads few at a
@@ -152,6 +155,27 @@ impl Replays {
             self.logs.remove(&p.item);
         }
         (since, last)
+    }
+
+    fn wait(&mut self, ticket: u64, p: Replaying) {
+        *self.waiting_by.entry(p.conn).or_default() += 1;
+        self.waiting.insert(ticket, p);
+    }
+
+    fn stop_waiting(&mut self, ticket: u64) -> Option<Replaying> {
+        let p = self.waiting.remove(&ticket)?;
+        if let Some(n) = self.waiting_by.get_mut(&p.conn) {
+            *n -= 1;
+            if *n == 0 {
+                self.waiting_by.remove(&p.conn);
+            }
+        }
+        Some(p)
+    }
+
+    /// Replays of `conn` waiting for their history.
+    pub(crate) fn waiting_of(&self, conn: ConnId) -> usize {
+        self.waiting_by.get(&conn).copied().unwrap_or(0) as usize
     }
 }
 
@@ -239,7 +263,7 @@ impl Node {
                 max_bytes,
             },
         });
-        self.replays.waiting.insert(ticket, p);
+        self.replays.wait(ticket, p);
         self.replays.asked.insert(ticket, conn);
         *self.replays.asked_by.entry(conn).or_default() += 1;
         Ok(())
@@ -262,7 +286,7 @@ impl Node {
                 }
             }
         }
-        let Some(p) = self.replays.waiting.remove(&ticket) else {
+        let Some(p) = self.replays.stop_waiting(ticket) else {
             return;
         };
         let since = self.leave_live_log(&p);
@@ -408,7 +432,7 @@ impl Node {
             .map(|(t, _)| *t)
             .collect();
         for t in tickets {
-            if let Some(p) = self.replays.waiting.remove(&t) {
+            if let Some(p) = self.replays.stop_waiting(t) {
                 self.leave_live_log(&p);
             }
         }

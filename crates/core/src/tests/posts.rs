@@ -716,6 +716,69 @@ fn replaying() -> (Harness, ConnId, ConnId, u64) {
     (h, p, sub, *ticket)
 }
 
+/// Replays waiting for their history hold their places under the stream limit: a
+/// connection at its limit with them is refused a further stream, rather than going
+/// past the limit when they join.
+#[test]
+fn replays_waiting_for_their_history_count_against_the_stream_limit() {
+    let mut h = Harness::with_config(CoreConfig {
+        journal: PostServices::All,
+        journal_updates: true,
+        limits: Limits {
+            max_streams_per_connection: 3,
+            ..Limits::default()
+        },
+        ..CoreConfig::default()
+    });
+    let p = h.publisher_of(7, "SYM0", &bid_ask(1, 2));
+    h.send(p, &[update(7, 2, &bid_ask(2, 9))]);
+    journal_requests(&mut h);
+    let sub = h.login(Role::Subscriber);
+    h.recv(sub);
+    h.request(sub, 1, "FEED", "SYM0", true, None);
+    h.recv(sub);
+    for sid in [2, 3] {
+        h.send(
+            sub,
+            &[Message::Replay(tickwire_proto::Replay {
+                stream_id: sid,
+                from: tickwire_proto::ReplayFrom::Seq(1),
+                service: "FEED",
+                name: "SYM0",
+            })],
+        );
+    }
+    let tickets: Vec<u64> = journal_requests(&mut h)
+        .into_iter()
+        .filter(|r| matches!(r.write, JournalWrite::History { .. }))
+        .map(|r| r.ticket)
+        .collect();
+    assert_eq!(tickets.len(), 2);
+    h.request(sub, 4, "FEED", "SYM0", true, None);
+    let got = h.recv(sub);
+    assert!(
+        only_status(&got, code::TOO_MANY_STREAMS, "stream limit"),
+        "{got:?}"
+    );
+    // Answered, both replays join: three streams, the limit.
+    for t in tickets {
+        let history = tickwire_journal::History {
+            messages: vec![past(2)],
+            truncated: false,
+        };
+        let now = h.now;
+        h.node.on_history(t, Ok(history), now);
+    }
+    h.recv(sub);
+    let report = h.node.connection_reports();
+    let streams = report
+        .iter()
+        .find(|r| r.id == sub)
+        .expect("connected")
+        .streams;
+    assert_eq!(streams, 3);
+}
+
 /// The journal's answer to `ticket`: seqs 3 to 5.
 fn history_3_to_5(h: &mut Harness, ticket: u64) {
     let history = tickwire_journal::History {
