@@ -447,11 +447,17 @@ impl Relay {
                 // A new upstream (or the same one restarted) may lack services the
                 // last one had: for this node it removed them (they go down, and
                 // leave after the retention time unless it announces them again).
-                for name in self.announced.keys() {
-                    if !directory.iter().any(|(n, _)| n == name) {
-                        directory.push((name.clone(), ServiceState::Removed));
-                    }
-                }
+                // (A set of the names: a directory and the services held may each
+                // be thousands long.)
+                let listed: std::collections::HashSet<&str> =
+                    directory.iter().map(|(n, _)| n.as_str()).collect();
+                let lacking: Vec<(String, ServiceState)> = self
+                    .announced
+                    .keys()
+                    .filter(|name| !listed.contains(name.as_str()))
+                    .map(|name| (name.clone(), ServiceState::Removed))
+                    .collect();
+                directory.extend(lacking);
             }
             self.directory_changed(core, directory, now);
         }
