@@ -324,6 +324,15 @@ impl Transport {
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                // Over TLS: records without plaintext took a read's share (a node
+                // can send them without end). Back to the caller, whose wait sees its
+                // time-out; the socket is read again on its next poll.
+                Err(e)
+                    if e.kind() == ErrorKind::Interrupted
+                        && matches!(self.stream, Stream::Tls(_)) =>
+                {
+                    break
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(ClientError::Disconnected(e.to_string())),
             }

@@ -98,6 +98,8 @@ impl Stream {
     }
 
     /// Plaintext from the node; `WouldBlock` only when the socket has nothing more.
+    /// Over TLS, `Interrupted` when records without plaintext took a read's share
+    /// (the socket may hold more).
     #[inline]
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
