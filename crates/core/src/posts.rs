@@ -105,20 +105,7 @@ pub enum JournalWrite {
     },
     /// The history of an item, for a replay: answered with
     /// [`Node::on_history`].
-    History {
-        /// The item's service.
-        service: String,
-        /// The item.
-        item: String,
-        /// Where the history starts.
-        from: tickwire_proto::ReplayFrom,
-        /// The item's sequence number the history ends at.
-        until: u32,
-        /// Messages at most.
-        max: usize,
-        /// Bytes of fields at most.
-        max_bytes: usize,
-    },
+    History(tickwire_journal::HistoryQuery),
 }
 
 /// A post the journal held as received and not completed when the node last stopped.

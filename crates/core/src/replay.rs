@@ -254,14 +254,14 @@ impl Node {
         let ticket = self.posts.new_ticket();
         self.posts.push_request(JournalRequest {
             ticket,
-            write: JournalWrite::History {
+            write: JournalWrite::History(tickwire_journal::HistoryQuery {
                 service: p.service.clone(),
                 item: p.name.clone(),
                 from: p.from,
                 until: p.until,
                 max,
                 max_bytes,
-            },
+            }),
         });
         self.replays.wait(ticket, p);
         self.replays.asked.insert(ticket, conn);

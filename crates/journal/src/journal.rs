@@ -149,6 +149,26 @@ pub struct PastMessage {
     pub fields: Vec<u8>,
 }
 
+/// A history to read: the journaled refreshes and updates of one item from `from` (an
+/// item seq, or a time) up to item seq `until` (the latest messages above it are left
+/// out; earlier ones, from before its publisher started its seqs again, are not), at
+/// most `max` of them and `max_bytes` of fields (the latest ones when there are more).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryQuery {
+    /// The item's service.
+    pub service: String,
+    /// The item.
+    pub item: String,
+    /// Where the history starts.
+    pub from: tickwire_proto::ReplayFrom,
+    /// The item's sequence number the history ends at.
+    pub until: u32,
+    /// Messages at most.
+    pub max: usize,
+    /// Bytes of fields at most.
+    pub max_bytes: usize,
+}
+
 /// What [`Journal::history`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct History {
@@ -499,23 +519,11 @@ impl Journal {
         }
     }
 
-    /// The journaled refreshes and updates of one item from `from` (an item seq, or a
-    /// time) up to item seq `until` (the latest messages above it are left out; earlier
-    /// ones, from before its publisher started its seqs again, are not), oldest first, at most `max` of them and `max_bytes`
-    /// of fields (the latest ones when there are more: `truncated`). What was appended
-    /// and not committed is committed first, so the history reaches everything handed to
-    /// the journal before this call.
-    pub fn history(
-        &mut self,
-        service: &str,
-        item: &str,
-        from: tickwire_proto::ReplayFrom,
-        until: u32,
-        max: usize,
-        max_bytes: usize,
-    ) -> Result<History, JournalError> {
-        self.history_source()?
-            .read(service, item, from, until, max, max_bytes)
+    /// The history `q` asks for, oldest first (the latest when there are more than it
+    /// holds: `truncated`). What was appended and not committed is committed first, so
+    /// the history reaches everything handed to the journal before this call.
+    pub fn history(&mut self, q: &HistoryQuery) -> Result<History, JournalError> {
+        self.history_source()?.read(q)
     }
 
     /// What a history is read from, as the journal is now (what was appended is
@@ -588,16 +596,16 @@ pub struct HistorySource {
 }
 
 impl HistorySource {
-    /// The history of one item (see [`Journal::history`]).
-    pub fn read(
-        &self,
-        service: &str,
-        item: &str,
-        from: tickwire_proto::ReplayFrom,
-        until: u32,
-        max: usize,
-        max_bytes: usize,
-    ) -> Result<History, JournalError> {
+    /// The history `q` asks for (see [`Journal::history`]).
+    pub fn read(&self, q: &HistoryQuery) -> Result<History, JournalError> {
+        let HistoryQuery {
+            ref service,
+            ref item,
+            from,
+            until,
+            max,
+            max_bytes,
+        } = *q;
         // The history up to the last message that reaches `until`...
         let mut out = Window::new(max, max_bytes);
         // ...and the messages after it (seqs above `until`): part of the history only if
@@ -637,7 +645,7 @@ impl HistorySource {
             }
             for r in &scan.records {
                 let Body::Update(m) = &r.body else { continue };
-                if m.service != service || m.item != item {
+                if m.service != service.as_str() || m.item != item.as_str() {
                     continue;
                 }
                 let wanted = match from {

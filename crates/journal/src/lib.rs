@@ -22,8 +22,8 @@ pub mod record;
 pub mod segment;
 
 pub use journal::{
-    now_ns, History, HistorySource, Journal, JournalError, JournalOptions, JournalStats,
-    PastMessage, PendingPost, Recovery, SyncPolicy,
+    now_ns, History, HistoryQuery, HistorySource, Journal, JournalError, JournalOptions,
+    JournalStats, PastMessage, PendingPost, Recovery, SyncPolicy,
 };
 pub use record::{Body, Completed, ItemMessage, Received, Record, Stream};
 

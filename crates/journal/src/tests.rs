@@ -361,14 +361,14 @@ fn a_history_across_a_damaged_segment_is_refused_not_given_with_a_hole() {
     let mut bytes = std::fs::read(&all[1]).unwrap();
     bytes[segment::HEADER_LEN + 20] ^= 0x40;
     std::fs::write(&all[1], &bytes).unwrap();
-    let Err(err) = j.history(
-        "FEED",
-        "SYM0",
-        tickwire_proto::ReplayFrom::Seq(1),
-        30,
-        100,
-        usize::MAX,
-    ) else {
+    let Err(err) = j.history(&crate::HistoryQuery {
+        service: "FEED".into(),
+        item: "SYM0".into(),
+        from: tickwire_proto::ReplayFrom::Seq(1),
+        until: 30,
+        max: 100,
+        max_bytes: usize::MAX,
+    }) else {
         panic!("a history with a hole is refused");
     };
     let text = err.to_string();
@@ -540,8 +540,15 @@ fn history_of(
     max: usize,
     max_bytes: usize,
 ) -> crate::History {
-    j.history("FEED", item, from, until, max, max_bytes)
-        .unwrap()
+    j.history(&crate::HistoryQuery {
+        service: "FEED".into(),
+        item: item.into(),
+        from,
+        until,
+        max,
+        max_bytes,
+    })
+    .unwrap()
 }
 
 /// The seqs of a history's messages, in order.

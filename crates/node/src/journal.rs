@@ -114,26 +114,12 @@ const MAX_REPLAYS_WAITING: usize = 16;
 struct ReplayJob {
     ticket: u64,
     source: tickwire_journal::HistorySource,
-    service: String,
-    item: String,
-    from: tickwire_proto::ReplayFrom,
-    until: u32,
-    max: usize,
-    max_bytes: usize,
+    query: tickwire_journal::HistoryQuery,
 }
 
 impl ReplayJob {
     fn read(&self) -> Result<tickwire_journal::History, String> {
-        self.source
-            .read(
-                &self.service,
-                &self.item,
-                self.from,
-                self.until,
-                self.max,
-                self.max_bytes,
-            )
-            .map_err(|e| e.to_string())
+        self.source.read(&self.query).map_err(|e| e.to_string())
     }
 }
 
@@ -284,7 +270,7 @@ impl JournalThread {
     /// Hands the core's requests to the thread (or refuses them, without a journal).
     pub fn submit(&self, core: &mut Node, reqs: &mut Vec<JournalRequest>, now: Instant) {
         for req in reqs.drain(..) {
-            let req_kind = if matches!(req.write, JournalWrite::History { .. }) {
+            let req_kind = if matches!(req.write, JournalWrite::History(_)) {
                 Kind::History
             } else {
                 Kind::Record
@@ -437,14 +423,7 @@ fn run(
                         .fetch_add(parts.len() as u64, Ordering::Relaxed);
                     append_parts(&mut journal, parts, now)
                 }
-                JournalWrite::History {
-                    service,
-                    item,
-                    from,
-                    until,
-                    max,
-                    max_bytes,
-                } => {
+                JournalWrite::History(query) => {
                     // What was appended before it is committed first: a failure there
                     // fails those records too; one in reading the history only it.
                     if let Err(e) = journal.commit() {
@@ -458,12 +437,7 @@ fn run(
                         Ok(source) => ReplayJob {
                             ticket: req.ticket,
                             source,
-                            service: service.clone(),
-                            item: item.clone(),
-                            from: *from,
-                            until: *until,
-                            max: *max,
-                            max_bytes: *max_bytes,
+                            query: query.clone(),
                         },
                         Err(e) => {
                             answers.push(Answer::History(req.ticket, Err(e.to_string())));
@@ -752,14 +726,14 @@ mod tests {
             .expect("sends");
         tx.send(JournalRequest {
             ticket: 2,
-            write: JournalWrite::History {
+            write: JournalWrite::History(tickwire_journal::HistoryQuery {
                 service: "FEED".into(),
                 item: "SYM1".into(),
                 from: tickwire_proto::ReplayFrom::Seq(1),
                 until: 0,
                 max: 10,
                 max_bytes: 1 << 20,
-            },
+            }),
         })
         .expect("sends");
         tx.send(post(3, 2, encode_field_list([(25, Value::Ascii(&text))])))

@@ -659,7 +659,7 @@ fn a_replay_catches_up_with_an_item_that_moves_on_then_joins_it_live() {
     let reqs = journal_requests(&mut h);
     assert!(
         reqs.iter()
-            .all(|r| !matches!(r.write, JournalWrite::History { .. })),
+            .all(|r| !matches!(r.write, JournalWrite::History(_))),
         "{reqs:?}"
     );
     // Live now.
@@ -708,7 +708,7 @@ fn replaying() -> (Harness, ConnId, ConnId, u64) {
     let reqs = journal_requests(&mut h);
     let [JournalRequest {
         ticket,
-        write: JournalWrite::History { until: 5, .. },
+        write: JournalWrite::History(tickwire_journal::HistoryQuery { until: 5, .. }),
     }] = &reqs[..]
     else {
         panic!("{reqs:?}")
@@ -750,7 +750,7 @@ fn replays_waiting_for_their_history_count_against_the_stream_limit() {
     }
     let tickets: Vec<u64> = journal_requests(&mut h)
         .into_iter()
-        .filter(|r| matches!(r.write, JournalWrite::History { .. }))
+        .filter(|r| matches!(r.write, JournalWrite::History(_)))
         .map(|r| r.ticket)
         .collect();
     assert_eq!(tickets.len(), 2);
@@ -895,7 +895,7 @@ fn a_replay_whose_item_outruns_the_kept_log_joins_from_the_image_and_says_so() {
     let history_ticket = |h: &mut Harness| {
         let reqs = journal_requests(h);
         reqs.iter()
-            .find_map(|r| matches!(r.write, JournalWrite::History { .. }).then_some(r.ticket))
+            .find_map(|r| matches!(r.write, JournalWrite::History(_)).then_some(r.ticket))
             .unwrap_or_else(|| panic!("{reqs:?}"))
     };
     h.send(sub, &[replay(3)]);

@@ -833,7 +833,7 @@ fn a_replay_waiting_for_its_history_is_refused_once_a_reload_takes_its_service_a
     let ticket = reqs
         .iter()
         .find_map(|r| match r.write {
-            crate::posts::JournalWrite::History { .. } => Some(r.ticket),
+            crate::posts::JournalWrite::History(_) => Some(r.ticket),
             _ => None,
         })
         .expect("a history question");
