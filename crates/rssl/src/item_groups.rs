@@ -15,6 +15,7 @@
 //! costs nothing).
 
 use crate::directory::{GroupChange, ServiceInfo};
+use crate::provided_items::ProvidedItems;
 use crate::rwf::msg::{stream, RwfState};
 use crate::session::ProvidedItem;
 use rustc_hash::FxHashMap;
@@ -281,7 +282,7 @@ impl ItemGroups {
         &mut self,
         changes: &[(u16, GroupChange<'_>)],
         to_node: &mut Vec<u8>,
-        items: &mut FxHashMap<i32, ProvidedItem>,
+        items: &mut ProvidedItems,
         mut closed: impl FnMut(&ProvidedItem),
     ) {
         for (id, state) in self.apply(changes) {

@@ -12,6 +12,7 @@
 pub mod dictionary;
 pub mod directory;
 mod item_groups;
+mod provided_items;
 pub mod provider_link;
 pub mod ripc;
 pub mod rwf;

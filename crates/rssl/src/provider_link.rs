@@ -13,6 +13,7 @@
 use crate::dictionary::RwfDictionary;
 use crate::directory::{encode_node_directory, GroupChange, ProviderServices};
 use crate::item_groups::{self, ItemGroups};
+use crate::provided_items::ProvidedItems;
 use crate::rwf::container::ElementListWriter;
 use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg, MsgKey};
 use crate::rwf::primitive::dt;
@@ -66,7 +67,7 @@ pub struct ProviderLink {
     services: ProviderServices,
     /// Item streams: the node's stream to the provider's, and back.
     streams: FxHashMap<u32, i32>,
-    by_rssl: FxHashMap<i32, ProvidedItem>,
+    by_rssl: ProvidedItems,
     /// The items' groups, by the provider's stream (its directory speaks of groups).
     groups: ItemGroups,
     next_stream: i32,
@@ -96,7 +97,7 @@ impl ProviderLink {
             phase: Phase::LoggingIn,
             services: ProviderServices::default(),
             streams: FxHashMap::default(),
-            by_rssl: FxHashMap::default(),
+            by_rssl: ProvidedItems::default(),
             groups: ItemGroups::default(),
             next_stream: FIRST_ITEM_STREAM,
             buf: Vec::new(),
@@ -1211,7 +1212,7 @@ mod tests {
             .map(|m| Msg::decode(m).unwrap().stream_id)
             .collect();
         assert_eq!(sids, [i32::MAX, 6]);
-        assert_eq!(link.by_rssl[&5].native, 900);
+        assert_eq!(link.by_rssl.get(&5).unwrap().native, 900);
     }
 
     /// A directory message of `entries` (map action, service id, name, ServiceState):
@@ -1347,7 +1348,10 @@ mod tests {
         let req = Msg::decode(out.last().unwrap()).unwrap();
         assert_eq!(req.key.unwrap().service_id, Some(8));
         assert_eq!(
-            (req.stream_id, link.by_rssl[&req.stream_id].service),
+            (
+                req.stream_id,
+                link.by_rssl.get(&req.stream_id).unwrap().service
+            ),
             (6, 8)
         );
     }
@@ -1382,6 +1386,39 @@ mod tests {
         ended.sort();
         assert_eq!(ended, [900, 901]);
         assert!(link.streams.is_empty() && link.by_rssl.is_empty());
+    }
+
+    /// What the directory says of a service costs that service's items: renaming,
+    /// deleting, putting down or up a service without items looks at none of the
+    /// 10,000 items of another; deleting PROV looks at its own and ends each.
+    #[test]
+    fn news_of_a_service_costs_its_own_items_not_the_connections() {
+        use crate::rwf::container::map_action;
+        let (mut link, _, mut out) = serving_prov();
+        for i in 0..10_000 {
+            ask(&mut link, 1000 + i, &format!("I{i}"), &mut out);
+        }
+        let mut to_node = Vec::new();
+        let news = [
+            (map_action::ADD, 8, Some("EMPTY"), Some(1)),
+            (map_action::UPDATE, 8, Some("EMPTY2"), None),
+            (map_action::UPDATE, 8, None, Some(0)),
+            (map_action::UPDATE, 8, None, Some(1)),
+            (map_action::DELETE, 8, None, None),
+        ];
+        for entry in news {
+            let dir = directory_of(None, &[entry]);
+            link.on_provider_message(&dir, &mut to_node, &mut out)
+                .unwrap();
+        }
+        assert_eq!(link.by_rssl.visited, 0);
+        assert!(statuses(&to_node).is_empty(), "{:?}", said(&to_node));
+        let delete = directory_of(None, &[(map_action::DELETE, 7, None, None)]);
+        link.on_provider_message(&delete, &mut to_node, &mut out)
+            .unwrap();
+        assert_eq!(link.by_rssl.visited, 10_000);
+        assert_eq!(statuses(&to_node).len(), 10_000);
+        assert!(link.by_rssl.is_empty() && link.streams.is_empty());
     }
 
     /// An update of PROV between the parts of a whole directory that leaves it out

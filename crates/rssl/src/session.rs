@@ -18,6 +18,7 @@
 
 use crate::dictionary::{Downloads, RwfDictionary};
 use crate::item_groups::ItemGroups;
+use crate::provided_items::ProvidedItems;
 use crate::rwf::container::{
     filter_action, map_action, put_array, ArrayIter, ElementIter, ElementListWriter,
     FieldListWriter, FilterListWriter, MapWriter,
@@ -1482,14 +1483,12 @@ impl ProvidedItem {
 /// it, and a service gone down made its items suspect at the node.
 pub(crate) fn service_told(
     groups: &mut ItemGroups,
-    items: &mut FxHashMap<i32, ProvidedItem>,
+    items: &mut ProvidedItems,
     service: u16,
     state: ServiceState,
 ) {
     if groups.service_told(service, state) && state == ServiceState::Down {
-        for item in items.values_mut().filter(|i| i.service == service) {
-            item.data = DataState::Suspect;
-        }
+        items.for_service(service, |item| item.data = DataState::Suspect);
     }
 }
 
@@ -1500,32 +1499,27 @@ pub(crate) fn service_told(
 pub(crate) fn close_renamed_items(
     gone: &FxHashSet<u16>,
     groups: &mut ItemGroups,
-    items: &mut FxHashMap<i32, ProvidedItem>,
+    items: &mut ProvidedItems,
     to_node: &mut Vec<u8>,
     mut closed: impl FnMut(i32, &ProvidedItem),
 ) {
-    if gone.is_empty() {
-        return;
-    }
     let state = State {
         stream: StreamState::ClosedRecover,
         data: DataState::Suspect,
         code: ncode::NONE,
         text: "the provider renamed or removed the item's service",
     };
-    items.retain(|&stream, item| {
-        if !gone.contains(&item.service) {
-            return true;
+    for &service in gone {
+        for (stream, item) in items.remove_service(service) {
+            groups.remove(stream);
+            closed(stream, &item);
+            let _ = Message::Status(Status {
+                stream_id: item.native,
+                state,
+            })
+            .encode(to_node);
         }
-        groups.remove(stream);
-        closed(stream, item);
-        let _ = Message::Status(Status {
-            stream_id: item.native,
-            state,
-        })
-        .encode(to_node);
-        false
-    });
+    }
 }
 
 /// A provider's RWF field list as the node's, in `out` (cleared first). The fields the

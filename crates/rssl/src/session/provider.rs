@@ -14,11 +14,11 @@ use super::{
 };
 use crate::directory::{encode_node_directory, ProviderServices};
 use crate::item_groups::{self, ItemGroups};
+use crate::provided_items::ProvidedItems;
 use crate::rwf::msg::{self, class, domain, put_status, Msg, RwfState};
 use crate::rwf::primitive::dt;
 use crate::rwf::RwfError;
 use rustc_hash::FxHashMap;
-use std::collections::hash_map::Entry;
 use tickwire_proto::{code, DataState, Message, ServiceState, State, Status, StreamState};
 
 /// What a provider connection publishes.
@@ -27,7 +27,7 @@ pub(super) struct Provider {
     /// Its services (their ids are its own).
     services: ProviderServices,
     /// Its item streams (MarketPrice): its stream id to the node's.
-    items: FxHashMap<i32, ProvidedItem>,
+    items: ProvidedItems,
     /// The node's stream ids back to the provider's.
     by_native: FxHashMap<u32, i32>,
     /// The items' groups, by the provider's stream (its directory speaks of groups).
@@ -184,24 +184,23 @@ impl Session {
             return;
         }
         let p = self.provider.as_mut().expect("a provider");
-        let item = match p.items.entry(m.stream_id) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => {
-                // The publisher's own stream ids stay below the node's (from 2^31), and
-                // past a wrap skip the ids still open.
-                let native = loop {
-                    p.next_native = match p.next_native.wrapping_add(1) {
-                        n if n == 0 || n >= 0x8000_0000 => 1,
-                        n => n,
-                    };
-                    if !p.by_native.contains_key(&p.next_native) {
-                        break p.next_native;
-                    }
+        if !p.items.contains_key(&m.stream_id) {
+            // The publisher's own stream ids stay below the node's (from 2^31), and
+            // past a wrap skip the ids still open.
+            let native = loop {
+                p.next_native = match p.next_native.wrapping_add(1) {
+                    n if n == 0 || n >= 0x8000_0000 => 1,
+                    n => n,
                 };
-                p.by_native.insert(native, m.stream_id);
-                v.insert(ProvidedItem::new(native, service_id, name))
-            }
-        };
+                if !p.by_native.contains_key(&p.next_native) {
+                    break p.next_native;
+                }
+            };
+            p.by_native.insert(native, m.stream_id);
+            let item = ProvidedItem::new(native, service_id, name);
+            p.items.insert(m.stream_id, item);
+        }
+        let item = p.items.get_mut(&m.stream_id).expect("inserted above");
         p.groups.set(m.stream_id, item.service, m.group_id);
         let name = String::from_utf8_lossy(name);
         // Unasked: the node requested nothing of a non-interactive provider.
