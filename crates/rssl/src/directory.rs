@@ -36,6 +36,9 @@ pub struct ServiceInfo<'a> {
     pub name: Option<String>,
     /// The STATE filter's `ServiceState` (1: up), when the message has it.
     pub up: Option<bool>,
+    /// The STATE filter's `Status`: a state for every item of the service (None when
+    /// absent or blank).
+    pub status: Option<RwfState<'a>>,
     /// The map entry deletes the service.
     pub deleted: bool,
     /// The map entry adds the service (every refresh's entries, and a service back
@@ -245,6 +248,7 @@ pub fn services(map: &[u8]) -> Result<Vec<ServiceInfo<'_>>, RwfError> {
             id: id.min(u16::MAX as u64) as u16,
             name: None,
             up: None,
+            status: None,
             deleted: action == map_action::DELETE,
             added: action == map_action::ADD,
             groups: Vec::new(),
@@ -263,6 +267,9 @@ pub fn services(map: &[u8]) -> Result<Vec<ServiceInfo<'_>>, RwfError> {
                             s.name = el.text().map(|t| String::from_utf8_lossy(t).into_owned())
                         }
                         (FILTER_STATE, b"ServiceState") => s.up = el.uint().map(|v| v == 1),
+                        (FILTER_STATE, b"Status") if el.data_type == dt::STATE => {
+                            s.status = RwfState::from_value(el.value).ok()
+                        }
                         _ => {}
                     }
                 }
@@ -305,6 +312,7 @@ mod tests {
             id: 7,
             name: None,
             up,
+            status: None,
             deleted,
             added: false,
             groups: Vec::new(),

@@ -146,8 +146,9 @@ impl ItemGroups {
     }
 
     /// The node changed the items of `service` on its own (the provider's directory
-    /// closed, its services down): as [`ItemGroups::service_told`] with a change.
-    fn service_changed(&mut self, service: u16) {
+    /// closed, its services down, a state for all its items): as
+    /// [`ItemGroups::service_told`] with a change.
+    pub(crate) fn service_changed(&mut self, service: u16) {
         self.stamp += 1;
         self.services_changed.insert(service, self.stamp);
     }

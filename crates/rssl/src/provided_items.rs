@@ -76,8 +76,11 @@ impl ProvidedItems {
     }
 
     /// The streams of `service`'s items.
-    #[cfg(test)]
-    pub(crate) fn streams_of(&self, service: u16) -> Vec<i32> {
+    pub(crate) fn streams_of(&mut self, service: u16) -> Vec<i32> {
+        #[cfg(test)]
+        {
+            self.visited += self.by_service.get(&service).map_or(0, |s| s.len() as u64);
+        }
         self.by_service
             .get(&service)
             .map_or_else(Vec::new, |s| s.iter().copied().collect())

@@ -20,7 +20,7 @@ use crate::rwf::primitive::dt;
 use crate::rwf::RwfError;
 use crate::session::{
     close_renamed_items, encode_refresh, encode_update, native_refresh, native_update,
-    provider_fields_to_native, service_told, Outbox, ProvidedItem,
+    provider_fields_to_native, service_status, service_told, Outbox, ProvidedItem,
 };
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -373,6 +373,17 @@ impl ProviderLink {
                 .iter()
                 .map(|(_, name, state)| (name.as_str(), *state));
             encode_node_directory(services, true, to_node);
+        }
+        // A service's Status, for all its items, is taken from an update of a service
+        // already known (map action UPDATE), as the SDK's watchlist takes it.
+        for e in entries.iter().filter(|e| !e.added && !e.deleted) {
+            if let (Some(status), Some(_)) = (&e.status, self.services.name(e.id)) {
+                let streams = &mut self.streams;
+                let (groups, items) = (&mut self.groups, &mut self.by_rssl);
+                service_status(groups, items, e.id, status, to_node, |item| {
+                    streams.remove(&item.native);
+                });
+            }
         }
         if !groups.is_empty() {
             self.apply_groups(&groups, to_node);
@@ -1074,6 +1085,72 @@ mod tests {
         );
         let open = StreamState::Open;
         assert_eq!(got, [(901, open, Suspect), (902, open, Suspect)]);
+    }
+
+    /// What the node's streams are told of a directory update of PROV whose STATE
+    /// filter gives all its items `status` (stream state, data state), by stream.
+    fn hear_service(
+        link: &mut ProviderLink,
+        status: (u8, u8),
+    ) -> Vec<(u32, StreamState, tickwire_proto::DataState)> {
+        let update = directory_update_of(|o, fl| testing::state_with_status(o, fl, 1, status));
+        let mut to_node = Vec::new();
+        link.on_provider_message(&update, &mut to_node, &mut Vec::new())
+            .unwrap();
+        let mut got = statuses(&to_node);
+        got.sort_by_key(|g| g.0);
+        got
+    }
+
+    /// A service's Status in its STATE filter goes to each of its items (not another
+    /// service's), once: suspect, ok again, a state they have already (nothing), and
+    /// closed, which ends and forgets them; a group's state after it is news again.
+    #[test]
+    fn a_services_status_in_the_directory_goes_to_each_of_its_items() {
+        use tickwire_proto::DataState::{Ok as Fine, Suspect};
+        let (mut link, mut to_node, mut out) = serving_three_items();
+        let other = testing::service_up(DIRECTORY_STREAM, DirectoryMsg::Update, 8, b"OTHER");
+        link.on_provider_message(&other, &mut to_node, &mut out)
+            .unwrap();
+        let req = Message::Request(Request::streaming(904, "OTHER", "C"));
+        link.on_node_message(&req, &mut to_node, &mut out);
+        link.on_provider_message(&refresh_in_group(8, &[0, 1]), &mut to_node, &mut out)
+            .unwrap();
+        let (open, gone) = (StreamState::Open, StreamState::ClosedRecover);
+        let suspect = (stream::OPEN, msg::data::SUSPECT);
+        let all = |s, d| vec![(901, s, d), (902, s, d), (903, s, d)];
+        assert_eq!(hear_service(&mut link, suspect), all(open, Suspect));
+        assert!(hear_service(&mut link, suspect).is_empty(), "no news");
+        let ok = (stream::OPEN, msg::data::OK);
+        assert_eq!(hear_service(&mut link, ok), all(open, Fine));
+        // Group 1 ok (every item ok already, but news to the group), then the service
+        // suspect: the group's ok again reaches its items.
+        hear(&mut link, &[(&[0, 1], None, Some(ok))]);
+        assert_eq!(hear_service(&mut link, suspect), all(open, Suspect));
+        let got = hear(&mut link, &[(&[0, 1], None, Some(ok))]);
+        assert_eq!(got, [(901, open, Fine), (902, open, Fine)]);
+        let closed = (stream::CLOSED_RECOVER, msg::data::SUSPECT);
+        assert_eq!(hear_service(&mut link, closed), all(gone, Suspect));
+        assert_eq!(link.streams.keys().collect::<Vec<_>>(), [&904]);
+        to_node.clear();
+        link.on_provider_message(&refresh_in_group(5, &[0, 1]), &mut to_node, &mut out)
+            .unwrap();
+        assert!(to_node.is_empty(), "{:?}", said(&to_node));
+    }
+
+    /// As the SDK's watchlist, the Status is taken from an update of a known service,
+    /// not from a refresh's entry (which adds the service anew).
+    #[test]
+    fn a_services_status_in_a_directory_refresh_reaches_no_item() {
+        let (mut link, mut to_node, mut out) = serving_three_items();
+        let refresh =
+            testing::source_directory(DIRECTORY_STREAM, DirectoryMsg::Unsolicited, 7, |o, fl| {
+                testing::info(o, fl, b"PROV");
+                testing::state_with_status(o, fl, 1, (stream::OPEN, msg::data::SUSPECT));
+            });
+        link.on_provider_message(&refresh, &mut to_node, &mut out)
+            .unwrap();
+        assert!(statuses(&to_node).is_empty(), "{:?}", said(&to_node));
     }
 
     /// The node's answer to its request for `name` of service `service`: what the link

@@ -1492,6 +1492,45 @@ pub(crate) fn service_told(
     }
 }
 
+/// The `Status` of the provider's `service` (its STATE filter's): to each of its items
+/// as if the provider had sent each one, but for those it changes nothing for (their
+/// stream stays open, their data state as it was: a provider repeating it costs no
+/// node message). Those it closes are forgotten; `closed` gets each.
+pub(crate) fn service_status(
+    groups: &mut ItemGroups,
+    items: &mut ProvidedItems,
+    service: u16,
+    status: &RwfState<'_>,
+    to_node: &mut Vec<u8>,
+    mut closed: impl FnMut(&ProvidedItem),
+) {
+    let mut changed = false;
+    for stream in items.streams_of(service) {
+        let Some(item) = items.get_mut(&stream) else {
+            continue;
+        };
+        let was = item.data;
+        let state = item.state(status);
+        let open = state.stream == StreamState::Open;
+        if open && state.data == was {
+            continue;
+        }
+        changed = true;
+        let stream_id = item.native;
+        if !open {
+            groups.remove(stream);
+            if let Some(item) = items.remove(&stream) {
+                closed(&item);
+            }
+        }
+        let _ = Message::Status(Status { stream_id, state }).encode(to_node);
+    }
+    // A state its groups gave before may no longer be their items'.
+    if changed {
+        groups.service_changed(service);
+    }
+}
+
 /// The items of the provider's services whose name went (`gone`: renamed, deleted or
 /// left out): each was opened under the old name, so it ends at the node as
 /// recoverable (asked again, it comes from the service that has the name now) and is

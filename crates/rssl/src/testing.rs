@@ -159,6 +159,24 @@ pub fn state(o: &mut Vec<u8>, fl: &mut FilterListWriter, service_state: u64) {
     });
 }
 
+/// The STATE filter entry with a `Status` for all the service's items (stream state,
+/// data state) besides its `ServiceState`.
+pub fn state_with_status(
+    o: &mut Vec<u8>,
+    fl: &mut FilterListWriter,
+    service_state: u64,
+    status: (u8, u8),
+) {
+    fl.entry(o, filter_action::SET, 2, |o| {
+        let mut el = ElementListWriter::begin(o);
+        el.uint(o, "ServiceState", service_state);
+        el.element(o, "Status", dt::STATE, |o| {
+            RwfState::new(status.0, status.1, msg::code::NONE, "service news").encode(o)
+        });
+        el.end(o);
+    });
+}
+
 /// One GROUP filter entry.
 pub fn group(o: &mut Vec<u8>, fl: &mut FilterListWriter, news: GroupNews<'_>) {
     let (group, merged_to, state) = news;

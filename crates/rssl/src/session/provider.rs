@@ -10,7 +10,7 @@
 
 use super::{
     close_renamed_items, encode_refresh, encode_update, native_refresh, native_update,
-    provider_fields_to_native, service_told, Outbox, ProvidedItem, Session,
+    provider_fields_to_native, service_status, service_told, Outbox, ProvidedItem, Session,
 };
 use crate::directory::{encode_node_directory, ProviderServices};
 use crate::item_groups::{self, ItemGroups};
@@ -136,6 +136,17 @@ impl Session {
                 .iter()
                 .map(|(_, name, state)| (name.as_str(), *state));
             encode_node_directory(services, false, to_node);
+        }
+        // A service's Status, for all its items, as an interactive provider's
+        // (`provider_link`).
+        for e in entries.iter().filter(|e| !e.added && !e.deleted) {
+            if let (Some(status), Some(_)) = (&e.status, p.services.name(e.id)) {
+                let by_native = &mut p.by_native;
+                let (groups, items) = (&mut p.groups, &mut p.items);
+                service_status(groups, items, e.id, status, to_node, |item| {
+                    by_native.remove(&item.native);
+                });
+            }
         }
         if !groups.is_empty() {
             let by_native = &mut p.by_native;

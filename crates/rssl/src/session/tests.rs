@@ -1309,6 +1309,30 @@ fn a_periodic_directory_update_repeating_its_states_reaches_no_item() {
     }
 }
 
+/// A non-interactive provider's service Status reaches its items too.
+#[test]
+fn a_non_interactive_providers_service_status_reaches_its_items() {
+    use crate::testing::{source_directory, state_with_status, DirectoryMsg};
+    let (mut s, _, _) = provider_with_an_item();
+    let statuses = |s: &mut Session, st| {
+        let update = source_directory(-1, DirectoryMsg::Update, 7, |o, fl| {
+            state_with_status(o, fl, 1, st)
+        });
+        let said = provider_says(s, &update);
+        said.into_iter()
+            .filter(|m| m.starts_with("Status"))
+            .collect::<Vec<_>>()
+    };
+    let said = statuses(&mut s, (stream::OPEN, data::SUSPECT));
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("stream_id: 1") && said[0].contains("data: Suspect"),
+        "{said:?}"
+    );
+    let said = statuses(&mut s, (stream::OPEN, data::OK));
+    assert!(said.len() == 1 && said[0].contains("data: Ok"), "{said:?}");
+}
+
 /// What the session tells the node of one message from its provider.
 fn provider_says(s: &mut Session, m: &[u8]) -> Vec<String> {
     let mut to_node = Vec::new();
