@@ -99,12 +99,15 @@ impl ProviderConn {
             now,
         );
         info!("RSSL: serving the services of the interactive provider at {address}");
+        // Its posts time out as the core's do: a provider that never answers frees
+        // them then (the poster gets one answer, whichever comes first).
+        let post_timeout = core.config().limits.post_timeout;
         ProviderConn {
             address: address.to_string(),
             resolver: crate::outbound::Resolver::new(address),
             token,
             conn,
-            link: ProviderLink::new(dict, user),
+            link: ProviderLink::new(dict, user).with_post_timeout(post_timeout),
             ripc,
             socket: None,
             channel: None,
@@ -416,7 +419,10 @@ impl Part for ProviderConn {
             None if self.socket.is_none() => Some(self.next_try),
             None => None,
         };
-        [at, self.login_deadline].into_iter().flatten().min()
+        [at, self.login_deadline, self.link.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn handle_io(&mut self, cx: &mut Cx<'_>, readiness: Readiness) {
@@ -445,8 +451,13 @@ impl Part for ProviderConn {
         }
     }
 
-    /// RIPC's pings, and a provider silent past its ping timeout.
+    /// RIPC's pings, a provider silent past its ping timeout, and posts it left
+    /// unanswered past the post timeout.
     fn handle_timeout(&mut self, cx: &mut Cx<'_>) {
+        if self.link.poll_timeout().is_some_and(|at| cx.now >= at) {
+            self.link.handle_timeout(cx.now, &mut self.to_node);
+            self.deliver(cx.core, cx.now);
+        }
         if self.login_deadline.is_some_and(|at| cx.now >= at) {
             let why = format!(
                 "no login accepted within {} s of the connect",
@@ -483,7 +494,7 @@ impl Part for ProviderConn {
                         match self.channel.as_mut() {
                             Some(ch) if ch.is_active() => {
                                 self.link
-                                    .on_node_message(&raw.message, &mut self.to_node, ch)
+                                    .on_node_message(&raw.message, &mut self.to_node, ch, now)
                             }
                             // Not connected: the services are down, the core asks again
                             // when they are back; a post is answered at once.

@@ -37,7 +37,7 @@ fn link_with_items() -> ProviderLink {
     for i in 0..ITEMS {
         let name = format!("I{i}");
         let req = Message::Request(Request::streaming(i as u32 + 1, "PROV", &name));
-        link.on_node_message(&req, &mut to_node, &mut out);
+        link.on_node_message(&req, &mut to_node, &mut out, std::time::Instant::now());
         // The provider's refresh on its stream (5 on): the item's group.
         let group = [0, u8::from(i == ITEMS - 1)];
         let rf = testing::refresh_in_group(i + 5, true, &group, None, |_, _| {});

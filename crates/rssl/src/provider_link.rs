@@ -24,15 +24,18 @@ use crate::session::{
 };
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tickwire_proto::{code, Ack, Message, NakCode, Post, ServiceState, State, Status, StreamState};
+
+mod posts;
+pub use posts::DEFAULT_POST_TIMEOUT;
 
 const LOGIN_STREAM: i32 = 1;
 const DIRECTORY_STREAM: i32 = 2;
 /// The first item stream (3 and 4 are the dictionaries' by custom).
 const FIRST_ITEM_STREAM: i32 = 5;
 /// Posts waiting for the provider's answer; past this many a post is refused
-/// (`NoResources`) until answers come (the node's own timeout answers the posters of
-/// those the provider never answers, and their entries go with the connection).
+/// (`NoResources`) until answers come or the oldest time out.
 const MAX_PENDING_POSTS: usize = 65_536;
 /// Directory filter asked: INFO, STATE, GROUP and LOAD (the ETA Provider refuses less
 /// than the first three).
@@ -73,9 +76,8 @@ pub struct ProviderLink {
     next_stream: i32,
     buf: Vec<u8>,
     fields: Vec<u8>,
-    /// Posts sent to the provider and waiting for its Ack: the post id (the node's,
-    /// used as the RWF post id too) to the node's stream it came on.
-    posts: FxHashMap<u32, u32>,
+    /// Posts sent to the provider and waiting for its Ack, until their deadline.
+    posts: posts::PendingPosts,
     /// Services the provider no longer has, for the node to let go of
     /// ([`ProviderLink::take_released`]).
     released: Vec<String>,
@@ -102,12 +104,41 @@ impl ProviderLink {
             next_stream: FIRST_ITEM_STREAM,
             buf: Vec::new(),
             fields: Vec::new(),
-            posts: FxHashMap::default(),
+            posts: posts::PendingPosts::default(),
             released: Vec::new(),
             before_loss: Vec::new(),
             skipped_fields: 0,
             first_skipped: None,
         }
+    }
+
+    /// How long a post waits for the provider's answer before its poster is refused
+    /// (`NoResponse`): the node's post timeout (`posts.timeout_ms`).
+    pub fn with_post_timeout(mut self, timeout: Duration) -> Self {
+        self.posts.timeout = timeout;
+        self
+    }
+
+    /// When [`ProviderLink::handle_timeout`] has something to do next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.posts.next_deadline()
+    }
+
+    /// Posts the provider left unanswered past the post timeout are refused
+    /// (`NoResponse`), and their places freed.
+    pub fn handle_timeout(&mut self, now: Instant, to_node: &mut Vec<u8>) {
+        let ms = self.posts.timeout.as_millis();
+        let text =
+            format!("the interactive provider did not answer within {ms} ms (posts.timeout_ms)");
+        self.posts.expire(now, |post_id, stream_id| {
+            let _ = Message::Ack(Ack {
+                stream_id,
+                post_id,
+                nak: Some(NakCode::NoResponse),
+                text: &text,
+            })
+            .encode(to_node);
+        });
     }
 
     /// The provider accepted the login (its directory is asked for).
@@ -121,7 +152,7 @@ impl ProviderLink {
         self.streams.clear();
         self.by_rssl.clear();
         self.groups.clear();
-        self.posts.clear();
+        let _ = self.posts.take_all();
         self.next_stream = FIRST_ITEM_STREAM;
         let mut attrib = Vec::new();
         let mut el = ElementListWriter::begin(&mut attrib);
@@ -155,7 +186,7 @@ impl ProviderLink {
         self.announce(ServiceState::Down, to_node);
         // Posts sent and not answered never will be: their posters hear it now, as
         // those that find the provider not connected do, not at the post timeout.
-        for (post_id, stream_id) in self.posts.drain() {
+        for (post_id, stream_id) in self.posts.take_all() {
             let _ = Message::Ack(Ack {
                 stream_id,
                 post_id,
@@ -261,7 +292,13 @@ impl ProviderLink {
     /// A post for one of the provider's items: on the item's stream when the link has
     /// it open, else on the login stream with a key naming service and item (as RSSL
     /// consumers post off-stream), its fields as RWF.
-    fn on_node_post(&mut self, p: &Post<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
+    fn on_node_post(
+        &mut self,
+        p: &Post<'_>,
+        to_node: &mut Vec<u8>,
+        out: &mut impl Outbox,
+        now: Instant,
+    ) {
         let refuse = |to_node: &mut Vec<u8>, nak, text: &str| {
             let _ = Message::Ack(Ack {
                 stream_id: p.stream_id,
@@ -309,14 +346,14 @@ impl ProviderLink {
         crate::session::put_fields(&mut self.buf, &self.dict, p.fields.iter());
         out.send(&self.buf);
         if p.ack {
-            self.posts.insert(p.post_id, p.stream_id);
+            self.posts.insert(p.post_id, p.stream_id, now);
         }
     }
 
     /// The provider's answer to a post: to the node, on the stream the post came on.
     fn on_ack(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>) {
         let Some(post_id) = m.post_id else { return };
-        let Some(stream_id) = self.posts.remove(&post_id) else {
+        let Some(stream_id) = self.posts.remove(post_id) else {
             return; // an answer to no post of ours
         };
         let nak = m.nak_code.and_then(NakCode::of_ack);
@@ -523,12 +560,14 @@ impl ProviderLink {
         .encode(to_node);
     }
 
-    /// One of the node's messages to this publisher: requests and closes of items.
+    /// One of the node's messages to this publisher, at `now`: requests and closes of
+    /// items, posts.
     pub fn on_node_message(
         &mut self,
         m: &Message<'_>,
         to_node: &mut Vec<u8>,
         out: &mut impl Outbox,
+        now: Instant,
     ) {
         match m {
             Message::Request(r) => {
@@ -571,7 +610,7 @@ impl ProviderLink {
                 put_request(&mut self.buf, domain::MARKET_PRICE, rssl, flags, &key, true);
                 out.send(&self.buf);
             }
-            Message::Post(p) => self.on_node_post(p, to_node, out),
+            Message::Post(p) => self.on_node_post(p, to_node, out, now),
             Message::Close { stream_id } => {
                 if let Some(rssl) = self.streams.remove(stream_id) {
                     self.by_rssl.remove(&rssl);
@@ -793,7 +832,7 @@ mod tests {
         to_node.clear();
         // The node asks for an item on its stream 900: the provider is asked on 5.
         let req = Message::Request(Request::streaming(900, "PROV", "ITEM"));
-        link.on_node_message(&req, &mut to_node, &mut out);
+        link.on_node_message(&req, &mut to_node, &mut out, Instant::now());
         let r = Msg::decode(&out[2]).unwrap();
         assert_eq!((r.class, r.stream_id), (class::REQUEST, 5));
         let k = r.key.unwrap();
@@ -843,7 +882,12 @@ mod tests {
         );
         to_node.clear();
         // The node closes: so does the provider's stream. The link is lost: PROV is down.
-        link.on_node_message(&Message::Close { stream_id: 900 }, &mut to_node, &mut out);
+        link.on_node_message(
+            &Message::Close { stream_id: 900 },
+            &mut to_node,
+            &mut out,
+            Instant::now(),
+        );
         assert_eq!(Msg::decode(&out[3]).unwrap().class, class::CLOSE);
         link.on_lost(&mut to_node);
         assert!(native(&to_node)[0].contains("state: Down"));
@@ -877,7 +921,7 @@ mod tests {
             })
         };
         // Off-stream (the node has no stream of the item): on the login stream, keyed.
-        link.on_node_message(&post_to("PROV"), &mut to_node, &mut out);
+        link.on_node_message(&post_to("PROV"), &mut to_node, &mut out, Instant::now());
         let p = Msg::decode(&out[0]).unwrap();
         assert_eq!(
             (p.class, p.stream_id, p.post_id),
@@ -910,12 +954,12 @@ mod tests {
         );
         to_node.clear();
         // A service the provider does not have: refused at once, nothing sent.
-        link.on_node_message(&post_to("OTHER"), &mut to_node, &mut out);
+        link.on_node_message(&post_to("OTHER"), &mut to_node, &mut out, Instant::now());
         assert_eq!(out.len(), 1);
         assert!(native(&to_node)[0].contains("nak: Some(SourceUnknown)"));
         to_node.clear();
         // One still waiting when the connection is lost is answered then, once.
-        link.on_node_message(&post_to("PROV"), &mut to_node, &mut out);
+        link.on_node_message(&post_to("PROV"), &mut to_node, &mut out, Instant::now());
         link.on_lost(&mut to_node);
         let said = native(&to_node);
         let acks: Vec<_> = said.iter().filter(|m| m.starts_with("Ack")).collect();
@@ -929,6 +973,86 @@ mod tests {
         link.on_provider_message(&nak, &mut to_node, &mut out)
             .unwrap();
         assert!(to_node.is_empty(), "{:?}", native(&to_node));
+    }
+
+    /// A provider that never answers: its posts wait until the post timeout, then
+    /// their posters are refused (`NoResponse`, saying so) and their places freed, so
+    /// that posts past the cap are taken again without a reconnect; an answered post
+    /// does not expire, and the provider's late answer reaches no one.
+    #[test]
+    fn posts_the_provider_never_answers_expire_and_free_their_places() {
+        use crate::rwf::msg::put_ack;
+        let (link, mut to_node, mut out) = serving_prov();
+        let timeout = Duration::from_millis(500);
+        let mut link = link.with_post_timeout(timeout);
+        let mut fields = Vec::new();
+        tickwire_proto::FieldListWriter::new(&mut fields).finish();
+        let post = |post_id| {
+            Message::Post(Post {
+                stream_id: 0,
+                post_id,
+                ack: true,
+                image: false,
+                redelivered: false,
+                service: "PROV",
+                name: "ITEM",
+                fields: FieldList::decode(&fields).unwrap(),
+            })
+        };
+        let t0 = Instant::now();
+        assert_eq!(link.poll_timeout(), None);
+        let cap = MAX_PENDING_POSTS as u32;
+        for id in 0..=cap {
+            link.on_node_message(&post(id), &mut to_node, &mut out, t0);
+        }
+        let acks = |to_node: &[u8]| {
+            MessageIter::new(to_node)
+                .filter_map(|m| match m.unwrap().message {
+                    Message::Ack(a) => Some((a.post_id, a.nak, a.text.to_string())),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let refused = acks(&to_node);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(
+            (refused[0].0, refused[0].1),
+            (cap, Some(NakCode::NoResources))
+        );
+        // Post 0 answered in time.
+        let mut ack = Vec::new();
+        put_ack(&mut ack, domain::MARKET_PRICE, 1, 0, None, b"", None);
+        to_node.clear();
+        link.on_provider_message(&ack, &mut to_node, &mut out)
+            .unwrap();
+        assert_eq!(acks(&to_node), [(0, None, String::new())]);
+        assert_eq!(link.poll_timeout(), Some(t0 + timeout));
+        to_node.clear();
+        link.handle_timeout(t0 + timeout - Duration::from_millis(1), &mut to_node);
+        assert!(to_node.is_empty());
+        link.handle_timeout(t0 + timeout, &mut to_node);
+        let expired = acks(&to_node);
+        assert_eq!(expired.len(), cap as usize - 1);
+        assert!(expired
+            .iter()
+            .all(|a| a.0 != 0 && a.1 == Some(NakCode::NoResponse)));
+        assert_eq!(
+            expired[0].2,
+            "the interactive provider did not answer within 500 ms (posts.timeout_ms)"
+        );
+        assert_eq!((link.posts.len(), link.poll_timeout()), (0, None));
+        // Room again; the provider's late answer to an expired post goes nowhere.
+        to_node.clear();
+        out.clear();
+        let t1 = t0 + timeout;
+        link.on_node_message(&post(cap + 1), &mut to_node, &mut out, t1);
+        assert_eq!((out.len(), link.posts.len()), (1, 1));
+        ack.clear();
+        put_ack(&mut ack, domain::MARKET_PRICE, 1, 7, None, b"", None);
+        link.on_provider_message(&ack, &mut to_node, &mut out)
+            .unwrap();
+        assert!(to_node.is_empty(), "{:?}", said(&to_node));
+        assert_eq!(link.poll_timeout(), Some(t1 + timeout));
     }
 
     #[test]
@@ -957,7 +1081,7 @@ mod tests {
     /// The item `name` asked for on the node's stream `native`.
     fn ask(link: &mut ProviderLink, native: u32, name: &str, out: &mut Vec<Vec<u8>>) {
         let req = Message::Request(Request::streaming(native, "PROV", name));
-        link.on_node_message(&req, &mut Vec::new(), out);
+        link.on_node_message(&req, &mut Vec::new(), out, Instant::now());
     }
 
     /// A provider's refresh on its stream `rssl`, the item in `group`.
@@ -1113,7 +1237,7 @@ mod tests {
         link.on_provider_message(&other, &mut to_node, &mut out)
             .unwrap();
         let req = Message::Request(Request::streaming(904, "OTHER", "C"));
-        link.on_node_message(&req, &mut to_node, &mut out);
+        link.on_node_message(&req, &mut to_node, &mut out, Instant::now());
         link.on_provider_message(&refresh_in_group(8, &[0, 1]), &mut to_node, &mut out)
             .unwrap();
         let (open, gone) = (StreamState::Open, StreamState::ClosedRecover);
@@ -1158,7 +1282,7 @@ mod tests {
     fn request(link: &mut ProviderLink, service: &str, name: &str) -> (usize, Vec<String>) {
         let (mut to_node, mut out) = (Vec::new(), Vec::new());
         let req = Message::Request(Request::streaming(900, service, name));
-        link.on_node_message(&req, &mut to_node, &mut out);
+        link.on_node_message(&req, &mut to_node, &mut out, Instant::now());
         (out.len(), said(&to_node))
     }
 
@@ -1444,7 +1568,7 @@ mod tests {
             .unwrap();
         ask(&mut link, 900, "ITEM", &mut out);
         let req = Message::Request(Request::streaming(901, "OTHER", "ITEM"));
-        link.on_node_message(&req, &mut Vec::new(), &mut out);
+        link.on_node_message(&req, &mut Vec::new(), &mut out, Instant::now());
         to_node.clear();
         let swap = directory_of(
             None,

@@ -112,7 +112,7 @@ fn as_provider(data: &[u8], now: Instant) {
                         let request = tickwire_proto::Message::Request(
                             tickwire_proto::Request::streaming(stream_id, service, name),
                         );
-                        link.on_node_message(&request, &mut to_node, &mut ch);
+                        link.on_node_message(&request, &mut to_node, &mut ch, now);
                     }
                 }
                 for m in tickwire_proto::MessageIter::new(&to_node) {
@@ -122,6 +122,7 @@ fn as_provider(data: &[u8], now: Instant) {
             }
         }
     }
+    link.handle_timeout(now + Duration::from_secs(60), &mut to_node);
     link.on_lost(&mut to_node);
 }
 
