@@ -99,18 +99,37 @@ struct SourceStream {
     edges: Vec<u64>,
     /// The core has answered with its first image.
     refreshed: bool,
-    /// Waiting in `to_request` (a first request or a fresh image for a late edge).
+    /// Waiting in `to_request` or in its service's `parked` (a first request or a
+    /// fresh image for a late edge).
     queued: bool,
-    /// Asked of the core and not answered yet.
-    asked: bool,
+    /// Asked of the core at this time and not answered yet: counted against
+    /// `MAX_ASKED` and its service's share until `ASK_PATIENCE` has passed.
+    asked: Option<Instant>,
+}
+
+/// One service's part of the requests asked of the core.
+#[derive(Default)]
+struct ServiceAsks {
+    /// Its requests counted against `MAX_ASKED_PER_SERVICE`.
+    asked: usize,
+    /// Its streams waiting for room in its share (each still `queued`).
+    parked: VecDeque<u32>,
 }
 
 /// Bytes the core may hold for the link before the source asks it for more images:
 /// the images of a large watchlist are asked for as the backbone takes them, so they
 /// never pile up in the core's queue (whose hard bound would close the link).
 const REQUEST_BUDGET: usize = 256 * 1024;
-/// Requests asked of the core and not answered yet (cache off: the publishers answer).
-const MAX_ASKED: usize = 4096;
+/// Requests asked of the core and not answered yet, at most: with the cache off the
+/// publishers answer later, so the budget above cannot pace their images.
+pub(crate) const MAX_ASKED: usize = 4096;
+/// Of which one service may hold a quarter: an interactive publisher that never
+/// answers holds back its own items, not every other service's.
+pub(crate) const MAX_ASKED_PER_SERVICE: usize = MAX_ASKED / 4;
+/// A request unanswered this long stops counting (it stays open in the core, and its
+/// answer goes out whenever it comes): silent publishers delay the others' new items
+/// by this much at most, never for good.
+pub(crate) const ASK_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The source role without I/O: puts the node's publishers' data on the backbone,
 /// as an in-process subscriber of the node's core.
@@ -135,9 +154,17 @@ pub struct Source {
     tail_due: Option<Instant>,
     control: ControlQueue,
     pending: VecDeque<Vec<u8>>,
-    /// Streams to ask the core for (paced by `REQUEST_BUDGET` and `MAX_ASKED`).
+    /// Streams to ask the core for (paced by `REQUEST_BUDGET`, `MAX_ASKED` and each
+    /// service's share).
     to_request: VecDeque<u32>,
+    /// Requests counted against `MAX_ASKED`.
     asked: usize,
+    /// Each service's counted requests and parked streams (only services with either).
+    by_service: HashMap<String, ServiceAsks>,
+    /// Counted requests in the order asked, to stop counting them after
+    /// `ASK_PATIENCE`; those answered meanwhile leave when they reach the front (so it
+    /// holds at most the requests of the last `ASK_PATIENCE`).
+    asked_order: VecDeque<(Instant, u32)>,
     batch: Vec<u8>,
     to_core: Vec<u8>,
     stats: SourceStats,
@@ -168,6 +195,8 @@ impl Source {
             pending: VecDeque::new(),
             to_request: VecDeque::new(),
             asked: 0,
+            by_service: HashMap::new(),
+            asked_order: VecDeque::new(),
             batch: Vec::new(),
             to_core: Vec::new(),
             stats: SourceStats::default(),
@@ -205,13 +234,16 @@ impl Source {
         self.id = id;
         self.control.clear();
         self.pending.clear();
-        self.to_request.clear();
         self.edges.clear();
         let open: Vec<u32> = self.streams.keys().copied().collect();
         for sid in open {
             self.close_stream(core, sid, now);
         }
+        // After the closes, which put parked streams back in line.
+        self.to_request.clear();
         self.asked = 0;
+        self.by_service.clear();
+        self.asked_order.clear();
         // What the core had queued for the old link is for streams now closed.
         if let Some(w) = core.output(self.conn) {
             let n = w.sealed_bytes().len();
@@ -377,7 +409,7 @@ impl Source {
                 edges: vec![edge],
                 refreshed: false,
                 queued: false,
-                asked: false,
+                asked: None,
             },
         );
         self.by_item.insert(key, sid);
@@ -396,6 +428,7 @@ impl Source {
     /// Asks the core for queued streams while its queue for the link is short and few
     /// requests are unanswered. Returns how many were asked.
     fn issue_requests(&mut self, core: &mut Node, now: Instant) -> usize {
+        self.expire_asks(now);
         let mut n = 0;
         while self.asked < MAX_ASKED && core.pending_output(self.conn) < REQUEST_BUDGET {
             let Some(sid) = self.to_request.pop_front() else {
@@ -404,16 +437,68 @@ impl Source {
             let Some(s) = self.streams.get_mut(&sid) else {
                 continue;
             };
-            s.queued = false;
-            if !s.asked {
-                s.asked = true;
+            if s.asked.is_none() {
+                if !self.by_service.contains_key(&s.service) {
+                    self.by_service
+                        .insert(s.service.clone(), ServiceAsks::default());
+                }
+                let share = self.by_service.get_mut(&s.service).expect("inserted");
+                if share.asked >= MAX_ASKED_PER_SERVICE {
+                    // Its service has its share out: the stream waits for one of them
+                    // to be answered or to go stale; the streams behind it go on.
+                    share.parked.push_back(sid);
+                    continue;
+                }
+                share.asked += 1;
                 self.asked += 1;
+                s.asked = Some(now);
+                self.asked_order.push_back((now, sid));
             }
+            s.queued = false;
             let (service, item) = (s.service.clone(), s.item.clone());
             self.request(core, sid, &service, &item, now);
             n += 1;
         }
         n
+    }
+
+    /// Requests asked `ASK_PATIENCE` ago and still unanswered stop counting.
+    fn expire_asks(&mut self, now: Instant) {
+        while let Some(&(at, sid)) = self.asked_order.front() {
+            let counted = self.streams.get(&sid).filter(|s| s.asked == Some(at));
+            if counted.is_some() && now.saturating_duration_since(at) < ASK_PATIENCE {
+                break;
+            }
+            self.asked_order.pop_front();
+            if let Some(s) = counted {
+                let service = s.service.clone();
+                self.answered(sid, &service);
+            }
+        }
+    }
+
+    /// Stream `sid` of `service`, counted, was answered, closed or given up waiting for:
+    /// its service's share has room for one more, which its first parked stream takes
+    /// (at the front of the line, where it was).
+    fn answered(&mut self, sid: u32, service: &str) {
+        if let Some(s) = self.streams.get_mut(&sid) {
+            s.asked = None;
+        }
+        self.asked -= 1;
+        let Some(share) = self.by_service.get_mut(service) else {
+            return;
+        };
+        share.asked -= 1;
+        // Streams closed while parked are skipped.
+        while let Some(parked) = share.parked.pop_front() {
+            if self.streams.get(&parked).is_some_and(|s| s.queued) {
+                self.to_request.push_front(parked);
+                break;
+            }
+        }
+        if share.asked == 0 && share.parked.is_empty() {
+            self.by_service.remove(service);
+        }
     }
 
     /// A closed status for a stream the core never saw, as a data message.
@@ -446,8 +531,8 @@ impl Source {
 
     fn close_stream(&mut self, core: &mut Node, sid: u32, now: Instant) {
         if let Some(s) = self.streams.remove(&sid) {
-            if s.asked {
-                self.asked -= 1;
+            if s.asked.is_some() {
+                self.answered(sid, &s.service);
             }
             self.by_item.remove(&(s.service, s.item));
             self.to_core.clear();
@@ -595,6 +680,8 @@ impl Source {
         self.by_item.clear();
         self.to_request.clear();
         self.asked = 0;
+        self.by_service.clear();
+        self.asked_order.clear();
         self.control.clear();
         self.pending.clear();
         self.edges.clear();
@@ -671,9 +758,9 @@ impl Source {
         for sid in refreshed {
             if let Some(s) = self.streams.get_mut(&sid) {
                 s.refreshed = true;
-                if s.asked {
-                    s.asked = false;
-                    self.asked -= 1;
+                if s.asked.is_some() {
+                    let service = s.service.clone();
+                    self.answered(sid, &service);
                 }
             }
         }
@@ -681,8 +768,8 @@ impl Source {
             // The core closed the item (not found, publisher closed it): the edges
             // got the status; the stream is forgotten here.
             if let Some(s) = self.streams.remove(&sid) {
-                if s.asked {
-                    self.asked -= 1;
+                if s.asked.is_some() {
+                    self.answered(sid, &s.service);
                 }
                 self.by_item.remove(&(s.service, s.item));
             }

@@ -1631,3 +1631,107 @@ fn feed_directory(
         }],
     }
 }
+
+/// An interactive publisher of SILENT on the source's core: it reads its requests and
+/// answers none of them (unless a test answers for it).
+fn silent_publisher(w: &mut World) -> ConnId {
+    let p = w.src_core.connect("silent publisher", w.now);
+    let dir = Message::Directory(Directory {
+        services: vec![tickwire_proto::ServiceEntry {
+            name: "SILENT",
+            state: ServiceState::Up,
+            interactive: true,
+            item_count: 0,
+        }],
+    });
+    w.src_core
+        .on_frame(p, &frame(&[login(ProtoRole::Publisher), dir]), w.now);
+    p
+}
+
+/// The requests `p` has been sent since the last call: (stream id, item).
+fn requests_read(w: &mut World, p: ConnId) -> Vec<(u32, String)> {
+    let mut bytes = Vec::new();
+    if let Some(out) = w.src_core.output(p) {
+        out.take_all(&mut bytes);
+    }
+    let mut got = Vec::new();
+    let mut at = 0;
+    while at + 4 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        for m in MessageIter::new(&bytes[at + 4..at + 4 + len]) {
+            if let Message::Request(r) = m.unwrap().message {
+                got.push((r.stream_id, r.name.to_string()));
+            }
+        }
+        at += 4 + len;
+    }
+    got
+}
+
+/// More items of a publisher that never answers than the source may have unanswered:
+/// they took every request the source could make, and no edge got a new item of any
+/// other service again. A service holds a share of the requests at most, and a
+/// request unanswered for `ASK_PATIENCE` stops counting (its answer still goes out).
+#[test]
+fn a_publisher_that_never_answers_holds_back_its_own_items_not_the_other_services() {
+    use crate::source::{ASK_PATIENCE, MAX_ASKED, MAX_ASKED_PER_SERVICE};
+    let (mut w, _p) = ready(1, 1);
+    let silent = silent_publisher(&mut w);
+    w.advance(Duration::from_millis(300));
+    let a = w.subscriber(0);
+    let many = MAX_ASKED as u32 + 500;
+    let names: Vec<String> = (0..many).map(|i| format!("S{i}")).collect();
+    let asks: Vec<Message<'_>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Message::Request(Request::streaming(100 + i as u32, "SILENT", n)))
+        .collect();
+    w.edges[0].core.on_frame(a, &frame(&asks), w.now);
+    w.settle();
+    let first = requests_read(&mut w, silent);
+    assert!(!first.is_empty(), "the silent publisher was asked");
+    // Another service's item comes at once.
+    w.request(0, a, 1, "SYM0");
+    let got = w.recv(0, a);
+    assert!(
+        got.iter().any(|g| matches!(
+            g,
+            Got::Refresh {
+                sid: 1,
+                data: DataState::Ok,
+                ..
+            }
+        )),
+        "FEED's item waited behind {} unanswered requests: {got:?}",
+        first.len()
+    );
+    assert_eq!(first.len(), MAX_ASKED_PER_SERVICE, "SILENT's share");
+    // Unanswered for long enough, they stop counting: more of SILENT's are asked.
+    let mut later = Vec::new();
+    let end = w.now + ASK_PATIENCE + Duration::from_millis(200);
+    while w.now < end && later.is_empty() {
+        w.advance(Duration::from_millis(50));
+        later = requests_read(&mut w, silent);
+    }
+    assert_eq!(
+        later.len(),
+        MAX_ASKED_PER_SERVICE,
+        "the next share of SILENT's"
+    );
+    // A stale request is still open: its late answer reaches the subscriber.
+    let (stream, name) = first[0].clone();
+    let img = image(4200);
+    let answer = Refresh::whole(stream, 1, "SILENT", &name, FieldList::decode(&img).unwrap());
+    w.src_core
+        .on_frame(silent, &frame(&[Message::Refresh(answer)]), w.now);
+    w.settle();
+    let got = w.recv(0, a);
+    assert!(
+        got.iter().any(|g| matches!(
+            g,
+            Got::Refresh { sid: 100, bid, .. } if bid.as_deref() == Some("42.00")
+        )),
+        "{got:?}"
+    );
+}
