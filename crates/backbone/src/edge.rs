@@ -1052,26 +1052,33 @@ impl Edge {
                 }
             }
             // A request on a stream the core already has open asks again (e.g. the
-            // service came back up).
-            let prefer = self.items.get(sid).and_then(|it| it.source);
-            // The core's subscribers of it have had an image (it is being imaged
-            // again, after a gap or its source's loss): the image asked for goes to
-            // all of them, those told it is suspect included.
-            let imaged = self
-                .items
-                .get(sid)
-                .is_some_and(|it| it.imaged && it.service == service && it.name == name);
-            self.forget(sid);
+            // service came back up). The item keeps its source, its stream there and
+            // the source it left unanswered, for `route` to let go of what it no
+            // longer takes (forgotten, a late Opened of the source it had left was
+            // taken for another edge's, and that source kept the stream for good).
+            // Whether its subscribers have had an image stays too: if so (it is being
+            // imaged again, after a gap or its source's loss), the image asked for
+            // goes to all of them, those told it is suspect included.
+            let same = |it: &EdgeItem| it.service == service && it.name == name;
+            if let Some(it) = self.items.get_mut(sid).filter(|it| same(it)) {
+                it.phase = Phase::Waiting { since: now };
+                it.seq = 0;
+                it.image_asked = None;
+                self.route(core, sid, now);
+                continue;
+            }
+            // Another item on a stream id the core had for one: the old one is let go of.
+            self.close_item(sid, now);
             self.by_name.insert((service.clone(), name.clone()), sid);
             self.items.insert(
                 sid,
                 EdgeItem {
                     service,
                     name,
-                    source: prefer,
+                    source: None,
                     source_stream: None,
                     phase: Phase::Waiting { since: now },
-                    imaged,
+                    imaged: false,
                     seq: 0,
                     image_asked: None,
                     left_unanswered: None,

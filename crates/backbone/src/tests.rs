@@ -1735,3 +1735,75 @@ fn a_publisher_that_never_answers_holds_back_its_own_items_not_the_other_service
         "{got:?}"
     );
 }
+
+/// As above, and the core asks for the item again (its service went down and came back
+/// up) before either source answered: A's Opened is still turned down (the
+/// edge forgot it had left A, and A kept the stream for as long as the edge ran).
+#[test]
+fn an_item_asked_again_by_the_core_still_turns_down_the_source_it_left() {
+    use crate::wire::BackboneMessage;
+    let now = Instant::now();
+    let (mut core, mut edge) = edge_in_core(now);
+    let send =
+        |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| edge_hears(edge, core, m, now);
+    let (a, b) = (0xA, 0xB);
+    for (id, name) in [(a, "a"), (b, "b")] {
+        let beat = BackboneMessage::Heartbeat {
+            source: id,
+            name,
+            directory_version: 1,
+        };
+        send(&mut edge, &mut core, beat);
+        send(
+            &mut edge,
+            &mut core,
+            feed_directory(id, 1, ServiceState::Up),
+        );
+    }
+    let pump = |edge: &mut Edge, core: &mut Node| edge_asks(edge, core, now);
+    pump(&mut edge, &mut core);
+    let c = core.connect("subscriber", now);
+    core.on_frame(c, &frame(&[login(ProtoRole::Subscriber)]), now);
+    let request = Message::Request(Request::streaming(1, "FEED", "SYM0"));
+    core.on_frame(c, &frame(&[request]), now);
+    let asked = |source| BackboneMessage::Subscribe {
+        edge: 0,
+        source,
+        service: "",
+        item: "",
+    };
+    assert_eq!(pump(&mut edge, &mut core), [asked(a)]);
+    send(
+        &mut edge,
+        &mut core,
+        feed_directory(a, 2, ServiceState::Down),
+    );
+    assert_eq!(pump(&mut edge, &mut core), [asked(b)]);
+    // B's FEED goes down and up: the core asks for the item again.
+    send(
+        &mut edge,
+        &mut core,
+        feed_directory(b, 2, ServiceState::Down),
+    );
+    assert_eq!(pump(&mut edge, &mut core), []);
+    send(&mut edge, &mut core, feed_directory(b, 3, ServiceState::Up));
+    assert_eq!(
+        pump(&mut edge, &mut core),
+        [asked(b)],
+        "the core asked again"
+    );
+    let opened = |source, stream| BackboneMessage::Opened {
+        source,
+        stream,
+        service: "FEED",
+        item: "SYM0",
+    };
+    send(&mut edge, &mut core, opened(a, 7));
+    send(&mut edge, &mut core, opened(b, 3));
+    let released = BackboneMessage::Unsubscribe {
+        edge: 0,
+        source: a,
+        stream: 7,
+    };
+    assert_eq!(pump(&mut edge, &mut core), [released]);
+}
