@@ -118,8 +118,9 @@ struct SourceView {
     services: BTreeMap<String, ServiceState>,
     /// The source's stream ids -> the core's stream ids (with this edge).
     streams: DenseMap<u32>,
-    /// Streams dropped while the source was lost: if it is heard again (it was only
-    /// paused), it is told this edge no longer takes them, or it would send them on.
+    /// Streams dropped when the source was lost. It is told at once that this edge no
+    /// longer takes them, and again when it is heard again (it was only paused, or the
+    /// first telling went with a rebuilt link), or it would send them on.
     released: Vec<u32>,
 }
 
@@ -1132,12 +1133,19 @@ impl Edge {
             .collect();
         for id in lost {
             self.source_lost(core, id, now);
+            // Told now: this edge may have stopped hearing the source while the source
+            // still hears it (a one-way partition); the source then keeps this edge's
+            // interest and sends the streams on. Told only on the source's return, they
+            // were forgotten with the source (after 60 liveness times) when that took
+            // longer, and the streams ran at the source for good.
+            self.tell_released(id);
         }
         // An answer not come in three liveness times is not coming (the source forgot
         // this edge's request, or it is lost).
         self.closed_unanswered
             .retain(|_, (_, at)| now.saturating_duration_since(*at) <= liveness * 3);
-        // Sources gone for a long time are forgotten (a restarted source has a new id).
+        // Sources gone for a long time are forgotten (a restarted source has a new id;
+        // the streams they had for this edge were let go of when they were lost).
         let forget_after = liveness * 60;
         self.sources
             .retain(|_, s| s.live || now.saturating_duration_since(s.last_heard) < forget_after);
@@ -1195,6 +1203,20 @@ impl Edge {
                     s.released.push(stream);
                 }
             }
+        }
+    }
+
+    /// Tells `id` that this edge no longer takes the streams it released there.
+    fn tell_released(&mut self, id: u64) {
+        let Some(s) = self.sources.get(&id) else {
+            return;
+        };
+        for &stream in &s.released {
+            self.control.push(&BackboneMessage::Unsubscribe {
+                edge: self.id,
+                source: id,
+                stream,
+            });
         }
     }
 

@@ -1807,3 +1807,44 @@ fn an_item_asked_again_by_the_core_still_turns_down_the_source_it_left() {
     };
     assert_eq!(pump(&mut edge, &mut core), [released]);
 }
+
+/// The source's data stops reaching an edge while the edge's requests still reach the
+/// source (a one-way partition), for longer than the edge remembers a lost source (60
+/// liveness times), and the edge's subscriber lets its item go meanwhile. The source
+/// ends the stream: it kept hearing the edge, so it kept the edge's interest, and the
+/// edge, which was to tell it on its return, had forgotten it by then.
+#[test]
+fn a_stream_an_edge_let_go_of_while_it_could_not_hear_its_source_ends_at_the_source() {
+    let (mut w, _p) = ready(1, 1);
+    let a = w.subscriber(0);
+    w.request(0, a, 1, "SYM0");
+    assert_eq!(w.source.stats().streams_open, 1);
+    w.edges[0].connected = false;
+    let liveness = EdgeConfig::default().liveness;
+    let live = |w: &mut World| {
+        w.advance(Duration::from_millis(50));
+        w.edges[0].edge.stats().sources_live
+    };
+    assert!(
+        (0..100).any(|_| live(&mut w) == 0),
+        "the edge lost the source"
+    );
+    w.close(0, a, 1);
+    w.advance(liveness * 61);
+    assert_eq!(
+        w.source.stats().edges,
+        1,
+        "the source heard the edge throughout"
+    );
+    w.edges[0].connected = true;
+    assert!(
+        (0..100).any(|_| live(&mut w) == 1),
+        "the edge hears the source"
+    );
+    w.advance(liveness);
+    assert_eq!(
+        w.source.stats().streams_open,
+        0,
+        "the source still sends an item no one at the edge wants"
+    );
+}
