@@ -431,24 +431,7 @@ fn a_sender_that_restarts_continues_its_queue() {
     let ia = net.send(1, "a.bin", a.clone(), targets(2)).unwrap();
     let ib = net.send(2, "b.bin", b.clone(), targets(2)).unwrap();
     net.run_until(Duration::from_secs(10), |n| n.chunks_to[0] >= 100);
-    // What the driver would have persisted: manifests and site states.
-    let saved: Vec<(Manifest, SavedSites)> = net
-        .tx
-        .transfers()
-        .map(|(m, sites)| {
-            let sites = sites
-                .iter()
-                .map(|(s, r)| (s.clone(), r.state, r.reason.clone()))
-                .collect();
-            (m.clone(), sites)
-        })
-        .collect();
-    assert_eq!(saved.len(), 2);
-    let mut tx = Sender::new(slow_sender_config(), net.now);
-    for (m, sites) in saved {
-        tx.restore(m, sites, net.now + Duration::from_secs(3600), net.now);
-    }
-    net.tx = tx;
+    assert_eq!(net.restart_sender(slow_sender_config()), 2);
     let before = net.chunks_to.clone();
     net.run_until(Duration::from_secs(30), |n| n.all_finished(&[ia, ib]));
     for site in &net.sites {
@@ -815,6 +798,30 @@ impl Net {
     fn arrive(&mut self, id: u64, bytes: &[u8], len: usize, whole: bool) {
         self.spool.0.insert(id, bytes[..len].to_vec());
         self.tx.handle_uploaded(id, len as u64, whole, self.now);
+    }
+
+    /// The sender stops and starts again with `cfg`, restoring what its node would have
+    /// persisted (manifests and site states; each expiring in an hour). Returns how
+    /// many transfers it restored.
+    fn restart_sender(&mut self, cfg: SenderConfig) -> usize {
+        let saved: Vec<(Manifest, SavedSites)> = self
+            .tx
+            .transfers()
+            .map(|(m, sites)| {
+                let sites = sites
+                    .iter()
+                    .map(|(s, r)| (s.clone(), r.state, r.reason.clone()))
+                    .collect();
+                (m.clone(), sites)
+            })
+            .collect();
+        let restored = saved.len();
+        let mut tx = Sender::new(cfg, self.now);
+        for (m, sites) in saved {
+            tx.restore(m, sites, self.now + Duration::from_secs(3600), self.now);
+        }
+        self.tx = tx;
+        restored
     }
 }
 
@@ -1287,22 +1294,7 @@ fn a_site_that_failed_before_its_sender_restarted_is_offered_the_file_again() {
         n.tx.transfer(id)
             .is_some_and(|(_, s)| s["site-0"].state == Delivery::Failed)
     });
-    let saved: Vec<(Manifest, SavedSites)> = net
-        .tx
-        .transfers()
-        .map(|(m, sites)| {
-            let sites = sites
-                .iter()
-                .map(|(s, r)| (s.clone(), r.state, r.reason.clone()))
-                .collect();
-            (m.clone(), sites)
-        })
-        .collect();
-    let mut tx = Sender::new(sender_config(), net.now);
-    for (m, sites) in saved {
-        tx.restore(m, sites, net.now + Duration::from_secs(3600), net.now);
-    }
-    net.tx = tx;
+    net.restart_sender(sender_config());
     net.sites[0].store.full = false;
     net.run_until(Duration::from_secs(120), |n| n.finished(id).is_some());
     assert_eq!(net.finished(id), Some(true));
