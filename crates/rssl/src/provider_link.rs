@@ -11,7 +11,7 @@
 //! come up again and the node asks for every item still watched.
 
 use crate::dictionary::RwfDictionary;
-use crate::directory::{encode_node_directory, GroupChange, ProviderServices};
+use crate::directory::{encode_node_directory, ProviderServices};
 use crate::item_groups::{self, ItemGroups};
 use crate::provided_items::ProvidedItems;
 use crate::rwf::container::ElementListWriter;
@@ -19,8 +19,8 @@ use crate::rwf::msg::{self, class, domain, put_close, put_request, request, Msg,
 use crate::rwf::primitive::dt;
 use crate::rwf::RwfError;
 use crate::session::{
-    close_renamed_items, encode_refresh, encode_update, native_refresh, native_update,
-    provider_fields_to_native, service_status, service_told, Outbox, ProvidedItem,
+    apply_directory_news, encode_refresh, encode_update, native_refresh, native_update,
+    provider_fields_to_native, Outbox, ProvidedItem, ProviderBooks,
 };
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -388,53 +388,18 @@ impl ProviderLink {
         // A renamed or removed service's streams are closed at the provider too: the
         // node's next request for their items opens a stream on the service that has
         // the name.
-        let (streams, buf) = (&mut self.streams, &mut self.buf);
-        close_renamed_items(
-            &news.gone,
-            &mut self.groups,
-            &mut self.by_rssl,
-            to_node,
-            |rssl, item| {
-                streams.remove(&item.native);
-                buf.clear();
-                put_close(buf, domain::MARKET_PRICE, rssl);
-                out.send(buf);
-            },
-        );
-        for &(id, _, state) in &news.told {
-            service_told(&mut self.groups, &mut self.by_rssl, id, state);
-        }
-        if !news.told.is_empty() {
-            let services = news
-                .told
-                .iter()
-                .map(|(_, name, state)| (name.as_str(), *state));
-            encode_node_directory(services, true, to_node);
-        }
-        // A service's Status, for all its items, is taken from an update of a service
-        // already known (map action UPDATE), as the SDK's watchlist takes it.
-        for e in entries.iter().filter(|e| !e.added && !e.deleted) {
-            if let (Some(status), Some(_)) = (&e.status, self.services.name(e.id)) {
-                let streams = &mut self.streams;
-                let (groups, items) = (&mut self.groups, &mut self.by_rssl);
-                service_status(groups, items, e.id, status, to_node, |item| {
-                    streams.remove(&item.native);
-                });
-            }
-        }
-        if !groups.is_empty() {
-            self.apply_groups(&groups, to_node);
-        }
-    }
-
-    /// The directory's news of item groups (`item_groups`): a status to each item
-    /// whose state it gives; the items it closes are forgotten.
-    fn apply_groups(&mut self, changes: &[(u16, GroupChange<'_>)], to_node: &mut Vec<u8>) {
-        let streams = &mut self.streams;
-        self.groups
-            .apply_to_node(changes, to_node, &mut self.by_rssl, |item| {
-                streams.remove(&item.native);
-            });
+        let books = ProviderBooks {
+            services: &self.services,
+            groups: &mut self.groups,
+            items: &mut self.by_rssl,
+            native: &mut self.streams,
+        };
+        let buf = &mut self.buf;
+        apply_directory_news(books, &news, &entries, &groups, true, to_node, |rssl| {
+            buf.clear();
+            put_close(buf, domain::MARKET_PRICE, rssl);
+            out.send(buf);
+        });
     }
 
     /// The provider's fields in `self.fields` as the node's; an error if malformed.

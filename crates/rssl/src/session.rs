@@ -1561,6 +1561,65 @@ pub(crate) fn close_renamed_items(
     }
 }
 
+/// A provider's services and items as the node serves them: what an interactive
+/// provider's link and a non-interactive provider's session both keep.
+pub(crate) struct ProviderBooks<'a> {
+    pub(crate) services: &'a crate::directory::ProviderServices,
+    pub(crate) groups: &'a mut ItemGroups,
+    pub(crate) items: &'a mut ProvidedItems,
+    /// The node's stream ids of the items, to their provider streams.
+    pub(crate) native: &'a mut FxHashMap<u32, i32>,
+}
+
+/// A provider's directory message told to the node and its items, after its services
+/// took it (`news`): each item of a renamed or removed service ends
+/// (`closed_at_provider` gets its provider stream), the services whose state was told
+/// go to the node's directory (`interactive`: as an interactive provider's), each
+/// service's `Status` (an update's, of a service already known, as the SDK's watchlist
+/// takes it) goes to its items, and then the item groups' news (`group_news`).
+pub(crate) fn apply_directory_news(
+    books: ProviderBooks<'_>,
+    news: &crate::directory::DirectoryNews,
+    entries: &[crate::directory::ServiceInfo<'_>],
+    group_news: &[(u16, crate::directory::GroupChange<'_>)],
+    interactive: bool,
+    to_node: &mut Vec<u8>,
+    mut closed_at_provider: impl FnMut(i32),
+) {
+    let ProviderBooks {
+        services,
+        groups,
+        items,
+        native,
+    } = books;
+    close_renamed_items(&news.gone, groups, items, to_node, |stream, item| {
+        native.remove(&item.native);
+        closed_at_provider(stream);
+    });
+    for &(id, _, state) in &news.told {
+        service_told(groups, items, id, state);
+    }
+    if !news.told.is_empty() {
+        let told = news
+            .told
+            .iter()
+            .map(|(_, name, state)| (name.as_str(), *state));
+        crate::directory::encode_node_directory(told, interactive, to_node);
+    }
+    for e in entries.iter().filter(|e| !e.added && !e.deleted) {
+        if let (Some(status), Some(_)) = (&e.status, services.name(e.id)) {
+            service_status(groups, items, e.id, status, to_node, |item| {
+                native.remove(&item.native);
+            });
+        }
+    }
+    if !group_news.is_empty() {
+        groups.apply_to_node(group_news, to_node, items, |item| {
+            native.remove(&item.native);
+        });
+    }
+}
+
 /// A provider's RWF field list as the node's, in `out` (cleared first). The fields the
 /// dictionary leaves out are counted in `skipped`, and the first of them ever is kept
 /// in `first_skipped` (the node logs it once). An error if the field list is malformed.

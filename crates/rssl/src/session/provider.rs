@@ -9,8 +9,8 @@
 //! comes back on the provider's stream.
 
 use super::{
-    close_renamed_items, encode_refresh, encode_update, native_refresh, native_update,
-    provider_fields_to_native, service_status, service_told, Outbox, ProvidedItem, Session,
+    apply_directory_news, encode_refresh, encode_update, native_refresh, native_update,
+    provider_fields_to_native, service_told, Outbox, ProvidedItem, ProviderBooks, Session,
 };
 use crate::directory::{encode_node_directory, ProviderServices};
 use crate::item_groups::{self, ItemGroups};
@@ -117,44 +117,13 @@ impl Session {
         p.released.append(&mut news.released);
         // The provider's next refresh of such an item opens a node stream under the
         // service's new name.
-        let by_native = &mut p.by_native;
-        close_renamed_items(
-            &news.gone,
-            &mut p.groups,
-            &mut p.items,
-            to_node,
-            |_, item| {
-                by_native.remove(&item.native);
-            },
-        );
-        for &(id, _, state) in &news.told {
-            service_told(&mut p.groups, &mut p.items, id, state);
-        }
-        if !news.told.is_empty() {
-            let services = news
-                .told
-                .iter()
-                .map(|(_, name, state)| (name.as_str(), *state));
-            encode_node_directory(services, false, to_node);
-        }
-        // A service's Status, for all its items, as an interactive provider's
-        // (`provider_link`).
-        for e in entries.iter().filter(|e| !e.added && !e.deleted) {
-            if let (Some(status), Some(_)) = (&e.status, p.services.name(e.id)) {
-                let by_native = &mut p.by_native;
-                let (groups, items) = (&mut p.groups, &mut p.items);
-                service_status(groups, items, e.id, status, to_node, |item| {
-                    by_native.remove(&item.native);
-                });
-            }
-        }
-        if !groups.is_empty() {
-            let by_native = &mut p.by_native;
-            p.groups
-                .apply_to_node(&groups, to_node, &mut p.items, |item| {
-                    by_native.remove(&item.native);
-                });
-        }
+        let books = ProviderBooks {
+            services: &p.services,
+            groups: &mut p.groups,
+            items: &mut p.items,
+            native: &mut p.by_native,
+        };
+        apply_directory_news(books, &news, &entries, &groups, false, to_node, |_| {});
     }
 
     fn on_provider_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
