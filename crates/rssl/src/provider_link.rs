@@ -366,6 +366,15 @@ impl ProviderLink {
         .encode(to_node);
     }
 
+    fn books(&mut self) -> ProviderBooks<'_> {
+        ProviderBooks {
+            services: &self.services,
+            groups: &mut self.groups,
+            items: &mut self.by_rssl,
+            native: &mut self.streams,
+        }
+    }
+
     fn on_directory(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
         if m.container != dt::MAP {
             return;
@@ -394,6 +403,7 @@ impl ProviderLink {
             items: &mut self.by_rssl,
             native: &mut self.streams,
         };
+        // (Beside the books, the buffer the closes are written in.)
         let buf = &mut self.buf;
         apply_directory_news(books, &news, &entries, &groups, true, to_node, |rssl| {
             buf.clear();
@@ -513,16 +523,8 @@ impl ProviderLink {
         let native = item.native;
         let Some(s) = m.state else { return };
         let state = item.state(&s);
-        if state.stream != StreamState::Open {
-            self.by_rssl.remove(&m.stream_id);
-            self.groups.remove(m.stream_id);
-            self.streams.remove(&native);
-        }
-        let _ = Message::Status(Status {
-            stream_id: native,
-            state,
-        })
-        .encode(to_node);
+        self.books()
+            .item_status(m.stream_id, native, state, to_node);
     }
 
     /// One of the node's messages to this publisher, at `now`: requests and closes of

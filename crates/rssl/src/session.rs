@@ -1571,6 +1571,29 @@ pub(crate) struct ProviderBooks<'a> {
     pub(crate) native: &'a mut FxHashMap<u32, i32>,
 }
 
+impl ProviderBooks<'_> {
+    /// The provider's `state` of its item stream `stream` (the node's `native`), to the
+    /// node; an item no longer open is forgotten.
+    pub(crate) fn item_status(
+        &mut self,
+        stream: i32,
+        native: u32,
+        state: State<'_>,
+        to_node: &mut Vec<u8>,
+    ) {
+        if state.stream != StreamState::Open {
+            self.items.remove(&stream);
+            self.groups.remove(stream);
+            self.native.remove(&native);
+        }
+        let _ = Message::Status(Status {
+            stream_id: native,
+            state,
+        })
+        .encode(to_node);
+    }
+}
+
 /// A provider's directory message told to the node and its items, after its services
 /// took it (`news`): each item of a renamed or removed service ends
 /// (`closed_at_provider` gets its provider stream), the services whose state was told

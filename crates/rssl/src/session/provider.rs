@@ -58,6 +58,15 @@ impl Provider {
     pub(super) fn take_released(&mut self) -> Vec<String> {
         std::mem::take(&mut self.released)
     }
+
+    fn books(&mut self) -> ProviderBooks<'_> {
+        ProviderBooks {
+            services: &self.services,
+            groups: &mut self.groups,
+            items: &mut self.items,
+            native: &mut self.by_native,
+        }
+    }
 }
 
 impl Session {
@@ -117,13 +126,7 @@ impl Session {
         p.released.append(&mut news.released);
         // The provider's next refresh of such an item opens a node stream under the
         // service's new name.
-        let books = ProviderBooks {
-            services: &p.services,
-            groups: &mut p.groups,
-            items: &mut p.items,
-            native: &mut p.by_native,
-        };
-        apply_directory_news(books, &news, &entries, &groups, false, to_node, |_| {});
+        apply_directory_news(p.books(), &news, &entries, &groups, false, to_node, |_| {});
     }
 
     fn on_provider_refresh(&mut self, m: &Msg<'_>, to_node: &mut Vec<u8>, out: &mut impl Outbox) {
@@ -273,16 +276,7 @@ impl Session {
             (class::STATUS, None) => return,
             _ => State::closed(code::NOT_FOUND, "the provider closed the item"),
         };
-        if state.stream != StreamState::Open {
-            p.items.remove(&m.stream_id);
-            p.groups.remove(m.stream_id);
-            p.by_native.remove(&native);
-        }
-        let _ = Message::Status(Status {
-            stream_id: native,
-            state,
-        })
-        .encode(to_node);
+        p.books().item_status(m.stream_id, native, state, to_node);
     }
 
     /// The provider's field list in `provider.fields` as the node's; an error if it is
