@@ -991,54 +991,70 @@ impl Outbox for Limited<'_, '_> {
 /// data once the service was back) for as long as the edge ran.
 #[test]
 fn an_opened_from_a_source_the_item_left_before_it_answered_is_unsubscribed() {
-    use crate::wire::BackboneMessage;
     let now = Instant::now();
+    let (mut core, mut edge) = sym0_moved_from_a_to_b(now);
+    edge_hears(&mut edge, &mut core, opened_sym0(0xA, 7), now);
+    edge_hears(&mut edge, &mut core, opened_sym0(0xB, 3), now);
+    assert_eq!(edge_asks(&mut edge, &mut core, now), [unsubscribe(0xA, 7)]);
+    // Once: a second Opened of A (for another edge) is not answered again.
+    edge_hears(&mut edge, &mut core, opened_sym0(0xA, 7), now);
+    assert_eq!(edge_asks(&mut edge, &mut core, now), []);
+}
+
+/// An edge hearing sources A (0xA) and B (0xB), both with FEED up, whose core has a
+/// subscriber of SYM0: asked of A, then of B once A's FEED went down (A not answered).
+fn sym0_moved_from_a_to_b(now: Instant) -> (Node, Edge) {
+    use crate::wire::BackboneMessage;
     let (mut core, mut edge) = edge_in_core(now);
-    let send =
-        |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| edge_hears(edge, core, m, now);
-    let dir = feed_directory;
-    let (a, b) = (0xA, 0xB);
-    for (id, name) in [(a, "a"), (b, "b")] {
+    for (id, name) in [(0xA, "a"), (0xB, "b")] {
         let beat = BackboneMessage::Heartbeat {
             source: id,
             name,
             directory_version: 1,
         };
-        send(&mut edge, &mut core, beat);
-        send(&mut edge, &mut core, dir(id, 1, ServiceState::Up));
+        edge_hears(&mut edge, &mut core, beat, now);
+        let up = feed_directory(id, 1, ServiceState::Up);
+        edge_hears(&mut edge, &mut core, up, now);
     }
-    let pump = |edge: &mut Edge, core: &mut Node| edge_asks(edge, core, now);
-    pump(&mut edge, &mut core);
+    edge_asks(&mut edge, &mut core, now);
     let c = core.connect("subscriber", now);
     core.on_frame(c, &frame(&[login(ProtoRole::Subscriber)]), now);
     let request = Message::Request(Request::streaming(1, "FEED", "SYM0"));
     core.on_frame(c, &frame(&[request]), now);
-    let asked = |source| BackboneMessage::Subscribe {
+    assert_eq!(edge_asks(&mut edge, &mut core, now), [subscribe_of(0xA)]);
+    let down = feed_directory(0xA, 2, ServiceState::Down);
+    edge_hears(&mut edge, &mut core, down, now);
+    assert_eq!(edge_asks(&mut edge, &mut core, now), [subscribe_of(0xB)]);
+    (core, edge)
+}
+
+/// The edge's Subscribe to `source` (of what it holds for it, as the tests' edges send).
+fn subscribe_of(source: u64) -> crate::wire::BackboneMessage<'static> {
+    crate::wire::BackboneMessage::Subscribe {
         edge: 0,
         source,
         service: "",
         item: "",
-    };
-    assert_eq!(pump(&mut edge, &mut core), [asked(a)]);
-    send(&mut edge, &mut core, dir(a, 2, ServiceState::Down));
-    assert_eq!(pump(&mut edge, &mut core), [asked(b)]);
-    let opened = |source, stream| BackboneMessage::Opened {
+    }
+}
+
+/// `source`'s Opened of FEED/SYM0 as its `stream`.
+fn opened_sym0(source: u64, stream: u32) -> crate::wire::BackboneMessage<'static> {
+    crate::wire::BackboneMessage::Opened {
         source,
         stream,
         service: "FEED",
         item: "SYM0",
-    };
-    send(&mut edge, &mut core, opened(a, 7));
-    send(&mut edge, &mut core, opened(b, 3));
-    let released = BackboneMessage::Unsubscribe {
+    }
+}
+
+/// The edge's Unsubscribe of `source`'s `stream`.
+fn unsubscribe(source: u64, stream: u32) -> crate::wire::BackboneMessage<'static> {
+    crate::wire::BackboneMessage::Unsubscribe {
         edge: 0,
-        source: a,
-        stream: 7,
-    };
-    assert_eq!(pump(&mut edge, &mut core), [released]);
-    // Once: a second Opened of A (for another edge) is not answered again.
-    send(&mut edge, &mut core, opened(a, 7));
-    assert_eq!(pump(&mut edge, &mut core), []);
+        source,
+        stream,
+    }
 }
 
 /// A node that is both: its own publisher has FEED, and so does another source B; the
@@ -1741,71 +1757,22 @@ fn a_publisher_that_never_answers_holds_back_its_own_items_not_the_other_service
 /// edge forgot it had left A, and A kept the stream for as long as the edge ran).
 #[test]
 fn an_item_asked_again_by_the_core_still_turns_down_the_source_it_left() {
-    use crate::wire::BackboneMessage;
     let now = Instant::now();
-    let (mut core, mut edge) = edge_in_core(now);
-    let send =
-        |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| edge_hears(edge, core, m, now);
-    let (a, b) = (0xA, 0xB);
-    for (id, name) in [(a, "a"), (b, "b")] {
-        let beat = BackboneMessage::Heartbeat {
-            source: id,
-            name,
-            directory_version: 1,
-        };
-        send(&mut edge, &mut core, beat);
-        send(
-            &mut edge,
-            &mut core,
-            feed_directory(id, 1, ServiceState::Up),
-        );
-    }
-    let pump = |edge: &mut Edge, core: &mut Node| edge_asks(edge, core, now);
-    pump(&mut edge, &mut core);
-    let c = core.connect("subscriber", now);
-    core.on_frame(c, &frame(&[login(ProtoRole::Subscriber)]), now);
-    let request = Message::Request(Request::streaming(1, "FEED", "SYM0"));
-    core.on_frame(c, &frame(&[request]), now);
-    let asked = |source| BackboneMessage::Subscribe {
-        edge: 0,
-        source,
-        service: "",
-        item: "",
-    };
-    assert_eq!(pump(&mut edge, &mut core), [asked(a)]);
-    send(
-        &mut edge,
-        &mut core,
-        feed_directory(a, 2, ServiceState::Down),
-    );
-    assert_eq!(pump(&mut edge, &mut core), [asked(b)]);
+    let (mut core, mut edge) = sym0_moved_from_a_to_b(now);
     // B's FEED goes down and up: the core asks for the item again.
-    send(
-        &mut edge,
-        &mut core,
-        feed_directory(b, 2, ServiceState::Down),
-    );
-    assert_eq!(pump(&mut edge, &mut core), []);
-    send(&mut edge, &mut core, feed_directory(b, 3, ServiceState::Up));
+    let down = feed_directory(0xB, 2, ServiceState::Down);
+    edge_hears(&mut edge, &mut core, down, now);
+    assert_eq!(edge_asks(&mut edge, &mut core, now), []);
+    let up = feed_directory(0xB, 3, ServiceState::Up);
+    edge_hears(&mut edge, &mut core, up, now);
     assert_eq!(
-        pump(&mut edge, &mut core),
-        [asked(b)],
+        edge_asks(&mut edge, &mut core, now),
+        [subscribe_of(0xB)],
         "the core asked again"
     );
-    let opened = |source, stream| BackboneMessage::Opened {
-        source,
-        stream,
-        service: "FEED",
-        item: "SYM0",
-    };
-    send(&mut edge, &mut core, opened(a, 7));
-    send(&mut edge, &mut core, opened(b, 3));
-    let released = BackboneMessage::Unsubscribe {
-        edge: 0,
-        source: a,
-        stream: 7,
-    };
-    assert_eq!(pump(&mut edge, &mut core), [released]);
+    edge_hears(&mut edge, &mut core, opened_sym0(0xA, 7), now);
+    edge_hears(&mut edge, &mut core, opened_sym0(0xB, 3), now);
+    assert_eq!(edge_asks(&mut edge, &mut core, now), [unsubscribe(0xA, 7)]);
 }
 
 /// The source's data stops reaching an edge while the edge's requests still reach the
