@@ -29,6 +29,18 @@ pub fn list_segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
+/// Takes `dir` for this process alone: an advisory lock (`flock`) held until the
+/// returned file is closed, by the process or by its death. `Ok(None)`: another process
+/// holds it.
+pub fn lock_dir(dir: &Path) -> std::io::Result<Option<File>> {
+    let file = File::open(dir)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
 /// A whole file.
 pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();

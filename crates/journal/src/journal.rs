@@ -94,6 +94,12 @@ pub enum JournalError {
         /// What does not follow.
         why: String,
     },
+    /// Another process (another node) has the journal open: two writers would write
+    /// over each other's records.
+    #[error(
+        "journal {0}: in use by another process (another node with the same journal directory?)"
+    )]
+    InUse(PathBuf),
     /// A record too large to encode.
     #[error("cannot encode a journal record: {0}")]
     Encode(#[from] tickwire_proto::EncodeError),
@@ -227,6 +233,8 @@ enum Change {
 /// appended records, committed under a sync policy, recovered on open.
 pub struct Journal {
     dir: PathBuf,
+    /// Holds the directory's lock for as long as the journal is open.
+    _lock: std::fs::File,
     opts: JournalOptions,
     seg: SegmentFile,
     /// Seq of the next record appended.
@@ -250,6 +258,11 @@ impl Journal {
     pub fn open(dir: &Path, opts: JournalOptions) -> Result<(Journal, Recovery), JournalError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| JournalError::io("create the directory", dir, e))?;
+        // One writer: a second node on the directory would append at its own idea of the
+        // end, over the first's records (acknowledged posts among them).
+        let lock = files::lock_dir(dir)
+            .map_err(|e| JournalError::io("lock", dir, e))?
+            .ok_or_else(|| JournalError::InUse(dir.to_path_buf()))?;
         let list = files::list_segments(dir).map_err(|e| JournalError::io("list", dir, e))?;
         let mut recovery = Recovery {
             segments: list.len(),
@@ -333,6 +346,7 @@ impl Journal {
         Ok((
             Journal {
                 dir: dir.to_path_buf(),
+                _lock: lock,
                 opts,
                 seg,
                 next_seq,

@@ -92,6 +92,30 @@ fn a_restart_finds_exactly_the_posts_received_and_not_completed() {
     assert_eq!(pending[0].user, "alice");
 }
 
+/// A second writer would append at its own idea of the end of the last segment, over
+/// the first one's records: while a journal is open, opening it again (another node on
+/// the same directory) is refused, and nothing of the first is touched.
+#[test]
+fn a_journal_open_elsewhere_is_not_opened_again() {
+    let dir = TempDir::new("in-use");
+    let f = bid(1);
+    let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Batch)).unwrap();
+    j.received(&post("SYM0", 1, &f), 0).unwrap();
+    j.commit().unwrap();
+    let err = Journal::open(&dir.0, opts(SyncPolicy::Batch))
+        .err()
+        .expect("a journal in use is refused");
+    let text = err.to_string();
+    assert!(text.contains("in use by another process"), "{text}");
+    assert!(text.contains(&dir.0.display().to_string()), "{text}");
+    j.received(&post("SYM0", 2, &f), 0).unwrap();
+    j.commit().unwrap();
+    drop(j);
+    // Closed: it opens, with both records.
+    let (j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Batch)).unwrap();
+    assert_eq!((rec.records, j.pending_count()), (2, 2));
+}
+
 #[test]
 fn each_policy_makes_the_system_calls_it_says() {
     for (policy, syncs) in [
