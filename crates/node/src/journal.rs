@@ -370,7 +370,7 @@ fn run(
                 match inbox.recv_timeout(left) {
                     Ok(r) => r,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        commit(&mut journal, &mut held, &figures);
+                        let _ = commit(&mut journal, &mut held, &figures);
                         waiting_since = None;
                         publish_figures(&journal, &figures, &mut rolls);
                         if !deliver(&mut held, &outbox, &waker) {
@@ -424,14 +424,15 @@ fn run(
                     append_parts(&mut journal, parts, now)
                 }
                 JournalWrite::History(query) => {
-                    // What was appended before it is committed first: a failure there
-                    // fails those records too; one in reading the history only it.
-                    if let Err(e) = journal.commit() {
-                        fail_pending(&mut answers);
-                        answers.push(Answer::History(req.ticket, Err(e.to_string())));
+                    // What was appended before it is committed first, the refreshes and
+                    // updates held from earlier turns too: a failure there fails those
+                    // records (the core hears of them as of any failed commit); one in
+                    // reading the history only it.
+                    answers.splice(0..0, held.drain(..));
+                    if let Err(why) = commit(&mut journal, &mut answers, &figures) {
+                        answers.push(Answer::History(req.ticket, Err(why)));
                         continue;
                     }
-                    settled.append(&mut held);
                     settled.append(&mut answers);
                     let job = match journal.history_source() {
                         Ok(source) => ReplayJob {
@@ -473,7 +474,7 @@ fn run(
             ));
             if always {
                 let last = answers.len() - 1;
-                commit(&mut journal, &mut answers[last..], &figures);
+                let _ = commit(&mut journal, &mut answers[last..], &figures);
                 settled.append(&mut answers);
             }
         }
@@ -486,7 +487,7 @@ fn run(
             let since = *waiting_since.get_or_insert_with(Instant::now);
             if bytes == 0 || awaited || bytes >= ITEMS_BYTES || since.elapsed() >= ITEMS_WAIT {
                 answers.splice(0..0, held.drain(..));
-                commit(&mut journal, &mut answers, &figures);
+                let _ = commit(&mut journal, &mut answers, &figures);
                 waiting_since = None;
             } else {
                 let (items, others): (Vec<Answer>, Vec<Answer>) = answers
@@ -588,21 +589,27 @@ fn append_parts(
     Ok(last)
 }
 
-/// Commits what was appended for `answers`; on failure none of them is kept.
-fn commit(journal: &mut Journal, answers: &mut [Answer], figures: &JournalFigures) {
+/// Commits what was appended for `answers`; on failure none of them is kept (each
+/// says why) and the reason is returned.
+fn commit(
+    journal: &mut Journal,
+    answers: &mut [Answer],
+    figures: &JournalFigures,
+) -> Result<(), String> {
+    // Nothing to write tells nothing of the disk: the last failure stands.
+    if journal.uncommitted().0 == 0 {
+        return Ok(());
+    }
     let result = journal.commit();
     figures
         .last_commit_failed
         .store(result.is_err(), Ordering::Relaxed);
-    if let Err(e) = result {
+    result.map_err(|e| {
         warn!("journal: {e}");
-        fail(answers, &e.to_string());
-    }
-}
-
-/// A history's commit failed: what was appended before it is not kept.
-fn fail_pending(answers: &mut [Answer]) {
-    fail(answers, "the journal's commit failed");
+        let why = e.to_string();
+        fail(answers, &why);
+        why
+    })
 }
 
 fn fail(answers: &mut [Answer], why: &str) {
@@ -670,40 +677,52 @@ mod tests {
     }
 
     const FSIZE_INSIDE: &str = "TICKWIRE_JOURNAL_FSIZE_DIR";
-    const FSIZE_TEST: &str =
-        "journal::tests::a_failed_commit_does_not_refuse_a_post_a_history_committed_before_it";
+
+    /// Runs the test `name` again in a process whose files may not pass 32 KiB
+    /// (`ulimit -f`: a write past it fails, EFBIG, as on a full disk), and checks that it
+    /// passed: `None`. In that process: `Some` (the journal's directory).
+    fn under_a_file_size_limit(name: &str) -> Option<PathBuf> {
+        if let Ok(dir) = std::env::var(FSIZE_INSIDE) {
+            return Some(PathBuf::from(dir));
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "tickwire-journal-fsize-{}-{}",
+            name.rsplit(':').next().unwrap_or(name),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            // Past the limit a write fails (EFBIG) instead of killing the process.
+            .arg("trap '' XFSZ; ulimit -f 64 && exec \"$0\" \"$@\"")
+            .arg(exe)
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(FSIZE_INSIDE, &dir)
+            .output()
+            .expect("runs");
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("1 passed"), "{text}");
+        None
+    }
 
     /// One batch: a post, a history (whose commit writes the post), then a post too large
     /// for the file size the process may write: the last commit fails. The first post is
     /// in the journal (a restart delivers it again), so it must not be refused: it goes
-    /// on to its publisher. Runs itself again under a file size limit (`ulimit -f`).
+    /// on to its publisher.
     #[test]
     fn a_failed_commit_does_not_refuse_a_post_a_history_committed_before_it() {
-        let Ok(dir) = std::env::var(FSIZE_INSIDE) else {
-            let dir =
-                std::env::temp_dir().join(format!("tickwire-journal-fsize-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            let exe = std::env::current_exe().expect("the test binary");
-            let out = std::process::Command::new("sh")
-                .arg("-c")
-                // Past the limit a write fails (EFBIG) instead of killing the process.
-                .arg("trap '' XFSZ; ulimit -f 64 && exec \"$0\" \"$@\"")
-                .arg(exe)
-                .args(["--exact", FSIZE_TEST, "--nocapture", "--test-threads=1"])
-                .env(FSIZE_INSIDE, &dir)
-                .output()
-                .expect("runs");
-            let _ = std::fs::remove_dir_all(&dir);
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{text}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(text.contains("1 passed"), "{text}");
+        let Some(dir) = under_a_file_size_limit(
+            "journal::tests::a_failed_commit_does_not_refuse_a_post_a_history_committed_before_it",
+        ) else {
             return;
         };
-        let dir = PathBuf::from(dir);
         let opts = JournalOptions {
             sync: SyncPolicy::Batch,
             segment_bytes: 1 << 20,
@@ -763,5 +782,80 @@ mod tests {
             "post 1 is in the journal, yet refused: {:?}",
             kept[&1]
         );
+    }
+
+    /// Refreshes and updates wait, uncommitted, for more to share their commit; a
+    /// replay's question commits them first. When that commit fails (a full disk) they
+    /// are lost, and the core must hear of it as of any failed commit (counted, logged:
+    /// the history has a gap), and the node's readiness must show the failure.
+    #[test]
+    fn updates_a_replays_commit_cannot_keep_are_reported_as_not_kept() {
+        let Some(dir) = under_a_file_size_limit(
+            "journal::tests::updates_a_replays_commit_cannot_keep_are_reported_as_not_kept",
+        ) else {
+            return;
+        };
+        let (journal, _) = Journal::open(&dir, JournalOptions::default()).expect("opens");
+        let fields = encode_field_list([(22, Value::Int(1))]);
+        let (tx, inbox) = mpsc::channel();
+        // A whole batch of updates, 400 KB: more than the file may hold, less than what
+        // commits at once. They wait for more...
+        for seq in 1..=MAX_BATCH as u32 {
+            let mut parts = vec![0; 4];
+            ItemMessage {
+                service: "FEED",
+                item: "SYM1",
+                seq,
+                refresh: false,
+                update_type: 0,
+                fields: FieldList::from_trusted(&fields),
+            }
+            .encode_part(&mut parts)
+            .expect("encodes");
+            let len = (parts.len() - 4) as u32;
+            parts[..4].copy_from_slice(&len.to_be_bytes());
+            tx.send(JournalRequest {
+                ticket: 0,
+                write: JournalWrite::ItemMessages { parts, count: 1 },
+            })
+            .expect("sends");
+        }
+        // ...and the next batch, a replay's question, commits them first.
+        tx.send(JournalRequest {
+            ticket: 1,
+            write: JournalWrite::History(tickwire_journal::HistoryQuery {
+                service: "FEED".into(),
+                item: "SYM1".into(),
+                from: tickwire_proto::ReplayFrom::Seq(1),
+                until: MAX_BATCH as u32,
+                max: 10,
+                max_bytes: 1 << 20,
+            }),
+        })
+        .expect("sends");
+        drop(tx);
+        let (outbox, answers) = mpsc::channel();
+        let poll = mio::Poll::new().expect("poll");
+        let waker = Arc::new(Waker::new(poll.registry(), mio::Token(0)).expect("waker"));
+        let figures = Arc::new(JournalFigures::default());
+        run(journal, inbox, outbox, waker, figures.clone());
+        let answers: Vec<Answer> = answers.try_iter().collect();
+        assert!(
+            answers
+                .iter()
+                .any(|a| matches!(a, Answer::History(1, Err(_)))),
+            "the replay is refused"
+        );
+        let lost = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Kept(0, Err(_))))
+            .count();
+        assert!(lost > 0, "the updates lost are not reported");
+        assert!(
+            figures.last_commit_failed.load(Ordering::Relaxed),
+            "the failed commit is not shown"
+        );
+        let (_, recovery) = Journal::open(&dir, JournalOptions::default()).expect("reopens");
+        assert_eq!(recovery.records, 0, "the updates were lost");
     }
 }
