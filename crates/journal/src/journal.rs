@@ -453,7 +453,7 @@ impl Journal {
     /// policy is `never`, syncs it. On `Ok` every record appended so far is in the
     /// journal. On `Err` none of those since the last commit is: a failed write is cut
     /// back off the file (the journal goes on, e.g. once a full disk has room again); a
-    /// failed sync puts the journal out of service.
+    /// failed sync cuts them back off too and puts the journal out of service.
     pub fn commit(&mut self) -> Result<(), JournalError> {
         if let Some(why) = &self.failed {
             return Err(JournalError::Failed(why.clone()));
@@ -473,7 +473,13 @@ impl Journal {
         if self.opts.sync != SyncPolicy::Never {
             if let Err(e) = self.seg.sync(&mut self.stats.syscalls) {
                 let err = JournalError::io("sync", &self.seg.path, e);
-                self.failed = Some(err.to_string());
+                // Refused, so cut back off as after a failed write: left in the file, a
+                // restart would find them and deliver posts their posters were told
+                // were not kept.
+                self.failed = Some(match self.seg.truncate(before) {
+                    Ok(()) => err.to_string(),
+                    Err(t) => format!("{err}; and cutting it back failed: {t}"),
+                });
                 self.abandon();
                 return Err(err);
             }
