@@ -11,12 +11,14 @@
 # - nats-server: the peer `tickwire bench peers` measures beside Tickwire (only the lab
 #   runs it; without it that scenario says so and the rest of the lab runs);
 # - uftp and rsync: the peers `tickwire bench files` measures beside Tickwire (the
-#   one-to-many and the one-to-one file transfer; without them their rows say so).
+#   one-to-many and the one-to-one file transfer; without them their rows say so);
+# - e2fsprogs and mount (mkfs.ext4, losetup): the journal's failed-sync test makes a
+#   small ext4 on a loop device (both are part of every Debian system; listed so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in clang libclang-dev uuid-dev libbsd-dev pkg-config python3-venv nats-server iproute2 uftp rsync; do
+for pkg in clang libclang-dev uuid-dev libbsd-dev pkg-config python3-venv nats-server iproute2 uftp rsync e2fsprogs mount; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
