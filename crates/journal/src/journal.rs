@@ -523,10 +523,15 @@ impl Journal {
         // per segment, or a crash of the machine could keep the next segment (its header
         // is synced) and lose this one's last records, a gap that makes the journal
         // refuse to open.
+        // A failed sync puts the journal out of service, as a commit's does: the
+        // records it was to make durable were acknowledged, and may never reach the
+        // disk (the kernel may drop pages it failed to write back), so no more are.
         if self.opts.sync == SyncPolicy::Never {
-            self.seg
-                .sync(&mut self.stats.syscalls)
-                .map_err(|e| JournalError::io("sync", &self.seg.path, e))?;
+            if let Err(e) = self.seg.sync(&mut self.stats.syscalls) {
+                let err = JournalError::io("sync", &self.seg.path, e);
+                self.failed = Some(err.to_string());
+                return Err(err);
+            }
         }
         match create_segment(&self.dir, self.next_seq, &mut self.stats.syscalls) {
             Ok(seg) => {

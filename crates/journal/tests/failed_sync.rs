@@ -1,6 +1,6 @@
 //! A sync that fails: an ext4 file system on a loop device whose backing file sits on a
 //! full tmpfs, so writes reach the page cache and `fdatasync` fails (as a failing or
-//! thinly provisioned disk does). This test runs itself again inside a mount namespace
+//! thinly provisioned disk does). Each test runs itself again inside a mount namespace
 //! (`unshare -m`, root, loop devices, mkfs.ext4), where it mounts them.
 
 use std::path::{Path, PathBuf};
@@ -9,7 +9,6 @@ use tickwire_journal::{Journal, JournalOptions, Received, SyncPolicy};
 use tickwire_proto::{encode_field_list, FieldList, Value};
 
 const INSIDE: &str = "TICKWIRE_JOURNAL_FAILED_SYNC_DIR";
-const TEST: &str = "posts_a_failed_sync_refused_are_not_delivered_again_after_a_restart";
 
 fn opts() -> JournalOptions {
     JournalOptions {
@@ -18,21 +17,36 @@ fn opts() -> JournalOptions {
     }
 }
 
-/// Inside the namespace: `dir` is the tmpfs, `dir/fs` the ext4 file system on it.
-fn with_a_failing_sync(dir: &Path) {
-    let journal = dir.join("fs/journal");
-    let small = encode_field_list([(22, Value::Int(1))]);
-    // Large posts: each needs blocks of the file system the full tmpfs cannot back.
-    let text = "x".repeat(60_000);
-    let large = encode_field_list([(25, Value::Ascii(&text))]);
-    let post = |post_id, fields| Received {
+/// Fills the tmpfs under the file system: from now on its syncs fail.
+fn fill(dir: &Path) {
+    let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
+    let chunk = vec![7u8; 4096];
+    while std::io::Write::write_all(&mut filler, &chunk).is_ok() {}
+}
+
+/// A post of `fields` to FEED/SYM0.
+fn post(post_id: u32, fields: &[u8]) -> Received<'_> {
+    Received {
         service: "FEED",
         item: "SYM0",
         user: "alice",
         post_id,
         image: false,
         fields: FieldList::decode(fields).unwrap(),
-    };
+    }
+}
+
+/// Large posts: each needs blocks of the file system the full tmpfs cannot back.
+fn large() -> Vec<u8> {
+    let text = "x".repeat(60_000);
+    encode_field_list([(25, Value::Ascii(&text))])
+}
+
+/// Inside the namespace: `dir` is the tmpfs, `dir/fs` the ext4 file system on it.
+fn refused_posts_stay_refused(dir: &Path) {
+    let journal = dir.join("fs/journal");
+    let small = encode_field_list([(22, Value::Int(1))]);
+    let large = large();
     let (mut j, _) = Journal::open(&journal, opts()).unwrap();
     let mut kept = Vec::new();
     for post_id in 0..4 {
@@ -40,11 +54,7 @@ fn with_a_failing_sync(dir: &Path) {
         j.commit().unwrap();
         kept.push(post_id);
     }
-    // Fill the tmpfs under the file system.
-    let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
-    let chunk = vec![7u8; 4096];
-    while std::io::Write::write_all(&mut filler, &chunk).is_ok() {}
-    drop(filler);
+    fill(dir);
     let mut refused = None;
     for post_id in 4..64 {
         j.received(&post(post_id, &large), 0).unwrap();
@@ -73,14 +83,57 @@ fn with_a_failing_sync(dir: &Path) {
     );
 }
 
+/// With `never`, the one sync a segment gets (as the next one starts) fails: the
+/// journal is out of service, as after a commit's failed sync. It was counted as a roll
+/// that could not be made, and tried again, while the posts went on being acknowledged.
+fn a_failed_sync_at_a_segments_end(dir: &Path) {
+    let opts = JournalOptions {
+        sync: SyncPolicy::Never,
+        segment_bytes: 256 * 1024,
+    };
+    let (mut j, _) = Journal::open(&dir.join("fs/journal"), opts).unwrap();
+    fill(dir);
+    let large = large();
+    let mut refused = None;
+    for post_id in 0..400 {
+        // (Out of service, the journal takes no record either.)
+        let kept = j.received(&post(post_id, &large), 0).and_then(|_| j.commit());
+        if let Err(e) = kept {
+            refused = Some(e.to_string());
+            break;
+        }
+    }
+    let refused = refused.expect("the journal went on after its sync failed");
+    assert!(refused.contains("cannot sync"), "{refused}");
+}
+
 #[test]
 fn posts_a_failed_sync_refused_are_not_delivered_again_after_a_restart() {
+    in_a_namespace_with_a_failing_sync(
+        "posts_a_failed_sync_refused_are_not_delivered_again_after_a_restart",
+        refused_posts_stay_refused,
+    );
+}
+
+#[test]
+fn a_failed_sync_at_a_segments_end_puts_a_never_syncing_journal_out_of_service() {
+    in_a_namespace_with_a_failing_sync(
+        "a_failed_sync_at_a_segments_end_puts_a_never_syncing_journal_out_of_service",
+        a_failed_sync_at_a_segments_end,
+    );
+}
+
+/// Runs this file's test `test` again inside a mount namespace with a failing sync
+/// under `DIR/fs`, where `inside(DIR)` is its body.
+fn in_a_namespace_with_a_failing_sync(test: &str, inside: fn(&Path)) {
     if let Ok(dir) = std::env::var(INSIDE) {
-        with_a_failing_sync(Path::new(&dir));
+        inside(Path::new(&dir));
         return;
     }
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("tickwire-journal-sync-{}", std::process::id()));
+    let dir: PathBuf = std::env::temp_dir().join(format!(
+        "tickwire-journal-sync-{}-{test}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().unwrap();
     // The loop device is let go when the namespace's mount goes (`-o loop` autoclear).
@@ -88,7 +141,7 @@ fn posts_a_failed_sync_refused_are_not_delivered_again_after_a_restart() {
         "mount -t tmpfs -o size=4m tmpfs '{d}' && truncate -s 32M '{d}/img' \
          && mkfs.ext4 -q -F -O ^has_journal -b 1024 '{d}/img' && mkdir '{d}/fs' \
          && mount -o loop,errors=continue '{d}/img' '{d}/fs' \
-         && exec '{}' --exact {TEST} --nocapture",
+         && exec '{}' --exact {test} --nocapture",
         exe.display(),
         d = dir.display(),
     );
