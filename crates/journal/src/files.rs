@@ -48,6 +48,26 @@ pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Creates `dir` and the parents it lacks, each made durable in its parent as it is
+/// made: a crash of the machine could otherwise lose a new journal's directory, and the
+/// segments synced inside it with it.
+pub fn create_dir_durably(dir: &Path, counts: &mut SyscallCounts) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    create_dir_durably(parent, counts)?;
+    match std::fs::create_dir(dir) {
+        Ok(()) => sync_dir(parent, counts),
+        // Made meanwhile by another: its maker syncs it.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Makes a directory's entries (a new segment) durable.
 pub fn sync_dir(dir: &Path, counts: &mut SyscallCounts) -> std::io::Result<()> {
     counts.syncs += 1;

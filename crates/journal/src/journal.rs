@@ -256,7 +256,8 @@ impl Journal {
     /// segment is read and checked, a torn last record is cut off, the posts received
     /// and not completed are found. Corruption anywhere else is an error.
     pub fn open(dir: &Path, opts: JournalOptions) -> Result<(Journal, Recovery), JournalError> {
-        std::fs::create_dir_all(dir)
+        let mut counts = SyscallCounts::default();
+        files::create_dir_durably(dir, &mut counts)
             .map_err(|e| JournalError::io("create the directory", dir, e))?;
         // One writer: a second node on the directory would append at its own idea of the
         // end, over the first's records (acknowledged posts among them).
@@ -270,7 +271,6 @@ impl Journal {
         };
         let mut pending: BTreeMap<u64, PendingPost> = BTreeMap::new();
         let mut next_seq = 1u64;
-        let mut counts = SyscallCounts::default();
         let mut last: Option<(PathBuf, u64)> = None;
         for (i, (first, path)) in list.iter().enumerate() {
             let is_last = i + 1 == list.len();

@@ -92,6 +92,27 @@ fn a_restart_finds_exactly_the_posts_received_and_not_completed() {
     assert_eq!(pending[0].user, "alice");
 }
 
+/// A journal opened in a directory that does not exist yet makes it, and each parent
+/// it lacks, durable in its parent (a sync of the parent per directory made): a crash of
+/// the machine must not lose the directory, and the synced segments in it.
+#[test]
+fn the_directories_a_new_journal_makes_are_synced_into_their_parents() {
+    let base = TempDir::new("new-dirs");
+    std::fs::create_dir_all(&base.0).unwrap();
+    let syncs = |dir: &Path| {
+        let (j, _) = Journal::open(dir, opts(SyncPolicy::Batch)).unwrap();
+        j.stats().syscalls.syncs
+    };
+    let there = base.0.join("there");
+    std::fs::create_dir_all(&there).unwrap();
+    let in_existing = syncs(&there);
+    let made = syncs(&base.0.join("a/b/journal"));
+    assert_eq!(made, in_existing + 3, "a, b and journal each synced in");
+    // Opened again, as an existing journal is: no directory is made.
+    let again = syncs(&base.0.join("a/b/journal"));
+    assert_eq!(again, syncs(&there), "opened again");
+}
+
 /// A second writer would append at its own idea of the end of the last segment, over
 /// the first one's records: while a journal is open, opening it again (another node on
 /// the same directory) is refused, and nothing of the first is touched.

@@ -97,7 +97,9 @@ fn a_failed_sync_at_a_segments_end(dir: &Path) {
     let mut refused = None;
     for post_id in 0..400 {
         // (Out of service, the journal takes no record either.)
-        let kept = j.received(&post(post_id, &large), 0).and_then(|_| j.commit());
+        let kept = j
+            .received(&post(post_id, &large), 0)
+            .and_then(|_| j.commit());
         if let Err(e) = kept {
             refused = Some(e.to_string());
             break;
