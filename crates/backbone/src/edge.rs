@@ -150,11 +150,16 @@ struct EdgeItem {
     /// subscriber joining), not answered yet. Updates keep flowing to the subscribers
     /// in step meanwhile; the source's image goes to the core for the new one.
     image_asked: Option<Instant>,
-    /// A source the item was asked of and moved away from before it answered: its
-    /// Opened, when it comes, is answered with an Unsubscribe (it would keep the stream
-    /// for as long as this edge runs).
-    left_unanswered: Option<u64>,
+    /// Sources the item was asked of and moved away from before they answered (the
+    /// latest [`MAX_LEFT_UNANSWERED`]): an Opened of one, when it comes, is answered with
+    /// an Unsubscribe (it would keep the stream for as long as this edge runs).
+    left_unanswered: Vec<u64>,
 }
+
+/// Sources an item remembers having left unanswered (bounded: an item moves only when its
+/// service goes down at its source). One moved on more often before any answered leaves
+/// the oldest's stream running there, unwanted, for as long as this edge runs.
+const MAX_LEFT_UNANSWERED: usize = 4;
 
 /// The edge role without I/O: takes from the backbone what the node's subscribers
 /// want, as an in-process publisher of the sources' services in the node's core.
@@ -385,8 +390,8 @@ impl Edge {
                     return;
                 };
                 if it.source != Some(source) || !matches!(it.phase, Phase::Waiting { .. }) {
-                    if it.left_unanswered == Some(source) {
-                        it.left_unanswered = None;
+                    if let Some(i) = it.left_unanswered.iter().position(|&s| s == source) {
+                        it.left_unanswered.swap_remove(i);
                         self.control.push(&BackboneMessage::Unsubscribe {
                             edge: self.id,
                             source,
@@ -814,14 +819,17 @@ impl Edge {
                         }
                     }
                     // Asked and not answered yet: its answer is turned down when it comes.
-                    (Some(old), None) if old != src => it.left_unanswered = Some(old),
+                    (Some(old), None) if old != src && !it.left_unanswered.contains(&old) => {
+                        if it.left_unanswered.len() >= MAX_LEFT_UNANSWERED {
+                            it.left_unanswered.remove(0);
+                        }
+                        it.left_unanswered.push(old);
+                    }
                     _ => {}
                 }
                 // Asked again where it was once left: that source's answers are wanted
                 // again (turning one down would unsubscribe the stream the item uses).
-                if it.left_unanswered == Some(src) {
-                    it.left_unanswered = None;
-                }
+                it.left_unanswered.retain(|&s| s != src);
                 it.source = Some(src);
                 it.phase = Phase::Waiting { since: now };
                 // Its image, when it comes, goes to every subscriber (a re-image).
@@ -1082,7 +1090,7 @@ impl Edge {
                     imaged: false,
                     seq: 0,
                     image_asked: None,
-                    left_unanswered: None,
+                    left_unanswered: Vec::new(),
                 },
             );
             self.route(core, sid, now);

@@ -1001,6 +1001,34 @@ fn an_opened_from_a_source_the_item_left_before_it_answered_is_unsubscribed() {
     assert_eq!(edge_asks(&mut edge, &mut core, now), []);
 }
 
+/// The item moves twice before any source answered (A, then B, then C): the Opened of
+/// each source it left is turned down. The edge remembered only the last one it left,
+/// and A kept its stream for as long as the edge ran.
+#[test]
+fn an_item_moved_twice_before_any_answer_turns_down_both_sources_it_left() {
+    use crate::wire::BackboneMessage;
+    let now = Instant::now();
+    let (mut core, mut edge) = sym0_moved_from_a_to_b(now);
+    let beat = BackboneMessage::Heartbeat {
+        source: 0xC,
+        name: "c",
+        directory_version: 1,
+    };
+    edge_hears(&mut edge, &mut core, beat, now);
+    let up = feed_directory(0xC, 1, ServiceState::Up);
+    edge_hears(&mut edge, &mut core, up, now);
+    let down = feed_directory(0xB, 2, ServiceState::Down);
+    edge_hears(&mut edge, &mut core, down, now);
+    assert_eq!(edge_asks(&mut edge, &mut core, now), [subscribe_of(0xC)]);
+    edge_hears(&mut edge, &mut core, opened_sym0(0xA, 7), now);
+    edge_hears(&mut edge, &mut core, opened_sym0(0xB, 5), now);
+    edge_hears(&mut edge, &mut core, opened_sym0(0xC, 3), now);
+    assert_eq!(
+        edge_asks(&mut edge, &mut core, now),
+        [unsubscribe(0xA, 7), unsubscribe(0xB, 5)]
+    );
+}
+
 /// An edge hearing sources A (0xA) and B (0xB), both with FEED up, whose core has a
 /// subscriber of SYM0: asked of A, then of B once A's FEED went down (A not answered).
 fn sym0_moved_from_a_to_b(now: Instant) -> (Node, Edge) {
