@@ -155,7 +155,23 @@ pub struct SubscriberSession {
     /// Ids of ended streams to hand out again (`reuse_stream_ids`); `None`: every id
     /// is new.
     ids: Option<IdPool>,
+    /// The connection's whole first directory: its fence Ping not sent yet, sent, or
+    /// answered ([`SubscriberSession::directory_whole`]).
+    directory_fence: Fence,
 }
+
+/// Where a connection's fence for its first directory stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fence {
+    NotSent,
+    Sent,
+    Answered,
+}
+
+/// The token of the Ping sent once logged in: the node answers a Ping after all it
+/// sent before reading it, its whole directory of the login among it. (0 is the
+/// heartbeat's; stream id fences count up from 1.)
+const DIRECTORY_FENCE: u64 = u64::MAX;
 
 impl SubscriberSession {
     /// A session with no connection yet: the driver connects when
@@ -173,6 +189,7 @@ impl SubscriberSession {
             held: Vec::new(),
             held_look: false,
             ids: None,
+            directory_fence: Fence::NotSent,
         }
     }
 
@@ -191,6 +208,7 @@ impl SubscriberSession {
         self.link.connecting(now)?;
         self.recover.clear(); // everything is requested again
         self.directory.clear(); // the node's directory follows its welcome
+        self.directory_fence = Fence::NotSent;
         if let Some(ids) = self.ids.as_mut() {
             ids.new_connection();
         }
@@ -245,6 +263,14 @@ impl SubscriberSession {
     /// The connection, while there is one (logged in or not yet).
     pub fn connection(&mut self) -> Option<&mut Connection> {
         self.link.connection()
+    }
+
+    /// The node's whole directory of this connection's login has come (it may come in
+    /// several Directory messages: thousands of services): a service not in
+    /// [`SubscriberSession::directory`] now is not the node's. False until then, and
+    /// again from each new connection.
+    pub fn directory_whole(&self) -> bool {
+        self.directory_fence == Fence::Answered
     }
 
     /// Services and their state, as the node's directory messages left them.
@@ -482,6 +508,7 @@ impl SubscriberSession {
             recover_at: now + recover_delay,
             ids: self.ids.as_mut(),
             directory_changed: &mut self.held_look,
+            directory_fence: &mut self.directory_fence,
         };
         // Pings are answered after the frames (which borrow the connection's input).
         let mut pings = Vec::new();
@@ -493,6 +520,10 @@ impl SubscriberSession {
         }
         if let Some(token) = self.ids.as_mut().and_then(|ids| ids.fence_due()) {
             conn.writer().push(&Message::Ping(token))?;
+        }
+        if self.directory_fence == Fence::NotSent && conn.session().is_some() {
+            conn.writer().push(&Message::Ping(DIRECTORY_FENCE))?;
+            self.directory_fence = Fence::Sent;
         }
         conn.check_output()?;
         if conn.session().is_some() {
@@ -622,6 +653,7 @@ struct Ctx<'s> {
     ids: Option<&'s mut IdPool>,
     /// Set when a Directory comes.
     directory_changed: &'s mut bool,
+    directory_fence: &'s mut Fence,
 }
 
 impl Ctx<'_> {
@@ -780,6 +812,7 @@ fn handle_payload(
                 n += 1;
             }
             Message::Ping(t) => pings.push(t),
+            Message::Pong(DIRECTORY_FENCE) => *ctx.directory_fence = Fence::Answered,
             Message::Pong(t) => {
                 if let Some(ids) = ctx.ids.as_deref_mut() {
                     ids.pong(t);

@@ -121,8 +121,10 @@ pub struct Relay {
     /// What the core has been told: service -> state.
     announced: BTreeMap<String, ServiceState>,
     to_core: Vec<u8>,
-    /// The next directory is the first of a new connection: the whole directory.
-    first_directory: bool,
+    /// While the first directory of a new connection is read: the names it has listed
+    /// so far. It may come in several messages (a directory of thousands of services),
+    /// read in several polls, until the session says it is whole.
+    first_directory: Option<std::collections::HashSet<String>>,
     /// Posts sent upstream, waiting for their answer.
     posts: UpstreamPosts,
     /// File-transfer messages from the upstream, for the node's files thread, and
@@ -190,7 +192,7 @@ impl Relay {
             above: NodePath::default(),
             announced: BTreeMap::new(),
             to_core: Vec::new(),
-            first_directory: false,
+            first_directory: None,
             posts: UpstreamPosts::default(),
             files_in: Vec::new(),
             files_in_bytes: 0,
@@ -253,7 +255,7 @@ impl Relay {
     /// The caller opened a socket to an upstream: the Login is queued.
     pub fn connecting(&mut self, now: Instant) {
         self.stats.connections += 1;
-        self.first_directory = true;
+        self.first_directory = Some(Default::default());
         if let Err(e) = self.session.connecting(now) {
             warn!("upstream: cannot start a login: {e}");
         }
@@ -432,33 +434,33 @@ impl Relay {
                 self.by_up.remove(link.up);
             }
         }
-        if !directory.is_empty() {
-            if std::mem::take(&mut self.first_directory) {
-                if !directory.iter().any(|(n, _)| n == NODE_SERVICE) {
-                    warn!(
-                        "upstream: {} does not let user {:?} read its {NODE_SERVICE} service, \
+        if let Some(listed) = self.first_directory.as_mut() {
+            listed.extend(directory.iter().map(|(n, _)| n.clone()));
+        }
+        let whole = self.session.directory_whole();
+        if let Some(listed) = self.first_directory.take_if(|_| whole) {
+            if !listed.contains(NODE_SERVICE) {
+                warn!(
+                    "upstream: {} does not let user {:?} read its {NODE_SERVICE} service, \
                          where a node says which nodes feed it: a loop through this link \
                          cannot be seen and refused (give the user subscribe = \
                          [\"{NODE_SERVICE}\", ...] in the upstream's users file)",
-                        self.upstream_name().unwrap_or("the upstream"),
-                        self.cfg.user
-                    );
-                }
-                // A new upstream (or the same one restarted) may lack services the
-                // last one had: for this node it removed them (they go down, and
-                // leave after the retention time unless it announces them again).
-                // (A set of the names: a directory and the services held may each
-                // be thousands long.)
-                let listed: std::collections::HashSet<&str> =
-                    directory.iter().map(|(n, _)| n.as_str()).collect();
-                let lacking: Vec<(String, ServiceState)> = self
-                    .announced
-                    .keys()
-                    .filter(|name| !listed.contains(name.as_str()))
-                    .map(|name| (name.clone(), ServiceState::Removed))
-                    .collect();
-                directory.extend(lacking);
+                    self.upstream_name().unwrap_or("the upstream"),
+                    self.cfg.user
+                );
             }
+            // A new upstream (or the same one restarted) may lack services the
+            // last one had: for this node it removed them (they go down, and
+            // leave after the retention time unless it announces them again).
+            let lacking: Vec<(String, ServiceState)> = self
+                .announced
+                .keys()
+                .filter(|name| !listed.contains(name.as_str()))
+                .map(|name| (name.clone(), ServiceState::Removed))
+                .collect();
+            directory.extend(lacking);
+        }
+        if !directory.is_empty() {
             self.directory_changed(core, directory, now);
         }
         res?;

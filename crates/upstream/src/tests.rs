@@ -953,3 +953,82 @@ fn services_not_chosen_are_not_counted_as_left_out_past_the_limit() {
     assert_eq!(t.down.services(), [("FEED".to_string(), true)]);
     assert_eq!(t.relay.stats().services_left_out, 0);
 }
+
+/// An upstream with more services than one frame holds: its directory at a login comes
+/// in several frames, which the link may read in several polls. The services of the
+/// later frames are not taken for removed at the first (they went down, and their
+/// subscribers were told the upstream had removed them, until the next poll).
+#[test]
+fn a_first_directory_read_in_parts_takes_nothing_it_lists_later_for_removed() {
+    let mut t = Tree::new(None);
+    let names: Vec<String> = (0..2_500).map(|i| format!("S{i:0>99}")).collect();
+    for part in names.chunks(400) {
+        let services = part
+            .iter()
+            .map(|name| ServiceEntry {
+                name,
+                state: ServiceState::Up,
+                interactive: false,
+                item_count: 0,
+            })
+            .collect();
+        let directory = Message::Directory(Directory { services });
+        send(&mut t.up, t.publisher, &[directory], t.now);
+    }
+    // A link that takes them all.
+    t.down = Node::new(
+        CoreConfig {
+            node_id: NODE_ID,
+            ..CoreConfig::default()
+        },
+        t.now,
+    );
+    let cfg = RelayConfig {
+        node_id: NODE_ID,
+        node_name: "down".into(),
+        max_services: 10_000,
+        ..RelayConfig::default()
+    };
+    t.relay = Relay::start(&mut t.down, cfg, t.now);
+    t.link_up();
+    let last = (names.last().unwrap().clone(), true);
+    assert!(t.down_services().contains(&last));
+
+    // The link is lost, and connects again to the same upstream.
+    t.lose_link();
+    t.now += Duration::from_millis(100);
+    t.connect();
+    let link = t.link.unwrap();
+    t.relay.pump(&mut t.down, t.now);
+    let login = t.relay.connection().unwrap().transmit().to_vec();
+    t.relay.connection().unwrap().sent(login.len(), t.now);
+    t.to_up.extend(&login);
+    while let Some(f) = t.to_up.next_frame().unwrap() {
+        let f = f.to_vec();
+        t.up.on_frame(link, &f, t.now);
+    }
+    let w = t.up.output(link).unwrap();
+    let bytes = w.sealed_bytes().to_vec();
+    w.consume(bytes.len());
+    // Its first frame (the Welcome and the directory's first messages), read alone.
+    let first = 4 + u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let later = &bytes[first..];
+    assert!(
+        later.windows(100).any(|w| w == last.0.as_bytes()),
+        "the last service comes in a later frame"
+    );
+    t.relay
+        .connection()
+        .unwrap()
+        .receive(&bytes[..first], t.now);
+    t.relay.poll(&mut t.down, t.now).unwrap();
+    assert!(
+        t.down_services().contains(&last),
+        "a service of the directory's later frames is still up after its first"
+    );
+    t.relay.connection().unwrap().receive(later, t.now);
+    t.settle().unwrap();
+    let services = t.down_services();
+    assert!(services.contains(&last));
+    assert!(services.iter().all(|(_, up)| *up), "every service is up");
+}
