@@ -187,6 +187,36 @@ fn start_nodes(args: &DemoArgs) -> Result<Nodes> {
     })
 }
 
+/// How long the feed may take to reach the board's node.
+const START_WAIT: Duration = Duration::from_secs(20);
+
+/// Waits until the feed is ready and the board's node has its service up: Ok(true);
+/// Ok(false) when `stop` is set first (Ctrl-C or SIGTERM while starting).
+fn wait_for_feed(
+    sub: &mut Subscriber,
+    feed_ready: &AtomicBool,
+    feed_gone: impl Fn() -> bool,
+    stop: &AtomicBool,
+    within: Duration,
+) -> Result<bool> {
+    let wait_until = Instant::now() + within;
+    while !feed_ready.load(Ordering::SeqCst)
+        || sub.directory().get("FEED") != Some(&ServiceState::Up)
+    {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        if Instant::now() >= wait_until || feed_gone() {
+            anyhow::bail!(
+                "the demo feed did not reach the board's node within {} s",
+                within.as_secs()
+            );
+        }
+        sub.dispatch(Duration::from_millis(20), |_| {})?;
+    }
+    Ok(true)
+}
+
 #[derive(Default, Clone)]
 struct Row {
     name: String,
@@ -275,14 +305,14 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
     // Subscribe once the feed has published its images (a request for an item a
     // non-interactive service does not have is closed at once) and the board's node
     // has the service (an edge learns it from the backbone).
-    let wait_until = Instant::now() + Duration::from_secs(20);
-    while !feed_ready.load(Ordering::SeqCst)
-        || sub.directory().get("FEED") != Some(&ServiceState::Up)
-    {
-        if Instant::now() >= wait_until || feed.is_finished() {
-            anyhow::bail!("the demo feed did not reach the board's node within 20 s");
-        }
-        sub.dispatch(Duration::from_millis(20), |_| {})?;
+    if !wait_for_feed(
+        &mut sub,
+        &feed_ready,
+        || feed.is_finished(),
+        &stop,
+        START_WAIT,
+    )? {
+        return Ok(()); // stopped while starting: nothing to show
     }
     for r in &rows {
         sub.subscribe("FEED", &r.name, RequestOptions::default())?;
@@ -496,5 +526,32 @@ fn command_name() -> String {
         "tickwire".into()
     } else {
         exe.display().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ctrl-C or SIGTERM while the demo starts ends the wait for the feed at once: it
+    /// was not looked at until the feed reached the board or 20 s had passed, and then
+    /// the demo failed ("did not reach the board's node").
+    #[test]
+    fn a_stop_while_starting_ends_the_wait_for_the_feed() {
+        let mut cfg = NodeConfig::default();
+        cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.node.stats_interval_s = 0;
+        let node = NodeServer::spawn(cfg).expect("node");
+        let mut sub = Subscriber::connect(ConnectOptions::new(node.addr.to_string())).unwrap();
+        // No feed ever comes; the signal has.
+        let stop = AtomicBool::new(true);
+        let waited = wait_for_feed(
+            &mut sub,
+            &AtomicBool::new(false),
+            || false,
+            &stop,
+            Duration::from_secs(10),
+        );
+        assert!(matches!(waited, Ok(false)), "{waited:?}");
     }
 }
