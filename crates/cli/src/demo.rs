@@ -4,6 +4,7 @@
 //! dashboard. `--single`: one node, no backbone.
 
 use crate::publish::{run_feed, PublishArgs};
+use crate::stdout::{quiet_if_gone, reader_gone};
 use anyhow::{Context, Result};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -324,31 +325,31 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         .duration
         .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
     let mut out = std::io::stdout().lock();
-    if tty {
-        write!(out, "\x1b[?25l\x1b[2J")?;
-    } else {
-        let topology = match &nodes.board {
-            Some(_) => format!(
-                "source node on {addr} (the feed), edges on {board_addr} (the board) and {}, on the backbone",
-                nodes.others.iter().map(|n| n.addr.to_string()).collect::<Vec<_>>().join(", ")
-            ),
-            None => format!("node on {addr}"),
-        };
-        let all: Vec<String> = dashboards.iter().map(|(n, u)| format!("{n} {u}")).collect();
-        let cmd = command_name();
-        writeln!(
-            out,
-            "tickwire demo: {topology}, {} items at {} updates/s; try `{cmd} subscribe --node {board_addr} SYM0`; dashboard {dashboard} (dashboards: {})",
-            args.items,
-            args.rate,
-            all.join(", ")
-        )?;
-    }
     let mut received: u64 = 0;
     let mut next_draw = start;
     let mut last_count = 0u64;
     let mut last_draw = start;
     let result: Result<()> = (|| {
+        if tty {
+            write!(out, "\x1b[?25l\x1b[2J")?;
+        } else {
+            let topology = match &nodes.board {
+                Some(_) => format!(
+                    "source node on {addr} (the feed), edges on {board_addr} (the board) and {}, on the backbone",
+                    nodes.others.iter().map(|n| n.addr.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+                None => format!("node on {addr}"),
+            };
+            let all: Vec<String> = dashboards.iter().map(|(n, u)| format!("{n} {u}")).collect();
+            let cmd = command_name();
+            writeln!(
+                out,
+                "tickwire demo: {topology}, {} items at {} updates/s; try `{cmd} subscribe --node {board_addr} SYM0`; dashboard {dashboard} (dashboards: {})",
+                args.items,
+                args.rate,
+                all.join(", ")
+            )?;
+        }
         while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
             if feed.is_finished() {
                 anyhow::bail!("the demo feed stopped unexpectedly");
@@ -411,8 +412,13 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         }
         Ok(())
     })();
+    // A reader that stopped reading (`| head`) ends the demo as Ctrl-C does.
+    let result = match result {
+        Err(e) if e.downcast_ref().is_some_and(reader_gone) => Ok(()),
+        r => r,
+    };
     if tty {
-        write!(out, "\x1b[?25h")?;
+        quiet_if_gone(write!(out, "\x1b[?25h"))?;
     }
     if std::env::var_os("TICKWIRE_LOG").is_none() {
         crate::logger::set_level(log::LevelFilter::Error); // the feed leaving is expected now
@@ -439,11 +445,11 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
     result?;
     let sent = sent?;
     let fanned = board_stats.as_ref().unwrap_or(&feed_stats).updates_out;
-    writeln!(
+    quiet_if_gone(writeln!(
         out,
         "tickwire demo finished after {:.1} s: feed sent {sent} updates, the board's node fanned out {fanned}, board received {received}",
         start.elapsed().as_secs_f64(),
-    )?;
+    ))?;
     Ok(())
 }
 

@@ -15,9 +15,15 @@ pub(crate) fn text(text: &str) -> std::io::Result<()> {
     quiet_if_gone(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
 }
 
-fn quiet_if_gone(written: std::io::Result<()>) -> std::io::Result<()> {
+/// `written`, with a reader gone taken as success.
+pub(crate) fn quiet_if_gone(written: std::io::Result<()>) -> std::io::Result<()> {
     match written {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) if reader_gone(&e) => Ok(()),
         other => other,
     }
+}
+
+/// Whether `e` says the reader stopped reading.
+pub(crate) fn reader_gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::BrokenPipe
 }

@@ -652,6 +652,43 @@ fn demo_without_a_tty_prints_lines_and_finishes() {
     assert!(last.contains("demo finished"), "last line {last:?}");
 }
 
+/// `tickwire demo | head -2`: the demo ends when its reader has gone, quietly and with
+/// status 0, as Ctrl-C ends it (it ended with "Broken pipe" and status 1).
+#[test]
+fn a_demo_whose_reader_has_gone_ends_quietly() {
+    use std::io::{BufRead, Read};
+    use std::process::Stdio;
+    let mut child = common::tickwire()
+        .args(["demo", "--single", "--duration", "60"])
+        .args(["--listen", "127.0.0.1:0", "--ws", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    // The first line, then the reader goes.
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("tickwire demo:"), "{first:?}");
+    let status = common::wait_timeout(&mut child, Duration::from_secs(30));
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let err = err.join().unwrap();
+    let status =
+        status.unwrap_or_else(|| panic!("demo still running 30 s after its reader went\n{err}"));
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(!err.lines().any(|l| l.starts_with("tickwire:")), "{err}");
+}
+
 #[test]
 fn a_bad_flag_value_names_the_flag_and_the_key_it_sets() {
     for (args, flag, key) in [
