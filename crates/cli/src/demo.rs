@@ -427,6 +427,9 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
     let sent = feed
         .join()
         .map_err(|_| anyhow::anyhow!("feed thread panicked"))?;
+    // The board leaves first: a node stopping waits for its connected peers to close
+    // (up to 2 s).
+    drop(sub);
     let Nodes {
         feed: feed_node,
         board,

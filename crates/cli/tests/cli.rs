@@ -689,6 +689,37 @@ fn a_demo_whose_reader_has_gone_ends_quietly() {
     assert!(!err.lines().any(|l| l.starts_with("tickwire:")), "{err}");
 }
 
+/// The demo stops as soon as its time is up: its board left its node only after the
+/// node had stopped, and a node stopping waits up to 2 s for its peers to close, so
+/// `--duration 0` took 2 s and every demo 2 s longer than asked.
+#[test]
+fn a_demo_does_not_wait_for_its_own_board_to_leave() {
+    let out = run(
+        &[
+            "demo",
+            "--single",
+            "--duration",
+            "0",
+            "--listen",
+            "127.0.0.1:0",
+            "--ws",
+            "127.0.0.1:0",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    // "tickwire demo finished after 0.0 s: ..."
+    let secs: f64 = out
+        .stdout
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("tickwire demo finished after "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no finished line:\n{}", out.stdout));
+    assert!(secs < 1.5, "stopping took {secs} s:\n{}", out.stdout);
+}
+
 #[test]
 fn a_bad_flag_value_names_the_flag_and_the_key_it_sets() {
     for (args, flag, key) in [
