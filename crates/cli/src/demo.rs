@@ -19,11 +19,13 @@ pub(crate) struct DemoArgs {
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long, value_name = "SECONDS", value_parser = crate::subscribe::seconds)]
     duration: Option<f64>,
-    /// Address of the embedded node; if it is taken, a free port is used instead.
+    /// Address of the node the feed publishes to (the source; with --single, the one
+    /// node); if it is taken, a free port is used instead. The edges take free ports.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:14002")]
     listen: std::net::SocketAddr,
-    /// Address of the dashboard and WebSocket API (http://ADDR/); if it is taken, a free
-    /// port is used instead.
+    /// Address of the dashboard and WebSocket API (http://ADDR/) of the board's node
+    /// (the first edge; with --single, the one node); if it is taken, a free port is
+    /// used instead. The other nodes' dashboards take free ports.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:15000")]
     ws: std::net::SocketAddr,
     /// Items in the synthetic feed.

@@ -59,7 +59,8 @@ enum Command {
     /// An item's history from the node's journal from a sequence number or a time, then
     /// its live messages with no gap and no repeat, printed as `subscribe` prints them.
     Replay(replay::ReplayArgs),
-    /// An embedded node, a synthetic feed and a live quote board in one command.
+    /// A source node fed by a synthetic feed, two edge nodes on a backbone and a live
+    /// quote board, in one process (--single: one node, no backbone).
     Demo(demo::DemoArgs),
     /// The performance lab: `tickwire bench SCENARIO --out DIR` runs `tickwire-bench
     /// SCENARIO --out DIR`, the lab's own program (nodes and load tools as separate
