@@ -29,17 +29,22 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:15000")]
     ws: std::net::SocketAddr,
     /// Items in the synthetic feed.
-    #[arg(long, value_name = "N", default_value_t = 300)]
+    #[arg(long, value_name = "N", default_value_t = 300, value_parser = at_least_1())]
     items: usize,
     /// Updates per second across the feed.
     #[arg(long, value_name = "UPDATES_PER_S", default_value_t = 2000)]
     rate: u64,
-    /// Items shown on the board.
-    #[arg(long, value_name = "N", default_value_t = 16)]
+    /// Items shown on the board (at most --items).
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = at_least_1())]
     board: usize,
     /// One node (feed and board on it), no backbone.
     #[arg(long)]
     single: bool,
+}
+
+/// A count of 1 or more (0 was taken as 1 while the demo said 0).
+fn at_least_1() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..)
 }
 
 /// The demo's feed sends what is due every 20 ms (50 bursts a second; the board
@@ -277,7 +282,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
             credentials: Default::default(),
         },
         service: "FEED".into(),
-        items: Some(args.items.max(1)),
+        items: Some(args.items),
         item_file: None,
         rate: args.rate,
         tick_ms: Some(DEMO_TICK_MS),
@@ -298,7 +303,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
     let mut opts = ConnectOptions::new(board_addr.clone());
     opts.application = "tickwire-demo".into();
     let mut sub = Subscriber::connect(opts)?;
-    let shown = args.board.clamp(1, args.items.max(1));
+    let shown = args.board.min(args.items);
     let mut rows: Vec<Row> = (0..shown)
         .map(|i| Row {
             name: format!("SYM{i}"),

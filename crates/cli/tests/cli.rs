@@ -809,6 +809,17 @@ fn refused_as_usage(args: &[&str], words: &[&str]) {
     assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
 }
 
+/// The demo's `--items 0` and `--board 0` are refused naming the flag: the demo ran one
+/// item and said "0 items".
+#[test]
+fn a_demo_of_0_items_is_refused_naming_the_flag() {
+    for flag in ["--items", "--board"] {
+        let args = ["demo", "--single", "--duration", "1", flag, "0"];
+        let ports = ["--listen", "127.0.0.1:0", "--ws", "127.0.0.1:0"];
+        refused_as_usage(&[&args[..], &ports[..]].concat(), &[flag]);
+    }
+}
+
 /// `--count 0` is refused naming the flag: it printed a message and exited 0 as if
 /// one had been asked for.
 #[test]
