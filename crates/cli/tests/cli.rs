@@ -717,7 +717,9 @@ fn a_demo_does_not_wait_for_its_own_board_to_leave() {
         .and_then(|l| l.split(' ').next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no finished line:\n{}", out.stdout));
-    assert!(secs < 1.5, "stopping took {secs} s:\n{}", out.stdout);
+    // A node stopping with a peer still connected waits 2 s (its grace) for it: the
+    // bound is just under it, as far as it can be from a stop that takes milliseconds.
+    assert!(secs < 1.9, "stopping took {secs} s:\n{}", out.stdout);
 }
 
 #[test]
