@@ -7,6 +7,8 @@
 #
 #   bash scripts/bench-current.sh [OUT]            # default OUT: docs/results/current
 #   bash scripts/bench-current.sh --tables [OUT]   # only the tables, from the runs in OUT
+#   ONLY="throughput latency" bash scripts/bench-current.sh   # run those scenarios again
+#                                                  # (the tables take every one's runs)
 #
 # About 95 minutes on 2 CPUs. Run it on a quiet machine, with nothing else building.
 # OUT/SCENARIO/run-N holds each run's results.json and report.md (its process logs are
@@ -39,11 +41,21 @@ scenarios=(
   "ws --step-seconds 3"
 )
 
-n=${#scenarios[@]}
+# The scenarios to run: all, or those ONLY names (the others' runs stay as they are).
+run=()
+for spec in "${scenarios[@]}"; do
+  name=${spec%% *}
+  if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $name "* ]]; then run+=("$spec"); fi
+done
+if [ -n "${ONLY:-}" ] && [ ${#run[@]} -eq 0 ]; then
+  echo "ONLY=\"$ONLY\" names no scenario" >&2
+  exit 2
+fi
+n=${#run[@]}
 ((tables_only)) && rounds=0
 for ((round = 1; round <= rounds; round++)); do
   for ((k = 0; k < n; k++)); do
-    spec=${scenarios[$(((k + round - 1) % n))]}
+    spec=${run[$(((k + round - 1) % n))]}
     name=${spec%% *}
     dir="$out/$name/run-$round"
     rm -rf "$dir"
