@@ -304,6 +304,9 @@ def _slow_service(node: str) -> Proc:
     """A publisher of SLOW that answers each request (stop it to leave one unanswered)."""
     feed = Proc(["publish", "--node", node, "--service", "SLOW", "--items", "3", "--rate", "0", "--interactive"])
     feed.wait_for_line("items available on request")
+    # The feed's line is no sign the node has read its directory yet.
+    with tickwire.Subscriber(node) as s:
+        s.wait_for_service("SLOW", timeout=10)
     return feed
 
 

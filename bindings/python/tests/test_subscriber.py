@@ -292,6 +292,8 @@ def test_a_snapshot_given_up_on_leaves_no_stream_behind(node):
     s = tickwire.Subscriber(node)
     try:
         feed.wait_for_line("items available on request")
+        # The feed's line is no sign the node has read its directory yet.
+        s.wait_for_service("SLOW", timeout=10)
         assert s.snapshot("SLOW", ["SYM0"], timeout=10)["SYM0"]
         # The publisher stops answering: the next snapshot times out...
         feed.proc.send_signal(signal.SIGSTOP)
@@ -328,6 +330,8 @@ def test_a_snapshot_interrupted_leaves_no_stream_behind(node):
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
         feed.wait_for_line("items available on request")
+        # The feed's line is no sign the node has read its directory yet.
+        s.wait_for_service("SLOW", timeout=10)
         assert s.snapshot("SLOW", ["SYM0"], timeout=10)["SYM0"]
         feed.proc.send_signal(signal.SIGSTOP)
         signal.setitimer(signal.ITIMER_REAL, 0.3)
