@@ -629,6 +629,25 @@ mod tests {
     use tickwire_journal::ItemMessage;
     use tickwire_proto::{encode_field_list, Value};
 
+    /// An update of FEED/SYM1 as a part of `ItemMessages`, after what `parts` holds:
+    /// its length, then it.
+    fn update_part(seq: u32, fields: &[u8], parts: &mut Vec<u8>) {
+        let at = parts.len();
+        parts.extend_from_slice(&[0; 4]);
+        ItemMessage {
+            service: "FEED",
+            item: "SYM1",
+            seq,
+            refresh: false,
+            update_type: 0,
+            fields: FieldList::from_trusted(fields),
+        }
+        .encode_part(parts)
+        .expect("encodes");
+        let len = (parts.len() - at - 4) as u32;
+        parts[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    }
+
     /// Journaled updates alone wait a little before their commit; a node that stops
     /// meanwhile (dropping its `JournalThread`) still has them in the journal.
     #[test]
@@ -649,20 +668,7 @@ mod tests {
         let fields = encode_field_list([(22, Value::Int(1))]);
         let mut parts = Vec::new();
         for seq in 1..=3 {
-            let at = parts.len();
-            parts.extend_from_slice(&[0; 4]);
-            ItemMessage {
-                service: "FEED",
-                item: "SYM1",
-                seq,
-                refresh: false,
-                update_type: 0,
-                fields: FieldList::from_trusted(&fields),
-            }
-            .encode_part(&mut parts)
-            .expect("encodes");
-            let len = (parts.len() - at - 4) as u32;
-            parts[at..at + 4].copy_from_slice(&len.to_be_bytes());
+            update_part(seq, &fields, &mut parts);
         }
         let mut reqs = vec![JournalRequest {
             ticket: 0,
@@ -801,19 +807,8 @@ mod tests {
         // A whole batch of updates, 400 KB: more than the file may hold, less than what
         // commits at once. They wait for more...
         for seq in 1..=MAX_BATCH as u32 {
-            let mut parts = vec![0; 4];
-            ItemMessage {
-                service: "FEED",
-                item: "SYM1",
-                seq,
-                refresh: false,
-                update_type: 0,
-                fields: FieldList::from_trusted(&fields),
-            }
-            .encode_part(&mut parts)
-            .expect("encodes");
-            let len = (parts.len() - 4) as u32;
-            parts[..4].copy_from_slice(&len.to_be_bytes());
+            let mut parts = Vec::new();
+            update_part(seq, &fields, &mut parts);
             tx.send(JournalRequest {
                 ticket: 0,
                 write: JournalWrite::ItemMessages { parts, count: 1 },

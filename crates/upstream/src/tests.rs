@@ -323,6 +323,24 @@ impl Tree {
         self.relay = Relay::start(&mut self.down, cfg, self.now);
     }
 
+    /// A fresh downstream core, and its link taking `max_services` at most.
+    fn down_taking_at_most(&mut self, max_services: usize) {
+        self.down = Node::new(
+            CoreConfig {
+                node_id: NODE_ID,
+                ..CoreConfig::default()
+            },
+            self.now,
+        );
+        let cfg = RelayConfig {
+            node_id: NODE_ID,
+            node_name: "down".into(),
+            max_services,
+            ..RelayConfig::default()
+        };
+        self.relay = Relay::start(&mut self.down, cfg, self.now);
+    }
+
     /// The link is lost, and comes back 100 ms later to a next upstream that has FEED
     /// only.
     fn relink_to_an_upstream_of_feed_only(&mut self) {
@@ -641,23 +659,8 @@ fn only_the_chosen_services_are_taken_and_never_the_upstream_figures_service() {
 #[test]
 fn an_upstream_announcing_more_services_than_the_link_takes_has_the_rest_left_out() {
     let mut t = Tree::new(None);
-    t.relay = {
-        // A fresh downstream core, with a link taking one service at most.
-        t.down = Node::new(
-            CoreConfig {
-                node_id: NODE_ID,
-                ..CoreConfig::default()
-            },
-            t.now,
-        );
-        let cfg = RelayConfig {
-            node_id: NODE_ID,
-            node_name: "down".into(),
-            max_services: 1,
-            ..RelayConfig::default()
-        };
-        Relay::start(&mut t.down, cfg, t.now)
-    };
+    // A fresh downstream core, with a link taking one service at most.
+    t.down_taking_at_most(1);
     t.link_up();
     // The upstream has FEED and OTHER: one is taken, the other left out and counted.
     let services = t.down.services();
@@ -976,20 +979,7 @@ fn a_first_directory_read_in_parts_takes_nothing_it_lists_later_for_removed() {
         send(&mut t.up, t.publisher, &[directory], t.now);
     }
     // A link that takes them all.
-    t.down = Node::new(
-        CoreConfig {
-            node_id: NODE_ID,
-            ..CoreConfig::default()
-        },
-        t.now,
-    );
-    let cfg = RelayConfig {
-        node_id: NODE_ID,
-        node_name: "down".into(),
-        max_services: 10_000,
-        ..RelayConfig::default()
-    };
-    t.relay = Relay::start(&mut t.down, cfg, t.now);
+    t.down_taking_at_most(10_000);
     t.link_up();
     let last = (names.last().unwrap().clone(), true);
     assert!(t.down_services().contains(&last));
