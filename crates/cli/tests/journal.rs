@@ -888,6 +888,7 @@ fn journal_inspect_judges_segments_as_the_node_does() {
         let opts = JournalOptions {
             sync: SyncPolicy::Never,
             segment_bytes: 1,
+            ..JournalOptions::default()
         };
         let (mut j, _) = Journal::open(&dir.0, opts).unwrap();
         for post_id in 0..4 {
@@ -963,4 +964,53 @@ fn journal_inspect_ends_quietly_when_its_reader_stops_reading() {
     let _ = child.kill();
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{err}");
     assert!(err.is_empty(), "{err}");
+}
+
+/// With `retain_mb` the journal removes its oldest segments as new ones start: the node
+/// says so, the directory stays within the size (but for the segment being written and
+/// a commit past it), and a replay from the first seq starts at the oldest update left,
+/// with no gap after it.
+#[test]
+fn a_journal_with_retain_mb_removes_its_oldest_segments_and_replays_what_is_left() {
+    let dir = TempDir::new("retain");
+    let cfg = TempConfig::new(
+        "journal-retain",
+        &format!(
+            "{}updates = true\nsegment_mb = 1\nretain_mb = 2\n",
+            config("127.0.0.1:0", dir.path(), "never")
+        ),
+    );
+    let mut node = Node::start(&["--config", cfg.path()]);
+    let addr = node.addr_str();
+    let mut feed = Proc::spawn(&[
+        "publish", "--node", &addr, "--items", "3", "--rate", "20000",
+    ]);
+    node.proc.wait_for_line(
+        "old segments removed to stay within retain_mb",
+        Duration::from_secs(60),
+    );
+    feed.kill();
+    let segments: Vec<(u64, u64)> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            let first = name.strip_suffix(".twj")?.parse().ok()?;
+            Some((first, e.metadata().unwrap().len()))
+        })
+        .collect();
+    let bytes: u64 = segments.iter().map(|s| s.1).sum();
+    let mib = 1024 * 1024;
+    assert!(bytes <= 4 * mib + mib / 2, "{bytes} bytes: {segments:?}");
+    assert!(segments.iter().all(|s| s.0 > 1), "{segments:?}");
+
+    let msgs = replay(&node, "SYM1", "1", 20);
+    let seqs: Vec<u64> = msgs
+        .iter()
+        .filter(|m| m["type"] == "update")
+        .map(|m| m["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs.len(), 20, "{msgs:?}");
+    assert!(seqs[0] > 1, "{seqs:?}");
+    assert_eq!(seqs, (seqs[0]..seqs[0] + 20).collect::<Vec<_>>());
 }

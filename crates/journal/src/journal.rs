@@ -4,7 +4,7 @@
 use crate::files::{self, SegmentFile, SyscallCounts};
 use crate::record::{Body, Completed, Received, Record};
 use crate::segment::{self, Scan};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use tickwire_proto::NakCode;
 
@@ -51,6 +51,12 @@ pub struct JournalOptions {
     pub sync: SyncPolicy,
     /// A segment past this size is closed and the next one started.
     pub segment_bytes: u64,
+    /// The journal's size past which its oldest segments are removed, whole, as a new
+    /// one starts and when it opens; 0: every segment is kept. The segment being
+    /// appended to stays, and so does every segment from the oldest one holding a post
+    /// not yet answered (a restart delivers it again): the journal may stay above this
+    /// size while such a post waits.
+    pub retain_bytes: u64,
 }
 
 impl Default for JournalOptions {
@@ -58,6 +64,7 @@ impl Default for JournalOptions {
         JournalOptions {
             sync: SyncPolicy::Batch,
             segment_bytes: 64 * 1024 * 1024,
+            retain_bytes: 0,
         }
     }
 }
@@ -221,6 +228,23 @@ pub struct JournalStats {
     /// Times the next segment could not be started (a full disk); the current one
     /// went on past its size.
     pub roll_failures: u64,
+    /// Old segments removed to keep the journal within `retain_bytes`.
+    pub segments_removed: u64,
+    /// Times an old segment could not be removed (the last error is in
+    /// [`Journal::removal_error`]); removal stops there until the next try.
+    pub removal_failures: u64,
+    /// At the last look (the open, or a new segment) the journal was above
+    /// `retain_bytes` and kept its oldest segment for the post of this seq, not yet
+    /// answered (a restart delivers it again).
+    pub retention_held_by: Option<u64>,
+}
+
+/// A segment before the one being appended to, as retention sees it.
+#[derive(Debug)]
+struct ClosedSegment {
+    first: u64,
+    path: PathBuf,
+    bytes: u64,
 }
 
 /// A change to the pending posts, applied once its record is committed.
@@ -237,6 +261,13 @@ pub struct Journal {
     _lock: std::fs::File,
     opts: JournalOptions,
     seg: SegmentFile,
+    /// The seq of the first record of `seg` (its name).
+    seg_first: u64,
+    /// The segments before `seg`, oldest first, and their bytes in all.
+    closed: VecDeque<ClosedSegment>,
+    closed_bytes: u64,
+    /// Why the last removal of an old segment failed.
+    removal_error: Option<String>,
     /// Seq of the next record appended.
     next_seq: u64,
     /// Seq of the next record after the last commit (appends since are in `buf`).
@@ -271,7 +302,8 @@ impl Journal {
         };
         let mut pending: BTreeMap<u64, PendingPost> = BTreeMap::new();
         let mut next_seq = 1u64;
-        let mut last: Option<(PathBuf, u64)> = None;
+        // Every segment that reads whole; the last is appended to.
+        let mut kept: Vec<ClosedSegment> = Vec::new();
         for (i, (first, path)) in list.iter().enumerate() {
             let is_last = i + 1 == list.len();
             if i > 0 && *first != next_seq {
@@ -327,14 +359,21 @@ impl Journal {
                 apply(&mut pending, r);
             }
             next_seq = first + records.len() as u64;
-            last = Some((path.clone(), valid_len as u64));
+            kept.push(ClosedSegment {
+                first: *first,
+                path: path.clone(),
+                bytes: valid_len as u64,
+            });
         }
-        let seg = match last {
-            Some((path, valid_len)) => SegmentFile::open_at(&path, valid_len, &mut counts)
-                .map_err(|e| JournalError::io("open for appending", &path, e))?,
+        let (seg, seg_first) = match kept.pop() {
+            Some(last) => (
+                SegmentFile::open_at(&last.path, last.bytes, &mut counts)
+                    .map_err(|e| JournalError::io("open for appending", &last.path, e))?,
+                last.first,
+            ),
             None => {
                 recovery.segments = 1;
-                create_segment(dir, next_seq, &mut counts)?
+                (create_segment(dir, next_seq, &mut counts)?, next_seq)
             }
         };
         recovery.pending = pending.len();
@@ -343,23 +382,27 @@ impl Journal {
             syscalls: counts,
             ..JournalStats::default()
         };
-        Ok((
-            Journal {
-                dir: dir.to_path_buf(),
-                _lock: lock,
-                opts,
-                seg,
-                next_seq,
-                committed_seq: next_seq,
-                buf: Vec::with_capacity(64 * 1024),
-                awaited: false,
-                changes: Vec::new(),
-                pending,
-                stats,
-                failed: None,
-            },
-            recovery,
-        ))
+        let mut journal = Journal {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+            opts,
+            seg,
+            seg_first,
+            closed_bytes: kept.iter().map(|c| c.bytes).sum(),
+            closed: kept.into(),
+            removal_error: None,
+            next_seq,
+            committed_seq: next_seq,
+            buf: Vec::with_capacity(64 * 1024),
+            awaited: false,
+            changes: Vec::new(),
+            pending,
+            stats,
+            failed: None,
+        };
+        // A retention lowered since the last run applies at once.
+        journal.retire();
+        Ok((journal, recovery))
     }
 
     /// How it writes.
@@ -535,13 +578,62 @@ impl Journal {
         }
         match create_segment(&self.dir, self.next_seq, &mut self.stats.syscalls) {
             Ok(seg) => {
-                self.seg = seg;
+                let done = std::mem::replace(&mut self.seg, seg);
+                self.closed_bytes += done.len;
+                self.closed.push_back(ClosedSegment {
+                    first: std::mem::replace(&mut self.seg_first, self.next_seq),
+                    path: done.path,
+                    bytes: done.len,
+                });
                 self.stats.segments += 1;
+                self.retire();
                 Ok(())
             }
             // Appends go on in the current segment; the next commit tries again.
             Err(e) => Err(e),
         }
+    }
+
+    /// Removes the oldest segments while the journal is above `retain_bytes`, but not
+    /// the one holding the oldest post not yet answered, nor any after it: segments go
+    /// oldest first, so those kept always follow each other, as a restart requires.
+    fn retire(&mut self) {
+        if self.opts.retain_bytes == 0 {
+            return;
+        }
+        self.stats.retention_held_by = None;
+        let oldest_pending = self.pending.keys().next().copied();
+        while self.closed_bytes + self.seg.len > self.opts.retain_bytes {
+            let Some(oldest) = self.closed.front() else {
+                return;
+            };
+            let next_first = self.closed.get(1).map_or(self.seg_first, |c| c.first);
+            if let Some(seq) = oldest_pending.filter(|&seq| seq < next_first) {
+                self.stats.retention_held_by = Some(seq);
+                return;
+            }
+            let removed = match std::fs::remove_file(&oldest.path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                // Each removal reaches the disk before the next is made: a crash that
+                // undid an older one and kept a younger one would leave segments that do
+                // not follow each other, which the journal refuses to open.
+                _ => files::sync_dir(&self.dir, &mut self.stats.syscalls),
+            };
+            if let Err(e) = removed {
+                self.stats.removal_failures += 1;
+                self.removal_error = Some(JournalError::io("remove", &oldest.path, e).to_string());
+                return;
+            }
+            self.closed_bytes -= oldest.bytes;
+            self.closed.pop_front();
+            self.stats.segments_removed += 1;
+        }
+    }
+
+    /// Why the last removal of an old segment failed (see
+    /// [`JournalStats::removal_failures`]).
+    pub fn removal_error(&self) -> Option<&str> {
+        self.removal_error.as_deref()
     }
 
     /// The history `q` asks for, oldest first (the latest when there are more than it
@@ -637,6 +729,7 @@ impl HistorySource {
         // one that reaches it comes later (an item's seqs start again when its publisher
         // does, and the messages before that restart, with higher seqs, are part of it).
         let mut tail = Window::new(max, max_bytes);
+        let mut read_one = false;
         for (i, (first, path)) in self.segments.iter().enumerate() {
             // From a time: a segment whose successor was created before it holds
             // nothing as late (records are written in time order).
@@ -647,8 +740,14 @@ impl HistorySource {
                     continue;
                 }
             }
-            let mut bytes =
-                files::read_file(path).map_err(|e| JournalError::io("read", path, e))?;
+            let mut bytes = match files::read_file(path) {
+                Ok(b) => b,
+                // Removed since the source was taken (the journal's retention): only the
+                // oldest go, so the history starts later; a hole would be corruption.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !read_one => continue,
+                Err(e) => return Err(JournalError::io("read", path, e)),
+            };
+            read_one = true;
             if *path == self.last.0 {
                 // Only what was committed when the source was taken: the journal may be
                 // appending after it.

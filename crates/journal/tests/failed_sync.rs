@@ -90,6 +90,7 @@ fn a_failed_sync_at_a_segments_end(dir: &Path) {
     let opts = JournalOptions {
         sync: SyncPolicy::Never,
         segment_bytes: 256 * 1024,
+        ..JournalOptions::default()
     };
     let (mut j, _) = Journal::open(&dir.join("fs/journal"), opts).unwrap();
     fill(dir);

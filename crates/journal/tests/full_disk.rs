@@ -15,6 +15,7 @@ fn opts() -> JournalOptions {
     JournalOptions {
         sync: SyncPolicy::Always,
         segment_bytes: 1,
+        ..JournalOptions::default()
     }
 }
 

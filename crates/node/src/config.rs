@@ -758,6 +758,18 @@ impl NodeConfig {
             self.journal.segment_mb.to_string(),
             "allowed: 1 to 4096".into(),
         )?;
+        // Removed a whole segment at a time: less than one would keep none but the
+        // segment being written.
+        let j = &self.journal;
+        check(
+            j.retain_mb == 0 || j.retain_mb >= j.segment_mb,
+            "journal.retain_mb",
+            j.retain_mb.to_string(),
+            format!(
+                "allowed: 0 (every segment kept) or at least journal.segment_mb ({}): old segments are removed whole",
+                j.segment_mb
+            ),
+        )?;
         self.files.validate()?;
         check(
             self.posts.max_pending >= 1,
@@ -1057,6 +1069,12 @@ mod tests {
         assert!(NodeConfig::parse(&journal("updates = true\n"), "n.toml").is_ok());
         let with_posts = format!("[posts]\nservices = [\"FEED\"]\n{}", journal(""));
         assert!(NodeConfig::parse(&with_posts, "n.toml").is_ok());
+        // Less than a segment would keep none but the one being written.
+        let retained = |extra: &str| journal(&format!("updates = true\nsegment_mb = 8\n{extra}"));
+        refused(&retained("retain_mb = 7\n"), "journal.retain_mb");
+        for ok in ["retain_mb = 0\n", "retain_mb = 8\n", ""] {
+            assert!(NodeConfig::parse(&retained(ok), "n.toml").is_ok(), "{ok}");
+        }
         let allowed = crate::allowed_cpus().unwrap();
         let cpus = format!("[node]\ncpus = [{}]\n", allowed[0]);
         assert!(NodeConfig::parse(&cpus, "n.toml").is_ok());

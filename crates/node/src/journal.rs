@@ -35,6 +35,10 @@ pub struct JournalSection {
     pub sync: SyncSetting,
     /// Segment size in MiB: a segment past it is closed and the next started.
     pub segment_mb: u64,
+    /// The journal's size in MiB past which its oldest segments are removed (0: every
+    /// segment kept). The segment being written and every one from the oldest holding a
+    /// post not yet answered are kept whatever the size.
+    pub retain_mb: u64,
     /// Also journal every refresh and update of those services, so subscribers can
     /// ask for an item's history (replay then join).
     pub updates: bool,
@@ -70,6 +74,7 @@ impl Default for JournalSection {
             services: Vec::new(),
             sync: SyncSetting::Batch,
             segment_mb: 64,
+            retain_mb: 0,
             updates: false,
         }
     }
@@ -88,6 +93,8 @@ pub struct JournalFigures {
     pub item_bytes_done: AtomicU64,
     /// The last commit failed (a full or failing disk): cleared by one that succeeds.
     pub last_commit_failed: AtomicBool,
+    /// Old segments removed to stay within `retain_mb`.
+    pub segments_removed: AtomicU64,
 }
 
 /// Journaled refreshes and updates waiting for the journal thread at most: past it (a
@@ -191,6 +198,7 @@ impl JournalThread {
         let opts = JournalOptions {
             sync: cfg.sync.policy(),
             segment_bytes: cfg.segment_mb.max(1) * 1024 * 1024,
+            retain_bytes: cfg.retain_mb.saturating_mul(1024 * 1024),
         };
         let dir = PathBuf::from(&cfg.dir);
         let (journal, recovery) = match Journal::open(&dir, opts) {
@@ -224,6 +232,10 @@ impl JournalThread {
             cfg.sync.policy().name(),
             recovery.pending
         );
+        let removed = journal.stats().segments_removed;
+        if removed > 0 {
+            info!("journal: {removed} old segments removed to stay within retain_mb");
+        }
         core.redeliver_posts(
             journal
                 .pending()
@@ -357,7 +369,11 @@ fn run(
     let mut waiting_since: Option<Instant> = None;
     // Their answers (a failure is news to the core), sent once they are committed.
     let mut held: Vec<Answer> = Vec::new();
-    let mut rolls = RollWatch::default();
+    // What the open removed was said with the recovery.
+    let mut rolls = RollWatch {
+        removed: journal.stats().segments_removed,
+        ..RollWatch::default()
+    };
     // Ends when the event loop drops its sender.
     loop {
         let first = match waiting_since {
@@ -528,12 +544,16 @@ fn deliver(answers: &mut Vec<Answer>, outbox: &Sender<Answer>, waker: &Waker) ->
     true
 }
 
-/// Whether the journal could start its next segment, as last said in the log.
+/// Whether the journal could start its next segment, and what its retention did, as
+/// last said in the log.
 #[derive(Default)]
 struct RollWatch {
     failures: u64,
     /// Failing since the journal had this many segments.
     failing_at: Option<u64>,
+    removed: u64,
+    removal_failures: u64,
+    held_by: Option<u64>,
 }
 
 impl RollWatch {
@@ -557,6 +577,39 @@ impl RollWatch {
             _ => {}
         }
         self.failures = s.roll_failures;
+        self.look_at_retention(journal);
+    }
+
+    /// Says which old segments went, when removing them fails and works again, and
+    /// which unanswered post keeps the journal above `retain_mb` (once per post).
+    fn look_at_retention(&mut self, journal: &Journal) {
+        let s = journal.stats();
+        if s.segments_removed > self.removed {
+            info!(
+                "journal: {} old segments removed to stay within retain_mb ({} in all)",
+                s.segments_removed - self.removed,
+                s.segments_removed
+            );
+            if self.removal_failures > 0 {
+                info!("journal: old segments are removed again");
+                self.removal_failures = 0;
+            }
+        }
+        if s.removal_failures > self.removal_failures && self.removal_failures == 0 {
+            warn!(
+                "journal: above retain_mb, and an old segment cannot be removed: {}; tried again at the next segment",
+                journal.removal_error().unwrap_or("unknown")
+            );
+            self.removal_failures = s.removal_failures;
+        }
+        if s.retention_held_by.is_some() && s.retention_held_by != self.held_by {
+            warn!(
+                "journal: above retain_mb, and its oldest segment is kept for the post of seq {} not yet answered (a restart delivers it again)",
+                s.retention_held_by.unwrap_or_default()
+            );
+        }
+        self.removed = s.segments_removed;
+        self.held_by = s.retention_held_by;
     }
 }
 
@@ -565,6 +618,9 @@ fn publish_figures(journal: &Journal, figures: &JournalFigures, rolls: &mut Roll
     let s = journal.stats();
     figures.records.store(s.records, Ordering::Relaxed);
     figures.commits.store(s.commits, Ordering::Relaxed);
+    figures
+        .segments_removed
+        .store(s.segments_removed, Ordering::Relaxed);
     figures
         .syscalls
         .store(s.syscalls.writes + s.syscalls.syncs, Ordering::Relaxed);
@@ -732,6 +788,7 @@ mod tests {
         let opts = JournalOptions {
             sync: SyncPolicy::Batch,
             segment_bytes: 1 << 20,
+            ..JournalOptions::default()
         };
         let (journal, _) = Journal::open(&dir, opts.clone()).expect("opens");
         let post = |ticket, post_id, fields: Vec<u8>| JournalRequest {

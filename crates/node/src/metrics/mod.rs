@@ -479,6 +479,12 @@ pub(crate) fn render(core: &Node, extra: &Extra<'_>, format: Format) -> String {
         );
         counter(
             r,
+            "journal_segments_removed",
+            "Old journal segments removed to stay within retain_mb",
+            j.segments_removed.load(Relaxed),
+        );
+        counter(
+            r,
             "journal_failures",
             "Journal records that could not be kept",
             p.journal_failures,
