@@ -24,7 +24,7 @@ use crate::manifest::Manifest;
 use crate::name::check_name;
 use crate::receiver::{Receiver, ReceiverEvent, ReceiverStats};
 use crate::sender::{Delivery, NewFile, Sender, SenderEvent, SenderStats};
-use crate::spool::{Spool, SpoolWriter};
+use crate::spool::{Spool, SpoolWriter, Spooled};
 use crate::wire::{FilesMessage, Put, PutAnswer, PutState, ReportEntry, PUT_FIRST_WINDOW};
 
 /// Where a message comes from or goes to.
@@ -256,6 +256,10 @@ fn save_queued(tx: &Sender, spool: &mut Spool, transfer: u64) -> Result<(), Stri
             let _ = spool.record(transfer, site, r.state, &r.reason);
         }
     }
+    // Newer files of its name learned of while it was still arriving.
+    if let Some((by, sites)) = tx.replaced_at(transfer) {
+        let _ = spool.record_replaced_at(transfer, by, sites);
+    }
     Ok(())
 }
 
@@ -394,7 +398,12 @@ impl Hub {
         };
         let queued = spool.load()?;
         let n = queued.len();
-        for (m, sites) in queued {
+        for Spooled {
+            manifest: m,
+            sites,
+            replaced_at,
+        } in queued
+        {
             let left = Duration::from_millis(m.expires_ms.saturating_sub(wall));
             self.record_seq += 1;
             let rec = Record {
@@ -420,6 +429,9 @@ impl Hub {
                 self.finished_order.retain(|t| *t != transfer);
             }
             sender.restore(m, sites, now + left, now);
+            if let Some((by, sites)) = replaced_at {
+                sender.restore_replaced_at(transfer, by, &sites);
+            }
             // As the sender has it now: its target sites that have said nothing yet
             // too (queued), and a site that was being sent to queued again.
             if let (Some((_, restored)), Some(rec)) =
@@ -1571,6 +1583,17 @@ impl Hub {
                         site,
                         state,
                         reason,
+                    });
+                }
+            }
+            SenderEvent::ReplacedAt {
+                transfer,
+                by,
+                sites,
+            } => {
+                if let Err(err) = spool.record_replaced_at(transfer, by, &sites) {
+                    events.push_back(HubEvent::SpoolError {
+                        reason: format!("cannot keep a file's newer files in the spool: {err}"),
                     });
                 }
             }

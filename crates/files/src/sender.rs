@@ -239,6 +239,18 @@ pub enum SenderEvent {
         /// The sites named.
         targets: Vec<String>,
     },
+    /// A file for every site with no sites yet learned where a newer file of its name
+    /// (whole) goes: once it has its sites, it is replaced if they are all among
+    /// `sites`. Kept through a restart (the spool keeps it with its manifest), since
+    /// the newer may be over by then.
+    ReplacedAt {
+        /// The older transfer's id.
+        transfer: u64,
+        /// The newest of the newer files.
+        by: u64,
+        /// Every site the newer files went to.
+        sites: Vec<String>,
+    },
     /// The transfer is over: every target has the file (`delivered`), or it expired.
     /// Its bytes may leave the spool.
     Finished {
@@ -538,19 +550,46 @@ impl Sender {
             .collect();
         let covers = covers.clone();
         for id in waiting {
-            let o = self.transfers.get_mut(&id).expect("live");
-            let (by, sites) = o.replaced_at.get_or_insert_with(|| (newer, Vec::new()));
-            *by = newer;
-            for site in &covers {
-                if !sites.contains(site) {
-                    sites.push(site.clone());
-                }
-            }
+            self.note_replaced_at(id, newer, &covers);
         }
         let reason = format!("replaced by a newer file of the same name (transfer {newer:016x})");
         for id in replaced {
             self.fail_transfer(id, &reason);
         }
+    }
+
+    /// An unresolved transfer learns that `newer` went to `covers` (see
+    /// [`SenderEvent::ReplacedAt`]).
+    fn note_replaced_at(&mut self, id: u64, newer: u64, covers: &[String]) {
+        let Some(o) = self.transfers.get_mut(&id).filter(|o| o.unresolved) else {
+            return;
+        };
+        let (by, sites) = o.replaced_at.get_or_insert_with(|| (newer, Vec::new()));
+        *by = newer;
+        for site in covers {
+            if !sites.contains(site) {
+                sites.push(site.clone());
+            }
+        }
+        let (by, sites) = (*by, sites.clone());
+        self.events.push_back(SenderEvent::ReplacedAt {
+            transfer: id,
+            by,
+            sites,
+        });
+    }
+
+    /// What an unresolved transfer knows of newer files of its name: the newest, and
+    /// the sites they went to ([`SenderEvent::ReplacedAt`]).
+    pub fn replaced_at(&self, transfer: u64) -> Option<(u64, &[String])> {
+        let t = self.transfers.get(&transfer)?;
+        t.replaced_at.as_ref().map(|(by, sites)| (*by, &sites[..]))
+    }
+
+    /// Puts back what a restored transfer knew of newer files of its name before the
+    /// restart ([`SenderEvent::ReplacedAt`]): they may be over, and not restored.
+    pub fn restore_replaced_at(&mut self, transfer: u64, by: u64, sites: &[String]) {
+        self.note_replaced_at(transfer, by, sites);
     }
 
     /// The live transfers of `transfer`'s name queued before it.

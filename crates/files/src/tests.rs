@@ -16,6 +16,8 @@ const SERVICE: &str = "FILES";
 
 /// A transfer's sites as a driver would persist them.
 type SavedSites = Vec<(String, Delivery, String)>;
+/// What a file for every site knows of newer ones (`Sender::replaced_at`).
+type SavedReplacedAt = Option<(u64, Vec<String>)>;
 
 #[derive(Default)]
 struct MemSpool(HashMap<u64, Vec<u8>>);
@@ -801,10 +803,11 @@ impl Net {
     }
 
     /// The sender stops and starts again with `cfg`, restoring what its node would have
-    /// persisted (manifests and site states; each expiring in an hour). Returns how
+    /// persisted (manifests, site states and what files for every site know of newer
+    /// ones; each expiring in an hour). Returns how
     /// many transfers it restored.
     fn restart_sender(&mut self, cfg: SenderConfig) -> usize {
-        let saved: Vec<(Manifest, SavedSites)> = self
+        let saved: Vec<(Manifest, SavedSites, SavedReplacedAt)> = self
             .tx
             .transfers()
             .map(|(m, sites)| {
@@ -812,13 +815,19 @@ impl Net {
                     .iter()
                     .map(|(s, r)| (s.clone(), r.state, r.reason.clone()))
                     .collect();
-                (m.clone(), sites)
+                let replaced_at = self.tx.replaced_at(m.transfer);
+                let replaced_at = replaced_at.map(|(by, sites)| (by, sites.to_vec()));
+                (m.clone(), sites, replaced_at)
             })
             .collect();
         let restored = saved.len();
         let mut tx = Sender::new(cfg, self.now);
-        for (m, sites) in saved {
+        for (m, sites, replaced_at) in saved {
+            let id = m.transfer;
             tx.restore(m, sites, self.now + Duration::from_secs(3600), self.now);
+            if let Some((by, sites)) = replaced_at {
+                tx.restore_replaced_at(id, by, &sites);
+            }
         }
         self.tx = tx;
         restored

@@ -347,7 +347,7 @@ fn the_spool_keeps_a_queue_through_a_restart() {
     let mut spool = Spool::new(&dir).unwrap();
     let loaded = spool.load().unwrap();
     assert_eq!(loaded.len(), 1);
-    let (lm, sites) = &loaded[0];
+    let (lm, sites) = (&loaded[0].manifest, &loaded[0].sites);
     assert_eq!(lm, &m);
     assert_eq!(
         sites,
@@ -417,7 +417,12 @@ fn the_spool_log_keeps_only_what_is_live() {
     assert!(size < 4096 * 300, "the log was not rewritten: {size} bytes");
     drop(spool);
     let mut spool = Spool::new(&dir).unwrap();
-    let loaded: Vec<Manifest> = spool.load().unwrap().into_iter().map(|(m, _)| m).collect();
+    let loaded: Vec<Manifest> = spool
+        .load()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.manifest)
+        .collect();
     assert_eq!(loaded, vec![keep, last]);
     // The unfinished upload is told once, to the run after the one that began it.
     assert_eq!(spool.take_unfinished(), vec![manifest(7000)]);
@@ -562,7 +567,7 @@ fn small_files_share_segments(fsync: Fsync) {
         .load()
         .unwrap()
         .into_iter()
-        .map(|(m, _)| m.transfer)
+        .map(|s| s.manifest.transfer)
         .collect();
     // In the order they were queued, the moved one too.
     let expected: Vec<u64> = std::iter::once(1).chain(1601..=2000).collect();
@@ -606,7 +611,7 @@ fn an_outbox_file_is_in_the_outbox_or_queued_whichever_step_the_node_stops_at() 
             .load()
             .unwrap()
             .iter()
-            .map(|(m, _)| m.transfer)
+            .map(|s| s.manifest.transfer)
             .collect();
         (spool, queued)
     };

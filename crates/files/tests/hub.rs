@@ -1689,3 +1689,90 @@ fn a_cancel_to_a_site_below_is_not_dropped_for_a_busy_link() {
         assert_eq!(*droppable, *kind != 5, "kind {kind}");
     }
 }
+
+/// Request `request`: the whole of `data` as `name` in FILES, for `to` (none: every site).
+fn put_whole(h: &mut Hub, request: u32, name: &str, to: Vec<&str>, data: &[u8], now: Instant) {
+    let p = FilesMessage::Put(Put {
+        request,
+        service: "FILES",
+        name,
+        size: data.len() as u64,
+        sha256: Sha256::digest(data).into(),
+        to,
+    });
+    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), now);
+    let d = FilesMessage::PutData {
+        request,
+        offset: 0,
+        data,
+    };
+    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), now);
+}
+
+/// `f` of each entry of the report a user who may see everything gets at `now`.
+fn query<T>(
+    h: &mut Hub,
+    now: Instant,
+    f: impl Fn(&tickwire_files::wire::ReportEntry<'_>) -> T,
+) -> Vec<T> {
+    outputs(h);
+    let q = encode(&FilesMessage::Query { request: 9 });
+    h.handle(Peer::Conn(CLIENT), "bob", Rights::ALL, &q, now);
+    reported(h, f)
+}
+
+/// `site` on the backbone says it has `transfer`.
+fn done_at(h: &mut Hub, transfer: u64, site: &str, now: Instant) {
+    let done = FilesMessage::Status(Status {
+        transfer,
+        site,
+        state: SiteState::Done,
+        have: 1,
+        missing: vec![],
+        reason: "",
+    });
+    h.handle(Peer::Backbone, "", Rights::ALL, &encode(&done), now);
+}
+
+/// A file for every site queued before any site is known, then a newer one of its name
+/// for edge1, delivered before the older has its sites: the older remembers where the
+/// newer went, through a restart too, and once it has its sites it is replaced there
+/// rather than sent over the newer.
+#[test]
+fn an_older_file_for_every_site_remembers_a_newer_delivered_one_through_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let older = {
+        let mut h = hub(dir.path(), &["FILES"]);
+        put_whole(&mut h, 1, "eod.csv", vec![], b"old\n", t0);
+        let older = transfer_of_go(&outputs(&mut h), 1);
+        present(&mut h, "edge1", t0);
+        put_whole(&mut h, 2, "eod.csv", vec!["edge1"], b"new\n", t0);
+        let newer = transfer_of_go(&outputs(&mut h), 2);
+        run(&mut h, t0);
+        done_at(&mut h, newer, "edge1", t0);
+        run(&mut h, t0);
+        assert_eq!(h.sender_figures().unwrap().1, 1, "the newer is over");
+        older
+    };
+    let mut h = hub(dir.path(), &["FILES"]);
+    // Past the restarted sender's first listening, edge1 there.
+    let t1 = Instant::now() + std::time::Duration::from_secs(4);
+    assert_eq!(h.restore(t1).unwrap(), 1);
+    present(&mut h, "edge1", t1);
+    run(&mut h, t1);
+    let rows = query(&mut h, t1, |e| {
+        (
+            e.transfer,
+            e.site.to_string(),
+            e.state.to_string(),
+            e.reason.to_string(),
+        )
+    });
+    let row = rows.iter().find(|r| r.0 == older && r.1 == "edge1");
+    assert!(
+        row.is_some_and(|r| r.2 == "failed" && r.3.starts_with("replaced by a newer file")),
+        "{rows:?}"
+    );
+    assert_eq!(h.sender_figures().unwrap().1, 0, "nothing left to send");
+}

@@ -69,6 +69,11 @@ fn a_line_the_disk_took_in_part_is_cut_back_and_the_next_one_is_read_after_a_res
     drop(spool);
 
     let mut spool = Spool::new(&dir).unwrap();
-    let loaded: Vec<Manifest> = spool.load().unwrap().into_iter().map(|(m, _)| m).collect();
+    let loaded: Vec<Manifest> = spool
+        .load()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.manifest)
+        .collect();
     assert_eq!(loaded, vec![first, third]);
 }

@@ -1,7 +1,8 @@
 //! The spool's log: one JSON object per line. A transfer queued (its manifest, an
 //! encoded Offer in hex, and where its bytes are), a large upload begun (its manifest:
 //! if the node stops before the file is whole, the next run tells the sites to drop
-//! what they got of it), a site's new state, a transfer removed. Replayed when the
+//! what they got of it), a site's new state, what a file for every site knows of newer
+//! files of its name, a transfer removed. Replayed when the
 //! spool opens; a line that does not parse (a crash mid-append) is skipped.
 
 use std::io;
@@ -29,6 +30,13 @@ pub(super) enum LogLine {
         site: String,
         state: Delivery,
         reason: String,
+    },
+    /// What a file for every site with no sites yet knows of newer files of its name
+    /// (`SenderEvent::ReplacedAt`).
+    ReplacedAt {
+        transfer: u64,
+        by: u64,
+        sites: Vec<String>,
     },
     /// A transfer's bytes moved (out of a sparse segment); its place in the queue
     /// stays.
@@ -63,6 +71,15 @@ impl LogLine {
                 "state": state.as_str(),
                 "reason": reason,
             }),
+            LogLine::ReplacedAt {
+                transfer,
+                by,
+                sites,
+            } => serde_json::json!({
+                "replaced_at": format!("{transfer:016x}"),
+                "by": format!("{by:016x}"),
+                "sites": sites,
+            }),
             LogLine::Moved { transfer, place } => match place {
                 Place::Own => serde_json::json!({ "moved": format!("{transfer:016x}") }),
                 Place::Segment { id, at } => serde_json::json!({
@@ -90,6 +107,16 @@ impl LogLine {
             return Some(LogLine::Moved {
                 transfer,
                 place: place(&v)?,
+            });
+        }
+        if let Some(transfer) = id("replaced_at") {
+            let sites = v["sites"].as_array()?.iter();
+            return Some(LogLine::ReplacedAt {
+                transfer,
+                by: id("by")?,
+                sites: sites
+                    .map(|s| s.as_str().map(str::to_owned))
+                    .collect::<Option<_>>()?,
             });
         }
         if let Some(t) = id("removed") {

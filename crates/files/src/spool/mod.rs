@@ -106,8 +106,19 @@ fn own_path(dir: &Path, transfer: u64) -> PathBuf {
     dir.join(format!("{transfer:016x}.data"))
 }
 
-/// A transfer found in the spool: its manifest and the last state of each site.
-pub type Spooled = (Manifest, Vec<(String, Delivery, String)>);
+/// A transfer found in the spool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spooled {
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// The last state of each site that said where it stands, and why.
+    pub sites: Vec<(String, Delivery, String)>,
+    /// For a file for every site with no sites yet: the newest newer file of its name
+    /// and every site they went to (`SenderEvent::ReplacedAt`).
+    ///
+    /// [`SenderEvent::ReplacedAt`]: crate::sender::SenderEvent::ReplacedAt
+    pub replaced_at: Option<(u64, Vec<String>)>,
+}
 
 /// The sender's queue on disk, so a restarted node continues it.
 pub struct Spool {
@@ -171,6 +182,14 @@ struct Kept {
     manifest: Manifest,
     place: Place,
     sites: Vec<(String, Delivery, String)>,
+    replaced_at: Option<(u64, Vec<String>)>,
+}
+
+impl Kept {
+    /// The log's lines it takes.
+    fn lines(&self) -> usize {
+        1 + self.sites.len() + usize::from(self.replaced_at.is_some())
+    }
 }
 
 /// A file arriving into the spool, hashed as written.
@@ -254,7 +273,7 @@ impl Spool {
         unfinished.sort_by_key(|m| m.transfer);
         let log = Self::rewrite(dir, &live, &HashMap::new(), fsync)?;
         let log_len = log.metadata()?.len();
-        let live_lines = live.values().map(|k| 1 + k.sites.len()).sum();
+        let live_lines = live.values().map(Kept::lines).sum();
         Ok(Spool {
             dir: dir.to_path_buf(),
             own_open: OpenFiles::new(OPEN_FILES),
@@ -329,14 +348,17 @@ impl Spool {
             }
             LogLine::Queued(manifest, place) => {
                 begun.remove(&manifest.transfer);
-                let sites = live.remove(&manifest.transfer).map(|k| k.sites);
+                let old = live.remove(&manifest.transfer);
+                let (sites, replaced_at) =
+                    old.map_or_else(Default::default, |k| (k.sites, k.replaced_at));
                 live.insert(
                     manifest.transfer,
                     Kept {
                         seq,
                         manifest,
                         place,
-                        sites: sites.unwrap_or_default(),
+                        sites,
+                        replaced_at,
                     },
                 );
             }
@@ -351,6 +373,15 @@ impl Spool {
                         Some(e) => *e = (site, state, reason),
                         None => k.sites.push((site, state, reason)),
                     }
+                }
+            }
+            LogLine::ReplacedAt {
+                transfer,
+                by,
+                sites,
+            } => {
+                if let Some(k) = live.get_mut(&transfer) {
+                    k.replaced_at = Some((by, sites));
                 }
             }
             LogLine::Moved { transfer, place } => {
@@ -391,6 +422,14 @@ impl Spool {
                     }
                     .to_json()?,
                 );
+            }
+            if let Some((by, sites)) = &k.replaced_at {
+                let line = LogLine::ReplacedAt {
+                    transfer: k.manifest.transfer,
+                    by: *by,
+                    sites: sites.clone(),
+                };
+                text.push_str(&line.to_json()?);
             }
         }
         let tmp = dir.join(format!("{LOG}.tmp"));
@@ -636,6 +675,26 @@ impl Spool {
         })
     }
 
+    /// Appends what a file for every site with no sites yet knows of newer files of its
+    /// name (`SenderEvent::ReplacedAt`): they may be over before a restart.
+    pub fn record_replaced_at(
+        &mut self,
+        transfer: u64,
+        by: u64,
+        sites: &[String],
+    ) -> io::Result<()> {
+        match self.live.get(&transfer) {
+            Some(k) if k.replaced_at.is_some() => self.dead_lines += 1,
+            Some(_) => self.live_lines += 1,
+            None => return Ok(()),
+        }
+        self.append(LogLine::ReplacedAt {
+            transfer,
+            by,
+            sites: sites.to_vec(),
+        })
+    }
+
     /// Every transfer in the spool (a restarted sender's queue), in the order they were
     /// queued. Bytes without a manifest (a crash while queuing) are removed, and so
     /// is a manifest without its bytes.
@@ -676,7 +735,11 @@ impl Spool {
         kept.sort_by_key(|k| k.seq);
         Ok(kept
             .into_iter()
-            .map(|k| (k.manifest.clone(), k.sites.clone()))
+            .map(|k| Spooled {
+                manifest: k.manifest.clone(),
+                sites: k.sites.clone(),
+                replaced_at: k.replaced_at.clone(),
+            })
             .collect())
     }
 
@@ -698,7 +761,7 @@ impl Spool {
         let Some(k) = self.live.get(&transfer) else {
             return true;
         };
-        let lines = 1 + k.sites.len();
+        let lines = k.lines();
         self.live_lines -= lines;
         self.dead_lines += lines + 1;
         if self.append(LogLine::Removed(transfer)).is_err() {
@@ -942,7 +1005,7 @@ mod tests {
             .load()
             .unwrap()
             .iter()
-            .map(|(m, _)| m.transfer)
+            .map(|s| s.manifest.transfer)
             .collect();
         assert_eq!(loaded, [1], "the log still holds it");
         let mut buf = vec![0; 4096];
