@@ -24,7 +24,7 @@ use crate::manifest::Manifest;
 use crate::name::check_name;
 use crate::receiver::{Receiver, ReceiverEvent, ReceiverStats};
 use crate::sender::{Delivery, NewFile, Sender, SenderEvent, SenderStats};
-use crate::spool::{Spool, SpoolWriter, Spooled};
+use crate::spool::{PendingCancel, Spool, SpoolWriter, Spooled};
 use crate::wire::{FilesMessage, Put, PutAnswer, PutState, ReportEntry, PUT_FIRST_WINDOW};
 
 /// Where a message comes from or goes to.
@@ -204,8 +204,8 @@ pub struct Hub {
     /// When the completed files waiting in the inbox are synced (its fsync policy's
     /// delay after the first of them).
     commit_due: Option<Instant>,
-    /// Uploads the last run never finished, cancelled at each site as it says it is
-    /// there (after a restart no site is known until it does).
+    /// Uploads an earlier run never finished, cancelled at each site as it says it is
+    /// there (after a restart no site is known until it does); the spool keeps them.
     restart_cancels: Vec<RestartCancel>,
     stats: HubStats,
     buf: Vec<u8>,
@@ -228,6 +228,8 @@ struct RestartCancel {
     /// Until when sites are told (one that comes back later drops the part when it
     /// gives the file up, `abandon_after`).
     until: Instant,
+    /// The same on the wall clock, as the spool keeps it (through a restart).
+    until_ms: u64,
     /// The sites told, and how often (a few times: the first may go before the way to
     /// the site is up).
     told: HashMap<String, u8>,
@@ -451,7 +453,11 @@ impl Hub {
             }
         }
         // Uploads the last run began and never finished: their bytes are gone, and
-        // the sites are told to drop what they got.
+        // the sites are told to drop what they got; the spool keeps what is left to
+        // tell, so a run stopped within that time leaves it to the next one (`fresh`:
+        // not in the spool yet).
+        let mut cancels: Vec<(PendingCancel, bool)> =
+            spool.cancels().into_iter().map(|c| (c, false)).collect();
         for m in spool.take_unfinished() {
             self.record_seq += 1;
             let rec = Record {
@@ -464,23 +470,41 @@ impl Hub {
                 self.finished_order.retain(|t| *t != m.transfer);
             }
             let transfer = m.transfer;
-            if let Some(service) = self.cfg.services.iter().position(|s| *s == m.service) {
-                self.restart_cancels.push(RestartCancel {
-                    transfer,
-                    service,
-                    until: now + RESTART_CANCEL_FOR,
-                    told: HashMap::new(),
-                });
-            }
+            let cancel = PendingCancel {
+                transfer,
+                service: m.service.clone(),
+                until_ms: wall + RESTART_CANCEL_FOR.as_millis() as u64,
+                told: Vec::new(),
+            };
+            cancels.push((cancel, true));
             // The record says why it failed at its sites.
             sender.restore(m, [], now, now);
             sender.withdraw(transfer, UNFINISHED);
         }
+        for (c, fresh) in cancels {
+            let service = self.cfg.services.iter().position(|s| *s == c.service);
+            let Some(service) = service.filter(|_| c.until_ms > wall) else {
+                let _ = spool.cancel_over(c.transfer);
+                continue;
+            };
+            if fresh {
+                // Best effort: one the log cannot take is told by this run only.
+                let _ = spool.keep_cancel(&c);
+            }
+            let told = c.told.into_iter();
+            self.restart_cancels.push(RestartCancel {
+                transfer: c.transfer,
+                service,
+                until: now + Duration::from_millis(c.until_ms - wall),
+                until_ms: c.until_ms,
+                told: told.map(|site| (site, RESTART_CANCEL_TIMES)).collect(),
+            });
+        }
         Ok(n)
     }
 
-    /// Uploads the last run began and never finished, whose sites are still to be told
-    /// to drop what they got ([`Hub::restore`] found them).
+    /// Uploads an earlier run began and never finished, whose sites are still to be
+    /// told to drop what they got ([`Hub::restore`] found them).
     pub fn interrupted_uploads(&self) -> usize {
         self.restart_cancels.len()
     }
@@ -702,7 +726,17 @@ impl Hub {
         if self.restart_cancels.is_empty() {
             return;
         }
-        self.restart_cancels.retain(|c| c.until > now);
+        let Some((_, spool)) = self.sender.as_mut() else {
+            return;
+        };
+        // Over: the spool forgets them.
+        self.restart_cancels.retain(|c| {
+            let over = c.until <= now;
+            if over {
+                let _ = spool.cancel_over(c.transfer);
+            }
+            !over
+        });
         let mut due = Vec::new();
         for c in self.restart_cancels.iter_mut().filter(|c| c.service == i) {
             if !c.told.contains_key(site) && c.told.len() >= MAX_ROUTES_PER_PEER {
@@ -712,6 +746,17 @@ impl Hub {
             if *told < RESTART_CANCEL_TIMES {
                 *told += 1;
                 due.push(c.transfer);
+                if *told == RESTART_CANCEL_TIMES {
+                    // Told: not again after a restart.
+                    let told = c.told.iter().filter(|(_, n)| **n >= RESTART_CANCEL_TIMES);
+                    let kept = PendingCancel {
+                        transfer: c.transfer,
+                        service: self.cfg.services[i].clone(),
+                        until_ms: c.until_ms,
+                        told: told.map(|(site, _)| site.clone()).collect(),
+                    };
+                    let _ = spool.keep_cancel(&kept);
+                }
             }
         }
         for transfer in due {

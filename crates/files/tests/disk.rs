@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tickwire_files::inbox::{Fsync, Inbox, PARTIAL_DIR};
-use tickwire_files::spool::Spool;
+use tickwire_files::spool::{PendingCancel, Spool};
 use tickwire_files::wire::FilesMessage;
 use tickwire_files::{
     ChunkSource, Delivery, Manifest, NewFile, Receiver, ReceiverConfig, ReceiverEvent, Sender,
@@ -424,11 +424,24 @@ fn the_spool_log_keeps_only_what_is_live() {
         .map(|s| s.manifest)
         .collect();
     assert_eq!(loaded, vec![keep, last]);
-    // The unfinished upload is told once, to the run after the one that began it.
+    // The unfinished upload is given once, to the run after the one that began it,
+    // whose cancel of it at the sites takes its place in the log until it is over.
     assert_eq!(spool.take_unfinished(), vec![manifest(7000)]);
     assert!(spool.take_unfinished().is_empty());
+    let cancel = PendingCancel {
+        transfer: 7000,
+        service: SERVICE.into(),
+        until_ms: 1_790_000_600_000,
+        told: vec!["site-0".into()],
+    };
+    spool.keep_cancel(&cancel).unwrap();
     drop(spool);
-    assert!(Spool::new(&dir).unwrap().take_unfinished().is_empty());
+    let mut spool = Spool::new(&dir).unwrap();
+    assert!(spool.take_unfinished().is_empty());
+    assert_eq!(spool.cancels(), [cancel]);
+    spool.cancel_over(7000).unwrap();
+    drop(spool);
+    assert!(Spool::new(&dir).unwrap().cancels().is_empty());
 }
 
 #[test]

@@ -10,11 +10,16 @@ use tickwire_files::{Hub, HubConfig, Output, Peer, Rights, Sender, SenderConfig}
 const CLIENT: usize = 7;
 
 fn hub(dir: &std::path::Path, services: &[&str]) -> Hub {
+    hub_at(dir, services, 1_790_000_000_000)
+}
+
+/// As [`hub`], its wall clock at `wall_ms` now.
+fn hub_at(dir: &std::path::Path, services: &[&str], wall_ms: u64) -> Hub {
     let now = Instant::now();
     let spool = Spool::new(&dir.join("spool")).unwrap();
     let sender = Sender::new(SenderConfig::new("src"), now);
     let cfg = HubConfig::new("src", services.iter().map(|s| s.to_string()).collect());
-    Hub::new(cfg, Some((sender, spool)), None, now, 1_790_000_000_000, 42)
+    Hub::new(cfg, Some((sender, spool)), None, now, wall_ms, 42)
 }
 
 fn encode(m: &FilesMessage) -> Vec<u8> {
@@ -1775,4 +1780,76 @@ fn an_older_file_for_every_site_remembers_a_newer_delivered_one_through_a_restar
         "{rows:?}"
     );
     assert_eq!(h.sender_figures().unwrap().1, 0, "nothing left to send");
+}
+
+/// A node restarted mid-upload tells each site heard to drop the part it got, for ten
+/// minutes: stopped again within them, it goes on telling the sites it had not told
+/// yet for the rest of them, and no longer.
+#[test]
+fn a_restart_cancel_outlives_another_restart_within_its_ten_minutes() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let ms = std::time::Duration::from_millis;
+    let half = vec![3u8; 800_000];
+    {
+        let mut before = hub(dir.path(), &["FILES"]);
+        edge1_present(&mut before, t0);
+        put_to_edge1(
+            &mut before,
+            "half.bin",
+            half.len(),
+            Sha256::digest(&half).into(),
+            t0,
+        );
+        upload(&mut before, &half, 0..400_000, t0);
+        let (_, chunks, _) = to_backbone(&mut before, t0 + ms(200));
+        assert!(chunks > 0);
+    }
+    // Restarted, and stopped again before any site was heard.
+    let wall = 1_790_000_000_000;
+    let mut second = hub_at(dir.path(), &["FILES"], wall);
+    assert_eq!(second.restore(Instant::now()).unwrap(), 0);
+    assert_eq!(second.interrupted_uploads(), 1);
+    drop(second);
+    // Five minutes later: edge1 is told as it is heard, a few times.
+    let unfinished = "the sending node stopped before the file was uploaded whole: send it again";
+    let mut third = hub_at(dir.path(), &["FILES"], wall + 300_000);
+    let t1 = Instant::now();
+    assert_eq!(third.restore(t1).unwrap(), 0);
+    let mut told = 0;
+    for n in 0..5 {
+        let t = t1 + ms(1000 * n);
+        edge1_present(&mut third, t);
+        told += to_backbone(&mut third, t)
+            .2
+            .iter()
+            .filter(|c| *c == unfinished)
+            .count();
+    }
+    assert_eq!(told, 3);
+    drop(third);
+    // Told already, edge1 is not told again after another restart; edge2, heard for
+    // the first time, is.
+    let mut fourth = hub_at(dir.path(), &["FILES"], wall + 400_000);
+    let t2 = Instant::now();
+    fourth.restore(t2).unwrap();
+    edge1_present(&mut fourth, t2);
+    assert!(to_backbone(&mut fourth, t2).2.is_empty());
+    present(&mut fourth, "edge2", t2);
+    assert_eq!(to_backbone(&mut fourth, t2).2, [unfinished]);
+    drop(fourth);
+    // Past the ten minutes: no site is told, and the spool forgets it.
+    let mut fifth = hub_at(dir.path(), &["FILES"], wall + 601_000);
+    let t3 = Instant::now();
+    fifth.restore(t3).unwrap();
+    assert_eq!(fifth.interrupted_uploads(), 0);
+    present(&mut fifth, "edge3", t3);
+    assert!(to_backbone(&mut fifth, t3).2.is_empty());
+    drop(fifth);
+    assert!(Spool::new(&dir.path().join("spool"))
+        .unwrap()
+        .cancels()
+        .is_empty());
+    let log = std::fs::read_to_string(dir.path().join("spool/queue.log")).unwrap();
+    assert!(!log.contains("cancel"), "{log}");
 }

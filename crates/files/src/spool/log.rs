@@ -2,11 +2,13 @@
 //! encoded Offer in hex, and where its bytes are), a large upload begun (its manifest:
 //! if the node stops before the file is whole, the next run tells the sites to drop
 //! what they got of it), a site's new state, what a file for every site knows of newer
-//! files of its name, a transfer removed. Replayed when the
+//! files of its name, the sites still to tell to drop an upload a restart interrupted,
+//! a transfer removed. Replayed when the
 //! spool opens; a line that does not parse (a crash mid-append) is skipped.
 
 use std::io;
 
+use super::PendingCancel;
 use crate::manifest::Manifest;
 use crate::sender::Delivery;
 use crate::wire::FilesMessage;
@@ -38,6 +40,11 @@ pub(super) enum LogLine {
         by: u64,
         sites: Vec<String>,
     },
+    /// Sites are told to drop what they got of an upload a restart interrupted (it
+    /// replaces the upload's `Arriving` line, and is written again as sites are told).
+    Cancel(PendingCancel),
+    /// Its sites are told no more.
+    CancelOver(u64),
     /// A transfer's bytes moved (out of a sparse segment); its place in the queue
     /// stays.
     Moved {
@@ -80,6 +87,13 @@ impl LogLine {
                 "by": format!("{by:016x}"),
                 "sites": sites,
             }),
+            LogLine::Cancel(c) => serde_json::json!({
+                "cancel": format!("{:016x}", c.transfer),
+                "service": c.service,
+                "until_ms": c.until_ms,
+                "told": c.told,
+            }),
+            LogLine::CancelOver(t) => serde_json::json!({ "cancel_over": format!("{t:016x}") }),
             LogLine::Moved { transfer, place } => match place {
                 Place::Own => serde_json::json!({ "moved": format!("{transfer:016x}") }),
                 Place::Segment { id, at } => serde_json::json!({
@@ -118,6 +132,20 @@ impl LogLine {
                     .map(|s| s.as_str().map(str::to_owned))
                     .collect::<Option<_>>()?,
             });
+        }
+        if let Some(transfer) = id("cancel") {
+            let told = v["told"].as_array()?.iter();
+            return Some(LogLine::Cancel(PendingCancel {
+                transfer,
+                service: v["service"].as_str()?.to_owned(),
+                until_ms: v["until_ms"].as_u64()?,
+                told: told
+                    .map(|s| s.as_str().map(str::to_owned))
+                    .collect::<Option<_>>()?,
+            }));
+        }
+        if let Some(t) = id("cancel_over") {
+            return Some(LogLine::CancelOver(t));
         }
         if let Some(t) = id("removed") {
             return Some(LogLine::Removed(t));

@@ -26,7 +26,7 @@
 mod log;
 mod segments;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
@@ -120,6 +120,21 @@ pub struct Spooled {
     pub replaced_at: Option<(u64, Vec<String>)>,
 }
 
+/// An upload a restart interrupted whose sites are told to drop what they got of it,
+/// each as it is heard, until `until_ms`: kept in the spool until then, so that a
+/// node stopped again meanwhile goes on telling them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCancel {
+    /// The upload's transfer.
+    pub transfer: u64,
+    /// Its service.
+    pub service: String,
+    /// Until when sites are told (milliseconds since 1970).
+    pub until_ms: u64,
+    /// The sites told as often as they are told.
+    pub told: Vec<String>,
+}
+
 /// The sender's queue on disk, so a restarted node continues it.
 pub struct Spool {
     dir: PathBuf,
@@ -136,10 +151,13 @@ pub struct Spool {
     /// What the log holds that is still live, to rewrite it without the rest.
     live: HashMap<u64, Kept>,
     /// Large uploads this run began and logged ([`Spool::note_arriving`]), not yet
-    /// queued whole nor removed.
+    /// queued whole nor removed; and those a previous run never finished, until their
+    /// cancel takes their place ([`Spool::keep_cancel`]).
     begun: HashMap<u64, Manifest>,
     /// Uploads a previous run began and never finished ([`Spool::take_unfinished`]).
     unfinished: Vec<Manifest>,
+    /// Sites still to tell to drop uploads a restart interrupted.
+    cancels: BTreeMap<u64, PendingCancel>,
     /// Order of queuing, for the live transfers.
     seq: u64,
     live_lines: usize,
@@ -251,6 +269,7 @@ impl Spool {
         })?;
         let mut live: HashMap<u64, Kept> = HashMap::new();
         let mut begun: HashMap<u64, Manifest> = HashMap::new();
+        let mut cancels = BTreeMap::new();
         let mut seq = 0;
         match File::open(dir.join(LOG)) {
             Ok(f) => {
@@ -262,18 +281,20 @@ impl Spool {
                         continue;
                     };
                     seq += 1;
-                    Self::replay(&mut live, &mut begun, l, seq);
+                    Self::replay(&mut live, &mut begun, &mut cancels, l, seq);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        // Uploads the last run began and never finished: said once, then forgotten.
-        let mut unfinished: Vec<Manifest> = begun.into_values().collect();
+        // Uploads the last run began and never finished: given once, and kept in the
+        // log until their cancel replaces them there (`Spool::keep_cancel`).
+        let mut unfinished: Vec<Manifest> = begun.values().cloned().collect();
         unfinished.sort_by_key(|m| m.transfer);
-        let log = Self::rewrite(dir, &live, &HashMap::new(), fsync)?;
+        let log = Self::rewrite(dir, &live, &begun, &cancels, fsync)?;
         let log_len = log.metadata()?.len();
-        let live_lines = live.values().map(Kept::lines).sum();
+        let live_lines =
+            live.values().map(Kept::lines).sum::<usize>() + begun.len() + cancels.len();
         Ok(Spool {
             dir: dir.to_path_buf(),
             own_open: OpenFiles::new(OPEN_FILES),
@@ -282,8 +303,9 @@ impl Spool {
             log,
             log_len,
             live,
-            begun: HashMap::new(),
+            begun,
             unfinished,
+            cancels,
             seq,
             live_lines,
             dead_lines: 0,
@@ -339,10 +361,19 @@ impl Spool {
     fn replay(
         live: &mut HashMap<u64, Kept>,
         begun: &mut HashMap<u64, Manifest>,
+        cancels: &mut BTreeMap<u64, PendingCancel>,
         l: LogLine,
         seq: u64,
     ) {
         match l {
+            LogLine::Cancel(c) => {
+                begun.remove(&c.transfer);
+                cancels.insert(c.transfer, c);
+            }
+            LogLine::CancelOver(t) => {
+                begun.remove(&t);
+                cancels.remove(&t);
+            }
             LogLine::Arriving(m) => {
                 begun.insert(m.transfer, m);
             }
@@ -402,6 +433,7 @@ impl Spool {
         dir: &Path,
         live: &HashMap<u64, Kept>,
         begun: &HashMap<u64, Manifest>,
+        cancels: &BTreeMap<u64, PendingCancel>,
         fsync: Fsync,
     ) -> io::Result<File> {
         let mut kept: Vec<&Kept> = live.values().collect();
@@ -409,6 +441,9 @@ impl Spool {
         let mut text = String::new();
         for m in begun.values() {
             text.push_str(&LogLine::Arriving(m.clone()).to_json()?);
+        }
+        for c in cancels.values() {
+            text.push_str(&LogLine::Cancel(c.clone()).to_json()?);
         }
         for k in kept {
             text.push_str(&LogLine::Queued(k.manifest.clone(), k.place).to_json()?);
@@ -457,7 +492,13 @@ impl Spool {
         self.log_len += line.len() as u64;
         self.unsynced.log = self.fsync != Fsync::Never;
         self.seq += 1;
-        Self::replay(&mut self.live, &mut self.begun, l, self.seq);
+        Self::replay(
+            &mut self.live,
+            &mut self.begun,
+            &mut self.cancels,
+            l,
+            self.seq,
+        );
         Ok(())
     }
 
@@ -603,6 +644,34 @@ impl Spool {
     /// are gone): given once.
     pub fn take_unfinished(&mut self) -> Vec<Manifest> {
         std::mem::take(&mut self.unfinished)
+    }
+
+    /// The uploads a restart interrupted whose sites are still told to drop them, as
+    /// the log had them when the spool opened or as [`Spool::keep_cancel`] wrote them.
+    pub fn cancels(&self) -> Vec<PendingCancel> {
+        self.cancels.values().cloned().collect()
+    }
+
+    /// Logs (again) an upload a restart interrupted whose sites are told to drop it, in
+    /// place of its unfinished upload's line: so that a node stopped again goes on.
+    pub fn keep_cancel(&mut self, c: &PendingCancel) -> io::Result<()> {
+        let t = c.transfer;
+        if self.begun.contains_key(&t) || self.cancels.contains_key(&t) {
+            self.dead_lines += 1;
+        } else {
+            self.live_lines += 1;
+        }
+        self.append(LogLine::Cancel(c.clone()))
+    }
+
+    /// An interrupted upload's sites are told no more (its time is over): forgotten.
+    pub fn cancel_over(&mut self, transfer: u64) -> io::Result<()> {
+        if !self.begun.contains_key(&transfer) && !self.cancels.contains_key(&transfer) {
+            return Ok(());
+        }
+        self.live_lines -= 1;
+        self.dead_lines += 2;
+        self.append(LogLine::CancelOver(transfer))
     }
 
     /// Writes the manifest of a queued transfer again (its targets resolved); one
@@ -791,8 +860,14 @@ impl Spool {
         }
         self.move_out_of_sparse_segment();
         if self.dead_lines > COMPACT_AFTER_DEAD && self.dead_lines > 2 * self.live_lines {
-            let rewritten = Self::rewrite(&self.dir, &self.live, &self.begun, self.fsync)
-                .and_then(|log| Ok((log.metadata()?.len(), log)));
+            let rewritten = Self::rewrite(
+                &self.dir,
+                &self.live,
+                &self.begun,
+                &self.cancels,
+                self.fsync,
+            )
+            .and_then(|log| Ok((log.metadata()?.len(), log)));
             if let Ok((len, log)) = rewritten {
                 self.log = log;
                 self.log_len = len;
