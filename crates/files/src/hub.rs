@@ -246,7 +246,12 @@ struct UnsyncedUpload {
 
 /// Logs a transfer whose bytes are in the spool as queued, with what its sites said
 /// meanwhile (for a restart); the reason if the log cannot take it.
-fn save_queued(tx: &Sender, spool: &mut Spool, transfer: u64) -> Result<(), String> {
+fn save_queued(
+    tx: &Sender,
+    spool: &mut Spool,
+    records: &BTreeMap<u64, Record>,
+    transfer: u64,
+) -> Result<(), String> {
     let Some((m, sites)) = tx.transfer(transfer) else {
         return Err(ENDED_BEFORE_UPLOAD.to_string());
     };
@@ -255,7 +260,9 @@ fn save_queued(tx: &Sender, spool: &mut Spool, transfer: u64) -> Result<(), Stri
         .map_err(|e| format!("the node cannot keep the file's manifest: {e}"))?;
     for (site, r) in sites {
         if r.state != Delivery::Queued {
-            let _ = spool.record(transfer, site, r.state, &r.reason);
+            let line = records.get(&transfer).and_then(|rec| rec.sites.get(site));
+            let since_ms = line.map(|l| l.since_ms);
+            let _ = spool.record(transfer, site, r.state, &r.reason, since_ms);
         }
     }
     // Newer files of its name learned of while it was still arriving.
@@ -407,22 +414,38 @@ impl Hub {
         } in queued
         {
             let left = Duration::from_millis(m.expires_ms.saturating_sub(wall));
+            // Since when a site stands where it does: as the spool has it, unchanged by
+            // the restart; a target that has said nothing yet, since the file was
+            // queued (its expiry less `expire_after`); else (a site being sent to,
+            // queued again; a line of an earlier version) since now.
+            let queued_ms = m
+                .expires_ms
+                .saturating_sub(self.cfg.expire_after.as_millis() as u64)
+                .min(wall);
+            let since = |site: &str, state: Delivery| match sites.iter().find(|s| s.site == site) {
+                Some(s) if s.state == state => s.since_ms.unwrap_or(wall),
+                None if state == Delivery::Queued => queued_ms,
+                _ => wall,
+            };
+            let line = |site: &str, state: Delivery, reason: &str| {
+                let since_ms = since(site, state);
+                let reason = reason.to_owned();
+                (
+                    site.to_owned(),
+                    SiteLine {
+                        state,
+                        since_ms,
+                        reason,
+                    },
+                )
+            };
             self.record_seq += 1;
             let rec = Record {
                 seq: self.record_seq,
                 manifest: m.clone(),
                 sites: sites
                     .iter()
-                    .map(|(s, state, reason)| {
-                        (
-                            s.clone(),
-                            SiteLine {
-                                state: *state,
-                                since_ms: wall,
-                                reason: reason.clone(),
-                            },
-                        )
-                    })
+                    .map(|s| line(&s.site, s.state, &s.reason))
                     .collect(),
                 finished: false,
             };
@@ -430,7 +453,10 @@ impl Hub {
             if self.records.insert(transfer, rec).is_some() {
                 self.finished_order.retain(|t| *t != transfer);
             }
-            sender.restore(m, sites, now + left, now);
+            let said = sites
+                .iter()
+                .map(|s| (s.site.clone(), s.state, s.reason.clone()));
+            sender.restore(m, said, now + left, now);
             if let Some((by, sites)) = replaced_at {
                 sender.restore_replaced_at(transfer, by, &sites);
             }
@@ -441,14 +467,7 @@ impl Hub {
             {
                 rec.sites = restored
                     .iter()
-                    .map(|(site, r)| {
-                        let line = SiteLine {
-                            state: r.state,
-                            since_ms: wall,
-                            reason: r.reason.clone(),
-                        };
-                        (site.clone(), line)
-                    })
+                    .map(|(site, r)| line(site, r.state, &r.reason))
                     .collect();
             }
         }
@@ -1076,7 +1095,7 @@ impl Hub {
                 return;
             }
             tx.handle_uploaded(transfer, size, true, now);
-            match save_queued(tx, spool, transfer) {
+            match save_queued(tx, spool, &self.records, transfer) {
                 Ok(()) => return self.answer_queued(conn, request, transfer, size),
                 Err(e) => e,
             }
@@ -1377,7 +1396,7 @@ impl Hub {
             Ok(n) => {
                 self.stats.spool_syncs += n as u64;
                 for w in waiting {
-                    match save_queued(tx, spool, w.transfer) {
+                    match save_queued(tx, spool, &self.records, w.transfer) {
                         Ok(()) => saved.push(w),
                         Err(e) => failed.push((w, e)),
                     }
@@ -1609,7 +1628,7 @@ impl Hub {
                 state,
                 reason,
             } => {
-                if let Err(err) = spool.record(transfer, &site, state, &reason) {
+                if let Err(err) = spool.record(transfer, &site, state, &reason, Some(wall)) {
                     events.push_back(HubEvent::SpoolError {
                         reason: format!("cannot record a site's state in the spool: {err}"),
                     });

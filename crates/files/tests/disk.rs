@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tickwire_files::inbox::{Fsync, Inbox, PARTIAL_DIR};
-use tickwire_files::spool::{PendingCancel, Spool};
+use tickwire_files::spool::{PendingCancel, Spool, SpooledSite};
 use tickwire_files::wire::FilesMessage;
 use tickwire_files::{
     ChunkSource, Delivery, Manifest, NewFile, Receiver, ReceiverConfig, ReceiverEvent, Sender,
@@ -109,7 +109,9 @@ impl Net {
                 reason,
             } = &e
             {
-                self.spool.record(*transfer, site, *state, reason).unwrap();
+                self.spool
+                    .record(*transfer, site, *state, reason, None)
+                    .unwrap();
             }
             if let SenderEvent::Finished { transfer, .. } = e {
                 self.spool.remove(transfer);
@@ -325,22 +327,23 @@ fn the_spool_keeps_a_queue_through_a_restart() {
     assert_eq!(size, 10_000);
     let m = q_csv(size, sha, &["site-0", "site-1"]);
     spool.save(&m).unwrap();
-    spool.record(7, "site-0", Delivery::Sending, "").unwrap();
-    spool.record(7, "site-0", Delivery::Done, "").unwrap();
     spool
-        .record(
-            7,
-            "site-1",
-            Delivery::Failed,
-            "No space left on device (os error 28)",
-        )
+        .record(7, "site-0", Delivery::Sending, "", Some(1_000))
         .unwrap();
+    spool
+        .record(7, "site-0", Delivery::Done, "", Some(2_000))
+        .unwrap();
+    let append = |line: &[u8]| {
+        fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("queue.log"))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, line))
+            .unwrap()
+    };
+    // A site's line as earlier versions wrote it: no time.
+    append(b"{\"transfer\":\"0000000000000007\",\"site\":\"site-1\",\"state\":\"failed\",\"reason\":\"No space left on device (os error 28)\"}\n");
     // A crash mid-append leaves a torn line; a crash mid-queue leaves data alone.
-    fs::OpenOptions::new()
-        .append(true)
-        .open(dir.join("queue.log"))
-        .and_then(|mut f| std::io::Write::write_all(&mut f, b"{\"site\":\"si"))
-        .unwrap();
+    append(b"{\"site\":\"si");
     spool.copy_in(8, &src).unwrap();
     drop(spool);
 
@@ -352,12 +355,18 @@ fn the_spool_keeps_a_queue_through_a_restart() {
     assert_eq!(
         sites,
         &vec![
-            ("site-0".to_string(), Delivery::Done, String::new()),
-            (
-                "site-1".to_string(),
-                Delivery::Failed,
-                "No space left on device (os error 28)".to_string()
-            ),
+            SpooledSite {
+                site: "site-0".into(),
+                state: Delivery::Done,
+                reason: String::new(),
+                since_ms: Some(2_000),
+            },
+            SpooledSite {
+                site: "site-1".into(),
+                state: Delivery::Failed,
+                reason: "No space left on device (os error 28)".into(),
+                since_ms: None,
+            },
         ]
     );
     assert!(
@@ -406,8 +415,10 @@ fn the_spool_log_keeps_only_what_is_live() {
     for t in 2..6000u64 {
         spool.copy_in(t, &src).unwrap();
         spool.save(&manifest(t)).unwrap();
-        spool.record(t, "site-0", Delivery::Sending, "").unwrap();
-        spool.record(t, "site-0", Delivery::Done, "").unwrap();
+        spool
+            .record(t, "site-0", Delivery::Sending, "", None)
+            .unwrap();
+        spool.record(t, "site-0", Delivery::Done, "", None).unwrap();
         spool.remove(t);
     }
     let last = manifest(6000);

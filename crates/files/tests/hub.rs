@@ -1853,3 +1853,53 @@ fn a_restart_cancel_outlives_another_restart_within_its_ten_minutes() {
     let log = std::fs::read_to_string(dir.path().join("spool/queue.log")).unwrap();
     assert!(!log.contains("cancel"), "{log}");
 }
+
+/// `files status` says since when each site stands where it does; a restart of the
+/// sender changes none of it (it said the restart's time).
+#[test]
+fn after_a_restart_each_site_is_listed_since_when_it_was_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = 1_790_000_000_000;
+    let secs = std::time::Duration::from_secs;
+    let row = |e: &tickwire_files::wire::ReportEntry<'_>| {
+        (e.site.to_string(), e.state.to_string(), e.since_ms)
+    };
+    let before = {
+        let mut h = hub_at(dir.path(), &["FILES"], wall);
+        let t0 = Instant::now();
+        put_whole(
+            &mut h,
+            1,
+            "eod.csv",
+            vec!["edge1", "edge2", "edge3"],
+            b"a\n",
+            t0,
+        );
+        let transfer = transfer_of_go(&outputs(&mut h), 1);
+        let t1 = t0 + secs(2);
+        present(&mut h, "edge1", t1);
+        present(&mut h, "edge2", t1);
+        run(&mut h, t1);
+        let t2 = t1 + secs(2);
+        done_at(&mut h, transfer, "edge1", t2);
+        let failed = FilesMessage::Status(Status {
+            transfer,
+            site: "edge2",
+            state: SiteState::Failed,
+            have: 0,
+            missing: vec![],
+            reason: "No space left on device (os error 28)",
+        });
+        h.handle(Peer::Backbone, "", Rights::ALL, &encode(&failed), t2);
+        run(&mut h, t2);
+        query(&mut h, t2, row)
+    };
+    let states: Vec<&str> = before.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(states, ["done", "failed", "queued"], "{before:?}");
+    assert!(before[0].2 > before[2].2, "{before:?}");
+    // Restarted an hour later.
+    let mut h = hub_at(dir.path(), &["FILES"], wall + 3_600_000);
+    let t3 = Instant::now();
+    assert_eq!(h.restore(t3).unwrap(), 1);
+    assert_eq!(query(&mut h, t3, row), before);
+}

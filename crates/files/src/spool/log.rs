@@ -1,14 +1,14 @@
 //! The spool's log: one JSON object per line. A transfer queued (its manifest, an
 //! encoded Offer in hex, and where its bytes are), a large upload begun (its manifest:
 //! if the node stops before the file is whole, the next run tells the sites to drop
-//! what they got of it), a site's new state, what a file for every site knows of newer
+//! what they got of it), a site's new state (and since when), what a file for every site knows of newer
 //! files of its name, the sites still to tell to drop an upload a restart interrupted,
 //! a transfer removed. Replayed when the
 //! spool opens; a line that does not parse (a crash mid-append) is skipped.
 
 use std::io;
 
-use super::PendingCancel;
+use super::{PendingCancel, SpooledSite};
 use crate::manifest::Manifest;
 use crate::sender::Delivery;
 use crate::wire::FilesMessage;
@@ -29,9 +29,7 @@ pub(super) enum LogLine {
     Arriving(Manifest),
     Site {
         transfer: u64,
-        site: String,
-        state: Delivery,
-        reason: String,
+        site: SpooledSite,
     },
     /// What a file for every site with no sites yet knows of newer files of its name
     /// (`SenderEvent::ReplacedAt`).
@@ -67,17 +65,18 @@ impl LogLine {
                 }
             }
             LogLine::Arriving(m) => serde_json::json!({ "arriving": hex::encode(offer_bytes(m)?) }),
-            LogLine::Site {
-                transfer,
-                site,
-                state,
-                reason,
-            } => serde_json::json!({
-                "transfer": format!("{transfer:016x}"),
-                "site": site,
-                "state": state.as_str(),
-                "reason": reason,
-            }),
+            LogLine::Site { transfer, site } => {
+                let mut v = serde_json::json!({
+                    "transfer": format!("{transfer:016x}"),
+                    "site": site.site,
+                    "state": site.state.as_str(),
+                    "reason": site.reason,
+                });
+                if let Some(ms) = site.since_ms {
+                    v["since_ms"] = ms.into();
+                }
+                v
+            }
             LogLine::ReplacedAt {
                 transfer,
                 by,
@@ -152,9 +151,13 @@ impl LogLine {
         }
         Some(LogLine::Site {
             transfer: id("transfer")?,
-            site: v["site"].as_str()?.to_owned(),
-            state: Delivery::from_name(v["state"].as_str()?)?,
-            reason: v["reason"].as_str().unwrap_or("").to_owned(),
+            site: SpooledSite {
+                site: v["site"].as_str()?.to_owned(),
+                state: Delivery::from_name(v["state"].as_str()?)?,
+                reason: v["reason"].as_str().unwrap_or("").to_owned(),
+                // Not in the lines of earlier versions.
+                since_ms: v["since_ms"].as_u64(),
+            },
         })
     }
 }

@@ -111,13 +111,26 @@ fn own_path(dir: &Path, transfer: u64) -> PathBuf {
 pub struct Spooled {
     /// Its manifest.
     pub manifest: Manifest,
-    /// The last state of each site that said where it stands, and why.
-    pub sites: Vec<(String, Delivery, String)>,
+    /// The last state of each site that said where it stands.
+    pub sites: Vec<SpooledSite>,
     /// For a file for every site with no sites yet: the newest newer file of its name
     /// and every site they went to (`SenderEvent::ReplacedAt`).
     ///
     /// [`SenderEvent::ReplacedAt`]: crate::sender::SenderEvent::ReplacedAt
     pub replaced_at: Option<(u64, Vec<String>)>,
+}
+
+/// A site's last state of a transfer, as the spool keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpooledSite {
+    /// The site.
+    pub site: String,
+    /// Where it stands.
+    pub state: Delivery,
+    /// Why it failed (empty otherwise).
+    pub reason: String,
+    /// Since when (milliseconds since 1970); none in the logs of earlier versions.
+    pub since_ms: Option<u64>,
 }
 
 /// An upload a restart interrupted whose sites are told to drop what they got of it,
@@ -199,7 +212,7 @@ struct Kept {
     seq: u64,
     manifest: Manifest,
     place: Place,
-    sites: Vec<(String, Delivery, String)>,
+    sites: Vec<SpooledSite>,
     replaced_at: Option<(u64, Vec<String>)>,
 }
 
@@ -393,16 +406,11 @@ impl Spool {
                     },
                 );
             }
-            LogLine::Site {
-                transfer,
-                site,
-                state,
-                reason,
-            } => {
+            LogLine::Site { transfer, site } => {
                 if let Some(k) = live.get_mut(&transfer) {
-                    match k.sites.iter_mut().find(|(s, _, _)| *s == site) {
-                        Some(e) => *e = (site, state, reason),
-                        None => k.sites.push((site, state, reason)),
+                    match k.sites.iter_mut().find(|s| s.site == site.site) {
+                        Some(e) => *e = site,
+                        None => k.sites.push(site),
                     }
                 }
             }
@@ -447,16 +455,12 @@ impl Spool {
         }
         for k in kept {
             text.push_str(&LogLine::Queued(k.manifest.clone(), k.place).to_json()?);
-            for (site, state, reason) in &k.sites {
-                text.push_str(
-                    &LogLine::Site {
-                        transfer: k.manifest.transfer,
-                        site: site.clone(),
-                        state: *state,
-                        reason: reason.clone(),
-                    }
-                    .to_json()?,
-                );
+            for site in &k.sites {
+                let line = LogLine::Site {
+                    transfer: k.manifest.transfer,
+                    site: site.clone(),
+                };
+                text.push_str(&line.to_json()?);
             }
             if let Some((by, sites)) = &k.replaced_at {
                 let line = LogLine::ReplacedAt {
@@ -723,25 +727,28 @@ impl Spool {
         self.unsynced.file(own.then_some(transfer), &w.file);
     }
 
-    /// Appends what a site said of a transfer.
+    /// Appends what a site said of a transfer, and since when (so that a restart does
+    /// not make it new).
     pub fn record(
         &mut self,
         transfer: u64,
         site: &str,
         state: Delivery,
         reason: &str,
+        since_ms: Option<u64>,
     ) -> io::Result<()> {
         match self.live.get(&transfer) {
-            Some(k) if k.sites.iter().any(|(s, _, _)| s == site) => self.dead_lines += 1,
+            Some(k) if k.sites.iter().any(|s| s.site == site) => self.dead_lines += 1,
             Some(_) => self.live_lines += 1,
             None => return Ok(()),
         }
-        self.append(LogLine::Site {
-            transfer,
+        let site = SpooledSite {
             site: site.to_owned(),
             state,
             reason: reason.to_owned(),
-        })
+            since_ms,
+        };
+        self.append(LogLine::Site { transfer, site })
     }
 
     /// Appends what a file for every site with no sites yet knows of newer files of its
