@@ -39,9 +39,18 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
     let mut corrupt = false;
     // The seq the next segment must start at, as the node checks it.
     let mut next_seq: Option<u64> = None;
+    // The segment before, if it held no records (only the last one may).
+    let mut empty_before: Option<&PathBuf> = None;
     for (i, (first, path)) in list.iter().enumerate() {
         let last = i + 1 == list.len();
-        if let Some(next) = next_seq.filter(|n| n != first) {
+        if let Some(empty) = empty_before.take() {
+            eprintln!(
+                "tickwire journal: {}: segments do not follow each other: it holds no records, yet {} follows it (only the last segment can be empty)",
+                empty.display(),
+                segment::file_name(*first)
+            );
+            corrupt = true;
+        } else if let Some(next) = next_seq.filter(|n| n != first) {
             eprintln!(
                 "tickwire journal: {}: segments do not follow each other: it starts at seq {first}, the one before ends at {}",
                 path.display(),
@@ -67,6 +76,8 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
             }
         };
         next_seq = Some(first + scan.records.len() as u64);
+        // (A segment whose first record is corrupt is said to be so, below.)
+        empty_before = (scan.records.is_empty() && scan.stopped.is_none()).then_some(path);
         for r in &scan.records {
             let mut o = json!({
                 "seq": r.seq,

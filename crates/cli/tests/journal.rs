@@ -921,6 +921,21 @@ fn journal_inspect_judges_segments_as_the_node_does() {
         out.stderr
     );
     assert_eq!(out.stdout.lines().count(), 4);
+    // An empty segment before another (here of seq 0, which no record has): the node
+    // refuses the journal, naming it, and so does inspect.
+    std::fs::write(seg(0), segment::encode_header(0, 0)).unwrap();
+    let out = run(&["journal", "inspect", dir.path()], T);
+    assert_eq!(out.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "{}: segments do not follow each other: it holds no records",
+            segment::file_name(0)
+        )),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stdout.lines().count(), 4);
+    std::fs::remove_file(seg(0)).unwrap();
     // A segment missing in the middle: the node refuses the journal, and so does inspect.
     std::fs::remove_file(seg(2)).unwrap();
     let out = run(&["journal", "inspect", dir.path()], T);

@@ -307,6 +307,20 @@ impl Journal {
         for (i, (first, path)) in list.iter().enumerate() {
             let is_last = i + 1 == list.len();
             if i > 0 && *first != next_seq {
+                let (before_first, before) = &list[i - 1];
+                // The node leaves only its last segment empty (it starts the next one
+                // once this one is full): an empty one before another is a stray or cut
+                // file, its records (if it had any) lost. Said as such, and of seq 0 (no
+                // record has it) without counting below it.
+                if *before_first == next_seq {
+                    return Err(JournalError::Gap {
+                        path: before.clone(),
+                        why: format!(
+                            "it holds no records, yet {} follows it (only the last segment can be empty)",
+                            segment::file_name(*first)
+                        ),
+                    });
+                }
                 return Err(JournalError::Gap {
                     path: path.clone(),
                     why: format!(

@@ -230,6 +230,43 @@ fn segments_roll_and_a_missing_one_is_refused_by_name() {
     assert!(text.contains(&segment::file_name(0)[..10]), "{text}");
 }
 
+/// An empty segment (a header and no record) before another: the node never leaves one
+/// (only its last segment is ever empty), so it is refused by name with the journal
+/// left as it was. Seq 0, which no record has, included.
+#[test]
+fn an_empty_segment_before_another_is_refused_by_name() {
+    let dir = TempDir::new("empty-before");
+    let f = bid(1);
+    {
+        let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Always)).unwrap();
+        j.received(&post("SYM0", 1, &f), 0).unwrap();
+        j.commit().unwrap();
+    }
+    let kept = segments(&dir.0);
+    let empty = dir.0.join(segment::file_name(0));
+    std::fs::write(&empty, segment::encode_header(0, 0)).unwrap();
+    let sizes = |paths: &[PathBuf]| -> Vec<u64> {
+        paths
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .collect()
+    };
+    let before = sizes(&segments(&dir.0));
+    let err = Journal::open(&dir.0, opts(SyncPolicy::Always))
+        .err()
+        .expect("an empty segment before another is an error");
+    let text = err.to_string();
+    assert!(text.contains(&segment::file_name(0)), "{text}");
+    assert!(text.contains("holds no records"), "{text}");
+    assert!(text.contains(&segment::file_name(1)), "{text}");
+    assert_eq!(sizes(&segments(&dir.0)), before, "nothing changed on disk");
+    // Removed, the journal opens with its record.
+    std::fs::remove_file(&empty).unwrap();
+    assert_eq!(segments(&dir.0), kept);
+    let (j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Always)).unwrap();
+    assert_eq!((rec.records, j.pending_count()), (1, 1));
+}
+
 #[test]
 fn a_flipped_byte_before_the_end_is_corruption_not_a_torn_write() {
     let dir = TempDir::new("corrupt");
