@@ -10,14 +10,10 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub(crate) struct HealthArgs {
-    /// The node's HTTP (WebSocket) port, host:port.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "127.0.0.1:15000",
-        conflicts_with = "config"
-    )]
-    ws: String,
+    /// The node's WebSocket/HTTP port, host:port: what it was given as `--ws` or
+    /// `websocket.listen` (e.g. 127.0.0.1:15000).
+    #[arg(long, value_name = "ADDR", conflicts_with = "config")]
+    ws: Option<String>,
     /// Take the address from the node's configuration file (`websocket.listen`; an
     /// unspecified address such as 0.0.0.0 is asked on loopback).
     #[arg(long, value_name = "FILE")]
@@ -34,9 +30,16 @@ pub(crate) struct HealthArgs {
 /// Prints the node's answer; Ok when it was 200 OK. Every failure exits with status 1,
 /// as container health checks expect.
 pub(crate) fn run(a: HealthArgs) -> Result<()> {
-    let addr = match &a.config {
-        Some(path) => address_from_config(path)?,
-        None => a.ws.clone(),
+    // No default: a node with no WebSocket/HTTP port (the default) has nothing to ask,
+    // and a guessed port would only say "connection refused".
+    let addr = match (&a.config, &a.ws) {
+        (Some(path), _) => address_from_config(path)?,
+        (None, Some(ws)) => ws.clone(),
+        (None, None) => bail!(
+            "give the node's WebSocket/HTTP port: --ws ADDR (its `--ws` or websocket.listen) \
+             or --config FILE (its configuration file); a node serves /healthz and /readyz \
+             only there, and has none unless configured"
+        ),
     };
     let path = if a.ready { "/readyz" } else { "/healthz" };
     if !(a.timeout.is_finite() && a.timeout > 0.0) {

@@ -98,6 +98,10 @@ enum Command {
     /// Ask a node on its HTTP port whether it is alive (GET /healthz) or, with --ready,
     /// ready (GET /readyz); prints the answer, exit status 0 when it was 200 OK, else 1
     /// (a container's HEALTHCHECK).
+    ///
+    /// Give the port with --ws ADDR or --config FILE; there is no default. A node
+    /// serves /healthz and /readyz only on its WebSocket/HTTP port (`tickwire node --ws
+    /// ADDR`, websocket.listen), which it has only when configured.
     Health(health::HealthArgs),
 }
 

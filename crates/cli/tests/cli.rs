@@ -1050,3 +1050,25 @@ fn bench_without_the_lab_beside_says_how_to_get_it() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tickwire health` with no address: a default node has no HTTP port, so there is no
+/// address to guess (it asked 127.0.0.1:15000, and failed with "Connection refused"
+/// against a node that was fine). It says what to give, and `--help` says it too.
+#[test]
+fn health_without_an_address_says_what_to_give() {
+    let out = run(&["health"], T);
+    assert_eq!(out.code(), Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("--ws ADDR") && out.stderr.contains("--config FILE"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("15000"), "{}", out.stderr);
+    let help = run(&["health", "--help"], T);
+    assert_eq!(help.code(), Some(0), "{help:?}");
+    assert!(
+        help.stdout.contains("there is no default"),
+        "{}",
+        help.stdout
+    );
+}
