@@ -198,12 +198,28 @@ fn start_nodes(args: &DemoArgs) -> Result<Nodes> {
 /// How long the feed may take to reach the board's node.
 const START_WAIT: Duration = Duration::from_secs(20);
 
+/// The demo feed's thread: the updates it sent, or why it stopped.
+type Feed = std::thread::JoinHandle<Result<u64>>;
+
+/// The feed, if its thread has ended (it ends on its own only when something went
+/// wrong): why, its own error first, which says what the user needs to know (a node
+/// that refused it, an unreadable item file), where "the feed stopped" would not.
+fn feed_ended(feed: &mut Option<Feed>) -> Option<anyhow::Error> {
+    let joined = feed.take_if(|f| f.is_finished())?.join();
+    Some(match joined {
+        Ok(Err(e)) => e.context("the demo feed stopped"),
+        Ok(Ok(sent)) => anyhow::anyhow!("the demo feed stopped unexpectedly after {sent} updates"),
+        Err(_) => anyhow::anyhow!("the demo feed thread panicked"),
+    })
+}
+
 /// Waits until the feed is ready and the board's node has its service up: Ok(true);
-/// Ok(false) when `stop` is set first (Ctrl-C or SIGTERM while starting).
+/// Ok(false) when `stop` is set first (Ctrl-C or SIGTERM while starting); the feed's
+/// own error when it ends first.
 fn wait_for_feed(
     sub: &mut Subscriber,
     feed_ready: &AtomicBool,
-    feed_gone: impl Fn() -> bool,
+    feed: &mut Option<Feed>,
     stop: &AtomicBool,
     within: Duration,
 ) -> Result<bool> {
@@ -214,7 +230,10 @@ fn wait_for_feed(
         if stop.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        if Instant::now() >= wait_until || feed_gone() {
+        if let Some(e) = feed_ended(feed) {
+            return Err(e);
+        }
+        if Instant::now() >= wait_until {
             anyhow::bail!(
                 "the demo feed did not reach the board's node within {} s",
                 within.as_secs()
@@ -293,11 +312,14 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
     };
     let feed_stop = Arc::new(AtomicBool::new(false));
     let feed_ready = Arc::new(AtomicBool::new(false));
-    let feed = {
+    // An Option only to be joined where it is found ended (its error reported).
+    let mut feed: Option<Feed> = {
         let (a, s, r) = (feed_args.clone(), feed_stop.clone(), feed_ready.clone());
-        std::thread::Builder::new()
-            .name("demo-feed".into())
-            .spawn(move || run_feed(&a, s, r))?
+        Some(
+            std::thread::Builder::new()
+                .name("demo-feed".into())
+                .spawn(move || run_feed(&a, s, r))?,
+        )
     };
 
     let mut opts = ConnectOptions::new(board_addr.clone());
@@ -313,13 +335,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
     // Subscribe once the feed has published its images (a request for an item a
     // non-interactive service does not have is closed at once) and the board's node
     // has the service (an edge learns it from the backbone).
-    if !wait_for_feed(
-        &mut sub,
-        &feed_ready,
-        || feed.is_finished(),
-        &stop,
-        START_WAIT,
-    )? {
+    if !wait_for_feed(&mut sub, &feed_ready, &mut feed, &stop, START_WAIT)? {
         return Ok(()); // stopped while starting: nothing to show
     }
     for r in &rows {
@@ -358,8 +374,8 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
             )?;
         }
         while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
-            if feed.is_finished() {
-                anyhow::bail!("the demo feed stopped unexpectedly");
+            if let Some(e) = feed_ended(&mut feed) {
+                return Err(e);
             }
             sub.dispatch(Duration::from_millis(50), |e| match e {
                 EventRef::Refresh(i, r) => {
@@ -431,9 +447,11 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         crate::logger::set_level(log::LevelFilter::Error); // the feed leaving is expected now
     }
     feed_stop.store(true, Ordering::Relaxed);
-    let sent = feed
-        .join()
-        .map_err(|_| anyhow::anyhow!("feed thread panicked"))?;
+    // None: it ended on its own, and `result` holds why.
+    let sent = feed.map(|f| {
+        f.join()
+            .map_err(|_| anyhow::anyhow!("the demo feed thread panicked"))
+    });
     // The board leaves first: a node stopping waits for its connected peers to close
     // (up to 2 s).
     drop(sub);
@@ -453,7 +471,11 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
     let feed_stats = feed_node.stop()?;
     drop(key_file);
     result?;
-    let sent = sent?;
+    let Some(sent) = sent else {
+        // Taken only where it ended, its error then `result`'s, returned above.
+        anyhow::bail!("the demo feed stopped");
+    };
+    let sent = sent??;
     let fanned = board_stats.as_ref().unwrap_or(&feed_stats).updates_out;
     quiet_if_gone(writeln!(
         out,
@@ -564,10 +586,58 @@ mod tests {
         let waited = wait_for_feed(
             &mut sub,
             &AtomicBool::new(false),
-            || false,
+            &mut None,
             &stop,
             Duration::from_secs(10),
         );
         assert!(matches!(waited, Ok(false)), "{waited:?}");
+    }
+
+    /// A feed that fails while the demo starts: its own error is what the demo reports
+    /// (it said only that the feed "did not reach the board's node").
+    #[test]
+    fn a_feed_that_fails_while_starting_reports_its_own_error() {
+        let mut cfg = NodeConfig::default();
+        cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.node.stats_interval_s = 0;
+        let node = NodeServer::spawn(cfg).expect("node");
+        let mut sub = Subscriber::connect(ConnectOptions::new(node.addr.to_string())).unwrap();
+        let missing = std::env::temp_dir().join(format!(
+            "tickwire-demo-no-such-items-{}",
+            std::process::id()
+        ));
+        let args = PublishArgs {
+            conn: crate::node_args::NodeArgs {
+                node: node.addr.to_string(),
+                credentials: Default::default(),
+            },
+            service: "FEED".into(),
+            items: None,
+            item_file: Some(missing.clone()),
+            rate: 1,
+            tick_ms: Some(DEMO_TICK_MS),
+            interactive: false,
+            duration: None,
+            seed: 1,
+            accept_posts: false,
+        };
+        let ready = Arc::new(AtomicBool::new(false));
+        let r = ready.clone();
+        let mut feed: Option<Feed> = Some(std::thread::spawn(move || {
+            run_feed(&args, Arc::new(AtomicBool::new(false)), r)
+        }));
+        let waited = wait_for_feed(
+            &mut sub,
+            &ready,
+            &mut feed,
+            &AtomicBool::new(false),
+            Duration::from_secs(20),
+        );
+        let e = format!("{:#}", waited.expect_err("the feed failed"));
+        assert!(
+            e.contains("the demo feed stopped") && e.contains(&missing.display().to_string()),
+            "{e}"
+        );
+        assert!(feed.is_none(), "the feed's thread was joined");
     }
 }
