@@ -5,9 +5,10 @@ use crate::json::fields_json;
 use crate::subscribe::Exit;
 use anyhow::{Context, Result};
 use serde_json::json;
-use std::collections::HashMap;
-use std::io::Write;
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
+use std::path::{Path, PathBuf};
 use tickwire_journal::{files, segment, Body};
 use tickwire_proto::Dictionary;
 
@@ -27,15 +28,114 @@ pub(crate) enum JournalCommand {
     },
 }
 
+/// Posts held at most while they wait for their answers (about 100 bytes each), to
+/// name them in their completed records: past it the oldest is let go, and read again
+/// from its segment if its answer comes.
+const MAX_HELD: usize = 100_000;
+
 pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
     let JournalCommand::Inspect { dir } = cmd;
-    let dict = Dictionary::market_price();
-    let list = files::list_segments(&dir)
-        .with_context(|| format!("cannot read journal directory {}", dir.display()))?;
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
-    // received seq -> (post_id, service, item), to name what a completed record completes.
-    let mut posts: HashMap<u64, (u32, String, String)> = HashMap::new();
+    let listed = inspect(&dir, &mut out, MAX_HELD).and_then(|corrupt| {
+        out.flush()?;
+        Ok(corrupt)
+    });
+    match listed {
+        Ok(false) => Ok(()),
+        Ok(true) => Err(Exit(1).into()),
+        // A reader that stopped reading (`| head`) ends the listing quietly, as it ends
+        // `subscribe` (reading files gives no broken pipe).
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// What a completed record names of its post: post_id, service, item.
+type Post = (u32, String, String);
+
+/// The posts read and not yet answered, by seq: at most `max` (a journal may hold any
+/// number of posts waiting for their answers), the oldest let go first.
+struct Posts {
+    held: BTreeMap<u64, Post>,
+    max: usize,
+}
+
+impl Posts {
+    fn received(&mut self, seq: u64, post: Post) {
+        if self.held.len() >= self.max {
+            self.held.pop_first();
+        }
+        self.held.insert(seq, post);
+    }
+
+    /// Answered: no longer held (another answer to it would find it in its segment).
+    fn answered(&mut self, seq: u64) -> Option<Post> {
+        self.held.remove(&seq)
+    }
+}
+
+/// A segment, read a record at a time; or why its header does not read.
+fn open_segment(
+    path: &Path,
+    first: u64,
+) -> Result<Result<segment::Reader<BufReader<File>>, segment::HeaderError>> {
+    let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    segment::Reader::new(BufReader::new(file), first)
+        .with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Whether a segment whose header does not read is what a crash leaves before its
+/// header reached the disk ([`segment::header_cut_short`] of the whole file), read a
+/// chunk at a time.
+fn header_cut_short(path: &Path) -> Result<bool> {
+    let mut file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut head = Vec::new();
+    (&mut file)
+        .take(segment::HEADER_LEN as u64)
+        .read_to_end(&mut head)?;
+    Ok(segment::header_cut_short(&head) && segment::rest_is_zeros(&mut file)?)
+}
+
+/// The post received as `seq`, read again from its segment (the one of the highest first
+/// seq not above it, in `list`: the segments read so far).
+fn read_post(list: &[(u64, PathBuf)], seq: u64) -> Result<Option<Post>> {
+    let Some((first, path)) = list.iter().rev().find(|(first, _)| *first <= seq) else {
+        return Ok(None);
+    };
+    let Ok(mut reader) = open_segment(path, *first)? else {
+        return Ok(None);
+    };
+    while let Some(r) = reader
+        .next_record()
+        .with_context(|| format!("cannot read {}", path.display()))?
+    {
+        if r.seq == seq {
+            return Ok(match &r.body {
+                Body::Received(p) => Some((p.post_id, p.service.to_string(), p.item.to_string())),
+                _ => None,
+            });
+        }
+    }
+    Ok(None)
+}
+
+/// Writes the records of the journal in `dir` to `out`, reading one record at a time
+/// and holding at most `max_held` posts; whether it is corrupt (what and where on
+/// standard error).
+fn inspect(dir: &Path, out: &mut impl Write, max_held: usize) -> Result<bool> {
+    let dict = Dictionary::market_price();
+    let list = files::list_segments(dir)
+        .with_context(|| format!("cannot read journal directory {}", dir.display()))?;
+    let mut posts = Posts {
+        held: BTreeMap::new(),
+        max: max_held,
+    };
     let mut corrupt = false;
     // The seq the next segment must start at, as the node checks it.
     let mut next_seq: Option<u64> = None;
@@ -58,11 +158,9 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
             );
             corrupt = true;
         }
-        let bytes =
-            files::read_file(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let scan = match segment::scan(&bytes, *first) {
-            Ok(s) => s,
-            Err(e) if last && segment::header_cut_short(&bytes) => {
+        let mut reader = match open_segment(path, *first)? {
+            Ok(r) => r,
+            Err(e) if last && header_cut_short(path)? => {
                 eprintln!(
                     "tickwire journal: {}: a segment whose header never reached the disk ({e}); the node removes it at its next start",
                     path.display()
@@ -75,10 +173,12 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
                 continue;
             }
         };
-        next_seq = Some(first + scan.records.len() as u64);
-        // (A segment whose first record is corrupt is said to be so, below.)
-        empty_before = (scan.records.is_empty() && scan.stopped.is_none()).then_some(path);
-        for r in &scan.records {
+        let mut records = 0;
+        while let Some(r) = reader
+            .next_record()
+            .with_context(|| format!("cannot read {}", path.display()))?
+        {
+            records += 1;
             let mut o = json!({
                 "seq": r.seq,
                 "time_ns": r.time_ns,
@@ -86,7 +186,7 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
             });
             match &r.body {
                 Body::Received(p) => {
-                    posts.insert(
+                    posts.received(
                         r.seq,
                         (p.post_id, p.service.to_string(), p.item.to_string()),
                     );
@@ -98,11 +198,15 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
                     o["fields"] = fields_json(&dict, p.fields);
                 }
                 Body::Completed(c) => {
-                    let (post_id, service, item) = posts.get(&c.received).cloned().unwrap_or((
-                        0,
-                        String::new(),
-                        String::new(),
-                    ));
+                    let post = match posts.answered(c.received) {
+                        Some(p) => Some(p),
+                        // Let go (or answered before): in a segment read so far, before
+                        // this record, if anywhere.
+                        None if c.received < r.seq => read_post(&list[..=i], c.received)?,
+                        None => None,
+                    };
+                    let (post_id, service, item) =
+                        post.unwrap_or((0, String::new(), String::new()));
                     o["received"] = json!(c.received);
                     o["post_id"] = json!(post_id);
                     o["service"] = json!(service);
@@ -123,11 +227,12 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
                     o["fields"] = fields_json(&dict, m.fields);
                 }
             }
-            if let Err(e) = writeln!(out, "{o}") {
-                return reader_gone(e);
-            }
+            writeln!(out, "{o}")?;
         }
-        if let Some(stop) = &scan.stopped {
+        next_seq = Some(first + records);
+        // (A segment whose first record is corrupt is said to be so, below.)
+        empty_before = (records == 0 && reader.stopped().is_none()).then_some(path);
+        if let Some(stop) = reader.stopped() {
             if last && stop.torn {
                 eprintln!(
                     "tickwire journal: {}: an interrupted last write at byte {} ({}); the node cuts it at its next start",
@@ -146,20 +251,85 @@ pub(crate) fn run(cmd: JournalCommand) -> Result<()> {
             }
         }
     }
-    if let Err(e) = out.flush() {
-        return reader_gone(e);
-    }
-    if corrupt {
-        return Err(Exit(1).into());
-    }
-    Ok(())
+    Ok(corrupt)
 }
 
-/// A reader that stopped reading (`| head`) ends the listing quietly, as it ends
-/// `subscribe`; any other write error is one.
-fn reader_gone(e: std::io::Error) -> Result<()> {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        return Ok(());
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tickwire_journal::{Journal, JournalOptions, Received, SyncPolicy};
+    use tickwire_proto::{encode_field_list, FieldList, NakCode, Real, Value};
+
+    #[test]
+    fn posts_waiting_for_their_answers_are_held_at_most_max() {
+        let mut posts = Posts {
+            held: BTreeMap::new(),
+            max: 2,
+        };
+        for seq in 1..=5 {
+            posts.received(seq, (seq as u32, "FEED".into(), format!("SYM{seq}")));
+            assert!(posts.held.len() <= 2, "{} held", posts.held.len());
+        }
+        assert_eq!(posts.answered(5), Some((5, "FEED".into(), "SYM5".into())));
+        assert_eq!(posts.answered(5), None);
+        assert_eq!(posts.answered(1), None, "the oldest was let go");
     }
-    Err(e.into())
+
+    /// Holding 2 posts, inspect names every post in its answers as holding them all
+    /// does: those let go are read again from their segments.
+    #[test]
+    fn a_bounded_inspect_prints_what_an_unbounded_one_does() {
+        let dir =
+            std::env::temp_dir().join(format!("tickwire-inspect-bounded-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let f = encode_field_list([(22, Value::Real(Real::new(1, -2)))]);
+        {
+            let opts = JournalOptions {
+                sync: SyncPolicy::Never,
+                segment_bytes: 150,
+            };
+            let (mut j, _) = Journal::open(&dir, opts).unwrap();
+            let items = ["SYM0", "SYM1", "SYM2", "SYM3", "SYM4", "SYM5"];
+            let mut seqs = Vec::new();
+            for (post_id, item) in items.iter().enumerate() {
+                let post = Received {
+                    service: "FEED",
+                    item,
+                    user: "alice",
+                    post_id: post_id as u32,
+                    image: false,
+                    fields: FieldList::decode(&f).unwrap(),
+                };
+                seqs.push(j.received(&post, 1).unwrap());
+                j.commit().unwrap();
+            }
+            // Answered last first, the first twice.
+            for &seq in seqs.iter().rev().chain(&seqs[..1]) {
+                j.completed(seq, Some(NakCode::SymbolUnknown), "no", 2)
+                    .unwrap();
+                j.commit().unwrap();
+            }
+        }
+        assert!(files::list_segments(&dir).unwrap().len() > 2);
+        let listing = |max| {
+            let mut out = Vec::new();
+            assert!(!inspect(&dir, &mut out, max).unwrap(), "not corrupt");
+            String::from_utf8(out).unwrap()
+        };
+        let bounded = listing(2);
+        assert_eq!(bounded, listing(usize::MAX));
+        let answers: Vec<serde_json::Value> = bounded
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|r: &serde_json::Value| r["stream"] == "completed")
+            .collect();
+        assert_eq!(answers.len(), 7);
+        for a in &answers {
+            assert!(
+                a["item"].as_str().is_some_and(|i| i.starts_with("SYM")),
+                "{a}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -7,6 +7,7 @@
 //! not a record is corruption.
 
 use crate::record::{self, Record, RecordError};
+use std::io::Read;
 
 /// A segment's first bytes.
 pub const MAGIC: &[u8; 8] = b"TWJOURN1";
@@ -135,9 +136,9 @@ fn the_next_record_follows(rest: &[u8], due: u64) -> bool {
     })
 }
 
-/// Reads a segment whose name says `first_seq`: its records up to the first thing that
-/// is not the next record.
-pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan<'_>, HeaderError> {
+/// Checks a segment's first bytes (all of them when fewer than a header) against the
+/// first seq its name says.
+fn check_header(bytes: &[u8], first_seq: u64) -> Result<(), HeaderError> {
     if bytes.len() < HEADER_LEN {
         return Err(HeaderError::Short(bytes.len()));
     }
@@ -151,6 +152,13 @@ pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan<'_>, HeaderError> {
             name: first_seq,
         });
     }
+    Ok(())
+}
+
+/// Reads a segment whose name says `first_seq`: its records up to the first thing that
+/// is not the next record.
+pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan<'_>, HeaderError> {
+    check_header(bytes, first_seq)?;
     let mut at = HEADER_LEN;
     let mut next = first_seq;
     let mut records = Vec::new();
@@ -187,4 +195,121 @@ pub fn scan(bytes: &[u8], first_seq: u64) -> Result<Scan<'_>, HeaderError> {
         valid_len: at,
         stopped,
     })
+}
+
+/// Fills `buf` from `src` up to `len` bytes, fewer only at the end of the file.
+fn fill(src: &mut impl Read, buf: &mut Vec<u8>, len: usize) -> std::io::Result<()> {
+    let have = buf.len();
+    src.take((len - have) as u64).read_to_end(buf)?;
+    Ok(())
+}
+
+/// Whether what is left of `src` is nothing but zeros, read a chunk at a time.
+pub fn rest_is_zeros(src: &mut impl Read) -> std::io::Result<bool> {
+    let mut chunk = [0u8; 8192];
+    loop {
+        match src.read(&mut chunk) {
+            Ok(0) => return Ok(true),
+            Ok(n) if chunk[..n].iter().all(|&b| b == 0) => {}
+            Ok(_) => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A segment read record by record from a file (or any reader), holding one record at
+/// a time: what [`scan`] finds, in memory bounded by the largest record rather than the
+/// segment's size (`tickwire journal inspect` reads journals of any size with it).
+pub struct Reader<R> {
+    src: R,
+    /// The seq of the next record.
+    next: u64,
+    /// Bytes from the start of the file up to the end of the last valid record.
+    valid_len: u64,
+    /// The record being read.
+    buf: Vec<u8>,
+    stopped: Option<Stop>,
+    done: bool,
+}
+
+impl<R: Read> Reader<R> {
+    /// Reads the header of a segment whose name says `first_seq`: the reader, or why
+    /// the file is not such a segment (as [`scan`] says it).
+    pub fn new(mut src: R, first_seq: u64) -> std::io::Result<Result<Reader<R>, HeaderError>> {
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        fill(&mut src, &mut header, HEADER_LEN)?;
+        if let Err(e) = check_header(&header, first_seq) {
+            return Ok(Err(e));
+        }
+        Ok(Ok(Reader {
+            src,
+            next: first_seq,
+            valid_len: HEADER_LEN as u64,
+            buf: Vec::new(),
+            stopped: None,
+            done: false,
+        }))
+    }
+
+    /// The next valid record, or None at the end of the file or where reading stopped
+    /// ([`Reader::stopped`] says why).
+    pub fn next_record(&mut self) -> std::io::Result<Option<Record<'_>>> {
+        if self.done {
+            return Ok(None);
+        }
+        self.buf.clear();
+        fill(&mut self.src, &mut self.buf, record::RECORD_HEADER_LEN)?;
+        if self.buf.is_empty() {
+            self.done = true;
+            return Ok(None);
+        }
+        if self.buf.len() == record::RECORD_HEADER_LEN {
+            let len = u32::from_be_bytes(self.buf[0..4].try_into().expect("4 bytes")) as usize;
+            // A length out of range is left for `decode` to refuse, not read.
+            if (1..=record::MAX_BODY).contains(&len) {
+                fill(
+                    &mut self.src,
+                    &mut self.buf,
+                    record::RECORD_HEADER_LEN + len,
+                )?;
+            }
+        }
+        let why = match record::decode(&self.buf) {
+            Ok((rec, len)) if rec.seq == self.next => {
+                self.next += 1;
+                self.valid_len += len as u64;
+                return Ok(Some(rec));
+            }
+            Ok((rec, _)) => Stop {
+                offset: self.valid_len as usize,
+                why: format!("record seq {} where {} was due", rec.seq, self.next),
+                torn: false,
+            },
+            Err(e) => {
+                // As `scan` judges it over the rest of the file: a record cut short is
+                // the rest of the file already; any other bad record is the last write
+                // only if nothing but zeros follows what was read of it.
+                let torn = rest_is_zeros(&mut self.src)? && is_last_write(&self.buf, &e, self.next);
+                Stop {
+                    offset: self.valid_len as usize,
+                    why: e.to_string(),
+                    torn,
+                }
+            }
+        };
+        self.stopped = Some(why);
+        self.done = true;
+        Ok(None)
+    }
+
+    /// Why reading stopped before the end of the file, once it has.
+    pub fn stopped(&self) -> Option<&Stop> {
+        self.stopped.as_ref()
+    }
+
+    /// Bytes from the start of the file up to the end of the last record read.
+    pub fn valid_len(&self) -> u64 {
+        self.valid_len
+    }
 }

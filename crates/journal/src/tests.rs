@@ -776,3 +776,93 @@ fn a_history_read_after_old_segments_went_starts_at_the_oldest_left() {
     assert!(first > 1, "{seqs:?}");
     assert_eq!(seqs, (first..=20).collect::<Vec<_>>());
 }
+
+/// A segment of each kind of record, as the journal writes it: its bytes (first seq 1).
+fn a_segment_of_each_kind() -> Vec<u8> {
+    let dir = TempDir::new("reader");
+    let f = bid(7);
+    let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
+    let a = j.received(&post("SYM0", 1, &f), 10).unwrap();
+    j.item_message(&item_part("SYM0", 1, true, &f), 11).unwrap();
+    let b = j.received(&post("SYM1", 2, &f), 12).unwrap();
+    j.completed(a, None, "", 13).unwrap();
+    j.completed(b, Some(NakCode::SymbolUnknown), "no such item", 14)
+        .unwrap();
+    j.commit().unwrap();
+    drop(j);
+    std::fs::read(&segments(&dir.0)[0]).unwrap()
+}
+
+/// Seqs read, bytes up to the last record, where and why reading stopped.
+type Found = Result<(Vec<u64>, u64, Option<segment::Stop>), segment::HeaderError>;
+
+fn found_by_scan(bytes: &[u8]) -> Found {
+    let s = segment::scan(bytes, 1)?;
+    let seqs = s.records.iter().map(|r| r.seq).collect();
+    Ok((seqs, s.valid_len as u64, s.stopped))
+}
+
+fn found_by_reader(bytes: &[u8]) -> Found {
+    let mut r = segment::Reader::new(bytes, 1).unwrap()?;
+    let mut seqs = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        seqs.push(rec.seq);
+    }
+    Ok((seqs, r.valid_len(), r.stopped().cloned()))
+}
+
+/// Read record by record, a segment is judged as a scan of it whole judges it: cut
+/// anywhere, a byte flipped anywhere, zeros from anywhere or after its end.
+#[test]
+fn a_segment_read_record_by_record_is_what_a_scan_finds() {
+    let whole = a_segment_of_each_kind();
+    let mut cases = vec![whole.clone(), [&whole[..], &[0; 100]].concat()];
+    for at in 0..whole.len() {
+        cases.push(whole[..at].to_vec());
+        let mut flipped = whole.clone();
+        flipped[at] ^= 0x5a;
+        cases.push(flipped);
+        let mut zeroed = whole.clone();
+        zeroed[at..].fill(0);
+        cases.push(zeroed);
+    }
+    let mut torn = 0;
+    for (i, bytes) in cases.iter().enumerate() {
+        let found = found_by_reader(bytes);
+        assert_eq!(found, found_by_scan(bytes), "case {i}");
+        torn += matches!(found, Ok((_, _, Some(ref s))) if s.torn) as usize;
+    }
+    assert!(torn > 0, "torn tails are among the cases");
+}
+
+/// The reader reads no further than the record it yields: a segment of any size is
+/// read in the memory of one record.
+#[test]
+fn a_segment_reader_yields_each_record_having_read_only_it() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    /// Counts the bytes read through it.
+    struct Counting<'a>(&'a [u8], Rc<Cell<usize>>);
+    impl std::io::Read for Counting<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.read(buf)?;
+            self.1.set(self.1.get() + n);
+            Ok(n)
+        }
+    }
+    let bytes = a_segment_of_each_kind();
+    let read = Rc::new(Cell::new(0));
+    let mut r = segment::Reader::new(Counting(&bytes, read.clone()), 1)
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.get(), segment::HEADER_LEN);
+    let mut end = segment::HEADER_LEN;
+    let mut seqs = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        seqs.push(rec.seq);
+        end += record::decode(&bytes[end..]).unwrap().1;
+        assert_eq!(read.get(), end, "record {}", rec.seq);
+    }
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+    assert_eq!((end, r.stopped()), (bytes.len(), None));
+}
