@@ -995,24 +995,50 @@ pub fn find_max(
     progress: &mut dyn FnMut(&[Step]),
 ) -> Result<(u64, Vec<Vec<Step>>)> {
     let mut all = Vec::new();
-    // Holds `rate` on every rig and keeps the steps: whether every rig passed.
-    let mut passes = |rigs: &mut [Rig], rate: u64| -> Result<bool> {
+    // Holds `rate` on every rig and keeps the steps: whether every rig passed (after a
+    // failure, a low rate lets the backlog drain).
+    let passes = |rate: u64| -> Result<bool> {
         let steps = hold(rigs, rate, seconds, 1.0, monitor)?;
         progress(&steps);
         let pass = steps.iter().all(|s| s.pass);
         all.push(steps);
+        if !pass {
+            recover(rigs, 3.0)?;
+        }
         Ok(pass)
     };
+    let max = search(start, limit, bisections, passes)?;
+    Ok((max, all))
+}
+
+/// The rates [`find_max`] tries, each judged by `passes`: from `start`, doubling up to
+/// `limit` while they pass, then `bisections` halvings of the interval between the last
+/// pass and the first failure. Returns the highest rate that passed (0: none). Every
+/// rate tried is above the previous pass, so the search ends after at most 64 doublings
+/// and `bisections` more.
+fn search(
+    start: u64,
+    limit: u64,
+    bisections: u32,
+    mut passes: impl FnMut(u64) -> Result<bool>,
+) -> Result<u64> {
+    // Doubling 0 stays 0: the ramp would hold rate 0 for ever.
+    if start == 0 {
+        bail!("the first rate of a search (--start-rate) must be at least 1");
+    }
     let mut lo = 0u64;
     let mut hi = 0u64;
     let mut rate = start;
     while rate <= limit {
-        if passes(rigs, rate)? {
+        if passes(rate)? {
             lo = rate;
-            rate *= 2;
+            // Past u64::MAX there is nothing left to try.
+            match rate.checked_mul(2) {
+                Some(r) => rate = r,
+                None => break,
+            }
         } else {
             hi = rate;
-            recover(rigs, 3.0)?;
             break;
         }
     }
@@ -1022,15 +1048,14 @@ pub fn find_max(
             if mid <= lo || mid >= hi {
                 break;
             }
-            if passes(rigs, mid)? {
+            if passes(mid)? {
                 lo = mid;
             } else {
                 hi = mid;
-                recover(rigs, 3.0)?;
             }
         }
     }
-    Ok((lo, all))
+    Ok(lo)
 }
 
 /// Rounds a rate to 2 significant digits (bisection points read better).
@@ -1096,6 +1121,32 @@ mod tests {
         let (b, a) = marks(1_000, 997, (1, 2));
         let v = verdict(1_000, 1.0, 1.0, &b, &a);
         assert_eq!(v.reasons, ["the subscriber reconnected 1 times"]);
+    }
+
+    #[test]
+    fn a_search_ends_whatever_its_first_rate() {
+        // Every rate passes: the ramp ends at the limit, or where doubling overflows.
+        let bounded = |start, limit| {
+            let mut tried = Vec::new();
+            let max = search(start, limit, 3, |r| {
+                assert!(tried.len() < 100, "unbounded search: {tried:?}");
+                tried.push(r);
+                Ok(true)
+            });
+            (max.ok(), tried.len())
+        };
+        assert_eq!(bounded(1_000, 8_000), (Some(8_000), 4));
+        assert_eq!(bounded(1 << 62, u64::MAX), (Some(1 << 63), 2));
+        // Rate 0 doubled is 0: refused rather than held for ever.
+        assert_eq!(bounded(0, 8_000), (None, 0));
+        // A failure is bisected towards the last pass.
+        let mut tried = Vec::new();
+        let max = search(1_000, u64::MAX, 3, |r| {
+            tried.push(r);
+            Ok(r <= 5_000)
+        });
+        assert_eq!(max.unwrap(), 5_000);
+        assert_eq!(tried, [1_000, 2_000, 4_000, 8_000, 6_000, 5_000, 5_500]);
     }
 
     #[test]
