@@ -89,8 +89,41 @@ impl std::io::Write for WsStream {
     }
 }
 
+/// Messages read from one connection per turn of the loop at most. A node that sends
+/// faster than they are parsed never leaves the socket empty: without a bound the loop
+/// would stay on that connection, reading no other, answering no `mark` and never
+/// seeing `--duration` end.
+const READ_BUDGET: usize = 1024;
+
+/// Reads up to `budget` messages from connection `i`, handing each text message to
+/// `on_text` as it comes (so its latency is taken when it is read). Returns whether it
+/// stopped at the budget: more may wait, some perhaps already read off the socket where
+/// poll cannot see them.
+fn read_some<S: std::io::Read + std::io::Write>(
+    ws: &mut WebSocket<S>,
+    budget: usize,
+    i: usize,
+    mut on_text: impl FnMut(&mut WebSocket<S>, &str) -> Result<()>,
+) -> Result<bool> {
+    for _ in 0..budget {
+        let text = match ws.read() {
+            Ok(Message::Text(t)) => t,
+            Ok(Message::Close(_)) => bail!("the node closed WebSocket connection {i}"),
+            Ok(_) => continue,
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Ok(false)
+            }
+            Err(e) => bail!("WebSocket connection {i}: {e}"),
+        };
+        on_text(ws, &text)?;
+    }
+    Ok(true)
+}
+
 struct Conn {
     ws: WebSocket<WsStream>,
+    /// The last read stopped at [`READ_BUDGET`]: read again without waiting.
+    more: bool,
     /// Last sequence number per client ID (ID - 1 indexes it; items are on 2..=N+1).
     seq: Vec<Option<u64>>,
     images: Vec<bool>,
@@ -131,6 +164,7 @@ fn connect(args: &PerfWsSubArgs) -> Result<Conn> {
     ws.get_mut().tcp().set_nonblocking(true)?;
     Ok(Conn {
         ws,
+        more: false,
         seq: vec![None; args.items],
         images: vec![false; args.items],
     })
@@ -162,40 +196,32 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
             events: libc::POLLIN,
             revents: 0,
         }));
+        // A connection left at its budget may hold read messages that poll cannot see.
+        let wait_ms = if conns.iter().any(|k| k.more) { 0 } else { 10 };
         // SAFETY: a valid pollfd array for the duration of the call.
-        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 10) };
+        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) };
         for (i, k) in conns.iter_mut().enumerate() {
-            if pfds[i].revents == 0 {
+            if pfds[i].revents == 0 && !k.more {
                 continue;
             }
-            loop {
-                let text = match k.ws.read() {
-                    Ok(Message::Text(t)) => t,
-                    Ok(Message::Close(_)) => bail!("the node closed WebSocket connection {i}"),
-                    Ok(_) => continue,
-                    Err(tungstenite::Error::Io(e))
-                        if e.kind() == std::io::ErrorKind::WouldBlock =>
-                    {
-                        break
-                    }
-                    Err(e) => bail!("WebSocket connection {i}: {e}"),
-                };
+            let (seqs, images) = (&mut k.seq, &mut k.images);
+            k.more = read_some(&mut k.ws, READ_BUDGET, i, |ws, text| {
                 let msgs: Vec<WsMsg> =
-                    serde_json::from_str(&text).context("the node sent invalid JSON")?;
+                    serde_json::from_str(text).context("the node sent invalid JSON")?;
                 for m in &msgs {
                     match m.ty {
                         Some(MsgType::Ping) => {
-                            let _ = k.ws.send(Message::text("{\"Type\":\"Pong\"}"));
+                            let _ = ws.send(Message::text("{\"Type\":\"Pong\"}"));
                         }
                         Some(MsgType::Refresh) if m.domain.is_none() => {
                             let Some(idx) = item_index(m.id, first_item_id, args.items) else {
                                 continue;
                             };
-                            if !k.images[idx] {
-                                k.images[idx] = true;
+                            if !images[idx] {
+                                images[idx] = true;
                                 c.images += 1;
                             }
-                            k.seq[idx] = m.seq;
+                            seqs[idx] = m.seq;
                         }
                         Some(MsgType::Update) => {
                             let Some(idx) = item_index(m.id, first_item_id, args.items) else {
@@ -207,12 +233,12 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
                                 c.conflated += n - 1;
                             }
                             let seq = m.seq.unwrap_or(0);
-                            if let Some(prev) = k.seq[idx] {
+                            if let Some(prev) = seqs[idx] {
                                 if seq != prev + n.max(1) && n != 65_535 && n != 0 {
                                     c.gaps += 1;
                                 }
                             }
-                            k.seq[idx] = Some(seq);
+                            seqs[idx] = Some(seq);
                             if let Some(stamp) = m.fields.as_ref().and_then(|f| f.stamp) {
                                 if stamp >= TIMESTAMP_FLOOR {
                                     let lat = realtime_ns().saturating_sub(stamp);
@@ -226,7 +252,8 @@ pub fn run(args: PerfWsSubArgs, stop: Arc<AtomicBool>) -> Result<()> {
                         _ => {}
                     }
                 }
-            }
+                Ok(())
+            })?;
             // Pongs and the like queued while reading.
             let _ = k.ws.flush();
         }
@@ -293,4 +320,93 @@ fn item_index(id: Option<i64>, first: i64, items: usize) -> Option<usize> {
     let id = id?;
     let idx = usize::try_from(id - first).ok()?;
     (idx < items).then_some(idx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use tungstenite::protocol::Role;
+
+    /// A node's side of a socket as a client reads it: the same unmasked text frame
+    /// `frames` times, then nothing yet (WouldBlock). Past `limit` bytes served it fails,
+    /// so a reader that does not stop shows up as an error instead of running for ever.
+    struct Feed {
+        frame: Vec<u8>,
+        left: usize,
+        pos: usize,
+        served: usize,
+        limit: usize,
+    }
+
+    impl Feed {
+        fn new(text: &str, frames: usize, limit: usize) -> Feed {
+            let mut frame = vec![0x81, text.len() as u8];
+            frame.extend_from_slice(text.as_bytes());
+            Feed {
+                frame,
+                left: frames,
+                pos: 0,
+                served: 0,
+                limit,
+            }
+        }
+    }
+
+    impl Read for Feed {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.served >= self.limit {
+                return Err(std::io::Error::other("read on past the budget"));
+            }
+            let mut n = 0;
+            while n < buf.len() && self.left > 0 {
+                buf[n] = self.frame[self.pos];
+                n += 1;
+                self.pos += 1;
+                if self.pos == self.frame.len() {
+                    self.pos = 0;
+                    self.left -= 1;
+                }
+            }
+            if n == 0 {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            self.served += n;
+            Ok(n)
+        }
+    }
+
+    impl Write for Feed {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_connection_that_never_runs_dry_is_read_a_budget_at_a_time() {
+        let text = r#"[{"ID":1000001,"Type":"Update"}]"#;
+        // A node sending without end (here: far more than a budget, then an error).
+        let feed = Feed::new(text, usize::MAX, 1 << 24);
+        let mut ws = WebSocket::from_raw_socket(feed, Role::Client, None);
+        let mut seen = 0;
+        let more = read_some(&mut ws, 100, 0, |_, t| {
+            assert_eq!(t, text);
+            seen += 1;
+            Ok(())
+        });
+        assert!(more.unwrap(), "stopped at the budget, more to read");
+        assert_eq!(seen, 100);
+        // A connection that runs dry first says so.
+        let mut ws = WebSocket::from_raw_socket(Feed::new(text, 3, 1 << 24), Role::Client, None);
+        let mut seen = 0;
+        let more = read_some(&mut ws, 100, 0, |_, _| {
+            seen += 1;
+            Ok(())
+        });
+        assert!(!more.unwrap());
+        assert_eq!(seen, 3);
+    }
 }
