@@ -35,7 +35,7 @@ impl Proc {
     pub fn spawn(bin: &Path, name: &str, args: &[String], log_dir: &Path) -> Result<Proc> {
         let log = std::fs::File::create(log_dir.join(format!("{name}.log")))
             .with_context(|| format!("cannot create the log of {name} in {}", log_dir.display()))?;
-        let mut child = Command::new(bin)
+        let mut child = ends_with_lab(&mut Command::new(bin))
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -134,6 +134,30 @@ impl Proc {
     }
 }
 
+/// Makes the process `cmd` starts end with the lab. Every way out of the lab drops its
+/// processes, which kills them; but a lab killed itself (SIGTERM, SIGKILL) drops
+/// nothing, and a node, whose standard input is not the lab's, would run on. The
+/// kernel sends the child SIGKILL when the thread that started it ends, so call this
+/// only on a thread that lives as long as the lab (its main thread).
+pub fn ends_with_lab(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    let lab = std::process::id();
+    // SAFETY: the closure makes only async-signal-safe system calls (prctl, getppid,
+    // raise), as between fork and exec it must.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // A lab that ended before the prctl sends nothing: its child goes too.
+            if libc::getppid() as u32 != lab {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        })
+    }
+}
+
 /// How a command line names `bin`: `tickwire` or `tickwire-bench` for Tickwire's own
 /// programs, the path of anything else (a peer's server).
 fn program_name(bin: &Path) -> String {
@@ -216,7 +240,7 @@ pub fn start_node_wrapped(
         }
         None => Command::new(bin),
     };
-    let mut child = command
+    let mut child = ends_with_lab(&mut command)
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -1147,6 +1171,38 @@ mod tests {
         });
         assert_eq!(max.unwrap(), 5_000);
         assert_eq!(tried, [1_000, 2_000, 4_000, 8_000, 6_000, 5_000, 5_500]);
+    }
+
+    #[test]
+    fn a_child_does_not_outlive_the_thread_that_started_it() {
+        // As when the lab is killed: its child's Proc is never dropped, so nothing
+        // kills the child but its tie to the lab.
+        let logs = std::env::temp_dir().join(format!("tickwire-lab-ends-{}", std::process::id()));
+        std::fs::create_dir_all(&logs).unwrap();
+        let pid = std::thread::spawn({
+            let logs = logs.clone();
+            move || {
+                let p = Proc::spawn(Path::new("sleep"), "sleeper", &["30".into()], &logs).unwrap();
+                let pid = p.pid();
+                std::mem::forget(p);
+                pid
+            }
+        })
+        .join()
+        .unwrap();
+        // Gone, or a zombie nobody reaps (its Child was forgotten).
+        let ended = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|t| crate::sysinfo::parse_stat(&t))
+                .is_none_or(|s| s.state == 'Z')
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ended() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir_all(&logs);
+        assert!(ended(), "process {pid} outlived the thread that started it");
     }
 
     #[test]

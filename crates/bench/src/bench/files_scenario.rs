@@ -179,7 +179,7 @@ impl SystemCalls {
         if !crate::sysinfo::perf_can_count_syscalls() {
             return SystemCalls(None);
         }
-        let child = Command::new("perf")
+        let child = crate::lab::ends_with_lab(&mut Command::new("perf"))
             .args(["stat", "-a", "-x", ",", "-e", "raw_syscalls:sys_enter"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -455,7 +455,7 @@ impl Lab {
             )?;
             let log =
                 std::fs::File::create(self.logs.join(format!("rsyncd-{sites}-{fsync}-{i}.log")))?;
-            let child = Command::new("rsync")
+            let child = crate::lab::ends_with_lab(&mut Command::new("rsync"))
                 .args([
                     "--daemon",
                     "--no-detach",

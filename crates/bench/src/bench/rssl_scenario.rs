@@ -119,6 +119,7 @@ impl Tools {
 
     fn command(&self, main: &str, args: &[String]) -> Command {
         let mut c = Command::new("java");
+        crate::lab::ends_with_lab(&mut c);
         c.arg("-cp")
             .arg(&self.classpath)
             .arg(main)
