@@ -215,10 +215,7 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
     let mut update_credit = 0f64;
     let mut stamp_credit = 0f64;
     let mut max_lag = Duration::ZERO;
-    let mut second_lag = Duration::ZERO;
-    let mut next_report = start + Duration::from_secs(1);
-    let mut sent_at_report = 0u64;
-    let mut second = 0u64;
+    let mut per_second = PerSecond::new(start);
     let mut mark_lag = Duration::ZERO;
     let spin = Duration::from_micros(args.spin_us);
     loop {
@@ -251,12 +248,12 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
         }
         let lag = now - due;
         max_lag = max_lag.max(lag);
-        second_lag = second_lag.max(lag);
         mark_lag = mark_lag.max(lag);
         let rate_now = rate.load(Ordering::Relaxed);
         update_credit += rate_now as f64 / args.tick_rate as f64;
         let n = update_credit as u64;
         update_credit -= n as f64;
+        let line = per_second.burst(now, n, lag);
         stamp_credit += if latency_all {
             n as f64
         } else {
@@ -302,25 +299,24 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
         sink.flush()?;
         // Answer the node (image requests with the cache off, pings) every burst.
         sink.serve(Duration::ZERO)?;
-        if now >= next_report {
-            second += 1;
-            let in_second = sent - sent_at_report;
-            sent_at_report = sent;
+        // Printed once the burst is out, so that printing does not delay it.
+        if let Some(l) = line {
             if args.run.json {
                 println!(
                     "{}",
-                    json!({"type": "second", "role": "perf-pub", "t": second, "sent": in_second,
-                           "total": sent, "target_rate": rate_now,
-                           "max_lag_ms": second_lag.as_secs_f64() * 1e3})
+                    json!({"type": "second", "role": "perf-pub", "t": l.t, "sent": l.sent,
+                           "total": l.total, "target_rate": rate_now,
+                           "max_lag_ms": l.max_lag.as_secs_f64() * 1e3})
                 );
             } else {
                 println!(
-                    "perf-pub t={second:>3}s sent {in_second:>9}/s (target {rate_now}) total {sent:>11} lag max {:.2} ms",
-                    second_lag.as_secs_f64() * 1e3
+                    "perf-pub t={:>3}s sent {:>9}/s (target {rate_now}) total {:>11} lag max {:.2} ms",
+                    l.t,
+                    l.sent,
+                    l.total,
+                    l.max_lag.as_secs_f64() * 1e3
                 );
             }
-            second_lag = Duration::ZERO;
-            next_report += Duration::from_secs(1);
         }
     }
     sink.flush()?;
@@ -356,6 +352,58 @@ pub fn run(args: PerfPubArgs) -> Result<PubSummary> {
         );
     }
     Ok(summary)
+}
+
+/// One second's line: updates sent in it, in all by its end, and its largest lag.
+#[derive(Debug, PartialEq)]
+struct SecondLine {
+    t: u64,
+    sent: u64,
+    total: u64,
+    max_lag: Duration,
+}
+
+/// What perf-pub sent in each second of its run (from its first burst's time).
+struct PerSecond {
+    /// The end of the current second.
+    next: Instant,
+    t: u64,
+    sent: u64,
+    sent_before: u64,
+    lag: Duration,
+}
+
+impl PerSecond {
+    fn new(start: Instant) -> PerSecond {
+        PerSecond {
+            next: start + Duration::from_secs(1),
+            t: 0,
+            sent: 0,
+            sent_before: 0,
+            lag: Duration::ZERO,
+        }
+    }
+
+    /// A burst of `n` updates going out at `now`, `lag` behind its schedule. The line of
+    /// the second that ended by `now`, if one did, is closed first: the burst belongs to
+    /// the second it goes out in (one due at 1.000 s is not the first second's).
+    fn burst(&mut self, now: Instant, n: u64, lag: Duration) -> Option<SecondLine> {
+        let line = (now >= self.next).then(|| {
+            self.t += 1;
+            self.next += Duration::from_secs(1);
+            let sent = self.sent - self.sent_before;
+            self.sent_before = self.sent;
+            SecondLine {
+                t: self.t,
+                sent,
+                total: self.sent,
+                max_lag: std::mem::take(&mut self.lag),
+            }
+        });
+        self.sent += n;
+        self.lag = self.lag.max(lag);
+        line
+    }
 }
 
 /// Where perf-pub's updates go.
@@ -495,7 +543,27 @@ fn is_stamped(k: u64, n: u64, stamps: u64, offset: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_stamped;
+    use super::*;
+
+    #[test]
+    fn a_second_counts_the_bursts_sent_in_it() {
+        // One burst of 10 updates a second, on time: each line says 10/s (a burst due at
+        // the second's end is the next second's).
+        let start = Instant::now();
+        let mut s = PerSecond::new(start);
+        let ms = |m| Duration::from_millis(m);
+        let lines: Vec<SecondLine> = [0, 1_000, 2_000, 3_000]
+            .into_iter()
+            .filter_map(|t| s.burst(start + ms(t), 10, ms(t / 1_000)))
+            .collect();
+        let line = |t, total, lag| SecondLine {
+            t,
+            sent: 10,
+            total,
+            max_lag: ms(lag),
+        };
+        assert_eq!(lines, [line(1, 10, 0), line(2, 20, 1), line(3, 30, 2)]);
+    }
 
     #[test]
     fn a_bursts_timestamps_fall_anywhere_in_it() {
