@@ -1035,8 +1035,8 @@ pub fn find_max(
     Ok((max, all))
 }
 
-/// The rates [`find_max`] tries, each judged by `passes`: from `start`, doubling up to
-/// `limit` while they pass, then `bisections` halvings of the interval between the last
+/// The rates [`find_max`] tries, each judged by `passes`: from `start` (or `limit`, if
+/// lower), doubling up to `limit` while they pass, then `bisections` halvings of the interval between the last
 /// pass and the first failure. Returns the highest rate that passed (0: none). Every
 /// rate tried is above the previous pass, so the search ends after at most 64 doublings
 /// and `bisections` more.
@@ -1046,13 +1046,15 @@ fn search(
     bisections: u32,
     mut passes: impl FnMut(u64) -> Result<bool>,
 ) -> Result<u64> {
+    // A first rate above the limit would try nothing and report 0 as the highest
+    // sustained rate.
+    let mut rate = start.min(limit);
     // Doubling 0 stays 0: the ramp would hold rate 0 for ever.
-    if start == 0 {
-        bail!("the first rate of a search (--start-rate) must be at least 1");
+    if rate == 0 {
+        bail!("a search's first rate (--start-rate) and its limit (--max-rate) must be at least 1");
     }
     let mut lo = 0u64;
     let mut hi = 0u64;
-    let mut rate = start;
     while rate <= limit {
         if passes(rate)? {
             lo = rate;
@@ -1163,6 +1165,7 @@ mod tests {
         assert_eq!(bounded(1 << 62, u64::MAX), (Some(1 << 63), 2));
         // Rate 0 doubled is 0: refused rather than held for ever.
         assert_eq!(bounded(0, 8_000), (None, 0));
+        assert_eq!(bounded(1_000, 0), (None, 0));
         // A failure is bisected towards the last pass.
         let mut tried = Vec::new();
         let max = search(1_000, u64::MAX, 3, |r| {
@@ -1203,6 +1206,16 @@ mod tests {
         }
         let _ = std::fs::remove_dir_all(&logs);
         assert!(ended(), "process {pid} outlived the thread that started it");
+    }
+
+    #[test]
+    fn a_search_whose_first_rate_is_above_its_limit_starts_at_the_limit() {
+        let mut tried = Vec::new();
+        let max = search(250_000, 100_000, 1, |r| {
+            tried.push(r);
+            Ok(true)
+        });
+        assert_eq!((max.unwrap(), tried), (100_000, vec![100_000]));
     }
 
     #[test]
