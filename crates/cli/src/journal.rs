@@ -287,6 +287,7 @@ mod tests {
             let opts = JournalOptions {
                 sync: SyncPolicy::Never,
                 segment_bytes: 150,
+                ..JournalOptions::default()
             };
             let (mut j, _) = Journal::open(&dir, opts).unwrap();
             let items = ["SYM0", "SYM1", "SYM2", "SYM3", "SYM4", "SYM5"];
