@@ -33,7 +33,7 @@ impl Lab {
         let single = RigSpec::new(format!("{scenario} single-node cache=off"), "off", items);
         let first = (self.args.limit.max_rate / 4).clamp(1_000, 250_000);
         let (single_max, _) = self.search_one_rig(scenario, &single, first, secs, bisect)?;
-        let start = (single_max / 2).clamp(1_000, self.args.limit.max_rate);
+        let start = two_node_start(single_max, self.args.limit.max_rate);
 
         let mut throughput = Vec::new();
         for cache in ["off", "on"] {
@@ -107,5 +107,25 @@ impl Lab {
             output_updates_per_s: best.round() as u64,
             steps,
         })
+    }
+}
+
+/// Where the two-node searches start: half the single node's highest rate, at least
+/// 1,000 updates/s, never above `max_rate` (`--max-rate` may be below 1,000).
+fn two_node_start(single_max: u64, max_rate: u64) -> u64 {
+    (single_max / 2).max(1_000).min(max_rate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::two_node_start;
+
+    #[test]
+    fn the_two_node_search_starts_within_max_rate_however_low() {
+        assert_eq!(two_node_start(800_000, 16_000_000), 400_000);
+        assert_eq!(two_node_start(500, 16_000_000), 1_000);
+        assert_eq!(two_node_start(800_000, 300_000), 300_000);
+        // Below 1,000 (a clamp with its bounds the wrong way round panicked).
+        assert_eq!(two_node_start(800, 500), 500);
     }
 }
