@@ -1,4 +1,5 @@
-//! The clock tick and the parsers of /proc/PID/stat, status and schedstat.
+//! The clock tick, the parsers of /proc/PID/stat, status and schedstat, and a
+//! process's exact CPU time.
 
 use super::*;
 
@@ -149,14 +150,23 @@ pub fn parse_schedstat(text: &str) -> Option<(u64, u64, u64)> {
     Some((f.next()??, f.next()??, f.next()??))
 }
 
-/// A process's time on a CPU, every thread's, in ns (schedstat: not rounded to clock
-/// ticks, so a window of a second or two is measured well); `None` without schedstat.
+/// A process's time on a CPU in ns, every thread's, those that have ended too: the
+/// kernel's CPU-time clock of the process (`clock_getcpuclockid`), the threads' run
+/// times as schedstat counts them plus those of the threads that have exited. Exact, not
+/// rounded to clock ticks as /proc/PID/stat's utime and stime are, so a window of a
+/// second or two is measured well. (The threads' schedstat files would lose an exited
+/// thread's time, and a thread exiting while they are read would fail the read.) `None`
+/// once the process has been reaped.
 pub fn process_cpu_ns(pid: u32) -> Option<u64> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut total = 0;
-    for t in tasks.flatten() {
-        let text = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
-        total += parse_schedstat(&text)?.0;
-    }
-    Some(total)
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    let mut clock: libc::clockid_t = 0;
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both calls only write the out-parameters, which are valid.
+    let ok = unsafe {
+        libc::clock_getcpuclockid(pid, &mut clock) == 0 && libc::clock_gettime(clock, &mut t) == 0
+    };
+    ok.then(|| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
 }

@@ -488,3 +488,67 @@ fn monitor_measures_cpu_and_syscalls_of_a_busy_process() {
     }
     drop(mon);
 }
+
+/// The calling thread's CPU time, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec, which is valid.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) },
+        0
+    );
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Not a test of its own: the process `the_cpu_of_a_thread_that_ended_is_counted`
+/// starts (this test binary, for this test only). A thread runs until its own CPU clock
+/// says 100 ms, then ends; the process prints that time and waits until its standard
+/// input closes.
+#[test]
+#[ignore = "run by the_cpu_of_a_thread_that_ended_is_counted"]
+fn a_thread_runs_and_ends() {
+    if std::env::var_os("TICKWIRE_TEST_THREAD_ENDS").is_none() {
+        return;
+    }
+    let burned = std::thread::spawn(|| loop {
+        let ns = thread_cpu_ns();
+        if ns >= 100_000_000 {
+            return ns;
+        }
+    })
+    .join()
+    .unwrap();
+    println!("thread-cpu-ns={burned}");
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
+#[test]
+fn the_cpu_of_a_thread_that_ended_is_counted() {
+    use std::io::BufRead;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "sysinfo::tests::a_thread_runs_and_ends"])
+        .args(["--ignored", "--nocapture", "--test-threads=1"])
+        .env("TICKWIRE_TEST_THREAD_ENDS", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // libtest may print the test's name on the same line.
+    let burned: u64 = io::BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .find_map(|l| l.ok()?.split("thread-cpu-ns=").nth(1)?.trim().parse().ok())
+        .expect("the child's thread ran");
+    // The thread has ended: only the main thread, waiting, is left.
+    let total = process_cpu_ns(child.id());
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    let total = total.expect("the child's CPU time");
+    assert!(
+        total >= burned,
+        "{total} ns < the ended thread's {burned} ns"
+    );
+}
