@@ -368,6 +368,7 @@ pub(super) fn empty_sample(pid: u32) -> ProcSample {
         threads: 0,
         processor: None,
         migrations: None,
+        on_cpu_ns: None,
         thread_samples: Vec::new(),
     }
 }

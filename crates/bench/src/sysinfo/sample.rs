@@ -65,6 +65,10 @@ pub struct ProcSample {
     pub processor: Option<u32>,
     /// Scheduler migrations summed over the live threads (`None` without sched files).
     pub migrations: Option<u64>,
+    /// Time on a CPU (ns) of every thread, those that have exited too
+    /// ([`process_cpu_ns`]); `None` if it could not be read.
+    #[serde(default)]
+    pub on_cpu_ns: Option<u64>,
     /// Per-thread details (empty if /proc/PID/task could not be read).
     pub thread_samples: Vec<ThreadSample>,
 }
@@ -158,6 +162,7 @@ pub fn sample_process(pid: u32) -> io::Result<ProcSample> {
         threads: status.threads.unwrap_or(stat.num_threads),
         processor: stat.processor,
         migrations,
+        on_cpu_ns: process_cpu_ns(pid),
         thread_samples: threads,
     })
 }

@@ -281,6 +281,36 @@ fn usage_between_computes_deltas() {
 }
 
 #[test]
+fn the_time_on_a_cpu_keeps_a_thread_that_exited_in_the_window() {
+    let t = |tid, on_cpu_ns| ThreadSample {
+        tid,
+        comm: format!("t{tid}"),
+        processor: None,
+        utime_ticks: 0,
+        stime_ticks: 0,
+        voluntary_ctxt_switches: 0,
+        nonvoluntary_ctxt_switches: 0,
+        migrations: None,
+        run_delay_ns: Some(0),
+        runs: Some(0),
+        on_cpu_ns: Some(on_cpu_ns),
+    };
+    let mut a = empty_sample(7);
+    a.thread_samples = vec![t(7, 1_000_000_000), t(8, 2_000_000_000)];
+    a.on_cpu_ns = Some(3_000_000_000);
+    let mut b = a.clone();
+    // Thread 7 ran 0.5 s more; thread 8 ran 0.5 s more, then exited.
+    b.thread_samples = vec![t(7, 1_500_000_000)];
+    b.on_cpu_ns = Some(4_000_000_000);
+    let u = usage_between("node", &a, &b);
+    assert!((u.on_cpu_s.unwrap() - 1.0).abs() < 1e-9, "{u:?}");
+    // Without the process's own count, the live threads' sum is all there is.
+    b.on_cpu_ns = None;
+    let u = usage_between("node", &a, &b);
+    assert!((u.on_cpu_s.unwrap() - 0.5).abs() < 1e-9, "{u:?}");
+}
+
+#[test]
 fn schedstat_gives_run_time_run_delay_and_runs() {
     assert_eq!(
         parse_schedstat("550021254 346223 37\n"),
@@ -301,6 +331,7 @@ fn samples_current_process() {
     assert!(a.threads >= 1);
     assert!(!a.thread_samples.is_empty());
     assert!(a.processor.is_some());
+    assert!(a.on_cpu_ns.is_some_and(|ns| ns > 0));
     // Busy for ~50 ms (longer only if the CPU time has not moved yet).
     let start = Instant::now();
     let mut x = 0u64;

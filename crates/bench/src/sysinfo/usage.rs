@@ -50,8 +50,13 @@ pub fn usage_between(name: &str, a: &ProcSample, b: &ProcSample) -> ProcessUsage
         (None, Some(_)) => None,
     };
     let have_schedstat = b.thread_samples.iter().any(|t| t.run_delay_ns.is_some());
-    let on_cpu_s =
-        have_schedstat.then(|| thread_delta(a, b, |t| t.on_cpu_ns.unwrap_or(0)) as f64 / 1e9);
+    // The process's own count holds the threads that exited between a and b, whose time
+    // the live threads' sum loses; that sum only when the process's was not read.
+    let on_cpu_ns = match (a.on_cpu_ns, b.on_cpu_ns) {
+        (Some(x), Some(y)) => Some(y.saturating_sub(x)),
+        _ => have_schedstat.then(|| thread_delta(a, b, |t| t.on_cpu_ns.unwrap_or(0))),
+    };
+    let on_cpu_s = on_cpu_ns.map(|ns| ns as f64 / 1e9);
     let (run_delay_s, run_delay_us_per_run) = if have_schedstat {
         let delay_ns = thread_delta(a, b, |t| t.run_delay_ns.unwrap_or(0));
         let runs = thread_delta(a, b, |t| t.runs.unwrap_or(0));
