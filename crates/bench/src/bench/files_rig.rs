@@ -2,7 +2,7 @@
 //! with inboxes on a loopback backbone (one Aeron stream to every site), each of which
 //! can be killed and started again (the faults do).
 
-use super::child_cpu::run_timed;
+use super::child_cpu::{limit_for, run_timed};
 use super::*;
 use serde_json::Value;
 use std::process::Command;
@@ -221,9 +221,18 @@ impl FilesRig {
     }
 
     /// `tickwire files send` of `paths` to every site, under `as_dir` in the inboxes:
-    /// whether it succeeded, its CPU seconds and its output.
+    /// whether it succeeded, its CPU seconds and its output (an error if it runs past
+    /// [`limit_for`] its files' bytes).
     pub(super) fn send(&self, as_dir: &str, paths: &[PathBuf]) -> Result<(bool, f64, String)> {
-        run_timed(&mut self.send_command(&self.addr, &self.site_names(), as_dir, paths))
+        let bytes = paths
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum();
+        run_timed(
+            &mut self.send_command(&self.addr, &self.site_names(), as_dir, paths),
+            limit_for(bytes),
+        )
     }
 
     /// The `tickwire files send` of `paths` from the first site up to the source, under

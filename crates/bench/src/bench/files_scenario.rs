@@ -20,7 +20,7 @@
 //! while a row runs, so every process of each system is counted the same way (forks
 //! of the rsync daemon too); the lab's own look at the inboxes adds a few hundred.
 
-use super::child_cpu::{cpu_with_children, run_timed, wait_children_reaped};
+use super::child_cpu::{cpu_with_children, limit_for, run_timed, wait_children_reaped};
 use super::files_rig::{FilesRig, RigSpec, SERVICE};
 use super::*;
 use std::collections::BTreeMap;
@@ -40,6 +40,11 @@ impl Class {
     /// Files moved: each file once, twice when it also goes up.
     fn moved(&self) -> usize {
         self.files * if self.both_ways { 2 } else { 1 }
+    }
+
+    /// Bytes of the class's files.
+    fn bytes(&self) -> u64 {
+        self.size * self.files as u64
     }
 
     /// Files delivered: each file at every site, and at the source when it goes up.
@@ -368,7 +373,9 @@ impl Lab {
                 false => None,
             };
             let (down, up) = std::thread::scope(|s| {
-                let up = up_cmd.as_mut().map(|cmd| s.spawn(move || run_timed(cmd)));
+                let up = up_cmd
+                    .as_mut()
+                    .map(|cmd| s.spawn(move || run_timed(cmd, limit_for(c.bytes()))));
                 let down = rig.send(c.name, paths);
                 (down, up.map(|h| h.join()))
             });
@@ -506,7 +513,8 @@ impl Lab {
                     }
                     cmd.arg(format!("{}/", src.display()));
                     cmd.arg(format!("rsync://127.0.0.1:{p}/site/{}/", c.name));
-                    std::thread::spawn(move || run_timed(&mut cmd))
+                    let limit = limit_for(c.bytes());
+                    std::thread::spawn(move || run_timed(&mut cmd, limit))
                 })
                 .collect();
             let mut client_cpu = 0.0;
@@ -596,8 +604,12 @@ impl Lab {
             );
             settle_disk();
             let calls = SystemCalls::start();
-            let (ok, uftp_cpu, out) =
-                run_timed(Command::new("unshare").args(["-n", "bash", "-c", &script]))?;
+            // Every site's copy (and the one up) goes at once.
+            let limit = limit_for(c.bytes() * dests.len() as u64);
+            let (ok, uftp_cpu, out) = run_timed(
+                Command::new("unshare").args(["-n", "bash", "-c", &script]),
+                limit,
+            )?;
             let syscalls = calls.finish();
             if !ok {
                 rows.push(unavailable(
