@@ -175,6 +175,10 @@ pub(super) fn settle_disk() -> (bool, f64) {
     (synced, t0.elapsed().as_secs_f64())
 }
 
+/// How long perf may take to print its count and exit once interrupted: it does so
+/// within a second.
+const PERF_STOP_LIMIT: Duration = Duration::from_secs(10);
+
 /// `perf stat -a` counting every system call on the machine until `finish`, or until
 /// dropped: a row that fails on its way must not leave it counting for ever.
 struct SystemCalls(Option<std::process::Child>);
@@ -196,14 +200,28 @@ impl SystemCalls {
         SystemCalls(child)
     }
 
-    fn finish(mut self) -> Option<u64> {
-        let child = self.0.take()?;
-        // SAFETY: kill has no memory-safety preconditions; the pid is our own child.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    /// Stops the count (SIGINT: perf prints it and exits) and returns it; `None` if perf
+    /// has not exited within `limit`, when it is killed: a row must not wait for ever on a
+    /// counter.
+    fn finish(mut self, limit: Duration) -> Option<u64> {
+        let mut child = self.0.take()?;
+        // Read on a thread of its own: what is waited for is then perf exiting, bounded.
+        let stderr = child.stderr.take();
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut e) = stderr {
+                let _ = std::io::Read::read_to_string(&mut e, &mut s);
+            }
+            s
+        });
+        if !crate::sysinfo::interrupt_and_wait(&mut child, limit) {
+            eprintln!(
+                "bench files: perf stat did not exit within {:.0} s of SIGINT: killed, the row has no system call count",
+                limit.as_secs_f64()
+            );
+            return None;
         }
-        let out = child.wait_with_output().ok()?;
-        crate::sysinfo::parse_perf_stat(&String::from_utf8_lossy(&out.stderr))
+        crate::sysinfo::parse_perf_stat(&reader.join().ok()?)
     }
 }
 
@@ -396,7 +414,7 @@ impl Lab {
             }
             wait_delivered(&receivers, c, Duration::from_secs(900))?;
             let seconds = t0.elapsed().as_secs_f64();
-            let syscalls = calls.finish();
+            let syscalls = calls.finish(PERF_STOP_LIMIT);
             cpu.insert("tickwire files send".to_string(), send_cpu);
             for ((name, pid), b) in pids.iter().zip(before) {
                 cpu.insert(format!("node {name}"), cpu_with_children(*pid) - b);
@@ -529,7 +547,7 @@ impl Lab {
             }
             wait_delivered(&dests[receivers..], c, Duration::from_secs(60))?;
             let seconds = t0.elapsed().as_secs_f64();
-            let syscalls = calls.finish();
+            let syscalls = calls.finish(PERF_STOP_LIMIT);
             let mut cpu = BTreeMap::new();
             cpu.insert("rsync clients".to_string(), client_cpu);
             // Each daemon counts a connection's CPU once it has reaped the child that
@@ -610,7 +628,7 @@ impl Lab {
                 Command::new("unshare").args(["-n", "bash", "-c", &script]),
                 limit,
             )?;
-            let syscalls = calls.finish();
+            let syscalls = calls.finish(PERF_STOP_LIMIT);
             if !ok {
                 rows.push(unavailable(
                     c,
@@ -781,6 +799,36 @@ mod tests {
     /// Whether `pid` is still there (running, or exited and not waited for).
     fn still_there(pid: u32) -> bool {
         Path::new(&format!("/proc/{pid}")).exists()
+    }
+
+    #[test]
+    fn a_counter_that_does_not_exit_is_killed() {
+        // A count that ignores SIGINT, as a perf that hangs would.
+        let calls = Command::new("sh")
+            .args(["-c", "trap '' INT; exec sleep 60"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let pid = calls.id();
+        // Once sleep runs, the shell has set the trap.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap() != "sleep\n" {
+            assert!(Instant::now() < deadline, "sleep did not start");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(SystemCalls(Some(calls)).finish(Duration::from_millis(100)));
+        });
+        // Only a guard against a wait for ever; the limit is 100 ms.
+        let Ok(count) = rx.recv_timeout(Duration::from_secs(30)) else {
+            // SAFETY: kill has no memory-safety preconditions; the pid is not reaped yet.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("finish waited past its limit");
+        };
+        assert_eq!(count, None);
+        assert!(!still_there(pid), "perf's stand-in left behind");
     }
 
     #[test]

@@ -204,8 +204,9 @@ pub fn start_syscall_count(pid: u32, allow_strace: bool) -> Option<SyscallCount>
     })
 }
 
-/// Sends SIGINT to a child, waits up to `timeout` for it, then kills it.
-pub(crate) fn interrupt_and_wait(child: &mut Child, timeout: Duration) {
+/// Sends SIGINT to a child, waits up to `timeout` for it, then kills it. Whether it
+/// ended before being killed.
+pub(crate) fn interrupt_and_wait(child: &mut Child, timeout: Duration) -> bool {
     if let Ok(None) = child.try_wait() {
         // SAFETY: kill has no memory-safety preconditions; the pid is our own child,
         // not yet reaped, so it cannot have been reused.
@@ -216,12 +217,12 @@ pub(crate) fn interrupt_and_wait(child: &mut Child, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {
-            Ok(Some(_)) => return,
+            Ok(Some(_)) => return true,
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return;
+                return false;
             }
         }
     }
