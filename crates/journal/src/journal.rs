@@ -743,7 +743,8 @@ impl HistorySource {
         // one that reaches it comes later (an item's seqs start again when its publisher
         // does, and the messages before that restart, with higher seqs, are part of it).
         let mut tail = Window::new(max, max_bytes);
-        let mut read_one = false;
+        // The first segment read, while what was read of it counts.
+        let mut read_from: Option<&Path> = None;
         for (i, (first, path)) in self.segments.iter().enumerate() {
             // From a time: a segment whose successor was created before it holds
             // nothing as late (records are written in time order).
@@ -757,11 +758,21 @@ impl HistorySource {
             let mut bytes = match files::read_file(path) {
                 Ok(b) => b,
                 // Removed since the source was taken (the journal's retention): only the
-                // oldest go, so the history starts later; a hole would be corruption.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !read_one => continue,
+                // oldest go, so the history starts later. Those read before it went too
+                // (while they were read): what they gave is dropped, or the history
+                // would have a hole. One of them still there is a hole: corruption.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        && read_from.is_none_or(|p| !p.exists()) =>
+                {
+                    read_from = None;
+                    out = Window::new(max, max_bytes);
+                    tail = Window::new(max, max_bytes);
+                    continue;
+                }
                 Err(e) => return Err(JournalError::io("read", path, e)),
             };
-            read_one = true;
+            read_from.get_or_insert(path);
             if *path == self.last.0 {
                 // Only what was committed when the source was taken: the journal may be
                 // appending after it.

@@ -866,3 +866,56 @@ fn a_segment_reader_yields_each_record_having_read_only_it() {
     assert_eq!(seqs, [1, 2, 3, 4, 5]);
     assert_eq!((end, r.stopped()), (bytes.len(), None));
 }
+
+/// A replay reads its oldest segment while retention removes it and the next one (the
+/// replay thread reads beside the journal's): the history starts at the oldest message
+/// it can still read, rather than failing on the next segment, gone. The oldest segment
+/// is made a pipe holding its bytes, so that it is read at a chosen moment.
+#[test]
+fn a_history_whose_next_segment_goes_while_it_reads_one_starts_at_the_oldest_left() {
+    use std::io::Write;
+    let dir = TempDir::new("retain-race");
+    let (mut j, _) = retaining(&dir.0, 400, 1_200);
+    updates(&mut j, 1..=20);
+    let source = j.history_source().unwrap();
+    let listed = files::list_segments(&dir.0).unwrap();
+    assert!(listed.len() >= 3, "{listed:?}");
+    let (oldest, next) = (listed[0].1.clone(), listed[1].1.clone());
+    let bytes = std::fs::read(&oldest).unwrap();
+    std::fs::remove_file(&oldest).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&oldest)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let reader = std::thread::spawn(move || {
+        source.read(&crate::HistoryQuery {
+            service: "FEED".into(),
+            item: "SYM0".into(),
+            from: tickwire_proto::ReplayFrom::Seq(1),
+            until: 20,
+            max: 100,
+            max_bytes: usize::MAX,
+        })
+    });
+    // Opens once the reader has opened the oldest segment.
+    let mut pipe = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&oldest)
+        .unwrap();
+    pipe.write_all(&bytes).unwrap();
+    // Retention removes the oldest two while it is being read.
+    for seq in 21..=60 {
+        updates(&mut j, seq..=seq);
+        if !next.exists() {
+            break;
+        }
+    }
+    assert!(!next.exists() && !oldest.exists());
+    drop(pipe);
+    let h = reader.join().unwrap().unwrap();
+    let seqs = seqs_of(&h);
+    let first = *seqs.first().expect("some are left");
+    assert!(first > 1, "{seqs:?}");
+    assert_eq!(seqs, (first..=20).collect::<Vec<_>>());
+}
