@@ -90,6 +90,13 @@ fn open_segment(
         .with_context(|| format!("cannot read {}", path.display()))
 }
 
+/// Whether `e` is a file not found: a segment removed since it was listed, as a
+/// running node removes its oldest ones (`retain_mb`).
+fn removed(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+}
+
 /// Whether a segment whose header does not read is what a crash leaves before its
 /// header reached the disk ([`segment::header_cut_short`] of the whole file), read a
 /// chunk at a time.
@@ -108,7 +115,13 @@ fn read_post(list: &[(u64, PathBuf)], seq: u64) -> Result<Option<Post>> {
     let Some((first, path)) = list.iter().rev().find(|(first, _)| *first <= seq) else {
         return Ok(None);
     };
-    let Ok(mut reader) = open_segment(path, *first)? else {
+    let opened = match open_segment(path, *first) {
+        Ok(opened) => opened,
+        // Removed meanwhile: as a post removed before the listing began.
+        Err(e) if removed(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Ok(mut reader) = opened else {
         return Ok(None);
     };
     while let Some(r) = reader
@@ -158,7 +171,23 @@ fn inspect(dir: &Path, out: &mut impl Write, max_held: usize) -> Result<bool> {
             );
             corrupt = true;
         }
-        let mut reader = match open_segment(path, *first)? {
+        let opened = match open_segment(path, *first) {
+            Ok(opened) => opened,
+            // Removed since it was listed, as the oldest segments of a running node go:
+            // those before it went too (or it is a hole, an error). The listing goes on
+            // at the next segment, which follows none printed.
+            Err(e) if removed(&e) && list[..i].iter().all(|(_, p)| !p.exists()) => {
+                eprintln!(
+                    "tickwire journal: {}: removed while the journal was listed (the node's retain_mb)",
+                    path.display()
+                );
+                next_seq = None;
+                empty_before = None;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let mut reader = match opened {
             Ok(r) => r,
             Err(e) if last && header_cut_short(path)? => {
                 eprintln!(
@@ -275,13 +304,10 @@ mod tests {
         assert_eq!(posts.answered(1), None, "the oldest was let go");
     }
 
-    /// Holding 2 posts, inspect names every post in its answers as holding them all
-    /// does: those let go are read again from their segments.
-    #[test]
-    fn a_bounded_inspect_prints_what_an_unbounded_one_does() {
-        let dir =
-            std::env::temp_dir().join(format!("tickwire-inspect-bounded-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+    /// A journal in `dir` (made anew) of six posts over segments of a record or two,
+    /// then their answers, last first, the first twice.
+    fn posts_journal(dir: &Path) {
+        let _ = std::fs::remove_dir_all(dir);
         let f = encode_field_list([(22, Value::Real(Real::new(1, -2)))]);
         {
             let opts = JournalOptions {
@@ -289,7 +315,7 @@ mod tests {
                 segment_bytes: 150,
                 ..JournalOptions::default()
             };
-            let (mut j, _) = Journal::open(&dir, opts).unwrap();
+            let (mut j, _) = Journal::open(dir, opts).unwrap();
             let items = ["SYM0", "SYM1", "SYM2", "SYM3", "SYM4", "SYM5"];
             let mut seqs = Vec::new();
             for (post_id, item) in items.iter().enumerate() {
@@ -311,7 +337,16 @@ mod tests {
                 j.commit().unwrap();
             }
         }
-        assert!(files::list_segments(&dir).unwrap().len() > 2);
+        assert!(files::list_segments(dir).unwrap().len() > 2);
+    }
+
+    /// Holding 2 posts, inspect names every post in its answers as holding them all
+    /// does: those let go are read again from their segments.
+    #[test]
+    fn a_bounded_inspect_prints_what_an_unbounded_one_does() {
+        let dir =
+            std::env::temp_dir().join(format!("tickwire-inspect-bounded-{}", std::process::id()));
+        posts_journal(&dir);
         let listing = |max| {
             let mut out = Vec::new();
             assert!(!inspect(&dir, &mut out, max).unwrap(), "not corrupt");
@@ -331,6 +366,59 @@ mod tests {
                 "{a}"
             );
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Removes the first segments at the first line written: a running node's
+    /// retention removing its oldest segments while they are listed.
+    struct RemovingAtFirstLine {
+        out: Vec<u8>,
+        remove: Vec<PathBuf>,
+    }
+
+    impl Write for RemovingAtFirstLine {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            for path in self.remove.drain(..) {
+                std::fs::remove_file(path)?;
+            }
+            self.out.write(buf)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The oldest two segments go while the first is listed: the listing goes on at
+    /// the next one left, not corrupt, and names the posts that went with them as it
+    /// names those removed before it began (empty service and item).
+    #[test]
+    fn segments_removed_while_listed_are_passed_over() {
+        let dir =
+            std::env::temp_dir().join(format!("tickwire-inspect-removed-{}", std::process::id()));
+        posts_journal(&dir);
+        let list = files::list_segments(&dir).unwrap();
+        let mut out = RemovingAtFirstLine {
+            out: Vec::new(),
+            remove: vec![list[0].1.clone(), list[1].1.clone()],
+        };
+        // Holding one post, the answers to the others read their segments again.
+        assert!(!inspect(&dir, &mut out, 1).unwrap(), "not corrupt");
+        let records: Vec<serde_json::Value> = String::from_utf8(out.out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+        assert!(seqs.contains(&list[0].0), "{seqs:?}");
+        assert!(!seqs.contains(&list[1].0), "{seqs:?}");
+        let last = list.last().unwrap().0;
+        assert!(seqs.contains(&last), "{seqs:?}");
+        let unnamed = records
+            .iter()
+            .filter(|r| r["stream"] == "completed" && r["item"] == "")
+            .count();
+        assert!(unnamed > 0, "{records:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
