@@ -590,6 +590,9 @@ impl Journal {
                 return Err(err);
             }
         }
+        // Old segments past the retained size go first: on a full disk they are the room
+        // the next one needs (and a roll that failed frees them when it is tried again).
+        self.retire();
         match create_segment(&self.dir, self.next_seq, &mut self.stats.syscalls) {
             Ok(seg) => {
                 let done = std::mem::replace(&mut self.seg, seg);

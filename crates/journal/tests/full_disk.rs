@@ -8,7 +8,6 @@ use tickwire_journal::{segment, Journal, JournalOptions, Received, SyncPolicy};
 use tickwire_proto::{encode_field_list, FieldList, Real, Value};
 
 const INSIDE: &str = "TICKWIRE_JOURNAL_FULL_DISK_DIR";
-const TEST: &str = "a_segment_a_full_disk_cannot_start_is_not_left_behind";
 
 fn opts() -> JournalOptions {
     // Every commit starts a new segment: each is a roll on a full disk.
@@ -88,16 +87,79 @@ fn on_a_full_disk(dir: &Path) {
 
 #[test]
 fn a_segment_a_full_disk_cannot_start_is_not_left_behind() {
+    in_a_namespace(
+        "a_segment_a_full_disk_cannot_start_is_not_left_behind",
+        on_a_full_disk,
+    );
+}
+
+/// Inside the namespace: a journal of updates past its retained size on a disk that is
+/// full. The old segments it removes are the room its next segment needs: they go
+/// before the next one is made, so every roll still works and no commit fails.
+fn retention_on_a_full_disk(dir: &Path) {
+    let journal = dir.join("journal");
+    let opts = JournalOptions {
+        sync: SyncPolicy::Always,
+        segment_bytes: 1,
+        retain_bytes: 300,
+    };
+    let (mut j, _) = Journal::open(&journal, opts).unwrap();
+    let fields = encode_field_list([(22, Value::Real(Real::new(1, -2)))]);
+    let update = |j: &mut Journal, seq: u32| {
+        let mut part = Vec::new();
+        tickwire_journal::ItemMessage {
+            service: "FEED",
+            item: "SYM0",
+            seq,
+            refresh: false,
+            update_type: 1,
+            fields: FieldList::decode(&fields).unwrap(),
+        }
+        .encode_part(&mut part)
+        .unwrap();
+        j.item_message(&part, 0).unwrap();
+        j.commit()
+    };
+    for seq in 1..=8 {
+        update(&mut j, seq).unwrap();
+    }
+    let removed = j.stats().segments_removed;
+    assert!(removed > 0, "past its size before the disk fills");
+    let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
+    let chunk = vec![7u8; 4096];
+    while std::io::Write::write_all(&mut filler, &chunk).is_ok() {}
+    drop(filler);
+    for seq in 9..=100 {
+        update(&mut j, seq).unwrap_or_else(|e| panic!("update {seq}: {e}"));
+    }
+    let s = j.stats();
+    assert_eq!(s.roll_failures, 0, "{s:?}");
+    assert!(s.segments_removed >= removed + 90, "{s:?}");
+}
+
+#[test]
+fn old_segments_past_the_retained_size_make_room_on_a_full_disk() {
+    in_a_namespace(
+        "old_segments_past_the_retained_size_make_room_on_a_full_disk",
+        retention_on_a_full_disk,
+    );
+}
+
+/// Runs `inside` in a mount namespace of its own (this test binary again, as `test`),
+/// on a tmpfs of 64 KiB mounted there.
+fn in_a_namespace(test: &str, inside: fn(&Path)) {
     if let Ok(dir) = std::env::var(INSIDE) {
-        on_a_full_disk(Path::new(&dir));
+        inside(Path::new(&dir));
         return;
     }
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("tickwire-journal-full-{}", std::process::id()));
+    let dir: PathBuf = std::env::temp_dir().join(format!(
+        "tickwire-journal-full-{}-{test}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().unwrap();
     let script = format!(
-        "mount -t tmpfs -o size=64k tmpfs '{}' && exec '{}' --exact {TEST} --nocapture",
+        "mount -t tmpfs -o size=64k tmpfs '{}' && exec '{}' --exact {test} --nocapture",
         dir.display(),
         exe.display()
     );
