@@ -48,6 +48,17 @@ pub struct SourceConfig {
     /// Most control messages (mappings, directories) queued while the backbone is
     /// back-pressured; past it they are dropped (edges ask again).
     pub max_control: usize,
+    /// Requests asked of the core and not answered yet, at most: with the cache off
+    /// the publishers answer later, so `REQUEST_BUDGET` cannot pace their images.
+    pub max_asked: usize,
+    /// Of which one service may hold this many (1 to `max_asked`): an interactive
+    /// publisher that never answers holds back its own items, not every other
+    /// service's.
+    pub max_asked_per_service: usize,
+    /// A request unanswered this long stops counting (it stays open in the core, and
+    /// its answer goes out whenever it comes): silent publishers delay the others' new
+    /// items by this much at most, never for good.
+    pub ask_patience: Duration,
 }
 
 impl Default for SourceConfig {
@@ -62,6 +73,9 @@ impl Default for SourceConfig {
             batch_bytes: crate::DEFAULT_MTU - crate::FRAME_HEADER_BYTES,
             max_edges: 1024,
             max_control: 1 << 20,
+            max_asked: 4096,
+            max_asked_per_service: 1024,
+            ask_patience: Duration::from_secs(5),
         }
     }
 }
@@ -103,14 +117,14 @@ struct SourceStream {
     /// fresh image for a late edge).
     queued: bool,
     /// Asked of the core at this time and not answered yet: counted against
-    /// `MAX_ASKED` and its service's share until `ASK_PATIENCE` has passed.
+    /// `max_asked` and its service's share until `ask_patience` has passed.
     asked: Option<Instant>,
 }
 
 /// One service's part of the requests asked of the core.
 #[derive(Default)]
 struct ServiceAsks {
-    /// Its requests counted against `MAX_ASKED_PER_SERVICE`.
+    /// Its requests counted against `max_asked_per_service`.
     asked: usize,
     /// Its streams waiting for room in its share (each still `queued`).
     parked: VecDeque<u32>,
@@ -120,16 +134,6 @@ struct ServiceAsks {
 /// the images of a large watchlist are asked for as the backbone takes them, so they
 /// never pile up in the core's queue (whose hard bound would close the link).
 const REQUEST_BUDGET: usize = 256 * 1024;
-/// Requests asked of the core and not answered yet, at most: with the cache off the
-/// publishers answer later, so the budget above cannot pace their images.
-pub(crate) const MAX_ASKED: usize = 4096;
-/// Of which one service may hold a quarter: an interactive publisher that never
-/// answers holds back its own items, not every other service's.
-pub(crate) const MAX_ASKED_PER_SERVICE: usize = MAX_ASKED / 4;
-/// A request unanswered this long stops counting (it stays open in the core, and its
-/// answer goes out whenever it comes): silent publishers delay the others' new items
-/// by this much at most, never for good.
-pub(crate) const ASK_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The source role without I/O: puts the node's publishers' data on the backbone,
 /// as an in-process subscriber of the node's core.
@@ -154,16 +158,16 @@ pub struct Source {
     tail_due: Option<Instant>,
     control: ControlQueue,
     pending: VecDeque<Vec<u8>>,
-    /// Streams to ask the core for (paced by `REQUEST_BUDGET`, `MAX_ASKED` and each
+    /// Streams to ask the core for (paced by `REQUEST_BUDGET`, `max_asked` and each
     /// service's share).
     to_request: VecDeque<u32>,
-    /// Requests counted against `MAX_ASKED`.
+    /// Requests counted against `max_asked`.
     asked: usize,
     /// Each service's counted requests and parked streams (only services with either).
     by_service: HashMap<String, ServiceAsks>,
     /// Counted requests in the order asked, to stop counting them after
-    /// `ASK_PATIENCE`; those answered meanwhile leave when they reach the front (so it
-    /// holds at most the requests of the last `ASK_PATIENCE`).
+    /// `ask_patience`; those answered meanwhile leave when they reach the front (so it
+    /// holds at most the requests of the last `ask_patience`).
     asked_order: VecDeque<(Instant, u32)>,
     batch: Vec<u8>,
     to_core: Vec<u8>,
@@ -430,7 +434,7 @@ impl Source {
     fn issue_requests(&mut self, core: &mut Node, now: Instant) -> usize {
         self.expire_asks(now);
         let mut n = 0;
-        while self.asked < MAX_ASKED && core.pending_output(self.conn) < REQUEST_BUDGET {
+        while self.asked < self.cfg.max_asked && core.pending_output(self.conn) < REQUEST_BUDGET {
             let Some(sid) = self.to_request.pop_front() else {
                 break;
             };
@@ -443,7 +447,7 @@ impl Source {
                         .insert(s.service.clone(), ServiceAsks::default());
                 }
                 let share = self.by_service.get_mut(&s.service).expect("inserted");
-                if share.asked >= MAX_ASKED_PER_SERVICE {
+                if share.asked >= self.cfg.max_asked_per_service {
                     // Its service has its share out: the stream waits for one of them
                     // to be answered or to go stale; the streams behind it go on.
                     share.parked.push_back(sid);
@@ -462,11 +466,11 @@ impl Source {
         n
     }
 
-    /// Requests asked `ASK_PATIENCE` ago and still unanswered stop counting.
+    /// Requests asked `ask_patience` ago and still unanswered stop counting.
     fn expire_asks(&mut self, now: Instant) {
         while let Some(&(at, sid)) = self.asked_order.front() {
             let counted = self.streams.get(&sid).filter(|s| s.asked == Some(at));
-            if counted.is_some() && now.saturating_duration_since(at) < ASK_PATIENCE {
+            if counted.is_some() && now.saturating_duration_since(at) < self.cfg.ask_patience {
                 break;
             }
             self.asked_order.pop_front();

@@ -105,6 +105,10 @@ fn core_config(cache: bool) -> CoreConfig {
 
 impl World {
     fn new(edges: usize) -> World {
+        World::with_source(edges, SourceConfig::default())
+    }
+
+    fn with_source(edges: usize, source_cfg: SourceConfig) -> World {
         let now = Instant::now();
         // A small queue before the core treats the backbone link as behind, so a test
         // can make it so with a few updates.
@@ -112,7 +116,7 @@ impl World {
         cfg.slow_consumer.conflate_above_bytes = 4096;
         cfg.slow_consumer.conflate_above_messages = 64;
         let mut src_core = Node::new(cfg, now);
-        let source = Source::start(&mut src_core, SourceConfig::default(), 0x5005, now);
+        let source = Source::start(&mut src_core, source_cfg, 0x5005, now);
         let mut w = World {
             now,
             src_core,
@@ -302,7 +306,12 @@ impl World {
 
 /// Brings the sources and edges to know each other (heartbeats and directories).
 fn ready(edges: usize, items: usize) -> (World, ConnId) {
-    let mut w = World::new(edges);
+    ready_with(edges, items, SourceConfig::default())
+}
+
+/// As `ready`, with the source's settings.
+fn ready_with(edges: usize, items: usize, source: SourceConfig) -> (World, ConnId) {
+    let mut w = World::with_source(edges, source);
     let p = w.publisher(items);
     w.advance(Duration::from_millis(500));
     for e in &w.edges {
@@ -1716,21 +1725,38 @@ fn requests_read(w: &mut World, p: ConnId) -> Vec<(u32, String)> {
 /// More items of a publisher that never answers than the source may have unanswered:
 /// they took every request the source could make, and no edge got a new item of any
 /// other service again. A service holds a share of the requests at most, and a
-/// request unanswered for `ASK_PATIENCE` stops counting (its answer still goes out).
+/// request unanswered for `ask_patience` stops counting (its answer still goes out).
 #[test]
 fn a_publisher_that_never_answers_holds_back_its_own_items_not_the_other_services() {
-    use crate::source::{ASK_PATIENCE, MAX_ASKED, MAX_ASKED_PER_SERVICE};
-    let (mut w, _p) = ready(1, 1);
+    silent_publisher_holds_back_only_its_own_items(SourceConfig::default());
+}
+
+/// The same with the operator's settings: a share of 2 defers a silent service's third
+/// ask (another service's still goes at once), and the deferred go after 1 s, not 5.
+#[test]
+fn the_share_of_one_service_and_the_patience_are_settings() {
+    silent_publisher_holds_back_only_its_own_items(SourceConfig {
+        max_asked: 8,
+        max_asked_per_service: 2,
+        ask_patience: Duration::from_secs(1),
+        ..SourceConfig::default()
+    });
+}
+
+fn silent_publisher_holds_back_only_its_own_items(cfg: SourceConfig) {
+    let (share, patience) = (cfg.max_asked_per_service, cfg.ask_patience);
+    let many = cfg.max_asked as u32 + 500;
+    let (mut w, _p) = ready_with(1, 1, cfg);
     let silent = silent_publisher(&mut w);
     w.advance(Duration::from_millis(300));
     let a = w.subscriber(0);
-    let many = MAX_ASKED as u32 + 500;
     let names: Vec<String> = (0..many).map(|i| format!("S{i}")).collect();
     let asks: Vec<Message<'_>> = names
         .iter()
         .enumerate()
         .map(|(i, n)| Message::Request(Request::streaming(100 + i as u32, "SILENT", n)))
         .collect();
+    let asked_at = w.now;
     w.edges[0].core.on_frame(a, &frame(&asks), w.now);
     w.settle();
     let first = requests_read(&mut w, silent);
@@ -1750,18 +1776,18 @@ fn a_publisher_that_never_answers_holds_back_its_own_items_not_the_other_service
         "FEED's item waited behind {} unanswered requests: {got:?}",
         first.len()
     );
-    assert_eq!(first.len(), MAX_ASKED_PER_SERVICE, "SILENT's share");
+    assert_eq!(first.len(), share, "SILENT's share");
     // Unanswered for long enough, they stop counting: more of SILENT's are asked.
     let mut later = Vec::new();
-    let end = w.now + ASK_PATIENCE + Duration::from_millis(200);
+    let end = w.now + patience + Duration::from_millis(200);
     while w.now < end && later.is_empty() {
         w.advance(Duration::from_millis(50));
         later = requests_read(&mut w, silent);
     }
-    assert_eq!(
-        later.len(),
-        MAX_ASKED_PER_SERVICE,
-        "the next share of SILENT's"
+    assert_eq!(later.len(), share, "the next share of SILENT's");
+    assert!(
+        w.now >= asked_at + patience,
+        "asked again before the patience ran out"
     );
     // A stale request is still open: its late answer reaches the subscriber.
     let (stream, name) = first[0].clone();
@@ -1777,6 +1803,54 @@ fn a_publisher_that_never_answers_holds_back_its_own_items_not_the_other_service
             Got::Refresh { sid: 100, bid, .. } if bid.as_deref() == Some("42.00")
         )),
         "{got:?}"
+    );
+}
+
+/// `max_asked` bounds the requests of every service together: a silent service whose
+/// share is the whole budget holds another service's new item until its requests stop
+/// counting, `ask_patience` later.
+#[test]
+fn the_whole_budget_of_asks_is_a_setting() {
+    let patience = Duration::from_secs(1);
+    let (mut w, _p) = ready_with(
+        1,
+        1,
+        SourceConfig {
+            max_asked: 3,
+            max_asked_per_service: 3,
+            ask_patience: patience,
+            ..SourceConfig::default()
+        },
+    );
+    let silent = silent_publisher(&mut w);
+    w.advance(Duration::from_millis(300));
+    let a = w.subscriber(0);
+    let asks: Vec<Message<'_>> = ["S0", "S1", "S2"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Message::Request(Request::streaming(100 + i as u32, "SILENT", n)))
+        .collect();
+    let asked_at = w.now;
+    w.edges[0].core.on_frame(a, &frame(&asks), w.now);
+    w.settle();
+    assert_eq!(requests_read(&mut w, silent).len(), 3);
+    let refreshed = |got: &[Got]| got.iter().any(|g| matches!(g, Got::Refresh { sid: 1, .. }));
+    w.request(0, a, 1, "SYM0");
+    let got = w.recv(0, a);
+    assert!(!refreshed(&got), "the budget was full: {got:?}");
+    let end = w.now + patience + Duration::from_millis(200);
+    let mut got = Vec::new();
+    while w.now < end && !refreshed(&got) {
+        w.advance(Duration::from_millis(50));
+        got = w.recv(0, a);
+    }
+    assert!(
+        refreshed(&got),
+        "FEED's item once SILENT's stopped counting: {got:?}"
+    );
+    assert!(
+        w.now >= asked_at + patience,
+        "asked before the patience ran out"
     );
 }
 

@@ -111,6 +111,17 @@ pub struct BackboneSection {
     /// Senders per stream the media driver keeps at most (Aeron's stream session
     /// limit): an edge's sources, a source's edges.
     pub max_sessions_per_stream: u32,
+    /// Requests a source has asked of its core and not had answered yet, at most
+    /// (its publishers' images are asked for as they come, not all at once).
+    pub max_asked: usize,
+    /// Of which one service may hold this many; 0 (the default): a quarter of
+    /// `max_asked` (at least 1). A service whose publisher never answers holds back its
+    /// own new items, not the other services'.
+    pub max_asked_per_service: usize,
+    /// A request unanswered this long, in milliseconds, stops counting against the two
+    /// above (it stays open, and its answer still goes out when it comes): silent
+    /// publishers delay the other services' new items by this much at most.
+    pub ask_patience_ms: u64,
     /// The backbone's key file (`tickwire backbone keygen > FILE`, the same file on
     /// every node): every message sent is sealed with a MAC, and every message received
     /// that is not sealed with one of its keys for the stream it came on, or is replayed,
@@ -149,6 +160,9 @@ impl Default for BackboneSection {
             services: Vec::new(),
             new_sessions_per_s: 50,
             max_sessions_per_stream: 256,
+            max_asked: SourceConfig::default().max_asked,
+            max_asked_per_service: 0,
+            ask_patience_ms: SourceConfig::default().ask_patience.as_millis() as u64,
             key_file: String::new(),
         }
     }
@@ -436,6 +450,32 @@ impl BackboneSection {
                 "allowed: 1 to 100000",
             ));
         }
+        // A sanity bound: the budget is there to pace the images of items whose
+        // publishers answer later; with more than a million unanswered it paces nothing.
+        if !(1..=1_000_000).contains(&self.max_asked) {
+            return Err(invalid(
+                "backbone.max_asked",
+                self.max_asked,
+                "allowed: 1 to 1000000",
+            ));
+        }
+        if self.max_asked_per_service > self.max_asked {
+            return Err(invalid(
+                "backbone.max_asked_per_service",
+                self.max_asked_per_service,
+                "allowed: 0 (a quarter of backbone.max_asked), or 1 up to backbone.max_asked",
+            ));
+        }
+        // Shorter, requests would stop counting before publishers could answer them, and
+        // the budget would no longer pace their images; longer than 10 minutes, silent
+        // publishers would hold the other services' new items back that long.
+        if !(100..=600_000).contains(&self.ask_patience_ms) {
+            return Err(invalid(
+                "backbone.ask_patience_ms",
+                self.ask_patience_ms,
+                "allowed: 100 to 600000 (10 minutes)",
+            ));
+        }
         if self.nak_max_backoff_us > 10_000_000 || self.retransmit_linger_us > 10_000_000 {
             return Err(invalid(
                 "backbone.nak_max_backoff_us",
@@ -487,6 +527,15 @@ impl BackboneSection {
         }
     }
 
+    /// One service's share of `max_asked`: `max_asked_per_service`, or by default a
+    /// quarter of it (at least 1).
+    pub fn max_asked_per_service(&self) -> usize {
+        match self.max_asked_per_service {
+            0 => (self.max_asked / 4).max(1),
+            n => n,
+        }
+    }
+
     /// The largest data message a source builds: `batch_bytes`, or by default one
     /// datagram's payload (within Aeron's largest message, an eighth of a term), less
     /// the seal's trailer when the backbone is authenticated.
@@ -528,6 +577,9 @@ impl BackboneSection {
             services: self.services.clone(),
             never: vec![crate::node_item::NODE_SERVICE.to_string()],
             batch_bytes: self.batch_bytes(),
+            max_asked: self.max_asked,
+            max_asked_per_service: self.max_asked_per_service(),
+            ask_patience: Duration::from_millis(self.ask_patience_ms),
             ..SourceConfig::default()
         }
     }
@@ -573,6 +625,88 @@ mod tests {
             ..edge()
         };
         assert_eq!(set.link_config().receiver_window, 65_536);
+    }
+
+    /// The source's pacing of its asks of the core: today's values by default, an
+    /// operator's taken as set, and one service's share a quarter of the budget unless
+    /// set.
+    #[test]
+    fn the_asks_of_the_core_are_paced_as_set() {
+        let s = edge().source_config("n");
+        assert_eq!(
+            (s.max_asked, s.max_asked_per_service, s.ask_patience),
+            (4096, 1024, Duration::from_secs(5))
+        );
+        let set = BackboneSection {
+            max_asked: 100,
+            max_asked_per_service: 7,
+            ask_patience_ms: 1500,
+            ..edge()
+        };
+        assert!(set.validate().is_ok());
+        let s = set.source_config("n");
+        assert_eq!(
+            (s.max_asked, s.max_asked_per_service, s.ask_patience),
+            (100, 7, Duration::from_millis(1500))
+        );
+        for (max_asked, share) in [(100, 25), (3, 1)] {
+            let budget = BackboneSection {
+                max_asked,
+                ..edge()
+            };
+            assert!(budget.validate().is_ok());
+            assert_eq!(budget.source_config("n").max_asked_per_service, share);
+        }
+    }
+
+    #[test]
+    fn asks_of_the_core_out_of_range_are_refused_by_key() {
+        let refused = |b: BackboneSection, key: &str| match b.validate() {
+            Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
+            other => panic!("{key}: {other:?}"),
+        };
+        for max_asked in [0, 1_000_001] {
+            refused(
+                BackboneSection {
+                    max_asked,
+                    ..edge()
+                },
+                "backbone.max_asked",
+            );
+        }
+        refused(
+            BackboneSection {
+                max_asked: 100,
+                max_asked_per_service: 101,
+                ..edge()
+            },
+            "backbone.max_asked_per_service",
+        );
+        for ask_patience_ms in [0, 99, 600_001] {
+            refused(
+                BackboneSection {
+                    ask_patience_ms,
+                    ..edge()
+                },
+                "backbone.ask_patience_ms",
+            );
+        }
+        for ok in [
+            BackboneSection {
+                max_asked: 1,
+                max_asked_per_service: 1,
+                ask_patience_ms: 100,
+                ..edge()
+            },
+            BackboneSection {
+                max_asked: 1_000_000,
+                max_asked_per_service: 1_000_000,
+                ask_patience_ms: 600_000,
+                ..edge()
+            },
+        ] {
+            assert!(ok.validate().is_ok(), "{ok:?}");
+        }
     }
 
     #[test]

@@ -1075,6 +1075,20 @@ mod tests {
         for ok in ["retain_mb = 0\n", "retain_mb = 8\n", ""] {
             assert!(NodeConfig::parse(&retained(ok), "n.toml").is_ok(), "{ok}");
         }
+        let source = |extra: &str| {
+            format!("[backbone]\nrole = \"source\"\nchannel = \"aeron:udp?endpoint=239.1.1.1:40456\"\n{extra}")
+        };
+        refused(&source("max_asked = 0\n"), "backbone.max_asked = 0");
+        refused(
+            &source("max_asked = 64\nmax_asked_per_service = 65\n"),
+            "backbone.max_asked_per_service = 65",
+        );
+        refused(
+            &source("ask_patience_ms = 50\n"),
+            "backbone.ask_patience_ms = 50",
+        );
+        let paced = "max_asked = 64\nmax_asked_per_service = 64\nask_patience_ms = 100\n";
+        assert!(NodeConfig::parse(&source(paced), "n.toml").is_ok());
         let allowed = crate::allowed_cpus().unwrap();
         let cpus = format!("[node]\ncpus = [{}]\n", allowed[0]);
         assert!(NodeConfig::parse(&cpus, "n.toml").is_ok());
