@@ -1702,6 +1702,20 @@ fn silent_publisher(w: &mut World) -> ConnId {
     p
 }
 
+/// Edge 0's subscriber `a` asks for SILENT's items `names` (streams from 100 on), and
+/// the world settles; when it asked.
+fn ask_for_silent_items(w: &mut World, a: ConnId, names: &[impl AsRef<str>]) -> Instant {
+    let asks: Vec<Message<'_>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Message::Request(Request::streaming(100 + i as u32, "SILENT", n.as_ref())))
+        .collect();
+    let asked_at = w.now;
+    w.edges[0].core.on_frame(a, &frame(&asks), w.now);
+    w.settle();
+    asked_at
+}
+
 /// The requests `p` has been sent since the last call: (stream id, item).
 fn requests_read(w: &mut World, p: ConnId) -> Vec<(u32, String)> {
     let mut bytes = Vec::new();
@@ -1751,14 +1765,7 @@ fn silent_publisher_holds_back_only_its_own_items(cfg: SourceConfig) {
     w.advance(Duration::from_millis(300));
     let a = w.subscriber(0);
     let names: Vec<String> = (0..many).map(|i| format!("S{i}")).collect();
-    let asks: Vec<Message<'_>> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| Message::Request(Request::streaming(100 + i as u32, "SILENT", n)))
-        .collect();
-    let asked_at = w.now;
-    w.edges[0].core.on_frame(a, &frame(&asks), w.now);
-    w.settle();
+    let asked_at = ask_for_silent_items(&mut w, a, &names);
     let first = requests_read(&mut w, silent);
     assert!(!first.is_empty(), "the silent publisher was asked");
     // Another service's item comes at once.
@@ -1825,14 +1832,7 @@ fn the_whole_budget_of_asks_is_a_setting() {
     let silent = silent_publisher(&mut w);
     w.advance(Duration::from_millis(300));
     let a = w.subscriber(0);
-    let asks: Vec<Message<'_>> = ["S0", "S1", "S2"]
-        .iter()
-        .enumerate()
-        .map(|(i, n)| Message::Request(Request::streaming(100 + i as u32, "SILENT", n)))
-        .collect();
-    let asked_at = w.now;
-    w.edges[0].core.on_frame(a, &frame(&asks), w.now);
-    w.settle();
+    let asked_at = ask_for_silent_items(&mut w, a, &["S0", "S1", "S2"]);
     assert_eq!(requests_read(&mut w, silent).len(), 3);
     let refreshed = |got: &[Got]| got.iter().any(|g| matches!(g, Got::Refresh { sid: 1, .. }));
     w.request(0, a, 1, "SYM0");
