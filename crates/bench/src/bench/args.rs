@@ -55,8 +55,8 @@ pub(crate) struct LadderFlags {
     /// perf-pub's own CPU, runs at once instead of after the rest of the burst.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     pub(crate) pub_yield: String,
-    /// Ladders: how the node's event loop waits for work (`[node] wait`: block, yield,
-    /// spin, spin-then-block).
+    /// Ladders, and the rssl scenario's nodes: how the node's event loop waits for work
+    /// (`[node] wait`: block, yield, spin, spin-then-block).
     #[arg(long, value_name = "STRATEGY", default_value = "block",
           value_parser = ["block", "yield", "spin", "spin-then-block"])]
     pub(crate) node_wait: String,

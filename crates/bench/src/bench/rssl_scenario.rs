@@ -398,6 +398,14 @@ impl Lab {
                 "[[rssl.providers]]\naddress = \"127.0.0.1:{port}\"\n"
             ));
         }
+        // `--node-wait` as for the ladders: how the node's event loop waits for the
+        // provider's next burst is most of the latency it adds at low rates.
+        if self.args.ladder.node_wait != "block" {
+            text.push_str(&format!(
+                "[node]\nwait = {:?}\n",
+                self.args.ladder.node_wait
+            ));
+        }
         std::fs::write(&cfg, text)?;
         let provider = if interactive { PROVPERF } else { NIPROVPERF };
         let name = format!("node-rssl-{}-{rate}", provider.to_lowercase());
