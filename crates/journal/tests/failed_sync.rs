@@ -3,12 +3,11 @@
 //! thinly provisioned disk does). Each test runs itself again inside a mount namespace
 //! (`unshare -m`, root, loop devices, mkfs.ext4), where it mounts them.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::Path;
 use tickwire_journal::{Journal, JournalOptions, Received, SyncPolicy};
 use tickwire_proto::{encode_field_list, FieldList, Value};
-
-const INSIDE: &str = "TICKWIRE_JOURNAL_FAILED_SYNC_DIR";
 
 fn opts() -> JournalOptions {
     JournalOptions {
@@ -129,35 +128,9 @@ fn a_failed_sync_at_a_segments_end_puts_a_never_syncing_journal_out_of_service()
 /// Runs this file's test `test` again inside a mount namespace with a failing sync
 /// under `DIR/fs`, where `inside(DIR)` is its body.
 fn in_a_namespace_with_a_failing_sync(test: &str, inside: fn(&Path)) {
-    if let Ok(dir) = std::env::var(INSIDE) {
-        inside(Path::new(&dir));
-        return;
-    }
-    let dir: PathBuf = std::env::temp_dir().join(format!(
-        "tickwire-journal-sync-{}-{test}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = std::env::current_exe().unwrap();
     // The loop device is let go when the namespace's mount goes (`-o loop` autoclear).
-    let script = format!(
-        "mount -t tmpfs -o size=4m tmpfs '{d}' && truncate -s 32M '{d}/img' \
-         && mkfs.ext4 -q -F -O ^has_journal -b 1024 '{d}/img' && mkdir '{d}/fs' \
-         && mount -o loop,errors=continue '{d}/img' '{d}/fs' \
-         && exec '{}' --exact {test} --nocapture",
-        exe.display(),
-        d = dir.display(),
-    );
-    let out = Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
-        .env(INSIDE, &dir)
-        .output()
-        .expect("this test needs `unshare -m`, tmpfs and loop mounts, mkfs.ext4 (root)");
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mount = "mount -t tmpfs -o size=4m tmpfs '{dir}' && truncate -s 32M '{dir}/img' \
+         && mkfs.ext4 -q -F -O ^has_journal -b 1024 '{dir}/img' && mkdir '{dir}/fs' \
+         && mount -o loop,errors=continue '{dir}/img' '{dir}/fs'";
+    common::in_a_mount_namespace(test, mount, "tmpfs and loop mounts, mkfs.ext4", inside);
 }

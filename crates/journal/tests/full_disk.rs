@@ -2,12 +2,11 @@
 //! this test runs itself again inside a mount namespace (`unshare -m`, root), where it
 //! mounts one.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::Path;
 use tickwire_journal::{segment, Journal, JournalOptions, Received, SyncPolicy};
 use tickwire_proto::{encode_field_list, FieldList, Real, Value};
-
-const INSIDE: &str = "TICKWIRE_JOURNAL_FULL_DISK_DIR";
 
 fn opts() -> JournalOptions {
     // Every commit starts a new segment: each is a roll on a full disk.
@@ -148,31 +147,6 @@ fn old_segments_past_the_retained_size_make_room_on_a_full_disk() {
 /// Runs `inside` in a mount namespace of its own (this test binary again, as `test`),
 /// on a tmpfs of 64 KiB mounted there.
 fn in_a_namespace(test: &str, inside: fn(&Path)) {
-    if let Ok(dir) = std::env::var(INSIDE) {
-        inside(Path::new(&dir));
-        return;
-    }
-    let dir: PathBuf = std::env::temp_dir().join(format!(
-        "tickwire-journal-full-{}-{test}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let script = format!(
-        "mount -t tmpfs -o size=64k tmpfs '{}' && exec '{}' --exact {test} --nocapture",
-        dir.display(),
-        exe.display()
-    );
-    let out = Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
-        .env(INSIDE, &dir)
-        .output()
-        .expect("this test needs `unshare -m` and tmpfs mounts (root)");
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mount = "mount -t tmpfs -o size=64k tmpfs '{dir}'";
+    common::in_a_mount_namespace(test, mount, "tmpfs mounts", inside);
 }
