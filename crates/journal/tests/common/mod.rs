@@ -12,7 +12,7 @@ const INSIDE: &str = "TICKWIRE_JOURNAL_TEST_NAMESPACE_DIR";
 /// directory `DIR` (given as `{dir}` in it), and `inside(DIR)` is the test's body;
 /// `needs` says what the test needs when it cannot start. Fails unless the test passed
 /// in there.
-pub fn in_a_mount_namespace(test: &str, mount: &str, needs: &str, inside: fn(&Path)) {
+pub(crate) fn in_a_mount_namespace(test: &str, mount: &str, needs: &str, inside: fn(&Path)) {
     if let Ok(dir) = std::env::var(INSIDE) {
         inside(Path::new(&dir));
         return;
