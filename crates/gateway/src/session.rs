@@ -2024,7 +2024,7 @@ mod tests {
         let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
         for text in [
             // On item stream ID 2 (SYM0), as an update.
-            r#"{"ID":2,"Type":"Post","Ack":true,"PostID":7,"Message":{"ID":0,"Type":"Update","Fields":{"BID":101.25,"ASK":"101.3"}}}"#,
+            r#"{"ID":2,"Type":"Post","Ack":true,"PostID":7,"Message":{"ID":0,"Type":"Update","Fields":{"BID":101.50,"ASK":"101.30"}}}"#,
             // Off-stream, on the login stream with a Key, a posted Refresh.
             r#"{"ID":1,"Type":"Post","Domain":"MarketPrice","Ack":true,"PostID":8,"Key":{"Name":"NEW","Service":"FEED"},"Message":{"ID":0,"Type":"Refresh","Fields":{"DSPLY_NAME":"New item","ACVOL_1":300,"BID":null}}}"#,
         ] {
@@ -2034,7 +2034,9 @@ mod tests {
         assert_eq!(
             posts,
             vec![
-                // (JSON objects are read in key order.)
+                // (JSON objects are read in key order.) A string keeps the decimals
+                // as written (hint -2); a JSON number is read as a double, which has
+                // no trailing zeros (101.5, hint -1).
                 (
                     1,
                     7,
@@ -2042,7 +2044,7 @@ mod tests {
                     false,
                     "".into(),
                     "".into(),
-                    vec![(25, "101.3".into()), (22, "101.25".into())]
+                    vec![(25, "101.30".into()), (22, "101.5".into())]
                 ),
                 (
                     0,

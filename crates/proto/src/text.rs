@@ -51,7 +51,11 @@ pub fn parse_value<'a>(
 }
 
 /// A decimal number: optional sign, digits, optional fraction, optional exponent
-/// (`1.5e-3`), as exactly as a `Real` can hold it (mantissa up to 18 digits).
+/// (`1.5e-3`), as exactly as a `Real` can hold it (mantissa up to 18 digits). The
+/// fraction's digits make the exponent, its trailing zeros too, as the Real-Time SDK
+/// reads a number's text: `101.50` is 10150 and -2, shown `101.50` by an application
+/// that formats by the hint; only a number with more than 18 digits loses trailing
+/// zeros of its fraction, as many as it must to fit.
 pub fn parse_real(text: &str) -> Option<Real> {
     let (number, exp) = match text.find(['e', 'E']) {
         Some(i) => (&text[..i], text[i + 1..].parse::<i32>().ok()?),
@@ -69,14 +73,23 @@ pub fn parse_real(text: &str) -> Option<Real> {
     if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
         return None;
     }
-    // Trailing zeros of the fraction carry no value; leading zeros of the whole none.
-    let frac = frac.trim_end_matches('0');
+    // Leading zeros of the whole carry nothing; trailing zeros of the fraction carry
+    // the precision, kept while the mantissa has room for them.
+    let int = int.trim_start_matches('0');
+    let digits = if int.is_empty() {
+        // 0.0050: the zeros before the 5 are no digits of the mantissa.
+        frac.trim_start_matches('0').len()
+    } else {
+        int.len() + frac.len()
+    };
+    let trailing_zeros = frac.len() - frac.trim_end_matches('0').len();
+    let frac = &frac[..frac.len() - digits.saturating_sub(18).min(trailing_zeros)];
     let all: String = format!("{int}{frac}");
     let all = all.trim_start_matches('0');
-    let mut mantissa: i64 = if all.is_empty() { 0 } else { all.parse().ok()? };
     if all.len() > 18 {
         return None;
     }
+    let mut mantissa: i64 = if all.is_empty() { 0 } else { all.parse().ok()? };
     let mut exponent = exp.checked_sub(frac.len() as i32)?;
     // Keep the exponent in range where the value allows (1e200 does not fit; 100e-200
     // is 1e-198).
@@ -84,7 +97,8 @@ pub fn parse_real(text: &str) -> Option<Real> {
         mantissa /= 10;
         exponent += 1;
     }
-    if mantissa == 0 {
+    // Zero keeps its hint (0.00) where it fits one.
+    if mantissa == 0 && i8::try_from(exponent).is_err() {
         exponent = 0;
     }
     let exponent = i8::try_from(exponent).ok()?;
@@ -131,10 +145,26 @@ mod tests {
         assert_eq!(parse_real("101.25"), r(10125, -2));
         assert_eq!(parse_real("-0.5"), r(-5, -1));
         assert_eq!(parse_real("+7"), r(7, 0));
-        assert_eq!(parse_real("1.50"), r(15, -1));
+        // The fraction's trailing zeros are its precision, as written.
+        assert_eq!(parse_real("1.50"), r(150, -2));
+        assert_eq!(parse_real("101.500"), r(101500, -3));
+        assert_eq!(parse_real("0.0050"), r(50, -4));
+        assert_eq!(parse_real("-2.0"), r(-20, -1));
+        assert_eq!(parse_real("1.50e2"), r(150, 0));
+        // Past 18 digits, only as many trailing zeros go as must.
+        assert_eq!(
+            parse_real("12345678901234567.800"),
+            r(123456789012345678, -1)
+        );
+        assert_eq!(
+            parse_real("1.00000000000000000000"),
+            r(100000000000000000, -17)
+        );
         assert_eq!(parse_real("1.5e-3"), r(15, -4));
         assert_eq!(parse_real("2E2"), r(2, 2));
-        assert_eq!(parse_real("0.000"), r(0, 0));
+        assert_eq!(parse_real("0.000"), r(0, -3));
+        assert_eq!(parse_real("0"), r(0, 0));
+        assert_eq!(parse_real("0e-999"), r(0, 0));
         assert_eq!(parse_real(".5"), r(5, -1));
         assert_eq!(parse_real("123456789012345678"), r(123456789012345678, 0));
         for bad in [
