@@ -652,6 +652,14 @@ impl Session {
             }
         };
         let before = out.len();
+        // Each message's text as the client wrote it, for posts: a posted number's
+        // decimals are a real's hint, which the parsed number (a double) has lost.
+        let raw = if text.contains("\"Post\"") {
+            post::messages_as_written(text)
+        } else {
+            Vec::new()
+        };
+        let raw = |i: usize| raw.get(i).copied();
         match json {
             Json::Array(msgs) => {
                 for (i, m) in msgs.iter().enumerate() {
@@ -663,10 +671,10 @@ impl Session {
                         write_error(out, 0, &why, "");
                         break;
                     }
-                    self.on_client_message(m, to_node, out);
+                    self.on_client_message(m, raw(i), to_node, out);
                 }
             }
-            m => self.on_client_message(&m, to_node, out),
+            m => self.on_client_message(&m, raw(0), to_node, out),
         }
     }
 
@@ -679,7 +687,15 @@ impl Session {
         write_error(out, 0, &text, "");
     }
 
-    fn on_client_message(&mut self, m: &Json, to_node: &mut Vec<u8>, out: &mut JsonOut) {
+    /// One client message, `m`; `written` is its text as the client wrote it, where
+    /// a post needs it (none: the parsed message serves).
+    fn on_client_message(
+        &mut self,
+        m: &Json,
+        written: Option<&str>,
+        to_node: &mut Vec<u8>,
+        out: &mut JsonOut,
+    ) {
         let text = || m.to_string();
         let Some(obj) = m.as_object() else {
             write_error(
@@ -731,7 +747,7 @@ impl Session {
             }
         };
         if ty == "Post" {
-            self.on_post(id, obj, to_node, out, &text());
+            self.on_post(id, obj, written, to_node, out, &text());
             return;
         }
         if ty != "Request" {
@@ -2034,9 +2050,9 @@ mod tests {
         assert_eq!(
             posts,
             vec![
-                // (JSON objects are read in key order.) A string keeps the decimals
-                // as written (hint -2); a JSON number is read as a double, which has
-                // no trailing zeros (101.5, hint -1).
+                // (JSON objects are read in key order.) A number and a string alike
+                // keep the decimals as written: 101.50 is 10150 and -2, as the
+                // Real-Time SDK reads it.
                 (
                     1,
                     7,
@@ -2044,7 +2060,7 @@ mod tests {
                     false,
                     "".into(),
                     "".into(),
-                    vec![(25, "101.30".into()), (22, "101.5".into())]
+                    vec![(25, "101.30".into()), (22, "101.50".into())]
                 ),
                 (
                     0,
@@ -2083,6 +2099,31 @@ mod tests {
             got,
             vec![
                 serde_json::json!({"ID":1,"Type":"Ack","AckID":8,"NakCode":"SymbolUnknown","Text":"no such item"})
+            ]
+        );
+    }
+
+    #[test]
+    fn a_posted_numbers_decimals_are_its_hint_wherever_the_post_is_in_its_frame() {
+        let mut s = watching_two_items();
+        let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+        // A frame of three messages, the posts second and third; a key written with an
+        // escape; numbers with an exponent, a sign, trailing zeros; an integer field.
+        // (Fields are read in key order.)
+        s.on_client_text(
+            r#"[{"ID":3,"Type":"Close"},
+                {"ID":2,"Type":"Post","PostID":1,"Message":{"Fields":{"BID": 99.500, "ASK": -1.50e1}}},
+                {"ID":2,"Type":"Post","PostID":2,"Message":{"Fields":{"ACVOL_1": 300, "BID": 7}}}]"#,
+            &mut to_node,
+            &mut out,
+        );
+        let fields: Vec<Vec<(i16, String)>> =
+            posts_sent(&to_node).into_iter().map(|p| p.6).collect();
+        assert_eq!(
+            fields,
+            vec![
+                vec![(25, "-15.0".into()), (22, "99.500".into())],
+                vec![(32, "300".into()), (22, "7".into())]
             ]
         );
     }

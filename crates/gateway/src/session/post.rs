@@ -4,7 +4,10 @@
 //! `PostID` and, when refused, `NakCode` and `Text`.
 
 use super::{escape, write_error, Bytes, JsonOut, Session};
+use serde_json::value::RawValue;
 use serde_json::Value as Json;
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use tickwire_proto::text::parse_value;
 use tickwire_proto::{Ack, Dictionary, FieldList, FieldListWriter, Message, NakCode, Post};
@@ -23,11 +26,47 @@ fn refuse(code: NakCode, text: impl Into<String>) -> Refusal {
     }
 }
 
+/// The messages of a frame (an array's, or the one) as the client wrote them; none if
+/// the frame does not parse so.
+pub(super) fn messages_as_written(frame: &str) -> Vec<&str> {
+    if frame.trim_start().starts_with('[') {
+        serde_json::from_str::<Vec<&RawValue>>(frame)
+            .map(|msgs| msgs.into_iter().map(RawValue::get).collect())
+            .unwrap_or_default()
+    } else {
+        vec![frame]
+    }
+}
+
+/// A posted message's `Fields` as written: each value's JSON text by field name.
+#[derive(serde::Deserialize)]
+struct PostWritten<'a> {
+    #[serde(rename = "Message", borrow)]
+    message: Option<MessageWritten<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct MessageWritten<'a> {
+    #[serde(rename = "Fields", borrow)]
+    fields: Option<HashMap<Cow<'a, str>, &'a RawValue>>,
+}
+
+/// The post's field values as written, by name: what a JSON number says beyond the
+/// double it parses into (101.50 has two decimals).
+fn fields_as_written(post: &str) -> HashMap<Cow<'_, str>, &RawValue> {
+    serde_json::from_str::<PostWritten<'_>>(post)
+        .ok()
+        .and_then(|p| p.message)
+        .and_then(|m| m.fields)
+        .unwrap_or_default()
+}
+
 impl Session {
     pub(super) fn on_post(
         &mut self,
         id: i64,
         post: &serde_json::Map<String, Json>,
+        written: Option<&str>,
         to_node: &mut Vec<u8>,
         out: &mut JsonOut,
         offending: &str,
@@ -40,7 +79,7 @@ impl Session {
             }
         };
         let post_id = post.get("PostID").and_then(Json::as_i64);
-        if let Err(r) = self.send_post(id, post, ack, post_id, to_node) {
+        if let Err(r) = self.send_post(id, post, written, ack, post_id, to_node) {
             match post_id {
                 Some(post_id) if ack => write_ack(out, id, post_id, Some(r.code), &r.text),
                 _ => write_error(out, id, &r.text, offending),
@@ -52,6 +91,7 @@ impl Session {
         &mut self,
         id: i64,
         post: &serde_json::Map<String, Json>,
+        written: Option<&str>,
         ack: bool,
         post_id: Option<i64>,
         to_node: &mut Vec<u8>,
@@ -105,7 +145,10 @@ impl Session {
         };
         let mut fields = Vec::new();
         match message.get("Fields") {
-            Some(Json::Object(f)) => encode_fields(&self.cfg.dictionary, f, &mut fields)?,
+            Some(Json::Object(f)) => {
+                let written = written.map(fields_as_written).unwrap_or_default();
+                encode_fields(&self.cfg.dictionary, f, &written, &mut fields)?
+            }
             None => {
                 FieldListWriter::new(&mut fields).finish();
             }
@@ -187,10 +230,13 @@ impl Session {
 }
 
 /// `Fields` of a posted message into a field list: each name (or id) by the
-/// dictionary, each value by its field's type.
+/// dictionary, each value by its field's type, a number read from its text as
+/// `written` (as the Real-Time SDK reads it: 101.50 is a real of two decimals) where
+/// it is there.
 fn encode_fields(
     dict: &Dictionary,
     fields: &serde_json::Map<String, Json>,
+    written: &HashMap<Cow<'_, str>, &RawValue>,
     out: &mut Vec<u8>,
 ) -> Result<(), Refusal> {
     let mut w = FieldListWriter::new(out);
@@ -203,10 +249,13 @@ fn encode_fields(
         let text = match value {
             Json::Null => "",
             Json::String(s) => s.as_str(),
-            Json::Number(n) => {
-                number = n.to_string();
-                number.as_str()
-            }
+            Json::Number(n) => match written.get(name.as_str()).map(|r| r.get()) {
+                Some(t) if t.starts_with(|c: char| c == '-' || c.is_ascii_digit()) => t,
+                _ => {
+                    number = n.to_string();
+                    number.as_str()
+                }
+            },
             other => {
                 return Err(refuse(
                     NakCode::InvalidContent,
