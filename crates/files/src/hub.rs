@@ -1300,6 +1300,49 @@ impl Hub {
         Ok(m)
     }
 
+    /// A connection's rights now (the users file was reloaded): every right it has on
+    /// the node's file services, not only those one message needs. What it may no
+    /// longer have ends at once, as a reload closes a subscriber's streams and
+    /// disconnects a publisher: its routes in the services it may no longer receive
+    /// (without waiting for its next presence, which a peer need never send), its
+    /// uploads in the services it may no longer send (withdrawn at the sites, refused
+    /// with the reason), and the status queries it has waiting see only what it may
+    /// see now.
+    pub fn handle_rights(&mut self, conn: usize, rights: Rights) {
+        if let Some(r) = self.routes.get_mut(&Peer::Conn(conn)) {
+            r.retain(|(i, _), _| rights.subscribe & (1 << i) != 0);
+            if r.is_empty() {
+                self.routes.remove(&Peer::Conn(conn));
+            }
+        }
+        let mut lost: Vec<(u32, String, Box<str>)> = Vec::new();
+        for (&(c, request), u) in &self.uploads {
+            if c != conn {
+                continue;
+            }
+            let service = self
+                .sender
+                .as_ref()
+                .and_then(|(tx, _)| tx.service_of(u.transfer))
+                .map(str::to_owned);
+            let allowed = service
+                .as_deref()
+                .and_then(|s| self.service_index(s))
+                .is_some_and(|i| rights.publish & (1 << i) != 0);
+            if !allowed {
+                lost.push((request, service.unwrap_or_default(), u.user.clone()));
+            }
+        }
+        lost.sort_unstable();
+        for (request, service, user) in lost {
+            let why = format!(
+                "user {user:?} may no longer publish service {service:?} (the users file was reloaded)"
+            );
+            self.drop_upload(conn, request, &why);
+        }
+        self.queries.restrict(conn, rights);
+    }
+
     /// A connection is gone: its uploads are dropped, its routes forgotten.
     pub fn handle_gone(&mut self, conn: usize) {
         let mine: Vec<u32> = self

@@ -88,6 +88,17 @@ impl QueryPace {
             .min()
     }
 
+    /// The connection's rights changed (the users file was reloaded): its waiting
+    /// queries are answered with what it may see now.
+    pub(crate) fn restrict(&mut self, conn: usize, rights: Rights) {
+        if let Some(p) = self.conns.get_mut(&conn) {
+            p.rights = Rights {
+                publish: p.rights.publish & rights.publish,
+                subscribe: p.rights.subscribe & rights.subscribe,
+            };
+        }
+    }
+
     /// The connection went: its waiting queries have no one to answer.
     pub(crate) fn forget(&mut self, conn: usize) {
         self.conns.remove(&conn);

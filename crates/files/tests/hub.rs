@@ -421,6 +421,75 @@ fn a_site_that_lost_its_right_to_receive_is_no_route_from_its_next_presence() {
     assert_eq!(h.stats().ignored, ignored + 1, "no longer routed");
 }
 
+/// Offers and chunks the hub sends down to `conn`.
+fn sent_down(h: &mut Hub, conn: usize, now: Instant) -> usize {
+    h.handle_timeout(now);
+    while h.pump(now) {}
+    outputs(h)
+        .into_iter()
+        .filter(|o| o.to == Peer::Conn(conn))
+        .filter(|o| {
+            matches!(
+                FilesMessage::decode(&o.body),
+                Ok(FilesMessage::Offer(_) | FilesMessage::Chunk { .. })
+            )
+        })
+        .count()
+}
+
+/// A reload that takes rights away ends what they allowed at once, as it closes a
+/// subscriber's streams and disconnects a publisher: a connection that may no longer
+/// receive a service is no route for it though it never says it is there again (a
+/// peer need not), and an upload whose user may no longer send its service is
+/// withdrawn, its remaining bytes not taken.
+#[test]
+fn rights_taken_by_a_reload_end_routes_and_uploads_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let t0 = Instant::now();
+    let receive = Rights {
+        publish: 0,
+        subscribe: 1,
+    };
+    let present = encode(&FilesMessage::Present {
+        site: "edge1",
+        service: "FILES",
+    });
+    h.handle(Peer::Conn(4), "edge", receive, &present, t0);
+    // alice uploads 200 KB; half has come.
+    let data = vec![7u8; 200_000];
+    put_to_edge1(
+        &mut h,
+        "big.bin",
+        data.len(),
+        Sha256::digest(&data).into(),
+        t0,
+    );
+    upload(&mut h, &data, 0..100_000, t0);
+    let t1 = t0 + std::time::Duration::from_millis(200);
+    assert!(sent_down(&mut h, 4, t1) > 0, "edge1 is routed down conn 4");
+    // The users file is reloaded: edge may no longer receive FILES, alice no longer
+    // send it.
+    h.handle_rights(4, Rights::default());
+    h.handle_rights(CLIENT, receive);
+    let a = answers(&mut h);
+    assert_eq!(
+        a,
+        [(
+            PutState::Refused,
+            "user \"alice\" may no longer publish service \"FILES\" (the users file was reloaded)"
+                .to_string()
+        )]
+    );
+    upload(&mut h, &data, 100_000..200_000, t1);
+    assert!(answers(&mut h).is_empty(), "the rest is not taken");
+    // A file queued since (by a user who may) goes to edge1's other routes, not down
+    // conn 4, which never said it was there again.
+    put_whole(&mut h, 2, "next.csv", vec!["edge1"], b"x,y\n", t1);
+    let t2 = t1 + std::time::Duration::from_millis(200);
+    assert_eq!(sent_down(&mut h, 4, t2), 0);
+}
+
 #[test]
 fn after_a_restart_the_report_lists_the_audit_logs_past_files_and_the_spools_queue_once() {
     use tickwire_files::audit::{PastFile, PastSite};

@@ -235,6 +235,9 @@ enum Input {
         keys: Option<Keys>,
     },
     Gone(ConnId),
+    /// A connection's rights on every file service now (the users file was reloaded):
+    /// what it may no longer have ends ([`Hub::handle_rights`]).
+    Rights(ConnId, Rights),
     /// The backbone driver's totals: NAKs received, datagrams sent.
     Network {
         naks: u64,
@@ -519,6 +522,12 @@ pub struct FilesThread {
     pub dropped: u64,
     /// Connections gone whose end the thread had no room for yet.
     gone_unsent: Vec<ConnId>,
+    /// Connections that sent the thread a message (their routes and uploads are
+    /// there), until they go.
+    speakers: std::collections::HashSet<ConnId>,
+    /// Connections whose rights the thread is to be told after a reload of the users
+    /// file, and has had no room for yet.
+    rights_unsent: Vec<ConnId>,
     /// (user, site) pairs refused and said in the log (each once).
     sites_refused: std::collections::HashSet<(String, String)>,
     /// What the thread has done, for /metrics.
@@ -794,6 +803,8 @@ impl FilesThread {
             backlog: Backlog::default(),
             dropped: 0,
             gone_unsent: Vec::new(),
+            speakers: Default::default(),
+            rights_unsent: Vec::new(),
             sites_refused: Default::default(),
             figures,
             backbone_mtu: backbone_mtu.max(1) as u64,
@@ -936,6 +947,29 @@ impl FilesThread {
         r
     }
 
+    /// Every right the connection has on the node's file services.
+    fn all_rights(&self, core: &Node, conn: ConnId) -> Rights {
+        let mut r = Rights::default();
+        for (i, s) in self.services.iter().enumerate() {
+            if core.entitled(conn, Action::Publish, s) {
+                r.publish |= 1 << i;
+            }
+            if core.entitled(conn, Action::Subscribe, s) {
+                r.subscribe |= 1 << i;
+            }
+        }
+        r
+    }
+
+    /// The users file was reloaded: the thread is told, in the next turns, the rights
+    /// of every connection that has sent it anything, and ends what they no longer
+    /// allow (routes to sites below, uploads, queries waiting).
+    pub fn users_changed(&mut self) {
+        // Each told its rights as they are when there is room: those not told yet of
+        // an earlier reload are among them.
+        self.rights_unsent = self.speakers.iter().copied().collect();
+    }
+
     /// The site a peer's Present names, if the peer may not speak for it: what it
     /// says of a site it is not (present, done) would be believed.
     fn site_refused(&self, core: &Node, conn: ConnId, body: &[u8]) -> Option<String> {
@@ -982,11 +1016,20 @@ impl FilesThread {
         for &conn in &gone {
             self.unanswered.gone(conn);
             *self.departed.entry(conn).or_default() += 1;
+            self.speakers.remove(&conn);
         }
         self.gone_unsent.append(&mut gone);
         let mut unsent = std::mem::take(&mut self.gone_unsent);
         unsent.retain(|&conn| self.queue_full_for(Input::Gone(conn)));
         self.gone_unsent = unsent;
+        // Rights a reload took, before what the connections sent since: never dropped
+        // (an upload would go on, a route stay), what has no room now goes next turn.
+        let mut unsent = std::mem::take(&mut self.rights_unsent);
+        unsent.retain(|&conn| {
+            self.speakers.contains(&conn)
+                && self.queue_full_for(Input::Rights(conn, self.all_rights(core, conn)))
+        });
+        self.rights_unsent = unsent;
         for m in taken.drain(..) {
             if self.gone_unsent.contains(&m.conn) {
                 // A new connection under the id of one whose end the thread has not
@@ -1011,6 +1054,7 @@ impl FilesThread {
             }
             let rights = self.rights(core, m.conn, m.body.get(2).copied());
             let user = core.user_of(m.conn).unwrap_or("").to_owned();
+            self.speakers.insert(m.conn);
             let asked = Unanswered::asked(&m.body);
             let stopped = self.input.is_none();
             let full = self.queue_full_for(Input::Message {
@@ -1596,6 +1640,7 @@ fn run(
                     }
                 }
                 Input::Gone(c) => hub.handle_gone(c),
+                Input::Rights(c, rights) => hub.handle_rights(c, rights),
                 Input::Network { naks, datagrams } => {
                     hub.handle_network_counters(naks, datagrams, now)
                 }
@@ -2313,6 +2358,121 @@ mod restart_tests {
             std::thread::sleep(Duration::from_millis(2));
         }
         assert_eq!(got, [("report", 1)], "only its own answer");
+    }
+
+    /// The answers to uploads a client of `core` was sent: (request, state, reason).
+    fn put_answers(
+        core: &mut tickwire_core::Node,
+        conn: usize,
+    ) -> Vec<(u32, tickwire_files::wire::PutState, String)> {
+        use tickwire_files::wire::FilesMessage;
+        let mut got = Vec::new();
+        crate::test_support::each_message_to(core, conn, |m| {
+            if let tickwire_proto::Message::Files(body) = m {
+                if let Ok(FilesMessage::PutAnswer(a)) = FilesMessage::decode(body) {
+                    got.push((a.request, a.state, a.reason.to_string()));
+                }
+            }
+        });
+        got
+    }
+
+    /// A reload of the users file that takes a user's right to send a files service
+    /// ends its upload in progress (refused, its sites told to drop it), as a reload
+    /// disconnects a publisher that may no longer publish its service: the rest of the
+    /// file is not sent to every site.
+    #[test]
+    fn a_reload_that_takes_the_right_to_send_ends_an_upload_in_progress() {
+        use tickwire_files::wire::{FilesMessage, Put, PutState};
+        use tickwire_proto::{Login, Message, Role};
+        let users = |publish: &str| {
+            let text = format!(
+                "[users.alice]\ntoken_hash = \"{}\"\npublish = [{publish}]\n",
+                tickwire_auth::hash_token("alice-secret")
+            );
+            Some(Arc::new(
+                tickwire_auth::Users::parse(&text, "users.toml").unwrap(),
+            ))
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (_poll, mut t) = started(dir.path(), "source");
+        let now = Instant::now();
+        let core_cfg = tickwire_core::CoreConfig {
+            files: true,
+            users: users("\"FILES\""),
+            ..tickwire_core::CoreConfig::default()
+        };
+        let mut core = tickwire_core::Node::new(core_cfg, now);
+        let conn = core.connect("client", now);
+        let login = Login::new(Role::Subscriber, "test", "alice", "alice-secret");
+        core.on_message(conn, &Message::Login(login), now);
+        let mut checks = Vec::new();
+        core.take_auth_requests(&mut checks);
+        assert_eq!(checks.len(), 1);
+        core.on_auth_result(conn, checks[0].ticket, Ok(()), now);
+        // alice starts a 200 KB upload: its first 50 KB.
+        let data = vec![7u8; 200_000];
+        let send = |core: &mut tickwire_core::Node, m: FilesMessage<'_>| {
+            let mut body = Vec::new();
+            m.encode(&mut body).unwrap();
+            core.on_message(conn, &Message::Files(&body), Instant::now());
+        };
+        let put = Put {
+            request: 1,
+            service: "FILES",
+            name: "big.bin",
+            size: data.len() as u64,
+            sha256: tickwire_files::spool::sha256_reader(&mut &data[..])
+                .unwrap()
+                .1,
+            to: vec!["edge1"],
+        };
+        send(&mut core, FilesMessage::Put(put));
+        send(
+            &mut core,
+            FilesMessage::PutData {
+                request: 1,
+                offset: 0,
+                data: &data[..50_000],
+            },
+        );
+        let give_up = Instant::now() + Duration::from_secs(20);
+        let mut got = Vec::new();
+        while !got
+            .iter()
+            .any(|a: &(u32, PutState, String)| a.1 == PutState::Go)
+        {
+            assert!(
+                Instant::now() < give_up,
+                "the upload never started: {got:?}"
+            );
+            t.turn(&mut core, None, None);
+            got.extend(put_answers(&mut core, conn));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // The users file is reloaded without alice's right to publish FILES.
+        core.set_users(users(""), Instant::now());
+        t.users_changed();
+        let mut got = Vec::new();
+        while !got
+            .iter()
+            .any(|a: &(u32, PutState, String)| a.1 == PutState::Refused)
+        {
+            assert!(
+                Instant::now() < give_up,
+                "the upload went on after the reload: {got:?}"
+            );
+            t.turn(&mut core, None, None);
+            got.extend(put_answers(&mut core, conn));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(
+            got.last().map(|a| a.2.as_str()),
+            Some(
+                "user \"alice\" may no longer publish service \"FILES\" (the users file was reloaded)"
+            ),
+            "{got:?}"
+        );
     }
 
     #[test]

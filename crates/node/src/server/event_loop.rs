@@ -359,6 +359,9 @@ impl EventLoop {
                 self.server.users = users.clone();
                 self.parts.logins.users = users.clone();
                 self.core.set_users(users, now);
+                if let Some(f) = self.parts.files.as_mut() {
+                    f.users_changed();
+                }
             }
             Err(e) => log::error!("users file not reloaded, the previous one stays in force: {e}"),
         }
