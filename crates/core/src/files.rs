@@ -5,13 +5,18 @@
 //! what the files thread sends goes out through the peer's ordinary bounded queue.
 //! The files thread asks [`Node::entitled`] who may send or receive a files service.
 
+use crate::security::Identity;
 use crate::{ConnId, ConnRole, Node};
+use std::sync::Arc;
 use tickwire_auth::Action;
 use tickwire_proto::message::code;
 use tickwire_proto::Message;
 
 /// Bytes of file-transfer messages waiting for the files thread at most.
 pub const FILES_IN_BYTES: usize = 64 << 20;
+
+/// Which files sites a connection may speak for ([`Node::sites_of`]).
+pub type SiteTest = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// A file-transfer message from a peer.
 #[derive(Debug)]
@@ -86,7 +91,7 @@ impl Node {
             .conns
             .get(conn)
             .and_then(|c| c.as_ref())
-            .filter(|c| c.identity == crate::security::Identity::User)
+            .filter(|c| c.identity == Identity::User)
             .map(|c| c.user.as_str());
         matches!(
             self.role(conn),
@@ -94,6 +99,37 @@ impl Node {
         ) && self.entitlements_pass(conn, |e| match checked_user {
             Some(user) => e.may_be_site(user, site),
             None => e.sites.contains(site),
+        })
+    }
+
+    /// [`Node::may_be_site`] for `conn` as it stands now, as a test another thread can
+    /// keep (the files thread, told after a reload which sites a connection may still
+    /// speak for).
+    pub fn sites_of(&self, conn: ConnId) -> SiteTest {
+        let Some(c) = self.conns.get(conn).and_then(|c| c.as_ref()) else {
+            return Arc::new(|_| false);
+        };
+        if !matches!(c.role, ConnRole::Subscriber | ConnRole::Publisher) {
+            return Arc::new(|_| false);
+        }
+        let rights = match c.identity {
+            Identity::Open | Identity::Internal => return Arc::new(|_| true),
+            Identity::Anonymous => self.cfg.anonymous.entitlements(),
+            Identity::User => self
+                .cfg
+                .users
+                .as_ref()
+                .and_then(|u| u.entitlements(&c.user))
+                .cloned(),
+        };
+        let Some(rights) = rights else {
+            return Arc::new(|_| false);
+        };
+        // The site of its own name is a checked user's only (as in `may_be_site`).
+        let user = (c.identity == Identity::User).then(|| c.user.clone());
+        Arc::new(move |site| match &user {
+            Some(user) => rights.may_be_site(user, site),
+            None => rights.sites.contains(site),
         })
     }
 

@@ -34,7 +34,7 @@ mod slow;
 mod streams;
 
 pub use admission::{counted_address, Admission, QuietLog};
-pub use files::{FilesIn, FILES_IN_BYTES};
+pub use files::{FilesIn, SiteTest, FILES_IN_BYTES};
 pub use loop_share::LoopShare;
 
 /// Who one of the node's own in-process parts is, as its core sees it

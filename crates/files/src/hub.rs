@@ -1301,16 +1301,23 @@ impl Hub {
     }
 
     /// A connection's rights now (the users file was reloaded): every right it has on
-    /// the node's file services, not only those one message needs. What it may no
-    /// longer have ends at once, as a reload closes a subscriber's streams and
-    /// disconnects a publisher: its routes in the services it may no longer receive
-    /// (without waiting for its next presence, which a peer need never send), its
+    /// the node's file services, not only those one message needs, and `may_be_site`,
+    /// the sites it may speak for. What it may no longer have ends at once, as a
+    /// reload closes a subscriber's streams and disconnects a publisher: its routes in
+    /// the services it may no longer receive and to the sites it may no longer speak
+    /// for (without waiting for its next presence, which a peer need never send, and
+    /// which the node does not pass on for a site the peer may not speak for), its
     /// uploads in the services it may no longer send (withdrawn at the sites, refused
     /// with the reason), and the status queries it has waiting see only what it may
     /// see now.
-    pub fn handle_rights(&mut self, conn: usize, rights: Rights) {
+    pub fn handle_rights(
+        &mut self,
+        conn: usize,
+        rights: Rights,
+        may_be_site: &dyn Fn(&str) -> bool,
+    ) {
         if let Some(r) = self.routes.get_mut(&Peer::Conn(conn)) {
-            r.retain(|(i, _), _| rights.subscribe & (1 << i) != 0);
+            r.retain(|(i, site), _| rights.subscribe & (1 << i) != 0 && may_be_site(site));
             if r.is_empty() {
                 self.routes.remove(&Peer::Conn(conn));
             }

@@ -470,8 +470,8 @@ fn rights_taken_by_a_reload_end_routes_and_uploads_at_once() {
     assert!(sent_down(&mut h, 4, t1) > 0, "edge1 is routed down conn 4");
     // The users file is reloaded: edge may no longer receive FILES, alice no longer
     // send it.
-    h.handle_rights(4, Rights::default());
-    h.handle_rights(CLIENT, receive);
+    h.handle_rights(4, Rights::default(), &|_| true);
+    h.handle_rights(CLIENT, receive, &|_| true);
     let a = answers(&mut h);
     assert_eq!(
         a,
@@ -488,6 +488,60 @@ fn rights_taken_by_a_reload_end_routes_and_uploads_at_once() {
     put_whole(&mut h, 2, "next.csv", vec!["edge1"], b"x,y\n", t1);
     let t2 = t1 + std::time::Duration::from_millis(200);
     assert_eq!(sent_down(&mut h, 4, t2), 0);
+}
+
+/// A reload that takes a site from a user's `sites` ends its connection's route to
+/// that site at once: the node passes on no Present for a site its peer may not speak
+/// for, so without this the hub would believe what the peer says of that site (done,
+/// failed) until the route was forgotten a minute later.
+#[test]
+fn a_site_a_reload_takes_from_a_user_is_no_route_of_its_connection_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let data = b"a,b\n".to_vec();
+    let sha: [u8; 32] = Sha256::digest(&data).into();
+    put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
+    outputs(&mut h);
+    let query = encode(&FilesMessage::Query { request: 9 });
+    h.handle(
+        Peer::Conn(CLIENT),
+        "alice",
+        Rights::ALL,
+        &query,
+        Instant::now(),
+    );
+    let transfer = reported(&mut h, |e| e.transfer)[0];
+    let receive = Rights {
+        publish: 0,
+        subscribe: 1,
+    };
+    let now = Instant::now();
+    let status = |site: &str| {
+        encode(&FilesMessage::Status(Status {
+            transfer,
+            site,
+            state: SiteState::Receiving,
+            have: 0,
+            missing: vec![],
+            reason: "",
+        }))
+    };
+    for site in ["edge1", "edge2"] {
+        let present = encode(&FilesMessage::Present {
+            site,
+            service: "FILES",
+        });
+        h.handle(Peer::Conn(4), "edge", receive, &present, now);
+    }
+    let ignored = h.stats().ignored;
+    h.handle(Peer::Conn(4), "edge", receive, &status("edge2"), now);
+    assert_eq!(h.stats().ignored, ignored, "routed: its status is taken");
+    // The users file no longer lets edge speak for edge2.
+    h.handle_rights(4, receive, &|site| site == "edge1");
+    h.handle(Peer::Conn(4), "edge", receive, &status("edge2"), now);
+    assert_eq!(h.stats().ignored, ignored + 1, "edge2 is no longer routed");
+    h.handle(Peer::Conn(4), "edge", receive, &status("edge1"), now);
+    assert_eq!(h.stats().ignored, ignored + 1, "edge1 still is");
 }
 
 #[test]

@@ -235,9 +235,10 @@ enum Input {
         keys: Option<Keys>,
     },
     Gone(ConnId),
-    /// A connection's rights on every file service now (the users file was reloaded):
-    /// what it may no longer have ends ([`Hub::handle_rights`]).
-    Rights(ConnId, Rights),
+    /// A connection's rights on every file service now, and the sites it may speak
+    /// for (the users file was reloaded): what it may no longer have ends
+    /// ([`Hub::handle_rights`]).
+    Rights(ConnId, Rights, tickwire_core::SiteTest),
     /// The backbone driver's totals: NAKs received, datagrams sent.
     Network {
         naks: u64,
@@ -962,8 +963,8 @@ impl FilesThread {
     }
 
     /// The users file was reloaded: the thread is told, in the next turns, the rights
-    /// of every connection that has sent it anything, and ends what they no longer
-    /// allow (routes to sites below, uploads, queries waiting).
+    /// (and sites) of every connection that has sent it anything, and ends what they
+    /// no longer allow (routes to sites below, uploads, queries waiting).
     pub fn users_changed(&mut self) {
         // Each told its rights as they are when there is room: those not told yet of
         // an earlier reload are among them.
@@ -1027,7 +1028,11 @@ impl FilesThread {
         let mut unsent = std::mem::take(&mut self.rights_unsent);
         unsent.retain(|&conn| {
             self.speakers.contains(&conn)
-                && self.queue_full_for(Input::Rights(conn, self.all_rights(core, conn)))
+                && self.queue_full_for(Input::Rights(
+                    conn,
+                    self.all_rights(core, conn),
+                    core.sites_of(conn),
+                ))
         });
         self.rights_unsent = unsent;
         for m in taken.drain(..) {
@@ -1640,7 +1645,7 @@ fn run(
                     }
                 }
                 Input::Gone(c) => hub.handle_gone(c),
-                Input::Rights(c, rights) => hub.handle_rights(c, rights),
+                Input::Rights(c, rights, sites) => hub.handle_rights(c, rights, &*sites),
                 Input::Network { naks, datagrams } => {
                     hub.handle_network_counters(naks, datagrams, now)
                 }

@@ -805,6 +805,36 @@ fn an_anonymous_login_speaks_for_no_files_site_whatever_name_it_gives() {
     assert!(!h.node.may_be_site(alice, "ldn-1"));
 }
 
+/// The files thread keeps `sites_of`'s test after a reload: it says what
+/// `may_be_site` says at that time, for users, anonymous logins and the rest.
+#[test]
+fn the_sites_a_connection_may_speak_for_are_taken_as_they_stand() {
+    let mut h = secured(Anonymous::Subscribe);
+    let anon = h.connect_with(client_login(Role::Subscriber, "ldn-1", ""));
+    h.recv(anon);
+    let (alice, _) = login_as(&mut h, Role::Subscriber, "alice", "alice-secret");
+    // Before: alice speaks for herself only.
+    let test = h.node.sites_of(alice);
+    for site in ["alice", "ldn-1", "ldn-2"] {
+        assert_eq!(test(site), h.node.may_be_site(alice, site), "{site}");
+    }
+    assert!(test("alice") && !test("ldn-2"));
+    assert!(
+        !h.node.sites_of(anon)("ldn-1"),
+        "an anonymous login names itself"
+    );
+    // Given ldn-2 by a reload; then the test taken before it still says no.
+    let text = format!(
+        "[users.alice]\ntoken_hash = \"{}\"\nsites = [\"ldn-2\"]\n",
+        tickwire_auth::hash_token("alice-secret")
+    );
+    h.node.set_users(Some(users_file(&text)), h.now);
+    let now_test = h.node.sites_of(alice);
+    assert!(now_test("ldn-2") && now_test("alice") && !now_test("ldn-1"));
+    assert!(!test("ldn-2"));
+    assert!(!h.node.sites_of(12_345)("alice"), "no such connection");
+}
+
 /// A replay whose history is still being read when a reload takes its service away:
 /// when the history comes, the stream is refused, not given the history and joined
 /// to the live item.
