@@ -21,6 +21,7 @@ pub use sessions::SessionTokens;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use secret::Secret;
+use sha2::Digest as _;
 
 /// What a user may do to a service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,6 +193,24 @@ impl Users {
                 Err(AuthError::BadCredentials(user.to_string()))
             }
         }
+    }
+
+    /// The user whose token `token` is, for a login that names no user (an RSSL login
+    /// of name type 5, the authentication token): none if no user, or more than one,
+    /// has it. Every user's token is compared, each in constant time.
+    pub fn user_of_token(&self, token: &str) -> Option<&str> {
+        let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let mut found = None;
+        let mut matches = 0;
+        for (name, u) in &self.users {
+            if let Secret::Token(want) = &u.secret {
+                if same_secret(&digest, want) {
+                    matches += 1;
+                    found = Some(name.as_str());
+                }
+            }
+        }
+        (matches == 1).then_some(found).flatten()
     }
 
     /// The user's effective rights, if the user exists.

@@ -832,10 +832,14 @@ fn consperf_over_websocket_reads_the_source_directory_and_items() {
 fn an_rssl_login_is_held_to_the_users_file() {
     let dir = workdir();
     let feed = common::hash_line("feed-token-0123456789", true);
+    let reader = common::hash_line("reader-token-0123456789", true);
     let users = dir.path().join("users.toml");
     std::fs::write(
         &users,
-        format!("[users.feed]\n{feed}\npublish = [\"FEED\"]\n"),
+        format!(
+            "[users.feed]\n{feed}\npublish = [\"FEED\"]\n\
+             [users.reader]\n{reader}\nsubscribe = [\"FEED\"]\n"
+        ),
     )
     .expect("users file");
     let cfg = dir.path().join("node.toml");
@@ -882,6 +886,37 @@ fn an_rssl_login_is_held_to_the_users_file() {
         Duration::ZERO,
         dir.path(),
     );
+    // A login by authentication token (name type 5) is the user whose token it is;
+    // a token no user has is refused, not taken for an anonymous login.
+    eta_consumer_until(
+        &port,
+        &[
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM1",
+            "-at",
+            "reader-token-0123456789",
+        ],
+        &["22/BID:"],
+        Duration::ZERO,
+        dir.path(),
+    );
+    let out = eta_consumer_until(
+        &port,
+        &[
+            "-s",
+            "FEED",
+            "-mp",
+            "SYM1",
+            "-at",
+            "nobody-token-0123456789",
+        ],
+        &["Closed/Suspect"],
+        Duration::ZERO,
+        dir.path(),
+    );
+    assert!(!out.contains("22/BID:"), "{out}");
     feed_proc.kill();
     node.stop(Duration::from_secs(10));
 }

@@ -547,12 +547,20 @@ impl Node {
             self.refuse_login(conn, login, &text);
             return None;
         }
+        // A login with a token and no user name (RSSL's name type 5, the
+        // authentication token) is the user whose token it is; no user's, it is
+        // checked as an unknown user is, and refused as one.
+        let user = match (login.user.is_empty(), &self.cfg.users) {
+            (true, Some(users)) => users.user_of_token(login.token).unwrap_or(""),
+            _ => login.user,
+        }
+        .to_string();
         self.next_ticket += 1;
         let ticket = self.next_ticket;
         self.auth_requests.push(AuthRequest {
             conn,
             ticket,
-            user: login.user.to_string(),
+            user: user.clone(),
             secret: login.token.to_string(),
         });
         if let Some(c) = self.conns.get_mut(conn).and_then(|c| c.as_mut()) {
@@ -560,7 +568,7 @@ impl Node {
                 ticket,
                 version,
                 role: login.role,
-                user: login.user.to_string(),
+                user,
                 application: login.application.to_string(),
                 slow_consumer: login.slow_consumer,
                 held: Vec::new(),

@@ -815,7 +815,13 @@ impl Session {
         out: &mut JsonOut,
     ) {
         let key = obj.get("Key");
+        // A login by token (`"NameType":"AuthnToken"`, RDM name type 5) names no user:
+        // the node finds whose token it is.
+        let by_token = key
+            .and_then(|k| k.get("NameType"))
+            .is_some_and(|t| t == "AuthnToken" || t == 5);
         let user = match key.and_then(|k| k.get("Name")) {
+            _ if by_token => String::new(),
             None | Some(Json::Null) => "user".to_string(),
             Some(Json::String(name)) => name.clone(),
             Some(other) => {
@@ -1860,6 +1866,27 @@ mod tests {
             (entries[1]["Action"].as_str(), entries[1]["Key"].as_u64()),
             (Some("Update"), Some(2))
         );
+    }
+
+    /// A login by token (RDM name type 5, as the published API sends one) names no
+    /// user: the node is sent the token alone and finds whose it is.
+    #[test]
+    fn a_login_by_authentication_token_sends_the_node_the_token_and_no_user() {
+        for text in [
+            r#"{"ID":1,"Domain":"Login","Key":{"NameType":"AuthnToken","Elements":{"ApplicationId":"256","AuthenticationToken":"tok-1"}}}"#,
+            r#"{"ID":1,"Domain":"Login","Key":{"Name":"ignored","NameType":5,"Elements":{"AuthenticationToken":"tok-1"}}}"#,
+        ] {
+            let mut s = session();
+            let (mut to_node, mut out) = (Vec::new(), JsonOut::default());
+            s.on_client_text(text, &mut to_node, &mut out);
+            let logins: Vec<(String, String)> = tickwire_proto::MessageIter::new(&to_node)
+                .filter_map(|m| match m.unwrap().message {
+                    Message::Login(l) => Some((l.user.to_string(), l.token.to_string())),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(logins, [(String::new(), "tok-1".to_string())], "{text}");
+        }
     }
 
     /// The published authenticating examples send no Login: the upgrade's cookie logs

@@ -89,6 +89,7 @@ const FILTER_INFO: u8 = 1;
 const FILTER_STATE: u8 = 2;
 /// Login element names.
 const EL_PASSWORD: &[u8] = b"Password";
+const EL_AUTHN_TOKEN: &[u8] = b"AuthenticationToken";
 const EL_APPLICATION_ID: &[u8] = b"ApplicationId";
 const EL_APPLICATION_NAME: &[u8] = b"ApplicationName";
 const EL_POSITION: &[u8] = b"Position";
@@ -354,6 +355,7 @@ impl Session {
         let key = m.key.clone().unwrap_or_default();
         let name = String::from_utf8_lossy(key.name.unwrap_or(b"")).into_owned();
         let mut secret = String::new();
+        let mut token = None;
         let mut app = String::from("rssl");
         let mut provider = false;
         if let Some((dt::ELEMENT_LIST, attrib)) = key.attrib {
@@ -362,6 +364,7 @@ impl Session {
                     let text = e.text().map(|t| String::from_utf8_lossy(t).into_owned());
                     match (e.name, text) {
                         (EL_PASSWORD, Some(t)) => secret = t,
+                        (EL_AUTHN_TOKEN, Some(t)) => token = Some(t),
                         (EL_APPLICATION_NAME, Some(t)) => app = format!("rssl:{t}"),
                         (EL_ROLE, _) => provider = e.uint() == Some(ROLE_PROVIDER),
                         (EL_APPLICATION_ID | EL_POSITION, _) => {}
@@ -370,9 +373,11 @@ impl Session {
                 }
             }
         }
-        // A token login names no user: the token is the secret.
+        // A token login names no user: the token is the secret. The RDM puts it in
+        // the AuthenticationToken element, with a name of one NUL byte (as the ETA
+        // Consumer's `-at` sends it); a name that is the token is taken too.
         let user = if key.name_type == Some(NAME_TYPE_AUTHN_TOKEN) {
-            secret = name;
+            secret = token.unwrap_or(name);
             String::new()
         } else {
             name

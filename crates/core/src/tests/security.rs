@@ -128,6 +128,34 @@ fn wrong_secrets_unknown_users_and_anonymous_logins_are_refused_with_a_reason() 
     assert_eq!(h.node.awaiting_login_count(), 0);
 }
 
+/// A login with a token and no user name (an RSSL login by authentication token) is
+/// the user whose token it is, with that user's rights; a token no user has is refused
+/// as a wrong secret is, and so is one two users share.
+#[test]
+fn a_token_without_a_user_name_logs_in_as_the_user_whose_token_it_is() {
+    let mut h = secured_feed(Anonymous::None);
+    let (alice, got) = login_as(&mut h, Role::Subscriber, "", "alice-secret");
+    assert!(matches!(got[0], Got::Welcome { .. }), "{got:?}");
+    assert_eq!(h.node.user_of(alice), Some("alice"));
+    h.request(alice, 1, "FEED", "SYM0", true, None);
+    assert!(matches!(h.recv(alice)[..], [Got::Refresh { sid: 1, .. }]));
+    let (feed, got) = login_as(&mut h, Role::Publisher, "", "feed-secret");
+    assert!(matches!(got[0], Got::Welcome { .. }), "{got:?}");
+    assert_eq!(h.node.user_of(feed), Some("feed"));
+    let (_, got) = login_as(&mut h, Role::Subscriber, "", "nobody's");
+    assert!(
+        only_status(&got, code::LOGIN_REJECTED, "unknown user or wrong secret"),
+        "{got:?}"
+    );
+    // Two users with one token: neither is chosen.
+    let twice = users_file(&format!(
+        "[users.a]\ntoken_hash = \"{0}\"\n[users.b]\ntoken_hash = \"{0}\"\n",
+        hash_token("shared")
+    ));
+    assert_eq!(twice.user_of_token("shared"), None);
+    assert_eq!(users("").user_of_token("alice-secret"), Some("alice"));
+}
+
 #[test]
 fn anonymous_logins_may_subscribe_when_allowed_and_never_publish() {
     let mut h = secured_feed(Anonymous::Subscribe);

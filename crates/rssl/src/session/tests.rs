@@ -1586,6 +1586,47 @@ fn an_item_whose_refresh_is_refused_is_forgotten_at_the_node_too() {
     assert!(said[0].contains("stream_id: 2,"), "{said:?}");
 }
 
+/// A login by authentication token (name type 5) names no user: its token, in the
+/// AuthenticationToken element with a name of one NUL byte as the ETA Consumer's `-at`
+/// sends it (or as the name itself), goes to the node as the secret of a login without
+/// a user, and the node finds whose token it is.
+#[test]
+fn a_login_by_authentication_token_sends_the_node_its_token_and_no_user() {
+    for (name, element) in [(&b"\0"[..], Some(&b"tok-1"[..])), (&b"tok-1"[..], None)] {
+        let mut attrib = Vec::new();
+        let mut el = ElementListWriter::begin(&mut attrib);
+        el.ascii(&mut attrib, "ApplicationId", b"256");
+        if let Some(token) = element {
+            el.ascii(&mut attrib, "AuthenticationToken", token);
+        }
+        el.end(&mut attrib);
+        let key = MsgKey {
+            name: Some(name),
+            name_type: Some(5),
+            attrib: Some((dt::ELEMENT_LIST, &attrib)),
+            ..MsgKey::default()
+        };
+        let mut login = Vec::new();
+        msg::put_request(
+            &mut login,
+            domain::LOGIN,
+            1,
+            request::STREAMING,
+            &key,
+            false,
+        );
+        let mut s = Session::new(Arc::new(SessionConfig::default()));
+        let (mut to_node, mut out) = (Vec::new(), Vec::<Vec<u8>>::new());
+        s.on_client_message(&login, &mut to_node, &mut out);
+        let sent = node_messages(&to_node);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert!(
+            sent[0].contains("user: \"\"") && sent[0].contains("token: \"tok-1\""),
+            "{sent:?}"
+        );
+    }
+}
+
 /// A Login request again on the open login stream (a reissue) is answered as a request
 /// is: a refresh marked solicited (the SDK's watchlist takes only a solicited one as its
 /// answer, and asks again when none comes), and nothing when it asks for no refresh
