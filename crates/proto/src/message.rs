@@ -297,8 +297,9 @@ impl SlowConsumerPolicy {
     }
 }
 
-/// A client logs in.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A client logs in. Its `Debug` shows the secret's length, never the secret: a
+/// message printed into a log must not hand out a password or a token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Login<'a> {
     /// The oldest protocol version the client speaks.
     pub version_min: u16,
@@ -315,6 +316,20 @@ pub struct Login<'a> {
     /// The slow-consumer policy this connection asks for; `None` (0 on the wire): the
     /// node's choice.
     pub slow_consumer: Option<SlowConsumerPolicy>,
+}
+
+impl std::fmt::Debug for Login<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Login")
+            .field("version_min", &self.version_min)
+            .field("version_max", &self.version_max)
+            .field("role", &self.role)
+            .field("application", &self.application)
+            .field("user", &self.user)
+            .field("token", &format_args!("<{} bytes>", self.token.len()))
+            .field("slow_consumer", &self.slow_consumer)
+            .finish()
+    }
 }
 
 impl<'a> Login<'a> {

@@ -1487,3 +1487,25 @@ fn invalid_values_are_refused() {
         })
     ));
 }
+
+/// A login printed with `{:?}` (into a log, a panic message) shows its secret's length,
+/// never the secret.
+#[test]
+fn a_logins_debug_never_shows_its_secret() {
+    let login = tickwire_proto::Login::new(
+        tickwire_proto::Role::Subscriber,
+        "app",
+        "alice",
+        "s3cret-token",
+    );
+    for shown in [
+        format!("{login:?}"),
+        format!("{:?}", tickwire_proto::Message::Login(login.clone())),
+    ] {
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("alice") && shown.contains("<12 bytes>"),
+            "{shown}"
+        );
+    }
+}
