@@ -657,6 +657,19 @@ fn wait_added<T>(
     }
 }
 
+/// Makes the client's conductor sleep `sleep` between its duty cycles. Aeron's C client
+/// builds its idle strategy when the context is made, with the sleep it had then (16 ms,
+/// or `AERON_CLIENT_IDLE_SLEEP_DURATION`): setting the sleep alone afterwards changes
+/// nothing the conductor reads, so the strategy is built again with the new argument.
+fn set_client_conductor_sleep(ctx: &AeronContext, sleep: Duration) -> Result<(), AeronCError> {
+    let ns = sleep.as_nanos() as u64;
+    ctx.set_idle_sleep_duration_ns(ns)?;
+    let args = std::ffi::CString::new(ns.to_string()).expect("digits have no NUL");
+    ctx.set_idle_strategy_init_args(&args)?;
+    ctx.set_idle_strategy(c"sleep-ns")?;
+    Ok(())
+}
+
 impl Link {
     /// Starts the driver, the client, the publications and the receiver.
     /// `wake` is called (from the driver's thread) when received messages wait.
@@ -681,7 +694,7 @@ impl Link {
         // The client's conductor thread wakes to keep the driver informed (a keep-alive
         // every 500 ms) and to hear of new images; data never waits for it. Aeron's
         // default of 16 ms between its duty cycles costs a wake-up 60 times a second.
-        ctx.set_idle_sleep_duration_ns(CLIENT_CONDUCTOR_SLEEP.as_nanos() as u64)
+        set_client_conductor_sleep(&ctx, CLIENT_CONDUCTOR_SLEEP)
             .map_err(|e| BackboneError::aeron("client idle sleep", e))?;
         let aeron = Aeron::new(&ctx).map_err(|e| BackboneError::aeron("client", e))?;
         aeron
@@ -1546,6 +1559,24 @@ pub fn remove_stale_drivers(base: &Path) {
             );
             let _ = std::fs::remove_dir_all(e.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod client_tests {
+    use super::{set_client_conductor_sleep, CLIENT_CONDUCTOR_SLEEP};
+    use rusteron_client::AeronContext;
+
+    /// The conductor's idle strategy, which Aeron built when the context was made, is
+    /// built again with the node's sleep (setting the sleep alone left it at 16 ms: the
+    /// conductor woke 60 times a second at rest).
+    #[test]
+    fn the_client_conductor_sleeps_as_long_as_the_node_says() {
+        let ctx = AeronContext::new().unwrap();
+        set_client_conductor_sleep(&ctx, CLIENT_CONDUCTOR_SLEEP).unwrap();
+        assert_eq!(ctx.get_idle_strategy(), "sleep-ns");
+        let ns: u64 = ctx.get_idle_strategy_init_args().parse().unwrap();
+        assert_eq!(ns, CLIENT_CONDUCTOR_SLEEP.as_nanos() as u64);
     }
 }
 
