@@ -109,6 +109,9 @@ pub(crate) enum Io {
     Read,
     /// Nothing to read within the timeout.
     Idle,
+    /// A signal cut the wait short: the caller returns, so that a program whose
+    /// handler set a flag (Ctrl-C) sees it now rather than at its time-out.
+    Interrupted,
 }
 
 /// The port of a node's native protocol when an address names none.
@@ -266,7 +269,7 @@ impl Transport {
             events |= libc::POLLOUT;
         }
         let Some(revents) = poll_fd(self.raw_fd(), events, timeout)? else {
-            return Ok(Io::Idle);
+            return Ok(Io::Interrupted);
         };
         if revents & libc::POLLOUT != 0 {
             self.flush_some(proto)?;

@@ -343,7 +343,7 @@ impl<S: ClientSession> Driver<S> {
     /// returns what the application gets, if anything (then `run` returns it at once,
     /// after writing what the session queued). Reconnects when due, handles timers,
     /// and waits for input or the next deadline in between. `None` when `timeout`
-    /// passed with nothing to deliver.
+    /// passed with nothing to deliver, or a signal cut the wait short.
     pub(crate) fn run<T>(
         &mut self,
         timeout: Duration,
@@ -437,6 +437,7 @@ impl<S: ClientSession> Driver<S> {
                 Ok(Io::Read) => continue,
                 Ok(Io::Idle) if left.is_zero() => return Ok(None),
                 Ok(Io::Idle) => continue,
+                Ok(Io::Interrupted) => return Ok(None),
                 Err(e) => self.lost(e)?,
             }
         }

@@ -267,7 +267,8 @@ impl Publisher {
 
     /// Handles what the node sent (requests, closes, heartbeats), waiting up to
     /// `timeout` for something to arrive, and returns what needs the application.
-    /// Call it regularly: heartbeats are answered here.
+    /// Call it regularly: heartbeats are answered here. A signal handled meanwhile
+    /// (Ctrl-C, say) ends the wait early, with whatever came.
     pub fn dispatch(&mut self, timeout: Duration) -> Result<Vec<PublisherEvent>, PublishError> {
         let got = self.driver.run(timeout, |session, now| {
             session.poll(now)?;

@@ -201,7 +201,8 @@ impl Subscriber {
         Ok(self.ready.pop_front())
     }
 
-    /// Delivers the events available now to `f`, waiting up to `timeout` for the first.
+    /// Delivers the events available now to `f`, waiting up to `timeout` for the first
+    /// (a signal handled meanwhile ends the wait early).
     /// Returns how many were delivered. Events borrow the receive buffer: no copy, no
     /// allocation per message.
     pub fn dispatch(
