@@ -138,7 +138,8 @@ pub(crate) fn run_feed(
         if end.is_some_and(|e| now >= e) {
             break;
         }
-        for ev in publisher.dispatch(next_tick.saturating_duration_since(now))? {
+        let ticking = args.rate > 0 && !live.is_empty();
+        for ev in publisher.dispatch(feed_wait(now, next_tick, end, ticking))? {
             match ev {
                 PublisherEvent::Request { name } => match by_name.get(&name) {
                     Some(&i) => {
@@ -160,15 +161,17 @@ pub(crate) fn run_feed(
             }
         }
         let now = Instant::now();
+        if args.rate == 0 || live.is_empty() {
+            // Nothing to send: the next tick counts from when there is.
+            next_tick = now;
+            continue;
+        }
         if now < next_tick {
             continue;
         }
         next_tick += tick;
         if next_tick < now {
             next_tick = now + tick; // we fell behind (paused); do not burst to catch up
-        }
-        if args.rate == 0 || live.is_empty() {
-            continue;
         }
         let due = (args.rate as f64 * now.duration_since(start).as_secs_f64()) as u64;
         let mut n = due.saturating_sub(sent);
@@ -197,6 +200,22 @@ pub(crate) fn run_feed(
     }
     publisher.flush(Duration::from_secs(5))?;
     Ok(publisher.updates_sent())
+}
+
+/// The longest an idle feed (images only, or an interactive one nobody asked for
+/// anything) waits for the node at a time. A signal ends the wait at once; this bounds
+/// how late a stop asked for just before the wait began is seen.
+const IDLE_WAIT: Duration = Duration::from_secs(1);
+
+/// How long the feed waits for the node before it looks again: until its next tick
+/// while it has updates to send, else until its end (`--duration`) or [`IDLE_WAIT`].
+/// (Waking every tick with nothing to send cost an idle feed 100 wake-ups a second.)
+fn feed_wait(now: Instant, next_tick: Instant, end: Option<Instant>, ticking: bool) -> Duration {
+    let until = match ticking {
+        true => next_tick,
+        false => end.map_or(now + IDLE_WAIT, |e| e.min(now + IDLE_WAIT)),
+    };
+    until.saturating_duration_since(now)
 }
 
 /// An instrument's current quote as an update of item `id`.
@@ -318,7 +337,25 @@ impl LiveItems {
 
 #[cfg(test)]
 mod tests {
-    use super::LiveItems;
+    use super::{feed_wait, LiveItems, IDLE_WAIT};
+    use std::time::{Duration, Instant};
+
+    /// A feed with updates to send waits for its next tick; one with none (images
+    /// only, or nothing asked for) does not wake at every tick, only at its end or
+    /// after IDLE_WAIT.
+    #[test]
+    fn an_idle_feed_waits_for_the_node_not_for_its_ticks() {
+        let now = Instant::now();
+        let tick = now + Duration::from_millis(10);
+        assert_eq!(feed_wait(now, tick, None, true), Duration::from_millis(10));
+        assert_eq!(feed_wait(now, tick, None, false), IDLE_WAIT);
+        let end = now + Duration::from_millis(300);
+        assert_eq!(
+            feed_wait(now, tick, Some(end), false),
+            Duration::from_millis(300)
+        );
+        assert_eq!(feed_wait(now, tick, Some(now), false), Duration::ZERO);
+    }
 
     #[test]
     fn live_items_are_each_held_once_and_removed_wherever_they_are() {

@@ -140,7 +140,8 @@ pub(crate) fn run(args: SubscribeArgs) -> Result<()> {
         }
         let mut write_err = None;
         let mut done = false;
-        sub.dispatch(Duration::from_millis(200), |e: EventRef<'_>| {
+        let wait = dispatch_wait(deadline, Instant::now());
+        sub.dispatch(wait, |e: EventRef<'_>| {
             if done || matches!(e, EventRef::Directory(_)) {
                 return;
             }
@@ -181,5 +182,39 @@ pub(crate) fn run(args: SubscribeArgs) -> Result<()> {
             }
             return Ok(());
         }
+    }
+}
+
+/// How long a dispatch waits for the next event: until the deadline (`--timeout`), at
+/// most [`LOOK_AGAIN`]. (Every 200 ms, as it was, cost an idle subscriber 5 wake-ups a
+/// second.)
+fn dispatch_wait(deadline: Option<Instant>, now: Instant) -> Duration {
+    deadline.map_or(LOOK_AGAIN, |d| {
+        d.saturating_duration_since(now).min(LOOK_AGAIN)
+    })
+}
+
+/// The longest a dispatch waits before the loop looks again. Not longer: when the
+/// node's last statuses come with the end of the connection, the library delivers them
+/// and then goes on reconnecting until the wait is over, so this is how late the
+/// program sees that its streams have ended (a stopping node's snapshot, say).
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod wait_tests {
+    use super::{dispatch_wait, LOOK_AGAIN};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_subscriber_waits_for_its_deadline_or_its_next_event() {
+        let now = Instant::now();
+        assert_eq!(dispatch_wait(None, now), LOOK_AGAIN);
+        let d = now + Duration::from_millis(700);
+        assert_eq!(dispatch_wait(Some(d), now), Duration::from_millis(700));
+        assert_eq!(dispatch_wait(Some(now + 3 * LOOK_AGAIN), now), LOOK_AGAIN);
+        assert_eq!(
+            dispatch_wait(Some(now), now + Duration::from_secs(1)),
+            Duration::ZERO
+        );
     }
 }
