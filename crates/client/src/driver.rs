@@ -344,6 +344,11 @@ impl<S: ClientSession> Driver<S> {
     /// after writing what the session queued). Reconnects when due, handles timers,
     /// and waits for input or the next deadline in between. `None` when `timeout`
     /// passed with nothing to deliver, or a signal cut the wait short.
+    ///
+    /// An `Err` from `deliver` loses the connection; `deliver` is then called again
+    /// at once, before any reconnect or wait: what it handed the application before
+    /// the error (the node's last words) must be returned by that call, or this one
+    /// goes on reconnecting until `timeout` with them held.
     pub(crate) fn run<T>(
         &mut self,
         timeout: Duration,

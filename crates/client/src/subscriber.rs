@@ -202,7 +202,10 @@ impl Subscriber {
     }
 
     /// Delivers the events available now to `f`, waiting up to `timeout` for the first
-    /// (a signal handled meanwhile ends the wait early).
+    /// (a signal handled meanwhile ends the wait early). A connection lost meanwhile
+    /// ends the call as soon as it delivered anything (the node's last statuses, the
+    /// open/suspect statuses of the streams still open): the reconnect is left to a
+    /// later call.
     /// Returns how many were delivered. Events borrow the receive buffer: no copy, no
     /// allocation per message.
     pub fn dispatch(
@@ -210,8 +213,17 @@ impl Subscriber {
         timeout: Duration,
         mut f: impl FnMut(EventRef<'_>),
     ) -> Result<usize, ClientError> {
+        // Counted over the whole call, not per poll: a poll that hands out events and
+        // then fails (the node's last statuses, then its close of the connection) has
+        // them counted still, so the call returns them as soon as the connection is
+        // given up (with the statuses made up for it), rather than trying to reconnect
+        // until its time-out first. The reconnect is made by a later call.
+        let mut n = 0;
         let delivered = self.driver.run(timeout, |session, now| {
-            let n = session.poll_events(now, |e, _| f(e))?;
+            session.poll_events(now, |e, _| {
+                n += 1;
+                f(e)
+            })?;
             Ok((n > 0).then_some(n))
         })?;
         Ok(delivered.unwrap_or(0))

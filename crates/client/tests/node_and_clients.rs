@@ -461,6 +461,77 @@ fn a_subscriber_leaving_reconnects_to_its_caller_never_makes_one_itself() {
     node2.stop().unwrap();
 }
 
+/// A node that stops while a snapshot waits for its image ends the stream
+/// (closed-recover), then the connection (a status on stream 0), then closes the
+/// socket. A dispatch waiting with a long time-out meanwhile returns those statuses
+/// as soon as they are read, not at its time-out after trying to reconnect to the
+/// stopped node all along (the reconnects go on in the next calls).
+#[test]
+fn a_stopping_nodes_last_statuses_end_a_long_dispatch_at_once() {
+    let node = start_node(CacheMode::On);
+    // Interactive, and it never answers: the snapshot waits at the node.
+    let mut p = publisher(&node, true);
+    let mut sub = Subscriber::connect(opts(&node)).unwrap();
+    let deadline = Instant::now() + WAIT;
+    while !sub.directory().contains_key("FEED") {
+        assert!(Instant::now() < deadline, "FEED never announced");
+        p.dispatch(Duration::ZERO).unwrap();
+        sub.dispatch(Duration::from_millis(20), |_| {}).unwrap();
+    }
+    let snapshot = RequestOptions {
+        snapshot: true,
+        ..Default::default()
+    };
+    let sid = sub.subscribe("FEED", "NEVER.ANSWERED", snapshot).unwrap();
+    sub.flush(WAIT).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "the publisher was never asked");
+        let evs = p.dispatch(Duration::from_millis(20)).unwrap();
+        if evs
+            .iter()
+            .any(|e| matches!(e, PublisherEvent::Request { .. }))
+        {
+            break;
+        }
+    }
+    assert_eq!(sub.open_streams(), 1);
+
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        node.stop()
+    });
+    let long = Duration::from_secs(60);
+    let start = Instant::now();
+    let mut got = Vec::new();
+    // A few calls at most: anything else the node sent first ends one early.
+    for _ in 0..10 {
+        sub.dispatch(long, |e| got.push(Event::from(&e))).unwrap();
+        if sub.open_streams() == 0 || start.elapsed() >= long {
+            break;
+        }
+    }
+    let took = start.elapsed();
+    stopper.join().unwrap().unwrap();
+    assert!(
+        took < Duration::from_secs(20),
+        "the node's last statuses came after {took:?} (time-out {long:?}): {got:?}"
+    );
+    // The last status of the stream (its publisher's leaving may come first).
+    let ended = got.iter().rev().find_map(|e| match e {
+        Event::Status { stream, state, .. } if *stream == sid => Some(state),
+        _ => None,
+    });
+    let ended = ended.unwrap_or_else(|| panic!("no status for the snapshot: {got:?}"));
+    assert_eq!(
+        (ended.stream, ended.code),
+        (StreamState::ClosedRecover, code::SHUTDOWN),
+        "{got:?}"
+    );
+    assert_eq!(sub.open_streams(), 0);
+    drop(p);
+}
+
 /// 100,000 images (about 5 MB) pushed in one burst while the service is down, then the
 /// service goes up: every image is taken in and the last one is served. (A node that
 /// stopped reading a connection after one loop turn's share once made this slow, not
