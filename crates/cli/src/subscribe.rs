@@ -194,11 +194,11 @@ fn dispatch_wait(deadline: Option<Instant>, now: Instant) -> Duration {
     })
 }
 
-/// The longest a dispatch waits before the loop looks again. Not longer: when the
-/// node's last statuses come with the end of the connection, the library delivers them
-/// and then goes on reconnecting until the wait is over, so this is how late the
-/// program sees that its streams have ended (a stopping node's snapshot, say).
-const LOOK_AGAIN: Duration = Duration::from_secs(1);
+/// The longest a dispatch waits before the loop looks again. A dispatch returns with
+/// each event as it comes, the node's last statuses before it closes the connection
+/// among them (a stopping node's snapshot ends at once), so nothing the loop acts on
+/// waits for this; it only bounds how long a call goes without looking.
+const LOOK_AGAIN: Duration = Duration::from_secs(60);
 
 #[cfg(test)]
 mod wait_tests {
