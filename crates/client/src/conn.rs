@@ -257,6 +257,11 @@ impl Transport {
         self.stream.tcp().as_raw_fd()
     }
 
+    /// Output waits to be written: the connection's queue or, over TLS, the stream's.
+    pub(crate) fn wants_write(&self, proto: &Connection) -> bool {
+        proto.pending_output() > 0 || self.stream.has_pending()
+    }
+
     /// Waits up to `timeout` for the socket to be readable (and writes pending output
     /// when it is writable), then reads what is there.
     pub(crate) fn wait(

@@ -205,6 +205,14 @@ impl<S: ClientSession> Driver<S> {
         self.transport.as_ref().map(|t| t.raw_fd())
     }
 
+    /// Output waits for the socket to take it.
+    pub(crate) fn wants_write(&mut self) -> bool {
+        match (self.transport.as_ref(), self.session.connection()) {
+            (Some(t), Some(c)) => t.wants_write(c),
+            _ => false,
+        }
+    }
+
     /// `Err` once an error ended the session: a call that needs the node fails rather
     /// than queueing what can never be sent.
     pub(crate) fn not_ended(&self) -> Result<(), ClientError> {

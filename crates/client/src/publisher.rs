@@ -122,6 +122,21 @@ impl Publisher {
         self.driver.raw_fd()
     }
 
+    /// For a caller that waits on [`raw_fd`](Self::raw_fd) itself: when `dispatch` is
+    /// due even if nothing arrives (a heartbeat to send, the node's silence to judge,
+    /// while disconnected the next reconnect), and whether to wake when the socket is
+    /// writable too ([`wants_write`](Self::wants_write)).
+    pub fn poll_timeout(&self) -> Option<std::time::Instant> {
+        self.driver.session.poll_timeout()
+    }
+
+    /// Output waits for the socket to take it: a caller waiting on
+    /// [`raw_fd`](Self::raw_fd) itself also waits for it to be writable, then calls
+    /// `dispatch(Duration::ZERO)`, which writes.
+    pub fn wants_write(&mut self) -> bool {
+        self.driver.wants_write()
+    }
+
     /// Writes what is queued as far as the socket takes it now, without waiting (what
     /// it does not take goes with the next call, `flush` or `dispatch`).
     pub fn write_pending(&mut self) -> Result<(), PublishError> {
