@@ -15,6 +15,7 @@ mod fork;
 mod publisher;
 mod subscriber;
 mod values;
+mod wait;
 
 use pyo3::prelude::*;
 

@@ -6,6 +6,7 @@ use crate::connect::{seconds, Connect};
 use crate::errors;
 use crate::fork;
 use crate::values::encode_dict;
+use crate::wait::{Wait, Waker};
 use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -16,9 +17,9 @@ use std::time::{Duration, Instant};
 use tickwire_client::proto::{Dictionary, FieldList, UpdateType};
 use tickwire_client::{ClientError, PublishError, PublisherOptions};
 
-/// The longest the driver thread waits for the node before looking again (for a
-/// reconnect that is due, or for `close`).
-const DRIVER_WAIT: Duration = Duration::from_millis(50);
+/// While disconnected with the next reconnect due, how long the driver thread waits
+/// at most before looking again (it is the thread that reconnects: not reached).
+const RECONNECTING_LOOK: Duration = Duration::from_millis(100);
 /// A wait is cut in slices this long, Ctrl-C (Python's signal handlers) looked at
 /// between them.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
@@ -32,6 +33,8 @@ struct Shared {
     connecting: AtomicBool,
     /// Why the driver thread stopped, if the connection failed for good.
     failed: Mutex<Option<String>>,
+    /// Wakes the driver thread: output left queued by a call, or `close`.
+    waker: Waker,
 }
 
 #[pyclass(frozen, module = "tickwire._native")]
@@ -95,6 +98,13 @@ impl Publisher {
         Ok(())
     }
 
+    /// What the socket did not take is the driver thread's to write: woken for it.
+    fn poke_if_queued(&self, p: &mut tickwire_client::Publisher) {
+        if p.wants_write() {
+            self.shared.waker.poke();
+        }
+    }
+
     fn encode(&self, fields: &Bound<'_, PyDict>) -> PyResult<Vec<u8>> {
         let mut out = Vec::with_capacity(16 + fields.len() * 12);
         encode_dict(fields, &self.dictionary, &mut out)?;
@@ -102,8 +112,13 @@ impl Publisher {
     }
 }
 
-/// Answers the node while nobody publishes: dispatch, then wait for input.
+/// Answers the node while nobody publishes: dispatch, then wait for input, for the
+/// socket to take what waits, for the library's next deadline (a heartbeat to send, a
+/// reconnect due) or for a call's poke, whichever is first.
 fn drive(shared: Arc<Shared>) {
+    // Signals are for the interpreter's threads: Ctrl-C then cuts short the main
+    // thread's wait rather than this one's.
+    crate::wait::block_signals();
     while !shared.stop.load(Ordering::Acquire) {
         // A reconnect that is due is made with the lock released (its connect waits
         // up to the connect time-out per node): `update` and the rest go on meanwhile.
@@ -129,7 +144,7 @@ fn drive(shared: Arc<Shared>) {
                 return;
             }
         }
-        let fd = {
+        let wait = {
             let mut guard = shared.publisher.lock().unwrap_or_else(|p| p.into_inner());
             let Some(p) = guard.as_mut() else { return };
             // Events (closed items, reconnections) need nothing from a Python
@@ -138,22 +153,16 @@ fn drive(shared: Arc<Shared>) {
                 *shared.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
                 return;
             }
-            p.raw_fd()
-        };
-        match fd {
-            Some(fd) => {
-                let mut pfd = libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one pollfd for the call. The socket may be closed and
-                // replaced meanwhile (a reconnect under the lock); poll then returns
-                // at once or at the timeout, and the loop looks again.
-                unsafe { libc::poll(&mut pfd, 1, DRIVER_WAIT.as_millis() as i32) };
+            Wait {
+                fd: p.raw_fd(),
+                write: p.wants_write(),
+                until: p.poll_timeout(),
             }
-            None => std::thread::sleep(DRIVER_WAIT),
+        };
+        if shared.stop.load(Ordering::Acquire) {
+            return;
         }
+        shared.waker.wait(wait, None, RECONNECTING_LOOK);
     }
 }
 
@@ -190,6 +199,8 @@ impl Publisher {
             stop: AtomicBool::new(false),
             connecting: AtomicBool::new(false),
             failed: Mutex::new(None),
+            waker: Waker::new()
+                .map_err(|e| PyConnectionError::new_err(format!("cannot make an eventfd: {e}")))?,
         });
         let driver = {
             let shared = shared.clone();
@@ -214,6 +225,7 @@ impl Publisher {
             p.publish_refresh(item, FieldList::from_trusted(&encoded))
                 .map_err(errors::publish)?;
             p.write_pending().map_err(errors::publish)?;
+            self.poke_if_queued(p);
             p.wait_for_room(Duration::ZERO).map_err(errors::client)
         })?;
         self.make_room(py, room)
@@ -241,6 +253,7 @@ impl Publisher {
             p.publish_update(id, kind, FieldList::from_trusted(&encoded), do_not_conflate)
                 .map_err(errors::publish)?;
             p.write_pending().map_err(errors::publish)?;
+            self.poke_if_queued(p);
             p.wait_for_room(Duration::ZERO).map_err(errors::client)
         })?;
         self.make_room(py, room)
@@ -248,7 +261,11 @@ impl Publisher {
 
     /// Announces the service up (or down).
     fn set_service_up(&self, py: Python<'_>, up: bool) -> PyResult<()> {
-        self.with_open(py, |p| p.set_service_up(up).map_err(errors::publish))
+        self.with_open(py, |p| {
+            p.set_service_up(up).map_err(errors::publish)?;
+            self.poke_if_queued(p);
+            Ok(())
+        })
     }
 
     /// Waits up to `timeout` seconds until everything published is written.
@@ -320,6 +337,7 @@ impl Publisher {
         }
         py.detach(|| {
             self.shared.stop.store(true, Ordering::SeqCst);
+            self.shared.waker.close();
             if let Some(driver) = self.driver.lock().unwrap_or_else(|p| p.into_inner()).take() {
                 // A thread in a connect ends by itself once it returns: it finds the
                 // publisher gone (taken below) and drops what it opened.
@@ -344,5 +362,6 @@ impl Publisher {
 impl Drop for Publisher {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
+        self.shared.waker.close();
     }
 }

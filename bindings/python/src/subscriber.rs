@@ -6,6 +6,7 @@ use crate::errors;
 use crate::event::Event;
 use crate::fork;
 use crate::values::FieldNames;
+use crate::wait::{Wait, Waker};
 use pyo3::exceptions::{PyConnectionError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
@@ -15,8 +16,9 @@ use std::time::{Duration, Instant};
 use tickwire_client::proto::{Dictionary, FieldList, ServiceState};
 use tickwire_client::{Event as ClientEvent, RequestOptions, StreamId};
 
-/// How long one wait holds the GIL released before looking for Ctrl-C.
-const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+/// While another thread makes a reconnect, how long a wait with no socket to watch
+/// lasts at most before looking again (that thread pokes it once connected).
+const RECONNECTING_LOOK: Duration = Duration::from_millis(100);
 
 struct Connected {
     sub: tickwire_client::Subscriber,
@@ -45,6 +47,8 @@ pub struct Subscriber {
     names: FieldNames,
     /// The process it was connected in (a forked child may not use it).
     born: fork::Born,
+    /// Wakes the threads waiting for the node (they wait without the lock).
+    waker: Waker,
 }
 
 impl Subscriber {
@@ -60,6 +64,30 @@ impl Subscriber {
             .run(py, || self.lock(), |c: &Connected| c.sub.is_ended(), f)
     }
 
+    /// As `with_connected`, for a call that writes to the node: what the socket did not
+    /// take is written by a thread waiting for the node, woken for it.
+    fn writing<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Connected) -> PyResult<T> + Send,
+    ) -> PyResult<T> {
+        self.with_connected(py, |c| {
+            let result = f(c);
+            if c.sub.wants_write() {
+                self.waker.poke();
+            }
+            result
+        })
+    }
+
+    /// Waits for the node as `wait` says, up to `deadline`, without the GIL and without
+    /// the lock (another thread's calls go on meanwhile); then runs Python's signal
+    /// handlers (Ctrl-C's KeyboardInterrupt), a signal having cut the wait short.
+    fn wait(&self, py: Python<'_>, wait: Wait, deadline: Option<Instant>) -> PyResult<()> {
+        py.detach(|| self.waker.wait(wait, deadline, RECONNECTING_LOOK));
+        py.check_signals()
+    }
+
     /// Makes a reconnect that is due with the lock released (its connect waits up to
     /// the connect time-out per node): the subscriber's other calls, an asyncio
     /// loop's among them, go on meanwhile.
@@ -68,7 +96,12 @@ impl Subscriber {
             return Ok(());
         };
         let made = py.detach(|| reconnect.connect());
-        self.with_connected(py, |c| c.sub.finish_reconnect(made).map_err(errors::client))
+        let finished =
+            self.with_connected(py, |c| c.sub.finish_reconnect(made).map_err(errors::client));
+        // Threads waiting meanwhile had no socket to watch: one is there now (or the
+        // next try's time).
+        self.waker.poke();
+        finished
     }
 
     fn lock(&self) -> PyResult<MutexGuard<'_, Option<Connected>>> {
@@ -106,6 +139,16 @@ impl Subscriber {
     }
 }
 
+/// What a thread waiting for the node watches: the library's socket, its output, its
+/// next deadline.
+fn wait_of(sub: &mut tickwire_client::Subscriber) -> Wait {
+    Wait {
+        fd: sub.raw_fd(),
+        write: sub.wants_write(),
+        until: sub.poll_timeout(),
+    }
+}
+
 #[pymethods]
 impl Subscriber {
     #[new]
@@ -116,7 +159,10 @@ impl Subscriber {
             .map_err(errors::client)?;
         // Made by `reconnect_unlocked` alone, never by a call holding the lock.
         sub.reconnect_when_taken_only();
+        let waker = Waker::new()
+            .map_err(|e| PyConnectionError::new_err(format!("cannot make an eventfd: {e}")))?;
         Ok(Subscriber {
+            waker,
             born: fork::Born::now(),
             ended: errors::EndedBy::default(),
             state: Mutex::new(Some(Connected {
@@ -143,7 +189,7 @@ impl Subscriber {
         snapshot: bool,
     ) -> PyResult<Vec<StreamId>> {
         let view = self.view(view)?;
-        self.with_connected(py, |c| {
+        self.writing(py, |c| {
             let mut ids = Vec::with_capacity(items.len());
             for item in items {
                 let key = (service.to_string(), item);
@@ -172,7 +218,7 @@ impl Subscriber {
     /// Closes streams by id: those of a snapshot given up on (left open, each would be
     /// asked for again after every reconnection). An id not open is skipped.
     fn close_ids(&self, py: Python<'_>, sids: Vec<u32>) -> PyResult<()> {
-        self.with_connected(py, |c| {
+        self.writing(py, |c| {
             for sid in sids {
                 c.sub.unsubscribe(sid).map_err(errors::client)?;
             }
@@ -182,7 +228,7 @@ impl Subscriber {
 
     /// Closes the streams of these items; an item with no open stream is a KeyError.
     fn close(&self, py: Python<'_>, service: &str, items: Vec<String>) -> PyResult<()> {
-        self.with_connected(py, |c| {
+        self.writing(py, |c| {
             for item in items {
                 let key = (service.to_string(), item);
                 let Some(sid) = c.streams.remove(&key) else {
@@ -208,7 +254,7 @@ impl Subscriber {
         view: Option<Vec<Bound<'_, PyAny>>>,
     ) -> PyResult<()> {
         let view = self.view(view)?;
-        self.with_connected(py, |c| {
+        self.writing(py, |c| {
             // Every item first: an unknown one changes none.
             let mut sids = Vec::with_capacity(items.len());
             for item in items {
@@ -239,21 +285,14 @@ impl Subscriber {
             Some(t) => Some(Instant::now() + seconds("timeout", t)?),
             None => None,
         };
+        // What arrives is taken with the lock held and no wait; between, the thread
+        // waits for the node without the lock (`wait`).
         loop {
-            let slice = deadline.map_or(SIGNAL_CHECK, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(SIGNAL_CHECK)
-            });
             self.reconnect_unlocked(py)?;
-            let (got, mut named) = self.with_connected(py, |c| {
+            let (got, mut named, wait) = self.with_connected(py, |c| {
                 let mut got: Vec<ClientEvent> = c.backlog.drain(..).collect();
-                let wait = if got.is_empty() {
-                    slice
-                } else {
-                    Duration::ZERO
-                };
                 c.sub
-                    .dispatch(wait, |e| got.push(ClientEvent::from(&e)))
+                    .dispatch(Duration::ZERO, |e| got.push(ClientEvent::from(&e)))
                     .map_err(errors::client)?;
                 // A stream that ended is no longer open by name.
                 for e in &got {
@@ -289,7 +328,7 @@ impl Subscriber {
                         }
                     }
                 }
-                Ok((got, named))
+                Ok((got, named, wait_of(&mut c.sub)))
             })?;
             let events = got
                 .into_iter()
@@ -306,7 +345,7 @@ impl Subscriber {
             if !events.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(events);
             }
-            py.check_signals()?;
+            self.wait(py, wait, deadline)?;
         }
     }
 
@@ -324,7 +363,7 @@ impl Subscriber {
     ) -> PyResult<u32> {
         let mut encoded = Vec::new();
         crate::values::encode_dict(fields, &self.dictionary, &mut encoded)?;
-        self.with_connected(py, |c| {
+        self.writing(py, |c| {
             let id = c.next_post_id;
             c.next_post_id = c.next_post_id.wrapping_add(1).max(1);
             let to = tickwire_client::PostTo::Item {
@@ -357,11 +396,10 @@ impl Subscriber {
             .ok_or_else(|| PyKeyError::new_err(format!("post {post_id} awaits no answer")))?;
         loop {
             self.reconnect_unlocked(py)?;
-            let answer = self.with_connected(py, |c| {
-                let left = deadline.saturating_duration_since(Instant::now());
+            let (answer, wait) = self.with_connected(py, |c| {
                 let mut got = Vec::new();
                 c.sub
-                    .dispatch(left.min(SIGNAL_CHECK), |e| got.push(ClientEvent::from(&e)))
+                    .dispatch(Duration::ZERO, |e| got.push(ClientEvent::from(&e)))
                     .map_err(errors::client)?;
                 let mut answer = None;
                 for e in got {
@@ -370,7 +408,7 @@ impl Subscriber {
                         other => c.backlog.push_back(other),
                     }
                 }
-                Ok(answer)
+                Ok((answer, wait_of(&mut c.sub)))
             })?;
             if let Some(a) = answer {
                 let mut ev = Event::from_client(py, a, &self.names)?.expect("an ack");
@@ -383,7 +421,7 @@ impl Subscriber {
                     "no answer to post {post_id} to {service}/{item} within {timeout} s"
                 )));
             }
-            py.check_signals()?;
+            self.wait(py, wait, Some(deadline))?;
         }
     }
 
@@ -391,6 +429,20 @@ impl Subscriber {
     /// reconnects.
     fn fileno(&self, py: Python<'_>) -> PyResult<Option<i32>> {
         py.detach(|| Ok(self.lock()?.as_ref().and_then(|c| c.sub.raw_fd())))
+    }
+
+    /// Seconds until the library's next deadline (a heartbeat to send, the node's
+    /// silence to judge, the next reconnect), when `next_events(0)` is due even if
+    /// nothing arrives (0 if it is already), and whether output waits for the socket to
+    /// be writable: what an event loop watching `fileno()` waits for besides input.
+    fn wait_hint(&self, py: Python<'_>) -> PyResult<(Option<f64>, bool)> {
+        self.with_connected(py, |c| {
+            let until = c
+                .sub
+                .poll_timeout()
+                .map(|t| t.saturating_duration_since(Instant::now()).as_secs_f64());
+            Ok((until, c.sub.wants_write()))
+        })
     }
 
     /// The node's services and their state ("up" or "down"), as its directory says.
@@ -442,6 +494,8 @@ impl Subscriber {
         py.detach(|| {
             let taken = self.state.lock().unwrap_or_else(|p| p.into_inner()).take();
             drop(taken);
+            // Threads waiting for the node find it closed.
+            self.waker.close();
         });
     }
 }

@@ -42,9 +42,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 T = TypeVar("T")
 
-# How often the library's timers (its heartbeats, a reconnection's back-off) are run
-# when nothing arrives: the node's own heartbeats wake the reader more often than this.
+# While connected, the library's timers (a heartbeat to send, the node's silence to
+# judge) run at its next deadline, which it says (`wait_hint`); while the connection is
+# lost (no socket to watch), its reconnection is looked at this often.
 _TIMERS_EVERY = 0.5
+# The longest the timer waits, whatever the library's deadline.
+_LONGEST = 30.0
 # Events that may wait for the application; past it the socket is not read until the
 # application has taken half of them, so that the node sees a slow consumer (and
 # conflates or, past its bounds, disconnects it) instead of this process holding
@@ -104,12 +107,14 @@ def _weak(obj: Any, method: str) -> Callable[[], None]:
 
 
 class _LoopHandles:
-    """What the event loop holds for a subscriber (its reader and its timer), released
-    when the subscriber is disconnected or collected."""
+    """What the event loop holds for a subscriber (its reader, its writer while output
+    waits for the socket, and its timer), released when the subscriber is disconnected
+    or collected."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.reader: Optional[int] = None
+        self.writer: Optional[int] = None
         self.timer: Optional[asyncio.TimerHandle] = None
 
     def read(self, fd: Optional[int], callback: Callable[[], None]) -> None:
@@ -122,8 +127,19 @@ class _LoopHandles:
             self.loop.add_reader(fd, callback)
             self.reader = fd
 
+    def write(self, fd: Optional[int], callback: Callable[[], None]) -> None:
+        if fd == self.writer:
+            return
+        if self.writer is not None:
+            self.loop.remove_writer(self.writer)
+            self.writer = None
+        if fd is not None:
+            self.loop.add_writer(fd, callback)
+            self.writer = fd
+
     def release(self) -> None:
         self.read(None, lambda: None)
+        self.write(None, lambda: None)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -168,19 +184,45 @@ class Subscriber:
         self._handles = _LoopHandles(loop)
         self._on_readable = _weak(self, "_read")
         self._finalizer = weakref.finalize(self, _collected, self._handles, native)
+        self._on_timer_due = _weak(self, "_on_timer")
         self._watch()
-        self._arm_timer()
 
     # -- the loop's side -----------------------------------------------------------
 
-    def _arm_timer(self) -> None:
-        self._handles.timer = self._loop.call_later(_TIMERS_EVERY, _weak(self, "_on_timer"))
+    def _arm_timer(self, delay: float = _TIMERS_EVERY) -> None:
+        """Runs the library's timers in ``delay`` seconds, or sooner if armed already
+        for sooner."""
+        when = self._loop.time() + delay
+        timer = self._handles.timer
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._handles.timer = self._loop.call_at(when, self._on_timer_due)
 
     def _watch(self) -> None:
         """Watches the connection's socket as the library has it now (a reconnection
-        makes a new one; a write that found the connection lost closed it)."""
+        makes a new one; a write that found the connection lost closed it), for
+        writing too while output waits, and arms the timer for the library's next
+        deadline."""
         self._fd = None if self._closed or self._error is not None else self._native.fileno()
-        self._handles.read(None if self._paused else self._fd, self._on_readable)
+        fd = None if self._paused else self._fd
+        self._handles.read(fd, self._on_readable)
+        until, write = None, False
+        if self._fd is not None:
+            try:
+                until, write = self._native.wait_hint()
+            except BaseException:  # gone for good: the next read says so
+                pass
+        # What the socket did not take is written by a read (next_events) once it is
+        # writable.
+        self._handles.write(fd if write else None, self._on_readable)
+        if self._closed or self._error is not None:
+            return
+        if self._fd is None or until is None:
+            self._arm_timer(_TIMERS_EVERY)
+        else:
+            self._arm_timer(min(max(until, 0.001), _LONGEST))
 
     def _read(self) -> None:
         """The socket is readable (or a timer is due): what arrived, without waiting."""
@@ -191,6 +233,7 @@ class Subscriber:
             # awaits a snapshot or a post's answer, which only reading can bring).
             self._paused = True
             self._handles.read(None, self._on_readable)
+            self._handles.write(None, self._on_readable)
             return
         if self._fd is None:
             return  # lost: the timer reconnects, in the executor
@@ -222,6 +265,7 @@ class Subscriber:
                     waiter.set_result(None)
 
     def _on_timer(self) -> None:
+        self._handles.timer = None
         if self._closed or self._error is not None:
             return
         # While the executor reconnects it holds the library: nothing is waited for.
@@ -234,7 +278,7 @@ class Subscriber:
                 self._reconnecting = True
                 future = self._loop.run_in_executor(None, self._native.next_events, 0)
                 future.add_done_callback(_weak_done(self))
-        if not self._closed and self._error is None:
+        if not self._closed and self._error is None and self._handles.timer is None:
             self._arm_timer()
 
     def _reconnected(self, future: "asyncio.Future[List[Event]]") -> None:

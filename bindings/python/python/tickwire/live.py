@@ -27,18 +27,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ._native import ConnectArgs
 
-# How often the view's thread looks whether it should stop when nothing arrives.
-_STOP_CHECK = 0.2
-# How long close() waits for the thread: a few of its looks (a thread still connecting
-# then is left to end by itself).
-_CLOSE_WAIT = 5 * _STOP_CHECK
+# How long close() waits for the thread, which its disconnect() wakes at once (a thread
+# still connecting then is left to end by itself).
+_CLOSE_WAIT = 1.0
 
 
 def _run(ref: "weakref.ReferenceType[LiveView]", native: "_native.Subscriber", stop: threading.Event) -> None:
     """The view's thread: applies what arrives while the view is used."""
     try:
         while not stop.is_set():
-            events = native.next_events(_STOP_CHECK)
+            # Waits until events come: close() (or the view collected) disconnects,
+            # which ends the wait with ConnectionError.
+            events = native.next_events(None)
             view = ref()
             if view is None:
                 return

@@ -22,9 +22,12 @@ if TYPE_CHECKING:  # pragma: no cover
 Items = Union[str, Iterable[str]]
 Fields = Sequence[Union[str, int]]
 
-# How often an asyncio iteration runs the library's timers (its heartbeats, a
-# reconnection's back-off) when nothing arrives.
+# How often an asyncio iteration looks at a reconnection (which the library makes in
+# the executor) while the connection is lost; connected, it runs the library's timers
+# (a heartbeat to send, the node's silence to judge) at the deadline the library says,
+# at most _LONGEST apart.
 _TIMERS_EVERY = 0.5
+_LONGEST = 30.0
 
 
 def _names(items: Items) -> List[str]:
@@ -289,15 +292,20 @@ class Subscriber:
                 self._reading = None
                 self._buffer.extend(events)
                 continue
-            readable = loop.create_future()
-            loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+            until, write = self._native.wait_hint()
+            ready = loop.create_future()
+            loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+            if write:  # output waits for the socket: written by next_events
+                loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
             try:
-                # The library's timers (heartbeats) run at least this often.
-                await asyncio.wait_for(readable, _TIMERS_EVERY)
+                # The library's timers (heartbeats) run at its next deadline.
+                await asyncio.wait_for(ready, _LONGEST if until is None else min(max(until, 0.001), _LONGEST))
             except asyncio.TimeoutError:
                 pass
             finally:
                 loop.remove_reader(fd)
+                if write:
+                    loop.remove_writer(fd)
             self._buffer.extend(self._native.next_events(0))
         return self._buffer.popleft()
 
