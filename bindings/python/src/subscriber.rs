@@ -84,6 +84,9 @@ impl Subscriber {
     /// the lock (another thread's calls go on meanwhile); then runs Python's signal
     /// handlers (Ctrl-C's KeyboardInterrupt), a signal having cut the wait short.
     fn wait(&self, py: Python<'_>, wait: Wait, deadline: Option<Instant>) -> PyResult<()> {
+        // A signal handled since the last look (before the wait could be cut short by
+        // it) is taken now, not at the wait's end (a heartbeat away).
+        py.check_signals()?;
         py.detach(|| self.waker.wait(wait, deadline, RECONNECTING_LOOK));
         py.check_signals()
     }
