@@ -2,6 +2,7 @@
 //! wait that ran out a `TimeoutError`, a login the node rejected a `LoginError` carrying
 //! the node's reason, anything else from the node a `TickwireError`.
 
+use crate::detach::detach;
 use pyo3::exceptions::{PyConnectionError, PyException, PyTimeoutError, PyValueError};
 use pyo3::PyErr;
 use tickwire_client::publishing::PublishError;
@@ -75,7 +76,7 @@ impl EndedBy {
         T: Send,
     {
         self.check(py)?;
-        let (result, ended) = py.detach(|| {
+        let (result, ended) = detach(py, || {
             let mut guard = lock()?;
             let session = guard.as_mut().expect("locked: not closed");
             let result = f(session);

@@ -9,6 +9,7 @@
 //! [`Publisher`]: tickwire_client::Publisher
 
 mod connect;
+mod detach;
 mod errors;
 mod event;
 mod fork;

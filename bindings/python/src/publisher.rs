@@ -3,6 +3,7 @@
 //! Python's calls and that thread share the publisher through a mutex.
 
 use crate::connect::{seconds, Connect};
+use crate::detach::detach;
 use crate::errors;
 use crate::fork;
 use crate::values::encode_dict;
@@ -187,9 +188,8 @@ impl Publisher {
         let (connect, dictionary) = connect.options("tickwire-python-publisher");
         let mut opts = PublisherOptions::new(connect, service);
         opts.start_down = start_down;
-        let mut publisher = py
-            .detach(|| tickwire_client::Publisher::connect(opts))
-            .map_err(errors::client)?;
+        let mut publisher =
+            detach(py, || tickwire_client::Publisher::connect(opts)).map_err(errors::client)?;
         // Waits for the node are made here, in slices that look at Ctrl-C.
         publisher.set_wait_in_publish(false);
         // Made by the driver thread with the lock released, never by a call holding it.
@@ -297,7 +297,7 @@ impl Publisher {
         if !self.born.here() {
             return false;
         }
-        py.detach(|| {
+        detach(py, || {
             let guard = self
                 .shared
                 .publisher
@@ -310,13 +310,15 @@ impl Publisher {
     /// Updates sent to the node so far.
     #[getter]
     fn updates_sent(&self, py: Python<'_>) -> PyResult<u64> {
-        py.detach(|| Ok(self.lock()?.as_mut().expect("open").updates_sent()))
+        detach(py, || {
+            Ok(self.lock()?.as_mut().expect("open").updates_sent())
+        })
     }
 
     /// The names of the items published.
     #[getter]
     fn items(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        py.detach(|| {
+        detach(py, || {
             let guard = self.lock()?;
             let p = guard.as_ref().expect("open");
             Ok((0..p.item_count())
@@ -335,7 +337,7 @@ impl Publisher {
         if !self.born.here() {
             return Ok(());
         }
-        py.detach(|| {
+        detach(py, || {
             self.shared.stop.store(true, Ordering::SeqCst);
             self.shared.waker.close();
             if let Some(driver) = self.driver.lock().unwrap_or_else(|p| p.into_inner()).take() {

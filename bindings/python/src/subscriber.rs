@@ -2,6 +2,7 @@
 //! the GIL can be released while it waits and an asyncio executor thread can drive it.
 
 use crate::connect::{seconds, Connect};
+use crate::detach::detach;
 use crate::errors;
 use crate::event::Event;
 use crate::fork;
@@ -87,7 +88,7 @@ impl Subscriber {
         // A signal handled since the last look (before the wait could be cut short by
         // it) is taken now, not at the wait's end (a heartbeat away).
         py.check_signals()?;
-        py.detach(|| self.waker.wait(wait, deadline, RECONNECTING_LOOK));
+        detach(py, || self.waker.wait(wait, deadline, RECONNECTING_LOOK));
         py.check_signals()
     }
 
@@ -98,7 +99,7 @@ impl Subscriber {
         let Some(reconnect) = self.with_connected(py, |c| Ok(c.sub.take_reconnect()))? else {
             return Ok(());
         };
-        let made = py.detach(|| reconnect.connect());
+        let made = detach(py, || reconnect.connect());
         let finished =
             self.with_connected(py, |c| c.sub.finish_reconnect(made).map_err(errors::client));
         // Threads waiting meanwhile had no socket to watch: one is there now (or the
@@ -157,9 +158,8 @@ impl Subscriber {
     #[new]
     fn new(py: Python<'_>, connect: &Connect) -> PyResult<Self> {
         let (opts, dictionary) = connect.options("tickwire-python");
-        let mut sub = py
-            .detach(|| tickwire_client::Subscriber::connect(opts))
-            .map_err(errors::client)?;
+        let mut sub =
+            detach(py, || tickwire_client::Subscriber::connect(opts)).map_err(errors::client)?;
         // Made by `reconnect_unlocked` alone, never by a call holding the lock.
         sub.reconnect_when_taken_only();
         let waker = Waker::new()
@@ -431,7 +431,9 @@ impl Subscriber {
     /// The connection's socket (for an event loop to watch), `None` while the library
     /// reconnects.
     fn fileno(&self, py: Python<'_>) -> PyResult<Option<i32>> {
-        py.detach(|| Ok(self.lock()?.as_ref().and_then(|c| c.sub.raw_fd())))
+        detach(py, || {
+            Ok(self.lock()?.as_ref().and_then(|c| c.sub.raw_fd()))
+        })
     }
 
     /// Seconds until the library's next deadline (a heartbeat to send, the node's
@@ -450,7 +452,7 @@ impl Subscriber {
 
     /// The node's services and their state ("up" or "down"), as its directory says.
     fn services(&self, py: Python<'_>) -> PyResult<HashMap<String, &'static str>> {
-        py.detach(|| {
+        detach(py, || {
             let guard = self.lock()?;
             let c = guard.as_ref().expect("locked connected");
             Ok(c.sub
@@ -475,7 +477,7 @@ impl Subscriber {
         if !self.born.here() {
             return false;
         }
-        py.detach(|| {
+        detach(py, || {
             let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
             guard.as_ref().is_some_and(|c| c.sub.is_connected())
         })
@@ -484,7 +486,9 @@ impl Subscriber {
     /// Times the connection was re-established.
     #[getter]
     fn reconnects(&self, py: Python<'_>) -> PyResult<u64> {
-        py.detach(|| Ok(self.lock()?.as_ref().expect("connected").sub.reconnects()))
+        detach(py, || {
+            Ok(self.lock()?.as_ref().expect("connected").sub.reconnects())
+        })
     }
 
     /// Closes the connection; the subscriber cannot be used afterwards. In a process
@@ -494,7 +498,7 @@ impl Subscriber {
             return;
         }
         // The lock is waited for without the GIL, as in every call that may wait for it.
-        py.detach(|| {
+        detach(py, || {
             let taken = self.state.lock().unwrap_or_else(|p| p.into_inner()).take();
             drop(taken);
             // Threads waiting for the node find it closed.
