@@ -24,6 +24,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     fork::watch();
+    values::import_datetime_types(py)?;
     m.add("TickwireError", py.get_type::<errors::TickwireError>())?;
     m.add("LoginError", py.get_type::<errors::LoginError>())?;
     m.add_class::<connect::Connect>()?;

@@ -35,6 +35,20 @@ pub(crate) fn load_dictionary(path: Option<&str>) -> PyResult<Arc<Dictionary>> {
     }))
 }
 
+/// Makes pyo3 import `datetime`'s types, which it does the first time a date, time or
+/// datetime is made or recognized (under the stable ABI, which has no C API for them):
+/// called once, while the module is imported. Left to the first event with a date, it
+/// would import them in a subscriber's thread, another thread needing them meanwhile
+/// waiting for it with the GIL released and taking the GIL back through pyo3's own
+/// detach, which aborts the process if the interpreter began exiting in between (see
+/// detach.rs).
+pub(crate) fn import_datetime_types(py: Python<'_>) -> PyResult<()> {
+    PyDate::new(py, 2000, 1, 1)?;
+    PyTime::new(py, 0, 0, 0, 0, None)?;
+    PyDateTime::new(py, 2000, 1, 1, 0, 0, 0, 0, None)?;
+    Ok(())
+}
+
 /// The names of the built-in dictionary's fields, by field id.
 #[pyfunction]
 pub(crate) fn field_names() -> std::collections::BTreeMap<i16, String> {
