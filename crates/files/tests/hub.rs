@@ -373,17 +373,13 @@ fn a_site_is_routed_only_where_its_user_may_receive_and_presence_goes_up_every_w
     assert_eq!(ups, vec![Peer::Upstream]);
 }
 
-/// A connection whose right to receive a service was taken (the users file reloaded)
-/// is no route for it from its next presence on, rather than until the route is
-/// forgotten a minute later: what it says for the site is believed no longer.
-#[test]
-fn a_site_that_lost_its_right_to_receive_is_no_route_from_its_next_presence() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut h = hub(dir.path(), &["FILES"]);
+/// A small file of FILES queued by alice, its sending begun: its transfer, as her query
+/// reports it.
+fn one_file_queued(h: &mut Hub) -> u64 {
     let data = b"a,b\n".to_vec();
     let sha: [u8; 32] = Sha256::digest(&data).into();
-    put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
-    outputs(&mut h);
+    put(h, Rights::ALL, 1, "FILES", &data, sha);
+    outputs(h);
     let query = encode(&FilesMessage::Query { request: 9 });
     h.handle(
         Peer::Conn(CLIENT),
@@ -392,7 +388,17 @@ fn a_site_that_lost_its_right_to_receive_is_no_route_from_its_next_presence() {
         &query,
         Instant::now(),
     );
-    let transfer = reported(&mut h, |e| e.transfer)[0];
+    reported(h, |e| e.transfer)[0]
+}
+
+/// A connection whose right to receive a service was taken (the users file reloaded)
+/// is no route for it from its next presence on, rather than until the route is
+/// forgotten a minute later: what it says for the site is believed no longer.
+#[test]
+fn a_site_that_lost_its_right_to_receive_is_no_route_from_its_next_presence() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = hub(dir.path(), &["FILES"]);
+    let transfer = one_file_queued(&mut h);
     let present = encode(&FilesMessage::Present {
         site: "edge1",
         service: "FILES",
@@ -498,19 +504,7 @@ fn rights_taken_by_a_reload_end_routes_and_uploads_at_once() {
 fn a_site_a_reload_takes_from_a_user_is_no_route_of_its_connection_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = hub(dir.path(), &["FILES"]);
-    let data = b"a,b\n".to_vec();
-    let sha: [u8; 32] = Sha256::digest(&data).into();
-    put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
-    outputs(&mut h);
-    let query = encode(&FilesMessage::Query { request: 9 });
-    h.handle(
-        Peer::Conn(CLIENT),
-        "alice",
-        Rights::ALL,
-        &query,
-        Instant::now(),
-    );
-    let transfer = reported(&mut h, |e| e.transfer)[0];
+    let transfer = one_file_queued(&mut h);
     let receive = Rights {
         publish: 0,
         subscribe: 1,
