@@ -22,7 +22,10 @@ from conftest import Proc
 # Ctrl-C: then it says so and exits 3 (os._exit).
 WAITER = textwrap.dedent(
     """
-    import asyncio, os, sys, tickwire, tickwire.aio
+    import asyncio, os, signal, sys, tickwire, tickwire.aio
+    # Ctrl-C's handler, whatever this process inherited: a shell that starts a
+    # command in the background without job control has it ignore SIGINT.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     addr, call = sys.argv[1], sys.argv[2]
     # A service announced down: a snapshot of it waits for an image that never comes.
     down = tickwire.Publisher(addr, "PYDOWN", start_down=True)
