@@ -15,7 +15,8 @@
 //! ([`Node::present_session_token`]) to log in without the password.
 
 use crate::admission::LogName;
-use crate::{encode_directory, ConnId, ConnRole, Encoded, Node};
+use crate::directory::{encode_directory, Encoded};
+use crate::{ConnId, ConnRole, Node};
 use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;

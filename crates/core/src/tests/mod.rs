@@ -3,7 +3,11 @@
 
 use super::*;
 use tickwire_proto::frame::FrameReader;
-use tickwire_proto::{encode_field_list, NakCode, Real, UpdateType, Value};
+use tickwire_proto::{
+    encode_field_list, DataState, Directory, FieldList, Login, Message, MessageIter, NakCode, Real,
+    Refresh, Request, Role, ServiceEntry, ServiceState, State, Status, StreamState, Update,
+    UpdateType, Value, View,
+};
 
 /// Asserts that one of the messages in `got` matches `pattern`; a failure shows them all.
 macro_rules! assert_any {
