@@ -81,6 +81,86 @@ macro_rules! client_session {
 client_session!(SubscriberSession);
 client_session!(PublisherSession);
 
+/// The public methods [`crate::Publisher`] and [`crate::Subscriber`] answer alike from
+/// their `driver` field (a [`Driver`]): the connection's state, the socket for a caller
+/// that waits itself, and reconnects taken out. `$who` names the type in the docs.
+macro_rules! driver_methods {
+    ($who:literal) => {
+        /// The node's Welcome, while logged in.
+        pub fn session(&self) -> Option<&$crate::Session> {
+            self.driver.session.session()
+        }
+
+        /// Logged in now.
+        pub fn is_connected(&self) -> bool {
+            self.driver.is_connected()
+        }
+
+        /// An error ended the session (the connection lost without `reconnect`, a refused
+        /// login): it never connects again, and every call that needs the node fails.
+        pub fn is_ended(&self) -> bool {
+            self.driver.session.ended()
+        }
+
+        /// The socket, for a caller that waits for input itself (one thread polling
+        /// many, say) and then calls `dispatch` with `Duration::ZERO`. `None` while
+        /// reconnecting.
+        pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+            self.driver.raw_fd()
+        }
+
+        /// For a caller that waits on [`raw_fd`](Self::raw_fd) itself: when `dispatch` is
+        /// due even if nothing arrives (a heartbeat to send, the node's silence to judge,
+        /// while disconnected the next reconnect), and whether to wake when the socket is
+        /// writable too ([`wants_write`](Self::wants_write)).
+        pub fn poll_timeout(&self) -> Option<std::time::Instant> {
+            self.driver.session.poll_timeout()
+        }
+
+        /// Output waits for the socket to take it: a caller waiting on
+        /// [`raw_fd`](Self::raw_fd) itself also waits for it to be writable, then calls
+        /// `dispatch(Duration::ZERO)`, which writes.
+        pub fn wants_write(&mut self) -> bool {
+            self.driver.wants_write()
+        }
+
+        /// Times the connection was re-established.
+        pub fn reconnects(&self) -> u64 {
+            self.driver.session.reconnects()
+        }
+
+        #[doc = concat!("A reconnect that is due, taken out to be made without this ", $who, " (see")]
+        /// [`Reconnect`](crate::Reconnect)): for a caller that shares it behind a lock, so
+        /// that the lock is not held while the connect waits. Until
+        /// [`finish_reconnect`](Self::finish_reconnect)
+        #[doc = concat!("gets its outcome the ", $who, " does not reconnect by itself. `None` when")]
+        /// none is due or one is already out.
+        pub fn take_reconnect(&mut self) -> Option<$crate::Reconnect> {
+            self.driver.take_reconnect(std::time::Instant::now())
+        }
+
+        #[doc = concat!("From now on the ", $who, " never reconnects by itself: every reconnect is")]
+        /// taken out with [`take_reconnect`](Self::take_reconnect), and a call that waits
+        /// returns early (with nothing to deliver) when one comes due. For a caller that
+        /// shares it behind a lock: any call could otherwise make a reconnect that came
+        /// due meanwhile, holding the lock through the connect.
+        pub fn reconnect_when_taken_only(&mut self) {
+            self.driver.reconnect_when_taken_only();
+        }
+
+        /// Takes the outcome of [`Reconnect::connect`](crate::Reconnect::connect): the new
+        /// connection (its login and what follows are handled by the next calls), or the
+        /// failure (the back-off starts now; `Err` when it ends the session).
+        pub fn finish_reconnect(
+            &mut self,
+            made: $crate::Reconnected,
+        ) -> Result<(), $crate::ClientError> {
+            self.driver.finish_reconnect(made)
+        }
+    };
+}
+pub(crate) use driver_methods;
+
 /// A session driven over a socket from the caller's thread.
 pub(crate) struct Driver<S> {
     pub opts: ConnectOptions,

@@ -1,9 +1,8 @@
 //! The blocking subscriber: a [`SubscriberSession`] driven over a socket.
 
 use crate::conn::ConnectOptions;
-use crate::driver::{Driver, Reconnect, Reconnected};
+use crate::driver::Driver;
 use crate::events::{Event, EventRef};
-use crate::session::Session;
 use crate::watchlist::{PostTo, RequestOptions, StreamId, SubscriberSession};
 use crate::ClientError;
 use log::info;
@@ -49,72 +48,7 @@ impl Subscriber {
         })
     }
 
-    /// The current session, if logged in.
-    pub fn session(&self) -> Option<&Session> {
-        self.driver.session.session()
-    }
-
-    /// The socket, for callers that poll many subscribers from one thread and call
-    /// `dispatch(Duration::ZERO, ..)` on the ready ones. `None` while reconnecting.
-    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.driver.raw_fd()
-    }
-
-    /// For a caller that waits on [`raw_fd`](Self::raw_fd) itself: when `dispatch` is
-    /// due even if nothing arrives (a heartbeat to send, the node's silence to judge,
-    /// while disconnected the next reconnect), and whether to wake when the socket is
-    /// writable too ([`wants_write`](Self::wants_write)).
-    pub fn poll_timeout(&self) -> Option<std::time::Instant> {
-        self.driver.session.poll_timeout()
-    }
-
-    /// Output waits for the socket to take it: a caller waiting on
-    /// [`raw_fd`](Self::raw_fd) itself also waits for it to be writable, then calls
-    /// `dispatch(Duration::ZERO)`, which writes.
-    pub fn wants_write(&mut self) -> bool {
-        self.driver.wants_write()
-    }
-
-    /// Logged in now.
-    pub fn is_connected(&self) -> bool {
-        self.driver.is_connected()
-    }
-
-    /// An error ended the session (the connection lost without `reconnect`, a refused
-    /// login): it never connects again, and every call that needs the node fails.
-    pub fn is_ended(&self) -> bool {
-        self.driver.session.ended()
-    }
-
-    /// Times the connection was re-established.
-    pub fn reconnects(&self) -> u64 {
-        self.driver.session.reconnects()
-    }
-
-    /// A reconnect that is due, taken out to be made without this subscriber (see
-    /// [`Reconnect`]): for a caller that shares it behind a lock, so that the lock is
-    /// not held while the connect waits. Until [`finish_reconnect`](Self::finish_reconnect)
-    /// gets its outcome the subscriber does not reconnect by itself. `None` when none is
-    /// due or one is already out.
-    pub fn take_reconnect(&mut self) -> Option<Reconnect> {
-        self.driver.take_reconnect(Instant::now())
-    }
-
-    /// From now on the subscriber never reconnects by itself: every reconnect is taken
-    /// out with [`take_reconnect`](Self::take_reconnect), and a call that waits returns
-    /// early (with no event) when one comes due. For a caller that shares it behind a
-    /// lock: any call could otherwise make a reconnect that came due meanwhile, holding
-    /// the lock through the connect.
-    pub fn reconnect_when_taken_only(&mut self) {
-        self.driver.reconnect_when_taken_only();
-    }
-
-    /// Takes the outcome of [`Reconnect::connect`]: the new connection (its login and
-    /// what follows are handled by the next calls), or the failure (the back-off
-    /// starts now; `Err` when it ends the session).
-    pub fn finish_reconnect(&mut self, made: Reconnected) -> Result<(), ClientError> {
-        self.driver.finish_reconnect(made)
-    }
+    crate::driver::driver_methods!("subscriber");
 
     /// Services and their state, as the node's directory messages left them (each
     /// lists the services that changed; removed ones are gone from here).
