@@ -13,7 +13,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 use support::{announce_feed, encode, login};
 use tickwire_core::Node;
-use tickwire_proto::reference::{typical, write_level1, write_level1_image, FeedRng, Level1};
+use tickwire_proto::reference::{
+    random_walk, typical, write_level1, write_level1_image, FeedRng, Level1,
+};
 use tickwire_proto::{FieldImage, FieldList, Message, Request, Role, Update, UpdateType};
 
 #[path = "../tests/support/mod.rs"]
@@ -212,16 +214,7 @@ fn image_and_field_list(c: &mut Criterion) {
         b.iter(|| image.apply(black_box(list)))
     });
     // 1,024 successive quotes of one item: some fields change length (a splice).
-    let mut rng = FeedRng::new(42);
-    let mut moving = q;
-    let updates: Vec<Vec<u8>> = (0..1024)
-        .map(|_| {
-            moving.random_step(&mut rng);
-            let mut u = Vec::new();
-            write_level1(&mut u, &moving);
-            u
-        })
-        .collect();
+    let updates = random_walk(q, &mut FeedRng::new(42), 1024);
     let lists: Vec<FieldList<'_>> = updates
         .iter()
         .map(|u| FieldList::decode(u).expect("update"))

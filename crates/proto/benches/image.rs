@@ -8,7 +8,9 @@
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use tickwire_proto::reference::{typical, write_level1, write_level1_image, FeedRng, Level1};
+use tickwire_proto::reference::{
+    random_walk, typical, write_level1, write_level1_image, FeedRng, Level1,
+};
 use tickwire_proto::{encode_field_list, FieldImage, FieldList, Real, Value};
 
 const SAMPLES: usize = 9;
@@ -157,15 +159,7 @@ fn main() {
     if wanted("small/random_walk") {
         let mut img = FieldImage::new();
         img.apply(FieldList::decode(&reference_image(&q)).expect("image"));
-        let mut moving = q;
-        let updates: Vec<Vec<u8>> = (0..1024)
-            .map(|_| {
-                moving.random_step(&mut rng);
-                let mut u = Vec::new();
-                write_level1(&mut u, &moving);
-                u
-            })
-            .collect();
+        let updates = random_walk(q, &mut rng, 1024);
         bench_updates("small/random_walk (14 fields)", &mut img, &updates, short);
     }
 

@@ -89,6 +89,20 @@ impl Level1 {
     }
 }
 
+/// `n` successive updates of one item, from `q` on by [`Level1::random_step`], each
+/// encoded by [`write_level1`]: the benchmarks' run of one item's quotes, some of whose
+/// fields change length from one update to the next.
+pub fn random_walk(mut q: Level1, rng: &mut FeedRng, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|_| {
+            q.random_step(rng);
+            let mut u = Vec::new();
+            write_level1(&mut u, &q);
+            u
+        })
+        .collect()
+}
+
 /// A typical record (a 100-dollar stock at midday) used to state the reference size.
 pub fn typical() -> Level1 {
     Level1 {
