@@ -99,6 +99,23 @@ impl Publisher {
         Ok(())
     }
 
+    /// A refresh or an update: `publish` on the open publisher, then what the socket
+    /// takes is written at once (the rest is the driver thread's), and past the
+    /// library's high-water mark the call waits for room.
+    fn publish_with(
+        &self,
+        py: Python<'_>,
+        publish: impl FnOnce(&mut tickwire_client::Publisher) -> PyResult<()> + Send,
+    ) -> PyResult<()> {
+        let room = self.with_open(py, |p| {
+            publish(p)?;
+            p.write_pending().map_err(errors::publish)?;
+            self.poke_if_queued(p);
+            p.wait_for_room(Duration::ZERO).map_err(errors::client)
+        })?;
+        self.make_room(py, room)
+    }
+
     /// What the socket did not take is the driver thread's to write: woken for it.
     fn poke_if_queued(&self, p: &mut tickwire_client::Publisher) {
         if p.wants_write() {
@@ -221,14 +238,11 @@ impl Publisher {
     /// Sets an item's whole image (a dict of field name -> value) and sends it.
     fn refresh(&self, py: Python<'_>, item: &str, fields: &Bound<'_, PyDict>) -> PyResult<()> {
         let encoded = self.encode(fields)?;
-        let room = self.with_open(py, |p| {
+        self.publish_with(py, |p| {
             p.publish_refresh(item, FieldList::from_trusted(&encoded))
                 .map_err(errors::publish)?;
-            p.write_pending().map_err(errors::publish)?;
-            self.poke_if_queued(p);
-            p.wait_for_room(Duration::ZERO).map_err(errors::client)
-        })?;
-        self.make_room(py, room)
+            Ok(())
+        })
     }
 
     /// Merges the fields into the item's image and sends them as an update. The item
@@ -244,19 +258,15 @@ impl Publisher {
     ) -> PyResult<()> {
         let kind = self::update_type(update_type)?;
         let encoded = self.encode(fields)?;
-        let room = self.with_open(py, |p| {
+        self.publish_with(py, |p| {
             let id = p.item(item).ok_or_else(|| {
                 PyKeyError::new_err(format!(
                     "{item:?} has no image yet: publish a refresh of it first"
                 ))
             })?;
             p.publish_update(id, kind, FieldList::from_trusted(&encoded), do_not_conflate)
-                .map_err(errors::publish)?;
-            p.write_pending().map_err(errors::publish)?;
-            self.poke_if_queued(p);
-            p.wait_for_room(Duration::ZERO).map_err(errors::client)
-        })?;
-        self.make_room(py, room)
+                .map_err(errors::publish)
+        })
     }
 
     /// Announces the service up (or down).
