@@ -1060,6 +1060,42 @@ mod tests {
         })
     }
 
+    /// A link serving PROV whose node asked for ITEM on its stream 900 (the provider is
+    /// asked on 5), nothing yet told the node.
+    fn asked_for_item() -> (ProviderLink, Vec<u8>, Vec<Vec<u8>>) {
+        let (mut link, mut to_node, mut out) = serving_prov();
+        ask(&mut link, 900, "ITEM", &mut out);
+        to_node.clear();
+        (link, to_node, out)
+    }
+
+    /// Starts a provider's MarketPrice refresh on its stream 5, with `flags` and
+    /// `state`; its field list follows.
+    fn begin_item_refresh(rf: &mut Vec<u8>, flags: u16, state: &RwfState<'_>) {
+        let d = domain::MARKET_PRICE;
+        begin_refresh(
+            rf,
+            d,
+            5,
+            flags,
+            dt::FIELD_LIST,
+            None,
+            state,
+            None,
+            None,
+            false,
+        );
+    }
+
+    /// The item on the provider's stream 5 ended and was forgotten: what else comes on
+    /// that stream reaches no one.
+    fn assert_item_forgotten(link: &mut ProviderLink, out: &mut Vec<Vec<u8>>) {
+        let mut to_node = Vec::new();
+        link.on_provider_message(&refresh_in_group(5, &[0, 1]), &mut to_node, out)
+            .unwrap();
+        assert!(to_node.is_empty(), "{:?}", said(&to_node));
+    }
+
     /// A provider's status on its stream `rssl`: open, ok, the item now in `group`.
     fn status_moving_to(rssl: i32, group: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -1617,33 +1653,17 @@ mod tests {
     #[test]
     fn a_refresh_or_update_that_does_not_decode_ends_the_item_with_the_reason() {
         for class in [class::REFRESH, class::UPDATE] {
-            let (mut link, mut to_node, mut out) = serving_prov();
-            ask(&mut link, 900, "ITEM", &mut out);
+            let (mut link, mut to_node, mut out) = asked_for_item();
             if class == class::UPDATE {
                 link.on_provider_message(&refresh_in_group(5, &[0, 1]), &mut to_node, &mut out)
                     .unwrap();
+                to_node.clear();
             }
-            to_node.clear();
             out.clear();
             let mut bad = Vec::new();
             if class == class::REFRESH {
-                let ok = RwfState::new(stream::OPEN, msg::data::OK, msg::code::NONE, "");
-                let (d, f) = (
-                    domain::MARKET_PRICE,
-                    refresh::SOLICITED | refresh::REFRESH_COMPLETE,
-                );
-                begin_refresh(
-                    &mut bad,
-                    d,
-                    5,
-                    f,
-                    dt::FIELD_LIST,
-                    None,
-                    &ok,
-                    None,
-                    None,
-                    false,
-                );
+                let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE;
+                begin_item_refresh(&mut bad, flags, &testing::ok());
             } else {
                 msg::begin_update(&mut bad, domain::MARKET_PRICE, 5, 1, None, 0, false);
             }
@@ -1663,11 +1683,7 @@ mod tests {
             );
             let close = Msg::decode(&out[0]).unwrap();
             assert_eq!((close.class, close.stream_id), (class::CLOSE, 5));
-            // Forgotten: what else comes on the stream reaches no one.
-            to_node.clear();
-            link.on_provider_message(&refresh_in_group(5, &[0, 1]), &mut to_node, &mut out)
-                .unwrap();
-            assert!(to_node.is_empty(), "{:?}", said(&to_node));
+            assert_item_forgotten(&mut link, &mut out);
         }
     }
 
@@ -1680,24 +1696,11 @@ mod tests {
             (stream::NON_STREAMING, StreamState::NonStreaming),
             (stream::CLOSED_RECOVER, StreamState::ClosedRecover),
         ] {
-            let (mut link, mut to_node, mut out) = serving_prov();
-            ask(&mut link, 900, "ITEM", &mut out);
-            to_node.clear();
+            let (mut link, mut to_node, mut out) = asked_for_item();
             let mut rf = Vec::new();
             let state = RwfState::new(st, msg::data::OK, msg::code::NONE, "");
             let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE;
-            begin_refresh(
-                &mut rf,
-                domain::MARKET_PRICE,
-                5,
-                flags,
-                dt::FIELD_LIST,
-                None,
-                &state,
-                None,
-                None,
-                false,
-            );
+            begin_item_refresh(&mut rf, flags, &state);
             FieldListWriter::begin(&mut rf).end(&mut rf);
             link.on_provider_message(&rf, &mut to_node, &mut out)
                 .unwrap();
@@ -1711,11 +1714,7 @@ mod tests {
                 [(900, node_st, tickwire_proto::DataState::Ok)],
                 "{told:?}"
             );
-            // Forgotten: what else comes on the stream reaches no one.
-            to_node.clear();
-            link.on_provider_message(&refresh_in_group(5, &[0, 1]), &mut to_node, &mut out)
-                .unwrap();
-            assert!(to_node.is_empty(), "{:?}", said(&to_node));
+            assert_item_forgotten(&mut link, &mut out);
         }
     }
 
@@ -1724,29 +1723,14 @@ mod tests {
     /// and its stream at the provider.
     #[test]
     fn a_refresh_too_large_for_one_node_message_goes_in_parts() {
-        let (mut link, mut to_node, mut out) = serving_prov();
-        ask(&mut link, 900, "ITEM", &mut out);
-        to_node.clear();
+        let (mut link, mut to_node, mut out) = asked_for_item();
         let big = |o: &mut Vec<u8>, f: &mut FieldListWriter| {
             f.field(o, 3, |o| o.extend_from_slice(&[b'A'; 40_000]));
             f.field(o, 28, |o| o.extend_from_slice(&[b'B'; 40_000]));
         };
         let mut rf = Vec::new();
         let flags = refresh::SOLICITED | refresh::REFRESH_COMPLETE | refresh::CLEAR_CACHE;
-        let ok = testing::ok();
-        let d = domain::MARKET_PRICE;
-        begin_refresh(
-            &mut rf,
-            d,
-            5,
-            flags,
-            dt::FIELD_LIST,
-            None,
-            &ok,
-            None,
-            None,
-            false,
-        );
+        begin_item_refresh(&mut rf, flags, &testing::ok());
         let mut fl = FieldListWriter::begin(&mut rf);
         big(&mut rf, &mut fl);
         fl.end(&mut rf);
