@@ -562,6 +562,12 @@ pub(crate) mod tests {
         v
     }
 
+    /// [`heartbeat`] sealed by `s` on the data lane with `keys`' signing key at `now_ns`.
+    fn sealed_heartbeat(s: &mut Sealer, keys: &Keys, now_ns: u64) -> Vec<u8> {
+        s.seal(keys.signing(), Lane::Data, &heartbeat(), now_ns)
+            .to_vec()
+    }
+
     #[test]
     fn a_sealed_message_verifies_and_decodes_as_the_plain_one() {
         let k = keys(&[(1, 0xaa)]);
@@ -587,10 +593,10 @@ pub(crate) mod tests {
         let k = keys(&[(1, 0xaa)]);
         let mut s = Sealer::new(42, NOW);
         let mut known = Verifier::default();
-        let first = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        let first = sealed_heartbeat(&mut s, &k, NOW);
         assert!(known.verify(&k, Lane::Data, &first, NOW).is_ok());
         let back = NOW - 5 * MAX_CLOCK_SKEW_NS;
-        let later = s.seal(k.signing(), Lane::Data, &heartbeat(), back).to_vec();
+        let later = sealed_heartbeat(&mut s, &k, back);
         let mut new = Verifier::default();
         assert!(new.verify(&k, Lane::Data, &later, back).is_ok());
         assert!(known.verify(&k, Lane::Data, &later, back).is_ok());
@@ -604,9 +610,7 @@ pub(crate) mod tests {
     #[test]
     fn the_precheck_tells_unsealed_and_strangers_keys_without_hashing() {
         let k = keys(&[(7, 1)]);
-        let sealed = Sealer::new(42, NOW)
-            .seal(k.signing(), Lane::Data, &heartbeat(), NOW)
-            .to_vec();
+        let sealed = sealed_heartbeat(&mut Sealer::new(42, NOW), &k, NOW);
         assert_eq!(precheck(&k, &sealed), Ok(()));
         assert_eq!(precheck(&k, &heartbeat()), Err(Rejected::Unsealed));
         assert_eq!(
@@ -625,7 +629,7 @@ pub(crate) mod tests {
         let other = keys(&[(1, 0xbb)]);
         let mut v = Verifier::default();
         let mut s = Sealer::new(42, NOW);
-        let first = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        let first = sealed_heartbeat(&mut s, &k, NOW);
         assert!(v.verify(&k, Lane::Data, &first, NOW).is_ok());
         // The same bytes again.
         assert_eq!(
@@ -639,22 +643,20 @@ pub(crate) mod tests {
         );
         // Sealed with another key that has the same id.
         let mut forger = Sealer::new(43, NOW);
-        let forged = forger
-            .seal(other.signing(), Lane::Data, &heartbeat(), NOW)
-            .to_vec();
+        let forged = sealed_heartbeat(&mut forger, &other, NOW);
         assert_eq!(
             v.verify(&k, Lane::Data, &forged, NOW),
             Err(Rejected::BadMac)
         );
         // One bit changed anywhere.
-        let mut flipped = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        let mut flipped = sealed_heartbeat(&mut s, &k, NOW);
         flipped[5] ^= 1;
         assert_eq!(
             v.verify(&k, Lane::Data, &flipped, NOW),
             Err(Rejected::BadMac)
         );
         // An unknown key id.
-        let mut unknown = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        let mut unknown = sealed_heartbeat(&mut s, &k, NOW);
         let at = unknown.len() - TRAILER_LEN;
         unknown[at] ^= 0xff;
         assert_eq!(
@@ -663,24 +665,18 @@ pub(crate) mod tests {
         );
         // A recording of an origin this receiver has not heard: two minutes old.
         let mut old = Sealer::new(44, NOW - 120_000_000_000);
-        let rec = old
-            .seal(k.signing(), Lane::Data, &heartbeat(), NOW - 120_000_000_000)
-            .to_vec();
+        let rec = sealed_heartbeat(&mut old, &k, NOW - 120_000_000_000);
         assert_eq!(v.verify(&k, Lane::Data, &rec, NOW), Err(Rejected::Stale));
         assert_eq!(v.rejected, [1, 1, 2, 1, 1]);
         assert_eq!(v.rejected_total(), 6);
         // The origin goes on: later counters pass.
-        let next = s.seal(k.signing(), Lane::Data, &heartbeat(), NOW).to_vec();
+        let next = sealed_heartbeat(&mut s, &k, NOW);
         assert!(v.verify(&k, Lane::Data, &next, NOW).is_ok());
         // A recording of a known origin, its first message fresh: what comes more than
         // a minute after it was sealed is stale, however new its counter.
         let mut recorded = Sealer::new(45, NOW);
-        let take = recorded
-            .seal(k.signing(), Lane::Data, &heartbeat(), NOW)
-            .to_vec();
-        let later = recorded
-            .seal(k.signing(), Lane::Data, &heartbeat(), NOW + 1_000_000_000)
-            .to_vec();
+        let take = sealed_heartbeat(&mut recorded, &k, NOW);
+        let later = sealed_heartbeat(&mut recorded, &k, NOW + 1_000_000_000);
         assert!(v
             .verify(&k, Lane::Data, &take, NOW + 30_000_000_000)
             .is_ok());
@@ -718,9 +714,7 @@ pub(crate) mod tests {
         let blake = keys_with(Mac::Blake3, &[(1, 0xaa)]);
         let hmac = keys_with(Mac::HmacSha256, &[(1, 0xaa)]);
         for (sealing, checking) in [(&blake, &hmac), (&hmac, &blake)] {
-            let sealed = Sealer::new(42, NOW)
-                .seal(sealing.signing(), Lane::Data, &heartbeat(), NOW)
-                .to_vec();
+            let sealed = sealed_heartbeat(&mut Sealer::new(42, NOW), sealing, NOW);
             assert!(Verifier::default()
                 .verify(sealing, Lane::Data, &sealed, NOW)
                 .is_ok());
@@ -771,12 +765,8 @@ pub(crate) mod tests {
         assert_eq!(both.signing().mac(), Mac::HmacSha256);
         assert_eq!(new_first.signing().mac(), Mac::Blake3);
         let mut v = Verifier::default();
-        let by_old = Sealer::new(1, NOW)
-            .seal(old.signing(), Lane::Data, &heartbeat(), NOW)
-            .to_vec();
-        let by_new = Sealer::new(2, NOW)
-            .seal(new_first.signing(), Lane::Data, &heartbeat(), NOW)
-            .to_vec();
+        let by_old = sealed_heartbeat(&mut Sealer::new(1, NOW), &old, NOW);
+        let by_new = sealed_heartbeat(&mut Sealer::new(2, NOW), &new_first, NOW);
         assert!(v.verify(&both, Lane::Data, &by_old, NOW).is_ok());
         assert!(v.verify(&both, Lane::Data, &by_new, NOW).is_ok());
     }
@@ -789,18 +779,12 @@ pub(crate) mod tests {
         let mut v = Verifier::default();
         let mut a = Sealer::new(1, NOW);
         let mut b = Sealer::new(2, NOW);
-        let by_old = a
-            .seal(old.signing(), Lane::Data, &heartbeat(), NOW)
-            .to_vec();
-        let by_new = b
-            .seal(both.signing(), Lane::Data, &heartbeat(), NOW)
-            .to_vec();
+        let by_old = sealed_heartbeat(&mut a, &old, NOW);
+        let by_new = sealed_heartbeat(&mut b, &both, NOW);
         assert!(v.verify(&both, Lane::Data, &by_old, NOW).is_ok());
         assert!(v.verify(&both, Lane::Data, &by_new, NOW).is_ok());
         // A node still on the old file does not hear the new key.
-        let by_new = b
-            .seal(both.signing(), Lane::Data, &heartbeat(), NOW)
-            .to_vec();
+        let by_new = sealed_heartbeat(&mut b, &both, NOW);
         assert_eq!(
             v.verify(&old, Lane::Data, &by_new, NOW),
             Err(Rejected::UnknownKey)
