@@ -56,6 +56,38 @@ fn image_of_a(sid: u32, data: DataState) -> Got {
     }
 }
 
+/// Asserts that one of the messages in `got` matches the pattern; the failure shows
+/// them all, after the message when one is given.
+macro_rules! assert_any {
+    ($got:expr, $pat:pat) => {
+        assert_any!($got, $pat, "")
+    };
+    ($got:expr, $pat:pat, $what:literal) => {{
+        let got = &$got;
+        assert!(got.iter().any(|g| matches!(g, $pat)), "{}{got:?}", $what);
+    }};
+}
+
+/// An update on `sid`, standing for `count` updates, bid `bid`.
+fn update(sid: u32, seq: u32, count: u16, bid: i64) -> Got {
+    Got::Update {
+        sid,
+        seq,
+        count,
+        bid,
+    }
+}
+
+/// The status a stream gets when the node loses its upstream: open, suspect.
+fn connection_lost(sid: u32) -> Got {
+    Got::Status {
+        sid,
+        stream: StreamState::Open,
+        data: DataState::Suspect,
+        code: code::CONNECTION_LOST,
+    }
+}
+
 fn bid_of(f: FieldList<'_>) -> i64 {
     match f.get(22) {
         Some(Value::Real(r)) => r.mantissa,
@@ -114,6 +146,16 @@ fn login(core: &mut Node, role: Role, application: &str, now: Instant) -> ConnId
         .encode(&mut frame)
         .unwrap();
     core.on_frame(c, &frame, now);
+    c
+}
+
+/// A publisher logged in to `core` as `application`, having announced the one service
+/// `(name, item count)`.
+fn publisher_of(core: &mut Node, application: &str, service: (&str, u32), now: Instant) -> ConnId {
+    let c = login(core, Role::Publisher, application, now);
+    let (name, item_count) = service;
+    let directory = Message::Directory(Directory::one_service(name, item_count));
+    send(core, c, &[directory], now);
     c
 }
 
@@ -180,17 +222,14 @@ impl Tree {
         );
         let mut down = Node::new(
             CoreConfig {
-                node_id: NODE_ID,
                 cache: down_cache,
-                ..CoreConfig::default()
+                ..core_config()
             },
             now,
         );
         let cfg = RelayConfig {
-            node_id: NODE_ID,
-            node_name: "down".into(),
             services: services.map(|s| s.iter().map(|s| s.to_string()).collect()),
-            ..RelayConfig::default()
+            ..link_config()
         };
         let relay = Relay::start(&mut down, cfg, now);
         let mut t = Tree {
@@ -209,35 +248,28 @@ impl Tree {
         t
     }
 
+    /// The upstream publisher sends `msg`.
+    fn publish(&mut self, msg: Message<'_>) {
+        send(&mut self.up, self.publisher, &[msg], self.now);
+    }
+
     fn publish_image(&mut self, name: &str, sid: u32, bid: i64) {
         let f = quote(bid);
-        send(
-            &mut self.up,
-            self.publisher,
-            &[Message::Refresh(Refresh::whole(
-                sid,
-                1,
-                "FEED",
-                name,
-                FieldList::from_trusted(&f),
-            ))],
-            self.now,
-        );
+        let fields = FieldList::from_trusted(&f);
+        self.publish(Message::Refresh(Refresh::whole(
+            sid, 1, "FEED", name, fields,
+        )));
     }
 
     fn publish_update(&mut self, sid: u32, seq: u32, bid: i64) {
         let f = quote(bid);
-        send(
-            &mut self.up,
-            self.publisher,
-            &[Message::Update(Update::new(
-                sid,
-                seq,
-                UpdateType::Quote,
-                FieldList::from_trusted(&f),
-            ))],
-            self.now,
-        );
+        let fields = FieldList::from_trusted(&f);
+        self.publish(Message::Update(Update::new(
+            sid,
+            seq,
+            UpdateType::Quote,
+            fields,
+        )));
     }
 
     /// The link's socket opens to the upstream.
@@ -314,31 +346,22 @@ impl Tree {
 
     /// A fresh downstream core whose services go 1 s after their publisher, and its link.
     fn down_with_short_retention(&mut self) {
-        self.down = Node::new(short_retention(NODE_ID), self.now);
-        let cfg = RelayConfig {
-            node_id: NODE_ID,
-            node_name: "down".into(),
-            ..RelayConfig::default()
-        };
-        self.relay = Relay::start(&mut self.down, cfg, self.now);
+        self.replace_down(short_retention(NODE_ID), link_config());
     }
 
     /// A fresh downstream core, and its link taking `max_services` at most.
     fn down_taking_at_most(&mut self, max_services: usize) {
-        self.down = Node::new(
-            CoreConfig {
-                node_id: NODE_ID,
-                ..CoreConfig::default()
-            },
-            self.now,
-        );
-        let cfg = RelayConfig {
-            node_id: NODE_ID,
-            node_name: "down".into(),
+        let link = RelayConfig {
             max_services,
-            ..RelayConfig::default()
+            ..link_config()
         };
-        self.relay = Relay::start(&mut self.down, cfg, self.now);
+        self.replace_down(core_config(), link);
+    }
+
+    /// A fresh downstream core made with `core`, and its link with `link`.
+    fn replace_down(&mut self, core: CoreConfig, link: RelayConfig) {
+        self.down = Node::new(core, self.now);
+        self.relay = Relay::start(&mut self.down, link, self.now);
     }
 
     /// The link is lost, and comes back 100 ms later to a next upstream that has FEED
@@ -346,16 +369,25 @@ impl Tree {
     fn relink_to_an_upstream_of_feed_only(&mut self) {
         self.lose_link();
         let mut up = Node::new(CoreConfig::default(), self.now);
-        let publisher = login(&mut up, Role::Publisher, "feed", self.now);
-        send(
-            &mut up,
-            publisher,
-            &[Message::Directory(Directory::one_service("FEED", 0))],
-            self.now,
-        );
+        let publisher = publisher_of(&mut up, "feed", ("FEED", 0), self.now);
         (self.up, self.publisher) = (up, publisher);
         self.now += Duration::from_millis(100);
         self.link_up();
+    }
+
+    /// A linked tree whose downstream node has its cache off, with two subscribers:
+    /// s1 has item A open on stream 7, its ok image taken; s2 has nothing open yet.
+    fn cache_off_with_s1_imaged() -> (Tree, ConnId, ConnId) {
+        let mut t = Tree::with_cache(None, false);
+        t.link_up();
+        let (s1, s2) = (t.subscriber(), t.subscriber());
+        t.request(s1, 7, "A");
+        t.settle().unwrap();
+        assert!(
+            recv(&mut t.down, s1).contains(&image_of_a(7, DataState::Ok)),
+            "s1's image"
+        );
+        (t, s1, s2)
     }
 
     fn subscriber(&mut self) -> ConnId {
@@ -390,6 +422,23 @@ impl Tree {
     }
 }
 
+/// The downstream node's core config: its id, the rest as default.
+fn core_config() -> CoreConfig {
+    CoreConfig {
+        node_id: NODE_ID,
+        ..CoreConfig::default()
+    }
+}
+
+/// The downstream node's link config: the node's id and name, the rest as default.
+fn link_config() -> RelayConfig {
+    RelayConfig {
+        node_id: NODE_ID,
+        node_name: "down".into(),
+        ..RelayConfig::default()
+    }
+}
+
 /// A core config whose services go 1 s after their publisher left.
 fn short_retention(node_id: u64) -> CoreConfig {
     CoreConfig {
@@ -405,13 +454,7 @@ fn short_retention(node_id: u64) -> CoreConfig {
 /// The upstream's own figures service, `TICKWIRE`, with item `NODE` saying `path` (its
 /// `TW_PATH`) when given.
 fn upstream_figures(t: &mut Tree, path: Option<&str>) {
-    let figures = login(&mut t.up, Role::Publisher, "figures", t.now);
-    send(
-        &mut t.up,
-        figures,
-        &[Message::Directory(Directory::one_service("TICKWIRE", 1))],
-        t.now,
-    );
+    let figures = publisher_of(&mut t.up, "figures", ("TICKWIRE", 1), t.now);
     let Some(path) = path else { return };
     let f = encode_field_list([(TW_PATH, Value::Utf8(path))]);
     send(
@@ -450,24 +493,8 @@ fn an_item_is_asked_upstream_once_for_every_local_subscriber_and_closed_with_the
     assert_eq!(t.relay.stats().requests_sent, 1);
     t.publish_update(1, 2, 101);
     t.settle().unwrap();
-    assert_eq!(
-        recv(&mut t.down, s1),
-        [Got::Update {
-            sid: 7,
-            seq: 2,
-            count: 1,
-            bid: 101
-        }]
-    );
-    assert_eq!(
-        recv(&mut t.down, s2),
-        [Got::Update {
-            sid: 9,
-            seq: 2,
-            count: 1,
-            bid: 101
-        }]
-    );
+    assert_eq!(recv(&mut t.down, s1), [update(7, 2, 1, 101)]);
+    assert_eq!(recv(&mut t.down, s2), [update(9, 2, 1, 101)]);
 
     // The first close keeps the upstream stream; the last closes it.
     send(&mut t.down, s1, &[Message::Close { stream_id: 7 }], t.now);
@@ -494,15 +521,7 @@ fn an_item_is_asked_upstream_once_for_every_local_subscriber_and_closed_with_the
 /// re-imaged: never seq 1 then 3.
 #[test]
 fn a_subscriber_joining_at_a_cache_off_node_costs_the_ones_in_step_no_update() {
-    let mut t = Tree::with_cache(None, false);
-    t.link_up();
-    let (s1, s2) = (t.subscriber(), t.subscriber());
-    t.request(s1, 7, "A");
-    t.settle().unwrap();
-    assert!(
-        recv(&mut t.down, s1).contains(&image_of_a(7, DataState::Ok)),
-        "s1's image"
-    );
+    let (mut t, s1, s2) = Tree::cache_off_with_s1_imaged();
     // s2 joins: the core asks the link, which asks upstream (not sent yet)...
     t.request(s2, 9, "A");
     t.relay.pump(&mut t.down, t.now);
@@ -524,12 +543,7 @@ fn a_subscriber_joining_at_a_cache_off_node_costs_the_ones_in_step_no_update() {
         }
     }
     assert_eq!(seq, 3, "{got:?}");
-    assert!(
-        recv(&mut t.down, s2)
-            .iter()
-            .any(|g| matches!(g, Got::Refresh { sid: 9, .. })),
-        "s2's image"
-    );
+    assert_s2_imaged(&mut t, s2);
 }
 
 #[test]
@@ -539,44 +553,28 @@ fn conflation_counts_and_statuses_pass_through() {
     let s = t.watching(&[(3, "A")]);
     // An update that already stands for several (conflated upstream) keeps its count.
     let f = quote(150);
-    send(
-        &mut t.up,
-        t.publisher,
-        &[Message::Update(Update {
-            stream_id: 1,
-            seq: 6,
-            update_type: UpdateType::Quote,
-            do_not_conflate: false,
-            conflation_count: 5,
-            fields: FieldList::from_trusted(&f),
-        })],
-        t.now,
-    );
+    t.publish(Message::Update(Update {
+        stream_id: 1,
+        seq: 6,
+        update_type: UpdateType::Quote,
+        do_not_conflate: false,
+        conflation_count: 5,
+        fields: FieldList::from_trusted(&f),
+    }));
     t.settle().unwrap();
-    assert_eq!(
-        recv(&mut t.down, s),
-        [Got::Update {
-            sid: 3,
-            seq: 6,
-            count: 5,
-            bid: 150
-        }]
-    );
+    assert_eq!(recv(&mut t.down, s), [update(3, 6, 5, 150)]);
     // The publisher leaves: its service goes down upstream, and here.
     t.up.on_disconnect(t.publisher, t.now);
     t.settle().unwrap();
     let got = recv(&mut t.down, s);
-    assert!(
-        got.iter().any(|g| matches!(
-            g,
-            Got::Status {
-                sid: 3,
-                stream: StreamState::Open,
-                data: DataState::Suspect,
-                ..
-            }
-        )),
-        "{got:?}"
+    assert_any!(
+        got,
+        Got::Status {
+            sid: 3,
+            stream: StreamState::Open,
+            data: DataState::Suspect,
+            ..
+        }
     );
 }
 
@@ -589,15 +587,7 @@ fn a_lost_upstream_makes_items_suspect_and_the_reconnect_reimages_them() {
     t.lose_link();
     let got = recv(&mut t.down, s);
     for sid in [3, 4] {
-        assert!(
-            got.contains(&Got::Status {
-                sid,
-                stream: StreamState::Open,
-                data: DataState::Suspect,
-                code: code::CONNECTION_LOST
-            }),
-            "{got:?}"
-        );
+        assert!(got.contains(&connection_lost(sid)), "{got:?}");
     }
     // While the upstream is away, a request for an item the node has is answered
     // from its cache, suspect; one for an item it has not is told so at once.
@@ -606,15 +596,7 @@ fn a_lost_upstream_makes_items_suspect_and_the_reconnect_reimages_them() {
     t.relay.pump(&mut t.down, t.now);
     let got = recv(&mut t.down, s);
     assert!(got.contains(&image_of_a(5, DataState::Suspect)), "{got:?}");
-    assert!(
-        got.contains(&Got::Status {
-            sid: 6,
-            stream: StreamState::Open,
-            data: DataState::Suspect,
-            code: code::CONNECTION_LOST
-        }),
-        "{got:?}"
-    );
+    assert!(got.contains(&connection_lost(6)), "{got:?}");
 
     // Meanwhile the item moved on upstream.
     t.publish_update(1, 2, 111);
@@ -632,16 +614,13 @@ fn a_lost_upstream_makes_items_suspect_and_the_reconnect_reimages_them() {
             .iter()
             .any(|g| matches!(g, Got::Update { sid: s, .. } if *s == sid)));
     }
-    assert!(
-        got.iter().any(|g| matches!(
-            g,
-            Got::Refresh {
-                sid: 3,
-                solicited: false,
-                ..
-            }
-        )),
-        "{got:?}"
+    assert_any!(
+        got,
+        Got::Refresh {
+            sid: 3,
+            solicited: false,
+            ..
+        }
     );
     assert!(t.relay.stats().reimages >= 2);
 }
@@ -745,26 +724,13 @@ fn services_the_next_upstream_lacks_are_down_here() {
 /// for every subscriber, even when the item has not moved meanwhile.
 #[test]
 fn a_link_lost_while_a_cache_off_node_asked_again_re_images_every_subscriber() {
-    let mut t = Tree::with_cache(None, false);
-    t.link_up();
-    let (s1, s2) = (t.subscriber(), t.subscriber());
-    t.request(s1, 7, "A");
-    t.settle().unwrap();
-    assert!(
-        recv(&mut t.down, s1).contains(&image_of_a(7, DataState::Ok)),
-        "s1's image"
-    );
+    let (mut t, s1, s2) = Tree::cache_off_with_s1_imaged();
     // s2 joins: the core asks the link again; the link drops before the answer.
     t.request(s2, 9, "A");
     t.relay.pump(&mut t.down, t.now);
     t.lose_link();
     assert!(
-        recv(&mut t.down, s1).contains(&Got::Status {
-            sid: 7,
-            stream: StreamState::Open,
-            data: DataState::Suspect,
-            code: code::CONNECTION_LOST
-        }),
+        recv(&mut t.down, s1).contains(&connection_lost(7)),
         "s1 is told its item is suspect"
     );
     t.now += Duration::from_millis(100);
@@ -794,15 +760,7 @@ fn an_item_requested_and_closed_in_one_turn_is_not_left_open_upstream() {
 #[test]
 fn a_subscriber_joining_a_cache_off_node_while_its_link_is_down_leaves_every_subscriber_re_imaged()
 {
-    let mut t = Tree::with_cache(None, false);
-    t.link_up();
-    let (s1, s2) = (t.subscriber(), t.subscriber());
-    t.request(s1, 7, "A");
-    t.settle().unwrap();
-    assert!(
-        recv(&mut t.down, s1).contains(&image_of_a(7, DataState::Ok)),
-        "s1's image"
-    );
+    let (mut t, s1, s2) = Tree::cache_off_with_s1_imaged();
     t.lose_link();
     recv(&mut t.down, s1);
     // s2 joins while the link is down: the core asks the link again.
@@ -813,26 +771,29 @@ fn a_subscriber_joining_a_cache_off_node_while_its_link_is_down_leaves_every_sub
     both_imaged(&mut t, s1, s2);
 }
 
-/// s1 (on stream 7) is imaged again, ok, and s2 (on stream 9) gets its image.
-fn both_imaged(t: &mut Tree, s1: ConnId, s2: ConnId) {
-    let got = recv(&mut t.down, s1);
-    assert!(
-        got.iter().any(|g| matches!(
-            g,
-            Got::Refresh {
-                sid: 7,
-                data: DataState::Ok,
-                ..
-            }
-        )),
-        "s1 is imaged again, ok: {got:?}"
-    );
+/// s2 got its image of A on stream 9.
+fn assert_s2_imaged(t: &mut Tree, s2: ConnId) {
     assert!(
         recv(&mut t.down, s2)
             .iter()
             .any(|g| matches!(g, Got::Refresh { sid: 9, .. })),
         "s2's image"
     );
+}
+
+/// s1 (on stream 7) is imaged again, ok, and s2 (on stream 9) gets its image.
+fn both_imaged(t: &mut Tree, s1: ConnId, s2: ConnId) {
+    let got = recv(&mut t.down, s1);
+    assert_any!(
+        got,
+        Got::Refresh {
+            sid: 7,
+            data: DataState::Ok,
+            ..
+        },
+        "s1 is imaged again, ok: "
+    );
+    assert_s2_imaged(t, s2);
 }
 
 /// A service the upstream node removed (its publisher gone past its retention time)
@@ -843,11 +804,8 @@ fn a_service_the_upstream_removes_goes_here_too_after_this_nodes_retention() {
     let mut t = Tree::new(None);
     // Upstream: FEED from one publisher, GONE from another.
     let mut up = Node::new(short_retention(0), t.now);
-    let feed = login(&mut up, Role::Publisher, "feed", t.now);
-    let one = |name| [Message::Directory(Directory::one_service(name, 0))];
-    send(&mut up, feed, &one("FEED"), t.now);
-    let gone = login(&mut up, Role::Publisher, "gone", t.now);
-    send(&mut up, gone, &one("GONE"), t.now);
+    let feed = publisher_of(&mut up, "feed", ("FEED", 0), t.now);
+    let gone = publisher_of(&mut up, "gone", ("GONE", 0), t.now);
     (t.up, t.publisher) = (up, feed);
     t.down_with_short_retention();
     t.link_up();
@@ -879,15 +837,7 @@ fn a_service_the_upstream_removes_goes_here_too_after_this_nodes_retention() {
 #[test]
 fn a_subscriber_joining_a_cache_off_node_just_after_its_link_is_back_leaves_every_subscriber_re_imaged(
 ) {
-    let mut t = Tree::with_cache(None, false);
-    t.link_up();
-    let (s1, s2) = (t.subscriber(), t.subscriber());
-    t.request(s1, 7, "A");
-    t.settle().unwrap();
-    assert!(
-        recv(&mut t.down, s1).contains(&image_of_a(7, DataState::Ok)),
-        "s1's image"
-    );
+    let (mut t, s1, s2) = Tree::cache_off_with_s1_imaged();
     t.lose_link();
     recv(&mut t.down, s1);
     t.now += Duration::from_millis(100);
@@ -921,13 +871,7 @@ fn a_service_the_next_upstream_lacks_goes_here_after_this_nodes_retention() {
     t.down.handle_timeout(t.now);
     assert_eq!(t.down.services(), [("FEED".to_string(), true)]);
     // Should the upstream announce it again, it is the link's again.
-    let other = login(&mut t.up, Role::Publisher, "other", t.now);
-    send(
-        &mut t.up,
-        other,
-        &[Message::Directory(Directory::one_service("OTHER", 0))],
-        t.now,
-    );
+    publisher_of(&mut t.up, "other", ("OTHER", 0), t.now);
     t.settle().unwrap();
     assert!(t.down.publishes(t.relay.conn(), "OTHER"));
 }
@@ -937,21 +881,12 @@ fn a_service_the_next_upstream_lacks_goes_here_after_this_nodes_retention() {
 #[test]
 fn services_not_chosen_are_not_counted_as_left_out_past_the_limit() {
     let mut t = Tree::new(None);
-    t.down = Node::new(
-        CoreConfig {
-            node_id: NODE_ID,
-            ..CoreConfig::default()
-        },
-        t.now,
-    );
-    let cfg = RelayConfig {
-        node_id: NODE_ID,
-        node_name: "down".into(),
+    let link = RelayConfig {
         services: Some(["FEED".to_string()].into()),
         max_services: 1,
-        ..RelayConfig::default()
+        ..link_config()
     };
-    t.relay = Relay::start(&mut t.down, cfg, t.now);
+    t.replace_down(core_config(), link);
     t.link_up();
     assert_eq!(t.down.services(), [("FEED".to_string(), true)]);
     assert_eq!(t.relay.stats().services_left_out, 0);
