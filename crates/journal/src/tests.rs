@@ -4,7 +4,7 @@
 use super::*;
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
-use tickwire_proto::{encode_field_list, FieldList, NakCode, Real, Value};
+use tickwire_proto::{encode_field_list, FieldList, NakCode, Real, ReplayFrom, Value};
 
 /// A directory removed at the end of the test.
 struct TempDir(PathBuf);
@@ -49,6 +49,62 @@ fn opts(sync: SyncPolicy) -> JournalOptions {
         sync,
         ..JournalOptions::default()
     }
+}
+
+/// Options of a journal that never syncs, with segments of `segment_bytes` (and every
+/// segment kept).
+fn small_segments(segment_bytes: u64) -> JournalOptions {
+    JournalOptions {
+        sync: SyncPolicy::Never,
+        segment_bytes,
+        ..JournalOptions::default()
+    }
+}
+
+/// Whether the journal commits after every record, or once after them all.
+#[derive(Clone, Copy)]
+enum Commit {
+    EachRecord,
+    Once,
+}
+
+/// Opens the journal in `dir`, receives FEED's posts `post_ids` of `SYM0` (bid 0.01),
+/// commits them and closes it.
+fn write_posts(
+    dir: &Path,
+    options: JournalOptions,
+    post_ids: std::ops::Range<u32>,
+    commit: Commit,
+) {
+    let f = bid(1);
+    let (mut j, _) = Journal::open(dir, options).unwrap();
+    for i in post_ids {
+        j.received(&post("SYM0", i, &f), 0).unwrap();
+        if let Commit::EachRecord = commit {
+            j.commit().unwrap();
+        }
+    }
+    if let Commit::Once = commit {
+        j.commit().unwrap();
+    }
+}
+
+/// Why opening the journal in `dir` is refused (it is expected to be, for `why`).
+fn refusal(dir: &Path, policy: SyncPolicy, why: &str) -> String {
+    Journal::open(dir, opts(policy))
+        .err()
+        .expect(why)
+        .to_string()
+}
+
+/// Changes the bytes of the first segment in `dir` with `damage`, on disk: its path and
+/// its damaged bytes.
+fn damage_first_segment(dir: &Path, damage: impl FnOnce(&mut [u8])) -> (PathBuf, Vec<u8>) {
+    let path = segments(dir)[0].clone();
+    let mut bytes = std::fs::read(&path).unwrap();
+    damage(&mut bytes);
+    std::fs::write(&path, &bytes).unwrap();
+    (path, bytes)
 }
 
 fn segments(dir: &Path) -> Vec<PathBuf> {
@@ -123,10 +179,7 @@ fn a_journal_open_elsewhere_is_not_opened_again() {
     let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Batch)).unwrap();
     j.received(&post("SYM0", 1, &f), 0).unwrap();
     j.commit().unwrap();
-    let err = Journal::open(&dir.0, opts(SyncPolicy::Batch))
-        .err()
-        .expect("a journal in use is refused");
-    let text = err.to_string();
+    let text = refusal(&dir.0, SyncPolicy::Batch, "a journal in use is refused");
     assert!(text.contains("in use by another process"), "{text}");
     assert!(text.contains(&dir.0.display().to_string()), "{text}");
     j.received(&post("SYM0", 2, &f), 0).unwrap();
@@ -170,15 +223,7 @@ fn each_policy_makes_the_system_calls_it_says() {
 #[test]
 fn with_never_a_full_segment_is_synced_before_the_next_starts() {
     let dir = TempDir::new("never-roll");
-    let (mut j, _) = Journal::open(
-        &dir.0,
-        JournalOptions {
-            sync: SyncPolicy::Never,
-            segment_bytes: 300,
-            ..JournalOptions::default()
-        },
-    )
-    .unwrap();
+    let (mut j, _) = Journal::open(&dir.0, small_segments(300)).unwrap();
     let f = bid(1);
     let mut rolls = 0;
     for i in 0..20 {
@@ -200,32 +245,14 @@ fn with_never_a_full_segment_is_synced_before_the_next_starts() {
 #[test]
 fn segments_roll_and_a_missing_one_is_refused_by_name() {
     let dir = TempDir::new("roll");
-    let f = bid(1);
-    {
-        let (mut j, _) = Journal::open(
-            &dir.0,
-            JournalOptions {
-                sync: SyncPolicy::Never,
-                segment_bytes: 300,
-                ..JournalOptions::default()
-            },
-        )
-        .unwrap();
-        for i in 0..20 {
-            j.received(&post("SYM0", i, &f), 0).unwrap();
-            j.commit().unwrap();
-        }
-    }
+    write_posts(&dir.0, small_segments(300), 0..20, Commit::EachRecord);
     let segs = segments(&dir.0);
     assert!(segs.len() >= 4, "{segs:?}");
     let (j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
     assert_eq!((rec.records, j.pending_count()), (20, 20));
     drop(j);
     std::fs::remove_file(&segs[1]).unwrap();
-    let err = Journal::open(&dir.0, opts(SyncPolicy::Never))
-        .err()
-        .expect("a gap is an error");
-    let text = err.to_string();
+    let text = refusal(&dir.0, SyncPolicy::Never, "a gap is an error");
     assert!(text.contains("do not follow each other"), "{text}");
     assert!(text.contains(&segment::file_name(0)[..10]), "{text}");
 }
@@ -236,12 +263,7 @@ fn segments_roll_and_a_missing_one_is_refused_by_name() {
 #[test]
 fn an_empty_segment_before_another_is_refused_by_name() {
     let dir = TempDir::new("empty-before");
-    let f = bid(1);
-    {
-        let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Always)).unwrap();
-        j.received(&post("SYM0", 1, &f), 0).unwrap();
-        j.commit().unwrap();
-    }
+    write_posts(&dir.0, opts(SyncPolicy::Always), 1..2, Commit::Once);
     let kept = segments(&dir.0);
     let empty = dir.0.join(segment::file_name(0));
     std::fs::write(&empty, segment::encode_header(0, 0)).unwrap();
@@ -252,10 +274,11 @@ fn an_empty_segment_before_another_is_refused_by_name() {
             .collect()
     };
     let before = sizes(&segments(&dir.0));
-    let err = Journal::open(&dir.0, opts(SyncPolicy::Always))
-        .err()
-        .expect("an empty segment before another is an error");
-    let text = err.to_string();
+    let text = refusal(
+        &dir.0,
+        SyncPolicy::Always,
+        "an empty segment before another is an error",
+    );
     assert!(text.contains(&segment::file_name(0)), "{text}");
     assert!(text.contains("holds no records"), "{text}");
     assert!(text.contains(&segment::file_name(1)), "{text}");
@@ -270,27 +293,14 @@ fn an_empty_segment_before_another_is_refused_by_name() {
 #[test]
 fn a_flipped_byte_before_the_end_is_corruption_not_a_torn_write() {
     let dir = TempDir::new("corrupt");
-    let f = bid(1);
-    {
-        let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
-        for i in 0..5 {
-            j.received(&post("SYM0", i, &f), 0).unwrap();
-        }
-        j.commit().unwrap();
-    }
-    let path = &segments(&dir.0)[0];
-    let mut bytes = std::fs::read(path).unwrap();
+    write_posts(&dir.0, opts(SyncPolicy::Never), 0..5, Commit::Once);
     let at = segment::HEADER_LEN + 20; // inside the first record's body
-    bytes[at] ^= 0x40;
-    std::fs::write(path, &bytes).unwrap();
-    let err = Journal::open(&dir.0, opts(SyncPolicy::Never))
-        .err()
-        .expect("corruption is an error");
-    let text = err.to_string();
+    let (path, bytes) = damage_first_segment(&dir.0, |bytes| bytes[at] ^= 0x40);
+    let text = refusal(&dir.0, SyncPolicy::Never, "corruption is an error");
     assert!(text.contains("corrupt at byte 32"), "{text}");
     assert!(text.contains("checksum mismatch"), "{text}");
     // Left as it was for an operator to look at.
-    assert_eq!(std::fs::read(path).unwrap(), bytes);
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
 }
 
 /// A record's length is outside its checksum: one flipped bit there makes the record
@@ -300,38 +310,23 @@ fn a_flipped_byte_before_the_end_is_corruption_not_a_torn_write() {
 #[test]
 fn a_length_made_longer_than_the_file_by_a_flipped_bit_is_corruption_not_a_torn_write() {
     let dir = TempDir::new("length");
-    let f = bid(1);
-    {
-        let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
-        for i in 0..20 {
-            j.received(&post("SYM0", i, &f), 0).unwrap();
-        }
-        j.commit().unwrap();
-    }
-    let path = &segments(&dir.0)[0];
-    let mut bytes = std::fs::read(path).unwrap();
-    let (_, one) = record::decode(&bytes[segment::HEADER_LEN..]).unwrap();
-    // The 11th record's length, bit 16: longer than the 9 records left after it.
-    let at = segment::HEADER_LEN + 10 * one;
-    bytes[at + 1] ^= 0x01;
-    std::fs::write(path, &bytes).unwrap();
-    let err = Journal::open(&dir.0, opts(SyncPolicy::Never))
-        .err()
-        .expect("corruption is an error");
-    let text = err.to_string();
+    write_posts(&dir.0, opts(SyncPolicy::Never), 0..20, Commit::Once);
+    let mut at = 0;
+    let (path, bytes) = damage_first_segment(&dir.0, |bytes| {
+        let (_, one) = record::decode(&bytes[segment::HEADER_LEN..]).unwrap();
+        // The 11th record's length, bit 16: longer than the 9 records left after it.
+        at = segment::HEADER_LEN + 10 * one;
+        bytes[at + 1] ^= 0x01;
+    });
+    let text = refusal(&dir.0, SyncPolicy::Never, "corruption is an error");
     assert!(text.contains(&format!("corrupt at byte {at}")), "{text}");
-    assert_eq!(std::fs::read(path).unwrap(), bytes);
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
 }
 
 #[test]
 fn a_segment_whose_header_never_reached_the_disk_is_removed() {
     let dir = TempDir::new("header");
-    {
-        let (mut j, _) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
-        let f = bid(1);
-        j.received(&post("SYM0", 1, &f), 0).unwrap();
-        j.commit().unwrap();
-    }
+    write_posts(&dir.0, opts(SyncPolicy::Never), 1..2, Commit::Once);
     let next = dir.0.join(segment::file_name(2));
     std::fs::write(&next, &segment::MAGIC[..5]).unwrap();
     let (mut j, rec) = Journal::open(&dir.0, opts(SyncPolicy::Never)).unwrap();
@@ -428,32 +423,15 @@ fn item_part(item: &str, seq: u32, refresh: bool, fields: &[u8]) -> Vec<u8> {
 #[test]
 fn a_history_across_a_damaged_segment_is_refused_not_given_with_a_hole() {
     let dir = TempDir::new("history-damaged");
-    let opts = JournalOptions {
-        sync: SyncPolicy::Never,
-        segment_bytes: 400,
-        ..JournalOptions::default()
-    };
-    let (mut j, _) = Journal::open(&dir.0, opts.clone()).unwrap();
-    for seq in 1..=30u32 {
-        let f = bid(seq as i64);
-        j.item_message(&item_part("SYM0", seq, seq == 1, &f), 1_000 * seq as u64)
-            .unwrap();
-        j.commit().unwrap();
-    }
+    let (mut j, _) = Journal::open(&dir.0, small_segments(400)).unwrap();
+    updates(&mut j, 1..=30);
     let all = segments(&dir.0);
     assert!(all.len() > 3);
     // A byte of a record in the second segment flips while the node runs.
     let mut bytes = std::fs::read(&all[1]).unwrap();
     bytes[segment::HEADER_LEN + 20] ^= 0x40;
     std::fs::write(&all[1], &bytes).unwrap();
-    let Err(err) = j.history(&crate::HistoryQuery {
-        service: "FEED".into(),
-        item: "SYM0".into(),
-        from: tickwire_proto::ReplayFrom::Seq(1),
-        until: 30,
-        max: 100,
-        max_bytes: usize::MAX,
-    }) else {
+    let Err(err) = j.history(&sym0_from_seq_1_until(30)) else {
         panic!("a history with a hole is refused");
     };
     let text = err.to_string();
@@ -464,15 +442,7 @@ fn a_history_across_a_damaged_segment_is_refused_not_given_with_a_hole() {
 #[test]
 fn the_history_of_an_item_is_its_journaled_messages_in_order_from_a_seq_or_a_time() {
     let dir = TempDir::new("history");
-    let (mut j, _) = Journal::open(
-        &dir.0,
-        JournalOptions {
-            sync: SyncPolicy::Never,
-            segment_bytes: 400,
-            ..JournalOptions::default()
-        },
-    )
-    .unwrap();
+    let (mut j, _) = Journal::open(&dir.0, small_segments(400)).unwrap();
     // SYM0 and SYM1 interleaved, over several segments; a post in between.
     for seq in 1..=30u32 {
         for item in ["SYM0", "SYM1"] {
@@ -491,48 +461,20 @@ fn the_history_of_an_item_is_its_journaled_messages_in_order_from_a_seq_or_a_tim
     let f = bid(31);
     j.item_message(&item_part("SYM0", 31, false, &f), 31_000)
         .unwrap();
-    let h = history_of(
-        &mut j,
-        "SYM0",
-        tickwire_proto::ReplayFrom::Seq(25),
-        31,
-        100,
-        usize::MAX,
-    );
+    let h = history_of(&mut j, "SYM0", ReplayFrom::Seq(25), 31, 100, usize::MAX);
     let seqs = seqs_of(&h);
     assert_eq!(seqs, (25..=31).collect::<Vec<_>>());
     assert_eq!(h.messages[0].fields, bid(25));
     assert!(!h.truncated);
     // From a time, up to a seq, at most a few (the latest).
-    let h = history_of(
-        &mut j,
-        "SYM1",
-        tickwire_proto::ReplayFrom::Time(5_000),
-        20,
-        100,
-        usize::MAX,
-    );
+    let h = history_of(&mut j, "SYM1", ReplayFrom::Time(5_000), 20, 100, usize::MAX);
     assert_eq!(h.messages.first().map(|m| m.seq), Some(5));
     assert_eq!(h.messages.last().map(|m| m.seq), Some(20));
-    let h = history_of(
-        &mut j,
-        "SYM1",
-        tickwire_proto::ReplayFrom::Seq(1),
-        30,
-        4,
-        usize::MAX,
-    );
+    let h = history_of(&mut j, "SYM1", ReplayFrom::Seq(1), 30, 4, usize::MAX);
     assert_eq!(seqs_of(&h), [27, 28, 29, 30]);
     assert!(h.truncated);
     assert!(h.messages.iter().all(|m| !m.refresh));
-    let h = history_of(
-        &mut j,
-        "SYM1",
-        tickwire_proto::ReplayFrom::Seq(1),
-        1,
-        10,
-        usize::MAX,
-    );
+    let h = history_of(&mut j, "SYM1", ReplayFrom::Seq(1), 1, 10, usize::MAX);
     assert!(h.messages[0].refresh);
     // Item messages are not posts: nothing pending but the one post.
     drop(j);
@@ -554,14 +496,7 @@ fn a_history_of_large_messages_is_cut_to_its_bytes_keeping_the_latest() {
         j.item_message(&item_part("SYM0", seq, seq == 1, &big), 1_000 * seq as u64)
             .unwrap();
     }
-    let h = history_of(
-        &mut j,
-        "SYM0",
-        tickwire_proto::ReplayFrom::Seq(1),
-        50,
-        1_000,
-        100_000,
-    );
+    let h = history_of(&mut j, "SYM0", ReplayFrom::Seq(1), 50, 1_000, 100_000);
     let bytes: usize = h.messages.iter().map(|m| m.fields.len()).sum();
     assert!(bytes <= 100_000, "{bytes} bytes of fields");
     assert!(h.truncated);
@@ -583,36 +518,15 @@ fn a_history_across_a_publisher_restart_keeps_the_messages_before_it() {
         j.item_message(&item_part("SYM0", seq, seq == 1, &f), t)
             .unwrap();
     }
-    let h = history_of(
-        &mut j,
-        "SYM0",
-        tickwire_proto::ReplayFrom::Time(20_000),
-        5,
-        100,
-        usize::MAX,
-    );
+    let h = history_of(&mut j, "SYM0", ReplayFrom::Time(20_000), 5, 100, usize::MAX);
     let seqs = seqs_of(&h);
     assert_eq!(seqs, (20..=30).chain(1..=5).collect::<Vec<_>>());
     assert!(!h.truncated);
     // The latest few; and up to a seq the restart has not reached, the messages before it.
-    let h = history_of(
-        &mut j,
-        "SYM0",
-        tickwire_proto::ReplayFrom::Seq(1),
-        5,
-        3,
-        usize::MAX,
-    );
+    let h = history_of(&mut j, "SYM0", ReplayFrom::Seq(1), 5, 3, usize::MAX);
     assert_eq!(seqs_of(&h), [3, 4, 5]);
     assert!(h.truncated);
-    let h = history_of(
-        &mut j,
-        "SYM0",
-        tickwire_proto::ReplayFrom::Seq(1),
-        3,
-        2,
-        usize::MAX,
-    );
+    let h = history_of(&mut j, "SYM0", ReplayFrom::Seq(1), 3, 2, usize::MAX);
     assert_eq!(seqs_of(&h), [2, 3]);
 }
 
@@ -637,6 +551,27 @@ fn history_of(
     .unwrap()
 }
 
+/// FEED's SYM0 from seq 1 up to `until`: at most 100 messages, of any size.
+fn sym0_from_seq_1_until(until: u32) -> crate::HistoryQuery {
+    crate::HistoryQuery {
+        service: "FEED".into(),
+        item: "SYM0".into(),
+        from: ReplayFrom::Seq(1),
+        until,
+        max: 100,
+        max_bytes: usize::MAX,
+    }
+}
+
+/// The history is its item's seqs from some seq past 1 up to `last`, one after another:
+/// the oldest ones were removed, and nothing after them is missing.
+fn assert_seqs_past_1_up_to(h: &crate::History, last: u32) {
+    let seqs = seqs_of(h);
+    let first = *seqs.first().expect("some are left");
+    assert!(first > 1, "{seqs:?}");
+    assert_eq!(seqs, (first..=last).collect::<Vec<_>>());
+}
+
 /// The seqs of a history's messages, in order.
 fn seqs_of(h: &crate::History) -> Vec<u32> {
     h.messages.iter().map(|m| m.seq).collect()
@@ -645,9 +580,8 @@ fn seqs_of(h: &crate::History) -> Vec<u32> {
 /// A journal of `segment_bytes` segments that removes its oldest past `retain_bytes`.
 fn retaining(dir: &Path, segment_bytes: u64, retain_bytes: u64) -> (Journal, Recovery) {
     let opts = JournalOptions {
-        sync: SyncPolicy::Never,
-        segment_bytes,
         retain_bytes,
+        ..small_segments(segment_bytes)
     };
     Journal::open(dir, opts).unwrap()
 }
@@ -659,6 +593,17 @@ fn updates(j: &mut Journal, seqs: std::ops::RangeInclusive<u32>) {
         j.item_message(&item_part("SYM0", seq, seq == 1, &f), 1_000 * seq as u64)
             .unwrap();
         j.commit().unwrap();
+    }
+}
+
+/// Appends SYM0's updates `seqs` as `updates` does, stopping once `segment` is gone
+/// (removed by retention).
+fn updates_until_gone(j: &mut Journal, seqs: std::ops::RangeInclusive<u32>, segment: &Path) {
+    for seq in seqs {
+        updates(j, seq..=seq);
+        if !segment.exists() {
+            break;
+        }
     }
 }
 
@@ -708,19 +653,9 @@ fn old_segments_go_past_the_retained_size_but_not_one_with_an_unanswered_post() 
     let (mut j, rec) = retaining(&dir.0, segment, retain);
     assert_eq!(j.pending_count(), 0);
     assert_eq!(rec.segments, left.len());
-    let h = history_of(
-        &mut j,
-        "SYM0",
-        tickwire_proto::ReplayFrom::Seq(1),
-        60,
-        100,
-        usize::MAX,
-    );
-    let seqs = seqs_of(&h);
-    assert_eq!(seqs.last(), Some(&60));
-    let first = seqs[0];
-    assert!(first > 1, "{seqs:?}");
-    assert_eq!(seqs, (first..=60).collect::<Vec<_>>());
+    let h = history_of(&mut j, "SYM0", ReplayFrom::Seq(1), 60, 100, usize::MAX);
+    assert_eq!(seqs_of(&h).last(), Some(&60));
+    assert_seqs_past_1_up_to(&h, 60);
 }
 
 /// A size lowered since the last run applies when the journal opens.
@@ -747,34 +682,24 @@ fn a_lowered_retained_size_applies_at_open() {
 /// rather than failing on a segment that is gone.
 #[test]
 fn a_history_read_after_old_segments_went_starts_at_the_oldest_left() {
-    let dir = TempDir::new("retain-replay");
-    let (mut j, _) = retaining(&dir.0, 400, 1_200);
-    updates(&mut j, 1..=20);
-    let source = j.history_source().unwrap();
+    let (dir, mut j, source) = a_replay_source_of_20_updates("retain-replay");
     let removed = j.stats().segments_removed;
     let oldest = files::list_segments(&dir.0).unwrap()[0].1.clone();
     // Until the oldest segment the source lists goes (the next roll or two).
-    for seq in 21..=40 {
-        updates(&mut j, seq..=seq);
-        if !oldest.exists() {
-            break;
-        }
-    }
+    updates_until_gone(&mut j, 21..=40, &oldest);
     assert!(!oldest.exists() && j.stats().segments_removed > removed);
-    let h = source
-        .read(&crate::HistoryQuery {
-            service: "FEED".into(),
-            item: "SYM0".into(),
-            from: tickwire_proto::ReplayFrom::Seq(1),
-            until: 20,
-            max: 100,
-            max_bytes: usize::MAX,
-        })
-        .unwrap();
-    let seqs = seqs_of(&h);
-    let first = *seqs.first().expect("some are left");
-    assert!(first > 1, "{seqs:?}");
-    assert_eq!(seqs, (first..=20).collect::<Vec<_>>());
+    let h = source.read(&sym0_from_seq_1_until(20)).unwrap();
+    assert_seqs_past_1_up_to(&h, 20);
+}
+
+/// A journal of 400-byte segments keeping 1,200 bytes, holding SYM0's updates 1 to 20,
+/// and a replay's source taken from it then.
+fn a_replay_source_of_20_updates(tag: &str) -> (TempDir, Journal, crate::HistorySource) {
+    let dir = TempDir::new(tag);
+    let (mut j, _) = retaining(&dir.0, 400, 1_200);
+    updates(&mut j, 1..=20);
+    let source = j.history_source().unwrap();
+    (dir, j, source)
 }
 
 /// A segment of each kind of record, as the journal writes it: its bytes (first seq 1).
@@ -874,10 +799,7 @@ fn a_segment_reader_yields_each_record_having_read_only_it() {
 #[test]
 fn a_history_whose_next_segment_goes_while_it_reads_one_starts_at_the_oldest_left() {
     use std::io::Write;
-    let dir = TempDir::new("retain-race");
-    let (mut j, _) = retaining(&dir.0, 400, 1_200);
-    updates(&mut j, 1..=20);
-    let source = j.history_source().unwrap();
+    let (dir, mut j, source) = a_replay_source_of_20_updates("retain-race");
     let listed = files::list_segments(&dir.0).unwrap();
     assert!(listed.len() >= 3, "{listed:?}");
     let (oldest, next) = (listed[0].1.clone(), listed[1].1.clone());
@@ -888,16 +810,7 @@ fn a_history_whose_next_segment_goes_while_it_reads_one_starts_at_the_oldest_lef
         .status()
         .unwrap();
     assert!(made.success());
-    let reader = std::thread::spawn(move || {
-        source.read(&crate::HistoryQuery {
-            service: "FEED".into(),
-            item: "SYM0".into(),
-            from: tickwire_proto::ReplayFrom::Seq(1),
-            until: 20,
-            max: 100,
-            max_bytes: usize::MAX,
-        })
-    });
+    let reader = std::thread::spawn(move || source.read(&sym0_from_seq_1_until(20)));
     // Opens once the reader has opened the oldest segment.
     let mut pipe = std::fs::OpenOptions::new()
         .write(true)
@@ -905,17 +818,9 @@ fn a_history_whose_next_segment_goes_while_it_reads_one_starts_at_the_oldest_lef
         .unwrap();
     pipe.write_all(&bytes).unwrap();
     // Retention removes the oldest two while it is being read.
-    for seq in 21..=60 {
-        updates(&mut j, seq..=seq);
-        if !next.exists() {
-            break;
-        }
-    }
+    updates_until_gone(&mut j, 21..=60, &next);
     assert!(!next.exists() && !oldest.exists());
     drop(pipe);
     let h = reader.join().unwrap().unwrap();
-    let seqs = seqs_of(&h);
-    let first = *seqs.first().expect("some are left");
-    assert!(first > 1, "{seqs:?}");
-    assert_eq!(seqs, (first..=20).collect::<Vec<_>>());
+    assert_seqs_past_1_up_to(&h, 20);
 }
