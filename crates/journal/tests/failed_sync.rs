@@ -5,9 +5,10 @@
 
 mod common;
 
+use common::post;
 use std::path::Path;
-use tickwire_journal::{Journal, JournalOptions, Received, SyncPolicy};
-use tickwire_proto::{encode_field_list, FieldList, Value};
+use tickwire_journal::{Journal, JournalOptions, SyncPolicy};
+use tickwire_proto::{encode_field_list, Value};
 
 fn opts() -> JournalOptions {
     JournalOptions {
@@ -21,18 +22,6 @@ fn fill(dir: &Path) {
     let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
     let chunk = vec![7u8; 4096];
     while std::io::Write::write_all(&mut filler, &chunk).is_ok() {}
-}
-
-/// A post of `fields` to FEED/SYM0.
-fn post(post_id: u32, fields: &[u8]) -> Received<'_> {
-    Received {
-        service: "FEED",
-        item: "SYM0",
-        user: "alice",
-        post_id,
-        image: false,
-        fields: FieldList::decode(fields).unwrap(),
-    }
 }
 
 /// Large posts: each needs blocks of the file system the full tmpfs cannot back.

@@ -4,8 +4,9 @@
 
 mod common;
 
+use common::post;
 use std::path::Path;
-use tickwire_journal::{segment, Journal, JournalOptions, Received, SyncPolicy};
+use tickwire_journal::{segment, Journal, JournalOptions, SyncPolicy};
 use tickwire_proto::{encode_field_list, FieldList, Real, Value};
 
 fn opts() -> JournalOptions {
@@ -14,17 +15,6 @@ fn opts() -> JournalOptions {
         sync: SyncPolicy::Always,
         segment_bytes: 1,
         ..JournalOptions::default()
-    }
-}
-
-fn post(post_id: u32, fields: &[u8]) -> Received<'_> {
-    Received {
-        service: "FEED",
-        item: "SYM0",
-        user: "alice",
-        post_id,
-        image: false,
-        fields: FieldList::decode(fields).unwrap(),
     }
 }
 

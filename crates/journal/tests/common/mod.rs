@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use tickwire_journal::Received;
+use tickwire_proto::FieldList;
 
 /// Set, to the test's directory, in the test binary run again inside the namespace.
 const INSIDE: &str = "TICKWIRE_JOURNAL_TEST_NAMESPACE_DIR";
@@ -37,4 +39,16 @@ pub(crate) fn in_a_mount_namespace(test: &str, mount: &str, needs: &str, inside:
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A post of `fields` to FEED/SYM0, by alice.
+pub(crate) fn post(post_id: u32, fields: &[u8]) -> Received<'_> {
+    Received {
+        service: "FEED",
+        item: "SYM0",
+        user: "alice",
+        post_id,
+        image: false,
+        fields: FieldList::decode(fields).unwrap(),
+    }
 }
