@@ -50,6 +50,53 @@ enum Got {
     },
 }
 
+/// An ok image on `sid` at `seq`, its bid as written.
+fn image_ok(sid: u32, seq: u32, bid: &str) -> Got {
+    Got::Refresh {
+        sid,
+        seq,
+        data: DataState::Ok,
+        bid: Some(bid.into()),
+    }
+}
+
+fn update(sid: u32, seq: u32, bid: &str) -> Got {
+    Got::Update {
+        sid,
+        seq,
+        bid: Some(bid.into()),
+    }
+}
+
+/// The status telling a stream's subscriber its data is suspect (the stream open).
+fn suspect(sid: u32) -> Got {
+    Got::Status {
+        sid,
+        stream: StreamState::Open,
+        data: DataState::Suspect,
+    }
+}
+
+/// Whether `got` has an ok image on `sid`.
+fn has_ok_image(got: &[Got], sid: u32) -> bool {
+    got.iter()
+        .any(|g| matches!(g, Got::Refresh { sid: s, data: DataState::Ok, .. } if *s == sid))
+}
+
+/// Whether `got` has an update on `sid` at `seq`.
+fn has_update(got: &[Got], sid: u32, seq: u32) -> bool {
+    got.iter()
+        .any(|g| matches!(g, Got::Update { sid: s, seq: q, .. } if *s == sid && *q == seq))
+}
+
+/// `got` is one update, on `sid` at `seq`.
+fn assert_one_update(got: Vec<Got>, sid: u32, seq: u32) {
+    assert!(
+        matches!(got[..], [Got::Update { sid: s, seq: q, .. }] if s == sid && q == seq),
+        "{got:?}"
+    );
+}
+
 fn bid(f: &FieldList<'_>) -> Option<String> {
     f.get(22).map(|v| v.to_string())
 }
@@ -93,6 +140,16 @@ fn image(bid: i64) -> Vec<u8> {
         (22, Value::Real(Real::new(bid, -2))),
         (25, Value::Real(Real::new(bid + 10, -2))),
     ])
+}
+
+/// An update of the item on `stream`, its fields `img`.
+fn quote_update(stream: u32, seq: u32, img: &[u8]) -> Message<'_> {
+    Message::Update(Update::new(
+        stream,
+        seq,
+        UpdateType::Quote,
+        FieldList::decode(img).unwrap(),
+    ))
 }
 
 fn core_config(cache: bool) -> CoreConfig {
@@ -177,12 +234,7 @@ impl World {
 
     fn publish(&mut self, p: ConnId, item: u32, seq: u32, bid: i64) {
         let img = image(bid);
-        let f = frame(&[Message::Update(Update::new(
-            item + 1,
-            seq,
-            UpdateType::Quote,
-            FieldList::decode(&img).unwrap(),
-        ))]);
+        let f = frame(&[quote_update(item + 1, seq, &img)]);
         self.src_core.on_frame(p, &f, self.now);
         self.settle();
     }
@@ -205,6 +257,74 @@ impl World {
         let f = frame(&[Message::Close { stream_id: sid }]);
         self.edges[edge].core.on_frame(conn, &f, self.now);
         self.settle();
+    }
+
+    /// A subscriber at edge `edge` that asked for FEED's items `streams` (stream id,
+    /// name), one after the other.
+    fn subscriber_with(&mut self, edge: usize, streams: &[(u32, &str)]) -> ConnId {
+        let sub = self.subscriber(edge);
+        for &(sid, item) in streams {
+            self.request(edge, sub, sid, item);
+        }
+        sub
+    }
+
+    /// A subscriber at edge `edge`, what its login brought taken, that asked for FEED's
+    /// `item` on stream `sid`.
+    fn subscriber_asking_for(&mut self, edge: usize, sid: u32, item: &str) -> ConnId {
+        let sub = self.subscriber(edge);
+        self.recv(edge, sub);
+        self.request(edge, sub, sid, item);
+        sub
+    }
+
+    /// A subscriber at edge `edge` with SYM0 open on stream 1, its image taken.
+    fn sym0_subscriber_imaged(&mut self, edge: usize) -> ConnId {
+        let a = self.subscriber_with(edge, &[(1, "SYM0")]);
+        self.recv(edge, a);
+        a
+    }
+
+    /// A subscriber at edge `edge` with SYM0 open on stream 1, `p` (its publisher) having
+    /// sent update 2 since: both taken.
+    fn sym0_subscriber_past_update_2(&mut self, p: ConnId, edge: usize) -> ConnId {
+        let a = self.subscriber_with(edge, &[(1, "SYM0")]);
+        self.publish(p, 0, 2, 10002);
+        assert_eq!(self.recv(edge, a).len(), 2, "image and update 2");
+        a
+    }
+
+    /// The requests edge `edge` sends now, taken off the backbone before they reach the
+    /// source.
+    fn hold_requests(&mut self, edge: usize) -> Vec<Vec<u8>> {
+        let e = &mut self.edges[edge];
+        let mut q = Queue {
+            q: &mut self.requests,
+            open: true,
+        };
+        e.edge.pump(&mut e.core, &mut q, self.now);
+        self.requests.drain(..).collect()
+    }
+
+    /// Requests held back by `hold_requests` reach the source at last.
+    fn deliver_requests(&mut self, held: Vec<Vec<u8>>) {
+        for m in held {
+            self.source.on_request(&mut self.src_core, &m, self.now);
+        }
+        self.settle();
+    }
+
+    /// Backbone message `bytes` reaches edge `edge` from the transport's `image`; the
+    /// edge passes it to its core at its next `flush_edge`.
+    fn edge_receives(&mut self, edge: usize, image: i32, bytes: &[u8]) {
+        let e = &mut self.edges[edge];
+        e.edge.on_data(&mut e.core, image, bytes, self.now);
+    }
+
+    /// The end of edge `edge`'s receive batch.
+    fn flush_edge(&mut self, edge: usize) {
+        let e = &mut self.edges[edge];
+        e.edge.flush(&mut e.core, self.now);
     }
 
     /// Moves messages until nothing moves.
@@ -263,50 +383,75 @@ impl World {
         }
     }
 
+    /// The source stops (it neither sends nor receives) while `by` passes.
+    fn stop_source_for(&mut self, by: Duration) {
+        self.source_up = false;
+        self.advance(by);
+    }
+
+    /// The source runs (again) while `by` passes.
+    fn run_source_for(&mut self, by: Duration) {
+        self.source_up = true;
+        self.advance(by);
+    }
+
     /// What the edge's core sent to `conn` (market data only).
     fn recv(&mut self, edge: usize, conn: ConnId) -> Vec<Got> {
-        let mut bytes = Vec::new();
-        if let Some(w) = self.edges[edge].core.output(conn) {
-            w.take_all(&mut bytes);
-        }
         let mut got = Vec::new();
-        let mut at = 0;
-        while at + 4 <= bytes.len() {
-            let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-            for m in MessageIter::new(&bytes[at + 4..at + 4 + len]) {
-                match m.unwrap().message {
-                    Message::Refresh(r) => got.push(Got::Refresh {
-                        sid: r.stream_id,
-                        seq: r.seq,
-                        data: r.state.data,
-                        bid: bid(&r.fields),
-                    }),
-                    Message::Update(u) => got.push(Got::Update {
-                        sid: u.stream_id,
-                        seq: u.seq,
-                        bid: bid(&u.fields),
-                    }),
-                    Message::Status(s) => got.push(Got::Status {
-                        sid: s.stream_id,
-                        stream: s.state.stream,
-                        data: s.state.data,
-                    }),
-                    Message::Ack(a) => got.push(Got::Nak {
-                        post_id: a.post_id,
-                        text: format!("{:?}: {}", a.nak, a.text),
-                    }),
-                    _ => {}
-                }
-            }
-            at += 4 + len;
-        }
+        take_output(&mut self.edges[edge].core, conn, |m| match m {
+            Message::Refresh(r) => got.push(Got::Refresh {
+                sid: r.stream_id,
+                seq: r.seq,
+                data: r.state.data,
+                bid: bid(&r.fields),
+            }),
+            Message::Update(u) => got.push(Got::Update {
+                sid: u.stream_id,
+                seq: u.seq,
+                bid: bid(&u.fields),
+            }),
+            Message::Status(s) => got.push(Got::Status {
+                sid: s.stream_id,
+                stream: s.state.stream,
+                data: s.state.data,
+            }),
+            Message::Ack(a) => got.push(Got::Nak {
+                post_id: a.post_id,
+                text: format!("{:?}: {}", a.nak, a.text),
+            }),
+            _ => {}
+        });
         got
+    }
+}
+
+/// Takes what `core` has queued for `conn`, and hands each message in it to `each`.
+fn take_output(core: &mut Node, conn: ConnId, mut each: impl FnMut(Message<'_>)) {
+    let mut bytes = Vec::new();
+    if let Some(out) = core.output(conn) {
+        out.take_all(&mut bytes);
+    }
+    let mut at = 0;
+    while at + 4 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        for m in MessageIter::new(&bytes[at + 4..at + 4 + len]) {
+            each(m.unwrap().message);
+        }
+        at += 4 + len;
     }
 }
 
 /// Brings the sources and edges to know each other (heartbeats and directories).
 fn ready(edges: usize, items: usize) -> (World, ConnId) {
     ready_with(edges, items, SourceConfig::default())
+}
+
+/// As `ready` with no edge, then one edge with its cache off joins: its index.
+fn ready_with_a_cache_off_edge() -> (World, ConnId, usize) {
+    let (mut w, p) = ready(0, 1);
+    let edge = w.add_edge_with_cache(false);
+    w.advance(Duration::from_millis(500));
+    (w, p, edge)
 }
 
 /// As `ready`, with the source's settings.
@@ -327,18 +472,8 @@ fn ready_with(edges: usize, items: usize, source: SourceConfig) -> (World, ConnI
 #[test]
 fn a_subscriber_at_an_edge_gets_the_sources_image_then_every_update_in_order() {
     let (mut w, p) = ready(1, 3);
-    let sub = w.subscriber(0);
-    w.recv(0, sub);
-    w.request(0, sub, 7, "SYM1");
-    assert_eq!(
-        w.recv(0, sub),
-        vec![Got::Refresh {
-            sid: 7,
-            seq: 1,
-            data: DataState::Ok,
-            bid: Some("100.00".into())
-        }]
-    );
+    let sub = w.subscriber_asking_for(0, 7, "SYM1");
+    assert_eq!(w.recv(0, sub), vec![image_ok(7, 1, "100.00")]);
     for seq in 2..=5 {
         w.publish(p, 1, seq, 10000 + seq as i64);
     }
@@ -358,9 +493,7 @@ fn a_subscriber_at_an_edge_gets_the_sources_image_then_every_update_in_order() {
 #[test]
 fn a_post_at_an_edge_is_refused_at_once_since_the_backbone_carries_data_one_way() {
     let (mut w, _p) = ready(1, 2);
-    let sub = w.subscriber(0);
-    w.recv(0, sub);
-    w.request(0, sub, 7, "SYM1");
+    let sub = w.subscriber_asking_for(0, 7, "SYM1");
     w.recv(0, sub);
     let fields = image(5);
     let f = frame(&[Message::Post(tickwire_proto::Post {
@@ -404,37 +537,20 @@ fn many_subscribers_at_an_edge_make_one_subscribe_and_the_last_close_releases_th
 #[test]
 fn an_edge_joining_late_is_imaged_and_the_edges_in_step_see_no_second_image() {
     let (mut w, p) = ready(1, 1);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
-    w.publish(p, 0, 2, 10002);
-    assert_eq!(w.recv(0, a).len(), 2);
+    let a = w.sym0_subscriber_past_update_2(p, 0);
     let late = w.add_edge();
     w.advance(Duration::from_millis(500));
     let b = w.subscriber(late);
     w.request(late, b, 5, "SYM0");
-    assert_eq!(
-        w.recv(late, b),
-        vec![Got::Refresh {
-            sid: 5,
-            seq: 2,
-            data: DataState::Ok,
-            bid: Some("100.02".into())
-        }]
-    );
+    assert_eq!(w.recv(late, b), vec![image_ok(5, 2, "100.02")]);
     assert_eq!(
         w.recv(0, a),
         vec![],
         "the first edge's subscriber saw the late image"
     );
     w.publish(p, 0, 3, 10003);
-    assert!(matches!(
-        w.recv(0, a)[..],
-        [Got::Update { sid: 1, seq: 3, .. }]
-    ));
-    assert!(matches!(
-        w.recv(late, b)[..],
-        [Got::Update { sid: 5, seq: 3, .. }]
-    ));
+    assert_one_update(w.recv(0, a), 1, 3);
+    assert_one_update(w.recv(late, b), 5, 3);
 }
 
 /// With its cache off, an edge's core asks the backbone for an image for each
@@ -443,33 +559,17 @@ fn an_edge_joining_late_is_imaged_and_the_edges_in_step_see_no_second_image() {
 /// (or they must be re-imaged): never seq 2 then 4.
 #[test]
 fn a_subscriber_joining_at_a_cache_off_edge_costs_the_ones_in_step_no_update() {
-    let (mut w, p) = ready(0, 1);
-    let edge = w.add_edge_with_cache(false);
-    w.advance(Duration::from_millis(500));
-    let a = w.subscriber(edge);
-    w.request(edge, a, 1, "SYM0");
-    w.publish(p, 0, 2, 10002);
-    assert_eq!(w.recv(edge, a).len(), 2, "image and update 2");
+    let (mut w, p, edge) = ready_with_a_cache_off_edge();
+    let a = w.sym0_subscriber_past_update_2(p, edge);
     let b = w.subscriber(edge);
     let f = frame(&[Message::Request(Request::streaming(2, "FEED", "SYM0"))]);
     w.edges[edge].core.on_frame(b, &f, w.now);
     // The edge passes its core's request on; it is held here, not yet at the source.
-    {
-        let e = &mut w.edges[edge];
-        let mut q = Queue {
-            q: &mut w.requests,
-            open: true,
-        };
-        e.edge.pump(&mut e.core, &mut q, w.now);
-    }
-    let held: Vec<Vec<u8>> = w.requests.drain(..).collect();
+    let held = w.hold_requests(edge);
     assert!(!held.is_empty(), "the edge asked the source for an image");
     // Meanwhile update 3 crosses the backbone.
     w.publish(p, 0, 3, 10003);
-    for m in held {
-        w.source.on_request(&mut w.src_core, &m, w.now);
-    }
-    w.settle();
+    w.deliver_requests(held);
     w.publish(p, 0, 4, 10004);
     let got = w.recv(edge, a);
     let mut seq = 2;
@@ -508,63 +608,29 @@ fn from_source_raw(w: &mut World, edge: usize, encoded: &[u8]) {
     let mut m = Vec::new();
     wire::data_header(&mut m, 0x5005);
     m.extend_from_slice(encoded);
-    let now = w.now;
-    let e = &mut w.edges[edge];
-    e.edge.on_data(&mut e.core, 1, &m, now);
-    e.edge.flush(&mut e.core, now);
+    w.edge_receives(edge, 1, &m);
+    w.flush_edge(edge);
     w.settle();
 }
 
 #[test]
 fn an_update_that_skips_sequence_numbers_is_held_back_and_the_item_re_imaged() {
     let (mut w, p) = ready(1, 1);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
-    w.publish(p, 0, 2, 10002);
-    assert_eq!(w.recv(0, a).len(), 2);
+    let a = w.sym0_subscriber_past_update_2(p, 0);
     // The source's stream 1 (its first) jumps from 2 to 4: update 3 never came.
     let img = image(10004);
-    from_source(
-        &mut w,
-        0,
-        &[Message::Update(Update::new(
-            1,
-            4,
-            UpdateType::Quote,
-            FieldList::decode(&img).unwrap(),
-        ))],
-    );
+    from_source(&mut w, 0, &[quote_update(1, 4, &img)]);
     // Suspect at once, then the source's image (here from its cache, at 2) and live.
-    assert_eq!(
-        w.recv(0, a),
-        vec![
-            Got::Status {
-                sid: 1,
-                stream: StreamState::Open,
-                data: DataState::Suspect
-            },
-            Got::Refresh {
-                sid: 1,
-                seq: 2,
-                data: DataState::Ok,
-                bid: Some("100.02".into())
-            }
-        ]
-    );
+    assert_eq!(w.recv(0, a), vec![suspect(1), image_ok(1, 2, "100.02")]);
     assert_eq!(w.edges[0].edge.stats().gaps_repaired, 1);
     w.publish(p, 0, 3, 10003);
-    assert!(matches!(
-        w.recv(0, a)[..],
-        [Got::Update { sid: 1, seq: 3, .. }]
-    ));
+    assert_one_update(w.recv(0, a), 1, 3);
 }
 
 #[test]
 fn a_malformed_update_costs_its_item_an_image_not_the_edge_its_connection() {
     let (mut w, p) = ready(1, 2);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
-    w.request(0, a, 2, "SYM1");
+    let a = w.subscriber_with(0, &[(1, "SYM0"), (2, "SYM1")]);
     assert_eq!(w.recv(0, a).len(), 2);
     // An update on the source's stream 1 (SYM0), next in sequence, whose field list
     // claims 5 fields and has none; then a good update of SYM1 (the source's stream 2).
@@ -578,58 +644,23 @@ fn a_malformed_update_costs_its_item_an_image_not_the_edge_its_connection() {
     m.extend_from_slice(&(body.len() as u16).to_be_bytes());
     m.extend_from_slice(&body);
     let img = image(10002);
-    Message::Update(Update::new(
-        2,
-        2,
-        UpdateType::Quote,
-        FieldList::decode(&img).unwrap(),
-    ))
-    .encode(&mut m)
-    .unwrap();
+    quote_update(2, 2, &img).encode(&mut m).unwrap();
     from_source_raw(&mut w, 0, &m);
     let got = w.recv(0, a);
-    assert!(
-        got.contains(&Got::Update {
-            sid: 2,
-            seq: 2,
-            bid: Some("100.02".into())
-        }),
-        "{got:?}"
-    );
-    assert!(
-        got.contains(&Got::Status {
-            sid: 1,
-            stream: StreamState::Open,
-            data: DataState::Suspect
-        }),
-        "{got:?}"
-    );
-    assert!(
-        got.contains(&Got::Refresh {
-            sid: 1,
-            seq: 1,
-            data: DataState::Ok,
-            bid: Some("100.00".into())
-        }),
-        "{got:?}"
-    );
+    assert!(got.contains(&update(2, 2, "100.02")), "{got:?}");
+    assert!(got.contains(&suspect(1)), "{got:?}");
+    assert!(got.contains(&image_ok(1, 1, "100.00")), "{got:?}");
     let stats = w.edges[0].edge.stats();
     assert_eq!((stats.bad_messages, stats.gaps_repaired), (1, 1));
     // The edge's connection to its core is still live: later data flows.
     w.publish(p, 0, 2, 10003);
-    assert!(matches!(
-        w.recv(0, a)[..],
-        [Got::Update { sid: 1, seq: 2, .. }]
-    ));
+    assert_one_update(w.recv(0, a), 1, 2);
 }
 
 #[test]
 fn an_image_for_another_edge_is_passed_on_only_where_the_edge_is_not_in_step_with_it() {
     let (mut w, p) = ready(1, 1);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
-    w.publish(p, 0, 2, 10002);
-    assert_eq!(w.recv(0, a).len(), 2);
+    let a = w.sym0_subscriber_past_update_2(p, 0);
     fn refresh(seq: u32, img: &[u8]) -> Message<'_> {
         let fields = FieldList::decode(img).unwrap();
         Message::Refresh(Refresh {
@@ -645,81 +676,40 @@ fn an_image_for_another_edge_is_passed_on_only_where_the_edge_is_not_in_step_wit
     // image is what this edge missed, and its subscribers get it.
     let img = image(10007);
     from_source(&mut w, 0, &[refresh(7, &img)]);
-    assert_eq!(
-        w.recv(0, a),
-        vec![Got::Refresh {
-            sid: 1,
-            seq: 7,
-            data: DataState::Ok,
-            bid: Some("100.07".into())
-        }]
-    );
+    assert_eq!(w.recv(0, a), vec![image_ok(1, 7, "100.07")]);
     assert_eq!(w.edges[0].edge.stats().gaps_repaired, 0);
 }
 
 #[test]
 fn a_lost_source_turns_items_suspect_and_its_return_brings_them_back_without_a_gap() {
     let (mut w, p) = ready(1, 1);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
-    w.recv(0, a);
+    let a = w.sym0_subscriber_imaged(0);
     // The source stops; an update made meanwhile never reaches the edge.
-    w.source_up = false;
-    w.advance(Duration::from_millis(1200));
+    w.stop_source_for(Duration::from_millis(1200));
     let got = w.recv(0, a);
-    let suspect = got
-        .iter()
-        .filter(|g| {
-            matches!(
-                g,
-                Got::Status {
-                    sid: 1,
-                    stream: StreamState::Open,
-                    data: DataState::Suspect
-                }
-            )
-        })
-        .count();
-    assert_eq!(suspect, 1, "told once that the item is suspect: {got:?}");
+    let told_suspect = got.iter().filter(|&g| *g == suspect(1)).count();
+    assert_eq!(
+        told_suspect, 1,
+        "told once that the item is suspect: {got:?}"
+    );
     assert!(!got.iter().any(|g| matches!(g, Got::Update { .. })));
     w.src_core.on_bytes_received(p, w.now);
     let img = image(10777);
-    let f = frame(&[Message::Update(Update::new(
-        1,
-        2,
-        UpdateType::Quote,
-        FieldList::decode(&img).unwrap(),
-    ))]);
+    let f = frame(&[quote_update(1, 2, &img)]);
     w.src_core.on_frame(p, &f, w.now);
     // Back: the edge asks again and gets an image with what it missed.
-    w.source_up = true;
-    w.advance(Duration::from_millis(1500));
+    w.run_source_for(Duration::from_millis(1500));
     let got = w.recv(0, a);
     let last_refresh = got.iter().rev().find(|g| matches!(g, Got::Refresh { .. }));
-    assert_eq!(
-        last_refresh,
-        Some(&Got::Refresh {
-            sid: 1,
-            seq: 2,
-            data: DataState::Ok,
-            bid: Some("107.77".into())
-        }),
-        "{got:?}"
-    );
+    assert_eq!(last_refresh, Some(&image_ok(1, 2, "107.77")), "{got:?}");
 }
 
 #[test]
 fn an_edge_the_source_forgot_while_its_requests_were_lost_gets_its_items_again() {
     let (mut w, p) = ready(1, 2);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
-    w.request(0, a, 2, "SYM1");
+    let a = w.subscriber_with(0, &[(1, "SYM0"), (2, "SYM1")]);
     w.publish(p, 0, 2, 10100);
-    assert!(w.recv(0, a).contains(&Got::Update {
-        sid: 1,
-        seq: 2,
-        bid: Some("101.00".into())
-    }));
+    assert!(w.recv(0, a).contains(&update(1, 2, "101.00")));
     // The source hears nothing from the edge for longer than its edge timeout: it
     // releases the edge's streams, while the edge still hears the source.
     w.requests_lost = true;
@@ -740,9 +730,7 @@ fn an_edge_the_source_forgot_while_its_requests_were_lost_gets_its_items_again()
     w.advance(Duration::from_millis(300));
     let got = w.recv(0, a);
     for sid in [1, 2] {
-        let suspect = got.iter().position(|g| {
-            matches!(g, Got::Status { sid: s, stream: StreamState::Open, data: DataState::Suspect } if *s == sid)
-        });
+        let suspect = got.iter().position(|g| *g == suspect(sid));
         let image = got.iter().position(
             |g| matches!(g, Got::Refresh { sid: s, data: DataState::Ok, .. } if *s == sid),
         );
@@ -751,28 +739,15 @@ fn an_edge_the_source_forgot_while_its_requests_were_lost_gets_its_items_again()
             "item {sid}: suspect, then an image: {got:?}"
         );
     }
-    assert!(got.contains(&Got::Refresh {
-        sid: 1,
-        seq: 3,
-        data: DataState::Ok,
-        bid: Some("102.00".into())
-    }));
+    assert!(got.contains(&image_ok(1, 3, "102.00")));
     w.publish(p, 0, 4, 10300);
-    assert_eq!(
-        w.recv(0, a),
-        vec![Got::Update {
-            sid: 1,
-            seq: 4,
-            bid: Some("103.00".into())
-        }]
-    );
+    assert_eq!(w.recv(0, a), vec![update(1, 4, "103.00")]);
 }
 
 #[test]
 fn a_heartbeat_follows_the_last_data_message_so_that_its_loss_is_found_soon() {
     let (mut w, p) = ready(1, 1);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
+    w.subscriber_with(0, &[(1, "SYM0")]);
     let probes = w.source.stats().tail_probes;
     w.publish(p, 0, 2, 10100);
     let is_heartbeat = |m: &Vec<u8>| {
@@ -805,9 +780,7 @@ fn a_heartbeat_follows_the_last_data_message_so_that_its_loss_is_found_soon() {
 #[test]
 fn a_backbone_that_takes_nothing_makes_the_source_conflate_never_queue_without_bound() {
     let (mut w, p) = ready(1, 1);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
-    w.recv(0, a);
+    let a = w.sym0_subscriber_imaged(0);
     w.open = false;
     for seq in 2..2000 {
         w.publish(p, 0, seq, 10000 + seq as i64);
@@ -867,18 +840,10 @@ proptest! {
     #[test]
     fn junk_on_the_backbone_is_counted_and_ignored(junk in proptest::collection::vec(any::<u8>(), 0..200)) {
         let (mut w, _p) = ready(1, 1);
-        let now = w.now;
-        let e = &mut w.edges[0];
-        e.edge.on_data(&mut e.core, 1, &junk, now);
-        w.source.on_request(&mut w.src_core, &junk, now);
+        w.edge_receives(0, 1, &junk);
+        w.source.on_request(&mut w.src_core, &junk, w.now);
         // A junk data message for a known source with a valid header.
-        let mut m = Vec::new();
-        wire::data_header(&mut m, 0x5005);
-        m.extend_from_slice(&junk);
-        let e = &mut w.edges[0];
-        e.edge.on_data(&mut e.core, 1, &m, now);
-        e.edge.flush(&mut e.core, now);
-        w.settle();
+        from_source_raw(&mut w, 0, &junk);
     }
 
     #[test]
@@ -1015,14 +980,9 @@ fn an_opened_from_a_source_the_item_left_before_it_answered_is_unsubscribed() {
 /// and A kept its stream for as long as the edge ran.
 #[test]
 fn an_item_moved_twice_before_any_answer_turns_down_both_sources_it_left() {
-    use crate::wire::BackboneMessage;
     let now = Instant::now();
     let (mut core, mut edge) = sym0_moved_from_a_to_b(now);
-    let beat = BackboneMessage::Heartbeat {
-        source: 0xC,
-        name: "c",
-        directory_version: 1,
-    };
+    let beat = heartbeat(0xC, "c", 1);
     edge_hears(&mut edge, &mut core, beat, now);
     let up = feed_directory(0xC, 1, ServiceState::Up);
     edge_hears(&mut edge, &mut core, up, now);
@@ -1041,14 +1001,9 @@ fn an_item_moved_twice_before_any_answer_turns_down_both_sources_it_left() {
 /// An edge hearing sources A (0xA) and B (0xB), both with FEED up, whose core has a
 /// subscriber of SYM0: asked of A, then of B once A's FEED went down (A not answered).
 fn sym0_moved_from_a_to_b(now: Instant) -> (Node, Edge) {
-    use crate::wire::BackboneMessage;
     let (mut core, mut edge) = edge_in_core(now);
     for (id, name) in [(0xA, "a"), (0xB, "b")] {
-        let beat = BackboneMessage::Heartbeat {
-            source: id,
-            name,
-            directory_version: 1,
-        };
+        let beat = heartbeat(id, name, 1);
         edge_hears(&mut edge, &mut core, beat, now);
         let up = feed_directory(id, 1, ServiceState::Up);
         edge_hears(&mut edge, &mut core, up, now);
@@ -1063,6 +1018,15 @@ fn sym0_moved_from_a_to_b(now: Instant) -> (Node, Edge) {
     edge_hears(&mut edge, &mut core, down, now);
     assert_eq!(edge_asks(&mut edge, &mut core, now), [subscribe_of(0xB)]);
     (core, edge)
+}
+
+/// `source`'s heartbeat, naming it `name`, at directory version `version`.
+fn heartbeat(source: u64, name: &str, version: u32) -> crate::wire::BackboneMessage<'_> {
+    crate::wire::BackboneMessage::Heartbeat {
+        source,
+        name,
+        directory_version: version,
+    }
 }
 
 /// The edge's Subscribe to `source` (of what it holds for it, as the tests' edges send).
@@ -1106,17 +1070,9 @@ fn a_both_node_takes_a_service_from_the_backbone_when_its_own_publisher_leaves()
     let p = core.connect("publisher", now);
     let feed = Message::Directory(Directory::one_service("FEED", 1));
     core.on_frame(p, &frame(&[login(ProtoRole::Publisher), feed]), now);
-    let send = |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| {
-        let mut b = Vec::new();
-        m.encode(&mut b).unwrap();
-        edge.on_data(core, 1, &b, now);
-        edge.flush(core, now);
-    };
-    let beat = || BackboneMessage::Heartbeat {
-        source: 0xB,
-        name: "b",
-        directory_version: 1,
-    };
+    let send =
+        |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| edge_hears(edge, core, m, now);
+    let beat = || heartbeat(0xB, "b", 1);
     send(&mut edge, &mut core, beat());
     let directory = BackboneMessage::Directory {
         source: 0xB,
@@ -1145,44 +1101,21 @@ fn a_both_node_takes_a_service_from_the_backbone_when_its_own_publisher_leaves()
 #[test]
 fn a_directory_heard_from_a_lost_source_before_its_heartbeat_does_not_keep_its_services_down() {
     let (mut w, _p) = ready(1, 1);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
-    w.recv(0, a);
-    w.source_up = false;
-    w.advance(Duration::from_millis(1200));
+    let a = w.sym0_subscriber_imaged(0);
+    w.stop_source_for(Duration::from_millis(1200));
     assert_eq!(w.edges[0].edge.stats().sources_live, 0);
     // The source comes back; the first thing the edge hears from it is its directory
     // (sent for another edge's request), before any heartbeat.
     let mut m = Vec::new();
-    wire::BackboneMessage::Directory {
-        source: 0x5005,
-        version: w.source.directory_version(),
-        part: 0,
-        parts: 1,
-        services: vec![wire::ServiceInfo {
-            name: "FEED",
-            state: ServiceState::Up,
-            interactive: true,
-        }],
-    }
-    .encode(&mut m)
-    .unwrap();
-    let now = w.now;
-    let e = &mut w.edges[0];
-    e.edge.on_data(&mut e.core, 1, &m, now);
-    w.source_up = true;
-    w.advance(Duration::from_millis(1500));
+    feed_directory(0x5005, w.source.directory_version(), ServiceState::Up)
+        .encode(&mut m)
+        .unwrap();
+    w.edge_receives(0, 1, &m);
+    w.run_source_for(Duration::from_millis(1500));
     assert_eq!(w.edges[0].edge.stats().sources_live, 1);
     let got = w.recv(0, a);
     assert!(
-        got.iter().any(|g| matches!(
-            g,
-            Got::Refresh {
-                sid: 1,
-                data: DataState::Ok,
-                ..
-            }
-        )),
+        has_ok_image(&got, 1),
         "the item is imaged again once its source is back: {got:?}"
     );
 }
@@ -1190,34 +1123,13 @@ fn a_directory_heard_from_a_lost_source_before_its_heartbeat_does_not_keep_its_s
 #[test]
 fn a_subscriber_joining_a_cache_off_edge_while_its_item_is_re_imaged_leaves_the_others_re_imaged_too(
 ) {
-    let (mut w, p) = ready(0, 1);
-    let edge = w.add_edge_with_cache(false);
-    w.advance(Duration::from_millis(500));
-    let a = w.subscriber(edge);
-    w.request(edge, a, 1, "SYM0");
-    w.publish(p, 0, 2, 10002);
-    assert_eq!(w.recv(edge, a).len(), 2, "image and update 2");
+    let (mut w, p, edge) = ready_with_a_cache_off_edge();
+    let a = w.sym0_subscriber_past_update_2(p, edge);
     // A gap (update 3 never came), and the edge's request for an image is held up.
     w.requests_lost = true;
     let img = image(10004);
-    from_source(
-        &mut w,
-        edge,
-        &[Message::Update(Update::new(
-            1,
-            4,
-            UpdateType::Quote,
-            FieldList::decode(&img).unwrap(),
-        ))],
-    );
-    assert_eq!(
-        w.recv(edge, a),
-        vec![Got::Status {
-            sid: 1,
-            stream: StreamState::Open,
-            data: DataState::Suspect
-        }]
-    );
+    from_source(&mut w, edge, &[quote_update(1, 4, &img)]);
+    assert_eq!(w.recv(edge, a), vec![suspect(1)]);
     // Another subscriber asks for the item meanwhile.
     let b = w.subscriber(edge);
     w.request(edge, b, 2, "SYM0");
@@ -1225,14 +1137,7 @@ fn a_subscriber_joining_a_cache_off_edge_while_its_item_is_re_imaged_leaves_the_
     w.advance(Duration::from_millis(1500));
     let got = w.recv(edge, a);
     assert!(
-        got.iter().any(|g| matches!(
-            g,
-            Got::Refresh {
-                sid: 1,
-                data: DataState::Ok,
-                ..
-            }
-        )),
+        has_ok_image(&got, 1),
         "the subscriber told its item was suspect gets the new image: {got:?}"
     );
     assert!(
@@ -1250,22 +1155,11 @@ fn an_item_closed_before_its_source_answered_is_not_left_open_at_the_source() {
     let f = frame(&[Message::Request(Request::streaming(1, "FEED", "SYM0"))]);
     w.edges[0].core.on_frame(a, &f, w.now);
     // The edge's subscribe is on its way to the source...
-    {
-        let e = &mut w.edges[0];
-        let mut q = Queue {
-            q: &mut w.requests,
-            open: true,
-        };
-        e.edge.pump(&mut e.core, &mut q, w.now);
-    }
-    let held: Vec<Vec<u8>> = w.requests.drain(..).collect();
+    let held = w.hold_requests(0);
     assert!(!held.is_empty(), "the edge asked the source");
     // ...when the subscriber closes the item.
     w.close(0, a, 1);
-    for m in held {
-        w.source.on_request(&mut w.src_core, &m, w.now);
-    }
-    w.settle();
+    w.deliver_requests(held);
     w.advance(Duration::from_millis(500));
     assert_eq!(
         w.source.stats().streams_open,
@@ -1279,13 +1173,9 @@ fn an_item_closed_before_its_source_answered_is_not_left_open_at_the_source() {
 /// and its directory (at `version`, FEED in `state`) with it.
 fn second_source(w: &mut World, version: u32, state: ServiceState) {
     let mut hb = Vec::new();
-    wire::BackboneMessage::Heartbeat {
-        source: 0xB0B,
-        name: "standby",
-        directory_version: version,
-    }
-    .encode(&mut hb)
-    .unwrap();
+    heartbeat(0xB0B, "standby", version)
+        .encode(&mut hb)
+        .unwrap();
     let mut dir = Vec::new();
     wire::BackboneMessage::Directory {
         source: 0xB0B,
@@ -1300,18 +1190,15 @@ fn second_source(w: &mut World, version: u32, state: ServiceState) {
     }
     .encode(&mut dir)
     .unwrap();
-    let now = w.now;
-    let e = &mut w.edges[0];
-    e.edge.on_data(&mut e.core, 2, &hb, now);
-    e.edge.on_data(&mut e.core, 2, &dir, now);
-    e.edge.flush(&mut e.core, now);
+    w.edge_receives(0, 2, &hb);
+    w.edge_receives(0, 2, &dir);
+    w.flush_edge(0);
 }
 
 #[test]
 fn an_item_back_at_a_source_it_once_left_keeps_its_stream_when_that_source_answers_another_edge() {
     let (mut w, p) = ready(2, 1);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
+    let a = w.subscriber_with(0, &[(1, "SYM0")]);
     second_source(&mut w, 1, ServiceState::Up);
     // The first source pauses: the item moves to the standby, which answers.
     w.source_up = false;
@@ -1330,9 +1217,7 @@ fn an_item_back_at_a_source_it_once_left_keeps_its_stream_when_that_source_answe
     }
     .encode(&mut opened)
     .unwrap();
-    let now = w.now;
-    let e = &mut w.edges[0];
-    e.edge.on_data(&mut e.core, 2, &opened, now);
+    w.edge_receives(0, 2, &opened);
     // The first source is back; then the standby's FEED goes down: the item moves back.
     w.source_up = true;
     for _ in 0..4 {
@@ -1348,8 +1233,7 @@ fn an_item_back_at_a_source_it_once_left_keeps_its_stream_when_that_source_answe
     w.publish(p, 0, 2, 10002);
     let got = w.recv(0, a);
     assert!(
-        got.iter()
-            .any(|g| matches!(g, Got::Update { sid: 1, seq: 2, .. })),
+        has_update(&got, 1, 2),
         "the item is live at the first source again: {got:?}"
     );
     // Another edge takes the item, then lets it go.
@@ -1359,8 +1243,7 @@ fn an_item_back_at_a_source_it_once_left_keeps_its_stream_when_that_source_answe
     w.publish(p, 0, 3, 10003);
     let got = w.recv(0, a);
     assert!(
-        got.iter()
-            .any(|g| matches!(g, Got::Update { sid: 1, seq: 3, .. })),
+        has_update(&got, 1, 3),
         "edge 0's subscriber still gets the item's updates: {got:?}"
     );
 }
@@ -1397,15 +1280,7 @@ fn a_directory_in_parts_is_taken_once_every_part_is_there() {
     let (mut core, mut edge) = edge_in_core(now);
     let send =
         |edge: &mut Edge, core: &mut Node, m: BackboneMessage<'_>| edge_hears(edge, core, m, now);
-    send(
-        &mut edge,
-        &mut core,
-        BackboneMessage::Heartbeat {
-            source: 0xB,
-            name: "b",
-            directory_version: 1,
-        },
-    );
+    send(&mut edge, &mut core, heartbeat(0xB, "b", 1));
     let names = ["P0", "P1", "P2"];
     let part = |part: u16| BackboneMessage::Directory {
         source: 0xB,
@@ -1484,27 +1359,13 @@ fn edge_asks(
 /// and the source went on sending the item to this edge for as long as it ran).
 #[test]
 fn an_unsubscribe_not_sent_when_the_transport_is_rebuilt_is_sent_when_the_source_is_back() {
-    use crate::wire::{BackboneMessage, ServiceInfo};
+    use crate::wire::BackboneMessage;
     let now = Instant::now();
     let (mut core, mut edge) = edge_in_core(now);
     let a = 0xA;
-    let beat = BackboneMessage::Heartbeat {
-        source: a,
-        name: "a",
-        directory_version: 1,
-    };
+    let beat = heartbeat(a, "a", 1);
     edge_hears(&mut edge, &mut core, beat.clone(), now);
-    let dir = BackboneMessage::Directory {
-        source: a,
-        version: 1,
-        part: 0,
-        parts: 1,
-        services: vec![ServiceInfo {
-            name: "FEED",
-            state: ServiceState::Up,
-            interactive: true,
-        }],
-    };
+    let dir = feed_directory(a, 1, ServiceState::Up);
     edge_hears(&mut edge, &mut core, dir, now);
     let c = core.connect("subscriber", now);
     core.on_frame(c, &frame(&[login(ProtoRole::Subscriber)]), now);
@@ -1550,11 +1411,7 @@ fn a_service_no_source_lists_any_more_is_let_go_of_by_the_edge() {
     use crate::wire::{BackboneMessage, ServiceInfo};
     let now = Instant::now();
     let (mut core, mut edge) = edge_in_core(now);
-    let beat = |version| BackboneMessage::Heartbeat {
-        source: 0xA,
-        name: "a",
-        directory_version: version,
-    };
+    let beat = |version| heartbeat(0xA, "a", version);
     let dir = |version, names: &[&'static str]| BackboneMessage::Directory {
         source: 0xA,
         version,
@@ -1603,10 +1460,8 @@ fn an_item_left_with_no_source_lets_go_of_its_stream_at_the_old_one() {
     let t0 = Instant::now();
     let (mut core, mut edge) = edge_in_core(t0);
     let dir = feed_directory;
-    let beat = |source: u64, version: u32| BackboneMessage::Heartbeat {
-        source,
-        name: if source == 0xA { "a" } else { "b" },
-        directory_version: version,
+    let beat = |source: u64, version: u32| {
+        heartbeat(source, if source == 0xA { "a" } else { "b" }, version)
     };
     let (a, b) = (0xA, 0xB);
     edge_hears(&mut edge, &mut core, beat(a, 1), t0);
@@ -1718,21 +1573,12 @@ fn ask_for_silent_items(w: &mut World, a: ConnId, names: &[impl AsRef<str>]) -> 
 
 /// The requests `p` has been sent since the last call: (stream id, item).
 fn requests_read(w: &mut World, p: ConnId) -> Vec<(u32, String)> {
-    let mut bytes = Vec::new();
-    if let Some(out) = w.src_core.output(p) {
-        out.take_all(&mut bytes);
-    }
     let mut got = Vec::new();
-    let mut at = 0;
-    while at + 4 <= bytes.len() {
-        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        for m in MessageIter::new(&bytes[at + 4..at + 4 + len]) {
-            if let Message::Request(r) = m.unwrap().message {
-                got.push((r.stream_id, r.name.to_string()));
-            }
+    take_output(&mut w.src_core, p, |m| {
+        if let Message::Request(r) = m {
+            got.push((r.stream_id, r.name.to_string()));
         }
-        at += 4 + len;
-    }
+    });
     got
 }
 
@@ -1772,14 +1618,7 @@ fn silent_publisher_holds_back_only_its_own_items(cfg: SourceConfig) {
     w.request(0, a, 1, "SYM0");
     let got = w.recv(0, a);
     assert!(
-        got.iter().any(|g| matches!(
-            g,
-            Got::Refresh {
-                sid: 1,
-                data: DataState::Ok,
-                ..
-            }
-        )),
+        has_ok_image(&got, 1),
         "FEED's item waited behind {} unanswered requests: {got:?}",
         first.len()
     );
@@ -1885,8 +1724,7 @@ fn an_item_asked_again_by_the_core_still_turns_down_the_source_it_left() {
 #[test]
 fn a_stream_an_edge_let_go_of_while_it_could_not_hear_its_source_ends_at_the_source() {
     let (mut w, _p) = ready(1, 1);
-    let a = w.subscriber(0);
-    w.request(0, a, 1, "SYM0");
+    let a = w.subscriber_with(0, &[(1, "SYM0")]);
     assert_eq!(w.source.stats().streams_open, 1);
     w.edges[0].connected = false;
     let liveness = EdgeConfig::default().liveness;
