@@ -144,12 +144,8 @@ fn image(bid: i64) -> Vec<u8> {
 
 /// An update of the item on `stream`, its fields `img`.
 fn quote_update(stream: u32, seq: u32, img: &[u8]) -> Message<'_> {
-    Message::Update(Update::new(
-        stream,
-        seq,
-        UpdateType::Quote,
-        FieldList::decode(img).unwrap(),
-    ))
+    let fields = FieldList::decode(img).unwrap();
+    Message::Update(Update::new(stream, seq, UpdateType::Quote, fields))
 }
 
 fn core_config(cache: bool) -> CoreConfig {
