@@ -9,6 +9,12 @@ use tickwire_files::{Hub, HubConfig, Output, Peer, Rights, Sender, SenderConfig}
 
 const CLIENT: usize = 7;
 
+/// The right to receive FILES (the first service of the hubs here), and nothing else.
+const MAY_RECEIVE_FILES: Rights = Rights {
+    publish: 0,
+    subscribe: 1,
+};
+
 fn hub(dir: &std::path::Path, services: &[&str]) -> Hub {
     hub_at(dir, services, 1_790_000_000_000)
 }
@@ -22,10 +28,111 @@ fn hub_at(dir: &std::path::Path, services: &[&str], wall_ms: u64) -> Hub {
     Hub::new(cfg, Some((sender, spool)), None, now, wall_ms, 42)
 }
 
+/// A hub that sends ("src"), with `cfg`, its sender's `sender` and its spool `spool`,
+/// started at `now`.
+fn sending_hub(cfg: HubConfig, sender: SenderConfig, spool: Spool, now: Instant) -> Hub {
+    let sender = Sender::new(sender, now);
+    Hub::new(cfg, Some((sender, spool)), None, now, 1_790_000_000_000, 42)
+}
+
+/// The config of a hub that sends ("src") FILES.
+fn files_config() -> HubConfig {
+    HubConfig::new("src", vec!["FILES".into()])
+}
+
+fn ms(millis: u64) -> std::time::Duration {
+    std::time::Duration::from_millis(millis)
+}
+
 fn encode(m: &FilesMessage) -> Vec<u8> {
     let mut b = Vec::new();
     m.encode(&mut b).unwrap();
     b
+}
+
+/// `site`'s status of `transfer`: in `state`, having `have` chunks (none missing), for
+/// `reason`.
+fn site_status<'a>(
+    transfer: u64,
+    site: &'a str,
+    state: SiteState,
+    have: u32,
+    reason: &'a str,
+) -> FilesMessage<'a> {
+    FilesMessage::Status(Status {
+        transfer,
+        site,
+        state,
+        have,
+        missing: vec![],
+        reason,
+    })
+}
+
+/// `site` says it takes `service`.
+fn present_msg<'a>(site: &'a str, service: &'a str) -> FilesMessage<'a> {
+    FilesMessage::Present { site, service }
+}
+
+/// Bytes `data` of upload `request`, from `offset` on.
+fn put_data(request: u32, offset: u64, data: &[u8]) -> FilesMessage<'_> {
+    FilesMessage::PutData {
+        request,
+        offset,
+        data,
+    }
+}
+
+/// A Put of `data` named `name` in FILES, for `to` (none: every site), with its true
+/// size and hash.
+fn put_of<'a>(request: u32, name: &'a str, data: &[u8], to: Vec<&'a str>) -> Put<'a> {
+    Put {
+        request,
+        service: "FILES",
+        name,
+        size: data.len() as u64,
+        sha256: Sha256::digest(data).into(),
+        to,
+    }
+}
+
+/// A connection to the hub: its number, its user and the user's rights.
+#[derive(Clone, Copy)]
+struct Client<'a> {
+    conn: usize,
+    user: &'a str,
+    rights: Rights,
+}
+
+/// alice, on the client connection, allowed everything.
+const ALICE: Client<'static> = Client {
+    conn: CLIENT,
+    user: "alice",
+    rights: Rights::ALL,
+};
+
+/// A connection below (4), of user edge, allowed to receive FILES.
+const EDGE: Client<'static> = Client {
+    conn: 4,
+    user: "edge",
+    rights: MAY_RECEIVE_FILES,
+};
+
+impl Client<'_> {
+    fn send(&self, h: &mut Hub, m: &FilesMessage<'_>, now: Instant) {
+        self.send_encoded(h, &encode(m), now);
+    }
+
+    fn send_encoded(&self, h: &mut Hub, body: &[u8], now: Instant) {
+        h.handle(Peer::Conn(self.conn), self.user, self.rights, body, now);
+    }
+
+    /// `put`, then all of `data` in one message.
+    fn upload_whole(&self, h: &mut Hub, put: Put<'_>, data: &[u8], now: Instant) {
+        let request = put.request;
+        self.send(h, &FilesMessage::Put(put), now);
+        self.send(h, &put_data(request, 0, data), now);
+    }
 }
 
 /// The messages the hub sends (not the end of a gone connection's: see below).
@@ -84,16 +191,7 @@ fn reported<T>(h: &mut Hub, f: impl Fn(&tickwire_files::wire::ReportEntry<'_>) -
 
 /// What a user who may see everything gets from a query: (transfer, name, site, state).
 fn report(h: &mut Hub) -> Vec<(u64, String, String, String)> {
-    outputs(h);
-    let query = encode(&FilesMessage::Query { request: 9 });
-    h.handle(
-        Peer::Conn(CLIENT),
-        "bob",
-        Rights::ALL,
-        &query,
-        Instant::now(),
-    );
-    reported(h, |e| {
+    query(h, Instant::now(), |e| {
         (
             e.transfer,
             e.name.to_string(),
@@ -103,25 +201,37 @@ fn report(h: &mut Hub) -> Vec<(u64, String, String, String)> {
     })
 }
 
-fn put(h: &mut Hub, rights: Rights, request: u32, service: &str, data: &[u8], sha: [u8; 32]) {
+/// alice's upload `request` of `data`, as `f{request}.csv` in `service` for edge1, with
+/// its true hash.
+fn put(h: &mut Hub, rights: Rights, request: u32, service: &str, data: &[u8]) {
+    put_claiming(
+        h,
+        rights,
+        request,
+        service,
+        data,
+        Sha256::digest(data).into(),
+    );
+}
+
+/// As [`put`], said to hash to `sha`.
+fn put_claiming(
+    h: &mut Hub,
+    rights: Rights,
+    request: u32,
+    service: &str,
+    data: &[u8],
+    sha: [u8; 32],
+) {
     let now = Instant::now();
     // A name of its own: a file of the same name replaces the one before.
     let name = format!("f{request}.csv");
-    let p = FilesMessage::Put(Put {
-        request,
+    let put = Put {
         service,
-        name: &name,
-        size: data.len() as u64,
         sha256: sha,
-        to: vec!["edge1"],
-    });
-    h.handle(Peer::Conn(CLIENT), "alice", rights, &encode(&p), now);
-    let d = FilesMessage::PutData {
-        request,
-        offset: 0,
-        data,
+        ..put_of(request, &name, data, vec!["edge1"])
     };
-    h.handle(Peer::Conn(CLIENT), "alice", rights, &encode(&d), now);
+    Client { rights, ..ALICE }.upload_whole(h, put, data, now);
 }
 
 fn publish(bit: u64) -> Rights {
@@ -136,9 +246,8 @@ fn uploads_need_the_right_to_publish_and_whole_checked_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = hub(dir.path(), &["FILES", "REF"]);
     let data = b"a,b,c\n1,2,3\n".to_vec();
-    let sha: [u8; 32] = Sha256::digest(&data).into();
     // May publish REF (bit 1) but not FILES (bit 0).
-    put(&mut h, publish(0b10), 1, "FILES", &data, sha);
+    put(&mut h, publish(0b10), 1, "FILES", &data);
     assert_eq!(
         answers(&mut h),
         vec![(
@@ -147,7 +256,7 @@ fn uploads_need_the_right_to_publish_and_whole_checked_bytes() {
         )]
     );
     // A hash that does not match what arrived.
-    put(&mut h, publish(0b10), 2, "REF", &data, [0; 32]);
+    put_claiming(&mut h, publish(0b10), 2, "REF", &data, [0; 32]);
     let a = answers(&mut h);
     assert_eq!(a[0].0, PutState::Go);
     assert_eq!(
@@ -167,19 +276,12 @@ fn uploads_need_the_right_to_publish_and_whole_checked_bytes() {
         sha256: [0; 32],
         to: vec![],
     });
-    h.handle(Peer::Conn(CLIENT), "alice", publish(0b10), &encode(&p), now);
-    let gap = FilesMessage::PutData {
-        request: 3,
-        offset: 4,
-        data: b"xyz",
+    let alice_of_ref = Client {
+        rights: publish(0b10),
+        ..ALICE
     };
-    h.handle(
-        Peer::Conn(CLIENT),
-        "alice",
-        publish(0b10),
-        &encode(&gap),
-        now,
-    );
+    alice_of_ref.send(&mut h, &p, now);
+    alice_of_ref.send(&mut h, &put_data(3, 4, b"xyz"), now);
     let a = answers(&mut h);
     assert!(
         a[1].1
@@ -196,7 +298,7 @@ fn uploads_need_the_right_to_publish_and_whole_checked_bytes() {
         ]
     );
     // A good one is queued, with its manifest in the spool.
-    put(&mut h, publish(0b10), 4, "REF", &data, sha);
+    put(&mut h, publish(0b10), 4, "REF", &data);
     let a = answers(&mut h);
     assert_eq!(a.last().unwrap().0, PutState::Queued, "{a:?}");
     let entries = spool_entries(&spool);
@@ -231,9 +333,8 @@ fn a_report_shows_only_the_services_a_user_may_see() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = hub(dir.path(), &["FILES", "REF"]);
     let data = b"x".to_vec();
-    let sha: [u8; 32] = Sha256::digest(&data).into();
-    put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
-    put(&mut h, Rights::ALL, 2, "REF", &data, sha);
+    put(&mut h, Rights::ALL, 1, "FILES", &data);
+    put(&mut h, Rights::ALL, 2, "REF", &data);
     outputs(&mut h);
     let query = encode(&FilesMessage::Query { request: 9 });
     // Each user on a connection of its own (one connection is answered once a gap).
@@ -260,12 +361,9 @@ fn with_an_fsync_policy_a_file_is_said_queued_only_once_the_spool_is_synced() {
         tickwire_files::inbox::Fsync::Batch,
     )
     .unwrap();
-    let sender = Sender::new(SenderConfig::new("src"), now);
-    let cfg = HubConfig::new("src", vec!["FILES".into()]);
-    let mut h = Hub::new(cfg, Some((sender, spool)), None, now, 1_790_000_000_000, 42);
+    let mut h = sending_hub(files_config(), SenderConfig::new("src"), spool, now);
     let data = b"a,b\n1,2\n".to_vec();
-    let sha: [u8; 32] = Sha256::digest(&data).into();
-    put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
+    put(&mut h, Rights::ALL, 1, "FILES", &data);
     let put_at = Instant::now();
     // Whole and checked, not yet on the disk: go, and no queued yet.
     let states = |a: Vec<(PutState, String)>| a.into_iter().map(|(s, _)| s).collect::<Vec<_>>();
@@ -274,7 +372,7 @@ fn with_an_fsync_policy_a_file_is_said_queued_only_once_the_spool_is_synced() {
     assert!(h.poll_timeout().is_some_and(|at| at <= due));
     assert_eq!(h.stats().spool_syncs, 0);
     // Another file whole meanwhile shares the sync.
-    put(&mut h, Rights::ALL, 2, "FILES", &data, sha);
+    put(&mut h, Rights::ALL, 2, "FILES", &data);
     assert_eq!(states(answers(&mut h)), vec![PutState::Go]);
     // Not in the log before their bytes are on the disk.
     let log = dir.path().join("spool/queue.log");
@@ -306,8 +404,7 @@ fn a_connection_flooding_status_queries_is_answered_once_a_gap_and_never_left_un
     let dir = tempfile::tempdir().unwrap();
     let mut h = hub(dir.path(), &["FILES"]);
     let data = b"x".to_vec();
-    let sha: [u8; 32] = Sha256::digest(&data).into();
-    put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
+    put(&mut h, Rights::ALL, 1, "FILES", &data);
     outputs(&mut h);
     let t0 = Instant::now();
     let ask = |h: &mut Hub, request: u32, now: Instant| {
@@ -323,7 +420,7 @@ fn a_connection_flooding_status_queries_is_answered_once_a_gap_and_never_left_un
     assert!(reports(&mut h).is_empty());
     let due = t0 + tickwire_files::QUERY_GAP;
     assert!(h.poll_timeout().is_some_and(|at| at <= due));
-    h.handle_timeout(due - std::time::Duration::from_millis(1));
+    h.handle_timeout(due - ms(1));
     assert!(reports(&mut h).is_empty());
     // At the gap, the newest few, one walk of the record for all of them.
     h.handle_timeout(due);
@@ -340,10 +437,7 @@ fn a_connection_flooding_status_queries_is_answered_once_a_gap_and_never_left_un
 fn a_site_is_routed_only_where_its_user_may_receive_and_presence_goes_up_every_way_but_back() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = hub(dir.path(), &["FILES"]);
-    let present = encode(&FilesMessage::Present {
-        site: "edge1",
-        service: "FILES",
-    });
+    let present = encode(&present_msg("edge1", "FILES"));
     // Not entitled to receive FILES: not a route, not told upward.
     h.handle(
         Peer::Conn(3),
@@ -354,11 +448,7 @@ fn a_site_is_routed_only_where_its_user_may_receive_and_presence_goes_up_every_w
     );
     assert!(outputs(&mut h).is_empty());
     assert_eq!(h.stats().ignored, 1);
-    let may = Rights {
-        publish: 0,
-        subscribe: 1,
-    };
-    h.handle(Peer::Conn(4), "edge", may, &present, Instant::now());
+    EDGE.send_encoded(&mut h, &present, Instant::now());
     let ups: Vec<Peer> = outputs(&mut h).into_iter().map(|o| o.to).collect();
     assert_eq!(ups, vec![Peer::Upstream, Peer::Backbone]);
     // From the backbone: up the tree only, not back onto the backbone.
@@ -377,18 +467,8 @@ fn a_site_is_routed_only_where_its_user_may_receive_and_presence_goes_up_every_w
 /// reports it.
 fn one_file_queued(h: &mut Hub) -> u64 {
     let data = b"a,b\n".to_vec();
-    let sha: [u8; 32] = Sha256::digest(&data).into();
-    put(h, Rights::ALL, 1, "FILES", &data, sha);
-    outputs(h);
-    let query = encode(&FilesMessage::Query { request: 9 });
-    h.handle(
-        Peer::Conn(CLIENT),
-        "alice",
-        Rights::ALL,
-        &query,
-        Instant::now(),
-    );
-    reported(h, |e| e.transfer)[0]
+    put(h, Rights::ALL, 1, "FILES", &data);
+    query_as(h, "alice", Instant::now(), |e| e.transfer)[0]
 }
 
 /// A connection whose right to receive a service was taken (the users file reloaded)
@@ -399,26 +479,12 @@ fn a_site_that_lost_its_right_to_receive_is_no_route_from_its_next_presence() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = hub(dir.path(), &["FILES"]);
     let transfer = one_file_queued(&mut h);
-    let present = encode(&FilesMessage::Present {
-        site: "edge1",
-        service: "FILES",
-    });
-    let status = encode(&FilesMessage::Status(Status {
-        transfer,
-        site: "edge1",
-        state: SiteState::Receiving,
-        have: 0,
-        missing: vec![],
-        reason: "",
-    }));
-    let may = Rights {
-        publish: 0,
-        subscribe: 1,
-    };
+    let present = encode(&present_msg("edge1", "FILES"));
+    let status = encode(&site_status(transfer, "edge1", SiteState::Receiving, 0, ""));
     let now = Instant::now();
-    h.handle(Peer::Conn(4), "edge", may, &present, now);
+    EDGE.send_encoded(&mut h, &present, now);
     let ignored = h.stats().ignored;
-    h.handle(Peer::Conn(4), "edge", may, &status, now);
+    EDGE.send_encoded(&mut h, &status, now);
     assert_eq!(h.stats().ignored, ignored, "routed: its status is taken");
     // Its next presence comes without the right.
     h.handle(Peer::Conn(4), "edge", Rights::default(), &present, now);
@@ -453,31 +519,17 @@ fn rights_taken_by_a_reload_end_routes_and_uploads_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = hub(dir.path(), &["FILES"]);
     let t0 = Instant::now();
-    let receive = Rights {
-        publish: 0,
-        subscribe: 1,
-    };
-    let present = encode(&FilesMessage::Present {
-        site: "edge1",
-        service: "FILES",
-    });
-    h.handle(Peer::Conn(4), "edge", receive, &present, t0);
+    let present = encode(&present_msg("edge1", "FILES"));
+    EDGE.send_encoded(&mut h, &present, t0);
     // alice uploads 200 KB; half has come.
     let data = vec![7u8; 200_000];
-    put_to_edge1(
-        &mut h,
-        "big.bin",
-        data.len(),
-        Sha256::digest(&data).into(),
-        t0,
-    );
-    upload(&mut h, &data, 0..100_000, t0);
-    let t1 = t0 + std::time::Duration::from_millis(200);
+    upload_to_edge1(&mut h, "big.bin", &data, 0..100_000, t0);
+    let t1 = t0 + ms(200);
     assert!(sent_down(&mut h, 4, t1) > 0, "edge1 is routed down conn 4");
     // The users file is reloaded: edge may no longer receive FILES, alice no longer
     // send it.
     h.handle_rights(4, Rights::default(), &|_| true);
-    h.handle_rights(CLIENT, receive, &|_| true);
+    h.handle_rights(CLIENT, MAY_RECEIVE_FILES, &|_| true);
     let a = answers(&mut h);
     assert_eq!(
         a,
@@ -492,7 +544,7 @@ fn rights_taken_by_a_reload_end_routes_and_uploads_at_once() {
     // A file queued since (by a user who may) goes to edge1's other routes, not down
     // conn 4, which never said it was there again.
     put_whole(&mut h, 2, "next.csv", vec!["edge1"], b"x,y\n", t1);
-    let t2 = t1 + std::time::Duration::from_millis(200);
+    let t2 = t1 + ms(200);
     assert_eq!(sent_down(&mut h, 4, t2), 0);
 }
 
@@ -505,36 +557,20 @@ fn a_site_a_reload_takes_from_a_user_is_no_route_of_its_connection_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = hub(dir.path(), &["FILES"]);
     let transfer = one_file_queued(&mut h);
-    let receive = Rights {
-        publish: 0,
-        subscribe: 1,
-    };
     let now = Instant::now();
-    let status = |site: &str| {
-        encode(&FilesMessage::Status(Status {
-            transfer,
-            site,
-            state: SiteState::Receiving,
-            have: 0,
-            missing: vec![],
-            reason: "",
-        }))
-    };
+    let status = |site: &str| encode(&site_status(transfer, site, SiteState::Receiving, 0, ""));
     for site in ["edge1", "edge2"] {
-        let present = encode(&FilesMessage::Present {
-            site,
-            service: "FILES",
-        });
-        h.handle(Peer::Conn(4), "edge", receive, &present, now);
+        let present = encode(&present_msg(site, "FILES"));
+        EDGE.send_encoded(&mut h, &present, now);
     }
     let ignored = h.stats().ignored;
-    h.handle(Peer::Conn(4), "edge", receive, &status("edge2"), now);
+    EDGE.send_encoded(&mut h, &status("edge2"), now);
     assert_eq!(h.stats().ignored, ignored, "routed: its status is taken");
     // The users file no longer lets edge speak for edge2.
-    h.handle_rights(4, receive, &|site| site == "edge1");
-    h.handle(Peer::Conn(4), "edge", receive, &status("edge2"), now);
+    h.handle_rights(4, MAY_RECEIVE_FILES, &|site| site == "edge1");
+    EDGE.send_encoded(&mut h, &status("edge2"), now);
     assert_eq!(h.stats().ignored, ignored + 1, "edge2 is no longer routed");
-    h.handle(Peer::Conn(4), "edge", receive, &status("edge1"), now);
+    EDGE.send_encoded(&mut h, &status("edge1"), now);
     assert_eq!(h.stats().ignored, ignored + 1, "edge1 still is");
 }
 
@@ -544,17 +580,10 @@ fn after_a_restart_the_report_lists_the_audit_logs_past_files_and_the_spools_que
     use tickwire_files::{Delivery, Manifest};
     let dir = tempfile::tempdir().unwrap();
     let data = b"queued before the restart".to_vec();
-    let sha: [u8; 32] = Sha256::digest(&data).into();
     let queued = {
         let mut before = hub(dir.path(), &["FILES"]);
-        put(&mut before, Rights::ALL, 1, "FILES", &data, sha);
-        outputs(&mut before)
-            .into_iter()
-            .find_map(|o| match FilesMessage::decode(&o.body).unwrap() {
-                FilesMessage::PutAnswer(a) if a.state == PutState::Queued => Some(a.transfer),
-                _ => None,
-            })
-            .expect("queued")
+        put(&mut before, Rights::ALL, 1, "FILES", &data);
+        queued_transfer(&mut before, "queued")
     };
     let past = |transfer: u64, name: &str, state: Delivery| PastFile {
         manifest: Manifest {
@@ -633,7 +662,7 @@ fn receiving_hub_of(
 /// Transfer `t`, a file of one chunk named `name`, offered and sent whole to `h`.
 fn send_whole(h: &mut Hub, t: u64, name: &str, now: Instant) {
     let data = format!("file {t}").into_bytes();
-    offer_whole(h, t, "src", "FILES", name, &data, now);
+    offer_files(h, t, name, &data, now);
 }
 
 #[test]
@@ -655,11 +684,6 @@ fn a_site_that_only_receives_keeps_no_more_records_than_it_is_told() {
     assert_eq!(names, ["f8.txt", "f9.txt", "f10.txt"]);
 }
 
-/// A message from a client allowed everything.
-fn from_alice(h: &mut Hub, body: &[u8], now: Instant) {
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, body, now);
-}
-
 /// A client that keeps to its windows (32 KiB here) brings a 512 KiB file whole; one
 /// that sends beyond its window is refused.
 #[test]
@@ -668,23 +692,12 @@ fn uploads_keep_to_their_window() {
     let dir = tempfile::tempdir().unwrap();
     let now = Instant::now();
     let spool = Spool::new(&dir.path().join("spool")).unwrap();
-    let sender = Sender::new(SenderConfig::new("src"), now);
-    let mut cfg = HubConfig::new("src", vec!["FILES".into()]);
+    let mut cfg = files_config();
     cfg.upload_window = WINDOW;
-    let mut h = Hub::new(cfg, Some((sender, spool)), None, now, 1_790_000_000_000, 42);
+    let mut h = sending_hub(cfg, SenderConfig::new("src"), spool, now);
     let data: Vec<u8> = (0..512 * 1024u32).map(|i| (i % 251) as u8).collect();
-    let sha: [u8; 32] = Sha256::digest(&data).into();
-    let put_all = |request: u32, name: &str| {
-        encode(&FilesMessage::Put(Put {
-            request,
-            service: "FILES",
-            name,
-            size: data.len() as u64,
-            sha256: sha,
-            to: vec![],
-        }))
-    };
-    from_alice(&mut h, &put_all(1, "windowed.bin"), now);
+    let put_all = |request, name| FilesMessage::Put(put_of(request, name, &data, vec![]));
+    ALICE.send(&mut h, &put_all(1, "windowed.bin"), now);
     let (mut sent, mut allowed, mut queued, mut answers_seen) = (0u64, 0u64, false, 0);
     while !queued && sent <= data.len() as u64 {
         for o in outputs(&mut h) {
@@ -704,12 +717,8 @@ fn uploads_keep_to_their_window() {
         }
         assert!(sent < allowed, "no window left at {sent} bytes");
         let end = allowed.min(data.len() as u64).min(sent + 10_000);
-        let d = FilesMessage::PutData {
-            request: 1,
-            offset: sent,
-            data: &data[sent as usize..end as usize],
-        };
-        from_alice(&mut h, &encode(&d), now);
+        let d = put_data(1, sent, &data[sent as usize..end as usize]);
+        ALICE.send(&mut h, &d, now);
         sent = end;
     }
     assert!(queued, "the upload was not queued ({sent} bytes sent)");
@@ -720,13 +729,9 @@ fn uploads_keep_to_their_window() {
     );
 
     // A client that does not keep to its window.
-    from_alice(&mut h, &put_all(2, "greedy.bin"), now);
-    let d = FilesMessage::PutData {
-        request: 2,
-        offset: 0,
-        data: &data[..WINDOW as usize + 1],
-    };
-    from_alice(&mut h, &encode(&d), now);
+    ALICE.send(&mut h, &put_all(2, "greedy.bin"), now);
+    let d = put_data(2, 0, &data[..WINDOW as usize + 1]);
+    ALICE.send(&mut h, &d, now);
     let a = answers(&mut h);
     assert_eq!(a[0].0, PutState::Go, "{a:?}");
     assert_eq!(a[1].0, PutState::Refused, "{a:?}");
@@ -781,7 +786,7 @@ fn batch_commits_what_became_whole_within_its_delay() {
     assert_eq!(in_eod(dir.path()), 0, "committed before its delay");
     // The hub asks for a turn by then (its receiver may want one sooner).
     assert!(h.poll_timeout().is_some_and(|at| at <= now + BATCH_DELAY));
-    h.handle_timeout(now + BATCH_DELAY - std::time::Duration::from_millis(1));
+    h.handle_timeout(now + BATCH_DELAY - ms(1));
     assert_eq!(in_eod(dir.path()), 0);
     h.handle_timeout(now + BATCH_DELAY);
     assert_eq!(in_eod(dir.path()), 3);
@@ -806,25 +811,31 @@ fn to_backbone(h: &mut Hub, now: Instant) -> (usize, usize, Vec<String>) {
 
 /// Request 1: a Put of `size` bytes named `name` in FILES, for edge1.
 fn put_to_edge1(h: &mut Hub, name: &str, size: usize, sha256: [u8; 32], now: Instant) {
-    let p = FilesMessage::Put(Put {
-        request: 1,
-        service: "FILES",
-        name,
+    let put = Put {
         size: size as u64,
         sha256,
-        to: vec!["edge1"],
-    });
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), now);
+        ..put_of(1, name, &[], vec!["edge1"])
+    };
+    ALICE.send(h, &FilesMessage::Put(put), now);
+}
+
+/// Request 1: all of `data` named `name` in FILES, for edge1, with its true hash; and
+/// its bytes `range`, as `upload` sends them.
+fn upload_to_edge1(
+    h: &mut Hub,
+    name: &str,
+    data: &[u8],
+    range: std::ops::Range<usize>,
+    now: Instant,
+) {
+    put_to_edge1(h, name, data.len(), Sha256::digest(data).into(), now);
+    upload(h, data, range, now);
 }
 
 /// `range` of request 1's bytes, in messages of 50,000.
 fn upload(h: &mut Hub, data: &[u8], range: std::ops::Range<usize>, now: Instant) {
     for at in range.clone().step_by(50_000) {
-        let d = FilesMessage::PutData {
-            request: 1,
-            offset: at as u64,
-            data: &data[at..(at + 50_000).min(range.end)],
-        };
+        let d = put_data(1, at as u64, &data[at..(at + 50_000).min(range.end)]);
         h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), now);
     }
 }
@@ -834,16 +845,13 @@ fn an_upload_goes_to_its_sites_as_it_arrives_and_one_whose_hash_is_wrong_is_with
     let dir = tempfile::tempdir().unwrap();
     let mut h = hub(dir.path(), &["FILES"]);
     let t0 = Instant::now();
-    let present = FilesMessage::Present {
-        site: "edge1",
-        service: "FILES",
-    };
+    let present = present_msg("edge1", "FILES");
     h.handle(Peer::Backbone, "", Rights::default(), &encode(&present), t0);
     // 800 KB (50 chunks of 16 KiB) announced with a hash it does not have.
     let data = vec![7u8; 800_000];
     put_to_edge1(&mut h, "big.bin", data.len(), [0; 32], t0);
     upload(&mut h, &data, 0..400_000, t0);
-    let t1 = t0 + std::time::Duration::from_millis(200);
+    let t1 = t0 + ms(200);
     let (offers, chunks, cancels) = to_backbone(&mut h, t1);
     // Offered, and the 24 whole chunks it has go out before the rest is uploaded.
     assert!(offers >= 1);
@@ -858,7 +866,7 @@ fn an_upload_goes_to_its_sites_as_it_arrives_and_one_whose_hash_is_wrong_is_with
         "{a:?}"
     );
     // The sites are told to drop it, and never got its last chunk.
-    let (_, chunks, cancels) = to_backbone(&mut h, t1 + std::time::Duration::from_millis(200));
+    let (_, chunks, cancels) = to_backbone(&mut h, t1 + ms(200));
     assert_eq!(chunks, 0);
     assert_eq!(
         cancels,
@@ -869,17 +877,21 @@ fn an_upload_goes_to_its_sites_as_it_arrives_and_one_whose_hash_is_wrong_is_with
     assert_eq!((r[0].2.as_str(), r[0].3.as_str()), ("edge1", "failed"));
     // edge1 missed the Cancel (it was restarting): asking about the transfer, it is
     // told again.
-    let asking = FilesMessage::Status(Status {
-        transfer: r[0].0,
-        site: "edge1",
-        state: SiteState::Receiving,
-        have: 24,
-        missing: Vec::new(),
-        reason: "",
-    });
     let t2 = t1 + std::time::Duration::from_secs(1);
-    h.handle(Peer::Backbone, "", Rights::default(), &encode(&asking), t2);
-    let (_, _, cancels) = to_backbone(&mut h, t2);
+    assert_edge1_asking_is_told_of_the_bad_hash(&mut h, r[0].0, 24, t2);
+}
+
+/// edge1, asking the hub about `transfer` (having `have` chunks of it) at `now`, is
+/// told to drop it: its upload failed on its hash.
+fn assert_edge1_asking_is_told_of_the_bad_hash(
+    h: &mut Hub,
+    transfer: u64,
+    have: u32,
+    now: Instant,
+) {
+    let asking = site_status(transfer, "edge1", SiteState::Receiving, have, "");
+    h.handle(Peer::Backbone, "", Rights::default(), &encode(&asking), now);
+    let (_, _, cancels) = to_backbone(h, now);
     assert_eq!(
         cancels,
         ["the upload failed: the bytes received do not match the SHA-256 announced"]
@@ -893,24 +905,9 @@ fn an_upload_whose_file_expires_at_the_sender_first_is_ended_with_the_reason() {
     let spool = Spool::new(&dir.path().join("spool")).unwrap();
     let mut sc = SenderConfig::new("src");
     sc.expire_after = std::time::Duration::from_secs(1);
-    let cfg = HubConfig::new("src", vec!["FILES".into()]);
-    let mut h = Hub::new(
-        cfg,
-        Some((Sender::new(sc, t0), spool)),
-        None,
-        t0,
-        1_790_000_000_000,
-        42,
-    );
+    let mut h = sending_hub(files_config(), sc, spool, t0);
     let data = vec![1u8; 200_000];
-    put_to_edge1(
-        &mut h,
-        "slow.bin",
-        data.len(),
-        Sha256::digest(&data).into(),
-        t0,
-    );
-    upload(&mut h, &data, 0..100_000, t0);
+    upload_to_edge1(&mut h, "slow.bin", &data, 0..100_000, t0);
     assert_eq!(answers(&mut h), [(PutState::Go, String::new())]);
     // Its upload outlives the file's time at the sender.
     let t1 = t0 + std::time::Duration::from_secs(2);
@@ -934,12 +931,16 @@ fn an_upload_whose_file_expires_at_the_sender_first_is_ended_with_the_reason() {
     assert_eq!((r[0].2.as_str(), r[0].3.as_str()), ("edge1", "failed"));
 }
 
+/// A hub of FILES that heard edge1 say it takes FILES at `now`.
+fn hub_hearing_edge1(dir: &std::path::Path, now: Instant) -> Hub {
+    let mut h = hub(dir, &["FILES"]);
+    edge1_present(&mut h, now);
+    h
+}
+
 /// edge1 says it takes FILES.
 fn edge1_present(h: &mut Hub, now: Instant) {
-    let present = FilesMessage::Present {
-        site: "edge1",
-        service: "FILES",
-    };
+    let present = present_msg("edge1", "FILES");
     h.handle(
         Peer::Backbone,
         "",
@@ -953,45 +954,19 @@ fn edge1_present(h: &mut Hub, now: Instant) {
 fn a_restart_mid_upload_cancels_the_file_at_each_site_heard_and_a_finished_one_stays_queued() {
     let dir = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
-    let ms = std::time::Duration::from_millis;
     let whole = vec![5u8; 700_000];
     let half = vec![3u8; 800_000];
     let queued = {
-        let mut before = hub(dir.path(), &["FILES"]);
-        edge1_present(&mut before, t0);
-        put_to_edge1(
-            &mut before,
-            "whole.bin",
-            whole.len(),
-            Sha256::digest(&whole).into(),
-            t0,
-        );
-        upload(&mut before, &whole, 0..whole.len(), t0);
-        let queued = outputs(&mut before)
-            .into_iter()
-            .find_map(|o| match FilesMessage::decode(&o.body).unwrap() {
-                FilesMessage::PutAnswer(a) if a.state == PutState::Queued => Some(a.transfer),
-                _ => None,
-            })
-            .expect("the first file queued");
+        let mut before = hub_hearing_edge1(dir.path(), t0);
+        upload_to_edge1(&mut before, "whole.bin", &whole, 0..whole.len(), t0);
+        let queued = queued_transfer(&mut before, "the first file queued");
         // The second is half uploaded, and its first chunks are out, when the node
         // stops (dropped without a word, as kill -9 leaves it).
-        let p = FilesMessage::Put(Put {
-            request: 2,
-            service: "FILES",
-            name: "half.bin",
-            size: half.len() as u64,
-            sha256: Sha256::digest(&half).into(),
-            to: vec!["edge1"],
-        });
-        before.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), t0);
+        let p = FilesMessage::Put(put_of(2, "half.bin", &half, vec!["edge1"]));
+        ALICE.send(&mut before, &p, t0);
         for at in (0..400_000).step_by(50_000) {
-            let d = FilesMessage::PutData {
-                request: 2,
-                offset: at as u64,
-                data: &half[at..at + 50_000],
-            };
-            before.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), t0);
+            let d = put_data(2, at as u64, &half[at..at + 50_000]);
+            ALICE.send(&mut before, &d, t0);
         }
         let (offers, chunks, cancels) = to_backbone(&mut before, t0 + ms(200));
         assert!(offers >= 2 && chunks > 0 && cancels.is_empty());
@@ -1042,8 +1017,7 @@ fn an_upload_that_failed_or_finished_is_not_cancelled_again_after_a_restart() {
     let t0 = Instant::now();
     let data = vec![9u8; 300_000];
     {
-        let mut before = hub(dir.path(), &["FILES"]);
-        edge1_present(&mut before, t0);
+        let mut before = hub_hearing_edge1(dir.path(), t0);
         // Its hash is wrong: withdrawn (and cancelled at the sites) at its end.
         put_to_edge1(&mut before, "bad.bin", data.len(), [0; 32], t0);
         upload(&mut before, &data, 0..data.len(), t0);
@@ -1059,10 +1033,7 @@ fn an_upload_that_failed_or_finished_is_not_cancelled_again_after_a_restart() {
 
 /// `site` on the backbone says it takes FILES.
 fn present(h: &mut Hub, site: &str, now: Instant) {
-    let p = FilesMessage::Present {
-        site,
-        service: "FILES",
-    };
+    let p = present_msg(site, "FILES");
     h.handle(Peer::Backbone, "", Rights::ALL, &encode(&p), now);
 }
 
@@ -1081,21 +1052,7 @@ fn a_file_for_every_site_keeps_the_sites_it_was_given_through_a_restart() {
     present(&mut h, "a", t0);
     present(&mut h, "b", t0);
     let data = b"every site\n".to_vec();
-    let p = FilesMessage::Put(Put {
-        request: 1,
-        service: "FILES",
-        name: "all.csv",
-        size: data.len() as u64,
-        sha256: Sha256::digest(&data).into(),
-        to: vec![],
-    });
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), t0);
-    let d = FilesMessage::PutData {
-        request: 1,
-        offset: 0,
-        data: &data,
-    };
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), t0);
+    ALICE.upload_whole(&mut h, put_of(1, "all.csv", &data, vec![]), &data, t0);
     assert_eq!(answers(&mut h).last().unwrap().0, PutState::Queued);
     // Past the sender's first listening: the file is for a and b.
     let t1 = t0 + std::time::Duration::from_secs(4);
@@ -1103,14 +1060,7 @@ fn a_file_for_every_site_keeps_the_sites_it_was_given_through_a_restart() {
     present(&mut h, "b", t1);
     run(&mut h, t1);
     let transfer = report(&mut h)[0].0;
-    let done = FilesMessage::Status(tickwire_files::wire::Status {
-        transfer,
-        site: "a",
-        state: tickwire_files::wire::SiteState::Done,
-        have: 1,
-        missing: vec![],
-        reason: "",
-    });
+    let done = site_status(transfer, "a", SiteState::Done, 1, "");
     h.handle(Peer::Backbone, "", Rights::ALL, &encode(&done), t1);
     run(&mut h, t1);
     drop(h);
@@ -1152,14 +1102,7 @@ fn a_full_table_of_routes_makes_room_for_a_new_site_once_an_old_one_is_silent() 
     assert_eq!(h.stats().ignored, ignored + 1, "late is routed now");
     // And the silent ones are forgotten at the next timeout.
     h.handle_timeout(t1);
-    let status = FilesMessage::Status(tickwire_files::wire::Status {
-        transfer: 1,
-        site: "site9",
-        state: tickwire_files::wire::SiteState::Done,
-        have: 1,
-        missing: vec![],
-        reason: "",
-    });
+    let status = site_status(1, "site9", SiteState::Done, 1, "");
     h.handle(Peer::Backbone, "", Rights::ALL, &encode(&status), t1);
     assert_eq!(h.stats().ignored, ignored + 2, "site9's route is gone");
 }
@@ -1184,29 +1127,12 @@ fn edge1_fails_a_file_from_below(
         publish: 0,
         subscribe: present_in,
     };
-    let present = FilesMessage::Present {
-        site: "edge1",
-        service: services[present_in.trailing_zeros() as usize],
-    };
+    let present = present_msg("edge1", services[present_in.trailing_zeros() as usize]);
     h.handle(Peer::Conn(5), "edge1", below, &encode(&present), now);
     let data = b"eod\n".to_vec();
-    put(
-        &mut h,
-        Rights::ALL,
-        1,
-        "FILES",
-        &data,
-        Sha256::digest(&data).into(),
-    );
+    put(&mut h, Rights::ALL, 1, "FILES", &data);
     let transfer = report(&mut h)[0].0;
-    let status = FilesMessage::Status(tickwire_files::wire::Status {
-        transfer,
-        site: "edge1",
-        state: tickwire_files::wire::SiteState::Failed,
-        have: 0,
-        missing: vec![],
-        reason,
-    });
+    let status = site_status(transfer, "edge1", SiteState::Failed, 0, reason);
     let ignored = h.stats().ignored;
     h.handle(
         Peer::Conn(5),
@@ -1225,16 +1151,8 @@ fn a_sites_reason_reaches_files_status_without_control_characters() {
     let (mut h, _) = edge1_fails_a_file_from_below(dir.path(), &["FILES"], 1, evil);
     let now = Instant::now();
     h.pump(now);
-    outputs(&mut h);
-    let query = encode(&FilesMessage::Query { request: 9 });
-    h.handle(
-        Peer::Conn(CLIENT),
-        "bob",
-        Rights::ALL,
-        &query,
-        now + std::time::Duration::from_secs(1),
-    );
-    let reasons = reported(&mut h, |e| e.reason.to_string());
+    let later = now + std::time::Duration::from_secs(1);
+    let reasons = query(&mut h, later, |e| e.reason.to_string());
     assert!(!reasons.is_empty());
     for r in &reasons {
         assert!(
@@ -1242,6 +1160,17 @@ fn a_sites_reason_reaches_files_status_without_control_characters() {
             "a reason with control characters: {r:?}"
         );
     }
+}
+
+/// The transfer of the upload the hub answers Queued now (`what`: which one).
+fn queued_transfer(h: &mut Hub, what: &str) -> u64 {
+    outputs(h)
+        .into_iter()
+        .find_map(|o| match FilesMessage::decode(&o.body).unwrap() {
+            FilesMessage::PutAnswer(a) if a.state == PutState::Queued => Some(a.transfer),
+            _ => None,
+        })
+        .expect(what)
 }
 
 /// The Go answer's transfer id for `request` among `outs`.
@@ -1269,62 +1198,36 @@ fn a_site_saying_done_mid_upload_is_not_believed_and_no_upload_is_corrupted() {
     outputs(&mut h);
     // Alice's upload of 200,000 bytes: its first 64,000 arrive.
     let a = vec![0xaau8; 200_000];
-    let put_a = FilesMessage::Put(Put {
-        request: 1,
-        service: "FILES",
-        name: "a.bin",
-        size: a.len() as u64,
-        sha256: Sha256::digest(&a).into(),
-        to: vec!["edge1"],
-    });
-    from_alice(&mut h, &encode(&put_a), now);
-    let first = FilesMessage::PutData {
-        request: 1,
-        offset: 0,
-        data: &a[..64_000],
-    };
-    from_alice(&mut h, &encode(&first), now);
+    let put_a = FilesMessage::Put(put_of(1, "a.bin", &a, vec!["edge1"]));
+    ALICE.send(&mut h, &put_a, now);
+    let first = put_data(1, 0, &a[..64_000]);
+    ALICE.send(&mut h, &first, now);
     let ta = transfer_of_go(&outputs(&mut h), 1);
     // edge1 says it has it.
-    let done = FilesMessage::Status(tickwire_files::wire::Status {
-        transfer: ta,
-        site: "edge1",
-        state: tickwire_files::wire::SiteState::Done,
-        have: 0,
-        missing: vec![],
-        reason: "",
-    });
+    let done = site_status(ta, "edge1", SiteState::Done, 0, "");
     h.handle(Peer::Backbone, "", Rights::ALL, &encode(&done), now);
     h.pump(now);
     outputs(&mut h);
     // Bob's file, whole.
     let b: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-    let put_b = FilesMessage::Put(Put {
-        request: 2,
-        service: "FILES",
-        name: "b.bin",
-        size: b.len() as u64,
-        sha256: Sha256::digest(&b).into(),
-        to: vec!["edge1"],
-    });
-    h.handle(Peer::Conn(8), "bob", Rights::ALL, &encode(&put_b), now);
+    let bob = Client {
+        conn: 8,
+        user: "bob",
+        rights: Rights::ALL,
+    };
+    bob.send(
+        &mut h,
+        &FilesMessage::Put(put_of(2, "b.bin", &b, vec!["edge1"])),
+        now,
+    );
     for (i, piece) in b.chunks(50_000).enumerate() {
-        let d = FilesMessage::PutData {
-            request: 2,
-            offset: i as u64 * 50_000,
-            data: piece,
-        };
-        h.handle(Peer::Conn(8), "bob", Rights::ALL, &encode(&d), now);
+        bob.send(&mut h, &put_data(2, i as u64 * 50_000, piece), now);
     }
     let outs = outputs(&mut h);
     let tb = transfer_of_go(&outs, 2);
     // Alice goes on with her upload.
-    let second = FilesMessage::PutData {
-        request: 1,
-        offset: 64_000,
-        data: &a[64_000..128_000],
-    };
-    from_alice(&mut h, &encode(&second), now);
+    let second = put_data(1, 64_000, &a[64_000..128_000]);
+    ALICE.send(&mut h, &second, now);
     // What the node sends of Bob's file.
     let mut got = vec![None; 7];
     let mut t = now;
@@ -1343,7 +1246,7 @@ fn a_site_saying_done_mid_upload_is_not_believed_and_no_upload_is_corrupted() {
                 }
             }
         }
-        t += std::time::Duration::from_millis(100);
+        t += ms(100);
     }
     let sent: Vec<u8> = got.into_iter().flatten().flatten().collect();
     assert_eq!(sent.len(), b.len(), "all of bob's chunks went out");
@@ -1410,21 +1313,12 @@ fn one_slow_user_never_holds_every_upload_nor_the_whole_queue() {
     assert!(last.contains("the most one user may have"), "{last}");
     // Alice's file goes all the same.
     let data = b"eod\n";
-    let p = FilesMessage::Put(Put {
-        request: 9,
-        service: "FILES",
-        name: "eod.csv",
-        size: data.len() as u64,
-        sha256: Sha256::digest(data).into(),
-        to: vec!["edge1"],
-    });
-    h.handle(Peer::Conn(8), "alice", publish(0b01), &encode(&p), t0);
-    let d = FilesMessage::PutData {
-        request: 9,
-        offset: 0,
-        data,
+    let alice = Client {
+        conn: 8,
+        user: "alice",
+        rights: publish(0b01),
     };
-    h.handle(Peer::Conn(8), "alice", publish(0b01), &encode(&d), t0);
+    alice.upload_whole(&mut h, put_of(9, "eod.csv", data, vec!["edge1"]), data, t0);
     let states: Vec<PutState> = answers_to(&mut h, 8).into_iter().map(|a| a.1).collect();
     assert_eq!(states, vec![PutState::Go, PutState::Queued]);
     // Trudy's big upload, kept "alive" by empty messages, times out.
@@ -1432,11 +1326,7 @@ fn one_slow_user_never_holds_every_upload_nor_the_whole_queue() {
     let mut now = t0;
     while now < t0 + timeout * 2 {
         now += std::time::Duration::from_secs(1);
-        let empty = FilesMessage::PutData {
-            request: 2,
-            offset: 0,
-            data: b"",
-        };
+        let empty = put_data(2, 0, b"");
         h.handle(
             Peer::Conn(CLIENT),
             "trudy",
@@ -1453,6 +1343,11 @@ fn one_slow_user_never_holds_every_upload_nor_the_whole_queue() {
             .any(|(r, state, _)| *r == 2 && *state == PutState::Refused),
         "{ended:?}"
     );
+}
+
+/// As [`offer_whole`], of FILES from "src".
+fn offer_files(h: &mut Hub, t: u64, name: &str, data: &[u8], now: Instant) {
+    offer_whole(h, t, "src", "FILES", name, data, now);
 }
 
 /// Transfer `t` of `service`, one chunk named `name` holding `data`, offered by
@@ -1500,15 +1395,7 @@ fn a_file_of_one_service_does_not_replace_a_file_of_another() {
     let now = Instant::now();
     let never = tickwire_files::inbox::Fsync::Never;
     let mut h = receiving_hub_of(dir.path(), &["FILES", "SCRATCH"], never, 100, now);
-    offer_whole(
-        &mut h,
-        1,
-        "src",
-        "FILES",
-        "eod/prices.csv",
-        b"real prices\n",
-        now,
-    );
+    offer_files(&mut h, 1, "eod/prices.csv", b"real prices\n", now);
     let path = dir.path().join("inbox/FILES/eod/prices.csv");
     assert_eq!(std::fs::read(&path).unwrap(), b"real prices\n");
     offer_whole(
@@ -1549,26 +1436,13 @@ fn a_file_for_every_site_that_fails_before_it_has_sites_is_reported_failed_with_
     let data = b"a,b\n".to_vec();
     let now = Instant::now();
     // For every site (no --to), with a hash that does not match its bytes.
-    let p = FilesMessage::Put(Put {
-        request: 1,
-        service: "FILES",
-        name: "eod.csv",
-        size: data.len() as u64,
+    let put = Put {
         sha256: [0; 32],
-        to: vec![],
-    });
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), now);
-    let d = FilesMessage::PutData {
-        request: 1,
-        offset: 0,
-        data: &data,
+        ..put_of(1, "eod.csv", &data, vec![])
     };
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), now);
+    ALICE.upload_whole(&mut h, put, &data, now);
     while h.pump(now) {}
-    outputs(&mut h);
-    let query = encode(&FilesMessage::Query { request: 9 });
-    h.handle(Peer::Conn(CLIENT), "bob", Rights::ALL, &query, now);
-    let r = reported(&mut h, |e| {
+    let r = query(&mut h, now, |e| {
         (
             e.site.to_string(),
             e.state.to_string(),
@@ -1638,10 +1512,9 @@ fn a_site_is_told_of_an_ended_transfer_the_record_no_longer_lists() {
     let dir = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
     let spool = Spool::new(&dir.path().join("spool")).unwrap();
-    let mut cfg = HubConfig::new("src", vec!["FILES".into()]);
+    let mut cfg = files_config();
     cfg.keep_records = 1;
-    let sender = Sender::new(SenderConfig::new("src"), t0);
-    let mut h = Hub::new(cfg, Some((sender, spool)), None, t0, 1_790_000_000_000, 42);
+    let mut h = sending_hub(cfg, SenderConfig::new("src"), spool, t0);
     edge1_present(&mut h, t0);
     // Two uploads whose bytes do not match their hash: each withdrawn.
     let data = vec![7u8; 200_000];
@@ -1655,21 +1528,8 @@ fn a_site_is_told_of_an_ended_transfer_the_record_no_longer_lists() {
     }
     let listed: Vec<u64> = report(&mut h).into_iter().map(|r| r.0).collect();
     assert_eq!(listed, [ended[1]], "the record keeps one file");
-    let asking = FilesMessage::Status(Status {
-        transfer: ended[0],
-        site: "edge1",
-        state: SiteState::Receiving,
-        have: 3,
-        missing: Vec::new(),
-        reason: "",
-    });
     let t1 = t0 + std::time::Duration::from_secs(1);
-    h.handle(Peer::Backbone, "", Rights::default(), &encode(&asking), t1);
-    let (_, _, cancels) = to_backbone(&mut h, t1);
-    assert_eq!(
-        cancels,
-        ["the upload failed: the bytes received do not match the SHA-256 announced"]
-    );
+    assert_edge1_asking_is_told_of_the_bad_hash(&mut h, ended[0], 3, t1);
 }
 
 /// A site's record lists a file it could not take, with why, as the audit log it reads
@@ -1683,15 +1543,7 @@ fn a_site_lists_a_file_it_could_not_take_and_then_took() {
     // "eod" is a file where the name needs a directory.
     std::fs::create_dir_all(dir.path().join("inbox/FILES")).unwrap();
     std::fs::write(dir.path().join("inbox/FILES/eod"), b"x").unwrap();
-    offer_whole(
-        &mut h,
-        5,
-        "src",
-        "FILES",
-        "eod/prices.csv",
-        b"prices\n",
-        now,
-    );
+    offer_files(&mut h, 5, "eod/prices.csv", b"prices\n", now);
     let lines = |h: &mut Hub| {
         outputs(h);
         let query = encode(&FilesMessage::Query { request: 9 });
@@ -1716,15 +1568,7 @@ fn a_site_lists_a_file_it_could_not_take_and_then_took() {
     // Tried again once the way is clear: done.
     std::fs::remove_file(dir.path().join("inbox/FILES/eod")).unwrap();
     let later = now + std::time::Duration::from_secs(31);
-    offer_whole(
-        &mut h,
-        5,
-        "src",
-        "FILES",
-        "eod/prices.csv",
-        b"prices\n",
-        later,
-    );
+    offer_files(&mut h, 5, "eod/prices.csv", b"prices\n", later);
     let r = lines(&mut h);
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!(
@@ -1741,10 +1585,9 @@ fn after_a_restart_a_queued_file_is_listed_for_its_sites() {
     let dir = tempfile::tempdir().unwrap();
     let now = Instant::now();
     let data = b"a,b\n".to_vec();
-    let sha: [u8; 32] = Sha256::digest(&data).into();
     let before_rows = {
         let mut h = hub(dir.path(), &["FILES"]);
-        put(&mut h, Rights::ALL, 1, "FILES", &data, sha);
+        put(&mut h, Rights::ALL, 1, "FILES", &data);
         while h.pump(now) {}
         report(&mut h)
     };
@@ -1775,10 +1618,7 @@ fn a_cancel_to_a_site_below_is_not_dropped_for_a_busy_link() {
     let mut h = hub(dir.path(), &["FILES"]);
     let t0 = Instant::now();
     const BELOW: usize = 3;
-    let present = FilesMessage::Present {
-        site: "edge1",
-        service: "FILES",
-    };
+    let present = present_msg("edge1", "FILES");
     h.handle(
         Peer::Conn(BELOW),
         "edge1",
@@ -1790,7 +1630,7 @@ fn a_cancel_to_a_site_below_is_not_dropped_for_a_busy_link() {
     put_to_edge1(&mut h, "big.bin", data.len(), [0; 32], t0);
     // Half, sent on to the site; then the rest, whose hash is wrong.
     upload(&mut h, &data, 0..100_000, t0);
-    let t1 = t0 + std::time::Duration::from_millis(200);
+    let t1 = t0 + ms(200);
     h.handle_timeout(t1);
     while h.pump(t1) {}
     upload(&mut h, &data, 100_000..200_000, t1);
@@ -1814,21 +1654,7 @@ fn a_cancel_to_a_site_below_is_not_dropped_for_a_busy_link() {
 
 /// Request `request`: the whole of `data` as `name` in FILES, for `to` (none: every site).
 fn put_whole(h: &mut Hub, request: u32, name: &str, to: Vec<&str>, data: &[u8], now: Instant) {
-    let p = FilesMessage::Put(Put {
-        request,
-        service: "FILES",
-        name,
-        size: data.len() as u64,
-        sha256: Sha256::digest(data).into(),
-        to,
-    });
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&p), now);
-    let d = FilesMessage::PutData {
-        request,
-        offset: 0,
-        data,
-    };
-    h.handle(Peer::Conn(CLIENT), "alice", Rights::ALL, &encode(&d), now);
+    ALICE.upload_whole(h, put_of(request, name, data, to), data, now);
 }
 
 /// `f` of each entry of the report a user who may see everything gets at `now`.
@@ -1837,22 +1663,25 @@ fn query<T>(
     now: Instant,
     f: impl Fn(&tickwire_files::wire::ReportEntry<'_>) -> T,
 ) -> Vec<T> {
+    query_as(h, "bob", now, f)
+}
+
+/// As [`query`], asked by `user` (on the client connection).
+fn query_as<T>(
+    h: &mut Hub,
+    user: &str,
+    now: Instant,
+    f: impl Fn(&tickwire_files::wire::ReportEntry<'_>) -> T,
+) -> Vec<T> {
     outputs(h);
     let q = encode(&FilesMessage::Query { request: 9 });
-    h.handle(Peer::Conn(CLIENT), "bob", Rights::ALL, &q, now);
+    h.handle(Peer::Conn(CLIENT), user, Rights::ALL, &q, now);
     reported(h, f)
 }
 
 /// `site` on the backbone says it has `transfer`.
 fn done_at(h: &mut Hub, transfer: u64, site: &str, now: Instant) {
-    let done = FilesMessage::Status(Status {
-        transfer,
-        site,
-        state: SiteState::Done,
-        have: 1,
-        missing: vec![],
-        reason: "",
-    });
+    let done = site_status(transfer, site, SiteState::Done, 1, "");
     h.handle(Peer::Backbone, "", Rights::ALL, &encode(&done), now);
 }
 
@@ -1906,19 +1735,10 @@ fn an_older_file_for_every_site_remembers_a_newer_delivered_one_through_a_restar
 fn a_restart_cancel_outlives_another_restart_within_its_ten_minutes() {
     let dir = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
-    let ms = std::time::Duration::from_millis;
     let half = vec![3u8; 800_000];
     {
-        let mut before = hub(dir.path(), &["FILES"]);
-        edge1_present(&mut before, t0);
-        put_to_edge1(
-            &mut before,
-            "half.bin",
-            half.len(),
-            Sha256::digest(&half).into(),
-            t0,
-        );
-        upload(&mut before, &half, 0..400_000, t0);
+        let mut before = hub_hearing_edge1(dir.path(), t0);
+        upload_to_edge1(&mut before, "half.bin", &half, 0..400_000, t0);
         let (_, chunks, _) = to_backbone(&mut before, t0 + ms(200));
         assert!(chunks > 0);
     }
@@ -1999,14 +1819,13 @@ fn after_a_restart_each_site_is_listed_since_when_it_was_before() {
         run(&mut h, t1);
         let t2 = t1 + secs(2);
         done_at(&mut h, transfer, "edge1", t2);
-        let failed = FilesMessage::Status(Status {
+        let failed = site_status(
             transfer,
-            site: "edge2",
-            state: SiteState::Failed,
-            have: 0,
-            missing: vec![],
-            reason: "No space left on device (os error 28)",
-        });
+            "edge2",
+            SiteState::Failed,
+            0,
+            "No space left on device (os error 28)",
+        );
         h.handle(Peer::Backbone, "", Rights::ALL, &encode(&failed), t2);
         run(&mut h, t2);
         query(&mut h, t2, row)
