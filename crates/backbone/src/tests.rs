@@ -726,12 +726,12 @@ fn an_edge_the_source_forgot_while_its_requests_were_lost_gets_its_items_again()
     w.advance(Duration::from_millis(300));
     let got = w.recv(0, a);
     for sid in [1, 2] {
-        let suspect = got.iter().position(|g| *g == suspect(sid));
-        let image = got.iter().position(
+        let suspect_at = got.iter().position(|g| *g == suspect(sid));
+        let image_at = got.iter().position(
             |g| matches!(g, Got::Refresh { sid: s, data: DataState::Ok, .. } if *s == sid),
         );
         assert!(
-            suspect.is_some() && image.is_some() && suspect < image,
+            suspect_at.is_some() && image_at.is_some() && suspect_at < image_at,
             "item {sid}: suspect, then an image: {got:?}"
         );
     }
