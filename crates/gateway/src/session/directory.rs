@@ -35,7 +35,7 @@ impl Session {
         out: &mut JsonOut,
     ) {
         if self.logged_in().is_none() {
-            super::write_refusal(
+            super::json::write_refusal(
                 out,
                 id,
                 false,
@@ -49,7 +49,7 @@ impl Session {
         if !reissue
             && self.directories.len() + self.directory_asked_early.len() >= MAX_DIRECTORY_STREAMS
         {
-            super::write_refusal(
+            super::json::write_refusal(
                 out,
                 id,
                 false,
@@ -66,7 +66,7 @@ impl Session {
         }
         if self.logged_in() == Some(id) {
             // A Close of it would end the login.
-            super::write_error(
+            super::json::write_error(
                 out,
                 id,
                 &format!("ID {id} is the login's stream: open the directory on another"),
@@ -80,10 +80,10 @@ impl Session {
             .and_then(Json::as_u64)
             .unwrap_or(0x3F);
         let only = key.and_then(|k| k.get("Service")).and_then(Json::as_u64);
-        let streaming = match super::flag(obj, "Streaming", true) {
+        let streaming = match super::json::flag(obj, "Streaming", true) {
             Ok(s) => s,
             Err(why) => {
-                super::write_error(out, id, &why, "");
+                super::json::write_error(out, id, &why, "");
                 return;
             }
         };

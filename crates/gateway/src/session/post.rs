@@ -3,7 +3,8 @@
 //! dictionary's types; the node's answer comes back as an `Ack` with `AckID` = the
 //! `PostID` and, when refused, `NakCode` and `Text`.
 
-use super::{escape, write_error, Bytes, JsonOut, Session};
+use super::json::{escape, write_error, Bytes};
+use super::{JsonOut, Session};
 use serde_json::value::RawValue;
 use serde_json::Value as Json;
 use std::borrow::Cow;
@@ -71,7 +72,7 @@ impl Session {
         out: &mut JsonOut,
         offending: &str,
     ) {
-        let ack = match super::flag(post, "Ack", false) {
+        let ack = match super::json::flag(post, "Ack", false) {
             Ok(a) => a,
             Err(why) => {
                 write_error(out, id, &why, offending);
