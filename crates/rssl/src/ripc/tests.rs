@@ -1,3 +1,4 @@
+use super::handshake::mod_pow;
 use super::*;
 
 /// A ConnectReq as the SDK's clients build one.
