@@ -468,6 +468,30 @@ fn only_status(got: &[Got], code: u16, says: &str) -> bool {
     matches!(got, [Got::Status { code: c, text, .. }] if *c == code && text.contains(says))
 }
 
+/// The code of `got` when it is one status, closing stream `sid`; None otherwise.
+fn only_closed(got: &[Got], sid: u32) -> Option<u16> {
+    match got {
+        [Got::Status {
+            sid: s,
+            stream: StreamState::Closed,
+            code,
+            ..
+        }] if *s == sid => Some(*code),
+        _ => None,
+    }
+}
+
+/// The journal's record of update `seq` of the bid/ask item, time-stamped `seq` ns.
+fn past(seq: u32) -> tickwire_journal::PastMessage {
+    tickwire_journal::PastMessage {
+        time_ns: seq as u64,
+        seq,
+        refresh: false,
+        update_type: 1,
+        fields: bid_ask(seq as i64, seq as i64 + 1),
+    }
+}
+
 /// The directory message a subscriber receives listing `entries`, each up or down.
 fn dir(entries: &[(&str, bool)]) -> Got {
     Got::Directory(entries.iter().map(|&(n, up)| (s(n), up)).collect())

@@ -902,28 +902,14 @@ fn a_replay_waiting_for_its_history_is_refused_once_a_reload_takes_its_service_a
     let history = tickwire_journal::History {
         messages: vec![tickwire_journal::PastMessage {
             time_ns: 1,
-            seq: 2,
-            refresh: false,
-            update_type: 1,
-            fields: bid_ask(2, 3),
+            ..past(2)
         }],
         truncated: false,
     };
     let now = h.now;
     h.node.on_history(ticket, Ok(history), now);
     let got = h.recv(sub);
-    assert!(
-        matches!(
-            &got[..],
-            [Got::Status {
-                sid: 3,
-                stream: StreamState::Closed,
-                code: code::NOT_ENTITLED,
-                ..
-            }]
-        ),
-        "{got:?}"
-    );
+    assert_eq!(only_closed(&got, 3), Some(code::NOT_ENTITLED), "{got:?}");
     // Nor is it live.
     h.send(p, &[update(1, 3, &bid_ask(3, 4))]);
     assert_eq!(h.recv(sub), vec![]);
