@@ -243,40 +243,27 @@ fn flags_override_the_config_file_before_it_is_checked() {
         std::fs::write(&path, text).unwrap();
         path.to_str().unwrap().to_string()
     };
+    // `node --config FILE FLAGS... --print-config`
+    let print_config = |config: &str, flags: &[&str]| {
+        let mut args = vec!["node", "--config", config];
+        args.extend_from_slice(flags);
+        args.push("--print-config");
+        run(&args, T)
+    };
     let channel = file(
         "channel.toml",
         "[backbone]\nchannel = \"aeron:udp?endpoint=239.1.1.1:40456|interface=127.0.0.1\"\n",
     );
-    let out = run(
-        &[
-            "node",
-            "--config",
-            &channel,
-            "--role",
-            "edge",
-            "--print-config",
-        ],
-        T,
-    );
+    let out = print_config(&channel, &["--role", "edge"]);
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert!(out.stdout.contains("role = \"edge\""), "{}", out.stdout);
 
     let heartbeat = file("heartbeat.toml", "[limits]\nheartbeat_ms = 50\n");
-    let out = run(
-        &[
-            "node",
-            "--config",
-            &heartbeat,
-            "--heartbeat-ms",
-            "1000",
-            "--print-config",
-        ],
-        T,
-    );
+    let out = print_config(&heartbeat, &["--heartbeat-ms", "1000"]);
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert!(out.stdout.contains("heartbeat_ms = 1000"), "{}", out.stdout);
 
-    let out = run(&["node", "--config", &heartbeat, "--print-config"], T);
+    let out = print_config(&heartbeat, &[]);
     assert_eq!(out.code(), Some(1), "{out:?}");
     assert!(
         out.stderr.contains(&heartbeat) && out.stderr.contains("limits.heartbeat_ms = 50"),
@@ -615,21 +602,19 @@ fn sigint_closes_streams_recoverably_and_the_node_exits_0() {
     assert!(status.success(), "node exited with {status:?}\n{log}");
 }
 
+/// `tickwire demo ARGS...` on ports of its own, which must exit 0 within 30 s.
+fn finished_demo(args: &[&str]) -> common::Output {
+    let mut all = vec!["demo"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--listen", "127.0.0.1:0", "--ws", "127.0.0.1:0"]);
+    let out = run(&all, Duration::from_secs(30));
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    out
+}
+
 #[test]
 fn demo_without_a_tty_prints_lines_and_finishes() {
-    let out = run(
-        &[
-            "demo",
-            "--duration",
-            "2",
-            "--listen",
-            "127.0.0.1:0",
-            "--ws",
-            "127.0.0.1:0",
-        ],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = finished_demo(&["--duration", "2"]);
     assert!(
         out.stdout
             .lines()
@@ -694,20 +679,7 @@ fn a_demo_whose_reader_has_gone_ends_quietly() {
 /// `--duration 0` took 2 s and every demo 2 s longer than asked.
 #[test]
 fn a_demo_does_not_wait_for_its_own_board_to_leave() {
-    let out = run(
-        &[
-            "demo",
-            "--single",
-            "--duration",
-            "0",
-            "--listen",
-            "127.0.0.1:0",
-            "--ws",
-            "127.0.0.1:0",
-        ],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = finished_demo(&["--single", "--duration", "0"]);
     // "tickwire demo finished after 0.0 s: ..."
     let secs: f64 = out
         .stdout
