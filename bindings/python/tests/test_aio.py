@@ -152,33 +152,42 @@ async def subscribed_then_lost(addr: str, node: Proc, feed: Proc, connect_timeou
     return s, None
 
 
-def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_loop():
+@contextlib.contextmanager
+def node_feed_and_cleanup():
+    """A node and a feed of 3 items that has published its images, with the node's
+    address and an exit stack for what a test adds; all of it closed, then the feed
+    and the node stopped, when the test is done."""
     node = Proc(["node", "--listen", "127.0.0.1:0"])
     addr = node.listening_address()
     feed = Proc(["publish", "--node", addr, "--items", "3", "--rate", "50"])
     feed.wait_for_line("published 3 images")
     stack = contextlib.ExitStack()
-
-    async def main():
-        s, suspect = await subscribed_then_lost(addr, node, feed, 3.0)
-        # The node's port now has a listener that never accepts, its queue full: the
-        # kernel drops further connection attempts, so each reconnection's TCP connect
-        # blocks for its connect_timeout (3 s). The loop must not: its longest pause
-        # stays far below that (a margin for a busy machine).
-        stack.enter_context(silent_address(addr))
-        events = asyncio.create_task(s.next())
-        longest = await longest_pause(4.0)
-        events.cancel()
-        connected = s.connected
-        s.disconnect()
-        return suspect, longest, connected
-
     try:
-        suspect, longest, connected = asyncio.run(asyncio.wait_for(main(), 60))
+        yield node, addr, feed, stack
     finally:
         stack.close()
         feed.stop()
         node.stop()
+
+
+def test_a_lost_node_turns_the_streams_suspect_and_reconnecting_never_holds_the_loop():
+    with node_feed_and_cleanup() as (node, addr, feed, stack):
+
+        async def main():
+            s, suspect = await subscribed_then_lost(addr, node, feed, 3.0)
+            # The node's port now has a listener that never accepts, its queue full: the
+            # kernel drops further connection attempts, so each reconnection's TCP connect
+            # blocks for its connect_timeout (3 s). The loop must not: its longest pause
+            # stays far below that (a margin for a busy machine).
+            stack.enter_context(silent_address(addr))
+            events = asyncio.create_task(s.next())
+            longest = await longest_pause(4.0)
+            events.cancel()
+            connected = s.connected
+            s.disconnect()
+            return suspect, longest, connected
+
+        suspect, longest, connected = asyncio.run(asyncio.wait_for(main(), 60))
     assert suspect is not None and suspect.item == "SYM1", suspect
     assert longest < 1.5, f"the event loop was held {longest:.2f} s while the library reconnected"
     assert not connected
@@ -188,41 +197,32 @@ def test_calls_on_the_loop_do_not_wait_for_a_reconnect_in_the_executor():
     """While the executor reconnects, its TCP connect blocked for the whole
     connect_timeout (10 s) by a listener that never accepts, the subscriber's calls on
     the loop go on: they once waited for the library's lock, held through the connect."""
-    node = Proc(["node", "--listen", "127.0.0.1:0"])
-    addr = node.listening_address()
-    feed = Proc(["publish", "--node", addr, "--items", "3", "--rate", "50"])
-    feed.wait_for_line("published 3 images")
-    stack = contextlib.ExitStack()
+    with node_feed_and_cleanup() as (node, addr, feed, stack):
 
-    async def main():
-        loop = asyncio.get_running_loop()
-        s, _ = await subscribed_then_lost(addr, node, feed, 10.0)
-        stack.enter_context(silent_address(addr))
-        start = loop.time()
-        while not s._reconnecting:
-            assert loop.time() - start < 30, "the subscriber never began to reconnect"
-            await asyncio.sleep(0.01)
-        # Calls on the loop for 2 s of the reconnect: none waits for it.
-        longest, calls, sids = 0.0, 0, []
-        start = loop.time()
-        while loop.time() - start < 2.0:
-            t0 = time.monotonic()
-            sids = s.subscribe("FEED", ["SYM2"])
-            connected = s.connected
-            longest = max(longest, time.monotonic() - t0)
-            calls += 1
-            assert not connected
-            await asyncio.sleep(0.05)
-        reconnecting = s._reconnecting
-        s.disconnect()
-        return longest, calls, sids, reconnecting
+        async def main():
+            loop = asyncio.get_running_loop()
+            s, _ = await subscribed_then_lost(addr, node, feed, 10.0)
+            stack.enter_context(silent_address(addr))
+            start = loop.time()
+            while not s._reconnecting:
+                assert loop.time() - start < 30, "the subscriber never began to reconnect"
+                await asyncio.sleep(0.01)
+            # Calls on the loop for 2 s of the reconnect: none waits for it.
+            longest, calls, sids = 0.0, 0, []
+            start = loop.time()
+            while loop.time() - start < 2.0:
+                t0 = time.monotonic()
+                sids = s.subscribe("FEED", ["SYM2"])
+                connected = s.connected
+                longest = max(longest, time.monotonic() - t0)
+                calls += 1
+                assert not connected
+                await asyncio.sleep(0.05)
+            reconnecting = s._reconnecting
+            s.disconnect()
+            return longest, calls, sids, reconnecting
 
-    try:
         longest, calls, sids, reconnecting = asyncio.run(asyncio.wait_for(main(), 60))
-    finally:
-        stack.close()
-        feed.stop()
-        node.stop()
     assert longest < 5.0, f"a call on the loop waited {longest:.2f} s for the reconnect"
     assert reconnecting, "the reconnect ended before the calls were made"
     assert calls > 1 and len(sids) == 1, (calls, sids)
