@@ -97,11 +97,10 @@ fn a_peer_dropping_200000_streams_on_one_item_does_not_freeze_the_node() {
     // Room to queue every refresh (200,000 of about 90 bytes): on a busy machine the
     // attacker reads slower than the node answers, and under the default bound of
     // 8 MiB the node would cut it as a slow consumer before it had asked for them all.
-    let cfg = TempConfig::new(
+    let (_cfg, node) = configured_node(
         "hostile-streams",
         "[limits]\nmax_output_bytes = 67108864\nmax_output_messages = 400000\n",
     );
-    let node = Node::start(&["--config", cfg.path()]);
     // 1,000 items at 200 updates/s: the watcher sees one every 5 ms or so; the
     // attacker's item updates about once in 5 s.
     let _feed = start_publisher(&node, "FEED", 1_000, 200, false);
@@ -150,11 +149,10 @@ fn a_peer_dropping_200000_streams_on_one_item_does_not_freeze_the_node() {
 
 #[test]
 fn connections_that_never_log_in_are_dropped_at_the_login_deadline() {
-    let cfg = TempConfig::new(
+    let (_cfg, mut node) = configured_node(
         "hostile-pending",
         "[limits]\nlogin_timeout_ms = 1000\nmax_pending_logins = 5\nmax_connections = 10\n",
     );
-    let mut node = Node::start(&["--config", cfg.path()]);
     // Five connections dribbling one byte at a time into a frame that never ends
     // (it announces 4,096 bytes), so never a login.
     let mut dribblers: Vec<RawConn> = (0..5).map(|_| RawConn::connect(node.addr)).collect();
@@ -212,8 +210,7 @@ fn connections_that_never_log_in_are_dropped_at_the_login_deadline() {
 #[test]
 fn slow_connections_cannot_lock_real_logins_out() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = TempConfig::new("slow-logins", "[limits]\nlogin_timeout_ms = 120000\n");
-    let mut node = Node::start(&["--config", cfg.path()]);
+    let (_cfg, mut node) = configured_node("slow-logins", "[limits]\nlogin_timeout_ms = 120000\n");
     let _feed = start_publisher(&node, "FEED", 5, 0, false);
     let started = Instant::now();
     let mut attackers = Vec::new();
@@ -372,11 +369,10 @@ fn an_rssl_provider_that_takes_the_connection_but_never_answers_is_given_up_and_
 #[test]
 fn connections_closed_before_login_do_not_fill_the_connection_limit() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = TempConfig::new(
+    let (_cfg, mut node) = configured_node(
         "linger-flood",
         "[limits]\nmax_connections = 10\nmax_pending_logins_per_address = 2\nclose_linger_ms = 60000\nlogin_timeout_ms = 120000\n",
     );
-    let mut node = Node::start(&["--config", cfg.path()]);
     let _feed = start_publisher(&node, "FEED", 5, 0, false);
     let attacker = std::net::Ipv4Addr::new(127, 0, 0, 9);
     let held: Vec<std::net::TcpStream> = (0..100)
@@ -394,6 +390,32 @@ fn connections_closed_before_login_do_not_fill_the_connection_limit() {
     drop(held);
 }
 
+/// A node started with a config file of `text` (named after `tag`), which lasts as
+/// long as the node is wanted.
+fn configured_node(tag: &str, text: &str) -> (TempConfig, Node) {
+    let cfg = TempConfig::new(tag, text);
+    let node = Node::start(&["--config", cfg.path()]);
+    (cfg, node)
+}
+
+/// Subscribers connected to the node at `addr` until it refuses one, `most` at the
+/// most: those taken, and the refusal's text.
+fn subscribers_until_refused(
+    addr: std::net::SocketAddr,
+    most: usize,
+) -> (Vec<tickwire_client::Subscriber>, String) {
+    let mut subs = Vec::new();
+    loop {
+        let mut opts = tickwire_client::ConnectOptions::new(addr.to_string());
+        opts.connect_timeout = Duration::from_secs(5);
+        match tickwire_client::Subscriber::connect(opts) {
+            Ok(s) if subs.len() < most => subs.push(s),
+            Ok(_) => panic!("more than {most} connections taken"),
+            Err(e) => return (subs, e.to_string()),
+        }
+    }
+}
+
 /// A connection over the limit on the WebSocket port is told why in HTTP (503), not in
 /// the native protocol's bytes.
 #[test]
@@ -401,16 +423,7 @@ fn a_connection_over_the_limit_on_the_websocket_port_gets_an_http_503() {
     let cfg = TempConfig::new("ws-limit", "[limits]\nmax_connections = 3\n");
     let (node, ws) = Node::start_ws(&["--config", cfg.path()]);
     // Subscribers until the node is full (its own in-process peers count too).
-    let mut subs = Vec::new();
-    let full = loop {
-        let mut opts = tickwire_client::ConnectOptions::new(node.addr.to_string());
-        opts.connect_timeout = Duration::from_secs(5);
-        match tickwire_client::Subscriber::connect(opts) {
-            Ok(s) if subs.len() < 3 => subs.push(s),
-            Ok(_) => panic!("more than 3 connections taken"),
-            Err(e) => break e.to_string(),
-        }
-    };
+    let (subs, full) = subscribers_until_refused(node.addr, 3);
     assert!(
         full.contains("connection limit reached: 3 connections"),
         "{full}"
@@ -435,16 +448,10 @@ fn a_connection_over_the_limit_on_the_websocket_port_gets_an_http_503() {
 /// each refused newcomer first closed the oldest such login, for nothing.
 #[test]
 fn a_newcomer_refused_at_the_connection_limit_closes_no_waiting_login() {
-    let cfg = TempConfig::new(
+    let (_cfg, node) = configured_node(
         "full-and-pending",
         "[limits]\nmax_connections = 3\nmax_pending_logins_per_address = 1\nlogin_timeout_ms = 120000\nclose_linger_ms = 0\n[rssl]\nlisten = \"off\"\n",
     );
-    let node = Node::start(&["--config", cfg.path()]);
-    let connect = || {
-        let mut opts = tickwire_client::ConnectOptions::new(node.addr.to_string());
-        opts.connect_timeout = Duration::from_secs(5);
-        tickwire_client::Subscriber::connect(opts)
-    };
     // A connection from another address waits to log in (accepted before the
     // subscribers below: the node takes connections in order), then subscribers
     // until the node is full (its own in-process peers count too).
@@ -454,14 +461,7 @@ fn a_newcomer_refused_at_the_connection_limit_closes_no_waiting_login() {
     // protocol (RSSL is off here), and it waits for the rest.
     let login = encode(&[login(Role::Subscriber)]);
     waiting.write_all(&login[..6]).unwrap();
-    let mut subs = Vec::new();
-    let full = loop {
-        match connect() {
-            Ok(s) if subs.len() < 3 => subs.push(s),
-            Ok(_) => panic!("more than 3 connections taken"),
-            Err(e) => break e.to_string(),
-        }
-    };
+    let (subs, full) = subscribers_until_refused(node.addr, 3);
     assert!(full.contains("connection limit reached"), "{full}");
     // Two newcomers from the waiting connection's address, one after the other, each
     // refused for the connection limit: by the time the second is refused, the loop
@@ -496,27 +496,14 @@ fn a_newcomer_refused_at_the_connection_limit_closes_no_waiting_login() {
 /// waiting to log in then got in past it.
 #[test]
 fn a_login_past_the_connection_limit_is_refused() {
-    let cfg = TempConfig::new(
+    let (_cfg, mut node) = configured_node(
         "login-past-limit",
         "[limits]\nmax_connections = 3\nlogin_timeout_ms = 120000\n[rssl]\nlisten = \"off\"\n",
     );
-    let mut node = Node::start(&["--config", cfg.path()]);
-    let connect = || {
-        let mut opts = tickwire_client::ConnectOptions::new(node.addr.to_string());
-        opts.connect_timeout = Duration::from_secs(5);
-        tickwire_client::Subscriber::connect(opts)
-    };
     // Connections that have not logged in yet, accepted first (the node takes them in
     // order), then subscribers until the node is full.
     let mut waiting: Vec<RawConn> = (0..3).map(|_| RawConn::connect(node.addr)).collect();
-    let mut subs = Vec::new();
-    let full = loop {
-        match connect() {
-            Ok(s) if subs.len() < 3 => subs.push(s),
-            Ok(_) => panic!("more than 3 connections taken"),
-            Err(e) => break e.to_string(),
-        }
-    };
+    let (subs, full) = subscribers_until_refused(node.addr, 3);
     assert!(full.contains("connection limit reached"), "{full}");
     for w in &mut waiting {
         // Refused with the reason; the node may close before it has read the login.
