@@ -60,6 +60,11 @@ fn configured_backbone_node(config: &TempConfig, role: &str, name: &str) -> Node
     node
 }
 
+/// Waits (up to T) for an update on `sub`, which is waiting for `what`.
+fn expect_an_update(sub: &mut tickwire_client::Subscriber, what: &str) {
+    expect_event(sub, T, what, |e| matches!(e, Event::Update { .. }));
+}
+
 /// Waits until `edge`'s figures list the source `name` among those it hears.
 fn wait_until_the_edge_hears(edge: &Node, name: &str) {
     let listed = format!("{name} (");
@@ -205,9 +210,7 @@ fn a_killed_source_makes_edge_streams_suspect_within_the_liveness_time_and_its_r
     let source = backbone_node(&ch, "source", "src-again");
     let _feed = start_publisher(&source, "FEED", 5, 100, false);
     expect_ok_refresh(&mut sub, T, "a refresh from the new source");
-    expect_event(&mut sub, T, "an update after recovery", |e| {
-        matches!(e, Event::Update { .. })
-    });
+    expect_an_update(&mut sub, "an update after recovery");
 }
 
 #[test]
@@ -307,9 +310,7 @@ fn a_stopped_edge_slows_neither_the_source_nor_the_other_edge_and_recovers_when_
     }
     // The stopped edge has every item flowing to it, then stops reading anything.
     let mut watcher = subscribed_to_feed(stopped.addr, 20);
-    expect_event(&mut watcher, T, "data at the edge to stop", |e| {
-        matches!(e, Event::Update { .. })
-    });
+    expect_an_update(&mut watcher, "data at the edge to stop");
     stopped.proc.signal(libc::SIGSTOP);
     let (updates, gaps) = SequenceWatcher::new(healthy.addr, 20).follow(Duration::from_secs(4));
     stopped.proc.signal(libc::SIGCONT);
@@ -332,9 +333,7 @@ fn a_stopped_edge_slows_neither_the_source_nor_the_other_edge_and_recovers_when_
         "a new image",
         |e| matches!(e, Event::Refresh { state, .. } if state.data == DataState::Ok),
     );
-    expect_event(&mut watcher, T, "updates again", |e| {
-        matches!(e, Event::Update { .. })
-    });
+    expect_an_update(&mut watcher, "updates again");
 }
 
 /// An edge watching SYM0 from src-1 (the only source yet), then src-2 up with the same
@@ -382,9 +381,7 @@ fn an_edge_moves_to_the_standby_source_when_the_one_it_uses_is_killed() {
     expect_suspect_then_the_standbys_image(&mut sub);
     let took = killed.elapsed();
     eprintln!("back to ok {took:?} after the source was killed");
-    expect_event(&mut sub, T, "updates from the standby", |e| {
-        matches!(e, Event::Update { .. })
-    });
+    expect_an_update(&mut sub, "updates from the standby");
 }
 
 /// A hot standby whose node stays up takes over when the first source's publisher
@@ -401,9 +398,7 @@ fn an_edge_moves_to_the_standby_source_when_the_service_goes_down_at_the_one_it_
     } = with_a_standby(75);
     feed_1.kill();
     expect_suspect_then_the_standbys_image(&mut sub);
-    expect_event(&mut sub, T, "updates from the standby", |e| {
-        matches!(e, Event::Update { .. })
-    });
+    expect_an_update(&mut sub, "updates from the standby");
 }
 
 /// How many updates a second `node` sends its subscribers (the source role's stream of
@@ -423,9 +418,7 @@ fn a_paused_source_stops_sending_the_items_the_edge_moved_away_when_it_is_heard_
     let _feed_1 = start_publisher(&first, "FEED", 5, 500, false);
     wait_for_feed_image(&edge, "edge", "SYM0");
     let mut sub = subscribed_to_feed(edge.addr, 5);
-    expect_event(&mut sub, T, "an update", |e| {
-        matches!(e, Event::Update { .. })
-    });
+    expect_an_update(&mut sub, "an update");
     let deadline = std::time::Instant::now() + T;
     let busy = loop {
         // The figure is a rate over the node's last second: it comes once one has passed.
@@ -587,17 +580,8 @@ fn junk_is_ignored() {
 fn where_there_is_no_multicast_a_source_and_an_edge_work_over_unicast() {
     // Data to the edge's address, requests to the source's: the same two lines in
     // both nodes' files.
-    let section = format!(
-        "channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\n",
-        free_udp_port(),
-        free_udp_port()
-    );
-    let (src_cfg, edge_cfg) = source_and_edge_configs("unicast", &section);
-    let source = configured_backbone_node(&src_cfg, "source", "src");
-    let edge = configured_backbone_node(&edge_cfg, "edge", "edge");
-    let _feed = start_publisher(&source, "FEED", 5, 200, false);
-    wait_for_feed_image(&edge, "edge", "SYM2");
-    assert_serves(edge.addr, "FEED", "SYM2", 5);
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+    feed_reaches_edges_with_unicast_requests("unicast", &channel, &["edge"], "SYM2");
 }
 
 /// Without multicast, one source serves several edges by multi-destination-cast: each
@@ -605,38 +589,54 @@ fn where_there_is_no_multicast_a_source_and_an_edge_work_over_unicast() {
 /// edges' subscribers get the data; the requests go to the source over unicast.
 #[test]
 fn where_there_is_no_multicast_several_edges_join_a_source_by_multi_destination_cast() {
-    let section = format!(
-        "channel = \"aeron:udp?control=127.0.0.1:{}|control-mode=dynamic\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\n",
-        free_udp_port(),
+    let channel = format!(
+        "aeron:udp?control=127.0.0.1:{}|control-mode=dynamic",
         free_udp_port()
     );
-    let (src_cfg, edge_cfg) = source_and_edge_configs("mdc", &section);
+    feed_reaches_edges_with_unicast_requests("mdc", &channel, &["edge-a", "edge-b"], "SYM3");
+}
+
+/// A source node and edges named `edges` on a backbone whose data goes on `channel` and
+/// whose requests go to the source over unicast (the same lines in every node's file):
+/// once the source publishes FEED, each edge has the image of `name` and serves it.
+fn feed_reaches_edges_with_unicast_requests(tag: &str, channel: &str, edges: &[&str], name: &str) {
+    let section = format!(
+        "channel = \"{channel}\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:{}\"\n",
+        free_udp_port()
+    );
+    let (src_cfg, edge_cfg) = source_and_edge_configs(tag, &section);
     let source = configured_backbone_node(&src_cfg, "source", "src");
-    let edges: Vec<Node> = ["edge-a", "edge-b"]
-        .into_iter()
-        .map(|name| configured_backbone_node(&edge_cfg, "edge", name))
+    let edges: Vec<Node> = edges
+        .iter()
+        .map(|edge| configured_backbone_node(&edge_cfg, "edge", edge))
         .collect();
     let _feed = start_publisher(&source, "FEED", 5, 200, false);
     for edge in &edges {
-        wait_for_feed_image(edge, "edge", "SYM3");
-        assert_serves(edge.addr, "FEED", "SYM3", 5);
+        wait_for_feed_image(edge, "edge", name);
+        assert_serves(edge.addr, "FEED", name, 5);
     }
+}
+
+/// What an edge whose `[backbone]` section ends with `section` says when it refuses to
+/// start, as it must.
+fn refused_edge(tag: &str, section: &str) -> String {
+    let cfg = TempConfig::new(tag, &format!("[backbone]\nrole = \"edge\"\n{section}"));
+    let out = run(
+        &["node", "--config", cfg.path(), "--listen", "127.0.0.1:0"],
+        T,
+    );
+    assert_ne!(out.code(), Some(0));
+    out.stderr
 }
 
 /// A multi-destination-cast channel without a unicast request channel is refused with
 /// what to write.
 #[test]
 fn a_multi_destination_cast_channel_needs_a_request_channel() {
-    let cfg = TempConfig::new(
+    let err = refused_edge(
         "mdc-no-requests",
-        "[backbone]\nrole = \"edge\"\nchannel = \"aeron:udp?control=127.0.0.1:40999|control-mode=dynamic\"\n",
+        "channel = \"aeron:udp?control=127.0.0.1:40999|control-mode=dynamic\"\n",
     );
-    let out = run(
-        &["node", "--config", cfg.path(), "--listen", "127.0.0.1:0"],
-        T,
-    );
-    assert_ne!(out.code(), Some(0));
-    let err = &out.stderr;
     assert!(err.contains("backbone.request_channel"), "{err}");
     assert!(err.contains("aeron:udp?endpoint=SOURCE_HOST"), "{err}");
 }
@@ -688,23 +688,15 @@ fn without_multicast_an_edge_moves_to_its_standby_source_when_the_one_it_uses_is
     first.proc.signal(libc::SIGKILL);
     feed_1.kill();
     expect_suspect_then_the_standbys_image(&mut sub);
-    expect_event(&mut sub, T, "updates from the standby", |e| {
-        matches!(e, Event::Update { .. })
-    });
+    expect_an_update(&mut sub, "updates from the standby");
 }
 
 #[test]
 fn a_standby_source_needs_both_of_its_channels() {
-    let cfg = TempConfig::new(
+    let err = refused_edge(
         "standby-half",
-        "[backbone]\nrole = \"edge\"\nchannel = \"aeron:udp?control=127.0.0.1:40998|control-mode=dynamic\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:40997\"\nstandby_channel = \"aeron:udp?control=127.0.0.1:40996|control-mode=dynamic\"\n",
+        "channel = \"aeron:udp?control=127.0.0.1:40998|control-mode=dynamic\"\nrequest_channel = \"aeron:udp?endpoint=127.0.0.1:40997\"\nstandby_channel = \"aeron:udp?control=127.0.0.1:40996|control-mode=dynamic\"\n",
     );
-    let out = run(
-        &["node", "--config", cfg.path(), "--listen", "127.0.0.1:0"],
-        T,
-    );
-    assert_ne!(out.code(), Some(0));
-    let err = &out.stderr;
     assert!(err.contains("backbone.standby_request_channel"), "{err}");
 }
 
