@@ -32,16 +32,6 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_proto::{code as ncode, DataState, Message, ServiceState, Status, StreamState, Value};
 
-// The names the tests (tests.rs) take from the session's module (`use super::*`), which
-// its own code no longer uses since its concerns went to files of their own.
-#[cfg(test)]
-use {
-    crate::rwf::container::{put_array, ElementListWriter},
-    crate::rwf::msg::{self, request},
-    crate::rwf::primitive,
-    tickwire_proto::{State, UpdateType},
-};
-
 /// Where the session's RWF messages go (the RIPC channel, or a test's list).
 pub trait Outbox {
     /// One RWF message to send.

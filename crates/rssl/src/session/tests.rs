@@ -1,9 +1,12 @@
 use super::*;
-use crate::rwf::container::FieldIter;
+use crate::rwf::container::{put_array, ElementListWriter, FieldIter};
 use crate::rwf::hex;
+use crate::rwf::msg::{self, request};
+use crate::rwf::primitive;
 use crate::testing;
 use tickwire_proto::{
-    Directory, FieldListWriter as NativeFields, MessageIter, Real, Refresh, Status, Update,
+    Directory, FieldListWriter as NativeFields, MessageIter, Real, Refresh, State, Status, Update,
+    UpdateType,
 };
 
 /// The node's messages a session sent, decoded.
