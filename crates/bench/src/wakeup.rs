@@ -19,7 +19,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 use tickwire_bench_report::schema::{IdleSettings, WakeRoundTrip};
 
-/// Round trips measured (after [`WARM_UP`] that are not).
+/// Round trips measured (after `WARM_UP` that are not).
 pub const ROUND_TRIPS: usize = 500;
 /// Round trips before measuring: connection set-up, first faults.
 const WARM_UP: usize = 20;
@@ -70,7 +70,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-/// Measures [`ROUND_TRIPS`] round trips (fewer if [`TIME_LIMIT`] passes first).
+/// Measures [`ROUND_TRIPS`] round trips (fewer if `TIME_LIMIT` passes first).
 pub fn measure() -> Result<WakeRoundTrip> {
     let cpus = two_allowed_cpus();
     let listener = TcpListener::bind("127.0.0.1:0").context("wake-up probe: bind")?;

@@ -575,8 +575,9 @@ const PREFETCH_ITEM: usize = 5;
 const PREFETCH_SLOT: usize = 8;
 const LOOKAHEAD_RING: usize = 16;
 
-/// Walks the message headers of a frame ahead of [`MessageIter`] (no decoding) and keeps
-/// the stream ids of the updates among the next messages, for [`Node::prefetch_ahead`].
+/// Walks the message headers of a frame ahead of
+/// [`MessageIter`](tickwire_proto::MessageIter) (no decoding) and keeps the stream ids of
+/// the updates among the next messages, for [`Node::prefetch_ahead`].
 pub(crate) struct UpdateLookahead<'a> {
     rest: &'a [u8],
     /// The stream id of message `i` (if an update) at `i % LOOKAHEAD_RING`.

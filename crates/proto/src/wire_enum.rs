@@ -1,4 +1,4 @@
-//! [`wire_enum!`](crate::wire_enum): a one-byte code on the wire as an enum that keeps
+//! [`wire_enum!`](macro@crate::wire_enum): a one-byte code on the wire as an enum that keeps
 //! the values this build does not name.
 //!
 //! A newer peer may send a code an older node has never heard of. Refusing it would

@@ -7,7 +7,7 @@
 //!   per-window usage between [`Mark`]s, so a scenario gets figures for each of its steps.
 //! * [`read_system_stat`] / [`read_cpu_times`] / [`cpu_utilisation`] give per-CPU
 //!   utilisation and system-wide context switches from /proc/stat.
-//! * [`machine`] describes the host for reports.
+//! * [`machine`](fn@machine) describes the host for reports.
 //! * [`syscall_counter`] / [`start_syscall_count`] count a process's system calls with
 //!   `perf stat` (preferred) or `strace -c` (opt-in: it slows the traced process a lot).
 //!

@@ -1,6 +1,6 @@
 //! `GET /metrics` on the node's HTTP (WebSocket) port: the node's figures in the
 //! OpenMetrics text format or the classic Prometheus text format, as the scraper's
-//! `Accept` asks ([`format`]), built with the `prometheus-client` crate; with the
+//! `Accept` asks ([`format`](mod@format)), built with the `prometheus-client` crate; with the
 //! standard `process_*` metrics ([`process`]) and `tickwire_build_info`.
 //!
 //! Nothing here is on the hot path: the core counts in plain integers on its own thread
