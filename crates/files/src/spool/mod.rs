@@ -16,7 +16,7 @@
 //! live when it is opened and when removed transfers dominate it. The [`ChunkSource`]
 //! the sender reads through.
 //!
-//! Under an fsync policy other than `never` ([`Spool::syncing`]), what was written since
+//! Under an fsync policy other than `never` ([`Spool::fsync`]), what was written since
 //! the last [`Spool::sync`] (files' bytes, log lines, names in the directory) is synced
 //! together, bytes before the log and the directory last: the node tells a client its
 //! file is queued only after that, so a queued file survives a power loss. The log's
